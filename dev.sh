@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# Modelplane developer entry point: sets up what it needs, then runs one job.
+#   ./dev.sh demo   one optimization cycle on the bundled example cluster (no cluster, no Prefect server)
+#   ./dev.sh test   install the test services (Debian packages) and run the test suite
+set -euo pipefail
+cd "$(dirname "$0")"
+
+VENV="${MODELPLANE_VENV:-.venv}"
+
+setup_python() {
+  if [ ! -x "$VENV/bin/python" ]; then
+    python3.11 -m venv "$VENV" 2>/dev/null || python3 -m venv "$VENV"
+  fi
+  # Re-install only when pyproject.toml changed since the last install.
+  local stamp="$VENV/.modelplane-installed"
+  if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
+    "$VENV/bin/python" -m pip install -q --upgrade pip
+    "$VENV/bin/python" -m pip install -q -e '.[test]'
+    touch "$stamp"
+  fi
+}
+
+setup_services() {
+  # Real components the tests start on 127.0.0.1 (see DESIGN.md).
+  local need=()
+  command -v prometheus >/dev/null 2>&1 || need+=(prometheus)
+  if [ ${#need[@]} -gt 0 ]; then
+    if [ "$(id -u)" = 0 ]; then
+      export DEBIAN_FRONTEND=noninteractive
+      apt-get update -qq
+      apt-get install -y -qq --no-install-recommends "${need[@]}"
+    else
+      echo "missing Debian packages: ${need[*]} (run as root or install them)" >&2
+      exit 1
+    fi
+  fi
+  # Debian starts services on install; the tests start their own on random ports.
+  if command -v systemctl >/dev/null 2>&1; then systemctl stop prometheus 2>/dev/null || true; fi
+}
+
+case "${1:-}" in
+  demo)
+    setup_python
+    shift
+    exec "$VENV/bin/modelplane" optimize --cluster deployments/examples \
+      --metrics deployments/examples/metrics.yaml "$@"
+    ;;
+  test)
+    setup_python
+    setup_services
+    shift
+    set +e
+    "$VENV/bin/python" -m pytest "$@"
+    rc=$?
+    set -e
+    # pytest exits 5 when nothing was collected; a missing test suite is a failure here.
+    if [ "$rc" = 5 ]; then echo "no tests were collected" >&2; exit 1; fi
+    exit "$rc"
+    ;;
+  *)
+    sed -n '2,5p' "$0"
+    exit 2
+    ;;
+esac

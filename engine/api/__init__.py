@@ -1,0 +1,1 @@
+"""The five seed APIs as pydantic models, one module per API group."""
