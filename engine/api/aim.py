@@ -1,0 +1,311 @@
+"""``aim.silogen.ai/v1alpha1`` AIM kinds (seed 004).
+
+AIMClusterModel (cluster-scoped catalog entry, discovered from its image), AIMNamespaceConfig
+(credentials and routing of a namespace, no status), AIMServiceTemplate (runtime profile selection),
+AIMService (a KServe InferenceService plus HTTPRoute) and ModelCache (a PVC filled by a download Job).
+
+The seed has no ``Required`` marks; the identifying fields are required here (a catalog entry's name
+and image, a service's model and template, a template's model, a cache's source URI). Precision
+takes the enum of the ``precision`` field itself (it contains the default ``auto``), not the shorter
+list printed under the AIMPrecision type.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from engine.api.meta import (
+    Condition,
+    EnvVar,
+    KubeModel,
+    ListMeta,
+    ObjectMeta,
+    ParentReference,
+    Quantity,
+    SecretKeySelector,
+    Time,
+)
+
+API_VERSION = "aim.silogen.ai/v1alpha1"
+
+AIMMetric = Literal["latency", "throughput"]
+AIMPrecision = Literal["auto", "fp4", "fp8", "fp16", "fp32", "bf16", "int4", "int8"]
+AIMServiceStatusEnum = Literal["Pending", "Starting", "Running", "Failed", "Degraded"]
+AIMTemplateStatusEnum = Literal["Pending", "Progressing", "Available", "Failed"]
+ModelCacheStatusEnum = Literal["Pending", "Progressing", "Available", "Failed"]
+
+
+# --------------------------------------------------------------------------------------------------
+# AIMClusterModel
+# --------------------------------------------------------------------------------------------------
+
+
+class AIMClusterModelSpec(KubeModel):
+    """AIMClusterModelSpec defines the desired state of AIMClusterModel."""
+
+    name: str = Field(min_length=1)
+    """Canonical model name including version/revision, e.g. meta/llama-3-8b:1.1+20240915."""
+    image: str = Field(min_length=1)
+    """Container image of this AIM model, inspected to discover its runtime profiles."""
+
+
+class AIMClusterModelStatus(KubeModel):
+    """AIMClusterModelStatus defines the observed state of AIMClusterModel."""
+
+    observed_generation: int | None = Field(None, alias="observedGeneration")
+    """ObservedGeneration is the most recent generation observed by the controller."""
+    conditions: list[Condition] | None = None
+    """Conditions represent the latest available observations of the model's state."""
+
+
+class AIMClusterModel(KubeModel):
+    """AIMClusterModel is the Schema for cluster-scoped AIM model catalog entries."""
+
+    api_version: Literal["aim.silogen.ai/v1alpha1"] = Field(API_VERSION, alias="apiVersion")
+    kind: Literal["AIMClusterModel"] = "AIMClusterModel"
+    metadata: ObjectMeta = Field(default_factory=ObjectMeta)
+    spec: AIMClusterModelSpec
+    status: AIMClusterModelStatus | None = None
+
+
+class AIMClusterModelList(KubeModel):
+    """AIMClusterModelList contains a list of AIMClusterModel."""
+
+    api_version: Literal["aim.silogen.ai/v1alpha1"] = Field(API_VERSION, alias="apiVersion")
+    kind: Literal["AIMClusterModelList"] = "AIMClusterModelList"
+    metadata: ListMeta = Field(default_factory=ListMeta)
+    items: list[AIMClusterModel] = Field(default_factory=list)
+
+
+# --------------------------------------------------------------------------------------------------
+# AIMNamespaceConfig
+# --------------------------------------------------------------------------------------------------
+
+
+class AIMS3Credential(KubeModel):
+    """S3 credential references for a specific endpoint."""
+
+    endpoint_url: str | None = Field(None, alias="endpointUrl")
+    """EndpointURL (S3-compatible); wins over Region when both are set."""
+    region: str | None = None
+    """Region (AWS S3)."""
+    access_key_id: SecretKeySelector | None = Field(None, alias="accessKeyId")
+    """Secret key holding the access key id."""
+    secret_access_key: SecretKeySelector | None = Field(None, alias="secretAccessKey")
+    """Secret key holding the secret access key."""
+
+
+class AIMNamespaceCredentials(KubeModel):
+    """Optional credentials for model discovery and caching."""
+
+    hugging_face_token: SecretKeySelector | None = Field(None, alias="huggingFaceToken")
+    """The token used to access Hugging Face repositories."""
+    s3: list[AIMS3Credential] | None = None
+    """One or more S3 credential configurations."""
+
+
+class AIMNamespaceImageConfig(KubeModel):
+    """Image pull configuration for AIM workloads in the namespace."""
+
+    image_pull_secrets: list[str] | None = Field(None, alias="imagePullSecrets")
+    """Secret names used for pulling AIM images."""
+
+
+class AIMNamespaceRoutingConfig(KubeModel):
+    """Automatic HTTPRoute provisioning in the namespace."""
+
+    gateway: ParentReference | None = None
+    """The Gateway listener routes attach to (as HTTPRoute.parentRefs[*])."""
+    auto_create_route: bool | None = Field(True, alias="autoCreateRoute")
+    """AutoCreateRoute enables automatic HTTPRoute creation for AIM services."""
+
+
+class AIMNamespaceConfigSpec(KubeModel):
+    """AIMNamespaceConfigSpec defines the desired configuration for an AIM-enabled namespace."""
+
+    credentials: AIMNamespaceCredentials | None = None
+    """Secret references used during model access and caching."""
+    images: AIMNamespaceImageConfig | None = None
+    """Image pull behavior for AIM images within this namespace."""
+    routing: AIMNamespaceRoutingConfig | None = None
+    """One HTTPRoute per service with path /<namespace>/<workload_id>/ on the referenced Gateway."""
+    cache_storage_class_name: str | None = Field(None, alias="cacheStorageClassName")
+    """Storage class used for cached models."""
+
+
+class AIMNamespaceConfig(KubeModel):
+    """AIMNamespaceConfig configures credentials and routing for a namespace."""
+
+    api_version: Literal["aim.silogen.ai/v1alpha1"] = Field(API_VERSION, alias="apiVersion")
+    kind: Literal["AIMNamespaceConfig"] = "AIMNamespaceConfig"
+    metadata: ObjectMeta = Field(default_factory=ObjectMeta)
+    spec: AIMNamespaceConfigSpec
+
+
+class AIMNamespaceConfigList(KubeModel):
+    """AIMNamespaceConfigList contains a list of AIMNamespaceConfig."""
+
+    api_version: Literal["aim.silogen.ai/v1alpha1"] = Field(API_VERSION, alias="apiVersion")
+    kind: Literal["AIMNamespaceConfigList"] = "AIMNamespaceConfigList"
+    metadata: ListMeta = Field(default_factory=ListMeta)
+    items: list[AIMNamespaceConfig] = Field(default_factory=list)
+
+
+# --------------------------------------------------------------------------------------------------
+# AIMServiceTemplate
+# --------------------------------------------------------------------------------------------------
+
+
+class AIMServiceTemplateSpec(KubeModel):
+    """A namespaced template selecting a runtime profile for an AIM model."""
+
+    model: str = Field(min_length=1)
+    """Canonical model name (exact match of an AIMClusterModel spec.name). Immutable."""
+    metric: AIMMetric | None = None
+    """Optimization goal: latency or throughput. Immutable."""
+    precision: AIMPrecision | None = "auto"
+    """Numeric precision used by the runtime. Immutable."""
+    gpus_per_replica: int | None = Field(None, alias="gpusPerReplica", ge=1)
+    """Total number of GPUs for a single model replica. Immutable."""
+    gpu_model: str | None = Field(None, alias="gpuModel", min_length=1)
+    """Physical GPU card model targeted by this template, e.g. MI300X. Immutable."""
+    tensor_parallelism: int | None = Field(None, alias="tensorParallelism", ge=1)
+    """Tensor parallel degree expected by the runtime. Immutable."""
+    warm_cache: bool | None = Field(False, alias="warmCache")
+    """Warm the model cache in this namespace right after profile discovery."""
+
+
+class AIMServiceTemplateStatus(KubeModel):
+    """AIMServiceTemplateStatus defines the observed state of AIMServiceTemplate."""
+
+    observed_generation: int | None = Field(None, alias="observedGeneration")
+    """ObservedGeneration is the most recent generation observed by the controller."""
+    conditions: list[Condition] | None = None
+    """Conditions represent the latest observations of template state."""
+    status: AIMTemplateStatusEnum | None = "Pending"
+    """High-level status of the template lifecycle."""
+    model_sources: list[str] | None = Field(None, alias="modelSources")
+    """The models this template requires to run; cached when the template is cached."""
+
+
+class AIMServiceTemplate(KubeModel):
+    """AIMServiceTemplate selects the runtime profile and GPU parameters of AIM services."""
+
+    api_version: Literal["aim.silogen.ai/v1alpha1"] = Field(API_VERSION, alias="apiVersion")
+    kind: Literal["AIMServiceTemplate"] = "AIMServiceTemplate"
+    metadata: ObjectMeta = Field(default_factory=ObjectMeta)
+    spec: AIMServiceTemplateSpec
+    status: AIMServiceTemplateStatus | None = None
+
+
+class AIMServiceTemplateList(KubeModel):
+    """AIMServiceTemplateList contains a list of AIMServiceTemplate."""
+
+    api_version: Literal["aim.silogen.ai/v1alpha1"] = Field(API_VERSION, alias="apiVersion")
+    kind: Literal["AIMServiceTemplateList"] = "AIMServiceTemplateList"
+    metadata: ListMeta = Field(default_factory=ListMeta)
+    items: list[AIMServiceTemplate] = Field(default_factory=list)
+
+
+# --------------------------------------------------------------------------------------------------
+# AIMService
+# --------------------------------------------------------------------------------------------------
+
+
+class AIMServiceSpec(KubeModel):
+    """Binds a canonical model to an AIMServiceTemplate and sets replicas and caching."""
+
+    model: str = Field(min_length=1)
+    """Canonical model name to deploy; matches spec.name of an AIMClusterModel."""
+    template_ref: str = Field(alias="templateRef", min_length=1)
+    """Name of the AIMServiceTemplate (same namespace) to use."""
+    cache_model: bool | None = Field(True, alias="cacheModel")
+    """Cache the model sources before the service starts if the template does not warm the cache."""
+    replicas: int | None = 1
+    """Number of replicas of this service."""
+    config_ref: str | None = Field("default", alias="configRef")
+    """Name of the AIMNamespaceConfig (same namespace) used by this service."""
+
+
+class AIMServiceStatus(KubeModel):
+    """AIMServiceStatus defines the observed state of AIMService."""
+
+    observed_generation: int | None = Field(None, alias="observedGeneration")
+    """ObservedGeneration is the most recent generation observed by the controller."""
+    conditions: list[Condition] | None = None
+    """Conditions represent the latest observations of the service state."""
+    status: AIMServiceStatusEnum | None = "Pending"
+    """High-level status of the service lifecycle."""
+
+
+class AIMService(KubeModel):
+    """AIMService manages a KServe-based AIM inference service for the selected model and template."""
+
+    api_version: Literal["aim.silogen.ai/v1alpha1"] = Field(API_VERSION, alias="apiVersion")
+    kind: Literal["AIMService"] = "AIMService"
+    metadata: ObjectMeta = Field(default_factory=ObjectMeta)
+    spec: AIMServiceSpec
+    status: AIMServiceStatus | None = None
+
+
+class AIMServiceList(KubeModel):
+    """AIMServiceList contains a list of AIMService."""
+
+    api_version: Literal["aim.silogen.ai/v1alpha1"] = Field(API_VERSION, alias="apiVersion")
+    kind: Literal["AIMServiceList"] = "AIMServiceList"
+    metadata: ListMeta = Field(default_factory=ListMeta)
+    items: list[AIMService] = Field(default_factory=list)
+
+
+# --------------------------------------------------------------------------------------------------
+# ModelCache
+# --------------------------------------------------------------------------------------------------
+
+
+class ModelCacheSpec(KubeModel):
+    """ModelCacheSpec defines the desired state of ModelCache."""
+
+    source_uri: str = Field(alias="sourceUri", min_length=1)
+    """The source of the model to be downloaded; the cache's only identifier."""
+    storage_class_name: str | None = Field(None, alias="storageClassName")
+    """Storage class of the cache volume."""
+    size: Quantity | None = None
+    """Size of the cache volume."""
+    env: list[EnvVar] | None = None
+    """Environment variables needed to download the model into the cache."""
+
+
+class ModelCacheStatus(KubeModel):
+    """ModelCacheStatus defines the observed state of ModelCache."""
+
+    observed_generation: int | None = Field(None, alias="observedGeneration")
+    """The most recent generation observed."""
+    conditions: list[Condition] | None = None
+    """Conditions represent the latest available observations of the model cache's state."""
+    status: ModelCacheStatusEnum | None = "Pending"
+    """Status represents the current status of the model cache."""
+    last_used: Time | None = Field(None, alias="lastUsed")
+    """The last time a model was deployed that used this cache."""
+    persistent_volume_claim: str | None = Field(None, alias="persistentVolumeClaim")
+    """Name of the created PVC."""
+
+
+class ModelCache(KubeModel):
+    """ModelCache is the Schema for the modelcaches API."""
+
+    api_version: Literal["aim.silogen.ai/v1alpha1"] = Field(API_VERSION, alias="apiVersion")
+    kind: Literal["ModelCache"] = "ModelCache"
+    metadata: ObjectMeta = Field(default_factory=ObjectMeta)
+    spec: ModelCacheSpec
+    status: ModelCacheStatus | None = None
+
+
+class ModelCacheList(KubeModel):
+    """ModelCacheList contains a list of ModelCache."""
+
+    api_version: Literal["aim.silogen.ai/v1alpha1"] = Field(API_VERSION, alias="apiVersion")
+    kind: Literal["ModelCacheList"] = "ModelCacheList"
+    metadata: ListMeta = Field(default_factory=ListMeta)
+    items: list[ModelCache] = Field(default_factory=list)

@@ -1,0 +1,152 @@
+"""``llmd.ai/v1alpha1`` VariantAutoscaling (seeds 000 and 001), one schema for both generations.
+
+The first generation (seed 000) describes a variant by its performance profile: ``variantID``,
+``accelerator``, ``acceleratorCount``, ``sloClassRef`` and ``variantProfile`` (all required there), and
+reports ``status.currentAlloc``. The second (seed 001) points at the workload to scale:
+``scaleTargetRef`` (required there) and ``variantCost``. Modelplane serves both with one v1alpha1
+schema, the union of the fields: only ``modelID`` (required in both) is required here; what a mode
+needs (a profile for model-based optimisation, a target for actuation) is checked by the optimize flow
+when that mode runs and reported as a condition.
+
+``numReplicas`` has minimum 0 in both ``Allocation`` and ``OptimizedAlloc`` (seed 001 says 1) so that
+scale-to-zero decisions are representable.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from engine.api.meta import Condition, CrossVersionObjectReference, KubeModel, ListMeta, ObjectMeta, Time
+
+API_VERSION = "llmd.ai/v1alpha1"
+
+VARIANT_ID_PATTERN = r"^.+-[A-Za-z0-9]+-[1-9][0-9]*$"
+COST_PATTERN = r"^\d+(\.\d+)?$"
+
+# Condition types and reasons of seed 001.
+METRICS_AVAILABLE = "MetricsAvailable"
+OPTIMIZATION_READY = "OptimizationReady"
+REASON_METRICS_AVAILABLE = "MetricsAvailable"
+REASON_METRICS_UNAVAILABLE = "MetricsUnavailable"
+REASON_OPTIMIZATION_SUCCEEDED = "OptimizationSucceeded"
+REASON_SATURATION_ONLY_MODE = "SaturationOnlyMode"
+REASON_SATURATION_SAFETY_OVERRIDE = "SaturationSafetyOverride"
+
+
+class ConfigMapKeyRef(KubeModel):
+    """ConfigMapKeyRef references a specific key within a ConfigMap."""
+
+    name: str = Field(min_length=1)
+    """Name is the name of the ConfigMap."""
+    key: str = Field(min_length=1)
+    """Key is the key within the ConfigMap."""
+
+
+class PerfParms(KubeModel):
+    """PerfParms contains performance parameters for the variant."""
+
+    decode_parms: dict[str, str] | None = Field(None, alias="decodeParms", min_length=1)
+    """Parameters of the decode phase (ITL): keys "alpha", "beta" for itl = alpha + beta * batchSize."""
+    prefill_parms: dict[str, str] | None = Field(None, alias="prefillParms", min_length=1)
+    """Parameters of the prefill phase (TTFT): keys "gamma", "delta" for ttft = gamma + delta * tokens * batchSize."""
+
+
+class VariantProfile(KubeModel):
+    """VariantProfile provides performance characteristics for a specific variant."""
+
+    perf_parms: PerfParms = Field(alias="perfParms")
+    """PerfParms specifies the prefill and decode parameters for TTFT and ITL models."""
+    max_batch_size: int = Field(alias="maxBatchSize", ge=1)
+    """MaxBatchSize is the maximum batch size supported by this variant."""
+
+
+class VariantAutoscalingSpec(KubeModel):
+    """VariantAutoscalingSpec defines the desired state for autoscaling a model variant (both generations)."""
+
+    model_id: str = Field(alias="modelID", min_length=1)
+    """ModelID specifies the unique identifier of the model to be autoscaled."""
+    variant_id: str | None = Field(None, alias="variantID", min_length=1, pattern=VARIANT_ID_PATTERN)
+    """Business identifier of the variant, {modelID}-{accelerator}-{acceleratorCount}, e.g. meta/llama-3.1-8b-A100-4."""
+    accelerator: str | None = Field(None, min_length=1)
+    """Accelerator type of this variant, e.g. A100 or L40S."""
+    accelerator_count: int | None = Field(None, alias="acceleratorCount", ge=1)
+    """Number of accelerator units per replica."""
+    slo_class_ref: ConfigMapKeyRef | None = Field(None, alias="sloClassRef")
+    """The ConfigMap key holding the service class (SLO) configuration."""
+    variant_profile: VariantProfile | None = Field(None, alias="variantProfile")
+    """Performance characteristics of this variant."""
+    scale_target_ref: CrossVersionObjectReference | None = Field(None, alias="scaleTargetRef")
+    """The scalable resource to manage, as in a HorizontalPodAutoscaler."""
+    variant_cost: str | None = Field("10.0", alias="variantCost", pattern=COST_PATTERN)
+    """Cost per replica of this variant (used in saturation analysis)."""
+
+
+class Allocation(KubeModel):
+    """Allocation describes the current resource allocation for this variant."""
+
+    variant_id: str | None = Field(None, alias="variantID", min_length=1)
+    """VariantID identifies this variant: {modelID}-{accelerator}-{acceleratorCount}."""
+    accelerator: str | None = Field(None, min_length=1)
+    """Accelerator is the type of accelerator currently allocated."""
+    num_replicas: int | None = Field(None, alias="numReplicas", ge=0)
+    """NumReplicas is the number of replicas currently allocated."""
+    max_batch: int | None = Field(None, alias="maxBatch", ge=0)
+    """MaxBatch is the maximum batch size currently allocated."""
+    variant_cost: str | None = Field(None, alias="variantCost", pattern=COST_PATTERN)
+    """VariantCost is the cost associated with this variant allocation."""
+
+
+class OptimizedAlloc(KubeModel):
+    """OptimizedAlloc describes the target optimized allocation for a model variant."""
+
+    last_run_time: Time | None = Field(None, alias="lastRunTime")
+    """LastRunTime is the timestamp of the last optimization run."""
+    variant_id: str | None = Field(None, alias="variantID", min_length=1)
+    """VariantID identifies which variant this optimized allocation is for."""
+    accelerator: str | None = Field(None, min_length=2)
+    """Accelerator is the type of accelerator for the optimized allocation."""
+    num_replicas: int | None = Field(None, alias="numReplicas", ge=0)
+    """NumReplicas is the number of replicas for the optimized allocation (0 = scaled to zero)."""
+
+
+class ActuationStatus(KubeModel):
+    """ActuationStatus provides details about the actuation process and its current status."""
+
+    applied: bool | None = None
+    """Applied indicates whether the actuation was successfully applied."""
+
+
+class VariantAutoscalingStatus(KubeModel):
+    """VariantAutoscalingStatus represents the current status of autoscaling for a variant."""
+
+    current_alloc: Allocation | None = Field(None, alias="currentAlloc")
+    """CurrentAlloc specifies the current resource allocation for this variant."""
+    desired_optimized_alloc: OptimizedAlloc | None = Field(None, alias="desiredOptimizedAlloc")
+    """DesiredOptimizedAlloc indicates the target optimized allocation based on autoscaling logic."""
+    actuation: ActuationStatus | None = None
+    """Actuation provides details about the actuation process and its current status."""
+    conditions: list[Condition] | None = None
+    """Conditions represent the latest available observations of the VariantAutoscaling's state."""
+
+
+class VariantAutoscaling(KubeModel):
+    """VariantAutoscaling represents the autoscaling configuration and status for a model variant."""
+
+    api_version: Literal["llmd.ai/v1alpha1"] = Field(API_VERSION, alias="apiVersion")
+    kind: Literal["VariantAutoscaling"] = "VariantAutoscaling"
+    metadata: ObjectMeta = Field(default_factory=ObjectMeta)
+    spec: VariantAutoscalingSpec
+    """Spec defines the desired state for autoscaling the model variant."""
+    status: VariantAutoscalingStatus | None = None
+    """Status represents the current status of autoscaling for the model variant."""
+
+
+class VariantAutoscalingList(KubeModel):
+    """VariantAutoscalingList contains a list of VariantAutoscaling resources."""
+
+    api_version: Literal["llmd.ai/v1alpha1"] = Field(API_VERSION, alias="apiVersion")
+    kind: Literal["VariantAutoscalingList"] = "VariantAutoscalingList"
+    metadata: ListMeta = Field(default_factory=ListMeta)
+    items: list[VariantAutoscaling] = Field(default_factory=list)

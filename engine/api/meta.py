@@ -1,0 +1,433 @@
+"""Shared building blocks of the API models: the strict base class and the Kubernetes types.
+
+Every custom resource model in ``engine.api`` derives from :class:`KubeModel`: Python attributes are
+snake_case, the wire names are the exact camelCase names of the seeds (aliases), unknown fields are
+rejected (a typo in a manifest is an error, not a silently dropped field) and attribute docstrings
+become field descriptions, so the generated CRDs carry them for ``kubectl explain``.
+
+Validation rules are written once, as pydantic ``Field`` constraints or ``Annotated`` metadata: the
+model enforces them and :mod:`engine.api.crds` turns the same JSON schema into the CRD's
+``openAPIV3Schema``. Kubernetes types that Modelplane does not need to look into (affinity, free-form
+JSON configuration, ``valueFrom``) are ``x-kubernetes-preserve-unknown-fields`` objects.
+
+Also here: Go durations (:func:`parse_duration`), RFC 3339 times and the condition helpers
+(:func:`set_condition`, :func:`get_condition`). Everything is pure; the clock is passed in as ``now``.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime, timezone
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    PlainSerializer,
+    WithJsonSchema,
+)
+
+__all__ = [
+    "Affinity",
+    "Condition",
+    "ConditionStatus",
+    "ConfigMapKeySelector",
+    "CrossVersionObjectReference",
+    "DURATION_PATTERN",
+    "Duration",
+    "EnvFromSource",
+    "EnvVar",
+    "JSONObject",
+    "KubeModel",
+    "ListMeta",
+    "LocalObjectReference",
+    "ObjectMeta",
+    "ObjectReference",
+    "ParentReference",
+    "QUANTITY_PATTERN",
+    "Quantity",
+    "ResourceRequirements",
+    "SecretKeySelector",
+    "Time",
+    "format_time",
+    "get_condition",
+    "parse_duration",
+    "set_condition",
+]
+
+
+class KubeModel(BaseModel):
+    """Base of every API type: camelCase aliases, strict about unknown fields, docstrings as descriptions."""
+
+    model_config = ConfigDict(
+        populate_by_name=True,
+        extra="forbid",
+        use_attribute_docstrings=True,
+        validate_default=False,
+    )
+
+    def to_dict(self) -> dict[str, Any]:
+        """The manifest form: camelCase keys, JSON-compatible values, unset optional fields left out."""
+        return self.model_dump(mode="json", by_alias=True, exclude_none=True)
+
+
+# --------------------------------------------------------------------------------------------------
+# Scalars: time, duration, quantity, free-form JSON
+# --------------------------------------------------------------------------------------------------
+
+
+def format_time(value: datetime) -> str:
+    """RFC 3339 in UTC with second precision, as Kubernetes writes ``metav1.Time``: ``2026-01-09T22:00:00Z``."""
+    if value.tzinfo is None:
+        value = value.replace(tzinfo=timezone.utc)
+    return value.astimezone(timezone.utc).replace(microsecond=0).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _aware(value: datetime) -> datetime:
+    """Times without a zone are taken as UTC, so comparisons between times never fail."""
+    return value if value.tzinfo is not None else value.replace(tzinfo=timezone.utc)
+
+
+Time = Annotated[
+    datetime,
+    AfterValidator(_aware),
+    PlainSerializer(format_time, return_type=str, when_used="json"),
+]
+"""A ``metav1.Time``: an RFC 3339 date-time, serialised in UTC with a ``Z`` suffix."""
+
+
+DURATION_PATTERN = r"^(0|([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+)$"
+"""A Go ``time.Duration`` string as ``metav1.Duration`` accepts it: ``15s``, ``1m30s``, ``0``, ``1.5h``."""
+
+_DURATION_PART = re.compile(r"([0-9]+(?:\.[0-9]+)?)(ns|us|µs|ms|s|m|h)")
+_DURATION_UNIT_SECONDS = {
+    "ns": 1e-9,
+    "us": 1e-6,
+    "µs": 1e-6,
+    "ms": 1e-3,
+    "s": 1.0,
+    "m": 60.0,
+    "h": 3600.0,
+}
+
+
+def parse_duration(value: str) -> float:
+    """Seconds in a Go duration string (``"1m30s"`` -> ``90.0``); raises ``ValueError`` if malformed.
+
+    The scaling engine uses this for periods, stabilization windows and panic holds, which the seeds
+    express as ``metav1.Duration`` strings.
+    """
+    text = value.strip()
+    if text == "0":
+        return 0.0
+    if not re.fullmatch(DURATION_PATTERN, text):
+        raise ValueError(f"invalid duration {value!r}: expected a Go duration such as '15s' or '1m30s'")
+    return sum(float(number) * _DURATION_UNIT_SECONDS[unit] for number, unit in _DURATION_PART.findall(text))
+
+
+Duration = Annotated[str, Field(pattern=DURATION_PATTERN)]
+"""A ``metav1.Duration`` kept as its string form; use :func:`parse_duration` to get seconds."""
+
+
+QUANTITY_PATTERN = (
+    r"^(\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))(([KMGTPE]i)|[numkMGTPE]|([eE](\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?$"
+)
+"""The pattern Kubernetes' own CRDs give a ``resource.Quantity``."""
+
+
+def _check_quantity(value: int | str) -> int | str:
+    if isinstance(value, str) and not re.match(QUANTITY_PATTERN, value):
+        raise ValueError(f"String should match pattern '{QUANTITY_PATTERN}'")
+    return value
+
+
+Quantity = Annotated[
+    int | str,
+    AfterValidator(_check_quantity),
+    WithJsonSchema(
+        {
+            "anyOf": [{"type": "integer"}, {"type": "string"}],
+            "pattern": QUANTITY_PATTERN,
+            "x-kubernetes-int-or-string": True,
+        }
+    ),
+]
+"""A ``resource.Quantity``: an integer or a string such as ``"100Gi"``, ``"500m"`` or ``"5"``."""
+
+
+JSONObject = Annotated[
+    dict[str, Any],
+    WithJsonSchema({"type": "object", "x-kubernetes-preserve-unknown-fields": True}),
+]
+"""A free-form JSON object (``apiextensions.JSON`` or an unexpanded Kubernetes type)."""
+
+
+# --------------------------------------------------------------------------------------------------
+# Object metadata
+# --------------------------------------------------------------------------------------------------
+
+
+class ObjectMeta(BaseModel):
+    """The parts of ``metav1.ObjectMeta`` Modelplane reads; everything else is kept as it is."""
+
+    model_config = ConfigDict(populate_by_name=True, extra="allow")
+
+    name: str | None = None
+    generate_name: str | None = Field(None, alias="generateName")
+    namespace: str | None = None
+    labels: dict[str, str] = Field(default_factory=dict)
+    annotations: dict[str, str] = Field(default_factory=dict)
+    generation: int | None = None
+    resource_version: str | None = Field(None, alias="resourceVersion")
+    uid: str | None = None
+    creation_timestamp: Time | None = Field(None, alias="creationTimestamp")
+    deletion_timestamp: Time | None = Field(None, alias="deletionTimestamp")
+    finalizers: list[str] = Field(default_factory=list)
+    owner_references: list[dict[str, Any]] = Field(default_factory=list, alias="ownerReferences")
+
+
+class ListMeta(BaseModel):
+    """``metav1.ListMeta`` of a List response."""
+
+    model_config = ConfigDict(populate_by_name=True, extra="allow")
+
+    resource_version: str | None = Field(None, alias="resourceVersion")
+    continue_: str | None = Field(None, alias="continue")
+    remaining_item_count: int | None = Field(None, alias="remainingItemCount")
+
+
+# --------------------------------------------------------------------------------------------------
+# Conditions
+# --------------------------------------------------------------------------------------------------
+
+ConditionStatus = Literal["True", "False", "Unknown"]
+
+CONDITION_TYPE_PATTERN = (
+    r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])$"
+)
+CONDITION_REASON_PATTERN = r"^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$"
+
+
+class Condition(KubeModel):
+    """A ``metav1.Condition``: one observation of an aspect of the object's state."""
+
+    type: str = Field(max_length=316, pattern=CONDITION_TYPE_PATTERN)
+    """Type of condition in CamelCase, e.g. ``MetricsAvailable``."""
+    status: ConditionStatus
+    """Status of the condition: True, False or Unknown."""
+    observed_generation: int | None = Field(None, alias="observedGeneration", ge=0)
+    """The ``metadata.generation`` the condition was set from."""
+    last_transition_time: Time = Field(alias="lastTransitionTime")
+    """When the condition last changed from one status to another."""
+    reason: str = Field(min_length=1, max_length=1024, pattern=CONDITION_REASON_PATTERN)
+    """A programmatic identifier in CamelCase for the condition's last transition."""
+    message: str = Field(max_length=32768)
+    """A human-readable message with details about the transition."""
+
+
+def _as_condition(value: Condition | dict[str, Any]) -> Condition:
+    return value if isinstance(value, Condition) else Condition.model_validate(value)
+
+
+def get_condition(conditions: list[Condition | dict[str, Any]] | None, type: str) -> Condition | None:
+    """The condition of the given type, or ``None`` if there is none."""
+    for item in conditions or []:
+        condition = _as_condition(item)
+        if condition.type == type:
+            return condition
+    return None
+
+
+def set_condition(
+    conditions: list[Condition | dict[str, Any]] | None,
+    type: str,
+    status: ConditionStatus,
+    reason: str,
+    message: str,
+    now: datetime,
+    observed_generation: int | None = None,
+) -> list[Condition]:
+    """A new condition list with ``type`` set to the given status, reason and message.
+
+    Follows the Kubernetes convention (``meta.SetStatusCondition``): ``lastTransitionTime`` moves to
+    ``now`` only when the status changes (or the condition is new); a changed reason or message alone
+    keeps the old transition time. Order is preserved, a new condition is appended, the input is not
+    modified.
+    """
+    result: list[Condition] = []
+    found = False
+    for item in conditions or []:
+        current = _as_condition(item)
+        if current.type != type:
+            result.append(current.model_copy())
+            continue
+        found = True
+        transition = now if current.status != status else current.last_transition_time
+        result.append(
+            Condition(
+                type=type,
+                status=status,
+                reason=reason,
+                message=message,
+                last_transition_time=transition,
+                observed_generation=(
+                    observed_generation if observed_generation is not None else current.observed_generation
+                ),
+            )
+        )
+    if not found:
+        result.append(
+            Condition(
+                type=type,
+                status=status,
+                reason=reason,
+                message=message,
+                last_transition_time=now,
+                observed_generation=observed_generation,
+            )
+        )
+    return result
+
+
+# --------------------------------------------------------------------------------------------------
+# References
+# --------------------------------------------------------------------------------------------------
+
+
+class LocalObjectReference(KubeModel):
+    """A reference to an object in the same namespace, by name."""
+
+    name: str = Field(min_length=1)
+    """Name of the referent."""
+
+
+class ConfigMapKeySelector(KubeModel):
+    """A key of a ConfigMap (``corev1.ConfigMapKeySelector``)."""
+
+    name: str
+    """Name of the ConfigMap."""
+    key: str
+    """The key to select."""
+    optional: bool | None = None
+    """Whether the ConfigMap or its key may be missing."""
+
+
+class SecretKeySelector(KubeModel):
+    """A key of a Secret in the object's namespace (``corev1.SecretKeySelector``)."""
+
+    name: str = Field(min_length=1)
+    """Name of the Secret."""
+    key: str = Field(min_length=1)
+    """The key of the Secret to select."""
+    optional: bool | None = None
+    """Whether the Secret or its key may be missing."""
+
+
+class CrossVersionObjectReference(KubeModel):
+    """``autoscaling/v1`` CrossVersionObjectReference: the scalable object, as an HPA names it."""
+
+    kind: str = Field(min_length=1)
+    """Kind of the referent, e.g. ``Deployment``."""
+    name: str = Field(min_length=1)
+    """Name of the referent, in the same namespace."""
+    api_version: str | None = Field(None, alias="apiVersion")
+    """API version of the referent, e.g. ``apps/v1``."""
+
+
+class ObjectReference(KubeModel):
+    """``corev1.ObjectReference``: a reference to any object."""
+
+    api_version: str | None = Field(None, alias="apiVersion")
+    """API version of the referent."""
+    kind: str | None = None
+    """Kind of the referent."""
+    name: str | None = None
+    """Name of the referent."""
+    namespace: str | None = None
+    """Namespace of the referent; the referring object's namespace when unset."""
+    uid: str | None = None
+    """UID of the referent."""
+    resource_version: str | None = Field(None, alias="resourceVersion")
+    """Specific resourceVersion the reference is made to."""
+    field_path: str | None = Field(None, alias="fieldPath")
+    """A piece of the object, e.g. a container, instead of the whole object."""
+
+
+class ParentReference(KubeModel):
+    """Gateway API ``ParentReference``: the Gateway (listener) an HTTPRoute attaches to."""
+
+    group: str | None = Field(
+        "gateway.networking.k8s.io",
+        max_length=253,
+        pattern=r"^$|^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$",
+    )
+    """API group of the referent."""
+    kind: str | None = Field("Gateway", min_length=1, max_length=63, pattern=r"^[a-zA-Z]([-a-zA-Z0-9]*[a-zA-Z0-9])?$")
+    """Kind of the referent."""
+    namespace: str | None = Field(None, min_length=1, max_length=63, pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+    """Namespace of the referent; the route's namespace when unset."""
+    name: str = Field(min_length=1, max_length=253)
+    """Name of the referent."""
+    section_name: str | None = Field(
+        None,
+        alias="sectionName",
+        min_length=1,
+        max_length=253,
+        pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$",
+    )
+    """Name of a section (listener) of the parent."""
+    port: int | None = Field(None, ge=1, le=65535)
+    """Network port of the parent the route targets."""
+
+
+# --------------------------------------------------------------------------------------------------
+# Container-level types
+# --------------------------------------------------------------------------------------------------
+
+
+class EnvVar(KubeModel):
+    """``corev1.EnvVar``: a container environment variable; ``valueFrom`` is kept as given."""
+
+    name: str = Field(min_length=1)
+    """Name of the environment variable."""
+    value: str | None = None
+    """Literal value."""
+    value_from: JSONObject | None = Field(None, alias="valueFrom")
+    """Source of the value (secretKeyRef, configMapKeyRef, fieldRef, resourceFieldRef)."""
+
+
+class EnvFromSourceRef(KubeModel):
+    """A ConfigMap or Secret whose keys all become environment variables."""
+
+    name: str
+    """Name of the ConfigMap or Secret."""
+    optional: bool | None = None
+    """Whether the ConfigMap or Secret may be missing."""
+
+
+class EnvFromSource(KubeModel):
+    """``corev1.EnvFromSource``."""
+
+    prefix: str | None = None
+    """Prefix prepended to every key."""
+    config_map_ref: EnvFromSourceRef | None = Field(None, alias="configMapRef")
+    """The ConfigMap to read from."""
+    secret_ref: EnvFromSourceRef | None = Field(None, alias="secretRef")
+    """The Secret to read from."""
+
+
+class ResourceRequirements(KubeModel):
+    """``corev1.ResourceRequirements``: limits and requests by resource name (``nvidia.com/gpu``, ...)."""
+
+    limits: dict[str, Quantity] | None = None
+    """Maximum amount of each resource."""
+    requests: dict[str, Quantity] | None = None
+    """Minimum amount of each resource."""
+    claims: list[JSONObject] | None = None
+    """Dynamic resource claims used by the container."""
+
+
+Affinity = JSONObject
+"""``corev1.Affinity``, passed through to the pod spec unchanged."""

@@ -1,0 +1,179 @@
+"""Validation of manifests against the API models, with errors that name the offending field.
+
+:func:`parse_object` turns one manifest into its pydantic model or raises :class:`ManifestInvalid`
+carrying the object's kind, name, namespace and the path of the first bad field in the form
+``spec.variantProfile.maxBatchSize`` or ``spec.backends[0].workers``.
+
+:func:`load_documents` validates many manifests at once (a directory, a ``kubectl get -o yaml`` dump)
+and keeps every valid one even when a neighbour is invalid. Kinds that are not Modelplane's
+(ConfigMap, Deployment, ...) are not ours to validate: they pass through as raw dicts, which
+:attr:`LoadReport.resources` and :attr:`LoadReport.passthrough` tell apart.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic import BaseModel, ValidationError
+
+from engine.api.registry import kind_info
+
+__all__ = ["LoadReport", "ManifestInvalid", "format_path", "is_modelplane_kind", "load_documents", "parse_object"]
+
+_SIMPLE_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]*$")
+
+
+def format_path(parts: Sequence[str | int]) -> str:
+    """A field path as people write it: ``spec.backends[0].workers``; odd keys as ``labels["a.b/c"]``."""
+    out = ""
+    for part in parts:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        elif _SIMPLE_KEY.match(part):
+            out += f".{part}" if out else part
+        else:
+            out += f'["{part}"]'
+    return out
+
+
+class ManifestInvalid(ValueError):
+    """A manifest that does not satisfy its kind's schema.
+
+    ``field_path`` and ``message`` describe the first error; ``errors`` lists every error as
+    ``(field_path, message)`` pairs.
+    """
+
+    def __init__(
+        self,
+        kind: str | None,
+        name: str | None,
+        namespace: str | None,
+        field_path: str,
+        message: str,
+        errors: list[tuple[str, str]] | None = None,
+    ) -> None:
+        self.kind = kind
+        self.name = name
+        self.namespace = namespace
+        self.field_path = field_path
+        self.message = message
+        self.errors = errors or [(field_path, message)]
+        where = f"{namespace}/{name}" if namespace else (name or "<unnamed>")
+        super().__init__(f"{kind or '<no kind>'} {where}: {field_path}: {message}")
+
+
+def _data_path(manifest: Any, loc: Sequence[str | int]) -> list[str | int]:
+    """The pydantic error location reduced to the fields of the manifest.
+
+    pydantic adds the members it tried (``int``, ``str``, ``function-after[...]``) to the location of
+    a union or validator error; those are not part of the document and are dropped by walking the
+    document along the location.
+    """
+    node: Any = manifest
+    path: list[str | int] = []
+    for part in loc:
+        if isinstance(node, dict) and isinstance(part, str):
+            path.append(part)
+            node = node.get(part)
+        elif isinstance(node, list) and isinstance(part, int):
+            path.append(part)
+            node = node[part] if 0 <= part < len(node) else None
+        elif node is None and not path:
+            path.append(part)
+        # else: a union member or validator tag under a scalar: not a field of the document
+    return path
+
+
+def _identity(manifest: Any) -> tuple[str | None, str | None, str | None]:
+    if not isinstance(manifest, dict):
+        return None, None, None
+    meta = manifest.get("metadata") if isinstance(manifest.get("metadata"), dict) else {}
+    kind = manifest.get("kind") if isinstance(manifest.get("kind"), str) else None
+    return kind, meta.get("name"), meta.get("namespace")
+
+
+def is_modelplane_kind(manifest: dict[str, Any]) -> bool:
+    """Whether the manifest's apiVersion/kind is one of the registry's custom resources."""
+    return kind_info(str(manifest.get("apiVersion")), str(manifest.get("kind"))) is not None
+
+
+def parse_object(manifest: dict[str, Any]) -> BaseModel:
+    """The manifest as its pydantic model; raises :class:`ManifestInvalid` naming the bad field.
+
+    Only Modelplane kinds are accepted; anything else raises ``ManifestInvalid`` on ``kind``.
+    """
+    kind, name, namespace = _identity(manifest)
+    if not isinstance(manifest, dict):
+        raise ManifestInvalid(None, None, None, "", "a manifest must be a mapping")
+    for required in ("apiVersion", "kind"):
+        if not isinstance(manifest.get(required), str) or not manifest.get(required):
+            raise ManifestInvalid(kind, name, namespace, required, "Field required")
+    info = kind_info(manifest["apiVersion"], manifest["kind"])
+    if info is None:
+        raise ManifestInvalid(
+            kind, name, namespace, "kind", f"{manifest['apiVersion']}/{manifest['kind']} is not a Modelplane kind"
+        )
+    try:
+        return info.model().model_validate(manifest)
+    except ValidationError as exc:
+        errors = [(format_path(_data_path(manifest, err["loc"])), err["msg"]) for err in exc.errors()]
+        first_path, first_message = errors[0]
+        raise ManifestInvalid(kind, name, namespace, first_path, first_message, errors) from None
+
+
+@dataclass
+class LoadReport:
+    """The outcome of :func:`load_documents`.
+
+    ``valid`` holds ``(source, object)`` pairs where the object is a pydantic model for Modelplane
+    kinds and the raw dict for any other kind; ``invalid`` holds ``(source, ManifestInvalid)``.
+    """
+
+    valid: list[tuple[str, BaseModel | dict[str, Any]]] = field(default_factory=list)
+    invalid: list[tuple[str, ManifestInvalid]] = field(default_factory=list)
+
+    @property
+    def resources(self) -> list[tuple[str, BaseModel]]:
+        """The valid Modelplane custom resources, as models."""
+        return [(source, obj) for source, obj in self.valid if isinstance(obj, BaseModel)]
+
+    @property
+    def passthrough(self) -> list[tuple[str, dict[str, Any]]]:
+        """The documents of other kinds, unvalidated, as raw dicts."""
+        return [(source, obj) for source, obj in self.valid if isinstance(obj, dict)]
+
+    @property
+    def ok(self) -> bool:
+        """True when no document was invalid."""
+        return not self.invalid
+
+
+def load_documents(docs: Iterable[tuple[str, Any]]) -> LoadReport:
+    """Validate ``(source label, manifest)`` pairs; one invalid document never hides a valid one.
+
+    Empty documents (``None``, as YAML yields for a trailing ``---``) are skipped. A document that is
+    not a mapping or lacks apiVersion/kind is invalid. Non-Modelplane kinds pass through unchanged.
+    """
+    report = LoadReport()
+    for source, manifest in docs:
+        if manifest is None:
+            continue
+        if not isinstance(manifest, dict):
+            report.invalid.append((source, ManifestInvalid(None, None, None, "", "a manifest must be a mapping")))
+            continue
+        kind, name, namespace = _identity(manifest)
+        missing = [key for key in ("apiVersion", "kind") if not isinstance(manifest.get(key), str)]
+        if missing:
+            report.invalid.append((source, ManifestInvalid(kind, name, namespace, missing[0], "Field required")))
+            continue
+        if not is_modelplane_kind(manifest):
+            report.valid.append((source, manifest))
+            continue
+        try:
+            report.valid.append((source, parse_object(manifest)))
+        except ManifestInvalid as exc:
+            report.invalid.append((source, exc))
+    return report
