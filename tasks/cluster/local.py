@@ -1,0 +1,513 @@
+"""The local backend: a directory (or one file) of YAML manifests is the cluster state.
+
+It keeps the API server's semantics so flows behave the same on a laptop as on a cluster:
+
+* every object has ``uid``, ``creationTimestamp``, ``resourceVersion`` and ``generation``; objects
+  read from disk without them get them in memory (a name-derived uid, the file's mtime, a fresh
+  resourceVersion, generation 1) without rewriting the file just for loading;
+* ``resourceVersion`` comes from one counter per :class:`LocalCluster`, started above the highest
+  numeric ``resourceVersion`` on disk, and advances on every write (a no-op patch writes nothing);
+* ``generation`` advances only when something other than ``metadata``/``status`` changes;
+* a stale ``resourceVersion`` or creating an existing object raises ``Conflict``;
+* for kinds with a status subresource, spec writes cannot change status and status writes cannot
+  change anything else; status sent on create is dropped, as the API server does;
+* deleting an object with finalizers only marks it (``deletionTimestamp``); it goes once the last
+  finalizer is removed.
+
+Layout on disk. Directory mode loads every ``*.yaml``/``*.yml`` below the directory (hidden files and
+directories are skipped), including ``kind: List`` documents as written by ``kubectl get -o yaml``.
+New objects go to ``<dir>/<namespace>/<kind>-<name>.yaml`` (``<dir>/_cluster/...`` when
+cluster-scoped). Single-file mode appends new objects to the file. Events never go into the
+manifests: they are kept in ``<dir>/.modelplane-events.yaml``, or ``<stem>.events.yaml`` next to a
+single file, and are listed like any other object.
+
+Writes are atomic (temp file + fsync + ``os.replace``) and rewrite only the changed document: the
+other documents of the file keep their exact text and order, other files are untouched. A file that
+does not parse is reported in :attr:`LocalCluster.load_errors` (with its name) and never written;
+everything else still loads. Changes made to the files by another process are picked up before the
+next operation. With ``write_back=False`` the files are a read-only snapshot: writes happen in
+memory only (handy to preview what a flow would do to a ``kubectl get -o yaml`` dump).
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+import threading
+import uuid
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Iterator
+
+from tasks.cluster.base import Manifest, ObjectRef, Scale
+from tasks.cluster.errors import Conflict, Invalid, NotFound, Unavailable
+from tasks.cluster.objects import apply_patch_of, build_event, merge_patch, now_rfc3339, parse_selector, selector_matches, spec_part
+from tasks.cluster.resources import ResourceInfo, lookup, resource_for
+from tasks.cluster.yamlfile import Document, YamlFile, atomic_write, file_stamp, read_file
+
+log = logging.getLogger(__name__)
+
+DIR_EVENTS_FILE = ".modelplane-events.yaml"
+"""Name of the Event sink inside a state directory."""
+
+_IMMUTABLE_META = ("name", "namespace", "uid", "creationTimestamp", "resourceVersion", "generation", "deletionTimestamp")
+_UID_NAMESPACE = uuid.UUID("6f1c1f4e-7d0b-4c55-9b7e-4d6f2a1b9c3e")
+
+Key = tuple[str, str, str, str]  # apiVersion, kind, namespace ("" if cluster-scoped), name
+
+
+@dataclass(frozen=True)
+class LoadError:
+    """A file that could not be loaded (it is left alone and never written)."""
+
+    path: Path
+    message: str
+
+
+@dataclass
+class _Entry:
+    """Where an object lives: its file, its document and, inside a ``List`` document, its index."""
+
+    obj: Manifest
+    file: YamlFile
+    doc: Document
+    item: int | None = None
+
+
+class LocalCluster:
+    """A :class:`~tasks.cluster.base.Cluster` backed by YAML manifests on disk (see module docs)."""
+
+    def __init__(self, path: str | Path, *, write_back: bool = True, strict: bool = False) -> None:
+        """Load ``path`` (a directory, or a ``.yaml``/``.yml`` file; created on first write if missing).
+
+        ``strict`` raises ``Invalid`` naming the file when any file fails to parse, instead of only
+        recording it in :attr:`load_errors`.
+        """
+        self.path = Path(path)
+        self.write_back = write_back
+        self.strict = strict
+        self.single_file = self.path.is_file() or (not self.path.exists() and self.path.suffix in (".yaml", ".yml"))
+        self._lock = threading.RLock()
+        self._rv = 0
+        self._files: dict[Path, YamlFile] = {}
+        self._index: dict[Key, _Entry] = {}
+        self._stamps: dict[Path, tuple[int, int] | None] = {}
+        self.load_errors: list[LoadError] = []
+        self._load()
+
+    # ------------------------------------------------------------------ loading
+
+    @property
+    def events_path(self) -> Path:
+        """Where posted (and created) Events are stored."""
+        if self.single_file:
+            return self.path.with_name(f"{self.path.stem}.events{self.path.suffix or '.yaml'}")
+        return self.path / DIR_EVENTS_FILE
+
+    def _discover(self) -> list[Path]:
+        """The files that make up the state, in a stable order (the Event sink last)."""
+        if self.single_file:
+            paths = [self.path] if self.path.exists() else []
+        elif self.path.is_dir():
+            paths = sorted(
+                p
+                for p in self.path.rglob("*")
+                if p.suffix in (".yaml", ".yml")
+                and p.is_file()
+                and not any(part.startswith(".") for part in p.relative_to(self.path).parts)
+            )
+        else:
+            paths = []
+        if self.events_path.is_file():
+            paths.append(self.events_path)
+        return paths
+
+    def _load(self) -> None:
+        """(Re)read every file and rebuild the index; the resourceVersion counter never goes back."""
+        files = [read_file(p) for p in self._discover()]
+        self._files = {f.path: f for f in files}
+        self._stamps = {f.path: f.stamp for f in files}
+        self._index = {}
+        self.load_errors = [LoadError(f.path, f.error) for f in files if f.error]
+        for err in self.load_errors:
+            log.warning("local cluster: skipping %s", err.message)
+        if self.strict and self.load_errors:
+            raise Invalid("; ".join(e.message for e in self.load_errors), reason="InvalidYAML")
+        entries = [e for f in files if not f.error for e in self._entries_of(f)]
+        self._rv = max([self._rv] + [_numeric_rv(e.obj) for e in entries])
+        for entry in entries:
+            self._normalise(entry)
+            key = _key_of(entry.obj)
+            if key in self._index:
+                self.load_errors.append(LoadError(entry.file.path, f"{entry.file.path}: duplicate object {key}"))
+                continue
+            self._index[key] = entry
+
+    def _entries_of(self, yfile: YamlFile) -> Iterator[_Entry]:
+        """Every object of a file: plain documents and the items of ``kind: *List`` documents."""
+        for doc in yfile.docs:
+            data = doc.data
+            if not isinstance(data, dict):
+                continue
+            if str(data.get("kind", "")).endswith("List") and isinstance(data.get("items"), list):
+                for i, item in enumerate(data["items"]):
+                    if _is_object(item):
+                        yield _Entry(item, yfile, doc, i)
+            elif _is_object(data):
+                yield _Entry(data, yfile, doc)
+
+    def _normalise(self, entry: _Entry) -> None:
+        """Fill in what the API server would have set, in memory only (the document stays clean)."""
+        obj = entry.obj
+        meta = obj.setdefault("metadata", {})
+        info = lookup(obj["apiVersion"], obj["kind"])
+        if info is not None and info.namespaced:
+            meta.setdefault("namespace", "default")
+        elif info is not None:
+            meta.pop("namespace", None)
+        if "uid" not in meta:
+            meta["uid"] = str(uuid.uuid5(_UID_NAMESPACE, "/".join(_key_of(obj))))
+        if "creationTimestamp" not in meta:
+            stamp = entry.file.stamp[0] / 1e9 if entry.file.stamp else datetime.now(timezone.utc).timestamp()
+            meta["creationTimestamp"] = datetime.fromtimestamp(stamp, timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+        if "resourceVersion" not in meta:
+            meta["resourceVersion"] = self._next_rv()
+        meta.setdefault("generation", 1)
+
+    def _refresh(self) -> None:
+        """Reload when another process changed, added or removed a file since we last looked."""
+        if not self.write_back:
+            return
+        current = {p: file_stamp(p) for p in self._discover()}
+        if current != self._stamps:
+            self._load()
+
+    def _next_rv(self) -> str:
+        self._rv += 1
+        return str(self._rv)
+
+    # ------------------------------------------------------------------ lookups
+
+    def _find(self, info: ResourceInfo, name: str, namespace: str | None) -> _Entry:
+        entry = self._index.get(_key(info, name, namespace))
+        if entry is None:
+            where = f" in namespace {_ns(info, namespace)!r}" if info.namespaced else ""
+            raise NotFound(f'{info.plural}.{info.group or "core"} "{name}" not found{where}')
+        return entry
+
+    def _find_ref(self, ref: ObjectRef) -> tuple[ResourceInfo, _Entry]:
+        info = resource_for(ref.api_version, ref.kind)
+        return info, self._find(info, ref.name, ref.namespace)
+
+    # ------------------------------------------------------------------ Cluster API
+
+    def get(self, api_version: str, kind: str, name: str, namespace: str | None = None) -> Manifest:
+        """Read one object (a deep copy)."""
+        with self._lock:
+            self._refresh()
+            return copy.deepcopy(self._find(resource_for(api_version, kind), name, namespace).obj)
+
+    def list(
+        self,
+        api_version: str,
+        kind: str,
+        namespace: str | None = None,
+        label_selector: str | None = None,
+    ) -> list[Manifest]:
+        """Objects of a kind, by namespace then name; ``namespace=None`` means all namespaces."""
+        info = resource_for(api_version, kind)
+        requirements = parse_selector(label_selector)
+        with self._lock:
+            self._refresh()
+            found = [
+                copy.deepcopy(entry.obj)
+                for (av, k, ns, _), entry in sorted(self._index.items())
+                if av == api_version
+                and k == kind
+                and (namespace is None or not info.namespaced or ns == namespace)
+                and selector_matches(requirements, entry.obj["metadata"].get("labels"))
+            ]
+        return found
+
+    def create(self, obj: Manifest) -> Manifest:
+        """Store a new object; ``Conflict`` if it exists. Returns it as stored."""
+        info = resource_for(obj.get("apiVersion", ""), obj.get("kind", ""))
+        with self._lock:
+            self._refresh()
+            new = self._prepare_create(info, obj)
+            if _key_of(new) in self._index:
+                raise Conflict(f'{info.plural}.{info.group or "core"} "{new["metadata"]["name"]}" already exists',
+                               reason="AlreadyExists")
+            self._insert(info, new)
+            return copy.deepcopy(new)
+
+    def apply(self, obj: Manifest) -> Manifest:
+        """Create, or merge-patch labels/annotations and everything but metadata/status if it exists."""
+        ref = ObjectRef.of(obj)
+        with self._lock:
+            try:
+                self.get(ref.api_version, ref.kind, ref.name, ref.namespace)
+            except NotFound:
+                return self.create(obj)
+            return self.patch_spec(ref, apply_patch_of(obj))
+
+    def patch_spec(self, ref: ObjectRef, patch: Manifest, resource_version: str | None = None) -> Manifest:
+        """Merge-patch the object (not its status, for kinds with a status subresource)."""
+        with self._lock:
+            self._refresh()
+            info, entry = self._find_ref(ref)
+            _check_rv(info, entry.obj, resource_version)
+            new = self._patched_main(info, entry.obj, patch)
+            if _gone(new):
+                self._remove(entry)
+                return new
+            return self._update(entry, new)
+
+    def patch_status(self, ref: ObjectRef, status: Manifest, resource_version: str | None = None) -> Manifest:
+        """Merge-patch ``status`` only, as the ``/status`` subresource does."""
+        with self._lock:
+            self._refresh()
+            info, entry = self._find_ref(ref)
+            if not info.has_status:
+                raise NotFound(f"{info.plural}.{info.group or 'core'} has no status subresource")
+            _check_rv(info, entry.obj, resource_version)
+            new = copy.deepcopy(entry.obj)
+            merged = merge_patch(entry.obj.get("status") or {}, status or {})
+            if merged:
+                new["status"] = merged
+            else:
+                new.pop("status", None)
+            return self._update(entry, new)
+
+    def get_scale(self, ref: ObjectRef) -> Scale:
+        """``spec.replicas`` (and ``status.replicas`` if present) of a kind with a scale subresource."""
+        with self._lock:
+            self._refresh()
+            info, entry = self._find_ref(ref)
+            _require_scale(info)
+            return _scale_of(info, entry.obj)
+
+    def set_scale(self, ref: ObjectRef, replicas: int) -> Scale:
+        """Write ``spec.replicas`` as the scale subresource does (a spec change: generation advances)."""
+        if not isinstance(replicas, int) or isinstance(replicas, bool) or replicas < 0:
+            raise Invalid(f"spec.replicas must be a non-negative integer, got {replicas!r}", field="spec.replicas")
+        with self._lock:
+            self._refresh()
+            info, entry = self._find_ref(ref)
+            _require_scale(info)
+            new = self._patched_main(info, entry.obj, {"spec": {"replicas": replicas}})
+            return _scale_of(info, self._update(entry, new))
+
+    def delete(self, ref: ObjectRef) -> None:
+        """Delete the object, or only mark it (``deletionTimestamp``) while it has finalizers."""
+        with self._lock:
+            self._refresh()
+            _, entry = self._find_ref(ref)
+            meta = entry.obj["metadata"]
+            if not meta.get("finalizers"):
+                self._remove(entry)
+            elif "deletionTimestamp" not in meta:
+                new = copy.deepcopy(entry.obj)
+                new["metadata"]["deletionTimestamp"] = now_rfc3339()
+                self._update(entry, new, force=True)
+
+    def post_event(self, obj: Manifest, reason: str, message: str, event_type: str = "Normal") -> Manifest:
+        """Record a core/v1 Event about ``obj`` in the Event sink (never in the manifests)."""
+        return self.create(build_event(obj, reason, message, event_type))
+
+    # ------------------------------------------------------------------ writes
+
+    def _prepare_create(self, info: ResourceInfo, obj: Manifest) -> Manifest:
+        """The object as the API server would store it on create."""
+        new = copy.deepcopy(obj)
+        meta = new.setdefault("metadata", {})
+        if not meta.get("name"):
+            if not meta.get("generateName"):
+                raise Invalid("metadata.name: Required value: name or generateName is required", field="metadata.name")
+            meta["name"] = f"{meta['generateName']}{uuid.uuid4().hex[:5]}"
+        if info.namespaced:
+            meta["namespace"] = meta.get("namespace") or "default"
+        else:
+            meta.pop("namespace", None)
+        for system in ("resourceVersion", "deletionTimestamp"):
+            meta.pop(system, None)
+        meta["uid"] = str(uuid.uuid4())
+        meta["creationTimestamp"] = now_rfc3339()
+        meta["generation"] = 1
+        meta["resourceVersion"] = self._next_rv()
+        if info.has_status:
+            new.pop("status", None)
+        return new
+
+    def _patched_main(self, info: ResourceInfo, current: Manifest, patch: Manifest) -> Manifest:
+        """``current`` merge-patched through the main resource: system metadata and status protected."""
+        patch = dict(patch or {})
+        meta_patch = patch.get("metadata") or {}
+        if meta_patch.get("name") not in (None, current["metadata"]["name"]):
+            raise Invalid("metadata.name: the name of the object does not match the name on the URL",
+                          field="metadata.name")
+        patch.pop("apiVersion", None)
+        patch.pop("kind", None)
+        if info.has_status:
+            patch.pop("status", None)
+        new = merge_patch(current, patch)
+        for key in _IMMUTABLE_META:
+            if key in current["metadata"]:
+                new["metadata"][key] = current["metadata"][key]
+            else:
+                new["metadata"].pop(key, None)
+        if spec_part(new) != spec_part(current):
+            new["metadata"]["generation"] = int(current["metadata"].get("generation") or 0) + 1
+        return new
+
+    def _update(self, entry: _Entry, new: Manifest, force: bool = False) -> Manifest:
+        """Store a changed object under a new resourceVersion; a no-op write stores nothing."""
+        if new == entry.obj and not force:
+            return copy.deepcopy(entry.obj)
+        new = copy.deepcopy(new)
+        new["metadata"]["resourceVersion"] = self._next_rv()
+        old, was_dirty = entry.obj, entry.doc.dirty
+        self._place(entry, new)
+        try:
+            self._flush(entry.file)
+        except OSError as exc:
+            self._place(entry, old)
+            entry.doc.dirty = was_dirty
+            raise Unavailable(f"cannot write {entry.file.path}: {exc.strerror or exc}") from None
+        return copy.deepcopy(new)
+
+    def _place(self, entry: _Entry, obj: Manifest) -> None:
+        """Put ``obj`` where ``entry`` lives (its document, or its slot in a List document)."""
+        entry.obj = obj
+        if entry.item is None:
+            entry.doc.data = obj
+        else:
+            entry.doc.data["items"][entry.item] = obj
+        entry.doc.dirty = True
+
+    def _insert(self, info: ResourceInfo, obj: Manifest) -> None:
+        """Add a new object to the file it belongs in, and to the index."""
+        yfile = self._target_file(info, obj)
+        if yfile.error:
+            raise Invalid(f"cannot add {obj['kind']} {obj['metadata']['name']!r} to {yfile.error}", reason="InvalidYAML")
+        doc = yfile.append(obj)
+        try:
+            self._flush(yfile)
+        except OSError as exc:
+            yfile.docs.remove(doc)
+            raise Unavailable(f"cannot write {yfile.path}: {exc.strerror or exc}") from None
+        self._files[yfile.path] = yfile
+        self._index[_key_of(obj)] = _Entry(obj, yfile, doc)
+
+    def _target_file(self, info: ResourceInfo, obj: Manifest) -> YamlFile:
+        """The file a new object goes to (Events: the sink; directory: one file per object)."""
+        if obj["kind"] == "Event" and info.is_core:
+            path = self.events_path
+        elif self.single_file:
+            path = self.path
+        else:
+            folder = obj["metadata"].get("namespace") or "_cluster"
+            path = self.path / folder / f"{obj['kind'].lower()}-{obj['metadata']['name']}.yaml"
+        return self._files.get(path) or YamlFile(path=path)
+
+    def _remove(self, entry: _Entry) -> None:
+        """Drop an object from its file (the file goes too in directory mode when nothing is left)."""
+        yfile, doc = entry.file, entry.doc
+        if entry.item is None:
+            yfile.docs.remove(doc)
+        else:
+            del doc.data["items"][entry.item]
+            doc.dirty = True
+            for other in self._index.values():
+                if other.doc is doc and other.item is not None and other.item > entry.item:
+                    other.item -= 1
+        self._index.pop(_key_of(entry.obj), None)
+        try:
+            self._flush(yfile)
+        except OSError as exc:
+            self._load()
+            raise Unavailable(f"cannot write {yfile.path}: {exc.strerror or exc}") from None
+
+    def _flush(self, yfile: YamlFile) -> None:
+        """Write one file back atomically (or, in snapshot mode, not at all)."""
+        if not self.write_back:
+            return
+        if yfile.is_empty() and not self.single_file and yfile.path.exists():
+            yfile.path.unlink()
+            self._files.pop(yfile.path, None)
+            self._stamps.pop(yfile.path, None)
+            return
+        yfile.stamp = atomic_write(yfile.path, yfile.render())
+        self._stamps[yfile.path] = yfile.stamp
+        for doc in yfile.docs:
+            if doc.dirty:
+                doc.text, doc.dirty = doc.render(), False
+
+
+def _is_object(data: Any) -> bool:
+    """A document that is a Kubernetes object (has apiVersion, kind and metadata.name)."""
+    return (
+        isinstance(data, dict)
+        and isinstance(data.get("apiVersion"), str)
+        and isinstance(data.get("kind"), str)
+        and isinstance(data.get("metadata"), dict)
+        and bool(data["metadata"].get("name"))
+    )
+
+
+def _ns(info: ResourceInfo, namespace: str | None) -> str:
+    return (namespace or "default") if info.namespaced else ""
+
+
+def _key(info: ResourceInfo, name: str, namespace: str | None) -> Key:
+    return (info.api_version, info.kind, _ns(info, namespace), name)
+
+
+def _key_of(obj: Manifest) -> Key:
+    meta = obj["metadata"]
+    return (obj["apiVersion"], obj["kind"], meta.get("namespace") or "", meta["name"])
+
+
+def _numeric_rv(obj: Manifest) -> int:
+    value = str((obj.get("metadata") or {}).get("resourceVersion") or "")
+    return int(value) if value.isdigit() else 0
+
+
+def _check_rv(info: ResourceInfo, obj: Manifest, resource_version: str | None) -> None:
+    """``Conflict`` when a precondition resourceVersion is not the stored one."""
+    if resource_version is not None and str(resource_version) != obj["metadata"]["resourceVersion"]:
+        raise Conflict(
+            f'Operation cannot be fulfilled on {info.plural}.{info.group or "core"} "{obj["metadata"]["name"]}": '
+            "the object has been modified; please apply your changes to the latest version and try again"
+        )
+
+
+def _gone(obj: Manifest) -> bool:
+    """A marked-for-deletion object whose last finalizer was just removed."""
+    meta = obj["metadata"]
+    return "deletionTimestamp" in meta and not meta.get("finalizers")
+
+
+def _require_scale(info: ResourceInfo) -> None:
+    if not info.has_scale:
+        raise NotFound(f"{info.plural}.{info.group or 'core'} has no scale subresource")
+
+
+def _scale_of(info: ResourceInfo, obj: Manifest) -> Scale:
+    """The Scale view of an object: desired replicas, observed replicas and label selector."""
+    spec, status = obj.get("spec") or {}, obj.get("status") or {}
+    default = 1 if info.group == "apps" else 0
+    selector = status.get("selector")
+    match_labels = (spec.get("selector") or {}).get("matchLabels") if isinstance(spec.get("selector"), dict) else None
+    if selector is None and match_labels:
+        selector = ",".join(f"{k}={v}" for k, v in match_labels.items())
+    return Scale(
+        replicas=int(spec.get("replicas", default)),
+        status_replicas=status.get("replicas"),
+        selector=selector,
+        resource_version=obj["metadata"]["resourceVersion"],
+    )
+
+
+__all__ = ["LocalCluster", "LoadError", "DIR_EVENTS_FILE"]

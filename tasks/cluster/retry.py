@@ -1,0 +1,100 @@
+"""Optimistic-concurrency helpers: read-modify-write with ``resourceVersion``, and transient retries.
+
+Controllers on Kubernetes never blindly overwrite: they read an object, compute the change from what
+they read, and write with the read ``resourceVersion`` so a concurrent writer's update is not lost
+(the server answers 409 and the whole read-compute-write is repeated). :func:`retry_on_conflict` is
+that loop; :func:`retry_unavailable` retries calls that failed because the API server was briefly
+unreachable or overloaded.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+import random
+import time
+from typing import Callable, Literal, TypeVar
+
+from tasks.cluster.base import Cluster, Manifest, Mutation, ObjectRef
+from tasks.cluster.errors import Conflict, Unavailable
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+Backoff = Callable[[int], float]
+
+
+def exponential_backoff(base: float = 0.05, cap: float = 1.0, jitter: float = 0.5) -> Backoff:
+    """Delay before retry ``attempt`` (1-based): ``base * 2**(attempt-1)`` capped, with +/- jitter."""
+
+    def delay(attempt: int) -> float:
+        raw = min(cap, base * (2 ** (attempt - 1)))
+        return max(0.0, raw * (1 + random.uniform(-jitter, jitter)))
+
+    return delay
+
+
+def retry_on_conflict(
+    cluster: Cluster,
+    ref: ObjectRef,
+    mutate: Mutation,
+    *,
+    attempts: int = 5,
+    write: Literal["status", "spec"] = "status",
+    backoff: Backoff | None = None,
+    sleep: Callable[[float], None] = time.sleep,
+) -> Manifest:
+    """Read ``ref``, apply ``mutate`` and write the result with the read resourceVersion.
+
+    ``mutate`` gets a private copy of the object and returns the status to merge (``write="status"``)
+    or the merge-patch of the main resource (``write="spec"``), or ``None`` when nothing needs
+    writing. On ``Conflict`` the object is re-read and ``mutate`` re-applied, up to ``attempts``
+    times in all; the last ``Conflict`` propagates. Returns the object as written (or as read when
+    nothing was written).
+    """
+    if attempts < 1:
+        raise ValueError("attempts must be >= 1")
+    if write not in ("status", "spec"):
+        raise ValueError(f"write must be 'status' or 'spec', not {write!r}")
+    backoff = backoff or exponential_backoff()
+    for attempt in range(1, attempts + 1):
+        current = cluster.get(ref.api_version, ref.kind, ref.name, ref.namespace)
+        change = mutate(copy.deepcopy(current))
+        if change is None:
+            return current
+        version = (current.get("metadata") or {}).get("resourceVersion")
+        try:
+            if write == "status":
+                return cluster.patch_status(ref, change, resource_version=version)
+            return cluster.patch_spec(ref, change, resource_version=version)
+        except Conflict:
+            if attempt == attempts:
+                raise
+            log.debug("conflict writing %s %s (attempt %d/%d), retrying", ref.kind, ref.name, attempt, attempts)
+            sleep(backoff(attempt))
+    raise AssertionError("unreachable: attempts must be >= 1")  # pragma: no cover
+
+
+def retry_unavailable(
+    fn: Callable[[], T],
+    attempts: int = 4,
+    base_delay: float = 0.2,
+    *,
+    sleep: Callable[[float], None] = time.sleep,
+) -> T:
+    """Call ``fn``, retrying with exponential backoff while it raises ``Unavailable``.
+
+    Only transient failures (unreachable server, 429, 5xx) are retried; every other error propagates
+    at once. After ``attempts`` calls the last ``Unavailable`` propagates.
+    """
+    if attempts < 1:
+        raise ValueError("attempts must be >= 1")
+    delay = exponential_backoff(base=base_delay, cap=max(base_delay, 30.0), jitter=0.2)
+    for attempt in range(1, attempts + 1):
+        try:
+            return fn()
+        except Unavailable:
+            if attempt == attempts:
+                raise
+            sleep(delay(attempt))
+    raise AssertionError("unreachable")  # pragma: no cover
