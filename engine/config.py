@@ -1,0 +1,170 @@
+"""Parsing of the optimizer's ConfigMaps (WVA formats), pure and strict.
+
+The optimize flow reads these ConfigMaps from the Modelplane namespace and hands their ``data``
+dicts here. Every parse error names the ConfigMap and key, so a typo in one entry is reported as a
+condition on the affected resources instead of crashing the whole cycle.
+
+Formats (as the Workload Variant Autoscaler uses them):
+
+* ``accelerator-unit-costs``: key = accelerator name, value = JSON ``{"device": "...", "cost": "40.00"}``.
+* service classes (``service-classes-config``): key = class file (e.g. ``premium.yaml``), value = YAML
+  ``{name, priority, data: [{model, slo-tpot, slo-ttft, slo-tps?}]}``; priority 1 is the highest.
+* ``accelerator-inventory`` (optional, Modelplane's own): key = accelerator name, value = count.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+import yaml
+
+ACCELERATOR_COSTS_CONFIGMAP = "accelerator-unit-costs"
+SERVICE_CLASSES_CONFIGMAP = "service-classes-config"
+SATURATION_CONFIGMAP = "saturation-scaling-config"
+INVENTORY_CONFIGMAP = "accelerator-inventory"
+
+
+class ConfigError(ValueError):
+    """A ConfigMap entry could not be parsed; ``source`` names ``<configmap>/<key>``."""
+
+    def __init__(self, source: str, message: str) -> None:
+        super().__init__(f"{source}: {message}")
+        self.source = source
+        self.detail = message
+
+
+@dataclass(frozen=True)
+class AcceleratorCost:
+    """Unit cost of one accelerator of a type (cost per accelerator per unit time)."""
+
+    name: str
+    device: str
+    cost: float
+
+
+@dataclass(frozen=True)
+class ModelSLO:
+    """Latency targets of one model within a service class (milliseconds; tps in tokens/s)."""
+
+    model: str
+    ttft_ms: float | None = None
+    itl_ms: float | None = None
+    tps: float | None = None
+
+
+@dataclass(frozen=True)
+class ServiceClass:
+    """A named service class: a priority (1 = highest) and per-model SLOs."""
+
+    name: str
+    priority: int
+    slos: dict[str, ModelSLO] = field(default_factory=dict)
+
+    def slo_for(self, model: str) -> ModelSLO | None:
+        """The SLO this class sets for ``model``, if any."""
+        return self.slos.get(model)
+
+
+def _positive_number(value: Any, source: str, what: str) -> float:
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        raise ConfigError(source, f"{what} must be a number, got {value!r}") from None
+    if number != number or number < 0:
+        raise ConfigError(source, f"{what} must be a non-negative number, got {value!r}")
+    return number
+
+
+def parse_accelerator_costs(data: Mapping[str, str]) -> tuple[dict[str, AcceleratorCost], list[ConfigError]]:
+    """Parse ``accelerator-unit-costs``; returns the good entries and one error per bad key."""
+    costs: dict[str, AcceleratorCost] = {}
+    errors: list[ConfigError] = []
+    for key in sorted(data):
+        source = f"{ACCELERATOR_COSTS_CONFIGMAP}/{key}"
+        try:
+            entry = json.loads(data[key])
+            if not isinstance(entry, dict):
+                raise ConfigError(source, "value must be a JSON object with 'device' and 'cost'")
+            if "cost" not in entry:
+                raise ConfigError(source, "missing 'cost'")
+            cost = _positive_number(entry["cost"], source, "cost")
+            costs[key] = AcceleratorCost(name=key, device=str(entry.get("device", key)), cost=cost)
+        except json.JSONDecodeError as exc:
+            errors.append(ConfigError(source, f"invalid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}"))
+        except ConfigError as exc:
+            errors.append(exc)
+    return costs, errors
+
+
+def parse_service_class(value: str, source: str) -> ServiceClass:
+    """Parse one service-class YAML document (the value behind a VariantAutoscaling's ``sloClassRef``)."""
+    try:
+        doc = yaml.safe_load(value)
+    except yaml.YAMLError as exc:
+        raise ConfigError(source, f"invalid YAML: {exc}") from None
+    if not isinstance(doc, dict):
+        raise ConfigError(source, "value must be a YAML mapping with name, priority and data")
+    name = doc.get("name")
+    if not isinstance(name, str) or not name:
+        raise ConfigError(source, "'name' must be a non-empty string")
+    priority = doc.get("priority", 1)
+    if not isinstance(priority, int) or isinstance(priority, bool) or priority < 1:
+        raise ConfigError(source, f"'priority' must be an integer >= 1 (1 = highest), got {priority!r}")
+    entries = doc.get("data") or []
+    if not isinstance(entries, list):
+        raise ConfigError(source, "'data' must be a list of {model, slo-tpot, slo-ttft}")
+    slos: dict[str, ModelSLO] = {}
+    for index, entry in enumerate(entries):
+        where = f"{source} data[{index}]"
+        if not isinstance(entry, dict) or not isinstance(entry.get("model"), str):
+            raise ConfigError(where, "each entry needs a 'model' string")
+        slos[entry["model"]] = ModelSLO(
+            model=entry["model"],
+            ttft_ms=_optional_number(entry, "slo-ttft", where),
+            itl_ms=_optional_number(entry, "slo-tpot", where),
+            tps=_optional_number(entry, "slo-tps", where),
+        )
+    return ServiceClass(name=name, priority=priority, slos=slos)
+
+
+def _optional_number(entry: Mapping[str, Any], key: str, source: str) -> float | None:
+    if entry.get(key) is None:
+        return None
+    value = _positive_number(entry[key], source, key)
+    if value == 0:
+        raise ConfigError(source, f"{key} must be greater than 0")
+    return value
+
+
+def parse_service_classes(
+    data: Mapping[str, str], configmap: str = SERVICE_CLASSES_CONFIGMAP
+) -> tuple[dict[str, ServiceClass], list[ConfigError]]:
+    """Parse every key of a service-classes ConfigMap; returns classes by key and per-key errors."""
+    classes: dict[str, ServiceClass] = {}
+    errors: list[ConfigError] = []
+    for key in sorted(data):
+        try:
+            classes[key] = parse_service_class(data[key], f"{configmap}/{key}")
+        except ConfigError as exc:
+            errors.append(exc)
+    return classes, errors
+
+
+def parse_inventory(data: Mapping[str, str]) -> tuple[dict[str, int], list[ConfigError]]:
+    """Parse ``accelerator-inventory``: accelerator name -> number of accelerators available."""
+    inventory: dict[str, int] = {}
+    errors: list[ConfigError] = []
+    for key in sorted(data):
+        source = f"{INVENTORY_CONFIGMAP}/{key}"
+        try:
+            count = int(str(data[key]).strip())
+        except ValueError:
+            errors.append(ConfigError(source, f"count must be an integer, got {data[key]!r}"))
+            continue
+        if count < 0:
+            errors.append(ConfigError(source, f"count must be >= 0, got {count}"))
+            continue
+        inventory[key] = count
+    return inventory, errors

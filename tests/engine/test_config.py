@@ -1,0 +1,88 @@
+"""WVA ConfigMap parsing: good entries load, each bad key is reported with its ConfigMap and key."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+
+import pytest
+
+from engine.config import (
+    ConfigError,
+    parse_accelerator_costs,
+    parse_inventory,
+    parse_service_class,
+    parse_service_classes,
+)
+from engine.units import parse_quantity
+
+
+def test_accelerator_costs_parse_wva_json_and_report_bad_keys() -> None:
+    costs, errors = parse_accelerator_costs(
+        {
+            "A100": '{"device": "NVIDIA-A100-PCIE-80GB", "cost": "40.00"}',
+            "H100": '{"device": "NVIDIA-H100-80GB-HBM3", "cost": 80}',
+            "BAD": "{not json",
+            "NEG": '{"device": "x", "cost": "-1"}',
+            "NOCOST": '{"device": "x"}',
+        }
+    )
+    assert {k: v.cost for k, v in costs.items()} == {"A100": 40.0, "H100": 80.0}
+    assert costs["A100"].device == "NVIDIA-A100-PCIE-80GB"
+    sources = sorted(e.source for e in errors)
+    assert sources == ["accelerator-unit-costs/BAD", "accelerator-unit-costs/NEG", "accelerator-unit-costs/NOCOST"]
+    assert any("invalid JSON" in str(e) for e in errors)
+
+
+def test_service_class_parses_priority_and_slos() -> None:
+    klass = parse_service_class(
+        "name: Premium\npriority: 1\ndata:\n  - model: meta/llama-3.1-8b\n    slo-tpot: 24\n    slo-ttft: 500\n",
+        "service-classes-config/premium.yaml",
+    )
+    assert klass.name == "Premium" and klass.priority == 1
+    slo = klass.slo_for("meta/llama-3.1-8b")
+    assert slo is not None and slo.itl_ms == 24 and slo.ttft_ms == 500 and slo.tps is None
+    assert klass.slo_for("other") is None
+
+
+@pytest.mark.parametrize(
+    ("text", "fragment"),
+    [
+        ("name: X\npriority: 0\n", "priority"),
+        ("priority: 1\n", "name"),
+        ("name: X\ndata: {a: 1}\n", "data"),
+        ("name: X\ndata:\n  - slo-tpot: 3\n", "model"),
+        ("name: X\ndata:\n  - model: m\n    slo-ttft: fast\n", "slo-ttft"),
+        ("name: X\ndata:\n  - model: m\n    slo-ttft: 0\n", "slo-ttft"),
+        ("[unclosed", "invalid YAML"),
+    ],
+)
+def test_bad_service_class_names_the_problem(text: str, fragment: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        parse_service_class(text, "cm/key")
+    assert info.value.source.startswith("cm/key") and fragment in str(info.value)
+
+
+def test_service_classes_keep_good_keys_when_one_is_bad() -> None:
+    classes, errors = parse_service_classes({"good.yaml": "name: Free\npriority: 2\n", "bad.yaml": "name: [x"})
+    assert list(classes) == ["good.yaml"] and classes["good.yaml"].priority == 2
+    assert [e.source for e in errors] == ["service-classes-config/bad.yaml"]
+
+
+def test_inventory_counts() -> None:
+    inventory, errors = parse_inventory({"A100": "16", "H100": " 8 ", "L40S": "many", "MI300X": "-2"})
+    assert inventory == {"A100": 16, "H100": 8}
+    assert sorted(e.source for e in errors) == ["accelerator-inventory/L40S", "accelerator-inventory/MI300X"]
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [("5", Decimal(5)), ("500m", Decimal("0.5")), ("1Ki", Decimal(1024)), ("2G", Decimal("2e9")), (3, Decimal(3)), ("1.5", Decimal("1.5")), ("1e3", Decimal(1000))],
+)
+def test_parse_quantity(value: object, expected: Decimal) -> None:
+    assert parse_quantity(value) == expected
+
+
+@pytest.mark.parametrize("value", ["", "five", "5x", "1KiB", True])
+def test_parse_quantity_rejects_garbage(value: object) -> None:
+    with pytest.raises(ValueError, match="not a quantity"):
+        parse_quantity(value)
