@@ -14,3 +14,4 @@ EXAMPLES = REPO / "deployments" / "examples"
 def repo_root() -> pathlib.Path:
     """The repository root."""
     return REPO
+pytest_plugins = ["tests.kubeserver.fixture"]

@@ -1,0 +1,197 @@
+"""pytest fixtures for the test Kubernetes API server.
+
+Use with ``pytest_plugins = ["tests.kubeserver.fixture"]`` (already registered in ``tests/conftest.py``).
+
+* ``kube_server`` (session): a running :class:`KubeServer` subprocess.
+* ``kube_namespace`` (function): a fresh namespace name such as ``t-1a2b3c4d``. The server accepts any
+  namespace without creating it first, so nothing is created.
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import os
+import pathlib
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+import uuid
+from typing import Any, Iterator
+
+import pytest
+
+REPO = pathlib.Path(__file__).resolve().parents[2]
+
+_KUBECONFIG = """apiVersion: v1
+kind: Config
+clusters:
+- name: kubeserver
+  cluster:
+    server: {url}
+users:
+- name: kubeserver
+  user:
+    token: kubeserver-test-token
+contexts:
+- name: kubeserver
+  context:
+    cluster: kubeserver
+    user: kubeserver
+    namespace: default
+current-context: kubeserver
+"""
+
+
+class KubeServer:
+    """Handle on a running test API server subprocess."""
+
+    def __init__(self, proc: subprocess.Popen[bytes], port: int, workdir: pathlib.Path) -> None:
+        self._proc = proc
+        self.port = port
+        self.pid = proc.pid
+        self.url = f"http://127.0.0.1:{port}"
+        self.workdir = workdir
+        path = workdir / "kubeconfig"
+        path.write_text(_KUBECONFIG.format(url=self.url))
+        self.kubeconfig = str(path)
+
+    # ------------------------------------------------------------------------------------ clients
+
+    def api_client(self) -> Any:
+        """A fresh ``kubernetes.client.ApiClient`` configured from the generated kubeconfig."""
+        from kubernetes import config
+
+        return config.new_client_from_config(config_file=self.kubeconfig, context="kubeserver")
+
+    def _call(self, method: str, path: str, body: Any = None) -> Any:
+        data = None if body is None else json.dumps(body).encode()
+        req = urllib.request.Request(self.url + path, data=data, method=method,
+                                     headers={"Content-Type": "application/json"})
+        try:
+            with urllib.request.urlopen(req, timeout=30) as resp:
+                raw = resp.read()
+        except urllib.error.HTTPError as exc:
+            raise RuntimeError(f"kubeserver {method} {path} -> {exc.code}: {exc.read().decode(errors='replace')}") from None
+        return json.loads(raw) if raw else None
+
+    # ----------------------------------------------------------------------------------- controls
+
+    def stats(self) -> dict[str, Any]:
+        """Request counts: ``total``, ``by_verb`` {verb: n}, ``by_resource`` [{verb, resource, subresource, count}]
+        and ``by_key`` {"<verb> <resource>[/<subresource>]": n}. Verbs: get, list, watch, create, update,
+        patch, delete, deletecollection, discovery."""
+        return self._call("GET", "/_test/stats")
+
+    def count(self, verb: str, resource: str | None = None, subresource: str | None = None) -> int:
+        """Requests seen for ``verb`` (optionally only for ``resource``/``subresource``) since the last reset."""
+        st = self.stats()
+        if resource is None and subresource is None:
+            return int(st["by_verb"].get(verb, 0))
+        return sum(
+            r["count"] for r in st["by_resource"]
+            if r["verb"] == verb and (resource is None or r["resource"] == resource)
+            and (subresource is None or r["subresource"] == subresource)
+        )
+
+    def reset_stats(self) -> None:
+        """Zero the request counters."""
+        self._call("POST", "/_test/reset-stats")
+
+    def inject(self, method: str, path_regex: str, status: int, times: int = 1, **extra: Any) -> None:
+        """Make the next ``times`` requests with ``method`` ("*" = any) whose path matches ``path_regex``
+        (``re.search`` on the URL path, no query) fail with ``status`` and a proper ``Status`` body.
+        ``extra`` may set ``message``, ``reason`` or ``retry_after``."""
+        self._call("POST", "/_test/inject", {"method": method, "path_regex": path_regex, "status": status,
+                                             "times": times, **extra})
+
+    def clear_injections(self) -> None:
+        """Drop all pending injections."""
+        self._call("POST", "/_test/clear-injections")
+
+    def reset(self) -> None:
+        """Drop all objects except CustomResourceDefinitions."""
+        self._call("POST", "/_test/reset")
+
+    def install_crds(self, crds: list[dict[str, Any]]) -> None:
+        """Create each CRD unless one with the same name exists (idempotent)."""
+        for crd in crds:
+            name = crd["metadata"]["name"]
+            path = f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{name}"
+            req = urllib.request.Request(self.url + path, method="GET")
+            try:
+                with urllib.request.urlopen(req, timeout=30):
+                    continue
+            except urllib.error.HTTPError as exc:
+                if exc.code != 404:
+                    raise
+            try:
+                self._call("POST", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", crd)
+            except RuntimeError as exc:
+                if "-> 409" not in str(exc):
+                    raise
+
+    # ---------------------------------------------------------------------------------- lifecycle
+
+    def alive(self) -> bool:
+        """Whether the subprocess is still running."""
+        return self._proc.poll() is None
+
+    def stop(self) -> None:
+        """Terminate the subprocess (by PID) and wait for it."""
+        if self._proc.poll() is None:
+            try:
+                os.kill(self.pid, signal.SIGTERM)
+                self._proc.wait(timeout=5)
+            except (ProcessLookupError, subprocess.TimeoutExpired):
+                try:
+                    os.kill(self.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+                self._proc.wait(timeout=5)
+
+
+def start_kube_server(workdir: str | os.PathLike[str] | None = None, timeout: float = 15.0) -> KubeServer:
+    """Start the server subprocess, wait until it listens, and return its handle."""
+    wd = pathlib.Path(workdir) if workdir is not None else pathlib.Path(tempfile.mkdtemp(prefix="kubeserver-"))
+    wd.mkdir(parents=True, exist_ok=True)
+    ready = wd / f"ready-{uuid.uuid4().hex[:8]}"
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
+    log = open(wd / "kubeserver.log", "ab")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tests.kubeserver", "--port", "0", "--ready-file", str(ready)],
+        cwd=str(REPO), env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+    )
+    log.close()
+    deadline = time.monotonic() + timeout
+    while not ready.exists():
+        if proc.poll() is not None:
+            raise RuntimeError(f"kubeserver exited with {proc.returncode}; see {wd / 'kubeserver.log'}")
+        if time.monotonic() > deadline:
+            os.kill(proc.pid, signal.SIGKILL)
+            raise RuntimeError(f"kubeserver did not become ready in {timeout}s; see {wd / 'kubeserver.log'}")
+        time.sleep(0.02)
+    server = KubeServer(proc, int(ready.read_text()), wd)
+    atexit.register(server.stop)
+    return server
+
+
+@pytest.fixture(scope="session")
+def kube_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KubeServer]:
+    """A Kubernetes-API-compatible server shared by the whole session."""
+    server = start_kube_server(tmp_path_factory.mktemp("kubeserver"))
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def kube_namespace() -> str:
+    """A unique namespace name for one test (namespaces need not exist on the server)."""
+    return f"t-{uuid.uuid4().hex[:8]}"
