@@ -1,0 +1,767 @@
+"""Kthena-style metric autoscaling: recommendation, behaviour correction, cost-ordered distribution.
+
+Why: Kthena's AutoscalingPolicy (seed 003) scales a model's backends from per-instance
+metrics the way the Kubernetes HPA does, then smooths the result with a stable policy
+(stabilization windows and rate limits) and a panic mode for sudden surges.  With
+heterogeneous hardware the total is poured into the backends cheapest-first.  This module
+re-implements that behaviour as pure functions over explicit, serializable state (the flow
+keeps :class:`ScalingState` in ``AutoscalingPolicyBinding.status``):
+
+* :func:`recommend` -- ``pkg/autoscaler/algorithm/recommendation.go`` (GetRecommendedInstances);
+* :func:`correct` -- ``pkg/autoscaler/algorithm/revision.go`` (GetCorrectedInstances), the
+  panic bookkeeping of ``pkg/autoscaler/autoscaler/scaler.go``/``status.go`` and the sliding
+  windows of ``pkg/autoscaler/datastructure/sliding_window.go``;
+* :func:`distribute` -- ``pkg/autoscaler/autoscaler/optimizer.go`` (NewOptimizerMeta and
+  RestoreReplicasOfEachBackend);
+* :func:`apply_scale_to_zero` -- ``ModelBackend.scaleToZeroGracePeriod``.
+
+No I/O and no clock: time is always passed in as ``now`` (a tz-aware UTC datetime).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
+from typing import Any, Iterable, Mapping, NamedTuple, Sequence
+
+__all__ = [
+    "DEFAULT_COST_EXPANSION_RATE_PERCENT",
+    "DEFAULT_TOLERANCE_PERCENT",
+    "MAX_RECOMMENDATION",
+    "SELECT_AND",
+    "SELECT_OR",
+    "Behavior",
+    "Group",
+    "PanicPolicy",
+    "Sample",
+    "ScalingState",
+    "StablePolicy",
+    "apply_scale_to_zero",
+    "correct",
+    "distribute",
+    "format_time",
+    "initialize_state",
+    "is_panic",
+    "parse_duration",
+    "parse_time",
+    "recommend",
+    "scaling_blocks",
+    "tolerance_from_percent",
+]
+
+MAX_RECOMMENDATION = 1_000_000_000
+"""Upper cap of a single-metric recommendation (Kthena's int32 guard against infinite ratios)."""
+
+DEFAULT_TOLERANCE_PERCENT = 10
+"""``AutoscalingPolicySpec.tolerancePercent`` default."""
+
+DEFAULT_COST_EXPANSION_RATE_PERCENT = 200
+"""``OptimizerConfiguration.costExpansionRatePercent`` default."""
+
+SELECT_OR = "Or"
+SELECT_AND = "And"
+
+
+# --------------------------------------------------------------------------------------------
+# Durations and times
+# --------------------------------------------------------------------------------------------
+
+_DURATION_UNITS = {
+    "ns": 1e-9,
+    "us": 1e-6,
+    "µs": 1e-6,
+    "μs": 1e-6,
+    "ms": 1e-3,
+    "s": 1.0,
+    "m": 60.0,
+    "h": 3600.0,
+}
+_DURATION_PART = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|μs|ms|s|m|h)")
+
+
+def parse_duration(value: str | int | float | timedelta | None) -> float:
+    """Parse a Go/metav1 duration (``"15s"``, ``"1m30s"``, ``"1.5h"``, ``"300ms"``) into seconds.
+
+    Numbers are taken as seconds, ``timedelta`` is converted, ``None``/``""`` is 0.
+    A unit is required except for ``"0"`` (as in Go's ``time.ParseDuration``).
+    Raises ``ValueError`` on anything else.
+    """
+    if value is None:
+        return 0.0
+    if isinstance(value, timedelta):
+        return value.total_seconds()
+    if isinstance(value, bool):
+        raise ValueError(f"invalid duration {value!r}")
+    if isinstance(value, (int, float)):
+        return float(value)
+    text = value.strip()
+    if text in ("", "0", "+0", "-0"):
+        return 0.0
+    sign = 1.0
+    if text[0] in "+-":
+        sign = -1.0 if text[0] == "-" else 1.0
+        text = text[1:]
+    pos, total = 0, 0.0
+    while pos < len(text):
+        match = _DURATION_PART.match(text, pos)
+        if match is None:
+            raise ValueError(f"invalid duration {value!r}")
+        total += float(match.group(1)) * _DURATION_UNITS[match.group(2)]
+        pos = match.end()
+    if pos == 0:
+        raise ValueError(f"invalid duration {value!r}")
+    return sign * total
+
+
+def format_time(moment: datetime) -> str:
+    """RFC 3339 in UTC with a ``Z`` suffix (fractional seconds only when present)."""
+    moment = moment.astimezone(timezone.utc)
+    if moment.microsecond:
+        return moment.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def parse_time(text: str | datetime) -> datetime:
+    """Parse an RFC 3339 timestamp into a tz-aware UTC datetime (naive input is taken as UTC)."""
+    if isinstance(text, datetime):
+        moment = text
+    else:
+        moment = datetime.fromisoformat(text.strip().replace("z", "Z").replace("Z", "+00:00"))
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=timezone.utc)
+    return moment.astimezone(timezone.utc)
+
+
+# --------------------------------------------------------------------------------------------
+# Recommendation (HPA-style)
+# --------------------------------------------------------------------------------------------
+
+
+def tolerance_from_percent(tolerance_percent: int | float | None) -> float:
+    """``tolerancePercent`` (10) -> the fraction :func:`recommend` expects (0.1); ``None`` -> default."""
+    if tolerance_percent is None:
+        tolerance_percent = DEFAULT_TOLERANCE_PERCENT
+    return float(tolerance_percent) * 0.01
+
+
+def _div(numerator: float, denominator: float) -> float:
+    """IEEE-754 division as in Go: x/0 is +-Inf, 0/0 is NaN -- never an exception."""
+    if denominator == 0:
+        if numerator == 0 or math.isnan(numerator):
+            return math.nan
+        return math.copysign(math.inf, numerator) * math.copysign(1.0, denominator)
+    return numerator / denominator
+
+
+def _ceil_instances(value: float) -> int:
+    """``ceil`` into [0, MAX_RECOMMENDATION]; NaN -> 0 and +Inf -> the cap (getCeilDesiredInstances)."""
+    if math.isnan(value):
+        return 0
+    if value >= MAX_RECOMMENDATION:
+        return MAX_RECOMMENDATION
+    return max(0, math.ceil(value))
+
+
+def _direction(ratio: float) -> int:
+    """+1 when usage is at or above target (ratio >= 1, scale-up side), else -1 (NaN counts as -1)."""
+    return 1 if ratio >= 1.0 else -1
+
+
+def _within_tolerance(ratio: float, tolerance: float) -> bool:
+    """``|ratio - 1| <= tolerance`` (inclusive band; NaN is never within)."""
+    return abs(ratio - 1.0) <= tolerance
+
+
+def _external_desired(current: int, tolerance: float, target: float, value: float) -> int:
+    """External (aggregate) metric: desired = value / target; keep current inside the band."""
+    desired = _div(value, target)
+    if _within_tolerance(_div(desired, current), tolerance):
+        return current
+    return _ceil_instances(desired)
+
+
+def _instance_desired(
+    current: int,
+    tolerance: float,
+    name: str,
+    target: float,
+    unready: int,
+    instances: Sequence[Mapping[str, float]],
+    reporter_counts: Mapping[str, int] | None,
+    metric_unready_counts: Mapping[str, int] | None,
+) -> int | None:
+    """Per-instance metric: HPA's ratio with missing/unready instance handling; None = no data."""
+    values = [inst[name] for inst in instances if name in inst]
+    total = float(sum(values))
+    count = len(values)
+    missing = len(instances) - count
+    unready_count = unready
+    if reporter_counts is not None and name in reporter_counts:
+        # Metric aggregated upstream: the count of reporters is known, not the instances.
+        unready_count = (metric_unready_counts or {}).get(name, 0)
+        count = reporter_counts[name]
+        missing = max(current - unready_count - count, 0)
+    if count == 0:
+        return None
+    ratio = _div(_div(total, count), target)
+    add_unready = unready_count > 0 and _direction(ratio) > 0
+    if not add_unready and missing == 0:
+        if _within_tolerance(ratio, tolerance):
+            return current
+        return _ceil_instances(ratio * count)
+    # Conservative re-estimate: missing instances at 100% of target when scaling down
+    # (0 when scaling up), unready instances at 0 when scaling up.
+    count += missing
+    if _direction(ratio) < 0:
+        total += missing * target
+    if add_unready:
+        count += unready_count
+    new_ratio = _div(_div(total, count), target)
+    if _within_tolerance(new_ratio, tolerance) or _direction(ratio) != _direction(new_ratio):
+        return current
+    desired = _ceil_instances(new_ratio * count)
+    if (_direction(new_ratio) < 0 and desired > current) or (_direction(new_ratio) > 0 and desired < current):
+        return current
+    return desired
+
+
+def recommend(
+    current: int,
+    min_replicas: int,
+    max_replicas: int,
+    tolerance: float,
+    targets: Mapping[str, float],
+    instances: Sequence[Mapping[str, float]],
+    unready: int = 0,
+    external: Mapping[str, float] | None = None,
+    *,
+    reporter_counts: Mapping[str, int] | None = None,
+    metric_unready_counts: Mapping[str, int] | None = None,
+) -> int | None:
+    """Recommended replica count from metrics, or ``None`` when no metric has data (skip).
+
+    ``tolerance`` is a FRACTION (Kthena passes ``tolerancePercent * 0.01``; use
+    :func:`tolerance_from_percent`).  ``targets`` maps metric name -> target value per
+    instance; ``instances`` holds one dict per READY instance (a missing key = that instance
+    did not report the metric); ``unready`` counts instances not ready; ``external`` maps a
+    metric name -> one aggregate value (desired = value / target, compared with current).
+
+    Rules (Kthena GetRecommendedInstances, HPA semantics):
+
+    * ``current < min`` -> ``min`` and ``current > max`` -> ``max``, before looking at metrics;
+    * per metric ``ratio = mean / target`` over the instances that have it; inside the band
+      ``|ratio - 1| <= tolerance`` the metric recommends ``current``, else ``ceil(ratio * n)``;
+    * with missing or (on the scale-up side) unready instances, the ratio is recomputed with
+      missing at 100% of target when scaling down / 0 when scaling up, unready at 0 when
+      scaling up; if that lands in the band, flips direction, or would move against the
+      original direction, the metric recommends ``current``;
+    * the maximum over metrics, clamped to ``[min, max]``; a target of 0 or an infinite ratio
+      caps at ``MAX_RECOMMENDATION`` before the clamp.
+
+    ``reporter_counts``/``metric_unready_counts`` (optional) describe metrics whose instances
+    were aggregated upstream: the number of reporters and of unready instances per metric.
+    """
+    if current < min_replicas:
+        return min_replicas
+    if current > max_replicas:
+        return max_replicas
+    external = external or {}
+    best: int | None = None
+    for name, target in targets.items():
+        target = float(target)
+        if name in external:
+            desired: int | None = _external_desired(current, tolerance, target, float(external[name]))
+        else:
+            desired = _instance_desired(
+                current, tolerance, name, target, unready, instances, reporter_counts, metric_unready_counts
+            )
+        if desired is not None:
+            best = desired if best is None else max(best, desired)
+    if best is None:
+        return None
+    return min(max(best, min_replicas), max_replicas)
+
+
+# --------------------------------------------------------------------------------------------
+# Behaviour
+# --------------------------------------------------------------------------------------------
+
+
+def _get(spec: Mapping[str, Any] | None, key: str, default: Any) -> Any:
+    """``spec[key]`` unless absent or null."""
+    if not spec:
+        return default
+    value = spec.get(key)
+    return default if value is None else value
+
+
+@dataclass(frozen=True)
+class StablePolicy:
+    """AutoscalingPolicyStablePolicy: per-``period`` rate limits and a stabilization window.
+
+    ``instances`` is the absolute change allowed per period, ``percent`` the change relative
+    to the replica count at the start of the period; ``select_policy`` ``Or`` allows the
+    larger of the two changes, ``And`` the smaller, anything else imposes no limit (Kthena).
+    ``period`` 0 disables the rate limit; ``stabilization_window`` 0 disables stabilization.
+    Durations are in seconds.
+    """
+
+    instances: int = 1
+    percent: int = 100
+    period: float = 15.0
+    select_policy: str = SELECT_OR
+    stabilization_window: float = 0.0
+
+    @classmethod
+    def from_spec(cls, spec: Mapping[str, Any] | None, default_window: float = 0.0) -> "StablePolicy":
+        """Build from the camelCase CRD form, applying the CRD defaults to absent fields."""
+        return cls(
+            instances=int(_get(spec, "instances", 1)),
+            percent=int(_get(spec, "percent", 100)),
+            period=parse_duration(_get(spec, "period", 15.0)),
+            select_policy=str(_get(spec, "selectPolicy", SELECT_OR)),
+            stabilization_window=parse_duration(_get(spec, "stabilizationWindow", default_window)),
+        )
+
+
+@dataclass(frozen=True)
+class PanicPolicy:
+    """AutoscalingPolicyPanicPolicy: fast scale-up when the recommendation surges.
+
+    Panic is entered when ``recommended * 100 >= current * panic_threshold_percent`` and
+    held for ``panic_mode_hold`` seconds (re-armed while still triggering); ``None`` threshold
+    disables it, as does a hold of 0.  In panic, scale-up is limited to ``percent`` of the
+    smallest corrected count within ``period`` (period 0: of the current count) and
+    scale-down is forbidden.
+    """
+
+    percent: int = 1000
+    period: float = 0.0
+    panic_threshold_percent: int | None = 200
+    panic_mode_hold: float = 60.0
+
+    @classmethod
+    def from_spec(cls, spec: Mapping[str, Any] | None) -> "PanicPolicy":
+        """Build from the camelCase CRD form, applying the CRD defaults to absent fields."""
+        return cls(
+            percent=int(_get(spec, "percent", 1000)),
+            period=parse_duration(_get(spec, "period", 0.0)),
+            panic_threshold_percent=int(_get(spec, "panicThresholdPercent", 200)),
+            panic_mode_hold=parse_duration(_get(spec, "panicModeHold", 60.0)),
+        )
+
+
+@dataclass(frozen=True)
+class Behavior:
+    """AutoscalingPolicyBehavior with Kthena's defaults.
+
+    Defaults: stable policies ``instances 1, percent 100, period 15s, selectPolicy Or``;
+    stabilization windows 0 for scale-up and 5m for scale-down (Kthena's mutating webhook);
+    panic ``percent 1000, panicThresholdPercent 200, panicModeHold 60s, period 0``.
+    """
+
+    scale_up: StablePolicy = field(default_factory=StablePolicy)
+    scale_down: StablePolicy = field(default_factory=lambda: StablePolicy(stabilization_window=300.0))
+    panic: PanicPolicy = field(default_factory=PanicPolicy)
+
+    @classmethod
+    def from_spec(cls, spec: Mapping[str, Any] | None) -> "Behavior":
+        """Build from ``spec.behavior`` (camelCase: ``scaleUp.stablePolicy``, ``scaleUp.panicPolicy``, ``scaleDown``)."""
+        spec = spec or {}
+        scale_up = spec.get("scaleUp") or {}
+        return cls(
+            scale_up=StablePolicy.from_spec(scale_up.get("stablePolicy"), default_window=0.0),
+            scale_down=StablePolicy.from_spec(spec.get("scaleDown"), default_window=300.0),
+            panic=PanicPolicy.from_spec(scale_up.get("panicPolicy")),
+        )
+
+    def horizon(self) -> float:
+        """Longest window or period in seconds: history older than this (x2 for the last sample) is useless."""
+        return max(
+            self.scale_up.period,
+            self.scale_up.stabilization_window,
+            self.scale_down.period,
+            self.scale_down.stabilization_window,
+            self.panic.period,
+            0.0,
+        )
+
+
+# --------------------------------------------------------------------------------------------
+# Serializable state
+# --------------------------------------------------------------------------------------------
+
+
+class Sample(NamedTuple):
+    """One evaluation: when, what the metrics recommended, what was applied after correction."""
+
+    time: datetime
+    recommended: int
+    corrected: int
+
+
+def _as_sample(item: Any) -> Sample:
+    """Accept a Sample, a ``(time, recommended, corrected)`` tuple or a ``{time, recommended, corrected}`` dict."""
+    if isinstance(item, Mapping):
+        return Sample(parse_time(item["time"]), int(item["recommended"]), int(item["corrected"]))
+    time, recommended, corrected = item
+    return Sample(parse_time(time), int(recommended), int(corrected))
+
+
+@dataclass
+class ScalingState:
+    """Window state of one autoscaling target, persisted between evaluations.
+
+    ``history`` holds the past samples (oldest first), ``panic_mode_end`` when panic mode
+    ends (``None``: not in panic), ``zero_since`` since when the recommendation has been 0
+    (for the scale-to-zero grace period).  Functions never mutate a state: they return a new one.
+    """
+
+    history: list[Sample] = field(default_factory=list)
+    panic_mode_end: datetime | None = None
+    zero_since: datetime | None = None
+
+    def __post_init__(self) -> None:
+        self.history = sorted((_as_sample(item) for item in self.history), key=lambda s: s.time)
+        if self.panic_mode_end is not None:
+            self.panic_mode_end = parse_time(self.panic_mode_end)
+        if self.zero_since is not None:
+            self.zero_since = parse_time(self.zero_since)
+
+    def to_dict(self) -> dict[str, Any]:
+        """camelCase, RFC 3339 form for ``AutoscalingPolicyBinding.status``."""
+        return {
+            "history": [
+                {"time": format_time(s.time), "recommended": s.recommended, "corrected": s.corrected}
+                for s in self.history
+            ],
+            "panicModeEnd": format_time(self.panic_mode_end) if self.panic_mode_end else None,
+            "zeroSince": format_time(self.zero_since) if self.zero_since else None,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any] | None) -> "ScalingState":
+        """Inverse of :meth:`to_dict`; missing keys give an empty state."""
+        data = data or {}
+        return cls(
+            history=[_as_sample(item) for item in data.get("history") or []],
+            panic_mode_end=parse_time(data["panicModeEnd"]) if data.get("panicModeEnd") else None,
+            zero_since=parse_time(data["zeroSince"]) if data.get("zeroSince") else None,
+        )
+
+
+def initialize_state(current: int, now: datetime, state: ScalingState | None = None) -> ScalingState:
+    """Record ``current`` as if it had just been recommended and applied (Kthena's InitializeWithCurrentReplicas).
+
+    Why: right after (re)start the stabilization windows are empty, so a single low sample
+    could scale down at once; seeding them with the current count makes a new controller
+    wait for a full window first, like a controller that has been watching all along.
+    """
+    state = state or ScalingState()
+    return ScalingState(
+        history=[*state.history, Sample(now, current, current)],
+        panic_mode_end=state.panic_mode_end,
+        zero_since=state.zero_since,
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# Windows over the history (equivalent to Kthena's sliding windows)
+# --------------------------------------------------------------------------------------------
+
+
+def _seconds(delta: timedelta) -> float:
+    return delta.total_seconds()
+
+
+def _window_recommendations(history: Sequence[Sample], window: float, now: datetime) -> list[int]:
+    """Recommendations recorded within the last ``window`` seconds (inclusive); none when window is 0."""
+    if window <= 0:
+        return []
+    return [s.recommended for s in history if _seconds(now - s.time) <= window]
+
+
+def _window_corrected(history: Sequence[Sample], period: float, now: datetime) -> list[int]:
+    """Corrected counts that were in effect at some time within the last ``period`` seconds.
+
+    A corrected count stays in effect until the next sample (a "line chart"); a count is
+    dropped when it stopped being in effect more than ``period`` ago, and a last count is
+    forgotten after ``2 * period`` without a new sample (Kthena's drifting value).
+    """
+    values = []
+    for index, sample in enumerate(history):
+        if index + 1 < len(history):
+            ended = history[index + 1].time
+            if _seconds(ended - sample.time) <= 2 * period and _seconds(now - ended) <= period:
+                values.append(sample.corrected)
+        elif _seconds(now - sample.time) <= 2 * period:
+            values.append(sample.corrected)
+    return values
+
+
+def _past_low(history: Sequence[Sample], period: float, current: int, now: datetime) -> int:
+    """Smallest count in effect within ``period`` (including current): base of scale-up limits."""
+    return min([current, *_window_corrected(history, period, now)])
+
+
+def _past_high(history: Sequence[Sample], period: float, current: int, now: datetime) -> int:
+    """Largest count in effect within ``period`` (including current): base of scale-down limits."""
+    return max([current, *_window_corrected(history, period, now)])
+
+
+# --------------------------------------------------------------------------------------------
+# Correction
+# --------------------------------------------------------------------------------------------
+
+
+def is_panic(state: ScalingState, now: datetime) -> bool:
+    """Whether ``now`` is within panic mode (inclusive of its end)."""
+    return state.panic_mode_end is not None and now <= state.panic_mode_end
+
+
+def _refresh_panic(
+    current: int, recommended: int, panic: PanicPolicy, state: ScalingState, now: datetime
+) -> datetime | None:
+    """New panic end: re-armed to ``now + hold`` while ``recommended >= current * threshold%``."""
+    threshold = panic.panic_threshold_percent
+    if threshold is None or recommended * 100 < current * threshold:
+        return state.panic_mode_end
+    if panic.panic_mode_hold <= 0:
+        return None
+    return now + timedelta(seconds=panic.panic_mode_hold)
+
+
+def _scale_up_limit(policy: StablePolicy, base: int) -> float:
+    """Highest count reachable from ``base`` under the stable scale-up policy."""
+    absolute = base + policy.instances
+    relative = base + base * policy.percent // 100
+    if policy.select_policy == SELECT_OR:
+        return max(absolute, relative)
+    if policy.select_policy == SELECT_AND:
+        return min(absolute, relative)
+    return math.inf
+
+
+def _scale_down_limit(policy: StablePolicy, base: int) -> float:
+    """Lowest count reachable from ``base`` under the scale-down policy."""
+    absolute = base - policy.instances
+    relative = base - base * policy.percent // 100
+    if policy.select_policy == SELECT_OR:
+        return min(absolute, relative)
+    if policy.select_policy == SELECT_AND:
+        return max(absolute, relative)
+    return -math.inf
+
+
+def _correct_panic(current: int, recommended: int, behavior: Behavior, history: Sequence[Sample], now: datetime) -> int:
+    """Panic: scale up by at most ``percent`` of the lowest recent count, never scale down."""
+    corrected = recommended
+    panic = behavior.panic
+    base = _past_low(history, panic.period, current, now) if panic.period > 0 else current
+    if base > 0:
+        corrected = min(corrected, base + int(base * panic.percent / 100.0))
+    return max(corrected, current)
+
+
+def _correct_scale_up(current: int, recommended: int, behavior: Behavior, history: Sequence[Sample], now: datetime) -> int:
+    """Stable scale-up: the lowest recommendation in the window, then the per-period rate limit."""
+    policy = behavior.scale_up
+    corrected = min([recommended, *_window_recommendations(history, policy.stabilization_window, now)])
+    if policy.period > 0:
+        limit = _scale_up_limit(policy, _past_low(history, policy.period, current, now))
+        corrected = int(min(corrected, limit))
+    return max(corrected, current)
+
+
+def _correct_scale_down(current: int, recommended: int, behavior: Behavior, history: Sequence[Sample], now: datetime) -> int:
+    """Stable scale-down: the highest recommendation in the window, then the per-period rate limit."""
+    policy = behavior.scale_down
+    corrected = max([recommended, *_window_recommendations(history, policy.stabilization_window, now)])
+    if policy.period > 0:
+        limit = _scale_down_limit(policy, _past_high(history, policy.period, current, now))
+        corrected = int(max(corrected, limit))
+    return min(corrected, current)
+
+
+def _prune(history: Sequence[Sample], horizon: float, now: datetime) -> list[Sample]:
+    """Drop samples that no window or period can see any more."""
+    kept = []
+    for index, sample in enumerate(history):
+        if index + 1 < len(history):
+            if _seconds(now - history[index + 1].time) <= horizon:
+                kept.append(sample)
+        elif _seconds(now - sample.time) <= 2 * horizon:
+            kept.append(sample)
+    return kept
+
+
+def correct(
+    current: int,
+    recommended: int,
+    behavior: Behavior | None,
+    state: ScalingState | None,
+    now: datetime,
+    *,
+    min_replicas: int | None = None,
+    max_replicas: int | None = None,
+) -> tuple[int, ScalingState]:
+    """Apply the scaling behaviour to a recommendation; returns ``(corrected, new_state)``.
+
+    1. Panic bookkeeping: ``recommended * 100 >= current * panicThresholdPercent`` (re)arms
+       panic until ``now + panicModeHold``.
+    2. In panic: ``min(recommended, base + base * panic.percent / 100)`` with base the lowest
+       count in effect within the panic period (0 base: no limit), never below ``current``.
+    3. Otherwise, if ``recommended > current``: the minimum recommendation within the scale-up
+       stabilization window (earlier samples; 0 window: none), limited per period to
+       ``base + instances`` / ``base + base * percent / 100`` (Or: the larger, And: the
+       smaller) with base the lowest count in effect within the period; never below current.
+    4. If ``recommended < current``: the maximum recommendation within the scale-down window,
+       limited to ``base - instances`` / ``base - base * percent / 100`` (Or: the lower,
+       And: the higher) with base the highest count in effect within the period; never above current.
+    5. Clamp to ``[min_replicas, max_replicas]`` when given; append the sample and prune.
+    """
+    behavior = behavior or Behavior()
+    state = state or ScalingState()
+    history = state.history
+    panic_end = _refresh_panic(current, recommended, behavior.panic, state, now)
+    in_panic = panic_end is not None and now <= panic_end
+    if in_panic:
+        corrected = _correct_panic(current, recommended, behavior, history, now)
+    elif recommended > current:
+        corrected = _correct_scale_up(current, recommended, behavior, history, now)
+    elif recommended < current:
+        corrected = _correct_scale_down(current, recommended, behavior, history, now)
+    else:
+        corrected = recommended
+    if min_replicas is not None:
+        corrected = max(corrected, min_replicas)
+    if max_replicas is not None:
+        corrected = min(corrected, max_replicas)
+    corrected = max(corrected, 0)
+    new_history = _prune([*history, Sample(now, recommended, corrected)], behavior.horizon(), now)
+    if panic_end is not None and now > panic_end:
+        panic_end = None
+    return corrected, ScalingState(history=new_history, panic_mode_end=panic_end, zero_since=state.zero_since)
+
+
+# --------------------------------------------------------------------------------------------
+# Scale to zero
+# --------------------------------------------------------------------------------------------
+
+
+def apply_scale_to_zero(
+    target: int,
+    state: ScalingState | None,
+    grace_period_s: float | str | timedelta | None,
+    now: datetime,
+    *,
+    current: int | None = None,
+) -> tuple[int, ScalingState]:
+    """Honour ``ModelBackend.scaleToZeroGracePeriod``: reach 0 only after a full grace period at 0.
+
+    While the target is 0 for less than the grace period the result holds at 1; once it has
+    been 0 continuously for the grace period (inclusive) the result is 0.  Any positive
+    target resets the clock.  A backend already at 0 (``current == 0``) stays at 0.  A grace
+    period of 0 (or ``None``) lets the target through at once.
+    """
+    state = state or ScalingState()
+    grace = parse_duration(grace_period_s)
+
+    def with_zero(zero_since: datetime | None) -> ScalingState:
+        return ScalingState(history=list(state.history), panic_mode_end=state.panic_mode_end, zero_since=zero_since)
+
+    if target > 0:
+        return target, with_zero(None)
+    since = state.zero_since or now
+    if current == 0 or grace <= 0 or _seconds(now - since) >= grace:
+        return 0, with_zero(since)
+    return 1, with_zero(since)
+
+
+# --------------------------------------------------------------------------------------------
+# Heterogeneous distribution (OptimizerConfiguration)
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Group:
+    """One backend of an OptimizerConfiguration: cost per replica and its replica bounds."""
+
+    cost: float
+    min_replicas: int
+    max_replicas: int
+
+
+def _as_group(item: Any) -> Group:
+    """Accept a Group, an object with ``cost``/``min_replicas``/``max_replicas``, a dict or a tuple."""
+    if isinstance(item, Group):
+        return item
+    if isinstance(item, Mapping):
+        return Group(
+            item["cost"],
+            int(item.get("min_replicas", item.get("minReplicas", 0))),
+            int(item.get("max_replicas", item.get("maxReplicas", 0))),
+        )
+    if hasattr(item, "cost"):
+        return Group(item.cost, int(item.min_replicas), int(item.max_replicas))
+    cost, low, high = item
+    return Group(cost, int(low), int(high))
+
+
+class _Block(NamedTuple):
+    cost: float
+    index: int
+    replicas: int
+
+
+def scaling_blocks(groups: Iterable[Any], cost_expansion_rate_percent: int = DEFAULT_COST_EXPANSION_RATE_PERCENT) -> list[tuple[int, int, float]]:
+    """The fill order as ``(group_index, replicas, block_cost)``, cheapest first (ties: group order).
+
+    Each group's capacity above its minimum is cut into blocks of 1, P, P^2, ... replicas
+    (P = rate / 100, sizes truncated to integers and at least 1, the last one cut to what is
+    left) costing ``cost * size``.  With rate 100 the whole capacity is a single block at the
+    group's unit ``cost``; with rate < 100 every block is one replica.
+    """
+    blocks: list[_Block] = []
+    factor = float(cost_expansion_rate_percent) / 100.0
+    for index, group in enumerate(_as_group(g) for g in groups):
+        left = group.max_replicas - group.min_replicas
+        if left <= 0:
+            continue
+        if cost_expansion_rate_percent == 100:
+            blocks.append(_Block(group.cost, index, left))
+            continue
+        size = 1.0
+        while left > 0:
+            take = min(left, max(int(min(size, left)), 1))
+            blocks.append(_Block(group.cost * take, index, take))
+            left -= take
+            size *= factor
+    blocks.sort(key=lambda b: (b.cost, b.index))
+    return [(b.index, b.replicas, b.cost) for b in blocks]
+
+
+def distribute(
+    groups: Sequence[Any],
+    total: int,
+    cost_expansion_rate_percent: int = DEFAULT_COST_EXPANSION_RATE_PERCENT,
+) -> list[int]:
+    """Split ``total`` replicas over the groups, cheapest blocks first; one count per group, in order.
+
+    Every group gets its minimum; ``total`` is clamped to ``[sum of minima, sum of maxima]``
+    and the rest is poured into :func:`scaling_blocks` in order.
+    """
+    parsed = [_as_group(g) for g in groups]
+    counts = [g.min_replicas for g in parsed]
+    low = sum(counts)
+    high = sum(g.max_replicas for g in parsed)
+    left = max(min(int(total), high), low) - low
+    for index, replicas, _cost in scaling_blocks(parsed, cost_expansion_rate_percent):
+        if left <= 0:
+            break
+        take = min(left, replicas)
+        counts[index] += take
+        left -= take
+    return counts
