@@ -1,0 +1,194 @@
+"""One cycle for a Kthena AutoscalingPolicyBinding, as a pure function of its inputs.
+
+Homogeneous bindings (``scalingConfiguration``) scale one target: the policy's HPA-style
+recommendation over the target's instances, then behaviour correction (stable windows, rate limits,
+panic mode). Heterogeneous bindings (``optimizerConfiguration``) compute the same recommendation for
+the total over all groups, then :func:`engine.scaling.distribute` pours it into the groups by cost.
+
+The scaling window state travels in ``status`` (``history``, ``panicModeEnd``): each run is a fresh
+process, so :func:`plan_binding` reads it from the old status and returns the new one.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Mapping
+
+from engine.conditions import set_condition_dict
+from engine.scaling import Behavior, Group, ScalingState, correct, distribute, recommend
+from engine.units import parse_quantity
+
+REASON_SUCCEEDED = "OptimizationSucceeded"
+REASON_POLICY_MISSING = "PolicyNotFound"
+REASON_TARGET_MISSING = "TargetNotFound"
+REASON_INVALID = "InvalidConfiguration"
+REASON_NO_METRICS = "MetricsUnavailable"
+
+
+@dataclass(frozen=True)
+class BindingTarget:
+    """One scale target of a binding, with its bounds and cost (cost only for heterogeneous groups)."""
+
+    name: str
+    namespace: str
+    api_version: str
+    kind: str
+    current: int | None
+    min_replicas: int
+    max_replicas: int
+    cost: float = 0.0
+
+
+@dataclass(frozen=True)
+class BindingInputs:
+    """Everything one binding's cycle decides from."""
+
+    namespace: str
+    name: str
+    generation: int | None
+    policy_name: str | None
+    policy: Mapping[str, Any] | None  # the AutoscalingPolicy spec, None when it does not exist
+    heterogeneous: bool
+    targets: list[BindingTarget]
+    instances: list[dict[str, float]]
+    unready: int = 0
+    metrics_error: str | None = None
+    cost_expansion_rate_percent: int = 200
+    old_status: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class TargetDecision:
+    """Desired replicas of one binding target."""
+
+    name: str
+    namespace: str
+    api_version: str
+    kind: str
+    current: int | None
+    desired: int | None
+    cost: float = 0.0
+    applied: bool = False
+
+    @property
+    def changes_replicas(self) -> bool:
+        """Whether the target must be scaled."""
+        return self.desired is not None and self.current is not None and self.desired != self.current
+
+
+@dataclass
+class BindingDecision:
+    """The outcome for one binding: per-target replicas, condition, and the new status."""
+
+    namespace: str
+    name: str
+    policy: str | None
+    targets: list[TargetDecision]
+    reason: str
+    message: str
+    ready: bool
+    recommended: int | None = None
+    state: ScalingState | None = None
+
+
+def _metric_targets(policy: Mapping[str, Any]) -> dict[str, float]:
+    """metricName -> target value (Quantity) of the policy."""
+    targets: dict[str, float] = {}
+    for index, metric in enumerate(policy.get("metrics") or []):
+        name = metric.get("metricName")
+        if not name:
+            raise ValueError(f"spec.metrics[{index}].metricName: required")
+        try:
+            targets[name] = float(parse_quantity(metric.get("targetValue", 0)))
+        except ValueError as exc:
+            raise ValueError(f"spec.metrics[{index}].targetValue: {exc}") from None
+    if not targets:
+        raise ValueError("spec.metrics: at least one metric is required")
+    return targets
+
+
+def _hold(inputs: BindingInputs, reason: str, message: str) -> BindingDecision:
+    """Keep every target where it is and report why."""
+    targets = [
+        TargetDecision(t.name, t.namespace, t.api_version, t.kind, t.current, t.current, t.cost) for t in inputs.targets
+    ]
+    return BindingDecision(inputs.namespace, inputs.name, inputs.policy_name, targets, reason, message, ready=False)
+
+
+def plan_binding(inputs: BindingInputs, now: datetime) -> BindingDecision:
+    """Decide the replicas of every target of one binding."""
+    if inputs.policy is None:
+        return _hold(inputs, REASON_POLICY_MISSING, f"AutoscalingPolicy {inputs.policy_name!r} not found in {inputs.namespace}")
+    missing = [t.name for t in inputs.targets if t.current is None]
+    if missing or not inputs.targets:
+        what = ", ".join(missing) if missing else "no targets configured"
+        return _hold(inputs, REASON_TARGET_MISSING, f"scale target(s) not found: {what}")
+    try:
+        metric_targets = _metric_targets(inputs.policy)
+        behavior = Behavior.from_spec(inputs.policy.get("behavior") or {})
+    except ValueError as exc:
+        return _hold(inputs, REASON_INVALID, f"AutoscalingPolicy {inputs.policy_name}: {exc}")
+    if inputs.metrics_error:
+        return _hold(inputs, REASON_NO_METRICS, f"metrics unavailable, holding replicas: {inputs.metrics_error}")
+
+    current = sum(t.current or 0 for t in inputs.targets)
+    low = sum(t.min_replicas for t in inputs.targets)
+    high = sum(t.max_replicas for t in inputs.targets)
+    tolerance = float(inputs.policy.get("tolerancePercent", 10)) / 100.0
+    recommended = recommend(current, low, high, tolerance, metric_targets, inputs.instances, unready=inputs.unready)
+    if recommended is None:
+        return _hold(inputs, REASON_NO_METRICS, f"no samples of {', '.join(sorted(metric_targets))} for the target's instances; holding replicas")
+
+    state = ScalingState.from_dict(inputs.old_status)
+    corrected, state = correct(current, recommended, behavior, state, now, min_replicas=low, max_replicas=high)
+    if inputs.heterogeneous:
+        groups = [Group(cost=t.cost, min_replicas=t.min_replicas, max_replicas=t.max_replicas) for t in inputs.targets]
+        per_target = distribute(groups, corrected, inputs.cost_expansion_rate_percent)
+    else:
+        per_target = [corrected]
+    targets = [
+        TargetDecision(t.name, t.namespace, t.api_version, t.kind, t.current, replicas, t.cost * replicas)
+        for t, replicas in zip(inputs.targets, per_target)
+    ]
+    action = "scale-up" if corrected > current else "scale-down" if corrected < current else "no-change"
+    message = f"Kthena policy {inputs.policy_name}: recommended {recommended}, corrected {corrected} ({action})"
+    if inputs.heterogeneous:
+        message += " distributed as " + ", ".join(f"{t.name}={t.desired}" for t in targets)
+    return BindingDecision(
+        inputs.namespace, inputs.name, inputs.policy_name, targets, REASON_SUCCEEDED, message,
+        ready=True, recommended=recommended, state=state,
+    )
+
+
+def binding_status(
+    decision: BindingDecision, old: Mapping[str, Any], now: datetime, generation: int | None, metrics_ok: bool,
+    metrics_message: str,
+) -> dict[str, Any]:
+    """The new status of an AutoscalingPolicyBinding: window state, replicas, conditions."""
+    status: dict[str, Any] = dict(old)
+    if decision.state is not None:
+        status.update(decision.state.to_dict())
+    if generation is not None:
+        status["observedGeneration"] = generation
+    status["currentReplicas"] = sum(t.current or 0 for t in decision.targets)
+    desired = [t.desired for t in decision.targets if t.desired is not None]
+    if desired:
+        status["desiredReplicas"] = sum(desired)
+    if any(t.changes_replicas and t.applied for t in decision.targets):
+        status["lastScaleTime"] = now.strftime("%Y-%m-%dT%H:%M:%SZ")
+    status["targets"] = [
+        {"name": t.name, "namespace": t.namespace, "replicas": t.desired if t.desired is not None else (t.current or 0)}
+        for t in decision.targets
+    ]
+    conditions = list(old.get("conditions") or [])
+    conditions = set_condition_dict(
+        conditions, "MetricsAvailable", "True" if metrics_ok else "False",
+        "MetricsAvailable" if metrics_ok else "MetricsUnavailable", metrics_message, now, observed_generation=generation,
+    )
+    conditions = set_condition_dict(
+        conditions, "OptimizationReady", "True" if decision.ready else "False", decision.reason, decision.message, now,
+        observed_generation=generation,
+    )
+    status["conditions"] = conditions
+    return status

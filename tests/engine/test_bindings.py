@@ -1,0 +1,97 @@
+"""Kthena AutoscalingPolicyBinding cycles: recommendation, correction, distribution and safety holds."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+
+from engine.bindings import BindingInputs, BindingTarget, binding_status, plan_binding
+from engine.scaling import ScalingState
+
+NOW = datetime(2026, 11, 22, 12, 0, 0, tzinfo=timezone.utc)
+POLICY = {
+    "tolerancePercent": 10,
+    "metrics": [{"metricName": "vllm:num_requests_waiting", "targetValue": "5"}],
+    "behavior": {"scaleUp": {"stablePolicy": {"instances": 10, "percent": 1000, "period": "15s"}}},
+}
+
+
+def target(name: str = "llama", current: int | None = 2, low: int = 1, high: int = 10, cost: float = 0.0) -> BindingTarget:
+    return BindingTarget(name, "ns", "apps/v1", "Deployment", current, low, high, cost)
+
+
+def inputs(**overrides: object) -> BindingInputs:
+    values: dict[str, object] = dict(
+        namespace="ns", name="b", generation=3, policy_name="p", policy=POLICY, heterogeneous=False,
+        targets=[target()], instances=[{"vllm:num_requests_waiting": 10.0}, {"vllm:num_requests_waiting": 10.0}],
+    )
+    values.update(overrides)
+    return BindingInputs(**values)  # type: ignore[arg-type]
+
+
+def test_homogeneous_scales_up_when_metric_doubles_target() -> None:
+    decision = plan_binding(inputs(), NOW)
+    assert decision.ready and decision.reason == "OptimizationSucceeded"
+    assert decision.recommended == 4
+    assert [t.desired for t in decision.targets] == [4]
+    assert decision.state is not None and decision.state.history[-1].recommended == 4
+
+
+def test_within_tolerance_keeps_current() -> None:
+    decision = plan_binding(inputs(instances=[{"vllm:num_requests_waiting": 5.4}, {"vllm:num_requests_waiting": 5.4}]), NOW)
+    assert [t.desired for t in decision.targets] == [2]
+
+
+def test_missing_policy_holds_and_says_so() -> None:
+    decision = plan_binding(inputs(policy=None), NOW)
+    assert not decision.ready and decision.reason == "PolicyNotFound"
+    assert [t.desired for t in decision.targets] == [2] and "'p'" in decision.message
+
+
+def test_metrics_error_never_scales_down() -> None:
+    decision = plan_binding(inputs(metrics_error="prometheus down", instances=[]), NOW)
+    assert decision.reason == "MetricsUnavailable" and [t.desired for t in decision.targets] == [2]
+
+
+def test_no_samples_holds() -> None:
+    decision = plan_binding(inputs(instances=[]), NOW)
+    assert decision.reason == "MetricsUnavailable" and [t.desired for t in decision.targets] == [2]
+
+
+def test_missing_target_holds() -> None:
+    decision = plan_binding(inputs(targets=[target(current=None)]), NOW)
+    assert decision.reason == "TargetNotFound" and not decision.ready
+
+
+def test_bad_target_value_is_reported_with_field() -> None:
+    policy = dict(POLICY, metrics=[{"metricName": "m", "targetValue": "lots"}])
+    decision = plan_binding(inputs(policy=policy), NOW)
+    assert decision.reason == "InvalidConfiguration" and "spec.metrics[0].targetValue" in decision.message
+
+
+def test_heterogeneous_distributes_total_cheapest_first() -> None:
+    targets = [target("h100", current=1, low=1, high=4, cost=80), target("a100", current=1, low=1, high=4, cost=40)]
+    instances = [{"vllm:num_requests_waiting": 10.0}] * 2  # ratio 2 over 2 replicas -> 4 in total
+    decision = plan_binding(inputs(targets=targets, heterogeneous=True, instances=instances), NOW)
+    assert decision.recommended == 4
+    desired = {t.name: t.desired for t in decision.targets}
+    assert sum(desired.values()) == 4 and desired["a100"] >= desired["h100"] >= 1
+
+
+def test_status_persists_window_state_and_conditions() -> None:
+    decision = plan_binding(inputs(), NOW)
+    decision.targets[0].applied = True
+    status = binding_status(decision, {}, NOW, 3, True, "ok")
+    assert status["observedGeneration"] == 3 and status["desiredReplicas"] == 4 and status["currentReplicas"] == 2
+    assert status["lastScaleTime"] == "2026-11-22T12:00:00Z"
+    assert status["targets"] == [{"name": "llama", "namespace": "ns", "replicas": 4}]
+    state = ScalingState.from_dict(status)
+    assert state.history[-1].corrected == 4
+    types = {c["type"]: c for c in status["conditions"]}
+    assert types["OptimizationReady"]["status"] == "True" and types["MetricsAvailable"]["reason"] == "MetricsAvailable"
+    # The next run reads the persisted state back: a scale-down within the stabilization window is held.
+    later = plan_binding(
+        inputs(targets=[target(current=4)], instances=[{"vllm:num_requests_waiting": 1.0}] * 4, old_status=status,
+               policy=dict(POLICY, behavior={"scaleDown": {"stabilizationWindow": "5m", "period": "15s"}})),
+        NOW + timedelta(seconds=60),
+    )
+    assert [t.desired for t in later.targets] == [4]
