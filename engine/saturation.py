@@ -389,11 +389,10 @@ def metrics_condition(analysis: ModelAnalysis) -> tuple[str, str]:
 class VariantState:
     """What the decision needs to know about one variant (a VariantAutoscaling).
 
-    ``cost`` is ``spec.variantCost`` (default 10.0).  ``min_replicas``/``max_replicas`` bound
-    the saturation moves when given.  ``desired_replicas`` (the last target, if any) and
-    ``pending_replicas`` (not yet ready) carry WVA's anti-cascade rules: a variant whose
-    desired differs from current puts the model in transition (no saturation move), and a
-    variant with pending replicas is not chosen for scale-up.
+    ``cost`` is ``spec.variantCost`` (default 10.0).  ``min_replicas``/``max_replicas`` clamp
+    the saturation target when given.  ``desired_replicas`` (the last target; None or 0 =
+    unset) and ``pending_replicas`` (current - ready) carry WVA's anti-cascade rules: either
+    one puts the whole model in transition, and no saturation move is made.
     """
 
     name: str
@@ -405,50 +404,55 @@ class VariantState:
     pending_replicas: int = 0
 
 
-def _can_grow(state: VariantState) -> bool:
-    """Scale-up candidate: no pending replicas and below its maximum."""
-    if state.pending_replicas > 0:
-        return False
-    return state.max_replicas is None or state.current_replicas < state.max_replicas
-
-
-def _can_shrink(state: VariantState) -> bool:
-    """Scale-down candidate: more than one replica and above its minimum."""
-    floor = max(1, state.min_replicas or 0)
-    return state.current_replicas > floor
+def _has_desired(state: VariantState) -> bool:
+    """WVA treats a desired count of 0 as "not set"."""
+    return bool(state.desired_replicas) and state.desired_replicas != state.current_replicas
 
 
 def _in_transition(states: Sequence[VariantState]) -> bool:
-    """A variant still converging to an earlier target blocks saturation moves for the model."""
-    return any(s.desired_replicas is not None and s.desired_replicas != s.current_replicas for s in states)
+    """A variant still converging (desired != current, or pending replicas) blocks the whole model."""
+    return any(_has_desired(s) or s.pending_replicas > 0 for s in states)
+
+
+def _clamp(state: VariantState, target: int) -> int:
+    """Apply the variant's bounds after the move (a max of 0 or less means unbounded, as in WVA)."""
+    if state.min_replicas is not None and target < state.min_replicas:
+        target = state.min_replicas
+    if state.max_replicas is not None and state.max_replicas > 0 and target > state.max_replicas:
+        target = state.max_replicas
+    return target
 
 
 def saturation_targets(analysis: ModelAnalysis, variants: Iterable[VariantState]) -> dict[str, int]:
-    """Per-variant saturation targets: one replica more or less, chosen by cost.
+    """Per-variant saturation targets: one replica more or less, chosen by cost (WVA CalculateSaturationTargets).
 
-    Scale-up: +1 on the cheapest eligible variant (ties: alphabetically first name).
-    Scale-down (only when safe and no scale-up needed): -1 on the most expensive variant
-    with more than one replica (ties: alphabetically last name, as WVA's comparison does).
-    Otherwise, or while the model is in transition, every variant keeps its current count
-    (a variant in transition keeps its desired count).
+    * No metrics at all: every variant keeps its current count.
+    * Model in transition (any variant with a non-zero desired count different from its
+      current count, or with pending replicas): nothing moves; a variant in transition
+      keeps its desired count, the others their current count.
+    * Scale-up: +1 on the cheapest variant without pending replicas (ties: alphabetically
+      first name).
+    * Otherwise, when scale-down is safe: -1 on the most expensive variant with more than
+      one replica (ties: alphabetically last name, as WVA's comparison does).
+    * Finally each target is clamped to the variant's min/max (after the choice, as WVA does).
     """
     states = list(variants)
-    targets = {s.name: s.current_replicas for s in states}
-    if _in_transition(states):
-        return {s.name: s.desired_replicas if s.desired_replicas is not None else s.current_replicas for s in states}
     if analysis.total_replicas == 0:
-        return targets
+        return {s.name: s.current_replicas for s in states}
+    if _in_transition(states):
+        return {s.name: s.desired_replicas if _has_desired(s) else s.current_replicas for s in states}
+    targets = {s.name: s.current_replicas for s in states}
     if analysis.should_scale_up:
-        grow = [s for s in states if _can_grow(s)]
+        grow = [s for s in states if s.pending_replicas <= 0]
         if grow:
             chosen = min(grow, key=lambda s: (s.cost, s.name))
             targets[chosen.name] += 1
     elif analysis.scale_down_safe:
-        shrink = [s for s in states if _can_shrink(s)]
+        shrink = [s for s in states if s.current_replicas > 1]
         if shrink:
             chosen = max(shrink, key=lambda s: (s.cost, s.name))
             targets[chosen.name] -= 1
-    return targets
+    return {s.name: _clamp(s, targets[s.name]) for s in states}
 
 
 capacity_targets = saturation_targets

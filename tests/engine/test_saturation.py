@@ -209,13 +209,36 @@ def test_scale_up_tie_by_name_and_default_cost() -> None:
     assert saturation_targets(UP, states) == {"a": 2, "b": 1}
 
 
-def test_scale_up_skips_pending_and_max() -> None:
-    states = [
-        VariantState("a", 1.0, 1, pending_replicas=1),
-        VariantState("b", 2.0, 3, max_replicas=3),
-        VariantState("c", 3.0, 1),
-    ]
-    assert saturation_targets(UP, states) == {"a": 1, "b": 3, "c": 2}
+def test_pending_replicas_put_model_in_transition() -> None:
+    # WVA TestCalculatesaturationTargets_PendingReplicasBlocksScaling
+    states = [VariantState("v1-expensive", 20.0, 3, pending_replicas=1), VariantState("v2-cheap", 5.0, 2)]
+    assert saturation_targets(UP, states) == {"v1-expensive": 3, "v2-cheap": 2}
+
+
+def test_desired_mismatch_puts_model_in_transition() -> None:
+    # WVA TestCalculatesaturationTargets_ModelLevelTransitionBlocking
+    states = [VariantState("v1-expensive", 20.0, 2, desired_replicas=4), VariantState("v2-cheap", 5.0, 2, desired_replicas=0)]
+    assert saturation_targets(UP, states) == {"v1-expensive": 4, "v2-cheap": 2}
+    # desired == current is not a transition
+    states = [VariantState("a", 20.0, 2, desired_replicas=2), VariantState("b", 5.0, 2)]
+    assert saturation_targets(UP, states) == {"a": 2, "b": 3}
+
+
+def test_wva_cheapest_and_most_expensive() -> None:
+    states = [VariantState("v1-expensive", 20, 2), VariantState("v2-cheap", 5, 2), VariantState("v3-medium", 15, 2)]
+    assert saturation_targets(UP, states) == {"v1-expensive": 2, "v2-cheap": 3, "v3-medium": 2}
+    assert saturation_targets(DOWN, states) == {"v1-expensive": 1, "v2-cheap": 2, "v3-medium": 2}
+
+
+def test_bounds_clamp_after_the_choice() -> None:
+    # The cheapest variant is chosen even at its max, then clamped back (WVA).
+    states = [VariantState("a", 1.0, 3, max_replicas=3), VariantState("b", 2.0, 1)]
+    assert saturation_targets(UP, states) == {"a": 3, "b": 1}
+    states = [VariantState("a", 1.0, 3, max_replicas=0), VariantState("b", 2.0, 1)]  # 0 = unbounded
+    assert saturation_targets(UP, states) == {"a": 4, "b": 1}
+    states = [VariantState("a", 9.0, 2, min_replicas=2), VariantState("b", 1.0, 3)]
+    assert saturation_targets(DOWN, states) == {"a": 2, "b": 3}
+    assert saturation_targets(HOLD, [VariantState("a", 1.0, 1, min_replicas=2)]) == {"a": 2}
 
 
 def test_scale_down_most_expensive_with_more_than_one() -> None:
@@ -223,19 +246,49 @@ def test_scale_down_most_expensive_with_more_than_one() -> None:
     assert saturation_targets(DOWN, states) == {"cheap": 3, "pricey": 1, "mid": 1}
 
 
-def test_scale_down_tie_and_min() -> None:
+def test_scale_down_tie_takes_last_name() -> None:
     states = [VariantState("a", 10.0, 2), VariantState("b", 10.0, 2)]
     assert saturation_targets(DOWN, states) == {"a": 2, "b": 1}
-    states = [VariantState("a", 10.0, 2, min_replicas=2), VariantState("b", 5.0, 2)]
-    assert saturation_targets(DOWN, states) == {"a": 2, "b": 1}
 
 
-def test_no_change_and_transition() -> None:
+def test_no_change_and_no_metrics() -> None:
     states = [VariantState("a", 10.0, 2)]
     assert saturation_targets(HOLD, states) == {"a": 2}
-    moving = [VariantState("a", 10.0, 2, desired_replicas=3), VariantState("b", 1.0, 1)]
-    assert saturation_targets(UP, moving) == {"a": 3, "b": 1}
-    assert saturation_targets(analyze_model([]), [VariantState("a", 1.0, 2)]) == {"a": 2}
+    assert saturation_targets(analyze_model([]), [VariantState("a", 1.0, 2, pending_replicas=1)]) == {"a": 2}
+
+
+# WVA analyzer_test.go tables (thresholds 0.80 / 5 / 0.10 / 3)
+WVA_SCALE_UP = [
+    ("low_kv_spare", [(0.75, 2), (0.76, 2)], True),
+    ("low_queue_spare", [(0.50, 3), (0.50, 3)], True),
+    ("healthy", [(0.50, 1), (0.50, 1)], False),
+]
+
+
+@pytest.mark.parametrize(("name", "pods", "expected"), WVA_SCALE_UP, ids=[c[0] for c in WVA_SCALE_UP])
+def test_wva_scale_up_table(name: str, pods: list, expected: bool) -> None:
+    a = analyze_model([rm(f"p{i}", kv, q) for i, (kv, q) in enumerate(pods)], CFG)
+    assert a.should_scale_up is expected
+
+
+WVA_SCALE_DOWN = [
+    ("adequate_headroom", [(0.20, 1), (0.30, 1), (0.25, 1)], True),
+    ("insufficient_headroom", [(0.70, 2), (0.75, 2)], False),
+    ("one_non_saturated", [(0.50, 2)], False),
+]
+
+
+@pytest.mark.parametrize(("name", "pods", "expected"), WVA_SCALE_DOWN, ids=[c[0] for c in WVA_SCALE_DOWN])
+def test_wva_scale_down_table(name: str, pods: list, expected: bool) -> None:
+    a = analyze_model([rm(f"p{i}", kv, q) for i, (kv, q) in enumerate(pods)], CFG)
+    assert a.scale_down_safe is expected
+
+
+def test_wva_saturated_replicas_and_all_saturated() -> None:
+    v = analyze_model([rm("pod-1", 0.85, 2), rm("pod-2", 0.50, 6), rm("pod-3", 0.60, 2)], CFG).variants["v"]
+    assert (v.replica_count, v.non_saturated_count, set(v.saturated_replicas)) == (3, 1, {"pod-1", "pod-2"})
+    a = analyze_model([rm("pod-1", 0.85, 2), rm("pod-2", 0.50, 6), rm("pod-3", 0.90, 7)], CFG)
+    assert (a.avg_spare_kv, a.avg_spare_queue, a.should_scale_up, a.scale_down_safe) == (0.0, 0.0, True, False)
 
 
 # ----------------------------------------------------------------------------- arbitration
