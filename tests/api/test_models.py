@@ -1,0 +1,224 @@
+"""The pydantic models: every kind resolves, examples parse, seed defaults apply, rules hold."""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+import pytest
+
+from engine.api.aim import AIMNamespaceConfig, AIMService, AIMServiceTemplate, ModelCache
+from engine.api.kthena import AutoscalingPolicy, AutoscalingPolicyBinding, Model
+from engine.api.llmd import VariantAutoscaling
+from engine.api.registry import KINDS, KindInfo
+from engine.api.validate import ManifestInvalid, parse_object
+from tests.api.helpers import custom_resource_examples
+
+EXAMPLES = custom_resource_examples()
+
+
+@pytest.mark.parametrize("info", KINDS, ids=lambda k: k.kind)
+def test_registry_resolves_model_and_list(info: KindInfo) -> None:
+    model = info.model()
+    assert model.__name__ == info.kind
+    module = importlib.import_module(f"engine.api.{info.module}")
+    list_model = getattr(module, info.list_kind)
+    empty = list_model()
+    assert empty.to_dict()["kind"] == info.list_kind
+    assert empty.to_dict()["apiVersion"] == info.api_version
+    assert ("status" in model.model_fields) == info.has_status
+
+
+def test_every_kind_has_an_example() -> None:
+    assert {doc["kind"] for _, doc in EXAMPLES} == {k.kind for k in KINDS}
+
+
+@pytest.mark.parametrize(("source", "manifest"), EXAMPLES, ids=[s for s, _ in EXAMPLES])
+def test_examples_parse_and_round_trip(source: str, manifest: dict[str, Any]) -> None:
+    obj = parse_object(manifest)
+    again = parse_object(obj.to_dict())
+    assert again == obj
+    assert "status" not in manifest
+
+
+def _va(spec: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "apiVersion": "llmd.ai/v1alpha1",
+        "kind": "VariantAutoscaling",
+        "metadata": {"name": "v", "namespace": "ns"},
+        "spec": spec,
+    }
+
+
+def test_variant_autoscaling_accepts_first_generation() -> None:
+    va = parse_object(
+        _va(
+            {
+                "modelID": "meta/llama-3.1-8b",
+                "variantID": "meta/llama-3.1-8b-A100-4",
+                "accelerator": "A100",
+                "acceleratorCount": 4,
+                "sloClassRef": {"name": "service-classes-config", "key": "premium.yaml"},
+                "variantProfile": {
+                    "maxBatchSize": 256,
+                    "perfParms": {
+                        "decodeParms": {"alpha": "20.58", "beta": "0.41"},
+                        "prefillParms": {"gamma": "5.2", "delta": "0.1"},
+                    },
+                },
+            }
+        )
+    )
+    assert isinstance(va, VariantAutoscaling)
+    assert va.spec.scale_target_ref is None
+    assert va.spec.variant_profile.perf_parms.decode_parms == {"alpha": "20.58", "beta": "0.41"}
+
+
+def test_variant_autoscaling_accepts_second_generation_with_default_cost() -> None:
+    va = parse_object(
+        _va({"modelID": "meta/llama-3.1-8b", "scaleTargetRef": {"kind": "Deployment", "name": "llama"}})
+    )
+    assert va.spec.variant_cost == "10.0"
+    assert va.spec.scale_target_ref.api_version is None
+    assert va.spec.variant_profile is None
+
+
+def test_variant_autoscaling_status_allows_scale_to_zero_and_seed_conditions() -> None:
+    manifest = _va({"modelID": "m"})
+    manifest["status"] = {
+        "currentAlloc": {"variantID": "m-A100-1", "accelerator": "A100", "numReplicas": 0, "maxBatch": 0,
+                         "variantCost": "40.00"},
+        "desiredOptimizedAlloc": {"lastRunTime": "2026-01-09T22:00:00Z", "accelerator": "A100", "numReplicas": 0},
+        "actuation": {"applied": True},
+        "conditions": [
+            {"type": "MetricsAvailable", "status": "True", "reason": "MetricsAvailable",
+             "message": "Saturation metrics data is available for scaling decisions",
+             "lastTransitionTime": "2026-01-09T22:00:00Z"},
+        ],
+    }
+    va = parse_object(manifest)
+    assert va.status.desired_optimized_alloc.num_replicas == 0
+    assert va.to_dict()["status"]["desiredOptimizedAlloc"]["lastRunTime"] == "2026-01-09T22:00:00Z"
+
+
+def test_python_names_and_wire_names_both_work() -> None:
+    va = VariantAutoscaling(metadata={"name": "x"}, spec={"model_id": "m", "variant_cost": "5"})
+    wire = va.to_dict()
+    assert wire["spec"] == {"modelID": "m", "variantCost": "5"}
+    assert wire["apiVersion"] == "llmd.ai/v1alpha1" and wire["kind"] == "VariantAutoscaling"
+
+
+def test_kthena_policy_defaults() -> None:
+    policy = AutoscalingPolicy.model_validate(
+        {
+            "metadata": {"name": "p"},
+            "spec": {
+                "metrics": [{"metricName": "vllm:num_requests_waiting", "targetValue": "5"}],
+                "behavior": {"scaleUp": {"stablePolicy": {}, "panicPolicy": {"period": "15s"}}, "scaleDown": {}},
+            },
+        }
+    )
+    assert policy.spec.tolerance_percent == 10
+    stable = policy.spec.behavior.scale_up.stable_policy
+    assert (stable.instances, stable.percent, stable.period, stable.select_policy) == (1, 100, "15s", "Or")
+    panic = policy.spec.behavior.scale_up.panic_policy
+    assert (panic.percent, panic.panic_threshold_percent, panic.panic_mode_hold) == (1000, 200, "60s")
+    assert policy.spec.behavior.scale_down.period == "15s"
+
+
+def test_kthena_model_defaults() -> None:
+    model = Model.model_validate(
+        {"metadata": {"name": "m"}, "spec": {"backends": [{"name": "b", "type": "vLLM", "workers": [{}]}]}}
+    )
+    assert model.spec.backends[0].route_weight == 100
+    assert model.spec.backends[0].workers[0].type == "server"
+
+
+def test_kthena_binding_defaults_and_status_state() -> None:
+    binding = AutoscalingPolicyBinding.model_validate(
+        {
+            "metadata": {"name": "b"},
+            "spec": {
+                "policyRef": {"name": "p"},
+                "optimizerConfiguration": {
+                    "params": [{"target": {"targetRef": {"kind": "Deployment", "name": "a"}, "metricEndpoint": {}},
+                                "cost": 10, "minReplicas": 1, "maxReplicas": 4}],
+                },
+            },
+            "status": {
+                "observedGeneration": 2,
+                "lastScaleTime": "2026-01-09T22:00:00Z",
+                "currentReplicas": 1,
+                "desiredReplicas": 3,
+                "history": [{"time": "2026-01-09T21:59:00Z", "recommended": 3, "corrected": 2}],
+                "panicModeEnd": "2026-01-09T22:01:00Z",
+                "targets": [{"name": "a", "namespace": "ns", "replicas": 3}],
+            },
+        }
+    )
+    assert binding.spec.optimizer_configuration.cost_expansion_rate_percent == 200
+    endpoint = binding.spec.optimizer_configuration.params[0].target.metric_endpoint
+    assert (endpoint.uri, endpoint.port) == ("/metrics", 8100)
+    assert binding.status.history[0].corrected == 2
+    assert binding.to_dict()["status"]["panicModeEnd"] == "2026-01-09T22:01:00Z"
+
+
+def test_aim_defaults() -> None:
+    service = AIMService.model_validate({"metadata": {"name": "s"}, "spec": {"model": "m", "templateRef": "t"}})
+    assert (service.spec.cache_model, service.spec.replicas, service.spec.config_ref) == (True, 1, "default")
+    template = AIMServiceTemplate.model_validate({"metadata": {"name": "t"}, "spec": {"model": "m"}})
+    assert (template.spec.precision, template.spec.warm_cache) == ("auto", False)
+    template = AIMServiceTemplate.model_validate({"metadata": {"name": "t"}, "spec": {"model": "m"}, "status": {}})
+    assert template.status.status == "Pending"
+    config = AIMNamespaceConfig.model_validate(
+        {"metadata": {"name": "default"}, "spec": {"routing": {"gateway": {"name": "gw"}}}}
+    )
+    assert config.spec.routing.auto_create_route is True
+    assert (config.spec.routing.gateway.group, config.spec.routing.gateway.kind) == ("gateway.networking.k8s.io", "Gateway")
+    cache = ModelCache.model_validate({"metadata": {"name": "c"}, "spec": {"sourceUri": "hf://a/b"}, "status": {}})
+    assert cache.status.status == "Pending"
+
+
+def _error(manifest: dict[str, Any]) -> ManifestInvalid:
+    with pytest.raises(ManifestInvalid) as info:
+        parse_object(manifest)
+    return info.value
+
+
+def test_error_names_kind_name_namespace_and_path() -> None:
+    error = _error(_va({"modelID": "m", "variantProfile": {"perfParms": {}, "maxBatchSize": 0}}))
+    assert (error.kind, error.name, error.namespace) == ("VariantAutoscaling", "v", "ns")
+    assert error.field_path == "spec.variantProfile.maxBatchSize"
+    assert "greater than or equal to 1" in error.message
+
+
+def test_error_path_through_lists() -> None:
+    error = _error(
+        {
+            "apiVersion": "registry.volcano.sh/v1alpha1",
+            "kind": "Model",
+            "metadata": {"name": "m"},
+            "spec": {"backends": [{"name": "b", "type": "vLLM", "workers": []}]},
+        }
+    )
+    assert error.field_path == "spec.backends[0].workers"
+
+
+def test_error_path_for_quantity_drops_union_tags() -> None:
+    error = _error(
+        {"apiVersion": "aim.silogen.ai/v1alpha1", "kind": "ModelCache", "metadata": {"name": "c"},
+         "spec": {"sourceUri": "hf://a/b", "size": 1.5}}
+    )
+    assert error.field_path == "spec.size"
+
+
+def test_error_for_foreign_kind_and_missing_kind() -> None:
+    assert _error({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "x"}}).field_path == "kind"
+    assert _error({"apiVersion": "v1", "metadata": {"name": "x"}}).field_path == "kind"
+    assert _error({"kind": "Model"}).field_path == "apiVersion"
+
+
+def test_binding_needs_exactly_one_configuration() -> None:
+    base = {"apiVersion": "registry.volcano.sh/v1alpha1", "kind": "AutoscalingPolicyBinding",
+            "metadata": {"name": "b"}, "spec": {"policyRef": {"name": "p"}}}
+    assert _error(base).field_path == "spec"
