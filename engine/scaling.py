@@ -325,6 +325,8 @@ class StablePolicy:
             stabilization_window=parse_duration(_get(spec, "stabilizationWindow", default_window)),
         )
 
+    from_dict = from_spec
+
 
 @dataclass(frozen=True)
 class PanicPolicy:
@@ -352,6 +354,8 @@ class PanicPolicy:
             panic_mode_hold=parse_duration(_get(spec, "panicModeHold", 60.0)),
         )
 
+    from_dict = from_spec
+
 
 @dataclass(frozen=True)
 class Behavior:
@@ -376,6 +380,8 @@ class Behavior:
             scale_down=StablePolicy.from_spec(spec.get("scaleDown"), default_window=300.0),
             panic=PanicPolicy.from_spec(scale_up.get("panicPolicy")),
         )
+
+    from_dict = from_spec
 
     def horizon(self) -> float:
         """Longest window or period in seconds: history older than this (x2 for the last sample) is useless."""
