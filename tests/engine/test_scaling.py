@@ -530,3 +530,21 @@ def test_distribute_minimums_always_and_totals_beyond_maxima() -> None:
     assert distribute(groups, 0) == [2, 1]
     assert distribute(groups, 1000) == [4, 3]
     assert distribute([], 5) == []
+
+
+def test_panic_period_limits_against_lowest_recent_count() -> None:
+    b = Behavior(panic=PanicPolicy(percent=100, period=30, panic_threshold_percent=200, panic_mode_hold=60))
+    state = ScalingState(history=[(at(-10), 2, 2)])
+    got, state = correct(2, 20, b, state, at(0))
+    assert got == 4  # 2 + 100% of 2
+    got, state = correct(4, 20, b, state, at(10))
+    assert got == 4  # 2 was in effect within the last 30 s
+    got, _ = correct(4, 20, b, state, at(41))
+    assert got == 8  # now the lowest count in the period is 4
+
+
+def test_last_count_forgotten_after_twice_the_period() -> None:
+    b = no_panic(scale_up=StablePolicy(instances=1, percent=0, period=10))
+    state = ScalingState(history=[(at(0), 1, 1)])
+    assert correct(3, 9, b, state, at(20))[0] == 3  # base 1 -> 2, then max(., current 3)
+    assert correct(3, 9, b, state, at(20.5))[0] == 4  # forgotten: base is current 3 -> 4
