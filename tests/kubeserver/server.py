@@ -259,8 +259,7 @@ class Handler(BaseHTTPRequestHandler):
                 message = f"injected failure ({inj.status})"
         details = {"name": name, "group": rt.group, "kind": rt.plural}
         err = ApiError(inj.status, message, inj.reason, details)
-        headers = {"Retry-After": str(inj.retry_after)} if inj.retry_after is not None else (
-            {"Retry-After": "1"} if inj.status in (429, 503) else None)
+        headers = {"Retry-After": str(inj.retry_after)} if inj.retry_after is not None else None
         self._error(err, headers)
 
     def _serve(self, method: str, verb: str, route: Route, query: dict[str, str], body: Any) -> None:
