@@ -1,0 +1,676 @@
+"""One optimization cycle for VariantAutoscalings, as a pure function of its inputs.
+
+The optimize flow gathers everything with I/O (VariantAutoscaling manifests, current replicas, the
+WVA ConfigMaps, Prometheus metrics) and calls :func:`plan_variants`. This module decides, per
+variant: the model-based target (performance model + MILP allocation across accelerators), the
+saturation target (KV-cache and queue headroom), their arbitration, and the safety rules:
+
+* missing or stale metrics never scale down: the variant holds its current replicas;
+* an infeasible SLO keeps the current allocation and says which variant and which SLO;
+* one invalid resource (bad perf params, unknown accelerator, missing ConfigMap key) gets its own
+  condition and the rest of the cycle proceeds;
+* min/max replicas and scale-to-zero settings are respected.
+
+Nothing here does I/O or reads the clock; ``now`` is an input.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Iterable, Mapping
+
+from engine.allocation import AllocationProblem, ModelDemand, VariantOption, solve
+from engine.conditions import set_condition_dict
+from engine.config import AcceleratorCost, ConfigError, ServiceClass
+from engine.perf import SLO, Infeasible, PerfProfile, Workload, max_rate
+from engine.saturation import (
+    ModelAnalysis,
+    ReplicaMetrics,
+    SaturationConfigSet,
+    VariantState,
+    analyze_model,
+    arbitrate,
+    saturation_targets,
+)
+
+ANNOTATION_ACTUATION = "modelplane.io/actuation"
+ANNOTATION_MIN_REPLICAS = "modelplane.io/min-replicas"
+ANNOTATION_MAX_REPLICAS = "modelplane.io/max-replicas"
+ANNOTATION_SCALE_TO_ZERO = "modelplane.io/scale-to-zero"
+# WVA's label for the accelerator of a VariantAutoscaling that does not carry spec.accelerator (seed 001).
+ACCELERATOR_LABEL = "inference.optimization/acceleratorName"
+
+# OptimizationReady reasons: the seed's three, plus failure reasons for OptimizationReady=False.
+REASON_SUCCEEDED = "OptimizationSucceeded"
+REASON_SATURATION_ONLY = "SaturationOnlyMode"
+REASON_SAFETY_OVERRIDE = "SaturationSafetyOverride"
+REASON_INVALID = "InvalidConfiguration"
+REASON_INFEASIBLE = "SLOInfeasible"
+REASON_NO_METRICS = "MetricsUnavailable"
+REASON_TARGET_MISSING = "TargetNotFound"
+
+METRICS_AVAILABLE = "MetricsAvailable"
+METRICS_UNAVAILABLE = "MetricsUnavailable"
+
+
+class SpecError(ValueError):
+    """A VariantAutoscaling cannot be optimized as written; ``field`` names the offending path."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(f"{field}: {message}")
+        self.field = field
+        self.detail = message
+
+
+@dataclass(frozen=True)
+class ModelLoad:
+    """Observed load of one model in one namespace: arrival rate (req/s) and token averages."""
+
+    arrival_rate_rps: float
+    avg_in_tokens: float
+    avg_out_tokens: float
+
+
+@dataclass(frozen=True)
+class PodSample:
+    """Saturation gauges of one serving pod."""
+
+    pod: str
+    kv_cache_usage: float
+    queue_length: float
+
+
+@dataclass(frozen=True)
+class VariantSpec:
+    """What the optimizer needs from one VariantAutoscaling, parsed and checked."""
+
+    namespace: str
+    name: str
+    model_id: str
+    variant_id: str
+    accelerator: str | None
+    accelerator_count: int
+    max_batch: int | None
+    profile: PerfProfile | None
+    slo_ref: tuple[str, str] | None
+    variant_cost: float
+    target_api_version: str
+    target_kind: str
+    target_name: str
+    min_replicas: int
+    max_replicas: int | None
+    actuate: bool
+
+    @property
+    def key(self) -> tuple[str, str]:
+        """(namespace, name) of the VariantAutoscaling."""
+        return (self.namespace, self.name)
+
+    @property
+    def model_key(self) -> tuple[str, str]:
+        """(namespace, modelID): variants of one model in one namespace share its load."""
+        return (self.namespace, self.model_id)
+
+    @property
+    def target_key(self) -> tuple[str, str, str]:
+        """(namespace, kind, name) of the scale target."""
+        return (self.namespace, self.target_kind, self.target_name)
+
+
+@dataclass(frozen=True)
+class CycleInputs:
+    """Everything one cycle decides from. Keys of ``loads``/``pods`` are (namespace, modelID)."""
+
+    now: datetime
+    variants: list[dict[str, Any]]
+    current_replicas: Mapping[tuple[str, str, str], int]
+    accelerator_costs: Mapping[str, AcceleratorCost]
+    service_classes: Mapping[tuple[str, str], ServiceClass | ConfigError]
+    saturation: SaturationConfigSet
+    inventory: Mapping[str, int] | None = None
+    ready_replicas: Mapping[tuple[str, str, str], int] = field(default_factory=dict)
+    loads: Mapping[tuple[str, str], ModelLoad] = field(default_factory=dict)
+    pods: Mapping[tuple[str, str], list[PodSample]] = field(default_factory=dict)
+    metrics_error: str | None = None  # set when the metrics backend itself failed
+    missing_metrics: Mapping[tuple[str, str], str] = field(default_factory=dict)
+    time_limit_s: float = 10.0
+
+
+@dataclass(frozen=True)
+class ConditionUpdate:
+    """A condition to set on a resource."""
+
+    type: str
+    status: str
+    reason: str
+    message: str
+
+
+@dataclass
+class VariantDecision:
+    """The outcome for one VariantAutoscaling."""
+
+    namespace: str
+    name: str
+    model_id: str | None
+    variant_id: str | None
+    accelerator: str | None
+    max_batch: int | None
+    variant_cost: float | None
+    current: int | None
+    desired: int | None
+    reason: str
+    message: str
+    ready: bool
+    metrics: ConditionUpdate
+    actuate: bool = True
+    target: tuple[str, str, str] | None = None  # (apiVersion, kind, name)
+    cost: float = 0.0
+
+    @property
+    def optimization(self) -> ConditionUpdate:
+        """The OptimizationReady condition this decision implies."""
+        return ConditionUpdate("OptimizationReady", "True" if self.ready else "False", self.reason, self.message)
+
+    @property
+    def changes_replicas(self) -> bool:
+        """Whether the target must be scaled."""
+        return self.desired is not None and self.current is not None and self.desired != self.current
+
+
+# --------------------------------------------------------------------------------------------
+# Parsing a VariantAutoscaling into what the optimizer needs
+# --------------------------------------------------------------------------------------------
+
+
+def _number(params: Mapping[str, Any], key: str, path: str) -> float:
+    if key not in params:
+        raise SpecError(f"{path}.{key}", "missing")
+    try:
+        value = float(params[key])
+    except (TypeError, ValueError):
+        raise SpecError(f"{path}.{key}", f"must be a number, got {params[key]!r}") from None
+    if not math.isfinite(value) or value < 0:
+        raise SpecError(f"{path}.{key}", f"must be a finite non-negative number, got {params[key]!r}")
+    return value
+
+
+def parse_profile(spec: Mapping[str, Any]) -> tuple[PerfProfile | None, int | None]:
+    """The variant's performance profile, or ``(None, None)`` when it has none (saturation-only)."""
+    profile = spec.get("variantProfile")
+    if not profile:
+        return None, None
+    base = "spec.variantProfile"
+    max_batch = profile.get("maxBatchSize")
+    if not isinstance(max_batch, int) or isinstance(max_batch, bool) or max_batch < 1:
+        raise SpecError(f"{base}.maxBatchSize", f"must be an integer >= 1, got {max_batch!r}")
+    parms = profile.get("perfParms") or {}
+    decode = parms.get("decodeParms") or {}
+    prefill = parms.get("prefillParms") or {}
+    alpha = _number(decode, "alpha", f"{base}.perfParms.decodeParms")
+    beta = _number(decode, "beta", f"{base}.perfParms.decodeParms")
+    gamma = _number(prefill, "gamma", f"{base}.perfParms.prefillParms")
+    delta = _number(prefill, "delta", f"{base}.perfParms.prefillParms")
+    if alpha + beta == 0:
+        raise SpecError(f"{base}.perfParms.decodeParms", "alpha and beta cannot both be 0")
+    return PerfProfile(alpha=alpha, beta=beta, gamma=gamma, delta=delta, max_batch=max_batch), max_batch
+
+
+def _annotation_int(annotations: Mapping[str, str], key: str, minimum: int) -> int | None:
+    if key not in annotations:
+        return None
+    try:
+        value = int(str(annotations[key]).strip())
+    except ValueError:
+        raise SpecError(f"metadata.annotations[{key}]", f"must be an integer, got {annotations[key]!r}") from None
+    if value < minimum:
+        raise SpecError(f"metadata.annotations[{key}]", f"must be >= {minimum}, got {value}")
+    return value
+
+
+def parse_variant(obj: Mapping[str, Any]) -> VariantSpec:
+    """Reduce a VariantAutoscaling manifest (either seed generation) to a :class:`VariantSpec`.
+
+    Raises :class:`SpecError` naming the field when the resource cannot be optimized at all.
+    """
+    meta = obj.get("metadata") or {}
+    spec = obj.get("spec") or {}
+    annotations = meta.get("annotations") or {}
+    model_id = spec.get("modelID")
+    if not isinstance(model_id, str) or not model_id:
+        raise SpecError("spec.modelID", "required")
+    target = spec.get("scaleTargetRef") or {}
+    if not target.get("name"):
+        raise SpecError("spec.scaleTargetRef.name", "required: Modelplane scales the target through its scale subresource")
+    profile, max_batch = parse_profile(spec)
+    labels = meta.get("labels") or {}
+    accelerator = spec.get("accelerator") or labels.get(ACCELERATOR_LABEL) or None
+    count = spec.get("acceleratorCount", 1)
+    if not isinstance(count, int) or isinstance(count, bool) or count < 1:
+        raise SpecError("spec.acceleratorCount", f"must be an integer >= 1, got {count!r}")
+    try:
+        variant_cost = float(spec.get("variantCost", "10.0"))
+    except (TypeError, ValueError):
+        raise SpecError("spec.variantCost", f"must be a decimal string, got {spec.get('variantCost')!r}") from None
+    slo = spec.get("sloClassRef") or None
+    slo_ref = (slo["name"], slo["key"]) if slo and slo.get("name") and slo.get("key") else None
+    scale_to_zero = str(annotations.get(ANNOTATION_SCALE_TO_ZERO, "false")).lower() == "true"
+    minimum = _annotation_int(annotations, ANNOTATION_MIN_REPLICAS, 0)
+    if minimum is None:
+        minimum = 0 if scale_to_zero else 1
+    maximum = _annotation_int(annotations, ANNOTATION_MAX_REPLICAS, 1)
+    if maximum is not None and maximum < minimum:
+        raise SpecError(f"metadata.annotations[{ANNOTATION_MAX_REPLICAS}]", f"{maximum} is below min replicas {minimum}")
+    variant_id = spec.get("variantID") or f"{model_id}-{accelerator or 'unknown'}-{count}"
+    return VariantSpec(
+        namespace=meta.get("namespace") or "default",
+        name=meta["name"],
+        model_id=model_id,
+        variant_id=variant_id,
+        accelerator=accelerator,
+        accelerator_count=count,
+        max_batch=max_batch,
+        profile=profile,
+        slo_ref=slo_ref,
+        variant_cost=variant_cost,
+        target_api_version=target.get("apiVersion") or "apps/v1",
+        target_kind=target.get("kind") or "Deployment",
+        target_name=target["name"],
+        min_replicas=minimum,
+        max_replicas=maximum,
+        actuate=str(annotations.get(ANNOTATION_ACTUATION, "scale")).lower() != "recommend",
+    )
+
+
+def clamp(value: int, spec: VariantSpec) -> int:
+    """Clamp a replica count to the variant's [min, max]."""
+    value = max(value, spec.min_replicas)
+    return min(value, spec.max_replicas) if spec.max_replicas is not None else value
+
+
+# --------------------------------------------------------------------------------------------
+# Model-based targets: SLO lookup, sizing and the MILP
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass
+class _ModelBased:
+    """Per-variant model-based result: a target, or why there is none."""
+
+    targets: dict[tuple[str, str], int] = field(default_factory=dict)
+    errors: dict[tuple[str, str], tuple[str, str]] = field(default_factory=dict)  # key -> (reason, message)
+    unserved: dict[tuple[str, str], float] = field(default_factory=dict)
+    status: str = "optimal"
+    gap: float | None = None
+
+
+def _slo_for(spec: VariantSpec, inputs: CycleInputs) -> tuple[SLO, int]:
+    """The variant's SLO and priority from its ``sloClassRef``; raises SpecError when unusable."""
+    assert spec.slo_ref is not None
+    entry = inputs.service_classes.get(spec.slo_ref)
+    name, key = spec.slo_ref
+    if entry is None:
+        raise SpecError("spec.sloClassRef", f"ConfigMap {name!r} has no key {key!r} (or the ConfigMap is missing)")
+    if isinstance(entry, ConfigError):
+        raise SpecError("spec.sloClassRef", str(entry))
+    model_slo = entry.slo_for(spec.model_id)
+    if model_slo is None:
+        raise SpecError("spec.sloClassRef", f"service class {entry.name!r} ({name}/{key}) has no SLO for model {spec.model_id!r}")
+    return SLO(ttft_ms=model_slo.ttft_ms, itl_ms=model_slo.itl_ms, tps=model_slo.tps), entry.priority
+
+
+def _model_based_candidates(
+    specs: list[VariantSpec], inputs: CycleInputs, result: _ModelBased
+) -> tuple[list[ModelDemand], list[VariantOption]]:
+    """Build the allocation problem from every variant that has a profile, an SLO and a cost."""
+    demands: dict[tuple[str, str], ModelDemand] = {}
+    options: list[VariantOption] = []
+    for spec in specs:
+        if spec.profile is None or spec.slo_ref is None:
+            continue  # saturation-only variant
+        load = inputs.loads.get(spec.model_key)
+        if load is None:
+            continue  # no load metrics: hold (decided later)
+        try:
+            if not spec.accelerator:
+                raise SpecError("spec.accelerator", "required for model-based optimization")
+            if spec.accelerator not in inputs.accelerator_costs:
+                raise SpecError("spec.accelerator", f"unknown accelerator {spec.accelerator!r}: not in the accelerator-unit-costs ConfigMap")
+            slo, priority = _slo_for(spec, inputs)
+        except SpecError as exc:
+            result.errors[spec.key] = (REASON_INVALID, str(exc))
+            continue
+        workload = Workload(in_tokens=load.avg_in_tokens, out_tokens=max(load.avg_out_tokens, 1.0))
+        try:
+            rate = max_rate(spec.profile, workload, slo)
+        except Infeasible as exc:
+            result.errors[spec.key] = (REASON_INFEASIBLE, f"variant {spec.variant_id}: {exc}")
+            continue
+        demand = demands.get(spec.model_key)
+        if demand is None or priority < demand.priority:
+            demands[spec.model_key] = ModelDemand(
+                name=_model_name(spec.model_key), load_rps=load.arrival_rate_rps, workload=workload, slo=slo, priority=priority
+            )
+        current = inputs.current_replicas.get(spec.target_key, 0)
+        options.append(
+            VariantOption(
+                name=_variant_name(spec.key),
+                model=_model_name(spec.model_key),
+                accelerator=spec.accelerator,
+                accelerators_per_replica=spec.accelerator_count,
+                profile=spec.profile,
+                min_replicas=spec.min_replicas,
+                max_replicas=spec.max_replicas,
+                current_replicas=current,
+                max_rate=rate,
+            )
+        )
+    return list(demands.values()), options
+
+
+def _model_name(model_key: tuple[str, str]) -> str:
+    return f"{model_key[0]}/{model_key[1]}"
+
+
+def _variant_name(key: tuple[str, str]) -> str:
+    return f"{key[0]}/{key[1]}"
+
+
+def model_based_targets(specs: list[VariantSpec], inputs: CycleInputs) -> _ModelBased:
+    """Solve one allocation over every model-based variant of the cycle (shared inventory)."""
+    result = _ModelBased()
+    demands, options = _model_based_candidates(specs, inputs, result)
+    if not options:
+        return result
+    problem = AllocationProblem(
+        models=demands,
+        variants=options,
+        unit_costs={name: cost.cost for name, cost in inputs.accelerator_costs.items()},
+        inventory=dict(inputs.inventory) if inputs.inventory else None,
+        time_limit_s=inputs.time_limit_s,
+    )
+    allocation = solve(problem)
+    result.status, result.gap = allocation.status, allocation.gap
+    by_name = {_variant_name(spec.key): spec for spec in specs}
+    for name, replicas in allocation.replicas.items():
+        result.targets[by_name[name].key] = replicas
+    for name, reason in allocation.infeasible_variants.items():
+        if name in by_name:
+            result.errors[by_name[name].key] = (REASON_INFEASIBLE, f"variant {by_name[name].variant_id}: {reason}")
+    for demand in demands:
+        unserved = allocation.unserved_rps.get(demand.name, 0.0)
+        if unserved > 1e-9:
+            namespace, model = demand.name.split("/", 1)
+            result.unserved[(namespace, model)] = unserved
+    return result
+
+
+# --------------------------------------------------------------------------------------------
+# Saturation targets and arbitration
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Saturation:
+    """Saturation verdict of one model and its per-variant capacity targets."""
+
+    analysis: ModelAnalysis
+    targets: dict[tuple[str, str], int]
+
+
+def _owner_of(pod: str, specs: list[VariantSpec]) -> str:
+    """The variant whose scale target the pod belongs to (by the Deployment's pod-name prefix)."""
+    owners = [spec for spec in specs if pod.startswith(spec.target_name + "-")]
+    return max(owners, key=lambda spec: len(spec.target_name)).name if owners else ""
+
+
+def _saturation_for_model(
+    model_key: tuple[str, str], specs: list[VariantSpec], inputs: CycleInputs
+) -> _Saturation | None:
+    """Saturation analysis and capacity targets of one model, or None without pod metrics."""
+    samples = inputs.pods.get(model_key)
+    if not samples:
+        return None
+    namespace, model = model_key
+    config = inputs.saturation.config_for(model, namespace)
+    replicas = [ReplicaMetrics(s.pod, _owner_of(s.pod, specs), s.kv_cache_usage, s.queue_length) for s in samples]
+    analysis = analyze_model(replicas, config, model=model, namespace=namespace)
+    states = []
+    for spec in specs:
+        current = inputs.current_replicas.get(spec.target_key, 0)
+        ready = inputs.ready_replicas.get(spec.target_key, current)
+        states.append(
+            VariantState(
+                name=spec.name, cost=spec.variant_cost, current_replicas=current,
+                min_replicas=spec.min_replicas, max_replicas=spec.max_replicas,
+                pending_replicas=max(current - ready, 0),
+            )
+        )
+    targets = saturation_targets(analysis, states)
+    return _Saturation(analysis, {spec.key: targets[spec.name] for spec in specs})
+
+
+# --------------------------------------------------------------------------------------------
+# The cycle
+# --------------------------------------------------------------------------------------------
+
+
+def _metrics_condition(spec: VariantSpec, inputs: CycleInputs) -> ConditionUpdate:
+    if inputs.metrics_error:
+        return ConditionUpdate(METRICS_AVAILABLE, "False", METRICS_UNAVAILABLE, f"Metrics backend unavailable: {inputs.metrics_error}")
+    has_load = spec.model_key in inputs.loads
+    has_pods = bool(inputs.pods.get(spec.model_key))
+    if has_load and has_pods:
+        return ConditionUpdate(METRICS_AVAILABLE, "True", METRICS_AVAILABLE, "Saturation metrics data is available for scaling decisions")
+    missing = inputs.missing_metrics.get(spec.model_key)
+    what = []
+    if not has_load:
+        what.append("arrival rate and token averages (vllm:request_success_total, vllm:request_*_tokens)")
+    if not has_pods:
+        what.append("per-pod saturation gauges (vllm:kv_cache_usage_perc, vllm:num_requests_waiting)")
+    message = f"No {' or '.join(what)} for model {spec.model_id} in namespace {spec.namespace}"
+    if missing:
+        message += f" ({missing})"
+    if has_load or has_pods:
+        # Partial data still drives decisions; report what is missing, but the data that exists is usable.
+        return ConditionUpdate(METRICS_AVAILABLE, "True", METRICS_AVAILABLE, f"Partial metrics: {message}")
+    return ConditionUpdate(METRICS_AVAILABLE, "False", METRICS_UNAVAILABLE, message)
+
+
+def _invalid_decision(obj: Mapping[str, Any], message: str, inputs: CycleInputs) -> VariantDecision:
+    meta = obj.get("metadata") or {}
+    spec = obj.get("spec") or {}
+    return VariantDecision(
+        namespace=meta.get("namespace") or "default",
+        name=meta.get("name", ""),
+        model_id=spec.get("modelID"),
+        variant_id=spec.get("variantID"),
+        accelerator=spec.get("accelerator"),
+        max_batch=None,
+        variant_cost=None,
+        current=None,
+        desired=None,
+        reason=REASON_INVALID,
+        message=message,
+        ready=False,
+        metrics=ConditionUpdate(METRICS_AVAILABLE, "Unknown", REASON_INVALID, "Not evaluated: the resource is invalid"),
+        actuate=False,
+    )
+
+
+def _decide(
+    spec: VariantSpec,
+    current: int,
+    model_based: _ModelBased,
+    saturation: _Saturation | None,
+    metrics: ConditionUpdate,
+) -> tuple[int, str, str, bool]:
+    """(desired, reason, message, ready) for one variant with a readable target."""
+    if spec.key in model_based.errors:
+        reason, message = model_based.errors[spec.key]
+        return current, reason, f"{message}; holding {current} replicas", False
+    mb_target = model_based.targets.get(spec.key)
+    if mb_target is None and saturation is None:
+        message = metrics.message if metrics.status != "True" else "No load metrics for this model"
+        return current, REASON_NO_METRICS, f"{message}; holding {current} replicas (no scale-down without metrics)", False
+    if saturation is None:
+        # Load metrics but no per-pod gauges: scale-down safety cannot be verified, so only scale up.
+        decision = arbitrate(current, current, mb_target, scale_down_safe=False)
+        if decision.reason == REASON_SAFETY_OVERRIDE:
+            decision_message = f"{decision.message}: no per-pod saturation metrics to verify the scale-down is safe"
+        else:
+            decision_message = decision.message
+    else:
+        decision = arbitrate(current, saturation.targets[spec.key], mb_target, scale_down_safe=saturation.analysis)
+        decision_message = decision.message
+    desired = clamp(decision.target, spec)
+    message = decision_message
+    if desired != decision.target:
+        upper = spec.max_replicas if spec.max_replicas is not None else "inf"
+        message += f"; clamped to {desired} by min/max replicas [{spec.min_replicas}, {upper}]"
+    if spec.model_key in model_based.unserved and mb_target is not None:
+        message += f"; {model_based.unserved[spec.model_key]:.2f} req/s of {spec.model_id} unserved: accelerator inventory exhausted"
+    if mb_target is not None and model_based.status != "optimal":
+        gap = f" (gap {model_based.gap:.2%})" if model_based.gap is not None else ""
+        message += f"; solver status {model_based.status}{gap}"
+    return desired, decision.reason, message, True
+
+
+def plan_variants(inputs: CycleInputs) -> list[VariantDecision]:
+    """Decide the desired replicas of every VariantAutoscaling of the cycle, in input order."""
+    specs: list[VariantSpec] = []
+    decisions: dict[tuple[str, str], VariantDecision] = {}
+    order: list[tuple[str, str]] = []
+    for obj in inputs.variants:
+        meta = obj.get("metadata") or {}
+        key = (meta.get("namespace") or "default", meta.get("name", ""))
+        order.append(key)
+        try:
+            specs.append(parse_variant(obj))
+        except SpecError as exc:
+            decisions[key] = _invalid_decision(obj, str(exc), inputs)
+
+    readable: list[VariantSpec] = []
+    for spec in specs:
+        if spec.target_key not in inputs.current_replicas:
+            decisions[spec.key] = VariantDecision(
+                namespace=spec.namespace, name=spec.name, model_id=spec.model_id, variant_id=spec.variant_id,
+                accelerator=spec.accelerator, max_batch=spec.max_batch, variant_cost=spec.variant_cost,
+                current=None, desired=None, reason=REASON_TARGET_MISSING,
+                message=f"scale target {spec.target_kind}/{spec.target_name} not found in namespace {spec.namespace}",
+                ready=False, metrics=_metrics_condition(spec, inputs), actuate=False,
+            )
+        else:
+            readable.append(spec)
+
+    stale_models = {spec.model_key for spec in readable if inputs.metrics_error}
+    model_based = model_based_targets([s for s in readable if s.model_key not in stale_models], inputs)
+
+    by_model: dict[tuple[str, str], list[VariantSpec]] = defaultdict(list)
+    for spec in readable:
+        by_model[spec.model_key].append(spec)
+    for model_key, model_specs in by_model.items():
+        saturation = None if inputs.metrics_error else _saturation_for_model(model_key, model_specs, inputs)
+        for spec in model_specs:
+            current = inputs.current_replicas[spec.target_key]
+            metrics = _metrics_condition(spec, inputs)
+            desired, reason, message, ready = _decide(spec, current, model_based, saturation, metrics)
+            unit = inputs.accelerator_costs.get(spec.accelerator or "")
+            cost = (unit.cost if unit else spec.variant_cost) * spec.accelerator_count * desired
+            decisions[spec.key] = VariantDecision(
+                namespace=spec.namespace, name=spec.name, model_id=spec.model_id, variant_id=spec.variant_id,
+                accelerator=spec.accelerator, max_batch=spec.max_batch, variant_cost=spec.variant_cost,
+                current=current, desired=desired, reason=reason, message=message, ready=ready, metrics=metrics,
+                actuate=spec.actuate, target=(spec.target_api_version, spec.target_kind, spec.target_name), cost=cost,
+            )
+    return [decisions[key] for key in order]
+
+
+def format_cost(value: float) -> str:
+    """A cost as the seed's ``^\\d+(\\.\\d+)?$`` decimal string."""
+    return f"{max(value, 0.0):.2f}"
+
+
+def summarize(decisions: Iterable[VariantDecision]) -> str:
+    """One line for the logs: how many variants, how many change, how many failed, total cost."""
+    decisions = list(decisions)
+    changed = sum(1 for d in decisions if d.changes_replicas)
+    failed = sum(1 for d in decisions if not d.ready)
+    cost = sum(d.cost for d in decisions)
+    return f"{len(decisions)} variants: {changed} to scale, {failed} not ready, total cost {cost:.2f}"
+
+
+# --------------------------------------------------------------------------------------------
+# Status write-back
+# --------------------------------------------------------------------------------------------
+
+
+def _rfc3339(now: datetime) -> str:
+    return now.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _parse_time(value: Any) -> datetime | None:
+    if not isinstance(value, str):
+        return None
+    try:
+        return datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+
+
+def variant_status(
+    decision: VariantDecision, old: Mapping[str, Any], now: datetime, applied: bool, generation: int | None
+) -> dict[str, Any]:
+    """The full new status of a VariantAutoscaling after a cycle (fields of both seed generations)."""
+    status: dict[str, Any] = {k: v for k, v in old.items()}
+    if decision.current is not None and decision.accelerator:
+        current: dict[str, Any] = {"accelerator": decision.accelerator, "numReplicas": decision.current}
+        if decision.variant_id:
+            current = {"variantID": decision.variant_id, **current}
+        if decision.max_batch is not None:
+            current["maxBatch"] = decision.max_batch
+        if decision.variant_cost is not None:
+            current["variantCost"] = format_cost(decision.variant_cost)
+        status["currentAlloc"] = current
+    if decision.desired is not None:
+        desired: dict[str, Any] = {"lastRunTime": _rfc3339(now), "numReplicas": decision.desired}
+        if decision.variant_id:
+            desired["variantID"] = decision.variant_id
+        if decision.accelerator and len(decision.accelerator) >= 2:
+            desired["accelerator"] = decision.accelerator
+        status["desiredOptimizedAlloc"] = desired
+    status["actuation"] = {"applied": applied}
+    conditions = list(old.get("conditions") or [])
+    for update in (decision.metrics, decision.optimization):
+        conditions = set_condition_dict(
+            conditions, update.type, update.status, update.reason, update.message, now, observed_generation=generation
+        )
+    status["conditions"] = conditions
+    return status
+
+
+def _without_run_time(status: Mapping[str, Any]) -> dict[str, Any]:
+    trimmed = dict(status)
+    if isinstance(trimmed.get("desiredOptimizedAlloc"), dict):
+        trimmed["desiredOptimizedAlloc"] = {k: v for k, v in trimmed["desiredOptimizedAlloc"].items() if k != "lastRunTime"}
+    return trimmed
+
+
+def status_patch(
+    old: Mapping[str, Any], new: Mapping[str, Any], now: datetime, heartbeat_s: float = 300.0
+) -> dict[str, Any] | None:
+    """The merge-patch turning ``old`` status into ``new``, or ``None`` when nothing worth writing changed.
+
+    ``lastRunTime`` moves every cycle; writing every object every minute only for that would turn a
+    1,000-variant cluster into 1,000 PATCHes per cycle. So a status whose only change is
+    ``lastRunTime`` is written at most every ``heartbeat_s`` seconds, which keeps the timestamp an
+    honest liveness signal without the write storm.
+    """
+    if _without_run_time(old) == _without_run_time(new):
+        previous = _parse_time((old.get("desiredOptimizedAlloc") or {}).get("lastRunTime"))
+        if previous is not None and (now - previous).total_seconds() < heartbeat_s:
+            return None
+    return {key: value for key, value in new.items() if old.get(key) != value}

@@ -1,0 +1,130 @@
+"""The ``modelplane`` command line: run flows locally, print CRDs, validate manifests, serve deployments."""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import sys
+from typing import Optional
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, help="Modelplane: a control plane for serving LLMs on Kubernetes.")
+console = Console()
+err = Console(stderr=True)
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
+PREFECT_YAML = REPO / "deployments" / "prefect.yaml"
+
+
+@app.command()
+def crds(write: Optional[pathlib.Path] = typer.Option(None, help="Write one file per kind into this directory.")) -> None:
+    """Print the CustomResourceDefinitions generated from the API models."""
+    from engine.api.crds import render_crds
+
+    rendered = render_crds()
+    if write is not None:
+        write.mkdir(parents=True, exist_ok=True)
+        for name, text in rendered.items():
+            (write / name).write_text(text)
+        err.print(f"wrote {len(rendered)} CRDs to {write}")
+        return
+    sys.stdout.write("---\n".join(rendered[name] for name in sorted(rendered)))
+
+
+@app.command()
+def validate(cluster: pathlib.Path = typer.Option(..., "--cluster", help="Manifests directory or multi-document file.")) -> None:
+    """Load and validate a manifests directory; print every resource and every invalid one with its reason."""
+    from tasks.manifests import read_manifest_documents
+    from engine.api.validate import load_documents
+
+    documents, read_errors = read_manifest_documents(cluster)
+    report = load_documents(documents)
+    table = Table(title=f"Resources in {cluster}")
+    for column in ("source", "kind", "namespace", "name", "result"):
+        table.add_column(column)
+    for source, obj in report.valid:
+        meta = _meta_of(obj)
+        table.add_row(source, _kind_of(obj), meta.get("namespace") or "", meta.get("name") or "", "[green]valid[/green]")
+    for source, error in report.invalid:
+        table.add_row(source, error.kind or "", error.namespace or "", error.name or "", f"[red]{error.field_path}: {error.message}[/red]")
+    for source, message in read_errors:
+        table.add_row(source, "", "", "", f"[red]{message}[/red]")
+    console.print(table)
+    bad = len(report.invalid) + len(read_errors)
+    console.print(f"{len(report.valid)} valid, {bad} invalid")
+    raise typer.Exit(1 if bad else 0)
+
+
+def _meta_of(obj: object) -> dict:
+    if isinstance(obj, dict):
+        return obj.get("metadata") or {}
+    metadata = getattr(obj, "metadata", None)
+    if metadata is None:
+        return {}
+    return metadata.model_dump(by_alias=True, exclude_none=True) if hasattr(metadata, "model_dump") else dict(metadata)
+
+
+def _kind_of(obj: object) -> str:
+    return obj.get("kind", "") if isinstance(obj, dict) else type(obj).__name__
+
+
+@app.command()
+def optimize(
+    cluster: Optional[str] = typer.Option(None, "--cluster", help="Manifests directory/file, 'kubeconfig:PATH[#ctx]', or empty for the current kubeconfig."),
+    metrics: Optional[pathlib.Path] = typer.Option(None, "--metrics", help="Metrics YAML file (instead of Prometheus)."),
+    prometheus: Optional[str] = typer.Option(None, "--prometheus", help="Prometheus base URL (default $PROMETHEUS_URL)."),
+    namespace: list[str] = typer.Option([], "--namespace", "-n", help="Limit to these namespaces (repeatable)."),
+    config_namespace: str = typer.Option("modelplane-system", help="Namespace of the WVA ConfigMaps."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Decide and print, write nothing."),
+    as_json: bool = typer.Option(False, "--json", help="Print a JSON list instead of a table."),
+) -> None:
+    """Run one optimization cycle and print the allocation table (writes status back unless --dry-run)."""
+    from flows.optimize import optimize as optimize_flow
+
+    report = optimize_flow(
+        namespaces=namespace or None,
+        config_namespace=config_namespace,
+        prometheus_url=prometheus,
+        metrics_file=str(metrics) if metrics else None,
+        cluster=cluster,
+        dry_run=dry_run,
+    )
+    if as_json:
+        sys.stdout.write(json.dumps(report.as_json(), indent=2) + "\n")
+        return
+    table = Table(title="Modelplane allocation")
+    for column in ("namespace", "name", "model", "accelerator", "current", "desired", "cost", "reason"):
+        table.add_column(column, justify="right" if column in ("current", "desired", "cost") else "left")
+    for row in report.rows:
+        changed = row.desired is not None and row.current is not None and row.desired != row.current
+        desired = f"[bold]{row.desired}[/bold]" if changed else str(row.desired if row.desired is not None else "-")
+        table.add_row(row.namespace, row.name, row.model, row.accelerator, str(row.current if row.current is not None else "-"), desired, row.cost, row.reason)
+    console.print(table)
+    console.print(report.summary)
+    if report.metrics_error:
+        err.print(f"[yellow]metrics unavailable: {report.metrics_error}[/yellow]")
+
+
+@app.command()
+def serve() -> None:
+    """Serve every deployment of deployments/prefect.yaml with its schedules (Prefect server if PREFECT_API_URL is set)."""
+    from prefect import serve as prefect_serve
+
+    from flows.deployments import runner_deployments
+
+    if not os.environ.get("PREFECT_API_URL"):
+        err.print("PREFECT_API_URL is not set: serving against an ephemeral Prefect API")
+    prefect_serve(*runner_deployments(PREFECT_YAML))
+
+
+def main() -> None:
+    """Console-script entry point."""
+    app()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,346 @@
+"""The ``optimize`` flow: one allocation cycle for every VariantAutoscaling and AutoscalingPolicyBinding.
+
+Lifecycle, top to bottom:
+
+1. read the cluster: one LIST per kind, the WVA ConfigMaps of the Modelplane namespace;
+2. read the current replicas of every scale target;
+3. collect metrics (Prometheus, or a metrics file for local/CI runs);
+4. decide (pure, in ``engine``): model-based MILP allocation, saturation analysis, hybrid arbitration,
+   safety rules; Kthena recommendations with behaviour correction for bindings;
+5. actuate: scale each target through its scale subresource unless the resource asks only for
+   recommendations, then write status (conditions, desired allocation, actuation) and an Event when
+   the desired replicas change;
+6. publish a table artifact and a one-line summary.
+
+Every run is a fresh process: state that must survive (scaling windows, panic mode) lives in the
+resources' status.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timezone
+from typing import Any
+
+from prefect import flow, get_run_logger, task
+from prefect.artifacts import create_table_artifact
+from prefect.cache_policies import NO_CACHE
+from prefect.context import FlowRunContext
+from pydantic import BaseModel, Field
+
+from engine.bindings import BindingDecision, plan_binding
+from engine.optimize import (
+    CycleInputs,
+    ModelLoad,
+    PodSample,
+    VariantDecision,
+    plan_variants,
+    status_patch,
+    summarize,
+    variant_status,
+)
+from engine.saturation import SaturationConfigSet
+from tasks.cluster import Cluster, ObjectRef, connect
+from tasks.cluster.errors import ClusterError
+from tasks.metrics import FileMetrics, MetricsSource, MetricsUnavailable, ModelKey, PrometheusMetrics
+from tasks.optimizer import (
+    ClusterState,
+    TargetReplicas,
+    WriteOutcome,
+    apply_binding,
+    parallel_map,
+    post_event,
+    read_cluster_state,
+    read_current_replicas,
+    read_binding_inputs,
+    scale,
+    scale_targets_of,
+    write_status,
+)
+
+DEFAULT_INTERVAL_S = 60
+DEFAULT_CONFIG_NAMESPACE = "modelplane-system"
+
+
+class OptimizeParameters(BaseModel):
+    """Parameters of one optimize run (rendered as a form in the Prefect UI)."""
+
+    namespaces: list[str] = Field(default_factory=list, description="Namespaces to optimize; empty = all namespaces.")
+    config_namespace: str = Field(DEFAULT_CONFIG_NAMESPACE, description="Namespace of the WVA ConfigMaps.")
+    prometheus_url: str | None = Field(
+        None, description="Prometheus base URL; defaults to $PROMETHEUS_URL. Ignored when metrics_file is set."
+    )
+    metrics_file: str | None = Field(None, description="Read metrics from this YAML file instead of Prometheus.")
+    cluster: str | None = Field(
+        None, description="Cluster to act on: empty = kubeconfig/in-cluster, 'kubeconfig:PATH[#ctx]', or a manifests path."
+    )
+    dry_run: bool = Field(False, description="Decide and report, but write nothing (no scale, no status).")
+    solver_time_limit_s: float = Field(10.0, gt=0, description="Time limit of the allocation MILP.")
+    status_heartbeat_s: float = Field(300.0, ge=0, description="Rewrite an unchanged status at most this often.")
+
+
+@dataclass
+class CycleRow:
+    """One line of the allocation table."""
+
+    namespace: str
+    name: str
+    kind: str
+    model: str
+    accelerator: str
+    current: int | None
+    desired: int | None
+    cost: str
+    reason: str
+    applied: bool = False
+    message: str = ""
+
+
+@dataclass
+class CycleReport:
+    """What one optimize cycle decided and did."""
+
+    rows: list[CycleRow] = field(default_factory=list)
+    summary: str = ""
+    metrics_error: str | None = None
+    writes: list[WriteOutcome] = field(default_factory=list)
+
+    def as_json(self) -> list[dict[str, Any]]:
+        """The report as the CLI's JSON list."""
+        return [
+            {
+                "namespace": r.namespace,
+                "name": r.name,
+                "kind": r.kind,
+                "model": r.model,
+                "accelerator": r.accelerator,
+                "current": r.current,
+                "desired": r.desired,
+                "cost": r.cost,
+                "reason": r.reason,
+                "applied": r.applied,
+                "message": r.message,
+            }
+            for r in self.rows
+        ]
+
+
+def metrics_source(params: OptimizeParameters) -> MetricsSource | None:
+    """The metrics backend the parameters name, or None when none is configured."""
+    if params.metrics_file:
+        return FileMetrics(params.metrics_file)
+    url = params.prometheus_url or os.environ.get("PROMETHEUS_URL")
+    return PrometheusMetrics(url, bearer_token=os.environ.get("PROMETHEUS_TOKEN")) if url else None
+
+
+@task(name="collect-metrics", cache_policy=NO_CACHE)
+def collect_metrics(source: MetricsSource | None, state: ClusterState) -> tuple[Any, str | None]:
+    """Collect the cycle's metrics; a failing backend is reported (never swallowed) as an error string."""
+    if source is None:
+        return None, "no metrics source configured (set prometheus_url or metrics_file)"
+    keys = sorted(
+        {
+            ModelKey(model_id=(va.get("spec") or {}).get("modelID", ""), namespace=va["metadata"].get("namespace", "default"))
+            for va in state.variants
+            if (va.get("spec") or {}).get("modelID")
+        },
+        key=lambda k: (k.namespace, k.model_id),
+    )
+    try:
+        return source.collect(keys), None
+    except MetricsUnavailable as exc:
+        return None, str(exc)
+
+
+def cycle_inputs(
+    state: ClusterState, replicas: TargetReplicas, snapshot: Any, metrics_error: str | None,
+    params: OptimizeParameters, now: datetime,
+) -> CycleInputs:
+    """Translate the gathered state and metrics snapshot into the engine's cycle inputs."""
+    loads: dict[tuple[str, str], ModelLoad] = {}
+    pods: dict[tuple[str, str], list[PodSample]] = {}
+    missing: dict[tuple[str, str], str] = {}
+    if snapshot is not None:
+        for key, load in snapshot.loads.items():
+            loads[(key.namespace, key.model_id)] = ModelLoad(load.arrival_rate_rps, load.avg_in_tokens, load.avg_out_tokens)
+        for key, samples in snapshot.pods.items():
+            pods[(key.namespace, key.model_id)] = [PodSample(p.pod, p.kv_cache_usage, p.queue_length) for p in samples]
+        for va in state.variants:
+            key = (va["metadata"].get("namespace", "default"), (va.get("spec") or {}).get("modelID", ""))
+            lines = [line for line in snapshot.missing if key[1] and key[1] in line and key[0] in line]
+            if lines:
+                missing[key] = "; ".join(lines)
+    return CycleInputs(
+        now=now,
+        variants=state.variants,
+        current_replicas=replicas.current,
+        ready_replicas=replicas.ready,
+        accelerator_costs=state.accelerator_costs,
+        service_classes=state.service_classes,
+        saturation=SaturationConfigSet.from_configmap(state.saturation_data),
+        inventory=state.inventory,
+        loads=loads,
+        pods=pods,
+        metrics_error=metrics_error,
+        missing_metrics=missing,
+        time_limit_s=params.solver_time_limit_s,
+    )
+
+
+def apply_variant(
+    cluster: Cluster, decision: VariantDecision, obj: dict[str, Any], now: datetime, params: OptimizeParameters
+) -> WriteOutcome:
+    """Scale the target (unless recommend-only), then write status and an Event when desired changed."""
+    outcome = WriteOutcome(decision.namespace, decision.name)
+    if decision.desired is not None and decision.target is not None:
+        if not decision.actuate:
+            outcome.applied = False
+        elif decision.changes_replicas:
+            api_version, kind, name = decision.target
+            try:
+                scale(cluster, ObjectRef(api_version, kind, name, decision.namespace), decision.desired)
+                outcome.scaled = outcome.applied = True
+            except ClusterError as exc:
+                outcome.error = f"scale {kind}/{name}: {exc.message}"
+                decision.ready = False
+                decision.message += f"; scaling failed: {exc.message}"
+        else:
+            outcome.applied = True
+    generation = (obj.get("metadata") or {}).get("generation")
+
+    def build(current: dict[str, Any]) -> dict[str, Any] | None:
+        old = current.get("status") or {}
+        new = variant_status(decision, old, now, outcome.applied, generation)
+        return status_patch(old, new, now, params.status_heartbeat_s)
+
+    try:
+        outcome.status_written = write_status(cluster, obj, build)
+    except ClusterError as exc:
+        outcome.error = (outcome.error + "; " if outcome.error else "") + f"status: {exc.message}"
+    previous = ((obj.get("status") or {}).get("desiredOptimizedAlloc") or {}).get("numReplicas")
+    if decision.desired is not None and previous != decision.desired:
+        outcome.event = post_event(
+            cluster, obj, "DesiredReplicasChanged",
+            f"Desired replicas {previous if previous is not None else 'unset'} -> {decision.desired} "
+            f"({decision.reason}): {decision.message}",
+        )
+    return outcome
+
+
+@task(name="apply-decisions", cache_policy=NO_CACHE)
+def apply_decisions(
+    cluster: Cluster, state: ClusterState, decisions: list[VariantDecision], now: datetime, params: OptimizeParameters
+) -> list[WriteOutcome]:
+    """Write every variant's decision back (concurrently; each object independently)."""
+    objects = {(va["metadata"].get("namespace", "default"), va["metadata"]["name"]): va for va in state.variants}
+    return parallel_map(lambda d: apply_variant(cluster, d, objects[(d.namespace, d.name)], now, params), decisions)
+
+
+@task(name="reconcile-bindings", cache_policy=NO_CACHE)
+def reconcile_bindings(
+    cluster: Cluster, state: ClusterState, source: MetricsSource | None, now: datetime, params: OptimizeParameters
+) -> list[BindingDecision]:
+    """Kthena bindings: recommendation + behaviour correction (+ distribution), scale, persist state."""
+    decisions: list[BindingDecision] = []
+    for binding in state.bindings:
+        inputs = read_binding_inputs(cluster, binding, state, source)
+        decision = plan_binding(inputs, now)
+        if not params.dry_run:
+            apply_binding(cluster, binding, decision, now)
+        decisions.append(decision)
+    return decisions
+
+
+def report_rows(decisions: list[VariantDecision], writes: list[WriteOutcome], bindings: list[BindingDecision]) -> list[CycleRow]:
+    """The allocation table: one row per variant and per binding target."""
+    applied = {(w.namespace, w.name): w.applied for w in writes}
+    rows = [
+        CycleRow(
+            namespace=d.namespace, name=d.name, kind="VariantAutoscaling", model=d.model_id or "",
+            accelerator=d.accelerator or "", current=d.current, desired=d.desired, cost=f"{d.cost:.2f}",
+            reason=d.reason, applied=applied.get((d.namespace, d.name), False), message=d.message,
+        )
+        for d in decisions
+    ]
+    for b in bindings:
+        for target in b.targets:
+            rows.append(
+                CycleRow(
+                    namespace=b.namespace, name=f"{b.name}/{target.name}", kind="AutoscalingPolicyBinding",
+                    model=b.policy or "", accelerator="", current=target.current, desired=target.desired,
+                    cost=f"{target.cost:.2f}", reason=b.reason, applied=target.applied, message=b.message,
+                )
+            )
+    return rows
+
+
+@flow(name="optimize", timeout_seconds=DEFAULT_INTERVAL_S - 10, log_prints=True)
+def optimize(
+    namespaces: list[str] | None = None,
+    config_namespace: str = DEFAULT_CONFIG_NAMESPACE,
+    prometheus_url: str | None = None,
+    metrics_file: str | None = None,
+    cluster: str | None = None,
+    dry_run: bool = False,
+    solver_time_limit_s: float = 10.0,
+    status_heartbeat_s: float = 300.0,
+) -> CycleReport:
+    """One allocation cycle over every VariantAutoscaling and AutoscalingPolicyBinding.
+
+    Args:
+        namespaces: Namespaces to optimize; empty means all namespaces.
+        config_namespace: Namespace of the WVA ConfigMaps (costs, service classes, saturation, inventory).
+        prometheus_url: Prometheus base URL; defaults to $PROMETHEUS_URL. Ignored when metrics_file is set.
+        metrics_file: Read metrics from this YAML file instead of Prometheus (local and CI previews).
+        cluster: Empty = kubeconfig or in-cluster; 'kubeconfig:PATH[#context]'; or a manifests directory/file.
+        dry_run: Decide and report, but write nothing (no scale, no status, no events).
+        solver_time_limit_s: Time limit of the allocation MILP, in seconds.
+        status_heartbeat_s: Rewrite a status whose only change is lastRunTime at most this often.
+    """
+    params = OptimizeParameters(
+        namespaces=namespaces or [], config_namespace=config_namespace, prometheus_url=prometheus_url,
+        metrics_file=metrics_file, cluster=cluster, dry_run=dry_run, solver_time_limit_s=solver_time_limit_s,
+        status_heartbeat_s=status_heartbeat_s,
+    )
+    logger = get_run_logger()
+    now = datetime.now(timezone.utc).replace(microsecond=0)
+    cluster = connect(params.cluster)
+
+    state = read_cluster_state(cluster, params.namespaces or None, params.config_namespace)
+    for error in state.config_errors:
+        logger.warning("configuration: %s", error)
+    replicas = read_current_replicas(cluster, scale_targets_of(state))
+
+    source = metrics_source(params)
+    snapshot, metrics_error = collect_metrics(source, state)
+    if metrics_error:
+        logger.warning("metrics unavailable, holding every variant: %s", metrics_error)
+
+    decisions = plan_variants(cycle_inputs(state, replicas, snapshot, metrics_error, params, now))
+
+    writes: list[WriteOutcome] = [] if params.dry_run else apply_decisions(cluster, state, decisions, now, params)
+    bindings = reconcile_bindings(cluster, state, None if metrics_error else source, now, params)
+
+    report = CycleReport(rows=report_rows(decisions, writes, bindings), summary=summarize(decisions), metrics_error=metrics_error, writes=writes)
+    publish(report)
+    logger.info("optimize: %s", report.summary)
+    return report
+
+
+def publish(report: CycleReport) -> None:
+    """Publish the allocation table as a Prefect artifact (only inside a flow run)."""
+    if FlowRunContext.get() is None:
+        return
+    create_table_artifact(
+        key="optimize-allocation",
+        table=[
+            {
+                "namespace": r.namespace, "variant": r.name, "model": r.model, "accelerator": r.accelerator,
+                "current": r.current, "desired": r.desired, "cost": r.cost, "reason": r.reason,
+            }
+            for r in report.rows
+        ],
+        description=f"Allocation decided by this cycle: {report.summary}",
+    )

@@ -1,0 +1,379 @@
+"""Prefect tasks the optimize flow uses to read cluster state and write its decisions back.
+
+Reads are batched: one LIST per kind per cycle (VariantAutoscalings, AutoscalingPolicyBindings,
+AutoscalingPolicies, ConfigMaps of the Modelplane namespace, Deployments), never one GET per
+object. Writes go through the scale subresource and the ``/status`` subresource; a status write that
+hits a stale resourceVersion re-reads the object and re-applies the change.
+"""
+
+from __future__ import annotations
+
+import logging
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Callable, Iterable, Mapping, TypeVar
+
+from prefect import task
+from prefect.cache_policies import NO_CACHE
+
+from engine.bindings import BindingDecision, BindingInputs, BindingTarget, binding_status
+from engine.config import (
+    ACCELERATOR_COSTS_CONFIGMAP,
+    INVENTORY_CONFIGMAP,
+    SATURATION_CONFIGMAP,
+    AcceleratorCost,
+    ConfigError,
+    ServiceClass,
+    parse_accelerator_costs,
+    parse_inventory,
+    parse_service_class,
+)
+from tasks.cluster import Cluster, ObjectRef
+from tasks.cluster.errors import ClusterError, Conflict, NotFound
+from tasks.cluster.retry import retry_on_conflict
+
+log = logging.getLogger("modelplane.optimize")
+
+VA_API = "llmd.ai/v1alpha1"
+KTHENA_API = "registry.volcano.sh/v1alpha1"
+# Scale targets whose replicas can be read from one LIST instead of one scale GET per target.
+LISTABLE_TARGETS = {("apps/v1", "Deployment"), ("apps/v1", "StatefulSet")}
+WRITE_WORKERS = 8
+
+T = TypeVar("T")
+
+
+@dataclass
+class ClusterState:
+    """Everything the optimize cycle reads from the cluster, gathered with one LIST per kind."""
+
+    variants: list[dict[str, Any]]
+    bindings: list[dict[str, Any]]
+    policies: dict[tuple[str, str], dict[str, Any]]
+    accelerator_costs: dict[str, AcceleratorCost]
+    service_classes: dict[tuple[str, str], ServiceClass | ConfigError]
+    saturation_data: dict[str, str]
+    inventory: dict[str, int] | None
+    config_errors: list[ConfigError] = field(default_factory=list)
+
+
+def _in_scope(obj: Mapping[str, Any], namespaces: set[str] | None) -> bool:
+    return namespaces is None or (obj.get("metadata") or {}).get("namespace") in namespaces
+
+
+def _by_name(items: Iterable[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    return {item["metadata"]["name"]: item for item in items}
+
+
+def _list_optional(cluster: Cluster, api_version: str, kind: str, namespace: str | None = None) -> list[dict[str, Any]]:
+    """LIST a kind whose CRD may not be installed: a missing kind is an empty list."""
+    try:
+        return cluster.list(api_version, kind, namespace=namespace)
+    except NotFound:
+        log.info("%s/%s is not served by this cluster; skipping", api_version, kind)
+        return []
+
+
+def _service_classes(
+    cluster: Cluster, variants: list[dict[str, Any]], config_maps: dict[str, dict[str, Any]]
+) -> dict[tuple[str, str], ServiceClass | ConfigError]:
+    """Parse every (ConfigMap, key) a VariantAutoscaling's sloClassRef points at.
+
+    The ConfigMap is looked up in the Modelplane namespace (where WVA keeps its service classes), then
+    in the variant's own namespace (one GET per distinct name, only when it is not found there).
+    """
+    refs: set[tuple[str, str, str]] = set()
+    for va in variants:
+        ref = (va.get("spec") or {}).get("sloClassRef") or {}
+        if ref.get("name") and ref.get("key"):
+            refs.add((va["metadata"].get("namespace", "default"), ref["name"], ref["key"]))
+    local_maps: dict[tuple[str, str], dict[str, Any] | None] = {}
+    classes: dict[tuple[str, str], ServiceClass | ConfigError] = {}
+    for namespace, name, key in sorted(refs):
+        cm = config_maps.get(name)
+        if cm is None or key not in (cm.get("data") or {}):
+            if (namespace, name) not in local_maps:
+                try:
+                    local_maps[(namespace, name)] = cluster.get("v1", "ConfigMap", name, namespace)
+                except NotFound:
+                    local_maps[(namespace, name)] = None
+            cm = local_maps[(namespace, name)] or cm
+        data = (cm or {}).get("data") or {}
+        if key in data:
+            try:
+                classes[(name, key)] = parse_service_class(data[key], f"{name}/{key}")
+            except ConfigError as exc:
+                classes[(name, key)] = exc
+    return classes
+
+
+@task(name="read-cluster-state", cache_policy=NO_CACHE, retries=2, retry_delay_seconds=2)
+def read_cluster_state(cluster: Cluster, namespaces: list[str] | None, config_namespace: str) -> ClusterState:
+    """LIST every kind the cycle needs (all namespaces, filtered client-side) and parse the ConfigMaps."""
+    scope = set(namespaces) if namespaces else None
+    variants = [va for va in _list_optional(cluster, VA_API, "VariantAutoscaling") if _in_scope(va, scope)]
+    bindings = [b for b in _list_optional(cluster, KTHENA_API, "AutoscalingPolicyBinding") if _in_scope(b, scope)]
+    policies = {
+        (p["metadata"].get("namespace", "default"), p["metadata"]["name"]): p
+        for p in _list_optional(cluster, KTHENA_API, "AutoscalingPolicy")
+        if _in_scope(p, scope)
+    }
+    config_maps = _by_name(cluster.list("v1", "ConfigMap", namespace=config_namespace))
+    errors: list[ConfigError] = []
+    costs, cost_errors = parse_accelerator_costs((config_maps.get(ACCELERATOR_COSTS_CONFIGMAP) or {}).get("data") or {})
+    errors += cost_errors
+    inventory: dict[str, int] | None = None
+    if INVENTORY_CONFIGMAP in config_maps:
+        inventory, inventory_errors = parse_inventory(config_maps[INVENTORY_CONFIGMAP].get("data") or {})
+        errors += inventory_errors
+    if ACCELERATOR_COSTS_CONFIGMAP not in config_maps:
+        errors.append(ConfigError(ACCELERATOR_COSTS_CONFIGMAP, f"ConfigMap not found in namespace {config_namespace}"))
+    return ClusterState(
+        variants=variants,
+        bindings=bindings,
+        policies=policies,
+        accelerator_costs=costs,
+        service_classes=_service_classes(cluster, variants, config_maps),
+        saturation_data=(config_maps.get(SATURATION_CONFIGMAP) or {}).get("data") or {},
+        inventory=inventory,
+        config_errors=errors,
+    )
+
+
+def scale_targets_of(state: ClusterState) -> set[tuple[str, str, str, str]]:
+    """(namespace, apiVersion, kind, name) of every scale target the cycle must read."""
+    targets: set[tuple[str, str, str, str]] = set()
+    for va in state.variants:
+        ref = (va.get("spec") or {}).get("scaleTargetRef") or {}
+        if ref.get("name"):
+            namespace = va["metadata"].get("namespace", "default")
+            targets.add((namespace, ref.get("apiVersion") or "apps/v1", ref.get("kind") or "Deployment", ref["name"]))
+    return targets
+
+
+@dataclass
+class TargetReplicas:
+    """Replicas of the scale targets, keyed by (namespace, kind, name): desired (spec) and ready."""
+
+    current: dict[tuple[str, str, str], int] = field(default_factory=dict)
+    ready: dict[tuple[str, str, str], int] = field(default_factory=dict)
+
+
+@task(name="read-current-replicas", cache_policy=NO_CACHE, retries=2, retry_delay_seconds=2)
+def read_current_replicas(cluster: Cluster, targets: set[tuple[str, str, str, str]]) -> TargetReplicas:
+    """Current replicas of every target: one LIST per listable kind, the scale subresource otherwise.
+
+    Targets that do not exist are absent from the result (the planner reports them).
+    """
+    wanted = {(namespace, kind, name) for namespace, _, kind, name in targets}
+    result = TargetReplicas()
+    listable = {(api, kind) for _, api, kind, _ in targets if (api, kind) in LISTABLE_TARGETS}
+    for api_version, kind in sorted(listable):
+        for obj in cluster.list(api_version, kind):
+            meta = obj["metadata"]
+            key = (meta.get("namespace", "default"), kind, meta["name"])
+            if key in wanted:
+                result.current[key] = int((obj.get("spec") or {}).get("replicas", 1))
+                ready = (obj.get("status") or {}).get("readyReplicas")
+                if ready is not None:
+                    result.ready[key] = int(ready)
+    for namespace, api_version, kind, name in sorted(targets):
+        if (api_version, kind) in LISTABLE_TARGETS:
+            continue
+        try:
+            scale_now = cluster.get_scale(ObjectRef(api_version, kind, name, namespace))
+        except NotFound:
+            continue
+        result.current[(namespace, kind, name)] = scale_now.replicas
+        if scale_now.status_replicas is not None:
+            result.ready[(namespace, kind, name)] = scale_now.status_replicas
+    return result
+
+
+@dataclass
+class WriteOutcome:
+    """What happened when one object's decision was written back."""
+
+    namespace: str
+    name: str
+    scaled: bool = False
+    applied: bool = False
+    status_written: bool = False
+    event: bool = False
+    error: str | None = None
+
+
+def parallel_map(fn: Callable[[T], WriteOutcome], items: list[T], workers: int = WRITE_WORKERS) -> list[WriteOutcome]:
+    """Run independent per-object writes concurrently (they are I/O bound), preserving order."""
+    if len(items) <= 1:
+        return [fn(item) for item in items]
+    with ThreadPoolExecutor(max_workers=min(workers, len(items))) as pool:
+        return list(pool.map(fn, items))
+
+
+def scale(cluster: Cluster, ref: ObjectRef, replicas: int) -> None:
+    """Write ``replicas`` through the target's scale subresource."""
+    cluster.set_scale(ref, replicas)
+
+
+def write_status(
+    cluster: Cluster,
+    listed: Mapping[str, Any],
+    build_patch: Callable[[dict[str, Any]], dict[str, Any] | None],
+) -> bool:
+    """Patch the status computed from the object; on a conflict re-read, recompute and retry.
+
+    The first attempt uses the object as the cycle LISTed it (its resourceVersion is the
+    precondition), so an uncontended cycle costs one PATCH per changed object and no GET.
+    ``build_patch`` returns the status merge-patch or ``None`` when nothing needs writing.
+    Returns whether a write happened.
+    """
+    ref = ObjectRef.of(dict(listed))
+    patch = build_patch(dict(listed))
+    if patch is None:
+        return False
+    try:
+        cluster.patch_status(ref, patch, resource_version=(listed.get("metadata") or {}).get("resourceVersion"))
+        return True
+    except Conflict:
+        log.info("conflict writing status of %s/%s; re-reading", ref.namespace, ref.name)
+    written = False
+
+    def mutate(obj: dict[str, Any]) -> dict[str, Any] | None:
+        nonlocal written
+        retry_patch = build_patch(obj)
+        written = retry_patch is not None
+        return retry_patch
+
+    retry_on_conflict(cluster, ref, mutate, write="status")
+    return written
+
+
+def post_event(cluster: Cluster, obj: Mapping[str, Any], reason: str, message: str, event_type: str = "Normal") -> bool:
+    """Record an Event; failure to record one is logged, never fatal to the cycle."""
+    try:
+        cluster.post_event(dict(obj), reason, message, event_type)
+        return True
+    except ClusterError as exc:
+        log.warning("could not record event %s on %s: %s", reason, obj.get("metadata", {}).get("name"), exc.message)
+        return False
+
+
+# --------------------------------------------------------------------------------------------
+# Kthena AutoscalingPolicyBindings
+# --------------------------------------------------------------------------------------------
+
+ACTUATION_ANNOTATION = "modelplane.io/actuation"
+
+
+def _target_ref(target: Mapping[str, Any], namespace: str) -> ObjectRef:
+    """The ObjectRef of a binding's ``target.targetRef`` (defaults: apps/v1 Deployment, binding namespace)."""
+    ref = target.get("targetRef") or {}
+    return ObjectRef(ref.get("apiVersion") or "apps/v1", ref.get("kind") or "Deployment", ref.get("name", ""), ref.get("namespace") or namespace)
+
+
+def _pod_ready(pod: Mapping[str, Any]) -> bool:
+    conditions = (pod.get("status") or {}).get("conditions") or []
+    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
+
+
+def _selector(scale_selector: str | None, additional: Mapping[str, str] | None) -> str | None:
+    parts = [scale_selector] if scale_selector else []
+    parts += [f"{key}={value}" for key, value in sorted((additional or {}).items())]
+    return ",".join(parts) or None
+
+
+def binding_targets(binding: Mapping[str, Any]) -> list[tuple[Mapping[str, Any], int, int, float]]:
+    """(target, minReplicas, maxReplicas, cost) for each target of a binding, in spec order."""
+    spec = binding.get("spec") or {}
+    if spec.get("optimizerConfiguration"):
+        return [
+            (p.get("target") or {}, int(p.get("minReplicas", 0)), int(p.get("maxReplicas", 1)), float(p.get("cost", 0)))
+            for p in spec["optimizerConfiguration"].get("params") or []
+        ]
+    scaling = spec.get("scalingConfiguration") or {}
+    if scaling:
+        return [(scaling.get("target") or {}, int(scaling.get("minReplicas", 0)), int(scaling.get("maxReplicas", 1)), 0.0)]
+    return []
+
+
+@task(name="read-binding-inputs", cache_policy=NO_CACHE, retries=1, retry_delay_seconds=1)
+def read_binding_inputs(cluster: Cluster, binding: dict[str, Any], state: ClusterState, source: Any) -> BindingInputs:
+    """Current replicas (scale subresource), the targets' pods, and their per-pod policy metrics."""
+    meta = binding["metadata"]
+    namespace = meta.get("namespace", "default")
+    spec = binding.get("spec") or {}
+    policy_name = (spec.get("policyRef") or {}).get("name")
+    policy = state.policies.get((namespace, policy_name or ""))
+    policy_spec = (policy or {}).get("spec") if policy else None
+    targets: list[BindingTarget] = []
+    pods: list[dict[str, Any]] = []
+    for target, low, high, cost in binding_targets(binding):
+        ref = _target_ref(target, namespace)
+        try:
+            current_scale = cluster.get_scale(ref)
+        except NotFound:
+            targets.append(BindingTarget(ref.name, ref.namespace or namespace, ref.api_version, ref.kind, None, low, high, cost))
+            continue
+        targets.append(BindingTarget(ref.name, ref.namespace or namespace, ref.api_version, ref.kind, current_scale.replicas, low, high, cost))
+        selector = _selector(current_scale.selector, target.get("additionalMatchLabels"))
+        if selector:
+            pods += cluster.list("v1", "Pod", namespace=ref.namespace or namespace, label_selector=selector)
+    ready = [p["metadata"]["name"] for p in pods if _pod_ready(p)]
+    unready = len(pods) - len(ready)
+    instances: list[dict[str, float]] = []
+    metrics_error = None
+    metric_names = [m.get("metricName") for m in (policy_spec or {}).get("metrics") or [] if m.get("metricName")]
+    if source is None:
+        metrics_error = "no metrics source"
+    elif metric_names and ready:
+        try:
+            by_pod = source.instance_metrics(metric_names, namespace, ready)
+            instances = [by_pod.get(pod, {}) for pod in ready]
+        except Exception as exc:  # noqa: BLE001 - any backend failure means "no metrics": hold, report
+            metrics_error = str(exc)
+    optimizer = spec.get("optimizerConfiguration") or {}
+    return BindingInputs(
+        namespace=namespace,
+        name=meta["name"],
+        generation=meta.get("generation"),
+        policy_name=policy_name,
+        policy=policy_spec,
+        heterogeneous=bool(optimizer),
+        targets=targets,
+        instances=instances,
+        unready=unready,
+        metrics_error=metrics_error,
+        cost_expansion_rate_percent=int(optimizer.get("costExpansionRatePercent", 200)),
+        old_status=binding.get("status") or {},
+    )
+
+
+def apply_binding(cluster: Cluster, binding: dict[str, Any], decision: BindingDecision, now: datetime) -> None:
+    """Scale each changed target (unless recommend-only), persist window state in status, post an Event."""
+    annotations = (binding.get("metadata") or {}).get("annotations") or {}
+    actuate = str(annotations.get(ACTUATION_ANNOTATION, "scale")).lower() != "recommend"
+    for target in decision.targets:
+        if actuate and target.changes_replicas:
+            try:
+                scale(cluster, ObjectRef(target.api_version, target.kind, target.name, target.namespace), target.desired)
+                target.applied = True
+            except ClusterError as exc:
+                decision.ready = False
+                decision.message += f"; scaling {target.kind}/{target.name} failed: {exc.message}"
+        elif actuate:
+            target.applied = True
+    metrics_ok = decision.reason != "MetricsUnavailable"
+    metrics_message = "Policy metrics are available" if metrics_ok else decision.message
+    generation = (binding.get("metadata") or {}).get("generation")
+
+    def build(current: dict[str, Any]) -> dict[str, Any] | None:
+        old = current.get("status") or {}
+        new = binding_status(decision, old, now, generation, metrics_ok, metrics_message)
+        changed = {key: value for key, value in new.items() if old.get(key) != value}
+        return changed or None
+
+    write_status(cluster, binding, build)
+    if any(t.changes_replicas for t in decision.targets):
+        post_event(cluster, binding, "DesiredReplicasChanged", decision.message)
