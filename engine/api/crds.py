@@ -240,9 +240,11 @@ def crd_file_name(info: KindInfo) -> str:
 
 
 def render_crds() -> dict[str, str]:
-    """Every CRD as YAML text by file name, in registry order; byte-for-byte deterministic."""
+    """Every CRD as one YAML document by file name, in registry order; byte-for-byte deterministic.
+
+    The texts carry no ``---`` separator, so callers printing them all join them with ``---\n``.
+    """
     return {
-        crd_file_name(info): "---\n"
-        + yaml.safe_dump(build_crd(info), sort_keys=True, default_flow_style=False, allow_unicode=True, width=100)
+        crd_file_name(info): yaml.safe_dump(build_crd(info), sort_keys=True, default_flow_style=False, allow_unicode=True, width=100)
         for info in KINDS
     }
