@@ -53,7 +53,8 @@ def load_api_client(kubeconfig: str | None = None, context: str | None = None) -
             configuration = client.Configuration()
             config.load_incluster_config(client_configuration=configuration)
             return client.ApiClient(configuration)
-        path = os.path.expanduser(kubeconfig) if kubeconfig else None
+        # $KUBECONFIG is read now, not when the client library was imported; it may list several files.
+        path = os.path.expanduser(kubeconfig) if kubeconfig else os.environ.get("KUBECONFIG") or None
         return config.new_client_from_config(config_file=path, context=context, persist_config=False)
     except (config.ConfigException, OSError) as exc:
         where = kubeconfig or os.environ.get("KUBECONFIG") or "~/.kube/config"
