@@ -169,23 +169,31 @@ JSONObject = Annotated[
 # --------------------------------------------------------------------------------------------------
 
 
+def _empty(value: Any) -> bool:
+    return not value
+
+
 class ObjectMeta(BaseModel):
-    """The parts of ``metav1.ObjectMeta`` Modelplane reads; everything else is kept as it is."""
+    """The parts of ``metav1.ObjectMeta`` Modelplane reads; everything else is kept as it is.
+
+    Labels, annotations, finalizers and owner references default to empty collections for easy
+    reading and are left out of the manifest form while empty, so a round trip adds nothing.
+    """
 
     model_config = ConfigDict(populate_by_name=True, extra="allow")
 
     name: str | None = None
     generate_name: str | None = Field(None, alias="generateName")
     namespace: str | None = None
-    labels: dict[str, str] = Field(default_factory=dict)
-    annotations: dict[str, str] = Field(default_factory=dict)
+    labels: dict[str, str] = Field(default_factory=dict, exclude_if=_empty)
+    annotations: dict[str, str] = Field(default_factory=dict, exclude_if=_empty)
     generation: int | None = None
     resource_version: str | None = Field(None, alias="resourceVersion")
     uid: str | None = None
     creation_timestamp: Time | None = Field(None, alias="creationTimestamp")
     deletion_timestamp: Time | None = Field(None, alias="deletionTimestamp")
-    finalizers: list[str] = Field(default_factory=list)
-    owner_references: list[dict[str, Any]] = Field(default_factory=list, alias="ownerReferences")
+    finalizers: list[str] = Field(default_factory=list, exclude_if=_empty)
+    owner_references: list[dict[str, Any]] = Field(default_factory=list, alias="ownerReferences", exclude_if=_empty)
 
 
 class ListMeta(BaseModel):

@@ -10,7 +10,14 @@ import yaml
 
 from engine.api.crds import PRINTER_COLUMNS, build_crd, crd_file_name, render_crds
 from engine.api.registry import KINDS, KindInfo, kind_info
-from tests.api.helpers import CRD_DIR, crd_validator, custom_resource_examples, schema_error_paths, walk_schema
+from tests.api.helpers import (
+    CRD_DIR,
+    crd_validator,
+    custom_resource_examples,
+    example_documents,
+    schema_error_paths,
+    walk_schema,
+)
 from tests.api.write_crds import write_crds
 
 EXAMPLES = custom_resource_examples()
@@ -140,3 +147,11 @@ def test_examples_validate_against_their_crd(source: str, manifest: dict[str, An
     info = kind_info(manifest["apiVersion"], manifest["kind"])
     assert schema_error_paths(info, manifest) == []
     crd_validator(info, strict=False).validate(manifest)
+
+
+BUILTIN_EXAMPLES = [(s, d) for s, d in example_documents() if not kind_info(d["apiVersion"], d["kind"])]
+
+
+@pytest.mark.parametrize(("source", "manifest"), BUILTIN_EXAMPLES, ids=[s for s, _ in BUILTIN_EXAMPLES])
+def test_builtin_examples_validate_against_kubernetes_schemas(source: str, manifest: dict[str, Any]) -> None:
+    kubernetes_validate.validate(manifest, "1.30", strict=True)

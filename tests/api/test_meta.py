@@ -121,3 +121,11 @@ def test_object_meta_keeps_unknown_fields() -> None:
     meta = ObjectMeta.model_validate({"name": "x", "managedFields": [{"manager": "kubectl"}], "generation": 4})
     assert meta.generation == 4
     assert meta.model_dump(by_alias=True, exclude_none=True)["managedFields"] == [{"manager": "kubectl"}]
+
+
+def test_object_meta_round_trip_adds_no_empty_collections() -> None:
+    from engine.api.llmd import VariantAutoscaling
+
+    va = VariantAutoscaling.model_validate({"metadata": {"name": "v", "namespace": "ns"}, "spec": {"modelID": "m"}})
+    assert va.metadata.labels == {} and va.metadata.finalizers == []
+    assert va.to_dict()["metadata"] == {"name": "v", "namespace": "ns"}
