@@ -855,3 +855,39 @@ def test_throughput_is_adequate(server, co, apps, kube_namespace):
     assert len(co.list_namespaced_custom_object(GROUP, VERSION, kube_namespace, PLURAL)["items"]) == n
     elapsed = time.perf_counter() - start
     assert elapsed < 10, f"{4 * n} requests took {elapsed:.1f}s"
+
+
+def test_owner_references_cascade_on_delete(server, co, apps, core, kube_namespace):
+    owner = co.create_namespaced_custom_object(GROUP, VERSION, kube_namespace, PLURAL, widget("owner"))
+    ref = {"apiVersion": f"{GROUP}/{VERSION}", "kind": "Widget", "name": "owner", "uid": owner["metadata"]["uid"],
+           "controller": True}
+    dep = deployment("owned")
+    dep["metadata"]["ownerReferences"] = [ref]
+    apps.create_namespaced_deployment(kube_namespace, dep)
+    core.create_namespaced_config_map(kube_namespace, {"metadata": {"name": "kept", "ownerReferences": [ref]}})
+    other = core.create_namespaced_config_map(kube_namespace, {"metadata": {"name": "other-owner"}})
+    core.patch_namespaced_config_map("kept", kube_namespace, {"metadata": {"ownerReferences": [ref, {
+        "apiVersion": "v1", "kind": "ConfigMap", "name": "other-owner", "uid": other.metadata.uid}]}})
+    co.delete_namespaced_custom_object(GROUP, VERSION, kube_namespace, PLURAL, "owner")
+    expect_error(404, apps.read_namespaced_deployment, "owned", kube_namespace)  # sole owner gone: collected
+    core.read_namespaced_config_map("kept", kube_namespace)  # still has a live owner
+
+    orphan_owner = core.create_namespaced_config_map(kube_namespace, {"metadata": {"name": "parent"}})
+    core.create_namespaced_config_map(kube_namespace, {"metadata": {"name": "child", "ownerReferences": [{
+        "apiVersion": "v1", "kind": "ConfigMap", "name": "parent", "uid": orphan_owner.metadata.uid}]}})
+    core.delete_namespaced_config_map("parent", kube_namespace, propagation_policy="Orphan")
+    core.read_namespaced_config_map("child", kube_namespace)
+
+
+def test_server_side_apply_and_dry_run(server, api, co, kube_namespace):
+    path = f"/apis/{GROUP}/{VERSION}/namespaces/{kube_namespace}/{PLURAL}/ssa?fieldManager=test"
+    status, body, _ = raw(api, "PATCH", path, widget("ssa", replicas=2), "application/apply-patch+yaml")
+    assert status == 201 and body["spec"]["replicas"] == 2
+    status, body, _ = raw(api, "PATCH", path, widget("ssa", replicas=3), "application/apply-patch+yaml")
+    assert status == 200 and body["spec"]["replicas"] == 3 and body["metadata"]["generation"] == 2
+    dry = co.create_namespaced_custom_object(GROUP, VERSION, kube_namespace, PLURAL, widget("dry"), dry_run="All")
+    assert dry["metadata"]["name"] == "dry" and dry["spec"]["mode"] == "fast"
+    expect_error(404, co.get_namespaced_custom_object, GROUP, VERSION, kube_namespace, PLURAL, "dry")
+    co.patch_namespaced_custom_object(GROUP, VERSION, kube_namespace, PLURAL, "ssa", {"spec": {"replicas": 9}},
+                                      dry_run="All")
+    assert co.get_namespaced_custom_object(GROUP, VERSION, kube_namespace, PLURAL, "ssa")["spec"]["replicas"] == 3

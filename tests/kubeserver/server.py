@@ -304,7 +304,10 @@ class Handler(BaseHTTPRequestHandler):
                 obj = store.patch(rt, ns, name, ctype, body, sub, dry_run)  # type: ignore[arg-type]
                 self._send(200 if existed else 201, obj)
         elif verb == "delete":
-            obj, gone = store.delete(rt, ns, name, body if isinstance(body, dict) else None, dry_run)  # type: ignore[arg-type]
+            options = dict(body) if isinstance(body, dict) else {}
+            if query.get("propagationPolicy"):
+                options["propagationPolicy"] = query["propagationPolicy"]
+            obj, gone = store.delete(rt, ns, name, options, dry_run)  # type: ignore[arg-type]
             if rt.custom and gone:
                 meta = obj["metadata"]
                 self._send(200, status_body(200, "", "", {"name": meta["name"], "group": rt.group, "kind": rt.plural,

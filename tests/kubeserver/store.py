@@ -276,8 +276,13 @@ class Store:
         self._history: dict[tuple[str, str], _History] = {}
         self.types: dict[tuple[str, str, str], ResourceType] = {}
         self._crd_types: dict[str, list[ResourceType]] = {}
+        self._key_types: dict[tuple[str, str], ResourceType] = {}
+        # garbage collection: owner uid -> dependents' locations, and the uids of live objects
+        self._dependents: dict[str, set[tuple[tuple[str, str], str, str]]] = {}
+        self._live_uids: set[str] = set()
         for rt in BUILTINS:
             self.types[(rt.group, rt.version, rt.plural)] = rt
+            self._key_types.setdefault(rt.key, rt)
 
     # ------------------------------------------------------------------------------- type registry
 
@@ -304,16 +309,66 @@ class Store:
         new = types_from_crd(crd)
         for rt in new:
             self.types[(rt.group, rt.version, rt.plural)] = rt
+            self._key_types[rt.key] = rt
         self._crd_types[name] = new
 
     def _unregister_crd(self, name: str, drop: bool) -> None:
         for rt in self._crd_types.pop(name, []):
             self.types.pop((rt.group, rt.version, rt.plural), None)
+            self._key_types.pop(rt.key, None)
             if drop:
                 self._objs.pop(rt.key, None)
                 hist = self._history.get(rt.key)
                 if hist is not None:
                     hist.compacted = self._rv
+        if drop:
+            self._reindex()
+
+    # ---------------------------------------------------------------------------- garbage collection
+
+    @staticmethod
+    def _owner_uids(obj: Obj | None) -> set[str]:
+        if not obj:
+            return set()
+        return {r["uid"] for r in obj["metadata"].get("ownerReferences") or () if isinstance(r, dict) and r.get("uid")}
+
+    def _track(self, rt: ResourceType, ns: str, name: str, old: Obj | None, new: Obj | None) -> None:
+        """Keep the owner/dependent index in step with a store write (caller holds the lock)."""
+        loc = (rt.key, ns, name)
+        before, after = self._owner_uids(old), self._owner_uids(new)
+        for uid in before - after:
+            deps = self._dependents.get(uid)
+            if deps is not None:
+                deps.discard(loc)
+        for uid in after - before:
+            self._dependents.setdefault(uid, set()).add(loc)
+        if old is None and new is not None:
+            self._live_uids.add(new["metadata"]["uid"])
+        elif new is None and old is not None:
+            self._live_uids.discard(old["metadata"].get("uid"))
+
+    def _reindex(self) -> None:
+        self._dependents = {}
+        self._live_uids = set()
+        for key, by_ns in self._objs.items():
+            rt = self._key_types.get(key)
+            if rt is None:
+                continue
+            for ns, bucket in by_ns.items():
+                for name, obj in bucket.items():
+                    self._track(rt, ns, name, None, obj)
+
+    def _collect(self, uid: str) -> None:
+        """Background cascading deletion: delete dependents whose owners are all gone."""
+        for key, ns, name in list(self._dependents.pop(uid, ())):
+            obj = self._objs.get(key, {}).get(ns, {}).get(name)
+            rt = self._key_types.get(key)
+            if obj is None or rt is None or self._owner_uids(obj) & self._live_uids:
+                continue
+            try:
+                self.delete(rt, ns or None, name)
+            except ApiError:
+                pass
 
     # ------------------------------------------------------------------------------------- helpers
 
@@ -524,6 +579,7 @@ class Store:
                 return obj
             meta["resourceVersion"] = str(self._next_rv())
             bucket[name] = obj
+            self._track(rt, ns, name, None, obj)
             if rt.key == CRD_TYPE.key:
                 self._register_crd(obj)
             self._emit(rt, "ADDED", obj, None)
@@ -579,11 +635,13 @@ class Store:
         if meta.get("deletionTimestamp") and not meta.get("finalizers"):
             meta["resourceVersion"] = str(self._next_rv())
             del bucket[name]
-            self._after_delete(rt, result)
+            self._track(rt, ns, name, old, None)
             self._emit(rt, "DELETED", result, old)
+            self._after_delete(rt, result)
             return self._present(rt, result)
         meta["resourceVersion"] = str(self._next_rv())
         bucket[name] = result
+        self._track(rt, ns, name, old, result)
         if rt.key == CRD_TYPE.key:
             self._register_crd(result)
         self._emit(rt, "MODIFIED", result, old)
@@ -662,7 +720,9 @@ class Store:
 
     # ---------------------------------------------------------------------------------------- delete
 
-    def _after_delete(self, rt: ResourceType, obj: Obj) -> None:
+    def _after_delete(self, rt: ResourceType, obj: Obj, orphan: bool = False) -> None:
+        if not orphan:
+            self._collect(obj["metadata"]["uid"])
         if rt.key == CRD_TYPE.key:
             self._unregister_crd(obj["metadata"]["name"], drop=True)
         elif rt.key == NAMESPACE_TYPE.key:
@@ -671,8 +731,10 @@ class Store:
                 bucket = by_ns.pop(ns, None)
                 if not bucket:
                     continue
-                typ = next((t for t in self.types.values() if t.key == key), None)
-                for child in bucket.values():
+                typ = self._key_types.get(key)
+                for cname, child in bucket.items():
+                    if typ is not None:
+                        self._track(typ, ns, cname, child, None)
                     gone = dict(child)
                     gone["metadata"] = dict(child["metadata"], resourceVersion=str(self._next_rv()))
                     if typ is not None:
@@ -683,6 +745,7 @@ class Store:
         """DELETE; returns (object, gone). Objects with finalizers get a deletionTimestamp and stay."""
         ns = self._ns(rt, ns)
         pre = (options or {}).get("preconditions") or {}
+        orphan = (options or {}).get("propagationPolicy") == "Orphan" or (options or {}).get("orphanDependents") is True
         with self._lock:
             bucket = self._bucket(rt, ns)
             old = bucket.get(name)
@@ -710,8 +773,9 @@ class Store:
             gone = dict(old)
             gone["metadata"] = dict(meta, resourceVersion=str(self._next_rv()))
             del bucket[name]
-            self._after_delete(rt, gone)
+            self._track(rt, ns, name, old, None)
             self._emit(rt, "DELETED", gone, old)
+            self._after_delete(rt, gone, orphan)
             return self._present(rt, gone), True
 
     def delete_collection(self, rt: ResourceType, ns: str | None, labels: str | None, fields: str | None,
@@ -886,6 +950,7 @@ class Store:
         with self._lock:
             crds = self._objs.get(CRD_TYPE.key, {})
             self._objs = {CRD_TYPE.key: crds}
+            self._reindex()
             for key, hist in self._history.items():
                 if key != CRD_TYPE.key:
                     hist.compacted = self._rv
