@@ -433,8 +433,8 @@ class LocalCluster:
         """Write one file back atomically (or, in snapshot mode, not at all)."""
         if not self.write_back:
             return
-        if yfile.is_empty() and not self.single_file and yfile.path.exists():
-            yfile.path.unlink()
+        if yfile.is_empty() and not self.single_file:
+            yfile.path.unlink(missing_ok=True)
             self._files.pop(yfile.path, None)
             self._stamps.pop(yfile.path, None)
             return

@@ -131,8 +131,17 @@ def read_file(path: Path) -> YamlFile:
             result.docs.append(Document(text=chunk, data=load_text(chunk), has_marker=marker))
     except yaml.YAMLError as exc:
         result.docs = []
-        result.error = f"{path}: invalid YAML: {exc}"
+        result.error = f"{path}: invalid YAML{_where(exc)}"
     return result
+
+
+def _where(exc: yaml.YAMLError) -> str:
+    """Position and problem of a parse error, without the snippet of file content PyYAML quotes
+    (the offending line may hold Secret data)."""
+    mark = getattr(exc, "problem_mark", None)
+    problem = getattr(exc, "problem", None)
+    position = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+    return position + (f": {problem}" if problem else "")
 
 
 def atomic_write(path: Path, text: str) -> tuple[int, int] | None:

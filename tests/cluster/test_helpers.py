@@ -1,0 +1,151 @@
+"""Unit tests of the shared helpers: merge-patch, label selectors, YAML chunking, retries, resources."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tasks.cluster import Conflict, Invalid, NotFound, ObjectRef, Unavailable, retry_on_conflict, retry_unavailable
+from tasks.cluster.objects import merge_patch, parse_selector, selector_matches
+from tasks.cluster.resources import ResourceInfo, lookup, register, resource_for
+from tasks.cluster.yamlfile import read_file, split_documents
+
+
+def test_merge_patch_follows_rfc7386() -> None:
+    target = {"a": 1, "b": {"c": 2, "d": 3}, "e": [1, 2]}
+    patch = {"a": None, "b": {"c": 5, "x": {"y": 1}}, "e": [3]}
+    assert merge_patch(target, patch) == {"b": {"c": 5, "d": 3, "x": {"y": 1}}, "e": [3]}
+    assert target == {"a": 1, "b": {"c": 2, "d": 3}, "e": [1, 2]}  # inputs untouched
+    assert merge_patch({"a": 1}, {"a": {"b": None}}) == {"a": {}}
+
+
+@pytest.mark.parametrize(
+    ("selector", "labels", "expected"),
+    [
+        ("", {}, True),
+        ("a=1", {"a": "1"}, True),
+        ("a==1", {"a": "2"}, False),
+        ("a!=1", {}, True),
+        ("a!=1", {"a": "1"}, False),
+        ("a in (1, 2),b", {"a": "2", "b": ""}, True),
+        ("a notin (1,2)", {"a": "3"}, True),
+        ("a notin (1,2)", {}, True),
+        ("a in (1,2)", {}, False),
+        ("!a", {"a": "x"}, False),
+        ("app.kubernetes.io/name=vllm, !llm-d.ai/skip", {"app.kubernetes.io/name": "vllm"}, True),
+        ("a=", {"a": ""}, True),
+    ],
+)
+def test_label_selector_semantics(selector: str, labels: dict[str, str], expected: bool) -> None:
+    assert selector_matches(parse_selector(selector), labels) is expected
+
+
+@pytest.mark.parametrize("bad", ["a in (1", "a = = b", "in (1)", "a notin", "(x)"])
+def test_bad_label_selectors_are_invalid(bad: str) -> None:
+    with pytest.raises(Invalid) as info:
+        parse_selector(bad)
+    assert info.value.field == "labelSelector"
+
+
+def test_split_documents_keeps_every_byte() -> None:
+    text = "# lead\na: 1\n---\nb: 2\n--- # trailing comment\nc: 3\n---\n"
+    chunks = split_documents(text)
+    assert "".join(c for c, _ in chunks) == text
+    assert [m for _, m in chunks] == [False, True, True, True]
+
+
+def test_yaml_errors_name_the_file_but_quote_no_content(tmp_path: Path) -> None:
+    path = tmp_path / "secret.yaml"
+    path.write_text("kind: Secret\nstringData:\n  token: hunter2: [\n")
+    loaded = read_file(path)
+    assert loaded.error and "secret.yaml" in loaded.error and "line" in loaded.error
+    assert "hunter2" not in loaded.error
+
+
+def test_resource_table() -> None:
+    deploy = resource_for("apps/v1", "Deployment")
+    assert (deploy.plural, deploy.has_status, deploy.has_scale) == ("deployments", True, True)
+    assert deploy.path("ns", "d", "scale") == "/apis/apps/v1/namespaces/ns/deployments/d/scale"
+    assert resource_for("v1", "Namespace").path(None, "x") == "/api/v1/namespaces/x"
+    om = resource_for("llmaz.io/v1alpha1", "OpenModel")
+    assert not om.namespaced and om.path("ignored", "m") == "/apis/llmaz.io/v1alpha1/openmodels/m"
+    assert not resource_for("aim.silogen.ai/v1alpha1", "AIMNamespaceConfig").has_status
+    with pytest.raises(NotFound, match="Gizmo"):
+        resource_for("example.com/v1", "Gizmo")
+    register(ResourceInfo("example.com", "v1", "Gizmo", "gizmos", has_scale=True))
+    assert lookup("example.com/v1", "Gizmo").plural == "gizmos"
+
+
+class FlakyCluster:
+    """Just enough of a cluster for retry tests: every write conflicts ``conflicts`` times."""
+
+    def __init__(self, conflicts: int) -> None:
+        self.conflicts = conflicts
+        self.reads = 0
+        self.writes: list[tuple[str, dict, str | None]] = []
+
+    def get(self, api_version: str, kind: str, name: str, namespace: str | None = None) -> dict:
+        self.reads += 1
+        return {"metadata": {"name": name, "resourceVersion": str(self.reads)}, "spec": {"n": self.reads}}
+
+    def _write(self, how: str, body: dict, rv: str | None) -> dict:
+        self.writes.append((how, body, rv))
+        if self.conflicts:
+            self.conflicts -= 1
+            raise Conflict("stale")
+        return {"metadata": {"resourceVersion": "done"}, how: body}
+
+    def patch_status(self, ref: ObjectRef, status: dict, resource_version: str | None = None) -> dict:
+        return self._write("status", status, resource_version)
+
+    def patch_spec(self, ref: ObjectRef, patch: dict, resource_version: str | None = None) -> dict:
+        return self._write("spec", patch, resource_version)
+
+
+REF = ObjectRef("v1", "ConfigMap", "c", "ns")
+
+
+def test_retry_on_conflict_rereads_and_uses_fresh_versions() -> None:
+    cluster = FlakyCluster(conflicts=2)
+    delays: list[float] = []
+    result = retry_on_conflict(cluster, REF, lambda o: {"seen": o["spec"]["n"]}, write="spec", sleep=delays.append)
+    assert [(how, body["seen"], rv) for how, body, rv in cluster.writes] == [("spec", 1, "1"), ("spec", 2, "2"), ("spec", 3, "3")]
+    assert result["spec"] == {"seen": 3} and len(delays) == 2
+
+
+def test_retry_on_conflict_validates_arguments() -> None:
+    with pytest.raises(ValueError):
+        retry_on_conflict(FlakyCluster(0), REF, lambda o: {}, attempts=0)
+    with pytest.raises(ValueError):
+        retry_on_conflict(FlakyCluster(0), REF, lambda o: {}, write="metadata")  # type: ignore[arg-type]
+
+
+def test_retry_unavailable() -> None:
+    failures = iter([Unavailable("down"), Unavailable("still down")])
+    delays: list[float] = []
+
+    def call() -> str:
+        error = next(failures, None)
+        if error:
+            raise error
+        return "up"
+
+    assert retry_unavailable(call, attempts=3, base_delay=0.1, sleep=delays.append) == "up"
+    assert len(delays) == 2 and delays[1] > delays[0] > 0
+
+    def always() -> None:
+        raise Unavailable("down")
+
+    with pytest.raises(Unavailable):
+        retry_unavailable(always, attempts=2, base_delay=0, sleep=lambda _: None)
+
+    calls: list[int] = []
+
+    def not_transient() -> None:
+        calls.append(1)
+        raise NotFound("gone")
+
+    with pytest.raises(NotFound):
+        retry_unavailable(not_transient, attempts=5, sleep=lambda _: None)
+    assert calls == [1]
