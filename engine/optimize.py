@@ -25,7 +25,7 @@ from typing import Any, Iterable, Mapping
 from engine.allocation import AllocationProblem, ModelDemand, VariantOption, solve
 from engine.conditions import set_condition_dict
 from engine.config import AcceleratorCost, ConfigError, ServiceClass
-from engine.perf import SLO, Infeasible, PerfProfile, Workload, max_rate
+from engine.perf import SLO, PerfProfile, Workload
 from engine.saturation import (
     ModelAnalysis,
     ReplicaMetrics,
@@ -325,7 +325,11 @@ def _slo_for(spec: VariantSpec, inputs: CycleInputs) -> tuple[SLO, int]:
 def _model_based_candidates(
     specs: list[VariantSpec], inputs: CycleInputs, result: _ModelBased
 ) -> tuple[list[ModelDemand], list[VariantOption]]:
-    """Build the allocation problem from every variant that has a profile, an SLO and a cost."""
+    """Build the allocation problem from every variant that has a profile, an SLO and a cost.
+
+    Per-replica capacities are left to :func:`engine.allocation.solve`, which sizes every variant in
+    one vectorized batch and reports the ones whose SLO is infeasible.
+    """
     demands: dict[tuple[str, str], ModelDemand] = {}
     options: list[VariantOption] = []
     for spec in specs:
@@ -344,11 +348,6 @@ def _model_based_candidates(
             result.errors[spec.key] = (REASON_INVALID, str(exc))
             continue
         workload = Workload(in_tokens=load.avg_in_tokens, out_tokens=max(load.avg_out_tokens, 1.0))
-        try:
-            rate = max_rate(spec.profile, workload, slo)
-        except Infeasible as exc:
-            result.errors[spec.key] = (REASON_INFEASIBLE, f"variant {spec.variant_id}: {exc}")
-            continue
         demand = demands.get(spec.model_key)
         if demand is None or priority < demand.priority:
             demands[spec.model_key] = ModelDemand(
@@ -365,7 +364,6 @@ def _model_based_candidates(
                 min_replicas=spec.min_replicas,
                 max_replicas=spec.max_replicas,
                 current_replicas=current,
-                max_rate=rate,
             )
         )
     return list(demands.values()), options
@@ -507,12 +505,16 @@ def _decide(
     model_based: _ModelBased,
     saturation: _Saturation | None,
     metrics: ConditionUpdate,
+    idle: bool,
 ) -> tuple[int, str, str, bool]:
     """(desired, reason, message, ready) for one variant with a readable target."""
     if spec.key in model_based.errors:
         reason, message = model_based.errors[spec.key]
         return current, reason, f"{message}; holding {current} replicas", False
     mb_target = model_based.targets.get(spec.key)
+    if mb_target == 0 and spec.min_replicas == 0 and idle:
+        # No request in the metrics window: saturation safety protects traffic there is none of.
+        return 0, REASON_SUCCEEDED, "Scale to zero: no requests in the metrics window (modelplane.io/scale-to-zero)", True
     if mb_target is None and saturation is None:
         message = metrics.message if metrics.status != "True" else "No load metrics for this model"
         return current, REASON_NO_METRICS, f"{message}; holding {current} replicas (no scale-down without metrics)", False
@@ -577,7 +579,9 @@ def plan_variants(inputs: CycleInputs) -> list[VariantDecision]:
         for spec in model_specs:
             current = inputs.current_replicas[spec.target_key]
             metrics = _metrics_condition(spec, inputs)
-            desired, reason, message, ready = _decide(spec, current, model_based, saturation, metrics)
+            load = inputs.loads.get(spec.model_key)
+            idle = load is not None and load.arrival_rate_rps == 0
+            desired, reason, message, ready = _decide(spec, current, model_based, saturation, metrics, idle)
             unit = inputs.accelerator_costs.get(spec.accelerator or "")
             cost = (unit.cost if unit else spec.variant_cost) * spec.accelerator_count * desired
             decisions[spec.key] = VariantDecision(

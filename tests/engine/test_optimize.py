@@ -1,0 +1,227 @@
+"""The pure optimize cycle: model-based allocation, saturation arbitration and every safety rule."""
+
+from __future__ import annotations
+
+import copy
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+import pytest
+
+from engine.config import AcceleratorCost, ConfigError, parse_service_class
+from engine.optimize import (
+    CycleInputs,
+    ModelLoad,
+    PodSample,
+    VariantDecision,
+    parse_variant,
+    plan_variants,
+    SpecError,
+    status_patch,
+    variant_status,
+)
+from engine.saturation import SaturationConfigSet
+
+NOW = datetime(2026, 11, 22, 12, 0, 0, tzinfo=timezone.utc)
+NS = "llm"
+MODEL = "meta/llama-3.1-8b"
+A100 = {"alpha": "20.58", "beta": "0.41", "gamma": "5.2", "delta": "0.1"}
+H100 = {"alpha": "12.4", "beta": "0.22", "gamma": "3.1", "delta": "0.06"}
+COSTS = {
+    "A100": AcceleratorCost("A100", "NVIDIA-A100", 40.0),
+    "H100": AcceleratorCost("H100", "NVIDIA-H100", 80.0),
+}
+PREMIUM = parse_service_class(f"name: Premium\npriority: 1\ndata:\n  - model: {MODEL}\n    slo-tpot: 24\n    slo-ttft: 500\n", "slo/premium")
+
+
+def va(name: str, accelerator: str = "A100", parms: dict[str, str] | None = None, target: str | None = None, **spec: Any) -> dict[str, Any]:
+    """A VariantAutoscaling carrying the fields of both seed generations."""
+    parms = parms or (A100 if accelerator == "A100" else H100)
+    body: dict[str, Any] = {
+        "modelID": MODEL,
+        "variantID": f"{MODEL}-{accelerator}-1",
+        "accelerator": accelerator,
+        "acceleratorCount": 1,
+        "sloClassRef": {"name": "slo", "key": "premium"},
+        "variantProfile": {
+            "maxBatchSize": 256,
+            "perfParms": {"decodeParms": {"alpha": parms["alpha"], "beta": parms["beta"]}, "prefillParms": {"gamma": parms["gamma"], "delta": parms["delta"]}},
+        },
+        "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": target or name},
+    }
+    body.update(spec)
+    return {"apiVersion": "llmd.ai/v1alpha1", "kind": "VariantAutoscaling", "metadata": {"name": name, "namespace": NS, "generation": 1}, "spec": body}
+
+
+def pods(count: int, kv: float = 0.3, queue: float = 0.0, prefix: str = "a100") -> list[PodSample]:
+    return [PodSample(f"{prefix}-{i}", kv, queue) for i in range(count)]
+
+
+def inputs(variants: list[dict[str, Any]], current: dict[str, int], **overrides: Any) -> CycleInputs:
+    values: dict[str, Any] = dict(
+        now=NOW,
+        variants=variants,
+        current_replicas={(NS, "Deployment", name): replicas for name, replicas in current.items()},
+        accelerator_costs=COSTS,
+        service_classes={("slo", "premium"): PREMIUM},
+        saturation=SaturationConfigSet.from_configmap({}),
+        loads={(NS, MODEL): ModelLoad(arrival_rate_rps=20.0, avg_in_tokens=128, avg_out_tokens=256)},
+        pods={(NS, MODEL): pods(2)},
+    )
+    values.update(overrides)
+    return CycleInputs(**values)
+
+
+def by_name(decisions: list[VariantDecision]) -> dict[str, VariantDecision]:
+    return {d.name: d for d in decisions}
+
+
+def test_load_is_served_by_the_cheapest_capacity() -> None:
+    decisions = by_name(plan_variants(inputs([va("a100"), va("h100", "H100")], {"a100": 1, "h100": 1})))
+    # A100 sustains ~1.18 req/s within the SLO, H100 ~7.92: H100 is ~3x cheaper per request, so
+    # 20 req/s goes to 3 H100 replicas and A100 stays at its floor of 1.
+    assert {name: d.desired for name, d in decisions.items()} == {"a100": 1, "h100": 3}
+    assert all(d.ready and d.reason == "OptimizationSucceeded" for d in decisions.values())
+    assert decisions["a100"].metrics.status == "True"
+    assert "Hybrid mode" in decisions["a100"].message
+    # Costs reported are unit cost x accelerators x replicas.
+    assert decisions["a100"].cost == pytest.approx(40.0 * decisions["a100"].desired)
+
+
+def test_rising_load_scales_up() -> None:
+    low = by_name(plan_variants(inputs([va("a100")], {"a100": 1}, loads={(NS, MODEL): ModelLoad(1.0, 128, 256)})))
+    high = by_name(plan_variants(inputs([va("a100")], {"a100": 1}, loads={(NS, MODEL): ModelLoad(60.0, 128, 256)})))
+    assert low["a100"].desired == 1
+    assert high["a100"].desired > 1 and high["a100"].changes_replicas
+
+
+def test_falling_load_scales_down_only_when_saturation_says_safe() -> None:
+    quiet = {(NS, MODEL): ModelLoad(0.5, 128, 256)}
+    safe = by_name(plan_variants(inputs([va("a100")], {"a100": 4}, loads=quiet, pods={(NS, MODEL): pods(4, kv=0.1)})))
+    assert safe["a100"].desired < 4 and safe["a100"].reason == "OptimizationSucceeded"
+    saturated = by_name(plan_variants(inputs([va("a100")], {"a100": 4}, loads=quiet, pods={(NS, MODEL): pods(4, kv=0.95, queue=9)})))
+    assert saturated["a100"].desired == 4 and saturated["a100"].reason == "SaturationSafetyOverride"
+
+
+def test_no_pod_metrics_blocks_scale_down_but_allows_scale_up() -> None:
+    down = by_name(plan_variants(inputs([va("a100")], {"a100": 4}, loads={(NS, MODEL): ModelLoad(0.5, 128, 256)}, pods={})))
+    assert down["a100"].desired == 4 and "no per-pod saturation metrics" in down["a100"].message
+    up = by_name(plan_variants(inputs([va("a100")], {"a100": 1}, loads={(NS, MODEL): ModelLoad(60.0, 128, 256)}, pods={})))
+    assert up["a100"].desired > 1
+
+
+def test_missing_metrics_hold_current_and_report_unavailable() -> None:
+    decision = by_name(plan_variants(inputs([va("a100")], {"a100": 3}, loads={}, pods={})))["a100"]
+    assert decision.desired == 3 and not decision.ready and decision.reason == "MetricsUnavailable"
+    assert decision.metrics.status == "False" and decision.metrics.reason == "MetricsUnavailable"
+    assert "vllm:request_success_total" in decision.metrics.message
+
+
+def test_metrics_backend_down_holds_everything() -> None:
+    decisions = plan_variants(inputs([va("a100"), va("h100", "H100")], {"a100": 3, "h100": 2}, metrics_error="connection refused"))
+    assert [d.desired for d in decisions] == [3, 2]
+    assert all(d.metrics.status == "False" and "connection refused" in d.metrics.message for d in decisions)
+
+
+def test_invalid_resource_gets_its_own_condition_and_others_proceed() -> None:
+    bad = va("bad", parms={"alpha": "fast", "beta": "0.4", "gamma": "5", "delta": "0.1"})
+    decisions = by_name(plan_variants(inputs([bad, va("a100")], {"a100": 1, "bad": 1})))
+    assert decisions["bad"].reason == "InvalidConfiguration" and not decisions["bad"].ready
+    assert "spec.variantProfile.perfParms.decodeParms.alpha" in decisions["bad"].message
+    assert decisions["a100"].ready and decisions["a100"].desired is not None
+
+
+@pytest.mark.parametrize(
+    ("variant", "fragment"),
+    [
+        (va("x", accelerator="TPU", parms=A100), "unknown accelerator 'TPU'"),
+        (va("x", sloClassRef={"name": "slo", "key": "gold"}), "has no key 'gold'"),
+    ],
+)
+def test_configuration_errors_name_the_field(variant: dict[str, Any], fragment: str) -> None:
+    decision = plan_variants(inputs([variant], {"x": 2}))[0]
+    assert decision.reason == "InvalidConfiguration" and fragment in decision.message and decision.desired == 2
+
+
+def test_broken_service_class_is_reported() -> None:
+    error = ConfigError("slo/premium", "invalid YAML")
+    decision = plan_variants(inputs([va("a100")], {"a100": 2}, service_classes={("slo", "premium"): error}))[0]
+    assert decision.reason == "InvalidConfiguration" and "invalid YAML" in decision.message and decision.desired == 2
+
+
+def test_infeasible_slo_keeps_current_and_names_the_variant() -> None:
+    strict = parse_service_class(f"name: Strict\npriority: 1\ndata:\n  - model: {MODEL}\n    slo-tpot: 1\n    slo-ttft: 1\n", "slo/premium")
+    decision = plan_variants(inputs([va("a100")], {"a100": 2}, service_classes={("slo", "premium"): strict}))[0]
+    assert decision.desired == 2 and not decision.ready and decision.reason == "SLOInfeasible"
+    assert f"{MODEL}-A100-1" in decision.message
+
+
+def test_recommend_annotation_disables_actuation() -> None:
+    variant = va("a100")
+    variant["metadata"]["annotations"] = {"modelplane.io/actuation": "recommend"}
+    decision = plan_variants(inputs([variant], {"a100": 1}, loads={(NS, MODEL): ModelLoad(60.0, 128, 256)}))[0]
+    assert decision.desired > 1 and decision.actuate is False
+
+
+def test_min_max_annotations_clamp() -> None:
+    variant = va("a100")
+    variant["metadata"]["annotations"] = {"modelplane.io/min-replicas": "2", "modelplane.io/max-replicas": "3"}
+    high = plan_variants(inputs([variant], {"a100": 2}, loads={(NS, MODEL): ModelLoad(500.0, 128, 256)}))[0]
+    assert high.desired == 3
+    low = plan_variants(inputs([variant], {"a100": 3}, loads={(NS, MODEL): ModelLoad(0.0, 128, 256)}, pods={(NS, MODEL): pods(3, kv=0.05)}))[0]
+    assert low.desired == 2
+
+
+def test_scale_to_zero_needs_the_annotation() -> None:
+    idle = {(NS, MODEL): ModelLoad(0.0, 128, 256)}
+    quiet_pods = {(NS, MODEL): pods(2, kv=0.0)}
+    default = plan_variants(inputs([va("a100")], {"a100": 2}, loads=idle, pods=quiet_pods))[0]
+    assert default.desired == 1
+    variant = va("a100")
+    variant["metadata"]["annotations"] = {"modelplane.io/scale-to-zero": "true"}
+    zero = plan_variants(inputs([variant], {"a100": 1}, loads=idle, pods={(NS, MODEL): pods(1, kv=0.0)}))[0]
+    assert zero.desired == 0 and "Scale to zero" in zero.message
+    busy = plan_variants(inputs([variant], {"a100": 1}, loads={(NS, MODEL): ModelLoad(0.01, 128, 256)}, pods={(NS, MODEL): pods(1, kv=0.0)}))[0]
+    assert busy.desired == 1  # any traffic keeps the last replica
+
+
+def test_saturation_only_variant_scales_on_pressure() -> None:
+    variant = va("a100")
+    del variant["spec"]["variantProfile"]
+    decision = plan_variants(inputs([variant], {"a100": 2}, pods={(NS, MODEL): pods(2, kv=0.9, queue=8)}))[0]
+    assert decision.reason == "SaturationOnlyMode" and decision.desired == 3
+
+
+def test_missing_target_is_reported_without_actuation() -> None:
+    decision = plan_variants(inputs([va("a100", target="gone")], {"a100": 1}))[0]
+    assert decision.reason == "TargetNotFound" and decision.desired is None and not decision.actuate
+
+
+def test_parse_variant_accepts_the_second_generation() -> None:
+    spec = parse_variant(
+        {"metadata": {"name": "v", "namespace": NS, "labels": {"inference.optimization/acceleratorName": "H100"}},
+         "spec": {"modelID": MODEL, "scaleTargetRef": {"kind": "Deployment", "name": "v"}, "variantCost": "25.5"}}
+    )
+    assert spec.accelerator == "H100" and spec.profile is None and spec.variant_cost == 25.5 and spec.min_replicas == 1
+
+
+def test_parse_variant_requires_a_scale_target() -> None:
+    with pytest.raises(SpecError) as info:
+        parse_variant({"metadata": {"name": "v"}, "spec": {"modelID": MODEL}})
+    assert info.value.field == "spec.scaleTargetRef.name"
+
+
+def test_status_has_both_generations_fields_and_skips_heartbeat_only_writes() -> None:
+    decision = plan_variants(inputs([va("a100")], {"a100": 1}))[0]
+    status = variant_status(decision, {}, NOW, applied=True, generation=1)
+    assert status["currentAlloc"]["accelerator"] == "A100" and status["currentAlloc"]["variantCost"] == "10.00"
+    assert status["desiredOptimizedAlloc"]["lastRunTime"] == "2026-11-22T12:00:00Z"
+    assert status["actuation"] == {"applied": True}
+    assert {c["type"] for c in status["conditions"]} == {"MetricsAvailable", "OptimizationReady"}
+    assert status_patch({}, status, NOW) == status
+    later = NOW + timedelta(seconds=60)
+    again = variant_status(decision, copy.deepcopy(status), later, applied=True, generation=1)
+    assert status_patch(status, again, later, heartbeat_s=300) is None
+    much_later = NOW + timedelta(seconds=301)
+    heartbeat = variant_status(decision, copy.deepcopy(status), much_later, applied=True, generation=1)
+    assert status_patch(status, heartbeat, much_later, heartbeat_s=300) == {"desiredOptimizedAlloc": heartbeat["desiredOptimizedAlloc"]}
