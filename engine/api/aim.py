@@ -17,7 +17,7 @@ from typing import Literal
 from pydantic import Field
 
 from engine.api.meta import (
-    Condition,
+    Conditions,
     EnvVar,
     KubeModel,
     ListMeta,
@@ -56,7 +56,7 @@ class AIMClusterModelStatus(KubeModel):
 
     observed_generation: int | None = Field(None, alias="observedGeneration")
     """ObservedGeneration is the most recent generation observed by the controller."""
-    conditions: list[Condition] | None = None
+    conditions: Conditions | None = None
     """Conditions represent the latest available observations of the model's state."""
 
 
@@ -182,7 +182,7 @@ class AIMServiceTemplateStatus(KubeModel):
 
     observed_generation: int | None = Field(None, alias="observedGeneration")
     """ObservedGeneration is the most recent generation observed by the controller."""
-    conditions: list[Condition] | None = None
+    conditions: Conditions | None = None
     """Conditions represent the latest observations of template state."""
     status: AIMTemplateStatusEnum | None = "Pending"
     """High-level status of the template lifecycle."""
@@ -234,7 +234,7 @@ class AIMServiceStatus(KubeModel):
 
     observed_generation: int | None = Field(None, alias="observedGeneration")
     """ObservedGeneration is the most recent generation observed by the controller."""
-    conditions: list[Condition] | None = None
+    conditions: Conditions | None = None
     """Conditions represent the latest observations of the service state."""
     status: AIMServiceStatusEnum | None = "Pending"
     """High-level status of the service lifecycle."""
@@ -282,7 +282,7 @@ class ModelCacheStatus(KubeModel):
 
     observed_generation: int | None = Field(None, alias="observedGeneration")
     """The most recent generation observed."""
-    conditions: list[Condition] | None = None
+    conditions: Conditions | None = None
     """Conditions represent the latest available observations of the model cache's state."""
     status: ModelCacheStatusEnum | None = "Pending"
     """Status represents the current status of the model cache."""

@@ -18,7 +18,7 @@ from pydantic import Field, model_validator
 
 from engine.api.meta import (
     Affinity,
-    Condition,
+    Conditions,
     Duration,
     EnvFromSource,
     EnvVar,
@@ -247,7 +247,7 @@ class AutoscalingPolicyBindingStatus(KubeModel):
 
     observed_generation: int | None = Field(None, alias="observedGeneration")
     """The binding generation the state was computed for."""
-    conditions: list[Condition] | None = None
+    conditions: Conditions | None = None
     """Latest observations of the binding's state."""
     last_scale_time: Time | None = Field(None, alias="lastScaleTime")
     """When the target was last scaled."""
@@ -383,7 +383,7 @@ class ModelBackendStatus(KubeModel):
 class ModelStatus(KubeModel):
     """ModelStatus defines the observed state of Model."""
 
-    conditions: list[Condition] | None = None
+    conditions: Conditions | None = None
     """Conditions represents the latest available observations of the model's state."""
     backend_statuses: list[ModelBackendStatus] | None = Field(None, alias="backendStatuses")
     """BackendStatuses contains the status of each backend."""

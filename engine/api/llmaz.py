@@ -12,7 +12,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from engine.api.meta import Condition, KubeModel, ListMeta, ObjectMeta, Quantity, Time
+from engine.api.meta import Conditions, KubeModel, ListMeta, ObjectMeta, Quantity, Time
 
 API_VERSION = "llmaz.io/v1alpha1"
 
@@ -97,7 +97,7 @@ class ModelSpec(KubeModel):
 class ModelStatus(KubeModel):
     """ModelStatus defines the observed state of Model."""
 
-    conditions: list[Condition]
+    conditions: Conditions
     """Conditions represents the Inference condition."""
 
 

@@ -18,7 +18,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from engine.api.meta import Condition, CrossVersionObjectReference, KubeModel, ListMeta, ObjectMeta, Time
+from engine.api.meta import Conditions, CrossVersionObjectReference, KubeModel, ListMeta, ObjectMeta, Time
 
 API_VERSION = "llmd.ai/v1alpha1"
 
@@ -127,7 +127,7 @@ class VariantAutoscalingStatus(KubeModel):
     """DesiredOptimizedAlloc indicates the target optimized allocation based on autoscaling logic."""
     actuation: ActuationStatus | None = None
     """Actuation provides details about the actuation process and its current status."""
-    conditions: list[Condition] | None = None
+    conditions: Conditions | None = None
     """Conditions represent the latest available observations of the VariantAutoscaling's state."""
 
 

@@ -33,6 +33,7 @@ __all__ = [
     "Affinity",
     "Condition",
     "ConditionStatus",
+    "Conditions",
     "ConfigMapKeySelector",
     "CrossVersionObjectReference",
     "DURATION_PATTERN",
@@ -233,6 +234,23 @@ class Condition(KubeModel):
     """A programmatic identifier in CamelCase for the condition's last transition."""
     message: str = Field(max_length=32768)
     """A human-readable message with details about the transition."""
+
+
+def _unique_types(conditions: list[Condition]) -> list[Condition]:
+    seen: set[str] = set()
+    for condition in conditions:
+        if condition.type in seen:
+            raise ValueError(f"duplicate condition type {condition.type!r}")
+        seen.add(condition.type)
+    return conditions
+
+
+Conditions = Annotated[
+    list[Condition],
+    AfterValidator(_unique_types),
+    Field(json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]}),
+]
+"""A status condition list: at most one condition per type (a list-map keyed by ``type``)."""
 
 
 def _as_condition(value: Condition | dict[str, Any]) -> Condition:

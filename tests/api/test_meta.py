@@ -129,3 +129,15 @@ def test_object_meta_round_trip_adds_no_empty_collections() -> None:
     va = VariantAutoscaling.model_validate({"metadata": {"name": "v", "namespace": "ns"}, "spec": {"modelID": "m"}})
     assert va.metadata.labels == {} and va.metadata.finalizers == []
     assert va.to_dict()["metadata"] == {"name": "v", "namespace": "ns"}
+
+
+def test_condition_lists_are_keyed_by_type() -> None:
+    from engine.api.validate import ManifestInvalid, parse_object
+
+    condition = {"type": "Ready", "status": "True", "reason": "Ready", "message": "",
+                 "lastTransitionTime": "2026-01-09T22:00:00Z"}
+    manifest = {"apiVersion": "aim.silogen.ai/v1alpha1", "kind": "ModelCache", "metadata": {"name": "c"},
+                "spec": {"sourceUri": "hf://a/b"}, "status": {"conditions": [condition, dict(condition)]}}
+    with pytest.raises(ManifestInvalid) as info:
+        parse_object(manifest)
+    assert info.value.field_path == "status.conditions"
