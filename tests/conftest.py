@@ -14,4 +14,4 @@ EXAMPLES = REPO / "deployments" / "examples"
 def repo_root() -> pathlib.Path:
     """The repository root."""
     return REPO
-pytest_plugins = ["tests.kubeserver.fixture"]
+pytest_plugins = ["tests.kubeserver.fixture", "tests.promtest.fixture"]

@@ -1,0 +1,1 @@
+"""Real-Prometheus test fixtures: a fake vLLM exporter and a Prometheus launcher."""

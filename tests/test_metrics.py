@@ -1,0 +1,502 @@
+"""tasks.metrics against a real Prometheus scraping the fake vLLM exporter, and the metrics file format.
+
+One Prometheus serves the whole session (``tests.promtest.fixture``). The module loads all its models at
+once and waits a single time for their counters to span the rate window; every model and namespace
+here starts with ``mt`` so other test modules sharing the exporter are not disturbed. The client uses
+a 5 s rate window (the production default ``1m`` is checked in the query text instead): with 1 s
+scrapes Prometheus' extrapolated ``rate`` is within a few percent once the window is covered.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import pathlib
+import threading
+import time
+import urllib.parse
+from collections.abc import Callable, Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+import requests
+
+from tasks.metrics import (
+    FileMetrics,
+    MetricsFileError,
+    MetricsSnapshot,
+    MetricsSource,
+    MetricsUnavailable,
+    ModelKey,
+    ModelLoad,
+    PodMetrics,
+    PrometheusMetrics,
+    write_metrics_file,
+)
+from tests.promtest.exporter import FakeVllmExporter
+from tests.promtest import fixture as promtest_fixture
+from tests.promtest.fixture import PrometheusError, PrometheusProcess, free_port
+
+RATE_WINDOW = "5s"
+FALLBACK_WINDOW = "60s"
+TOLERANCE = 0.15
+
+LLAMA = ModelKey("mt/llama-3.1-8b", "mt-a")
+GRANITE = ModelKey("mt/granite-8b", "mt-b")
+BURST = ModelKey("mt/burst", "mt-b")
+IDLE = ModelKey("mt/idle", "mt-b")
+VANISH = ModelKey("mt/vanish", "mt-b")
+UNREQUESTED_SAME_NS = ModelKey("mt/unrequested", "mt-a")
+UNREQUESTED_OTHER_NS = ModelKey("mt/elsewhere", "mt-other")
+GHOST = ModelKey("mt/ghost", "mt-a")
+ALL_LOADED = [LLAMA, GRANITE, BURST, IDLE, VANISH, UNREQUESTED_SAME_NS, UNREQUESTED_OTHER_NS]
+
+
+def _set(exporter: FakeVllmExporter, key: ModelKey, pods: list[str], rps: float, tin: float, tout: float) -> None:
+    exporter.set_load(key.model_id, key.namespace, pods, rps, tin, tout)
+
+
+@pytest.fixture(scope="module")
+def loaded(vllm_exporter: FakeVllmExporter, prometheus: PrometheusProcess) -> Iterator[FakeVllmExporter]:
+    """All the module's loads and gauges, with counters already spanning the rate window."""
+    exp = vllm_exporter
+    _set(exp, LLAMA, ["llama-a100-0", "llama-a100-1"], 8.0, 128, 256)
+    exp.set_pod(LLAMA.model_id, LLAMA.namespace, "llama-a100-0", kv_cache_usage=0.42, waiting=1, running=4)
+    exp.set_pod(LLAMA.model_id, LLAMA.namespace, "llama-a100-1", kv_cache_usage=0.9, waiting=6, running=8)
+    _set(exp, GRANITE, ["granite-0"], 2.5, 64, 32)
+    exp.set_pod(GRANITE.model_id, GRANITE.namespace, "granite-0", kv_cache_usage=0.1, waiting=0, running=1)
+    _set(exp, BURST, ["burst-0"], 4.0, 100, 50)
+    _set(exp, IDLE, ["idle-0"], 0.0, 0, 0)
+    _set(exp, VANISH, ["vanish-0"], 1.0, 10, 10)
+    exp.set_pod(VANISH.model_id, VANISH.namespace, "vanish-0", kv_cache_usage=0.5, waiting=2)
+    _set(exp, UNREQUESTED_SAME_NS, ["unrequested-0"], 3.0, 10, 10)
+    exp.set_pod(UNREQUESTED_SAME_NS.model_id, UNREQUESTED_SAME_NS.namespace, "unrequested-0", kv_cache_usage=0.3)
+    _set(exp, UNREQUESTED_OTHER_NS, ["elsewhere-0"], 3.0, 10, 10)
+    exp.set_gauge("kthena:queue_depth", {"namespace": "mt-a", "pod": "llama-a100-0"}, 7)
+    exp.set_gauge("kthena:queue_depth", {"namespace": "mt-a", "pod": "llama-a100-1"}, 3)
+    exp.set_gauge("tokens_per_second", {"namespace": "mt-a", "pod": "llama-a100-0"}, 1500)
+    # Samples spanning more than the 5 s window for every series: then rate() is no longer ramping up.
+    prometheus.wait_for(
+        'min(count_over_time(vllm:request_success_total{namespace=~"mt-.*"}[10s]))',
+        lambda result: bool(result) and float(result[0]["value"][1]) >= 7,
+        timeout=20,
+    )
+    _set(exp, BURST, ["burst-0"], 0.0, 100, 50)  # from now on only the fallback window sees its tokens
+    yield exp
+    for key in ALL_LOADED:
+        exp.remove_model(key.model_id, key.namespace)
+    for pod in ("llama-a100-0", "llama-a100-1"):
+        exp.remove_pod(LLAMA.model_id, LLAMA.namespace, pod)
+
+
+@pytest.fixture
+def metrics(prometheus: PrometheusProcess) -> PrometheusMetrics:
+    """A client with the short test windows and quick failure."""
+    return PrometheusMetrics(
+        prometheus.url, timeout_s=2, retries=2, backoff_s=0.05,
+        rate_window=RATE_WINDOW, fallback_window=FALLBACK_WINDOW,
+    )
+
+
+def _collect_until(
+    client: PrometheusMetrics, keys: list[ModelKey], done: Callable[[MetricsSnapshot], bool], timeout: float = 15
+) -> MetricsSnapshot:
+    deadline = time.monotonic() + timeout
+    while True:
+        snapshot = client.collect(keys)
+        if done(snapshot) or time.monotonic() > deadline:
+            return snapshot
+        time.sleep(0.3)
+
+
+# -- exporter and fixture --------------------------------------------------------------------------
+
+
+def test_exporter_exposes_real_vllm_names_even_when_openmetrics_is_asked(loaded: FakeVllmExporter) -> None:
+    accept = "application/openmetrics-text;version=1.0.0,text/plain;version=0.0.4;q=0.5,*/*;q=0.1"
+    text = requests.get(loaded.url, headers={"Accept": accept}, timeout=5).text
+    for name in ("vllm:request_success_total{", "vllm:request_prompt_tokens_sum{", "vllm:request_prompt_tokens_count{",
+                 "vllm:request_generation_tokens_sum{", "vllm:kv_cache_usage_perc{", "vllm:num_requests_waiting{",
+                 "vllm:num_requests_running{", "kthena:queue_depth{"):
+        assert name in text
+    assert 'model_name="mt/llama-3.1-8b",namespace="mt-a",pod="llama-a100-0"' in text
+
+
+def test_prometheus_fixture_keeps_the_exporters_labels(loaded: FakeVllmExporter, prometheus: PrometheusProcess) -> None:
+    assert prometheus.pid and prometheus.url.startswith("http://127.0.0.1:")
+    result = prometheus.wait_for('vllm:kv_cache_usage_perc{pod="llama-a100-1"}', lambda r: len(r) == 1, timeout=5)
+    labels = result[0]["metric"]
+    assert (labels["namespace"], labels["model_name"], labels["job"]) == ("mt-a", LLAMA.model_id, "vllm")
+    with pytest.raises(AssertionError, match="still gives"):
+        prometheus.wait_for('vllm:kv_cache_usage_perc{pod="no-such-pod"}', bool, timeout=0.3)
+
+
+def test_missing_prometheus_binary_is_a_clear_error(monkeypatch: pytest.MonkeyPatch, tmp_path: pathlib.Path) -> None:
+    monkeypatch.setattr(promtest_fixture, "DEFAULT_BINARY", str(tmp_path / "prometheus"))
+    monkeypatch.setenv("PROMETHEUS_BIN", str(tmp_path / "also-missing"))
+    monkeypatch.setenv("PATH", str(tmp_path))
+
+    with pytest.raises(PrometheusError, match=r"apt-get install prometheus"):
+        promtest_fixture.find_binary()
+
+
+# -- loads and pods --------------------------------------------------------------------------------
+
+
+def test_collect_rates_within_tolerance_and_exact_token_averages(loaded: FakeVllmExporter, metrics: PrometheusMetrics) -> None:
+    snapshot = metrics.collect([LLAMA, GRANITE])
+
+    llama, granite = snapshot.loads[LLAMA], snapshot.loads[GRANITE]
+    assert llama.arrival_rate_rps == pytest.approx(8.0, rel=TOLERANCE)
+    assert llama.arrival_rate_rpm == pytest.approx(480.0, rel=TOLERANCE)
+    assert (llama.avg_in_tokens, llama.avg_out_tokens) == (pytest.approx(128), pytest.approx(256))
+    assert granite.arrival_rate_rps == pytest.approx(2.5, rel=TOLERANCE)
+    assert (granite.avg_in_tokens, granite.avg_out_tokens) == (pytest.approx(64), pytest.approx(32))
+    assert snapshot.missing == []
+    assert llama.sampled_at is not None
+    assert abs((snapshot.collected_at - llama.sampled_at).total_seconds()) < 5
+
+
+def test_pod_gauges_are_returned_per_pod(loaded: FakeVllmExporter, metrics: PrometheusMetrics) -> None:
+    snapshot = metrics.collect([LLAMA, GRANITE])
+
+    assert snapshot.pods[LLAMA] == [PodMetrics("llama-a100-0", 0.42, 1.0), PodMetrics("llama-a100-1", 0.9, 6.0)]
+    assert snapshot.pods[GRANITE] == [PodMetrics("granite-0", 0.1, 0.0)]
+
+
+def test_models_not_requested_are_excluded(loaded: FakeVllmExporter, metrics: PrometheusMetrics) -> None:
+    snapshot = metrics.collect([LLAMA])
+
+    assert set(snapshot.loads) == {LLAMA}
+    assert set(snapshot.pods) == {LLAMA}
+    assert not any("unrequested" in line or "elsewhere" in line for line in snapshot.missing)
+
+
+def test_model_without_samples_is_missing_not_an_error(loaded: FakeVllmExporter, metrics: PrometheusMetrics) -> None:
+    snapshot = metrics.collect([LLAMA, GHOST])
+
+    assert GHOST not in snapshot.loads and GHOST not in snapshot.pods
+    assert "no vllm:request_success_total samples for mt/ghost in mt-a" in snapshot.missing
+    assert LLAMA in snapshot.loads
+
+
+def test_idle_model_falls_back_to_the_longer_window_for_tokens(
+    loaded: FakeVllmExporter, prometheus: PrometheusProcess, metrics: PrometheusMetrics
+) -> None:
+    prometheus.wait_for(
+        f'sum(rate(vllm:request_success_total{{model_name="{BURST.model_id}"}}[{RATE_WINDOW}])) == 0',
+        lambda result: len(result) == 1, timeout=15,
+    )
+    snapshot = metrics.collect([BURST, IDLE])
+
+    assert snapshot.loads[BURST] == ModelLoad(0.0, pytest.approx(100), pytest.approx(50))
+    assert snapshot.loads[IDLE] == ModelLoad(0.0, 0.0, 0.0)  # never served a request: idle, not missing
+
+
+def test_model_whose_series_vanish_becomes_missing(
+    loaded: FakeVllmExporter, prometheus: PrometheusProcess, metrics: PrometheusMetrics
+) -> None:
+    before = metrics.collect([VANISH])
+    assert VANISH in before.loads and VANISH in before.pods
+
+    loaded.remove_model(VANISH.model_id, VANISH.namespace)
+    prometheus.wait_for(f'vllm:request_success_total{{model_name="{VANISH.model_id}"}}', lambda r: r == [], timeout=10)
+    after = metrics.collect([VANISH])
+
+    assert VANISH not in after.loads and VANISH not in after.pods
+    assert "no vllm:request_success_total samples for mt/vanish in mt-b" in after.missing
+
+
+def test_samples_older_than_max_age_are_missing(loaded: FakeVllmExporter, prometheus: PrometheusProcess) -> None:
+    later = dt.datetime.now(dt.timezone.utc) + dt.timedelta(seconds=40)
+    client = PrometheusMetrics(prometheus.url, max_age_s=10, rate_window="2m", clock=lambda: later)
+
+    snapshot = client.collect([LLAMA])
+
+    assert snapshot.loads == {} and snapshot.pods == {}
+    assert any(line.startswith("vllm:request_success_total for mt/llama-3.1-8b in mt-a is") and "(max 10s)" in line
+               for line in snapshot.missing), snapshot.missing
+    assert any("pod llama-a100-0" in line and "s old (max 10s)" in line for line in snapshot.missing)
+
+
+# -- instance metrics (Kthena) ---------------------------------------------------------------------
+
+
+def test_instance_metrics_per_pod(loaded: FakeVllmExporter, metrics: PrometheusMetrics) -> None:
+    names = ["kthena:queue_depth", "tokens_per_second", "vllm:num_requests_waiting"]
+
+    by_pod = metrics.instance_metrics(names, "mt-a", ["llama-a100-0", "llama-a100-1", "not-running"])
+
+    assert by_pod == {
+        "llama-a100-0": {"kthena:queue_depth": 7.0, "tokens_per_second": 1500.0, "vllm:num_requests_waiting": 1.0},
+        "llama-a100-1": {"kthena:queue_depth": 3.0, "vllm:num_requests_waiting": 6.0},
+    }
+    assert metrics.instance_metrics(names, "mt-b", ["llama-a100-0"]) == {}
+    with pytest.raises(ValueError, match="invalid metric names"):
+        metrics.instance_metrics(['up{job="x"}'], "mt-a", ["llama-a100-0"])
+
+
+def test_collect_can_include_instance_metrics(loaded: FakeVllmExporter, metrics: PrometheusMetrics) -> None:
+    snapshot = metrics.collect([LLAMA], instance_metric_names=["kthena:queue_depth"])
+
+    assert snapshot.instance_metrics == {
+        ("mt-a", "llama-a100-0"): {"kthena:queue_depth": 7.0},
+        ("mt-a", "llama-a100-1"): {"kthena:queue_depth": 3.0},
+    }
+
+
+# -- queries ---------------------------------------------------------------------------------------
+
+
+def test_query_count_is_constant_and_defaults_follow_wva(loaded: FakeVllmExporter, prometheus: PrometheusProcess) -> None:
+    client = PrometheusMetrics(prometheus.url, bearer_token="tok-123")
+    sent: list[requests.PreparedRequest] = []
+    client.session.hooks["response"].append(lambda response, *args, **kwargs: sent.append(response.request))
+
+    client.collect([LLAMA])
+    one_model = len(sent)
+    client.collect([LLAMA, GRANITE, BURST, IDLE, GHOST, ModelKey("mt/x", "mt-c"), ModelKey("mt/y", "mt-d")])
+    many_models = len(sent) - one_model
+    client.collect([LLAMA, GRANITE], instance_metric_names=["kthena:queue_depth", "tokens_per_second"])
+    with_instances = len(sent) - one_model - many_models
+
+    assert one_model == many_models == 2
+    assert with_instances == 3
+    body = urllib.parse.unquote_plus(str(sent[0].body))
+    assert "rate(vllm:request_success_total{" in body and "[1m]" in body and "[5m]" in body
+    assert 'namespace=~"mt-a"' in body
+    assert all(request.headers["Authorization"] == "Bearer tok-123" for request in sent)
+
+
+def test_label_values_are_escaped(loaded: FakeVllmExporter, metrics: PrometheusMetrics) -> None:
+    odd = ModelKey('mt/odd"model\\', "mt.a")  # a '.' must not match the '-' of mt-a
+    snapshot = metrics.collect([odd, ModelKey(LLAMA.model_id, "mt.a")])
+
+    assert snapshot.loads == {}
+    assert len(snapshot.missing) == 4
+
+
+# -- failures --------------------------------------------------------------------------------------
+
+
+def test_prometheus_stopped_raises_after_retries_then_recovers(
+    loaded: FakeVllmExporter, prometheus: PrometheusProcess, metrics: PrometheusMetrics
+) -> None:
+    try:
+        prometheus.stop()
+        started = time.monotonic()
+        with pytest.raises(MetricsUnavailable) as raised:
+            metrics.collect([LLAMA])
+        assert time.monotonic() - started < 3
+        message = str(raised.value)
+        assert prometheus.url in message and "Connection refused" in message and "3 attempts" in message
+    finally:
+        prometheus.start()
+
+    snapshot = _collect_until(metrics, [LLAMA], lambda s: LLAMA in s.loads and LLAMA in s.pods)
+    assert LLAMA in snapshot.loads and LLAMA in snapshot.pods
+
+
+def test_unreachable_url_never_leaks_the_bearer_token() -> None:
+    secret = "s3cr3t-bearer-value"
+    url = f"http://127.0.0.1:{free_port()}"
+    client = PrometheusMetrics(url, timeout_s=0.5, retries=1, backoff_s=0.01, bearer_token=secret)
+
+    with pytest.raises(MetricsUnavailable) as raised:
+        client.collect([LLAMA])
+
+    assert url in str(raised.value) and "2 attempts" in str(raised.value)
+    for text in (str(raised.value), repr(raised.value), raised.value.reason, repr(client)):
+        assert secret not in text
+    # The requests exception (its PreparedRequest carries the Authorization header) is not chained.
+    assert raised.value.__cause__ is None
+    assert raised.value.__context__ is None or raised.value.__suppress_context__
+
+
+class _StubPrometheus:
+    """An HTTP server answering every query with one fixed status and body, counting requests."""
+
+    def __init__(self, status: int, body: dict[str, object] | str) -> None:
+        self.status, self.body, self.requests = status, body, 0
+        stub = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:  # noqa: N802
+                stub.requests += 1
+                self.rfile.read(int(self.headers.get("Content-Length", 0)))
+                payload = stub.body if isinstance(stub.body, str) else json.dumps(stub.body)
+                self.send_response(stub.status)
+                self.end_headers()
+                self.wfile.write(payload.encode())
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self.server.serve_forever, args=(0.05,), daemon=True).start()
+        self.url = f"http://127.0.0.1:{self.server.server_port}"
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.mark.parametrize(
+    ("status", "body", "attempts", "expected"),
+    [
+        (400, {"status": "error", "errorType": "bad_data", "error": "parse error at char 3"}, 1,
+         "query failed (bad_data: parse error at char 3)"),
+        (503, "overloaded", 3, "HTTP 503 Service Unavailable (3 attempts)"),
+        (401, "no", 1, "HTTP 401 Unauthorized: check the credentials"),
+        (200, "<html>", 1, "HTTP 200: the answer is not JSON"),
+    ],
+)
+def test_prometheus_errors(status: int, body: dict[str, object] | str, attempts: int, expected: str) -> None:
+    stub = _StubPrometheus(status, body)
+    try:
+        client = PrometheusMetrics(stub.url, retries=2, backoff_s=0.01, bearer_token="hidden-token")
+        with pytest.raises(MetricsUnavailable) as raised:
+            client.collect([LLAMA])
+    finally:
+        stub.close()
+    assert str(raised.value) == f"Prometheus at {stub.url}: {expected}"
+    assert stub.requests == attempts
+
+
+def test_constructor_rejects_bad_settings() -> None:
+    with pytest.raises(ValueError, match="rate_window"):
+        PrometheusMetrics("http://127.0.0.1:9", rate_window="1 minute")
+    with pytest.raises(ValueError):
+        PrometheusMetrics("http://127.0.0.1:9", retries=-1)
+    assert repr(PrometheusMetrics("http://user:pw@127.0.0.1:9")) == "PrometheusMetrics('http://127.0.0.1:9')"
+
+
+# -- file source -----------------------------------------------------------------------------------
+
+
+def test_both_sources_implement_the_protocol(tmp_path: pathlib.Path) -> None:
+    assert isinstance(PrometheusMetrics("http://127.0.0.1:9"), MetricsSource)
+    assert isinstance(FileMetrics(tmp_path / "m.yaml"), MetricsSource)
+
+
+def test_file_round_trip_of_a_live_snapshot(
+    loaded: FakeVllmExporter, metrics: PrometheusMetrics, tmp_path: pathlib.Path
+) -> None:
+    live = metrics.collect([LLAMA, GRANITE], instance_metric_names=["kthena:queue_depth"])
+    path = tmp_path / "captured.yaml"
+
+    write_metrics_file(path, live)
+    replay = FileMetrics(path).collect([LLAMA, GRANITE], instance_metric_names=["kthena:queue_depth"])
+
+    assert replay.loads == live.loads
+    assert replay.pods == live.pods
+    assert replay.instance_metrics == live.instance_metrics
+    assert replay.collected_at == live.collected_at
+    assert replay.missing == []
+
+
+def test_file_format(tmp_path: pathlib.Path) -> None:
+    path = tmp_path / "metrics.yaml"
+    path.write_text(
+        """
+collectedAt: 2026-11-22T12:00:00Z
+models:
+  - model: meta/llama-3.1-8b
+    namespace: llm-serving
+    arrivalRate: 1200
+    avgInputTokens: 128
+    avgOutputTokens: 256
+    pods:
+      - {name: llama-8b-a100-0, kvCacheUsage: 0.42, queueLength: 1}
+  - model: ibm/granite-13b
+    namespace: llm-serving
+    arrivalRateRps: 2.5
+    avgInputTokens: 64
+    avgOutputTokens: 32
+  - model: pods/only
+    namespace: llm-serving
+    pods: [{name: p-0, kvCacheUsage: 0.1, queueLength: 0}]
+  - model: meta/llama-3.1-8b
+    namespace: other
+    arrivalRate: 60
+    avgInputTokens: 1
+    avgOutputTokens: 1
+instances:
+  - {namespace: llm-serving, pod: llama-8b-a100-0, metrics: {"vllm:num_requests_waiting": 3, tps: 12.5}}
+"""
+    )
+    llama, granite, pods_only = (ModelKey(m, "llm-serving") for m in ("meta/llama-3.1-8b", "ibm/granite-13b", "pods/only"))
+    source = FileMetrics(path)
+
+    snapshot = source.collect([llama, granite, pods_only, ModelKey("absent", "llm-serving")])
+
+    assert snapshot.loads == {llama: ModelLoad(20.0, 128.0, 256.0), granite: ModelLoad(2.5, 64.0, 32.0)}
+    assert snapshot.pods == {llama: [PodMetrics("llama-8b-a100-0", 0.42, 1.0)], pods_only: [PodMetrics("p-0", 0.1, 0.0)]}
+    assert snapshot.collected_at == dt.datetime(2026, 11, 22, 12, tzinfo=dt.timezone.utc)
+    assert snapshot.missing == [
+        f"no load for absent in llm-serving in {path}",
+        f"no pod metrics for absent in llm-serving in {path}",
+        f"no pod metrics for ibm/granite-13b in llm-serving in {path}",
+        f"no load for pods/only in llm-serving in {path}",
+    ]
+    assert snapshot.instance_metrics == {}
+    assert source.instance_metrics(["tps"], "llm-serving", ["llama-8b-a100-0", "x"]) == {"llama-8b-a100-0": {"tps": 12.5}}
+    assert source.collect([], ["vllm:num_requests_waiting"], ["llm-serving"]).instance_metrics == {
+        ("llm-serving", "llama-8b-a100-0"): {"vllm:num_requests_waiting": 3.0}
+    }
+
+
+def test_empty_file_means_everything_missing(tmp_path: pathlib.Path) -> None:
+    path = tmp_path / "empty.yaml"
+    path.write_text("")
+
+    snapshot = FileMetrics(path).collect([GHOST])
+
+    assert snapshot.loads == {} and len(snapshot.missing) == 2
+
+
+MODEL = "- {model: m, namespace: n, arrivalRate: 60, avgInputTokens: 1, avgOutputTokens: 1"
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("models: {}", "models: expected a list, got dict"),
+        ("[1, 2]", "expected a mapping, got list"),
+        ("models: [", "not valid YAML"),
+        ("modles: []", "modles: unknown field"),
+        (f"models:\n  {MODEL}}}\n  {MODEL}}}", "models[1]: duplicate entry for m in n"),
+        ("models:\n  - {model: m}", "models[0].namespace: required"),
+        ("models:\n  - {model: '', namespace: n}", "models[0].model: expected a non-empty string, got ''"),
+        ("models:\n  - {model: m, namespace: n, arrivalRate: 1, avgInputTokens: abc, avgOutputTokens: 1}",
+         "models[0].avgInputTokens: expected a number >= 0, got 'abc'"),
+        ("models:\n  - {model: m, namespace: n, arrivalRate: -1, avgInputTokens: 1, avgOutputTokens: 1}",
+         "models[0].arrivalRate: expected a number >= 0, got -1"),
+        ("models:\n  - {model: m, namespace: n, arrivalRate: 60, avgInputTokens: 1}",
+         "models[0].avgOutputTokens: required with an arrival rate"),
+        ("models:\n  - {model: m, namespace: n, avgInputTokens: 1}", "models[0].avgInputTokens: needs arrivalRate"),
+        (f"models:\n  {MODEL}, arrivalRateRps: 1}}", "models[0]: give arrivalRate (req/min) or arrivalRateRps"),
+        (f"models:\n  {MODEL}, avgInputToken: 1}}", "models[0].avgInputToken: unknown field"),
+        (f"models:\n  {MODEL}, pods: [{{name: p, kvCacheUsage: 1.5, queueLength: 0}}]}}",
+         "models[0].pods[0].kvCacheUsage: expected a number within 0..1, got 1.5"),
+        (f"models:\n  {MODEL}, pods: [{{name: p, kvCacheUsage: true, queueLength: 0}}]}}",
+         "models[0].pods[0].kvCacheUsage: expected a number within 0..1, got True"),
+        ("instances:\n  - {namespace: n, pod: p, metrics: {'bad name': 1}}", "instances[0].metrics: invalid metric name"),
+        ("instances:\n  - {namespace: n, pod: p}", "instances[0].metrics: required"),
+        ("collectedAt: yesterday", "collectedAt: expected an ISO 8601 timestamp"),
+    ],
+)
+def test_malformed_files_name_the_path_and_field(tmp_path: pathlib.Path, text: str, expected: str) -> None:
+    path = tmp_path / "bad.yaml"
+    path.write_text(text)
+
+    with pytest.raises(MetricsFileError) as raised:
+        FileMetrics(path).collect([ModelKey("m", "n")])
+
+    assert str(raised.value).startswith(f"{path}: ")
+    assert expected in str(raised.value)
+
+
+def test_missing_file_is_a_clear_error(tmp_path: pathlib.Path) -> None:
+    with pytest.raises(MetricsFileError, match="nope.yaml: cannot read: No such file or directory"):
+        FileMetrics(tmp_path / "nope.yaml").collect([GHOST])
