@@ -81,8 +81,6 @@ def _data_path(manifest: Any, loc: Sequence[str | int]) -> list[str | int]:
         elif isinstance(node, list) and isinstance(part, int):
             path.append(part)
             node = node[part] if 0 <= part < len(node) else None
-        elif node is None and not path:
-            path.append(part)
         # else: a union member or validator tag under a scalar: not a field of the document
     return path
 

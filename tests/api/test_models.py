@@ -222,3 +222,11 @@ def test_binding_needs_exactly_one_configuration() -> None:
     base = {"apiVersion": "registry.volcano.sh/v1alpha1", "kind": "AutoscalingPolicyBinding",
             "metadata": {"name": "b"}, "spec": {"policyRef": {"name": "p"}}}
     assert _error(base).field_path == "spec"
+
+
+def test_format_path() -> None:
+    from engine.api.validate import format_path
+
+    assert format_path(["spec", "backends", 0, "workers"]) == "spec.backends[0].workers"
+    assert format_path(["spec", "limits", "nvidia.com/gpu"]) == 'spec.limits["nvidia.com/gpu"]'
+    assert format_path([]) == ""
