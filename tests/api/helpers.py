@@ -23,10 +23,24 @@ BAD_INPUTS = pathlib.Path(__file__).resolve().parent / "bad_inputs"
 _HEADER = re.compile(r"^#\s*(expect-path|rule):\s*(.+?)\s*$", re.MULTILINE)
 
 
-def example_documents() -> list[tuple[str, dict[str, Any]]]:
-    """Every document of every example file as ``(file#index, manifest)``."""
-    docs = []
+def _is_manifest(doc: Any) -> bool:
+    return isinstance(doc, dict) and "apiVersion" in doc and "kind" in doc
+
+
+def manifest_files() -> list[pathlib.Path]:
+    """The example files holding Kubernetes manifests (not data files such as ``metrics.yaml``)."""
+    files = []
     for path in sorted(EXAMPLES.glob("*.yaml")):
+        docs = [doc for doc in yaml.safe_load_all(path.read_text()) if doc is not None]
+        if docs and all(_is_manifest(doc) for doc in docs):
+            files.append(path)
+    return files
+
+
+def example_documents() -> list[tuple[str, dict[str, Any]]]:
+    """Every document of every example manifest file as ``(file#index, manifest)``."""
+    docs = []
+    for path in manifest_files():
         for index, doc in enumerate(yaml.safe_load_all(path.read_text())):
             if doc is not None:
                 docs.append((f"{path.name}#{index}", doc))

@@ -16,7 +16,7 @@ import yaml
 
 from engine.api.registry import kind_info
 from engine.api.validate import ManifestInvalid, load_documents, parse_object
-from tests.api.helpers import EXAMPLES, bad_inputs, example_documents, schema_error_paths
+from tests.api.helpers import bad_inputs, example_documents, manifest_files, schema_error_paths
 
 CORPUS = bad_inputs()
 SEED_RULES = {"MinLength", "MaxLength", "Minimum", "Maximum", "Pattern", "Enum", "MinItems", "MaxItems",
@@ -53,7 +53,7 @@ def test_rejected_by_crd_schema_with_field_path(path: pathlib.Path, rule: str, e
 
 
 def test_load_documents_keeps_valid_neighbours(tmp_path: pathlib.Path) -> None:
-    for source in EXAMPLES.glob("*.yaml"):
+    for source in manifest_files():
         shutil.copy(source, tmp_path / source.name)
     picked = [entry for entry in CORPUS if entry[0].stem in {
         "va-minimum-maxbatchsize", "kthena-model-minitems-workers", "aim-modelcache-pattern-size",
