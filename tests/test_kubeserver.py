@@ -891,3 +891,58 @@ def test_server_side_apply_and_dry_run(server, api, co, kube_namespace):
     co.patch_namespaced_custom_object(GROUP, VERSION, kube_namespace, PLURAL, "ssa", {"spec": {"replicas": 9}},
                                       dry_run="All")
     assert co.get_namespaced_custom_object(GROUP, VERSION, kube_namespace, PLURAL, "ssa")["spec"]["replicas"] == 3
+
+
+def test_concurrent_writers_with_same_resource_version_one_wins(server, api, core, kube_namespace):
+    cm = core.create_namespaced_config_map(kube_namespace, {"metadata": {"name": "race"}, "data": {"n": "0"}})
+    rv = cm.metadata.resource_version
+    results: list[int] = []
+    lock = threading.Lock()
+
+    def writer(i: int) -> None:
+        c = client.CoreV1Api(server.api_client())
+        body = {"metadata": {"name": "race", "resourceVersion": rv}, "data": {"n": str(i + 1)}}
+        try:
+            c.replace_namespaced_config_map("race", kube_namespace, body)
+            code = 200
+        except ApiException as exc:
+            code = exc.status
+        with lock:
+            results.append(code)
+
+    threads = [threading.Thread(target=writer, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(results) == [200] + [409] * 7
+
+
+def test_multi_version_crd_and_embedded_resources(server, api):
+    ext = client.ApiextensionsV1Api(api)
+    schema = {"type": "object", "properties": {"spec": {"type": "object", "properties": {
+        "template": {"type": "object", "x-kubernetes-embedded-resource": True,
+                     "properties": {"spec": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}}}}}}}
+    crd = _crd("blueprints", "Blueprint", "Namespaced", schema, scale=False)
+    v2 = dict(crd["spec"]["versions"][0], name="v1beta1", storage=False)
+    crd["spec"]["versions"].append(v2)
+    server.install_crds([crd])
+    co = client.CustomObjectsApi(api)
+    body = {"apiVersion": f"{GROUP}/{VERSION}", "kind": "Blueprint", "metadata": {"name": "b"},
+            "spec": {"template": {"apiVersion": "v1", "kind": "Pod", "metadata": {"labels": {"a": "b"}},
+                                  "spec": {"x": 1}, "junk": 1}}}
+    created = co.create_namespaced_custom_object(GROUP, VERSION, "mv", "blueprints", body)
+    assert created["spec"]["template"] == {"apiVersion": "v1", "kind": "Pod", "metadata": {"labels": {"a": "b"}},
+                                           "spec": {"x": 1}}
+    other = co.get_namespaced_custom_object(GROUP, "v1beta1", "mv", "blueprints", "b")
+    assert other["apiVersion"] == f"{GROUP}/v1beta1" and other["metadata"]["uid"] == created["metadata"]["uid"]
+    groups = {g.name: g for g in client.ApisApi(api).get_api_versions().groups}
+    assert {v.version for v in groups[GROUP].versions} == {VERSION, "v1beta1"}
+    ext.delete_custom_resource_definition(f"blueprints.{GROUP}")
+
+
+def test_watch_requests_are_counted(server, co, kube_namespace):
+    server.reset_stats()
+    list(watch.Watch().stream(co.list_namespaced_custom_object, GROUP, VERSION, kube_namespace, PLURAL,
+                              resource_version="0", timeout_seconds=1))
+    assert server.count("watch", PLURAL) == 1 and server.count("list") == 0

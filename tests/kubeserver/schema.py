@@ -95,9 +95,13 @@ def _join(path: str, key: str) -> str:
 
 
 def prune(obj: Any, schema: dict[str, Any] | None, root: bool = False) -> Any:
-    """Drop fields the schema does not declare, in place where possible; returns the pruned value."""
+    """Drop fields the schema does not declare, in place where possible; returns the pruned value.
+
+    The root and ``x-kubernetes-embedded-resource`` objects keep apiVersion, kind and metadata.
+    """
     if schema is None or not isinstance(schema, dict):
         return obj
+    root = root or bool(schema.get("x-kubernetes-embedded-resource"))
     if schema.get("x-kubernetes-preserve-unknown-fields") and "properties" not in schema:
         return obj
     if isinstance(obj, dict):

@@ -184,7 +184,7 @@ class Handler(BaseHTTPRequestHandler):
             if path.startswith("/_test/"):
                 self._admin(method, path)
                 return
-            body = self._body() if method in ("POST", "PUT", "PATCH", "DELETE") else None
+            body = self._body()  # always consume the body, or a keep-alive connection desynchronises
             segs = [unquote(s) for s in path.strip("/").split("/")] if path != "/" else []
             if self._discovery(method, segs):
                 return
@@ -385,7 +385,7 @@ class Handler(BaseHTTPRequestHandler):
 
     def _admin(self, method: str, path: str) -> None:
         controls = self.server.controls
-        body = self._body() if method in ("POST", "PUT") else None
+        body = self._body()
         action = path[len("/_test/"):]
         if action == "stats" and method == "GET":
             self._send(200, controls.stats())
