@@ -12,7 +12,10 @@ only through ``/status``, and a given ``resourceVersion`` rides in the patch's m
 server enforces it as a precondition (409 -> ``Conflict``). Failures become the typed errors of
 :mod:`tasks.cluster.errors`; their messages name the operation and the server's reason but never
 carry request headers or bodies (no tokens, no Secret data), and they are raised outside the client's
-exception context so no traceback chain leaks those either.
+exception context so no traceback chain leaks those either. A 429/5xx becomes ``Unavailable`` with the
+server's ``Retry-After`` kept as ``retry_after`` (used by :func:`tasks.cluster.retry.retry_unavailable`);
+note that the client library itself already retries GETs answered with ``Retry-After``, as client-go
+does.
 """
 
 from __future__ import annotations
@@ -243,12 +246,16 @@ class KubeCluster:
         """Run one request and decode its JSON body, translating every failure to a typed error."""
         failure: ClusterError | None = None
         try:
-            return _decode(send())
+            response = send()
         except ApiException as exc:
             failure = _from_api_exception(exc, what, info)
         except (urllib3.exceptions.HTTPError, OSError) as exc:
             failure = Unavailable(f"{what}: API server unreachable ({type(exc).__name__})", reason="Unreachable")
-        except ValueError as exc:  # undecodable body (e.g. a proxy's HTML error page)
+        if failure is not None:
+            raise failure
+        try:
+            return _decode(response)
+        except (UnicodeDecodeError, json.JSONDecodeError) as exc:  # e.g. a proxy's HTML error page
             failure = Unavailable(f"{what}: malformed response ({type(exc).__name__})", reason="BadResponse")
         raise failure
 
@@ -359,10 +366,21 @@ def _from_api_exception(exc: ApiException, what: str, info: ResourceInfo | None)
     if code in (401, 403):
         return Forbidden(message, reason=reason)
     if code == 429 or code >= 500 or code == 0:
-        return Unavailable(message, reason=reason)
+        unavailable = Unavailable(message, reason=reason)
+        unavailable.retry_after = _retry_after(exc)  # type: ignore[attr-defined]
+        return unavailable
     error = ClusterError(message, reason=reason)
     error.status = code
     return error
+
+
+def _retry_after(exc: ApiException) -> float | None:
+    """Seconds the server asked us to wait (``Retry-After`` on 429/503), if it said so."""
+    value = (exc.headers or {}).get("Retry-After") if hasattr(exc.headers or {}, "get") else None
+    try:
+        return float(value) if value is not None else None
+    except (TypeError, ValueError):
+        return None
 
 
 def _status_body(exc: ApiException) -> dict[str, Any]:

@@ -129,11 +129,25 @@ def selector_matches(requirements: list[Requirement], labels: dict[str, str] | N
     return all(r.matches(labels) for r in requirements)
 
 
+EVENT_MESSAGE_LIMIT = 1024
+"""Bytes of ``message`` the API server accepts on an Event that has ``eventTime``."""
+EVENT_REASON_LIMIT = 128
+
+
+def _truncate_utf8(text: str, limit: int) -> str:
+    """``text`` cut to at most ``limit`` UTF-8 bytes without splitting a character."""
+    return text.encode("utf-8")[:limit].decode("utf-8", errors="ignore")
+
+
 def build_event(obj: Manifest, reason: str, message: str, event_type: str = "Normal") -> Manifest:
     """A core/v1 Event about ``obj``, named ``<obj>.<hex>`` like kubectl/client-go record them.
 
     Cluster-scoped objects get their Events in ``default``, as the Kubernetes event recorder does.
+    Because ``eventTime`` is set, the API server also requires ``reportingComponent``,
+    ``reportingInstance`` and ``action`` (here: the reason) and caps ``message`` at 1 KiB and
+    ``reason``/``action`` at 128 bytes, so both are truncated rather than rejected.
     """
+    reason = _truncate_utf8(reason, EVENT_REASON_LIMIT)
     meta = obj.get("metadata") or {}
     name = meta.get("name") or "unknown"
     namespace = meta.get("namespace") or "default"
@@ -152,13 +166,14 @@ def build_event(obj: Manifest, reason: str, message: str, event_type: str = "Nor
         "metadata": {"name": f"{name}.{secrets.token_hex(8)}", "namespace": namespace},
         "involvedObject": {k: v for k, v in involved.items() if v is not None},
         "reason": reason,
-        "message": message,
+        "message": _truncate_utf8(message, EVENT_MESSAGE_LIMIT),
         "type": event_type,
+        "action": reason,
         "source": {"component": EVENT_SOURCE},
         "firstTimestamp": stamp,
         "lastTimestamp": stamp,
         "eventTime": now_rfc3339(micro=True),
         "count": 1,
         "reportingComponent": EVENT_SOURCE,
-        "reportingInstance": socket.gethostname(),
+        "reportingInstance": socket.gethostname()[:128],
     }

@@ -22,6 +22,7 @@ log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 Backoff = Callable[[int], float]
+_MAX_RETRY_AFTER = 30.0  # never let a server's Retry-After stall a flow longer than this per attempt
 
 
 def exponential_backoff(base: float = 0.05, cap: float = 1.0, jitter: float = 0.5) -> Backoff:
@@ -85,7 +86,8 @@ def retry_unavailable(
     """Call ``fn``, retrying with exponential backoff while it raises ``Unavailable``.
 
     Only transient failures (unreachable server, 429, 5xx) are retried; every other error propagates
-    at once. After ``attempts`` calls the last ``Unavailable`` propagates.
+    at once. A server-sent ``Retry-After`` (kept by the kube backend as ``retry_after`` on the error)
+    lengthens the wait. After ``attempts`` calls the last ``Unavailable`` propagates.
     """
     if attempts < 1:
         raise ValueError("attempts must be >= 1")
@@ -93,8 +95,9 @@ def retry_unavailable(
     for attempt in range(1, attempts + 1):
         try:
             return fn()
-        except Unavailable:
+        except Unavailable as exc:
             if attempt == attempts:
                 raise
-            sleep(delay(attempt))
+            asked = min(getattr(exc, "retry_after", None) or 0.0, _MAX_RETRY_AFTER)
+            sleep(max(delay(attempt), asked))
     raise AssertionError("unreachable")  # pragma: no cover

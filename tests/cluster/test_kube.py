@@ -239,3 +239,29 @@ def test_bad_kubeconfig_is_a_config_error(tmp_path: Path) -> None:
         connect(f"kubeconfig:{path}#missing-context")
     assert info.value.reason == "ConfigError" and "s3cr3t" not in str(info.value)
     assert info.value.__context__ is None
+
+
+def test_retry_after_is_honoured(kube: Any, server: Any, ns: str) -> None:
+    """Writes are not retried by the client library (reads with Retry-After are, like client-go)."""
+    from tasks.cluster import retry_unavailable
+
+    ref = ObjectRef(*VA, "va", ns)
+    kube.create(va_manifest("va", ns))
+    server.inject("PATCH", r"/variantautoscalings/va/status$", 429, retry_after=2)
+    with pytest.raises(Unavailable) as info:
+        kube.patch_status(ref, {"actuation": {"applied": True}})
+    assert info.value.retry_after == 2.0  # type: ignore[attr-defined]
+    server.inject("PATCH", r"/variantautoscalings/va/status$", 503, retry_after=3)
+    waits: list[float] = []
+    written = retry_unavailable(lambda: kube.patch_status(ref, {"actuation": {"applied": True}}), base_delay=0.01, sleep=waits.append)
+    assert written["status"]["actuation"] == {"applied": True}
+    assert waits == [3.0]
+
+
+def test_event_satisfies_api_server_event_validation(kube: Any, ns: str) -> None:
+    va = kube.create(va_manifest("va", ns))
+    event = kube.post_event(va, "Scaled" * 40, "é" * 2000, "Warning")
+    assert event["action"] == event["reason"] and len(event["reason"].encode()) <= 128
+    assert len(event["message"].encode()) <= 1024 and event["message"] == "é" * 512
+    assert event["reportingComponent"] == "modelplane" and event["reportingInstance"]
+    assert event["eventTime"].endswith("Z") and "." in event["eventTime"]
