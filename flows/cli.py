@@ -12,8 +12,13 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+# Local runs start an ephemeral Prefect API on the shared ~/.prefect database; its telemetry write is the
+# one statement that contends with another local Prefect process, and it reports nothing we need.
+os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="Modelplane: a control plane for serving LLMs on Kubernetes.")
-console = Console()
+# Off a terminal (CI logs, pipes) rich would wrap tables at 80 columns and cut names; use a wide page.
+console = Console(width=None if sys.stdout.isatty() else 200)
 err = Console(stderr=True)
 
 REPO = pathlib.Path(__file__).resolve().parents[1]

@@ -44,13 +44,14 @@ from engine.optimize import (
 from engine.saturation import SaturationConfigSet
 from tasks.cluster import Cluster, ObjectRef, connect
 from tasks.cluster.errors import ClusterError
-from tasks.metrics import FileMetrics, MetricsSource, MetricsUnavailable, ModelKey, PrometheusMetrics
+from tasks.metrics import FileMetrics, MetricsSnapshot, MetricsSource, MetricsUnavailable, ModelKey, PrometheusMetrics
 from tasks.optimizer import (
     ClusterState,
     TargetReplicas,
     WriteOutcome,
     apply_binding,
     parallel_map,
+    policy_metric_names,
     post_event,
     read_cluster_state,
     read_current_replicas,
@@ -136,8 +137,11 @@ def metrics_source(params: OptimizeParameters) -> MetricsSource | None:
 
 
 @task(name="collect-metrics", cache_policy=NO_CACHE)
-def collect_metrics(source: MetricsSource | None, state: ClusterState) -> tuple[Any, str | None]:
-    """Collect the cycle's metrics; a failing backend is reported (never swallowed) as an error string."""
+def collect_metrics(source: MetricsSource | None, state: ClusterState) -> tuple[MetricsSnapshot | None, str | None]:
+    """One batched collection for the cycle: model loads, pod saturation, and the bound policies' metrics.
+
+    A failing backend is reported (never swallowed) as an error string; the planner then holds.
+    """
     if source is None:
         return None, "no metrics source configured (set prometheus_url or metrics_file)"
     keys = sorted(
@@ -148,14 +152,15 @@ def collect_metrics(source: MetricsSource | None, state: ClusterState) -> tuple[
         },
         key=lambda k: (k.namespace, k.model_id),
     )
+    namespaces = sorted({b["metadata"].get("namespace", "default") for b in state.bindings})
     try:
-        return source.collect(keys), None
+        return source.collect(keys, instance_metric_names=policy_metric_names(state), instance_namespaces=namespaces), None
     except MetricsUnavailable as exc:
         return None, str(exc)
 
 
 def cycle_inputs(
-    state: ClusterState, replicas: TargetReplicas, snapshot: Any, metrics_error: str | None,
+    state: ClusterState, replicas: TargetReplicas, snapshot: MetricsSnapshot | None, metrics_error: str | None,
     params: OptimizeParameters, now: datetime,
 ) -> CycleInputs:
     """Translate the gathered state and metrics snapshot into the engine's cycle inputs."""
@@ -240,12 +245,13 @@ def apply_decisions(
 
 @task(name="reconcile-bindings", cache_policy=NO_CACHE)
 def reconcile_bindings(
-    cluster: Cluster, state: ClusterState, source: MetricsSource | None, now: datetime, params: OptimizeParameters
+    cluster: Cluster, state: ClusterState, snapshot: MetricsSnapshot | None, metrics_error: str | None,
+    now: datetime, params: OptimizeParameters,
 ) -> list[BindingDecision]:
     """Kthena bindings: recommendation + behaviour correction (+ distribution), scale, persist state."""
     decisions: list[BindingDecision] = []
     for binding in state.bindings:
-        inputs = read_binding_inputs(cluster, binding, state, source)
+        inputs = read_binding_inputs(cluster, binding, state, snapshot, metrics_error)
         decision = plan_binding(inputs, now)
         if not params.dry_run:
             apply_binding(cluster, binding, decision, now)
@@ -321,7 +327,7 @@ def optimize(
     decisions = plan_variants(cycle_inputs(state, replicas, snapshot, metrics_error, params, now))
 
     writes: list[WriteOutcome] = [] if params.dry_run else apply_decisions(cluster, state, decisions, now, params)
-    bindings = reconcile_bindings(cluster, state, None if metrics_error else source, now, params)
+    bindings = reconcile_bindings(cluster, state, snapshot, metrics_error, now, params)
 
     report = CycleReport(rows=report_rows(decisions, writes, bindings), summary=summarize(decisions), metrics_error=metrics_error, writes=writes)
     publish(report)

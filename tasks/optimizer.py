@@ -298,15 +298,42 @@ def binding_targets(binding: Mapping[str, Any]) -> list[tuple[Mapping[str, Any],
     return []
 
 
+def policy_metric_names(state: ClusterState) -> list[str]:
+    """Every metric name the bound AutoscalingPolicies scale on (fetched in the cycle's one collect)."""
+    names: set[str] = set()
+    for binding in state.bindings:
+        namespace = binding["metadata"].get("namespace", "default")
+        policy_name = ((binding.get("spec") or {}).get("policyRef") or {}).get("name", "")
+        policy = state.policies.get((namespace, policy_name)) or {}
+        names.update(m["metricName"] for m in (policy.get("spec") or {}).get("metrics") or [] if m.get("metricName"))
+    return sorted(names)
+
+
+def _instances_from_snapshot(
+    snapshot: Any, namespace: str, pods: list[str], targets: list[BindingTarget], have_pod_objects: bool
+) -> list[dict[str, float]]:
+    """Per-pod policy metrics of the binding's ready pods.
+
+    A manifest snapshot usually carries no Pod objects; then the pods are the ones the metrics name
+    after the target (``<target>-...``), as a Deployment names its pods.
+    """
+    metrics: Mapping[tuple[str, str], dict[str, float]] = snapshot.instance_metrics if snapshot is not None else {}
+    if have_pod_objects:
+        return [dict(metrics.get((namespace, pod), {})) for pod in pods]
+    prefixes = tuple(f"{t.name}-" for t in targets)
+    return [dict(values) for (ns, pod), values in sorted(metrics.items()) if ns == namespace and pod.startswith(prefixes)]
+
+
 @task(name="read-binding-inputs", cache_policy=NO_CACHE, retries=1, retry_delay_seconds=1)
-def read_binding_inputs(cluster: Cluster, binding: dict[str, Any], state: ClusterState, source: Any) -> BindingInputs:
-    """Current replicas (scale subresource), the targets' pods, and their per-pod policy metrics."""
+def read_binding_inputs(
+    cluster: Cluster, binding: dict[str, Any], state: ClusterState, snapshot: Any, metrics_error: str | None
+) -> BindingInputs:
+    """Current replicas (scale subresource), the targets' pods, and their policy metrics from the snapshot."""
     meta = binding["metadata"]
     namespace = meta.get("namespace", "default")
     spec = binding.get("spec") or {}
     policy_name = (spec.get("policyRef") or {}).get("name")
     policy = state.policies.get((namespace, policy_name or ""))
-    policy_spec = (policy or {}).get("spec") if policy else None
     targets: list[BindingTarget] = []
     pods: list[dict[str, Any]] = []
     for target, low, high, cost in binding_targets(binding):
@@ -321,29 +348,17 @@ def read_binding_inputs(cluster: Cluster, binding: dict[str, Any], state: Cluste
         if selector:
             pods += cluster.list("v1", "Pod", namespace=ref.namespace or namespace, label_selector=selector)
     ready = [p["metadata"]["name"] for p in pods if _pod_ready(p)]
-    unready = len(pods) - len(ready)
-    instances: list[dict[str, float]] = []
-    metrics_error = None
-    metric_names = [m.get("metricName") for m in (policy_spec or {}).get("metrics") or [] if m.get("metricName")]
-    if source is None:
-        metrics_error = "no metrics source"
-    elif metric_names and ready:
-        try:
-            by_pod = source.instance_metrics(metric_names, namespace, ready)
-            instances = [by_pod.get(pod, {}) for pod in ready]
-        except Exception as exc:  # noqa: BLE001 - any backend failure means "no metrics": hold, report
-            metrics_error = str(exc)
     optimizer = spec.get("optimizerConfiguration") or {}
     return BindingInputs(
         namespace=namespace,
         name=meta["name"],
         generation=meta.get("generation"),
         policy_name=policy_name,
-        policy=policy_spec,
+        policy=(policy or {}).get("spec") if policy else None,
         heterogeneous=bool(optimizer),
         targets=targets,
-        instances=instances,
-        unready=unready,
+        instances=_instances_from_snapshot(snapshot, namespace, ready, targets, have_pod_objects=bool(pods)),
+        unready=len(pods) - len(ready),
         metrics_error=metrics_error,
         cost_expansion_rate_percent=int(optimizer.get("costExpansionRatePercent", 200)),
         old_status=binding.get("status") or {},

@@ -2,9 +2,16 @@
 
 from __future__ import annotations
 
+import os
 import pathlib
 
 import pytest
+
+# Test Prefect servers report no telemetry (and so never contend on its database write).
+os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+
+# The Kubernetes API test server and the Prometheus + fake vLLM exporter fixtures.
+pytest_plugins = ["tests.kubeserver.fixture", "tests.promtest.fixture"]
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 EXAMPLES = REPO / "deployments" / "examples"
@@ -14,4 +21,3 @@ EXAMPLES = REPO / "deployments" / "examples"
 def repo_root() -> pathlib.Path:
     """The repository root."""
     return REPO
-pytest_plugins = ["tests.kubeserver.fixture", "tests.promtest.fixture"]
