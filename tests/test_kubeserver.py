@@ -946,3 +946,15 @@ def test_watch_requests_are_counted(server, co, kube_namespace):
     list(watch.Watch().stream(co.list_namespaced_custom_object, GROUP, VERSION, kube_namespace, PLURAL,
                               resource_version="0", timeout_seconds=1))
     assert server.count("watch", PLURAL) == 1 and server.count("list") == 0
+
+
+def test_watch_bookmarks_and_send_initial_events(server, api, core, kube_namespace):
+    core.create_namespaced_config_map(kube_namespace, {"metadata": {"name": "one"}})
+    path = (f"/api/v1/namespaces/{kube_namespace}/configmaps?watch=true&sendInitialEvents=true"
+            "&resourceVersionMatch=NotOlderThan&allowWatchBookmarks=true&timeoutSeconds=1")
+    resp = api.call_api("GET", api.configuration.host + path, header_params={"Accept": "application/json"})
+    resp.read()
+    events = [json.loads(line) for line in resp.data.decode().splitlines() if line]
+    assert [e["type"] for e in events] == ["ADDED", "BOOKMARK", "BOOKMARK"]
+    assert events[1]["object"]["metadata"]["annotations"] == {"k8s.io/initial-events-end": "true"}
+    assert int(events[2]["object"]["metadata"]["resourceVersion"]) >= int(events[0]["object"]["metadata"]["resourceVersion"])

@@ -320,7 +320,9 @@ class Handler(BaseHTTPRequestHandler):
     def _watch(self, rt: ResourceType, ns: str | None, query: dict[str, str]) -> None:
         timeout = float(query.get("timeoutSeconds") or 1800)
         events = self.server.store.watch(rt, ns, query.get("labelSelector"), query.get("fieldSelector"),
-                                         query.get("resourceVersion"), timeout)
+                                         query.get("resourceVersion"), timeout,
+                                         bookmarks=query.get("allowWatchBookmarks") == "true",
+                                         send_initial_events=query.get("sendInitialEvents") == "true")
         self.wfile.write(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n"
                          b"Cache-Control: no-cache, private\r\n\r\n")
 

@@ -871,11 +871,15 @@ class Store:
         fields: str | None,
         resource_version: str | None,
         timeout: float,
+        bookmarks: bool = False,
+        send_initial_events: bool | None = None,
     ) -> Iterator[Obj]:
         """Yield watch events after ``resource_version`` until ``timeout`` seconds pass.
 
-        Without a resourceVersion (or "0") the current objects are sent first as ADDED. A
-        resourceVersion older than the retained history yields one ERROR event with a 410 Status.
+        Without a resourceVersion (or "0"), or with ``sendInitialEvents``, the current objects are sent
+        first as ADDED. A resourceVersion older than the retained history yields one ERROR event with
+        a 410 Status. With ``allowWatchBookmarks`` a BOOKMARK ends the initial events (annotated
+        ``k8s.io/initial-events-end`` when they were requested) and the stream.
         """
         preds = self._predicates(rt, labels, fields)
         if resource_version not in (None, "", "0"):
@@ -883,10 +887,17 @@ class Store:
                 int(resource_version)  # type: ignore[arg-type]
             except ValueError:
                 raise ApiError(400, f"invalid resource version: {resource_version}") from None
-        return self._watch(rt, ns, preds, labels, fields, resource_version, timeout)
+        return self._watch(rt, ns, preds, labels, fields, resource_version, timeout, bookmarks, send_initial_events)
+
+    def _bookmark(self, rt: ResourceType, initial_end: bool = False) -> Obj:
+        meta: Obj = {"resourceVersion": str(self._rv)}
+        if initial_end:
+            meta["annotations"] = {"k8s.io/initial-events-end": "true"}
+        return {"type": "BOOKMARK", "object": {"kind": rt.kind, "apiVersion": rt.api_version, "metadata": meta}}
 
     def _watch(self, rt: ResourceType, ns: str | None, preds: list[Predicate], labels: str | None,
-               fields: str | None, resource_version: str | None, timeout: float) -> Iterator[Obj]:
+               fields: str | None, resource_version: str | None, timeout: float, bookmarks: bool,
+               send_initial_events: bool | None) -> Iterator[Obj]:
         want_ns = self._ns(rt, ns) if (rt.namespaced and ns is not None) else None
 
         def match(obj: Obj | None) -> bool:
@@ -898,7 +909,7 @@ class Store:
 
         deadline = time.monotonic() + timeout
         with self._lock:
-            if resource_version in (None, "", "0"):
+            if resource_version in (None, "", "0") or send_initial_events:
                 start = self._rv
                 initial = self.list(rt, ns, labels, fields)["items"]
             else:
@@ -912,6 +923,8 @@ class Store:
             return
         for obj in initial:
             yield {"type": "ADDED", "object": obj}
+        if bookmarks and send_initial_events:
+            yield self._bookmark(rt, initial_end=True)
         while True:
             with self._cond:
                 hist = self._hist(rt)
@@ -922,7 +935,7 @@ class Store:
                     if not events:
                         remaining = deadline - time.monotonic()
                         if remaining <= 0:
-                            return
+                            break
                         self._cond.wait(min(remaining, 1.0))
                         continue
             if events is None:
@@ -941,7 +954,9 @@ class Store:
                 if typ:
                     yield {"type": typ, "object": self._present(rt, ev.obj)}
             if time.monotonic() >= deadline:
-                return
+                break
+        if bookmarks:
+            yield self._bookmark(rt)
 
     # ----------------------------------------------------------------------------------------- admin
 
