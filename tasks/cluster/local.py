@@ -92,7 +92,7 @@ class LocalCluster:
         self._rv = 0
         self._files: dict[Path, YamlFile] = {}
         self._index: dict[Key, _Entry] = {}
-        self._stamps: dict[Path, tuple[int, int] | None] = {}
+        self._stamps: dict[Path, tuple[int, int, int] | None] = {}
         self.load_errors: list[LoadError] = []
         self._load()
 
@@ -124,7 +124,13 @@ class LocalCluster:
         return paths
 
     def _load(self) -> None:
-        """(Re)read every file and rebuild the index; the resourceVersion counter never goes back."""
+        """(Re)read every file and rebuild the index; the resourceVersion counter never goes back.
+
+        On a reload, an object whose content did not change keeps the resourceVersion (and
+        creationTimestamp) it had in memory, and one that changed under an unchanged
+        resourceVersion (a hand edit) gets a new one, so stale writers still get ``Conflict``.
+        """
+        previous = self._index
         files = [read_file(p) for p in self._discover()]
         self._files = {f.path: f for f in files}
         self._stamps = {f.path: f.stamp for f in files}
@@ -142,7 +148,19 @@ class LocalCluster:
             if key in self._index:
                 self.load_errors.append(LoadError(entry.file.path, f"{entry.file.path}: duplicate object {key}"))
                 continue
+            if key in previous:
+                self._carry_over(previous[key].obj, entry.obj)
             self._index[key] = entry
+
+    def _carry_over(self, before: Manifest, after: Manifest) -> None:
+        """Keep bookkeeping stable across a reload: same content, same version; new content, new one."""
+        volatile = ("resourceVersion", "creationTimestamp")
+        old_meta, new_meta = before["metadata"], after["metadata"]
+        if _without(before, volatile) == _without(after, volatile):
+            for key in volatile:
+                new_meta[key] = old_meta[key]
+        elif new_meta["resourceVersion"] == old_meta["resourceVersion"]:
+            new_meta["resourceVersion"] = self._next_rv()
 
     def _entries_of(self, yfile: YamlFile) -> Iterator[_Entry]:
         """Every object of a file: plain documents and the items of ``kind: *List`` documents."""
@@ -443,6 +461,11 @@ class LocalCluster:
         for doc in yfile.docs:
             if doc.dirty:
                 doc.text, doc.dirty = doc.render(), False
+
+
+def _without(obj: Manifest, meta_keys: tuple[str, ...]) -> Manifest:
+    """``obj`` minus some metadata keys (for comparing content across reloads)."""
+    return {**obj, "metadata": {k: v for k, v in obj["metadata"].items() if k not in meta_keys}}
 
 
 def _is_object(data: Any) -> bool:

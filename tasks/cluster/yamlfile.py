@@ -67,7 +67,7 @@ class YamlFile:
     path: Path
     docs: list[Document] = field(default_factory=list)
     error: str | None = None
-    stamp: tuple[int, int] | None = None
+    stamp: tuple[int, int, int] | None = None
 
     def render(self) -> str:
         """The whole file's text, unchanged documents byte-for-byte as they were read."""
@@ -109,13 +109,14 @@ def split_documents(text: str) -> list[tuple[str, bool]]:
     return chunks
 
 
-def file_stamp(path: Path) -> tuple[int, int] | None:
-    """``(mtime_ns, size)`` of a file, used to notice changes made by someone else."""
+def file_stamp(path: Path) -> tuple[int, int, int] | None:
+    """``(mtime_ns, size, inode)`` of a file, used to notice changes made by someone else (an atomic
+    replace changes the inode even when size and a coarse mtime do not)."""
     try:
         st = path.stat()
     except FileNotFoundError:
         return None
-    return (st.st_mtime_ns, st.st_size)
+    return (st.st_mtime_ns, st.st_size, st.st_ino)
 
 
 def read_file(path: Path) -> YamlFile:
@@ -144,7 +145,7 @@ def _where(exc: yaml.YAMLError) -> str:
     return position + (f": {problem}" if problem else "")
 
 
-def atomic_write(path: Path, text: str) -> tuple[int, int] | None:
+def atomic_write(path: Path, text: str) -> tuple[int, int, int] | None:
     """Replace ``path`` with ``text`` atomically (temp file in the same dir, fsync, ``os.replace``).
 
     Readers see either the old or the new file, never a torn one; the original file mode is kept.

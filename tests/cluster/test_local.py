@@ -309,3 +309,17 @@ def test_concurrent_read_modify_write_loses_nothing(state: Path) -> None:
         w.join()
     final = LocalCluster(state).get(*VA, "llama-a100", "llm-serving")
     assert final["status"]["desiredOptimizedAlloc"]["numReplicas"] == threads * per_thread
+
+
+def test_hand_edit_under_same_resource_version_still_conflicts(tmp_path: Path) -> None:
+    path = tmp_path / "cm.yaml"
+    path.write_text("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: a, namespace: n, resourceVersion: '5'}\ndata: {k: v1}\n"
+                    "---\napiVersion: v1\nkind: ConfigMap\nmetadata: {name: b, namespace: n}\ndata: {k: v1}\n")
+    cluster = LocalCluster(path)
+    untouched = cluster.get("v1", "ConfigMap", "b", "n")["metadata"]["resourceVersion"]
+    path.write_text(path.read_text().replace("data: {k: v1}\n---", "data: {k: edited}\n---"))
+    edited = cluster.get("v1", "ConfigMap", "a", "n")
+    assert edited["data"] == {"k": "edited"} and edited["metadata"]["resourceVersion"] != "5"
+    with pytest.raises(Conflict):
+        cluster.patch_spec(ObjectRef("v1", "ConfigMap", "a", "n"), {"data": {"k": "mine"}}, resource_version="5")
+    assert cluster.get("v1", "ConfigMap", "b", "n")["metadata"]["resourceVersion"] == untouched
