@@ -28,15 +28,13 @@ from __future__ import annotations
 import re
 import threading
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Callable
-
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from prometheus_client import CollectorRegistry, generate_latest
-from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
 from prometheus_client.registry import Collector
 
 POD_LABELS = ("model_name", "namespace", "pod")
@@ -179,12 +177,11 @@ class FakeVllmExporter(Collector):
             self._gauges[(model, namespace, pod)] = _PodGauges(kv_cache_usage, waiting, running)
 
     def remove_pod(self, model: str, namespace: str, pod: str) -> None:
-        """Drop every series of one pod (Prometheus then marks them stale)."""
+        """Drop every series of one pod, its :meth:`set_gauge` gauges included (Prometheus marks them stale)."""
         with self._lock:
             self._loads.pop((model, namespace, pod), None)
             self._gauges.pop((model, namespace, pod), None)
-            for key in [k for k in self._custom if dict(k[1]).get("pod") == pod
-                        and dict(k[1]).get("namespace", namespace) == namespace]:
+            for key in [key for key in self._custom if _labels_of(key, "namespace", "pod") == (namespace, pod)]:
                 del self._custom[key]
 
     def remove_model(self, model: str, namespace: str) -> None:
@@ -243,6 +240,12 @@ def _custom_key(name: str, labels: Mapping[str, str]) -> tuple[str, tuple[tuple[
     if bad:
         raise ValueError(f"invalid label names {bad}")
     return name, tuple(sorted((str(k), str(v)) for k, v in labels.items()))
+
+
+def _labels_of(key: tuple[str, tuple[tuple[str, str], ...]], *names: str) -> tuple[str | None, ...]:
+    """The values of ``names`` in the labels of a custom gauge key."""
+    labels = dict(key[1])
+    return tuple(labels.get(name) for name in names)
 
 
 def _load_families(loads: Mapping[PodKey, tuple[float, float, float]]) -> Iterator[Metric]:

@@ -24,6 +24,7 @@ A missing binary is a test error, not a skip: CI installs it (``apt-get install 
 from __future__ import annotations
 
 import atexit
+import ctypes
 import os
 import pathlib
 import shutil
@@ -124,7 +125,10 @@ class PrometheusProcess:
         ]
 
     def start(self, timeout: float = 20.0) -> None:
-        """Start (or restart) on the same port and data directory; wait for ``/-/ready`` and targets up."""
+        """Start (or restart) on the same port and data directory; wait for ``/-/ready`` and a fresh scrape.
+
+        A no-op when already running.
+        """
         if self.running:
             return
         started = time.time()
@@ -132,7 +136,7 @@ class PrometheusProcess:
         try:
             self._process = subprocess.Popen(
                 self.command(), stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                start_new_session=True,
+                start_new_session=True, preexec_fn=_die_with_parent,
             )
         finally:
             log.close()
@@ -213,6 +217,14 @@ def _all_after(result: Result, epoch: float, expected: int) -> bool:
 
 
 _live_processes: dict[int, subprocess.Popen[bytes]] = {}
+
+
+def _die_with_parent() -> None:
+    """In the child before exec: have Linux send SIGTERM if pytest dies without cleaning up."""
+    try:
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass  # not Linux: the session finalizer and atexit still stop it
 
 
 def _terminate(process: subprocess.Popen[bytes], timeout: float) -> None:
