@@ -958,3 +958,44 @@ def test_watch_bookmarks_and_send_initial_events(server, api, core, kube_namespa
     assert [e["type"] for e in events] == ["ADDED", "BOOKMARK", "BOOKMARK"]
     assert events[1]["object"]["metadata"]["annotations"] == {"k8s.io/initial-events-end": "true"}
     assert int(events[2]["object"]["metadata"]["resourceVersion"]) >= int(events[0]["object"]["metadata"]["resourceVersion"])
+
+
+def _threads(pid: int) -> int:
+    with open(f"/proc/{pid}/status") as fh:
+        return int(next(line for line in fh if line.startswith("Threads:")).split()[1])
+
+
+def test_abandoned_watches_release_their_threads(server, kube_namespace):
+    import socket
+
+    baseline = _threads(server.pid)
+    socks = []
+    for _ in range(5):
+        s = socket.create_connection(("127.0.0.1", server.port))
+        s.sendall(f"GET /api/v1/namespaces/{kube_namespace}/configmaps?watch=true&timeoutSeconds=600 HTTP/1.1\r\n"
+                  "Host: x\r\n\r\n".encode())
+        assert s.recv(4096).startswith(b"HTTP/1.1 200")
+        socks.append(s)
+    assert _threads(server.pid) >= baseline + 5
+    for s in socks:
+        s.close()
+    deadline = time.monotonic() + 5
+    while _threads(server.pid) > baseline and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert _threads(server.pid) <= baseline
+
+
+def test_defaults_reapplied_on_update_and_generation_on_graceful_delete(server, apps, co, kube_namespace):
+    apps.create_namespaced_deployment(kube_namespace, deployment("dflt", replicas=3))
+    body = deployment("dflt")
+    del body["spec"]["replicas"]
+    d = apps.replace_namespaced_deployment("dflt", kube_namespace, body)
+    assert d.spec.replicas == 1 and d.spec.revision_history_limit == 10 and d.metadata.generation == 2
+    w = widget("gdel")
+    w["metadata"]["finalizers"] = ["x/y"]
+    co.create_namespaced_custom_object(GROUP, VERSION, kube_namespace, PLURAL, w)
+    co.delete_namespaced_custom_object(GROUP, VERSION, kube_namespace, PLURAL, "gdel")
+    pending = co.get_namespaced_custom_object(GROUP, VERSION, kube_namespace, PLURAL, "gdel")
+    assert pending["metadata"]["generation"] == 2
+    co.patch_namespaced_custom_object(GROUP, VERSION, kube_namespace, PLURAL, "gdel", {"metadata": {"finalizers": []}})
+    expect_error(404, co.get_namespaced_custom_object, GROUP, VERSION, kube_namespace, PLURAL, "gdel")

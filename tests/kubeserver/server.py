@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import select
 import socket
 import threading
 from collections import Counter
@@ -332,10 +333,25 @@ class Handler(BaseHTTPRequestHandler):
 
         try:
             for ev in events:
+                if ev is None:
+                    if self._client_gone():
+                        self.close_connection = True
+                        return
+                    continue
                 chunk(ev)
             self.wfile.write(b"0\r\n\r\n")
         finally:
             events.close()
+
+    def _client_gone(self) -> bool:
+        """Whether the peer closed the connection (readable with nothing to read)."""
+        try:
+            ready, _, _ = select.select([self.connection], [], [], 0)
+            if not ready:
+                return False
+            return self.connection.recv(1, socket.MSG_PEEK) == b""
+        except OSError:
+            return True
 
     # ----------------------------------------------------------------------------------- discovery
 

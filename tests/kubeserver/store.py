@@ -609,6 +609,7 @@ class Store:
             else:
                 meta.pop(k, None)
         meta.pop("managedFields", None)
+        _default_builtin(rt, result)
         if rt.has_status:
             if "status" in old:
                 result["status"] = clone(old["status"])
@@ -767,6 +768,8 @@ class Store:
                 new = dict(old)
                 new["metadata"] = dict(meta, deletionTimestamp=now(), deletionGracePeriodSeconds=0,
                                        resourceVersion=str(self._next_rv()))
+                if rt.generation and "generation" in meta:
+                    new["metadata"]["generation"] = int(meta["generation"]) + 1  # as the real server does
                 bucket[name] = new
                 self._emit(rt, "MODIFIED", new, old)
                 return self._present(rt, new), False
@@ -873,8 +876,10 @@ class Store:
         timeout: float,
         bookmarks: bool = False,
         send_initial_events: bool | None = None,
-    ) -> Iterator[Obj]:
+    ) -> Iterator[Obj | None]:
         """Yield watch events after ``resource_version`` until ``timeout`` seconds pass.
+
+        ``None`` is yielded about once a second while idle, so the caller can check its connection.
 
         Without a resourceVersion (or "0"), or with ``sendInitialEvents``, the current objects are sent
         first as ADDED. A resourceVersion older than the retained history yields one ERROR event with
@@ -897,7 +902,7 @@ class Store:
 
     def _watch(self, rt: ResourceType, ns: str | None, preds: list[Predicate], labels: str | None,
                fields: str | None, resource_version: str | None, timeout: float, bookmarks: bool,
-               send_initial_events: bool | None) -> Iterator[Obj]:
+               send_initial_events: bool | None) -> Iterator[Obj | None]:
         want_ns = self._ns(rt, ns) if (rt.namespaced and ns is not None) else None
 
         def match(obj: Obj | None) -> bool:
@@ -937,7 +942,9 @@ class Store:
                         if remaining <= 0:
                             break
                         self._cond.wait(min(remaining, 1.0))
-                        continue
+            if events is not None and not events:
+                yield None  # heartbeat: lets the server notice a client that went away
+                continue
             if events is None:
                 yield {"type": "ERROR", "object": status_body(410, f"too old resource version: {start}", "Expired")}
                 return
