@@ -25,8 +25,11 @@ Writes are atomic (temp file + fsync + ``os.replace``) and rewrite only the chan
 other documents of the file keep their exact text and order, other files are untouched. A file that
 does not parse is reported in :attr:`LocalCluster.load_errors` (with its name) and never written;
 everything else still loads. Changes made to the files by another process are picked up before the
-next operation. With ``write_back=False`` the files are a read-only snapshot: writes happen in
-memory only (handy to preview what a flow would do to a ``kubectl get -o yaml`` dump).
+next operation, and writes from several processes are serialised with an ``flock`` on a hidden lock
+file (``.modelplane.lock`` in a directory, ``.<file>.lock`` beside a single file), so concurrent
+flows get ``Conflict`` exactly as they would from an API server. With ``write_back=False`` the files
+are a read-only snapshot: writes happen in memory only (handy to preview what a flow would do to a
+``kubectl get -o yaml`` dump).
 """
 
 from __future__ import annotations
@@ -35,10 +38,16 @@ import copy
 import logging
 import threading
 import uuid
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Iterator
+from typing import IO, Any, Iterator
+
+try:
+    import fcntl
+except ImportError:  # pragma: no cover - not POSIX: thread safety only
+    fcntl = None  # type: ignore[assignment]
 
 from tasks.cluster.base import Manifest, ObjectRef, Scale
 from tasks.cluster.errors import Conflict, Invalid, NotFound, Unavailable
@@ -89,6 +98,7 @@ class LocalCluster:
         self.strict = strict
         self.single_file = self.path.is_file() or (not self.path.exists() and self.path.suffix in (".yaml", ".yml"))
         self._lock = threading.RLock()
+        self._write_depth = 0
         self._rv = 0
         self._files: dict[Path, YamlFile] = {}
         self._index: dict[Key, _Entry] = {}
@@ -201,6 +211,48 @@ class LocalCluster:
         if current != self._stamps:
             self._load()
 
+    @contextmanager
+    def _reading(self) -> Iterator[None]:
+        """Hold the thread lock and look at the files first (reads need no inter-process lock:
+        files are replaced atomically, so they are always whole)."""
+        with self._lock:
+            self._refresh()
+            yield
+
+    @contextmanager
+    def _writing(self) -> Iterator[None]:
+        """Hold the thread lock and, across processes, an exclusive ``flock`` on the lock file for
+        the whole read-check-write, so another process's concurrent write is either seen (and a
+        stale ``resourceVersion`` conflicts) or waits. Re-entrant within one LocalCluster."""
+        with self._lock:
+            handle = self._acquire_file_lock() if self._write_depth == 0 else None
+            self._write_depth += 1
+            try:
+                self._refresh()
+                yield
+            finally:
+                self._write_depth -= 1
+                if handle is not None:
+                    handle.close()  # closing the descriptor releases the flock
+
+    @property
+    def lock_path(self) -> Path:
+        """The inter-process lock file (hidden, so the loader never reads it)."""
+        if self.single_file:
+            return self.path.with_name(f".{self.path.name}.lock")
+        return self.path / ".modelplane.lock"
+
+    def _acquire_file_lock(self) -> IO[bytes] | None:
+        if not self.write_back or fcntl is None:
+            return None
+        try:
+            self.lock_path.parent.mkdir(parents=True, exist_ok=True)
+            handle = open(self.lock_path, "ab")  # noqa: SIM115 - closed by _writing
+        except OSError as exc:
+            raise Unavailable(f"cannot open lock file {self.lock_path}: {exc.strerror or exc}") from None
+        fcntl.flock(handle.fileno(), fcntl.LOCK_EX)
+        return handle
+
     def _next_rv(self) -> str:
         self._rv += 1
         return str(self._rv)
@@ -222,8 +274,7 @@ class LocalCluster:
 
     def get(self, api_version: str, kind: str, name: str, namespace: str | None = None) -> Manifest:
         """Read one object (a deep copy)."""
-        with self._lock:
-            self._refresh()
+        with self._reading():
             return copy.deepcopy(self._find(resource_for(api_version, kind), name, namespace).obj)
 
     def list(
@@ -236,8 +287,7 @@ class LocalCluster:
         """Objects of a kind, by namespace then name; ``namespace=None`` means all namespaces."""
         info = resource_for(api_version, kind)
         requirements = parse_selector(label_selector)
-        with self._lock:
-            self._refresh()
+        with self._reading():
             found = [
                 copy.deepcopy(entry.obj)
                 for (av, k, ns, _), entry in sorted(self._index.items())
@@ -251,8 +301,7 @@ class LocalCluster:
     def create(self, obj: Manifest) -> Manifest:
         """Store a new object; ``Conflict`` if it exists. Returns it as stored."""
         info = resource_for(obj.get("apiVersion", ""), obj.get("kind", ""))
-        with self._lock:
-            self._refresh()
+        with self._writing():
             new = self._prepare_create(info, obj)
             if _key_of(new) in self._index:
                 raise Conflict(f'{info.plural}.{info.group or "core"} "{new["metadata"]["name"]}" already exists',
@@ -263,7 +312,7 @@ class LocalCluster:
     def apply(self, obj: Manifest) -> Manifest:
         """Create, or merge-patch labels/annotations and everything but metadata/status if it exists."""
         ref = ObjectRef.of(obj)
-        with self._lock:
+        with self._writing():
             try:
                 self.get(ref.api_version, ref.kind, ref.name, ref.namespace)
             except NotFound:
@@ -272,8 +321,7 @@ class LocalCluster:
 
     def patch_spec(self, ref: ObjectRef, patch: Manifest, resource_version: str | None = None) -> Manifest:
         """Merge-patch the object (not its status, for kinds with a status subresource)."""
-        with self._lock:
-            self._refresh()
+        with self._writing():
             info, entry = self._find_ref(ref)
             _check_rv(info, entry.obj, resource_version)
             new = self._patched_main(info, entry.obj, patch)
@@ -284,8 +332,7 @@ class LocalCluster:
 
     def patch_status(self, ref: ObjectRef, status: Manifest, resource_version: str | None = None) -> Manifest:
         """Merge-patch ``status`` only, as the ``/status`` subresource does."""
-        with self._lock:
-            self._refresh()
+        with self._writing():
             info, entry = self._find_ref(ref)
             if not info.has_status:
                 raise NotFound(f"{info.plural}.{info.group or 'core'} has no status subresource")
@@ -300,8 +347,7 @@ class LocalCluster:
 
     def get_scale(self, ref: ObjectRef) -> Scale:
         """``spec.replicas`` (and ``status.replicas`` if present) of a kind with a scale subresource."""
-        with self._lock:
-            self._refresh()
+        with self._reading():
             info, entry = self._find_ref(ref)
             _require_scale(info)
             return _scale_of(info, entry.obj)
@@ -310,8 +356,7 @@ class LocalCluster:
         """Write ``spec.replicas`` as the scale subresource does (a spec change: generation advances)."""
         if not isinstance(replicas, int) or isinstance(replicas, bool) or replicas < 0:
             raise Invalid(f"spec.replicas must be a non-negative integer, got {replicas!r}", field="spec.replicas")
-        with self._lock:
-            self._refresh()
+        with self._writing():
             info, entry = self._find_ref(ref)
             _require_scale(info)
             new = self._patched_main(info, entry.obj, {"spec": {"replicas": replicas}})
@@ -319,8 +364,7 @@ class LocalCluster:
 
     def delete(self, ref: ObjectRef) -> None:
         """Delete the object, or only mark it (``deletionTimestamp``) while it has finalizers."""
-        with self._lock:
-            self._refresh()
+        with self._writing():
             _, entry = self._find_ref(ref)
             meta = entry.obj["metadata"]
             if not meta.get("finalizers"):

@@ -25,7 +25,7 @@ from tasks.cluster import (
     Unavailable,
     connect,
 )
-from tests.cluster.conftest import KUBESERVER_MISSING, VA, crd_manifests, va_manifest
+from tests.cluster.conftest import KUBESERVER_MISSING, VA, va_manifest
 
 pytestmark = pytest.mark.skipif(bool(KUBESERVER_MISSING), reason=KUBESERVER_MISSING or "")
 
@@ -67,12 +67,17 @@ WIDGET_CRD: dict[str, Any] = {
 }
 
 
+@pytest.fixture(scope="session")
+def widget_server(kube_crds_installed: Any) -> Any:
+    """The session's test server with Modelplane's CRDs and the Widget CRD (unknown to the table)."""
+    kube_crds_installed.install_crds([WIDGET_CRD])
+    return kube_crds_installed
+
+
 @pytest.fixture
-def server(request: pytest.FixtureRequest) -> Iterator[Any]:
-    srv = request.getfixturevalue("kube_server")
-    srv.install_crds(crd_manifests() + [WIDGET_CRD])
-    yield srv
-    srv.clear_injections()
+def server(widget_server: Any) -> Iterator[Any]:
+    yield widget_server
+    widget_server.clear_injections()
 
 
 @pytest.fixture

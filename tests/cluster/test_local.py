@@ -138,7 +138,9 @@ def test_single_file_mode(tmp_path: Path) -> None:
     before = chunks_of(HAND_WRITTEN)
     assert after[:2] == before[:2] and len(after) == 4
     assert "variantCost: '80.00'" in after[2] and "name: added" in after[3]
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["snapshot.events.yaml", "snapshot.yaml"]
+    visible = sorted(p.name for p in tmp_path.iterdir() if not p.name.startswith("."))
+    assert visible == ["snapshot.events.yaml", "snapshot.yaml"]
+    assert cluster.lock_path == tmp_path / ".snapshot.yaml.lock"
     again = LocalCluster(path)
     assert again.get("v1", "ConfigMap", "added", "x")["metadata"]["name"] == "added"
     assert len(again.list("v1", "Event")) == 1
@@ -323,3 +325,37 @@ def test_hand_edit_under_same_resource_version_still_conflicts(tmp_path: Path) -
     with pytest.raises(Conflict):
         cluster.patch_spec(ObjectRef("v1", "ConfigMap", "a", "n"), {"data": {"k": "mine"}}, resource_version="5")
     assert cluster.get("v1", "ConfigMap", "b", "n")["metadata"]["resourceVersion"] == untouched
+
+
+WORKER = """
+import sys
+from tasks.cluster import LocalCluster, ObjectRef, retry_on_conflict
+
+cluster = LocalCluster(sys.argv[1])
+ref = ObjectRef("v1", "ConfigMap", "counter", "n")
+for _ in range(int(sys.argv[2])):
+    retry_on_conflict(
+        cluster, ref, lambda obj: {"data": {"n": str(int(obj["data"]["n"]) + 1)}},
+        write="spec", attempts=1000, backoff=lambda attempt: 0.001,
+    )
+"""
+
+
+def test_concurrent_processes_lose_no_update(tmp_path: Path) -> None:
+    """Separate processes (as separate Prefect runs are) share one state directory safely."""
+    import subprocess
+    import sys
+
+    (tmp_path / "counter.yaml").write_text("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: counter, namespace: n}\ndata: {n: '0'}\n")
+    repo = Path(__file__).resolve().parents[2]
+    procs = [
+        subprocess.Popen([sys.executable, "-c", WORKER, str(tmp_path), "15"], cwd=repo)
+        for _ in range(3)
+    ]
+    try:
+        assert [p.wait(timeout=120) for p in procs] == [0, 0, 0]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+    assert LocalCluster(tmp_path).get("v1", "ConfigMap", "counter", "n")["data"] == {"n": "45"}
