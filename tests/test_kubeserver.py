@@ -65,6 +65,8 @@ WIDGET_SCHEMA: dict[str, Any] = {
                 "phase": {"type": "string"},
                 "conditions": {
                     "type": "array",
+                    "x-kubernetes-list-type": "map",
+                    "x-kubernetes-list-map-keys": ["type"],
                     "items": {
                         "type": "object",
                         "required": ["type", "status"],
@@ -516,6 +518,10 @@ def test_schema_validation_on_update_patch_and_status(server, co, kube_namespace
     body = expect_error(422, co.patch_namespaced_custom_object_status, *args,
                         {"status": {"conditions": [{"type": "Ready", "status": "Maybe"}]}})
     assert body["details"]["causes"][0]["field"] == "status.conditions[0].status"
+    body = expect_error(422, co.patch_namespaced_custom_object_status, *args, {"status": {"conditions": [
+        {"type": "Ready", "status": "True"}, {"type": "Ready", "status": "False"}]}})
+    assert body["details"]["causes"] == [{"reason": "FieldValueDuplicate", "field": "status.conditions[1]",
+                                          "message": 'Duplicate value: map[string]interface {}{"type":"Ready"}'}]
     assert co.get_namespaced_custom_object(*args)["spec"]["modelID"] == "m"
 
 
@@ -999,3 +1005,25 @@ def test_defaults_reapplied_on_update_and_generation_on_graceful_delete(server, 
     assert pending["metadata"]["generation"] == 2
     co.patch_namespaced_custom_object(GROUP, VERSION, kube_namespace, PLURAL, "gdel", {"metadata": {"finalizers": []}})
     expect_error(404, co.get_namespaced_custom_object, GROUP, VERSION, kube_namespace, PLURAL, "gdel")
+
+
+def test_schema_one_of_and_any_of(server, co, api, kube_namespace):
+    schema = {"type": "object", "properties": {"spec": {
+        "type": "object",
+        "oneOf": [{"required": ["a"]}, {"required": ["b"]}],
+        "properties": {"a": {"type": "string"}, "b": {"type": "string"},
+                       "q": {"anyOf": [{"type": "integer"}, {"type": "string"}], "x-kubernetes-int-or-string": True}},
+    }}}
+    server.install_crds([_crd("choices", "Choice", "Namespaced", schema, scale=False)])
+
+    def make(spec: dict[str, Any]) -> Any:
+        return co.create_namespaced_custom_object(GROUP, VERSION, kube_namespace, "choices", {
+            "apiVersion": f"{GROUP}/{VERSION}", "kind": "Choice", "metadata": {"generateName": "c-"}, "spec": spec})
+
+    assert make({"a": "x", "q": 5})["spec"] == {"a": "x", "q": 5}
+    assert make({"b": "y", "q": "5Gi"})["spec"]["q"] == "5Gi"
+    body = expect_error(422, make, {"a": "x", "b": "y"})
+    assert body["details"]["causes"][0]["field"] == "spec"
+    assert "must validate one and only one schema (oneOf). Found 2 valid alternatives" in body["message"]
+    assert "Found none valid" in expect_error(422, make, {})["message"]
+    assert expect_error(422, make, {"a": "x", "q": [1]})["details"]["causes"][0]["field"] == "spec.q"

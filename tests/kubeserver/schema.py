@@ -227,6 +227,7 @@ def _validate(value: Any, schema: dict[str, Any], path: str, errors: list[FieldE
         if isinstance(items, dict):
             for i, item in enumerate(value):
                 _validate(item, items, f"{path}[{i}]", errors)
+        _validate_list_type(value, schema, path, errors)
     elif isinstance(value, dict):
         if "minProperties" in schema and len(value) < schema["minProperties"]:
             errors.append(
@@ -259,13 +260,38 @@ def _validate(value: Any, schema: dict[str, Any], path: str, errors: list[FieldE
         _validate(value, sub, path, errors)
     if schema.get("anyOf"):
         if not any(not validate_quiet(value, sub, path) for sub in schema["anyOf"]):
-            errors.append(FieldError(path, "FieldValueInvalid", f"Invalid value: {_fmt(value)}: {shown} in body must match at least one schema in anyOf"))
+            errors.append(FieldError(path, "FieldValueInvalid",
+                                     f'Invalid value: "{_type_name(value)}": {shown} in body must match at least one schema in anyOf'))
     if schema.get("oneOf"):
         matches = sum(1 for sub in schema["oneOf"] if not validate_quiet(value, sub, path))
         if matches != 1:
-            errors.append(FieldError(path, "FieldValueInvalid", f"Invalid value: {_fmt(value)}: {shown} in body must validate one and only one schema (oneOf)"))
+            found = "Found none valid" if matches == 0 else f"Found {matches} valid alternatives"
+            errors.append(FieldError(path, "FieldValueInvalid",
+                                     f'Invalid value: "{_type_name(value)}": {shown} in body must validate one and only one schema (oneOf). {found}'))
     if isinstance(schema.get("not"), dict) and not validate_quiet(value, schema["not"], path):
         errors.append(FieldError(path, "FieldValueInvalid", f"Invalid value: {_fmt(value)}: {shown} in body should not be valid against schema"))
+
+
+def _validate_list_type(value: list[Any], schema: dict[str, Any], path: str, errors: list[FieldError]) -> None:
+    """``x-kubernetes-list-type`` set/map: items (or their map keys) must be unique."""
+    kind = schema.get("x-kubernetes-list-type")
+    if kind not in ("set", "map"):
+        return
+    seen: set[str] = set()
+    keys = schema.get("x-kubernetes-list-map-keys") or []
+    for i, item in enumerate(value):
+        if kind == "set":
+            ident = json.dumps(item, sort_keys=True)
+            shown = _fmt(item)
+        else:
+            if not isinstance(item, dict):
+                continue
+            picked = {k: item.get(k) for k in keys}
+            ident = json.dumps(picked, sort_keys=True)
+            shown = "map[string]interface {}{" + ", ".join(f"{json.dumps(k)}:{_fmt(v)}" for k, v in picked.items()) + "}"
+        if ident in seen:
+            errors.append(FieldError(f"{path}[{i}]", "FieldValueDuplicate", f"Duplicate value: {shown}"))
+        seen.add(ident)
 
 
 def validate_quiet(value: Any, schema: dict[str, Any], path: str) -> list[FieldError]:
