@@ -657,8 +657,11 @@ def test_builtin_kinds_crud(server, api, core, kube_namespace):
         "metadata": {"name": "e2"}, "eventTime": "2026-01-01T00:00:00.000000Z", "reason": "R", "action": "A",
         "reportingController": "modelplane", "reportingInstance": "i"})
     assert ev2.reason == "R"
-    sec = core.read_namespaced_secret("x", kube_namespace) if False else None
-    assert sec is None
+    sec = core.create_namespaced_secret(kube_namespace, {"metadata": {"name": "tok"}, "stringData": {"token": "hf_x"},
+                                                         "data": {"other": "YQ=="}})
+    assert sec.data == {"other": "YQ==", "token": "aGZfeA=="} and sec.string_data is None and sec.type == "Opaque"
+    sa = core.create_namespaced_service_account(kube_namespace, {"metadata": {"name": "sa"}})
+    assert sa.metadata.name == "sa"
     core.delete_namespace(ns_name)
     expect_error(404, core.read_namespace, ns_name)
 

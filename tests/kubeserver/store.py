@@ -18,7 +18,7 @@ import time
 import uuid
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import Any, Callable, Iterator
+from typing import Any, Iterator
 
 from . import schema as schema_mod
 from .patch import PatchError, clone, json_patch, merge_patch, strategic_merge_patch
@@ -202,6 +202,12 @@ def _default_builtin(rt: ResourceType, obj: Obj) -> None:
             port.setdefault("targetPort", port.get("port"))
     elif kind == "Secret":
         obj.setdefault("type", "Opaque")
+        string_data = obj.pop("stringData", None)
+        if isinstance(string_data, dict):  # folded into base64 data, as the real server does
+            data = obj.get("data") if isinstance(obj.get("data"), dict) else {}
+            for k, v in string_data.items():
+                data[k] = base64.b64encode(str(v).encode()).decode()
+            obj["data"] = data
     elif kind == "PersistentVolumeClaim":
         (obj.get("spec") or obj.setdefault("spec", {})).setdefault("volumeMode", "Filesystem")
     elif kind == "Namespace":
@@ -986,5 +992,3 @@ class Store:
         with self._lock:
             return {f"{p}.{g}" if g else p: sum(len(b) for b in by_ns.values()) for (g, p), by_ns in self._objs.items()}
 
-
-Matcher = Callable[[Obj], bool]
