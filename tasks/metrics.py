@@ -173,7 +173,8 @@ class MetricsSnapshot:
     """Everything one optimization cycle reads, taken at ``collected_at`` (UTC).
 
     ``missing`` explains every requested model (or pod) that has no usable data; such a model is
-    absent from ``loads`` (respectively ``pods``), never reported as zero.
+    absent from ``loads`` (respectively ``pods``), never reported as zero. ``missing_by_model`` holds
+    the same sentences keyed by model, so callers need not match model names inside the text.
     """
 
     loads: dict[ModelKey, ModelLoad]
@@ -181,6 +182,24 @@ class MetricsSnapshot:
     instance_metrics: dict[InstanceKey, dict[str, float]]
     collected_at: dt.datetime
     missing: list[str]
+    missing_by_model: dict[ModelKey, list[str]] = field(default_factory=dict)
+
+    def missing_for(self, key: ModelKey) -> list[str]:
+        """Why ``key`` has no load or pod data (empty when everything was found)."""
+        return list(self.missing_by_model.get(key, []))
+
+
+class _Missing:
+    """Collects the "missing data" sentences of one snapshot, in order and per model."""
+
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+        self.by_model: dict[ModelKey, list[str]] = {}
+
+    def add(self, message: str, key: ModelKey | None = None) -> None:
+        self.lines.append(message)
+        if key is not None:
+            self.by_model.setdefault(key, []).append(message)
 
 
 @runtime_checkable
@@ -276,7 +295,7 @@ class PrometheusMetrics:
         namespaces = sorted({key.namespace for key in keys})
         instance_ns = sorted(set(instance_namespaces)) if instance_namespaces is not None else namespaces
         now = self._clock()
-        missing: list[str] = []
+        missing = _Missing()
         loads: dict[ModelKey, ModelLoad] = {}
         pods: dict[ModelKey, list[PodMetrics]] = {}
         if keys:
@@ -289,7 +308,7 @@ class PrometheusMetrics:
         if names and instance_ns:
             selector = f"namespace=~{_quote(_regex_union(instance_ns))}"
             instances = self._instances(names, selector, now, missing)
-        return MetricsSnapshot(loads, pods, instances, now, missing)
+        return MetricsSnapshot(loads, pods, instances, now, missing.lines, missing.by_model)
 
     def instance_metrics(
         self, metric_names: Iterable[str], namespace: str, pods: Iterable[str]
@@ -300,9 +319,9 @@ class PrometheusMetrics:
         if not names or not pod_names:
             return {}
         selector = f"namespace={_quote(namespace)}, pod=~{_quote(_regex_union(pod_names))}"
-        ignored: list[str] = []
+        ignored = _Missing()
         values = self._instances(names, selector, self._clock(), ignored)
-        for note in ignored:
+        for note in ignored.lines:
             log.debug("instance metrics: %s", note)
         return {pod: metrics for (_, pod), metrics in values.items()}
 
@@ -336,7 +355,7 @@ class PrometheusMetrics:
         })
 
     def _instances(
-        self, names: list[str], selector: str, now: dt.datetime, missing: list[str]
+        self, names: list[str], selector: str, now: dt.datetime, missing: _Missing
     ) -> dict[InstanceKey, dict[str, float]]:
         parts = []
         for name in names:
@@ -356,7 +375,7 @@ class PrometheusMetrics:
         for (namespace, pod, name), value in sorted(values.items()):
             age = _age(now, seen.get((namespace, pod, name)))
             if age is not None and age > self.max_age_s:
-                missing.append(f"{name} for pod {pod} in {namespace} is {age:.0f}s old (max {self.max_age_s:g}s)")
+                missing.add(f"{name} for pod {pod} in {namespace} is {age:.0f}s old (max {self.max_age_s:g}s)")
                 continue
             result.setdefault((namespace, pod), {})[name] = value
         return result
@@ -364,7 +383,7 @@ class PrometheusMetrics:
     # -- assembly ----------------------------------------------------------------------------------
 
     def _assemble_loads(
-        self, keys: list[ModelKey], rows: dict[str, dict[tuple[str, ...], float]], now: dt.datetime, missing: list[str]
+        self, keys: list[ModelKey], rows: dict[str, dict[tuple[str, ...], float]], now: dt.datetime, missing: _Missing
     ) -> dict[ModelKey, ModelLoad]:
         loads: dict[ModelKey, ModelLoad] = {}
         for key in keys:
@@ -373,11 +392,11 @@ class PrometheusMetrics:
             age = _age(now, seen)
             rate = rows["rate"].get(label_key)
             if seen is None or age is None:
-                missing.append(f"no {REQUEST_SUCCESS} samples for {key}")
+                missing.add(f"no {REQUEST_SUCCESS} samples for {key}", key)
             elif age > self.max_age_s:
-                missing.append(f"{REQUEST_SUCCESS} for {key} is {age:.0f}s old (max {self.max_age_s:g}s)")
+                missing.add(f"{REQUEST_SUCCESS} for {key} is {age:.0f}s old (max {self.max_age_s:g}s)", key)
             elif rate is None or math.isnan(rate):
-                missing.append(f"{REQUEST_SUCCESS} for {key} has fewer than 2 samples in the last {self.rate_window}")
+                missing.add(f"{REQUEST_SUCCESS} for {key} has fewer than 2 samples in the last {self.rate_window}", key)
             else:
                 load = self._load(key, rate, rows["in"].get(label_key), rows["out"].get(label_key), seen, missing)
                 if load is not None:
@@ -386,7 +405,7 @@ class PrometheusMetrics:
 
     def _load(
         self, key: ModelKey, rate: float, tokens_in: float | None, tokens_out: float | None,
-        seen: float, missing: list[str],
+        seen: float, missing: _Missing,
     ) -> ModelLoad | None:
         sampled_at = _from_epoch(seen)
         if tokens_in is not None and tokens_out is not None:
@@ -394,11 +413,11 @@ class PrometheusMetrics:
         if rate == 0.0:
             return ModelLoad(0.0, tokens_in or 0.0, tokens_out or 0.0, sampled_at)
         absent = PROMPT_TOKENS if tokens_in is None else GENERATION_TOKENS
-        missing.append(f"no {absent} samples for {key} in the last {self.fallback_window}")
+        missing.add(f"no {absent} samples for {key} in the last {self.fallback_window}", key)
         return None
 
     def _assemble_pods(
-        self, keys: list[ModelKey], rows: dict[str, dict[tuple[str, ...], float]], now: dt.datetime, missing: list[str]
+        self, keys: list[ModelKey], rows: dict[str, dict[tuple[str, ...], float]], now: dt.datetime, missing: _Missing
     ) -> dict[ModelKey, list[PodMetrics]]:
         wanted = {(key.model_id, key.namespace): key for key in keys}
         pods: dict[ModelKey, list[PodMetrics]] = {}
@@ -412,23 +431,23 @@ class PrometheusMetrics:
         reported = {label_key[:2] for label_key in set(rows["kv"]) | set(rows["waiting"])}
         for key in keys:
             if (key.model_id, key.namespace) not in reported:
-                missing.append(f"no {KV_CACHE_USAGE} or {REQUESTS_WAITING} samples for {key}")
+                missing.add(f"no {KV_CACHE_USAGE} or {REQUESTS_WAITING} samples for {key}", key)
         return pods
 
     def _pod(
         self, key: ModelKey, pod: str, label_key: tuple[str, ...],
-        rows: dict[str, dict[tuple[str, ...], float]], now: dt.datetime, missing: list[str],
+        rows: dict[str, dict[tuple[str, ...], float]], now: dt.datetime, missing: _Missing,
     ) -> PodMetrics | None:
         for metric, tag in ((KV_CACHE_USAGE, "kv"), (REQUESTS_WAITING, "waiting")):
             if label_key not in rows[tag]:
-                missing.append(f"pod {pod} of {key} has no {metric} sample")
+                missing.add(f"pod {pod} of {key} has no {metric} sample", key)
                 return None
         seen = [rows[tag].get(label_key) for tag in ("kv_seen", "waiting_seen")]
         oldest = min((s for s in seen if s is not None), default=None)
         age = _age(now, oldest)
         if oldest is None or age is None or age > self.max_age_s:
             shown = "of unknown age" if age is None else f"{age:.0f}s old"
-            missing.append(f"metrics of pod {pod} of {key} are {shown} (max {self.max_age_s:g}s)")
+            missing.add(f"metrics of pod {pod} of {key} are {shown} (max {self.max_age_s:g}s)", key)
             return None
         return PodMetrics(pod, rows["kv"][label_key], rows["waiting"][label_key], _from_epoch(oldest))
 
@@ -468,7 +487,9 @@ class PrometheusMetrics:
         try:
             body = response.json()
         except ValueError:
-            raise self._unavailable(f"HTTP {response.status_code}: the answer is not JSON") from None
+            status = f"HTTP {response.status_code} {response.reason}" if response.status_code >= 400 else (
+                f"HTTP {response.status_code}")
+            raise self._unavailable(f"{status}: the answer is not JSON (is it the Prometheus base URL?)") from None
         if not isinstance(body, dict) or body.get("status") != "success":
             error = body.get("error", "no error message") if isinstance(body, dict) else "malformed answer"
             kind = body.get("errorType", "error") if isinstance(body, dict) else "error"
@@ -595,15 +616,15 @@ class FileMetrics:
         keys = sorted(set(models))
         loads: dict[ModelKey, ModelLoad] = {}
         pods: dict[ModelKey, list[PodMetrics]] = {}
-        missing: list[str] = []
+        missing = _Missing()
         for key in keys:
             entry = document.models.get(key)
             if entry is None or entry.load is None:
-                missing.append(f"no load for {key} in {self.path}")
+                missing.add(f"no load for {key} in {self.path}", key)
             else:
                 loads[key] = entry.load
             if entry is None or not entry.pods:
-                missing.append(f"no pod metrics for {key} in {self.path}")
+                missing.add(f"no pod metrics for {key} in {self.path}", key)
             else:
                 pods[key] = list(entry.pods)
         names = set(_checked_metric_names(instance_metric_names))
@@ -613,7 +634,7 @@ class FileMetrics:
             for key, values in document.instances.items()
             if key[0] in namespaces and (picked := {n: v for n, v in values.items() if n in names})
         }
-        return MetricsSnapshot(loads, pods, instances, document.collected_at, missing)
+        return MetricsSnapshot(loads, pods, instances, document.collected_at, missing.lines, missing.by_model)
 
     def instance_metrics(
         self, metric_names: Iterable[str], namespace: str, pods: Iterable[str]

@@ -177,7 +177,12 @@ def test_model_without_samples_is_missing_not_an_error(loaded: FakeVllmExporter,
 
     assert GHOST not in snapshot.loads and GHOST not in snapshot.pods
     assert "no vllm:request_success_total samples for mt/ghost in mt-a" in snapshot.missing
-    assert LLAMA in snapshot.loads
+    assert snapshot.missing_for(GHOST) == [
+        "no vllm:request_success_total samples for mt/ghost in mt-a",
+        "no vllm:kv_cache_usage_perc or vllm:num_requests_waiting samples for mt/ghost in mt-a",
+    ]
+    assert sorted(snapshot.missing) == sorted(snapshot.missing_for(GHOST))
+    assert LLAMA in snapshot.loads and snapshot.missing_for(LLAMA) == []
 
 
 def test_idle_model_falls_back_to_the_longer_window_for_tokens(
@@ -348,7 +353,8 @@ class _StubPrometheus:
          "query failed (bad_data: parse error at char 3)"),
         (503, "overloaded", 3, "HTTP 503 Service Unavailable (3 attempts)"),
         (401, "no", 1, "HTTP 401 Unauthorized: check the credentials"),
-        (200, "<html>", 1, "HTTP 200: the answer is not JSON"),
+        (200, "<html>", 1, "HTTP 200: the answer is not JSON (is it the Prometheus base URL?)"),
+        (404, "not found", 1, "HTTP 404 Not Found: the answer is not JSON (is it the Prometheus base URL?)"),
     ],
 )
 def test_prometheus_errors(status: int, body: dict[str, object] | str, attempts: int, expected: str) -> None:
