@@ -1030,3 +1030,14 @@ def test_schema_one_of_and_any_of(server, co, api, kube_namespace):
     assert "must validate one and only one schema (oneOf). Found 2 valid alternatives" in body["message"]
     assert "Found none valid" in expect_error(422, make, {})["message"]
     assert expect_error(422, make, {"a": "x", "q": [1]})["details"]["causes"][0]["field"] == "spec.q"
+
+
+def test_strategic_patch_merges_finalizers_like_the_real_server(server, core, kube_namespace):
+    core.create_namespaced_config_map(kube_namespace, {"metadata": {"name": "f", "finalizers": ["a/x"]}})
+    cm = core.patch_namespaced_config_map("f", kube_namespace, {"metadata": {"finalizers": ["b/y"]}})
+    assert cm.metadata.finalizers == ["a/x", "b/y"]  # strategic merge: union
+    cm = core.patch_namespaced_config_map("f", kube_namespace, {"metadata": {"$deleteFromPrimitiveList/finalizers": ["a/x"]}})
+    assert cm.metadata.finalizers == ["b/y"]
+    cm = core.patch_namespaced_config_map("f", kube_namespace, {"metadata": {"finalizers": []}},
+                                          _content_type="application/merge-patch+json")
+    assert cm.metadata.finalizers is None

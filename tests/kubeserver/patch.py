@@ -162,11 +162,15 @@ def _merge_key(key: str, items: list[Any]) -> str | None:
     return None
 
 
+PRIMITIVE_MERGE_LISTS = frozenset({"finalizers"})
+
+
 def strategic_merge_patch(target: Any, patch: Any, key: str = "") -> Any:
     """An approximation of strategic merge patch: merge patch, with lists of named objects merged by key.
 
-    Handles ``$patch: delete`` / ``$patch: replace`` markers and drops ``$setElementOrder`` /
-    ``$retainKeys`` / ``$deleteFromPrimitiveList`` directives.
+    Handles ``$patch: delete`` / ``$patch: replace`` markers and ``$deleteFromPrimitiveList``, and
+    ignores ``$setElementOrder`` / ``$retainKeys``. ``metadata.finalizers`` merges as a set like the
+    real server (a strategic patch cannot remove a finalizer except via ``$deleteFromPrimitiveList``).
     """
     if isinstance(patch, list) and isinstance(target, list):
         mk = _merge_key(key, [i for i in patch if not (isinstance(i, dict) and i.get("$patch"))] + target)
@@ -194,10 +198,18 @@ def strategic_merge_patch(target: Any, patch: Any, key: str = "") -> Any:
         return None
     result = dict(target) if isinstance(target, dict) else {}
     for k, value in patch.items():
+        if k.startswith("$deleteFromPrimitiveList/"):
+            field = k.split("/", 1)[1]
+            if isinstance(result.get(field), list) and isinstance(value, list):
+                result[field] = [v for v in result[field] if v not in value]
+            continue
         if k.startswith("$"):
             continue
         if value is None:
             result.pop(k, None)
+        elif k in PRIMITIVE_MERGE_LISTS and isinstance(value, list) and isinstance(result.get(k), list):
+            # patchStrategy=merge on a list of scalars (e.g. metadata.finalizers): union, never removal
+            result[k] = result[k] + [v for v in value if v not in result[k]]
         else:
             merged = strategic_merge_patch(result.get(k), value, k)
             if merged is None:

@@ -262,6 +262,12 @@ def _validate_builtin(rt: ResourceType, obj: Obj) -> list[schema_mod.FieldError]
     return errors
 
 
+def _omit_empty(meta: Obj) -> None:
+    """ObjectMeta fields are ``omitempty``: empty labels, annotations, finalizers, ... disappear."""
+    for key in [k for k, v in meta.items() if v in ({}, [], "", None)]:
+        del meta[key]
+
+
 def _spec_part(rt: ResourceType, obj: Obj) -> Obj:
     skip = ("metadata", "status", "apiVersion", "kind") if rt.has_status else ("metadata", "apiVersion", "kind")
     return {k: v for k, v in obj.items() if k not in skip}
@@ -561,6 +567,7 @@ class Store:
                                                                  f"Invalid value: {json.dumps(name)}: {_SUBDOMAIN_MSG}")])
         obj["apiVersion"] = rt.api_version
         obj["kind"] = rt.kind
+        _omit_empty(meta)
         for k in ("resourceVersion", "uid", "creationTimestamp", "deletionTimestamp", "deletionGracePeriodSeconds",
                   "generation", "managedFields", "selfLink"):
             meta.pop(k, None)
@@ -615,6 +622,7 @@ class Store:
             else:
                 meta.pop(k, None)
         meta.pop("managedFields", None)
+        _omit_empty(meta)
         _default_builtin(rt, result)
         if rt.has_status:
             if "status" in old:
