@@ -239,7 +239,9 @@ class PrometheusMetrics:
     ``retries`` is the number of retries after the first attempt; the n-th retry waits
     ``backoff_s * 2**(n-1)`` seconds. ``rate_window`` and ``fallback_window`` are PromQL durations
     (WVA: ``1m``; the token fallback ``5m``); ``max_age_s`` is the oldest sample still used.
-    ``verify_tls`` is ``requests``' ``verify`` (a bool or a CA bundle path).
+    ``verify_tls`` is ``requests``' ``verify`` (a bool or a CA bundle path). The bearer token is given
+    directly or as ``bearer_token_file``, re-read before every query. ``clock`` gives the evaluation
+    instant of a cycle's queries (``time=`` parameter), so they all see the same moment.
     """
 
     def __init__(
@@ -251,6 +253,7 @@ class PrometheusMetrics:
         bearer_token: str | None = None,
         verify_tls: bool | str = True,
         *,
+        bearer_token_file: str | os.PathLike[str] | None = None,
         rate_window: str = "1m",
         fallback_window: str = "5m",
         max_age_s: float = 120.0,
@@ -263,6 +266,8 @@ class PrometheusMetrics:
                 raise ValueError(f"{name} must be a PromQL duration such as 1m or 30s, got {window!r}")
         if retries < 0 or timeout_s <= 0 or backoff_s < 0 or max_age_s <= 0:
             raise ValueError("retries and backoff_s must be >= 0, timeout_s and max_age_s > 0")
+        if bearer_token and bearer_token_file:
+            raise ValueError("give bearer_token or bearer_token_file, not both")
         self.url = url.rstrip("/")
         self.timeout_s = timeout_s
         self.retries = retries
@@ -273,13 +278,44 @@ class PrometheusMetrics:
         self.max_age_s = max_age_s
         self.session = session or requests.Session()
         self._token = bearer_token
+        self._token_file = pathlib.Path(bearer_token_file) if bearer_token_file else None
         self._clock = clock
         self._sleep = sleep
         self._display_url = _strip_userinfo(self.url)
 
     def __repr__(self) -> str:
         auth = ", bearer_token=***" if self._token else ""
+        if self._token_file:
+            auth = f", bearer_token_file={str(self._token_file)!r}"
         return f"PrometheusMetrics({self._display_url!r}{auth})"
+
+    @classmethod
+    def from_env(
+        cls, url: str | None = None, environ: Mapping[str, str] | None = None
+    ) -> "PrometheusMetrics | None":
+        """A client configured from the environment, or None without a URL.
+
+        ``url`` (else ``PROMETHEUS_URL``); ``PROMETHEUS_TOKEN`` or ``PROMETHEUS_TOKEN_FILE`` (re-read on
+        every query, as projected service-account tokens rotate); ``PROMETHEUS_CA_BUNDLE`` or
+        ``PROMETHEUS_TLS_INSECURE=true``; ``PROMETHEUS_TIMEOUT_S``, ``PROMETHEUS_RETRIES``,
+        ``PROMETHEUS_BACKOFF_S``, ``PROMETHEUS_RATE_WINDOW``, ``PROMETHEUS_FALLBACK_WINDOW`` and
+        ``PROMETHEUS_MAX_AGE_S`` override the defaults (tests use ``PROMETHEUS_RATE_WINDOW=5s``).
+        """
+        env = os.environ if environ is None else environ
+        url = url or env.get("PROMETHEUS_URL")
+        if not url:
+            return None
+        verify: bool | str = env.get("PROMETHEUS_CA_BUNDLE") or True
+        if env.get("PROMETHEUS_TLS_INSECURE", "").lower() in ("1", "true", "yes"):
+            verify = False
+        options: dict[str, Any] = {}
+        for name, option, kind in _ENV_OPTIONS:
+            if env.get(name):
+                options[option] = _env_value(name, env[name], kind)
+        return cls(
+            url, verify_tls=verify, bearer_token=env.get("PROMETHEUS_TOKEN") or None,
+            bearer_token_file=env.get("PROMETHEUS_TOKEN_FILE") or None, **options,
+        )
 
     # -- public API --------------------------------------------------------------------------------
 
@@ -456,7 +492,8 @@ class PrometheusMetrics:
     def _query(self, promql: str, at: dt.datetime) -> list[dict[str, Any]]:
         """Run one instant query at ``at`` with retries; return ``data.result`` (a vector)."""
         data = {"query": promql, "time": f"{at.timestamp():.3f}"}
-        headers = {"Authorization": f"Bearer {self._token}"} if self._token else {}
+        token = self._bearer_token()
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
         failure = ""
         for attempt in range(self.retries + 1):
             if attempt:
@@ -499,6 +536,16 @@ class PrometheusMetrics:
             raise self._unavailable(f"expected a vector result, got {result.get('resultType')!r}")
         return list(result["result"])
 
+    def _bearer_token(self) -> str | None:
+        if self._token_file is None:
+            return self._token
+        try:
+            self._token = self._token_file.read_text().strip() or None
+        except OSError as exc:
+            raise self._unavailable(f"cannot read the bearer token file {self._token_file} "
+                                    f"({exc.strerror or type(exc).__name__})") from None
+        return self._token
+
     def _unavailable(self, reason: str) -> MetricsUnavailable:
         return MetricsUnavailable(self._display_url, self._redact(reason))
 
@@ -508,6 +555,23 @@ class PrometheusMetrics:
 
     def _redact(self, text: str) -> str:
         return text.replace(self._token, "***") if self._token else text
+
+
+_ENV_OPTIONS: tuple[tuple[str, str, type], ...] = (
+    ("PROMETHEUS_TIMEOUT_S", "timeout_s", float),
+    ("PROMETHEUS_RETRIES", "retries", int),
+    ("PROMETHEUS_BACKOFF_S", "backoff_s", float),
+    ("PROMETHEUS_RATE_WINDOW", "rate_window", str),
+    ("PROMETHEUS_FALLBACK_WINDOW", "fallback_window", str),
+    ("PROMETHEUS_MAX_AGE_S", "max_age_s", float),
+)
+
+
+def _env_value(name: str, raw: str, kind: type) -> Any:
+    try:
+        return kind(raw)
+    except ValueError:
+        raise ValueError(f"{name} must be a{'n integer' if kind is int else ' number'}, got {raw!r}") from None
 
 
 # -- PromQL helpers ---------------------------------------------------------------------------------

@@ -76,11 +76,7 @@ def loaded(vllm_exporter: FakeVllmExporter, prometheus: PrometheusProcess) -> It
     exp.set_gauge("kthena:queue_depth", {"namespace": "mt-a", "pod": "llama-a100-1"}, 3)
     exp.set_gauge("tokens_per_second", {"namespace": "mt-a", "pod": "llama-a100-0"}, 1500)
     # Samples spanning more than the 5 s window for every series: then rate() is no longer ramping up.
-    prometheus.wait_for(
-        'min(count_over_time(vllm:request_success_total{namespace=~"mt-.*"}[10s]))',
-        lambda result: bool(result) and float(result[0]["value"][1]) >= 7,
-        timeout=20,
-    )
+    prometheus.wait_for_history('vllm:request_success_total{namespace=~"mt-.*"}', 6, timeout=20)
     _set(exp, BURST, ["burst-0"], 0.0, 100, 50)  # from now on only the fallback window sees its tokens
     yield exp
     for key in ALL_LOADED:
@@ -375,6 +371,43 @@ def test_constructor_rejects_bad_settings() -> None:
     with pytest.raises(ValueError):
         PrometheusMetrics("http://127.0.0.1:9", retries=-1)
     assert repr(PrometheusMetrics("http://user:pw@127.0.0.1:9")) == "PrometheusMetrics('http://127.0.0.1:9')"
+
+
+def test_from_env(tmp_path: pathlib.Path) -> None:
+    assert PrometheusMetrics.from_env(environ={}) is None
+    client = PrometheusMetrics.from_env(environ={
+        "PROMETHEUS_URL": "https://prom.example:9091/", "PROMETHEUS_TOKEN": "t0k", "PROMETHEUS_RATE_WINDOW": "5s",
+        "PROMETHEUS_RETRIES": "1", "PROMETHEUS_MAX_AGE_S": "30", "PROMETHEUS_CA_BUNDLE": "/etc/ca.pem",
+    })
+    assert client is not None
+    assert (client.url, client.rate_window, client.retries, client.max_age_s, client.verify_tls) == (
+        "https://prom.example:9091", "5s", 1, 30.0, "/etc/ca.pem")
+    assert "t0k" not in repr(client)
+    insecure = PrometheusMetrics.from_env("http://127.0.0.1:9", {"PROMETHEUS_TLS_INSECURE": "true"})
+    assert insecure is not None and insecure.verify_tls is False
+    with pytest.raises(ValueError, match="PROMETHEUS_RETRIES must be an integer"):
+        PrometheusMetrics.from_env("http://127.0.0.1:9", {"PROMETHEUS_RETRIES": "many"})
+
+
+def test_bearer_token_file_is_reread_for_every_query(
+    loaded: FakeVllmExporter, prometheus: PrometheusProcess, tmp_path: pathlib.Path
+) -> None:
+    token_file = tmp_path / "token"
+    token_file.write_text("first-token\n")
+    client = PrometheusMetrics.from_env(prometheus.url, {"PROMETHEUS_TOKEN_FILE": str(token_file)})
+    assert client is not None
+    sent: list[str] = []
+    client.session.hooks["response"].append(lambda r, *a, **k: sent.append(r.request.headers["Authorization"]))
+
+    client.collect([LLAMA])
+    token_file.write_text("second-token")
+    client.collect([LLAMA])
+    token_file.unlink()
+    with pytest.raises(MetricsUnavailable, match="cannot read the bearer token file .*token") as raised:
+        client.collect([LLAMA])
+
+    assert sent == ["Bearer first-token"] * 2 + ["Bearer second-token"] * 2
+    assert "second-token" not in str(raised.value)
 
 
 # -- file source -----------------------------------------------------------------------------------

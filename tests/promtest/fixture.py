@@ -6,16 +6,19 @@ Enable with ``pytest_plugins = ["tests.promtest.fixture"]``. Fixtures (session s
 - ``prometheus`` -> :class:`PrometheusProcess`: ``/usr/bin/prometheus`` (or ``$PROMETHEUS_BIN``, or
   ``prometheus`` on ``PATH``) on 127.0.0.1:<free port>, a temporary TSDB, ``scrape_interval`` and
   ``evaluation_interval`` of 1 s, one job ``vllm`` scraping the exporter with ``honor_labels: true``.
-  It has ``.url``, ``.pid``, ``.stop()``, ``.start()`` (same port and data directory), ``.query()`` and
-  ``.wait_for(query, predicate, timeout)``.
+  It has ``.url``, ``.pid``, ``.stop()``, ``.start()`` (same port and data directory; a no-op when
+  running), ``.query(promql)``, ``.wait_for(query, predicate, timeout)`` and
+  ``.wait_for_history(selector, seconds)``. A test that stops it must restart it (``try/finally``).
 
 Timing and tolerance: ``rate(x[W])`` divides the (extrapolated) increase by ``W``, so it under-reports
 until the series has samples spanning the whole window; it is accurate from about ``W + 2`` scrapes
 after the load was set. With 1 s scrapes and a counter that grows linearly in real time the error is
 then the scrape jitter (the sample is stamped at scrape start, the exporter computes the value a few
 milliseconds later): well under 5 %. Ratios of two rates over the same samples (average tokens) are
-exact up to floating point. Tests therefore use a short window (e.g. ``10s``) and ``wait_for`` rather
-than the production ``1m``, and accept +-15 %.
+exact up to floating point. Tests therefore use a short window (``PrometheusMetrics(rate_window="5s")``
+or ``PROMETHEUS_RATE_WINDOW=5s`` with ``PrometheusMetrics.from_env``) rather than the production ``1m``,
+call ``wait_for_history(selector, 6)`` after setting a load, and accept +-15 %. Starting (or
+restarting) takes about 6 s: Prometheus applies scrape targets on a 5 s tick.
 
 The process is torn down by PID at the end of the session, and at interpreter exit as a fallback.
 A missing binary is a test error, not a skip: CI installs it (``apt-get install prometheus``).
@@ -25,6 +28,7 @@ from __future__ import annotations
 
 import atexit
 import ctypes
+import math
 import os
 import pathlib
 import shutil
@@ -186,6 +190,21 @@ class PrometheusProcess:
                 raise AssertionError(f"after {timeout}s, {promql!r} still gives {last!r}")
             self._check_alive()
             time.sleep(interval)
+
+    def wait_for_history(self, selector: str, seconds: float, timeout: float = 30.0) -> None:
+        """Wait until every series matching ``selector`` has samples spanning ``seconds`` (1 s scrapes).
+
+        Call it after setting a load and before reading ``rate(x[W])`` with ``seconds >= W``: from then
+        on the rate is no longer ramping up. Example: ``wait_for_history('vllm:request_success_total{
+        namespace="ns"}', 6)``.
+        """
+        needed = math.ceil(seconds) + 1
+        window = 2 * math.ceil(seconds) + 5
+        self.wait_for(
+            f"min(count_over_time({selector}[{window}s]))",
+            lambda result: bool(result) and float(result[0]["value"][1]) >= needed,
+            timeout,
+        )
 
     def _wait_ready(self, timeout: float) -> None:
         deadline = time.monotonic() + timeout
