@@ -29,14 +29,18 @@ What is measured (the WVA conventions, vLLM metric names):
 
 Missing data is not an exception. A requested model without fresh samples is absent from
 ``snapshot.loads`` (or ``snapshot.pods``) and a sentence saying why is appended to
-``snapshot.missing``. Samples older than ``max_age_s`` (seconds, by their Prometheus timestamps, against
+``snapshot.missing`` (and to ``snapshot.missing_by_model[key]``). Samples older than ``max_age_s`` (seconds, by their Prometheus timestamps, against
 the evaluation instant) count as missing: after a Prometheus restart the last values of a vanished
 target stay queryable for the 5 minute lookback. Only an unreachable or failing Prometheus raises
 :class:`MetricsUnavailable` (after ``retries`` retries with exponential backoff for connection errors,
 timeouts, 5xx and 429). Messages name the URL and what failed; the bearer token never appears in a
 message, a log line or ``repr``.
 
-Metrics file format (YAML; every key except ``model``/``namespace``/``name``/``pod`` is optional)::
+Note on ``rate``: Prometheus divides the (extrapolated) increase by the whole window, so a series younger
+than the window under-reports (a pod up for 20 s shows a third of its rate over ``[1m]``). WVA has the
+same bias; tests use a short window (``rate_window="5s"``).
+
+Metrics file format (YAML; ``models``, ``instances`` and ``collectedAt`` may each be left out)::
 
     collectedAt: 2026-11-22T12:00:00Z    # when the numbers were taken; default: the file's mtime
     models:
@@ -53,7 +57,9 @@ Metrics file format (YAML; every key except ``model``/``namespace``/``name``/``p
         pod: llama-8b-a100-0
         metrics: {"vllm:num_requests_waiting": 3}
 
-Numbers must be non-negative (``kvCacheUsage`` within 0..1); unknown keys, duplicate models and wrong
+A model entry needs ``model`` and ``namespace``; a pod entry all three of its keys; an instance entry
+``namespace``, ``pod`` and ``metrics``. Numbers must be non-negative (``kvCacheUsage`` within 0..1;
+instance metric values may be any number); unknown keys, duplicate models and wrong
 types are rejected with :class:`MetricsFileError` naming the file and the field
 (``metrics.yaml: models[0].avgInputTokens: expected a number >= 0, got 'abc'``). The file is re-read on
 every call, so it can be edited between runs; ``max_age_s`` does not apply to it.

@@ -10,9 +10,11 @@ scrapes Prometheus' extrapolated ``rate`` is within a few percent once the windo
 from __future__ import annotations
 
 import datetime as dt
+import itertools
 import json
 import pathlib
 import threading
+import textwrap
 import time
 import urllib.parse
 from collections.abc import Callable, Iterator
@@ -21,6 +23,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 import requests
 
+from tasks import metrics as metrics_module
 from tasks.metrics import (
     FileMetrics,
     MetricsFileError,
@@ -483,6 +486,21 @@ instances:
     assert source.collect([], ["vllm:num_requests_waiting"], ["llm-serving"]).instance_metrics == {
         ("llm-serving", "llama-8b-a100-0"): {"vllm:num_requests_waiting": 3.0}
     }
+
+
+def test_the_documented_example_file_parses(tmp_path: pathlib.Path) -> None:
+    doc = metrics_module.__doc__ or ""
+    lines = doc.split("Metrics file format", 1)[1].splitlines()[2:]
+    example = textwrap.dedent("\n".join(itertools.takewhile(lambda line: not line or line.startswith("    "), lines)))
+    path = tmp_path / "example.yaml"
+    path.write_text(example)
+    key = ModelKey("meta/llama-3.1-8b", "llm-serving")
+
+    snapshot = FileMetrics(path).collect([key], ["vllm:num_requests_waiting"])
+
+    assert snapshot.loads == {key: ModelLoad(20.0, 128.0, 256.0)}
+    assert snapshot.instance_metrics == {("llm-serving", "llama-8b-a100-0"): {"vllm:num_requests_waiting": 3.0}}
+    assert snapshot.missing == []
 
 
 def test_empty_file_means_everything_missing(tmp_path: pathlib.Path) -> None:
