@@ -128,12 +128,25 @@ def read_file(path: Path) -> YamlFile:
         result.error = f"{path}: cannot read: {exc}"
         return result
     try:
-        for chunk, marker in split_documents(text):
-            result.docs.append(Document(text=chunk, data=load_text(chunk), has_marker=marker))
-    except yaml.YAMLError as exc:
-        result.docs = []
-        result.error = f"{path}: invalid YAML{_where(exc)}"
+        result.docs = [Document(text=chunk, data=load_text(chunk), has_marker=marker) for chunk, marker in split_documents(text)]
+    except yaml.YAMLError:
+        result.docs = _whole_stream(path, text, result)
     return result
+
+
+def _whole_stream(path: Path, text: str, result: YamlFile) -> list[Document]:
+    """Fallback for valid streams the line-based split cannot cut (directives, exotic markers).
+
+    The documents are kept as parsed but without their text, so the first write to this file
+    re-serialises all of it (its comments are lost then; nothing is written just for loading).
+    If the stream does not parse either, the file is reported as invalid.
+    """
+    try:
+        documents = list(yaml.load_all(text, Loader=Loader))  # noqa: S506 - safe loader
+    except yaml.YAMLError as exc:
+        result.error = f"{path}: invalid YAML{_where(exc)}"
+        return []
+    return [Document(text="", data=data, has_marker=i > 0, dirty=True) for i, data in enumerate(documents)]
 
 
 def _where(exc: yaml.YAMLError) -> str:

@@ -149,3 +149,11 @@ def test_retry_unavailable() -> None:
     with pytest.raises(NotFound):
         retry_unavailable(not_transient, attempts=5, sleep=lambda _: None)
     assert calls == [1]
+
+
+def test_streams_the_splitter_cannot_cut_still_load(tmp_path: Path) -> None:
+    path = tmp_path / "directive.yaml"
+    path.write_text("%YAML 1.1\n---\napiVersion: v1\nkind: ConfigMap\nmetadata: {name: a}\n")
+    loaded = read_file(path)
+    assert loaded.error is None
+    assert [d.data["metadata"]["name"] for d in loaded.docs if d.data] == ["a"]
