@@ -101,17 +101,19 @@ class KubeCluster:
         namespace: str | None = None,
         label_selector: str | None = None,
     ) -> list[Manifest]:
-        """All objects of a kind (every page), each with ``apiVersion``/``kind`` filled in."""
+        """All objects of a kind (every page), each with ``apiVersion``/``kind`` filled in.
+
+        A 410 Gone (the continue token expired while paging) restarts the listing once, as
+        client-go's pager does.
+        """
         info = self._resource(api_version, kind)
         namespace = namespace if info.namespaced else None
-        items: list[Manifest] = []
-        token: str | None = None
-        while True:
-            page = self._list_page(info, namespace, label_selector, token)
-            items.extend({"apiVersion": info.api_version, "kind": info.kind, **item} for item in page.get("items") or [])
-            token = (page.get("metadata") or {}).get("continue")
-            if not token:
-                return items
+        try:
+            return self._list_all(info, namespace, label_selector)
+        except ClusterError as exc:
+            if exc.status != 410:
+                raise
+        return self._list_all(info, namespace, label_selector)
 
     def create(self, obj: Manifest) -> Manifest:
         """POST the object; ``Conflict`` if it exists. Returns the object as the server stored it."""
@@ -201,6 +203,16 @@ class KubeCluster:
         return self._call(what, info, lambda: getattr(self._custom, method)(
             *_custom_args(info, namespace), name, body, field_manager=FIELD_MANAGER,
             _content_type=MERGE_PATCH, **self._raw()))
+
+    def _list_all(self, info: ResourceInfo, namespace: str | None, selector: str | None) -> list[Manifest]:
+        items: list[Manifest] = []
+        token: str | None = None
+        while True:
+            page = self._list_page(info, namespace, selector, token)
+            items.extend({"apiVersion": info.api_version, "kind": info.kind, **item} for item in page.get("items") or [])
+            token = (page.get("metadata") or {}).get("continue")
+            if not token:
+                return items
 
     def _list_page(self, info: ResourceInfo, namespace: str | None, selector: str | None, token: str | None) -> Manifest:
         what = f"list {info.plural}" + (f" in {namespace}" if namespace else "")

@@ -139,7 +139,7 @@ def test_unknown_kind_is_found_by_discovery(kube: Any, ns: str) -> None:
         kube.get("example.modelplane.io/v1", "Gadget", "g", ns)
 
 
-def test_list_follows_continue_tokens(kube: Any, ns: str, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_list_follows_continue_tokens(kube: Any, server: Any, ns: str, monkeypatch: pytest.MonkeyPatch) -> None:
     import tasks.cluster.kube as kube_module
 
     for i in range(5):
@@ -148,6 +148,8 @@ def test_list_follows_continue_tokens(kube: Any, ns: str, monkeypatch: pytest.Mo
     monkeypatch.setattr(kube_module, "_LIST_PAGE", 2)
     assert [o["metadata"]["name"] for o in kube.list(*VA, namespace=ns)] == [f"va-{i}" for i in range(5)]
     assert [o["metadata"]["name"] for o in kube.list("v1", "ConfigMap", namespace=ns)] == [f"cm-{i}" for i in range(5)]
+    server.inject("GET", rf"/namespaces/{ns}/variantautoscalings$", 410)  # continue token expired
+    assert len(kube.list(*VA, namespace=ns)) == 5
 
 
 def test_errors_carry_no_token_and_no_chained_context(kube: Any, server: Any, ns: str) -> None:
