@@ -1,0 +1,816 @@
+"""Replica allocation across variants and accelerator types: an integer program and a greedy baseline.
+
+Every model has a load (req/s) and can be served by one or more *variants* (the model on an
+accelerator configuration, with its own performance profile).  :func:`solve` decides the number of
+replicas of every variant so that
+
+* each model's load is served (``sum_v replicas_v * max_rate_v + unserved_m >= load_m``; the load may
+  be split over the model's variants),
+* per accelerator type, ``sum_v accelerators_per_replica_v * replicas_v <= inventory[type]``,
+* ``min_replicas <= replicas_v <= max_replicas``,
+
+lexicographically minimising
+
+1. unserved load, weighted by priority (1 = highest; each priority level weighs ``PRIORITY_LEVEL_WEIGHT``
+   times the next one, per unit of *cost* it would take to serve it, so a priority-1 model's load is
+   never traded for a priority-2 model's load at comparable GPU cost), then
+2. accelerator cost ``sum unit_cost[acc] * accelerators_per_replica * replicas`` plus a transition
+   penalty ``transition_penalty * cost_per_replica_v * |replicas_v - current_replicas_v|`` that breaks
+   ties toward the current allocation and stops load moving between accelerators for savings smaller
+   than the penalty.
+
+The lexicographic order is implemented in two stages (minimise the weighted unserved load; then
+minimise cost subject to not serving less) rather than with a big-M weight, which would make the
+solver's relative gap meaningless for the cost part.  The first stage is skipped when the greedy
+baseline already serves everything (then the optimum is known to be zero).
+
+Decisions worth knowing:
+
+* Variants whose SLO cannot be met (:class:`engine.perf.Infeasible`), whose model is unknown or whose
+  accelerator has no unit cost are *excluded* from serving and reported in ``infeasible_variants``;
+  they are held at their ``min_replicas`` (a floor the operator asked for) with no serving capacity.
+* An accelerator type missing from ``inventory`` (or ``inventory=None``) is unlimited.
+* If the ``min_replicas`` floors alone exceed an accelerator's inventory the problem is infeasible: the
+  status is ``"infeasible"`` but a best-effort allocation that respects the inventory is still
+  returned (floors are relaxed, each missing floor replica penalised above any unserved load).
+* Models none of whose variants touch a limited accelerator are independent; when such a model has a
+  single usable variant it is sized in closed form, ``max(ceil(load/max_rate), min_replicas)`` (capped
+  by ``max_replicas``), exactly like WVA's per-variant sizing.
+* Status ``"optimal"`` only when the solver proved optimality (within ``mip_gap``); a solution cut
+  short by the time limit is ``"feasible"``, with the gap reported when the solver exposes it.
+  (PuLP's ``LpStatus`` says "Optimal" for time-limited runs; the solution status is what is read.)
+* Deterministic: models and variants are processed in name order.
+
+Pure: no I/O, no clock (the solver's own time limit aside).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Literal
+
+import numpy as np
+
+from engine.perf import SLO, PerfProfile, Workload, replicas_needed, size_arrays
+
+__all__ = [
+    "ModelDemand",
+    "VariantOption",
+    "AllocationProblem",
+    "Allocation",
+    "solve",
+    "greedy",
+    "variant_rates",
+    "status_from_solution",
+    "PRIORITY_LEVEL_WEIGHT",
+]
+
+Status = Literal["optimal", "feasible", "infeasible"]
+
+PRIORITY_LEVEL_WEIGHT = 100.0
+"""Unserved load of priority p weighs this many times that of priority p+1 (per unit of serving cost)."""
+_UNSERVED_TOL = 1e-9
+"""Relative slack under which a model's load counts as fully served (float noise)."""
+
+
+@dataclass(frozen=True)
+class ModelDemand:
+    """A model's demand: load in req/s, average request shape, SLO and priority (1 = highest)."""
+
+    name: str
+    load_rps: float
+    workload: Workload
+    slo: SLO
+    priority: int = 1
+
+    def __post_init__(self) -> None:
+        if not math.isfinite(self.load_rps) or self.load_rps < 0:
+            raise ValueError(f"model {self.name}: load_rps must be >= 0, got {self.load_rps!r}")
+        if self.priority < 1:
+            raise ValueError(f"model {self.name}: priority must be >= 1, got {self.priority!r}")
+
+
+@dataclass(frozen=True)
+class VariantOption:
+    """One way to serve a model: its accelerator, accelerators per replica, profile and bounds.
+
+    ``max_rate`` (req/s per replica) overrides the rate computed from the profile and the model's
+    SLO (e.g. a measured capacity).
+    """
+
+    name: str
+    model: str
+    accelerator: str
+    accelerators_per_replica: int
+    profile: PerfProfile
+    min_replicas: int = 0
+    max_replicas: int | None = None
+    current_replicas: int = 0
+    max_rate: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.accelerators_per_replica < 1:
+            raise ValueError(f"variant {self.name}: accelerators_per_replica must be >= 1")
+        if self.min_replicas < 0 or self.current_replicas < 0:
+            raise ValueError(f"variant {self.name}: replica counts must be >= 0")
+        if self.max_replicas is not None and self.max_replicas < self.min_replicas:
+            raise ValueError(f"variant {self.name}: max_replicas < min_replicas")
+        if self.max_rate is not None and not (self.max_rate > 0 and math.isfinite(self.max_rate)):
+            raise ValueError(f"variant {self.name}: max_rate must be a positive number")
+
+
+@dataclass(frozen=True)
+class AllocationProblem:
+    """Everything :func:`solve` needs.
+
+    ``unit_costs``: cost of one accelerator per type; ``inventory``: accelerators available per type
+    (types not listed, or ``None``, are unlimited); ``transition_penalty``: fraction of a replica's
+    cost charged per replica added or removed relative to ``current_replicas``; ``time_limit_s`` and
+    ``mip_gap`` (relative) bound the solver; ``solver``: ``"highs"``, ``"cbc"`` or ``None`` (HiGHS if
+    available, else CBC, else the greedy baseline).
+    """
+
+    models: list[ModelDemand]
+    variants: list[VariantOption]
+    unit_costs: dict[str, float]
+    inventory: dict[str, int] | None = None
+    transition_penalty: float = 0.01
+    time_limit_s: float = 10.0
+    mip_gap: float = 1e-4
+    solver: str | None = None
+
+
+@dataclass
+class Allocation:
+    """Result: replicas per variant, served / unserved load per model (req/s), accelerator cost.
+
+    ``status``: ``"optimal"`` (proven, within ``mip_gap``), ``"feasible"`` (e.g. time limit hit) or
+    ``"infeasible"`` (``min_replicas`` exceed the inventory; the allocation is a best effort that
+    respects the inventory).  ``gap``: relative optimality gap of the cost stage when known.
+    """
+
+    replicas: dict[str, int]
+    served_rps: dict[str, float]
+    unserved_rps: dict[str, float]
+    cost: float
+    status: Status
+    gap: float | None
+    solver: str
+    infeasible_variants: dict[str, str] = field(default_factory=dict)
+    max_rates: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def total_unserved_rps(self) -> float:
+        """Sum of unserved load over all models."""
+        return float(sum(self.unserved_rps.values()))
+
+
+# --------------------------------------------------------------------------------------------------
+# preparation shared by the solver and the greedy baseline
+
+
+@dataclass
+class _Prepared:
+    models: list[ModelDemand]  # sorted by name
+    variants: list[VariantOption]  # sorted by name
+    rate: dict[str, float]  # usable variants only
+    cost: dict[str, float]  # per replica, every variant (0 when no unit cost)
+    infeasible: dict[str, str]
+    usable: dict[str, list[VariantOption]]  # model -> usable variants (sorted by name)
+    limited: set[str]  # accelerator types with an inventory limit
+    inventory: dict[str, int]
+
+
+def variant_rates(problem: AllocationProblem) -> tuple[dict[str, float], dict[str, str]]:
+    """Per-replica sustainable rate (req/s) of every usable variant, and why the others are excluded.
+
+    Rates come from :func:`engine.perf.size_arrays` in one batched call (or ``max_rate`` overrides).
+    """
+    models = {m.name: m for m in problem.models}
+    rates: dict[str, float] = {}
+    reasons: dict[str, str] = {}
+    todo: list[VariantOption] = []
+    for v in sorted(problem.variants, key=lambda v: v.name):
+        if v.model not in models:
+            reasons[v.name] = f"unknown model {v.model!r}"
+        elif v.accelerator not in problem.unit_costs:
+            reasons[v.name] = f"no unit cost for accelerator {v.accelerator!r}"
+        elif v.max_rate is not None:
+            rates[v.name] = float(v.max_rate)
+        else:
+            todo.append(v)
+    if todo:
+        ms = [models[v.model] for v in todo]
+        res = size_arrays(
+            alpha=[v.profile.alpha for v in todo],
+            beta=[v.profile.beta for v in todo],
+            gamma=[v.profile.gamma for v in todo],
+            delta=[v.profile.delta for v in todo],
+            max_batch=[v.profile.max_batch for v in todo],
+            in_tokens=[m.workload.in_tokens for m in ms],
+            out_tokens=[m.workload.out_tokens for m in ms],
+            ttft_ms=[m.slo.ttft_ms for m in ms],
+            itl_ms=[m.slo.itl_ms for m in ms],
+            tps=[m.slo.tps for m in ms],
+        )
+        for i, (v, m) in enumerate(zip(todo, ms)):
+            if res.feasible[i]:
+                rates[v.name] = float(res.rate_rps[i])
+            else:
+                which = "TTFT" if res.violated[i] == 1 else "ITL"
+                target = m.slo.ttft_ms if which == "TTFT" else m.slo.itl_ms
+                reasons[v.name] = (
+                    f"{which} SLO of {target:g} ms is unattainable: best achievable {which} is "
+                    f"{res.best_ms[i]:.6g} ms (near-idle replica)"
+                )
+    return rates, reasons
+
+
+def _prepare(problem: AllocationProblem) -> _Prepared:
+    names = [m.name for m in problem.models]
+    if len(set(names)) != len(names):
+        raise ValueError("duplicate model names")
+    vnames = [v.name for v in problem.variants]
+    if len(set(vnames)) != len(vnames):
+        raise ValueError("duplicate variant names")
+    rates, reasons = variant_rates(problem)
+    models = sorted(problem.models, key=lambda m: m.name)
+    variants = sorted(problem.variants, key=lambda v: v.name)
+    cost = {
+        v.name: float(problem.unit_costs.get(v.accelerator, 0.0)) * v.accelerators_per_replica for v in variants
+    }
+    usable: dict[str, list[VariantOption]] = {m.name: [] for m in models}
+    for v in variants:
+        if v.name in rates:
+            usable[v.model].append(v)
+    inventory = dict(problem.inventory or {})
+    return _Prepared(models, variants, rates, cost, reasons, usable, set(inventory), inventory)
+
+
+def _finish(
+    prep: _Prepared, replicas: dict[str, int], status: Status, gap: float | None, solver: str
+) -> Allocation:
+    """Served/unserved load and cost of an integer allocation."""
+    served: dict[str, float] = {}
+    unserved: dict[str, float] = {}
+    for m in prep.models:
+        cap = sum(replicas[v.name] * prep.rate[v.name] for v in prep.usable[m.name])
+        left = m.load_rps - cap
+        if left <= _UNSERVED_TOL * max(m.load_rps, 1.0):
+            left = 0.0
+        unserved[m.name] = left
+        served[m.name] = m.load_rps - left
+    cost = float(sum(prep.cost[v.name] * replicas[v.name] for v in prep.variants))
+    return Allocation(
+        replicas={v.name: int(replicas[v.name]) for v in prep.variants},
+        served_rps=served,
+        unserved_rps=unserved,
+        cost=cost,
+        status=status,
+        gap=gap,
+        solver=solver,
+        infeasible_variants=dict(prep.infeasible),
+        max_rates=dict(prep.rate),
+    )
+
+
+def _floors_fit(prep: _Prepared) -> dict[str, bool]:
+    """Per limited accelerator type: do the min_replicas floors fit in the inventory?"""
+    used: dict[str, int] = {t: 0 for t in prep.limited}
+    for v in prep.variants:
+        if v.accelerator in used:
+            used[v.accelerator] += v.accelerators_per_replica * v.min_replicas
+    return {t: used[t] <= prep.inventory[t] for t in prep.limited}
+
+
+# --------------------------------------------------------------------------------------------------
+# greedy baseline (WVA-style)
+
+
+def greedy(problem: AllocationProblem) -> Allocation:
+    """WVA-style greedy allocation, used as a baseline and as a fallback without a MILP solver.
+
+    Floors first (``min_replicas``, in model priority order, as far as the inventory allows), then
+    models in priority order (1 first, ties by name): each takes the variant that serves its
+    remaining load at the lowest cost with the inventory left, then the next cheapest for whatever
+    remains.  Status is ``"feasible"`` (``"infeasible"`` if the floors do not fit).
+    """
+    prep = _prepare(problem)
+    return _greedy(prep)
+
+
+def _greedy(prep: _Prepared) -> Allocation:
+    left = dict(prep.inventory)
+    replicas = {v.name: 0 for v in prep.variants}
+    order = sorted(prep.models, key=lambda m: (m.priority, m.name))
+    rank = {m.name: i for i, m in enumerate(order)}
+    floors_ok = True
+    for v in sorted(prep.variants, key=lambda v: (rank.get(v.model, len(rank)), v.name)):
+        take = v.min_replicas
+        if v.accelerator in left:
+            take = min(take, left[v.accelerator] // v.accelerators_per_replica)
+            left[v.accelerator] -= take * v.accelerators_per_replica
+        floors_ok &= take == v.min_replicas
+        replicas[v.name] = take
+    for m in order:
+        remaining = m.load_rps - sum(replicas[v.name] * prep.rate[v.name] for v in prep.usable[m.name])
+        tried: set[str] = set()
+        while remaining > _UNSERVED_TOL * max(m.load_rps, 1.0):
+            best = None
+            for v in prep.usable[m.name]:
+                if v.name in tried:
+                    continue
+                need = replicas_needed(remaining, prep.rate[v.name], 0)
+                room = need
+                if v.max_replicas is not None:
+                    room = min(room, v.max_replicas - replicas[v.name])
+                if v.accelerator in left:
+                    room = min(room, left[v.accelerator] // v.accelerators_per_replica)
+                if room <= 0:
+                    continue
+                key = (prep.cost[v.name] * need, v.name)
+                if best is None or key < best[0]:
+                    best = (key, v, room)
+            if best is None:
+                break
+            _, v, room = best
+            tried.add(v.name)
+            replicas[v.name] += room
+            if v.accelerator in left:
+                left[v.accelerator] -= room * v.accelerators_per_replica
+            remaining -= room * prep.rate[v.name]
+    return _finish(prep, replicas, "feasible" if floors_ok else "infeasible", None, "greedy")
+
+
+# --------------------------------------------------------------------------------------------------
+# MILP
+
+
+def status_from_solution(sol_status: int) -> Status | None:
+    """Map PuLP's *solution* status (``prob.sol_status``) to an allocation status.
+
+    Only ``LpSolutionOptimal`` is optimal; ``LpSolutionIntegerFeasible`` (what a time- or
+    gap-limited run returns, even when ``LpStatus`` says "Optimal") is merely feasible; anything
+    else means no usable solution (``None``).
+    """
+    import pulp
+
+    if sol_status == pulp.LpSolutionOptimal:
+        return "optimal"
+    if sol_status == pulp.LpSolutionIntegerFeasible:
+        return "feasible"
+    return None
+
+
+def _pick_solver(name: str | None) -> str | None:
+    import pulp
+
+    available = set(pulp.listSolvers(onlyAvailable=True))
+    if name is not None:
+        key = {"highs": "HiGHS", "cbc": "PULP_CBC_CMD"}.get(name.lower(), name)
+        return key if key in available else None
+    for key in ("HiGHS", "PULP_CBC_CMD"):
+        if key in available:
+            return key
+    return None
+
+
+def solve(problem: AllocationProblem) -> Allocation:
+    """Optimal (or best found within the time limit) replica allocation; see the module docstring."""
+    prep = _prepare(problem)
+    solver_key = _pick_solver(problem.solver)
+    if solver_key is None:
+        if problem.solver is not None:
+            raise ValueError(f"solver {problem.solver!r} is not available")
+        return _greedy(prep)
+
+    replicas: dict[str, int] = {}
+    floors = _floors_fit(prep)
+    min_infeasible = not all(floors.values())
+
+    # Models that touch no limited accelerator are independent: a single usable variant is sized in
+    # closed form (exactly WVA's per-variant sizing), several by an exact per-model branch and bound.
+    coupled_models: list[ModelDemand] = []
+    exact = True
+    for m in prep.models:
+        vs = prep.usable[m.name]
+        if any(v.accelerator in prep.limited for v in vs):
+            coupled_models.append(m)
+        elif len(vs) == 1:
+            v = vs[0]
+            n = replicas_needed(m.load_rps, prep.rate[v.name], v.min_replicas)
+            if v.max_replicas is not None:
+                n = min(n, v.max_replicas)
+            replicas[v.name] = n
+        elif vs:
+            counts, proven = _size_model(m.load_rps, vs, prep, problem.transition_penalty)
+            replicas.update(counts)
+            exact &= proven
+    # Excluded variants sit at their floor (decided by the MILP when their accelerator is limited).
+    for v in prep.variants:
+        if v.name not in prep.rate and v.accelerator not in prep.limited:
+            replicas[v.name] = v.min_replicas
+    if not coupled_models and not any(
+        v.name not in prep.rate and v.accelerator in prep.limited for v in prep.variants
+    ):
+        return _finish(prep, replicas, "optimal" if exact else "feasible", 0.0 if exact else None,
+                       "closed-form")
+
+    base = _greedy(prep)
+    milp = _Milp(problem, prep, coupled_models, floors)
+    need_stage1 = not (base.total_unserved_rps == 0 and base.status == "feasible")
+    if not need_stage1:
+        milp.forbid_unserved()
+    start = milp.start_from(base.replicas)
+    run = _solve_highs if solver_key == "HiGHS" else _solve_cbc
+    outcome = run(milp, problem, need_stage1, start)
+    if outcome is None:
+        base.solver = f"greedy (no solution from {_SOLVER_NAMES[solver_key]})"
+        return base
+    values, status, gap = outcome
+    if not exact:
+        status = "feasible"
+    for name, var in milp.x.items():
+        replicas[name] = int(round(values[var.name]))
+    _top_up(prep, replicas, coupled_models)
+    if min_infeasible:
+        status = "infeasible"
+    return _finish(prep, replicas, status, gap, _SOLVER_NAMES[solver_key])
+
+
+_BB_NODE_LIMIT = 200_000
+"""Node budget of the per-model branch and bound (never reached in practice; then best found)."""
+
+
+def _size_model(
+    load: float, variants: list[VariantOption], prep: _Prepared, tau: float
+) -> tuple[dict[str, int], bool]:
+    """Cheapest replicas of one model's variants covering ``load`` (no shared inventory).
+
+    Cost of variant v with n replicas: ``c_v*n + tau*c_v*|n - current_v|``, ``min <= n <= max``.
+    Depth-first branch and bound over variants in cost-per-rps order, most replicas of the cheaper
+    variant first, pruned by the fractional bound ``remaining * (1-tau) * c/r`` of the cheaper rest.
+    Returns the counts and whether optimality was proven (node budget not exhausted).  If even every
+    variant at its max cannot cover the load, all are at max (as much load served as possible).
+    """
+    vs = sorted(variants, key=lambda v: (prep.cost[v.name] / prep.rate[v.name], v.name))
+    n = len(vs)
+    rate = [prep.rate[v.name] for v in vs]
+    cost = [prep.cost[v.name] for v in vs]
+    lo = [v.min_replicas for v in vs]
+    hi = [v.max_replicas for v in vs]
+    cur = [v.current_replicas for v in vs]
+    lb_ratio = [cost[i] * (1.0 - tau) / rate[i] for i in range(n)] + [math.inf]
+    room = [math.inf if hi[i] is None else (hi[i] - lo[i]) * rate[i] for i in range(n)]
+    suffix = [0.0] * (n + 1)
+    for i in range(n - 1, -1, -1):
+        suffix[i] = suffix[i + 1] + room[i]
+    tol = _UNSERVED_TOL * max(load, 1.0)
+    need = load - sum(lo[i] * rate[i] for i in range(n))
+
+    def f(i: int, k: int) -> float:
+        count = lo[i] + k
+        return cost[i] * count + tau * cost[i] * abs(count - cur[i])
+
+    if need > suffix[0] + tol:  # cannot cover: serve as much as possible
+        return {v.name: (v.max_replicas if v.max_replicas is not None else v.min_replicas) for v in vs}, True
+    base = [f(i, 0) for i in range(n)]
+    best_cost = math.inf
+    best: list[int] = [0] * n
+    picks = [0] * n
+    nodes = 0
+
+    def dfs(i: int, remaining: float, spent: float) -> None:
+        nonlocal best_cost, best, nodes
+        nodes += 1
+        if remaining <= tol:
+            if spent < best_cost - 1e-12:
+                best_cost = spent
+                best = picks[:i] + [0] * (n - i)
+            return
+        if i == n or nodes > _BB_NODE_LIMIT:
+            return
+        if spent + remaining * lb_ratio[i] >= best_cost - 1e-12:
+            return
+        k_max = replicas_needed(remaining, rate[i], 0)
+        if hi[i] is not None:
+            k_max = min(k_max, hi[i] - lo[i])
+        for k in range(k_max, -1, -1):
+            left = remaining - k * rate[i]
+            if left > suffix[i + 1] + tol:
+                break  # the rest cannot cover what fewer replicas here would leave
+            extra = f(i, k) - base[i]
+            if spent + extra + max(left, 0.0) * lb_ratio[i + 1] >= best_cost - 1e-12:
+                if left > tol:
+                    break  # fewer replicas here only raise the bound further
+                continue
+            picks[i] = k
+            dfs(i + 1, left, spent + extra)
+        picks[i] = 0
+
+    dfs(0, need, 0.0)
+    return {v.name: lo[i] + best[i] for i, v in enumerate(vs)}, nodes <= _BB_NODE_LIMIT
+
+
+_SOLVER_NAMES = {"HiGHS": "highs", "PULP_CBC_CMD": "cbc"}
+
+
+class _Milp:
+    """The PuLP formulation shared by both stages (objectives are set by the stage drivers)."""
+
+    def __init__(self, problem: AllocationProblem, prep: _Prepared, coupled: list[ModelDemand],
+                 floors: dict[str, bool]) -> None:
+        import pulp
+
+        self.prep = prep
+        self.prob = prob = pulp.LpProblem("allocation", pulp.LpMinimize)
+        self.x: dict[str, pulp.LpVariable] = {}
+        self.u: dict[str, pulp.LpVariable] = {}
+        self.d: dict[str, pulp.LpVariable] = {}
+        self.s: dict[str, pulp.LpVariable] = {}
+        self.coupled = coupled
+        coupled_names = {m.name for m in coupled}
+        loads = {m.name: m.load_rps for m in prep.models}
+        cap_terms: dict[str, list] = {m.name: [] for m in coupled}
+        inv_terms: dict[str, list] = {t: [] for t in prep.limited}
+        cost_terms: list = []
+        for i, v in enumerate(prep.variants):
+            serving = v.name in prep.rate and v.model in coupled_names
+            fixed = v.name not in prep.rate and v.accelerator in prep.limited
+            if not (serving or fixed):
+                continue
+            relax = v.accelerator in prep.limited and not floors[v.accelerator]
+            lb = 0 if relax else v.min_replicas
+            if serving:
+                ub = max(v.min_replicas, v.current_replicas,
+                         replicas_needed(loads[v.model], prep.rate[v.name], 0))
+                if v.max_replicas is not None:
+                    ub = min(ub, v.max_replicas)
+                ub = max(ub, lb)
+            else:
+                ub = v.min_replicas
+            x = self.x[v.name] = pulp.LpVariable(f"x{i}", lowBound=lb, upBound=ub, cat=pulp.LpInteger)
+            if serving:
+                cap_terms[v.model].append((x, prep.rate[v.name]))
+            if v.accelerator in prep.limited:
+                inv_terms[v.accelerator].append((x, v.accelerators_per_replica))
+            if relax and v.min_replicas > 0:
+                s = self.s[v.name] = pulp.LpVariable(f"s{i}", lowBound=0, upBound=v.min_replicas)
+                prob += x + s >= v.min_replicas, f"floor{i}"
+            c = prep.cost[v.name]
+            tau = problem.transition_penalty * c
+            cost_terms.append((x, c + tau if v.current_replicas == 0 else c))  # |x - 0| = x
+            if tau > 0:
+                if v.current_replicas > 0:
+                    d = self.d[v.name] = pulp.LpVariable(f"t{i}", lowBound=0)
+                    prob += d >= x - v.current_replicas, f"tu{i}"
+                    prob += d >= v.current_replicas - x, f"td{i}"
+                    cost_terms.append((d, tau))
+        for j, m in enumerate(coupled):
+            u = self.u[m.name] = pulp.LpVariable(f"u{j}", lowBound=0, upBound=m.load_rps)
+            prob += pulp.LpAffineExpression(cap_terms[m.name] + [(u, 1.0)]) >= m.load_rps, f"d{j}"
+            if _MIR:
+                for k, (cut, rhs) in enumerate(_mir_cuts(cap_terms[m.name], u, m.load_rps)):
+                    prob += pulp.LpAffineExpression(cut) >= rhs, f"mir{j}_{k}"
+        for k, t in enumerate(sorted(prep.limited)):
+            if inv_terms[t]:
+                prob += pulp.LpAffineExpression(inv_terms[t]) <= prep.inventory[t], f"inv{k}"
+        self.cost = pulp.LpAffineExpression(cost_terms)
+
+        # Stage-1 weights: per req/s unserved, the cost of serving it on the model's cheapest
+        # variant, times PRIORITY_LEVEL_WEIGHT per priority level; missing floors above everything.
+        levels = sorted({m.priority for m in coupled})
+        level_w = {p: PRIORITY_LEVEL_WEIGHT ** (len(levels) - 1 - i) for i, p in enumerate(levels)}
+        max_cost = max([c for c in prep.cost.values() if c > 0], default=1.0)
+        pen_terms = []
+        self.weighted_demand = 0.0
+        for m in coupled:
+            rates = [prep.rate[v.name] for v in prep.usable[m.name]]
+            per_rps = [prep.cost[v.name] / prep.rate[v.name] for v in prep.usable[m.name] if prep.cost[v.name] > 0]
+            ref = min(per_rps) if per_rps else max_cost / max(rates)
+            w = level_w[m.priority] * ref
+            pen_terms.append((self.u[m.name], w))
+            self.weighted_demand += w * m.load_rps
+        top = PRIORITY_LEVEL_WEIGHT ** len(levels) * max_cost * 10.0
+        for v_name, s in self.s.items():
+            pen_terms.append((s, top))
+            self.weighted_demand += top * _by_name(prep, v_name).min_replicas
+        self.penalty = pulp.LpAffineExpression(pen_terms)
+
+    def forbid_unserved(self) -> None:
+        """The greedy baseline serves everything, so the stage-1 optimum is zero: fix it."""
+        for u in self.u.values():
+            u.upBound = 0.0
+
+    def start_from(self, replicas: dict[str, int]) -> dict[str, float]:
+        """A complete feasible assignment (by PuLP variable name) extending integer replicas."""
+        prep = self.prep
+        values: dict[str, float] = {}
+        for name, x in self.x.items():
+            values[x.name] = float(replicas[name])
+        for name, s in self.s.items():
+            values[s.name] = float(max(_by_name(prep, name).min_replicas - replicas[name], 0))
+        for name, d in self.d.items():
+            values[d.name] = float(abs(replicas[name] - _by_name(prep, name).current_replicas))
+        for m in self.coupled:
+            cap = sum(replicas[v.name] * prep.rate[v.name] for v in prep.usable[m.name])
+            values[self.u[m.name].name] = float(min(max(m.load_rps - cap, 0.0), m.load_rps))
+        return values
+
+
+_MIR = True
+
+
+def _mir_cuts(terms: list, u, load: float) -> list[tuple[list, float]]:
+    """Mixed-integer rounding cuts of a demand row ``sum_v r_v x_v + u >= L`` (x integer >= 0).
+
+    Dividing by each variant's rate r_w and rounding gives
+    ``sum_v g_v x_v + u / (r_w f0) >= ceil(L/r_w)`` with ``f0 = frac(L/r_w)`` and
+    ``g_v = ceil(a_v) - max(0, f0 - frac(a_v)) / f0`` (``a_v = r_v/r_w``; ``g_v = a_v`` when integral).
+    These make the LP relaxation pay for the last, partly used replica of a fully served model, which
+    is what makes the plain relaxation weak (it serves every model with fractional replicas).
+    """
+    cuts = []
+    for _, r_w in terms:
+        b = load / r_w
+        f0 = b - math.floor(b)
+        if f0 < 1e-6 or f0 > 1 - 1e-6:
+            continue
+        cut = []
+        for x, r_v in terms:
+            a = r_v / r_w
+            fa = a - math.floor(a)
+            if fa < 1e-9 or fa > 1 - 1e-9:
+                g = float(round(a))
+            else:
+                g = math.ceil(a) - max(0.0, f0 - fa) / f0
+            cut.append((x, g))
+        cut.append((u, 1.0 / (r_w * f0)))
+        cuts.append((cut, float(math.ceil(b))))
+    return cuts
+
+
+def _highs_outcome(h) -> tuple[Status | None, float | None]:
+    """Allocation status and relative gap of the HiGHS model's last run."""
+    import highspy
+
+    model_status = h.getModelStatus()
+    info = h.getInfo()
+    has_solution = info.primal_solution_status == 2  # kSolutionStatusFeasible
+    if model_status == highspy.HighsModelStatus.kOptimal:
+        status: Status | None = "optimal"
+    elif has_solution and model_status in (
+        highspy.HighsModelStatus.kTimeLimit,
+        highspy.HighsModelStatus.kIterationLimit,
+        highspy.HighsModelStatus.kInterrupt,
+        highspy.HighsModelStatus.kSolutionLimit,
+        highspy.HighsModelStatus.kObjectiveBound,
+        highspy.HighsModelStatus.kObjectiveTarget,
+    ):
+        status = "feasible"
+    else:
+        return None, None
+    gap = float(info.mip_gap)
+    if not math.isfinite(gap):
+        gap = 0.0 if status == "optimal" else None
+    return status, (max(gap, 0.0) if gap is not None else None)
+
+
+def _solve_highs(milp: _Milp, problem: AllocationProblem, need_stage1: bool, start: dict[str, float]):
+    """Both stages on one HiGHS model (built once through PuLP), each warm-started."""
+    import highspy
+    import pulp
+
+    prob = milp.prob
+    budget = max(float(problem.time_limit_s), 0.01)
+    stage1_time = budget / 2 if need_stage1 else 0.0
+    prob.setObjective(milp.penalty if need_stage1 else milp.cost)
+    solver = pulp.HiGHS(msg=False, timeLimit=stage1_time or budget, gapRel=problem.mip_gap, threads=1)
+    solver.createAndConfigureSolver(prob)
+    solver.buildSolverModel(prob)
+    h = prob.solverModel
+    columns = prob.variables()
+    index = {var.name: var.index for var in columns}
+
+    def warm(values: dict[str, float]) -> None:
+        sol = highspy.HighsSolution()
+        col = [0.0] * len(columns)
+        for name, value in values.items():
+            col[index[name]] = value
+        sol.col_value = col
+        sol.value_valid = True
+        h.setSolution(sol)
+
+    def current() -> dict[str, float]:
+        col = list(h.getSolution().col_value)
+        return {var.name: col[var.index] for var in columns}
+
+    statuses: list[Status] = []
+    gaps: list[float | None] = []
+    if need_stage1:
+        # Stop as soon as everything is served (absolute gap ~0 when the penalty reaches 0).
+        h.setOptionValue("mip_abs_gap", 1e-9 * max(milp.weighted_demand, 1.0))
+        warm(start)
+        h.run()
+        st, gap = _highs_outcome(h)
+        if st is None:
+            return None
+        statuses.append(st)
+        gaps.append(gap)
+        start = current()
+        # Stage 2: cost, without serving less (tiny slack for float noise).
+        h.setOptionValue("mip_abs_gap", 1e-6)
+        cost = [0.0] * len(columns)
+        for var, coef in milp.cost.items():
+            cost[var.index] += coef
+        h.changeColsCost(len(columns), np.arange(len(columns), dtype=np.int32), np.array(cost))
+        # Freeze each model's unserved load (and missing floors) at the stage-1 values: stage 2
+        # then only decides how to serve what stage 1 decided to serve, which keeps its
+        # relaxation as tight as a problem without shortage.
+        frozen = list(milp.u.values()) + list(milp.s.values())
+        idx = np.array([var.index for var in frozen], dtype=np.int32)
+        lower = np.array([var.lowBound or 0.0 for var in frozen])
+        upper = np.array([start[var.name] + 1e-9 * max(1.0, start[var.name]) for var in frozen])
+        if len(frozen):
+            h.changeColsBounds(len(frozen), idx, lower, upper)
+        h.setOptionValue("time_limit", budget - stage1_time)
+    warm(start)
+    h.run()
+    st, gap = _highs_outcome(h)
+    if st is None:
+        return None
+    statuses.append(st)
+    gaps.append(gap)
+    values = current()
+    status: Status = "optimal" if all(s == "optimal" for s in statuses) else "feasible"
+    known = [g for g in gaps if g is not None]
+    return values, status, (max(known) if len(known) == len(gaps) else None)
+
+
+def _solve_cbc(milp: _Milp, problem: AllocationProblem, need_stage1: bool, start: dict[str, float]):
+    """Both stages with CBC through PuLP (warm-started); the gap is known only when optimal."""
+    import pulp
+
+    prob = milp.prob
+    budget = max(float(problem.time_limit_s), 1.0)
+    statuses: list[Status] = []
+
+    def run(objective, seconds: float, values: dict[str, float]):
+        prob.setObjective(objective)
+        for var in prob.variables():
+            if var.name in values:
+                var.setInitialValue(values[var.name])
+        prob.solve(pulp.PULP_CBC_CMD(msg=False, timeLimit=max(int(math.ceil(seconds)), 1),
+                                     gapRel=problem.mip_gap, warmStart=True))
+        st = status_from_solution(prob.sol_status)
+        if st is None:
+            return None
+        statuses.append(st)
+        return {var.name: float(var.varValue or 0.0) for var in prob.variables()}
+
+    values = start
+    if need_stage1:
+        values = run(milp.penalty, budget / 2, values)
+        if values is None:
+            return None
+        for var in list(milp.u.values()) + list(milp.s.values()):  # freeze what stage 1 decided
+            var.upBound = values[var.name] + 1e-9 * max(1.0, values[var.name])
+        budget /= 2
+    values = run(milp.cost, budget, values)
+    if values is None:
+        return None
+    status: Status = "optimal" if all(s == "optimal" for s in statuses) else "feasible"
+    return values, status, (0.0 if status == "optimal" else None)
+
+
+def _top_up(prep: _Prepared, replicas: dict[str, int], models: list[ModelDemand]) -> None:
+    """Serve load the solver left unserved within its feasibility tolerance (~1e-7 req/s).
+
+    A MILP solver accepts ``sum r*x + u >= L`` violated by its tolerance, so a sliver of load can be
+    reported unserved while a replica still fits.  Load is only to be left unserved when the inventory
+    (or ``max_replicas``) forces it, so add replicas where there is room, cheapest per req/s first.
+    """
+    left = dict(prep.inventory)
+    for v in prep.variants:
+        if v.accelerator in left:
+            left[v.accelerator] -= v.accelerators_per_replica * replicas[v.name]
+    for m in sorted(models, key=lambda m: (m.priority, m.name)):
+        vs = sorted(prep.usable[m.name], key=lambda v: (prep.cost[v.name] / prep.rate[v.name], v.name))
+        for v in vs:
+            missing = m.load_rps - sum(replicas[w.name] * prep.rate[w.name] for w in vs)
+            if missing <= _UNSERVED_TOL * max(m.load_rps, 1.0):
+                break
+            add = replicas_needed(missing, prep.rate[v.name], 0)
+            if v.max_replicas is not None:
+                add = min(add, v.max_replicas - replicas[v.name])
+            if v.accelerator in left:
+                add = min(add, left[v.accelerator] // v.accelerators_per_replica)
+                left[v.accelerator] -= max(add, 0) * v.accelerators_per_replica
+            replicas[v.name] += max(add, 0)
+
+
+def _by_name(prep: _Prepared, name: str) -> VariantOption:
+    if not hasattr(prep, "_index"):
+        prep._index = {v.name: v for v in prep.variants}  # type: ignore[attr-defined]
+    return prep._index[name]  # type: ignore[attr-defined]

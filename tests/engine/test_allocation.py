@@ -1,0 +1,256 @@
+"""Tests of the replica allocation MILP and its greedy baseline (engine.allocation)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pulp
+import pytest
+
+from engine.allocation import (
+    Allocation,
+    AllocationProblem,
+    ModelDemand,
+    VariantOption,
+    greedy,
+    solve,
+    status_from_solution,
+)
+from engine.perf import SLO, PerfProfile, Workload, max_rate, replicas_needed
+
+A100 = PerfProfile(alpha=20.58, beta=0.41, gamma=5.2, delta=0.1, max_batch=256)
+SLOW = PerfProfile(alpha=30.0, beta=0.6, gamma=8.0, delta=0.15, max_batch=128)
+CHAT = Workload(128, 256)
+LOOSE = SLO(ttft_ms=2000, itl_ms=60)
+
+
+def model(name: str, load: float, priority: int = 1, slo: SLO = LOOSE) -> ModelDemand:
+    return ModelDemand(name=name, load_rps=load, workload=CHAT, slo=slo, priority=priority)
+
+
+def variant(name: str, model_name: str, acc: str, rate: float | None = None, **kw) -> VariantOption:
+    return VariantOption(name=name, model=model_name, accelerator=acc, accelerators_per_replica=kw.pop("apr", 1),
+                         profile=kw.pop("profile", A100), max_rate=rate, **kw)
+
+
+def test_solvers_available():
+    assert "HiGHS" in pulp.listSolvers(onlyAvailable=True)
+
+
+def _random_separable(seed: int):
+    rng = np.random.default_rng(seed)
+    models, variants = [], []
+    for i in range(int(rng.integers(1, 12))):
+        m = model(f"m{i}", float(rng.choice([0.0, rng.uniform(0.01, 40.0)])))
+        models.append(m)
+        prof = PerfProfile(float(rng.uniform(5, 30)), float(rng.uniform(0.05, 0.5)), float(rng.uniform(2, 20)),
+                           float(rng.uniform(0.005, 0.05)), int(rng.integers(1, 300)))
+        variants.append(VariantOption(f"v{i}", m.name, str(rng.choice(["A100", "H100", "L40S"])),
+                                      int(rng.choice([1, 2, 4])), prof, min_replicas=int(rng.integers(0, 3)),
+                                      current_replicas=int(rng.integers(0, 5))))
+    return models, variants
+
+
+@pytest.mark.parametrize("seed", range(25))
+def test_unlimited_single_variant_equals_independent_sizing(seed):
+    models, variants = _random_separable(seed)
+    costs = {"A100": 40.0, "H100": 65.0, "L40S": 20.0}
+    alloc = solve(AllocationProblem(models, variants, costs))
+    loads = {m.name: m for m in models}
+    for v in variants:
+        m = loads[v.model]
+        if v.name in alloc.infeasible_variants:
+            assert alloc.replicas[v.name] == v.min_replicas
+            continue
+        expected = replicas_needed(m.load_rps, max_rate(v.profile, m.workload, m.slo), v.min_replicas)
+        assert alloc.replicas[v.name] == expected
+    assert alloc.status == "optimal"
+    assert alloc.cost == pytest.approx(sum(costs[v.accelerator] * v.accelerators_per_replica * alloc.replicas[v.name]
+                                           for v in variants))
+
+
+def test_zero_load_with_min_replicas_zero_and_one():
+    models = [model("idle", 0.0), model("warm", 0.0)]
+    variants = [variant("idle-a", "idle", "A100", current_replicas=3),
+                variant("warm-a", "warm", "A100", min_replicas=1),
+                variant("warm-b", "warm", "L40S", profile=SLOW)]
+    for inventory in (None, {"A100": 4, "L40S": 4}):
+        alloc = solve(AllocationProblem(models, variants, {"A100": 40, "L40S": 20}, inventory))
+        assert alloc.replicas == {"idle-a": 0, "warm-a": 1, "warm-b": 0}
+        assert alloc.unserved_rps == {"idle": 0.0, "warm": 0.0}
+        assert alloc.cost == 40
+
+
+def test_multi_variant_picks_cheapest_mix_without_inventory():
+    # 10 req/s: A100 serves 3/replica at 40, L40S 1/replica at 10 -> 10 L40S (100) beats 4 A100 (160),
+    # but 3 A100 + 1 L40S = 130 > 100 as well; exact search must find 100.
+    m = model("m", 10.0)
+    vs = [variant("a", "m", "A100", rate=3.0), variant("l", "m", "L40S", rate=1.0)]
+    alloc = solve(AllocationProblem([m], vs, {"A100": 40, "L40S": 10}))
+    assert alloc.replicas == {"a": 0, "l": 10} and alloc.cost == 100 and alloc.status == "optimal"
+    # now A100 per-rps is cheaper (40/3 < 14) but the remainder is best covered by one L40S
+    alloc = solve(AllocationProblem([m], vs, {"A100": 40, "L40S": 14}))
+    assert alloc.replicas == {"a": 3, "l": 1} and alloc.cost == 134
+
+
+def test_split_across_variants_when_inventory_short():
+    m = model("m", 10.0)
+    vs = [variant("a", "m", "A100", rate=2.0), variant("l", "m", "L40S", rate=1.0)]
+    alloc = solve(AllocationProblem([m], vs, {"A100": 10, "L40S": 8}, inventory={"A100": 3, "L40S": 8}))
+    assert alloc.replicas == {"a": 3, "l": 4}
+    assert alloc.unserved_rps["m"] == 0.0 and alloc.served_rps["m"] == 10.0
+    assert alloc.status == "optimal"
+
+
+def test_priority_order_under_shortage_reports_unserved():
+    hi, lo = model("hi", 6.0, priority=1), model("lo", 6.0, priority=2)
+    vs = [variant("hi-a", "hi", "A100", rate=2.0), variant("lo-a", "lo", "A100", rate=2.0)]
+    alloc = solve(AllocationProblem([lo, hi], vs, {"A100": 10}, inventory={"A100": 4}))
+    assert alloc.replicas == {"hi-a": 3, "lo-a": 1}
+    assert alloc.unserved_rps == {"hi": 0.0, "lo": pytest.approx(4.0)}
+    assert alloc.served_rps["lo"] == pytest.approx(2.0)
+    # load is never left unserved when the inventory allows serving it
+    alloc = solve(AllocationProblem([lo, hi], vs, {"A100": 10}, inventory={"A100": 6}))
+    assert alloc.unserved_rps == {"hi": 0.0, "lo": 0.0}
+
+
+def test_unserved_even_a_sliver_when_a_replica_fits():
+    m = model("m", 4.000001)
+    vs = [variant("a", "m", "A100", rate=2.0)]
+    alloc = solve(AllocationProblem([m], vs, {"A100": 10}, inventory={"A100": 8}))
+    assert alloc.replicas == {"a": 3} and alloc.unserved_rps["m"] == 0.0
+
+
+def test_transition_penalty_keeps_current_allocation_on_cost_ties():
+    m = model("m", 3.5)
+    for current in ("a", "b"):
+        vs = [variant("a", "m", "A100", rate=2.0, current_replicas=2 if current == "a" else 0),
+              variant("b", "m", "H100", rate=2.0, current_replicas=2 if current == "b" else 0)]
+        for inventory in (None, {"A100": 10, "H100": 10}):
+            alloc = solve(AllocationProblem([m], vs, {"A100": 30, "H100": 30}, inventory))
+            assert alloc.replicas[current] == 2, (current, inventory, alloc.replicas)
+            assert sum(alloc.replicas.values()) == 2
+
+
+def test_transition_penalty_does_not_block_real_savings():
+    m = model("m", 3.5)
+    vs = [variant("a", "m", "A100", rate=2.0, current_replicas=2),
+          variant("b", "m", "L40S", rate=2.0)]
+    alloc = solve(AllocationProblem([m], vs, {"A100": 40, "L40S": 20}, {"A100": 10, "L40S": 10}))
+    assert alloc.replicas == {"a": 0, "b": 2}
+
+
+def test_infeasible_variants_are_excluded_and_reported():
+    m = model("m", 2.0, slo=SLO(ttft_ms=500, itl_ms=24))
+    vs = [variant("fast", "m", "A100"), variant("slow", "m", "L40S", profile=SLOW, min_replicas=1)]
+    alloc = solve(AllocationProblem([m], vs, {"A100": 40, "L40S": 20}))
+    assert set(alloc.infeasible_variants) == {"slow"}
+    assert "ITL" in alloc.infeasible_variants["slow"]
+    assert alloc.replicas["slow"] == 1  # held at its floor, serving nothing
+    assert alloc.replicas["fast"] == replicas_needed(2.0, max_rate(A100, CHAT, m.slo), 0)
+    assert alloc.unserved_rps["m"] == 0.0
+
+
+def test_min_replicas_beyond_inventory_is_infeasible_but_respects_inventory():
+    m = model("m", 1.0)
+    vs = [variant("a", "m", "A100", rate=2.0, min_replicas=5)]
+    alloc = solve(AllocationProblem([m], vs, {"A100": 10}, inventory={"A100": 3}))
+    assert alloc.status == "infeasible"
+    assert alloc.replicas["a"] == 3
+    assert greedy(AllocationProblem([m], vs, {"A100": 10}, inventory={"A100": 3})).status == "infeasible"
+
+
+def test_max_replicas_cap_leaves_unserved():
+    m = model("m", 10.0)
+    vs = [variant("a", "m", "A100", rate=2.0, max_replicas=3)]
+    alloc = solve(AllocationProblem([m], vs, {"A100": 10}))
+    assert alloc.replicas == {"a": 3} and alloc.unserved_rps["m"] == pytest.approx(4.0)
+
+
+def test_status_mapping_never_calls_time_limited_optimal():
+    assert status_from_solution(pulp.LpSolutionOptimal) == "optimal"
+    assert status_from_solution(pulp.LpSolutionIntegerFeasible) == "feasible"
+    assert status_from_solution(pulp.LpSolutionNoSolutionFound) is None
+    assert status_from_solution(pulp.LpSolutionInfeasible) is None
+
+
+def _hard_instance(n_models: int, seed: int = 3):
+    rng = np.random.default_rng(seed)
+    accs = [f"g{i}" for i in range(6)]
+    costs = {a: float(rng.uniform(5, 50)) for a in accs}
+    models, variants = [], []
+    for i in range(n_models):
+        models.append(model(f"m{i:03d}", float(rng.uniform(0.5, 20)), priority=int(rng.integers(1, 3))))
+        for a in rng.choice(accs, 3, replace=False):
+            variants.append(variant(f"m{i:03d}-{a}", f"m{i:03d}", str(a), rate=float(rng.uniform(0.3, 4.0)),
+                                    apr=int(rng.choice([1, 2, 4]))))
+    inventory = {a: int(rng.integers(40, 160)) for a in accs}
+    return models, variants, costs, inventory
+
+
+def test_time_limited_result_is_not_optimal():
+    models, variants, costs, inventory = _hard_instance(300)
+    alloc = solve(AllocationProblem(models, variants, costs, inventory, time_limit_s=0.05, mip_gap=0.0))
+    assert alloc.status == "feasible"
+    assert alloc.gap is None or alloc.gap > 0
+    # the answer still respects the inventory
+    use = {a: 0 for a in inventory}
+    for v in variants:
+        use[v.accelerator] += v.accelerators_per_replica * alloc.replicas[v.name]
+    assert all(use[a] <= inventory[a] for a in inventory)
+
+
+def _weighted_unserved(alloc: Allocation, models) -> tuple:
+    by_priority: dict[int, float] = {}
+    for m in models:
+        by_priority[m.priority] = by_priority.get(m.priority, 0.0) + alloc.unserved_rps[m.name]
+    return tuple(round(by_priority[p], 6) for p in sorted(by_priority))
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_solver_never_worse_than_greedy(seed):
+    models, variants, costs, inventory = _hard_instance(25, seed)
+    problem = AllocationProblem(models, variants, costs, inventory, time_limit_s=5)
+    best, base = solve(problem), greedy(problem)
+    for alloc in (best, base):
+        use = {a: 0 for a in inventory}
+        for v in variants:
+            use[v.accelerator] += v.accelerators_per_replica * alloc.replicas[v.name]
+        assert all(use[a] <= inventory[a] for a in inventory)
+    assert best.status == "optimal"
+    ub, ug = _weighted_unserved(best, models), _weighted_unserved(base, models)
+    if ub == ug:
+        assert best.cost <= base.cost + 1e-6
+    else:
+        assert ub < ug  # lexicographically less unserved load, priority 1 first
+
+
+def test_cbc_fallback_gives_same_answer_on_small_problem():
+    models, variants, costs, inventory = _hard_instance(8, 1)
+    a = solve(AllocationProblem(models, variants, costs, inventory, solver="highs"))
+    b = solve(AllocationProblem(models, variants, costs, inventory, solver="cbc"))
+    assert b.solver == "cbc" and a.solver == "highs"
+    assert a.status == b.status == "optimal"
+    assert _weighted_unserved(a, models) == _weighted_unserved(b, models)
+    assert a.cost == pytest.approx(b.cost, rel=1e-3, abs=0.5)
+
+
+def test_deterministic():
+    models, variants, costs, inventory = _hard_instance(30, 2)
+    p = AllocationProblem(models, variants, costs, inventory)
+    first = solve(p)
+    again = solve(AllocationProblem(list(reversed(models)), list(reversed(variants)), costs, inventory))
+    assert first.replicas == again.replicas
+
+
+def test_validation():
+    with pytest.raises(ValueError):
+        ModelDemand("m", -1.0, CHAT, LOOSE)
+    with pytest.raises(ValueError):
+        variant("v", "m", "A100", min_replicas=3, max_replicas=2)
+    with pytest.raises(ValueError):
+        solve(AllocationProblem([model("m", 1), model("m", 2)], [], {}))
+    alloc = solve(AllocationProblem([model("m", 1.0)], [variant("v", "m", "TPU")], {"A100": 1.0}))
+    assert "no unit cost" in alloc.infeasible_variants["v"] and alloc.unserved_rps["m"] == 1.0
+    assert math.isfinite(alloc.cost)
