@@ -346,7 +346,7 @@ class LocalCluster:
             return self._update(entry, new)
 
     def get_scale(self, ref: ObjectRef) -> Scale:
-        """``spec.replicas`` (and ``status.replicas`` if present) of a kind with a scale subresource."""
+        """``spec.replicas`` and ``status.replicas`` (0 until a status reports one) of a scalable kind."""
         with self._reading():
             info, entry = self._find_ref(ref)
             _require_scale(info)
@@ -571,7 +571,7 @@ def _scale_of(info: ResourceInfo, obj: Manifest) -> Scale:
         selector = ",".join(f"{k}={v}" for k, v in match_labels.items())
     return Scale(
         replicas=int(spec.get("replicas", default)),
-        status_replicas=status.get("replicas"),
+        status_replicas=int(status.get("replicas") or 0),  # the API server's Scale always reports it
         selector=selector,
         resource_version=obj["metadata"]["resourceVersion"],
     )

@@ -300,6 +300,9 @@ def test_scale_read_and_write(cluster: Cluster, ns: str) -> None:
     ref = ObjectRef(*DEPLOYMENT, "seed-deploy", ns)
     scale = cluster.get_scale(ref)
     assert scale.replicas == 2 and scale.resource_version
+    assert scale.status_replicas == 0 and scale.selector == "app=seed"  # nothing has run it yet
+    cluster.patch_status(ref, {"replicas": 2, "readyReplicas": 2})
+    assert cluster.get_scale(ref).status_replicas == 2
     written = cluster.set_scale(ref, 5)
     assert written.replicas == 5
     assert cluster.get_scale(ref).replicas == 5
