@@ -87,15 +87,19 @@ class _Entry:
 class LocalCluster:
     """A :class:`~tasks.cluster.base.Cluster` backed by YAML manifests on disk (see module docs)."""
 
-    def __init__(self, path: str | Path, *, write_back: bool = True, strict: bool = False) -> None:
+    def __init__(
+        self, path: str | Path, *, write_back: bool = True, strict: bool = False, max_events: int = 1000
+    ) -> None:
         """Load ``path`` (a directory, or a ``.yaml``/``.yml`` file; created on first write if missing).
 
         ``strict`` raises ``Invalid`` naming the file when any file fails to parse, instead of only
-        recording it in :attr:`load_errors`.
+        recording it in :attr:`load_errors`. The Event sink keeps the newest ``max_events`` Events
+        (the API server expires Events too), so a scheduled flow cannot grow it without bound.
         """
         self.path = Path(path)
         self.write_back = write_back
         self.strict = strict
+        self.max_events = max_events
         self.single_file = self.path.is_file() or (not self.path.exists() and self.path.suffix in (".yaml", ".yml"))
         self._lock = threading.RLock()
         self._write_depth = 0
@@ -454,6 +458,8 @@ class LocalCluster:
         if yfile.error:
             raise Invalid(f"cannot add {obj['kind']} {obj['metadata']['name']!r} to {yfile.error}", reason="InvalidYAML")
         doc = yfile.append(obj)
+        if yfile.path == self.events_path:
+            self._prune_events(yfile)
         try:
             self._flush(yfile)
         except OSError as exc:
@@ -461,6 +467,14 @@ class LocalCluster:
             raise Unavailable(f"cannot write {yfile.path}: {exc.strerror or exc}") from None
         self._files[yfile.path] = yfile
         self._index[_key_of(obj)] = _Entry(obj, yfile, doc)
+
+    def _prune_events(self, sink: YamlFile) -> None:
+        """Drop the oldest Events (by resourceVersion) beyond ``max_events`` from the sink."""
+        events = [e for e in self._index.values() if e.file is sink and e.item is None]
+        excess = len(events) + 1 - self.max_events  # +1: the Event being added is not indexed yet
+        for entry in sorted(events, key=lambda e: _numeric_rv(e.obj))[: max(excess, 0)]:
+            sink.docs.remove(entry.doc)
+            self._index.pop(_key_of(entry.obj), None)
 
     def _target_file(self, info: ResourceInfo, obj: Manifest) -> YamlFile:
         """The file a new object goes to (Events: the sink; directory: one file per object)."""

@@ -359,3 +359,10 @@ def test_concurrent_processes_lose_no_update(tmp_path: Path) -> None:
             if p.poll() is None:
                 p.kill()
     assert LocalCluster(tmp_path).get("v1", "ConfigMap", "counter", "n")["data"] == {"n": "45"}
+
+
+def test_event_sink_keeps_only_the_newest_events(tmp_path: Path) -> None:
+    cluster = LocalCluster(tmp_path, max_events=3)
+    obj = cluster.create({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c", "namespace": "n"}})
+    posted = [cluster.post_event(obj, "Tick", f"tick {i}")["message"] for i in range(5)]
+    assert sorted(e["message"] for e in LocalCluster(tmp_path).list("v1", "Event")) == posted[2:]
