@@ -43,7 +43,7 @@ case "${1:-}" in
     setup_python
     shift
     exec "$VENV/bin/modelplane" optimize --cluster deployments/examples \
-      --metrics deployments/examples/metrics.yaml "$@"
+      --metrics deployments/example-metrics.yaml "$@"
     ;;
   test)
     setup_python

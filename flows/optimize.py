@@ -74,6 +74,7 @@ class OptimizeParameters(BaseModel):
         None, description="Prometheus base URL; defaults to $PROMETHEUS_URL. Ignored when metrics_file is set."
     )
     metrics_file: str | None = Field(None, description="Read metrics from this YAML file instead of Prometheus.")
+    rate_window: str = Field("1m", pattern=r"^[0-9]+(ms|s|m|h)$", description="PromQL window of the arrival rate (WVA: 1m).")
     cluster: str | None = Field(
         None, description="Cluster to act on: empty = kubeconfig/in-cluster, 'kubeconfig:PATH[#ctx]', or a manifests path."
     )
@@ -133,7 +134,9 @@ def metrics_source(params: OptimizeParameters) -> MetricsSource | None:
     if params.metrics_file:
         return FileMetrics(params.metrics_file)
     url = params.prometheus_url or os.environ.get("PROMETHEUS_URL")
-    return PrometheusMetrics(url, bearer_token=os.environ.get("PROMETHEUS_TOKEN")) if url else None
+    if not url:
+        return None
+    return PrometheusMetrics(url, bearer_token=os.environ.get("PROMETHEUS_TOKEN"), rate_window=params.rate_window)
 
 
 @task(name="collect-metrics", cache_policy=NO_CACHE)
@@ -288,6 +291,7 @@ def optimize(
     config_namespace: str = DEFAULT_CONFIG_NAMESPACE,
     prometheus_url: str | None = None,
     metrics_file: str | None = None,
+    rate_window: str = "1m",
     cluster: str | None = None,
     dry_run: bool = False,
     solver_time_limit_s: float = 10.0,
@@ -300,6 +304,7 @@ def optimize(
         config_namespace: Namespace of the WVA ConfigMaps (costs, service classes, saturation, inventory).
         prometheus_url: Prometheus base URL; defaults to $PROMETHEUS_URL. Ignored when metrics_file is set.
         metrics_file: Read metrics from this YAML file instead of Prometheus (local and CI previews).
+        rate_window: PromQL window of the arrival-rate query (WVA uses 1m; shorter reacts faster, noisier).
         cluster: Empty = kubeconfig or in-cluster; 'kubeconfig:PATH[#context]'; or a manifests directory/file.
         dry_run: Decide and report, but write nothing (no scale, no status, no events).
         solver_time_limit_s: Time limit of the allocation MILP, in seconds.
@@ -307,7 +312,7 @@ def optimize(
     """
     params = OptimizeParameters(
         namespaces=namespaces or [], config_namespace=config_namespace, prometheus_url=prometheus_url,
-        metrics_file=metrics_file, cluster=cluster, dry_run=dry_run, solver_time_limit_s=solver_time_limit_s,
+        metrics_file=metrics_file, rate_window=rate_window, cluster=cluster, dry_run=dry_run, solver_time_limit_s=solver_time_limit_s,
         status_heartbeat_s=status_heartbeat_s,
     )
     logger = get_run_logger()

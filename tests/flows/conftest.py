@@ -25,11 +25,11 @@ def prefect_harness() -> Iterator[None]:
 def example_cluster(tmp_path: pathlib.Path) -> pathlib.Path:
     """A private copy of the bundled example cluster (the optimize flow writes status into it)."""
     target = tmp_path / "cluster"
-    shutil.copytree(EXAMPLES, target, ignore=shutil.ignore_patterns("metrics.yaml"))
+    shutil.copytree(EXAMPLES, target)
     return target
 
 
 @pytest.fixture()
 def example_metrics() -> pathlib.Path:
     """The bundled metrics file of the example cluster."""
-    return EXAMPLES / "metrics.yaml"
+    return REPO / "deployments" / "example-metrics.yaml"

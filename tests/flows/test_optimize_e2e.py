@@ -1,0 +1,229 @@
+"""The optimize flow end to end: real Prometheus scraping a fake vLLM exporter, the Kubernetes API test
+server reached through the official client, and a Prefect flow run per cycle.
+
+Each test uses its own namespace (and so its own model names), so they share the session's servers.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterator
+
+import pytest
+import yaml
+from kubernetes import client as k8s
+
+from engine.api.crds import render_crds
+from flows.optimize import optimize
+
+A100 = {"alpha": "20.58", "beta": "0.41", "gamma": "5.2", "delta": "0.1"}
+H100 = {"alpha": "12.4", "beta": "0.22", "gamma": "3.1", "delta": "0.06"}
+# Prometheus' rate() divides by the whole window, so a fresh series reads low until it is one window
+# old; with 1 s scrapes a 10 s window settles in seconds instead of the minute WVA's 1m would take.
+RATE_WINDOW = "10s"
+
+
+class Env:
+    """One test's slice of the cluster: a namespace, its config namespace, and client helpers."""
+
+    def __init__(self, server: Any, namespace: str, prometheus: Any, exporter: Any) -> None:
+        self.server = server
+        self.ns = namespace
+        self.config_ns = f"{namespace}-cfg"
+        self.model = f"e2e/{namespace}"
+        self.prometheus = prometheus
+        self.exporter = exporter
+        api = server.api_client()
+        self.core = k8s.CoreV1Api(api)
+        self.apps = k8s.AppsV1Api(api)
+        self.custom = k8s.CustomObjectsApi(api)
+
+    def configure(self, slo_ttft: int = 500, slo_tpot: int = 24) -> None:
+        """The WVA ConfigMaps: unit costs, one service class, default saturation thresholds."""
+        costs = {"A100": '{"device": "NVIDIA-A100", "cost": "40.00"}', "H100": '{"device": "NVIDIA-H100", "cost": "80.00"}'}
+        klass = f"name: Premium\npriority: 1\ndata:\n  - model: {self.model}\n    slo-tpot: {slo_tpot}\n    slo-ttft: {slo_ttft}\n"
+        for name, data in (("accelerator-unit-costs", costs), ("service-classes-config", {"premium.yaml": klass})):
+            self.core.create_namespaced_config_map(self.config_ns, {"metadata": {"name": name}, "data": data})
+
+    def deployment(self, name: str, replicas: int) -> None:
+        """A Deployment with all its replicas ready."""
+        body = {
+            "metadata": {"name": name, "labels": {"app": name}},
+            "spec": {
+                "replicas": replicas,
+                "selector": {"matchLabels": {"app": name}},
+                "template": {"metadata": {"labels": {"app": name}}, "spec": {"containers": [{"name": "vllm", "image": "vllm/vllm-openai:v0.10.1"}]}},
+            },
+        }
+        self.apps.create_namespaced_deployment(self.ns, body)
+        self.apps.patch_namespaced_deployment_status(name, self.ns, {"status": {"replicas": replicas, "readyReplicas": replicas}})
+
+    def variant(self, name: str, accelerator: str, parms: dict[str, str], annotations: dict[str, str] | None = None, **spec: Any) -> None:
+        """A VariantAutoscaling (both seed generations' fields) scaling the Deployment of the same name."""
+        body: dict[str, Any] = {
+            "apiVersion": "llmd.ai/v1alpha1",
+            "kind": "VariantAutoscaling",
+            "metadata": {"name": name, "annotations": annotations or {}},
+            "spec": {
+                "modelID": self.model,
+                "variantID": f"{self.model}-{accelerator}-1",
+                "accelerator": accelerator,
+                "acceleratorCount": 1,
+                "sloClassRef": {"name": "service-classes-config", "key": "premium.yaml"},
+                "variantProfile": {
+                    "maxBatchSize": 256,
+                    "perfParms": {"decodeParms": {"alpha": parms["alpha"], "beta": parms["beta"]}, "prefillParms": {"gamma": parms["gamma"], "delta": parms["delta"]}},
+                },
+                "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": name},
+                **spec,
+            },
+        }
+        self.custom.create_namespaced_custom_object("llmd.ai", "v1alpha1", self.ns, "variantautoscalings", body)
+
+    def load(self, rate_rps: float, pods: dict[str, float], queue: float = 0.0) -> None:
+        """Drive the exporter: ``rate_rps`` over ``pods`` (name -> KV-cache usage), then wait for the rate."""
+        self.exporter.set_load(self.model, self.ns, list(pods), rate_rps, 128, 256)
+        for pod, kv in pods.items():
+            self.exporter.set_pod(self.model, self.ns, pod, kv, waiting=queue)
+        query = f'sum(rate(vllm:request_success_total{{model_name="{self.model}",namespace="{self.ns}"}}[{RATE_WINDOW}]))'
+        low, high = rate_rps * 0.92, rate_rps * 1.08 + 0.05
+        self.prometheus.wait_for(query, lambda r: bool(r) and low <= float(r[0]["value"][1]) <= high, timeout=30)
+        selector = f'model_name="{self.model}",namespace="{self.ns}"'
+        for function, expected in (("max", max(pods.values())), ("min", min(pods.values()))):
+            gauge = f"{function}(vllm:kv_cache_usage_perc{{{selector}}})"
+            self.prometheus.wait_for(gauge, lambda r, e=expected: bool(r) and abs(float(r[0]["value"][1]) - e) < 1e-9, timeout=30)
+        waiting = f"max(vllm:num_requests_waiting{{{selector}}})"
+        self.prometheus.wait_for(waiting, lambda r: bool(r) and float(r[0]["value"][1]) == queue, timeout=30)
+
+    def cycle(self, **overrides: Any) -> Any:
+        """One optimize flow run scoped to this namespace."""
+        params: dict[str, Any] = dict(
+            namespaces=[self.ns], config_namespace=self.config_ns, prometheus_url=self.prometheus.url,
+            cluster=f"kubeconfig:{self.server.kubeconfig}", rate_window=RATE_WINDOW,
+        )
+        params.update(overrides)
+        return optimize(**params)
+
+    def status(self, name: str) -> dict[str, Any]:
+        return self.custom.get_namespaced_custom_object("llmd.ai", "v1alpha1", self.ns, "variantautoscalings", name).get("status") or {}
+
+    def replicas(self, name: str) -> int:
+        return self.apps.read_namespaced_deployment(name, self.ns).spec.replicas
+
+    def condition(self, name: str, type_: str) -> dict[str, Any]:
+        return next(c for c in self.status(name).get("conditions", []) if c["type"] == type_)
+
+
+@pytest.fixture(scope="module")
+def installed_crds(kube_server: Any) -> None:
+    kube_server.install_crds([yaml.safe_load(text) for text in render_crds().values()])
+
+
+@pytest.fixture()
+def env(kube_server: Any, kube_namespace: str, prometheus: Any, vllm_exporter: Any, installed_crds: None, prefect_harness: None) -> Iterator[Env]:
+    environment = Env(kube_server, kube_namespace, prometheus, vllm_exporter)
+    environment.configure()
+    yield environment
+    vllm_exporter.remove_model(environment.model, kube_namespace)
+    kube_server.clear_injections()
+
+
+def test_rising_load_scales_up_on_the_cheapest_accelerator(env: Env) -> None:
+    env.deployment("a100", 1)
+    env.deployment("h100", 1)
+    env.variant("a100", "A100", A100)
+    env.variant("h100", "H100", H100)
+    env.load(14.0, {"a100-0": 0.4, "h100-0": 0.4})
+    report = env.cycle()
+    # A100 sustains ~1.18 req/s within the SLO, H100 ~7.92 at twice the price: H100 takes the load.
+    # For any measured rate in [12.9, 15.1] the optimum is 2 x H100 + 1 x A100 (cost 200); the next
+    # best, 1 x H100 + 5 x A100, costs 280.
+    assert env.status("h100")["desiredOptimizedAlloc"]["numReplicas"] == 2
+    assert env.replicas("h100") == 2 and env.replicas("a100") == 1
+    assert env.status("h100")["actuation"] == {"applied": True}
+    assert env.condition("h100", "MetricsAvailable")["status"] == "True"
+    ready = env.condition("h100", "OptimizationReady")
+    assert ready["status"] == "True" and ready["reason"] == "OptimizationSucceeded"
+    assert env.status("h100")["currentAlloc"] == {
+        "variantID": f"{env.model}-H100-1", "accelerator": "H100", "numReplicas": 1, "maxBatch": 256, "variantCost": "10.00",
+    }
+    rows = {r.name: r for r in report.rows}
+    assert rows["h100"].desired == 2 and rows["h100"].accelerator == "H100"
+    events = env.core.list_namespaced_event(env.ns).items
+    assert any(e.reason == "DesiredReplicasChanged" and e.involved_object.name == "h100" for e in events)
+
+
+def test_low_load_scales_down_only_when_saturation_says_safe(env: Env) -> None:
+    env.deployment("h100", 4)
+    env.variant("h100", "H100", H100)
+    env.load(1.0, {f"h100-{i}": 0.95 for i in range(4)}, queue=9)
+    env.cycle()
+    assert env.replicas("h100") == 4
+    assert env.condition("h100", "OptimizationReady")["reason"] == "SaturationSafetyOverride"
+    env.load(1.0, {f"h100-{i}": 0.05 for i in range(4)})
+    env.cycle()
+    assert env.replicas("h100") < 4
+    assert env.condition("h100", "OptimizationReady")["reason"] == "OptimizationSucceeded"
+
+
+def test_prometheus_down_holds_replicas_and_reports_metrics_unavailable(env: Env) -> None:
+    env.deployment("h100", 4)
+    env.variant("h100", "H100", H100)
+    env.load(1.0, {f"h100-{i}": 0.05 for i in range(4)})
+    env.prometheus.stop()
+    try:
+        report = env.cycle()
+    finally:
+        env.prometheus.start()
+    assert report.metrics_error and env.prometheus.url in report.metrics_error
+    assert env.replicas("h100") == 4
+    metrics = env.condition("h100", "MetricsAvailable")
+    assert metrics["status"] == "False" and metrics["reason"] == "MetricsUnavailable"
+    assert env.condition("h100", "OptimizationReady")["status"] == "False"
+
+
+def test_conflict_on_status_patch_is_retried(env: Env) -> None:
+    env.deployment("h100", 1)
+    env.variant("h100", "H100", H100)
+    env.load(20.0, {"h100-0": 0.4})
+    env.server.inject("PATCH", f".*/namespaces/{env.ns}/variantautoscalings/h100/status$", 409, times=1)
+    env.server.reset_stats()
+    env.cycle()
+    assert env.status("h100")["desiredOptimizedAlloc"]["numReplicas"] == 3
+    assert env.server.count("patch", "variantautoscalings", "status") == 2  # the injected 409, then the retry
+    assert env.server.count("get", "variantautoscalings") >= 1  # the retry re-read the object
+
+
+def test_invalid_resources_get_their_own_condition_and_the_rest_proceeds(env: Env) -> None:
+    for name in ("good", "badperf", "badacc"):
+        env.deployment(name, 1)
+    env.variant("good", "H100", H100)
+    env.variant("badperf", "H100", {**H100, "alpha": "fast"})
+    env.variant("badacc", "TPU9", H100)
+    env.load(20.0, {"good-0": 0.4})
+    env.cycle()
+    assert env.status("good")["desiredOptimizedAlloc"]["numReplicas"] == 3 and env.replicas("good") == 3
+    bad_perf = env.condition("badperf", "OptimizationReady")
+    assert bad_perf["status"] == "False" and bad_perf["reason"] == "InvalidConfiguration"
+    assert "spec.variantProfile.perfParms.decodeParms.alpha" in bad_perf["message"]
+    bad_acc = env.condition("badacc", "OptimizationReady")
+    assert bad_acc["reason"] == "InvalidConfiguration" and "TPU9" in bad_acc["message"]
+    assert env.replicas("badperf") == 1 and env.replicas("badacc") == 1
+
+
+def test_recommend_annotation_leaves_the_target_alone(env: Env) -> None:
+    env.deployment("h100", 1)
+    env.variant("h100", "H100", H100, annotations={"modelplane.io/actuation": "recommend"})
+    env.load(20.0, {"h100-0": 0.4})
+    env.cycle()
+    assert env.status("h100")["desiredOptimizedAlloc"]["numReplicas"] == 3
+    assert env.status("h100")["actuation"] == {"applied": False}
+    assert env.replicas("h100") == 1
+
+
+def test_dry_run_writes_nothing(env: Env) -> None:
+    env.deployment("h100", 1)
+    env.variant("h100", "H100", H100)
+    env.load(20.0, {"h100-0": 0.4})
+    report = env.cycle(dry_run=True)
+    assert {r.name: r.desired for r in report.rows}["h100"] == 3
+    assert env.status("h100") == {} and env.replicas("h100") == 1
