@@ -32,7 +32,7 @@ from kubernetes.client.exceptions import ApiException
 
 from tasks.cluster.base import Manifest, ObjectRef, Scale
 from tasks.cluster.errors import ClusterError, Conflict, Forbidden, Invalid, NotFound, Unavailable
-from tasks.cluster.objects import apply_patch_of, build_event
+from tasks.cluster.objects import apply_patch_of, build_event, json_shape
 from tasks.cluster.resources import ResourceInfo, lookup, resource_for
 
 log = logging.getLogger(__name__)
@@ -118,6 +118,7 @@ class KubeCluster:
     def create(self, obj: Manifest) -> Manifest:
         """POST the object; ``Conflict`` if it exists. Returns the object as the server stored it."""
         info = self._resource(obj.get("apiVersion", ""), obj.get("kind", ""))
+        obj = json_shape(obj)
         meta = obj.get("metadata") or {}
         namespace = _ns(info, meta.get("namespace"))
         what = f"create {_describe(info, namespace, meta.get('name') or meta.get('generateName', ''))}"
@@ -143,7 +144,7 @@ class KubeCluster:
     def patch_spec(self, ref: ObjectRef, patch: Manifest, resource_version: str | None = None) -> Manifest:
         """Merge-patch the main resource (``status`` is left out: the server ignores it there anyway)."""
         info = self._resource(ref.api_version, ref.kind)
-        body = {k: v for k, v in (patch or {}).items() if not (info.has_status and k == "status")}
+        body = {k: v for k, v in json_shape(patch or {}).items() if not (info.has_status and k == "status")}
         body = _with_resource_version(body, resource_version)
         if not body:
             return self.get(ref.api_version, ref.kind, ref.name, ref.namespace)
@@ -154,7 +155,7 @@ class KubeCluster:
         info = self._resource(ref.api_version, ref.kind)
         if not info.has_status:
             raise NotFound(f"{info.plural}.{info.group or 'core'} has no status subresource")
-        body = _with_resource_version({"status": status}, resource_version)
+        body = _with_resource_version({"status": json_shape(status, "status")}, resource_version)
         return self._patch(info, _ns(info, ref.namespace), ref.name, body, "status")
 
     def get_scale(self, ref: ObjectRef) -> Scale:

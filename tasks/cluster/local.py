@@ -19,7 +19,7 @@ directories are skipped), including ``kind: List`` documents as written by ``kub
 New objects go to ``<dir>/<namespace>/<kind>-<name>.yaml`` (``<dir>/_cluster/...`` when
 cluster-scoped). Single-file mode appends new objects to the file. Events never go into the
 manifests: they are kept in ``<dir>/.modelplane-events.yaml``, or ``<stem>.events.yaml`` next to a
-single file, and are listed like any other object.
+single file, and are listed like any other object (the newest ``max_events`` are kept).
 
 Writes are atomic (temp file + fsync + ``os.replace``) and rewrite only the changed document: the
 other documents of the file keep their exact text and order, other files are untouched. A file that
@@ -51,7 +51,7 @@ except ImportError:  # pragma: no cover - not POSIX: thread safety only
 
 from tasks.cluster.base import Manifest, ObjectRef, Scale
 from tasks.cluster.errors import Conflict, Invalid, NotFound, Unavailable
-from tasks.cluster.objects import apply_patch_of, build_event, merge_patch, now_rfc3339, parse_selector, selector_matches, spec_part
+from tasks.cluster.objects import apply_patch_of, build_event, json_shape, merge_patch, now_rfc3339, parse_selector, selector_matches, spec_part
 from tasks.cluster.resources import ResourceInfo, lookup, resource_for
 from tasks.cluster.yamlfile import Document, YamlFile, atomic_write, file_stamp, read_file
 
@@ -342,7 +342,7 @@ class LocalCluster:
                 raise NotFound(f"{info.plural}.{info.group or 'core'} has no status subresource")
             _check_rv(info, entry.obj, resource_version)
             new = copy.deepcopy(entry.obj)
-            merged = merge_patch(entry.obj.get("status") or {}, status or {})
+            merged = merge_patch(entry.obj.get("status") or {}, json_shape(status or {}, "status"))
             if merged:
                 new["status"] = merged
             else:
@@ -386,7 +386,7 @@ class LocalCluster:
 
     def _prepare_create(self, info: ResourceInfo, obj: Manifest) -> Manifest:
         """The object as the API server would store it on create."""
-        new = copy.deepcopy(obj)
+        new = json_shape(obj)
         meta = new.setdefault("metadata", {})
         if not meta.get("name"):
             if not meta.get("generateName"):
@@ -408,7 +408,7 @@ class LocalCluster:
 
     def _patched_main(self, info: ResourceInfo, current: Manifest, patch: Manifest) -> Manifest:
         """``current`` merge-patched through the main resource: system metadata and status protected."""
-        patch = dict(patch or {})
+        patch = json_shape(patch or {})
         meta_patch = patch.get("metadata") or {}
         if meta_patch.get("name") not in (None, current["metadata"]["name"]):
             raise Invalid("metadata.name: the name of the object does not match the name on the URL",

@@ -8,11 +8,15 @@ produce identical Event objects.
 from __future__ import annotations
 
 import copy
+import decimal
+import enum
+import math
 import re
 import secrets
 import socket
+import uuid
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import date, datetime, timezone
 from typing import Any
 
 from tasks.cluster.base import Manifest
@@ -38,6 +42,39 @@ def merge_patch(target: Any, patch: Any) -> Any:
         else:
             result[key] = merge_patch(result.get(key), value)
     return result
+
+
+def json_shape(value: Any, path: str = "") -> Any:
+    """``value`` as the JSON the API server would store: what both backends accept in a write.
+
+    Tuples become lists, dates/datetimes ISO-8601 strings, UUIDs/Decimals strings, Enums their
+    value (the conversions the ``kubernetes`` client applies on the wire). Anything else that JSON
+    cannot carry (objects, NaN/infinity, non-string keys) is ``Invalid`` naming the field, so a
+    bad write fails the same way on both backends instead of crashing the YAML writer.
+    """
+    if value is None or isinstance(value, (str, bool, int)):
+        return value
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise Invalid(f"{path or 'value'}: {value} is not a JSON number", field=path or None)
+        return value
+    if isinstance(value, dict):
+        return {_json_key(key, path): json_shape(item, f"{path}.{key}" if path else str(key)) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [json_shape(item, f"{path}[{i}]") for i, item in enumerate(value)]
+    if isinstance(value, enum.Enum):
+        return json_shape(value.value, path)
+    if isinstance(value, (datetime, date)):
+        return value.isoformat()
+    if isinstance(value, (uuid.UUID, decimal.Decimal)):
+        return str(value)
+    raise Invalid(f"{path or 'value'}: a {type(value).__name__} cannot be stored in a manifest", field=path or None)
+
+
+def _json_key(key: Any, path: str) -> str:
+    if not isinstance(key, str):
+        raise Invalid(f"{path or 'object'}: key {key!r} is not a string", field=path or None)
+    return key
 
 
 def spec_part(obj: Manifest) -> Manifest:

@@ -394,3 +394,20 @@ def test_retry_unavailable_rides_out_transient_errors(backend: Backend, cluster:
     backend.server.inject("GET", r".*/configmaps/seed-config$", 503, times=2)
     config = retry_unavailable(lambda: cluster.get("v1", "ConfigMap", "seed-config", ns), attempts=3, base_delay=0.01)
     assert config["data"] == {"GLOBAL_OPT_INTERVAL": "60s"}
+
+
+def test_writes_are_json_shaped(cluster: Cluster, ns: str) -> None:
+    """Python values a flow may hand over are stored as JSON would carry them, on both backends."""
+    import datetime
+
+    stamp = datetime.datetime(2025, 1, 2, 3, 4, 5, tzinfo=datetime.timezone.utc)
+    after = cluster.patch_status(
+        va_ref(ns),
+        {"desiredOptimizedAlloc": {"lastRunTime": stamp, "numReplicas": 2}, "conditions": ()},
+    )
+    assert after["status"]["desiredOptimizedAlloc"] == {"lastRunTime": "2025-01-02T03:04:05+00:00", "numReplicas": 2}
+    with pytest.raises(Invalid) as info:
+        cluster.patch_spec(va_ref(ns), {"spec": {"variantCost": object()}})
+    assert info.value.field == "spec.variantCost"
+    with pytest.raises(Invalid):
+        cluster.patch_status(va_ref(ns), {"desiredOptimizedAlloc": {"numReplicas": float("nan")}})
