@@ -51,7 +51,7 @@ except ImportError:  # pragma: no cover - not POSIX: thread safety only
 
 from tasks.cluster.base import Manifest, ObjectRef, Scale
 from tasks.cluster.errors import Conflict, Invalid, NotFound, Unavailable
-from tasks.cluster.objects import apply_patch_of, build_event, json_shape, merge_patch, now_rfc3339, parse_selector, selector_matches, spec_part
+from tasks.cluster.objects import apply_builtin_defaults, apply_patch_of, build_event, json_shape, merge_patch, now_rfc3339, parse_selector, selector_matches, spec_part
 from tasks.cluster.resources import ResourceInfo, lookup, resource_for
 from tasks.cluster.yamlfile import Document, YamlFile, atomic_write, file_stamp, read_file
 
@@ -191,7 +191,7 @@ class LocalCluster:
 
     def _normalise(self, entry: _Entry) -> None:
         """Fill in what the API server would have set, in memory only (the document stays clean)."""
-        obj = entry.obj
+        obj = apply_builtin_defaults(entry.obj)
         meta = obj.setdefault("metadata", {})
         info = lookup(obj["apiVersion"], obj["kind"])
         if info is not None and info.namespaced:
@@ -404,7 +404,7 @@ class LocalCluster:
         meta["resourceVersion"] = self._next_rv()
         if info.has_status:
             new.pop("status", None)
-        return new
+        return apply_builtin_defaults(new)
 
     def _patched_main(self, info: ResourceInfo, current: Manifest, patch: Manifest) -> Manifest:
         """``current`` merge-patched through the main resource: system metadata and status protected."""
@@ -417,7 +417,7 @@ class LocalCluster:
         patch.pop("kind", None)
         if info.has_status:
             patch.pop("status", None)
-        new = merge_patch(current, patch)
+        new = apply_builtin_defaults(merge_patch(current, patch))
         for key in _IMMUTABLE_META:
             if key in current["metadata"]:
                 new["metadata"][key] = current["metadata"][key]

@@ -7,6 +7,7 @@ produce identical Event objects.
 
 from __future__ import annotations
 
+import base64
 import copy
 import decimal
 import enum
@@ -75,6 +76,37 @@ def _json_key(key: Any, path: str) -> str:
     if not isinstance(key, str):
         raise Invalid(f"{path or 'object'}: key {key!r} is not a string", field=path or None)
     return key
+
+
+_SCALABLE_APPS = ("Deployment", "StatefulSet", "ReplicaSet")
+_JOB_DEFAULTS = {"parallelism": 1, "completions": 1, "backoffLimit": 6, "completionMode": "NonIndexed", "suspend": False}
+
+
+def apply_builtin_defaults(obj: Manifest) -> Manifest:
+    """Mutate a built-in object the way the API server's defaulting does on write, and return it.
+
+    Only what flows read back: ``replicas: 1`` for apps workloads, Job completion defaults, Secret
+    ``stringData`` folded into base64 ``data`` (and ``type: Opaque``), and the Namespace's
+    ``kubernetes.io/metadata.name`` label. Custom resources are left alone.
+    """
+    api_version, kind = obj.get("apiVersion"), obj.get("kind")
+    if api_version == "apps/v1" and kind in _SCALABLE_APPS:
+        obj.setdefault("spec", {}).setdefault("replicas", 1)
+    elif api_version == "batch/v1" and kind == "Job":
+        spec = obj.setdefault("spec", {})
+        for key, value in _JOB_DEFAULTS.items():
+            spec.setdefault(key, value)
+    elif api_version == "v1" and kind == "Secret":
+        obj.setdefault("type", "Opaque")
+        string_data = obj.pop("stringData", None)
+        if isinstance(string_data, dict):
+            data = obj.get("data") if isinstance(obj.get("data"), dict) else {}
+            data.update({k: base64.b64encode(str(v).encode()).decode() for k, v in string_data.items()})
+            obj["data"] = data
+    elif api_version == "v1" and kind == "Namespace":
+        labels = obj.setdefault("metadata", {}).setdefault("labels", {})
+        labels.setdefault("kubernetes.io/metadata.name", obj["metadata"].get("name", ""))
+    return obj
 
 
 def spec_part(obj: Manifest) -> Manifest:

@@ -411,3 +411,29 @@ def test_writes_are_json_shaped(cluster: Cluster, ns: str) -> None:
     assert info.value.field == "spec.variantCost"
     with pytest.raises(Invalid):
         cluster.patch_status(va_ref(ns), {"desiredOptimizedAlloc": {"numReplicas": float("nan")}})
+
+
+def test_builtin_defaults_applied_on_write(cluster: Cluster, ns: str) -> None:
+    """The defaults flows read back: Secret stringData folded into data, workload replicas."""
+    import base64
+
+    secret = cluster.create(
+        {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "hf", "namespace": ns}, "stringData": {"token": "abc"}}
+    )
+    assert secret["data"] == {"token": base64.b64encode(b"abc").decode()} and "stringData" not in secret
+    assert secret["type"] == "Opaque"
+    patched = cluster.patch_spec(ObjectRef("v1", "Secret", "hf", ns), {"stringData": {"other": "x"}})
+    assert set(patched["data"]) == {"token", "other"} and "stringData" not in patched
+    deployment = cluster.create(
+        {
+            "apiVersion": "apps/v1",
+            "kind": "Deployment",
+            "metadata": {"name": "defaulted", "namespace": ns},
+            "spec": {
+                "selector": {"matchLabels": {"app": "d"}},
+                "template": {"metadata": {"labels": {"app": "d"}}, "spec": {"containers": [{"name": "c", "image": "i"}]}},
+            },
+        }
+    )
+    assert deployment["spec"]["replicas"] == 1
+    assert cluster.get_scale(ObjectRef(*DEPLOYMENT, "defaulted", ns)).replicas == 1

@@ -366,3 +366,16 @@ def test_event_sink_keeps_only_the_newest_events(tmp_path: Path) -> None:
     obj = cluster.create({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c", "namespace": "n"}})
     posted = [cluster.post_event(obj, "Tick", f"tick {i}")["message"] for i in range(5)]
     assert sorted(e["message"] for e in LocalCluster(tmp_path).list("v1", "Event")) == posted[2:]
+
+
+def test_loaded_objects_are_defaulted_in_memory_only(tmp_path: Path) -> None:
+    text = (
+        "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: d, namespace: n}\n"
+        "spec: {selector: {matchLabels: {app: d}}}\n"
+    )
+    (tmp_path / "d.yaml").write_text(text)
+    cluster = LocalCluster(tmp_path)
+    assert cluster.get("apps/v1", "Deployment", "d", "n")["spec"]["replicas"] == 1
+    labelled = cluster.patch_spec(ObjectRef("apps/v1", "Deployment", "d", "n"), {"metadata": {"labels": {"a": "b"}}})
+    assert labelled["metadata"]["generation"] == 1  # defaulting is not a spec change
+    assert (tmp_path / "d.yaml").read_text() != text and "replicas: 1" in (tmp_path / "d.yaml").read_text()
