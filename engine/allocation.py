@@ -11,18 +11,18 @@ replicas of every variant so that
 
 lexicographically minimising
 
-1. unserved load, weighted by priority (1 = highest; each priority level weighs ``PRIORITY_LEVEL_WEIGHT``
-   times the next one, per unit of *cost* it would take to serve it, so a priority-1 model's load is
-   never traded for a priority-2 model's load at comparable GPU cost), then
+1. unserved load in req/s, strictly by priority (1 = highest): first the priority-1 models' unserved
+   load, then priority 2's with priority 1's frozen at its optimum, and so on, then
 2. accelerator cost ``sum unit_cost[acc] * accelerators_per_replica * replicas`` plus a transition
    penalty ``transition_penalty * cost_per_replica_v * |replicas_v - current_replicas_v|`` that breaks
    ties toward the current allocation and stops load moving between accelerators for savings smaller
    than the penalty.
 
-The lexicographic order is implemented in two stages (minimise the weighted unserved load; then
-minimise cost subject to not serving less) rather than with a big-M weight, which would make the
-solver's relative gap meaningless for the cost part.  The first stage is skipped when the greedy
-baseline already serves everything (then the optimum is known to be zero).
+The lexicographic order is implemented by solving stages in sequence on one model (each level's
+unserved load, then cost with every model's unserved load frozen) rather than with big-M weights,
+which would make the solver's relative gap meaningless for the cost part.  The unserved stages are
+skipped when the greedy baseline (the warm start) already serves everything, and a level already
+fully served by the incumbent needs no solve.
 
 Decisions worth knowing:
 
@@ -63,13 +63,10 @@ __all__ = [
     "greedy",
     "variant_rates",
     "status_from_solution",
-    "PRIORITY_LEVEL_WEIGHT",
 ]
 
 Status = Literal["optimal", "feasible", "infeasible"]
 
-PRIORITY_LEVEL_WEIGHT = 100.0
-"""Unserved load of priority p weighs this many times that of priority p+1 (per unit of serving cost)."""
 _UNSERVED_TOL = 1e-9
 """Relative slack under which a model's load counts as fully served (float noise)."""
 
@@ -433,7 +430,10 @@ def solve(problem: AllocationProblem) -> Allocation:
         status = "feasible"
     for name, var in milp.x.items():
         replicas[name] = int(round(values[var.name]))
-    _top_up(prep, replicas, coupled_models)
+    if _top_up(prep, replicas, coupled_models):
+        # The solver left load unserved that fits (time limit or tolerance); serving it changes
+        # the cost the last stage optimised, so its gap no longer applies.
+        status, gap = "feasible", None
     if min_infeasible:
         status = "infeasible"
     return _finish(prep, replicas, status, gap, _SOLVER_NAMES[solver_key])
@@ -500,10 +500,12 @@ def _size_model(
             left = remaining - k * rate[i]
             if left > suffix[i + 1] + tol:
                 break  # the rest cannot cover what fewer replicas here would leave
+            # f(i, k) - f(i, 0) >= k*c_i*(1-tau), and c_i*(1-tau) <= r_i*lb_ratio[i+1], so this bound
+            # only grows as k decreases (while load is left over): once it fails, stop.
+            if left > tol and spent + k * lb_ratio[i] * rate[i] + left * lb_ratio[i + 1] >= best_cost - 1e-12:
+                break
             extra = f(i, k) - base[i]
             if spent + extra + max(left, 0.0) * lb_ratio[i + 1] >= best_cost - 1e-12:
-                if left > tol:
-                    break  # fewer replicas here only raise the bound further
                 continue
             picks[i] = k
             dfs(i + 1, left, spent + extra)
@@ -578,25 +580,14 @@ class _Milp:
                 prob += pulp.LpAffineExpression(inv_terms[t]) <= prep.inventory[t], f"inv{k}"
         self.cost = pulp.LpAffineExpression(cost_terms)
 
-        # Stage-1 weights: per req/s unserved, the cost of serving it on the model's cheapest
-        # variant, times PRIORITY_LEVEL_WEIGHT per priority level; missing floors above everything.
-        levels = sorted({m.priority for m in coupled})
-        level_w = {p: PRIORITY_LEVEL_WEIGHT ** (len(levels) - 1 - i) for i, p in enumerate(levels)}
-        max_cost = max([c for c in prep.cost.values() if c > 0], default=1.0)
-        pen_terms = []
-        self.weighted_demand = 0.0
-        for m in coupled:
-            rates = [prep.rate[v.name] for v in prep.usable[m.name]]
-            per_rps = [prep.cost[v.name] / prep.rate[v.name] for v in prep.usable[m.name] if prep.cost[v.name] > 0]
-            ref = min(per_rps) if per_rps else max_cost / max(rates)
-            w = level_w[m.priority] * ref
-            pen_terms.append((self.u[m.name], w))
-            self.weighted_demand += w * m.load_rps
-        top = PRIORITY_LEVEL_WEIGHT ** len(levels) * max_cost * 10.0
-        for v_name, s in self.s.items():
-            pen_terms.append((s, top))
-            self.weighted_demand += top * _by_name(prep, v_name).min_replicas
-        self.penalty = pulp.LpAffineExpression(pen_terms)
+        # Stage 1 is lexicographic: first the missing min_replicas floors (only when they cannot all
+        # fit), then unserved req/s of priority 1, then priority 2, ...  Each level is minimised
+        # with the levels before it frozen at their optimum.
+        self.levels: list[list] = []
+        if self.s:
+            self.levels.append(list(self.s.values()))
+        for p in sorted({m.priority for m in coupled}):
+            self.levels.append([self.u[m.name] for m in coupled if m.priority == p])
 
     def forbid_unserved(self) -> None:
         """The greedy baseline serves everything, so the stage-1 optimum is zero: fix it."""
@@ -620,6 +611,8 @@ class _Milp:
 
 
 _MIR = True
+_STAGE1_SHARE = 0.6
+"""Share of the time limit the unserved-load stages may use (the rest, and what they leave, is cost's)."""
 
 
 def _mir_cuts(terms: list, u, load: float) -> list[tuple[list, float]]:
@@ -678,20 +671,21 @@ def _highs_outcome(h) -> tuple[Status | None, float | None]:
 
 
 def _solve_highs(milp: _Milp, problem: AllocationProblem, need_stage1: bool, start: dict[str, float]):
-    """Both stages on one HiGHS model (built once through PuLP), each warm-started."""
+    """All stages on one HiGHS model (built once through PuLP), each warm-started by the last."""
     import highspy
     import pulp
 
     prob = milp.prob
     budget = max(float(problem.time_limit_s), 0.01)
-    stage1_time = budget / 2 if need_stage1 else 0.0
-    prob.setObjective(milp.penalty if need_stage1 else milp.cost)
-    solver = pulp.HiGHS(msg=False, timeLimit=stage1_time or budget, gapRel=problem.mip_gap, threads=1)
+    stage1_time = budget * _STAGE1_SHARE if need_stage1 else 0.0
+    prob.setObjective(milp.cost)
+    solver = pulp.HiGHS(msg=False, timeLimit=budget, gapRel=problem.mip_gap, threads=1)
     solver.createAndConfigureSolver(prob)
     solver.buildSolverModel(prob)
     h = prob.solverModel
     columns = prob.variables()
     index = {var.name: var.index for var in columns}
+    every = np.arange(len(columns), dtype=np.int32)
 
     def warm(values: dict[str, float]) -> None:
         sol = highspy.HighsSolution()
@@ -706,38 +700,55 @@ def _solve_highs(milp: _Milp, problem: AllocationProblem, need_stage1: bool, sta
         col = list(h.getSolution().col_value)
         return {var.name: col[var.index] for var in columns}
 
+    def objective(coefs: dict) -> None:
+        cost = np.zeros(len(columns))
+        for var, coef in coefs.items():
+            cost[var.index] += coef
+        h.changeColsCost(len(columns), every, cost)
+
+    def freeze(variables: list, values: dict[str, float]) -> None:
+        if not variables:
+            return
+        idx = np.array([var.index for var in variables], dtype=np.int32)
+        lower = np.array([var.lowBound or 0.0 for var in variables])
+        upper = np.array([values[var.name] + 1e-9 * max(1.0, values[var.name]) for var in variables])
+        h.changeColsBounds(len(variables), idx, lower, upper)
+
+    used = 0.0  # seconds, as measured by the solver itself (the engine reads no clock)
+
+    def run(seconds: float):
+        nonlocal used
+        h.setOptionValue("time_limit", max(seconds, 0.01))
+        h.run()
+        used += float(h.getRunTime())
+        return _highs_outcome(h)
+
     statuses: list[Status] = []
     gaps: list[float | None] = []
     if need_stage1:
-        # Stop as soon as everything is served (absolute gap ~0 when the penalty reaches 0).
-        h.setOptionValue("mip_abs_gap", 1e-9 * max(milp.weighted_demand, 1.0))
-        warm(start)
-        h.run()
-        st, gap = _highs_outcome(h)
-        if st is None:
-            return None
-        statuses.append(st)
-        gaps.append(gap)
-        start = current()
-        # Stage 2: cost, without serving less (tiny slack for float noise).
+        # Stage 1, level by level; a level already at zero in the incumbent is optimal as it is.
+        # Each level may use what is left of the stage-1 share; unused time goes to later stages.
+        todo = [level for level in milp.levels if level]
+        for n_left, level in zip(range(len(todo), 0, -1), todo):
+            if sum(start[var.name] for var in level) <= 1e-12:
+                freeze(level, start)
+                continue
+            objective({var: 1.0 for var in level})
+            h.setOptionValue("mip_abs_gap", 1e-9)  # stop as soon as the level is fully served
+            warm(start)
+            # this level may take its share plus half of the later levels' (often not needed)
+            st, gap = run((stage1_time - used) * (n_left + 1) / (2 * n_left))
+            if st is None:
+                return None
+            statuses.append(st)
+            gaps.append(gap)
+            start = current()
+            freeze(level, start)
         h.setOptionValue("mip_abs_gap", 1e-6)
-        cost = [0.0] * len(columns)
-        for var, coef in milp.cost.items():
-            cost[var.index] += coef
-        h.changeColsCost(len(columns), np.arange(len(columns), dtype=np.int32), np.array(cost))
-        # Freeze each model's unserved load (and missing floors) at the stage-1 values: stage 2
-        # then only decides how to serve what stage 1 decided to serve, which keeps its
-        # relaxation as tight as a problem without shortage.
-        frozen = list(milp.u.values()) + list(milp.s.values())
-        idx = np.array([var.index for var in frozen], dtype=np.int32)
-        lower = np.array([var.lowBound or 0.0 for var in frozen])
-        upper = np.array([start[var.name] + 1e-9 * max(1.0, start[var.name]) for var in frozen])
-        if len(frozen):
-            h.changeColsBounds(len(frozen), idx, lower, upper)
-        h.setOptionValue("time_limit", budget - stage1_time)
+        objective(dict(milp.cost.items()))
+    # Stage 2: cost plus transition penalty, serving exactly what stage 1 decided.
     warm(start)
-    h.run()
-    st, gap = _highs_outcome(h)
+    st, gap = run(budget - used)
     if st is None:
         return None
     statuses.append(st)
@@ -749,7 +760,7 @@ def _solve_highs(milp: _Milp, problem: AllocationProblem, need_stage1: bool, sta
 
 
 def _solve_cbc(milp: _Milp, problem: AllocationProblem, need_stage1: bool, start: dict[str, float]):
-    """Both stages with CBC through PuLP (warm-started); the gap is known only when optimal."""
+    """All stages with CBC through PuLP (warm-started); the gap is known only when optimal."""
     import pulp
 
     prob = milp.prob
@@ -771,11 +782,14 @@ def _solve_cbc(milp: _Milp, problem: AllocationProblem, need_stage1: bool, start
 
     values = start
     if need_stage1:
-        values = run(milp.penalty, budget / 2, values)
-        if values is None:
-            return None
-        for var in list(milp.u.values()) + list(milp.s.values()):  # freeze what stage 1 decided
-            var.upBound = values[var.name] + 1e-9 * max(1.0, values[var.name])
+        todo = [level for level in milp.levels if level]
+        for level in todo:
+            if sum(values[var.name] for var in level) > 1e-12:
+                values = run(pulp.lpSum(level), budget / 2 / len(todo), values)
+                if values is None:
+                    return None
+            for var in level:  # freeze what this level decided
+                var.upBound = values[var.name] + 1e-9 * max(1.0, values[var.name])
         budget /= 2
     values = run(milp.cost, budget, values)
     if values is None:
@@ -784,13 +798,15 @@ def _solve_cbc(milp: _Milp, problem: AllocationProblem, need_stage1: bool, start
     return values, status, (0.0 if status == "optimal" else None)
 
 
-def _top_up(prep: _Prepared, replicas: dict[str, int], models: list[ModelDemand]) -> None:
+def _top_up(prep: _Prepared, replicas: dict[str, int], models: list[ModelDemand]) -> bool:
     """Serve load the solver left unserved within its feasibility tolerance (~1e-7 req/s).
 
     A MILP solver accepts ``sum r*x + u >= L`` violated by its tolerance, so a sliver of load can be
     reported unserved while a replica still fits.  Load is only to be left unserved when the inventory
     (or ``max_replicas``) forces it, so add replicas where there is room, cheapest per req/s first.
+    Returns whether anything was added.
     """
+    changed = False
     left = dict(prep.inventory)
     for v in prep.variants:
         if v.accelerator in left:
@@ -808,6 +824,8 @@ def _top_up(prep: _Prepared, replicas: dict[str, int], models: list[ModelDemand]
                 add = min(add, left[v.accelerator] // v.accelerators_per_replica)
                 left[v.accelerator] -= max(add, 0) * v.accelerators_per_replica
             replicas[v.name] += max(add, 0)
+            changed |= add > 0
+    return changed
 
 
 def _by_name(prep: _Prepared, name: str) -> VariantOption:

@@ -254,3 +254,79 @@ def test_validation():
     alloc = solve(AllocationProblem([model("m", 1.0)], [variant("v", "m", "TPU")], {"A100": 1.0}))
     assert "no unit cost" in alloc.infeasible_variants["v"] and alloc.unserved_rps["m"] == 1.0
     assert math.isfinite(alloc.cost)
+
+
+def _objective(problem: AllocationProblem, replicas: dict[str, int], rates: dict[str, float]):
+    """(unserved per priority level, cost + transition penalty) of an allocation, for brute force."""
+    levels = sorted({m.priority for m in problem.models})
+    unserved = {p: 0.0 for p in levels}
+    for m in problem.models:
+        cap = sum(replicas[v.name] * rates.get(v.name, 0.0) for v in problem.variants if v.model == m.name)
+        unserved[m.priority] += max(m.load_rps - cap, 0.0)
+    cost = 0.0
+    for v in problem.variants:
+        c = problem.unit_costs[v.accelerator] * v.accelerators_per_replica
+        cost += c * replicas[v.name] + problem.transition_penalty * c * abs(replicas[v.name] - v.current_replicas)
+    return tuple(round(unserved[p], 6) for p in levels), cost
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_matches_brute_force_on_small_instances(seed):
+    import itertools
+
+    rng = np.random.default_rng(100 + seed)
+    accs = ["g0", "g1"]
+    costs = {"g0": float(rng.choice([10, 12, 20])), "g1": float(rng.choice([10, 15, 30]))}
+    models, variants = [], []
+    for i in range(int(rng.integers(1, 4))):
+        models.append(model(f"m{i}", float(rng.uniform(0, 6)), priority=int(rng.integers(1, 3))))
+        for a in accs[: int(rng.integers(1, 3))] if rng.random() < 0.5 else accs[::-1][: int(rng.integers(1, 3))]:
+            variants.append(variant(f"m{i}-{a}", f"m{i}", a, rate=float(rng.uniform(0.7, 3.0)),
+                                    apr=int(rng.choice([1, 2])), min_replicas=int(rng.integers(0, 2)),
+                                    current_replicas=int(rng.integers(0, 3))))
+    inventory = {a: int(rng.integers(1, 8)) for a in accs}
+    problem = AllocationProblem(models, variants, costs, inventory)
+    alloc = solve(problem)
+    rates = {v.name: v.max_rate for v in variants}
+    best = None
+    for combo in itertools.product(*[range(0, 9) for _ in variants]):
+        reps = {v.name: n for v, n in zip(variants, combo)}
+        if any(n < v.min_replicas for v, n in zip(variants, combo)):
+            continue
+        if any(sum(reps[v.name] * v.accelerators_per_replica for v in variants if v.accelerator == a) > inventory[a]
+               for a in accs):
+            continue
+        key = _objective(problem, reps, rates)
+        if best is None or key[0] < best[0] or (key[0] == best[0] and key[1] < best[1] - 1e-9):
+            best = key
+    if best is None:  # floors do not fit
+        assert alloc.status == "infeasible"
+        return
+    got = _objective(problem, alloc.replicas, rates)
+    assert alloc.status == "optimal"
+    assert got[0] == best[0]
+    assert got[1] == pytest.approx(best[1], rel=1e-3, abs=1e-6)
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_per_model_search_matches_brute_force(seed):
+    import itertools
+
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(2, 4))
+    vs = [variant(f"v{i}", "m", f"a{i}", rate=float(rng.uniform(0.5, 4)), apr=int(rng.integers(1, 3)),
+                  min_replicas=int(rng.integers(0, 2)), current_replicas=int(rng.integers(0, 4)),
+                  max_replicas=None if rng.random() < 0.5 else int(rng.integers(2, 8))) for i in range(n)]
+    costs = {f"a{i}": float(rng.choice([10, 13, 20, 7.5])) for i in range(n)}
+    tau = float(rng.choice([0.0, 0.01, 0.3]))
+    problem = AllocationProblem([model("m", float(rng.uniform(0, 12)))], vs, costs, transition_penalty=tau)
+    alloc = solve(problem)
+    rates = {v.name: v.max_rate for v in vs}
+    best = None
+    for combo in itertools.product(*[range(v.min_replicas, (v.max_replicas or 12) + 1) for v in vs]):
+        key = _objective(problem, {v.name: c for v, c in zip(vs, combo)}, rates)
+        if best is None or key[0] < best[0] or (key[0] == best[0] and key[1] < best[1] - 1e-9):
+            best = key
+    got = _objective(problem, alloc.replicas, rates)
+    assert got[0] == best[0]
+    assert got[1] == pytest.approx(best[1], abs=1e-6)
