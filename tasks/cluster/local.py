@@ -11,6 +11,8 @@ It keeps the API server's semantics so flows behave the same on a laptop as on a
 * a stale ``resourceVersion`` or creating an existing object raises ``Conflict``;
 * for kinds with a status subresource, spec writes cannot change status and status writes cannot
   change anything else; status sent on create is dropped, as the API server does;
+* built-in defaulting flows read back is applied (workload ``replicas: 1``, Job defaults, Secret
+  ``stringData`` folded into base64 ``data``, the Namespace name label);
 * deleting an object with finalizers only marks it (``deletionTimestamp``); it goes once the last
   finalizer is removed.
 

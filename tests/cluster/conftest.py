@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import copy
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -52,7 +52,6 @@ class Backend:
     other_namespace: str
     suite: str
     server: Any | None = None
-    seeded: list[Manifest] = field(default_factory=list)
 
 
 def seed_objects(namespace: str, other: str, suite: str) -> list[Manifest]:
@@ -131,7 +130,7 @@ def _local_backend(tmp_path: Path) -> Backend:
     namespace, other = f"mp-{suite}", f"mp-{suite}-b"
     objects = seed_objects(namespace, other, suite)
     write_seed_files(tmp_path, objects)
-    return Backend("local", LocalCluster(tmp_path), namespace, other, suite, seeded=objects)
+    return Backend("local", LocalCluster(tmp_path), namespace, other, suite)
 
 
 def _kube_backend(request: pytest.FixtureRequest) -> Iterator[Backend]:
@@ -148,7 +147,7 @@ def _kube_backend(request: pytest.FixtureRequest) -> Iterator[Backend]:
     for obj in objects:
         cluster.create(copy.deepcopy(obj))
     try:
-        yield Backend("kube", cluster, namespace, other, suite, server=server, seeded=objects)
+        yield Backend("kube", cluster, namespace, other, suite, server=server)
     finally:
         server.clear_injections()
 
