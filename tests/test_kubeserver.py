@@ -783,8 +783,14 @@ def test_stats_count_requests_by_verb_and_resource(server, co, apps, kube_namesp
     assert stats["by_key"]["patch widgets/status"] == 2
     assert server.count("patch", PLURAL, "status") == 2 and server.count("get", "deployments", "scale") == 1
     assert server.count("patch", PLURAL, "") == 0
+    log = server.requests()
+    assert [(r["method"], r["verb"], r["code"]) for r in log] == [
+        ("POST", "create", 201), ("GET", "get", 200), ("GET", "list", 200), ("PATCH", "patch", 200),
+        ("PATCH", "patch", 200), ("DELETE", "delete", 200), ("GET", "get", 404)]
+    assert log[-1]["path"] == f"/apis/apps/v1/namespaces/{kube_namespace}/deployments/none/scale"
+    assert server.requests(limit=2) == log[-2:]
     server.reset_stats()
-    assert server.stats()["total"] == 0
+    assert server.stats()["total"] == 0 and server.requests() == []
 
 
 def test_injected_failures(server, co, core, kube_namespace):

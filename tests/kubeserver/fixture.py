@@ -98,8 +98,13 @@ class KubeServer:
             and (subresource is None or r["subresource"] == subresource)
         )
 
+    def requests(self, limit: int = 0) -> list[dict[str, Any]]:
+        """The most recent API requests (up to 2,000; oldest first) as ``{method, path, verb, code}``,
+        ``path`` including the query string. Cleared by :meth:`reset_stats`."""
+        return self._call("GET", f"/_test/requests?limit={limit}")
+
     def reset_stats(self) -> None:
-        """Zero the request counters."""
+        """Zero the request counters (and the request log)."""
         self._call("POST", "/_test/reset-stats")
 
     def inject(self, method: str, path_regex: str, status: int, times: int = 1, **extra: Any) -> None:

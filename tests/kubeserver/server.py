@@ -7,7 +7,7 @@ import re
 import select
 import socket
 import threading
-from collections import Counter
+from collections import Counter, deque
 from dataclasses import dataclass
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -55,11 +55,18 @@ class Controls:
         self.by_verb: Counter[str] = Counter()
         self.by_resource: Counter[tuple[str, str, str]] = Counter()
         self.injections: list[Injection] = []
+        self.log: deque[tuple[str, str, str, int]] = deque(maxlen=2000)  # method, path?query, verb, code
 
     def record(self, verb: str, resource: str, subresource: str) -> None:
         with self.lock:
             self.by_verb[verb] += 1
             self.by_resource[(verb, resource, subresource)] += 1
+
+    def requests(self, limit: int) -> list[Obj]:
+        """The most recent API requests (oldest first)."""
+        with self.lock:
+            entries = list(self.log)[-limit:] if limit else list(self.log)
+        return [{"method": m, "path": p, "verb": v, "code": c} for m, p, v, c in entries]
 
     def stats(self) -> Obj:
         with self.lock:
@@ -78,6 +85,7 @@ class Controls:
         with self.lock:
             self.by_verb.clear()
             self.by_resource.clear()
+            self.log.clear()
 
     def take_injection(self, method: str, path: str) -> Injection | None:
         with self.lock:
@@ -133,6 +141,7 @@ class Handler(BaseHTTPRequestHandler):
     # ------------------------------------------------------------------------------------ plumbing
 
     def _send(self, code: int, body: Any, headers: dict[str, str] | None = None) -> None:
+        self._code = code
         data = body if isinstance(body, bytes) else _DUMPS(body).encode()
         try:
             phrase = HTTPStatus(code).phrase
@@ -181,16 +190,23 @@ class Handler(BaseHTTPRequestHandler):
         split = urlsplit(self.path)
         path = split.path.rstrip("/") or "/"
         query = {k: v[-1] for k, v in parse_qs(split.query, keep_blank_values=True).items()}
+        if path.startswith("/_test/"):
+            try:
+                self._admin(method, path, query)
+            except ApiError as err:
+                self._error(err)
+            return
+        self._code = 0
+        verb = ""
         try:
-            if path.startswith("/_test/"):
-                self._admin(method, path)
-                return
             body = self._body()  # always consume the body, or a keep-alive connection desynchronises
             segs = [unquote(s) for s in path.strip("/").split("/")] if path != "/" else []
             if self._discovery(method, segs):
                 return
             route = self._route(segs)
             verb = self._verb(method, route, query)
+            if verb == "watch":
+                self._code = 200  # the stream is logged when it starts
             self.server.controls.record(verb, route.rt.plural, route.subresource)
             inj = self.server.controls.take_injection(method, split.path)
             if inj is not None:
@@ -206,6 +222,10 @@ class Handler(BaseHTTPRequestHandler):
 
             traceback.print_exc()
             self._error(ApiError(500, f"internal error: {exc!r}"))
+        finally:
+            if verb:
+                with self.server.controls.lock:
+                    self.server.controls.log.append((method, self.path, verb, self._code))
 
     def _route(self, segs: list[str]) -> Route:
         store = self.server.store
@@ -401,7 +421,7 @@ class Handler(BaseHTTPRequestHandler):
 
     # --------------------------------------------------------------------------------------- admin
 
-    def _admin(self, method: str, path: str) -> None:
+    def _admin(self, method: str, path: str, query: dict[str, str]) -> None:
         controls = self.server.controls
         body = self._body()
         action = path[len("/_test/"):]
@@ -432,6 +452,8 @@ class Handler(BaseHTTPRequestHandler):
         elif action == "reset" and method == "POST":
             self.server.store.reset()
             self._send(200, {"ok": True})
+        elif action == "requests" and method == "GET":
+            self._send(200, controls.requests(int(query.get("limit") or 0)))
         elif action == "objects" and method == "GET":
             self._send(200, self.server.store.count())
         else:
