@@ -28,6 +28,7 @@ from prefect import flow, get_run_logger, task
 from prefect.artifacts import create_table_artifact
 from prefect.cache_policies import NO_CACHE
 from prefect.context import FlowRunContext
+from prefect.utilities.annotations import quote
 from pydantic import BaseModel, Field
 
 from engine.bindings import BindingDecision, plan_binding
@@ -44,7 +45,7 @@ from engine.optimize import (
 from engine.saturation import SaturationConfigSet
 from tasks.cluster import Cluster, ObjectRef, connect
 from tasks.cluster.errors import ClusterError
-from tasks.metrics import FileMetrics, MetricsSnapshot, MetricsSource, MetricsUnavailable, ModelKey, PrometheusMetrics
+from tasks.metrics import FileMetrics, MetricsError, MetricsSnapshot, MetricsSource, ModelKey, PrometheusMetrics
 from tasks.optimizer import (
     ClusterState,
     TargetReplicas,
@@ -136,7 +137,8 @@ def metrics_source(params: OptimizeParameters) -> MetricsSource | None:
     url = params.prometheus_url or os.environ.get("PROMETHEUS_URL")
     if not url:
         return None
-    return PrometheusMetrics(url, bearer_token=os.environ.get("PROMETHEUS_TOKEN"), rate_window=params.rate_window)
+    # Token (file), TLS, timeouts and retries come from PROMETHEUS_* variables; the window from the run.
+    return PrometheusMetrics.from_env(url, environ={**os.environ, "PROMETHEUS_RATE_WINDOW": params.rate_window})
 
 
 @task(name="collect-metrics", cache_policy=NO_CACHE)
@@ -158,7 +160,7 @@ def collect_metrics(source: MetricsSource | None, state: ClusterState) -> tuple[
     namespaces = sorted({b["metadata"].get("namespace", "default") for b in state.bindings})
     try:
         return source.collect(keys, instance_metric_names=policy_metric_names(state), instance_namespaces=namespaces), None
-    except MetricsUnavailable as exc:
+    except MetricsError as exc:  # backend down, or a malformed metrics file: hold everything, say why
         return None, str(exc)
 
 
@@ -175,11 +177,8 @@ def cycle_inputs(
             loads[(key.namespace, key.model_id)] = ModelLoad(load.arrival_rate_rps, load.avg_in_tokens, load.avg_out_tokens)
         for key, samples in snapshot.pods.items():
             pods[(key.namespace, key.model_id)] = [PodSample(p.pod, p.kv_cache_usage, p.queue_length) for p in samples]
-        for va in state.variants:
-            key = (va["metadata"].get("namespace", "default"), (va.get("spec") or {}).get("modelID", ""))
-            lines = [line for line in snapshot.missing if key[1] and key[1] in line and key[0] in line]
-            if lines:
-                missing[key] = "; ".join(lines)
+        for key, lines in snapshot.missing_by_model.items():
+            missing[(key.namespace, key.model_id)] = "; ".join(lines)
     return CycleInputs(
         now=now,
         variants=state.variants,
@@ -254,7 +253,7 @@ def reconcile_bindings(
     """Kthena bindings: recommendation + behaviour correction (+ distribution), scale, persist state."""
     decisions: list[BindingDecision] = []
     for binding in state.bindings:
-        inputs = read_binding_inputs(cluster, binding, state, snapshot, metrics_error)
+        inputs = read_binding_inputs(cluster, binding, quote(state), quote(snapshot), metrics_error)
         decision = plan_binding(inputs, now)
         if not params.dry_run:
             apply_binding(cluster, binding, decision, now)
@@ -319,20 +318,22 @@ def optimize(
     now = datetime.now(timezone.utc).replace(microsecond=0)
     cluster = connect(params.cluster)
 
+    # Task inputs holding every object of the cycle are passed with quote(): Prefect would otherwise
+    # walk each of their nodes looking for futures, which costs seconds at 1,000 variants.
     state = read_cluster_state(cluster, params.namespaces or None, params.config_namespace)
     for error in state.config_errors:
         logger.warning("configuration: %s", error)
     replicas = read_current_replicas(cluster, scale_targets_of(state))
 
     source = metrics_source(params)
-    snapshot, metrics_error = collect_metrics(source, state)
+    snapshot, metrics_error = collect_metrics(source, quote(state))
     if metrics_error:
         logger.warning("metrics unavailable, holding every variant: %s", metrics_error)
 
     decisions = plan_variants(cycle_inputs(state, replicas, snapshot, metrics_error, params, now))
 
-    writes: list[WriteOutcome] = [] if params.dry_run else apply_decisions(cluster, state, decisions, now, params)
-    bindings = reconcile_bindings(cluster, state, snapshot, metrics_error, now, params)
+    writes: list[WriteOutcome] = [] if params.dry_run else apply_decisions(cluster, quote(state), quote(decisions), now, params)
+    bindings = reconcile_bindings(cluster, quote(state), quote(snapshot), metrics_error, now, params)
 
     report = CycleReport(rows=report_rows(decisions, writes, bindings), summary=summarize(decisions), metrics_error=metrics_error, writes=writes)
     publish(report)

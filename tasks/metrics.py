@@ -99,6 +99,8 @@ _LOAD_TAGS = ("rate", "seen", "in", "out")
 _POD_TAGS = ("kv", "kv_seen", "waiting", "waiting_seen")
 _TAG = "mp_field"
 _METRIC_TAG = "mp_metric"
+# libyaml's parser when available: a metrics file for 500 models parses ~10x faster than pure Python.
+_YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 _METRIC_NAME = re.compile(r"^[a-zA-Z_:][a-zA-Z0-9_:]*$")
 _DURATION = re.compile(r"^[0-9]+(ms|s|m|h|d)$")
 _REGEX_SPECIAL = re.compile(r"([\\.+*?()|\[\]{}^$])")
@@ -728,7 +730,7 @@ class FileMetrics:
         except OSError as exc:
             raise MetricsFileError(self.path, "", f"cannot read: {exc.strerror or exc}") from None
         try:
-            raw = yaml.safe_load(text)
+            raw = yaml.load(text, Loader=_YAML_LOADER)
         except yaml.YAMLError as exc:
             raise MetricsFileError(self.path, "", f"not valid YAML: {exc}") from None
         return _FileParser(self.path).document(raw if raw is not None else {}, mtime)

@@ -39,7 +39,7 @@ log = logging.getLogger(__name__)
 
 MERGE_PATCH = "application/merge-patch+json"
 FIELD_MANAGER = "modelplane"
-_LIST_PAGE = 500
+_LIST_PAGE = 5000
 _MAX_MESSAGE = 1000
 
 
