@@ -5,8 +5,7 @@
 500 models x 2 accelerators (A100, H100), each VariantAutoscaling scaling its own Deployment, the WVA
 ConfigMaps, and metrics for every model from a metrics file. The flow runs under a temporary Prefect
 server; a warm-up run on an empty namespace takes Prefect's start-up out of the measurement. Reported:
-wall time of the cycle, API calls by verb (from the server's counters), and peak Python heap during the
-cycle (tracemalloc). A second cycle records the replicas the first one set, and a third shows what an unchanged cluster costs. The table is
+wall time of the cycle, API calls by verb (from the server's counters), and the process's peak RSS. A second cycle records the replicas the first one set, and a third shows what an unchanged cluster costs. The table is
 printed and written between the flow-bench markers of docs/benchmarks.md.
 """
 
