@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import copy
 import logging
+import os
 import threading
 import uuid
 from contextlib import contextmanager
@@ -108,7 +109,7 @@ class LocalCluster:
         self._rv = 0
         self._files: dict[Path, YamlFile] = {}
         self._index: dict[Key, _Entry] = {}
-        self._stamps: dict[Path, tuple[int, int, int] | None] = {}
+        self._stamps: dict[str, tuple[int, int, int] | None] = {}
         self.load_errors: list[LoadError] = []
         self._load()
 
@@ -121,23 +122,19 @@ class LocalCluster:
             return self.path.with_name(f"{self.path.stem}.events{self.path.suffix or '.yaml'}")
         return self.path / DIR_EVENTS_FILE
 
-    def _discover(self) -> list[Path]:
-        """The files that make up the state, in a stable order (the Event sink last)."""
+    def _discover(self) -> dict[str, tuple[int, int, int]]:
+        """The files that make up the state, by path string, with their stamps.
+
+        One ``scandir`` pass with one ``stat`` per file and no ``Path`` objects: this runs before
+        every operation, so it must stay cheap for thousands of files.
+        """
+        found: dict[str, tuple[int, int, int]] = {}
         if self.single_file:
-            paths = [self.path] if self.path.exists() else []
+            _stat_into(found, self.path)
         elif self.path.is_dir():
-            paths = sorted(
-                p
-                for p in self.path.rglob("*")
-                if p.suffix in (".yaml", ".yml")
-                and p.is_file()
-                and not any(part.startswith(".") for part in p.relative_to(self.path).parts)
-            )
-        else:
-            paths = []
-        if self.events_path.is_file():
-            paths.append(self.events_path)
-        return paths
+            found.update(_scan_manifests(str(self.path)))
+        _stat_into(found, self.events_path)
+        return found
 
     def _load(self) -> None:
         """(Re)read every file and rebuild the index; the resourceVersion counter never goes back.
@@ -147,9 +144,11 @@ class LocalCluster:
         resourceVersion (a hand edit) gets a new one, so stale writers still get ``Conflict``.
         """
         previous = self._index
-        files = [read_file(p) for p in self._discover()]
+        events = str(self.events_path)
+        order = sorted(self._discover(), key=lambda p: (p == events, p))  # stable; the Event sink last
+        files = [read_file(Path(p)) for p in order]
         self._files = {f.path: f for f in files}
-        self._stamps = {f.path: f.stamp for f in files}
+        self._stamps = {str(f.path): f.stamp for f in files}
         self._index = {}
         self.load_errors = [LoadError(f.path, f.error) for f in files if f.error]
         for err in self.load_errors:
@@ -213,8 +212,7 @@ class LocalCluster:
         """Reload when another process changed, added or removed a file since we last looked."""
         if not self.write_back:
             return
-        current = {p: file_stamp(p) for p in self._discover()}
-        if current != self._stamps:
+        if self._discover() != self._stamps:
             self._load()
 
     @contextmanager
@@ -514,13 +512,39 @@ class LocalCluster:
         if yfile.is_empty() and not self.single_file:
             yfile.path.unlink(missing_ok=True)
             self._files.pop(yfile.path, None)
-            self._stamps.pop(yfile.path, None)
+            self._stamps.pop(str(yfile.path), None)
             return
         yfile.stamp = atomic_write(yfile.path, yfile.render())
-        self._stamps[yfile.path] = yfile.stamp
+        self._stamps[str(yfile.path)] = yfile.stamp
         for doc in yfile.docs:
             if doc.dirty:
                 doc.text, doc.dirty = doc.render(), False
+
+
+def _stat_into(found: dict[str, tuple[int, int, int]], path: Path) -> None:
+    """Add ``path`` with its stamp when it is an existing file."""
+    stamp = file_stamp(path)
+    if stamp is not None and path.is_file():
+        found[str(path)] = stamp
+
+
+def _scan_manifests(root: str) -> Iterator[tuple[str, tuple[int, int, int]]]:
+    """Every ``*.yaml``/``*.yml`` file below ``root`` with its stamp, skipping hidden entries."""
+    stack = [root]
+    while stack:
+        directory = stack.pop()
+        try:
+            entries = list(os.scandir(directory))
+        except OSError:
+            continue
+        for entry in entries:
+            if entry.name.startswith("."):
+                continue
+            if entry.is_dir(follow_symlinks=True):
+                stack.append(entry.path)
+            elif entry.name.endswith((".yaml", ".yml")) and entry.is_file(follow_symlinks=True):
+                st = entry.stat()
+                yield entry.path, (st.st_mtime_ns, st.st_size, st.st_ino)
 
 
 def _without(obj: Manifest, meta_keys: tuple[str, ...]) -> Manifest:
