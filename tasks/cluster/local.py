@@ -54,7 +54,17 @@ except ImportError:  # pragma: no cover - not POSIX: thread safety only
 
 from tasks.cluster.base import Manifest, ObjectRef, Scale
 from tasks.cluster.errors import Conflict, Invalid, NotFound, Unavailable
-from tasks.cluster.objects import apply_builtin_defaults, apply_patch_of, build_event, json_shape, merge_patch, now_rfc3339, parse_selector, selector_matches, spec_part
+from tasks.cluster.objects import (
+    apply_builtin_defaults,
+    apply_patch_of,
+    build_event,
+    json_shape,
+    merge_patch,
+    now_rfc3339,
+    parse_selector,
+    selector_matches,
+    spec_part,
+)
 from tasks.cluster.resources import ResourceInfo, lookup, resource_for
 from tasks.cluster.yamlfile import Document, YamlFile, atomic_write, file_stamp, read_file
 
@@ -204,8 +214,9 @@ class LocalCluster:
         if "creationTimestamp" not in meta:
             stamp = entry.file.stamp[0] / 1e9 if entry.file.stamp else datetime.now(timezone.utc).timestamp()
             meta["creationTimestamp"] = datetime.fromtimestamp(stamp, timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-        if "resourceVersion" not in meta:
+        if meta.get("resourceVersion") in (None, ""):
             meta["resourceVersion"] = self._next_rv()
+        meta["resourceVersion"] = str(meta["resourceVersion"])  # hand-written files may say 5, not "5"
         meta.setdefault("generation", 1)
 
     def _refresh(self) -> None:

@@ -184,12 +184,13 @@ def test_resource_version_persists_across_reopen(state: Path) -> None:
 
 def test_counter_starts_above_highest_resource_version(tmp_path: Path) -> None:
     (tmp_path / "a.yaml").write_text(
-        "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: a, namespace: n, resourceVersion: '41', generation: 3}\n"
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: a, namespace: n, resourceVersion: 41, generation: 3}\n"
     )
     cluster = LocalCluster(tmp_path)
     created = cluster.create({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "b", "namespace": "n"}})
     assert int(created["metadata"]["resourceVersion"]) > 41
     assert cluster.get("v1", "ConfigMap", "a", "n")["metadata"]["generation"] == 3
+    assert cluster.patch_spec(ObjectRef("v1", "ConfigMap", "a", "n"), {"data": {"k": "v"}}, resource_version="41")
 
 
 def test_kubectl_list_snapshot(tmp_path: Path) -> None:
