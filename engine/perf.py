@@ -538,35 +538,56 @@ def _subset(model: _Batch, idx: np.ndarray) -> _Batch:
 def max_rates(profiles, workloads, slos) -> np.ndarray:
     """Sustainable request rate (req/s) per replica for each (profile, workload, slo) triple.
 
-    Each argument is a sequence of :class:`PerfProfile` / :class:`Workload` / :class:`SLO`, or a
-    single instance broadcast to the others' length.  Infeasible entries are NaN (use
+    Each argument is either a sequence of :class:`PerfProfile` / :class:`Workload` / :class:`SLO`, a
+    single instance (broadcast to the others' length), or a 2-D array with one row per entry:
+    profiles ``(alpha, beta, gamma, delta, max_batch)``, workloads ``(in_tokens, out_tokens)``, slos
+    ``(ttft_ms, itl_ms, tps)`` with NaN or 0 for "not set".  Infeasible entries are NaN (use
     :func:`size_arrays` for the reason, or :func:`max_rate` for an exception).
     """
     return _size_objects(profiles, workloads, slos).rate_rps
 
 
+def _columns(arg, kind: type, fields: tuple[str, ...]) -> list[np.ndarray] | None:
+    """Columns of a 2-D array argument, or None when ``arg`` holds dataclass instances."""
+    if isinstance(arg, kind):
+        return None
+    if isinstance(arg, np.ndarray) or (
+        isinstance(arg, (list, tuple)) and arg and not isinstance(arg[0], kind)
+    ):
+        arr = np.atleast_2d(np.asarray(arg, dtype=np.float64))
+        if arr.shape[1] != len(fields):
+            raise ValueError(f"expected rows of {fields}, got shape {arr.shape}")
+        return [arr[:, i] for i in range(len(fields))]
+    return None
+
+
 def _size_objects(profiles, workloads, slos) -> SizingResult:
-    items = [profiles, workloads, slos]
-    lists = [[x] if isinstance(x, (PerfProfile, Workload, SLO)) else list(x) for x in items]
-    n = max(len(x) for x in lists)
-    for i, lst in enumerate(lists):
-        if len(lst) == 1 and n != 1:
-            lists[i] = lst * n
-        elif len(lst) != n:
-            raise ValueError("profiles, workloads and slos must have the same length (or be single)")
-    ps, ws, ss = lists
-    return size_arrays(
-        alpha=np.array([p.alpha for p in ps], dtype=np.float64),
-        beta=np.array([p.beta for p in ps], dtype=np.float64),
-        gamma=np.array([p.gamma for p in ps], dtype=np.float64),
-        delta=np.array([p.delta for p in ps], dtype=np.float64),
-        max_batch=np.array([p.max_batch for p in ps], dtype=np.float64),
-        in_tokens=np.array([w.in_tokens for w in ws], dtype=np.float64),
-        out_tokens=np.array([w.out_tokens for w in ws], dtype=np.float64),
-        ttft_ms=np.array([np.nan if s.ttft_ms is None else s.ttft_ms for s in ss], dtype=np.float64),
-        itl_ms=np.array([np.nan if s.itl_ms is None else s.itl_ms for s in ss], dtype=np.float64),
-        tps=np.array([np.nan if s.tps is None else s.tps for s in ss], dtype=np.float64),
-    )
+    p_cols = _columns(profiles, PerfProfile, ("alpha", "beta", "gamma", "delta", "max_batch"))
+    w_cols = _columns(workloads, Workload, ("in_tokens", "out_tokens"))
+    s_cols = _columns(slos, SLO, ("ttft_ms", "itl_ms", "tps"))
+    if p_cols is None:
+        ps = [profiles] if isinstance(profiles, PerfProfile) else list(profiles)
+        p_cols = [np.array([getattr(p, f) for p in ps], dtype=np.float64)
+                  for f in ("alpha", "beta", "gamma", "delta", "max_batch")]
+    if w_cols is None:
+        ws = [workloads] if isinstance(workloads, Workload) else list(workloads)
+        w_cols = [np.array([getattr(w, f) for w in ws], dtype=np.float64) for f in ("in_tokens", "out_tokens")]
+    if s_cols is None:
+        ss = [slos] if isinstance(slos, SLO) else list(slos)
+        s_cols = [np.array([np.nan if getattr(s, f) is None else getattr(s, f) for s in ss], dtype=np.float64)
+                  for f in ("ttft_ms", "itl_ms", "tps")]
+    n = max(len(p_cols[0]), len(w_cols[0]), len(s_cols[0]))
+    cols = []
+    for group in (p_cols, w_cols, s_cols):
+        for c in group:
+            if len(c) == 1 and n != 1:
+                c = np.repeat(c, n)
+            elif len(c) != n:
+                raise ValueError("profiles, workloads and slos must have the same length (or be single)")
+            cols.append(c)
+    alpha, beta, gamma, delta, batch, in_t, out_t, ttft, itl, tps = cols
+    return size_arrays(alpha=alpha, beta=beta, gamma=gamma, delta=delta, max_batch=batch,
+                       in_tokens=in_t, out_tokens=out_t, ttft_ms=ttft, itl_ms=itl, tps=tps)
 
 
 def max_rate(profile: PerfProfile, workload: Workload, slo: SLO) -> float:

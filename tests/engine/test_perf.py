@@ -288,3 +288,13 @@ def test_replicas_needed():
     assert replicas_needed(0.1 * 3, 0.1, 0) == 3  # 3.0000000000000004
     with pytest.raises(ValueError):
         replicas_needed(1.0, 0.0, 0)
+
+
+def test_max_rates_accepts_parameter_arrays():
+    profiles = np.array([[20.58, 0.41, 5.2, 0.1, 256], [20.58, 0.41, 5.2, 0.1, 64]])
+    workloads = np.array([[128, 256]])
+    slos = np.array([[500, 24, np.nan]])
+    out = max_rates(profiles, workloads, slos)
+    assert out[0] == max_rate(A100, CHAT, CHAT_SLO)
+    assert out[1] == max_rate(PerfProfile(20.58, 0.41, 5.2, 0.1, 64), CHAT, CHAT_SLO)
+    assert np.isnan(max_rates(profiles[:1], workloads, np.array([[10, 0, 0]])))[0]

@@ -1,0 +1,327 @@
+"""Benchmarks of the sizing model and the allocation solver; writes docs/benchmarks.md.
+
+Run from the repository root::
+
+    python -m bench.engine            # full run, rewrites the engine sections of docs/benchmarks.md
+    python -m bench.engine --quick    # smaller instances, prints only
+
+The engine itself is pure; timing and file output live here.  Only the region between the
+``<!-- engine-bench:start -->`` / ``<!-- engine-bench:end -->`` markers of docs/benchmarks.md is
+rewritten, so other sections (e.g. the flow-cycle benchmark) are left alone.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import pathlib
+import platform
+import statistics
+import sys
+import time
+from dataclasses import dataclass
+from importlib import metadata
+
+import numpy as np
+
+from engine.allocation import AllocationProblem, ModelDemand, VariantOption, greedy, solve
+from engine.perf import SLO, PerfProfile, Workload, size_arrays
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
+DOC = REPO / "docs" / "benchmarks.md"
+START, END = "<!-- engine-bench:start -->", "<!-- engine-bench:end -->"
+
+
+# --------------------------------------------------------------------------------------------------
+# (a) sizing throughput
+
+
+def sizing_inputs(n: int, seed: int = 0) -> dict:
+    """n random (variant, workload, SLO) triples, max batch uniform in 4..512."""
+    rng = np.random.default_rng(seed)
+    batch = rng.integers(4, 513, n)
+    alpha = rng.uniform(5, 30, n)
+    beta = rng.uniform(0.05, 0.5, n)
+    return dict(
+        alpha=alpha, beta=beta, gamma=rng.uniform(2, 20, n), delta=rng.uniform(0.005, 0.1, n),
+        max_batch=batch, in_tokens=rng.integers(0, 2048, n), out_tokens=rng.integers(1, 1024, n),
+        ttft_ms=rng.uniform(100, 3000, n), itl_ms=alpha + beta * batch * rng.uniform(0.05, 1.2, n),
+        tps=None,
+    )
+
+
+def bench_sizing(n: int, repeats: int) -> dict:
+    inputs = sizing_inputs(n)
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        res = size_arrays(**inputs)
+        times.append(time.perf_counter() - t0)
+    return dict(pairs=n, first=times[0], best=min(times), median=statistics.median(times),
+                feasible=int(res.feasible.sum()))
+
+
+# --------------------------------------------------------------------------------------------------
+# allocation instances
+
+
+@dataclass
+class Instance:
+    models: list[ModelDemand]
+    variants: list[VariantOption]
+    unit_costs: dict[str, float]
+    accelerators: list[str]
+
+
+def allocation_instance(n_models: int, n_acc: int, per_model: int, seed: int) -> Instance:
+    """Models qualified on ``per_model`` of ``n_acc`` accelerator types; faster types cost more."""
+    rng = np.random.default_rng(seed)
+    accs = [f"gpu{i}" for i in range(n_acc)]
+    speed = rng.uniform(0.5, 2.0, n_acc)
+    unit = {a: float(round(10 * s ** 1.3 * rng.uniform(0.8, 1.2), 2)) for a, s in zip(accs, speed)}
+    models, variants = [], []
+    for i in range(n_models):
+        name = f"m{i:04d}"
+        size = rng.uniform(0.5, 3)
+        models.append(ModelDemand(
+            name=name, load_rps=float(rng.gamma(2.0, 2.0)),
+            workload=Workload(float(rng.integers(64, 2048)), float(rng.integers(32, 1024))),
+            slo=SLO(ttft_ms=float(rng.uniform(500, 3000)), itl_ms=float(rng.uniform(30, 80))),
+            priority=int(rng.integers(1, 4)),
+        ))
+        for j in sorted(rng.choice(n_acc, per_model, replace=False)):
+            k = size / speed[j]
+            variants.append(VariantOption(
+                name=f"{name}-{accs[j]}", model=name, accelerator=accs[j],
+                accelerators_per_replica=int(rng.choice([1, 1, 2, 4])),
+                profile=PerfProfile(alpha=10 * k, beta=0.2 * k, gamma=5 * k, delta=0.02 * k,
+                                    max_batch=int(rng.choice([16, 32, 64, 128, 256]))),
+                current_replicas=int(rng.integers(0, 3)) if rng.random() < 0.3 else 0,
+            ))
+    return Instance(models, variants, unit, accs)
+
+
+def usage(inst: Instance, replicas: dict[str, int]) -> dict[str, int]:
+    by_name = {v.name: v for v in inst.variants}
+    out = {a: 0 for a in inst.accelerators}
+    for name, n in replicas.items():
+        out[by_name[name].accelerator] += n * by_name[name].accelerators_per_replica
+    return out
+
+
+def bench_allocation(n_models: int, time_limit: float) -> list[dict]:
+    """1000 models x 8 accelerator types, inventory derived from the unconstrained optimum."""
+    inst = allocation_instance(n_models, 8, 3, seed=1)
+    free = solve(AllocationProblem(inst.models, inst.variants, inst.unit_costs))
+    need = usage(inst, free.replicas)
+    cheap = sorted(inst.accelerators, key=lambda a: inst.unit_costs[a])[:4]
+    scenarios = {
+        "binding (4 cheapest types at 80%, others 200%)":
+            {a: int(need[a] * (0.8 if a in cheap else 2.0)) for a in inst.accelerators},
+        "shortage (every type at 70%)": {a: int(need[a] * 0.7) for a in inst.accelerators},
+    }
+    rows = []
+    for label, inventory in scenarios.items():
+        problem = AllocationProblem(inst.models, inst.variants, inst.unit_costs, inventory,
+                                    time_limit_s=time_limit, mip_gap=1e-3)
+        t0 = time.perf_counter()
+        alloc = solve(problem)
+        elapsed = time.perf_counter() - t0
+        base = greedy(problem)
+        rows.append(dict(
+            scenario=label, models=n_models, variants=len(inst.variants), time=elapsed,
+            status=alloc.status, gap=alloc.gap, cost=alloc.cost, unserved=alloc.total_unserved_rps,
+            greedy_cost=base.cost, greedy_unserved=base.total_unserved_rps,
+            load=sum(m.load_rps for m in inst.models), infeasible=len(alloc.infeasible_variants),
+        ))
+    return rows
+
+
+# --------------------------------------------------------------------------------------------------
+# (c) quality versus greedy
+
+
+def weighted(alloc, models) -> tuple[float, ...]:
+    """Unserved load per priority level, highest priority first (compared lexicographically)."""
+    levels = sorted({m.priority for m in models})
+    return tuple(round(sum(alloc.unserved_rps[m.name] for m in models if m.priority == p), 6) for p in levels)
+
+
+def bench_quality(count: int, time_limit: float) -> dict:
+    rng = np.random.default_rng(2024)
+    better = equal = worse = 0
+    cost_ratios, unserved_ratios, times = [], [], []
+    costlier_at_equal = 0
+    statuses: dict[str, int] = {}
+    for k in range(count):
+        inst = allocation_instance(int(rng.integers(10, 41)), 4, int(rng.integers(2, 4)), seed=10_000 + k)
+        free = solve(AllocationProblem(inst.models, inst.variants, inst.unit_costs))
+        need = usage(inst, free.replicas)
+        inventory = {a: int(need[a] * rng.uniform(0.5, 1.1)) for a in inst.accelerators}
+        problem = AllocationProblem(inst.models, inst.variants, inst.unit_costs, inventory,
+                                    time_limit_s=time_limit, mip_gap=1e-4)
+        t0 = time.perf_counter()
+        alloc = solve(problem)
+        times.append(time.perf_counter() - t0)
+        base = greedy(problem)
+        statuses[alloc.status] = statuses.get(alloc.status, 0) + 1
+        ws, wg = weighted(alloc, inst.models), weighted(base, inst.models)
+        if ws == wg:
+            if alloc.cost < base.cost - 1e-6:
+                better += 1
+            elif alloc.cost > base.cost + 1e-6:
+                costlier_at_equal += 1
+                worse += 1
+            else:
+                equal += 1
+        elif ws < wg:
+            better += 1
+        else:
+            worse += 1
+        cost_ratios.append(alloc.cost / base.cost if base.cost else 1.0)
+        gu = base.total_unserved_rps
+        unserved_ratios.append(alloc.total_unserved_rps / gu if gu > 1e-9 else (1.0 if alloc.total_unserved_rps <= 1e-9 else float("inf")))
+    finite = [r for r in unserved_ratios if np.isfinite(r)]
+    return dict(
+        instances=count, better=better, equal=equal, worse=worse, costlier_at_equal=costlier_at_equal,
+        cost_ratio_mean=float(np.mean(cost_ratios)), cost_ratio_min=float(np.min(cost_ratios)),
+        cost_ratio_max=float(np.max(cost_ratios)),
+        unserved_ratio_mean=float(np.mean(finite)) if finite else float("nan"),
+        unserved_ratio_max=float(np.max(finite)) if finite else float("nan"),
+        statuses=statuses, time_mean=float(np.mean(times)), time_max=float(np.max(times)),
+    )
+
+
+# --------------------------------------------------------------------------------------------------
+# report
+
+
+def machine() -> str:
+    cpu = platform.processor() or "unknown"
+    try:
+        for line in pathlib.Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    versions = ", ".join(f"{p} {metadata.version(p)}" for p in ("numpy", "PuLP", "highspy"))
+    return (f"{platform.system()} {platform.release()}, {cpu}, {os.cpu_count()} CPUs, "
+            f"Python {platform.python_version()}, {versions}")
+
+
+def render(command: str, sizing: dict, alloc_rows: list[dict], quality: dict) -> str:
+    gap = lambda g: "n/a" if g is None else f"{100 * g:.3f}%"  # noqa: E731
+    lines = [
+        START,
+        "",
+        f"Produced by `{command}` on {machine()}.",
+        "",
+        "## Sizing",
+        "",
+        "`engine.perf.size_arrays` (the batched `max_rates`): per-replica max request rate under TTFT",
+        "and ITL SLOs with the WVA queueing model, for random (variant, workload, SLO) triples with max",
+        "batch 4..512 (state space up to 5,633 states each), all bisected together.  Target < 2 s.",
+        "",
+        "| pairs | first run | best | median | feasible |",
+        "|---|---|---|---|---|",
+        f"| {sizing['pairs']:,} | {sizing['first']:.3f} s | {sizing['best']:.3f} s | {sizing['median']:.3f} s "
+        f"| {sizing['feasible']:,} |",
+        "",
+        "## Allocation",
+        "",
+        "`engine.allocation.solve` on 1,000 models x 8 accelerator types (each model qualified on 3",
+        "types, 3,000 variants, rates computed from the profiles inside the timed call), inventory",
+        "limits on every type derived from the unconstrained optimum.  Time limit",
+        f"{alloc_rows[0]['time_limit']:g} s, `mip_gap` 1e-3.  Target < 5 s, optimal or gap < 1%.",
+        "",
+        "| scenario | time | status | gap | cost | unserved req/s (of total) | greedy cost | greedy unserved |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for r in alloc_rows:
+        lines.append(
+            f"| {r['scenario']} | {r['time']:.2f} s | {r['status']} | {gap(r['gap'])} | {r['cost']:,.2f} "
+            f"| {r['unserved']:,.2f} (of {r['load']:,.1f}) | {r['greedy_cost']:,.2f} | {r['greedy_unserved']:,.2f} |"
+        )
+    lines += [
+        "",
+        "Percentages are of the unconstrained optimum's usage per type.  The gap is the largest",
+        "relative gap of the solver stages (unserved load per priority level, then cost).  Under a real",
+        "shortage the unserved-load stages have a weak LP bound (fractional replicas serve nearly",
+        "everything) and run to their time share, so the result is `feasible`; `n/a` means capacity",
+        "the solver had left unused was topped up afterwards, so no stage's gap applies to the final",
+        "allocation.  Its unserved load is still well below greedy's at the same cost (all inventory",
+        "is in use).  The binding-but-sufficient case is proven optimal within `mip_gap`.",
+        "",
+        "## Allocation quality",
+        "",
+        f"{quality['instances']} random capacity-constrained instances (seed 2024; 10-40 models, 4",
+        "accelerator types, 2-3 variants per model, inventory 50-110% of the unconstrained optimum's",
+        "usage), `solve` versus the greedy baseline (`engine.allocation.greedy`, WVA-style: models in",
+        "priority order, each takes its cheapest variant with inventory left, then the next cheapest).",
+        "An instance is *better* when `solve` leaves lexicographically less unserved load (priority 1",
+        "first) or, at equal unserved load, costs less.",
+        "",
+        "| instances | better | equal | worse | costlier at equal served load | cost ratio mean (min..max) "
+        "| unserved ratio mean (max) | statuses | time mean (max) |",
+        "|---|---|---|---|---|---|---|---|---|",
+        f"| {quality['instances']} | {quality['better']} | {quality['equal']} | {quality['worse']} "
+        f"| {quality['costlier_at_equal']} | {quality['cost_ratio_mean']:.4f} ({quality['cost_ratio_min']:.4f}.."
+        f"{quality['cost_ratio_max']:.4f}) | {quality['unserved_ratio_mean']:.4f} ({quality['unserved_ratio_max']:.4f}) "
+        f"| {', '.join(f'{k}: {v}' for k, v in sorted(quality['statuses'].items()))} "
+        f"| {quality['time_mean']:.3f} s ({quality['time_max']:.3f} s) |",
+        "",
+        "Ratios are solve / greedy.  A cost ratio above 1 only occurs where `solve` serves",
+        "lexicographically more load (never at equal served load: column 5).  The unserved ratio can",
+        "exceed 1 in total req/s where `solve` serves more priority-1/2 load at the expense of a",
+        "larger amount of lower-priority load, as the strict priority order requires.",
+        "",
+        END,
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def write_doc(section: str) -> None:
+    """Replace the marked engine section of docs/benchmarks.md (create the file if needed)."""
+    if DOC.exists():
+        text = DOC.read_text()
+        if START in text and END in text:
+            head, rest = text.split(START, 1)
+            _, tail = rest.split(END, 1)
+            text = head + section.rstrip("\n") + tail
+        else:
+            text = text.rstrip("\n") + "\n\n" + section
+    else:
+        text = "# Benchmarks\n\n" + section
+    DOC.parent.mkdir(parents=True, exist_ok=True)
+    DOC.write_text(text)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="small instances, do not write the doc")
+    parser.add_argument("--no-write", action="store_true", help="print only")
+    parser.add_argument("--time-limit", type=float, default=4.0, help="allocation time limit (s)")
+    args = parser.parse_args(argv)
+    quick = args.quick
+    sizing = bench_sizing(1000 if quick else 8000, 2 if quick else 5)
+    print(f"sizing: {sizing}")
+    rows = bench_allocation(100 if quick else 1000, args.time_limit)
+    for r in rows:
+        r["time_limit"] = args.time_limit
+        print(f"allocation: {r}")
+    quality = bench_quality(10 if quick else 200, 2.0)
+    print(f"quality: {quality}")
+    command = "python -m bench.engine" + (" --quick" if quick else "")
+    if args.time_limit != 4.0:
+        command += f" --time-limit {args.time_limit:g}"
+    section = render(command, sizing, rows, quality)
+    print(section)
+    if not (quick or args.no_write):
+        write_doc(section)
+        print(f"wrote {DOC.relative_to(REPO)}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
