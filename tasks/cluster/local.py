@@ -539,6 +539,16 @@ def _stat_into(found: dict[str, tuple[int, int, int]], path: Path) -> None:
         found[str(path)] = stamp
 
 
+def manifest_paths(path: Path) -> list[Path]:
+    """The manifest files of a state, sorted: the file itself, or every ``*.yaml``/``*.yml`` below a
+    directory with hidden entries (such as the Event sink) left out, as :class:`LocalCluster` reads them."""
+    if path.is_file():
+        return [path]
+    if not path.is_dir():
+        return []
+    return sorted(Path(found) for found, _ in _scan_manifests(str(path)))
+
+
 def _scan_manifests(root: str) -> Iterator[tuple[str, tuple[int, int, int]]]:
     """Every ``*.yaml``/``*.yml`` file below ``root`` with its stamp, skipping hidden entries."""
     stack = [root]

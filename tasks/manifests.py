@@ -1,0 +1,26 @@
+"""Read a manifests directory (or multi-document file) document by document, for validation reports."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from tasks.cluster.local import manifest_paths
+from tasks.cluster.yamlfile import read_file
+
+
+def read_manifest_documents(path: str | Path) -> tuple[list[tuple[str, Any]], list[tuple[str, str]]]:
+    """``([(source, document)], [(file, error)])`` for every manifest file of ``path``.
+
+    ``source`` is ``<file>#<index>`` so a report can point at the exact document; a file that does not
+    parse is reported once with its error and does not hide the other files.
+    """
+    documents: list[tuple[str, Any]] = []
+    errors: list[tuple[str, str]] = []
+    for file in manifest_paths(Path(path)):
+        parsed = read_file(file)
+        if parsed.error:
+            errors.append((str(file), parsed.error))
+            continue
+        documents += [(f"{file}#{index}", doc.data) for index, doc in enumerate(parsed.docs) if doc.data is not None]
+    return documents, errors
