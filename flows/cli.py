@@ -48,16 +48,21 @@ def validate(cluster: pathlib.Path = typer.Option(..., "--cluster", help="Manife
 
     documents, read_errors = read_manifest_documents(cluster)
     report = load_documents(documents)
+    base = f"{cluster}/" if cluster.is_dir() else ""
+
+    def short(source: str) -> str:
+        return source.removeprefix(base)
+
     table = Table(title=f"Resources in {cluster}")
     for column in ("source", "kind", "namespace", "name", "result"):
         table.add_column(column)
     for source, obj in report.valid:
         meta = _meta_of(obj)
-        table.add_row(source, _kind_of(obj), meta.get("namespace") or "", meta.get("name") or "", "[green]valid[/green]")
+        table.add_row(short(source), _kind_of(obj), meta.get("namespace") or "", meta.get("name") or "", "[green]valid[/green]")
     for source, error in report.invalid:
-        table.add_row(source, error.kind or "", error.namespace or "", error.name or "", f"[red]{error.field_path}: {error.message}[/red]")
+        table.add_row(short(source), error.kind or "", error.namespace or "", error.name or "", f"[red]{error.field_path}: {error.message}[/red]")
     for source, message in read_errors:
-        table.add_row(source, "", "", "", f"[red]{message}[/red]")
+        table.add_row(short(source), "", "", "", f"[red]{message.removeprefix(base)}[/red]")
     console.print(table)
     bad = len(report.invalid) + len(read_errors)
     console.print(f"{len(report.valid)} valid, {bad} invalid")
