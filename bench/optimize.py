@@ -24,53 +24,20 @@ from typing import Any
 import yaml
 
 from bench.report import machine, write_section
+from tests.factories import deployment, variant_autoscaling
 
 START, END = "<!-- flow-bench:start -->", "<!-- flow-bench:end -->"
 NAMESPACE = "bench"
 CONFIG_NAMESPACE = "bench-system"
-PROFILES = {
-    "A100": {"alpha": "20.58", "beta": "0.41", "gamma": "5.2", "delta": "0.1"},
-    "H100": {"alpha": "12.4", "beta": "0.22", "gamma": "3.1", "delta": "0.06"},
-}
 
 
 def model_name(i: int) -> str:
     return f"org/model-{i:04d}"
 
 
-def deployment(name: str, replicas: int) -> dict[str, Any]:
-    return {
-        "apiVersion": "apps/v1",
-        "kind": "Deployment",
-        "metadata": {"name": name, "namespace": NAMESPACE, "labels": {"app": name}},
-        "spec": {
-            "replicas": replicas,
-            "selector": {"matchLabels": {"app": name}},
-            "template": {"metadata": {"labels": {"app": name}}, "spec": {"containers": [{"name": "vllm", "image": "vllm/vllm-openai:v0.10.1"}]}},
-        },
-    }
-
-
 def variant(i: int, accelerator: str) -> dict[str, Any]:
-    name = f"model-{i:04d}-{accelerator.lower()}"
-    parms = PROFILES[accelerator]
-    return {
-        "apiVersion": "llmd.ai/v1alpha1",
-        "kind": "VariantAutoscaling",
-        "metadata": {"name": name, "namespace": NAMESPACE},
-        "spec": {
-            "modelID": model_name(i),
-            "variantID": f"{model_name(i)}-{accelerator}-1",
-            "accelerator": accelerator,
-            "acceleratorCount": 1,
-            "sloClassRef": {"name": "service-classes-config", "key": "premium.yaml"},
-            "variantProfile": {
-                "maxBatchSize": 256,
-                "perfParms": {"decodeParms": {"alpha": parms["alpha"], "beta": parms["beta"]}, "prefillParms": {"gamma": parms["gamma"], "delta": parms["delta"]}},
-            },
-            "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": name},
-        },
-    }
+    """The VariantAutoscaling of model ``i`` on ``accelerator``, scaling its own Deployment."""
+    return variant_autoscaling(f"model-{i:04d}-{accelerator.lower()}", NAMESPACE, model_name(i), accelerator)
 
 
 def config_maps(models: int) -> list[dict[str, Any]]:
@@ -111,7 +78,7 @@ def populate(server: Any, models: int) -> None:
     def one(args: tuple[int, str]) -> None:
         i, accelerator = args
         name = f"model-{i:04d}-{accelerator.lower()}"
-        cluster.create(deployment(name, 1))
+        cluster.create(deployment(name, NAMESPACE, 1))
         apps.patch_namespaced_deployment_status(name, NAMESPACE, {"status": {"replicas": 1, "readyReplicas": 1}})
         cluster.create(variant(i, accelerator))
 

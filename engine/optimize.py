@@ -478,7 +478,8 @@ def _metrics_condition(spec: VariantSpec, inputs: CycleInputs) -> ConditionUpdat
     return ConditionUpdate(METRICS_AVAILABLE, "False", METRICS_UNAVAILABLE, message)
 
 
-def _invalid_decision(obj: Mapping[str, Any], message: str, inputs: CycleInputs) -> VariantDecision:
+def _invalid_decision(obj: Mapping[str, Any], message: str) -> VariantDecision:
+    """The decision for a resource that cannot be optimized as written: no target, its own condition."""
     meta = obj.get("metadata") or {}
     spec = obj.get("spec") or {}
     return VariantDecision(
@@ -541,6 +542,14 @@ def _decide(
     return desired, decision.reason, message, True
 
 
+def _decision(spec: VariantSpec, **outcome: Any) -> VariantDecision:
+    """A decision for ``spec``: its identity fields from the spec, the rest from ``outcome``."""
+    return VariantDecision(
+        namespace=spec.namespace, name=spec.name, model_id=spec.model_id, variant_id=spec.variant_id,
+        accelerator=spec.accelerator, max_batch=spec.max_batch, variant_cost=spec.variant_cost, **outcome,
+    )
+
+
 def plan_variants(inputs: CycleInputs) -> list[VariantDecision]:
     """Decide the desired replicas of every VariantAutoscaling of the cycle, in input order."""
     specs: list[VariantSpec] = []
@@ -553,23 +562,21 @@ def plan_variants(inputs: CycleInputs) -> list[VariantDecision]:
         try:
             specs.append(parse_variant(obj))
         except SpecError as exc:
-            decisions[key] = _invalid_decision(obj, str(exc), inputs)
+            decisions[key] = _invalid_decision(obj, str(exc))
 
     readable: list[VariantSpec] = []
     for spec in specs:
         if spec.target_key not in inputs.current_replicas:
-            decisions[spec.key] = VariantDecision(
-                namespace=spec.namespace, name=spec.name, model_id=spec.model_id, variant_id=spec.variant_id,
-                accelerator=spec.accelerator, max_batch=spec.max_batch, variant_cost=spec.variant_cost,
-                current=None, desired=None, reason=REASON_TARGET_MISSING,
+            decisions[spec.key] = _decision(
+                spec, current=None, desired=None, reason=REASON_TARGET_MISSING,
                 message=f"scale target {spec.target_kind}/{spec.target_name} not found in namespace {spec.namespace}",
                 ready=False, metrics=_metrics_condition(spec, inputs), actuate=False,
             )
         else:
             readable.append(spec)
 
-    stale_models = {spec.model_key for spec in readable if inputs.metrics_error}
-    model_based = model_based_targets([s for s in readable if s.model_key not in stale_models], inputs)
+    # With the metrics backend down there is no load to size for: every variant holds (see _decide).
+    model_based = model_based_targets([] if inputs.metrics_error else readable, inputs)
 
     by_model: dict[tuple[str, str], list[VariantSpec]] = defaultdict(list)
     for spec in readable:
@@ -584,10 +591,8 @@ def plan_variants(inputs: CycleInputs) -> list[VariantDecision]:
             desired, reason, message, ready = _decide(spec, current, model_based, saturation, metrics, idle)
             unit = inputs.accelerator_costs.get(spec.accelerator or "")
             cost = (unit.cost if unit else spec.variant_cost) * spec.accelerator_count * desired
-            decisions[spec.key] = VariantDecision(
-                namespace=spec.namespace, name=spec.name, model_id=spec.model_id, variant_id=spec.variant_id,
-                accelerator=spec.accelerator, max_batch=spec.max_batch, variant_cost=spec.variant_cost,
-                current=current, desired=desired, reason=reason, message=message, ready=ready, metrics=metrics,
+            decisions[spec.key] = _decision(
+                spec, current=current, desired=desired, reason=reason, message=message, ready=ready, metrics=metrics,
                 actuate=spec.actuate, target=(spec.target_api_version, spec.target_kind, spec.target_name), cost=cost,
             )
     return [decisions[key] for key in order]

@@ -21,12 +21,12 @@ from engine.optimize import (
     variant_status,
 )
 from engine.saturation import SaturationConfigSet
+from tests.factories import PROFILES, variant_autoscaling
 
 NOW = datetime(2026, 11, 22, 12, 0, 0, tzinfo=timezone.utc)
 NS = "llm"
 MODEL = "meta/llama-3.1-8b"
-A100 = {"alpha": "20.58", "beta": "0.41", "gamma": "5.2", "delta": "0.1"}
-H100 = {"alpha": "12.4", "beta": "0.22", "gamma": "3.1", "delta": "0.06"}
+A100 = PROFILES["A100"]
 COSTS = {
     "A100": AcceleratorCost("A100", "NVIDIA-A100", 40.0),
     "H100": AcceleratorCost("H100", "NVIDIA-H100", 80.0),
@@ -35,22 +35,8 @@ PREMIUM = parse_service_class(f"name: Premium\npriority: 1\ndata:\n  - model: {M
 
 
 def va(name: str, accelerator: str = "A100", parms: dict[str, str] | None = None, target: str | None = None, **spec: Any) -> dict[str, Any]:
-    """A VariantAutoscaling carrying the fields of both seed generations."""
-    parms = parms or (A100 if accelerator == "A100" else H100)
-    body: dict[str, Any] = {
-        "modelID": MODEL,
-        "variantID": f"{MODEL}-{accelerator}-1",
-        "accelerator": accelerator,
-        "acceleratorCount": 1,
-        "sloClassRef": {"name": "slo", "key": "premium"},
-        "variantProfile": {
-            "maxBatchSize": 256,
-            "perfParms": {"decodeParms": {"alpha": parms["alpha"], "beta": parms["beta"]}, "prefillParms": {"gamma": parms["gamma"], "delta": parms["delta"]}},
-        },
-        "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": target or name},
-    }
-    body.update(spec)
-    return {"apiVersion": "llmd.ai/v1alpha1", "kind": "VariantAutoscaling", "metadata": {"name": name, "namespace": NS, "generation": 1}, "spec": body}
+    """A VariantAutoscaling of MODEL in NS whose SLO is the ``slo/premium`` class."""
+    return variant_autoscaling(name, NS, MODEL, accelerator, parms, target=target, **{"sloClassRef": {"name": "slo", "key": "premium"}, **spec})
 
 
 def pods(count: int, kv: float = 0.3, queue: float = 0.0, prefix: str = "a100") -> list[PodSample]:

@@ -14,9 +14,9 @@ from kubernetes import client as k8s
 
 from engine.api.crds import render_crds
 from flows.optimize import optimize
+from tests.factories import PROFILES, deployment, variant_autoscaling
 
-A100 = {"alpha": "20.58", "beta": "0.41", "gamma": "5.2", "delta": "0.1"}
-H100 = {"alpha": "12.4", "beta": "0.22", "gamma": "3.1", "delta": "0.06"}
+A100, H100 = PROFILES["A100"], PROFILES["H100"]
 # Prometheus' rate() divides by the whole window, so a fresh series reads low until it is one window
 # old; with 1 s scrapes a 10 s window settles in seconds instead of the minute WVA's 1m would take.
 RATE_WINDOW = "10s"
@@ -46,37 +46,12 @@ class Env:
 
     def deployment(self, name: str, replicas: int) -> None:
         """A Deployment with all its replicas ready."""
-        body = {
-            "metadata": {"name": name, "labels": {"app": name}},
-            "spec": {
-                "replicas": replicas,
-                "selector": {"matchLabels": {"app": name}},
-                "template": {"metadata": {"labels": {"app": name}}, "spec": {"containers": [{"name": "vllm", "image": "vllm/vllm-openai:v0.10.1"}]}},
-            },
-        }
-        self.apps.create_namespaced_deployment(self.ns, body)
+        self.apps.create_namespaced_deployment(self.ns, deployment(name, self.ns, replicas))
         self.apps.patch_namespaced_deployment_status(name, self.ns, {"status": {"replicas": replicas, "readyReplicas": replicas}})
 
-    def variant(self, name: str, accelerator: str, parms: dict[str, str], annotations: dict[str, str] | None = None, **spec: Any) -> None:
+    def variant(self, name: str, accelerator: str, parms: dict[str, str], annotations: dict[str, str] | None = None) -> None:
         """A VariantAutoscaling (both seed generations' fields) scaling the Deployment of the same name."""
-        body: dict[str, Any] = {
-            "apiVersion": "llmd.ai/v1alpha1",
-            "kind": "VariantAutoscaling",
-            "metadata": {"name": name, "annotations": annotations or {}},
-            "spec": {
-                "modelID": self.model,
-                "variantID": f"{self.model}-{accelerator}-1",
-                "accelerator": accelerator,
-                "acceleratorCount": 1,
-                "sloClassRef": {"name": "service-classes-config", "key": "premium.yaml"},
-                "variantProfile": {
-                    "maxBatchSize": 256,
-                    "perfParms": {"decodeParms": {"alpha": parms["alpha"], "beta": parms["beta"]}, "prefillParms": {"gamma": parms["gamma"], "delta": parms["delta"]}},
-                },
-                "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": name},
-                **spec,
-            },
-        }
+        body = variant_autoscaling(name, self.ns, self.model, accelerator, parms, annotations=annotations)
         self.custom.create_namespaced_custom_object("llmd.ai", "v1alpha1", self.ns, "variantautoscalings", body)
 
     def load(self, rate_rps: float, pods: dict[str, float], queue: float = 0.0) -> None:
