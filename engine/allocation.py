@@ -720,7 +720,7 @@ def _solve_highs(milp: _Milp, problem: AllocationProblem, need_stage1: bool, sta
         nonlocal used
         h.setOptionValue("time_limit", max(seconds, 0.01))
         h.run()
-        used += float(h.getRunTime())
+        used = float(h.getRunTime())  # HiGHS's run clock accumulates over runs of one model
         return _highs_outcome(h)
 
     statuses: list[Status] = []
@@ -743,6 +743,10 @@ def _solve_highs(milp: _Milp, problem: AllocationProblem, need_stage1: bool, sta
             statuses.append(st)
             gaps.append(gap)
             start = current()
+            # A time-limited level may leave capacity unused: hand it out before freezing.
+            counts = {name: int(round(start[x.name])) for name, x in milp.x.items()}
+            if _top_up(milp.prep, counts, milp.coupled):
+                start = milp.start_from(counts)
             freeze(level, start)
         h.setOptionValue("mip_abs_gap", 1e-6)
         objective(dict(milp.cost.items()))
@@ -810,7 +814,7 @@ def _top_up(prep: _Prepared, replicas: dict[str, int], models: list[ModelDemand]
     left = dict(prep.inventory)
     for v in prep.variants:
         if v.accelerator in left:
-            left[v.accelerator] -= v.accelerators_per_replica * replicas[v.name]
+            left[v.accelerator] -= v.accelerators_per_replica * replicas.get(v.name, 0)
     for m in sorted(models, key=lambda m: (m.priority, m.name)):
         vs = sorted(prep.usable[m.name], key=lambda v: (prep.cost[v.name] / prep.rate[v.name], v.name))
         for v in vs:
