@@ -2,10 +2,11 @@
 
 Run from the repository root::
 
-    python -m bench.engine            # full run, rewrites the engine sections of docs/benchmarks.md
-    python -m bench.engine --quick    # smaller instances, prints only
+    python -m engine.bench            # full run, rewrites the engine sections of docs/benchmarks.md
+    python -m engine.bench --quick    # smaller instances, prints only
 
-The engine itself is pure; timing and file output live here.  Only the region between the
+This module is the one exception to engine/'s purity (see tests/test_architecture.py): it times
+and writes its report.  Nothing else in engine/ imports it.  Only the region between the
 ``<!-- engine-bench:start -->`` / ``<!-- engine-bench:end -->`` markers of docs/benchmarks.md is
 rewritten, so other sections (e.g. the flow-cycle benchmark) are left alone.
 """
@@ -313,7 +314,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"allocation: {r}")
     quality = bench_quality(10 if quick else 200, 2.0)
     print(f"quality: {quality}")
-    command = "python -m bench.engine" + (" --quick" if quick else "")
+    command = "python -m engine.bench" + (" --quick" if quick else "")
     if args.time_limit != 3.5:
         command += f" --time-limit {args.time_limit:g}"
     section = render(command, sizing, rows, quality)
