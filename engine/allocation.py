@@ -195,6 +195,8 @@ def variant_rates(problem: AllocationProblem) -> tuple[dict[str, float], dict[st
             reasons[v.name] = f"no unit cost for accelerator {v.accelerator!r}"
         elif v.max_rate is not None:
             rates[v.name] = float(v.max_rate)
+        elif _degenerate(v.profile, models[v.model].workload):
+            reasons[v.name] = "degenerate profile: a request would take no time (all parameters zero)"
         else:
             todo.append(v)
     if todo:
@@ -222,6 +224,13 @@ def variant_rates(problem: AllocationProblem) -> tuple[dict[str, float], dict[st
                     f"{res.best_ms[i]:.6g} ms (near-idle replica)"
                 )
     return rates, reasons
+
+
+def _degenerate(profile: PerfProfile, workload: Workload) -> bool:
+    """True when the profile gives zero service time for this workload (no finite max rate)."""
+    decodes = 1.0 if (workload.in_tokens == 0 and workload.out_tokens == 1) else workload.out_tokens - 1
+    prefill = 0.0 if workload.in_tokens == 0 else profile.gamma + profile.delta * workload.in_tokens
+    return prefill + decodes * (profile.alpha + profile.beta) <= 0
 
 
 def _prepare(problem: AllocationProblem) -> _Prepared:

@@ -330,3 +330,11 @@ def test_per_model_search_matches_brute_force(seed):
     got = _objective(problem, alloc.replicas, rates)
     assert got[0] == best[0]
     assert got[1] == pytest.approx(best[1], abs=1e-6)
+
+
+def test_degenerate_profile_is_reported_not_raised():
+    m = model("m", 1.0)
+    vs = [variant("zero", "m", "A100", profile=PerfProfile(0, 0, 0, 0, 8)), variant("ok", "m", "A100")]
+    alloc = solve(AllocationProblem([m], vs, {"A100": 10}))
+    assert "degenerate" in alloc.infeasible_variants["zero"]
+    assert alloc.replicas["ok"] == 1 and alloc.unserved_rps["m"] == 0.0
