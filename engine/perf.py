@@ -327,7 +327,7 @@ class _Batch:
         # mu(n) = n / (a + b*n): a = fixed prefill + decode time, b = per-request increments.
         a = np.where(in_tokens == 0, 0.0, gamma) + self.nd * alpha
         b = np.where(in_tokens == 0, 0.0, delta * in_tokens) + self.nd * beta
-        with np.errstate(divide="ignore"):
+        with np.errstate(divide="ignore", invalid="ignore"):
             log_mu = np.log(self.n) - np.log(a[s] + self.n * b[s])
         log_mu[self.starts] = 0.0  # n = 0 has no service rate; placeholder
         # L[n] = sum_{k<=n} log mu(k), accumulated within each segment only (rows of equal B), so a
