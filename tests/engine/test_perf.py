@@ -298,3 +298,15 @@ def test_max_rates_accepts_parameter_arrays():
     assert out[0] == max_rate(A100, CHAT, CHAT_SLO)
     assert out[1] == max_rate(PerfProfile(20.58, 0.41, 5.2, 0.1, 64), CHAT, CHAT_SLO)
     assert np.isnan(max_rates(profiles[:1], workloads, np.array([[10, 0, 0]])))[0]
+
+
+@pytest.mark.parametrize(
+    "prof, wl, slo",
+    [
+        (A100, CHAT, CHAT_SLO),
+        (A100, Workload(2048, 128), SLO(ttft_ms=1500)),
+        (PerfProfile(8.0, 0.05, 20.0, 0.02, 512), Workload(512, 512), SLO(ttft_ms=2000, itl_ms=30)),
+    ],
+)
+def test_large_batches_match_reference_port(prof, wl, slo):
+    assert max_rate(prof, wl, slo) == pytest.approx(_ref_max_rate(prof, wl, slo), rel=1e-3)
