@@ -21,10 +21,11 @@ No I/O and no clock: time is always passed in as ``now`` (a tz-aware UTC datetim
 from __future__ import annotations
 
 import math
-import re
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from typing import Any, Iterable, Mapping, NamedTuple, Sequence
+
+from engine.api.meta import parse_duration as parse_go_duration
 
 __all__ = [
     "DEFAULT_COST_EXPANSION_RATE_PERCENT",
@@ -68,24 +69,11 @@ SELECT_AND = "And"
 # Durations and times
 # --------------------------------------------------------------------------------------------
 
-_DURATION_UNITS = {
-    "ns": 1e-9,
-    "us": 1e-6,
-    "µs": 1e-6,
-    "μs": 1e-6,
-    "ms": 1e-3,
-    "s": 1.0,
-    "m": 60.0,
-    "h": 3600.0,
-}
-_DURATION_PART = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|μs|ms|s|m|h)")
-
-
 def parse_duration(value: str | int | float | timedelta | None) -> float:
-    """Parse a Go/metav1 duration (``"15s"``, ``"1m30s"``, ``"1.5h"``, ``"300ms"``) into seconds.
+    """Seconds of a duration given as a Go/metav1 string, a number of seconds or a ``timedelta``.
 
-    Numbers are taken as seconds, ``timedelta`` is converted, ``None``/``""`` is 0.
-    A unit is required except for ``"0"`` (as in Go's ``time.ParseDuration``).
+    Strings go to :func:`engine.api.meta.parse_duration` (the one parser, matching the CRDs'
+    Duration pattern); numbers are seconds; ``None`` and ``""`` (an unset field) are 0.
     Raises ``ValueError`` on anything else.
     """
     if value is None:
@@ -96,23 +84,9 @@ def parse_duration(value: str | int | float | timedelta | None) -> float:
         raise ValueError(f"invalid duration {value!r}")
     if isinstance(value, (int, float)):
         return float(value)
-    text = value.strip()
-    if text in ("", "0", "+0", "-0"):
+    if not value.strip():
         return 0.0
-    sign = 1.0
-    if text[0] in "+-":
-        sign = -1.0 if text[0] == "-" else 1.0
-        text = text[1:]
-    pos, total = 0, 0.0
-    while pos < len(text):
-        match = _DURATION_PART.match(text, pos)
-        if match is None:
-            raise ValueError(f"invalid duration {value!r}")
-        total += float(match.group(1)) * _DURATION_UNITS[match.group(2)]
-        pos = match.end()
-    if pos == 0:
-        raise ValueError(f"invalid duration {value!r}")
-    return sign * total
+    return parse_go_duration(value)
 
 
 def format_time(moment: datetime) -> str:

@@ -171,7 +171,6 @@ def test_recommend_max_over_metrics_mixed_external() -> None:
         (None, 0.0),
         (42, 42.0),
         (timedelta(minutes=2), 120.0),
-        ("-2s", -2.0),
         ("1h2m3s", 3723.0),
     ],
 )
@@ -179,7 +178,7 @@ def test_parse_duration(text: object, seconds: float) -> None:
     assert parse_duration(text) == pytest.approx(seconds)
 
 
-@pytest.mark.parametrize("bad", ["15", "s", "1x", "1m 30s", "abc"])
+@pytest.mark.parametrize("bad", ["15", "s", "1x", "1m 30s", "abc", "-2s"])
 def test_parse_duration_rejects(bad: str) -> None:
     with pytest.raises(ValueError):
         parse_duration(bad)
