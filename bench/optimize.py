@@ -23,10 +23,11 @@ from typing import Any
 
 import yaml
 
-from bench.report import machine, write_section
+from engine.bench import machine, write_section
 from tests.factories import deployment, variant_autoscaling
 
 START, END = "<!-- flow-bench:start -->", "<!-- flow-bench:end -->"
+FLOW_PACKAGES = ("numpy", "PuLP", "highspy", "prefect", "kubernetes")
 NAMESPACE = "bench"
 CONFIG_NAMESPACE = "bench-system"
 
@@ -126,9 +127,11 @@ def render(models: int, first: dict[str, Any], second: dict[str, Any], steady: d
         )
 
     return "\n".join([
+        START,
+        "",
         "## Optimize flow cycle",
         "",
-        f"Command: `python -m bench.optimize --models {models}` on {machine()}.",
+        f"Command: `python -m bench.optimize --models {models}` on {machine(FLOW_PACKAGES)}.",
         "",
         f"One cycle of the `optimize` flow over {2 * models:,} VariantAutoscalings ({models} models x A100/H100), each",
         "scaling its own Deployment, against the Kubernetes API test server (subprocess, official client),",
@@ -142,6 +145,8 @@ def render(models: int, first: dict[str, Any], second: dict[str, Any], steady: d
         row("1st: every status new", first),
         row("2nd: currentAlloc of the targets the 1st scaled", second),
         row("3rd: nothing changed", steady),
+        "",
+        END,
         "",
     ])
 
@@ -180,7 +185,7 @@ def main(argv: list[str] | None = None) -> int:
     section = render(args.models, first, second, steady)
     print(section)
     if not args.no_write:
-        write_section(START, END, section)
+        write_section(section, START, END)
     ok = first["wall_s"] < 10 and first["by_verb"].get("patch", 0) <= 2 * first["changed"]
     ok = ok and all(count == 1 for key, count in first["by_key"].items() if key.startswith("list "))
     return 0 if ok else 1

@@ -197,7 +197,8 @@ def bench_quality(count: int, time_limit: float) -> dict:
 # report
 
 
-def machine() -> str:
+def machine(packages: tuple[str, ...] = ("numpy", "PuLP", "highspy")) -> str:
+    """One line naming the OS, CPU, core count, Python and the package versions that matter."""
     cpu = platform.processor() or "unknown"
     try:
         for line in pathlib.Path("/proc/cpuinfo").read_text().splitlines():
@@ -206,7 +207,7 @@ def machine() -> str:
                 break
     except OSError:
         pass
-    versions = ", ".join(f"{p} {metadata.version(p)}" for p in ("numpy", "PuLP", "highspy"))
+    versions = ", ".join(f"{p} {metadata.version(p)}" for p in packages)
     return (f"{platform.system()} {platform.release()}, {cpu}, {os.cpu_count()} CPUs, "
             f"Python {platform.python_version()}, {versions}")
 
@@ -283,20 +284,22 @@ def render(command: str, sizing: dict, alloc_rows: list[dict], quality: dict) ->
     return "\n".join(lines) + "\n"
 
 
-def write_doc(section: str) -> None:
-    """Replace the marked engine section of docs/benchmarks.md (create the file if needed)."""
-    if DOC.exists():
-        text = DOC.read_text()
-        if START in text and END in text:
-            head, rest = text.split(START, 1)
-            _, tail = rest.split(END, 1)
+def write_section(section: str, start: str = START, end: str = END, doc: pathlib.Path = DOC) -> None:
+    """Replace the part of ``doc`` between ``start`` and ``end`` with ``section`` (which carries the
+    markers); append it when the markers are absent, create the file if needed. Each benchmark owns
+    one marked section, so re-running one leaves the others as they were measured."""
+    if doc.exists():
+        text = doc.read_text()
+        if start in text and end in text:
+            head, rest = text.split(start, 1)
+            _, tail = rest.split(end, 1)
             text = head + section.rstrip("\n") + tail
         else:
             text = text.rstrip("\n") + "\n\n" + section
     else:
         text = "# Benchmarks\n\n" + section
-    DOC.parent.mkdir(parents=True, exist_ok=True)
-    DOC.write_text(text)
+    doc.parent.mkdir(parents=True, exist_ok=True)
+    doc.write_text(text)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -320,7 +323,7 @@ def main(argv: list[str] | None = None) -> int:
     section = render(command, sizing, rows, quality)
     print(section)
     if not (quick or args.no_write):
-        write_doc(section)
+        write_section(section)
         print(f"wrote {DOC.relative_to(REPO)}", file=sys.stderr)
     return 0
 
