@@ -88,6 +88,7 @@ def optimize(
     metrics: Optional[pathlib.Path] = typer.Option(None, "--metrics", help="Metrics YAML file (instead of Prometheus)."),
     prometheus: Optional[str] = typer.Option(None, "--prometheus", help="Prometheus base URL (default $PROMETHEUS_URL)."),
     namespace: list[str] = typer.Option([], "--namespace", "-n", help="Limit to these namespaces (repeatable)."),
+    namespace_selector: Optional[str] = typer.Option(None, "--namespace-selector", "-l", help="Label selector on Namespaces."),
     config_namespace: str = typer.Option("modelplane-system", help="Namespace of the WVA ConfigMaps."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Decide and print, write nothing."),
     as_json: bool = typer.Option(False, "--json", help="Print a JSON list instead of a table."),
@@ -97,6 +98,7 @@ def optimize(
 
     report = optimize_flow(
         namespaces=namespace or None,
+        namespace_selector=namespace_selector,
         config_namespace=config_namespace,
         prometheus_url=prometheus,
         metrics_file=str(metrics) if metrics else None,

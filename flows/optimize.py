@@ -70,6 +70,7 @@ class OptimizeParameters(BaseModel):
     """Parameters of one optimize run (rendered as a form in the Prefect UI)."""
 
     namespaces: list[str] = Field(default_factory=list, description="Namespaces to optimize; empty = all namespaces.")
+    namespace_selector: str | None = Field(None, description="Label selector on Namespaces, e.g. 'modelplane.io/optimize=true'.")
     config_namespace: str = Field(DEFAULT_CONFIG_NAMESPACE, description="Namespace of the WVA ConfigMaps.")
     prometheus_url: str | None = Field(
         None, description="Prometheus base URL; defaults to $PROMETHEUS_URL. Ignored when metrics_file is set."
@@ -287,6 +288,7 @@ def report_rows(decisions: list[VariantDecision], writes: list[WriteOutcome], bi
 @flow(name="optimize", timeout_seconds=DEFAULT_INTERVAL_S - 10, log_prints=True)
 def optimize(
     namespaces: list[str] | None = None,
+    namespace_selector: str | None = None,
     config_namespace: str = DEFAULT_CONFIG_NAMESPACE,
     prometheus_url: str | None = None,
     metrics_file: str | None = None,
@@ -300,6 +302,8 @@ def optimize(
 
     Args:
         namespaces: Namespaces to optimize; empty means all namespaces.
+        namespace_selector: Label selector on Namespace objects (e.g. 'modelplane.io/optimize=true'); combined
+            with namespaces, only namespaces in both are optimized.
         config_namespace: Namespace of the WVA ConfigMaps (costs, service classes, saturation, inventory).
         prometheus_url: Prometheus base URL; defaults to $PROMETHEUS_URL. Ignored when metrics_file is set.
         metrics_file: Read metrics from this YAML file instead of Prometheus (local and CI previews).
@@ -310,7 +314,7 @@ def optimize(
         status_heartbeat_s: Rewrite a status whose only change is lastRunTime at most this often.
     """
     params = OptimizeParameters(
-        namespaces=namespaces or [], config_namespace=config_namespace, prometheus_url=prometheus_url,
+        namespaces=namespaces or [], namespace_selector=namespace_selector, config_namespace=config_namespace, prometheus_url=prometheus_url,
         metrics_file=metrics_file, rate_window=rate_window, cluster=cluster, dry_run=dry_run, solver_time_limit_s=solver_time_limit_s,
         status_heartbeat_s=status_heartbeat_s,
     )
@@ -320,7 +324,7 @@ def optimize(
 
     # Task inputs holding every object of the cycle are passed with quote(): Prefect would otherwise
     # walk each of their nodes looking for futures, which costs seconds at 1,000 variants.
-    state = read_cluster_state(cluster, params.namespaces or None, params.config_namespace)
+    state = read_cluster_state(cluster, params.namespaces or None, params.config_namespace, params.namespace_selector)
     for error in state.config_errors:
         logger.warning("configuration: %s", error)
     replicas = read_current_replicas(cluster, scale_targets_of(state))

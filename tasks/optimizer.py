@@ -108,10 +108,22 @@ def _service_classes(
     return classes
 
 
-@task(name="read-cluster-state", cache_policy=NO_CACHE, retries=2, retry_delay_seconds=2)
-def read_cluster_state(cluster: Cluster, namespaces: list[str] | None, config_namespace: str) -> ClusterState:
-    """LIST every kind the cycle needs (all namespaces, filtered client-side) and parse the ConfigMaps."""
+def namespace_scope(cluster: Cluster, namespaces: list[str] | None, selector: str | None) -> set[str] | None:
+    """The namespaces a cycle covers: the named ones, those whose labels match ``selector`` (one LIST of
+    Namespaces), their intersection when both are given, or ``None`` for every namespace."""
     scope = set(namespaces) if namespaces else None
+    if selector:
+        selected = {ns["metadata"]["name"] for ns in cluster.list("v1", "Namespace", label_selector=selector)}
+        scope = selected if scope is None else scope & selected
+    return scope
+
+
+@task(name="read-cluster-state", cache_policy=NO_CACHE, retries=2, retry_delay_seconds=2)
+def read_cluster_state(
+    cluster: Cluster, namespaces: list[str] | None, config_namespace: str, namespace_selector: str | None = None
+) -> ClusterState:
+    """LIST every kind the cycle needs (all namespaces, filtered client-side) and parse the ConfigMaps."""
+    scope = namespace_scope(cluster, namespaces, namespace_selector)
     variants = [va for va in _list_optional(cluster, VA_API, "VariantAutoscaling") if _in_scope(va, scope)]
     bindings = [b for b in _list_optional(cluster, KTHENA_API, "AutoscalingPolicyBinding") if _in_scope(b, scope)]
     policies = {

@@ -107,3 +107,34 @@ def test_cli_table(prefect_harness: None, example_cluster: pathlib.Path, example
     assert result.exit_code == 0, result.output
     assert "Modelplane allocation" in result.stdout and "llama-3-1-8b-h100" in result.stdout
     assert "4 variants:" in result.stdout
+
+
+def test_namespace_selector_scopes_the_cycle(prefect_harness: None, example_cluster: pathlib.Path, example_metrics: pathlib.Path) -> None:
+    none = optimize(cluster=str(example_cluster), metrics_file=str(example_metrics), namespace_selector="team=nobody", dry_run=True)
+    assert none.rows == []
+    some = optimize(cluster=str(example_cluster), metrics_file=str(example_metrics), namespace_selector="app.kubernetes.io/part-of=modelplane", dry_run=True)
+    assert {r.namespace for r in some.rows} == {"llm-serving"} and len(some.rows) == 5
+    both = optimize(cluster=str(example_cluster), metrics_file=str(example_metrics), namespaces=["other"],
+                    namespace_selector="app.kubernetes.io/part-of=modelplane", dry_run=True)
+    assert both.rows == []
+
+
+def test_each_run_publishes_an_allocation_table_artifact(prefect_harness: None, example_cluster: pathlib.Path, example_metrics: pathlib.Path) -> None:
+    import asyncio
+
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey
+
+    state = optimize(cluster=str(example_cluster), metrics_file=str(example_metrics), return_state=True)
+    flow_run_id = state.state_details.flow_run_id
+
+    async def artifacts() -> list:
+        async with get_client() as client:
+            found = await client.read_artifacts(artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=["optimize-allocation"])))
+            return [a for a in found if a.flow_run_id == flow_run_id]
+
+    (artifact,) = asyncio.run(artifacts())
+    assert artifact.type == "table" and "4 variants" in artifact.description
+    table = json.loads(artifact.data) if isinstance(artifact.data, str) else artifact.data
+    assert {row["variant"] for row in table} >= {"llama-3-1-8b-a100", "llama-3-1-8b-h100", "granite-13b-a100", "granite-13b-l40s"}
+    assert set(table[0]) == {"namespace", "variant", "model", "accelerator", "current", "desired", "cost", "reason"}
