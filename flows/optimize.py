@@ -18,7 +18,6 @@ resources' status.
 
 from __future__ import annotations
 
-import logging
 import os
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
@@ -113,22 +112,7 @@ class CycleReport:
 
     def as_json(self) -> list[dict[str, Any]]:
         """The report as the CLI's JSON list."""
-        return [
-            {
-                "namespace": r.namespace,
-                "name": r.name,
-                "kind": r.kind,
-                "model": r.model,
-                "accelerator": r.accelerator,
-                "current": r.current,
-                "desired": r.desired,
-                "cost": r.cost,
-                "reason": r.reason,
-                "applied": r.applied,
-                "message": r.message,
-            }
-            for r in self.rows
-        ]
+        return [asdict(row) for row in self.rows]
 
 
 def metrics_source(params: OptimizeParameters) -> MetricsSource | None:
@@ -243,7 +227,12 @@ def apply_decisions(
 ) -> list[WriteOutcome]:
     """Write every variant's decision back (concurrently; each object independently)."""
     objects = {(va["metadata"].get("namespace", "default"), va["metadata"]["name"]): va for va in state.variants}
-    return parallel_map(lambda d: apply_variant(cluster, d, objects[(d.namespace, d.name)], now, params), decisions)
+    outcomes = parallel_map(lambda d: apply_variant(cluster, d, objects[(d.namespace, d.name)], now, params), decisions)
+    logger = get_run_logger()
+    for outcome in outcomes:
+        if outcome.error:
+            logger.error("VariantAutoscaling %s/%s: %s", outcome.namespace, outcome.name, outcome.error)
+    return outcomes
 
 
 @task(name="reconcile-bindings", cache_policy=NO_CACHE)
@@ -252,12 +241,18 @@ def reconcile_bindings(
     now: datetime, params: OptimizeParameters,
 ) -> list[BindingDecision]:
     """Kthena bindings: recommendation + behaviour correction (+ distribution), scale, persist state."""
+    logger = get_run_logger()
     decisions: list[BindingDecision] = []
     for binding in state.bindings:
-        inputs = read_binding_inputs(cluster, binding, quote(state), quote(snapshot), metrics_error)
-        decision = plan_binding(inputs, now)
-        if not params.dry_run:
-            apply_binding(cluster, binding, decision, now)
+        name = f"{binding['metadata'].get('namespace', 'default')}/{binding['metadata']['name']}"
+        try:
+            inputs = read_binding_inputs(cluster, binding, quote(state), quote(snapshot), metrics_error)
+            decision = plan_binding(inputs, now)
+            if not params.dry_run:
+                apply_binding(cluster, binding, decision, now)
+        except ClusterError as exc:  # one binding's API failure must not stop the others
+            logger.error("AutoscalingPolicyBinding %s: %s", name, exc.message)
+            continue
         decisions.append(decision)
     return decisions
 
@@ -339,7 +334,9 @@ def optimize(
     writes: list[WriteOutcome] = [] if params.dry_run else apply_decisions(cluster, quote(state), quote(decisions), now, params)
     bindings = reconcile_bindings(cluster, quote(state), quote(snapshot), metrics_error, now, params)
 
-    report = CycleReport(rows=report_rows(decisions, writes, bindings), summary=summarize(decisions), metrics_error=metrics_error, writes=writes)
+    failed_writes = sum(1 for w in writes if w.error)
+    summary = summarize(decisions) + (f", {failed_writes} write errors (see the log)" if failed_writes else "")
+    report = CycleReport(rows=report_rows(decisions, writes, bindings), summary=summary, metrics_error=metrics_error, writes=writes)
     publish(report)
     logger.info("optimize: %s", report.summary)
     return report

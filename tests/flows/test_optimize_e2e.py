@@ -202,3 +202,18 @@ def test_dry_run_writes_nothing(env: Env) -> None:
     report = env.cycle(dry_run=True)
     assert {r.name: r.desired for r in report.rows}["h100"] == 3
     assert env.status("h100") == {} and env.replicas("h100") == 1
+
+
+def test_forbidden_scale_is_reported_not_swallowed(env: Env) -> None:
+    env.deployment("h100", 1)
+    env.variant("h100", "H100", H100)
+    env.load(20.0, {"h100-0": 0.4})
+    env.server.inject("*", f".*/namespaces/{env.ns}/deployments/h100/scale$", 403, times=10)
+    report = env.cycle()
+    assert env.replicas("h100") == 1
+    status = env.status("h100")
+    assert status["actuation"] == {"applied": False}
+    ready = env.condition("h100", "OptimizationReady")
+    assert ready["status"] == "False" and "scaling failed" in ready["message"]
+    assert "1 write errors" in report.summary
+    assert [w.error for w in report.writes if w.error] and "Bearer" not in str(report.writes)
