@@ -679,6 +679,314 @@ def _highs_outcome(h) -> tuple[Status | None, float | None]:
     return status, (max(gap, 0.0) if gap is not None else None)
 
 
+
+# --------------------------------------------------------------------------------------------------
+# Lagrangian decomposition over the inventory rows
+#
+# The only coupling between models is the inventory, one row per limited accelerator type (a handful).
+# Pricing those rows at lambda >= 0 splits any stage into one small integer problem per model, solved
+# exactly by a depth-first search; the sum of their optima minus lambda . inventory is a lower bound
+# on the stage (weak duality).  Because only a few rows are dualised, this bound is within a few
+# models' rounding of the optimum, far tighter than the LP relaxation (which lets every model buy a
+# fractional last replica).  Raising the prices of over-used types until the per-model answers fit
+# gives a feasible allocation; when it is within ``mip_gap`` of the bound the stage is proven without
+# branch and bound, otherwise it warm-starts HiGHS and the bound tightens HiGHS's reported gap.
+
+_LAG_NODE_LIMIT = 5_000
+"""Node budget of one per-model search (beyond it the Lagrangian bound is not used)."""
+_LAG_REPAIR_ROUNDS = 20
+"""Rounds of raising the prices of over-used types in the primal heuristic."""
+_LAG_SHARE = 0.6
+"""Share of the time limit after which no further stage starts the decomposition."""
+_LAG_SECONDS_PER_NODE = 5e-6
+"""Time charged per unit of decomposition work (search nodes, plus 10 per per-model search) against the
+time limit: the engine reads no clock, so the Python work is accounted for deterministically."""
+
+
+_WORK = [0]
+"""Search nodes visited by :func:`_model_opt` (the decomposition's work, charged to the time limit)."""
+
+
+def _model_opt(load: float, ucap: float, w: float, items: list, room=None) -> tuple[float, list[int] | None, bool]:
+    """Exact optimum of one model's priced problem.
+
+    Minimise ``w * u + sum_v g_v(x_v)`` subject to ``sum_v r_v x_v + u >= load``, ``0 <= u <= ucap`` and
+    ``lo_v <= x_v <= hi_v`` integer, where ``g_v(n) = p_v * n + q_v * |n - cur_v|`` (``p_v >= q_v >= 0``,
+    so ``g_v`` is convex and nondecreasing).  ``items``: ``(r, p, q, cur, lo, hi, type, a)`` tuples; with
+    ``room`` (accelerators left per type index), ``sum a_v x_v <= room[type]`` too.  Returns the
+    value (``inf`` if infeasible), the counts in ``items`` order, and whether the search finished
+    (node budget) -- only then is the value a proven minimum.
+    """
+    n = len(items)
+
+    def g(i: int, k: int) -> float:
+        _, p, q, cur = items[i][:4]
+        return p * k + q * abs(k - cur)
+
+    base = [g(i, it[4]) for i, it in enumerate(items)]
+    spent0 = sum(base)
+    rem0 = load - sum(it[0] * it[4] for it in items)
+    tol = _UNSERVED_TOL * max(load, 1.0)
+    floors = [it[4] for it in items]
+    used: dict[int, float] = {}
+    if room is not None:
+        for it in items:
+            if it[6] >= 0:
+                used[it[6]] = used.get(it[6], 0.0) + it[7] * it[4]
+        if any(u > room[t] + 1e-9 for t, u in used.items()):
+            return math.inf, None, True
+    if rem0 <= tol:
+        return spent0, floors, True
+    if w <= 0.0 and rem0 <= ucap + tol:
+        return spent0, floors, True
+    # marginal price per req/s of each variant's cheapest replica above its floor
+    slope = [(it[1] - it[2]) if it[3] > it[4] else (it[1] + it[2]) for it in items]
+    order = sorted(range(n), key=lambda i: (slope[i] / items[i][0], i))
+    ratio = [slope[i] / items[i][0] for i in order] + [math.inf]
+    umin = w if ucap > 0 else math.inf
+    best = math.inf
+    best_k: list[int] | None = None
+    if rem0 <= ucap + tol:
+        best, best_k = spent0 + w * max(rem0, 0.0), [0] * n
+    picks = [0] * n
+    nodes = 0
+
+    def dfs(j: int, rem: float, spent: float) -> None:
+        nonlocal best, best_k, nodes
+        nodes += 1
+        if rem <= tol:
+            if spent < best - 1e-12:
+                best, best_k = spent, picks[:]
+            return
+        if rem <= ucap + tol and spent + w * rem < best - 1e-12:
+            best, best_k = spent + w * rem, picks[:]
+        if j == n or nodes > _LAG_NODE_LIMIT:
+            return
+        # the rest is covered by variants j.. (ratio >= ratio[j]) or, up to ucap, left unserved (w)
+        cheap = min(ratio[j], umin)
+        if spent + min(rem, ucap) * cheap + max(rem - ucap, 0.0) * ratio[j] >= best - 1e-12:
+            return
+        i = order[j]
+        r, p, q, cur, lo, hi, t, a = items[i]
+        kmax = min(hi - lo, replicas_needed(rem, r, 0))
+        if room is not None and t >= 0:
+            kmax = min(kmax, int((room[t] - used[t] + 1e-9) // a))
+        nxt = min(ratio[j + 1], umin)
+        s = slope[i]
+        monotone = s <= r * nxt  # then the linear bound below only grows as k decreases
+        b0 = base[i]
+        for k in range(kmax, -1, -1):
+            left = rem - k * r
+            if left > tol and monotone and spent + k * s + left * nxt >= best - 1e-12:
+                break
+            extra = p * (lo + k) + q * abs(lo + k - cur) - b0
+            if spent + extra + max(left, 0.0) * nxt >= best - 1e-12:
+                continue
+            picks[j] = k
+            if room is not None and t >= 0:
+                used[t] += a * k
+                dfs(j + 1, left, spent + extra)
+                used[t] -= a * k
+            else:
+                dfs(j + 1, left, spent + extra)
+        picks[j] = 0
+
+    dfs(0, rem0, spent0)
+    _WORK[0] += nodes
+    if best_k is None:
+        return math.inf, None, nodes <= _LAG_NODE_LIMIT
+    counts = [0] * n
+    for j, i in enumerate(order):
+        counts[i] = items[i][4] + best_k[j]
+    return best, counts, nodes <= _LAG_NODE_LIMIT
+
+
+class _Lagrange:
+    """Per-model data of the coupled models for the Lagrangian bound and primal heuristic."""
+
+    def __init__(self, milp: _Milp, problem: AllocationProblem) -> None:
+        prep = milp.prep
+        self.milp = milp
+        self.types = sorted(prep.limited)
+        self.tix = {t: k for k, t in enumerate(self.types)}
+        self.inv = np.array([float(prep.inventory[t]) for t in self.types])
+        self.tau = float(problem.transition_penalty)
+        self.models = milp.coupled
+        self.work0 = _WORK[0]
+        self.calls = 0
+        self.vars: dict[str, list[VariantOption]] = {}
+        serving = set()
+        for m in milp.coupled:
+            self.vars[m.name] = list(prep.usable[m.name])
+            serving.update(v.name for v in prep.usable[m.name])
+        # Variants held at their floor (excluded from serving, accelerator limited): constants.
+        self.fixed_use = np.zeros(len(self.types))
+        self.fixed_cost = 0.0
+        for name, x in milp.x.items():
+            if name in serving:
+                continue
+            v = _by_name(prep, name)
+            self.fixed_use[self.tix[v.accelerator]] += v.accelerators_per_replica * v.min_replicas
+            c = prep.cost[name]
+            self.fixed_cost += c * v.min_replicas + self.tau * c * abs(v.min_replicas - v.current_replicas)
+
+    @property
+    def work(self) -> int:
+        """Search nodes and per-model calls so far (deterministic measure of the time spent)."""
+        return _WORK[0] - self.work0 + 10 * self.calls
+
+    def items(self, m: ModelDemand, lam: np.ndarray, sigma: float) -> list:
+        self.calls += 1
+        prep, out = self.milp.prep, []
+        for v in self.vars[m.name]:
+            x = self.milp.x[v.name]
+            c = prep.cost[v.name]
+            k = self.tix.get(v.accelerator)
+            price = 0.0 if k is None else lam[k] * v.accelerators_per_replica
+            out.append((prep.rate[v.name], sigma * c + price, sigma * self.tau * c, v.current_replicas,
+                        int(round(x.lowBound or 0)), int(round(x.upBound)), -1 if k is None else k,
+                        v.accelerators_per_replica))
+        return out
+
+    def use_of(self, m: ModelDemand, counts: list[int]) -> np.ndarray:
+        use = np.zeros(len(self.types))
+        for v, n in zip(self.vars[m.name], counts):
+            k = self.tix.get(v.accelerator)
+            if k is not None:
+                use[k] += v.accelerators_per_replica * n
+        return use
+
+    def solve_all(self, lam, ucap, weight, sigma, only=None, sols=None):
+        """Per-model optima at prices ``lam``; returns {model: (value, counts, exact)}."""
+        sols = dict(sols or {})
+        for m in self.models:
+            if only is not None and m.name not in only:
+                continue
+            sols[m.name] = _model_opt(m.load_rps, ucap[m.name], weight.get(m.name, 0.0),
+                                      self.items(m, lam, sigma))
+        return sols
+
+    def bound(self, lam: np.ndarray, ucap: dict[str, float], weight: dict[str, float], sigma: float) -> float:
+        """Lagrangian lower bound of the stage ``sum_m (w_m u_m + sigma cost_m)`` at prices ``lam``
+        (``-inf`` when a per-model search hit its node budget)."""
+        lam = np.maximum(np.asarray(lam, dtype=float), 0.0)
+        sols = self.solve_all(lam, ucap, weight, sigma)
+        if not all(s[2] and s[1] is not None for s in sols.values()):
+            return -math.inf
+        return (sum(s[0] for s in sols.values()) - float(lam @ (self.inv - self.fixed_use))
+                + sigma * self.fixed_cost)
+
+    def primal(self, lam: np.ndarray, ucap: dict[str, float], weight: dict[str, float], sigma: float,
+               fallback: dict[str, int]) -> dict[str, int] | None:
+        """A feasible allocation: per-model optima at prices raised on over-used types until they fit,
+        then one pass of per-model re-optimisation of the true objective in the inventory left.
+        ``fallback`` (a feasible allocation) is improved instead when the prices do not converge."""
+        prep = self.milp.prep
+        price = np.maximum(np.asarray(lam, dtype=float), 0.0)
+        scale = np.zeros(len(self.types))
+        for m in self.models:
+            for v in self.vars[m.name]:
+                k = self.tix.get(v.accelerator)
+                if k is not None:
+                    per_acc = (prep.cost[v.name] * sigma + weight.get(m.name, 0.0) * prep.rate[v.name]) \
+                        / v.accelerators_per_replica
+                    scale[k] = max(scale[k], per_acc)
+        step = 0.005 * np.where(scale > 0, scale, 1.0)
+        sols = self.solve_all(price, ucap, weight, sigma)
+        counts: dict[str, list[int]] | None = None
+        for _ in range(_LAG_REPAIR_ROUNDS):
+            if any(s[1] is None for s in sols.values()):
+                break
+            use = self.fixed_use.copy()
+            users: dict[int, set[str]] = {}
+            for m in self.models:
+                u = self.use_of(m, sols[m.name][1])
+                use += u
+                for k in np.flatnonzero(u > 0):
+                    users.setdefault(int(k), set()).add(m.name)
+            over = np.flatnonzero(use > self.inv + 1e-9)
+            if len(over) == 0:
+                counts = {m.name: list(sols[m.name][1]) for m in self.models}
+                break
+            touched: set[str] = set()
+            for k in over:
+                price[k] = price[k] * 1.05 + step[k]
+                touched |= users.get(int(k), set())
+            sols = self.solve_all(price, ucap, weight, sigma, only=touched, sols=sols)
+        if counts is None and all(s[1] is not None for s in sols.values()):
+            counts = self._repair({m.name: list(sols[m.name][1]) for m in self.models}, ucap, weight, sigma)
+        if counts is None:
+            counts = {m.name: [fallback[v.name] for v in self.vars[m.name]] for m in self.models}
+        # coordinate descent on the true objective (no prices), each model within what the others leave
+        zero = np.zeros(len(self.types))
+        use = self.fixed_use.copy()
+        for m in self.models:
+            use += self.use_of(m, counts[m.name])
+        for m in self.models:
+            items = self.items(m, zero, sigma)
+            mine = self.use_of(m, counts[m.name])
+            room = self.inv - (use - mine)
+            old = _model_value(m.load_rps, weight.get(m.name, 0.0), items, counts[m.name])
+            val, new, _ = _model_opt(m.load_rps, ucap[m.name], weight.get(m.name, 0.0), items, room)
+            if new is not None and val < old - 1e-9 * max(1.0, abs(old)):
+                counts[m.name] = new
+                use += self.use_of(m, new) - mine
+        out: dict[str, int] = {}
+        for m in self.models:
+            out.update({v.name: n for v, n in zip(self.vars[m.name], counts[m.name])})
+        return out
+
+    def _repair(self, counts: dict[str, list[int]], ucap, weight, sigma) -> dict[str, list[int]] | None:
+        """Move models off over-used types, cheapest moves (true objective per accelerator freed) first."""
+        zero = np.zeros(len(self.types))
+        use = self.fixed_use.copy()
+        for m in self.models:
+            use += self.use_of(m, counts[m.name])
+        over = use > self.inv + 1e-9
+        if not over.any():
+            return counts
+        moves = []
+        for m in self.models:
+            mine = self.use_of(m, counts[m.name])
+            if not (mine[over] > 0).any():
+                continue
+            items = self.items(m, zero, sigma)
+            old = _model_value(m.load_rps, weight.get(m.name, 0.0), items, counts[m.name])
+            # its best answer using strictly less of every over-used type it uses (others unlimited)
+            room_off = np.where(over, np.maximum(mine - 1, 0), 1e18)
+            val, new, _ = _model_opt(m.load_rps, ucap[m.name], weight.get(m.name, 0.0), items, room_off)
+            if new is None:
+                continue
+            freed = float((mine - self.use_of(m, new))[over].sum())
+            if freed > 0:
+                moves.append(((val - old) / freed, m.name, m))
+        moves.sort(key=lambda e: (e[0], e[1]))
+        for _, _, m in moves:
+            if not (use > self.inv + 1e-9).any():
+                break
+            mine = self.use_of(m, counts[m.name])
+            over = use > self.inv + 1e-9
+            if not (mine[over] > 0).any():
+                continue
+            items = self.items(m, zero, sigma)
+            # within what the others leave, and strictly less of every over-used type it uses
+            room = self.inv - (use - mine)
+            room = np.where(over, np.minimum(room, np.maximum(mine - 1, 0)), room)
+            room = np.maximum(room, 0.0)
+            val, new, _ = _model_opt(m.load_rps, ucap[m.name], weight.get(m.name, 0.0), items, room)
+            if new is None:
+                continue
+            counts[m.name] = new
+            use += self.use_of(m, new) - mine
+        return None if (use > self.inv + 1e-9).any() else counts
+
+
+def _model_value(load: float, w: float, items: list, counts: list[int]) -> float:
+    """Objective of :func:`_model_opt` at given counts."""
+    cap = sum(it[0] * n for it, n in zip(items, counts))
+    return w * max(load - cap, 0.0) + sum(it[1] * n + it[2] * abs(n - it[3]) for it, n in zip(items, counts))
+
+
 def _solve_highs(milp: _Milp, problem: AllocationProblem, need_stage1: bool, start: dict[str, float]):
     """All stages on one HiGHS model (built once through PuLP), each warm-started by the last."""
     import highspy
@@ -725,12 +1033,102 @@ def _solve_highs(milp: _Milp, problem: AllocationProblem, need_stage1: bool, sta
 
     used = 0.0  # seconds, as measured by the solver itself (the engine reads no clock)
 
+    def spent() -> float:
+        """Solver seconds plus the decomposition's work at a (conservative) fixed rate per search node."""
+        return used + (lag.work * _LAG_SECONDS_PER_NODE if lag is not None else 0.0)
+
     def run(seconds: float):
         nonlocal used
         h.setOptionValue("time_limit", max(seconds, 0.01))
         h.run()
         used = float(h.getRunTime())  # HiGHS's run clock accumulates over runs of one model
         return _highs_outcome(h)
+
+    lag = _Lagrange(milp, problem) if _lagrange_applies(milp, problem) else None
+    ucap = {m.name: float(milp.u[m.name].upBound) for m in milp.coupled}
+    owner = {milp.u[m.name].name: m.name for m in milp.coupled}
+    integrality = np.array([1 if var.cat == pulp.LpInteger else 0 for var in columns], dtype=np.uint8)
+    row_of = {name: i for i, name in enumerate(prob.constraints)}
+    inv_rows = [(k, row_of.get(f"inv{k}")) for k, _ in enumerate(sorted(milp.prep.limited))]
+
+    def lp_prices() -> np.ndarray | None:
+        """Inventory-row duals of the current stage's LP relaxation (the Lagrange multipliers)."""
+        nonlocal used
+        h.changeColsIntegrality(len(columns), every, np.zeros(len(columns), dtype=np.uint8))
+        h.setOptionValue("time_limit", used + max(budget - spent(), 0.05))  # an LP run's limit is on the run clock
+        h.run()
+        used = float(h.getRunTime())
+        ok = h.getModelStatus() == highspy.HighsModelStatus.kOptimal
+        duals = list(h.getSolution().row_dual) if ok else []
+        lp_value = float(h.getInfo().objective_function_value) if ok else -math.inf
+        h.changeColsIntegrality(len(columns), every, integrality)
+        if not ok:
+            return None
+        return np.array([0.0 if i is None else max(-duals[i], 0.0) for _, i in inv_rows]), lp_value
+
+    def value_of(coefs: dict, values: dict[str, float]) -> float:
+        return float(sum(coef * values[var.name] for var, coef in coefs.items()))
+
+    def lagrange(coefs: dict, weight: dict[str, float], values: dict[str, float], cost_stage: bool):
+        """(bound, best start): a lower bound of the stage (Lagrangian, or the LP relaxation's) and the
+        better of ``values`` and the heuristic allocation (``-inf`` / ``values`` when not applicable)."""
+        if lag is None or spent() - used > _LAG_SHARE * budget:  # decomposition's share of the budget used up
+            return -math.inf, values
+        priced = lp_prices()
+        if priced is None:
+            return -math.inf, values
+        lam, lp_value = priced
+        if cost_stage:
+            hw, hsigma, wb, sb, scale = {}, 1.0, {}, 1.0, 1.0
+        else:
+            # heuristic: unserved load of the level weighted far above cost, cost breaks ties
+            big = 100.0 * max((milp.prep.cost[v.name] * (1.0 + lag.tau) / milp.prep.rate[v.name]
+                               for m in milp.coupled for v in lag.vars[m.name]), default=1.0) + 1.0
+            hw, hsigma, wb, sb, scale = {name: big for name in weight}, 1.0, weight, 0.0, big
+        reps = {name: int(round(values[x.name])) for name, x in milp.x.items()}
+        counts = lag.primal(scale * lam, ucap, hw, hsigma, reps)
+        if counts is not None:
+            reps.update(counts)
+            if not cost_stage:
+                _top_up(milp.prep, reps, milp.coupled)
+            cand = milp.start_from(reps)
+            if value_of(coefs, cand) < value_of(coefs, values) - 1e-9 * max(1.0, abs(value_of(coefs, values))):
+                values = cand
+        upper = value_of(coefs, values)
+        bound = lp_value
+        if lam.any() or cost_stage:  # (at zero prices the bound is zero: the LP's is as good)
+            bound = max(bound, lag.bound(lam, ucap, wb, sb))
+        return bound, values
+
+    def lag_gap(bound: float, ub: float) -> float | None:
+        if not math.isfinite(bound):
+            return None
+        return float(max(ub - bound, 0.0) / max(abs(ub), 1e-9)) if ub - bound > 1e-9 else 0.0
+
+    def stage(coefs: dict, weight: dict[str, float], cost_stage: bool, seconds: float, abs_gap: float):
+        """One stage: Lagrangian bound and heuristic, then HiGHS only if the gap is not yet closed."""
+        nonlocal start
+        before = spent()
+        objective(coefs)
+        bound, start = lagrange(coefs, weight, start, cost_stage)
+        gap0 = lag_gap(bound, value_of(coefs, start))
+        if gap0 is not None and (gap0 <= problem.mip_gap or value_of(coefs, start) - bound <= abs_gap):
+            return "optimal", gap0
+        h.setOptionValue("mip_abs_gap", abs_gap)
+        if math.isfinite(bound):  # stop once the incumbent is within mip_gap of the Lagrangian bound
+            h.setOptionValue("objective_target", bound / (1.0 - problem.mip_gap) if bound > 0 else bound + abs_gap)
+        warm(start)
+        st, gap = run(seconds - (spent() - before))
+        h.setOptionValue("objective_target", -math.inf)
+        if st is None:
+            return None
+        start = current()
+        g1 = lag_gap(bound, value_of(coefs, start))
+        if g1 is not None:
+            if g1 <= problem.mip_gap or value_of(coefs, start) - bound <= abs_gap:
+                st = "optimal"
+            gap = g1 if gap is None else min(gap, g1)
+        return st, gap
 
     statuses: list[Status] = []
     gaps: list[float | None] = []
@@ -741,35 +1139,46 @@ def _solve_highs(milp: _Milp, problem: AllocationProblem, need_stage1: bool, sta
         for n_left, level in zip(range(len(todo), 0, -1), todo):
             if sum(start[var.name] for var in level) <= 1e-12:
                 freeze(level, start)
+                _set_caps(ucap, owner, level, start)
                 continue
-            objective({var: 1.0 for var in level})
-            h.setOptionValue("mip_abs_gap", 1e-9)  # stop as soon as the level is fully served
-            warm(start)
+            weight = {owner[var.name]: 1.0 for var in level if var.name in owner}
+            if len(weight) < len(level):  # the floors level: no decomposition
+                weight = {}
             # this level may take its share plus half of the later levels' (often not needed)
-            st, gap = run((stage1_time - used) * (n_left + 1) / (2 * n_left))
-            if st is None:
+            outcome = stage({var: 1.0 for var in level}, weight, False,
+                            (stage1_time - spent()) * (n_left + 1) / (2 * n_left), 1e-9)
+            if outcome is None:
                 return None
-            statuses.append(st)
-            gaps.append(gap)
-            start = current()
+            statuses.append(outcome[0])
+            gaps.append(outcome[1])
             # A time-limited level may leave capacity unused: hand it out before freezing.
             counts = {name: int(round(start[x.name])) for name, x in milp.x.items()}
             if _top_up(milp.prep, counts, milp.coupled):
                 start = milp.start_from(counts)
             freeze(level, start)
-        h.setOptionValue("mip_abs_gap", 1e-6)
-        objective(dict(milp.cost.items()))
+            _set_caps(ucap, owner, level, start)
     # Stage 2: cost plus transition penalty, serving exactly what stage 1 decided.
-    warm(start)
-    st, gap = run(budget - used)
-    if st is None:
+    outcome = stage(dict(milp.cost.items()), {}, True, budget - spent(), 1e-6)
+    if outcome is None:
         return None
-    statuses.append(st)
-    gaps.append(gap)
-    values = current()
+    statuses.append(outcome[0])
+    gaps.append(outcome[1])
+    values = start
     status: Status = "optimal" if all(s == "optimal" for s in statuses) else "feasible"
     known = [g for g in gaps if g is not None]
     return values, status, (max(known) if len(known) == len(gaps) else None)
+
+
+def _set_caps(ucap: dict[str, float], owner: dict[str, str], level: list, values: dict[str, float]) -> None:
+    """Mirror ``freeze``: a frozen model may leave at most what it leaves now unserved."""
+    for var in level:
+        if var.name in owner:
+            ucap[owner[var.name]] = values[var.name] + 1e-9 * max(1.0, values[var.name])
+
+
+def _lagrange_applies(milp: _Milp, problem: AllocationProblem) -> bool:
+    """The decomposition needs every floor to fit (no floor-slack level) and convex transition costs."""
+    return bool(milp.prep.limited) and not milp.s and 0.0 <= problem.transition_penalty < 1.0
 
 
 def _solve_cbc(milp: _Milp, problem: AllocationProblem, need_stage1: bool, start: dict[str, float]):

@@ -338,3 +338,158 @@ def test_degenerate_profile_is_reported_not_raised():
     alloc = solve(AllocationProblem([m], vs, {"A100": 10}))
     assert "degenerate" in alloc.infeasible_variants["zero"]
     assert alloc.replicas["ok"] == 1 and alloc.unserved_rps["m"] == 0.0
+
+
+# --------------------------------------------------------------------------------------------------
+# Lagrangian decomposition over the inventory rows (engine.allocation._Lagrange / _model_opt)
+
+
+@pytest.mark.parametrize("seed", range(60))
+def test_per_model_priced_search_matches_brute_force(seed):
+    import itertools
+
+    from engine.allocation import _model_opt, _model_value
+
+    rng = np.random.default_rng(500 + seed)
+    n = int(rng.integers(1, 4))
+    items = []
+    for i in range(n):
+        p = float(rng.uniform(0, 20))
+        q = float(rng.choice([0.0, rng.uniform(0, p)]))
+        lo = int(rng.integers(0, 2))
+        items.append((float(rng.uniform(0.5, 4)), p, q, int(rng.integers(0, 4)), lo, lo + int(rng.integers(0, 6)),
+                      int(rng.integers(-1, 2)), int(rng.integers(1, 3))))
+    load = float(rng.uniform(0, 12))
+    ucap = float(rng.choice([0.0, load, rng.uniform(0, load)]))
+    w = float(rng.choice([0.0, 1.0, rng.uniform(0, 30)]))
+    room = None if rng.random() < 0.5 else [float(rng.integers(0, 10)), float(rng.integers(0, 10))]
+    value, counts, exact = _model_opt(load, ucap, w, items, room)
+    best = math.inf
+    for combo in itertools.product(*[range(it[4], it[5] + 1) for it in items]):
+        cap = sum(it[0] * k for it, k in zip(items, combo))
+        if load - cap > ucap + 1e-9 * max(load, 1.0):
+            continue
+        if room is not None and any(
+                sum(it[7] * k for it, k in zip(items, combo) if it[6] == t) > room[t] for t in (0, 1)):
+            continue
+        best = min(best, _model_value(load, w, items, list(combo)))
+    assert exact
+    if best == math.inf:
+        assert counts is None and value == math.inf
+    else:
+        assert value == pytest.approx(best, abs=1e-9)
+        assert _model_value(load, w, items, counts) == pytest.approx(value, abs=1e-9)
+
+
+def _lagrange_for(problem: AllocationProblem, forbid_unserved: bool):
+    from engine.allocation import _floors_fit, _Lagrange, _Milp, _prepare
+
+    prep = _prepare(problem)
+    milp = _Milp(problem, prep, [m for m in prep.models if prep.usable[m.name]], _floors_fit(prep))
+    if forbid_unserved:
+        milp.forbid_unserved()
+    lag = _Lagrange(milp, problem)
+    ucap = {m.name: float(milp.u[m.name].upBound) for m in milp.coupled}
+    return lag, ucap
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_lagrangian_bound_never_exceeds_the_optimum(seed):
+    """Weak duality: at any prices the bound is <= the brute-force optimum of the stage."""
+    import itertools
+
+    rng = np.random.default_rng(100 + seed)
+    accs = ["g0", "g1"]
+    costs = {"g0": float(rng.choice([10, 12, 20])), "g1": float(rng.choice([10, 15, 30]))}
+    models, variants = [], []
+    for i in range(int(rng.integers(1, 3))):
+        models.append(model(f"m{i}", float(rng.uniform(0, 6)), priority=1))
+        for a in accs:
+            variants.append(variant(f"m{i}-{a}", f"m{i}", a, rate=float(rng.uniform(0.7, 3.0)),
+                                    apr=int(rng.choice([1, 2])), current_replicas=int(rng.integers(0, 3))))
+    inventory = {a: int(rng.integers(2, 10)) for a in accs}
+    problem = AllocationProblem(models, variants, costs, inventory)
+    rates = {v.name: v.max_rate for v in variants}
+    best_cost, best_unserved = math.inf, math.inf
+    for combo in itertools.product(*[range(0, 9) for _ in variants]):
+        reps = {v.name: n for v, n in zip(variants, combo)}
+        if any(sum(reps[v.name] * v.accelerators_per_replica for v in variants if v.accelerator == a) > inventory[a]
+               for a in accs):
+            continue
+        unserved, cost = _objective(problem, reps, rates)
+        best_unserved = min(best_unserved, sum(unserved))
+        if sum(unserved) == 0:
+            best_cost = min(best_cost, cost)
+    for _ in range(5):
+        lam = rng.uniform(0, 15, 2) * (rng.random(2) < 0.8)
+        lag, ucap = _lagrange_for(problem, forbid_unserved=False)
+        bound = lag.bound(lam / 5, ucap, {m.name: 1.0 for m in models}, 0.0)
+        assert bound <= best_unserved + 1e-6
+        if best_cost < math.inf:
+            lag, ucap = _lagrange_for(problem, forbid_unserved=True)
+            assert lag.bound(lam, ucap, {}, 1.0) <= best_cost + 1e-6
+
+
+def _eight_type_instance(n_models: int, shortage: bool):
+    from engine.bench import allocation_instance, usage
+
+    inst = allocation_instance(n_models, 8, 8, seed=7)
+    free = solve(AllocationProblem(inst.models, inst.variants, inst.unit_costs))
+    need = usage(inst, free.replicas)
+    cheap = sorted(inst.accelerators, key=lambda a: inst.unit_costs[a])[:4]
+    if shortage:
+        inventory = {a: int(need[a] * 0.7) for a in inst.accelerators}
+    else:
+        inventory = {a: int(need[a] * (0.8 if a in cheap else 2.0)) for a in inst.accelerators}
+    return inst, inventory
+
+
+def _check_inventory(alloc, variants, inventory):
+    use = {a: 0 for a in inventory}
+    for v in variants:
+        use[v.accelerator] += v.accelerators_per_replica * alloc.replicas[v.name]
+    assert all(use[a] <= inventory[a] for a in inventory)
+
+
+def test_every_model_on_all_eight_types_is_proven_within_the_gap():
+    inst, inventory = _eight_type_instance(300, shortage=False)
+    problem = AllocationProblem(inst.models, inst.variants, inst.unit_costs, inventory, time_limit_s=5, mip_gap=1e-3)
+    alloc, base = solve(problem), greedy(problem)
+    _check_inventory(alloc, inst.variants, inventory)
+    assert alloc.status == "optimal" and alloc.gap is not None and alloc.gap <= 1e-3
+    assert alloc.total_unserved_rps == 0.0
+    assert _weighted_unserved(alloc, inst.models) <= _weighted_unserved(base, inst.models)
+    if _weighted_unserved(alloc, inst.models) == _weighted_unserved(base, inst.models):
+        assert alloc.cost <= base.cost + 1e-6
+
+
+def test_decomposition_agrees_with_the_plain_milp(monkeypatch):
+    """The Lagrangian path's claimed optimum is within mip_gap of HiGHS alone run to a tight gap."""
+    import engine.allocation as allocation
+
+    inst, inventory = _eight_type_instance(40, shortage=False)
+    problem = AllocationProblem(inst.models, inst.variants, inst.unit_costs, inventory, time_limit_s=30, mip_gap=1e-3)
+    fast = solve(problem)
+    monkeypatch.setattr(allocation, "_lagrange_applies", lambda milp, problem: False)
+    exact = solve(AllocationProblem(inst.models, inst.variants, inst.unit_costs, inventory, time_limit_s=60,
+                                    mip_gap=1e-6))
+    assert exact.status == "optimal" and fast.status == "optimal"
+    assert _weighted_unserved(fast, inst.models) == _weighted_unserved(exact, inst.models)
+    tau = problem.transition_penalty
+
+    def objective(alloc):
+        return sum(alloc.replicas[v.name] * c + tau * c * abs(alloc.replicas[v.name] - v.current_replicas)
+                   for v in inst.variants
+                   for c in [inst.unit_costs[v.accelerator] * v.accelerators_per_replica])
+
+    assert objective(fast) <= objective(exact) * (1 + 1e-3) + 1e-6
+
+
+def test_shortage_on_all_eight_types_serves_more_than_greedy():
+    inst, inventory = _eight_type_instance(200, shortage=True)
+    problem = AllocationProblem(inst.models, inst.variants, inst.unit_costs, inventory, time_limit_s=3, mip_gap=1e-3)
+    alloc, base = solve(problem), greedy(problem)
+    _check_inventory(alloc, inst.variants, inventory)
+    assert alloc.status in ("optimal", "feasible")
+    assert alloc.status == "feasible" or (alloc.gap is not None and alloc.gap <= 1e-3)
+    assert _weighted_unserved(alloc, inst.models) < _weighted_unserved(base, inst.models)
