@@ -696,7 +696,7 @@ _LAG_NODE_LIMIT = 5_000
 """Node budget of one per-model search (beyond it the Lagrangian bound is not used)."""
 _LAG_REPAIR_ROUNDS = 20
 """Rounds of raising the prices of over-used types in the primal heuristic."""
-_LAG_SHARE = 0.6
+_LAG_SHARE = 0.8
 """Share of the time limit after which no further stage starts the decomposition."""
 _LAG_SECONDS_PER_NODE = 5e-6
 """Time charged per unit of decomposition work (search nodes, plus 10 per per-model search) against the
@@ -768,7 +768,8 @@ def _model_opt(load: float, ucap: float, w: float, items: list, room=None) -> tu
             return
         i = order[j]
         r, p, q, cur, lo, hi, t, a = items[i]
-        kmax = min(hi - lo, replicas_needed(rem, r, 0))
+        ratio_k = rem / r
+        kmax = min(hi - lo, int(math.ceil(ratio_k - 1e-9 * max(1.0, ratio_k))))  # replicas_needed(rem, r)
         if room is not None and t >= 0:
             kmax = min(kmax, int((room[t] - used[t] + 1e-9) // a))
         nxt = min(ratio[j + 1], umin)
@@ -814,6 +815,7 @@ class _Lagrange:
         self.models = milp.coupled
         self.work0 = _WORK[0]
         self.calls = 0
+        self._cache: dict[str, tuple] = {}
         self.vars: dict[str, list[VariantOption]] = {}
         serving = set()
         for m in milp.coupled:
@@ -835,35 +837,41 @@ class _Lagrange:
         """Search nodes and per-model calls so far (deterministic measure of the time spent)."""
         return _WORK[0] - self.work0 + 10 * self.calls
 
-    def items(self, m: ModelDemand, lam: np.ndarray, sigma: float) -> list:
+    def _static(self, m: ModelDemand):
+        """(rate, cost, type index or -1, accelerators, current, lo, hi) per variant, and the use matrix."""
+        cached = self._cache.get(m.name)
+        if cached is None:
+            prep, rows = self.milp.prep, []
+            mat = np.zeros((len(self.vars[m.name]), len(self.types)))
+            for j, v in enumerate(self.vars[m.name]):
+                x = self.milp.x[v.name]
+                k = self.tix.get(v.accelerator, -1)
+                rows.append((prep.rate[v.name], prep.cost[v.name], k, v.accelerators_per_replica,
+                             v.current_replicas, int(round(x.lowBound or 0)), int(round(x.upBound))))
+                if k >= 0:
+                    mat[j, k] = v.accelerators_per_replica
+            cached = self._cache[m.name] = (rows, mat)
+        return cached
+
+    def items(self, m: ModelDemand, lam, sigma: float) -> list:
+        """The per-model search's items at prices ``lam`` (a sequence per type) and cost weight ``sigma``."""
         self.calls += 1
-        prep, out = self.milp.prep, []
-        for v in self.vars[m.name]:
-            x = self.milp.x[v.name]
-            c = prep.cost[v.name]
-            k = self.tix.get(v.accelerator)
-            price = 0.0 if k is None else lam[k] * v.accelerators_per_replica
-            out.append((prep.rate[v.name], sigma * c + price, sigma * self.tau * c, v.current_replicas,
-                        int(round(x.lowBound or 0)), int(round(x.upBound)), -1 if k is None else k,
-                        v.accelerators_per_replica))
-        return out
+        st = sigma * self.tau
+        return [(r, sigma * c + (lam[k] * a if k >= 0 else 0.0), st * c, cur, lo, hi, k, a)
+                for r, c, k, a, cur, lo, hi in self._static(m)[0]]
 
     def use_of(self, m: ModelDemand, counts: list[int]) -> np.ndarray:
-        use = np.zeros(len(self.types))
-        for v, n in zip(self.vars[m.name], counts):
-            k = self.tix.get(v.accelerator)
-            if k is not None:
-                use[k] += v.accelerators_per_replica * n
-        return use
+        return np.asarray(counts, dtype=float) @ self._static(m)[1]
 
     def solve_all(self, lam, ucap, weight, sigma, only=None, sols=None):
         """Per-model optima at prices ``lam``; returns {model: (value, counts, exact)}."""
         sols = dict(sols or {})
+        prices = [float(p) for p in lam]
         for m in self.models:
             if only is not None and m.name not in only:
                 continue
             sols[m.name] = _model_opt(m.load_rps, ucap[m.name], weight.get(m.name, 0.0),
-                                      self.items(m, lam, sigma))
+                                      self.items(m, prices, sigma))
         return sols
 
     def bound(self, lam: np.ndarray, ucap: dict[str, float], weight: dict[str, float], sigma: float) -> float:
@@ -918,7 +926,7 @@ class _Lagrange:
         if counts is None:
             counts = {m.name: [fallback[v.name] for v in self.vars[m.name]] for m in self.models}
         # coordinate descent on the true objective (no prices), each model within what the others leave
-        zero = np.zeros(len(self.types))
+        zero = [0.0] * len(self.types)
         use = self.fixed_use.copy()
         for m in self.models:
             use += self.use_of(m, counts[m.name])
@@ -938,7 +946,7 @@ class _Lagrange:
 
     def _repair(self, counts: dict[str, list[int]], ucap, weight, sigma) -> dict[str, list[int]] | None:
         """Move models off over-used types, cheapest moves (true objective per accelerator freed) first."""
-        zero = np.zeros(len(self.types))
+        zero = [0.0] * len(self.types)
         use = self.fixed_use.copy()
         for m in self.models:
             use += self.use_of(m, counts[m.name])
@@ -1055,7 +1063,7 @@ def _solve_highs(milp: _Milp, problem: AllocationProblem, need_stage1: bool, sta
         """Inventory-row duals of the current stage's LP relaxation (the Lagrange multipliers)."""
         nonlocal used
         h.changeColsIntegrality(len(columns), every, np.zeros(len(columns), dtype=np.uint8))
-        h.setOptionValue("time_limit", used + max(budget - spent(), 0.05))  # an LP run's limit is on the run clock
+        h.setOptionValue("time_limit", used + max(budget - spent(), 0.3))  # an LP run's limit is on the run clock
         h.run()
         used = float(h.getRunTime())
         ok = h.getModelStatus() == highspy.HighsModelStatus.kOptimal
