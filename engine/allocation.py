@@ -1171,6 +1171,24 @@ def _solve_highs(milp: _Milp, problem: AllocationProblem, need_stage1: bool, sta
         return None
     statuses.append(outcome[0])
     gaps.append(outcome[1])
+    if lag is not None and need_stage1:
+        # Moving load to cheaper accelerators can free room a partly served model could use; solve()
+        # then serves it, which voids the cost stage's gap.  Serve it here instead, keep serving it,
+        # and bound the cost stage again at the new unserved load (same allocation, no new room).
+        counts = {name: int(round(start[x.name])) for name, x in milp.x.items()}
+        if _top_up(milp.prep, counts, milp.coupled):
+            start = milp.start_from(counts)
+            every_u = [milp.u[m.name] for m in milp.coupled]
+            freeze(every_u, start)
+            _set_caps(ucap, owner, every_u, start)
+            objective(dict(milp.cost.items()))
+            priced = lp_prices()
+            g = None
+            if priced is not None:
+                bound = max(priced[1], lag.bound(priced[0], ucap, {}, 1.0))
+                g = lag_gap(bound, value_of(dict(milp.cost.items()), start))
+            statuses[-1] = "optimal" if g is not None and g <= problem.mip_gap else "feasible"
+            gaps[-1] = g
     values = start
     status: Status = "optimal" if all(s == "optimal" for s in statuses) else "feasible"
     known = [g for g in gaps if g is not None]
