@@ -36,6 +36,13 @@ Decisions worth knowing:
 * Models none of whose variants touch a limited accelerator are independent; when such a model has a
   single usable variant it is sized in closed form, ``max(ceil(load/max_rate), min_replicas)`` (capped
   by ``max_replicas``), exactly like WVA's per-variant sizing.
+* With inventory limits every stage is first attacked by a Lagrangian decomposition over the inventory
+  rows (the only coupling between models): priced with the LP relaxation's duals, each model's small
+  integer problem is solved exactly, giving a lower bound much tighter than the LP's, and raising the
+  prices of over-used types (then moving the cheapest models off them and re-optimising each model in
+  what the others leave) gives an incumbent.  A stage within ``mip_gap`` of that bound is proven
+  without branch and bound; otherwise HiGHS continues from the incumbent and the smaller gap is kept.
+  The decomposition's work is charged to the time limit at a fixed rate per search node.
 * Status ``"optimal"`` only when the solver proved optimality (within ``mip_gap``); a solution cut
   short by the time limit is ``"feasible"``, with the gap reported when the solver exposes it.
   (PuLP's ``LpStatus`` says "Optimal" for time-limited runs; the solution status is what is read.)
@@ -679,7 +686,6 @@ def _highs_outcome(h) -> tuple[Status | None, float | None]:
     return status, (max(gap, 0.0) if gap is not None else None)
 
 
-
 # --------------------------------------------------------------------------------------------------
 # Lagrangian decomposition over the inventory rows
 #
@@ -703,11 +709,8 @@ _LAG_SECONDS_PER_NODE = 5e-6
 time limit: the engine reads no clock, so the Python work is accounted for deterministically."""
 
 
-_WORK = [0]
-"""Search nodes visited by :func:`_model_opt` (the decomposition's work, charged to the time limit)."""
-
-
-def _model_opt(load: float, ucap: float, w: float, items: list, room=None) -> tuple[float, list[int] | None, bool]:
+def _model_opt(load: float, ucap: float, w: float, items: list, room=None,
+               work: list[int] | None = None) -> tuple[float, list[int] | None, bool]:
     """Exact optimum of one model's priced problem.
 
     Minimise ``w * u + sum_v g_v(x_v)`` subject to ``sum_v r_v x_v + u >= load``, ``0 <= u <= ucap`` and
@@ -715,7 +718,7 @@ def _model_opt(load: float, ucap: float, w: float, items: list, room=None) -> tu
     so ``g_v`` is convex and nondecreasing).  ``items``: ``(r, p, q, cur, lo, hi, type, a)`` tuples; with
     ``room`` (accelerators left per type index), ``sum a_v x_v <= room[type]`` too.  Returns the
     value (``inf`` if infeasible), the counts in ``items`` order, and whether the search finished
-    (node budget) -- only then is the value a proven minimum.
+    (node budget) -- only then is the value a proven minimum.  ``work[0]`` counts the nodes visited.
     """
     n = len(items)
 
@@ -793,7 +796,8 @@ def _model_opt(load: float, ucap: float, w: float, items: list, room=None) -> tu
         picks[j] = 0
 
     dfs(0, rem0, spent0)
-    _WORK[0] += nodes
+    if work is not None:
+        work[0] += nodes
     if best_k is None:
         return math.inf, None, nodes <= _LAG_NODE_LIMIT
     counts = [0] * n
@@ -813,7 +817,7 @@ class _Lagrange:
         self.inv = np.array([float(prep.inventory[t]) for t in self.types])
         self.tau = float(problem.transition_penalty)
         self.models = milp.coupled
-        self.work0 = _WORK[0]
+        self.nodes = [0]  # search nodes visited so far
         self.calls = 0
         self._cache: dict[str, tuple] = {}
         self.vars: dict[str, list[VariantOption]] = {}
@@ -835,7 +839,7 @@ class _Lagrange:
     @property
     def work(self) -> int:
         """Search nodes and per-model calls so far (deterministic measure of the time spent)."""
-        return _WORK[0] - self.work0 + 10 * self.calls
+        return self.nodes[0] + 10 * self.calls
 
     def _static(self, m: ModelDemand):
         """(rate, cost, type index or -1, accelerators, current, lo, hi) per variant, and the use matrix."""
@@ -871,7 +875,7 @@ class _Lagrange:
             if only is not None and m.name not in only:
                 continue
             sols[m.name] = _model_opt(m.load_rps, ucap[m.name], weight.get(m.name, 0.0),
-                                      self.items(m, prices, sigma))
+                                      self.items(m, prices, sigma), None, self.nodes)
         return sols
 
     def bound(self, lam: np.ndarray, ucap: dict[str, float], weight: dict[str, float], sigma: float) -> float:
@@ -935,7 +939,7 @@ class _Lagrange:
             mine = self.use_of(m, counts[m.name])
             room = self.inv - (use - mine)
             old = _model_value(m.load_rps, weight.get(m.name, 0.0), items, counts[m.name])
-            val, new, _ = _model_opt(m.load_rps, ucap[m.name], weight.get(m.name, 0.0), items, room)
+            val, new, _ = _model_opt(m.load_rps, ucap[m.name], weight.get(m.name, 0.0), items, room, self.nodes)
             if new is not None and val < old - 1e-9 * max(1.0, abs(old)):
                 counts[m.name] = new
                 use += self.use_of(m, new) - mine
@@ -962,7 +966,7 @@ class _Lagrange:
             old = _model_value(m.load_rps, weight.get(m.name, 0.0), items, counts[m.name])
             # its best answer using strictly less of every over-used type it uses (others unlimited)
             room_off = np.where(over, np.maximum(mine - 1, 0), 1e18)
-            val, new, _ = _model_opt(m.load_rps, ucap[m.name], weight.get(m.name, 0.0), items, room_off)
+            val, new, _ = _model_opt(m.load_rps, ucap[m.name], weight.get(m.name, 0.0), items, room_off, self.nodes)
             if new is None:
                 continue
             freed = float((mine - self.use_of(m, new))[over].sum())
@@ -981,7 +985,7 @@ class _Lagrange:
             room = self.inv - (use - mine)
             room = np.where(over, np.minimum(room, np.maximum(mine - 1, 0)), room)
             room = np.maximum(room, 0.0)
-            val, new, _ = _model_opt(m.load_rps, ucap[m.name], weight.get(m.name, 0.0), items, room)
+            val, new, _ = _model_opt(m.load_rps, ucap[m.name], weight.get(m.name, 0.0), items, room, self.nodes)
             if new is None:
                 continue
             counts[m.name] = new
