@@ -15,15 +15,16 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Mapping
 
-from engine.conditions import set_condition_dict
+from engine.api.meta import format_time
+from engine.saturation import REASON_METRICS_AVAILABLE as METRICS_AVAILABLE
+from engine.saturation import REASON_METRICS_UNAVAILABLE as METRICS_UNAVAILABLE
+from engine.saturation import REASON_OPTIMIZATION_SUCCEEDED as REASON_SUCCEEDED
 from engine.scaling import Behavior, Group, ScalingState, correct, distribute, recommend
+from engine.status import REASON_INVALID, REASON_TARGET_MISSING, ConditionUpdate, set_conditions
 from engine.units import parse_quantity
 
-REASON_SUCCEEDED = "OptimizationSucceeded"
 REASON_POLICY_MISSING = "PolicyNotFound"
-REASON_TARGET_MISSING = "TargetNotFound"
-REASON_INVALID = "InvalidConfiguration"
-REASON_NO_METRICS = "MetricsUnavailable"
+REASON_NO_METRICS = METRICS_UNAVAILABLE
 
 
 @dataclass(frozen=True)
@@ -176,19 +177,14 @@ def binding_status(
     if desired:
         status["desiredReplicas"] = sum(desired)
     if any(t.changes_replicas and t.applied for t in decision.targets):
-        status["lastScaleTime"] = now.strftime("%Y-%m-%dT%H:%M:%SZ")
+        status["lastScaleTime"] = format_time(now)
     status["targets"] = [
         {"name": t.name, "namespace": t.namespace, "replicas": t.desired if t.desired is not None else (t.current or 0)}
         for t in decision.targets
     ]
-    conditions = list(old.get("conditions") or [])
-    conditions = set_condition_dict(
-        conditions, "MetricsAvailable", "True" if metrics_ok else "False",
-        "MetricsAvailable" if metrics_ok else "MetricsUnavailable", metrics_message, now, observed_generation=generation,
+    metrics = ConditionUpdate(
+        METRICS_AVAILABLE, "True" if metrics_ok else "False", METRICS_AVAILABLE if metrics_ok else METRICS_UNAVAILABLE, metrics_message
     )
-    conditions = set_condition_dict(
-        conditions, "OptimizationReady", "True" if decision.ready else "False", decision.reason, decision.message, now,
-        observed_generation=generation,
-    )
-    status["conditions"] = conditions
+    ready = ConditionUpdate("OptimizationReady", "True" if decision.ready else "False", decision.reason, decision.message)
+    status["conditions"] = set_conditions(list(old.get("conditions") or []), (metrics, ready), now, generation)
     return status

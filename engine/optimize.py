@@ -23,10 +23,14 @@ from datetime import datetime
 from typing import Any, Iterable, Mapping
 
 from engine.allocation import AllocationProblem, ModelDemand, VariantOption, solve
-from engine.conditions import set_condition_dict
+from engine.api.meta import format_time, parse_time
 from engine.config import AcceleratorCost, ConfigError, ServiceClass
 from engine.perf import SLO, PerfProfile, Workload
+from engine.saturation import REASON_METRICS_AVAILABLE as METRICS_AVAILABLE
+from engine.saturation import REASON_METRICS_UNAVAILABLE as METRICS_UNAVAILABLE
+from engine.saturation import REASON_OPTIMIZATION_SUCCEEDED as REASON_SUCCEEDED
 from engine.saturation import (
+    REASON_SAFETY_OVERRIDE,
     ModelAnalysis,
     ReplicaMetrics,
     SaturationConfigSet,
@@ -35,6 +39,7 @@ from engine.saturation import (
     arbitrate,
     saturation_targets,
 )
+from engine.status import REASON_INVALID, REASON_TARGET_MISSING, ConditionUpdate, changed_fields, set_conditions
 
 ANNOTATION_ACTUATION = "modelplane.io/actuation"
 ANNOTATION_MIN_REPLICAS = "modelplane.io/min-replicas"
@@ -43,17 +48,9 @@ ANNOTATION_SCALE_TO_ZERO = "modelplane.io/scale-to-zero"
 # WVA's label for the accelerator of a VariantAutoscaling that does not carry spec.accelerator (seed 001).
 ACCELERATOR_LABEL = "inference.optimization/acceleratorName"
 
-# OptimizationReady reasons: the seed's three, plus failure reasons for OptimizationReady=False.
-REASON_SUCCEEDED = "OptimizationSucceeded"
-REASON_SATURATION_ONLY = "SaturationOnlyMode"
-REASON_SAFETY_OVERRIDE = "SaturationSafetyOverride"
-REASON_INVALID = "InvalidConfiguration"
+# OptimizationReady=False reasons of VariantAutoscalings beyond the shared ones in engine.status.
 REASON_INFEASIBLE = "SLOInfeasible"
-REASON_NO_METRICS = "MetricsUnavailable"
-REASON_TARGET_MISSING = "TargetNotFound"
-
-METRICS_AVAILABLE = "MetricsAvailable"
-METRICS_UNAVAILABLE = "MetricsUnavailable"
+REASON_NO_METRICS = METRICS_UNAVAILABLE
 
 
 class SpecError(ValueError):
@@ -137,16 +134,6 @@ class CycleInputs:
     metrics_error: str | None = None  # set when the metrics backend itself failed
     missing_metrics: Mapping[tuple[str, str], str] = field(default_factory=dict)
     time_limit_s: float = 10.0
-
-
-@dataclass(frozen=True)
-class ConditionUpdate:
-    """A condition to set on a resource."""
-
-    type: str
-    status: str
-    reason: str
-    message: str
 
 
 @dataclass
@@ -281,8 +268,13 @@ def parse_variant(obj: Mapping[str, Any]) -> VariantSpec:
         target_name=target["name"],
         min_replicas=minimum,
         max_replicas=maximum,
-        actuate=str(annotations.get(ANNOTATION_ACTUATION, "scale")).lower() != "recommend",
+        actuate=actuation_enabled(annotations),
     )
+
+
+def actuation_enabled(annotations: Mapping[str, str]) -> bool:
+    """False when the resource asks only for recommendations (``modelplane.io/actuation: recommend``)."""
+    return str(annotations.get(ANNOTATION_ACTUATION, "scale")).lower() != "recommend"
 
 
 def clamp(value: int, spec: VariantSpec) -> int:
@@ -351,13 +343,13 @@ def _model_based_candidates(
         demand = demands.get(spec.model_key)
         if demand is None or priority < demand.priority:
             demands[spec.model_key] = ModelDemand(
-                name=_model_name(spec.model_key), load_rps=load.arrival_rate_rps, workload=workload, slo=slo, priority=priority
+                name=_qualified(spec.model_key), load_rps=load.arrival_rate_rps, workload=workload, slo=slo, priority=priority
             )
         current = inputs.current_replicas.get(spec.target_key, 0)
         options.append(
             VariantOption(
-                name=_variant_name(spec.key),
-                model=_model_name(spec.model_key),
+                name=_qualified(spec.key),
+                model=_qualified(spec.model_key),
                 accelerator=spec.accelerator,
                 accelerators_per_replica=spec.accelerator_count,
                 profile=spec.profile,
@@ -369,11 +361,8 @@ def _model_based_candidates(
     return list(demands.values()), options
 
 
-def _model_name(model_key: tuple[str, str]) -> str:
-    return f"{model_key[0]}/{model_key[1]}"
-
-
-def _variant_name(key: tuple[str, str]) -> str:
+def _qualified(key: tuple[str, str]) -> str:
+    """``namespace/name``: the solver's unique name for a model or a variant key."""
     return f"{key[0]}/{key[1]}"
 
 
@@ -392,17 +381,16 @@ def model_based_targets(specs: list[VariantSpec], inputs: CycleInputs) -> _Model
     )
     allocation = solve(problem)
     result.status, result.gap = allocation.status, allocation.gap
-    by_name = {_variant_name(spec.key): spec for spec in specs}
+    by_name = {_qualified(spec.key): spec for spec in specs}
     for name, replicas in allocation.replicas.items():
         result.targets[by_name[name].key] = replicas
     for name, reason in allocation.infeasible_variants.items():
         if name in by_name:
             result.errors[by_name[name].key] = (REASON_INFEASIBLE, f"variant {by_name[name].variant_id}: {reason}")
-    for demand in demands:
-        unserved = allocation.unserved_rps.get(demand.name, 0.0)
+    for spec in specs:
+        unserved = allocation.unserved_rps.get(_qualified(spec.model_key), 0.0)
         if unserved > 1e-9:
-            namespace, model = demand.name.split("/", 1)
-            result.unserved[(namespace, model)] = unserved
+            result.unserved[spec.model_key] = unserved
     return result
 
 
@@ -617,15 +605,10 @@ def summarize(decisions: Iterable[VariantDecision]) -> str:
 # --------------------------------------------------------------------------------------------
 
 
-def _rfc3339(now: datetime) -> str:
-    return now.strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
 def _parse_time(value: Any) -> datetime | None:
-    if not isinstance(value, str):
-        return None
+    """A status timestamp, or None when absent or malformed (then the status is simply rewritten)."""
     try:
-        return datetime.fromisoformat(value.replace("Z", "+00:00"))
+        return parse_time(value) if isinstance(value, str) else None
     except ValueError:
         return None
 
@@ -645,19 +628,14 @@ def variant_status(
             current["variantCost"] = format_cost(decision.variant_cost)
         status["currentAlloc"] = current
     if decision.desired is not None:
-        desired: dict[str, Any] = {"lastRunTime": _rfc3339(now), "numReplicas": decision.desired}
+        desired: dict[str, Any] = {"lastRunTime": format_time(now), "numReplicas": decision.desired}
         if decision.variant_id:
             desired["variantID"] = decision.variant_id
         if decision.accelerator and len(decision.accelerator) >= 2:
             desired["accelerator"] = decision.accelerator
         status["desiredOptimizedAlloc"] = desired
     status["actuation"] = {"applied": applied}
-    conditions = list(old.get("conditions") or [])
-    for update in (decision.metrics, decision.optimization):
-        conditions = set_condition_dict(
-            conditions, update.type, update.status, update.reason, update.message, now, observed_generation=generation
-        )
-    status["conditions"] = conditions
+    status["conditions"] = set_conditions(list(old.get("conditions") or []), (decision.metrics, decision.optimization), now, generation)
     return status
 
 
@@ -682,4 +660,4 @@ def status_patch(
         previous = _parse_time((old.get("desiredOptimizedAlloc") or {}).get("lastRunTime"))
         if previous is not None and (now - previous).total_seconds() < heartbeat_s:
             return None
-    return {key: value for key, value in new.items() if old.get(key) != value}
+    return changed_fields(old, new)

@@ -26,6 +26,7 @@ from datetime import datetime, timedelta, timezone
 from typing import Any, Iterable, Mapping, NamedTuple, Sequence
 
 from engine.api.meta import parse_duration as parse_go_duration
+from engine.api.meta import parse_time
 
 __all__ = [
     "DEFAULT_COST_EXPANSION_RATE_PERCENT",
@@ -95,17 +96,6 @@ def format_time(moment: datetime) -> str:
     if moment.microsecond:
         return moment.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
     return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def parse_time(text: str | datetime) -> datetime:
-    """Parse an RFC 3339 timestamp into a tz-aware UTC datetime (naive input is taken as UTC)."""
-    if isinstance(text, datetime):
-        moment = text
-    else:
-        moment = datetime.fromisoformat(text.strip().replace("z", "Z").replace("Z", "+00:00"))
-    if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=timezone.utc)
-    return moment.astimezone(timezone.utc)
 
 
 # --------------------------------------------------------------------------------------------

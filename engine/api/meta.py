@@ -55,6 +55,7 @@ __all__ = [
     "format_time",
     "get_condition",
     "parse_duration",
+    "parse_time",
     "set_condition",
 ]
 
@@ -84,6 +85,15 @@ def format_time(value: datetime) -> str:
     if value.tzinfo is None:
         value = value.replace(tzinfo=timezone.utc)
     return value.astimezone(timezone.utc).replace(microsecond=0).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def parse_time(text: str | datetime) -> datetime:
+    """An RFC 3339 timestamp as a tz-aware UTC datetime (a naive one is taken as UTC); ``ValueError`` if malformed."""
+    if isinstance(text, datetime):
+        moment = text
+    else:
+        moment = datetime.fromisoformat(text.strip().replace("z", "Z").replace("Z", "+00:00"))
+    return _aware(moment).astimezone(timezone.utc)
 
 
 def _aware(value: datetime) -> datetime:

@@ -1,0 +1,48 @@
+"""Status write-back helpers shared by every kind the flows report on: conditions and status diffs.
+
+Flows read and write status as plain dicts in API JSON shape; these helpers keep unchanged
+conditions byte-for-byte as they were read, so comparing old and new status tells whether a write
+is needed at all.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Iterable, Mapping
+
+from engine.api.meta import set_condition
+
+# OptimizationReady=False reasons shared by VariantAutoscalings and AutoscalingPolicyBindings (the seed's
+# own reasons and MetricsAvailable/MetricsUnavailable live in engine.saturation).
+REASON_INVALID = "InvalidConfiguration"
+REASON_TARGET_MISSING = "TargetNotFound"
+
+
+@dataclass(frozen=True)
+class ConditionUpdate:
+    """A condition to set on a resource."""
+
+    type: str
+    status: str
+    reason: str
+    message: str
+
+
+def set_conditions(
+    conditions: list[dict[str, Any]], updates: Iterable[ConditionUpdate], now: datetime, observed_generation: int | None
+) -> list[dict[str, Any]]:
+    """Apply ``updates`` with :func:`engine.api.meta.set_condition` (``lastTransitionTime`` moves only
+    when a status changes) and return the conditions as dicts in API JSON shape."""
+    current = list(conditions)
+    for update in updates:
+        updated = set_condition(
+            current, update.type, update.status, update.reason, update.message, now, observed_generation=observed_generation
+        )
+        current = [c.model_dump(by_alias=True, exclude_none=True, mode="json") for c in updated]
+    return current
+
+
+def changed_fields(old: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The top-level status fields of ``new`` that differ from ``old`` (a merge-patch), or ``None``."""
+    return {key: value for key, value in new.items() if old.get(key) != value} or None
