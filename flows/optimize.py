@@ -31,34 +31,22 @@ from prefect.utilities.annotations import quote
 from pydantic import BaseModel, Field
 
 from engine.bindings import BindingDecision, plan_binding
-from engine.optimize import (
-    CycleInputs,
-    ModelLoad,
-    PodSample,
-    VariantDecision,
-    plan_variants,
-    status_patch,
-    summarize,
-    variant_status,
-)
+from engine.optimize import CycleInputs, ModelLoad, PodSample, VariantDecision, plan_variants, summarize
 from engine.saturation import SaturationConfigSet
-from tasks.cluster import Cluster, ObjectRef, connect
+from tasks.cluster import Cluster, connect
 from tasks.cluster.errors import ClusterError
-from tasks.metrics import FileMetrics, MetricsError, MetricsSnapshot, MetricsSource, ModelKey, PrometheusMetrics
+from tasks.metrics import FileMetrics, MetricsSnapshot, MetricsSource, PrometheusMetrics
 from tasks.optimizer import (
     ClusterState,
     TargetReplicas,
     WriteOutcome,
     apply_binding,
-    parallel_map,
-    policy_metric_names,
-    post_event,
+    apply_decisions,
+    collect_metrics,
+    read_binding_inputs,
     read_cluster_state,
     read_current_replicas,
-    read_binding_inputs,
-    scale,
     scale_targets_of,
-    write_status,
 )
 
 DEFAULT_INTERVAL_S = 60
@@ -126,29 +114,6 @@ def metrics_source(params: OptimizeParameters) -> MetricsSource | None:
     return PrometheusMetrics.from_env(url, environ={**os.environ, "PROMETHEUS_RATE_WINDOW": params.rate_window})
 
 
-@task(name="collect-metrics", cache_policy=NO_CACHE)
-def collect_metrics(source: MetricsSource | None, state: ClusterState) -> tuple[MetricsSnapshot | None, str | None]:
-    """One batched collection for the cycle: model loads, pod saturation, and the bound policies' metrics.
-
-    A failing backend is reported (never swallowed) as an error string; the planner then holds.
-    """
-    if source is None:
-        return None, "no metrics source configured (set prometheus_url or metrics_file)"
-    keys = sorted(
-        {
-            ModelKey(model_id=(va.get("spec") or {}).get("modelID", ""), namespace=va["metadata"].get("namespace", "default"))
-            for va in state.variants
-            if (va.get("spec") or {}).get("modelID")
-        },
-        key=lambda k: (k.namespace, k.model_id),
-    )
-    namespaces = sorted({b["metadata"].get("namespace", "default") for b in state.bindings})
-    try:
-        return source.collect(keys, instance_metric_names=policy_metric_names(state), instance_namespaces=namespaces), None
-    except MetricsError as exc:  # backend down, or a malformed metrics file: hold everything, say why
-        return None, str(exc)
-
-
 def cycle_inputs(
     state: ClusterState, replicas: TargetReplicas, snapshot: MetricsSnapshot | None, metrics_error: str | None,
     params: OptimizeParameters, now: datetime,
@@ -179,60 +144,6 @@ def cycle_inputs(
         missing_metrics=missing,
         time_limit_s=params.solver_time_limit_s,
     )
-
-
-def apply_variant(
-    cluster: Cluster, decision: VariantDecision, obj: dict[str, Any], now: datetime, params: OptimizeParameters
-) -> WriteOutcome:
-    """Scale the target (unless recommend-only), then write status and an Event when desired changed."""
-    outcome = WriteOutcome(decision.namespace, decision.name)
-    if decision.desired is not None and decision.target is not None:
-        if not decision.actuate:
-            outcome.applied = False
-        elif decision.changes_replicas:
-            api_version, kind, name = decision.target
-            try:
-                scale(cluster, ObjectRef(api_version, kind, name, decision.namespace), decision.desired)
-                outcome.scaled = outcome.applied = True
-            except ClusterError as exc:
-                outcome.error = f"scale {kind}/{name}: {exc.message}"
-                decision.ready = False
-                decision.message += f"; scaling failed: {exc.message}"
-        else:
-            outcome.applied = True
-    generation = (obj.get("metadata") or {}).get("generation")
-
-    def build(current: dict[str, Any]) -> dict[str, Any] | None:
-        old = current.get("status") or {}
-        new = variant_status(decision, old, now, outcome.applied, generation)
-        return status_patch(old, new, now, params.status_heartbeat_s)
-
-    try:
-        outcome.status_written = write_status(cluster, obj, build)
-    except ClusterError as exc:
-        outcome.error = (outcome.error + "; " if outcome.error else "") + f"status: {exc.message}"
-    previous = ((obj.get("status") or {}).get("desiredOptimizedAlloc") or {}).get("numReplicas")
-    if decision.desired is not None and previous != decision.desired:
-        outcome.event = post_event(
-            cluster, obj, "DesiredReplicasChanged",
-            f"Desired replicas {previous if previous is not None else 'unset'} -> {decision.desired} "
-            f"({decision.reason}): {decision.message}",
-        )
-    return outcome
-
-
-@task(name="apply-decisions", cache_policy=NO_CACHE)
-def apply_decisions(
-    cluster: Cluster, state: ClusterState, decisions: list[VariantDecision], now: datetime, params: OptimizeParameters
-) -> list[WriteOutcome]:
-    """Write every variant's decision back (concurrently; each object independently)."""
-    objects = {(va["metadata"].get("namespace", "default"), va["metadata"]["name"]): va for va in state.variants}
-    outcomes = parallel_map(lambda d: apply_variant(cluster, d, objects[(d.namespace, d.name)], now, params), decisions)
-    logger = get_run_logger()
-    for outcome in outcomes:
-        if outcome.error:
-            logger.error("VariantAutoscaling %s/%s: %s", outcome.namespace, outcome.name, outcome.error)
-    return outcomes
 
 
 @task(name="reconcile-bindings", cache_policy=NO_CACHE)
@@ -331,7 +242,7 @@ def optimize(
 
     decisions = plan_variants(cycle_inputs(state, replicas, snapshot, metrics_error, params, now))
 
-    writes: list[WriteOutcome] = [] if params.dry_run else apply_decisions(cluster, quote(state), quote(decisions), now, params)
+    writes: list[WriteOutcome] = [] if params.dry_run else apply_decisions(cluster, quote(state), quote(decisions), now, params.status_heartbeat_s)
     bindings = reconcile_bindings(cluster, quote(state), quote(snapshot), metrics_error, now, params)
 
     failed_writes = sum(1 for w in writes if w.error)

@@ -1,4 +1,4 @@
-"""Prefect tasks the optimize flow uses to read cluster state and write its decisions back.
+"""Prefect tasks the optimize flow uses to read cluster state and metrics and write its decisions back.
 
 Reads are batched: one LIST per kind per cycle (VariantAutoscalings, AutoscalingPolicyBindings,
 AutoscalingPolicies, ConfigMaps of the Modelplane namespace, Deployments), never one GET per
@@ -14,10 +14,10 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Callable, Iterable, Mapping, TypeVar
 
-from prefect import task
+from prefect import get_run_logger, task
 from prefect.cache_policies import NO_CACHE
 
-from engine.bindings import BindingDecision, BindingInputs, BindingTarget, binding_status
+from engine.bindings import REASON_NO_METRICS, BindingDecision, BindingInputs, BindingTarget, binding_status
 from engine.config import (
     ACCELERATOR_COSTS_CONFIGMAP,
     INVENTORY_CONFIGMAP,
@@ -29,9 +29,12 @@ from engine.config import (
     parse_inventory,
     parse_service_class,
 )
+from engine.optimize import VariantDecision, actuation_enabled, status_patch, variant_status
+from engine.status import changed_fields
 from tasks.cluster import Cluster, ObjectRef
 from tasks.cluster.errors import ClusterError, Conflict, NotFound
 from tasks.cluster.retry import retry_on_conflict
+from tasks.metrics import MetricsError, MetricsSnapshot, MetricsSource, ModelKey
 
 log = logging.getLogger("modelplane.optimize")
 
@@ -224,11 +227,6 @@ def parallel_map(fn: Callable[[T], WriteOutcome], items: list[T], workers: int =
         return list(pool.map(fn, items))
 
 
-def scale(cluster: Cluster, ref: ObjectRef, replicas: int) -> None:
-    """Write ``replicas`` through the target's scale subresource."""
-    cluster.set_scale(ref, replicas)
-
-
 def write_status(
     cluster: Cluster,
     listed: Mapping[str, Any],
@@ -272,12 +270,63 @@ def post_event(cluster: Cluster, obj: Mapping[str, Any], reason: str, message: s
         return False
 
 
+def apply_variant(
+    cluster: Cluster, decision: VariantDecision, obj: dict[str, Any], now: datetime, heartbeat_s: float
+) -> WriteOutcome:
+    """Scale the target (unless recommend-only), then write status and an Event when desired changed."""
+    outcome = WriteOutcome(decision.namespace, decision.name)
+    if decision.desired is not None and decision.target is not None:
+        if not decision.actuate:
+            outcome.applied = False
+        elif decision.changes_replicas:
+            api_version, kind, name = decision.target
+            try:
+                cluster.set_scale(ObjectRef(api_version, kind, name, decision.namespace), decision.desired)
+                outcome.scaled = outcome.applied = True
+            except ClusterError as exc:
+                outcome.error = f"scale {kind}/{name}: {exc.message}"
+                decision.ready = False
+                decision.message += f"; scaling failed: {exc.message}"
+        else:
+            outcome.applied = True
+    generation = (obj.get("metadata") or {}).get("generation")
+
+    def build(current: dict[str, Any]) -> dict[str, Any] | None:
+        old = current.get("status") or {}
+        new = variant_status(decision, old, now, outcome.applied, generation)
+        return status_patch(old, new, now, heartbeat_s)
+
+    try:
+        outcome.status_written = write_status(cluster, obj, build)
+    except ClusterError as exc:
+        outcome.error = (outcome.error + "; " if outcome.error else "") + f"status: {exc.message}"
+    previous = ((obj.get("status") or {}).get("desiredOptimizedAlloc") or {}).get("numReplicas")
+    if decision.desired is not None and previous != decision.desired:
+        outcome.event = post_event(
+            cluster, obj, "DesiredReplicasChanged",
+            f"Desired replicas {previous if previous is not None else 'unset'} -> {decision.desired} "
+            f"({decision.reason}): {decision.message}",
+        )
+    return outcome
+
+
+@task(name="apply-decisions", cache_policy=NO_CACHE)
+def apply_decisions(
+    cluster: Cluster, state: ClusterState, decisions: list[VariantDecision], now: datetime, heartbeat_s: float
+) -> list[WriteOutcome]:
+    """Write every variant's decision back (concurrently; each object independently)."""
+    objects = {(va["metadata"].get("namespace", "default"), va["metadata"]["name"]): va for va in state.variants}
+    outcomes = parallel_map(lambda d: apply_variant(cluster, d, objects[(d.namespace, d.name)], now, heartbeat_s), decisions)
+    logger = get_run_logger()
+    for outcome in outcomes:
+        if outcome.error:
+            logger.error("VariantAutoscaling %s/%s: %s", outcome.namespace, outcome.name, outcome.error)
+    return outcomes
+
+
 # --------------------------------------------------------------------------------------------
 # Kthena AutoscalingPolicyBindings
 # --------------------------------------------------------------------------------------------
-
-ACTUATION_ANNOTATION = "modelplane.io/actuation"
-
 
 def _target_ref(target: Mapping[str, Any], namespace: str) -> ObjectRef:
     """The ObjectRef of a binding's ``target.targetRef`` (defaults: apps/v1 Deployment, binding namespace)."""
@@ -321,6 +370,29 @@ def policy_metric_names(state: ClusterState) -> list[str]:
     return sorted(names)
 
 
+@task(name="collect-metrics", cache_policy=NO_CACHE)
+def collect_metrics(source: MetricsSource | None, state: ClusterState) -> tuple[MetricsSnapshot | None, str | None]:
+    """One batched collection for the cycle: model loads, pod saturation, and the bound policies' metrics.
+
+    A failing backend is reported (never swallowed) as an error string; the planner then holds.
+    """
+    if source is None:
+        return None, "no metrics source configured (set prometheus_url or metrics_file)"
+    keys = sorted(
+        {
+            ModelKey(model_id=(va.get("spec") or {}).get("modelID", ""), namespace=va["metadata"].get("namespace", "default"))
+            for va in state.variants
+            if (va.get("spec") or {}).get("modelID")
+        },
+        key=lambda k: (k.namespace, k.model_id),
+    )
+    namespaces = sorted({b["metadata"].get("namespace", "default") for b in state.bindings})
+    try:
+        return source.collect(keys, instance_metric_names=policy_metric_names(state), instance_namespaces=namespaces), None
+    except MetricsError as exc:  # backend down, or a malformed metrics file: hold everything, say why
+        return None, str(exc)
+
+
 def _instances_from_snapshot(
     snapshot: Any, namespace: str, pods: list[str], targets: list[BindingTarget], have_pod_objects: bool
 ) -> list[dict[str, float]]:
@@ -353,12 +425,12 @@ def read_binding_inputs(
         try:
             current_scale = cluster.get_scale(ref)
         except NotFound:
-            targets.append(BindingTarget(ref.name, ref.namespace or namespace, ref.api_version, ref.kind, None, low, high, cost))
+            targets.append(BindingTarget(ref.name, ref.namespace, ref.api_version, ref.kind, None, low, high, cost))
             continue
-        targets.append(BindingTarget(ref.name, ref.namespace or namespace, ref.api_version, ref.kind, current_scale.replicas, low, high, cost))
+        targets.append(BindingTarget(ref.name, ref.namespace, ref.api_version, ref.kind, current_scale.replicas, low, high, cost))
         selector = _selector(current_scale.selector, target.get("additionalMatchLabels"))
         if selector:
-            pods += cluster.list("v1", "Pod", namespace=ref.namespace or namespace, label_selector=selector)
+            pods += cluster.list("v1", "Pod", namespace=ref.namespace, label_selector=selector)
     ready = [p["metadata"]["name"] for p in pods if _pod_ready(p)]
     optimizer = spec.get("optimizerConfiguration") or {}
     return BindingInputs(
@@ -379,27 +451,24 @@ def read_binding_inputs(
 
 def apply_binding(cluster: Cluster, binding: dict[str, Any], decision: BindingDecision, now: datetime) -> None:
     """Scale each changed target (unless recommend-only), persist window state in status, post an Event."""
-    annotations = (binding.get("metadata") or {}).get("annotations") or {}
-    actuate = str(annotations.get(ACTUATION_ANNOTATION, "scale")).lower() != "recommend"
+    actuate = actuation_enabled((binding.get("metadata") or {}).get("annotations") or {})
     for target in decision.targets:
         if actuate and target.changes_replicas:
             try:
-                scale(cluster, ObjectRef(target.api_version, target.kind, target.name, target.namespace), target.desired)
+                cluster.set_scale(ObjectRef(target.api_version, target.kind, target.name, target.namespace), target.desired)
                 target.applied = True
             except ClusterError as exc:
                 decision.ready = False
                 decision.message += f"; scaling {target.kind}/{target.name} failed: {exc.message}"
         elif actuate:
             target.applied = True
-    metrics_ok = decision.reason != "MetricsUnavailable"
+    metrics_ok = decision.reason != REASON_NO_METRICS
     metrics_message = "Policy metrics are available" if metrics_ok else decision.message
     generation = (binding.get("metadata") or {}).get("generation")
 
     def build(current: dict[str, Any]) -> dict[str, Any] | None:
         old = current.get("status") or {}
-        new = binding_status(decision, old, now, generation, metrics_ok, metrics_message)
-        changed = {key: value for key, value in new.items() if old.get(key) != value}
-        return changed or None
+        return changed_fields(old, binding_status(decision, old, now, generation, metrics_ok, metrics_message))
 
     write_status(cluster, binding, build)
     if any(t.changes_replicas for t in decision.targets):
