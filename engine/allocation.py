@@ -1104,9 +1104,9 @@ def _solve_highs(milp: _Milp, problem: AllocationProblem, need_stage1: bool, sta
             if not cost_stage:
                 _top_up(milp.prep, reps, milp.coupled)
             cand = milp.start_from(reps)
-            if value_of(coefs, cand) < value_of(coefs, values) - 1e-9 * max(1.0, abs(value_of(coefs, values))):
+            incumbent = value_of(coefs, values)
+            if value_of(coefs, cand) < incumbent - 1e-9 * max(1.0, abs(incumbent)):
                 values = cand
-        upper = value_of(coefs, values)
         bound = lp_value
         if lam.any() or cost_stage:  # (at zero prices the bound is zero: the LP's is as good)
             bound = max(bound, lag.bound(lam, ucap, wb, sb))
