@@ -292,38 +292,32 @@ def set_condition(
     keeps the old transition time. Order is preserved, a new condition is appended, the input is not
     modified.
     """
+
+    def updated(previous: Condition | None) -> Condition:
+        if observed_generation is None and previous is not None:
+            generation = previous.observed_generation
+        else:
+            generation = observed_generation
+        return Condition(
+            type=type,
+            status=status,
+            reason=reason,
+            message=message,
+            last_transition_time=previous.last_transition_time if previous is not None and previous.status == status else now,
+            observed_generation=generation,
+        )
+
     result: list[Condition] = []
     found = False
     for item in conditions or []:
         current = _as_condition(item)
-        if current.type != type:
+        if current.type == type:
+            found = True
+            result.append(updated(current))
+        else:
             result.append(current.model_copy())
-            continue
-        found = True
-        transition = now if current.status != status else current.last_transition_time
-        result.append(
-            Condition(
-                type=type,
-                status=status,
-                reason=reason,
-                message=message,
-                last_transition_time=transition,
-                observed_generation=(
-                    observed_generation if observed_generation is not None else current.observed_generation
-                ),
-            )
-        )
     if not found:
-        result.append(
-            Condition(
-                type=type,
-                status=status,
-                reason=reason,
-                message=message,
-                last_transition_time=now,
-                observed_generation=observed_generation,
-            )
-        )
+        result.append(updated(None))
     return result
 
 
