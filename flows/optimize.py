@@ -54,22 +54,19 @@ DEFAULT_CONFIG_NAMESPACE = "modelplane-system"
 
 
 class OptimizeParameters(BaseModel):
-    """Parameters of one optimize run (rendered as a form in the Prefect UI)."""
+    """One run's parameters, validated. Defaults and descriptions live in the flow's signature and
+    docstring, which Prefect turns into the UI form; this model adds the checks the form cannot express."""
 
-    namespaces: list[str] = Field(default_factory=list, description="Namespaces to optimize; empty = all namespaces.")
-    namespace_selector: str | None = Field(None, description="Label selector on Namespaces, e.g. 'modelplane.io/optimize=true'.")
-    config_namespace: str = Field(DEFAULT_CONFIG_NAMESPACE, description="Namespace of the WVA ConfigMaps.")
-    prometheus_url: str | None = Field(
-        None, description="Prometheus base URL; defaults to $PROMETHEUS_URL. Ignored when metrics_file is set."
-    )
-    metrics_file: str | None = Field(None, description="Read metrics from this YAML file instead of Prometheus.")
-    rate_window: str = Field("1m", pattern=r"^[0-9]+(ms|s|m|h)$", description="PromQL window of the arrival rate (WVA: 1m).")
-    cluster: str | None = Field(
-        None, description="Cluster to act on: empty = kubeconfig/in-cluster, 'kubeconfig:PATH[#ctx]', or a manifests path."
-    )
-    dry_run: bool = Field(False, description="Decide and report, but write nothing (no scale, no status).")
-    solver_time_limit_s: float = Field(10.0, gt=0, description="Time limit of the allocation MILP.")
-    status_heartbeat_s: float = Field(300.0, ge=0, description="Rewrite an unchanged status at most this often.")
+    namespaces: list[str]
+    namespace_selector: str | None
+    config_namespace: str = Field(min_length=1)
+    prometheus_url: str | None
+    metrics_file: str | None
+    rate_window: str = Field(pattern=r"^[0-9]+(ms|s|m|h)$")
+    cluster: str | None
+    dry_run: bool
+    solver_time_limit_s: float = Field(gt=0)
+    status_heartbeat_s: float = Field(ge=0)
 
 
 @dataclass
