@@ -432,7 +432,13 @@ def read_fill_report(text: str | None, source_uri: str) -> tuple[FillState, Fail
             VERIFICATION_FAILED, "the fill finished without reporting a verified completion marker"
         )
     last = text.splitlines()[-1][:500]
+    typed = _TYPED_FAILURE_LINE.match(last)  # the CLI's one-line failure, from a log tail
+    if typed:
+        return FillState.FAILED, Failure(typed.group(1), typed.group(2))
     return FillState.FAILED, Failure(DOWNLOAD_FAILED, f"the fill failed: {last}")
+
+
+_TYPED_FAILURE_LINE = re.compile(r"^cache fill failed \(([A-Za-z]+)\): (.+)$")
 
 
 # ---------------------------------------------------------------------------------------- decide

@@ -194,6 +194,123 @@ def _duration(text: str) -> "datetime.timedelta":
     return datetime.timedelta(seconds=parse_duration(text))
 
 
+cache_app = typer.Typer(no_args_is_help=True, help="Model caches: fill a directory (a mounted PVC) from a model source.")
+app.add_typer(cache_app, name="cache")
+
+
+@cache_app.command("fill")
+def cache_fill(
+    source: str = typer.Argument(..., help="Model source: hf://org/name@REV?allow=GLOB&ignore=GLOB&filename=F (all optional after the name) or s3://bucket/prefix."),
+    dest: pathlib.Path = typer.Argument(..., help="Cache directory (the PVC mount); the model files land at its root."),
+    capacity: Optional[str] = typer.Option(None, "--capacity", help="Volume size (e.g. 11Gi) when the filesystem does not report it (shared filesystems)."),
+    concurrency: int = typer.Option(8, "--concurrency", min=1, max=64, help="Parallel transfers (files or S3 parts)."),
+    part_size_mib: int = typer.Option(16, "--part-size-mib", min=5, help="S3 ranged part size in MiB."),
+    lock_timeout: Optional[float] = typer.Option(None, "--lock-timeout", help="Seconds to wait for another filler of the same cache (default: wait)."),
+    as_json: bool = typer.Option(False, "--json", help="Print the completion manifest as JSON."),
+    termination_log: Optional[pathlib.Path] = typer.Option(None, "--termination-log", help="Also write the verdict here as one JSON line (a Job's /dev/termination-log: the marker summary, or the failure's reason and message)."),
+) -> None:
+    """Download SOURCE into DEST: resumable, locked, verified; the marker .modelplane-cache.json is written last.
+
+    Credentials come from the environment only (HF_TOKEN, HF_ENDPOINT, AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY,
+    AWS_ENDPOINT_URL, AWS_REGION), so a Kubernetes Job runs this same command with env from Secrets.
+    Exits 1 with one line naming the reason when the fill fails, 2 when SOURCE is not a valid source.
+    """
+    from engine.sources import parse_source
+    from engine.units import parse_quantity
+    from tasks.downloader import DownloadError, fill_cache
+
+    try:
+        parsed = parse_source(source)
+        capacity_bytes = int(parse_quantity(capacity)) if capacity else None
+    except ValueError as exc:
+        sys.stderr.write(f"cache fill: invalid argument: {exc}\n")
+        raise typer.Exit(2)
+    reporter = _CacheFillProgress(parsed.uri)
+    try:
+        with reporter:
+            manifest = fill_cache(
+                parsed,
+                dest,
+                progress=reporter.update,
+                capacity_bytes=capacity_bytes,
+                concurrency=concurrency,
+                part_size=part_size_mib * 1024 * 1024,
+                lock_timeout=lock_timeout,
+                on_wait=lambda holder: sys.stderr.write(f"waiting for another filler of {dest} ({holder})\n"),
+            )
+    except DownloadError as exc:
+        sys.stderr.write(f"cache fill failed ({exc.reason}): {exc.message}\n")
+        _write_fill_report(termination_log, reason=exc.reason, message=exc.message)
+        raise typer.Exit(1)
+    except OSError as exc:
+        message = f"{exc.strerror or exc} ({exc.filename or dest})"
+        sys.stderr.write(f"cache fill failed (FilesystemError): {message}\n")
+        _write_fill_report(termination_log, reason="FilesystemError", message=message)
+        raise typer.Exit(1)
+    _write_fill_report(termination_log, manifest.to_json())
+    if as_json:
+        sys.stdout.write(json.dumps(manifest.to_json(), indent=2) + "\n")
+        return
+    fetched = manifest.stats.get("bytesFetched", 0)
+    console.print(
+        f"cache {dest} complete: {len(manifest.files)} files, {manifest.total_bytes} bytes "
+        f"({fetched} fetched now) from {manifest.source}" + (f" at {manifest.revision}" if manifest.revision else ""),
+        markup=False,
+        highlight=False,
+    )
+
+
+def _write_fill_report(path: Optional[pathlib.Path], marker: Optional[dict] = None, **failure: str) -> None:
+    """The fill's verdict for the warm-caches flow (read back from the Job pod's termination message)."""
+    if path is None:
+        return
+    from engine.cache_plan import fill_report
+
+    try:
+        path.write_text(fill_report(marker, **failure))
+    except OSError as exc:
+        sys.stderr.write(f"cache fill: cannot write the termination log {path}: {exc.strerror or exc}\n")
+
+
+class _CacheFillProgress:
+    """A rich progress bar on a terminal; one log line every 10 s otherwise (Job logs)."""
+
+    def __init__(self, label: str) -> None:
+        self.label = label
+        self.interactive = err.is_terminal
+        self._last_line = 0.0
+        self._bar = None
+        self._task = None
+
+    def __enter__(self) -> "_CacheFillProgress":
+        if self.interactive:
+            from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn, TransferSpeedColumn
+
+            self._bar = Progress(
+                TextColumn("{task.description}"), BarColumn(), DownloadColumn(binary_units=True),
+                TransferSpeedColumn(), TimeRemainingColumn(), console=err,
+            )
+            self._bar.start()
+            self._task = self._bar.add_task(self.label, total=None)
+        return self
+
+    def update(self, snapshot) -> None:  # type: ignore[no-untyped-def]
+        if self._bar is not None:
+            self._bar.update(self._task, completed=snapshot.bytes_done, total=snapshot.bytes_total or None)
+            return
+        import time
+
+        now = time.monotonic()
+        if now - self._last_line >= 10 or snapshot.phase != "downloading":
+            self._last_line = now
+            sys.stderr.write(f"{self.label}: {snapshot.describe()}\n")
+            sys.stderr.flush()
+
+    def __exit__(self, *exc: object) -> None:
+        if self._bar is not None:
+            self._bar.stop()
+
+
 def main() -> None:
     """Console-script entry point."""
     app()
