@@ -57,6 +57,7 @@ AUTHENTICATION_FAILED = "AuthenticationFailed"
 SOURCE_NOT_FOUND = "SourceNotFound"
 VERIFICATION_FAILED = "VerificationFailed"
 CREDENTIALS_MISSING = "CredentialsMissing"
+FILL_JOB_MISSING = "FillJobMissing"
 
 TERMINAL_REASONS = frozenset({INVALID_SOURCE, VOLUME_TOO_SMALL, "UnsupportedSource", "PathTraversal", "DestinationConflict"})
 """Failures a retry cannot fix: the spec must change (a new generation) or the cache be re-created."""

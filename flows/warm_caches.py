@@ -35,6 +35,7 @@ from pydantic import BaseModel, Field
 
 from engine.cache_plan import (
     DOWNLOADING,
+    FILL_JOB_MISSING,
     INVALID_SOURCE,
     SIZE_UNKNOWN,
     Failure,
@@ -214,7 +215,10 @@ def reconcile_cache(cluster: Cluster, cache: dict[str, Any], world: CacheWorld, 
         elif state in (FillState.RUNNING, FillState.SUCCEEDED):
             obs = _with(obs, fill=state, failure=None)
         elif state == FillState.NONE and failure is None and previous.get("status") == "Progressing":
-            obs = _with(obs, fill=FillState.NONE)  # the Job is gone (TTL, deleted): a new attempt starts it again
+            # Counted like a failed fill, so Jobs that keep vanishing cannot be recreated forever.
+            obs = _with(obs, fill=FillState.FAILED, failed_at=now, failure=Failure(
+                FILL_JOB_MISSING, f"the fill Job {job_name(name, attempts)} is gone before its result was read "
+                "(deleted, or ttlSecondsAfterFinished shorter than the warm-caches interval); it is retried"))
 
     step = next_step(obs, settings.policy, now)
     if step in (Step.CREATE_PVC, Step.START_FILL):

@@ -169,3 +169,24 @@ def test_a_failing_job_is_reported_retried_with_backoff_and_not_recreated_foreve
     assert [j["metadata"]["name"] for j in cluster.list("batch/v1", "Job", ns)] == ["tiny-fill-2"]
     assert wrong not in json.dumps(cache)
 
+
+
+def test_a_fill_job_that_vanishes_is_reported_and_retried(
+    prefect_harness: None, kube: tuple[KubeServer, Cluster, str], kube_namespace: str, s3_server: S3Server
+) -> None:
+    _, cluster, target = kube
+    ns = kube_namespace
+    seed(cluster, ns, s3_server, s3_server.secret_key)
+    # Attempt 1 was started (PVC, attempts annotation, Progressing) but its Job is gone.
+    cache = cluster.get(*MC, "tiny", ns)
+    cluster.patch_spec(ObjectRef.of(cache), {"metadata": {"annotations": {"modelplane.io/fill-attempts": "1:1"}}})
+    cluster.patch_status(ObjectRef.of(cache), {"status": "Progressing"})
+    cluster.create({"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": "tiny-cache", "namespace": ns,
+                    "labels": {"modelplane.io/cache": "tiny"}},
+                    "spec": {"accessModes": ["ReadWriteMany"], "resources": {"requests": {"storage": "2Gi"}}}})
+
+    warm_caches(cluster=target, namespaces=[ns], image="ghcr.io/modelplane/modelplane:test", retry_backoff_s=3600)
+    cache = cluster.get(*MC, "tiny", ns)
+    assert cache["status"]["status"] == "Failed"
+    assert conditions(cache)["Failure"] == ("True", "FillJobMissing")
+    assert cluster.list("batch/v1", "Job", ns) == []
