@@ -51,6 +51,7 @@ NO_FAILURE = "NoFailure"
 DOWNLOAD_FAILED = "DownloadFailed"
 # Modelplane's more specific failure reasons (Failure condition, Ready=False).
 INVALID_SOURCE = "InvalidSource"
+INVALID_SIZE = "InvalidSize"
 SIZE_UNKNOWN = "SizeUnknown"
 VOLUME_TOO_SMALL = "InsufficientSpace"  # the downloader's reason for the same refusal
 AUTHENTICATION_FAILED = "AuthenticationFailed"
@@ -59,7 +60,7 @@ VERIFICATION_FAILED = "VerificationFailed"
 CREDENTIALS_MISSING = "CredentialsMissing"
 FILL_JOB_MISSING = "FillJobMissing"
 
-TERMINAL_REASONS = frozenset({INVALID_SOURCE, VOLUME_TOO_SMALL, "UnsupportedSource", "PathTraversal", "DestinationConflict"})
+TERMINAL_REASONS = frozenset({INVALID_SOURCE, INVALID_SIZE, VOLUME_TOO_SMALL, "UnsupportedSource", "PathTraversal", "DestinationConflict"})
 """Failures a retry cannot fix: the spec must change (a new generation) or the cache be re-created."""
 
 GiB = 1024**3

@@ -36,6 +36,7 @@ from pydantic import BaseModel, Field
 from engine.cache_plan import (
     DOWNLOADING,
     FILL_JOB_MISSING,
+    INVALID_SIZE,
     INVALID_SOURCE,
     SIZE_UNKNOWN,
     Failure,
@@ -303,8 +304,9 @@ def _size(spec: dict[str, Any], source_bytes: int | None, headroom: float) -> tu
             return pvc_size([quantity_bytes(spec["size"])], headroom), None
         return pvc_size([source_bytes], headroom), None
     except ValueError as exc:
-        field_name = "spec.size" if spec.get("size") else "source size"
-        return "", Failure(SIZE_UNKNOWN if not spec.get("size") else INVALID_SOURCE, f"{field_name}: {exc}")
+        if spec.get("size"):
+            return "", Failure(INVALID_SIZE, f"spec.size: {exc}")
+        return "", Failure(SIZE_UNKNOWN, f"the source's size: {exc}")
 
 
 def _still_filled(cluster: Cluster, namespace: str, claim: str, source: ModelSource, settings: PassSettings) -> bool:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import base64
 import logging
 import shutil
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
@@ -26,8 +26,8 @@ from engine.cache_plan import (
     attempts_annotation,
     claims_mounted_by,
     job_failure_message,
-    quantity_bytes,
     job_state,
+    quantity_bytes,
     read_fill_report,
     render_job,
     render_pvc,
@@ -48,7 +48,7 @@ VOLUMES_DIR = ".modelplane-volumes"
 
 @dataclass
 class CacheWorld:
-    """Everything one warm-caches pass reads, one LIST per kind."""
+    """Everything one warm-caches pass reads: one LIST per kind (per namespace when limited)."""
 
     caches: list[Manifest]
     configs: dict[str, Manifest]  # namespace -> its AIMNamespaceConfig "default"
@@ -59,7 +59,6 @@ class CacheWorld:
     pvcs: dict[tuple[str, str], Manifest]
     jobs: dict[tuple[str, str], Manifest]
     pods: list[Manifest]
-    problems: list[str] = field(default_factory=list)
 
 
 def _key(obj: Manifest) -> tuple[str, str]:
@@ -67,41 +66,33 @@ def _key(obj: Manifest) -> tuple[str, str]:
     return meta.get("namespace") or "", meta.get("name") or ""
 
 
-def _list(cluster: Cluster, api_version: str, kind: str, namespaces: set[str] | None,
-          problems: list[str], selector: str | None = None) -> list[Manifest]:
-    """Every object of a kind (in ``namespaces`` when given); a kind the cluster does not serve is empty."""
-    try:
-        items = cluster.list(api_version, kind, None, label_selector=selector)
-    except NotFound:
-        return []
-    except ClusterError as exc:
-        problems.append(f"cannot list {kind}: {exc.message}")
-        raise
-    if namespaces is None:
-        return items
-    return [item for item in items if not (item.get("metadata") or {}).get("namespace")
-            or item["metadata"]["namespace"] in namespaces]
+def _list(cluster: Cluster, api_version: str, kind: str, namespaces: list[str] | None,
+          selector: str | None = None) -> list[Manifest]:
+    """Every object of a kind (all namespaces, or each of ``namespaces``); a kind the cluster does not
+    serve (e.g. a CRD that is not installed) is empty. Other failures propagate: never act on half a view."""
+    items: list[Manifest] = []
+    for namespace in namespaces or [None]:  # type: ignore[list-item]
+        try:
+            items.extend(cluster.list(api_version, kind, namespace, label_selector=selector))
+        except NotFound:
+            return []
+    return items
 
 
 def read_world(cluster: Cluster, namespaces: Iterable[str] | None = None) -> CacheWorld:
     """Caches, their consumers, namespace configs, and the PVCs, Jobs and Pods the flow made."""
-    wanted = set(namespaces) if namespaces else None
-    problems: list[str] = []
-    configs = {
-        ns: cfg for cfg in _list(cluster, AIM, "AIMNamespaceConfig", wanted, problems)
-        for ns, name in [_key(cfg)] if name == "default"
-    }
+    wanted = sorted(set(namespaces)) if namespaces else None
     return CacheWorld(
-        caches=_list(cluster, MODELCACHE_API_VERSION, "ModelCache", wanted, problems),
-        configs=configs,
-        templates=_list(cluster, AIM, "AIMServiceTemplate", wanted, problems),
-        services=_list(cluster, AIM, "AIMService", wanted, problems),
-        models=_list(cluster, "registry.volcano.sh/v1alpha1", "Model", wanted, problems),
-        openmodels=_list(cluster, "llmaz.io/v1alpha1", "OpenModel", None, problems),
-        pvcs={_key(p): p for p in _list(cluster, "v1", "PersistentVolumeClaim", wanted, problems, CACHE_LABEL)},
-        jobs={_key(j): j for j in _list(cluster, "batch/v1", "Job", wanted, problems, CACHE_LABEL)},
-        pods=_list(cluster, "v1", "Pod", wanted, problems, CACHE_LABEL),
-        problems=problems,
+        caches=_list(cluster, MODELCACHE_API_VERSION, "ModelCache", wanted),
+        configs={ns: cfg for cfg in _list(cluster, AIM, "AIMNamespaceConfig", wanted)
+                 for ns, name in [_key(cfg)] if name == "default"},
+        templates=_list(cluster, AIM, "AIMServiceTemplate", wanted),
+        services=_list(cluster, AIM, "AIMService", wanted),
+        models=_list(cluster, "registry.volcano.sh/v1alpha1", "Model", wanted),
+        openmodels=_list(cluster, "llmaz.io/v1alpha1", "OpenModel", None),
+        pvcs={_key(p): p for p in _list(cluster, "v1", "PersistentVolumeClaim", wanted, CACHE_LABEL)},
+        jobs={_key(j): j for j in _list(cluster, "batch/v1", "Job", wanted, CACHE_LABEL)},
+        pods=_list(cluster, "v1", "Pod", wanted, CACHE_LABEL),
     )
 
 
