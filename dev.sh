@@ -52,6 +52,8 @@ case "${1:-}" in
   demo)
     setup_python
     shift
+    # Fill the example model cache from a model the demo serves itself on 127.0.0.1 (no network).
+    "$VENV/bin/python" deployments/demo_models.py -- "$VENV/bin/modelplane" warm-caches --cluster deployments/examples -n cache-demo
     exec "$VENV/bin/modelplane" optimize --cluster deployments/examples \
       --metrics deployments/example-metrics.yaml "$@"
     ;;

@@ -146,6 +146,7 @@ def cache_fill(
     part_size_mib: int = typer.Option(16, "--part-size-mib", min=5, help="S3 ranged part size in MiB."),
     lock_timeout: Optional[float] = typer.Option(None, "--lock-timeout", help="Seconds to wait for another filler of the same cache (default: wait)."),
     as_json: bool = typer.Option(False, "--json", help="Print the completion manifest as JSON."),
+    termination_log: Optional[pathlib.Path] = typer.Option(None, "--termination-log", help="Also write the verdict here as one JSON line (a Job's /dev/termination-log: the marker summary, or the failure's reason and message)."),
 ) -> None:
     """Download SOURCE into DEST: resumable, locked, verified; the marker .modelplane-cache.json is written last.
 
@@ -178,10 +179,14 @@ def cache_fill(
             )
     except DownloadError as exc:
         sys.stderr.write(f"cache fill failed ({exc.reason}): {exc.message}\n")
+        _write_fill_report(termination_log, reason=exc.reason, message=exc.message)
         raise typer.Exit(1)
     except OSError as exc:
-        sys.stderr.write(f"cache fill failed (FilesystemError): {exc.strerror or exc} ({exc.filename or dest})\n")
+        message = f"{exc.strerror or exc} ({exc.filename or dest})"
+        sys.stderr.write(f"cache fill failed (FilesystemError): {message}\n")
+        _write_fill_report(termination_log, reason="FilesystemError", message=message)
         raise typer.Exit(1)
+    _write_fill_report(termination_log, manifest.to_json())
     if as_json:
         sys.stdout.write(json.dumps(manifest.to_json(), indent=2) + "\n")
         return
@@ -192,6 +197,18 @@ def cache_fill(
         markup=False,
         highlight=False,
     )
+
+
+def _write_fill_report(path: Optional[pathlib.Path], marker: Optional[dict] = None, **failure: str) -> None:
+    """The fill's verdict for the warm-caches flow (read back from the Job pod's termination message)."""
+    if path is None:
+        return
+    from engine.cache_plan import fill_report
+
+    try:
+        path.write_text(fill_report(marker, **failure))
+    except OSError as exc:
+        sys.stderr.write(f"cache fill: cannot write the termination log {path}: {exc.strerror or exc}\n")
 
 
 class _CacheFillProgress:
