@@ -56,13 +56,13 @@ def test_an_unchanged_cluster_costs_no_writes(prefect_harness: None, example_clu
     optimize(cluster=str(example_cluster), metrics_file=str(example_metrics))  # scales some targets
     second = optimize(cluster=str(example_cluster), metrics_file=str(example_metrics))  # records the new currentAlloc
     assert not any(w.scaled for w in second.writes)
-    files = {f.name: f.read_text() for f in example_cluster.iterdir() if f.is_file()}
+    files = {f.name: f.read_text() for f in example_cluster.iterdir() if f.is_file() and not f.name.startswith(".")}
     history = len(by_kind(example_cluster, "AutoscalingPolicyBinding")["qwen2-5-7b-instruct"]["status"]["history"])
     third = optimize(cluster=str(example_cluster), metrics_file=str(example_metrics))
     # Nothing changed but the clock: no VariantAutoscaling status write (heartbeat not due), no scale,
     # no Event. The Kthena binding records each evaluation in its window history, by design.
     assert not any(w.scaled or w.status_written or w.event for w in third.writes)
-    after = {f.name: f.read_text() for f in example_cluster.iterdir() if f.is_file()}
+    after = {f.name: f.read_text() for f in example_cluster.iterdir() if f.is_file() and not f.name.startswith(".")}
     assert {k: v for k, v in after.items() if k != "20-kthena.yaml"} == {k: v for k, v in files.items() if k != "20-kthena.yaml"}
     binding = by_kind(example_cluster, "AutoscalingPolicyBinding")["qwen2-5-7b-instruct"]
     assert len(binding["status"]["history"]) == history + 1
