@@ -7,6 +7,7 @@ import json
 import pathlib
 from typing import Any
 
+import pytest
 import yaml
 from typer.testing import CliRunner
 
@@ -107,6 +108,16 @@ def test_cli_table(prefect_harness: None, example_cluster: pathlib.Path, example
     assert result.exit_code == 0, result.output
     assert "Modelplane allocation" in result.stdout and "llama-3-1-8b-h100" in result.stdout
     assert "4 variants:" in result.stdout
+
+
+def test_cli_degraded_cycle_says_so_and_exits_3(prefect_harness: None, example_cluster: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("PROMETHEUS_URL", raising=False)
+    result = CliRunner().invoke(app, ["optimize", "--cluster", str(example_cluster)], terminal_width=250)
+    assert result.exit_code == 3, result.output
+    summary = " ".join(result.stdout.split())
+    assert "DEGRADED: metrics unavailable" in summary and "resources not ready" in summary
+    result = CliRunner().invoke(app, ["optimize", "--cluster", str(example_cluster), "--json", "--dry-run"])
+    assert result.exit_code == 3
 
 
 def test_namespace_selector_scopes_the_cycle(prefect_harness: None, example_cluster: pathlib.Path, example_metrics: pathlib.Path) -> None:
