@@ -5,12 +5,15 @@ from __future__ import annotations
 import json
 import os
 import pathlib
+import re
 import sys
 from typing import Optional
 
 import typer
 from rich.console import Console
 from rich.table import Table
+
+from flows.exitcodes import CannotRun, cli_errors, exit_code
 
 # Local runs start an ephemeral Prefect API on the shared ~/.prefect database; its telemetry write is the
 # one statement that contends with another local Prefect process, and it reports nothing we need.
@@ -42,11 +45,17 @@ def crds(write: Optional[pathlib.Path] = typer.Option(None, help="Write one file
 
 @app.command()
 def validate(cluster: pathlib.Path = typer.Option(..., "--cluster", help="Manifests directory or multi-document file.")) -> None:
-    """Load and validate a manifests directory; print every resource and every invalid one with its reason."""
+    """Load and validate a manifests directory; print every resource and every invalid one with its reason.
+
+    Exit codes (flows/exitcodes.py): 0 all valid, 2 the path does not exist, 3 some resources are invalid.
+    """
     from tasks.manifests import read_manifest_documents
     from engine.api.validate import load_documents
 
-    documents, read_errors = read_manifest_documents(cluster)
+    with cli_errors():
+        if not cluster.exists():
+            raise CannotRun(f"cluster path {cluster} does not exist")
+        documents, read_errors = read_manifest_documents(cluster)
     report = load_documents(documents)
     base = f"{cluster}/" if cluster.is_dir() else ""
 
@@ -66,7 +75,7 @@ def validate(cluster: pathlib.Path = typer.Option(..., "--cluster", help="Manife
     console.print(table)
     bad = len(report.invalid) + len(read_errors)
     console.print(f"{len(report.valid)} valid, {bad} invalid")
-    raise typer.Exit(1 if bad else 0)
+    raise typer.Exit(exit_code(["invalid resources"] * bad))
 
 
 def _meta_of(obj: object) -> dict:
@@ -84,30 +93,50 @@ def _kind_of(obj: object) -> str:
 
 @app.command()
 def optimize(
-    cluster: Optional[str] = typer.Option(None, "--cluster", help="Manifests directory/file, 'kubeconfig:PATH[#ctx]', or empty for the current kubeconfig."),
-    metrics: Optional[pathlib.Path] = typer.Option(None, "--metrics", help="Metrics YAML file (instead of Prometheus)."),
+    cluster: Optional[str] = typer.Option(
+        None, "--cluster",
+        help="A manifests directory or file; 'kubeconfig:PATH' or 'kubeconfig:PATH#CONTEXT' for a kubeconfig "
+             "(and context); empty for the current kubeconfig or in-cluster config."),
+    metrics: Optional[pathlib.Path] = typer.Option(None, "--metrics", exists=True, dir_okay=False, help="Metrics YAML file (instead of Prometheus)."),
     prometheus: Optional[str] = typer.Option(None, "--prometheus", help="Prometheus base URL (default $PROMETHEUS_URL)."),
+    rate_window: Optional[str] = typer.Option(
+        None, "--rate-window",
+        help="PromQL window of the arrival-rate query, e.g. 1m or 30s (default $PROMETHEUS_RATE_WINDOW, else 1m)."),
     namespace: list[str] = typer.Option([], "--namespace", "-n", help="Limit to these namespaces (repeatable)."),
     namespace_selector: Optional[str] = typer.Option(None, "--namespace-selector", "-l", help="Label selector on Namespaces."),
     config_namespace: str = typer.Option("modelplane-system", help="Namespace of the WVA ConfigMaps."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Decide and print, write nothing."),
     as_json: bool = typer.Option(False, "--json", help="Print a JSON list instead of a table."),
 ) -> None:
-    """Run one optimization cycle and print the allocation table (writes status back unless --dry-run)."""
-    from flows.optimize import optimize as optimize_flow
+    """Run one optimization cycle and print the allocation table (writes status back unless --dry-run).
 
+    Exit codes (flows/exitcodes.py): 0 clean; 2 could not run (cluster path missing, no Kubernetes access,
+    configuration ConfigMap missing), with one line on stderr; 3 ran degraded (metrics missing, resources
+    invalid or not ready, write errors), as the summary line says.
+    """
+    from flows.optimize import RATE_WINDOW_PATTERN, optimize as optimize_flow
+    from tasks.cluster import connect
+    from tasks.optimizer import cannot_run_reason
+
+    if rate_window is not None and not re.match(RATE_WINDOW_PATTERN, rate_window):
+        raise typer.BadParameter(f"{rate_window!r} is not a PromQL duration such as 1m or 30s", param_hint="--rate-window")
+    with cli_errors():
+        problem = cannot_run_reason(connect(cluster), config_namespace)  # before Prefect starts: one clear line
+        if problem:
+            raise CannotRun(problem)
     report = optimize_flow(
         namespaces=namespace or None,
         namespace_selector=namespace_selector,
         config_namespace=config_namespace,
         prometheus_url=prometheus,
         metrics_file=str(metrics) if metrics else None,
+        rate_window=rate_window,
         cluster=cluster,
         dry_run=dry_run,
     )
     if as_json:
         sys.stdout.write(json.dumps(report.as_json(), indent=2) + "\n")
-        return
+        raise typer.Exit(report.exit_code)
     table = Table(title="Modelplane allocation")
     for column in ("namespace", "name", "model", "accelerator", "current", "desired", "cost", "reason"):
         table.add_column(column, justify="right" if column in ("current", "desired", "cost") else "left")
@@ -119,6 +148,7 @@ def optimize(
     console.print(report.summary)
     if report.metrics_error:
         err.print(f"[yellow]metrics unavailable: {report.metrics_error}[/yellow]")
+    raise typer.Exit(report.exit_code)
 
 
 @app.command()
