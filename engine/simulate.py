@@ -619,18 +619,18 @@ def window_aggregates(result: SimResult, window_s: float, start_s: float = 0.0) 
     one observation per output token after the first), ``prompt_sum`` and ``generation_sum``
     (token histograms' sums), ``running_avg`` (time average of ``num_requests_running``, as
     ``avg_over_time`` over fine scrapes), ``waiting_avg``.  A request is attributed to the window it
-    finished in (counters increase at completion), as vLLM does.
+    finished in (counters increase at completion), as vLLM does.  Only whole windows up to the horizon are
+    returned: the drain after it is not a steady window.
     """
     done = result.done_s
-    ok = ~np.isnan(done) & (result.variant_index >= 0)
-    end = max(float(np.nanmax(done)) if ok.any() else 0.0, result.horizon_s)
-    edges = np.arange(start_s, end + window_s, window_s)
-    windows = len(edges) - 1
+    windows = max(int((result.horizon_s - start_s) // window_s), 0)
+    edges = start_s + window_s * np.arange(windows + 1)
+    ok = ~np.isnan(done) & (result.variant_index >= 0) & (done < edges[-1])
     out: dict[str, dict[str, np.ndarray]] = {}
     gaps = np.maximum(result.trace.out_tokens - 1, 0).astype(float)
     for index, variant in enumerate(result.variants):
         mask = ok & (result.variant_index == index)
-        w = np.clip(((done[mask] - start_s) // window_s).astype(np.int64), 0, windows - 1) if windows > 0 else np.zeros(0, np.int64)
+        w = np.clip(((done[mask] - start_s) // window_s).astype(np.int64), 0, max(windows - 1, 0))
 
         def add(values: np.ndarray) -> np.ndarray:
             return np.bincount(w, weights=values, minlength=windows)[:windows] if windows > 0 else np.zeros(0)
