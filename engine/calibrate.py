@@ -61,6 +61,11 @@ __all__ = [
     "windows_from_aggregates",
     "MIN_WINDOWS",
     "MIN_REQUESTS_PER_WINDOW",
+    "ANNOTATION_CALIBRATION",
+    "CONDITION_CALIBRATED",
+    "CalibrationOutcome",
+    "calibration_outcome",
+    "opted_in",
 ]
 
 MIN_WINDOWS = 8
@@ -301,3 +306,66 @@ def fit_profile(windows: Sequence[Window], gamma_prior: float | None = None) -> 
     _check("beta", beta, "the inter-token latency does not grow measurably with the batch size")
     gamma, delta, prefill_error, notes = fit_prefill(usable, gamma_prior)
     return ProfileFit(alpha, beta, gamma, delta, decode_error, prefill_error, len(usable), notes)
+
+
+# --------------------------------------------------------------------------------------------
+# What a calibration does to a VariantAutoscaling
+# --------------------------------------------------------------------------------------------
+
+ANNOTATION_CALIBRATION = "modelplane.io/calibration"
+"""``apply``: the calibrate flow writes a determined profile into ``spec.variantProfile.perfParms``.
+Anything else (or absent): the profile is only proposed (condition + artifact)."""
+CONDITION_CALIBRATED = "ProfileCalibrated"
+REASON_PROPOSED = "ProfileProposed"
+REASON_APPLIED = "ProfileApplied"
+REASON_UNIDENTIFIABLE = "ProfileUnidentifiable"
+REASON_NO_METRICS = "MetricsUnavailable"
+
+
+@dataclass(frozen=True)
+class CalibrationOutcome:
+    """The condition to set and, only when the resource opted in, the spec patch to write."""
+
+    status: str
+    reason: str
+    message: str
+    spec_patch: dict[str, object] | None = None
+
+
+def opted_in(obj: Mapping[str, object]) -> bool:
+    """Whether the VariantAutoscaling asks for calibrated profiles to be written into its spec."""
+    annotations = (obj.get("metadata") or {}).get("annotations") or {}  # type: ignore[union-attr]
+    return str(annotations.get(ANNOTATION_CALIBRATION, "")).strip().lower() == "apply"  # type: ignore[union-attr]
+
+
+def calibration_outcome(obj: Mapping[str, object], fit: ProfileFit | None, error: str | None) -> CalibrationOutcome:
+    """Turn a fit (or the reason there is none) into the resource's condition and, if opted in, a spec patch.
+
+    A profile is written only when the resource carries ``modelplane.io/calibration: apply`` and every
+    parameter was determined by the data (a gamma kept from the spec counts: it is the spec's own
+    value); otherwise the message holds the proposed values for a person to apply.
+    """
+    if fit is None:
+        reason = REASON_NO_METRICS if error and error.startswith("no metrics") else REASON_UNIDENTIFIABLE
+        return CalibrationOutcome("False", reason, f"No profile proposed: {error}")
+    proposal = fit.perf_parms()
+    text = (
+        f"alpha={proposal['decodeParms']['alpha']} beta={proposal['decodeParms']['beta']} "
+        f"gamma={proposal['prefillParms']['gamma']} delta={proposal['prefillParms']['delta']} ({fit.summary()})"
+    )
+    if fit.notes:
+        text += "; " + "; ".join(fit.notes)
+    if not opted_in(obj):
+        return CalibrationOutcome(
+            "True", REASON_PROPOSED,
+            f"Proposed profile {text}; not written: annotate {ANNOTATION_CALIBRATION}=apply to let the calibrate flow write it",
+        )
+    spec = obj.get("spec") or {}
+    profile = dict((spec.get("variantProfile") or {}))  # type: ignore[union-attr]
+    if "maxBatchSize" not in profile:
+        return CalibrationOutcome(
+            "True", REASON_PROPOSED,
+            f"Proposed profile {text}; not written: spec.variantProfile.maxBatchSize is not set (the server's --max-num-seqs)",
+        )
+    profile["perfParms"] = proposal
+    return CalibrationOutcome("True", REASON_APPLIED, f"Applied profile {text}", {"variantProfile": profile})
