@@ -204,6 +204,7 @@ class SimResult:
     first_s: np.ndarray
     done_s: np.ndarray
     variant_index: np.ndarray  # -1 when never served
+    replica_index: np.ndarray  # the replica that served the request, -1 when never served
     dropped: np.ndarray  # bool: timed out at the gateway or still waiting at the end
     replica_variant: np.ndarray
     replica_created_s: np.ndarray
@@ -323,6 +324,7 @@ class _Run:
         self.first = [math.nan] * n
         self.done = [math.nan] * n
         self.served_by = [-1] * n
+        self.served_replica = [-1] * n
         self.dropped = [False] * n
         self.model_of_variant = [trace.models.index(v.model) if v.model in trace.models else -1 for v in self.variants]
         self.replicas: list[_Replica] = []
@@ -426,6 +428,7 @@ class _Run:
         replica.queue.append(request)
         replica.outstanding += 1
         self.served_by[request] = replica.variant
+        self.served_replica[request] = replica.id
         self._admit(replica, t)
         self._schedule(replica)
 
@@ -559,6 +562,7 @@ class _Run:
             first_s=np.asarray(self.first, dtype=float),
             done_s=np.asarray(self.done, dtype=float),
             variant_index=np.asarray(self.served_by, dtype=np.int64),
+            replica_index=np.asarray(self.served_replica, dtype=np.int64),
             dropped=np.asarray(self.dropped, dtype=bool),
             replica_variant=np.asarray([r.variant for r in rs], dtype=np.int64),
             replica_created_s=np.asarray([r.created for r in rs], dtype=float),
@@ -638,6 +642,10 @@ def window_aggregates(result: SimResult, window_s: float, start_s: float = 0.0) 
         ttft = (result.first_s - result.arrival_s)[mask]
         buckets = np.stack([add((ttft <= b).astype(float)) for b in TTFT_BUCKETS_S], axis=1) if windows > 0 else np.zeros((0, len(TTFT_BUCKETS_S)))
         admit, first, fin = result.admit_s[mask], result.first_s[mask], done[mask]
+        # Gauges count every request of the variant, also those finishing after the last window.
+        served = (result.variant_index == index) & ~np.isnan(result.admit_s)
+        admit_all = result.admit_s[served]
+        done_all = np.minimum(np.nan_to_num(done[served], nan=edges[-1] if windows else 0.0), edges[-1] if windows else 0.0)
         out[variant.key] = {
             "start_s": edges[:-1],
             "count": add(np.ones(int(mask.sum()))),
@@ -649,8 +657,8 @@ def window_aggregates(result: SimResult, window_s: float, start_s: float = 0.0) 
             "itl_count": add(gaps[mask]),
             "prompt_sum": add(result.trace.in_tokens[mask].astype(float)),
             "generation_sum": add(result.trace.out_tokens[mask].astype(float)),
-            "running_avg": _occupancy(admit, fin, edges) / window_s,
-            "waiting_avg": _occupancy(result.arrival_s[mask], admit, edges) / window_s,
+            "running_avg": _occupancy(admit_all, done_all, edges) / window_s,
+            "waiting_avg": _occupancy(result.arrival_s[served], admit_all, edges) / window_s,
         }
     return out
 
