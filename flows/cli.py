@@ -135,7 +135,7 @@ def serve() -> None:
 
 def _fail(message: str) -> None:
     """Print one line on stderr and exit non-zero (a CLI that cannot do its job shows no traceback)."""
-    err.print(f"[red]error:[/red] {message}", markup=True, highlight=False)
+    sys.stderr.write(f"error: {message}\n")
     raise typer.Exit(1)
 
 
@@ -169,8 +169,24 @@ def simulate(
             shares[model] = float(weight)
         except ValueError:
             _fail(f"--share {item!r}: expected MODEL=WEIGHT with a number")
+    # Check what can be checked before a flow run starts, so bad input gives one line, not a failed run's log.
+    from engine.simulate_policies import POLICIES
+    from engine.simulate_trace import parse_trace_rows
+
     if not cluster.exists():
         _fail(f"cluster description {cluster} does not exist")
+    unknown = [p for p in policy if p not in POLICIES]
+    if unknown:
+        _fail(f"unknown policy {', '.join(unknown)}; choose from {', '.join(POLICIES)}")
+    if not trace.is_file():
+        _fail(f"trace file {trace} does not exist")
+    try:
+        with trace.open(newline="") as handle:
+            import csv
+
+            parse_trace_rows(csv.reader(handle))
+    except (TraceError, UnicodeDecodeError) as exc:
+        _fail(f"{trace}: {exc}")
     try:
         report = simulate_flow(
             cluster=str(cluster), trace=str(trace), config_namespace=config_namespace, policies=policy or None,
