@@ -338,6 +338,116 @@ def _duration(text: str) -> "datetime.timedelta":
     if text.endswith("d") and text[:-1].replace(".", "", 1).isdigit():
         return datetime.timedelta(days=float(text[:-1]))
     return datetime.timedelta(seconds=parse_duration(text))
+def _fail(message: str) -> None:
+    """Print one line on stderr and exit non-zero (a CLI that cannot do its job shows no traceback)."""
+    sys.stderr.write(f"error: {message}\n")
+    raise typer.Exit(1)
+
+
+@app.command()
+def simulate(
+    cluster: pathlib.Path = typer.Option(..., "--cluster", help="Manifests directory/file: VariantAutoscalings, targets, WVA ConfigMaps."),
+    trace: pathlib.Path = typer.Option(..., "--trace", help="Trace CSV (timestamp, prompt tokens, output tokens; Azure format as is)."),
+    policy: list[str] = typer.Option([], "--policy", "-p", help="Policy to compare (repeatable); default: all five."),
+    compression: float = typer.Option(1.0, help="Divide inter-arrival times by this (time compression)."),
+    rate_scale: float = typer.Option(1.0, "--rate-scale", help="Multiply the number of requests."),
+    start: float = typer.Option(0.0, help="Slice start, seconds after the first request."),
+    duration: Optional[float] = typer.Option(None, help="Slice length in seconds (before compression)."),
+    share: list[str] = typer.Option([], "--share", help="MODEL=WEIGHT share of a model ('namespace/modelID') in the trace (repeatable)."),
+    interval: float = typer.Option(60.0, help="Control interval in simulated seconds."),
+    startup_delay: float = typer.Option(120.0, "--startup-delay", help="Seconds a new replica takes to become ready."),
+    seed: int = typer.Option(0, help="Seed of every random draw."),
+    output: pathlib.Path = typer.Option(pathlib.Path("simulation-report"), "--output", "-o", help="Report directory."),
+    config_namespace: str = typer.Option("modelplane-system", help="Namespace of the WVA ConfigMaps."),
+    as_json: bool = typer.Option(False, "--json", help="Print the JSON summary instead of a table."),
+) -> None:
+    """Replay a trace against a cluster description and compare autoscaling policies (table, JSON, HTML report)."""
+    from engine.optimize import SpecError
+    from engine.simulate_trace import TraceError
+    from flows.simulate import simulate as simulate_flow
+    from tasks.simulation import summary_table
+
+    shares: dict[str, float] = {}
+    for item in share:
+        model, _, weight = item.rpartition("=")
+        try:
+            shares[model] = float(weight)
+        except ValueError:
+            _fail(f"--share {item!r}: expected MODEL=WEIGHT with a number")
+    # Check what can be checked before a flow run starts, so bad input gives one line, not a failed run's log.
+    from engine.simulate_policies import POLICIES
+    from engine.simulate_trace import parse_trace_rows
+
+    if not cluster.exists():
+        _fail(f"cluster description {cluster} does not exist")
+    unknown = [p for p in policy if p not in POLICIES]
+    if unknown:
+        _fail(f"unknown policy {', '.join(unknown)}; choose from {', '.join(POLICIES)}")
+    if not trace.is_file():
+        _fail(f"trace file {trace} does not exist")
+    try:
+        with trace.open(newline="") as handle:
+            import csv
+
+            parse_trace_rows(csv.reader(handle))
+    except (TraceError, UnicodeDecodeError) as exc:
+        _fail(f"{trace}: {exc}")
+    try:
+        report = simulate_flow(
+            cluster=str(cluster), trace=str(trace), config_namespace=config_namespace, policies=policy or None,
+            compression=compression, rate_scale=rate_scale, start_s=start, duration_s=duration, model_shares=shares or None,
+            interval_s=interval, startup_delay_s=startup_delay, seed=seed, output_dir=str(output),
+        )
+    except (TraceError, SpecError, ValueError) as exc:
+        _fail(str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
+    if as_json:
+        sys.stdout.write(json.dumps(report.as_json(), indent=2) + "\n")
+        return
+    rows = summary_table(report.outcomes)
+    table = Table(title=f"Policies replayed on {trace.name} ({report.settings['requests']} requests)")
+    for column in rows[0]:
+        table.add_column(column, justify="left" if column == "policy" else "right")
+    for row in rows:
+        table.add_row(*(str(v) for v in row.values()))
+    console.print(table)
+    console.print(f"report: {report.files['html']}  summary: {report.files['json']}")
+
+
+@app.command()
+def calibrate(
+    cluster: Optional[str] = typer.Option(None, "--cluster", help="Manifests directory/file, 'kubeconfig:PATH[#ctx]', or empty for the current kubeconfig."),
+    prometheus: Optional[str] = typer.Option(None, "--prometheus", help="Prometheus base URL (default $PROMETHEUS_URL)."),
+    windows: Optional[pathlib.Path] = typer.Option(None, "--windows", help="Windows YAML file (instead of Prometheus)."),
+    namespace: list[str] = typer.Option([], "--namespace", "-n", help="Limit to these namespaces (repeatable)."),
+    lookback: str = typer.Option("3h", help="How far back to read metrics."),
+    window: str = typer.Option("5m", help="Length of one metrics window."),
+    config_namespace: str = typer.Option("modelplane-system", help="Namespace of the WVA ConfigMaps."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Fit and print, write nothing."),
+    as_json: bool = typer.Option(False, "--json", help="Print a JSON list instead of a table."),
+) -> None:
+    """Fit performance profiles (alpha, beta, gamma, delta) from vLLM metrics; write them only where opted in."""
+    from flows.calibrate import calibrate as calibrate_flow
+    from tasks.calibration import WindowsFileError
+
+    try:
+        report = calibrate_flow(
+            namespaces=namespace or None, config_namespace=config_namespace, cluster=cluster, prometheus_url=prometheus,
+            windows_file=str(windows) if windows else None, lookback=lookback, window=window, dry_run=dry_run,
+        )
+    except (WindowsFileError, ValueError) as exc:
+        _fail(str(exc).splitlines()[0])
+    if as_json:
+        sys.stdout.write(json.dumps(report.as_json(), indent=2, default=str) + "\n")
+        return
+    table = Table(title="Calibrated performance profiles")
+    for column in ("namespace", "name", "result", "alpha", "beta", "gamma", "delta", "written"):
+        table.add_column(column)
+    for row in report.rows:
+        values = [f"{row.fit[n]['value']:.4g}" + ("*" if row.fit[n]["fixed"] else "") if row.fit else "-" for n in ("alpha", "beta", "gamma", "delta")]
+        table.add_row(row.namespace, row.name, row.reason, *values, "yes" if row.spec_written else "no")
+    console.print(table)
+    for row in report.rows:
+        console.print(f"{row.namespace}/{row.name}: {row.message}", highlight=False)
 
 
 def main() -> None:
