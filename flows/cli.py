@@ -6,10 +6,11 @@ import json
 import os
 import pathlib
 import sys
-from typing import Optional
+from typing import Any, Optional
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 # Local runs start an ephemeral Prefect API on the shared ~/.prefect database; its telemetry write is the
@@ -93,10 +94,13 @@ def optimize(
     dry_run: bool = typer.Option(False, "--dry-run", help="Decide and print, write nothing."),
     as_json: bool = typer.Option(False, "--json", help="Print a JSON list instead of a table."),
 ) -> None:
-    """Run one optimization cycle and print the allocation table (writes status back unless --dry-run)."""
+    """Run one optimization cycle and print the allocation table (writes status back unless --dry-run).
+
+    Exit codes: 0 clean, 2 could not run, 3 ran degraded (see flows/exitcodes.py)."""
     from flows.optimize import optimize as optimize_flow
 
-    report = optimize_flow(
+    report = run_flow_or_exit(
+        optimize_flow,
         namespaces=namespace or None,
         namespace_selector=namespace_selector,
         config_namespace=config_namespace,
@@ -107,7 +111,7 @@ def optimize(
     )
     if as_json:
         sys.stdout.write(json.dumps(report.as_json(), indent=2) + "\n")
-        return
+        exit_with_outcome(report.problems)
     table = Table(title="Modelplane allocation")
     for column in ("namespace", "name", "model", "accelerator", "current", "desired", "cost", "reason"):
         table.add_column(column, justify="right" if column in ("current", "desired", "cost") else "left")
@@ -117,13 +121,45 @@ def optimize(
         table.add_row(row.namespace, row.name, row.model, row.accelerator, str(row.current if row.current is not None else "-"), desired, row.cost, row.reason)
     console.print(table)
     console.print(report.summary)
-    if report.metrics_error:
-        err.print(f"[yellow]metrics unavailable: {report.metrics_error}[/yellow]")
+    exit_with_outcome(report.problems)
+
+
+def run_flow_or_exit(flow: Any, **parameters: Any) -> Any:
+    """Run ``flow`` in-process; when it cannot run (no cluster, bad parameter, missing file) print one line
+    and exit COULD_NOT_RUN instead of a traceback."""
+    from prefect.exceptions import ParameterTypeError
+    from prefect.logging.loggers import disable_logger
+
+    from flows.exitcodes import ExitCode
+    from tasks.cluster.errors import ClusterError
+
+    try:
+        with disable_logger("prefect.flows"):  # the deployment schema's checks, before any run or log line
+            flow.validate_parameters(parameters)
+        return flow(**parameters)
+    except ParameterTypeError as exc:
+        reason = " ".join(str(exc).split())
+    except ClusterError as exc:
+        reason = f"cluster: {exc}"
+    except (OSError, ValueError) as exc:
+        reason = f"{type(exc).__name__}: {exc}"
+    err.print(f"[red]{flow.name} could not run: {escape(reason)}[/red]", highlight=False, soft_wrap=True)
+    raise typer.Exit(ExitCode.COULD_NOT_RUN)
+
+
+def exit_with_outcome(problems: list[str]) -> None:
+    """Print a degraded cycle's problems on stderr and exit DEGRADED; exit CLEAN otherwise."""
+    from flows.exitcodes import outcome_code
+
+    for problem in problems:
+        err.print(f"[yellow]degraded: {escape(problem)}[/yellow]", highlight=False, soft_wrap=True)
+    raise typer.Exit(int(outcome_code(problems)))
 
 
 @app.command()
 def serve() -> None:
-    """Serve every deployment of deployments/prefect.yaml with its schedules (Prefect server if PREFECT_API_URL is set)."""
+    """Serve every deployment of deployments/prefect.yaml from this process, named '<name>-local', with its
+    schedules and triggers (on the Prefect server of PREFECT_API_URL, else an ephemeral one)."""
     from prefect import serve as prefect_serve
 
     from flows.deployments import runner_deployments
@@ -131,6 +167,47 @@ def serve() -> None:
     if not os.environ.get("PREFECT_API_URL"):
         err.print("PREFECT_API_URL is not set: serving against an ephemeral Prefect API")
     prefect_serve(*runner_deployments(PREFECT_YAML))
+
+
+@app.command()
+def deploy(
+    pool_type: str = typer.Option("kubernetes", "--pool-type", help="'kubernetes' (deployments/work-pool-template.json) or 'process' (a local worker)."),
+    pool: Optional[str] = typer.Option(None, "--pool", help="Work pool name (default modelplane-kubernetes / modelplane-process)."),
+) -> None:
+    """Create the work pool if missing, then register every deployment of deployments/prefect.yaml on the
+    Prefect server of PREFECT_API_URL (runs 'prefect --no-prompt deploy --all --prefect-file deployments/prefect.yaml')."""
+    import asyncio
+
+    from prefect.client.orchestration import get_client
+
+    from flows.deployments import KUBERNETES_POOL, PROCESS_POOL, ensure_work_pool, run_deploy
+    from flows.exitcodes import ExitCode
+
+    if pool_type not in ("kubernetes", "process"):
+        err.print(f"[red]--pool-type must be 'kubernetes' or 'process', not {pool_type!r}[/red]")
+        raise typer.Exit(ExitCode.COULD_NOT_RUN)
+    if not os.environ.get("PREFECT_API_URL"):
+        err.print("[red]PREFECT_API_URL is not set: point it at the Prefect server to deploy to (e.g. http://127.0.0.1:4200/api)[/red]")
+        raise typer.Exit(ExitCode.COULD_NOT_RUN)
+    name = pool or (KUBERNETES_POOL if pool_type == "kubernetes" else PROCESS_POOL)
+
+    async def create_pool() -> bool:
+        async with get_client() as client:
+            return await ensure_work_pool(client, name, pool_type)
+
+    try:
+        created = asyncio.run(create_pool())
+    except Exception as exc:  # the server is unreachable or refuses the pool: one line, no traceback
+        err.print(f"[red]work pool {name!r}: {type(exc).__name__}: {exc}[/red]", highlight=False)
+        raise typer.Exit(ExitCode.COULD_NOT_RUN)
+    err.print(f"work pool {name!r} ({pool_type}): {'created' if created else 'exists'}")
+    result = run_deploy(pool=None if name == KUBERNETES_POOL else name)
+    sys.stdout.write(result.stdout)
+    if result.returncode != 0:
+        sys.stderr.write(result.stderr)
+        err.print(f"[red]prefect deploy failed with exit code {result.returncode}[/red]")
+        raise typer.Exit(ExitCode.COULD_NOT_RUN)
+    err.print(f"registered the deployments of deployments/prefect.yaml on {name!r}; start a worker: prefect worker start --pool {name}")
 
 
 def main() -> None:

@@ -28,13 +28,15 @@ from prefect.artifacts import create_table_artifact
 from prefect.cache_policies import NO_CACHE
 from prefect.context import FlowRunContext
 from prefect.utilities.annotations import quote
-from pydantic import BaseModel, Field
+from pydantic import BaseModel
 
 from engine.bindings import BindingDecision, plan_binding
 from engine.optimize import CycleInputs, ModelLoad, PodSample, VariantDecision, plan_variants, summarize
 from engine.saturation import SaturationConfigSet
+from flows.parameters import NamespaceName, NonNegativeSeconds, PositiveSeconds, PromDuration
 from tasks.cluster import Cluster, connect
 from tasks.cluster.errors import ClusterError
+from tasks.events import Subject, emit_change
 from tasks.metrics import FileMetrics, MetricsSnapshot, MetricsSource, PrometheusMetrics
 from tasks.optimizer import (
     ClusterState,
@@ -57,16 +59,16 @@ class OptimizeParameters(BaseModel):
     """One run's parameters, validated. Defaults and descriptions live in the flow's signature and
     docstring, which Prefect turns into the UI form; this model adds the checks the form cannot express."""
 
-    namespaces: list[str]
+    namespaces: list[NamespaceName]
     namespace_selector: str | None
-    config_namespace: str = Field(min_length=1)
+    config_namespace: NamespaceName
     prometheus_url: str | None
     metrics_file: str | None
-    rate_window: str = Field(pattern=r"^[0-9]+(ms|s|m|h)$")
+    rate_window: PromDuration
     cluster: str | None
     dry_run: bool
-    solver_time_limit_s: float = Field(gt=0)
-    status_heartbeat_s: float = Field(ge=0)
+    solver_time_limit_s: PositiveSeconds
+    status_heartbeat_s: NonNegativeSeconds
 
 
 @dataclass
@@ -94,6 +96,8 @@ class CycleReport:
     summary: str = ""
     metrics_error: str | None = None
     writes: list[WriteOutcome] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+    """Why the cycle ran degraded (configuration, metrics, resources not ready, failed writes); empty when clean."""
 
     def as_json(self) -> list[dict[str, Any]]:
         """The report as the CLI's JSON list."""
@@ -190,16 +194,16 @@ def report_rows(decisions: list[VariantDecision], writes: list[WriteOutcome], bi
 
 @flow(name="optimize", timeout_seconds=DEFAULT_INTERVAL_S - 10, log_prints=True)
 def optimize(
-    namespaces: list[str] | None = None,
+    namespaces: list[NamespaceName] | None = None,
     namespace_selector: str | None = None,
-    config_namespace: str = DEFAULT_CONFIG_NAMESPACE,
+    config_namespace: NamespaceName = DEFAULT_CONFIG_NAMESPACE,
     prometheus_url: str | None = None,
     metrics_file: str | None = None,
-    rate_window: str = "1m",
+    rate_window: PromDuration = "1m",
     cluster: str | None = None,
     dry_run: bool = False,
-    solver_time_limit_s: float = 10.0,
-    status_heartbeat_s: float = 300.0,
+    solver_time_limit_s: PositiveSeconds = 10.0,
+    status_heartbeat_s: NonNegativeSeconds = 300.0,
 ) -> CycleReport:
     """One allocation cycle over every VariantAutoscaling and AutoscalingPolicyBinding.
 
@@ -245,9 +249,41 @@ def optimize(
     failed_writes = sum(1 for w in writes if w.error)
     summary = summarize(decisions) + (f", {failed_writes} write errors (see the log)" if failed_writes else "")
     report = CycleReport(rows=report_rows(decisions, writes, bindings), summary=summary, metrics_error=metrics_error, writes=writes)
+    report.problems = cycle_problems(state, report, decisions, bindings)
+    emit_scaling_events(report)
     publish(report)
     logger.info("optimize: %s", report.summary)
     return report
+
+
+def cycle_problems(
+    state: ClusterState, report: CycleReport, decisions: list[VariantDecision], bindings: list[BindingDecision]
+) -> list[str]:
+    """Why this cycle ran degraded, one line each (the CLI exits DEGRADED when the list is not empty)."""
+    problems = [f"configuration: {error}" for error in state.config_errors]
+    if report.metrics_error:
+        problems.append(f"metrics unavailable: {report.metrics_error}")
+    not_ready = [f"{d.namespace}/{d.name} ({d.reason})" for d in decisions if not d.ready]
+    not_ready += [f"{b.namespace}/{b.name} ({b.reason})" for b in bindings if not b.ready]
+    if not_ready:
+        problems.append(f"{len(not_ready)} not ready: " + ", ".join(not_ready))
+    failed = [f"{w.namespace}/{w.name}" for w in report.writes if w.error]
+    if failed:
+        problems.append(f"{len(failed)} status writes failed: " + ", ".join(failed))
+    return problems
+
+
+def emit_scaling_events(report: CycleReport) -> None:
+    """One Prefect event per target this cycle actually scaled (none in a dry run: nothing is applied)."""
+    for row in report.rows:
+        if not row.applied or row.desired is None or row.desired == row.current:
+            continue
+        payload = {"current": row.current, "desired": row.desired, "accelerator": row.accelerator, "model": row.model, "reason": row.reason}
+        if row.kind == "VariantAutoscaling":
+            emit_change(Subject("llmd.ai/v1alpha1", "VariantAutoscaling", row.name, row.namespace), "scaled", payload)
+        else:
+            binding, _, target = row.name.partition("/")
+            emit_change(Subject("registry.volcano.sh/v1alpha1", "AutoscalingPolicyBinding", binding, row.namespace), "scaled", {**payload, "target": target})
 
 
 def publish(report: CycleReport) -> None:
