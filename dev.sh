@@ -24,6 +24,8 @@ setup_services() {
   # Real components the tests start on 127.0.0.1 (see DESIGN.md).
   local need=()
   command -v prometheus >/dev/null 2>&1 || need+=(prometheus)
+  command -v chromium >/dev/null 2>&1 || need+=(chromium)
+  command -v chromedriver >/dev/null 2>&1 || need+=(chromium-driver)
   if [ ${#need[@]} -gt 0 ]; then
     if [ "$(id -u)" = 0 ]; then
       export DEBIAN_FRONTEND=noninteractive

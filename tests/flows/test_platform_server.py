@@ -4,8 +4,8 @@
 One server, pool and worker for the module. Every entry of deployments/prefect.yaml is checked: registered
 with its schedule, constraints and triggers; a run of each flow against a copy of the example cluster
 completes; every trigger fires its deployment from an event emitted with the flows' own helper and passes
-the event's object as parameters; CANCEL_NEW cancels an overlapping run. The real-browser test of the UI
-form lives in test_platform_ui.py and reuses this server.
+the event's object as parameters; CANCEL_NEW cancels an overlapping run. Last, Debian's chromium
+(headless, through selenium) finds every optimize parameter with its description on the UI's run form.
 """
 
 from __future__ import annotations
@@ -164,3 +164,45 @@ def test_cancel_new_cancels_an_overlapping_run(platform: PrefectServer, tmp_path
     states = {run["id"]: platform.wait_for_run(run["id"])["state"]["type"] for run in (first, second)}
     assert sorted(states.values()) == ["CANCELLED", "COMPLETED"], states
     assert states[first["id"]] == "COMPLETED"
+
+
+def test_ui_run_form_shows_every_parameter_with_its_description(
+    platform: PrefectServer, tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Debian's chromium, headless, opens the optimize deployment's run form in the Prefect UI of this server
+    (screenshot: <tmp_path>/optimize-run-form.png)."""
+    monkeypatch.setenv("SE_OFFLINE", "true")  # selenium must not look for a driver online: Debian's chromedriver
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+    from selenium.webdriver.common.by import By
+
+    stored = platform.deployment(next(e for e in ENTRIES if e["name"] == "optimize"))
+    properties = stored["parameter_openapi_schema"]["properties"]
+    options = webdriver.ChromeOptions()
+    options.binary_location = shutil.which("chromium") or "/usr/bin/chromium"
+    for flag in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-background-networking",
+                 "--disable-component-update", "--window-size=1400,4000"):
+        options.add_argument(flag)
+    driver = webdriver.Chrome(service=Service(shutil.which("chromedriver") or "/usr/bin/chromedriver"), options=options)
+    try:
+        driver.set_page_load_timeout(60)
+        driver.get(f"{platform.url}/deployments/deployment/{stored['id']}/run")
+
+        def page_text() -> str:
+            return driver.find_element(By.TAG_NAME, "body").text
+
+        def form_complete() -> bool:
+            text = page_text()
+            return all(name in text and " ".join(prop["description"].split()[:6]) in " ".join(text.split())
+                       for name, prop in properties.items())
+
+        try:
+            wait_for(form_complete, 60, "every parameter and its description on the run form")
+        finally:
+            driver.save_screenshot(str(tmp_path / "optimize-run-form.png"))
+        text = " ".join(page_text().split())
+        for name, prop in properties.items():
+            assert name in text
+            assert " ".join(prop["description"].split()) in text, name
+    finally:
+        driver.quit()
