@@ -24,18 +24,13 @@ import pytest
 from engine.api.registry import KINDS
 from flows.deployments import PROCESS_POOL, deployment_entries, triggers_of
 from tasks.events import Subject
-from tests.flows.prefect_server import PrefectServer
+from tests.flows.prefect_server import LOCAL_RUN_PARAMETERS, PrefectServer
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 ENTRIES = deployment_entries()
 IDS = [e["name"] for e in ENTRIES]
 TERMINAL = {"COMPLETED", "FAILED", "CRASHED", "CANCELLED"}
 
-# What each flow needs besides `cluster` to run on the example cluster with no network. A new flow that
-# needs more (a metrics file, a registry URL of a test server...) adds its entry here.
-LOCAL_RUN_PARAMETERS: dict[str, dict[str, Any]] = {
-    "optimize": {"metrics_file": str(REPO / "deployments" / "example-metrics.yaml")},
-}
 
 pytestmark = pytest.mark.timeout(600)
 
