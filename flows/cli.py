@@ -16,6 +16,8 @@ from rich.table import Table
 # Local runs start an ephemeral Prefect API on the shared ~/.prefect database; its telemetry write is the
 # one statement that contends with another local Prefect process, and it reports nothing we need.
 os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+# Prefect's 20 s default for starting that ephemeral API is too short on a busy CI runner.
+os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "120")
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="Modelplane: a control plane for serving LLMs on Kubernetes.")
 # Off a terminal (CI logs, pipes) rich would wrap tables at 80 columns and cut names; use a wide page.
@@ -143,6 +145,10 @@ def run_flow_or_exit(flow: Any, **parameters: Any) -> Any:
         reason = f"cluster: {exc}"
     except (OSError, ValueError) as exc:
         reason = f"{type(exc).__name__}: {exc}"
+    except RuntimeError as exc:
+        if "Prefect API" not in str(exc):  # anything else is a bug: keep its traceback
+            raise
+        reason = str(exc)
     err.print(f"[red]{flow.name} could not run: {escape(reason)}[/red]", highlight=False, soft_wrap=True)
     raise typer.Exit(ExitCode.COULD_NOT_RUN)
 

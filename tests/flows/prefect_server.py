@@ -21,12 +21,6 @@ from tasks.events import Subject
 REPO = pathlib.Path(__file__).resolve().parents[2]
 TERMINAL = {"COMPLETED", "FAILED", "CRASHED", "CANCELLED"}
 
-# What each flow needs besides `cluster` to run on the example cluster with no network (used by the real
-# server test and the RBAC test). A new flow that needs more (a metrics file, the URL of a test server...)
-# adds its entry here.
-LOCAL_RUN_PARAMETERS: dict[str, dict[str, Any]] = {
-    "optimize": {"metrics_file": str(REPO / "deployments" / "example-metrics.yaml")},
-}
 
 
 def free_port() -> int:

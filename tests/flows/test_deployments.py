@@ -16,6 +16,7 @@ import pytest
 from prefect.utilities.callables import parameter_schema
 
 from flows.deployments import (
+    REPO,
     KUBERNETES_POOL,
     PREFECT_YAML,
     SERVE_SUFFIX,
@@ -160,3 +161,25 @@ def test_work_pool_template_renders_a_valid_job(tmp_path: pathlib.Path) -> None:
     assert pod["serviceAccountName"] == "modelplane"
     assert pod["containers"][0]["image"] == entry["work_pool"]["job_variables"]["image"]
     (tmp_path / "job.json").write_text(json.dumps(job, indent=2))
+
+
+def test_the_image_holds_every_entrypoint_and_runs_as_the_pool_user() -> None:
+    """deployments/Dockerfile copies every package pyproject installs and every entrypoint's file into its
+    WORKDIR (the deployments have no pull step), and runs as the user the work-pool template expects."""
+    import re
+    import tomllib
+
+    dockerfile = (REPO / "deployments" / "Dockerfile").read_text()
+    workdir = re.search(r"^WORKDIR\s+(\S+)", dockerfile, re.M).group(1)
+    assert workdir == "/opt/modelplane"
+    copied = {src for line in re.findall(r"^COPY\s+(.+)$", dockerfile, re.M) for src in line.split()[:-1]}
+    packages = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]["find"]["include"]
+    for package in packages:
+        assert package.rstrip("*") in copied, f"the image must COPY {package.rstrip('*')}/"
+    assert {"pyproject.toml", "README.md"} <= copied
+    for entry in ENTRIES:
+        assert entry["entrypoint"].split("/")[0] in copied, entry["entrypoint"]
+    assert re.search(r"^RUN pip install \.", dockerfile, re.M), "the image installs the package (and its dependencies)"
+    uid = re.search(r"^USER\s+(\d+)", dockerfile, re.M).group(1)
+    pod = kubernetes_pool_template()["job_configuration"]["job_manifest"]["spec"]["template"]["spec"]
+    assert str(pod["securityContext"]["runAsUser"]) == uid

@@ -24,7 +24,8 @@ import pytest
 from engine.api.registry import KINDS
 from flows.deployments import PROCESS_POOL, deployment_entries, triggers_of
 from tasks.events import Subject
-from tests.flows.prefect_server import LOCAL_RUN_PARAMETERS, PrefectServer
+from tests.flows.platform_support import LOCAL_RUN_PARAMETERS
+from tests.flows.prefect_server import PrefectServer
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 ENTRIES = deployment_entries()

@@ -17,10 +17,8 @@ import pytest
 import yaml
 
 from flows.deployments import deployment_entries, load_entry_flow
-from tasks.cluster import connect
-from tasks.manifests import read_manifest_documents
-from tests.flows.prefect_server import LOCAL_RUN_PARAMETERS
-from tests.kubeserver.fixture import KubeServer, start_kube_server
+from tests.flows.platform_support import LOCAL_RUN_PARAMETERS, cluster_server, load_example_cluster  # noqa: F401
+from tests.kubeserver.fixture import KubeServer
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 RBAC = REPO / "deployments" / "rbac.yaml"
@@ -39,31 +37,6 @@ EXTRA_RUNS: list[tuple[str, dict[str, Any], list[tuple[str, str, int]]]] = [
 EXERCISED_ELSEWHERE: dict[Permission, str] = {
     ("", "configmaps", "get"): "optimize: a sloClassRef ConfigMap kept in the variant's own namespace (tasks/optimizer.py)",
 }
-
-
-@pytest.fixture(scope="module")
-def cluster_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KubeServer]:
-    """A private API server with Modelplane's CRDs (and the upstream ones the rollouts render)."""
-    server = start_kube_server(tmp_path_factory.mktemp("rbac-kubeserver"))
-    try:
-        crd_files = sorted((REPO / "deployments" / "crds").glob("*.yaml"))
-        upstream = REPO / "tests" / "upstream-crds"
-        crd_files += sorted(upstream.glob("*.yaml")) if upstream.is_dir() else []
-        server.install_crds([doc for path in crd_files for doc in yaml.safe_load_all(path.read_text()) if doc])
-        yield server
-    finally:
-        server.stop()
-
-
-def load_example_cluster(server: KubeServer) -> None:
-    """Create every object of deployments/examples (namespaces first, files in order)."""
-    server.reset()
-    cluster = connect(f"kubeconfig:{server.kubeconfig}")
-    documents, errors = read_manifest_documents(REPO / "deployments" / "examples")
-    assert not errors, errors
-    objects = [doc for _, doc in documents if isinstance(doc, dict) and doc.get("kind")]
-    for obj in sorted(objects, key=lambda o: o["kind"] != "Namespace"):
-        cluster.create({k: v for k, v in obj.items() if k != "status"})
 
 
 def permission_of(request: dict[str, Any]) -> Permission | None:
