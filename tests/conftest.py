@@ -11,7 +11,7 @@ import pytest
 os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 
 # The Kubernetes API test server and the Prometheus + fake vLLM exporter fixtures.
-pytest_plugins = ["tests.kubeserver.fixture", "tests.promtest.fixture"]
+pytest_plugins = ["tests.kubeserver.fixture", "tests.promtest.fixture", "tests.registry.fixture"]
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 EXAMPLES = REPO / "deployments" / "examples"

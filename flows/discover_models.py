@@ -1,0 +1,183 @@
+"""The ``discover-models`` flow: AIMClusterModel image -> labels -> recommended deployments -> templates.
+
+Lifecycle, top to bottom:
+
+1. read the cluster: one LIST each of AIMClusterModels, AIMNamespaceConfigs and AIMServiceTemplates;
+2. decide which images must be read: never read, ``spec.image`` changed, a transient failure last
+   time, or older than the resync interval (what was read is persisted in the model's
+   ``aim.silogen.ai/image-metadata`` annotation, so later runs and flows never fetch it again);
+3. read those images' config labels from their registries (manifest + config blob, no layers), with
+   the pull secrets AIMNamespaceConfigs name, each distinct image once;
+4. persist the records and create one AIMServiceTemplate per recommended deployment in every
+   namespace that has an AIMNamespaceConfig (or the namespaces given), never touching a template a
+   person wrote;
+5. write each model's ``MetadataExtracted`` and ``Ready`` conditions, and publish a summary.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
+
+from prefect import flow, get_run_logger
+from prefect.artifacts import create_table_artifact
+from prefect.context import FlowRunContext
+from prefect.utilities.annotations import quote
+from pydantic import BaseModel, Field
+
+from engine.aim import (
+    MODEL_LABEL,
+    DiscoveryRecord,
+    auto_templates,
+    is_auto_template,
+    metadata_condition,
+    needs_fetch,
+    ready_condition,
+)
+from tasks.aim import (
+    Keychain,
+    WriteCounts,
+    create_missing,
+    inspect_images,
+    new_status,
+    read_aim_state,
+    read_keychain,
+    write_record,
+    write_status,
+)
+from tasks.cluster import connect
+from tasks.cluster.errors import ClusterError
+from tasks.events import emit_change
+from tasks.oci import RegistryClient
+
+DEFAULT_INTERVAL_S = 3600
+
+
+class DiscoverParameters(BaseModel):
+    """The checks the UI form cannot express (defaults and descriptions live in the flow signature)."""
+
+    namespaces: list[str]
+    resync_interval_s: int = Field(ge=60)
+    registry_timeout_s: float = Field(gt=0)
+    insecure_registries: list[str]
+    cluster: str | None
+
+
+@dataclass
+class ModelRow:
+    """One line of the discovery table."""
+
+    name: str
+    image: str
+    result: str
+    deployments: int
+    templates: int
+
+
+@dataclass
+class DiscoveryReport:
+    """What one discover-models run read and wrote."""
+
+    rows: list[ModelRow] = field(default_factory=list)
+    fetched: int = 0
+    registry_requests: dict[str, int] = field(default_factory=dict)
+    writes: WriteCounts = field(default_factory=WriteCounts)
+    summary: str = ""
+
+
+@flow(name="discover-models", timeout_seconds=DEFAULT_INTERVAL_S - 300, log_prints=True)
+def discover_models(
+    namespaces: list[str] | None = None,
+    resync_interval_s: int = 86400,
+    registry_timeout_s: float = 10.0,
+    insecure_registries: list[str] | None = None,
+    cluster: str | None = None,
+) -> DiscoveryReport:
+    """Discover every AIMClusterModel's runtime profiles from its image labels and create its templates.
+
+    Args:
+        namespaces: Create templates in these namespaces; empty means every namespace with an AIMNamespaceConfig.
+        resync_interval_s: Read an unchanged image again after this many seconds (a manifest request; the
+            config is fetched only when the digest changed). Missing images are retried on this interval too.
+        registry_timeout_s: Timeout of each registry request, in seconds.
+        insecure_registries: Registry hosts spoken to over plain HTTP (localhost always is).
+        cluster: Empty = kubeconfig or in-cluster; 'kubeconfig:PATH[#context]'; or a manifests directory/file.
+    """
+    params = DiscoverParameters(
+        namespaces=namespaces or [], resync_interval_s=resync_interval_s, registry_timeout_s=registry_timeout_s,
+        insecure_registries=insecure_registries or [], cluster=cluster,
+    )
+    logger = get_run_logger()
+    now = datetime.now(timezone.utc).replace(microsecond=0)
+    cluster_api = connect(params.cluster)
+    state = read_aim_state(cluster_api, ["models", "configs", "templates"])
+
+    # Which images must be asked about (each distinct image once).
+    resync = timedelta(seconds=params.resync_interval_s)
+    previous = {m["metadata"]["name"]: DiscoveryRecord.from_annotations(m["metadata"].get("annotations")) for m in state.models}
+    wanted: dict[str, DiscoveryRecord | None] = {}
+    for model in state.models:
+        image = model["spec"]["image"]
+        if needs_fetch(previous[model["metadata"]["name"]], image, now, resync):
+            wanted.setdefault(image, previous[model["metadata"]["name"]])
+
+    client = RegistryClient(insecure=tuple(params.insecure_registries), timeout=params.registry_timeout_s)
+    records: dict[str, DiscoveryRecord] = {}
+    if wanted:
+        keychain = read_keychain(cluster_api, quote(state.configs)) if any(
+            ((c.get("spec") or {}).get("images") or {}).get("imagePullSecrets") for c in state.configs) else Keychain()
+        records = inspect_images(client, wanted, keychain, now)
+
+    target_namespaces = params.namespaces or sorted({c["metadata"]["namespace"] for c in state.configs})
+    existing = {(t["metadata"]["namespace"], t["metadata"]["name"]): t for t in state.templates}
+    report = DiscoveryReport(fetched=len(wanted), registry_requests=dict(client.requests_made))
+    for model in sorted(state.models, key=lambda m: m["metadata"]["name"]):
+        name, image = model["metadata"]["name"], model["spec"]["image"]
+        record = records.get(image) or previous[name]
+        try:
+            if image in records and record is not None:
+                model = write_record(cluster_api, model, record)
+            plan = auto_templates(model, record.metadata, target_namespaces) if record is not None and record.ok else None
+            if plan is not None:
+                create_missing(cluster_api, plan.templates, existing, is_auto_template, report.writes)
+                report.writes.skipped += [f"{name}: {why}" for why in plan.skipped]
+            ours = [t for t in state.templates if is_auto_template(t) and (t["metadata"].get("labels") or {}).get(MODEL_LABEL) == name]
+            expected = bool(plan and plan.templates)
+            states = [(t.get("status") or {}).get("status") or "Pending" for t in ours]
+            if plan is not None and len(ours) < len(plan.templates):
+                states += ["Pending"] * (len(plan.templates) - len(ours))
+            status = new_status(model, [metadata_condition(record), ready_condition(record, states, expected)], now)
+            if write_status(cluster_api, model, status):
+                report.writes.statuses += 1
+        except ClusterError as exc:  # one model's API failure must not stop the others
+            report.writes.errors.append(f"AIMClusterModel {name}: {exc.message}")
+            logger.error("AIMClusterModel %s: %s", name, exc.message)
+            continue
+        result = "ok" if record is not None and record.ok else (record.reason if record is not None else "not read")
+        deployments = len(record.metadata.recommended_deployments) if record is not None and record.ok and record.metadata else 0
+        report.rows.append(ModelRow(name, image, result or "", deployments, len(plan.templates) if plan else 0))
+
+    for line in report.writes.skipped:
+        logger.warning("template skipped: %s", line)
+    failed = sum(1 for r in report.rows if r.result != "ok")
+    report.summary = (
+        f"{len(report.rows)} models, {report.fetched} images read, {failed} failed; "
+        f"{report.writes.created} templates created, {report.writes.statuses} statuses written"
+        + (f", {len(report.writes.errors)} write errors" if report.writes.errors else "")
+    )
+    if report.writes.created or report.fetched:
+        emit_change("modelplane.aim.models.discovered", {"created": report.writes.created, "read": report.fetched})
+    publish(report)
+    logger.info("discover-models: %s", report.summary)
+    return report
+
+
+def publish(report: DiscoveryReport) -> None:
+    """The discovery table as a Prefect artifact (only inside a flow run)."""
+    if FlowRunContext.get() is None:
+        return
+    create_table_artifact(
+        key="aim-discovery",
+        table=[{"model": r.name, "image": r.image, "result": r.result, "deployments": r.deployments, "templates": r.templates} for r in report.rows[:1000]],
+        description=f"discover-models: {report.summary}",
+    )
