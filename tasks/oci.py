@@ -191,7 +191,8 @@ class RegistryClient:
 
     ``insecure`` hosts (and localhost) are spoken to over plain HTTP. Transient failures (5xx, 429,
     network, timeouts) are retried ``attempts`` times with exponential backoff; ``requests_made``
-    counts requests by kind (``manifest``, ``config``, ``token``) for reports and benchmarks.
+    counts requests by kind (``manifest``, ``config``, ``token``, and ``challenge`` for the 401s that
+    start authentication) for reports and benchmarks.
     """
 
     def __init__(
@@ -285,13 +286,17 @@ class RegistryClient:
         return self._body(response, ref, path, limit)
 
     def _request(self, url: str, headers: dict[str, str], kind: str, ref: ImageReference) -> requests.Response:
-        self.requests_made[kind] += 1
         try:
-            return self.session.get(url, headers=headers, timeout=self.timeout, stream=True, allow_redirects=True)
+            response = self.session.get(url, headers=headers, timeout=self.timeout, stream=True, allow_redirects=True)
         except requests.Timeout:
+            self.requests_made[kind] += 1
             raise RegistryError("unavailable", f"{ref.host}: no answer within {self.timeout:g}s") from None
         except requests.RequestException as exc:
+            self.requests_made[kind] += 1
             raise RegistryError("unavailable", f"{ref.host}: {type(exc).__name__} while connecting") from None
+        # A 401 is the registry's authentication challenge, counted apart from the fetches.
+        self.requests_made["challenge" if response.status_code == 401 else kind] += 1
+        return response
 
     def _body(self, response: requests.Response, ref: ImageReference, path: str, limit: int) -> bytes:
         where = f"{ref.host}/{ref.repository}{path.replace('/manifests/', ':').replace('/blobs/', '@')}"

@@ -32,9 +32,10 @@ def upstream_crds() -> tuple[dict[str, Any], ...]:
     folder = upstream_crds_dir()
     if folder is None:
         return ()
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml: the KServe CRD is 2 MB
     docs: list[dict[str, Any]] = []
     for name in FILES:
-        docs += [d for d in yaml.safe_load_all((folder / name).read_text()) if d]
+        docs += [d for d in yaml.load_all((folder / name).read_text(), Loader=loader) if d]
     return tuple(docs)
 
 

@@ -250,3 +250,143 @@ def test_image_to_running_service(env: AimEnv) -> None:
 
     # Unchanged image: discovery does not ask the registry again.
     assert env.discover().registry_requests == {}
+
+
+@pytest.mark.parametrize("registry_fixture", ["private_registry", "token_registry"])
+def test_private_registry_needs_the_namespace_pull_secret(env: AimEnv, request: pytest.FixtureRequest, registry_fixture: str) -> None:
+    registry = request.getfixturevalue(registry_fixture)
+    repo = f"{env.ns}/private"
+    registry.push_image(repo, "1", aim_labels("private/model", MI300X_PROFILES))
+    image = registry.image(repo, "1")
+    env.config(pull_secrets=["regcred"])
+    model = env.model("private", image)
+
+    env.discover()  # the secret does not exist yet: 401, reported, retried on the next run
+    stored = env.get("aimclustermodels", model)
+    cond = env.condition(stored, "MetadataExtracted")
+    assert cond["status"] == "False" and cond["reason"] == "SecretNotFound"
+    assert "regcred" in cond["message"] and "s3cret" not in json.dumps(stored)
+    assert env.list("aimservicetemplates") == []
+
+    env.pull_secret("regcred", registry)
+    report = env.discover()
+    stored = env.get("aimclustermodels", model)
+    assert env.condition(stored, "MetadataExtracted")["reason"] == "MetadataExtracted"
+    assert len(env.list("aimservicetemplates")) == 2
+    # One manifest and one config fetch; the first request of the run is answered with the challenge.
+    assert report.registry_requests == {"challenge": 1, "manifest": 1, "config": 1, **({"token": 1} if registry.mode == "token" else {})}
+    assert "s3cret" not in json.dumps(stored)
+
+
+def test_missing_image_is_terminal_until_resync(env: AimEnv) -> None:
+    image = env.registry.image(f"{env.ns}/absent", "1")
+    model = env.model("absent", image)
+    report = env.discover()
+    stored = env.get("aimclustermodels", model)
+    cond = env.condition(stored, "MetadataExtracted")
+    assert cond["status"] == "False" and cond["reason"] == "ImageNotFound"
+    assert report.registry_requests == {"manifest": 1}
+    # A template of that model fails with the reason; a service using it is Degraded ImageNotFound.
+    env.config()
+    env.template("absent-t", f"{env.ns}/absent:1.0", metric="latency", gpuModel="MI300X", gpusPerReplica=1)
+    env.service("absent-s", f"{env.ns}/absent:1.0", "absent-t")
+    env.resolve()
+    template = env.get("aimservicetemplates", "absent-t")
+    assert template["status"]["status"] == "Failed"
+    assert env.condition(template, "Failure")["reason"] == "ImageNotFound"
+    env.rollout()
+    service = env.get("aimservices", "absent-s")
+    assert service["status"]["status"] == "Degraded"
+    assert env.condition(service, "Failure")["reason"] == "ImageNotFound"
+    # Terminal: the next run does not ask the registry (only a new spec.image or the resync does).
+    assert env.discover().registry_requests == {}
+    env.registry.push_image(f"{env.ns}/absent", "1", aim_labels("absent/model", MI300X_PROFILES))
+    report = discover_models(namespaces=[env.ns], cluster=env.cluster, resync_interval_s=60)
+    assert report.registry_requests == {}  # the resync interval has not passed yet
+
+
+def test_gpu_absent_then_added(env: AimEnv) -> None:
+    repo = f"{env.ns}/big"
+    env.registry.push_image(repo, "1", aim_labels("big/model", "[{\"gpuModel\": \"MI355X\", \"gpuCount\": 8, \"precision\": \"fp4\", \"metric\": \"throughput\"}]"))
+    env.config()
+    env.model("big", env.registry.image(repo, "1"))
+    env.discover()
+    env.template("big-nv", f"{env.ns}/big:1.0", metric="throughput", gpuModel="H100", gpusPerReplica=8)
+    env.resolve()
+    (auto,) = [t for t in env.list("aimservicetemplates") if t["metadata"]["name"] != "big-nv"]
+    auto = env.get("aimservicetemplates", auto["metadata"]["name"])
+    assert auto["status"]["status"] == "Pending"
+    cond = env.condition(auto, "Discovered")
+    assert cond["reason"] == "GpuNotAvailable" and "MI355X" in cond["message"]
+    assert env.get("aimservicetemplates", "big-nv")["status"]["status"] == "Pending"
+
+    env.node("mi355x", {"amd.com/gpu.device-id": "75a3", "amd.com/gpu.count": "8"})
+    env.node("h100", {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3", "nvidia.com/gpu.count": "8"})
+    env.resolve()
+    auto = env.get("aimservicetemplates", auto["metadata"]["name"])
+    assert auto["status"]["status"] == "Available"
+    # The NVIDIA GPU is there, but the image recommends no H100 profile.
+    nv = env.get("aimservicetemplates", "big-nv")
+    assert nv["status"]["status"] == "Failed"
+    assert env.condition(nv, "Discovered")["reason"] == "DiscoveryFailed"
+    assert "no recommended deployment" in env.condition(nv, "Discovered")["message"]
+
+
+def test_nvidia_profile_and_template_of_another_model(env: AimEnv) -> None:
+    repo = f"{env.ns}/nv"
+    env.registry.push_image(repo, "1", aim_labels("nv/model", "{'gpuModel': 'H100', 'gpuCount': 2, 'precision': 'bf16', 'metric': 'latency'}",
+                                                   source="hf://org/nv-model"))
+    env.node("h100", {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3", "nvidia.com/gpu.count": "8"})
+    env.config()
+    env.model("nv", env.registry.image(repo, "1"))
+    env.discover()
+    env.template("nv-t", f"{env.ns}/nv:1.0", metric="latency", gpuModel="H100", gpusPerReplica=2)
+    env.template("other-t", f"{env.ns}/other:1.0", metric="latency", gpuModel="H100", gpusPerReplica=2)
+    env.resolve()
+    assert env.get("aimservicetemplates", "nv-t")["status"]["status"] == "Available"
+    other = env.get("aimservicetemplates", "other-t")
+    assert other["status"]["status"] == "Pending" and env.condition(other, "Discovered")["reason"] == "AwaitingDiscovery"
+
+    env.service("wrong-template", f"{env.ns}/nv:1.0", "other-t", cacheModel=False)
+    env.service("no-template", f"{env.ns}/nv:1.0", "missing-t", cacheModel=False)
+    env.service("no-model", f"{env.ns}/gone:1.0", "nv-t", cacheModel=False)
+    env.service("nv", f"{env.ns}/nv:1.0", "nv-t", cacheModel=False)
+    env.rollout()
+    reasons = {name: (env.get("aimservices", name)["status"]["status"], env.condition(env.get("aimservices", name), "Failure")["reason"])
+               for name in ("wrong-template", "no-template", "no-model")}
+    assert reasons == {"wrong-template": ("Failed", "ValidationFailed"), "no-template": ("Failed", "TemplateNotFound"),
+                       "no-model": ("Failed", "ModelNotFound")}
+    (isvc,) = env.list("inferenceservices", "serving.kserve.io", "v1beta1")
+    container = isvc["spec"]["predictor"]["containers"][0]
+    assert container["resources"]["limits"]["nvidia.com/gpu"] == "2"
+    assert [v["name"] for v in isvc["spec"]["predictor"]["volumes"]] == ["dshm"]  # cacheModel false, no cache exists
+    assert env.list("modelcaches") == []
+    terms = isvc["spec"]["predictor"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+    assert terms == [{"matchExpressions": [{"key": "nvidia.com/gpu.product", "operator": "In", "values": ["NVIDIA-H100-80GB-HBM3"]}]}]
+
+
+def test_missing_namespace_config_degrades_the_service(env: AimEnv) -> None:
+    repo = f"{env.ns}/cfg"
+    env.registry.push_image(repo, "1", aim_labels("cfg/model", MI300X_PROFILES))
+    env.node("mi300x", {"amd.com/gpu.device-id": "0x74A1"})
+    env.model("cfg", env.registry.image(repo, "1"))
+    discover_models(cluster=env.cluster)
+    # No AIMNamespaceConfig in the namespace: discovery (over every configured namespace) creates no templates here.
+    assert env.list("aimservicetemplates") == []
+    env.template("cfg-t", f"{env.ns}/cfg:1.0", metric="throughput", gpuModel="MI300X", gpusPerReplica=1)
+    env.service("cfg-s", f"{env.ns}/cfg:1.0", "cfg-t", configRef="tenant", cacheModel=False)
+    env.resolve()
+    env.rollout()
+    service = env.get("aimservices", "cfg-s")
+    assert service["status"]["status"] == "Degraded"
+    assert env.condition(service, "Failure")["reason"] == "RuntimeConfigMissing"
+    assert "tenant" in env.condition(service, "Failure")["message"]
+    assert env.list("inferenceservices", "serving.kserve.io", "v1beta1") == []
+    env.config("tenant", gateway=False)
+    env.rollout()
+    service = env.get("aimservices", "cfg-s")
+    # The config has routing on but no gateway: the workload rolls out, the service is Degraded.
+    assert len(env.list("inferenceservices", "serving.kserve.io", "v1beta1")) == 1
+    assert env.list("httproutes", "gateway.networking.k8s.io", "v1") == []
+    assert service["status"]["status"] == "Degraded"
+    assert env.condition(service, "RoutingReady")["reason"] == "GatewayNotConfigured"
