@@ -6,7 +6,7 @@ import json
 import os
 import pathlib
 import sys
-from typing import Optional
+from typing import Any, Callable, Optional
 
 import typer
 from rich.console import Console
@@ -119,6 +119,77 @@ def optimize(
     console.print(report.summary)
     if report.metrics_error:
         err.print(f"[yellow]metrics unavailable: {report.metrics_error}[/yellow]")
+
+
+def _aim_table(title: str, columns: tuple[str, ...], rows: list[tuple[object, ...]], summary: str, errors: list[str]) -> None:
+    """Print an AIM flow's table and summary; exit 1 (one line per error) when writes failed."""
+    table = Table(title=title)
+    for column in columns:
+        table.add_column(column)
+    for row in rows:
+        table.add_row(*(str(value) for value in row))
+    console.print(table)
+    console.print(summary)
+    for line in errors:
+        err.print(f"[red]{line}[/red]")
+    if errors:
+        raise typer.Exit(1)
+
+
+_CLUSTER_HELP = "Manifests directory/file, 'kubeconfig:PATH[#ctx]', or empty for the current kubeconfig."
+
+
+@app.command("discover-models")
+def discover_models_command(
+    cluster: Optional[str] = typer.Option(None, "--cluster", help=_CLUSTER_HELP),
+    namespace: list[str] = typer.Option([], "--namespace", "-n", help="Create templates in these namespaces (default: every namespace with an AIMNamespaceConfig)."),
+    resync: int = typer.Option(86400, "--resync-seconds", help="Read unchanged images again after this many seconds."),
+    insecure_registry: list[str] = typer.Option([], "--insecure-registry", help="Registry host spoken to over plain HTTP (repeatable)."),
+) -> None:
+    """Read every AIMClusterModel's image labels and create its recommended AIMServiceTemplates."""
+    from flows.discover_models import discover_models
+
+    report = _run_flow(lambda: discover_models(namespaces=namespace or None, resync_interval_s=resync,
+                                               insecure_registries=insecure_registry or None, cluster=cluster))
+    _aim_table("AIM model discovery", ("model", "image", "result", "deployments", "templates"),
+               [(r.name, r.image, r.result, r.deployments, r.templates) for r in report.rows], report.summary, report.writes.errors)
+
+
+@app.command("resolve-templates")
+def resolve_templates_command(
+    cluster: Optional[str] = typer.Option(None, "--cluster", help=_CLUSTER_HELP),
+    namespace: list[str] = typer.Option([], "--namespace", "-n", help="Limit to these namespaces (repeatable)."),
+) -> None:
+    """Resolve every AIMServiceTemplate to a runtime profile, check GPUs, request caches when warmCache."""
+    from flows.resolve_templates import resolve_templates
+
+    report = _run_flow(lambda: resolve_templates(namespaces=namespace or None, cluster=cluster))
+    _aim_table("AIM templates", ("namespace", "template", "status", "reason", "message"),
+               [(r.namespace, r.name, r.status, r.reason, r.message) for r in report.rows], report.summary, report.writes.errors)
+
+
+@app.command("rollout-services")
+def rollout_services_command(
+    cluster: Optional[str] = typer.Option(None, "--cluster", help=_CLUSTER_HELP),
+    namespace: list[str] = typer.Option([], "--namespace", "-n", help="Limit to these namespaces (repeatable)."),
+) -> None:
+    """Roll out every AIMService as a KServe InferenceService and Gateway HTTPRoute and report its status."""
+    from flows.rollout_services import rollout_services
+
+    report = _run_flow(lambda: rollout_services(namespaces=namespace or None, cluster=cluster))
+    _aim_table("AIM services", ("namespace", "service", "status", "reason", "workload", "action"),
+               [(r.namespace, r.name, r.status, r.reason, r.workload, r.action) for r in report.rows], report.summary, report.writes.errors)
+
+
+def _run_flow(run: "Callable[[], Any]") -> Any:
+    """Run a flow; a failure to reach the cluster or load its manifests is one line and exit code 1."""
+    from tasks.cluster.errors import ClusterError
+
+    try:
+        return run()
+    except ClusterError as exc:
+        err.print(f"[red]{type(exc).__name__}: {getattr(exc, 'message', None) or exc}[/red]")
+        raise typer.Exit(1) from None
 
 
 @app.command()

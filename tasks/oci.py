@@ -59,6 +59,8 @@ _REFERENCE = re.compile(
     r"(?:@(?P<digest>[a-z0-9]+(?:[+._-][a-z0-9]+)*:[0-9a-fA-F]{32,}))?$"
 )
 
+_REPOSITORY = re.compile(r"^[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*(?:/[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*)*$")
+
 
 class RegistryError(Exception):
     """A registry read that failed. ``kind``: ``auth`` (401/403), ``not-found`` (404), ``unavailable``
@@ -102,6 +104,8 @@ def parse_reference(image: str) -> ImageReference:
     if host and not ("." in host or ":" in host or host == "localhost" or host.startswith("[")):
         # "team/model": the first part is a Docker Hub namespace, not a registry.
         repo, host = f"{host}/{repo}", None
+        if not _REPOSITORY.match(repo):
+            raise RegistryError("invalid", f"{image!r} is not a valid image reference (repository names are lowercase)")
     host = host or DOCKER_HUB
     if host == DOCKER_HUB and "/" not in repo:
         repo = f"library/{repo}"
@@ -149,7 +153,7 @@ def parse_dockerconfigjson(text: str | bytes) -> dict[str, Credential]:
         user, password = entry.get("username"), entry.get("password")
         if entry.get("auth") and not (user and password):
             try:
-                user, _, password = base64.b64decode(entry["auth"]).decode().partition(":")
+                user, _, password = base64.b64decode(entry["auth"], validate=True).decode().partition(":")
             except (ValueError, UnicodeDecodeError):
                 raise ValueError(f"the 'auth' of registry {_registry_key(key)} is not base64 user:password") from None
         if entry.get("identitytoken") and not password:
