@@ -15,8 +15,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
-from engine.aim import DOMAIN, REASON_IMAGE_NOT_FOUND, DiscoveryRecord, derived, owner_reference
-from engine.aim_templates import GpuInventory, gpu_resource_name, match_profile, models_named, node_affinity
+from engine.aim import DOMAIN, REASON_IMAGE_NOT_FOUND, derived, owner_reference
+from engine.aim_templates import GpuInventory, ModelCatalog, gpu_resource_name, match_profile, models_named, node_affinity, record_of
 from engine.sources import parse_source
 from engine.status import ConditionUpdate
 
@@ -110,7 +110,7 @@ def _condition(obj: Mapping[str, Any] | None, type_: str) -> Mapping[str, Any] |
 
 
 def resolve_references(
-    service: Mapping[str, Any], models: Sequence[Mapping[str, Any]], templates: Mapping[str, Mapping[str, Any]],
+    service: Mapping[str, Any], models: Sequence[Mapping[str, Any]] | ModelCatalog, templates: Mapping[str, Mapping[str, Any]],
     configs: Mapping[str, Mapping[str, Any]],
 ) -> Resolution:
     """Model, template and namespace config of a service, checked in kaiwo's order.
@@ -142,7 +142,7 @@ def resolve_references(
     if config is None:
         return Resolution(STATUS_DEGRADED, "RuntimeConfigMissing", f"AIMNamespaceConfig {config_ref!r} not found (spec.configRef)",
                           model=model, template=template)
-    record = DiscoveryRecord.from_annotations(model["metadata"].get("annotations"))
+    record = record_of(models, model)
     if record is not None and record.reason == REASON_IMAGE_NOT_FOUND and record.image == model["spec"].get("image"):
         return Resolution(STATUS_DEGRADED, REASON_IMAGE_NOT_FOUND, record.message, model=model, template=template, config=config)
     template_status = (template.get("status") or {}).get("status")

@@ -271,12 +271,43 @@ class Profile:
         return self.deployment is not None
 
 
-def models_named(models: Iterable[Mapping[str, Any]], canonical: str) -> list[Mapping[str, Any]]:
+class ModelCatalog:
+    """The AIMClusterModels of a run, looked up by canonical name (``spec.name``), each model's
+    discovery record parsed once."""
+
+    def __init__(self, models: Iterable[Mapping[str, Any]]) -> None:
+        self._by_canonical: dict[str, list[Mapping[str, Any]]] = {}
+        for model in models:
+            self._by_canonical.setdefault((model.get("spec") or {}).get("name", ""), []).append(model)
+        self._records: dict[str, DiscoveryRecord | None] = {}
+
+    def named(self, canonical: str) -> list[Mapping[str, Any]]:
+        """The models whose ``spec.name`` is ``canonical``."""
+        return self._by_canonical.get(canonical, [])
+
+    def record(self, model: Mapping[str, Any]) -> DiscoveryRecord | None:
+        """What discovery persisted on ``model``."""
+        name = model["metadata"]["name"]
+        if name not in self._records:
+            self._records[name] = DiscoveryRecord.from_annotations(model["metadata"].get("annotations"))
+        return self._records[name]
+
+
+def models_named(models: Iterable[Mapping[str, Any]] | ModelCatalog, canonical: str) -> list[Mapping[str, Any]]:
     """The AIMClusterModels whose ``spec.name`` is ``canonical``."""
+    if isinstance(models, ModelCatalog):
+        return models.named(canonical)
     return [m for m in models if (m.get("spec") or {}).get("name") == canonical]
 
 
-def resolve_profile(template: Mapping[str, Any], models: Sequence[Mapping[str, Any]], inventory: GpuInventory) -> Profile:
+def record_of(models: Iterable[Mapping[str, Any]] | ModelCatalog, model: Mapping[str, Any]) -> DiscoveryRecord | None:
+    """The discovery record of ``model`` (parsed once when ``models`` is a catalog)."""
+    if isinstance(models, ModelCatalog):
+        return models.record(model)
+    return DiscoveryRecord.from_annotations(model["metadata"].get("annotations"))
+
+
+def resolve_profile(template: Mapping[str, Any], models: Sequence[Mapping[str, Any]] | ModelCatalog, inventory: GpuInventory) -> Profile:
     """Model, GPU availability and profile of a template (in this order: each gate explains itself)."""
     spec = template.get("spec") or {}
     canonical = spec.get("model", "")
@@ -288,7 +319,7 @@ def resolve_profile(template: Mapping[str, Any], models: Sequence[Mapping[str, A
         return Profile(STATUS_FAILED, REASON_DISCOVERY_FAILED, f"several AIMClusterModels have spec.name {canonical!r}: {names}",
                        failure_reason="ValidationFailed")
     model = named[0]
-    record = DiscoveryRecord.from_annotations(model["metadata"].get("annotations"))
+    record = record_of(models, model)
     image = model["spec"].get("image")
     if record is None or record.image != image:
         return Profile(STATUS_PENDING, REASON_AWAITING, f"waiting for discovery of {image}", model=model)

@@ -130,6 +130,10 @@ def discover_models(
 
     target_namespaces = params.namespaces or sorted({c["metadata"]["namespace"] for c in state.configs})
     existing = {(t["metadata"]["namespace"], t["metadata"]["name"]): t for t in state.templates}
+    auto_by_model: dict[str, list[dict]] = {}
+    for template in state.templates:
+        if is_auto_template(template):
+            auto_by_model.setdefault((template["metadata"].get("labels") or {}).get(MODEL_LABEL, ""), []).append(template)
     report = DiscoveryReport(fetched=len(wanted), registry_requests=dict(client.requests_made))
     for model in sorted(state.models, key=lambda m: m["metadata"]["name"]):
         name, image = model["metadata"]["name"], model["spec"]["image"]
@@ -141,7 +145,7 @@ def discover_models(
             if plan is not None:
                 create_missing(cluster_api, plan.templates, existing, is_auto_template, report.writes)
                 report.writes.skipped += [f"{name}: {why}" for why in plan.skipped]
-            ours = [t for t in state.templates if is_auto_template(t) and (t["metadata"].get("labels") or {}).get(MODEL_LABEL) == name]
+            ours = auto_by_model.get(name, [])
             expected = bool(plan and plan.templates)
             states = [(t.get("status") or {}).get("status") or "Pending" for t in ours]
             if plan is not None and len(ours) < len(plan.templates):

@@ -23,7 +23,7 @@ from prefect.artifacts import create_table_artifact
 from prefect.context import FlowRunContext
 from pydantic import BaseModel
 
-from engine.aim_templates import cluster_gpus, resolve_profile, template_status
+from engine.aim_templates import ModelCatalog, cluster_gpus, resolve_profile, template_status
 from tasks.aim import WriteCounts, by_namespace, cache_state_map, caches_for, new_status, read_aim_state, write_status
 from tasks.cluster import connect
 from tasks.cluster.errors import ClusterError
@@ -74,6 +74,7 @@ def resolve_templates(namespaces: list[str] | None = None, cluster: str | None =
     cluster_api = connect(params.cluster)
     state = read_aim_state(cluster_api, ["templates", "models", "configs", "caches", "nodes"])
     inventory = cluster_gpus(state.nodes)
+    catalog = ModelCatalog(state.models)
     configs = by_namespace(state.configs)
     caches = {ns: list(items.values()) for ns, items in by_namespace(state.caches).items()}
     scope = set(params.namespaces) or None
@@ -84,7 +85,7 @@ def resolve_templates(namespaces: list[str] | None = None, cluster: str | None =
         if scope is not None and namespace not in scope:
             continue
         try:
-            profile = resolve_profile(template, state.models, inventory)
+            profile = resolve_profile(template, catalog, inventory)
             warm = bool((template.get("spec") or {}).get("warmCache"))
             cache_states: dict[str, str | None] = {}
             if profile.discovered and warm:

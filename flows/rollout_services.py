@@ -39,7 +39,7 @@ from engine.aim_services import (
     update_patch,
     workload_name,
 )
-from engine.aim_templates import cluster_gpus
+from engine.aim_templates import ModelCatalog, cluster_gpus
 from tasks.aim import (
     AimState,
     WriteCounts,
@@ -143,6 +143,7 @@ class RolloutContext:
     isvcs: dict[str, dict[str, Manifest]]
     routes: dict[str, dict[str, Manifest]]
     inventory: Any
+    catalog: ModelCatalog
 
     @classmethod
     def of(cls, state: AimState) -> "RolloutContext":
@@ -151,13 +152,14 @@ class RolloutContext:
             state=state, templates=by_namespace(state.templates), configs=by_namespace(state.configs),
             caches={ns: list(items.values()) for ns, items in by_namespace(state.caches).items()},
             isvcs=by_namespace(state.isvcs), routes=by_namespace(state.routes), inventory=cluster_gpus(state.nodes),
+            catalog=ModelCatalog(state.models),
         )
 
 
 def roll_out(cluster: Cluster, service: Manifest, ctx: RolloutContext, now: datetime, writes: WriteCounts) -> ServiceRow:
     """Resolve, render, write and report one service."""
     namespace, name = service["metadata"]["namespace"], service["metadata"]["name"]
-    resolution = resolve_references(service, ctx.state.models, ctx.templates.get(namespace, {}), ctx.configs.get(namespace, {}))
+    resolution = resolve_references(service, ctx.catalog, ctx.templates.get(namespace, {}), ctx.configs.get(namespace, {}))
     desired_isvc_name = _workload_name(service)
     existing_isvc = ctx.isvcs.get(namespace, {}).get(desired_isvc_name) if desired_isvc_name else None
     if desired_isvc_name is None and not resolution.blocked:

@@ -203,13 +203,26 @@ def inspect_images(
 # --------------------------------------------------------------------------------------------------
 
 
+def _conditions_hold(conditions: Sequence[Mapping[str, Any]], updates: Sequence[ConditionUpdate], generation: int | None) -> bool:
+    """Whether every update is already recorded as it is (the common case of an unchanged run)."""
+    by_type = {c.get("type"): c for c in conditions}
+    for update in updates:
+        held = by_type.get(update.type)
+        if held is None or (held.get("status"), held.get("reason"), held.get("message") or "") != (update.status, update.reason, update.message):
+            return False
+        if generation is not None and held.get("observedGeneration") != generation:
+            return False
+    return True
+
+
 def new_status(obj: Manifest, updates: Sequence[ConditionUpdate], now: datetime, extra: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """The object's status with ``updates`` applied and ``observedGeneration`` set."""
     old = obj.get("status") or {}
     generation = (obj.get("metadata") or {}).get("generation")
     status: dict[str, Any] = dict(old)
     status.update(extra or {})
-    status["conditions"] = set_conditions(old.get("conditions") or [], updates, now, generation)
+    held = old.get("conditions") or []
+    status["conditions"] = held if _conditions_hold(held, updates, generation) else set_conditions(held, updates, now, generation)
     if generation is not None:
         status["observedGeneration"] = generation
     return status
