@@ -38,6 +38,7 @@ from tasks.aim import (
     Keychain,
     WriteCounts,
     create_missing,
+    for_each,
     inspect_images,
     new_status,
     read_aim_state,
@@ -45,7 +46,7 @@ from tasks.aim import (
     write_record,
     write_status,
 )
-from tasks.cluster import connect
+from tasks.cluster import Cluster, connect
 from tasks.cluster.errors import ClusterError
 from tasks.events import emit_change
 from tasks.oci import RegistryClient
@@ -135,32 +136,14 @@ def discover_models(
         if is_auto_template(template):
             auto_by_model.setdefault((template["metadata"].get("labels") or {}).get(MODEL_LABEL, ""), []).append(template)
     report = DiscoveryReport(fetched=len(wanted), registry_requests=dict(client.requests_made))
-    for model in sorted(state.models, key=lambda m: m["metadata"]["name"]):
-        name, image = model["metadata"]["name"], model["spec"]["image"]
-        record = records.get(image) or previous[name]
-        try:
-            if image in records and record is not None:
-                model = write_record(cluster_api, model, record)
-            plan = auto_templates(model, record.metadata, target_namespaces) if record is not None and record.ok else None
-            if plan is not None:
-                create_missing(cluster_api, plan.templates, existing, is_auto_template, report.writes)
-                report.writes.skipped += [f"{name}: {why}" for why in plan.skipped]
-            ours = auto_by_model.get(name, [])
-            expected = bool(plan and plan.templates)
-            states = [(t.get("status") or {}).get("status") or "Pending" for t in ours]
-            if plan is not None and len(ours) < len(plan.templates):
-                states += ["Pending"] * (len(plan.templates) - len(ours))
-            status = new_status(model, [metadata_condition(record), ready_condition(record, states, expected)], now)
-            if write_status(cluster_api, model, status):
-                report.writes.statuses += 1
-        except ClusterError as exc:  # one model's API failure must not stop the others
-            report.writes.errors.append(f"AIMClusterModel {name}: {exc.message}")
-            logger.error("AIMClusterModel %s: %s", name, exc.message)
-            continue
-        result = "ok" if record is not None and record.ok else (record.reason if record is not None else "not read")
-        deployments = len(record.metadata.recommended_deployments) if record is not None and record.ok and record.metadata else 0
-        report.rows.append(ModelRow(name, image, result or "", deployments, len(plan.templates) if plan else 0))
+    def reconcile(model: dict, counts: WriteCounts) -> ModelRow | None:
+        return reconcile_model(cluster_api, model, records.get(model["spec"]["image"]) or previous[model["metadata"]["name"]],
+                               model["spec"]["image"] in records, target_namespaces, existing, auto_by_model, now, counts)
 
+    rows = for_each(sorted(state.models, key=lambda m: m["metadata"]["name"]), reconcile, report.writes)
+    report.rows = [row for row in rows if row is not None]
+    for line in report.writes.errors:
+        logger.error("%s", line)
     for line in report.writes.skipped:
         logger.warning("template skipped: %s", line)
     failed = sum(1 for r in report.rows if r.result != "ok")
@@ -174,6 +157,34 @@ def discover_models(
     publish(report)
     logger.info("discover-models: %s", report.summary)
     return report
+
+
+def reconcile_model(
+    cluster_api: Cluster, model: dict, record: DiscoveryRecord | None, read_now: bool, namespaces: list[str],
+    existing: dict[tuple[str, str], dict], auto_by_model: dict[str, list[dict]], now: datetime, counts: WriteCounts,
+) -> ModelRow | None:
+    """Persist one model's record, create its missing templates, write its conditions."""
+    name, image = model["metadata"]["name"], model["spec"]["image"]
+    try:
+        if read_now and record is not None:
+            model = write_record(cluster_api, model, record)
+        plan = auto_templates(model, record.metadata, namespaces) if record is not None and record.ok and record.metadata else None
+        if plan is not None:
+            create_missing(cluster_api, plan.templates, existing, is_auto_template, counts)
+            counts.skipped += [f"{name}: {why}" for why in plan.skipped]
+        ours = auto_by_model.get(name, [])
+        states = [(t.get("status") or {}).get("status") or "Pending" for t in ours]
+        if plan is not None and len(ours) < len(plan.templates):
+            states += ["Pending"] * (len(plan.templates) - len(ours))
+        status = new_status(model, [metadata_condition(record), ready_condition(record, states, bool(plan and plan.templates))], now)
+        if write_status(cluster_api, model, status):
+            counts.statuses += 1
+    except ClusterError as exc:  # one model's API failure must not stop the others
+        counts.errors.append(f"AIMClusterModel {name}: {exc.message}")
+        return None
+    result = "ok" if record is not None and record.ok else (record.reason if record is not None else "not read")
+    deployments = len(record.metadata.recommended_deployments) if record is not None and record.ok and record.metadata else 0
+    return ModelRow(name, image, result or "", deployments, len(plan.templates) if plan else 0)
 
 
 def publish(report: DiscoveryReport) -> None:

@@ -15,6 +15,7 @@ Lifecycle, top to bottom:
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
@@ -24,7 +25,7 @@ from prefect.context import FlowRunContext
 from pydantic import BaseModel
 
 from engine.aim_templates import ModelCatalog, cluster_gpus, resolve_profile, template_status
-from tasks.aim import WriteCounts, by_namespace, cache_state_map, caches_for, new_status, read_aim_state, write_status
+from tasks.aim import WriteCounts, by_namespace, cache_state_map, caches_for, for_each, new_status, read_aim_state, write_status
 from tasks.cluster import connect
 from tasks.cluster.errors import ClusterError
 from tasks.events import emit_change
@@ -78,12 +79,14 @@ def resolve_templates(namespaces: list[str] | None = None, cluster: str | None =
     configs = by_namespace(state.configs)
     caches = {ns: list(items.values()) for ns, items in by_namespace(state.caches).items()}
     scope = set(params.namespaces) or None
+    cache_lock = threading.Lock()
 
     report = ResolveReport()
-    for template in sorted(state.templates, key=lambda t: (t["metadata"]["namespace"], t["metadata"]["name"])):
+    templates = [t for t in sorted(state.templates, key=lambda t: (t["metadata"]["namespace"], t["metadata"]["name"]))
+                 if scope is None or t["metadata"]["namespace"] in scope]
+
+    def one(template: dict, counts: WriteCounts) -> TemplateRow | None:
         namespace, name = template["metadata"]["namespace"], template["metadata"]["name"]
-        if scope is not None and namespace not in scope:
-            continue
         try:
             profile = resolve_profile(template, catalog, inventory)
             warm = bool((template.get("spec") or {}).get("warmCache"))
@@ -91,22 +94,26 @@ def resolve_templates(namespaces: list[str] | None = None, cluster: str | None =
             if profile.discovered and warm:
                 config = (configs.get(namespace) or {}).get("default")
                 storage_class = ((config or {}).get("spec") or {}).get("cacheStorageClassName")
-                views = caches_for(cluster_api, namespace, profile.model_sources, caches.get(namespace, []), storage_class=storage_class,
-                                   request=True, requested_by=f"AIMServiceTemplate/{namespace}/{name}")
-                report.caches_requested += sum(1 for v in views if v.requested)
-                caches.setdefault(namespace, []).extend(v.cache for v in views if v.requested and v.cache)
+                with cache_lock:  # templates of one namespace share caches: request each once
+                    views = caches_for(cluster_api, namespace, profile.model_sources, caches.get(namespace, []), storage_class=storage_class,
+                                       request=True, requested_by=f"AIMServiceTemplate/{namespace}/{name}")
+                    caches.setdefault(namespace, []).extend(v.cache for v in views if v.requested and v.cache)
+                counts.created += sum(1 for v in views if v.requested)
                 cache_states = cache_state_map(views)
             outcome = template_status(profile, warm, cache_states)
             status = new_status(template, outcome.conditions, now, {"status": outcome.status, "modelSources": outcome.model_sources})
             if write_status(cluster_api, template, status):
-                report.writes.statuses += 1
+                counts.statuses += 1
         except (ClusterError, ValueError) as exc:  # one template's failure must not stop the others
-            message = getattr(exc, "message", None) or str(exc)
-            report.writes.errors.append(f"AIMServiceTemplate {namespace}/{name}: {message}")
-            logger.error("AIMServiceTemplate %s/%s: %s", namespace, name, message)
-            continue
+            counts.errors.append(f"AIMServiceTemplate {namespace}/{name}: {getattr(exc, 'message', None) or exc}")
+            return None
         ready = next((c for c in outcome.conditions if c.type == "Ready"), None)
-        report.rows.append(TemplateRow(namespace, name, outcome.status, ready.reason if ready else "", ready.message if ready else ""))
+        return TemplateRow(namespace, name, outcome.status, ready.reason if ready else "", ready.message if ready else "")
+
+    report.rows = [row for row in for_each(templates, one, report.writes) if row is not None]
+    report.caches_requested = report.writes.created
+    for line in report.writes.errors:
+        logger.error("%s", line)
 
     counts = {s: sum(1 for r in report.rows if r.status == s) for s in ("Available", "Progressing", "Pending", "Failed")}
     report.summary = (

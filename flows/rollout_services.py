@@ -16,6 +16,7 @@ Lifecycle, top to bottom:
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
@@ -48,6 +49,7 @@ from tasks.aim import (
     cache_available,
     cache_pvc,
     caches_for,
+    for_each,
     mark_caches_used,
     new_status,
     read_aim_state,
@@ -105,18 +107,20 @@ def rollout_services(namespaces: list[str] | None = None, cluster: str | None = 
 
     report = RolloutReport()
     context = RolloutContext.of(state)
-    for service in sorted(state.services, key=lambda s: (s["metadata"]["namespace"], s["metadata"]["name"])):
-        namespace, name = service["metadata"]["namespace"], service["metadata"]["name"]
-        if scope is not None and namespace not in scope:
-            continue
+    services = [s for s in sorted(state.services, key=lambda s: (s["metadata"]["namespace"], s["metadata"]["name"]))
+                if scope is None or s["metadata"]["namespace"] in scope]
+
+    def one(service: Manifest, counts: WriteCounts) -> ServiceRow | None:
         try:
-            row = roll_out(cluster_api, service, context, now, report.writes)
+            return roll_out(cluster_api, service, context, now, counts)
         except (ClusterError, ValueError) as exc:  # one service's failure must not stop the others
             message = getattr(exc, "message", None) or str(exc)
-            report.writes.errors.append(f"AIMService {namespace}/{name}: {message}")
-            logger.error("AIMService %s/%s: %s", namespace, name, message)
-            continue
-        report.rows.append(row)
+            counts.errors.append(f"AIMService {service['metadata']['namespace']}/{service['metadata']['name']}: {message}")
+            return None
+
+    report.rows = [row for row in for_each(services, one, report.writes) if row is not None]
+    for line in report.writes.errors:
+        logger.error("%s", line)
 
     counts: dict[str, int] = {}
     for row in report.rows:
@@ -144,6 +148,7 @@ class RolloutContext:
     routes: dict[str, dict[str, Manifest]]
     inventory: Any
     catalog: ModelCatalog
+    cache_lock: threading.Lock = field(default_factory=threading.Lock)
 
     @classmethod
     def of(cls, state: AimState) -> "RolloutContext":
@@ -174,9 +179,10 @@ def roll_out(cluster: Cluster, service: Manifest, ctx: RolloutContext, now: date
     config = resolution.config or {}
     storage_class = (config.get("spec") or {}).get("cacheStorageClassName")
     request = (service.get("spec") or {}).get("cacheModel") is not False
-    views = caches_for(cluster, namespace, resolution.sources, ctx.caches.get(namespace, []), storage_class=storage_class,
-                       request=request, requested_by=f"AIMService/{namespace}/{name}")
-    ctx.caches.setdefault(namespace, []).extend(v.cache for v in views if v.requested and v.cache)
+    with ctx.cache_lock:  # services of one namespace share caches: request each once
+        views = caches_for(cluster, namespace, resolution.sources, ctx.caches.get(namespace, []), storage_class=storage_class,
+                           request=request, requested_by=f"AIMService/{namespace}/{name}")
+        ctx.caches.setdefault(namespace, []).extend(v.cache for v in views if v.requested and v.cache)
     available = [v for v in views if cache_available(v.cache) and cache_pvc(v.cache)]
     failed = [v.source for v in views if v.state == "Failed"]
     if failed:

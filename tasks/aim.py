@@ -13,7 +13,7 @@ import logging
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence, TypeVar
 
 from prefect import task
 from prefect.cache_policies import NO_CACHE
@@ -263,6 +263,33 @@ class WriteCounts:
     statuses: int = 0
     skipped: list[str] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
+
+    def merge(self, other: "WriteCounts") -> None:
+        """Add another worker's counts to these."""
+        self.created += other.created
+        self.updated += other.updated
+        self.statuses += other.statuses
+        self.skipped += other.skipped
+        self.errors += other.errors
+
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+
+def for_each(items: Sequence[T], work: Callable[[T, WriteCounts], R], writes: WriteCounts, workers: int = WORKERS) -> list[R]:
+    """Run ``work(item, counts)`` for every item on a small thread pool (the per-object reads and
+    writes are independent API calls), in order; each call counts into its own :class:`WriteCounts`,
+    merged into ``writes`` afterwards."""
+    def one(item: T) -> tuple[R, WriteCounts]:
+        counts = WriteCounts()
+        return work(item, counts), counts
+
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        results = list(pool.map(one, items))
+    for _, counts in results:
+        writes.merge(counts)
+    return [result for result, _ in results]
 
 
 def create_missing(cluster: Cluster, desired: Sequence[Manifest], existing: Mapping[tuple[str, str], Manifest],
