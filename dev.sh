@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Modelplane developer entry point: sets up what it needs, then runs one job.
-#   ./dev.sh demo   one optimization cycle on the bundled example cluster (no cluster, no Prefect server)
+#   ./dev.sh demo   one optimization cycle and the AIM lifecycles on the bundled example cluster (no cluster,
+#                   no Prefect server, no network)
 #   ./dev.sh test   install the test services (Debian packages) and run the test suite
 set -euo pipefail
 cd "$(dirname "$0")"
@@ -24,6 +25,9 @@ setup_services() {
   # Real components the tests start on 127.0.0.1 (see DESIGN.md).
   local need=()
   command -v prometheus >/dev/null 2>&1 || need+=(prometheus)
+  command -v docker-registry >/dev/null 2>&1 || need+=(docker-registry)
+  command -v skopeo >/dev/null 2>&1 || need+=(skopeo)
+  command -v htpasswd >/dev/null 2>&1 || need+=(apache2-utils)
   if [ ${#need[@]} -gt 0 ]; then
     if [ "$(id -u)" = 0 ]; then
       export DEBIAN_FRONTEND=noninteractive
@@ -36,14 +40,22 @@ setup_services() {
   fi
   # Debian starts services on install; the tests start their own on random ports.
   if command -v systemctl >/dev/null 2>&1; then systemctl stop prometheus 2>/dev/null || true; fi
+  if command -v systemctl >/dev/null 2>&1; then systemctl stop docker-registry 2>/dev/null || true; fi
 }
 
 case "${1:-}" in
   demo)
     setup_python
     shift
-    exec "$VENV/bin/modelplane" optimize --cluster deployments/examples \
+    "$VENV/bin/modelplane" optimize --cluster deployments/examples \
       --metrics deployments/example-metrics.yaml "$@"
+    # AIM: discovery (offline: the image's metadata is an OCI layout in the repository), templates and
+    # rollout, on a scratch copy of the example cluster since they create objects (templates, InferenceServices).
+    aim_cluster="$(mktemp -d)/cluster"
+    cp -r deployments/examples "$aim_cluster"
+    echo "AIM lifecycles on a copy of the example cluster: $aim_cluster"
+    exec "$VENV/bin/modelplane" aim --cluster "$aim_cluster" \
+      --registry-mirror docker.io=oci-layout:deployments/example-images
     ;;
   test)
     setup_python

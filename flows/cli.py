@@ -145,12 +145,14 @@ def discover_models_command(
     namespace: list[str] = typer.Option([], "--namespace", "-n", help="Create templates in these namespaces (default: every namespace with an AIMNamespaceConfig)."),
     resync: int = typer.Option(86400, "--resync-seconds", help="Read unchanged images again after this many seconds."),
     insecure_registry: list[str] = typer.Option([], "--insecure-registry", help="Registry host spoken to over plain HTTP (repeatable)."),
+    registry_mirror: list[str] = typer.Option([], "--registry-mirror", help="HOST=MIRROR or HOST=oci-layout:DIR (repeatable)."),
 ) -> None:
     """Read every AIMClusterModel's image labels and create its recommended AIMServiceTemplates."""
     from flows.discover_models import discover_models
 
+    mirrors = _mirrors(registry_mirror)
     report = _run_flow(lambda: discover_models(namespaces=namespace or None, resync_interval_s=resync,
-                                               insecure_registries=insecure_registry or None, cluster=cluster))
+                                               insecure_registries=insecure_registry or None, registry_mirrors=mirrors, cluster=cluster))
     _aim_table("AIM model discovery", ("model", "image", "result", "deployments", "templates"),
                [(r.name, r.image, r.result, r.deployments, r.templates) for r in report.rows], report.summary, report.writes.errors)
 
@@ -179,6 +181,42 @@ def rollout_services_command(
     report = _run_flow(lambda: rollout_services(namespaces=namespace or None, cluster=cluster))
     _aim_table("AIM services", ("namespace", "service", "status", "reason", "workload", "action"),
                [(r.namespace, r.name, r.status, r.reason, r.workload, r.action) for r in report.rows], report.summary, report.writes.errors)
+
+
+@app.command("aim")
+def aim_command(
+    cluster: Optional[str] = typer.Option(None, "--cluster", help=_CLUSTER_HELP),
+    registry_mirror: list[str] = typer.Option([], "--registry-mirror", help="HOST=MIRROR or HOST=oci-layout:DIR (repeatable)."),
+) -> None:
+    """The three AIM lifecycles in one process: discover-models, resolve-templates, rollout-services."""
+    from flows.discover_models import discover_models
+    from flows.resolve_templates import resolve_templates
+    from flows.rollout_services import rollout_services
+
+    mirrors = _mirrors(registry_mirror)
+    found = _run_flow(lambda: discover_models(registry_mirrors=mirrors, cluster=cluster))
+    resolved = _run_flow(lambda: resolve_templates(cluster=cluster))
+    rolled = _run_flow(lambda: rollout_services(cluster=cluster))
+    errors = found.writes.errors + resolved.writes.errors
+    _aim_table("AIM model discovery", ("model", "image", "result", "deployments", "templates"),
+               [(r.name, r.image, r.result, r.deployments, r.templates) for r in found.rows], found.summary, [])
+    _aim_table("AIM templates", ("namespace", "template", "status", "reason"),
+               [(r.namespace, r.name, r.status, r.reason) for r in resolved.rows], resolved.summary, [])
+    _aim_table("AIM services", ("namespace", "service", "status", "reason", "workload", "action"),
+               [(r.namespace, r.name, r.status, r.reason, r.workload, r.action) for r in rolled.rows], rolled.summary,
+               errors + rolled.writes.errors)
+
+
+def _mirrors(pairs: list[str]) -> dict[str, str]:
+    """``HOST=TARGET`` options as a dict; a malformed one is a one-line error."""
+    result: dict[str, str] = {}
+    for pair in pairs:
+        host, sep, target = pair.partition("=")
+        if not sep or not host.strip() or not target.strip():
+            err.print(f"[red]--registry-mirror {pair!r}: expected HOST=MIRROR or HOST=oci-layout:DIR[/red]")
+            raise typer.Exit(2)
+        result[host.strip()] = target.strip()
+    return result
 
 
 def _run_flow(run: "Callable[[], Any]") -> Any:

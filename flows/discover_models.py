@@ -61,6 +61,7 @@ class DiscoverParameters(BaseModel):
     resync_interval_s: int = Field(ge=60)
     registry_timeout_s: float = Field(gt=0)
     insecure_registries: list[str]
+    registry_mirrors: dict[str, str]
     cluster: str | None
 
 
@@ -92,6 +93,7 @@ def discover_models(
     resync_interval_s: int = 86400,
     registry_timeout_s: float = 10.0,
     insecure_registries: list[str] | None = None,
+    registry_mirrors: dict[str, str] | None = None,
     cluster: str | None = None,
 ) -> DiscoveryReport:
     """Discover every AIMClusterModel's runtime profiles from its image labels and create its templates.
@@ -102,11 +104,13 @@ def discover_models(
             config is fetched only when the digest changed). Missing images are retried on this interval too.
         registry_timeout_s: Timeout of each registry request, in seconds.
         insecure_registries: Registry hosts spoken to over plain HTTP (localhost always is).
+        registry_mirrors: Registry host -> mirror host, or 'oci-layout:DIR' (an OCI image layout per repository
+            under DIR) for air-gapped clusters.
         cluster: Empty = kubeconfig or in-cluster; 'kubeconfig:PATH[#context]'; or a manifests directory/file.
     """
     params = DiscoverParameters(
         namespaces=namespaces or [], resync_interval_s=resync_interval_s, registry_timeout_s=registry_timeout_s,
-        insecure_registries=insecure_registries or [], cluster=cluster,
+        insecure_registries=insecure_registries or [], registry_mirrors=registry_mirrors or {}, cluster=cluster,
     )
     logger = get_run_logger()
     now = datetime.now(timezone.utc).replace(microsecond=0)
@@ -122,7 +126,7 @@ def discover_models(
         if needs_fetch(previous[model["metadata"]["name"]], image, now, resync):
             wanted.setdefault(image, previous[model["metadata"]["name"]])
 
-    client = RegistryClient(insecure=tuple(params.insecure_registries), timeout=params.registry_timeout_s)
+    client = RegistryClient(insecure=tuple(params.insecure_registries), timeout=params.registry_timeout_s, mirrors=params.registry_mirrors)
     records: dict[str, DiscoveryRecord] = {}
     if wanted:
         keychain = read_keychain(cluster_api, quote(state.configs)) if any(

@@ -23,9 +23,11 @@ Credentials never appear in errors or logs.
 from __future__ import annotations
 
 import base64
+import dataclasses
 import hashlib
 import json
 import logging
+import pathlib
 import re
 import threading
 import time
@@ -201,8 +203,9 @@ class RegistryClient:
 
     def __init__(
         self, *, insecure: tuple[str, ...] = (), timeout: float = 10.0, attempts: int = 3, backoff_s: float = 0.5,
-        session: requests.Session | None = None, sleep: Callable[[float], None] = time.sleep,
+        mirrors: Mapping[str, str] | None = None, session: requests.Session | None = None, sleep: Callable[[float], None] = time.sleep,
     ) -> None:
+        self.mirrors = parse_mirrors(mirrors or {})
         self.insecure = frozenset(h.lower() for h in insecure) | frozenset(LOCAL_HOSTS)
         self.timeout = timeout
         self.attempts = max(1, attempts)
@@ -220,6 +223,11 @@ class RegistryClient:
         """The config labels of ``image`` (linux/amd64 for an index); when the manifest digest equals
         ``known_digest`` the config is not fetched and ``unchanged`` is set."""
         ref = parse_reference(image)
+        mirror = self.mirrors.get(ref.host)
+        if isinstance(mirror, pathlib.Path):
+            return read_layout_config(mirror, ref, image, known_digest)
+        if isinstance(mirror, str):
+            ref = dataclasses.replace(ref, host=mirror)
         manifest, digest = self._manifest(ref, ref.reference, credential)
         if known_digest and digest == known_digest:
             return ImageConfig(digest, None, unchanged=True)
@@ -382,3 +390,66 @@ def select_platform(index: Mapping[str, Any], image: str, platform: tuple[str, s
         return str(entries[0]["digest"])
     offered = ", ".join(f"{(e.get('platform') or {}).get('os')}/{(e.get('platform') or {}).get('architecture')}" for e in entries) or "none"
     raise RegistryError("not-found", f"{image}: the image index has no {platform[0]}/{platform[1]} manifest (offers {offered})")
+
+
+# --------------------------------------------------------------------------------------------------
+# Mirrors and OCI image layouts (air-gapped clusters, the offline demo)
+# --------------------------------------------------------------------------------------------------
+
+LAYOUT_PREFIX = "oci-layout:"
+REF_NAME = "org.opencontainers.image.ref.name"
+_HEX_DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
+
+
+def parse_mirrors(mirrors: Mapping[str, str]) -> dict[str, str | pathlib.Path]:
+    """``registry host -> mirror``: another registry host, or ``oci-layout:DIR`` (a directory holding
+    one OCI image layout per repository, ``DIR/<repository>/index.json``)."""
+    result: dict[str, str | pathlib.Path] = {}
+    for host, target in mirrors.items():
+        target = target.strip()
+        if target.startswith(LAYOUT_PREFIX):
+            result[host.strip()] = pathlib.Path(target[len(LAYOUT_PREFIX):]).expanduser()
+        elif target:
+            result[host.strip()] = target
+    return result
+
+
+def _layout_blob(layout: pathlib.Path, digest: str, image: str, limit: int) -> bytes:
+    if not _HEX_DIGEST.match(digest):
+        raise RegistryError("invalid", f"{image}: unsupported digest {digest!r} in the image layout")
+    path = layout / "blobs" / "sha256" / digest.split(":", 1)[1]
+    try:
+        if path.stat().st_size > limit:
+            raise RegistryError("invalid", f"{image}: blob {digest} is larger than {limit} bytes")
+        data = path.read_bytes()
+    except FileNotFoundError:
+        raise RegistryError("not-found", f"{image}: blob {digest} is missing from the image layout") from None
+    if hashlib.sha256(data).hexdigest() != digest.split(":", 1)[1]:
+        raise RegistryError("invalid", f"{image}: blob {digest} does not match its digest")
+    return data
+
+
+def read_layout_config(root: pathlib.Path, ref: ImageReference, image: str, known_digest: str | None = None) -> ImageConfig:
+    """:meth:`RegistryClient.read_config` from an OCI image layout at ``root/<repository>`` (the tag is
+    the ``org.opencontainers.image.ref.name`` annotation of an ``index.json`` entry)."""
+    layout = root / ref.repository  # the repository was validated by parse_reference: no "..", no absolute path
+    try:
+        index = json.loads((layout / "index.json").read_text())
+    except FileNotFoundError:
+        raise RegistryError("not-found", f"{image}: no image layout at {layout}") from None
+    except ValueError:
+        raise RegistryError("invalid", f"{image}: {layout / 'index.json'} is not JSON") from None
+    entries = [e for e in index.get("manifests") or [] if isinstance(e, dict)]
+    wanted = ref.digest or ref.tag or "latest"
+    entry = next((e for e in entries if e.get("digest") == wanted or (e.get("annotations") or {}).get(REF_NAME) == wanted), None)
+    if entry is None:
+        raise RegistryError("not-found", f"{image}: {wanted} is not in the image layout at {layout}")
+    digest = str(entry["digest"])
+    if known_digest and digest == known_digest:
+        return ImageConfig(digest, None, unchanged=True)
+    manifest = json.loads(_layout_blob(layout, digest, image, MAX_MANIFEST_BYTES))
+    if manifest.get("mediaType") in INDEX_TYPES or "manifests" in manifest:
+        manifest = json.loads(_layout_blob(layout, select_platform(manifest, image), image, MAX_MANIFEST_BYTES))
+    config = json.loads(_layout_blob(layout, str((manifest.get("config") or {}).get("digest")), image, MAX_CONFIG_BYTES))
+    labels = (config.get("config") or {}).get("Labels") or {}
+    return ImageConfig(digest, {str(k): str(v) for k, v in labels.items()})
