@@ -13,7 +13,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from flows.exitcodes import CannotRun, cli_errors, exit_code
+from flows.exitcodes import CannotRun, cli_errors, degraded_summary, exit_code
 
 # Local runs start an ephemeral Prefect API on the shared ~/.prefect database; its telemetry write is the
 # one statement that contends with another local Prefect process, and it reports nothing we need.
@@ -151,19 +151,18 @@ def optimize(
     raise typer.Exit(report.exit_code)
 
 
-def _aim_table(title: str, columns: tuple[str, ...], rows: list[tuple[object, ...]], summary: str, errors: list[str]) -> None:
-    """Print an AIM flow's table and summary; exit 1 (one line per error) when writes failed."""
+def _aim_table(title: str, columns: tuple[str, ...], rows: list[tuple[object, ...]], summary: str, errors: list[str], last: bool = True) -> None:
+    """Print an AIM flow's table and summary; with ``last``, exit 3 (degraded, one line per error) when
+    writes failed, else 0 (flows/exitcodes.py)."""
     table = Table(title=title)
     for column in columns:
         table.add_column(column)
     for row in rows:
         table.add_row(*(str(value) for value in row))
     console.print(table)
-    console.print(summary)
-    for line in errors:
-        err.print(f"[red]{line}[/red]")
-    if errors:
-        raise typer.Exit(1)
+    console.print(degraded_summary(summary, errors[:3] + ([f"{len(errors) - 3} more"] if len(errors) > 3 else [])))
+    if last:
+        raise typer.Exit(exit_code(errors))
 
 
 _CLUSTER_HELP = "Manifests directory/file, 'kubeconfig:PATH[#ctx]', or empty for the current kubeconfig."
@@ -181,7 +180,7 @@ def discover_models_command(
     from flows.discover_models import discover_models
 
     mirrors = _mirrors(registry_mirror)
-    report = _run_flow(lambda: discover_models(namespaces=namespace or None, resync_interval_s=resync,
+    report = _run_flow(cluster, lambda: discover_models(namespaces=namespace or None, resync_interval_s=resync,
                                                insecure_registries=insecure_registry or None, registry_mirrors=mirrors, cluster=cluster))
     _aim_table("AIM model discovery", ("model", "image", "result", "deployments", "templates"),
                [(r.name, r.image, r.result, r.deployments, r.templates) for r in report.rows], report.summary, report.writes.errors)
@@ -195,7 +194,7 @@ def resolve_templates_command(
     """Resolve every AIMServiceTemplate to a runtime profile, check GPUs, request caches when warmCache."""
     from flows.resolve_templates import resolve_templates
 
-    report = _run_flow(lambda: resolve_templates(namespaces=namespace or None, cluster=cluster))
+    report = _run_flow(cluster, lambda: resolve_templates(namespaces=namespace or None, cluster=cluster))
     _aim_table("AIM templates", ("namespace", "template", "status", "reason", "message"),
                [(r.namespace, r.name, r.status, r.reason, r.message) for r in report.rows], report.summary, report.writes.errors)
 
@@ -208,7 +207,7 @@ def rollout_services_command(
     """Roll out every AIMService as a KServe InferenceService and Gateway HTTPRoute and report its status."""
     from flows.rollout_services import rollout_services
 
-    report = _run_flow(lambda: rollout_services(namespaces=namespace or None, cluster=cluster))
+    report = _run_flow(cluster, lambda: rollout_services(namespaces=namespace or None, cluster=cluster))
     _aim_table("AIM services", ("namespace", "service", "status", "reason", "workload", "action"),
                [(r.namespace, r.name, r.status, r.reason, r.workload, r.action) for r in report.rows], report.summary, report.writes.errors)
 
@@ -224,17 +223,16 @@ def aim_command(
     from flows.rollout_services import rollout_services
 
     mirrors = _mirrors(registry_mirror)
-    found = _run_flow(lambda: discover_models(registry_mirrors=mirrors, cluster=cluster))
-    resolved = _run_flow(lambda: resolve_templates(cluster=cluster))
-    rolled = _run_flow(lambda: rollout_services(cluster=cluster))
-    errors = found.writes.errors + resolved.writes.errors
+    found = _run_flow(cluster, lambda: discover_models(registry_mirrors=mirrors, cluster=cluster))
+    resolved = _run_flow(cluster, lambda: resolve_templates(cluster=cluster))
+    rolled = _run_flow(cluster, lambda: rollout_services(cluster=cluster))
     _aim_table("AIM model discovery", ("model", "image", "result", "deployments", "templates"),
-               [(r.name, r.image, r.result, r.deployments, r.templates) for r in found.rows], found.summary, [])
+               [(r.name, r.image, r.result, r.deployments, r.templates) for r in found.rows], found.summary, found.writes.errors, last=False)
     _aim_table("AIM templates", ("namespace", "template", "status", "reason"),
-               [(r.namespace, r.name, r.status, r.reason) for r in resolved.rows], resolved.summary, [])
+               [(r.namespace, r.name, r.status, r.reason) for r in resolved.rows], resolved.summary, resolved.writes.errors, last=False)
     _aim_table("AIM services", ("namespace", "service", "status", "reason", "workload", "action"),
-               [(r.namespace, r.name, r.status, r.reason, r.workload, r.action) for r in rolled.rows], rolled.summary,
-               errors + rolled.writes.errors)
+               [(r.namespace, r.name, r.status, r.reason, r.workload, r.action) for r in rolled.rows], rolled.summary, rolled.writes.errors, last=False)
+    raise typer.Exit(exit_code(found.writes.errors + resolved.writes.errors + rolled.writes.errors))
 
 
 def _mirrors(pairs: list[str]) -> dict[str, str]:
@@ -243,21 +241,22 @@ def _mirrors(pairs: list[str]) -> dict[str, str]:
     for pair in pairs:
         host, sep, target = pair.partition("=")
         if not sep or not host.strip() or not target.strip():
-            err.print(f"[red]--registry-mirror {pair!r}: expected HOST=MIRROR or HOST=oci-layout:DIR[/red]")
-            raise typer.Exit(2)
+            raise typer.BadParameter(f"{pair!r}: expected HOST=MIRROR or HOST=oci-layout:DIR", param_hint="--registry-mirror")
         result[host.strip()] = target.strip()
     return result
 
 
-def _run_flow(run: "Callable[[], Any]") -> Any:
-    """Run a flow; a failure to reach the cluster or load its manifests is one line and exit code 1."""
-    from tasks.cluster.errors import ClusterError
+def _run_flow(cluster: Optional[str], run: "Callable[[], Any]") -> Any:
+    """Run a flow after checking it can run at all: a missing path, no API access or missing AIM CRDs is
+    one ``error:`` line and exit 2 before Prefect starts."""
+    from tasks.aim import cannot_run_reason
+    from tasks.cluster import connect
 
-    try:
+    with cli_errors():
+        problem = cannot_run_reason(connect(cluster))
+        if problem:
+            raise CannotRun(problem)
         return run()
-    except ClusterError as exc:
-        err.print(f"[red]{type(exc).__name__}: {getattr(exc, 'message', None) or exc}[/red]")
-        raise typer.Exit(1) from None
 
 
 @app.command()

@@ -379,3 +379,18 @@ def cache_state_map(views: Sequence[CacheView]) -> dict[str, str | None]:
     """``source -> cache status`` for :func:`engine.aim_templates.template_status`."""
     return {v.source: (v.state if not v.requested or v.state else None) for v in views}
 
+
+
+def cannot_run_reason(cluster: Cluster) -> str | None:
+    """Why the AIM flows cannot run on ``cluster`` at all (a local path that is missing, no API access,
+    the AIM CRDs not installed), or ``None``; checked by the CLI before Prefect starts."""
+    from tasks.optimizer import local_path_problem
+
+    problem = local_path_problem(cluster)
+    if problem:
+        return problem
+    try:
+        cluster.list(API_VERSION, "AIMClusterModel")
+    except ClusterError as exc:
+        return f"cannot read AIMClusterModels: {exc.message}"
+    return None

@@ -42,3 +42,9 @@ def test_a_malformed_mirror_is_one_line_and_exit_2(example_cluster: pathlib.Path
     result = CliRunner().invoke(app, ["discover-models", "--cluster", str(example_cluster), "--registry-mirror", "docker.io"])
     assert result.exit_code == 2
     assert "expected HOST=MIRROR" in result.output and "Traceback" not in result.output
+
+
+def test_a_missing_cluster_path_is_one_line_and_exit_2(tmp_path: pathlib.Path) -> None:
+    result = CliRunner().invoke(app, ["rollout-services", "--cluster", str(tmp_path / "nowhere")])
+    assert result.exit_code == 2
+    assert result.output.strip().startswith("error:") and "does not exist" in result.output and "Traceback" not in result.output
