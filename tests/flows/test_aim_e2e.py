@@ -251,6 +251,11 @@ def test_image_to_running_service(env: AimEnv) -> None:
     # Unchanged image: discovery does not ask the registry again.
     assert env.discover().registry_requests == {}
 
+    # The service owns what it rendered: deleting it deletes both (the API server's garbage collection).
+    env.custom.delete_namespaced_custom_object(GROUP, VERSION, env.ns, "aimservices", "chat")
+    assert env.list("inferenceservices", "serving.kserve.io", "v1beta1") == []
+    assert env.list("httproutes", "gateway.networking.k8s.io", "v1") == []
+
 
 @pytest.mark.parametrize("registry_fixture", ["private_registry", "token_registry"])
 def test_private_registry_needs_the_namespace_pull_secret(env: AimEnv, request: pytest.FixtureRequest, registry_fixture: str) -> None:
