@@ -248,3 +248,115 @@ def test_failed_clears_once_the_cause_is_fixed(env: Env) -> None:
     assert failed["status"] == "False" and failed["reason"] == "ModelHealthy"
     assert set(env.deployments()) == {"m-b"}
     assert env.condition("m", "Initialized")["reason"] == "ModelCreating"
+
+
+# ------------------------------------------------------------------------------------------ caches
+
+
+def test_weights_from_a_shared_managed_cache(env: Env) -> None:
+    hf = dict(modelURI="hf://Qwen/Qwen2.5-0.5B-Instruct")
+    env.create(model("first", env.ns, [backend("b", **hf)]))
+    env.run()
+    caches = env.custom.list_namespaced_custom_object("aim.silogen.ai", "v1alpha1", env.ns, "modelcaches")["items"]
+    assert len(caches) == 1 and caches[0]["spec"]["sourceUri"].startswith("hf://Qwen/Qwen2.5-0.5B-Instruct")
+    assert env.deployments() == {}
+    active = env.condition("first", "Active")
+    assert active["status"] == "False" and f"waiting for ModelCache {caches[0]['metadata']['name']}" in active["message"]
+
+    # The warm-caches flow fills it; the rollout then mounts its PVC read-only and serves from it.
+    name = caches[0]["metadata"]["name"]
+    env.custom.patch_namespaced_custom_object_status(
+        "aim.silogen.ai", "v1alpha1", env.ns, "modelcaches", name, {"status": {"status": "Available", "persistentVolumeClaim": f"{name}-pvc"}}
+    )
+    env.create(model("second", env.ns, [backend("b", **hf)]))
+    env.run()
+    deployments = env.deployments()
+    assert set(deployments) == {"first-b", "second-b"}
+    pod = deployments["first-b"]["spec"]["template"]["spec"]
+    assert {"name": "weights", "persistentVolumeClaim": {"claimName": f"{name}-pvc", "readOnly": True}} in pod["volumes"]
+    args = pod["containers"][0]["args"]
+    assert args[args.index("--model") + 1] == "/models"
+    assert {"name": "HF_HUB_OFFLINE", "value": "1"} in pod["containers"][0]["env"]
+    caches = env.custom.list_namespaced_custom_object("aim.silogen.ai", "v1alpha1", env.ns, "modelcaches")["items"]
+    assert len(caches) == 1 and caches[0]["status"].get("lastUsed")  # one cache, shared by both Models
+    assert_valid_k8s(deployments["second-b"])
+
+
+# ------------------------------------------------------------------------------------ runtime LoRA
+
+
+class FakeVLLM:
+    """A vLLM-compatible OpenAI server's LoRA endpoints on 127.0.0.1: lists, loads and unloads adapters."""
+
+    def __init__(self, loaded: set[str]) -> None:
+        import http.server
+        import threading
+
+        fake = self
+        self.loaded = set(loaded)
+        self.calls: list[tuple[str, dict[str, Any]]] = []
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def log_message(self, *args: Any) -> None:
+                pass
+
+            def _reply(self, code: int, body: Any) -> None:
+                data = json.dumps(body).encode()
+                self.send_response(code)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def do_GET(self) -> None:
+                models = [{"id": "qwen", "object": "model"}] + [{"id": n, "object": "model", "parent": "qwen"} for n in sorted(fake.loaded)]
+                self._reply(200, {"object": "list", "data": models})
+
+            def do_POST(self) -> None:
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])) or b"{}")
+                fake.calls.append((self.path, body))
+                if self.path == "/v1/load_lora_adapter":
+                    fake.loaded.add(body["lora_name"])
+                elif self.path == "/v1/unload_lora_adapter":
+                    fake.loaded.discard(body["lora_name"])
+                self._reply(200, {})
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.port = self.server.server_address[1]
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def stop(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def test_lora_only_change_is_applied_at_runtime_without_a_rollout(env: Env) -> None:
+    vllm = FakeVLLM(loaded={"sql"})
+    try:
+        runtime = [{"name": "VLLM_ALLOW_RUNTIME_LORA_UPDATING", "value": "true"}]
+        lora_backend = dict(env=runtime, workers=[server_worker(config={"port": vllm.port})])
+        env.create(model("lora", env.ns, [backend("b", loraAdapters=[{"name": "sql", "artifactURL": "pvc://adapters/sql"}], **lora_backend)]))
+        env.run()
+        deployment = env.deployments()["lora-b"]
+        args = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
+        assert args[args.index("--enable-lora") + 1:args.index("--enable-lora") + 3] == ["--lora-modules", "sql=/loras/sql/sql"]
+        assert_valid_k8s(deployment)
+        labels = deployment["spec"]["selector"]["matchLabels"]
+        env.core.create_namespaced_pod(env.ns, {"metadata": {"name": "lora-b-0", "labels": labels}, "spec": {"containers": [{"name": "engine", "image": "vllm/vllm-openai:v0.10.1"}]}})
+        env.core.patch_namespaced_pod_status("lora-b-0", env.ns, {"status": {"podIP": "127.0.0.1", "conditions": [{"type": "Ready", "status": "True"}]}})
+
+        env.patch_model("lora", {"backends": [backend("b", loraAdapters=[{"name": "chat", "artifactURL": "hf://acme/chat-lora"}], **lora_backend)]})
+        env.server.reset_stats()
+        report = env.run()
+        assert vllm.calls == [
+            ("/v1/unload_lora_adapter", {"lora_name": "sql"}),
+            ("/v1/load_lora_adapter", {"lora_name": "chat", "lora_path": "acme/chat-lora"}),
+        ]
+        assert report.models[0].lora == ["lora-b-0: unloaded sql", "lora-b-0: loaded chat"]
+        assert not [w for w in env.writes() if "/deployments" in w["path"]]  # no Deployment rewrite
+
+        # Already applied: the next pass asks the pod and changes nothing.
+        env.run()
+        assert len(vllm.calls) == 2
+    finally:
+        vllm.stop()
