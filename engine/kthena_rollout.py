@@ -30,6 +30,7 @@ from engine.api.meta import parse_duration
 from engine.api.validate import ManifestInvalid, parse_object
 from engine.sources import ModelSource, SourceError, from_kthena_uri, from_lora_url
 from engine.status import ConditionUpdate, set_conditions
+from engine.workloads import ANNOTATION_BASE_REVISION, FieldError, annotation, drain_script, probe
 
 Manifest = dict[str, Any]
 
@@ -42,10 +43,6 @@ LABEL_ROLE = "registry.volcano.sh/role"
 LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
 MANAGED_BY = "modelplane"
 
-ANNOTATION_REVISION = "modelplane.io/revision"
-"""Hash of the rendered object (without replicas): equal hashes mean nothing to write."""
-ANNOTATION_BASE_REVISION = "modelplane.io/base-revision"
-"""Hash of the workload rendered without LoRA adapters: equal while only the adapters change."""
 ANNOTATION_LORA = "modelplane.io/lora-adapters"
 """JSON ``{name: artifactURL}`` of the adapters baked into the pod template."""
 ANNOTATION_SCALE_TO_ZERO = "modelplane.io/scale-to-zero-grace-period"
@@ -94,17 +91,6 @@ _IMAGE = re.compile(
 
 
 # ---------------------------------------------------------------------------------------- validation
-
-
-@dataclass(frozen=True)
-class FieldError:
-    """One reason the Model cannot be rolled out, naming the field as people write it."""
-
-    field: str
-    message: str
-
-    def __str__(self) -> str:
-        return f"{self.field}: {self.message}"
 
 
 def validate_model(manifest: Mapping[str, Any]) -> tuple[Model | None, list[FieldError]]:
@@ -473,28 +459,6 @@ def served_model_name(model: ModelRef, backend: ModelBackend) -> str:
     return model.served_name
 
 
-def _drain_script(port: int, engine: str) -> str:
-    """preStop: wait until the engine has no running and no waiting requests (Kthena's graceful drain)."""
-    names = ("vllm:num_requests_running", "vllm:num_requests_waiting") if engine == "vllm" else ("sglang:num_running_reqs", "sglang:num_queue_reqs")
-    return (
-        "import time, urllib.request\n"
-        f"names = {names!r}\n"
-        "while True:\n"
-        "    try:\n"
-        f"        text = urllib.request.urlopen('http://127.0.0.1:{port}/metrics', timeout=5).read().decode()\n"
-        "    except Exception:\n"
-        "        break\n"
-        "    busy = [l for l in text.splitlines() if l.startswith(names) and float(l.rsplit(' ', 1)[-1]) > 0]\n"
-        "    if not busy:\n"
-        "        break\n"
-        "    time.sleep(1)\n"
-    )
-
-
-def _probe(path: str, port: int, period: int, failures: int) -> Manifest:
-    return {"httpGet": {"path": path, "port": port}, "periodSeconds": period, "failureThreshold": failures, "timeoutSeconds": 5}
-
-
 def _dump_list(items: Iterable[Any] | None) -> list[Manifest]:
     return [item.model_dump(by_alias=True, exclude_none=True, mode="json") for item in items or []]
 
@@ -558,10 +522,10 @@ def render_workload(
     }
     if not is_follower:
         container.update(
-            startupProbe=_probe("/health", port, 10, 180),
-            readinessProbe=_probe("/health", port, 5, 3),
-            livenessProbe=_probe("/health", port, 15, 4),
-            lifecycle={"preStop": {"exec": {"command": ["python3", "-c", _drain_script(port, engine)]}}},
+            startupProbe=probe("/health", port, 10, 180),
+            readinessProbe=probe("/health", port, 5, 3),
+            livenessProbe=probe("/health", port, 15, 4),
+            lifecycle={"preStop": {"exec": {"command": ["python3", "-c", drain_script(port, engine)]}}},
         )
     pod_spec: Manifest = {
         "initContainers": list(weights.init_containers),
@@ -727,61 +691,6 @@ def render_route(model: Model, ref: ModelRef) -> Manifest:
 
 
 # ------------------------------------------------------------------------------------ change detection
-
-
-def revision(obj: Mapping[str, Any]) -> str:
-    """A stable hash of what was rendered, ignoring replicas (the optimizer owns them) and the hash itself."""
-    body = json.loads(json.dumps(obj, sort_keys=True))
-    body.get("spec", {}).pop("replicas", None)
-    annotations = body.get("metadata", {}).get("annotations", {})
-    annotations.pop(ANNOTATION_REVISION, None)
-    annotations.pop(ANNOTATION_BASE_REVISION, None)
-    return hashlib.sha256(json.dumps(body, sort_keys=True, separators=(",", ":")).encode()).hexdigest()[:16]
-
-
-def stamp(obj: Manifest, base_revision: str | None = None) -> Manifest:
-    """``obj`` with its revision annotation (and, for workloads, the revision without LoRA adapters)."""
-    meta = obj.setdefault("metadata", {})
-    annotations = dict(meta.get("annotations") or {})
-    annotations[ANNOTATION_REVISION] = revision(obj)
-    if base_revision is not None:
-        annotations[ANNOTATION_BASE_REVISION] = base_revision
-    meta["annotations"] = annotations
-    return obj
-
-
-def annotation(obj: Mapping[str, Any] | None, key: str) -> str | None:
-    return (((obj or {}).get("metadata") or {}).get("annotations") or {}).get(key)
-
-
-def merge_diff(old: Any, new: Any) -> Any:
-    """The RFC 7386 merge-patch turning ``old`` into ``new`` (removed keys become ``None``)."""
-    if not isinstance(old, dict) or not isinstance(new, dict):
-        return new
-    patch: dict[str, Any] = {}
-    for key in old:
-        if key not in new:
-            patch[key] = None
-    for key, value in new.items():
-        if key not in old:
-            patch[key] = value
-        elif old[key] != value:
-            patch[key] = merge_diff(old[key], value) if isinstance(old[key], dict) and isinstance(value, dict) else value
-    return patch
-
-
-def update_patch(live: Mapping[str, Any], desired: Mapping[str, Any]) -> Manifest:
-    """The merge-patch bringing ``live`` to ``desired``: our labels/annotations/owners set (others kept),
-    every non-metadata field made equal (keys we no longer render are removed)."""
-    meta = desired.get("metadata") or {}
-    patch: Manifest = {"metadata": {k: meta[k] for k in ("labels", "annotations", "ownerReferences") if k in meta}}
-    for key, value in desired.items():
-        if key in ("apiVersion", "kind", "metadata", "status"):
-            continue
-        diff = merge_diff(live.get(key), value)
-        if diff != {}:
-            patch[key] = diff
-    return patch
 
 
 def desired_replicas(workload: Workload, live: Mapping[str, Any] | None, autoscaled: bool) -> int:

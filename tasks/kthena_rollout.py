@@ -19,7 +19,6 @@ from prefect.cache_policies import NO_CACHE
 
 from engine.api.kthena import API_VERSION, Model, ModelBackend
 from engine.kthena_rollout import (
-    ANNOTATION_REVISION,
     LABEL_MODEL_UID,
     REASON_ABNORMAL,
     REASON_CACHE_FAILED,
@@ -30,7 +29,6 @@ from engine.kthena_rollout import (
     LoraChange,
     ModelRef,
     Mount,
-    annotation,
     deployment_available,
     desired_replicas,
     direct_weights,
@@ -45,21 +43,20 @@ from engine.kthena_rollout import (
     render_route,
     render_service,
     render_workload,
-    revision,
     runtime_lora_change,
     selector_labels,
-    stamp,
     unsupported_backends,
-    update_patch,
     validate_model,
     workloads_of,
 )
 from engine.sources import ModelSource, from_lora_url
+from engine.workloads import revision, stamp
 from engine.status import changed_fields
 from tasks.caches import cache_available, cache_pvc, ensure_cache, mark_used
-from tasks.cluster import Cluster, Conflict, ObjectRef
+from tasks.cluster import Cluster, ObjectRef
 from tasks.cluster.errors import ClusterError, NotFound
 from tasks.optimizer import write_status
+from tasks.workloads import WriteLog, write_object
 
 log = logging.getLogger(__name__)
 
@@ -74,14 +71,11 @@ LORA_HTTP_TIMEOUT_S = 300.0  # a load may download the adapter first (Kthena all
 
 
 @dataclass
-class ModelOutcome:
+class ModelOutcome(WriteLog):
     """What one Model's reconcile did, for the flow's report."""
 
-    namespace: str
-    name: str
-    created: list[str] = field(default_factory=list)
-    updated: list[str] = field(default_factory=list)
-    deleted: list[str] = field(default_factory=list)
+    namespace: str = ""
+    name: str = ""
     lora: list[str] = field(default_factory=list)
     status_written: bool = False
     result: str = ""
@@ -197,30 +191,6 @@ def _short(exc: Exception) -> str:
 # ------------------------------------------------------------------------------------------- writes
 
 
-def write_object(cluster: Cluster, desired: dict[str, Any], live: dict[str, Any] | None, outcome: ModelOutcome) -> dict[str, Any]:
-    """Create ``desired``, or patch ``live`` when its revision or replicas differ; no write otherwise."""
-    label = f"{desired['kind']}/{desired['metadata']['name']}"
-    if live is None:
-        try:
-            stored = cluster.create(desired)
-        except Conflict:
-            raise ClusterError(f"{label} already exists and is not managed by this Model", reason="AlreadyExists") from None
-        outcome.created.append(label)
-        return stored
-    ref = ObjectRef.of(live)
-    version = (live.get("metadata") or {}).get("resourceVersion")
-    if annotation(live, ANNOTATION_REVISION) != annotation(desired, ANNOTATION_REVISION):
-        stored = cluster.patch_spec(ref, update_patch(live, desired), resource_version=version)
-        outcome.updated.append(label)
-        return stored
-    wanted = (desired.get("spec") or {}).get("replicas")
-    if desired["kind"] == "Deployment" and wanted is not None and (live.get("spec") or {}).get("replicas") != wanted:
-        stored = cluster.patch_spec(ref, {"spec": {"replicas": wanted}}, resource_version=version)
-        outcome.updated.append(f"{label} (replicas {wanted})")
-        return stored
-    return live
-
-
 # ---------------------------------------------------------------------------------------- reconcile
 
 
@@ -244,7 +214,7 @@ def reconcile_model(
     raised past it, so the other Models of the run proceed."""
     meta = manifest["metadata"]
     namespace, name = meta.get("namespace") or "default", meta["name"]
-    outcome = ModelOutcome(namespace, name)
+    outcome = ModelOutcome(namespace=namespace, name=name)
     model, errors = validate_model(manifest)
     backends: list[BackendState] = []
     failure: Failure | None = None
