@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Modelplane developer entry point: sets up what it needs, then runs one job.
-#   ./dev.sh demo   one optimization cycle on the bundled example cluster (no cluster, no Prefect server)
+#   ./dev.sh demo   roll out the Kthena Model, then one optimization cycle on the bundled example cluster (no cluster, no Prefect server)
 #   ./dev.sh test   install the test services (Debian packages) and run the test suite
 set -euo pipefail
 cd "$(dirname "$0")"
@@ -42,6 +42,7 @@ case "${1:-}" in
   demo)
     setup_python
     shift
+    "$VENV/bin/modelplane" rollout-models --cluster deployments/examples
     exec "$VENV/bin/modelplane" optimize --cluster deployments/examples \
       --metrics deployments/example-metrics.yaml "$@"
     ;;
