@@ -141,11 +141,11 @@ def rollout_models_command(
 ) -> None:
     """Roll out every Kthena Model once and print what changed; exits 1 when a Model is Failed."""
     from flows.rollout_models import rollout_models
-    from tasks.cluster import ClusterError, LoadError
+    from tasks.cluster import ClusterError
 
     try:
         report = rollout_models(namespaces=namespace or None, cluster=cluster, downloader_image=downloader_image)
-    except (ClusterError, LoadError, OSError) as exc:
+    except (ClusterError, OSError) as exc:
         err.print(f"[red]rollout-models: {getattr(exc, 'message', exc)}[/red]")
         raise typer.Exit(1)
     table = Table(title="Kthena Models")
@@ -170,11 +170,11 @@ def serve_openmodel_command(
     """Serve an llmaz OpenModel with vLLM from its shared cache, placed by its flavors; exits 1 when it cannot
     be served (yet)."""
     from flows.serve_openmodel import ServeError, serve_openmodel
-    from tasks.cluster import ClusterError, LoadError
+    from tasks.cluster import ClusterError
 
     try:
         report = serve_openmodel(model=model, namespace=namespace, replicas=replicas, flavor=flavor, cluster=cluster)
-    except (ServeError, ClusterError, LoadError, OSError) as exc:
+    except (ServeError, ClusterError, OSError) as exc:
         err.print(f"[red]serve-openmodel: {getattr(exc, 'message', exc)}[/red]")
         raise typer.Exit(1)
     changes = ", ".join(report.writes.created + report.writes.updated) or "nothing changed"

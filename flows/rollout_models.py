@@ -21,9 +21,10 @@ from datetime import datetime, timezone
 from prefect import flow, get_run_logger
 from prefect.artifacts import create_table_artifact
 from prefect.context import FlowRunContext
+from prefect.events import emit_event
 from pydantic import BaseModel, Field
 
-from tasks.cluster import connect
+from tasks.cluster import ClusterError, connect
 from tasks.kthena_rollout import ModelOutcome, list_models, reconcile_model
 
 DEFAULT_INTERVAL_S = 300
@@ -71,15 +72,30 @@ def rollout_models(
 
     report = RolloutReport()
     for manifest in list_models(target, params.namespaces or None):
-        outcome = reconcile_model(target, manifest, now, params.downloader_image)
+        try:
+            outcome = reconcile_model(target, manifest, now, params.downloader_image)
+        except ClusterError as exc:  # e.g. the status write itself failed: report it, go on with the others
+            meta = manifest.get("metadata") or {}
+            outcome = ModelOutcome(namespace=meta.get("namespace", ""), name=meta.get("name", ""), result=f"Failed: {exc.reason}: {exc.message}")
         logger.info("Model %s/%s: %s (%d writes)", outcome.namespace, outcome.name, outcome.result, outcome.writes)
         report.models.append(outcome)
+        if outcome.created or outcome.updated or outcome.deleted:
+            announce(outcome)
 
     changed = sum(1 for m in report.models if m.writes)
     report.summary = f"{len(report.models)} models, {changed} changed, {len(report.failed)} failed"
     publish(report)
     logger.info("rollout-models: %s", report.summary)
     return report
+
+
+def announce(outcome: ModelOutcome) -> None:
+    """A Prefect event per Model whose workloads changed, for automations and triggers to chain on."""
+    emit_event(
+        event="modelplane.model.rolled-out",
+        resource={"prefect.resource.id": f"modelplane.model.{outcome.namespace}.{outcome.name}", "prefect.resource.name": outcome.name},
+        payload={"namespace": outcome.namespace, "created": outcome.created, "updated": outcome.updated, "deleted": outcome.deleted, "result": outcome.result},
+    )
 
 
 def publish(report: RolloutReport) -> None:

@@ -19,6 +19,7 @@ from datetime import datetime, timezone
 from prefect import flow, get_run_logger
 from prefect.artifacts import create_markdown_artifact
 from prefect.context import FlowRunContext
+from prefect.events import emit_event
 from pydantic import BaseModel, Field
 
 from engine.openmodel import DEFAULT_IMAGE, choose_flavor, render_openmodel, validate_openmodel
@@ -116,8 +117,14 @@ def serve_openmodel(
     for desired in render_openmodel(openmodel, source, pvc, params.namespace, params.replicas, placement, params.image):
         live = read_live(target, desired)
         write_object(target, stamp(desired), live, report.writes)
-    if cache is not None and (report.writes.created or report.writes.updated):
-        mark_used(target, cache, now)
+    if report.writes.created or report.writes.updated:
+        if cache is not None:
+            mark_used(target, cache, now)
+        emit_event(
+            event="modelplane.openmodel.served",
+            resource={"prefect.resource.id": f"modelplane.openmodel.{params.model}", "prefect.resource.name": params.model},
+            payload={"namespace": params.namespace, "flavor": report.flavor, "reason": report.message},
+        )
     publish(report)
     logger.info("serve-openmodel: %s in %s on %s", params.model, params.namespace, placement.message)
     return report
