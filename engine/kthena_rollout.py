@@ -21,7 +21,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Iterable, Mapping
 
@@ -805,13 +805,3 @@ def model_status(
 
 def failure_of(errors: list[FieldError], reason: str) -> Failure:
     return Failure(reason, "; ".join(str(e) for e in errors))
-
-
-@dataclass
-class BackendPlan:
-    """Everything rendered for one backend, or why it cannot be rendered yet."""
-
-    backend: ModelBackend
-    objects: list[Manifest] = field(default_factory=list)
-    waiting: str | None = None
-    lora_change: LoraChange | None = None
