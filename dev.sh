@@ -20,10 +20,20 @@ setup_python() {
   fi
 }
 
+setup_olah() {
+  # olah (the tests' Hugging Face protocol server) needs a newer fastapi than Prefect allows: its own venv.
+  local venv="${MODELPLANE_OLAH_VENV:-.venv-olah}"
+  if [ ! -x "$venv/bin/olah-cli" ]; then
+    python3.11 -m venv "$venv" 2>/dev/null || python3 -m venv "$venv"
+    "$venv/bin/python" -m pip install -q olah==0.5.4
+  fi
+}
+
 setup_services() {
   # Real components the tests start on 127.0.0.1 (see DESIGN.md).
   local need=()
   command -v prometheus >/dev/null 2>&1 || need+=(prometheus)
+  command -v git >/dev/null 2>&1 || need+=(git)  # the HF test server serves git repositories
   if [ ${#need[@]} -gt 0 ]; then
     if [ "$(id -u)" = 0 ]; then
       export DEBIAN_FRONTEND=noninteractive
@@ -49,6 +59,7 @@ case "${1:-}" in
   test)
     setup_python
     setup_services
+    setup_olah
     shift
     set +e
     "$VENV/bin/python" -m pytest "$@"

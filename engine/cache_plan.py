@@ -52,13 +52,13 @@ DOWNLOAD_FAILED = "DownloadFailed"
 # Modelplane's more specific failure reasons (Failure condition, Ready=False).
 INVALID_SOURCE = "InvalidSource"
 SIZE_UNKNOWN = "SizeUnknown"
-VOLUME_TOO_SMALL = "VolumeTooSmall"
+VOLUME_TOO_SMALL = "InsufficientSpace"  # the downloader's reason for the same refusal
 AUTHENTICATION_FAILED = "AuthenticationFailed"
 SOURCE_NOT_FOUND = "SourceNotFound"
 VERIFICATION_FAILED = "VerificationFailed"
-RETRIES_EXHAUSTED = "RetriesExhausted"
+CREDENTIALS_MISSING = "CredentialsMissing"
 
-TERMINAL_REASONS = frozenset({INVALID_SOURCE, VOLUME_TOO_SMALL})
+TERMINAL_REASONS = frozenset({INVALID_SOURCE, VOLUME_TOO_SMALL, "UnsupportedSource", "PathTraversal", "DestinationConflict"})
 """Failures a retry cannot fix: the spec must change (a new generation) or the cache be re-created."""
 
 GiB = 1024**3
@@ -333,6 +333,8 @@ def render_job(
     }
     pod_spec: dict[str, Any] = {
         "restartPolicy": "Never",
+        # Modelplane's image runs as uid 10001 (deployments/Dockerfile); fsGroup makes the PVC writable.
+        "securityContext": {"runAsNonRoot": True, "runAsUser": 10001, "runAsGroup": 10001, "fsGroup": 10001},
         "containers": [container],
         "volumes": [
             {"name": "cache", "persistentVolumeClaim": {"claimName": pvc_name(meta["name"])}},
@@ -381,6 +383,56 @@ def job_failure_message(job: Mapping[str, Any]) -> str:
         if condition.get("type") == "Failed" and condition.get("status") == "True":
             return ": ".join(part for part in (condition.get("reason"), condition.get("message")) if part)
     return "the fill Job failed"
+
+
+# ----------------------------------------------------------------------------------- fill report
+
+REPORT_LIMIT = 4000
+"""Kubernetes keeps at most 4096 bytes of a termination message."""
+
+
+def fill_report(marker: Mapping[str, Any] | None = None, *, reason: str | None = None, message: str = "") -> str:
+    """The one-line JSON a fill writes as its container's termination message: a summary of the
+    completion marker it wrote (``complete``, ``source``, ``revision``, ``files``, ``bytes``), or the
+    typed error (``reason``, ``message``) when it failed. The flow reads it from the Pod's status."""
+    import json
+
+    if marker is not None:
+        files = marker.get("files") or []
+        total = sum(int(f.get("size") or 0) for f in files if isinstance(f, Mapping))
+        body: dict[str, Any] = {
+            "complete": True, "source": marker.get("source"), "revision": marker.get("revision"),
+            "files": len(files), "bytes": marker.get("totalBytes", total),
+        }
+    else:
+        body = {"complete": False, "reason": reason or DOWNLOAD_FAILED, "message": message[: REPORT_LIMIT // 2]}
+    return json.dumps(body, separators=(",", ":"))[:REPORT_LIMIT]
+
+
+def read_fill_report(text: str | None, source_uri: str) -> tuple[FillState, Failure | None]:
+    """What a finished fill reported: ``SUCCEEDED`` only for a complete marker of this very source;
+    a typed failure as it was reported; anything else (no report, a log tail) as a failure naming it."""
+    import json
+
+    text = (text or "").strip()
+    try:
+        body = json.loads(text) if text.startswith("{") else None
+    except ValueError:
+        body = None
+    if isinstance(body, dict) and body.get("complete") is True:
+        if body.get("source") != source_uri:
+            return FillState.FAILED, Failure(
+                VERIFICATION_FAILED, f"the completion marker is for {body.get('source')!r}, not {source_uri!r}"
+            )
+        return FillState.SUCCEEDED, None
+    if isinstance(body, dict) and body.get("reason"):
+        return FillState.FAILED, Failure(str(body["reason"]), str(body.get("message") or "the fill failed"))
+    if not text:
+        return FillState.FAILED, Failure(
+            VERIFICATION_FAILED, "the fill finished without reporting a verified completion marker"
+        )
+    last = text.splitlines()[-1][:500]
+    return FillState.FAILED, Failure(DOWNLOAD_FAILED, f"the fill failed: {last}")
 
 
 # ---------------------------------------------------------------------------------------- decide

@@ -182,6 +182,67 @@ def serve_openmodel_command(
     raise typer.Exit(0 if report.state == "Serving" else 1)
 
 
+@app.command("warm-caches")
+def warm_caches(
+    cluster: Optional[str] = typer.Option(None, "--cluster", help="Manifests directory/file, 'kubeconfig:PATH[#ctx]', or empty for the current kubeconfig."),
+    namespace: list[str] = typer.Option([], "--namespace", "-n", help="Limit to these namespaces (repeatable)."),
+    image: Optional[str] = typer.Option(None, "--image", help="Modelplane's image for the fill Jobs."),
+    openmodel_namespace: Optional[str] = typer.Option(None, "--openmodel-namespace", help="Cache llmaz OpenModels in this namespace."),
+    no_consumers: bool = typer.Option(False, "--no-consumers", help="Only fill existing ModelCaches; create none for consumers."),
+    gc_unused_after: Optional[str] = typer.Option(None, "--gc-unused-after", help="Delete caches unused this long and unmounted, e.g. 7d, 12h."),
+    max_fill_attempts: int = typer.Option(4, "--max-fill-attempts", min=1, help="Fills per cache generation before it stays Failed."),
+    retry_backoff_s: float = typer.Option(300.0, "--retry-backoff-s", min=0, help="Wait after the first failed fill (doubles)."),
+    timeout_s: float = typer.Option(86400.0, "--timeout-s", min=1, help="Stop the run after this long (local fills run in-process)."),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table."),
+) -> None:
+    """Run one warm-caches pass: create PVCs, fill every ModelCache (Jobs in a cluster, in-process locally), report."""
+    from flows.warm_caches import DEFAULT_IMAGE, warm_caches as warm_caches_flow
+
+    try:
+        unused_after = _duration(gc_unused_after) if gc_unused_after else None
+    except ValueError as exc:
+        err.print(f"[red]--gc-unused-after: {exc}[/red]")
+        raise typer.Exit(2) from None
+    report = warm_caches_flow.with_options(timeout_seconds=timeout_s)(
+        namespaces=namespace or None, cluster=cluster, image=image or DEFAULT_IMAGE, openmodel_namespace=openmodel_namespace,
+        include_consumers=not no_consumers, gc_unused_after=unused_after, max_fill_attempts=max_fill_attempts,
+        retry_backoff_s=retry_backoff_s,
+    )
+    if as_json:
+        sys.stdout.write(json.dumps(report.as_json(), indent=2) + "\n")
+    else:
+        table = Table(title="Model caches")
+        for column in ("namespace", "name", "source", "status", "reason", "pvc", "action"):
+            table.add_column(column)
+        colours = {"Available": "green", "Failed": "red", "Progressing": "yellow"}
+        for row in report.rows:
+            status = f"[{colours.get(row.status, 'white')}]{row.status}[/]"
+            table.add_row(row.namespace, row.name, row.source, status, row.reason, row.pvc, row.action)
+        console.print(table)
+        for line in [*(f"needs: {e}" for e in report.ensured), *(f"freed: {f}" for f in report.freed), *report.notes]:
+            console.print(line)
+        for row in report.rows:
+            if row.status == "Failed":
+                err.print(f"[red]{row.namespace}/{row.name}: {row.reason}: {row.message}[/red]")
+        for problem in report.problems:
+            err.print(f"[yellow]{problem}[/yellow]")
+        console.print(report.summary)
+    if report.problems:
+        raise typer.Exit(1)
+
+
+def _duration(text: str) -> "datetime.timedelta":
+    """``7d``, ``12h``, ``30m``, ``90s`` (or a Go duration such as ``1h30m``) as a timedelta."""
+    import datetime
+
+    from engine.api.meta import parse_duration
+
+    text = text.strip()
+    if text.endswith("d") and text[:-1].replace(".", "", 1).isdigit():
+        return datetime.timedelta(days=float(text[:-1]))
+    return datetime.timedelta(seconds=parse_duration(text))
+
+
 def main() -> None:
     """Console-script entry point."""
     app()

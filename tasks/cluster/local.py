@@ -66,6 +66,7 @@ from tasks.cluster.objects import (
     spec_part,
 )
 from tasks.cluster.resources import ResourceInfo, lookup, resource_for
+from tasks.cluster.schema import check_write, normalised
 from tasks.cluster.yamlfile import Document, YamlFile, atomic_write, file_stamp, read_file
 
 log = logging.getLogger(__name__)
@@ -202,7 +203,7 @@ class LocalCluster:
 
     def _normalise(self, entry: _Entry) -> None:
         """Fill in what the API server would have set, in memory only (the document stays clean)."""
-        obj = apply_builtin_defaults(entry.obj)
+        obj = normalised(apply_builtin_defaults(entry.obj))
         meta = obj.setdefault("metadata", {})
         info = lookup(obj["apiVersion"], obj["kind"])
         if info is not None and info.namespaced:
@@ -358,7 +359,7 @@ class LocalCluster:
                 new["status"] = merged
             else:
                 new.pop("status", None)
-            return self._update(entry, new)
+            return self._update(entry, check_write(new, entry.obj, status_only=True))
 
     def get_scale(self, ref: ObjectRef) -> Scale:
         """``spec.replicas`` and ``status.replicas`` (0 until a status reports one) of a scalable kind."""
@@ -415,7 +416,7 @@ class LocalCluster:
         meta["resourceVersion"] = self._next_rv()
         if info.has_status:
             new.pop("status", None)
-        return apply_builtin_defaults(new)
+        return check_write(apply_builtin_defaults(new), None)
 
     def _patched_main(self, info: ResourceInfo, current: Manifest, patch: Manifest) -> Manifest:
         """``current`` merge-patched through the main resource: system metadata and status protected."""
@@ -428,7 +429,7 @@ class LocalCluster:
         patch.pop("kind", None)
         if info.has_status:
             patch.pop("status", None)
-        new = apply_builtin_defaults(merge_patch(current, patch))
+        new = check_write(apply_builtin_defaults(merge_patch(current, patch)), current)
         for key in _IMMUTABLE_META:
             if key in current["metadata"]:
                 new["metadata"][key] = current["metadata"][key]
