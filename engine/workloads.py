@@ -18,6 +18,8 @@ ANNOTATION_REVISION = "modelplane.io/revision"
 """Hash of the rendered object (without replicas): equal hashes mean nothing to write."""
 ANNOTATION_BASE_REVISION = "modelplane.io/base-revision"
 """Hash of a workload rendered without LoRA adapters: equal while only the adapters change."""
+ANNOTATION_LAST_APPLIED = "modelplane.io/last-applied"
+"""The non-metadata part last rendered (JSON), so an update removes only what Modelplane rendered before."""
 
 
 @dataclass(frozen=True)
@@ -53,21 +55,36 @@ def probe(path: str, port: int, period: int, failures: int) -> Manifest:
     return {"httpGet": {"path": path, "port": port}, "periodSeconds": period, "failureThreshold": failures, "timeoutSeconds": 5}
 
 
+_SYSTEM_FIELDS = ("apiVersion", "kind", "metadata", "status")
+
+
+def rendered_body(obj: Mapping[str, Any]) -> Manifest:
+    """The non-metadata part of a rendered object (``spec``, ``data``, ...) without ``spec.replicas``."""
+    body = json.loads(json.dumps({k: v for k, v in obj.items() if k not in _SYSTEM_FIELDS}, sort_keys=True))
+    if isinstance(body.get("spec"), dict):
+        body["spec"].pop("replicas", None)
+    return body
+
+
 def revision(obj: Mapping[str, Any]) -> str:
-    """A stable hash of what was rendered, ignoring replicas (the optimizer owns them) and the hash itself."""
+    """A stable hash of what was rendered, ignoring replicas (the optimizer owns them) and the
+    bookkeeping annotations."""
     body = json.loads(json.dumps(obj, sort_keys=True))
     body.get("spec", {}).pop("replicas", None)
     annotations = body.get("metadata", {}).get("annotations", {})
-    annotations.pop(ANNOTATION_REVISION, None)
-    annotations.pop(ANNOTATION_BASE_REVISION, None)
+    for key in (ANNOTATION_REVISION, ANNOTATION_BASE_REVISION, ANNOTATION_LAST_APPLIED):
+        annotations.pop(key, None)
     return hashlib.sha256(json.dumps(body, sort_keys=True, separators=(",", ":")).encode()).hexdigest()[:16]
 
 
 def stamp(obj: Manifest, base_revision: str | None = None) -> Manifest:
-    """``obj`` with its revision annotation (and, for workloads, the revision without LoRA adapters)."""
+    """``obj`` with its revision annotation, what was rendered (so a later update removes exactly the
+    fields no longer rendered and leaves fields others set alone, as ``kubectl apply`` does), and for
+    workloads the revision without LoRA adapters."""
     meta = obj.setdefault("metadata", {})
     annotations = dict(meta.get("annotations") or {})
     annotations[ANNOTATION_REVISION] = revision(obj)
+    annotations[ANNOTATION_LAST_APPLIED] = json.dumps(rendered_body(obj), sort_keys=True, separators=(",", ":"))
     if base_revision is not None:
         annotations[ANNOTATION_BASE_REVISION] = base_revision
     meta["annotations"] = annotations
@@ -75,6 +92,7 @@ def stamp(obj: Manifest, base_revision: str | None = None) -> Manifest:
 
 
 def annotation(obj: Mapping[str, Any] | None, key: str) -> str | None:
+    """One annotation of ``obj`` (``None`` when absent)."""
     return (((obj or {}).get("metadata") or {}).get("annotations") or {}).get(key)
 
 
@@ -95,14 +113,24 @@ def merge_diff(old: Any, new: Any) -> Any:
 
 
 def update_patch(live: Mapping[str, Any], desired: Mapping[str, Any]) -> Manifest:
-    """The merge-patch bringing ``live`` to ``desired``: our labels/annotations/owners set (others kept),
-    every non-metadata field made equal (keys we no longer render are removed)."""
+    """The merge-patch bringing ``live`` to ``desired``: our labels/annotations/owners set (others kept);
+    the fields we render set, and the ones we rendered last time but no longer removed (the previous
+    rendering comes from :data:`ANNOTATION_LAST_APPLIED`; without it, from the live object). Fields the
+    API server or others set and we never rendered are left alone."""
     meta = desired.get("metadata") or {}
     patch: Manifest = {"metadata": {k: meta[k] for k in ("labels", "annotations", "ownerReferences") if k in meta}}
-    for key, value in desired.items():
-        if key in ("apiVersion", "kind", "metadata", "status"):
-            continue
-        diff = merge_diff(live.get(key), value)
+    try:
+        previous = json.loads(annotation(live, ANNOTATION_LAST_APPLIED) or "null")
+    except ValueError:
+        previous = None
+    if not isinstance(previous, dict):
+        previous = rendered_body(live)
+    body = rendered_body(desired)
+    for key in sorted(set(previous) | set(body)):
+        diff = merge_diff(previous.get(key), body.get(key))
         if diff != {}:
             patch[key] = diff
+    replicas = (desired.get("spec") or {}).get("replicas")
+    if replicas is not None:
+        patch.setdefault("spec", {})["replicas"] = replicas
     return patch
