@@ -158,3 +158,44 @@ def test_flavor_fallback_in_order() -> None:
     assert choose_flavor(only, None, [{"gpu": "z"}]).flavor is None
     with pytest.raises(ValueError, match="not one of"):
         choose_flavor(om, "zz", [])
+
+
+def test_backend_level_policy_gives_a_policy_per_backend_and_a_binding_per_scaled_workload() -> None:
+    from engine.kthena_rollout import ANNOTATION_SCALE_TO_ZERO, render_autoscaling
+    from tests.rollout.models import QUEUE_POLICY
+
+    prefill, decode = server_worker(type="prefill", replicas=2), server_worker(type="decode")
+    m = parsed(
+        backend("pd", type="vLLMDisaggregated", minReplicas=1, maxReplicas=3, workers=[prefill, decode], autoscalingPolicy=QUEUE_POLICY),
+        backend("fixed"),
+    )
+    objects = render_autoscaling(m, ModelRef.of(m))
+    assert [(o["kind"], o["metadata"]["name"]) for o in objects] == [
+        ("AutoscalingPolicy", "m-pd"), ("AutoscalingPolicyBinding", "m-pd-prefill"), ("AutoscalingPolicyBinding", "m-pd-decode"),
+    ]
+    prefill_binding = objects[1]["spec"]
+    assert prefill_binding["policyRef"] == {"name": "m-pd"}
+    assert prefill_binding["scalingConfiguration"]["target"]["targetRef"] == {"apiVersion": "apps/v1", "kind": "Deployment", "name": "m-pd-prefill"}
+    assert (prefill_binding["scalingConfiguration"]["minReplicas"], prefill_binding["scalingConfiguration"]["maxReplicas"]) == (2, 6)
+    assert ANNOTATION_SCALE_TO_ZERO not in objects[1]["metadata"].get("annotations", {})
+    assert objects[0]["spec"]["metrics"] == [{"metricName": "vllm:num_requests_waiting", "targetValue": 5}]
+
+
+def test_status_conditions_follow_the_backends_and_failures() -> None:
+    from datetime import datetime, timezone
+
+    from engine.kthena_rollout import BackendState, Failure, model_status
+
+    t0, t1 = datetime(2026, 1, 1, tzinfo=timezone.utc), datetime(2026, 1, 1, 0, 5, tzinfo=timezone.utc)
+    first = model_status({}, 1, t0, [BackendState("a", 0, False, "waiting for ModelCache x (Pending) to hold hf://o/n")], None)
+    types = {c["type"]: c for c in first["conditions"]}
+    assert types["Initialized"]["reason"] == "ModelCreating" and types["Active"]["reason"] == "ModelProcessing"
+    assert "a: waiting for ModelCache x" in types["Active"]["message"] and "Failed" not in types
+    failed = model_status(first, 2, t1, [BackendState("a", 1, True)], Failure("InvalidModel", "spec.backends[0].workers: bad"))
+    types = {c["type"]: c for c in failed["conditions"]}
+    assert types["Failed"]["status"] == "True" and types["Active"]["status"] == "False" and failed["observedGeneration"] == 2
+    fixed = model_status(failed, 3, t1, [BackendState("a", 2, True)], None)
+    types = {c["type"]: c for c in fixed["conditions"]}
+    assert (types["Failed"]["status"], types["Failed"]["reason"]) == ("False", "ModelHealthy")
+    assert types["Active"]["reason"] == "ModelAvailable" and fixed["backendStatuses"] == [{"name": "a", "replicas": 2}]
+    assert types["Initialized"]["lastTransitionTime"] == "2026-01-01T00:00:00Z"
