@@ -266,20 +266,21 @@ class Weights:
     init_containers: tuple[Manifest, ...] = ()
 
 
-def cache_mount(cache_uri: str) -> Mount:
-    """The volume of a ``cacheURI``, mounted at an absolute path: ``pvc://X[/sub]`` at ``/X``,
-    ``hostpath:///p`` at ``/p`` (upstream mounts ``pvc://X`` at the relative ``X``, its issue #1221)."""
+def cache_mount(cache_uri: str) -> tuple[Mount, str]:
+    """The volume of a ``cacheURI`` and the cache directory inside the pod, both absolute: ``pvc://X``
+    mounts claim X at ``/X`` (its sub-path ``pvc://X/d`` is the directory ``/X/d``), ``hostpath:///p`` at
+    ``/p`` (upstream mounts ``pvc://X`` at the relative ``X``, its issue #1221)."""
     scheme, _, rest = cache_uri.partition("://")
     rest = rest.strip("/")
     if scheme == "pvc":
         claim = rest.split("/", 1)[0]
         if not claim:
             raise ValueError(f"{cache_uri!r}: expected pvc://CLAIM")
-        return Mount({"name": "cache", "persistentVolumeClaim": {"claimName": claim}}, f"/{rest}", read_only=False)
+        return Mount({"name": "cache", "persistentVolumeClaim": {"claimName": claim}}, f"/{claim}", read_only=False), f"/{rest}"
     if scheme == "hostpath":
         if not rest:
             raise ValueError(f"{cache_uri!r}: expected hostpath:///PATH")
-        return Mount({"name": "cache", "hostPath": {"path": f"/{rest}", "type": "DirectoryOrCreate"}}, f"/{rest}", read_only=False)
+        return Mount({"name": "cache", "hostPath": {"path": f"/{rest}", "type": "DirectoryOrCreate"}}, f"/{rest}", read_only=False), f"/{rest}"
     raise ValueError(f"{cache_uri!r}: a cacheURI is hostpath:// or pvc://")
 
 
@@ -304,8 +305,8 @@ def direct_weights(backend: ModelBackend, downloader_image: str) -> Weights | No
         return Weights((Mount(volume, MODEL_MOUNT),), path)
     if not backend.cache_uri:
         return None
-    mount = cache_mount(backend.cache_uri)
-    target = f"{mount.mount_path}/{hashlib.md5(uri.encode()).hexdigest()}"
+    mount, cache_dir = cache_mount(backend.cache_uri)
+    target = f"{cache_dir}/{hashlib.md5(uri.encode()).hexdigest()}"
     init = {
         "name": "model-downloader",
         "image": downloader_image,

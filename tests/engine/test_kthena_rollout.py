@@ -50,15 +50,15 @@ def test_config_becomes_sorted_flags() -> None:
     ]
 
 
-@pytest.mark.parametrize("uri, volume, path", [
-    ("pvc://models", {"persistentVolumeClaim": {"claimName": "models"}}, "/models"),
-    ("pvc://models/sub/dir", {"persistentVolumeClaim": {"claimName": "models"}}, "/models/sub/dir"),
-    ("hostpath:///var/cache/models", {"hostPath": {"path": "/var/cache/models", "type": "DirectoryOrCreate"}}, "/var/cache/models"),
+@pytest.mark.parametrize("uri, volume, path, directory", [
+    ("pvc://models", {"persistentVolumeClaim": {"claimName": "models"}}, "/models", "/models"),
+    ("pvc://models/sub/dir", {"persistentVolumeClaim": {"claimName": "models"}}, "/models", "/models/sub/dir"),
+    ("hostpath:///var/cache/models", {"hostPath": {"path": "/var/cache/models", "type": "DirectoryOrCreate"}}, "/var/cache/models", "/var/cache/models"),
 ])
-def test_cache_uri_is_mounted_at_an_absolute_path(uri: str, volume: dict[str, Any], path: str) -> None:
-    mount = cache_mount(uri)
+def test_cache_uri_is_mounted_at_an_absolute_path(uri: str, volume: dict[str, Any], path: str, directory: str) -> None:
+    mount, cache_dir = cache_mount(uri)
     assert {k: v for k, v in mount.volume.items() if k != "name"} == volume
-    assert mount.mount_path == path and mount.mount_path.startswith("/")
+    assert mount.mount_path == path and cache_dir == directory
 
 
 def test_cache_uri_download_runs_the_shared_downloader_into_kthenas_layout() -> None:
