@@ -224,6 +224,11 @@ def test_each_webhook_rule_gives_its_condition(env: Env) -> None:
         "backend-policy-min": ([backend("b", minReplicas=0, maxReplicas=2, autoscalingPolicy=QUEUE_POLICY)], {}, "spec.backends[0].minReplicas"),
         "zero-sum-min": ([backend("b", minReplicas=0, maxReplicas=2, scalingCost=1)], {"autoscalingPolicy": QUEUE_POLICY}, "spec.backends"),
         "bad-image": ([backend("b", workers=[server_worker(image="Not An Image")])], {}, "spec.backends[0].workers[0].image"),
+        "sum-max": ([backend("b", minReplicas=1, maxReplicas=1_000_000, autoscalingPolicy=QUEUE_POLICY), backend("c", minReplicas=1, maxReplicas=1, autoscalingPolicy=QUEUE_POLICY)], {}, "spec.backends"),
+        "dup-name": ([backend("b"), backend("b")], {}, "spec.backends[1].name"),
+        "no-model-uri": ([{k: v for k, v in backend("b").items() if k != "modelURI"}], {}, "spec.backends[0].modelURI"),
+        "pd-no-decode": ([backend("b", type="vLLMDisaggregated", workers=[server_worker(type="prefill")])], {}, "spec.backends[0].workers"),
+        "stray-expansion": ([backend("b")], {"costExpansionRatePercent": 150}, "spec.costExpansionRatePercent"),
         "bad-lora": ([backend("b", loraAdapters=[{"name": "x", "artifactURL": "hf://a/b/c"}])], {}, "spec.backends[0].loraAdapters[0].artifactURL"),
     }
     for name, (backends, spec, _) in cases.items():
