@@ -317,8 +317,13 @@ def _plan_backend(
         port = int(base["spec"]["template"]["spec"]["containers"][0]["ports"][0]["containerPort"])
         pods = ready_pods(cluster, ref.namespace, selector_labels(ref, backend, primary))
         if pods:  # with no pod running there is nothing to update at runtime: roll out instead
-            outcome.lora += apply_lora_change(pods, port, change, lora_session() if lora_session else None)
             result.keep |= owned
+            try:
+                outcome.lora += apply_lora_change(pods, port, change, lora_session() if lora_session else None)
+            except RuntimeError as exc:  # reported on the Model and retried next pass; the rest proceeds
+                result.failure = Failure(REASON_ABNORMAL, f"backend {backend.name}: {exc}")
+                result.waiting = str(exc)
+                return result
             _warm_lora_caches(cluster, ref, backend, requested_by)
             return result
     loras: dict[str, tuple[Mount, str]] = {}

@@ -331,8 +331,9 @@ class FakeVLLM:
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
 
     def stop(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+        if self.server.fileno() != -1:
+            self.server.shutdown()
+            self.server.server_close()
 
 
 def test_lora_only_change_is_applied_at_runtime_without_a_rollout(env: Env) -> None:
@@ -363,5 +364,14 @@ def test_lora_only_change_is_applied_at_runtime_without_a_rollout(env: Env) -> N
         # Already applied: the next pass asks the pod and changes nothing.
         env.run()
         assert len(vllm.calls) == 2
+
+        # The pod's API is down: the Model says so, nothing is rewritten, the next pass retries.
+        vllm.stop()
+        env.patch_model("lora", {"backends": [backend("b", loraAdapters=[], **lora_backend)]})
+        env.server.reset_stats()
+        env.run()
+        failed = env.condition("lora", "Failed")
+        assert failed["status"] == "True" and failed["reason"] == "ModelAbnormal" and "runtime LoRA update on pod lora-b-0 failed" in failed["message"]
+        assert not [w for w in env.writes() if "/deployments" in w["path"]]
     finally:
         vllm.stop()
