@@ -100,6 +100,7 @@ class WarmCachesParameters(BaseModel):
     namespaces: list[str]
     cluster: str | None
     image: str = Field(min_length=1)
+    image_pull_secrets: list[str]
     openmodel_namespace: str | None
     include_consumers: bool
     gc_unused_after: timedelta | None
@@ -155,8 +156,10 @@ class PassSettings:
 # ------------------------------------------------------------------------------------ consumers
 
 
-def cache_requests(world: CacheWorld, openmodel_namespace: str | None) -> tuple[list[CacheRequest], list[RequestProblem]]:
-    """Every cache a consumer needs (pure rules in ``engine.cache_requests``)."""
+def cache_requests(
+    world: CacheWorld, openmodel_namespace: str | None, namespaces: list[str]
+) -> tuple[list[CacheRequest], list[RequestProblem]]:
+    """Every cache a consumer needs (pure rules in ``engine.cache_requests``), in ``namespaces`` when limited."""
     problems: list[RequestProblem] = []
     requests = [
         *template_requests(world.templates, problems),
@@ -164,6 +167,8 @@ def cache_requests(world: CacheWorld, openmodel_namespace: str | None) -> tuple[
         *kthena_requests(world.models, problems),
         *openmodel_requests(world.openmodels, openmodel_namespace, problems),
     ]
+    if namespaces:
+        requests = [r for r in requests if r.namespace in namespaces]
     return requests, problems
 
 
@@ -385,6 +390,7 @@ def warm_caches(
     namespaces: list[str] | None = None,
     cluster: str | None = None,
     image: str = DEFAULT_IMAGE,
+    image_pull_secrets: list[str] | None = None,
     openmodel_namespace: str | None = None,
     include_consumers: bool = True,
     gc_unused_after: timedelta | None = None,
@@ -401,6 +407,7 @@ def warm_caches(
         cluster: Empty = kubeconfig or in-cluster; 'kubeconfig:PATH[#context]'; or a manifests directory/file
             (then fills run in this process and each PVC is a directory under the state directory).
         image: Modelplane's image, run by the fill Jobs ('modelplane cache fill').
+        image_pull_secrets: Secrets (in each cache's namespace) for pulling that image.
         openmodel_namespace: Namespace where llmaz OpenModels are cached; empty = OpenModels are cached when served.
         include_consumers: Also create (or adopt) the caches AIM templates/services, Kthena Models and OpenModels need.
         gc_unused_after: Delete caches no workload used for this long (status.lastUsed, else creation) and none
@@ -412,7 +419,8 @@ def warm_caches(
         headroom_percent: PVC headroom over the source size.
     """
     params = WarmCachesParameters(
-        namespaces=namespaces or [], cluster=cluster, image=image, openmodel_namespace=openmodel_namespace,
+        namespaces=namespaces or [], cluster=cluster, image=image, image_pull_secrets=image_pull_secrets or [],
+        openmodel_namespace=openmodel_namespace,
         include_consumers=include_consumers, gc_unused_after=gc_unused_after, max_fill_attempts=max_fill_attempts,
         retry_backoff_s=retry_backoff_s, job_backoff_limit=job_backoff_limit, job_ttl_s=job_ttl_s,
         headroom_percent=headroom_percent,
@@ -424,7 +432,7 @@ def warm_caches(
 
     world = read_world(target, params.namespaces or None)
     if params.include_consumers:
-        requests, problems = cache_requests(world, params.openmodel_namespace)
+        requests, problems = cache_requests(world, params.openmodel_namespace, params.namespaces)
         report.problems += [f"{p.consumer}: {p.field}: {p.message}" for p in problems]
         report.ensured, ensure_problems = ensure_consumer_caches(target, requests)
         report.problems += ensure_problems
@@ -433,7 +441,8 @@ def warm_caches(
 
     settings = PassSettings(
         policy=RetryPolicy(max_attempts=params.max_fill_attempts, backoff_s=params.retry_backoff_s),
-        job=JobSettings(image=params.image, backoff_limit=params.job_backoff_limit, ttl_seconds_after_finished=params.job_ttl_s),
+        job=JobSettings(image=params.image, backoff_limit=params.job_backoff_limit, ttl_seconds_after_finished=params.job_ttl_s,
+                        image_pull_secrets=tuple(params.image_pull_secrets)),
         headroom_percent=params.headroom_percent,
         local=isinstance(target, LocalCluster),
     )

@@ -76,7 +76,7 @@ def test_a_fill_job_fills_the_pvc_and_the_verified_marker_makes_the_cache_availa
     ns = kube_namespace
     uri = seed(cluster, ns, s3_server, s3_server.secret_key)
 
-    report = warm_caches(cluster=target, namespaces=[ns], image="ghcr.io/modelplane/modelplane:test")
+    report = warm_caches(cluster=target, namespaces=[ns], image="ghcr.io/modelplane/modelplane:test", image_pull_secrets=["regcred"])
     assert [r.action for r in report.rows] == ["started Job tiny-fill-1"]
     cache = cluster.get(*MC, "tiny", ns)
     assert cache["status"]["status"] == "Progressing"
@@ -90,6 +90,8 @@ def test_a_fill_job_fills_the_pvc_and_the_verified_marker_makes_the_cache_availa
     assert env["AWS_SECRET_ACCESS_KEY"]["valueFrom"]["secretKeyRef"] == {"name": "s3-creds", "key": "secret"}
     assert env["AWS_ENDPOINT_URL"]["value"] == s3_server.endpoint
     assert container["image"] == "ghcr.io/modelplane/modelplane:test"
+    assert job["spec"]["template"]["spec"]["imagePullSecrets"] == [{"name": "regcred"}]
+    assert job["spec"]["backoffLimit"] == 2 and job["spec"]["ttlSecondsAfterFinished"] == 3600
 
     assert wait_for(lambda: job_done(cluster, ns, "tiny-fill-1")) == "Complete"
     warm_caches(cluster=target, namespaces=[ns], image="ghcr.io/modelplane/modelplane:test")
