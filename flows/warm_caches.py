@@ -15,7 +15,8 @@ Lifecycle, top to bottom:
    message); retry a failed fill with backoff up to ``max_fill_attempts``; write status
    ``Pending -> Progressing -> Available | Failed`` with conditions and Events;
 4. optionally collect garbage: caches no workload used for ``gc_unused_after`` and none mounts now;
-5. publish a table artifact and a one-line summary.
+5. publish a table artifact and a one-line summary; every status change is also a Prefect event
+   ``modelplane.modelcache.<status>`` (resource ``modelplane.modelcache.<namespace>.<name>``) for triggers.
 
 Every run is a fresh process: fill attempts live in an annotation on the cache, failures in its status.
 """
@@ -72,6 +73,7 @@ from tasks.cache_fill import (
     CacheWorld,
     create_pvc,
     delete_cache,
+    emit_cache_event,
     fill_local,
     job_result,
     local_marker_ok,
@@ -353,6 +355,8 @@ def _finish(
         elif status["status"] == "Failed" and obs.failure is not None:
             post_event(cluster, written, obs.failure.reason, obs.failure.message, warning=True)
     reason = next((c["reason"] for c in status["conditions"] if c["type"] == ("Failure" if obs.failure else "Progressing")), DOWNLOADING)
+    if status["status"] != previous.get("status"):
+        emit_cache_event(written, status["status"], reason, source_uri, obs.pvc_name)
     message = obs.failure.message if obs.failure else notes
     return CacheRow(
         namespace=cache["metadata"]["namespace"], name=cache["metadata"]["name"], source=source_uri, status=status["status"],

@@ -244,6 +244,20 @@ def post_event(cluster: Cluster, cache: Manifest, reason: str, message: str, war
         log.warning("could not record Event %s on ModelCache %s: %s", reason, cache["metadata"]["name"], exc.message)
 
 
+def emit_cache_event(cache: Manifest, status: str, reason: str, source_uri: str, pvc: str) -> None:
+    """A Prefect event ``modelplane.modelcache.<status>`` for a status change, so rollouts that wait for a
+    cache can be triggered (resource ``modelplane.modelcache.<namespace>.<name>``)."""
+    from prefect.events import emit_event
+
+    namespace, name = _key(cache)
+    emit_event(
+        event=f"modelplane.modelcache.{status.lower()}",
+        resource={"prefect.resource.id": f"modelplane.modelcache.{namespace}.{name}", "prefect.resource.name": name,
+                  "modelplane.io/namespace": namespace, "modelplane.io/pvc": pvc, "modelplane.io/source": source_uri},
+        payload={"status": status, "reason": reason},
+    )
+
+
 # ----------------------------------------------------------------------------------------- GC
 
 

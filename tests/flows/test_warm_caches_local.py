@@ -67,6 +67,27 @@ def events(cluster: pathlib.Path) -> list[str]:
     return [e["reason"] for e in LocalCluster(cluster).list("v1", "Event", NS)]
 
 
+def prefect_events(prefix: str, resource_id: str) -> list[str]:
+    """Names of the Prefect events about ``resource_id`` the test server stored (waits for delivery)."""
+    import time
+
+    from prefect.client.orchestration import get_client
+    from prefect.events.filters import EventFilter, EventNameFilter, EventResourceFilter
+    from prefect.events.worker import EventsWorker
+
+    EventsWorker.drain_all()
+    event_filter = EventFilter(event=EventNameFilter(prefix=[prefix]), resource=EventResourceFilter(id=[resource_id]))
+    deadline = time.monotonic() + 20
+    names: list[str] = []
+    while time.monotonic() < deadline:
+        with get_client(sync_client=True) as client:
+            names = [e.event for e in client.read_events(event_filter, limit=50).events]
+        if names:
+            break
+        time.sleep(0.5)
+    return names
+
+
 @pytest.fixture()
 def cluster_dir(tmp_path: pathlib.Path) -> pathlib.Path:
     return tmp_path / f"cluster-{uuid.uuid4().hex[:6]}"
@@ -96,6 +117,8 @@ def test_an_s3_cache_is_sized_created_filled_and_verified(prefect_harness: None,
     assert marker["source"] == uri
     assert sorted(events(cluster_dir)) == ["CacheAvailable", "FillStarted"]
     assert [r.action for r in report.rows] == ["filled in-process (attempt 1)"]
+
+    assert "modelplane.modelcache.available" in prefect_events("modelplane.modelcache.", f"modelplane.modelcache.{NS}.tiny")
 
     # A second pass finds it Available and does nothing.
     version = stored["metadata"]["resourceVersion"]
