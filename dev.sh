@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Modelplane developer entry point: sets up what it needs, then runs one job.
-#   ./dev.sh demo   one optimization cycle on the bundled example cluster (no cluster, no Prefect server)
+#   ./dev.sh demo   one optimization cycle on a fresh copy of the bundled example cluster (no cluster, no Prefect server)
 #   ./dev.sh test   install the test services (Debian packages) and run the test suite
 set -euo pipefail
 cd "$(dirname "$0")"
@@ -52,9 +52,21 @@ case "${1:-}" in
   demo)
     setup_python
     shift
+    # The demo writes status and scales targets: it works on a fresh copy of the examples, so the
+    # checked-in files stay clean and every demo starts from the same state.
+    demo_dir="${MODELPLANE_DEMO_DIR:-${TMPDIR:-/tmp}/modelplane-demo}"
+    if [ -e "$demo_dir" ] && [ ! -f "$demo_dir/.modelplane-demo" ]; then
+      echo "refusing to replace $demo_dir: not a directory this demo created (set MODELPLANE_DEMO_DIR)" >&2
+      exit 2
+    fi
+    rm -rf "$demo_dir"
+    mkdir -p "$demo_dir"
+    cp -R deployments/examples/. "$demo_dir/"
+    touch "$demo_dir/.modelplane-demo"
+    echo "demo cluster: a copy of deployments/examples in $demo_dir (the checked-in examples are not touched)"
     # Fill the example model cache from a model the demo serves itself on 127.0.0.1 (no network).
-    "$VENV/bin/python" deployments/demo_models.py -- "$VENV/bin/modelplane" warm-caches --cluster deployments/examples -n cache-demo
-    exec "$VENV/bin/modelplane" optimize --cluster deployments/examples \
+    "$VENV/bin/python" deployments/demo_models.py -- "$VENV/bin/modelplane" warm-caches --cluster "$demo_dir" -n cache-demo
+    exec "$VENV/bin/modelplane" optimize --cluster "$demo_dir" \
       --metrics deployments/example-metrics.yaml "$@"
     ;;
   test)

@@ -5,12 +5,15 @@ from __future__ import annotations
 import json
 import os
 import pathlib
+import re
 import sys
 from typing import Optional
 
 import typer
 from rich.console import Console
 from rich.table import Table
+
+from flows.exitcodes import CannotRun, cli_errors, exit_code
 
 # Local runs start an ephemeral Prefect API on the shared ~/.prefect database; its telemetry write is the
 # one statement that contends with another local Prefect process, and it reports nothing we need.
@@ -42,11 +45,17 @@ def crds(write: Optional[pathlib.Path] = typer.Option(None, help="Write one file
 
 @app.command()
 def validate(cluster: pathlib.Path = typer.Option(..., "--cluster", help="Manifests directory or multi-document file.")) -> None:
-    """Load and validate a manifests directory; print every resource and every invalid one with its reason."""
+    """Load and validate a manifests directory; print every resource and every invalid one with its reason.
+
+    Exit codes (flows/exitcodes.py): 0 all valid, 2 the path does not exist, 3 some resources are invalid.
+    """
     from tasks.manifests import read_manifest_documents
     from engine.api.validate import load_documents
 
-    documents, read_errors = read_manifest_documents(cluster)
+    with cli_errors():
+        if not cluster.exists():
+            raise CannotRun(f"cluster path {cluster} does not exist")
+        documents, read_errors = read_manifest_documents(cluster)
     report = load_documents(documents)
     base = f"{cluster}/" if cluster.is_dir() else ""
 
@@ -66,7 +75,7 @@ def validate(cluster: pathlib.Path = typer.Option(..., "--cluster", help="Manife
     console.print(table)
     bad = len(report.invalid) + len(read_errors)
     console.print(f"{len(report.valid)} valid, {bad} invalid")
-    raise typer.Exit(1 if bad else 0)
+    raise typer.Exit(exit_code(["invalid resources"] * bad))
 
 
 def _meta_of(obj: object) -> dict:
@@ -84,30 +93,50 @@ def _kind_of(obj: object) -> str:
 
 @app.command()
 def optimize(
-    cluster: Optional[str] = typer.Option(None, "--cluster", help="Manifests directory/file, 'kubeconfig:PATH[#ctx]', or empty for the current kubeconfig."),
-    metrics: Optional[pathlib.Path] = typer.Option(None, "--metrics", help="Metrics YAML file (instead of Prometheus)."),
+    cluster: Optional[str] = typer.Option(
+        None, "--cluster",
+        help="A manifests directory or file; 'kubeconfig:PATH' or 'kubeconfig:PATH#CONTEXT' for a kubeconfig "
+             "(and context); empty for the current kubeconfig or in-cluster config."),
+    metrics: Optional[pathlib.Path] = typer.Option(None, "--metrics", exists=True, dir_okay=False, help="Metrics YAML file (instead of Prometheus)."),
     prometheus: Optional[str] = typer.Option(None, "--prometheus", help="Prometheus base URL (default $PROMETHEUS_URL)."),
+    rate_window: Optional[str] = typer.Option(
+        None, "--rate-window",
+        help="PromQL window of the arrival-rate query, e.g. 1m or 30s (default $PROMETHEUS_RATE_WINDOW, else 1m)."),
     namespace: list[str] = typer.Option([], "--namespace", "-n", help="Limit to these namespaces (repeatable)."),
     namespace_selector: Optional[str] = typer.Option(None, "--namespace-selector", "-l", help="Label selector on Namespaces."),
     config_namespace: str = typer.Option("modelplane-system", help="Namespace of the WVA ConfigMaps."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Decide and print, write nothing."),
     as_json: bool = typer.Option(False, "--json", help="Print a JSON list instead of a table."),
 ) -> None:
-    """Run one optimization cycle and print the allocation table (writes status back unless --dry-run)."""
-    from flows.optimize import optimize as optimize_flow
+    """Run one optimization cycle and print the allocation table (writes status back unless --dry-run).
 
+    Exit codes (flows/exitcodes.py): 0 clean; 2 could not run (cluster path missing, no Kubernetes access,
+    configuration ConfigMap missing), with one line on stderr; 3 ran degraded (metrics missing, resources
+    invalid or not ready, write errors), as the summary line says.
+    """
+    from flows.optimize import RATE_WINDOW_PATTERN, optimize as optimize_flow
+    from tasks.cluster import connect
+    from tasks.optimizer import cannot_run_reason
+
+    if rate_window is not None and not re.match(RATE_WINDOW_PATTERN, rate_window):
+        raise typer.BadParameter(f"{rate_window!r} is not a PromQL duration such as 1m or 30s", param_hint="--rate-window")
+    with cli_errors():
+        problem = cannot_run_reason(connect(cluster), config_namespace)  # before Prefect starts: one clear line
+        if problem:
+            raise CannotRun(problem)
     report = optimize_flow(
         namespaces=namespace or None,
         namespace_selector=namespace_selector,
         config_namespace=config_namespace,
         prometheus_url=prometheus,
         metrics_file=str(metrics) if metrics else None,
+        rate_window=rate_window,
         cluster=cluster,
         dry_run=dry_run,
     )
     if as_json:
         sys.stdout.write(json.dumps(report.as_json(), indent=2) + "\n")
-        return
+        raise typer.Exit(report.exit_code)
     table = Table(title="Modelplane allocation")
     for column in ("namespace", "name", "model", "accelerator", "current", "desired", "cost", "reason"):
         table.add_column(column, justify="right" if column in ("current", "desired", "cost") else "left")
@@ -119,6 +148,7 @@ def optimize(
     console.print(report.summary)
     if report.metrics_error:
         err.print(f"[yellow]metrics unavailable: {report.metrics_error}[/yellow]")
+    raise typer.Exit(report.exit_code)
 
 
 @app.command()
@@ -308,6 +338,116 @@ def _duration(text: str) -> "datetime.timedelta":
     if text.endswith("d") and text[:-1].replace(".", "", 1).isdigit():
         return datetime.timedelta(days=float(text[:-1]))
     return datetime.timedelta(seconds=parse_duration(text))
+def _fail(message: str) -> None:
+    """Print one line on stderr and exit non-zero (a CLI that cannot do its job shows no traceback)."""
+    sys.stderr.write(f"error: {message}\n")
+    raise typer.Exit(1)
+
+
+@app.command()
+def simulate(
+    cluster: pathlib.Path = typer.Option(..., "--cluster", help="Manifests directory/file: VariantAutoscalings, targets, WVA ConfigMaps."),
+    trace: pathlib.Path = typer.Option(..., "--trace", help="Trace CSV (timestamp, prompt tokens, output tokens; Azure format as is)."),
+    policy: list[str] = typer.Option([], "--policy", "-p", help="Policy to compare (repeatable); default: all five."),
+    compression: float = typer.Option(1.0, help="Divide inter-arrival times by this (time compression)."),
+    rate_scale: float = typer.Option(1.0, "--rate-scale", help="Multiply the number of requests."),
+    start: float = typer.Option(0.0, help="Slice start, seconds after the first request."),
+    duration: Optional[float] = typer.Option(None, help="Slice length in seconds (before compression)."),
+    share: list[str] = typer.Option([], "--share", help="MODEL=WEIGHT share of a model ('namespace/modelID') in the trace (repeatable)."),
+    interval: float = typer.Option(60.0, help="Control interval in simulated seconds."),
+    startup_delay: float = typer.Option(120.0, "--startup-delay", help="Seconds a new replica takes to become ready."),
+    seed: int = typer.Option(0, help="Seed of every random draw."),
+    output: pathlib.Path = typer.Option(pathlib.Path("simulation-report"), "--output", "-o", help="Report directory."),
+    config_namespace: str = typer.Option("modelplane-system", help="Namespace of the WVA ConfigMaps."),
+    as_json: bool = typer.Option(False, "--json", help="Print the JSON summary instead of a table."),
+) -> None:
+    """Replay a trace against a cluster description and compare autoscaling policies (table, JSON, HTML report)."""
+    from engine.optimize import SpecError
+    from engine.simulate_trace import TraceError
+    from flows.simulate import simulate as simulate_flow
+    from tasks.simulation import summary_table
+
+    shares: dict[str, float] = {}
+    for item in share:
+        model, _, weight = item.rpartition("=")
+        try:
+            shares[model] = float(weight)
+        except ValueError:
+            _fail(f"--share {item!r}: expected MODEL=WEIGHT with a number")
+    # Check what can be checked before a flow run starts, so bad input gives one line, not a failed run's log.
+    from engine.simulate_policies import POLICIES
+    from engine.simulate_trace import parse_trace_rows
+
+    if not cluster.exists():
+        _fail(f"cluster description {cluster} does not exist")
+    unknown = [p for p in policy if p not in POLICIES]
+    if unknown:
+        _fail(f"unknown policy {', '.join(unknown)}; choose from {', '.join(POLICIES)}")
+    if not trace.is_file():
+        _fail(f"trace file {trace} does not exist")
+    try:
+        with trace.open(newline="") as handle:
+            import csv
+
+            parse_trace_rows(csv.reader(handle))
+    except (TraceError, UnicodeDecodeError) as exc:
+        _fail(f"{trace}: {exc}")
+    try:
+        report = simulate_flow(
+            cluster=str(cluster), trace=str(trace), config_namespace=config_namespace, policies=policy or None,
+            compression=compression, rate_scale=rate_scale, start_s=start, duration_s=duration, model_shares=shares or None,
+            interval_s=interval, startup_delay_s=startup_delay, seed=seed, output_dir=str(output),
+        )
+    except (TraceError, SpecError, ValueError) as exc:
+        _fail(str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
+    if as_json:
+        sys.stdout.write(json.dumps(report.as_json(), indent=2) + "\n")
+        return
+    rows = summary_table(report.outcomes)
+    table = Table(title=f"Policies replayed on {trace.name} ({report.settings['requests']} requests)")
+    for column in rows[0]:
+        table.add_column(column, justify="left" if column == "policy" else "right")
+    for row in rows:
+        table.add_row(*(str(v) for v in row.values()))
+    console.print(table)
+    console.print(f"report: {report.files['html']}  summary: {report.files['json']}")
+
+
+@app.command()
+def calibrate(
+    cluster: Optional[str] = typer.Option(None, "--cluster", help="Manifests directory/file, 'kubeconfig:PATH[#ctx]', or empty for the current kubeconfig."),
+    prometheus: Optional[str] = typer.Option(None, "--prometheus", help="Prometheus base URL (default $PROMETHEUS_URL)."),
+    windows: Optional[pathlib.Path] = typer.Option(None, "--windows", help="Windows YAML file (instead of Prometheus)."),
+    namespace: list[str] = typer.Option([], "--namespace", "-n", help="Limit to these namespaces (repeatable)."),
+    lookback: str = typer.Option("3h", help="How far back to read metrics."),
+    window: str = typer.Option("5m", help="Length of one metrics window."),
+    config_namespace: str = typer.Option("modelplane-system", help="Namespace of the WVA ConfigMaps."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Fit and print, write nothing."),
+    as_json: bool = typer.Option(False, "--json", help="Print a JSON list instead of a table."),
+) -> None:
+    """Fit performance profiles (alpha, beta, gamma, delta) from vLLM metrics; write them only where opted in."""
+    from flows.calibrate import calibrate as calibrate_flow
+    from tasks.calibration import WindowsFileError
+
+    try:
+        report = calibrate_flow(
+            namespaces=namespace or None, config_namespace=config_namespace, cluster=cluster, prometheus_url=prometheus,
+            windows_file=str(windows) if windows else None, lookback=lookback, window=window, dry_run=dry_run,
+        )
+    except (WindowsFileError, ValueError) as exc:
+        _fail(str(exc).splitlines()[0])
+    if as_json:
+        sys.stdout.write(json.dumps(report.as_json(), indent=2, default=str) + "\n")
+        return
+    table = Table(title="Calibrated performance profiles")
+    for column in ("namespace", "name", "result", "alpha", "beta", "gamma", "delta", "written"):
+        table.add_column(column)
+    for row in report.rows:
+        values = [f"{row.fit[n]['value']:.4g}" + ("*" if row.fit[n]["fixed"] else "") if row.fit else "-" for n in ("alpha", "beta", "gamma", "delta")]
+        table.add_row(row.namespace, row.name, row.reason, *values, "yes" if row.spec_written else "no")
+    console.print(table)
+    for row in report.rows:
+        console.print(f"{row.namespace}/{row.name}: {row.message}", highlight=False)
 
 
 def main() -> None:
