@@ -60,8 +60,9 @@ VERIFICATION_FAILED = "VerificationFailed"
 CREDENTIALS_MISSING = "CredentialsMissing"
 FILL_JOB_MISSING = "FillJobMissing"
 
-TERMINAL_REASONS = frozenset({INVALID_SOURCE, INVALID_SIZE, VOLUME_TOO_SMALL, "UnsupportedSource", "PathTraversal", "DestinationConflict"})
-"""Failures a retry cannot fix: the spec must change (a new generation) or the cache be re-created."""
+TERMINAL_REASONS = frozenset({INVALID_SOURCE, INVALID_SIZE, VOLUME_TOO_SMALL, PVC_LOST, "UnsupportedSource", "PathTraversal", "DestinationConflict"})
+"""Failures a retry cannot fix: the spec must change (a new generation), the cache be re-created, or
+(PVCLost) the lost PVC be deleted, after which the next pass creates and fills a new one."""
 
 GiB = 1024**3
 
@@ -444,6 +445,16 @@ _TYPED_FAILURE_LINE = re.compile(r"^cache fill failed \(([A-Za-z]+)\): (.+)$")
 
 
 # ---------------------------------------------------------------------------------------- decide
+
+
+def storage_failure(pvc_phase: str | None, pvc: str, previous: Failure | None) -> tuple[bool, Failure | None]:
+    """Whether the PVC decides the failure: a Lost claim is a :data:`PVC_LOST` failure; a PVCLost
+    failure whose claim is gone (a person deleted it) is cleared, so the cache is created anew."""
+    if pvc_phase == "Lost":
+        return True, Failure(PVC_LOST, f"PVC {pvc} lost its volume; delete the PVC and warm-caches creates and fills a new one")
+    if previous is not None and previous.reason == PVC_LOST and pvc_phase is None:
+        return True, None
+    return False, previous
 
 
 def retry_due(obs: Observation, policy: RetryPolicy, now: datetime) -> datetime | None:

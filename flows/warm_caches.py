@@ -57,6 +57,7 @@ from engine.cache_plan import (
     pvc_name,
     quantity_bytes,
     storage_class_for,
+    storage_failure,
     volume_too_small,
 )
 from engine.cache_requests import (
@@ -227,6 +228,11 @@ def reconcile_cache(cluster: Cluster, cache: dict[str, Any], world: CacheWorld, 
             obs = _with(obs, fill=FillState.FAILED, failed_at=now, failure=Failure(
                 FILL_JOB_MISSING, f"the fill Job {job_name(name, attempts)} is gone before its result was read "
                 "(deleted, or ttlSecondsAfterFinished shorter than the warm-caches interval); it is retried"))
+
+    decided, storage = storage_failure(obs.pvc_phase, claim, obs.failure)
+    if decided:
+        obs = _with(obs, failure=storage, fill=FillState.FAILED if storage else FillState.NONE,
+                    failed_at=(obs.failed_at or now) if storage else None)
 
     step = next_step(obs, settings.policy, now)
     if step in (Step.CREATE_PVC, Step.START_FILL):
