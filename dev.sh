@@ -65,7 +65,7 @@ case "${1:-}" in
     touch "$demo_dir/.modelplane-demo"
     echo "demo cluster: a copy of deployments/examples in $demo_dir (the checked-in examples are not touched)"
     # Fill the example model cache from a model the demo serves itself on 127.0.0.1 (no network).
-    "$VENV/bin/python" deployments/demo_models.py -- "$VENV/bin/modelplane" warm-caches --cluster "$demo_dir" -n cache-demo
+    "$VENV/bin/python" deployments/demo_models.py --cluster "$demo_dir" -- "$VENV/bin/modelplane" warm-caches --cluster "$demo_dir" -n cache-demo
     exec "$VENV/bin/modelplane" optimize --cluster "$demo_dir" \
       --metrics deployments/example-metrics.yaml "$@"
     ;;

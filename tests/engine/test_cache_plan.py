@@ -106,6 +106,8 @@ def test_attempts_are_per_generation() -> None:
     assert parse_attempts(annotations, 2) == 3
     assert parse_attempts(annotations, 3) == 0
     assert parse_attempts({"modelplane.io/fill-attempts": "junk"}, 2) == 0
+    assert parse_attempts({"modelplane.io/fill-attempts": 61}, 1) == 0  # "1:1" mangled by a YAML 1.1 reader
+    assert annotations == {"modelplane.io/fill-attempts": "2/3"}
 
 
 def test_credentials_come_from_the_namespace_config_and_spec_env_wins() -> None:

@@ -116,7 +116,7 @@ def test_a_complete_job_without_a_verified_marker_is_not_available(
     ns = kube_namespace
     seed(cluster, ns, s3_server, s3_server.secret_key)
     # A Job of the first attempt that "completed" without running the fill (another image, status set by hand).
-    cluster.patch_spec(ObjectRef.of(cluster.get(*MC, "tiny", ns)), {"metadata": {"annotations": {"modelplane.io/fill-attempts": "1:1"}}})
+    cluster.patch_spec(ObjectRef.of(cluster.get(*MC, "tiny", ns)), {"metadata": {"annotations": {"modelplane.io/fill-attempts": "1/1"}}})
     cluster.create({"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": "tiny-cache", "namespace": ns,
                     "labels": {"modelplane.io/cache": "tiny"}},
                     "spec": {"accessModes": ["ReadWriteMany"], "resources": {"requests": {"storage": "2Gi"}}}})
@@ -181,7 +181,7 @@ def test_a_fill_job_that_vanishes_is_reported_and_retried(
     seed(cluster, ns, s3_server, s3_server.secret_key)
     # Attempt 1 was started (PVC, attempts annotation, Progressing) but its Job is gone.
     cache = cluster.get(*MC, "tiny", ns)
-    cluster.patch_spec(ObjectRef.of(cache), {"metadata": {"annotations": {"modelplane.io/fill-attempts": "1:1"}}})
+    cluster.patch_spec(ObjectRef.of(cache), {"metadata": {"annotations": {"modelplane.io/fill-attempts": "1/1"}}})
     cluster.patch_status(ObjectRef.of(cache), {"status": "Progressing"})
     cluster.create({"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": "tiny-cache", "namespace": ns,
                     "labels": {"modelplane.io/cache": "tiny"}},
