@@ -16,7 +16,7 @@ Lifecycle, top to bottom:
    ``Pending -> Progressing -> Available | Failed`` with conditions and Events;
 4. optionally collect garbage: caches no workload used for ``gc_unused_after`` and none mounts now;
 5. publish a table artifact and a one-line summary; every status change is also a Prefect event
-   ``modelplane.modelcache.<status>`` (resource ``modelplane.modelcache.<namespace>.<name>``) for triggers.
+   ``modelplane.aim.cache.<status>`` (``tasks.events``; e.g. ``CACHE_AVAILABLE``) for rollout triggers.
 
 Every run is a fresh process: fill attempts live in an annotation on the cache, failures in its status.
 """

@@ -245,17 +245,11 @@ def post_event(cluster: Cluster, cache: Manifest, reason: str, message: str, war
 
 
 def emit_cache_event(cache: Manifest, status: str, reason: str, source_uri: str, pvc: str) -> None:
-    """A Prefect event ``modelplane.modelcache.<status>`` for a status change, so rollouts that wait for a
-    cache can be triggered (resource ``modelplane.modelcache.<namespace>.<name>``)."""
-    from prefect.events import emit_event
+    """A Prefect event for a stored status change: ``modelplane.aim.cache.<status>`` (e.g.
+    ``tasks.events.CACHE_AVAILABLE``) about the ModelCache, so rollouts waiting for it can be triggered."""
+    from tasks.events import Subject, emit_change
 
-    namespace, name = _key(cache)
-    emit_event(
-        event=f"modelplane.modelcache.{status.lower()}",
-        resource={"prefect.resource.id": f"modelplane.modelcache.{namespace}.{name}", "prefect.resource.name": name,
-                  "modelplane.io/namespace": namespace, "modelplane.io/pvc": pvc, "modelplane.io/source": source_uri},
-        payload={"status": status, "reason": reason},
-    )
+    emit_change(Subject.of(cache), status.lower(), {"status": status, "reason": reason, "source": source_uri, "pvc": pvc})
 
 
 # ----------------------------------------------------------------------------------------- GC

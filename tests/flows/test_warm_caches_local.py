@@ -118,7 +118,7 @@ def test_an_s3_cache_is_sized_created_filled_and_verified(prefect_harness: None,
     assert sorted(events(cluster_dir)) == ["CacheAvailable", "FillStarted"]
     assert [r.action for r in report.rows] == ["filled in-process (attempt 1)"]
 
-    assert "modelplane.modelcache.available" in prefect_events("modelplane.modelcache.", f"modelplane.modelcache.{NS}.tiny")
+    assert "modelplane.aim.cache.available" in prefect_events("modelplane.aim.cache.", f"modelplane.aim.cache.{NS}.tiny")
 
     # A second pass finds it Available and does nothing.
     version = stored["metadata"]["resourceVersion"]
@@ -216,6 +216,7 @@ def test_consumers_share_one_cache_and_a_persons_cache_is_adopted(
         "AIMService/models/chat,AIMServiceTemplate/models/t")
     assert caches[0]["status"]["status"] == "Available"
     assert sorted(report.ensured) == ["models/mine <- AIMService/models/chat", "models/mine <- AIMServiceTemplate/models/t"]
+    assert prefect_events("modelplane.aim.cache.requested", f"modelplane.aim.cache.{NS}.mine") == []  # adopted, not created
 
 
 def test_gc_deletes_only_unused_and_unmounted_caches(prefect_harness: None, cluster_dir: pathlib.Path) -> None:
@@ -264,3 +265,27 @@ def test_an_invalid_source_fails_with_the_field_and_others_proceed(prefect_harne
     assert conditions(bad)["Failure"] == ("True", "InvalidSource")
     assert {c["type"]: c for c in bad["status"]["conditions"]}["Failure"]["message"].startswith("spec.sourceUri:")
     assert cache(cluster_dir, "good")["status"]["status"] == "Available"
+
+
+def test_a_kthena_backend_without_cache_uri_gets_a_new_shared_cache(
+    prefect_harness: None, s3_server: S3Server, cluster_dir: pathlib.Path
+) -> None:
+    from engine.caching import cache_name
+    from engine.sources import parse_source
+
+    uri = s3_model(s3_server)
+    model = {"apiVersion": "registry.volcano.sh/v1alpha1", "kind": "Model", "metadata": {"name": "tiny", "namespace": NS},
+             "spec": {"backends": [{"name": "vllm", "type": "vLLM", "modelURI": uri, "minReplicas": 1, "maxReplicas": 1,
+                                    "workers": [{"type": "server", "image": "vllm/vllm-openai:v0.10.1", "replicas": 1, "pods": 1}]}]}}
+    write(cluster_dir, "cache.yaml", secret("s3-creds", id=s3_server.access_key, secret=s3_server.secret_key),
+          *namespace_config(s3_server), model)
+
+    report = warm_caches(cluster=str(cluster_dir))
+
+    assert not report.problems, report.problems
+    [created] = LocalCluster(cluster_dir).list(*MC, NS)
+    name = cache_name(parse_source(uri))
+    assert created["metadata"]["name"] == name
+    assert created["metadata"]["annotations"]["modelplane.io/requested-by"] == "Model/models/tiny"
+    assert created["status"]["status"] == "Available"
+    assert prefect_events("modelplane.aim.cache.requested", f"modelplane.aim.cache.{NS}.{name}") == ["modelplane.aim.cache.requested"]
