@@ -7,14 +7,14 @@ import os
 import pathlib
 import re
 import sys
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 import typer
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from flows.exitcodes import CannotRun, cli_errors, exit_code
+from flows.exitcodes import CannotRun, cli_errors, degraded_summary, exit_code
 
 # Local runs start an ephemeral Prefect API on the shared ~/.prefect database; its telemetry write is the
 # one statement that contends with another local Prefect process, and it reports nothing we need.
@@ -189,6 +189,114 @@ def exit_with_outcome(problems: list[str]) -> None:
     raise typer.Exit(int(exit_code(problems)))
 
 
+def _aim_table(title: str, columns: tuple[str, ...], rows: list[tuple[object, ...]], summary: str, errors: list[str], last: bool = True) -> None:
+    """Print an AIM flow's table and summary; with ``last``, exit 3 (degraded, one line per error) when
+    writes failed, else 0 (flows/exitcodes.py)."""
+    table = Table(title=title)
+    for column in columns:
+        table.add_column(column)
+    for row in rows:
+        table.add_row(*(str(value) for value in row))
+    console.print(table)
+    console.print(degraded_summary(summary, errors[:3] + ([f"{len(errors) - 3} more"] if len(errors) > 3 else [])))
+    if last:
+        raise typer.Exit(exit_code(errors))
+
+
+_CLUSTER_HELP = "Manifests directory/file, 'kubeconfig:PATH[#ctx]', or empty for the current kubeconfig."
+
+
+@app.command("discover-models")
+def discover_models_command(
+    cluster: Optional[str] = typer.Option(None, "--cluster", help=_CLUSTER_HELP),
+    namespace: list[str] = typer.Option([], "--namespace", "-n", help="Create templates in these namespaces (default: every namespace with an AIMNamespaceConfig)."),
+    resync: int = typer.Option(86400, "--resync-seconds", help="Read unchanged images again after this many seconds."),
+    insecure_registry: list[str] = typer.Option([], "--insecure-registry", help="Registry host spoken to over plain HTTP (repeatable)."),
+    registry_mirror: list[str] = typer.Option([], "--registry-mirror", help="HOST=MIRROR or HOST=oci-layout:DIR (repeatable)."),
+) -> None:
+    """Read every AIMClusterModel's image labels and create its recommended AIMServiceTemplates."""
+    from flows.discover_models import discover_models
+
+    mirrors = _mirrors(registry_mirror)
+    report = _run_flow(cluster, lambda: discover_models(namespaces=namespace or None, resync_interval_s=resync,
+                                               insecure_registries=insecure_registry or None, registry_mirrors=mirrors, cluster=cluster))
+    _aim_table("AIM model discovery", ("model", "image", "result", "deployments", "templates"),
+               [(r.name, r.image, r.result, r.deployments, r.templates) for r in report.rows], report.summary, report.writes.errors)
+
+
+@app.command("resolve-templates")
+def resolve_templates_command(
+    cluster: Optional[str] = typer.Option(None, "--cluster", help=_CLUSTER_HELP),
+    namespace: list[str] = typer.Option([], "--namespace", "-n", help="Limit to these namespaces (repeatable)."),
+) -> None:
+    """Resolve every AIMServiceTemplate to a runtime profile, check GPUs, request caches when warmCache."""
+    from flows.resolve_templates import resolve_templates
+
+    report = _run_flow(cluster, lambda: resolve_templates(namespaces=namespace or None, cluster=cluster))
+    _aim_table("AIM templates", ("namespace", "template", "status", "reason", "message"),
+               [(r.namespace, r.name, r.status, r.reason, r.message) for r in report.rows], report.summary, report.writes.errors)
+
+
+@app.command("rollout-services")
+def rollout_services_command(
+    cluster: Optional[str] = typer.Option(None, "--cluster", help=_CLUSTER_HELP),
+    namespace: list[str] = typer.Option([], "--namespace", "-n", help="Limit to these namespaces (repeatable)."),
+) -> None:
+    """Roll out every AIMService as a KServe InferenceService and Gateway HTTPRoute and report its status."""
+    from flows.rollout_services import rollout_services
+
+    report = _run_flow(cluster, lambda: rollout_services(namespaces=namespace or None, cluster=cluster))
+    _aim_table("AIM services", ("namespace", "service", "status", "reason", "workload", "action"),
+               [(r.namespace, r.name, r.status, r.reason, r.workload, r.action) for r in report.rows], report.summary, report.writes.errors)
+
+
+@app.command("aim")
+def aim_command(
+    cluster: Optional[str] = typer.Option(None, "--cluster", help=_CLUSTER_HELP),
+    registry_mirror: list[str] = typer.Option([], "--registry-mirror", help="HOST=MIRROR or HOST=oci-layout:DIR (repeatable)."),
+) -> None:
+    """The three AIM lifecycles in one process: discover-models, resolve-templates, rollout-services."""
+    from flows.discover_models import discover_models
+    from flows.resolve_templates import resolve_templates
+    from flows.rollout_services import rollout_services
+
+    mirrors = _mirrors(registry_mirror)
+    found = _run_flow(cluster, lambda: discover_models(registry_mirrors=mirrors, cluster=cluster))
+    resolved = _run_flow(cluster, lambda: resolve_templates(cluster=cluster))
+    rolled = _run_flow(cluster, lambda: rollout_services(cluster=cluster))
+    _aim_table("AIM model discovery", ("model", "image", "result", "deployments", "templates"),
+               [(r.name, r.image, r.result, r.deployments, r.templates) for r in found.rows], found.summary, found.writes.errors, last=False)
+    _aim_table("AIM templates", ("namespace", "template", "status", "reason"),
+               [(r.namespace, r.name, r.status, r.reason) for r in resolved.rows], resolved.summary, resolved.writes.errors, last=False)
+    _aim_table("AIM services", ("namespace", "service", "status", "reason", "workload", "action"),
+               [(r.namespace, r.name, r.status, r.reason, r.workload, r.action) for r in rolled.rows], rolled.summary, rolled.writes.errors, last=False)
+    raise typer.Exit(exit_code(found.writes.errors + resolved.writes.errors + rolled.writes.errors))
+
+
+def _mirrors(pairs: list[str]) -> dict[str, str]:
+    """``HOST=TARGET`` options as a dict; a malformed one is a one-line error."""
+    result: dict[str, str] = {}
+    for pair in pairs:
+        host, sep, target = pair.partition("=")
+        if not sep or not host.strip() or not target.strip():
+            raise typer.BadParameter(f"{pair!r}: expected HOST=MIRROR or HOST=oci-layout:DIR", param_hint="--registry-mirror")
+        result[host.strip()] = target.strip()
+    return result
+
+
+def _run_flow(cluster: Optional[str], run: "Callable[[], Any]") -> Any:
+    """Run a flow after checking it can run at all: a missing path, no API access or missing AIM CRDs is
+    one ``error:`` line and exit 2 before Prefect starts."""
+    from tasks.aim import cannot_run_reason
+    from tasks.cluster import connect
+
+    with cli_errors():
+        problem = cannot_run_reason(connect(cluster))
+        if problem:
+            raise CannotRun(problem)
+        return run()
+
+
 @app.command()
 def serve() -> None:
     """Serve every deployment of deployments/prefect.yaml from this process, named '<name>-local', with its
@@ -317,6 +425,53 @@ class _CacheFillProgress:
     def __exit__(self, *exc: object) -> None:
         if self._bar is not None:
             self._bar.stop()
+@app.command("rollout-models")
+def rollout_models_command(
+    cluster: Optional[str] = typer.Option(None, "--cluster", help="Manifests directory/file, 'kubeconfig:PATH[#ctx]', or empty for the current kubeconfig."),
+    namespace: list[str] = typer.Option([], "--namespace", "-n", help="Limit to these namespaces (repeatable)."),
+    downloader_image: str = typer.Option("ghcr.io/modelplane/modelplane:0.1.0", help="Image of the init container that downloads into a cacheURI."),
+) -> None:
+    """Roll out every Kthena Model once and print what changed; exits 1 when a Model is Failed."""
+    from flows.rollout_models import rollout_models
+    from tasks.cluster import ClusterError
+
+    try:
+        report = rollout_models(namespaces=namespace or None, cluster=cluster, downloader_image=downloader_image)
+    except (ClusterError, OSError) as exc:
+        err.print(f"[red]rollout-models: {getattr(exc, 'message', exc)}[/red]")
+        raise typer.Exit(1)
+    table = Table(title="Kthena Models")
+    for column in ("namespace", "model", "result", "changes"):
+        table.add_column(column)
+    for m in report.models:
+        changes = [f"+{c}" for c in m.created] + [f"~{u}" for u in m.updated] + [f"-{d}" for d in m.deleted] + m.lora
+        table.add_row(m.namespace, m.name, m.result, "\n".join(changes) or "-")
+    console.print(table)
+    console.print(report.summary)
+    raise typer.Exit(1 if report.failed else 0)
+
+
+@app.command("serve-openmodel")
+def serve_openmodel_command(
+    model: str = typer.Argument(..., help="Name of the OpenModel."),
+    namespace: str = typer.Option(..., "--namespace", "-n", help="Namespace to serve it in."),
+    replicas: int = typer.Option(1, "--replicas", min=0, help="vLLM replicas."),
+    flavor: Optional[str] = typer.Option(None, "--flavor", help="Flavor to start from (default: the first)."),
+    cluster: Optional[str] = typer.Option(None, "--cluster", help="Manifests directory/file, 'kubeconfig:PATH[#ctx]', or empty for the current kubeconfig."),
+) -> None:
+    """Serve an llmaz OpenModel with vLLM from its shared cache, placed by its flavors; exits 1 when it cannot
+    be served (yet)."""
+    from flows.serve_openmodel import ServeError, serve_openmodel
+    from tasks.cluster import ClusterError
+
+    try:
+        report = serve_openmodel(model=model, namespace=namespace, replicas=replicas, flavor=flavor, cluster=cluster)
+    except (ServeError, ClusterError, OSError) as exc:
+        err.print(f"[red]serve-openmodel: {getattr(exc, 'message', exc)}[/red]")
+        raise typer.Exit(1)
+    changes = ", ".join(report.writes.created + report.writes.updated) or "nothing changed"
+    console.print(f"{report.model} in {report.namespace}: {report.state} - {report.message} ({changes})")
+    raise typer.Exit(0 if report.state == "Serving" else 1)
 
 
 @app.command("warm-caches")
