@@ -487,19 +487,28 @@ def warm_caches(
     timeout_s: float = typer.Option(86400.0, "--timeout-s", min=1, help="Stop the run after this long (local fills run in-process)."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table."),
 ) -> None:
-    """Run one warm-caches pass: create PVCs, fill every ModelCache (Jobs in a cluster, in-process locally), report."""
+    """Run one warm-caches pass: create PVCs, fill every ModelCache (Jobs in a cluster, in-process locally), report.
+
+    Exit codes (flows/exitcodes.py): 0 every cache reconciled; 2 could not run (cluster path missing, no
+    Kubernetes access, a bad argument), with one line on stderr; 3 ran degraded (a cache Failed, a consumer's
+    source invalid, an API error on one cache), as the summary says.
+    """
     from flows.warm_caches import DEFAULT_IMAGE, warm_caches as warm_caches_flow
 
     try:
         unused_after = _duration(gc_unused_after) if gc_unused_after else None
     except ValueError as exc:
-        err.print(f"[red]--gc-unused-after: {exc}[/red]")
-        raise typer.Exit(2) from None
-    report = warm_caches_flow.with_options(timeout_seconds=timeout_s)(
+        raise typer.BadParameter(str(exc), param_hint="--gc-unused-after") from None
+    with cli_errors():
+        if cluster and not cluster.startswith(("kube", "kubeconfig")) and not pathlib.Path(cluster).exists():
+            raise CannotRun(f"cluster path {cluster} does not exist")
+    report = run_flow_or_exit(
+        warm_caches_flow.with_options(timeout_seconds=timeout_s),
         namespaces=namespace or None, cluster=cluster, image=image or DEFAULT_IMAGE, openmodel_namespace=openmodel_namespace,
         include_consumers=not no_consumers, gc_unused_after=unused_after, max_fill_attempts=max_fill_attempts,
         retry_backoff_s=retry_backoff_s,
     )
+    failed = [f"{r.namespace}/{r.name} Failed: {r.reason}: {r.message}" for r in report.rows if r.status == "Failed"]
     if as_json:
         sys.stdout.write(json.dumps(report.as_json(), indent=2) + "\n")
     else:
@@ -512,15 +521,9 @@ def warm_caches(
             table.add_row(row.namespace, row.name, row.source, status, row.reason, row.pvc, row.action)
         console.print(table)
         for line in [*(f"needs: {e}" for e in report.ensured), *(f"freed: {f}" for f in report.freed), *report.notes]:
-            console.print(line)
-        for row in report.rows:
-            if row.status == "Failed":
-                err.print(f"[red]{row.namespace}/{row.name}: {row.reason}: {row.message}[/red]")
-        for problem in report.problems:
-            err.print(f"[yellow]{problem}[/yellow]")
+            console.print(line, markup=False, highlight=False)
         console.print(report.summary)
-    if report.problems:
-        raise typer.Exit(1)
+    exit_with_outcome([*failed, *report.problems])
 
 
 def _duration(text: str) -> "datetime.timedelta":
