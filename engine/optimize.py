@@ -22,7 +22,12 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Iterable, Mapping
 
+from functools import cache
+
 from engine.allocation import AllocationProblem, ModelDemand, VariantOption, solve
+from engine.api import schema as crd_schema
+from engine.api.crds import openapi_schema
+from engine.api.registry import kind_info
 from engine.api.meta import format_time, parse_time
 from engine.config import AcceleratorCost, ConfigError, ServiceClass
 from engine.perf import SLO, PerfProfile, Workload
@@ -218,6 +223,26 @@ def _annotation_int(annotations: Mapping[str, str], key: str, minimum: int) -> i
     return value
 
 
+@cache
+def _spec_schema(api_version: str, kind: str) -> dict[str, Any] | None:
+    info = kind_info(api_version, kind)
+    return (openapi_schema(info).get("properties") or {}).get("spec") if info is not None else None
+
+
+def _spec_schema_error(obj: Mapping[str, Any]) -> SpecError | None:
+    """The first violation of the CRD schema in ``spec``, as a :class:`SpecError`, or None.
+
+    The same rules as the API server (and ``modelplane validate``): an object a cluster would have
+    rejected, e.g. an unquoted number where a string is required, is invalid here too, whichever
+    backend it was read from.
+    """
+    schema = _spec_schema(str(obj.get("apiVersion")), str(obj.get("kind")))
+    if schema is None or not isinstance(obj.get("spec"), dict):
+        return None
+    errors = crd_schema.validate_quiet(obj["spec"], schema, "spec")
+    return SpecError(errors[0].field, errors[0].detail) if errors else None
+
+
 def parse_variant(obj: Mapping[str, Any]) -> VariantSpec:
     """Reduce a VariantAutoscaling manifest (either seed generation) to a :class:`VariantSpec`.
 
@@ -226,6 +251,9 @@ def parse_variant(obj: Mapping[str, Any]) -> VariantSpec:
     meta = obj.get("metadata") or {}
     spec = obj.get("spec") or {}
     annotations = meta.get("annotations") or {}
+    schema_error = _spec_schema_error(obj)
+    if schema_error is not None:
+        raise schema_error
     model_id = spec.get("modelID")
     if not isinstance(model_id, str) or not model_id:
         raise SpecError("spec.modelID", "required")
