@@ -35,6 +35,7 @@ from engine.saturation import REASON_METRICS_AVAILABLE as METRICS_AVAILABLE
 from engine.saturation import REASON_METRICS_UNAVAILABLE as METRICS_UNAVAILABLE
 from engine.saturation import REASON_OPTIMIZATION_SUCCEEDED as REASON_SUCCEEDED
 from engine.saturation import (
+    DEFAULT_VARIANT_COST,
     REASON_SAFETY_OVERRIDE,
     ModelAnalysis,
     ReplicaMetrics,
@@ -98,7 +99,8 @@ class VariantSpec:
     max_batch: int | None
     profile: PerfProfile | None
     slo_ref: tuple[str, str] | None
-    variant_cost: float
+    variant_cost: float | None
+    """``spec.variantCost`` as declared (None when the resource does not declare one): see :func:`replica_cost`."""
     target_api_version: str
     target_kind: str
     target_name: str
@@ -267,7 +269,7 @@ def parse_variant(obj: Mapping[str, Any]) -> VariantSpec:
     if not isinstance(count, int) or isinstance(count, bool) or count < 1:
         raise SpecError("spec.acceleratorCount", f"must be an integer >= 1, got {count!r}")
     try:
-        variant_cost = float(spec.get("variantCost", "10.0"))
+        variant_cost = float(spec["variantCost"]) if spec.get("variantCost") is not None else None
     except (TypeError, ValueError):
         raise SpecError("spec.variantCost", f"must be a decimal string, got {spec.get('variantCost')!r}") from None
     slo = spec.get("sloClassRef") or None
@@ -458,7 +460,7 @@ def _saturation_for_model(
         ready = inputs.ready_replicas.get(spec.target_key, current)
         states.append(
             VariantState(
-                name=spec.name, cost=spec.variant_cost, current_replicas=current,
+                name=spec.name, cost=replica_cost(spec, inputs.accelerator_costs), current_replicas=current,
                 min_replicas=spec.min_replicas, max_replicas=spec.max_replicas,
                 pending_replicas=max(current - ready, 0),
             )
@@ -558,11 +560,28 @@ def _decide(
     return desired, decision.reason, message, True
 
 
-def _decision(spec: VariantSpec, **outcome: Any) -> VariantDecision:
+def replica_cost(spec: VariantSpec, accelerator_costs: Mapping[str, AcceleratorCost]) -> float:
+    """The one cost of one replica of a variant, used everywhere a cost appears.
+
+    ``spec.variantCost`` when the resource declares it; otherwise the accelerator's unit cost
+    (``accelerator-unit-costs``) times ``acceleratorCount``; WVA's default 10.0 only when neither is
+    known. ``status.currentAlloc.variantCost`` reports it, the saturation analysis picks the cheapest
+    variant to grow by it, and the cycle's table and summary price ``replicas x`` it. The allocation
+    MILP prices options with the unit costs, which is the same number unless a resource declares its own.
+    """
+    if spec.variant_cost is not None:
+        return spec.variant_cost
+    unit = accelerator_costs.get(spec.accelerator or "")
+    if unit is not None:
+        return unit.cost * spec.accelerator_count
+    return DEFAULT_VARIANT_COST
+
+
+def _decision(spec: VariantSpec, costs: Mapping[str, AcceleratorCost], **outcome: Any) -> VariantDecision:
     """A decision for ``spec``: its identity fields from the spec, the rest from ``outcome``."""
     return VariantDecision(
         namespace=spec.namespace, name=spec.name, model_id=spec.model_id, variant_id=spec.variant_id,
-        accelerator=spec.accelerator, max_batch=spec.max_batch, variant_cost=spec.variant_cost, **outcome,
+        accelerator=spec.accelerator, max_batch=spec.max_batch, variant_cost=replica_cost(spec, costs), **outcome,
     )
 
 
@@ -584,7 +603,7 @@ def plan_variants(inputs: CycleInputs) -> list[VariantDecision]:
     for spec in specs:
         if spec.target_key not in inputs.current_replicas:
             decisions[spec.key] = _decision(
-                spec, current=None, desired=None, reason=REASON_TARGET_MISSING,
+                spec, inputs.accelerator_costs, current=None, desired=None, reason=REASON_TARGET_MISSING,
                 message=f"scale target {spec.target_kind}/{spec.target_name} not found in namespace {spec.namespace}",
                 ready=False, metrics=_metrics_condition(spec, inputs), actuate=False,
             )
@@ -605,10 +624,9 @@ def plan_variants(inputs: CycleInputs) -> list[VariantDecision]:
             load = inputs.loads.get(spec.model_key)
             idle = load is not None and load.arrival_rate_rps == 0
             desired, reason, message, ready = _decide(spec, current, model_based, saturation, metrics, idle)
-            unit = inputs.accelerator_costs.get(spec.accelerator or "")
-            cost = (unit.cost if unit else spec.variant_cost) * spec.accelerator_count * desired
+            cost = replica_cost(spec, inputs.accelerator_costs) * desired
             decisions[spec.key] = _decision(
-                spec, current=current, desired=desired, reason=reason, message=message, ready=ready, metrics=metrics,
+                spec, inputs.accelerator_costs, current=current, desired=desired, reason=reason, message=message, ready=ready, metrics=metrics,
                 actuate=spec.actuate, target=(spec.target_api_version, spec.target_kind, spec.target_name), cost=cost,
             )
     return [decisions[key] for key in order]

@@ -15,12 +15,13 @@ from engine.optimize import (
     PodSample,
     VariantDecision,
     parse_variant,
+    replica_cost,
     plan_variants,
     SpecError,
     status_patch,
     variant_status,
 )
-from engine.saturation import SaturationConfigSet
+from engine.saturation import DEFAULT_VARIANT_COST, SaturationConfigSet
 from tests.factories import PROFILES, variant_autoscaling
 
 NOW = datetime(2026, 11, 22, 12, 0, 0, tzinfo=timezone.utc)
@@ -200,7 +201,8 @@ def test_parse_variant_requires_a_scale_target() -> None:
 def test_status_has_both_generations_fields_and_skips_heartbeat_only_writes() -> None:
     decision = plan_variants(inputs([va("a100")], {"a100": 1}))[0]
     status = variant_status(decision, {}, NOW, applied=True, generation=1)
-    assert status["currentAlloc"]["accelerator"] == "A100" and status["currentAlloc"]["variantCost"] == "10.00"
+    # no spec.variantCost: the cost derives from the A100 unit cost (one cost everywhere, not WVA's 10.00)
+    assert status["currentAlloc"]["accelerator"] == "A100" and status["currentAlloc"]["variantCost"] == "40.00"
     assert status["desiredOptimizedAlloc"]["lastRunTime"] == "2026-11-22T12:00:00Z"
     assert status["actuation"] == {"applied": True}
     assert {c["type"] for c in status["conditions"]} == {"MetricsAvailable", "OptimizationReady"}
@@ -211,3 +213,21 @@ def test_status_has_both_generations_fields_and_skips_heartbeat_only_writes() ->
     much_later = NOW + timedelta(seconds=301)
     heartbeat = variant_status(decision, copy.deepcopy(status), much_later, applied=True, generation=1)
     assert status_patch(status, heartbeat, much_later, heartbeat_s=300) == {"desiredOptimizedAlloc": heartbeat["desiredOptimizedAlloc"]}
+
+
+def test_one_cost_per_replica_everywhere() -> None:
+    """Without spec.variantCost the replica cost is unit cost x acceleratorCount in the status, the table and
+    the saturation choice; a declared variantCost wins everywhere."""
+    two_h100 = va("h100x2", accelerator="H100")
+    two_h100["spec"]["acceleratorCount"] = 2
+    declared = va("declared", accelerator="A100")
+    declared["spec"]["variantCost"] = "12.5"
+    decisions = {d.name: d for d in plan_variants(inputs([two_h100, declared], {"h100x2": 1, "declared": 1}))}
+    h100 = COSTS["H100"].cost
+    assert decisions["h100x2"].variant_cost == 2 * h100
+    assert decisions["h100x2"].cost == pytest.approx(2 * h100 * decisions["h100x2"].desired)
+    assert decisions["declared"].variant_cost == 12.5
+    assert decisions["declared"].cost == pytest.approx(12.5 * decisions["declared"].desired)
+    specs = {n: parse_variant(v) for n, v in (("h100x2", two_h100), ("declared", declared))}
+    assert replica_cost(specs["h100x2"], COSTS) == 2 * h100 and replica_cost(specs["declared"], COSTS) == 12.5
+    assert replica_cost(specs["h100x2"], {}) == DEFAULT_VARIANT_COST
