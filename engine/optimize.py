@@ -496,19 +496,24 @@ def _metrics_condition(spec: VariantSpec, inputs: CycleInputs) -> ConditionUpdat
     return ConditionUpdate(METRICS_AVAILABLE, "False", METRICS_UNAVAILABLE, message)
 
 
-def _invalid_decision(obj: Mapping[str, Any], message: str) -> VariantDecision:
-    """The decision for a resource that cannot be optimized as written: no target, its own condition."""
+def _invalid_decision(obj: Mapping[str, Any], message: str, current_replicas: Mapping[tuple[str, str, str], int]) -> VariantDecision:
+    """The decision for a resource that cannot be optimized as written: nothing to scale, its own
+    condition, and (when its scale target exists) the replicas it runs now, so ``currentAlloc`` stays true."""
     meta = obj.get("metadata") or {}
     spec = obj.get("spec") or {}
+    target = spec.get("scaleTargetRef") if isinstance(spec.get("scaleTargetRef"), dict) else {}
+    namespace = meta.get("namespace") or "default"
+    current = current_replicas.get((namespace, target.get("kind") or "Deployment", str(target.get("name") or "")))
+    accelerator = spec.get("accelerator") if isinstance(spec.get("accelerator"), str) and len(spec["accelerator"]) >= 2 else None
     return VariantDecision(
         namespace=meta.get("namespace") or "default",
         name=meta.get("name", ""),
-        model_id=spec.get("modelID"),
-        variant_id=spec.get("variantID"),
-        accelerator=spec.get("accelerator"),
+        model_id=spec.get("modelID") if isinstance(spec.get("modelID"), str) else None,
+        variant_id=None,  # may be what is invalid; the status must stay writable to carry the condition
+        accelerator=accelerator,
         max_batch=None,
         variant_cost=None,
-        current=None,
+        current=current,
         desired=None,
         reason=REASON_INVALID,
         message=message,
@@ -597,7 +602,7 @@ def plan_variants(inputs: CycleInputs) -> list[VariantDecision]:
         try:
             specs.append(parse_variant(obj))
         except SpecError as exc:
-            decisions[key] = _invalid_decision(obj, str(exc))
+            decisions[key] = _invalid_decision(obj, str(exc), inputs.current_replicas)
 
     readable: list[VariantSpec] = []
     for spec in specs:

@@ -319,8 +319,8 @@ def apply_variant(
     """Scale the target (unless recommend-only), then write status and an Event when desired changed."""
     outcome = WriteOutcome(decision.namespace, decision.name)
     if decision.desired is not None and decision.target is not None:
-        if not decision.actuate:
-            outcome.applied = False
+        if not decision.actuate or not decision.ready:
+            outcome.applied = False  # a hold on bad input or missing data applies nothing
         elif decision.changes_replicas:
             api_version, kind, name = decision.target
             try:

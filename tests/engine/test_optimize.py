@@ -231,3 +231,14 @@ def test_one_cost_per_replica_everywhere() -> None:
     specs = {n: parse_variant(v) for n, v in (("h100x2", two_h100), ("declared", declared))}
     assert replica_cost(specs["h100x2"], COSTS) == 2 * h100 and replica_cost(specs["declared"], COSTS) == 12.5
     assert replica_cost(specs["h100x2"], {}) == DEFAULT_VARIANT_COST
+
+
+def test_invalid_resource_still_reports_its_current_allocation() -> None:
+    broken = va("broken")
+    broken["spec"]["variantProfile"]["maxBatchSize"] = 0
+    decision = plan_variants(inputs([broken], {"broken": 3}))[0]
+    assert decision.reason == "InvalidSpec" or not decision.ready
+    assert decision.desired is None and decision.current == 3
+    status = variant_status(decision, {}, NOW, applied=False, generation=1)
+    assert status["currentAlloc"] == {"accelerator": "A100", "numReplicas": 3}
+    assert status["actuation"] == {"applied": False}

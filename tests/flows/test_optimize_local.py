@@ -79,6 +79,7 @@ def test_missing_metrics_file_model_holds(prefect_harness: None, example_cluster
     for va in by_kind(example_cluster, "VariantAutoscaling").values():
         metrics_condition = next(c for c in va["status"]["conditions"] if c["type"] == "MetricsAvailable")
         assert metrics_condition["status"] == "False" and metrics_condition["reason"] == "MetricsUnavailable"
+        assert va["status"]["actuation"] == {"applied": False}  # a hold applies nothing
 
 
 def test_malformed_metrics_file_is_reported_and_holds(prefect_harness: None, example_cluster: pathlib.Path, tmp_path: pathlib.Path) -> None:
