@@ -38,3 +38,24 @@ def test_summary_counts_binding_targets(prefect_harness: None, example_cluster: 
     report = optimize(cluster=str(example_cluster), metrics_file=str(example_metrics), dry_run=True)
     assert "4 variants:" in report.summary and "1 binding targets:" in report.summary
     assert report.exit_code == 0 and not report.degraded
+
+
+def test_binding_grace_period_comes_from_its_annotation_or_owning_model(tmp_path: pathlib.Path) -> None:
+    from tasks.cluster import LocalCluster
+    from tasks.optimizer import binding_grace_period
+
+    cluster = LocalCluster(tmp_path)
+    model = cluster.create({
+        "apiVersion": "registry.volcano.sh/v1alpha1", "kind": "Model", "metadata": {"name": "m", "namespace": "ns"},
+        "spec": {"backends": [{"name": "vllm", "type": "vLLM", "modelURI": "hf://org/model", "minReplicas": 0, "maxReplicas": 2,
+                               "scaleToZeroGracePeriod": "90s",
+                               "workers": [{"type": "server", "image": "vllm/vllm-openai:v0.10.1", "replicas": 1, "pods": 1}]}]},
+    })
+    owned = {"metadata": {"name": "b", "namespace": "ns", "ownerReferences": [
+        {"apiVersion": "registry.volcano.sh/v1alpha1", "kind": "Model", "name": "m", "uid": model["metadata"]["uid"]}]}}
+    assert binding_grace_period(cluster, owned) == 90.0
+    annotated = {"metadata": {"name": "b", "namespace": "ns", "annotations": {"modelplane.io/scale-to-zero-grace-period": "5m"}}}
+    assert binding_grace_period(cluster, annotated) == 300.0
+    assert binding_grace_period(cluster, {"metadata": {"name": "b", "namespace": "ns"}}) is None
+    bad = {"metadata": {"name": "b", "namespace": "ns", "annotations": {"modelplane.io/scale-to-zero-grace-period": "soon"}}}
+    assert binding_grace_period(cluster, bad) is None
