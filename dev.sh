@@ -20,10 +20,22 @@ setup_python() {
   fi
 }
 
+setup_olah() {
+  # olah (the tests' Hugging Face protocol server) needs a newer fastapi than Prefect allows: its own venv.
+  local venv="${MODELPLANE_OLAH_VENV:-.venv-olah}"
+  if [ ! -x "$venv/bin/olah-cli" ]; then
+    python3.11 -m venv "$venv" 2>/dev/null || python3 -m venv "$venv"
+    "$venv/bin/python" -m pip install -q olah==0.5.4
+  fi
+}
+
 setup_services() {
   # Real components the tests start on 127.0.0.1 (see DESIGN.md).
   local need=()
   command -v prometheus >/dev/null 2>&1 || need+=(prometheus)
+  command -v git >/dev/null 2>&1 || need+=(git)  # the HF test server serves git repositories
+  command -v chromium >/dev/null 2>&1 || need+=(chromium)
+  command -v chromedriver >/dev/null 2>&1 || need+=(chromium-driver)
   if [ ${#need[@]} -gt 0 ]; then
     if [ "$(id -u)" = 0 ]; then
       export DEBIAN_FRONTEND=noninteractive
@@ -54,12 +66,15 @@ case "${1:-}" in
     cp -R deployments/examples/. "$demo_dir/"
     touch "$demo_dir/.modelplane-demo"
     echo "demo cluster: a copy of deployments/examples in $demo_dir (the checked-in examples are not touched)"
+    # Fill the example model cache from a model the demo serves itself on 127.0.0.1 (no network).
+    "$VENV/bin/python" deployments/demo_models.py -- "$VENV/bin/modelplane" warm-caches --cluster "$demo_dir" -n cache-demo
     exec "$VENV/bin/modelplane" optimize --cluster "$demo_dir" \
       --metrics deployments/example-metrics.yaml "$@"
     ;;
   test)
     setup_python
     setup_services
+    setup_olah
     shift
     set +e
     "$VENV/bin/python" -m pytest "$@"
