@@ -530,8 +530,17 @@ def _decide(
     saturation: _Saturation | None,
     metrics: ConditionUpdate,
     idle: bool,
+    added_elsewhere: int = 0,
+    saturation_need: int = 0,
 ) -> tuple[int, str, str, bool]:
-    """(desired, reason, message, ready) for one variant with a readable target."""
+    """(desired, reason, message, ready) for one variant with a readable target.
+
+    ``added_elsewhere`` is how many replicas the model-based plan adds this cycle on the model's other
+    variants and ``saturation_need`` how many the saturation analysis asks for the whole model: a
+    model-based scale-down here is not vetoed (nor blocked as unsafe) when the replicas added elsewhere
+    cover both the saturation need and the replicas removed here, since the model's capacity does not
+    drop. Without that, moving a model to a cheaper variant left the old replica behind.
+    """
     if spec.key in model_based.errors:
         reason, message = model_based.errors[spec.key]
         return current, reason, f"{message}; holding {current} replicas", False
@@ -549,6 +558,10 @@ def _decide(
             decision_message = f"{decision.message}: no per-pod saturation metrics to verify the scale-down is safe"
         else:
             decision_message = decision.message
+    elif mb_target is not None and mb_target < current and added_elsewhere >= saturation_need + (current - mb_target):
+        decision = arbitrate(current, current, mb_target, scale_down_safe=True)
+        decision_message = (f"{decision.message}; saturation covered by the {added_elsewhere} replica(s) the plan adds "
+                            f"on other variants of {spec.model_id} this cycle")
     else:
         decision = arbitrate(current, saturation.targets[spec.key], mb_target, scale_down_safe=saturation.analysis)
         decision_message = decision.message
@@ -623,12 +636,20 @@ def plan_variants(inputs: CycleInputs) -> list[VariantDecision]:
         by_model[spec.model_key].append(spec)
     for model_key, model_specs in by_model.items():
         saturation = None if inputs.metrics_error else _saturation_for_model(model_key, model_specs, inputs)
+        added = {
+            spec.key: max(model_based.targets[spec.key] - inputs.current_replicas[spec.target_key], 0)
+            for spec in model_specs if spec.key in model_based.targets
+        }
+        need = 0 if saturation is None else sum(
+            max(saturation.targets[spec.key] - inputs.current_replicas[spec.target_key], 0) for spec in model_specs
+        )
         for spec in model_specs:
             current = inputs.current_replicas[spec.target_key]
             metrics = _metrics_condition(spec, inputs)
             load = inputs.loads.get(spec.model_key)
             idle = load is not None and load.arrival_rate_rps == 0
-            desired, reason, message, ready = _decide(spec, current, model_based, saturation, metrics, idle)
+            elsewhere = sum(n for key, n in added.items() if key != spec.key)
+            desired, reason, message, ready = _decide(spec, current, model_based, saturation, metrics, idle, elsewhere, need)
             cost = replica_cost(spec, inputs.accelerator_costs) * desired
             decisions[spec.key] = _decision(
                 spec, inputs.accelerator_costs, current=current, desired=desired, reason=reason, message=message, ready=ready, metrics=metrics,

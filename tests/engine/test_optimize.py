@@ -242,3 +242,18 @@ def test_invalid_resource_still_reports_its_current_allocation() -> None:
     status = variant_status(decision, {}, NOW, applied=False, generation=1)
     assert status["currentAlloc"] == {"accelerator": "A100", "numReplicas": 3}
     assert status["actuation"] == {"applied": False}
+
+
+def test_saturation_veto_counts_capacity_the_plan_adds_on_other_variants() -> None:
+    """The model moves to H100 (+2 replicas there) and saturation wants one more replica: the A100
+    scale-down is no longer vetoed, since the H100 replicas added this cycle cover both the need and the
+    A100 replica removed. Before, the A100 replica stayed (the 327/h-instead-of-287/h ramp)."""
+    hot = {(NS, MODEL): pods(2, kv=0.95, queue=9, prefix="a100") + pods(1, kv=0.95, queue=9, prefix="h100")}
+    decisions = by_name(plan_variants(inputs([va("a100"), va("h100", "H100")], {"a100": 2, "h100": 1}, pods=hot)))
+    assert decisions["h100"].desired == 3
+    assert decisions["a100"].desired == 1 and decisions["a100"].reason == "OptimizationSucceeded"
+    assert "saturation covered" in decisions["a100"].message
+    # Without capacity added elsewhere the veto stands.
+    alone = by_name(plan_variants(inputs([va("a100")], {"a100": 4}, loads={(NS, MODEL): ModelLoad(0.5, 128, 256)},
+                                         pods={(NS, MODEL): pods(4, kv=0.95, queue=9)})))
+    assert alone["a100"].desired == 4 and alone["a100"].reason == "SaturationSafetyOverride"
