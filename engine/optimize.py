@@ -16,6 +16,7 @@ Nothing here does I/O or reads the clock; ``now`` is an input.
 
 from __future__ import annotations
 
+import json
 import math
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -28,7 +29,7 @@ from engine.allocation import AllocationProblem, ModelDemand, VariantOption, sol
 from engine.api import schema as crd_schema
 from engine.api.crds import openapi_schema
 from engine.api.registry import kind_info
-from engine.api.meta import format_time, parse_time
+from engine.api.meta import format_time, parse_duration, parse_time
 from engine.config import AcceleratorCost, ConfigError, ServiceClass
 from engine.perf import SLO, PerfProfile, Workload
 from engine.saturation import REASON_METRICS_AVAILABLE as METRICS_AVAILABLE
@@ -107,6 +108,7 @@ class VariantSpec:
     min_replicas: int
     max_replicas: int | None
     actuate: bool
+    annotations: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def key(self) -> tuple[str, str]:
@@ -141,6 +143,9 @@ class CycleInputs:
     metrics_error: str | None = None  # set when the metrics backend itself failed
     missing_metrics: Mapping[tuple[str, str], str] = field(default_factory=dict)
     time_limit_s: float = 10.0
+    scale_down_window_s: float = 0.0
+    """Default scale-down stabilization window (seconds); a VariantAutoscaling may set its own with the
+    ``modelplane.io/scale-down-stabilization-window`` annotation. 0: scale down at once."""
 
 
 @dataclass
@@ -163,6 +168,10 @@ class VariantDecision:
     actuate: bool = True
     target: tuple[str, str, str] | None = None  # (apiVersion, kind, name)
     cost: float = 0.0
+    stabilization: str | None = None
+    """New value of the ``modelplane.io/scale-down-pending`` annotation (None: remove it)."""
+    stabilization_changed: bool = False
+    """Whether that annotation must be written this cycle (only on transitions)."""
 
     @property
     def optimization(self) -> ConditionUpdate:
@@ -299,6 +308,7 @@ def parse_variant(obj: Mapping[str, Any]) -> VariantSpec:
         min_replicas=minimum,
         max_replicas=maximum,
         actuate=actuation_enabled(annotations),
+        annotations=dict(annotations),
     )
 
 
@@ -578,6 +588,67 @@ def _decide(
     return desired, decision.reason, message, True
 
 
+ANNOTATION_SCALE_DOWN_WINDOW = "modelplane.io/scale-down-stabilization-window"
+"""VariantAutoscaling annotation: scale-down stabilization window (a Duration such as ``3m``)."""
+ANNOTATION_SCALE_DOWN_PENDING = "modelplane.io/scale-down-pending"
+"""VariantAutoscaling annotation written by Modelplane: since when a scale-down has been recommended and
+the highest replica count recommended since, as JSON ``{"since": RFC3339, "max": N}`` (the window's state:
+each cycle is a fresh process, and the seed's status has no field for it)."""
+
+
+@dataclass(frozen=True)
+class Stabilized:
+    """The outcome of the scale-down stabilization of one variant."""
+
+    desired: int
+    note: str
+    pending: str | None
+    changed: bool
+
+
+def stabilize_scale_down(
+    desired: int, current: int, annotations: Mapping[str, str], default_window_s: float, now: datetime
+) -> Stabilized:
+    """Hold a scale-down until it has been recommended for a whole window (HPA's scale-down stabilization).
+
+    Scale-ups and holds pass at once and end a pending scale-down. A scale-down first seen now starts
+    the window and holds ``current``; once the window has passed, the target goes to the highest
+    replica count recommended during it, so a recommendation flapping with the lag of ``rate()`` (2 -> 1
+    -> 2 -> 1) never removes a replica it needs again a cycle later. The state is the
+    :data:`ANNOTATION_SCALE_DOWN_PENDING` annotation; ``changed`` says when it must be written.
+    """
+    raw_pending = annotations.get(ANNOTATION_SCALE_DOWN_PENDING)
+    pending = _parse_pending(raw_pending)
+    window = default_window_s
+    if annotations.get(ANNOTATION_SCALE_DOWN_WINDOW):
+        try:
+            window = parse_duration(annotations[ANNOTATION_SCALE_DOWN_WINDOW])
+        except ValueError:
+            window = default_window_s
+    if desired >= current or window <= 0:
+        return Stabilized(desired, "", None, raw_pending is not None)
+    if pending is None:
+        since, highest = now, desired
+    else:
+        since, highest = pending[0], max(pending[1], desired)
+    waited = (now - since).total_seconds()
+    if waited >= window:
+        return Stabilized(min(highest, current), f"; scale-down stabilized over {window:.0f}s", None, raw_pending is not None)
+    value = json.dumps({"since": format_time(since), "max": highest}, separators=(",", ":"))
+    note = f"; scale-down to {highest} held by the {window:.0f}s stabilization window ({waited:.0f}s so far)"
+    return Stabilized(current, note, value, value != raw_pending)
+
+
+def _parse_pending(raw: str | None) -> tuple[datetime, int] | None:
+    if not raw:
+        return None
+    try:
+        data = json.loads(raw)
+        return parse_time(data["since"]), int(data["max"])
+    except (ValueError, KeyError, TypeError):
+        return None  # unreadable state: start a new window
+
+
 def replica_cost(spec: VariantSpec, accelerator_costs: Mapping[str, AcceleratorCost]) -> float:
     """The one cost of one replica of a variant, used everywhere a cost appears.
 
@@ -650,10 +721,14 @@ def plan_variants(inputs: CycleInputs) -> list[VariantDecision]:
             idle = load is not None and load.arrival_rate_rps == 0
             elsewhere = sum(n for key, n in added.items() if key != spec.key)
             desired, reason, message, ready = _decide(spec, current, model_based, saturation, metrics, idle, elsewhere, need)
+            stable = stabilize_scale_down(desired, current, spec.annotations, inputs.scale_down_window_s, inputs.now)
+            if ready:
+                desired, message = stable.desired, message + stable.note
             cost = replica_cost(spec, inputs.accelerator_costs) * desired
             decisions[spec.key] = _decision(
                 spec, inputs.accelerator_costs, current=current, desired=desired, reason=reason, message=message, ready=ready, metrics=metrics,
                 actuate=spec.actuate, target=(spec.target_api_version, spec.target_kind, spec.target_name), cost=cost,
+                stabilization=stable.pending, stabilization_changed=ready and stable.changed,
             )
     return [decisions[key] for key in order]
 

@@ -38,7 +38,7 @@ from engine.config import (
     parse_inventory,
     parse_service_class,
 )
-from engine.optimize import VariantDecision, actuation_enabled, status_patch, variant_status
+from engine.optimize import ANNOTATION_SCALE_DOWN_PENDING, VariantDecision, actuation_enabled, status_patch, variant_status
 from engine.status import changed_fields
 from tasks.cluster import Cluster, ObjectRef
 from tasks.cluster.errors import ClusterError, Conflict, NotFound
@@ -340,6 +340,11 @@ def apply_variant(
                 decision.message += f"; scaling failed: {exc.message}"
         else:
             outcome.applied = True
+    if decision.stabilization_changed:
+        try:  # the scale-down window's state: an annotation (the seed's status has no field for it)
+            cluster.patch_spec(ObjectRef.of(obj), {"metadata": {"annotations": {ANNOTATION_SCALE_DOWN_PENDING: decision.stabilization}}})
+        except ClusterError as exc:
+            outcome.error = (outcome.error + "; " if outcome.error else "") + f"scale-down window state: {exc.message}"
     generation = (obj.get("metadata") or {}).get("generation")
 
     def build(current: dict[str, Any]) -> dict[str, Any] | None:

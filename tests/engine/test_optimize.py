@@ -257,3 +257,36 @@ def test_saturation_veto_counts_capacity_the_plan_adds_on_other_variants() -> No
     alone = by_name(plan_variants(inputs([va("a100")], {"a100": 4}, loads={(NS, MODEL): ModelLoad(0.5, 128, 256)},
                                          pods={(NS, MODEL): pods(4, kv=0.95, queue=9)})))
     assert alone["a100"].desired == 4 and alone["a100"].reason == "SaturationSafetyOverride"
+
+
+def test_scale_down_stabilization_rides_out_a_flapping_recommendation() -> None:
+    """rate() lag between cycles seconds apart made the recommendation go 2 -> 1 -> 2 -> 1: with a window
+    the replica stays until a scale-down has been recommended for the whole window; state in an annotation."""
+    from datetime import timedelta
+
+    from engine.optimize import ANNOTATION_SCALE_DOWN_PENDING, stabilize_scale_down
+
+    annotations: dict[str, str] = {}
+    desired_seen = []
+    for seconds, recommended in ((0, 1), (10, 2), (20, 1), (30, 1), (200, 1)):
+        result = stabilize_scale_down(recommended, 2, annotations, 120.0, NOW + timedelta(seconds=seconds))
+        desired_seen.append(result.desired)
+        if result.changed:
+            if result.pending is None:
+                annotations.pop(ANNOTATION_SCALE_DOWN_PENDING, None)
+            else:
+                annotations[ANNOTATION_SCALE_DOWN_PENDING] = result.pending
+    assert desired_seen == [2, 2, 2, 2, 1]
+    assert ANNOTATION_SCALE_DOWN_PENDING not in annotations
+    # per-resource window, and no window: at once
+    assert stabilize_scale_down(1, 2, {"modelplane.io/scale-down-stabilization-window": "0s"}, 120.0, NOW).desired == 1
+    assert stabilize_scale_down(1, 2, {}, 0.0, NOW).desired == 1
+    assert stabilize_scale_down(3, 2, {}, 120.0, NOW).desired == 3  # scale-up passes
+
+
+def test_plan_variants_holds_a_scale_down_within_the_window() -> None:
+    quiet = {(NS, MODEL): ModelLoad(0.5, 128, 256)}
+    cycle = inputs([va("a100")], {"a100": 4}, loads=quiet, pods={(NS, MODEL): pods(4, kv=0.1)}, scale_down_window_s=120.0)
+    held = by_name(plan_variants(cycle))["a100"]
+    assert held.desired == 4 and held.stabilization_changed and "stabilization window" in held.message
+    assert held.stabilization is not None and '"max":' in held.stabilization
