@@ -25,6 +25,8 @@ MODELS = pathlib.Path(__file__).resolve().parent / "examples" / "models"
 def port_free(port: int) -> bool:
     """Whether 127.0.0.1:port can be bound."""
     with socket.socket() as sock:
+        # as the server itself binds: connections of a previous demo in TIME_WAIT do not make the port busy
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             sock.bind(("127.0.0.1", port))
         except OSError:
