@@ -1,0 +1,363 @@
+"""The decomposition: column generation over per-model replica patterns, and its bound.
+
+The only coupling between models is the inventory (one row per limited accelerator type, a handful)
+and, once a priority level has been decided, that level's total unserved load.  So a stage is
+written over *patterns*: for every model a column per candidate replica vector, a convexity row
+(each model picks exactly one pattern), the inventory rows and the frozen level rows.
+
+* The LP over the patterns generated so far (the restricted master) gives prices: ``lam`` per
+  accelerator type, ``mu`` per frozen level, ``pi`` per model.
+* Pricing asks every model for its best pattern at those prices -- the exact per-model search
+  (:func:`engine.allocation.search.best_pattern`) -- and adds those cheaper than ``pi``.
+* Each pricing round also gives a **lower bound** of the stage (Lagrangian duality): the sum of the
+  models' priced optima minus the priced capacities.  It pays for every model's partly used last
+  replica, which the LP relaxation of the compact model does not, and when no pattern prices out it
+  equals the master LP (the Dantzig-Wolfe bound).
+* The **incumbent** is the best integer choice of one pattern per model among the generated ones
+  (HiGHS on the restricted master with binary columns, warm-started with the previous incumbent,
+  so it never gets worse), then each model's best answer within the inventory the others leave is
+  added as a column and the choice re-solved.
+
+A stage is proven when its incumbent is within ``mip_gap`` of the bound; otherwise it stops at its
+share of the time limit and reports the gap it proved.  The Python work (search nodes) is charged
+to the time limit at a fixed rate, so it is accounted for deterministically.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import NamedTuple
+
+import numpy as np
+
+from engine.allocation.problem import ModelDemand, Prepared, unserved_load
+from engine.allocation.search import Item, Pattern, best_pattern, replica_ceiling
+
+SECONDS_PER_NODE = 8e-6
+"""Time charged per search node against the time limit (measured ~5 us on the benchmark machine)."""
+SECONDS_PER_SEARCH = 3e-5
+"""Time charged per per-model search call (building its items, bookkeeping)."""
+CG_SHARE = 0.6
+"""Share of a stage's time that column generation may use before the incumbent is searched for."""
+RESPONSE_ROUNDS = 2
+"""Rounds of adding each model's best answer in the inventory the others leave."""
+
+
+class Column(NamedTuple):
+    """One pattern of one model: replica counts (in the model's variant order), accelerators used per
+    limited type, cost plus transition penalty, and the load it leaves unserved."""
+
+    counts: tuple[int, ...]
+    use: np.ndarray
+    cost: float
+    unserved: float
+
+
+@dataclass
+class Budget:
+    """Time limit bookkeeping without a clock: the solver's own run times plus the search work."""
+
+    seconds: float
+    solver: float = 0.0
+    nodes: list[int] = field(default_factory=lambda: [0])
+    searches: int = 0
+
+    def spent(self) -> float:
+        return self.solver + self.nodes[0] * SECONDS_PER_NODE + self.searches * SECONDS_PER_SEARCH
+
+    def left(self) -> float:
+        return max(self.seconds - self.spent(), 0.0)
+
+
+@dataclass
+class Stage:
+    """One stage of the lexicographic objective over the coupled models (indexed as in
+    :class:`Decomposition`).
+
+    Objective: ``sum_j weight[j] * unserved_j + sigma * cost_j``.  ``ucap[j]``: most load model j may
+    leave unserved (0 for a level decided fully served); ``rows``: frozen levels as (model indices,
+    most total unserved load).  ``scale``: what the gap is relative to (a level's demand, or
+    ``None`` for the objective itself).
+    """
+
+    label: str
+    weight: np.ndarray
+    sigma: float
+    ucap: np.ndarray
+    rows: list[tuple[list[int], float]]
+    scale: float | None
+    mip_gap: float
+
+    def relative_to(self, value: float) -> float:
+        """What the gap of an incumbent of this value is relative to."""
+        return self.scale if self.scale is not None else max(abs(value), 1e-9)
+
+    def tolerance(self, value: float) -> float:
+        """Absolute distance to the bound within which an incumbent of this value is proven."""
+        return self.mip_gap * self.relative_to(value)
+
+    def result(self, counts: list[tuple[int, ...]], value: float, bound: float) -> "StageResult":
+        """The stage's outcome for this incumbent and bound (gap unknown without a finite bound)."""
+        if not math.isfinite(bound):
+            return StageResult(counts, value, bound, None, False)
+        gap = max(value - bound, 0.0) / self.relative_to(value)
+        return StageResult(counts, value, bound, gap, gap <= self.mip_gap)
+
+
+@dataclass
+class StageResult:
+    """The stage's incumbent (one pattern per model), its objective, the best bound and the gap."""
+
+    counts: list[tuple[int, ...]]
+    value: float
+    bound: float
+    gap: float | None
+    proven: bool
+
+
+class Decomposition:
+    """Per-model data, the pattern pool shared by all stages, pricing and the restricted master."""
+
+    def __init__(self, prep: Prepared, coupled: list[ModelDemand], tau: float, budget: Budget) -> None:
+        self.prep = prep
+        self.models = coupled
+        self.tau = tau
+        self.budget = budget
+        self.types = sorted(prep.limited)
+        tix = {t: k for k, t in enumerate(self.types)}
+        fixed = np.zeros(len(self.types))
+        serving = {v.name for m in coupled for v in prep.usable[m.name]}
+        for v in prep.variants:  # excluded variants held at their floor on limited types
+            if v.name not in serving and v.name not in prep.rate and v.accelerator in tix:
+                fixed[tix[v.accelerator]] += v.accelerators_per_replica * v.min_replicas
+        self.capacity = np.array([float(prep.inventory[t]) for t in self.types]) - fixed
+        self.variants = [list(prep.usable[m.name]) for m in coupled]
+        self.static: list[list[tuple]] = []
+        for m, vs in zip(coupled, self.variants):
+            self.static.append([
+                (prep.rate[v.name], prep.cost[v.name], tix.get(v.accelerator, -1), v.accelerators_per_replica,
+                 v.current_replicas, v.min_replicas, replica_ceiling(m.load_rps, prep.rate[v.name], v))
+                for v in vs])
+        self.pool: list[dict[tuple[int, ...], Column]] = [{} for _ in coupled]
+
+    # -- patterns ------------------------------------------------------------------------------------
+
+    def column(self, j: int, counts) -> Column:
+        """The (pooled) column of model j with these counts."""
+        key = tuple(int(k) for k in counts)
+        col = self.pool[j].get(key)
+        if col is None:
+            use = np.zeros(len(self.types))
+            cost = capacity = 0.0
+            for (r, c, t, a, cur, _, _), k in zip(self.static[j], key):
+                if t >= 0:
+                    use[t] += a * k
+                cost += c * k + self.tau * c * abs(k - cur)
+                capacity += r * k
+            col = self.pool[j][key] = Column(key, use, cost, unserved_load(self.models[j].load_rps, capacity))
+        return col
+
+    def items(self, j: int, lam, sigma: float) -> list[Item]:
+        """Model j's variants priced at ``lam`` per accelerator and ``sigma`` per unit of cost."""
+        st = sigma * self.tau
+        return [Item(r, sigma * c + (lam[t] * a if t >= 0 else 0.0), st * c, cur, lo, hi, t, a)
+                for r, c, t, a, cur, lo, hi in self.static[j]]
+
+    def search(self, j: int, lam, weight: float, ucap: float, sigma: float, room=None) -> Pattern:
+        """Model j's best pattern at prices ``lam`` (within ``room`` when given)."""
+        self.budget.searches += 1
+        return best_pattern(self.models[j].load_rps, ucap, weight, self.items(j, lam, sigma), room,
+                            work=self.budget.nodes)
+
+    def objective(self, stage: Stage, j: int, col: Column) -> float:
+        return float(stage.weight[j] * col.unserved + stage.sigma * col.cost)
+
+    # -- one stage -------------------------------------------------------------------------------------
+
+    def solve_stage(self, stage: Stage, incumbent: list[tuple[int, ...]], seconds: float) -> StageResult:
+        """Column generation, then the best integer choice of patterns; see the module docstring."""
+        master = _Master(self, stage)
+        for j in range(len(self.models)):
+            for col in self.pool[j].values():
+                master.add(j, col)
+        chosen = [master.add(j, self.column(j, counts), force=True) for j, counts in enumerate(incumbent)]
+        best_value = sum(master.obj[i] for i in chosen)
+        deadline = self.budget.spent() + seconds
+        bound = -math.inf
+
+        def closed() -> bool:
+            return best_value - bound <= stage.tolerance(best_value)
+
+        # column generation: stop when nothing prices out, the bound meets the incumbent or time is up
+        while self.budget.spent() < deadline - (1 - CG_SHARE) * seconds:
+            duals = master.solve_lp()
+            if duals is None:
+                break
+            lp_value, pi, lam, mu = duals
+            round_bound, added, exact = self._price(master, stage, pi, lam, mu)
+            if exact:
+                bound = max(bound, round_bound)
+            if added == 0 or closed() or lp_value - bound <= 0.1 * stage.tolerance(best_value):
+                break
+        # the incumbent: best choice of the generated patterns, then best answers in what is left
+        for round_ in range(RESPONSE_ROUNDS + 1):
+            if closed() or self.budget.spent() >= deadline:
+                break
+            if round_ > 0 and self._respond(master, stage, chosen) == 0:
+                break
+            picked = master.solve_ip(chosen, bound + stage.tolerance(best_value), max(deadline - self.budget.spent(), 0.05))
+            if picked is not None:
+                value = sum(master.obj[i] for i in picked)
+                if value < best_value - 1e-12 * max(1.0, abs(best_value)):
+                    chosen, best_value = picked, value
+        return stage.result([master.cols[i][1].counts for i in chosen], best_value, bound)
+
+    def _price(self, master: "_Master", stage: Stage, pi, lam, mu) -> tuple[float, int, bool]:
+        """One pricing round: (Lagrangian bound, columns added, whether every search was exact)."""
+        bound, found = self.lagrangian(stage, lam, mu)
+        added = 0
+        for j, pattern in enumerate(found):
+            if pattern.counts is not None and pattern.value < pi[j] - 1e-9 * max(1.0, abs(pi[j])):
+                added += master.add(j, self.column(j, pattern.counts)) is not None
+        return bound, added, all(p.exact for p in found)
+
+    def lagrangian(self, stage: Stage, lam, mu) -> tuple[float, list[Pattern]]:
+        """The Lagrangian bound of the stage at prices ``lam`` (per type) and ``mu`` (per frozen level),
+        both >= 0, and every model's best pattern at those prices.
+
+        Weak duality: for any allocation meeting the inventory and level rows, its objective is at
+        least ``sum_j (priced optimum of j) - lam . capacity - mu . level caps``.  Valid only when every
+        search was exact (``Pattern.exact``).
+        """
+        lam = np.maximum(np.asarray(lam, dtype=float), 0.0)
+        mu = np.maximum(np.asarray(mu, dtype=float), 0.0)
+        level_of = {j: q for q, (members, _) in enumerate(stage.rows) for j in members}
+        bound = -float(lam @ self.capacity) - sum(float(m) * cap for m, (_, cap) in zip(mu, stage.rows))
+        found = []
+        for j in range(len(self.models)):
+            q = level_of.get(j)
+            weight = float(stage.weight[j]) + (float(mu[q]) if q is not None else 0.0)
+            pattern = self.search(j, lam, weight, float(stage.ucap[j]), stage.sigma)
+            bound += pattern.value
+            found.append(pattern)
+        return bound, found
+
+    def _respond(self, master: "_Master", stage: Stage, chosen: list[int]) -> int:
+        """Add each model's best pattern within the inventory the others' chosen patterns leave
+        (a frozen level's model may not leave more unserved than it does now); returns how many."""
+        cols = [master.cols[i][1] for i in chosen]
+        use = sum((c.use for c in cols), np.zeros(len(self.types)))
+        zero = np.zeros(len(self.types))
+        added = 0
+        for j, mine in enumerate(cols):
+            ucap = float(stage.ucap[j])
+            if j in master.level_of:
+                ucap = min(ucap, mine.unserved)
+            found = self.search(j, zero, float(stage.weight[j]), ucap, stage.sigma, self.capacity - (use - mine.use))
+            if found.counts is not None:
+                added += master.add(j, self.column(j, found.counts)) is not None
+        return added
+
+
+class _Master:
+    """The restricted master problem of one stage in HiGHS (rows: one per model, per limited type,
+    per frozen level; one column per pattern)."""
+
+    def __init__(self, dec: Decomposition, stage: Stage) -> None:
+        import highspy
+
+        self.highspy = highspy
+        self.dec = dec
+        self.stage = stage
+        self.h = h = highspy.Highs()
+        h.setOptionValue("output_flag", False)
+        h.setOptionValue("threads", 1)
+        h.setOptionValue("random_seed", 0)
+        self.n_models = n = len(dec.models)
+        self.n_types = t = len(dec.types)
+        inf = highspy.kHighsInf
+        caps = [cap for _, cap in stage.rows]
+        lower = np.concatenate([np.ones(n), np.full(t + len(caps), -inf)])
+        upper = np.concatenate([np.ones(n), dec.capacity, np.array(caps, dtype=float)])
+        h.addRows(len(lower), lower, upper, 0, np.zeros(len(lower), dtype=np.int32),
+                  np.zeros(0, dtype=np.int32), np.zeros(0))
+        self.level_of = {j: q for q, (members, _) in enumerate(stage.rows) for j in members}
+        self.cols: list[tuple[int, Column]] = []
+        self.obj: list[float] = []
+        self.index: dict[tuple[int, tuple[int, ...]], int] = {}
+        self.integral = 0  # columns [0, integral) are already marked integer
+        self.runtime = 0.0
+
+    def add(self, j: int, col: Column, force: bool = False) -> int | None:
+        """Add model j's column unless present or (``force`` aside) inadmissible; returns its index."""
+        key = (j, col.counts)
+        if key in self.index:
+            return self.index[key]
+        cap = float(self.stage.ucap[j])
+        if col.unserved > cap + 1e-9 * max(1.0, cap) and not force:
+            return None
+        idx = [j]
+        val = [1.0]
+        for t in np.flatnonzero(col.use):
+            idx.append(self.n_models + int(t))
+            val.append(float(col.use[t]))
+        q = self.level_of.get(j)
+        if q is not None and col.unserved > 0:
+            idx.append(self.n_models + self.n_types + q)
+            val.append(col.unserved)
+        obj = self.dec.objective(self.stage, j, col)
+        self.h.addCols(1, np.array([obj]), np.array([0.0]), np.array([1.0]), len(idx),
+                       np.array([0], dtype=np.int32), np.array(idx, dtype=np.int32), np.array(val))
+        self.index[key] = len(self.cols)
+        self.cols.append((j, col))
+        self.obj.append(obj)
+        return len(self.cols) - 1
+
+    def _run(self, seconds: float) -> None:
+        self.h.setOptionValue("time_limit", self.runtime + max(seconds, 0.01))
+        self.h.run()
+        now = float(self.h.getRunTime())  # the solver's run clock accumulates over runs
+        self.dec.budget.solver += now - self.runtime
+        self.runtime = now
+
+    def _integrality(self, integer: bool) -> None:
+        n = len(self.cols)
+        self.h.changeColsIntegrality(n, np.arange(n, dtype=np.int32), np.full(n, 1 if integer else 0, dtype=np.uint8))
+
+    def solve_lp(self):
+        """(LP value, pi per model, lam per type >= 0, mu per frozen level >= 0), or None."""
+        self._integrality(False)
+        self._run(max(self.dec.budget.left(), 0.05))
+        if self.h.getModelStatus() != self.highspy.HighsModelStatus.kOptimal:
+            return None
+        dual = np.asarray(self.h.getSolution().row_dual, dtype=float)
+        n, t = self.n_models, self.n_types
+        value = float(self.h.getInfo().objective_function_value)
+        return value, dual[:n], np.maximum(-dual[n:n + t], 0.0), np.maximum(-dual[n + t:], 0.0)
+
+    def solve_ip(self, start: list[int], target: float, seconds: float) -> list[int] | None:
+        """Best one-pattern-per-model choice found within ``seconds`` (stopping once at ``target``),
+        warm-started with ``start``; the chosen column per model, or None."""
+        hs = self.highspy
+        self._integrality(True)
+        sol = hs.HighsSolution()
+        values = np.zeros(len(self.cols))
+        values[start] = 1.0
+        sol.col_value = values.tolist()
+        sol.value_valid = True
+        self.h.setSolution(sol)
+        self.h.setOptionValue("objective_target", target)
+        self.h.setOptionValue("mip_rel_gap", 1e-6)
+        self._run(seconds)
+        self.h.setOptionValue("objective_target", -hs.kHighsInf)
+        if self.h.getInfo().primal_solution_status != 2:  # kSolutionStatusFeasible
+            return None
+        x = np.asarray(self.h.getSolution().col_value)
+        picked: list[int | None] = [None] * self.n_models
+        for i, (j, _) in enumerate(self.cols):
+            if x[i] > 0.5:
+                picked[j] = i
+        if any(i is None for i in picked):
+            return None
+        return picked  # type: ignore[return-value]
