@@ -40,6 +40,8 @@ SECONDS_PER_SEARCH = 3e-5
 """Time charged per per-model search call (building its items, bookkeeping)."""
 CG_SHARE = 0.6
 """Share of a stage's time that column generation may use before the incumbent is searched for."""
+SMOOTHING = 0.5
+"""Weight of the best-bound prices in the prices a pricing round uses (0: plain column generation)."""
 RESPONSE_ROUNDS = 2
 """Rounds of adding each model's best answer in the inventory the others leave."""
 
@@ -140,6 +142,21 @@ class Decomposition:
                  v.current_replicas, v.min_replicas, replica_ceiling(m.load_rps, prep.rate[v.name], v))
                 for v in vs])
         self.pool: list[dict[tuple[int, ...], Column]] = [{} for _ in coupled]
+        for j in range(len(coupled)):
+            self._seed(j)
+
+    def _seed(self, j: int) -> None:
+        """Start model j's pool with its floors alone and with each variant alone covering the load:
+        the first master LP can then mix every variant, which saves most of the first rounds of
+        column generation (whose prices are otherwise far off)."""
+        rows = self.static[j]
+        floors = [lo for *_, lo, _ in rows]
+        self.column(j, floors)
+        left = self.models[j].load_rps - sum(r * lo for (r, *_), lo in zip(rows, floors))
+        for i, (r, _, _, _, _, lo, hi) in enumerate(rows):
+            counts = list(floors)
+            counts[i] = min(hi, lo + max(int(math.ceil(left / r - 1e-9)), 0))
+            self.column(j, counts)
 
     # -- patterns ------------------------------------------------------------------------------------
 
@@ -189,15 +206,26 @@ class Decomposition:
         def closed() -> bool:
             return best_value - bound <= stage.tolerance(best_value)
 
-        # column generation: stop when nothing prices out, the bound meets the incumbent or time is up
+        # column generation: stop when nothing prices out, the bound meets the incumbent or time is up.
+        # Prices are smoothed toward those of the best bound so far (Wentges), which damps the
+        # oscillation of plain column generation; a round that finds nothing at the smoothed prices
+        # is repeated at the master's own.
+        center: tuple[np.ndarray, np.ndarray] | None = None
         while self.budget.spent() < deadline - (1 - CG_SHARE) * seconds:
             duals = master.solve_lp()
             if duals is None:
                 break
             lp_value, pi, lam, mu = duals
-            round_bound, added, exact = self._price(master, stage, pi, lam, mu)
-            if exact:
-                bound = max(bound, round_bound)
+            added = 0
+            for alpha in ((SMOOTHING, 0.0) if center is not None else (0.0,)):
+                at = (lam, mu) if alpha == 0.0 else (alpha * center[0] + (1 - alpha) * lam,
+                                                     alpha * center[1] + (1 - alpha) * mu)
+                round_bound, found = self.lagrangian(stage, *at)
+                if all(f.exact for f in found) and round_bound > bound:
+                    bound, center = round_bound, (np.asarray(at[0], dtype=float), np.asarray(at[1], dtype=float))
+                added = self._add_priced(master, found, pi, lam, mu)
+                if added:
+                    break
             if added == 0 or closed() or lp_value - bound <= 0.1 * stage.tolerance(best_value):
                 break
         # the incumbent: best choice of the generated patterns, then best answers in what is left
@@ -206,21 +234,24 @@ class Decomposition:
                 break
             if round_ > 0 and self._respond(master, stage, chosen) == 0:
                 break
-            picked = master.solve_ip(chosen, bound + stage.tolerance(best_value), max(deadline - self.budget.spent(), 0.05))
+            picked = master.solve_ip(chosen, bound + stage.tolerance(best_value), best_value,
+                                     max(deadline - self.budget.spent(), 0.05))
             if picked is not None:
                 value = sum(master.obj[i] for i in picked)
                 if value < best_value - 1e-12 * max(1.0, abs(best_value)):
                     chosen, best_value = picked, value
         return stage.result([master.cols[i][1].counts for i in chosen], best_value, bound)
 
-    def _price(self, master: "_Master", stage: Stage, pi, lam, mu) -> tuple[float, int, bool]:
-        """One pricing round: (Lagrangian bound, columns added, whether every search was exact)."""
-        bound, found = self.lagrangian(stage, lam, mu)
+    def _add_priced(self, master: "_Master", found: list[Pattern], pi, lam, mu) -> int:
+        """Add the patterns whose reduced cost at the master's prices is negative; returns how many."""
         added = 0
         for j, pattern in enumerate(found):
-            if pattern.counts is not None and pattern.value < pi[j] - 1e-9 * max(1.0, abs(pi[j])):
-                added += master.add(j, self.column(j, pattern.counts)) is not None
-        return bound, added, all(p.exact for p in found)
+            if pattern.counts is None:
+                continue
+            col = self.column(j, pattern.counts)
+            if master.reduced_cost(j, col, pi, lam, mu) < -1e-9 * max(1.0, abs(pi[j])):
+                added += master.add(j, col) is not None
+        return added
 
     def lagrangian(self, stage: Stage, lam, mu) -> tuple[float, list[Pattern]]:
         """The Lagrangian bound of the stage at prices ``lam`` (per type) and ``mu`` (per frozen level),
@@ -336,13 +367,104 @@ class _Master:
         value = float(self.h.getInfo().objective_function_value)
         return value, dual[:n], np.maximum(-dual[n:n + t], 0.0), np.maximum(-dual[n + t:], 0.0)
 
-    def solve_ip(self, start: list[int], target: float, seconds: float) -> list[int] | None:
-        """Best one-pattern-per-model choice found within ``seconds`` (stopping once at ``target``),
-        warm-started with ``start``; the chosen column per model, or None."""
+    def reduced_cost(self, j: int, col: Column, pi, lam, mu) -> float:
+        """Objective of the column minus what it is worth at the master's prices."""
+        q = self.level_of.get(j)
+        worth = pi[j] - float(lam @ col.use) - (float(mu[q]) * col.unserved if q is not None else 0.0)
+        return self.dec.objective(self.stage, j, col) - worth
+
+    def solve_ip(self, start: list[int], target: float, incumbent: float, seconds: float) -> list[int] | None:
+        """Best one-pattern-per-model choice found within ``seconds``, warm-started with ``start``.
+
+        Reduced-cost filtering: with the master LP at value ``z``, any choice of value ``<= t`` only
+        uses columns of reduced cost ``<= t - z``.  So the choice is first sought among the columns
+        that could reach ``target`` (few: the LP's own and its near ties), and only if that finds
+        nothing at the target among those that could improve on ``incumbent`` at all.
+        Returns the chosen column per model, or None.
+        """
+        duals = self.solve_lp()
+        if duals is None:
+            return None
+        lp_value = duals[0]
+        rc = np.asarray(self.h.getSolution().col_dual, dtype=float)
+        best: list[int] | None = None
+        rounded = self.round(np.asarray(self.h.getSolution().col_value, dtype=float), start)
+        if rounded is not None:
+            best = rounded
+            if sum(self.obj[i] for i in rounded) <= target:
+                return rounded
+            if sum(self.obj[i] for i in rounded) < sum(self.obj[i] for i in start):
+                start = rounded
+        until = self.dec.budget.spent() + seconds
+        for limit in (target, incumbent):
+            if limit - lp_value < 0 or self.dec.budget.left() <= 0:
+                continue
+            keep = rc <= (limit - lp_value) + 1e-9 * max(1.0, abs(limit))
+            keep[start] = True
+            picked = self._ip(start, keep, target, until - self.dec.budget.spent())
+            if picked is not None:
+                best = picked
+                value = sum(self.obj[i] for i in picked)
+                if value <= target:
+                    break
+                start = picked
+        return best
+
+    def round(self, x: np.ndarray, start: list[int]) -> list[int] | None:
+        """A choice near the LP solution ``x``: each model's largest column, then moves off over-used
+        rows (least objective added per unit of over-use removed), then improving moves that fit.
+        ``None`` if the over-use cannot be removed."""
+        n = len(self.cols)
+        model = np.fromiter((j for j, _ in self.cols), dtype=np.int64, count=n)
+        obj = np.asarray(self.obj, dtype=float)
+        rows = self.n_types + len(self.stage.rows)
+        use = np.zeros((n, rows))  # per column: accelerators per type, then unserved per frozen level
+        for i, (j, col) in enumerate(self.cols):
+            use[i, :self.n_types] = col.use
+            q = self.level_of.get(j)
+            if q is not None:
+                use[i, self.n_types + q] = col.unserved
+        cap = np.concatenate([self.dec.capacity, [c for _, c in self.stage.rows]])
+        order = np.lexsort((np.arange(n), -x, model))  # per model, largest x first
+        pick = np.array(start, dtype=np.int64)
+        first = np.ones(n, dtype=bool)
+        first[1:] = model[order][1:] != model[order][:-1]
+        pick[model[order][first]] = order[first]
+        total = use[pick].sum(axis=0)
+        for _ in range(2 * self.n_models):
+            over = np.maximum(total - cap, 0.0)
+            if not (over > 1e-9 * np.maximum(1.0, cap)).any():
+                break
+            delta = use - use[pick[model]]
+            freed = np.minimum(np.maximum(-delta, 0.0), over).sum(axis=1)
+            fits = ((total + delta <= cap + 1e-9 * np.maximum(1.0, cap)) | (delta <= 0)).all(axis=1)
+            score = np.where((freed > 1e-12) & fits, (obj - obj[pick[model]]) / np.maximum(freed, 1e-12), np.inf)
+            i = int(np.argmin(score))
+            if not np.isfinite(score[i]):
+                return None
+            total += delta[i]
+            pick[model[i]] = i
+        else:
+            return None
+        for _ in range(2 * self.n_models):  # improving moves that keep every row within its cap
+            delta = use - use[pick[model]]
+            fits = (total + delta <= cap + 1e-9 * np.maximum(1.0, cap)).all(axis=1)
+            gain = np.where(fits, obj - obj[pick[model]], np.inf)
+            i = int(np.argmin(gain))
+            if not gain[i] < -1e-9 * max(1.0, abs(obj[pick[model[i]]])):
+                break
+            total += delta[i]
+            pick[model[i]] = i
+        return [int(i) for i in pick]
+
+    def _ip(self, start: list[int], keep: np.ndarray, target: float, seconds: float) -> list[int] | None:
         hs = self.highspy
+        n = len(self.cols)
+        every = np.arange(n, dtype=np.int32)
         self._integrality(True)
+        self.h.changeColsBounds(n, every, np.zeros(n), keep.astype(float))
         sol = hs.HighsSolution()
-        values = np.zeros(len(self.cols))
+        values = np.zeros(n)
         values[start] = 1.0
         sol.col_value = values.tolist()
         sol.value_valid = True
@@ -351,9 +473,11 @@ class _Master:
         self.h.setOptionValue("mip_rel_gap", 1e-6)
         self._run(seconds)
         self.h.setOptionValue("objective_target", -hs.kHighsInf)
-        if self.h.getInfo().primal_solution_status != 2:  # kSolutionStatusFeasible
+        found = self.h.getInfo().primal_solution_status == 2  # kSolutionStatusFeasible
+        x = np.asarray(self.h.getSolution().col_value) if found else None
+        self.h.changeColsBounds(n, every, np.zeros(n), np.ones(n))
+        if x is None:
             return None
-        x = np.asarray(self.h.getSolution().col_value)
         picked: list[int | None] = [None] * self.n_models
         for i, (j, _) in enumerate(self.cols):
             if x[i] > 0.5:
