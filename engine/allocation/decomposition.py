@@ -42,6 +42,10 @@ CG_SHARE = 0.6
 """Share of a stage's time that column generation may use before the incumbent is searched for."""
 SMOOTHING = 0.5
 """Weight of the best-bound prices in the prices a pricing round uses (0: plain column generation)."""
+ROUND_LP = True
+"""Round the master LP's solution (with repair) before searching the restricted master by branch and bound."""
+SEED_POOLS = True
+"""Start each model's pool with its floors and each variant alone covering its load."""
 RESPONSE_ROUNDS = 2
 """Rounds of adding each model's best answer in the inventory the others leave."""
 
@@ -103,8 +107,8 @@ class Stage:
         """The stage's outcome for this incumbent and bound (gap unknown without a finite bound)."""
         if not math.isfinite(bound):
             return StageResult(counts, value, bound, None, False)
-        gap = max(value - bound, 0.0) / self.relative_to(value)
-        return StageResult(counts, value, bound, gap, gap <= self.mip_gap)
+        gap = float(max(value - bound, 0.0) / self.relative_to(value))
+        return StageResult(counts, float(value), float(bound), gap, gap <= self.mip_gap)
 
 
 @dataclass
@@ -142,7 +146,7 @@ class Decomposition:
                  v.current_replicas, v.min_replicas, replica_ceiling(m.load_rps, prep.rate[v.name], v))
                 for v in vs])
         self.pool: list[dict[tuple[int, ...], Column]] = [{} for _ in coupled]
-        for j in range(len(coupled)):
+        for j in range(len(coupled) if SEED_POOLS else 0):
             self._seed(j)
 
     def _seed(self, j: int) -> None:
@@ -217,7 +221,7 @@ class Decomposition:
                 break
             lp_value, pi, lam, mu = duals
             added = 0
-            for alpha in ((SMOOTHING, 0.0) if center is not None else (0.0,)):
+            for alpha in ((SMOOTHING, 0.0) if center is not None and SMOOTHING > 0 else (0.0,)):
                 at = (lam, mu) if alpha == 0.0 else (alpha * center[0] + (1 - alpha) * lam,
                                                      alpha * center[1] + (1 - alpha) * mu)
                 round_bound, found = self.lagrangian(stage, *at)
@@ -346,7 +350,7 @@ class _Master:
         return len(self.cols) - 1
 
     def _run(self, seconds: float) -> None:
-        self.h.setOptionValue("time_limit", self.runtime + max(seconds, 0.01))
+        self.h.setOptionValue("time_limit", max(seconds, 0.01))  # per run; getRunTime() accumulates
         self.h.run()
         now = float(self.h.getRunTime())  # the solver's run clock accumulates over runs
         self.dec.budget.solver += now - self.runtime
@@ -388,7 +392,7 @@ class _Master:
         lp_value = duals[0]
         rc = np.asarray(self.h.getSolution().col_dual, dtype=float)
         best: list[int] | None = None
-        rounded = self.round(np.asarray(self.h.getSolution().col_value, dtype=float), start)
+        rounded = self.round(np.asarray(self.h.getSolution().col_value, dtype=float), start) if ROUND_LP else None
         if rounded is not None:
             best = rounded
             if sum(self.obj[i] for i in rounded) <= target:

@@ -252,10 +252,13 @@ class HighsStage:
         integral = np.zeros(n, dtype=np.uint8)
         integral[list(self.x.values())] = 1
         h.changeColsIntegrality(n, self.every, integral)
-        for j, m in enumerate(coupled):  # demand: sum r x + u >= load
+        for j, m in enumerate(coupled):  # demand: sum r x + u >= load, and its rounding cuts
             vs = prep.usable[m.name]
             idx = np.array([self.x[v.name] for v in vs] + [self.u[j]], dtype=np.int32)
             h.addRow(m.load_rps, inf, len(idx), idx, np.array([prep.rate[v.name] for v in vs] + [1.0]))
+            for cut, rhs in mir_cuts([(self.x[v.name], prep.rate[v.name]) for v in vs], self.u[j], m.load_rps):
+                h.addRow(rhs, inf, len(cut), np.array([i for i, _ in cut], dtype=np.int32),
+                         np.array([c for _, c in cut]))
         for t, cap in sorted(capacity.items()):  # inventory
             vs = [v for v in self.variants if v.accelerator == t]
             if vs:
@@ -302,7 +305,7 @@ class HighsStage:
         sol.value_valid = True
         h.setSolution(sol)
         h.setOptionValue("objective_target", target)
-        h.setOptionValue("time_limit", self.runtime + max(seconds, 0.01))
+        h.setOptionValue("time_limit", max(seconds, 0.01))  # per run; getRunTime() accumulates
         h.run()
         self.runtime = float(h.getRunTime())
         h.setOptionValue("objective_target", -self.highspy.kHighsInf)

@@ -30,6 +30,10 @@ from engine.perf import replicas_needed
 
 FIRST_STAGES_SHARE = 0.5
 """Share of what is left of the time limit an unserved-load stage may use (cost gets the rest)."""
+DECOMPOSE_FROM_VARIANTS = 1000
+"""Below this many serving variants of coupled models, HiGHS's branch and bound on the compact model
+solves every stage directly (it proves such instances in milliseconds, faster than the decomposition
+gets going); from it on, the decomposition comes first (see docs/benchmarks.md)."""
 DECOMPOSITION_SHARE = 0.6
 """Share of a stage's time for the decomposition; HiGHS's branch and bound may use the rest."""
 
@@ -118,7 +122,8 @@ def _decomposed(problem: AllocationProblem, prep: Prepared, coupled: list[ModelD
     unserved load is frozen: at zero by forbidding its models any unserved load, otherwise as a
     level row ``sum <= total``.  A stage the decomposition does not prove is continued by HiGHS's
     branch and bound on the compact model (:class:`.milp.HighsStage`), warm-started from its
-    incumbent, for the stage's remaining time; the better bound and incumbent are kept.
+    incumbent, for the stage's remaining time; the better bound and incumbent are kept.  Small
+    instances (fewer than ``DECOMPOSE_FROM_VARIANTS`` variants) go to HiGHS directly.
     """
     budget = Budget(max(float(problem.time_limit_s), 0.01))
     dec = Decomposition(prep, coupled, problem.transition_penalty, budget)
@@ -133,12 +138,18 @@ def _decomposed(problem: AllocationProblem, prep: Prepared, coupled: list[ModelD
     def level_total(members: list[int]) -> float:
         return float(sum(dec.column(j, incumbent[j]).unserved for j in members))
 
+    small = sum(len(vs) for vs in dec.variants) < DECOMPOSE_FROM_VARIANTS
+
     def run(stage: Stage, seconds: float) -> list[tuple[int, ...]]:
         nonlocal proven
         deadline = budget.spent() + seconds
-        result = dec.solve_stage(stage, incumbent, seconds * DECOMPOSITION_SHARE)
-        if not result.proven and budget.spent() < deadline:
-            result = finisher.improve(stage, result, deadline - budget.spent())
+        if small:
+            value = sum(dec.objective(stage, j, dec.column(j, c)) for j, c in enumerate(incumbent))
+            result = finisher.improve(stage, stage.result(incumbent, value, -math.inf), seconds)
+        else:
+            result = dec.solve_stage(stage, incumbent, seconds * DECOMPOSITION_SHARE)
+            if not result.proven and budget.spent() < deadline:
+                result = finisher.improve(stage, result, deadline - budget.spent())
         gaps[stage.label] = result.gap
         proven &= result.proven
         return result.counts

@@ -470,6 +470,7 @@ def test_decomposition_agrees_with_the_plain_milp(monkeypatch):
 
     inst, inventory = _eight_type_instance(40, shortage=False)
     problem = AllocationProblem(inst.models, inst.variants, inst.unit_costs, inventory, time_limit_s=30, mip_gap=1e-3)
+    monkeypatch.setattr(solver, "DECOMPOSE_FROM_VARIANTS", 0)  # the decomposition, however small
     fast = solve(problem)
     monkeypatch.setattr(solver, "decomposition_applies", lambda problem, floors, solver_key: False)
     exact = solve(AllocationProblem(inst.models, inst.variants, inst.unit_costs, inventory, time_limit_s=60,
@@ -509,7 +510,7 @@ def _two_models_one_running():
     return AllocationProblem(models, variants, {"G": 1.0, "H": 5.0}, {"G": 1, "H": 1}, transition_penalty=0.5)
 
 
-@pytest.mark.parametrize("path", ["decomposition", "compact-highs", "compact-cbc"])
+@pytest.mark.parametrize("path", ["decomposition", "highs-stages", "compact-highs", "compact-cbc"])
 def test_cost_stage_may_move_unserved_load_within_a_level(path, monkeypatch):
     """Freezing each model's unserved load after the priority stage would keep A-g=1, A-h=1 and remove
     B's running replica (objective 11.5) and still call it optimal; the level's total (2 req/s) is
@@ -519,7 +520,9 @@ def test_cost_stage_may_move_unserved_load_within_a_level(path, monkeypatch):
     import engine.allocation.solver as solver
 
     problem = _two_models_one_running()
-    if path != "decomposition":
+    if path == "decomposition":
+        monkeypatch.setattr(solver, "DECOMPOSE_FROM_VARIANTS", 0)
+    elif path != "highs-stages":
         monkeypatch.setattr(solver, "decomposition_applies", lambda problem, floors, solver_key: False)
     if path == "compact-cbc":
         problem = dataclasses.replace(problem, solver="cbc")
@@ -571,9 +574,17 @@ def _shortage_instance(seed: int) -> AllocationProblem:
     return AllocationProblem(models, variants, costs, inventory, transition_penalty=tau)
 
 
+@pytest.mark.parametrize("decompose", [False, True], ids=["highs-stages", "decomposition"])
 @pytest.mark.parametrize("seed", range(30))
-def test_small_shortage_optimum_is_found_and_proven(seed):
+def test_small_shortage_optimum_is_found_and_proven(seed, decompose, monkeypatch):
+    """Both stage solvers find the enumerated optimum and prove it (the decomposition, forced on these
+    tiny instances, proves what its bound can and leaves the rest to HiGHS's branch and bound)."""
     import dataclasses
+
+    import engine.allocation.solver as solver
+
+    if decompose:
+        monkeypatch.setattr(solver, "DECOMPOSE_FROM_VARIANTS", 0)
 
     problem = _shortage_instance(seed)
     best = _brute_force(problem)
