@@ -28,14 +28,12 @@ from engine.allocation.problem import (
 from engine.allocation.search import size_alone
 from engine.perf import replicas_needed
 
-FIRST_STAGES_SHARE = 0.5
+FIRST_STAGES_SHARE = 0.7
 """Share of what is left of the time limit an unserved-load stage may use (cost gets the rest)."""
 DECOMPOSE_FROM_VARIANTS = 1000
 """Below this many serving variants of coupled models, HiGHS's branch and bound on the compact model
 solves every stage directly (it proves such instances in milliseconds, faster than the decomposition
 gets going); from it on, the decomposition comes first (see docs/benchmarks.md)."""
-DECOMPOSITION_SHARE = 0.6
-"""Share of a stage's time for the decomposition; HiGHS's branch and bound may use the rest."""
 
 
 def solve(problem: AllocationProblem) -> Allocation:
@@ -122,7 +120,7 @@ def _decomposed(problem: AllocationProblem, prep: Prepared, coupled: list[ModelD
     unserved load is frozen: at zero by forbidding its models any unserved load, otherwise as a
     level row ``sum <= total``.  A stage the decomposition does not prove is continued by HiGHS's
     branch and bound on the compact model (:class:`.milp.HighsStage`), warm-started from its
-    incumbent, for the stage's remaining time; the better bound and incumbent are kept.  Small
+    incumbent, for what is left of the stage's time; the better bound and incumbent are kept.  Small
     instances (fewer than ``DECOMPOSE_FROM_VARIANTS`` variants) go to HiGHS directly.
     """
     budget = Budget(max(float(problem.time_limit_s), 0.01))
@@ -147,7 +145,7 @@ def _decomposed(problem: AllocationProblem, prep: Prepared, coupled: list[ModelD
             value = sum(dec.objective(stage, j, dec.column(j, c)) for j, c in enumerate(incumbent))
             result = finisher.improve(stage, stage.result(incumbent, value, -math.inf), seconds)
         else:
-            result = dec.solve_stage(stage, incumbent, seconds * DECOMPOSITION_SHARE)
+            result = dec.solve_stage(stage, incumbent, seconds)
             if not result.proven and budget.spent() < deadline:
                 result = finisher.improve(stage, result, deadline - budget.spent())
         gaps[stage.label] = result.gap
@@ -181,6 +179,8 @@ class _Finisher:
         self.frozen = 0
 
     def improve(self, stage: Stage, result: StageResult, seconds: float) -> StageResult:
+        """HiGHS's branch and bound on the stage, from the result's incumbent, stopping within the
+        stage's gap of the result's bound; the better incumbent and the better bound are kept."""
         dec = self.dec
         if self.model is None:
             capacity = {t: float(c) for t, c in zip(dec.types, dec.capacity)}
