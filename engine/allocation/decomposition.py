@@ -40,12 +40,18 @@ SECONDS_PER_SEARCH = 3e-5
 """Time charged per per-model search call (building its items, bookkeeping)."""
 CG_SHARE = 0.6
 """Share of a stage's time that column generation may use before the incumbent is searched for."""
-SMOOTHING = 0.5
-"""Weight of the best-bound prices in the prices a pricing round uses (0: plain column generation)."""
+SMOOTHING = 0.0
+"""Weight of the best-bound prices in the prices a pricing round uses (Wentges smoothing; 0: plain
+column generation, which measured faster on the benchmark, see docs/benchmarks.md)."""
+AIM = 0.01
+"""The integer choice is searched until within this fraction of the stage's tolerance of the bound:
+a stage is proven within ``mip_gap``, but a priority level decided tighter leaves the levels after it
+the allocation a strict priority order asks for."""
 ROUND_LP = True
 """Round the master LP's solution (with repair) before searching the restricted master by branch and bound."""
-SEED_POOLS = True
-"""Start each model's pool with its floors and each variant alone covering its load."""
+SEED_POOLS = False
+"""Start each model's pool with its floors and each variant alone covering its load (off: the larger
+restricted master measured slower and decided the priority levels less tightly, docs/benchmarks.md)."""
 RESPONSE_ROUNDS = 2
 """Rounds of adding each model's best answer in the inventory the others leave."""
 
@@ -207,13 +213,12 @@ class Decomposition:
         deadline = self.budget.spent() + seconds
         bound = -math.inf
 
-        def closed() -> bool:
-            return best_value - bound <= stage.tolerance(best_value)
+        def closed(aim: float = 1.0) -> bool:
+            return best_value - bound <= aim * stage.tolerance(best_value)
 
         # column generation: stop when nothing prices out, the bound meets the incumbent or time is up.
-        # Prices are smoothed toward those of the best bound so far (Wentges), which damps the
-        # oscillation of plain column generation; a round that finds nothing at the smoothed prices
-        # is repeated at the master's own.
+        # With SMOOTHING, prices are smoothed toward those of the best bound so far (Wentges); a round
+        # that finds nothing at the smoothed prices is repeated at the master's own.
         center: tuple[np.ndarray, np.ndarray] | None = None
         while self.budget.spent() < deadline - (1 - CG_SHARE) * seconds:
             duals = master.solve_lp()
@@ -234,11 +239,11 @@ class Decomposition:
                 break
         # the incumbent: best choice of the generated patterns, then best answers in what is left
         for round_ in range(RESPONSE_ROUNDS + 1):
-            if closed() or self.budget.spent() >= deadline:
+            if closed(AIM) or self.budget.spent() >= deadline:
                 break
             if round_ > 0 and self._respond(master, stage, chosen) == 0:
                 break
-            picked = master.solve_ip(chosen, bound + stage.tolerance(best_value), best_value,
+            picked = master.solve_ip(chosen, bound + AIM * stage.tolerance(best_value), best_value,
                                      max(deadline - self.budget.spent(), 0.05))
             if picked is not None:
                 value = sum(master.obj[i] for i in picked)
