@@ -53,6 +53,8 @@ SEED_POOLS = False
 """Start each model's pool with its floors and each variant alone covering its load (off: the larger
 restricted master measured slower and decided the priority levels less tightly, docs/benchmarks.md)."""
 RESPONSE_ROUNDS = 2
+COLUMN_SEARCHES = 1.0
+"""Time charged per column handed to the master, in units of a per-model search."""
 """Rounds of adding each model's best answer in the inventory the others leave."""
 
 
@@ -326,7 +328,7 @@ class _Master:
         self.cols: list[tuple[int, Column]] = []
         self.obj: list[float] = []
         self.index: dict[tuple[int, tuple[int, ...]], int] = {}
-        self.integral = 0  # columns [0, integral) are already marked integer
+        self.pending: list[tuple[float, list[int], list[float]]] = []
         self.runtime = 0.0
 
     def add(self, j: int, col: Column, force: bool = False) -> int | None:
@@ -347,14 +349,27 @@ class _Master:
             idx.append(self.n_models + self.n_types + q)
             val.append(col.unserved)
         obj = self.dec.objective(self.stage, j, col)
-        self.h.addCols(1, np.array([obj]), np.array([0.0]), np.array([1.0]), len(idx),
-                       np.array([0], dtype=np.int32), np.array(idx, dtype=np.int32), np.array(val))
+        self.pending.append((obj, idx, val))
         self.index[key] = len(self.cols)
         self.cols.append((j, col))
         self.obj.append(obj)
         return len(self.cols) - 1
 
+    def flush(self) -> None:
+        """Hand the columns added since the last call to HiGHS, in one call."""
+        if not self.pending:
+            return
+        starts = np.cumsum([0] + [len(idx) for _, idx, _ in self.pending[:-1]]).astype(np.int32)
+        index = np.fromiter((i for _, idx, _ in self.pending for i in idx), dtype=np.int32)
+        value = np.fromiter((v for _, _, val in self.pending for v in val), dtype=float)
+        n = len(self.pending)
+        self.h.addCols(n, np.array([obj for obj, _, _ in self.pending]), np.zeros(n), np.ones(n), len(index),
+                       starts, index, value)
+        self.dec.budget.searches += n * COLUMN_SEARCHES
+        self.pending = []
+
     def _run(self, seconds: float) -> None:
+        self.flush()
         self.h.setOptionValue("time_limit", max(seconds, 0.01))  # per run; getRunTime() accumulates
         self.h.run()
         now = float(self.h.getRunTime())  # the solver's run clock accumulates over runs
@@ -362,6 +377,7 @@ class _Master:
         self.runtime = now
 
     def _integrality(self, integer: bool) -> None:
+        self.flush()
         n = len(self.cols)
         self.h.changeColsIntegrality(n, np.arange(n, dtype=np.int32), np.full(n, 1 if integer else 0, dtype=np.uint8))
 
