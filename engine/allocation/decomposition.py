@@ -13,13 +13,17 @@ written over *patterns*: for every model a column per candidate replica vector, 
   models' priced optima minus the priced capacities.  It pays for every model's partly used last
   replica, which the LP relaxation of the compact model does not, and when no pattern prices out it
   equals the master LP (the Dantzig-Wolfe bound).
-* The **incumbent** is the best integer choice of one pattern per model among the generated ones
-  (HiGHS on the restricted master with binary columns, warm-started with the previous incumbent,
-  so it never gets worse), then each model's best answer within the inventory the others leave is
-  added as a column and the choice re-solved.
+* The **incumbent**: the master LP's solution rounded and repaired (:meth:`_Master.round`), then the
+  best integer choice of one pattern per model among the generated ones (HiGHS on the restricted
+  master with binary columns, only those whose reduced cost leaves room for an improvement,
+  warm-started with the previous incumbent, so it never gets worse), then each model's best answer
+  within the inventory the others leave is added as a column and the choice re-solved.
 
 A stage is proven when its incumbent is within ``mip_gap`` of the bound; otherwise it stops at its
-share of the time limit and reports the gap it proved.  The Python work (search nodes) is charged
+share of the time limit and reports the gap it proved.  What it does not do is branch inside the
+column generation (branch and price): where no choice among the generated patterns comes near the
+Dantzig-Wolfe bound -- a few models the LP splits across the last accelerators of several types --
+the gap stays, and HiGHS's branch and bound on the compact model gets what time is left.  The Python work (search nodes) is charged
 to the time limit at a fixed rate, so it is accounted for deterministically.
 """
 
