@@ -425,6 +425,53 @@ class _CacheFillProgress:
     def __exit__(self, *exc: object) -> None:
         if self._bar is not None:
             self._bar.stop()
+@app.command("rollout-models")
+def rollout_models_command(
+    cluster: Optional[str] = typer.Option(None, "--cluster", help="Manifests directory/file, 'kubeconfig:PATH[#ctx]', or empty for the current kubeconfig."),
+    namespace: list[str] = typer.Option([], "--namespace", "-n", help="Limit to these namespaces (repeatable)."),
+    downloader_image: str = typer.Option("ghcr.io/modelplane/modelplane:0.1.0", help="Image of the init container that downloads into a cacheURI."),
+) -> None:
+    """Roll out every Kthena Model once and print what changed; exits 1 when a Model is Failed."""
+    from flows.rollout_models import rollout_models
+    from tasks.cluster import ClusterError
+
+    try:
+        report = rollout_models(namespaces=namespace or None, cluster=cluster, downloader_image=downloader_image)
+    except (ClusterError, OSError) as exc:
+        err.print(f"[red]rollout-models: {getattr(exc, 'message', exc)}[/red]")
+        raise typer.Exit(1)
+    table = Table(title="Kthena Models")
+    for column in ("namespace", "model", "result", "changes"):
+        table.add_column(column)
+    for m in report.models:
+        changes = [f"+{c}" for c in m.created] + [f"~{u}" for u in m.updated] + [f"-{d}" for d in m.deleted] + m.lora
+        table.add_row(m.namespace, m.name, m.result, "\n".join(changes) or "-")
+    console.print(table)
+    console.print(report.summary)
+    raise typer.Exit(1 if report.failed else 0)
+
+
+@app.command("serve-openmodel")
+def serve_openmodel_command(
+    model: str = typer.Argument(..., help="Name of the OpenModel."),
+    namespace: str = typer.Option(..., "--namespace", "-n", help="Namespace to serve it in."),
+    replicas: int = typer.Option(1, "--replicas", min=0, help="vLLM replicas."),
+    flavor: Optional[str] = typer.Option(None, "--flavor", help="Flavor to start from (default: the first)."),
+    cluster: Optional[str] = typer.Option(None, "--cluster", help="Manifests directory/file, 'kubeconfig:PATH[#ctx]', or empty for the current kubeconfig."),
+) -> None:
+    """Serve an llmaz OpenModel with vLLM from its shared cache, placed by its flavors; exits 1 when it cannot
+    be served (yet)."""
+    from flows.serve_openmodel import ServeError, serve_openmodel
+    from tasks.cluster import ClusterError
+
+    try:
+        report = serve_openmodel(model=model, namespace=namespace, replicas=replicas, flavor=flavor, cluster=cluster)
+    except (ServeError, ClusterError, OSError) as exc:
+        err.print(f"[red]serve-openmodel: {getattr(exc, 'message', exc)}[/red]")
+        raise typer.Exit(1)
+    changes = ", ".join(report.writes.created + report.writes.updated) or "nothing changed"
+    console.print(f"{report.model} in {report.namespace}: {report.state} - {report.message} ({changes})")
+    raise typer.Exit(0 if report.state == "Serving" else 1)
 
 
 @app.command("warm-caches")
