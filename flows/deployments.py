@@ -13,6 +13,7 @@ from typing import Any
 import yaml
 from prefect.client.schemas.objects import ConcurrencyLimitConfig, ConcurrencyLimitStrategy
 from prefect.deployments.runner import RunnerDeployment
+from prefect.events import DeploymentEventTrigger
 from prefect.flows import load_flow_from_entrypoint
 from prefect.schedules import Cron, Interval, Schedule
 
@@ -49,6 +50,18 @@ def concurrency_of(config: dict[str, Any]) -> ConcurrencyLimitConfig | None:
     )
 
 
+def triggers_of(config: dict[str, Any]) -> list[DeploymentEventTrigger]:
+    """The deployment's event triggers (prefect.yaml ``triggers``: ``type: event``, ``match``, ``expect``):
+    a flow's events start the next lifecycle; the schedules still reconcile everything."""
+    triggers = []
+    for entry in config.get("triggers") or []:
+        fields = {k: v for k, v in entry.items() if k != "type"}
+        if entry.get("type", "event") != "event":
+            raise ValueError(f"deployment {config.get('name')!r}: only event triggers are supported: {entry}")
+        triggers.append(DeploymentEventTrigger(**fields))
+    return triggers
+
+
 def runner_deployments(path: pathlib.Path) -> list[RunnerDeployment]:
     """One runner deployment per entry of prefect.yaml, with the flow loaded from its entrypoint."""
     root = path.resolve().parents[1]
@@ -65,6 +78,7 @@ def runner_deployments(path: pathlib.Path) -> list[RunnerDeployment]:
                 concurrency_limit=concurrency_of(config),
                 parameters=config.get("parameters") or {},
                 enforce_parameter_schema=config.get("enforce_parameter_schema", True),
+                triggers=triggers_of(config) or None,
             )
         )
     return deployments

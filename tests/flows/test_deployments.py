@@ -68,3 +68,25 @@ def test_deployments_register_on_a_prefect_server(prefect_harness: None) -> None
     assert r"^[0-9]+(ms|s|m|h)$" in patterns
     assert properties["solver_time_limit_s"].get("exclusiveMinimum") == 0
     assert properties["status_heartbeat_s"].get("minimum") == 0
+
+
+def test_aim_lifecycles_are_scheduled_and_chained_by_events(prefect_harness: None) -> None:
+    from prefect.client.orchestration import get_client
+
+    deployments = {d.name: d for d in runner_deployments(PREFECT_YAML)}
+    for name, slug in (("discover-models", "discover-models-hourly"), ("resolve-templates", "resolve-templates-every-5m"),
+                       ("rollout-services", "rollout-services-every-5m")):
+        assert [s.slug for s in deployments[name].schedules] == [slug]
+    assert [sorted(t.expect) for t in deployments["resolve-templates"].triggers] == [["modelplane.aim.models.discovered"]]
+    assert [sorted(t.expect) for t in deployments["rollout-services"].triggers] == [["modelplane.aim.templates.resolved"]]
+
+    async def register() -> dict:
+        ids = {name: await deployments[name].apply() for name in ("discover-models", "resolve-templates", "rollout-services")}
+        async with get_client() as client:
+            automations = await client.read_automations()
+            return {"params": (await client.read_deployment(ids["discover-models"])).parameter_openapi_schema["properties"],
+                    "automations": [a.name for a in automations]}
+
+    stored = asyncio.run(register())
+    assert {"resync_interval_s", "registry_mirrors", "insecure_registries", "namespaces", "cluster"} <= set(stored["params"])
+    assert len(stored["automations"]) >= 2
