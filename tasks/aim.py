@@ -33,7 +33,7 @@ from engine.aim import (
 )
 from engine.sources import parse_source
 from engine.status import ConditionUpdate, changed_fields, set_conditions
-from tasks.caches import cache_available, cache_pvc, ensure_cache, find_cache, mark_used
+from tasks.caches import ensure_cache, find_cache, mark_used
 from tasks.cluster import Cluster, Manifest, ObjectRef
 from tasks.cluster.errors import ClusterError, Conflict, NotFound
 from tasks.oci import Credential, RegistryClient, RegistryError, credential_for, parse_dockerconfigjson, parse_reference
