@@ -87,11 +87,12 @@ class AimState:
 
 
 @task(name="read-aim-state", cache_policy=NO_CACHE, retries=2, retry_delay_seconds=2)
-def read_aim_state(cluster: Cluster, kinds: Sequence[str]) -> AimState:
+def read_aim_state(cluster: Cluster, kinds: Sequence[str], model_selector: str | None = None) -> AimState:
     """LIST the kinds a flow needs (``models``, ``configs``, ``templates``, ``services``, ``caches``,
-    ``nodes``, ``isvcs``, ``routes``), each once across all namespaces."""
+    ``nodes``, ``isvcs``, ``routes``), each once across all namespaces; ``model_selector`` is a label
+    selector on the AIMClusterModels."""
     sources: dict[str, Callable[[], list[Manifest]]] = {
-        "models": lambda: list_kind(cluster, API_VERSION, "AIMClusterModel"),
+        "models": lambda: cluster.list(API_VERSION, "AIMClusterModel", label_selector=model_selector),
         "configs": lambda: list_kind(cluster, API_VERSION, "AIMNamespaceConfig"),
         "templates": lambda: list_kind(cluster, API_VERSION, "AIMServiceTemplate"),
         "services": lambda: list_kind(cluster, API_VERSION, "AIMService"),
