@@ -48,7 +48,8 @@ from tasks.aim import (
 )
 from tasks.cluster import Cluster, connect
 from tasks.cluster.errors import ClusterError
-from tasks.events import emit_change
+from engine.api.aim import API_VERSION as AIM_API_VERSION
+from tasks.events import Subject, emit_change
 from tasks.oci import RegistryClient
 
 DEFAULT_INTERVAL_S = 3600
@@ -160,8 +161,10 @@ def discover_models(
         f"{report.writes.created} templates created, {report.writes.statuses} statuses written"
         + (f", {len(report.writes.errors)} write errors" if report.writes.errors else "")
     )
-    if report.writes.created or report.fetched:
-        emit_change("modelplane.aim.models.discovered", {"created": report.writes.created, "read": report.fetched})
+    for row in report.rows:  # one event per model whose image was read now: resolve-templates follows
+        if row.result == "ok" and row.image in records:
+            emit_change(Subject(AIM_API_VERSION, "AIMClusterModel", row.name), "discovered",
+                        {"image": row.image, "deployments": row.deployments, "templates": row.templates})
     publish(report)
     logger.info("discover-models: %s", report.summary)
     return report

@@ -28,7 +28,8 @@ from engine.aim_templates import ModelCatalog, cluster_gpus, resolve_profile, te
 from tasks.aim import WriteCounts, by_namespace, cache_state_map, caches_for, for_each, new_status, read_aim_state, write_status
 from tasks.cluster import connect
 from tasks.cluster.errors import ClusterError
-from tasks.events import emit_change
+from engine.api.aim import API_VERSION as AIM_API_VERSION
+from tasks.events import Subject, emit_change
 
 DEFAULT_INTERVAL_S = 300
 
@@ -120,8 +121,10 @@ def resolve_templates(namespaces: list[str] | None = None, cluster: str | None =
         ", ".join(f"{n} {s}" for s, n in counts.items()) + f"; {report.caches_requested} caches requested, {report.writes.statuses} statuses written"
         + (f", {len(report.writes.errors)} errors" if report.writes.errors else "")
     )
-    if report.writes.statuses or report.caches_requested:
-        emit_change("modelplane.aim.templates.resolved", {"statuses": report.writes.statuses, "caches": report.caches_requested})
+    if report.writes.statuses or report.caches_requested:  # rollout-services and warm-caches follow
+        for row in report.rows:
+            if row.status == "Available":
+                emit_change(Subject(AIM_API_VERSION, "AIMServiceTemplate", row.name, row.namespace), "available", {"reason": row.reason})
     publish(report)
     logger.info("resolve-templates: %s", report.summary)
     return report
