@@ -51,14 +51,16 @@ NO_FAILURE = "NoFailure"
 DOWNLOAD_FAILED = "DownloadFailed"
 # Modelplane's more specific failure reasons (Failure condition, Ready=False).
 INVALID_SOURCE = "InvalidSource"
+INVALID_SIZE = "InvalidSize"
 SIZE_UNKNOWN = "SizeUnknown"
 VOLUME_TOO_SMALL = "InsufficientSpace"  # the downloader's reason for the same refusal
 AUTHENTICATION_FAILED = "AuthenticationFailed"
 SOURCE_NOT_FOUND = "SourceNotFound"
 VERIFICATION_FAILED = "VerificationFailed"
 CREDENTIALS_MISSING = "CredentialsMissing"
+FILL_JOB_MISSING = "FillJobMissing"
 
-TERMINAL_REASONS = frozenset({INVALID_SOURCE, VOLUME_TOO_SMALL, "UnsupportedSource", "PathTraversal", "DestinationConflict"})
+TERMINAL_REASONS = frozenset({INVALID_SOURCE, INVALID_SIZE, VOLUME_TOO_SMALL, "UnsupportedSource", "PathTraversal", "DestinationConflict"})
 """Failures a retry cannot fix: the spec must change (a new generation) or the cache be re-created."""
 
 GiB = 1024**3
@@ -432,7 +434,13 @@ def read_fill_report(text: str | None, source_uri: str) -> tuple[FillState, Fail
             VERIFICATION_FAILED, "the fill finished without reporting a verified completion marker"
         )
     last = text.splitlines()[-1][:500]
+    typed = _TYPED_FAILURE_LINE.match(last)  # the CLI's one-line failure, from a log tail
+    if typed:
+        return FillState.FAILED, Failure(typed.group(1), typed.group(2))
     return FillState.FAILED, Failure(DOWNLOAD_FAILED, f"the fill failed: {last}")
+
+
+_TYPED_FAILURE_LINE = re.compile(r"^cache fill failed \(([A-Za-z]+)\): (.+)$")
 
 
 # ---------------------------------------------------------------------------------------- decide

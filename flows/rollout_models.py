@@ -21,10 +21,10 @@ from datetime import datetime, timezone
 from prefect import flow, get_run_logger
 from prefect.artifacts import create_table_artifact
 from prefect.context import FlowRunContext
-from prefect.events import emit_event
 from pydantic import BaseModel, Field
 
 from tasks.cluster import ClusterError, connect
+from tasks.events import Subject, emit_change
 from tasks.kthena_rollout import ModelOutcome, list_models, reconcile_model
 
 DEFAULT_INTERVAL_S = 300
@@ -90,12 +90,10 @@ def rollout_models(
 
 
 def announce(outcome: ModelOutcome) -> None:
-    """A Prefect event per Model whose workloads changed, for automations and triggers to chain on."""
-    emit_event(
-        event="modelplane.model.rolled-out",
-        resource={"prefect.resource.id": f"modelplane.model.{outcome.namespace}.{outcome.name}", "prefect.resource.name": outcome.name},
-        payload={"namespace": outcome.namespace, "created": outcome.created, "updated": outcome.updated, "deleted": outcome.deleted, "result": outcome.result},
-    )
+    """``modelplane.kthena.model.rolled-out`` per Model whose workloads changed (the optimize deployment's
+    trigger sizes its namespace at once)."""
+    subject = Subject("registry.volcano.sh/v1alpha1", "Model", outcome.name, outcome.namespace)
+    emit_change(subject, "rolled-out", {"created": outcome.created, "updated": outcome.updated, "deleted": outcome.deleted, "result": outcome.result})
 
 
 def publish(report: RolloutReport) -> None:

@@ -19,14 +19,15 @@ from datetime import datetime, timezone
 from prefect import flow, get_run_logger
 from prefect.artifacts import create_markdown_artifact
 from prefect.context import FlowRunContext
-from prefect.events import emit_event
 from pydantic import BaseModel, Field
 
 from engine.openmodel import DEFAULT_IMAGE, choose_flavor, render_openmodel, validate_openmodel
 from engine.workloads import stamp
+from flows.exitcodes import CannotRun
 from tasks.caches import cache_available, cache_pvc, mark_used
 from tasks.cluster import connect
 from tasks.cluster.errors import NotFound
+from tasks.events import Subject, emit_change
 from tasks.openmodel import cache_condition, node_labels, read_openmodel, warm_cache, write_conditions
 from tasks.workloads import WriteLog, read_live, write_object
 
@@ -55,7 +56,7 @@ class ServeReport:
     writes: WriteLog = field(default_factory=WriteLog)
 
 
-class ServeError(RuntimeError):
+class ServeError(CannotRun):
     """The OpenModel cannot be served as asked (missing, invalid, unknown flavor, no Node fits)."""
 
 
@@ -120,11 +121,7 @@ def serve_openmodel(
     if report.writes.created or report.writes.updated:
         if cache is not None:
             mark_used(target, cache, now)
-        emit_event(
-            event="modelplane.openmodel.served",
-            resource={"prefect.resource.id": f"modelplane.openmodel.{params.model}", "prefect.resource.name": params.model},
-            payload={"namespace": params.namespace, "flavor": report.flavor, "reason": report.message},
-        )
+        emit_change(Subject.of(obj), "served", {"namespace": params.namespace, "flavor": report.flavor, "reason": report.message})
     publish(report)
     logger.info("serve-openmodel: %s in %s on %s", params.model, params.namespace, placement.message)
     return report

@@ -17,6 +17,8 @@ pytest_plugins = [
     # Real S3 (moto[server]) and a Hugging Face protocol server (olah, offline) for the downloader.
     "tests.s3test.fixture",
     "tests.hftest.fixture",
+    # Debian's docker-registry (plain, htpasswd, bearer token) for image discovery.
+    "tests.registry.fixture",
 ]
 
 REPO = pathlib.Path(__file__).resolve().parents[1]

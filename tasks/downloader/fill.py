@@ -51,7 +51,7 @@ log = logging.getLogger("modelplane.downloader")
 MiB = 1024 * 1024
 DEFAULT_PART_SIZE = 16 * MiB
 DEFAULT_CONCURRENCY = 8
-STATE_FLUSH_SECONDS = 1.0
+STATE_FLUSH_SECONDS = 0.2
 HASH_BLOCK = 4 * MiB
 
 

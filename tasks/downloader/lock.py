@@ -5,7 +5,8 @@ holding the owner's token (host, pid, random id). While it is held a heartbeat t
 every ``heartbeat`` seconds and checks the token is still ours. Another filler waits while the lock is
 fresh; a lock whose mtime is older than ``stale_after`` belongs to a dead filler and is broken: the
 breaker takes ``.modelplane-cache.lock.break`` (also ``O_EXCL``), checks the lock is still the same stale
-one, removes it and retries. If our own lock is taken from us (our heartbeat stalled for longer than
+one, removes it and retries. A lock whose owner ran on this host under a pid that no longer exists is
+stale at once (a killed filler re-run in the same pod or on the same machine need not wait). If our own lock is taken from us (our heartbeat stalled for longer than
 ``stale_after``) ``lost`` is set and the filler stops before writing anything else.
 """
 
@@ -66,7 +67,7 @@ class CacheLock:
                 self._start_heartbeat()
                 return
             holder, age = self._holder()
-            if age is not None and age > self.stale_after:
+            if age is not None and (age > self.stale_after or _dead_local_owner(holder)):
                 self._break_stale(holder)
                 continue
             if not announced and self.on_wait is not None:
@@ -134,7 +135,7 @@ class CacheLock:
         os.close(fd)
         try:
             current, age = self._holder()
-            if current == holder and age is not None and age > self.stale_after:
+            if current == holder and age is not None and (age > self.stale_after or _dead_local_owner(current)):
                 self.path.unlink(missing_ok=True)
         finally:
             self.break_path.unlink(missing_ok=True)
@@ -154,3 +155,20 @@ class CacheLock:
             except OSError:
                 self.lost.set()
                 return
+
+
+def _dead_local_owner(token: str | None) -> bool:
+    """True when ``token`` names a process on this host that no longer exists."""
+    if not token:
+        return False
+    host, _, rest = token.partition(":")
+    pid_text = rest.partition(":")[0]
+    if host != socket.gethostname() or not pid_text.isdigit():
+        return False
+    try:
+        os.kill(int(pid_text), 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False
+    return False

@@ -54,11 +54,6 @@ class S3Backend:
         where = f"s3://{bucket}/{prefix}" if prefix else f"s3://{bucket}"
         files: list[RemoteFile] = []
         try:
-            if prefix:
-                single = self._head(bucket, prefix)
-                if single is not None:
-                    name = prefix.rsplit("/", 1)[-1]
-                    return Listing(None, (self._remote(name, prefix, single["ContentLength"], single.get("ETag")),))
             paginator = self.client.get_paginator("list_objects_v2")
             list_prefix = f"{prefix}/" if prefix else ""
             for page in paginator.paginate(Bucket=bucket, Prefix=list_prefix):
@@ -67,6 +62,11 @@ class S3Backend:
                     if key.endswith("/") and obj.get("Size", 0) == 0:
                         continue  # a "directory" marker object
                     files.append(self._remote(key[len(list_prefix):], key, int(obj["Size"]), obj.get("ETag")))
+            if not files and prefix:
+                single = self._head(bucket, prefix)  # s3://bucket/path/model.gguf: one object
+                if single is not None:
+                    name = prefix.rsplit("/", 1)[-1]
+                    return Listing(None, (self._remote(name, prefix, int(single["ContentLength"]), single.get("ETag")),))
         except ClientError as exc:
             raise self.translate(exc, where) from None
         except (BotoCoreError, EndpointConnectionError) as exc:

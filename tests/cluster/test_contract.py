@@ -107,6 +107,8 @@ def test_list_builtin_items_carry_kind(cluster: Cluster, ns: str) -> None:
         ("!tier", set()),
         ("!nolabel", {"A100", "H100"}),
         ("tier=model,accelerator in (H100,B200)", {"H100"}),
+        ("accelerator in(A100)", {"A100"}),
+        ("accelerator notin(A100)", {"H100"}),
     ],
 )
 def test_label_selectors(backend: Backend, cluster: Cluster, selector: str, expected: set[str]) -> None:
@@ -497,3 +499,25 @@ def test_builtin_defaults_applied_on_write(cluster: Cluster, ns: str) -> None:
     )
     assert deployment["spec"]["replicas"] == 1
     assert cluster.get_scale(ObjectRef(*DEPLOYMENT, "defaulted", ns)).replicas == 1
+
+
+def test_generation_only_where_the_api_server_keeps_one(cluster: Cluster, ns: str) -> None:
+    """ConfigMaps (and other core kinds) have no generation; custom resources and workloads do."""
+    config = cluster.get("v1", "ConfigMap", "seed-config", ns)
+    assert "generation" not in config["metadata"]
+    created = cluster.create({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "plain", "namespace": ns}, "data": {"a": "1"}})
+    assert "generation" not in created["metadata"]
+    patched = cluster.patch_spec(ObjectRef("v1", "ConfigMap", "plain", ns), {"data": {"a": "2"}})
+    assert "generation" not in patched["metadata"]
+    assert cluster.get(*DEPLOYMENT, "seed-deploy", ns)["metadata"]["generation"] == 1
+
+
+def test_deployment_generation_follows_annotations(cluster: Cluster, ns: str) -> None:
+    """apps/v1 bumps a Deployment's generation on annotation changes too; labels do not count."""
+    ref = ObjectRef(*DEPLOYMENT, "seed-deploy", ns)
+    labelled = cluster.patch_spec(ref, {"metadata": {"labels": {"extra": "x"}}})
+    assert labelled["metadata"]["generation"] == 1
+    annotated = cluster.patch_spec(ref, {"metadata": {"annotations": {"note": "x"}}})
+    assert annotated["metadata"]["generation"] == 2
+    va = cluster.patch_spec(va_ref(ns), {"metadata": {"annotations": {"note": "x"}}})
+    assert va["metadata"]["generation"] == 1

@@ -166,6 +166,8 @@ def test_fill_reports_round_trip_and_complete_alone_is_not_enough() -> None:
     assert failure == Failure("AuthenticationFailed", "token rejected")
     assert read_fill_report("", "hf://org/llama")[1].reason == "VerificationFailed"
     assert read_fill_report("Traceback\nboom", "hf://org/llama")[1] == Failure("DownloadFailed", "the fill failed: boom")
+    assert read_fill_report("progress\ncache fill failed (SourceNotFound): no bucket b", "s3://b/m")[1] == Failure(
+        "SourceNotFound", "no bucket b")
     assert len(fill_report(reason="X", message="m" * 10000)) < 4096
     assert json.loads(fill_report(marker))["files"] == 1
 

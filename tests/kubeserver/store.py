@@ -268,6 +268,15 @@ def _omit_empty(meta: Obj) -> None:
         del meta[key]
 
 
+def _generation_changes(rt: ResourceType, old: Obj, new: Obj) -> bool:
+    """A spec change; for an apps/v1 Deployment also an annotation change (its strategy's PrepareForUpdate)."""
+    if _spec_part(rt, new) != _spec_part(rt, old):
+        return True
+    if rt.group == "apps" and rt.kind == "Deployment":
+        return (new["metadata"].get("annotations") or {}) != (old["metadata"].get("annotations") or {})
+    return False
+
+
 def _spec_part(rt: ResourceType, obj: Obj) -> Obj:
     skip = ("metadata", "status", "apiVersion", "kind") if rt.has_status else ("metadata", "apiVersion", "kind")
     return {k: v for k, v in obj.items() if k not in skip}
@@ -637,7 +646,7 @@ class Store:
         self._check(rt, result, name, old, subresource)
         meta = result["metadata"]
         meta["resourceVersion"] = old["metadata"]["resourceVersion"]
-        if rt.generation and _spec_part(rt, result) != _spec_part(rt, old):
+        if rt.generation and _generation_changes(rt, old, result):
             meta["generation"] = int(old["metadata"].get("generation", 0)) + 1
         if rt.key == CRD_TYPE.key:
             result["status"] = old.get("status") or self._crd_status(result)

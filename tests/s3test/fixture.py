@@ -87,9 +87,12 @@ class S3Server:
         return name
 
 
-def start_moto() -> tuple[subprocess.Popen, int]:
+def start_moto(auth: bool = True) -> tuple[subprocess.Popen, int]:
+    """moto[server] on a free port; with ``auth`` it enforces credentials after the setup actions."""
     port = free_port()
-    env = dict(os.environ, INITIAL_NO_AUTH_ACTION_COUNT=str(SETUP_ACTIONS))
+    env = dict(os.environ)
+    if auth:
+        env["INITIAL_NO_AUTH_ACTION_COUNT"] = str(SETUP_ACTIONS)
     process = subprocess.Popen(
         [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
         env=env,
