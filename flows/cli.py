@@ -425,6 +425,53 @@ class _CacheFillProgress:
     def __exit__(self, *exc: object) -> None:
         if self._bar is not None:
             self._bar.stop()
+@app.command("rollout-models")
+def rollout_models_command(
+    cluster: Optional[str] = typer.Option(None, "--cluster", help="Manifests directory/file, 'kubeconfig:PATH[#ctx]', or empty for the current kubeconfig."),
+    namespace: list[str] = typer.Option([], "--namespace", "-n", help="Limit to these namespaces (repeatable)."),
+    downloader_image: str = typer.Option("ghcr.io/modelplane/modelplane:0.1.0", help="Image of the init container that downloads into a cacheURI."),
+) -> None:
+    """Roll out every Kthena Model once and print what changed; exits 1 when a Model is Failed."""
+    from flows.rollout_models import rollout_models
+    from tasks.cluster import ClusterError
+
+    try:
+        report = rollout_models(namespaces=namespace or None, cluster=cluster, downloader_image=downloader_image)
+    except (ClusterError, OSError) as exc:
+        err.print(f"[red]rollout-models: {getattr(exc, 'message', exc)}[/red]")
+        raise typer.Exit(1)
+    table = Table(title="Kthena Models")
+    for column in ("namespace", "model", "result", "changes"):
+        table.add_column(column)
+    for m in report.models:
+        changes = [f"+{c}" for c in m.created] + [f"~{u}" for u in m.updated] + [f"-{d}" for d in m.deleted] + m.lora
+        table.add_row(m.namespace, m.name, m.result, "\n".join(changes) or "-")
+    console.print(table)
+    console.print(report.summary)
+    raise typer.Exit(1 if report.failed else 0)
+
+
+@app.command("serve-openmodel")
+def serve_openmodel_command(
+    model: str = typer.Argument(..., help="Name of the OpenModel."),
+    namespace: str = typer.Option(..., "--namespace", "-n", help="Namespace to serve it in."),
+    replicas: int = typer.Option(1, "--replicas", min=0, help="vLLM replicas."),
+    flavor: Optional[str] = typer.Option(None, "--flavor", help="Flavor to start from (default: the first)."),
+    cluster: Optional[str] = typer.Option(None, "--cluster", help="Manifests directory/file, 'kubeconfig:PATH[#ctx]', or empty for the current kubeconfig."),
+) -> None:
+    """Serve an llmaz OpenModel with vLLM from its shared cache, placed by its flavors; exits 1 when it cannot
+    be served (yet)."""
+    from flows.serve_openmodel import ServeError, serve_openmodel
+    from tasks.cluster import ClusterError
+
+    try:
+        report = serve_openmodel(model=model, namespace=namespace, replicas=replicas, flavor=flavor, cluster=cluster)
+    except (ServeError, ClusterError, OSError) as exc:
+        err.print(f"[red]serve-openmodel: {getattr(exc, 'message', exc)}[/red]")
+        raise typer.Exit(1)
+    changes = ", ".join(report.writes.created + report.writes.updated) or "nothing changed"
+    console.print(f"{report.model} in {report.namespace}: {report.state} - {report.message} ({changes})")
+    raise typer.Exit(0 if report.state == "Serving" else 1)
 
 
 @app.command("warm-caches")
@@ -639,73 +686,6 @@ def deploy(
         err.print(f"[red]prefect deploy failed with exit code {result.returncode}[/red]")
         raise typer.Exit(ExitCode.CANNOT_RUN)
     err.print(f"registered the deployments of deployments/prefect.yaml on {name!r}; start a worker: prefect worker start --pool {name}")
-
-
-def _check_cluster(cluster: Optional[str], api_version: str, kind: str) -> None:
-    """Exit 2 with one line before Prefect starts when the cluster cannot be read at all (a missing
-    manifests path, no API access, the kind's CRD not installed)."""
-    from tasks.cluster import connect
-    from tasks.cluster.errors import ClusterError
-    from tasks.optimizer import local_path_problem
-
-    with cli_errors():
-        target = connect(cluster)
-        problem = local_path_problem(target)
-        if problem:
-            raise CannotRun(problem)
-        try:
-            target.list(api_version, kind)
-        except ClusterError as exc:
-            raise CannotRun(f"cannot read {kind}s: {exc.message}") from None
-
-
-@app.command("rollout-models")
-def rollout_models_command(
-    cluster: Optional[str] = typer.Option(None, "--cluster", help=_CLUSTER_HELP),
-    namespace: list[str] = typer.Option([], "--namespace", "-n", help="Limit to these namespaces (repeatable)."),
-    downloader_image: str = typer.Option("ghcr.io/modelplane/modelplane:0.1.0", help="Image of the init container that downloads into a cacheURI."),
-) -> None:
-    """Roll out every Kthena Model once and print what changed.
-
-    Exit codes (flows/exitcodes.py): 0 every Model rolled out; 2 could not run; 3 a Model is Failed
-    (invalid, not supported, cache failed, API errors), with one line each on stderr.
-    """
-    from flows.rollout_models import rollout_models
-
-    _check_cluster(cluster, "registry.volcano.sh/v1alpha1", "Model")
-    report = run_flow_or_exit(rollout_models, namespaces=namespace or None, cluster=cluster, downloader_image=downloader_image)
-    table = Table(title="Kthena Models")
-    for column in ("namespace", "model", "result", "changes"):
-        table.add_column(column)
-    for m in report.models:
-        changes = [f"+{c}" for c in m.created] + [f"~{u}" for u in m.updated] + [f"-{d}" for d in m.deleted] + m.lora
-        table.add_row(m.namespace, m.name, escape(m.result), escape("\n".join(changes)) or "-")
-    console.print(table)
-    problems = [f"{m.namespace}/{m.name}: {m.result}" for m in report.failed]
-    console.print(degraded_summary(report.summary, [f"{len(problems)} failed"] if problems else []))
-    exit_with_outcome(problems)
-
-
-@app.command("serve-openmodel")
-def serve_openmodel_command(
-    model: str = typer.Argument(..., help="Name of the OpenModel."),
-    namespace: str = typer.Option(..., "--namespace", "-n", help="Namespace to serve it in."),
-    replicas: int = typer.Option(1, "--replicas", min=0, help="vLLM replicas."),
-    flavor: Optional[str] = typer.Option(None, "--flavor", help="Flavor to start from (default: the first)."),
-    cluster: Optional[str] = typer.Option(None, "--cluster", help=_CLUSTER_HELP),
-) -> None:
-    """Serve an llmaz OpenModel with vLLM from its shared cache, placed by its flavors.
-
-    Exit codes (flows/exitcodes.py): 0 served; 2 could not run (no such OpenModel, an invalid source, an
-    unknown flavor, no Node fits any flavor, no cluster access); 3 not served yet (its cache is not Available).
-    """
-    from flows.serve_openmodel import serve_openmodel
-
-    _check_cluster(cluster, "llmaz.io/v1alpha1", "OpenModel")
-    report = run_flow_or_exit(serve_openmodel, model=model, namespace=namespace, replicas=replicas, flavor=flavor, cluster=cluster)
-    changes = ", ".join(report.writes.created + report.writes.updated) or "nothing changed"
-    console.print(f"{report.model} in {report.namespace}: {report.state} - {escape(report.message)} ({changes})")
-    exit_with_outcome([] if report.state == "Serving" else [report.message])
 
 
 def main() -> None:

@@ -23,6 +23,7 @@ from prefect.artifacts import create_table_artifact
 from prefect.context import FlowRunContext
 from pydantic import BaseModel, Field
 
+from engine.api.kthena import API_VERSION as KTHENA_API_VERSION
 from tasks.cluster import ClusterError, connect
 from tasks.events import Subject, emit_change
 from tasks.kthena_rollout import ModelOutcome, list_models, reconcile_model
@@ -90,10 +91,11 @@ def rollout_models(
 
 
 def announce(outcome: ModelOutcome) -> None:
-    """``modelplane.kthena.model.rolled-out`` per Model whose workloads changed (the optimize deployment's
-    trigger sizes its namespace at once)."""
-    subject = Subject("registry.volcano.sh/v1alpha1", "Model", outcome.name, outcome.namespace)
-    emit_change(subject, "rolled-out", {"created": outcome.created, "updated": outcome.updated, "deleted": outcome.deleted, "result": outcome.result})
+    """A Prefect event per Model whose workloads changed, for automations and triggers to chain on."""
+    emit_change(
+        Subject(KTHENA_API_VERSION, "Model", outcome.name, outcome.namespace), "rolled-out",
+        {"created": outcome.created, "updated": outcome.updated, "deleted": outcome.deleted, "result": outcome.result},
+    )
 
 
 def publish(report: RolloutReport) -> None:

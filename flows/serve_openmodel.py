@@ -21,13 +21,13 @@ from prefect.artifacts import create_markdown_artifact
 from prefect.context import FlowRunContext
 from pydantic import BaseModel, Field
 
+from engine.api.llmaz import API_VERSION as LLMAZ_API_VERSION
 from engine.openmodel import DEFAULT_IMAGE, choose_flavor, render_openmodel, validate_openmodel
 from engine.workloads import stamp
-from flows.exitcodes import CannotRun
 from tasks.caches import cache_available, cache_pvc, mark_used
 from tasks.cluster import connect
-from tasks.cluster.errors import NotFound
 from tasks.events import Subject, emit_change
+from tasks.cluster.errors import NotFound
 from tasks.openmodel import cache_condition, node_labels, read_openmodel, warm_cache, write_conditions
 from tasks.workloads import WriteLog, read_live, write_object
 
@@ -56,7 +56,7 @@ class ServeReport:
     writes: WriteLog = field(default_factory=WriteLog)
 
 
-class ServeError(CannotRun):
+class ServeError(RuntimeError):
     """The OpenModel cannot be served as asked (missing, invalid, unknown flavor, no Node fits)."""
 
 
@@ -121,7 +121,8 @@ def serve_openmodel(
     if report.writes.created or report.writes.updated:
         if cache is not None:
             mark_used(target, cache, now)
-        emit_change(Subject.of(obj), "served", {"namespace": params.namespace, "flavor": report.flavor, "reason": report.message})
+        emit_change(Subject(LLMAZ_API_VERSION, "OpenModel", params.model), "served",
+                    {"namespace": params.namespace, "flavor": report.flavor, "reason": report.message})
     publish(report)
     logger.info("serve-openmodel: %s in %s on %s", params.model, params.namespace, placement.message)
     return report

@@ -39,22 +39,16 @@ EXERCISED_ELSEWHERE: dict[Permission, str] = {
     ("", "persistentvolumeclaims", "delete"): "warm-caches: opt-in garbage collection (tests/caches)",
     ("aim.silogen.ai", "modelcaches", "delete"): "warm-caches: opt-in garbage collection (tests/caches)",
     ("aim.silogen.ai", "modelcaches", "create"): "warm-caches/resolve-templates when a consumer needs a cache no one made yet (tests/caches)",
+    **{("registry.volcano.sh", kind, verb): "rollout-models: a policy changed, or a backend removed (tests/flows/test_rollout_models.py)"
+       for kind in ("autoscalingpolicies", "autoscalingpolicybindings") for verb in ("patch", "delete")},
+    ("apps", "deployments", "delete"): "rollout-models: a backend removed (tests/flows/test_rollout_models.py)",
+    ("", "services", "delete"): "rollout-models: a backend removed (tests/flows/test_rollout_models.py)",
+    ("", "configmaps", "patch"): "rollout-models: a route weight or model match changed (tests/flows/test_rollout_models.py)",
+    ("", "configmaps", "delete"): "rollout-models: a Model's routes removed (tests/flows/test_rollout_models.py)",
     ("serving.kserve.io", "inferenceservices", "create"): "rollout-services once the service's caches are Available (tests/aim)",
     ("serving.kserve.io", "inferenceservices", "patch"): "rollout-services on a replicas or template change (tests/aim)",
     ("gateway.networking.k8s.io", "httproutes", "create"): "rollout-services with a gateway set (tests/aim)",
     ("gateway.networking.k8s.io", "httproutes", "patch"): "rollout-services when the route changes (tests/aim)",
-    ("apps", "deployments", "patch"): "rollout-models / serve-openmodel on a spec change (tests/flows/test_rollout_models.py, test_serve_openmodel.py)",
-    ("apps", "deployments", "delete"): "rollout-models when a backend is removed (tests/flows/test_rollout_models.py)",
-    ("apps", "deployments", "get"): "serve-openmodel once the cache is Available (tests/flows/test_serve_openmodel.py)",
-    ("", "services", "get"): "serve-openmodel once the cache is Available (tests/flows/test_serve_openmodel.py)",
-    ("", "services", "patch"): "rollout-models / serve-openmodel on a spec change (tests/flows/test_rollout_models.py)",
-    ("", "services", "delete"): "rollout-models when a backend is removed (tests/flows/test_rollout_models.py)",
-    ("", "configmaps", "patch"): "rollout-models when the route changes (tests/flows/test_rollout_models.py)",
-    ("", "configmaps", "delete"): "rollout-models when a Model's route goes (tests/flows/test_rollout_models.py)",
-    ("registry.volcano.sh", "autoscalingpolicies", "patch"): "rollout-models on a policy change (tests/flows/test_rollout_models.py)",
-    ("registry.volcano.sh", "autoscalingpolicies", "delete"): "rollout-models when a policy is removed (tests/flows/test_rollout_models.py)",
-    ("registry.volcano.sh", "autoscalingpolicybindings", "patch"): "rollout-models on a backend bounds/cost change (tests/flows/test_rollout_models.py)",
-    ("registry.volcano.sh", "autoscalingpolicybindings", "delete"): "rollout-models when a policy is removed (tests/flows/test_rollout_models.py)",
 }
 
 
