@@ -5,13 +5,16 @@ from __future__ import annotations
 import json
 import os
 import pathlib
+import re
 import sys
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 import typer
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
+
+from flows.exitcodes import CannotRun, cli_errors, degraded_summary, exit_code
 
 # Local runs start an ephemeral Prefect API on the shared ~/.prefect database; its telemetry write is the
 # one statement that contends with another local Prefect process, and it reports nothing we need.
@@ -45,11 +48,17 @@ def crds(write: Optional[pathlib.Path] = typer.Option(None, help="Write one file
 
 @app.command()
 def validate(cluster: pathlib.Path = typer.Option(..., "--cluster", help="Manifests directory or multi-document file.")) -> None:
-    """Load and validate a manifests directory; print every resource and every invalid one with its reason."""
+    """Load and validate a manifests directory; print every resource and every invalid one with its reason.
+
+    Exit codes (flows/exitcodes.py): 0 all valid, 2 the path does not exist, 3 some resources are invalid.
+    """
     from tasks.manifests import read_manifest_documents
     from engine.api.validate import load_documents
 
-    documents, read_errors = read_manifest_documents(cluster)
+    with cli_errors():
+        if not cluster.exists():
+            raise CannotRun(f"cluster path {cluster} does not exist")
+        documents, read_errors = read_manifest_documents(cluster)
     report = load_documents(documents)
     base = f"{cluster}/" if cluster.is_dir() else ""
 
@@ -69,7 +78,7 @@ def validate(cluster: pathlib.Path = typer.Option(..., "--cluster", help="Manife
     console.print(table)
     bad = len(report.invalid) + len(read_errors)
     console.print(f"{len(report.valid)} valid, {bad} invalid")
-    raise typer.Exit(1 if bad else 0)
+    raise typer.Exit(exit_code(["invalid resources"] * bad))
 
 
 def _meta_of(obj: object) -> dict:
@@ -87,9 +96,15 @@ def _kind_of(obj: object) -> str:
 
 @app.command()
 def optimize(
-    cluster: Optional[str] = typer.Option(None, "--cluster", help="Manifests directory/file, 'kubeconfig:PATH[#ctx]', or empty for the current kubeconfig."),
-    metrics: Optional[pathlib.Path] = typer.Option(None, "--metrics", help="Metrics YAML file (instead of Prometheus)."),
+    cluster: Optional[str] = typer.Option(
+        None, "--cluster",
+        help="A manifests directory or file; 'kubeconfig:PATH' or 'kubeconfig:PATH#CONTEXT' for a kubeconfig "
+             "(and context); empty for the current kubeconfig or in-cluster config."),
+    metrics: Optional[pathlib.Path] = typer.Option(None, "--metrics", exists=True, dir_okay=False, help="Metrics YAML file (instead of Prometheus)."),
     prometheus: Optional[str] = typer.Option(None, "--prometheus", help="Prometheus base URL (default $PROMETHEUS_URL)."),
+    rate_window: Optional[str] = typer.Option(
+        None, "--rate-window",
+        help="PromQL window of the arrival-rate query, e.g. 1m or 30s (default $PROMETHEUS_RATE_WINDOW, else 1m)."),
     namespace: list[str] = typer.Option([], "--namespace", "-n", help="Limit to these namespaces (repeatable)."),
     namespace_selector: Optional[str] = typer.Option(None, "--namespace-selector", "-l", help="Label selector on Namespaces."),
     config_namespace: str = typer.Option("modelplane-system", help="Namespace of the WVA ConfigMaps."),
@@ -98,9 +113,20 @@ def optimize(
 ) -> None:
     """Run one optimization cycle and print the allocation table (writes status back unless --dry-run).
 
-    Exit codes: 0 clean, 2 could not run, 3 ran degraded (see flows/exitcodes.py)."""
-    from flows.optimize import optimize as optimize_flow
+    Exit codes (flows/exitcodes.py): 0 clean; 2 could not run (cluster path missing, no Kubernetes access,
+    configuration ConfigMap missing, a parameter rejected), with one line on stderr; 3 ran degraded
+    (metrics missing, resources invalid or not ready, write errors), as the summary line says.
+    """
+    from flows.optimize import RATE_WINDOW_PATTERN, optimize as optimize_flow
+    from tasks.cluster import connect
+    from tasks.optimizer import cannot_run_reason
 
+    if rate_window is not None and not re.match(RATE_WINDOW_PATTERN, rate_window):
+        raise typer.BadParameter(f"{rate_window!r} is not a PromQL duration such as 1m or 30s", param_hint="--rate-window")
+    with cli_errors():
+        problem = cannot_run_reason(connect(cluster), config_namespace)  # before Prefect starts: one clear line
+        if problem:
+            raise CannotRun(problem)
     report = run_flow_or_exit(
         optimize_flow,
         namespaces=namespace or None,
@@ -108,12 +134,13 @@ def optimize(
         config_namespace=config_namespace,
         prometheus_url=prometheus,
         metrics_file=str(metrics) if metrics else None,
+        rate_window=rate_window,
         cluster=cluster,
         dry_run=dry_run,
     )
     if as_json:
         sys.stdout.write(json.dumps(report.as_json(), indent=2) + "\n")
-        exit_with_outcome(report.problems)
+        exit_with_outcome(report.degraded)
     table = Table(title="Modelplane allocation")
     for column in ("namespace", "name", "model", "accelerator", "current", "desired", "cost", "reason"):
         table.add_column(column, justify="right" if column in ("current", "desired", "cost") else "left")
@@ -123,16 +150,18 @@ def optimize(
         table.add_row(row.namespace, row.name, row.model, row.accelerator, str(row.current if row.current is not None else "-"), desired, row.cost, row.reason)
     console.print(table)
     console.print(report.summary)
-    exit_with_outcome(report.problems)
+    if report.metrics_error:
+        err.print(f"[yellow]metrics unavailable: {report.metrics_error}[/yellow]")
+    exit_with_outcome(report.degraded)
 
 
 def run_flow_or_exit(flow: Any, **parameters: Any) -> Any:
-    """Run ``flow`` in-process; when it cannot run (no cluster, bad parameter, missing file) print one line
-    and exit COULD_NOT_RUN instead of a traceback."""
+    """Run ``flow`` in-process; when it cannot run (no cluster, bad parameter, missing file) print one
+    ``error:`` line and exit CANNOT_RUN instead of a traceback."""
     from prefect.exceptions import ParameterTypeError
     from prefect.logging.loggers import disable_logger
 
-    from flows.exitcodes import ExitCode
+    from flows.exitcodes import ExitCode, one_line
     from tasks.cluster.errors import ClusterError
 
     try:
@@ -140,26 +169,132 @@ def run_flow_or_exit(flow: Any, **parameters: Any) -> Any:
             flow.validate_parameters(parameters)
         return flow(**parameters)
     except ParameterTypeError as exc:
-        reason = " ".join(str(exc).split())
-    except ClusterError as exc:
-        reason = f"cluster: {exc}"
+        reason = one_line(exc)
+    except (CannotRun, ClusterError) as exc:
+        reason = one_line(exc)
     except (OSError, ValueError) as exc:
-        reason = f"{type(exc).__name__}: {exc}"
+        reason = f"{type(exc).__name__}: {one_line(exc)}"
     except RuntimeError as exc:
         if "Prefect API" not in str(exc):  # anything else is a bug: keep its traceback
             raise
-        reason = str(exc)
-    err.print(f"[red]{flow.name} could not run: {escape(reason)}[/red]", highlight=False, soft_wrap=True)
-    raise typer.Exit(ExitCode.COULD_NOT_RUN)
+        reason = one_line(exc)
+    sys.stderr.write(f"error: {flow.name} could not run: {reason}\n")
+    raise typer.Exit(ExitCode.CANNOT_RUN)
 
 
 def exit_with_outcome(problems: list[str]) -> None:
-    """Print a degraded cycle's problems on stderr and exit DEGRADED; exit CLEAN otherwise."""
-    from flows.exitcodes import outcome_code
-
+    """Print a degraded run's problems on stderr and exit DEGRADED (3); exit OK (0) otherwise."""
     for problem in problems:
         err.print(f"[yellow]degraded: {escape(problem)}[/yellow]", highlight=False, soft_wrap=True)
-    raise typer.Exit(int(outcome_code(problems)))
+    raise typer.Exit(int(exit_code(problems)))
+
+
+def _aim_table(title: str, columns: tuple[str, ...], rows: list[tuple[object, ...]], summary: str, errors: list[str], last: bool = True) -> None:
+    """Print an AIM flow's table and summary; with ``last``, exit 3 (degraded, one line per error) when
+    writes failed, else 0 (flows/exitcodes.py)."""
+    table = Table(title=title)
+    for column in columns:
+        table.add_column(column)
+    for row in rows:
+        table.add_row(*(str(value) for value in row))
+    console.print(table)
+    console.print(degraded_summary(summary, errors[:3] + ([f"{len(errors) - 3} more"] if len(errors) > 3 else [])))
+    if last:
+        raise typer.Exit(exit_code(errors))
+
+
+_CLUSTER_HELP = "Manifests directory/file, 'kubeconfig:PATH[#ctx]', or empty for the current kubeconfig."
+
+
+@app.command("discover-models")
+def discover_models_command(
+    cluster: Optional[str] = typer.Option(None, "--cluster", help=_CLUSTER_HELP),
+    namespace: list[str] = typer.Option([], "--namespace", "-n", help="Create templates in these namespaces (default: every namespace with an AIMNamespaceConfig)."),
+    resync: int = typer.Option(86400, "--resync-seconds", help="Read unchanged images again after this many seconds."),
+    insecure_registry: list[str] = typer.Option([], "--insecure-registry", help="Registry host spoken to over plain HTTP (repeatable)."),
+    registry_mirror: list[str] = typer.Option([], "--registry-mirror", help="HOST=MIRROR or HOST=oci-layout:DIR (repeatable)."),
+) -> None:
+    """Read every AIMClusterModel's image labels and create its recommended AIMServiceTemplates."""
+    from flows.discover_models import discover_models
+
+    mirrors = _mirrors(registry_mirror)
+    report = _run_flow(cluster, lambda: discover_models(namespaces=namespace or None, resync_interval_s=resync,
+                                               insecure_registries=insecure_registry or None, registry_mirrors=mirrors, cluster=cluster))
+    _aim_table("AIM model discovery", ("model", "image", "result", "deployments", "templates"),
+               [(r.name, r.image, r.result, r.deployments, r.templates) for r in report.rows], report.summary, report.writes.errors)
+
+
+@app.command("resolve-templates")
+def resolve_templates_command(
+    cluster: Optional[str] = typer.Option(None, "--cluster", help=_CLUSTER_HELP),
+    namespace: list[str] = typer.Option([], "--namespace", "-n", help="Limit to these namespaces (repeatable)."),
+) -> None:
+    """Resolve every AIMServiceTemplate to a runtime profile, check GPUs, request caches when warmCache."""
+    from flows.resolve_templates import resolve_templates
+
+    report = _run_flow(cluster, lambda: resolve_templates(namespaces=namespace or None, cluster=cluster))
+    _aim_table("AIM templates", ("namespace", "template", "status", "reason", "message"),
+               [(r.namespace, r.name, r.status, r.reason, r.message) for r in report.rows], report.summary, report.writes.errors)
+
+
+@app.command("rollout-services")
+def rollout_services_command(
+    cluster: Optional[str] = typer.Option(None, "--cluster", help=_CLUSTER_HELP),
+    namespace: list[str] = typer.Option([], "--namespace", "-n", help="Limit to these namespaces (repeatable)."),
+) -> None:
+    """Roll out every AIMService as a KServe InferenceService and Gateway HTTPRoute and report its status."""
+    from flows.rollout_services import rollout_services
+
+    report = _run_flow(cluster, lambda: rollout_services(namespaces=namespace or None, cluster=cluster))
+    _aim_table("AIM services", ("namespace", "service", "status", "reason", "workload", "action"),
+               [(r.namespace, r.name, r.status, r.reason, r.workload, r.action) for r in report.rows], report.summary, report.writes.errors)
+
+
+@app.command("aim")
+def aim_command(
+    cluster: Optional[str] = typer.Option(None, "--cluster", help=_CLUSTER_HELP),
+    registry_mirror: list[str] = typer.Option([], "--registry-mirror", help="HOST=MIRROR or HOST=oci-layout:DIR (repeatable)."),
+) -> None:
+    """The three AIM lifecycles in one process: discover-models, resolve-templates, rollout-services."""
+    from flows.discover_models import discover_models
+    from flows.resolve_templates import resolve_templates
+    from flows.rollout_services import rollout_services
+
+    mirrors = _mirrors(registry_mirror)
+    found = _run_flow(cluster, lambda: discover_models(registry_mirrors=mirrors, cluster=cluster))
+    resolved = _run_flow(cluster, lambda: resolve_templates(cluster=cluster))
+    rolled = _run_flow(cluster, lambda: rollout_services(cluster=cluster))
+    _aim_table("AIM model discovery", ("model", "image", "result", "deployments", "templates"),
+               [(r.name, r.image, r.result, r.deployments, r.templates) for r in found.rows], found.summary, found.writes.errors, last=False)
+    _aim_table("AIM templates", ("namespace", "template", "status", "reason"),
+               [(r.namespace, r.name, r.status, r.reason) for r in resolved.rows], resolved.summary, resolved.writes.errors, last=False)
+    _aim_table("AIM services", ("namespace", "service", "status", "reason", "workload", "action"),
+               [(r.namespace, r.name, r.status, r.reason, r.workload, r.action) for r in rolled.rows], rolled.summary, rolled.writes.errors, last=False)
+    raise typer.Exit(exit_code(found.writes.errors + resolved.writes.errors + rolled.writes.errors))
+
+
+def _mirrors(pairs: list[str]) -> dict[str, str]:
+    """``HOST=TARGET`` options as a dict; a malformed one is a one-line error."""
+    result: dict[str, str] = {}
+    for pair in pairs:
+        host, sep, target = pair.partition("=")
+        if not sep or not host.strip() or not target.strip():
+            raise typer.BadParameter(f"{pair!r}: expected HOST=MIRROR or HOST=oci-layout:DIR", param_hint="--registry-mirror")
+        result[host.strip()] = target.strip()
+    return result
+
+
+def _run_flow(cluster: Optional[str], run: "Callable[[], Any]") -> Any:
+    """Run a flow after checking it can run at all: a missing path, no API access or missing AIM CRDs is
+    one ``error:`` line and exit 2 before Prefect starts."""
+    from tasks.aim import cannot_run_reason
+    from tasks.cluster import connect
+
+    with cli_errors():
+        problem = cannot_run_reason(connect(cluster))
+        if problem:
+            raise CannotRun(problem)
+        return run()
 
 
 @app.command()
@@ -173,6 +308,343 @@ def serve() -> None:
     if not os.environ.get("PREFECT_API_URL"):
         err.print("PREFECT_API_URL is not set: serving against an ephemeral Prefect API")
     prefect_serve(*runner_deployments(PREFECT_YAML))
+
+
+cache_app = typer.Typer(no_args_is_help=True, help="Model caches: fill a directory (a mounted PVC) from a model source.")
+app.add_typer(cache_app, name="cache")
+
+
+@cache_app.command("fill")
+def cache_fill(
+    source: str = typer.Argument(..., help="Model source: hf://org/name@REV?allow=GLOB&ignore=GLOB&filename=F (all optional after the name) or s3://bucket/prefix."),
+    dest: pathlib.Path = typer.Argument(..., help="Cache directory (the PVC mount); the model files land at its root."),
+    capacity: Optional[str] = typer.Option(None, "--capacity", help="Volume size (e.g. 11Gi) when the filesystem does not report it (shared filesystems)."),
+    concurrency: int = typer.Option(8, "--concurrency", min=1, max=64, help="Parallel transfers (files or S3 parts)."),
+    part_size_mib: int = typer.Option(16, "--part-size-mib", min=5, help="S3 ranged part size in MiB."),
+    lock_timeout: Optional[float] = typer.Option(None, "--lock-timeout", help="Seconds to wait for another filler of the same cache (default: wait)."),
+    as_json: bool = typer.Option(False, "--json", help="Print the completion manifest as JSON."),
+    termination_log: Optional[pathlib.Path] = typer.Option(None, "--termination-log", help="Also write the verdict here as one JSON line (a Job's /dev/termination-log: the marker summary, or the failure's reason and message)."),
+) -> None:
+    """Download SOURCE into DEST: resumable, locked, verified; the marker .modelplane-cache.json is written last.
+
+    Credentials come from the environment only (HF_TOKEN, HF_ENDPOINT, AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY,
+    AWS_ENDPOINT_URL, AWS_REGION), so a Kubernetes Job runs this same command with env from Secrets.
+    Exits 1 with one line naming the reason when the fill fails, 2 when SOURCE is not a valid source.
+    """
+    from engine.sources import parse_source
+    from engine.units import parse_quantity
+    from tasks.downloader import DownloadError, fill_cache
+
+    try:
+        parsed = parse_source(source)
+        capacity_bytes = int(parse_quantity(capacity)) if capacity else None
+    except ValueError as exc:
+        sys.stderr.write(f"cache fill: invalid argument: {exc}\n")
+        raise typer.Exit(2)
+    reporter = _CacheFillProgress(parsed.uri)
+    try:
+        with reporter:
+            manifest = fill_cache(
+                parsed,
+                dest,
+                progress=reporter.update,
+                capacity_bytes=capacity_bytes,
+                concurrency=concurrency,
+                part_size=part_size_mib * 1024 * 1024,
+                lock_timeout=lock_timeout,
+                on_wait=lambda holder: sys.stderr.write(f"waiting for another filler of {dest} ({holder})\n"),
+            )
+    except DownloadError as exc:
+        sys.stderr.write(f"cache fill failed ({exc.reason}): {exc.message}\n")
+        _write_fill_report(termination_log, reason=exc.reason, message=exc.message)
+        raise typer.Exit(1)
+    except OSError as exc:
+        message = f"{exc.strerror or exc} ({exc.filename or dest})"
+        sys.stderr.write(f"cache fill failed (FilesystemError): {message}\n")
+        _write_fill_report(termination_log, reason="FilesystemError", message=message)
+        raise typer.Exit(1)
+    _write_fill_report(termination_log, manifest.to_json())
+    if as_json:
+        sys.stdout.write(json.dumps(manifest.to_json(), indent=2) + "\n")
+        return
+    fetched = manifest.stats.get("bytesFetched", 0)
+    console.print(
+        f"cache {dest} complete: {len(manifest.files)} files, {manifest.total_bytes} bytes "
+        f"({fetched} fetched now) from {manifest.source}" + (f" at {manifest.revision}" if manifest.revision else ""),
+        markup=False,
+        highlight=False,
+    )
+
+
+def _write_fill_report(path: Optional[pathlib.Path], marker: Optional[dict] = None, **failure: str) -> None:
+    """The fill's verdict for the warm-caches flow (read back from the Job pod's termination message)."""
+    if path is None:
+        return
+    from engine.cache_plan import fill_report
+
+    try:
+        path.write_text(fill_report(marker, **failure))
+    except OSError as exc:
+        sys.stderr.write(f"cache fill: cannot write the termination log {path}: {exc.strerror or exc}\n")
+
+
+class _CacheFillProgress:
+    """A rich progress bar on a terminal; one log line every 10 s otherwise (Job logs)."""
+
+    def __init__(self, label: str) -> None:
+        self.label = label
+        self.interactive = err.is_terminal
+        self._last_line = 0.0
+        self._bar = None
+        self._task = None
+
+    def __enter__(self) -> "_CacheFillProgress":
+        if self.interactive:
+            from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn, TransferSpeedColumn
+
+            self._bar = Progress(
+                TextColumn("{task.description}"), BarColumn(), DownloadColumn(binary_units=True),
+                TransferSpeedColumn(), TimeRemainingColumn(), console=err,
+            )
+            self._bar.start()
+            self._task = self._bar.add_task(self.label, total=None)
+        return self
+
+    def update(self, snapshot) -> None:  # type: ignore[no-untyped-def]
+        if self._bar is not None:
+            self._bar.update(self._task, completed=snapshot.bytes_done, total=snapshot.bytes_total or None)
+            return
+        import time
+
+        now = time.monotonic()
+        if now - self._last_line >= 10 or snapshot.phase != "downloading":
+            self._last_line = now
+            sys.stderr.write(f"{self.label}: {snapshot.describe()}\n")
+            sys.stderr.flush()
+
+    def __exit__(self, *exc: object) -> None:
+        if self._bar is not None:
+            self._bar.stop()
+@app.command("rollout-models")
+def rollout_models_command(
+    cluster: Optional[str] = typer.Option(None, "--cluster", help="Manifests directory/file, 'kubeconfig:PATH[#ctx]', or empty for the current kubeconfig."),
+    namespace: list[str] = typer.Option([], "--namespace", "-n", help="Limit to these namespaces (repeatable)."),
+    downloader_image: str = typer.Option("ghcr.io/modelplane/modelplane:0.1.0", help="Image of the init container that downloads into a cacheURI."),
+) -> None:
+    """Roll out every Kthena Model once and print what changed; exits 1 when a Model is Failed."""
+    from flows.rollout_models import rollout_models
+    from tasks.cluster import ClusterError
+
+    try:
+        report = rollout_models(namespaces=namespace or None, cluster=cluster, downloader_image=downloader_image)
+    except (ClusterError, OSError) as exc:
+        err.print(f"[red]rollout-models: {getattr(exc, 'message', exc)}[/red]")
+        raise typer.Exit(1)
+    table = Table(title="Kthena Models")
+    for column in ("namespace", "model", "result", "changes"):
+        table.add_column(column)
+    for m in report.models:
+        changes = [f"+{c}" for c in m.created] + [f"~{u}" for u in m.updated] + [f"-{d}" for d in m.deleted] + m.lora
+        table.add_row(m.namespace, m.name, m.result, "\n".join(changes) or "-")
+    console.print(table)
+    console.print(report.summary)
+    raise typer.Exit(1 if report.failed else 0)
+
+
+@app.command("serve-openmodel")
+def serve_openmodel_command(
+    model: str = typer.Argument(..., help="Name of the OpenModel."),
+    namespace: str = typer.Option(..., "--namespace", "-n", help="Namespace to serve it in."),
+    replicas: int = typer.Option(1, "--replicas", min=0, help="vLLM replicas."),
+    flavor: Optional[str] = typer.Option(None, "--flavor", help="Flavor to start from (default: the first)."),
+    cluster: Optional[str] = typer.Option(None, "--cluster", help="Manifests directory/file, 'kubeconfig:PATH[#ctx]', or empty for the current kubeconfig."),
+) -> None:
+    """Serve an llmaz OpenModel with vLLM from its shared cache, placed by its flavors; exits 1 when it cannot
+    be served (yet)."""
+    from flows.serve_openmodel import ServeError, serve_openmodel
+    from tasks.cluster import ClusterError
+
+    try:
+        report = serve_openmodel(model=model, namespace=namespace, replicas=replicas, flavor=flavor, cluster=cluster)
+    except (ServeError, ClusterError, OSError) as exc:
+        err.print(f"[red]serve-openmodel: {getattr(exc, 'message', exc)}[/red]")
+        raise typer.Exit(1)
+    changes = ", ".join(report.writes.created + report.writes.updated) or "nothing changed"
+    console.print(f"{report.model} in {report.namespace}: {report.state} - {report.message} ({changes})")
+    raise typer.Exit(0 if report.state == "Serving" else 1)
+
+
+@app.command("warm-caches")
+def warm_caches(
+    cluster: Optional[str] = typer.Option(None, "--cluster", help="Manifests directory/file, 'kubeconfig:PATH[#ctx]', or empty for the current kubeconfig."),
+    namespace: list[str] = typer.Option([], "--namespace", "-n", help="Limit to these namespaces (repeatable)."),
+    image: Optional[str] = typer.Option(None, "--image", help="Modelplane's image for the fill Jobs."),
+    openmodel_namespace: Optional[str] = typer.Option(None, "--openmodel-namespace", help="Cache llmaz OpenModels in this namespace."),
+    no_consumers: bool = typer.Option(False, "--no-consumers", help="Only fill existing ModelCaches; create none for consumers."),
+    gc_unused_after: Optional[str] = typer.Option(None, "--gc-unused-after", help="Delete caches unused this long and unmounted, e.g. 7d, 12h."),
+    max_fill_attempts: int = typer.Option(4, "--max-fill-attempts", min=1, help="Fills per cache generation before it stays Failed."),
+    retry_backoff_s: float = typer.Option(300.0, "--retry-backoff-s", min=0, help="Wait after the first failed fill (doubles)."),
+    timeout_s: float = typer.Option(86400.0, "--timeout-s", min=1, help="Stop the run after this long (local fills run in-process)."),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table."),
+) -> None:
+    """Run one warm-caches pass: create PVCs, fill every ModelCache (Jobs in a cluster, in-process locally), report."""
+    from flows.warm_caches import DEFAULT_IMAGE, warm_caches as warm_caches_flow
+
+    try:
+        unused_after = _duration(gc_unused_after) if gc_unused_after else None
+    except ValueError as exc:
+        err.print(f"[red]--gc-unused-after: {exc}[/red]")
+        raise typer.Exit(2) from None
+    report = warm_caches_flow.with_options(timeout_seconds=timeout_s)(
+        namespaces=namespace or None, cluster=cluster, image=image or DEFAULT_IMAGE, openmodel_namespace=openmodel_namespace,
+        include_consumers=not no_consumers, gc_unused_after=unused_after, max_fill_attempts=max_fill_attempts,
+        retry_backoff_s=retry_backoff_s,
+    )
+    if as_json:
+        sys.stdout.write(json.dumps(report.as_json(), indent=2) + "\n")
+    else:
+        table = Table(title="Model caches")
+        for column in ("namespace", "name", "source", "status", "reason", "pvc", "action"):
+            table.add_column(column)
+        colours = {"Available": "green", "Failed": "red", "Progressing": "yellow"}
+        for row in report.rows:
+            status = f"[{colours.get(row.status, 'white')}]{row.status}[/]"
+            table.add_row(row.namespace, row.name, row.source, status, row.reason, row.pvc, row.action)
+        console.print(table)
+        for line in [*(f"needs: {e}" for e in report.ensured), *(f"freed: {f}" for f in report.freed), *report.notes]:
+            console.print(line)
+        for row in report.rows:
+            if row.status == "Failed":
+                err.print(f"[red]{row.namespace}/{row.name}: {row.reason}: {row.message}[/red]")
+        for problem in report.problems:
+            err.print(f"[yellow]{problem}[/yellow]")
+        console.print(report.summary)
+    if report.problems:
+        raise typer.Exit(1)
+
+
+def _duration(text: str) -> "datetime.timedelta":
+    """``7d``, ``12h``, ``30m``, ``90s`` (or a Go duration such as ``1h30m``) as a timedelta."""
+    import datetime
+
+    from engine.api.meta import parse_duration
+
+    text = text.strip()
+    if text.endswith("d") and text[:-1].replace(".", "", 1).isdigit():
+        return datetime.timedelta(days=float(text[:-1]))
+    return datetime.timedelta(seconds=parse_duration(text))
+
+
+def _fail(message: str) -> None:
+    """Print one line on stderr and exit non-zero (a CLI that cannot do its job shows no traceback)."""
+    sys.stderr.write(f"error: {message}\n")
+    raise typer.Exit(1)
+
+
+@app.command()
+def simulate(
+    cluster: pathlib.Path = typer.Option(..., "--cluster", help="Manifests directory/file: VariantAutoscalings, targets, WVA ConfigMaps."),
+    trace: pathlib.Path = typer.Option(..., "--trace", help="Trace CSV (timestamp, prompt tokens, output tokens; Azure format as is)."),
+    policy: list[str] = typer.Option([], "--policy", "-p", help="Policy to compare (repeatable); default: all five."),
+    compression: float = typer.Option(1.0, help="Divide inter-arrival times by this (time compression)."),
+    rate_scale: float = typer.Option(1.0, "--rate-scale", help="Multiply the number of requests."),
+    start: float = typer.Option(0.0, help="Slice start, seconds after the first request."),
+    duration: Optional[float] = typer.Option(None, help="Slice length in seconds (before compression)."),
+    share: list[str] = typer.Option([], "--share", help="MODEL=WEIGHT share of a model ('namespace/modelID') in the trace (repeatable)."),
+    interval: float = typer.Option(60.0, help="Control interval in simulated seconds."),
+    startup_delay: float = typer.Option(120.0, "--startup-delay", help="Seconds a new replica takes to become ready."),
+    seed: int = typer.Option(0, help="Seed of every random draw."),
+    output: pathlib.Path = typer.Option(pathlib.Path("simulation-report"), "--output", "-o", help="Report directory."),
+    config_namespace: str = typer.Option("modelplane-system", help="Namespace of the WVA ConfigMaps."),
+    as_json: bool = typer.Option(False, "--json", help="Print the JSON summary instead of a table."),
+) -> None:
+    """Replay a trace against a cluster description and compare autoscaling policies (table, JSON, HTML report)."""
+    from engine.optimize import SpecError
+    from engine.simulate_trace import TraceError
+    from flows.simulate import simulate as simulate_flow
+    from tasks.simulation import summary_table
+
+    shares: dict[str, float] = {}
+    for item in share:
+        model, _, weight = item.rpartition("=")
+        try:
+            shares[model] = float(weight)
+        except ValueError:
+            _fail(f"--share {item!r}: expected MODEL=WEIGHT with a number")
+    # Check what can be checked before a flow run starts, so bad input gives one line, not a failed run's log.
+    from engine.simulate_policies import POLICIES
+    from engine.simulate_trace import parse_trace_rows
+
+    if not cluster.exists():
+        _fail(f"cluster description {cluster} does not exist")
+    unknown = [p for p in policy if p not in POLICIES]
+    if unknown:
+        _fail(f"unknown policy {', '.join(unknown)}; choose from {', '.join(POLICIES)}")
+    if not trace.is_file():
+        _fail(f"trace file {trace} does not exist")
+    try:
+        with trace.open(newline="") as handle:
+            import csv
+
+            parse_trace_rows(csv.reader(handle))
+    except (TraceError, UnicodeDecodeError) as exc:
+        _fail(f"{trace}: {exc}")
+    try:
+        report = simulate_flow(
+            cluster=str(cluster), trace=str(trace), config_namespace=config_namespace, policies=policy or None,
+            compression=compression, rate_scale=rate_scale, start_s=start, duration_s=duration, model_shares=shares or None,
+            interval_s=interval, startup_delay_s=startup_delay, seed=seed, output_dir=str(output),
+        )
+    except (TraceError, SpecError, ValueError) as exc:
+        _fail(str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
+    if as_json:
+        sys.stdout.write(json.dumps(report.as_json(), indent=2) + "\n")
+        return
+    rows = summary_table(report.outcomes)
+    table = Table(title=f"Policies replayed on {trace.name} ({report.settings['requests']} requests)")
+    for column in rows[0]:
+        table.add_column(column, justify="left" if column == "policy" else "right")
+    for row in rows:
+        table.add_row(*(str(v) for v in row.values()))
+    console.print(table)
+    console.print(f"report: {report.files['html']}  summary: {report.files['json']}")
+
+
+@app.command()
+def calibrate(
+    cluster: Optional[str] = typer.Option(None, "--cluster", help="Manifests directory/file, 'kubeconfig:PATH[#ctx]', or empty for the current kubeconfig."),
+    prometheus: Optional[str] = typer.Option(None, "--prometheus", help="Prometheus base URL (default $PROMETHEUS_URL)."),
+    windows: Optional[pathlib.Path] = typer.Option(None, "--windows", help="Windows YAML file (instead of Prometheus)."),
+    namespace: list[str] = typer.Option([], "--namespace", "-n", help="Limit to these namespaces (repeatable)."),
+    lookback: str = typer.Option("3h", help="How far back to read metrics."),
+    window: str = typer.Option("5m", help="Length of one metrics window."),
+    config_namespace: str = typer.Option("modelplane-system", help="Namespace of the WVA ConfigMaps."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Fit and print, write nothing."),
+    as_json: bool = typer.Option(False, "--json", help="Print a JSON list instead of a table."),
+) -> None:
+    """Fit performance profiles (alpha, beta, gamma, delta) from vLLM metrics; write them only where opted in."""
+    from flows.calibrate import calibrate as calibrate_flow
+    from tasks.calibration import WindowsFileError
+
+    try:
+        report = calibrate_flow(
+            namespaces=namespace or None, config_namespace=config_namespace, cluster=cluster, prometheus_url=prometheus,
+            windows_file=str(windows) if windows else None, lookback=lookback, window=window, dry_run=dry_run,
+        )
+    except (WindowsFileError, ValueError) as exc:
+        _fail(str(exc).splitlines()[0])
+    if as_json:
+        sys.stdout.write(json.dumps(report.as_json(), indent=2, default=str) + "\n")
+        return
+    table = Table(title="Calibrated performance profiles")
+    for column in ("namespace", "name", "result", "alpha", "beta", "gamma", "delta", "written"):
+        table.add_column(column)
+    for row in report.rows:
+        values = [f"{row.fit[n]['value']:.4g}" + ("*" if row.fit[n]["fixed"] else "") if row.fit else "-" for n in ("alpha", "beta", "gamma", "delta")]
+        table.add_row(row.namespace, row.name, row.reason, *values, "yes" if row.spec_written else "no")
+    console.print(table)
+    for row in report.rows:
+        console.print(f"{row.namespace}/{row.name}: {row.message}", highlight=False)
 
 
 @app.command()
@@ -191,10 +663,10 @@ def deploy(
 
     if pool_type not in ("kubernetes", "process"):
         err.print(f"[red]--pool-type must be 'kubernetes' or 'process', not {pool_type!r}[/red]")
-        raise typer.Exit(ExitCode.COULD_NOT_RUN)
+        raise typer.Exit(ExitCode.CANNOT_RUN)
     if not os.environ.get("PREFECT_API_URL"):
         err.print("[red]PREFECT_API_URL is not set: point it at the Prefect server to deploy to (e.g. http://127.0.0.1:4200/api)[/red]")
-        raise typer.Exit(ExitCode.COULD_NOT_RUN)
+        raise typer.Exit(ExitCode.CANNOT_RUN)
     name = pool or (KUBERNETES_POOL if pool_type == "kubernetes" else PROCESS_POOL)
 
     async def create_pool() -> bool:
@@ -205,14 +677,14 @@ def deploy(
         created = asyncio.run(create_pool())
     except Exception as exc:  # the server is unreachable or refuses the pool: one line, no traceback
         err.print(f"[red]work pool {name!r}: {type(exc).__name__}: {exc}[/red]", highlight=False)
-        raise typer.Exit(ExitCode.COULD_NOT_RUN)
+        raise typer.Exit(ExitCode.CANNOT_RUN)
     err.print(f"work pool {name!r} ({pool_type}): {'created' if created else 'exists'}")
     result = run_deploy(pool=None if name == KUBERNETES_POOL else name)
     sys.stdout.write(result.stdout)
     if result.returncode != 0:
         sys.stderr.write(result.stderr)
         err.print(f"[red]prefect deploy failed with exit code {result.returncode}[/red]")
-        raise typer.Exit(ExitCode.COULD_NOT_RUN)
+        raise typer.Exit(ExitCode.CANNOT_RUN)
     err.print(f"registered the deployments of deployments/prefect.yaml on {name!r}; start a worker: prefect worker start --pool {name}")
 
 

@@ -12,6 +12,7 @@ import yaml
 from tasks.cluster import connect
 from tasks.manifests import read_manifest_documents
 from tests.kubeserver.fixture import KubeServer, start_kube_server
+from tests.upstream_crds import upstream_crds
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 
@@ -20,6 +21,10 @@ REPO = pathlib.Path(__file__).resolve().parents[2]
 # adds its entry here.
 LOCAL_RUN_PARAMETERS: dict[str, dict[str, Any]] = {
     "optimize": {"metrics_file": str(REPO / "deployments" / "example-metrics.yaml")},
+    # The example image's metadata ships as an OCI layout (as in ./dev.sh demo): no registry needed.
+    # serve-openmodel serves one named OpenModel (a person's request): the example's.
+    "serve-openmodel": {"model": "qwen2-5-0-5b-instruct", "namespace": "llmaz-demo"},
+    "discover-models": {"registry_mirrors": {"docker.io": f"oci-layout:{REPO / 'deployments' / 'example-images'}"}},
 }
 
 
@@ -29,9 +34,8 @@ def cluster_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KubeSer
     server = start_kube_server(tmp_path_factory.mktemp("examples-kubeserver"))
     try:
         crd_files = sorted((REPO / "deployments" / "crds").glob("*.yaml"))
-        upstream = REPO / "tests" / "upstream-crds"
-        crd_files += sorted(upstream.glob("*.yaml")) if upstream.is_dir() else []
-        server.install_crds([doc for path in crd_files for doc in yaml.safe_load_all(path.read_text()) if doc])
+        server.install_crds([doc for path in crd_files for doc in yaml.safe_load_all(path.read_text()) if doc]
+                            + list(upstream_crds()))
         yield server
     finally:
         server.stop()

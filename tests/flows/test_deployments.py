@@ -15,6 +15,7 @@ import jsonschema
 import pytest
 from prefect.utilities.callables import parameter_schema
 
+from flows.parameters import PROMETHEUS_DURATION_PATTERN
 from flows.deployments import (
     REPO,
     KUBERNETES_POOL,
@@ -137,8 +138,13 @@ def test_served_deployments_register_under_their_own_names(prefect_harness: None
     assert optimize.concurrency_options.collision_strategy.value == "CANCEL_NEW"
     assert optimize.enforce_parameter_schema is True
     properties = optimize.parameter_openapi_schema["properties"]
-    assert properties["rate_window"]["pattern"] and properties["solver_time_limit_s"]["exclusiveMinimum"] == 0
     assert optimize.parameters == {"config_namespace": "modelplane-system", "dry_run": False}
+    # the constraints the UI form and the API enforce are in the schema Prefect stores
+    window = properties["rate_window"]
+    patterns = [window.get("pattern")] + [alt.get("pattern") for alt in window.get("anyOf", [])]
+    assert PROMETHEUS_DURATION_PATTERN in patterns
+    assert properties["solver_time_limit_s"].get("exclusiveMinimum") == 0
+    assert properties["status_heartbeat_s"].get("minimum") == 0
 
 
 def test_work_pool_template_renders_a_valid_job(tmp_path: pathlib.Path) -> None:

@@ -36,6 +36,19 @@ EXTRA_RUNS: list[tuple[str, dict[str, Any], list[tuple[str, str, int]]]] = [
 # Rules of the Role that the runs here do not reach, each with the code path that uses it.
 EXERCISED_ELSEWHERE: dict[Permission, str] = {
     ("", "configmaps", "get"): "optimize: a sloClassRef ConfigMap kept in the variant's own namespace (tasks/optimizer.py)",
+    ("", "persistentvolumeclaims", "delete"): "warm-caches: opt-in garbage collection (tests/caches)",
+    ("aim.silogen.ai", "modelcaches", "delete"): "warm-caches: opt-in garbage collection (tests/caches)",
+    ("aim.silogen.ai", "modelcaches", "create"): "warm-caches/resolve-templates when a consumer needs a cache no one made yet (tests/caches)",
+    **{("registry.volcano.sh", kind, verb): "rollout-models: a policy changed, or a backend removed (tests/flows/test_rollout_models.py)"
+       for kind in ("autoscalingpolicies", "autoscalingpolicybindings") for verb in ("patch", "delete")},
+    ("apps", "deployments", "delete"): "rollout-models: a backend removed (tests/flows/test_rollout_models.py)",
+    ("", "services", "delete"): "rollout-models: a backend removed (tests/flows/test_rollout_models.py)",
+    ("", "configmaps", "patch"): "rollout-models: a route weight or model match changed (tests/flows/test_rollout_models.py)",
+    ("", "configmaps", "delete"): "rollout-models: a Model's routes removed (tests/flows/test_rollout_models.py)",
+    ("serving.kserve.io", "inferenceservices", "create"): "rollout-services once the service's caches are Available (tests/aim)",
+    ("serving.kserve.io", "inferenceservices", "patch"): "rollout-services on a replicas or template change (tests/aim)",
+    ("gateway.networking.k8s.io", "httproutes", "create"): "rollout-services with a gateway set (tests/aim)",
+    ("gateway.networking.k8s.io", "httproutes", "patch"): "rollout-services when the route changes (tests/aim)",
 }
 
 

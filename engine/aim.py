@@ -1,0 +1,476 @@
+"""AIM model discovery, decided without I/O: image labels, persisted metadata, derived names, templates.
+
+An AIMClusterModel names a container image; the discover-models flow reads that image's config
+labels from its registry (``tasks.oci``) and everything after that is decided here:
+
+* :func:`parse_image_labels` turns the labels into :class:`ImageMetadata` (``com.amd.aim.*`` with the
+  ``org.amd.silogen.*`` fallback, as aim-engine reads them); :func:`parse_recommended_deployments`
+  parses ``model.recommendedDeployments`` (a JSON array or comma-separated objects, single quotes
+  allowed).
+* What was read is persisted on the model itself, in the annotation :data:`METADATA_ANNOTATION`
+  (the seed's status has only conditions): :class:`DiscoveryRecord` is its content, and
+  :func:`needs_fetch` decides when the registry must be asked again (new ``spec.image``, a transient
+  failure, or the resync interval).
+* :func:`derived` is aim-engine's ``GenerateDerivedName`` (sanitised parts + sha256 of the Go-JSON of
+  the hash sources, shortened to fit); :func:`template_name` and :func:`auto_template` build one
+  AIMServiceTemplate per recommended deployment with upstream's deterministic names.
+* :func:`model_conditions` gives the model's ``MetadataExtracted`` and ``Ready`` conditions from the
+  discovery result and the states of its auto-created templates.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any, Iterable, Mapping, Sequence
+
+from engine.api.meta import format_time, parse_time
+from engine.status import ConditionUpdate
+
+API_VERSION = "aim.silogen.ai/v1alpha1"
+DOMAIN = "aim.silogen.ai"
+METADATA_ANNOTATION = f"{DOMAIN}/image-metadata"
+"""Annotation on an AIMClusterModel holding the JSON :class:`DiscoveryRecord` of its image."""
+MODEL_LABEL = f"{DOMAIN}/model"
+ORIGIN_LABEL = f"{DOMAIN}/origin"
+ORIGIN_AUTO = "auto-generated"
+PROFILE_ANNOTATION = f"{DOMAIN}/profile-id"
+
+LABEL_PREFIXES = ("com.amd.aim.", "org.amd.silogen.")
+OCI_LABEL_PREFIX = "org.opencontainers.image."
+OCI_LABEL_KEYS = ("title", "description", "licenses", "vendor", "authors", "source", "documentation", "created", "revision", "version")
+DEPLOYMENT_KEYS = ("gpuModel", "gpuCount", "precision", "metric", "profileId", "description")
+METRIC_SHORT = {"latency": "lat", "throughput": "thr"}
+TEMPLATE_METRICS = ("latency", "throughput")
+TEMPLATE_PRECISIONS = ("auto", "fp4", "fp8", "fp16", "fp32", "bf16", "int4", "int8")
+
+# Condition types and reasons of an AIMClusterModel (aim-engine's, kept where the seed is silent).
+COND_METADATA = "MetadataExtracted"
+COND_READY = "Ready"
+REASON_EXTRACTED = "MetadataExtracted"
+REASON_EXTRACTION_FAILED = "MetadataExtractionFailed"
+REASON_IMAGE_NOT_FOUND = "ImageNotFound"
+REASON_AUTH_FAILED = "ImagePullAuthFailure"
+REASON_SECRET_NOT_FOUND = "SecretNotFound"
+REASON_REGISTRY_UNAVAILABLE = "RegistryUnavailable"
+REASON_INVALID_IMAGE = "InvalidImageReference"
+TERMINAL_REASONS = frozenset({REASON_IMAGE_NOT_FOUND, REASON_EXTRACTION_FAILED, REASON_INVALID_IMAGE})
+"""Failures that asking the registry again cannot fix until ``spec.image`` (or the image) changes:
+they are retried only on the resync interval. Every other failure is retried on the next run."""
+
+
+# --------------------------------------------------------------------------------------------------
+# Labels
+# --------------------------------------------------------------------------------------------------
+
+
+class LabelError(ValueError):
+    """A label that cannot be parsed; ``label`` is the full label key."""
+
+    def __init__(self, label: str, problem: str) -> None:
+        self.label = label
+        super().__init__(f"label {label}: {problem}")
+
+
+def parse_recommended_deployments(text: str) -> list[dict[str, Any]]:
+    """The recommended deployments in a ``model.recommendedDeployments`` label value.
+
+    As aim-engine reads them: every ``'`` becomes ``"`` (so single-quoted Python-style dicts parse; an
+    apostrophe inside a description then breaks parsing, as upstream), text that does not start with
+    ``[`` is wrapped in ``[...]`` (real labels are comma-separated objects), then JSON. Each entry keeps
+    ``gpuModel, gpuCount, precision, metric, profileId, description`` (absent or null ones omitted,
+    others dropped). Raises ``ValueError`` naming the problem for text that is not a list of objects
+    or an entry whose field has the wrong type. Blank text is no deployments.
+    """
+    body = text.strip().replace("'", '"')
+    if not body:
+        return []
+    if not body.startswith("["):
+        body = f"[{body}]"
+    try:
+        data = json.loads(body)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"not a JSON list of objects ({exc.msg} at character {exc.pos})") from None
+    if not isinstance(data, list):
+        raise ValueError(f"not a list of objects but a {type(data).__name__}")
+    return [_deployment(entry, index) for index, entry in enumerate(data)]
+
+
+def _deployment(entry: Any, index: int) -> dict[str, Any]:
+    if not isinstance(entry, dict):
+        raise ValueError(f"entry {index} is a {type(entry).__name__}, not an object")
+    result: dict[str, Any] = {}
+    for key in DEPLOYMENT_KEYS:
+        value = entry.get(key)
+        if value is None:
+            continue
+        if key == "gpuCount":
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise ValueError(f"entry {index}: gpuCount must be an integer, not {value!r}")
+        elif not isinstance(value, str):
+            raise ValueError(f"entry {index}: {key} must be a string, not {value!r}")
+        result[key] = value
+    return result
+
+
+def _split_list(value: str | None) -> list[str]:
+    return [item.strip() for item in (value or "").split(",") if item.strip()]
+
+
+def _parse_bool(value: str | None) -> bool | None:
+    """Go's ``strconv.ParseBool``; ``None`` for anything else (ignored, as upstream)."""
+    if value is None:
+        return None
+    if value in ("1", "t", "T", "TRUE", "true", "True"):
+        return True
+    if value in ("0", "f", "F", "FALSE", "false", "False"):
+        return False
+    return None
+
+
+@dataclass(frozen=True)
+class ImageMetadata:
+    """What an AIM image's config labels say about the model it serves."""
+
+    canonical_name: str | None = None
+    source: str | None = None
+    title: str | None = None
+    description: str | None = None
+    release_notes: str | None = None
+    tags: tuple[str, ...] = ()
+    versions: tuple[str, ...] = ()
+    variants: tuple[str, ...] = ()
+    hf_token_required: bool | None = None
+    recommended_deployments: tuple[Mapping[str, Any], ...] = ()
+    oci: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def labelled(self) -> bool:
+        """Whether the image carries AIM labels at all (an unlabelled image is valid, with no profiles)."""
+        return bool(self.canonical_name or self.source or self.recommended_deployments)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON form (camelCase, empty fields left out) for the persisted record."""
+        raw = {
+            "canonicalName": self.canonical_name, "source": self.source, "title": self.title,
+            "description": self.description, "releaseNotes": self.release_notes, "tags": list(self.tags),
+            "versions": list(self.versions), "variants": list(self.variants), "hfTokenRequired": self.hf_token_required,
+            "recommendedDeployments": [dict(d) for d in self.recommended_deployments], "oci": dict(self.oci),
+        }
+        return {key: value for key, value in raw.items() if value not in (None, [], {})}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "ImageMetadata":
+        """The inverse of :meth:`to_dict`."""
+        return cls(
+            canonical_name=data.get("canonicalName"), source=data.get("source"), title=data.get("title"),
+            description=data.get("description"), release_notes=data.get("releaseNotes"),
+            tags=tuple(data.get("tags") or ()), versions=tuple(data.get("versions") or ()),
+            variants=tuple(data.get("variants") or ()), hf_token_required=data.get("hfTokenRequired"),
+            recommended_deployments=tuple(dict(d) for d in data.get("recommendedDeployments") or ()),
+            oci=dict(data.get("oci") or {}),
+        )
+
+
+def aim_label(labels: Mapping[str, str], suffix: str) -> tuple[str, str] | None:
+    """``(key, value)`` of ``com.amd.aim.<suffix>`` when non-empty, else of ``org.amd.silogen.<suffix>``."""
+    for prefix in LABEL_PREFIXES:
+        value = labels.get(prefix + suffix)
+        if value:
+            return prefix + suffix, value
+    return None
+
+
+def parse_image_labels(labels: Mapping[str, str] | None) -> ImageMetadata:
+    """The metadata in an image's config labels; ``LabelError`` naming the label that does not parse."""
+    labels = labels or {}
+
+    def text(suffix: str) -> str | None:
+        found = aim_label(labels, suffix)
+        return found[1] if found else None
+
+    deployments: list[dict[str, Any]] = []
+    found = aim_label(labels, "model.recommendedDeployments")
+    if found:
+        key, value = found
+        try:
+            deployments = parse_recommended_deployments(value)
+        except ValueError as exc:
+            raise LabelError(key, str(exc)) from None
+    oci = {key: labels[OCI_LABEL_PREFIX + key] for key in OCI_LABEL_KEYS if labels.get(OCI_LABEL_PREFIX + key)}
+    return ImageMetadata(
+        canonical_name=text("model.canonicalName"), source=text("model.source"), title=text("title"),
+        description=text("description.full"), release_notes=text("release.notes"),
+        tags=tuple(_split_list(text("model.tags"))), versions=tuple(_split_list(text("model.versions"))),
+        variants=tuple(_split_list(text("model.variants"))), hf_token_required=_parse_bool(text("hfToken.required")),
+        recommended_deployments=tuple(deployments), oci=oci,
+    )
+
+
+# --------------------------------------------------------------------------------------------------
+# The persisted discovery record
+# --------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class DiscoveryRecord:
+    """What discovery last read for one image, kept in the model's :data:`METADATA_ANNOTATION`.
+
+    Either ``metadata`` (with the manifest ``digest`` it came from) or ``reason``/``message`` of the
+    failure. ``read_at`` is when the registry was last asked; ``attempts`` counts consecutive failures.
+    """
+
+    image: str
+    read_at: datetime
+    digest: str | None = None
+    metadata: ImageMetadata | None = None
+    reason: str | None = None
+    message: str = ""
+    attempts: int = 0
+
+    @property
+    def ok(self) -> bool:
+        """Whether the image's labels were read and parsed."""
+        return self.metadata is not None and self.reason is None
+
+    @property
+    def terminal(self) -> bool:
+        """A failure that only a new image (or the resync) can fix."""
+        return self.reason in TERMINAL_REASONS
+
+    def to_json(self) -> str:
+        """The annotation value (compact, keys sorted so an unchanged record is byte-identical)."""
+        data: dict[str, Any] = {"image": self.image, "readAt": format_time(self.read_at)}
+        if self.digest:
+            data["digest"] = self.digest
+        if self.metadata is not None:
+            data["metadata"] = self.metadata.to_dict()
+        if self.reason:
+            data["error"] = {"reason": self.reason, "message": self.message, "attempts": self.attempts}
+        return json.dumps(data, sort_keys=True, separators=(",", ":"))
+
+    @classmethod
+    def from_annotations(cls, annotations: Mapping[str, str] | None) -> "DiscoveryRecord | None":
+        """The record on a model, or ``None`` when there is none or it does not parse (read again)."""
+        text = (annotations or {}).get(METADATA_ANNOTATION)
+        if not text:
+            return None
+        try:
+            data = json.loads(text)
+            error = data.get("error") or {}
+            return cls(
+                image=str(data["image"]), read_at=parse_time(data["readAt"]), digest=data.get("digest"),
+                metadata=ImageMetadata.from_dict(data["metadata"]) if "metadata" in data else None,
+                reason=error.get("reason"), message=str(error.get("message") or ""), attempts=int(error.get("attempts") or 0),
+            )
+        except (ValueError, KeyError, TypeError, AttributeError):
+            return None
+
+
+def needs_fetch(record: DiscoveryRecord | None, image: str, now: datetime, resync: timedelta) -> bool:
+    """Whether the registry must be asked about ``image`` in this run.
+
+    Yes when nothing was read yet, ``spec.image`` changed, the last attempt failed transiently (auth,
+    registry or network errors: retried every run), or the last read is older than ``resync`` (which
+    also retries terminal failures such as a missing image, in case it was pushed since).
+    """
+    if record is None or record.image != image:
+        return True
+    if record.reason and not record.terminal:
+        return True
+    return now - record.read_at >= resync
+
+
+# --------------------------------------------------------------------------------------------------
+# Derived names (aim-engine GenerateDerivedName)
+# --------------------------------------------------------------------------------------------------
+
+_INVALID_NAME_CHARS = re.compile(r"[^a-z0-9-]")
+DNS_LABEL_MAX = 63
+
+
+def _go_json(value: Any) -> str:
+    """``json.Marshal`` of a string/number/bool as Go writes it (HTML characters escaped)."""
+    text = json.dumps(value, ensure_ascii=False, separators=(",", ":"), sort_keys=True)
+    return (
+        text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
+        .replace("\u2028", "\\u2028").replace("\u2029", "\\u2029")
+    )
+
+
+def sanitize_part(part: str) -> str:
+    """One name part: lowercase, other characters to ``-`` (runs kept), ``-`` trimmed, at most 63."""
+    text = _INVALID_NAME_CHARS.sub("-", part.lower()).strip("-")
+    text = text[:DNS_LABEL_MAX].rstrip("-")
+    return text or "part"
+
+
+def derived(parts: Sequence[str], hash_src: Sequence[Any], hash_len: int = 8, max_len: int = DNS_LABEL_MAX) -> str:
+    """A deterministic DNS-1123 name: sanitised ``parts`` joined by ``-`` plus a short hash of ``hash_src``.
+
+    The hash is the hex sha256 of the ``|``-joined Go JSON of each source, cut to ``hash_len``. While
+    the name is longer than ``max_len``, the longest part (the first on ties) loses one character.
+    """
+    names = [sanitize_part(p) for p in parts]
+    digest = hashlib.sha256("|".join(_go_json(x) for x in hash_src).encode()).hexdigest()[:hash_len]
+    while sum(len(p) + 1 for p in names) + len(digest) > max_len:
+        longest = max(range(len(names)), key=lambda i: (len(names[i]), -i))
+        if not names[longest]:
+            raise ValueError(f"cannot fit a name with hash {digest} into {max_len} characters")
+        names[longest] = names[longest][:-1].rstrip("-")
+    return "-".join([*names, digest])
+
+
+def template_name(model_name: str, image: str, deployment: Mapping[str, Any]) -> str:
+    """The auto-created template's name: ``derived([image, suffix], [H], 4)`` as aim-engine builds it.
+
+    suffix = ``{count}x-{gpu}`` | ``{gpu}`` | ``x{count}``, the metric shorthand (``lat``/``thr``) and the
+    precision, each when set. H = ``model-image`` plus ``-gpu``, ``-x{count}``, ``-metric``,
+    ``-precision`` when set (the model name keeps two models on one image apart).
+    """
+    gpu, count = deployment.get("gpuModel"), deployment.get("gpuCount")
+    metric, precision = deployment.get("metric"), deployment.get("precision")
+    suffix: list[str] = []
+    if gpu and count:
+        suffix.append(f"{count}x-{gpu}")
+    elif gpu:
+        suffix.append(str(gpu))
+    elif count:
+        suffix.append(f"x{count}")
+    if metric:
+        suffix.append(METRIC_SHORT.get(metric, metric))
+    if precision:
+        suffix.append(precision)
+    source = f"{model_name}-{image}"
+    if gpu:
+        source += f"-{gpu}"
+    if count:
+        source += f"-x{count}"
+    if metric:
+        source += f"-{metric}"
+    if precision:
+        source += f"-{precision}"
+    return derived([image, "-".join(suffix)], [source], hash_len=4)
+
+
+# --------------------------------------------------------------------------------------------------
+# Auto-created templates
+# --------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TemplatePlan:
+    """The templates discovery wants for one model: manifests to create and deployments it skipped."""
+
+    templates: list[dict[str, Any]]
+    skipped: list[str]
+
+
+def template_spec_of(canonical_name: str, deployment: Mapping[str, Any]) -> tuple[dict[str, Any] | None, str | None]:
+    """The AIMServiceTemplate spec for one recommended deployment, or ``(None, why)`` when the
+    deployment cannot be expressed by the seed's template (unknown metric or precision, no GPU count)."""
+    metric, precision = deployment.get("metric"), deployment.get("precision")
+    gpu, count = deployment.get("gpuModel"), deployment.get("gpuCount")
+    if metric is not None and metric not in TEMPLATE_METRICS:
+        return None, f"metric {metric!r} is not one of {', '.join(TEMPLATE_METRICS)}"
+    if precision is not None and precision not in TEMPLATE_PRECISIONS:
+        return None, f"precision {precision!r} is not one of {', '.join(TEMPLATE_PRECISIONS)}"
+    if count is not None and count < 1:
+        return None, f"gpuCount {count} is below 1"
+    spec: dict[str, Any] = {"model": canonical_name}
+    if metric:
+        spec["metric"] = metric
+    spec["precision"] = precision or "auto"
+    if count:
+        spec["gpusPerReplica"] = count
+    if gpu:
+        spec["gpuModel"] = gpu
+    return spec, None
+
+
+def owner_reference(obj: Mapping[str, Any], controller: bool = True) -> dict[str, Any]:
+    """An ownerReference to ``obj`` (a stored object: it has a uid)."""
+    meta = obj["metadata"]
+    return {
+        "apiVersion": obj["apiVersion"], "kind": obj["kind"], "name": meta["name"], "uid": meta["uid"],
+        "controller": controller, "blockOwnerDeletion": True,
+    }
+
+
+def auto_templates(model: Mapping[str, Any], metadata: ImageMetadata, namespaces: Iterable[str]) -> TemplatePlan:
+    """One AIMServiceTemplate per recommended deployment in each namespace, owned by the model and
+    labelled ``aim.silogen.ai/origin=auto-generated``. The canonical name is the model's ``spec.name``."""
+    name, image = model["metadata"]["name"], model["spec"]["image"]
+    canonical = model["spec"]["name"]
+    templates: list[dict[str, Any]] = []
+    skipped: list[str] = []
+    for index, deployment in enumerate(metadata.recommended_deployments):
+        spec, problem = template_spec_of(canonical, deployment)
+        if spec is None:
+            skipped.append(f"recommendedDeployments[{index}]: {problem}")
+            continue
+        template = template_name(name, image, deployment)
+        annotations = {PROFILE_ANNOTATION: deployment["profileId"]} if deployment.get("profileId") else {}
+        for namespace in sorted(set(namespaces)):
+            meta: dict[str, Any] = {
+                "name": template, "namespace": namespace,
+                "labels": {MODEL_LABEL: name, ORIGIN_LABEL: ORIGIN_AUTO},
+                "ownerReferences": [owner_reference(model, controller=True)],
+            }
+            if annotations:
+                meta["annotations"] = dict(annotations)
+            templates.append({"apiVersion": API_VERSION, "kind": "AIMServiceTemplate", "metadata": meta, "spec": spec})
+    return TemplatePlan(templates, skipped)
+
+
+def is_auto_template(template: Mapping[str, Any]) -> bool:
+    """Whether discovery created this template (a person's template is never touched)."""
+    return ((template.get("metadata") or {}).get("labels") or {}).get(ORIGIN_LABEL) == ORIGIN_AUTO
+
+
+# --------------------------------------------------------------------------------------------------
+# Model conditions
+# --------------------------------------------------------------------------------------------------
+
+
+def metadata_condition(record: DiscoveryRecord | None) -> ConditionUpdate:
+    """``MetadataExtracted`` from the discovery record."""
+    if record is None:
+        return ConditionUpdate(COND_METADATA, "Unknown", "AwaitingMetadata", "the image has not been read yet")
+    if record.ok:
+        meta = record.metadata
+        assert meta is not None
+        if meta.labelled:
+            count = len(meta.recommended_deployments)
+            what = f"{meta.canonical_name or 'model'}: {count} recommended deployment{'s' if count != 1 else ''}"
+            return ConditionUpdate(COND_METADATA, "True", REASON_EXTRACTED, f"{what} (image {record.digest or record.image})")
+        return ConditionUpdate(COND_METADATA, "True", "ImageFound", "the image is reachable but carries no AIM labels; no templates are created")
+    return ConditionUpdate(COND_METADATA, "False", record.reason or REASON_EXTRACTION_FAILED, record.message)
+
+
+def ready_condition(record: DiscoveryRecord | None, template_states: Sequence[str], expected: bool) -> ConditionUpdate:
+    """``Ready`` from the auto-created templates' ``status.status`` values (aim-engine's aggregate,
+    with the seed's template states: Available = ready, Failed, Pending/Progressing = in progress)."""
+    if record is None or not record.ok:
+        reason = "AwaitingMetadata" if record is None or not record.terminal else (record.reason or REASON_EXTRACTION_FAILED)
+        return ConditionUpdate(COND_READY, "False", reason, "the image's metadata is not known yet" if record is None else record.message)
+    states = list(template_states)
+    if not states:
+        if expected:
+            return ConditionUpdate(COND_READY, "False", "CreatingTemplates", "creating the recommended templates")
+        return ConditionUpdate(COND_READY, "True", "NoTemplatesExpected", "the image recommends no deployments")
+    total = len(states)
+    available = states.count("Available")
+    failed = states.count("Failed")
+    if available == total:
+        return ConditionUpdate(COND_READY, "True", "AllTemplatesReady", f"{total} templates available")
+    if failed == total:
+        return ConditionUpdate(COND_READY, "False", "AllTemplatesFailed", f"{total} templates failed")
+    if failed:
+        return ConditionUpdate(COND_READY, "False", "SomeTemplatesDegraded", f"{failed} of {total} templates failed")
+    if available:
+        return ConditionUpdate(COND_READY, "True", "SomeTemplatesReady", f"{available} of {total} templates available")
+    return ConditionUpdate(COND_READY, "False", "TemplatesProgressing", f"{total} templates pending or progressing")

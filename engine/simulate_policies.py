@@ -1,0 +1,481 @@
+"""Autoscaling policies driven through the simulator, and the comparison of their outcomes.
+
+Five policies see the same simulated metrics every cycle and answer with replicas per variant:
+
+* ``modelplane`` -- :func:`engine.optimize.plan_variants`, exactly what the optimize flow runs
+  (model-based MILP allocation + saturation analysis + hybrid arbitration + safety rules), fed a
+  :class:`engine.optimize.CycleInputs` built from the cluster's manifests and the simulated
+  vLLM metrics (arrival rate = completed requests over the interval, as
+  ``rate(vllm:request_success_total[1m])``; mean prompt and output tokens of those requests;
+  per-pod ``kv_cache_usage_perc`` and ``num_requests_waiting``).
+* ``saturation-only`` -- the same code with the performance profiles removed from the
+  VariantAutoscalings, so only WVA's saturation analysis decides.
+* ``wva-greedy`` -- per-variant sizing with the queueing model and :func:`engine.allocation.greedy`
+  (models in priority order, cheapest variant first), no saturation safety net.
+* ``hpa`` -- Kthena's HPA-style recommendation on a per-replica metric
+  (:func:`engine.scaling.recommend`), its behaviour correction (:func:`engine.scaling.correct`:
+  stabilization windows, rate limits, panic mode) and cost-ordered distribution over the
+  model's variants (:func:`engine.scaling.distribute`), configured by an AutoscalingPolicy spec.
+* ``static-peak`` -- the optimizer's allocation for the trace's peak load (per-interval peak
+  arrival rate of each model), provisioned from the start and never changed.
+
+Pure: no I/O, no clock (cycle times are derived from a fixed epoch plus simulated seconds).
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
+from typing import Any, Callable, Mapping, Sequence
+
+import numpy as np
+
+from engine.allocation import AllocationProblem, ModelDemand, VariantOption, greedy, solve
+from engine.config import AcceleratorCost, ConfigError, ServiceClass
+from engine.optimize import CycleInputs, ModelLoad, PodSample, SpecError, VariantSpec, parse_variant, plan_variants
+from engine.perf import SLO, Workload, max_rates
+from engine.saturation import SaturationConfigSet
+from engine.scaling import Behavior, Group, ScalingState, correct, distribute, recommend, tolerance_from_percent
+from engine.simulate import Observation, SimConfig, SimResult, Trace, VariantModel, simulate
+
+__all__ = [
+    "POLICIES",
+    "ClusterDescription",
+    "DEFAULT_HPA_POLICY",
+    "PolicyOutcome",
+    "Scenario",
+    "build_scenario",
+    "make_policy",
+    "run_policy",
+    "summarize_outcome",
+]
+
+POLICIES = ("modelplane", "saturation-only", "wva-greedy", "hpa", "static-peak")
+EPOCH = datetime(2026, 1, 1, tzinfo=timezone.utc)
+DEFAULT_KV_TOKENS_PER_SLOT = 2048
+# Kthena's example policy (deployments/examples/20-kthena.yaml): 5 waiting requests per pod.
+DEFAULT_HPA_POLICY: dict[str, Any] = {
+    "tolerancePercent": 10,
+    "metrics": [{"metricName": "vllm:num_requests_waiting", "targetValue": "5"}],
+    "behavior": {
+        "scaleUp": {
+            "stablePolicy": {"instances": 2, "percent": 100, "period": "15s", "selectPolicy": "Or", "stabilizationWindow": "1m"},
+            "panicPolicy": {"percent": 1000, "period": "15s", "panicThresholdPercent": 200, "panicModeHold": "60s"},
+        },
+        "scaleDown": {"instances": 1, "percent": 50, "period": "30s", "selectPolicy": "And", "stabilizationWindow": "5m"},
+    },
+}
+_GAUGES = {
+    "vllm:num_requests_waiting": lambda g: float(g.waiting),
+    "vllm:num_requests_running": lambda g: float(g.running),
+    "vllm:kv_cache_usage_perc": lambda g: float(g.kv_cache_usage),
+}
+
+
+@dataclass(frozen=True)
+class ClusterDescription:
+    """A cluster as the optimize flow reads it: VariantAutoscalings, current replicas, WVA ConfigMaps.
+
+    ``current_replicas`` is keyed by ``(namespace, kind, name)`` of the scale targets;
+    ``hpa_policy`` is the AutoscalingPolicy spec the ``hpa`` policy uses.
+    """
+
+    variants: list[dict[str, Any]]
+    current_replicas: Mapping[tuple[str, str, str], int]
+    accelerator_costs: Mapping[str, AcceleratorCost]
+    service_classes: Mapping[tuple[str, str], ServiceClass | ConfigError]
+    saturation_data: Mapping[str, Any]
+    inventory: Mapping[str, int] | None
+    hpa_policy: Mapping[str, Any] = field(default_factory=lambda: DEFAULT_HPA_POLICY)
+    kv_tokens_per_slot: int = DEFAULT_KV_TOKENS_PER_SLOT
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """What every policy is replayed against: variants, their parsed specs, SLOs per model, the trace."""
+
+    description: ClusterDescription
+    specs: list[VariantSpec]
+    variants: list[VariantModel]
+    slos: dict[str, SLO]  # model key "ns/modelID" -> SLO
+    priorities: dict[str, int]
+    trace: Trace
+    config: SimConfig
+
+    def spec_of(self, key: str) -> VariantSpec:
+        """The parsed VariantAutoscaling of a variant key."""
+        return next(s for s in self.specs if _key(s.key) == key)
+
+
+def _key(pair: tuple[str, str]) -> str:
+    return f"{pair[0]}/{pair[1]}"
+
+
+def _model_slo(spec: VariantSpec, classes: Mapping[tuple[str, str], ServiceClass | ConfigError]) -> tuple[SLO, int]:
+    if spec.slo_ref is None:
+        raise SpecError("spec.sloClassRef", "required to judge SLO attainment in a simulation")
+    entry = classes.get(spec.slo_ref)
+    if entry is None or isinstance(entry, ConfigError):
+        raise SpecError("spec.sloClassRef", f"service class {spec.slo_ref[0]}/{spec.slo_ref[1]} is missing or invalid: {entry}")
+    slo = entry.slo_for(spec.model_id)
+    if slo is None:
+        raise SpecError("spec.sloClassRef", f"service class {entry.name!r} has no SLO for model {spec.model_id!r}")
+    return SLO(ttft_ms=slo.ttft_ms, itl_ms=slo.itl_ms, tps=slo.tps), entry.priority
+
+
+def build_scenario(description: ClusterDescription, trace: Trace, config: SimConfig) -> Scenario:
+    """Parse every VariantAutoscaling into a simulated variant; a variant that cannot be simulated raises SpecError.
+
+    A simulated variant needs a performance profile (the simulator's service law), an accelerator with
+    a unit cost, and an SLO class (to judge attainment); the error names the resource and the field.
+    """
+    specs: list[VariantSpec] = []
+    variants: list[VariantModel] = []
+    slos: dict[str, SLO] = {}
+    priorities: dict[str, int] = {}
+    for obj in description.variants:
+        meta = obj.get("metadata") or {}
+        where = f"VariantAutoscaling {meta.get('namespace', 'default')}/{meta.get('name', '?')}"
+        try:
+            spec = parse_variant(obj)
+            if spec.profile is None:
+                raise SpecError("spec.variantProfile", "required: the simulator serves requests with the variant's profile")
+            if not spec.accelerator or spec.accelerator not in description.accelerator_costs:
+                raise SpecError("spec.accelerator", f"{spec.accelerator!r} has no unit cost in accelerator-unit-costs")
+            slo, priority = _model_slo(spec, description.service_classes)
+        except SpecError as exc:
+            raise SpecError(exc.field, f"{where}: {exc.detail}") from None
+        model = _key(spec.model_key)
+        if model not in priorities or priority < priorities[model]:
+            slos[model], priorities[model] = slo, priority
+        specs.append(spec)
+        variants.append(
+            VariantModel(
+                key=_key(spec.key), model=model, target=spec.target_name, accelerator=spec.accelerator,
+                accelerators_per_replica=spec.accelerator_count,
+                unit_cost=description.accelerator_costs[spec.accelerator].cost, profile=spec.profile,
+                kv_capacity_tokens=int(spec.profile.max_batch * description.kv_tokens_per_slot),
+            )
+        )
+    missing = [m for m in trace.models if m not in slos]
+    if missing:
+        raise SpecError("trace", f"no VariantAutoscaling serves model(s) {', '.join(missing)}")
+    return Scenario(description, specs, variants, slos, priorities, trace, config)
+
+
+def initial_replicas(scenario: Scenario) -> dict[str, int]:
+    """Replicas each variant starts with: the scale targets' current replicas (1 when unknown)."""
+    return {
+        _key(s.key): max(int(scenario.description.current_replicas.get(s.target_key, 1)), s.min_replicas)
+        for s in scenario.specs
+    }
+
+
+# --------------------------------------------------------------------------------------------
+# Observations -> the optimizer's inputs
+# --------------------------------------------------------------------------------------------
+
+
+def observed_loads(scenario: Scenario, obs: Observation) -> dict[tuple[str, str], ModelLoad]:
+    """Per (namespace, modelID): completions per second over the interval and their mean token counts."""
+    loads: dict[tuple[str, str], ModelLoad] = {}
+    for spec in scenario.specs:
+        model = _key(spec.model_key)
+        done = obs.completed.get(model, 0)
+        if done:
+            loads[spec.model_key] = ModelLoad(done / obs.interval_s, obs.prompt_tokens[model] / done, obs.generated_tokens[model] / done)
+        else:
+            loads[spec.model_key] = ModelLoad(0.0, 0.0, 0.0)
+    return loads
+
+
+def observed_pods(scenario: Scenario, obs: Observation) -> dict[tuple[str, str], list[PodSample]]:
+    """Per (namespace, modelID): the saturation gauges of every ready replica of the model."""
+    pods: dict[tuple[str, str], list[PodSample]] = {}
+    for spec in scenario.specs:
+        samples = pods.setdefault(spec.model_key, [])
+        samples.extend(PodSample(g.pod, g.kv_cache_usage, float(g.waiting)) for g in obs.pods.get(_key(spec.key), []))
+    return pods
+
+
+def cycle_inputs(scenario: Scenario, obs: Observation, variants: list[dict[str, Any]] | None = None) -> CycleInputs:
+    """The optimize flow's :class:`CycleInputs` for one simulated cycle."""
+    desc = scenario.description
+    current = {s.target_key: obs.replicas[_key(s.key)] for s in scenario.specs}
+    ready = {s.target_key: obs.ready[_key(s.key)] for s in scenario.specs}
+    return CycleInputs(
+        now=EPOCH + timedelta(seconds=obs.time_s),
+        variants=variants if variants is not None else desc.variants,
+        current_replicas=current,
+        ready_replicas=ready,
+        accelerator_costs=desc.accelerator_costs,
+        service_classes=desc.service_classes,
+        saturation=SaturationConfigSet.from_configmap(desc.saturation_data),
+        inventory=desc.inventory,
+        loads=observed_loads(scenario, obs),
+        pods=observed_pods(scenario, obs),
+    )
+
+
+def allocation_problem(
+    scenario: Scenario, loads: Mapping[tuple[str, str], ModelLoad], current: Mapping[str, int]
+) -> AllocationProblem:
+    """The allocation the optimizer would solve for these loads (models, variants, costs, inventory)."""
+    desc = scenario.description
+    demands: dict[str, ModelDemand] = {}
+    options: list[VariantOption] = []
+    for spec in scenario.specs:
+        model = _key(spec.model_key)
+        load = loads.get(spec.model_key)
+        if load is None:
+            continue
+        workload = Workload(in_tokens=load.avg_in_tokens, out_tokens=max(load.avg_out_tokens, 1.0))
+        demands[model] = ModelDemand(model, load.arrival_rate_rps, workload, scenario.slos[model], scenario.priorities[model])
+        assert spec.profile is not None and spec.accelerator is not None
+        options.append(
+            VariantOption(
+                name=_key(spec.key), model=model, accelerator=spec.accelerator,
+                accelerators_per_replica=spec.accelerator_count, profile=spec.profile,
+                min_replicas=spec.min_replicas, max_replicas=spec.max_replicas,
+                current_replicas=int(current.get(_key(spec.key), 0)),
+            )
+        )
+    return AllocationProblem(
+        models=list(demands.values()), variants=options,
+        unit_costs={name: cost.cost for name, cost in desc.accelerator_costs.items()},
+        inventory=dict(desc.inventory) if desc.inventory else None,
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# Policies
+# --------------------------------------------------------------------------------------------
+
+
+Policy = Callable[[Observation], Mapping[str, int]]
+
+
+def modelplane_policy(scenario: Scenario, saturation_only: bool = False) -> Policy:
+    """The optimize flow's decision (``plan_variants``); with ``saturation_only`` the profiles are removed."""
+    variants = scenario.description.variants
+    if saturation_only:
+        variants = copy.deepcopy(variants)
+        for obj in variants:
+            obj.get("spec", {}).pop("variantProfile", None)
+
+    def decide(obs: Observation) -> dict[str, int]:
+        decisions = plan_variants(cycle_inputs(scenario, obs, variants))
+        return {f"{d.namespace}/{d.name}": d.desired for d in decisions if d.desired is not None}
+
+    return decide
+
+
+def greedy_policy(scenario: Scenario) -> Policy:
+    """WVA-style: size each variant from the queueing model, greedy cheapest-first, no saturation check."""
+
+    def decide(obs: Observation) -> dict[str, int]:
+        problem = allocation_problem(scenario, observed_loads(scenario, obs), obs.replicas)
+        return dict(greedy(problem).replicas)
+
+    return decide
+
+
+def hpa_policy(scenario: Scenario) -> Policy:
+    """Kthena: HPA-style recommendation per model, behaviour correction, cost-ordered distribution."""
+    spec = scenario.description.hpa_policy
+    targets = {m["metricName"]: float(m["targetValue"]) for m in spec.get("metrics") or []}
+    unknown = sorted(set(targets) - set(_GAUGES))
+    if unknown:
+        raise ValueError(f"hpa policy metric(s) {', '.join(unknown)} are not simulated; use one of {', '.join(sorted(_GAUGES))}")
+    tolerance = tolerance_from_percent(spec.get("tolerancePercent", 10))
+    behavior = Behavior.from_spec(spec.get("behavior"))
+    inventory = scenario.description.inventory or {}
+    models: dict[str, list[VariantSpec]] = {}
+    for s in scenario.specs:
+        models.setdefault(_key(s.model_key), []).append(s)
+    states: dict[str, ScalingState] = {}
+
+    def bound(s: VariantSpec) -> int:
+        if s.max_replicas is not None:
+            return s.max_replicas
+        limit = inventory.get(s.accelerator or "")
+        return limit // s.accelerator_count if limit is not None else 1000
+
+    def decide(obs: Observation) -> dict[str, int]:
+        now = EPOCH + timedelta(seconds=obs.time_s)
+        desired: dict[str, int] = {}
+        for model, specs in models.items():
+            keys = [_key(s.key) for s in specs]
+            current = sum(obs.replicas[k] for k in keys)
+            instances = [{name: _GAUGES[name](g) for name in targets} for k in keys for g in obs.pods.get(k, [])]
+            unready = sum(obs.replicas[k] - obs.ready[k] for k in keys)
+            low, high = sum(s.min_replicas for s in specs), sum(bound(s) for s in specs)
+            rec = recommend(current, low, high, tolerance, targets, instances, unready=unready)
+            if rec is None:
+                continue
+            total, states[model] = correct(current, rec, behavior, states.get(model), now, min_replicas=low, max_replicas=high)
+            groups = [Group(s.accelerator_count * scenario.description.accelerator_costs[s.accelerator or ""].cost, s.min_replicas, bound(s)) for s in specs]
+            for key, count in zip(keys, distribute(groups, total)):
+                desired[key] = count
+        return desired
+
+    return decide
+
+
+def peak_loads(scenario: Scenario) -> dict[tuple[str, str], ModelLoad]:
+    """Per model: the highest arrival rate over any control interval of the trace, with the trace's mean tokens."""
+    trace, interval = scenario.trace, scenario.config.interval_s
+    loads: dict[tuple[str, str], ModelLoad] = {}
+    bins = max(int(math.ceil(max(trace.duration_s, interval) / interval)), 1)
+    for index, model in enumerate(trace.models):
+        mask = trace.model_index == index
+        counts = np.bincount(np.minimum((trace.arrival_s[mask] // interval).astype(np.int64), bins - 1), minlength=bins)
+        spec = next(s for s in scenario.specs if _key(s.model_key) == model)
+        loads[spec.model_key] = ModelLoad(
+            float(counts.max()) / interval if counts.size else 0.0,
+            float(trace.in_tokens[mask].mean()) if mask.any() else 0.0,
+            float(trace.out_tokens[mask].mean()) if mask.any() else 1.0,
+        )
+    return loads
+
+
+def static_allocation(scenario: Scenario) -> dict[str, int]:
+    """The optimizer's allocation for the peak load, held for the whole trace."""
+    return dict(solve(allocation_problem(scenario, peak_loads(scenario), {})).replicas)
+
+
+def make_policy(name: str, scenario: Scenario) -> tuple[Policy, dict[str, int]]:
+    """The policy's controller and the replicas it starts with."""
+    start = initial_replicas(scenario)
+    if name == "modelplane":
+        return modelplane_policy(scenario), start
+    if name == "saturation-only":
+        return modelplane_policy(scenario, saturation_only=True), start
+    if name == "wva-greedy":
+        return greedy_policy(scenario), start
+    if name == "hpa":
+        return hpa_policy(scenario), start
+    if name == "static-peak":
+        fixed = static_allocation(scenario)
+        return (lambda obs: fixed), fixed
+    raise ValueError(f"unknown policy {name!r}; choose from {', '.join(POLICIES)}")
+
+
+def run_policy(name: str, scenario: Scenario) -> SimResult:
+    """Replay the scenario's trace under one policy."""
+    controller, start = make_policy(name, scenario)
+    return simulate(scenario.variants, scenario.trace, scenario.config, start, controller)
+
+
+# --------------------------------------------------------------------------------------------
+# Outcomes
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass
+class PolicyOutcome:
+    """What one policy achieved on the trace; ``series`` holds the per-cycle time series for plots."""
+
+    policy: str
+    requests: int
+    attainment: float
+    attainment_by_model: dict[str, float]
+    cost: float
+    accelerator_hours: dict[str, float]
+    replica_changes: int
+    unserved: int
+    unserved_share: float
+    latency_ms: dict[str, dict[str, float]]  # model -> {ttft_p50, ttft_p90, ttft_p99, itl_p50, ...}
+    series: dict[str, Any] = field(default_factory=dict)
+
+    def as_json(self) -> dict[str, Any]:
+        """The outcome without the time series (for the JSON summary)."""
+        return {
+            "policy": self.policy, "requests": self.requests, "slo_attainment": round(self.attainment, 4),
+            "slo_attainment_by_model": {k: round(v, 4) for k, v in self.attainment_by_model.items()},
+            "cost": round(self.cost, 2), "accelerator_hours": {k: round(v, 3) for k, v in self.accelerator_hours.items()},
+            "replica_changes": self.replica_changes, "unserved_requests": self.unserved,
+            "unserved_share": round(self.unserved_share, 4),
+            "latency_ms": {m: {k: round(v, 1) for k, v in d.items()} for m, d in self.latency_ms.items()},
+        }
+
+
+def _percentiles(values: np.ndarray, prefix: str) -> dict[str, float]:
+    if values.size == 0:
+        return {f"{prefix}_p{q}": math.nan for q in (50, 90, 99)}
+    return {f"{prefix}_p{q}": float(np.percentile(values, q)) * 1000.0 for q in (50, 90, 99)}
+
+
+def capacity_rps(scenario: Scenario) -> dict[str, float]:
+    """Per variant key: the optimizer's max request rate per replica for its model's mean trace workload."""
+    trace = scenario.trace
+    profiles, workloads, slos, keys = [], [], [], []
+    for v in scenario.variants:
+        mask = trace.model_index == trace.models.index(v.model)
+        if not mask.any():
+            continue
+        profiles.append(v.profile)
+        workloads.append(Workload(float(trace.in_tokens[mask].mean()), max(float(trace.out_tokens[mask].mean()), 1.0)))
+        slos.append(scenario.slos[v.model])
+        keys.append(v.key)
+    if not keys:
+        return {}
+    rates = max_rates(profiles, workloads, slos)
+    return {k: (float(r) if np.isfinite(r) else 0.0) for k, r in zip(keys, rates)}
+
+
+def summarize_outcome(name: str, scenario: Scenario, result: SimResult) -> PolicyOutcome:
+    """SLO attainment (per request: TTFT and ITL within the model's SLO), cost, replica changes, unserved load."""
+    trace = scenario.trace
+    ttft, itl = result.ttft_s, result.itl_s
+    ok = result.completed
+    met = np.zeros(len(trace), dtype=bool)
+    by_model: dict[str, float] = {}
+    latency: dict[str, dict[str, float]] = {}
+    for index, model in enumerate(trace.models):
+        slo = scenario.slos[model]
+        mask = trace.model_index == index
+        good = ok & mask
+        if slo.ttft_ms:
+            good &= ttft * 1000.0 <= slo.ttft_ms
+        if slo.itl_ms:
+            good &= (itl * 1000.0 <= slo.itl_ms) | (trace.out_tokens <= 1)
+        met |= good
+        by_model[model] = float(good.sum() / mask.sum()) if mask.any() else math.nan
+        served = mask & ok
+        latency[model] = {**_percentiles(ttft[served], "ttft"), **_percentiles(itl[served & (trace.out_tokens > 1)], "itl")}
+    changes = sum(abs(c.desired[k] - c.replicas[k]) for c in result.cycles for k in c.replicas)
+    unserved = int((~ok).sum())
+    outcome = PolicyOutcome(
+        policy=name, requests=len(trace), attainment=float(met.mean()) if len(trace) else math.nan,
+        attainment_by_model=by_model, cost=result.cost(), accelerator_hours=result.accelerator_hours(),
+        replica_changes=int(changes), unserved=unserved, unserved_share=unserved / len(trace) if len(trace) else 0.0,
+        latency_ms=latency,
+    )
+    outcome.series = time_series(scenario, result)
+    return outcome
+
+
+def time_series(scenario: Scenario, result: SimResult) -> dict[str, Any]:
+    """Per cycle: load and provisioned capacity per model (req/s), replicas per accelerator, cost rate per hour."""
+    capacity = capacity_rps(scenario)
+    times = [c.time_s for c in result.cycles]
+    load = {m: [c.arrived.get(m, 0) / scenario.config.interval_s for c in result.cycles] for m in scenario.trace.models}
+    provisioned = {
+        m: [sum(c.ready[v.key] * capacity.get(v.key, 0.0) for v in scenario.variants if v.model == m) for c in result.cycles]
+        for m in scenario.trace.models
+    }
+    accelerators = sorted({v.accelerator for v in scenario.variants})
+    per_accelerator = {
+        a: [sum(c.desired[v.key] * v.accelerators_per_replica for v in scenario.variants if v.accelerator == a) for c in result.cycles]
+        for a in accelerators
+    }
+    cost_rate = [sum(c.desired[v.key] * v.replica_cost_per_hour for v in scenario.variants) for c in result.cycles]
+    return {"time_s": times, "load_rps": load, "capacity_rps": provisioned, "accelerators": per_accelerator, "cost_per_hour": cost_rate}
+
+
+def compare(scenario: Scenario, policies: Sequence[str] = POLICIES) -> list[PolicyOutcome]:
+    """Replay the trace under each policy and summarize each run."""
+    return [summarize_outcome(name, scenario, run_policy(name, scenario)) for name in policies]

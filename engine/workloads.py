@@ -1,0 +1,136 @@
+"""Helpers every rollout shares: probes and graceful drain of an inference server, change detection by
+revision hash, and the merge-patch that brings a live object to its rendered form.
+
+A rendered object carries :data:`ANNOTATION_REVISION`, a hash of everything rendered except replicas
+(owned by the optimizer once a workload exists): a live object with the same hash needs no write.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+Manifest = dict[str, Any]
+
+ANNOTATION_REVISION = "modelplane.io/revision"
+"""Hash of the rendered object (without replicas): equal hashes mean nothing to write."""
+ANNOTATION_BASE_REVISION = "modelplane.io/base-revision"
+"""Hash of a workload rendered without LoRA adapters: equal while only the adapters change."""
+ANNOTATION_LAST_APPLIED = "modelplane.io/last-applied"
+"""The non-metadata part last rendered (JSON), so an update removes only what Modelplane rendered before."""
+
+
+@dataclass(frozen=True)
+class FieldError:
+    """One reason the Model cannot be rolled out, naming the field as people write it."""
+
+    field: str
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.field}: {self.message}"
+
+
+def drain_script(port: int, engine: str) -> str:
+    """preStop: wait until the engine has no running and no waiting requests (Kthena's graceful drain)."""
+    names = ("vllm:num_requests_running", "vllm:num_requests_waiting") if engine == "vllm" else ("sglang:num_running_reqs", "sglang:num_queue_reqs")
+    return (
+        "import time, urllib.request\n"
+        f"names = {names!r}\n"
+        "while True:\n"
+        "    try:\n"
+        f"        text = urllib.request.urlopen('http://127.0.0.1:{port}/metrics', timeout=5).read().decode()\n"
+        "    except Exception:\n"
+        "        break\n"
+        "    busy = [l for l in text.splitlines() if l.startswith(names) and float(l.rsplit(' ', 1)[-1]) > 0]\n"
+        "    if not busy:\n"
+        "        break\n"
+        "    time.sleep(1)\n"
+    )
+
+
+def probe(path: str, port: int, period: int, failures: int) -> Manifest:
+    return {"httpGet": {"path": path, "port": port}, "periodSeconds": period, "failureThreshold": failures, "timeoutSeconds": 5}
+
+
+_SYSTEM_FIELDS = ("apiVersion", "kind", "metadata", "status")
+
+
+def rendered_body(obj: Mapping[str, Any]) -> Manifest:
+    """The non-metadata part of a rendered object (``spec``, ``data``, ...) without ``spec.replicas``."""
+    body = json.loads(json.dumps({k: v for k, v in obj.items() if k not in _SYSTEM_FIELDS}, sort_keys=True))
+    if isinstance(body.get("spec"), dict):
+        body["spec"].pop("replicas", None)
+    return body
+
+
+def revision(obj: Mapping[str, Any]) -> str:
+    """A stable hash of what was rendered, ignoring replicas (the optimizer owns them) and the
+    bookkeeping annotations."""
+    body = json.loads(json.dumps(obj, sort_keys=True))
+    body.get("spec", {}).pop("replicas", None)
+    annotations = body.get("metadata", {}).get("annotations", {})
+    for key in (ANNOTATION_REVISION, ANNOTATION_BASE_REVISION, ANNOTATION_LAST_APPLIED):
+        annotations.pop(key, None)
+    return hashlib.sha256(json.dumps(body, sort_keys=True, separators=(",", ":")).encode()).hexdigest()[:16]
+
+
+def stamp(obj: Manifest, base_revision: str | None = None) -> Manifest:
+    """``obj`` with its revision annotation, what was rendered (so a later update removes exactly the
+    fields no longer rendered and leaves fields others set alone, as ``kubectl apply`` does), and for
+    workloads the revision without LoRA adapters."""
+    meta = obj.setdefault("metadata", {})
+    annotations = dict(meta.get("annotations") or {})
+    annotations[ANNOTATION_REVISION] = revision(obj)
+    annotations[ANNOTATION_LAST_APPLIED] = json.dumps(rendered_body(obj), sort_keys=True, separators=(",", ":"))
+    if base_revision is not None:
+        annotations[ANNOTATION_BASE_REVISION] = base_revision
+    meta["annotations"] = annotations
+    return obj
+
+
+def annotation(obj: Mapping[str, Any] | None, key: str) -> str | None:
+    """One annotation of ``obj`` (``None`` when absent)."""
+    return (((obj or {}).get("metadata") or {}).get("annotations") or {}).get(key)
+
+
+def merge_diff(old: Any, new: Any) -> Any:
+    """The RFC 7386 merge-patch turning ``old`` into ``new`` (removed keys become ``None``)."""
+    if not isinstance(old, dict) or not isinstance(new, dict):
+        return new
+    patch: dict[str, Any] = {}
+    for key in old:
+        if key not in new:
+            patch[key] = None
+    for key, value in new.items():
+        if key not in old:
+            patch[key] = value
+        elif old[key] != value:
+            patch[key] = merge_diff(old[key], value) if isinstance(old[key], dict) and isinstance(value, dict) else value
+    return patch
+
+
+def update_patch(live: Mapping[str, Any], desired: Mapping[str, Any]) -> Manifest:
+    """The merge-patch bringing ``live`` to ``desired``: our labels/annotations/owners set (others kept);
+    the fields we render set, and the ones we rendered last time but no longer removed (the previous
+    rendering comes from :data:`ANNOTATION_LAST_APPLIED`; without it, from the live object). Fields the
+    API server or others set and we never rendered are left alone."""
+    meta = desired.get("metadata") or {}
+    patch: Manifest = {"metadata": {k: meta[k] for k in ("labels", "annotations", "ownerReferences") if k in meta}}
+    try:
+        previous = json.loads(annotation(live, ANNOTATION_LAST_APPLIED) or "null")
+    except ValueError:
+        previous = None
+    if not isinstance(previous, dict):
+        previous = rendered_body(live)
+    body = rendered_body(desired)
+    for key in sorted(set(previous) | set(body)):
+        diff = merge_diff(previous.get(key), body.get(key))
+        if diff != {}:
+            patch[key] = diff
+    replicas = (desired.get("spec") or {}).get("replicas")
+    if replicas is not None:
+        patch.setdefault("spec", {})["replicas"] = replicas
+    return patch

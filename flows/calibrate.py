@@ -1,0 +1,207 @@
+"""The ``calibrate`` flow: fit each VariantAutoscaling's performance profile from what its vLLM pods export.
+
+Lifecycle, top to bottom:
+
+1. read the VariantAutoscalings (the optimize flow's read task);
+2. collect windows of vLLM metrics per variant: Prometheus range queries over the lookback (one window
+   per pod and step, the variant's pods named after its scale target), or a windows file;
+3. fit ``alpha, beta, gamma, delta`` with confidence intervals (``engine.calibrate``), or say why the
+   data cannot determine them;
+4. write a ``ProfileCalibrated`` condition on every VariantAutoscaling, and the profile into the spec
+   only where the resource opted in (``modelplane.io/calibration: apply``) -- never silently;
+5. publish the proposals as a table artifact.
+
+One variant's failure (no metrics, an unidentifiable profile, an API error) does not stop the others.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any
+
+from prefect import flow, get_run_logger, task
+from prefect.artifacts import create_table_artifact
+from prefect.cache_policies import NO_CACHE
+from prefect.context import FlowRunContext
+from pydantic import BaseModel, Field
+
+from engine.api.meta import parse_duration
+from engine.calibrate import ProfileFit, Unidentifiable, Window, calibration_outcome, fit_profile
+from engine.optimize import SpecError, parse_variant
+from tasks.calibration import prometheus_windows, read_windows_file, write_outcome
+from tasks.cluster import connect
+from tasks.cluster.errors import ClusterError
+from tasks.metrics import MetricsError, PrometheusMetrics
+from tasks.optimizer import read_cluster_state
+
+DEFAULT_CONFIG_NAMESPACE = "modelplane-system"
+
+
+class CalibrateParameters(BaseModel):
+    """One run's parameters, validated (defaults and descriptions live in the flow's signature)."""
+
+    namespaces: list[str]
+    config_namespace: str = Field(min_length=1)
+    cluster: str | None
+    prometheus_url: str | None
+    windows_file: str | None
+    lookback: str = Field(pattern=r"^[0-9]+(m|h)$")
+    window: str = Field(pattern=r"^[0-9]+(s|m)$")
+    dry_run: bool
+
+
+@dataclass
+class CalibrationRow:
+    """One VariantAutoscaling's result."""
+
+    namespace: str
+    name: str
+    reason: str
+    message: str
+    fit: dict[str, Any] | None = None
+    current: dict[str, float] | None = None
+    spec_written: bool = False
+    error: str | None = None
+
+
+@dataclass
+class CalibrationReport:
+    """What one calibrate run proposed and wrote."""
+
+    rows: list[CalibrationRow] = field(default_factory=list)
+
+    def as_json(self) -> list[dict[str, Any]]:
+        """The report as the CLI's JSON list."""
+        return [row.__dict__ for row in self.rows]
+
+
+@task(name="collect-windows", cache_policy=NO_CACHE)
+def collect_windows(params: CalibrateParameters, variants: list[dict[str, Any]]) -> tuple[dict[tuple[str, str], list[Window]], str | None]:
+    """Windows per VariantAutoscaling, and an error string when the metrics backend failed."""
+    if params.windows_file:
+        return read_windows_file(params.windows_file), None
+    url = params.prometheus_url or os.environ.get("PROMETHEUS_URL")
+    if not url:
+        return {}, "no metrics source configured (set prometheus_url or windows_file)"
+    client = PrometheusMetrics.from_env(url)
+    assert client is not None
+    now = datetime.now(timezone.utc)
+    lookback, window = parse_duration(params.lookback), parse_duration(params.window)
+    result: dict[tuple[str, str], list[Window]] = {}
+    by_model: dict[tuple[str, str], dict[str, list[Window]]] = {}
+    try:
+        for obj in variants:
+            meta, spec = obj.get("metadata") or {}, obj.get("spec") or {}
+            namespace, model = meta.get("namespace") or "default", spec.get("modelID")
+            target = (spec.get("scaleTargetRef") or {}).get("name")
+            if not model or not target:
+                continue
+            if (namespace, model) not in by_model:
+                by_model[(namespace, model)] = prometheus_windows(client, namespace, model, now, lookback, window)
+            pods = by_model[(namespace, model)]
+            result[(namespace, meta["name"])] = [w for pod, ws in sorted(pods.items()) if pod.startswith(target + "-") for w in ws]
+    except MetricsError as exc:
+        return result, str(exc)
+    return result, None
+
+
+def _current(obj: dict[str, Any]) -> dict[str, float] | None:
+    try:
+        profile = parse_variant(obj).profile
+    except SpecError:
+        return None
+    return None if profile is None else {"alpha": profile.alpha, "beta": profile.beta, "gamma": profile.gamma, "delta": profile.delta}
+
+
+def calibrate_variant(obj: dict[str, Any], windows: list[Window] | None, metrics_error: str | None) -> tuple[ProfileFit | None, str | None]:
+    """Fit one variant, or the reason there is no fit."""
+    if windows is None or not windows:
+        return None, f"no metrics for this variant's pods{': ' + metrics_error if metrics_error else ''}"
+    current = _current(obj)
+    try:
+        return fit_profile(windows, gamma_prior=current["gamma"] if current else None), None
+    except Unidentifiable as exc:
+        return None, str(exc)
+
+
+@flow(name="calibrate", log_prints=True)
+def calibrate(
+    namespaces: list[str] | None = None,
+    config_namespace: str = DEFAULT_CONFIG_NAMESPACE,
+    cluster: str | None = None,
+    prometheus_url: str | None = None,
+    windows_file: str | None = None,
+    lookback: str = "3h",
+    window: str = "5m",
+    dry_run: bool = False,
+) -> CalibrationReport:
+    """Fit every VariantAutoscaling's alpha/beta/gamma/delta from vLLM metrics; propose, and apply where opted in.
+
+    Args:
+        namespaces: Namespaces to calibrate; empty means all namespaces.
+        config_namespace: Namespace of the WVA ConfigMaps (read with the cluster state).
+        cluster: Empty = kubeconfig or in-cluster; 'kubeconfig:PATH[#context]'; or a manifests directory/file.
+        prometheus_url: Prometheus base URL; defaults to $PROMETHEUS_URL. Ignored when windows_file is set.
+        windows_file: Read metric windows from this YAML file instead of Prometheus (local and CI runs).
+        lookback: How far back to read metrics (e.g. 3h); more load variety identifies the profile better.
+        window: Length of one window (PromQL increase range and step), e.g. 5m.
+        dry_run: Fit and report, write nothing (no condition, no spec).
+    """
+    params = CalibrateParameters(
+        namespaces=namespaces or [], config_namespace=config_namespace, cluster=cluster, prometheus_url=prometheus_url,
+        windows_file=windows_file, lookback=lookback, window=window, dry_run=dry_run,
+    )
+    logger = get_run_logger()
+    now = datetime.now(timezone.utc).replace(microsecond=0)
+    conn = connect(params.cluster)
+    state = read_cluster_state(conn, params.namespaces or None, params.config_namespace)
+    windows, metrics_error = collect_windows(params, state.variants)
+    if metrics_error:
+        logger.warning("metrics: %s", metrics_error)
+
+    report = CalibrationReport()
+    for obj in state.variants:
+        meta = obj.get("metadata") or {}
+        key = (meta.get("namespace") or "default", meta.get("name", ""))
+        fit, why = calibrate_variant(obj, windows.get(key), metrics_error)
+        outcome = calibration_outcome(obj, fit, why)
+        row = CalibrationRow(
+            key[0], key[1], outcome.reason, outcome.message, current=_current(obj),
+            fit={n: getattr(fit, n).as_dict() for n in ("alpha", "beta", "gamma", "delta")} | {"windows": fit.windows} if fit else None,
+        )
+        if not params.dry_run:
+            try:
+                row.spec_written = write_outcome(conn, obj, outcome, now)
+            except ClusterError as exc:  # one variant's API failure must not stop the others
+                row.error = exc.message
+                logger.error("VariantAutoscaling %s/%s: %s", key[0], key[1], exc.message)
+        logger.info("%s/%s: %s", key[0], key[1], outcome.message)
+        report.rows.append(row)
+    publish(report)
+    return report
+
+
+def publish(report: CalibrationReport) -> None:
+    """Publish the proposals as a Prefect table artifact (only inside a flow run)."""
+    if FlowRunContext.get() is None:
+        return
+
+    def cell(row: CalibrationRow, name: str) -> str:
+        if not row.fit:
+            return ""
+        e = row.fit[name]
+        now = f" (now {row.current[name]:g})" if row.current else ""
+        kept = " kept" if e["fixed"] else f" [{e['ci95'][0]:.4g}, {e['ci95'][1]:.4g}]"
+        return f"{e['value']:.4g}{kept}{now}"
+
+    create_table_artifact(
+        key="calibrate-profiles",
+        table=[
+            {"namespace": r.namespace, "variant": r.name, "result": r.reason, "alpha": cell(r, "alpha"), "beta": cell(r, "beta"),
+             "gamma": cell(r, "gamma"), "delta": cell(r, "delta"), "written": r.spec_written, "message": r.message}
+            for r in report.rows
+        ],
+        description="Performance profiles fitted from vLLM metrics (95% confidence intervals)",
+    )

@@ -1,0 +1,141 @@
+"""The ``resolve-templates`` flow: AIMServiceTemplate -> profile, GPU availability, model sources, caches.
+
+Lifecycle, top to bottom:
+
+1. read the cluster: one LIST each of AIMServiceTemplates, AIMClusterModels, AIMNamespaceConfigs,
+   ModelCaches and Nodes;
+2. per template, decide (pure, :mod:`engine.aim_templates`): its model (by canonical name) and what
+   discovery read from the image, whether its GPU is in the cluster (AMD and NVIDIA node labels), and
+   which recommended deployment it selects; ``status.modelSources`` is the model's source, normalised;
+3. when ``warmCache`` is set, request a ModelCache per model source (created or adopted through
+   ``tasks.caches``; the warm-caches flow fills them) and wait for them: the template is Available
+   only when they are;
+4. write ``status.status``, ``status.modelSources`` and the seed's conditions where they changed.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+
+from prefect import flow, get_run_logger
+from prefect.artifacts import create_table_artifact
+from prefect.context import FlowRunContext
+from pydantic import BaseModel
+
+from engine.aim_templates import ModelCatalog, cluster_gpus, resolve_profile, template_status
+from tasks.aim import WriteCounts, by_namespace, cache_state_map, caches_for, for_each, new_status, read_aim_state, write_status
+from tasks.cluster import connect
+from tasks.cluster.errors import ClusterError
+from engine.api.aim import API_VERSION as AIM_API_VERSION
+from tasks.events import Subject, emit_change
+
+DEFAULT_INTERVAL_S = 300
+
+
+class ResolveParameters(BaseModel):
+    """The checks the UI form cannot express (defaults and descriptions live in the flow signature)."""
+
+    namespaces: list[str]
+    cluster: str | None
+
+
+@dataclass
+class TemplateRow:
+    """One line of the resolution table."""
+
+    namespace: str
+    name: str
+    status: str
+    reason: str
+    message: str
+
+
+@dataclass
+class ResolveReport:
+    """What one resolve-templates run decided and wrote."""
+
+    rows: list[TemplateRow] = field(default_factory=list)
+    writes: WriteCounts = field(default_factory=WriteCounts)
+    caches_requested: int = 0
+    summary: str = ""
+
+
+@flow(name="resolve-templates", timeout_seconds=DEFAULT_INTERVAL_S - 60, log_prints=True)
+def resolve_templates(namespaces: list[str] | None = None, cluster: str | None = None) -> ResolveReport:
+    """Resolve every AIMServiceTemplate to a runtime profile, check its GPU, and warm its caches when asked.
+
+    Args:
+        namespaces: Resolve templates in these namespaces only; empty means all namespaces.
+        cluster: Empty = kubeconfig or in-cluster; 'kubeconfig:PATH[#context]'; or a manifests directory/file.
+    """
+    params = ResolveParameters(namespaces=namespaces or [], cluster=cluster)
+    logger = get_run_logger()
+    now = datetime.now(timezone.utc).replace(microsecond=0)
+    cluster_api = connect(params.cluster)
+    state = read_aim_state(cluster_api, ["templates", "models", "configs", "caches", "nodes"])
+    inventory = cluster_gpus(state.nodes)
+    catalog = ModelCatalog(state.models)
+    configs = by_namespace(state.configs)
+    caches = {ns: list(items.values()) for ns, items in by_namespace(state.caches).items()}
+    scope = set(params.namespaces) or None
+    cache_lock = threading.Lock()
+
+    report = ResolveReport()
+    templates = [t for t in sorted(state.templates, key=lambda t: (t["metadata"]["namespace"], t["metadata"]["name"]))
+                 if scope is None or t["metadata"]["namespace"] in scope]
+
+    def one(template: dict, counts: WriteCounts) -> TemplateRow | None:
+        namespace, name = template["metadata"]["namespace"], template["metadata"]["name"]
+        try:
+            profile = resolve_profile(template, catalog, inventory)
+            warm = bool((template.get("spec") or {}).get("warmCache"))
+            cache_states: dict[str, str | None] = {}
+            if profile.discovered and warm:
+                config = (configs.get(namespace) or {}).get("default")
+                storage_class = ((config or {}).get("spec") or {}).get("cacheStorageClassName")
+                with cache_lock:  # templates of one namespace share caches: request each once
+                    views = caches_for(cluster_api, namespace, profile.model_sources, caches.get(namespace, []), storage_class=storage_class,
+                                       request=True, requested_by=f"AIMServiceTemplate/{namespace}/{name}")
+                    caches.setdefault(namespace, []).extend(v.cache for v in views if v.requested and v.cache)
+                counts.created += sum(1 for v in views if v.requested)
+                cache_states = cache_state_map(views)
+            outcome = template_status(profile, warm, cache_states)
+            status = new_status(template, outcome.conditions, now, {"status": outcome.status, "modelSources": outcome.model_sources})
+            if write_status(cluster_api, template, status):
+                counts.statuses += 1
+        except (ClusterError, ValueError) as exc:  # one template's failure must not stop the others
+            counts.errors.append(f"AIMServiceTemplate {namespace}/{name}: {getattr(exc, 'message', None) or exc}")
+            return None
+        ready = next((c for c in outcome.conditions if c.type == "Ready"), None)
+        return TemplateRow(namespace, name, outcome.status, ready.reason if ready else "", ready.message if ready else "")
+
+    report.rows = [row for row in for_each(templates, one, report.writes) if row is not None]
+    report.caches_requested = report.writes.created
+    for line in report.writes.errors:
+        logger.error("%s", line)
+
+    counts = {s: sum(1 for r in report.rows if r.status == s) for s in ("Available", "Progressing", "Pending", "Failed")}
+    report.summary = (
+        ", ".join(f"{n} {s}" for s, n in counts.items()) + f"; {report.caches_requested} caches requested, {report.writes.statuses} statuses written"
+        + (f", {len(report.writes.errors)} errors" if report.writes.errors else "")
+    )
+    if report.writes.statuses or report.caches_requested:  # rollout-services and warm-caches follow
+        for row in report.rows:
+            if row.status == "Available":
+                emit_change(Subject(AIM_API_VERSION, "AIMServiceTemplate", row.name, row.namespace), "available", {"reason": row.reason})
+    publish(report)
+    logger.info("resolve-templates: %s", report.summary)
+    return report
+
+
+def publish(report: ResolveReport) -> None:
+    """The resolution table as a Prefect artifact (only inside a flow run)."""
+    if FlowRunContext.get() is None:
+        return
+    create_table_artifact(
+        key="aim-templates",
+        table=[{"namespace": r.namespace, "template": r.name, "status": r.status, "reason": r.reason, "message": r.message} for r in report.rows[:1000]],
+        description=f"resolve-templates: {report.summary}",
+    )

@@ -1,0 +1,115 @@
+"""The ``rollout-models`` flow: one reconcile pass over every Kthena ``Model``.
+
+Lifecycle, top to bottom:
+
+1. list the Models (all namespaces, or the ones named);
+2. for each Model (independently: one Model's failure never stops the others):
+   validate it as Kthena's webhook does -> resolve its weights (direct ``pvc://`` mount, a download into
+   its ``cacheURI``, or a shared ModelCache) -> render Deployments + Services, the AutoscalingPolicy /
+   Binding and the route ConfigMap -> write only what changed, delete what the spec no longer has ->
+   apply LoRA-only changes on running vLLM pods when the backend allows it -> write status;
+3. publish a table artifact and a one-line summary.
+
+The optimize flow then scales the Deployments through the bindings written here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+
+from prefect import flow, get_run_logger
+from prefect.artifacts import create_table_artifact
+from prefect.context import FlowRunContext
+from pydantic import BaseModel, Field
+
+from engine.api.kthena import API_VERSION as KTHENA_API_VERSION
+from tasks.cluster import ClusterError, connect
+from tasks.events import Subject, emit_change
+from tasks.kthena_rollout import ModelOutcome, list_models, reconcile_model
+
+DEFAULT_INTERVAL_S = 300
+DEFAULT_DOWNLOADER_IMAGE = "ghcr.io/modelplane/modelplane:0.1.0"
+
+
+class RolloutParameters(BaseModel):
+    """One run's parameters, validated (defaults and descriptions live in the flow signature)."""
+
+    namespaces: list[str]
+    cluster: str | None
+    downloader_image: str = Field(min_length=1)
+
+
+@dataclass
+class RolloutReport:
+    """What one rollout pass did."""
+
+    models: list[ModelOutcome] = field(default_factory=list)
+    summary: str = ""
+
+    @property
+    def failed(self) -> list[ModelOutcome]:
+        return [m for m in self.models if m.result.startswith("Failed")]
+
+
+@flow(name="rollout-models", timeout_seconds=DEFAULT_INTERVAL_S - 60, log_prints=True)
+def rollout_models(
+    namespaces: list[str] | None = None,
+    cluster: str | None = None,
+    downloader_image: str = DEFAULT_DOWNLOADER_IMAGE,
+) -> RolloutReport:
+    """Roll out every Kthena Model: backends become Deployments the optimize flow scales.
+
+    Args:
+        namespaces: Namespaces to reconcile; empty means all namespaces.
+        cluster: Empty = kubeconfig or in-cluster; 'kubeconfig:PATH[#context]'; or a manifests directory/file.
+        downloader_image: Modelplane's image, run as the init container that downloads weights into a
+            backend's cacheURI.
+    """
+    params = RolloutParameters(namespaces=namespaces or [], cluster=cluster, downloader_image=downloader_image)
+    logger = get_run_logger()
+    now = datetime.now(timezone.utc).replace(microsecond=0)
+    target = connect(params.cluster)
+
+    report = RolloutReport()
+    for manifest in list_models(target, params.namespaces or None):
+        try:
+            outcome = reconcile_model(target, manifest, now, params.downloader_image)
+        except ClusterError as exc:  # e.g. the status write itself failed: report it, go on with the others
+            meta = manifest.get("metadata") or {}
+            outcome = ModelOutcome(namespace=meta.get("namespace", ""), name=meta.get("name", ""), result=f"Failed: {exc.reason}: {exc.message}")
+        logger.info("Model %s/%s: %s (%d writes)", outcome.namespace, outcome.name, outcome.result, outcome.writes)
+        report.models.append(outcome)
+        if outcome.created or outcome.updated or outcome.deleted:
+            announce(outcome)
+
+    changed = sum(1 for m in report.models if m.writes)
+    report.summary = f"{len(report.models)} models, {changed} changed, {len(report.failed)} failed"
+    publish(report)
+    logger.info("rollout-models: %s", report.summary)
+    return report
+
+
+def announce(outcome: ModelOutcome) -> None:
+    """A Prefect event per Model whose workloads changed, for automations and triggers to chain on."""
+    emit_change(
+        Subject(KTHENA_API_VERSION, "Model", outcome.name, outcome.namespace), "rolled-out",
+        {"created": outcome.created, "updated": outcome.updated, "deleted": outcome.deleted, "result": outcome.result},
+    )
+
+
+def publish(report: RolloutReport) -> None:
+    """The per-Model table as a Prefect artifact (only inside a flow run)."""
+    if FlowRunContext.get() is None:
+        return
+    create_table_artifact(
+        key="rollout-models",
+        table=[
+            {
+                "namespace": m.namespace, "model": m.name, "result": m.result, "created": ", ".join(m.created),
+                "updated": ", ".join(m.updated), "deleted": ", ".join(m.deleted), "lora": ", ".join(m.lora),
+            }
+            for m in report.models
+        ],
+        description=f"rollout-models: {report.summary}",
+    )

@@ -1,0 +1,140 @@
+"""The ``serve-openmodel`` flow: serve an llmaz OpenModel in a namespace (llmaz's Playground role).
+
+Lifecycle, top to bottom:
+
+1. read the OpenModel and validate its source as llmaz's webhook does (``Validated`` condition);
+2. warm its weights once into the namespace's shared ModelCache, which every later rollout of the model
+   reuses (``Cached`` condition); until the cache is Available nothing is served;
+3. place it: the requested flavor or the first, falling back to the next while no Node matches a
+   flavor's nodeSelector, saying which flavor and why;
+4. write the vLLM Deployment + Service (served model name = the OpenModel's name; the flavor's limits as
+   requests and limits; its nodeSelector on the pod), only what changed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+
+from prefect import flow, get_run_logger
+from prefect.artifacts import create_markdown_artifact
+from prefect.context import FlowRunContext
+from pydantic import BaseModel, Field
+
+from engine.api.llmaz import API_VERSION as LLMAZ_API_VERSION
+from engine.openmodel import DEFAULT_IMAGE, choose_flavor, render_openmodel, validate_openmodel
+from engine.workloads import stamp
+from tasks.caches import cache_available, cache_pvc, mark_used
+from tasks.cluster import connect
+from tasks.events import Subject, emit_change
+from tasks.cluster.errors import NotFound
+from tasks.openmodel import cache_condition, node_labels, read_openmodel, warm_cache, write_conditions
+from tasks.workloads import WriteLog, read_live, write_object
+
+
+class ServeParameters(BaseModel):
+    """One run's parameters, validated (defaults and descriptions live in the flow signature)."""
+
+    model: str = Field(min_length=1)
+    namespace: str = Field(min_length=1, pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+    replicas: int = Field(ge=0, le=1000)
+    flavor: str | None
+    cluster: str | None
+    image: str = Field(min_length=1)
+
+
+@dataclass
+class ServeReport:
+    """What the run did: ``state`` is Serving, WaitingForCache or Failed, with a one-line message."""
+
+    model: str
+    namespace: str
+    state: str
+    message: str
+    flavor: str | None = None
+    cache: str | None = None
+    writes: WriteLog = field(default_factory=WriteLog)
+
+
+class ServeError(RuntimeError):
+    """The OpenModel cannot be served as asked (missing, invalid, unknown flavor, no Node fits)."""
+
+
+@flow(name="serve-openmodel", timeout_seconds=600, log_prints=True)
+def serve_openmodel(
+    model: str,
+    namespace: str,
+    replicas: int = 1,
+    flavor: str | None = None,
+    cluster: str | None = None,
+    image: str = DEFAULT_IMAGE,
+) -> ServeReport:
+    """Serve an llmaz OpenModel with vLLM from its shared cache, placed by its flavors.
+
+    Args:
+        model: Name of the OpenModel (cluster-scoped).
+        namespace: Namespace to serve it in (its ModelCache lives there too).
+        replicas: Number of vLLM replicas.
+        flavor: Flavor to start from; empty = the first. The next flavors in order are the fallbacks.
+        cluster: Empty = kubeconfig or in-cluster; 'kubeconfig:PATH[#context]'; or a manifests directory/file.
+        image: The vLLM image.
+    """
+    params = ServeParameters(model=model, namespace=namespace, replicas=replicas, flavor=flavor or None, cluster=cluster, image=image)
+    logger = get_run_logger()
+    now = datetime.now(timezone.utc).replace(microsecond=0)
+    target = connect(params.cluster)
+
+    try:
+        obj = read_openmodel(target, params.model)
+    except NotFound:
+        raise ServeError(f"OpenModel {params.model!r} not found") from None
+    openmodel, source, errors = validate_openmodel(obj)
+    if openmodel is None or source is None or errors:
+        write_conditions(target, obj, errors, None, now)
+        raise ServeError(f"OpenModel {params.model}: " + "; ".join(str(e) for e in errors))
+
+    cache = None
+    if source.downloadable:
+        cache = warm_cache(target, params.namespace, source, requested_by=f"OpenModel/{params.model}")
+        write_conditions(target, obj, [], cache_condition(cache, params.namespace), now)
+        if not (cache_available(cache) and cache_pvc(cache)):
+            report = ServeReport(params.model, params.namespace, "WaitingForCache", cache_condition(cache, params.namespace).message, cache=cache["metadata"]["name"])
+            publish(report)
+            logger.warning("serve-openmodel: %s", report.message)
+            return report
+    else:
+        write_conditions(target, obj, [], None, now)
+
+    try:
+        placement = choose_flavor(openmodel, params.flavor, node_labels(target))
+    except ValueError as exc:
+        raise ServeError(f"OpenModel {params.model}: {exc}") from None
+    if placement.checked and placement.flavor is None and openmodel.spec.inference_config.flavors:
+        raise ServeError(f"OpenModel {params.model}: {placement.message}")
+
+    report = ServeReport(params.model, params.namespace, "Serving", placement.message,
+                         flavor=placement.flavor.name if placement.flavor else None, cache=cache["metadata"]["name"] if cache else None)
+    pvc = cache_pvc(cache) if cache else None
+    for desired in render_openmodel(openmodel, source, pvc, params.namespace, params.replicas, placement, params.image):
+        live = read_live(target, desired)
+        write_object(target, stamp(desired), live, report.writes)
+    if report.writes.created or report.writes.updated:
+        if cache is not None:
+            mark_used(target, cache, now)
+        emit_change(Subject(LLMAZ_API_VERSION, "OpenModel", params.model), "served",
+                    {"namespace": params.namespace, "flavor": report.flavor, "reason": report.message})
+    publish(report)
+    logger.info("serve-openmodel: %s in %s on %s", params.model, params.namespace, placement.message)
+    return report
+
+
+def publish(report: ServeReport) -> None:
+    """A markdown summary artifact (only inside a flow run)."""
+    if FlowRunContext.get() is None:
+        return
+    changes = ", ".join(report.writes.created + report.writes.updated) or "nothing changed"
+    create_markdown_artifact(
+        key="serve-openmodel",
+        markdown=f"**{report.model}** in `{report.namespace}`: {report.state}\n\n- {report.message}\n- cache: {report.cache or '-'}\n- writes: {changes}\n",
+        description=f"serve-openmodel {report.model}",
+    )

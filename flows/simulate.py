@@ -1,0 +1,173 @@
+"""The ``simulate`` flow: replay a request trace against a cluster description under several autoscaling policies.
+
+Lifecycle, top to bottom:
+
+1. read the cluster description with the optimize flow's own tasks (VariantAutoscalings, current
+   replicas, WVA ConfigMaps, the first Kthena AutoscalingPolicy for the HPA-style policy);
+2. read and shape the trace (slice, time compression, rate scaling, split over the models);
+3. replay it once per policy in the discrete-event simulator (``engine.simulate``), the decisions made
+   every interval by the policy's code (``engine.simulate_policies``: Modelplane's is ``plan_variants``);
+4. summarize each run (SLO attainment per model, cost, replica changes, unserved requests);
+5. write the report (JSON summary, PNG plots, one HTML page) and publish it as a Prefect artifact.
+
+Nothing is written to the cluster: a simulation only reads it.
+"""
+
+from __future__ import annotations
+
+import pathlib
+from dataclasses import dataclass, field
+from typing import Any
+
+from prefect import flow, get_run_logger, task
+from prefect.artifacts import create_markdown_artifact
+from prefect.cache_policies import NO_CACHE
+from prefect.context import FlowRunContext
+from prefect.utilities.annotations import quote
+from pydantic import BaseModel, Field, field_validator
+
+from engine.simulate import SimConfig
+from engine.simulate_policies import POLICIES, PolicyOutcome, Scenario, build_scenario, run_policy, summarize_outcome
+from engine.simulate_trace import TraceShape
+from tasks.simulation import markdown_report, read_description, read_trace, write_report
+
+DEFAULT_CONFIG_NAMESPACE = "modelplane-system"
+
+
+class SimulateParameters(BaseModel):
+    """One run's parameters, validated (defaults and descriptions live in the flow's signature)."""
+
+    cluster: str = Field(min_length=1)
+    trace: str = Field(min_length=1)
+    config_namespace: str = Field(min_length=1)
+    policies: list[str] = Field(min_length=1)
+    compression: float = Field(gt=0)
+    rate_scale: float = Field(gt=0)
+    start_s: float = Field(ge=0)
+    duration_s: float | None = Field(gt=0)
+    model_shares: dict[str, float] | None
+    interval_s: float = Field(gt=0)
+    startup_delay_s: float = Field(ge=0)
+    kv_tokens_per_slot: int = Field(ge=1)
+    seed: int
+    output_dir: str = Field(min_length=1)
+
+    @field_validator("policies")
+    @classmethod
+    def _known(cls, value: list[str]) -> list[str]:
+        unknown = [p for p in value if p not in POLICIES]
+        if unknown:
+            raise ValueError(f"unknown policy {', '.join(unknown)}; choose from {', '.join(POLICIES)}")
+        return value
+
+
+@dataclass
+class SimulationReport:
+    """What the flow returns: one outcome per policy and where the report files are."""
+
+    outcomes: list[PolicyOutcome]
+    files: dict[str, str]
+    settings: dict[str, Any] = field(default_factory=dict)
+
+    def as_json(self) -> dict[str, Any]:
+        """The JSON summary (also written as summary.json)."""
+        return {"settings": self.settings, "policies": [o.as_json() for o in self.outcomes], "files": self.files}
+
+
+@task(name="read-simulation-inputs", cache_policy=NO_CACHE)
+def read_inputs(params: SimulateParameters) -> Scenario:
+    """The cluster description and the shaped trace, parsed into a scenario."""
+    description = read_description(params.cluster, params.config_namespace)
+    if params.kv_tokens_per_slot != description.kv_tokens_per_slot:
+        from dataclasses import replace
+
+        description = replace(description, kv_tokens_per_slot=params.kv_tokens_per_slot)
+    models = sorted({f"{(v.get('metadata') or {}).get('namespace') or 'default'}/{(v.get('spec') or {}).get('modelID')}"
+                     for v in description.variants if (v.get("spec") or {}).get("modelID")})
+    if not models:
+        raise ValueError(f"no VariantAutoscaling found in {params.cluster}: nothing to simulate")
+    shares = params.model_shares or {m: 1.0 for m in models}
+    unknown = sorted(set(shares) - set(models))
+    if unknown:
+        raise ValueError(f"model_shares names {', '.join(unknown)}, not served here (models: {', '.join(models)})")
+    shape = TraceShape(shares, params.start_s, params.duration_s, params.compression, params.rate_scale, params.seed)
+    trace = read_trace(params.trace, shape)
+    config = SimConfig(interval_s=params.interval_s, startup_delay_s=params.startup_delay_s, seed=params.seed)
+    return build_scenario(description, trace, config)
+
+
+@task(name="simulate-policy", cache_policy=NO_CACHE)
+def simulate_policy(name: str, scenario: Scenario) -> PolicyOutcome:
+    """Replay the trace under one policy and summarize the run."""
+    return summarize_outcome(name, scenario, run_policy(name, scenario))
+
+
+@flow(name="simulate", log_prints=True)
+def simulate(
+    cluster: str,
+    trace: str,
+    config_namespace: str = DEFAULT_CONFIG_NAMESPACE,
+    policies: list[str] | None = None,
+    compression: float = 1.0,
+    rate_scale: float = 1.0,
+    start_s: float = 0.0,
+    duration_s: float | None = None,
+    model_shares: dict[str, float] | None = None,
+    interval_s: float = 60.0,
+    startup_delay_s: float = 120.0,
+    kv_tokens_per_slot: int = 2048,
+    seed: int = 0,
+    output_dir: str = "simulation-report",
+) -> SimulationReport:
+    """Replay a request trace against a cluster description and compare autoscaling policies.
+
+    Args:
+        cluster: Manifests directory/file (or 'kubeconfig:PATH[#context]') holding the VariantAutoscalings,
+            their scale targets and the WVA ConfigMaps; only read.
+        trace: CSV with a timestamp, prompt tokens and output tokens per request (the Azure LLM trace format reads as is).
+        config_namespace: Namespace of the WVA ConfigMaps (costs, service classes, saturation, inventory).
+        policies: Policies to compare (modelplane, saturation-only, wva-greedy, hpa, static-peak); empty = all.
+        compression: Divide inter-arrival times by this (2 = the trace replayed twice as fast).
+        rate_scale: Multiply the number of requests (below 1 thins, above 1 adds jittered copies).
+        start_s: Start of the trace slice, seconds after the first request.
+        duration_s: Length of the slice in seconds (before compression); empty = to the end.
+        model_shares: Weight of each model ('namespace/modelID') in the trace; empty = equal shares.
+        interval_s: Control interval of every policy in simulated seconds (WVA's GLOBAL_OPT_INTERVAL: 60).
+        startup_delay_s: Seconds a new replica takes to become ready (model load).
+        kv_tokens_per_slot: KV-cache capacity per batch slot in tokens (capacity = maxBatchSize x this).
+        seed: Seed of every random draw (model split, rate scaling): same inputs, same results.
+        output_dir: Directory for summary.json, the PNG plots and report.html.
+    """
+    params = SimulateParameters(
+        cluster=cluster, trace=trace, config_namespace=config_namespace, policies=policies or list(POLICIES),
+        compression=compression, rate_scale=rate_scale, start_s=start_s, duration_s=duration_s, model_shares=model_shares,
+        interval_s=interval_s, startup_delay_s=startup_delay_s, kv_tokens_per_slot=kv_tokens_per_slot, seed=seed,
+        output_dir=output_dir,
+    )
+    logger = get_run_logger()
+    scenario = read_inputs(params)
+    logger.info("replaying %d requests over %.0f s against %d variants", len(scenario.trace), scenario.trace.duration_s, len(scenario.variants))
+
+    outcomes = [simulate_policy(name, quote(scenario)) for name in params.policies]
+    for o in outcomes:
+        logger.info("%s: SLO attainment %.1f%%, cost %.1f, %d replica changes, %d unserved", o.policy, 100 * o.attainment, o.cost, o.replica_changes, o.unserved)
+
+    settings = {
+        "trace": pathlib.Path(params.trace).name, "requests": len(scenario.trace),
+        "duration_s": round(scenario.trace.duration_s, 1), "compression": params.compression, "rate_scale": params.rate_scale,
+        "interval_s": params.interval_s, "startup_delay_s": params.startup_delay_s, "seed": params.seed,
+    }
+    files = write_report(outcomes, scenario, pathlib.Path(params.output_dir), "Modelplane policy comparison", settings)
+    report = SimulationReport(outcomes, {k: str(v) for k, v in files.items()}, settings)
+    publish(report, files)
+    return report
+
+
+def publish(report: SimulationReport, files: dict[str, pathlib.Path]) -> None:
+    """Publish the comparison (table + plots) as a Prefect markdown artifact (only inside a flow run)."""
+    if FlowRunContext.get() is None:
+        return
+    create_markdown_artifact(
+        key="simulate-report", markdown=markdown_report(report.outcomes, files, report.settings),
+        description="Autoscaling policies replayed against the cluster description",
+    )

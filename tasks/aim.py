@@ -1,0 +1,396 @@
+"""Prefect tasks of the three AIM lifecycles: read the cluster (one LIST per kind), read images from
+registries, and write what the engine decided (annotations, templates, workloads, status).
+
+Writes happen only for changes: a status is patched when its merge-patch is not empty, a template or
+workload only when it is missing or differs from what is rendered. Status patches carry the read
+``resourceVersion`` and are recomputed on a conflict.
+"""
+
+from __future__ import annotations
+
+import base64
+import logging
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Callable, Iterable, Mapping, Sequence, TypeVar
+
+from prefect import task
+from prefect.cache_policies import NO_CACHE
+
+from engine.aim import (
+    API_VERSION,
+    METADATA_ANNOTATION,
+    REASON_AUTH_FAILED,
+    REASON_EXTRACTION_FAILED,
+    REASON_IMAGE_NOT_FOUND,
+    REASON_INVALID_IMAGE,
+    REASON_REGISTRY_UNAVAILABLE,
+    REASON_SECRET_NOT_FOUND,
+    DiscoveryRecord,
+    LabelError,
+    parse_image_labels,
+)
+from engine.sources import parse_source
+from engine.status import ConditionUpdate, changed_fields, set_conditions
+from tasks.caches import cache_available, cache_pvc, ensure_cache, find_cache, mark_used
+from tasks.cluster import Cluster, Manifest, ObjectRef
+from tasks.cluster.errors import ClusterError, Conflict, NotFound
+from tasks.oci import Credential, RegistryClient, RegistryError, credential_for, parse_dockerconfigjson, parse_reference
+
+log = logging.getLogger("modelplane.aim")
+
+NODE_API = "v1"
+KSERVE_API = "serving.kserve.io/v1beta1"
+GATEWAY_API = "gateway.networking.k8s.io/v1"
+DOCKERCONFIG_TYPE = "kubernetes.io/dockerconfigjson"
+WORKERS = 8
+
+
+# --------------------------------------------------------------------------------------------------
+# Reading
+# --------------------------------------------------------------------------------------------------
+
+
+def list_kind(cluster: Cluster, api_version: str, kind: str, *, optional: bool = False) -> list[Manifest]:
+    """One LIST of a kind across all namespaces; a kind the cluster does not serve is empty when ``optional``."""
+    try:
+        return cluster.list(api_version, kind)
+    except NotFound:
+        if not optional:
+            raise
+        log.info("%s/%s is not served by this cluster", api_version, kind)
+        return []
+
+
+def by_namespace(items: Iterable[Manifest]) -> dict[str, dict[str, Manifest]]:
+    """``namespace -> name -> object``."""
+    result: dict[str, dict[str, Manifest]] = {}
+    for item in items:
+        meta = item["metadata"]
+        result.setdefault(meta.get("namespace") or "", {})[meta["name"]] = item
+    return result
+
+
+@dataclass
+class AimState:
+    """Everything one AIM flow run reads, one LIST per kind."""
+
+    models: list[Manifest] = field(default_factory=list)
+    configs: list[Manifest] = field(default_factory=list)
+    templates: list[Manifest] = field(default_factory=list)
+    services: list[Manifest] = field(default_factory=list)
+    caches: list[Manifest] = field(default_factory=list)
+    nodes: list[Manifest] = field(default_factory=list)
+    isvcs: list[Manifest] = field(default_factory=list)
+    routes: list[Manifest] = field(default_factory=list)
+
+
+@task(name="read-aim-state", cache_policy=NO_CACHE, retries=2, retry_delay_seconds=2)
+def read_aim_state(cluster: Cluster, kinds: Sequence[str]) -> AimState:
+    """LIST the kinds a flow needs (``models``, ``configs``, ``templates``, ``services``, ``caches``,
+    ``nodes``, ``isvcs``, ``routes``), each once across all namespaces."""
+    sources: dict[str, Callable[[], list[Manifest]]] = {
+        "models": lambda: list_kind(cluster, API_VERSION, "AIMClusterModel"),
+        "configs": lambda: list_kind(cluster, API_VERSION, "AIMNamespaceConfig"),
+        "templates": lambda: list_kind(cluster, API_VERSION, "AIMServiceTemplate"),
+        "services": lambda: list_kind(cluster, API_VERSION, "AIMService"),
+        "caches": lambda: list_kind(cluster, API_VERSION, "ModelCache"),
+        "nodes": lambda: list_kind(cluster, NODE_API, "Node", optional=True),
+        "isvcs": lambda: list_kind(cluster, KSERVE_API, "InferenceService", optional=True),
+        "routes": lambda: list_kind(cluster, GATEWAY_API, "HTTPRoute", optional=True),
+    }
+    state = AimState()
+    for kind in kinds:
+        setattr(state, kind, sources[kind]())
+    return state
+
+
+# --------------------------------------------------------------------------------------------------
+# Registry credentials and image reads
+# --------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Keychain:
+    """Registry credentials from the pull secrets AIMNamespaceConfigs name, and the secrets that are
+    missing or unusable (``namespace/name: why``)."""
+
+    credentials: dict[str, Credential] = field(default_factory=dict)
+    problems: list[str] = field(default_factory=list)
+
+
+@task(name="read-pull-secrets", cache_policy=NO_CACHE, retries=2, retry_delay_seconds=2)
+def read_keychain(cluster: Cluster, configs: Sequence[Manifest]) -> Keychain:
+    """Credentials from every ``images.imagePullSecrets`` Secret (``kubernetes.io/dockerconfigjson``)
+    named by an AIMNamespaceConfig, read from the config's namespace; the first one for a registry
+    (by namespace and name order) wins."""
+    keychain = Keychain()
+    wanted: list[tuple[str, str]] = []
+    for config in sorted(configs, key=lambda c: (c["metadata"].get("namespace", ""), c["metadata"]["name"])):
+        namespace = config["metadata"].get("namespace", "default")
+        for name in (((config.get("spec") or {}).get("images") or {}).get("imagePullSecrets") or []):
+            if (namespace, name) not in wanted:
+                wanted.append((namespace, name))
+    for namespace, name in wanted:
+        try:
+            secret = cluster.get("v1", "Secret", name, namespace)
+        except NotFound:
+            keychain.problems.append(f"{namespace}/{name}: Secret not found")
+            continue
+        if secret.get("type") != DOCKERCONFIG_TYPE:
+            keychain.problems.append(f"{namespace}/{name}: type is {secret.get('type')!r}, not {DOCKERCONFIG_TYPE}")
+            continue
+        raw = (secret.get("data") or {}).get(".dockerconfigjson")
+        try:
+            found = parse_dockerconfigjson(base64.b64decode(raw or ""))
+        except ValueError as exc:
+            keychain.problems.append(f"{namespace}/{name}: {exc}")
+            continue
+        for host, credential in found.items():
+            keychain.credentials.setdefault(host, credential)
+    return keychain
+
+
+def failure_record(image: str, now: datetime, error: Exception, previous: DiscoveryRecord | None, keychain: Keychain) -> DiscoveryRecord:
+    """The record of a failed read: the reason from the error class (401/403 auth, 404 not found,
+    5xx/network unavailable, unparsable label), attempts counted up while the image stays the same."""
+    if isinstance(error, LabelError):
+        reason, message = REASON_EXTRACTION_FAILED, str(error)
+    elif isinstance(error, RegistryError) and error.kind == "not-found":
+        reason, message = REASON_IMAGE_NOT_FOUND, error.message
+    elif isinstance(error, RegistryError) and error.kind == "auth":
+        if keychain.problems:
+            reason, message = REASON_SECRET_NOT_FOUND, f"{error.message}; pull secrets: {'; '.join(keychain.problems)}"
+        else:
+            reason, message = REASON_AUTH_FAILED, error.message
+    elif isinstance(error, RegistryError) and error.kind == "invalid" and "not a valid image reference" in error.message:
+        reason, message = REASON_INVALID_IMAGE, f"spec.image: {error.message}"
+    elif isinstance(error, RegistryError) and error.kind == "invalid":
+        reason, message = REASON_EXTRACTION_FAILED, error.message
+    else:
+        reason, message = REASON_REGISTRY_UNAVAILABLE, getattr(error, "message", None) or type(error).__name__
+    attempts = previous.attempts + 1 if previous is not None and previous.image == image and previous.reason else 1
+    return DiscoveryRecord(image=image, read_at=now, reason=reason, message=message, attempts=attempts)
+
+
+def inspect_image(client: RegistryClient, image: str, keychain: Keychain, previous: DiscoveryRecord | None, now: datetime) -> DiscoveryRecord:
+    """Read one image's labels (or confirm its digest is unchanged) into a :class:`DiscoveryRecord`."""
+    try:
+        credential = credential_for(parse_reference(image), keychain.credentials)
+        known = previous.digest if previous is not None and previous.ok and previous.image == image else None
+        config = client.read_config(image, credential, known_digest=known)
+        if config.unchanged and previous is not None:
+            return DiscoveryRecord(image=image, read_at=now, digest=previous.digest, metadata=previous.metadata)
+        return DiscoveryRecord(image=image, read_at=now, digest=config.digest, metadata=parse_image_labels(config.labels))
+    except (RegistryError, LabelError) as exc:
+        return failure_record(image, now, exc, previous, keychain)
+
+
+@task(name="inspect-images", cache_policy=NO_CACHE)
+def inspect_images(
+    client: RegistryClient, wanted: Mapping[str, DiscoveryRecord | None], keychain: Keychain, now: datetime,
+) -> dict[str, DiscoveryRecord]:
+    """Read every image in ``wanted`` (image -> previous record) once, in parallel."""
+    images = sorted(wanted)
+    with ThreadPoolExecutor(max_workers=WORKERS) as pool:
+        records = list(pool.map(lambda image: inspect_image(client, image, keychain, wanted[image], now), images))
+    return dict(zip(images, records))
+
+
+# --------------------------------------------------------------------------------------------------
+# Writing
+# --------------------------------------------------------------------------------------------------
+
+
+def _conditions_hold(conditions: Sequence[Mapping[str, Any]], updates: Sequence[ConditionUpdate], generation: int | None) -> bool:
+    """Whether every update is already recorded as it is (the common case of an unchanged run)."""
+    by_type = {c.get("type"): c for c in conditions}
+    for update in updates:
+        held = by_type.get(update.type)
+        if held is None or (held.get("status"), held.get("reason"), held.get("message") or "") != (update.status, update.reason, update.message):
+            return False
+        if generation is not None and held.get("observedGeneration") != generation:
+            return False
+    return True
+
+
+def new_status(obj: Manifest, updates: Sequence[ConditionUpdate], now: datetime, extra: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The object's status with ``updates`` applied and ``observedGeneration`` set."""
+    old = obj.get("status") or {}
+    generation = (obj.get("metadata") or {}).get("generation")
+    status: dict[str, Any] = dict(old)
+    status.update(extra or {})
+    held = old.get("conditions") or []
+    status["conditions"] = held if _conditions_hold(held, updates, generation) else set_conditions(held, updates, now, generation)
+    if generation is not None:
+        status["observedGeneration"] = generation
+    return status
+
+
+def write_status(cluster: Cluster, obj: Manifest, status: Mapping[str, Any]) -> bool:
+    """Patch the status fields that differ (with the read resourceVersion); ``False`` when none do.
+    On a conflict the object is re-read and the same fields are written over the fresh copy."""
+    patch = changed_fields(obj.get("status") or {}, dict(status))
+    if patch is None:
+        return False
+    ref = ObjectRef.of(obj)
+    try:
+        cluster.patch_status(ref, patch, resource_version=obj["metadata"].get("resourceVersion"))
+    except Conflict:
+        fresh = cluster.get(ref.api_version, ref.kind, ref.name, ref.namespace)
+        again = changed_fields(fresh.get("status") or {}, dict(status))
+        if again is not None:
+            cluster.patch_status(ref, again, resource_version=fresh["metadata"].get("resourceVersion"))
+    return True
+
+
+def write_record(cluster: Cluster, model: Manifest, record: DiscoveryRecord) -> Manifest:
+    """Persist the discovery record in the model's annotation (only when it changed)."""
+    text = record.to_json()
+    if (model["metadata"].get("annotations") or {}).get(METADATA_ANNOTATION) == text:
+        return model
+    return cluster.patch_spec(ObjectRef.of(model), {"metadata": {"annotations": {METADATA_ANNOTATION: text}}},
+                              resource_version=model["metadata"].get("resourceVersion"))
+
+
+@dataclass
+class WriteCounts:
+    """What a run wrote, for the summary."""
+
+    created: int = 0
+    updated: int = 0
+    statuses: int = 0
+    skipped: list[str] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+
+    def merge(self, other: "WriteCounts") -> None:
+        """Add another worker's counts to these."""
+        self.created += other.created
+        self.updated += other.updated
+        self.statuses += other.statuses
+        self.skipped += other.skipped
+        self.errors += other.errors
+
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+
+def for_each(items: Sequence[T], work: Callable[[T, WriteCounts], R], writes: WriteCounts, workers: int = WORKERS) -> list[R]:
+    """Run ``work(item, counts)`` for every item on a small thread pool (the per-object reads and
+    writes are independent API calls), in order; each call counts into its own :class:`WriteCounts`,
+    merged into ``writes`` afterwards."""
+    def one(item: T) -> tuple[R, WriteCounts]:
+        counts = WriteCounts()
+        return work(item, counts), counts
+
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        results = list(pool.map(one, items))
+    for _, counts in results:
+        writes.merge(counts)
+    return [result for result, _ in results]
+
+
+def create_missing(cluster: Cluster, desired: Sequence[Manifest], existing: Mapping[tuple[str, str], Manifest],
+                   is_ours: Callable[[Manifest], bool], counts: WriteCounts) -> None:
+    """Create every desired object that does not exist; an existing one that is not ours (a person's
+    template of the same name) is left alone and reported."""
+    for obj in desired:
+        meta = obj["metadata"]
+        key = (meta["namespace"], meta["name"])
+        found = existing.get(key)
+        if found is not None:
+            if not is_ours(found):
+                counts.skipped.append(f"{key[0]}/{key[1]}: a template not created by discovery has this name; left as it is")
+            continue
+        try:
+            cluster.create(obj)
+            counts.created += 1
+        except Conflict:
+            counts.skipped.append(f"{key[0]}/{key[1]}: created concurrently")
+        except ClusterError as exc:
+            counts.errors.append(f"{obj['kind']} {key[0]}/{key[1]}: {exc.message}")
+
+
+def apply_object(cluster: Cluster, desired: Manifest, existing: Manifest | None, patch: Mapping[str, Any] | None) -> str:
+    """Create ``desired`` when absent, merge-patch ``existing`` with ``patch`` when given; returns
+    ``created``, ``updated`` or ``unchanged``."""
+    if existing is None:
+        cluster.create(desired)
+        return "created"
+    if patch is None:
+        return "unchanged"
+    cluster.patch_spec(ObjectRef.of(existing), dict(patch), resource_version=existing["metadata"].get("resourceVersion"))
+    return "updated"
+
+
+# --------------------------------------------------------------------------------------------------
+# Caches
+# --------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class CacheView:
+    """One model source's cache in a namespace, as a consumer sees it."""
+
+    source: str
+    cache: Manifest | None
+    requested: bool = False
+
+    @property
+    def state(self) -> str | None:
+        """``status.status`` of the cache (``None`` when just requested or absent)."""
+        return ((self.cache or {}).get("status") or {}).get("status") if self.cache else None
+
+
+def caches_for(
+    cluster: Cluster, namespace: str, sources: Sequence[str], caches_in_namespace: Sequence[Manifest], *,
+    storage_class: str | None, request: bool, requested_by: str,
+) -> list[CacheView]:
+    """The cache of each source: found in the namespace's LIST, or (``request``) created/adopted via
+    :func:`tasks.caches.ensure_cache`. Sources no cache can hold are reported as absent."""
+    views: list[CacheView] = []
+    for text in sources:
+        try:
+            source = parse_source(text)
+        except ValueError:
+            views.append(CacheView(text, None))
+            continue
+        found = find_cache(caches_in_namespace, source, storage_class)
+        if found is None and request and source.downloadable:
+            found = ensure_cache(cluster, namespace, source, storage_class=storage_class, requested_by=requested_by)
+            views.append(CacheView(text, found, requested=True))
+            continue
+        views.append(CacheView(text, found))
+    return views
+
+
+def mark_caches_used(cluster: Cluster, caches: Iterable[Manifest], now: datetime) -> None:
+    """``status.lastUsed = now`` on every cache a rolled-out workload mounts."""
+    for cache in caches:
+        try:
+            mark_used(cluster, cache, now)
+        except ClusterError as exc:
+            log.warning("ModelCache %s/%s: cannot write lastUsed: %s", cache["metadata"].get("namespace"), cache["metadata"]["name"], exc.message)
+
+
+def cache_state_map(views: Sequence[CacheView]) -> dict[str, str | None]:
+    """``source -> cache status`` for :func:`engine.aim_templates.template_status`."""
+    return {v.source: (v.state if not v.requested or v.state else None) for v in views}
+
+
+
+def cannot_run_reason(cluster: Cluster) -> str | None:
+    """Why the AIM flows cannot run on ``cluster`` at all (a local path that is missing, no API access,
+    the AIM CRDs not installed), or ``None``; checked by the CLI before Prefect starts."""
+    from tasks.optimizer import local_path_problem
+
+    problem = local_path_problem(cluster)
+    if problem:
+        return problem
+    try:
+        cluster.list(API_VERSION, "AIMClusterModel")
+    except ClusterError as exc:
+        return f"cannot read AIMClusterModels: {exc.message}"
+    return None

@@ -1,0 +1,52 @@
+"""Writing rendered objects: create what is missing, patch what changed (by revision hash), nothing else."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from engine.workloads import ANNOTATION_REVISION, annotation, update_patch
+from tasks.cluster import Cluster, Conflict, ObjectRef
+from tasks.cluster.errors import ClusterError, NotFound
+
+
+@dataclass
+class WriteLog:
+    """The objects a pass created, updated and deleted (``Kind/name``)."""
+
+    created: list[str] = field(default_factory=list)
+    updated: list[str] = field(default_factory=list)
+    deleted: list[str] = field(default_factory=list)
+
+
+def write_object(cluster: Cluster, desired: dict[str, Any], live: dict[str, Any] | None, log: WriteLog) -> dict[str, Any]:
+    """Create ``desired``, or patch ``live`` when its revision or replicas differ; no write otherwise."""
+    label = f"{desired['kind']}/{desired['metadata']['name']}"
+    if live is None:
+        try:
+            stored = cluster.create(desired)
+        except Conflict:
+            raise ClusterError(f"{label} already exists and is not managed by Modelplane for this resource", reason="AlreadyExists") from None
+        log.created.append(label)
+        return stored
+    ref = ObjectRef.of(live)
+    version = (live.get("metadata") or {}).get("resourceVersion")
+    if annotation(live, ANNOTATION_REVISION) != annotation(desired, ANNOTATION_REVISION):
+        stored = cluster.patch_spec(ref, update_patch(live, desired), resource_version=version)
+        log.updated.append(label)
+        return stored
+    wanted = (desired.get("spec") or {}).get("replicas")
+    if desired["kind"] == "Deployment" and wanted is not None and (live.get("spec") or {}).get("replicas") != wanted:
+        stored = cluster.patch_spec(ref, {"spec": {"replicas": wanted}}, resource_version=version)
+        log.updated.append(f"{label} (replicas {wanted})")
+        return stored
+    return live
+
+
+def read_live(cluster: Cluster, desired: dict[str, Any]) -> dict[str, Any] | None:
+    """The live object of the rendered ``desired``, or ``None`` when it does not exist yet."""
+    meta = desired["metadata"]
+    try:
+        return cluster.get(desired["apiVersion"], desired["kind"], meta["name"], meta.get("namespace"))
+    except NotFound:
+        return None

@@ -1,0 +1,130 @@
+"""engine.aim: label parsing, the persisted record, derived names and auto-created templates."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+
+import pytest
+
+from engine.aim import (
+    DiscoveryRecord,
+    ImageMetadata,
+    LabelError,
+    auto_templates,
+    derived,
+    metadata_condition,
+    needs_fetch,
+    parse_image_labels,
+    parse_recommended_deployments,
+    ready_condition,
+    template_name,
+)
+
+NOW = datetime(2026, 1, 1, tzinfo=timezone.utc)
+REAL = ("{'gpuModel': 'MI300X', 'gpuCount': 1, 'precision': 'fp8', 'metric': 'latency', 'description': 'Optimized for latency on MI300X'}, "
+        "{'gpuModel': 'MI300X', 'gpuCount': 1, 'precision': 'fp8', 'metric': 'throughput', 'description': 'Optimized for throughput'}")
+
+
+def test_comma_separated_single_quoted_objects_as_real_images_carry_them() -> None:
+    assert parse_recommended_deployments(REAL) == [
+        {"gpuModel": "MI300X", "gpuCount": 1, "precision": "fp8", "metric": "latency", "description": "Optimized for latency on MI300X"},
+        {"gpuModel": "MI300X", "gpuCount": 1, "precision": "fp8", "metric": "throughput", "description": "Optimized for throughput"},
+    ]
+
+
+def test_json_array_absent_keys_omitted_unknown_dropped() -> None:
+    text = '[{"gpuModel": "MI325X", "gpuCount": 8, "profileId": "p-1", "extra": 1, "metric": null}]'
+    assert parse_recommended_deployments(text) == [{"gpuModel": "MI325X", "gpuCount": 8, "profileId": "p-1"}]
+    assert parse_recommended_deployments("  ") == []
+    assert parse_recommended_deployments("[]") == []
+
+
+@pytest.mark.parametrize("text", ["not json", "{'gpuCount': 'one'}", '"a string"', "[1, 2]", "{'a': 1}, 3", "{'gpuModel': 3}",
+                                  "{'description': 'it's broken'}", '{"gpuCount": true}'])
+def test_text_that_is_not_a_list_of_objects_raises(text: str) -> None:
+    with pytest.raises(ValueError):
+        parse_recommended_deployments(text)
+
+
+def test_labels_with_fallback_prefix_lists_and_bool() -> None:
+    labels = {
+        "org.amd.silogen.model.canonicalName": "meta/llama", "com.amd.aim.model.canonicalName": "",
+        "com.amd.aim.model.source": "https://huggingface.co/meta-llama/Llama-3.1-8B-Instruct",
+        "com.amd.aim.model.variants": "amd/Llama-3.1-8B-Instruct-FP8-KV, meta-llama/Llama-3.1-8B-Instruct,",
+        "com.amd.aim.model.tags": "chat, ,text", "com.amd.aim.hfToken.required": "True",
+        "org.amd.silogen.model.recommendedDeployments": REAL, "org.opencontainers.image.version": "0.8.4",
+    }
+    meta = parse_image_labels(labels)
+    assert meta.canonical_name == "meta/llama"
+    assert meta.variants == ("amd/Llama-3.1-8B-Instruct-FP8-KV", "meta-llama/Llama-3.1-8B-Instruct")
+    assert meta.tags == ("chat", "text") and meta.hf_token_required is True
+    assert len(meta.recommended_deployments) == 2 and meta.oci == {"version": "0.8.4"}
+    assert parse_image_labels({"com.amd.aim.hfToken.required": "maybe"}).hf_token_required is None
+    assert not parse_image_labels({}).labelled
+
+
+def test_an_unparsable_label_is_named() -> None:
+    with pytest.raises(LabelError) as info:
+        parse_image_labels({"com.amd.aim.model.recommendedDeployments": "{broken"})
+    assert info.value.label == "com.amd.aim.model.recommendedDeployments"
+    assert "com.amd.aim.model.recommendedDeployments" in str(info.value)
+
+
+def test_record_round_trips_and_decides_when_to_read_again() -> None:
+    meta = parse_image_labels({"com.amd.aim.model.recommendedDeployments": REAL, "com.amd.aim.model.source": "hf://a/b"})
+    record = DiscoveryRecord(image="r/x:1", read_at=NOW, digest="sha256:ab", metadata=meta)
+    again = DiscoveryRecord.from_annotations({"aim.silogen.ai/image-metadata": record.to_json()})
+    assert again == record
+    day = timedelta(days=1)
+    assert not needs_fetch(record, "r/x:1", NOW + timedelta(hours=1), day)
+    assert needs_fetch(record, "r/x:2", NOW, day)  # spec.image changed
+    assert needs_fetch(record, "r/x:1", NOW + day, day)  # resync
+    assert needs_fetch(None, "r/x:1", NOW, day)
+    missing = DiscoveryRecord(image="r/x:1", read_at=NOW, reason="ImageNotFound", message="404", attempts=1)
+    assert not needs_fetch(missing, "r/x:1", NOW + timedelta(minutes=5), day)  # terminal
+    refused = DiscoveryRecord(image="r/x:1", read_at=NOW, reason="ImagePullAuthFailure", message="401", attempts=1)
+    assert needs_fetch(refused, "r/x:1", NOW, day)  # transient: every run
+    assert DiscoveryRecord.from_annotations({"aim.silogen.ai/image-metadata": "{not json"}) is None
+
+
+def test_derived_names_match_aim_engine() -> None:
+    image = "docker.io/amdenterpriseai/aim-meta-llama-llama-3-1-8b-instruct:0.8.4"
+    deployment = {"gpuModel": "MI300X", "gpuCount": 1, "metric": "latency", "precision": "fp8"}
+    assert template_name("meta-llama-3-1-8b", image, deployment) == "docker-io-amdenterpriseai-aim-meta-llama-1x-mi300x-lat-fp8-5c23"
+    assert derived(["llama-chat"], ["team-a"], max_len=63 - 11 - len("team-a")) == "llama-chat-e204f50a"
+    long = derived(["x" * 80, "Some_Part!"], ["h"], hash_len=8)
+    assert len(long) == 63 and long.split("-")[1:3] == ["some", "part"] and set(long.split("-")[0]) == {"x"}
+    # Two models on one image never collide.
+    assert template_name("a", image, deployment) != template_name("b", image, deployment)
+
+
+def test_auto_templates_one_per_deployment_and_namespace() -> None:
+    model = {"apiVersion": "aim.silogen.ai/v1alpha1", "kind": "AIMClusterModel",
+             "metadata": {"name": "llama", "uid": "u-1"}, "spec": {"name": "meta/llama:1", "image": "r.io/llama:1"}}
+    meta = ImageMetadata(recommended_deployments=(
+        {"gpuModel": "MI300X", "gpuCount": 1, "metric": "latency", "precision": "fp8", "profileId": "p1"},
+        {"gpuModel": "MI300X", "gpuCount": 2, "metric": "throughput"},
+        {"gpuModel": "MI300X", "gpuCount": 1, "metric": "speed"},
+    ))
+    plan = auto_templates(model, meta, ["b", "a"])
+    assert [(t["metadata"]["namespace"], t["spec"].get("precision")) for t in plan.templates] == [("a", "fp8"), ("b", "fp8"), ("a", "auto"), ("b", "auto")]
+    first = plan.templates[0]
+    assert first["metadata"]["labels"] == {"aim.silogen.ai/model": "llama", "aim.silogen.ai/origin": "auto-generated"}
+    assert first["metadata"]["annotations"] == {"aim.silogen.ai/profile-id": "p1"}
+    assert first["metadata"]["ownerReferences"][0]["uid"] == "u-1"
+    assert first["spec"] == {"model": "meta/llama:1", "metric": "latency", "precision": "fp8", "gpusPerReplica": 1, "gpuModel": "MI300X"}
+    assert plan.skipped == ["recommendedDeployments[2]: metric 'speed' is not one of latency, throughput"]
+
+
+def test_model_conditions() -> None:
+    ok = DiscoveryRecord(image="i", read_at=NOW, digest="sha256:1", metadata=parse_image_labels({"com.amd.aim.model.recommendedDeployments": REAL}))
+    assert metadata_condition(ok).reason == "MetadataExtracted"
+    assert metadata_condition(DiscoveryRecord(image="i", read_at=NOW, digest="d", metadata=ImageMetadata())).reason == "ImageFound"
+    failed = DiscoveryRecord(image="i", read_at=NOW, reason="ImageNotFound", message="gone")
+    assert (metadata_condition(failed).status, metadata_condition(failed).reason) == ("False", "ImageNotFound")
+    assert ready_condition(ok, [], True).reason == "CreatingTemplates"
+    assert ready_condition(ok, ["Available", "Available"], True).reason == "AllTemplatesReady"
+    assert ready_condition(ok, ["Available", "Pending"], True).reason == "SomeTemplatesReady"
+    assert ready_condition(ok, ["Failed", "Pending"], True).reason == "SomeTemplatesDegraded"
+    assert ready_condition(ok, ["Failed"], True).reason == "AllTemplatesFailed"
+    assert ready_condition(None, [], False).reason == "AwaitingMetadata"

@@ -1,0 +1,201 @@
+"""Pure rollout decisions: engine flags, mounts, multi-pod groups, SGLang, runtime LoRA, flavors, revisions."""
+
+from __future__ import annotations
+
+import copy
+import json
+from typing import Any
+
+import kubernetes_validate
+import pytest
+
+from engine.api.kthena import Model
+from engine.api.llmaz import OpenModel
+from engine.kthena_rollout import (
+    ANNOTATION_BASE_REVISION,
+    ANNOTATION_LORA,
+    ModelRef,
+    cache_mount,
+    config_flags,
+    direct_weights,
+    render_service,
+    render_workload,
+    runtime_lora_change,
+    validate_model,
+    workloads_of,
+)
+from engine.openmodel import choose_flavor
+from engine.workloads import merge_diff, revision, stamp, update_patch
+from tests.rollout.models import backend, model, server_worker
+
+
+def parsed(*backends: dict[str, Any], **spec: Any) -> Model:
+    manifest = model("m", "ns", list(backends), **spec)
+    manifest["metadata"]["uid"] = "0000-1111"
+    result, errors = validate_model(manifest)
+    assert result is not None and not errors, errors
+    return result
+
+
+def valid(obj: dict[str, Any]) -> None:
+    kubernetes_validate.validate(json.loads(json.dumps(obj)), "1.30", strict=True)
+
+
+def test_config_becomes_sorted_flags() -> None:
+    flags = config_flags({"tensor_parallel_size": 2, "enforce-eager": True, "enable-prefix-caching": False, "trust-remote-code": "",
+                          "kv-transfer-config": {"kv_role": "kv_both", "kv_connector": "X"}})
+    assert flags == [
+        "--no-enable-prefix-caching", "--enforce-eager", "--kv-transfer-config", '{"kv_connector":"X","kv_role":"kv_both"}',
+        "--tensor-parallel-size", "2", "--trust-remote-code",
+    ]
+
+
+@pytest.mark.parametrize("uri, volume, path, directory", [
+    ("pvc://models", {"persistentVolumeClaim": {"claimName": "models"}}, "/models", "/models"),
+    ("pvc://models/sub/dir", {"persistentVolumeClaim": {"claimName": "models"}}, "/models", "/models/sub/dir"),
+    ("hostpath:///var/cache/models", {"hostPath": {"path": "/var/cache/models", "type": "DirectoryOrCreate"}}, "/var/cache/models", "/var/cache/models"),
+])
+def test_cache_uri_is_mounted_at_an_absolute_path(uri: str, volume: dict[str, Any], path: str, directory: str) -> None:
+    mount, cache_dir = cache_mount(uri)
+    assert {k: v for k, v in mount.volume.items() if k != "name"} == volume
+    assert mount.mount_path == path and cache_dir == directory
+
+
+def test_cache_uri_download_runs_the_shared_downloader_into_kthenas_layout() -> None:
+    m = parsed(backend("b", modelURI="hf://Qwen/Qwen2.5-7B-Instruct", cacheURI="pvc://cache",
+                       env=[{"name": "HF_ENDPOINT", "value": "http://mirror"}, {"name": "OTHER", "value": "x"}]))
+    weights = direct_weights(m.spec.backends[0], "ghcr.io/modelplane/modelplane:0.1.0")
+    assert weights is not None and weights.model_path.startswith("/cache/") and len(weights.model_path) == len("/cache/") + 32
+    init = weights.init_containers[0]
+    assert init["command"][:3] == ["modelplane", "cache", "fill"] and init["command"][-1] == weights.model_path
+    assert init["env"] == [{"name": "HF_ENDPOINT", "value": "http://mirror"}]
+    ref = ModelRef.of(m)
+    deployment = render_workload(ref, m.spec.backends[0], workloads_of(ref, m.spec.backends[0])[0], weights, {}, 1)
+    valid(deployment)
+
+
+def test_multi_pod_worker_becomes_a_leader_and_ray_followers() -> None:
+    worker = server_worker(pods=3, resources={"limits": {"nvidia.com/gpu": "8"}})
+    m = parsed(backend("big", minReplicas=2, maxReplicas=2, workers=[worker]))
+    ref, b = ModelRef.of(m), m.spec.backends[0]
+    workloads = workloads_of(ref, b)
+    assert [(w.name, w.role, w.min_replicas, w.scaled) for w in workloads] == [("m-big", "server", 2, True), ("m-big-worker", "server-worker", 4, False)]
+    weights = direct_weights(b, "img")
+    assert weights is not None
+    leader = render_workload(ref, b, workloads[0], weights, {}, 2)
+    follower = render_workload(ref, b, workloads[1], weights, {}, 4, leader_service="m-big:6379")
+    script = leader["spec"]["template"]["spec"]["containers"][0]["args"][1]
+    assert "leader --ray_cluster_size=3 --num-gpus=8 && python3 -m vllm.entrypoints.openai.api_server" in script
+    assert script.endswith("--distributed-executor-backend ray")
+    assert follower["spec"]["template"]["spec"]["containers"][0]["args"][1].endswith("worker --ray_address=m-big:6379")
+    service = render_service(ref, b, workloads[0])
+    assert {"name": "ray", "port": 6379, "targetPort": 6379, "protocol": "TCP"} in service["spec"]["ports"]
+    for obj in (leader, follower, service):
+        valid(obj)
+
+
+def test_sglang_serves_loras_with_its_own_flags() -> None:
+    m = parsed(backend("s", type="SGLang", workers=[server_worker(image="lmsysorg/sglang:v0.4.9", config={})],
+                       loraAdapters=[{"name": "a", "artifactURL": "pvc://loras/a"}]))
+    ref, b = ModelRef.of(m), m.spec.backends[0]
+    from engine.kthena_rollout import lora_mount
+
+    weights = direct_weights(b, "img")
+    assert weights is not None
+    deployment = render_workload(ref, b, workloads_of(ref, b)[0], weights, {"a": lora_mount("a", "loras", "a")}, 1)
+    args = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert args[args.index("--lora-paths") + 1] == "a=/loras/a/a" and "--enable-metrics" in args
+    valid(deployment)
+
+
+def lora_backend(adapters: dict[str, str], runtime: bool = True) -> Model:
+    env = [{"name": "VLLM_ALLOW_RUNTIME_LORA_UPDATING", "value": "true"}] if runtime else []
+    return parsed(backend("b", env=env, loraAdapters=[{"name": n, "artifactURL": u} for n, u in adapters.items()]))
+
+
+def live_with(adapters: dict[str, str], base: str) -> dict[str, Any]:
+    return {"metadata": {"annotations": {ANNOTATION_LORA: json.dumps(adapters), ANNOTATION_BASE_REVISION: base}}}
+
+
+def test_runtime_lora_change_only_when_allowed_and_only_adapters_changed() -> None:
+    old = {"sql": "hf://acme/sql"}
+    new = lora_backend({"chat": "hf://acme/chat"}).spec.backends[0]
+    change = runtime_lora_change(new, live_with(old, "r1"), "r1")
+    assert change is not None and change.unload == ("sql",) and change.load == (("chat", "acme/chat"),)
+    assert runtime_lora_change(new, live_with(old, "r0"), "r1") is None  # something else changed too: roll out
+    assert runtime_lora_change(lora_backend({"chat": "hf://acme/chat"}, runtime=False).spec.backends[0], live_with(old, "r1"), "r1") is None
+    assert runtime_lora_change(lora_backend({"x": "s3://bucket/x"}).spec.backends[0], live_with(old, "r1"), "r1") is None  # needs a mount
+    assert runtime_lora_change(lora_backend(old).spec.backends[0], live_with(old, "r1"), "r1") is None  # nothing to do
+
+
+def test_revision_ignores_replicas_and_update_patch_removes_dropped_keys() -> None:
+    obj = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "d"}, "spec": {"replicas": 1, "template": {"spec": {"nodeSelector": {"a": "1"}}}}}
+    other = copy.deepcopy(obj)
+    other["spec"]["replicas"] = 5
+    assert revision(obj) == revision(other)
+    live = stamp(copy.deepcopy(obj))
+    live["spec"]["progressDeadlineSeconds"] = 600  # set by the API server, never rendered: left alone
+    desired = stamp({**copy.deepcopy(obj), "spec": {"replicas": 1, "template": {"spec": {}}}})
+    assert update_patch(live, desired)["spec"] == {"template": {"spec": {"nodeSelector": None}}, "replicas": 1}
+    assert merge_diff({"a": 1, "b": {"c": 2}}, {"a": 1, "b": {"c": 3}}) == {"b": {"c": 3}}
+
+
+def openmodel(flavors: list[dict[str, Any]]) -> OpenModel:
+    return OpenModel.model_validate({
+        "apiVersion": "llmaz.io/v1alpha1", "kind": "OpenModel", "metadata": {"name": "m"},
+        "spec": {"familyName": "f", "source": {"uri": "host:///m"}, "inferenceConfig": {"flavors": flavors}},
+    })
+
+
+def test_flavor_fallback_in_order() -> None:
+    om = openmodel([{"name": "a", "nodeSelector": {"gpu": "a"}}, {"name": "b", "nodeSelector": {"gpu": "b"}}, {"name": "c"}])
+    assert choose_flavor(om, None, [{"gpu": "a"}]).flavor.name == "a"
+    placement = choose_flavor(om, None, [{"gpu": "b"}])
+    assert placement.flavor.name == "b" and "skipped: a: no Node matches gpu=a" in placement.message
+    assert choose_flavor(om, "b", [{"gpu": "a"}]).flavor.name == "c"  # starts at the requested one
+    assert choose_flavor(om, None, None).flavor.name == "a" and not choose_flavor(om, None, None).checked
+    only = openmodel([{"name": "a", "nodeSelector": {"gpu": "a"}}])
+    assert choose_flavor(only, None, [{"gpu": "z"}]).flavor is None
+    with pytest.raises(ValueError, match="not one of"):
+        choose_flavor(om, "zz", [])
+
+
+def test_backend_level_policy_gives_a_policy_per_backend_and_a_binding_per_scaled_workload() -> None:
+    from engine.kthena_rollout import ANNOTATION_SCALE_TO_ZERO, render_autoscaling
+    from tests.rollout.models import QUEUE_POLICY
+
+    prefill, decode = server_worker(type="prefill", replicas=2), server_worker(type="decode")
+    m = parsed(
+        backend("pd", type="vLLMDisaggregated", minReplicas=1, maxReplicas=3, workers=[prefill, decode], autoscalingPolicy=QUEUE_POLICY),
+        backend("fixed"),
+    )
+    objects = render_autoscaling(m, ModelRef.of(m))
+    assert [(o["kind"], o["metadata"]["name"]) for o in objects] == [
+        ("AutoscalingPolicy", "m-pd"), ("AutoscalingPolicyBinding", "m-pd-prefill"), ("AutoscalingPolicyBinding", "m-pd-decode"),
+    ]
+    prefill_binding = objects[1]["spec"]
+    assert prefill_binding["policyRef"] == {"name": "m-pd"}
+    assert prefill_binding["scalingConfiguration"]["target"]["targetRef"] == {"apiVersion": "apps/v1", "kind": "Deployment", "name": "m-pd-prefill"}
+    assert (prefill_binding["scalingConfiguration"]["minReplicas"], prefill_binding["scalingConfiguration"]["maxReplicas"]) == (2, 6)
+    assert ANNOTATION_SCALE_TO_ZERO not in objects[1]["metadata"].get("annotations", {})
+    assert objects[0]["spec"]["metrics"] == [{"metricName": "vllm:num_requests_waiting", "targetValue": 5}]
+
+
+def test_status_conditions_follow_the_backends_and_failures() -> None:
+    from datetime import datetime, timezone
+
+    from engine.kthena_rollout import BackendState, Failure, model_status
+
+    t0, t1 = datetime(2026, 1, 1, tzinfo=timezone.utc), datetime(2026, 1, 1, 0, 5, tzinfo=timezone.utc)
+    first = model_status({}, 1, t0, [BackendState("a", 0, False, "waiting for ModelCache x (Pending) to hold hf://o/n")], None)
+    types = {c["type"]: c for c in first["conditions"]}
+    assert types["Initialized"]["reason"] == "ModelCreating" and types["Active"]["reason"] == "ModelProcessing"
+    assert "a: waiting for ModelCache x" in types["Active"]["message"] and "Failed" not in types
+    failed = model_status(first, 2, t1, [BackendState("a", 1, True)], Failure("InvalidModel", "spec.backends[0].workers: bad"))
+    types = {c["type"]: c for c in failed["conditions"]}
+    assert types["Failed"]["status"] == "True" and types["Active"]["status"] == "False" and failed["observedGeneration"] == 2
+    fixed = model_status(failed, 3, t1, [BackendState("a", 2, True)], None)
+    types = {c["type"]: c for c in fixed["conditions"]}
+    assert (types["Failed"]["status"], types["Failed"]["reason"]) == ("False", "ModelHealthy")
+    assert types["Active"]["reason"] == "ModelAvailable" and fixed["backendStatuses"] == [{"name": "a", "replicas": 2}]
+    assert types["Initialized"]["lastTransitionTime"] == "2026-01-01T00:00:00Z"

@@ -1,0 +1,377 @@
+"""The rollout-models flow against the Kubernetes API test server, through the official client.
+
+Each test has its own namespace; the flow runs scoped to it (one Prefect flow run per pass).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Iterator
+
+import kubernetes_validate
+import pytest
+import yaml
+from kubernetes import client as k8s
+
+from engine.api.crds import render_crds
+from flows.optimize import optimize
+from flows.rollout_models import rollout_models
+from tests.rollout.models import QUEUE_POLICY, backend, model, server_worker
+
+GROUP, VERSION = "registry.volcano.sh", "v1alpha1"
+
+
+class Env:
+    """One test's namespace and client helpers."""
+
+    def __init__(self, server: Any, namespace: str) -> None:
+        self.server = server
+        self.ns = namespace
+        api = server.api_client()
+        self.core = k8s.CoreV1Api(api)
+        self.apps = k8s.AppsV1Api(api)
+        self.custom = k8s.CustomObjectsApi(api)
+        self.cluster = f"kubeconfig:{server.kubeconfig}"
+
+    def create(self, body: dict[str, Any]) -> None:
+        self.custom.create_namespaced_custom_object(GROUP, VERSION, self.ns, "models", body)
+
+    def patch_model(self, name: str, spec: dict[str, Any]) -> None:
+        self.custom.patch_namespaced_custom_object(GROUP, VERSION, self.ns, "models", name, {"spec": spec})
+
+    def run(self) -> Any:
+        return rollout_models(namespaces=[self.ns], cluster=self.cluster)
+
+    def status(self, name: str) -> dict[str, Any]:
+        return self.custom.get_namespaced_custom_object(GROUP, VERSION, self.ns, "models", name).get("status") or {}
+
+    def condition(self, name: str, type_: str) -> dict[str, Any]:
+        return next(c for c in self.status(name).get("conditions", []) if c["type"] == type_)
+
+    def deployments(self) -> dict[str, dict[str, Any]]:
+        items = self.apps.list_namespaced_deployment(self.ns).items
+        return {d.metadata.name: self.apps.api_client.sanitize_for_serialization(d) for d in items}
+
+    def services(self) -> dict[str, dict[str, Any]]:
+        items = self.core.list_namespaced_service(self.ns).items
+        return {s.metadata.name: self.core.api_client.sanitize_for_serialization(s) for s in items}
+
+    def custom_objects(self, plural: str) -> dict[str, dict[str, Any]]:
+        items = self.custom.list_namespaced_custom_object(GROUP, VERSION, self.ns, plural)["items"]
+        return {o["metadata"]["name"]: o for o in items}
+
+    def mark_available(self, name: str, replicas: int = 1) -> None:
+        """What the Deployment controller would report once the pods serve."""
+        status = {"replicas": replicas, "readyReplicas": replicas, "availableReplicas": replicas,
+                  "conditions": [{"type": "Available", "status": "True", "reason": "MinimumReplicasAvailable", "message": "ok"}]}
+        self.apps.patch_namespaced_deployment_status(name, self.ns, {"status": status})
+
+    def writes(self) -> list[dict[str, Any]]:
+        """API writes in this namespace since the last stats reset."""
+        return [r for r in self.server.requests() if r["method"] in ("POST", "PUT", "PATCH", "DELETE") and f"/namespaces/{self.ns}/" in r["path"]]
+
+
+@pytest.fixture(scope="module")
+def installed_crds(kube_server: Any) -> None:
+    kube_server.install_crds([yaml.safe_load(text) for text in render_crds().values()])
+
+
+@pytest.fixture()
+def env(kube_server: Any, kube_namespace: str, installed_crds: None, prefect_harness: None) -> Iterator[Env]:
+    yield Env(kube_server, kube_namespace)
+    kube_server.clear_injections()
+
+
+def assert_valid_k8s(obj: dict[str, Any]) -> None:
+    """The object validates against the Kubernetes schemas (strict: no unknown fields)."""
+    clean = json.loads(json.dumps(obj))
+    meta = clean.get("metadata", {})
+    for key in ("managedFields",):
+        meta.pop(key, None)
+    kubernetes_validate.validate(clean, "1.30", strict=True)
+
+
+def two_backend_model(ns: str) -> dict[str, Any]:
+    """Two backends on different accelerators under one model-level policy; the A100 one is cheaper."""
+    a100 = backend("a100", minReplicas=1, maxReplicas=6, scalingCost=40)
+    h100 = backend("h100", minReplicas=1, maxReplicas=6, scalingCost=100,
+                   workers=[server_worker(resources={"limits": {"nvidia.com/gpu": "1"}})])
+    return model("qwen", ns, [a100, h100], autoscalingPolicy=QUEUE_POLICY, costExpansionRatePercent=200,
+                 modelMatch={"body": {"model": "qwen"}})
+
+
+def test_two_backends_with_a_model_level_policy_are_scaled_by_cost(env: Env, tmp_path: Any) -> None:
+    env.create(two_backend_model(env.ns))
+    report = env.run()
+    assert report.models[0].result == "Progressing"
+
+    deployments = env.deployments()
+    assert set(deployments) == {"qwen-a100", "qwen-h100"}
+    for deployment in deployments.values():
+        assert_valid_k8s(deployment)
+        assert deployment["spec"]["replicas"] == 1
+        owner = deployment["metadata"]["ownerReferences"][0]
+        assert owner["kind"] == "Model" and owner["name"] == "qwen" and owner["controller"] is True
+    for service in env.services().values():
+        assert_valid_k8s(service)
+    container = deployments["qwen-a100"]["spec"]["template"]["spec"]["containers"][0]
+    assert container["args"][:2] == ["-m", "vllm.entrypoints.openai.api_server"]
+    assert container["args"][2:4] == ["--model", "/models/qwen2.5-7b"]  # the PVC mounted directly, absolute path
+    assert "--gpu-memory-utilization" in container["args"] and "--served-model-name" in container["args"]
+
+    policies, bindings = env.custom_objects("autoscalingpolicies"), env.custom_objects("autoscalingpolicybindings")
+    assert set(policies) == {"qwen"} and set(bindings) == {"qwen"}
+    optimizer = bindings["qwen"]["spec"]["optimizerConfiguration"]
+    assert optimizer["costExpansionRatePercent"] == 200
+    assert [(p["target"]["targetRef"]["name"], p["cost"], p["minReplicas"], p["maxReplicas"]) for p in optimizer["params"]] == [
+        ("qwen-a100", 40, 1, 6), ("qwen-h100", 100, 1, 6),
+    ]
+    assert bindings["qwen"]["metadata"]["annotations"]["modelplane.io/scale-to-zero-grace-period"] == "30s"
+    route = json.loads(env.core.read_namespaced_config_map("qwen-route", env.ns).data["route.json"])
+    assert route["modelMatch"] == {"body": {"model": "qwen"}}
+    assert [(b["name"], b["weight"], b["service"]) for b in route["backends"]] == [("a100", 100, "qwen-a100"), ("h100", 100, "qwen-h100")]
+
+    # One optimize cycle: 15 waiting per pod against a target of 5 -> 6 replicas in all, poured by cost.
+    metrics = tmp_path / "metrics.yaml"
+    metrics.write_text(yaml.safe_dump({"instances": [
+        {"namespace": env.ns, "pod": "qwen-a100-5d8f-0", "metrics": {"vllm:num_requests_waiting": 15}},
+        {"namespace": env.ns, "pod": "qwen-h100-7c9e-0", "metrics": {"vllm:num_requests_waiting": 15}},
+    ]}))
+    optimize(namespaces=[env.ns], metrics_file=str(metrics), cluster=env.cluster)
+    a100, h100 = (env.apps.read_namespaced_deployment(n, env.ns).spec.replicas for n in ("qwen-a100", "qwen-h100"))
+    assert a100 + h100 == 6 and a100 > h100 >= 1
+
+    # The next rollout keeps what the optimizer decided.
+    env.server.reset_stats()
+    env.run()
+    assert env.apps.read_namespaced_deployment("qwen-a100", env.ns).spec.replicas == a100
+    assert not [w for w in env.writes() if "/deployments/" in w["path"]]
+
+
+def test_disaggregated_backend_becomes_prefill_and_decode(env: Env) -> None:
+    prefill = server_worker(type="prefill", replicas=2, config={"kv-transfer-config": {"kv_connector": "NixlConnector", "kv_role": "kv_both"}})
+    decode = server_worker(type="decode", config={"served-model-name": "qwen-pd"})
+    env.create(model("pd", env.ns, [backend("pd", type="vLLMDisaggregated", workers=[prefill, decode])]))
+    env.run()
+    deployments = env.deployments()
+    assert set(deployments) == {"pd-pd-prefill", "pd-pd-decode"}
+    assert deployments["pd-pd-prefill"]["spec"]["replicas"] == 2
+    assert deployments["pd-pd-prefill"]["spec"]["selector"]["matchLabels"]["registry.volcano.sh/role"] == "prefill"
+    args = deployments["pd-pd-prefill"]["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert args[args.index("--kv-transfer-config") + 1] == '{"kv_connector":"NixlConnector","kv_role":"kv_both"}'
+    for obj in [*deployments.values(), *env.services().values()]:
+        assert_valid_k8s(obj)
+    route = json.loads(env.core.read_namespaced_config_map("pd-route", env.ns).data["route.json"])
+    assert route["backends"][0]["service"] == "pd-pd-decode" and route["backends"][0]["servedModelName"] == "qwen-pd"
+
+
+def test_sglang_and_mindie(env: Env) -> None:
+    sglang = backend("sgl", type="SGLang", workers=[server_worker(image="lmsysorg/sglang:v0.4.9", config={"tp": 1})])
+    mindie = backend("ascend", type="MindIE", workers=[server_worker(image="ascendhub.huawei.com/public-ascendhub/mindie:2.0")])
+    env.create(model("mixed", env.ns, [sglang, mindie]))
+    env.run()
+    deployments = env.deployments()
+    assert set(deployments) == {"mixed-sgl"}
+    container = deployments["mixed-sgl"]["spec"]["template"]["spec"]["containers"][0]
+    assert container["command"] == ["python3"] and container["args"][:2] == ["-m", "sglang.launch_server"]
+    assert container["ports"][0]["containerPort"] == 30000
+    assert_valid_k8s(deployments["mixed-sgl"])
+    failed = env.condition("mixed", "Failed")
+    assert failed["status"] == "True" and failed["reason"] == "BackendNotSupported"
+    assert "spec.backends[1].type" in failed["message"] and "MindIE is not supported" in failed["message"]
+
+
+def test_removed_backend_is_deleted_and_a_spec_change_updates_only_its_workload(env: Env) -> None:
+    env.create(model("m", env.ns, [backend("one"), backend("two")]))
+    env.run()
+    assert set(env.deployments()) == {"m-one", "m-two"}
+    env.mark_available("m-one")
+    env.mark_available("m-two")
+    env.run()
+    assert env.condition("m", "Active")["status"] == "True"
+    assert env.status("m")["backendStatuses"] == [{"name": "one", "replicas": 1}, {"name": "two", "replicas": 1}]
+
+    # No change: nothing is written at all.
+    env.server.reset_stats()
+    env.run()
+    assert env.writes() == []
+
+    # A spec change on one backend updates that Deployment only; removing the other deletes it.
+    changed = backend("one", workers=[server_worker(config={"max-model-len": 4096})])
+    env.patch_model("m", {"backends": [changed]})
+    env.server.reset_stats()
+    env.run()
+    deployments = env.deployments()
+    assert set(deployments) == {"m-one"} and "m-two" not in env.services()
+    args = deployments["m-one"]["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert args[args.index("--max-model-len") + 1] == "4096" and "--gpu-memory-utilization" not in args
+    paths = [w["path"].split("?")[0] for w in env.writes()]
+    assert any(p.endswith("/deployments/m-one") for p in paths) and any(p.endswith("/deployments/m-two") for p in paths)
+    assert env.status("m")["observedGeneration"] == 2
+    assert env.status("m")["backendStatuses"] == [{"name": "one", "replicas": 1}]
+
+
+def test_each_webhook_rule_gives_its_condition(env: Env) -> None:
+    cases = {
+        "two-servers": ([backend("b", workers=[server_worker(), server_worker()])], {}, "spec.backends[0].workers"),
+        "pd-server": ([backend("b", type="vLLMDisaggregated")], {}, "spec.backends[0].workers[0].type"),
+        "min-above-max": ([backend("b", minReplicas=3, maxReplicas=2, autoscalingPolicy=QUEUE_POLICY)], {}, "spec.backends[0].minReplicas"),
+        "both-policies": ([backend("b", scalingCost=1, autoscalingPolicy=QUEUE_POLICY, maxReplicas=2)], {"autoscalingPolicy": QUEUE_POLICY}, "spec.backends[0].autoscalingPolicy"),
+        "no-cost": ([backend("b", maxReplicas=2)], {"autoscalingPolicy": QUEUE_POLICY}, "spec.backends[0].scalingCost"),
+        "grace-too-long": ([backend("b", scalingCost=1, maxReplicas=2, scaleToZeroGracePeriod="31m")], {"autoscalingPolicy": QUEUE_POLICY}, "spec.backends[0].scaleToZeroGracePeriod"),
+        "no-policy-range": ([backend("b", maxReplicas=3)], {}, "spec.backends[0].minReplicas"),
+        "no-policy-cost": ([backend("b", scalingCost=5)], {}, "spec.backends[0].scalingCost"),
+        "backend-policy-min": ([backend("b", minReplicas=0, maxReplicas=2, autoscalingPolicy=QUEUE_POLICY)], {}, "spec.backends[0].minReplicas"),
+        "zero-sum-min": ([backend("b", minReplicas=0, maxReplicas=2, scalingCost=1)], {"autoscalingPolicy": QUEUE_POLICY}, "spec.backends"),
+        "bad-image": ([backend("b", workers=[server_worker(image="Not An Image")])], {}, "spec.backends[0].workers[0].image"),
+        "sum-max": ([backend("b", minReplicas=1, maxReplicas=1_000_000, autoscalingPolicy=QUEUE_POLICY), backend("c", minReplicas=1, maxReplicas=1, autoscalingPolicy=QUEUE_POLICY)], {}, "spec.backends"),
+        "dup-name": ([backend("b"), backend("b")], {}, "spec.backends[1].name"),
+        "no-model-uri": ([{k: v for k, v in backend("b").items() if k != "modelURI"}], {}, "spec.backends[0].modelURI"),
+        "pd-no-decode": ([backend("b", type="vLLMDisaggregated", workers=[server_worker(type="prefill")])], {}, "spec.backends[0].workers"),
+        "stray-expansion": ([backend("b")], {"costExpansionRatePercent": 150}, "spec.costExpansionRatePercent"),
+        "bad-lora": ([backend("b", loraAdapters=[{"name": "x", "artifactURL": "hf://a/b/c"}])], {}, "spec.backends[0].loraAdapters[0].artifactURL"),
+    }
+    for name, (backends, spec, _) in cases.items():
+        env.create(model(name, env.ns, backends, **spec))
+    env.create(model("fine", env.ns, [backend("b")]))
+    report = env.run()
+    assert {m.name for m in report.failed} == set(cases)
+    for name, (_, _, field_path) in cases.items():
+        failed = env.condition(name, "Failed")
+        assert failed["status"] == "True" and failed["reason"] == "InvalidModel", name
+        assert field_path in failed["message"], (name, failed["message"])
+    assert set(env.deployments()) == {"fine-b"}  # the valid Model in the same run proceeds
+
+
+def test_failed_clears_once_the_cause_is_fixed(env: Env) -> None:
+    env.create(model("m", env.ns, [backend("b", maxReplicas=3)]))
+    env.run()
+    assert env.condition("m", "Failed")["status"] == "True" and env.deployments() == {}
+    env.patch_model("m", {"backends": [backend("b")]})
+    env.run()
+    failed = env.condition("m", "Failed")
+    assert failed["status"] == "False" and failed["reason"] == "ModelHealthy"
+    assert set(env.deployments()) == {"m-b"}
+    assert env.condition("m", "Initialized")["reason"] == "ModelCreating"
+
+
+# ------------------------------------------------------------------------------------------ caches
+
+
+def test_weights_from_a_shared_managed_cache(env: Env) -> None:
+    hf = dict(modelURI="hf://Qwen/Qwen2.5-0.5B-Instruct")
+    env.create(model("first", env.ns, [backend("b", **hf)]))
+    env.run()
+    caches = env.custom.list_namespaced_custom_object("aim.silogen.ai", "v1alpha1", env.ns, "modelcaches")["items"]
+    assert len(caches) == 1 and caches[0]["spec"]["sourceUri"].startswith("hf://Qwen/Qwen2.5-0.5B-Instruct")
+    assert env.deployments() == {}
+    active = env.condition("first", "Active")
+    assert active["status"] == "False" and f"waiting for ModelCache {caches[0]['metadata']['name']}" in active["message"]
+
+    # The warm-caches flow fills it; the rollout then mounts its PVC read-only and serves from it.
+    name = caches[0]["metadata"]["name"]
+    env.custom.patch_namespaced_custom_object_status(
+        "aim.silogen.ai", "v1alpha1", env.ns, "modelcaches", name, {"status": {"status": "Available", "persistentVolumeClaim": f"{name}-pvc"}}
+    )
+    env.create(model("second", env.ns, [backend("b", **hf)]))
+    env.run()
+    deployments = env.deployments()
+    assert set(deployments) == {"first-b", "second-b"}
+    pod = deployments["first-b"]["spec"]["template"]["spec"]
+    assert {"name": "weights", "persistentVolumeClaim": {"claimName": f"{name}-pvc", "readOnly": True}} in pod["volumes"]
+    args = pod["containers"][0]["args"]
+    assert args[args.index("--model") + 1] == "/models"
+    assert {"name": "HF_HUB_OFFLINE", "value": "1"} in pod["containers"][0]["env"]
+    caches = env.custom.list_namespaced_custom_object("aim.silogen.ai", "v1alpha1", env.ns, "modelcaches")["items"]
+    assert len(caches) == 1 and caches[0]["status"].get("lastUsed")  # one cache, shared by both Models
+    assert_valid_k8s(deployments["second-b"])
+
+
+# ------------------------------------------------------------------------------------ runtime LoRA
+
+
+class FakeVLLM:
+    """A vLLM-compatible OpenAI server's LoRA endpoints on 127.0.0.1: lists, loads and unloads adapters."""
+
+    def __init__(self, loaded: set[str]) -> None:
+        import http.server
+        import threading
+
+        fake = self
+        self.loaded = set(loaded)
+        self.calls: list[tuple[str, dict[str, Any]]] = []
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def log_message(self, *args: Any) -> None:
+                pass
+
+            def _reply(self, code: int, body: Any) -> None:
+                data = json.dumps(body).encode()
+                self.send_response(code)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def do_GET(self) -> None:
+                models = [{"id": "qwen", "object": "model"}] + [{"id": n, "object": "model", "parent": "qwen"} for n in sorted(fake.loaded)]
+                self._reply(200, {"object": "list", "data": models})
+
+            def do_POST(self) -> None:
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])) or b"{}")
+                fake.calls.append((self.path, body))
+                if self.path == "/v1/load_lora_adapter":
+                    fake.loaded.add(body["lora_name"])
+                elif self.path == "/v1/unload_lora_adapter":
+                    fake.loaded.discard(body["lora_name"])
+                self._reply(200, {})
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.port = self.server.server_address[1]
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def stop(self) -> None:
+        if self.server.fileno() != -1:
+            self.server.shutdown()
+            self.server.server_close()
+
+
+def test_lora_only_change_is_applied_at_runtime_without_a_rollout(env: Env) -> None:
+    vllm = FakeVLLM(loaded={"sql"})
+    try:
+        runtime = [{"name": "VLLM_ALLOW_RUNTIME_LORA_UPDATING", "value": "true"}]
+        lora_backend = dict(env=runtime, workers=[server_worker(config={"port": vllm.port})])
+        env.create(model("lora", env.ns, [backend("b", loraAdapters=[{"name": "sql", "artifactURL": "pvc://adapters/sql"}], **lora_backend)]))
+        env.run()
+        deployment = env.deployments()["lora-b"]
+        args = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
+        assert args[args.index("--enable-lora") + 1:args.index("--enable-lora") + 3] == ["--lora-modules", "sql=/loras/sql/sql"]
+        assert_valid_k8s(deployment)
+        labels = deployment["spec"]["selector"]["matchLabels"]
+        env.core.create_namespaced_pod(env.ns, {"metadata": {"name": "lora-b-0", "labels": labels}, "spec": {"containers": [{"name": "engine", "image": "vllm/vllm-openai:v0.10.1"}]}})
+        env.core.patch_namespaced_pod_status("lora-b-0", env.ns, {"status": {"podIP": "127.0.0.1", "conditions": [{"type": "Ready", "status": "True"}]}})
+
+        env.patch_model("lora", {"backends": [backend("b", loraAdapters=[{"name": "chat", "artifactURL": "hf://acme/chat-lora"}], **lora_backend)]})
+        env.server.reset_stats()
+        report = env.run()
+        assert vllm.calls == [
+            ("/v1/unload_lora_adapter", {"lora_name": "sql"}),
+            ("/v1/load_lora_adapter", {"lora_name": "chat", "lora_path": "acme/chat-lora"}),
+        ]
+        assert report.models[0].lora == ["lora-b-0: unloaded sql", "lora-b-0: loaded chat"]
+        assert not [w for w in env.writes() if "/deployments" in w["path"]]  # no Deployment rewrite
+
+        # Already applied: the next pass asks the pod and changes nothing.
+        env.run()
+        assert len(vllm.calls) == 2
+
+        # The pod's API is down: the Model says so, nothing is rewritten, the next pass retries.
+        vllm.stop()
+        env.patch_model("lora", {"backends": [backend("b", loraAdapters=[], **lora_backend)]})
+        env.server.reset_stats()
+        env.run()
+        failed = env.condition("lora", "Failed")
+        assert failed["status"] == "True" and failed["reason"] == "ModelAbnormal" and "runtime LoRA update on pod lora-b-0 failed" in failed["message"]
+        assert not [w for w in env.writes() if "/deployments" in w["path"]]
+    finally:
+        vllm.stop()

@@ -1,0 +1,147 @@
+"""The serve-openmodel flow against the Kubernetes API test server: the shared cache, flavor placement
+with fallback, the rendered vLLM Deployment + Service, and conditions on the OpenModel."""
+
+from __future__ import annotations
+
+from typing import Any, Iterator
+
+import pytest
+import yaml
+from kubernetes import client as k8s
+
+from engine.api.crds import render_crds
+from flows.serve_openmodel import ServeError, serve_openmodel
+from tests.flows.test_rollout_models import assert_valid_k8s
+
+AIM = ("aim.silogen.ai", "v1alpha1")
+
+
+class Env:
+    def __init__(self, server: Any, namespace: str) -> None:
+        api = server.api_client()
+        self.server = server
+        self.ns = namespace
+        self.core = k8s.CoreV1Api(api)
+        self.apps = k8s.AppsV1Api(api)
+        self.custom = k8s.CustomObjectsApi(api)
+        self.cluster = f"kubeconfig:{server.kubeconfig}"
+        self.nodes: list[str] = []
+
+    def node(self, name: str, labels: dict[str, str]) -> None:
+        self.core.create_node({"metadata": {"name": name, "labels": labels}})
+        self.nodes.append(name)
+
+    def openmodel(self, name: str, source: dict[str, Any], flavors: list[dict[str, Any]]) -> None:
+        body = {
+            "apiVersion": "llmaz.io/v1alpha1", "kind": "OpenModel", "metadata": {"name": name},
+            "spec": {"familyName": "qwen2", "ownedBy": "platform-team", "source": source, "inferenceConfig": {"flavors": flavors}},
+        }
+        self.custom.create_cluster_custom_object("llmaz.io", "v1alpha1", "openmodels", body)
+
+    def conditions(self, name: str) -> dict[str, dict[str, Any]]:
+        obj = self.custom.get_cluster_custom_object("llmaz.io", "v1alpha1", "openmodels", name)
+        return {c["type"]: c for c in (obj.get("status") or {}).get("conditions", [])}
+
+    def caches(self) -> list[dict[str, Any]]:
+        return self.custom.list_namespaced_custom_object(*AIM, self.ns, "modelcaches")["items"]
+
+    def serve(self, name: str, **params: Any) -> Any:
+        return serve_openmodel(model=name, namespace=self.ns, cluster=self.cluster, **params)
+
+    def deployment(self, name: str) -> dict[str, Any]:
+        return self.apps.api_client.sanitize_for_serialization(self.apps.read_namespaced_deployment(name, self.ns))
+
+
+@pytest.fixture(scope="module")
+def installed_crds(kube_server: Any) -> None:
+    kube_server.install_crds([yaml.safe_load(text) for text in render_crds().values()])
+
+
+@pytest.fixture()
+def env(kube_server: Any, kube_namespace: str, installed_crds: None, prefect_harness: None) -> Iterator[Env]:
+    environment = Env(kube_server, kube_namespace)
+    yield environment
+    for node in environment.nodes:
+        try:
+            environment.core.delete_node(node)
+        except k8s.ApiException:
+            pass
+
+
+HUB = {"modelHub": {"name": "Huggingface", "modelID": "Qwen/Qwen2.5-0.5B-Instruct", "allowPatterns": ["*.json", "*.safetensors"]}}
+
+
+def test_served_from_its_cache_on_the_first_flavor_then_the_next_when_no_node_matches(env: Env) -> None:
+    name = f"qwen-{env.ns}"
+    l40s, a100 = f"l40s-{env.ns}", f"a100-{env.ns}"
+    env.node(f"{env.ns}-n1", {"gpu.product": l40s})
+    env.node(f"{env.ns}-n2", {"gpu.product": a100})
+    env.openmodel(name, HUB, [
+        {"name": "l40s", "limits": {"nvidia.com/gpu": 1}, "nodeSelector": {"gpu.product": l40s}},
+        {"name": "a100", "limits": {"nvidia.com/gpu": 2, "memory": "80Gi"}, "nodeSelector": {"gpu.product": a100}},
+    ])
+
+    # First: the shared cache is created and nothing is served until it holds the weights.
+    report = env.serve(name)
+    assert report.state == "WaitingForCache"
+    caches = env.caches()
+    assert len(caches) == 1 and caches[0]["spec"]["sourceUri"].startswith("hf://Qwen/Qwen2.5-0.5B-Instruct")
+    conditions = env.conditions(name)
+    assert conditions["Validated"]["status"] == "True" and conditions["Validated"]["reason"] == "SourceValid"
+    assert conditions["Cached"]["status"] == "False" and conditions["Cached"]["reason"] == "CachePending"
+    cache = caches[0]["metadata"]["name"]
+    env.custom.patch_namespaced_custom_object_status(*AIM, env.ns, "modelcaches", cache, {"status": {"status": "Available", "persistentVolumeClaim": f"{cache}-pvc"}})
+
+    report = env.serve(name, replicas=2)
+    assert report.state == "Serving" and report.flavor == "l40s" and "a Node matches" in report.message
+    deployment = env.deployment(name)
+    pod = deployment["spec"]["template"]["spec"]
+    container = pod["containers"][0]
+    assert deployment["spec"]["replicas"] == 2
+    assert pod["nodeSelector"] == {"gpu.product": l40s}
+    assert container["resources"] == {"limits": {"nvidia.com/gpu": "1"}, "requests": {"nvidia.com/gpu": "1"}}
+    assert container["args"][:4] == ["--model", "/workspace/models", "--served-model-name", name]
+    assert {"name": "model-volume", "persistentVolumeClaim": {"claimName": f"{cache}-pvc", "readOnly": True}} in pod["volumes"]
+    labels = deployment["metadata"]["labels"]
+    assert labels["llmaz.io/model-family-name"] == "qwen2" and labels["llmaz.io/owned-by"] == "platform-team"
+    assert deployment["metadata"]["ownerReferences"][0]["kind"] == "OpenModel"
+    service = env.core.api_client.sanitize_for_serialization(env.core.read_namespaced_service(name, env.ns))
+    assert_valid_k8s(deployment)
+    assert_valid_k8s(service)
+    assert env.conditions(name)["Cached"]["status"] == "True"
+    assert env.custom.get_namespaced_custom_object(*AIM, env.ns, "modelcaches", cache)["status"].get("lastUsed")
+
+    # No Node offers the first flavor any more: the next one is chosen, and the reason says why.
+    env.core.delete_node(f"{env.ns}-n1")
+    env.server.reset_stats()
+    report = env.serve(name, replicas=2)
+    assert report.flavor == "a100"
+    assert f"skipped: l40s: no Node matches gpu.product={l40s}" in report.message
+    pod = env.deployment(name)["spec"]["template"]["spec"]
+    assert pod["nodeSelector"] == {"gpu.product": a100}
+    assert pod["containers"][0]["resources"]["requests"] == {"memory": "80Gi", "nvidia.com/gpu": "2"}
+    # The second rollout reused the cache: no ModelCache was created.
+    assert env.server.count("create", "modelcaches") == 0 and len(env.caches()) == 1
+
+    # Unchanged: a third run writes no workload.
+    env.server.reset_stats()
+    env.serve(name, replicas=2)
+    assert env.server.count("patch", "deployments") == 0 and env.server.count("create", "deployments") == 0
+
+
+def test_invalid_source_and_unknown_flavor_are_clear_errors(env: Env) -> None:
+    bad = f"bad-{env.ns}"
+    env.openmodel(bad, {"modelHub": {"modelID": "Qwen/Qwen2.5-0.5B-Instruct", "filename": "q.gguf", "allowPatterns": ["*.gguf"]}}, [{"name": "any"}])
+    with pytest.raises(ServeError, match="spec.source.modelHub"):
+        env.serve(bad)
+    validated = env.conditions(bad)["Validated"]
+    assert validated["status"] == "False" and validated["reason"] == "InvalidSource" and "spec.source.modelHub" in validated["message"]
+
+    good = f"good-{env.ns}"
+    env.openmodel(good, {"uri": "host:///mnt/models/qwen"}, [{"name": "cpu"}])
+    with pytest.raises(ServeError, match="flavor 'gpu' is not one of the OpenModel's flavors"):
+        env.serve(good, flavor="gpu")
+    report = env.serve(good)
+    assert report.state == "Serving" and env.caches() == []  # a host path is mounted, not cached
+    pod = env.deployment(good)["spec"]["template"]["spec"]
+    assert pod["volumes"][0] == {"name": "model-volume", "hostPath": {"path": "/mnt/models/qwen", "type": "Directory"}}

@@ -1,0 +1,74 @@
+"""``modelplane simulate`` on the example cluster with a slice of the Azure conversation trace: the table,
+the JSON summary, the PNG plots, the HTML report and the Prefect artifact; bad input exits with one line."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import pathlib
+
+from typer.testing import CliRunner
+
+from engine.simulate_policies import POLICIES
+from flows.cli import app
+from flows.simulate import simulate
+
+REPO = pathlib.Path(__file__).resolve().parents[2]
+EXAMPLES = REPO / "deployments" / "examples"
+TRACE = REPO / "deployments" / "traces" / "azure-conv-2023-20min.csv"
+PNG = b"\x89PNG\r\n\x1a\n"
+
+
+def test_cli_compares_every_policy_and_writes_the_report(prefect_harness: None, tmp_path: pathlib.Path) -> None:
+    out = tmp_path / "report"
+    result = CliRunner().invoke(
+        app, ["simulate", "--cluster", str(EXAMPLES), "--trace", str(TRACE), "--duration", "300", "--output", str(out)],
+        terminal_width=250,
+    )
+    assert result.exit_code == 0, result.output
+    for policy in POLICIES:
+        assert policy in result.stdout
+    summary = json.loads((out / "summary.json").read_text())
+    assert [p["policy"] for p in summary["policies"]] == list(POLICIES)
+    requests = summary["settings"]["requests"]
+    assert requests > 1000  # ~5 minutes of the conversation trace
+    for policy in summary["policies"]:
+        assert policy["requests"] == requests
+        assert 0.0 <= policy["slo_attainment"] <= 1.0 and policy["cost"] > 0
+        assert set(policy["slo_attainment_by_model"]) == {"llm-serving/ibm/granite-13b", "llm-serving/meta/llama-3.1-8b"}
+    static = next(p for p in summary["policies"] if p["policy"] == "static-peak")
+    assert static["replica_changes"] == 0
+    for name in ("load_capacity", "replicas", "latency", "cost"):
+        assert (out / f"{name}.png").read_bytes().startswith(PNG)
+    html = (out / "report.html").read_text()
+    assert html.count("data:image/png;base64,") == 4 and "static-peak" in html
+
+
+def test_flow_publishes_the_comparison_as_an_artifact(prefect_harness: None, tmp_path: pathlib.Path) -> None:
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey
+
+    report = simulate(cluster=str(EXAMPLES), trace=str(TRACE), duration_s=120, policies=["modelplane", "static-peak"],
+                      output_dir=str(tmp_path / "r"))
+    assert [o.policy for o in report.outcomes] == ["modelplane", "static-peak"]
+
+    async def read() -> list:
+        async with get_client() as client:
+            return await client.read_artifacts(artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=["simulate-report"])))
+
+    artifacts = asyncio.run(read())
+    assert artifacts and "| modelplane |" in artifacts[-1].data and "data:image/png;base64," in artifacts[-1].data
+
+
+def test_cli_bad_input_exits_with_one_line(prefect_harness: None, tmp_path: pathlib.Path) -> None:
+    missing = CliRunner().invoke(app, ["simulate", "--cluster", str(EXAMPLES), "--trace", str(tmp_path / "nope.csv")])
+    assert missing.exit_code == 1
+    assert "nope.csv does not exist" in missing.output and "Traceback" not in missing.output
+
+    broken = tmp_path / "broken.csv"
+    broken.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46,12,x\n")
+    bad = CliRunner().invoke(app, ["simulate", "--cluster", str(EXAMPLES), "--trace", str(broken)])
+    assert bad.exit_code == 1 and "row 2" in bad.output and "Traceback" not in bad.output
+
+    policy = CliRunner().invoke(app, ["simulate", "--cluster", str(EXAMPLES), "--trace", str(TRACE), "-p", "magic"])
+    assert policy.exit_code == 1 and "unknown policy magic" in policy.output

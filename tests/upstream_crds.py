@@ -1,0 +1,42 @@
+"""The upstream KServe and Gateway API CRDs (``shared/upstream-crds/``, beside the repository) for the
+Kubernetes API test server, so it validates what rollouts render against the real schemas."""
+
+from __future__ import annotations
+
+import os
+import pathlib
+from functools import lru_cache
+from typing import Any
+
+import yaml
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
+FILES = ("serving.kserve.io_inferenceservices.yaml", "gateway.networking.k8s.io_httproutes.yaml")
+
+
+def upstream_crds_dir() -> pathlib.Path | None:
+    """``$MODELPLANE_UPSTREAM_CRDS``, else the first ``shared/upstream-crds`` beside the repository or
+    one of its parents (a worktree sits deeper than a clone), or ``None`` when there is none."""
+    explicit = os.environ.get("MODELPLANE_UPSTREAM_CRDS")
+    candidates = [pathlib.Path(explicit)] if explicit else []
+    candidates += [parent / "shared" / "upstream-crds" for parent in REPO.parents]
+    for candidate in candidates:
+        if all((candidate / name).is_file() for name in FILES):
+            return candidate
+    return None
+
+
+@lru_cache(maxsize=1)
+def upstream_crds() -> tuple[dict[str, Any], ...]:
+    """The CRD documents, or an empty tuple when the folder is absent."""
+    folder = upstream_crds_dir()
+    if folder is None:
+        return ()
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml: the KServe CRD is 2 MB
+    docs: list[dict[str, Any]] = []
+    for name in FILES:
+        docs += [d for d in yaml.load_all((folder / name).read_text(), Loader=loader) if d]
+    return tuple(docs)
+
+
+SKIP_REASON = "shared/upstream-crds/ (the upstream KServe and Gateway API CRDs) is not beside the repository"
