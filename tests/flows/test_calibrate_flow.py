@@ -120,7 +120,7 @@ def test_cli_dry_run_writes_nothing_and_a_bad_file_is_one_line(prefect_harness: 
     bad = tmp_path / "bad.yaml"
     bad.write_text("windowSeconds: 300\nvariants:\n  - {namespace: ns, name: v, windows: [{requests: -1}]}\n")
     failed = CliRunner().invoke(app, ["calibrate", "--cluster", str(example_cluster), "--windows", str(bad)])
-    assert failed.exit_code == 1 and "windows[0].requests" in failed.output and "Traceback" not in failed.output
+    assert failed.exit_code == 2 and "windows[0].requests" in failed.output and "Traceback" not in failed.output
 
 
 def openmetrics(result: SimResult, labels: dict[str, str], start: float, step: float = 15.0) -> str:
