@@ -95,7 +95,10 @@ def serve_openmodel(
 
     cache = None
     if source.downloadable:
-        cache = warm_cache(target, params.namespace, source, requested_by=f"OpenModel/{params.model}")
+        try:
+            cache = warm_cache(target, params.namespace, source, requested_by=f"OpenModel/{params.model}")
+        except NotFound as exc:  # most often the namespace itself does not exist
+            raise ServeError(f"OpenModel {params.model}: cannot keep its cache in namespace {params.namespace!r}: {exc}") from None
         write_conditions(target, obj, [], cache_condition(cache, params.namespace), now)
         if not (cache_available(cache) and cache_pvc(cache)):
             report = ServeReport(params.model, params.namespace, "WaitingForCache", cache_condition(cache, params.namespace).message, cache=cache["metadata"]["name"])

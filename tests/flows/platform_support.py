@@ -23,7 +23,7 @@ LOCAL_RUN_PARAMETERS: dict[str, dict[str, Any]] = {
     "optimize": {"metrics_file": str(REPO / "deployments" / "example-metrics.yaml")},
     # The example image's metadata ships as an OCI layout (as in ./dev.sh demo): no registry needed.
     # serve-openmodel serves one named OpenModel (a person's request): the example's.
-    "serve-openmodel": {"model": "qwen2-5-0-5b-instruct", "namespace": "llmaz-demo"},
+    "serve-openmodel": {"model": "qwen2-5-0-5b-instruct", "namespace": "llm-serving"},
     "discover-models": {"registry_mirrors": {"docker.io": f"oci-layout:{REPO / 'deployments' / 'example-images'}"}},
 }
 

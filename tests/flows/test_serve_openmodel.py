@@ -145,3 +145,10 @@ def test_invalid_source_and_unknown_flavor_are_clear_errors(env: Env) -> None:
     assert report.state == "Serving" and env.caches() == []  # a host path is mounted, not cached
     pod = env.deployment(good)["spec"]["template"]["spec"]
     assert pod["volumes"][0] == {"name": "model-volume", "hostPath": {"path": "/mnt/models/qwen", "type": "Directory"}}
+
+
+def test_a_namespace_that_does_not_exist_is_one_clear_error(env: Env) -> None:
+    name = f"nowhere-{env.ns}"
+    env.openmodel(name, HUB, [{"name": "any"}])
+    with pytest.raises(ServeError, match="cannot keep its cache in namespace 'no-such-namespace'.*not found"):
+        serve_openmodel(model=name, namespace="no-such-namespace", cluster=env.cluster)
