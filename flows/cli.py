@@ -151,6 +151,9 @@ def simulate(
     share: list[str] = typer.Option([], "--share", help="MODEL=WEIGHT share of a model ('namespace/modelID') in the trace (repeatable)."),
     interval: float = typer.Option(60.0, help="Control interval in simulated seconds."),
     startup_delay: float = typer.Option(120.0, "--startup-delay", help="Seconds a new replica takes to become ready."),
+    sizing_ttft_scale: float = typer.Option(1.0, "--sizing-ttft-scale", help="Policies size for the TTFT targets x this; attainment is judged against the targets."),
+    hpa_metric: Optional[str] = typer.Option(None, "--hpa-metric", help="Per-replica metric of the HPA-style policy (default: the cluster's AutoscalingPolicy)."),
+    hpa_target: Optional[float] = typer.Option(None, "--hpa-target", help="Target per replica of --hpa-metric."),
     seed: int = typer.Option(0, help="Seed of every random draw."),
     output: pathlib.Path = typer.Option(pathlib.Path("simulation-report"), "--output", "-o", help="Report directory."),
     config_namespace: str = typer.Option("modelplane-system", help="Namespace of the WVA ConfigMaps."),
@@ -191,7 +194,8 @@ def simulate(
         report = simulate_flow(
             cluster=str(cluster), trace=str(trace), config_namespace=config_namespace, policies=policy or None,
             compression=compression, rate_scale=rate_scale, start_s=start, duration_s=duration, model_shares=shares or None,
-            interval_s=interval, startup_delay_s=startup_delay, seed=seed, output_dir=str(output),
+            interval_s=interval, startup_delay_s=startup_delay, sizing_ttft_scale=sizing_ttft_scale, hpa_metric=hpa_metric,
+            hpa_target=hpa_target, seed=seed, output_dir=str(output),
         )
     except (TraceError, SpecError, ValueError) as exc:
         _fail(str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
