@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Modelplane developer entry point: sets up what it needs, then runs one job.
-#   ./dev.sh demo   one optimization cycle on the bundled example cluster (no cluster, no Prefect server)
+#   ./dev.sh demo   one optimization cycle on a fresh copy of the bundled example cluster (no cluster, no Prefect server)
 #   ./dev.sh test   install the test services (Debian packages) and run the test suite
 set -euo pipefail
 cd "$(dirname "$0")"
@@ -20,10 +20,20 @@ setup_python() {
   fi
 }
 
+setup_olah() {
+  # olah (the tests' Hugging Face protocol server) needs a newer fastapi than Prefect allows: its own venv.
+  local venv="${MODELPLANE_OLAH_VENV:-.venv-olah}"
+  if [ ! -x "$venv/bin/olah-cli" ]; then
+    python3.11 -m venv "$venv" 2>/dev/null || python3 -m venv "$venv"
+    "$venv/bin/python" -m pip install -q olah==0.5.4
+  fi
+}
+
 setup_services() {
   # Real components the tests start on 127.0.0.1 (see DESIGN.md).
   local need=()
   command -v prometheus >/dev/null 2>&1 || need+=(prometheus)
+  command -v git >/dev/null 2>&1 || need+=(git)  # the HF test server serves git repositories
   if [ ${#need[@]} -gt 0 ]; then
     if [ "$(id -u)" = 0 ]; then
       export DEBIAN_FRONTEND=noninteractive
@@ -42,12 +52,27 @@ case "${1:-}" in
   demo)
     setup_python
     shift
-    exec "$VENV/bin/modelplane" optimize --cluster deployments/examples \
+    # The demo writes status and scales targets: it works on a fresh copy of the examples, so the
+    # checked-in files stay clean and every demo starts from the same state.
+    demo_dir="${MODELPLANE_DEMO_DIR:-${TMPDIR:-/tmp}/modelplane-demo}"
+    if [ -e "$demo_dir" ] && [ ! -f "$demo_dir/.modelplane-demo" ]; then
+      echo "refusing to replace $demo_dir: not a directory this demo created (set MODELPLANE_DEMO_DIR)" >&2
+      exit 2
+    fi
+    rm -rf "$demo_dir"
+    mkdir -p "$demo_dir"
+    cp -R deployments/examples/. "$demo_dir/"
+    touch "$demo_dir/.modelplane-demo"
+    echo "demo cluster: a copy of deployments/examples in $demo_dir (the checked-in examples are not touched)"
+    # Fill the example model cache from a model the demo serves itself on 127.0.0.1 (no network).
+    "$VENV/bin/python" deployments/demo_models.py -- "$VENV/bin/modelplane" warm-caches --cluster "$demo_dir" -n cache-demo
+    exec "$VENV/bin/modelplane" optimize --cluster "$demo_dir" \
       --metrics deployments/example-metrics.yaml "$@"
     ;;
   test)
     setup_python
     setup_services
+    setup_olah
     shift
     set +e
     "$VENV/bin/python" -m pytest "$@"

@@ -142,15 +142,25 @@ class SLO:
 class Analysis:
     """Steady-state metrics of one replica at a given arrival rate.
 
-    ``concurrency`` is the effective concurrency ``c`` that drives TTFT/ITL; ``utilization`` is the
-    mean number of requests in service over ``max_batch`` clamped to [0, 1] (WVA's ``Rho``).
+    Names against WVA's ``AnalysisMetrics`` (whose ``String()`` prints ``AvgNumInServ`` as ``conc``,
+    and whose simulator feeds it on as the replica's concurrency), so no field here is called plain
+    "concurrency":
+
+    * ``in_service``: mean number of requests in service, ``Ns`` -- WVA's ``AvgNumInServ`` ("conc");
+    * ``in_system``: mean number in the system (in service plus waiting), ``N``; WVA does not report it;
+    * ``effective_concurrency``: the batch size ``c`` solving ``prefill(c) + (out-1)*decode(c) = S``
+      that drives TTFT and ITL (WVA computes it inside its analyzer and does not report it);
+    * ``utilization``: ``in_service / max_batch`` clamped to [0, 1] -- WVA's ``Rho``;
+    * ``throughput_rps`` (``Throughput``), ``response_ms`` (``AvgRespTime``), ``wait_ms``
+      (``AvgWaitTime``), ``prefill_ms`` (``AvgPrefillTime``), ``itl_ms`` (``AvgTokenTime``),
+      ``ttft_ms`` (wait + prefill, WVA's ``AvgTTFT``).
     """
 
     throughput_rps: float
     ttft_ms: float
     itl_ms: float
     wait_ms: float
-    concurrency: float
+    effective_concurrency: float
     utilization: float
     prefill_ms: float = 0.0
     service_ms: float = 0.0
@@ -288,7 +298,7 @@ def analyze(profile: PerfProfile, workload: Workload, rate_rps: float) -> Analys
         ttft_ms=float(wait + prefill),
         itl_ms=float(itl),
         wait_ms=float(wait),
-        concurrency=c,
+        effective_concurrency=c,
         utilization=float(min(max(ns / batch, 0.0), 1.0)),
         prefill_ms=float(prefill),
         service_ms=float(s),

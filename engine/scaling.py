@@ -299,8 +299,8 @@ class PanicPolicy:
     Panic is entered when ``recommended * 100 >= current * panic_threshold_percent`` and
     held for ``panic_mode_hold`` seconds (re-armed while still triggering); ``None`` threshold
     disables it, as does a hold of 0.  In panic, scale-up is limited to ``percent`` of the
-    smallest corrected count within ``period`` (period 0: of the current count) and
-    scale-down is forbidden.
+    smallest corrected count within ``period`` (period 0, the default: no limit, as in Kthena
+    whose window of length 0 holds no sample) and scale-down is forbidden.
     """
 
     percent: int = 1000
@@ -526,12 +526,17 @@ def _scale_down_limit(policy: StablePolicy, base: int) -> float:
 
 
 def _correct_panic(current: int, recommended: int, behavior: Behavior, history: Sequence[Sample], now: datetime) -> int:
-    """Panic: scale up by at most ``percent`` of the lowest recent count, never scale down."""
+    """Panic: scale up by at most ``percent`` of the lowest count within the panic period, never down.
+
+    Like Kthena's ``MinCorrectedForPanic`` window, a period of 0 (the default) is an empty window:
+    there is no base, hence no panic limit at all (not a limit relative to the current count).
+    """
     corrected = recommended
     panic = behavior.panic
-    base = _past_low(history, panic.period, current, now) if panic.period > 0 else current
-    if base > 0:
-        corrected = min(corrected, base + int(base * panic.percent / 100.0))
+    if panic.period > 0:
+        base = _past_low(history, panic.period, current, now)
+        if base > 0:
+            corrected = min(corrected, base + int(base * panic.percent / 100.0))
     return max(corrected, current)
 
 
@@ -582,7 +587,8 @@ def correct(
     1. Panic bookkeeping: ``recommended * 100 >= current * panicThresholdPercent`` (re)arms
        panic until ``now + panicModeHold``.
     2. In panic: ``min(recommended, base + base * panic.percent / 100)`` with base the lowest
-       count in effect within the panic period (0 base: no limit), never below ``current``.
+       count in effect within the panic period (period 0 or base 0: no limit), never below
+       ``current``.
     3. Otherwise, if ``recommended > current``: the minimum recommendation within the scale-up
        stabilization window (earlier samples; 0 window: none), limited per period to
        ``base + instances`` / ``base + base * percent / 100`` (Or: the larger, And: the

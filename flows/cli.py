@@ -5,12 +5,15 @@ from __future__ import annotations
 import json
 import os
 import pathlib
+import re
 import sys
 from typing import Optional
 
 import typer
 from rich.console import Console
 from rich.table import Table
+
+from flows.exitcodes import CannotRun, cli_errors, exit_code
 
 # Local runs start an ephemeral Prefect API on the shared ~/.prefect database; its telemetry write is the
 # one statement that contends with another local Prefect process, and it reports nothing we need.
@@ -42,11 +45,17 @@ def crds(write: Optional[pathlib.Path] = typer.Option(None, help="Write one file
 
 @app.command()
 def validate(cluster: pathlib.Path = typer.Option(..., "--cluster", help="Manifests directory or multi-document file.")) -> None:
-    """Load and validate a manifests directory; print every resource and every invalid one with its reason."""
+    """Load and validate a manifests directory; print every resource and every invalid one with its reason.
+
+    Exit codes (flows/exitcodes.py): 0 all valid, 2 the path does not exist, 3 some resources are invalid.
+    """
     from tasks.manifests import read_manifest_documents
     from engine.api.validate import load_documents
 
-    documents, read_errors = read_manifest_documents(cluster)
+    with cli_errors():
+        if not cluster.exists():
+            raise CannotRun(f"cluster path {cluster} does not exist")
+        documents, read_errors = read_manifest_documents(cluster)
     report = load_documents(documents)
     base = f"{cluster}/" if cluster.is_dir() else ""
 
@@ -66,7 +75,7 @@ def validate(cluster: pathlib.Path = typer.Option(..., "--cluster", help="Manife
     console.print(table)
     bad = len(report.invalid) + len(read_errors)
     console.print(f"{len(report.valid)} valid, {bad} invalid")
-    raise typer.Exit(1 if bad else 0)
+    raise typer.Exit(exit_code(["invalid resources"] * bad))
 
 
 def _meta_of(obj: object) -> dict:
@@ -84,30 +93,50 @@ def _kind_of(obj: object) -> str:
 
 @app.command()
 def optimize(
-    cluster: Optional[str] = typer.Option(None, "--cluster", help="Manifests directory/file, 'kubeconfig:PATH[#ctx]', or empty for the current kubeconfig."),
-    metrics: Optional[pathlib.Path] = typer.Option(None, "--metrics", help="Metrics YAML file (instead of Prometheus)."),
+    cluster: Optional[str] = typer.Option(
+        None, "--cluster",
+        help="A manifests directory or file; 'kubeconfig:PATH' or 'kubeconfig:PATH#CONTEXT' for a kubeconfig "
+             "(and context); empty for the current kubeconfig or in-cluster config."),
+    metrics: Optional[pathlib.Path] = typer.Option(None, "--metrics", exists=True, dir_okay=False, help="Metrics YAML file (instead of Prometheus)."),
     prometheus: Optional[str] = typer.Option(None, "--prometheus", help="Prometheus base URL (default $PROMETHEUS_URL)."),
+    rate_window: Optional[str] = typer.Option(
+        None, "--rate-window",
+        help="PromQL window of the arrival-rate query, e.g. 1m or 30s (default $PROMETHEUS_RATE_WINDOW, else 1m)."),
     namespace: list[str] = typer.Option([], "--namespace", "-n", help="Limit to these namespaces (repeatable)."),
     namespace_selector: Optional[str] = typer.Option(None, "--namespace-selector", "-l", help="Label selector on Namespaces."),
     config_namespace: str = typer.Option("modelplane-system", help="Namespace of the WVA ConfigMaps."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Decide and print, write nothing."),
     as_json: bool = typer.Option(False, "--json", help="Print a JSON list instead of a table."),
 ) -> None:
-    """Run one optimization cycle and print the allocation table (writes status back unless --dry-run)."""
-    from flows.optimize import optimize as optimize_flow
+    """Run one optimization cycle and print the allocation table (writes status back unless --dry-run).
 
+    Exit codes (flows/exitcodes.py): 0 clean; 2 could not run (cluster path missing, no Kubernetes access,
+    configuration ConfigMap missing), with one line on stderr; 3 ran degraded (metrics missing, resources
+    invalid or not ready, write errors), as the summary line says.
+    """
+    from flows.optimize import RATE_WINDOW_PATTERN, optimize as optimize_flow
+    from tasks.cluster import connect
+    from tasks.optimizer import cannot_run_reason
+
+    if rate_window is not None and not re.match(RATE_WINDOW_PATTERN, rate_window):
+        raise typer.BadParameter(f"{rate_window!r} is not a PromQL duration such as 1m or 30s", param_hint="--rate-window")
+    with cli_errors():
+        problem = cannot_run_reason(connect(cluster), config_namespace)  # before Prefect starts: one clear line
+        if problem:
+            raise CannotRun(problem)
     report = optimize_flow(
         namespaces=namespace or None,
         namespace_selector=namespace_selector,
         config_namespace=config_namespace,
         prometheus_url=prometheus,
         metrics_file=str(metrics) if metrics else None,
+        rate_window=rate_window,
         cluster=cluster,
         dry_run=dry_run,
     )
     if as_json:
         sys.stdout.write(json.dumps(report.as_json(), indent=2) + "\n")
-        return
+        raise typer.Exit(report.exit_code)
     table = Table(title="Modelplane allocation")
     for column in ("namespace", "name", "model", "accelerator", "current", "desired", "cost", "reason"):
         table.add_column(column, justify="right" if column in ("current", "desired", "cost") else "left")
@@ -119,6 +148,7 @@ def optimize(
     console.print(report.summary)
     if report.metrics_error:
         err.print(f"[yellow]metrics unavailable: {report.metrics_error}[/yellow]")
+    raise typer.Exit(report.exit_code)
 
 
 @app.command()
@@ -133,6 +163,181 @@ def serve() -> None:
     prefect_serve(*runner_deployments(PREFECT_YAML))
 
 
+cache_app = typer.Typer(no_args_is_help=True, help="Model caches: fill a directory (a mounted PVC) from a model source.")
+app.add_typer(cache_app, name="cache")
+
+
+@cache_app.command("fill")
+def cache_fill(
+    source: str = typer.Argument(..., help="Model source: hf://org/name@REV?allow=GLOB&ignore=GLOB&filename=F (all optional after the name) or s3://bucket/prefix."),
+    dest: pathlib.Path = typer.Argument(..., help="Cache directory (the PVC mount); the model files land at its root."),
+    capacity: Optional[str] = typer.Option(None, "--capacity", help="Volume size (e.g. 11Gi) when the filesystem does not report it (shared filesystems)."),
+    concurrency: int = typer.Option(8, "--concurrency", min=1, max=64, help="Parallel transfers (files or S3 parts)."),
+    part_size_mib: int = typer.Option(16, "--part-size-mib", min=5, help="S3 ranged part size in MiB."),
+    lock_timeout: Optional[float] = typer.Option(None, "--lock-timeout", help="Seconds to wait for another filler of the same cache (default: wait)."),
+    as_json: bool = typer.Option(False, "--json", help="Print the completion manifest as JSON."),
+    termination_log: Optional[pathlib.Path] = typer.Option(None, "--termination-log", help="Also write the verdict here as one JSON line (a Job's /dev/termination-log: the marker summary, or the failure's reason and message)."),
+) -> None:
+    """Download SOURCE into DEST: resumable, locked, verified; the marker .modelplane-cache.json is written last.
+
+    Credentials come from the environment only (HF_TOKEN, HF_ENDPOINT, AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY,
+    AWS_ENDPOINT_URL, AWS_REGION), so a Kubernetes Job runs this same command with env from Secrets.
+    Exits 1 with one line naming the reason when the fill fails, 2 when SOURCE is not a valid source.
+    """
+    from engine.sources import parse_source
+    from engine.units import parse_quantity
+    from tasks.downloader import DownloadError, fill_cache
+
+    try:
+        parsed = parse_source(source)
+        capacity_bytes = int(parse_quantity(capacity)) if capacity else None
+    except ValueError as exc:
+        sys.stderr.write(f"cache fill: invalid argument: {exc}\n")
+        raise typer.Exit(2)
+    reporter = _CacheFillProgress(parsed.uri)
+    try:
+        with reporter:
+            manifest = fill_cache(
+                parsed,
+                dest,
+                progress=reporter.update,
+                capacity_bytes=capacity_bytes,
+                concurrency=concurrency,
+                part_size=part_size_mib * 1024 * 1024,
+                lock_timeout=lock_timeout,
+                on_wait=lambda holder: sys.stderr.write(f"waiting for another filler of {dest} ({holder})\n"),
+            )
+    except DownloadError as exc:
+        sys.stderr.write(f"cache fill failed ({exc.reason}): {exc.message}\n")
+        _write_fill_report(termination_log, reason=exc.reason, message=exc.message)
+        raise typer.Exit(1)
+    except OSError as exc:
+        message = f"{exc.strerror or exc} ({exc.filename or dest})"
+        sys.stderr.write(f"cache fill failed (FilesystemError): {message}\n")
+        _write_fill_report(termination_log, reason="FilesystemError", message=message)
+        raise typer.Exit(1)
+    _write_fill_report(termination_log, manifest.to_json())
+    if as_json:
+        sys.stdout.write(json.dumps(manifest.to_json(), indent=2) + "\n")
+        return
+    fetched = manifest.stats.get("bytesFetched", 0)
+    console.print(
+        f"cache {dest} complete: {len(manifest.files)} files, {manifest.total_bytes} bytes "
+        f"({fetched} fetched now) from {manifest.source}" + (f" at {manifest.revision}" if manifest.revision else ""),
+        markup=False,
+        highlight=False,
+    )
+
+
+def _write_fill_report(path: Optional[pathlib.Path], marker: Optional[dict] = None, **failure: str) -> None:
+    """The fill's verdict for the warm-caches flow (read back from the Job pod's termination message)."""
+    if path is None:
+        return
+    from engine.cache_plan import fill_report
+
+    try:
+        path.write_text(fill_report(marker, **failure))
+    except OSError as exc:
+        sys.stderr.write(f"cache fill: cannot write the termination log {path}: {exc.strerror or exc}\n")
+
+
+class _CacheFillProgress:
+    """A rich progress bar on a terminal; one log line every 10 s otherwise (Job logs)."""
+
+    def __init__(self, label: str) -> None:
+        self.label = label
+        self.interactive = err.is_terminal
+        self._last_line = 0.0
+        self._bar = None
+        self._task = None
+
+    def __enter__(self) -> "_CacheFillProgress":
+        if self.interactive:
+            from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn, TransferSpeedColumn
+
+            self._bar = Progress(
+                TextColumn("{task.description}"), BarColumn(), DownloadColumn(binary_units=True),
+                TransferSpeedColumn(), TimeRemainingColumn(), console=err,
+            )
+            self._bar.start()
+            self._task = self._bar.add_task(self.label, total=None)
+        return self
+
+    def update(self, snapshot) -> None:  # type: ignore[no-untyped-def]
+        if self._bar is not None:
+            self._bar.update(self._task, completed=snapshot.bytes_done, total=snapshot.bytes_total or None)
+            return
+        import time
+
+        now = time.monotonic()
+        if now - self._last_line >= 10 or snapshot.phase != "downloading":
+            self._last_line = now
+            sys.stderr.write(f"{self.label}: {snapshot.describe()}\n")
+            sys.stderr.flush()
+
+    def __exit__(self, *exc: object) -> None:
+        if self._bar is not None:
+            self._bar.stop()
+
+@app.command("warm-caches")
+def warm_caches(
+    cluster: Optional[str] = typer.Option(None, "--cluster", help="Manifests directory/file, 'kubeconfig:PATH[#ctx]', or empty for the current kubeconfig."),
+    namespace: list[str] = typer.Option([], "--namespace", "-n", help="Limit to these namespaces (repeatable)."),
+    image: Optional[str] = typer.Option(None, "--image", help="Modelplane's image for the fill Jobs."),
+    openmodel_namespace: Optional[str] = typer.Option(None, "--openmodel-namespace", help="Cache llmaz OpenModels in this namespace."),
+    no_consumers: bool = typer.Option(False, "--no-consumers", help="Only fill existing ModelCaches; create none for consumers."),
+    gc_unused_after: Optional[str] = typer.Option(None, "--gc-unused-after", help="Delete caches unused this long and unmounted, e.g. 7d, 12h."),
+    max_fill_attempts: int = typer.Option(4, "--max-fill-attempts", min=1, help="Fills per cache generation before it stays Failed."),
+    retry_backoff_s: float = typer.Option(300.0, "--retry-backoff-s", min=0, help="Wait after the first failed fill (doubles)."),
+    timeout_s: float = typer.Option(86400.0, "--timeout-s", min=1, help="Stop the run after this long (local fills run in-process)."),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table."),
+) -> None:
+    """Run one warm-caches pass: create PVCs, fill every ModelCache (Jobs in a cluster, in-process locally), report."""
+    from flows.warm_caches import DEFAULT_IMAGE, warm_caches as warm_caches_flow
+
+    try:
+        unused_after = _duration(gc_unused_after) if gc_unused_after else None
+    except ValueError as exc:
+        err.print(f"[red]--gc-unused-after: {exc}[/red]")
+        raise typer.Exit(2) from None
+    report = warm_caches_flow.with_options(timeout_seconds=timeout_s)(
+        namespaces=namespace or None, cluster=cluster, image=image or DEFAULT_IMAGE, openmodel_namespace=openmodel_namespace,
+        include_consumers=not no_consumers, gc_unused_after=unused_after, max_fill_attempts=max_fill_attempts,
+        retry_backoff_s=retry_backoff_s,
+    )
+    if as_json:
+        sys.stdout.write(json.dumps(report.as_json(), indent=2) + "\n")
+    else:
+        table = Table(title="Model caches")
+        for column in ("namespace", "name", "source", "status", "reason", "pvc", "action"):
+            table.add_column(column)
+        colours = {"Available": "green", "Failed": "red", "Progressing": "yellow"}
+        for row in report.rows:
+            status = f"[{colours.get(row.status, 'white')}]{row.status}[/]"
+            table.add_row(row.namespace, row.name, row.source, status, row.reason, row.pvc, row.action)
+        console.print(table)
+        for line in [*(f"needs: {e}" for e in report.ensured), *(f"freed: {f}" for f in report.freed), *report.notes]:
+            console.print(line)
+        for row in report.rows:
+            if row.status == "Failed":
+                err.print(f"[red]{row.namespace}/{row.name}: {row.reason}: {row.message}[/red]")
+        for problem in report.problems:
+            err.print(f"[yellow]{problem}[/yellow]")
+        console.print(report.summary)
+    if report.problems:
+        raise typer.Exit(1)
+
+
+def _duration(text: str) -> "datetime.timedelta":
+    """``7d``, ``12h``, ``30m``, ``90s`` (or a Go duration such as ``1h30m``) as a timedelta."""
+    import datetime
+
+    from engine.api.meta import parse_duration
+
+    text = text.strip()
+    if text.endswith("d") and text[:-1].replace(".", "", 1).isdigit():
+        return datetime.timedelta(days=float(text[:-1]))
+    return datetime.timedelta(seconds=parse_duration(text))
 def _fail(message: str) -> None:
     """Print one line on stderr and exit non-zero (a CLI that cannot do its job shows no traceback)."""
     sys.stderr.write(f"error: {message}\n")

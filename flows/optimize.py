@@ -21,7 +21,7 @@ from __future__ import annotations
 import os
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
-from typing import Any
+from typing import Annotated, Any
 
 from prefect import flow, get_run_logger, task
 from prefect.artifacts import create_table_artifact
@@ -33,7 +33,8 @@ from pydantic import BaseModel, Field
 from engine.bindings import BindingDecision, plan_binding
 from engine.optimize import CycleInputs, ModelLoad, PodSample, VariantDecision, plan_variants, summarize
 from engine.saturation import SaturationConfigSet
-from tasks.cluster import Cluster, connect
+from flows.exitcodes import CannotRun, ExitCode, degraded_summary, exit_code
+from tasks.cluster import Cluster, LocalCluster, connect
 from tasks.cluster.errors import ClusterError
 from tasks.metrics import FileMetrics, MetricsSnapshot, MetricsSource, PrometheusMetrics
 from tasks.optimizer import (
@@ -43,6 +44,7 @@ from tasks.optimizer import (
     apply_binding,
     apply_decisions,
     collect_metrics,
+    local_path_problem,
     read_binding_inputs,
     read_cluster_state,
     read_current_replicas,
@@ -51,6 +53,14 @@ from tasks.optimizer import (
 
 DEFAULT_INTERVAL_S = 60
 DEFAULT_CONFIG_NAMESPACE = "modelplane-system"
+DEFAULT_RATE_WINDOW = "1m"
+RATE_WINDOW_PATTERN = r"^[0-9]+(ms|s|m|h)$"
+
+RateWindow = Annotated[str | None, Field(pattern=RATE_WINDOW_PATTERN)]
+"""A PromQL duration such as ``1m`` or ``30s`` (the constraint is in the parameter schema Prefect stores)."""
+SolverTimeLimit = Annotated[float, Field(gt=0)]
+"""Seconds, strictly positive."""
+HeartbeatSeconds = Annotated[float, Field(ge=0)]
 
 
 class OptimizeParameters(BaseModel):
@@ -62,7 +72,7 @@ class OptimizeParameters(BaseModel):
     config_namespace: str = Field(min_length=1)
     prometheus_url: str | None
     metrics_file: str | None
-    rate_window: str = Field(pattern=r"^[0-9]+(ms|s|m|h)$")
+    rate_window: RateWindow = None
     cluster: str | None
     dry_run: bool
     solver_time_limit_s: float = Field(gt=0)
@@ -94,6 +104,12 @@ class CycleReport:
     summary: str = ""
     metrics_error: str | None = None
     writes: list[WriteOutcome] = field(default_factory=list)
+    degraded: list[str] = field(default_factory=list)
+
+    @property
+    def exit_code(self) -> ExitCode:
+        """The CLI's exit code for this cycle (see :mod:`flows.exitcodes`): 3 when it ran degraded."""
+        return exit_code(self.degraded)
 
     def as_json(self) -> list[dict[str, Any]]:
         """The report as the CLI's JSON list."""
@@ -107,8 +123,13 @@ def metrics_source(params: OptimizeParameters) -> MetricsSource | None:
     url = params.prometheus_url or os.environ.get("PROMETHEUS_URL")
     if not url:
         return None
-    # Token (file), TLS, timeouts and retries come from PROMETHEUS_* variables; the window from the run.
-    return PrometheusMetrics.from_env(url, environ={**os.environ, "PROMETHEUS_RATE_WINDOW": params.rate_window})
+    # Token (file), TLS, timeouts and retries come from PROMETHEUS_* variables. The rate window: the
+    # run's parameter when given, else $PROMETHEUS_RATE_WINDOW, else 1m.
+    environ = dict(os.environ)
+    if params.rate_window:
+        environ["PROMETHEUS_RATE_WINDOW"] = params.rate_window
+    environ.setdefault("PROMETHEUS_RATE_WINDOW", DEFAULT_RATE_WINDOW)
+    return PrometheusMetrics.from_env(url, environ=environ)
 
 
 def cycle_inputs(
@@ -147,10 +168,14 @@ def cycle_inputs(
 def reconcile_bindings(
     cluster: Cluster, state: ClusterState, snapshot: MetricsSnapshot | None, metrics_error: str | None,
     now: datetime, params: OptimizeParameters,
-) -> list[BindingDecision]:
-    """Kthena bindings: recommendation + behaviour correction (+ distribution), scale, persist state."""
+) -> tuple[list[BindingDecision], list[str]]:
+    """Kthena bindings: recommendation + behaviour correction (+ distribution), scale, persist state.
+
+    Returns the decisions and the API failures of single bindings (the others proceed).
+    """
     logger = get_run_logger()
     decisions: list[BindingDecision] = []
+    errors: list[str] = []
     for binding in state.bindings:
         name = f"{binding['metadata'].get('namespace', 'default')}/{binding['metadata']['name']}"
         try:
@@ -160,9 +185,10 @@ def reconcile_bindings(
                 apply_binding(cluster, binding, decision, now)
         except ClusterError as exc:  # one binding's API failure must not stop the others
             logger.error("AutoscalingPolicyBinding %s: %s", name, exc.message)
+            errors.append(f"{name}: {exc.message}")
             continue
         decisions.append(decision)
-    return decisions
+    return decisions, errors
 
 
 def report_rows(decisions: list[VariantDecision], writes: list[WriteOutcome], bindings: list[BindingDecision]) -> list[CycleRow]:
@@ -195,11 +221,11 @@ def optimize(
     config_namespace: str = DEFAULT_CONFIG_NAMESPACE,
     prometheus_url: str | None = None,
     metrics_file: str | None = None,
-    rate_window: str = "1m",
+    rate_window: RateWindow = None,
     cluster: str | None = None,
     dry_run: bool = False,
-    solver_time_limit_s: float = 10.0,
-    status_heartbeat_s: float = 300.0,
+    solver_time_limit_s: SolverTimeLimit = 10.0,
+    status_heartbeat_s: HeartbeatSeconds = 300.0,
 ) -> CycleReport:
     """One allocation cycle over every VariantAutoscaling and AutoscalingPolicyBinding.
 
@@ -210,8 +236,10 @@ def optimize(
         config_namespace: Namespace of the WVA ConfigMaps (costs, service classes, saturation, inventory).
         prometheus_url: Prometheus base URL; defaults to $PROMETHEUS_URL. Ignored when metrics_file is set.
         metrics_file: Read metrics from this YAML file instead of Prometheus (local and CI previews).
-        rate_window: PromQL window of the arrival-rate query (WVA uses 1m; shorter reacts faster, noisier).
-        cluster: Empty = kubeconfig or in-cluster; 'kubeconfig:PATH[#context]'; or a manifests directory/file.
+        rate_window: PromQL window of the arrival-rate query, e.g. '1m' or '30s'; empty = $PROMETHEUS_RATE_WINDOW,
+            else 1m (WVA's window; shorter reacts faster and is noisier).
+        cluster: Empty = kubeconfig or in-cluster; 'kubeconfig:PATH' or 'kubeconfig:PATH#context'; or a manifests
+            directory/file.
         dry_run: Decide and report, but write nothing (no scale, no status, no events).
         solver_time_limit_s: Time limit of the allocation MILP, in seconds.
         status_heartbeat_s: Rewrite a status whose only change is lastRunTime at most this often.
@@ -224,10 +252,15 @@ def optimize(
     logger = get_run_logger()
     now = datetime.now(timezone.utc).replace(microsecond=0)
     cluster = connect(params.cluster)
+    problem = local_path_problem(cluster)
+    if problem:
+        raise CannotRun(problem)
 
     # Task inputs holding every object of the cycle are passed with quote(): Prefect would otherwise
     # walk each of their nodes looking for futures, which costs seconds at 1,000 variants.
     state = read_cluster_state(cluster, params.namespaces or None, params.config_namespace, params.namespace_selector)
+    if state.missing_configuration:
+        raise CannotRun(state.missing_configuration)
     for error in state.config_errors:
         logger.warning("configuration: %s", error)
     replicas = read_current_replicas(cluster, scale_targets_of(state))
@@ -240,14 +273,45 @@ def optimize(
     decisions = plan_variants(cycle_inputs(state, replicas, snapshot, metrics_error, params, now))
 
     writes: list[WriteOutcome] = [] if params.dry_run else apply_decisions(cluster, quote(state), quote(decisions), now, params.status_heartbeat_s)
-    bindings = reconcile_bindings(cluster, quote(state), quote(snapshot), metrics_error, now, params)
+    bindings, binding_errors = reconcile_bindings(cluster, quote(state), quote(snapshot), metrics_error, now, params)
 
-    failed_writes = sum(1 for w in writes if w.error)
-    summary = summarize(decisions) + (f", {failed_writes} write errors (see the log)" if failed_writes else "")
-    report = CycleReport(rows=report_rows(decisions, writes, bindings), summary=summary, metrics_error=metrics_error, writes=writes)
+    degraded = degraded_reasons(cluster, state, decisions, writes, bindings, binding_errors, metrics_error)
+    summary = degraded_summary(summarize(decisions) + binding_summary(bindings), degraded)
+    report = CycleReport(rows=report_rows(decisions, writes, bindings), summary=summary, metrics_error=metrics_error,
+                         writes=writes, degraded=degraded)
     publish(report)
     logger.info("optimize: %s", report.summary)
     return report
+
+
+def binding_summary(bindings: list[BindingDecision]) -> str:
+    """The bindings' part of the summary line: how many targets, how many to scale."""
+    targets = [t for b in bindings for t in b.targets]
+    if not targets:
+        return ""
+    changing = sum(1 for t in targets if t.desired is not None and t.current is not None and t.desired != t.current)
+    return f"; {len(targets)} binding targets: {changing} to scale"
+
+
+def degraded_reasons(
+    cluster: Cluster, state: ClusterState, decisions: list[VariantDecision], writes: list[WriteOutcome],
+    bindings: list[BindingDecision], binding_errors: list[str], metrics_error: str | None,
+) -> list[str]:
+    """Why this cycle ran degraded (empty when it ran clean): what the summary and the exit code report."""
+    reasons: list[str] = []
+    if metrics_error:
+        reasons.append(f"metrics unavailable ({metrics_error})")
+    if state.config_errors:
+        reasons.append(f"{len(state.config_errors)} configuration errors")
+    not_ready = sum(1 for d in decisions if not d.ready) + sum(1 for b in bindings if not b.ready)
+    if not_ready:
+        reasons.append(f"{not_ready} resources not ready")
+    failed_writes = sum(1 for w in writes if w.error) + len(binding_errors)
+    if failed_writes:
+        reasons.append(f"{failed_writes} write errors (see the log)")
+    if isinstance(cluster, LocalCluster) and cluster.load_errors:
+        reasons.append(f"{len(cluster.load_errors)} manifest files or documents could not be read")
+    return reasons
 
 
 def publish(report: CycleReport) -> None:

@@ -13,7 +13,8 @@ def read_manifest_documents(path: str | Path) -> tuple[list[tuple[str, Any]], li
     """``([(source, document)], [(file, error)])`` for every manifest file of ``path``.
 
     ``source`` is ``<file>#<index>`` so a report can point at the exact document; a file that does not
-    parse is reported once with its error and does not hide the other files.
+    parse is reported once with its error and does not hide the other files; a malformed document is
+    reported with its file and line and does not hide the valid documents of the same file.
     """
     documents: list[tuple[str, Any]] = []
     errors: list[tuple[str, str]] = []
@@ -22,5 +23,6 @@ def read_manifest_documents(path: str | Path) -> tuple[list[tuple[str, Any]], li
         if parsed.error:
             errors.append((str(file), parsed.error))
             continue
+        errors += [(str(file), message) for message in parsed.doc_errors]
         documents += [(f"{file}#{index}", doc.data) for index, doc in enumerate(parsed.docs) if doc.data is not None]
     return documents, errors

@@ -9,6 +9,7 @@ hits a stale resourceVersion re-reads the object and re-applies the change.
 from __future__ import annotations
 
 import logging
+import os
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -59,6 +60,8 @@ class ClusterState:
     saturation_data: dict[str, str]
     inventory: dict[str, int] | None
     config_errors: list[ConfigError] = field(default_factory=list)
+    missing_configuration: str | None = None
+    """Why the cycle cannot run on this configuration (the cost ConfigMap is missing), or None."""
 
 
 def _in_scope(obj: Mapping[str, Any], namespaces: set[str] | None) -> bool:
@@ -142,8 +145,7 @@ def read_cluster_state(
     if INVENTORY_CONFIGMAP in config_maps:
         inventory, inventory_errors = parse_inventory(config_maps[INVENTORY_CONFIGMAP].get("data") or {})
         errors += inventory_errors
-    if ACCELERATOR_COSTS_CONFIGMAP not in config_maps:
-        errors.append(ConfigError(ACCELERATOR_COSTS_CONFIGMAP, f"ConfigMap not found in namespace {config_namespace}"))
+    missing = missing_configuration(set(config_maps), bool(variants), config_namespace)
     return ClusterState(
         variants=variants,
         bindings=bindings,
@@ -153,7 +155,48 @@ def read_cluster_state(
         saturation_data=(config_maps.get(SATURATION_CONFIGMAP) or {}).get("data") or {},
         inventory=inventory,
         config_errors=errors,
+        missing_configuration=missing,
     )
+
+
+def missing_configuration(config_maps: set[str], has_variants: bool, config_namespace: str) -> str | None:
+    """Why VariantAutoscalings cannot be optimized with the ConfigMaps found, or None.
+
+    Without ``accelerator-unit-costs`` no variant can be priced: that is reported once, as what it is
+    (usually a wrong ``--config-namespace``), rather than as an unknown accelerator on every resource.
+    A cluster with only Kthena bindings needs no WVA configuration.
+    """
+    if has_variants and ACCELERATOR_COSTS_CONFIGMAP not in config_maps:
+        return (f"configuration ConfigMap {ACCELERATOR_COSTS_CONFIGMAP!r} not found in namespace {config_namespace!r} "
+                "(is the config namespace right?)")
+    return None
+
+
+def local_path_problem(cluster: Cluster) -> str | None:
+    """Why a local-manifests cluster cannot be used (its path does not exist or is unreadable), or None."""
+    from tasks.cluster import LocalCluster
+
+    if not isinstance(cluster, LocalCluster):
+        return None
+    if not cluster.path.exists():
+        return f"cluster path {cluster.path} does not exist"
+    if not os.access(cluster.path, os.R_OK):
+        return f"cluster path {cluster.path} is not readable"
+    return None
+
+
+def cannot_run_reason(cluster: Cluster, config_namespace: str) -> str | None:
+    """Why an optimize cycle cannot run on ``cluster`` at all, or None (checked before a CLI run starts
+    Prefect, so a wrong path, no API access or a missing configuration is one line, not a flow crash)."""
+    problem = local_path_problem(cluster)
+    if problem:
+        return problem
+    try:
+        config_maps = {cm["metadata"]["name"] for cm in cluster.list("v1", "ConfigMap", namespace=config_namespace)}
+        has_variants = bool(_list_optional(cluster, VA_API, "VariantAutoscaling"))
+    except ClusterError as exc:
+        return f"cannot read the cluster: {exc.message}"
+    return missing_configuration(config_maps, has_variants, config_namespace)
 
 
 def scale_targets_of(state: ClusterState) -> set[tuple[str, str, str, str]]:

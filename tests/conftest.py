@@ -10,8 +10,14 @@ import pytest
 # Test Prefect servers report no telemetry (and so never contend on its database write).
 os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 
-# The Kubernetes API test server and the Prometheus + fake vLLM exporter fixtures.
-pytest_plugins = ["tests.kubeserver.fixture", "tests.promtest.fixture"]
+# The Kubernetes API test server and the Prometheus + fake vLLM exporter fixtures,
+pytest_plugins = [
+    "tests.kubeserver.fixture",
+    "tests.promtest.fixture",
+    # Real S3 (moto[server]) and a Hugging Face protocol server (olah, offline) for the downloader.
+    "tests.s3test.fixture",
+    "tests.hftest.fixture",
+]
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 EXAMPLES = REPO / "deployments" / "examples"

@@ -59,7 +59,8 @@ def load_api_client(kubeconfig: str | None = None, context: str | None = None) -
         # $KUBECONFIG is read now, not when the client library was imported; it may list several files.
         path = os.path.expanduser(kubeconfig) if kubeconfig else os.environ.get("KUBECONFIG") or None
         return config.new_client_from_config(config_file=path, context=context, persist_config=False)
-    except (config.ConfigException, OSError) as exc:
+    except Exception as exc:  # noqa: BLE001 - the loader raises ConfigException, OSError, TypeError, KeyError,
+        # yaml errors ... for a malformed kubeconfig; all mean "cannot load the configuration", in one line
         where = kubeconfig or os.environ.get("KUBECONFIG") or "~/.kube/config"
         failure = ClusterError(
             f"cannot load Kubernetes configuration ({type(exc).__name__}) from {where}"

@@ -53,6 +53,7 @@ except ImportError:  # pragma: no cover - not POSIX: thread safety only
     fcntl = None  # type: ignore[assignment]
 
 from tasks.cluster.base import Manifest, ObjectRef, Scale
+from tasks.cluster.bookkeeping import Bookkeeping
 from tasks.cluster.errors import Conflict, Invalid, NotFound, Unavailable
 from tasks.cluster.objects import (
     apply_builtin_defaults,
@@ -66,6 +67,7 @@ from tasks.cluster.objects import (
     spec_part,
 )
 from tasks.cluster.resources import ResourceInfo, lookup, resource_for
+from tasks.cluster.schema import check_write, normalised
 from tasks.cluster.yamlfile import Document, YamlFile, atomic_write, file_stamp, read_file
 
 log = logging.getLogger(__name__)
@@ -121,9 +123,17 @@ class LocalCluster:
         self._index: dict[Key, _Entry] = {}
         self._stamps: dict[str, tuple[int, int, int] | None] = {}
         self.load_errors: list[LoadError] = []
+        self._book = Bookkeeping(self.state_path, persist=write_back)
         self._load()
 
     # ------------------------------------------------------------------ loading
+
+    @property
+    def state_path(self) -> Path:
+        """The hidden bookkeeping sidecar (see :mod:`tasks.cluster.bookkeeping`)."""
+        if self.single_file:
+            return self.path.with_name(f".{self.path.name}.state.json")
+        return self.path / ".modelplane-state.json"
 
     @property
     def events_path(self) -> Path:
@@ -161,12 +171,14 @@ class LocalCluster:
         self._stamps = {str(f.path): f.stamp for f in files}
         self._index = {}
         self.load_errors = [LoadError(f.path, f.error) for f in files if f.error]
+        self.load_errors += [LoadError(f.path, message) for f in files for message in f.doc_errors]
         for err in self.load_errors:
             log.warning("local cluster: skipping %s", err.message)
         if self.strict and self.load_errors:
             raise Invalid("; ".join(e.message for e in self.load_errors), reason="InvalidYAML")
         entries = [e for f in files if not f.error for e in self._entries_of(f)]
-        self._rv = max([self._rv] + [_numeric_rv(e.obj) for e in entries])
+        self._book.load()
+        self._rv = max([self._rv, self._book.counter] + [_numeric_rv(e.obj) for e in entries])
         for entry in entries:
             self._normalise(entry)
             key = _key_of(entry.obj)
@@ -202,13 +214,15 @@ class LocalCluster:
 
     def _normalise(self, entry: _Entry) -> None:
         """Fill in what the API server would have set, in memory only (the document stays clean)."""
-        obj = apply_builtin_defaults(entry.obj)
+        obj = normalised(apply_builtin_defaults(entry.obj))
         meta = obj.setdefault("metadata", {})
         info = lookup(obj["apiVersion"], obj["kind"])
         if info is not None and info.namespaced:
             meta.setdefault("namespace", "default")
         elif info is not None:
             meta.pop("namespace", None)
+        if meta.get("resourceVersion") in (None, ""):
+            self._book.restore("/".join(_key_of(obj)), obj, self._next_rv)
         if "uid" not in meta:
             meta["uid"] = str(uuid.uuid5(_UID_NAMESPACE, "/".join(_key_of(obj))))
         if "creationTimestamp" not in meta:
@@ -217,7 +231,8 @@ class LocalCluster:
         if meta.get("resourceVersion") in (None, ""):
             meta["resourceVersion"] = self._next_rv()
         meta["resourceVersion"] = str(meta["resourceVersion"])  # hand-written files may say 5, not "5"
-        meta.setdefault("generation", 1)
+        if info is None or info.has_generation:
+            meta.setdefault("generation", 1)
 
     def _refresh(self) -> None:
         """Reload when another process changed, added or removed a file since we last looked."""
@@ -269,7 +284,8 @@ class LocalCluster:
         return handle
 
     def _next_rv(self) -> str:
-        self._rv += 1
+        self._rv = max(self._rv, self._book.counter) + 1
+        self._book.counter = self._rv
         return str(self._rv)
 
     # ------------------------------------------------------------------ lookups
@@ -358,7 +374,7 @@ class LocalCluster:
                 new["status"] = merged
             else:
                 new.pop("status", None)
-            return self._update(entry, new)
+            return self._update(entry, check_write(new, entry.obj, status_only=True))
 
     def get_scale(self, ref: ObjectRef) -> Scale:
         """``spec.replicas`` and ``status.replicas`` (0 until a status reports one) of a scalable kind."""
@@ -411,11 +427,14 @@ class LocalCluster:
             meta.pop(system, None)
         meta["uid"] = str(uuid.uuid4())
         meta["creationTimestamp"] = now_rfc3339()
-        meta["generation"] = 1
+        if info.has_generation:
+            meta["generation"] = 1
+        else:
+            meta.pop("generation", None)
         meta["resourceVersion"] = self._next_rv()
         if info.has_status:
             new.pop("status", None)
-        return apply_builtin_defaults(new)
+        return check_write(apply_builtin_defaults(new), None)
 
     def _patched_main(self, info: ResourceInfo, current: Manifest, patch: Manifest) -> Manifest:
         """``current`` merge-patched through the main resource: system metadata and status protected."""
@@ -428,13 +447,13 @@ class LocalCluster:
         patch.pop("kind", None)
         if info.has_status:
             patch.pop("status", None)
-        new = apply_builtin_defaults(merge_patch(current, patch))
+        new = check_write(apply_builtin_defaults(merge_patch(current, patch)), current)
         for key in _IMMUTABLE_META:
             if key in current["metadata"]:
                 new["metadata"][key] = current["metadata"][key]
             else:
                 new["metadata"].pop(key, None)
-        if spec_part(new) != spec_part(current):
+        if info.has_generation and _generation_changes(info, current, new):
             new["metadata"]["generation"] = int(current["metadata"].get("generation") or 0) + 1
         return new
 
@@ -442,6 +461,7 @@ class LocalCluster:
         """Store a changed object under a new resourceVersion; a no-op write stores nothing."""
         if new == entry.obj and not force:
             return copy.deepcopy(entry.obj)
+        _refuse_malformed(entry.file, new)
         new = copy.deepcopy(new)
         new["metadata"]["resourceVersion"] = self._next_rv()
         old, was_dirty = entry.obj, entry.doc.dirty
@@ -452,22 +472,20 @@ class LocalCluster:
             self._place(entry, old)
             entry.doc.dirty = was_dirty
             raise Unavailable(f"cannot write {entry.file.path}: {exc.strerror or exc}") from None
+        self._book.remember("/".join(_key_of(new)), new)
+        self._save_book()
         return copy.deepcopy(new)
 
     def _place(self, entry: _Entry, obj: Manifest) -> None:
-        """Put ``obj`` where ``entry`` lives (its document, or its slot in a List document)."""
+        """Put ``obj`` where ``entry`` lives (its document, or its slot in a List document); only the
+        fields that differ from the stored object are rewritten in the file."""
+        entry.doc.update(entry.obj, obj, entry.item)
         entry.obj = obj
-        if entry.item is None:
-            entry.doc.data = obj
-        else:
-            entry.doc.data["items"][entry.item] = obj
-        entry.doc.dirty = True
 
     def _insert(self, info: ResourceInfo, obj: Manifest) -> None:
         """Add a new object to the file it belongs in, and to the index."""
         yfile = self._target_file(info, obj)
-        if yfile.error:
-            raise Invalid(f"cannot add {obj['kind']} {obj['metadata']['name']!r} to {yfile.error}", reason="InvalidYAML")
+        _refuse_malformed(yfile, obj)
         doc = yfile.append(obj)
         if yfile.path == self.events_path:
             self._prune_events(yfile)
@@ -478,6 +496,7 @@ class LocalCluster:
             raise Unavailable(f"cannot write {yfile.path}: {exc.strerror or exc}") from None
         self._files[yfile.path] = yfile
         self._index[_key_of(obj)] = _Entry(obj, yfile, doc)
+        self._save_book()
 
     def _prune_events(self, sink: YamlFile) -> None:
         """Drop the oldest Events (by resourceVersion) beyond ``max_events`` from the sink."""
@@ -501,11 +520,11 @@ class LocalCluster:
     def _remove(self, entry: _Entry) -> None:
         """Drop an object from its file (the file goes too in directory mode when nothing is left)."""
         yfile, doc = entry.file, entry.doc
+        _refuse_malformed(yfile, entry.obj)
         if entry.item is None:
             yfile.docs.remove(doc)
         else:
-            del doc.data["items"][entry.item]
-            doc.dirty = True
+            doc.remove_item(entry.item)
             for other in self._index.values():
                 if other.doc is doc and other.item is not None and other.item > entry.item:
                     other.item -= 1
@@ -515,6 +534,17 @@ class LocalCluster:
         except OSError as exc:
             self._load()
             raise Unavailable(f"cannot write {yfile.path}: {exc.strerror or exc}") from None
+        self._book.forget("/".join(_key_of(entry.obj)))
+        self._save_book()
+
+    def _save_book(self) -> None:
+        """Persist the counter and records (a failure only costs bookkeeping, never the write)."""
+        if not self.write_back:
+            return
+        try:
+            self._book.save()
+        except OSError as exc:
+            log.warning("local cluster: cannot write %s: %s", self.state_path, exc.strerror or exc)
 
     def _flush(self, yfile: YamlFile) -> None:
         """Write one file back atomically (or, in snapshot mode, not at all)."""
@@ -528,8 +558,26 @@ class LocalCluster:
         yfile.stamp = atomic_write(yfile.path, yfile.render())
         self._stamps[str(yfile.path)] = yfile.stamp
         for doc in yfile.docs:
-            if doc.dirty:
-                doc.text, doc.dirty = doc.render(), False
+            doc.written()
+
+
+def _generation_changes(info: ResourceInfo, current: Manifest, new: Manifest) -> bool:
+    """Whether a main-resource write advances ``generation``: any spec change, and for an apps/v1
+    Deployment also an annotation change (as the Deployment strategy does)."""
+    if spec_part(new) != spec_part(current):
+        return True
+    if info.group == "apps" and info.kind == "Deployment":
+        return (new["metadata"].get("annotations") or {}) != (current["metadata"].get("annotations") or {})
+    return False
+
+
+def _refuse_malformed(yfile: YamlFile, obj: Manifest) -> None:
+    """``Invalid`` when ``yfile`` must not be written (unreadable, or holding a malformed document):
+    rewriting it could lose what the operator is in the middle of fixing."""
+    problem = yfile.writable_error
+    if problem:
+        meta = obj.get("metadata") or {}
+        raise Invalid(f"cannot write {obj.get('kind')} {meta.get('name')!r} into {problem}", reason="InvalidYAML")
 
 
 def _stat_into(found: dict[str, tuple[int, int, int]], path: Path) -> None:

@@ -151,7 +151,7 @@ class Requirement:
         return not present or value not in self.values  # "!=" and "notin"
 
 
-_SET_RE = re.compile(r"^(?P<key>[^\s!=(),]+)\s+(?P<op>in|notin)\s+\((?P<values>[^()]*)\)$")
+_SET_RE = re.compile(r"^(?P<key>[^\s!=(),]+)\s+(?P<op>in|notin)\s*\((?P<values>[^()]*)\)$")
 _EQ_RE = re.compile(r"^(?P<key>[^\s!=(),]+)\s*(?P<op>==|=|!=)\s*(?P<value>[^\s!=(),]*)$")
 _EXISTS_RE = re.compile(r"^(?P<neg>!?)\s*(?P<key>[^\s!=(),]+)$")
 

@@ -26,6 +26,9 @@ class ResourceInfo:
     namespaced: bool = True
     has_status: bool = True
     has_scale: bool = False
+    has_generation: bool = True
+    """Whether the API server maintains ``metadata.generation`` (custom resources and workloads do;
+    ConfigMaps, Secrets, Namespaces, Services, Events ... do not)."""
 
     @property
     def api_version(self) -> str:
@@ -57,15 +60,15 @@ def _builtin(api_version: str, kind: str, plural: str, **facts: bool) -> Resourc
 
 
 BUILTIN_KINDS: tuple[ResourceInfo, ...] = (
-    _builtin("v1", "Namespace", "namespaces", namespaced=False),
-    _builtin("v1", "ConfigMap", "configmaps", has_status=False),
-    _builtin("v1", "Secret", "secrets", has_status=False),
-    _builtin("v1", "ServiceAccount", "serviceaccounts", has_status=False),
-    _builtin("v1", "PersistentVolumeClaim", "persistentvolumeclaims"),
-    _builtin("v1", "Service", "services"),
-    _builtin("v1", "Event", "events", has_status=False),
-    _builtin("v1", "Pod", "pods"),
-    _builtin("v1", "Node", "nodes", namespaced=False),
+    _builtin("v1", "Namespace", "namespaces", namespaced=False, has_generation=False),
+    _builtin("v1", "ConfigMap", "configmaps", has_status=False, has_generation=False),
+    _builtin("v1", "Secret", "secrets", has_status=False, has_generation=False),
+    _builtin("v1", "ServiceAccount", "serviceaccounts", has_status=False, has_generation=False),
+    _builtin("v1", "PersistentVolumeClaim", "persistentvolumeclaims", has_generation=False),
+    _builtin("v1", "Service", "services", has_generation=False),
+    _builtin("v1", "Event", "events", has_status=False, has_generation=False),
+    _builtin("v1", "Pod", "pods", has_generation=False),
+    _builtin("v1", "Node", "nodes", namespaced=False, has_generation=False),
     _builtin("apps/v1", "Deployment", "deployments", has_scale=True),
     _builtin("apps/v1", "StatefulSet", "statefulsets", has_scale=True),
     _builtin("apps/v1", "ReplicaSet", "replicasets", has_scale=True),

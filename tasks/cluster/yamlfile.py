@@ -1,13 +1,19 @@
-"""Multi-document YAML files edited one document at a time, written back atomically.
+"""Multi-document YAML files edited one field at a time, written back atomically.
 
 The local backend must rewrite only what changed: an operator's hand-written manifests keep their
-comments, ordering and formatting except in the one document Modelplane modified. So a file is kept
-as a list of :class:`Document` chunks, each holding its original text; only a changed chunk is
-re-serialised. Timestamps stay strings (as in API-server JSON) rather than becoming ``datetime``.
+comments, ordering, indentation and quoting everywhere except in the fields Modelplane changed. So a
+file is kept as a list of :class:`Document` chunks, each holding its original text; a changed chunk is
+loaded once with ``ruamel.yaml``'s round-trip parser and only the changed fields are edited in that
+tree (:func:`apply_changes`), which is then dumped with the chunk's own indentation style. Reading uses
+the fast safe loader; timestamps stay strings (as in API-server JSON) rather than becoming ``datetime``.
+
+A chunk that does not parse is kept as it is and reported with its file and line
+(:attr:`YamlFile.doc_errors`); the valid documents of the same file still load.
 """
 
 from __future__ import annotations
 
+import io
 import os
 import re
 import tempfile
@@ -16,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from ruamel.yaml import YAML
 
 _BaseLoader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 _BaseDumper = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
@@ -44,30 +51,151 @@ def dump(data: Any) -> str:
     return yaml.dump(data, Dumper=_BaseDumper, sort_keys=False, default_flow_style=False, allow_unicode=True)
 
 
+_INDENT_STYLES = ((2, 2, 0), (2, 4, 2), (4, 4, 2), (4, 4, 0), (2, 3, 1), (4, 6, 4))
+"""``(mapping, sequence, offset)`` indentations tried, in order, to reproduce a chunk exactly."""
+
+_KEEP_ABSENT = {("metadata", "uid"), ("metadata", "resourceVersion"), ("metadata", "creationTimestamp")}
+"""Bookkeeping the backend keeps in memory: written only into documents that already carry it."""
+
+
+def _round_tripper(style: tuple[int, int, int], marker: bool) -> YAML:
+    rt = YAML(typ="rt")
+    rt.preserve_quotes = True
+    rt.width = 4096  # never re-wrap long strings
+    rt.indent(mapping=style[0], sequence=style[1], offset=style[2])
+    rt.explicit_start = marker
+    return rt
+
+
+def _rt_dump(rt: YAML, node: Any) -> str:
+    buf = io.StringIO()
+    rt.dump(node, buf)
+    return buf.getvalue()
+
+
+def load_round_trip(text: str, marker: bool) -> tuple[YAML, Any]:
+    """The chunk's round-trip tree and a dumper in the chunk's own indentation style (the first
+    style that reproduces the text byte for byte, else the common ``2/4/2``)."""
+    chosen: tuple[YAML, Any] | None = None
+    for style in _INDENT_STYLES:
+        rt = _round_tripper(style, marker)
+        node = rt.load(text)
+        if node is None or _rt_dump(rt, node) == text:
+            return rt, node
+        if chosen is None or style == (2, 4, 2):
+            chosen = (rt, node)
+    assert chosen is not None
+    return chosen
+
+
+def apply_changes(node: Any, old: Any, new: Any, path: tuple[str, ...] = ()) -> None:
+    """Edit the round-trip mapping ``node`` so the fields that differ between ``old`` and ``new`` take
+    their new values, touching nothing else: keys the write removed go, added or changed ones are set
+    (recursing into mappings and same-length lists so comments around unchanged entries stay), and
+    keys only the file has (pruned fields, ``stringData``) or only memory has (defaults) are left alone.
+    """
+    for key in [k for k in old if k not in new]:
+        if key in node:
+            del node[key]
+    for key, value in new.items():
+        before = old.get(key, _MISSING)
+        if before == value:
+            continue
+        if key not in node and (*path[-1:], key) in _KEEP_ABSENT:
+            continue
+        current = node.get(key, _MISSING) if hasattr(node, "get") else _MISSING
+        if isinstance(value, dict) and isinstance(before, dict) and hasattr(current, "items"):
+            apply_changes(current, before, value, (*path, key))
+        elif (isinstance(value, list) and isinstance(before, list) and isinstance(current, list)
+              and len(value) == len(before) == len(current)):
+            _apply_list(current, before, value, (*path, key))
+        else:
+            node[key] = value
+
+
+def _apply_list(node: list[Any], old: list[Any], new: list[Any], path: tuple[str, ...]) -> None:
+    for i, (before, value) in enumerate(zip(old, new)):
+        if before == value:
+            continue
+        if isinstance(value, dict) and isinstance(before, dict) and hasattr(node[i], "items"):
+            apply_changes(node[i], before, value, path)
+        else:
+            node[i] = value
+
+
+_MISSING = object()
+
+
 @dataclass
 class Document:
-    """One ``---``-separated chunk of a file: its original ``text`` and its parsed ``data``."""
+    """One ``---``-separated chunk of a file: its original ``text``, its parsed ``data`` and, once
+    edited, its round-trip tree. ``line`` is the 1-based line where the chunk starts in the file."""
 
     text: str
     data: Any
     has_marker: bool
     dirty: bool = False
+    line: int = 1
+    _rt: Any = field(default=None, repr=False, compare=False)
+    _node: Any = field(default=None, repr=False, compare=False)
+
+    def _tree(self) -> Any:
+        if self._rt is None:
+            self._rt, self._node = load_round_trip(self.text, self.has_marker)
+        return self._node
+
+    def update(self, old: Any, new: Any, item: int | None = None) -> None:
+        """Record that the object of this document (or item ``item`` of its List) went from ``old``
+        to ``new``: only the changed fields are rewritten when the file is rendered."""
+        if item is None:
+            self.data = new
+        else:
+            self.data["items"][item] = new
+        if self.text:
+            tree = self._tree()
+            apply_changes(tree if item is None else tree["items"][item], old, new)
+        self.dirty = True
+
+    def remove_item(self, item: int) -> None:
+        """Drop item ``item`` of this List document (the other items keep their text)."""
+        del self.data["items"][item]
+        if self.text:
+            del self._tree()["items"][item]
+        self.dirty = True
 
     def render(self) -> str:
-        """The chunk's text: the original when unchanged, a fresh dump otherwise."""
+        """The chunk's text: the original when unchanged, the edited tree or a fresh dump otherwise."""
         if not self.dirty:
             return self.text
+        if self.text:
+            return _rt_dump(self._rt, self._node)
         return ("---\n" if self.has_marker else "") + dump(self.data)
+
+    def written(self) -> None:
+        """The rendered text is now what the file holds."""
+        if self.dirty:
+            self.text, self.dirty = self.render(), False
 
 
 @dataclass
 class YamlFile:
-    """A multi-document YAML file as an ordered list of documents; ``error`` if it did not parse."""
+    """A multi-document YAML file as an ordered list of documents; ``error`` if it could not be read,
+    ``doc_errors`` (file and line of each) for documents that do not parse."""
 
     path: Path
     docs: list[Document] = field(default_factory=list)
     error: str | None = None
     stamp: tuple[int, int, int] | None = None
+    doc_errors: list[str] = field(default_factory=list)
+
+    @property
+    def writable_error(self) -> str | None:
+        """Why this file must not be written (unreadable, or holding a malformed document), or None."""
+        if self.error:
+            return self.error
+        if self.doc_errors:
+            return f"{self.doc_errors[0]} (fix it first: a file holding a malformed document is never written)"
+        return None
 
     def render(self) -> str:
         """The whole file's text, unchanged documents byte-for-byte as they were read."""
@@ -94,6 +222,20 @@ class YamlFile:
 
 def split_documents(text: str) -> list[tuple[str, bool]]:
     """Split a YAML stream into ``(chunk_text, starts_with_marker)`` at top-level ``---`` lines."""
+    return [(chunk, marker) for chunk, marker, _ in _split_with_lines(text)]
+
+
+def _split_with_lines(text: str) -> list[tuple[str, bool, int]]:
+    """:func:`split_documents` plus the 1-based line each chunk starts on."""
+    chunks: list[tuple[str, bool, int]] = []
+    start = 1
+    for chunk, marker in _split(text):
+        chunks.append((chunk, marker, start))
+        start += chunk.count("\n")
+    return chunks
+
+
+def _split(text: str) -> list[tuple[str, bool]]:
     chunks: list[tuple[str, bool]] = []
     current: list[str] = []
     marker = False
@@ -127,43 +269,53 @@ def read_file(path: Path) -> YamlFile:
     except (OSError, UnicodeDecodeError) as exc:
         result.error = f"{path}: cannot read: {exc}"
         return result
-    try:
-        result.docs = [Document(text=chunk, data=load_text(chunk), has_marker=marker) for chunk, marker in split_documents(text)]
-    except yaml.YAMLError:
-        result.docs = _whole_stream(path, text, result)
+    docs: list[Document] = []
+    failures: list[str] = []
+    for chunk, marker, line in _split_with_lines(text):
+        try:
+            docs.append(Document(text=chunk, data=load_text(chunk), has_marker=marker, line=line))
+        except yaml.YAMLError as exc:
+            first = line + 1 if marker else line  # the document starts after its ``---``
+            failures.append(f"{path}: document at line {first}: invalid YAML{_where(exc, line)}")
+            docs.append(Document(text=chunk, data=None, has_marker=marker, line=line))
+    if failures:
+        whole = _whole_stream(text)
+        if whole is not None:
+            docs, failures = whole, []
+    result.docs, result.doc_errors = docs, failures
     return result
 
 
-def _whole_stream(path: Path, text: str, result: YamlFile) -> list[Document]:
+def _whole_stream(text: str) -> list[Document] | None:
     """Fallback for valid streams the line-based split cannot cut (directives, exotic markers).
 
     The documents are kept as parsed but without their text, so the first write to this file
     re-serialises all of it (its comments are lost then; nothing is written just for loading).
-    If the stream does not parse either, the file is reported as invalid.
+    None when the stream does not parse either: the malformed chunks are reported then.
     """
     try:
         documents = list(yaml.load_all(text, Loader=Loader))  # noqa: S506 - safe loader
-    except yaml.YAMLError as exc:
-        result.error = f"{path}: invalid YAML{_where(exc)}"
-        return []
+    except yaml.YAMLError:
+        return None
     return [Document(text="", data=data, has_marker=i > 0, dirty=True) for i, data in enumerate(documents)]
 
 
-def _where(exc: yaml.YAMLError) -> str:
-    """Position and problem of a parse error, without the snippet of file content PyYAML quotes
-    (the offending line may hold Secret data)."""
+def _where(exc: yaml.YAMLError, first_line: int = 1) -> str:
+    """Position (in the file, for a chunk starting at ``first_line``) and problem of a parse error,
+    without the snippet of file content PyYAML quotes (the offending line may hold Secret data)."""
     mark = getattr(exc, "problem_mark", None)
     problem = getattr(exc, "problem", None)
-    position = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+    position = f" at line {mark.line + first_line}, column {mark.column + 1}" if mark is not None else ""
     return position + (f": {problem}" if problem else "")
 
 
 def atomic_write(path: Path, text: str) -> tuple[int, int, int] | None:
     """Replace ``path`` with ``text`` atomically (temp file in the same dir, fsync, ``os.replace``).
 
-    Readers see either the old or the new file, never a torn one; the original file mode is kept.
-    Returns the new file's stamp.
+    Readers see either the old or the new file, never a torn one; the original file mode is kept, and a
+    symbolic link stays a link (its target is replaced). Returns the new file's stamp.
     """
+    path = Path(os.path.realpath(path))  # a symlinked manifest is written through its link, not replaced
     path.parent.mkdir(parents=True, exist_ok=True)
     mode = path.stat().st_mode & 0o7777 if path.exists() else None
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)

@@ -107,6 +107,8 @@ def test_list_builtin_items_carry_kind(cluster: Cluster, ns: str) -> None:
         ("!tier", set()),
         ("!nolabel", {"A100", "H100"}),
         ("tier=model,accelerator in (H100,B200)", {"H100"}),
+        ("accelerator in(A100)", {"A100"}),
+        ("accelerator notin(A100)", {"H100"}),
     ],
 )
 def test_label_selectors(backend: Backend, cluster: Cluster, selector: str, expected: set[str]) -> None:
@@ -368,13 +370,73 @@ def test_delete_core_object(cluster: Cluster, ns: str) -> None:
 
 
 def test_invalid_reports_field(backend: Backend, cluster: Cluster, ns: str) -> None:
-    needs_server(backend)
     manifest = va_manifest("broken", ns)
     del manifest["spec"]["modelID"]
     with pytest.raises(Invalid) as info:
         cluster.create(manifest)
     assert info.value.field == "spec.modelID"
     assert info.value.status == 422
+    assert 'VariantAutoscaling.llmd.ai "broken" is invalid: spec.modelID: Required value' in info.value.message
+    with pytest.raises(NotFound):
+        cluster.get(*VA, "broken", ns)
+
+
+# ---------------------------------------------------------------------------- CRD schema: validate, default, prune
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "message"),
+    [
+        ("variantID", "nope", "should match"),
+        ("acceleratorCount", 0, "should be greater than or equal to 1"),
+        ("acceleratorCount", "2", "must be of type integer"),
+    ],
+)
+def test_schema_rejects_invalid_create_and_patch(cluster: Cluster, ns: str, field: str, value: object, message: str) -> None:
+    manifest = va_manifest("checked", ns)
+    manifest["spec"][field] = value
+    with pytest.raises(Invalid) as info:
+        cluster.create(manifest)
+    assert info.value.field == f"spec.{field}" and message in info.value.message
+    before = cluster.get(*VA, "seed-va", ns)
+    with pytest.raises(Invalid) as info:
+        cluster.patch_spec(va_ref(ns), {"spec": {field: value}})
+    assert info.value.field == f"spec.{field}"
+    assert cluster.get(*VA, "seed-va", ns) == before  # nothing written
+
+
+def test_schema_validates_status_writes(cluster: Cluster, ns: str) -> None:
+    with pytest.raises(Invalid) as info:
+        cluster.patch_status(va_ref(ns), {"conditions": [{"type": "Ready", "status": "Maybe", "reason": "X",
+                                                         "message": "", "lastTransitionTime": "2025-01-01T00:00:00Z"}]})
+    assert info.value.field == "status.conditions[0].status"
+
+
+AIM = "aim.silogen.ai/v1alpha1"
+
+
+def test_schema_defaults_are_filled_in(cluster: Cluster, ns: str) -> None:
+    template = cluster.create({
+        "apiVersion": AIM, "kind": "AIMServiceTemplate", "metadata": {"name": "tpl", "namespace": ns},
+        "spec": {"model": "meta-llama-3-8b"},
+    })
+    assert template["spec"]["precision"] == "auto" and template["spec"]["warmCache"] is False
+    service = cluster.create({
+        "apiVersion": AIM, "kind": "AIMService", "metadata": {"name": "svc", "namespace": ns},
+        "spec": {"model": "meta-llama-3-8b", "templateRef": "tpl"},
+    })
+    assert service["spec"]["replicas"] == 1 and service["spec"]["configRef"] == "default"
+    assert cluster.get(AIM, "AIMService", "svc", ns)["spec"]["replicas"] == 1
+
+
+def test_schema_prunes_unknown_fields(cluster: Cluster, ns: str) -> None:
+    manifest = va_manifest("pruned", ns)
+    manifest["spec"]["junk"] = {"a": 1}
+    created = cluster.create(manifest)
+    assert "junk" not in created["spec"]
+    patched = cluster.patch_spec(va_ref(ns, "pruned"), {"spec": {"alsoJunk": True}})
+    assert "alsoJunk" not in patched["spec"]
+    assert "junk" not in cluster.get(*VA, "pruned", ns)["spec"]
 
 
 @pytest.mark.parametrize(
@@ -437,3 +499,25 @@ def test_builtin_defaults_applied_on_write(cluster: Cluster, ns: str) -> None:
     )
     assert deployment["spec"]["replicas"] == 1
     assert cluster.get_scale(ObjectRef(*DEPLOYMENT, "defaulted", ns)).replicas == 1
+
+
+def test_generation_only_where_the_api_server_keeps_one(cluster: Cluster, ns: str) -> None:
+    """ConfigMaps (and other core kinds) have no generation; custom resources and workloads do."""
+    config = cluster.get("v1", "ConfigMap", "seed-config", ns)
+    assert "generation" not in config["metadata"]
+    created = cluster.create({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "plain", "namespace": ns}, "data": {"a": "1"}})
+    assert "generation" not in created["metadata"]
+    patched = cluster.patch_spec(ObjectRef("v1", "ConfigMap", "plain", ns), {"data": {"a": "2"}})
+    assert "generation" not in patched["metadata"]
+    assert cluster.get(*DEPLOYMENT, "seed-deploy", ns)["metadata"]["generation"] == 1
+
+
+def test_deployment_generation_follows_annotations(cluster: Cluster, ns: str) -> None:
+    """apps/v1 bumps a Deployment's generation on annotation changes too; labels do not count."""
+    ref = ObjectRef(*DEPLOYMENT, "seed-deploy", ns)
+    labelled = cluster.patch_spec(ref, {"metadata": {"labels": {"extra": "x"}}})
+    assert labelled["metadata"]["generation"] == 1
+    annotated = cluster.patch_spec(ref, {"metadata": {"annotations": {"note": "x"}}})
+    assert annotated["metadata"]["generation"] == 2
+    va = cluster.patch_spec(va_ref(ns), {"metadata": {"annotations": {"note": "x"}}})
+    assert va["metadata"]["generation"] == 1

@@ -59,8 +59,10 @@ def test_yaml_errors_name_the_file_but_quote_no_content(tmp_path: Path) -> None:
     path = tmp_path / "secret.yaml"
     path.write_text("kind: Secret\nstringData:\n  token: hunter2: [\n")
     loaded = read_file(path)
-    assert loaded.error and "secret.yaml" in loaded.error and "line" in loaded.error
-    assert "hunter2" not in loaded.error
+    assert loaded.error is None and len(loaded.doc_errors) == 1
+    message = loaded.doc_errors[0]
+    assert "secret.yaml" in message and "line 3" in message
+    assert "hunter2" not in message and "hunter2" not in (loaded.writable_error or "")
 
 
 def test_resource_table() -> None:

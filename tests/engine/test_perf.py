@@ -9,6 +9,7 @@ import pytest
 
 from engine.perf import (
     SLO,
+    Analysis,
     Infeasible,
     PerfProfile,
     Workload,
@@ -29,7 +30,8 @@ CHAT_SLO = SLO(ttft_ms=500, itl_ms=24)
 
 
 def _ref_solve(profile: PerfProfile, workload: Workload, lam: float):
-    """(throughput req/ms, ttft ms, itl ms) at arrival rate lam req/ms, full chain, separate loops."""
+    """(throughput req/ms, ttft ms, itl ms, mu, mean number in service, mean number in system) at
+    arrival rate lam req/ms, full chain, separate loops."""
     b = profile.max_batch
     k = b + 10 * b
     i_t, o_t = workload.in_tokens, workload.out_tokens
@@ -54,7 +56,7 @@ def _ref_solve(profile: PerfProfile, workload: Workload, lam: float):
     tokens = o_t - 1
     c = (s - (profile.gamma + profile.alpha * tokens)) / (profile.delta * i_t + profile.beta * tokens)
     c = min(max(c, 0.0), b)
-    return x, w + prefill(c), profile.alpha + profile.beta * c, mu
+    return x, w + prefill(c), profile.alpha + profile.beta * c, mu, n_srv, n_sys
 
 
 def _ref_binary_search(x_min, x_max, y_target, f):
@@ -141,14 +143,29 @@ def test_matches_reference_port(case):
 
 def test_analyze_matches_reference_and_units():
     rate_rps = 1.0
-    x, ttft, itl, _ = _ref_solve(A100, CHAT, rate_rps / 1000)
+    x, ttft, itl, *_ = _ref_solve(A100, CHAT, rate_rps / 1000)
     a = analyze(A100, CHAT, rate_rps)
     assert a.throughput_rps == pytest.approx(x * 1000, rel=1e-9)
     assert a.ttft_ms == pytest.approx(ttft, rel=1e-9)
     assert a.itl_ms == pytest.approx(itl, rel=1e-9)
-    assert a.itl_ms == pytest.approx(A100.alpha + A100.beta * a.concurrency)
+    assert a.itl_ms == pytest.approx(A100.alpha + A100.beta * a.effective_concurrency)
     assert 0 <= a.utilization <= 1
     assert a.wait_ms >= 0
+
+
+def test_analysis_fields_are_named_against_the_reference():
+    """WVA reports the mean number in service (``AvgNumInServ``, printed as ``conc``); no field here
+    is called plain ``concurrency``, so a reader comparing outputs cannot mistake one for another."""
+    small = PerfProfile(alpha=20.58, beta=0.41, gamma=5.2, delta=0.1, max_batch=8)
+    *_, n_srv, n_sys = _ref_solve(small, CHAT, 1.0 / 1000)
+    a = analyze(small, CHAT, 1.0)
+    fields = set(Analysis.__dataclass_fields__)
+    assert "concurrency" not in fields
+    assert {"in_service", "in_system", "effective_concurrency"} <= fields
+    assert a.in_service == pytest.approx(n_srv, rel=1e-9)
+    assert a.in_system == pytest.approx(n_sys, rel=1e-9)
+    assert a.utilization == pytest.approx(n_srv / small.max_batch, rel=1e-9)
+    assert a.in_system > a.in_service + 1  # near capacity requests wait: the two differ
 
 
 def test_analyze_is_monotone_in_rate_and_saturates():
@@ -159,7 +176,7 @@ def test_analyze_is_monotone_in_rate_and_saturates():
         prev = cur
     # far beyond capacity: throughput is capped by mu(B), batch is full
     assert prev.utilization == pytest.approx(1.0)
-    assert prev.concurrency == pytest.approx(A100.max_batch)
+    assert prev.effective_concurrency == pytest.approx(A100.max_batch)
     assert prev.throughput_rps < 20
 
 

@@ -403,6 +403,18 @@ def test_panic_default_unlimited_growth() -> None:
     assert is_panic(state, at(10))
 
 
+def test_panic_without_period_applies_no_limit() -> None:
+    """Kthena's panic window has length ``period``: 0 or unset holds no sample, so no limit applies
+    (not ``current * (1 + percent/100)``, which would give 11 here)."""
+    got, state = correct(1, 20, Behavior.from_spec({}), ScalingState(), at(0))
+    assert got == 20 and is_panic(state, at(0))
+    explicit = Behavior.from_spec({"scaleUp": {"panicPolicy": {"percent": 100, "period": "0s"}}})
+    assert correct(1, 20, explicit, ScalingState(), at(0))[0] == 20
+    # with a period the lowest count within it is the base: 1 + 100% of 1
+    limited = Behavior.from_spec({"scaleUp": {"panicPolicy": {"percent": 100, "period": "30s"}}})
+    assert correct(1, 20, limited, ScalingState(), at(0))[0] == 2
+
+
 def test_history_is_pruned() -> None:
     b = no_panic(
         scale_up=StablePolicy(period=10, stabilization_window=0),

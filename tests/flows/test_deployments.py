@@ -62,3 +62,9 @@ def test_deployments_register_on_a_prefect_server(prefect_harness: None) -> None
     assert properties["config_namespace"]["default"] == "modelplane-system"
     assert "description" in properties["prometheus_url"]
     assert optimize.parameters == {"config_namespace": "modelplane-system", "dry_run": False}
+    # the constraints the UI form and the API enforce are in the schema Prefect stores
+    window = properties["rate_window"]
+    patterns = [window.get("pattern")] + [alt.get("pattern") for alt in window.get("anyOf", [])]
+    assert r"^[0-9]+(ms|s|m|h)$" in patterns
+    assert properties["solver_time_limit_s"].get("exclusiveMinimum") == 0
+    assert properties["status_heartbeat_s"].get("minimum") == 0

@@ -7,6 +7,7 @@ import json
 import pathlib
 from typing import Any
 
+import pytest
 import yaml
 from typer.testing import CliRunner
 
@@ -56,13 +57,13 @@ def test_an_unchanged_cluster_costs_no_writes(prefect_harness: None, example_clu
     optimize(cluster=str(example_cluster), metrics_file=str(example_metrics))  # scales some targets
     second = optimize(cluster=str(example_cluster), metrics_file=str(example_metrics))  # records the new currentAlloc
     assert not any(w.scaled for w in second.writes)
-    files = {f.name: f.read_text() for f in example_cluster.iterdir() if f.is_file()}
+    files = {f.name: f.read_text() for f in example_cluster.iterdir() if f.is_file() and not f.name.startswith(".")}
     history = len(by_kind(example_cluster, "AutoscalingPolicyBinding")["qwen2-5-7b-instruct"]["status"]["history"])
     third = optimize(cluster=str(example_cluster), metrics_file=str(example_metrics))
     # Nothing changed but the clock: no VariantAutoscaling status write (heartbeat not due), no scale,
     # no Event. The Kthena binding records each evaluation in its window history, by design.
     assert not any(w.scaled or w.status_written or w.event for w in third.writes)
-    after = {f.name: f.read_text() for f in example_cluster.iterdir() if f.is_file()}
+    after = {f.name: f.read_text() for f in example_cluster.iterdir() if f.is_file() and not f.name.startswith(".")}
     assert {k: v for k, v in after.items() if k != "20-kthena.yaml"} == {k: v for k, v in files.items() if k != "20-kthena.yaml"}
     binding = by_kind(example_cluster, "AutoscalingPolicyBinding")["qwen2-5-7b-instruct"]
     assert len(binding["status"]["history"]) == history + 1
@@ -107,6 +108,16 @@ def test_cli_table(prefect_harness: None, example_cluster: pathlib.Path, example
     assert result.exit_code == 0, result.output
     assert "Modelplane allocation" in result.stdout and "llama-3-1-8b-h100" in result.stdout
     assert "4 variants:" in result.stdout
+
+
+def test_cli_degraded_cycle_says_so_and_exits_3(prefect_harness: None, example_cluster: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("PROMETHEUS_URL", raising=False)
+    result = CliRunner().invoke(app, ["optimize", "--cluster", str(example_cluster)], terminal_width=250)
+    assert result.exit_code == 3, result.output
+    summary = " ".join(result.stdout.split())
+    assert "DEGRADED: metrics unavailable" in summary and "resources not ready" in summary
+    result = CliRunner().invoke(app, ["optimize", "--cluster", str(example_cluster), "--json", "--dry-run"])
+    assert result.exit_code == 3
 
 
 def test_namespace_selector_scopes_the_cycle(prefect_harness: None, example_cluster: pathlib.Path, example_metrics: pathlib.Path) -> None:

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any, Iterator
 
-from . import schema as schema_mod
+from engine.api import schema as schema_mod
 from .patch import PatchError, clone, json_patch, merge_patch, strategic_merge_patch
 from .selectors import Predicate, SelectorError, field_selector, label_selector, selector_to_string
 from .resources import BUILTINS, CRD_TYPE, NAMESPACE_TYPE, ResourceType, ScaleSpec, types_from_crd
@@ -268,6 +268,15 @@ def _omit_empty(meta: Obj) -> None:
         del meta[key]
 
 
+def _generation_changes(rt: ResourceType, old: Obj, new: Obj) -> bool:
+    """A spec change; for an apps/v1 Deployment also an annotation change (its strategy's PrepareForUpdate)."""
+    if _spec_part(rt, new) != _spec_part(rt, old):
+        return True
+    if rt.group == "apps" and rt.kind == "Deployment":
+        return (new["metadata"].get("annotations") or {}) != (old["metadata"].get("annotations") or {})
+    return False
+
+
 def _spec_part(rt: ResourceType, obj: Obj) -> Obj:
     skip = ("metadata", "status", "apiVersion", "kind") if rt.has_status else ("metadata", "apiVersion", "kind")
     return {k: v for k, v in obj.items() if k not in skip}
@@ -485,11 +494,11 @@ class Store:
 
     # ------------------------------------------------------------------------------------ validate
 
-    def _check(self, rt: ResourceType, obj: Obj, name: str) -> None:
-        """Prune/default/validate ``obj`` in place; raise 422 on violations."""
+    def _check(self, rt: ResourceType, obj: Obj, name: str, old: Obj | None = None, subresource: str = "") -> None:
+        """Prune/default/validate ``obj`` in place (the product's :mod:`engine.api.schema`); 422 on violations."""
         errors: list[schema_mod.FieldError] = []
         if rt.custom and rt.schema is not None:
-            errors = schema_mod.process(obj, rt.schema)
+            errors = schema_mod.process_write(obj, old, rt.schema, status_only=subresource == "status")
         else:
             errors = _validate_builtin(rt, obj)
         if rt is CRD_TYPE or rt.key == CRD_TYPE.key:
@@ -631,12 +640,13 @@ class Store:
                 result.pop("status", None)
         return result
 
-    def _commit_update(self, rt: ResourceType, ns: str, name: str, old: Obj, result: Obj, dry_run: bool) -> Obj:
+    def _commit_update(self, rt: ResourceType, ns: str, name: str, old: Obj, result: Obj, dry_run: bool,
+                       subresource: str = "") -> Obj:
         """Validate, compute generation, store and emit; caller holds the lock."""
-        self._check(rt, result, name)
+        self._check(rt, result, name, old, subresource)
         meta = result["metadata"]
         meta["resourceVersion"] = old["metadata"]["resourceVersion"]
-        if rt.generation and _spec_part(rt, result) != _spec_part(rt, old):
+        if rt.generation and _generation_changes(rt, old, result):
             meta["generation"] = int(old["metadata"].get("generation", 0)) + 1
         if rt.key == CRD_TYPE.key:
             result["status"] = old.get("status") or self._crd_status(result)
@@ -681,7 +691,7 @@ class Store:
             if rv and rv != old["metadata"]["resourceVersion"]:
                 raise conflict(rt, name)
             result = self._merge_update(rt, old, body, subresource)
-            return self._commit_update(rt, ns, name, old, result, dry_run)
+            return self._commit_update(rt, ns, name, old, result, dry_run, subresource)
 
     def patch(self, rt: ResourceType, ns: str | None, name: str, content_type: str, body: Any,
               subresource: str = "", dry_run: bool = False) -> Obj:
@@ -731,7 +741,7 @@ class Store:
             if current is not old:  # raced with another writer: re-apply on the latest version
                 return self.patch(rt, ns, name, content_type, body, subresource, dry_run)
             result = self._merge_update(rt, old, patched, subresource)
-            return self._commit_update(rt, ns, name, old, result, dry_run)
+            return self._commit_update(rt, ns, name, old, result, dry_run, subresource)
 
     # ---------------------------------------------------------------------------------------- delete
 

@@ -1,0 +1,81 @@
+"""The exit-code convention of every ``modelplane`` command, and the one-line error handling behind it.
+
+| code | meaning | examples |
+|---|---|---|
+| 0 | ran, clean | every resource valid and decided, metrics available |
+| 2 | could not run (nothing was changed) | the cluster path does not exist, no Kubernetes access (bad kubeconfig, unreachable or forbidden API), the configuration ConfigMap is missing, bad command-line arguments (typer/click usage errors exit 2 too) |
+| 3 | ran degraded (did what it could, said what it could not) | metrics missing, resources invalid or not ready, write errors, configuration errors |
+
+A command that cannot do its job prints ONE line on stderr (``error: <what and where>``), never a
+traceback, and exits 2. A command that ran degraded says so in its summary line and exits 3.
+
+Use it as::
+
+    with cli_errors():
+        ...                      # raise CannotRun("cluster path /x does not exist") where it cannot go on
+        degraded = [...]         # what went wrong while running
+    raise typer.Exit(exit_code(degraded))
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from enum import IntEnum
+
+import typer
+
+
+class ExitCode(IntEnum):
+    """Process exit codes of the ``modelplane`` commands (see the module docs)."""
+
+    OK = 0
+    CANNOT_RUN = 2
+    DEGRADED = 3
+
+
+class CannotRun(Exception):
+    """The command (or flow) could not do its job at all; the message is one line saying why and where."""
+
+
+def exit_code(degraded: Iterable[str] = ()) -> ExitCode:
+    """``DEGRADED`` when anything went wrong while running, else ``OK``."""
+    return ExitCode.DEGRADED if any(True for _ in degraded) else ExitCode.OK
+
+
+def degraded_summary(summary: str, degraded: Iterable[str]) -> str:
+    """``summary`` with the reasons a run was degraded appended (unchanged when it was clean)."""
+    reasons = list(degraded)
+    return f"{summary} — DEGRADED: {'; '.join(reasons)}" if reasons else summary
+
+
+def one_line(error: BaseException) -> str:
+    """The error as one line: its message (or type), newlines folded."""
+    message = getattr(error, "message", None) or str(error) or type(error).__name__
+    return " ".join(str(message).split())
+
+
+@contextmanager
+def cli_errors() -> Iterator[None]:
+    """Turn the failures that mean "could not run" into one ``error:`` line on stderr and exit 2.
+
+    Covers :class:`CannotRun`, every cluster error (:class:`tasks.cluster.ClusterError`: bad kubeconfig,
+    unreachable, forbidden, ...) and file-system errors. Anything else is a bug and keeps its traceback.
+    """
+    from tasks.cluster.errors import ClusterError
+
+    retries = logging.getLogger("urllib3.connectionpool")  # one warning per HTTP retry: the final error says it all
+    level = retries.level
+    retries.setLevel(logging.ERROR)
+    try:
+        yield
+    except (CannotRun, ClusterError, OSError) as exc:
+        sys.stderr.write(f"error: {one_line(exc)}\n")
+        raise typer.Exit(ExitCode.CANNOT_RUN) from None
+    finally:
+        retries.setLevel(level)
+
+
+__all__ = ["CannotRun", "ExitCode", "cli_errors", "degraded_summary", "exit_code", "one_line"]

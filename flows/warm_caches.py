@@ -1,0 +1,487 @@
+"""The ``warm-caches`` flow: one reconcile pass over every ModelCache and every cache another resource needs.
+
+Lifecycle, top to bottom:
+
+1. read the cluster: ModelCaches, their consumers (AIM templates with ``warmCache``, AIM services with
+   ``cacheModel``, Kthena Model backends without a ``cacheURI``, llmaz OpenModels), the namespaces'
+   AIMNamespaceConfig ``default``, and the PVCs, fill Jobs and Pods this flow made;
+2. ensure a cache for every consumer's source: one ModelCache per identity per namespace, a person's
+   adopted (``tasks.caches.ensure_cache``);
+3. reconcile each cache: validate its source; create its PVC once (ReadWriteMany, ``pvc_size`` of
+   ``spec.size`` or of what the source reports, storage class from the cache, the namespace config, or
+   the cluster default); fill it — a Kubernetes Job from Modelplane's image running
+   ``modelplane cache fill`` with the PVC mounted, or the same downloader in this process with the local
+   backend; read the fill's verdict (the completion marker, reported through the Job pod's termination
+   message); retry a failed fill with backoff up to ``max_fill_attempts``; write status
+   ``Pending -> Progressing -> Available | Failed`` with conditions and Events;
+4. optionally collect garbage: caches no workload used for ``gc_unused_after`` and none mounts now;
+5. publish a table artifact and a one-line summary.
+
+Every run is a fresh process: fill attempts live in an annotation on the cache, failures in its status.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+from prefect import flow, get_run_logger, task
+from prefect.artifacts import create_table_artifact
+from prefect.cache_policies import NO_CACHE
+from prefect.context import FlowRunContext
+from prefect.utilities.annotations import quote
+from pydantic import BaseModel, Field
+
+from engine.cache_plan import (
+    DOWNLOADING,
+    FILL_JOB_MISSING,
+    INVALID_SIZE,
+    INVALID_SOURCE,
+    SIZE_UNKNOWN,
+    Failure,
+    FillState,
+    GcVerdict,
+    JobSettings,
+    Observation,
+    RetryPolicy,
+    Step,
+    cache_status,
+    download_env,
+    failure_of,
+    gc_verdict,
+    job_name,
+    next_step,
+    parse_attempts,
+    pvc_name,
+    quantity_bytes,
+    storage_class_for,
+    volume_too_small,
+)
+from engine.cache_requests import (
+    CacheRequest,
+    RequestProblem,
+    kthena_requests,
+    openmodel_requests,
+    service_requests,
+    template_requests,
+)
+from engine.caching import pvc_size
+from engine.sources import ModelSource, parse_source
+from tasks.cache_fill import (
+    CacheWorld,
+    create_pvc,
+    delete_cache,
+    fill_local,
+    job_result,
+    local_marker_ok,
+    local_volume,
+    measure_source,
+    mounted_claims,
+    post_event,
+    pvc_capacity,
+    read_world,
+    record_attempt,
+    resolve_env,
+    start_job,
+    write_status,
+)
+from tasks.caches import ensure_cache
+from tasks.cluster import Cluster, LocalCluster, connect
+from tasks.cluster.errors import ClusterError
+
+DEFAULT_INTERVAL_S = 600
+DEFAULT_IMAGE = "ghcr.io/modelplane/modelplane:0.1.0"
+
+
+class WarmCachesParameters(BaseModel):
+    """One run's parameters, validated (defaults and descriptions live in the flow's signature)."""
+
+    namespaces: list[str]
+    cluster: str | None
+    image: str = Field(min_length=1)
+    openmodel_namespace: str | None
+    include_consumers: bool
+    gc_unused_after: timedelta | None
+    max_fill_attempts: int = Field(ge=1)
+    retry_backoff_s: float = Field(ge=0)
+    job_backoff_limit: int = Field(ge=0)
+    job_ttl_s: int = Field(ge=0)
+    headroom_percent: float = Field(ge=0)
+
+
+@dataclass
+class CacheRow:
+    """One line of the report: a cache and what this pass did with it."""
+
+    namespace: str
+    name: str
+    source: str
+    status: str
+    reason: str
+    pvc: str
+    attempts: int
+    action: str
+    message: str = ""
+
+
+@dataclass
+class WarmReport:
+    """What one warm-caches pass saw and did."""
+
+    rows: list[CacheRow] = field(default_factory=list)
+    ensured: list[str] = field(default_factory=list)  # "namespace/cache <- consumer"
+    problems: list[str] = field(default_factory=list)
+    freed: list[str] = field(default_factory=list)  # "namespace/cache (pvc, size): why"
+    notes: list[str] = field(default_factory=list)
+    summary: str = ""
+
+    def as_json(self) -> dict[str, Any]:
+        """The report as the CLI's JSON."""
+        return {"caches": [asdict(r) for r in self.rows], "ensured": self.ensured, "problems": self.problems,
+                "freed": self.freed, "notes": self.notes, "summary": self.summary}
+
+
+@dataclass(frozen=True)
+class PassSettings:
+    """What every cache of one pass shares."""
+
+    policy: RetryPolicy
+    job: JobSettings
+    headroom_percent: float
+    local: bool
+
+
+# ------------------------------------------------------------------------------------ consumers
+
+
+def cache_requests(world: CacheWorld, openmodel_namespace: str | None) -> tuple[list[CacheRequest], list[RequestProblem]]:
+    """Every cache a consumer needs (pure rules in ``engine.cache_requests``)."""
+    problems: list[RequestProblem] = []
+    requests = [
+        *template_requests(world.templates, problems),
+        *service_requests(world.services, world.templates, problems),
+        *kthena_requests(world.models, problems),
+        *openmodel_requests(world.openmodels, openmodel_namespace, problems),
+    ]
+    return requests, problems
+
+
+@task(name="ensure-consumer-caches", cache_policy=NO_CACHE)
+def ensure_consumer_caches(cluster: Cluster, requests: list[CacheRequest]) -> tuple[list[str], list[str]]:
+    """``ensure_cache`` for each request; a failing one is reported and the others proceed."""
+    ensured, problems = [], []
+    for request in requests:
+        try:
+            cache = ensure_cache(cluster, request.namespace, request.source, env=[dict(e) for e in request.env] or None,
+                                 requested_by=request.requested_by)
+        except (ClusterError, ValueError) as exc:
+            problems.append(f"{request.requested_by}: cache for {request.source.uri}: {getattr(exc, 'message', exc)}")
+            continue
+        ensured.append(f"{request.namespace}/{cache['metadata']['name']} <- {request.requested_by}")
+    return ensured, problems
+
+
+# ------------------------------------------------------------------------------------ one cache
+
+
+@task(name="reconcile-cache", cache_policy=NO_CACHE)
+def reconcile_cache(cluster: Cluster, cache: dict[str, Any], world: CacheWorld, settings: PassSettings, now: datetime) -> CacheRow:
+    """Drive one ModelCache one step (or, with the local backend, through its whole fill)."""
+    meta, spec, previous = cache["metadata"], cache.get("spec") or {}, cache.get("status") or {}
+    namespace, name, generation = meta["namespace"], meta["name"], meta.get("generation")
+    claim = pvc_name(name)
+    attempts = parse_attempts(meta.get("annotations"), generation)
+    failure, failed_at = failure_of(previous) if previous.get("observedGeneration") == generation else (None, None)
+    pvc = world.pvcs.get((namespace, claim))
+    obs = Observation(generation, claim, _phase(pvc), FillState.NONE, attempts, failure, failed_at)
+    action = "none"
+
+    source, invalid = _source_of(spec)
+    if invalid is not None:
+        return _finish(cluster, cache, obs, invalid, settings, now, "invalid source", source_uri=spec.get("sourceUri", ""))
+    config = world.configs.get(namespace)
+    env = download_env(spec.get("env"), config)
+    notes = "; ".join(env.notes)
+
+    # What the fill reported so far.
+    if previous.get("status") == "Available" and pvc is not None and _still_filled(cluster, namespace, claim, source, settings):
+        obs = _with(obs, fill=FillState.SUCCEEDED, failure=None)
+    elif not settings.local and attempts:
+        job = world.jobs.get((namespace, job_name(name, attempts)))
+        state, reported = job_result(job, world.pods, source.uri)
+        if state == FillState.FAILED and reported is not None:
+            same = failure is not None and failure.reason == reported.reason
+            obs = _with(obs, fill=state, failure=reported, failed_at=failed_at if same else now)
+        elif state in (FillState.RUNNING, FillState.SUCCEEDED):
+            obs = _with(obs, fill=state, failure=None)
+        elif state == FillState.NONE and failure is None and previous.get("status") == "Progressing":
+            # Counted like a failed fill, so Jobs that keep vanishing cannot be recreated forever.
+            obs = _with(obs, fill=FillState.FAILED, failed_at=now, failure=Failure(
+                FILL_JOB_MISSING, f"the fill Job {job_name(name, attempts)} is gone before its result was read "
+                "(deleted, or ttlSecondsAfterFinished shorter than the warm-caches interval); it is retried"))
+
+    step = next_step(obs, settings.policy, now)
+    if step in (Step.CREATE_PVC, Step.START_FILL):
+        attempt = obs.attempts + 1  # every try counts, so a failing size check cannot loop forever either
+        cache = record_attempt(cluster, cache, generation, attempt)
+        obs = _with(obs, attempts=attempt, failure=None, failed_at=None, fill=FillState.NONE)
+        obs, action = attempt_fill(cluster, cache, obs, source, pvc, env.env, world, settings, now)
+    elif step == Step.WAIT:
+        action = "waiting" if obs.failure is None else "backing off"
+    elif step == Step.GIVE_UP:
+        action = "gave up"
+    return _finish(cluster, cache, obs, None, settings, now, action, source.uri, notes)
+
+
+def attempt_fill(
+    cluster: Cluster, cache: dict[str, Any], obs: Observation, source: ModelSource, pvc: dict[str, Any] | None,
+    env: list[dict[str, Any]], world: CacheWorld, settings: PassSettings, now: datetime,
+) -> tuple[Observation, str]:
+    """One fill attempt: size the source when needed, create the PVC once, refuse a volume too small,
+    then start the fill Job (cluster) or run the downloader here (local backend)."""
+    meta, spec = cache["metadata"], cache.get("spec") or {}
+    namespace, name = meta["namespace"], meta["name"]
+    source_bytes: int | None = None
+    resolved: dict[str, str] = {}
+    if settings.local or (pvc is None and not spec.get("size")):
+        resolved, missing = resolve_env(cluster, namespace, env)
+        if missing is None:
+            source_bytes, missing = _measure(source, resolved)
+        if missing is not None:
+            return _failed(obs, missing, now), "size check failed"
+    if pvc is None:
+        size, size_failure = _size(spec, source_bytes, settings.headroom_percent)
+        if size_failure is not None:
+            return _failed(obs, size_failure, now), "invalid size"
+        config_spec = (world.configs.get(namespace) or {}).get("spec") or {}
+        storage_class = storage_class_for(spec.get("storageClassName"), config_spec.get("cacheStorageClassName"))
+        pvc = create_pvc(cluster, cache, size, storage_class)
+        obs = _with(obs, pvc_phase=_phase(pvc))
+    too_small = volume_too_small(pvc_capacity(pvc), source_bytes)
+    if too_small is not None:
+        return _failed(obs, too_small, now), "volume too small"
+    post_event(cluster, cache, "FillStarted", f"fill attempt {obs.attempts} of {source.uri} into PVC {obs.pvc_name}")
+    obs = _with(obs, fill=FillState.RUNNING)
+    if not settings.local:
+        previous_job = world.jobs.get((namespace, job_name(name, obs.attempts - 1))) if obs.attempts > 1 else None
+        start_job(cluster, cache, source.uri, obs.attempts, env, settings.job, previous_job)
+        return obs, f"started Job {job_name(name, obs.attempts)}"
+    cache = write_status(cluster, cache, cache_status(cache.get("status"), obs, settings.policy, now))
+    failure = fill_local(source, local_volume(cluster, namespace, obs.pvc_name), resolved, pvc_capacity(pvc))  # type: ignore[arg-type]
+    if failure is not None:
+        return _failed(obs, failure, now), f"fill attempt {obs.attempts} failed"
+    return _with(obs, fill=FillState.SUCCEEDED), f"filled in-process (attempt {obs.attempts})"
+
+
+def _source_of(spec: dict[str, Any]) -> tuple[ModelSource, Failure | None]:
+    uri = str(spec.get("sourceUri") or "")
+    try:
+        source = parse_source(uri)
+    except ValueError as exc:
+        return ModelSource(scheme="hf"), Failure(INVALID_SOURCE, f"spec.sourceUri: {exc}")
+    if not source.downloadable:
+        return source, Failure(
+            INVALID_SOURCE, f"spec.sourceUri: {uri} is mounted directly, not downloaded; a ModelCache needs hf:// or s3://"
+        )
+    return source, None
+
+
+def _measure(source: ModelSource, env: dict[str, str]) -> tuple[int | None, Failure | None]:
+    """The source's size, or the typed failure that prevented measuring it."""
+    from tasks.downloader import DownloadError
+
+    try:
+        return measure_source(source, env), None
+    except DownloadError as exc:
+        return None, Failure(exc.reason, exc.message)
+
+
+def _size(spec: dict[str, Any], source_bytes: int | None, headroom: float) -> tuple[str, Failure | None]:
+    """``pvc_size`` of ``spec.size`` when set, else of what the source reports."""
+    try:
+        if spec.get("size"):
+            return pvc_size([quantity_bytes(spec["size"])], headroom), None
+        return pvc_size([source_bytes], headroom), None
+    except ValueError as exc:
+        if spec.get("size"):
+            return "", Failure(INVALID_SIZE, f"spec.size: {exc}")
+        return "", Failure(SIZE_UNKNOWN, f"the source's size: {exc}")
+
+
+def _still_filled(cluster: Cluster, namespace: str, claim: str, source: ModelSource, settings: PassSettings) -> bool:
+    """An Available cache stays so while (locally) its marker is still there; in a cluster the verdict stands."""
+    if not settings.local:
+        return True
+    return local_marker_ok(local_volume(cluster, namespace, claim), source.uri)  # type: ignore[arg-type]
+
+
+def _phase(pvc: dict[str, Any] | None) -> str | None:
+    if pvc is None:
+        return None
+    return (pvc.get("status") or {}).get("phase") or "Pending"
+
+
+def _with(obs: Observation, **changes: Any) -> Observation:
+    from dataclasses import replace
+
+    return replace(obs, **changes)
+
+
+def _failed(obs: Observation, failure: Failure, now: datetime) -> Observation:
+    return _with(obs, fill=FillState.FAILED, failure=failure, failed_at=now)
+
+
+def _finish(
+    cluster: Cluster, cache: dict[str, Any], obs: Observation, failure: Failure | None, settings: PassSettings,
+    now: datetime, action: str, source_uri: str, notes: str = "",
+) -> CacheRow:
+    """Write the status for ``obs`` (or ``failure``), record an Event on a transition, return the row."""
+    if failure is not None:
+        obs = _failed(obs, failure, obs.failed_at or now) if obs.failure is None or obs.failure.reason != failure.reason else obs
+    previous = cache.get("status") or {}
+    status = cache_status(previous, obs, settings.policy, now)
+    written = write_status(cluster, cache, status)
+    if status["status"] != previous.get("status"):
+        if status["status"] == "Available":
+            post_event(cluster, written, "CacheAvailable", f"{source_uri} is in PVC {obs.pvc_name}")
+        elif status["status"] == "Failed" and obs.failure is not None:
+            post_event(cluster, written, obs.failure.reason, obs.failure.message, warning=True)
+    reason = next((c["reason"] for c in status["conditions"] if c["type"] == ("Failure" if obs.failure else "Progressing")), DOWNLOADING)
+    message = obs.failure.message if obs.failure else notes
+    return CacheRow(
+        namespace=cache["metadata"]["namespace"], name=cache["metadata"]["name"], source=source_uri, status=status["status"],
+        reason=reason, pvc=obs.pvc_name, attempts=obs.attempts, action=action, message=message,
+    )
+
+
+# --------------------------------------------------------------------------------------------- GC
+
+
+@task(name="collect-unused-caches", cache_policy=NO_CACHE)
+def collect_unused_caches(cluster: Cluster, world: CacheWorld, unused_after: timedelta, now: datetime) -> list[str]:
+    """Delete caches no workload used for ``unused_after`` and none mounts now; report what was freed."""
+    freed: list[str] = []
+    by_namespace: dict[str, set[str]] = {}
+    for cache in world.caches:
+        namespace = cache["metadata"]["namespace"]
+        if namespace not in by_namespace:
+            by_namespace[namespace] = mounted_claims(cluster, namespace)
+        verdict: GcVerdict = gc_verdict(cache, by_namespace[namespace], unused_after, now)
+        if not verdict.delete:
+            continue
+        claim = (cache.get("status") or {}).get("persistentVolumeClaim") or ""
+        size = pvc_capacity(world.pvcs.get((namespace, claim))) or "no PVC"
+        delete_cache(cluster, cache, world)
+        freed.append(f"{namespace}/{cache['metadata']['name']} ({claim or 'no PVC'}, {size}): {verdict.reason}")
+    return freed
+
+
+# ------------------------------------------------------------------------------------------- flow
+
+
+@flow(name="warm-caches", timeout_seconds=DEFAULT_INTERVAL_S - 60, log_prints=True)
+def warm_caches(
+    namespaces: list[str] | None = None,
+    cluster: str | None = None,
+    image: str = DEFAULT_IMAGE,
+    openmodel_namespace: str | None = None,
+    include_consumers: bool = True,
+    gc_unused_after: timedelta | None = None,
+    max_fill_attempts: int = 4,
+    retry_backoff_s: float = 300.0,
+    job_backoff_limit: int = 2,
+    job_ttl_s: int = 3600,
+    headroom_percent: float = 10.0,
+) -> WarmReport:
+    """One reconcile pass over every ModelCache and every cache a consumer needs.
+
+    Args:
+        namespaces: Namespaces to reconcile; empty means all namespaces.
+        cluster: Empty = kubeconfig or in-cluster; 'kubeconfig:PATH[#context]'; or a manifests directory/file
+            (then fills run in this process and each PVC is a directory under the state directory).
+        image: Modelplane's image, run by the fill Jobs ('modelplane cache fill').
+        openmodel_namespace: Namespace where llmaz OpenModels are cached; empty = OpenModels are cached when served.
+        include_consumers: Also create (or adopt) the caches AIM templates/services, Kthena Models and OpenModels need.
+        gc_unused_after: Delete caches no workload used for this long (status.lastUsed, else creation) and none
+            mounts now; empty = no garbage collection.
+        max_fill_attempts: Fills per cache generation before it stays Failed (change the spec to retry).
+        retry_backoff_s: Wait after the first failed fill; doubles per attempt, at most one hour.
+        job_backoff_limit: Pod retries inside one fill Job.
+        job_ttl_s: Seconds a finished fill Job is kept (ttlSecondsAfterFinished).
+        headroom_percent: PVC headroom over the source size.
+    """
+    params = WarmCachesParameters(
+        namespaces=namespaces or [], cluster=cluster, image=image, openmodel_namespace=openmodel_namespace,
+        include_consumers=include_consumers, gc_unused_after=gc_unused_after, max_fill_attempts=max_fill_attempts,
+        retry_backoff_s=retry_backoff_s, job_backoff_limit=job_backoff_limit, job_ttl_s=job_ttl_s,
+        headroom_percent=headroom_percent,
+    )
+    logger = get_run_logger()
+    now = datetime.now(timezone.utc).replace(microsecond=0)
+    target = connect(params.cluster)
+    report = WarmReport()
+
+    world = read_world(target, params.namespaces or None)
+    if params.include_consumers:
+        requests, problems = cache_requests(world, params.openmodel_namespace)
+        report.problems += [f"{p.consumer}: {p.field}: {p.message}" for p in problems]
+        report.ensured, ensure_problems = ensure_consumer_caches(target, requests)
+        report.problems += ensure_problems
+        if requests:
+            world = read_world(target, params.namespaces or None)
+
+    settings = PassSettings(
+        policy=RetryPolicy(max_attempts=params.max_fill_attempts, backoff_s=params.retry_backoff_s),
+        job=JobSettings(image=params.image, backoff_limit=params.job_backoff_limit, ttl_seconds_after_finished=params.job_ttl_s),
+        headroom_percent=params.headroom_percent,
+        local=isinstance(target, LocalCluster),
+    )
+    for cache in world.caches:
+        try:
+            row = reconcile_cache(target, cache, quote(world), settings, now)
+        except ClusterError as exc:  # one cache's API failure must not stop the others
+            logger.error("ModelCache %s/%s: %s", cache["metadata"]["namespace"], cache["metadata"]["name"], exc.message)
+            report.problems.append(f"ModelCache {cache['metadata']['namespace']}/{cache['metadata']['name']}: {exc.message}")
+            continue
+        report.rows.append(row)
+        if row.message and row.status != "Failed":
+            report.notes.append(f"{row.namespace}/{row.name}: {row.message}")
+
+    if params.gc_unused_after is not None:
+        world = read_world(target, params.namespaces or None)
+        report.freed = collect_unused_caches(target, quote(world), params.gc_unused_after, now)
+
+    report.summary = summarize(report)
+    for problem in report.problems:
+        logger.warning("%s", problem)
+    publish(report)
+    logger.info("warm-caches: %s", report.summary)
+    return report
+
+
+def summarize(report: WarmReport) -> str:
+    """One line: caches per status, what was ensured and freed."""
+    counts: dict[str, int] = {}
+    for row in report.rows:
+        counts[row.status] = counts.get(row.status, 0) + 1
+    parts = [f"{n} {status}" for status, n in sorted(counts.items())] or ["no caches"]
+    if report.ensured:
+        parts.append(f"{len(report.ensured)} consumer requests")
+    if report.freed:
+        parts.append(f"{len(report.freed)} freed")
+    if report.problems:
+        parts.append(f"{len(report.problems)} problems")
+    return ", ".join(parts)
+
+
+def publish(report: WarmReport) -> None:
+    """The cache table as a Prefect artifact (only inside a flow run)."""
+    if FlowRunContext.get() is None:
+        return
+    create_table_artifact(
+        key="warm-caches",
+        table=[{"namespace": r.namespace, "cache": r.name, "source": r.source, "status": r.status, "reason": r.reason,
+                "pvc": r.pvc, "attempts": r.attempts, "action": r.action} for r in report.rows],
+        description=f"Model caches after this pass: {report.summary}",
+    )

@@ -1,0 +1,155 @@
+"""Shared model caches, as every consumer sees them: one ``aim.silogen.ai/v1alpha1`` ModelCache per
+cache identity per namespace (see ``CACHE-CONTRACT``).
+
+Consumers (template resolution, AIM/Kthena/llmaz rollouts) call :func:`ensure_cache` with the source
+they need and mount ``cache_pvc(cache)`` read-only once :func:`cache_available`; rollouts call
+:func:`mark_used` whenever they roll out a workload that mounts the cache. The warm-caches flow fills
+every ModelCache. A ModelCache a person created for the same identity (its ``sourceUri`` plus
+``storageClassName``) is adopted, never duplicated.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import datetime
+from typing import Any, Iterable, Mapping
+
+from engine.api.meta import format_time
+from engine.cache_plan import MANAGED_BY, MODELCACHE_API_VERSION, with_requester
+from engine.caching import CACHE_IDENTITY_LABEL, cache_identity, cache_name
+from engine.sources import ModelSource, parse_source
+from tasks.cluster import Cluster, Conflict, Manifest, ObjectRef
+
+log = logging.getLogger(__name__)
+
+KIND = "ModelCache"
+_STATUS_RANK = {"Available": 0, "Progressing": 1, "Pending": 2, None: 3, "Failed": 4}
+
+
+def identity_of(cache: Mapping[str, Any]) -> tuple[ModelSource, str | None] | None:
+    """The source and storage class a ModelCache holds, or ``None`` when its ``sourceUri`` does not parse."""
+    spec = cache.get("spec") or {}
+    try:
+        return parse_source(str(spec.get("sourceUri") or "")), spec.get("storageClassName") or None
+    except ValueError:
+        return None
+
+
+def find_cache(caches: Iterable[Manifest], source: ModelSource, storage_class: str | None = None) -> Manifest | None:
+    """The cache in ``caches`` (one LIST of a namespace) that holds ``source``.
+
+    An exact identity (source and storage class) wins. A consumer that names no storage class shares any
+    cache of the same source; one that names a class also shares a cache that names none (the cluster's
+    choice), as AIM does. Among several, the best status first (Available, Progressing, Pending, Failed).
+    """
+    wanted = cache_identity(source, storage_class)
+    wanted_source = cache_identity(source, None)
+    exact: list[Manifest] = []
+    compatible: list[Manifest] = []
+    for cache in caches:
+        held = identity_of(cache)
+        if held is None:
+            continue
+        held_source, held_class = held
+        if cache_identity(held_source, held_class) == wanted:
+            exact.append(cache)
+        elif cache_identity(held_source, None) == wanted_source and (storage_class is None or held_class is None):
+            compatible.append(cache)
+    for group in (exact, compatible):
+        if group:
+            return min(group, key=lambda c: (_STATUS_RANK.get((c.get("status") or {}).get("status"), 3), c["metadata"]["name"]))
+    return None
+
+
+def cache_available(cache: Mapping[str, Any] | None) -> bool:
+    """Whether the cache is filled and verified (``status.status == "Available"``)."""
+    return bool(cache) and (cache.get("status") or {}).get("status") == "Available"  # type: ignore[union-attr]
+
+
+def cache_pvc(cache: Mapping[str, Any] | None) -> str | None:
+    """The PVC holding the cache's files (``status.persistentVolumeClaim``), once the flow created it."""
+    return ((cache or {}).get("status") or {}).get("persistentVolumeClaim") or None
+
+
+def new_cache(
+    namespace: str, source: ModelSource, *, storage_class: str | None, size: str | None,
+    env: list[dict[str, Any]] | None, requested_by: str,
+) -> Manifest:
+    """The ModelCache Modelplane creates for a consumer: named and labelled by the cache identity."""
+    spec: dict[str, Any] = {"sourceUri": source.uri}
+    if storage_class:
+        spec["storageClassName"] = storage_class
+    if size:
+        spec["size"] = size
+    if env:
+        spec["env"] = env
+    return {
+        "apiVersion": MODELCACHE_API_VERSION,
+        "kind": KIND,
+        "metadata": {
+            "name": cache_name(source, storage_class),
+            "namespace": namespace,
+            "labels": {CACHE_IDENTITY_LABEL: cache_identity(source, storage_class), **MANAGED_BY},
+            "annotations": with_requester(None, requested_by) or {},
+        },
+        "spec": spec,
+    }
+
+
+def ensure_cache(
+    cluster: Cluster,
+    namespace: str,
+    source: ModelSource,
+    *,
+    storage_class: str | None = None,
+    size: str | None = None,
+    env: list[dict[str, Any]] | None = None,
+    requested_by: str,
+) -> Manifest:
+    """The ModelCache holding ``source`` in ``namespace``: adopted if one exists (a person's or another
+    consumer's), created otherwise. ``requested_by`` (``Kind/namespace/name``) is recorded on it.
+
+    Raises ``ValueError`` for a source no cache can hold (``pvc://``, ``hostpath://``: mounted directly)
+    and the cluster's typed errors.
+    """
+    if not source.downloadable:
+        raise ValueError(f"{source.uri} is mounted directly, not cached (only downloadable sources are)")
+    existing = find_cache(cluster.list(MODELCACHE_API_VERSION, KIND, namespace), source, storage_class)
+    if existing is None:
+        try:
+            created = cluster.create(
+                new_cache(namespace, source, storage_class=storage_class, size=size, env=env, requested_by=requested_by)
+            )
+            log.info("created ModelCache %s/%s for %s (%s)", namespace, created["metadata"]["name"], requested_by, source.uri)
+            return created
+        except Conflict:
+            # Another consumer created it in between (or a cache of another identity holds the name).
+            existing = find_cache(cluster.list(MODELCACHE_API_VERSION, KIND, namespace), source, storage_class)
+            if existing is None:
+                raise
+    return adopt(cluster, existing, source, requested_by)
+
+
+def adopt(cluster: Cluster, cache: Manifest, source: ModelSource, requested_by: str) -> Manifest:
+    """Record ``requested_by`` on an existing cache (and its identity label, for a person's cache)."""
+    meta = cache["metadata"]
+    held = identity_of(cache)
+    patch_meta: dict[str, Any] = {}
+    annotations = with_requester(meta.get("annotations"), requested_by)
+    if annotations:
+        patch_meta["annotations"] = annotations
+    if held is not None:
+        identity = cache_identity(*held)
+        if (meta.get("labels") or {}).get(CACHE_IDENTITY_LABEL) != identity:
+            patch_meta["labels"] = {CACHE_IDENTITY_LABEL: identity}
+    if not patch_meta:
+        return cache
+    return cluster.patch_spec(ObjectRef.of(cache), {"metadata": patch_meta})
+
+
+def mark_used(cluster: Cluster, cache: Manifest, now: datetime) -> Manifest:
+    """Write ``status.lastUsed = now`` (a workload mounting the cache was rolled out); no write when equal."""
+    stamp = format_time(now)
+    if (cache.get("status") or {}).get("lastUsed") == stamp:
+        return cache
+    return cluster.patch_status(ObjectRef.of(cache), {"lastUsed": stamp})

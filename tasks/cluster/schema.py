@@ -1,0 +1,88 @@
+"""The CRD schemas the local backend enforces, and how it enforces them.
+
+The local backend applies the same structural-schema semantics as the API server (and the test
+server, which calls the same code): unknown fields are pruned, ``default`` values filled in and
+invalid writes rejected with ``Invalid`` naming the field. The rules live once in
+:mod:`engine.api.schema`; this module only keeps the table of schemas by ``(apiVersion, kind)``:
+
+* Modelplane's kinds: the ``openAPIV3Schema`` of the CRDs in ``deployments/crds/``, which
+  ``engine.api.crds`` renders from the models (the drift test keeps the files equal to the rendering,
+  so they are taken from the renderer and need no file access at run time);
+* any other CustomResourceDefinition registered with :func:`register_crd` (KServe, Gateway API, ...),
+  which also makes its kind known to both backends (:func:`tasks.cluster.resources.register`).
+"""
+
+from __future__ import annotations
+
+import copy
+import threading
+from functools import cache
+from typing import Any
+
+from engine.api import schema as rules
+from engine.api.crds import openapi_schema
+from engine.api.registry import KINDS
+from tasks.cluster.base import Manifest
+from tasks.cluster.errors import Invalid
+from tasks.cluster.resources import ResourceInfo, register
+
+_lock = threading.Lock()
+_registered: dict[tuple[str, str], dict[str, Any]] = {}
+
+
+@cache
+def _modelplane_schemas() -> dict[tuple[str, str], dict[str, Any]]:
+    return {(k.api_version, k.kind): openapi_schema(k) for k in KINDS}
+
+
+def schema_for(api_version: str, kind: str) -> dict[str, Any] | None:
+    """The structural schema of a custom kind, or None (built-in kinds have none here)."""
+    with _lock:
+        found = _registered.get((api_version, kind))
+    return found if found is not None else _modelplane_schemas().get((api_version, kind))
+
+
+def register_crd(crd: Manifest) -> list[ResourceInfo]:
+    """Make every served version of a CustomResourceDefinition known: scope, subresources and schema."""
+    spec = crd.get("spec") or {}
+    names = spec.get("names") or {}
+    infos = []
+    for version in spec.get("versions") or ():
+        if not version.get("served", True):
+            continue
+        sub = version.get("subresources") or {}
+        info = register(ResourceInfo(
+            spec["group"], version["name"], names["kind"], names["plural"],
+            namespaced=spec.get("scope", "Namespaced") == "Namespaced",
+            has_status="status" in sub, has_scale="scale" in sub,
+        ))
+        schema = (version.get("schema") or {}).get("openAPIV3Schema")
+        if isinstance(schema, dict):
+            with _lock:
+                _registered[(info.api_version, info.kind)] = copy.deepcopy(schema)
+        infos.append(info)
+    return infos
+
+
+def normalised(obj: Manifest) -> Manifest:
+    """``obj`` pruned and defaulted in place, as a stored object reads back (no validation)."""
+    return rules.normalise(obj, schema_for(str(obj.get("apiVersion")), str(obj.get("kind"))))
+
+
+def check_write(new: Manifest, old: Manifest | None, *, status_only: bool = False) -> Manifest:
+    """Prune, default and validate one write in place; ``Invalid`` naming the field when it is rejected.
+
+    The message is the API server's: ``VariantAutoscaling.llmd.ai "x" is invalid: spec.modelID:
+    Required value``.
+    """
+    api_version, kind = str(new.get("apiVersion")), str(new.get("kind"))
+    errors = rules.process_write(new, old, schema_for(api_version, kind), status_only=status_only)
+    if errors:
+        group = api_version.rpartition("/")[0]
+        name = (new.get("metadata") or {}).get("name", "")
+        text = str(errors[0]) if len(errors) == 1 else "[" + ", ".join(str(e) for e in errors) + "]"
+        raise Invalid(f'{kind}.{group} "{name}" is invalid: {text}', field=errors[0].field)
+    return new
+
+
+__all__ = ["check_write", "normalised", "register_crd", "schema_for"]

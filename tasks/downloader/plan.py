@@ -1,0 +1,153 @@
+"""What to fetch: the remote listing, path checks, and the staging area that makes a fill resumable.
+
+Layout inside a cache directory while it fills::
+
+    <dest>/.modelplane-cache.lock           the fill lock (see lock.py)
+    <dest>/.modelplane-partial/             staging: temporary files and the journal
+        journal.jsonl                       one line per file verified and moved into place
+        <hash>.part, <hash>.part.json       a file being fetched, and its part state (multi-part only)
+    <dest>/<the model's files>              each renamed into place only after its size and checksum matched
+    <dest>/.modelplane-cache.json           the completion marker, written after every file is in place
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import pathlib
+import threading
+from dataclasses import dataclass
+
+from engine.caching import CACHE_MARKER
+from tasks.downloader.errors import PathTraversal
+from tasks.downloader.lock import BREAK_NAME, LOCK_NAME
+
+STAGING_DIR = ".modelplane-partial"
+JOURNAL = "journal.jsonl"
+RESERVED_NAMES = frozenset({CACHE_MARKER, CACHE_MARKER + ".tmp", LOCK_NAME, BREAK_NAME, STAGING_DIR})
+
+
+@dataclass(frozen=True)
+class RemoteFile:
+    """One file of the source: where it goes in the cache, its size, and what its content must hash to."""
+
+    path: str
+    """Relative path inside the cache (checked by :func:`safe_relative_path`)."""
+    size: int
+    etag: str | None = None
+    """The source's version tag (S3 ETag, Hugging Face ETag/blob id): a changed tag means a changed file."""
+    remote: str = ""
+    """The object key or repository path to fetch."""
+    sha256: str | None = None
+    """Expected SHA-256 when the source publishes one (Hugging Face LFS files)."""
+    git_sha1: str | None = None
+    """Expected git blob id (Hugging Face non-LFS files)."""
+    md5: str | None = None
+    """Expected MD5 (S3 objects uploaded in one part: the ETag is the MD5)."""
+
+    @property
+    def staging_name(self) -> str:
+        """Temporary file name: changes with the ETag, so a changed object never resumes an old partial file."""
+        digest = hashlib.sha256(f"{self.path}\0{self.etag}\0{self.size}".encode()).hexdigest()[:24]
+        return f"{digest}.part"
+
+
+@dataclass(frozen=True)
+class Listing:
+    """Everything a source holds for this cache, and the revision it resolved to."""
+
+    revision: str | None
+    files: tuple[RemoteFile, ...]
+
+    @property
+    def total_bytes(self) -> int:
+        """Sum of the file sizes."""
+        return sum(f.size for f in self.files)
+
+
+def safe_relative_path(name: str) -> str:
+    """``name`` if it is a plain relative path that stays inside the cache; raises :class:`PathTraversal`.
+
+    Rejected: empty names, absolute paths, backslashes, NUL and control characters, ``.``/``..``/empty
+    segments, and names that would overwrite the cache's own bookkeeping files.
+    """
+    shown = name.encode("unicode_escape").decode("ascii")[:200]
+    if not name or name.startswith("/") or "\\" in name or any(ord(c) < 32 for c in name):
+        raise PathTraversal(f"remote file {shown!r} is not a plain relative path; nothing was written")
+    parts = name.split("/")
+    if any(part in ("", ".", "..") for part in parts):
+        raise PathTraversal(f"remote file {shown!r} escapes the cache directory ('..' or empty segment); nothing was written")
+    if parts[0] in RESERVED_NAMES:
+        raise PathTraversal(f"remote file {shown!r} would overwrite the cache's own {parts[0]}; nothing was written")
+    return name
+
+
+def check_listing(dest: pathlib.Path, listing: Listing) -> None:
+    """Every remote path is safe, unique, and resolves inside ``dest``; raise before anything is written."""
+    root = dest.resolve()
+    seen: set[str] = set()
+    for remote in listing.files:
+        safe_relative_path(remote.path)
+        if remote.path in seen:
+            raise PathTraversal(f"remote file {remote.path!r} is listed twice")
+        seen.add(remote.path)
+        target = (root / remote.path).resolve()
+        if not target.is_relative_to(root):
+            raise PathTraversal(f"remote file {remote.path!r} resolves outside the cache (through a symlink); nothing was written")
+    # A file and a directory of the same name cannot both exist.
+    for path in seen:
+        parent = path.rsplit("/", 1)[0] if "/" in path else ""
+        while parent:
+            if parent in seen:
+                raise PathTraversal(f"remote file {parent!r} is also a directory of {path!r}")
+            parent = parent.rsplit("/", 1)[0] if "/" in parent else ""
+
+
+@dataclass(frozen=True)
+class JournalEntry:
+    """A file that was verified and moved into place by an earlier (possibly killed) run."""
+
+    path: str
+    size: int
+    sha256: str
+    etag: str | None
+
+
+class Journal:
+    """Append-only record of completed files in the staging directory (thread-safe)."""
+
+    def __init__(self, staging: pathlib.Path) -> None:
+        self.path = staging / JOURNAL
+        self._lock = threading.Lock()
+        self.entries: dict[str, JournalEntry] = {}
+        try:
+            for line in self.path.read_text().splitlines():
+                try:
+                    data = json.loads(line)
+                    entry = JournalEntry(str(data["path"]), int(data["size"]), str(data["sha256"]), data.get("etag"))
+                except (ValueError, KeyError, TypeError):
+                    continue  # a line cut short by a kill
+                self.entries[entry.path] = entry
+        except FileNotFoundError:
+            pass
+
+    def record(self, entry: JournalEntry) -> None:
+        """Append one completed file."""
+        line = json.dumps({"path": entry.path, "size": entry.size, "sha256": entry.sha256, "etag": entry.etag})
+        with self._lock:
+            with open(self.path, "a") as handle:
+                handle.write(line + "\n")
+            self.entries[entry.path] = entry
+
+
+def directory_usage(root: pathlib.Path) -> int:
+    """Bytes used by the regular files under ``root`` (the cache so far)."""
+    total = 0
+    for directory, _dirs, files in os.walk(root):
+        for name in files:
+            try:
+                total += os.lstat(os.path.join(directory, name)).st_size
+            except OSError:
+                pass
+    return total

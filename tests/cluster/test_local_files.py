@@ -1,0 +1,200 @@
+"""What the local backend does to the files people wrote: only the written fields change.
+
+Format-preserving writes (every example file through a status write diffs only in its status
+lines), ``kind: List`` snapshots (only the written item changes), malformed documents (reported with
+file and line, their valid neighbours load, their file is never written), symlinked manifests
+(written through the link) and resourceVersions that stay monotonic across processes and deletes.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tasks.cluster import Conflict, Invalid, LocalCluster, ObjectRef
+from tasks.cluster.resources import lookup
+
+REPO = Path(__file__).resolve().parents[2]
+EXAMPLES = REPO / "deployments" / "examples"
+VA = ("llmd.ai/v1alpha1", "VariantAutoscaling")
+
+_STATUS = re.compile(r"^status:")
+
+
+def without_status_blocks(text: str) -> list[str]:
+    """The lines of a manifest file with every top-level ``status:`` block left out."""
+    kept, inside = [], False
+    for line in text.splitlines():
+        if _STATUS.match(line):
+            inside = True
+            continue
+        if inside and (line.startswith((" ", "- ")) or not line.strip()):
+            continue
+        inside = False
+        kept.append(line)
+    return kept
+
+
+def status_for(obj: dict) -> dict:
+    """A valid status write for any kind of the examples."""
+    info = lookup(obj["apiVersion"], obj["kind"])
+    condition = {"type": "Ready", "status": "True", "reason": "RoundTrip", "message": "written by the test",
+                 "lastTransitionTime": "2025-01-02T03:04:05Z"}
+    if info is not None and info.group in ("llmd.ai", "registry.volcano.sh", "aim.silogen.ai", "llmaz.io"):
+        return {"conditions": [condition]}
+    return {"observedGeneration": 1}
+
+
+@pytest.mark.parametrize("name", sorted(p.name for p in EXAMPLES.glob("*.yaml")))
+def test_example_file_round_trips_a_status_write(tmp_path: Path, name: str) -> None:
+    source = EXAMPLES / name
+    path = tmp_path / name
+    shutil.copy(source, path)
+    cluster = LocalCluster(path)
+    written = 0
+    for doc in yaml.safe_load_all(source.read_text()):
+        if not isinstance(doc, dict) or "kind" not in doc:
+            continue
+        info = lookup(doc["apiVersion"], doc["kind"])
+        if info is None or not info.has_status:
+            continue
+        ref = ObjectRef(doc["apiVersion"], doc["kind"], doc["metadata"]["name"], doc["metadata"].get("namespace"))
+        cluster.patch_status(ref, status_for(doc))
+        written += 1
+    before, after = source.read_text(), path.read_text()
+    if written:
+        assert after != before
+    diff = "\n".join(difflib.unified_diff(before.splitlines(), after.splitlines(), lineterm=""))
+    assert without_status_blocks(after) == without_status_blocks(before), diff
+    reread = LocalCluster(path)
+    assert not reread.load_errors
+
+
+LIST_SNAPSHOT = """\
+apiVersion: v1
+kind: List
+items:
+# the secret keeps stringData as written
+- apiVersion: v1
+  kind: Secret
+  metadata:
+    name: hf-token
+    namespace: llm-serving
+  stringData:
+    token: "placeholder"   # not a real token
+- apiVersion: apps/v1
+  kind: Deployment
+  metadata:
+    name: llama
+    namespace: llm-serving
+  spec:
+    selector:
+      matchLabels: {app: llama}
+    template:
+      metadata:
+        labels: {app: llama}
+      spec:
+        containers:
+        - name: vllm
+          image: vllm/vllm-openai:v0.10.1
+- apiVersion: llmd.ai/v1alpha1
+  kind: VariantAutoscaling
+  metadata:
+    name: llama-a100
+    namespace: llm-serving
+  spec:
+    modelID: meta/llama-3.1-8b   # the model served
+metadata:
+  resourceVersion: ""
+"""
+
+
+def test_list_snapshot_write_changes_only_the_written_item(tmp_path: Path) -> None:
+    path = tmp_path / "dump.yaml"
+    path.write_text(LIST_SNAPSHOT)
+    cluster = LocalCluster(path)
+    assert cluster.get("v1", "Secret", "hf-token", "llm-serving")["data"]  # folded in memory
+    cluster.patch_status(ObjectRef(*VA, "llama-a100", "llm-serving"), {"actuation": {"applied": True}})
+    after = path.read_text()
+    assert after == LIST_SNAPSHOT.replace(
+        "    modelID: meta/llama-3.1-8b   # the model served\n",
+        "    modelID: meta/llama-3.1-8b   # the model served\n  status:\n    actuation:\n      applied: true\n",
+    ), after
+    cluster.set_scale(ObjectRef("apps/v1", "Deployment", "llama", "llm-serving"), 3)
+    assert "replicas: 3" in path.read_text() and "stringData" in path.read_text()
+    assert LocalCluster(path).get_scale(ObjectRef("apps/v1", "Deployment", "llama", "llm-serving")).replicas == 3
+
+
+MALFORMED = """\
+apiVersion: v1
+kind: ConfigMap
+metadata: {name: good-before, namespace: ns}
+---
+apiVersion: v1
+kind: ConfigMap
+metadata: {name: [unclosed
+---
+apiVersion: v1
+kind: ConfigMap
+metadata: {name: good-after, namespace: ns}
+"""
+
+
+def test_malformed_document_hides_no_neighbour_and_blocks_writes(tmp_path: Path) -> None:
+    path = tmp_path / "mixed.yaml"
+    path.write_text(MALFORMED)
+    (tmp_path / "other.yaml").write_text("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: elsewhere, namespace: ns}\n")
+    cluster = LocalCluster(tmp_path)
+    names = [c["metadata"]["name"] for c in cluster.list("v1", "ConfigMap", "ns")]
+    assert names == ["elsewhere", "good-after", "good-before"]
+    assert len(cluster.load_errors) == 1
+    assert "mixed.yaml: document at line 5" in cluster.load_errors[0].message
+    with pytest.raises(Conflict):  # not a duplicate file
+        cluster.create({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "good-after", "namespace": "ns"}})
+    with pytest.raises(Invalid, match=r"mixed\.yaml: document at line 5"):
+        cluster.patch_spec(ObjectRef("v1", "ConfigMap", "good-before", "ns"), {"data": {"k": "v"}})
+    with pytest.raises(Invalid, match="mixed.yaml"):
+        cluster.delete(ObjectRef("v1", "ConfigMap", "good-after", "ns"))
+    assert path.read_text() == MALFORMED
+    assert sorted(p.name for p in tmp_path.rglob("*.yaml")) == ["mixed.yaml", "other.yaml"]
+    cluster.patch_spec(ObjectRef("v1", "ConfigMap", "elsewhere", "ns"), {"data": {"k": "v"}})  # other files fine
+
+
+def test_symlinked_manifest_is_written_through(tmp_path: Path) -> None:
+    real = tmp_path / "shared" / "va.yaml"
+    real.parent.mkdir()
+    real.write_text("apiVersion: llmd.ai/v1alpha1\nkind: VariantAutoscaling\nmetadata:\n  name: v\n  namespace: ns\nspec:\n  modelID: m\n")
+    state = tmp_path / "state"
+    state.mkdir()
+    link = state / "va.yaml"
+    link.symlink_to(real)
+    LocalCluster(state).patch_status(ObjectRef(*VA, "v", "ns"), {"actuation": {"applied": True}})
+    assert link.is_symlink()
+    assert "applied: true" in real.read_text()
+
+
+def test_resource_versions_stay_monotonic_across_processes_and_deletes(tmp_path: Path) -> None:
+    first = LocalCluster(tmp_path)
+    created = first.create({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "gone", "namespace": "ns"}})
+    first.delete(ObjectRef("v1", "ConfigMap", "gone", "ns"))
+    second = LocalCluster(tmp_path)  # a new process: nothing on disk carries the old version
+    again = second.create({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "gone", "namespace": "ns"}})
+    assert int(again["metadata"]["resourceVersion"]) > int(created["metadata"]["resourceVersion"])
+    with pytest.raises(Conflict):
+        second.patch_spec(ObjectRef("v1", "ConfigMap", "gone", "ns"), {"data": {"a": "b"}},
+                          resource_version=created["metadata"]["resourceVersion"])
+
+
+def test_loaded_custom_resources_are_defaulted_and_pruned_in_memory_only(tmp_path: Path) -> None:
+    text = ("apiVersion: aim.silogen.ai/v1alpha1\nkind: AIMServiceTemplate\nmetadata: {name: t, namespace: ns}\n"
+            "spec:\n  model: m\n  junk: 1   # not in the schema\n")
+    (tmp_path / "t.yaml").write_text(text)
+    cluster = LocalCluster(tmp_path)
+    spec = cluster.get("aim.silogen.ai/v1alpha1", "AIMServiceTemplate", "t", "ns")["spec"]
+    assert spec["precision"] == "auto" and spec["warmCache"] is False and "junk" not in spec
+    assert (tmp_path / "t.yaml").read_text() == text

@@ -1,0 +1,125 @@
+"""A small HTTP forwarding proxy for tests: counts requests and body bytes, can demand a token and throttle.
+
+It sits between a client and a real test server (moto, olah) on 127.0.0.1 so tests can assert what was
+fetched (complete files are not fetched again after a kill), slow transfers down enough to kill a filler
+mid-file, and stand in for the Hub's token check (olah serves offline without authentication). The Host
+header is forwarded unchanged, so S3 signatures stay valid.
+"""
+
+from __future__ import annotations
+
+import http.client
+import threading
+import time
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+HOP_HEADERS = {"connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "te", "trailers", "transfer-encoding", "upgrade"}
+
+
+@dataclass
+class Record:
+    """One proxied request."""
+
+    method: str
+    path: str
+    status: int
+    body_bytes: int
+    range: str | None
+
+
+class CountingProxy:
+    """Forward every request to ``upstream`` (``host:port``); start() returns the proxy's base URL."""
+
+    def __init__(self, upstream: str, token: str | None = None, throttle_bytes_per_second: float | None = None) -> None:
+        self.upstream = upstream
+        self.token = token
+        self.throttle = throttle_bytes_per_second
+        self.records: list[Record] = []
+        self._lock = threading.Lock()
+        self._server: ThreadingHTTPServer | None = None
+
+    def start(self) -> str:
+        proxy = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+            def _forward(self) -> None:
+                if proxy.token is not None and self.headers.get("Authorization") != f"Bearer {proxy.token}":
+                    body = b'{"error":"Invalid credentials in Authorization header"}'
+                    self.send_response(401)
+                    self.send_header("X-Error-Message", "Invalid credentials in Authorization header")
+                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Content-Length", str(len(body)))
+                    self.end_headers()
+                    if self.command != "HEAD":
+                        self.wfile.write(body)
+                    proxy._record(self.command, self.path, 401, 0, self.headers.get("Range"))
+                    return
+                length = int(self.headers.get("Content-Length") or 0)
+                payload = self.rfile.read(length) if length else None
+                connection = http.client.HTTPConnection(proxy.upstream, timeout=120)
+                headers = {k: v for k, v in self.headers.items() if k.lower() not in HOP_HEADERS}
+                connection.request(self.command, self.path, body=payload, headers=headers)
+                response = connection.getresponse()
+                upstream_length = response.getheader("Content-Length")
+                data = None if upstream_length is not None or self.command == "HEAD" else response.read()
+                self.send_response(response.status)
+                for key, value in response.getheaders():
+                    if key.lower() not in HOP_HEADERS and key.lower() != "content-length":
+                        self.send_header(key, value)
+                size = int(upstream_length) if upstream_length is not None else len(data or b"")
+                self.send_header("Content-Length", str(size))
+                self.end_headers()
+                sent = 0
+                if self.command != "HEAD":
+                    if data is not None:
+                        self.wfile.write(data)
+                        sent = len(data)
+                    else:
+                        started = time.monotonic()
+                        try:
+                            while chunk := response.read(64 * 1024):
+                                self.wfile.write(chunk)
+                                sent += len(chunk)
+                                if proxy.throttle:
+                                    ahead = sent / proxy.throttle - (time.monotonic() - started)
+                                    if ahead > 0:
+                                        time.sleep(ahead)
+                        except (BrokenPipeError, ConnectionResetError):
+                            self.close_connection = True
+                connection.close()
+                proxy._record(self.command, self.path, response.status, sent, self.headers.get("Range"))
+
+            do_GET = do_HEAD = do_PUT = do_POST = do_DELETE = _forward
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server.daemon_threads = True
+        threading.Thread(target=self._server.serve_forever, daemon=True).start()
+        return f"http://127.0.0.1:{self._server.server_address[1]}"
+
+    def _record(self, method: str, path: str, status: int, sent: int, range_header: str | None) -> None:
+        with self._lock:
+            self.records.append(Record(method, path, status, sent, range_header))
+
+    def stop(self) -> None:
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+
+    def reset(self) -> None:
+        with self._lock:
+            self.records.clear()
+
+    def gets(self, contains: str = "") -> list[Record]:
+        """The GET requests whose path contains ``contains``."""
+        with self._lock:
+            return [r for r in self.records if r.method == "GET" and contains in r.path]
+
+    def body_bytes(self, contains: str = "") -> int:
+        """Response body bytes sent for GETs whose path contains ``contains``."""
+        return sum(r.body_bytes for r in self.gets(contains))

@@ -1,0 +1,45 @@
+"""``modelplane cache fill``: env-only configuration, JSON manifest on success, one clear line on failure."""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import subprocess
+import sys
+
+CLI = [sys.executable, "-c", "from flows.cli import main; main()"]
+
+
+def fill(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([*CLI, "cache", "fill", *args], env={**os.environ, **(env or {})}, capture_output=True, text=True, timeout=120)
+
+
+def test_fill_from_env_prints_the_manifest(s3_server, tmp_path: pathlib.Path) -> None:  # type: ignore[no-untyped-def]
+    bucket = s3_server.new_bucket()
+    s3_server.client().put_object(Bucket=bucket, Key="m/config.json", Body=b"{}")
+    result = fill(f"s3://{bucket}/m", str(tmp_path), "--json", env=s3_server.env())
+    assert result.returncode == 0, result.stderr
+    manifest = json.loads(result.stdout)
+    assert manifest["source"] == f"s3://{bucket}/m" and [f["path"] for f in manifest["files"]] == ["config.json"]
+    assert "100.0%" in result.stderr  # progress lines off a terminal (Job logs)
+
+
+def test_wrong_token_is_one_line_without_the_secret(hf_server, tmp_path: pathlib.Path, proxy) -> None:  # type: ignore[no-untyped-def]
+    repo_id = hf_server.repos.new_repo_id("cli")
+    hf_server.repos.commit(repo_id, {"config.json": b"{}"})
+    _counting, url = proxy(hf_server.endpoint, token="hf_the_right_one_123456")
+    secret = "hf_a_wrong_one_6543210987"
+    result = fill(f"hf://{repo_id}", str(tmp_path), env={"HF_ENDPOINT": url, "HF_TOKEN": secret})
+    assert result.returncode == 1
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("cache fill failed (AuthenticationFailed): "), result.stderr
+    assert secret not in result.stderr + result.stdout and "Traceback" not in result.stderr
+
+
+def test_missing_bucket_and_bad_source_exit_codes(s3_server, tmp_path: pathlib.Path) -> None:  # type: ignore[no-untyped-def]
+    result = fill("s3://no-such-bucket-cli/m", str(tmp_path), env=s3_server.env())
+    assert result.returncode == 1 and result.stderr.startswith("cache fill failed (SourceNotFound): ")
+    result = fill("hf://a/b/c", str(tmp_path))
+    assert result.returncode == 2 and result.stderr.startswith("cache fill: invalid argument: ")
+    assert len(result.stderr.strip().splitlines()) == 1

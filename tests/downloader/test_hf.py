@@ -1,0 +1,138 @@
+"""The downloader against a Hugging Face protocol server (olah, offline) through the real huggingface_hub client."""
+
+from __future__ import annotations
+
+import os
+import pathlib
+
+import pytest
+
+from engine.caching import CACHE_MARKER
+from tasks.downloader import (
+    AuthenticationFailed,
+    ChecksumMismatch,
+    Credentials,
+    SourceNotFound,
+    fill_cache,
+    list_source,
+    read_manifest,
+    source_size,
+)
+from tests.downloader.conftest import sha256, tree
+
+FILES_V1 = {
+    "config.json": b'{"model_type": "llama", "v": 1}',
+    "tokenizer.json": b'{"vocab": [1, 2, 3]}',
+    "model.safetensors": os.urandom(300_000),  # above the LFS threshold: an LFS file with a sha256
+    "original/consolidated.pth": os.urandom(150_000),
+    "quant/model-q4.gguf": os.urandom(120_000),
+}
+
+
+@pytest.fixture(scope="module")
+def repo(hf_server):  # type: ignore[no-untyped-def]
+    """A repository with a v1 tag and a later commit on main that changes config.json."""
+    repo_id = hf_server.repos.new_repo_id("llama")
+    v1 = hf_server.repos.commit(repo_id, FILES_V1, tag="v1", message="v1")
+    main = hf_server.repos.commit(repo_id, {"config.json": b'{"model_type": "llama", "v": 2}'}, message="v2")
+    return repo_id, v1, main
+
+
+def creds(hf_server, endpoint: str | None = None, token: str | None = None) -> Credentials:  # type: ignore[no-untyped-def]
+    return Credentials(hf_endpoint=endpoint or hf_server.endpoint, hf_token=token)
+
+
+def model_files(root: pathlib.Path) -> dict[str, bytes]:
+    files = tree(root)
+    files.pop(CACHE_MARKER)
+    return files
+
+
+def test_full_download_at_main(hf_server, repo, tmp_path: pathlib.Path) -> None:  # type: ignore[no-untyped-def]
+    repo_id, _v1, main = repo
+    snapshots = []
+    manifest = fill_cache(f"hf://{repo_id}", tmp_path, creds(hf_server), snapshots.append)
+    files = model_files(tmp_path)
+    assert files.pop(".gitattributes").count(b"filter=lfs") == 3
+    assert files == {**FILES_V1, "config.json": b'{"model_type": "llama", "v": 2}'}
+    assert manifest.revision == main
+    assert manifest.source == f"hf://{repo_id}"
+    by_path = {f.path: f for f in manifest.files}
+    assert by_path["model.safetensors"].sha256 == sha256(FILES_V1["model.safetensors"])
+    assert by_path["model.safetensors"].etag == sha256(FILES_V1["model.safetensors"])  # LFS: the sha256 is the ETag
+    assert read_manifest(tmp_path) == manifest
+    assert snapshots[-1].bytes_done == manifest.total_bytes and snapshots[-1].files_done == len(manifest.files)
+
+
+def test_revision_tag_and_commit(hf_server, repo, tmp_path: pathlib.Path) -> None:  # type: ignore[no-untyped-def]
+    repo_id, v1, _main = repo
+    by_tag = fill_cache(f"hf://{repo_id}@v1?allow=config.json", tmp_path / "tag", creds(hf_server))
+    assert by_tag.revision == v1
+    assert (tmp_path / "tag" / "config.json").read_bytes() == FILES_V1["config.json"]
+    by_commit = fill_cache(f"hf://{repo_id}@{v1}?allow=config.json", tmp_path / "sha", creds(hf_server))
+    assert by_commit.revision == v1 and (tmp_path / "sha" / "config.json").read_bytes() == FILES_V1["config.json"]
+
+
+def test_allow_and_ignore_patterns(hf_server, repo, tmp_path: pathlib.Path) -> None:  # type: ignore[no-untyped-def]
+    repo_id, _v1, _main = repo
+    fill_cache(f"hf://{repo_id}?allow=*.json&allow=*.safetensors", tmp_path / "allow", creds(hf_server))
+    assert sorted(model_files(tmp_path / "allow")) == ["config.json", "model.safetensors", "tokenizer.json"]
+    fill_cache(f"hf://{repo_id}?ignore=original/*&ignore=*.gguf&ignore=.gitattributes", tmp_path / "ignore", creds(hf_server))
+    assert sorted(model_files(tmp_path / "ignore")) == ["config.json", "model.safetensors", "tokenizer.json"]
+
+
+def test_single_filename(hf_server, repo, tmp_path: pathlib.Path) -> None:  # type: ignore[no-untyped-def]
+    repo_id, _v1, _main = repo
+    manifest = fill_cache(f"hf://{repo_id}?filename=quant/model-q4.gguf", tmp_path, creds(hf_server))
+    assert [f.path for f in manifest.files] == ["quant/model-q4.gguf"]
+    assert model_files(tmp_path) == {"quant/model-q4.gguf": FILES_V1["quant/model-q4.gguf"]}
+
+
+def test_source_size_and_listing(hf_server, repo) -> None:  # type: ignore[no-untyped-def]
+    repo_id, v1, _main = repo
+    sizes = source_size(f"hf://{repo_id}@v1?ignore=.gitattributes", creds(hf_server))
+    assert sorted(sizes) == sorted(len(v) for v in FILES_V1.values())
+    listing = list_source(f"hf://{repo_id}@v1?filename=config.json", creds(hf_server))
+    assert listing.revision == v1 and [f.size for f in listing.files] == [len(FILES_V1["config.json"])]
+
+
+def test_wrong_token_fails_with_reason_and_no_secret(hf_server, repo, tmp_path: pathlib.Path, proxy) -> None:  # type: ignore[no-untyped-def]
+    repo_id, _v1, _main = repo
+    _counting, url = proxy(hf_server.endpoint, token="hf_right_token_abcdefghijklmnop")
+    secret = "hf_wrong_token_zyxwvutsrqponmlk"
+    with pytest.raises(AuthenticationFailed) as info:
+        fill_cache(f"hf://{repo_id}", tmp_path, creds(hf_server, url, token=secret))
+    assert info.value.reason == "AuthenticationFailed"
+    assert "the token in HF_TOKEN was rejected" in str(info.value)
+    assert secret not in str(info.value) and info.value.__cause__ is None
+    with pytest.raises(AuthenticationFailed, match="no token was sent"):
+        fill_cache(f"hf://{repo_id}", tmp_path, creds(hf_server, url))
+    # With the right token the same gate lets the download through.
+    manifest = fill_cache(f"hf://{repo_id}?allow=config.json", tmp_path, creds(hf_server, url, token="hf_right_token_abcdefghijklmnop"))
+    assert [f.path for f in manifest.files] == ["config.json"]
+
+
+def test_missing_repo_revision_or_file(hf_server, repo, tmp_path: pathlib.Path) -> None:  # type: ignore[no-untyped-def]
+    repo_id, _v1, _main = repo
+    with pytest.raises(SourceNotFound, match="not found") as info:
+        fill_cache("hf://org-none/no-such-model", tmp_path, creds(hf_server))
+    assert info.value.reason == "SourceNotFound"
+    with pytest.raises(SourceNotFound):
+        fill_cache(f"hf://{repo_id}@no-such-tag", tmp_path, creds(hf_server))
+    with pytest.raises(SourceNotFound, match="has no file 'missing.bin'"):
+        fill_cache(f"hf://{repo_id}?filename=missing.bin", tmp_path, creds(hf_server))
+    with pytest.raises(SourceNotFound, match="matches the allow/ignore patterns"):
+        fill_cache(f"hf://{repo_id}?allow=*.onnx", tmp_path, creds(hf_server))
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_checksum_mismatch_on_the_server_is_detected(hf_server, tmp_path: pathlib.Path) -> None:  # type: ignore[no-untyped-def]
+    repo_id = hf_server.repos.new_repo_id("rotten")
+    weights = os.urandom(200_000)
+    hf_server.repos.commit(repo_id, {"config.json": b"{}", "model.safetensors": weights})
+    hf_server.repos.corrupt_lfs_object(repo_id, weights)
+    with pytest.raises(ChecksumMismatch, match="model.safetensors: sha256") as info:
+        fill_cache(f"hf://{repo_id}", tmp_path, creds(hf_server), concurrency=1)
+    assert info.value.reason == "ChecksumMismatch"
+    assert not (tmp_path / "model.safetensors").exists()
+    assert not (tmp_path / CACHE_MARKER).exists()

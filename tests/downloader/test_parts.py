@@ -1,0 +1,89 @@
+"""Pieces of the downloader that need no server: path checks, credentials, redaction, manifest, progress."""
+
+from __future__ import annotations
+
+import pathlib
+
+import pytest
+
+from engine.caching import CACHE_MARKER
+from tasks.downloader import Credentials, PathTraversal, ProgressTracker, is_complete, read_manifest, safe_relative_path
+from tasks.downloader.errors import redact
+from tasks.downloader.manifest import CacheManifest, ManifestFile, write_manifest
+from tasks.downloader.plan import Listing, RemoteFile, check_listing
+
+
+@pytest.mark.parametrize("name", ["config.json", "a/b/c.bin", "weird name (1).json", "..hidden", "x..y"])
+def test_plain_relative_paths_pass(name: str) -> None:
+    assert safe_relative_path(name) == name
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["", "/etc/passwd", "../x", "../../x", "a/../../x", "a/./b", "a//b", "a/", "a\\..\\b", "a\x00b", "..", ".",
+     CACHE_MARKER, ".modelplane-cache.lock", ".modelplane-partial/journal.jsonl"],
+)
+def test_escaping_or_reserved_paths_are_rejected(name: str) -> None:
+    with pytest.raises(PathTraversal):
+        safe_relative_path(name)
+
+
+def test_listing_check_rejects_symlink_escape_duplicates_and_file_dir_clash(tmp_path: pathlib.Path) -> None:
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    dest = tmp_path / "cache"
+    dest.mkdir()
+    (dest / "link").symlink_to(outside)
+    with pytest.raises(PathTraversal, match="symlink"):
+        check_listing(dest, Listing(None, (RemoteFile("link/x", 1),)))
+    with pytest.raises(PathTraversal, match="twice"):
+        check_listing(dest, Listing(None, (RemoteFile("a", 1), RemoteFile("a", 1))))
+    with pytest.raises(PathTraversal, match="also a directory"):
+        check_listing(dest, Listing(None, (RemoteFile("a", 1), RemoteFile("a/b", 1))))
+
+
+def test_credentials_from_env_and_repr_hides_secrets() -> None:
+    creds = Credentials.from_env(
+        {
+            "HUGGING_FACE_HUB_TOKEN": "hf_secret_token",
+            "HF_ENDPOINT": "http://mirror",
+            "AWS_ACCESS_KEY_ID": "AKIAEXAMPLE",
+            "AWS_SECRET_ACCESS_KEY": "s3cr3t-value",
+            "AWS_ENDPOINT_URL": "http://minio:9000",
+            "AWS_DEFAULT_REGION": "eu-west-1",
+            "AWS_SESSION_TOKEN": "",
+        }
+    )
+    assert (creds.hf_token, creds.hf_endpoint, creds.aws_region) == ("hf_secret_token", "http://mirror", "eu-west-1")
+    assert creds.aws_session_token is None
+    text = repr(creds)
+    assert "hf_secret_token" not in text and "s3cr3t-value" not in text and "AKIAEXAMPLE" not in text
+    assert "http://minio:9000" in text
+    assert redact("token hf_secret_token and s3cr3t-value", creds.secrets) == "token *** and ***"
+
+
+def test_manifest_round_trip_and_completeness(tmp_path: pathlib.Path) -> None:
+    (tmp_path / "a.bin").write_bytes(b"abc")
+    manifest = CacheManifest("s3://bkt/m", None, (ManifestFile("a.bin", 3, "00" * 32, "etag"),), "2026-01-01T00:00:00Z")
+    assert read_manifest(tmp_path) is None and not is_complete(tmp_path)
+    write_manifest(tmp_path, manifest)
+    assert read_manifest(tmp_path) == manifest
+    assert is_complete(tmp_path) and is_complete(tmp_path, "s3://bkt/m") and not is_complete(tmp_path, "s3://bkt/other")
+    (tmp_path / "a.bin").write_bytes(b"ab")  # a listed file shrank: no longer complete
+    assert not is_complete(tmp_path)
+    (tmp_path / CACHE_MARKER).write_text("{not json")
+    assert read_manifest(tmp_path) is None
+
+
+def test_progress_reports_rate_eta_and_final_state() -> None:
+    seen = []
+    tracker = ProgressTracker(seen.append, interval=0)
+    tracker.start(bytes_total=1000, files_total=2, bytes_done=100, files_done=0)
+    tracker.add(400)
+    tracker.file_done()
+    snapshot = tracker.snapshot()
+    assert (snapshot.bytes_done, snapshot.files_done) == (500, 1)
+    assert snapshot.fraction == 0.5 and snapshot.bytes_per_second > 0 and snapshot.eta_seconds is not None
+    assert "50.0%" in snapshot.describe()
+    tracker.finish()
+    assert seen[-1].phase == "complete" and tracker.fetched == 400

@@ -1,0 +1,198 @@
+"""engine.cache_plan: status machine, retries, credentials env, manifests, fill reports, GC verdicts."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timedelta, timezone
+
+from engine.cache_plan import (
+    Failure,
+    FillState,
+    JobSettings,
+    Observation,
+    RetryPolicy,
+    Step,
+    attempts_annotation,
+    cache_status,
+    download_env,
+    failure_of,
+    fill_report,
+    gc_verdict,
+    job_name,
+    job_state,
+    next_step,
+    parse_attempts,
+    pvc_name,
+    read_fill_report,
+    render_job,
+    render_pvc,
+    storage_class_for,
+    volume_too_small,
+    with_requester,
+)
+
+NOW = datetime(2026, 11, 23, 10, 0, tzinfo=timezone.utc)
+POLICY = RetryPolicy(max_attempts=3, backoff_s=60)
+CACHE = {"apiVersion": "aim.silogen.ai/v1alpha1", "kind": "ModelCache",
+         "metadata": {"name": "llama", "namespace": "ns", "uid": "u-1", "generation": 2},
+         "spec": {"sourceUri": "hf://org/llama"}}
+
+
+def obs(**changes: object) -> Observation:
+    base = dict(generation=2, pvc_name="llama-cache", pvc_phase="Bound", fill=FillState.NONE, attempts=0)
+    base.update(changes)
+    return Observation(**base)  # type: ignore[arg-type]
+
+
+def conditions(status: dict) -> dict[str, tuple[str, str]]:
+    return {c["type"]: (c["status"], c["reason"]) for c in status["conditions"]}
+
+
+def test_status_goes_pending_progressing_available() -> None:
+    pending = cache_status(None, obs(pvc_phase=None), POLICY, NOW)
+    assert pending["status"] == "Pending" and pending["persistentVolumeClaim"] == "llama-cache"
+    assert pending["observedGeneration"] == 2
+    assert conditions(pending)["StorageReady"] == ("False", "PVCPending")
+    assert conditions(pending)["Failure"] == ("False", "NoFailure")
+
+    running = cache_status(pending, obs(fill=FillState.RUNNING, attempts=1), POLICY, NOW + timedelta(seconds=5))
+    assert running["status"] == "Progressing"
+    assert conditions(running)["Ready"] == ("False", "Downloading")
+    assert conditions(running)["StorageReady"] == ("True", "PVCBound")
+
+    done = cache_status({**running, "lastUsed": "2026-11-01T00:00:00Z"}, obs(fill=FillState.SUCCEEDED, attempts=1), POLICY, NOW)
+    assert done["status"] == "Available" and done["lastUsed"] == "2026-11-01T00:00:00Z"
+    assert conditions(done)["Ready"] == ("True", "Warm")
+
+
+def test_a_failure_is_retried_with_backoff_then_given_up() -> None:
+    failed = obs(fill=FillState.FAILED, attempts=1, failure=Failure("AuthenticationFailed", "token rejected"), failed_at=NOW)
+    assert next_step(failed, POLICY, NOW + timedelta(seconds=59)) == Step.WAIT
+    assert next_step(failed, POLICY, NOW + timedelta(seconds=60)) == Step.START_FILL
+    second = obs(fill=FillState.FAILED, attempts=2, failure=failed.failure, failed_at=NOW)
+    assert next_step(second, POLICY, NOW + timedelta(seconds=119)) == Step.WAIT  # doubled
+    status = cache_status(None, failed, POLICY, NOW)
+    assert status["status"] == "Failed"
+    assert conditions(status)["Failure"] == ("True", "AuthenticationFailed")
+    assert conditions(status)["Progressing"] == ("False", "RetryBackoff")
+    last = obs(fill=FillState.FAILED, attempts=3, failure=failed.failure, failed_at=NOW)
+    assert next_step(last, POLICY, NOW + timedelta(days=1)) == Step.GIVE_UP
+    assert "gave up after 3 attempts" in {c["type"]: c for c in cache_status(None, last, POLICY, NOW)["conditions"]}["Progressing"]["message"]
+
+
+def test_terminal_failures_are_never_retried() -> None:
+    small = obs(attempts=1, failure=Failure("InsufficientSpace", "too small"), failed_at=NOW)
+    assert next_step(small, POLICY, NOW + timedelta(days=1)) == Step.GIVE_UP
+
+
+def test_first_steps() -> None:
+    assert next_step(obs(pvc_phase=None), POLICY, NOW) == Step.CREATE_PVC
+    assert next_step(obs(), POLICY, NOW) == Step.START_FILL
+    assert next_step(obs(fill=FillState.RUNNING, attempts=1), POLICY, NOW) == Step.WAIT
+    assert next_step(obs(fill=FillState.SUCCEEDED, attempts=1), POLICY, NOW) == Step.DONE
+
+
+def test_failure_of_reads_back_what_was_written() -> None:
+    failed = obs(attempts=1, failure=Failure("SourceNotFound", "no such repo"), failed_at=NOW)
+    status = cache_status(None, failed, POLICY, NOW)
+    failure, when = failure_of(status)
+    assert failure == Failure("SourceNotFound", "no such repo") and when == NOW
+    assert failure_of(cache_status(None, obs(), POLICY, NOW)) == (None, None)
+
+
+def test_attempts_are_per_generation() -> None:
+    annotations = attempts_annotation(2, 3)
+    assert parse_attempts(annotations, 2) == 3
+    assert parse_attempts(annotations, 3) == 0
+    assert parse_attempts({"modelplane.io/fill-attempts": "junk"}, 2) == 0
+
+
+def test_credentials_come_from_the_namespace_config_and_spec_env_wins() -> None:
+    config = {"metadata": {"name": "default"}, "spec": {"credentials": {
+        "huggingFaceToken": {"name": "hf", "key": "token"},
+        "s3": [{"endpointUrl": "http://minio:9000", "accessKeyId": {"name": "s3", "key": "id"},
+                "secretAccessKey": {"name": "s3", "key": "secret"}},
+               {"region": "eu-west-1"}],
+    }}}
+    env = download_env([{"name": "HF_TOKEN", "value": "from-spec"}], config)
+    by_name = {e["name"]: e for e in env.env}
+    assert by_name["HF_TOKEN"] == {"name": "HF_TOKEN", "value": "from-spec"}
+    assert by_name["AWS_ACCESS_KEY_ID"]["valueFrom"]["secretKeyRef"] == {"name": "s3", "key": "id"}
+    assert by_name["AWS_ENDPOINT_URL"]["value"] == "http://minio:9000"
+    assert "AWS_REGION" not in by_name
+    assert env.notes == ["AIMNamespaceConfig default lists 2 S3 credentials; the first (http://minio:9000) is used"]
+    region = download_env(None, {"spec": {"credentials": {"s3": [{"region": "eu-west-1"}]}}})
+    assert {e["name"]: e.get("value") for e in region.env} == {"AWS_REGION": "eu-west-1", "AWS_DEFAULT_REGION": "eu-west-1"}
+
+
+def test_storage_class_order() -> None:
+    assert storage_class_for("fast", "standard") == "fast"
+    assert storage_class_for(None, "standard") == "standard"
+    assert storage_class_for("", None) is None
+
+
+def test_pvc_and_job_manifests() -> None:
+    pvc = render_pvc(CACHE, "11Gi", None)
+    assert pvc["spec"] == {"accessModes": ["ReadWriteMany"], "resources": {"requests": {"storage": "11Gi"}}}
+    assert pvc["metadata"]["name"] == pvc_name("llama") == "llama-cache"
+    assert pvc["metadata"]["ownerReferences"][0]["uid"] == "u-1"
+    env = [{"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": "hf", "key": "token"}}}]
+    job = render_job(CACHE, "hf://org/llama", 2, env, JobSettings(image="img:1", backoff_limit=1, ttl_seconds_after_finished=60))
+    assert job["metadata"]["name"] == job_name("llama", 2) == "llama-fill-2"
+    assert job["spec"]["backoffLimit"] == 1 and job["spec"]["ttlSecondsAfterFinished"] == 60
+    pod = job["spec"]["template"]["spec"]
+    container = pod["containers"][0]
+    assert container["image"] == "img:1"
+    assert container["command"] == ["modelplane", "cache", "fill", "hf://org/llama", "/cache", "--termination-log", "/dev/termination-log"]
+    assert env[0] in container["env"]
+    assert {"name": "cache", "persistentVolumeClaim": {"claimName": "llama-cache"}} in pod["volumes"]
+    assert pod["restartPolicy"] == "Never"
+    assert len(job_name("x" * 80, 12)) <= 63
+
+
+def test_job_state_follows_the_job_controller() -> None:
+    assert job_state(None) == FillState.NONE
+    assert job_state({"status": {"active": 1}}) == FillState.RUNNING
+    assert job_state({"status": {"conditions": [{"type": "Complete", "status": "True"}]}}) == FillState.SUCCEEDED
+    assert job_state({"status": {"conditions": [{"type": "Failed", "status": "True"}]}}) == FillState.FAILED
+
+
+def test_fill_reports_round_trip_and_complete_alone_is_not_enough() -> None:
+    marker = {"source": "hf://org/llama", "revision": "abc", "totalBytes": 10, "files": [{"path": "a", "size": 10}]}
+    assert read_fill_report(fill_report(marker), "hf://org/llama") == (FillState.SUCCEEDED, None)
+    state, failure = read_fill_report(fill_report(marker), "hf://org/other")
+    assert state == FillState.FAILED and failure.reason == "VerificationFailed"
+    state, failure = read_fill_report(fill_report(reason="AuthenticationFailed", message="token rejected"), "hf://org/llama")
+    assert failure == Failure("AuthenticationFailed", "token rejected")
+    assert read_fill_report("", "hf://org/llama")[1].reason == "VerificationFailed"
+    assert read_fill_report("Traceback\nboom", "hf://org/llama")[1] == Failure("DownloadFailed", "the fill failed: boom")
+    assert read_fill_report("progress\ncache fill failed (SourceNotFound): no bucket b", "s3://b/m")[1] == Failure(
+        "SourceNotFound", "no bucket b")
+    assert len(fill_report(reason="X", message="m" * 10000)) < 4096
+    assert json.loads(fill_report(marker))["files"] == 1
+
+
+def test_volume_too_small() -> None:
+    assert volume_too_small("1Gi", 2 * 1024**3).reason == "InsufficientSpace"
+    assert volume_too_small("11Gi", 10 * 1024**3) is None
+    assert volume_too_small(None, 5) is None
+
+
+def test_requesters_are_recorded_once() -> None:
+    assert with_requester(None, "A/ns/a") == {"modelplane.io/requested-by": "A/ns/a"}
+    assert with_requester({"modelplane.io/requested-by": "A/ns/a"}, "A/ns/a") is None
+    assert with_requester({"modelplane.io/requested-by": "B/ns/b"}, "A/ns/a") == {"modelplane.io/requested-by": "A/ns/a,B/ns/b"}
+
+
+def test_gc_deletes_only_unused_unmounted_settled_caches() -> None:
+    def cache(status: dict, created: str = "2026-10-01T00:00:00Z") -> dict:
+        return {"metadata": {"name": "llama", "namespace": "ns", "creationTimestamp": created}, "status": status}
+
+    week = timedelta(days=7)
+    old = {"status": "Available", "persistentVolumeClaim": "llama-cache", "lastUsed": "2026-11-01T00:00:00Z"}
+    assert gc_verdict(cache(old), set(), week, NOW).delete
+    assert not gc_verdict(cache(old), {"llama-cache"}, week, NOW).delete
+    assert not gc_verdict(cache({**old, "lastUsed": "2026-11-20T00:00:00Z"}), set(), week, NOW).delete
+    assert not gc_verdict(cache({**old, "status": "Progressing"}), set(), week, NOW).delete
+    never = gc_verdict(cache({"status": "Failed"}), set(), week, NOW)
+    assert never.delete and "never used" in never.reason

@@ -1,0 +1,35 @@
+"""The warm-caches deployment: schedule slug, CANCEL_NEW, a timeout below the interval, a typed UI form."""
+
+from __future__ import annotations
+
+import asyncio
+import pathlib
+
+from flows.deployments import runner_deployments
+
+PREFECT_YAML = pathlib.Path(__file__).resolve().parents[2] / "deployments" / "prefect.yaml"
+
+
+def test_warm_caches_deployment_registers_with_a_typed_form(prefect_harness: None) -> None:
+    from prefect.client.orchestration import get_client
+
+    [deployment] = [d for d in runner_deployments(PREFECT_YAML) if d.name == "warm-caches"]
+
+    async def register_and_read():  # type: ignore[no-untyped-def]
+        deployment_id = await deployment.apply()
+        async with get_client() as client:
+            return await client.read_deployment(deployment_id)
+
+    stored = asyncio.run(register_and_read())
+    assert [s.slug for s in stored.schedules] == ["warm-caches-every-10m"]
+    assert stored.schedules[0].schedule.interval.total_seconds() == 600
+    assert stored.global_concurrency_limit is not None and stored.global_concurrency_limit.limit == 1
+    assert stored.concurrency_options.collision_strategy.value == "CANCEL_NEW"
+    properties = stored.parameter_openapi_schema["properties"]
+    assert properties["max_fill_attempts"]["type"] == "integer"
+    assert properties["include_consumers"]["type"] == "boolean"
+    assert "description" in properties["gc_unused_after"]
+    assert properties["image"]["default"] == "ghcr.io/modelplane/modelplane:0.1.0"
+    from flows.warm_caches import warm_caches
+
+    assert warm_caches.timeout_seconds is not None and warm_caches.timeout_seconds < 600

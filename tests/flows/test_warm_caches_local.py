@@ -1,0 +1,243 @@
+"""The warm-caches flow on the local backend: real S3 (moto) and Hugging Face (olah) sources, the fill in
+process, PVCs as directories under the state directory."""
+
+from __future__ import annotations
+
+import json
+import pathlib
+import uuid
+from typing import Any
+
+import pytest
+import yaml
+
+from engine.caching import CACHE_MARKER
+from flows.warm_caches import warm_caches
+from tasks.cache_fill import local_volume
+from tasks.cluster import LocalCluster
+from tests.hftest.fixture import HfServer
+from tests.s3test.fixture import S3Server
+
+MC = ("aim.silogen.ai/v1alpha1", "ModelCache")
+NS = "models"
+FILES = {"config.json": b'{"model_type": "llama"}', "weights/model.safetensors": bytes(range(256)) * 4096}
+
+
+def write(cluster: pathlib.Path, name: str, *docs: dict[str, Any]) -> None:
+    cluster.mkdir(parents=True, exist_ok=True)
+    (cluster / name).write_text(yaml.safe_dump_all(docs, sort_keys=False))
+
+
+def s3_model(s3: S3Server) -> str:
+    bucket = s3.new_bucket()
+    client = s3.client()
+    for key, body in FILES.items():
+        client.put_object(Bucket=bucket, Key=f"tiny/{key}", Body=body)
+    return f"s3://{bucket}/tiny"
+
+
+def namespace_config(s3: S3Server, secret: str = "s3-creds", storage_class: str | None = "shared") -> list[dict[str, Any]]:
+    config: dict[str, Any] = {
+        "apiVersion": "aim.silogen.ai/v1alpha1", "kind": "AIMNamespaceConfig", "metadata": {"name": "default", "namespace": NS},
+        "spec": {"credentials": {"s3": [{"endpointUrl": s3.endpoint, "accessKeyId": {"name": secret, "key": "id"},
+                                          "secretAccessKey": {"name": secret, "key": "secret"}}]}},
+    }
+    if storage_class:
+        config["spec"]["cacheStorageClassName"] = storage_class
+    return [config]
+
+
+def secret(name: str, **values: str) -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": name, "namespace": NS}, "stringData": values}
+
+
+def model_cache(name: str, uri: str, **spec: Any) -> dict[str, Any]:
+    return {"apiVersion": MC[0], "kind": MC[1], "metadata": {"name": name, "namespace": NS}, "spec": {"sourceUri": uri, **spec}}
+
+
+def cache(cluster: pathlib.Path, name: str) -> dict[str, Any]:
+    return LocalCluster(cluster).get(*MC, name, NS)
+
+
+def conditions(obj: dict[str, Any]) -> dict[str, tuple[str, str]]:
+    return {c["type"]: (c["status"], c["reason"]) for c in obj["status"]["conditions"]}
+
+
+def events(cluster: pathlib.Path) -> list[str]:
+    return [e["reason"] for e in LocalCluster(cluster).list("v1", "Event", NS)]
+
+
+@pytest.fixture()
+def cluster_dir(tmp_path: pathlib.Path) -> pathlib.Path:
+    return tmp_path / f"cluster-{uuid.uuid4().hex[:6]}"
+
+
+def test_an_s3_cache_is_sized_created_filled_and_verified(prefect_harness: None, s3_server: S3Server, cluster_dir: pathlib.Path) -> None:
+    uri = s3_model(s3_server)
+    write(cluster_dir, "cache.yaml", secret("s3-creds", id=s3_server.access_key, secret=s3_server.secret_key),
+          *namespace_config(s3_server), model_cache("tiny", uri))
+
+    report = warm_caches(cluster=str(cluster_dir))
+
+    stored = cache(cluster_dir, "tiny")
+    assert stored["status"]["status"] == "Available", report
+    assert stored["status"]["persistentVolumeClaim"] == "tiny-cache"
+    assert stored["status"]["observedGeneration"] == stored["metadata"]["generation"]
+    assert conditions(stored) == {"StorageReady": ("True", "PVCBound"), "Ready": ("True", "Warm"),
+                                  "Progressing": ("False", "Warm"), "Failure": ("False", "NoFailure")}
+    pvc = LocalCluster(cluster_dir).get("v1", "PersistentVolumeClaim", "tiny-cache", NS)
+    assert pvc["spec"] == {"accessModes": ["ReadWriteMany"], "resources": {"requests": {"storage": "1Gi"}},
+                           "storageClassName": "shared"}
+    volume = local_volume(LocalCluster(cluster_dir), NS, "tiny-cache")
+    assert str(volume).startswith(str(cluster_dir / ".modelplane-volumes"))
+    for key, body in FILES.items():
+        assert (volume / key).read_bytes() == body
+    marker = json.loads((volume / CACHE_MARKER).read_text())
+    assert marker["source"] == uri
+    assert sorted(events(cluster_dir)) == ["CacheAvailable", "FillStarted"]
+    assert [r.action for r in report.rows] == ["filled in-process (attempt 1)"]
+
+    # A second pass finds it Available and does nothing.
+    version = stored["metadata"]["resourceVersion"]
+    again = warm_caches(cluster=str(cluster_dir))
+    assert [r.action for r in again.rows] == ["none"]
+    assert cache(cluster_dir, "tiny")["metadata"]["resourceVersion"] == version
+
+
+def test_a_hugging_face_cache_with_a_mirror_in_spec_env(prefect_harness: None, hf_server: HfServer, cluster_dir: pathlib.Path) -> None:
+    repo = hf_server.repos.new_repo_id("tiny")
+    hf_server.repos.commit(repo, {"config.json": b"{}", "model.safetensors": b"x" * 200_000, "README.md": b"hi"})
+    write(cluster_dir, "cache.yaml", model_cache(
+        "tiny-hf", f"hf://{repo}?allow=*.json&allow=*.safetensors", size="1Gi",
+        env=[{"name": "HF_ENDPOINT", "value": hf_server.endpoint}]))
+
+    warm_caches(cluster=str(cluster_dir))
+
+    stored = cache(cluster_dir, "tiny-hf")
+    assert stored["status"]["status"] == "Available"
+    volume = local_volume(LocalCluster(cluster_dir), NS, "tiny-hf-cache")
+    assert sorted(p.name for p in volume.iterdir() if not p.name.startswith(".")) == ["config.json", "model.safetensors"]
+    pvc = LocalCluster(cluster_dir).get("v1", "PersistentVolumeClaim", "tiny-hf-cache", NS)
+    assert pvc["spec"]["resources"]["requests"]["storage"] == "2Gi"  # 1Gi + 10 % headroom, whole Gi
+    assert "storageClassName" not in pvc["spec"]  # no class anywhere: the cluster default
+
+
+def test_a_wrong_key_fails_with_a_reason_no_secret_and_is_retried_then_given_up(
+    prefect_harness: None, s3_server: S3Server, cluster_dir: pathlib.Path
+) -> None:
+    uri = s3_model(s3_server)
+    wrong = "WRONGsecretVALUE1234567890"
+    write(cluster_dir, "cache.yaml", secret("s3-creds", id=s3_server.access_key, secret=wrong),
+          *namespace_config(s3_server), model_cache("tiny", uri, size="1Gi"))
+
+    report = warm_caches(cluster=str(cluster_dir), max_fill_attempts=2, retry_backoff_s=3600)
+    stored = cache(cluster_dir, "tiny")
+    assert stored["status"]["status"] == "Failed"
+    assert conditions(stored)["Failure"] == ("True", "AuthenticationFailed")
+    assert conditions(stored)["Progressing"] == ("False", "RetryBackoff")
+    text = (cluster_dir / "cache.yaml").read_text() + json.dumps(report.as_json()) + json.dumps(stored["status"])
+    assert wrong not in text.replace(f"secret: {wrong}", "")  # only the Secret itself holds it
+    assert "Warning" in {e["type"] for e in LocalCluster(cluster_dir).list("v1", "Event", NS)}
+
+    # Within the backoff nothing is retried.
+    warm_caches(cluster=str(cluster_dir), max_fill_attempts=2, retry_backoff_s=3600)
+    assert cache(cluster_dir, "tiny")["metadata"]["annotations"]["modelplane.io/fill-attempts"].endswith(":1")
+    # After it, one more attempt; then it is given up and stays so.
+    warm_caches(cluster=str(cluster_dir), max_fill_attempts=2, retry_backoff_s=0)
+    warm_caches(cluster=str(cluster_dir), max_fill_attempts=2, retry_backoff_s=0)
+    stored = cache(cluster_dir, "tiny")
+    assert stored["metadata"]["annotations"]["modelplane.io/fill-attempts"].endswith(":2")
+    assert stored["status"]["status"] == "Failed"
+    assert conditions(stored)["Progressing"] == ("False", "AuthenticationFailed")
+    # The key is rejected when the source is sized, before any fill starts.
+    assert "FillStarted" not in events(cluster_dir) and "AuthenticationFailed" in events(cluster_dir)
+
+
+def test_a_volume_too_small_fails_before_downloading(prefect_harness: None, s3_server: S3Server, cluster_dir: pathlib.Path) -> None:
+    uri = s3_model(s3_server)
+    small = {"apiVersion": "v1", "kind": "PersistentVolumeClaim",
+             "metadata": {"name": "tiny-cache", "namespace": NS, "labels": {"modelplane.io/cache": "tiny"}},
+             "spec": {"accessModes": ["ReadWriteMany"], "resources": {"requests": {"storage": "512Ki"}}},
+             "status": {"phase": "Bound", "capacity": {"storage": "512Ki"}}}
+    write(cluster_dir, "cache.yaml", secret("s3-creds", id=s3_server.access_key, secret=s3_server.secret_key),
+          *namespace_config(s3_server), model_cache("tiny", uri, size="1Gi"), small)
+
+    warm_caches(cluster=str(cluster_dir))
+
+    stored = cache(cluster_dir, "tiny")
+    assert stored["status"]["status"] == "Failed"
+    assert conditions(stored)["Failure"] == ("True", "InsufficientSpace")
+    assert "never resized" in {c["type"]: c for c in stored["status"]["conditions"]}["Failure"]["message"]
+    volume = local_volume(LocalCluster(cluster_dir), NS, "tiny-cache")
+    assert not volume.exists() or not any(volume.rglob("*.safetensors"))
+    pvc = LocalCluster(cluster_dir).get("v1", "PersistentVolumeClaim", "tiny-cache", NS)
+    assert pvc["spec"]["resources"]["requests"]["storage"] == "512Ki"  # never resized
+
+
+def test_consumers_share_one_cache_and_a_persons_cache_is_adopted(
+    prefect_harness: None, s3_server: S3Server, cluster_dir: pathlib.Path
+) -> None:
+    uri = s3_model(s3_server)
+    template = {"apiVersion": "aim.silogen.ai/v1alpha1", "kind": "AIMServiceTemplate", "metadata": {"name": "t", "namespace": NS},
+                "spec": {"model": "m", "warmCache": True}, "status": {"status": "Available", "modelSources": [uri]}}
+    service = {"apiVersion": "aim.silogen.ai/v1alpha1", "kind": "AIMService", "metadata": {"name": "chat", "namespace": NS},
+               "spec": {"model": "m", "templateRef": "t"}}
+    write(cluster_dir, "cache.yaml", secret("s3-creds", id=s3_server.access_key, secret=s3_server.secret_key),
+          *namespace_config(s3_server), template, service, model_cache("mine", uri, size="1Gi"))
+
+    report = warm_caches(cluster=str(cluster_dir))
+
+    caches = LocalCluster(cluster_dir).list(*MC, NS)
+    assert [c["metadata"]["name"] for c in caches] == ["mine"]
+    assert caches[0]["metadata"]["annotations"]["modelplane.io/requested-by"] == (
+        "AIMService/models/chat,AIMServiceTemplate/models/t")
+    assert caches[0]["status"]["status"] == "Available"
+    assert sorted(report.ensured) == ["models/mine <- AIMService/models/chat", "models/mine <- AIMServiceTemplate/models/t"]
+
+
+def test_gc_deletes_only_unused_and_unmounted_caches(prefect_harness: None, cluster_dir: pathlib.Path) -> None:
+    def settled(name: str, last_used: str) -> dict[str, Any]:
+        return {**model_cache(name, f"s3://bucket/{name}", size="1Gi"),
+                "status": {"status": "Available", "persistentVolumeClaim": f"{name}-cache", "lastUsed": last_used}}
+
+    def claim(name: str) -> dict[str, Any]:
+        return {"apiVersion": "v1", "kind": "PersistentVolumeClaim",
+                "metadata": {"name": f"{name}-cache", "namespace": NS, "labels": {"modelplane.io/cache": name}},
+                "spec": {"accessModes": ["ReadWriteMany"], "resources": {"requests": {"storage": "2Gi"}}},
+                "status": {"phase": "Bound", "capacity": {"storage": "2Gi"}}}
+
+    mounting = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "server", "namespace": NS},
+                "spec": {"selector": {"matchLabels": {"app": "s"}}, "template": {"metadata": {"labels": {"app": "s"}}, "spec": {
+                    "containers": [{"name": "vllm", "image": "vllm"}],
+                    "volumes": [{"name": "m", "persistentVolumeClaim": {"claimName": "mounted-cache", "readOnly": True}}]}}}}
+    write(cluster_dir, "caches.yaml", settled("stale", "2020-01-01T00:00:00Z"), claim("stale"),
+          settled("mounted", "2020-01-01T00:00:00Z"), claim("mounted"), mounting,
+          settled("fresh", "2999-01-01T00:00:00Z"), claim("fresh"))
+    volume = local_volume(LocalCluster(cluster_dir), NS, "stale-cache")
+    volume.mkdir(parents=True)
+    (volume / "weights").write_bytes(b"x")
+
+    from datetime import timedelta
+
+    report = warm_caches(cluster=str(cluster_dir), include_consumers=False, gc_unused_after=timedelta(days=7))
+
+    remaining = {c["metadata"]["name"] for c in LocalCluster(cluster_dir).list(*MC, NS)}
+    assert remaining == {"mounted", "fresh"}
+    claims = {p["metadata"]["name"] for p in LocalCluster(cluster_dir).list("v1", "PersistentVolumeClaim", NS)}
+    assert claims == {"mounted-cache", "fresh-cache"}
+    assert not volume.exists()
+    assert len(report.freed) == 1 and report.freed[0].startswith("models/stale (stale-cache, 2Gi): last used 2020-01-01")
+
+
+def test_an_invalid_source_fails_with_the_field_and_others_proceed(prefect_harness: None, s3_server: S3Server, cluster_dir: pathlib.Path) -> None:
+    uri = s3_model(s3_server)
+    write(cluster_dir, "cache.yaml", secret("s3-creds", id=s3_server.access_key, secret=s3_server.secret_key),
+          *namespace_config(s3_server), model_cache("bad", "ftp://nowhere/model", size="1Gi"), model_cache("good", uri))
+
+    warm_caches(cluster=str(cluster_dir))
+
+    bad = cache(cluster_dir, "bad")
+    assert bad["status"]["status"] == "Failed"
+    assert conditions(bad)["Failure"] == ("True", "InvalidSource")
+    assert {c["type"]: c for c in bad["status"]["conditions"]}["Failure"]["message"].startswith("spec.sourceUri:")
+    assert cache(cluster_dir, "good")["status"]["status"] == "Available"

@@ -1,0 +1,99 @@
+"""The CLI's exit-code convention (flows/exitcodes.py), as an operator meets it in a shell.
+
+Could-not-run cases exit 2 with exactly one ``error:`` line on stderr and no traceback, before any
+Prefect machinery starts; these run the real ``modelplane`` entry point in a subprocess.
+"""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import shutil
+import socket
+import subprocess
+import sys
+
+import pytest
+from typer.testing import CliRunner
+
+from flows.cli import app
+from flows.exitcodes import ExitCode, degraded_summary, exit_code
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
+EXAMPLES = REPO / "deployments" / "examples"
+
+
+def modelplane(*args: str) -> subprocess.CompletedProcess[str]:
+    """The real entry point in a subprocess: what a shell sees, stderr included."""
+    env = {**os.environ, "PYTHONPATH": str(REPO), "KUBECONFIG": "/nonexistent-kubeconfig"}
+    return subprocess.run([sys.executable, "-m", "flows.cli", *args], cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+
+
+def invoke(*args: str) -> subprocess.CompletedProcess[str]:
+    """The CLI in-process (fast), shaped like :func:`modelplane`'s result."""
+    result = CliRunner().invoke(app, list(args), terminal_width=200)
+    return subprocess.CompletedProcess(list(args), result.exit_code, result.stdout, result.stderr)
+
+
+def assert_one_line_error(result: subprocess.CompletedProcess[str], *fragments: str) -> None:
+    assert result.returncode == ExitCode.CANNOT_RUN, result.stdout + result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr
+    assert "Traceback" not in result.stderr + result.stdout
+    for fragment in fragments:
+        assert fragment in lines[0]
+
+
+def test_convention() -> None:
+    assert (ExitCode.OK, ExitCode.CANNOT_RUN, ExitCode.DEGRADED) == (0, 2, 3)
+    assert exit_code([]) == ExitCode.OK and exit_code(["metrics unavailable"]) == ExitCode.DEGRADED
+    assert degraded_summary("4 variants", []) == "4 variants"
+    assert degraded_summary("4 variants", ["a", "b"]) == "4 variants — DEGRADED: a; b"
+
+
+@pytest.mark.parametrize("command", ["optimize", "validate"])
+def test_missing_cluster_path(command: str) -> None:
+    assert_one_line_error(invoke(command, "--cluster", "/nonexistent"), "/nonexistent", "does not exist")
+
+
+def test_bad_kubeconfig_is_one_line(tmp_path: pathlib.Path) -> None:
+    bad = tmp_path / "kubeconfig"
+    bad.write_text("just a string, not a kubeconfig\n")
+    assert_one_line_error(modelplane("optimize", "--cluster", f"kubeconfig:{bad}"), "cannot load Kubernetes configuration", str(bad))
+    assert_one_line_error(invoke("optimize", "--cluster", f"kubeconfig:{tmp_path / 'none'}#ctx"), "ctx")
+
+
+def test_unreachable_api_server_is_one_line(tmp_path: pathlib.Path) -> None:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]  # closed again: nothing listens there
+    config = tmp_path / "kubeconfig"
+    config.write_text(
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster: {server: 'http://127.0.0.1:%d'}\n"
+        "users:\n- name: u\n  user: {token: t}\ncontexts:\n- name: x\n  context: {cluster: c, user: u}\ncurrent-context: x\n" % port
+    )
+    assert_one_line_error(invoke("optimize", "--cluster", f"kubeconfig:{config}"), "cannot read the cluster")
+
+
+def test_missing_configuration_is_reported_as_such(tmp_path: pathlib.Path) -> None:
+    shutil.copytree(EXAMPLES, tmp_path / "cluster")
+    result = invoke("optimize", "--cluster", str(tmp_path / "cluster"), "--config-namespace", "modelplan-system")
+    assert_one_line_error(result, "accelerator-unit-costs", "modelplan-system")
+    assert "unknown accelerator" not in result.stdout + result.stderr
+
+
+def test_missing_metrics_file_is_a_usage_error(tmp_path: pathlib.Path) -> None:
+    result = CliRunner().invoke(app, ["optimize", "--cluster", str(EXAMPLES), "--metrics", str(tmp_path / "none.yaml")])
+    assert result.exit_code == 2
+
+
+def test_help_shows_targets_and_rate_window() -> None:
+    result = CliRunner().invoke(app, ["optimize", "--help"], terminal_width=200)
+    text = " ".join(result.stdout.split())
+    assert "kubeconfig:PATH#CONTEXT" in text and "--rate-window" in text and "PROMETHEUS_RATE_WINDOW" in text
+    assert "Exit codes" in text
+
+
+def test_bad_rate_window_is_a_usage_error() -> None:
+    result = CliRunner().invoke(app, ["optimize", "--cluster", str(EXAMPLES), "--rate-window", "1 minute"])
+    assert result.exit_code == 2
