@@ -113,14 +113,14 @@ def test_cli_dry_run_writes_nothing_and_a_bad_file_is_one_line(prefect_harness: 
     write_windows_file(file, 300.0, {(NAMESPACE, name): windows_from_aggregates(window_aggregates(ramp(profile, slo, 5), 300.0)["ns/v"], 300.0)})
     before = {f.name: f.read_text() for f in example_cluster.glob("*.yaml")}
     result = CliRunner().invoke(app, ["calibrate", "--cluster", str(example_cluster), "--windows", str(file), "--dry-run"], terminal_width=250)
-    assert result.exit_code == 0, result.output
-    assert "ProfileProposed" in result.stdout and name in result.stdout
+    assert result.exit_code == 3, result.output  # degraded: the other three variants have no metrics
+    assert "ProfileProposed" in result.stdout and name in result.stdout and "MetricsUnavailable" in result.stdout
     assert {f.name: f.read_text() for f in example_cluster.glob("*.yaml")} == before
 
     bad = tmp_path / "bad.yaml"
     bad.write_text("windowSeconds: 300\nvariants:\n  - {namespace: ns, name: v, windows: [{requests: -1}]}\n")
     failed = CliRunner().invoke(app, ["calibrate", "--cluster", str(example_cluster), "--windows", str(bad)])
-    assert failed.exit_code == 1 and "windows[0].requests" in failed.output and "Traceback" not in failed.output
+    assert failed.exit_code == 2 and "windows[0].requests" in failed.output and "Traceback" not in failed.output
 
 
 def openmetrics(result: SimResult, labels: dict[str, str], start: float, step: float = 15.0) -> str:
