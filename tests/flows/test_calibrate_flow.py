@@ -105,6 +105,26 @@ def test_windows_file_proposes_everywhere_and_writes_only_the_opted_in_spec(pref
     missing = after["granite-13b-l40s"]
     assert condition(missing)["status"] == "False" and condition(missing)["reason"] == "MetricsUnavailable"
     assert missing["spec"] == before["granite-13b-l40s"]["spec"]
+    assert artifact_rows("calibrate-profiles")[-1]  # the proposals are published
+
+
+def artifact_rows(key: str) -> list:
+    import asyncio
+    import json
+
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey
+
+    async def read() -> list:
+        async with get_client() as client:
+            return await client.read_artifacts(artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=[key])))
+
+    artifacts = asyncio.run(read())
+    assert artifacts, f"no {key} artifact"
+    table = artifacts[-1].data
+    rows = json.loads(table) if isinstance(table, str) else table
+    assert any(r["variant"] == "llama-3-1-8b-a100" and r["result"] == "ProfileApplied" and "[" in r["alpha"] for r in rows)
+    return rows
 
 
 def test_cli_dry_run_writes_nothing_and_a_bad_file_is_one_line(prefect_harness: None, example_cluster: pathlib.Path, tmp_path: pathlib.Path) -> None:
