@@ -194,3 +194,35 @@ def test_prometheus_range_queries_feed_the_fit(prefect_harness: None, example_cl
     assert rows["llama-3-1-8b-h100"].reason == "MetricsUnavailable"
     va = documents(example_cluster)[name]
     assert condition(va)["reason"] == "ProfileProposed"
+
+
+def test_writes_pass_the_crd_schema_on_the_kubernetes_api(prefect_harness: None, kube_server: Any, kube_namespace: str, tmp_path: pathlib.Path) -> None:
+    """Against the Kubernetes API test server (official client, CRD validation, status subresource)."""
+    from kubernetes import client as k8s
+
+    from engine.api.crds import render_crds
+    from tests.factories import variant_autoscaling
+
+    kube_server.install_crds([yaml.safe_load(text) for text in render_crds().values()])
+    custom = k8s.CustomObjectsApi(kube_server.api_client())
+    name, _, profile, slo = VARIANTS[1]
+    parms = {"alpha": "12.4", "beta": "0.22", "gamma": "3.1", "delta": "0.06"}
+    for va, annotations in (("opted", {ANNOTATION_CALIBRATION: "apply"}), ("proposed", None)):
+        body = variant_autoscaling(va, kube_namespace, "meta/llama-3.1-8b", "H100", parms, annotations=annotations)
+        custom.create_namespaced_custom_object("llmd.ai", "v1alpha1", kube_namespace, "variantautoscalings", body)
+    windows = windows_from_aggregates(window_aggregates(ramp(profile, slo, 2), 300.0)["ns/v"], 300.0)
+    file = tmp_path / "windows.yaml"
+    write_windows_file(file, 300.0, {(kube_namespace, "opted"): windows, (kube_namespace, "proposed"): windows})
+
+    calibrate(cluster=f"kubeconfig:{kube_server.kubeconfig}", namespaces=[kube_namespace], windows_file=str(file))
+
+    def read(va: str) -> dict[str, Any]:
+        return custom.get_namespaced_custom_object("llmd.ai", "v1alpha1", kube_namespace, "variantautoscalings", va)
+
+    opted, proposed = read("opted"), read("proposed")
+    assert condition(opted)["reason"] == "ProfileApplied" and condition(proposed)["reason"] == "ProfileProposed"
+    written = opted["spec"]["variantProfile"]["perfParms"]
+    assert float(written["decodeParms"]["beta"]) == pytest.approx(0.22, rel=0.1) and written["prefillParms"]["gamma"] == "3.1"
+    assert opted["metadata"]["generation"] == 2  # a spec write
+    assert proposed["spec"]["variantProfile"]["perfParms"]["decodeParms"] == {"alpha": "12.4", "beta": "0.22"}
+    assert proposed["metadata"]["generation"] == 1
