@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import pathlib
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, Literal
 
 from prefect import flow, get_run_logger, task
 from prefect.artifacts import create_markdown_artifact
@@ -40,6 +40,9 @@ from engine.simulate_trace import TraceShape
 from tasks.simulation import markdown_report, read_description, read_trace, write_report
 
 DEFAULT_CONFIG_NAMESPACE = "modelplane-system"
+# Literal types so the Prefect form offers the choices (kept equal to POLICIES and the simulated gauges).
+PolicyName = Literal["modelplane", "saturation-only", "wva-greedy", "hpa", "static-peak"]
+HpaMetric = Literal["vllm:num_requests_waiting", "vllm:num_requests_running", "vllm:kv_cache_usage_perc"]
 
 
 class SimulateParameters(BaseModel):
@@ -118,7 +121,7 @@ def simulate(
     cluster: str,
     trace: str,
     config_namespace: str = DEFAULT_CONFIG_NAMESPACE,
-    policies: list[str] | None = None,
+    policies: list[PolicyName] | None = None,
     compression: float = 1.0,
     rate_scale: float = 1.0,
     start_s: float = 0.0,
@@ -128,7 +131,7 @@ def simulate(
     startup_delay_s: float = 120.0,
     kv_tokens_per_slot: int = 2048,
     sizing_ttft_scale: float = 1.0,
-    hpa_metric: str | None = None,
+    hpa_metric: HpaMetric | None = None,
     hpa_target: float | None = None,
     seed: int = 0,
     output_dir: str = "simulation-report",

@@ -135,3 +135,13 @@ def test_a_variant_without_a_profile_cannot_be_simulated_and_says_which(descript
 
     with pytest.raises(SpecError, match=r"VariantAutoscaling llm-serving/\S+: required: the simulator serves requests"):
         build_scenario(replace(description, variants=broken), small_trace(), SimConfig())
+
+
+def test_the_flow_form_offers_exactly_the_simulated_choices() -> None:
+    from typing import get_args
+
+    from engine.simulate_policies import _GAUGES
+    from flows.simulate import HpaMetric, PolicyName
+
+    assert get_args(PolicyName) == POLICIES
+    assert set(get_args(HpaMetric)) == set(_GAUGES)
