@@ -34,6 +34,8 @@ setup_services() {
   local need=()
   command -v prometheus >/dev/null 2>&1 || need+=(prometheus)
   command -v git >/dev/null 2>&1 || need+=(git)  # the HF test server serves git repositories
+  command -v chromium >/dev/null 2>&1 || need+=(chromium)
+  command -v chromedriver >/dev/null 2>&1 || need+=(chromium-driver)
   if [ ${#need[@]} -gt 0 ]; then
     if [ "$(id -u)" = 0 ]; then
       export DEBIAN_FRONTEND=noninteractive

@@ -7,10 +7,11 @@ import os
 import pathlib
 import re
 import sys
-from typing import Optional
+from typing import Any, Optional
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from flows.exitcodes import CannotRun, cli_errors, exit_code
@@ -18,6 +19,8 @@ from flows.exitcodes import CannotRun, cli_errors, exit_code
 # Local runs start an ephemeral Prefect API on the shared ~/.prefect database; its telemetry write is the
 # one statement that contends with another local Prefect process, and it reports nothing we need.
 os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+# Prefect's 20 s default for starting that ephemeral API is too short on a busy CI runner.
+os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "120")
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="Modelplane: a control plane for serving LLMs on Kubernetes.")
 # Off a terminal (CI logs, pipes) rich would wrap tables at 80 columns and cut names; use a wide page.
@@ -111,8 +114,8 @@ def optimize(
     """Run one optimization cycle and print the allocation table (writes status back unless --dry-run).
 
     Exit codes (flows/exitcodes.py): 0 clean; 2 could not run (cluster path missing, no Kubernetes access,
-    configuration ConfigMap missing), with one line on stderr; 3 ran degraded (metrics missing, resources
-    invalid or not ready, write errors), as the summary line says.
+    configuration ConfigMap missing, a parameter rejected), with one line on stderr; 3 ran degraded
+    (metrics missing, resources invalid or not ready, write errors), as the summary line says.
     """
     from flows.optimize import RATE_WINDOW_PATTERN, optimize as optimize_flow
     from tasks.cluster import connect
@@ -124,7 +127,8 @@ def optimize(
         problem = cannot_run_reason(connect(cluster), config_namespace)  # before Prefect starts: one clear line
         if problem:
             raise CannotRun(problem)
-    report = optimize_flow(
+    report = run_flow_or_exit(
+        optimize_flow,
         namespaces=namespace or None,
         namespace_selector=namespace_selector,
         config_namespace=config_namespace,
@@ -136,7 +140,7 @@ def optimize(
     )
     if as_json:
         sys.stdout.write(json.dumps(report.as_json(), indent=2) + "\n")
-        raise typer.Exit(report.exit_code)
+        exit_with_outcome(report.degraded)
     table = Table(title="Modelplane allocation")
     for column in ("namespace", "name", "model", "accelerator", "current", "desired", "cost", "reason"):
         table.add_column(column, justify="right" if column in ("current", "desired", "cost") else "left")
@@ -148,12 +152,47 @@ def optimize(
     console.print(report.summary)
     if report.metrics_error:
         err.print(f"[yellow]metrics unavailable: {report.metrics_error}[/yellow]")
-    raise typer.Exit(report.exit_code)
+    exit_with_outcome(report.degraded)
+
+
+def run_flow_or_exit(flow: Any, **parameters: Any) -> Any:
+    """Run ``flow`` in-process; when it cannot run (no cluster, bad parameter, missing file) print one
+    ``error:`` line and exit CANNOT_RUN instead of a traceback."""
+    from prefect.exceptions import ParameterTypeError
+    from prefect.logging.loggers import disable_logger
+
+    from flows.exitcodes import ExitCode, one_line
+    from tasks.cluster.errors import ClusterError
+
+    try:
+        with disable_logger("prefect.flows"):  # the deployment schema's checks, before any run or log line
+            flow.validate_parameters(parameters)
+        return flow(**parameters)
+    except ParameterTypeError as exc:
+        reason = one_line(exc)
+    except (CannotRun, ClusterError) as exc:
+        reason = one_line(exc)
+    except (OSError, ValueError) as exc:
+        reason = f"{type(exc).__name__}: {one_line(exc)}"
+    except RuntimeError as exc:
+        if "Prefect API" not in str(exc):  # anything else is a bug: keep its traceback
+            raise
+        reason = one_line(exc)
+    sys.stderr.write(f"error: {flow.name} could not run: {reason}\n")
+    raise typer.Exit(ExitCode.CANNOT_RUN)
+
+
+def exit_with_outcome(problems: list[str]) -> None:
+    """Print a degraded run's problems on stderr and exit DEGRADED (3); exit OK (0) otherwise."""
+    for problem in problems:
+        err.print(f"[yellow]degraded: {escape(problem)}[/yellow]", highlight=False, soft_wrap=True)
+    raise typer.Exit(int(exit_code(problems)))
 
 
 @app.command()
 def serve() -> None:
-    """Serve every deployment of deployments/prefect.yaml with its schedules (Prefect server if PREFECT_API_URL is set)."""
+    """Serve every deployment of deployments/prefect.yaml from this process, named '<name>-local', with its
+    schedules and triggers (on the Prefect server of PREFECT_API_URL, else an ephemeral one)."""
     from prefect import serve as prefect_serve
 
     from flows.deployments import runner_deployments
@@ -279,6 +318,7 @@ class _CacheFillProgress:
         if self._bar is not None:
             self._bar.stop()
 
+
 @app.command("warm-caches")
 def warm_caches(
     cluster: Optional[str] = typer.Option(None, "--cluster", help="Manifests directory/file, 'kubeconfig:PATH[#ctx]', or empty for the current kubeconfig."),
@@ -338,6 +378,8 @@ def _duration(text: str) -> "datetime.timedelta":
     if text.endswith("d") and text[:-1].replace(".", "", 1).isdigit():
         return datetime.timedelta(days=float(text[:-1]))
     return datetime.timedelta(seconds=parse_duration(text))
+
+
 @app.command()
 def simulate(
     cluster: pathlib.Path = typer.Option(..., "--cluster", help="Manifests directory/file: VariantAutoscalings, targets, WVA ConfigMaps."),
@@ -461,6 +503,47 @@ def calibrate(
     for row in report.rows:
         console.print(f"{row.namespace}/{row.name}: {row.message}", highlight=False)
     raise typer.Exit(exit_code(degraded))
+
+
+@app.command()
+def deploy(
+    pool_type: str = typer.Option("kubernetes", "--pool-type", help="'kubernetes' (deployments/work-pool-template.json) or 'process' (a local worker)."),
+    pool: Optional[str] = typer.Option(None, "--pool", help="Work pool name (default modelplane-kubernetes / modelplane-process)."),
+) -> None:
+    """Create the work pool if missing, then register every deployment of deployments/prefect.yaml on the
+    Prefect server of PREFECT_API_URL (runs 'prefect --no-prompt deploy --all --prefect-file deployments/prefect.yaml')."""
+    import asyncio
+
+    from prefect.client.orchestration import get_client
+
+    from flows.deployments import KUBERNETES_POOL, PROCESS_POOL, ensure_work_pool, run_deploy
+    from flows.exitcodes import ExitCode
+
+    if pool_type not in ("kubernetes", "process"):
+        err.print(f"[red]--pool-type must be 'kubernetes' or 'process', not {pool_type!r}[/red]")
+        raise typer.Exit(ExitCode.CANNOT_RUN)
+    if not os.environ.get("PREFECT_API_URL"):
+        err.print("[red]PREFECT_API_URL is not set: point it at the Prefect server to deploy to (e.g. http://127.0.0.1:4200/api)[/red]")
+        raise typer.Exit(ExitCode.CANNOT_RUN)
+    name = pool or (KUBERNETES_POOL if pool_type == "kubernetes" else PROCESS_POOL)
+
+    async def create_pool() -> bool:
+        async with get_client() as client:
+            return await ensure_work_pool(client, name, pool_type)
+
+    try:
+        created = asyncio.run(create_pool())
+    except Exception as exc:  # the server is unreachable or refuses the pool: one line, no traceback
+        err.print(f"[red]work pool {name!r}: {type(exc).__name__}: {exc}[/red]", highlight=False)
+        raise typer.Exit(ExitCode.CANNOT_RUN)
+    err.print(f"work pool {name!r} ({pool_type}): {'created' if created else 'exists'}")
+    result = run_deploy(pool=None if name == KUBERNETES_POOL else name)
+    sys.stdout.write(result.stdout)
+    if result.returncode != 0:
+        sys.stderr.write(result.stderr)
+        err.print(f"[red]prefect deploy failed with exit code {result.returncode}[/red]")
+        raise typer.Exit(ExitCode.CANNOT_RUN)
+    err.print(f"registered the deployments of deployments/prefect.yaml on {name!r}; start a worker: prefect worker start --pool {name}")
 
 
 def main() -> None:

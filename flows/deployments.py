@@ -1,25 +1,54 @@
-"""Build Prefect runner deployments from ``deployments/prefect.yaml``.
+"""Modelplane's Prefect deployments, from ``deployments/prefect.yaml``: served locally or registered on a work pool.
 
 ``modelplane serve`` and ``prefect deploy`` read the same file, so the served schedules, concurrency
-limits and default parameters cannot drift from the registered deployments.
+limits, triggers and default parameters cannot drift from the registered deployments. Served deployments
+are named ``<name>-local`` (:data:`SERVE_SUFFIX`): a deployment is identified by flow and name, so a served
+process and a work pool never share one and never pick up each other's runs.
+
+``modelplane deploy`` is the one-line install: it creates the work pool when it is missing (Kubernetes
+from ``deployments/work-pool-template.json``, or a local process pool whose working directory is this
+checkout) and then runs the documented ``prefect --no-prompt deploy --all --prefect-file ...`` command.
 """
 
 from __future__ import annotations
 
+import copy
 import datetime
+import json
 import pathlib
+import subprocess
+import sys
 from typing import Any
 
 import yaml
+from prefect.client.orchestration import PrefectClient
+from prefect.client.schemas.actions import WorkPoolCreate
 from prefect.client.schemas.objects import ConcurrencyLimitConfig, ConcurrencyLimitStrategy
 from prefect.deployments.runner import RunnerDeployment
+from prefect.events import DeploymentTriggerTypes
+from prefect.exceptions import ObjectNotFound
 from prefect.flows import load_flow_from_entrypoint
 from prefect.schedules import Cron, Interval, Schedule
+from pydantic import TypeAdapter
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
+PREFECT_YAML = REPO / "deployments" / "prefect.yaml"
+WORK_POOL_TEMPLATE = REPO / "deployments" / "work-pool-template.json"
+SERVE_SUFFIX = "-local"
+KUBERNETES_POOL = "modelplane-kubernetes"
+PROCESS_POOL = "modelplane-process"
+
+_TRIGGERS: TypeAdapter[DeploymentTriggerTypes] = TypeAdapter(DeploymentTriggerTypes)
 
 
-def load_prefect_yaml(path: pathlib.Path) -> dict[str, Any]:
-    """The parsed prefect.yaml."""
+def load_prefect_yaml(path: pathlib.Path = PREFECT_YAML) -> dict[str, Any]:
+    """The parsed prefect.yaml (YAML anchors resolved)."""
     return yaml.safe_load(path.read_text())
+
+
+def deployment_entries(path: pathlib.Path = PREFECT_YAML) -> list[dict[str, Any]]:
+    """Every ``deployments:`` entry of prefect.yaml."""
+    return list(load_prefect_yaml(path)["deployments"])
 
 
 def schedules_of(config: dict[str, Any]) -> list[Schedule]:
@@ -49,22 +78,94 @@ def concurrency_of(config: dict[str, Any]) -> ConcurrencyLimitConfig | None:
     )
 
 
-def runner_deployments(path: pathlib.Path) -> list[RunnerDeployment]:
-    """One runner deployment per entry of prefect.yaml, with the flow loaded from its entrypoint."""
-    root = path.resolve().parents[1]
+def triggers_of(config: dict[str, Any], deployment_name: str | None = None) -> list[DeploymentTriggerTypes]:
+    """The entry's deployment triggers, parsed exactly as ``prefect deploy`` parses them."""
+    name = deployment_name or config["name"]
+    triggers = []
+    for index, spec in enumerate(config.get("triggers") or [], start=1):
+        spec = copy.deepcopy(spec)
+        spec["name"] = f"{spec.get('name') or f'{name}__automation_{index}'}{'' if name == config['name'] else SERVE_SUFFIX}"
+        triggers.append(_TRIGGERS.validate_python(spec))
+    return triggers
+
+
+def load_entry_flow(config: dict[str, Any]) -> Any:
+    """The flow object an entry's entrypoint names (paths relative to the repository root)."""
+    file, _, function = config["entrypoint"].partition(":")
+    return load_flow_from_entrypoint(f"{REPO / file}:{function}", use_placeholder_flow=False)
+
+
+def served_name(name: str) -> str:
+    """The name ``modelplane serve`` gives the deployment called ``name`` in prefect.yaml."""
+    return f"{name}{SERVE_SUFFIX}"
+
+
+def runner_deployments(path: pathlib.Path = PREFECT_YAML) -> list[RunnerDeployment]:
+    """One runner deployment per entry of prefect.yaml, named ``<name>-local``, with its schedules and triggers."""
     deployments = []
-    for config in load_prefect_yaml(path)["deployments"]:
-        file, _, function = config["entrypoint"].partition(":")
-        flow = load_flow_from_entrypoint(f"{root / file}:{function}", use_placeholder_flow=False)
+    for config in deployment_entries(path):
+        name = served_name(config["name"])
         deployments.append(
-            flow.to_deployment(
-                name=config["name"],
+            load_entry_flow(config).to_deployment(
+                name=name,
                 description=config.get("description"),
-                tags=config.get("tags"),
+                tags=[*(config.get("tags") or []), "served"],
                 schedules=schedules_of(config),
                 concurrency_limit=concurrency_of(config),
                 parameters=config.get("parameters") or {},
+                triggers=triggers_of(config, name),
                 enforce_parameter_schema=config.get("enforce_parameter_schema", True),
             )
         )
     return deployments
+
+
+# ------------------------------------------------------------------------------------------ work pools
+
+
+def kubernetes_pool_template(path: pathlib.Path = WORK_POOL_TEMPLATE) -> dict[str, Any]:
+    """The Kubernetes work pool's base job template (service account, cache volumes, resources)."""
+    return json.loads(path.read_text())
+
+
+def process_pool_template(working_dir: pathlib.Path = REPO) -> dict[str, Any]:
+    """Prefect's process-worker template with ``working_dir`` defaulting to this checkout, where the
+    prefect.yaml entrypoints resolve (the deployments have no pull step)."""
+    from prefect.workers.process import ProcessWorker
+
+    template = ProcessWorker.get_default_base_job_template()
+    template["variables"]["properties"]["working_dir"]["default"] = str(working_dir)
+    return template
+
+
+async def ensure_work_pool(client: PrefectClient, name: str, pool_type: str) -> bool:
+    """Create the work pool ``name`` of ``pool_type`` (``kubernetes`` or ``process``) unless it exists.
+
+    Returns True when it was created. An existing pool is left as it is (a person may have tuned it).
+    """
+    try:
+        existing = await client.read_work_pool(name)
+    except ObjectNotFound:
+        existing = None
+    if existing is not None:
+        if existing.type != pool_type:
+            raise ValueError(f"work pool {name!r} exists with type {existing.type!r}, not {pool_type!r}")
+        return False
+    template = kubernetes_pool_template() if pool_type == "kubernetes" else process_pool_template()
+    await client.create_work_pool(
+        WorkPoolCreate(name=name, type=pool_type, base_job_template=template,
+                       description=f"Modelplane flow runs ({pool_type}); see deployments/prefect.yaml")
+    )
+    return True
+
+
+def deploy_command(prefect_file: pathlib.Path = PREFECT_YAML, pool: str | None = None) -> list[str]:
+    """The documented registration command (run from the repository root); ``pool`` overrides the
+    entries' Kubernetes work pool, e.g. with a local process pool."""
+    command = [sys.executable, "-m", "prefect", "--no-prompt", "deploy", "--all", "--prefect-file", str(prefect_file.relative_to(REPO))]
+    return command + (["--pool", pool] if pool else [])
+
+
+def run_deploy(pool: str | None = None, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """Run :func:`deploy_command` from the repository root, capturing its output."""
+    return subprocess.run(deploy_command(pool=pool), cwd=REPO, env=env, capture_output=True, text=True, check=False)

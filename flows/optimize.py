@@ -21,21 +21,23 @@ from __future__ import annotations
 import os
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
-from typing import Annotated, Any
+from typing import Any
 
 from prefect import flow, get_run_logger, task
 from prefect.artifacts import create_table_artifact
 from prefect.cache_policies import NO_CACHE
 from prefect.context import FlowRunContext
 from prefect.utilities.annotations import quote
-from pydantic import BaseModel, Field
+from pydantic import BaseModel
 
 from engine.bindings import BindingDecision, plan_binding
 from engine.optimize import CycleInputs, ModelLoad, PodSample, VariantDecision, plan_variants, summarize
 from engine.saturation import SaturationConfigSet
 from flows.exitcodes import CannotRun, ExitCode, degraded_summary, exit_code
+from flows.parameters import PROMETHEUS_DURATION_PATTERN, NamespaceName, NonNegativeSeconds, PositiveSeconds, PromDuration
 from tasks.cluster import Cluster, LocalCluster, connect
 from tasks.cluster.errors import ClusterError
+from tasks.events import Subject, emit_change
 from tasks.metrics import FileMetrics, MetricsSnapshot, MetricsSource, PrometheusMetrics
 from tasks.optimizer import (
     ClusterState,
@@ -54,29 +56,26 @@ from tasks.optimizer import (
 DEFAULT_INTERVAL_S = 60
 DEFAULT_CONFIG_NAMESPACE = "modelplane-system"
 DEFAULT_RATE_WINDOW = "1m"
-RATE_WINDOW_PATTERN = r"^[0-9]+(ms|s|m|h)$"
+RATE_WINDOW_PATTERN = PROMETHEUS_DURATION_PATTERN
 
-RateWindow = Annotated[str | None, Field(pattern=RATE_WINDOW_PATTERN)]
-"""A PromQL duration such as ``1m`` or ``30s`` (the constraint is in the parameter schema Prefect stores)."""
-SolverTimeLimit = Annotated[float, Field(gt=0)]
-"""Seconds, strictly positive."""
-HeartbeatSeconds = Annotated[float, Field(ge=0)]
+RateWindow = PromDuration | None
+"""A PromQL duration such as ``1m`` or ``30s``; ``None`` keeps ``PROMETHEUS_RATE_WINDOW`` (default 1m)."""
 
 
 class OptimizeParameters(BaseModel):
     """One run's parameters, validated. Defaults and descriptions live in the flow's signature and
     docstring, which Prefect turns into the UI form; this model adds the checks the form cannot express."""
 
-    namespaces: list[str]
+    namespaces: list[NamespaceName]
     namespace_selector: str | None
-    config_namespace: str = Field(min_length=1)
+    config_namespace: NamespaceName
     prometheus_url: str | None
     metrics_file: str | None
     rate_window: RateWindow = None
     cluster: str | None
     dry_run: bool
-    solver_time_limit_s: float = Field(gt=0)
-    status_heartbeat_s: float = Field(ge=0)
+    solver_time_limit_s: PositiveSeconds
+    status_heartbeat_s: NonNegativeSeconds
 
 
 @dataclass
@@ -216,16 +215,16 @@ def report_rows(decisions: list[VariantDecision], writes: list[WriteOutcome], bi
 
 @flow(name="optimize", timeout_seconds=DEFAULT_INTERVAL_S - 10, log_prints=True)
 def optimize(
-    namespaces: list[str] | None = None,
+    namespaces: list[NamespaceName] | None = None,
     namespace_selector: str | None = None,
-    config_namespace: str = DEFAULT_CONFIG_NAMESPACE,
+    config_namespace: NamespaceName = DEFAULT_CONFIG_NAMESPACE,
     prometheus_url: str | None = None,
     metrics_file: str | None = None,
     rate_window: RateWindow = None,
     cluster: str | None = None,
     dry_run: bool = False,
-    solver_time_limit_s: SolverTimeLimit = 10.0,
-    status_heartbeat_s: HeartbeatSeconds = 300.0,
+    solver_time_limit_s: PositiveSeconds = 10.0,
+    status_heartbeat_s: NonNegativeSeconds = 300.0,
 ) -> CycleReport:
     """One allocation cycle over every VariantAutoscaling and AutoscalingPolicyBinding.
 
@@ -279,6 +278,7 @@ def optimize(
     summary = degraded_summary(summarize(decisions) + binding_summary(bindings), degraded)
     report = CycleReport(rows=report_rows(decisions, writes, bindings), summary=summary, metrics_error=metrics_error,
                          writes=writes, degraded=degraded)
+    emit_scaling_events(report)
     publish(report)
     logger.info("optimize: %s", report.summary)
     return report
@@ -312,6 +312,17 @@ def degraded_reasons(
     if isinstance(cluster, LocalCluster) and cluster.load_errors:
         reasons.append(f"{len(cluster.load_errors)} manifest files or documents could not be read")
     return reasons
+def emit_scaling_events(report: CycleReport) -> None:
+    """One Prefect event per target this cycle actually scaled (none in a dry run: nothing is applied)."""
+    for row in report.rows:
+        if not row.applied or row.desired is None or row.desired == row.current:
+            continue
+        payload = {"current": row.current, "desired": row.desired, "accelerator": row.accelerator, "model": row.model, "reason": row.reason}
+        if row.kind == "VariantAutoscaling":
+            emit_change(Subject("llmd.ai/v1alpha1", "VariantAutoscaling", row.name, row.namespace), "scaled", payload)
+        else:
+            binding, _, target = row.name.partition("/")
+            emit_change(Subject("registry.volcano.sh/v1alpha1", "AutoscalingPolicyBinding", binding, row.namespace), "scaled", {**payload, "target": target})
 
 
 def publish(report: CycleReport) -> None:

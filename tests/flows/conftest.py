@@ -33,3 +33,6 @@ def example_cluster(tmp_path: pathlib.Path) -> pathlib.Path:
 def example_metrics() -> pathlib.Path:
     """The bundled metrics file of the example cluster."""
     return REPO / "deployments" / "example-metrics.yaml"
+
+
+from tests.flows.prefect_server import prefect_server  # noqa: E402,F401  (the real server of the platform tests)

@@ -1,47 +1,129 @@
-"""deployments/prefect.yaml deploys: every entrypoint loads, and registering it on a Prefect server keeps
-the schedule slug, the concurrency limit with CANCEL_NEW, the typed parameter schema and the timeout."""
+"""Every entry of deployments/prefect.yaml has the platform shape (checked per entry, so a new flow's entry
+is checked as soon as it is appended): description, tags, a typed parameter schema with a description per
+parameter and its constraints, enforce_parameter_schema, a slugged schedule with concurrency 1 + CANCEL_NEW
+and a timeout (retries included) below the interval, triggers that parse and name real parameters, and the
+Kubernetes work pool with job variables its template defines. Served deployments register under '-local'."""
 
 from __future__ import annotations
 
 import asyncio
+import json
 import pathlib
+from typing import Any
 
-import yaml
+import jsonschema
+import pytest
+from prefect.utilities.callables import parameter_schema
 
-from flows.deployments import runner_deployments
+from flows.parameters import PROMETHEUS_DURATION_PATTERN
+from flows.deployments import (
+    REPO,
+    KUBERNETES_POOL,
+    PREFECT_YAML,
+    SERVE_SUFFIX,
+    deployment_entries,
+    kubernetes_pool_template,
+    load_entry_flow,
+    load_prefect_yaml,
+    runner_deployments,
+    triggers_of,
+)
 
-REPO = pathlib.Path(__file__).resolve().parents[2]
-PREFECT_YAML = REPO / "deployments" / "prefect.yaml"
-
-
-def test_prefect_yaml_declares_scheduled_single_concurrency_deployments() -> None:
-    config = yaml.safe_load(PREFECT_YAML.read_text())
-    names = [d["name"] for d in config["deployments"]]
-    assert "optimize" in names
-    for deployment in config["deployments"]:
-        for schedule in deployment.get("schedules") or []:
-            assert schedule.get("slug"), f"{deployment['name']}: every schedule needs a slug"
-        if deployment.get("schedules"):
-            assert deployment["concurrency_limit"] == {"limit": 1, "collision_strategy": "CANCEL_NEW"}
-
-
-def test_flow_timeout_is_below_the_schedule_interval() -> None:
-    config = yaml.safe_load(PREFECT_YAML.read_text())
-    by_name = {d.name: d for d in runner_deployments(PREFECT_YAML)}
-    for entry in config["deployments"]:
-        flow_file, _, function = entry["entrypoint"].partition(":")
-        from prefect.flows import load_flow_from_entrypoint
-
-        flow = load_flow_from_entrypoint(f"{REPO / flow_file}:{function}", use_placeholder_flow=False)
-        for schedule in entry.get("schedules") or []:
-            assert flow.timeout_seconds is not None and flow.timeout_seconds < float(schedule["interval"])
-        assert entry["name"] in by_name
+ENTRIES = deployment_entries()
+IDS = [entry["name"] for entry in ENTRIES]
 
 
-def test_deployments_register_on_a_prefect_server(prefect_harness: None) -> None:
+def schema_of(entry: dict[str, Any]) -> dict[str, Any]:
+    """The parameter schema Prefect stores for the entry's flow (built from its signature, as `prefect deploy` does)."""
+    return parameter_schema(load_entry_flow(entry)).model_dump_for_openapi()
+
+
+def test_every_lifecycle_flow_is_a_deployment() -> None:
+    assert "optimize" in IDS
+    assert len(IDS) == len(set(IDS)), "deployment names must be unique"
+    assert load_prefect_yaml()["pull"] == [], "no pull step: the image's WORKDIR / the process pool's working_dir hold the code"
+
+
+@pytest.mark.parametrize("entry", ENTRIES, ids=IDS)
+def test_entry_is_described_tagged_and_enforces_its_schema(entry: dict[str, Any]) -> None:
+    assert entry.get("description", "").strip(), "a description the UI shows"
+    assert "modelplane" in (entry.get("tags") or []), "tag 'modelplane' so a person can filter every flow"
+    assert entry.get("enforce_parameter_schema") is True
+    assert entry["entrypoint"].startswith("flows/") and entry["entrypoint"].split(":")[0].endswith(".py")
+
+
+@pytest.mark.parametrize("entry", ENTRIES, ids=IDS)
+def test_every_parameter_is_typed_and_described(entry: dict[str, Any]) -> None:
+    schema = schema_of(entry)
+    for name, prop in schema["properties"].items():
+        assert prop.get("description"), f"{entry['name']}.{name}: document it in the flow's docstring (Args:)"
+        assert any(key in prop for key in ("type", "anyOf", "allOf", "$ref", "enum")), f"{entry['name']}.{name}: give it a type"
+    # The entry's own parameters and every default satisfy the schema the server enforces.
+    defaults = {name: prop["default"] for name, prop in schema["properties"].items() if "default" in prop}
+    jsonschema.validate({**defaults, **(entry.get("parameters") or {})}, schema)
+    unknown = set(entry.get("parameters") or {}) - set(schema["properties"])
+    assert not unknown, f"{entry['name']}: parameters the flow does not take: {unknown}"
+
+
+@pytest.mark.parametrize("entry", [e for e in ENTRIES if e.get("schedules")], ids=[e["name"] for e in ENTRIES if e.get("schedules")])
+def test_scheduled_entry_runs_one_at_a_time_and_ends_before_the_next(entry: dict[str, Any]) -> None:
+    flow = load_entry_flow(entry)
+    assert entry["concurrency_limit"] == {"limit": 1, "collision_strategy": "CANCEL_NEW"}
+    for schedule in entry["schedules"]:
+        assert schedule.get("slug"), f"{entry['name']}: every schedule needs a slug"
+        assert "interval" in schedule, "interval schedules (a cron needs its own timeout check here)"
+        interval = float(schedule["interval"])
+        assert flow.timeout_seconds is not None, f"{entry['name']}: set timeout_seconds on the flow"
+        # A scheduled run, with every retry, must end before the next one is due.
+        attempts = (flow.retries or 0) + 1
+        delays = sum(_retry_delays(flow.retry_delay_seconds, flow.retries or 0))
+        assert attempts * flow.timeout_seconds + delays < interval, (
+            f"{entry['name']}: {attempts} attempt(s) x {flow.timeout_seconds}s + {delays}s of delays >= the {interval}s interval"
+        )
+
+
+def _retry_delays(delay: Any, retries: int) -> list[float]:
+    if isinstance(delay, (list, tuple)):
+        return [float(d) for d in delay][:retries]
+    return [float(delay or 0)] * retries
+
+
+@pytest.mark.parametrize("entry", ENTRIES, ids=IDS)
+def test_triggers_parse_and_pass_parameters_the_flow_takes(entry: dict[str, Any]) -> None:
+    properties = schema_of(entry)["properties"]
+    for trigger in triggers_of(entry):
+        assert trigger.name and trigger.description, f"{entry['name']}: name and describe every trigger"
+        assert trigger.expect and all(name.startswith("modelplane.") for name in trigger.expect)
+        resource_id = trigger.match.root.get("prefect.resource.id")
+        assert isinstance(resource_id, str) and resource_id.startswith("modelplane."), "match on a modelplane resource id"
+        assert trigger.parameters, f"{entry['name']}: a chained run names its work through parameters"
+        assert set(trigger.parameters) <= set(properties), f"unknown parameters {set(trigger.parameters) - set(properties)}"
+
+
+@pytest.mark.parametrize("entry", ENTRIES, ids=IDS)
+def test_entry_runs_on_the_kubernetes_pool_with_known_job_variables(entry: dict[str, Any]) -> None:
+    pool = entry["work_pool"]
+    assert pool["name"] == KUBERNETES_POOL
+    variables = kubernetes_pool_template()["variables"]["properties"]
+    unknown = set(pool.get("job_variables") or {}) - set(variables)
+    assert not unknown, f"{entry['name']}: job variables the work-pool template does not define: {unknown}"
+    assert pool["job_variables"]["service_account_name"] == "modelplane"
+
+
+def test_optimize_schema_rejects_bad_values_before_a_run() -> None:
+    schema = schema_of(next(e for e in ENTRIES if e["name"] == "optimize"))
+    jsonschema.validate({"rate_window": "90s", "solver_time_limit_s": 0.5}, schema)
+    for bad in ({"rate_window": "abc"}, {"solver_time_limit_s": -5}, {"solver_time_limit_s": 0},
+                {"status_heartbeat_s": -1}, {"config_namespace": "Not_A_Namespace"}, {"namespaces": ["UPPER"]}):
+        with pytest.raises(jsonschema.ValidationError):
+            jsonschema.validate(bad, schema)
+
+
+def test_served_deployments_register_under_their_own_names(prefect_harness: None) -> None:
     from prefect.client.orchestration import get_client
 
     deployments = runner_deployments(PREFECT_YAML)
+    assert {d.name for d in deployments} == {f"{name}{SERVE_SUFFIX}" for name in IDS}
 
     async def register_and_read() -> list:
         ids = [await deployment.apply() for deployment in deployments]
@@ -49,22 +131,61 @@ def test_deployments_register_on_a_prefect_server(prefect_harness: None) -> None
             return [await client.read_deployment(i) for i in ids]
 
     stored = {d.name: d for d in asyncio.run(register_and_read())}
-    optimize = stored["optimize"]
+    optimize = stored["optimize-local"]
     assert [s.slug for s in optimize.schedules] == ["optimize-every-60s"]
     assert optimize.schedules[0].schedule.interval.total_seconds() == 60
     assert optimize.global_concurrency_limit is not None and optimize.global_concurrency_limit.limit == 1
     assert optimize.concurrency_options.collision_strategy.value == "CANCEL_NEW"
-    schema = optimize.parameter_openapi_schema
-    properties = schema["properties"]
-    for name in ("namespaces", "config_namespace", "prometheus_url", "dry_run", "cluster", "metrics_file"):
-        assert name in properties, name
-    assert properties["dry_run"]["type"] == "boolean"
-    assert properties["config_namespace"]["default"] == "modelplane-system"
-    assert "description" in properties["prometheus_url"]
+    assert optimize.enforce_parameter_schema is True
+    properties = optimize.parameter_openapi_schema["properties"]
     assert optimize.parameters == {"config_namespace": "modelplane-system", "dry_run": False}
     # the constraints the UI form and the API enforce are in the schema Prefect stores
     window = properties["rate_window"]
     patterns = [window.get("pattern")] + [alt.get("pattern") for alt in window.get("anyOf", [])]
-    assert r"^[0-9]+(ms|s|m|h)$" in patterns
+    assert PROMETHEUS_DURATION_PATTERN in patterns
     assert properties["solver_time_limit_s"].get("exclusiveMinimum") == 0
     assert properties["status_heartbeat_s"].get("minimum") == 0
+
+
+def test_work_pool_template_renders_a_valid_job(tmp_path: pathlib.Path) -> None:
+    """The Kubernetes pool's job template, filled with its defaults and optimize's job variables, is a valid
+    batch/v1 Job that runs as the modelplane service account."""
+    import kubernetes_validate
+    from prefect.utilities.templating import apply_values
+
+    template = kubernetes_pool_template()
+    variables = {name: prop["default"] for name, prop in template["variables"]["properties"].items() if "default" in prop}
+    entry = next(e for e in ENTRIES if e["name"] == "optimize")
+    variables.update(entry["work_pool"]["job_variables"])
+    variables.update({"name": "optimize-run", "command": "prefect flow-run execute", "labels": {"app": "modelplane"}})
+    job = apply_values(template["job_configuration"]["job_manifest"], variables)
+    env = job["spec"]["template"]["spec"]["containers"][0]["env"]
+    job["spec"]["template"]["spec"]["containers"][0]["env"] = [{"name": k, "value": v} for k, v in env.items()]
+    job["spec"]["template"]["spec"]["containers"][0]["args"] = job["spec"]["template"]["spec"]["containers"][0]["args"].split()
+    kubernetes_validate.validate(job, "1.30", strict=True)
+    pod = job["spec"]["template"]["spec"]
+    assert pod["serviceAccountName"] == "modelplane"
+    assert pod["containers"][0]["image"] == entry["work_pool"]["job_variables"]["image"]
+    (tmp_path / "job.json").write_text(json.dumps(job, indent=2))
+
+
+def test_the_image_holds_every_entrypoint_and_runs_as_the_pool_user() -> None:
+    """deployments/Dockerfile copies every package pyproject installs and every entrypoint's file into its
+    WORKDIR (the deployments have no pull step), and runs as the user the work-pool template expects."""
+    import re
+    import tomllib
+
+    dockerfile = (REPO / "deployments" / "Dockerfile").read_text()
+    workdir = re.search(r"^WORKDIR\s+(\S+)", dockerfile, re.M).group(1)
+    assert workdir == "/opt/modelplane"
+    copied = {src for line in re.findall(r"^COPY\s+(.+)$", dockerfile, re.M) for src in line.split()[:-1]}
+    packages = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]["find"]["include"]
+    for package in packages:
+        assert package.rstrip("*") in copied, f"the image must COPY {package.rstrip('*')}/"
+    assert {"pyproject.toml", "README.md"} <= copied
+    for entry in ENTRIES:
+        assert entry["entrypoint"].split("/")[0] in copied, entry["entrypoint"]
+    assert re.search(r"^RUN pip install \.", dockerfile, re.M), "the image installs the package (and its dependencies)"
+    uid = re.search(r"^USER\s+(\d+)", dockerfile, re.M).group(1)
+    pod = kubernetes_pool_template()["job_configuration"]["job_manifest"]["spec"]["template"]["spec"]
+    assert str(pod["securityContext"]["runAsUser"]) == uid

@@ -1,0 +1,50 @@
+"""Shared by the platform tests: what each flow needs to run on the example cluster, and a Kubernetes API
+test server holding that cluster."""
+
+from __future__ import annotations
+
+import pathlib
+from typing import Any, Iterator
+
+import pytest
+import yaml
+
+from tasks.cluster import connect
+from tasks.manifests import read_manifest_documents
+from tests.kubeserver.fixture import KubeServer, start_kube_server
+
+REPO = pathlib.Path(__file__).resolve().parents[2]
+
+# What each flow needs besides `cluster` to run on the example cluster with no network (used by the real
+# server test and the RBAC test). A new flow that needs more (a metrics file, the URL of a test server...)
+# adds its entry here.
+LOCAL_RUN_PARAMETERS: dict[str, dict[str, Any]] = {
+    "optimize": {"metrics_file": str(REPO / "deployments" / "example-metrics.yaml")},
+}
+
+
+@pytest.fixture(scope="module")
+def cluster_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KubeServer]:
+    """A private API server with Modelplane's CRDs (and the upstream ones the rollouts render)."""
+    server = start_kube_server(tmp_path_factory.mktemp("examples-kubeserver"))
+    try:
+        crd_files = sorted((REPO / "deployments" / "crds").glob("*.yaml"))
+        upstream = REPO / "tests" / "upstream-crds"
+        crd_files += sorted(upstream.glob("*.yaml")) if upstream.is_dir() else []
+        server.install_crds([doc for path in crd_files for doc in yaml.safe_load_all(path.read_text()) if doc])
+        yield server
+    finally:
+        server.stop()
+
+
+def load_example_cluster(server: KubeServer) -> None:
+    """Create every object of deployments/examples (namespaces first, files in order)."""
+    server.reset()
+    cluster = connect(f"kubeconfig:{server.kubeconfig}")
+    documents, errors = read_manifest_documents(REPO / "deployments" / "examples")
+    assert not errors, errors
+    objects = [doc for _, doc in documents if isinstance(doc, dict) and doc.get("kind")]
+    for obj in sorted(objects, key=lambda o: o["kind"] != "Namespace"):
+        cluster.create({k: v for k, v in obj.items() if k != "status"})
+
+

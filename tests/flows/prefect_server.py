@@ -1,0 +1,178 @@
+"""A real Prefect server for platform tests: `prefect server start` on 127.0.0.1 with a random port and a
+temporary PREFECT_HOME, a process worker, and small REST helpers. Processes are stopped by PID."""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import signal
+import socket
+import subprocess
+import sys
+import time
+from typing import Any, Iterator
+
+import httpx
+import pytest
+
+from flows.deployments import load_entry_flow
+from tasks.events import Subject
+
+REPO = pathlib.Path(__file__).resolve().parents[2]
+TERMINAL = {"COMPLETED", "FAILED", "CRASHED", "CANCELLED"}
+
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class PrefectServer:
+    """A running `prefect server start` and the processes the tests start against it."""
+
+    def __init__(self, home: pathlib.Path) -> None:
+        self.home = home
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.api_url = f"{self.url}/api"
+        env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}
+        self.env = {
+            **env,
+            "PREFECT_HOME": str(home),
+            "PREFECT_API_URL": self.api_url,
+            "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+            # Runs are created by the tests; the scheduler would add default-parameter runs of the 60 s schedule.
+            "PREFECT_SERVER_SERVICES_SCHEDULER_ENABLED": "false",
+            "PREFECT_WORKER_QUERY_SECONDS": "1",
+            "PREFECT_WORKER_PREFETCH_SECONDS": "2",
+            "PYTHONPATH": str(REPO),
+        }
+        self.processes: list[subprocess.Popen[bytes]] = []
+        self.client = httpx.Client(base_url=self.api_url, timeout=30)
+
+    # ------------------------------------------------------------------------------ processes
+
+    def _spawn(self, name: str, args: list[str]) -> subprocess.Popen[bytes]:
+        log = open(self.home / f"{name}.log", "ab")
+        proc = subprocess.Popen(args, cwd=REPO, env=self.env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        log.close()
+        self.processes.append(proc)
+        return proc
+
+    def start(self, timeout: float = 120) -> None:
+        proc = self._spawn("server", [sys.executable, "-m", "prefect", "server", "start", "--host", "127.0.0.1", "--port", str(self.port)])
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if proc.poll() is not None:
+                raise RuntimeError(f"prefect server exited {proc.returncode}: {self.log('server')[-3000:]}")
+            try:
+                if self.client.get("/health").status_code == 200:
+                    return
+            except httpx.TransportError:
+                pass
+            time.sleep(0.5)
+        raise RuntimeError(f"prefect server not healthy in {timeout}s: {self.log('server')[-3000:]}")
+
+    def start_worker(self, pool: str, timeout: float = 60) -> None:
+        proc = self._spawn("worker", [sys.executable, "-m", "prefect", "worker", "start", "--pool", pool, "--type", "process"])
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if proc.poll() is not None:
+                raise RuntimeError(f"worker exited {proc.returncode}: {self.log('worker')[-3000:]}")
+            if self.get(f"/work_pools/{pool}").get("status") == "READY":
+                return
+            time.sleep(0.5)
+        raise RuntimeError(f"worker not ready in {timeout}s: {self.log('worker')[-3000:]}")
+
+    def stop(self) -> None:
+        self.client.close()
+        for proc in reversed(self.processes):
+            if proc.poll() is None:
+                os.kill(proc.pid, signal.SIGTERM)
+                try:
+                    proc.wait(timeout=15)
+                except subprocess.TimeoutExpired:
+                    os.kill(proc.pid, signal.SIGKILL)
+                    proc.wait(timeout=5)
+
+    def log(self, name: str) -> str:
+        path = self.home / f"{name}.log"
+        return path.read_text(errors="replace") if path.exists() else ""
+
+    # ------------------------------------------------------------------------------ REST helpers
+
+    def request(self, method: str, path: str, body: Any = None) -> httpx.Response:
+        """One API call; 503 (SQLite busy under load) is retried, as Prefect's own client does."""
+        for attempt in range(6):
+            response = self.client.request(method, path, json=body)
+            if response.status_code != 503:
+                break
+            time.sleep(0.5 * (attempt + 1))
+        return response
+
+    def get(self, path: str) -> Any:
+        response = self.request("GET", path)
+        response.raise_for_status()
+        return response.json()
+
+    def post(self, path: str, body: Any) -> Any:
+        response = self.request("POST", path, body)
+        response.raise_for_status()
+        return response.json() if response.content else None
+
+    def patch(self, path: str, body: Any) -> None:
+        self.request("PATCH", path, body).raise_for_status()
+
+    def deployment(self, entry: dict[str, Any]) -> dict[str, Any]:
+        """The stored deployment of one prefect.yaml entry."""
+        return self.get(f"/deployments/name/{load_entry_flow(entry).name}/{entry['name']}")
+
+    def create_run(self, deployment_id: str, parameters: dict[str, Any]) -> dict[str, Any]:
+        return self.post(f"/deployments/{deployment_id}/create_flow_run", {"parameters": parameters})
+
+    def runs(self, deployment_id: str) -> list[dict[str, Any]]:
+        return self.post("/flow_runs/filter", {"deployments": {"id": {"any_": [deployment_id]}}, "sort": "EXPECTED_START_TIME_DESC"})
+
+    def wait_for_run(self, run_id: str, timeout: float = 240) -> dict[str, Any]:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            run = self.get(f"/flow_runs/{run_id}")
+            if run["state"] and run["state"]["type"] in TERMINAL:
+                return run
+            time.sleep(0.5)
+        raise AssertionError(f"flow run {run_id} not finished in {timeout}s: {run['state']}\n{self.log('worker')[-3000:]}")
+
+    def run_logs(self, run_id: str) -> str:
+        logs = self.post("/logs/filter", {"logs": {"flow_run_id": {"any_": [run_id]}}, "limit": 200})
+        return "\n".join(entry["message"] for entry in logs) + "\n--- worker ---\n" + self.log("worker")[-3000:]
+
+    def events(self, prefix: str, related: str | None = None) -> list[dict[str, Any]]:
+        event_filter: dict[str, Any] = {"event": {"prefix": [prefix]}}
+        if related:
+            event_filter["related"] = {"id": [related]}
+        return self.post("/events/filter", {"filter": event_filter, "limit": 50})["events"]
+
+    def emit(self, subject: Subject, transition: str) -> None:
+        """Emit ``transition`` about ``subject`` with tasks.events from another process, as a flow would."""
+        code = (
+            "import sys; from prefect.events.worker import EventsWorker; from tasks.events import Subject, emit_change; "
+            "s = Subject(*sys.argv[1:5]); e = emit_change(s, sys.argv[5]); EventsWorker.drain_all(); "
+            "sys.exit(0 if e is not None else 1)"
+        )
+        args = [subject.api_version, subject.kind, subject.name, subject.namespace or ""]
+        result = subprocess.run([sys.executable, "-c", code, *args, transition], cwd=REPO, env=self.env,
+                                capture_output=True, text=True, timeout=60)
+        assert result.returncode == 0, result.stderr
+
+
+@pytest.fixture(scope="module")
+def prefect_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PrefectServer]:
+    """One real Prefect server for the module (started ~10 s; stopped by PID with its worker)."""
+    server = PrefectServer(tmp_path_factory.mktemp("prefect-home"))
+    try:
+        server.start()
+        yield server
+    finally:
+        server.stop()

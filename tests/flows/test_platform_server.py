@@ -1,0 +1,204 @@
+"""The platform against the real thing: `prefect server start` on 127.0.0.1 (random port, temporary home),
+`modelplane deploy --pool-type process` (work pool + the documented `prefect deploy`), and a process worker.
+
+One server, pool and worker for the module. Every entry of deployments/prefect.yaml is checked: registered
+with its schedule, constraints and triggers; a run of each flow against a copy of the example cluster
+completes; every trigger fires its deployment from an event emitted with the flows' own helper and passes
+the event's object as parameters; CANCEL_NEW cancels an overlapping run. Last, Debian's chromium
+(headless, through selenium) finds every optimize parameter with its description on the UI's run form.
+"""
+
+from __future__ import annotations
+
+import json
+import pathlib
+import shutil
+import subprocess
+import sys
+import time
+from typing import Any, Callable
+
+import httpx
+import pytest
+
+from engine.api.registry import KINDS
+from flows.deployments import PROCESS_POOL, deployment_entries, triggers_of
+from tasks.events import Subject
+from tests.flows.platform_support import LOCAL_RUN_PARAMETERS
+from tests.flows.prefect_server import PrefectServer
+
+REPO = pathlib.Path(__file__).resolve().parents[2]
+ENTRIES = deployment_entries()
+IDS = [e["name"] for e in ENTRIES]
+TERMINAL = {"COMPLETED", "FAILED", "CRASHED", "CANCELLED"}
+
+
+pytestmark = pytest.mark.timeout(600)
+
+
+@pytest.fixture(scope="module")
+def platform(prefect_server: PrefectServer, tmp_path_factory: pytest.TempPathFactory) -> PrefectServer:
+    """The server with every deployment registered by `modelplane deploy --pool-type process` and a worker."""
+    result = subprocess.run(
+        [sys.executable, "-m", "flows.cli", "deploy", "--pool-type", "process"],
+        cwd=REPO, env=prefect_server.env, capture_output=True, text=True, timeout=300,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert f"work pool '{PROCESS_POOL}' (process): created" in result.stderr
+    prefect_server.start_worker(PROCESS_POOL)
+    return prefect_server
+
+
+def local_parameters(entry: dict[str, Any], cluster: pathlib.Path) -> dict[str, Any]:
+    """Parameters that point a flow at a private copy of the example cluster."""
+    return {"cluster": str(cluster), **LOCAL_RUN_PARAMETERS.get(entry["name"], {})}
+
+
+def example_cluster(tmp_path: pathlib.Path) -> pathlib.Path:
+    target = tmp_path / "cluster"
+    shutil.copytree(REPO / "deployments" / "examples", target)
+    return target
+
+
+def wait_for(predicate: Callable[[], Any], timeout: float, what: str) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.5)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+
+
+@pytest.mark.parametrize("entry", ENTRIES, ids=IDS)
+def test_deployment_is_registered_as_prefect_yaml_says(platform: PrefectServer, entry: dict[str, Any]) -> None:
+    stored = platform.deployment(entry)
+    assert stored["work_pool_name"] == PROCESS_POOL
+    assert stored["description"] and set(entry["tags"]) <= set(stored["tags"])
+    assert stored["enforce_parameter_schema"] is True
+    assert stored["pull_steps"] in (None, [])
+    assert [s["slug"] for s in stored["schedules"]] == [s["slug"] for s in entry.get("schedules") or []]
+    for stored_schedule, declared in zip(stored["schedules"], entry.get("schedules") or []):
+        assert stored_schedule["schedule"]["interval"] == float(declared["interval"])
+    if entry.get("schedules"):
+        assert stored["global_concurrency_limit"]["limit"] == 1
+        assert stored["concurrency_options"]["collision_strategy"] == "CANCEL_NEW"
+    automations = platform.post("/automations/filter", {})
+    owned = {a["name"] for a in automations if a["actions"] and a["actions"][0].get("deployment_id") == stored["id"]}
+    assert owned == {t.name for t in triggers_of(entry)}
+
+
+def test_server_rejects_parameters_outside_the_schema(platform: PrefectServer) -> None:
+    """What the UI form relies on: the stored schema has the constraints and the server enforces them."""
+    stored = platform.deployment(next(e for e in ENTRIES if e["name"] == "optimize"))
+    properties = stored["parameter_openapi_schema"]["properties"]
+    assert properties["rate_window"]["pattern"] and properties["solver_time_limit_s"]["exclusiveMinimum"] == 0
+    for bad in ({"rate_window": "abc"}, {"solver_time_limit_s": -5}):
+        response = platform.request("POST", f"/deployments/{stored['id']}/create_flow_run", {"parameters": bad})
+        assert response.status_code in (409, 422), (bad, response.status_code, response.text)
+        assert list(bad)[0] in response.text
+
+
+@pytest.mark.parametrize("entry", ENTRIES, ids=IDS)
+def test_a_run_of_each_flow_completes_on_a_local_cluster(platform: PrefectServer, entry: dict[str, Any], tmp_path: pathlib.Path) -> None:
+    stored = platform.deployment(entry)
+    assert "cluster" in stored["parameter_openapi_schema"]["properties"], "every flow takes a `cluster` parameter"
+    run = platform.create_run(stored["id"], local_parameters(entry, example_cluster(tmp_path)))
+    final = platform.wait_for_run(run["id"])
+    assert final["state"]["type"] == "COMPLETED", platform.run_logs(run["id"])
+    if entry["name"] == "optimize":
+        # The example cycle scales two variants and a binding target: one event each, related to this run.
+        events = wait_for(lambda: platform.events(prefix="modelplane.", related=f"prefect.flow-run.{run['id']}"), 30, "optimize's events")
+        resources = {e["resource"]["prefect.resource.id"] for e in events}
+        assert "modelplane.llmd.variantautoscaling.llm-serving.llama-3-1-8b-h100" in resources
+        assert {e["event"] for e in events} >= {"modelplane.llmd.variantautoscaling.scaled", "modelplane.kthena.binding.scaled"}
+
+
+TRIGGERS = [(entry, trigger) for entry in ENTRIES for trigger in triggers_of(entry)]
+
+
+@pytest.mark.parametrize("entry,trigger", TRIGGERS, ids=[t.name for _, t in TRIGGERS])
+def test_an_emitted_event_triggers_the_next_flow(platform: PrefectServer, entry: dict[str, Any], trigger: Any, tmp_path: pathlib.Path) -> None:
+    """The event the upstream flow emits (through tasks.events, in another process) starts this deployment
+    with the event's object as parameters, and the chained run completes."""
+    stored = platform.deployment(entry)
+    platform.patch(f"/deployments/{stored['id']}", {"parameters": {**(entry.get("parameters") or {}), **local_parameters(entry, example_cluster(tmp_path))}})
+    before = {r["id"] for r in platform.runs(stored["id"])}
+    event_name = sorted(trigger.expect)[0]
+    subject = subject_for(trigger.match.root["prefect.resource.id"], event_name)
+    platform.emit(subject, event_name.rsplit(".", 1)[1])
+
+    run = wait_for(lambda: next((r for r in platform.runs(stored["id"]) if r["id"] not in before), None), 60, f"a run of {entry['name']} triggered by {event_name}")
+    rendered = json.dumps(run["parameters"])
+    for name, template in trigger.parameters.items():
+        assert name in run["parameters"], (name, run["parameters"])
+        if "'modelplane.namespace'" in json.dumps(template):
+            assert subject.namespace in json.dumps(run["parameters"][name]), rendered
+        if "'modelplane.name'" in json.dumps(template):
+            assert subject.name in json.dumps(run["parameters"][name]), rendered
+    final = platform.wait_for_run(run["id"])
+    assert final["state"]["type"] == "COMPLETED", platform.run_logs(run["id"])
+
+
+def subject_for(resource_pattern: str, event_name: str) -> Subject:
+    """A Subject of the kind the trigger matches (``modelplane.<family>.<kind>.*``), in the example namespace."""
+    prefix = event_name.rsplit(".", 1)[0]
+    for info in KINDS:
+        subject = Subject(info.api_version, info.kind, "triggered-object", "llm-serving" if info.namespaced else None)
+        if subject.event_name("x").rsplit(".", 1)[0] == prefix:
+            assert resource_pattern.rstrip("*").rstrip(".") == prefix
+            return subject
+    raise AssertionError(f"no Modelplane kind emits {event_name}")
+
+
+def test_cancel_new_cancels_an_overlapping_run(platform: PrefectServer, tmp_path: pathlib.Path) -> None:
+    entry = next(e for e in ENTRIES if e["name"] == "optimize")
+    stored = platform.deployment(entry)
+    parameters = local_parameters(entry, example_cluster(tmp_path))
+    first = platform.create_run(stored["id"], parameters)
+    second = platform.create_run(stored["id"], parameters)
+    states = {run["id"]: platform.wait_for_run(run["id"])["state"]["type"] for run in (first, second)}
+    assert sorted(states.values()) == ["CANCELLED", "COMPLETED"], states
+    assert states[first["id"]] == "COMPLETED"
+
+
+def test_ui_run_form_shows_every_parameter_with_its_description(
+    platform: PrefectServer, tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Debian's chromium, headless, opens the optimize deployment's run form in the Prefect UI of this server
+    (screenshot: <tmp_path>/optimize-run-form.png)."""
+    monkeypatch.setenv("SE_OFFLINE", "true")  # selenium must not look for a driver online: Debian's chromedriver
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+    from selenium.webdriver.common.by import By
+
+    stored = platform.deployment(next(e for e in ENTRIES if e["name"] == "optimize"))
+    properties = stored["parameter_openapi_schema"]["properties"]
+    options = webdriver.ChromeOptions()
+    options.binary_location = shutil.which("chromium") or "/usr/bin/chromium"
+    for flag in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-background-networking",
+                 "--disable-component-update", "--window-size=1400,4000"):
+        options.add_argument(flag)
+    driver = webdriver.Chrome(service=Service(shutil.which("chromedriver") or "/usr/bin/chromedriver"), options=options)
+    try:
+        driver.set_page_load_timeout(60)
+        driver.get(f"{platform.url}/deployments/deployment/{stored['id']}/run")
+
+        def page_text() -> str:
+            return driver.find_element(By.TAG_NAME, "body").text
+
+        def form_complete() -> bool:
+            text = page_text()
+            return all(name in text and " ".join(prop["description"].split()[:6]) in " ".join(text.split())
+                       for name, prop in properties.items())
+
+        try:
+            wait_for(form_complete, 60, "every parameter and its description on the run form")
+        finally:
+            driver.save_screenshot(str(tmp_path / "optimize-run-form.png"))
+        text = " ".join(page_text().split())
+        for name, prop in properties.items():
+            assert name in text
+            assert " ".join(prop["description"].split()) in text, name
+    finally:
+        driver.quit()
