@@ -210,6 +210,7 @@ class SimResult:
     replica_created_s: np.ndarray
     replica_ready_s: np.ndarray  # NaN when never ready
     replica_removed_s: np.ndarray  # NaN when alive at the end
+    replica_pod: list[str] = field(default_factory=list)  # pod name of each replica
     cycles: list[CycleRecord] = field(default_factory=list)
     max_running_seen: dict[int, int] = field(default_factory=dict)  # replica -> max batch observed
 
@@ -568,6 +569,7 @@ class _Run:
             replica_created_s=np.asarray([r.created for r in rs], dtype=float),
             replica_ready_s=np.asarray([r.ready_at for r in rs], dtype=float),
             replica_removed_s=np.asarray([r.removed for r in rs], dtype=float),
+            replica_pod=[r.pod for r in rs],
             cycles=self.cycles,
             max_running_seen={r.id: r.max_n for r in rs},
         )
@@ -613,48 +615,64 @@ def poisson_trace(
     return Trace(arrivals, tokens(in_tokens), tokens(out_tokens), np.zeros(count, dtype=np.int64), (model,))
 
 
-def window_aggregates(result: SimResult, window_s: float, start_s: float = 0.0) -> dict[str, dict[str, np.ndarray]]:
-    """Per variant and window, what Prometheus would hold for that variant's pods (increases over the window).
+def window_aggregates(
+    result: SimResult, window_s: float, start_s: float = 0.0, by: str = "variant"
+) -> dict[str, dict[str, np.ndarray]]:
+    """Per variant (or per replica, ``by="replica"``, keyed by pod name) and window, what Prometheus would
+    hold for those pods: increases of vLLM's counters and histograms over each window.
 
-    Keys per variant: ``start_s``, ``count`` (requests finished in the window), ``ttft_sum``,
-    ``ttft_buckets`` (cumulative counts per :data:`TTFT_BUCKETS_S`), ``queue_sum``
-    (``vllm:request_queue_time_seconds``), ``inference_sum`` (``vllm:request_inference_time_seconds``,
-    admission to completion), ``itl_sum`` and ``itl_count`` (``vllm:time_per_output_token_seconds``:
-    one observation per output token after the first), ``prompt_sum`` and ``generation_sum``
-    (token histograms' sums), ``running_avg`` (time average of ``num_requests_running``, as
-    ``avg_over_time`` over fine scrapes), ``waiting_avg``.  A request is attributed to the window it
-    finished in (counters increase at completion), as vLLM does.  Only whole windows up to the horizon are
-    returned: the drain after it is not a steady window.
+    Keys: ``start_s``, ``count`` (requests finished in the window), ``ttft_sum``, ``ttft_buckets``
+    (cumulative counts per :data:`TTFT_BUCKETS_S`), ``queue_sum`` (``vllm:request_queue_time_seconds``),
+    ``inference_sum`` (``vllm:request_inference_time_seconds``, admission to completion), ``itl_sum``,
+    ``itl_count`` and ``itl_buckets`` (``vllm:time_per_output_token_seconds``: one observation per output
+    token after the first, each at the request's mean inter-token latency, cumulative per
+    :data:`ITL_BUCKETS_S`), ``prompt_sum`` and ``generation_sum`` (token histograms' sums), ``running_avg``
+    (time average of ``num_requests_running``, as ``avg_over_time`` over fine scrapes), ``waiting_avg``.
+    A request is attributed to the window it finished in (counters increase at completion), as vLLM
+    does.  Only whole windows up to the horizon are returned: the drain after it is not a steady window.
     """
+    if by not in ("variant", "replica"):
+        raise ValueError(f"by must be 'variant' or 'replica', got {by!r}")
     done = result.done_s
     windows = max(int((result.horizon_s - start_s) // window_s), 0)
     edges = start_s + window_s * np.arange(windows + 1)
-    ok = ~np.isnan(done) & (result.variant_index >= 0) & (done < edges[-1])
-    out: dict[str, dict[str, np.ndarray]] = {}
+    last = edges[-1] if windows else start_s
+    ok = ~np.isnan(done) & (result.variant_index >= 0) & (done < last)
     gaps = np.maximum(result.trace.out_tokens - 1, 0).astype(float)
-    for index, variant in enumerate(result.variants):
-        mask = ok & (result.variant_index == index)
+    itl = result.itl_s
+    if by == "variant":
+        groups = [(v.key, result.variant_index == i) for i, v in enumerate(result.variants)]
+    else:
+        groups = [(pod, result.replica_index == i) for i, pod in enumerate(result.replica_pod)]
+    out: dict[str, dict[str, np.ndarray]] = {}
+    for name, member in groups:
+        mask = ok & member
         w = np.clip(((done[mask] - start_s) // window_s).astype(np.int64), 0, max(windows - 1, 0))
 
         def add(values: np.ndarray) -> np.ndarray:
             return np.bincount(w, weights=values, minlength=windows)[:windows] if windows > 0 else np.zeros(0)
 
+        def buckets(values: np.ndarray, bounds: tuple[float, ...], weights: np.ndarray) -> np.ndarray:
+            if windows == 0:
+                return np.zeros((0, len(bounds)))
+            return np.stack([add((values <= b) * weights) for b in bounds], axis=1)
+
         ttft = (result.first_s - result.arrival_s)[mask]
-        buckets = np.stack([add((ttft <= b).astype(float)) for b in TTFT_BUCKETS_S], axis=1) if windows > 0 else np.zeros((0, len(TTFT_BUCKETS_S)))
         admit, first, fin = result.admit_s[mask], result.first_s[mask], done[mask]
-        # Gauges count every request of the variant, also those finishing after the last window.
-        served = (result.variant_index == index) & ~np.isnan(result.admit_s)
+        # Gauges count every request of the group, also those finishing after the last window.
+        served = member & ~np.isnan(result.admit_s)
         admit_all = result.admit_s[served]
-        done_all = np.minimum(np.nan_to_num(done[served], nan=edges[-1] if windows else 0.0), edges[-1] if windows else 0.0)
-        out[variant.key] = {
+        done_all = np.minimum(np.nan_to_num(done[served], nan=last), last)
+        out[name] = {
             "start_s": edges[:-1],
             "count": add(np.ones(int(mask.sum()))),
             "ttft_sum": add(ttft),
-            "ttft_buckets": buckets,
+            "ttft_buckets": buckets(ttft, TTFT_BUCKETS_S, np.ones(int(mask.sum()))),
             "queue_sum": add(admit - result.arrival_s[mask]),
             "inference_sum": add(fin - admit),
             "itl_sum": add(fin - first),
             "itl_count": add(gaps[mask]),
+            "itl_buckets": buckets(itl[mask], ITL_BUCKETS_S, gaps[mask]),
             "prompt_sum": add(result.trace.in_tokens[mask].astype(float)),
             "generation_sum": add(result.trace.out_tokens[mask].astype(float)),
             "running_avg": _occupancy(admit_all, done_all, edges) / window_s,

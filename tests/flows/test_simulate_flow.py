@@ -62,13 +62,13 @@ def test_flow_publishes_the_comparison_as_an_artifact(prefect_harness: None, tmp
 
 def test_cli_bad_input_exits_with_one_line(prefect_harness: None, tmp_path: pathlib.Path) -> None:
     missing = CliRunner().invoke(app, ["simulate", "--cluster", str(EXAMPLES), "--trace", str(tmp_path / "nope.csv")])
-    assert missing.exit_code == 1
+    assert missing.exit_code == 2
     assert "nope.csv does not exist" in missing.output and "Traceback" not in missing.output
 
     broken = tmp_path / "broken.csv"
     broken.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46,12,x\n")
     bad = CliRunner().invoke(app, ["simulate", "--cluster", str(EXAMPLES), "--trace", str(broken)])
-    assert bad.exit_code == 1 and "row 2" in bad.output and "Traceback" not in bad.output
+    assert bad.exit_code == 2 and "row 2" in bad.output and "Traceback" not in bad.output
 
     policy = CliRunner().invoke(app, ["simulate", "--cluster", str(EXAMPLES), "--trace", str(TRACE), "-p", "magic"])
-    assert policy.exit_code == 1 and "unknown policy magic" in policy.output
+    assert policy.exit_code == 2 and "unknown policy magic" in policy.output
