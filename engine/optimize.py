@@ -39,6 +39,7 @@ from engine.saturation import (
     arbitrate,
     saturation_targets,
 )
+from engine.tail_sizing import ANNOTATION_TTFT_PERCENTILE, DEFAULT_TTFT_PERCENTILE, PromptDistribution, TailSizingError, tail_max_rate, ttft_percentile
 from engine.status import REASON_INVALID, REASON_TARGET_MISSING, ConditionUpdate, changed_fields, set_conditions
 
 ANNOTATION_ACTUATION = "modelplane.io/actuation"
@@ -69,6 +70,8 @@ class ModelLoad:
     arrival_rate_rps: float
     avg_in_tokens: float
     avg_out_tokens: float
+    prompt_tokens: PromptDistribution | None = None
+    """Prompt-length histogram (``vllm:request_prompt_tokens_bucket``) for tail-aware sizing, when collected."""
 
 
 @dataclass(frozen=True)
@@ -100,6 +103,8 @@ class VariantSpec:
     min_replicas: int
     max_replicas: int | None
     actuate: bool
+    ttft_percentile: float | None = DEFAULT_TTFT_PERCENTILE
+    """Share of requests (%) sized to meet the TTFT target (``modelplane.io/ttft-percentile``); None: the mean."""
 
     @property
     def key(self) -> tuple[str, str]:
@@ -252,6 +257,10 @@ def parse_variant(obj: Mapping[str, Any]) -> VariantSpec:
     if maximum is not None and maximum < minimum:
         raise SpecError(f"metadata.annotations[{ANNOTATION_MAX_REPLICAS}]", f"{maximum} is below min replicas {minimum}")
     variant_id = spec.get("variantID") or f"{model_id}-{accelerator or 'unknown'}-{count}"
+    try:
+        percentile = ttft_percentile(annotations)
+    except TailSizingError as exc:
+        raise SpecError(f"metadata.annotations[{ANNOTATION_TTFT_PERCENTILE}]", str(exc)) from None
     return VariantSpec(
         namespace=meta.get("namespace") or "default",
         name=meta["name"],
@@ -269,6 +278,7 @@ def parse_variant(obj: Mapping[str, Any]) -> VariantSpec:
         min_replicas=minimum,
         max_replicas=maximum,
         actuate=actuation_enabled(annotations),
+        ttft_percentile=percentile,
     )
 
 
@@ -356,9 +366,17 @@ def _model_based_candidates(
                 min_replicas=spec.min_replicas,
                 max_replicas=spec.max_replicas,
                 current_replicas=current,
+                max_rate=_tail_rate(spec, load, workload, slo),
             )
         )
     return list(demands.values()), options
+
+
+def _tail_rate(spec: VariantSpec, load: ModelLoad, workload: Workload, slo: SLO) -> float | None:
+    """Per-replica rate sized for the variant's TTFT percentile (engine.tail_sizing), or None for WVA's mean sizing."""
+    if spec.ttft_percentile is None or load.prompt_tokens is None or spec.profile is None:
+        return None
+    return tail_max_rate(spec.profile, workload, slo, load.prompt_tokens, spec.ttft_percentile)
 
 
 def _qualified(key: tuple[str, str]) -> str:

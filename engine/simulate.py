@@ -61,6 +61,7 @@ __all__ = [
     "TTFT_BUCKETS_S",
     "ITL_BUCKETS_S",
     "window_aggregates",
+    "PROMPT_TOKEN_BUCKETS",
 ]
 
 # vLLM's histogram buckets (seconds) for time to first token and time per output token.
@@ -68,6 +69,9 @@ TTFT_BUCKETS_S = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.
                   20.0, 40.0, 80.0, 160.0, 640.0, 2560.0)
 ITL_BUCKETS_S = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0,
                  40.0, 80.0)
+
+# vLLM's buckets for vllm:request_prompt_tokens (build_1_2_5_buckets up to a 100k-token context), +Inf implied.
+PROMPT_TOKEN_BUCKETS = (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000, 20000, 50000, 100000)
 
 _EPS = 1e-9
 _STARTING, _READY, _DRAINING, _GONE = 0, 1, 2, 3
@@ -176,6 +180,9 @@ class Observation:
     arrived: Mapping[str, int]
     prompt_tokens: Mapping[str, float]
     generated_tokens: Mapping[str, float]
+    prompt_buckets: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
+    """Per model, the completed requests of the interval per :data:`PROMPT_TOKEN_BUCKETS` bound, cumulative
+    (``increase(vllm:request_prompt_tokens_bucket[1m])``); the last entry is the ``+Inf`` bucket."""
 
 
 Controller = Callable[[Observation], Mapping[str, int]]
@@ -338,6 +345,8 @@ class _Run:
         self.window_arrived = [0] * len(trace.models)
         self.window_prompt = [0.0] * len(trace.models)
         self.window_generated = [0.0] * len(trace.models)
+        self.window_buckets = [[0] * (len(PROMPT_TOKEN_BUCKETS) + 1) for _ in trace.models]
+        self.prompt_bucket = np.searchsorted(np.asarray(PROMPT_TOKEN_BUCKETS, dtype=float), trace.in_tokens, side="left").tolist()
         self.cycles: list[CycleRecord] = []
         self.counters = [0] * len(self.variants)
         for index, variant in enumerate(self.variants):
@@ -459,6 +468,7 @@ class _Run:
         self.window_completed[model] += 1
         self.window_prompt[model] += self.inp[request]
         self.window_generated[model] += self.out[request]
+        self.window_buckets[model][self.prompt_bucket[request]] += 1
 
     def _replica_event(self, replica: _Replica, t: float) -> None:
         replica.advance(t)
@@ -506,6 +516,7 @@ class _Run:
             time_s=t, interval_s=self.config.interval_s, replicas=replicas, ready=ready, pods=pods,
             completed=dict(zip(models, self.window_completed)), arrived=dict(zip(models, self.window_arrived)),
             prompt_tokens=dict(zip(models, self.window_prompt)), generated_tokens=dict(zip(models, self.window_generated)),
+            prompt_buckets={m: tuple(int(c) for c in np.cumsum(b)) for m, b in zip(models, self.window_buckets)},
         )
 
     def _cycle(self, t: float, controller: Controller | None) -> None:
@@ -519,6 +530,7 @@ class _Run:
         zero = [0] * len(self.trace.models)
         self.window_completed, self.window_arrived = list(zero), list(zero)
         self.window_prompt, self.window_generated = [0.0] * len(zero), [0.0] * len(zero)
+        self.window_buckets = [[0] * (len(PROMPT_TOKEN_BUCKETS) + 1) for _ in zero]
         if t + self.config.interval_s <= self.horizon + _EPS:
             self._push(t + self.config.interval_s, 3, 0)
 

@@ -39,7 +39,8 @@ from engine.optimize import CycleInputs, ModelLoad, PodSample, SpecError, Varian
 from engine.perf import SLO, Workload, max_rates
 from engine.saturation import SaturationConfigSet
 from engine.scaling import Behavior, Group, ScalingState, correct, distribute, recommend, tolerance_from_percent
-from engine.simulate import Observation, SimConfig, SimResult, Trace, VariantModel, simulate
+from engine.tail_sizing import PromptDistribution
+from engine.simulate import PROMPT_TOKEN_BUCKETS, Observation, SimConfig, SimResult, Trace, VariantModel, simulate
 
 __all__ = [
     "POLICIES",
@@ -227,10 +228,20 @@ def observed_loads(scenario: Scenario, obs: Observation) -> dict[tuple[str, str]
         model = _key(spec.model_key)
         done = obs.completed.get(model, 0)
         if done:
-            loads[spec.model_key] = ModelLoad(done / obs.interval_s, obs.prompt_tokens[model] / done, obs.generated_tokens[model] / done)
+            loads[spec.model_key] = ModelLoad(
+                done / obs.interval_s, obs.prompt_tokens[model] / done, obs.generated_tokens[model] / done,
+                prompt_distribution(obs.prompt_buckets.get(model)),
+            )
         else:
             loads[spec.model_key] = ModelLoad(0.0, 0.0, 0.0)
     return loads
+
+
+def prompt_distribution(cumulative: Sequence[int] | None) -> PromptDistribution | None:
+    """The interval's prompt-token histogram (vLLM's buckets, +Inf last) as the optimizer reads it."""
+    if not cumulative or cumulative[-1] <= 0:
+        return None
+    return PromptDistribution.from_buckets(list(zip((*PROMPT_TOKEN_BUCKETS, math.inf), cumulative)))
 
 
 def observed_pods(scenario: Scenario, obs: Observation) -> dict[tuple[str, str], list[PodSample]]:
