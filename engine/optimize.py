@@ -16,6 +16,7 @@ Nothing here does I/O or reads the clock; ``now`` is an input.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -39,7 +40,18 @@ from engine.saturation import (
     arbitrate,
     saturation_targets,
 )
-from engine.tail_sizing import ANNOTATION_TTFT_PERCENTILE, DEFAULT_TTFT_PERCENTILE, PromptDistribution, TailSizingError, tail_max_rate, ttft_percentile
+from engine.load_peak import planning_rate
+from engine.tail_sizing import (
+    ANNOTATION_TTFT_PERCENTILE,
+    DEFAULT_TTFT_PERCENTILE,
+    PromptDistribution,
+    TailSizingError,
+    capped_percentile,
+    describe_cap,
+    shortage_caps,
+    tail_max_rate,
+    ttft_percentile,
+)
 from engine.status import REASON_INVALID, REASON_TARGET_MISSING, ConditionUpdate, changed_fields, set_conditions
 
 ANNOTATION_ACTUATION = "modelplane.io/actuation"
@@ -72,6 +84,8 @@ class ModelLoad:
     avg_out_tokens: float
     prompt_tokens: PromptDistribution | None = None
     """Prompt-length histogram (``vllm:request_prompt_tokens_bucket``) for tail-aware sizing, when collected."""
+    recent_peak_rps: float | None = None
+    """Highest 1-minute arrival rate over the last start-up delay (see :mod:`engine.load_peak`), when collected."""
 
 
 @dataclass(frozen=True)
@@ -307,6 +321,7 @@ class _ModelBased:
     unserved: dict[tuple[str, str], float] = field(default_factory=dict)
     status: str = "optimal"
     gap: float | None = None
+    note: str = ""
 
 
 def _slo_for(spec: VariantSpec, inputs: CycleInputs) -> tuple[SLO, int]:
@@ -325,7 +340,7 @@ def _slo_for(spec: VariantSpec, inputs: CycleInputs) -> tuple[SLO, int]:
 
 
 def _model_based_candidates(
-    specs: list[VariantSpec], inputs: CycleInputs, result: _ModelBased
+    specs: list[VariantSpec], inputs: CycleInputs, result: _ModelBased, percentile_cap: float | None = None
 ) -> tuple[list[ModelDemand], list[VariantOption]]:
     """Build the allocation problem from every variant that has a profile, an SLO and a cost.
 
@@ -353,7 +368,8 @@ def _model_based_candidates(
         demand = demands.get(spec.model_key)
         if demand is None or priority < demand.priority:
             demands[spec.model_key] = ModelDemand(
-                name=_qualified(spec.model_key), load_rps=load.arrival_rate_rps, workload=workload, slo=slo, priority=priority
+                name=_qualified(spec.model_key), load_rps=planning_rate(load.arrival_rate_rps, load.recent_peak_rps),
+                workload=workload, slo=slo, priority=priority,
             )
         current = inputs.current_replicas.get(spec.target_key, 0)
         options.append(
@@ -366,17 +382,18 @@ def _model_based_candidates(
                 min_replicas=spec.min_replicas,
                 max_replicas=spec.max_replicas,
                 current_replicas=current,
-                max_rate=_tail_rate(spec, load, workload, slo),
+                max_rate=_tail_rate(spec, load, workload, slo, percentile_cap),
             )
         )
     return list(demands.values()), options
 
 
-def _tail_rate(spec: VariantSpec, load: ModelLoad, workload: Workload, slo: SLO) -> float | None:
+def _tail_rate(spec: VariantSpec, load: ModelLoad, workload: Workload, slo: SLO, cap: float | None) -> float | None:
     """Per-replica rate sized for the variant's TTFT percentile (engine.tail_sizing), or None for WVA's mean sizing."""
-    if spec.ttft_percentile is None or load.prompt_tokens is None or spec.profile is None:
+    percentile = capped_percentile(spec.ttft_percentile, cap)
+    if percentile is None or load.prompt_tokens is None or spec.profile is None:
         return None
-    return tail_max_rate(spec.profile, workload, slo, load.prompt_tokens, spec.ttft_percentile)
+    return tail_max_rate(spec.profile, workload, slo, load.prompt_tokens, percentile)
 
 
 def _qualified(key: tuple[str, str]) -> str:
@@ -398,6 +415,14 @@ def model_based_targets(specs: list[VariantSpec], inputs: CycleInputs) -> _Model
         time_limit_s=inputs.time_limit_s,
     )
     allocation = solve(problem)
+    if any(option.max_rate is not None for option in options):
+        for cap in shortage_caps(allocation.total_unserved_rps, [spec.ttft_percentile for spec in specs]):
+            # The inventory cannot hold the tail-sized plan: size every model for a lower percentile.
+            demands, options = _model_based_candidates(specs, inputs, _ModelBased(), cap)
+            allocation = solve(dataclasses.replace(problem, models=demands, variants=options))
+            result.note = f"; sized for {describe_cap(cap)}: the accelerator inventory cannot hold the configured TTFT percentile"
+            if allocation.total_unserved_rps <= 1e-9:
+                break
     result.status, result.gap = allocation.status, allocation.gap
     by_name = {_qualified(spec.key): spec for spec in specs}
     for name, replicas in allocation.replicas.items():
@@ -542,6 +567,8 @@ def _decide(
         message += f"; clamped to {desired} by min/max replicas [{spec.min_replicas}, {upper}]"
     if spec.model_key in model_based.unserved and mb_target is not None:
         message += f"; {model_based.unserved[spec.model_key]:.2f} req/s of {spec.model_id} unserved: accelerator inventory exhausted"
+    if mb_target is not None:
+        message += model_based.note
     if mb_target is not None and model_based.status != "optimal":
         gap = f" (gap {model_based.gap:.2%})" if model_based.gap is not None else ""
         message += f"; solver status {model_based.status}{gap}"

@@ -39,6 +39,7 @@ from engine.optimize import CycleInputs, ModelLoad, PodSample, SpecError, Varian
 from engine.perf import SLO, Workload, max_rates
 from engine.saturation import SaturationConfigSet
 from engine.scaling import Behavior, Group, ScalingState, correct, distribute, recommend, tolerance_from_percent
+from engine.load_peak import peak_window_s, recent_peak
 from engine.tail_sizing import PromptDistribution
 from engine.simulate import PROMPT_TOKEN_BUCKETS, Observation, SimConfig, SimResult, Trace, VariantModel, simulate
 
@@ -244,6 +245,24 @@ def prompt_distribution(cumulative: Sequence[int] | None) -> PromptDistribution 
     return PromptDistribution.from_buckets(list(zip((*PROMPT_TOKEN_BUCKETS, math.inf), cumulative)))
 
 
+SHAPE_WINDOWS = 5
+
+
+def merged_observation(observations: Sequence[Observation]) -> Observation:
+    """The request-shape counters (completions, token sums, prompt buckets) summed over several intervals."""
+    last = observations[-1]
+    models = list(last.completed)
+
+    def total(attr: str) -> dict[str, float]:
+        return {m: sum(getattr(o, attr).get(m, 0) for o in observations) for m in models}
+
+    buckets = {m: tuple(int(sum(c)) for c in zip(*[o.prompt_buckets[m] for o in observations if m in o.prompt_buckets])) for m in models}
+    return dataclasses.replace(
+        last, interval_s=last.interval_s * len(observations), completed=total("completed"),
+        prompt_tokens=total("prompt_tokens"), generated_tokens=total("generated_tokens"), prompt_buckets=buckets,
+    )
+
+
 def observed_pods(scenario: Scenario, obs: Observation) -> dict[tuple[str, str], list[PodSample]]:
     """Per (namespace, modelID): the saturation gauges of every ready replica of the model."""
     pods: dict[tuple[str, str], list[PodSample]] = {}
@@ -318,8 +337,27 @@ def modelplane_policy(scenario: Scenario, saturation_only: bool = False) -> Poli
         for obj in variants:
             obj.get("spec", {}).pop("variantProfile", None)
 
+    history: dict[tuple[str, str], list[float]] = {}
+    window = peak_window_s(scenario.config.startup_delay_s, scenario.config.interval_s)
+
+    shapes: list[Observation] = []
+
     def decide(obs: Observation) -> dict[str, int]:
-        decisions = plan_variants(cycle_inputs(scenario, obs, variants))
+        inputs = cycle_inputs(scenario, obs, variants)
+        shapes.append(obs)
+        del shapes[:-SHAPE_WINDOWS]
+        shape = observed_loads(scenario, merged_observation(shapes))
+        loads = {}
+        for key, load in inputs.loads.items():
+            # What max_over_time(rate(vllm:request_success_total[1m])[W:1m]) returns from Prometheus.
+            rates = history.setdefault(key, [])
+            rates.append(load.arrival_rate_rps)
+            tokens = shape[key]
+            loads[key] = dataclasses.replace(
+                load, avg_in_tokens=tokens.avg_in_tokens or load.avg_in_tokens, avg_out_tokens=tokens.avg_out_tokens or load.avg_out_tokens,
+                prompt_tokens=tokens.prompt_tokens, recent_peak_rps=recent_peak(rates, obs.interval_s, window),
+            )
+        decisions = plan_variants(dataclasses.replace(inputs, loads=loads))
         return {f"{d.namespace}/{d.name}": d.desired for d in decisions if d.desired is not None}
 
     return decide

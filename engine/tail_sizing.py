@@ -28,6 +28,7 @@ Pure and deterministic (numpy only).
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 from typing import Mapping, Sequence
@@ -52,7 +53,11 @@ ANNOTATION_TTFT_PERCENTILE = "modelplane.io/ttft-percentile"
 target, or ``"mean"`` for WVA's sizing of the mean request."""
 DEFAULT_TTFT_PERCENTILE = 90.0
 """Used when the annotation is absent and the prompt-token histogram is available."""
-_ITERATIONS = 60
+SHORTAGE_PERCENTILES = (85.0, 80.0, 75.0, 70.0, 60.0, 0.0)
+"""Percentile caps tried in turn when the inventory cannot hold the tail-sized plan (0: WVA's mean sizing)."""
+_ITERATIONS = 40
+_RATE_TOLERANCE = 1e-3
+"""Relative precision of the tail-aware rate (0.1 % of a replica's capacity is far below the load's noise)."""
 
 
 class TailSizingError(ValueError):
@@ -138,6 +143,35 @@ def ttft_percentile(annotations: Mapping[str, str]) -> float | None:
     return value
 
 
+def capped_percentile(percentile: float | None, cap: float | None) -> float | None:
+    """The percentile a variant is sized for under a shortage cap; None (the mean) below 50."""
+    if percentile is None or cap is None:
+        return percentile
+    value = min(percentile, cap)
+    return value if value >= 50.0 else None
+
+
+def shortage_caps(unserved_rps: float, percentiles: Sequence[float | None]) -> list[float]:
+    """The caps to try, highest first, when the tail-sized allocation leaves ``unserved_rps`` unserved.
+
+    Why: sizing for a percentile asks for more replicas than the mean; when the accelerators run out,
+    the allocation would leave whole models short (its first goal is the least unserved load, which
+    favours the models cheapest to serve), so every model is sized for a lower percentile instead, down
+    to the mean, until the plan fits.  Nothing to try when everything is served.
+    """
+    if unserved_rps <= 1e-9:
+        return []
+    highest = max((p for p in percentiles if p is not None), default=None)
+    if highest is None:
+        return []
+    return [cap for cap in SHORTAGE_PERCENTILES if cap < highest]
+
+
+def describe_cap(cap: float) -> str:
+    """``p80`` or ``the mean request`` (for condition messages)."""
+    return f"p{cap:g} TTFT" if cap >= 50.0 else "the mean request's TTFT"
+
+
 def _service_rates(profile: PerfProfile, workload: Workload) -> np.ndarray:
     """mu(n) for n = 1..B in requests per ms (WVA's law at the mean request)."""
     n = np.arange(1, profile.max_batch + 1, dtype=float)
@@ -185,6 +219,16 @@ def ttft_attainment(
     return float(pi @ share)
 
 
+@functools.lru_cache(maxsize=4096)
+def _wva_rate(profile: PerfProfile, workload: Workload, slo: SLO) -> float | None:
+    """WVA's rate for the mean request (None when infeasible), computed once per profile, shape and SLO."""
+    try:
+        return max_rate(profile, workload, slo)
+    except Infeasible:
+        return None
+
+
+@functools.lru_cache(maxsize=4096)
 def tail_max_rate(
     profile: PerfProfile, workload: Workload, slo: SLO, prompts: PromptDistribution, percentile: float
 ) -> float | None:
@@ -197,9 +241,8 @@ def tail_max_rate(
     """
     if not slo.ttft_ms or prompts.total <= 0:
         return None
-    try:
-        mean_rate = max_rate(profile, workload, slo)
-    except Infeasible:
+    mean_rate = _wva_rate(profile, workload, slo)
+    if mean_rate is None:
         return None
     target = percentile / 100.0
     mu = _service_rates(profile, workload)
@@ -214,6 +257,6 @@ def tail_max_rate(
             low = mid
         else:
             high = mid
-        if high - low <= 1e-6 * high:
+        if high - low <= _RATE_TOLERANCE * high:
             break
     return low

@@ -123,3 +123,33 @@ def test_invalid_percentile_annotation_is_reported_on_that_resource_only() -> No
     assert decisions["bad"].reason == "InvalidConfiguration"
     assert f"metadata.annotations[{ANNOTATION_TTFT_PERCENTILE}]" in decisions["bad"].message
     assert decisions["a100"].ready
+
+
+def test_a_short_inventory_lowers_the_percentile_until_the_plan_fits() -> None:
+    """p90 needs more A100s than the inventory holds: the cycle sizes for a lower percentile, says so, serves everything."""
+    with_tail = ModelLoad(6.0, float(PROMPTS.mean()), OUTPUTS, histogram(PROMPTS))
+    mean_only = ModelLoad(6.0, float(PROMPTS.mean()), OUTPUTS)
+    unlimited = by_name(plan_variants(inputs([va("a100")], {"a100": 1}, loads={(NS, MODEL): with_tail})))["a100"]
+    plain = by_name(plan_variants(inputs([va("a100")], {"a100": 1}, loads={(NS, MODEL): mean_only})))["a100"]
+    assert unlimited.desired is not None and plain.desired is not None and unlimited.desired > plain.desired + 1
+    short = {"A100": unlimited.desired - 1}
+    capped = by_name(plan_variants(inputs([va("a100")], {"a100": 1}, loads={(NS, MODEL): with_tail}, inventory=short)))["a100"]
+    assert capped.desired is not None and plain.desired <= capped.desired <= unlimited.desired - 1
+    assert "the accelerator inventory cannot hold the configured TTFT percentile" in capped.message
+    assert "unserved" not in capped.message
+
+
+def test_recent_peak_sizes_for_the_highest_rate_of_the_start_up_window() -> None:
+    from engine.load_peak import peak_window_s, planning_rate, recent_peak
+
+    window = peak_window_s(120.0, 60.0)
+    assert recent_peak([9.0, 2.0, 3.0, 4.0], 60.0, window) == 4.0  # 9 is older than start-up + interval
+    assert recent_peak([2.0, 9.0, 3.0, 4.0], 60.0, window) == 9.0
+    assert recent_peak([], 60.0, window) is None
+    assert planning_rate(5.0, 3.0) == 5.0 and planning_rate(5.0, None) == 5.0 and planning_rate(1.0, 5.0) == 5.0
+    quiet = ModelLoad(1.0, 128, 256)
+    remembered = ModelLoad(1.0, 128, 256, recent_peak_rps=20.0)
+    now = by_name(plan_variants(inputs([va("a100")], {"a100": 4}, loads={(NS, MODEL): quiet})))["a100"]
+    held = by_name(plan_variants(inputs([va("a100")], {"a100": 4}, loads={(NS, MODEL): remembered})))["a100"]
+    assert now.desired is not None and now.desired < 4
+    assert held.desired is not None and held.desired > now.desired
