@@ -40,7 +40,7 @@ from engine.perf import SLO, Workload, max_rates
 from engine.saturation import SaturationConfigSet
 from engine.scaling import Behavior, Group, ScalingState, correct, distribute, recommend, tolerance_from_percent
 from engine.load_peak import peak_window_s, recent_peak
-from engine.tail_sizing import PromptDistribution
+from engine.tail_sizing import ANNOTATION_TTFT_PERCENTILE, PromptDistribution
 from engine.simulate import PROMPT_TOKEN_BUCKETS, Observation, SimConfig, SimResult, Trace, VariantModel, simulate
 
 __all__ = [
@@ -54,6 +54,7 @@ __all__ = [
     "run_policy",
     "summarize_outcome",
     "with_hpa_metric",
+    "with_ttft_percentile",
     "with_sizing_ttft_scale",
 ]
 
@@ -154,6 +155,14 @@ def with_sizing_ttft_scale(description: ClusterDescription, scale: float) -> Clu
             })
         classes[key] = entry
     return dataclasses.replace(description, service_classes=classes)
+
+
+def with_ttft_percentile(description: ClusterDescription, percentile: str) -> ClusterDescription:
+    """The description with every VariantAutoscaling annotated ``modelplane.io/ttft-percentile: <percentile>``."""
+    variants = copy.deepcopy(description.variants)
+    for obj in variants:
+        obj.setdefault("metadata", {}).setdefault("annotations", {})[ANNOTATION_TTFT_PERCENTILE] = percentile
+    return dataclasses.replace(description, variants=variants)
 
 
 def with_hpa_metric(description: ClusterDescription, metric: str, target: float) -> ClusterDescription:
@@ -329,8 +338,14 @@ def allocation_problem(
 Policy = Callable[[Observation], Mapping[str, int]]
 
 
-def modelplane_policy(scenario: Scenario, saturation_only: bool = False) -> Policy:
-    """The optimize flow's decision (``plan_variants``); with ``saturation_only`` the profiles are removed."""
+def modelplane_policy(scenario: Scenario, saturation_only: bool = False, load_shape: bool = True) -> Policy:
+    """The optimize flow's decision (``plan_variants``); with ``saturation_only`` the profiles are removed.
+
+    With ``load_shape`` (what the optimize flow reads from Prometheus) every cycle also gets the recent
+    peak rate over the start-up window and the request shape (mean tokens, prompt histogram) over the
+    last :data:`SHAPE_WINDOWS` intervals; without it, only the last interval (as before tail- and
+    start-up-aware sizing, kept for the before/after comparison).
+    """
     variants = scenario.description.variants
     if saturation_only:
         variants = copy.deepcopy(variants)
@@ -344,6 +359,10 @@ def modelplane_policy(scenario: Scenario, saturation_only: bool = False) -> Poli
 
     def decide(obs: Observation) -> dict[str, int]:
         inputs = cycle_inputs(scenario, obs, variants)
+        if not load_shape:
+            last_minute = {k: dataclasses.replace(v, prompt_tokens=None) for k, v in inputs.loads.items()}
+            decisions = plan_variants(dataclasses.replace(inputs, loads=last_minute))
+            return {f"{d.namespace}/{d.name}": d.desired for d in decisions if d.desired is not None}
         shapes.append(obs)
         del shapes[:-SHAPE_WINDOWS]
         shape = observed_loads(scenario, merged_observation(shapes))
@@ -442,6 +461,8 @@ def make_policy(name: str, scenario: Scenario) -> tuple[Policy, dict[str, int]]:
     start = initial_replicas(scenario)
     if name == "modelplane":
         return modelplane_policy(scenario), start
+    if name == "modelplane-before":
+        return modelplane_policy(with_scenario_variants(scenario, with_ttft_percentile(scenario.description, "mean")), load_shape=False), start
     if name == "saturation-only":
         return modelplane_policy(scenario, saturation_only=True), start
     if name == "wva-greedy":
@@ -452,6 +473,11 @@ def make_policy(name: str, scenario: Scenario) -> tuple[Policy, dict[str, int]]:
         fixed = static_allocation(scenario)
         return (lambda obs: fixed), fixed
     raise ValueError(f"unknown policy {name!r}; choose from {', '.join(POLICIES)}")
+
+
+def with_scenario_variants(scenario: Scenario, description: ClusterDescription) -> Scenario:
+    """The scenario with another description (same trace, specs and SLOs)."""
+    return dataclasses.replace(scenario, description=description)
 
 
 def run_policy(name: str, scenario: Scenario) -> SimResult:
