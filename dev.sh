@@ -74,7 +74,7 @@ case "${1:-}" in
     # Each step is a modelplane command; exit code 3 (ran degraded) is shown and the demo goes on.
     step() { "$@" || { rc=$?; [ "$rc" = 3 ] || exit "$rc"; }; }
     # 1. Fill the example model cache from a model the demo serves itself on 127.0.0.1 (no network).
-    step "$VENV/bin/python" deployments/demo_models.py -- "$VENV/bin/modelplane" warm-caches --cluster "$demo_dir" -n cache-demo
+    step "$VENV/bin/python" deployments/demo_models.py --cluster "$demo_dir" -- "$VENV/bin/modelplane" warm-caches --cluster "$demo_dir" -n cache-demo
     # 2. AIM: discovery (offline: the image's metadata is an OCI layout in the repository), templates, rollout.
     step "$VENV/bin/modelplane" aim --cluster "$demo_dir" --registry-mirror docker.io=oci-layout:deployments/example-images
     # 3. Kthena: the example Model's backend becomes a vLLM Deployment + Service, its policy a binding.

@@ -72,6 +72,8 @@ def populate(server: Any, models: int) -> None:
     from tasks.cluster.kube import KubeCluster
 
     cluster = KubeCluster(api_client=server.api_client())
+    for namespace in (NAMESPACE, CONFIG_NAMESPACE, "warm-up"):  # as on a cluster, namespaces come first
+        server.create_namespace(namespace)
     for cm in config_maps(models):
         cluster.create(cm)
     apps = k8s.AppsV1Api(server.api_client())

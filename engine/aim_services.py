@@ -389,21 +389,23 @@ def _route_of(route: Mapping[str, Any] | None) -> tuple[bool, str, str]:
     return True, "RouteReady", "HTTPRoute accepted by its Gateway"
 
 
+RESOLVED_REASONS = frozenset({"TemplateNotAvailable", REASON_IMAGE_NOT_FOUND, "NoModelSources"})
+"""Blocking reasons that come after model, template and namespace config were all found."""
+
+
 def blocked_status(resolution: Resolution, workload_exists: bool) -> ServiceOutcome:
-    """Status of a service whose references stop the rollout."""
+    """Status of a service whose references stop the rollout: ``Resolved`` is True only when the model,
+    template and namespace config were found (what blocks is then the template or the image);
+    ``Failure`` is True for Failed and Degraded; ``Progressing`` while Pending."""
     status = resolution.status or STATUS_FAILED
-    failed = status == STATUS_FAILED
-    resolved_ok = resolution.reason in ("TemplateNotAvailable", "RuntimeConfigMissing", REASON_IMAGE_NOT_FOUND, "NoModelSources")
+    broken = status in (STATUS_FAILED, STATUS_DEGRADED)
+    message = resolution.message + (" (the existing workload is kept)" if workload_exists and status != STATUS_FAILED else "")
     conditions = [
-        ConditionUpdate(COND_RESOLVED, "True" if resolved_ok and resolution.reason != "RuntimeConfigMissing" else "False", resolution.reason, resolution.message),
-        ConditionUpdate(COND_READY, "False", resolution.reason, resolution.message),
+        ConditionUpdate(COND_RESOLVED, "True" if resolution.reason in RESOLVED_REASONS else "False", resolution.reason, resolution.message),
+        ConditionUpdate(COND_READY, "False", resolution.reason, message),
         ConditionUpdate(COND_PROGRESSING, "True" if status == STATUS_PENDING else "False", resolution.reason, resolution.message),
-        ConditionUpdate(COND_FAILURE, "True" if status in (STATUS_FAILED, STATUS_DEGRADED) else "False",
-                        resolution.reason if status in (STATUS_FAILED, STATUS_DEGRADED) else "NoFailure",
-                        resolution.message if status in (STATUS_FAILED, STATUS_DEGRADED) else ""),
+        ConditionUpdate(COND_FAILURE, "True" if broken else "False", resolution.reason if broken else "NoFailure", resolution.message if broken else ""),
     ]
-    if workload_exists and not failed:
-        conditions[1] = ConditionUpdate(COND_READY, "False", resolution.reason, resolution.message + " (the existing workload is kept)")
     return ServiceOutcome(status, conditions)
 
 

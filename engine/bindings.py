@@ -19,11 +19,15 @@ from engine.api.meta import format_time
 from engine.saturation import REASON_METRICS_AVAILABLE as METRICS_AVAILABLE
 from engine.saturation import REASON_METRICS_UNAVAILABLE as METRICS_UNAVAILABLE
 from engine.saturation import REASON_OPTIMIZATION_SUCCEEDED as REASON_SUCCEEDED
-from engine.scaling import Behavior, Group, ScalingState, correct, distribute, recommend
+from engine.scaling import Behavior, Group, ScalingState, apply_scale_to_zero, correct, distribute, parse_duration, recommend
 from engine.status import REASON_INVALID, REASON_TARGET_MISSING, ConditionUpdate, set_conditions
 from engine.units import parse_quantity
 
 REASON_POLICY_MISSING = "PolicyNotFound"
+ANNOTATION_SCALE_TO_ZERO_GRACE = "modelplane.io/scale-to-zero-grace-period"
+"""Binding annotation: how long the recommendation must stay at 0 before the targets go to 0 (a
+Duration such as ``30s``). The rollout of a Kthena Model writes its backends' ``scaleToZeroGracePeriod``
+here; it can also be set by hand on a binding that no Model owns."""
 REASON_NO_METRICS = METRICS_UNAVAILABLE
 
 
@@ -57,6 +61,8 @@ class BindingInputs:
     metrics_error: str | None = None
     cost_expansion_rate_percent: int = 200
     old_status: Mapping[str, Any] = field(default_factory=dict)
+    scale_to_zero_grace_s: float | None = None
+    """Seconds the recommendation must stay 0 before the targets reach 0 (None: no grace period)."""
 
 
 @dataclass
@@ -143,6 +149,7 @@ def plan_binding(inputs: BindingInputs, now: datetime) -> BindingDecision:
 
     state = ScalingState.from_dict(inputs.old_status)
     corrected, state = correct(current, recommended, behavior, state, now, min_replicas=low, max_replicas=high)
+    corrected, state = apply_scale_to_zero(corrected, state, inputs.scale_to_zero_grace_s, now, current=current)
     if inputs.heterogeneous:
         groups = [Group(cost=t.cost, min_replicas=t.min_replicas, max_replicas=t.max_replicas) for t in inputs.targets]
         per_target = distribute(groups, corrected, inputs.cost_expansion_rate_percent)
@@ -160,6 +167,20 @@ def plan_binding(inputs: BindingInputs, now: datetime) -> BindingDecision:
         inputs.namespace, inputs.name, inputs.policy_name, targets, REASON_SUCCEEDED, message,
         ready=True, recommended=recommended, state=state,
     )
+
+
+def scale_to_zero_grace(annotations: Mapping[str, str], model_spec: Mapping[str, Any] | None) -> float | None:
+    """The scale-to-zero grace period of a binding, in seconds: its annotation
+    (:data:`ANNOTATION_SCALE_TO_ZERO_GRACE`) when set, else the longest ``scaleToZeroGracePeriod`` of the
+    backends of the Kthena Model that owns it, else None. ``ValueError`` for a malformed duration."""
+    if annotations.get(ANNOTATION_SCALE_TO_ZERO_GRACE):
+        return parse_duration(annotations[ANNOTATION_SCALE_TO_ZERO_GRACE])
+    graces = [
+        parse_duration(backend["scaleToZeroGracePeriod"])
+        for backend in (model_spec or {}).get("backends") or ()
+        if isinstance(backend, Mapping) and backend.get("scaleToZeroGracePeriod")
+    ]
+    return max(graces) if graces else None
 
 
 def binding_status(

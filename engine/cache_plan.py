@@ -27,7 +27,7 @@ CACHE_LABEL = "modelplane.io/cache"
 """On the PVC and fill Jobs: the name of the ModelCache they belong to."""
 MANAGED_BY = {"app.kubernetes.io/managed-by": "modelplane"}
 ATTEMPTS_ANNOTATION = "modelplane.io/fill-attempts"
-"""On the ModelCache: ``<generation>:<fills started for it>`` so retries survive between runs."""
+"""On the ModelCache: ``<generation>/<fills started for it>`` so retries survive between runs."""
 REQUESTED_BY_ANNOTATION = "modelplane.io/requested-by"
 """On the ModelCache: the consumers (``Kind/namespace/name``) that asked for it, comma-separated."""
 CACHE_MOUNT_PATH = "/cache"
@@ -60,8 +60,9 @@ VERIFICATION_FAILED = "VerificationFailed"
 CREDENTIALS_MISSING = "CredentialsMissing"
 FILL_JOB_MISSING = "FillJobMissing"
 
-TERMINAL_REASONS = frozenset({INVALID_SOURCE, INVALID_SIZE, VOLUME_TOO_SMALL, "UnsupportedSource", "PathTraversal", "DestinationConflict"})
-"""Failures a retry cannot fix: the spec must change (a new generation) or the cache be re-created."""
+TERMINAL_REASONS = frozenset({INVALID_SOURCE, INVALID_SIZE, VOLUME_TOO_SMALL, PVC_LOST, "UnsupportedSource", "PathTraversal", "DestinationConflict"})
+"""Failures a retry cannot fix: the spec must change (a new generation), the cache be re-created, or
+(PVCLost) the lost PVC be deleted, after which the next pass creates and fills a new one."""
 
 GiB = 1024**3
 
@@ -144,10 +145,10 @@ def job_name(cache_name: str, attempt: int) -> str:
 # -------------------------------------------------------------------------------------- attempts
 
 
-def parse_attempts(annotations: Mapping[str, str] | None, generation: int | None) -> int:
+def parse_attempts(annotations: Mapping[str, Any] | None, generation: int | None) -> int:
     """Fills started for ``generation`` (0 when the annotation is missing, malformed, or for an older generation)."""
-    raw = (annotations or {}).get(ATTEMPTS_ANNOTATION, "")
-    gen, _, count = raw.partition(":")
+    raw = str((annotations or {}).get(ATTEMPTS_ANNOTATION, ""))
+    gen, _, count = raw.replace(":", "/").partition("/")
     try:
         return int(count) if int(gen) == int(generation or 0) else 0
     except ValueError:
@@ -155,8 +156,9 @@ def parse_attempts(annotations: Mapping[str, str] | None, generation: int | None
 
 
 def attempts_annotation(generation: int | None, attempts: int) -> dict[str, str]:
-    """The annotation recording ``attempts`` fills for ``generation``."""
-    return {ATTEMPTS_ANNOTATION: f"{int(generation or 0)}:{attempts}"}
+    """The annotation recording ``attempts`` fills for ``generation``: ``"<generation>/<attempts>"``
+    (no colon: an unquoted ``1:1`` reads back from YAML 1.1 as the integer 61)."""
+    return {ATTEMPTS_ANNOTATION: f"{int(generation or 0)}/{attempts}"}
 
 
 def requested_by(annotations: Mapping[str, str] | None) -> list[str]:
@@ -444,6 +446,16 @@ _TYPED_FAILURE_LINE = re.compile(r"^cache fill failed \(([A-Za-z]+)\): (.+)$")
 
 
 # ---------------------------------------------------------------------------------------- decide
+
+
+def storage_failure(pvc_phase: str | None, pvc: str, previous: Failure | None) -> tuple[bool, Failure | None]:
+    """Whether the PVC decides the failure: a Lost claim is a :data:`PVC_LOST` failure; a PVCLost
+    failure whose claim is gone (a person deleted it) is cleared, so the cache is created anew."""
+    if pvc_phase == "Lost":
+        return True, Failure(PVC_LOST, f"PVC {pvc} lost its volume; delete the PVC and warm-caches creates and fills a new one")
+    if previous is not None and previous.reason == PVC_LOST and pvc_phase is None:
+        return True, None
+    return False, previous
 
 
 def retry_due(obs: Observation, policy: RetryPolicy, now: datetime) -> datetime | None:

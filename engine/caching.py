@@ -9,7 +9,9 @@ patterns), a ModelCache a person wrote by hand gets the same identity as the one
 from __future__ import annotations
 
 import hashlib
+import math
 import re
+from decimal import Decimal
 from fractions import Fraction
 from typing import Iterable
 
@@ -53,26 +55,39 @@ def cache_name(source: ModelSource | str, storage_class: str | None = None) -> s
     return f"{readable}-{digest}"
 
 
-def pvc_size(sizes_bytes: Iterable[int | None] | int, headroom_percent: float = 10) -> str:
+def _whole_bytes(size: object, index: int) -> int:
+    """A size as whole bytes (int, or an integral float/Decimal such as a parsed quantity)."""
+    if size is None:
+        raise ValueError(f"size of source {index} is unknown")
+    if isinstance(size, bool) or not isinstance(size, (int, float, Decimal)):
+        raise ValueError(f"size of source {index} must be a whole number of bytes, not {size!r}")
+    if not (size.is_finite() if isinstance(size, Decimal) else math.isfinite(size)):
+        raise ValueError(f"size of source {index} is not a finite number ({size!r})")
+    if size != int(size):
+        raise ValueError(f"size of source {index} must be a whole number of bytes, not {size!r}")
+    if size < 0:
+        raise ValueError(f"size of source {index} is negative ({size} bytes)")
+    return int(size)
+
+
+def pvc_size(sizes_bytes: Iterable[int | None] | int | None, headroom_percent: float = 10) -> str:
     """The PVC request for sources of these sizes: total x (1 + headroom/100), rounded up to whole Gi.
 
     Follows AIM's ``ApplyHeadroomAndRound`` (10 GiB at 10 % -> ``"11Gi"``; 100 MiB -> ``"1Gi"``), never less
     than ``1Gi``. Raises ``ValueError`` when there are no sources, a size is unknown (None), negative or not
     an integer, or the headroom is negative.
     """
-    sizes = [sizes_bytes] if isinstance(sizes_bytes, int) and not isinstance(sizes_bytes, bool) else list(sizes_bytes)
+    if sizes_bytes is None:
+        raise ValueError("the source size is unknown")
+    single = isinstance(sizes_bytes, (int, float, Decimal)) and not isinstance(sizes_bytes, bool)
+    sizes = [sizes_bytes] if single else list(sizes_bytes)  # type: ignore[arg-type]
     if not sizes:
         raise ValueError("no sources to size a cache for")
+    total = 0
     for index, size in enumerate(sizes):
-        if size is None:
-            raise ValueError(f"size of source {index} is unknown")
-        if isinstance(size, bool) or not isinstance(size, int):
-            raise ValueError(f"size of source {index} must be a whole number of bytes, not {size!r}")
-        if size < 0:
-            raise ValueError(f"size of source {index} is negative ({size} bytes)")
+        total += _whole_bytes(size, index)
     if headroom_percent is None or headroom_percent < 0:
         raise ValueError(f"headroom must be at least 0 percent, not {headroom_percent!r}")
-    total = sum(sizes)
     with_headroom = int(total * (1 + Fraction(str(headroom_percent)) / 100))
     gibibytes = max(1, -(-with_headroom // GI))
     return f"{gibibytes}Gi"

@@ -17,20 +17,27 @@ Nothing here does I/O or reads the clock; ``now`` is an input.
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Iterable, Mapping
 
+from functools import cache
+
 from engine.allocation import AllocationProblem, ModelDemand, VariantOption, solve
-from engine.api.meta import format_time, parse_time
+from engine.api import schema as crd_schema
+from engine.api.crds import openapi_schema
+from engine.api.registry import kind_info
+from engine.api.meta import format_time, parse_duration, parse_time
 from engine.config import AcceleratorCost, ConfigError, ServiceClass
 from engine.perf import SLO, PerfProfile, Workload
 from engine.saturation import REASON_METRICS_AVAILABLE as METRICS_AVAILABLE
 from engine.saturation import REASON_METRICS_UNAVAILABLE as METRICS_UNAVAILABLE
 from engine.saturation import REASON_OPTIMIZATION_SUCCEEDED as REASON_SUCCEEDED
 from engine.saturation import (
+    DEFAULT_VARIANT_COST,
     REASON_SAFETY_OVERRIDE,
     ModelAnalysis,
     ReplicaMetrics,
@@ -110,7 +117,8 @@ class VariantSpec:
     max_batch: int | None
     profile: PerfProfile | None
     slo_ref: tuple[str, str] | None
-    variant_cost: float
+    variant_cost: float | None
+    """``spec.variantCost`` as declared (None when the resource does not declare one): see :func:`replica_cost`."""
     target_api_version: str
     target_kind: str
     target_name: str
@@ -119,6 +127,7 @@ class VariantSpec:
     actuate: bool
     ttft_percentile: float | None = DEFAULT_TTFT_PERCENTILE
     """Share of requests (%) sized to meet the TTFT target (``modelplane.io/ttft-percentile``); None: the mean."""
+    annotations: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def key(self) -> tuple[str, str]:
@@ -153,6 +162,9 @@ class CycleInputs:
     metrics_error: str | None = None  # set when the metrics backend itself failed
     missing_metrics: Mapping[tuple[str, str], str] = field(default_factory=dict)
     time_limit_s: float = 10.0
+    scale_down_window_s: float = 0.0
+    """Default scale-down stabilization window (seconds); a VariantAutoscaling may set its own with the
+    ``modelplane.io/scale-down-stabilization-window`` annotation. 0: scale down at once."""
 
 
 @dataclass
@@ -175,6 +187,10 @@ class VariantDecision:
     actuate: bool = True
     target: tuple[str, str, str] | None = None  # (apiVersion, kind, name)
     cost: float = 0.0
+    stabilization: str | None = None
+    """New value of the ``modelplane.io/scale-down-pending`` annotation (None: remove it)."""
+    stabilization_changed: bool = False
+    """Whether that annotation must be written this cycle (only on transitions)."""
 
     @property
     def optimization(self) -> ConditionUpdate:
@@ -237,6 +253,26 @@ def _annotation_int(annotations: Mapping[str, str], key: str, minimum: int) -> i
     return value
 
 
+@cache
+def _spec_schema(api_version: str, kind: str) -> dict[str, Any] | None:
+    info = kind_info(api_version, kind)
+    return (openapi_schema(info).get("properties") or {}).get("spec") if info is not None else None
+
+
+def _spec_schema_error(obj: Mapping[str, Any]) -> SpecError | None:
+    """The first violation of the CRD schema in ``spec``, as a :class:`SpecError`, or None.
+
+    The same rules as the API server (and ``modelplane validate``): an object a cluster would have
+    rejected, e.g. an unquoted number where a string is required, is invalid here too, whichever
+    backend it was read from.
+    """
+    schema = _spec_schema(str(obj.get("apiVersion")), str(obj.get("kind")))
+    if schema is None or not isinstance(obj.get("spec"), dict):
+        return None
+    errors = crd_schema.validate_quiet(obj["spec"], schema, "spec")
+    return SpecError(errors[0].field, errors[0].detail) if errors else None
+
+
 def parse_variant(obj: Mapping[str, Any]) -> VariantSpec:
     """Reduce a VariantAutoscaling manifest (either seed generation) to a :class:`VariantSpec`.
 
@@ -245,6 +281,9 @@ def parse_variant(obj: Mapping[str, Any]) -> VariantSpec:
     meta = obj.get("metadata") or {}
     spec = obj.get("spec") or {}
     annotations = meta.get("annotations") or {}
+    schema_error = _spec_schema_error(obj)
+    if schema_error is not None:
+        raise schema_error
     model_id = spec.get("modelID")
     if not isinstance(model_id, str) or not model_id:
         raise SpecError("spec.modelID", "required")
@@ -258,7 +297,7 @@ def parse_variant(obj: Mapping[str, Any]) -> VariantSpec:
     if not isinstance(count, int) or isinstance(count, bool) or count < 1:
         raise SpecError("spec.acceleratorCount", f"must be an integer >= 1, got {count!r}")
     try:
-        variant_cost = float(spec.get("variantCost", "10.0"))
+        variant_cost = float(spec["variantCost"]) if spec.get("variantCost") is not None else None
     except (TypeError, ValueError):
         raise SpecError("spec.variantCost", f"must be a decimal string, got {spec.get('variantCost')!r}") from None
     slo = spec.get("sloClassRef") or None
@@ -293,6 +332,7 @@ def parse_variant(obj: Mapping[str, Any]) -> VariantSpec:
         max_replicas=maximum,
         actuate=actuation_enabled(annotations),
         ttft_percentile=percentile,
+        annotations=dict(annotations),
     )
 
 
@@ -473,7 +513,7 @@ def _saturation_for_model(
         ready = inputs.ready_replicas.get(spec.target_key, current)
         states.append(
             VariantState(
-                name=spec.name, cost=spec.variant_cost, current_replicas=current,
+                name=spec.name, cost=replica_cost(spec, inputs.accelerator_costs), current_replicas=current,
                 min_replicas=spec.min_replicas, max_replicas=spec.max_replicas,
                 pending_replicas=max(current - ready, 0),
             )
@@ -509,19 +549,24 @@ def _metrics_condition(spec: VariantSpec, inputs: CycleInputs) -> ConditionUpdat
     return ConditionUpdate(METRICS_AVAILABLE, "False", METRICS_UNAVAILABLE, message)
 
 
-def _invalid_decision(obj: Mapping[str, Any], message: str) -> VariantDecision:
-    """The decision for a resource that cannot be optimized as written: no target, its own condition."""
+def _invalid_decision(obj: Mapping[str, Any], message: str, current_replicas: Mapping[tuple[str, str, str], int]) -> VariantDecision:
+    """The decision for a resource that cannot be optimized as written: nothing to scale, its own
+    condition, and (when its scale target exists) the replicas it runs now, so ``currentAlloc`` stays true."""
     meta = obj.get("metadata") or {}
     spec = obj.get("spec") or {}
+    target = spec.get("scaleTargetRef") if isinstance(spec.get("scaleTargetRef"), dict) else {}
+    namespace = meta.get("namespace") or "default"
+    current = current_replicas.get((namespace, target.get("kind") or "Deployment", str(target.get("name") or "")))
+    accelerator = spec.get("accelerator") if isinstance(spec.get("accelerator"), str) and len(spec["accelerator"]) >= 2 else None
     return VariantDecision(
         namespace=meta.get("namespace") or "default",
         name=meta.get("name", ""),
-        model_id=spec.get("modelID"),
-        variant_id=spec.get("variantID"),
-        accelerator=spec.get("accelerator"),
+        model_id=spec.get("modelID") if isinstance(spec.get("modelID"), str) else None,
+        variant_id=None,  # may be what is invalid; the status must stay writable to carry the condition
+        accelerator=accelerator,
         max_batch=None,
         variant_cost=None,
-        current=None,
+        current=current,
         desired=None,
         reason=REASON_INVALID,
         message=message,
@@ -538,8 +583,17 @@ def _decide(
     saturation: _Saturation | None,
     metrics: ConditionUpdate,
     idle: bool,
+    added_elsewhere: int = 0,
+    saturation_need: int = 0,
 ) -> tuple[int, str, str, bool]:
-    """(desired, reason, message, ready) for one variant with a readable target."""
+    """(desired, reason, message, ready) for one variant with a readable target.
+
+    ``added_elsewhere`` is how many replicas the model-based plan adds this cycle on the model's other
+    variants and ``saturation_need`` how many the saturation analysis asks for the whole model: a
+    model-based scale-down here is not vetoed (nor blocked as unsafe) when the replicas added elsewhere
+    cover both the saturation need and the replicas removed here, since the model's capacity does not
+    drop. Without that, moving a model to a cheaper variant left the old replica behind.
+    """
     if spec.key in model_based.errors:
         reason, message = model_based.errors[spec.key]
         return current, reason, f"{message}; holding {current} replicas", False
@@ -557,6 +611,10 @@ def _decide(
             decision_message = f"{decision.message}: no per-pod saturation metrics to verify the scale-down is safe"
         else:
             decision_message = decision.message
+    elif mb_target is not None and mb_target < current and added_elsewhere >= saturation_need + (current - mb_target):
+        decision = arbitrate(current, current, mb_target, scale_down_safe=True)
+        decision_message = (f"{decision.message}; saturation covered by the {added_elsewhere} replica(s) the plan adds "
+                            f"on other variants of {spec.model_id} this cycle")
     else:
         decision = arbitrate(current, saturation.targets[spec.key], mb_target, scale_down_safe=saturation.analysis)
         decision_message = decision.message
@@ -575,11 +633,89 @@ def _decide(
     return desired, decision.reason, message, True
 
 
-def _decision(spec: VariantSpec, **outcome: Any) -> VariantDecision:
+ANNOTATION_SCALE_DOWN_WINDOW = "modelplane.io/scale-down-stabilization-window"
+"""VariantAutoscaling annotation: scale-down stabilization window (a Duration such as ``3m``)."""
+ANNOTATION_SCALE_DOWN_PENDING = "modelplane.io/scale-down-pending"
+"""VariantAutoscaling annotation written by Modelplane: since when a scale-down has been recommended and
+the highest replica count recommended since, as JSON ``{"since": RFC3339, "max": N}`` (the window's state:
+each cycle is a fresh process, and the seed's status has no field for it)."""
+
+
+@dataclass(frozen=True)
+class Stabilized:
+    """The outcome of the scale-down stabilization of one variant."""
+
+    desired: int
+    note: str
+    pending: str | None
+    changed: bool
+
+
+def stabilize_scale_down(
+    desired: int, current: int, annotations: Mapping[str, str], default_window_s: float, now: datetime
+) -> Stabilized:
+    """Hold a scale-down until it has been recommended for a whole window (HPA's scale-down stabilization).
+
+    Scale-ups and holds pass at once and end a pending scale-down. A scale-down first seen now starts
+    the window and holds ``current``; once the window has passed, the target goes to the highest
+    replica count recommended during it, so a recommendation flapping with the lag of ``rate()`` (2 -> 1
+    -> 2 -> 1) never removes a replica it needs again a cycle later. The state is the
+    :data:`ANNOTATION_SCALE_DOWN_PENDING` annotation; ``changed`` says when it must be written.
+    """
+    raw_pending = annotations.get(ANNOTATION_SCALE_DOWN_PENDING)
+    pending = _parse_pending(raw_pending)
+    window = default_window_s
+    if annotations.get(ANNOTATION_SCALE_DOWN_WINDOW):
+        try:
+            window = parse_duration(annotations[ANNOTATION_SCALE_DOWN_WINDOW])
+        except ValueError:
+            window = default_window_s
+    if desired >= current or window <= 0:
+        return Stabilized(desired, "", None, raw_pending is not None)
+    if pending is None:
+        since, highest = now, desired
+    else:
+        since, highest = pending[0], max(pending[1], desired)
+    waited = (now - since).total_seconds()
+    if waited >= window:
+        return Stabilized(min(highest, current), f"; scale-down stabilized over {window:.0f}s", None, raw_pending is not None)
+    value = json.dumps({"since": format_time(since), "max": highest}, separators=(",", ":"))
+    note = f"; scale-down to {highest} held by the {window:.0f}s stabilization window ({waited:.0f}s so far)"
+    return Stabilized(current, note, value, value != raw_pending)
+
+
+def _parse_pending(raw: str | None) -> tuple[datetime, int] | None:
+    if not raw:
+        return None
+    try:
+        data = json.loads(raw)
+        return parse_time(data["since"]), int(data["max"])
+    except (ValueError, KeyError, TypeError):
+        return None  # unreadable state: start a new window
+
+
+def replica_cost(spec: VariantSpec, accelerator_costs: Mapping[str, AcceleratorCost]) -> float:
+    """The one cost of one replica of a variant, used everywhere a cost appears.
+
+    ``spec.variantCost`` when the resource declares it; otherwise the accelerator's unit cost
+    (``accelerator-unit-costs``) times ``acceleratorCount``; WVA's default 10.0 only when neither is
+    known. ``status.currentAlloc.variantCost`` reports it, the saturation analysis picks the cheapest
+    variant to grow by it, and the cycle's table and summary price ``replicas x`` it. The allocation
+    MILP prices options with the unit costs, which is the same number unless a resource declares its own.
+    """
+    if spec.variant_cost is not None:
+        return spec.variant_cost
+    unit = accelerator_costs.get(spec.accelerator or "")
+    if unit is not None:
+        return unit.cost * spec.accelerator_count
+    return DEFAULT_VARIANT_COST
+
+
+def _decision(spec: VariantSpec, costs: Mapping[str, AcceleratorCost], **outcome: Any) -> VariantDecision:
     """A decision for ``spec``: its identity fields from the spec, the rest from ``outcome``."""
     return VariantDecision(
         namespace=spec.namespace, name=spec.name, model_id=spec.model_id, variant_id=spec.variant_id,
-        accelerator=spec.accelerator, max_batch=spec.max_batch, variant_cost=spec.variant_cost, **outcome,
+        accelerator=spec.accelerator, max_batch=spec.max_batch, variant_cost=replica_cost(spec, costs), **outcome,
     )
 
 
@@ -595,13 +731,13 @@ def plan_variants(inputs: CycleInputs) -> list[VariantDecision]:
         try:
             specs.append(parse_variant(obj))
         except SpecError as exc:
-            decisions[key] = _invalid_decision(obj, str(exc))
+            decisions[key] = _invalid_decision(obj, str(exc), inputs.current_replicas)
 
     readable: list[VariantSpec] = []
     for spec in specs:
         if spec.target_key not in inputs.current_replicas:
             decisions[spec.key] = _decision(
-                spec, current=None, desired=None, reason=REASON_TARGET_MISSING,
+                spec, inputs.accelerator_costs, current=None, desired=None, reason=REASON_TARGET_MISSING,
                 message=f"scale target {spec.target_kind}/{spec.target_name} not found in namespace {spec.namespace}",
                 ready=False, metrics=_metrics_condition(spec, inputs), actuate=False,
             )
@@ -616,17 +752,28 @@ def plan_variants(inputs: CycleInputs) -> list[VariantDecision]:
         by_model[spec.model_key].append(spec)
     for model_key, model_specs in by_model.items():
         saturation = None if inputs.metrics_error else _saturation_for_model(model_key, model_specs, inputs)
+        added = {
+            spec.key: max(model_based.targets[spec.key] - inputs.current_replicas[spec.target_key], 0)
+            for spec in model_specs if spec.key in model_based.targets
+        }
+        need = 0 if saturation is None else sum(
+            max(saturation.targets[spec.key] - inputs.current_replicas[spec.target_key], 0) for spec in model_specs
+        )
         for spec in model_specs:
             current = inputs.current_replicas[spec.target_key]
             metrics = _metrics_condition(spec, inputs)
             load = inputs.loads.get(spec.model_key)
             idle = load is not None and load.arrival_rate_rps == 0
-            desired, reason, message, ready = _decide(spec, current, model_based, saturation, metrics, idle)
-            unit = inputs.accelerator_costs.get(spec.accelerator or "")
-            cost = (unit.cost if unit else spec.variant_cost) * spec.accelerator_count * desired
+            elsewhere = sum(n for key, n in added.items() if key != spec.key)
+            desired, reason, message, ready = _decide(spec, current, model_based, saturation, metrics, idle, elsewhere, need)
+            stable = stabilize_scale_down(desired, current, spec.annotations, inputs.scale_down_window_s, inputs.now)
+            if ready:
+                desired, message = stable.desired, message + stable.note
+            cost = replica_cost(spec, inputs.accelerator_costs) * desired
             decisions[spec.key] = _decision(
-                spec, current=current, desired=desired, reason=reason, message=message, ready=ready, metrics=metrics,
+                spec, inputs.accelerator_costs, current=current, desired=desired, reason=reason, message=message, ready=ready, metrics=metrics,
                 actuate=spec.actuate, target=(spec.target_api_version, spec.target_kind, spec.target_name), cost=cost,
+                stabilization=stable.pending, stabilization_changed=ready and stable.changed,
             )
     return [decisions[key] for key in order]
 

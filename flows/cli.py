@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import pathlib
@@ -14,7 +15,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from flows.exitcodes import CannotRun, cli_errors, degraded_summary, exit_code
+from flows.exitcodes import CannotRun, ExitCode, cli_errors, degraded_summary, exit_code
 
 # Local runs start an ephemeral Prefect API on the shared ~/.prefect database; its telemetry write is the
 # one statement that contends with another local Prefect process, and it reports nothing we need.
@@ -189,9 +190,17 @@ def exit_with_outcome(problems: list[str]) -> None:
     raise typer.Exit(int(exit_code(problems)))
 
 
-def _aim_table(title: str, columns: tuple[str, ...], rows: list[tuple[object, ...]], summary: str, errors: list[str], last: bool = True) -> None:
-    """Print an AIM flow's table and summary; with ``last``, exit 3 (degraded, one line per error) when
-    writes failed, else 0 (flows/exitcodes.py)."""
+def _aim_table(title: str, columns: tuple[str, ...], rows: list[tuple[object, ...]], summary: str, errors: list[str], last: bool = True,
+               as_json: bool = False) -> None:
+    """Print an AIM flow's table and summary (or, ``as_json``, a JSON list of rows); with ``last``, exit 3
+    (degraded, one line per error) when writes failed, else 0 (flows/exitcodes.py)."""
+    if as_json:
+        sys.stdout.write(json.dumps([dict(zip(columns, row)) for row in rows], indent=2, default=str) + "\n")
+        for line in errors:
+            err.print(f"[yellow]degraded: {escape(line)}[/yellow]", highlight=False, soft_wrap=True)
+        if last:
+            raise typer.Exit(exit_code(errors))
+        return
     table = Table(title=title)
     for column in columns:
         table.add_column(column)
@@ -213,6 +222,7 @@ def discover_models_command(
     resync: int = typer.Option(86400, "--resync-seconds", help="Read unchanged images again after this many seconds."),
     insecure_registry: list[str] = typer.Option([], "--insecure-registry", help="Registry host spoken to over plain HTTP (repeatable)."),
     registry_mirror: list[str] = typer.Option([], "--registry-mirror", help="HOST=MIRROR or HOST=oci-layout:DIR (repeatable)."),
+    as_json: bool = typer.Option(False, "--json", help="Print a JSON list instead of a table."),
 ) -> None:
     """Read every AIMClusterModel's image labels and create its recommended AIMServiceTemplates."""
     from flows.discover_models import discover_models
@@ -221,33 +231,35 @@ def discover_models_command(
     report = _run_flow(cluster, lambda: discover_models(namespaces=namespace or None, resync_interval_s=resync,
                                                insecure_registries=insecure_registry or None, registry_mirrors=mirrors, cluster=cluster))
     _aim_table("AIM model discovery", ("model", "image", "result", "deployments", "templates"),
-               [(r.name, r.image, r.result, r.deployments, r.templates) for r in report.rows], report.summary, report.writes.errors)
+               [(r.name, r.image, r.result, r.deployments, r.templates) for r in report.rows], report.summary, report.writes.errors, as_json=as_json)
 
 
 @app.command("resolve-templates")
 def resolve_templates_command(
     cluster: Optional[str] = typer.Option(None, "--cluster", help=_CLUSTER_HELP),
     namespace: list[str] = typer.Option([], "--namespace", "-n", help="Limit to these namespaces (repeatable)."),
+    as_json: bool = typer.Option(False, "--json", help="Print a JSON list instead of a table."),
 ) -> None:
     """Resolve every AIMServiceTemplate to a runtime profile, check GPUs, request caches when warmCache."""
     from flows.resolve_templates import resolve_templates
 
     report = _run_flow(cluster, lambda: resolve_templates(namespaces=namespace or None, cluster=cluster))
     _aim_table("AIM templates", ("namespace", "template", "status", "reason", "message"),
-               [(r.namespace, r.name, r.status, r.reason, r.message) for r in report.rows], report.summary, report.writes.errors)
+               [(r.namespace, r.name, r.status, r.reason, r.message) for r in report.rows], report.summary, report.writes.errors, as_json=as_json)
 
 
 @app.command("rollout-services")
 def rollout_services_command(
     cluster: Optional[str] = typer.Option(None, "--cluster", help=_CLUSTER_HELP),
     namespace: list[str] = typer.Option([], "--namespace", "-n", help="Limit to these namespaces (repeatable)."),
+    as_json: bool = typer.Option(False, "--json", help="Print a JSON list instead of a table."),
 ) -> None:
     """Roll out every AIMService as a KServe InferenceService and Gateway HTTPRoute and report its status."""
     from flows.rollout_services import rollout_services
 
     report = _run_flow(cluster, lambda: rollout_services(namespaces=namespace or None, cluster=cluster))
     _aim_table("AIM services", ("namespace", "service", "status", "reason", "workload", "action"),
-               [(r.namespace, r.name, r.status, r.reason, r.workload, r.action) for r in report.rows], report.summary, report.writes.errors)
+               [(r.namespace, r.name, r.status, r.reason, r.workload, r.action) for r in report.rows], report.summary, report.writes.errors, as_json=as_json)
 
 
 @app.command("aim")
@@ -430,16 +442,21 @@ def rollout_models_command(
     cluster: Optional[str] = typer.Option(None, "--cluster", help="Manifests directory/file, 'kubeconfig:PATH[#ctx]', or empty for the current kubeconfig."),
     namespace: list[str] = typer.Option([], "--namespace", "-n", help="Limit to these namespaces (repeatable)."),
     downloader_image: str = typer.Option("ghcr.io/modelplane/modelplane:0.1.0", help="Image of the init container that downloads into a cacheURI."),
+    as_json: bool = typer.Option(False, "--json", help="Print a JSON list instead of a table."),
 ) -> None:
-    """Roll out every Kthena Model once and print what changed; exits 1 when a Model is Failed."""
+    """Roll out every Kthena Model once and print what changed; exits 2 when it cannot run, 3 when a Model is Failed."""
     from flows.rollout_models import rollout_models
     from tasks.cluster import ClusterError
 
     try:
         report = rollout_models(namespaces=namespace or None, cluster=cluster, downloader_image=downloader_image)
     except (ClusterError, OSError) as exc:
-        err.print(f"[red]rollout-models: {getattr(exc, 'message', exc)}[/red]")
-        raise typer.Exit(1)
+        err.print(f"[red]rollout-models: {escape(str(getattr(exc, 'message', exc)))}[/red]")
+        raise typer.Exit(ExitCode.CANNOT_RUN)
+    failed = [f"{m.namespace}/{m.name}: {m.result}" for m in report.failed]
+    if as_json:
+        sys.stdout.write(json.dumps([dataclasses.asdict(m) for m in report.models], indent=2, default=str) + "\n")
+        exit_with_outcome(failed)
     table = Table(title="Kthena Models")
     for column in ("namespace", "model", "result", "changes"):
         table.add_column(column)
@@ -448,7 +465,7 @@ def rollout_models_command(
         table.add_row(m.namespace, m.name, m.result, "\n".join(changes) or "-")
     console.print(table)
     console.print(report.summary)
-    raise typer.Exit(1 if report.failed else 0)
+    exit_with_outcome(failed)
 
 
 @app.command("serve-openmodel")
@@ -458,20 +475,25 @@ def serve_openmodel_command(
     replicas: int = typer.Option(1, "--replicas", min=0, help="vLLM replicas."),
     flavor: Optional[str] = typer.Option(None, "--flavor", help="Flavor to start from (default: the first)."),
     cluster: Optional[str] = typer.Option(None, "--cluster", help="Manifests directory/file, 'kubeconfig:PATH[#ctx]', or empty for the current kubeconfig."),
+    as_json: bool = typer.Option(False, "--json", help="Print a JSON object instead of a table."),
 ) -> None:
-    """Serve an llmaz OpenModel with vLLM from its shared cache, placed by its flavors; exits 1 when it cannot
-    be served (yet)."""
+    """Serve an llmaz OpenModel with vLLM from its shared cache, placed by its flavors; exits 2 when it cannot
+    run, 3 when it is not Serving (yet)."""
     from flows.serve_openmodel import ServeError, serve_openmodel
     from tasks.cluster import ClusterError
 
     try:
         report = serve_openmodel(model=model, namespace=namespace, replicas=replicas, flavor=flavor, cluster=cluster)
     except (ServeError, ClusterError, OSError) as exc:
-        err.print(f"[red]serve-openmodel: {getattr(exc, 'message', exc)}[/red]")
-        raise typer.Exit(1)
+        err.print(f"[red]serve-openmodel: {escape(str(getattr(exc, 'message', exc)))}[/red]")
+        raise typer.Exit(ExitCode.CANNOT_RUN)
+    problems = [] if report.state == "Serving" else [f"{report.model} in {report.namespace}: {report.state} - {report.message}"]
+    if as_json:
+        sys.stdout.write(json.dumps(dataclasses.asdict(report), indent=2, default=str) + "\n")
+        exit_with_outcome(problems)
     changes = ", ".join(report.writes.created + report.writes.updated) or "nothing changed"
     console.print(f"{report.model} in {report.namespace}: {report.state} - {report.message} ({changes})")
-    raise typer.Exit(0 if report.state == "Serving" else 1)
+    exit_with_outcome(problems)
 
 
 @app.command("warm-caches")
@@ -487,19 +509,28 @@ def warm_caches(
     timeout_s: float = typer.Option(86400.0, "--timeout-s", min=1, help="Stop the run after this long (local fills run in-process)."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table."),
 ) -> None:
-    """Run one warm-caches pass: create PVCs, fill every ModelCache (Jobs in a cluster, in-process locally), report."""
+    """Run one warm-caches pass: create PVCs, fill every ModelCache (Jobs in a cluster, in-process locally), report.
+
+    Exit codes (flows/exitcodes.py): 0 every cache reconciled; 2 could not run (cluster path missing, no
+    Kubernetes access, a bad argument), with one line on stderr; 3 ran degraded (a cache Failed, a consumer's
+    source invalid, an API error on one cache), as the summary says.
+    """
     from flows.warm_caches import DEFAULT_IMAGE, warm_caches as warm_caches_flow
 
     try:
         unused_after = _duration(gc_unused_after) if gc_unused_after else None
     except ValueError as exc:
-        err.print(f"[red]--gc-unused-after: {exc}[/red]")
-        raise typer.Exit(2) from None
-    report = warm_caches_flow.with_options(timeout_seconds=timeout_s)(
+        raise typer.BadParameter(str(exc), param_hint="--gc-unused-after") from None
+    with cli_errors():
+        if cluster and not cluster.startswith(("kube", "kubeconfig")) and not pathlib.Path(cluster).exists():
+            raise CannotRun(f"cluster path {cluster} does not exist")
+    report = run_flow_or_exit(
+        warm_caches_flow.with_options(timeout_seconds=timeout_s),
         namespaces=namespace or None, cluster=cluster, image=image or DEFAULT_IMAGE, openmodel_namespace=openmodel_namespace,
         include_consumers=not no_consumers, gc_unused_after=unused_after, max_fill_attempts=max_fill_attempts,
         retry_backoff_s=retry_backoff_s,
     )
+    failed = [f"{r.namespace}/{r.name} Failed: {r.reason}: {r.message}" for r in report.rows if r.status == "Failed"]
     if as_json:
         sys.stdout.write(json.dumps(report.as_json(), indent=2) + "\n")
     else:
@@ -512,15 +543,9 @@ def warm_caches(
             table.add_row(row.namespace, row.name, row.source, status, row.reason, row.pvc, row.action)
         console.print(table)
         for line in [*(f"needs: {e}" for e in report.ensured), *(f"freed: {f}" for f in report.freed), *report.notes]:
-            console.print(line)
-        for row in report.rows:
-            if row.status == "Failed":
-                err.print(f"[red]{row.namespace}/{row.name}: {row.reason}: {row.message}[/red]")
-        for problem in report.problems:
-            err.print(f"[yellow]{problem}[/yellow]")
+            console.print(line, markup=False, highlight=False)
         console.print(report.summary)
-    if report.problems:
-        raise typer.Exit(1)
+    exit_with_outcome([*failed, *report.problems])
 
 
 def _duration(text: str) -> "datetime.timedelta":

@@ -7,7 +7,8 @@ process and a work pool never share one and never pick up each other's runs.
 
 ``modelplane deploy`` is the one-line install: it creates the work pool when it is missing (Kubernetes
 from ``deployments/work-pool-template.json``, or a local process pool whose working directory is this
-checkout) and then runs the documented ``prefect --no-prompt deploy --all --prefect-file ...`` command.
+checkout) and then runs the documented ``prefect --no-prompt deploy --all --prefect-file ...`` command
+(for another pool than prefect.yaml's, on a generated copy naming that pool).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import json
 import pathlib
 import subprocess
 import sys
+import tempfile
 from typing import Any
 
 import yaml
@@ -159,13 +161,30 @@ async def ensure_work_pool(client: PrefectClient, name: str, pool_type: str) -> 
     return True
 
 
-def deploy_command(prefect_file: pathlib.Path = PREFECT_YAML, pool: str | None = None) -> list[str]:
-    """The documented registration command (run from the repository root); ``pool`` overrides the
-    entries' Kubernetes work pool, e.g. with a local process pool."""
-    command = [sys.executable, "-m", "prefect", "--no-prompt", "deploy", "--all", "--prefect-file", str(prefect_file.relative_to(REPO))]
-    return command + (["--pool", pool] if pool else [])
+def deploy_command(prefect_file: pathlib.Path = PREFECT_YAML) -> list[str]:
+    """The documented registration command, run from the repository root (entrypoints resolve there)."""
+    shown = prefect_file.relative_to(REPO) if prefect_file.is_relative_to(REPO) else prefect_file
+    return [sys.executable, "-m", "prefect", "--no-prompt", "deploy", "--all", "--prefect-file", str(shown)]
+
+
+def prefect_yaml_for_pool(pool: str, target: pathlib.Path, source: pathlib.Path = PREFECT_YAML) -> pathlib.Path:
+    """A copy of prefect.yaml whose entries all use work pool ``pool`` (keeping their job variables).
+
+    ``prefect deploy --all --pool NAME`` ignores ``--pool`` as soon as there are several deployments, so
+    another pool (e.g. a local process pool) is named in a generated file instead.
+    """
+    config = load_prefect_yaml(source)
+    for entry in config["deployments"]:
+        entry["work_pool"] = {**(entry.get("work_pool") or {}), "name": pool}
+    target.write_text(yaml.safe_dump(config, sort_keys=False))
+    return target
 
 
 def run_deploy(pool: str | None = None, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    """Run :func:`deploy_command` from the repository root, capturing its output."""
-    return subprocess.run(deploy_command(pool=pool), cwd=REPO, env=env, capture_output=True, text=True, check=False)
+    """Run :func:`deploy_command` from the repository root, capturing its output; ``pool`` other than the
+    Kubernetes pool of prefect.yaml deploys a generated copy naming that pool."""
+    if pool is None or pool == KUBERNETES_POOL:
+        return subprocess.run(deploy_command(), cwd=REPO, env=env, capture_output=True, text=True, check=False)
+    with tempfile.TemporaryDirectory(prefix="modelplane-deploy-") as tmp:
+        generated = prefect_yaml_for_pool(pool, pathlib.Path(tmp) / "prefect.yaml")
+        return subprocess.run(deploy_command(generated), cwd=REPO, env=env, capture_output=True, text=True, check=False)

@@ -63,6 +63,7 @@ class DiscoverParameters(BaseModel):
     registry_timeout_s: float = Field(gt=0)
     insecure_registries: list[str]
     registry_mirrors: dict[str, str]
+    model_selector: str | None
     cluster: str | None
 
 
@@ -95,6 +96,7 @@ def discover_models(
     registry_timeout_s: float = 10.0,
     insecure_registries: list[str] | None = None,
     registry_mirrors: dict[str, str] | None = None,
+    model_selector: str | None = None,
     cluster: str | None = None,
 ) -> DiscoveryReport:
     """Discover every AIMClusterModel's runtime profiles from its image labels and create its templates.
@@ -107,16 +109,18 @@ def discover_models(
         insecure_registries: Registry hosts spoken to over plain HTTP (localhost always is).
         registry_mirrors: Registry host -> mirror host, or 'oci-layout:DIR' (an OCI image layout per repository
             under DIR) for air-gapped clusters.
+        model_selector: Label selector on AIMClusterModels (e.g. 'team=a'); empty means every model.
         cluster: Empty = kubeconfig or in-cluster; 'kubeconfig:PATH[#context]'; or a manifests directory/file.
     """
     params = DiscoverParameters(
         namespaces=namespaces or [], resync_interval_s=resync_interval_s, registry_timeout_s=registry_timeout_s,
-        insecure_registries=insecure_registries or [], registry_mirrors=registry_mirrors or {}, cluster=cluster,
+        insecure_registries=insecure_registries or [], registry_mirrors=registry_mirrors or {},
+        model_selector=model_selector, cluster=cluster,
     )
     logger = get_run_logger()
     now = datetime.now(timezone.utc).replace(microsecond=0)
     cluster_api = connect(params.cluster)
-    state = read_aim_state(cluster_api, ["models", "configs", "templates"])
+    state = read_aim_state(cluster_api, ["models", "configs", "templates"], params.model_selector)
 
     # Which images must be asked about (each distinct image once).
     resync = timedelta(seconds=params.resync_interval_s)

@@ -77,6 +77,7 @@ class OptimizeParameters(BaseModel):
     dry_run: bool
     solver_time_limit_s: PositiveSeconds
     status_heartbeat_s: NonNegativeSeconds
+    scale_down_stabilization_s: NonNegativeSeconds = 0.0
 
 
 @dataclass
@@ -164,6 +165,7 @@ def cycle_inputs(
         metrics_error=metrics_error,
         missing_metrics=missing,
         time_limit_s=params.solver_time_limit_s,
+        scale_down_window_s=params.scale_down_stabilization_s,
     )
 
 
@@ -229,6 +231,7 @@ def optimize(
     dry_run: bool = False,
     solver_time_limit_s: PositiveSeconds = 10.0,
     status_heartbeat_s: NonNegativeSeconds = 300.0,
+    scale_down_stabilization_s: NonNegativeSeconds = 0.0,
 ) -> CycleReport:
     """One allocation cycle over every VariantAutoscaling and AutoscalingPolicyBinding.
 
@@ -246,11 +249,15 @@ def optimize(
         dry_run: Decide and report, but write nothing (no scale, no status, no events).
         solver_time_limit_s: Time limit of the allocation MILP, in seconds.
         status_heartbeat_s: Rewrite a status whose only change is lastRunTime at most this often.
+        scale_down_stabilization_s: Scale a VariantAutoscaling down only after the scale-down has been recommended
+            for this long (seconds; the highest count recommended meanwhile wins), so rate() lag between close
+            cycles cannot flap replicas. 0 = at once (WVA). Per resource: annotation
+            modelplane.io/scale-down-stabilization-window.
     """
     params = OptimizeParameters(
         namespaces=namespaces or [], namespace_selector=namespace_selector, config_namespace=config_namespace, prometheus_url=prometheus_url,
         metrics_file=metrics_file, rate_window=rate_window, cluster=cluster, dry_run=dry_run, solver_time_limit_s=solver_time_limit_s,
-        status_heartbeat_s=status_heartbeat_s,
+        status_heartbeat_s=status_heartbeat_s, scale_down_stabilization_s=scale_down_stabilization_s,
     )
     logger = get_run_logger()
     now = datetime.now(timezone.utc).replace(microsecond=0)

@@ -19,7 +19,6 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import Any
 
 from prefect import flow, get_run_logger
 from prefect.artifacts import create_table_artifact
@@ -40,14 +39,12 @@ from engine.aim_services import (
     update_patch,
     workload_name,
 )
-from engine.aim_templates import ModelCatalog, cluster_gpus
+from engine.aim_templates import GpuInventory, ModelCatalog, cluster_gpus
 from tasks.aim import (
     AimState,
     WriteCounts,
     apply_object,
     by_namespace,
-    cache_available,
-    cache_pvc,
     caches_for,
     for_each,
     mark_caches_used,
@@ -55,6 +52,7 @@ from tasks.aim import (
     read_aim_state,
     write_status,
 )
+from tasks.caches import cache_available, cache_pvc
 from tasks.cluster import Cluster, Manifest, connect
 from tasks.cluster.errors import ClusterError
 
@@ -146,7 +144,7 @@ class RolloutContext:
     caches: dict[str, list[Manifest]]
     isvcs: dict[str, dict[str, Manifest]]
     routes: dict[str, dict[str, Manifest]]
-    inventory: Any
+    inventory: GpuInventory
     catalog: ModelCatalog
     cache_lock: threading.Lock = field(default_factory=threading.Lock)
 

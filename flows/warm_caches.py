@@ -15,7 +15,8 @@ Lifecycle, top to bottom:
    message); retry a failed fill with backoff up to ``max_fill_attempts``; write status
    ``Pending -> Progressing -> Available | Failed`` with conditions and Events;
 4. optionally collect garbage: caches no workload used for ``gc_unused_after`` and none mounts now;
-5. publish a table artifact and a one-line summary.
+5. publish a table artifact and a one-line summary; every status change is also a Prefect event
+   ``modelplane.aim.cache.<status>`` (``tasks.events``; e.g. ``CACHE_AVAILABLE``) for rollout triggers.
 
 Every run is a fresh process: fill attempts live in an annotation on the cache, failures in its status.
 """
@@ -56,6 +57,7 @@ from engine.cache_plan import (
     pvc_name,
     quantity_bytes,
     storage_class_for,
+    storage_failure,
     volume_too_small,
 )
 from engine.cache_requests import (
@@ -72,6 +74,7 @@ from tasks.cache_fill import (
     CacheWorld,
     create_pvc,
     delete_cache,
+    emit_cache_event,
     fill_local,
     job_result,
     local_marker_ok,
@@ -100,6 +103,7 @@ class WarmCachesParameters(BaseModel):
     namespaces: list[str]
     cluster: str | None
     image: str = Field(min_length=1)
+    image_pull_secrets: list[str]
     openmodel_namespace: str | None
     include_consumers: bool
     gc_unused_after: timedelta | None
@@ -155,8 +159,10 @@ class PassSettings:
 # ------------------------------------------------------------------------------------ consumers
 
 
-def cache_requests(world: CacheWorld, openmodel_namespace: str | None) -> tuple[list[CacheRequest], list[RequestProblem]]:
-    """Every cache a consumer needs (pure rules in ``engine.cache_requests``)."""
+def cache_requests(
+    world: CacheWorld, openmodel_namespace: str | None, namespaces: list[str]
+) -> tuple[list[CacheRequest], list[RequestProblem]]:
+    """Every cache a consumer needs (pure rules in ``engine.cache_requests``), in ``namespaces`` when limited."""
     problems: list[RequestProblem] = []
     requests = [
         *template_requests(world.templates, problems),
@@ -164,6 +170,8 @@ def cache_requests(world: CacheWorld, openmodel_namespace: str | None) -> tuple[
         *kthena_requests(world.models, problems),
         *openmodel_requests(world.openmodels, openmodel_namespace, problems),
     ]
+    if namespaces:
+        requests = [r for r in requests if r.namespace in namespaces]
     return requests, problems
 
 
@@ -220,6 +228,11 @@ def reconcile_cache(cluster: Cluster, cache: dict[str, Any], world: CacheWorld, 
             obs = _with(obs, fill=FillState.FAILED, failed_at=now, failure=Failure(
                 FILL_JOB_MISSING, f"the fill Job {job_name(name, attempts)} is gone before its result was read "
                 "(deleted, or ttlSecondsAfterFinished shorter than the warm-caches interval); it is retried"))
+
+    decided, storage = storage_failure(obs.pvc_phase, claim, obs.failure)
+    if decided:
+        obs = _with(obs, failure=storage, fill=FillState.FAILED if storage else FillState.NONE,
+                    failed_at=(obs.failed_at or now) if storage else None)
 
     step = next_step(obs, settings.policy, now)
     if step in (Step.CREATE_PVC, Step.START_FILL):
@@ -348,6 +361,8 @@ def _finish(
         elif status["status"] == "Failed" and obs.failure is not None:
             post_event(cluster, written, obs.failure.reason, obs.failure.message, warning=True)
     reason = next((c["reason"] for c in status["conditions"] if c["type"] == ("Failure" if obs.failure else "Progressing")), DOWNLOADING)
+    if status["status"] != previous.get("status"):
+        emit_cache_event(written, status["status"], reason, source_uri, obs.pvc_name)
     message = obs.failure.message if obs.failure else notes
     return CacheRow(
         namespace=cache["metadata"]["namespace"], name=cache["metadata"]["name"], source=source_uri, status=status["status"],
@@ -385,6 +400,7 @@ def warm_caches(
     namespaces: list[str] | None = None,
     cluster: str | None = None,
     image: str = DEFAULT_IMAGE,
+    image_pull_secrets: list[str] | None = None,
     openmodel_namespace: str | None = None,
     include_consumers: bool = True,
     gc_unused_after: timedelta | None = None,
@@ -401,6 +417,7 @@ def warm_caches(
         cluster: Empty = kubeconfig or in-cluster; 'kubeconfig:PATH[#context]'; or a manifests directory/file
             (then fills run in this process and each PVC is a directory under the state directory).
         image: Modelplane's image, run by the fill Jobs ('modelplane cache fill').
+        image_pull_secrets: Secrets (in each cache's namespace) for pulling that image.
         openmodel_namespace: Namespace where llmaz OpenModels are cached; empty = OpenModels are cached when served.
         include_consumers: Also create (or adopt) the caches AIM templates/services, Kthena Models and OpenModels need.
         gc_unused_after: Delete caches no workload used for this long (status.lastUsed, else creation) and none
@@ -412,7 +429,8 @@ def warm_caches(
         headroom_percent: PVC headroom over the source size.
     """
     params = WarmCachesParameters(
-        namespaces=namespaces or [], cluster=cluster, image=image, openmodel_namespace=openmodel_namespace,
+        namespaces=namespaces or [], cluster=cluster, image=image, image_pull_secrets=image_pull_secrets or [],
+        openmodel_namespace=openmodel_namespace,
         include_consumers=include_consumers, gc_unused_after=gc_unused_after, max_fill_attempts=max_fill_attempts,
         retry_backoff_s=retry_backoff_s, job_backoff_limit=job_backoff_limit, job_ttl_s=job_ttl_s,
         headroom_percent=headroom_percent,
@@ -424,7 +442,7 @@ def warm_caches(
 
     world = read_world(target, params.namespaces or None)
     if params.include_consumers:
-        requests, problems = cache_requests(world, params.openmodel_namespace)
+        requests, problems = cache_requests(world, params.openmodel_namespace, params.namespaces)
         report.problems += [f"{p.consumer}: {p.field}: {p.message}" for p in problems]
         report.ensured, ensure_problems = ensure_consumer_caches(target, requests)
         report.problems += ensure_problems
@@ -433,7 +451,8 @@ def warm_caches(
 
     settings = PassSettings(
         policy=RetryPolicy(max_attempts=params.max_fill_attempts, backoff_s=params.retry_backoff_s),
-        job=JobSettings(image=params.image, backoff_limit=params.job_backoff_limit, ttl_seconds_after_finished=params.job_ttl_s),
+        job=JobSettings(image=params.image, backoff_limit=params.job_backoff_limit, ttl_seconds_after_finished=params.job_ttl_s,
+                        image_pull_secrets=tuple(params.image_pull_secrets)),
         headroom_percent=params.headroom_percent,
         local=isinstance(target, LocalCluster),
     )

@@ -33,7 +33,7 @@ from engine.aim import (
 )
 from engine.sources import parse_source
 from engine.status import ConditionUpdate, changed_fields, set_conditions
-from tasks.caches import cache_available, cache_pvc, ensure_cache, find_cache, mark_used
+from tasks.caches import ensure_cache, find_cache, mark_used
 from tasks.cluster import Cluster, Manifest, ObjectRef
 from tasks.cluster.errors import ClusterError, Conflict, NotFound
 from tasks.oci import Credential, RegistryClient, RegistryError, credential_for, parse_dockerconfigjson, parse_reference
@@ -87,11 +87,12 @@ class AimState:
 
 
 @task(name="read-aim-state", cache_policy=NO_CACHE, retries=2, retry_delay_seconds=2)
-def read_aim_state(cluster: Cluster, kinds: Sequence[str]) -> AimState:
+def read_aim_state(cluster: Cluster, kinds: Sequence[str], model_selector: str | None = None) -> AimState:
     """LIST the kinds a flow needs (``models``, ``configs``, ``templates``, ``services``, ``caches``,
-    ``nodes``, ``isvcs``, ``routes``), each once across all namespaces."""
+    ``nodes``, ``isvcs``, ``routes``), each once across all namespaces; ``model_selector`` is a label
+    selector on the AIMClusterModels."""
     sources: dict[str, Callable[[], list[Manifest]]] = {
-        "models": lambda: list_kind(cluster, API_VERSION, "AIMClusterModel"),
+        "models": lambda: cluster.list(API_VERSION, "AIMClusterModel", label_selector=model_selector),
         "configs": lambda: list_kind(cluster, API_VERSION, "AIMNamespaceConfig"),
         "templates": lambda: list_kind(cluster, API_VERSION, "AIMServiceTemplate"),
         "services": lambda: list_kind(cluster, API_VERSION, "AIMService"),

@@ -244,6 +244,14 @@ def post_event(cluster: Cluster, cache: Manifest, reason: str, message: str, war
         log.warning("could not record Event %s on ModelCache %s: %s", reason, cache["metadata"]["name"], exc.message)
 
 
+def emit_cache_event(cache: Manifest, status: str, reason: str, source_uri: str, pvc: str) -> None:
+    """A Prefect event for a stored status change: ``modelplane.aim.cache.<status>`` (e.g.
+    ``tasks.events.CACHE_AVAILABLE``) about the ModelCache, so rollouts waiting for it can be triggered."""
+    from tasks.events import Subject, emit_change
+
+    emit_change(Subject.of(cache), status.lower(), {"status": status, "reason": reason, "source": source_uri, "pvc": pvc})
+
+
 # ----------------------------------------------------------------------------------------- GC
 
 

@@ -121,6 +121,7 @@ def ensure_cache(
                 new_cache(namespace, source, storage_class=storage_class, size=size, env=env, requested_by=requested_by)
             )
             log.info("created ModelCache %s/%s for %s (%s)", namespace, created["metadata"]["name"], requested_by, source.uri)
+            _emit_requested(created, requested_by)
             return created
         except Conflict:
             # Another consumer created it in between (or a cache of another identity holds the name).
@@ -128,6 +129,14 @@ def ensure_cache(
             if existing is None:
                 raise
     return adopt(cluster, existing, source, requested_by)
+
+
+def _emit_requested(cache: Manifest, requested_by: str) -> None:
+    """``modelplane.aim.cache.requested`` (tasks.events.CACHE_REQUESTED): the warm-caches deployment's
+    trigger fills the new cache's namespace at once instead of at its next interval."""
+    from tasks.events import Subject, emit_change
+
+    emit_change(Subject.of(cache), "requested", {"requestedBy": requested_by, "source": cache["spec"]["sourceUri"]})
 
 
 def adopt(cluster: Cluster, cache: Manifest, source: ModelSource, requested_by: str) -> Manifest:

@@ -3,10 +3,22 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 from tasks.cluster.local import manifest_paths
 from tasks.cluster.yamlfile import read_file
+
+
+def _objects_of(source: str, data: Any) -> Iterator[tuple[str, Any]]:
+    """The document, or each item of a ``kind: *List`` document (``<file>#<doc>.items[<i>]``), as the
+    local backend loads them: a List's items are validated one by one."""
+    if data is None:
+        return
+    if isinstance(data, dict) and str(data.get("kind", "")).endswith("List") and isinstance(data.get("items"), list):
+        for i, item in enumerate(data["items"]):
+            yield f"{source}.items[{i}]", item
+        return
+    yield source, data
 
 
 def read_manifest_documents(path: str | Path) -> tuple[list[tuple[str, Any]], list[tuple[str, str]]]:
@@ -24,5 +36,6 @@ def read_manifest_documents(path: str | Path) -> tuple[list[tuple[str, Any]], li
             errors.append((str(file), parsed.error))
             continue
         errors += [(str(file), message) for message in parsed.doc_errors]
-        documents += [(f"{file}#{index}", doc.data) for index, doc in enumerate(parsed.docs) if doc.data is not None]
+        for index, doc in enumerate(parsed.docs):
+            documents += list(_objects_of(f"{file}#{index}", doc.data))
     return documents, errors

@@ -28,9 +28,17 @@ What is measured (the WVA conventions, vLLM metric names):
   and the prompt-token histogram over the fallback window, ``sum by (..., le)
   (increase(vllm:request_prompt_tokens_bucket[5m]))``, as ``ModelLoad.recent_peak_rps`` and
   ``ModelLoad.prompt_buckets`` (None when absent: sizing then falls back to the last minute and the mean request).
-- per pod: ``vllm:kv_cache_usage_perc`` (0..1, max over a pod's series) and
-  ``vllm:num_requests_waiting`` (summed) as :class:`PodMetrics`.
+- per pod: ``vllm:kv_cache_usage_perc`` (0..1, max over a pod's series; for a pod that only exposes
+  the pre-0.10 name ``vllm:gpu_cache_usage_perc``, that one) and ``vllm:num_requests_waiting``
+  (summed) as :class:`PodMetrics`.
 - instance metrics (Kthena AutoscalingPolicy ``spec.metrics``): any metric name, summed per pod.
+
+The Prometheus contract (what the scrape configuration must deliver): every vLLM series carries
+``model_name`` (the served model name = VariantAutoscaling ``spec.modelID``) and ``namespace`` (the
+workload's namespace); the per-pod gauges (KV cache, waiting requests) and Kthena instance metrics also
+carry ``pod`` (the pod name, which starts with the scale target's name). The usual Kubernetes
+service-discovery relabelling (``__meta_kubernetes_namespace`` -> ``namespace``,
+``__meta_kubernetes_pod_name`` -> ``pod``) provides them; series without them are not seen.
 
 Missing data is not an exception. A requested model without fresh samples is absent from
 ``snapshot.loads`` (or ``snapshot.pods``) and a sentence saying why is appended to
@@ -95,6 +103,8 @@ REQUEST_SUCCESS = "vllm:request_success_total"
 PROMPT_TOKENS = "vllm:request_prompt_tokens"
 GENERATION_TOKENS = "vllm:request_generation_tokens"
 KV_CACHE_USAGE = "vllm:kv_cache_usage_perc"
+KV_CACHE_USAGE_LEGACY = "vllm:gpu_cache_usage_perc"
+"""The same gauge under its name before vLLM 0.10; read for a pod only when the new name is absent."""
 REQUESTS_WAITING = "vllm:num_requests_waiting"
 
 InstanceKey = tuple[str, str]  # (namespace, pod)
@@ -409,8 +419,10 @@ class PrometheusMetrics:
     def _pod_query(selector: str) -> str:
         by = "model_name, namespace, pod"
         return _union({
-            "kv": f"max by ({by}) ({KV_CACHE_USAGE}{{{selector}}})",
-            "kv_seen": f"max by ({by}) (timestamp({KV_CACHE_USAGE}{{{selector}}}))",
+            # vLLM < 0.10 named the gauge vllm:gpu_cache_usage_perc: used per pod where the new name is absent
+            "kv": f"(max by ({by}) ({KV_CACHE_USAGE}{{{selector}}}) or max by ({by}) ({KV_CACHE_USAGE_LEGACY}{{{selector}}}))",
+            "kv_seen": f"(max by ({by}) (timestamp({KV_CACHE_USAGE}{{{selector}}}))"
+                       f" or max by ({by}) (timestamp({KV_CACHE_USAGE_LEGACY}{{{selector}}})))",
             "waiting": f"sum by ({by}) ({REQUESTS_WAITING}{{{selector}}})",
             "waiting_seen": f"max by ({by}) (timestamp({REQUESTS_WAITING}{{{selector}}}))",
         })

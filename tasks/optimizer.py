@@ -18,7 +18,15 @@ from typing import Any, Callable, Iterable, Mapping, TypeVar
 from prefect import get_run_logger, task
 from prefect.cache_policies import NO_CACHE
 
-from engine.bindings import REASON_NO_METRICS, BindingDecision, BindingInputs, BindingTarget, binding_status
+from engine.bindings import (
+    REASON_NO_METRICS,
+    BindingDecision,
+    BindingInputs,
+    BindingTarget,
+    binding_status,
+    scale_to_zero_grace,
+)
+from engine.bindings import ANNOTATION_SCALE_TO_ZERO_GRACE
 from engine.config import (
     ACCELERATOR_COSTS_CONFIGMAP,
     INVENTORY_CONFIGMAP,
@@ -30,7 +38,7 @@ from engine.config import (
     parse_inventory,
     parse_service_class,
 )
-from engine.optimize import VariantDecision, actuation_enabled, status_patch, variant_status
+from engine.optimize import ANNOTATION_SCALE_DOWN_PENDING, VariantDecision, actuation_enabled, status_patch, variant_status
 from engine.status import changed_fields
 from tasks.cluster import Cluster, ObjectRef
 from tasks.cluster.errors import ClusterError, Conflict, NotFound
@@ -319,8 +327,8 @@ def apply_variant(
     """Scale the target (unless recommend-only), then write status and an Event when desired changed."""
     outcome = WriteOutcome(decision.namespace, decision.name)
     if decision.desired is not None and decision.target is not None:
-        if not decision.actuate:
-            outcome.applied = False
+        if not decision.actuate or not decision.ready:
+            outcome.applied = False  # a hold on bad input or missing data applies nothing
         elif decision.changes_replicas:
             api_version, kind, name = decision.target
             try:
@@ -332,6 +340,11 @@ def apply_variant(
                 decision.message += f"; scaling failed: {exc.message}"
         else:
             outcome.applied = True
+    if decision.stabilization_changed:
+        try:  # the scale-down window's state: an annotation (the seed's status has no field for it)
+            cluster.patch_spec(ObjectRef.of(obj), {"metadata": {"annotations": {ANNOTATION_SCALE_DOWN_PENDING: decision.stabilization}}})
+        except ClusterError as exc:
+            outcome.error = (outcome.error + "; " if outcome.error else "") + f"scale-down window state: {exc.message}"
     generation = (obj.get("metadata") or {}).get("generation")
 
     def build(current: dict[str, Any]) -> dict[str, Any] | None:
@@ -489,7 +502,30 @@ def read_binding_inputs(
         metrics_error=metrics_error,
         cost_expansion_rate_percent=int(optimizer.get("costExpansionRatePercent", 200)),
         old_status=binding.get("status") or {},
+        scale_to_zero_grace_s=binding_grace_period(cluster, binding),
     )
+
+
+def binding_grace_period(cluster: Cluster, binding: dict[str, Any]) -> float | None:
+    """The binding's scale-to-zero grace period (seconds): its annotation, else the Kthena Model that
+    owns it (one GET, only for a binding without the annotation). A malformed value is logged and means
+    no grace period (the policy's own windows still apply)."""
+    meta = binding.get("metadata") or {}
+    annotations = meta.get("annotations") or {}
+    model_spec = None
+    if not annotations.get(ANNOTATION_SCALE_TO_ZERO_GRACE):
+        owner = next((r for r in meta.get("ownerReferences") or () if r.get("kind") == "Model"
+                      and str(r.get("apiVersion", "")).startswith("registry.volcano.sh/")), None)
+        if owner is not None:
+            try:
+                model_spec = cluster.get(owner["apiVersion"], "Model", owner["name"], meta.get("namespace")).get("spec")
+            except NotFound:
+                model_spec = None
+    try:
+        return scale_to_zero_grace(annotations, model_spec)
+    except ValueError as exc:
+        log.warning("AutoscalingPolicyBinding %s: ignoring scale-to-zero grace period: %s", meta.get("name"), exc)
+        return None
 
 
 def apply_binding(cluster: Cluster, binding: dict[str, Any], decision: BindingDecision, now: datetime) -> None:
@@ -503,7 +539,7 @@ def apply_binding(cluster: Cluster, binding: dict[str, Any], decision: BindingDe
             except ClusterError as exc:
                 decision.ready = False
                 decision.message += f"; scaling {target.kind}/{target.name} failed: {exc.message}"
-        elif actuate:
+        elif actuate and decision.ready:
             target.applied = True
     metrics_ok = decision.reason != REASON_NO_METRICS
     metrics_message = "Policy metrics are available" if metrics_ok else decision.message

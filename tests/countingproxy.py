@@ -36,6 +36,7 @@ class CountingProxy:
         self.token = token
         self.throttle = throttle_bytes_per_second
         self.records: list[Record] = []
+        self.breaks: list[tuple[str, int]] = []
         self._lock = threading.Lock()
         self._server: ThreadingHTTPServer | None = None
 
@@ -82,8 +83,16 @@ class CountingProxy:
                         sent = len(data)
                     else:
                         started = time.monotonic()
+                        cut = proxy._take_break(self.command, self.path)
                         try:
                             while chunk := response.read(64 * 1024):
+                                if cut is not None and sent + len(chunk) > cut:
+                                    self.wfile.write(chunk[: cut - sent])
+                                    sent = cut
+                                    self.close_connection = True
+                                    self.wfile.flush()
+                                    self.connection.shutdown(2)
+                                    break
                                 self.wfile.write(chunk)
                                 sent += len(chunk)
                                 if proxy.throttle:
@@ -105,6 +114,19 @@ class CountingProxy:
     def _record(self, method: str, path: str, status: int, sent: int, range_header: str | None) -> None:
         with self._lock:
             self.records.append(Record(method, path, status, sent, range_header))
+
+    def break_once(self, contains: str, after_bytes: int) -> None:
+        """Cut the next GET whose path contains ``contains`` after ``after_bytes`` body bytes (a dropped connection)."""
+        with self._lock:
+            self.breaks.append((contains, after_bytes))
+
+    def _take_break(self, method: str, path: str) -> int | None:
+        with self._lock:
+            for i, (contains, after) in enumerate(self.breaks):
+                if method == "GET" and contains in path:
+                    del self.breaks[i]
+                    return after
+        return None
 
     def stop(self) -> None:
         if self._server is not None:

@@ -38,3 +38,32 @@ def test_crds_prints_every_checked_in_crd() -> None:
     on_disk = [yaml.safe_load(p.read_text()) for p in sorted((REPO / "deployments" / "crds").glob("*.yaml"))]
     assert sorted(d["metadata"]["name"] for d in printed) == sorted(d["metadata"]["name"] for d in on_disk)
     assert {d["metadata"]["name"]: d for d in printed} == {d["metadata"]["name"]: d for d in on_disk}
+
+
+def test_validate_checks_the_items_of_a_list(tmp_path: pathlib.Path) -> None:
+    """A `kubectl get -o yaml` List is validated item by item, as the local backend loads it."""
+    documents = [d for d in yaml.safe_load_all((REPO / "deployments" / "examples" / "10-llama-3.1-8b.yaml").read_text()) if d]
+    variant = next(d for d in documents if d["kind"] == "VariantAutoscaling")
+    variant["spec"]["variantProfile"]["maxBatchSize"] = 0
+    (tmp_path / "dump.yaml").write_text(yaml.safe_dump({"apiVersion": "v1", "kind": "List", "items": documents, "metadata": {}}))
+    result = CliRunner().invoke(app, ["validate", "--cluster", str(tmp_path)], terminal_width=250)
+    assert result.exit_code == 3, result.output
+    assert "3 valid, 1 invalid" in result.stdout and "spec.variantProfile.maxBatchSize" in result.stdout
+    assert "items[1]" in result.stdout
+
+
+def test_unquoted_number_for_a_string_is_invalid_for_validate_and_optimize(tmp_path: pathlib.Path) -> None:
+    from engine.optimize import SpecError, parse_variant
+
+    documents = [d for d in yaml.safe_load_all((REPO / "deployments" / "examples" / "10-llama-3.1-8b.yaml").read_text()) if d]
+    variant = next(d for d in documents if d["kind"] == "VariantAutoscaling")
+    variant["spec"]["variantCost"] = 40  # unquoted: the CRD wants a string
+    (tmp_path / "va.yaml").write_text(yaml.safe_dump(variant))
+    result = CliRunner().invoke(app, ["validate", "--cluster", str(tmp_path)], terminal_width=250)
+    assert result.exit_code == 3 and "spec.variantCost" in result.stdout
+    try:
+        parse_variant(variant)
+    except SpecError as exc:
+        assert exc.field == "spec.variantCost"
+    else:
+        raise AssertionError("the optimizer accepted what validate rejects")

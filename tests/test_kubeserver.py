@@ -217,6 +217,7 @@ def test_crd_lifecycle_serves_and_stops_serving(server, api):
     expect_error(409, ext.create_custom_resource_definition, crd)
 
     co = client.CustomObjectsApi(api)
+    server.create_namespace("ns1")
     obj = co.create_namespaced_custom_object(GROUP, VERSION, "ns1", "sprockets",
                                              {"apiVersion": f"{GROUP}/{VERSION}", "kind": "Sprocket",
                                               "metadata": {"name": "s1"}, "spec": {"anything": {"goes": 1}}})
@@ -290,6 +291,7 @@ def test_invalid_names_and_bad_requests(server, api, core, kube_namespace):
 
 def test_list_namespaced_and_all_namespaces(server, co, kube_namespace):
     other = kube_namespace + "-b"
+    server.create_namespace(other)
     for ns in (kube_namespace, other):
         for i in range(3):
             co.create_namespaced_custom_object(GROUP, VERSION, ns, PLURAL, widget(f"w{i}"))
@@ -331,6 +333,7 @@ def test_label_selectors(server, core, kube_namespace):
 def test_field_selectors(server, core, kube_namespace):
     for name in ("one", "two"):
         core.create_namespaced_config_map(kube_namespace, {"metadata": {"name": name}})
+    server.create_namespace(kube_namespace + "-z")
     core.create_namespaced_config_map(kube_namespace + "-z", {"metadata": {"name": "one"}})
     items = core.list_namespaced_config_map(kube_namespace, field_selector="metadata.name=one").items
     assert [i.metadata.name for i in items] == ["one"]
@@ -710,6 +713,7 @@ def test_watch_streams_events_from_resource_version(server, api, co, kube_namesp
         co.create_namespaced_custom_object(GROUP, VERSION, kube_namespace, PLURAL, widget("wa"))
         co.patch_namespaced_custom_object(GROUP, VERSION, kube_namespace, PLURAL, "wa", {"spec": {"replicas": 2}})
         co.delete_namespaced_custom_object(GROUP, VERSION, kube_namespace, PLURAL, "wa")
+        server.create_namespace(kube_namespace + "-other")
         co.create_namespaced_custom_object(GROUP, VERSION, kube_namespace + "-other", PLURAL, widget("elsewhere"))
 
     t = threading.Thread(target=writer)
@@ -946,6 +950,7 @@ def test_multi_version_crd_and_embedded_resources(server, api):
     body = {"apiVersion": f"{GROUP}/{VERSION}", "kind": "Blueprint", "metadata": {"name": "b"},
             "spec": {"template": {"apiVersion": "v1", "kind": "Pod", "metadata": {"labels": {"a": "b"}},
                                   "spec": {"x": 1}, "junk": 1}}}
+    server.create_namespace("mv")
     created = co.create_namespaced_custom_object(GROUP, VERSION, "mv", "blueprints", body)
     assert created["spec"]["template"] == {"apiVersion": "v1", "kind": "Pod", "metadata": {"labels": {"a": "b"}},
                                            "spec": {"x": 1}}
@@ -1047,3 +1052,59 @@ def test_strategic_patch_merges_finalizers_like_the_real_server(server, core, ku
     cm = core.patch_namespaced_config_map("f", kube_namespace, {"metadata": {"finalizers": []}},
                                           _content_type="application/merge-patch+json")
     assert cm.metadata.finalizers is None
+
+
+# ------------------------------------------------------------------- semantics a real cluster enforces
+
+
+def test_put_custom_resource_without_resource_version_is_422(server, co, kube_namespace):
+    created = co.create_namespaced_custom_object(GROUP, VERSION, kube_namespace, PLURAL, widget("put"))
+    body = dict(created)
+    body["metadata"] = {k: v for k, v in created["metadata"].items() if k != "resourceVersion"}
+    error = expect_error(422, co.replace_namespaced_custom_object, GROUP, VERSION, kube_namespace, PLURAL, "put", body)
+    assert error["details"]["causes"][0]["field"] == "metadata.resourceVersion"
+    assert co.replace_namespaced_custom_object(GROUP, VERSION, kube_namespace, PLURAL, "put", created)  # with it: fine
+
+
+def test_create_with_resource_version_is_rejected(server, api, kube_namespace):
+    status, body, _ = raw(api, "POST", f"/api/v1/namespaces/{kube_namespace}/configmaps",
+                          body={"metadata": {"name": "rv", "resourceVersion": "12"}})
+    assert status == 500 and body["message"] == "resourceVersion should not be set on objects to be created"
+
+
+def test_no_new_finalizer_on_an_object_being_deleted(server, co, kube_namespace):
+    co.create_namespaced_custom_object(GROUP, VERSION, kube_namespace, PLURAL,
+                                       {**widget("fin"), "metadata": {"name": "fin", "finalizers": ["a/b"]}})
+    co.delete_namespaced_custom_object(GROUP, VERSION, kube_namespace, PLURAL, "fin")
+    error = expect_error(422, co.patch_namespaced_custom_object, GROUP, VERSION, kube_namespace, PLURAL, "fin",
+                         {"metadata": {"finalizers": ["a/b", "c/d"]}})
+    assert error["details"]["causes"][0]["field"] == "metadata.finalizers" and "c/d" in error["message"]
+    co.patch_namespaced_custom_object(GROUP, VERSION, kube_namespace, PLURAL, "fin", {"metadata": {"finalizers": []}})
+    expect_error(404, co.get_namespaced_custom_object, GROUP, VERSION, kube_namespace, PLURAL, "fin")
+
+
+def test_deployment_generation_bumps_on_annotations(server, apps, kube_namespace):
+    apps.create_namespaced_deployment(kube_namespace, deployment("gen"))
+    labelled = apps.patch_namespaced_deployment("gen", kube_namespace, {"metadata": {"labels": {"x": "y"}}})
+    assert labelled.metadata.generation == 1
+    annotated = apps.patch_namespaced_deployment("gen", kube_namespace, {"metadata": {"annotations": {"x": "y"}}})
+    assert annotated.metadata.generation == 2
+
+
+def test_field_validation_strict_and_warn(server, api, kube_namespace):
+    path = f"/apis/{GROUP}/{VERSION}/namespaces/{kube_namespace}/{PLURAL}"
+    body = widget("fv", junk=1)
+    status, error, _ = raw(api, "POST", path + "?fieldValidation=Strict", body=body)
+    assert status == 400 and 'unknown field "spec.junk"' in error["message"]
+    status, created, headers = raw(api, "POST", path, body=body)  # default: Warn
+    assert status == 201 and "junk" not in created["spec"]
+    assert headers.get("Warning") == '299 - "unknown field \\"spec.junk\\""'
+    status, _, headers = raw(api, "POST", path + "?fieldValidation=Ignore", body=widget("fv2", junk=1))
+    assert status == 201 and "Warning" not in headers
+
+
+def test_create_in_a_missing_namespace_is_404(server, core, co):
+    body = expect_error(404, core.create_namespaced_config_map, "no-such-namespace", {"metadata": {"name": "x"}})
+    assert body["message"] == 'namespaces "no-such-namespace" not found'
+    expect_error(404, co.create_namespaced_custom_object, GROUP, VERSION, "no-such-namespace", PLURAL, widget("x"))
+    assert core.read_namespace("default").metadata.name == "default"

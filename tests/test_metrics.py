@@ -572,3 +572,23 @@ def test_malformed_files_name_the_path_and_field(tmp_path: pathlib.Path, text: s
 def test_missing_file_is_a_clear_error(tmp_path: pathlib.Path) -> None:
     with pytest.raises(MetricsFileError, match="nope.yaml: cannot read: No such file or directory"):
         FileMetrics(tmp_path / "nope.yaml").collect([GHOST])
+
+
+def test_kv_cache_falls_back_to_the_pre_0_10_gauge_name(loaded: FakeVllmExporter, metrics: PrometheusMetrics) -> None:
+    """The Prometheus contract: per-pod gauges by model_name, namespace and pod; a pod exposing only
+    vllm:gpu_cache_usage_perc (vLLM < 0.10) is read from it, and the new name wins where both exist."""
+    legacy = ModelKey("mt/legacy", "mt-a")
+    old_only = {"model_name": legacy.model_id, "namespace": legacy.namespace, "pod": "legacy-0"}
+    both = {**old_only, "pod": "legacy-1"}
+    loaded.set_gauge("vllm:gpu_cache_usage_perc", old_only, 0.65)
+    loaded.set_gauge("vllm:num_requests_waiting", old_only, 2)
+    loaded.set_gauge("vllm:gpu_cache_usage_perc", both, 0.11)
+    loaded.set_gauge("vllm:kv_cache_usage_perc", both, 0.77)
+    loaded.set_gauge("vllm:num_requests_waiting", both, 0)
+    try:
+        snapshot = _collect_until(metrics, [legacy], lambda s: len(s.pods.get(legacy, [])) == 2)
+        assert snapshot.pods[legacy] == [PodMetrics("legacy-0", 0.65, 2.0), PodMetrics("legacy-1", 0.77, 0.0)]
+    finally:
+        for labels in (old_only, both):
+            for name in ("vllm:gpu_cache_usage_perc", "vllm:kv_cache_usage_perc", "vllm:num_requests_waiting"):
+                loaded.remove_gauge(name, labels)

@@ -40,6 +40,9 @@ log = logging.getLogger(__name__)
 MERGE_PATCH = "application/merge-patch+json"
 FIELD_MANAGER = "modelplane"
 _LIST_PAGE = 5000
+_SERVER_OWNED = ("resourceVersion", "uid", "creationTimestamp", "generation", "deletionTimestamp", "managedFields")
+"""Metadata the API server owns; dropped from a create, as the local backend does (a create carrying a
+resourceVersion is answered 500 'resourceVersion should not be set on objects to be created')."""
 _MAX_MESSAGE = 1000
 
 
@@ -121,6 +124,8 @@ class KubeCluster:
         info = self._resource(obj.get("apiVersion", ""), obj.get("kind", ""))
         obj = json_shape(obj)
         meta = obj.get("metadata") or {}
+        for owned in _SERVER_OWNED:  # e.g. a manifest from a snapshot: the API server rejects these on create
+            meta.pop(owned, None)
         namespace = _ns(info, meta.get("namespace"))
         what = f"create {_describe(info, namespace, meta.get('name') or meta.get('generateName', ''))}"
         if info.is_core:

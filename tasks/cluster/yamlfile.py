@@ -23,6 +23,7 @@ from typing import Any
 
 import yaml
 from ruamel.yaml import YAML
+from ruamel.yaml.scalarstring import DoubleQuotedScalarString
 
 _BaseLoader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 _BaseDumper = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
@@ -109,8 +110,31 @@ def apply_changes(node: Any, old: Any, new: Any, path: tuple[str, ...] = ()) -> 
         elif (isinstance(value, list) and isinstance(before, list) and isinstance(current, list)
               and len(value) == len(before) == len(current)):
             _apply_list(current, before, value, (*path, key))
+        elif key in node:
+            node[key] = yaml11_safe(value)
         else:
-            node[key] = value
+            node[yaml11_safe(key)] = yaml11_safe(value)
+
+
+def yaml11_safe(value: Any) -> Any:
+    """``value`` with every string that a YAML 1.1 reader would not read back as that string quoted.
+
+    ruamel.yaml writes YAML 1.2, where ``3:1``, ``yes``, ``on`` or ``0755`` are plain strings; PyYAML and
+    many Kubernetes tools read YAML 1.1, where they are a number or a boolean. Quoting them keeps an
+    annotation ``"3:1"`` a string for every reader.
+    """
+    if isinstance(value, str):
+        tag = _YAML11.resolve(yaml.ScalarNode, value, (True, False))
+        return value if tag == _STR_TAG or "\n" in value else DoubleQuotedScalarString(value)
+    if isinstance(value, dict):
+        return {yaml11_safe(k): yaml11_safe(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [yaml11_safe(v) for v in value]
+    return value
+
+
+_YAML11 = yaml.resolver.Resolver()
+_STR_TAG = "tag:yaml.org,2002:str"
 
 
 def _apply_list(node: list[Any], old: list[Any], new: list[Any], path: tuple[str, ...]) -> None:
@@ -120,7 +144,7 @@ def _apply_list(node: list[Any], old: list[Any], new: list[Any], path: tuple[str
         if isinstance(value, dict) and isinstance(before, dict) and hasattr(node[i], "items"):
             apply_changes(node[i], before, value, path)
         else:
-            node[i] = value
+            node[i] = yaml11_safe(value)
 
 
 _MISSING = object()

@@ -53,6 +53,7 @@ DEFAULT_PART_SIZE = 16 * MiB
 DEFAULT_CONCURRENCY = 8
 STATE_FLUSH_SECONDS = 0.2
 HASH_BLOCK = 4 * MiB
+PART_ATTEMPTS = 4
 
 
 # --------------------------------------------------------------------------------------------- public entry
@@ -337,7 +338,15 @@ def _fetch_part(
             tracker.add(len(data))
             _maybe_flush(transfer)
 
-        backend.fetch_range(transfer.remote, start + transfer.done[index], end, write, stop)  # type: ignore[attr-defined]
+        for attempt in range(PART_ATTEMPTS):
+            try:
+                backend.fetch_range(transfer.remote, start + transfer.done[index], end, write, stop)  # type: ignore[attr-defined]
+                break
+            except TransferFailed as exc:
+                if not getattr(exc, "transient", False) or attempt == PART_ATTEMPTS - 1 or stop.is_set():
+                    raise
+                log.warning("%s; retrying the part from byte %d", exc.message, start + transfer.done[index])
+                stop.wait(2**attempt)
     else:
         with open(transfer.tmp, "ab") as handle:
 

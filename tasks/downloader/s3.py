@@ -21,6 +21,12 @@ _MD5 = re.compile(r"^[0-9a-f]{32}$")
 CHUNK = 1024 * 1024
 
 
+class StreamBroken(TransferFailed):
+    """A ranged GET ended early (connection reset, timeout): the part is retried from where it stopped."""
+
+    transient = True
+
+
 class S3Backend:
     """Lists and fetches the objects under ``s3://bucket/prefix``."""
 
@@ -115,9 +121,9 @@ class S3Backend:
                 raise TransferFailed(f"{where} changed while it was being downloaded (ETag no longer {remote.etag}); run again") from None
             raise self.translate(exc, where) from None
         except (BotoCoreError, EndpointConnectionError, OSError) as exc:
-            raise TransferFailed(self._redact(f"download of {where} broke off: {exc}")) from None
+            raise StreamBroken(self._redact(f"download of {where} broke off: {exc}")) from None
         if offset != end:
-            raise TransferFailed(f"download of {where} returned {offset - start} bytes for a {end - start}-byte range")
+            raise StreamBroken(f"download of {where} returned {offset - start} bytes for a {end - start}-byte range")
 
     # ------------------------------------------------------------------ errors
 

@@ -96,3 +96,25 @@ def test_server_errors_are_retried_with_backoff_then_classified(failing_registry
     with pytest.raises(RegistryError) as down:
         RegistryClient(attempts=2, sleep=lambda _: None, timeout=1).read_config("127.0.0.1:1/x/y:1")
     assert down.value.kind == "unavailable"
+
+
+def test_example_layout_is_a_real_oci_layout_and_reads_like_the_registry_copy(oci_registry: Any) -> None:
+    """skopeo copies the demo's OCI layout into the registry; the client reads the same labels from both,
+    and they are what skopeo itself reports as the image config."""
+    import pathlib
+    import subprocess
+
+    from tasks.oci import read_layout_config
+
+    layout_root = pathlib.Path(__file__).resolve().parents[2] / "deployments" / "example-images"
+    repo = "amdenterpriseai/aim-meta-llama-llama-3-1-8b-instruct"
+    source = f"oci:{layout_root / repo}:0.8.4"
+    target = f"{oci_registry.host}/unit/example-llama:0.8.4"
+    subprocess.run(["skopeo", "--insecure-policy", "copy", "--dest-tls-verify=false", source, f"docker://{target}"],
+                   check=True, capture_output=True, timeout=60)
+    inspected = subprocess.run(["skopeo", "--insecure-policy", "inspect", "--tls-verify=false", "--config", f"docker://{target}"],
+                               check=True, capture_output=True, text=True, timeout=60)
+    from_registry = RegistryClient().read_config(target).labels
+    from_layout = read_layout_config(layout_root, parse_reference(f"docker.io/{repo}:0.8.4"), repo).labels
+    assert from_registry == from_layout == json.loads(inspected.stdout)["config"]["Labels"]
+    assert from_layout["com.amd.aim.model.canonicalName"] == "meta-llama/Llama-3.1-8B-Instruct"

@@ -17,8 +17,10 @@ LLAMA = parse_source("hf://meta-llama/Llama-3.1-8B-Instruct")
 
 
 @pytest.fixture()
-def ns() -> str:
-    return f"c-{uuid.uuid4().hex[:8]}"
+def ns(any_cluster: Cluster) -> str:
+    name = f"c-{uuid.uuid4().hex[:8]}"
+    any_cluster.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})  # a cluster needs it
+    return name
 
 
 def person_cache(ns: str, name: str, uri: str, storage_class: str | None = None) -> dict:

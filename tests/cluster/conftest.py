@@ -145,7 +145,10 @@ def _kube_backend(request: pytest.FixtureRequest) -> Iterator[Backend]:
     cluster = KubeCluster(api_client=server.api_client())
     objects = seed_objects(namespace, other, suite)
     for obj in objects:
-        cluster.create(copy.deepcopy(obj))
+        if obj["kind"] == "Namespace":
+            cluster.apply(copy.deepcopy(obj))  # the test's namespace exists already
+        else:
+            cluster.create(copy.deepcopy(obj))
     try:
         yield Backend("kube", cluster, namespace, other, suite, server=server)
     finally:

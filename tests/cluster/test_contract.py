@@ -521,3 +521,12 @@ def test_deployment_generation_follows_annotations(cluster: Cluster, ns: str) ->
     assert annotated["metadata"]["generation"] == 2
     va = cluster.patch_spec(va_ref(ns), {"metadata": {"annotations": {"note": "x"}}})
     assert va["metadata"]["generation"] == 1
+
+
+def test_create_from_a_snapshot_drops_server_owned_metadata(cluster: Cluster, ns: str) -> None:
+    """A manifest taken from `kubectl get -o yaml` can be created again (the server would reject its resourceVersion)."""
+    snapshot = cluster.get(*VA, "seed-va", ns)
+    snapshot["metadata"]["name"] = "copied"
+    copied = cluster.create(snapshot)
+    assert copied["metadata"]["uid"] != snapshot["metadata"]["uid"]
+    assert copied["metadata"]["resourceVersion"] != snapshot["metadata"]["resourceVersion"]

@@ -89,7 +89,7 @@ def kube(server: Any) -> Any:
 
 @pytest.fixture
 def ns(kube: Any, kube_namespace: str) -> str:
-    kube.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": kube_namespace}})
+    kube.get("v1", "Namespace", kube_namespace)  # created by the fixture
     return kube_namespace
 
 

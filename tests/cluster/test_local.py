@@ -137,7 +137,7 @@ def test_single_file_mode(tmp_path: Path) -> None:
     after = chunks(path)
     before = chunks_of(HAND_WRITTEN)
     assert after[:2] == before[:2] and len(after) == 4
-    assert "variantCost: '80.00'" in after[2] and "name: added" in after[3]
+    assert 'variantCost: "80.00"' in after[2] and "name: added" in after[3]
     visible = sorted(p.name for p in tmp_path.iterdir() if not p.name.startswith("."))
     assert visible == ["snapshot.events.yaml", "snapshot.yaml"]
     assert cluster.lock_path == tmp_path / ".snapshot.yaml.lock"

@@ -198,3 +198,16 @@ def test_loaded_custom_resources_are_defaulted_and_pruned_in_memory_only(tmp_pat
     spec = cluster.get("aim.silogen.ai/v1alpha1", "AIMServiceTemplate", "t", "ns")["spec"]
     assert spec["precision"] == "auto" and spec["warmCache"] is False and "junk" not in spec
     assert (tmp_path / "t.yaml").read_text() == text
+
+
+def test_written_strings_read_back_as_strings_in_yaml_1_1(tmp_path: Path) -> None:
+    """ruamel writes YAML 1.2; values such as '3:1', 'yes' or '0755' must stay strings for YAML 1.1 readers."""
+    path = tmp_path / "cm.yaml"
+    path.write_text("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: c\n  namespace: ns\ndata:\n  a: b\n")
+    cluster = LocalCluster(path)
+    tricky = {"ratio": "3:1", "flag": "yes", "mode": "0755", "plain": "hello", "on": "on"}
+    cluster.patch_spec(ObjectRef("v1", "ConfigMap", "c", "ns"), {"metadata": {"annotations": tricky}, "data": {"a": "off"}})
+    loaded = yaml.safe_load(path.read_text())
+    assert loaded["metadata"]["annotations"] == tricky and loaded["data"] == {"a": "off"}
+    assert "plain: hello" in path.read_text()
+    assert LocalCluster(path).get("v1", "ConfigMap", "c", "ns")["metadata"]["annotations"] == tricky

@@ -183,3 +183,15 @@ def test_corrupted_partial_file_is_detected_and_discarded(s3_server, model, tmp_
     # The next run fetches it anew and completes.
     fill_cache(f"s3://{bucket}/llama", tmp_path, s3_server.credentials())
     assert (tmp_path / "config.json").read_bytes() == body
+
+
+def test_a_dropped_connection_resumes_the_part(s3_server, model, tmp_path: pathlib.Path, proxy) -> None:  # type: ignore[no-untyped-def]
+    bucket, expected = model
+    counting, url = proxy(s3_server.endpoint)
+    counting.break_once("model.safetensors", 3 * MiB)
+    fill_cache(f"s3://{bucket}/llama", tmp_path, s3_server.credentials(url), part_size=5 * MiB, concurrency=1)
+    assert (tmp_path / "model.safetensors").read_bytes() == expected["model.safetensors"]
+    ranges = [r.range for r in counting.gets("model.safetensors")]
+    # The first part broke off after 3 MiB and was asked again from there, not from 0.
+    assert ranges[0] == f"bytes=0-{5 * MiB - 1}" and ranges[1] == f"bytes={3 * MiB}-{5 * MiB - 1}"
+    assert len(ranges) == 4

@@ -341,14 +341,14 @@ def test_degenerate_profile_is_reported_not_raised():
 
 
 # --------------------------------------------------------------------------------------------------
-# Lagrangian decomposition over the inventory rows (engine.allocation._Lagrange / _model_opt)
+# the exact per-model search and the decomposition's bound (engine.allocation.search / .decomposition)
 
 
 @pytest.mark.parametrize("seed", range(60))
 def test_per_model_priced_search_matches_brute_force(seed):
     import itertools
 
-    from engine.allocation import _model_opt, _model_value
+    from engine.allocation.search import Item, best_pattern, pattern_value
 
     rng = np.random.default_rng(500 + seed)
     n = int(rng.integers(1, 4))
@@ -357,46 +357,45 @@ def test_per_model_priced_search_matches_brute_force(seed):
         p = float(rng.uniform(0, 20))
         q = float(rng.choice([0.0, rng.uniform(0, p)]))
         lo = int(rng.integers(0, 2))
-        items.append((float(rng.uniform(0.5, 4)), p, q, int(rng.integers(0, 4)), lo, lo + int(rng.integers(0, 6)),
-                      int(rng.integers(-1, 2)), int(rng.integers(1, 3))))
+        items.append(Item(float(rng.uniform(0.5, 4)), p, q, int(rng.integers(0, 4)), lo, lo + int(rng.integers(0, 6)),
+                          int(rng.integers(-1, 2)), int(rng.integers(1, 3))))
     load = float(rng.uniform(0, 12))
     ucap = float(rng.choice([0.0, load, rng.uniform(0, load)]))
     w = float(rng.choice([0.0, 1.0, rng.uniform(0, 30)]))
     room = None if rng.random() < 0.5 else [float(rng.integers(0, 10)), float(rng.integers(0, 10))]
-    value, counts, exact = _model_opt(load, ucap, w, items, room)
+    value, counts, exact = best_pattern(load, ucap, w, items, room)
     best = math.inf
-    for combo in itertools.product(*[range(it[4], it[5] + 1) for it in items]):
-        cap = sum(it[0] * k for it, k in zip(items, combo))
+    for combo in itertools.product(*[range(it.lo, it.hi + 1) for it in items]):
+        cap = sum(it.rate * k for it, k in zip(items, combo))
         if load - cap > ucap + 1e-9 * max(load, 1.0):
             continue
         if room is not None and any(
-                sum(it[7] * k for it, k in zip(items, combo) if it[6] == t) > room[t] for t in (0, 1)):
+                sum(it.accelerators * k for it, k in zip(items, combo) if it.type == t) > room[t] for t in (0, 1)):
             continue
-        best = min(best, _model_value(load, w, items, list(combo)))
+        best = min(best, pattern_value(load, w, items, list(combo)))
     assert exact
     if best == math.inf:
         assert counts is None and value == math.inf
     else:
         assert value == pytest.approx(best, abs=1e-9)
-        assert _model_value(load, w, items, counts) == pytest.approx(value, abs=1e-9)
+        assert pattern_value(load, w, items, counts) == pytest.approx(value, abs=1e-9)
 
 
-def _lagrange_for(problem: AllocationProblem, forbid_unserved: bool):
-    from engine.allocation import _floors_fit, _Lagrange, _Milp, _prepare
+def _decomposition_for(problem: AllocationProblem):
+    from engine.allocation.decomposition import Budget, Decomposition
+    from engine.allocation.problem import prepare
 
-    prep = _prepare(problem)
-    milp = _Milp(problem, prep, [m for m in prep.models if prep.usable[m.name]], _floors_fit(prep))
-    if forbid_unserved:
-        milp.forbid_unserved()
-    lag = _Lagrange(milp, problem)
-    ucap = {m.name: float(milp.u[m.name].upBound) for m in milp.coupled}
-    return lag, ucap
+    prep = prepare(problem)
+    coupled = [m for m in prep.models if prep.usable[m.name]]
+    return Decomposition(prep, coupled, problem.transition_penalty, Budget(10.0)), coupled
 
 
 @pytest.mark.parametrize("seed", range(40))
 def test_lagrangian_bound_never_exceeds_the_optimum(seed):
     """Weak duality: at any prices the bound is <= the brute-force optimum of the stage."""
     import itertools
+
+    from engine.allocation.decomposition import Stage
 
     rng = np.random.default_rng(100 + seed)
     accs = ["g0", "g1"]
@@ -420,14 +419,16 @@ def test_lagrangian_bound_never_exceeds_the_optimum(seed):
         best_unserved = min(best_unserved, sum(unserved))
         if sum(unserved) == 0:
             best_cost = min(best_cost, cost)
+    dec, coupled = _decomposition_for(problem)
+    n = len(coupled)
+    loads = np.array([m.load_rps for m in coupled])
+    unserved_stage = Stage("priority 1", np.ones(n), 0.0, loads, [], float(loads.sum()), 1e-4)
+    cost_stage = Stage("cost", np.zeros(n), 1.0, np.zeros(n), [], None, 1e-4)
     for _ in range(5):
         lam = rng.uniform(0, 15, 2) * (rng.random(2) < 0.8)
-        lag, ucap = _lagrange_for(problem, forbid_unserved=False)
-        bound = lag.bound(lam / 5, ucap, {m.name: 1.0 for m in models}, 0.0)
-        assert bound <= best_unserved + 1e-6
+        assert dec.lagrangian(unserved_stage, lam / 5, [])[0] <= best_unserved + 1e-6
         if best_cost < math.inf:
-            lag, ucap = _lagrange_for(problem, forbid_unserved=True)
-            assert lag.bound(lam, ucap, {}, 1.0) <= best_cost + 1e-6
+            assert dec.lagrangian(cost_stage, lam, [])[0] <= best_cost + 1e-6
 
 
 def _eight_type_instance(n_models: int, shortage: bool):
@@ -464,13 +465,14 @@ def test_every_model_on_all_eight_types_is_proven_within_the_gap():
 
 
 def test_decomposition_agrees_with_the_plain_milp(monkeypatch):
-    """The Lagrangian path's claimed optimum is within mip_gap of HiGHS alone run to a tight gap."""
-    import engine.allocation as allocation
+    """The decomposition's claimed optimum is within mip_gap of the compact MILP alone run to a tight gap."""
+    import engine.allocation.solver as solver
 
     inst, inventory = _eight_type_instance(40, shortage=False)
     problem = AllocationProblem(inst.models, inst.variants, inst.unit_costs, inventory, time_limit_s=30, mip_gap=1e-3)
+    monkeypatch.setattr(solver, "DECOMPOSE_FROM_VARIANTS", 0)  # the decomposition, however small
     fast = solve(problem)
-    monkeypatch.setattr(allocation, "_lagrange_applies", lambda milp, problem: False)
+    monkeypatch.setattr(solver, "decomposition_applies", lambda problem, floors, solver_key: False)
     exact = solve(AllocationProblem(inst.models, inst.variants, inst.unit_costs, inventory, time_limit_s=60,
                                     mip_gap=1e-6))
     assert exact.status == "optimal" and fast.status == "optimal"
@@ -493,3 +495,126 @@ def test_shortage_on_all_eight_types_serves_more_than_greedy():
     assert alloc.status in ("optimal", "feasible")
     assert alloc.status == "feasible" or (alloc.gap is not None and alloc.gap <= 1e-3)
     assert _weighted_unserved(alloc, inst.models) < _weighted_unserved(base, inst.models)
+
+
+# --------------------------------------------------------------------------------------------------
+# shortage: the level's total is what a stage freezes, and small optima known by enumeration
+
+
+def _two_models_one_running():
+    """The audit's reproduction: A and B (priority 1, 2 req/s each, 1 req/s per replica); A on G (cost 1)
+    or H (cost 5), B on H (cost 5, one replica running); one G and one H; penalty 0.5."""
+    models = [model("A", 2.0), model("B", 2.0)]
+    variants = [variant("A-g", "A", "G", rate=1.0), variant("A-h", "A", "H", rate=1.0),
+                variant("B-h", "B", "H", rate=1.0, current_replicas=1)]
+    return AllocationProblem(models, variants, {"G": 1.0, "H": 5.0}, {"G": 1, "H": 1}, transition_penalty=0.5)
+
+
+@pytest.mark.parametrize("path", ["decomposition", "highs-stages", "compact-highs", "compact-cbc"])
+def test_cost_stage_may_move_unserved_load_within_a_level(path, monkeypatch):
+    """Freezing each model's unserved load after the priority stage would keep A-g=1, A-h=1 and remove
+    B's running replica (objective 11.5) and still call it optimal; the level's total (2 req/s) is
+    what is decided, and at that total keeping B's replica costs 6.5."""
+    import dataclasses
+
+    import engine.allocation.solver as solver
+
+    problem = _two_models_one_running()
+    if path == "decomposition":
+        monkeypatch.setattr(solver, "DECOMPOSE_FROM_VARIANTS", 0)
+    elif path != "highs-stages":
+        monkeypatch.setattr(solver, "decomposition_applies", lambda problem, floors, solver_key: False)
+    if path == "compact-cbc":
+        problem = dataclasses.replace(problem, solver="cbc")
+    alloc = solve(problem)
+    assert alloc.replicas == {"A-g": 1, "A-h": 0, "B-h": 1}
+    assert sum(alloc.unserved_rps.values()) == pytest.approx(2.0)
+    rates = {v.name: v.max_rate for v in problem.variants}
+    assert _objective(problem, alloc.replicas, rates)[1] == pytest.approx(6.5)
+    assert alloc.status == "optimal"
+
+
+def _brute_force(problem: AllocationProblem):
+    """Lexicographic optimum (unserved per level, then cost + penalty) by enumeration."""
+    import itertools
+
+    rates = {v.name: v.max_rate for v in problem.variants}
+    loads = {m.name: m.load_rps for m in problem.models}
+    ranges = [range(v.min_replicas, max(v.current_replicas, replicas_needed(loads[v.model], rates[v.name], 0),
+                                        v.min_replicas) + 1) for v in problem.variants]
+    best = None
+    for combo in itertools.product(*ranges):
+        reps = {v.name: n for v, n in zip(problem.variants, combo)}
+        if any(sum(reps[v.name] * v.accelerators_per_replica for v in problem.variants if v.accelerator == a) > cap
+               for a, cap in problem.inventory.items()):
+            continue
+        key = _objective(problem, reps, rates)
+        if best is None or key[0] < best[0] or (key[0] == best[0] and key[1] < best[1] - 1e-9):
+            best = key
+    return best
+
+
+def _shortage_instance(seed: int) -> AllocationProblem:
+    """2-3 models on 2 types, two priorities, inventory at 40-80% of what serving everyone needs."""
+    rng = np.random.default_rng(900 + seed)
+    accs = ["g0", "g1"]
+    costs = {"g0": float(rng.choice([10, 12, 20])), "g1": float(rng.choice([10, 15, 30]))}
+    models, variants = [], []
+    need = {a: 0 for a in accs}
+    for i in range(int(rng.integers(2, 4))):
+        m = model(f"m{i}", float(rng.uniform(1, 6)), priority=int(rng.integers(1, 3)))
+        models.append(m)
+        for a in (accs if rng.random() < 0.6 else [accs[int(rng.integers(0, 2))]]):
+            v = variant(f"m{i}-{a}", m.name, a, rate=float(rng.uniform(0.8, 3.0)), apr=int(rng.choice([1, 2])),
+                        current_replicas=int(rng.integers(0, 3)))
+            variants.append(v)
+            need[a] += replicas_needed(m.load_rps, v.max_rate, 0) * v.accelerators_per_replica
+    inventory = {a: max(int(need[a] * rng.uniform(0.4, 0.8) / 2), 1) for a in accs}
+    tau = float(rng.choice([0.0, 0.01, 0.3]))
+    return AllocationProblem(models, variants, costs, inventory, transition_penalty=tau)
+
+
+@pytest.mark.parametrize("decompose", [False, True], ids=["highs-stages", "decomposition"])
+@pytest.mark.parametrize("seed", range(30))
+def test_small_shortage_optimum_is_found_and_proven(seed, decompose, monkeypatch):
+    """Both stage solvers find the enumerated optimum and prove it (the decomposition, forced on these
+    tiny instances, proves what its bound can and leaves the rest to HiGHS's branch and bound)."""
+    import dataclasses
+
+    import engine.allocation.solver as solver
+
+    if decompose:
+        monkeypatch.setattr(solver, "DECOMPOSE_FROM_VARIANTS", 0)
+
+    problem = _shortage_instance(seed)
+    best = _brute_force(problem)
+    while sum(best[0]) == 0:  # halve the inventory until it is a real shortage
+        problem = dataclasses.replace(problem, inventory={a: c // 2 for a, c in problem.inventory.items()})
+        best = _brute_force(problem)
+    alloc = solve(problem)
+    rates = {v.name: v.max_rate for v in problem.variants}
+    got = _objective(problem, alloc.replicas, rates)
+    assert sum(best[0]) > 0  # a real shortage: some load cannot be served
+    assert alloc.status == "optimal" and alloc.gap is not None and alloc.gap <= problem.mip_gap
+    assert got[0] == best[0]
+    assert got[1] == pytest.approx(best[1], rel=1e-4, abs=1e-6)
+
+
+def test_shortage_stage_gaps_are_reported_per_stage():
+    problem = _two_models_one_running()
+    alloc = solve(problem)
+    assert set(alloc.stage_gaps) == {"priority 1", "cost"}
+    assert alloc.gap == max(alloc.stage_gaps.values())
+
+
+def test_decomposition_is_deterministic():
+    """Same inputs, in any order, give the same allocation on the decomposition path (1,200 variants;
+    proven well inside the time limit, so no limit cuts the work differently between runs)."""
+    inst, inventory = _eight_type_instance(150, shortage=False)
+    problem = AllocationProblem(inst.models, inst.variants, inst.unit_costs, inventory, time_limit_s=60, mip_gap=1e-3)
+    first = solve(problem)
+    again = solve(AllocationProblem(list(reversed(inst.models)), list(reversed(inst.variants)), inst.unit_costs,
+                                    inventory, time_limit_s=60, mip_gap=1e-3))
+    assert first.solver == again.solver == "highs" and first.status == "optimal"
+    assert first.replicas == again.replicas
+    assert first.stage_gaps == again.stage_gaps

@@ -95,3 +95,34 @@ def test_status_persists_window_state_and_conditions() -> None:
         NOW + timedelta(seconds=60),
     )
     assert [t.desired for t in later.targets] == [4]
+
+
+def test_scale_to_zero_waits_for_the_grace_period_with_state_in_status() -> None:
+    """A binding with min 0 whose policy recommends 0 reaches 0 only after the grace period, and the
+    clock survives between cycles in status (each cycle is a fresh process)."""
+    from engine.api.meta import format_time
+
+    policy = {**POLICY, "behavior": {"scaleDown": {"stablePolicy": {"instances": 100, "percent": 100, "period": "1s"},
+                                                  "stabilizationWindow": "0s"}}}
+    idle = [{"vllm:num_requests_waiting": 0.0}]
+    status: dict = {}
+    replicas = []
+    for seconds, current in ((0, 1), (30, 1), (61, 1)):
+        now = NOW + timedelta(seconds=seconds)
+        decision = plan_binding(inputs(policy=policy, targets=[target(current=current, low=0)], instances=idle,
+                                       scale_to_zero_grace_s=60.0, old_status=status), now)
+        replicas.append(decision.targets[0].desired)
+        status = binding_status(decision, status, now, 3, True, "ok")
+    assert replicas == [1, 1, 0]
+    assert status["zeroSince"] == format_time(NOW)
+    immediate = plan_binding(inputs(policy=policy, targets=[target(current=1, low=0)], instances=idle), NOW)
+    assert immediate.targets[0].desired == 0  # no grace period configured: as before
+
+
+def test_grace_period_from_annotation_or_owning_model() -> None:
+    from engine.bindings import ANNOTATION_SCALE_TO_ZERO_GRACE, scale_to_zero_grace
+
+    model = {"backends": [{"name": "a", "scaleToZeroGracePeriod": "30s"}, {"name": "b", "scaleToZeroGracePeriod": "2m"}, {"name": "c"}]}
+    assert scale_to_zero_grace({ANNOTATION_SCALE_TO_ZERO_GRACE: "45s"}, model) == 45.0
+    assert scale_to_zero_grace({}, model) == 120.0
+    assert scale_to_zero_grace({}, None) is None

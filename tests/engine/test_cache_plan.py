@@ -27,6 +27,7 @@ from engine.cache_plan import (
     render_job,
     render_pvc,
     storage_class_for,
+    storage_failure,
     volume_too_small,
     with_requester,
 )
@@ -105,6 +106,8 @@ def test_attempts_are_per_generation() -> None:
     assert parse_attempts(annotations, 2) == 3
     assert parse_attempts(annotations, 3) == 0
     assert parse_attempts({"modelplane.io/fill-attempts": "junk"}, 2) == 0
+    assert parse_attempts({"modelplane.io/fill-attempts": 61}, 1) == 0  # "1:1" mangled by a YAML 1.1 reader
+    assert annotations == {"modelplane.io/fill-attempts": "2/3"}
 
 
 def test_credentials_come_from_the_namespace_config_and_spec_env_wins() -> None:
@@ -196,3 +199,14 @@ def test_gc_deletes_only_unused_unmounted_settled_caches() -> None:
     assert not gc_verdict(cache({**old, "status": "Progressing"}), set(), week, NOW).delete
     never = gc_verdict(cache({"status": "Failed"}), set(), week, NOW)
     assert never.delete and "never used" in never.reason
+
+
+def test_a_lost_pvc_fails_the_cache_until_a_person_deletes_it() -> None:
+    decided, failure = storage_failure("Lost", "llama-cache", None)
+    assert decided and failure.reason == "PVCLost" and "delete the PVC" in failure.message
+    lost = obs(pvc_phase="Lost", attempts=1, fill=FillState.FAILED, failure=failure, failed_at=NOW)
+    assert next_step(lost, POLICY, NOW + timedelta(days=1)) == Step.GIVE_UP
+    assert conditions(cache_status(None, lost, POLICY, NOW))["StorageReady"] == ("False", "PVCLost")
+    assert storage_failure(None, "llama-cache", failure) == (True, None)  # deleted: start over
+    other = Failure("AuthenticationFailed", "x")
+    assert storage_failure("Bound", "llama-cache", other) == (False, other)

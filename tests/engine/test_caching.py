@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from decimal import Decimal
 
 import pytest
 
@@ -23,6 +24,8 @@ def test_pvc_size_applies_headroom_and_rounds_up_to_whole_gi() -> None:
     assert pvc_size([0]) == "1Gi"
     assert pvc_size(10 * GI) == "11Gi"
     assert pvc_size(iter([5 * GI, 5 * GI])) == "11Gi"
+    assert pvc_size([Decimal(10 * GI)]) == "11Gi"  # a parsed Kubernetes quantity
+    assert pvc_size([float(100 * MI)]) == "1Gi"
 
 
 @pytest.mark.parametrize(
@@ -35,6 +38,8 @@ def test_pvc_size_applies_headroom_and_rounds_up_to_whole_gi() -> None:
         ([1.5], 10, "whole number"),
         ([True], 10, "whole number"),
         ([GI], -1, "headroom"),
+        (None, 10, "unknown"),
+        ([float("nan")], 10, "finite"),
     ],
 )
 def test_pvc_size_rejects_what_it_cannot_size(sizes: list, headroom: float, needle: str) -> None:

@@ -15,12 +15,13 @@ from engine.optimize import (
     PodSample,
     VariantDecision,
     parse_variant,
+    replica_cost,
     plan_variants,
     SpecError,
     status_patch,
     variant_status,
 )
-from engine.saturation import SaturationConfigSet
+from engine.saturation import DEFAULT_VARIANT_COST, SaturationConfigSet
 from tests.factories import PROFILES, variant_autoscaling
 
 NOW = datetime(2026, 11, 22, 12, 0, 0, tzinfo=timezone.utc)
@@ -200,7 +201,8 @@ def test_parse_variant_requires_a_scale_target() -> None:
 def test_status_has_both_generations_fields_and_skips_heartbeat_only_writes() -> None:
     decision = plan_variants(inputs([va("a100")], {"a100": 1}))[0]
     status = variant_status(decision, {}, NOW, applied=True, generation=1)
-    assert status["currentAlloc"]["accelerator"] == "A100" and status["currentAlloc"]["variantCost"] == "10.00"
+    # no spec.variantCost: the cost derives from the A100 unit cost (one cost everywhere, not WVA's 10.00)
+    assert status["currentAlloc"]["accelerator"] == "A100" and status["currentAlloc"]["variantCost"] == "40.00"
     assert status["desiredOptimizedAlloc"]["lastRunTime"] == "2026-11-22T12:00:00Z"
     assert status["actuation"] == {"applied": True}
     assert {c["type"] for c in status["conditions"]} == {"MetricsAvailable", "OptimizationReady"}
@@ -211,3 +213,80 @@ def test_status_has_both_generations_fields_and_skips_heartbeat_only_writes() ->
     much_later = NOW + timedelta(seconds=301)
     heartbeat = variant_status(decision, copy.deepcopy(status), much_later, applied=True, generation=1)
     assert status_patch(status, heartbeat, much_later, heartbeat_s=300) == {"desiredOptimizedAlloc": heartbeat["desiredOptimizedAlloc"]}
+
+
+def test_one_cost_per_replica_everywhere() -> None:
+    """Without spec.variantCost the replica cost is unit cost x acceleratorCount in the status, the table and
+    the saturation choice; a declared variantCost wins everywhere."""
+    two_h100 = va("h100x2", accelerator="H100")
+    two_h100["spec"]["acceleratorCount"] = 2
+    declared = va("declared", accelerator="A100")
+    declared["spec"]["variantCost"] = "12.5"
+    decisions = {d.name: d for d in plan_variants(inputs([two_h100, declared], {"h100x2": 1, "declared": 1}))}
+    h100 = COSTS["H100"].cost
+    assert decisions["h100x2"].variant_cost == 2 * h100
+    assert decisions["h100x2"].cost == pytest.approx(2 * h100 * decisions["h100x2"].desired)
+    assert decisions["declared"].variant_cost == 12.5
+    assert decisions["declared"].cost == pytest.approx(12.5 * decisions["declared"].desired)
+    specs = {n: parse_variant(v) for n, v in (("h100x2", two_h100), ("declared", declared))}
+    assert replica_cost(specs["h100x2"], COSTS) == 2 * h100 and replica_cost(specs["declared"], COSTS) == 12.5
+    assert replica_cost(specs["h100x2"], {}) == DEFAULT_VARIANT_COST
+
+
+def test_invalid_resource_still_reports_its_current_allocation() -> None:
+    broken = va("broken")
+    broken["spec"]["variantProfile"]["maxBatchSize"] = 0
+    decision = plan_variants(inputs([broken], {"broken": 3}))[0]
+    assert decision.reason == "InvalidSpec" or not decision.ready
+    assert decision.desired is None and decision.current == 3
+    status = variant_status(decision, {}, NOW, applied=False, generation=1)
+    assert status["currentAlloc"] == {"accelerator": "A100", "numReplicas": 3}
+    assert status["actuation"] == {"applied": False}
+
+
+def test_saturation_veto_counts_capacity_the_plan_adds_on_other_variants() -> None:
+    """The model moves to H100 (+2 replicas there) and saturation wants one more replica: the A100
+    scale-down is no longer vetoed, since the H100 replicas added this cycle cover both the need and the
+    A100 replica removed. Before, the A100 replica stayed (the 327/h-instead-of-287/h ramp)."""
+    hot = {(NS, MODEL): pods(2, kv=0.95, queue=9, prefix="a100") + pods(1, kv=0.95, queue=9, prefix="h100")}
+    decisions = by_name(plan_variants(inputs([va("a100"), va("h100", "H100")], {"a100": 2, "h100": 1}, pods=hot)))
+    assert decisions["h100"].desired == 3
+    assert decisions["a100"].desired == 1 and decisions["a100"].reason == "OptimizationSucceeded"
+    assert "saturation covered" in decisions["a100"].message
+    # Without capacity added elsewhere the veto stands.
+    alone = by_name(plan_variants(inputs([va("a100")], {"a100": 4}, loads={(NS, MODEL): ModelLoad(0.5, 128, 256)},
+                                         pods={(NS, MODEL): pods(4, kv=0.95, queue=9)})))
+    assert alone["a100"].desired == 4 and alone["a100"].reason == "SaturationSafetyOverride"
+
+
+def test_scale_down_stabilization_rides_out_a_flapping_recommendation() -> None:
+    """rate() lag between cycles seconds apart made the recommendation go 2 -> 1 -> 2 -> 1: with a window
+    the replica stays until a scale-down has been recommended for the whole window; state in an annotation."""
+    from datetime import timedelta
+
+    from engine.optimize import ANNOTATION_SCALE_DOWN_PENDING, stabilize_scale_down
+
+    annotations: dict[str, str] = {}
+    desired_seen = []
+    for seconds, recommended in ((0, 1), (10, 2), (20, 1), (30, 1), (200, 1)):
+        result = stabilize_scale_down(recommended, 2, annotations, 120.0, NOW + timedelta(seconds=seconds))
+        desired_seen.append(result.desired)
+        if result.changed:
+            if result.pending is None:
+                annotations.pop(ANNOTATION_SCALE_DOWN_PENDING, None)
+            else:
+                annotations[ANNOTATION_SCALE_DOWN_PENDING] = result.pending
+    assert desired_seen == [2, 2, 2, 2, 1]
+    assert ANNOTATION_SCALE_DOWN_PENDING not in annotations
+    # per-resource window, and no window: at once
+    assert stabilize_scale_down(1, 2, {"modelplane.io/scale-down-stabilization-window": "0s"}, 120.0, NOW).desired == 1
+    assert stabilize_scale_down(1, 2, {}, 0.0, NOW).desired == 1
+    assert stabilize_scale_down(3, 2, {}, 120.0, NOW).desired == 3  # scale-up passes
+
+
+def test_plan_variants_holds_a_scale_down_within_the_window() -> None:
+    quiet = {(NS, MODEL): ModelLoad(0.5, 128, 256)}
+    cycle = inputs([va("a100")], {"a100": 4}, loads=quiet, pods={(NS, MODEL): pods(4, kv=0.1)}, scale_down_window_s=120.0)
+    held = by_name(plan_variants(cycle))["a100"]
+    assert held.desired == 4 and held.stabilization_changed and "stabilization window" in held.message
+    assert held.stabilization is not None and '"max":' in held.stabilization

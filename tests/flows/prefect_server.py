@@ -54,7 +54,8 @@ class PrefectServer:
 
     # ------------------------------------------------------------------------------ processes
 
-    def _spawn(self, name: str, args: list[str]) -> subprocess.Popen[bytes]:
+    def spawn(self, name: str, args: list[str]) -> subprocess.Popen[bytes]:
+        """Start a process against this server (its output in <home>/<name>.log); stopped with the server."""
         log = open(self.home / f"{name}.log", "ab")
         proc = subprocess.Popen(args, cwd=REPO, env=self.env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
         log.close()
@@ -62,7 +63,7 @@ class PrefectServer:
         return proc
 
     def start(self, timeout: float = 120) -> None:
-        proc = self._spawn("server", [sys.executable, "-m", "prefect", "server", "start", "--host", "127.0.0.1", "--port", str(self.port)])
+        proc = self.spawn("server", [sys.executable, "-m", "prefect", "server", "start", "--host", "127.0.0.1", "--port", str(self.port)])
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if proc.poll() is not None:
@@ -76,7 +77,7 @@ class PrefectServer:
         raise RuntimeError(f"prefect server not healthy in {timeout}s: {self.log('server')[-3000:]}")
 
     def start_worker(self, pool: str, timeout: float = 60) -> None:
-        proc = self._spawn("worker", [sys.executable, "-m", "prefect", "worker", "start", "--pool", pool, "--type", "process"])
+        proc = self.spawn("worker", [sys.executable, "-m", "prefect", "worker", "start", "--pool", pool, "--type", "process"])
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if proc.poll() is not None:
@@ -128,6 +129,11 @@ class PrefectServer:
     def deployment(self, entry: dict[str, Any]) -> dict[str, Any]:
         """The stored deployment of one prefect.yaml entry."""
         return self.get(f"/deployments/name/{load_entry_flow(entry).name}/{entry['name']}")
+
+    def find_deployment(self, entry: dict[str, Any], name: str) -> dict[str, Any] | None:
+        """The deployment ``name`` of the entry's flow, or None."""
+        response = self.request("GET", f"/deployments/name/{load_entry_flow(entry).name}/{name}")
+        return response.json() if response.status_code == 200 else None
 
     def create_run(self, deployment_id: str, parameters: dict[str, Any]) -> dict[str, Any]:
         return self.post(f"/deployments/{deployment_id}/create_flow_run", {"parameters": parameters})

@@ -26,6 +26,7 @@ from flows.rollout_services import rollout_services
 from tests.upstream_crds import SKIP_REASON, upstream_crds
 
 GROUP, VERSION = "aim.silogen.ai", "v1alpha1"
+TEST_LABEL = "modelplane.io/test-namespace"
 GATEWAY = {"group": "gateway.networking.k8s.io", "kind": "Gateway", "name": "inference-gateway", "namespace": "gateway-system", "sectionName": "http"}
 
 pytestmark = pytest.mark.skipif(not upstream_crds(), reason=SKIP_REASON)
@@ -80,7 +81,7 @@ class AimEnv:
     def model(self, suffix: str, image: str) -> str:
         name = f"{self.ns}-{suffix}"
         self.custom.create_cluster_custom_object(GROUP, VERSION, "aimclustermodels", {
-            "apiVersion": f"{GROUP}/{VERSION}", "kind": "AIMClusterModel", "metadata": {"name": name},
+            "apiVersion": f"{GROUP}/{VERSION}", "kind": "AIMClusterModel", "metadata": {"name": name, "labels": {TEST_LABEL: self.ns}},
             "spec": {"name": f"{self.ns}/{suffix}:1.0", "image": image}})
         self.models.append(name)
         return name
@@ -96,8 +97,10 @@ class AimEnv:
 
     # ---------------------------------------------------------------------------- flows
 
-    def discover(self) -> Any:
-        return discover_models(namespaces=[self.ns], cluster=self.cluster)
+    def discover(self, **params: Any) -> Any:
+        """discover-models over this test's models only (other tests leave models, e.g. with docker.io
+        images, on the shared server: discovery must not try to reach them)."""
+        return discover_models(**{"namespaces": [self.ns], "cluster": self.cluster, "model_selector": f"{TEST_LABEL}={self.ns}", **params})
 
     def resolve(self) -> Any:
         return resolve_templates(namespaces=[self.ns], cluster=self.cluster)
@@ -306,7 +309,7 @@ def test_missing_image_is_terminal_until_resync(env: AimEnv) -> None:
     # Terminal: the next run does not ask the registry (only a new spec.image or the resync does).
     assert env.discover().registry_requests == {}
     env.registry.push_image(f"{env.ns}/absent", "1", aim_labels("absent/model", MI300X_PROFILES))
-    report = discover_models(namespaces=[env.ns], cluster=env.cluster, resync_interval_s=60)
+    report = env.discover(resync_interval_s=60)
     assert report.registry_requests == {}  # the resync interval has not passed yet
 
 
@@ -375,7 +378,7 @@ def test_missing_namespace_config_degrades_the_service(env: AimEnv) -> None:
     env.registry.push_image(repo, "1", aim_labels("cfg/model", MI300X_PROFILES))
     env.node("mi300x", {"amd.com/gpu.device-id": "0x74A1"})
     env.model("cfg", env.registry.image(repo, "1"))
-    discover_models(cluster=env.cluster)
+    env.discover(namespaces=None)
     # No AIMNamespaceConfig in the namespace: discovery (over every configured namespace) creates no templates here.
     assert env.list("aimservicetemplates") == []
     env.template("cfg-t", f"{env.ns}/cfg:1.0", metric="throughput", gpuModel="MI300X", gpusPerReplica=1)
@@ -395,3 +398,41 @@ def test_missing_namespace_config_degrades_the_service(env: AimEnv) -> None:
     assert env.list("httproutes", "gateway.networking.k8s.io", "v1") == []
     assert service["status"]["status"] == "Degraded"
     assert env.condition(service, "RoutingReady")["reason"] == "GatewayNotConfigured"
+
+
+def test_index_unlabelled_and_malformed_images(env: AimEnv) -> None:
+    env.registry.push_index(f"{env.ns}/multi", "1", {"arm64": aim_labels("multi/arm", "{'gpuModel': 'MI300X', 'gpuCount': 4}"),
+                                                     "amd64": aim_labels("multi/amd", MI300X_PROFILES)})
+    env.registry.push_image(f"{env.ns}/plain", "1", None)
+    env.registry.push_image(f"{env.ns}/broken", "1", aim_labels("broken/model", "{'gpuModel': 'MI300X', 'gpuCount': 1"))
+    env.config()
+    multi = env.model("multi", env.registry.image(f"{env.ns}/multi", "1"))
+    plain = env.model("plain", env.registry.image(f"{env.ns}/plain", "1"))
+    broken = env.model("broken", env.registry.image(f"{env.ns}/broken", "1"))
+    report = env.discover()
+    assert report.registry_requests == {"manifest": 4, "config": 3}  # the index costs one more manifest
+
+    record = json.loads(env.get("aimclustermodels", multi)["metadata"]["annotations"][METADATA_ANNOTATION])
+    assert record["metadata"]["canonicalName"] == "multi/amd"  # linux/amd64 was chosen
+    plain_model = env.get("aimclustermodels", plain)
+    assert env.condition(plain_model, "MetadataExtracted")["reason"] == "ImageFound"
+    assert env.condition(plain_model, "Ready")["reason"] == "NoTemplatesExpected"
+    cond = env.condition(env.get("aimclustermodels", broken), "MetadataExtracted")
+    assert (cond["status"], cond["reason"]) == ("False", "MetadataExtractionFailed")
+    assert "com.amd.aim.model.recommendedDeployments" in cond["message"]
+    names = {t["metadata"]["labels"]["aim.silogen.ai/model"] for t in env.list("aimservicetemplates")}
+    assert names == {multi}
+    assert env.discover().registry_requests == {}  # the malformed label is terminal: not read again
+
+
+def test_a_persons_template_with_the_auto_name_is_never_touched(env: AimEnv) -> None:
+    image = env.registry.image(f"{env.ns}/mine", "1")
+    env.registry.push_image(f"{env.ns}/mine", "1", aim_labels("mine/model", MI300X_PROFILES))
+    env.config()
+    model = env.model("mine", image)
+    taken = template_name(model, image, {"gpuModel": "MI300X", "gpuCount": 1, "metric": "latency", "precision": "fp8"})
+    env.template(taken, f"{env.ns}/mine:1.0", metric="latency", precision="bf16", gpuModel="MI300X", gpusPerReplica=1, warmCache=True)
+    report = env.discover()
+    mine = env.get("aimservicetemplates", taken)
+    assert mine["spec"]["precision"] == "bf16" and "labels" not in mine["metadata"]
+    assert report.writes.created == 1 and any(taken in line for line in report.writes.skipped)

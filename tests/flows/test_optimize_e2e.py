@@ -29,6 +29,7 @@ class Env:
         self.server = server
         self.ns = namespace
         self.config_ns = f"{namespace}-cfg"
+        server.create_namespace(self.config_ns)
         self.model = f"e2e/{namespace}"
         self.prometheus = prometheus
         self.exporter = exporter

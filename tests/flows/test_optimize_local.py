@@ -79,6 +79,7 @@ def test_missing_metrics_file_model_holds(prefect_harness: None, example_cluster
     for va in by_kind(example_cluster, "VariantAutoscaling").values():
         metrics_condition = next(c for c in va["status"]["conditions"] if c["type"] == "MetricsAvailable")
         assert metrics_condition["status"] == "False" and metrics_condition["reason"] == "MetricsUnavailable"
+        assert va["status"]["actuation"] == {"applied": False}  # a hold applies nothing
 
 
 def test_malformed_metrics_file_is_reported_and_holds(prefect_harness: None, example_cluster: pathlib.Path, tmp_path: pathlib.Path) -> None:
@@ -149,3 +150,28 @@ def test_each_run_publishes_an_allocation_table_artifact(prefect_harness: None, 
     table = json.loads(artifact.data) if isinstance(artifact.data, str) else artifact.data
     assert {row["variant"] for row in table} >= {"llama-3-1-8b-a100", "llama-3-1-8b-h100", "granite-13b-a100", "granite-13b-l40s"}
     assert set(table[0]) == {"namespace", "variant", "model", "accelerator", "current", "desired", "cost", "reason"}
+
+
+def test_scale_down_window_state_lives_on_the_resource(prefect_harness: None, example_cluster: pathlib.Path, tmp_path: pathlib.Path) -> None:
+    """A scale-down inside the stabilization window is held and its state written as an annotation, so the
+    next run (a fresh process) continues the same window; without a window it scales down and clears it."""
+    quiet = tmp_path / "quiet.yaml"
+    quiet.write_text(
+        "models:\n  - model: ibm/granite-13b\n    namespace: llm-serving\n    arrivalRate: 1\n    avgInputTokens: 1024\n"
+        "    avgOutputTokens: 128\n    pods:\n      - {name: granite-13b-a100-66f7c-0, kvCacheUsage: 0.05, queueLength: 0}\n"
+        "      - {name: granite-13b-a100-66f7c-1, kvCacheUsage: 0.05, queueLength: 0}\n"
+        "      - {name: granite-13b-a100-66f7c-2, kvCacheUsage: 0.05, queueLength: 0}\n"
+    )
+    from tasks.cluster import LocalCluster, ObjectRef
+
+    LocalCluster(example_cluster).set_scale(ObjectRef("apps/v1", "Deployment", "granite-13b-a100", "llm-serving"), 3)
+    held = optimize(cluster=str(example_cluster), metrics_file=str(quiet), namespaces=["llm-serving"], scale_down_stabilization_s=3600)
+    row = next(r for r in held.rows if r.name == "granite-13b-a100")
+    assert row.current == 3 and row.desired == 3 and "stabilization window" in row.message
+    va = by_kind(example_cluster, "VariantAutoscaling")["granite-13b-a100"]
+    assert "modelplane.io/scale-down-pending" in va["metadata"]["annotations"]
+    released = optimize(cluster=str(example_cluster), metrics_file=str(quiet), namespaces=["llm-serving"])
+    row = next(r for r in released.rows if r.name == "granite-13b-a100")
+    assert row.desired < 3
+    va = by_kind(example_cluster, "VariantAutoscaling")["granite-13b-a100"]
+    assert "modelplane.io/scale-down-pending" not in (va["metadata"].get("annotations") or {})

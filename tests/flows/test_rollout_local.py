@@ -49,7 +49,7 @@ def test_failed_model_exits_non_zero(example_cluster: pathlib.Path, prefect_harn
     model = example_cluster / "20-kthena.yaml"
     model.write_text(model.read_text().replace("scalingCost: 40", "scalingCost: 40\n      scaleToZeroGracePeriod: 45m"))
     result = CliRunner().invoke(app, ["rollout-models", "--cluster", str(example_cluster)], terminal_width=250)
-    assert result.exit_code == 1 and "spec.backends[0].scaleToZeroGracePeriod" in result.stdout
+    assert result.exit_code == 3 and "spec.backends[0].scaleToZeroGracePeriod" in result.stdout
 
 
 def test_openmodel_waits_for_its_cache_and_a_missing_one_is_a_clear_error(example_cluster: pathlib.Path, prefect_harness: None) -> None:
@@ -60,4 +60,4 @@ def test_openmodel_waits_for_its_cache_and_a_missing_one_is_a_clear_error(exampl
     with pytest.raises(ServeError, match="not found"):
         serve_openmodel(model="no-such-model", namespace="llm-serving", cluster=str(example_cluster))
     result = CliRunner().invoke(app, ["serve-openmodel", "no-such-model", "-n", "llm-serving", "--cluster", str(example_cluster)])
-    assert result.exit_code == 1 and "OpenModel 'no-such-model' not found" in result.output and "Traceback" not in result.output
+    assert result.exit_code == 2 and "OpenModel 'no-such-model' not found" in result.output and "Traceback" not in result.output

@@ -16,7 +16,7 @@ REPO = pathlib.Path(__file__).resolve().parents[2]
 def test_the_demo_fills_the_example_cache_without_network(example_cluster: pathlib.Path) -> None:
     modelplane = pathlib.Path(sys.executable).with_name("modelplane")
     result = subprocess.run(
-        [sys.executable, str(REPO / "deployments" / "demo_models.py"), "--", str(modelplane), "warm-caches",
+        [sys.executable, str(REPO / "deployments" / "demo_models.py"), "--cluster", str(example_cluster), "--", str(modelplane), "warm-caches",
          "--cluster", str(example_cluster), "-n", "cache-demo", "--json"],
         capture_output=True, text=True, timeout=300,
         env={"PATH": "/usr/bin:/bin", "HOME": str(example_cluster.parent), "PREFECT_HOME": str(example_cluster.parent / ".prefect"),

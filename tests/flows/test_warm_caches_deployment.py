@@ -13,7 +13,9 @@ PREFECT_YAML = pathlib.Path(__file__).resolve().parents[2] / "deployments" / "pr
 def test_warm_caches_deployment_registers_with_a_typed_form(prefect_harness: None) -> None:
     from prefect.client.orchestration import get_client
 
-    [deployment] = [d for d in runner_deployments(PREFECT_YAML) if d.name == "warm-caches"]
+    from flows.deployments import served_name
+
+    [deployment] = [d for d in runner_deployments(PREFECT_YAML) if d.name == served_name("warm-caches")]
 
     async def register_and_read():  # type: ignore[no-untyped-def]
         deployment_id = await deployment.apply()

@@ -76,7 +76,7 @@ def test_a_fill_job_fills_the_pvc_and_the_verified_marker_makes_the_cache_availa
     ns = kube_namespace
     uri = seed(cluster, ns, s3_server, s3_server.secret_key)
 
-    report = warm_caches(cluster=target, namespaces=[ns], image="ghcr.io/modelplane/modelplane:test")
+    report = warm_caches(cluster=target, namespaces=[ns], image="ghcr.io/modelplane/modelplane:test", image_pull_secrets=["regcred"])
     assert [r.action for r in report.rows] == ["started Job tiny-fill-1"]
     cache = cluster.get(*MC, "tiny", ns)
     assert cache["status"]["status"] == "Progressing"
@@ -90,6 +90,8 @@ def test_a_fill_job_fills_the_pvc_and_the_verified_marker_makes_the_cache_availa
     assert env["AWS_SECRET_ACCESS_KEY"]["valueFrom"]["secretKeyRef"] == {"name": "s3-creds", "key": "secret"}
     assert env["AWS_ENDPOINT_URL"]["value"] == s3_server.endpoint
     assert container["image"] == "ghcr.io/modelplane/modelplane:test"
+    assert job["spec"]["template"]["spec"]["imagePullSecrets"] == [{"name": "regcred"}]
+    assert job["spec"]["backoffLimit"] == 2 and job["spec"]["ttlSecondsAfterFinished"] == 3600
 
     assert wait_for(lambda: job_done(cluster, ns, "tiny-fill-1")) == "Complete"
     warm_caches(cluster=target, namespaces=[ns], image="ghcr.io/modelplane/modelplane:test")
@@ -114,7 +116,7 @@ def test_a_complete_job_without_a_verified_marker_is_not_available(
     ns = kube_namespace
     seed(cluster, ns, s3_server, s3_server.secret_key)
     # A Job of the first attempt that "completed" without running the fill (another image, status set by hand).
-    cluster.patch_spec(ObjectRef.of(cluster.get(*MC, "tiny", ns)), {"metadata": {"annotations": {"modelplane.io/fill-attempts": "1:1"}}})
+    cluster.patch_spec(ObjectRef.of(cluster.get(*MC, "tiny", ns)), {"metadata": {"annotations": {"modelplane.io/fill-attempts": "1/1"}}})
     cluster.create({"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": "tiny-cache", "namespace": ns,
                     "labels": {"modelplane.io/cache": "tiny"}},
                     "spec": {"accessModes": ["ReadWriteMany"], "resources": {"requests": {"storage": "2Gi"}}}})
@@ -179,7 +181,7 @@ def test_a_fill_job_that_vanishes_is_reported_and_retried(
     seed(cluster, ns, s3_server, s3_server.secret_key)
     # Attempt 1 was started (PVC, attempts annotation, Progressing) but its Job is gone.
     cache = cluster.get(*MC, "tiny", ns)
-    cluster.patch_spec(ObjectRef.of(cache), {"metadata": {"annotations": {"modelplane.io/fill-attempts": "1:1"}}})
+    cluster.patch_spec(ObjectRef.of(cache), {"metadata": {"annotations": {"modelplane.io/fill-attempts": "1/1"}}})
     cluster.patch_status(ObjectRef.of(cache), {"status": "Progressing"})
     cluster.create({"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": "tiny-cache", "namespace": ns,
                     "labels": {"modelplane.io/cache": "tiny"}},

@@ -67,6 +67,27 @@ def events(cluster: pathlib.Path) -> list[str]:
     return [e["reason"] for e in LocalCluster(cluster).list("v1", "Event", NS)]
 
 
+def prefect_events(prefix: str, resource_id: str) -> list[str]:
+    """Names of the Prefect events about ``resource_id`` the test server stored (waits for delivery)."""
+    import time
+
+    from prefect.client.orchestration import get_client
+    from prefect.events.filters import EventFilter, EventNameFilter, EventResourceFilter
+    from prefect.events.worker import EventsWorker
+
+    EventsWorker.drain_all()
+    event_filter = EventFilter(event=EventNameFilter(prefix=[prefix]), resource=EventResourceFilter(id=[resource_id]))
+    deadline = time.monotonic() + 20
+    names: list[str] = []
+    while time.monotonic() < deadline:
+        with get_client(sync_client=True) as client:
+            names = [e.event for e in client.read_events(event_filter, limit=50).events]
+        if names:
+            break
+        time.sleep(0.5)
+    return names
+
+
 @pytest.fixture()
 def cluster_dir(tmp_path: pathlib.Path) -> pathlib.Path:
     return tmp_path / f"cluster-{uuid.uuid4().hex[:6]}"
@@ -96,6 +117,8 @@ def test_an_s3_cache_is_sized_created_filled_and_verified(prefect_harness: None,
     assert marker["source"] == uri
     assert sorted(events(cluster_dir)) == ["CacheAvailable", "FillStarted"]
     assert [r.action for r in report.rows] == ["filled in-process (attempt 1)"]
+
+    assert "modelplane.aim.cache.available" in prefect_events("modelplane.aim.cache.", f"modelplane.aim.cache.{NS}.tiny")
 
     # A second pass finds it Available and does nothing.
     version = stored["metadata"]["resourceVersion"]
@@ -141,12 +164,12 @@ def test_a_wrong_key_fails_with_a_reason_no_secret_and_is_retried_then_given_up(
 
     # Within the backoff nothing is retried.
     warm_caches(cluster=str(cluster_dir), max_fill_attempts=2, retry_backoff_s=3600)
-    assert cache(cluster_dir, "tiny")["metadata"]["annotations"]["modelplane.io/fill-attempts"].endswith(":1")
+    assert cache(cluster_dir, "tiny")["metadata"]["annotations"]["modelplane.io/fill-attempts"].endswith("/1")
     # After it, one more attempt; then it is given up and stays so.
     warm_caches(cluster=str(cluster_dir), max_fill_attempts=2, retry_backoff_s=0)
     warm_caches(cluster=str(cluster_dir), max_fill_attempts=2, retry_backoff_s=0)
     stored = cache(cluster_dir, "tiny")
-    assert stored["metadata"]["annotations"]["modelplane.io/fill-attempts"].endswith(":2")
+    assert stored["metadata"]["annotations"]["modelplane.io/fill-attempts"].endswith("/2")
     assert stored["status"]["status"] == "Failed"
     assert conditions(stored)["Progressing"] == ("False", "AuthenticationFailed")
     # The key is rejected when the source is sized, before any fill starts.
@@ -193,6 +216,7 @@ def test_consumers_share_one_cache_and_a_persons_cache_is_adopted(
         "AIMService/models/chat,AIMServiceTemplate/models/t")
     assert caches[0]["status"]["status"] == "Available"
     assert sorted(report.ensured) == ["models/mine <- AIMService/models/chat", "models/mine <- AIMServiceTemplate/models/t"]
+    assert prefect_events("modelplane.aim.cache.requested", f"modelplane.aim.cache.{NS}.mine") == []  # adopted, not created
 
 
 def test_gc_deletes_only_unused_and_unmounted_caches(prefect_harness: None, cluster_dir: pathlib.Path) -> None:
@@ -241,3 +265,27 @@ def test_an_invalid_source_fails_with_the_field_and_others_proceed(prefect_harne
     assert conditions(bad)["Failure"] == ("True", "InvalidSource")
     assert {c["type"]: c for c in bad["status"]["conditions"]}["Failure"]["message"].startswith("spec.sourceUri:")
     assert cache(cluster_dir, "good")["status"]["status"] == "Available"
+
+
+def test_a_kthena_backend_without_cache_uri_gets_a_new_shared_cache(
+    prefect_harness: None, s3_server: S3Server, cluster_dir: pathlib.Path
+) -> None:
+    from engine.caching import cache_name
+    from engine.sources import parse_source
+
+    uri = s3_model(s3_server)
+    model = {"apiVersion": "registry.volcano.sh/v1alpha1", "kind": "Model", "metadata": {"name": "tiny", "namespace": NS},
+             "spec": {"backends": [{"name": "vllm", "type": "vLLM", "modelURI": uri, "minReplicas": 1, "maxReplicas": 1,
+                                    "workers": [{"type": "server", "image": "vllm/vllm-openai:v0.10.1", "replicas": 1, "pods": 1}]}]}}
+    write(cluster_dir, "cache.yaml", secret("s3-creds", id=s3_server.access_key, secret=s3_server.secret_key),
+          *namespace_config(s3_server), model)
+
+    report = warm_caches(cluster=str(cluster_dir))
+
+    assert not report.problems, report.problems
+    [created] = LocalCluster(cluster_dir).list(*MC, NS)
+    name = cache_name(parse_source(uri))
+    assert created["metadata"]["name"] == name
+    assert created["metadata"]["annotations"]["modelplane.io/requested-by"] == "Model/models/tiny"
+    assert created["status"]["status"] == "Available"
+    assert prefect_events("modelplane.aim.cache.requested", f"modelplane.aim.cache.{NS}.{name}") == ["modelplane.aim.cache.requested"]

@@ -3,8 +3,9 @@
 Use with ``pytest_plugins = ["tests.kubeserver.fixture"]`` (already registered in ``tests/conftest.py``).
 
 * ``kube_server`` (session): a running :class:`KubeServer` subprocess.
-* ``kube_namespace`` (function): a fresh namespace name such as ``t-1a2b3c4d``. The server accepts any
-  namespace without creating it first, so nothing is created.
+* ``kube_namespace`` (function): a fresh namespace such as ``t-1a2b3c4d``, created on the server
+  (like a cluster, the server answers 404 to a create in a namespace that does not exist; use
+  :meth:`KubeServer.create_namespace` for more).
 """
 
 from __future__ import annotations
@@ -122,6 +123,14 @@ class KubeServer:
         """Drop all objects except CustomResourceDefinitions."""
         self._call("POST", "/_test/reset")
 
+    def create_namespace(self, name: str) -> None:
+        """Create a Namespace unless it exists (idempotent)."""
+        try:
+            self._call("POST", "/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
+        except RuntimeError as exc:
+            if "-> 409" not in str(exc):
+                raise
+
     def install_crds(self, crds: list[dict[str, Any]]) -> None:
         """Create each CRD unless one with the same name exists (idempotent)."""
         for crd in crds:
@@ -197,6 +206,9 @@ def kube_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KubeServer
 
 
 @pytest.fixture
-def kube_namespace() -> str:
-    """A unique namespace name for one test (namespaces need not exist on the server)."""
-    return f"t-{uuid.uuid4().hex[:8]}"
+def kube_namespace(kube_server: KubeServer) -> str:
+    """A fresh namespace for one test, created on the session's server (as on a cluster, creating an
+    object in a namespace that does not exist is 404)."""
+    name = f"t-{uuid.uuid4().hex[:8]}"
+    kube_server.create_namespace(name)
+    return name

@@ -303,12 +303,16 @@ class Handler(BaseHTTPRequestHandler):
         elif verb == "create":
             if name is not None:
                 raise ApiError(405, "the server does not allow this method on the requested resource")
-            self._send(201, store.create(rt, ns, body, dry_run))
+            with store.field_validation(query.get("fieldValidation")) as warnings:
+                created = store.create(rt, ns, body, dry_run)
+            self._send(201, created, _warning_headers(warnings))
         elif verb == "update":
             if sub == "scale":
                 self._send(200, store.update_scale(rt, ns, name, body, None, dry_run))  # type: ignore[arg-type]
             else:
-                self._send(200, store.update(rt, ns, name, body, sub, dry_run))  # type: ignore[arg-type]
+                with store.field_validation(query.get("fieldValidation")) as warnings:
+                    updated = store.update(rt, ns, name, body, sub, dry_run)  # type: ignore[arg-type]
+                self._send(200, updated, _warning_headers(warnings))
         elif verb == "patch":
             ctype = self.headers.get("Content-Type") or ""
             if body is None:
@@ -322,8 +326,9 @@ class Handler(BaseHTTPRequestHandler):
                         store.get(rt, ns, name)  # type: ignore[arg-type]
                     except ApiError:
                         existed = False
-                obj = store.patch(rt, ns, name, ctype, body, sub, dry_run)  # type: ignore[arg-type]
-                self._send(200 if existed else 201, obj)
+                with store.field_validation(query.get("fieldValidation")) as warnings:
+                    obj = store.patch(rt, ns, name, ctype, body, sub, dry_run)  # type: ignore[arg-type]
+                self._send(200 if existed else 201, obj, _warning_headers(warnings))
         elif verb == "delete":
             options = dict(body) if isinstance(body, dict) else {}
             if query.get("propagationPolicy"):
@@ -463,3 +468,10 @@ class Handler(BaseHTTPRequestHandler):
 def serve(port: int = 0, host: str = "127.0.0.1") -> KubeHTTPServer:
     """Create (but do not start) a server bound to ``host:port``."""
     return KubeHTTPServer((host, port))
+
+
+def _warning_headers(warnings: list[str]) -> dict[str, str] | None:
+    """``Warning: 299 - "..."`` as the API server sends for unknown fields under fieldValidation=Warn."""
+    if not warnings:
+        return None
+    return {"Warning": ", ".join("299 - " + json.dumps(w) for w in warnings)}

@@ -16,6 +16,7 @@ import secrets
 import threading
 import time
 import uuid
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any, Iterator
@@ -37,6 +38,9 @@ _REASONS = {
     406: "NotAcceptable", 409: "Conflict", 410: "Expired", 415: "UnsupportedMediaType", 422: "Invalid",
     429: "TooManyRequests", 500: "InternalError", 503: "ServiceUnavailable", 504: "Timeout",
 }
+
+BUILTIN_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
+"""Namespaces every cluster starts with (kept by :meth:`Store.reset`)."""
 
 _SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 _SUBDOMAIN_MSG = (
@@ -288,7 +292,10 @@ def _spec_part(rt: ResourceType, obj: Obj) -> Obj:
 class Store:
     """All objects and the Kubernetes semantics applied to them."""
 
-    def __init__(self, history: int = 5000) -> None:
+    def __init__(self, history: int = 5000, require_namespaces: bool = True) -> None:
+        self.require_namespaces = require_namespaces
+        """Creating in a namespace that does not exist is 404, as on a cluster."""
+        self._request = threading.local()
         self._lock = threading.RLock()
         self._cond = threading.Condition(self._lock)
         self._rv = 0
@@ -304,6 +311,8 @@ class Store:
         for rt in BUILTINS:
             self.types[(rt.group, rt.version, rt.plural)] = rt
             self._key_types.setdefault(rt.key, rt)
+        for name in BUILTIN_NAMESPACES:
+            self.create(NAMESPACE_TYPE, None, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
 
     # ------------------------------------------------------------------------------- type registry
 
@@ -498,13 +507,37 @@ class Store:
         """Prune/default/validate ``obj`` in place (the product's :mod:`engine.api.schema`); 422 on violations."""
         errors: list[schema_mod.FieldError] = []
         if rt.custom and rt.schema is not None:
-            errors = schema_mod.process_write(obj, old, rt.schema, status_only=subresource == "status")
+            dropped: list[str] = []
+            errors = schema_mod.process_write(obj, old, rt.schema, status_only=subresource == "status", dropped=dropped)
+            self._report_unknown_fields(dropped)
         else:
             errors = _validate_builtin(rt, obj)
         if rt is CRD_TYPE or rt.key == CRD_TYPE.key:
             errors += self._validate_crd(obj)
         if errors:
             raise invalid(rt, name, errors)
+
+    @contextmanager
+    def field_validation(self, mode: str | None) -> Iterator[list[str]]:
+        """Apply ``?fieldValidation=`` (Strict | Warn, the default | Ignore) to the writes of this thread;
+        yields the warnings to send back as ``Warning`` headers."""
+        mode = mode or "Warn"
+        if mode not in ("Strict", "Warn", "Ignore"):
+            raise ApiError(400, f'fieldValidation parameter unsupported: "{mode}"')
+        self._request.mode, self._request.warnings = mode, []
+        try:
+            yield self._request.warnings
+        finally:
+            self._request.mode = "Warn"
+
+    def _report_unknown_fields(self, dropped: list[str]) -> None:
+        if not dropped:
+            return
+        mode = getattr(self._request, "mode", "Warn")
+        if mode == "Strict":
+            raise ApiError(400, "strict decoding error: " + ", ".join(f'unknown field "{f}"' for f in dropped), "BadRequest")
+        if mode == "Warn" and hasattr(self._request, "warnings"):
+            self._request.warnings.extend(f'unknown field "{f}"' for f in dropped)
 
     @staticmethod
     def _validate_crd(obj: Obj) -> list[schema_mod.FieldError]:
@@ -562,6 +595,9 @@ class Store:
             if body_ns and body_ns != ns:
                 raise ApiError(400, "the namespace of the provided object does not match the namespace sent on the request")
             meta["namespace"] = ns
+            if not dry_run and self.require_namespaces and ns not in self._bucket(NAMESPACE_TYPE, ""):
+                raise ApiError(404, f'namespaces "{ns}" not found', "NotFound",
+                               {"name": ns, "kind": "namespaces"})
         else:
             meta.pop("namespace", None)
         if not meta.get("name"):
@@ -577,6 +613,8 @@ class Store:
         obj["apiVersion"] = rt.api_version
         obj["kind"] = rt.kind
         _omit_empty(meta)
+        if meta.get("resourceVersion"):  # as genericregistry's Store.Create answers
+            raise ApiError(500, "resourceVersion should not be set on objects to be created", "InternalError")
         for k in ("resourceVersion", "uid", "creationTimestamp", "deletionTimestamp", "deletionGracePeriodSeconds",
                   "generation", "managedFields", "selfLink"):
             meta.pop(k, None)
@@ -645,6 +683,13 @@ class Store:
         """Validate, compute generation, store and emit; caller holds the lock."""
         self._check(rt, result, name, old, subresource)
         meta = result["metadata"]
+        if old["metadata"].get("deletionTimestamp"):
+            added = [f for f in meta.get("finalizers") or () if f not in (old["metadata"].get("finalizers") or ())]
+            if added:
+                raise invalid(rt, name, [schema_mod.FieldError(
+                    "metadata.finalizers", "FieldValueForbidden",
+                    "Forbidden: no new finalizers can be added if the object is being deleted, found new finalizers "
+                    + "[]string{" + ", ".join(json.dumps(f) for f in added) + "}")])
         meta["resourceVersion"] = old["metadata"]["resourceVersion"]
         if rt.generation and _generation_changes(rt, old, result):
             meta["generation"] = int(old["metadata"].get("generation", 0)) + 1
@@ -688,6 +733,10 @@ class Store:
             if old is None:
                 raise not_found(rt, name)
             rv = meta.get("resourceVersion")
+            if not rv and rt.custom:  # custom resources allow no unconditional update
+                raise invalid(rt, name, [schema_mod.FieldError(
+                    "metadata.resourceVersion", "FieldValueInvalid",
+                    "Invalid value: 0x0: must be specified for an update")])
             if rv and rv != old["metadata"]["resourceVersion"]:
                 raise conflict(rt, name)
             result = self._merge_update(rt, old, body, subresource)
@@ -992,7 +1041,8 @@ class Store:
     # ----------------------------------------------------------------------------------------- admin
 
     def reset(self) -> None:
-        """Drop every object except CustomResourceDefinitions (resourceVersions keep increasing)."""
+        """Drop every object except CustomResourceDefinitions and the built-in namespaces (resourceVersions
+        keep increasing)."""
         with self._lock:
             crds = self._objs.get(CRD_TYPE.key, {})
             self._objs = {CRD_TYPE.key: crds}
@@ -1004,6 +1054,8 @@ class Store:
                     hist.rvs.clear()
             self._next_rv()
             self._cond.notify_all()
+            for name in BUILTIN_NAMESPACES:
+                self.create(NAMESPACE_TYPE, None, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
 
     def count(self) -> dict[str, int]:
         """Number of stored objects per resource (for debugging)."""

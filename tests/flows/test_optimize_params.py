@@ -1,0 +1,61 @@
+"""The optimize flow's parameters: rate-window precedence and the summary line."""
+
+from __future__ import annotations
+
+import pathlib
+
+import pytest
+
+from flows.optimize import OptimizeParameters, metrics_source, optimize
+
+
+def params(**overrides: object) -> OptimizeParameters:
+    base: dict[str, object] = dict(namespaces=[], namespace_selector=None, config_namespace="modelplane-system",
+                                   prometheus_url="http://127.0.0.1:9", metrics_file=None, rate_window=None,
+                                   cluster=None, dry_run=True, solver_time_limit_s=1.0, status_heartbeat_s=0.0)
+    return OptimizeParameters(**{**base, **overrides})
+
+
+@pytest.mark.parametrize(("env", "param", "expected"), [(None, None, "1m"), ("30s", None, "30s"), ("30s", "2m", "2m"), (None, "5s", "5s")])
+def test_rate_window_precedence(monkeypatch: pytest.MonkeyPatch, env: str | None, param: str | None, expected: str) -> None:
+    """The run's parameter wins; else $PROMETHEUS_RATE_WINDOW; else WVA's 1m (the default no longer overwrites the variable)."""
+    if env is None:
+        monkeypatch.delenv("PROMETHEUS_RATE_WINDOW", raising=False)
+    else:
+        monkeypatch.setenv("PROMETHEUS_RATE_WINDOW", env)
+    source = metrics_source(params(rate_window=param))
+    assert source is not None and source.rate_window == expected
+
+
+def test_invalid_parameters_are_rejected() -> None:
+    with pytest.raises(ValueError):
+        params(rate_window="1 minute")
+    with pytest.raises(ValueError):
+        params(solver_time_limit_s=0)
+
+
+def test_summary_counts_binding_targets(prefect_harness: None, example_cluster: pathlib.Path, example_metrics: pathlib.Path) -> None:
+    report = optimize(cluster=str(example_cluster), metrics_file=str(example_metrics), dry_run=True)
+    assert "4 variants:" in report.summary and "1 binding targets:" in report.summary
+    assert report.exit_code == 0 and not report.degraded
+
+
+def test_binding_grace_period_comes_from_its_annotation_or_owning_model(tmp_path: pathlib.Path) -> None:
+    from tasks.cluster import LocalCluster
+    from tasks.optimizer import binding_grace_period
+
+    cluster = LocalCluster(tmp_path)
+    model = cluster.create({
+        "apiVersion": "registry.volcano.sh/v1alpha1", "kind": "Model", "metadata": {"name": "m", "namespace": "ns"},
+        "spec": {"backends": [{"name": "vllm", "type": "vLLM", "modelURI": "hf://org/model", "minReplicas": 0, "maxReplicas": 2,
+                               "scaleToZeroGracePeriod": "90s",
+                               "workers": [{"type": "server", "image": "vllm/vllm-openai:v0.10.1", "replicas": 1, "pods": 1}]}]},
+    })
+    owned = {"metadata": {"name": "b", "namespace": "ns", "ownerReferences": [
+        {"apiVersion": "registry.volcano.sh/v1alpha1", "kind": "Model", "name": "m", "uid": model["metadata"]["uid"]}]}}
+    assert binding_grace_period(cluster, owned) == 90.0
+    annotated = {"metadata": {"name": "b", "namespace": "ns", "annotations": {"modelplane.io/scale-to-zero-grace-period": "5m"}}}
+    assert binding_grace_period(cluster, annotated) == 300.0
+    assert binding_grace_period(cluster, {"metadata": {"name": "b", "namespace": "ns"}}) is None
+    bad = {"metadata": {"name": "b", "namespace": "ns", "annotations": {"modelplane.io/scale-to-zero-grace-period": "soon"}}}
+    assert binding_grace_period(cluster, bad) is None
