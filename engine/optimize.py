@@ -16,6 +16,7 @@ Nothing here does I/O or reads the clock; ``now`` is an input.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from collections import defaultdict
@@ -45,6 +46,18 @@ from engine.saturation import (
     analyze_model,
     arbitrate,
     saturation_targets,
+)
+from engine.load_peak import planning_rate
+from engine.tail_sizing import (
+    ANNOTATION_TTFT_PERCENTILE,
+    DEFAULT_TTFT_PERCENTILE,
+    PromptDistribution,
+    TailSizingError,
+    capped_percentile,
+    describe_cap,
+    shortage_caps,
+    tail_max_rate,
+    ttft_percentile,
 )
 from engine.status import REASON_INVALID, REASON_TARGET_MISSING, ConditionUpdate, changed_fields, set_conditions
 
@@ -76,6 +89,10 @@ class ModelLoad:
     arrival_rate_rps: float
     avg_in_tokens: float
     avg_out_tokens: float
+    prompt_tokens: PromptDistribution | None = None
+    """Prompt-length histogram (``vllm:request_prompt_tokens_bucket``) for tail-aware sizing, when collected."""
+    recent_peak_rps: float | None = None
+    """Highest 1-minute arrival rate over the last start-up delay (see :mod:`engine.load_peak`), when collected."""
 
 
 @dataclass(frozen=True)
@@ -108,6 +125,8 @@ class VariantSpec:
     min_replicas: int
     max_replicas: int | None
     actuate: bool
+    ttft_percentile: float | None = DEFAULT_TTFT_PERCENTILE
+    """Share of requests (%) sized to meet the TTFT target (``modelplane.io/ttft-percentile``); None: the mean."""
     annotations: Mapping[str, str] = field(default_factory=dict)
 
     @property
@@ -291,6 +310,10 @@ def parse_variant(obj: Mapping[str, Any]) -> VariantSpec:
     if maximum is not None and maximum < minimum:
         raise SpecError(f"metadata.annotations[{ANNOTATION_MAX_REPLICAS}]", f"{maximum} is below min replicas {minimum}")
     variant_id = spec.get("variantID") or f"{model_id}-{accelerator or 'unknown'}-{count}"
+    try:
+        percentile = ttft_percentile(annotations)
+    except TailSizingError as exc:
+        raise SpecError(f"metadata.annotations[{ANNOTATION_TTFT_PERCENTILE}]", str(exc)) from None
     return VariantSpec(
         namespace=meta.get("namespace") or "default",
         name=meta["name"],
@@ -308,6 +331,7 @@ def parse_variant(obj: Mapping[str, Any]) -> VariantSpec:
         min_replicas=minimum,
         max_replicas=maximum,
         actuate=actuation_enabled(annotations),
+        ttft_percentile=percentile,
         annotations=dict(annotations),
     )
 
@@ -337,6 +361,7 @@ class _ModelBased:
     unserved: dict[tuple[str, str], float] = field(default_factory=dict)
     status: str = "optimal"
     gap: float | None = None
+    note: str = ""
 
 
 def _slo_for(spec: VariantSpec, inputs: CycleInputs) -> tuple[SLO, int]:
@@ -355,7 +380,7 @@ def _slo_for(spec: VariantSpec, inputs: CycleInputs) -> tuple[SLO, int]:
 
 
 def _model_based_candidates(
-    specs: list[VariantSpec], inputs: CycleInputs, result: _ModelBased
+    specs: list[VariantSpec], inputs: CycleInputs, result: _ModelBased, percentile_cap: float | None = None
 ) -> tuple[list[ModelDemand], list[VariantOption]]:
     """Build the allocation problem from every variant that has a profile, an SLO and a cost.
 
@@ -383,7 +408,8 @@ def _model_based_candidates(
         demand = demands.get(spec.model_key)
         if demand is None or priority < demand.priority:
             demands[spec.model_key] = ModelDemand(
-                name=_qualified(spec.model_key), load_rps=load.arrival_rate_rps, workload=workload, slo=slo, priority=priority
+                name=_qualified(spec.model_key), load_rps=planning_rate(load.arrival_rate_rps, load.recent_peak_rps),
+                workload=workload, slo=slo, priority=priority,
             )
         current = inputs.current_replicas.get(spec.target_key, 0)
         options.append(
@@ -396,9 +422,18 @@ def _model_based_candidates(
                 min_replicas=spec.min_replicas,
                 max_replicas=spec.max_replicas,
                 current_replicas=current,
+                max_rate=_tail_rate(spec, load, workload, slo, percentile_cap),
             )
         )
     return list(demands.values()), options
+
+
+def _tail_rate(spec: VariantSpec, load: ModelLoad, workload: Workload, slo: SLO, cap: float | None) -> float | None:
+    """Per-replica rate sized for the variant's TTFT percentile (engine.tail_sizing), or None for WVA's mean sizing."""
+    percentile = capped_percentile(spec.ttft_percentile, cap)
+    if percentile is None or load.prompt_tokens is None or spec.profile is None:
+        return None
+    return tail_max_rate(spec.profile, workload, slo, load.prompt_tokens, percentile)
 
 
 def _qualified(key: tuple[str, str]) -> str:
@@ -420,6 +455,14 @@ def model_based_targets(specs: list[VariantSpec], inputs: CycleInputs) -> _Model
         time_limit_s=inputs.time_limit_s,
     )
     allocation = solve(problem)
+    if any(option.max_rate is not None for option in options):
+        for cap in shortage_caps(allocation.total_unserved_rps, [spec.ttft_percentile for spec in specs]):
+            # The inventory cannot hold the tail-sized plan: size every model for a lower percentile.
+            demands, options = _model_based_candidates(specs, inputs, _ModelBased(), cap)
+            allocation = solve(dataclasses.replace(problem, models=demands, variants=options))
+            result.note = f"; sized for {describe_cap(cap)}: the accelerator inventory cannot hold the configured TTFT percentile"
+            if allocation.total_unserved_rps <= 1e-9:
+                break
     result.status, result.gap = allocation.status, allocation.gap
     by_name = {_qualified(spec.key): spec for spec in specs}
     for name, replicas in allocation.replicas.items():
@@ -582,6 +625,8 @@ def _decide(
         message += f"; clamped to {desired} by min/max replicas [{spec.min_replicas}, {upper}]"
     if spec.model_key in model_based.unserved and mb_target is not None:
         message += f"; {model_based.unserved[spec.model_key]:.2f} req/s of {spec.model_id} unserved: accelerator inventory exhausted"
+    if mb_target is not None:
+        message += model_based.note
     if mb_target is not None and model_based.status != "optimal":
         gap = f" (gap {model_based.gap:.2%})" if model_based.gap is not None else ""
         message += f"; solver status {model_based.status}{gap}"

@@ -61,6 +61,7 @@ __all__ = [
     "TTFT_BUCKETS_S",
     "ITL_BUCKETS_S",
     "window_aggregates",
+    "PROMPT_TOKEN_BUCKETS",
 ]
 
 # vLLM's histogram buckets (seconds) for time to first token and time per output token.
@@ -68,6 +69,9 @@ TTFT_BUCKETS_S = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.
                   20.0, 40.0, 80.0, 160.0, 640.0, 2560.0)
 ITL_BUCKETS_S = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0,
                  40.0, 80.0)
+
+# vLLM's buckets for vllm:request_prompt_tokens (build_1_2_5_buckets up to a 100k-token context), +Inf implied.
+PROMPT_TOKEN_BUCKETS = (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000, 20000, 50000, 100000)
 
 _EPS = 1e-9
 _STARTING, _READY, _DRAINING, _GONE = 0, 1, 2, 3
@@ -176,6 +180,9 @@ class Observation:
     arrived: Mapping[str, int]
     prompt_tokens: Mapping[str, float]
     generated_tokens: Mapping[str, float]
+    prompt_buckets: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
+    """Per model, the completed requests of the interval per :data:`PROMPT_TOKEN_BUCKETS` bound, cumulative
+    (``increase(vllm:request_prompt_tokens_bucket[1m])``); the last entry is the ``+Inf`` bucket."""
 
 
 Controller = Callable[[Observation], Mapping[str, int]]
@@ -210,6 +217,7 @@ class SimResult:
     replica_created_s: np.ndarray
     replica_ready_s: np.ndarray  # NaN when never ready
     replica_removed_s: np.ndarray  # NaN when alive at the end
+    replica_pod: list[str] = field(default_factory=list)  # pod name of each replica
     cycles: list[CycleRecord] = field(default_factory=list)
     max_running_seen: dict[int, int] = field(default_factory=dict)  # replica -> max batch observed
 
@@ -337,6 +345,8 @@ class _Run:
         self.window_arrived = [0] * len(trace.models)
         self.window_prompt = [0.0] * len(trace.models)
         self.window_generated = [0.0] * len(trace.models)
+        self.window_buckets = [[0] * (len(PROMPT_TOKEN_BUCKETS) + 1) for _ in trace.models]
+        self.prompt_bucket = np.searchsorted(np.asarray(PROMPT_TOKEN_BUCKETS, dtype=float), trace.in_tokens, side="left").tolist()
         self.cycles: list[CycleRecord] = []
         self.counters = [0] * len(self.variants)
         for index, variant in enumerate(self.variants):
@@ -458,6 +468,7 @@ class _Run:
         self.window_completed[model] += 1
         self.window_prompt[model] += self.inp[request]
         self.window_generated[model] += self.out[request]
+        self.window_buckets[model][self.prompt_bucket[request]] += 1
 
     def _replica_event(self, replica: _Replica, t: float) -> None:
         replica.advance(t)
@@ -505,6 +516,7 @@ class _Run:
             time_s=t, interval_s=self.config.interval_s, replicas=replicas, ready=ready, pods=pods,
             completed=dict(zip(models, self.window_completed)), arrived=dict(zip(models, self.window_arrived)),
             prompt_tokens=dict(zip(models, self.window_prompt)), generated_tokens=dict(zip(models, self.window_generated)),
+            prompt_buckets={m: tuple(int(c) for c in np.cumsum(b)) for m, b in zip(models, self.window_buckets)},
         )
 
     def _cycle(self, t: float, controller: Controller | None) -> None:
@@ -518,6 +530,7 @@ class _Run:
         zero = [0] * len(self.trace.models)
         self.window_completed, self.window_arrived = list(zero), list(zero)
         self.window_prompt, self.window_generated = [0.0] * len(zero), [0.0] * len(zero)
+        self.window_buckets = [[0] * (len(PROMPT_TOKEN_BUCKETS) + 1) for _ in zero]
         if t + self.config.interval_s <= self.horizon + _EPS:
             self._push(t + self.config.interval_s, 3, 0)
 
@@ -568,6 +581,7 @@ class _Run:
             replica_created_s=np.asarray([r.created for r in rs], dtype=float),
             replica_ready_s=np.asarray([r.ready_at for r in rs], dtype=float),
             replica_removed_s=np.asarray([r.removed for r in rs], dtype=float),
+            replica_pod=[r.pod for r in rs],
             cycles=self.cycles,
             max_running_seen={r.id: r.max_n for r in rs},
         )
@@ -613,48 +627,64 @@ def poisson_trace(
     return Trace(arrivals, tokens(in_tokens), tokens(out_tokens), np.zeros(count, dtype=np.int64), (model,))
 
 
-def window_aggregates(result: SimResult, window_s: float, start_s: float = 0.0) -> dict[str, dict[str, np.ndarray]]:
-    """Per variant and window, what Prometheus would hold for that variant's pods (increases over the window).
+def window_aggregates(
+    result: SimResult, window_s: float, start_s: float = 0.0, by: str = "variant"
+) -> dict[str, dict[str, np.ndarray]]:
+    """Per variant (or per replica, ``by="replica"``, keyed by pod name) and window, what Prometheus would
+    hold for those pods: increases of vLLM's counters and histograms over each window.
 
-    Keys per variant: ``start_s``, ``count`` (requests finished in the window), ``ttft_sum``,
-    ``ttft_buckets`` (cumulative counts per :data:`TTFT_BUCKETS_S`), ``queue_sum``
-    (``vllm:request_queue_time_seconds``), ``inference_sum`` (``vllm:request_inference_time_seconds``,
-    admission to completion), ``itl_sum`` and ``itl_count`` (``vllm:time_per_output_token_seconds``:
-    one observation per output token after the first), ``prompt_sum`` and ``generation_sum``
-    (token histograms' sums), ``running_avg`` (time average of ``num_requests_running``, as
-    ``avg_over_time`` over fine scrapes), ``waiting_avg``.  A request is attributed to the window it
-    finished in (counters increase at completion), as vLLM does.  Only whole windows up to the horizon are
-    returned: the drain after it is not a steady window.
+    Keys: ``start_s``, ``count`` (requests finished in the window), ``ttft_sum``, ``ttft_buckets``
+    (cumulative counts per :data:`TTFT_BUCKETS_S`), ``queue_sum`` (``vllm:request_queue_time_seconds``),
+    ``inference_sum`` (``vllm:request_inference_time_seconds``, admission to completion), ``itl_sum``,
+    ``itl_count`` and ``itl_buckets`` (``vllm:time_per_output_token_seconds``: one observation per output
+    token after the first, each at the request's mean inter-token latency, cumulative per
+    :data:`ITL_BUCKETS_S`), ``prompt_sum`` and ``generation_sum`` (token histograms' sums), ``running_avg``
+    (time average of ``num_requests_running``, as ``avg_over_time`` over fine scrapes), ``waiting_avg``.
+    A request is attributed to the window it finished in (counters increase at completion), as vLLM
+    does.  Only whole windows up to the horizon are returned: the drain after it is not a steady window.
     """
+    if by not in ("variant", "replica"):
+        raise ValueError(f"by must be 'variant' or 'replica', got {by!r}")
     done = result.done_s
     windows = max(int((result.horizon_s - start_s) // window_s), 0)
     edges = start_s + window_s * np.arange(windows + 1)
-    ok = ~np.isnan(done) & (result.variant_index >= 0) & (done < edges[-1])
-    out: dict[str, dict[str, np.ndarray]] = {}
+    last = edges[-1] if windows else start_s
+    ok = ~np.isnan(done) & (result.variant_index >= 0) & (done < last)
     gaps = np.maximum(result.trace.out_tokens - 1, 0).astype(float)
-    for index, variant in enumerate(result.variants):
-        mask = ok & (result.variant_index == index)
+    itl = result.itl_s
+    if by == "variant":
+        groups = [(v.key, result.variant_index == i) for i, v in enumerate(result.variants)]
+    else:
+        groups = [(pod, result.replica_index == i) for i, pod in enumerate(result.replica_pod)]
+    out: dict[str, dict[str, np.ndarray]] = {}
+    for name, member in groups:
+        mask = ok & member
         w = np.clip(((done[mask] - start_s) // window_s).astype(np.int64), 0, max(windows - 1, 0))
 
         def add(values: np.ndarray) -> np.ndarray:
             return np.bincount(w, weights=values, minlength=windows)[:windows] if windows > 0 else np.zeros(0)
 
+        def buckets(values: np.ndarray, bounds: tuple[float, ...], weights: np.ndarray) -> np.ndarray:
+            if windows == 0:
+                return np.zeros((0, len(bounds)))
+            return np.stack([add((values <= b) * weights) for b in bounds], axis=1)
+
         ttft = (result.first_s - result.arrival_s)[mask]
-        buckets = np.stack([add((ttft <= b).astype(float)) for b in TTFT_BUCKETS_S], axis=1) if windows > 0 else np.zeros((0, len(TTFT_BUCKETS_S)))
         admit, first, fin = result.admit_s[mask], result.first_s[mask], done[mask]
-        # Gauges count every request of the variant, also those finishing after the last window.
-        served = (result.variant_index == index) & ~np.isnan(result.admit_s)
+        # Gauges count every request of the group, also those finishing after the last window.
+        served = member & ~np.isnan(result.admit_s)
         admit_all = result.admit_s[served]
-        done_all = np.minimum(np.nan_to_num(done[served], nan=edges[-1] if windows else 0.0), edges[-1] if windows else 0.0)
-        out[variant.key] = {
+        done_all = np.minimum(np.nan_to_num(done[served], nan=last), last)
+        out[name] = {
             "start_s": edges[:-1],
             "count": add(np.ones(int(mask.sum()))),
             "ttft_sum": add(ttft),
-            "ttft_buckets": buckets,
+            "ttft_buckets": buckets(ttft, TTFT_BUCKETS_S, np.ones(int(mask.sum()))),
             "queue_sum": add(admit - result.arrival_s[mask]),
             "inference_sum": add(fin - admit),
             "itl_sum": add(fin - first),
             "itl_count": add(gaps[mask]),
+            "itl_buckets": buckets(itl[mask], ITL_BUCKETS_S, gaps[mask]),
             "prompt_sum": add(result.trace.in_tokens[mask].astype(float)),
             "generation_sum": add(result.trace.out_tokens[mask].astype(float)),
             "running_avg": _occupancy(admit_all, done_all, edges) / window_s,

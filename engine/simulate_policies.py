@@ -25,6 +25,7 @@ Pure: no I/O, no clock (cycle times are derived from a fixed epoch plus simulate
 from __future__ import annotations
 
 import copy
+import dataclasses
 import math
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
@@ -38,7 +39,9 @@ from engine.optimize import CycleInputs, ModelLoad, PodSample, SpecError, Varian
 from engine.perf import SLO, Workload, max_rates
 from engine.saturation import SaturationConfigSet
 from engine.scaling import Behavior, Group, ScalingState, correct, distribute, recommend, tolerance_from_percent
-from engine.simulate import Observation, SimConfig, SimResult, Trace, VariantModel, simulate
+from engine.load_peak import peak_window_s, recent_peak
+from engine.tail_sizing import ANNOTATION_TTFT_PERCENTILE, PromptDistribution
+from engine.simulate import PROMPT_TOKEN_BUCKETS, Observation, SimConfig, SimResult, Trace, VariantModel, simulate
 
 __all__ = [
     "POLICIES",
@@ -50,6 +53,9 @@ __all__ = [
     "make_policy",
     "run_policy",
     "summarize_outcome",
+    "with_hpa_metric",
+    "with_ttft_percentile",
+    "with_sizing_ttft_scale",
 ]
 
 POLICIES = ("modelplane", "saturation-only", "wva-greedy", "hpa", "static-peak")
@@ -99,10 +105,15 @@ class Scenario:
     description: ClusterDescription
     specs: list[VariantSpec]
     variants: list[VariantModel]
-    slos: dict[str, SLO]  # model key "ns/modelID" -> SLO
+    slos: dict[str, SLO]  # model key "ns/modelID" -> the configured SLO, which attainment is judged against
     priorities: dict[str, int]
     trace: Trace
     config: SimConfig
+    sizing_slos: dict[str, SLO] = field(default_factory=dict)  # what the policies size for (default: slos)
+
+    def sizing_slo(self, model: str) -> SLO:
+        """The SLO the policies size ``model`` for."""
+        return self.sizing_slos.get(model, self.slos[model])
 
     def spec_of(self, key: str) -> VariantSpec:
         """The parsed VariantAutoscaling of a variant key."""
@@ -125,11 +136,52 @@ def _model_slo(spec: VariantSpec, classes: Mapping[tuple[str, str], ServiceClass
     return SLO(ttft_ms=slo.ttft_ms, itl_ms=slo.itl_ms, tps=slo.tps), entry.priority
 
 
-def build_scenario(description: ClusterDescription, trace: Trace, config: SimConfig) -> Scenario:
+def with_sizing_ttft_scale(description: ClusterDescription, scale: float) -> ClusterDescription:
+    """The description with every service class's TTFT target multiplied by ``scale`` (what policies size for).
+
+    Why: WVA's targets bound the *mean* TTFT, while attainment counts the requests within the target;
+    an operator who wants most requests within 500 ms configures a tighter class.  This lets the
+    simulation show that trade-off without editing the ConfigMap.
+    """
+    if scale == 1.0:
+        return description
+    if not scale > 0:
+        raise ValueError(f"sizing TTFT scale must be > 0, got {scale!r}")
+    classes: dict[tuple[str, str], ServiceClass | ConfigError] = {}
+    for key, entry in description.service_classes.items():
+        if isinstance(entry, ServiceClass):
+            entry = dataclasses.replace(entry, slos={
+                m: dataclasses.replace(slo, ttft_ms=slo.ttft_ms * scale if slo.ttft_ms else slo.ttft_ms) for m, slo in entry.slos.items()
+            })
+        classes[key] = entry
+    return dataclasses.replace(description, service_classes=classes)
+
+
+def with_ttft_percentile(description: ClusterDescription, percentile: str) -> ClusterDescription:
+    """The description with every VariantAutoscaling annotated ``modelplane.io/ttft-percentile: <percentile>``."""
+    variants = copy.deepcopy(description.variants)
+    for obj in variants:
+        obj.setdefault("metadata", {}).setdefault("annotations", {})[ANNOTATION_TTFT_PERCENTILE] = percentile
+    return dataclasses.replace(description, variants=variants)
+
+
+def with_hpa_metric(description: ClusterDescription, metric: str, target: float) -> ClusterDescription:
+    """The description with the HPA-style policy scaling on ``metric`` per replica at ``target`` (behaviour kept)."""
+    if metric not in _GAUGES:
+        raise ValueError(f"hpa metric {metric!r} is not simulated; use one of {', '.join(sorted(_GAUGES))}")
+    if not target > 0:
+        raise ValueError(f"hpa target must be > 0, got {target!r}")
+    policy = {**description.hpa_policy, "metrics": [{"metricName": metric, "targetValue": str(target)}]}
+    return dataclasses.replace(description, hpa_policy=policy)
+
+
+def build_scenario(description: ClusterDescription, trace: Trace, config: SimConfig, sizing_ttft_scale: float = 1.0) -> Scenario:
     """Parse every VariantAutoscaling into a simulated variant; a variant that cannot be simulated raises SpecError.
 
     A simulated variant needs a performance profile (the simulator's service law), an accelerator with
     a unit cost, and an SLO class (to judge attainment); the error names the resource and the field.
+    Attainment is judged against the configured SLOs; the policies size for the TTFT targets scaled by
+    ``sizing_ttft_scale`` (see :func:`with_sizing_ttft_scale`).
     """
     specs: list[VariantSpec] = []
     variants: list[VariantModel] = []
@@ -162,7 +214,8 @@ def build_scenario(description: ClusterDescription, trace: Trace, config: SimCon
     missing = [m for m in trace.models if m not in slos]
     if missing:
         raise SpecError("trace", f"no VariantAutoscaling serves model(s) {', '.join(missing)}")
-    return Scenario(description, specs, variants, slos, priorities, trace, config)
+    sizing = {m: dataclasses.replace(slo, ttft_ms=slo.ttft_ms * sizing_ttft_scale if slo.ttft_ms else slo.ttft_ms) for m, slo in slos.items()}
+    return Scenario(with_sizing_ttft_scale(description, sizing_ttft_scale), specs, variants, slos, priorities, trace, config, sizing)
 
 
 def initial_replicas(scenario: Scenario) -> dict[str, int]:
@@ -185,10 +238,38 @@ def observed_loads(scenario: Scenario, obs: Observation) -> dict[tuple[str, str]
         model = _key(spec.model_key)
         done = obs.completed.get(model, 0)
         if done:
-            loads[spec.model_key] = ModelLoad(done / obs.interval_s, obs.prompt_tokens[model] / done, obs.generated_tokens[model] / done)
+            loads[spec.model_key] = ModelLoad(
+                done / obs.interval_s, obs.prompt_tokens[model] / done, obs.generated_tokens[model] / done,
+                prompt_distribution(obs.prompt_buckets.get(model)),
+            )
         else:
             loads[spec.model_key] = ModelLoad(0.0, 0.0, 0.0)
     return loads
+
+
+def prompt_distribution(cumulative: Sequence[int] | None) -> PromptDistribution | None:
+    """The interval's prompt-token histogram (vLLM's buckets, +Inf last) as the optimizer reads it."""
+    if not cumulative or cumulative[-1] <= 0:
+        return None
+    return PromptDistribution.from_buckets(list(zip((*PROMPT_TOKEN_BUCKETS, math.inf), cumulative)))
+
+
+SHAPE_WINDOWS = 5
+
+
+def merged_observation(observations: Sequence[Observation]) -> Observation:
+    """The request-shape counters (completions, token sums, prompt buckets) summed over several intervals."""
+    last = observations[-1]
+    models = list(last.completed)
+
+    def total(attr: str) -> dict[str, float]:
+        return {m: sum(getattr(o, attr).get(m, 0) for o in observations) for m in models}
+
+    buckets = {m: tuple(int(sum(c)) for c in zip(*[o.prompt_buckets[m] for o in observations if m in o.prompt_buckets])) for m in models}
+    return dataclasses.replace(
+        last, interval_s=last.interval_s * len(observations), completed=total("completed"),
+        prompt_tokens=total("prompt_tokens"), generated_tokens=total("generated_tokens"), prompt_buckets=buckets,
+    )
 
 
 def observed_pods(scenario: Scenario, obs: Observation) -> dict[tuple[str, str], list[PodSample]]:
@@ -232,7 +313,7 @@ def allocation_problem(
         if load is None:
             continue
         workload = Workload(in_tokens=load.avg_in_tokens, out_tokens=max(load.avg_out_tokens, 1.0))
-        demands[model] = ModelDemand(model, load.arrival_rate_rps, workload, scenario.slos[model], scenario.priorities[model])
+        demands[model] = ModelDemand(model, load.arrival_rate_rps, workload, scenario.sizing_slo(model), scenario.priorities[model])
         assert spec.profile is not None and spec.accelerator is not None
         options.append(
             VariantOption(
@@ -257,16 +338,45 @@ def allocation_problem(
 Policy = Callable[[Observation], Mapping[str, int]]
 
 
-def modelplane_policy(scenario: Scenario, saturation_only: bool = False) -> Policy:
-    """The optimize flow's decision (``plan_variants``); with ``saturation_only`` the profiles are removed."""
+def modelplane_policy(scenario: Scenario, saturation_only: bool = False, load_shape: bool = True) -> Policy:
+    """The optimize flow's decision (``plan_variants``); with ``saturation_only`` the profiles are removed.
+
+    With ``load_shape`` (what the optimize flow reads from Prometheus) every cycle also gets the recent
+    peak rate over the start-up window and the request shape (mean tokens, prompt histogram) over the
+    last :data:`SHAPE_WINDOWS` intervals; without it, only the last interval (as before tail- and
+    start-up-aware sizing, kept for the before/after comparison).
+    """
     variants = scenario.description.variants
     if saturation_only:
         variants = copy.deepcopy(variants)
         for obj in variants:
             obj.get("spec", {}).pop("variantProfile", None)
 
+    history: dict[tuple[str, str], list[float]] = {}
+    window = peak_window_s(scenario.config.startup_delay_s, scenario.config.interval_s)
+
+    shapes: list[Observation] = []
+
     def decide(obs: Observation) -> dict[str, int]:
-        decisions = plan_variants(cycle_inputs(scenario, obs, variants))
+        inputs = cycle_inputs(scenario, obs, variants)
+        if not load_shape:
+            last_minute = {k: dataclasses.replace(v, prompt_tokens=None) for k, v in inputs.loads.items()}
+            decisions = plan_variants(dataclasses.replace(inputs, loads=last_minute))
+            return {f"{d.namespace}/{d.name}": d.desired for d in decisions if d.desired is not None}
+        shapes.append(obs)
+        del shapes[:-SHAPE_WINDOWS]
+        shape = observed_loads(scenario, merged_observation(shapes))
+        loads = {}
+        for key, load in inputs.loads.items():
+            # What max_over_time(rate(vllm:request_success_total[1m])[W:1m]) returns from Prometheus.
+            rates = history.setdefault(key, [])
+            rates.append(load.arrival_rate_rps)
+            tokens = shape[key]
+            loads[key] = dataclasses.replace(
+                load, avg_in_tokens=tokens.avg_in_tokens or load.avg_in_tokens, avg_out_tokens=tokens.avg_out_tokens or load.avg_out_tokens,
+                prompt_tokens=tokens.prompt_tokens, recent_peak_rps=recent_peak(rates, obs.interval_s, window),
+            )
+        decisions = plan_variants(dataclasses.replace(inputs, loads=loads))
         return {f"{d.namespace}/{d.name}": d.desired for d in decisions if d.desired is not None}
 
     return decide
@@ -351,6 +461,8 @@ def make_policy(name: str, scenario: Scenario) -> tuple[Policy, dict[str, int]]:
     start = initial_replicas(scenario)
     if name == "modelplane":
         return modelplane_policy(scenario), start
+    if name == "modelplane-before":
+        return modelplane_policy(with_scenario_variants(scenario, with_ttft_percentile(scenario.description, "mean")), load_shape=False), start
     if name == "saturation-only":
         return modelplane_policy(scenario, saturation_only=True), start
     if name == "wva-greedy":
@@ -361,6 +473,11 @@ def make_policy(name: str, scenario: Scenario) -> tuple[Policy, dict[str, int]]:
         fixed = static_allocation(scenario)
         return (lambda obs: fixed), fixed
     raise ValueError(f"unknown policy {name!r}; choose from {', '.join(POLICIES)}")
+
+
+def with_scenario_variants(scenario: Scenario, description: ClusterDescription) -> Scenario:
+    """The scenario with another description (same trace, specs and SLOs)."""
+    return dataclasses.replace(scenario, description=description)
 
 
 def run_policy(name: str, scenario: Scenario) -> SimResult:

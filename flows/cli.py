@@ -560,12 +560,6 @@ def _duration(text: str) -> "datetime.timedelta":
     return datetime.timedelta(seconds=parse_duration(text))
 
 
-def _fail(message: str) -> None:
-    """Print one line on stderr and exit non-zero (a CLI that cannot do its job shows no traceback)."""
-    sys.stderr.write(f"error: {message}\n")
-    raise typer.Exit(ExitCode.CANNOT_RUN)
-
-
 @app.command()
 def simulate(
     cluster: pathlib.Path = typer.Option(..., "--cluster", help="Manifests directory/file: VariantAutoscalings, targets, WVA ConfigMaps."),
@@ -578,50 +572,57 @@ def simulate(
     share: list[str] = typer.Option([], "--share", help="MODEL=WEIGHT share of a model ('namespace/modelID') in the trace (repeatable)."),
     interval: float = typer.Option(60.0, help="Control interval in simulated seconds."),
     startup_delay: float = typer.Option(120.0, "--startup-delay", help="Seconds a new replica takes to become ready."),
+    sizing_ttft_scale: float = typer.Option(1.0, "--sizing-ttft-scale", help="Policies size for the TTFT targets x this; attainment is judged against the targets."),
+    hpa_metric: Optional[str] = typer.Option(None, "--hpa-metric", help="Per-replica metric of the HPA-style policy (default: the cluster's AutoscalingPolicy)."),
+    hpa_target: Optional[float] = typer.Option(None, "--hpa-target", help="Target per replica of --hpa-metric."),
     seed: int = typer.Option(0, help="Seed of every random draw."),
     output: pathlib.Path = typer.Option(pathlib.Path("simulation-report"), "--output", "-o", help="Report directory."),
     config_namespace: str = typer.Option("modelplane-system", help="Namespace of the WVA ConfigMaps."),
     as_json: bool = typer.Option(False, "--json", help="Print the JSON summary instead of a table."),
 ) -> None:
-    """Replay a trace against a cluster description and compare autoscaling policies (table, JSON, HTML report)."""
+    """Replay a trace against a cluster description and compare autoscaling policies (table, JSON, HTML report).
+
+    Exit codes (flows/exitcodes.py): 0 done; 2 could not run (missing cluster or trace, malformed trace,
+    unknown policy, a VariantAutoscaling that cannot be simulated), with one line on stderr.
+    """
+    import csv
+
     from engine.optimize import SpecError
-    from engine.simulate_trace import TraceError
+    from engine.simulate_policies import POLICIES
+    from engine.simulate_trace import TraceError, parse_trace_rows
     from flows.simulate import simulate as simulate_flow
     from tasks.simulation import summary_table
 
-    shares: dict[str, float] = {}
-    for item in share:
-        model, _, weight = item.rpartition("=")
+    with cli_errors():
+        # Check what can be checked before a flow run starts: bad input gives one line, not a failed run's log.
+        shares: dict[str, float] = {}
+        for item in share:
+            model, _, weight = item.rpartition("=")
+            try:
+                shares[model] = float(weight)
+            except ValueError:
+                raise CannotRun(f"--share {item!r}: expected MODEL=WEIGHT with a number") from None
+        if not cluster.exists():
+            raise CannotRun(f"cluster description {cluster} does not exist")
+        unknown = [p for p in policy if p not in POLICIES]
+        if unknown:
+            raise CannotRun(f"unknown policy {', '.join(unknown)}; choose from {', '.join(POLICIES)}")
+        if not trace.is_file():
+            raise CannotRun(f"trace file {trace} does not exist")
         try:
-            shares[model] = float(weight)
-        except ValueError:
-            _fail(f"--share {item!r}: expected MODEL=WEIGHT with a number")
-    # Check what can be checked before a flow run starts, so bad input gives one line, not a failed run's log.
-    from engine.simulate_policies import POLICIES
-    from engine.simulate_trace import parse_trace_rows
-
-    if not cluster.exists():
-        _fail(f"cluster description {cluster} does not exist")
-    unknown = [p for p in policy if p not in POLICIES]
-    if unknown:
-        _fail(f"unknown policy {', '.join(unknown)}; choose from {', '.join(POLICIES)}")
-    if not trace.is_file():
-        _fail(f"trace file {trace} does not exist")
-    try:
-        with trace.open(newline="") as handle:
-            import csv
-
-            parse_trace_rows(csv.reader(handle))
-    except (TraceError, UnicodeDecodeError) as exc:
-        _fail(f"{trace}: {exc}")
-    try:
-        report = simulate_flow(
-            cluster=str(cluster), trace=str(trace), config_namespace=config_namespace, policies=policy or None,
-            compression=compression, rate_scale=rate_scale, start_s=start, duration_s=duration, model_shares=shares or None,
-            interval_s=interval, startup_delay_s=startup_delay, seed=seed, output_dir=str(output),
-        )
-    except (TraceError, SpecError, ValueError) as exc:
-        _fail(str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
+            with trace.open(newline="") as handle:
+                parse_trace_rows(csv.reader(handle))
+        except (TraceError, UnicodeDecodeError) as exc:
+            raise CannotRun(f"{trace}: {exc}") from None
+        try:
+            report = simulate_flow(
+                cluster=str(cluster), trace=str(trace), config_namespace=config_namespace, policies=policy or None,
+                compression=compression, rate_scale=rate_scale, start_s=start, duration_s=duration, model_shares=shares or None,
+                interval_s=interval, startup_delay_s=startup_delay, sizing_ttft_scale=sizing_ttft_scale, hpa_metric=hpa_metric,
+                hpa_target=hpa_target, seed=seed, output_dir=str(output),
+            )
+        except (TraceError, SpecError, ValueError) as exc:
+            raise CannotRun(str(exc)) from None
     if as_json:
         sys.stdout.write(json.dumps(report.as_json(), indent=2) + "\n")
         return
@@ -647,20 +648,31 @@ def calibrate(
     dry_run: bool = typer.Option(False, "--dry-run", help="Fit and print, write nothing."),
     as_json: bool = typer.Option(False, "--json", help="Print a JSON list instead of a table."),
 ) -> None:
-    """Fit performance profiles (alpha, beta, gamma, delta) from vLLM metrics; write them only where opted in."""
-    from flows.calibrate import calibrate as calibrate_flow
-    from tasks.calibration import WindowsFileError
+    """Fit performance profiles (alpha, beta, gamma, delta) from vLLM metrics; write them only where opted in.
 
-    try:
+    Exit codes (flows/exitcodes.py): 0 every variant got a profile; 2 could not run (bad windows file, no
+    Kubernetes access), with one line on stderr; 3 degraded: some variants got no profile (no metrics, data
+    that cannot determine it) or could not be written, as their rows say.
+    """
+    from flows.calibrate import calibrate as calibrate_flow
+    from tasks.calibration import WindowsFileError, read_windows_file
+    from tasks.cluster import connect
+
+    with cli_errors():
+        if windows is not None:
+            try:
+                read_windows_file(windows)  # before Prefect starts: a bad file is one line
+            except WindowsFileError as exc:
+                raise CannotRun(str(exc)) from None
+        connect(cluster)
         report = calibrate_flow(
             namespaces=namespace or None, config_namespace=config_namespace, cluster=cluster, prometheus_url=prometheus,
             windows_file=str(windows) if windows else None, lookback=lookback, window=window, dry_run=dry_run,
         )
-    except (WindowsFileError, ValueError) as exc:
-        _fail(str(exc).splitlines()[0])
+    degraded = [f"{r.namespace}/{r.name}: {r.reason}" for r in report.rows if r.fit is None or r.error]
     if as_json:
         sys.stdout.write(json.dumps(report.as_json(), indent=2, default=str) + "\n")
-        return
+        raise typer.Exit(exit_code(degraded))
     table = Table(title="Calibrated performance profiles")
     for column in ("namespace", "name", "result", "alpha", "beta", "gamma", "delta", "written"):
         table.add_column(column)
@@ -670,6 +682,7 @@ def calibrate(
     console.print(table)
     for row in report.rows:
         console.print(f"{row.namespace}/{row.name}: {row.message}", highlight=False)
+    raise typer.Exit(exit_code(degraded))
 
 
 @app.command()

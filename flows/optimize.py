@@ -33,6 +33,7 @@ from pydantic import BaseModel
 from engine.bindings import BindingDecision, plan_binding
 from engine.optimize import CycleInputs, ModelLoad, PodSample, VariantDecision, plan_variants, summarize
 from engine.saturation import SaturationConfigSet
+from engine.tail_sizing import PromptDistribution
 from flows.exitcodes import CannotRun, ExitCode, degraded_summary, exit_code
 from flows.parameters import PROMETHEUS_DURATION_PATTERN, NamespaceName, NonNegativeSeconds, PositiveSeconds, PromDuration
 from tasks.cluster import Cluster, LocalCluster, connect
@@ -142,7 +143,10 @@ def cycle_inputs(
     missing: dict[tuple[str, str], str] = {}
     if snapshot is not None:
         for key, load in snapshot.loads.items():
-            loads[(key.namespace, key.model_id)] = ModelLoad(load.arrival_rate_rps, load.avg_in_tokens, load.avg_out_tokens)
+            loads[(key.namespace, key.model_id)] = ModelLoad(
+                load.arrival_rate_rps, load.avg_in_tokens, load.avg_out_tokens,
+                PromptDistribution.from_buckets(load.prompt_buckets) if load.prompt_buckets else None, load.recent_peak_rps,
+            )
         for key, samples in snapshot.pods.items():
             pods[(key.namespace, key.model_id)] = [PodSample(p.pod, p.kv_cache_usage, p.queue_length) for p in samples]
         for key, lines in snapshot.missing_by_model.items():

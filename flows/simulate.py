@@ -16,8 +16,8 @@ Nothing is written to the cluster: a simulation only reads it.
 from __future__ import annotations
 
 import pathlib
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass, field, replace
+from typing import Any, Literal
 
 from prefect import flow, get_run_logger, task
 from prefect.artifacts import create_markdown_artifact
@@ -27,11 +27,22 @@ from prefect.utilities.annotations import quote
 from pydantic import BaseModel, Field, field_validator
 
 from engine.simulate import SimConfig
-from engine.simulate_policies import POLICIES, PolicyOutcome, Scenario, build_scenario, run_policy, summarize_outcome
+from engine.simulate_policies import (
+    POLICIES,
+    PolicyOutcome,
+    Scenario,
+    build_scenario,
+    run_policy,
+    summarize_outcome,
+    with_hpa_metric,
+)
 from engine.simulate_trace import TraceShape
 from tasks.simulation import markdown_report, read_description, read_trace, write_report
 
 DEFAULT_CONFIG_NAMESPACE = "modelplane-system"
+# Literal types so the Prefect form offers the choices (kept equal to POLICIES and the simulated gauges).
+PolicyName = Literal["modelplane", "saturation-only", "wva-greedy", "hpa", "static-peak"]
+HpaMetric = Literal["vllm:num_requests_waiting", "vllm:num_requests_running", "vllm:kv_cache_usage_perc"]
 
 
 class SimulateParameters(BaseModel):
@@ -49,6 +60,9 @@ class SimulateParameters(BaseModel):
     interval_s: float = Field(gt=0)
     startup_delay_s: float = Field(ge=0)
     kv_tokens_per_slot: int = Field(ge=1)
+    sizing_ttft_scale: float = Field(gt=0)
+    hpa_metric: str | None
+    hpa_target: float | None = Field(gt=0)
     seed: int
     output_dir: str = Field(min_length=1)
 
@@ -77,11 +91,11 @@ class SimulationReport:
 @task(name="read-simulation-inputs", cache_policy=NO_CACHE)
 def read_inputs(params: SimulateParameters) -> Scenario:
     """The cluster description and the shaped trace, parsed into a scenario."""
-    description = read_description(params.cluster, params.config_namespace)
-    if params.kv_tokens_per_slot != description.kv_tokens_per_slot:
-        from dataclasses import replace
-
-        description = replace(description, kv_tokens_per_slot=params.kv_tokens_per_slot)
+    description = replace(read_description(params.cluster, params.config_namespace), kv_tokens_per_slot=params.kv_tokens_per_slot)
+    if params.hpa_metric or params.hpa_target:
+        if not (params.hpa_metric and params.hpa_target):
+            raise ValueError("hpa_metric and hpa_target go together")
+        description = with_hpa_metric(description, params.hpa_metric, params.hpa_target)
     models = sorted({f"{(v.get('metadata') or {}).get('namespace') or 'default'}/{(v.get('spec') or {}).get('modelID')}"
                      for v in description.variants if (v.get("spec") or {}).get("modelID")})
     if not models:
@@ -93,7 +107,7 @@ def read_inputs(params: SimulateParameters) -> Scenario:
     shape = TraceShape(shares, params.start_s, params.duration_s, params.compression, params.rate_scale, params.seed)
     trace = read_trace(params.trace, shape)
     config = SimConfig(interval_s=params.interval_s, startup_delay_s=params.startup_delay_s, seed=params.seed)
-    return build_scenario(description, trace, config)
+    return build_scenario(description, trace, config, sizing_ttft_scale=params.sizing_ttft_scale)
 
 
 @task(name="simulate-policy", cache_policy=NO_CACHE)
@@ -107,7 +121,7 @@ def simulate(
     cluster: str,
     trace: str,
     config_namespace: str = DEFAULT_CONFIG_NAMESPACE,
-    policies: list[str] | None = None,
+    policies: list[PolicyName] | None = None,
     compression: float = 1.0,
     rate_scale: float = 1.0,
     start_s: float = 0.0,
@@ -116,6 +130,9 @@ def simulate(
     interval_s: float = 60.0,
     startup_delay_s: float = 120.0,
     kv_tokens_per_slot: int = 2048,
+    sizing_ttft_scale: float = 1.0,
+    hpa_metric: HpaMetric | None = None,
+    hpa_target: float | None = None,
     seed: int = 0,
     output_dir: str = "simulation-report",
 ) -> SimulationReport:
@@ -135,14 +152,19 @@ def simulate(
         interval_s: Control interval of every policy in simulated seconds (WVA's GLOBAL_OPT_INTERVAL: 60).
         startup_delay_s: Seconds a new replica takes to become ready (model load).
         kv_tokens_per_slot: KV-cache capacity per batch slot in tokens (capacity = maxBatchSize x this).
+        sizing_ttft_scale: The policies size for the service classes' TTFT targets times this (0.5 = aim for half);
+            attainment is still judged against the configured targets.
+        hpa_metric: Per-replica metric of the HPA-style policy (vllm:num_requests_waiting, vllm:num_requests_running,
+            vllm:kv_cache_usage_perc); empty = the cluster's AutoscalingPolicy (or Kthena's example policy).
+        hpa_target: Target value per replica of hpa_metric.
         seed: Seed of every random draw (model split, rate scaling): same inputs, same results.
         output_dir: Directory for summary.json, the PNG plots and report.html.
     """
     params = SimulateParameters(
         cluster=cluster, trace=trace, config_namespace=config_namespace, policies=policies or list(POLICIES),
         compression=compression, rate_scale=rate_scale, start_s=start_s, duration_s=duration_s, model_shares=model_shares,
-        interval_s=interval_s, startup_delay_s=startup_delay_s, kv_tokens_per_slot=kv_tokens_per_slot, seed=seed,
-        output_dir=output_dir,
+        interval_s=interval_s, startup_delay_s=startup_delay_s, kv_tokens_per_slot=kv_tokens_per_slot,
+        sizing_ttft_scale=sizing_ttft_scale, hpa_metric=hpa_metric, hpa_target=hpa_target, seed=seed, output_dir=output_dir,
     )
     logger = get_run_logger()
     scenario = read_inputs(params)
@@ -156,6 +178,8 @@ def simulate(
         "trace": pathlib.Path(params.trace).name, "requests": len(scenario.trace),
         "duration_s": round(scenario.trace.duration_s, 1), "compression": params.compression, "rate_scale": params.rate_scale,
         "interval_s": params.interval_s, "startup_delay_s": params.startup_delay_s, "seed": params.seed,
+        "sizing_ttft_scale": params.sizing_ttft_scale,
+        "hpa": scenario.description.hpa_policy.get("metrics"),
     }
     files = write_report(outcomes, scenario, pathlib.Path(params.output_dir), "Modelplane policy comparison", settings)
     report = SimulationReport(outcomes, {k: str(v) for k, v in files.items()}, settings)

@@ -23,6 +23,11 @@ What is measured (the WVA conventions, vLLM metric names):
   request in the window the ratio is undefined, so it falls back to ``increase`` over a longer window
   (5m). A model with arrival rate 0 and no token data in either window is idle: its load is all zeros
   (WVA replaces NaN by 0 the same way). A positive rate without token data is reported missing.
+- shape of the load (optional, in the same query): the highest 1-minute arrival rate over the last
+  ``peak_window`` (3m: a replica's start-up plus one cycle), ``max_over_time(sum by (...) (rate(...[1m]))[3m:1m])``,
+  and the prompt-token histogram over the fallback window, ``sum by (..., le)
+  (increase(vllm:request_prompt_tokens_bucket[5m]))``, as ``ModelLoad.recent_peak_rps`` and
+  ``ModelLoad.prompt_buckets`` (None when absent: sizing then falls back to the last minute and the mean request).
 - per pod: ``vllm:kv_cache_usage_perc`` (0..1, max over a pod's series; for a pod that only exposes
   the pre-0.10 name ``vllm:gpu_cache_usage_perc``, that one) and ``vllm:num_requests_waiting``
   (summed) as :class:`PodMetrics`.
@@ -75,6 +80,7 @@ every call, so it can be edited between runs; ``max_age_s`` does not apply to it
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import logging
 import math
@@ -105,7 +111,7 @@ InstanceKey = tuple[str, str]  # (namespace, pod)
 
 _MODEL_LABELS = ("model_name", "namespace")
 _POD_LABELS = ("model_name", "namespace", "pod")
-_LOAD_TAGS = ("rate", "seen", "in", "out")
+_LOAD_TAGS = ("rate", "seen", "in", "out", "peak")
 _POD_TAGS = ("kv", "kv_seen", "waiting", "waiting_seen")
 _TAG = "mp_field"
 _METRIC_TAG = "mp_metric"
@@ -169,6 +175,10 @@ class ModelLoad:
     avg_in_tokens: float
     avg_out_tokens: float
     sampled_at: dt.datetime | None = field(default=None, compare=False)
+    prompt_buckets: tuple[tuple[float, float], ...] | None = field(default=None, compare=False)
+    """``(le, requests)`` of ``vllm:request_prompt_tokens_bucket`` over the fallback window, for tail-aware sizing."""
+    recent_peak_rps: float | None = field(default=None, compare=False)
+    """Highest ``rate_window`` arrival rate over the last ``peak_window`` (start-up-aware sizing)."""
 
     @property
     def arrival_rate_rpm(self) -> float:
@@ -274,12 +284,13 @@ class PrometheusMetrics:
         bearer_token_file: str | os.PathLike[str] | None = None,
         rate_window: str = "1m",
         fallback_window: str = "5m",
+        peak_window: str = "3m",
         max_age_s: float = 120.0,
         session: requests.Session | None = None,
         clock: Callable[[], dt.datetime] = _utcnow,
         sleep: Callable[[float], None] = time.sleep,
     ) -> None:
-        for name, window in (("rate_window", rate_window), ("fallback_window", fallback_window)):
+        for name, window in (("rate_window", rate_window), ("fallback_window", fallback_window), ("peak_window", peak_window)):
             if not _DURATION.match(window):
                 raise ValueError(f"{name} must be a PromQL duration such as 1m or 30s, got {window!r}")
         if retries < 0 or timeout_s <= 0 or backoff_s < 0 or max_age_s <= 0:
@@ -293,6 +304,7 @@ class PrometheusMetrics:
         self.verify_tls = verify_tls
         self.rate_window = rate_window
         self.fallback_window = fallback_window
+        self.peak_window = peak_window
         self.max_age_s = max_age_s
         self.session = session or requests.Session()
         self._token = bearer_token
@@ -354,9 +366,10 @@ class PrometheusMetrics:
         pods: dict[ModelKey, list[PodMetrics]] = {}
         if keys:
             selector = f"namespace=~{_quote(_regex_union(namespaces))}"
-            load_rows = _tagged_rows(self._query(self._load_query(selector), now), _MODEL_LABELS, _LOAD_TAGS)
+            raw_loads = self._query(self._load_query(selector), now)
+            load_rows = _tagged_rows(raw_loads, _MODEL_LABELS, _LOAD_TAGS)
             pod_rows = _tagged_rows(self._query(self._pod_query(selector), now), _POD_LABELS, _POD_TAGS)
-            loads = self._assemble_loads(keys, load_rows, now, missing)
+            loads = _with_shape(self._assemble_loads(keys, load_rows, now, missing), load_rows["peak"], _prompt_buckets(raw_loads))
             pods = self._assemble_pods(keys, pod_rows, now, missing)
         instances: dict[InstanceKey, dict[str, float]] = {}
         if names and instance_ns:
@@ -388,6 +401,10 @@ class PrometheusMetrics:
             "seen": f"max by ({by}) (timestamp({REQUEST_SUCCESS}{{{selector}}}))",
             "in": self._tokens_expr(PROMPT_TOKENS, selector, by),
             "out": self._tokens_expr(GENERATION_TOKENS, selector, by),
+            # Start-up-aware sizing (engine.load_peak) and tail-aware sizing (engine.tail_sizing).
+            "peak": f"max_over_time((sum by ({by}) (rate({REQUEST_SUCCESS}{{{selector}}}[{self.rate_window}])))"
+                    f"[{self.peak_window}:{self.rate_window}])",
+            "bucket": f"sum by ({by}, le) (increase({PROMPT_TOKENS}_bucket{{{selector}}}[{self.fallback_window}]))",
         })
 
     def _tokens_expr(self, histogram: str, selector: str, by: str) -> str:
@@ -583,6 +600,7 @@ _ENV_OPTIONS: tuple[tuple[str, str, type], ...] = (
     ("PROMETHEUS_BACKOFF_S", "backoff_s", float),
     ("PROMETHEUS_RATE_WINDOW", "rate_window", str),
     ("PROMETHEUS_FALLBACK_WINDOW", "fallback_window", str),
+    ("PROMETHEUS_PEAK_WINDOW", "peak_window", str),
     ("PROMETHEUS_MAX_AGE_S", "max_age_s", float),
 )
 
@@ -628,6 +646,40 @@ def _tagged_rows(
         key = tuple(metric.get(label, "") for label in labels)
         grouped.setdefault(metric.get(_TAG, ""), {})[key] = _sample_value(row)
     return grouped
+
+
+def _prompt_buckets(rows: list[dict[str, Any]]) -> dict[tuple[str, str], tuple[tuple[float, float], ...]]:
+    """Per (model_name, namespace): the prompt-token histogram's ``(le, count)`` pairs, by increasing ``le``."""
+    buckets: dict[tuple[str, str], list[tuple[float, float]]] = {}
+    for row in rows:
+        metric = row.get("metric", {})
+        if metric.get(_TAG) != "bucket":
+            continue
+        try:
+            bound = float(metric.get("le", ""))
+        except ValueError:
+            continue
+        value = _sample_value(row)
+        if not math.isnan(value):
+            buckets.setdefault((metric.get("model_name", ""), metric.get("namespace", "")), []).append((bound, value))
+    return {key: tuple(sorted(pairs)) for key, pairs in buckets.items()}
+
+
+def _with_shape(
+    loads: dict[ModelKey, ModelLoad], peaks: Mapping[tuple[str, ...], float],
+    buckets: Mapping[tuple[str, str], tuple[tuple[float, float], ...]],
+) -> dict[ModelKey, ModelLoad]:
+    """The loads with their recent peak rate and prompt histogram, where Prometheus has them."""
+    shaped: dict[ModelKey, ModelLoad] = {}
+    for key, load in loads.items():
+        label_key = (key.model_id, key.namespace)
+        peak = peaks.get(label_key)
+        histogram = buckets.get(label_key)
+        shaped[key] = dataclasses.replace(
+            load, recent_peak_rps=peak if peak is not None and math.isfinite(peak) else None,
+            prompt_buckets=histogram if histogram and histogram[-1][1] > 0 else None,
+        )
+    return shaped
 
 
 def _sample_value(row: Mapping[str, Any]) -> float:

@@ -52,6 +52,10 @@ def read_description(cluster: str, config_namespace: str, namespaces: list[str] 
 # Report
 # --------------------------------------------------------------------------------------------
 
+_STYLES = [
+    {"lw": 3.0, "ls": "-", "alpha": 0.6}, {"lw": 1.6, "ls": "--"}, {"lw": 1.6, "ls": ":"}, {"lw": 1.2, "ls": "-."},
+    {"lw": 1.0, "ls": "-"},
+]
 _COLORS = {"modelplane": "#1f77b4", "saturation-only": "#ff7f0e", "wva-greedy": "#2ca02c", "hpa": "#d62728", "static-peak": "#7f7f7f"}
 
 
@@ -89,8 +93,9 @@ def plot_replicas(outcomes: Sequence[PolicyOutcome], path: pathlib.Path) -> path
     fig, axes = plt.subplots(len(outcomes), 1, figsize=(9, 1.9 * len(outcomes)), sharex=True, squeeze=False)
     for ax, o in zip(axes[:, 0], outcomes):
         minutes = [t / 60 for t in o.series["time_s"]]
-        for accelerator, counts in o.series["accelerators"].items():
-            ax.step(minutes, counts, label=accelerator, lw=1.2)
+        # Distinct styles: types with equal counts would otherwise hide each other.
+        for (accelerator, counts), style in zip(o.series["accelerators"].items(), _STYLES):
+            ax.step(minutes, counts, label=accelerator, **style)
         ax.set_title(o.policy, fontsize=9)
         ax.set_ylabel("accelerators")
     axes[0, 0].legend(fontsize=7, ncol=4)

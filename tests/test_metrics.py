@@ -9,6 +9,8 @@ scrapes Prometheus' extrapolated ``rate`` is within a few percent once the windo
 
 from __future__ import annotations
 
+import math
+
 import datetime as dt
 import itertools
 import json
@@ -154,6 +156,19 @@ def test_collect_rates_within_tolerance_and_exact_token_averages(loaded: FakeVll
     assert snapshot.missing == []
     assert llama.sampled_at is not None
     assert abs((snapshot.collected_at - llama.sampled_at).total_seconds()) < 5
+
+
+def test_collect_returns_the_prompt_histogram_and_the_recent_peak_rate(loaded: FakeVllmExporter, metrics: PrometheusMetrics) -> None:
+    """The shape tail-aware and start-up-aware sizing read, from the same load query."""
+    from engine.tail_sizing import PromptDistribution
+
+    llama = metrics.collect([LLAMA]).loads[LLAMA]
+    assert llama.prompt_buckets is not None
+    buckets = dict(llama.prompt_buckets)
+    assert buckets[100.0] == 0.0 and buckets[200.0] > 0 and buckets[200.0] == pytest.approx(buckets[math.inf])
+    assert 100.0 < PromptDistribution.from_buckets(llama.prompt_buckets).quantile(0.9) <= 200.0
+    assert llama.recent_peak_rps is not None and llama.recent_peak_rps >= llama.arrival_rate_rps * (1 - TOLERANCE)
+    assert llama.recent_peak_rps == pytest.approx(8.0, rel=2 * TOLERANCE)
 
 
 def test_pod_gauges_are_returned_per_pod(loaded: FakeVllmExporter, metrics: PrometheusMetrics) -> None:

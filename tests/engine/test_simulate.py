@@ -156,3 +156,15 @@ def test_window_aggregates_match_the_request_records() -> None:
     occupancy = sum(max(0.0, min(d, 1200) - a) for a, d in zip(result.admit_s, result.done_s))
     assert agg["running_avg"].sum() * 300 == pytest.approx(occupancy, rel=1e-9)
     assert np.all(np.diff(agg["ttft_buckets"], axis=1) >= 0)  # cumulative buckets
+
+
+def test_per_replica_histograms_add_up_to_the_variant() -> None:
+    trace = varied_trace(4.0, 900)
+    result = simulate([variant()], trace, SimConfig(horizon_s=900), {"ns/a": 3})
+    per_variant = window_aggregates(result, 300.0)["ns/a"]
+    per_pod = window_aggregates(result, 300.0, by="replica")
+    assert sorted(per_pod) == ["a-0", "a-1", "a-2"]
+    for key in ("count", "ttft_sum", "itl_count", "itl_buckets", "ttft_buckets", "running_avg"):
+        assert np.allclose(sum(p[key] for p in per_pod.values()), per_variant[key]), key
+    # every output token after the first is in the ITL histogram's last bucket
+    assert np.allclose(per_variant["itl_buckets"][:, -1], per_variant["itl_count"])

@@ -105,6 +105,26 @@ def test_windows_file_proposes_everywhere_and_writes_only_the_opted_in_spec(pref
     missing = after["granite-13b-l40s"]
     assert condition(missing)["status"] == "False" and condition(missing)["reason"] == "MetricsUnavailable"
     assert missing["spec"] == before["granite-13b-l40s"]["spec"]
+    assert artifact_rows("calibrate-profiles")[-1]  # the proposals are published
+
+
+def artifact_rows(key: str) -> list:
+    import asyncio
+    import json
+
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey
+
+    async def read() -> list:
+        async with get_client() as client:
+            return await client.read_artifacts(artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=[key])))
+
+    artifacts = asyncio.run(read())
+    assert artifacts, f"no {key} artifact"
+    table = artifacts[-1].data
+    rows = json.loads(table) if isinstance(table, str) else table
+    assert any(r["variant"] == "llama-3-1-8b-a100" and r["result"] == "ProfileApplied" and "[" in r["alpha"] for r in rows)
+    return rows
 
 
 def test_cli_dry_run_writes_nothing_and_a_bad_file_is_one_line(prefect_harness: None, example_cluster: pathlib.Path, tmp_path: pathlib.Path) -> None:
@@ -113,8 +133,8 @@ def test_cli_dry_run_writes_nothing_and_a_bad_file_is_one_line(prefect_harness: 
     write_windows_file(file, 300.0, {(NAMESPACE, name): windows_from_aggregates(window_aggregates(ramp(profile, slo, 5), 300.0)["ns/v"], 300.0)})
     before = {f.name: f.read_text() for f in example_cluster.glob("*.yaml")}
     result = CliRunner().invoke(app, ["calibrate", "--cluster", str(example_cluster), "--windows", str(file), "--dry-run"], terminal_width=250)
-    assert result.exit_code == 0, result.output
-    assert "ProfileProposed" in result.stdout and name in result.stdout
+    assert result.exit_code == 3, result.output  # degraded: the other three variants have no metrics
+    assert "ProfileProposed" in result.stdout and name in result.stdout and "MetricsUnavailable" in result.stdout
     assert {f.name: f.read_text() for f in example_cluster.glob("*.yaml")} == before
 
     bad = tmp_path / "bad.yaml"
@@ -174,3 +194,35 @@ def test_prometheus_range_queries_feed_the_fit(prefect_harness: None, example_cl
     assert rows["llama-3-1-8b-h100"].reason == "MetricsUnavailable"
     va = documents(example_cluster)[name]
     assert condition(va)["reason"] == "ProfileProposed"
+
+
+def test_writes_pass_the_crd_schema_on_the_kubernetes_api(prefect_harness: None, kube_server: Any, kube_namespace: str, tmp_path: pathlib.Path) -> None:
+    """Against the Kubernetes API test server (official client, CRD validation, status subresource)."""
+    from kubernetes import client as k8s
+
+    from engine.api.crds import render_crds
+    from tests.factories import variant_autoscaling
+
+    kube_server.install_crds([yaml.safe_load(text) for text in render_crds().values()])
+    custom = k8s.CustomObjectsApi(kube_server.api_client())
+    name, _, profile, slo = VARIANTS[1]
+    parms = {"alpha": "12.4", "beta": "0.22", "gamma": "3.1", "delta": "0.06"}
+    for va, annotations in (("opted", {ANNOTATION_CALIBRATION: "apply"}), ("proposed", None)):
+        body = variant_autoscaling(va, kube_namespace, "meta/llama-3.1-8b", "H100", parms, annotations=annotations)
+        custom.create_namespaced_custom_object("llmd.ai", "v1alpha1", kube_namespace, "variantautoscalings", body)
+    windows = windows_from_aggregates(window_aggregates(ramp(profile, slo, 2), 300.0)["ns/v"], 300.0)
+    file = tmp_path / "windows.yaml"
+    write_windows_file(file, 300.0, {(kube_namespace, "opted"): windows, (kube_namespace, "proposed"): windows})
+
+    calibrate(cluster=f"kubeconfig:{kube_server.kubeconfig}", namespaces=[kube_namespace], windows_file=str(file))
+
+    def read(va: str) -> dict[str, Any]:
+        return custom.get_namespaced_custom_object("llmd.ai", "v1alpha1", kube_namespace, "variantautoscalings", va)
+
+    opted, proposed = read("opted"), read("proposed")
+    assert condition(opted)["reason"] == "ProfileApplied" and condition(proposed)["reason"] == "ProfileProposed"
+    written = opted["spec"]["variantProfile"]["perfParms"]
+    assert float(written["decodeParms"]["beta"]) == pytest.approx(0.22, rel=0.1) and written["prefillParms"]["gamma"] == "3.1"
+    assert opted["metadata"]["generation"] == 2  # a spec write
+    assert proposed["spec"]["variantProfile"]["perfParms"]["decodeParms"] == {"alpha": "12.4", "beta": "0.22"}
+    assert proposed["metadata"]["generation"] == 1

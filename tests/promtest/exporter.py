@@ -13,7 +13,8 @@ Series exposed:
 
 - ``vllm:request_success_total`` (counter, plus ``finished_reason="stop"``)
 - ``vllm:request_prompt_tokens`` / ``vllm:request_generation_tokens`` (histograms: ``_sum``,
-  ``_count`` and a ``+Inf`` bucket)
+  ``_count`` and a ``+Inf`` bucket; the prompt histogram also has vLLM's finite buckets, every
+  request counted at the pod's mean prompt size)
 - ``vllm:kv_cache_usage_perc`` (gauge 0..1), ``vllm:num_requests_waiting``,
   ``vllm:num_requests_running`` (gauges)
 - any gauge set with :meth:`FakeVllmExporter.set_gauge` (Kthena policy metrics)
@@ -257,12 +258,19 @@ def _load_families(loads: Mapping[PodKey, tuple[float, float, float]]) -> Iterat
     generation = Metric("vllm:request_generation_tokens", "Number of generation tokens processed.", "histogram")
     for key, (requests, prompt_tokens, generation_tokens) in sorted(loads.items()):
         success.add_metric([*key, "stop"], requests)
-        _add_histogram(prompt, dict(zip(POD_LABELS, key)), prompt_tokens, requests)
+        _add_histogram(prompt, dict(zip(POD_LABELS, key)), prompt_tokens, requests, PROMPT_BUCKETS)
         _add_histogram(generation, dict(zip(POD_LABELS, key)), generation_tokens, requests)
     yield from (success, prompt, generation)
 
 
-def _add_histogram(family: Metric, labels: dict[str, str], total: float, count: float) -> None:
+# vLLM's prompt-token buckets (build_1_2_5_buckets); every request of a pod is counted at its mean size.
+PROMPT_BUCKETS = (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000, 20000, 50000, 100000)
+
+
+def _add_histogram(family: Metric, labels: dict[str, str], total: float, count: float, bounds: Sequence[float] = ()) -> None:
+    mean = total / count if count else 0.0
+    for bound in bounds:
+        family.add_sample(f"{family.name}_bucket", {**labels, "le": f"{float(bound)}"}, count if mean <= bound else 0.0)
     family.add_sample(f"{family.name}_bucket", {**labels, "le": "+Inf"}, count)
     family.add_sample(f"{family.name}_count", labels, count)
     family.add_sample(f"{family.name}_sum", labels, total)

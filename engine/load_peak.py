@@ -1,0 +1,44 @@
+"""Start-up-aware load: size for the highest recent arrival rate, not the last minute's.
+
+Why: a replica added now serves only after its start-up delay (model load, minutes for a large model),
+while the 1-minute arrival rate the optimizer reads moves up and down with the traffic's minute-to-minute
+noise (a few percent for Poisson counts alone, more for real traffic).  Sized for the last minute, the
+marginal replica of a model is removed on a quiet minute and wanted back the next, and every step back
+up leaves the load without that capacity for the whole start-up delay.  Sized for the highest 1-minute
+rate of the last ``startup delay + interval``, a replica is removed only once the load has stayed lower
+for longer than it would take to bring it back; a rise is followed at once (the current minute is part
+of the window).  Stateless per cycle: the window is a Prometheus subquery
+(``max_over_time(rate(vllm:request_success_total[1m])[W:1m])``), or the simulator's record of the
+rates it exported.
+
+Pure: no I/O, no clock.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Sequence
+
+__all__ = ["peak_window_s", "planning_rate", "recent_peak"]
+
+
+def peak_window_s(startup_delay_s: float, interval_s: float) -> float:
+    """The look-back of the peak: a replica's start-up delay plus one control interval."""
+    if startup_delay_s < 0 or not interval_s > 0:
+        raise ValueError("startup delay must be >= 0 and the interval > 0")
+    return startup_delay_s + interval_s
+
+
+def recent_peak(rates: Sequence[float], interval_s: float, window_s: float) -> float | None:
+    """The highest of the newest rates (one per interval, oldest first) covering ``window_s``; None when empty."""
+    if not rates:
+        return None
+    count = max(int(math.ceil(window_s / interval_s - 1e-9)), 1)
+    return max(rates[-count:])
+
+
+def planning_rate(current_rps: float, peak_rps: float | None) -> float:
+    """The arrival rate a cycle sizes for: the recent peak when known, never below the current rate."""
+    if peak_rps is None or not math.isfinite(peak_rps):
+        return current_rps
+    return max(current_rps, peak_rps)

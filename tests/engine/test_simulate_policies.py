@@ -1,0 +1,147 @@
+"""The policies the simulator compares, on the example cluster: the optimize flow's inputs built from
+simulated metrics, saturation-only, Kthena's HPA-style policy, static peak, and the outcome summary."""
+
+from __future__ import annotations
+
+import copy
+import pathlib
+
+import numpy as np
+import pytest
+
+from engine.optimize import SpecError, plan_variants
+from engine.simulate import Observation, ReplicaGauges, SimConfig, Trace
+from engine.simulate_policies import (
+    POLICIES,
+    build_scenario,
+    cycle_inputs,
+    make_policy,
+    peak_loads,
+    run_policy,
+    summarize_outcome,
+    with_hpa_metric,
+)
+from tasks.simulation import read_description
+
+REPO = pathlib.Path(__file__).resolve().parents[2]
+LLAMA, GRANITE = "llm-serving/meta/llama-3.1-8b", "llm-serving/ibm/granite-13b"
+KEYS = ["llm-serving/granite-13b-a100", "llm-serving/granite-13b-l40s", "llm-serving/llama-3-1-8b-a100", "llm-serving/llama-3-1-8b-h100"]
+
+
+@pytest.fixture(scope="module")
+def description():
+    return read_description(str(REPO / "deployments" / "examples"), "modelplane-system")
+
+
+def small_trace(rate: float = 2.0, seconds: float = 600.0, seed: int = 0) -> Trace:
+    rng = np.random.default_rng(seed)
+    n = rng.poisson(rate * seconds)
+    return Trace(np.sort(rng.uniform(0, seconds, n)), rng.integers(100, 2000, n), rng.integers(20, 400, n),
+                 rng.integers(0, 2, n), (GRANITE, LLAMA))
+
+
+def observation(replicas: dict[str, int], running: int = 2, waiting: int = 0, kv: float = 0.1, completed: int = 120) -> Observation:
+    pods = {k: [ReplicaGauges(f"{k.split('/')[1]}-{i}", running, waiting, kv, True) for i in range(n)] for k, n in replicas.items()}
+    return Observation(
+        time_s=300.0, interval_s=60.0, replicas=replicas, ready=dict(replicas), pods=pods,
+        completed={LLAMA: completed, GRANITE: completed}, arrived={LLAMA: completed, GRANITE: completed},
+        prompt_tokens={LLAMA: 1000.0 * completed, GRANITE: 800.0 * completed},
+        generated_tokens={LLAMA: 200.0 * completed, GRANITE: 150.0 * completed},
+    )
+
+
+def test_cycle_inputs_are_what_the_optimize_flow_builds(description) -> None:
+    scenario = build_scenario(description, small_trace(), SimConfig())
+    obs = observation(dict(zip(KEYS, [1, 1, 2, 1])))
+    inputs = cycle_inputs(scenario, obs)
+    assert inputs.current_replicas[("llm-serving", "Deployment", "llama-3-1-8b-a100")] == 2
+    load = inputs.loads[("llm-serving", "meta/llama-3.1-8b")]
+    assert (load.arrival_rate_rps, load.avg_in_tokens, load.avg_out_tokens) == (2.0, 1000.0, 200.0)
+    pods = inputs.pods[("llm-serving", "meta/llama-3.1-8b")]
+    assert sorted(p.pod for p in pods) == ["llama-3-1-8b-a100-0", "llama-3-1-8b-a100-1", "llama-3-1-8b-h100-0"]
+    decisions = plan_variants(inputs)
+    assert all(d.desired is not None and d.ready for d in decisions)
+    decide, start = make_policy("modelplane", scenario)
+    assert decide(obs) == {f"{d.namespace}/{d.name}": d.desired for d in decisions}
+    assert start == dict(zip(KEYS, [1, 1, 2, 1]))  # the Deployments' replicas in the manifests
+
+
+def test_saturation_only_adds_the_cheapest_replica_when_kv_caches_fill(description) -> None:
+    scenario = build_scenario(description, small_trace(), SimConfig())
+    decide, _ = make_policy("saturation-only", scenario)
+    current = dict(zip(KEYS, [1, 1, 2, 1]))
+    calm = decide(observation(current, kv=0.1))
+    assert calm[KEYS[0]] == 1 and calm[KEYS[1]] == 1  # granite unchanged (its override: a 2nd non-saturated pod is needed to scale down)
+    full = decide(observation(current, kv=0.95, waiting=8))
+    assert full["llm-serving/llama-3-1-8b-a100"] == 3  # A100 (40/h) is cheaper than H100 (75/h)
+    assert full["llm-serving/llama-3-1-8b-h100"] == 1
+    assert description.variants[0]["spec"].get("variantProfile"), "the scenario's manifests are not modified"
+
+
+def test_hpa_recommends_from_the_per_replica_metric_and_fills_the_cheapest_group(description) -> None:
+    tuned = with_hpa_metric(description, "vllm:num_requests_running", 4.0)
+    scenario = build_scenario(tuned, small_trace(), SimConfig())
+    decide, _ = make_policy("hpa", scenario)
+    current = dict(zip(KEYS, [1, 1, 1, 1]))
+    busy = decide(observation(current, running=8))  # 2 pods per model at 2x the target -> 4 per model
+    assert busy["llm-serving/llama-3-1-8b-a100"] + busy["llm-serving/llama-3-1-8b-h100"] == 4
+    assert busy["llm-serving/llama-3-1-8b-a100"] >= busy["llm-serving/llama-3-1-8b-h100"]
+    assert busy["llm-serving/granite-13b-a100"] + busy["llm-serving/granite-13b-l40s"] == 4
+    with pytest.raises(ValueError, match="not simulated"):
+        with_hpa_metric(description, "vllm:gpu_cache_usage", 1.0)
+
+
+def test_static_peak_sizes_once_for_the_busiest_interval(description) -> None:
+    trace = small_trace(rate=1.0, seconds=900)
+    # one busy minute of llama traffic (300 extra requests between 600 s and 660 s)
+    times = np.concatenate([trace.arrival_s, np.linspace(600, 659, 300)])
+    order = np.argsort(times, kind="stable")
+    burst = Trace(
+        times[order], np.concatenate([trace.in_tokens, np.full(300, 500)])[order],
+        np.concatenate([trace.out_tokens, np.full(300, 100)])[order],
+        np.concatenate([trace.model_index, np.ones(300, dtype=np.int64)])[order], trace.models,
+    )
+    scenario = build_scenario(description, burst, SimConfig())
+    peak = peak_loads(scenario)[("llm-serving", "meta/llama-3.1-8b")]
+    assert peak.arrival_rate_rps >= 300 / 60
+    result = run_policy("static-peak", scenario)
+    assert all(c.desired == c.replicas for c in result.cycles)
+    assert sum(result.cycles[0].replicas.values()) > 4
+
+
+def test_every_policy_runs_and_every_request_is_accounted_for(description) -> None:
+    scenario = build_scenario(description, small_trace(rate=3.0, seconds=600), SimConfig(startup_delay_s=60.0))
+    for name in POLICIES:
+        result = run_policy(name, scenario)
+        outcome = summarize_outcome(name, scenario, result)
+        assert outcome.requests == len(scenario.trace) == int(result.completed.sum()) + outcome.unserved
+        assert 0.0 <= outcome.attainment <= 1.0 and outcome.cost > 0
+        assert set(outcome.series["accelerators"]) == {"A100", "H100", "L40S"}
+        assert len(outcome.series["time_s"]) == len(result.cycles)
+
+
+def test_sizing_scale_changes_what_policies_size_for_not_what_is_judged(description) -> None:
+    scenario = build_scenario(description, small_trace(), SimConfig(), sizing_ttft_scale=0.5)
+    assert scenario.slos[LLAMA].ttft_ms == 500 and scenario.sizing_slo(LLAMA).ttft_ms == 250
+    premium = scenario.description.service_classes[("service-classes-config", "premium.yaml")]
+    assert premium.slo_for("meta/llama-3.1-8b").ttft_ms == 250
+    assert description.service_classes[("service-classes-config", "premium.yaml")].slo_for("meta/llama-3.1-8b").ttft_ms == 500
+
+
+def test_a_variant_without_a_profile_cannot_be_simulated_and_says_which(description) -> None:
+    broken = copy.deepcopy(description.variants)
+    del broken[1]["spec"]["variantProfile"]
+    from dataclasses import replace
+
+    with pytest.raises(SpecError, match=r"VariantAutoscaling llm-serving/\S+: required: the simulator serves requests"):
+        build_scenario(replace(description, variants=broken), small_trace(), SimConfig())
+
+
+def test_the_flow_form_offers_exactly_the_simulated_choices() -> None:
+    from typing import get_args
+
+    from engine.simulate_policies import _GAUGES
+    from flows.simulate import HpaMetric, PolicyName
+
+    assert get_args(PolicyName) == POLICIES
+    assert set(get_args(HpaMetric)) == set(_GAUGES)

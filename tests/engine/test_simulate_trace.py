@@ -1,0 +1,83 @@
+"""Trace parsing and shaping: the Azure format as it is, other column spellings, slicing, compression,
+rate scaling, the model split, and errors that name the row or column."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from engine.simulate_trace import TraceError, TraceShape, parse_trace_rows, shape_trace
+
+AZURE = [
+    ["TIMESTAMP", "ContextTokens", "GeneratedTokens"],
+    ["2023-11-16 18:15:50.9951690", "396", "109"],
+    ["2023-11-16 18:15:46.6805900", "374", "44"],
+    ["2023-11-16 18:15:51.2224670", "879", "0"],
+]
+
+
+def test_azure_rows_read_as_they_are_sorted_and_relative() -> None:
+    t, prompts, outputs = parse_trace_rows(AZURE)
+    assert t.tolist() == pytest.approx([0.0, 4.314579, 4.541877])
+    assert prompts.tolist() == [374, 396, 879]
+    assert outputs.tolist() == [44, 109, 1]  # no generated token still returns one
+
+
+def test_numeric_seconds_and_other_column_names() -> None:
+    t, prompts, outputs = parse_trace_rows([["arrival_s", "prompt_tokens", "output_tokens"], ["10.5", "5", "7"], ["12", "6", "8"], []])
+    assert t.tolist() == [0.0, 1.5] and prompts.tolist() == [5, 6] and outputs.tolist() == [7, 8]
+
+
+@pytest.mark.parametrize(
+    ("rows", "message"),
+    [
+        ([], "empty"),
+        ([["when", "ContextTokens", "GeneratedTokens"], ["1", "2", "3"]], "no time column"),
+        ([["TIMESTAMP", "ContextTokens", "GeneratedTokens"], ["1", "x", "3"]], "row 2"),
+        ([["TIMESTAMP", "ContextTokens", "GeneratedTokens"], ["yesterday", "1", "3"]], "row 2: timestamp 'yesterday'"),
+        ([["TIMESTAMP", "ContextTokens", "GeneratedTokens"], ["1", "-4", "3"]], ">= 0"),
+        ([["TIMESTAMP", "ContextTokens", "GeneratedTokens"]], "no requests"),
+    ],
+)
+def test_bad_traces_name_the_problem(rows: list[list[str]], message: str) -> None:
+    with pytest.raises(TraceError, match=message):
+        parse_trace_rows(rows)
+
+
+def arrays(n: int = 1000) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    return np.arange(n, dtype=float), np.full(n, 100), np.full(n, 10)
+
+
+def test_slice_and_compression() -> None:
+    t, p, o = arrays()
+    trace = shape_trace(t, p, o, TraceShape({"ns/m": 1.0}, start_s=100.0, duration_s=200.0, compression=2.0))
+    assert len(trace) == 200
+    assert trace.arrival_s[0] == 0.0 and trace.arrival_s[-1] == pytest.approx(99.5)
+
+
+def test_rate_scaling_thins_and_multiplies() -> None:
+    t, p, o = arrays(10000)
+    half = shape_trace(t, p, o, TraceShape({"ns/m": 1.0}, rate_scale=0.5, seed=1))
+    assert 4800 < len(half) < 5200
+    triple = shape_trace(t, p, o, TraceShape({"ns/m": 1.0}, rate_scale=3.0, seed=1))
+    assert len(triple) == 30000
+    assert np.all(np.diff(triple.arrival_s) >= 0) and triple.arrival_s[-1] < 10000
+
+
+def test_models_get_their_shares_deterministically() -> None:
+    t, p, o = arrays(20000)
+    shape = TraceShape({"ns/a": 3.0, "ns/b": 1.0}, seed=4)
+    first, second = shape_trace(t, p, o, shape), shape_trace(t, p, o, shape)
+    assert first.models == ("ns/a", "ns/b")
+    assert np.array_equal(first.model_index, second.model_index)
+    assert np.mean(first.model_index == 0) == pytest.approx(0.75, abs=0.02)
+
+
+def test_shape_rejects_nonsense() -> None:
+    with pytest.raises(TraceError):
+        TraceShape({})
+    with pytest.raises(TraceError):
+        TraceShape({"ns/m": 1.0}, compression=0)
+    t, p, o = arrays(10)
+    with pytest.raises(TraceError, match="no requests"):
+        shape_trace(t, p, o, TraceShape({"ns/m": 1.0}, start_s=100.0))

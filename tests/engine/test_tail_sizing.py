@@ -1,0 +1,155 @@
+"""Tail-aware sizing: the prompt histogram, the attainment it predicts (checked against the simulator),
+the rate it sizes for, and its hook in the optimize cycle."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from engine.optimize import ModelLoad, plan_variants
+from engine.perf import SLO, PerfProfile, Workload, max_rate
+from engine.simulate import PROMPT_TOKEN_BUCKETS, SimConfig, Trace, VariantModel, simulate
+from engine.tail_sizing import (
+    ANNOTATION_TTFT_PERCENTILE,
+    DEFAULT_TTFT_PERCENTILE,
+    PromptDistribution,
+    TailSizingError,
+    tail_max_rate,
+    ttft_attainment,
+    ttft_percentile,
+)
+from tests.engine.test_optimize import MODEL, NS, by_name, inputs, va
+
+A100 = PerfProfile(20.58, 0.41, 5.2, 0.1, 256)
+# Heavy-tailed prompts like the conversation trace: most near 1,000 tokens, a tenth at 3,000-4,000.
+RNG = np.random.default_rng(7)
+PROMPTS = np.concatenate([RNG.integers(600, 1300, 900), RNG.integers(3000, 4200, 100)])
+OUTPUTS = 200
+
+
+def histogram(prompts: np.ndarray) -> PromptDistribution:
+    """The vLLM prompt-token histogram (cumulative, +Inf last) of ``prompts``."""
+    bounds = (*PROMPT_TOKEN_BUCKETS, math.inf)
+    return PromptDistribution.from_buckets([(b, float((prompts <= b).sum())) for b in bounds])
+
+
+def test_quantile_and_cdf_interpolate_inside_buckets_like_histogram_quantile() -> None:
+    dist = PromptDistribution.from_buckets({1000.0: 50, 2000.0: 90, math.inf: 100})
+    assert dist.quantile(0.5) == pytest.approx(1000.0)
+    assert dist.quantile(0.7) == pytest.approx(1500.0)
+    assert dist.cdf(np.array([500.0, 1500.0, 2000.0]))[1] == pytest.approx(0.7)
+    assert dist.cdf(np.array([500.0]))[0] == pytest.approx(0.25)
+    # The +Inf bucket's mass is never below any finite threshold.
+    assert dist.cdf(np.array([1e9]))[0] == pytest.approx(0.9)
+
+
+def test_decreasing_bucket_counts_are_made_monotone() -> None:
+    dist = PromptDistribution.from_buckets([(2000.0, 80), (1000.0, 90), (math.inf, 100)])
+    assert dist.cumulative == (90.0, 90.0, 100.0)
+    with pytest.raises(ValueError):
+        PromptDistribution((1000.0, 500.0), (1.0, 2.0))
+
+
+def test_percentile_annotation_default_mean_and_errors() -> None:
+    assert ttft_percentile({}) == DEFAULT_TTFT_PERCENTILE
+    assert ttft_percentile({ANNOTATION_TTFT_PERCENTILE: "p95"}) == 95.0
+    assert ttft_percentile({ANNOTATION_TTFT_PERCENTILE: "mean"}) is None
+    for bad in ("fast", "30", "100"):
+        with pytest.raises(TailSizingError, match="between 50 and 99.9"):
+            ttft_percentile({ANNOTATION_TTFT_PERCENTILE: bad})
+
+
+@pytest.mark.parametrize("load", [0.3, 0.6, 0.85])
+def test_predicted_attainment_matches_the_simulator(load: float) -> None:
+    """One replica, Poisson arrivals, heavy-tailed prompts: the chain's share within 500 ms vs the replay."""
+    workload = Workload(float(PROMPTS.mean()), OUTPUTS)
+    rate = load * max_rate(A100, workload, SLO(ttft_ms=500, itl_ms=24))
+    rng = np.random.default_rng(3)
+    duration = 6000.0 / rate
+    arrivals = np.sort(rng.uniform(0, duration, rng.poisson(rate * duration)))
+    prompts = rng.choice(PROMPTS, len(arrivals))
+    trace = Trace(arrivals, prompts, np.full(len(arrivals), OUTPUTS), np.zeros(len(arrivals), dtype=np.int64), ("m",))
+    variant = VariantModel("ns/v", "m", "v", "A100", 1, 40.0, A100, 256 * 2048)
+    result = simulate([variant], trace, SimConfig(horizon_s=duration), {"ns/v": 1})
+    warm = result.arrival_s > 0.1 * duration
+    simulated = float(np.mean(result.ttft_s[warm] <= 0.5))
+    # With the exact prompt distribution the chain agrees with the replay within 3 points ...
+    exact = PromptDistribution.from_buckets([(float(x), float((PROMPTS <= x).sum())) for x in range(0, 5000, 10)])
+    assert ttft_attainment(A100, workload, exact, 500.0, rate) == pytest.approx(simulated, abs=0.03)
+    # ... and with vLLM's coarse buckets (1,000-2,000 interpolated linearly) it is conservative.
+    coarse = ttft_attainment(A100, workload, histogram(PROMPTS), 500.0, rate)
+    assert simulated - 0.10 <= coarse <= simulated
+
+
+def test_tail_rate_is_below_wva_for_heavy_tails_and_meets_the_percentile() -> None:
+    workload = Workload(float(PROMPTS.mean()), OUTPUTS)
+    slo = SLO(ttft_ms=500, itl_ms=24)
+    wva = max_rate(A100, workload, slo)
+    dist = histogram(PROMPTS)
+    p90 = tail_max_rate(A100, workload, slo, dist, 90.0)
+    assert p90 is not None and p90 < 0.8 * wva
+    assert ttft_attainment(A100, workload, dist, 500.0, p90) == pytest.approx(0.9, abs=1e-3)
+    assert ttft_attainment(A100, workload, dist, 500.0, wva) < 0.85
+    # A percentile the mean sizing already meets is capped at WVA's rate (never less strict than WVA).
+    assert tail_max_rate(A100, workload, slo, dist, 50.0) == pytest.approx(wva)
+
+
+def test_unreachable_percentile_or_no_data_keeps_wva_sizing() -> None:
+    workload = Workload(1000.0, OUTPUTS)
+    slo = SLO(ttft_ms=500, itl_ms=24)
+    # Prompts of 8,000+ tokens: even alone on a replica the prefill takes 800 ms.
+    long = PromptDistribution.from_buckets({1000.0: 50, 10000.0: 100, math.inf: 100})
+    assert tail_max_rate(A100, workload, slo, long, 90.0) is None
+    assert tail_max_rate(A100, workload, slo, PromptDistribution((1000.0,), (0.0,)), 90.0) is None
+    assert tail_max_rate(A100, workload, SLO(itl_ms=24), histogram(PROMPTS), 90.0) is None
+
+
+def test_optimize_cycle_sizes_for_the_percentile_when_the_histogram_is_collected() -> None:
+    mean_only = ModelLoad(6.0, float(PROMPTS.mean()), OUTPUTS)
+    with_tail = ModelLoad(6.0, float(PROMPTS.mean()), OUTPUTS, histogram(PROMPTS))
+    plain = by_name(plan_variants(inputs([va("a100")], {"a100": 1}, loads={(NS, MODEL): mean_only})))["a100"]
+    tail = by_name(plan_variants(inputs([va("a100")], {"a100": 1}, loads={(NS, MODEL): with_tail})))["a100"]
+    assert tail.desired is not None and plain.desired is not None and tail.desired > plain.desired
+    opted_out = va("a100", annotations={ANNOTATION_TTFT_PERCENTILE: "mean"})
+    mean = by_name(plan_variants(inputs([opted_out], {"a100": 1}, loads={(NS, MODEL): with_tail})))["a100"]
+    assert mean.desired == plain.desired
+
+
+def test_invalid_percentile_annotation_is_reported_on_that_resource_only() -> None:
+    bad = va("bad", annotations={ANNOTATION_TTFT_PERCENTILE: "p10"})
+    decisions = by_name(plan_variants(inputs([bad, va("a100")], {"a100": 1, "bad": 1})))
+    assert decisions["bad"].reason == "InvalidConfiguration"
+    assert f"metadata.annotations[{ANNOTATION_TTFT_PERCENTILE}]" in decisions["bad"].message
+    assert decisions["a100"].ready
+
+
+def test_a_short_inventory_lowers_the_percentile_until_the_plan_fits() -> None:
+    """p90 needs more A100s than the inventory holds: the cycle sizes for a lower percentile, says so, serves everything."""
+    with_tail = ModelLoad(6.0, float(PROMPTS.mean()), OUTPUTS, histogram(PROMPTS))
+    mean_only = ModelLoad(6.0, float(PROMPTS.mean()), OUTPUTS)
+    unlimited = by_name(plan_variants(inputs([va("a100")], {"a100": 1}, loads={(NS, MODEL): with_tail})))["a100"]
+    plain = by_name(plan_variants(inputs([va("a100")], {"a100": 1}, loads={(NS, MODEL): mean_only})))["a100"]
+    assert unlimited.desired is not None and plain.desired is not None and unlimited.desired > plain.desired + 1
+    short = {"A100": unlimited.desired - 1}
+    capped = by_name(plan_variants(inputs([va("a100")], {"a100": 1}, loads={(NS, MODEL): with_tail}, inventory=short)))["a100"]
+    assert capped.desired is not None and plain.desired <= capped.desired <= unlimited.desired - 1
+    assert "the accelerator inventory cannot hold the configured TTFT percentile" in capped.message
+    assert "unserved" not in capped.message
+
+
+def test_recent_peak_sizes_for_the_highest_rate_of_the_start_up_window() -> None:
+    from engine.load_peak import peak_window_s, planning_rate, recent_peak
+
+    window = peak_window_s(120.0, 60.0)
+    assert recent_peak([9.0, 2.0, 3.0, 4.0], 60.0, window) == 4.0  # 9 is older than start-up + interval
+    assert recent_peak([2.0, 9.0, 3.0, 4.0], 60.0, window) == 9.0
+    assert recent_peak([], 60.0, window) is None
+    assert planning_rate(5.0, 3.0) == 5.0 and planning_rate(5.0, None) == 5.0 and planning_rate(1.0, 5.0) == 5.0
+    quiet = ModelLoad(1.0, 128, 256)
+    remembered = ModelLoad(1.0, 128, 256, recent_peak_rps=20.0)
+    now = by_name(plan_variants(inputs([va("a100")], {"a100": 4}, loads={(NS, MODEL): quiet})))["a100"]
+    held = by_name(plan_variants(inputs([va("a100")], {"a100": 4}, loads={(NS, MODEL): remembered})))["a100"]
+    assert now.desired is not None and now.desired < 4
+    assert held.desired is not None and held.desired > now.desired
