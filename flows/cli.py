@@ -726,6 +726,59 @@ def deploy(
     err.print(f"registered the deployments of deployments/prefect.yaml on {name!r}; start a worker: prefect worker start --pool {name}")
 
 
+def cluster_problem(cluster: Optional[str], api_version: str, kind: str) -> Optional[str]:
+    """Why a flow cannot run on ``cluster`` at all, or None: a local path that does not exist, or no way to
+    read ``kind`` (no API access, forbidden, the CRD not installed). Checked before Prefect starts, so the
+    command prints one ``error:`` line and exits 2 instead of a failed run's traceback."""
+    from tasks.cluster import ClusterError, connect
+    from tasks.optimizer import local_path_problem
+
+    target = connect(cluster)
+    problem = local_path_problem(target)
+    if problem:
+        return problem
+    try:
+        target.list(api_version, kind)
+    except ClusterError as exc:
+        return f"cannot read {kind}s: {exc.message}"
+    return None
+
+
+@app.command("watch-models")
+def watch_models_command(
+    cluster: Optional[str] = typer.Option(None, "--cluster", help=_CLUSTER_HELP),
+    namespace: list[str] = typer.Option([], "--namespace", "-n", help="Watch these namespaces only (repeatable)."),
+    watch_seconds: float = typer.Option(45.0, "--watch-seconds", help="How long the watch stays open (0 < s <= 50)."),
+    as_json: bool = typer.Option(False, "--json", help="Print a JSON object instead of a table."),
+) -> None:
+    """Watch the Kthena Models for WATCH_SECONDS and emit modelplane.kthena.model.changed for each Model whose
+    spec rollout-models has not rolled out yet (the event triggers its rollout).
+
+    Exit codes (flows/exitcodes.py): 0 the watch ran (changes or none); 2 could not run (cluster path missing,
+    no Kubernetes access, the Kthena Model CRD not installed, a parameter rejected), with one line on stderr.
+    """
+    from engine.api.kthena import API_VERSION
+    from flows.watch_models import watch_models
+
+    with cli_errors():
+        problem = cluster_problem(cluster, API_VERSION, "Model")
+        if problem:
+            raise CannotRun(problem)
+    report = run_flow_or_exit(watch_models, namespaces=namespace or None, watch_seconds=watch_seconds, cluster=cluster)
+    if as_json:
+        sys.stdout.write(json.dumps(report.as_json(), indent=2) + "\n")
+        exit_with_outcome([])
+    table = Table(title="Kthena Model changes announced")
+    for column in ("namespace", "model", "generation", "rolled out", "seen as"):
+        table.add_column(column)
+    for row in report.changes:
+        observed = "never" if row.observed_generation is None else str(row.observed_generation)
+        table.add_row(row.namespace, row.name, str(row.generation), observed, row.seen_as)
+    console.print(table)
+    console.print(report.summary)
+    exit_with_outcome([])
+
+
 def main() -> None:
     """Console-script entry point."""
     app()

@@ -2,7 +2,7 @@
 
 Lifecycle, top to bottom:
 
-1. list the Models (all namespaces, or the ones named);
+1. list the Models (all namespaces, or the ones named; only the Models named, when a change event names one);
 2. for each Model (independently: one Model's failure never stops the others):
    validate it as Kthena's webhook does -> resolve its weights (direct ``pvc://`` mount, a download into
    its ``cacheURI``, or a shared ModelCache) -> render Deployments + Services, the AutoscalingPolicy /
@@ -24,6 +24,7 @@ from prefect.context import FlowRunContext
 from pydantic import BaseModel, Field
 
 from engine.api.kthena import API_VERSION as KTHENA_API_VERSION
+from flows.parameters import NamespaceName, ObjectName
 from tasks.cluster import ClusterError, connect
 from tasks.events import Subject, emit_change
 from tasks.kthena_rollout import ModelOutcome, list_models, reconcile_model
@@ -36,6 +37,7 @@ class RolloutParameters(BaseModel):
     """One run's parameters, validated (defaults and descriptions live in the flow signature)."""
 
     namespaces: list[str]
+    names: list[str]
     cluster: str | None
     downloader_image: str = Field(min_length=1)
 
@@ -54,9 +56,10 @@ class RolloutReport:
 
 @flow(name="rollout-models", timeout_seconds=DEFAULT_INTERVAL_S - 60, log_prints=True)
 def rollout_models(
-    namespaces: list[str] | None = None,
+    namespaces: list[NamespaceName] | None = None,
     cluster: str | None = None,
     downloader_image: str = DEFAULT_DOWNLOADER_IMAGE,
+    names: list[ObjectName] | None = None,
 ) -> RolloutReport:
     """Roll out every Kthena Model: backends become Deployments the optimize flow scales.
 
@@ -65,14 +68,18 @@ def rollout_models(
         cluster: Empty = kubeconfig or in-cluster; 'kubeconfig:PATH[#context]'; or a manifests directory/file.
         downloader_image: Modelplane's image, run as the init container that downloads weights into a
             backend's cacheURI.
+        names: Only the Models with these names (in the namespaces above); empty means every Model. A run
+            triggered by a Model's change event rolls out just that Model.
     """
-    params = RolloutParameters(namespaces=namespaces or [], cluster=cluster, downloader_image=downloader_image)
+    params = RolloutParameters(namespaces=namespaces or [], names=names or [], cluster=cluster, downloader_image=downloader_image)
     logger = get_run_logger()
     now = datetime.now(timezone.utc).replace(microsecond=0)
     target = connect(params.cluster)
 
     report = RolloutReport()
     for manifest in list_models(target, params.namespaces or None):
+        if params.names and manifest["metadata"]["name"] not in params.names:
+            continue
         try:
             outcome = reconcile_model(target, manifest, now, params.downloader_image)
         except ClusterError as exc:  # e.g. the status write itself failed: report it, go on with the others

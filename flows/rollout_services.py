@@ -40,6 +40,7 @@ from engine.aim_services import (
     workload_name,
 )
 from engine.aim_templates import GpuInventory, ModelCatalog, cluster_gpus
+from flows.parameters import NamespaceName
 from tasks.aim import (
     AimState,
     WriteCounts,
@@ -89,7 +90,7 @@ class RolloutReport:
 
 
 @flow(name="rollout-services", timeout_seconds=DEFAULT_INTERVAL_S - 60, log_prints=True)
-def rollout_services(namespaces: list[str] | None = None, cluster: str | None = None) -> RolloutReport:
+def rollout_services(namespaces: list[NamespaceName] | None = None, cluster: str | None = None) -> RolloutReport:
     """Roll out every AIMService as a KServe InferenceService and Gateway HTTPRoute, and report its status.
 
     Args:

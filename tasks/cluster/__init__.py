@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from tasks.cluster.base import Cluster, Manifest, Mutation, ObjectRef, Scale
+from tasks.cluster.base import Cluster, Manifest, Mutation, ObjectRef, Scale, WatchEvent
 from tasks.cluster.errors import ClusterError, Conflict, Forbidden, Invalid, NotFound, Unavailable
 from tasks.cluster.local import LocalCluster, LoadError
 from tasks.cluster.resources import ResourceInfo, register, resource_for
@@ -65,6 +65,7 @@ __all__ = [
     "ResourceInfo",
     "Scale",
     "Unavailable",
+    "WatchEvent",
     "connect",
     "register",
     "resource_for",

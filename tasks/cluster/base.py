@@ -9,7 +9,7 @@ local-manifests backend. Backends: :mod:`tasks.cluster.kube` (official ``kuberne
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable, Protocol, runtime_checkable
+from typing import Any, Callable, Iterator, Literal, Protocol, runtime_checkable
 
 Manifest = dict[str, Any]
 
@@ -40,6 +40,18 @@ class Scale:
     resource_version: str | None = None
 
 
+WatchEventType = Literal["ADDED", "MODIFIED", "DELETED"]
+
+
+@dataclass(frozen=True)
+class WatchEvent:
+    """One change seen by :meth:`Cluster.watch`: ``type`` and the object as it is after it (as it was
+    last seen for ``DELETED``)."""
+
+    type: WatchEventType
+    object: Manifest
+
+
 @runtime_checkable
 class Cluster(Protocol):
     """Backend-neutral cluster operations. Every method raises :mod:`tasks.cluster.errors` types."""
@@ -56,6 +68,16 @@ class Cluster(Protocol):
         label_selector: str | None = None,
     ) -> list[Manifest]:
         """List objects of a kind in one namespace (or all when ``None``), filtered by a label selector."""
+        ...
+
+    def watch(
+        self, api_version: str, kind: str, namespace: str | None = None, timeout_s: float = 30.0
+    ) -> Iterator[WatchEvent]:
+        """The objects of a kind in one namespace (all when ``None``) as they are now, each an ``ADDED``
+        event, then every change (``ADDED``, ``MODIFIED``, ``DELETED``) until ``timeout_s`` seconds pass.
+
+        A bounded watch: the stream ends by itself, so a scheduled flow can watch for most of its interval
+        and the next run starts again from the current objects (nothing is kept between runs)."""
         ...
 
     def create(self, obj: Manifest) -> Manifest:

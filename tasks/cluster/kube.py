@@ -24,13 +24,13 @@ import json
 import logging
 import os
 import threading
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import urllib3
-from kubernetes import client, config
+from kubernetes import client, config, watch as kube_watch
 from kubernetes.client.exceptions import ApiException
 
-from tasks.cluster.base import Manifest, ObjectRef, Scale
+from tasks.cluster.base import Manifest, ObjectRef, Scale, WatchEvent
 from tasks.cluster.errors import ClusterError, Conflict, Forbidden, Invalid, NotFound, Unavailable
 from tasks.cluster.objects import apply_patch_of, build_event, json_shape
 from tasks.cluster.resources import ResourceInfo, lookup, resource_for
@@ -118,6 +118,53 @@ class KubeCluster:
             if exc.status != 410:
                 raise
         return self._list_all(info, namespace, label_selector)
+
+    def watch(
+        self, api_version: str, kind: str, namespace: str | None = None, timeout_s: float = 30.0
+    ) -> Iterator[WatchEvent]:
+        """A watch through ``kubernetes.watch.Watch`` with ``timeoutSeconds``: started without a
+        resourceVersion, the server first sends every current object as ``ADDED``, then the changes,
+        and ends the stream when the time is up. BOOKMARKs are skipped; an ERROR event (e.g. 410 Gone)
+        and a failed request raise the typed errors of :mod:`tasks.cluster.errors`."""
+        info = self._resource(api_version, kind)
+        namespace = namespace if info.namespaced else None
+        what = f"watch {info.plural}" + (f" in {namespace}" if namespace else "")
+        seconds = max(1, int(timeout_s))
+        failure: ClusterError | None = None
+        stream = kube_watch.Watch().stream(
+            self._watch_request(info, namespace), timeout_seconds=seconds, _request_timeout=(10.0, seconds + 30.0))
+        try:
+            for event in stream:
+                if event.get("type") in ("ADDED", "MODIFIED", "DELETED"):
+                    yield WatchEvent(event["type"], {"apiVersion": info.api_version, "kind": info.kind, **event["raw_object"]})
+        except ApiException as exc:
+            failure = _from_api_exception(exc, what, info)
+        except (urllib3.exceptions.HTTPError, OSError) as exc:
+            failure = Unavailable(f"{what}: API server unreachable ({type(exc).__name__})", reason="Unreachable")
+        finally:
+            stream.close()
+        if failure is not None:
+            raise failure
+
+    def _watch_request(self, info: ResourceInfo, namespace: str | None) -> Callable[..., Any]:
+        """The list call ``Watch.stream`` drives (``watch=True`` and a timeout added by it), for every kind
+        (core or not) on the same path scheme as the other requests; the response is left unread."""
+
+        def request(*, watch: bool, _preload_content: bool, timeout_seconds: int, _request_timeout: Any,
+                    resource_version: str | None = None) -> Any:
+            query: list[tuple[str, Any]] = [("watch", "true" if watch else "false"), ("timeoutSeconds", timeout_seconds)]
+            if resource_version:
+                query.append(("resourceVersion", resource_version))
+            prepared = self.api_client.param_serialize(
+                method="GET", resource_path=info.path(namespace), query_params=query,
+                header_params={"Accept": "application/json"}, auth_settings=["BearerToken"])
+            response = self.api_client.call_api(*prepared, _request_timeout=_request_timeout)
+            if not 200 <= response.status <= 299:
+                response.read()
+                raise ApiException.from_response(http_resp=response, body=None, data=None)
+            return response.response  # the urllib3 response: Watch reads it line by line as it streams
+
+        return request
 
     def create(self, obj: Manifest) -> Manifest:
         """POST the object; ``Conflict`` if it exists. Returns the object as the server stored it."""

@@ -40,6 +40,7 @@ import copy
 import logging
 import os
 import threading
+import time
 import uuid
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -52,7 +53,7 @@ try:
 except ImportError:  # pragma: no cover - not POSIX: thread safety only
     fcntl = None  # type: ignore[assignment]
 
-from tasks.cluster.base import Manifest, ObjectRef, Scale
+from tasks.cluster.base import Manifest, ObjectRef, Scale, WatchEvent
 from tasks.cluster.bookkeeping import Bookkeeping
 from tasks.cluster.errors import Conflict, Invalid, NotFound, Unavailable
 from tasks.cluster.objects import (
@@ -328,6 +329,31 @@ class LocalCluster:
                 and selector_matches(requirements, entry.obj["metadata"].get("labels"))
             ]
         return found
+
+    def watch(
+        self, api_version: str, kind: str, namespace: str | None = None, timeout_s: float = 30.0,
+        poll_s: float = 1.0,
+    ) -> Iterator[WatchEvent]:
+        """The objects now as ``ADDED``, then what changed in the files (writes by this or another process,
+        hand edits) as ``ADDED``/``MODIFIED``/``DELETED``, found by re-reading them every ``poll_s`` seconds
+        (by resourceVersion, as an API server's watch reports them) until ``timeout_s`` seconds pass."""
+        deadline = time.monotonic() + timeout_s
+        seen: dict[Key, Manifest] = {}
+        for obj in self.list(api_version, kind, namespace):
+            seen[_key_of(obj)] = obj
+            yield WatchEvent("ADDED", obj)
+        while (remaining := deadline - time.monotonic()) > 0:
+            time.sleep(min(poll_s, remaining))
+            now = {_key_of(obj): obj for obj in self.list(api_version, kind, namespace)}
+            for key, obj in now.items():
+                before = seen.get(key)
+                if before is None:
+                    yield WatchEvent("ADDED", obj)
+                elif before["metadata"].get("resourceVersion") != obj["metadata"].get("resourceVersion"):
+                    yield WatchEvent("MODIFIED", obj)
+            for key in seen.keys() - now.keys():
+                yield WatchEvent("DELETED", seen[key])
+            seen = now
 
     def create(self, obj: Manifest) -> Manifest:
         """Store a new object; ``Conflict`` if it exists. Returns it as stored."""

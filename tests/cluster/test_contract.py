@@ -530,3 +530,36 @@ def test_create_from_a_snapshot_drops_server_owned_metadata(cluster: Cluster, ns
     copied = cluster.create(snapshot)
     assert copied["metadata"]["uid"] != snapshot["metadata"]["uid"]
     assert copied["metadata"]["resourceVersion"] != snapshot["metadata"]["resourceVersion"]
+
+
+# ---------------------------------------------------------------------------- watch
+
+
+def test_watch_sends_the_current_objects_then_each_change_until_its_timeout(backend: Backend, cluster: Cluster, ns: str) -> None:
+    """A bounded watch (the watch-models flow's): every object now as ADDED, then a spec change (new
+    generation) as MODIFIED, a delete as DELETED, a create as ADDED; the stream ends by itself."""
+    import time
+
+    started = time.monotonic()
+    stream = cluster.watch(*VA, namespace=ns, timeout_s=3)
+    seen: list[tuple[str, str, int | None]] = []
+    for event in stream:
+        meta = event.object["metadata"]
+        assert (event.object["apiVersion"], event.object["kind"]) == VA and meta["namespace"] == ns
+        seen.append((event.type, meta["name"], meta.get("generation")))
+        if seen[-1] == ("ADDED", "seed-va", 1):  # the initial state: change it while the watch is open
+            cluster.patch_spec(va_ref(ns), {"spec": {"acceleratorCount": 2}})
+        elif seen[-1] == ("MODIFIED", "seed-va", 2):
+            cluster.delete(va_ref(ns))
+        elif seen[-1][0] == "DELETED":
+            cluster.create(va_manifest("later-va", ns))
+    elapsed = time.monotonic() - started
+    assert seen == [("ADDED", "seed-va", 1), ("MODIFIED", "seed-va", 2), ("DELETED", "seed-va", 2), ("ADDED", "later-va", 1)]
+    assert 2.5 <= elapsed < 15, f"the watch ends after its timeout, not before or long after ({elapsed:.1f}s)"
+
+
+def test_watch_all_namespaces_and_core_kinds(backend: Backend, cluster: Cluster, ns: str) -> None:
+    names = {(e.object["metadata"]["namespace"], e.type) for e in cluster.watch(*VA, timeout_s=1)}
+    assert {(ns, "ADDED"), (backend.other_namespace, "ADDED")} <= names
+    configs = [e for e in cluster.watch("v1", "ConfigMap", namespace=ns, timeout_s=1)]
+    assert [(e.type, e.object["kind"], e.object["metadata"]["name"]) for e in configs] == [("ADDED", "ConfigMap", "seed-config")]

@@ -25,6 +25,8 @@ LOCAL_RUN_PARAMETERS: dict[str, dict[str, Any]] = {
     # serve-openmodel serves one named OpenModel (a person's request): the example's.
     "serve-openmodel": {"model": "qwen2-5-0-5b-instruct", "namespace": "llm-serving"},
     "discover-models": {"registry_mirrors": {"docker.io": f"oci-layout:{REPO / 'deployments' / 'example-images'}"}},
+    # A short watch: the example's Models are announced from the watch's initial state.
+    "watch-models": {"watch_seconds": 2},
 }
 
 

@@ -1,0 +1,58 @@
+"""Which objects changed since their controller last reconciled them (pure: manifests in, decisions out).
+
+Kubernetes bumps ``metadata.generation`` on every spec change; a controller writes the generation it
+acted on into ``status.observedGeneration``. An object whose two numbers differ (or that has no
+``observedGeneration`` yet: never reconciled) has a change its controller has not rolled out. The
+``watch-models`` flow announces such Kthena Models as ``modelplane.kthena.model.changed`` events, so the
+rollout starts within seconds instead of at its next scheduled pass.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+
+@dataclass(frozen=True)
+class UnobservedChange:
+    """An object's spec generation that its controller has not observed yet."""
+
+    namespace: str
+    name: str
+    uid: str
+    generation: int
+    observed_generation: int | None
+
+    @property
+    def key(self) -> tuple[str, int]:
+        """One change: the object (by uid, so a re-created object is another one) at one generation."""
+        return self.uid, self.generation
+
+
+def unobserved_change(obj: Mapping[str, Any]) -> UnobservedChange | None:
+    """The change ``obj`` carries that its controller has not acted on, or None when there is none: the
+    object is up to date, is being deleted (its owner references clean up), or keeps no generation."""
+    meta = obj.get("metadata") or {}
+    generation = meta.get("generation")
+    if generation is None or meta.get("deletionTimestamp"):
+        return None
+    observed = (obj.get("status") or {}).get("observedGeneration")
+    if observed is not None and int(observed) == int(generation):
+        return None
+    return UnobservedChange(
+        namespace=meta.get("namespace") or "",
+        name=meta["name"],
+        uid=meta.get("uid") or f"{meta.get('namespace')}/{meta['name']}",
+        generation=int(generation),
+        observed_generation=None if observed is None else int(observed),
+    )
+
+
+def new_changes(objects: list[Mapping[str, Any]], announced: set[tuple[str, int]]) -> list[UnobservedChange]:
+    """The unobserved changes among ``objects`` not in ``announced`` yet (each announced once per run)."""
+    found: list[UnobservedChange] = []
+    for obj in objects:
+        change = unobserved_change(obj)
+        if change is not None and change.key not in announced and change.key not in {c.key for c in found}:
+            found.append(change)
+    return found
