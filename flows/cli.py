@@ -156,9 +156,9 @@ def optimize(
     exit_with_outcome(report.degraded)
 
 
-def run_flow_or_exit(flow: Any, **parameters: Any) -> Any:
-    """Run ``flow`` in-process; when it cannot run (no cluster, bad parameter, missing file) print one
-    ``error:`` line and exit CANNOT_RUN instead of a traceback."""
+def run_flow_or_exit(flow: Any, _cannot_run: tuple[type[Exception], ...] = (), **parameters: Any) -> Any:
+    """Run ``flow`` in-process; when it cannot run (no cluster, bad parameter, missing file, or one of the
+    flow's own ``_cannot_run`` errors) print one ``error:`` line and exit CANNOT_RUN instead of a traceback."""
     from prefect.exceptions import ParameterTypeError
     from prefect.logging.loggers import disable_logger
 
@@ -171,7 +171,7 @@ def run_flow_or_exit(flow: Any, **parameters: Any) -> Any:
         return flow(**parameters)
     except ParameterTypeError as exc:
         reason = one_line(exc)
-    except (CannotRun, ClusterError) as exc:
+    except (CannotRun, ClusterError, *_cannot_run) as exc:
         reason = one_line(exc)
     except (OSError, ValueError) as exc:
         reason = f"{type(exc).__name__}: {one_line(exc)}"
@@ -266,8 +266,13 @@ def rollout_services_command(
 def aim_command(
     cluster: Optional[str] = typer.Option(None, "--cluster", help=_CLUSTER_HELP),
     registry_mirror: list[str] = typer.Option([], "--registry-mirror", help="HOST=MIRROR or HOST=oci-layout:DIR (repeatable)."),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON object (models, templates, services) instead of tables."),
 ) -> None:
-    """The three AIM lifecycles in one process: discover-models, resolve-templates, rollout-services."""
+    """The three AIM lifecycles in one process: discover-models, resolve-templates, rollout-services.
+
+    Exit codes (flows/exitcodes.py): 0 clean; 2 could not run (cluster path missing, no Kubernetes access,
+    AIM CRDs not installed), with one line on stderr; 3 ran degraded (writes failed), one line per error.
+    """
     from flows.discover_models import discover_models
     from flows.resolve_templates import resolve_templates
     from flows.rollout_services import rollout_services
@@ -276,13 +281,23 @@ def aim_command(
     found = _run_flow(cluster, lambda: discover_models(registry_mirrors=mirrors, cluster=cluster))
     resolved = _run_flow(cluster, lambda: resolve_templates(cluster=cluster))
     rolled = _run_flow(cluster, lambda: rollout_services(cluster=cluster))
+    errors = found.writes.errors + resolved.writes.errors + rolled.writes.errors
+    if as_json:
+        sys.stdout.write(json.dumps({
+            "models": [{"model": r.name, "image": r.image, "result": r.result, "deployments": r.deployments, "templates": r.templates} for r in found.rows],
+            "templates": [{"namespace": r.namespace, "template": r.name, "status": r.status, "reason": r.reason} for r in resolved.rows],
+            "services": [{"namespace": r.namespace, "service": r.name, "status": r.status, "reason": r.reason, "workload": r.workload,
+                          "action": r.action} for r in rolled.rows],
+            "summary": {"models": found.summary, "templates": resolved.summary, "services": rolled.summary},
+        }, indent=2, default=str) + "\n")
+        exit_with_outcome(errors)
     _aim_table("AIM model discovery", ("model", "image", "result", "deployments", "templates"),
                [(r.name, r.image, r.result, r.deployments, r.templates) for r in found.rows], found.summary, found.writes.errors, last=False)
     _aim_table("AIM templates", ("namespace", "template", "status", "reason"),
                [(r.namespace, r.name, r.status, r.reason) for r in resolved.rows], resolved.summary, resolved.writes.errors, last=False)
     _aim_table("AIM services", ("namespace", "service", "status", "reason", "workload", "action"),
                [(r.namespace, r.name, r.status, r.reason, r.workload, r.action) for r in rolled.rows], rolled.summary, rolled.writes.errors, last=False)
-    raise typer.Exit(exit_code(found.writes.errors + resolved.writes.errors + rolled.writes.errors))
+    raise typer.Exit(exit_code(errors))
 
 
 def _mirrors(pairs: list[str]) -> dict[str, str]:
@@ -443,16 +458,23 @@ def rollout_models_command(
     namespace: list[str] = typer.Option([], "--namespace", "-n", help="Limit to these namespaces (repeatable)."),
     downloader_image: str = typer.Option("ghcr.io/modelplane/modelplane:0.1.0", help="Image of the init container that downloads into a cacheURI."),
     as_json: bool = typer.Option(False, "--json", help="Print a JSON list instead of a table."),
+    name: list[str] = typer.Option([], "--name", help="Only the Models with these names (repeatable)."),
 ) -> None:
-    """Roll out every Kthena Model once and print what changed; exits 2 when it cannot run, 3 when a Model is Failed."""
-    from flows.rollout_models import rollout_models
-    from tasks.cluster import ClusterError
+    """Roll out every Kthena Model once and print what changed.
 
-    try:
-        report = rollout_models(namespaces=namespace or None, cluster=cluster, downloader_image=downloader_image)
-    except (ClusterError, OSError) as exc:
-        err.print(f"[red]rollout-models: {escape(str(getattr(exc, 'message', exc)))}[/red]")
-        raise typer.Exit(ExitCode.CANNOT_RUN)
+    Exit codes (flows/exitcodes.py): 0 every Model rolled out; 2 could not run (cluster path missing, no
+    Kubernetes access, the Kthena CRDs not installed, a parameter rejected), with one line on stderr;
+    3 degraded: a Model is Failed, as its row says.
+    """
+    from engine.api.kthena import API_VERSION as KTHENA_API_VERSION
+    from flows.rollout_models import rollout_models
+
+    with cli_errors():
+        problem = cluster_problem(cluster, KTHENA_API_VERSION, "Model")
+        if problem:
+            raise CannotRun(problem)
+    report = run_flow_or_exit(rollout_models, namespaces=namespace or None, names=name or None, cluster=cluster,
+                              downloader_image=downloader_image)
     failed = [f"{m.namespace}/{m.name}: {m.result}" for m in report.failed]
     if as_json:
         sys.stdout.write(json.dumps([dataclasses.asdict(m) for m in report.models], indent=2, default=str) + "\n")
@@ -477,16 +499,21 @@ def serve_openmodel_command(
     cluster: Optional[str] = typer.Option(None, "--cluster", help="Manifests directory/file, 'kubeconfig:PATH[#ctx]', or empty for the current kubeconfig."),
     as_json: bool = typer.Option(False, "--json", help="Print a JSON object instead of a table."),
 ) -> None:
-    """Serve an llmaz OpenModel with vLLM from its shared cache, placed by its flavors; exits 2 when it cannot
-    run, 3 when it is not Serving (yet)."""
-    from flows.serve_openmodel import ServeError, serve_openmodel
-    from tasks.cluster import ClusterError
+    """Serve an llmaz OpenModel with vLLM from its shared cache, placed by its flavors.
 
-    try:
-        report = serve_openmodel(model=model, namespace=namespace, replicas=replicas, flavor=flavor, cluster=cluster)
-    except (ServeError, ClusterError, OSError) as exc:
-        err.print(f"[red]serve-openmodel: {escape(str(getattr(exc, 'message', exc)))}[/red]")
-        raise typer.Exit(ExitCode.CANNOT_RUN)
+    Exit codes (flows/exitcodes.py): 0 Serving; 2 could not run (cluster path missing, no Kubernetes access,
+    the OpenModel or namespace missing, no flavor fits), with one line on stderr; 3 not Serving (yet), as
+    the state line says.
+    """
+    from engine.api.llmaz import API_VERSION as LLMAZ_API_VERSION
+    from flows.serve_openmodel import ServeError, serve_openmodel
+
+    with cli_errors():
+        problem = cluster_problem(cluster, LLMAZ_API_VERSION, "OpenModel")
+        if problem:
+            raise CannotRun(problem)
+    report = run_flow_or_exit(serve_openmodel, model=model, namespace=namespace, replicas=replicas, flavor=flavor,
+                              cluster=cluster, _cannot_run=(ServeError,))
     problems = [] if report.state == "Serving" else [f"{report.model} in {report.namespace}: {report.state} - {report.message}"]
     if as_json:
         sys.stdout.write(json.dumps(dataclasses.asdict(report), indent=2, default=str) + "\n")
@@ -656,7 +683,6 @@ def calibrate(
     """
     from flows.calibrate import calibrate as calibrate_flow
     from tasks.calibration import WindowsFileError, read_windows_file
-    from tasks.cluster import connect
 
     with cli_errors():
         if windows is not None:
@@ -664,7 +690,9 @@ def calibrate(
                 read_windows_file(windows)  # before Prefect starts: a bad file is one line
             except WindowsFileError as exc:
                 raise CannotRun(str(exc)) from None
-        connect(cluster)
+        problem = cluster_problem(cluster, "llmd.ai/v1alpha1", "VariantAutoscaling")
+        if problem:
+            raise CannotRun(problem)
         report = calibrate_flow(
             namespaces=namespace or None, config_namespace=config_namespace, cluster=cluster, prometheus_url=prometheus,
             windows_file=str(windows) if windows else None, lookback=lookback, window=window, dry_run=dry_run,
@@ -672,7 +700,7 @@ def calibrate(
     degraded = [f"{r.namespace}/{r.name}: {r.reason}" for r in report.rows if r.fit is None or r.error]
     if as_json:
         sys.stdout.write(json.dumps(report.as_json(), indent=2, default=str) + "\n")
-        raise typer.Exit(exit_code(degraded))
+        exit_with_outcome(degraded)
     table = Table(title="Calibrated performance profiles")
     for column in ("namespace", "name", "result", "alpha", "beta", "gamma", "delta", "written"):
         table.add_column(column)

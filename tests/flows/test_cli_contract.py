@@ -1,0 +1,153 @@
+"""Every `modelplane` command that runs a flow keeps the CI contract (flows/exitcodes.py, docs/platform.md):
+
+(a) `--json` prints one parseable JSON document on stdout when the command ran (exit 0 or 3);
+(b) a missing cluster path exits 2 with exactly one `error: ...` line on stderr and no traceback;
+(c) a degraded run (here: the API server refuses every status write) still prints its JSON, ends with one
+    `degraded: ...` line per problem on stderr and exits 3 (the run log before them may show a failed task).
+
+The commands are enumerated from the typer app: each is either in FLOW_COMMANDS (how to run it on the
+example cluster) or in NOT_FLOWS (with the reason), so a new command fails here until it is classified.
+Runs (a) and (c) use the real entry point in a subprocess (what a CI job sees) against one Prefect server
+for the module; (b) exits before Prefect starts, so it runs in-process.
+"""
+
+from __future__ import annotations
+
+import json
+import pathlib
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+import typer.main
+from typer.testing import CliRunner
+
+from flows.cli import app
+from flows.exitcodes import ExitCode
+from tests.flows.platform_support import cluster_server, load_example_cluster  # noqa: F401
+from tests.flows.prefect_server import PrefectServer
+from tests.kubeserver.fixture import KubeServer
+
+REPO = pathlib.Path(__file__).resolve().parents[2]
+EXAMPLES = REPO / "deployments" / "examples"
+MIRROR = f"docker.io=oci-layout:{REPO / 'deployments' / 'example-images'}"
+
+pytestmark = pytest.mark.timeout(600)
+
+
+@dataclass(frozen=True)
+class FlowCommand:
+    """How to run one command on the example cluster."""
+
+    args: tuple[str, ...] = ()
+    clean: int = ExitCode.OK
+    """Its exit code on the example cluster (3 where the example itself cannot be served cleanly: why)."""
+    why_not_clean: str = ""
+    degradable: str = "status writes"
+    """What a refused status write degrades; empty where a run has no writes to refuse (why in NO_DEGRADED)."""
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+FLOW_COMMANDS: dict[str, FlowCommand] = {
+    "optimize": FlowCommand(("--metrics", str(REPO / "deployments" / "example-metrics.yaml"))),
+    "discover-models": FlowCommand(("--registry-mirror", MIRROR)),
+    "resolve-templates": FlowCommand(),
+    "rollout-services": FlowCommand(),
+    "aim": FlowCommand(("--registry-mirror", MIRROR)),
+    "rollout-models": FlowCommand(),
+    "serve-openmodel": FlowCommand(("qwen2-5-0-5b-instruct", "-n", "llm-serving"), clean=ExitCode.DEGRADED,
+                                   why_not_clean="its ModelCache is Pending until warm-caches fills it"),
+    # cache-demo's ModelCache is filled from S3 at a closed local port: Failed, degraded, fast and offline.
+    "warm-caches": FlowCommand(("-n", "cache-demo"), clean=ExitCode.DEGRADED, why_not_clean="its S3 endpoint is not running"),
+    "simulate": FlowCommand(("--trace", str(REPO / "deployments" / "traces" / "azure-conv-2023-20min.csv"), "--duration", "60"),
+                            degradable=""),
+    "calibrate": FlowCommand(clean=ExitCode.DEGRADED, why_not_clean="no metrics to fit a profile from"),
+    "watch-models": FlowCommand(("--watch-seconds", "1"), degradable=""),
+}
+NO_DEGRADED = {
+    "simulate": "replays a trace against a copy of the cluster description in memory: no cluster writes (0 or 2)",
+    "watch-models": "reads only: a watch that ran is a clean run (0 or 2)",
+}
+NOT_FLOWS = {
+    "crds": "prints the generated CRDs",
+    "validate": "validates manifests without a flow (0/2/3, tests/test_exitcodes.py)",
+    "serve": "serves the deployments until stopped",
+    "deploy": "registers the deployments on a Prefect server",
+    "cache": "`cache fill` runs inside a fill Job (exit 1 fill failed, 2 bad source; tests/downloader)",
+}
+COMMANDS = sorted(FLOW_COMMANDS)
+
+
+def test_every_command_is_classified() -> None:
+    commands = set(typer.main.get_command(app).commands)
+    assert commands == set(FLOW_COMMANDS) | set(NOT_FLOWS), (
+        f"classify in FLOW_COMMANDS or NOT_FLOWS: {sorted(commands ^ (set(FLOW_COMMANDS) | set(NOT_FLOWS)))}")
+    assert {name for name, c in FLOW_COMMANDS.items() if not c.degradable} == set(NO_DEGRADED)
+
+
+@pytest.fixture(scope="module")
+def server(prefect_server: PrefectServer) -> PrefectServer:
+    return prefect_server
+
+
+def modelplane(server: PrefectServer, name: str, cluster: str, tmp_path: pathlib.Path) -> subprocess.CompletedProcess[str]:
+    """`modelplane NAME ARGS --cluster CLUSTER --json`, as a CI job runs it (its own process, this server's API)."""
+    spec = FLOW_COMMANDS[name]
+    args = [*spec.args, *(("-o", str(tmp_path / "report")) if name == "simulate" else ())]
+    env = {**server.env, "KUBECONFIG": str(tmp_path / "no-kubeconfig")}
+    return subprocess.run([sys.executable, "-m", "flows.cli", name, *args, "--cluster", cluster, "--json"],
+                          cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+
+
+def assert_json_on_stdout(result: subprocess.CompletedProcess[str]) -> Any:
+    try:
+        return json.loads(result.stdout)
+    except json.JSONDecodeError:
+        raise AssertionError(f"--json must print one JSON document on stdout, got:\n{result.stdout[:2000]}") from None
+
+
+@pytest.mark.parametrize("name", COMMANDS)
+def test_json_on_the_example_cluster(name: str, server: PrefectServer, tmp_path: pathlib.Path) -> None:
+    cluster = tmp_path / "cluster"
+    shutil.copytree(EXAMPLES, cluster)
+    result = modelplane(server, name, str(cluster), tmp_path)
+    spec = FLOW_COMMANDS[name]
+    assert result.returncode == spec.clean, f"exit {result.returncode}:\n{result.stderr[-3000:]}"
+    assert_json_on_stdout(result)
+    assert "Traceback" not in result.stderr
+    degraded = [line for line in result.stderr.splitlines() if line.startswith("degraded: ")]
+    assert bool(degraded) == (spec.clean == ExitCode.DEGRADED), (spec.why_not_clean, result.stderr[-2000:])
+
+
+@pytest.mark.parametrize("name", COMMANDS)
+def test_missing_cluster_path_is_one_line_and_exit_2(name: str, tmp_path: pathlib.Path) -> None:
+    missing = tmp_path / "no-such-cluster"
+    spec = FLOW_COMMANDS[name]
+    result = CliRunner().invoke(app, [name, *spec.args, "--cluster", str(missing), "--json"])
+    assert result.exit_code == ExitCode.CANNOT_RUN, (result.exit_code, result.stdout, result.stderr, result.exception)
+    assert isinstance(result.exception, SystemExit), "no exception escapes (no traceback)"
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and str(missing) in lines[0], result.stderr
+    assert result.stdout == "", "nothing on stdout: a pipeline must not parse a half result"
+
+
+# Commands whose example run is degraded already have shown (c) above.
+@pytest.mark.parametrize("name", [n for n in COMMANDS if FLOW_COMMANDS[n].degradable and FLOW_COMMANDS[n].clean == ExitCode.OK])
+def test_refused_writes_make_a_degraded_run_exit_3(name: str, server: PrefectServer, cluster_server: KubeServer,
+                                                   tmp_path: pathlib.Path) -> None:
+    """The example cluster on the Kubernetes API test server, which answers every status write 422: the
+    command still runs (JSON on stdout), says what failed on stderr and exits 3."""
+    load_example_cluster(cluster_server)
+    cluster_server.inject("PATCH", r"/status$", 422, times=10_000, message="refused by the test")
+    try:
+        result = modelplane(server, name, f"kubeconfig:{cluster_server.kubeconfig}", tmp_path)
+    finally:
+        cluster_server.clear_injections()
+    assert result.returncode == ExitCode.DEGRADED, f"exit {result.returncode}:\n{result.stderr[-3000:]}"
+    assert_json_on_stdout(result)
+    # The command ends on its own verdict, one line per problem (the run log above may show a task's failure).
+    lines = result.stderr.strip().splitlines()
+    assert lines and lines[-1].startswith("degraded: ") and "refused by the test" in result.stderr, result.stderr[-2000:]
