@@ -113,6 +113,12 @@ def test_a_run_of_each_flow_completes_on_a_local_cluster(platform: PrefectServer
         resources = {e["resource"]["prefect.resource.id"] for e in events}
         assert "modelplane.llmd.variantautoscaling.llm-serving.llama-3-1-8b-h100" in resources
         assert {e["event"] for e in events} >= {"modelplane.llmd.variantautoscaling.scaled", "modelplane.kthena.binding.scaled"}
+    if entry["name"] == "watch-models":
+        # The example's Kthena Model was never rolled out: the watch announces it (the event that triggers rollout-models).
+        events = wait_for(lambda: platform.events(prefix="modelplane.kthena.model.changed", related=f"prefect.flow-run.{run['id']}"),
+                          30, "watch-models' events")
+        assert {e["resource"]["prefect.resource.id"] for e in events} == {"modelplane.kthena.model.llm-serving.deepseek-r1-distill-qwen-7b"}
+        assert events[0]["resource"]["modelplane.name"] == "deepseek-r1-distill-qwen-7b"
 
 
 TRIGGERS = [(entry, trigger) for entry in ENTRIES for trigger in triggers_of(entry)]
@@ -124,12 +130,21 @@ def test_an_emitted_event_triggers_the_next_flow(platform: PrefectServer, entry:
     with the event's object as parameters, and the chained run completes."""
     stored = platform.deployment(entry)
     platform.patch(f"/deployments/{stored['id']}", {"parameters": {**(entry.get("parameters") or {}), **local_parameters(entry, example_cluster(tmp_path))}})
+    automation = next(a for a in platform.post("/automations/filter", {})
+                      if a["name"] == trigger.name and a["actions"][0].get("deployment_id") == stored["id"])
+    # Another test's event may have started this deployment too (one event can trigger several deployments):
+    # let that run end first, or CANCEL_NEW would cancel the run this event starts.
+    wait_for(lambda: all((r.get("state") or {}).get("type") in TERMINAL for r in platform.runs(stored["id"])), 120, f"{entry['name']} idle")
     before = {r["id"] for r in platform.runs(stored["id"])}
     event_name = sorted(trigger.expect)[0]
     subject = subject_for(trigger.match.root["prefect.resource.id"], event_name)
     platform.emit(subject, event_name.rsplit(".", 1)[1])
 
-    run = wait_for(lambda: next((r for r in platform.runs(stored["id"]) if r["id"] not in before), None), 60, f"a run of {entry['name']} triggered by {event_name}")
+    def started_by_this_trigger(run: dict[str, Any]) -> bool:  # the automation's runs carry its id in their idempotency key
+        return run["id"] not in before and (run.get("idempotency_key") or "").startswith(f"automation {automation['id']}")
+
+    run = wait_for(lambda: next((r for r in platform.runs(stored["id"]) if started_by_this_trigger(r)), None), 60,
+                   f"a run of {entry['name']} triggered by {event_name}")
     rendered = json.dumps(run["parameters"])
     for name, template in trigger.parameters.items():
         assert name in run["parameters"], (name, run["parameters"])
