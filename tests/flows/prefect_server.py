@@ -105,9 +105,16 @@ class PrefectServer:
     # ------------------------------------------------------------------------------ REST helpers
 
     def request(self, method: str, path: str, body: Any = None) -> httpx.Response:
-        """One API call; 503 (SQLite busy under load) is retried, as Prefect's own client does."""
+        """One API call; 503 (SQLite busy under load) is retried, as Prefect's own client does, and so is a
+        read that timed out (GET, or a POST to a ``/filter`` endpoint: nothing is written twice)."""
+        read_only = method == "GET" or path.endswith("/filter")
         for attempt in range(6):
-            response = self.client.request(method, path, json=body)
+            try:
+                response = self.client.request(method, path, json=body)
+            except httpx.TimeoutException:
+                if not read_only or attempt == 5:
+                    raise
+                continue
             if response.status_code != 503:
                 break
             time.sleep(0.5 * (attempt + 1))
