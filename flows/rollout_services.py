@@ -40,6 +40,7 @@ from engine.aim_services import (
     workload_name,
 )
 from engine.aim_templates import GpuInventory, ModelCatalog, cluster_gpus
+from engine.api.aim import API_VERSION as AIM_API_VERSION
 from flows.parameters import NamespaceName
 from tasks.aim import (
     AimState,
@@ -56,6 +57,7 @@ from tasks.aim import (
 from tasks.caches import cache_available, cache_pvc
 from tasks.cluster import Cluster, Manifest, connect
 from tasks.cluster.errors import ClusterError
+from tasks.events import Subject, emit_change
 
 DEFAULT_INTERVAL_S = 300
 MANAGED_PREDICTOR_KEYS = ("imagePullSecrets", "affinity")
@@ -120,6 +122,9 @@ def rollout_services(namespaces: list[NamespaceName] | None = None, cluster: str
     report.rows = [row for row in for_each(services, one, report.writes) if row is not None]
     for line in report.writes.errors:
         logger.error("%s", line)
+    for row in report.rows:
+        if row.action in ("created", "updated"):
+            announce(row)
 
     counts: dict[str, int] = {}
     for row in report.rows:
@@ -133,6 +138,13 @@ def rollout_services(namespaces: list[NamespaceName] | None = None, cluster: str
     publish(report)
     logger.info("rollout-services: %s", report.summary)
     return report
+
+
+def announce(row: ServiceRow) -> None:
+    """``modelplane.aim.service.rolled-out`` (tasks.events.SERVICE_ROLLED_OUT) for a service whose
+    InferenceService or HTTPRoute this run created or updated, for automations to chain on."""
+    emit_change(Subject(AIM_API_VERSION, "AIMService", row.name, row.namespace), "rolled-out",
+                {"action": row.action, "status": row.status, "workload": row.workload})
 
 
 @dataclass

@@ -17,12 +17,15 @@ from typing import Any, Iterator
 import pytest
 import yaml
 from kubernetes import client as k8s
+from prefect.events.worker import EventsWorker
+from prefect.testing.fixtures import asserting_events_worker  # noqa: F401  (the fixture)
 
 from engine.aim import METADATA_ANNOTATION, template_name
 from engine.api.crds import render_crds
 from flows.discover_models import discover_models
 from flows.resolve_templates import resolve_templates
 from flows.rollout_services import rollout_services
+from tasks.events import SERVICE_ROLLED_OUT
 from tests.upstream_crds import SKIP_REASON, upstream_crds
 
 GROUP, VERSION = "aim.silogen.ai", "v1alpha1"
@@ -161,7 +164,13 @@ def env(kube_server: Any, kube_namespace: str, oci_registry: Any, aim_crds: None
     environment.cleanup()
 
 
-def test_image_to_running_service(env: AimEnv) -> None:
+def rolled_out(worker: EventsWorker) -> list[tuple[str, str]]:
+    """The ``modelplane.aim.service.rolled-out`` events emitted so far: (resource id, action)."""
+    worker.drain()
+    return [(e.resource.id, e.payload["action"]) for e in worker._client.events if e.event == SERVICE_ROLLED_OUT]
+
+
+def test_image_to_running_service(env: AimEnv, asserting_events_worker: EventsWorker) -> None:  # noqa: F811
     image = env.registry.image(f"{env.ns}/llama", "0.8.4")
     env.registry.push_image(f"{env.ns}/llama", "0.8.4", aim_labels("meta/llama-3.1-8b", MI300X_PROFILES))
     env.node("mi300x", {"amd.com/gpu.device-id": "74a1", "amd.com/gpu.count": "8"})
@@ -206,6 +215,7 @@ def test_image_to_running_service(env: AimEnv) -> None:
     env.rollout()
     service = env.get("aimservices", "chat")
     assert service["status"]["status"] == "Starting"
+    assert rolled_out(asserting_events_worker) == [(f"modelplane.aim.service.{env.ns}.chat", "created")]
     isvcs = env.list("inferenceservices", "serving.kserve.io", "v1beta1")
     routes = env.list("httproutes", "gateway.networking.k8s.io", "v1")
     assert len(isvcs) == 1 and len(routes) == 1
@@ -240,10 +250,12 @@ def test_image_to_running_service(env: AimEnv) -> None:
 
     # Nothing changed: no write at all.
     env.server.reset_stats()
+    before = len(rolled_out(asserting_events_worker))
     report = env.rollout()
     stats = env.server.stats()["by_verb"]
     assert not any(stats.get(verb) for verb in ("create", "update", "patch", "delete")), stats
     assert report.writes.statuses == 0
+    assert len(rolled_out(asserting_events_worker)) == before, "no change, no event"
 
     # An update propagates: replicas.
     env.custom.patch_namespaced_custom_object(GROUP, VERSION, env.ns, "aimservices", "chat", {"spec": {"replicas": 3}})
