@@ -15,7 +15,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from flows.exitcodes import CannotRun, ExitCode, cli_errors, degraded_summary, exit_code
+from flows.exitcodes import CannotRun, ExitCode, cli_errors, degraded_summary, exit_code, one_line
 
 # Local runs start an ephemeral Prefect API on the shared ~/.prefect database; its telemetry write is the
 # one statement that contends with another local Prefect process, and it reports nothing we need.
@@ -48,7 +48,10 @@ def crds(write: Optional[pathlib.Path] = typer.Option(None, help="Write one file
 
 
 @app.command()
-def validate(cluster: pathlib.Path = typer.Option(..., "--cluster", help="Manifests directory or multi-document file.")) -> None:
+def validate(
+    cluster: pathlib.Path = typer.Option(..., "--cluster", help="Manifests directory or multi-document file."),
+    as_json: bool = typer.Option(False, "--json", help="Print a JSON list (source, kind, namespace, name, result) instead of a table."),
+) -> None:
     """Load and validate a manifests directory; print every resource and every invalid one with its reason.
 
     Exit codes (flows/exitcodes.py): 0 all valid, 2 the path does not exist, 3 some resources are invalid.
@@ -66,20 +69,28 @@ def validate(cluster: pathlib.Path = typer.Option(..., "--cluster", help="Manife
     def short(source: str) -> str:
         return source.removeprefix(base)
 
+    rows: list[tuple[str, str, str, str, str, bool]] = []  # source, kind, namespace, name, result, valid
+    for source, obj in report.valid:
+        meta = _meta_of(obj)
+        rows.append((short(source), _kind_of(obj), meta.get("namespace") or "", meta.get("name") or "", "valid", True))
+    for source, error in report.invalid:
+        rows.append((short(source), error.kind or "", error.namespace or "", error.name or "", f"{error.field_path}: {error.message}", False))
+    for source, message in read_errors:
+        rows.append((short(source), "", "", "", message.removeprefix(base), False))
+    invalid = [f"{source}: " + (f"{kind} {namespace + '/' if namespace else ''}{name}: " if kind else "") + result
+               for source, kind, namespace, name, result, ok in rows if not ok]
+    if as_json:
+        columns = ("source", "kind", "namespace", "name", "result")
+        sys.stdout.write(json.dumps([dict(zip(columns, row[:5])) for row in rows], indent=2) + "\n")
+        exit_with_outcome(invalid)
     table = Table(title=f"Resources in {cluster}")
     for column in ("source", "kind", "namespace", "name", "result"):
         table.add_column(column)
-    for source, obj in report.valid:
-        meta = _meta_of(obj)
-        table.add_row(short(source), _kind_of(obj), meta.get("namespace") or "", meta.get("name") or "", "[green]valid[/green]")
-    for source, error in report.invalid:
-        table.add_row(short(source), error.kind or "", error.namespace or "", error.name or "", f"[red]{error.field_path}: {error.message}[/red]")
-    for source, message in read_errors:
-        table.add_row(short(source), "", "", "", f"[red]{message.removeprefix(base)}[/red]")
+    for source, kind, namespace, name, result, ok in rows:
+        table.add_row(source, kind, namespace, name, "[green]valid[/green]" if ok else f"[red]{escape(result)}[/red]")
     console.print(table)
-    bad = len(report.invalid) + len(read_errors)
-    console.print(f"{len(report.valid)} valid, {bad} invalid")
-    raise typer.Exit(exit_code(["invalid resources"] * bad))
+    console.print(f"{len(report.valid)} valid, {len(invalid)} invalid")
+    raise typer.Exit(exit_code(invalid))
 
 
 def _meta_of(obj: object) -> dict:
@@ -728,10 +739,10 @@ def deploy(
     from flows.exitcodes import ExitCode
 
     if pool_type not in ("kubernetes", "process"):
-        err.print(f"[red]--pool-type must be 'kubernetes' or 'process', not {pool_type!r}[/red]")
+        sys.stderr.write(f"error: --pool-type must be 'kubernetes' or 'process', not {pool_type!r}\n")
         raise typer.Exit(ExitCode.CANNOT_RUN)
     if not os.environ.get("PREFECT_API_URL"):
-        err.print("[red]PREFECT_API_URL is not set: point it at the Prefect server to deploy to (e.g. http://127.0.0.1:4200/api)[/red]")
+        sys.stderr.write("error: PREFECT_API_URL is not set: point it at the Prefect server to deploy to (e.g. http://127.0.0.1:4200/api)\n")
         raise typer.Exit(ExitCode.CANNOT_RUN)
     name = pool or (KUBERNETES_POOL if pool_type == "kubernetes" else PROCESS_POOL)
 
@@ -742,14 +753,14 @@ def deploy(
     try:
         created = asyncio.run(create_pool())
     except Exception as exc:  # the server is unreachable or refuses the pool: one line, no traceback
-        err.print(f"[red]work pool {name!r}: {type(exc).__name__}: {exc}[/red]", highlight=False)
+        sys.stderr.write(f"error: work pool {name!r}: {type(exc).__name__}: {one_line(exc)}\n")
         raise typer.Exit(ExitCode.CANNOT_RUN)
     err.print(f"work pool {name!r} ({pool_type}): {'created' if created else 'exists'}")
     result = run_deploy(pool=None if name == KUBERNETES_POOL else name)
     sys.stdout.write(result.stdout)
     if result.returncode != 0:
         sys.stderr.write(result.stderr)
-        err.print(f"[red]prefect deploy failed with exit code {result.returncode}[/red]")
+        sys.stderr.write(f"error: prefect deploy failed with exit code {result.returncode} (its output above)\n")
         raise typer.Exit(ExitCode.CANNOT_RUN)
     err.print(f"registered the deployments of deployments/prefect.yaml on {name!r}; start a worker: prefect worker start --pool {name}")
 

@@ -31,6 +31,20 @@ def test_validate_reports_each_bad_document_and_keeps_the_good(tmp_path: pathlib
     assert expected_path in result.stdout and "broken.yaml" in result.stdout
 
 
+def test_validate_json_lists_every_resource_and_says_what_is_invalid(tmp_path: pathlib.Path) -> None:
+    import json
+
+    shutil.copy(REPO / "deployments" / "examples" / "10-llama-3.1-8b.yaml", tmp_path)
+    (tmp_path / "broken.yaml").write_text("a: [\n")
+    result = CliRunner().invoke(app, ["validate", "--cluster", str(tmp_path), "--json"])
+    assert result.exit_code == 3
+    rows = json.loads(result.stdout)
+    assert [r["result"] for r in rows].count("valid") == 4 and len(rows) == 5
+    broken = next(r for r in rows if r["result"] != "valid")
+    assert broken["source"] == "broken.yaml"
+    assert [line for line in result.stderr.splitlines() if line.startswith("degraded: ")] == [f"degraded: broken.yaml: {broken['result']}"]
+
+
 def test_crds_prints_every_checked_in_crd() -> None:
     result = CliRunner().invoke(app, ["crds"])
     assert result.exit_code == 0

@@ -97,3 +97,15 @@ def test_help_shows_targets_and_rate_window() -> None:
 def test_bad_rate_window_is_a_usage_error() -> None:
     result = CliRunner().invoke(app, ["optimize", "--cluster", str(EXAMPLES), "--rate-window", "1 minute"])
     assert result.exit_code == 2
+
+
+def test_deploy_without_a_server_is_one_line() -> None:
+    result = invoke_env({"PREFECT_API_URL": ""}, "deploy", "--pool-type", "process")
+    assert_one_line_error(result, "PREFECT_API_URL is not set")
+    assert_one_line_error(invoke_env({"PREFECT_API_URL": "http://127.0.0.1:9/api"}, "deploy", "--pool-type", "laptop"), "--pool-type")
+
+
+def invoke_env(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    """:func:`invoke` with environment variables set for the call."""
+    result = CliRunner().invoke(app, list(args), env=env, terminal_width=200)
+    return subprocess.CompletedProcess(list(args), result.exit_code, result.stdout, result.stderr)

@@ -73,7 +73,7 @@ NO_DEGRADED = {
 }
 NOT_FLOWS = {
     "crds": "prints the generated CRDs",
-    "validate": "validates manifests without a flow (0/2/3, tests/test_exitcodes.py)",
+    "validate": "validates manifests without a flow; --json, 0/2/3 (tests/test_cli.py, tests/test_exitcodes.py)",
     "serve": "serves the deployments until stopped",
     "deploy": "registers the deployments on a Prefect server",
     "cache": "`cache fill` runs inside a fill Job (exit 1 fill failed, 2 bad source; tests/downloader)",
