@@ -100,3 +100,15 @@ def test_the_triggered_rollout_does_only_the_model_the_event_names(models: k8s.C
     assert [m.name for m in report.models] == ["one"]
     statuses = {name: models.get_namespaced_custom_object(GROUP, VERSION, ns, "models", name).get("status") or {} for name in ("one", "other")}
     assert statuses["one"]["observedGeneration"] == 1 and "observedGeneration" not in statuses["other"]
+
+
+def test_a_hand_edit_of_a_manifest_is_announced_on_a_laptop(example_cluster: Any, prefect_harness: None) -> None:
+    """The manifests backend: once rollout-models has observed a Model, a person's edit of its spec in the
+    YAML file is a new generation (the backend's bookkeeping), which the next watch announces."""
+    rollout_models(cluster=str(example_cluster))
+    assert watch_models(watch_seconds=0.5, cluster=str(example_cluster)).changes == []  # rolled out: nothing pending
+    manifest = example_cluster / "20-kthena.yaml"
+    manifest.write_text(manifest.read_text().replace("maxReplicas: 4", "maxReplicas: 5", 1))
+    report = watch_models(watch_seconds=0.5, cluster=str(example_cluster))
+    assert [(c.namespace, c.name, c.generation, c.observed_generation) for c in report.changes] == [
+        ("llm-serving", "deepseek-r1-distill-qwen-7b", 2, 1)]
