@@ -104,8 +104,15 @@ def test_server_rejects_parameters_outside_the_schema(platform: PrefectServer) -
 def test_a_run_of_each_flow_completes_on_a_local_cluster(platform: PrefectServer, entry: dict[str, Any], tmp_path: pathlib.Path) -> None:
     stored = platform.deployment(entry)
     assert "cluster" in stored["parameter_openapi_schema"]["properties"], "every flow takes a `cluster` parameter"
-    run = platform.create_run(stored["id"], local_parameters(entry, example_cluster(tmp_path)))
-    final = platform.wait_for_run(run["id"])
+    parameters = local_parameters(entry, example_cluster(tmp_path))
+    # An earlier flow's event may chain into this deployment (discover-models -> resolve-templates, ...): with
+    # CANCEL_NEW such a run, if its trigger fires just after we looked, cancels ours; then run again once idle.
+    for attempt in range(2):
+        wait_until_idle(platform, stored, entry)
+        run = platform.create_run(stored["id"], parameters)
+        final = platform.wait_for_run(run["id"])
+        if final["state"]["type"] != "CANCELLED":
+            break
     assert final["state"]["type"] == "COMPLETED", platform.run_logs(run["id"])
     if entry["name"] == "optimize":
         # The example cycle scales two variants and a binding target: one event each, related to this run.
@@ -121,6 +128,12 @@ def test_a_run_of_each_flow_completes_on_a_local_cluster(platform: PrefectServer
         assert events[0]["resource"]["modelplane.name"] == "deepseek-r1-distill-qwen-7b"
 
 
+def wait_until_idle(platform: PrefectServer, stored: dict[str, Any], entry: dict[str, Any]) -> None:
+    """Let a run an earlier test's event chained into this deployment end first: with CANCEL_NEW it would
+    otherwise cancel the run the test starts."""
+    wait_for(lambda: all((r.get("state") or {}).get("type") in TERMINAL for r in platform.runs(stored["id"])), 120, f"{entry['name']} idle")
+
+
 TRIGGERS = [(entry, trigger) for entry in ENTRIES for trigger in triggers_of(entry)]
 
 
@@ -132,9 +145,8 @@ def test_an_emitted_event_triggers_the_next_flow(platform: PrefectServer, entry:
     platform.patch(f"/deployments/{stored['id']}", {"parameters": {**(entry.get("parameters") or {}), **local_parameters(entry, example_cluster(tmp_path))}})
     automation = next(a for a in platform.post("/automations/filter", {})
                       if a["name"] == trigger.name and a["actions"][0].get("deployment_id") == stored["id"])
-    # Another test's event may have started this deployment too (one event can trigger several deployments):
-    # let that run end first, or CANCEL_NEW would cancel the run this event starts.
-    wait_for(lambda: all((r.get("state") or {}).get("type") in TERMINAL for r in platform.runs(stored["id"])), 120, f"{entry['name']} idle")
+    # Another test's event may have started this deployment too (one event can trigger several deployments).
+    wait_until_idle(platform, stored, entry)
     before = {r["id"] for r in platform.runs(stored["id"])}
     event_name = sorted(trigger.expect)[0]
     subject = subject_for(trigger.match.root["prefect.resource.id"], event_name)
