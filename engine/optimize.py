@@ -26,7 +26,7 @@ from typing import Any, Iterable, Mapping
 
 from functools import cache
 
-from engine.allocation import AllocationProblem, ModelDemand, VariantOption, solve
+from engine.allocation import Allocation, AllocationProblem, ModelDemand, VariantOption, solve
 from engine.api import schema as crd_schema
 from engine.api.crds import openapi_schema
 from engine.api.registry import kind_info
@@ -55,6 +55,7 @@ from engine.tail_sizing import (
     TailSizingError,
     capped_percentile,
     describe_cap,
+    refine_cap,
     shortage_caps,
     tail_max_rate,
     ttft_percentile,
@@ -389,6 +390,7 @@ def _model_based_candidates(
     """
     demands: dict[tuple[str, str], ModelDemand] = {}
     options: list[VariantOption] = []
+    pools = model_pools(specs, inputs)
     for spec in specs:
         if spec.profile is None or spec.slo_ref is None:
             continue  # saturation-only variant
@@ -422,18 +424,39 @@ def _model_based_candidates(
                 min_replicas=spec.min_replicas,
                 max_replicas=spec.max_replicas,
                 current_replicas=current,
-                max_rate=_tail_rate(spec, load, workload, slo, percentile_cap),
+                max_rate=_tail_rate(spec, load, workload, slo, percentile_cap, pools[spec.model_key]),
             )
         )
     return list(demands.values()), options
 
 
-def _tail_rate(spec: VariantSpec, load: ModelLoad, workload: Workload, slo: SLO, cap: float | None) -> float | None:
-    """Per-replica rate sized for the variant's TTFT percentile (engine.tail_sizing), or None for WVA's mean sizing."""
+def model_pools(specs: Iterable[VariantSpec], inputs: CycleInputs) -> dict[tuple[str, str], int]:
+    """Per (namespace, modelID): the replicas its variants run now (at least 1).
+
+    The gateway balances a model's requests over all of its replicas; tail sizing models that pool
+    (:func:`engine.tail_sizing.queue_distribution`).  The current count stands for the next one: the
+    gain from balancing is flat beyond a few replicas, and while a model grows from fewer replicas the
+    estimate errs on the side of more capacity.
+    """
+    pools: dict[tuple[str, str], int] = defaultdict(int)
+    for spec in specs:
+        pools[spec.model_key] += inputs.current_replicas.get(spec.target_key, 0)
+    return {key: max(count, 1) for key, count in pools.items()}
+
+
+def _tail_rate(
+    spec: VariantSpec, load: ModelLoad, workload: Workload, slo: SLO, cap: float | None, pool: int = 1
+) -> float | None:
+    """Per-replica rate sized for the variant's TTFT percentile (engine.tail_sizing), or None for WVA's mean sizing.
+
+    The prompt histogram's shape inside its buckets is fitted to the observed mean prompt
+    (``workload.in_tokens``, from ``vllm:request_prompt_tokens_sum / _count``) unless it carries its own.
+    """
     percentile = capped_percentile(spec.ttft_percentile, cap)
     if percentile is None or load.prompt_tokens is None or spec.profile is None:
         return None
-    return tail_max_rate(spec.profile, workload, slo, load.prompt_tokens, percentile)
+    prompts = load.prompt_tokens if load.prompt_tokens.mean is not None else load.prompt_tokens.with_mean(workload.in_tokens)
+    return tail_max_rate(spec.profile, workload, slo, prompts, percentile, pool)
 
 
 def _qualified(key: tuple[str, str]) -> str:
@@ -456,13 +479,9 @@ def model_based_targets(specs: list[VariantSpec], inputs: CycleInputs) -> _Model
     )
     allocation = solve(problem)
     if any(option.max_rate is not None for option in options):
-        for cap in shortage_caps(allocation.total_unserved_rps, [spec.ttft_percentile for spec in specs]):
-            # The inventory cannot hold the tail-sized plan: size every model for a lower percentile.
-            demands, options = _model_based_candidates(specs, inputs, _ModelBased(), cap)
-            allocation = solve(dataclasses.replace(problem, models=demands, variants=options))
+        allocation, cap = _shortage_allocation(specs, inputs, problem, allocation)
+        if cap is not None:
             result.note = f"; sized for {describe_cap(cap)}: the accelerator inventory cannot hold the configured TTFT percentile"
-            if allocation.total_unserved_rps <= 1e-9:
-                break
     result.status, result.gap = allocation.status, allocation.gap
     by_name = {_qualified(spec.key): spec for spec in specs}
     for name, replicas in allocation.replicas.items():
@@ -475,6 +494,38 @@ def model_based_targets(specs: list[VariantSpec], inputs: CycleInputs) -> _Model
         if unserved > 1e-9:
             result.unserved[spec.model_key] = unserved
     return result
+
+
+def _shortage_allocation(
+    specs: list[VariantSpec], inputs: CycleInputs, problem: AllocationProblem, allocation: Allocation
+) -> tuple[Allocation, float | None]:
+    """When the tail-sized plan leaves load unserved: the plan for the highest percentile cap the inventory holds.
+
+    The coarse ladder (:data:`engine.tail_sizing.SHORTAGE_PERCENTILES`) finds the first cap that fits;
+    then :func:`engine.tail_sizing.refine_cap` bisects between it and the last one that did not, to
+    one percentile point.  Why: the ladder's steps are 5-10 points apart, and the step below the
+    inventory's limit left up to a third of it idle (granite's L40S replicas went 4 -> 2 -> 4 on the
+    trace) while the requests missed their target; the refined cap uses what the inventory holds.
+    Returns the allocation and the cap (None when the configured percentiles fit).
+    """
+    percentiles = [spec.ttft_percentile for spec in specs]
+    caps = shortage_caps(allocation.total_unserved_rps, percentiles)
+    if not caps:
+        return allocation, None
+    plans: dict[float, Allocation] = {}
+
+    def fits(cap: float) -> bool:
+        demands, options = _model_based_candidates(specs, inputs, _ModelBased(), cap)
+        plans[cap] = solve(dataclasses.replace(problem, models=demands, variants=options))
+        return plans[cap].total_unserved_rps <= 1e-9
+
+    too_high = max(p for p in percentiles if p is not None)
+    for cap in caps:
+        if fits(cap):
+            best = refine_cap(cap, too_high, fits)
+            return plans[best], best
+        too_high = cap
+    return plans[caps[-1]], caps[-1]
 
 
 # --------------------------------------------------------------------------------------------

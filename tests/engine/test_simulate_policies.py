@@ -145,3 +145,21 @@ def test_the_flow_form_offers_exactly_the_simulated_choices() -> None:
 
     assert get_args(PolicyName) == POLICIES
     assert set(get_args(HpaMetric)) == set(_GAUGES)
+
+
+def test_modelplane_keeps_the_scale_down_window_state_between_cycles_as_the_flow_does(description) -> None:
+    """The flow writes modelplane.io/scale-down-pending back; the simulated policy must too, or it never scales down."""
+    import dataclasses
+
+    from engine.optimize import ANNOTATION_SCALE_DOWN_PENDING
+
+    current = dict(zip(KEYS, [7, 4, 1, 3]))
+    quiet = observation(current, completed=20)
+    at_once, _ = make_policy("modelplane", build_scenario(description, small_trace(), SimConfig()))
+    assert sum(at_once(quiet).values()) < sum(current.values())
+    scenario = dataclasses.replace(build_scenario(description, small_trace(), SimConfig()), scale_down_window_s=180.0)
+    decide, _ = make_policy("modelplane", scenario)
+    held = [decide(dataclasses.replace(quiet, time_s=300.0 + 60.0 * i)) for i in range(4)]
+    assert held[0] == held[1] == held[2] == current  # recommended at 300 s, held through 420 s
+    assert sum(held[3].values()) < sum(current.values())  # 480 s: the window has passed
+    assert all(ANNOTATION_SCALE_DOWN_PENDING not in (v["metadata"].get("annotations") or {}) for v in description.variants)
