@@ -362,7 +362,8 @@ class _ModelBased:
     unserved: dict[tuple[str, str], float] = field(default_factory=dict)
     status: str = "optimal"
     gap: float | None = None
-    note: str = ""
+    notes: dict[tuple[str, str], str] = field(default_factory=dict)
+    """Per (namespace, modelID): what the shortage ladder did to its sizing (appended to its variants' messages)."""
 
 
 def _slo_for(spec: VariantSpec, inputs: CycleInputs) -> tuple[SLO, int]:
@@ -381,7 +382,7 @@ def _slo_for(spec: VariantSpec, inputs: CycleInputs) -> tuple[SLO, int]:
 
 
 def _model_based_candidates(
-    specs: list[VariantSpec], inputs: CycleInputs, result: _ModelBased, percentile_cap: float | None = None
+    specs: list[VariantSpec], inputs: CycleInputs, result: _ModelBased, caps: Mapping[tuple[str, str], float] | None = None
 ) -> tuple[list[ModelDemand], list[VariantOption]]:
     """Build the allocation problem from every variant that has a profile, an SLO and a cost.
 
@@ -424,7 +425,7 @@ def _model_based_candidates(
                 min_replicas=spec.min_replicas,
                 max_replicas=spec.max_replicas,
                 current_replicas=current,
-                max_rate=_tail_rate(spec, load, workload, slo, percentile_cap, pools[spec.model_key]),
+                max_rate=_tail_rate(spec, load, workload, slo, (caps or {}).get(spec.model_key), pools[spec.model_key]),
             )
         )
     return list(demands.values()), options
@@ -479,9 +480,9 @@ def model_based_targets(specs: list[VariantSpec], inputs: CycleInputs) -> _Model
     )
     allocation = solve(problem)
     if any(option.max_rate is not None for option in options):
-        allocation, cap = _shortage_allocation(specs, inputs, problem, allocation)
-        if cap is not None:
-            result.note = f"; sized for {describe_cap(cap)}: the accelerator inventory cannot hold the configured TTFT percentile"
+        allocation, caps = _shortage_allocation(specs, inputs, problem, allocation)
+        for model_key, cap in caps.items():
+            result.notes[model_key] = f"; sized for {describe_cap(cap)}: the accelerator inventory cannot hold the configured TTFT percentile"
     result.status, result.gap = allocation.status, allocation.gap
     by_name = {_qualified(spec.key): spec for spec in specs}
     for name, replicas in allocation.replicas.items():
@@ -498,34 +499,74 @@ def model_based_targets(specs: list[VariantSpec], inputs: CycleInputs) -> _Model
 
 def _shortage_allocation(
     specs: list[VariantSpec], inputs: CycleInputs, problem: AllocationProblem, allocation: Allocation
-) -> tuple[Allocation, float | None]:
-    """When the tail-sized plan leaves load unserved: the plan for the highest percentile cap the inventory holds.
+) -> tuple[Allocation, dict[tuple[str, str], float]]:
+    """When the tail-sized plan leaves load unserved: the plan for the highest percentile caps the inventory holds.
 
-    The coarse ladder (:data:`engine.tail_sizing.SHORTAGE_PERCENTILES`) finds the first cap that fits;
-    then :func:`engine.tail_sizing.refine_cap` bisects between it and the last one that did not, to
-    one percentile point.  Why: the ladder's steps are 5-10 points apart, and the step below the
-    inventory's limit left up to a third of it idle (granite's L40S replicas went 4 -> 2 -> 4 on the
-    trace) while the requests missed their target; the refined cap uses what the inventory holds.
-    Returns the allocation and the cap (None when the configured percentiles fit).
+    1. One cap for every model: the coarse ladder (:data:`engine.tail_sizing.SHORTAGE_PERCENTILES`)
+       finds the first that fits, then :func:`engine.tail_sizing.refine_cap` bisects between it and the
+       last that did not, to one percentile point.  Why: the ladder's steps are 5-10 points apart, and
+       the step below the inventory's limit left up to a third of it idle (granite's L40S replicas went
+       4 -> 2 -> 4 on the trace) while requests missed their target.
+    2. Each model in priority order is then raised back towards its configured percentile as far as
+       the plan still fits with the others at their caps.  Why: a shortage of one accelerator type
+       capped every model, and llama left an idle H100 while its requests missed the target because
+       granite had run out of A100s.  A raise never takes capacity another model needs at its cap (the
+       plan must still serve every model).
+    Returns the allocation and the caps (percent; 0 = the mean request) of the models that got one.
     """
     percentiles = [spec.ttft_percentile for spec in specs]
-    caps = shortage_caps(allocation.total_unserved_rps, percentiles)
-    if not caps:
-        return allocation, None
-    plans: dict[float, Allocation] = {}
+    uniform = shortage_caps(allocation.total_unserved_rps, percentiles)
+    if not uniform:
+        return allocation, {}
+    models = _models_by_priority(specs, inputs)
+    plans: dict[tuple[tuple[tuple[str, str], float], ...], Allocation] = {}
 
-    def fits(cap: float) -> bool:
-        demands, options = _model_based_candidates(specs, inputs, _ModelBased(), cap)
-        plans[cap] = solve(dataclasses.replace(problem, models=demands, variants=options))
-        return plans[cap].total_unserved_rps <= 1e-9
+    def solved(caps: Mapping[tuple[str, str], float]) -> Allocation:
+        key = tuple(sorted(caps.items()))
+        if key not in plans:
+            demands, options = _model_based_candidates(specs, inputs, _ModelBased(), caps)
+            plans[key] = solve(dataclasses.replace(problem, models=demands, variants=options))
+        return plans[key]
+
+    def fits(caps: Mapping[tuple[str, str], float]) -> bool:
+        return solved(caps).total_unserved_rps <= 1e-9
 
     too_high = max(p for p in percentiles if p is not None)
-    for cap in caps:
-        if fits(cap):
-            best = refine_cap(cap, too_high, fits)
-            return plans[best], best
+    common: float | None = None
+    for cap in uniform:
+        if fits({m: cap for m in models}):
+            common = refine_cap(cap, too_high, lambda c: fits({m: c for m in models}))
+            break
         too_high = cap
-    return plans[caps[-1]], caps[-1]
+    if common is None:  # even the mean leaves load unserved: the inventory is short whatever the sizing
+        caps = {m: uniform[-1] for m in models}
+        return solved(caps), caps
+    caps = {m: common for m in models}
+    for model in models:
+        configured = max((s.ttft_percentile for s in specs if s.model_key == model and s.ttft_percentile is not None), default=None)
+        if configured is None or configured <= caps[model]:
+            continue
+        if fits({**caps, model: configured}):
+            caps[model] = configured
+        elif common >= 50.0:
+            caps[model] = refine_cap(common, configured, lambda c, m=model: fits({**caps, m: c}))
+    plan = solved(caps)
+    configured_of = {m: max((s.ttft_percentile or 0.0) for s in specs if s.model_key == m) for m in models}
+    return plan, {m: c for m, c in caps.items() if c < configured_of[m]}
+
+
+def _models_by_priority(specs: list[VariantSpec], inputs: CycleInputs) -> list[tuple[str, str]]:
+    """The models of the cycle's tail-sized variants, highest priority (lowest number) first, then by name."""
+    priority: dict[tuple[str, str], int] = {}
+    for spec in specs:
+        if spec.profile is None or spec.slo_ref is None or spec.model_key not in inputs.loads:
+            continue
+        try:
+            _, level = _slo_for(spec, inputs)
+        except SpecError:
+            continue
+        priority[spec.model_key] = min(level, priority.get(spec.model_key, level))
+    return sorted(priority, key=lambda m: (priority[m], m))
 
 
 # --------------------------------------------------------------------------------------------
@@ -677,7 +718,7 @@ def _decide(
     if spec.model_key in model_based.unserved and mb_target is not None:
         message += f"; {model_based.unserved[spec.model_key]:.2f} req/s of {spec.model_id} unserved: accelerator inventory exhausted"
     if mb_target is not None:
-        message += model_based.note
+        message += model_based.notes.get(spec.model_key, "")
     if mb_target is not None and model_based.status != "optimal":
         gap = f" (gap {model_based.gap:.2%})" if model_based.gap is not None else ""
         message += f"; solver status {model_based.status}{gap}"
@@ -686,6 +727,14 @@ def _decide(
 
 ANNOTATION_SCALE_DOWN_WINDOW = "modelplane.io/scale-down-stabilization-window"
 """VariantAutoscaling annotation: scale-down stabilization window (a Duration such as ``3m``)."""
+DEFAULT_SCALE_DOWN_WINDOW_S = 180.0
+"""The scale-down stabilization window of the scheduled optimize deployment (``deployments/prefect.yaml``) and
+of the simulated Modelplane policy: a replica's start-up (model load, ~2 min) plus one 60 s cycle, the same
+look-back as the start-up-aware load (:mod:`engine.load_peak`).  The flow's own default stays 0 (WVA, which
+leaves this to the HPA it actuates through, whose default is 300 s), so a one-off run or a CI preview
+decides as WVA does.  Why a window in the loop: the allocation re-plans every minute with the load's
+noise, and a replica removed and wanted back within its start-up is capacity missing for two minutes; on
+the conversation trace the window halved Modelplane's replica changes (docs/simulate.md)."""
 ANNOTATION_SCALE_DOWN_PENDING = "modelplane.io/scale-down-pending"
 """VariantAutoscaling annotation written by Modelplane: since when a scale-down has been recommended and
 the highest replica count recommended since, as JSON ``{"since": RFC3339, "max": N}`` (the window's state:

@@ -37,6 +37,7 @@ from engine.allocation import AllocationProblem, ModelDemand, VariantOption, gre
 from engine.config import AcceleratorCost, ConfigError, ServiceClass
 from engine.optimize import (
     ANNOTATION_SCALE_DOWN_PENDING,
+    DEFAULT_SCALE_DOWN_WINDOW_S,
     CycleInputs,
     ModelLoad,
     PodSample,
@@ -120,7 +121,7 @@ class Scenario:
     trace: Trace
     config: SimConfig
     sizing_slos: dict[str, SLO] = field(default_factory=dict)  # what the policies size for (default: slos)
-    scale_down_window_s: float = 0.0
+    scale_down_window_s: float = DEFAULT_SCALE_DOWN_WINDOW_S
     """The optimize flow's ``scale_down_stabilization_s`` for the Modelplane policies (the annotation overrides it)."""
 
     def sizing_slo(self, model: str) -> SLO:
@@ -495,7 +496,8 @@ def make_policy(name: str, scenario: Scenario) -> tuple[Policy, dict[str, int]]:
     if name == "modelplane":
         return modelplane_policy(scenario), start
     if name == "modelplane-before":
-        return modelplane_policy(with_scenario_variants(scenario, with_ttft_percentile(scenario.description, "mean")), load_shape=False), start
+        before = dataclasses.replace(scenario, description=with_ttft_percentile(scenario.description, "mean"), scale_down_window_s=0.0)
+        return modelplane_policy(before, load_shape=False), start
     if name == "saturation-only":
         return modelplane_policy(scenario, saturation_only=True), start
     if name == "wva-greedy":
@@ -539,6 +541,8 @@ class PolicyOutcome:
     unserved_share: float
     latency_ms: dict[str, dict[str, float]]  # model -> {ttft_p50, ttft_p90, ttft_p99, itl_p50, ...}
     series: dict[str, Any] = field(default_factory=dict)
+    after_warmup: dict[str, float] = field(default_factory=dict)
+    """With a warm-up: ``warmup_s``, ``attainment`` of the requests arriving after it and ``cost`` from it on."""
 
     def as_json(self) -> dict[str, Any]:
         """The outcome without the time series (for the JSON summary)."""
@@ -549,6 +553,7 @@ class PolicyOutcome:
             "replica_changes": self.replica_changes, "unserved_requests": self.unserved,
             "unserved_share": round(self.unserved_share, 4),
             "latency_ms": {m: {k: round(v, 1) for k, v in d.items()} for m, d in self.latency_ms.items()},
+            **({"after_warmup": {k: round(v, 4) for k, v in self.after_warmup.items()}} if self.after_warmup else {}),
         }
 
 
@@ -576,8 +581,14 @@ def capacity_rps(scenario: Scenario) -> dict[str, float]:
     return {k: (float(r) if np.isfinite(r) else 0.0) for k, r in zip(keys, rates)}
 
 
-def summarize_outcome(name: str, scenario: Scenario, result: SimResult) -> PolicyOutcome:
-    """SLO attainment (per request: TTFT and ITL within the model's SLO), cost, replica changes, unserved load."""
+def summarize_outcome(name: str, scenario: Scenario, result: SimResult, warmup_s: float = 0.0) -> PolicyOutcome:
+    """SLO attainment (per request: TTFT and ITL within the model's SLO), cost, replica changes, unserved load.
+
+    With ``warmup_s`` the outcome also holds the attainment of the requests arriving after it and the cost
+    from then on (``after_warmup``): the policies start from the cluster's current replicas, static peak
+    from its peak allocation, and no reactive policy's first decision serves before one interval plus
+    the start-up delay.
+    """
     trace = scenario.trace
     ttft, itl = result.ttft_s, result.itl_s
     ok = result.completed
@@ -605,6 +616,11 @@ def summarize_outcome(name: str, scenario: Scenario, result: SimResult) -> Polic
         latency_ms=latency,
     )
     outcome.series = time_series(scenario, result)
+    if warmup_s > 0:
+        later = trace.arrival_s >= warmup_s
+        outcome.after_warmup = {
+            "warmup_s": warmup_s, "attainment": float(met[later].mean()) if later.any() else math.nan, "cost": result.cost(warmup_s),
+        }
     return outcome
 
 

@@ -17,8 +17,11 @@ within the target ``T`` is::
     share(rate) = sum_n pi(n) * F((T - gamma - wait(n)) / (delta * min(n + 1, B)))
 
 with ``F`` the prompt-length distribution, read from vLLM's ``vllm:request_prompt_tokens`` histogram
-(cumulative bucket counts, interpolated linearly inside a bucket as ``histogram_quantile`` does).  The
-tail-aware rate is the largest rate with ``share >= target``, found by bisection; the rate a variant
+(cumulative bucket counts; inside a bucket a density ``x ** -shape`` whose exponent is fitted to the
+observed mean prompt, see :attr:`PromptDistribution.shape`; uniform, as ``histogram_quantile``, without
+it).  The gateway balances a model's requests over its replicas, which evens out their batches: with
+``pool`` replicas the chain is that of the pool (``N`` requests spread as evenly as they can, an arrival
+joining the least loaded replica), see :func:`queue_distribution`.  The tail-aware rate is the largest rate with ``share >= target``, found by bisection; the rate a variant
 is sized with is the smaller of that and WVA's (the mean TTFT and ITL targets still hold, so tail
 sizing never provisions less than WVA).  The ITL objective stays a bound on the mean: a request's ITL
 is its batch's average over its whole decode, which varies little from request to request.
@@ -60,6 +63,8 @@ SHORTAGE_PERCENTILES = (85.0, 80.0, 75.0, 70.0, 60.0, 0.0)
 _ITERATIONS = 40
 _SHAPE_RANGE = (-2.0, 6.0)
 _SHAPE_ITERATIONS = 50
+_NEGLIGIBLE = 1e-15
+"""States of the chain less likely than this are left out of the attainment sum."""
 MAX_POOL = 16
 """Largest pool of replicas the chain models (the balancing gain is flat beyond a few replicas)."""
 _RATE_TOLERANCE = 1e-3
@@ -343,18 +348,18 @@ def ttft_attainment(
     """
     replicas = _pool_size(pool)
     pi = queue_distribution(profile, workload, rate_rps, replicas)
+    states = np.flatnonzero(pi[:-1] > _NEGLIGIBLE)  # not the last state (it blocks arrivals), nor the weightless tail
     batch = int(profile.max_batch)
     mu_b = float(_service_rates(profile, workload)[-1])  # per ms
-    n = np.arange(len(pi)) // replicas
+    n = states // replicas
     joins = np.minimum(n + 1.0, batch)
     wait = np.maximum(n - batch + 1.0, 0.0) / mu_b
     budget = ttft_ms - profile.gamma - wait
     if profile.delta > 0:
-        share = np.where(budget >= 0, prompts.cdf(budget / (profile.delta * joins)), 0.0)
+        share = np.where(budget >= 0, prompts.cdf(np.maximum(budget, 0.0) / (profile.delta * joins)), 0.0)
     else:
         share = (budget >= 0).astype(float)
-    share[-1] = 0.0  # the last state blocks arrivals
-    return float(pi @ share)
+    return float(pi[states] @ share)
 
 
 @functools.lru_cache(maxsize=4096)
