@@ -223,3 +223,37 @@ def test_a_short_inventory_is_used_whole_at_the_highest_percentile_it_holds() ->
         # coarse ladder's next step down (p85 here).
         assert capped.desired is not None and held - 1 <= capped.desired <= held, capped.message
         assert "sized for p8" in capped.message and "sized for p85 " not in capped.message
+
+
+def test_a_model_whose_accelerators_are_not_short_keeps_its_percentile() -> None:
+    """llama runs out of A100s; granite runs on H100s with room to spare: only llama is sized for a lower percentile."""
+    from engine.config import parse_service_class
+    from tests.factories import variant_autoscaling
+
+    other = "ibm/granite-13b"
+    both = parse_service_class(
+        f"name: Premium\npriority: 1\ndata:\n  - model: {MODEL}\n    slo-tpot: 24\n    slo-ttft: 500\n"
+        f"  - model: {other}\n    slo-tpot: 24\n    slo-ttft: 500\n", "slo/premium",
+    )
+    granite = variant_autoscaling("granite-h100", NS, other, "H100", sloClassRef={"name": "slo", "key": "premium"})
+    load = ModelLoad(6.0, float(PROMPTS.mean()), OUTPUTS, histogram(PROMPTS))
+    loads = {(NS, MODEL): load, (NS, other): ModelLoad(30.0, float(PROMPTS.mean()), OUTPUTS, histogram(PROMPTS))}
+
+    def plan(variants: list[dict], inventory: dict[str, int] | None) -> dict:
+        return by_name(plan_variants(inputs(variants, {"llama-a100": 1, "granite-h100": 1}, loads=loads, inventory=inventory,
+                                            service_classes={("slo", "premium"): both})))
+
+    alone = plan([va("llama-a100"), granite], None)
+    full_granite = alone["granite-h100"].desired
+    llama_needs = alone["llama-a100"].desired
+    assert full_granite is not None and llama_needs is not None
+    short = plan([va("llama-a100"), granite], {"A100": llama_needs - 3, "H100": full_granite + 2})
+    assert short["llama-a100"].desired == llama_needs - 3 or short["llama-a100"].desired == llama_needs - 4
+    assert "sized for p" in short["llama-a100"].message
+    # granite keeps p90 and its full H100 allocation, though the inventory has H100s to spare either way.
+    assert short["granite-h100"].desired == full_granite and "sized for" not in short["granite-h100"].message
+    # Capped like llama (the former rule: one cap for every model), granite would have run fewer replicas.
+    cap = short["llama-a100"].message.split("sized for p")[1].split(" ")[0]
+    capped = variant_autoscaling("granite-h100", NS, other, "H100", annotations={ANNOTATION_TTFT_PERCENTILE: cap},
+                                 sloClassRef={"name": "slo", "key": "premium"})
+    assert plan([va("llama-a100"), capped], None)["granite-h100"].desired < full_granite
