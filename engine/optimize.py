@@ -22,7 +22,7 @@ import math
 from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Iterable, Mapping
+from typing import Any, Callable, Iterable, Mapping
 
 from functools import cache
 
@@ -542,10 +542,13 @@ def _shortage_allocation(
         caps = {m: uniform[-1] for m in models}
         return solved(caps), caps
     caps = {m: common for m in models}
+    spare = _spare_accelerators(specs, inputs, solved(caps))
     for model in models:
         configured = max((s.ttft_percentile for s in specs if s.model_key == model and s.ttft_percentile is not None), default=None)
         if configured is None or configured <= caps[model]:
             continue
+        if not any(spare(s) for s in specs if s.model_key == model):
+            continue  # every accelerator it can run on is taken: raising it would only be refused
         if fits({**caps, model: configured}):
             caps[model] = configured
         elif common >= 50.0:
@@ -553,6 +556,26 @@ def _shortage_allocation(
     plan = solved(caps)
     configured_of = {m: max((s.ttft_percentile or 0.0) for s in specs if s.model_key == m) for m in models}
     return plan, {m: c for m, c in caps.items() if c < configured_of[m]}
+
+
+def _spare_accelerators(specs: list[VariantSpec], inputs: CycleInputs, plan: Allocation) -> Callable[[VariantSpec], bool]:
+    """Whether the plan leaves room in the inventory for one more replica of a variant (always, without inventory).
+
+    Why: raising a model's percentile costs a few MILP solves; on a large cluster only the models that
+    can run on an accelerator with room left are worth them.
+    """
+    if not inputs.inventory:
+        return lambda spec: True
+    used: dict[str, int] = defaultdict(int)
+    for spec in specs:
+        used[spec.accelerator or ""] += plan.replicas.get(_qualified(spec.key), 0) * spec.accelerator_count
+    inventory = inputs.inventory
+
+    def has_room(spec: VariantSpec) -> bool:
+        accelerator = spec.accelerator or ""
+        return accelerator in inventory and inventory[accelerator] - used[accelerator] >= spec.accelerator_count
+
+    return has_room
 
 
 def _models_by_priority(specs: list[VariantSpec], inputs: CycleInputs) -> list[tuple[str, str]]:

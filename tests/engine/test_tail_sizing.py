@@ -257,3 +257,42 @@ def test_a_model_whose_accelerators_are_not_short_keeps_its_percentile() -> None
     capped = variant_autoscaling("granite-h100", NS, other, "H100", annotations={ANNOTATION_TTFT_PERCENTILE: cap},
                                  sloClassRef={"name": "slo", "key": "premium"})
     assert plan([va("llama-a100"), capped], None)["granite-h100"].desired < full_granite
+
+
+def test_no_model_is_raised_when_every_accelerator_is_taken(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Raising costs MILP solves: only models with an accelerator that has room left are tried."""
+    import engine.optimize as optimize
+    from engine.config import parse_service_class
+    from tests.factories import variant_autoscaling
+
+    other = "ibm/granite-13b"
+    both = parse_service_class(
+        f"name: Premium\npriority: 1\ndata:\n  - model: {MODEL}\n    slo-tpot: 24\n    slo-ttft: 500\n"
+        f"  - model: {other}\n    slo-tpot: 24\n    slo-ttft: 500\n", "slo/premium",
+    )
+    granite = variant_autoscaling("granite-a100", NS, other, "A100", sloClassRef={"name": "slo", "key": "premium"})
+    load = ModelLoad(6.0, float(PROMPTS.mean()), OUTPUTS, histogram(PROMPTS))
+    seen: list[dict] = []
+    original = optimize._model_based_candidates
+
+    def spy(specs, inputs_, result, caps=None):
+        seen.append(dict(caps or {}))
+        return original(specs, inputs_, result, caps)
+
+    def plan(variants: list[dict], inventory: dict[str, int] | None) -> dict:
+        return by_name(plan_variants(inputs(
+            variants, {"llama-a100": 1, "granite-a100": 1}, loads={(NS, MODEL): load, (NS, other): load},
+            inventory=inventory, service_classes={("slo", "premium"): both},
+        )))
+
+    mean = {ANNOTATION_TTFT_PERCENTILE: "mean"}
+    at_mean = plan([va("llama-a100", annotations=mean), variant_autoscaling(
+        "granite-a100", NS, other, "A100", annotations=mean, sloClassRef={"name": "slo", "key": "premium"})], None)
+    at_p90 = plan([va("llama-a100"), granite], None)
+    low, high = (sum(d.desired or 0 for d in p.values()) for p in (at_mean, at_p90))
+    assert high > low + 4
+    monkeypatch.setattr(optimize, "_model_based_candidates", spy)
+    decisions = plan([va("llama-a100"), granite], {"A100": (low + high) // 2})
+    assert sum(d.desired or 0 for d in decisions.values()) >= (low + high) // 2 - 2
+    assert all("sized for p" in d.message for d in decisions.values()), [d.message for d in decisions.values()]
+    assert len(seen) > 2 and all(len(set(caps.values())) <= 1 for caps in seen)  # one common cap in every solve
