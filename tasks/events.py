@@ -9,7 +9,7 @@ subject's kind plus what happened to it: ``modelplane.<family>.<kind>.<transitio
 parameters: ``modelplane.namespace`` (absent for cluster-scoped objects), ``modelplane.name``,
 ``modelplane.kind`` (the Kubernetes kind) and ``modelplane.api-version``.
 
-The lifecycle events (who emits them, which deployment trigger they fire) are tabled in DESIGN.md;
+The lifecycle events (who emits them, which deployment trigger they fire) are tabled in docs/platform.md ("Events and triggers");
 the constants below are their names. Emit only for a real change (never in a dry run) and after the
 change is stored, so the triggered flow reads the new state.
 """
@@ -45,7 +45,7 @@ SHORT_KINDS: dict[str, str] = {
     "OpenModel": "openmodel",
 }
 
-# The lifecycle events (DESIGN.md, "Events and triggers").
+# The lifecycle events (docs/platform.md, "Events and triggers").
 MODEL_DISCOVERED = "modelplane.aim.model.discovered"
 TEMPLATE_AVAILABLE = "modelplane.aim.template.available"
 CACHE_REQUESTED = "modelplane.aim.cache.requested"
