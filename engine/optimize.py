@@ -22,11 +22,11 @@ import math
 from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Iterable, Mapping
+from typing import Any, Callable, Iterable, Mapping
 
 from functools import cache
 
-from engine.allocation import AllocationProblem, ModelDemand, VariantOption, solve
+from engine.allocation import Allocation, AllocationProblem, ModelDemand, VariantOption, solve
 from engine.api import schema as crd_schema
 from engine.api.crds import openapi_schema
 from engine.api.registry import kind_info
@@ -55,6 +55,7 @@ from engine.tail_sizing import (
     TailSizingError,
     capped_percentile,
     describe_cap,
+    refine_cap,
     shortage_caps,
     tail_max_rate,
     ttft_percentile,
@@ -361,7 +362,8 @@ class _ModelBased:
     unserved: dict[tuple[str, str], float] = field(default_factory=dict)
     status: str = "optimal"
     gap: float | None = None
-    note: str = ""
+    notes: dict[tuple[str, str], str] = field(default_factory=dict)
+    """Per (namespace, modelID): what the shortage ladder did to its sizing (appended to its variants' messages)."""
 
 
 def _slo_for(spec: VariantSpec, inputs: CycleInputs) -> tuple[SLO, int]:
@@ -380,7 +382,7 @@ def _slo_for(spec: VariantSpec, inputs: CycleInputs) -> tuple[SLO, int]:
 
 
 def _model_based_candidates(
-    specs: list[VariantSpec], inputs: CycleInputs, result: _ModelBased, percentile_cap: float | None = None
+    specs: list[VariantSpec], inputs: CycleInputs, result: _ModelBased, caps: Mapping[tuple[str, str], float] | None = None
 ) -> tuple[list[ModelDemand], list[VariantOption]]:
     """Build the allocation problem from every variant that has a profile, an SLO and a cost.
 
@@ -389,6 +391,7 @@ def _model_based_candidates(
     """
     demands: dict[tuple[str, str], ModelDemand] = {}
     options: list[VariantOption] = []
+    pools = model_pools(specs, inputs)
     for spec in specs:
         if spec.profile is None or spec.slo_ref is None:
             continue  # saturation-only variant
@@ -422,18 +425,39 @@ def _model_based_candidates(
                 min_replicas=spec.min_replicas,
                 max_replicas=spec.max_replicas,
                 current_replicas=current,
-                max_rate=_tail_rate(spec, load, workload, slo, percentile_cap),
+                max_rate=_tail_rate(spec, load, workload, slo, (caps or {}).get(spec.model_key), pools[spec.model_key]),
             )
         )
     return list(demands.values()), options
 
 
-def _tail_rate(spec: VariantSpec, load: ModelLoad, workload: Workload, slo: SLO, cap: float | None) -> float | None:
-    """Per-replica rate sized for the variant's TTFT percentile (engine.tail_sizing), or None for WVA's mean sizing."""
+def model_pools(specs: Iterable[VariantSpec], inputs: CycleInputs) -> dict[tuple[str, str], int]:
+    """Per (namespace, modelID): the replicas its variants run now (at least 1).
+
+    The gateway balances a model's requests over all of its replicas; tail sizing models that pool
+    (:func:`engine.tail_sizing.queue_distribution`).  The current count stands for the next one: the
+    gain from balancing is flat beyond a few replicas, and while a model grows from fewer replicas the
+    estimate errs on the side of more capacity.
+    """
+    pools: dict[tuple[str, str], int] = defaultdict(int)
+    for spec in specs:
+        pools[spec.model_key] += inputs.current_replicas.get(spec.target_key, 0)
+    return {key: max(count, 1) for key, count in pools.items()}
+
+
+def _tail_rate(
+    spec: VariantSpec, load: ModelLoad, workload: Workload, slo: SLO, cap: float | None, pool: int = 1
+) -> float | None:
+    """Per-replica rate sized for the variant's TTFT percentile (engine.tail_sizing), or None for WVA's mean sizing.
+
+    The prompt histogram's shape inside its buckets is fitted to the observed mean prompt
+    (``workload.in_tokens``, from ``vllm:request_prompt_tokens_sum / _count``) unless it carries its own.
+    """
     percentile = capped_percentile(spec.ttft_percentile, cap)
     if percentile is None or load.prompt_tokens is None or spec.profile is None:
         return None
-    return tail_max_rate(spec.profile, workload, slo, load.prompt_tokens, percentile)
+    prompts = load.prompt_tokens if load.prompt_tokens.mean is not None else load.prompt_tokens.with_mean(workload.in_tokens)
+    return tail_max_rate(spec.profile, workload, slo, prompts, percentile, pool)
 
 
 def _qualified(key: tuple[str, str]) -> str:
@@ -456,13 +480,9 @@ def model_based_targets(specs: list[VariantSpec], inputs: CycleInputs) -> _Model
     )
     allocation = solve(problem)
     if any(option.max_rate is not None for option in options):
-        for cap in shortage_caps(allocation.total_unserved_rps, [spec.ttft_percentile for spec in specs]):
-            # The inventory cannot hold the tail-sized plan: size every model for a lower percentile.
-            demands, options = _model_based_candidates(specs, inputs, _ModelBased(), cap)
-            allocation = solve(dataclasses.replace(problem, models=demands, variants=options))
-            result.note = f"; sized for {describe_cap(cap)}: the accelerator inventory cannot hold the configured TTFT percentile"
-            if allocation.total_unserved_rps <= 1e-9:
-                break
+        allocation, caps = _shortage_allocation(specs, inputs, problem, allocation)
+        for model_key, cap in caps.items():
+            result.notes[model_key] = f"; sized for {describe_cap(cap)}: the accelerator inventory cannot hold the configured TTFT percentile"
     result.status, result.gap = allocation.status, allocation.gap
     by_name = {_qualified(spec.key): spec for spec in specs}
     for name, replicas in allocation.replicas.items():
@@ -475,6 +495,101 @@ def model_based_targets(specs: list[VariantSpec], inputs: CycleInputs) -> _Model
         if unserved > 1e-9:
             result.unserved[spec.model_key] = unserved
     return result
+
+
+def _shortage_allocation(
+    specs: list[VariantSpec], inputs: CycleInputs, problem: AllocationProblem, allocation: Allocation
+) -> tuple[Allocation, dict[tuple[str, str], float]]:
+    """When the tail-sized plan leaves load unserved: the plan for the highest percentile caps the inventory holds.
+
+    1. One cap for every model: the coarse ladder (:data:`engine.tail_sizing.SHORTAGE_PERCENTILES`)
+       finds the first that fits, then :func:`engine.tail_sizing.refine_cap` bisects between it and the
+       last that did not, to one percentile point.  Why: the ladder's steps are 5-10 points apart, and
+       the step below the inventory's limit left up to a third of it idle (granite's L40S replicas went
+       4 -> 2 -> 4 on the trace) while requests missed their target.
+    2. Each model in priority order is then raised back towards its configured percentile as far as
+       the plan still fits with the others at their caps.  Why: a shortage of one accelerator type
+       capped every model, and llama left an idle H100 while its requests missed the target because
+       granite had run out of A100s.  A raise never takes capacity another model needs at its cap (the
+       plan must still serve every model).
+    Returns the allocation and the caps (percent; 0 = the mean request) of the models that got one.
+    """
+    percentiles = [spec.ttft_percentile for spec in specs]
+    uniform = shortage_caps(allocation.total_unserved_rps, percentiles)
+    if not uniform:
+        return allocation, {}
+    models = _models_by_priority(specs, inputs)
+    plans: dict[tuple[tuple[tuple[str, str], float], ...], Allocation] = {}
+
+    def solved(caps: Mapping[tuple[str, str], float]) -> Allocation:
+        key = tuple(sorted(caps.items()))
+        if key not in plans:
+            demands, options = _model_based_candidates(specs, inputs, _ModelBased(), caps)
+            plans[key] = solve(dataclasses.replace(problem, models=demands, variants=options))
+        return plans[key]
+
+    def fits(caps: Mapping[tuple[str, str], float]) -> bool:
+        return solved(caps).total_unserved_rps <= 1e-9
+
+    too_high = max(p for p in percentiles if p is not None)
+    common: float | None = None
+    for cap in uniform:
+        if fits({m: cap for m in models}):
+            common = refine_cap(cap, too_high, lambda c: fits({m: c for m in models}))
+            break
+        too_high = cap
+    if common is None:  # even the mean leaves load unserved: the inventory is short whatever the sizing
+        caps = {m: uniform[-1] for m in models}
+        return solved(caps), caps
+    caps = {m: common for m in models}
+    spare = _spare_accelerators(specs, inputs, solved(caps))
+    for model in models:
+        configured = max((s.ttft_percentile for s in specs if s.model_key == model and s.ttft_percentile is not None), default=None)
+        if configured is None or configured <= caps[model]:
+            continue
+        if not any(spare(s) for s in specs if s.model_key == model):
+            continue  # every accelerator it can run on is taken: raising it would only be refused
+        if fits({**caps, model: configured}):
+            caps[model] = configured
+        elif common >= 50.0:
+            caps[model] = refine_cap(common, configured, lambda c, m=model: fits({**caps, m: c}))
+    plan = solved(caps)
+    configured_of = {m: max((s.ttft_percentile or 0.0) for s in specs if s.model_key == m) for m in models}
+    return plan, {m: c for m, c in caps.items() if c < configured_of[m]}
+
+
+def _spare_accelerators(specs: list[VariantSpec], inputs: CycleInputs, plan: Allocation) -> Callable[[VariantSpec], bool]:
+    """Whether the plan leaves room in the inventory for one more replica of a variant (always, without inventory).
+
+    Why: raising a model's percentile costs a few MILP solves; on a large cluster only the models that
+    can run on an accelerator with room left are worth them.
+    """
+    if not inputs.inventory:
+        return lambda spec: True
+    used: dict[str, int] = defaultdict(int)
+    for spec in specs:
+        used[spec.accelerator or ""] += plan.replicas.get(_qualified(spec.key), 0) * spec.accelerator_count
+    inventory = inputs.inventory
+
+    def has_room(spec: VariantSpec) -> bool:
+        accelerator = spec.accelerator or ""
+        return accelerator in inventory and inventory[accelerator] - used[accelerator] >= spec.accelerator_count
+
+    return has_room
+
+
+def _models_by_priority(specs: list[VariantSpec], inputs: CycleInputs) -> list[tuple[str, str]]:
+    """The models of the cycle's tail-sized variants, highest priority (lowest number) first, then by name."""
+    priority: dict[tuple[str, str], int] = {}
+    for spec in specs:
+        if spec.profile is None or spec.slo_ref is None or spec.model_key not in inputs.loads:
+            continue
+        try:
+            _, level = _slo_for(spec, inputs)
+        except SpecError:
+            continue
+        priority[spec.model_key] = min(level, priority.get(spec.model_key, level))
+    return sorted(priority, key=lambda m: (priority[m], m))
 
 
 # --------------------------------------------------------------------------------------------
@@ -626,7 +741,7 @@ def _decide(
     if spec.model_key in model_based.unserved and mb_target is not None:
         message += f"; {model_based.unserved[spec.model_key]:.2f} req/s of {spec.model_id} unserved: accelerator inventory exhausted"
     if mb_target is not None:
-        message += model_based.note
+        message += model_based.notes.get(spec.model_key, "")
     if mb_target is not None and model_based.status != "optimal":
         gap = f" (gap {model_based.gap:.2%})" if model_based.gap is not None else ""
         message += f"; solver status {model_based.status}{gap}"
@@ -635,6 +750,14 @@ def _decide(
 
 ANNOTATION_SCALE_DOWN_WINDOW = "modelplane.io/scale-down-stabilization-window"
 """VariantAutoscaling annotation: scale-down stabilization window (a Duration such as ``3m``)."""
+DEFAULT_SCALE_DOWN_WINDOW_S = 180.0
+"""The scale-down stabilization window of the scheduled optimize deployment (``deployments/prefect.yaml``) and
+of the simulated Modelplane policy: a replica's start-up (model load, ~2 min) plus one 60 s cycle, the same
+look-back as the start-up-aware load (:mod:`engine.load_peak`).  The flow's own default stays 0 (WVA, which
+leaves this to the HPA it actuates through, whose default is 300 s), so a one-off run or a CI preview
+decides as WVA does.  Why a window in the loop: the allocation re-plans every minute with the load's
+noise, and a replica removed and wanted back within its start-up is capacity missing for two minutes; on
+the conversation trace the window halved Modelplane's replica changes (docs/simulate.md)."""
 ANNOTATION_SCALE_DOWN_PENDING = "modelplane.io/scale-down-pending"
 """VariantAutoscaling annotation written by Modelplane: since when a scale-down has been recommended and
 the highest replica count recommended since, as JSON ``{"since": RFC3339, "max": N}`` (the window's state:

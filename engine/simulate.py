@@ -243,19 +243,19 @@ class SimResult:
         """Mask of the requests that completed."""
         return ~np.isnan(self.done_s)
 
-    def accelerator_hours(self) -> dict[str, float]:
-        """Accelerator-hours per variant key, from replica creation to removal (capped at the horizon)."""
+    def accelerator_hours(self, start_s: float = 0.0) -> dict[str, float]:
+        """Accelerator-hours per variant key, from replica creation to removal (within ``start_s`` .. the horizon)."""
         hours: dict[str, float] = {v.key: 0.0 for v in self.variants}
         end = np.where(np.isnan(self.replica_removed_s), self.horizon_s, np.minimum(self.replica_removed_s, self.horizon_s))
-        alive = np.maximum(end - np.minimum(self.replica_created_s, self.horizon_s), 0.0)
+        alive = np.maximum(end - np.clip(self.replica_created_s, start_s, self.horizon_s), 0.0)
         for index, variant in enumerate(self.variants):
             seconds = float(alive[self.replica_variant == index].sum())
             hours[variant.key] = seconds / 3600.0 * variant.accelerators_per_replica
         return hours
 
-    def cost(self) -> float:
-        """Total accelerator cost over the horizon (accelerator-hours x unit cost)."""
-        hours = self.accelerator_hours()
+    def cost(self, start_s: float = 0.0) -> float:
+        """Total accelerator cost over the horizon, or from ``start_s`` on (accelerator-hours x unit cost)."""
+        hours = self.accelerator_hours(start_s)
         return sum(hours[v.key] * v.unit_cost for v in self.variants)
 
 

@@ -35,7 +35,18 @@ import numpy as np
 
 from engine.allocation import AllocationProblem, ModelDemand, VariantOption, greedy, solve
 from engine.config import AcceleratorCost, ConfigError, ServiceClass
-from engine.optimize import CycleInputs, ModelLoad, PodSample, SpecError, VariantSpec, parse_variant, plan_variants
+from engine.optimize import (
+    ANNOTATION_SCALE_DOWN_PENDING,
+    DEFAULT_SCALE_DOWN_WINDOW_S,
+    CycleInputs,
+    ModelLoad,
+    PodSample,
+    SpecError,
+    VariantDecision,
+    VariantSpec,
+    parse_variant,
+    plan_variants,
+)
 from engine.perf import SLO, Workload, max_rates
 from engine.saturation import SaturationConfigSet
 from engine.scaling import Behavior, Group, ScalingState, correct, distribute, recommend, tolerance_from_percent
@@ -110,6 +121,8 @@ class Scenario:
     trace: Trace
     config: SimConfig
     sizing_slos: dict[str, SLO] = field(default_factory=dict)  # what the policies size for (default: slos)
+    scale_down_window_s: float = DEFAULT_SCALE_DOWN_WINDOW_S
+    """The optimize flow's ``scale_down_stabilization_s`` for the Modelplane policies (the annotation overrides it)."""
 
     def sizing_slo(self, model: str) -> SLO:
         """The SLO the policies size ``model`` for."""
@@ -282,7 +295,7 @@ def observed_pods(scenario: Scenario, obs: Observation) -> dict[tuple[str, str],
 
 
 def cycle_inputs(scenario: Scenario, obs: Observation, variants: list[dict[str, Any]] | None = None) -> CycleInputs:
-    """The optimize flow's :class:`CycleInputs` for one simulated cycle."""
+    """The optimize flow's :class:`CycleInputs` for one simulated cycle (with the flow's scale-down window)."""
     desc = scenario.description
     current = {s.target_key: obs.replicas[_key(s.key)] for s in scenario.specs}
     ready = {s.target_key: obs.ready[_key(s.key)] for s in scenario.specs}
@@ -297,7 +310,27 @@ def cycle_inputs(scenario: Scenario, obs: Observation, variants: list[dict[str, 
         inventory=desc.inventory,
         loads=observed_loads(scenario, obs),
         pods=observed_pods(scenario, obs),
+        scale_down_window_s=scenario.scale_down_window_s,
     )
+
+
+def persist_stabilization(variants: list[dict[str, Any]], decisions: Sequence[VariantDecision]) -> None:
+    """Write each decision's scale-down window state onto its VariantAutoscaling, as the optimize flow does.
+
+    The flow patches ``modelplane.io/scale-down-pending`` on the resource whenever the window's state
+    changes (``tasks.optimizer``); the next cycle reads it back.  Without this the simulated policy
+    would start a new window every cycle and never scale down at all.
+    """
+    by_key = {((o.get("metadata") or {}).get("namespace") or "default", (o.get("metadata") or {}).get("name")): o for o in variants}
+    for decision in decisions:
+        obj = by_key.get((decision.namespace, decision.name))
+        if obj is None or not decision.stabilization_changed:
+            continue
+        annotations = obj.setdefault("metadata", {}).setdefault("annotations", {})
+        if decision.stabilization is None:
+            annotations.pop(ANNOTATION_SCALE_DOWN_PENDING, None)
+        else:
+            annotations[ANNOTATION_SCALE_DOWN_PENDING] = decision.stabilization
 
 
 def allocation_problem(
@@ -346,9 +379,8 @@ def modelplane_policy(scenario: Scenario, saturation_only: bool = False, load_sh
     last :data:`SHAPE_WINDOWS` intervals; without it, only the last interval (as before tail- and
     start-up-aware sizing, kept for the before/after comparison).
     """
-    variants = scenario.description.variants
+    variants = copy.deepcopy(scenario.description.variants)  # the policy's own copy: it writes annotations
     if saturation_only:
-        variants = copy.deepcopy(variants)
         for obj in variants:
             obj.get("spec", {}).pop("variantProfile", None)
 
@@ -362,6 +394,7 @@ def modelplane_policy(scenario: Scenario, saturation_only: bool = False, load_sh
         if not load_shape:
             last_minute = {k: dataclasses.replace(v, prompt_tokens=None) for k, v in inputs.loads.items()}
             decisions = plan_variants(dataclasses.replace(inputs, loads=last_minute))
+            persist_stabilization(variants, decisions)
             return {f"{d.namespace}/{d.name}": d.desired for d in decisions if d.desired is not None}
         shapes.append(obs)
         del shapes[:-SHAPE_WINDOWS]
@@ -377,6 +410,7 @@ def modelplane_policy(scenario: Scenario, saturation_only: bool = False, load_sh
                 prompt_tokens=tokens.prompt_tokens, recent_peak_rps=recent_peak(rates, obs.interval_s, window),
             )
         decisions = plan_variants(dataclasses.replace(inputs, loads=loads))
+        persist_stabilization(variants, decisions)
         return {f"{d.namespace}/{d.name}": d.desired for d in decisions if d.desired is not None}
 
     return decide
@@ -462,7 +496,8 @@ def make_policy(name: str, scenario: Scenario) -> tuple[Policy, dict[str, int]]:
     if name == "modelplane":
         return modelplane_policy(scenario), start
     if name == "modelplane-before":
-        return modelplane_policy(with_scenario_variants(scenario, with_ttft_percentile(scenario.description, "mean")), load_shape=False), start
+        before = dataclasses.replace(scenario, description=with_ttft_percentile(scenario.description, "mean"), scale_down_window_s=0.0)
+        return modelplane_policy(before, load_shape=False), start
     if name == "saturation-only":
         return modelplane_policy(scenario, saturation_only=True), start
     if name == "wva-greedy":
@@ -506,6 +541,8 @@ class PolicyOutcome:
     unserved_share: float
     latency_ms: dict[str, dict[str, float]]  # model -> {ttft_p50, ttft_p90, ttft_p99, itl_p50, ...}
     series: dict[str, Any] = field(default_factory=dict)
+    after_warmup: dict[str, float] = field(default_factory=dict)
+    """With a warm-up: ``warmup_s``, ``attainment`` of the requests arriving after it and ``cost`` from it on."""
 
     def as_json(self) -> dict[str, Any]:
         """The outcome without the time series (for the JSON summary)."""
@@ -516,6 +553,7 @@ class PolicyOutcome:
             "replica_changes": self.replica_changes, "unserved_requests": self.unserved,
             "unserved_share": round(self.unserved_share, 4),
             "latency_ms": {m: {k: round(v, 1) for k, v in d.items()} for m, d in self.latency_ms.items()},
+            **({"after_warmup": {k: round(v, 4) for k, v in self.after_warmup.items()}} if self.after_warmup else {}),
         }
 
 
@@ -543,8 +581,14 @@ def capacity_rps(scenario: Scenario) -> dict[str, float]:
     return {k: (float(r) if np.isfinite(r) else 0.0) for k, r in zip(keys, rates)}
 
 
-def summarize_outcome(name: str, scenario: Scenario, result: SimResult) -> PolicyOutcome:
-    """SLO attainment (per request: TTFT and ITL within the model's SLO), cost, replica changes, unserved load."""
+def summarize_outcome(name: str, scenario: Scenario, result: SimResult, warmup_s: float = 0.0) -> PolicyOutcome:
+    """SLO attainment (per request: TTFT and ITL within the model's SLO), cost, replica changes, unserved load.
+
+    With ``warmup_s`` the outcome also holds the attainment of the requests arriving after it and the cost
+    from then on (``after_warmup``): the policies start from the cluster's current replicas, static peak
+    from its peak allocation, and no reactive policy's first decision serves before one interval plus
+    the start-up delay.
+    """
     trace = scenario.trace
     ttft, itl = result.ttft_s, result.itl_s
     ok = result.completed
@@ -572,6 +616,11 @@ def summarize_outcome(name: str, scenario: Scenario, result: SimResult) -> Polic
         latency_ms=latency,
     )
     outcome.series = time_series(scenario, result)
+    if warmup_s > 0:
+        later = trace.arrival_s >= warmup_s
+        outcome.after_warmup = {
+            "warmup_s": warmup_s, "attainment": float(met[later].mean()) if later.any() else math.nan, "cost": result.cost(warmup_s),
+        }
     return outcome
 
 

@@ -17,8 +17,11 @@ within the target ``T`` is::
     share(rate) = sum_n pi(n) * F((T - gamma - wait(n)) / (delta * min(n + 1, B)))
 
 with ``F`` the prompt-length distribution, read from vLLM's ``vllm:request_prompt_tokens`` histogram
-(cumulative bucket counts, interpolated linearly inside a bucket as ``histogram_quantile`` does).  The
-tail-aware rate is the largest rate with ``share >= target``, found by bisection; the rate a variant
+(cumulative bucket counts; inside a bucket a density ``x ** -shape`` whose exponent is fitted to the
+observed mean prompt, see :attr:`PromptDistribution.shape`; uniform, as ``histogram_quantile``, without
+it).  The gateway balances a model's requests over its replicas, which evens out their batches: with
+``pool`` replicas the chain is that of the pool (``N`` requests spread as evenly as they can, an arrival
+joining the least loaded replica), see :func:`queue_distribution`.  The tail-aware rate is the largest rate with ``share >= target``, found by bisection; the rate a variant
 is sized with is the smaller of that and WVA's (the mean TTFT and ITL targets still hold, so tail
 sizing never provisions less than WVA).  The ITL objective stays a bound on the mean: a request's ITL
 is its batch's average over its whole decode, which varies little from request to request.
@@ -28,10 +31,11 @@ Pure and deterministic (numpy only).
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 from dataclasses import dataclass
-from typing import Mapping, Sequence
+from typing import Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -43,6 +47,7 @@ __all__ = [
     "PromptDistribution",
     "TailSizingError",
     "queue_distribution",
+    "refine_cap",
     "tail_max_rate",
     "ttft_attainment",
     "ttft_percentile",
@@ -56,6 +61,12 @@ DEFAULT_TTFT_PERCENTILE = 90.0
 SHORTAGE_PERCENTILES = (85.0, 80.0, 75.0, 70.0, 60.0, 0.0)
 """Percentile caps tried in turn when the inventory cannot hold the tail-sized plan (0: WVA's mean sizing)."""
 _ITERATIONS = 40
+_SHAPE_RANGE = (-2.0, 6.0)
+_SHAPE_ITERATIONS = 50
+_NEGLIGIBLE = 1e-15
+"""States of the chain less likely than this are left out of the attainment sum."""
+MAX_POOL = 16
+"""Largest pool of replicas the chain models (the balancing gain is flat beyond a few replicas)."""
 _RATE_TOLERANCE = 1e-3
 """Relative precision of the tail-aware rate (0.1 % of a replica's capacity is far below the load's noise)."""
 
@@ -68,12 +79,17 @@ class TailSizingError(ValueError):
 class PromptDistribution:
     """Prompt lengths as a cumulative histogram: bucket upper bounds (tokens) and counts (or rates) up to each.
 
-    The last bound may be ``inf`` (Prometheus' ``+Inf`` bucket).  Inside a bucket the distribution is
-    taken as uniform, like ``histogram_quantile``; the first bucket starts at 0.
+    The last bound may be ``inf`` (Prometheus' ``+Inf`` bucket).  The first bucket starts at 0 and is
+    taken as uniform.  Inside every other bucket the density is ``x ** -shape``: ``shape`` 0 is the
+    uniform spread ``histogram_quantile`` assumes; when the observed mean prompt is known (``mean``:
+    the histogram's ``_sum / _count``) ``shape`` is fitted so that the distribution has that mean
+    (see :attr:`shape`).
     """
 
     bounds: tuple[float, ...]
     cumulative: tuple[float, ...]
+    mean: float | None = None
+    """Observed mean prompt length (``vllm:request_prompt_tokens_sum / _count``); None: uniform inside buckets."""
 
     def __post_init__(self) -> None:
         if len(self.bounds) != len(self.cumulative) or not self.bounds:
@@ -84,46 +100,133 @@ class PromptDistribution:
             raise ValueError("PromptDistribution: counts must be finite and >= 0")
 
     @classmethod
-    def from_buckets(cls, buckets: Mapping[float, float] | Sequence[tuple[float, float]]) -> "PromptDistribution":
+    def from_buckets(
+        cls, buckets: Mapping[float, float] | Sequence[tuple[float, float]], mean: float | None = None
+    ) -> "PromptDistribution":
         """From ``le -> cumulative count`` pairs in any order (counts made monotone, as Prometheus does)."""
         pairs = sorted(dict(buckets).items())
         running, cumulative = 0.0, []
         for _, count in pairs:
             running = max(running, float(count))
             cumulative.append(running)
-        return cls(tuple(float(b) for b, _ in pairs), tuple(cumulative))
+        return cls(tuple(float(b) for b, _ in pairs), tuple(cumulative), mean)
+
+    def with_mean(self, mean: float | None) -> "PromptDistribution":
+        """The same histogram with the observed mean prompt (a non-positive or non-finite mean is ignored)."""
+        usable = mean if mean is not None and math.isfinite(mean) and mean > 0 else None
+        return self if usable == self.mean else dataclasses.replace(self, mean=usable)
 
     @property
     def total(self) -> float:
         """Count of the whole distribution (the last bucket)."""
         return self.cumulative[-1]
 
+    def _segments(self) -> tuple[np.ndarray, np.ndarray]:
+        """Finite bucket bounds from 0 and the cumulative shares at each."""
+        bounds = np.asarray(self.bounds, dtype=float)
+        shares = np.asarray(self.cumulative, dtype=float) / self.total
+        finite = np.isfinite(bounds)
+        return np.concatenate([[0.0], bounds[finite]]), np.concatenate([[0.0], shares[finite]])
+
+    @functools.cached_property
+    def shape(self) -> float:
+        """The exponent of the density inside buckets: 0 (uniform) without a mean, else fitted to the mean.
+
+        Why: vLLM's buckets are coarse (1,000-2,000, 2,000-5,000 tokens) and real prompts are not spread
+        evenly inside them: the conversation trace has 42 % of its prompts in 1,000-2,000, most of them
+        just above 1,000.  Read as uniform, the histogram puts a TTFT threshold of 1,300 tokens at the
+        58th percentile where the prompts put it at the 78th, and tail sizing asks for up to twice the
+        replicas it needs.  The histogram's ``_sum`` says where the mass sits: one exponent shared by all
+        buckets (a falling density for ``shape > 0``, as heavy-tailed lengths have) is chosen by
+        bisection so the distribution's mean equals the observed one; clamped to
+        ``[-2, 6]`` when the mean is inconsistent with the buckets (e.g. read over another window).
+        """
+        if self.mean is None or self.total <= 0:
+            return 0.0
+        xs, ys = self._segments()
+        masses = np.diff(ys)
+        beyond = 1.0 - ys[-1]  # the +Inf bucket, placed at the last finite bound (a lower bound)
+
+        def implied(a: float) -> float:
+            means = np.array([_segment_mean(lo, hi, a) for lo, hi in zip(xs[:-1], xs[1:])])
+            return float(masses @ means + beyond * xs[-1])
+
+        low, high = _SHAPE_RANGE
+        if implied(low) <= self.mean:
+            return low
+        if implied(high) >= self.mean:
+            return high
+        for _ in range(_SHAPE_ITERATIONS):
+            mid = 0.5 * (low + high)
+            if implied(mid) > self.mean:
+                low = mid
+            else:
+                high = mid
+        return 0.5 * (low + high)
+
     def cdf(self, tokens: np.ndarray) -> np.ndarray:
-        """Share of prompts of at most ``tokens`` (vectorised); 0 below 0, 1 beyond the last finite bound."""
+        """Share of prompts of at most ``tokens`` (vectorised); 0 below 0, the finite buckets' share beyond them."""
         tokens = np.asarray(tokens, dtype=float)
         if self.total <= 0:
             return np.ones_like(tokens)
-        bounds = np.asarray(self.bounds, dtype=float)
-        shares = np.asarray(self.cumulative, dtype=float) / self.total
-        finite = np.isfinite(bounds)
         # Mass in an infinite last bucket cannot be placed: prompts there count as beyond any threshold.
-        xs = np.concatenate([[0.0], bounds[finite]])
-        ys = np.concatenate([[0.0], shares[finite]])
-        inside = np.interp(tokens, xs, ys)
-        return np.where(tokens < 0, 0.0, inside)
+        xs, ys = self._segments()
+        index = np.clip(np.searchsorted(xs, tokens, side="left"), 1, len(xs) - 1)
+        lo, hi = xs[index - 1], xs[index]
+        inside = _segment_share(np.clip(tokens, lo, hi), lo, hi, self.shape)
+        value = ys[index - 1] + (ys[index] - ys[index - 1]) * inside
+        return np.where(tokens < 0, 0.0, np.where(tokens >= xs[-1], ys[-1], value))
 
     def quantile(self, share: float) -> float:
-        """The prompt length below which ``share`` of prompts fall (``histogram_quantile``)."""
+        """The prompt length below which ``share`` of prompts fall (``histogram_quantile`` when uniform)."""
         if self.total <= 0:
             return 0.0
-        bounds = np.asarray(self.bounds, dtype=float)
-        shares = np.asarray(self.cumulative, dtype=float) / self.total
-        finite = np.isfinite(bounds)
-        xs = np.concatenate([[0.0], bounds[finite]])
-        ys = np.concatenate([[0.0], shares[finite]])
+        xs, ys = self._segments()
         if share >= ys[-1]:
             return float(xs[-1])
-        return float(np.interp(share, ys, xs))
+        index = int(np.clip(np.searchsorted(ys, share, side="left"), 1, len(ys) - 1))
+        lo, hi, mass = xs[index - 1], xs[index], ys[index] - ys[index - 1]
+        if mass <= 0:
+            return float(lo)
+        return _segment_inverse((share - ys[index - 1]) / mass, lo, hi, self.shape)
+
+
+def _power_integral(lo: float, hi: float, exponent: float) -> float:
+    """Integral of ``x ** exponent`` over ``[lo, hi]`` (``lo > 0``)."""
+    power = exponent + 1.0
+    return math.log(hi / lo) if abs(power) < 1e-9 else (hi ** power - lo ** power) / power
+
+
+def _segment_mean(lo: float, hi: float, shape: float) -> float:
+    """Mean of the density ``x ** -shape`` on ``[lo, hi]`` (uniform on a bucket starting at 0)."""
+    if lo <= 0:
+        return 0.5 * (lo + hi)
+    return _power_integral(lo, hi, 1.0 - shape) / _power_integral(lo, hi, -shape)
+
+
+def _segment_share(x: np.ndarray, lo: np.ndarray, hi: np.ndarray, shape: float) -> np.ndarray:
+    """Share of a bucket's mass below ``x`` (``lo <= x <= hi``) for the density ``x ** -shape``."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        uniform = (x - lo) / (hi - lo)
+        if shape == 0.0:
+            return uniform
+        safe_lo = np.where(lo > 0, lo, 1.0)
+        power = 1.0 - shape
+        if abs(power) < 1e-9:
+            tilted = np.log(x / safe_lo) / np.log(hi / safe_lo)
+        else:
+            tilted = (x ** power - safe_lo ** power) / (hi ** power - safe_lo ** power)
+        return np.where(lo > 0, tilted, uniform)
+
+
+def _segment_inverse(u: float, lo: float, hi: float, shape: float) -> float:
+    """The length below which ``u`` of a bucket's mass falls (inverse of :func:`_segment_share`)."""
+    if lo <= 0 or shape == 0.0:
+        return float(lo + u * (hi - lo))
+    power = 1.0 - shape
+    if abs(power) < 1e-9:
+        return float(lo * (hi / lo) ** u)
+    return float((lo ** power + u * (hi ** power - lo ** power)) ** (1.0 / power))
 
 
 def ttft_percentile(annotations: Mapping[str, str]) -> float | None:
@@ -167,6 +270,26 @@ def shortage_caps(unserved_rps: float, percentiles: Sequence[float | None]) -> l
     return [cap for cap in SHORTAGE_PERCENTILES if cap < highest]
 
 
+def refine_cap(fitting: float, too_high: float, fits: Callable[[float], bool], resolution: float = 1.0) -> float:
+    """The highest cap between ``fitting`` (a plan at it fits the inventory) and ``too_high`` (one does not).
+
+    Bisection to ``resolution`` percentile points over whole points; ``fits(cap)`` solves the plan at a
+    cap.  Below 50 (the mean request) there is nothing to refine.
+    """
+    low, high = fitting, too_high
+    if low < 50.0:
+        return low
+    while high - low > resolution:
+        middle = math.floor((low + high) / 2.0 / resolution) * resolution
+        if middle <= low:
+            break
+        if fits(middle):
+            low = middle
+        else:
+            high = middle
+    return low
+
+
 def describe_cap(cap: float) -> str:
     """``p80`` or ``the mean request`` (for condition messages)."""
     return f"p{cap:g} TTFT" if cap >= 50.0 else "the mean request's TTFT"
@@ -180,43 +303,63 @@ def _service_rates(profile: PerfProfile, workload: Workload) -> np.ndarray:
     return n / (prefill + decodes * (profile.alpha + profile.beta * n))
 
 
-def queue_distribution(profile: PerfProfile, workload: Workload, rate_rps: float) -> np.ndarray:
-    """Stationary probabilities of 0..K requests in one replica (WVA's chain, ``K = B + 10 B``)."""
+def _pool_size(pool: int) -> int:
+    """The pool the chain models: at least 1 replica, at most :data:`MAX_POOL`."""
+    return max(1, min(int(pool), MAX_POOL))
+
+
+def queue_distribution(profile: PerfProfile, workload: Workload, rate_rps: float, pool: int = 1) -> np.ndarray:
+    """Stationary probabilities of 0..pool*K requests in a pool of replicas (WVA's chain, ``K = B + 10 B``).
+
+    ``rate_rps`` is per replica.  With ``pool`` 1 this is WVA's chain of one replica.  With more, the
+    gateway is taken to balance requests over the pool (each arrival joins the replica with the fewest
+    requests, as llm-d's endpoint picker and the simulator's gateway do): ``N`` requests sit as evenly
+    as they can, ``N mod pool`` replicas holding one more than the others, and the pool completes
+    requests at the sum of their rates.
+    """
     batch = int(profile.max_batch)
+    replicas = _pool_size(pool)
     mu = _service_rates(profile, workload)
     k = batch + QUEUE_TO_BATCH_RATIO * batch
+    states = replicas * k
     if rate_rps <= 0:
-        p = np.zeros(k + 1)
+        p = np.zeros(states + 1)
         p[0] = 1.0
         return p
-    lam = rate_rps / 1000.0
-    log_mu = np.log(np.concatenate([mu, np.full(k - batch, mu[-1])]))
-    logp = np.concatenate([[0.0], np.cumsum(math.log(lam) - log_mu)])
+    per_replica = np.concatenate([[0.0], mu, np.full(k - batch + 1, mu[-1])])  # mu(n) for n = 0..K+1
+    n = np.arange(1, states + 1)
+    low, extra = n // replicas, n % replicas
+    total = extra * per_replica[low + 1] + (replicas - extra) * per_replica[low]
+    lam = replicas * rate_rps / 1000.0
+    logp = np.concatenate([[0.0], np.cumsum(math.log(lam) - np.log(total))])
     logp -= logp.max()
     p = np.exp(logp)
     return p / p.sum()
 
 
 def ttft_attainment(
-    profile: PerfProfile, workload: Workload, prompts: PromptDistribution, ttft_ms: float, rate_rps: float
+    profile: PerfProfile, workload: Workload, prompts: PromptDistribution, ttft_ms: float, rate_rps: float, pool: int = 1
 ) -> float:
     """Share of requests whose TTFT is within ``ttft_ms`` at ``rate_rps`` per replica (see the module docstring).
 
-    Requests arriving to a full K-state system are lost in the chain; they count as missing the target.
+    An arrival finding ``N`` requests in the pool joins a replica holding ``N // pool`` of them; when
+    that replica's batch is full it waits for ``N // pool - B + 1`` of its completions at ``mu(B)``.
+    Requests arriving to a full system are lost in the chain; they count as missing the target.
     """
-    pi = queue_distribution(profile, workload, rate_rps)
+    replicas = _pool_size(pool)
+    pi = queue_distribution(profile, workload, rate_rps, replicas)
+    states = np.flatnonzero(pi[:-1] > _NEGLIGIBLE)  # not the last state (it blocks arrivals), nor the weightless tail
     batch = int(profile.max_batch)
     mu_b = float(_service_rates(profile, workload)[-1])  # per ms
-    n = np.arange(len(pi), dtype=float)
+    n = states // replicas
     joins = np.minimum(n + 1.0, batch)
     wait = np.maximum(n - batch + 1.0, 0.0) / mu_b
     budget = ttft_ms - profile.gamma - wait
     if profile.delta > 0:
-        share = np.where(budget >= 0, prompts.cdf(budget / (profile.delta * joins)), 0.0)
+        share = np.where(budget >= 0, prompts.cdf(np.maximum(budget, 0.0) / (profile.delta * joins)), 0.0)
     else:
         share = (budget >= 0).astype(float)
-    share[-1] = 0.0  # the last state blocks arrivals
-    return float(pi @ share)
+    return float(pi[states] @ share)
 
 
 @functools.lru_cache(maxsize=4096)
@@ -230,9 +373,12 @@ def _wva_rate(profile: PerfProfile, workload: Workload, slo: SLO) -> float | Non
 
 @functools.lru_cache(maxsize=4096)
 def tail_max_rate(
-    profile: PerfProfile, workload: Workload, slo: SLO, prompts: PromptDistribution, percentile: float
+    profile: PerfProfile, workload: Workload, slo: SLO, prompts: PromptDistribution, percentile: float, pool: int = 1
 ) -> float | None:
     """Requests per second one replica sustains with ``percentile`` % of requests within the TTFT target.
+
+    ``pool``: how many replicas the gateway balances the model's requests over (see
+    :func:`queue_distribution`); 1 is WVA's view of a replica fed its own Poisson stream.
 
     Capped by WVA's rate for the same SLO (mean TTFT and ITL), so it is never less strict than WVA.
     None when there is nothing to tighten (no TTFT target, no prompts observed) or when even a nearly
@@ -247,13 +393,13 @@ def tail_max_rate(
     target = percentile / 100.0
     mu = _service_rates(profile, workload)
     low, high = float(mu[0]) * 1000.0 * RATE_EPSILON, mean_rate
-    if ttft_attainment(profile, workload, prompts, slo.ttft_ms, low) < target:
+    if ttft_attainment(profile, workload, prompts, slo.ttft_ms, low, pool) < target:
         return None
-    if ttft_attainment(profile, workload, prompts, slo.ttft_ms, high) >= target:
+    if ttft_attainment(profile, workload, prompts, slo.ttft_ms, high, pool) >= target:
         return mean_rate
     for _ in range(_ITERATIONS):
         mid = 0.5 * (low + high)
-        if ttft_attainment(profile, workload, prompts, slo.ttft_ms, mid) >= target:
+        if ttft_attainment(profile, workload, prompts, slo.ttft_ms, mid, pool) >= target:
             low = mid
         else:
             high = mid

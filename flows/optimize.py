@@ -251,8 +251,8 @@ def optimize(
         status_heartbeat_s: Rewrite a status whose only change is lastRunTime at most this often.
         scale_down_stabilization_s: Scale a VariantAutoscaling down only after the scale-down has been recommended
             for this long (seconds; the highest count recommended meanwhile wins), so rate() lag between close
-            cycles cannot flap replicas. 0 = at once (WVA). Per resource: annotation
-            modelplane.io/scale-down-stabilization-window.
+            cycles cannot flap replicas. 0 = at once (WVA); the scheduled deployment sets 180 (a replica's
+            start-up plus one cycle). Per resource: annotation modelplane.io/scale-down-stabilization-window.
     """
     params = OptimizeParameters(
         namespaces=namespaces or [], namespace_selector=namespace_selector, config_namespace=config_namespace, prometheus_url=prometheus_url,

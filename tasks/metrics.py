@@ -87,7 +87,6 @@ import math
 import os
 import pathlib
 import re
-import tempfile
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -96,6 +95,8 @@ from urllib.parse import urlsplit, urlunsplit
 
 import requests
 import yaml
+
+from tasks.files import write_atomically
 
 log = logging.getLogger(__name__)
 
@@ -955,13 +956,4 @@ def snapshot_document(snapshot: MetricsSnapshot) -> dict[str, Any]:
 
 def write_metrics_file(path: str | os.PathLike[str], snapshot: MetricsSnapshot) -> None:
     """Write ``snapshot`` to ``path`` in the metrics file format, atomically."""
-    target = pathlib.Path(path)
-    text = yaml.safe_dump(snapshot_document(snapshot), sort_keys=False)
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
-    try:
-        with os.fdopen(fd, "w") as handle:
-            handle.write(text)
-        os.replace(tmp, target)
-    except BaseException:
-        pathlib.Path(tmp).unlink(missing_ok=True)
-        raise
+    write_atomically(pathlib.Path(path), yaml.safe_dump(snapshot_document(snapshot), sort_keys=False))

@@ -14,9 +14,7 @@ A chunk that does not parse is kept as it is and reported with its file and line
 from __future__ import annotations
 
 import io
-import os
 import re
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -24,6 +22,8 @@ from typing import Any
 import yaml
 from ruamel.yaml import YAML
 from ruamel.yaml.scalarstring import DoubleQuotedScalarString
+
+from tasks.files import write_atomically
 
 _BaseLoader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 _BaseDumper = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
@@ -334,40 +334,5 @@ def _where(exc: yaml.YAMLError, first_line: int = 1) -> str:
 
 
 def atomic_write(path: Path, text: str) -> tuple[int, int, int] | None:
-    """Replace ``path`` with ``text`` atomically (temp file in the same dir, fsync, ``os.replace``).
-
-    Readers see either the old or the new file, never a torn one; the original file mode is kept, and a
-    symbolic link stays a link (its target is replaced). Returns the new file's stamp.
-    """
-    path = Path(os.path.realpath(path))  # a symlinked manifest is written through its link, not replaced
-    path.parent.mkdir(parents=True, exist_ok=True)
-    mode = path.stat().st_mode & 0o7777 if path.exists() else None
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())
-        if mode is not None:
-            os.chmod(tmp, mode)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-    _fsync_dir(path.parent)
-    return file_stamp(path)
-
-
-def _fsync_dir(directory: Path) -> None:
-    """Persist the rename itself (best effort: not every filesystem allows fsync on a directory)."""
-    try:
-        fd = os.open(directory, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
+    """Replace ``path`` with ``text`` atomically (:func:`tasks.files.write_atomically`); returns the new file's stamp."""
+    return file_stamp(write_atomically(path, text))

@@ -14,6 +14,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from engine.caching import CACHE_MARKER
+from tasks.files import fsync_dir
 
 MANIFEST_FORMAT = 1
 
@@ -127,17 +128,3 @@ def write_manifest(dest: str | os.PathLike[str], manifest: CacheManifest) -> pat
 def remove_manifest(dest: str | os.PathLike[str]) -> None:
     """Remove the marker (the cache is no longer complete)."""
     marker_path(dest).unlink(missing_ok=True)
-
-
-def fsync_dir(directory: pathlib.Path) -> None:
-    """Make renames in ``directory`` durable (best effort on filesystems that refuse directory fsync)."""
-    try:
-        fd = os.open(directory, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)

@@ -145,3 +145,39 @@ def test_the_flow_form_offers_exactly_the_simulated_choices() -> None:
 
     assert get_args(PolicyName) == POLICIES
     assert set(get_args(HpaMetric)) == set(_GAUGES)
+
+
+def test_modelplane_keeps_the_scale_down_window_state_between_cycles_as_the_flow_does(description) -> None:
+    """The flow writes modelplane.io/scale-down-pending back; the simulated policy must too, or it never scales down."""
+    import dataclasses
+
+    from engine.optimize import ANNOTATION_SCALE_DOWN_PENDING
+
+    current = dict(zip(KEYS, [7, 4, 1, 3]))
+    quiet = observation(current, completed=20)
+    from engine.optimize import DEFAULT_SCALE_DOWN_WINDOW_S
+
+    scenario = build_scenario(description, small_trace(), SimConfig())
+    assert scenario.scale_down_window_s == DEFAULT_SCALE_DOWN_WINDOW_S == 180.0  # the optimize flow's default
+    at_once, _ = make_policy("modelplane", dataclasses.replace(scenario, scale_down_window_s=0.0))
+    assert sum(at_once(quiet).values()) < sum(current.values())
+    decide, _ = make_policy("modelplane", scenario)
+    held = [decide(dataclasses.replace(quiet, time_s=300.0 + 60.0 * i)) for i in range(4)]
+    assert held[0] == held[1] == held[2] == current  # recommended at 300 s, held through 420 s
+    assert sum(held[3].values()) < sum(current.values())  # 480 s: the window has passed
+    assert all(ANNOTATION_SCALE_DOWN_PENDING not in (v["metadata"].get("annotations") or {}) for v in description.variants)
+
+
+def test_after_warmup_counts_only_later_requests_and_later_cost(description) -> None:
+    scenario = build_scenario(description, small_trace(rate=3.0, seconds=600), SimConfig(startup_delay_s=60.0))
+    result = run_policy("static-peak", scenario)
+    whole = summarize_outcome("static-peak", scenario, result)
+    later = summarize_outcome("static-peak", scenario, result, warmup_s=300.0)
+    assert not whole.after_warmup and later.attainment == whole.attainment
+    # Static replicas live the whole replay: the cost from 300 s on is the share of the horizon after it.
+    assert later.after_warmup["cost"] == pytest.approx(whole.cost * (result.horizon_s - 300.0) / result.horizon_s)
+    ttft_ok = result.ttft_s * 1000.0 <= np.array([scenario.slos[m].ttft_ms for m in scenario.trace.models])[scenario.trace.model_index]
+    itl_ok = (result.itl_s * 1000.0 <= np.array([scenario.slos[m].itl_ms for m in scenario.trace.models])[scenario.trace.model_index]) | (scenario.trace.out_tokens <= 1)
+    mask = scenario.trace.arrival_s >= 300.0
+    assert later.after_warmup["attainment"] == pytest.approx(float(np.mean((ttft_ok & itl_ok & result.completed)[mask])))
+    assert later.as_json()["after_warmup"]["warmup_s"] == 300.0

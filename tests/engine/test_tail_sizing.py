@@ -16,6 +16,8 @@ from engine.tail_sizing import (
     DEFAULT_TTFT_PERCENTILE,
     PromptDistribution,
     TailSizingError,
+    queue_distribution,
+    refine_cap,
     tail_max_rate,
     ttft_attainment,
     ttft_percentile,
@@ -153,3 +155,144 @@ def test_recent_peak_sizes_for_the_highest_rate_of_the_start_up_window() -> None
     held = by_name(plan_variants(inputs([va("a100")], {"a100": 4}, loads={(NS, MODEL): remembered})))["a100"]
     assert now.desired is not None and now.desired < 4
     assert held.desired is not None and held.desired > now.desired
+
+
+def test_the_shape_inside_buckets_is_fitted_to_the_observed_mean() -> None:
+    """Prompts bunched just above 1,000 tokens: read as uniform the 1,000-2,000 bucket misplaces them; the mean says where they sit."""
+    prompts = np.concatenate([RNG.integers(1000, 1300, 800), RNG.integers(1300, 2000, 100), RNG.integers(3000, 4200, 100)])
+    uniform = histogram(prompts)
+    fitted = uniform.with_mean(float(prompts.mean()))
+    assert uniform.shape == 0.0 and fitted.shape > 1.0
+    # The fitted distribution has the observed mean (numerically, from its quantiles) ...
+    grid = np.linspace(0.0005, 0.9995, 1000)
+    assert np.mean([fitted.quantile(q) for q in grid]) == pytest.approx(prompts.mean(), rel=0.02)
+    # ... and its CDF is closer to the prompts' own than the uniform reading, where it matters for TTFT.
+    for tokens in (1200.0, 1500.0, 1800.0):
+        truth = float(np.mean(prompts <= tokens))
+        assert abs(fitted.cdf(np.array([tokens]))[0] - truth) < abs(uniform.cdf(np.array([tokens]))[0] - truth)
+    # quantile and cdf stay inverse to each other under the fitted shape.
+    assert fitted.cdf(np.array([fitted.quantile(0.7)]))[0] == pytest.approx(0.7, abs=1e-6)
+    # A mean the buckets cannot produce clamps the shape instead of failing.
+    assert uniform.with_mean(1.0).shape == pytest.approx(6.0) and uniform.with_mean(None) is uniform
+
+
+def test_pooled_chain_reduces_to_one_replica_and_matches_a_balanced_replay() -> None:
+    """A gateway that balances requests over R replicas evens out their batches: the pool's chain sees it, one replica's does not."""
+    workload = Workload(float(PROMPTS.mean()), OUTPUTS)
+    exact = PromptDistribution.from_buckets([(float(x), float((PROMPTS <= x).sum())) for x in range(0, 5000, 10)])
+    rate = 0.5 * max_rate(A100, workload, SLO(ttft_ms=500, itl_ms=24))
+    single = queue_distribution(A100, workload, rate)
+    assert np.allclose(queue_distribution(A100, workload, rate, pool=1), single)
+    assert len(queue_distribution(A100, workload, rate, pool=4)) == 4 * (len(single) - 1) + 1
+    rng = np.random.default_rng(5)
+    duration = 4000.0 / rate
+    arrivals = np.sort(rng.uniform(0, duration, rng.poisson(4 * rate * duration)))
+    prompts = rng.choice(PROMPTS, len(arrivals))
+    trace = Trace(arrivals, prompts, np.full(len(arrivals), OUTPUTS), np.zeros(len(arrivals), dtype=np.int64), ("m",))
+    variant = VariantModel("ns/v", "m", "v", "A100", 1, 40.0, A100, 256 * 2048)
+    result = simulate([variant], trace, SimConfig(horizon_s=duration), {"ns/v": 4})
+    warm = result.arrival_s > 0.1 * duration
+    simulated = float(np.mean(result.ttft_s[warm] <= 0.5))
+    pooled = ttft_attainment(A100, workload, exact, 500.0, rate, pool=4)
+    alone = ttft_attainment(A100, workload, exact, 500.0, rate)
+    assert pooled == pytest.approx(simulated, abs=0.03)
+    assert alone < simulated - 0.03
+    slo = SLO(ttft_ms=500, itl_ms=24)
+    assert tail_max_rate(A100, workload, slo, exact, 90.0, pool=4) > tail_max_rate(A100, workload, slo, exact, 90.0)
+
+
+def test_refine_cap_finds_the_highest_whole_percentile_that_fits() -> None:
+    tried: list[float] = []
+
+    def fits(cap: float) -> bool:
+        tried.append(cap)
+        return cap <= 83.0
+
+    assert refine_cap(80.0, 85.0, fits) == 83.0
+    assert all(80.0 < cap < 85.0 for cap in tried) and len(tried) <= 3
+    assert refine_cap(0.0, 60.0, fits) == 0.0  # below p50 there is no percentile to refine
+
+
+def test_a_short_inventory_is_used_whole_at_the_highest_percentile_it_holds() -> None:
+    with_tail = ModelLoad(6.0, float(PROMPTS.mean()), OUTPUTS, histogram(PROMPTS))
+    unlimited = by_name(plan_variants(inputs([va("a100")], {"a100": 1}, loads={(NS, MODEL): with_tail})))["a100"]
+    assert unlimited.desired is not None
+    for held in range(unlimited.desired - 3, unlimited.desired):
+        capped = by_name(plan_variants(inputs([va("a100")], {"a100": 1}, loads={(NS, MODEL): with_tail}, inventory={"A100": held})))["a100"]
+        # Within one replica of the inventory (a whole percentile point may be worth two replicas), not the
+        # coarse ladder's next step down (p85 here).
+        assert capped.desired is not None and held - 1 <= capped.desired <= held, capped.message
+        assert "sized for p8" in capped.message and "sized for p85 " not in capped.message
+
+
+def test_a_model_whose_accelerators_are_not_short_keeps_its_percentile() -> None:
+    """llama runs out of A100s; granite runs on H100s with room to spare: only llama is sized for a lower percentile."""
+    from engine.config import parse_service_class
+    from tests.factories import variant_autoscaling
+
+    other = "ibm/granite-13b"
+    both = parse_service_class(
+        f"name: Premium\npriority: 1\ndata:\n  - model: {MODEL}\n    slo-tpot: 24\n    slo-ttft: 500\n"
+        f"  - model: {other}\n    slo-tpot: 24\n    slo-ttft: 500\n", "slo/premium",
+    )
+    granite = variant_autoscaling("granite-h100", NS, other, "H100", sloClassRef={"name": "slo", "key": "premium"})
+    load = ModelLoad(6.0, float(PROMPTS.mean()), OUTPUTS, histogram(PROMPTS))
+    loads = {(NS, MODEL): load, (NS, other): ModelLoad(30.0, float(PROMPTS.mean()), OUTPUTS, histogram(PROMPTS))}
+
+    def plan(variants: list[dict], inventory: dict[str, int] | None) -> dict:
+        return by_name(plan_variants(inputs(variants, {"llama-a100": 1, "granite-h100": 1}, loads=loads, inventory=inventory,
+                                            service_classes={("slo", "premium"): both})))
+
+    alone = plan([va("llama-a100"), granite], None)
+    full_granite = alone["granite-h100"].desired
+    llama_needs = alone["llama-a100"].desired
+    assert full_granite is not None and llama_needs is not None
+    short = plan([va("llama-a100"), granite], {"A100": llama_needs - 3, "H100": full_granite + 2})
+    assert short["llama-a100"].desired == llama_needs - 3 or short["llama-a100"].desired == llama_needs - 4
+    assert "sized for p" in short["llama-a100"].message
+    # granite keeps p90 and its full H100 allocation, though the inventory has H100s to spare either way.
+    assert short["granite-h100"].desired == full_granite and "sized for" not in short["granite-h100"].message
+    # Capped like llama (the former rule: one cap for every model), granite would have run fewer replicas.
+    cap = short["llama-a100"].message.split("sized for p")[1].split(" ")[0]
+    capped = variant_autoscaling("granite-h100", NS, other, "H100", annotations={ANNOTATION_TTFT_PERCENTILE: cap},
+                                 sloClassRef={"name": "slo", "key": "premium"})
+    assert plan([va("llama-a100"), capped], None)["granite-h100"].desired < full_granite
+
+
+def test_no_model_is_raised_when_every_accelerator_is_taken(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Raising costs MILP solves: only models with an accelerator that has room left are tried."""
+    import engine.optimize as optimize
+    from engine.config import parse_service_class
+    from tests.factories import variant_autoscaling
+
+    other = "ibm/granite-13b"
+    both = parse_service_class(
+        f"name: Premium\npriority: 1\ndata:\n  - model: {MODEL}\n    slo-tpot: 24\n    slo-ttft: 500\n"
+        f"  - model: {other}\n    slo-tpot: 24\n    slo-ttft: 500\n", "slo/premium",
+    )
+    granite = variant_autoscaling("granite-a100", NS, other, "A100", sloClassRef={"name": "slo", "key": "premium"})
+    load = ModelLoad(6.0, float(PROMPTS.mean()), OUTPUTS, histogram(PROMPTS))
+    seen: list[dict] = []
+    original = optimize._model_based_candidates
+
+    def spy(specs, inputs_, result, caps=None):
+        seen.append(dict(caps or {}))
+        return original(specs, inputs_, result, caps)
+
+    def plan(variants: list[dict], inventory: dict[str, int] | None) -> dict:
+        return by_name(plan_variants(inputs(
+            variants, {"llama-a100": 1, "granite-a100": 1}, loads={(NS, MODEL): load, (NS, other): load},
+            inventory=inventory, service_classes={("slo", "premium"): both},
+        )))
+
+    mean = {ANNOTATION_TTFT_PERCENTILE: "mean"}
+    at_mean = plan([va("llama-a100", annotations=mean), variant_autoscaling(
+        "granite-a100", NS, other, "A100", annotations=mean, sloClassRef={"name": "slo", "key": "premium"})], None)
+    at_p90 = plan([va("llama-a100"), granite], None)
+    low, high = (sum(d.desired or 0 for d in p.values()) for p in (at_mean, at_p90))
+    assert high > low + 4
+    monkeypatch.setattr(optimize, "_model_based_candidates", spy)
+    decisions = plan([va("llama-a100"), granite], {"A100": (low + high) // 2})
+    assert sum(d.desired or 0 for d in decisions.values()) >= (low + high) // 2 - 2
+    assert all("sized for p" in d.message for d in decisions.values()), [d.message for d in decisions.values()]
+    assert len(seen) > 2 and all(len(set(caps.values())) <= 1 for caps in seen)  # one common cap in every solve

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import pathlib
-import signal
 import socket
 import subprocess
 import sys
@@ -17,6 +16,7 @@ import pytest
 
 from flows.deployments import load_entry_flow
 from tasks.events import Subject
+from tests.processes import stop_process
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 TERMINAL = {"COMPLETED", "FAILED", "CRASHED", "CANCELLED"}
@@ -90,13 +90,7 @@ class PrefectServer:
     def stop(self) -> None:
         self.client.close()
         for proc in reversed(self.processes):
-            if proc.poll() is None:
-                os.kill(proc.pid, signal.SIGTERM)
-                try:
-                    proc.wait(timeout=15)
-                except subprocess.TimeoutExpired:
-                    os.kill(proc.pid, signal.SIGKILL)
-                    proc.wait(timeout=5)
+            stop_process(proc, timeout=15)
 
     def log(self, name: str) -> str:
         path = self.home / f"{name}.log"
@@ -106,13 +100,13 @@ class PrefectServer:
 
     def request(self, method: str, path: str, body: Any = None) -> httpx.Response:
         """One API call; 503 (SQLite busy under load) is retried, as Prefect's own client does, and so is a
-        read that timed out (GET, or a POST to a ``/filter`` endpoint: nothing is written twice)."""
-        read_only = method == "GET" or path.endswith("/filter")
+        read (GET, ``*/filter``) that timed out while the server's SQLite was busy on a loaded machine."""
+        is_read = method == "GET" or path.endswith("/filter")
         for attempt in range(6):
             try:
                 response = self.client.request(method, path, json=body)
             except httpx.TimeoutException:
-                if not read_only or attempt == 5:
+                if not is_read or attempt == 5:
                     raise
                 continue
             if response.status_code != 503:

@@ -139,7 +139,7 @@ def test_served_deployments_register_under_their_own_names(prefect_harness: None
     assert optimize.concurrency_options.collision_strategy.value == "CANCEL_NEW"
     assert optimize.enforce_parameter_schema is True
     properties = optimize.parameter_openapi_schema["properties"]
-    assert optimize.parameters == {"config_namespace": "modelplane-system", "dry_run": False}
+    assert optimize.parameters == {"config_namespace": "modelplane-system", "dry_run": False, "scale_down_stabilization_s": 180}
     # the constraints the UI form and the API enforce are in the schema Prefect stores
     window = properties["rate_window"]
     patterns = [window.get("pattern")] + [alt.get("pattern") for alt in window.get("anyOf", [])]
@@ -204,3 +204,13 @@ def test_every_flow_has_a_cli_command_with_json_output(entry: dict[str, Any]) ->
     assert command is not None, f"add `modelplane {entry['name']}` to flows/cli.py"
     options = {opt for param in command.params for opt in getattr(param, "opts", [])}
     assert "--json" in options, f"`modelplane {entry['name']}` needs --json"
+
+
+def test_the_scheduled_optimize_loop_holds_scale_downs_as_the_simulated_policy_does() -> None:
+    """The simulator judges Modelplane with the scale-down window the shipped loop runs with (docs/simulate.md)."""
+    from engine.optimize import DEFAULT_SCALE_DOWN_WINDOW_S
+    from engine.simulate_policies import Scenario
+
+    entry = next(e for e in load_prefect_yaml()["deployments"] if e["name"] == "optimize")
+    assert entry["parameters"]["scale_down_stabilization_s"] == DEFAULT_SCALE_DOWN_WINDOW_S
+    assert Scenario.__dataclass_fields__["scale_down_window_s"].default == DEFAULT_SCALE_DOWN_WINDOW_S

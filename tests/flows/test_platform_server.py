@@ -116,10 +116,16 @@ def test_a_run_of_each_flow_completes_on_a_local_cluster(platform: PrefectServer
     assert final["state"]["type"] == "COMPLETED", platform.run_logs(run["id"])
     if entry["name"] == "optimize":
         # The example cycle scales two variants and a binding target: one event each, related to this run.
-        events = wait_for(lambda: platform.events(prefix="modelplane.", related=f"prefect.flow-run.{run['id']}"), 30, "optimize's events")
-        resources = {e["resource"]["prefect.resource.id"] for e in events}
-        assert "modelplane.llmd.variantautoscaling.llm-serving.llama-3-1-8b-h100" in resources
-        assert {e["event"] for e in events} >= {"modelplane.llmd.variantautoscaling.scaled", "modelplane.kthena.binding.scaled"}
+        # Events reach the server asynchronously: wait until all three are there (or fail with what came).
+        expected_resources = {f"modelplane.llmd.variantautoscaling.llm-serving.{name}" for name in ("llama-3-1-8b-h100", "granite-13b-a100")}
+        expected_events = {"modelplane.llmd.variantautoscaling.scaled", "modelplane.kthena.binding.scaled"}
+
+        def all_events() -> list[dict[str, Any]]:
+            events = platform.events(prefix="modelplane.", related=f"prefect.flow-run.{run['id']}")
+            resources = {e["resource"]["prefect.resource.id"] for e in events}
+            return events if resources >= expected_resources and {e["event"] for e in events} >= expected_events else []
+
+        wait_for(all_events, 30, f"optimize's events for {sorted(expected_resources)} and {sorted(expected_events)}")
     if entry["name"] == "watch-models":
         # The example's Kthena Model was never rolled out: the watch announces it (the event that triggers rollout-models).
         events = wait_for(lambda: platform.events(prefix="modelplane.kthena.model.changed", related=f"prefect.flow-run.{run['id']}"),

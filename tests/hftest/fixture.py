@@ -20,7 +20,8 @@ from typing import Iterator, Mapping
 
 import pytest
 
-from tests.s3test.fixture import free_port, stop_process, wait_for_port
+from tests.processes import stop_process
+from tests.s3test.fixture import free_port, wait_for_port
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[2]
 LFS_THRESHOLD = 100 * 1024
@@ -143,4 +144,4 @@ def hf_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[HfServer]:
     try:
         yield server
     finally:
-        stop_process(process)
+        stop_process(process, timeout=10, group=True)

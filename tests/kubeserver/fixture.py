@@ -26,6 +26,8 @@ from typing import Any, Iterator
 
 import pytest
 
+from tests.processes import stop_process
+
 REPO = pathlib.Path(__file__).resolve().parents[2]
 
 _KUBECONFIG = """apiVersion: v1
@@ -157,16 +159,7 @@ class KubeServer:
 
     def stop(self) -> None:
         """Terminate the subprocess (by PID) and wait for it."""
-        if self._proc.poll() is None:
-            try:
-                os.kill(self.pid, signal.SIGTERM)
-                self._proc.wait(timeout=5)
-            except (ProcessLookupError, subprocess.TimeoutExpired):
-                try:
-                    os.kill(self.pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-                self._proc.wait(timeout=5)
+        stop_process(self._proc)
 
 
 def start_kube_server(workdir: str | os.PathLike[str] | None = None, timeout: float = 15.0) -> KubeServer:

@@ -43,6 +43,7 @@ import pytest
 import requests
 import yaml
 
+from tests.processes import stop_process
 from tests.promtest.exporter import FakeVllmExporter
 
 JOB = "vllm"
@@ -156,7 +157,7 @@ class PrometheusProcess:
         """Stop the process by PID (SIGTERM, then SIGKILL after ``timeout``)."""
         if self._process is None:
             return
-        _terminate(self._process, timeout)
+        stop_process(self._process, timeout)
         _live_processes.pop(self._process.pid, None)
         self._process = None
 
@@ -246,22 +247,11 @@ def _die_with_parent() -> None:
         pass  # not Linux: the session finalizer and atexit still stop it
 
 
-def _terminate(process: subprocess.Popen[bytes], timeout: float) -> None:
-    if process.poll() is not None:
-        return
-    os.kill(process.pid, signal.SIGTERM)
-    try:
-        process.wait(timeout)
-    except subprocess.TimeoutExpired:
-        os.kill(process.pid, signal.SIGKILL)
-        process.wait(5)
-
-
 @atexit.register
 def _kill_leftovers() -> None:
     """Interpreter-exit fallback: stop every Prometheus this module started, by PID."""
     for process in list(_live_processes.values()):
-        _terminate(process, 5)
+        stop_process(process, 5)
     _live_processes.clear()
 
 

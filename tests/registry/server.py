@@ -23,7 +23,6 @@ import os
 import pathlib
 import re
 import shutil
-import signal
 import socket
 import subprocess
 import tempfile
@@ -34,6 +33,8 @@ from collections import Counter
 from typing import Any
 
 import requests
+
+from tests.processes import stop_process
 
 USER, PASSWORD = "modelplane", "s3cret-pass"
 OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
@@ -247,15 +248,7 @@ class Registry:
 
     def stop(self) -> None:
         """Kill the registry (by PID) and the token service."""
-        if self._proc.poll() is None:
-            try:
-                os.kill(self.pid, signal.SIGTERM)
-                self._proc.wait(timeout=5)
-            except (ProcessLookupError, subprocess.TimeoutExpired):
-                try:
-                    os.kill(self.pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
+        stop_process(self._proc)
         if self.tokens is not None:
             self.tokens.stop()
             self.tokens = None

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import socket
 import subprocess
 import sys
@@ -22,6 +21,7 @@ import boto3
 import pytest
 
 from tasks.downloader import Credentials
+from tests.processes import stop_process
 
 SETUP_ACTIONS = 3
 
@@ -113,14 +113,9 @@ def create_access_key(endpoint: str) -> tuple[str, str]:
     return key["AccessKeyId"], key["SecretAccessKey"]
 
 
-def stop_process(process: subprocess.Popen) -> None:
-    if process.poll() is None:
-        os.killpg(process.pid, signal.SIGTERM)
-        try:
-            process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait()
+def stop_moto(process: subprocess.Popen) -> None:
+    """Stop moto and the workers it started (its own process group)."""
+    stop_process(process, timeout=10, group=True)
 
 
 @pytest.fixture(scope="session")
@@ -132,4 +127,4 @@ def s3_server() -> Iterator[S3Server]:
         access, secret = create_access_key(endpoint)
         yield S3Server(endpoint, access, secret, process.pid)
     finally:
-        stop_process(process)
+        stop_moto(process)
