@@ -162,7 +162,13 @@ def test_collect_returns_the_prompt_histogram_and_the_recent_peak_rate(loaded: F
     """The shape tail-aware and start-up-aware sizing read, from the same load query."""
     from engine.tail_sizing import PromptDistribution
 
-    llama = metrics.collect([LLAMA]).loads[LLAMA]
+    # The peak is a subquery over aligned steps: on a loaded machine its newest full-window step can lag the
+    # instant rate by a scrape, so wait (bounded) for a step that saw the steady rate.
+    def peak_caught_up(snapshot: MetricsSnapshot) -> bool:
+        load = snapshot.loads.get(LLAMA)
+        return load is not None and load.recent_peak_rps is not None and load.recent_peak_rps >= load.arrival_rate_rps * (1 - TOLERANCE)
+
+    llama = _collect_until(metrics, [LLAMA], peak_caught_up).loads[LLAMA]
     assert llama.prompt_buckets is not None
     buckets = dict(llama.prompt_buckets)
     assert buckets[100.0] == 0.0 and buckets[200.0] > 0 and buckets[200.0] == pytest.approx(buckets[math.inf])

@@ -105,7 +105,8 @@ def test_hf_kill_mid_file_completes_without_refetching_complete_files(hf_server,
     }
     hf_server.repos.commit(repo_id, files_in_repo)
     token = "hf_kill_test_token_0123456789"
-    counting, url = proxy(hf_server.endpoint, token=token, throttle=2 * MiB)
+    # 1 MiB/s: the 12 MiB file takes ~12 s, so the kill lands mid-file even on a loaded machine.
+    counting, url = proxy(hf_server.endpoint, token=token, throttle=1 * MiB)
     env = {"HF_ENDPOINT": url, "HF_TOKEN": token}
     dest = tmp_path / "cache"
     source = f"hf://{repo_id}?ignore=.gitattributes"
@@ -113,6 +114,7 @@ def test_hf_kill_mid_file_completes_without_refetching_complete_files(hf_server,
     process = start_fill(source, dest, env, "--concurrency", "1")
     kill_when(process, lambda: (dest / "b-tokenizer.json").exists() and partial_bytes(dest) > 2 * MiB)
     assert not (dest / CACHE_MARKER).exists()
+    assert not (dest / "model.safetensors").exists(), "the kill came after the large file was complete"
 
     counting.reset()
     counting.throttle = None
