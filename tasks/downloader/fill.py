@@ -4,7 +4,15 @@ One run: take the lock (waiting while another live filler holds it); return at o
 already complete; list the source; check every remote path before anything is written; skip the files
 an earlier run completed; check the free space against what is left; fetch the rest concurrently (ranged
 parts for large S3 objects, each part resuming where a killed run stopped); verify each file's size and
-checksum, record it in the journal and rename it into place; write the marker; drop the staging area.
+checksum, make its data durable (fsync), record it in the journal and rename it into place; make every
+directory entry durable; write the marker; drop the staging area.
+
+Durability: the marker is the only thing that makes a cache count as complete, so it is written only after
+every file's data was fsynced (each file in its worker, right after verification, overlapping other
+downloads; files kept from an earlier run once more before the marker) and every directory holding a file
+was fsynced (so the renames survive a crash). A power loss at any point leaves no marker or a marker whose
+files are all on disk. Single-part files are hashed while they stream in, so verification does not read
+them back; multi-part files (written out of order) are read back once.
 """
 
 from __future__ import annotations
@@ -20,7 +28,7 @@ import time
 from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import Callable
+from typing import Any, BinaryIO, Callable
 
 from engine.sources import ModelSource, parse_source
 from tasks.downloader.credentials import Credentials
@@ -45,6 +53,7 @@ from tasks.downloader.manifest import (
 )
 from tasks.downloader.plan import STAGING_DIR, Journal, JournalEntry, Listing, RemoteFile, check_listing, directory_usage
 from tasks.downloader.progress import ProgressCallback, ProgressTracker, human_bytes
+from tasks.files import fsync_dir
 
 log = logging.getLogger("modelplane.downloader")
 
@@ -152,6 +161,8 @@ class _Transfer:
     lock: threading.Lock = field(default_factory=threading.Lock)
     fd: int | None = None
     last_flush: float = 0.0
+    hasher: "_StreamHash | None" = None
+    """Digests of the bytes written front to back (single-part files); None for multi-part files."""
 
     @property
     def bytes_present(self) -> int:
@@ -186,9 +197,13 @@ def _fill_locked(
         "filling %s from %s: %d files, %s (%d files already complete, %s partial)",
         root, source.uri, len(listing.files), human_bytes(listing.total_bytes), len(complete), human_bytes(partial),
     )
-    _run(backend, source, listing, transfers, root, journal, tracker, lock, concurrency)
+    try:
+        _run(backend, source, listing, transfers, root, journal, tracker, lock, concurrency)
+    finally:
+        journal.close()
     if lock.lost.is_set():
         raise CacheInUse(f"the lock on {root} was taken over by another filler; stopped before writing the marker")
+    _make_durable(root, listing, complete)  # every file's data and directory entry on disk before the marker
     hashes = {**{p: e for p, e in complete.items()}, **journal.entries}
     files = tuple(
         ManifestFile(path=f.path, size=f.size, sha256=hashes[f.path].sha256, etag=f.etag) for f in listing.files
@@ -328,11 +343,15 @@ def _fetch_part(
     if stop.is_set():
         raise TransferFailed("stopped")
     start, end = transfer.parts[index]
+    if len(transfer.parts) == 1:
+        transfer.hasher = _StreamHash.of_prefix(transfer.tmp, transfer.remote, transfer.done[0])
     if source.scheme == "s3":
         fd = _open(transfer)
 
         def write(offset: int, data: bytes) -> None:
             os.pwrite(fd, data, offset)
+            if transfer.hasher is not None:
+                transfer.hasher.update(offset, data)
             with transfer.lock:
                 transfer.done[index] = offset + len(data) - start
             tracker.add(len(data))
@@ -355,7 +374,8 @@ def _fetch_part(
                     transfer.done[index] += n
                 tracker.add(n)
 
-            backend.fetch_file(transfer.remote, listing.revision or "", handle, transfer.done[index], count, stop)  # type: ignore[attr-defined]
+            hashing = _HashingFile(handle, transfer.hasher)
+            backend.fetch_file(transfer.remote, listing.revision or "", hashing, transfer.done[index], count, stop)  # type: ignore[attr-defined]
     if stop.is_set():
         raise TransferFailed("stopped")
     with transfer.lock:
@@ -416,7 +436,8 @@ def _finish_file(transfer: _Transfer, root: pathlib.Path, journal: Journal, trac
         transfer.tmp.touch()  # an empty file gets no write
     size = transfer.tmp.stat().st_size
     problem = None if size == remote.size else f"size {size} bytes, expected {remote.size}"
-    digests = _hash_file(transfer.tmp, remote) if problem is None else {}
+    streamed = transfer.hasher.digests(remote.size) if transfer.hasher is not None else None
+    digests = (streamed or _hash_file(transfer.tmp, remote)) if problem is None else {}
     problem = problem or _checksum_problem(remote, digests)
     if problem is not None:
         transfer.tmp.unlink(missing_ok=True)
@@ -424,6 +445,7 @@ def _finish_file(transfer: _Transfer, root: pathlib.Path, journal: Journal, trac
             transfer.state_path.unlink(missing_ok=True)
         tracker.add(-size)
         raise ChecksumMismatch(f"{remote.path}: {problem}; the file was discarded, run the fill again to fetch it anew")
+    _fsync_file(transfer.tmp)  # data on disk before the journal vouches for it and before the rename
     journal.record(JournalEntry(remote.path, remote.size, digests["sha256"], remote.etag))
     target = root / remote.path
     target.parent.mkdir(parents=True, exist_ok=True)
@@ -437,24 +459,147 @@ def _has_checksum(remote: RemoteFile) -> bool:
     return bool(remote.sha256 or remote.md5 or remote.git_sha1)
 
 
+class _StreamHash:
+    """SHA-256 (plus the MD5 or git blob SHA-1 the source is checked against) of a file written front to back.
+
+    Fed every write with its offset; a write that is not at the end of what was hashed (parts out of
+    order, a rewind the caller could not replay) makes it give up, and the file is read back instead.
+    """
+
+    def __init__(self, remote: RemoteFile) -> None:
+        self.remote = remote
+        self._lock = threading.Lock()
+        self.restart()
+
+    def restart(self) -> None:
+        """Start over from byte 0 (the file was truncated to nothing)."""
+        remote = self.remote
+        with self._lock:
+            self.position = 0
+            self.valid = True
+            self._sha256 = hashlib.sha256()
+            self._md5 = hashlib.md5(usedforsecurity=False) if remote.md5 else None
+            self._git = hashlib.sha1(f"blob {remote.size}\0".encode(), usedforsecurity=False) if remote.git_sha1 else None
+
+    @classmethod
+    def of_prefix(cls, path: pathlib.Path, remote: RemoteFile, length: int) -> "_StreamHash":
+        """A hasher that has already seen the first ``length`` bytes of ``path`` (a partial file being resumed)."""
+        hasher = cls(remote)
+        if length > 0:
+            try:
+                with open(path, "rb") as handle:
+                    while hasher.position < length and (block := handle.read(min(HASH_BLOCK, length - hasher.position))):
+                        hasher.update(hasher.position, block)
+            except OSError:
+                hasher.valid = False
+            if hasher.position != length:
+                hasher.valid = False
+        return hasher
+
+    def update(self, offset: int, data: bytes) -> None:
+        """Hash ``data`` written at ``offset`` (only in order; anything else invalidates the stream hash)."""
+        with self._lock:
+            if not self.valid:
+                return
+            if offset != self.position:
+                self.valid = False
+                return
+            self._sha256.update(data)
+            if self._md5 is not None:
+                self._md5.update(data)
+            if self._git is not None:
+                self._git.update(data)
+            self.position += len(data)
+
+    def invalidate(self) -> None:
+        """Forget the stream hash (the file will be read back)."""
+        with self._lock:
+            self.valid = False
+
+    def digests(self, size: int) -> dict[str, str] | None:
+        """The digests when exactly ``size`` bytes were hashed in order, else None."""
+        with self._lock:
+            if not self.valid or self.position != size:
+                return None
+            digests = {"sha256": self._sha256.hexdigest()}
+            if self._md5 is not None:
+                digests["md5"] = self._md5.hexdigest()
+            if self._git is not None:
+                digests["git_sha1"] = self._git.hexdigest()
+            return digests
+
+
+class _HashingFile:
+    """A file handle (opened for appending) that feeds every write to a :class:`_StreamHash`.
+
+    A seek back (a server that ignored Range: the client rewinds and truncates) restarts the hash when it
+    goes back to the start and invalidates it otherwise.
+    """
+
+    def __init__(self, handle: BinaryIO, hasher: _StreamHash | None) -> None:
+        self._handle = handle
+        self._hasher = hasher
+        self._position = handle.seek(0, os.SEEK_END)
+
+    def write(self, data: bytes) -> int:
+        written = self._handle.write(data)
+        if self._hasher is not None:
+            self._hasher.update(self._position, data)
+        self._position += written
+        return written
+
+    def seek(self, *args: int) -> int:
+        position = self._handle.seek(*args)
+        if position != self._position and self._hasher is not None:
+            if position == 0:
+                self._hasher.restart()
+            else:
+                self._hasher.invalidate()
+        self._position = position
+        return position
+
+    def tell(self) -> int:
+        return self._handle.tell()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._handle, name)
+
+
 def _hash_file(path: pathlib.Path, remote: RemoteFile) -> dict[str, str]:
     """SHA-256 always, plus the MD5 or git blob id the source can be checked against, in one read."""
-    sha256 = hashlib.sha256()
-    md5 = hashlib.md5(usedforsecurity=False) if remote.md5 else None
-    git = hashlib.sha1(f"blob {remote.size}\0".encode(), usedforsecurity=False) if remote.git_sha1 else None
-    with open(path, "rb") as handle:
-        while block := handle.read(HASH_BLOCK):
-            sha256.update(block)
-            if md5 is not None:
-                md5.update(block)
-            if git is not None:
-                git.update(block)
-    digests = {"sha256": sha256.hexdigest()}
-    if md5 is not None:
-        digests["md5"] = md5.hexdigest()
-    if git is not None:
-        digests["git_sha1"] = git.hexdigest()
+    hasher = _StreamHash.of_prefix(path, remote, path.stat().st_size)
+    digests = hasher.digests(hasher.position)
+    if digests is None:
+        raise TransferFailed(f"{remote.path}: the downloaded file could not be read back for verification")
     return digests
+
+
+def _fsync_file(path: pathlib.Path) -> None:
+    """Force ``path``'s data to disk."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _make_durable(root: pathlib.Path, listing: Listing, complete: dict[str, JournalEntry]) -> None:
+    """Before the marker: fsync the files kept from an earlier run and every directory holding a listed file.
+
+    Files fetched by this run were fsynced right after verification. A directory fsync makes the renames
+    and the creation of sub-directories durable, so the marker can never be on disk while a file it lists
+    is not.
+    """
+    for path in complete:
+        _fsync_file(root / path)
+    directories = {root}
+    for remote in listing.files:
+        parent = (root / remote.path).parent
+        while parent != root and parent not in directories:
+            directories.add(parent)
+            parent = parent.parent
+    for directory in sorted(directories, key=lambda d: len(d.parts), reverse=True):
+        fsync_dir(directory)
 
 
 def _checksum_problem(remote: RemoteFile, digests: dict[str, str]) -> str | None:

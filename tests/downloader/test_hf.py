@@ -18,6 +18,7 @@ from tasks.downloader import (
     read_manifest,
     source_size,
 )
+from tasks.downloader.plan import STAGING_DIR, RemoteFile
 from tests.downloader.conftest import sha256, tree
 
 FILES_V1 = {
@@ -136,3 +137,41 @@ def test_checksum_mismatch_on_the_server_is_detected(hf_server, tmp_path: pathli
     assert info.value.reason == "ChecksumMismatch"
     assert not (tmp_path / "model.safetensors").exists()
     assert not (tmp_path / CACHE_MARKER).exists()
+
+
+def test_marker_is_written_only_after_every_file_and_directory_is_durable(hf_server, repo, tmp_path: pathlib.Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """Every file's data is fsynced (under its staging name) and every directory holding one is fsynced before the marker."""
+    repo_id, _v1, _main = repo
+    synced: list[str] = []
+    real_fsync = os.fsync
+
+    def recording_fsync(fd: int) -> None:
+        synced.append(os.readlink(f"/proc/self/fd/{fd}"))
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", recording_fsync)
+    manifest = fill_cache(f"hf://{repo_id}", tmp_path, creds(hf_server))
+    marker_at = synced.index(str(tmp_path / (CACHE_MARKER + ".tmp")))
+    before = synced[:marker_at]
+    staged = {str(tmp_path / STAGING_DIR / RemoteFile(f.path, f.size, f.etag).staging_name) for f in manifest.files}
+    assert staged <= set(before), staged - set(before)
+    assert {str(tmp_path), str(tmp_path / "original"), str(tmp_path / "quant")} <= set(before)
+
+
+def test_files_kept_from_an_earlier_run_are_fsynced_before_the_marker(hf_server, repo, tmp_path: pathlib.Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """A re-run that finds every file complete but no marker still makes them durable before writing it."""
+    repo_id, _v1, _main = repo
+    fill_cache(f"hf://{repo_id}", tmp_path, creds(hf_server))
+    (tmp_path / CACHE_MARKER).unlink()
+    synced: list[str] = []
+    real_fsync = os.fsync
+
+    def recording_fsync(fd: int) -> None:
+        synced.append(os.readlink(f"/proc/self/fd/{fd}"))
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", recording_fsync)
+    manifest = fill_cache(f"hf://{repo_id}", tmp_path, creds(hf_server))
+    assert manifest.stats["filesFetched"] == 0
+    marker_at = synced.index(str(tmp_path / (CACHE_MARKER + ".tmp")))
+    assert {str(tmp_path / f.path) for f in manifest.files} <= set(synced[:marker_at])

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import pathlib
 
 import pytest
@@ -87,3 +88,30 @@ def test_progress_reports_rate_eta_and_final_state() -> None:
     assert "50.0%" in snapshot.describe()
     tracker.finish()
     assert seen[-1].phase == "complete" and tracker.fetched == 400
+
+
+def test_stream_hash_follows_a_rewind_to_the_start_and_gives_up_on_any_other(tmp_path: pathlib.Path) -> None:
+    """A client that restarts a file (server ignored Range) is hashed afresh; a rewind elsewhere falls back to reading."""
+    from tasks.downloader.fill import _HashingFile, _StreamHash
+
+    body = b"0123456789" * 1000
+    remote = RemoteFile(path="a.bin", size=len(body), sha256=hashlib.sha256(body).hexdigest())
+    path = tmp_path / "a.part"
+    path.write_bytes(b"stale-prefix")
+    hasher = _StreamHash.of_prefix(path, remote, 12)
+    with open(path, "ab") as handle:
+        hashing = _HashingFile(handle, hasher)
+        hashing.write(b"more")
+        hashing.seek(0)
+        hashing.truncate()
+        hashing.write(body[:4000])
+        hashing.write(body[4000:])
+    assert path.read_bytes() == body
+    assert hasher.digests(len(body)) == {"sha256": remote.sha256}
+
+    hasher = _StreamHash(remote)
+    with open(path, "ab") as handle:
+        hashing = _HashingFile(handle, hasher)
+        hashing.seek(5)
+        hashing.write(b"x")
+    assert hasher.digests(hasher.position) is None
