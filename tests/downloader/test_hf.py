@@ -139,9 +139,8 @@ def test_checksum_mismatch_on_the_server_is_detected(hf_server, tmp_path: pathli
     assert not (tmp_path / CACHE_MARKER).exists()
 
 
-def test_marker_is_written_only_after_every_file_and_directory_is_durable(hf_server, repo, tmp_path: pathlib.Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
-    """Every file's data is fsynced (under its staging name) and every directory holding one is fsynced before the marker."""
-    repo_id, _v1, _main = repo
+def record_fsyncs(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """From now on, the path of every file or directory ``os.fsync`` is called on, in order."""
     synced: list[str] = []
     real_fsync = os.fsync
 
@@ -150,6 +149,13 @@ def test_marker_is_written_only_after_every_file_and_directory_is_durable(hf_ser
         real_fsync(fd)
 
     monkeypatch.setattr(os, "fsync", recording_fsync)
+    return synced
+
+
+def test_marker_is_written_only_after_every_file_and_directory_is_durable(hf_server, repo, tmp_path: pathlib.Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """Every file's data is fsynced (under its staging name) and every directory holding one is fsynced before the marker."""
+    repo_id, _v1, _main = repo
+    synced = record_fsyncs(monkeypatch)
     manifest = fill_cache(f"hf://{repo_id}", tmp_path, creds(hf_server))
     marker_at = synced.index(str(tmp_path / (CACHE_MARKER + ".tmp")))
     before = synced[:marker_at]
@@ -163,14 +169,7 @@ def test_files_kept_from_an_earlier_run_are_fsynced_before_the_marker(hf_server,
     repo_id, _v1, _main = repo
     fill_cache(f"hf://{repo_id}", tmp_path, creds(hf_server))
     (tmp_path / CACHE_MARKER).unlink()
-    synced: list[str] = []
-    real_fsync = os.fsync
-
-    def recording_fsync(fd: int) -> None:
-        synced.append(os.readlink(f"/proc/self/fd/{fd}"))
-        real_fsync(fd)
-
-    monkeypatch.setattr(os, "fsync", recording_fsync)
+    synced = record_fsyncs(monkeypatch)
     manifest = fill_cache(f"hf://{repo_id}", tmp_path, creds(hf_server))
     assert manifest.stats["filesFetched"] == 0
     marker_at = synced.index(str(tmp_path / (CACHE_MARKER + ".tmp")))
