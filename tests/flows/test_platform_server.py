@@ -189,11 +189,30 @@ def test_cancel_new_cancels_an_overlapping_run(platform: PrefectServer, tmp_path
     entry = next(e for e in ENTRIES if e["name"] == "optimize")
     stored = platform.deployment(entry)
     parameters = local_parameters(entry, example_cluster(tmp_path))
-    first = platform.create_run(stored["id"], parameters)
-    second = platform.create_run(stored["id"], parameters)
-    states = {run["id"]: platform.wait_for_run(run["id"])["state"]["type"] for run in (first, second)}
+    # A run chained by an earlier test's event (optimize-after-kthena-rollout) would hold the one slot and
+    # cancel both runs below: switch this deployment's automations off and let the slot free first.
+    chained = [a for a in platform.post("/automations/filter", {})
+               if a["enabled"] and any(action.get("deployment_id") == stored["id"] for action in a["actions"])]
+    for automation in chained:
+        platform.patch(f"/automations/{automation['id']}", {"enabled": False})
+    try:
+        wait_until_idle(platform, stored, entry)
+        wait_for(lambda: active_slots(platform, entry) == 0, 120, "optimize's concurrency slot released")
+        first = platform.create_run(stored["id"], parameters)
+        second = platform.create_run(stored["id"], parameters)
+        states = {run["id"]: platform.wait_for_run(run["id"])["state"]["type"] for run in (first, second)}
+    finally:
+        for automation in chained:
+            platform.patch(f"/automations/{automation['id']}", {"enabled": True})
     # Whichever the worker submits first takes the one slot; the other is cancelled, not queued.
     assert sorted(states.values()) == ["CANCELLED", "COMPLETED"], states
+
+
+def active_slots(platform: PrefectServer, entry: dict[str, Any]) -> int:
+    """Slots held on the deployment's concurrency limit (``concurrency_limit: 1`` in prefect.yaml)."""
+    limit = platform.deployment(entry).get("global_concurrency_limit")
+    assert limit is not None, "the optimize deployment has no concurrency limit"
+    return int(limit["active_slots"])
 
 
 def test_ui_run_form_shows_every_parameter_with_its_description(
