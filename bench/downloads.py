@@ -318,6 +318,9 @@ def main(argv: list[str] | None = None) -> int:
 
 
 PREVIOUS_RUNS = """
+The run before this one (same code, other jobs on the machine, load 2.6 to 3.7) measured 1.92x (83.4 / 43.4 s),
+1.46x (13.8 / 9.5 s), 1.12x (38.1 / 34.1 s) and 1.33x (64.1 / 48.0 s) against a bare GET loop of 46.0 s
+(ceiling 1.39x); kill at 50 %: 0.0 MiB re-fetched.
 Earlier runs of the same command (before the downloader hashed while streaming and fsynced every file before
 the marker; machine shared with other jobs throughout): load 9 to 16: S3 1 GiB 1.34x (321.8 s raw / 240.9 s),
 S3 1,000 x 1 MiB 1.76x (54.6 / 31.0 s), HF 1 GiB 2.21x (173.5 / 78.4 s), HF 1,000 x 1 MiB 1.68x (90.4 / 53.9 s),
@@ -325,14 +328,14 @@ kill at 50 %: 0.0 MiB re-fetched; an hour later, load 8 to 11: 1.77x (231.1 / 13
 0.88x (146.4 / 167.1 s), 1.84x (226.2 / 122.8 s), 15.0 MiB re-fetched; with `--no-write`, load about 5: 2.65x,
 3.31x, 1.24x, 1.42x (76.3 / 53.8 s). The single-stream HF large-file row (one GET per file in both clients
 against olah, which ignores Range) swings from 0.88x to 2.21x between runs: it measures the contention, not
-the clients. The HF many-small-files row has never reached the 2x target (1.42x to 1.84x), and it cannot
+the clients. The HF many-small-files row has never reached the 2x target (1.33x to 1.84x), and it cannot
 against this server: profiled with 1,000 x 1 MiB at load 3 to 4, a bare GET loop took 45.2 s and 44.6 s,
 snapshot_download 70.3 s and 64.0 s, the downloader 48.6 s and 42.6 s; olah spent 35 to 36 s of CPU on the
 1,000 GETs alone (46 to 49 s when each GET follows a HEAD, as in snapshot_download), so its single process,
 not the client, sets the pace, and the ceiling raw / bare loop was 1.43x to 1.56x. The downloader's threads
 spend over 95 % of their time in `recv` waiting for olah; the requests reuse 8 keep-alive connections
 (9 TCP connections for 203 requests), and listing the 1,000 files takes 0.7 s. The S3 1,000 x 1 MiB row
-ranges from 1.46x to 3.31x across runs (this one included) for another reason: it is bound by the client's own CPU (measured
+ranges from 1.46x to 3.31x across runs (1.98x in this one, on a quiet machine) for another reason: it is bound by the client's own CPU (measured
 alone at load 2 to 3: 6.1 s wall, 6.4 s of downloader CPU for 1,000 objects; botocore per request plus MD5 at
 1.4 ms and SHA-256 at 0.6 ms per MiB, both checked for every byte), while boto3 download_file's sequential
 time swings with the load. Fsyncing each file costs nothing measurable there (6.07, 6.18, 6.14 s with it;
@@ -361,8 +364,8 @@ def render(cases: list[Case], kill: dict[str, float], requests: dict[str, dict[s
         "The downloader's time includes listing, locking, verifying every file (size, SHA-256; MD5 where the",
         "ETag is one), fsyncing every file and writing the completion marker. The servers are single Python",
         "processes on the same 2 shared cores: where a row's server CPU is close to its wall time, the server, not",
-        "the client, bounds it. Other helpers' jobs ran on the machine",
-        "at the same time: the 1-minute load average before each case is in the last column.",
+        "the client, bounds it. The 1-minute load average before each case (the machine's other jobs, if any,",
+        "plus the benchmark itself) is in the last column.",
         "Targets: >= 0.9x the raw client on the large object, >= 2x on the many small ones.",
         "",
         "Server CPU is what the server process (moto or olah) spent serving each side.",
@@ -383,13 +386,14 @@ def render(cases: list[Case], kill: dict[str, float], requests: dict[str, dict[s
         lines += [
             "",
             f"Server ceiling for {c.source} {c.shape}: a bare GET loop in the same run ({args.concurrency} keep-alive "
-            f"connections, bodies discarded, nothing written or hashed) took **{c.bare_s:.2f} s**, so no client that "
-            f"fetches each file once can be more than {c.raw_s / c.bare_s:.2f}x faster than {c.raw_label} here; the "
-            f"downloader reached {c.speedup:.2f}x ({c.ours_s / c.bare_s:.2f} times the bare loop's time). olah, one Python "
-            f"process, spent {1000 * c.bare_server_cpu / count:.0f} ms of CPU per 1 MiB GET in the bare loop "
-            f"({c.bare_server_cpu:.1f} s): offline it looks the file up through GitPython and streams it in 4 KiB "
-            f"chunks. {c.raw_label} costs it {c.raw_server_cpu:.1f} s (the HEAD before each GET reads and hashes the "
-            f"file), the downloader {c.ours_server_cpu:.1f} s.",
+            f"connections, bodies discarded, nothing written or hashed) took **{c.bare_s:.2f} s** and "
+            f"{c.bare_server_cpu:.1f} s of olah's CPU ({1000 * c.bare_server_cpu / count:.0f} ms per 1 MiB GET: offline "
+            f"it looks the file up through GitPython and streams it in 4 KiB chunks). {c.raw_label} took {c.raw_s:.2f} s "
+            f"and {c.raw_server_cpu:.1f} s of olah's CPU (the HEAD before each GET reads and hashes the file), the "
+            f"downloader {c.ours_s:.2f} s and {c.ours_server_cpu:.1f} s. olah's CPU per GET, not the client, sets these "
+            f"times: raw / bare loop, {c.raw_s / c.bare_s:.2f}x, is about the most a client that fetches each file once "
+            f"can gain here; the downloader's {c.speedup:.2f}x took {c.ours_s / c.bare_s:.2f} times the bare loop's time"
+            + (" (olah spent less CPU on its GETs than on the loop's in this run)." if c.ours_server_cpu < c.bare_server_cpu else "."),
         ]
     if requests:
         lines += [
