@@ -38,6 +38,8 @@ class CountingProxy:
         self.records: list[Record] = []
         self.breaks: list[tuple[str, int]] = []
         self._lock = threading.Lock()
+        self._idle = threading.Condition(self._lock)
+        self._in_flight = 0
         self._server: ThreadingHTTPServer | None = None
 
     def start(self) -> str:
@@ -50,6 +52,13 @@ class CountingProxy:
                 pass
 
             def _forward(self) -> None:
+                proxy._begin()
+                try:
+                    self._forward_counted()
+                finally:
+                    proxy._end()
+
+            def _forward_counted(self) -> None:
                 if proxy.token is not None and self.headers.get("Authorization") != f"Bearer {proxy.token}":
                     body = b'{"error":"Invalid credentials in Authorization header"}'
                     self.send_response(401)
@@ -115,6 +124,26 @@ class CountingProxy:
         with self._lock:
             self.records.append(Record(method, path, status, sent, range_header))
 
+    def _begin(self) -> None:
+        with self._lock:
+            self._in_flight += 1
+
+    def _end(self) -> None:
+        with self._lock:
+            self._in_flight -= 1
+            self._idle.notify_all()
+
+    def settle(self, timeout: float = 30) -> None:
+        """Wait until every request has been recorded.
+
+        A request is recorded once its last body byte is written, which can be after the client already has
+        every byte (and after a killed client's connection broke): counts read before that would miss it, or
+        count a killed run's request as the next run's.
+        """
+        with self._idle:
+            if not self._idle.wait_for(lambda: self._in_flight == 0, timeout):
+                raise AssertionError(f"{self._in_flight} proxied request(s) still in flight after {timeout}s")
+
     def break_once(self, contains: str, after_bytes: int) -> None:
         """Cut the next GET whose path contains ``contains`` after ``after_bytes`` body bytes (a dropped connection)."""
         with self._lock:
@@ -134,11 +163,13 @@ class CountingProxy:
             self._server.server_close()
 
     def reset(self) -> None:
+        self.settle()
         with self._lock:
             self.records.clear()
 
     def gets(self, contains: str = "") -> list[Record]:
-        """The GET requests whose path contains ``contains``."""
+        """The GET requests whose path contains ``contains`` (once every request in flight is recorded)."""
+        self.settle()
         with self._lock:
             return [r for r in self.records if r.method == "GET" and contains in r.path]
 

@@ -105,16 +105,19 @@ def test_hf_kill_mid_file_completes_without_refetching_complete_files(hf_server,
     }
     hf_server.repos.commit(repo_id, files_in_repo)
     token = "hf_kill_test_token_0123456789"
-    # 1 MiB/s: the 12 MiB file takes ~12 s, so the kill lands mid-file even on a loaded machine.
+    # 1 MiB/s: the 12 MiB file takes ~12 s. huggingface_hub writes it in 10 MiB chunks, so the partial file
+    # is 10 MiB for ~2 s before it is whole: the kill lands in that window, mid-file, even on a loaded machine.
+    large = len(files_in_repo["model.safetensors"])
     counting, url = proxy(hf_server.endpoint, token=token, throttle=1 * MiB)
     env = {"HF_ENDPOINT": url, "HF_TOKEN": token}
     dest = tmp_path / "cache"
     source = f"hf://{repo_id}?ignore=.gitattributes"
 
     process = start_fill(source, dest, env, "--concurrency", "1")
-    kill_when(process, lambda: (dest / "b-tokenizer.json").exists() and partial_bytes(dest) > 2 * MiB)
+    kill_when(process, lambda: (dest / "b-tokenizer.json").exists() and 2 * MiB < partial_bytes(dest) < large)
     assert not (dest / CACHE_MARKER).exists()
     assert not (dest / "model.safetensors").exists(), "the kill came after the large file was complete"
+    assert 0 < partial_bytes(dest) < large, "the kill did not land mid-file"
 
     counting.reset()
     counting.throttle = None
