@@ -9,6 +9,7 @@ header is forwarded unchanged, so S3 signatures stay valid.
 from __future__ import annotations
 
 import http.client
+import io
 import threading
 import time
 from dataclasses import dataclass
@@ -87,29 +88,28 @@ class CountingProxy:
                 self.end_headers()
                 sent = 0
                 if self.command != "HEAD":
-                    if data is not None:
-                        self.wfile.write(data)
-                        sent = len(data)
-                    else:
-                        started = time.monotonic()
-                        cut = proxy._take_break(self.command, self.path)
-                        try:
-                            while chunk := response.read(64 * 1024):
-                                if cut is not None and sent + len(chunk) > cut:
-                                    self.wfile.write(chunk[: cut - sent])
-                                    sent = cut
-                                    self.close_connection = True
-                                    self.wfile.flush()
-                                    self.connection.shutdown(2)
-                                    break
-                                self.wfile.write(chunk)
-                                sent += len(chunk)
-                                if proxy.throttle:
-                                    ahead = sent / proxy.throttle - (time.monotonic() - started)
-                                    if ahead > 0:
-                                        time.sleep(ahead)
-                        except (BrokenPipeError, ConnectionResetError):
-                            self.close_connection = True
+                    # A chunked upstream body (olah streams files so) was read whole to give it a length; it is
+                    # sent on in the same chunks as a streamed one, so throttling and cuts apply to both.
+                    body = io.BytesIO(data) if data is not None else response
+                    started = time.monotonic()
+                    cut = proxy._take_break(self.command, self.path)
+                    try:
+                        while chunk := body.read(64 * 1024):
+                            if cut is not None and sent + len(chunk) > cut:
+                                self.wfile.write(chunk[: cut - sent])
+                                sent = cut
+                                self.close_connection = True
+                                self.wfile.flush()
+                                self.connection.shutdown(2)
+                                break
+                            self.wfile.write(chunk)
+                            sent += len(chunk)
+                            if proxy.throttle:
+                                ahead = sent / proxy.throttle - (time.monotonic() - started)
+                                if ahead > 0:
+                                    time.sleep(ahead)
+                    except (BrokenPipeError, ConnectionResetError):
+                        self.close_connection = True
                 connection.close()
                 proxy._record(self.command, self.path, response.status, sent, self.headers.get("Range"))
 
