@@ -9,14 +9,9 @@ subject's kind plus what happened to it: ``modelplane.<family>.<kind>.<transitio
 parameters: ``modelplane.namespace`` (absent for cluster-scoped objects), ``modelplane.name``,
 ``modelplane.kind`` (the Kubernetes kind) and ``modelplane.api-version``.
 
-<<<<<<< HEAD
 The lifecycle events (who emits them, which deployment trigger they fire) are tabled in docs/platform.md
-("Events and triggers"); the constants below are their names. Emit only for a real change (never in a dry run) and after the
-=======
-The lifecycle events (who emits them, which deployment trigger they fire) are tabled in docs/platform.md ("Events and triggers");
-the constants below are their names. Emit only for a real change (never in a dry run) and after the
->>>>>>> main
-change is stored, so the triggered flow reads the new state.
+("Events and triggers"); the constants below are their names. Emit only for a real change (never in a dry
+run) and after the change is stored, so the triggered flow reads the new state.
 """
 
 from __future__ import annotations
