@@ -8,6 +8,7 @@ import math
 import numpy as np
 import pytest
 
+from engine.config import ServiceClass, parse_service_class
 from engine.optimize import ModelLoad, plan_variants
 from engine.perf import SLO, PerfProfile, Workload, max_rate
 from engine.simulate import PROMPT_TOKEN_BUCKETS, SimConfig, Trace, VariantModel, simulate
@@ -23,6 +24,7 @@ from engine.tail_sizing import (
     ttft_percentile,
 )
 from tests.engine.test_optimize import MODEL, NS, by_name, inputs, va
+from tests.factories import variant_autoscaling
 
 A100 = PerfProfile(20.58, 0.41, 5.2, 0.1, 256)
 # Heavy-tailed prompts like the conversation trace: most near 1,000 tokens, a tenth at 3,000-4,000.
@@ -225,23 +227,33 @@ def test_a_short_inventory_is_used_whole_at_the_highest_percentile_it_holds() ->
         assert "sized for p8" in capped.message and "sized for p85 " not in capped.message
 
 
+GRANITE = "ibm/granite-13b"
+
+
+def premium_for_llama_and_granite() -> dict[tuple[str, str], ServiceClass]:
+    """The service classes of the two-model tests: one Premium class with the same SLO for llama and granite."""
+    premium = parse_service_class(
+        f"name: Premium\npriority: 1\ndata:\n  - model: {MODEL}\n    slo-tpot: 24\n    slo-ttft: 500\n"
+        f"  - model: {GRANITE}\n    slo-tpot: 24\n    slo-ttft: 500\n", "slo/premium",
+    )
+    assert isinstance(premium, ServiceClass)
+    return {("slo", "premium"): premium}
+
+
+def granite_va(name: str, accelerator: str, **fields: object) -> dict:
+    """A granite VariantAutoscaling in the Premium class of :func:`premium_for_llama_and_granite`."""
+    return variant_autoscaling(name, NS, GRANITE, accelerator, sloClassRef={"name": "slo", "key": "premium"}, **fields)
+
+
 def test_a_model_whose_accelerators_are_not_short_keeps_its_percentile() -> None:
     """llama runs out of A100s; granite runs on H100s with room to spare: only llama is sized for a lower percentile."""
-    from engine.config import parse_service_class
-    from tests.factories import variant_autoscaling
-
-    other = "ibm/granite-13b"
-    both = parse_service_class(
-        f"name: Premium\npriority: 1\ndata:\n  - model: {MODEL}\n    slo-tpot: 24\n    slo-ttft: 500\n"
-        f"  - model: {other}\n    slo-tpot: 24\n    slo-ttft: 500\n", "slo/premium",
-    )
-    granite = variant_autoscaling("granite-h100", NS, other, "H100", sloClassRef={"name": "slo", "key": "premium"})
+    granite = granite_va("granite-h100", "H100")
     load = ModelLoad(6.0, float(PROMPTS.mean()), OUTPUTS, histogram(PROMPTS))
-    loads = {(NS, MODEL): load, (NS, other): ModelLoad(30.0, float(PROMPTS.mean()), OUTPUTS, histogram(PROMPTS))}
+    loads = {(NS, MODEL): load, (NS, GRANITE): ModelLoad(30.0, float(PROMPTS.mean()), OUTPUTS, histogram(PROMPTS))}
 
     def plan(variants: list[dict], inventory: dict[str, int] | None) -> dict:
         return by_name(plan_variants(inputs(variants, {"llama-a100": 1, "granite-h100": 1}, loads=loads, inventory=inventory,
-                                            service_classes={("slo", "premium"): both})))
+                                            service_classes=premium_for_llama_and_granite())))
 
     alone = plan([va("llama-a100"), granite], None)
     full_granite = alone["granite-h100"].desired
@@ -254,23 +266,15 @@ def test_a_model_whose_accelerators_are_not_short_keeps_its_percentile() -> None
     assert short["granite-h100"].desired == full_granite and "sized for" not in short["granite-h100"].message
     # Capped like llama (the former rule: one cap for every model), granite would have run fewer replicas.
     cap = short["llama-a100"].message.split("sized for p")[1].split(" ")[0]
-    capped = variant_autoscaling("granite-h100", NS, other, "H100", annotations={ANNOTATION_TTFT_PERCENTILE: cap},
-                                 sloClassRef={"name": "slo", "key": "premium"})
+    capped = granite_va("granite-h100", "H100", annotations={ANNOTATION_TTFT_PERCENTILE: cap})
     assert plan([va("llama-a100"), capped], None)["granite-h100"].desired < full_granite
 
 
 def test_no_model_is_raised_when_every_accelerator_is_taken(monkeypatch: pytest.MonkeyPatch) -> None:
     """Raising costs MILP solves: only models with an accelerator that has room left are tried."""
     import engine.optimize as optimize
-    from engine.config import parse_service_class
-    from tests.factories import variant_autoscaling
 
-    other = "ibm/granite-13b"
-    both = parse_service_class(
-        f"name: Premium\npriority: 1\ndata:\n  - model: {MODEL}\n    slo-tpot: 24\n    slo-ttft: 500\n"
-        f"  - model: {other}\n    slo-tpot: 24\n    slo-ttft: 500\n", "slo/premium",
-    )
-    granite = variant_autoscaling("granite-a100", NS, other, "A100", sloClassRef={"name": "slo", "key": "premium"})
+    granite = granite_va("granite-a100", "A100")
     load = ModelLoad(6.0, float(PROMPTS.mean()), OUTPUTS, histogram(PROMPTS))
     seen: list[dict] = []
     original = optimize._model_based_candidates
@@ -281,13 +285,12 @@ def test_no_model_is_raised_when_every_accelerator_is_taken(monkeypatch: pytest.
 
     def plan(variants: list[dict], inventory: dict[str, int] | None) -> dict:
         return by_name(plan_variants(inputs(
-            variants, {"llama-a100": 1, "granite-a100": 1}, loads={(NS, MODEL): load, (NS, other): load},
-            inventory=inventory, service_classes={("slo", "premium"): both},
+            variants, {"llama-a100": 1, "granite-a100": 1}, loads={(NS, MODEL): load, (NS, GRANITE): load},
+            inventory=inventory, service_classes=premium_for_llama_and_granite(),
         )))
 
     mean = {ANNOTATION_TTFT_PERCENTILE: "mean"}
-    at_mean = plan([va("llama-a100", annotations=mean), variant_autoscaling(
-        "granite-a100", NS, other, "A100", annotations=mean, sloClassRef={"name": "slo", "key": "premium"})], None)
+    at_mean = plan([va("llama-a100", annotations=mean), granite_va("granite-a100", "A100", annotations=mean)], None)
     at_p90 = plan([va("llama-a100"), granite], None)
     low, high = (sum(d.desired or 0 for d in p.values()) for p in (at_mean, at_p90))
     assert high > low + 4
