@@ -542,20 +542,19 @@ def _shortage_allocation(
         caps = {m: uniform[-1] for m in models}
         return solved(caps), caps
     caps = {m: common for m in models}
+    # Each model's configured percentile (its highest across variants; 0 = the mean request).
+    configured = {m: max((s.ttft_percentile or 0.0) for s in specs if s.model_key == m) for m in models}
     spare = _spare_accelerators(specs, inputs, solved(caps))
     for model in models:
-        configured = max((s.ttft_percentile for s in specs if s.model_key == model and s.ttft_percentile is not None), default=None)
-        if configured is None or configured <= caps[model]:
+        if configured[model] <= caps[model]:
             continue
         if not any(spare(s) for s in specs if s.model_key == model):
             continue  # every accelerator it can run on is taken: raising it would only be refused
-        if fits({**caps, model: configured}):
-            caps[model] = configured
+        if fits({**caps, model: configured[model]}):
+            caps[model] = configured[model]
         elif common >= 50.0:
-            caps[model] = refine_cap(common, configured, lambda c, m=model: fits({**caps, m: c}))
-    plan = solved(caps)
-    configured_of = {m: max((s.ttft_percentile or 0.0) for s in specs if s.model_key == m) for m in models}
-    return plan, {m: c for m, c in caps.items() if c < configured_of[m]}
+            caps[model] = refine_cap(common, configured[model], lambda c, m=model: fits({**caps, m: c}))
+    return solved(caps), {m: c for m, c in caps.items() if c < configured[m]}
 
 
 def _spare_accelerators(specs: list[VariantSpec], inputs: CycleInputs, plan: Allocation) -> Callable[[VariantSpec], bool]:
