@@ -173,7 +173,6 @@ def run_flow_or_exit(flow: Any, _cannot_run: tuple[type[Exception], ...] = (), *
     from prefect.exceptions import ParameterTypeError
     from prefect.logging.loggers import disable_logger
 
-    from flows.exitcodes import ExitCode, one_line
     from tasks.cluster.errors import ClusterError
 
     try:
@@ -481,9 +480,7 @@ def rollout_models_command(
     from flows.rollout_models import rollout_models
 
     with cli_errors():
-        problem = cluster_problem(cluster, KTHENA_API_VERSION, "Model")
-        if problem:
-            raise CannotRun(problem)
+        require_cluster(cluster, KTHENA_API_VERSION, "Model")
     report = run_flow_or_exit(rollout_models, namespaces=namespace or None, names=name or None, cluster=cluster,
                               downloader_image=downloader_image)
     failed = [f"{m.namespace}/{m.name}: {m.result}" for m in report.failed]
@@ -520,9 +517,7 @@ def serve_openmodel_command(
     from flows.serve_openmodel import ServeError, serve_openmodel
 
     with cli_errors():
-        problem = cluster_problem(cluster, LLMAZ_API_VERSION, "OpenModel")
-        if problem:
-            raise CannotRun(problem)
+        require_cluster(cluster, LLMAZ_API_VERSION, "OpenModel")
     report = run_flow_or_exit(serve_openmodel, model=model, namespace=namespace, replicas=replicas, flavor=flavor,
                               cluster=cluster, _cannot_run=(ServeError,))
     problems = [] if report.state == "Serving" else [f"{report.model} in {report.namespace}: {report.state} - {report.message}"]
@@ -701,9 +696,7 @@ def calibrate(
                 read_windows_file(windows)  # before Prefect starts: a bad file is one line
             except WindowsFileError as exc:
                 raise CannotRun(str(exc)) from None
-        problem = cluster_problem(cluster, "llmd.ai/v1alpha1", "VariantAutoscaling")
-        if problem:
-            raise CannotRun(problem)
+        require_cluster(cluster, "llmd.ai/v1alpha1", "VariantAutoscaling")
         report = calibrate_flow(
             namespaces=namespace or None, config_namespace=config_namespace, cluster=cluster, prometheus_url=prometheus,
             windows_file=str(windows) if windows else None, lookback=lookback, window=window, dry_run=dry_run,
@@ -736,7 +729,6 @@ def deploy(
     from prefect.client.orchestration import get_client
 
     from flows.deployments import KUBERNETES_POOL, PROCESS_POOL, ensure_work_pool, run_deploy
-    from flows.exitcodes import ExitCode
 
     if pool_type not in ("kubernetes", "process"):
         sys.stderr.write(f"error: --pool-type must be 'kubernetes' or 'process', not {pool_type!r}\n")
@@ -765,22 +757,22 @@ def deploy(
     err.print(f"registered the deployments of deployments/prefect.yaml on {name!r}; start a worker: prefect worker start --pool {name}")
 
 
-def cluster_problem(cluster: Optional[str], api_version: str, kind: str) -> Optional[str]:
-    """Why a flow cannot run on ``cluster`` at all, or None: a local path that does not exist, or no way to
-    read ``kind`` (no API access, forbidden, the CRD not installed). Checked before Prefect starts, so the
-    command prints one ``error:`` line and exits 2 instead of a failed run's traceback."""
+def require_cluster(cluster: Optional[str], api_version: str, kind: str) -> None:
+    """Raise :class:`CannotRun` when a flow cannot run on ``cluster`` at all: a local path that does not exist,
+    or no way to read ``kind`` (no API access, forbidden, the CRD not installed). Checked before Prefect
+    starts, so the command (inside ``cli_errors``) prints one ``error:`` line and exits 2 instead of a failed
+    run's traceback."""
     from tasks.cluster import ClusterError, connect
     from tasks.optimizer import local_path_problem
 
     target = connect(cluster)
     problem = local_path_problem(target)
     if problem:
-        return problem
+        raise CannotRun(problem)
     try:
         target.list(api_version, kind)
     except ClusterError as exc:
-        return f"cannot read {kind}s: {exc.message}"
-    return None
+        raise CannotRun(f"cannot read {kind}s: {exc.message}") from None
 
 
 @app.command("watch-models")
@@ -800,9 +792,7 @@ def watch_models_command(
     from flows.watch_models import watch_models
 
     with cli_errors():
-        problem = cluster_problem(cluster, API_VERSION, "Model")
-        if problem:
-            raise CannotRun(problem)
+        require_cluster(cluster, API_VERSION, "Model")
     report = run_flow_or_exit(watch_models, namespaces=namespace or None, watch_seconds=watch_seconds, cluster=cluster)
     if as_json:
         sys.stdout.write(json.dumps(report.as_json(), indent=2) + "\n")
