@@ -29,12 +29,12 @@ import dataclasses
 import math
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence, TypeVar
 
 import numpy as np
 
 from engine.allocation import AllocationProblem, ModelDemand, VariantOption, greedy, solve
-from engine.config import AcceleratorCost, ConfigError, ServiceClass
+from engine.config import AcceleratorCost, ConfigError, ModelSLO, ServiceClass
 from engine.optimize import (
     ANNOTATION_SCALE_DOWN_PENDING,
     DEFAULT_SCALE_DOWN_WINDOW_S,
@@ -70,6 +70,7 @@ __all__ = [
 ]
 
 POLICIES = ("modelplane", "saturation-only", "wva-greedy", "hpa", "static-peak")
+_SloT = TypeVar("_SloT", SLO, ModelSLO)
 EPOCH = datetime(2026, 1, 1, tzinfo=timezone.utc)
 DEFAULT_KV_TOKENS_PER_SLOT = 2048
 # Kthena's example policy (deployments/examples/20-kthena.yaml): 5 waiting requests per pod.
@@ -163,11 +164,14 @@ def with_sizing_ttft_scale(description: ClusterDescription, scale: float) -> Clu
     classes: dict[tuple[str, str], ServiceClass | ConfigError] = {}
     for key, entry in description.service_classes.items():
         if isinstance(entry, ServiceClass):
-            entry = dataclasses.replace(entry, slos={
-                m: dataclasses.replace(slo, ttft_ms=slo.ttft_ms * scale if slo.ttft_ms else slo.ttft_ms) for m, slo in entry.slos.items()
-            })
+            entry = dataclasses.replace(entry, slos={m: _scaled_ttft(slo, scale) for m, slo in entry.slos.items()})
         classes[key] = entry
     return dataclasses.replace(description, service_classes=classes)
+
+
+def _scaled_ttft(slo: _SloT, scale: float) -> _SloT:
+    """An SLO (a service class's or the queueing model's) with its TTFT target, when it has one, times ``scale``."""
+    return dataclasses.replace(slo, ttft_ms=slo.ttft_ms * scale) if slo.ttft_ms else slo
 
 
 def with_ttft_percentile(description: ClusterDescription, percentile: str) -> ClusterDescription:
@@ -227,7 +231,7 @@ def build_scenario(description: ClusterDescription, trace: Trace, config: SimCon
     missing = [m for m in trace.models if m not in slos]
     if missing:
         raise SpecError("trace", f"no VariantAutoscaling serves model(s) {', '.join(missing)}")
-    sizing = {m: dataclasses.replace(slo, ttft_ms=slo.ttft_ms * sizing_ttft_scale if slo.ttft_ms else slo.ttft_ms) for m, slo in slos.items()}
+    sizing = {m: _scaled_ttft(slo, sizing_ttft_scale) for m, slo in slos.items()}
     return Scenario(with_sizing_ttft_scale(description, sizing_ttft_scale), specs, variants, slos, priorities, trace, config, sizing)
 
 
