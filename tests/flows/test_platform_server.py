@@ -18,7 +18,6 @@ import sys
 import time
 from typing import Any, Callable
 
-import httpx
 import pytest
 
 from engine.api.registry import KINDS

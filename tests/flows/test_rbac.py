@@ -10,7 +10,7 @@ that uses it). A new flow is covered as soon as its prefect.yaml entry exists.
 from __future__ import annotations
 
 import pathlib
-from typing import Any, Iterator
+from typing import Any
 from urllib.parse import urlsplit
 
 import pytest
