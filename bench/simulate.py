@@ -24,10 +24,12 @@ from engine.bench import machine, write_section
 from engine.calibrate import Unidentifiable, fit_profile, windows_from_aggregates
 from engine.perf import SLO, PerfProfile, Workload, analyze, max_rate
 from engine.simulate import ReplicaGauges, SimConfig, Trace, VariantModel, poisson_trace, simulate, window_aggregates
+from engine.optimize import parse_variant
 from engine.simulate_policies import (
     POLICIES,
     PolicyOutcome,
     build_scenario,
+    model_slo,
     run_policy,
     summarize_outcome,
     with_hpa_metric,
@@ -42,12 +44,19 @@ PLOTS = DOCS / "simulate"
 START, END = "<!-- simulate-bench:start -->", "<!-- simulate-bench:end -->"
 DEFAULT_TRACE = "/work/shared/data/azure-llm-inference-2023-conv.csv"
 EXAMPLES = REPO / "deployments" / "examples"
-EXAMPLE_PROFILES = {
-    "llama-3.1-8b A100": (PerfProfile(20.58, 0.41, 5.2, 0.1, 256), SLO(500, 24)),
-    "llama-3.1-8b H100": (PerfProfile(12.4, 0.22, 3.1, 0.06, 256), SLO(500, 24)),
-    "granite-13b A100": (PerfProfile(27.9, 0.53, 8.4, 0.15, 128), SLO(800, 40)),
-    "granite-13b 2xL40S": (PerfProfile(31.2, 0.68, 9.7, 0.19, 128), SLO(800, 40)),
-}
+
+
+def example_profiles() -> dict[str, tuple[PerfProfile, SLO]]:
+    """The example cluster's variants (``llama-3.1-8b A100``, ``granite-13b 2xL40S``, ...): each one's
+    performance profile and its service class's SLO, read from deployments/examples."""
+    description = read_description(str(EXAMPLES), "modelplane-system")
+    profiles: dict[str, tuple[PerfProfile, SLO]] = {}
+    for obj in description.variants:
+        spec = parse_variant(obj)
+        assert spec.profile is not None, f"example variant {spec.name} has no profile"
+        count = f"{spec.accelerator_count}x" if spec.accelerator_count > 1 else ""
+        profiles[f"{spec.model_id.rsplit('/', 1)[-1]} {count}{spec.accelerator}"] = (spec.profile, model_slo(spec, description.service_classes)[0])
+    return profiles
 
 
 def load_average() -> str:
@@ -215,7 +224,7 @@ def bench_calibration(prompts: np.ndarray, outputs: np.ndarray, seeds: int = 5) 
     """Worst relative error per parameter over ``seeds`` runs, per profile and prompt regime."""
     rows = []
     for regime, scale in (("conversation prompts (mean ~1,150 tokens)", 1), ("short prompts (conversation / 20)", 20)):
-        for name, (profile, slo) in EXAMPLE_PROFILES.items():
+        for name, (profile, slo) in example_profiles().items():
             errors: dict[str, list[float]] = {k: [] for k in ("alpha", "beta", "gamma", "delta", "max_rate")}
             refused_gamma = 0
             covered = 0

@@ -62,6 +62,7 @@ __all__ = [
     "Scenario",
     "build_scenario",
     "make_policy",
+    "model_slo",
     "run_policy",
     "summarize_outcome",
     "with_hpa_metric",
@@ -138,7 +139,7 @@ def _key(pair: tuple[str, str]) -> str:
     return f"{pair[0]}/{pair[1]}"
 
 
-def _model_slo(spec: VariantSpec, classes: Mapping[tuple[str, str], ServiceClass | ConfigError]) -> tuple[SLO, int]:
+def model_slo(spec: VariantSpec, classes: Mapping[tuple[str, str], ServiceClass | ConfigError]) -> tuple[SLO, int]:
     if spec.slo_ref is None:
         raise SpecError("spec.sloClassRef", "required to judge SLO attainment in a simulation")
     entry = classes.get(spec.slo_ref)
@@ -213,7 +214,7 @@ def build_scenario(description: ClusterDescription, trace: Trace, config: SimCon
                 raise SpecError("spec.variantProfile", "required: the simulator serves requests with the variant's profile")
             if not spec.accelerator or spec.accelerator not in description.accelerator_costs:
                 raise SpecError("spec.accelerator", f"{spec.accelerator!r} has no unit cost in accelerator-unit-costs")
-            slo, priority = _model_slo(spec, description.service_classes)
+            slo, priority = model_slo(spec, description.service_classes)
         except SpecError as exc:
             raise SpecError(exc.field, f"{where}: {exc.detail}") from None
         model = _key(spec.model_key)
