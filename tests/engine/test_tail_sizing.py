@@ -65,23 +65,32 @@ def test_percentile_annotation_default_mean_and_errors() -> None:
             ttft_percentile({ANNOTATION_TTFT_PERCENTILE: bad})
 
 
+def exact_distribution() -> PromptDistribution:
+    """PROMPTS in 10-token buckets: for the chain, the prompt distribution itself."""
+    return PromptDistribution.from_buckets([(float(x), float((PROMPTS <= x).sum())) for x in range(0, 5000, 10)])
+
+
+def replayed_share_within_500ms(rate: float, replicas: int, duration: float, seed: int) -> float:
+    """Poisson arrivals at ``rate`` per replica (prompts drawn from PROMPTS) replayed on ``replicas`` A100
+    replicas: the share of the requests after a 10 % warm-up whose TTFT is within 500 ms."""
+    rng = np.random.default_rng(seed)
+    arrivals = np.sort(rng.uniform(0, duration, rng.poisson(replicas * rate * duration)))
+    prompts = rng.choice(PROMPTS, len(arrivals))
+    trace = Trace(arrivals, prompts, np.full(len(arrivals), OUTPUTS), np.zeros(len(arrivals), dtype=np.int64), ("m",))
+    variant = VariantModel("ns/v", "m", "v", "A100", 1, 40.0, A100, 256 * 2048)
+    result = simulate([variant], trace, SimConfig(horizon_s=duration), {"ns/v": replicas})
+    warm = result.arrival_s > 0.1 * duration
+    return float(np.mean(result.ttft_s[warm] <= 0.5))
+
+
 @pytest.mark.parametrize("load", [0.3, 0.6, 0.85])
 def test_predicted_attainment_matches_the_simulator(load: float) -> None:
     """One replica, Poisson arrivals, heavy-tailed prompts: the chain's share within 500 ms vs the replay."""
     workload = Workload(float(PROMPTS.mean()), OUTPUTS)
     rate = load * max_rate(A100, workload, SLO(ttft_ms=500, itl_ms=24))
-    rng = np.random.default_rng(3)
-    duration = 6000.0 / rate
-    arrivals = np.sort(rng.uniform(0, duration, rng.poisson(rate * duration)))
-    prompts = rng.choice(PROMPTS, len(arrivals))
-    trace = Trace(arrivals, prompts, np.full(len(arrivals), OUTPUTS), np.zeros(len(arrivals), dtype=np.int64), ("m",))
-    variant = VariantModel("ns/v", "m", "v", "A100", 1, 40.0, A100, 256 * 2048)
-    result = simulate([variant], trace, SimConfig(horizon_s=duration), {"ns/v": 1})
-    warm = result.arrival_s > 0.1 * duration
-    simulated = float(np.mean(result.ttft_s[warm] <= 0.5))
+    simulated = replayed_share_within_500ms(rate, replicas=1, duration=6000.0 / rate, seed=3)
     # With the exact prompt distribution the chain agrees with the replay within 3 points ...
-    exact = PromptDistribution.from_buckets([(float(x), float((PROMPTS <= x).sum())) for x in range(0, 5000, 10)])
-    assert ttft_attainment(A100, workload, exact, 500.0, rate) == pytest.approx(simulated, abs=0.03)
+    assert ttft_attainment(A100, workload, exact_distribution(), 500.0, rate) == pytest.approx(simulated, abs=0.03)
     # ... and with vLLM's coarse buckets (1,000-2,000 interpolated linearly) it is conservative.
     coarse = ttft_attainment(A100, workload, histogram(PROMPTS), 500.0, rate)
     assert simulated - 0.10 <= coarse <= simulated
@@ -181,20 +190,12 @@ def test_the_shape_inside_buckets_is_fitted_to_the_observed_mean() -> None:
 def test_pooled_chain_reduces_to_one_replica_and_matches_a_balanced_replay() -> None:
     """A gateway that balances requests over R replicas evens out their batches: the pool's chain sees it, one replica's does not."""
     workload = Workload(float(PROMPTS.mean()), OUTPUTS)
-    exact = PromptDistribution.from_buckets([(float(x), float((PROMPTS <= x).sum())) for x in range(0, 5000, 10)])
+    exact = exact_distribution()
     rate = 0.5 * max_rate(A100, workload, SLO(ttft_ms=500, itl_ms=24))
     single = queue_distribution(A100, workload, rate)
     assert np.allclose(queue_distribution(A100, workload, rate, pool=1), single)
     assert len(queue_distribution(A100, workload, rate, pool=4)) == 4 * (len(single) - 1) + 1
-    rng = np.random.default_rng(5)
-    duration = 4000.0 / rate
-    arrivals = np.sort(rng.uniform(0, duration, rng.poisson(4 * rate * duration)))
-    prompts = rng.choice(PROMPTS, len(arrivals))
-    trace = Trace(arrivals, prompts, np.full(len(arrivals), OUTPUTS), np.zeros(len(arrivals), dtype=np.int64), ("m",))
-    variant = VariantModel("ns/v", "m", "v", "A100", 1, 40.0, A100, 256 * 2048)
-    result = simulate([variant], trace, SimConfig(horizon_s=duration), {"ns/v": 4})
-    warm = result.arrival_s > 0.1 * duration
-    simulated = float(np.mean(result.ttft_s[warm] <= 0.5))
+    simulated = replayed_share_within_500ms(rate, replicas=4, duration=4000.0 / rate, seed=5)
     pooled = ttft_attainment(A100, workload, exact, 500.0, rate, pool=4)
     alone = ttft_attainment(A100, workload, exact, 500.0, rate)
     assert pooled == pytest.approx(simulated, abs=0.03)
