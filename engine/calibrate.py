@@ -13,7 +13,9 @@ vLLM's counters and histogram sums over the window:
 * ``vllm:request_prompt_tokens`` sum (mean prompt length of the window);
 * ``vllm:request_inference_time_seconds`` sum: by Little's law its increase over the window divided by
   the window length is the mean number of running requests, measured exactly by counters rather than
-  by sampling the ``vllm:num_requests_running`` gauge every scrape (that gauge is the fallback).
+  by sampling the ``vllm:num_requests_running`` gauge every scrape (that gauge is the fallback);
+* ``avg_over_time(vllm:num_requests_running)`` of the window and of the one before it: the batch a
+  request joined at admission (prefill fit).
 
 The model (WVA's): one decode iteration of a batch of ``n`` takes ``alpha + beta*n`` ms and the prefill
 of a request joining a batch of ``n`` takes ``gamma + delta*in*n`` ms.  Two linear regressions follow:
@@ -24,10 +26,13 @@ of a request joining a batch of ``n`` takes ``gamma + delta*in*n`` ms.  Two line
   noisy regressor flattens the slope (regression dilution), so the slope is estimated with the
   window's request rate as an instrument (two-stage least squares): the rate drives the batch size
   but not the proxy's error.
-* prefill: mean prefill time against ``mean_in * (n_bar + 1)`` (the request joins ``n_bar`` others
-  on average, PASTA), weighted toward windows with little load where the proxy is nearly exact.
-  The proxy is slightly high in windows whose long prompts also lengthen the batch (their own
-  prefill raises ``n_bar`` but not the batch they joined), which biases ``delta`` low by ~2%.
+* prefill: mean prefill time against ``mean_in * joined``, ``joined`` being the mean batch the window's
+  finished requests joined, themselves included (:attr:`Window.joined_batch`): an arrival sees the
+  time-average batch (PASTA), so ``joined`` is the gauge's average plus one, except for the requests
+  still running when the window began: they finish in it but joined the previous window's batch.
+  Weighted toward windows with little load, where the proxy is nearly exact.  Without that correction
+  the windows just after a drop in load (whose first requests joined the busier batch before it) pull
+  ``gamma`` up by ~5 % and out of its interval in a third of the runs.
 
 Each parameter comes with a 95% confidence interval (normal approximation of the estimator's
 standard error, heteroscedasticity-robust) and the fit's relative RMS error.  The data is refused
@@ -96,6 +101,7 @@ class Window:
     prompt_tokens_sum: float
     inference_sum_s: float | None = None
     running_avg: float | None = None
+    previous_running_avg: float | None = None
 
     @property
     def batch(self) -> float:
@@ -105,6 +111,24 @@ class Window:
         if self.running_avg is not None:
             return self.running_avg
         raise Unidentifiable("a window has neither vllm:request_inference_time_seconds nor vllm:num_requests_running")
+
+    @property
+    def joined_batch(self) -> float:
+        """Mean batch size the requests finishing in this window joined at admission, themselves included.
+
+        Poisson arrivals see the time-average batch, so it is the gauge's window average plus one.  The
+        requests running when the window began (about the previous window's average batch of them) finish
+        in this window but joined the previous window's batch; their share carries that batch instead.
+        Without the gauge, Little's law on the inference-time counter stands in (it spreads those requests'
+        time over both windows, which corrects part of the same effect).
+        """
+        if self.running_avg is None:
+            return self.batch + 1.0
+        joined = self.running_avg + 1.0
+        if self.previous_running_avg is not None and self.requests > 0:
+            carried = min(self.previous_running_avg, self.requests) / self.requests
+            joined += carried * (self.previous_running_avg - self.running_avg)
+        return joined
 
 
 @dataclass(frozen=True)
@@ -173,13 +197,15 @@ class ProfileFit:
 
 
 def windows_from_aggregates(aggregates: Mapping[str, np.ndarray], window_s: float) -> list[Window]:
-    """Windows from :func:`engine.simulate.window_aggregates` (one variant)."""
+    """Windows from :func:`engine.simulate.window_aggregates` (one variant; consecutive windows)."""
+    running = [float(r) for r in aggregates["running_avg"]]
     return [
         Window(
             seconds=window_s, requests=float(aggregates["count"][i]), ttft_sum_s=float(aggregates["ttft_sum"][i]),
             queue_sum_s=float(aggregates["queue_sum"][i]), itl_sum_s=float(aggregates["itl_sum"][i]),
             itl_count=float(aggregates["itl_count"][i]), prompt_tokens_sum=float(aggregates["prompt_sum"][i]),
-            inference_sum_s=float(aggregates["inference_sum"][i]), running_avg=float(aggregates["running_avg"][i]),
+            inference_sum_s=float(aggregates["inference_sum"][i]), running_avg=running[i],
+            previous_running_avg=running[i - 1] if i > 0 else None,
         )
         for i in range(len(aggregates["count"]))
     ]
@@ -261,7 +287,7 @@ def fit_prefill(windows: Sequence[Window], gamma_prior: float | None) -> tuple[E
     if len(windows) < MIN_WINDOWS:
         raise Unidentifiable(f"only {len(windows)} windows carry queue times (need {MIN_WINDOWS}) for the prefill fit")
     y = np.array([(w.ttft_sum_s - (w.queue_sum_s or 0.0)) / w.requests * 1000.0 for w in windows])
-    work = np.array([w.prompt_tokens_sum / w.requests * (w.batch + 1.0) for w in windows])
+    work = np.array([w.prompt_tokens_sum / w.requests * w.joined_batch for w in windows])
     batch = np.array([w.batch for w in windows])
     weight = np.array([w.requests for w in windows]) / (1.0 + batch)
     if np.ptp(work) <= 0:

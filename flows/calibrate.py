@@ -133,7 +133,7 @@ def calibrate(
     cluster: str | None = None,
     prometheus_url: str | None = None,
     windows_file: str | None = None,
-    lookback: str = "3h",
+    lookback: str = "24h",
     window: str = "5m",
     dry_run: bool = False,
 ) -> CalibrationReport:
@@ -145,7 +145,7 @@ def calibrate(
         cluster: Empty = kubeconfig or in-cluster; 'kubeconfig:PATH[#context]'; or a manifests directory/file.
         prometheus_url: Prometheus base URL; defaults to $PROMETHEUS_URL. Ignored when windows_file is set.
         windows_file: Read metric windows from this YAML file instead of Prometheus (local and CI runs).
-        lookback: How far back to read metrics (e.g. 3h); more load variety identifies the profile better.
+        lookback: How far back to read metrics (default a day: gamma needs hours of varied load to be determined).
         window: Length of one window (PromQL increase range and step), e.g. 5m.
         dry_run: Fit and report, write nothing (no condition, no spec).
     """

@@ -675,7 +675,7 @@ def calibrate(
     prometheus: Optional[str] = typer.Option(None, "--prometheus", help="Prometheus base URL (default $PROMETHEUS_URL)."),
     windows: Optional[pathlib.Path] = typer.Option(None, "--windows", help="Windows YAML file (instead of Prometheus)."),
     namespace: list[str] = typer.Option([], "--namespace", "-n", help="Limit to these namespaces (repeatable)."),
-    lookback: str = typer.Option("3h", help="How far back to read metrics."),
+    lookback: str = typer.Option("24h", help="How far back to read metrics (a day: gamma needs hours of varied load)."),
     window: str = typer.Option("5m", help="Length of one metrics window."),
     config_namespace: str = typer.Option("modelplane-system", help="Namespace of the WVA ConfigMaps."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Fit and print, write nothing."),

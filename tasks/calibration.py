@@ -3,7 +3,8 @@ write the outcome back to each VariantAutoscaling.
 
 Prometheus: one ``query_range`` per metric and model, ``sum by (pod) (increase(<metric>[W]))`` at a
 step of ``W`` over the lookback, so each (pod, step) is one :class:`engine.calibrate.Window`: a pod's
-own batch, its own latencies.  The variant's pods are those named after its scale target
+own batch, its own latencies; and ``avg by (pod) (avg_over_time(vllm:num_requests_running[W]))``, the
+batch a request joins, for that window and (as ``previous_running_avg``) the pod's window before it.  The variant's pods are those named after its scale target
 (``<target>-...``), as a Deployment names them.  Connection settings (token, TLS, timeouts, retries)
 are the optimize flow's (:meth:`tasks.metrics.PrometheusMetrics.from_env`).
 
@@ -15,7 +16,10 @@ Windows file (YAML), for local and CI runs and for exports of the simulator::
         name: llama-3-1-8b-a100            # the VariantAutoscaling
         windows:
           - {requests: 41, ttftSum: 12.3, queueSum: 0.0, itlSum: 180.2, itlCount: 8600,
-             promptTokensSum: 47000, inferenceSum: 190.1}
+             promptTokensSum: 47000, inferenceSum: 190.1, runningAvg: 0.63, previousRunningAvg: 0.58}
+
+``runningAvg`` and ``previousRunningAvg`` (the gauge's average over the window and over the one before
+it) are optional, as are ``queueSum`` and ``inferenceSum``.
 """
 
 from __future__ import annotations
@@ -46,8 +50,9 @@ SERIES = {
 _FILE_KEYS = {
     "requests": "requests", "ttftSum": "ttft_sum_s", "queueSum": "queue_sum_s", "itlSum": "itl_sum_s",
     "itlCount": "itl_count", "promptTokensSum": "prompt_tokens_sum", "inferenceSum": "inference_sum_s",
-    "runningAvg": "running_avg",
+    "runningAvg": "running_avg", "previousRunningAvg": "previous_running_avg",
 }
+RUNNING_GAUGE = "vllm:num_requests_running"
 _REQUIRED = ("requests", "ttftSum", "itlSum", "itlCount", "promptTokensSum")
 
 
@@ -101,6 +106,8 @@ def prometheus_windows(
         values[field] = {
             (row["metric"].get("pod", ""), float(t)): float(v) for row in rows for t, v in row.get("values", [])
         }
+    rows = query_range(client, f"avg by (pod) (avg_over_time({RUNNING_GAUGE}{selector}[{step}]))", start, stop, window_s)
+    running = {(row["metric"].get("pod", ""), float(t)): float(v) for row in rows for t, v in row.get("values", [])}
     keys = sorted(set(values["requests"]) & set(values["ttft_sum_s"]) & set(values["itl_sum_s"]) & set(values["itl_count"])
                   & set(values["prompt_tokens_sum"]))
     windows: dict[str, list[Window]] = {}
@@ -111,6 +118,7 @@ def prometheus_windows(
                 queue_sum_s=values["queue_sum_s"].get((pod, t)), itl_sum_s=values["itl_sum_s"][(pod, t)],
                 itl_count=values["itl_count"][(pod, t)], prompt_tokens_sum=values["prompt_tokens_sum"][(pod, t)],
                 inference_sum_s=values["inference_sum_s"].get((pod, t)),
+                running_avg=running.get((pod, t)), previous_running_avg=running.get((pod, t - window_s)),
             )
         )
     return windows

@@ -9,6 +9,7 @@ import pathlib
 import shutil
 import subprocess
 import time
+from datetime import datetime, timezone
 from typing import Any
 
 import numpy as np
@@ -22,7 +23,8 @@ from engine.simulate import SimConfig, SimResult, Trace, VariantModel, simulate,
 from engine.simulate_trace import parse_trace_rows
 from flows.calibrate import calibrate
 from flows.cli import app
-from tasks.calibration import SERIES, write_windows_file
+from tasks.calibration import SERIES, prometheus_windows, write_windows_file
+from tasks.metrics import PrometheusMetrics
 from tests.promtest.fixture import PrometheusProcess, find_binary
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
@@ -144,7 +146,8 @@ def test_cli_dry_run_writes_nothing_and_a_bad_file_is_one_line(prefect_harness: 
 
 
 def openmetrics(result: SimResult, labels: dict[str, str], start: float, step: float = 15.0) -> str:
-    """The vLLM counters of one pod as OpenMetrics text, sampled every ``step`` seconds from ``start`` (epoch)."""
+    """The vLLM counters and the running-requests gauge of one pod as OpenMetrics text, sampled every ``step``
+    seconds from ``start`` (epoch)."""
     done = result.done_s
     order = np.argsort(done)
     per_request = {
@@ -163,6 +166,10 @@ def openmetrics(result: SimResult, labels: dict[str, str], start: float, step: f
     for name, values in per_request.items():
         cumulative = np.concatenate([[0.0], np.cumsum(values[order])])
         lines += [f"{name}{{{label_text}}} {cumulative[i]:.6f} {start + t:.3f}" for t, i in zip(times, index)]
+    admitted = np.searchsorted(np.sort(result.admit_s[~np.isnan(result.admit_s)]), times, side="right")
+    finished = np.searchsorted(np.sort(done[~np.isnan(done)]), times, side="right")
+    lines += ["# TYPE vllm:num_requests_running gauge"]
+    lines += [f"vllm:num_requests_running{{{label_text}}} {a - f} {start + t:.3f}" for t, a, f in zip(times, admitted, finished)]
     return "\n".join(lines) + "\n# EOF\n"
 
 
@@ -181,6 +188,8 @@ def test_prometheus_range_queries_feed_the_fit(prefect_harness: None, example_cl
     try:
         lookback = f"{int(result.horizon_s // 60)}m"
         report = calibrate(cluster=str(example_cluster), prometheus_url=prometheus.url, lookback=lookback, window="5m")
+        pods = prometheus_windows(PrometheusMetrics(prometheus.url), NAMESPACE, model, datetime.now(timezone.utc),
+                                  result.horizon_s, 300.0)
     finally:
         prometheus.stop()
     rows = {r.name: r for r in report.rows}
@@ -190,6 +199,10 @@ def test_prometheus_range_queries_feed_the_fit(prefect_harness: None, example_cl
     assert row.fit["beta"]["value"] == pytest.approx(profile.beta, rel=0.1)
     assert row.fit["delta"]["value"] == pytest.approx(profile.delta, rel=0.1)
     assert row.fit["windows"] >= 15
+    # the running-requests gauge reaches every window, and each window after the first knows the one before
+    (windows,) = pods.values()
+    assert all(w.running_avg is not None for w in windows)
+    assert all(w.previous_running_avg == pytest.approx(before.running_avg) for before, w in zip(windows, windows[1:]))
     # the pods of the other variants exported nothing: no profile proposed for them
     assert rows["llama-3-1-8b-h100"].reason == "MetricsUnavailable"
     va = documents(example_cluster)[name]
