@@ -2,21 +2,24 @@
 
     python -m bench.downloads [--large-mib 1024] [--small-count 1000] [--no-write]
 
-Sources: a moto[server] S3 API and an olah (offline) Hugging Face protocol server, both on 127.0.0.1,
-each holding one large object (1 GiB) and 1,000 objects of 1 MiB. For each case the raw client runs
-first and the downloader second, into fresh directories:
+Sources, both on 127.0.0.1, each holding one large object (1 GiB) and 1,000 objects of 1 MiB: a moto[server]
+S3 API, and the benchmark's own Hugging Face protocol server (``tests/hftest/fastserver.py``: metadata computed
+once per repository, bodies sent with ``sendfile``, Range honoured), so that the HF rows measure the clients.
+Earlier runs used olah (the tests' HF server), whose CPU per GET set the pace of every HF row (see
+``PREVIOUS_RUNS``). For each case the raw client runs first and the downloader second, into fresh directories:
 
 - S3: boto3 ``download_file`` per object (its own multipart threads for the large one) vs ``fill_cache``;
-- HF: ``huggingface_hub.snapshot_download(local_dir=...)`` (8 workers) vs ``fill_cache``.
+- HF: ``huggingface_hub.snapshot_download(local_dir=...)`` (its defaults, 8 workers) vs ``fill_cache``.
 
 The downloader's time includes listing, the lock, verification (size, SHA-256 of every file, MD5 where the
 ETag is one) and the completion marker. Then the kill test: ``modelplane cache fill`` of the large S3
 object is SIGKILLed when half of it is on disk and run again; reported are the bytes the second run
 fetched that the first had already written (re-fetched), against the bound of one part per part in flight.
-The machine is shared (2 cores, other jobs): the load average before each case is in the table. The
-CPU time each server process spent on each side is measured from ``/proc``, and for Hugging Face's many
-small files a bare GET loop (httpx, the same concurrency, keep-alive, bodies discarded, nothing written)
-measures the server's own ceiling: no client that fetches each file once can beat it.
+The machine is shared (2 cores, other jobs): the load average before each case is in the table. The CPU
+time each side spent is measured twice: in the benchmark's own process (the client) and in the server
+process (from ``/proc``). For Hugging Face's many small files a bare GET loop (httpx, the same concurrency,
+keep-alive, bodies discarded, nothing written or hashed) measures what merely receiving the bytes costs a
+client through httpx on as many threads.
 Writes its section between the downloads-bench markers of docs/benchmarks.md.
 """
 
@@ -33,7 +36,7 @@ import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 import boto3
 from boto3.s3.transfer import TransferConfig
@@ -41,6 +44,9 @@ from boto3.s3.transfer import TransferConfig
 from engine.bench import machine, write_section
 from tasks.downloader import DEFAULT_CONCURRENCY, DEFAULT_PART_SIZE, Credentials, fill_cache, read_manifest
 from tasks.downloader.plan import STAGING_DIR
+
+if TYPE_CHECKING:
+    from tests.hftest.fastserver import FastHfServer
 
 START, END = "<!-- downloads-bench:start -->", "<!-- downloads-bench:end -->"
 MiB = 1024 * 1024
@@ -60,8 +66,11 @@ class Case:
     load: float
     raw_server_cpu: float = 0.0
     ours_server_cpu: float = 0.0
+    raw_client_cpu: float = 0.0
+    ours_client_cpu: float = 0.0
     bare_s: float | None = None
     bare_server_cpu: float | None = None
+    bare_client_cpu: float | None = None
 
     @property
     def speedup(self) -> float:
@@ -117,15 +126,21 @@ def raw_s3(client, bucket: str, prefix: str, dest: pathlib.Path) -> None:  # typ
 # ----------------------------------------------------------------------------------------------------- HF
 
 
-def populate_hf(server, large: pathlib.Path, small_count: int) -> tuple[str, str, str]:  # type: ignore[no-untyped-def]
-    """Two repositories; content written straight into the LFS store to avoid holding 1 GiB in memory twice."""
-    large_repo = server.repos.new_repo_id("large")
-    small_repo = server.repos.new_repo_id("small")
-    count_repo = server.repos.new_repo_id("count")
-    server.repos.commit(count_repo, {f"shard-{i:03d}.bin": os.urandom(MiB) for i in range(COUNT_OBJECTS)})
-    server.repos.commit(large_repo, {"model.safetensors": large.read_bytes()})
-    server.repos.commit(small_repo, {f"shard-{i:05d}.bin": os.urandom(MiB) for i in range(small_count)})
-    return large_repo, small_repo, count_repo
+def populate_hf(server: FastHfServer, large_repo: str, small_count: int) -> tuple[str, str]:
+    """The small-files and request-count repositories as plain files, then all three registered (hashed once).
+
+    ``large_repo``'s one file was written beforehand (the S3 upload reads the same file).
+    """
+    small_repo = server.new_repo_id("small")
+    count_repo = server.new_repo_id("count")
+    for repo, names in ((count_repo, [f"shard-{i:03d}.bin" for i in range(COUNT_OBJECTS)]), (small_repo, [f"shard-{i:05d}.bin" for i in range(small_count)])):
+        folder = server.repo_dir(repo)
+        folder.mkdir(parents=True)
+        for name in names:
+            (folder / name).write_bytes(os.urandom(MiB))
+    for repo in (large_repo, small_repo, count_repo):
+        server.register(repo)
+    return small_repo, count_repo
 
 
 def raw_hf(endpoint: str, repo: str, dest: pathlib.Path) -> None:
@@ -135,7 +150,7 @@ def raw_hf(endpoint: str, repo: str, dest: pathlib.Path) -> None:
 
 
 def bare_get_loop(endpoint: str, repo: str, names: list[str], concurrency: int) -> None:
-    """The server's ceiling: GET every file's resolve URL on ``concurrency`` keep-alive connections, bodies discarded."""
+    """What receiving the bytes costs: GET every file's resolve URL on ``concurrency`` keep-alive connections, bodies discarded."""
     import httpx
 
     limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
@@ -234,7 +249,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-write", action="store_true", help="print only; leave docs/benchmarks.md alone")
     args = parser.parse_args(argv)
 
-    from tests.hftest.fixture import start_olah
+    from tests.hftest.fastserver import start_fast_hf
     from tests.s3test.fixture import create_access_key, start_moto, stop_process
 
     os.environ["HF_HUB_DISABLE_XET"] = "1"
@@ -245,11 +260,13 @@ def main(argv: list[str] | None = None) -> int:
     requests: dict[str, dict[str, int]] = {}
     with tempfile.TemporaryDirectory(prefix="bench-downloads-") as tmp_text:
         tmp = pathlib.Path(tmp_text)
-        large = tmp / "large.bin"
-        write_random(large, large_size)
         moto, port = start_moto(auth=False)  # the server's IAM checks would only add server CPU to both sides
-        olah, hf = start_olah(tmp / "olah")
+        hf_process, hf = start_fast_hf(tmp / "hf")
         try:
+            large_repo = hf.new_repo_id("large")
+            large = hf.repo_dir(large_repo) / "model.safetensors"  # written once: moto gets it uploaded, HF serves it
+            large.parent.mkdir(parents=True)
+            write_random(large, large_size)
             endpoint = f"http://127.0.0.1:{port}"
             access, secret = create_access_key(endpoint)
             client = boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1", aws_access_key_id=access, aws_secret_access_key=secret)
@@ -258,8 +275,7 @@ def main(argv: list[str] | None = None) -> int:
             print("uploading to moto ...", flush=True)
             populate_s3(client, bucket, large, args.small_count)
             print("writing HF repositories ...", flush=True)
-            large_repo, small_repo, count_repo = populate_hf(hf, large, args.small_count)
-            large.unlink()
+            small_repo, count_repo = populate_hf(hf, large_repo, args.small_count)
 
             def case(
                 source: str, shape: str, raw_label: str, raw: Callable[[pathlib.Path], None], uri: str, total: int,
@@ -268,22 +284,28 @@ def main(argv: list[str] | None = None) -> int:
                 load = os.getloadavg()[0]
                 raw_dir, ours_dir = tmp / f"raw-{len(cases)}", tmp / f"ours-{len(cases)}"
                 raw_dir.mkdir()
-                cpu0 = process_cpu(server_pid)
+                cpu0, own0 = process_cpu(server_pid), time.process_time()
                 raw_s = timed(lambda: raw(raw_dir))
-                cpu1 = process_cpu(server_pid)
+                cpu1, own1 = process_cpu(server_pid), time.process_time()
                 shutil.rmtree(raw_dir)
+                own1b = time.process_time()  # the clean-up is neither side's
                 ours_s = timed(lambda: fill_cache(uri, ours_dir, creds, concurrency=args.concurrency))
-                cpu2 = process_cpu(server_pid)
+                cpu2, own2 = process_cpu(server_pid), time.process_time()
                 shutil.rmtree(ours_dir)
-                result = Case(source, shape, raw_label, raw_s, ours_s, total, load, cpu1 - cpu0, cpu2 - cpu1)
+                result = Case(
+                    source, shape, raw_label, raw_s, ours_s, total, load, cpu1 - cpu0, cpu2 - cpu1, own1 - own0, own2 - own1b,
+                )
                 if bare is not None:
+                    cpu3, own3 = process_cpu(server_pid), time.process_time()
                     result.bare_s = timed(bare)
-                    result.bare_server_cpu = process_cpu(server_pid) - cpu2
+                    result.bare_server_cpu = process_cpu(server_pid) - cpu3
+                    result.bare_client_cpu = time.process_time() - own3
                 cases.append(result)
                 print(
                     f"{source} {shape}: raw {raw_s:.2f}s, downloader {ours_s:.2f}s ({raw_s / ours_s:.2f}x) load {load:.2f}; "
+                    f"client CPU raw {result.raw_client_cpu:.1f}s, downloader {result.ours_client_cpu:.1f}s; "
                     f"server CPU raw {result.raw_server_cpu:.1f}s, downloader {result.ours_server_cpu:.1f}s"
-                    + (f"; bare GET loop {result.bare_s:.2f}s (server CPU {result.bare_server_cpu:.1f}s)" if bare else ""),
+                    + (f"; bare GET loop {result.bare_s:.2f}s (server CPU {result.bare_server_cpu:.1f}s, client CPU {result.bare_client_cpu:.1f}s)" if bare else ""),
                     flush=True,
                 )
 
@@ -292,10 +314,10 @@ def main(argv: list[str] | None = None) -> int:
             small_names = [f"shard-{i:05d}.bin" for i in range(args.small_count)]
             case("S3", large_shape, "boto3 download_file", lambda d: raw_s3(client, bucket, "large", d), f"s3://{bucket}/large", large_size, moto.pid)
             case("S3", small_shape, "boto3 download_file per object", lambda d: raw_s3(client, bucket, "small", d), f"s3://{bucket}/small", args.small_count * MiB, moto.pid)
-            case("HF", large_shape, "snapshot_download", lambda d: raw_hf(hf.endpoint, large_repo, d), f"hf://{large_repo}?allow=*.safetensors", large_size, olah.pid)
+            case("HF", large_shape, "snapshot_download", lambda d: raw_hf(hf.endpoint, large_repo, d), f"hf://{large_repo}?allow=*.safetensors", large_size, hf.pid)
             case(
                 "HF", small_shape, "snapshot_download (8 workers)", lambda d: raw_hf(hf.endpoint, small_repo, d),
-                f"hf://{small_repo}?allow=*.bin", args.small_count * MiB, olah.pid,
+                f"hf://{small_repo}?allow=*.bin", args.small_count * MiB, hf.pid,
                 bare=lambda: bare_get_loop(hf.endpoint, small_repo, small_names, args.concurrency),
             )
             print("request counts ...", flush=True)
@@ -307,7 +329,7 @@ def main(argv: list[str] | None = None) -> int:
             print(kill, flush=True)
         finally:
             stop_process(moto)
-            stop_process(olah)
+            stop_process(hf_process)
     section = render(cases, kill, requests, args)
     print(section)
     if not args.no_write:
@@ -318,7 +340,31 @@ def main(argv: list[str] | None = None) -> int:
 
 
 PREVIOUS_RUNS = """
-The run before this one (same code, other jobs on the machine, load 2.6 to 3.7) measured 1.92x (83.4 / 43.4 s),
+Earlier runs against this HF server, before files of 64 MiB or more were hashed on a helper thread (the
+HF 1 GiB file was hashed in its receiving thread), measured in four `--no-write` runs (load 1.1 to 3.4 before
+the cases) S3 1 GiB 2.01x, 2.42x, 2.00x, 1.72x; S3 1,000 x 1 MiB 1.76x, 2.48x, 2.12x, 2.47x; HF 1 GiB 0.84x (3.32 /
+3.94 s), 0.97x (3.37 / 3.47 s), 0.73x (3.36 / 4.58 s), 0.82x (3.38 / 4.12 s); HF 1,000 x 1 MiB 1.65x (6.20 /
+3.75 s), 1.59x (7.73 / 4.87 s), 2.20x (10.28 / 4.67 s), 2.32x (9.95 / 4.29 s) against bare GET loops of 1.67,
+3.71, 3.22 and 3.30 s; kill at 50 %: 0.0, 15.0, 0.0, 0.0 MiB re-fetched; and in a full run after them
+(load 1.0 to 1.6) 1.95x (101.51 / 52.01 s), 2.40x (13.83 / 5.77 s), 0.86x (3.23 / 3.76 s) and 2.24x (8.13 /
+3.64 s), kill at 50 %: 0.0 MiB re-fetched.
+Both HF clients are bound by their own CPU there (the server spent 0.5 to 1.2 ms per file): per 1 MiB file,
+snapshot_download spent 6.1 to 12.6 ms of client CPU, the downloader 3.4 to 6.2 ms, the bare loop 1.6 to 4.0 ms,
+about half of it system time. Measured single-threaded against this server: a GET through huggingface_hub's `http_get` into a
+file 2.2 ms per MiB (a bare httpx GET 2.0 to 2.2 ms; `http.client` reading into a buffer 0.2 to 0.3 ms), a HEAD
+0.5 ms, SHA-256 0.6 ms per MiB, write + fsync + rename 0.5 ms; in all, snapshot_download 6.5 ms per file (a
+HEAD, three file locks, a metadata file, about 30 stat and 26 lstat calls) and the downloader 4.6 ms (its own
+bookkeeping, listing to marker, under 0.5 ms), 1.4x. With 8 threads both spend more per file, snapshot_download
+the most (it makes more system calls per file, and the GIL changes hands around each), hence 1.59x to 2.32x; the GET through `http_get`, SHA-256 and the write alone
+take 3.3 ms per file, so the downloader reaches 2x only when the raw client spends twice its CPU. The large HF
+row is one stream in both clients at 220 to 410 MiB/s, bound by the client's CPU; the downloader also hashed
+it in the receiving thread (0.6 s per GiB) and fsyncs it (0.3 to 0.5 s), which snapshot_download does not:
+hence the helper thread, which moved that row from 0.73x-0.97x to 1.32x.
+Earlier runs had olah 0.5.4 offline as the Hugging Face server. The last of them (the downloader and the S3
+side as now; load 1.2 to 1.6) measured S3 1 GiB 2.03x (94.58 s raw / 46.64 s), S3 1,000 x 1 MiB 1.98x
+(11.47 / 5.80 s), HF 1 GiB 1.14x (47.17 / 41.39 s) and HF 1,000 x 1 MiB 1.42x (71.15 / 50.16 s) against a
+bare GET loop of 56.19 s (olah 52 ms of CPU per GET; raw / loop 1.27x); kill at 50 %: 0.0 MiB re-fetched.
+The run before it (same code, other jobs on the machine, load 2.6 to 3.7) measured 1.92x (83.4 / 43.4 s),
 1.46x (13.8 / 9.5 s), 1.12x (38.1 / 34.1 s) and 1.33x (64.1 / 48.0 s) against a bare GET loop of 46.0 s
 (ceiling 1.39x); kill at 50 %: 0.0 MiB re-fetched.
 Earlier runs of the same command (before the downloader hashed while streaming and fsynced every file before
@@ -327,23 +373,24 @@ S3 1,000 x 1 MiB 1.76x (54.6 / 31.0 s), HF 1 GiB 2.21x (173.5 / 78.4 s), HF 1,00
 kill at 50 %: 0.0 MiB re-fetched; an hour later, load 8 to 11: 1.77x (231.1 / 130.8 s), 1.97x (34.0 / 17.2 s),
 0.88x (146.4 / 167.1 s), 1.84x (226.2 / 122.8 s), 15.0 MiB re-fetched; with `--no-write`, load about 5: 2.65x,
 3.31x, 1.24x, 1.42x (76.3 / 53.8 s). The single-stream HF large-file row (one GET per file in both clients
-against olah, which ignores Range) swings from 0.88x to 2.21x between runs: it measures the contention, not
-the clients. The HF many-small-files row has never reached the 2x target (1.33x to 1.84x), and it cannot
-against this server: profiled with 1,000 x 1 MiB at load 3 to 4, a bare GET loop took 45.2 s and 44.6 s,
+against olah, which ignores Range) swung from 0.88x to 2.21x between those runs: it measured the contention,
+not the clients. The HF many-small-files row never reached the 2x target against olah (1.33x to 1.84x), and it
+could not: profiled with 1,000 x 1 MiB at load 3 to 4, a bare GET loop took 45.2 s and 44.6 s,
 snapshot_download 70.3 s and 64.0 s, the downloader 48.6 s and 42.6 s; olah spent 35 to 36 s of CPU on the
 1,000 GETs alone (46 to 49 s when each GET follows a HEAD, as in snapshot_download), so its single process,
-not the client, sets the pace, and the ceiling raw / bare loop was 1.43x to 1.56x. The downloader's threads
-spend over 95 % of their time in `recv` waiting for olah; the requests reuse 8 keep-alive connections
-(9 TCP connections for 203 requests), and listing the 1,000 files takes 0.7 s. The S3 1,000 x 1 MiB row
-ranges from 1.46x to 3.31x across runs (1.98x in this one, on a quiet machine) for another reason: it is bound by the client's own CPU (measured
+not the client, set the pace, and the ceiling raw / bare loop was 1.43x to 1.56x. The downloader's threads
+spent over 95 % of their time in `recv` waiting for olah; the requests reused 8 keep-alive connections
+(9 TCP connections for 203 requests), and listing the 1,000 files took 0.7 s. The S3 1,000 x 1 MiB row
+ranged from 1.46x to 3.31x across those runs (1.98x in the last of them, on a quiet machine) for another
+reason: it is bound by the client's own CPU (measured
 alone at load 2 to 3: 6.1 s wall, 6.4 s of downloader CPU for 1,000 objects; botocore per request plus MD5 at
 1.4 ms and SHA-256 at 0.6 ms per MiB, both checked for every byte), while boto3 download_file's sequential
 time swings with the load. Fsyncing each file costs nothing measurable there (6.07, 6.18, 6.14 s with it;
-5.90, 6.23, 6.69 s without, alternating runs), and the downloader before and after this change took
+5.90, 6.23, 6.69 s without, alternating runs), and the downloader before and after that change took
 5.20 to 5.92 s and 5.45 to 6.04 s (alternating, load 2.6 to 3.8). The first full run after the change, 20
-minutes before the one above (load 1.6 to 3.9), measured 1.80x (76.5 / 42.4 s), 1.85x (14.9 / 8.1 s),
-0.98x (36.5 / 37.2 s) and HF 1,000 x 1 MiB 1.34x (66.5 / 49.8 s) against a bare GET loop of 49.0 s
-(ceiling 1.36x; olah 40 ms of CPU per GET); kill at 50 %: 0.0 MiB re-fetched.
+minutes before the load 2.6 to 3.7 run above (load 1.6 to 3.9), measured 1.80x (76.5 / 42.4 s), 1.85x
+(14.9 / 8.1 s), 0.98x (36.5 / 37.2 s) and HF 1,000 x 1 MiB 1.34x (66.5 / 49.8 s) against a bare GET loop of
+49.0 s (ceiling 1.36x; olah 40 ms of CPU per GET); kill at 50 %: 0.0 MiB re-fetched.
 """
 
 
@@ -358,42 +405,51 @@ def render(cases: list[Case], kill: dict[str, float], requests: dict[str, dict[s
         "",
         f"Produced by `python -m bench.downloads` on {machine(PACKAGES)}.",
         "",
-        "Side by side in one run on loopback (moto[server] S3, IAM checks off; olah 0.5.4 offline as the",
-        "Hugging Face server); raw client first, then `tasks.downloader.fill_cache` "
+        "Side by side in one run on loopback (moto[server] S3, IAM checks off; for Hugging Face the benchmark's",
+        "own HF-protocol server, `tests/hftest/fastserver.py`); raw client first, then `tasks.downloader.fill_cache` "
         f"(concurrency {args.concurrency}, S3 parts of {DEFAULT_PART_SIZE // MiB} MiB), into fresh directories.",
         "The downloader's time includes listing, locking, verifying every file (size, SHA-256; MD5 where the",
-        "ETag is one), fsyncing every file and writing the completion marker. The servers are single Python",
-        "processes on the same 2 shared cores: where a row's server CPU is close to its wall time, the server, not",
-        "the client, bounds it. The 1-minute load average before each case (the machine's other jobs, if any,",
-        "plus the benchmark itself) is in the last column.",
+        "ETag is one), fsyncing every file and writing the completion marker. It fetches each Hugging Face file",
+        "with one GET (ranged parts are for S3 objects), so the HF large-object row is one stream in both clients;",
+        "it hashes files of 64 MiB or more on a helper thread, overlapping the receive.",
+        "The HF server computes each repository's metadata once, when it is registered, and sends bodies with",
+        "`sendfile`; the HF rows of earlier runs (below) were served by olah 0.5.4 offline, the tests' HF server,",
+        "whose 35 to 52 ms of CPU per 1 MiB GET set their pace. Everything runs on the same 2 shared cores:",
+        "client CPU is what the benchmark's own process (the client under test, all its threads) spent on each",
+        "side, server CPU what the server process (moto or the HF server) spent serving it; where one of them comes",
+        "close to the wall time (or exceeds it: threads on both cores), that process's CPU bounds the row. The",
+        "1-minute load average before each case (the machine's other jobs, if any, plus the benchmark itself) is in",
+        "the last column.",
         "Targets: >= 0.9x the raw client on the large object, >= 2x on the many small ones.",
         "",
-        "Server CPU is what the server process (moto or olah) spent serving each side.",
-        "",
-        "| source | objects | raw client | raw | downloader | speed-up | server CPU raw / downloader | load avg |",
-        "|---|---|---|---|---|---|---|---|",
+        "| source | objects | raw client | raw | downloader | speed-up | client CPU raw / downloader | server CPU raw / downloader | load avg |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for c in cases:
         lines.append(
             f"| {c.source} | {c.shape} | {c.raw_label} | {c.raw_s:.2f} s ({mib_s(c.total_bytes, c.raw_s)}) | "
             f"{c.ours_s:.2f} s ({mib_s(c.total_bytes, c.ours_s)}) | {c.speedup:.2f}x | "
+            f"{c.raw_client_cpu:.1f} s / {c.ours_client_cpu:.1f} s | "
             f"{c.raw_server_cpu:.1f} s / {c.ours_server_cpu:.1f} s | {c.load:.2f} |"
         )
     for c in cases:
-        if c.bare_s is None or c.bare_server_cpu is None:
+        if c.bare_s is None or c.bare_server_cpu is None or c.bare_client_cpu is None:
             continue
         count = int(c.total_bytes // MiB)
+
+        def per_file(seconds: float) -> str:
+            return f"{1000 * seconds / count:.1f} ms"
+
         lines += [
             "",
-            f"Server ceiling for {c.source} {c.shape}: a bare GET loop in the same run ({args.concurrency} keep-alive "
-            f"connections, bodies discarded, nothing written or hashed) took **{c.bare_s:.2f} s** and "
-            f"{c.bare_server_cpu:.1f} s of olah's CPU ({1000 * c.bare_server_cpu / count:.0f} ms per 1 MiB GET: offline "
-            f"it looks the file up through GitPython and streams it in 4 KiB chunks). {c.raw_label} took {c.raw_s:.2f} s "
-            f"and {c.raw_server_cpu:.1f} s of olah's CPU (the HEAD before each GET reads and hashes the file), the "
-            f"downloader {c.ours_s:.2f} s and {c.ours_server_cpu:.1f} s. olah's CPU per GET, not the client, sets these "
-            f"times: raw / bare loop, {c.raw_s / c.bare_s:.2f}x, is about the most a client that fetches each file once "
-            f"can gain here; the downloader's {c.speedup:.2f}x took {c.ours_s / c.bare_s:.2f} times the bare loop's time"
-            + (" (olah spent less CPU on its GETs than on the loop's in this run)." if c.ours_server_cpu < c.bare_server_cpu else "."),
+            f"Bare GET loop for {c.source} {c.shape} in the same run (httpx, {args.concurrency} threads on "
+            f"{args.concurrency} keep-alive connections, bodies discarded, nothing written or hashed): "
+            f"**{c.bare_s:.2f} s**, with {per_file(c.bare_client_cpu)} of client CPU and {per_file(c.bare_server_cpu)} of "
+            f"server CPU per 1 MiB GET. Per file, {c.raw_label} spent {per_file(c.raw_client_cpu)} of client CPU and "
+            f"{per_file(c.raw_server_cpu)} of server CPU (a HEAD before each GET), the downloader "
+            f"{per_file(c.ours_client_cpu)} and {per_file(c.ours_server_cpu)}. The loop is what receiving alone costs "
+            f"a client through httpx on {args.concurrency} threads: raw / bare loop is {c.raw_s / c.bare_s:.2f}x, and "
+            f"the downloader took {c.ours_s / c.bare_s:.2f} times the loop's time.",
         ]
     if requests:
         lines += [

@@ -12,7 +12,8 @@ every file's data was fsynced (each file in its worker, right after verification
 downloads; files kept from an earlier run once more before the marker) and every directory holding a file
 was fsynced (so the renames survive a crash). A power loss at any point leaves no marker or a marker whose
 files are all on disk. Single-part files are hashed while they stream in, so verification does not read
-them back; multi-part files (written out of order) are read back once.
+them back (from 64 MiB up on a helper thread, so that hashing a large file overlaps receiving it);
+multi-part files (written out of order) are read back once.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import json
 import logging
 import os
 import pathlib
+import queue
 import shutil
 import threading
 import time
@@ -62,6 +64,10 @@ DEFAULT_PART_SIZE = 16 * MiB
 DEFAULT_CONCURRENCY = 8
 STATE_FLUSH_SECONDS = 0.2
 HASH_BLOCK = 4 * MiB
+BACKGROUND_HASH_BYTES = 64 * MiB
+"""Files fetched in one stream from this size up are hashed on a helper thread, overlapping the receive."""
+BACKGROUND_HASH_QUEUE = 64
+"""Writes the helper thread may lag behind (bounded: a slow hash slows the receive instead of piling up)."""
 PART_ATTEMPTS = 4
 
 
@@ -161,7 +167,7 @@ class _Transfer:
     lock: threading.Lock = field(default_factory=threading.Lock)
     fd: int | None = None
     last_flush: float = 0.0
-    hasher: "_StreamHash | None" = None
+    hasher: "_StreamHash | _BackgroundHash | None" = None
     """Digests of the bytes written front to back (single-part files); None for multi-part files."""
 
     @property
@@ -344,7 +350,8 @@ def _fetch_part(
         raise TransferFailed("stopped")
     start, end = transfer.parts[index]
     if len(transfer.parts) == 1:
-        transfer.hasher = _StreamHash.of_prefix(transfer.tmp, transfer.remote, transfer.done[0])
+        hasher = _StreamHash.of_prefix(transfer.tmp, transfer.remote, transfer.done[0])
+        transfer.hasher = _BackgroundHash(hasher) if transfer.remote.size >= BACKGROUND_HASH_BYTES else hasher
     if source.scheme == "s3":
         fd = _open(transfer)
 
@@ -529,6 +536,69 @@ class _StreamHash:
             return digests
 
 
+class _BackgroundHash:
+    """A :class:`_StreamHash` fed on a helper thread, so hashing a large file overlaps receiving it.
+
+    hashlib releases the GIL on large buffers, so on a second core the digest costs the stream nothing.
+    Every call becomes a command on one ordered queue (bounded, so the receive waits rather than memory
+    growing); :meth:`digests` waits until the thread has hashed everything before it.  The thread ends
+    when the queue stays empty for a while (a transfer that failed leaves no thread behind) and starts
+    again on the next command.
+    """
+
+    IDLE_SECONDS = 5.0
+
+    def __init__(self, inner: _StreamHash) -> None:
+        self._inner = inner
+        self._queue: queue.Queue[tuple[Any, ...]] = queue.Queue(BACKGROUND_HASH_QUEUE)
+        self._lock = threading.Lock()
+        self._worker: threading.Thread | None = None
+
+    def _submit(self, *command: Any) -> None:
+        # Under the lock, so the thread cannot decide to end between the check and the put (it takes the
+        # lock only when the queue is empty, so a put here never waits on a full queue while holding it).
+        with self._lock:
+            if self._worker is None:
+                self._worker = threading.Thread(target=self._work, name="modelplane-hash", daemon=True)
+                self._worker.start()
+            self._queue.put(command)
+
+    def _work(self) -> None:
+        while True:
+            try:
+                command = self._queue.get(timeout=self.IDLE_SECONDS)
+            except queue.Empty:
+                with self._lock:
+                    if self._queue.empty():
+                        self._worker = None
+                        return
+                continue
+            name, *args = command
+            if name == "sync":
+                args[0].set()
+            else:
+                getattr(self._inner, name)(*args)
+
+    def update(self, offset: int, data: bytes) -> None:
+        """Queue ``data`` written at ``offset`` for hashing (copied if the caller may reuse its buffer)."""
+        self._submit("update", offset, data if isinstance(data, bytes) else bytes(data))
+
+    def restart(self) -> None:
+        """Start over from byte 0, after what is already queued."""
+        self._submit("restart")
+
+    def invalidate(self) -> None:
+        """Forget the stream hash, after what is already queued."""
+        self._submit("invalidate")
+
+    def digests(self, size: int) -> dict[str, str] | None:
+        """Wait for every queued write to be hashed, then the digests as :meth:`_StreamHash.digests`."""
+        done = threading.Event()
+        self._submit("sync", done)
+        done.wait()
+        return self._inner.digests(size)
+
+
 class _HashingFile:
     """A file handle (opened for appending) that feeds every write to a :class:`_StreamHash`.
 
@@ -536,7 +606,7 @@ class _HashingFile:
     goes back to the start and invalidates it otherwise.
     """
 
-    def __init__(self, handle: BinaryIO, hasher: _StreamHash | None) -> None:
+    def __init__(self, handle: BinaryIO, hasher: _StreamHash | _BackgroundHash | None) -> None:
         self._handle = handle
         self._hasher = hasher
         self._position = handle.seek(0, os.SEEK_END)

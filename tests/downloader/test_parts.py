@@ -115,3 +115,38 @@ def test_stream_hash_follows_a_rewind_to_the_start_and_gives_up_on_any_other(tmp
         hashing.seek(5)
         hashing.write(b"x")
     assert hasher.digests(hasher.position) is None
+
+
+def test_background_hash_gives_the_stream_hash_digests_in_order_and_leaves_no_thread(tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Large single-stream files are hashed on a helper thread: same digests, same rewind rules, no thread left behind."""
+    import threading
+    import time
+
+    from tasks.downloader.fill import _BackgroundHash, _HashingFile, _StreamHash
+
+    monkeypatch.setattr(_BackgroundHash, "IDLE_SECONDS", 0.05)
+    body = bytes(range(256)) * 40_000
+    remote = RemoteFile(path="a.bin", size=len(body), sha256=hashlib.sha256(body).hexdigest())
+    path = tmp_path / "a.part"
+    hasher = _BackgroundHash(_StreamHash(remote))
+    with open(path, "ab") as handle:
+        hashing = _HashingFile(handle, hasher)
+        hashing.write(b"wrong start")
+        hashing.seek(0)  # a server that ignored Range: the client starts over
+        hashing.truncate()
+        for start in range(0, len(body), 65_536):
+            hashing.write(memoryview(body)[start:start + 65_536])  # a buffer the caller could reuse: copied
+    assert hasher.digests(len(body)) == {"sha256": remote.sha256}
+
+    hasher = _BackgroundHash(_StreamHash(remote))
+    hasher.update(0, body[:10])
+    hasher.update(20, body[20:30])  # out of order: the file will be read back instead
+    assert hasher.digests(30) is None
+
+    deadline = time.monotonic() + 5
+    while any(t.name == "modelplane-hash" for t in threading.enumerate()) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert not any(t.name == "modelplane-hash" for t in threading.enumerate())
+    hasher2 = _BackgroundHash(_StreamHash(remote))  # and a hasher whose thread ended starts one again
+    hasher2.update(0, body)
+    assert hasher2.digests(len(body)) == {"sha256": remote.sha256}
