@@ -21,9 +21,9 @@ from typing import Any
 import numpy as np
 
 from engine.bench import machine, write_section
-from engine.calibrate import Unidentifiable, fit_profile, windows_from_aggregates
-from engine.perf import SLO, PerfProfile, Workload, analyze, max_rate
-from engine.simulate import ReplicaGauges, SimConfig, Trace, VariantModel, poisson_trace, simulate, window_aggregates
+from engine.calibrate import Unidentifiable, fit_profile, ramp_windows
+from engine.perf import SLO, PerfProfile, Workload, analyze
+from engine.simulate import ReplicaGauges, SimConfig, Trace, VariantModel, poisson_trace, simulate
 from engine.optimize import parse_variant
 from engine.simulate_policies import (
     POLICIES,
@@ -205,20 +205,6 @@ def bench_agreement() -> list[dict[str, Any]]:
                 "queued": float(np.mean(r.admit_s[warm] > r.arrival_s[warm] + 1e-9)),
             })
     return rows
-
-
-def ramp_windows(profile: PerfProfile, slo: SLO, prompts: np.ndarray, outputs: np.ndarray, seed: int, repeats: int = 1):
-    """Windows of one replica under the two-hour load ramp, ``repeats`` times over; (windows, workload, max rate)."""
-    levels = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0, 0.75, 0.25) * repeats
-    rng = np.random.default_rng(seed)
-    workload = Workload(float(prompts.mean()), float(outputs.mean()))
-    capacity = max_rate(profile, workload, slo)
-    times = np.concatenate([np.sort(rng.uniform(600 * i, 600 * (i + 1), rng.poisson(level * capacity * 600))) for i, level in enumerate(levels)])
-    pick = rng.integers(0, len(prompts), len(times))
-    trace = Trace(times, prompts[pick], outputs[pick], np.zeros(len(times), dtype=np.int64), ("m",))
-    v = VariantModel("ns/v", "m", "v", "A100", 1, 40.0, profile, profile.max_batch * 2048)
-    result = simulate([v], trace, SimConfig(horizon_s=600 * len(levels), prefill_jitter=0.05, seed=seed), {"ns/v": 1})
-    return windows_from_aggregates(window_aggregates(result, 300.0)["ns/v"], 300.0), workload, capacity
 
 
 CALIBRATION_LOOKBACKS = (("2 h", 1), ("24 h", 12))

@@ -44,7 +44,8 @@ of a prefill is a few percent of the smallest prefill observed, so the intercept
 far outside the data.  When ``gamma`` alone is undetermined and the caller knows a current value, the
 fit keeps it (and says so) rather than refusing the whole profile.
 
-Pure: numpy only, no I/O.
+Pure: numpy only, no I/O.  :func:`ramp_windows` is the known-answer scenario (the simulator under a load
+ramp) that the tests and the benchmark check the fit against.
 """
 
 from __future__ import annotations
@@ -56,6 +57,7 @@ from typing import Mapping, Sequence
 import numpy as np
 
 from engine.perf import SLO, PerfProfile, Workload, max_rate
+from engine.simulate import SimConfig, SimResult, Trace, VariantModel, simulate, window_aggregates
 
 __all__ = [
     "Window",
@@ -64,6 +66,9 @@ __all__ = [
     "Unidentifiable",
     "fit_profile",
     "windows_from_aggregates",
+    "VALIDATION_RAMP",
+    "simulated_ramp",
+    "ramp_windows",
     "MIN_WINDOWS",
     "MIN_REQUESTS_PER_WINDOW",
     "ANNOTATION_CALIBRATION",
@@ -209,6 +214,42 @@ def windows_from_aggregates(aggregates: Mapping[str, np.ndarray], window_s: floa
         )
         for i in range(len(aggregates["count"]))
     ]
+
+
+VALIDATION_RAMP = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0, 0.75, 0.25)
+"""The load levels calibration is validated on (fractions of the replica's SLO max rate, ten minutes each)."""
+
+
+def simulated_ramp(
+    profile: PerfProfile, slo: SLO, prompts: np.ndarray, outputs: np.ndarray, seed: int = 0,
+    levels: Sequence[float] = VALIDATION_RAMP, level_s: float = 600.0,
+) -> tuple[SimResult, Workload, float]:
+    """One replica of ``profile`` (variant ``ns/v``) under Poisson traffic at each of ``levels`` for ``level_s``.
+
+    Prompt and output lengths are drawn from ``prompts``/``outputs``, prefill times carry 5 % per-request
+    jitter; a level is a fraction of the replica's SLO max rate for those lengths.  Returns the simulation,
+    the workload and that true max rate: the known answer a calibration is checked against.
+    """
+    rng = np.random.default_rng(seed)
+    workload = Workload(float(prompts.mean()), float(outputs.mean()))
+    capacity = max_rate(profile, workload, slo)
+    times = np.concatenate([
+        np.sort(rng.uniform(level_s * i, level_s * (i + 1), rng.poisson(level * capacity * level_s))) for i, level in enumerate(levels)
+    ])
+    pick = rng.integers(0, len(prompts), len(times))
+    trace = Trace(times, prompts[pick], outputs[pick], np.zeros(len(times), dtype=np.int64), ("m",))
+    variant = VariantModel("ns/v", "m", "v", "A100", 1, 40.0, profile, profile.max_batch * 2048)
+    config = SimConfig(horizon_s=level_s * len(levels), prefill_jitter=0.05, seed=seed)
+    return simulate([variant], trace, config, {"ns/v": 1}), workload, capacity
+
+
+def ramp_windows(
+    profile: PerfProfile, slo: SLO, prompts: np.ndarray, outputs: np.ndarray, seed: int = 0, repeats: int = 1,
+    window_s: float = 300.0,
+) -> tuple[list[Window], Workload, float]:
+    """The windows of :func:`simulated_ramp` over :data:`VALIDATION_RAMP` ``repeats`` times (two hours each)."""
+    result, workload, capacity = simulated_ramp(profile, slo, prompts, outputs, seed, VALIDATION_RAMP * repeats)
+    return windows_from_aggregates(window_aggregates(result, window_s)["ns/v"], window_s), workload, capacity
 
 
 # --------------------------------------------------------------------------------------------

@@ -23,6 +23,7 @@ from engine.calibrate import (
     Unidentifiable,
     calibration_outcome,
     fit_profile,
+    ramp_windows,
     windows_from_aggregates,
 )
 from engine.perf import SLO, PerfProfile, Workload, max_rate
@@ -31,7 +32,6 @@ from engine.simulate_trace import parse_trace_rows
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 TRACE = REPO / "deployments" / "traces" / "azure-conv-2023-20min.csv"
-LEVELS = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0, 0.75, 0.25)
 WINDOW_S = 300.0
 
 EXAMPLE_PROFILES = {
@@ -47,24 +47,6 @@ def tokens() -> tuple[np.ndarray, np.ndarray]:
     with TRACE.open(newline="") as handle:
         _, prompts, outputs = parse_trace_rows(csv.reader(handle))
     return prompts, outputs
-
-
-def ramp_windows(profile: PerfProfile, slo: SLO, prompts: np.ndarray, outputs: np.ndarray, seed: int = 0, repeats: int = 1):
-    """Windows of a replica under the load ramp (``repeats`` times); returns (windows, workload, true max rate)."""
-    rng = np.random.default_rng(seed)
-    workload = Workload(float(prompts.mean()), float(outputs.mean()))
-    capacity = max_rate(profile, workload, slo)
-    arrivals, start = [], 0.0
-    for level in LEVELS * repeats:
-        count = rng.poisson(level * capacity * 600)
-        arrivals.append(np.sort(rng.uniform(start, start + 600, count)))
-        start += 600
-    times = np.concatenate(arrivals)
-    pick = rng.integers(0, len(prompts), len(times))
-    trace = Trace(times, prompts[pick], outputs[pick], np.zeros(len(times), dtype=np.int64), ("m",))
-    v = VariantModel("ns/v", "m", "v", "A100", 1, 40.0, profile, profile.max_batch * 2048)
-    result = simulate([v], trace, SimConfig(horizon_s=start, prefill_jitter=0.05, seed=seed), {"ns/v": 1})
-    return windows_from_aggregates(window_aggregates(result, WINDOW_S)["ns/v"], WINDOW_S), workload, capacity
 
 
 @pytest.mark.parametrize("name", sorted(EXAMPLE_PROFILES))

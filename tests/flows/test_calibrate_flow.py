@@ -17,9 +17,9 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from engine.calibrate import ANNOTATION_CALIBRATION, CONDITION_CALIBRATED, windows_from_aggregates
-from engine.perf import SLO, PerfProfile, Workload, max_rate
-from engine.simulate import SimConfig, SimResult, Trace, VariantModel, simulate, window_aggregates
+from engine.calibrate import ANNOTATION_CALIBRATION, CONDITION_CALIBRATED, simulated_ramp, windows_from_aggregates
+from engine.perf import SLO, PerfProfile
+from engine.simulate import SimResult, window_aggregates
 from engine.simulate_trace import parse_trace_rows
 from flows.calibrate import calibrate
 from flows.cli import app
@@ -43,13 +43,7 @@ def ramp(profile: PerfProfile, slo: SLO, seed: int) -> SimResult:
     """One replica under a 100-minute load ramp of conversation-shaped requests (5 % prefill jitter)."""
     with TRACE.open(newline="") as handle:
         _, prompts, outputs = parse_trace_rows(csv.reader(handle))
-    rng = np.random.default_rng(seed)
-    capacity = max_rate(profile, Workload(float(prompts.mean()), float(outputs.mean())), slo)
-    times = np.concatenate([np.sort(rng.uniform(600 * i, 600 * (i + 1), rng.poisson(level * capacity * 600))) for i, level in enumerate(LEVELS)])
-    pick = rng.integers(0, len(prompts), len(times))
-    trace = Trace(times, prompts[pick], outputs[pick], np.zeros(len(times), dtype=np.int64), ("m",))
-    v = VariantModel("ns/v", "m", "v", "A100", 1, 40.0, profile, profile.max_batch * 2048)
-    return simulate([v], trace, SimConfig(horizon_s=600 * len(LEVELS), prefill_jitter=0.05, seed=seed), {"ns/v": 1})
+    return simulated_ramp(profile, slo, prompts, outputs, seed, LEVELS)[0]
 
 
 def documents(cluster: pathlib.Path) -> dict[str, dict[str, Any]]:
