@@ -540,61 +540,57 @@ class _BackgroundHash:
     """A :class:`_StreamHash` fed on a helper thread, so hashing a large file overlaps receiving it.
 
     hashlib releases the GIL on large buffers, so on a second core the digest costs the stream nothing.
-    Every call becomes a command on one ordered queue (bounded, so the receive waits rather than memory
-    growing); :meth:`digests` waits until the thread has hashed everything before it.  The thread ends
-    when the queue stays empty for a while (a transfer that failed leaves no thread behind) and starts
-    again on the next command.
+    Every call is queued as the same call of the inner hash, on one ordered queue (bounded, so the receive
+    waits rather than memory growing); :meth:`digests` waits until the thread has run everything before it.
+    The thread ends when the queue stays empty for a while (a transfer that failed leaves no thread behind)
+    and starts again on the next call.
     """
 
     IDLE_SECONDS = 5.0
 
     def __init__(self, inner: _StreamHash) -> None:
         self._inner = inner
-        self._queue: queue.Queue[tuple[Any, ...]] = queue.Queue(BACKGROUND_HASH_QUEUE)
+        self._queue: queue.Queue[tuple[Callable[..., object], tuple[Any, ...]]] = queue.Queue(BACKGROUND_HASH_QUEUE)
         self._lock = threading.Lock()
         self._worker: threading.Thread | None = None
 
-    def _submit(self, *command: Any) -> None:
+    def _submit(self, call: Callable[..., object], *args: Any) -> None:
         # Under the lock, so the thread cannot decide to end between the check and the put (it takes the
         # lock only when the queue is empty, so a put here never waits on a full queue while holding it).
         with self._lock:
             if self._worker is None:
                 self._worker = threading.Thread(target=self._work, name="modelplane-hash", daemon=True)
                 self._worker.start()
-            self._queue.put(command)
+            self._queue.put((call, args))
 
     def _work(self) -> None:
         while True:
             try:
-                command = self._queue.get(timeout=self.IDLE_SECONDS)
+                call, args = self._queue.get(timeout=self.IDLE_SECONDS)
             except queue.Empty:
                 with self._lock:
                     if self._queue.empty():
                         self._worker = None
                         return
                 continue
-            name, *args = command
-            if name == "sync":
-                args[0].set()
-            else:
-                getattr(self._inner, name)(*args)
+            call(*args)
 
     def update(self, offset: int, data: bytes) -> None:
         """Queue ``data`` written at ``offset`` for hashing (copied if the caller may reuse its buffer)."""
-        self._submit("update", offset, data if isinstance(data, bytes) else bytes(data))
+        self._submit(self._inner.update, offset, data if isinstance(data, bytes) else bytes(data))
 
     def restart(self) -> None:
         """Start over from byte 0, after what is already queued."""
-        self._submit("restart")
+        self._submit(self._inner.restart)
 
     def invalidate(self) -> None:
         """Forget the stream hash, after what is already queued."""
-        self._submit("invalidate")
+        self._submit(self._inner.invalidate)
 
     def digests(self, size: int) -> dict[str, str] | None:
         """Wait for every queued write to be hashed, then the digests as :meth:`_StreamHash.digests`."""
         done = threading.Event()
-        self._submit("sync", done)
+        self._submit(done.set)
         done.wait()
         return self._inner.digests(size)
 
