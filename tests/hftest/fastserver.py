@@ -22,7 +22,7 @@ It implements exactly what the unmodified ``huggingface_hub`` (2.4.0) uses for `
 - ``POST /_fastserver/repos/{org}/{name}``: (re-)register a repository after writing its files (not HF).
 
 A repository is the directory ``<root>/<org>/<name>``; every file in it is a file of the repository. Files of
-``LFS_THRESHOLD`` bytes or more are served as LFS files (the same threshold as the olah fixture), the others
+``LFS_THRESHOLD`` bytes or more are served as LFS files (``tests.hftest.lfs``, as in the olah fixture), the others
 as plain git blobs. All metadata (sizes, SHA-256 of LFS files, git blob SHA-1 of the others, the pointer
 blob ids, a commit id derived from them) is computed once when a repository is registered (at start-up for
 the repositories already there, then on the POST), never per request; the revisions are ``main`` and that
@@ -51,8 +51,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Mapping
 from urllib.parse import parse_qs, quote, unquote, urlsplit
 
-LFS_THRESHOLD = 100 * 1024
-"""Files of this size or more are LFS files (as ``tests.hftest.fixture.LFS_THRESHOLD``)."""
+from tests.hftest.lfs import LFS_THRESHOLD, lfs_pointer
+
 PAGE_SIZE = 1000
 """Tree entries per page (the Hub's page size without ``expand``)."""
 REGISTER_PREFIX = "/_fastserver/repos/"
@@ -109,7 +109,7 @@ def describe_file(root: pathlib.Path, path: pathlib.Path) -> RepoEntry:
     with open(path, "rb") as handle:
         if size >= LFS_THRESHOLD:
             sha256 = hashlib.file_digest(handle, "sha256").hexdigest()
-            pointer = f"version https://git-lfs.github.com/spec/v1\noid sha256:{sha256}\nsize {size}\n".encode()
+            pointer = lfs_pointer(sha256, size).encode()
             return RepoEntry(name, str(path), size, git_blob_id(pointer), sha256, len(pointer))
         return RepoEntry(name, str(path), size, git_blob_id(handle.read()))
 

@@ -20,11 +20,11 @@ from typing import Iterator, Mapping
 
 import pytest
 
+from tests.hftest.lfs import LFS_THRESHOLD, lfs_pointer
 from tests.processes import stop_process
 from tests.s3test.fixture import free_port, wait_for_port
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[2]
-LFS_THRESHOLD = 100 * 1024
 GIT_ENV = {
     "GIT_AUTHOR_NAME": "modelplane-tests",
     "GIT_AUTHOR_EMAIL": "tests@modelplane.invalid",
@@ -69,7 +69,7 @@ class HfRepos:
                 obj = root / ".git" / "lfs" / "objects" / oid[:2] / oid[2:4] / oid
                 obj.parent.mkdir(parents=True, exist_ok=True)
                 obj.write_bytes(content)
-                target.write_text(f"version https://git-lfs.github.com/spec/v1\noid sha256:{oid}\nsize {len(content)}\n")
+                target.write_text(lfs_pointer(oid, len(content)))
                 lfs_patterns.add(name)
             else:
                 target.write_bytes(content)

@@ -14,7 +14,8 @@ from huggingface_hub.errors import RemoteEntryNotFoundError, RepositoryNotFoundE
 from huggingface_hub.hf_api import RepoFile, RepoFolder
 
 from tasks.downloader import Credentials, fill_cache, read_manifest
-from tests.hftest.fastserver import LFS_THRESHOLD, FastHfServer, start_fast_hf
+from tests.hftest.fastserver import FastHfServer, start_fast_hf
+from tests.hftest.lfs import LFS_THRESHOLD
 from tests.processes import stop_process
 
 FILES = {
