@@ -4,9 +4,10 @@ write the outcome back to each VariantAutoscaling.
 Prometheus: one ``query_range`` per metric and model, ``sum by (pod) (increase(<metric>[W]))`` at a
 step of ``W`` over the lookback, so each (pod, step) is one :class:`engine.calibrate.Window`: a pod's
 own batch, its own latencies; and ``avg by (pod) (avg_over_time(vllm:num_requests_running[W]))``, the
-batch a request joins, for that window and (as ``previous_running_avg``) the pod's window before it.  The variant's pods are those named after its scale target
-(``<target>-...``), as a Deployment names them.  Connection settings (token, TLS, timeouts, retries)
-are the optimize flow's (:meth:`tasks.metrics.PrometheusMetrics.from_env`).
+batch a request joins, for that window and (as ``previous_running_avg``) the pod's window before it.
+The variant's pods are those named after its scale target (``<target>-...``), as a Deployment names them.
+Connection settings (token, TLS, timeouts, retries) are the optimize flow's
+(:meth:`tasks.metrics.PrometheusMetrics.from_env`).
 
 Windows file (YAML), for local and CI runs and for exports of the simulator::
 
@@ -92,6 +93,11 @@ def query_range(client: PrometheusMetrics, promql: str, start: float, end: float
     raise MetricsUnavailable(client._display_url, f"{failure} ({client.retries + 1} attempts)")  # noqa: SLF001
 
 
+def _by_pod_and_time(matrix: list[dict[str, Any]]) -> dict[tuple[str, float], float]:
+    """A range query's matrix as value by (pod, timestamp)."""
+    return {(row["metric"].get("pod", ""), float(t)): float(v) for row in matrix for t, v in row.get("values", [])}
+
+
 def prometheus_windows(
     client: PrometheusMetrics, namespace: str, model_id: str, end: dt.datetime, lookback_s: float, window_s: float,
 ) -> dict[str, list[Window]]:
@@ -102,12 +108,12 @@ def prometheus_windows(
     start = stop - lookback_s + window_s
     values: dict[str, dict[tuple[str, float], float]] = {}
     for field, series in SERIES.items():
-        rows = query_range(client, f"sum by (pod) (increase({series}{selector}[{step}]))", start, stop, window_s)
-        values[field] = {
-            (row["metric"].get("pod", ""), float(t)): float(v) for row in rows for t, v in row.get("values", [])
-        }
-    rows = query_range(client, f"avg by (pod) (avg_over_time({RUNNING_GAUGE}{selector}[{step}]))", start, stop, window_s)
-    running = {(row["metric"].get("pod", ""), float(t)): float(v) for row in rows for t, v in row.get("values", [])}
+        values[field] = _by_pod_and_time(
+            query_range(client, f"sum by (pod) (increase({series}{selector}[{step}]))", start, stop, window_s)
+        )
+    running = _by_pod_and_time(
+        query_range(client, f"avg by (pod) (avg_over_time({RUNNING_GAUGE}{selector}[{step}]))", start, stop, window_s)
+    )
     keys = sorted(set(values["requests"]) & set(values["ttft_sum_s"]) & set(values["itl_sum_s"]) & set(values["itl_count"])
                   & set(values["prompt_tokens_sum"]))
     windows: dict[str, list[Window]] = {}
