@@ -14,13 +14,13 @@ import sys
 import textwrap
 import threading
 import time
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 from kubernetes import client, watch
 from kubernetes.client.exceptions import ApiException
 
-from tests.kubeserver.fixture import REPO, KubeServer, start_kube_server
+from tests.kubeserver.fixture import REPO, KubeServer
 
 GROUP = "test.kubeserver.io"
 VERSION = "v1alpha1"
@@ -120,24 +120,6 @@ def server(kube_server: KubeServer) -> KubeServer:
 @pytest.fixture(scope="module")
 def api(server: KubeServer) -> client.ApiClient:
     return server.api_client()
-
-
-@pytest.fixture
-def own_server(tmp_path) -> Iterator[tuple[KubeServer, client.CustomObjectsApi, client.AppsV1Api, str]]:
-    """A server of the test's own, with the CRDs and a namespace: (server, custom objects, apps, namespace).
-
-    For the tests that assert exact request counts: the session's server also serves clients other tests
-    left running (a Job the job runner still executes, a watch being torn down), whose requests can land
-    between a reset of the statistics and the assertions.
-    """
-    own = start_kube_server(tmp_path / "kubeserver")
-    try:
-        own.install_crds([WIDGET_CRD, GADGET_CRD])
-        api = own.api_client()
-        client.CoreV1Api(api).create_namespace({"metadata": {"name": "counted"}})
-        yield own, client.CustomObjectsApi(api), client.AppsV1Api(api), "counted"
-    finally:
-        own.stop()
 
 
 @pytest.fixture
@@ -790,8 +772,7 @@ def test_watch_times_out_and_too_old_is_410(server, api, co, kube_namespace):
 # -------------------------------------------------------------------------------------- test controls
 
 
-def test_stats_count_requests_by_verb_and_resource(own_server):
-    server, co, apps, kube_namespace = own_server
+def test_stats_count_requests_by_verb_and_resource(server, co, apps, kube_namespace):
     server.reset_stats()
     co.create_namespaced_custom_object(GROUP, VERSION, kube_namespace, PLURAL, widget("st"))
     co.get_namespaced_custom_object(GROUP, VERSION, kube_namespace, PLURAL, "st")
@@ -980,8 +961,7 @@ def test_multi_version_crd_and_embedded_resources(server, api):
     ext.delete_custom_resource_definition(f"blueprints.{GROUP}")
 
 
-def test_watch_requests_are_counted(own_server):
-    server, co, _, kube_namespace = own_server
+def test_watch_requests_are_counted(server, co, kube_namespace):
     server.reset_stats()
     list(watch.Watch().stream(co.list_namespaced_custom_object, GROUP, VERSION, kube_namespace, PLURAL,
                               resource_version="0", timeout_seconds=1))
