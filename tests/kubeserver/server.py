@@ -140,8 +140,16 @@ class Handler(BaseHTTPRequestHandler):
 
     # ------------------------------------------------------------------------------------ plumbing
 
+    def _log_request(self) -> None:
+        """Log the API request once, before its response leaves: a client that has its answer finds it logged."""
+        if self._request_verb and not self._logged:
+            self._logged = True
+            with self.server.controls.lock:
+                self.server.controls.log.append((self.command, self.path, self._request_verb, self._code))
+
     def _send(self, code: int, body: Any, headers: dict[str, str] | None = None) -> None:
         self._code = code
+        self._log_request()
         data = body if isinstance(body, bytes) else _DUMPS(body).encode()
         try:
             phrase = HTTPStatus(code).phrase
@@ -187,6 +195,7 @@ class Handler(BaseHTTPRequestHandler):
     # ------------------------------------------------------------------------------------ dispatch
 
     def _dispatch(self, method: str) -> None:
+        self._request_verb, self._logged = "", False  # per request: a keep-alive connection reuses the handler
         split = urlsplit(self.path)
         path = split.path.rstrip("/") or "/"
         query = {k: v[-1] for k, v in parse_qs(split.query, keep_blank_values=True).items()}
@@ -204,7 +213,7 @@ class Handler(BaseHTTPRequestHandler):
             if self._discovery(method, segs):
                 return
             route = self._route(segs)
-            verb = self._verb(method, route, query)
+            verb = self._request_verb = self._verb(method, route, query)
             if verb == "watch":
                 self._code = 200  # the stream is logged when it starts
             self.server.controls.record(verb, route.rt.plural, route.subresource)
@@ -223,9 +232,7 @@ class Handler(BaseHTTPRequestHandler):
             traceback.print_exc()
             self._error(ApiError(500, f"internal error: {exc!r}"))
         finally:
-            if verb:
-                with self.server.controls.lock:
-                    self.server.controls.log.append((method, self.path, verb, self._code))
+            self._log_request()  # a request that got no response (the client went away)
 
     def _route(self, segs: list[str]) -> Route:
         store = self.server.store
@@ -349,6 +356,7 @@ class Handler(BaseHTTPRequestHandler):
                                          query.get("resourceVersion"), timeout,
                                          bookmarks=query.get("allowWatchBookmarks") == "true",
                                          send_initial_events=query.get("sendInitialEvents") == "true")
+        self._log_request()  # the stream is logged when it starts
         self.wfile.write(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n"
                          b"Cache-Control: no-cache, private\r\n\r\n")
 
