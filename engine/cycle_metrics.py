@@ -51,8 +51,8 @@ HELP: dict[str, str] = {
     "modelplane_model_avg_output_tokens": "Average generated tokens per request of a model in the last run",
     "modelplane_model_slo_ttft_ms": "TTFT target (ms) of a model's service class",
     "modelplane_model_slo_itl_ms": "Inter-token latency target (ms) of a model's service class",
-    "modelplane_cache_fills": "Cache fills of the last warm-caches run by outcome",
-    "modelplane_cache_bytes": "Bytes held by a model cache after the last warm-caches run",
+    "modelplane_cache_fills": "Cache fills of the last warm-caches run by outcome (filled, started, failed)",
+    "modelplane_cache_bytes": "Capacity in bytes of each model cache's volume seen by the last warm-caches run",
 }
 """Every metric Modelplane publishes, with its help text (all gauges)."""
 
