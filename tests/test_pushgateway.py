@@ -40,3 +40,19 @@ def test_configuration_comes_from_the_parameter_or_the_environment() -> None:
     env = {"MODELPLANE_PUSHGATEWAY_URL": "http://pgw:9091/", "MODELPLANE_CLUSTER_NAME": "prod"}
     assert Pushgateway.configured(None, env) == Pushgateway("http://pgw:9091", "prod", 5.0)
     assert Pushgateway.configured("http://other:9091", env).url == "http://other:9091"  # type: ignore[union-attr]
+
+
+def test_warm_caches_publishes_fills_by_outcome_and_volume_bytes() -> None:
+    from types import SimpleNamespace
+
+    from flows.warm_caches import CacheRow, WarmReport, cache_metrics
+
+    report = WarmReport(rows=[
+        CacheRow("ns", "llama", "hf://a/b", "Available", "", "cache-llama", 1, "filled in-process (attempt 1)"),
+        CacheRow("ns", "qwen", "hf://c/d", "Progressing", "", "cache-qwen", 1, "started Job cache-qwen-1"),
+        CacheRow("ns", "bad", "s3://x", "Failed", "", "", 2, "fill attempt 2 failed"),
+    ])
+    world = SimpleNamespace(pvcs={("ns", "cache-llama"): {"status": {"capacity": {"storage": "2Gi"}}, "spec": {}}})
+    metrics = cache_metrics(report, world)
+    assert [metrics.value("modelplane_cache_fills", outcome=o) for o in ("filled", "started", "failed")] == [1, 1, 1]
+    assert metrics.value("modelplane_cache_bytes", namespace="ns", cache="llama") == 2 * 1024**3
