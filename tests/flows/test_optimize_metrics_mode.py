@@ -219,3 +219,26 @@ def test_an_hpa_reading_the_metric_never_sees_a_harmful_value(env: Env) -> None:
     assert hpa.sync() == 3 and env.replicas("h100") == 3
     assert all(value is None or value >= 3 for value in hpa.seen[1:]), hpa.seen
     assert 0 not in hpa.seen
+
+
+def test_the_cli_in_metrics_mode_writes_no_scale(env: Env) -> None:
+    """Acceptance, through the command: ``modelplane optimize --pushgateway`` on a cluster whose default
+    mode is ``metrics`` (ConfigMap modelplane-optimizer-config) writes no scale subresource."""
+    from typer.testing import CliRunner
+
+    from flows.cli import app
+
+    env.core.create_namespaced_config_map(env.config_ns, {"metadata": {"name": "modelplane-optimizer-config"},
+                                                          "data": {"actuation-mode": "metrics"}})
+    env.deployment("h100", 1)
+    env.variant("h100", "H100", H100)
+    env.load(20.0, {"h100-0": 0.4})
+    env.server.reset_stats()
+    result = CliRunner().invoke(app, [
+        "optimize", "--cluster", f"kubeconfig:{env.server.kubeconfig}", "-n", env.ns, "--config-namespace", env.config_ns,
+        "--prometheus", env.prometheus.url, "--rate-window", "10s", "--pushgateway", env.pushgateway.url, "--json",  # type: ignore[attr-defined]
+    ])
+    assert result.exit_code == 0, result.output
+    assert scale_writes(env) == [] and env.replicas("h100") == 1
+    assert env.status("h100")["actuation"] == {"applied": True}
+    assert env.status("h100")["desiredOptimizedAlloc"]["numReplicas"] == 3 and published(env, "h100") == 3
