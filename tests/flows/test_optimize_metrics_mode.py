@@ -139,9 +139,9 @@ def test_status_actuation_matches_scale_mode_and_wva(env: Env, kube_server: Any)
     other = Env(kube_server, f"{env.ns}-m", env.prometheus, env.exporter)
     kube_server.create_namespace(other.ns)
     other.configure()
-    for each, annotations in ((env, None), (other, METRICS)):
+    for each, marks in ((env, None), (other, METRICS)):
         each.deployment("h100", 1)
-        each.variant("h100", "H100", H100, annotations=annotations)
+        each.variant("h100", "H100", H100, annotations=marks)
     try:
         for each in (env, other):
             each.load(20.0, {"h100-0": 0.4})
