@@ -205,7 +205,8 @@ def binding_status(
     if any(t.changes_replicas and t.scaled for t in decision.targets):
         status["lastScaleTime"] = format_time(now)
     status["targets"] = [
-        {"name": t.name, "namespace": t.namespace, "replicas": t.desired if t.desired is not None else (t.current or 0)}
+        {"name": t.name, "namespace": t.namespace, "replicas": t.desired if t.desired is not None else (t.current or 0),
+         "actuation": {"applied": t.applied}}
         for t in decision.targets
     ]
     metrics = ConditionUpdate(

@@ -50,6 +50,8 @@ def test_configmap_default_metrics_scales_nothing_but_what_opts_back_in(
     # The binding target is published and left to its HPA: 3 desired, still 1 replica.
     assert after["qwen2-5-7b-instruct"]["spec"]["replicas"] == before["qwen2-5-7b-instruct"]["spec"]["replicas"]
     assert rows["qwen2-5-7b-instruct/qwen2-5-7b-instruct"].mode == "metrics"
+    binding = by_kind(example_cluster, "AutoscalingPolicyBinding")["qwen2-5-7b-instruct"]
+    assert binding["status"]["targets"][0]["actuation"] == {"applied": True}
     text = pushgateway.metrics()
     assert any(line.startswith("wva_desired_replicas{") and 'variant_name="qwen2-5-7b-instruct"' in line and line.endswith(" 3")
                for line in text.splitlines())
@@ -69,6 +71,7 @@ def test_binding_target_override_and_a_malformed_mode(prefect_harness: None, exa
     assert after["qwen2-5-7b-instruct"]["spec"]["replicas"] == before["qwen2-5-7b-instruct"]["spec"]["replicas"]
     binding = by_kind(example_cluster, "AutoscalingPolicyBinding")["qwen2-5-7b-instruct"]
     assert binding["status"]["desiredReplicas"] == 3 and "lastScaleTime" not in binding["status"]
+    assert binding["status"]["targets"][0]["actuation"] == {"applied": False}
     va = by_kind(example_cluster, "VariantAutoscaling")["llama-3-1-8b-h100"]
     ready = next(c for c in va["status"]["conditions"] if c["type"] == "OptimizationReady")
     assert ready["reason"] == "InvalidConfiguration" and "modelplane.io/actuation" in ready["message"]
