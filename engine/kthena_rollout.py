@@ -28,7 +28,7 @@ from typing import Any, Iterable, Mapping
 from engine.api.kthena import API_VERSION, MAX_REPLICAS, Model, ModelBackend, ModelWorker
 from engine.api.meta import parse_duration
 from engine.api.validate import ManifestInvalid, parse_object
-from engine.cache_requests import CREDENTIAL_ENV_PREFIXES
+from engine.cache_requests import is_download_env
 from engine.sources import ModelSource, SourceError, from_kthena_uri, from_lora_url
 from engine.status import ConditionUpdate, set_conditions
 from engine.workloads import ANNOTATION_BASE_REVISION, FieldError, annotation, drain_script, probe
@@ -331,9 +331,10 @@ def lora_mount(name: str, pvc: str, sub_path: str | None = None) -> tuple[Mount,
 
 
 def downloader_env(backend: ModelBackend) -> list[Manifest]:
-    """The backend's env entries a download needs (Hugging Face and AWS variables, the same rule the
-    warm-caches flow applies); secrets stay references, never values."""
-    return [e for e in _dump_list(backend.env) if str(e.get("name", "")).startswith(CREDENTIAL_ENV_PREFIXES)]
+    """The backend's env entries a download needs (Hugging Face and AWS variables and Kthena's ``ENDPOINT``,
+    ``ACCESS_KEY``, ``SECRET_KEY``: the same rule the warm-caches flow applies); secrets stay references,
+    never values."""
+    return [e for e in _dump_list(backend.env) if is_download_env(str(e.get("name", "")))]
 
 
 # ------------------------------------------------------------------------------------------ rendering

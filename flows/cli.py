@@ -365,7 +365,7 @@ def cache_fill(
     """Download SOURCE into DEST: resumable, locked, verified; the marker .modelplane-cache.json is written last.
 
     Credentials come from the environment only (HF_TOKEN, HF_ENDPOINT, AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY,
-    AWS_ENDPOINT_URL, AWS_REGION), so a Kubernetes Job runs this same command with env from Secrets.
+    AWS_ENDPOINT_URL, AWS_REGION; Kthena's ENDPOINT, ACCESS_KEY, SECRET_KEY when the AWS names are unset), so a Kubernetes Job runs this same command with env from Secrets.
     Exits 1 with one line naming the reason when the fill fails, 2 when SOURCE is not a valid source.
     """
     from engine.sources import parse_source

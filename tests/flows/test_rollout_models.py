@@ -375,3 +375,45 @@ def test_lora_only_change_is_applied_at_runtime_without_a_rollout(env: Env) -> N
         assert not [w for w in env.writes() if "/deployments" in w["path"]]
     finally:
         vllm.stop()
+
+
+# ------------------------------------------------------------------------------------ S3 endpoint
+
+
+def test_kthena_s3_endpoint_reaches_every_download(env: Env) -> None:
+    """Seed 003: ``ENDPOINT`` must be set for s3://. It reaches the cacheURI init container, the shared
+    model cache and the LoRA cache (so their fill Jobs); the keys stay Secret references; ``aios_models``
+    (Kthena's example bucket) is accepted."""
+    from engine.cache_plan import JobSettings, download_env, render_job
+
+    s3_env = [
+        {"name": "ENDPOINT", "value": "http://minio.storage:9000"},
+        {"name": "ACCESS_KEY", "valueFrom": {"secretKeyRef": {"name": "s3", "key": "access"}}},
+        {"name": "SECRET_KEY", "valueFrom": {"secretKeyRef": {"name": "s3", "key": "secret"}}},
+        {"name": "VLLM_LOGGING_LEVEL", "value": "INFO"},
+    ]
+    lora = [{"name": "sql", "artifactURL": "s3://aios_models/loras/sql"}]
+    env.create(model("s3m", env.ns, [
+        backend("direct", modelURI="s3://aios_models/qwen", cacheURI="pvc://cache", env=s3_env, loraAdapters=lora),
+        backend("shared", modelURI="s3://aios_models/qwen-small", env=s3_env),
+    ]))
+    env.run()
+    assert "Failed" not in {c["type"] for c in env.status("s3m").get("conditions", []) if c["status"] == "True"}
+    caches = env.custom.list_namespaced_custom_object("aim.silogen.ai", "v1alpha1", env.ns, "modelcaches")["items"]
+    assert sorted(c["spec"]["sourceUri"] for c in caches) == ["s3://aios_models/loras/sql", "s3://aios_models/qwen-small"]
+    download = [e for e in s3_env if e["name"] != "VLLM_LOGGING_LEVEL"]
+    for cache in caches:
+        assert cache["spec"]["env"] == download
+        job = render_job(cache, cache["spec"]["sourceUri"], 0, download_env(cache["spec"]["env"], None).env, JobSettings("modelplane:test"))
+        assert [e for e in job["spec"]["template"]["spec"]["containers"][0]["env"] if e["name"] in ("ENDPOINT", "ACCESS_KEY", "SECRET_KEY")] == download
+        env.custom.patch_namespaced_custom_object_status(
+            "aim.silogen.ai", "v1alpha1", env.ns, "modelcaches", cache["metadata"]["name"],
+            {"status": {"status": "Available", "persistentVolumeClaim": f"{cache['metadata']['name']}-pvc"}},
+        )
+    env.run()
+    deployments = env.deployments()
+    assert set(deployments) == {"s3m-direct", "s3m-shared"}
+    init = deployments["s3m-direct"]["spec"]["template"]["spec"]["initContainers"]
+    assert [c["name"] for c in init] == ["model-downloader"]
+    assert init[0]["command"][3] == "s3://aios_models/qwen" and init[0]["env"] == download
+    assert_valid_k8s(deployments["s3m-direct"])
