@@ -73,6 +73,11 @@ MAX_GRACE_PERIOD_S = 1800
 DEFAULT_SCALE_TO_ZERO = "30s"
 DEFAULT_COST_EXPANSION = 200
 MULTI_NODE_SCRIPT = "/vllm-workspace/examples/online_serving/multi-node-serving.sh"
+RAY_PORT = 6379
+RAY_INIT_TIMEOUT_S = 1200
+"""How long the multi-node script's leader waits for its workers (and a worker retries joining): its
+default 300 s is shorter than pulling a vLLM image onto a fresh node. Below the leader's startup budget."""
+STARTUP_BUDGET_S = 10 * 180
 
 _SINGLE_SERVER_TYPES = ("vLLM", "SGLang", "MindIE")
 _UNSUPPORTED_TYPES = ("MindIE", "MindIEDisaggregated")
@@ -522,9 +527,14 @@ def render_workload(
         "volumeMounts": [{"name": m.volume["name"], "mountPath": m.mount_path, "readOnly": m.read_only} for m in mounts]
         + [{"name": "dshm", "mountPath": "/dev/shm"}],
     }
-    if not is_follower:
+    if is_follower:  # Ready once the ray head it joins answers (the leader is Ready only when vLLM serves)
+        container["readinessProbe"] = {
+            "exec": {"command": ["ray", "status", f"--address={leader_service}:{RAY_PORT}"]},
+            "periodSeconds": 10, "failureThreshold": 3, "timeoutSeconds": 10,
+        }
+    else:
         container.update(
-            startupProbe=probe("/health", port, 10, 180),
+            startupProbe=probe("/health", port, 10, STARTUP_BUDGET_S // 10),
             readinessProbe=probe("/health", port, 5, 3),
             livenessProbe=probe("/health", port, 15, 4),
             lifecycle={"preStop": {"exec": {"command": ["python3", "-c", drain_script(port, engine)]}}},
@@ -560,25 +570,49 @@ def _quote(arg: str) -> str:
     return arg if re.fullmatch(r"[\w@%+=:,./-]+", arg) else "'" + arg.replace("'", "'\"'\"'") + "'"
 
 
-def _multi_node_script(args: list[str], worker: ModelWorker, leader_service: str | None, *, follower: bool) -> str:
-    """A ray cluster of ``pods`` pods per group: vLLM's multi-node script starts the head on the leader
-    (then the server with the ray executor, as Kthena does) and joins the followers to it through the
-    leader's Service."""
+def _multi_node_script(args: list[str], worker: ModelWorker, ray_host: str | None, *, follower: bool) -> str:
+    """A ray cluster of ``pods`` pods per group through vLLM's ``multi-node-serving.sh``: ``leader`` starts
+    the head on :data:`RAY_PORT` and waits for ``pods`` nodes, then the server starts with the ray executor
+    (as Kthena does); ``worker`` joins the head. The script dials ``$ray_address:$ray_port`` itself, so
+    ``--ray_address`` is the host alone (the leader's ray Service) and the port goes in ``--ray_port``."""
+    timeout = f"--ray_init_timeout={RAY_INIT_TIMEOUT_S}"
     if follower:
-        return f"{MULTI_NODE_SCRIPT} worker --ray_address={leader_service}"
+        return f"{MULTI_NODE_SCRIPT} worker --ray_address={ray_host} --ray_port={RAY_PORT} {timeout}"
+    server = " ".join(_quote(a) for a in [*args, "--distributed-executor-backend", "ray"])
+    return (f"{MULTI_NODE_SCRIPT} leader --ray_port={RAY_PORT} --ray_cluster_size={worker.pods} {timeout} "
+            f"--num-gpus={worker_gpus(worker)} && {server}")
+
+
+def worker_gpus(worker: ModelWorker) -> int:
+    """Accelerators one pod of the worker asks for (``nvidia.com/gpu`` + ``huawei.com/ascend-1980``)."""
     resources = worker.resources
     amounts = {**((resources.limits or {}) if resources else {}), **((resources.requests or {}) if resources else {})}
-    gpus = sum(int(str(amounts.get(k, 0))) for k in ("nvidia.com/gpu", "huawei.com/ascend-1980"))
-    server = " ".join(_quote(a) for a in [*args, "--distributed-executor-backend", "ray"])
-    return f"{MULTI_NODE_SCRIPT} leader --ray_cluster_size={worker.pods} --num-gpus={gpus} && {server}"
+    return sum(int(str(amounts.get(k, 0))) for k in ("nvidia.com/gpu", "huawei.com/ascend-1980"))
+
+
+def ray_service_name(workload_name: str) -> str:
+    """The headless Service ray workers join a multi-node leader through."""
+    return f"{workload_name}-ray"
+
+
+def render_ray_service(model: ModelRef, backend: ModelBackend, workload: Workload) -> Manifest:
+    """A headless Service on the leader pods' ray port that publishes not-ready addresses: the leader is
+    Ready only once vLLM serves, which needs the workers to have joined first."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": ray_service_name(workload.name), "namespace": model.namespace, "labels": child_labels(model, backend), "ownerReferences": [model.owner_reference()]},
+        "spec": {
+            "clusterIP": "None", "publishNotReadyAddresses": True, "selector": selector_labels(model, backend, workload),
+            "ports": [{"name": "ray", "port": RAY_PORT, "targetPort": RAY_PORT, "protocol": "TCP"}],
+        },
+    }
 
 
 def render_service(model: ModelRef, backend: ModelBackend, workload: Workload) -> Manifest:
     """A ClusterIP Service in front of a workload's pods, named like it (the router's endpoint)."""
     port = engine_port(backend, workload.worker)
     ports = [{"name": "http", "port": port, "targetPort": port, "protocol": "TCP"}]
-    if (workload.worker.pods or 1) > 1:
-        ports.append({"name": "ray", "port": 6379, "targetPort": 6379, "protocol": "TCP"})
     return {
         "apiVersion": "v1",
         "kind": "Service",

@@ -39,7 +39,9 @@ from engine.kthena_rollout import (
     managed_weights,
     model_status,
     needs_managed_cache,
+    ray_service_name,
     render_autoscaling,
+    render_ray_service,
     render_route,
     render_service,
     render_workload,
@@ -299,6 +301,7 @@ def _plan_backend(
     result = _BackendResult()
     requested_by = f"Model/{ref.namespace}/{ref.name}"
     owned = {("Deployment", w.name) for w in workloads_of(ref, backend)} | {("Service", w.name) for w in workloads_of(ref, backend)}
+    owned |= {("Service", ray_service_name(w.name)) for w in workloads_of(ref, backend) if w.scaled and (w.worker.pods or 1) > 1}
     weights = direct_weights(backend, image)
     if weights is None:
         source = needs_managed_cache(backend)
@@ -346,13 +349,15 @@ def _plan_backend(
         else:  # ray followers: (pods - 1) per leader replica, whatever the optimizer made of the leader
             leader_role = workload.role.removesuffix("-worker")
             replicas = leader_replicas.get(leader_role, 0) * ((workload.worker.pods or 1) - 1)
-        leader = f"{workload.name.removesuffix('-worker')}:6379" if not workload.scaled else None
+        leader = ray_service_name(workload.name.removesuffix("-worker")) if not workload.scaled else None
         deployment = render_workload(ref, backend, workload, weights, loras, replicas, leader_service=leader)
         base_rev = revision(render_workload(ref, backend, workload, weights, {}, 0, leader_service=leader))
         result.objects.append(stamp(deployment, base_rev))
         result.deployments.append(workload.name)
         if workload.scaled:
             result.objects.append(stamp(render_service(ref, backend, workload)))
+            if (workload.worker.pods or 1) > 1:
+                result.objects.append(stamp(render_ray_service(ref, backend, workload)))
     return result
 
 
