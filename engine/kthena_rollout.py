@@ -28,6 +28,7 @@ from typing import Any, Iterable, Mapping
 from engine.api.kthena import API_VERSION, MAX_REPLICAS, Model, ModelBackend, ModelWorker
 from engine.api.meta import parse_duration
 from engine.api.validate import ManifestInvalid, parse_object
+from engine.bindings import ANNOTATION_SCALE_GROUPS
 from engine.cache_requests import is_download_env
 from engine.sources import ModelSource, SourceError, from_kthena_uri, from_lora_url
 from engine.status import ConditionUpdate, set_conditions
@@ -635,27 +636,64 @@ def _scale_target(workload: Workload, port: int) -> Manifest:
     }
 
 
+@dataclass(frozen=True)
+class ScaleUnit:
+    """What one binding param scales: a workload, or a backend's serving group (P/D roles, a multi-node
+    leader and its ray workers) through its first workload, with bounds in groups."""
+
+    target: Workload
+    port: int
+    min_replicas: int
+    max_replicas: int
+    members: tuple[tuple[str, int, bool], ...] = ()  # (workload, replicas per group, serves metrics)
+
+
+def scale_units(ref: ModelRef, backend: ModelBackend) -> list[ScaleUnit]:
+    """The scale units of a backend. A backend of several workloads is one group, as Kthena scales a
+    ModelServing group: ``minReplicas``..``maxReplicas`` groups, each of ``replicas`` pods per role (and
+    ``(pods - 1) x replicas`` ray workers), so a declared prefill:decode ratio holds at any total."""
+    workloads = workloads_of(ref, backend)
+    if len(workloads) == 1:
+        w = workloads[0]
+        return [ScaleUnit(w, engine_port(backend, w.worker), w.min_replicas, max(w.max_replicas, 1))]
+    low, high = backend.min_replicas or 0, backend.max_replicas or max(backend.min_replicas or 1, 1)
+    members = []
+    for w in workloads:
+        per_group = w.worker.replicas if w.worker.replicas is not None else 1
+        if not w.scaled:
+            per_group *= (w.worker.pods or 1) - 1
+        members.append((w.name, max(per_group, 1), w.scaled))
+    first = workloads[0]
+    return [ScaleUnit(first, engine_port(backend, first.worker), low, max(high, 1), tuple(members))]
+
+
+def _groups_annotation(units: Iterable[ScaleUnit]) -> dict[str, str]:
+    groups = {u.target.name: [{"name": n, "perGroup": per, "serves": serves} for n, per, serves in u.members] for u in units if u.members}
+    return {ANNOTATION_SCALE_GROUPS: json.dumps(groups, sort_keys=True)} if groups else {}
+
+
 def render_autoscaling(model: Model, ref: ModelRef) -> list[Manifest]:
     """AutoscalingPolicy + AutoscalingPolicyBinding objects, as Kthena's controller builds them, targeting
     the Deployments: a model-level policy gives one binding with ``optimizerConfiguration`` over every
-    backend's scaled workloads (cost = ``scalingCost``); a backend-level policy gives a policy named
-    after the backend and one binding per scaled workload with ``scalingConfiguration``. The backends'
+    backend (cost = ``scalingCost`` per backend replica); a backend-level policy gives a policy named
+    after the backend and one binding with ``scalingConfiguration``. A backend of several workloads is
+    scaled as one group (:func:`scale_units`, annotation ``modelplane.io/scale-groups``). The backends'
     ``scaleToZeroGracePeriod`` (the longest, for a model-level binding) is the binding annotation
     :data:`ANNOTATION_SCALE_TO_ZERO`."""
     spec = model.spec
     objects: list[Manifest] = []
     supported = [b for b in spec.backends if b.type not in _UNSUPPORTED_TYPES]
     if spec.autoscaling_policy is not None:
-        params = []
+        params, units = [], []
         for backend in supported:
-            for workload in workloads_of(ref, backend):
-                if workload.scaled:
-                    params.append({
-                        "target": _scale_target(workload, engine_port(backend, workload.worker)),
-                        "minReplicas": workload.min_replicas,
-                        "maxReplicas": max(workload.max_replicas, 1),
-                        "cost": backend.scaling_cost or 0,
-                    })
+            for unit in scale_units(ref, backend):
+                units.append(unit)
+                params.append({
+                    "target": _scale_target(unit.target, unit.port),
+                    "minReplicas": unit.min_replicas,
+                    "maxReplicas": unit.max_replicas,
+                    "cost": backend.scaling_cost or 0,
+                })
         if params:
             graces = [parse_duration(b.scale_to_zero_grace_period) for b in supported if b.scale_to_zero_grace_period]
             objects.append(_policy(ref, ref.name, spec.autoscaling_policy.model_dump(by_alias=True, exclude_none=True, mode="json"), None))
@@ -663,7 +701,7 @@ def render_autoscaling(model: Model, ref: ModelRef) -> list[Manifest]:
                 "policyRef": {"name": ref.name},
                 "optimizerConfiguration": {"params": params, "costExpansionRatePercent": spec.cost_expansion_rate_percent or DEFAULT_COST_EXPANSION},
             }
-            objects.append(_binding(ref, ref.name, binding_spec, None, max(graces) if graces else None))
+            objects.append(_binding(ref, ref.name, binding_spec, None, max(graces) if graces else None, _groups_annotation(units)))
         return objects
     for backend in supported:
         if backend.autoscaling_policy is None:
@@ -671,17 +709,12 @@ def render_autoscaling(model: Model, ref: ModelRef) -> list[Manifest]:
         policy_name = backend_name(ref, backend)
         objects.append(_policy(ref, policy_name, backend.autoscaling_policy.model_dump(by_alias=True, exclude_none=True, mode="json"), backend))
         grace = parse_duration(backend.scale_to_zero_grace_period) if backend.scale_to_zero_grace_period else None
-        for workload in workloads_of(ref, backend):
-            if workload.scaled:
-                binding_spec = {
-                    "policyRef": {"name": policy_name},
-                    "scalingConfiguration": {
-                        "target": _scale_target(workload, engine_port(backend, workload.worker)),
-                        "minReplicas": workload.min_replicas,
-                        "maxReplicas": max(workload.max_replicas, 1),
-                    },
-                }
-                objects.append(_binding(ref, workload.name, binding_spec, backend, grace))
+        for unit in scale_units(ref, backend):
+            binding_spec = {
+                "policyRef": {"name": policy_name},
+                "scalingConfiguration": {"target": _scale_target(unit.target, unit.port), "minReplicas": unit.min_replicas, "maxReplicas": unit.max_replicas},
+            }
+            objects.append(_binding(ref, policy_name, binding_spec, backend, grace, _groups_annotation([unit])))
     return objects
 
 
@@ -693,8 +726,11 @@ def _policy(ref: ModelRef, name: str, spec: Manifest, backend: ModelBackend | No
     }
 
 
-def _binding(ref: ModelRef, name: str, spec: Manifest, backend: ModelBackend | None, grace_s: float | None) -> Manifest:
+def _binding(
+    ref: ModelRef, name: str, spec: Manifest, backend: ModelBackend | None, grace_s: float | None, extra: Mapping[str, str] | None = None,
+) -> Manifest:
     annotations = {ANNOTATION_SCALE_TO_ZERO: f"{int(grace_s)}s"} if grace_s is not None else {}
+    annotations.update(extra or {})
     meta: Manifest = {"name": name, "namespace": ref.namespace, "labels": child_labels(ref, backend), "ownerReferences": [ref.owner_reference()]}
     if annotations:
         meta["annotations"] = annotations

@@ -213,7 +213,7 @@ def test_flavor_fallback_in_order() -> None:
         choose_flavor(om, "zz", [])
 
 
-def test_backend_level_policy_gives_a_policy_per_backend_and_a_binding_per_scaled_workload() -> None:
+def test_backend_level_policy_gives_a_policy_and_a_binding_per_backend_scaling_its_group() -> None:
     from engine.kthena_rollout import ANNOTATION_SCALE_TO_ZERO, render_autoscaling
     from tests.rollout.models import QUEUE_POLICY
 
@@ -224,12 +224,15 @@ def test_backend_level_policy_gives_a_policy_per_backend_and_a_binding_per_scale
     )
     objects = render_autoscaling(m, ModelRef.of(m))
     assert [(o["kind"], o["metadata"]["name"]) for o in objects] == [
-        ("AutoscalingPolicy", "m-pd"), ("AutoscalingPolicyBinding", "m-pd-prefill"), ("AutoscalingPolicyBinding", "m-pd-decode"),
+        ("AutoscalingPolicy", "m-pd"), ("AutoscalingPolicyBinding", "m-pd"),
     ]
-    prefill_binding = objects[1]["spec"]
-    assert prefill_binding["policyRef"] == {"name": "m-pd"}
-    assert prefill_binding["scalingConfiguration"]["target"]["targetRef"] == {"apiVersion": "apps/v1", "kind": "Deployment", "name": "m-pd-prefill"}
-    assert (prefill_binding["scalingConfiguration"]["minReplicas"], prefill_binding["scalingConfiguration"]["maxReplicas"]) == (2, 6)
+    group_binding = objects[1]["spec"]
+    assert group_binding["policyRef"] == {"name": "m-pd"}
+    assert group_binding["scalingConfiguration"]["target"]["targetRef"] == {"apiVersion": "apps/v1", "kind": "Deployment", "name": "m-pd-prefill"}
+    # Bounds count groups (the backend's replicas); each group is 2 prefill + 1 decode.
+    assert (group_binding["scalingConfiguration"]["minReplicas"], group_binding["scalingConfiguration"]["maxReplicas"]) == (1, 3)
+    groups = json.loads(objects[1]["metadata"]["annotations"]["modelplane.io/scale-groups"])
+    assert groups == {"m-pd-prefill": [{"name": "m-pd-prefill", "perGroup": 2, "serves": True}, {"name": "m-pd-decode", "perGroup": 1, "serves": True}]}
     assert ANNOTATION_SCALE_TO_ZERO not in objects[1]["metadata"].get("annotations", {})
     assert objects[0]["spec"]["metrics"] == [{"metricName": "vllm:num_requests_waiting", "targetValue": 5}]
 

@@ -417,3 +417,40 @@ def test_kthena_s3_endpoint_reaches_every_download(env: Env) -> None:
     assert [c["name"] for c in init] == ["model-downloader"]
     assert init[0]["command"][3] == "s3://aios_models/qwen" and init[0]["env"] == download
     assert_valid_k8s(deployments["s3m-direct"])
+
+
+# ------------------------------------------------------------------------------- P/D as one group
+
+
+def test_prefill_decode_keep_their_ratio_through_an_optimize_cycle(env: Env, tmp_path: Any) -> None:
+    """A 2:1 P/D backend under a model-level policy is one scale unit: the optimizer pours groups, each
+    2 prefill + 1 decode, and prices a group at the backend's scalingCost once."""
+    prefill, decode = server_worker(type="prefill", replicas=2), server_worker(type="decode")
+    pd = backend("pd", type="vLLMDisaggregated", minReplicas=1, maxReplicas=4, scalingCost=30, workers=[prefill, decode])
+    plain = backend("plain", minReplicas=1, maxReplicas=4, scalingCost=100)
+    env.create(model("pm", env.ns, [pd, plain], autoscalingPolicy=QUEUE_POLICY, costExpansionRatePercent=200))
+    env.run()
+    binding = env.custom_objects("autoscalingpolicybindings")["pm"]
+    params = binding["spec"]["optimizerConfiguration"]["params"]
+    assert [(p["target"]["targetRef"]["name"], p["minReplicas"], p["maxReplicas"], p["cost"]) for p in params] == [
+        ("pm-pd-prefill", 1, 4, 30), ("pm-plain", 1, 4, 100),
+    ]
+    assert {d: env.apps.read_namespaced_deployment(d, env.ns).spec.replicas for d in ("pm-pd-prefill", "pm-pd-decode")} == {"pm-pd-prefill": 2, "pm-pd-decode": 1}
+
+    for waiting, groups in ((11, 4), (6, 4)):  # 11 waiting against 5: 5 units, the cheap group first
+        metrics = tmp_path / "metrics.yaml"
+        metrics.write_text(yaml.safe_dump({"instances": [
+            {"namespace": env.ns, "pod": pod, "metrics": {"vllm:num_requests_waiting": waiting}}
+            for pod in ("pm-pd-prefill-1-a", "pm-pd-prefill-1-b", "pm-pd-decode-1-a", "pm-plain-1-a")
+        ]}))
+        optimize(namespaces=[env.ns], metrics_file=str(metrics), cluster=env.cluster)
+        prefill_n, decode_n = (env.apps.read_namespaced_deployment(n, env.ns).spec.replicas for n in ("pm-pd-prefill", "pm-pd-decode"))
+        assert prefill_n == 2 * decode_n, (prefill_n, decode_n)
+        assert decode_n == groups
+        binding = env.custom_objects("autoscalingpolicybindings")["pm"]
+        assert {t["name"]: t["replicas"] for t in binding["status"]["targets"]}["pm-pd-prefill"] == prefill_n
+
+    # The next rollout keeps what the optimizer decided, in ratio.
+    env.server.reset_stats()
+    env.run()
+    assert not [w for w in env.writes() if "/deployments/" in w["path"]]
