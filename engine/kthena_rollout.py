@@ -65,6 +65,8 @@ REASON_CACHE_FAILED = "CacheFailed"
 REASON_HEALTHY = "ModelHealthy"
 
 RUNTIME_LORA_ENV = "VLLM_ALLOW_RUNTIME_LORA_UPDATING"
+RUNTIME_HF_HOME = "/hf-home"
+"""Where a runtime-LoRA backend's engine keeps the adapters it downloads (an emptyDir)."""
 VLLM_PORT = 8000
 SGLANG_PORT = 30000
 MODEL_MOUNT = "/models"
@@ -489,14 +491,27 @@ def child_labels(model: ModelRef, backend: ModelBackend | None = None) -> dict[s
     return labels
 
 
+def runtime_lora_enabled(backend: ModelBackend) -> bool:
+    """A vLLM backend whose env allows adapters to be loaded at runtime (``VLLM_ALLOW_RUNTIME_LORA_UPDATING=true``)."""
+    env = {e.name: e.value for e in backend.env or []}
+    return backend.type == "vLLM" and str(env.get(RUNTIME_LORA_ENV, "")).lower() == "true"
+
+
 def _env(backend: ModelBackend, *, offline: bool) -> list[Manifest]:
+    """The engine's env: the backend's, the pod identity, and ``HF_HUB_OFFLINE=1`` (the weights are on
+    local storage: never fetch from a hub at start-up). A backend that loads LoRA adapters at runtime
+    is not offline: vLLM resolves a loaded adapter's Hugging Face repo id with ``snapshot_download``,
+    which the offline switch turns into ``LocalEntryNotFoundError``; its downloads land in
+    :data:`RUNTIME_HF_HOME` (an emptyDir) and the base model still loads from its local path."""
     env = [e for e in _dump_list(backend.env)]
     names = {e.get("name") for e in env}
     extra = [
         {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
         {"name": "NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
     ]
-    if offline:  # the weights are on local storage: never fetch from a hub at start-up
+    if runtime_lora_enabled(backend):
+        extra += [{"name": "HF_HOME", "value": RUNTIME_HF_HOME}]
+    elif offline:
         extra += [{"name": "HF_HUB_OFFLINE", "value": "1"}]
     return env + [e for e in extra if e["name"] not in names]
 
@@ -528,6 +543,9 @@ def render_workload(
         "volumeMounts": [{"name": m.volume["name"], "mountPath": m.mount_path, "readOnly": m.read_only} for m in mounts]
         + [{"name": "dshm", "mountPath": "/dev/shm"}],
     }
+    if runtime_lora_enabled(backend):
+        mounts.append(Mount({"name": "hf-home", "emptyDir": {}}, RUNTIME_HF_HOME, read_only=False))
+        container["volumeMounts"].append({"name": "hf-home", "mountPath": RUNTIME_HF_HOME})
     if is_follower:  # Ready once the ray head it joins answers (the leader is Ready only when vLLM serves)
         container["readinessProbe"] = {
             "exec": {"command": ["ray", "status", f"--address={leader_service}:{RAY_PORT}"]},
@@ -799,10 +817,7 @@ def runtime_lora_change(backend: ModelBackend, live: Mapping[str, Any] | None, b
     New adapters are loaded by their Hugging Face repo id (vLLM fetches it itself); an adapter from
     another source needs its cache mounted, so it takes a rollout.
     """
-    if backend.type != "vLLM" or live is None or annotation(live, ANNOTATION_BASE_REVISION) != base_revision:
-        return None
-    env = {e.name: e.value for e in backend.env or []}
-    if str(env.get(RUNTIME_LORA_ENV, "")).lower() != "true":
+    if not runtime_lora_enabled(backend) or live is None or annotation(live, ANNOTATION_BASE_REVISION) != base_revision:
         return None
     baked = json.loads(annotation(live, ANNOTATION_LORA) or "{}")
     wanted = _lora_urls(backend)

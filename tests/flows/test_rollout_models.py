@@ -454,3 +454,69 @@ def test_prefill_decode_keep_their_ratio_through_an_optimize_cycle(env: Env, tmp
     env.server.reset_stats()
     env.run()
     assert not [w for w in env.writes() if "/deployments/" in w["path"]]
+
+
+def _start_fake_vllm(port: int, env: dict[str, str]) -> Any:
+    import subprocess
+    import sys
+
+    from tests.s3test.fixture import wait_for_port
+
+    process = subprocess.Popen([sys.executable, "-m", "tests.rollout.fake_vllm", str(port), "rt"], env=env,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    wait_for_port(port, process)
+    return process
+
+
+def test_runtime_lora_resolves_a_hub_adapter_as_vllm_does(env: Env, hf_server: Any, tmp_path: Any) -> None:
+    """A runtime LoRA load posts the adapter's repo id; vLLM resolves it with ``snapshot_download`` in
+    the engine's env. The rendered env lets that work (no ``HF_HUB_OFFLINE``; downloads in an emptyDir)."""
+    import os
+
+    import requests
+
+    from tests.processes import stop_process
+    from tests.s3test.fixture import free_port
+
+    repo = hf_server.repos.new_repo_id("chat-lora")
+    hf_server.repos.commit(repo, {"adapter_config.json": b'{"r": 8, "peft_type": "LORA"}', "adapter_model.safetensors": b"\0" * 64})
+    port = free_port()
+    runtime = [{"name": "VLLM_ALLOW_RUNTIME_LORA_UPDATING", "value": "true"}, {"name": "HF_ENDPOINT", "value": hf_server.endpoint}]
+    spec = dict(env=runtime, workers=[server_worker(config={"port": port})])
+    env.create(model("rt", env.ns, [backend("b", loraAdapters=[], **spec)]))
+    env.run()
+    deployment = env.deployments()["rt-b"]
+    pod = deployment["spec"]["template"]["spec"]
+    container = pod["containers"][0]
+    assert not any(e["name"] == "HF_HUB_OFFLINE" for e in container["env"])
+    hf_home = next(e["value"] for e in container["env"] if e["name"] == "HF_HOME")
+    assert {"name": "hf-home", "mountPath": hf_home} in container["volumeMounts"] and {"name": "hf-home", "emptyDir": {}} in pod["volumes"]
+    assert_valid_k8s(deployment)
+
+    # The engine process: this machine's env without any HF_* setting, plus the container's env values
+    # (HF_HOME is the emptyDir: here a temporary directory).
+    engine_env = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "HUGGING"))}
+    engine_env.update({e["name"]: e["value"] for e in container["env"] if "value" in e})
+    engine_env["HF_HOME"] = str(tmp_path / "hf-home")
+    engine_env["PYTHONPATH"] = str(__import__("pathlib").Path(__file__).resolve().parents[2])
+    vllm = _start_fake_vllm(port, engine_env)
+    offline_port = free_port()
+    offline = _start_fake_vllm(offline_port, {**engine_env, "HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path / "offline")})
+    try:
+        env.core.create_namespaced_pod(env.ns, {"metadata": {"name": "rt-b-0", "labels": deployment["spec"]["selector"]["matchLabels"]},
+                                                "spec": {"containers": [{"name": "engine", "image": "vllm/vllm-openai:v0.10.1"}]}})
+        env.core.patch_namespaced_pod_status("rt-b-0", env.ns, {"status": {"podIP": "127.0.0.1", "conditions": [{"type": "Ready", "status": "True"}]}})
+        env.patch_model("rt", {"backends": [backend("b", loraAdapters=[{"name": "chat", "artifactURL": f"hf://{repo}"}], **spec)]})
+        report = env.run()
+        assert report.models[0].lora == ["rt-b-0: loaded chat"], report.models[0].result
+        models = requests.get(f"http://127.0.0.1:{port}/v1/models", timeout=10).json()["data"]
+        assert [m["id"] for m in models if m.get("parent")] == ["chat"]
+        assert list((tmp_path / "hf-home").rglob("adapter_config.json"))
+        assert "Failed" not in {c["type"] for c in env.status("rt").get("conditions", []) if c["status"] == "True"}
+
+        # Under the offline switch the same load fails as it does in vLLM.
+        failed = requests.post(f"http://127.0.0.1:{offline_port}/v1/load_lora_adapter", json={"lora_name": "chat", "lora_path": repo}, timeout=30)
+        assert failed.status_code == 400 and "LocalEntryNotFoundError" in failed.text
+    finally:
+        stop_process(vllm, timeout=10, group=True)
+        stop_process(offline, timeout=10, group=True)
