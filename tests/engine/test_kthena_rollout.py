@@ -213,6 +213,23 @@ def test_flavor_fallback_in_order() -> None:
         choose_flavor(om, "zz", [])
 
 
+def test_openmodel_parallelism_and_resources_come_from_the_flavor() -> None:
+    from engine.openmodel import parallelism_args, runner_resources
+
+    om = openmodel([
+        {"name": "a100x2", "limits": {"nvidia.com/gpu": 2}},
+        {"name": "tp-param", "limits": {"nvidia.com/gpu": 8}, "params": {"TP": "4", "PP": "2"}},
+        {"name": "one", "limits": {"nvidia.com/gpu": 1, "cpu": "16"}},
+    ])
+    two, params, one = om.spec.inference_config.flavors
+    assert parallelism_args(two) == ["--tensor-parallel-size", "2"]
+    assert parallelism_args(params) == ["--tensor-parallel-size", "4", "--pipeline-parallel-size", "2"]
+    assert parallelism_args(one) == [] and parallelism_args(None) == []
+    assert runner_resources(one) == {"requests": {"cpu": "16", "memory": "8Gi", "nvidia.com/gpu": "1"},
+                                     "limits": {"cpu": "16", "memory": "8Gi", "nvidia.com/gpu": "1"}}
+    assert runner_resources(None)["limits"] == {"cpu": "4", "memory": "8Gi"}
+
+
 def test_backend_level_policy_gives_a_policy_and_a_binding_per_backend_scaling_its_group() -> None:
     from engine.kthena_rollout import ANNOTATION_SCALE_TO_ZERO, render_autoscaling
     from tests.rollout.models import QUEUE_POLICY
