@@ -548,7 +548,7 @@ def render_workload(
         container["volumeMounts"].append({"name": "hf-home", "mountPath": RUNTIME_HF_HOME})
     if is_follower:  # Ready once the ray head it joins answers (the leader is Ready only when vLLM serves)
         container["readinessProbe"] = {
-            "exec": {"command": ["ray", "status", f"--address={leader_service}:{RAY_PORT}"]},
+            "exec": {"command": ["bash", "-c", f"ray status --address={leader_service}:{RAY_PORT}"]},
             "periodSeconds": 10, "failureThreshold": 3, "timeoutSeconds": 10,
         }
     else:
@@ -647,11 +647,23 @@ def _lora_urls(backend: ModelBackend) -> dict[str, str]:
 # --------------------------------------------------------------------------------------- autoscaling
 
 
-def _scale_target(workload: Workload, port: int) -> Manifest:
+MODEL_SERVING_API = "workload.serving.volcano.sh/v1alpha1"
+KTHENA_RUNTIME_PORT = 8100
+"""The Kthena runtime sidecar's default port (seed 003's ``RUNTIME_PORT``, MetricEndpoint's default)."""
+
+
+def _scale_target(workload: Workload, port: int, model_serving: bool = False) -> Manifest:
+    api, kind = (MODEL_SERVING_API, "ModelServing") if model_serving else ("apps/v1", "Deployment")
     return {
-        "targetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": workload.name},
+        "targetRef": {"apiVersion": api, "kind": kind, "name": workload.name},
         "metricEndpoint": {"uri": "/metrics", "port": port},
     }
+
+
+def runtime_port(backend: ModelBackend) -> int:
+    """The runtime sidecar's port: the backend env's ``RUNTIME_PORT``, else 8100."""
+    env = {e.name: e.value for e in backend.env or [] if e.value is not None}
+    return int(env.get("RUNTIME_PORT") or KTHENA_RUNTIME_PORT)
 
 
 @dataclass(frozen=True)
@@ -666,11 +678,20 @@ class ScaleUnit:
     members: tuple[tuple[str, int, bool], ...] = ()  # (workload, replicas per group, serves metrics)
 
 
-def scale_units(ref: ModelRef, backend: ModelBackend) -> list[ScaleUnit]:
+def scale_units(ref: ModelRef, backend: ModelBackend, *, model_serving: bool = False, runtime: bool = False) -> list[ScaleUnit]:
     """The scale units of a backend. A backend of several workloads is one group, as Kthena scales a
     ModelServing group: ``minReplicas``..``maxReplicas`` groups, each of ``replicas`` pods per role (and
-    ``(pods - 1) x replicas`` ray workers), so a declared prefill:decode ratio holds at any total."""
+    ``(pods - 1) x replicas`` ray workers), so a declared prefill:decode ratio holds at any total. With
+    ``model_serving`` the unit is the backend's ModelServing (its replicas are groups); with ``runtime``
+    the metrics are the runtime sidecar's (``kthena:*`` on ``RUNTIME_PORT``)."""
     workloads = workloads_of(ref, backend)
+    if model_serving or runtime:
+        port = runtime_port(backend) if runtime else engine_port(backend, workloads[0].worker)
+        if model_serving:
+            low, high = backend.min_replicas or 0, backend.max_replicas or max(backend.min_replicas or 1, 1)
+            unit = Workload(backend_name(ref, backend), "group", workloads[0].worker, low, max(high, 1))
+            return [ScaleUnit(unit, port, low, max(high, 1))]
+        return [ScaleUnit(u.target, port, u.min_replicas, u.max_replicas, u.members) for u in scale_units(ref, backend)]
     if len(workloads) == 1:
         w = workloads[0]
         return [ScaleUnit(w, engine_port(backend, w.worker), w.min_replicas, max(w.max_replicas, 1))]
@@ -690,7 +711,7 @@ def _groups_annotation(units: Iterable[ScaleUnit]) -> dict[str, str]:
     return {ANNOTATION_SCALE_GROUPS: json.dumps(groups, sort_keys=True)} if groups else {}
 
 
-def render_autoscaling(model: Model, ref: ModelRef) -> list[Manifest]:
+def render_autoscaling(model: Model, ref: ModelRef, *, model_serving: bool = False, runtime: bool = False) -> list[Manifest]:
     """AutoscalingPolicy + AutoscalingPolicyBinding objects, as Kthena's controller builds them, targeting
     the Deployments: a model-level policy gives one binding with ``optimizerConfiguration`` over every
     backend (cost = ``scalingCost`` per backend replica); a backend-level policy gives a policy named
@@ -704,10 +725,10 @@ def render_autoscaling(model: Model, ref: ModelRef) -> list[Manifest]:
     if spec.autoscaling_policy is not None:
         params, units = [], []
         for backend in supported:
-            for unit in scale_units(ref, backend):
+            for unit in scale_units(ref, backend, model_serving=model_serving, runtime=runtime):
                 units.append(unit)
                 params.append({
-                    "target": _scale_target(unit.target, unit.port),
+                    "target": _scale_target(unit.target, unit.port, model_serving),
                     "minReplicas": unit.min_replicas,
                     "maxReplicas": unit.max_replicas,
                     "cost": backend.scaling_cost or 0,
@@ -727,10 +748,10 @@ def render_autoscaling(model: Model, ref: ModelRef) -> list[Manifest]:
         policy_name = backend_name(ref, backend)
         objects.append(_policy(ref, policy_name, backend.autoscaling_policy.model_dump(by_alias=True, exclude_none=True, mode="json"), backend))
         grace = parse_duration(backend.scale_to_zero_grace_period) if backend.scale_to_zero_grace_period else None
-        for unit in scale_units(ref, backend):
+        for unit in scale_units(ref, backend, model_serving=model_serving, runtime=runtime):
             binding_spec = {
                 "policyRef": {"name": policy_name},
-                "scalingConfiguration": {"target": _scale_target(unit.target, unit.port), "minReplicas": unit.min_replicas, "maxReplicas": unit.max_replicas},
+                "scalingConfiguration": {"target": _scale_target(unit.target, unit.port, model_serving), "minReplicas": unit.min_replicas, "maxReplicas": unit.max_replicas},
             }
             objects.append(_binding(ref, policy_name, binding_spec, backend, grace, _groups_annotation([unit])))
     return objects

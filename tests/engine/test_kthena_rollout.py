@@ -139,7 +139,7 @@ def test_multi_pod_worker_becomes_a_leader_and_ray_followers() -> None:
     assert ray["spec"]["publishNotReadyAddresses"] is True and ray["spec"]["clusterIP"] == "None"
     assert ray["spec"]["selector"] == leader["spec"]["selector"]["matchLabels"]
     probe = follower["spec"]["template"]["spec"]["containers"][0]["readinessProbe"]
-    assert probe["exec"]["command"] == ["ray", "status", f"--address=m-big-ray:{ray_port}"]
+    assert probe["exec"]["command"] == ["bash", "-c", f"ray status --address=m-big-ray:{ray_port}"]
     assert "readinessProbe" in leader["spec"]["template"]["spec"]["containers"][0]
     service = render_service(ref, b, workloads[0])
     assert [p["name"] for p in service["spec"]["ports"]] == ["http"]
