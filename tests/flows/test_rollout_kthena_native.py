@@ -160,7 +160,7 @@ def test_model_server_route_and_runtime_sidecar_as_kthena_renders_them(env: Env,
                 and "/models/" not in r["path"]]
 
 
-def test_model_serving_instead_of_deployments(env: Env) -> None:
+def test_model_serving_instead_of_deployments(env: Env, tmp_path: Any) -> None:
     big = server_worker(pods=2, resources={"limits": {"nvidia.com/gpu": "8"}})
     env.custom.create_namespaced_custom_object(*REGISTRY, env.ns, "models", pd_model(env.ns))
     env.custom.create_namespaced_custom_object(*REGISTRY, env.ns, "models", model("big", env.ns, [backend("ray", workers=[big])]))
@@ -189,9 +189,15 @@ def test_model_serving_instead_of_deployments(env: Env) -> None:
     assert refs == [{"apiVersion": "workload.serving.volcano.sh/v1alpha1", "kind": "ModelServing", "name": "qwen-pd"},
                     {"apiVersion": "workload.serving.volcano.sh/v1alpha1", "kind": "ModelServing", "name": "qwen-solo"}]
     assert "modelplane.io/scale-groups" not in binding["metadata"].get("annotations", {})
-    env.custom.patch_namespaced_custom_object_scale(*WORKLOAD, env.ns, "modelservings", "qwen-pd", {"spec": {"replicas": 3}})
+    metrics = tmp_path / "metrics.yaml"
+    metrics.write_text(yaml.safe_dump({"instances": [
+        {"namespace": env.ns, "pod": pod, "metrics": {"kthena:num_requests_waiting": 12}} for pod in ("qwen-pd-0-prefill-0", "qwen-solo-0-leader-0")
+    ]}))
+    optimize(namespaces=[env.ns], metrics_file=str(metrics), cluster=env.cluster)
+    groups = {name: env.objects(WORKLOAD, "modelservings")[name]["spec"]["replicas"] for name in ("qwen-pd", "qwen-solo")}
+    assert groups["qwen-pd"] > 1 and sum(groups.values()) > 2, groups  # scaled through the scale subresource
     rollout_models(namespaces=[env.ns], cluster=env.cluster, workload="ModelServing")
-    assert env.objects(WORKLOAD, "modelservings")["qwen-pd"]["spec"]["replicas"] == 3  # the optimizer's count survives
+    assert {n: env.objects(WORKLOAD, "modelservings")[n]["spec"]["replicas"] for n in groups} == groups  # the optimizer's count survives
 
 
 def test_off_keeps_plain_deployments_and_the_route_config_map(env: Env) -> None:
