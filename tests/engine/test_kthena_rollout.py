@@ -272,3 +272,25 @@ def test_status_conditions_follow_the_backends_and_failures() -> None:
     assert (types["Failed"]["status"], types["Failed"]["reason"]) == ("False", "ModelHealthy")
     assert types["Active"]["reason"] == "ModelAvailable" and fixed["backendStatuses"] == [{"name": "a", "replicas": 2}]
     assert types["Initialized"]["lastTransitionTime"] == "2026-01-01T00:00:00Z"
+
+
+def test_runtime_sidecar_follows_the_seed_env_and_the_binding_reads_its_port() -> None:
+    from engine.kthena_native import native_ref, runtime_container, with_runtime
+    from engine.kthena_rollout import render_autoscaling
+    from tests.rollout.models import QUEUE_POLICY
+
+    env = [{"name": "RUNTIME_PORT", "value": "9100"}, {"name": "RUNTIME_URL", "value": "http://localhost:8001"},
+           {"name": "RUNTIME_METRICS_PATH", "value": "/engine-metrics"}]
+    m = parsed(backend("b", minReplicas=1, maxReplicas=4, scalingCost=10, env=env), autoscalingPolicy=QUEUE_POLICY)
+    ref, b = native_ref(ModelRef.of(m)), m.spec.backends[0]
+    sidecar = runtime_container(ref, b, b.workers[0], "ghcr.io/volcano-sh/runtime:latest")
+    args = sidecar["args"]
+    assert (args[args.index("--port") + 1], args[args.index("--engine-base-url") + 1], args[args.index("--engine-metrics-path") + 1]) == (
+        "9100", "http://localhost:8001", "/engine-metrics")
+    assert args[args.index("--model") + 1] == "m" and sidecar["ports"][0]["containerPort"] == 9100
+    deployment = render_workload(ref, b, workloads_of(ref, b)[0], direct_weights(b, "img"), {}, 1)
+    deployment["spec"]["template"] = with_runtime(deployment["spec"]["template"], ref, b, b.workers[0], "ghcr.io/volcano-sh/runtime:latest")
+    valid(deployment)
+    assert deployment["spec"]["template"]["metadata"]["annotations"]["prometheus.io/port"] == "9100"
+    binding = render_autoscaling(m, ref, runtime=True)[1]
+    assert binding["spec"]["optimizerConfiguration"]["params"][0]["target"]["metricEndpoint"] == {"uri": "/metrics", "port": 9100}
