@@ -645,17 +645,28 @@ def binding_grace_period(cluster: Cluster, binding: dict[str, Any]) -> float | N
         return None
 
 
-def binding_modes(binding: Mapping[str, Any], default: str) -> tuple[dict[str, str], str | None]:
-    """Each target's actuation mode (binding annotation, per-target overrides, else ``default``) and the
-    error of a malformed annotation (then every target is ``recommend``)."""
+def binding_modes(binding: Mapping[str, Any], default: str) -> tuple[dict[str, str], str, str | None]:
+    """Each target's actuation mode (per-target overrides, else the binding's annotation, else ``default``),
+    the binding's own mode, and the error of a malformed annotation (then everything is ``recommend``).
+
+    The members of a serving group (``modelplane.io/scale-groups``) take their group target's mode.
+    """
     annotations = (binding.get("metadata") or {}).get("annotations") or {}
     names = [_target_ref(target, "").name for target, *_ in binding_targets(binding)]
     try:
         mode = resource_mode(annotations, default)
         overrides = target_modes(annotations, mode)
     except ActuationModeError as exc:
-        return {name: RECOMMEND for name in names}, str(exc)
-    return {name: overrides.get(name, mode) for name in names}, None
+        return {name: RECOMMEND for name in names}, RECOMMEND, str(exc)
+    modes = {name: overrides.get(name, mode) for name in names}
+    try:
+        groups = parse_scale_groups(annotations)
+    except ValueError:
+        groups = {}  # reported by the planner; members then take the binding's mode
+    for group, members in groups.items():
+        for member, *_ in members:
+            modes.setdefault(member, modes.get(group, mode))
+    return modes, mode, None
 
 
 def apply_binding(
@@ -666,11 +677,11 @@ def apply_binding(
 
     ``published``: (namespace, target name) of the targets whose desired replicas reached the Pushgateway.
     """
-    modes, mode_error = binding_modes(binding, default_mode)
+    modes, binding_mode, mode_error = binding_modes(binding, default_mode)
     if mode_error:
         decision.ready, decision.reason, decision.message = False, REASON_INVALID, mode_error
     for target in decision.targets:
-        target.mode = modes.get(target.name, default_mode)
+        target.mode = modes.get(target.name, binding_mode)
         scale_ok = False
         if scales(target.mode) and target.changes_replicas:
             try:

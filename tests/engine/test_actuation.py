@@ -108,3 +108,19 @@ def test_the_cycle_publishes_the_wva_family_and_operational_gauges() -> None:
 def test_unknown_metric_names_are_refused() -> None:
     with pytest.raises(KeyError):
         MetricSet().set("wva_desired_replica", 1)
+
+
+def test_serving_group_members_take_their_group_targets_mode() -> None:
+    from tasks.optimizer import binding_modes
+
+    binding = {
+        "metadata": {"name": "b", "namespace": NS, "annotations": {
+            "modelplane.io/actuation": "metrics",
+            "modelplane.io/actuation-targets": json.dumps({"pd": "both"}),
+            "modelplane.io/scale-groups": json.dumps({"pd": [{"name": "prefill", "perGroup": 2}, {"name": "decode", "perGroup": 1}]}),
+        }},
+        "spec": {"scalingConfiguration": {"target": {"targetRef": {"name": "pd"}}, "minReplicas": 1, "maxReplicas": 4}},
+    }
+    modes, binding_mode, error = binding_modes(binding, SCALE)
+    assert error is None and binding_mode == METRICS
+    assert modes == {"pd": BOTH, "prefill": BOTH, "decode": BOTH}
