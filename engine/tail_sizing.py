@@ -50,6 +50,7 @@ __all__ = [
     "refine_cap",
     "tail_max_rate",
     "ttft_attainment",
+    "ttft_ceiling",
     "ttft_percentile",
 ]
 
@@ -420,6 +421,19 @@ def ttft_attainment(
     return _AttainmentCurve(profile, workload, prompts, ttft_ms, pool, rate_rps)(rate_rps)
 
 
+def ttft_ceiling(profile: PerfProfile, prompts: PromptDistribution, ttft_ms: float) -> float:
+    """Share of prompts whose TTFT is within ``ttft_ms`` alone on an idle replica (batch 1, no queue).
+
+    The attainment ceiling of a variant: what no policy can exceed on it, whatever it provisions.
+    """
+    budget = ttft_ms - profile.gamma
+    if budget < 0:
+        return 0.0
+    if profile.delta <= 0:
+        return 1.0
+    return float(prompts.cdf(np.asarray([budget / profile.delta]))[0])
+
+
 @functools.lru_cache(maxsize=4096)
 def _wva_rate(profile: PerfProfile, workload: Workload, slo: SLO) -> float | None:
     """WVA's rate for the mean request (None when infeasible), computed once per profile, shape and SLO."""
@@ -433,27 +447,39 @@ def _wva_rate(profile: PerfProfile, workload: Workload, slo: SLO) -> float | Non
 def tail_max_rate(
     profile: PerfProfile, workload: Workload, slo: SLO, prompts: PromptDistribution, percentile: float, pool: int = 1
 ) -> float | None:
-    """Requests per second one replica sustains with ``percentile`` % of requests within the TTFT target.
+    """Requests per second one replica sustains with ``percentile`` % of the *achievable* requests within the TTFT target.
+
+    Achievable: the requests whose prompt prefills within the target alone on an idle replica
+    (:func:`ttft_ceiling`); no number of replicas serves the others in time.  The target share is
+    ``percentile / 100 x ceiling``.  Why not the plain share: a percentile above the ceiling cannot be
+    met at any rate, and one just below it only at a vanishing rate.  Sizing then fell back to WVA's
+    mean request, or asked for more replicas than the inventory held and went down the shortage ladder,
+    so on a long-prompt trace p95 provisioned *less* than p90 and attained less (issue 18).  Relative to
+    the ceiling, the rate is non-increasing in the percentile everywhere and finite below 100, and on a
+    trace whose prompts all fit (the conversation trace: ceilings 97.6-99.9 %) it is nearly the plain share.
 
     ``pool``: how many replicas the gateway balances the model's requests over (see
     :func:`queue_distribution`); 1 is WVA's view of a replica fed its own Poisson stream.
 
     Capped by WVA's rate for the same SLO (mean TTFT and ITL), so it is never less strict than WVA.
-    None when there is nothing to tighten (no TTFT target, no prompts observed) or when even a nearly
-    idle replica cannot reach the percentile (the caller keeps WVA's sizing, which reports an
-    infeasible mean SLO itself).
+    None when there is nothing to tighten (no TTFT target, no prompts observed), when no prompt fits the
+    target even alone, or when WVA's mean sizing is itself infeasible (the caller keeps WVA's sizing,
+    which reports that).
     """
     if not slo.ttft_ms or prompts.total <= 0:
         return None
     mean_rate = _wva_rate(profile, workload, slo)
     if mean_rate is None:
         return None
-    target = percentile / 100.0
+    ceiling = ttft_ceiling(profile, prompts, slo.ttft_ms)
+    if ceiling <= 0:
+        return None
+    target = percentile / 100.0 * ceiling
     mu = _service_rates(profile, workload)
     share = _AttainmentCurve(profile, workload, prompts, slo.ttft_ms, pool, mean_rate)
     low, high = float(mu[0]) * 1000.0 * RATE_EPSILON, mean_rate
     if share(low) < target:
-        return None
+        return low  # within a hair of the ceiling: the lowest rate considered (still monotone in the percentile)
     if share(high) >= target:
         return mean_rate
     for _ in range(_ITERATIONS):
