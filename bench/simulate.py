@@ -186,9 +186,9 @@ def bench_acceptance(trace_path: str) -> dict[str, Any]:
         return summarize_outcome(name, scenario, run_policy(name, scenario), warmup_s=WARMUP_S)
 
     first = simulation_scenario(trace_path)
-    started = time.perf_counter()
+    started, cpu = time.perf_counter(), time.process_time()
     five = [run(name, first) for name in POLICIES]
-    five_s = time.perf_counter() - started
+    five_s, five_cpu_s = time.perf_counter() - started, time.process_time() - cpu
     rows = []
     for rate in ACCEPTANCE_RATES:
         for seed in SEEDS:
@@ -207,7 +207,7 @@ def bench_acceptance(trace_path: str) -> dict[str, Any]:
             scenario = simulation_scenario(trace_path, percentile=percentile, **shape)
             attained[percentile] = run("modelplane", scenario)
         monotone.append({"trace": label, "outcomes": attained})
-    return {"five": five, "five_s": five_s, "rows": rows, "held": held, "monotone": monotone}
+    return {"five": five, "five_s": five_s, "five_cpu_s": five_cpu_s, "rows": rows, "held": held, "monotone": monotone}
 
 
 def _verdict(mp: PolicyOutcome, static: PolicyOutcome) -> str:
@@ -233,8 +233,8 @@ def render_acceptance(command: str, trace_path: str, result: dict[str, Any]) -> 
         "accelerator-hours x unit cost per hour (A100 40, H100 75, L40S 22). The bar (issue 18): attainment >= static "
         "peak's - 0.5 points **and** cost <= 0.85x static peak's.",
         "",
-        f"All five policies on the full trace at 1x (seed 0) took **{result['five_s']:.1f} s** (wall clock, this machine, "
-        "shared). ",
+        f"All five policies on the full trace at 1x (seed 0), the first replays of the process, took **{result['five_cpu_s']:.1f} s "
+        f"of CPU** ({result['five_s']:.1f} s wall clock on the shared machine); the target is 15 s.",
         "",
         "| policy | attainment | cost | cost / static peak | replica changes | unserved |",
         "|---|---|---|---|---|---|",
