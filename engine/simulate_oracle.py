@@ -289,12 +289,13 @@ def oracle_capacity(curves: Mapping[str, CapacityCurve], target: float) -> dict[
 def oracle_cost_at(frontier: Sequence[tuple[float, float]], attainment: float) -> float | None:
     """The oracle's cost at ``attainment`` from its frontier points ``(attainment, cost)``.
 
-    The cheapest cost among the oracle points attaining at least as much, linearly interpolated between
-    the two points around ``attainment`` on the lower envelope; None above the oracle's best attainment
-    (the frontier does not reach it, so no ratio at equal attainment exists).
+    Linearly interpolated between the two points around ``attainment`` on the lower envelope (the points
+    no other point beats on both cost and attainment); None outside the range the oracle's points span
+    (no ratio at equal attainment exists there: the oracle's cost at a lower attainment than its lowest
+    point is unknown, not its lowest point's cost).
     """
     points = sorted(frontier)
-    if not points or attainment > points[-1][0] + 1e-12:
+    if not points or attainment > points[-1][0] + 1e-12 or attainment < points[0][0] - 1e-12:
         return None
     # Lower envelope: cost non-decreasing in attainment (a costlier point attaining less is dominated).
     envelope: list[tuple[float, float]] = []

@@ -197,10 +197,12 @@ def plot_frontier(limits: Limits, path: pathlib.Path) -> pathlib.Path:
         low = min(p.cost for p in limits.frontier) * 0.9
         ax.fill_betweenx(attained, [low] * len(costs), costs, color="#dddddd", hatch="//", edgecolor="#bbbbbb", lw=0,
                          label="cheaper than the oracle: unreachable")
-    for policy in policies:
+    for order, policy in enumerate(policies):
         points = sorted((p.attainment, p.cost) for p in limits.frontier if p.policy == policy)
         label = "oracle (clairvoyant limit)" if policy == "oracle" else policy
-        ax.plot([c for _, c in points], [100 * a for a, _ in points], label=label, markersize=7, **policy_style(policy))
+        # Later policies draw smaller markers on top: a point two policies share shows both.
+        ax.plot([c for _, c in points], [100 * a for a, _ in points], label=label, markersize=max(10 - 1.2 * order, 4),
+                zorder=2 + order, **policy_style(policy))
         configured = [p for p in limits.frontier if p.policy == policy and p.setting == "as configured"]
         for p in configured:
             ax.plot([p.cost], [100 * p.attainment], marker="o", markersize=14, markerfacecolor="none",
@@ -244,7 +246,7 @@ def summary_table(outcomes: Sequence[PolicyOutcome], limits: Limits | None = Non
         row["cost"] = f"{o.cost:.1f}"
         if limits is not None:
             ratio = limits.cost_ratio(o.attainment, o.cost)
-            row["cost / oracle at equal attainment"] = f"{ratio:.2f}x" if ratio is not None else "above the oracle's frontier"
+            row["cost / oracle at equal attainment"] = f"{ratio:.2f}x" if ratio is not None else "outside the oracle's frontier"
         row.update({"replica changes": o.replica_changes, "unserved": f"{o.unserved} ({o.unserved_share:.1%})"})
         rows.append(row)
     return rows

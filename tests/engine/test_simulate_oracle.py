@@ -97,7 +97,8 @@ def test_measured_capacity_falls_as_the_attainment_target_rises_and_the_replay_m
 def test_oracle_cost_at_equal_attainment_interpolates_its_frontier() -> None:
     frontier = [(0.80, 100.0), (0.90, 150.0), (0.85, 160.0), (0.95, 300.0)]  # (0.85, 160) is dominated
     assert oracle_cost_at(frontier, 0.85) == pytest.approx(125.0)
-    assert oracle_cost_at(frontier, 0.70) == pytest.approx(100.0)
+    assert oracle_cost_at(frontier, 0.80) == pytest.approx(100.0)
+    assert oracle_cost_at(frontier, 0.70) is None  # below the oracle's lowest point: unknown
     assert oracle_cost_at(frontier, 0.95) == pytest.approx(300.0)
     assert oracle_cost_at(frontier, 0.96) is None
 
