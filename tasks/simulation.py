@@ -83,11 +83,14 @@ _POLICY_STYLES: dict[str, dict[str, Any]] = {
 _LEGEND_OUTSIDE = {"loc": "upper left", "bbox_to_anchor": (1.01, 1.0), "borderaxespad": 0.0, "fontsize": 8}
 
 
-def policy_style(policy: str, markevery: int | None = None) -> dict[str, Any]:
-    """Matplotlib keywords of a policy's line (colour, dash pattern, marker)."""
+def policy_style(policy: str, markevery: int | None = None, order: int = 0) -> dict[str, Any]:
+    """Matplotlib keywords of a policy's line (colour, dash pattern, marker).
+
+    With ``markevery`` (a time series) the markers shrink with ``order`` and later lines draw on top, so a
+    line that runs on another's keeps both markers visible."""
     style = dict(_POLICY_STYLES.get(policy, {"color": "#9467bd", "ls": "-", "marker": "x", "lw": 1.2}))
     if markevery is not None:
-        style.update(markevery=markevery, markersize=5)
+        style.update(markevery=markevery, markersize=max(8.0 - 1.1 * order, 3.0), zorder=2 + order)
     return style
 
 
@@ -109,9 +112,9 @@ def plot_load_capacity(outcomes: Sequence[PolicyOutcome], scenario: Scenario, pa
         first = outcomes[0].series
         minutes = [t / 60 for t in first["time_s"]]
         ax.fill_between(minutes, first["load_rps"][model], step="pre", color="#cccccc", label="load")
-        for o in outcomes:
+        for order, o in enumerate(outcomes):
             ax.step([t / 60 for t in o.series["time_s"]], o.series["capacity_rps"][model], label=o.policy, where="pre",
-                    **policy_style(o.policy, markevery=max(len(o.series["time_s"]) // 12, 1)))
+                    **policy_style(o.policy, markevery=max(len(o.series["time_s"]) // 12, 1), order=order))
         ax.set_title(model, fontsize=9)
         ax.set_ylabel("req/s")
     axes[0, 0].legend(**_LEGEND_OUTSIDE)
@@ -164,7 +167,7 @@ def plot_cost(outcomes: Sequence[PolicyOutcome], path: pathlib.Path) -> pathlib.
     """Cumulative accelerator cost over time per policy."""
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(10.5, 3.2))
-    for o in outcomes:
+    for order, o in enumerate(outcomes):
         times = o.series["time_s"]
         rate = o.series["cost_per_hour"]
         total, cumulative = 0.0, []
@@ -172,7 +175,7 @@ def plot_cost(outcomes: Sequence[PolicyOutcome], path: pathlib.Path) -> pathlib.
             step = (times[i + 1] - times[i]) if i + 1 < len(times) else 0.0
             total += r * step / 3600.0
             cumulative.append(total)
-        ax.plot([t / 60 for t in times], cumulative, label=o.policy, **policy_style(o.policy, markevery=max(len(times) // 12, 1)))
+        ax.plot([t / 60 for t in times], cumulative, label=o.policy, **policy_style(o.policy, markevery=max(len(times) // 12, 1), order=order))
     ax.set_xlabel("minutes")
     ax.set_ylabel("cost (unit cost x accelerator-hours)")
     ax.set_title("Cumulative accelerator cost", fontsize=10)
