@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 
@@ -93,6 +93,17 @@ def request_can_meet_slo(scenario: Scenario) -> np.ndarray:
     return ok
 
 
+def prompt_limit(variant: VariantModel, slo: Any) -> float:
+    """The longest prompt ``variant`` serves within the SLO at batch 1 (inf without a TTFT target; -1 when
+    its ITL at batch 1 already misses, so it meets the SLO for no multi-token request)."""
+    p = variant.profile
+    if slo.itl_ms and p.alpha + p.beta > slo.itl_ms:
+        return -1.0
+    if not slo.ttft_ms:
+        return math.inf
+    return (slo.ttft_ms - p.gamma) / p.delta if p.delta > 0 else (math.inf if p.gamma <= slo.ttft_ms else -1.0)
+
+
 def attainment_ceiling(scenario: Scenario) -> dict[str, float]:
     """The share of requests that can meet their SLO at all: overall (``"all"``) and per model."""
     ok = request_can_meet_slo(scenario)
@@ -140,8 +151,10 @@ def _saturation_rate(variant: VariantModel, prompt: float, output: float) -> flo
 def measure_capacity(scenario: Scenario, seed: int | None = None) -> dict[str, CapacityCurve]:
     """Per variant key: its attainment curve, a pool of :data:`POOL_REPLICAS` replicas replayed at each rate.
 
-    The requests are drawn from the trace's requests for the variant's model (prompt and output lengths
-    together), arriving as a Poisson process; the same draws serve every rate (common random numbers, so
+    The requests are drawn from the trace's requests for the variant's model that it can serve within the
+    SLO at all (prompts up to :func:`prompt_limit`: a router that predicts latency sends the longer ones to a
+    faster variant, see :func:`oracle_schedule`), prompt and output lengths together, arriving as a Poisson
+    process; the same draws serve every rate (common random numbers, so
     the curve is smooth); the first tenth of the replay is left out as warm-up.  The sweep stops at the first
 rate attaining less than :data:`STOP_BELOW`.  Attainment is judged as
     :func:`engine.simulate_policies.summarize_outcome` judges it, against the model's configured SLO.
@@ -157,9 +170,13 @@ rate attaining less than :data:`STOP_BELOW`.  Attainment is judged as
         mask = trace.model_index == index
         if index < 0 or not mask.any():
             continue
-        pick = rng.integers(0, int(mask.sum()), MEASURED_REQUESTS)
-        prompts, outputs = trace.in_tokens[mask][pick], trace.out_tokens[mask][pick]
         slo = scenario.slos[v.model]
+        limit = prompt_limit(v, slo)
+        own = mask & (trace.in_tokens <= limit)  # the requests this variant can serve within the SLO at all
+        if not own.any():
+            continue
+        pick = rng.integers(0, int(own.sum()), MEASURED_REQUESTS)
+        prompts, outputs = trace.in_tokens[own][pick], trace.out_tokens[own][pick]
         top = _saturation_rate(v, float(prompts.mean()), float(outputs.mean()))
         rates, attained = [], []
         for fraction in RATE_FRACTIONS:
@@ -199,8 +216,26 @@ def interval_rates(scenario: Scenario) -> np.ndarray:
     return rates
 
 
+def tail_rates(scenario: Scenario) -> dict[tuple[int, float], np.ndarray]:
+    """Per (model index, prompt limit of one of its variants except the longest): the arrival rate per
+    interval of the model's requests with longer prompts, which only variants with a higher limit serve
+    within the SLO."""
+    trace, interval = scenario.trace, scenario.config.interval_s
+    horizon = scenario.config.horizon_s if scenario.config.horizon_s is not None else trace.duration_s
+    bins = int(math.floor(horizon / interval)) + 1
+    slot = np.minimum((trace.arrival_s // interval).astype(np.int64), bins - 1)
+    out: dict[tuple[int, float], np.ndarray] = {}
+    for index, model in enumerate(trace.models):
+        limits = sorted({prompt_limit(v, scenario.slos[model]) for v in scenario.variants if v.model == model})
+        for limit in limits[:-1]:
+            beyond = (trace.model_index == index) & (trace.in_tokens > limit)
+            out[index, limit] = np.bincount(slot[beyond], minlength=bins)[:bins] / interval
+    return out
+
+
 def oracle_schedule(
-    scenario: Scenario, capacity: Mapping[str, float], rates: np.ndarray | None = None
+    scenario: Scenario, capacity: Mapping[str, float], rates: np.ndarray | None = None,
+    tails: Mapping[tuple[int, float], np.ndarray] | None = None,
 ) -> list[dict[str, int]]:
     """Replicas per variant key alive in each control interval: the minimum-cost schedule that carries every
     interval's arrivals (``rates``, default :func:`interval_rates`) at ``capacity`` req/s per replica.
@@ -210,12 +245,18 @@ def oracle_schedule(
     (``r[v, k] <= x[v, k - a]`` for ``a`` up to ``ceil(startup / interval)``; interval 0's replicas are
     ready at once, as every policy's initial replicas are).  Per model and interval the ready replicas
     carry the rate (``sum r x capacity >= rate``, any shortfall at :data:`SHORTAGE_PENALTY` per req/s,
-    weighted by priority); per accelerator and interval the inventory holds; the cost is the alive
-    replicas' cost per interval.  Variants' ``minReplicas`` do not bind the oracle.
+    weighted by priority), and the requests with prompts too long for a variant to serve within the SLO
+    (``tails``, default :func:`tail_rates` with the trace's own rates) are carried by the variants that can
+    (heterogeneous accelerators: the cheaper one for the base load, the faster one for the long prompts,
+    as a latency-aware router splits them); per accelerator and interval the inventory holds; the cost is
+    the alive replicas' cost per interval.  Variants' ``minReplicas`` do not bind the oracle.
     """
     import pulp
 
-    rates = interval_rates(scenario) if rates is None else rates
+    if rates is None:
+        rates = interval_rates(scenario)
+        tails = tail_rates(scenario) if tails is None else tails
+    tails = tails or {}
     models = list(scenario.trace.models)
     intervals = rates.shape[1]
     lead = int(math.ceil(scenario.config.startup_delay_s / scenario.config.interval_s - 1e-9))
@@ -242,6 +283,12 @@ def oracle_schedule(
         for k in range(intervals):
             terms = [(r[i, k], capacity[v.key]) for i, v in enumerate(variants) if v.model == model]
             prob += pulp.LpAffineExpression(terms + [(short[m, k], 1.0)]) >= float(rates[m, k])
+    for (m, limit), beyond in tails.items():
+        able = [(i, v) for i, v in enumerate(variants) if v.model == models[m] and prompt_limit(v, scenario.slos[models[m]]) > limit]
+        for k in range(intervals):
+            if beyond[k] > 0:
+                terms = [(r[i, k], capacity[v.key]) for i, v in able]
+                prob += pulp.LpAffineExpression(terms + [(short[m, k], 1.0)]) >= float(beyond[k])
     for accelerator, limit in inventory.items():
         members = [(i, v) for i, v in enumerate(variants) if v.accelerator == accelerator]
         if members:

@@ -69,6 +69,16 @@ def test_the_oracle_keeps_a_replica_through_a_lull_shorter_than_its_startup_and_
     assert short == [{"ns/a": 2, "ns/b": 4}]
 
 
+def test_prompts_too_long_for_the_cheap_variant_are_carried_by_the_fast_one() -> None:
+    cheap = VariantModel("ns/a", MODEL, "a", "A100", 1, 40.0, PROFILE, 10**9)  # 500 ms TTFT up to 4,950 tokens
+    fast = VariantModel("ns/b", MODEL, "b", "H100", 1, 100.0, PerfProfile(12.0, 0.2, 5.0, 0.05, 16), 10**9)  # up to 9,900
+    scenario = scenario_of([cheap, fast], step_trace(), SimConfig())
+    capacity = {"ns/a": 1.0, "ns/b": 1.0}
+    assert oracle_schedule(scenario, capacity, np.array([[3.0]])) == [{"ns/a": 3, "ns/b": 0}]
+    # 1 of the 3 req/s has a prompt beyond 4,950 tokens: one fast replica for it, the cheap ones for the rest.
+    assert oracle_schedule(scenario, capacity, np.array([[3.0]]), {(0, 4950.0): np.array([1.0])}) == [{"ns/a": 2, "ns/b": 1}]
+
+
 def test_capacity_is_read_off_a_measured_curve() -> None:
     curve = CapacityCurve((0.1, 0.2, 0.4), (0.98, 0.9, 0.7))
     assert curve.capacity(0.9) == pytest.approx(0.2)
