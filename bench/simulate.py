@@ -70,6 +70,8 @@ def load_average() -> str:
 
 
 WARMUP_S = 300.0
+FIVE = tuple(name for name in POLICIES if name != "oracle")
+"""The five policies compared here; the oracle and the attainment ceiling are bench.simulate_limits' (and the oracle row below)."""
 """Attainment and cost are also reported for what arrives after the first 5 minutes (see render)."""
 
 
@@ -85,7 +87,7 @@ def compare_policies(trace_path: str, compression: float) -> tuple[list[PolicyOu
         return summarize_outcome(name, scenario, run_policy(policy, replayed), warmup_s=WARMUP_S)
 
     started = time.perf_counter()
-    outcomes = [outcome(name, name, scenario) for name in POLICIES]
+    outcomes = [outcome(name, name, scenario) for name in FIVE]
     elapsed = time.perf_counter() - started
     frontier: list[dict[str, Any]] = []
     for o in outcomes:
@@ -120,7 +122,7 @@ def plot_frontier(frontier: list[dict[str, Any]], path: pathlib.Path) -> pathlib
     views = (("whole replay", lambda o: (o.cost, o.attainment)),
              (f"after the first {WARMUP_S / 60:.0f} min", lambda o: (o.after_warmup["cost"], o.after_warmup["attainment"])))
     for ax, (title, point) in zip(axes, views):
-        for policy in POLICIES:
+        for policy in FIVE:
             current = [f for f in frontier if f["policy"] == policy and not f["setting"].startswith("before")]
             points = sorted(point(f["outcome"]) for f in current)
             if points:
@@ -187,13 +189,14 @@ def bench_acceptance(trace_path: str) -> dict[str, Any]:
 
     first = simulation_scenario(trace_path)
     started, cpu = time.perf_counter(), time.process_time()
-    five = [run(name, first) for name in POLICIES]
+    five = [run(name, first) for name in FIVE]
     five_s, five_cpu_s = time.perf_counter() - started, time.process_time() - cpu
+    oracle = run("oracle", first) if "oracle" in POLICIES else None
     rows = []
     for rate in ACCEPTANCE_RATES:
         for seed in SEEDS:
             scenario = first if (rate, seed) == (1.0, 0) else simulation_scenario(trace_path, rate_scale=rate, seed=seed)
-            pair = (five[0], five[-1]) if (rate, seed) == (1.0, 0) else (run("modelplane", scenario), run("static-peak", scenario))
+            pair = (five[0], five[FIVE.index("static-peak")]) if (rate, seed) == (1.0, 0) else (run("modelplane", scenario), run("static-peak", scenario))
             rows.append({"rate": rate, "seed": seed, "requests": len(scenario.trace), "modelplane": pair[0], "static": pair[1]})
     held = []
     for label, shape in HELD_OUT:
@@ -207,7 +210,7 @@ def bench_acceptance(trace_path: str) -> dict[str, Any]:
             scenario = simulation_scenario(trace_path, percentile=percentile, **shape)
             attained[percentile] = run("modelplane", scenario)
         monotone.append({"trace": label, "outcomes": attained})
-    return {"five": five, "five_s": five_s, "five_cpu_s": five_cpu_s, "rows": rows, "held": held, "monotone": monotone}
+    return {"five": five, "oracle": oracle, "five_s": five_s, "five_cpu_s": five_cpu_s, "rows": rows, "held": held, "monotone": monotone}
 
 
 def _verdict(mp: PolicyOutcome, static: PolicyOutcome) -> str:
@@ -239,9 +242,11 @@ def render_acceptance(command: str, trace_path: str, result: dict[str, Any]) -> 
         "| policy | attainment | cost | cost / static peak | replica changes | unserved |",
         "|---|---|---|---|---|---|",
     ]
-    static = result["five"][-1]
-    for o in result["five"]:
+    static = next(o for o in result["five"] if o.policy == "static-peak")
+    for o in result["five"] + ([result["oracle"]] if result["oracle"] is not None else []):
         lines.append(f"| {o.policy} | {o.attainment:.1%} | {o.cost:.1f} | {o.cost / static.cost:.2f} | {o.replica_changes} | {o.unserved} |")
+    lines += ["", "The oracle row is the clairvoyant policy at its default target (90 %), for scale; the cost ratio to the "
+              "oracle at equal attainment, and the oracle's frontier, are in the Limits section (`python -m bench.simulate_limits`)."]
     lines += ["", "### Acceptance rows (full trace, default settings)", "",
               "| rate | seed | requests | Modelplane attainment | static peak attainment | difference (points) | Modelplane cost | static peak cost | cost ratio | bar |",
               "|---|---|---|---|---|---|---|---|---|---|"]
