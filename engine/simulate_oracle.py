@@ -47,7 +47,7 @@ __all__ = [
 ORACLE_TARGETS = (0.6, 0.7, 0.8, 0.85, 0.9, 0.95)
 """The attainment targets the oracle's frontier is drawn over (each clipped to what a variant can reach)."""
 
-POOL_REPLICAS = 4
+POOL_REPLICAS = 8
 """Replicas in the measured pool: the gateway spreads a pool's requests, so one replica of a pool carries
 more at the same attainment than a replica alone (docs/simulate.md)."""
 

@@ -14,14 +14,13 @@ import json
 import pathlib
 from typing import Any, Sequence
 
+from engine.kthena_native import NETWORKING_API as KTHENA_NETWORKING_API
 from engine.simulate import Trace
 from engine.simulate_frontier import Limits
 from engine.simulate_policies import DEFAULT_HPA_POLICY, ClusterDescription, PolicyOutcome, Scenario
 from engine.simulate_trace import TraceError, TraceShape, parse_trace_rows, shape_trace
 from tasks.cluster import connect
 from tasks.optimizer import _list_optional, read_cluster_state, read_current_replicas, scale_targets_of
-
-KTHENA_NETWORKING_API = "networking.serving.volcano.sh/v1alpha1"
 
 
 def read_trace(path: str | pathlib.Path, shape: TraceShape) -> Trace:

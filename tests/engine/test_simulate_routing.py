@@ -56,3 +56,32 @@ def test_an_unknown_router_is_refused_by_name() -> None:
         Routing(per_model={MODEL: "x"})
     assert Routing(per_model={MODEL: "least-load"}).router_of(MODEL) == "least-load"
     assert Routing(per_model={MODEL: "least-load"}).router_of("other/model") == "least-outstanding"
+
+
+def test_the_cluster_says_which_router_a_model_is_behind() -> None:
+    import copy
+    import dataclasses
+    import pathlib
+
+    from engine.optimize import SpecError
+    from engine.simulate_policies import build_scenario
+    from tasks.simulation import read_description, routed_models
+
+    granite, llama = "llm-serving/ibm/granite-13b", "llm-serving/meta/llama-3.1-8b"
+    description = read_description(str(pathlib.Path(__file__).resolve().parents[2] / "deployments" / "examples"), "modelplane-system")
+    trace = Trace(np.array([0.0, 1.0]), np.array([100, 100]), np.array([10, 10]), np.array([0, 1]), (granite, llama))
+    plain = build_scenario(description, trace, SimConfig())
+    assert plain.routing.router_of(granite) == plain.routing.router_of(llama) == "least-outstanding"
+    assert plain.routing.slo_s[llama] == (0.5, 0.024)
+    # A Kthena ModelRoute for granite puts it behind Kthena's router; an annotation names llama's.
+    route = {"metadata": {"namespace": "llm-serving", "name": "granite"}, "spec": {"modelName": "ibm/granite-13b"}}
+    variants = copy.deepcopy(description.variants)
+    llama_va = next(v for v in variants if v["spec"]["modelID"] == "meta/llama-3.1-8b")
+    llama_va["metadata"].setdefault("annotations", {})["modelplane.io/router"] = "least-latency"
+    said = dataclasses.replace(description, variants=variants, routed_models=routed_models([route]))
+    routing = build_scenario(said, trace, SimConfig()).routing
+    assert (routing.router_of(granite), routing.router_of(llama)) == ("least-load", "least-latency")
+    assert build_scenario(said, trace, SimConfig(), router="least-outstanding").routing.router_of(granite) == "least-outstanding"
+    llama_va["metadata"]["annotations"]["modelplane.io/router"] = "fastest"
+    with pytest.raises(SpecError, match=r"VariantAutoscaling llm-serving/llama-3-1-8b-\S+: unknown router 'fastest'"):
+        build_scenario(dataclasses.replace(said, variants=variants), trace, SimConfig())
