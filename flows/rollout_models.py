@@ -24,13 +24,14 @@ from prefect.context import FlowRunContext
 from pydantic import BaseModel, Field
 
 from engine.api.kthena import API_VERSION as KTHENA_API_VERSION
+from flows.image import IMAGE
 from flows.parameters import NamespaceName, ObjectName
 from tasks.cluster import ClusterError, connect
 from tasks.events import Subject, emit_change
 from tasks.kthena_rollout import ModelOutcome, list_models, reconcile_model
 
 DEFAULT_INTERVAL_S = 300
-DEFAULT_DOWNLOADER_IMAGE = "ghcr.io/modelplane/modelplane:0.1.0"
+DEFAULT_DOWNLOADER_IMAGE = IMAGE  # flows/image.py
 
 
 class RolloutParameters(BaseModel):

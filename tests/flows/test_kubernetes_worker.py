@@ -1,0 +1,124 @@
+"""The distributed path end to end: a real Prefect server, the work pool `modelplane deploy` creates from
+deployments/work-pool-template.json, the optimize deployment registered by the documented `prefect deploy`, and
+the official worker (`prefect worker start --type kubernetes`, prefect-kubernetes) pointed at the Kubernetes API
+test server. The worker creates the flow run's Job; the test server's job runner runs it as Modelplane's image
+would (tests/kubeserver/jobs.py: `prefect flow-run execute` from this checkout, the pull step's
+$MODELPLANE_HOME, the `modelplane` service account's credentials); the run completes, its artifact is
+published, the example cluster's VariantAutoscalings get their status, and the worker's observer reports the
+Pod's phases as Prefect events.
+
+Every API call is attributed (the worker and the Pod use their service accounts' tokens): the worker's are
+checked against the Role of deployments/worker/worker.yaml, the flow run's against deployments/rbac.yaml.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import sys
+from typing import Any, Iterator
+
+import pytest
+from kubernetes import client as k8s
+
+from flows.deployments import KUBERNETES_POOL, ensure_work_pool
+from flows.image import IMAGE
+from flows.worker_manifests import NAME as WORKER, NAMESPACE, WORKER_RULES
+from tests.flows.platform_support import cluster_server, load_example_cluster  # noqa: F401
+from tests.flows.prefect_server import REPO, PrefectServer
+from tests.flows.test_rbac import Permission, permission_of, role_permissions
+from tests.kubeserver.fixture import KubeServer
+
+pytestmark = pytest.mark.timeout(300)
+
+WORKER_USER = f"system:serviceaccount:{NAMESPACE}:{WORKER}"
+FLOW_USER = f"system:serviceaccount:{NAMESPACE}:modelplane"  # the work pool's service_account_name
+
+
+def granted(rules: list[dict[str, list[str]]]) -> set[Permission]:
+    return {(g, r, v) for rule in rules for g in rule["apiGroups"] for r in rule["resources"] for v in rule["verbs"]}
+
+
+@pytest.fixture(scope="module")
+def platform(prefect_server: PrefectServer, cluster_server: KubeServer) -> Iterator[tuple[PrefectServer, KubeServer, dict[str, Any]]]:  # noqa: F811
+    """The example cluster on the API test server, the Kubernetes pool, the optimize deployment and a worker."""
+    load_example_cluster(cluster_server)
+
+    async def create_pool() -> bool:
+        from prefect.client.orchestration import PrefectClient
+
+        async with PrefectClient(api=prefect_server.api_url) as prefect:
+            return await ensure_work_pool(prefect, KUBERNETES_POOL, "kubernetes")
+
+    assert asyncio.run(create_pool()) is True
+    deploy = subprocess.run([sys.executable, "-m", "prefect", "--no-prompt", "deploy", "--prefect-file", "deployments/prefect.yaml",
+                             "--name", "optimize"], cwd=REPO, env=prefect_server.env, capture_output=True, text=True, timeout=300)
+    assert deploy.returncode == 0, deploy.stdout + deploy.stderr
+    deployment = prefect_server.get("/deployments/name/optimize/optimize")
+    cluster_server.reset_stats()
+    prefect_server.start_worker(KUBERNETES_POOL, worker_type="kubernetes", env={
+        "KUBECONFIG": cluster_server.kubeconfig_as(WORKER_USER, NAMESPACE),
+        # As deployments/worker/worker.yaml and the Helm values set it: watch the Jobs' namespace only.
+        "PREFECT_INTEGRATIONS_KUBERNETES_OBSERVER_NAMESPACES": NAMESPACE,
+    })
+    yield prefect_server, cluster_server, deployment
+
+
+def test_the_deployment_runs_the_image_from_its_workdir(platform: tuple[PrefectServer, KubeServer, dict[str, Any]]) -> None:
+    _, _, deployment = platform
+    assert deployment["work_pool_name"] == KUBERNETES_POOL
+    assert deployment["job_variables"]["image"] == IMAGE
+    assert deployment["pull_steps"] == [
+        {"prefect.deployments.steps.set_working_directory": {"directory": "{{ $MODELPLANE_HOME }}"}}]
+
+
+def test_a_flow_run_executes_in_the_job_the_worker_creates(platform: tuple[PrefectServer, KubeServer, dict[str, Any]]) -> None:
+    prefect, kube, deployment = platform
+    # Relative to the image's WORKDIR, where the pull step changes to; `cluster` is left to its default: the
+    # Pod's in-cluster credentials.
+    run = prefect.create_run(deployment["id"], {"metrics_file": "deployments/example-metrics.yaml"})
+    final = prefect.wait_for_run(run["id"], timeout=180)
+    assert final["state"]["type"] == "COMPLETED", prefect.run_logs(run["id"]) + "\n--- kubeserver ---\n" + \
+        (kube.workdir / "kubeserver.log").read_text(errors="replace")[-3000:]
+    assert final["infrastructure_pid"].startswith(f"{NAMESPACE}:")
+
+    artifacts = prefect.post("/artifacts/filter", {"artifacts": {"flow_run_id": {"any_": [run["id"]]}}})
+    assert [a["type"] for a in artifacts] == ["table"], artifacts
+
+    api = kube.api_client()
+    jobs = k8s.BatchV1Api(api).list_namespaced_job(NAMESPACE, label_selector=f"prefect.io/flow-run-id={run['id']}").items
+    assert len(jobs) == 1 and jobs[0].status.succeeded == 1
+    container = jobs[0].spec.template.spec.containers[0]
+    assert container.image == IMAGE and container.args == ["prefect", "flow-run", "execute"]
+    assert jobs[0].spec.template.spec.service_account_name == "modelplane"
+    variant = k8s.CustomObjectsApi(api).get_namespaced_custom_object("llmd.ai", "v1alpha1", "llm-serving", "variantautoscalings",
+                                                                     "llama-3-1-8b-h100")
+    assert variant.get("status", {}).get("conditions"), "the flow run wrote the cycle's status through the API server"
+
+    phases = wait_for_pod_events(prefect, run["id"], {"prefect.kubernetes.pod.running", "prefect.kubernetes.pod.succeeded"})
+    assert {"prefect.kubernetes.pod.running", "prefect.kubernetes.pod.succeeded"} <= phases
+
+    calls = kube.requests(limit=0)
+    worker_calls = [c for c in calls if c["user"] == WORKER_USER]
+    flow_calls = [c for c in calls if c["user"] == FLOW_USER]
+    assert any(c["verb"] == "create" and "/jobs" in c["path"] for c in worker_calls), "the worker created the Job"
+    assert any(c["verb"] == "watch" and "/pods" in c["path"] for c in worker_calls), "the observer watched the Pods"
+    assert flow_calls, "the flow run used the Pod's service account"
+    worker_used = {p for c in worker_calls if (p := permission_of(c)) is not None}
+    assert worker_used <= granted(WORKER_RULES), f"deployments/worker/worker.yaml must grant {worker_used - granted(WORKER_RULES)}"
+    outside = {c["path"] for c in worker_calls if permission_of(c) and f"/namespaces/{NAMESPACE}/" not in c["path"]}
+    assert not outside, f"the worker's Role is namespaced: calls outside {NAMESPACE}: {outside}"
+    flow_used = {p for c in flow_calls if (p := permission_of(c)) is not None}
+    assert flow_used <= role_permissions(), f"deployments/rbac.yaml must grant {flow_used - role_permissions()}"
+
+
+def wait_for_pod_events(prefect: PrefectServer, run_id: str, expected: set[str], timeout: float = 30) -> set[str]:
+    """The prefect.kubernetes.pod.* events related to the run, once ``expected`` are there (events arrive async)."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    while True:
+        names = {e["event"] for e in prefect.events("prefect.kubernetes.pod.", related=f"prefect.flow-run.{run_id}")}
+        if expected <= names or time.monotonic() > deadline:
+            return names
+        time.sleep(0.5)
