@@ -176,7 +176,7 @@ def kubernetes_pool_template(path: pathlib.Path = WORK_POOL_TEMPLATE, image: str
 
 def process_pool_template(working_dir: pathlib.Path = REPO) -> dict[str, Any]:
     """Prefect's process-worker template with ``working_dir`` defaulting to this checkout, where the
-    prefect.yaml entrypoints resolve (the deployments have no pull step)."""
+    prefect.yaml entrypoints resolve (the process pool's copy of prefect.yaml has no pull step)."""
     from prefect.workers.process import ProcessWorker
 
     template = ProcessWorker.get_default_base_job_template()

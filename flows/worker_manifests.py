@@ -34,10 +34,11 @@ LABELS = {"app.kubernetes.io/name": NAME, "app.kubernetes.io/part-of": "modelpla
 
 # What prefect-kubernetes 0.8 does in the Jobs' namespace: the worker creates a Job per flow run and deletes
 # it to cancel the run; its observer (kopf) lists and watches the Jobs and Pods labelled with a flow-run id,
-# reads a Job back before calling a run crashed, and forwards a crashed Pod's log.
+# reads a Job back before calling a run crashed, and forwards a crashed Pod's log. (Nothing reads Events or a
+# Pod by name.) tests/flows/test_kubernetes_worker.py checks each call against these rules.
 WORKER_RULES: list[dict[str, list[str]]] = [
     {"apiGroups": ["batch"], "resources": ["jobs"], "verbs": ["create", "get", "list", "watch", "delete"]},
-    {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]},
+    {"apiGroups": [""], "resources": ["pods"], "verbs": ["list", "watch"]},
     {"apiGroups": [""], "resources": ["pods/log"], "verbs": ["get"]},
 ]
 
