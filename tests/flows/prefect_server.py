@@ -64,7 +64,8 @@ class PrefectServer:
         self.processes.append(proc)
         return proc
 
-    def start(self, timeout: float = 120) -> None:
+    def start(self, timeout: float = 300) -> None:
+        """Start the server and wait until /health answers (minutes on a machine shared by several test runs)."""
         proc = self.spawn("server", [sys.executable, "-m", "prefect", "server", "start", "--host", "127.0.0.1", "--port", str(self.port)])
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
