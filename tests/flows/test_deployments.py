@@ -219,7 +219,7 @@ def test_the_kubernetes_worker_accepts_the_pool_template_and_renders_a_valid_job
 
 def test_the_image_holds_every_entrypoint_and_runs_as_the_pool_user() -> None:
     """deployments/Dockerfile copies every package pyproject installs and every entrypoint's file into its
-    WORKDIR (the deployments have no pull step), and runs as the user the work-pool template expects."""
+    WORKDIR (where the pull step changes to), and runs as the user the work-pool template expects."""
     import re
     import tomllib
 
