@@ -16,6 +16,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from flows.exitcodes import CannotRun, ExitCode, cli_errors, degraded_summary, exit_code, one_line
+from flows.image import IMAGE
 
 # Local runs start an ephemeral Prefect API on the shared ~/.prefect database; its telemetry write is the
 # one statement that contends with another local Prefect process, and it reports nothing we need.
@@ -45,6 +46,51 @@ def crds(write: Optional[pathlib.Path] = typer.Option(None, help="Write one file
         err.print(f"wrote {len(rendered)} CRDs to {write}")
         return
     sys.stdout.write("---\n".join(rendered[name] for name in sorted(rendered)))
+
+
+@app.command()
+def image(
+    build: bool = typer.Option(False, "--build", help="Build it: docker build -f deployments/Dockerfile -t REFERENCE ."),
+    push: bool = typer.Option(False, "--push", help="Build and push it (docker push REFERENCE)."),
+    tag: Optional[str] = typer.Option(None, "--tag", help="Another tag than the package version (a test build)."),
+) -> None:
+    """Print Modelplane's image reference (its tag is the package version: flows/image.py); with --build or
+    --push, run the docker commands from the repository root, each printed first."""
+    import subprocess
+
+    from flows.image import build_commands, image as image_reference
+
+    reference = image_reference(tag)
+    if not (build or push):
+        sys.stdout.write(reference + "\n")
+        return
+    for command in build_commands(reference, push=push):
+        err.print("$ " + " ".join(command))
+        try:
+            done = subprocess.run(command, cwd=REPO, check=False)
+        except FileNotFoundError:
+            sys.stderr.write(f"error: {command[0]} is not installed: build the image with it, or run the command above elsewhere\n")
+            raise typer.Exit(ExitCode.CANNOT_RUN)
+        if done.returncode != 0:
+            sys.stderr.write(f"error: {' '.join(command[:2])} failed with exit code {done.returncode}\n")
+            raise typer.Exit(ExitCode.CANNOT_RUN)
+    sys.stdout.write(reference + "\n")
+
+
+@app.command("worker-manifests")
+def worker_manifests(write: Optional[pathlib.Path] = typer.Option(None, help="Write the files into this directory (deployments/worker).")) -> None:
+    """Print the Prefect Kubernetes worker's install: worker.yaml (ServiceAccount, Role, Deployment) and values for
+    Prefect's prefect-worker Helm chart, both with Modelplane's image of this version."""
+    from flows.worker_manifests import render_worker_manifests
+
+    rendered = render_worker_manifests()
+    if write is not None:
+        write.mkdir(parents=True, exist_ok=True)
+        for name, text in rendered.items():
+            (write / name).write_text(text)
+        err.print(f"wrote {', '.join(sorted(rendered))} to {write}")
+        return
+    sys.stdout.write("\n".join(rendered[name] for name in sorted(rendered)))
 
 
 @app.command()
@@ -471,7 +517,7 @@ class _CacheFillProgress:
 def rollout_models_command(
     cluster: Optional[str] = typer.Option(None, "--cluster", help="Manifests directory/file, 'kubeconfig:PATH[#ctx]', or empty for the current kubeconfig."),
     namespace: list[str] = typer.Option([], "--namespace", "-n", help="Limit to these namespaces (repeatable)."),
-    downloader_image: str = typer.Option("ghcr.io/modelplane/modelplane:0.1.0", help="Image of the init container that downloads into a cacheURI."),
+    downloader_image: str = typer.Option(IMAGE, help="Image of the init container that downloads into a cacheURI."),
     as_json: bool = typer.Option(False, "--json", help="Print a JSON list instead of a table."),
     name: list[str] = typer.Option([], "--name", help="Only the Models with these names (repeatable)."),
     kthena_networking: str = typer.Option("auto", "--kthena-networking", help="auto: render Kthena's ModelServer/ModelRoute and runtime sidecar when the cluster serves networking.serving.volcano.sh; off: never."),
@@ -763,13 +809,13 @@ def deploy(
         sys.stderr.write(f"error: work pool {name!r}: {type(exc).__name__}: {one_line(exc)}\n")
         raise typer.Exit(ExitCode.CANNOT_RUN)
     err.print(f"work pool {name!r} ({pool_type}): {'created' if created else 'exists'}")
-    result = run_deploy(pool=None if name == KUBERNETES_POOL else name)
+    result = run_deploy(pool=None if name == KUBERNETES_POOL else name, pool_type=pool_type)
     sys.stdout.write(result.stdout)
     if result.returncode != 0:
         sys.stderr.write(result.stderr)
         sys.stderr.write(f"error: prefect deploy failed with exit code {result.returncode} (its output above)\n")
         raise typer.Exit(ExitCode.CANNOT_RUN)
-    err.print(f"registered the deployments of deployments/prefect.yaml on {name!r}; start a worker: prefect worker start --pool {name}")
+    err.print(f"registered the deployments of deployments/prefect.yaml on {name!r}; start a worker: prefect worker start --pool {name}" + (" --type kubernetes" if pool_type == "kubernetes" else ""))
 
 
 def require_cluster(cluster: Optional[str], api_version: str, kind: str) -> None:

@@ -25,6 +25,7 @@ from prefect.context import FlowRunContext
 from pydantic import BaseModel, Field
 
 from engine.api.kthena import API_VERSION as KTHENA_API_VERSION
+from flows.image import IMAGE
 from flows.parameters import NamespaceName, ObjectName
 from tasks.cluster import ClusterError, connect
 from tasks.events import Subject, emit_change
@@ -32,7 +33,7 @@ from engine.kthena_native import RUNTIME_IMAGE
 from tasks.kthena_rollout import ModelOutcome, RolloutOptions, list_models, reconcile_model
 
 DEFAULT_INTERVAL_S = 300
-DEFAULT_DOWNLOADER_IMAGE = "ghcr.io/modelplane/modelplane:0.1.0"
+DEFAULT_DOWNLOADER_IMAGE = IMAGE  # flows/image.py
 
 
 class RolloutParameters(BaseModel):

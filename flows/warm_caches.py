@@ -90,13 +90,14 @@ from tasks.cache_fill import (
     start_job,
     write_status,
 )
+from flows.image import IMAGE
 from tasks.caches import ensure_cache
 from tasks.cluster import Cluster, LocalCluster, connect
 from tasks.cluster.errors import ClusterError
 from tasks.pushgateway import Pushgateway, push
 
 DEFAULT_INTERVAL_S = 600
-DEFAULT_IMAGE = "ghcr.io/modelplane/modelplane:0.1.0"
+DEFAULT_IMAGE = IMAGE  # Modelplane's own image (flows/image.py): its `modelplane cache fill` fills the caches
 
 
 class WarmCachesParameters(BaseModel):
