@@ -150,3 +150,18 @@ def test_invalid_objects_get_a_condition_naming_the_field_and_the_others_proceed
     assert checked.exit_code == 3
     invalid = {row["name"]: row["result"] for row in json.loads(checked.stdout) if row["result"] != "valid"}
     assert "spec.gpusPerReplica" in invalid["string-gpus"] and "spec.cacheModel" in invalid["cache-no"]
+
+
+def test_aim_takes_the_discovery_options(example_cluster: pathlib.Path, prefect_harness: None) -> None:
+    """``aim`` has ``-n``, ``--resync-seconds`` and ``--insecure-registry`` as ``discover-models`` has."""
+    result = CliRunner().invoke(app, ["aim", "--cluster", str(example_cluster), "--registry-mirror", MIRROR, "-n", "other-namespace",
+                                      "--resync-seconds", "3600", "--insecure-registry", "localhost:5000", "--json"])
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout)
+    # Templates are created, resolved and rolled out in -n only: none of the example's llm-serving objects is touched.
+    assert {t["namespace"] for t in report["templates"]} == {"other-namespace"} and report["services"] == []
+    templates = _objects(example_cluster, "AIMServiceTemplate")
+    assert {t["metadata"]["namespace"] for t in templates} == {"llm-serving", "other-namespace"}
+    assert all("status" not in t for t in templates if t["metadata"]["namespace"] == "llm-serving")
+    short = CliRunner().invoke(app, ["aim", "--cluster", str(example_cluster), "--resync-seconds", "0"])
+    assert short.exit_code == 2 and "Traceback" not in short.output
