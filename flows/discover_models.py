@@ -10,8 +10,9 @@ Lifecycle, top to bottom:
    the pull secrets AIMNamespaceConfigs name, each distinct image once;
 4. persist the records and create one AIMServiceTemplate per recommended deployment in every
    namespace that has an AIMNamespaceConfig (or the namespaces given), never touching a template a
-   person wrote;
-5. write each model's ``MetadataExtracted`` and ``Ready`` conditions, and publish a summary.
+   person wrote; auto-created templates the current image no longer wants are deleted;
+5. write each model's ``MetadataExtracted`` and ``Ready`` conditions (a model whose spec does not
+   parse gets them False ``ValidationFailed`` naming the field), and publish a summary.
 """
 
 from __future__ import annotations

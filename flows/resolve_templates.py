@@ -10,7 +10,9 @@ Lifecycle, top to bottom:
 3. when ``warmCache`` is set, request a ModelCache per model source (created or adopted through
    ``tasks.caches``; the warm-caches flow fills them) and wait for them: the template is Available
    only when they are;
-4. write ``status.status``, ``status.modelSources`` and the seed's conditions where they changed.
+4. write ``status.status``, ``status.modelSources`` and the seed's conditions where they changed
+   (a template whose spec does not parse is Failed with a condition naming the field);
+5. write each model's ``Ready`` from its auto-created templates as this run left them.
 """
 
 from __future__ import annotations

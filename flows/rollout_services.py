@@ -4,8 +4,10 @@ Lifecycle, top to bottom:
 
 1. read the cluster: one LIST each of AIMServices, AIMServiceTemplates, AIMClusterModels,
    AIMNamespaceConfigs, ModelCaches, Nodes, InferenceServices and HTTPRoutes;
-2. per service, resolve its references (model by canonical name, template, namespace config); a
-   missing or mismatched one gets its seed status and reason and stops the rollout there;
+2. per service, resolve its references (model by canonical name, template, or the best Available
+   template when ``templateRef`` is omitted, namespace config); a missing, mismatched, ambiguous or
+   invalid one gets its seed status and reason and stops the rollout there (a service whose own spec
+   does not parse is Failed with a condition naming the field);
 3. caches: with ``cacheModel`` (default) a ModelCache per model source is requested and the service
    waits until they are Available; existing Available caches are mounted even when not requested;
 4. render the InferenceService (and the HTTPRoute when the namespace routes) and write them only

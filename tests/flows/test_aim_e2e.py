@@ -488,6 +488,16 @@ def test_two_services_in_a_long_namespace_own_one_workload_each(kube_server: Any
         stats = env.server.stats()["by_verb"]
         assert not any(stats.get(verb) for verb in ("create", "update", "patch", "delete")), stats
         assert again.writes.statuses == 0
+        # The shared name an earlier version gave both (llama-3-1-8b-7b83b555), last owned by the chat
+        # service: retired once the chat service's own workload exists.
+        old = json.loads(json.dumps(isvcs["llama-3-1-8b-chat"]))
+        old["metadata"] = {"name": "llama-3-1-8b-7b83b555", "namespace": namespace, "labels": old["metadata"]["labels"],
+                           "ownerReferences": old["metadata"]["ownerReferences"]}
+        old.pop("status", None)
+        env.custom.create_namespaced_custom_object("serving.kserve.io", "v1beta1", namespace, "inferenceservices", old)
+        assert env.rollout().writes.deleted == 1
+        names = {i["metadata"]["name"] for i in env.list("inferenceservices", "serving.kserve.io", "v1beta1")}
+        assert names == {i["metadata"]["name"] for i in isvcs.values()}
     finally:
         env.cleanup()
 
