@@ -174,6 +174,8 @@ class RolloutContext:
     routes: dict[str, dict[str, Manifest]]
     inventory: GpuInventory
     catalog: ModelCatalog
+    controlled: dict[str, list[Manifest]] = field(default_factory=dict)
+    """controller uid -> the InferenceServices and HTTPRoutes it controls."""
     cache_lock: threading.Lock = field(default_factory=threading.Lock)
 
     @classmethod
@@ -188,11 +190,16 @@ class RolloutContext:
             invalid.setdefault(bad.obj["metadata"]["namespace"], {})[bad.obj.get("kind", ""), bad.obj["metadata"]["name"]] = bad.problem
         bad_names = {spec["name"]: bad.problem for bad in bad_models
                      if isinstance(spec := bad.obj.get("spec"), dict) and isinstance(spec.get("name"), str)}
+        controlled: dict[str, list[Manifest]] = {}
+        for obj in [*state.isvcs, *state.routes]:
+            uid = _controller_uid(obj)
+            if uid:
+                controlled.setdefault(uid, []).append(obj)
         return cls(
             state=state, invalid=invalid, templates=by_namespace(templates), configs=by_namespace(configs),
             caches={ns: list(items.values()) for ns, items in by_namespace(state.caches).items()},
             isvcs=by_namespace(state.isvcs), routes=by_namespace(state.routes), inventory=cluster_gpus(state.nodes),
-            catalog=ModelCatalog(models, invalid=bad_names),
+            catalog=ModelCatalog(models, invalid=bad_names), controlled=controlled,
         )
 
 
@@ -273,13 +280,14 @@ def retire_old_workloads(cluster: Cluster, service: Manifest, ctx: RolloutContex
                          writes: WriteCounts) -> None:
     """Delete the InferenceServices and HTTPRoutes this service controls under another name (a name an
     earlier version gave it, e.g. before names hashed the service too), once the current ones exist."""
-    namespace, uid = service["metadata"]["namespace"], service["metadata"].get("uid")
+    uid = service["metadata"].get("uid")
     if not uid:
         return
-    stale = [obj for obj in ctx.isvcs.get(namespace, {}).values() if _controller_uid(obj) == uid and obj["metadata"]["name"] != isvc_name]
+    stale = [obj for obj in ctx.controlled.get(uid, []) if obj["kind"] == "InferenceService" and obj["metadata"]["name"] != isvc_name]
     if route_name is not None:
-        stale += [obj for obj in ctx.routes.get(namespace, {}).values() if _controller_uid(obj) == uid and obj["metadata"]["name"] != route_name]
-    delete_stale(cluster, stale, writes)
+        stale += [obj for obj in ctx.controlled.get(uid, []) if obj["kind"] == "HTTPRoute" and obj["metadata"]["name"] != route_name]
+    if stale:
+        delete_stale(cluster, stale, writes)
 
 
 def _workload_name(service: Manifest) -> str | None:
