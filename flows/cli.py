@@ -370,7 +370,7 @@ def cache_fill(
     """Download SOURCE into DEST: resumable, locked, verified; the marker .modelplane-cache.json is written last.
 
     Credentials come from the environment only (HF_TOKEN, HF_ENDPOINT, AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY,
-    AWS_ENDPOINT_URL, AWS_REGION), so a Kubernetes Job runs this same command with env from Secrets.
+    AWS_ENDPOINT_URL, AWS_REGION; Kthena's ENDPOINT, ACCESS_KEY, SECRET_KEY when the AWS names are unset), so a Kubernetes Job runs this same command with env from Secrets.
     Exits 1 with one line naming the reason when the fill fails, 2 when SOURCE is not a valid source.
     """
     from engine.sources import parse_source
@@ -474,6 +474,8 @@ def rollout_models_command(
     downloader_image: str = typer.Option("ghcr.io/modelplane/modelplane:0.1.0", help="Image of the init container that downloads into a cacheURI."),
     as_json: bool = typer.Option(False, "--json", help="Print a JSON list instead of a table."),
     name: list[str] = typer.Option([], "--name", help="Only the Models with these names (repeatable)."),
+    kthena_networking: str = typer.Option("auto", "--kthena-networking", help="auto: render Kthena's ModelServer/ModelRoute and runtime sidecar when the cluster serves networking.serving.volcano.sh; off: never."),
+    workload: str = typer.Option("Deployment", "--workload", help="Deployment, or ModelServing (Kthena's gang-scheduled workload, where its CRD is served)."),
 ) -> None:
     """Roll out every Kthena Model once and print what changed.
 
@@ -487,7 +489,7 @@ def rollout_models_command(
     with cli_errors():
         require_cluster(cluster, KTHENA_API_VERSION, "Model")
     report = run_flow_or_exit(rollout_models, namespaces=namespace or None, names=name or None, cluster=cluster,
-                              downloader_image=downloader_image)
+                              downloader_image=downloader_image, kthena_networking=kthena_networking, workload=workload)
     failed = [f"{m.namespace}/{m.name}: {m.result}" for m in report.failed]
     if as_json:
         sys.stdout.write(json.dumps([dataclasses.asdict(m) for m in report.models], indent=2, default=str) + "\n")
@@ -602,7 +604,7 @@ def _duration(text: str) -> "datetime.timedelta":
 def simulate(
     cluster: pathlib.Path = typer.Option(..., "--cluster", help="Manifests directory/file: VariantAutoscalings, targets, WVA ConfigMaps."),
     trace: pathlib.Path = typer.Option(..., "--trace", help="Trace CSV (timestamp, prompt tokens, output tokens; Azure format as is)."),
-    policy: list[str] = typer.Option([], "--policy", "-p", help="Policy to compare (repeatable); default: all five."),
+    policy: list[str] = typer.Option([], "--policy", "-p", help="Policy to compare (repeatable); default: all, the oracle included."),
     compression: float = typer.Option(1.0, help="Divide inter-arrival times by this (time compression)."),
     rate_scale: float = typer.Option(1.0, "--rate-scale", help="Multiply the number of requests."),
     start: float = typer.Option(0.0, help="Slice start, seconds after the first request."),
@@ -613,6 +615,10 @@ def simulate(
     sizing_ttft_scale: float = typer.Option(1.0, "--sizing-ttft-scale", help="Policies size for the TTFT targets x this; attainment is judged against the targets."),
     hpa_metric: Optional[str] = typer.Option(None, "--hpa-metric", help="Per-replica metric of the HPA-style policy (default: the cluster's AutoscalingPolicy)."),
     hpa_target: Optional[float] = typer.Option(None, "--hpa-target", help="Target per replica of --hpa-metric."),
+    router: str = typer.Option("auto", "--router", help="Gateway router: least-outstanding, least-load (llm-d/Kthena: queue + KV), "
+                               "least-latency (predicted TTFT/ITL vs SLO); auto = what the cluster says (docs/simulate.md)."),
+    frontier: bool = typer.Option(True, "--frontier/--no-frontier", help="Also sweep each policy's knob and the oracle: "
+                                  "cost-attainment frontier, attainment ceiling, cost / oracle."),
     seed: int = typer.Option(0, help="Seed of every random draw."),
     output: pathlib.Path = typer.Option(pathlib.Path("simulation-report"), "--output", "-o", help="Report directory."),
     config_namespace: str = typer.Option("modelplane-system", help="Namespace of the WVA ConfigMaps."),
@@ -626,7 +632,8 @@ def simulate(
     import csv
 
     from engine.optimize import SpecError
-    from engine.simulate_policies import POLICIES
+    from engine.simulate import ROUTERS
+    from engine.simulate_policies import POLICIES, ROUTER_AUTO
     from engine.simulate_trace import TraceError, parse_trace_rows
     from flows.simulate import simulate as simulate_flow
     from tasks.simulation import summary_table
@@ -645,6 +652,8 @@ def simulate(
         unknown = [p for p in policy if p not in POLICIES]
         if unknown:
             raise CannotRun(f"unknown policy {', '.join(unknown)}; choose from {', '.join(POLICIES)}")
+        if router != ROUTER_AUTO and router not in ROUTERS:
+            raise CannotRun(f"unknown router {router!r}; choose from {ROUTER_AUTO}, {', '.join(ROUTERS)}")
         if not trace.is_file():
             raise CannotRun(f"trace file {trace} does not exist")
         try:
@@ -657,15 +666,16 @@ def simulate(
                 cluster=str(cluster), trace=str(trace), config_namespace=config_namespace, policies=policy or None,
                 compression=compression, rate_scale=rate_scale, start_s=start, duration_s=duration, model_shares=shares or None,
                 interval_s=interval, startup_delay_s=startup_delay, sizing_ttft_scale=sizing_ttft_scale, hpa_metric=hpa_metric,
-                hpa_target=hpa_target, seed=seed, output_dir=str(output),
+                hpa_target=hpa_target, router=router, frontier=frontier, seed=seed, output_dir=str(output),
             )
         except (TraceError, SpecError, ValueError) as exc:
             raise CannotRun(str(exc)) from None
     if as_json:
         sys.stdout.write(json.dumps(report.as_json(), indent=2) + "\n")
         return
-    rows = summary_table(report.outcomes)
-    table = Table(title=f"Policies replayed on {trace.name} ({report.settings['requests']} requests)")
+    rows = summary_table(report.outcomes, report.limits)
+    ceiling = f", attainment ceiling {report.limits.ceiling['all']:.1%}" if report.limits is not None else ""
+    table = Table(title=f"Policies replayed on {trace.name} ({report.settings['requests']} requests{ceiling})")
     for column in rows[0]:
         table.add_column(column, justify="left" if column == "policy" else "right")
     for row in rows:
