@@ -42,7 +42,7 @@ PROFILE_ANNOTATION = f"{DOMAIN}/profile-id"
 LABEL_PREFIXES = ("com.amd.aim.", "org.amd.silogen.")
 OCI_LABEL_PREFIX = "org.opencontainers.image."
 OCI_LABEL_KEYS = ("title", "description", "licenses", "vendor", "authors", "source", "documentation", "created", "revision", "version")
-DEPLOYMENT_KEYS = ("gpuModel", "gpuCount", "precision", "metric", "profileId", "description")
+DEPLOYMENT_KEYS = ("gpuModel", "gpuCount", "precision", "metric", "profileId", "type", "description")
 METRIC_SHORT = {"latency": "lat", "throughput": "thr"}
 TEMPLATE_METRICS = ("latency", "throughput")
 TEMPLATE_PRECISIONS = ("auto", "fp4", "fp8", "fp16", "fp32", "bf16", "int4", "int8")
@@ -57,6 +57,7 @@ REASON_AUTH_FAILED = "ImagePullAuthFailure"
 REASON_SECRET_NOT_FOUND = "SecretNotFound"
 REASON_REGISTRY_UNAVAILABLE = "RegistryUnavailable"
 REASON_INVALID_IMAGE = "InvalidImageReference"
+REASON_VALIDATION_FAILED = "ValidationFailed"
 TERMINAL_REASONS = frozenset({REASON_IMAGE_NOT_FOUND, REASON_EXTRACTION_FAILED, REASON_INVALID_IMAGE})
 """Failures that asking the registry again cannot fix until ``spec.image`` (or the image) changes:
 they are retried only on the resync interval. Every other failure is retried on the next run."""
@@ -75,25 +76,32 @@ class LabelError(ValueError):
         super().__init__(f"label {label}: {problem}")
 
 
+def _json_list(body: str) -> Any:
+    """``body`` as JSON, wrapped in ``[...]`` when it does not start with ``[`` (comma-separated objects)."""
+    return json.loads(body if body.startswith("[") else f"[{body}]")
+
+
 def parse_recommended_deployments(text: str) -> list[dict[str, Any]]:
     """The recommended deployments in a ``model.recommendedDeployments`` label value.
 
-    As aim-engine reads them: every ``'`` becomes ``"`` (so single-quoted Python-style dicts parse; an
-    apostrophe inside a description then breaks parsing, as upstream), text that does not start with
-    ``[`` is wrapped in ``[...]`` (real labels are comma-separated objects), then JSON. Each entry keeps
-    ``gpuModel, gpuCount, precision, metric, profileId, description`` (absent or null ones omitted,
-    others dropped). Raises ``ValueError`` naming the problem for text that is not a list of objects
-    or an entry whose field has the wrong type. Blank text is no deployments.
+    Plain JSON is tried first (so a valid label whose description holds an apostrophe parses); only
+    when that fails is every ``'`` turned into ``"``, as aim-engine does (single-quoted Python-style
+    dicts). Text that does not start with ``[`` is wrapped in ``[...]`` (real labels are
+    comma-separated objects). Each entry keeps ``gpuModel, gpuCount, precision, metric, profileId,
+    type, description`` (absent or null ones omitted, others dropped). Raises ``ValueError`` naming the
+    problem for text that is not a list of objects or an entry whose field has the wrong type. Blank
+    text is no deployments.
     """
-    body = text.strip().replace("'", '"')
+    body = text.strip()
     if not body:
         return []
-    if not body.startswith("["):
-        body = f"[{body}]"
     try:
-        data = json.loads(body)
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"not a JSON list of objects ({exc.msg} at character {exc.pos})") from None
+        data = _json_list(body)
+    except json.JSONDecodeError:
+        try:
+            data = _json_list(body.replace("'", '"'))
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"not a JSON list of objects ({exc.msg} at character {exc.pos})") from None
     if not isinstance(data, list):
         raise ValueError(f"not a list of objects but a {type(data).__name__}")
     return [_deployment(entry, index) for index, entry in enumerate(data)]
@@ -270,17 +278,39 @@ class DiscoveryRecord:
             return None
 
 
+NOT_FOUND_RETRY = timedelta(minutes=5)
+"""First re-read of an image that was not found; doubled per consecutive miss, up to the resync."""
+
+
+def retry_after(record: DiscoveryRecord, resync: timedelta) -> timedelta:
+    """How long a terminal failure waits before the registry is asked again.
+
+    A missing image (404) backs off from :data:`NOT_FOUND_RETRY`, doubling per consecutive miss
+    (5 min, 10, 20, ...), never longer than ``resync``: a tag pushed after the service was declared is
+    picked up within minutes, and a tag that never comes costs a few requests a day. Other terminal
+    failures (unparsable labels, an invalid reference) change only with a new push or ``spec.image``:
+    they wait for the resync.
+    """
+    if record.reason != REASON_IMAGE_NOT_FOUND:
+        return resync
+    doublings = min(max(record.attempts, 1) - 1, 20)
+    return min(resync, NOT_FOUND_RETRY * (2 ** doublings))
+
+
 def needs_fetch(record: DiscoveryRecord | None, image: str, now: datetime, resync: timedelta) -> bool:
     """Whether the registry must be asked about ``image`` in this run.
 
     Yes when nothing was read yet, ``spec.image`` changed, the last attempt failed transiently (auth,
-    registry or network errors: retried every run), or the last read is older than ``resync`` (which
-    also retries terminal failures such as a missing image, in case it was pushed since).
+    registry or network errors: retried every run), a missing image's backoff has passed
+    (:func:`retry_after`), or the last read is older than ``resync`` (which also retries the other
+    terminal failures).
     """
     if record is None or record.image != image:
         return True
     if record.reason and not record.terminal:
         return True
+    if record.reason:
+        return now - record.read_at >= retry_after(record, resync)
     return now - record.read_at >= resync
 
 
@@ -449,6 +479,14 @@ def metadata_condition(record: DiscoveryRecord | None) -> ConditionUpdate:
             return ConditionUpdate(COND_METADATA, "True", REASON_EXTRACTED, f"{what} (image {record.digest or record.image})")
         return ConditionUpdate(COND_METADATA, "True", "ImageFound", "the image is reachable but carries no AIM labels; no templates are created")
     return ConditionUpdate(COND_METADATA, "False", record.reason or REASON_EXTRACTION_FAILED, record.message)
+
+
+def invalid_model_conditions(problem: str) -> list[ConditionUpdate]:
+    """``MetadataExtracted`` and ``Ready`` of a model whose spec does not parse (``problem`` names the
+    field): nothing is read or created for it until it is fixed."""
+    message = f"invalid AIMClusterModel: {problem}"
+    return [ConditionUpdate(COND_METADATA, "False", REASON_VALIDATION_FAILED, message),
+            ConditionUpdate(COND_READY, "False", REASON_VALIDATION_FAILED, message)]
 
 
 def ready_condition(record: DiscoveryRecord | None, template_states: Sequence[str], expected: bool) -> ConditionUpdate:

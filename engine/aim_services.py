@@ -15,8 +15,20 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
-from engine.aim import DOMAIN, REASON_IMAGE_NOT_FOUND, derived, owner_reference
-from engine.aim_templates import GpuInventory, ModelCatalog, gpu_resource_name, match_profile, models_named, node_affinity, record_of
+from engine.aim import DNS_LABEL_MAX, DOMAIN, REASON_IMAGE_NOT_FOUND, derived, owner_reference
+from engine.aim_templates import (
+    METRIC_PREFERENCE,
+    PRECISION_PREFERENCE,
+    GpuInventory,
+    ModelCatalog,
+    preference_rank,
+    gpu_resource_name,
+    match_profile,
+    models_named,
+    node_affinity,
+    normalize_gpu_model,
+    record_of,
+)
 from engine.sources import parse_source
 from engine.status import ConditionUpdate
 
@@ -43,19 +55,31 @@ COND_READY, COND_PROGRESSING, COND_FAILURE = "Ready", "Progressing", "Failure"
 # --------------------------------------------------------------------------------------------------
 
 
+def _unique_name(service: str, namespace: str, limit: int) -> str:
+    """``derived([service], [namespace])`` (aim-engine's name) when the service name survives whole and
+    unchanged in it; otherwise ``derived([service], [namespace, service])``, so that two services whose
+    names were cut (or sanitised) to the same prefix still get different hashes. Unique per
+    (namespace, service) and stable across runs; names that fit keep aim-engine's form."""
+    upstream = derived([service], [namespace], max_len=limit)
+    if upstream[: -len("-12345678")] == service:
+        return upstream
+    return derived([service], [namespace, service], max_len=limit)
+
+
 def workload_name(service: str, namespace: str) -> str:
-    """The InferenceService name: ``derived([service], [namespace])`` short enough that KServe's host
-    label ``{isvc}-predictor-{namespace}`` stays within 63 characters (a hash is always added).
+    """The InferenceService name, short enough that KServe's host label ``{isvc}-predictor-{namespace}``
+    stays within 63 characters (a hash is always added, see :func:`_unique_name`).
     ``ValueError`` when the namespace leaves fewer than 10 characters."""
     limit = 63 - HOST_LABEL_SUFFIX - len(namespace)
     if limit < MIN_NAME:
         raise ValueError(f"namespace {namespace!r} is too long for KServe's 63-character host label {{isvc}}-predictor-{{namespace}}")
-    return derived([service], [namespace], max_len=limit)
+    return _unique_name(service, namespace, limit)
 
 
 def route_name(service: str, namespace: str) -> str:
-    """The HTTPRoute name: ``derived([service], [namespace])``."""
-    return derived([service], [namespace])
+    """The HTTPRoute name: ``derived([service], [namespace])``, unique per (namespace, service) as
+    :func:`_unique_name` makes it."""
+    return _unique_name(service, namespace, DNS_LABEL_MAX)
 
 
 _LABEL_INVALID = re.compile(r"[^a-z0-9._-]+")
@@ -95,6 +119,8 @@ class Resolution:
     config: Mapping[str, Any] | None = None
     deployment: Mapping[str, Any] | None = None
     sources: tuple[str, ...] = ()
+    selected: str = ""
+    """How the template was chosen when the service names none (empty with ``templateRef``)."""
 
     @property
     def blocked(self) -> bool:
@@ -109,28 +135,131 @@ def _condition(obj: Mapping[str, Any] | None, type_: str) -> Mapping[str, Any] |
     return None
 
 
+GPU_PREFERENCE = ("MI325X", "MI300X", "MI250X", "MI210")
+"""aim-engine's GPU generation order for template selection (newest first); other models rank after."""
+PROFILE_TYPE_PREFERENCE = ("optimized", "preview", "unoptimized")
+
+
+@dataclass(frozen=True)
+class Selection:
+    """The outcome of choosing a template for a service without ``templateRef``: the template, or the
+    status, reason and message that stop the rollout; ``ranked`` names the candidates in rank order."""
+
+    template: Mapping[str, Any] | None = None
+    status: str | None = None
+    reason: str = ""
+    message: str = ""
+    ranked: tuple[str, ...] = ()
+
+
+def _template_profile(template: Mapping[str, Any], deployments: Sequence[Mapping[str, Any]]) -> Mapping[str, Any]:
+    """The recommended deployment a template selects (its "status profile"), or ``{}``."""
+    return match_profile(template.get("spec") or {}, deployments) or {}
+
+
+def select_template(
+    service_spec: Mapping[str, Any], templates: Mapping[str, Mapping[str, Any]], deployments: Sequence[Mapping[str, Any]],
+    inventory: GpuInventory,
+) -> Selection:
+    """Choose the template of a service that names none, as aim-engine does.
+
+    Filter (each step explains what it removed): the namespace's templates of ``spec.model``; status
+    Available; profile type ``optimized`` unless ``spec.allowUnoptimized`` (a recommended deployment
+    without a ``type`` is optimized: the image recommends it); its GPU present in the cluster (templates
+    without a GPU pass). Only namespaced templates exist in the seed, so aim-engine's "namespace
+    templates before cluster templates" step has nothing to drop. Rank, lexicographically: profile type
+    (optimized < preview < unoptimized), GPU (MI325X < MI300X < MI250X < MI210), metric (latency <
+    throughput), precision (fp4 < ... < fp32); unknown values rank last. A tie at the best rank is
+    ambiguous: nothing is chosen (``TemplateSelectionAmbiguous``, Failed until ``templateRef`` is set
+    or a template goes away). No template of the model yet, or none Available yet: Pending
+    (``TemplateNotFound`` / ``TemplateNotReady``); all filtered out: Failed ``TemplateNotFound``.
+    """
+    canonical = service_spec.get("model", "")
+    candidates = sorted((t for t in templates.values() if (t.get("spec") or {}).get("model") == canonical),
+                        key=lambda t: t["metadata"]["name"])
+    if not candidates:
+        return Selection(status=STATUS_PENDING, reason="TemplateNotFound",
+                         message=f"no AIMServiceTemplate in this namespace serves {canonical!r} yet (spec.templateRef is not set)")
+    ready = [t for t in candidates if (t.get("status") or {}).get("status") == "Available"]
+    if not ready:
+        names = ", ".join(t["metadata"]["name"] for t in candidates)
+        return Selection(status=STATUS_PENDING, reason="TemplateNotReady", message=f"templates of {canonical!r} exist but none is Available yet: {names}")
+    allow_unoptimized = service_spec.get("allowUnoptimized") is True
+    rejected: list[str] = []
+    kept: list[tuple[Mapping[str, Any], Mapping[str, Any]]] = []
+    for template in ready:
+        name, spec = template["metadata"]["name"], template.get("spec") or {}
+        profile = _template_profile(template, deployments)
+        kind = str(profile.get("type") or "optimized") if profile else "unoptimized"
+        if kind != "optimized" and not allow_unoptimized:
+            rejected.append(f"{name}: UnoptimizedTemplateFiltered ({kind})")
+            continue
+        gpu = spec.get("gpuModel") or profile.get("gpuModel")
+        if gpu and not inventory.of(str(gpu)):
+            rejected.append(f"{name}: RequiredGPUNotInCluster ({gpu})")
+            continue
+        kept.append((template, profile))
+    if not kept:
+        return Selection(status=STATUS_FAILED, reason="TemplateNotFound",
+                         message=f"no Available template of {canonical!r} can be used: {'; '.join(rejected)}")
+
+    def rank(item: tuple[Mapping[str, Any], Mapping[str, Any]]) -> tuple[int, int, int, int]:
+        template, profile = item
+        spec = template.get("spec") or {}
+        gpu = normalize_gpu_model(str(spec.get("gpuModel") or profile.get("gpuModel") or ""))
+        precision = profile.get("precision") or (spec.get("precision") if spec.get("precision") != "auto" else None)
+        return (preference_rank(str(profile.get("type") or "optimized"), PROFILE_TYPE_PREFERENCE), preference_rank(gpu, GPU_PREFERENCE),
+                preference_rank(profile.get("metric") or spec.get("metric"), METRIC_PREFERENCE), preference_rank(precision, PRECISION_PREFERENCE))
+
+    ordered = sorted(kept, key=lambda item: (rank(item), item[0]["metadata"]["name"]))
+    names = tuple(t["metadata"]["name"] for t, _ in ordered)
+    best = rank(ordered[0])
+    tied = [t["metadata"]["name"] for t, p in ordered if rank((t, p)) == best]
+    if len(tied) > 1:
+        return Selection(status=STATUS_FAILED, reason="TemplateSelectionAmbiguous",
+                         message=f"{len(tied)} templates of {canonical!r} rank equally ({', '.join(tied)}); set spec.templateRef", ranked=names)
+    return Selection(template=ordered[0][0], reason="BestMatch", message=f"template {names[0]!r} selected (best of {len(names)})", ranked=names)
+
+
 def resolve_references(
     service: Mapping[str, Any], models: Sequence[Mapping[str, Any]] | ModelCatalog, templates: Mapping[str, Mapping[str, Any]],
-    configs: Mapping[str, Mapping[str, Any]],
+    configs: Mapping[str, Mapping[str, Any]], inventory: GpuInventory | None = None, invalid: Mapping[tuple[str, str], str] | None = None,
 ) -> Resolution:
     """Model, template and namespace config of a service, checked in kaiwo's order.
 
     Missing model or template, or a template of another model: Failed (``ModelNotFound``,
-    ``TemplateNotFound``, ``ValidationFailed``). Missing namespace config: Degraded
-    ``RuntimeConfigMissing``. Model image missing: Degraded ``ImageNotFound``. Template Failed: Failed;
-    not yet Available: Pending ``TemplateNotAvailable``; Available without model sources: Degraded
-    ``NoModelSources``. ``templates``/``configs`` are the service namespace's, by name.
+    ``TemplateNotFound``, ``ValidationFailed``). Without ``templateRef`` the template is chosen by
+    :func:`select_template` (needs ``inventory``). Missing namespace config: Failed
+    ``RuntimeConfigMissing`` (as aim-engine reports a missing reference). Model image missing: Degraded
+    ``ImageNotFound``. Template Failed: Failed; not yet Available: Pending ``TemplateNotAvailable``;
+    Available without model sources: Degraded ``NoModelSources``. ``templates``/``configs`` are the
+    service namespace's, by name; ``invalid`` holds the namespace's objects that do not parse (``(kind,
+    name)`` -> problem): referring to one is Failed ``ValidationFailed``.
     """
+    invalid = invalid or {}
     spec = service.get("spec") or {}
     canonical = spec.get("model", "")
     named = models_named(models, canonical)
+    if not named and isinstance(models, ModelCatalog) and canonical in models.invalid:
+        return Resolution(STATUS_FAILED, "ValidationFailed", f"the AIMClusterModel with spec.name {canonical!r} is invalid: {models.invalid[canonical]}")
     if not named:
         return Resolution(STATUS_FAILED, "ModelNotFound", f"no AIMClusterModel has spec.name {canonical!r} (spec.model)")
     if len(named) > 1:
         return Resolution(STATUS_FAILED, "ValidationFailed", f"several AIMClusterModels have spec.name {canonical!r} (spec.model)")
     model = named[0]
-    template_ref = spec.get("templateRef", "")
+    record = record_of(models, model)
+    metadata = record.metadata if record is not None and record.ok else None
+    template_ref = spec.get("templateRef") or ""
+    selection: Selection | None = None
+    if not template_ref:
+        selection = select_template(spec, templates, metadata.recommended_deployments if metadata else (), inventory or GpuInventory())
+        if selection.template is None:
+            return Resolution(selection.status, selection.reason, selection.message, model=model)
+        template_ref = selection.template["metadata"]["name"]
     template = templates.get(template_ref)
+    if template is None and ("AIMServiceTemplate", template_ref) in invalid:
+        return Resolution(STATUS_FAILED, "ValidationFailed",
+                          f"AIMServiceTemplate {template_ref!r} is invalid: {invalid['AIMServiceTemplate', template_ref]}", model=model)
     if template is None:
         return Resolution(STATUS_FAILED, "TemplateNotFound", f"AIMServiceTemplate {template_ref!r} not found (spec.templateRef)", model=model)
     if (template.get("spec") or {}).get("model") != canonical:
@@ -139,10 +268,12 @@ def resolve_references(
                           model=model, template=template)
     config_ref = spec.get("configRef") or "default"
     config = configs.get(config_ref)
+    if config is None and ("AIMNamespaceConfig", config_ref) in invalid:
+        return Resolution(STATUS_FAILED, "ValidationFailed",
+                          f"AIMNamespaceConfig {config_ref!r} is invalid: {invalid['AIMNamespaceConfig', config_ref]}", model=model, template=template)
     if config is None:
-        return Resolution(STATUS_DEGRADED, "RuntimeConfigMissing", f"AIMNamespaceConfig {config_ref!r} not found (spec.configRef)",
+        return Resolution(STATUS_FAILED, "RuntimeConfigMissing", f"AIMNamespaceConfig {config_ref!r} not found (spec.configRef)",
                           model=model, template=template)
-    record = record_of(models, model)
     if record is not None and record.reason == REASON_IMAGE_NOT_FOUND and record.image == model["spec"].get("image"):
         return Resolution(STATUS_DEGRADED, REASON_IMAGE_NOT_FOUND, record.message, model=model, template=template, config=config)
     template_status = (template.get("status") or {}).get("status")
@@ -158,9 +289,9 @@ def resolve_references(
     sources = tuple((template.get("status") or {}).get("modelSources") or ())
     if not sources:
         return Resolution(STATUS_DEGRADED, "NoModelSources", f"template {template_ref!r} lists no model sources", model=model, template=template, config=config)
-    metadata = record.metadata if record is not None and record.ok else None
     deployment = match_profile(template.get("spec") or {}, metadata.recommended_deployments) if metadata else None
-    return Resolution(model=model, template=template, config=config, deployment=deployment or {}, sources=sources)
+    return Resolution(model=model, template=template, config=config, deployment=deployment or {}, sources=sources,
+                      selected=selection.message if selection else "")
 
 
 # --------------------------------------------------------------------------------------------------
@@ -411,14 +542,15 @@ def blocked_status(resolution: Resolution, workload_exists: bool) -> ServiceOutc
 
 def service_status(
     caches_ready: bool, cache_reason: str, cache_message: str, isvc: Mapping[str, Any] | None,
-    route: Mapping[str, Any] | None, routing_enabled: bool, routing_problem: str | None,
+    route: Mapping[str, Any] | None, routing_enabled: bool, routing_problem: str | None, selected: str = "",
 ) -> ServiceOutcome:
     """Status of a resolved service from its caches and what the cluster reports about its workload.
 
     Starting until the InferenceService is Ready and the route accepted by its Gateway, then Running;
-    a failed cache, a runtime failure or a routing problem (no gateway configured) is Degraded.
+    a failed cache is Failed (as aim-engine reports it); a runtime failure or a routing problem (no
+    gateway configured) is Degraded. ``selected`` says how the template was chosen (auto-selection).
     """
-    resolved = ConditionUpdate(COND_RESOLVED, "True", "Resolved", "model, template and namespace config found")
+    resolved = ConditionUpdate(COND_RESOLVED, "True", "Resolved", "model, template and namespace config found" + (f"; {selected}" if selected else ""))
     cache = ConditionUpdate(COND_CACHE_READY, "True" if caches_ready else "False", cache_reason, cache_message)
     runtime_ok, runtime_reason, runtime_message = _ready_of(isvc)
     if not routing_enabled:
@@ -439,7 +571,7 @@ def service_status(
     elif route_reason not in ("ConfiguringRoute", "RouteReady", "RoutingDisabled"):
         degraded_reason, degraded_message = route_reason, route_message
     if degraded_reason:
-        status = STATUS_DEGRADED
+        status = STATUS_FAILED if degraded_reason == "CacheFailed" else STATUS_DEGRADED
         ready = ConditionUpdate(COND_READY, "False", degraded_reason, degraded_message)
         failure = ConditionUpdate(COND_FAILURE, "True", degraded_reason, degraded_message)
         progressing = ConditionUpdate(COND_PROGRESSING, "False", degraded_reason, degraded_message)

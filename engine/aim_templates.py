@@ -196,7 +196,8 @@ PRECISION_PREFERENCE = ("fp4", "int4", "fp8", "int8", "fp16", "bf16", "fp32")
 METRIC_PREFERENCE = ("latency", "throughput")
 
 
-def _rank(value: str | None, order: Sequence[str]) -> int:
+def preference_rank(value: str | None, order: Sequence[str]) -> int:
+    """Position of ``value`` in a preference order (unknown values rank after every known one)."""
     return order.index(value) if value in order else 1000
 
 
@@ -204,8 +205,9 @@ def match_profile(spec: Mapping[str, Any], deployments: Sequence[Mapping[str, An
     """The recommended deployment a template selects, or ``None``.
 
     GPU model equal after normalising, ``gpusPerReplica == gpuCount``, metric equal (a template
-    without a metric takes any, latency first), precision equal unless the template says ``auto``
-    (any; then the preferred precision: fp4 < int4 < fp8 < int8 < fp16 < bf16 < fp32).
+    without a metric takes any), precision equal unless the template says ``auto`` (any). Among several,
+    aim-engine's order: metric first (latency < throughput), then precision (fp4 < int4 < fp8 < int8 <
+    fp16 < bf16 < fp32).
     """
     gpu = spec.get("gpuModel")
     count = spec.get("gpusPerReplica")
@@ -224,7 +226,7 @@ def match_profile(spec: Mapping[str, Any], deployments: Sequence[Mapping[str, An
         candidates.append(deployment)
     if not candidates:
         return None
-    return min(candidates, key=lambda d: (_rank(d.get("precision"), PRECISION_PREFERENCE), _rank(d.get("metric"), METRIC_PREFERENCE)))
+    return min(candidates, key=lambda d: (preference_rank(d.get("metric"), METRIC_PREFERENCE), preference_rank(d.get("precision"), PRECISION_PREFERENCE)))
 
 
 def describe_wanted(spec: Mapping[str, Any]) -> str:
@@ -273,13 +275,15 @@ class Profile:
 
 class ModelCatalog:
     """The AIMClusterModels of a run, looked up by canonical name (``spec.name``), each model's
-    discovery record parsed once."""
+    discovery record parsed once. ``invalid`` maps the canonical name of a model whose spec does not
+    parse (when its ``spec.name`` can be read) to the problem, so its users can say why."""
 
-    def __init__(self, models: Iterable[Mapping[str, Any]]) -> None:
+    def __init__(self, models: Iterable[Mapping[str, Any]], invalid: Mapping[str, str] | None = None) -> None:
         self._by_canonical: dict[str, list[Mapping[str, Any]]] = {}
         for model in models:
             self._by_canonical.setdefault((model.get("spec") or {}).get("name", ""), []).append(model)
         self._records: dict[str, DiscoveryRecord | None] = {}
+        self.invalid: dict[str, str] = dict(invalid or {})
 
     def named(self, canonical: str) -> list[Mapping[str, Any]]:
         """The models whose ``spec.name`` is ``canonical``."""
@@ -312,6 +316,9 @@ def resolve_profile(template: Mapping[str, Any], models: Sequence[Mapping[str, A
     spec = template.get("spec") or {}
     canonical = spec.get("model", "")
     named = models_named(models, canonical)
+    if not named and isinstance(models, ModelCatalog) and canonical in models.invalid:
+        return Profile(STATUS_FAILED, REASON_DISCOVERY_FAILED, f"the AIMClusterModel with spec.name {canonical!r} is invalid: {models.invalid[canonical]}",
+                       failure_reason="ValidationFailed")
     if not named:
         return Profile(STATUS_PENDING, REASON_AWAITING, f"no AIMClusterModel has spec.name {canonical!r}")
     if len(named) > 1:
@@ -365,6 +372,18 @@ class TemplateOutcome:
     status: str
     model_sources: list[str]
     conditions: list[ConditionUpdate] = field(default_factory=list)
+
+
+def invalid_template_outcome(problem: str) -> TemplateOutcome:
+    """Status of a template whose spec does not parse (``problem`` names the field): Failed, nothing
+    resolved or cached for it until it is fixed."""
+    message = f"invalid AIMServiceTemplate: {problem}"
+    return TemplateOutcome(STATUS_FAILED, [], [
+        ConditionUpdate(COND_DISCOVERED, "False", "ValidationFailed", message),
+        ConditionUpdate(COND_READY, "False", "ValidationFailed", message),
+        ConditionUpdate(COND_PROGRESSING, "False", "ValidationFailed", message),
+        ConditionUpdate(COND_FAILURE, "True", "ValidationFailed", message),
+    ])
 
 
 def template_status(profile: Profile, warm_cache: bool, cache_states: Mapping[str, str | None]) -> TemplateOutcome:

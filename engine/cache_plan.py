@@ -19,6 +19,7 @@ from enum import Enum
 from typing import Any, Iterable, Mapping
 
 from engine.api.meta import format_time, parse_time
+from engine.caching import pvc_size
 from engine.status import ConditionUpdate, set_conditions
 from engine.units import parse_quantity
 
@@ -190,6 +191,17 @@ def quantity_bytes(value: str | int | float) -> int:
     if amount <= 0:
         raise ValueError(f"size must be positive, got {value!r}")
     return int(amount)
+
+
+def pvc_request(spec_size: str | int | float | None, source_bytes: int | None, headroom_percent: float) -> str:
+    """The storage a cache's PVC requests: an explicit ``spec.size`` exactly as written (the person
+    chose it; adding headroom again turned 100Mi into 1Gi and 40Gi into 44Gi), else the measured
+    source plus the headroom, rounded up to whole Gi (:func:`engine.caching.pvc_size`).
+    ``ValueError`` for a size that is not a positive quantity or an unknown source size."""
+    if spec_size:
+        quantity_bytes(spec_size)
+        return str(spec_size)
+    return pvc_size([source_bytes], headroom_percent)
 
 
 def volume_too_small(capacity: str | None, source_bytes: int | None) -> Failure | None:

@@ -64,11 +64,35 @@ def _sources_of_template(
     return sources
 
 
+def _spec(obj: Mapping[str, Any], problems: list[RequestProblem]) -> Mapping[str, Any] | None:
+    """The object's ``spec`` when it is an object (absent: empty); otherwise a problem naming ``spec``."""
+    spec = obj.get("spec")
+    if spec is None:
+        return {}
+    if not isinstance(spec, Mapping):
+        problems.append(RequestProblem(_consumer(obj), "spec", f"must be an object, not {type(spec).__name__}"))
+        return None
+    return spec
+
+
+def _flag(obj: Mapping[str, Any], spec: Mapping[str, Any], key: str, default: bool, problems: list[RequestProblem]) -> bool | None:
+    """A boolean field of ``spec`` (absent: ``default``); any other value (``"no"``) is a problem naming
+    the field and ``None``: no cache is requested on a guess (the API schema is boolean)."""
+    value = spec.get(key, default)
+    if value is None:
+        return default
+    if not isinstance(value, bool):
+        problems.append(RequestProblem(_consumer(obj), f"spec.{key}", f"must be true or false, not {value!r}"))
+        return None
+    return value
+
+
 def template_requests(templates: Iterable[Mapping[str, Any]], problems: list[RequestProblem]) -> list[CacheRequest]:
     """AIMServiceTemplates with ``warmCache: true``: every resolved ``status.modelSources`` entry."""
     requests = []
     for template in templates:
-        if not (template.get("spec") or {}).get("warmCache"):
+        spec = _spec(template, problems)
+        if spec is None or not _flag(template, spec, "warmCache", False, problems):
             continue
         consumer = _consumer(template)
         namespace, _ = _meta(template)
@@ -81,17 +105,20 @@ def template_requests(templates: Iterable[Mapping[str, Any]], problems: list[Req
 def service_requests(
     services: Iterable[Mapping[str, Any]], templates: Iterable[Mapping[str, Any]], problems: list[RequestProblem]
 ) -> list[CacheRequest]:
-    """AIMServices with ``cacheModel`` (default true): the model sources of their template, once resolved."""
+    """AIMServices with ``cacheModel`` (default true): the model sources of their template, once resolved.
+
+    A service without ``templateRef`` is left to rollout-services, which selects its template and
+    requests its caches itself; a ``cacheModel`` that is not a boolean requests nothing (a problem)."""
     by_name = {_meta(t): t for t in templates}
     requests = []
     for service in services:
-        spec = service.get("spec") or {}
-        if spec.get("cacheModel", True) is False:
+        spec = _spec(service, problems)
+        if spec is None or not _flag(service, spec, "cacheModel", True, problems):
             continue
         namespace, _ = _meta(service)
         template = by_name.get((namespace, spec.get("templateRef") or ""))
         if template is None:
-            continue  # the rollout reports a missing template; nothing to cache until it exists
+            continue  # the rollout reports a missing template (or selects one); nothing to cache until it exists
         consumer = _consumer(service)
         for source in _sources_of_template(template, consumer, problems):
             if source.downloadable:

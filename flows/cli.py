@@ -326,6 +326,9 @@ def rollout_services_command(
 @app.command("aim")
 def aim_command(
     cluster: Optional[str] = typer.Option(None, "--cluster", help=_CLUSTER_HELP),
+    namespace: list[str] = typer.Option([], "--namespace", "-n", help="Create templates, resolve and roll out in these namespaces only (repeatable; default: all)."),
+    resync: int = typer.Option(86400, "--resync-seconds", min=60, help="Read unchanged images again after this many seconds (at least 60)."),
+    insecure_registry: list[str] = typer.Option([], "--insecure-registry", help="Registry host spoken to over plain HTTP (repeatable)."),
     registry_mirror: list[str] = typer.Option([], "--registry-mirror", help="HOST=MIRROR or HOST=oci-layout:DIR (repeatable)."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object (models, templates, services) instead of tables."),
 ) -> None:
@@ -339,9 +342,11 @@ def aim_command(
     from flows.rollout_services import rollout_services
 
     mirrors = _mirrors(registry_mirror)
-    found = _run_flow(cluster, lambda: discover_models(registry_mirrors=mirrors, cluster=cluster))
-    resolved = _run_flow(cluster, lambda: resolve_templates(cluster=cluster))
-    rolled = _run_flow(cluster, lambda: rollout_services(cluster=cluster))
+    namespaces = namespace or None
+    found = _run_flow(cluster, lambda: discover_models(namespaces=namespaces, resync_interval_s=resync, insecure_registries=insecure_registry or None,
+                                                       registry_mirrors=mirrors, cluster=cluster))
+    resolved = _run_flow(cluster, lambda: resolve_templates(namespaces=namespaces, cluster=cluster))
+    rolled = _run_flow(cluster, lambda: rollout_services(namespaces=namespaces, cluster=cluster))
     errors = found.writes.errors + resolved.writes.errors + rolled.writes.errors
     if as_json:
         sys.stdout.write(json.dumps({

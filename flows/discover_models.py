@@ -10,8 +10,9 @@ Lifecycle, top to bottom:
    the pull secrets AIMNamespaceConfigs name, each distinct image once;
 4. persist the records and create one AIMServiceTemplate per recommended deployment in every
    namespace that has an AIMNamespaceConfig (or the namespaces given), never touching a template a
-   person wrote;
-5. write each model's ``MetadataExtracted`` and ``Ready`` conditions, and publish a summary.
+   person wrote; auto-created templates the current image no longer wants are deleted;
+5. write each model's ``MetadataExtracted`` and ``Ready`` conditions (a model whose spec does not
+   parse gets them False ``ValidationFailed`` naming the field), and publish a summary.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from engine.aim import (
     MODEL_LABEL,
     DiscoveryRecord,
     auto_templates,
+    invalid_model_conditions,
     is_auto_template,
     metadata_condition,
     needs_fetch,
@@ -38,11 +40,14 @@ from tasks.aim import (
     Keychain,
     WriteCounts,
     create_missing,
+    delete_stale,
     for_each,
     inspect_images,
     new_status,
     read_aim_state,
     read_keychain,
+    split_invalid,
+    write_invalid,
     write_record,
     write_status,
 )
@@ -121,6 +126,9 @@ def discover_models(
     now = datetime.now(timezone.utc).replace(microsecond=0)
     cluster_api = connect(params.cluster)
     state = read_aim_state(cluster_api, ["models", "configs", "templates"], params.model_selector)
+    config_namespaces = sorted({c["metadata"]["namespace"] for c in state.configs})
+    state.models, invalid_models = split_invalid(state.models)
+    state.configs, invalid_configs = split_invalid(state.configs)
 
     # Which images must be asked about (each distinct image once).
     resync = timedelta(seconds=params.resync_interval_s)
@@ -138,7 +146,7 @@ def discover_models(
             ((c.get("spec") or {}).get("images") or {}).get("imagePullSecrets") for c in state.configs) else Keychain()
         records = inspect_images(client, wanted, keychain, now)
 
-    target_namespaces = params.namespaces or sorted({c["metadata"]["namespace"] for c in state.configs})
+    target_namespaces = params.namespaces or config_namespaces
     existing = {(t["metadata"]["namespace"], t["metadata"]["name"]): t for t in state.templates}
     auto_by_model: dict[str, list[dict]] = {}
     for template in state.templates:
@@ -151,6 +159,12 @@ def discover_models(
 
     rows = for_each(sorted(state.models, key=lambda m: m["metadata"]["name"]), reconcile, report.writes)
     report.rows = [row for row in rows if row is not None]
+    for bad in invalid_models:  # one bad object never stops the run: it gets a condition naming the field
+        write_invalid(cluster_api, bad, invalid_model_conditions(bad.problem), now, None, report.writes)
+        spec = bad.obj.get("spec")
+        image = spec.get("image") if isinstance(spec, dict) else None
+        report.rows.append(ModelRow(bad.name, image if isinstance(image, str) else "", f"invalid: {bad.problem}", 0, 0))
+    report.writes.errors += [f"AIMNamespaceConfig {bad.name}: invalid: {bad.problem}" for bad in invalid_configs]
     for line in report.writes.errors:
         logger.error("%s", line)
     for line in report.writes.skipped:
@@ -158,7 +172,7 @@ def discover_models(
     failed = sum(1 for r in report.rows if r.result != "ok")
     report.summary = (
         f"{len(report.rows)} models, {report.fetched} images read, {failed} failed; "
-        f"{report.writes.created} templates created, {report.writes.statuses} statuses written"
+        f"{report.writes.created} templates created, {report.writes.deleted} stale removed, {report.writes.statuses} statuses written"
         + (f", {len(report.writes.errors)} write errors" if report.writes.errors else "")
     )
     for row in report.rows:  # one event per model whose image was read now: resolve-templates follows
@@ -179,11 +193,18 @@ def reconcile_model(
     try:
         if read_now and record is not None:
             model = write_record(cluster_api, model, record)
-        plan = auto_templates(model, record.metadata, namespaces) if record is not None and record.ok and record.metadata else None
+        current = record is not None and record.ok and record.metadata is not None and record.image == image
+        plan = auto_templates(model, record.metadata, namespaces) if current and record is not None and record.metadata else None
+        ours = auto_by_model.get(name, [])
         if plan is not None:
             create_missing(cluster_api, plan.templates, existing, is_auto_template, counts)
             counts.skipped += [f"{name}: {why}" for why in plan.skipped]
-        ours = auto_by_model.get(name, [])
+            # Templates of an earlier image (or a deployment the image no longer recommends) go: their
+            # names hash the image, so the new image's templates replace them.
+            wanted = {(t["metadata"]["namespace"], t["metadata"]["name"]) for t in plan.templates}
+            stale = [t for t in ours if t["metadata"]["namespace"] in namespaces and (t["metadata"]["namespace"], t["metadata"]["name"]) not in wanted]
+            delete_stale(cluster_api, stale, counts)
+            ours = [t for t in ours if t not in stale]
         states = [(t.get("status") or {}).get("status") or "Pending" for t in ours]
         if plan is not None and len(ours) < len(plan.templates):
             states += ["Pending"] * (len(plan.templates) - len(ours))

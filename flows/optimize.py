@@ -49,12 +49,14 @@ from tasks.events import Subject, emit_change
 from tasks.metrics import FileMetrics, MetricsSnapshot, MetricsSource, PrometheusMetrics
 from tasks.pushgateway import Pushgateway, push
 from tasks.optimizer import (
+    BindingRowDetails,
     ClusterState,
     TargetReplicas,
     WriteOutcome,
     apply_binding,
     apply_decisions,
     collect_metrics,
+    describe_bindings,
     local_path_problem,
     read_binding_inputs,
     read_cluster_state,
@@ -225,8 +227,10 @@ def apply_bindings(
     return errors
 
 
-def report_rows(decisions: list[VariantDecision], writes: list[WriteOutcome], bindings: list[BindingDecision]) -> list[CycleRow]:
-    """The allocation table: one row per variant and per binding target."""
+def report_rows(decisions: list[VariantDecision], writes: list[WriteOutcome], bindings: list[BindingDecision],
+                binding_details: dict[tuple[str, str], BindingRowDetails] | None = None) -> list[CycleRow]:
+    """The allocation table: one row per variant and per binding target (a binding's model and its
+    targets' accelerators from ``binding_details``)."""
     outcomes = {(w.namespace, w.name): w for w in writes}
     rows = [
         CycleRow(
@@ -239,11 +243,12 @@ def report_rows(decisions: list[VariantDecision], writes: list[WriteOutcome], bi
         for d in decisions
     ]
     for b in bindings:
+        details = (binding_details or {}).get((b.namespace, b.name)) or BindingRowDetails()
         for target in b.targets:
             rows.append(
                 CycleRow(
                     namespace=b.namespace, name=f"{b.name}/{target.name}", kind="AutoscalingPolicyBinding",
-                    model=b.policy or "", accelerator="", current=target.current, desired=target.desired,
+                    model=details.model, accelerator=details.accelerators.get(target.name, ""), current=target.current, desired=target.desired,
                     cost=f"{target.cost:.2f}", reason=b.reason, applied=target.applied, message=b.message,
                     scaled=target.scaled, mode=target.mode,
                 )
@@ -358,7 +363,8 @@ def optimize(
             push_error = final_error
             degraded.append(f"metrics not published ({final_error})")
     summary = degraded_summary(summarize(decisions) + binding_summary(bindings), degraded)
-    report = CycleReport(rows=report_rows(decisions, writes, bindings), summary=summary, metrics_error=metrics_error,
+    details = describe_bindings(cluster, quote(state.bindings)) if state.bindings else {}
+    report = CycleReport(rows=report_rows(decisions, writes, bindings, details), summary=summary, metrics_error=metrics_error,
                          writes=writes, degraded=degraded, push_error=push_error)
     emit_scaling_events(report)
     publish(report)

@@ -10,7 +10,9 @@ Lifecycle, top to bottom:
 3. when ``warmCache`` is set, request a ModelCache per model source (created or adopted through
    ``tasks.caches``; the warm-caches flow fills them) and wait for them: the template is Available
    only when they are;
-4. write ``status.status``, ``status.modelSources`` and the seed's conditions where they changed.
+4. write ``status.status``, ``status.modelSources`` and the seed's conditions where they changed
+   (a template whose spec does not parse is Failed with a condition naming the field);
+5. write each model's ``Ready`` from its auto-created templates as this run left them.
 """
 
 from __future__ import annotations
@@ -24,9 +26,22 @@ from prefect.artifacts import create_table_artifact
 from prefect.context import FlowRunContext
 from pydantic import BaseModel
 
-from engine.aim_templates import ModelCatalog, cluster_gpus, resolve_profile, template_status
-from tasks.aim import WriteCounts, by_namespace, cache_state_map, caches_for, for_each, new_status, read_aim_state, write_status
-from tasks.cluster import connect
+from engine.aim import MODEL_LABEL, is_auto_template, ready_condition
+from engine.aim_templates import ModelCatalog, cluster_gpus, invalid_template_outcome, resolve_profile, template_status
+from tasks.aim import (
+    AimState,
+    WriteCounts,
+    by_namespace,
+    cache_state_map,
+    caches_for,
+    for_each,
+    new_status,
+    read_aim_state,
+    split_invalid,
+    write_invalid,
+    write_status,
+)
+from tasks.cluster import Cluster, connect
 from tasks.cluster.errors import ClusterError
 from engine.api.aim import API_VERSION as AIM_API_VERSION
 from tasks.events import Subject, emit_change
@@ -75,8 +90,11 @@ def resolve_templates(namespaces: list[str] | None = None, cluster: str | None =
     now = datetime.now(timezone.utc).replace(microsecond=0)
     cluster_api = connect(params.cluster)
     state = read_aim_state(cluster_api, ["templates", "models", "configs", "caches", "nodes"])
+    state.templates, invalid_templates = split_invalid(state.templates)
+    state.models, invalid_models = split_invalid(state.models)
+    state.configs, _ = split_invalid(state.configs)  # discover-models and rollout-services report them
     inventory = cluster_gpus(state.nodes)
-    catalog = ModelCatalog(state.models)
+    catalog = ModelCatalog(state.models, invalid={name: bad.problem for bad in invalid_models if isinstance(name := _spec_name(bad.obj), str)})
     configs = by_namespace(state.configs)
     caches = {ns: list(items.values()) for ns, items in by_namespace(state.caches).items()}
     scope = set(params.namespaces) or None
@@ -112,6 +130,14 @@ def resolve_templates(namespaces: list[str] | None = None, cluster: str | None =
         return TemplateRow(namespace, name, outcome.status, ready.reason if ready else "", ready.message if ready else "")
 
     report.rows = [row for row in for_each(templates, one, report.writes) if row is not None]
+    for bad in invalid_templates:  # one bad object never stops the run: it gets a condition naming the field
+        namespace, name = bad.obj["metadata"]["namespace"], bad.obj["metadata"]["name"]
+        if scope is not None and namespace not in scope:
+            continue
+        outcome = invalid_template_outcome(bad.problem)
+        write_invalid(cluster_api, bad, outcome.conditions, now, {"status": outcome.status, "modelSources": []}, report.writes)
+        report.rows.append(TemplateRow(namespace, name, outcome.status, "ValidationFailed", outcome.conditions[0].message))
+    update_model_readiness(cluster_api, state, catalog, report, now)
     report.caches_requested = report.writes.created
     for line in report.writes.errors:
         logger.error("%s", line)
@@ -128,6 +154,38 @@ def resolve_templates(namespaces: list[str] | None = None, cluster: str | None =
     publish(report)
     logger.info("resolve-templates: %s", report.summary)
     return report
+
+
+def _spec_name(obj: dict) -> object:
+    spec = obj.get("spec")
+    return spec.get("name") if isinstance(spec, dict) else None
+
+
+def update_model_readiness(cluster_api: Cluster, state: AimState, catalog: ModelCatalog, report: ResolveReport, now: datetime) -> None:
+    """Each model's ``Ready`` from its auto-created templates as this run left them, so a model turns
+    Ready when its templates do (not on the next discovery run). Models without auto-created templates
+    keep what discover-models wrote."""
+    resolved = {(r.namespace, r.name): r.status for r in report.rows}
+    states: dict[str, list[str]] = {}
+    for template in state.templates:
+        if not is_auto_template(template):
+            continue
+        meta = template["metadata"]
+        owner = (meta.get("labels") or {}).get(MODEL_LABEL, "")
+        status = resolved.get((meta["namespace"], meta["name"])) or (template.get("status") or {}).get("status") or "Pending"
+        states.setdefault(owner, []).append(status)
+    for model in state.models:
+        name = model["metadata"]["name"]
+        if name not in states:
+            continue
+        record = catalog.record(model)
+        if record is None or record.image != model["spec"]["image"]:
+            continue
+        try:
+            if write_status(cluster_api, model, new_status(model, [ready_condition(record, states[name], True)], now)):
+                report.writes.statuses += 1
+        except ClusterError as exc:
+            report.writes.errors.append(f"AIMClusterModel {name}: {exc.message}")
 
 
 def publish(report: ResolveReport) -> None:

@@ -4,8 +4,10 @@ Lifecycle, top to bottom:
 
 1. read the cluster: one LIST each of AIMServices, AIMServiceTemplates, AIMClusterModels,
    AIMNamespaceConfigs, ModelCaches, Nodes, InferenceServices and HTTPRoutes;
-2. per service, resolve its references (model by canonical name, template, namespace config); a
-   missing or mismatched one gets its seed status and reason and stops the rollout there;
+2. per service, resolve its references (model by canonical name, template, or the best Available
+   template when ``templateRef`` is omitted, namespace config); a missing, mismatched, ambiguous or
+   invalid one gets its seed status and reason and stops the rollout there (a service whose own spec
+   does not parse is Failed with a condition naming the field);
 3. caches: with ``cacheModel`` (default) a ModelCache per model source is requested and the service
    waits until they are Available; existing Available caches are mounted even when not requested;
 4. render the InferenceService (and the HTTPRoute when the namespace routes) and write them only
@@ -48,10 +50,13 @@ from tasks.aim import (
     apply_object,
     by_namespace,
     caches_for,
+    delete_stale,
     for_each,
     mark_caches_used,
     new_status,
     read_aim_state,
+    split_invalid,
+    write_invalid,
     write_status,
 )
 from tasks.caches import cache_available, cache_pvc
@@ -105,6 +110,7 @@ def rollout_services(namespaces: list[NamespaceName] | None = None, cluster: str
     cluster_api = connect(params.cluster)
     state = read_aim_state(cluster_api, ["services", "templates", "models", "configs", "caches", "nodes", "isvcs", "routes"])
     scope = set(params.namespaces) or None
+    state.services, invalid_services = split_invalid(state.services)
 
     report = RolloutReport()
     context = RolloutContext.of(state)
@@ -120,6 +126,13 @@ def rollout_services(namespaces: list[NamespaceName] | None = None, cluster: str
             return None
 
     report.rows = [row for row in for_each(services, one, report.writes) if row is not None]
+    for bad in invalid_services:  # one bad object never stops the run: it gets a condition naming the field
+        namespace, name = bad.obj["metadata"]["namespace"], bad.obj["metadata"]["name"]
+        if scope is not None and namespace not in scope:
+            continue
+        outcome = blocked_status(Resolution(STATUS_FAILED, "ValidationFailed", f"invalid AIMService: {bad.problem}"), False)
+        write_invalid(cluster_api, bad, outcome.conditions, now, {"status": outcome.status}, report.writes)
+        report.rows.append(ServiceRow(namespace, name, outcome.status, "ValidationFailed", "", "none"))
     for line in report.writes.errors:
         logger.error("%s", line)
     for row in report.rows:
@@ -152,6 +165,8 @@ class RolloutContext:
     """The run's cluster state indexed for per-service lookups."""
 
     state: AimState
+    invalid: dict[str, dict[tuple[str, str], str]]
+    """namespace -> (kind, name) -> problem, for templates and configs that do not parse."""
     templates: dict[str, dict[str, Manifest]]
     configs: dict[str, dict[str, Manifest]]
     caches: dict[str, list[Manifest]]
@@ -159,28 +174,50 @@ class RolloutContext:
     routes: dict[str, dict[str, Manifest]]
     inventory: GpuInventory
     catalog: ModelCatalog
+    controlled: dict[str, list[Manifest]] = field(default_factory=dict)
+    """controller uid -> the InferenceServices and HTTPRoutes it controls."""
     cache_lock: threading.Lock = field(default_factory=threading.Lock)
 
     @classmethod
     def of(cls, state: AimState) -> "RolloutContext":
-        """Index ``state`` by namespace and name."""
+        """Index ``state`` by namespace and name; templates, configs and models that do not parse are
+        set aside (their users are told why)."""
+        templates, bad_templates = split_invalid(state.templates)
+        configs, bad_configs = split_invalid(state.configs)
+        models, bad_models = split_invalid(state.models)
+        invalid: dict[str, dict[tuple[str, str], str]] = {}
+        for bad in bad_templates + bad_configs:
+            invalid.setdefault(bad.obj["metadata"]["namespace"], {})[bad.obj.get("kind", ""), bad.obj["metadata"]["name"]] = bad.problem
+        bad_names = {spec["name"]: bad.problem for bad in bad_models
+                     if isinstance(spec := bad.obj.get("spec"), dict) and isinstance(spec.get("name"), str)}
+        controlled: dict[str, list[Manifest]] = {}
+        for obj in [*state.isvcs, *state.routes]:
+            uid = _controller_uid(obj)
+            if uid:
+                controlled.setdefault(uid, []).append(obj)
         return cls(
-            state=state, templates=by_namespace(state.templates), configs=by_namespace(state.configs),
+            state=state, invalid=invalid, templates=by_namespace(templates), configs=by_namespace(configs),
             caches={ns: list(items.values()) for ns, items in by_namespace(state.caches).items()},
             isvcs=by_namespace(state.isvcs), routes=by_namespace(state.routes), inventory=cluster_gpus(state.nodes),
-            catalog=ModelCatalog(state.models),
+            catalog=ModelCatalog(models, invalid=bad_names), controlled=controlled,
         )
 
 
 def roll_out(cluster: Cluster, service: Manifest, ctx: RolloutContext, now: datetime, writes: WriteCounts) -> ServiceRow:
     """Resolve, render, write and report one service."""
     namespace, name = service["metadata"]["namespace"], service["metadata"]["name"]
-    resolution = resolve_references(service, ctx.catalog, ctx.templates.get(namespace, {}), ctx.configs.get(namespace, {}))
+    resolution = resolve_references(service, ctx.catalog, ctx.templates.get(namespace, {}), ctx.configs.get(namespace, {}),
+                                    ctx.inventory, ctx.invalid.get(namespace, {}))
     desired_isvc_name = _workload_name(service)
     existing_isvc = ctx.isvcs.get(namespace, {}).get(desired_isvc_name) if desired_isvc_name else None
     if desired_isvc_name is None and not resolution.blocked:
         resolution = Resolution(STATUS_FAILED, "ValidationFailed",
                                 f"namespace {namespace!r} is too long for KServe's 63-character host label {{isvc}}-predictor-{{namespace}}")
+    other = _controller_uid(existing_isvc)
+    if existing_isvc is not None and other not in (None, service["metadata"].get("uid")) and not resolution.blocked:
+        resolution = Resolution(STATUS_FAILED, "ValidationFailed",
+                                f"InferenceService {desired_isvc_name!r} exists and is controlled by another object (uid {other}); it is left alone")
+        existing_isvc = None
     if resolution.blocked:
         outcome = blocked_status(resolution, existing_isvc is not None)
         _write(cluster, service, outcome, now, writes)
@@ -225,10 +262,32 @@ def roll_out(cluster: Cluster, service: Manifest, ctx: RolloutContext, now: date
             route = existing_route if route_action == "unchanged" else desired_route
             if action == "unchanged":
                 action = route_action
-    outcome = service_status(caches_ready, cache_reason, cache_message, isvc, route, enabled, routing_problem)
+        retire_old_workloads(cluster, service, ctx, desired["metadata"]["name"], route["metadata"]["name"] if route else None, writes)
+    outcome = service_status(caches_ready, cache_reason, cache_message, isvc, route, enabled, routing_problem, resolution.selected)
     _write(cluster, service, outcome, now, writes)
     ready = next((c for c in outcome.conditions if c.type == "Ready"), None)
     return ServiceRow(namespace, name, outcome.status, ready.reason if ready else "", desired_isvc_name or "", action)
+
+
+def _controller_uid(obj: Manifest | None) -> str | None:
+    for ref in ((obj or {}).get("metadata") or {}).get("ownerReferences") or []:
+        if ref.get("controller"):
+            return ref.get("uid")
+    return None
+
+
+def retire_old_workloads(cluster: Cluster, service: Manifest, ctx: RolloutContext, isvc_name: str, route_name: str | None,
+                         writes: WriteCounts) -> None:
+    """Delete the InferenceServices and HTTPRoutes this service controls under another name (a name an
+    earlier version gave it, e.g. before names hashed the service too), once the current ones exist."""
+    uid = service["metadata"].get("uid")
+    if not uid:
+        return
+    stale = [obj for obj in ctx.controlled.get(uid, []) if obj["kind"] == "InferenceService" and obj["metadata"]["name"] != isvc_name]
+    if route_name is not None:
+        stale += [obj for obj in ctx.controlled.get(uid, []) if obj["kind"] == "HTTPRoute" and obj["metadata"]["name"] != route_name]
+    if stale:
+        delete_stale(cluster, stale, writes)
 
 
 def _workload_name(service: Manifest) -> str | None:

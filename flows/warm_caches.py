@@ -7,8 +7,8 @@ Lifecycle, top to bottom:
    AIMNamespaceConfig ``default``, and the PVCs, fill Jobs and Pods this flow made;
 2. ensure a cache for every consumer's source: one ModelCache per identity per namespace, a person's
    adopted (``tasks.caches.ensure_cache``);
-3. reconcile each cache: validate its source; create its PVC once (ReadWriteMany, ``pvc_size`` of
-   ``spec.size`` or of what the source reports, storage class from the cache, the namespace config, or
+3. reconcile each cache: validate its source; create its PVC once (ReadWriteMany, ``spec.size`` as written,
+   or what the source reports plus the headroom; storage class from the cache, the namespace config, or
    the cluster default); fill it — a Kubernetes Job from Modelplane's image running
    ``modelplane cache fill`` with the PVC mounted, or the same downloader in this process with the local
    backend; read the fill's verdict (the completion marker, reported through the Job pod's termination
@@ -55,7 +55,7 @@ from engine.cache_plan import (
     next_step,
     parse_attempts,
     pvc_name,
-    quantity_bytes,
+    pvc_request,
     storage_class_for,
     storage_failure,
     volume_too_small,
@@ -68,7 +68,6 @@ from engine.cache_requests import (
     service_requests,
     template_requests,
 )
-from engine.caching import pvc_size
 from engine.cycle_metrics import MetricSet
 from engine.sources import ModelSource, parse_source
 from tasks.cache_fill import (
@@ -314,11 +313,9 @@ def _measure(source: ModelSource, env: dict[str, str]) -> tuple[int | None, Fail
 
 
 def _size(spec: dict[str, Any], source_bytes: int | None, headroom: float) -> tuple[str, Failure | None]:
-    """``pvc_size`` of ``spec.size`` when set, else of what the source reports."""
+    """``spec.size`` as written when set, else what the source reports plus the headroom (``pvc_request``)."""
     try:
-        if spec.get("size"):
-            return pvc_size([quantity_bytes(spec["size"])], headroom), None
-        return pvc_size([source_bytes], headroom), None
+        return pvc_request(spec.get("size"), source_bytes, headroom), None
     except ValueError as exc:
         if spec.get("size"):
             return "", Failure(INVALID_SIZE, f"spec.size: {exc}")

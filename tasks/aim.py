@@ -31,6 +31,7 @@ from engine.aim import (
     LabelError,
     parse_image_labels,
 )
+from engine.api.validate import ManifestInvalid, parse_object
 from engine.sources import parse_source
 from engine.status import ConditionUpdate, changed_fields, set_conditions
 from tasks.caches import ensure_cache, find_cache, mark_used
@@ -61,6 +62,56 @@ def list_kind(cluster: Cluster, api_version: str, kind: str, *, optional: bool =
             raise
         log.info("%s/%s is not served by this cluster", api_version, kind)
         return []
+
+
+@dataclass(frozen=True)
+class InvalidObject:
+    """An object that does not satisfy its kind's schema: the object as read and the first bad field."""
+
+    obj: Manifest
+    field_path: str
+    message: str
+
+    @property
+    def name(self) -> str:
+        """``namespace/name`` (or the name of a cluster-scoped object)."""
+        meta = self.obj.get("metadata") or {}
+        return f"{meta['namespace']}/{meta.get('name')}" if meta.get("namespace") else str(meta.get("name"))
+
+    @property
+    def problem(self) -> str:
+        """``spec.replicas: Input should be a valid integer``: the field and why."""
+        return f"{self.field_path}: {self.message}" if self.field_path else self.message
+
+
+def split_invalid(objects: Iterable[Manifest]) -> tuple[list[Manifest], list[InvalidObject]]:
+    """The objects that parse as their kind's API model (the one the CRD is generated from, the
+    same check ``modelplane validate`` makes; status is not checked, the flows rewrite it), and the
+    others with the field that fails. One bad object never stops a run: the flows report the invalid
+    ones with a condition naming the field and go on with the rest."""
+    valid: list[Manifest] = []
+    invalid: list[InvalidObject] = []
+    for obj in objects:
+        try:
+            parse_object({key: value for key, value in obj.items() if key != "status"})
+        except ManifestInvalid as exc:
+            invalid.append(InvalidObject(obj, exc.field_path, exc.message))
+            continue
+        valid.append(obj)
+    return valid, invalid
+
+
+def write_invalid(cluster: Cluster, invalid: InvalidObject, updates: Sequence[ConditionUpdate], now: datetime,
+                  extra: Mapping[str, Any] | None, counts: WriteCounts) -> None:
+    """Report an invalid object: its conditions (and ``extra`` status fields) where the API server
+    takes them, and one line in the run's errors (the run is degraded)."""
+    kind = invalid.obj.get("kind", "object")
+    counts.errors.append(f"{kind} {invalid.name}: invalid: {invalid.problem}")
+    try:
+        if write_status(cluster, invalid.obj, new_status(invalid.obj, updates, now, extra)):
+            counts.statuses += 1
+    except ClusterError as exc:
+        log.warning("%s %s: cannot write the invalid object's status: %s", kind, invalid.name, exc.message)
 
 
 def by_namespace(items: Iterable[Manifest]) -> dict[str, dict[str, Manifest]]:
@@ -261,6 +312,7 @@ class WriteCounts:
 
     created: int = 0
     updated: int = 0
+    deleted: int = 0
     statuses: int = 0
     skipped: list[str] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
@@ -269,6 +321,7 @@ class WriteCounts:
         """Add another worker's counts to these."""
         self.created += other.created
         self.updated += other.updated
+        self.deleted += other.deleted
         self.statuses += other.statuses
         self.skipped += other.skipped
         self.errors += other.errors
@@ -312,6 +365,20 @@ def create_missing(cluster: Cluster, desired: Sequence[Manifest], existing: Mapp
             counts.skipped.append(f"{key[0]}/{key[1]}: created concurrently")
         except ClusterError as exc:
             counts.errors.append(f"{obj['kind']} {key[0]}/{key[1]}: {exc.message}")
+
+
+def delete_stale(cluster: Cluster, stale: Sequence[Manifest], counts: WriteCounts) -> None:
+    """Delete objects this flow created that are no longer wanted (auto-created templates of an image
+    the model no longer names); one that is already gone is fine."""
+    for obj in stale:
+        meta = obj["metadata"]
+        try:
+            cluster.delete(ObjectRef.of(obj))
+            counts.deleted += 1
+        except NotFound:
+            pass
+        except ClusterError as exc:
+            counts.errors.append(f"{obj.get('kind')} {meta.get('namespace')}/{meta['name']}: cannot delete: {exc.message}")
 
 
 def apply_object(cluster: Cluster, desired: Manifest, existing: Manifest | None, patch: Mapping[str, Any] | None) -> str:

@@ -440,6 +440,88 @@ def _target_ref(target: Mapping[str, Any], namespace: str) -> ObjectRef:
     return ObjectRef(ref.get("apiVersion") or "apps/v1", ref.get("kind") or "Deployment", ref.get("name", ""), ref.get("namespace") or namespace)
 
 
+BINDING_MODEL_LABELS = ("registry.volcano.sh/model-name", "llm-d.ai/model")
+"""Labels naming the model a binding (or its target workload) serves: Kthena's, then llm-d's."""
+ACCELERATOR_LABEL = "inference.optimization/acceleratorName"
+GPU_NODE_LABELS = ("nvidia.com/gpu.product", "cloud.google.com/gke-accelerator", "amd.com/gpu.product-name", "amd.com/gpu.family")
+"""Node labels whose value names a GPU model, as a workload's nodeSelector or node affinity uses them."""
+
+
+@dataclass(frozen=True)
+class BindingRowDetails:
+    """What the allocation table shows for a binding besides replicas: the model it scales and, per
+    target name, the accelerator the target's pods run on."""
+
+    model: str = ""
+    accelerators: dict[str, str] = field(default_factory=dict)
+
+
+def _pod_spec(workload: Mapping[str, Any]) -> Mapping[str, Any]:
+    """The pod spec of a workload (Deployment/StatefulSet ``spec.template``, LeaderWorkerSet's worker template)."""
+    spec = workload.get("spec") or {}
+    template = spec.get("template") or (spec.get("leaderWorkerTemplate") or {}).get("workerTemplate") or {}
+    return template.get("spec") or {}
+
+
+def workload_accelerator(workload: Mapping[str, Any]) -> str:
+    """The accelerator a workload's pods run on: its ``inference.optimization/acceleratorName`` label, a
+    GPU model its nodeSelector or required node affinity names, else the GPU resource it requests
+    (``1x nvidia.com/gpu``); empty for a CPU workload."""
+    labels = (workload.get("metadata") or {}).get("labels") or {}
+    if labels.get(ACCELERATOR_LABEL):
+        return str(labels[ACCELERATOR_LABEL])
+    pod = _pod_spec(workload)
+    selector = pod.get("nodeSelector") or {}
+    for key in GPU_NODE_LABELS:
+        if selector.get(key):
+            return str(selector[key])
+    required = (((pod.get("affinity") or {}).get("nodeAffinity") or {}).get("requiredDuringSchedulingIgnoredDuringExecution") or {})
+    for term in required.get("nodeSelectorTerms") or []:
+        for expression in term.get("matchExpressions") or []:
+            if expression.get("key") in GPU_NODE_LABELS and expression.get("operator") == "In" and expression.get("values"):
+                return ",".join(str(v) for v in expression["values"])
+    for container in pod.get("containers") or []:
+        resources = container.get("resources") or {}
+        for key, value in {**(resources.get("requests") or {}), **(resources.get("limits") or {})}.items():
+            if key.endswith("/gpu"):
+                return f"{value}x {key}"
+    return ""
+
+
+def binding_model(binding: Mapping[str, Any], workloads: Iterable[Mapping[str, Any]]) -> str:
+    """The model a binding scales: its own model label, else its targets' (Kthena's, then llm-d's),
+    else the Kthena Model that owns it; empty when nothing says (never the policy's name)."""
+    sources = [binding, *workloads]
+    for label in BINDING_MODEL_LABELS:
+        for obj in sources:
+            value = ((obj.get("metadata") or {}).get("labels") or {}).get(label)
+            if value:
+                return str(value)
+    for owner in (binding.get("metadata") or {}).get("ownerReferences") or []:
+        if owner.get("kind") == "Model":
+            return str(owner.get("name") or "")
+    return ""
+
+
+@task(name="describe-bindings", cache_policy=NO_CACHE)
+def describe_bindings(cluster: Cluster, bindings: list[dict[str, Any]]) -> dict[tuple[str, str], BindingRowDetails]:
+    """Model and per-target accelerator of each binding, for the allocation table and artifact (one GET
+    per target; a target that cannot be read shows no accelerator)."""
+    details: dict[tuple[str, str], BindingRowDetails] = {}
+    for binding in bindings:
+        namespace = binding["metadata"].get("namespace", "default")
+        workloads: dict[str, Mapping[str, Any]] = {}
+        for target, _, _, _ in binding_targets(binding):
+            ref = _target_ref(target, namespace)
+            try:
+                workloads[ref.name] = cluster.get(ref.api_version, ref.kind, ref.name, ref.namespace)
+            except ClusterError:
+                continue
+        details[(namespace, binding["metadata"]["name"])] = BindingRowDetails(
+            binding_model(binding, workloads.values()), {name: workload_accelerator(w) for name, w in workloads.items()})
+    return details
+
+
 def _pod_ready(pod: Mapping[str, Any]) -> bool:
     conditions = (pod.get("status") or {}).get("conditions") or []
     return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)

@@ -5,7 +5,9 @@ AIMClusterModel (cluster-scoped catalog entry, discovered from its image), AIMNa
 AIMService (a KServe InferenceService plus HTTPRoute) and ModelCache (a PVC filled by a download Job).
 
 The seed has no ``Required`` marks; the identifying fields are required here (a catalog entry's name
-and image, a service's model and template, a template's model, a cache's source URI). Precision
+and image, a service's model, a template's model, a cache's source URI). A service's ``templateRef``
+is optional: without it the template is selected as aim-engine does. Integers and booleans are
+strict (``"1"`` is not an integer, ``"no"`` not a boolean), as the API server's schema check is. Precision
 takes the enum of the ``precision`` field itself (it contains the default ``auto``), not the shorter
 list printed under the AIMPrecision type.
 """
@@ -167,13 +169,13 @@ class AIMServiceTemplateSpec(KubeModel):
     """Optimization goal: latency or throughput. Immutable."""
     precision: AIMPrecision | None = "auto"
     """Numeric precision used by the runtime. Immutable."""
-    gpus_per_replica: int | None = Field(None, alias="gpusPerReplica", ge=1)
+    gpus_per_replica: int | None = Field(None, alias="gpusPerReplica", ge=1, strict=True)
     """Total number of GPUs for a single model replica. Immutable."""
     gpu_model: str | None = Field(None, alias="gpuModel", min_length=1)
     """Physical GPU card model targeted by this template, e.g. MI300X. Immutable."""
-    tensor_parallelism: int | None = Field(None, alias="tensorParallelism", ge=1)
+    tensor_parallelism: int | None = Field(None, alias="tensorParallelism", ge=1, strict=True)
     """Tensor parallel degree expected by the runtime. Immutable."""
-    warm_cache: bool | None = Field(False, alias="warmCache")
+    warm_cache: bool | None = Field(False, alias="warmCache", strict=True)
     """Warm the model cache in this namespace right after profile discovery."""
 
 
@@ -219,11 +221,13 @@ class AIMServiceSpec(KubeModel):
 
     model: str = Field(min_length=1)
     """Canonical model name to deploy; matches spec.name of an AIMClusterModel."""
-    template_ref: str = Field(alias="templateRef", min_length=1)
-    """Name of the AIMServiceTemplate (same namespace) to use."""
-    cache_model: bool | None = Field(True, alias="cacheModel")
+    template_ref: str | None = Field(None, alias="templateRef", min_length=1)
+    """Name of the AIMServiceTemplate (same namespace) to use; omitted: the best Available template of the model."""
+    allow_unoptimized: bool | None = Field(False, alias="allowUnoptimized", strict=True)
+    """Let template selection pick a profile that is not of type optimized (Modelplane, from aim-engine)."""
+    cache_model: bool | None = Field(True, alias="cacheModel", strict=True)
     """Cache the model sources before the service starts if the template does not warm the cache."""
-    replicas: int | None = 1
+    replicas: int | None = Field(1, ge=0, strict=True)
     """Number of replicas of this service."""
     config_ref: str | None = Field("default", alias="configRef")
     """Name of the AIMNamespaceConfig (same namespace) used by this service."""

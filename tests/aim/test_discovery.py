@@ -17,6 +17,7 @@ from engine.aim import (
     parse_image_labels,
     parse_recommended_deployments,
     ready_condition,
+    retry_after,
     template_name,
 )
 
@@ -81,10 +82,37 @@ def test_record_round_trips_and_decides_when_to_read_again() -> None:
     assert needs_fetch(record, "r/x:1", NOW + day, day)  # resync
     assert needs_fetch(None, "r/x:1", NOW, day)
     missing = DiscoveryRecord(image="r/x:1", read_at=NOW, reason="ImageNotFound", message="404", attempts=1)
-    assert not needs_fetch(missing, "r/x:1", NOW + timedelta(minutes=5), day)  # terminal
+    assert not needs_fetch(missing, "r/x:1", NOW + timedelta(minutes=4), day)  # terminal, backing off
     refused = DiscoveryRecord(image="r/x:1", read_at=NOW, reason="ImagePullAuthFailure", message="401", attempts=1)
     assert needs_fetch(refused, "r/x:1", NOW, day)  # transient: every run
     assert DiscoveryRecord.from_annotations({"aim.silogen.ai/image-metadata": "{not json"}) is None
+
+
+def test_a_missing_image_is_read_again_with_a_bounded_backoff() -> None:
+    """A tag pushed after the first 404 is picked up within minutes, not at the daily resync; the wait
+    doubles per consecutive miss and never exceeds the resync interval."""
+    day = timedelta(days=1)
+
+    def missing(attempts: int) -> DiscoveryRecord:
+        return DiscoveryRecord(image="r/x:1", read_at=NOW, reason="ImageNotFound", message="404", attempts=attempts)
+
+    assert retry_after(missing(1), day) == timedelta(minutes=5)
+    assert retry_after(missing(3), day) == timedelta(minutes=20)
+    assert retry_after(missing(40), day) == day
+    assert retry_after(missing(1), timedelta(minutes=2)) == timedelta(minutes=2)
+    assert needs_fetch(missing(1), "r/x:1", NOW + timedelta(minutes=5), day)
+    assert not needs_fetch(missing(2), "r/x:1", NOW + timedelta(minutes=9), day)
+    assert needs_fetch(missing(2), "r/x:1", NOW + timedelta(minutes=10), day)
+    # A malformed label does not change without a push: it waits for the resync.
+    malformed = DiscoveryRecord(image="r/x:1", read_at=NOW, reason="MetadataExtractionFailed", message="bad", attempts=1)
+    assert not needs_fetch(malformed, "r/x:1", NOW + timedelta(hours=23), day)
+
+
+def test_valid_json_with_an_apostrophe_in_a_description_is_accepted() -> None:
+    text = '[{"gpuModel": "MI300X", "gpuCount": 1, "metric": "latency", "precision": "fp8", "description": "Meta\'s fastest profile"}]'
+    assert parse_recommended_deployments(text)[0]["description"] == "Meta's fastest profile"
+    unbracketed = '{"gpuModel": "MI300X", "gpuCount": 1, "description": "it\'s quick"}, {"gpuModel": "MI300X", "gpuCount": 2}'
+    assert [d["gpuCount"] for d in parse_recommended_deployments(unbracketed)] == [1, 2]
 
 
 def test_derived_names_match_aim_engine() -> None:

@@ -15,6 +15,7 @@ from engine.aim_services import (
     render_http_route,
     render_inference_service,
     resolve_references,
+    route_name,
     route_path,
     service_status,
     update_patch,
@@ -139,7 +140,8 @@ def test_rendered_workload_and_references() -> None:
     # Missing or mismatched references.
     assert resolve_references(service, [], {"t": tmpl}, {"default": config}).reason == "ModelNotFound"
     assert resolve_references(service, [model()], {}, {"default": config}).reason == "TemplateNotFound"
-    assert resolve_references(service, [model()], {"t": tmpl}, {}).reason == "RuntimeConfigMissing"
+    no_config = resolve_references(service, [model()], {"t": tmpl}, {})
+    assert (no_config.status, no_config.reason) == ("Failed", "RuntimeConfigMissing")  # aim-engine: a missing reference is Failed
     pending = {**tmpl, "status": {"status": "Progressing"}}
     assert (resolve_references(service, [model()], {"t": pending}, {"default": config}).status) == "Pending"
     blocked = blocked_status(resolve_references(service, [model()], {}, {"default": config}), False)
@@ -153,8 +155,102 @@ def test_service_status_from_what_the_cluster_reports() -> None:
     assert service_status(True, "CacheWarm", "", ready_isvc, {"status": {}}, True, None).status == "Starting"
     assert service_status(True, "CacheWarm", "", {"status": {}}, accepted, True, None).status == "Starting"
     assert service_status(False, "WaitingForCache", "", None, None, True, None).status == "Starting"
-    assert service_status(False, "CacheFailed", "", None, None, True, None).status == "Degraded"
+    assert service_status(False, "CacheFailed", "", None, None, True, None).status == "Failed"  # as aim-engine reports it
     refused = {"status": {"parents": [{"conditions": [{"type": "Accepted", "status": "False", "reason": "NotAllowedByListeners"}]}]}}
     degraded = service_status(True, "CacheWarm", "", ready_isvc, refused, True, None)
     assert degraded.status == "Degraded" and {c.type: c.reason for c in degraded.conditions}["RoutingReady"] == "NotAllowedByListeners"
     assert service_status(True, "CacheWarm", "", ready_isvc, None, False, None).status == "Running"
+
+
+def test_profile_choice_ranks_metric_before_precision() -> None:
+    """aim-engine ranks metric (latency < throughput) before precision: a template open on both takes
+    the latency profile even when a throughput profile has the preferred precision."""
+    deployments = parse_image_labels({"com.amd.aim.model.recommendedDeployments":
+                                      "{'gpuModel': 'MI300X', 'gpuCount': 1, 'precision': 'fp8', 'metric': 'throughput'}, "
+                                      "{'gpuModel': 'MI300X', 'gpuCount': 1, 'precision': 'bf16', 'metric': 'latency'}"}).recommended_deployments
+    chosen = match_profile({"gpuModel": "MI300X", "gpusPerReplica": 1, "precision": "auto"}, deployments)
+    assert (chosen["metric"], chosen["precision"]) == ("latency", "bf16")
+
+
+def test_workload_names_are_unique_and_stable_per_namespace_and_service() -> None:
+    """Issue 22: two services whose names share a long prefix in a 31-character namespace got one
+    InferenceService. Names hash the service too when it does not survive whole, fit the host label,
+    and do not change between runs; names that fit keep aim-engine's form."""
+    namespace = "ml-inference-production-eu-west"
+    chat, batch = workload_name("llama-3-1-8b-chat", namespace), workload_name("llama-3-1-8b-batch", namespace)
+    assert chat != batch and chat == workload_name("llama-3-1-8b-chat", namespace)
+    assert route_name("llama-3-1-8b-chat", namespace) != route_name("llama-3-1-8b-batch", namespace)
+    for ns in (namespace, "a" * 42, "team-a"):
+        names = [f"llama-3-1-8b-instruct-{suffix}" for suffix in ("chat", "batch", "eval", "x" * 30, "y" * 30)] + ["svc.a", "svc-a", "Svc-A"]
+        workloads = {workload_name(n, ns) for n in names}
+        routes = {route_name(n, ns) for n in names}
+        assert len(workloads) == len(names) and len(routes) == len(names)
+        assert all(len(f"{w}-predictor-{ns}") <= 63 for w in workloads)
+        assert all(len(r) <= 63 for r in routes)
+    assert workload_name("llama-chat", "team-a") == "llama-chat-e204f50a"  # unchanged where nothing is cut
+
+
+def _service(**spec: object) -> dict:
+    return {"apiVersion": "aim.silogen.ai/v1alpha1", "kind": "AIMService", "metadata": {"name": "auto", "namespace": "ns", "uid": "s-2"},
+            "spec": {"model": "meta/llama:1", **spec}}
+
+
+def _available(name: str, **spec: object) -> dict:
+    return {"metadata": {"name": name, "namespace": "ns"}, "spec": {"model": "meta/llama:1", **spec},
+            "status": {"status": "Available", "modelSources": ["hf://meta-llama/Llama-3.1-8B-Instruct"]}}
+
+
+def _model_with(deployments: str) -> dict:
+    labels = {"com.amd.aim.model.recommendedDeployments": deployments, "com.amd.aim.model.source": "hf://meta-llama/Llama-3.1-8B-Instruct"}
+    record = DiscoveryRecord(image="r.io/llama:1", read_at=NOW, digest="sha256:1", metadata=parse_image_labels(labels))
+    return {"apiVersion": "aim.silogen.ai/v1alpha1", "kind": "AIMClusterModel",
+            "metadata": {"name": "llama", "uid": "m-1", "annotations": {"aim.silogen.ai/image-metadata": record.to_json()}},
+            "spec": {"name": "meta/llama:1", "image": "r.io/llama:1"}}
+
+
+def test_template_auto_selection_filters_and_ranks_as_aim_engine() -> None:
+    deployments = ("{'gpuModel': 'MI300X', 'gpuCount': 1, 'precision': 'fp8', 'metric': 'throughput'}, "
+                   "{'gpuModel': 'MI300X', 'gpuCount': 1, 'precision': 'bf16', 'metric': 'latency'}, "
+                   "{'gpuModel': 'MI325X', 'gpuCount': 1, 'precision': 'fp16', 'metric': 'throughput'}, "
+                   "{'gpuModel': 'MI210', 'gpuCount': 1, 'precision': 'fp8', 'metric': 'latency', 'type': 'preview'}, "
+                   "{'gpuModel': 'H100', 'gpuCount': 1, 'precision': 'fp8', 'metric': 'latency'}")
+    models = [_model_with(deployments)]
+    config = {"default": {"metadata": {"name": "default"}, "spec": {}}}
+    gpus = cluster_gpus([node("a", **{"amd.com/gpu.device-id": "74a1"}), node("b", **{"amd.com/gpu.device-id": "74a5"}),
+                         node("c", **{"amd.com/gpu.device-id": "740f"})])
+    templates = {
+        "thr-fp8": _available("thr-fp8", gpuModel="MI300X", gpusPerReplica=1, metric="throughput", precision="fp8"),
+        "lat-bf16": _available("lat-bf16", gpuModel="MI300X", gpusPerReplica=1, metric="latency", precision="bf16"),
+        "preview": _available("preview", gpuModel="MI210", gpusPerReplica=1, metric="latency", precision="fp8"),
+        "h100": _available("h100", gpuModel="H100", gpusPerReplica=1, metric="latency", precision="fp8"),
+        "other-model": {**_available("other-model", gpuModel="MI300X", gpusPerReplica=1), "spec": {"model": "x/y:1", "gpuModel": "MI300X"}},
+        "pending": {**_available("pending", gpuModel="MI300X", gpusPerReplica=1, metric="latency"), "status": {"status": "Progressing"}},
+    }
+    # Among Available, optimized templates whose GPU is in the cluster, MI300X ranks before MI210 (preview is
+    # dropped anyway) and H100 is absent: metric decides between the MI300X ones, latency first.
+    chosen = resolve_references(_service(), models, templates, config, gpus)
+    assert not chosen.blocked and chosen.template["metadata"]["name"] == "lat-bf16"
+    assert "lat-bf16" in chosen.selected
+    # GPU generation outranks metric: an MI325X template wins over every MI300X one.
+    templates["mi325x"] = _available("mi325x", gpuModel="MI325X", gpusPerReplica=1, metric="throughput", precision="fp16")
+    assert resolve_references(_service(), models, templates, config, gpus).template["metadata"]["name"] == "mi325x"
+    del templates["mi325x"]
+    # A tie is reported, nothing is guessed.
+    templates["lat-bf16-copy"] = _available("lat-bf16-copy", gpuModel="MI300X", gpusPerReplica=1, metric="latency", precision="bf16")
+    tie = resolve_references(_service(), models, templates, config, gpus)
+    assert (tie.status, tie.reason) == ("Failed", "TemplateSelectionAmbiguous") and "lat-bf16, lat-bf16-copy" in tie.message
+    outcome = blocked_status(tie, False)
+    assert {c.type: c.reason for c in outcome.conditions}["Resolved"] == "TemplateSelectionAmbiguous"
+    # An explicit templateRef still wins over selection.
+    assert resolve_references(_service(templateRef="thr-fp8"), models, templates, config, gpus).template["metadata"]["name"] == "thr-fp8"
+    # Unoptimized (preview) profiles only when allowed; with only those and no GPU for the others:
+    only_preview = {"preview": templates["preview"], "h100": templates["h100"]}
+    refused = resolve_references(_service(), models, only_preview, config, gpus)
+    assert (refused.status, refused.reason) == ("Failed", "TemplateNotFound")
+    assert "UnoptimizedTemplateFiltered" in refused.message and "RequiredGPUNotInCluster" in refused.message
+    allowed = resolve_references(_service(allowUnoptimized=True), models, only_preview, config, gpus)
+    assert allowed.template["metadata"]["name"] == "preview"
+    # Templates exist but none is Available yet; or none of the model at all: Pending.
+    waiting = resolve_references(_service(), models, {"pending": templates["pending"]}, config, gpus)
+    assert (waiting.status, waiting.reason) == ("Pending", "TemplateNotReady")
+    assert resolve_references(_service(), models, {}, config, gpus).status == "Pending"

@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from datetime import datetime, timedelta, timezone
 
+import pytest
+
 from engine.cache_plan import (
     Failure,
     FillState,
@@ -23,6 +25,7 @@ from engine.cache_plan import (
     next_step,
     parse_attempts,
     pvc_name,
+    pvc_request,
     read_fill_report,
     render_job,
     render_pvc,
@@ -210,3 +213,14 @@ def test_a_lost_pvc_fails_the_cache_until_a_person_deletes_it() -> None:
     assert storage_failure(None, "llama-cache", failure) == (True, None)  # deleted: start over
     other = Failure("AuthenticationFailed", "x")
     assert storage_failure("Bound", "llama-cache", other) == (False, other)
+
+
+def test_an_explicit_size_is_the_pvc_request_without_headroom() -> None:
+    """Issue 22: spec.size 100Mi became 1Gi and 40Gi became 44Gi; the person's size is the request."""
+    assert pvc_request("100Mi", None, 10) == "100Mi"
+    assert pvc_request("40Gi", 123, 10) == "40Gi"
+    assert pvc_request(None, 10 * 2**30, 10) == "11Gi"  # measured sources keep the headroom
+    with pytest.raises(ValueError):
+        pvc_request("-1Gi", None, 10)
+    with pytest.raises(ValueError):
+        pvc_request(None, None, 10)

@@ -55,3 +55,19 @@ def test_kthena_backends_without_cache_uri_and_openmodels() -> None:
     assert request.namespace == "serving" and request.requested_by == "OpenModel/qwen"
     assert request.source.uri == "hf://Qwen/Qwen2.5-0.5B-Instruct"
     assert problems[0].consumer == "OpenModel/broken" and problems[0].field == "spec.source"
+
+
+def test_a_cache_model_that_is_not_a_boolean_requests_nothing_and_names_the_field() -> None:
+    """Issue 22: ``cacheModel: "no"`` was not False, so a cache was requested; a string spec crashed."""
+    templates = [template("cold", ["hf://org/c"], warm=False), {**template("odd", ["hf://org/d"]), "spec": {"warmCache": "yes"}}]
+    services = [
+        {"kind": "AIMService", "metadata": {"name": "no", "namespace": "ns"}, "spec": {"templateRef": "cold", "cacheModel": "no"}},
+        {"kind": "AIMService", "metadata": {"name": "text", "namespace": "ns"}, "spec": "llama please"},
+        {"kind": "AIMService", "metadata": {"name": "ok", "namespace": "ns"}, "spec": {"templateRef": "cold"}},
+        {"kind": "AIMService", "metadata": {"name": "auto", "namespace": "ns"}, "spec": {"model": "m"}},  # rollout-services selects
+    ]
+    problems: list[RequestProblem] = []
+    requests = service_requests(services, templates, problems) + template_requests(templates, problems)
+    assert [r.requested_by for r in requests] == ["AIMService/ns/ok"]
+    assert {(p.consumer, p.field) for p in problems} == {
+        ("AIMService/ns/no", "spec.cacheModel"), ("AIMService/ns/text", "spec"), ("AIMServiceTemplate/ns/odd", "spec.warmCache")}

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import base64
 import json
+import uuid
+from datetime import datetime, timedelta, timezone
 from typing import Any, Iterator
 
 import pytest
@@ -93,10 +95,10 @@ class AimEnv:
         self.custom.create_namespaced_custom_object(GROUP, VERSION, self.ns, "aimservicetemplates", {
             "apiVersion": f"{GROUP}/{VERSION}", "kind": "AIMServiceTemplate", "metadata": {"name": name}, "spec": {"model": model, **spec}})
 
-    def service(self, name: str, model: str, template: str, **spec: Any) -> None:
+    def service(self, name: str, model: str, template: str | None, **spec: Any) -> None:
         self.custom.create_namespaced_custom_object(GROUP, VERSION, self.ns, "aimservices", {
             "apiVersion": f"{GROUP}/{VERSION}", "kind": "AIMService", "metadata": {"name": name},
-            "spec": {"model": model, "templateRef": template, **spec}})
+            "spec": {"model": model, **({"templateRef": template} if template else {}), **spec}})
 
     # ---------------------------------------------------------------------------- flows
 
@@ -385,7 +387,7 @@ def test_nvidia_profile_and_template_of_another_model(env: AimEnv) -> None:
     assert terms == [{"matchExpressions": [{"key": "nvidia.com/gpu.product", "operator": "In", "values": ["NVIDIA-H100-80GB-HBM3"]}]}]
 
 
-def test_missing_namespace_config_degrades_the_service(env: AimEnv) -> None:
+def test_missing_namespace_config_fails_the_service(env: AimEnv) -> None:
     repo = f"{env.ns}/cfg"
     env.registry.push_image(repo, "1", aim_labels("cfg/model", MI300X_PROFILES))
     env.node("mi300x", {"amd.com/gpu.device-id": "0x74A1"})
@@ -398,7 +400,7 @@ def test_missing_namespace_config_degrades_the_service(env: AimEnv) -> None:
     env.resolve()
     env.rollout()
     service = env.get("aimservices", "cfg-s")
-    assert service["status"]["status"] == "Degraded"
+    assert service["status"]["status"] == "Failed"  # aim-engine: a missing reference is Failed
     assert env.condition(service, "Failure")["reason"] == "RuntimeConfigMissing"
     assert "tenant" in env.condition(service, "Failure")["message"]
     assert env.list("inferenceservices", "serving.kserve.io", "v1beta1") == []
@@ -448,3 +450,128 @@ def test_a_persons_template_with_the_auto_name_is_never_touched(env: AimEnv) -> 
     mine = env.get("aimservicetemplates", taken)
     assert mine["spec"]["precision"] == "bf16" and "labels" not in mine["metadata"]
     assert report.writes.created == 1 and any(taken in line for line in report.writes.skipped)
+
+
+def test_two_services_in_a_long_namespace_own_one_workload_each(kube_server: Any, oci_registry: Any, aim_crds: None, prefect_harness: None) -> None:
+    """Issue 22: in a 31-character namespace, llama-3-1-8b-chat and llama-3-1-8b-batch were cut to one
+    InferenceService name and took turns owning it. Each now has its own workload and route, within
+    the 63-character host label, and a second run writes nothing."""
+    namespace = f"ml-inference-production-{uuid.uuid4().hex[:7]}"
+    assert len(namespace) == 31
+    kube_server.create_namespace(namespace)
+    env = AimEnv(kube_server, namespace, oci_registry)
+    try:
+        repo = f"{namespace}/llama"
+        env.registry.push_image(repo, "1", aim_labels("meta/llama-3.1-8b", MI300X_PROFILES))
+        env.node("mi300x", {"amd.com/gpu.device-id": "74a1", "amd.com/gpu.count": "8"})
+        env.config()
+        env.model("llama", env.registry.image(repo, "1"))
+        env.discover()
+        env.resolve()
+        canonical = f"{namespace}/llama:1.0"
+        env.template("lat", canonical, metric="latency", gpuModel="MI300X", gpusPerReplica=1)
+        env.resolve()
+        env.service("llama-3-1-8b-chat", canonical, "lat", replicas=1, cacheModel=False)
+        env.service("llama-3-1-8b-batch", canonical, "lat", replicas=4, cacheModel=False)
+        report = env.rollout()
+        assert report.writes.errors == []
+        isvcs = {i["metadata"]["labels"]["aim.silogen.ai/service"]: i for i in env.list("inferenceservices", "serving.kserve.io", "v1beta1")}
+        assert set(isvcs) == {"llama-3-1-8b-chat", "llama-3-1-8b-batch"}
+        assert isvcs["llama-3-1-8b-chat"]["spec"]["predictor"]["minReplicas"] == 1
+        assert isvcs["llama-3-1-8b-batch"]["spec"]["predictor"]["minReplicas"] == 4
+        for isvc in isvcs.values():
+            assert len(f"{isvc['metadata']['name']}-predictor-{namespace}") <= 63
+        routes = env.list("httproutes", "gateway.networking.k8s.io", "v1")
+        assert len({r["metadata"]["name"] for r in routes}) == 2
+        env.server.reset_stats()
+        again = env.rollout()
+        stats = env.server.stats()["by_verb"]
+        assert not any(stats.get(verb) for verb in ("create", "update", "patch", "delete")), stats
+        assert again.writes.statuses == 0
+        # The shared name an earlier version gave both (llama-3-1-8b-7b83b555), last owned by the chat
+        # service: retired once the chat service's own workload exists.
+        old = json.loads(json.dumps(isvcs["llama-3-1-8b-chat"]))
+        old["metadata"] = {"name": "llama-3-1-8b-7b83b555", "namespace": namespace, "labels": old["metadata"]["labels"],
+                           "ownerReferences": old["metadata"]["ownerReferences"]}
+        old.pop("status", None)
+        env.custom.create_namespaced_custom_object("serving.kserve.io", "v1beta1", namespace, "inferenceservices", old)
+        assert env.rollout().writes.deleted == 1
+        names = {i["metadata"]["name"] for i in env.list("inferenceservices", "serving.kserve.io", "v1beta1")}
+        assert names == {i["metadata"]["name"] for i in isvcs.values()}
+    finally:
+        env.cleanup()
+
+
+def test_a_service_without_template_ref_gets_the_best_template_and_a_failed_cache_fails_it(env: AimEnv) -> None:
+    repo = f"{env.ns}/auto"
+    env.registry.push_image(repo, "1", aim_labels("auto/model", MI300X_PROFILES))
+    env.node("mi300x", {"amd.com/gpu.device-id": "74a1", "amd.com/gpu.count": "8"})
+    env.config()
+    model = env.model("auto", env.registry.image(repo, "1"))
+    canonical = f"{env.ns}/auto:1.0"
+    env.service("picky", canonical, None)
+    env.discover()
+    env.rollout()  # templates exist, none resolved yet: the service waits
+    service = env.get("aimservices", "picky")
+    assert service["status"]["status"] == "Pending" and env.condition(service, "Ready")["reason"] == "TemplateNotReady"
+    env.resolve()
+    env.rollout()
+    service = env.get("aimservices", "picky")
+    latency = template_name(model, env.registry.image(repo, "1"), {"gpuModel": "MI300X", "gpuCount": 1, "metric": "latency", "precision": "fp8"})
+    assert latency in env.condition(service, "Resolved")["message"]
+    assert env.condition(service, "CacheReady")["reason"] == "WaitingForCache"
+    (cache,) = env.list("modelcaches")
+    env.custom.patch_namespaced_custom_object_status(GROUP, VERSION, env.ns, "modelcaches", cache["metadata"]["name"], {"status": {"status": "Failed"}})
+    env.rollout()
+    service = env.get("aimservices", "picky")
+    assert service["status"]["status"] == "Failed" and env.condition(service, "Failure")["reason"] == "CacheFailed"
+    # A second template ranking the same as the chosen one makes the choice ambiguous: reported, not guessed.
+    env.template("copy", canonical, metric="latency", precision="fp8", gpuModel="MI300X", gpusPerReplica=1)
+    env.resolve()
+    env.rollout()
+    service = env.get("aimservices", "picky")
+    assert service["status"]["status"] == "Failed"
+    assert env.condition(service, "Resolved")["reason"] == "TemplateSelectionAmbiguous"
+    assert "copy" in env.condition(service, "Resolved")["message"]
+
+
+def test_a_new_image_replaces_the_auto_templates_and_model_ready_follows_them(env: AimEnv) -> None:
+    repo = f"{env.ns}/moving"
+    env.registry.push_image(repo, "1", aim_labels("moving/model", MI300X_PROFILES))
+    env.registry.push_image(repo, "2", aim_labels("moving/model", "{'gpuModel': 'MI300X', 'gpuCount': 1, 'precision': 'fp8', 'metric': 'latency'}"))
+    env.node("mi300x", {"amd.com/gpu.device-id": "74a1", "amd.com/gpu.count": "8"})
+    env.config()
+    model = env.model("moving", env.registry.image(repo, "1"))
+    env.discover()
+    assert env.condition(env.get("aimclustermodels", model), "Ready")["reason"] == "TemplatesProgressing"
+    env.resolve()  # the templates turn Available: the model's Ready follows in the same run
+    assert env.condition(env.get("aimclustermodels", model), "Ready")["reason"] == "AllTemplatesReady"
+    first = {t["metadata"]["name"] for t in env.list("aimservicetemplates")}
+    assert len(first) == 2
+
+    image2 = env.registry.image(repo, "2")
+    env.custom.patch_cluster_custom_object(GROUP, VERSION, "aimclustermodels", model, {"spec": {"image": image2}})
+    report = env.discover()
+    names = {t["metadata"]["name"] for t in env.list("aimservicetemplates")}
+    assert names == {template_name(model, image2, {"gpuModel": "MI300X", "gpuCount": 1, "metric": "latency", "precision": "fp8"})}
+    assert not names & first and report.writes.deleted == 2
+    env.resolve()
+    assert env.condition(env.get("aimclustermodels", model), "Ready")["reason"] == "AllTemplatesReady"
+
+
+def test_a_tag_pushed_after_a_404_is_read_within_the_backoff(env: AimEnv) -> None:
+    image = env.registry.image(f"{env.ns}/late", "1")
+    model = env.model("late", image)
+    env.discover()
+    assert env.condition(env.get("aimclustermodels", model), "MetadataExtracted")["reason"] == "ImageNotFound"
+    env.registry.push_image(f"{env.ns}/late", "1", aim_labels("late/model", MI300X_PROFILES))
+    assert env.discover().registry_requests == {}  # within the first backoff step
+    # Six minutes later (the record's read time moved back): past the 5-minute step, far before the daily resync.
+    stored = env.get("aimclustermodels", model)
+    record = json.loads(stored["metadata"]["annotations"][METADATA_ANNOTATION])
+    record["readAt"] = (datetime.now(timezone.utc) - timedelta(minutes=6)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    env.custom.patch_cluster_custom_object(GROUP, VERSION, "aimclustermodels", model,
+                                           {"metadata": {"annotations": {METADATA_ANNOTATION: json.dumps(record)}}})
+    report = env.discover()
+    assert report.registry_requests.get("manifest") == 1
+    assert env.condition(env.get("aimclustermodels", model), "MetadataExtracted")["reason"] == "MetadataExtracted"

@@ -175,3 +175,15 @@ def test_scale_down_window_state_lives_on_the_resource(prefect_harness: None, ex
     assert row.desired < 3
     va = by_kind(example_cluster, "VariantAutoscaling")["granite-13b-a100"]
     assert "modelplane.io/scale-down-pending" not in (va["metadata"].get("annotations") or {})
+
+
+def test_binding_rows_show_the_model_and_the_accelerator(prefect_harness: None, example_cluster: pathlib.Path, example_metrics: pathlib.Path) -> None:
+    """Issue 22: a binding row showed the policy's name under "model" and no accelerator. The model comes
+    from the target Deployment's llm-d label, the accelerator from the GPU its pods request."""
+    report = optimize(cluster=str(example_cluster), metrics_file=str(example_metrics), dry_run=True)
+    (row,) = [r for r in report.rows if r.kind == "AutoscalingPolicyBinding"]
+    assert row.name == "qwen2-5-7b-instruct/qwen2-5-7b-instruct"
+    assert (row.model, row.accelerator) == ("qwen-qwen2.5-7b-instruct", "1x nvidia.com/gpu")
+    result = CliRunner().invoke(app, ["optimize", "--cluster", str(example_cluster), "--metrics", str(example_metrics), "--dry-run", "--json"])
+    rows = [r for r in json.loads(result.stdout) if r["kind"] == "AutoscalingPolicyBinding"]
+    assert (rows[0]["model"], rows[0]["accelerator"]) == ("qwen-qwen2.5-7b-instruct", "1x nvidia.com/gpu")

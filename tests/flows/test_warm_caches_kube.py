@@ -82,7 +82,7 @@ def test_a_fill_job_fills_the_pvc_and_the_verified_marker_makes_the_cache_availa
     assert cache["status"]["status"] == "Progressing"
     assert cache["status"]["persistentVolumeClaim"] == "tiny-cache"
     pvc = cluster.get("v1", "PersistentVolumeClaim", "tiny-cache", ns)
-    assert pvc["spec"]["accessModes"] == ["ReadWriteMany"] and pvc["spec"]["resources"]["requests"]["storage"] == "2Gi"
+    assert pvc["spec"]["accessModes"] == ["ReadWriteMany"] and pvc["spec"]["resources"]["requests"]["storage"] == "1Gi"  # spec.size as written, no headroom on top
     assert pvc["metadata"]["ownerReferences"][0]["name"] == "tiny"
     job = cluster.get("batch/v1", "Job", "tiny-fill-1", ns)
     container = job["spec"]["template"]["spec"]["containers"][0]
