@@ -136,6 +136,11 @@ class Scenario:
     sizing_slos: dict[str, SLO] = field(default_factory=dict)  # what the policies size for (default: slos)
     scale_down_window_s: float = DEFAULT_SCALE_DOWN_WINDOW_S
     """The optimize flow's ``scale_down_stabilization_s`` for the Modelplane policies (the annotation overrides it)."""
+    start_from_static: bool = False
+    """Whether the reactive policies start from static peak's allocation instead of the scale targets' current
+    replicas: the replay then asks what switching a policy on does to a statically provisioned service,
+    instead of charging every reactive policy a cold start from the manifests' replicas (which no
+    reactive policy can avoid: its first decision serves one interval plus the start-up delay later)."""
     routing: Routing = field(default_factory=Routing)
     """The gateway's router per model, the same for every policy."""
     static_headroom: float = 0.0
@@ -289,7 +294,10 @@ def build_scenario(
 
 
 def initial_replicas(scenario: Scenario) -> dict[str, int]:
-    """Replicas each variant starts with: the scale targets' current replicas (1 when unknown)."""
+    """Replicas each variant starts with: the scale targets' current replicas (1 when unknown), or static
+    peak's allocation with :attr:`Scenario.start_from_static`."""
+    if scenario.start_from_static:
+        return static_allocation(scenario)
     return {
         _key(s.key): max(int(scenario.description.current_replicas.get(s.target_key, 1)), s.min_replicas)
         for s in scenario.specs

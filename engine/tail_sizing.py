@@ -57,7 +57,7 @@ __all__ = [
 ANNOTATION_TTFT_PERCENTILE = "modelplane.io/ttft-percentile"
 """VariantAutoscaling annotation: the share of requests (percent, e.g. ``"90"``) that must meet the TTFT
 target, or ``"mean"`` for WVA's sizing of the mean request."""
-DEFAULT_TTFT_PERCENTILE = 90.0
+DEFAULT_TTFT_PERCENTILE = 80.0
 """Used when the annotation is absent and the prompt-token histogram is available."""
 SHORTAGE_PERCENTILES = (85.0, 80.0, 75.0, 70.0, 60.0, 0.0)
 """Percentile caps tried in turn when the inventory cannot hold the tail-sized plan (0: WVA's mean sizing)."""

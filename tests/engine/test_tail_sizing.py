@@ -241,10 +241,12 @@ def test_refine_cap_finds_the_highest_whole_percentile_that_fits() -> None:
 
 def test_a_short_inventory_is_used_whole_at_the_highest_percentile_it_holds() -> None:
     with_tail = ModelLoad(6.0, float(PROMPTS.mean()), OUTPUTS, histogram(PROMPTS))
-    unlimited = by_name(plan_variants(inputs([va("a100")], {"a100": 1}, loads={(NS, MODEL): with_tail})))["a100"]
+    at_p90 = va("a100")
+    at_p90["metadata"]["annotations"] = {ANNOTATION_TTFT_PERCENTILE: "90"}  # between the ladder's p85 and p90
+    unlimited = by_name(plan_variants(inputs([at_p90], {"a100": 1}, loads={(NS, MODEL): with_tail})))["a100"]
     assert unlimited.desired is not None
     for held in range(unlimited.desired - 3, unlimited.desired):
-        capped = by_name(plan_variants(inputs([va("a100")], {"a100": 1}, loads={(NS, MODEL): with_tail}, inventory={"A100": held})))["a100"]
+        capped = by_name(plan_variants(inputs([at_p90], {"a100": 1}, loads={(NS, MODEL): with_tail}, inventory={"A100": held})))["a100"]
         # Within one replica of the inventory (a whole percentile point may be worth two replicas), not the
         # coarse ladder's next step down (p85 here).
         assert capped.desired is not None and held - 1 <= capped.desired <= held, capped.message
