@@ -143,6 +143,11 @@ class TargetDecision:
     desired: int | None
     cost: float = 0.0
     applied: bool = False
+    """``actuation.applied`` as WVA means it, for this target's mode (:mod:`engine.actuation`)."""
+    scaled: bool = False
+    """Modelplane wrote the target's scale subresource this cycle."""
+    mode: str = "scale"
+    """The target's actuation mode (:mod:`engine.actuation`), resolved when the decision is applied."""
 
     @property
     def changes_replicas(self) -> bool:
@@ -272,10 +277,11 @@ def binding_status(
     desired = [t.desired for t in decision.targets if t.desired is not None]
     if desired:
         status["desiredReplicas"] = sum(desired)
-    if any(t.changes_replicas and t.applied for t in decision.targets):
+    if any(t.changes_replicas and t.scaled for t in decision.targets):
         status["lastScaleTime"] = format_time(now)
     status["targets"] = [
-        {"name": t.name, "namespace": t.namespace, "replicas": t.desired if t.desired is not None else (t.current or 0)}
+        {"name": t.name, "namespace": t.namespace, "replicas": t.desired if t.desired is not None else (t.current or 0),
+         "actuation": {"applied": t.applied}}
         for t in decision.targets
     ]
     metrics = ConditionUpdate(

@@ -122,6 +122,10 @@ def optimize(
     config_namespace: str = typer.Option("modelplane-system", help="Namespace of the WVA ConfigMaps."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Decide and print, write nothing."),
     as_json: bool = typer.Option(False, "--json", help="Print a JSON list instead of a table."),
+    pushgateway: Optional[str] = typer.Option(
+        None, "--pushgateway",
+        help="Prometheus Pushgateway URL to publish wva_desired_replicas and Modelplane's metrics to "
+             "(default $MODELPLANE_PUSHGATEWAY_URL; unset = off)."),
 ) -> None:
     """Run one optimization cycle and print the allocation table (writes status back unless --dry-run).
 
@@ -149,6 +153,7 @@ def optimize(
         rate_window=rate_window,
         cluster=cluster,
         dry_run=dry_run,
+        pushgateway_url=pushgateway,
     )
     if as_json:
         sys.stdout.write(json.dumps(report.as_json(), indent=2) + "\n")

@@ -69,6 +69,7 @@ from engine.cache_requests import (
     template_requests,
 )
 from engine.caching import pvc_size
+from engine.cycle_metrics import MetricSet
 from engine.sources import ModelSource, parse_source
 from tasks.cache_fill import (
     CacheWorld,
@@ -92,6 +93,7 @@ from tasks.cache_fill import (
 from tasks.caches import ensure_cache
 from tasks.cluster import Cluster, LocalCluster, connect
 from tasks.cluster.errors import ClusterError
+from tasks.pushgateway import Pushgateway, push
 
 DEFAULT_INTERVAL_S = 600
 DEFAULT_IMAGE = "ghcr.io/modelplane/modelplane:0.1.0"
@@ -409,6 +411,7 @@ def warm_caches(
     job_backoff_limit: int = 2,
     job_ttl_s: int = 3600,
     headroom_percent: float = 10.0,
+    pushgateway_url: str | None = None,
 ) -> WarmReport:
     """One reconcile pass over every ModelCache and every cache a consumer needs.
 
@@ -427,6 +430,8 @@ def warm_caches(
         job_backoff_limit: Pod retries inside one fill Job.
         job_ttl_s: Seconds a finished fill Job is kept (ttlSecondsAfterFinished).
         headroom_percent: PVC headroom over the source size.
+        pushgateway_url: Prometheus Pushgateway for the pass's cache metrics (fills by outcome, bytes per cache);
+            empty = $MODELPLANE_PUSHGATEWAY_URL, else off.
     """
     params = WarmCachesParameters(
         namespaces=namespaces or [], cluster=cluster, image=image, image_pull_secrets=image_pull_secrets or [],
@@ -471,12 +476,35 @@ def warm_caches(
         world = read_world(target, params.namespaces or None)
         report.freed = collect_unused_caches(target, quote(world), params.gc_unused_after, now)
 
+    gateway = Pushgateway.configured(pushgateway_url)
+    if gateway is not None:
+        error = push(gateway, "warm-caches", cache_metrics(report, world))
+        if error:
+            report.problems.append(f"metrics not published ({error})")
     report.summary = summarize(report)
     for problem in report.problems:
         logger.warning("%s", problem)
     publish(report)
     logger.info("warm-caches: %s", report.summary)
     return report
+
+
+def cache_metrics(report: WarmReport, world: Any) -> MetricSet:
+    """The pass's ``modelplane_cache_fills{outcome}`` (fills finished, Jobs started, attempts failed) and
+    ``modelplane_cache_bytes{namespace, cache}`` (capacity of each cache's volume, when it has one)."""
+    metrics = MetricSet()
+    outcomes = {"filled": 0, "started": 0, "failed": 0}
+    for row in report.rows:
+        action = row.action.lower()
+        outcome = "filled" if "filled" in action else "started" if "started job" in action else "failed" if "failed" in action else None
+        if outcome:
+            outcomes[outcome] += 1
+        capacity = pvc_capacity(world.pvcs.get((row.namespace, row.pvc))) if row.pvc else None
+        if capacity:
+            metrics.set("modelplane_cache_bytes", quantity_bytes(capacity), namespace=row.namespace, cache=row.name)
+    for outcome, count in outcomes.items():
+        metrics.set("modelplane_cache_fills", count, outcome=outcome)
+    return metrics
 
 
 def summarize(report: WarmReport) -> str:

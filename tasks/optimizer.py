@@ -31,6 +31,17 @@ from engine.bindings import (
     scale_to_zero_grace,
 )
 from engine.bindings import ANNOTATION_SCALE_TO_ZERO_GRACE
+from engine.actuation import (
+    OPTIMIZER_CONFIGMAP,
+    RECOMMEND,
+    SCALE,
+    Actuation,
+    ActuationModeError,
+    default_mode,
+    resource_mode,
+    scales,
+    target_modes,
+)
 from engine.config import (
     ACCELERATOR_COSTS_CONFIGMAP,
     INVENTORY_CONFIGMAP,
@@ -42,8 +53,8 @@ from engine.config import (
     parse_inventory,
     parse_service_class,
 )
-from engine.optimize import ANNOTATION_SCALE_DOWN_PENDING, VariantDecision, actuation_enabled, status_patch, variant_status
-from engine.status import changed_fields
+from engine.optimize import ANNOTATION_SCALE_DOWN_PENDING, VariantDecision, status_patch, variant_status
+from engine.status import REASON_INVALID, changed_fields
 from tasks.cluster import Cluster, ObjectRef
 from tasks.cluster.errors import ClusterError, Conflict, NotFound
 from tasks.cluster.retry import retry_on_conflict
@@ -74,6 +85,8 @@ class ClusterState:
     config_errors: list[ConfigError] = field(default_factory=list)
     missing_configuration: str | None = None
     """Why the cycle cannot run on this configuration (the cost ConfigMap is missing), or None."""
+    actuation_mode: str = SCALE
+    """The default actuation mode (``modelplane-optimizer-config``, key ``actuation-mode``; engine.actuation)."""
 
 
 def _in_scope(obj: Mapping[str, Any], namespaces: set[str] | None) -> bool:
@@ -158,6 +171,9 @@ def read_cluster_state(
         inventory, inventory_errors = parse_inventory(config_maps[INVENTORY_CONFIGMAP].get("data") or {})
         errors += inventory_errors
     missing = missing_configuration(set(config_maps), bool(variants), config_namespace)
+    mode, mode_error = default_mode((config_maps.get(OPTIMIZER_CONFIGMAP) or {}).get("data"))
+    if mode_error:
+        errors.append(ConfigError(OPTIMIZER_CONFIGMAP, mode_error.split(": ", 1)[1]))
     return ClusterState(
         variants=variants,
         bindings=bindings,
@@ -168,6 +184,7 @@ def read_cluster_state(
         inventory=inventory,
         config_errors=errors,
         missing_configuration=missing,
+        actuation_mode=mode,
     )
 
 
@@ -272,6 +289,10 @@ class WriteOutcome:
     status_written: bool = False
     event: bool = False
     error: str | None = None
+    mode: str = SCALE
+    """The actuation mode this object was applied in (engine.actuation)."""
+    published: bool = False
+    """Its desired replicas reached the Pushgateway this cycle."""
 
 
 def parallel_map(fn: Callable[[T], WriteOutcome], items: list[T], workers: int = WRITE_WORKERS) -> list[WriteOutcome]:
@@ -325,25 +346,42 @@ def post_event(cluster: Cluster, obj: Mapping[str, Any], reason: str, message: s
         return False
 
 
+def variant_mode(obj: Mapping[str, Any], default: str) -> str:
+    """The actuation mode of a VariantAutoscaling; ``recommend`` when its annotation is malformed (the
+    planner has already made it invalid, with a condition naming the annotation)."""
+    try:
+        return resource_mode((obj.get("metadata") or {}).get("annotations"), default)
+    except ActuationModeError:
+        return RECOMMEND
+
+
 def apply_variant(
-    cluster: Cluster, decision: VariantDecision, obj: dict[str, Any], now: datetime, heartbeat_s: float
+    cluster: Cluster, decision: VariantDecision, obj: dict[str, Any], now: datetime, heartbeat_s: float,
+    default_mode: str = SCALE, published: bool = False,
 ) -> WriteOutcome:
-    """Scale the target (unless recommend-only), then write status and an Event when desired changed."""
-    outcome = WriteOutcome(decision.namespace, decision.name)
+    """Scale the target when its actuation mode scales, then write status (``actuation.applied`` as WVA
+    means it for that mode, engine.actuation) and an Event when desired changed.
+
+    ``published``: the decision's desired replicas reached the Pushgateway this cycle.
+    """
+    mode = variant_mode(obj, default_mode) if decision.actuate else RECOMMEND
+    outcome = WriteOutcome(decision.namespace, decision.name, mode=mode, published=published and decision.desired is not None)
+    scale_ok = False
     if decision.desired is not None and decision.target is not None:
-        if not decision.actuate or not decision.ready:
-            outcome.applied = False  # a hold on bad input or missing data applies nothing
+        if not scales(mode) or not decision.ready:
+            pass  # metrics/recommend mode never writes the scale; a hold on bad input or missing data applies nothing
         elif decision.changes_replicas:
             api_version, kind, name = decision.target
             try:
                 cluster.set_scale(ObjectRef(api_version, kind, name, decision.namespace), decision.desired)
-                outcome.scaled = outcome.applied = True
+                outcome.scaled = scale_ok = True
             except ClusterError as exc:
                 outcome.error = f"scale {kind}/{name}: {exc.message}"
                 decision.ready = False
                 decision.message += f"; scaling failed: {exc.message}"
         else:
-            outcome.applied = True
+            scale_ok = True
+    outcome.applied = Actuation(mode, scale_ok, outcome.published).applied
     if decision.stabilization_changed:
         try:  # the scale-down window's state: an annotation (the seed's status has no field for it)
             cluster.patch_spec(ObjectRef.of(obj), {"metadata": {"annotations": {ANNOTATION_SCALE_DOWN_PENDING: decision.stabilization}}})
@@ -372,11 +410,19 @@ def apply_variant(
 
 @task(name="apply-decisions", cache_policy=NO_CACHE)
 def apply_decisions(
-    cluster: Cluster, state: ClusterState, decisions: list[VariantDecision], now: datetime, heartbeat_s: float
+    cluster: Cluster, state: ClusterState, decisions: list[VariantDecision], now: datetime, heartbeat_s: float,
+    published: frozenset[tuple[str, str]] = frozenset(),
 ) -> list[WriteOutcome]:
-    """Write every variant's decision back (concurrently; each object independently)."""
+    """Write every variant's decision back (concurrently; each object independently).
+
+    ``published``: (namespace, name) of the variants whose desired replicas reached the Pushgateway.
+    """
     objects = {(va["metadata"].get("namespace", "default"), va["metadata"]["name"]): va for va in state.variants}
-    outcomes = parallel_map(lambda d: apply_variant(cluster, d, objects[(d.namespace, d.name)], now, heartbeat_s), decisions)
+    outcomes = parallel_map(
+        lambda d: apply_variant(cluster, d, objects[(d.namespace, d.name)], now, heartbeat_s, state.actuation_mode,
+                                (d.namespace, d.name) in published),
+        decisions,
+    )
     logger = get_run_logger()
     for outcome in outcomes:
         if outcome.error:
@@ -599,19 +645,54 @@ def binding_grace_period(cluster: Cluster, binding: dict[str, Any]) -> float | N
         return None
 
 
-def apply_binding(cluster: Cluster, binding: dict[str, Any], decision: BindingDecision, now: datetime) -> None:
-    """Scale each changed target (unless recommend-only), persist window state in status, post an Event."""
-    actuate = actuation_enabled((binding.get("metadata") or {}).get("annotations") or {})
+def binding_modes(binding: Mapping[str, Any], default: str) -> tuple[dict[str, str], str, str | None]:
+    """Each target's actuation mode (per-target overrides, else the binding's annotation, else ``default``),
+    the binding's own mode, and the error of a malformed annotation (then everything is ``recommend``).
+
+    The members of a serving group (``modelplane.io/scale-groups``) take their group target's mode.
+    """
+    annotations = (binding.get("metadata") or {}).get("annotations") or {}
+    names = [_target_ref(target, "").name for target, *_ in binding_targets(binding)]
+    try:
+        mode = resource_mode(annotations, default)
+        overrides = target_modes(annotations, mode)
+    except ActuationModeError as exc:
+        return {name: RECOMMEND for name in names}, RECOMMEND, str(exc)
+    modes = {name: overrides.get(name, mode) for name in names}
+    try:
+        groups = parse_scale_groups(annotations)
+    except ValueError:
+        groups = {}  # reported by the planner; members then take the binding's mode
+    for group, members in groups.items():
+        for member, *_ in members:
+            modes.setdefault(member, modes.get(group, mode))
+    return modes, mode, None
+
+
+def apply_binding(
+    cluster: Cluster, binding: dict[str, Any], decision: BindingDecision, now: datetime,
+    default_mode: str = SCALE, published: frozenset[tuple[str, str]] = frozenset(),
+) -> None:
+    """Scale each changed target whose mode scales, persist window state in status, post an Event.
+
+    ``published``: (namespace, target name) of the targets whose desired replicas reached the Pushgateway.
+    """
+    modes, binding_mode, mode_error = binding_modes(binding, default_mode)
+    if mode_error:
+        decision.ready, decision.reason, decision.message = False, REASON_INVALID, mode_error
     for target in decision.targets:
-        if actuate and target.changes_replicas:
+        target.mode = modes.get(target.name, binding_mode)
+        scale_ok = False
+        if scales(target.mode) and target.changes_replicas:
             try:
                 cluster.set_scale(ObjectRef(target.api_version, target.kind, target.name, target.namespace), target.desired)
-                target.applied = True
+                target.scaled = scale_ok = True
             except ClusterError as exc:
                 decision.ready = False
                 decision.message += f"; scaling {target.kind}/{target.name} failed: {exc.message}"
-        elif actuate and decision.ready:
-            target.applied = True
+        elif scales(target.mode) and decision.ready:
+            scale_ok = True
+        target.applied = Actuation(target.mode, scale_ok, (target.namespace, target.name) in published).applied
     metrics_ok = decision.reason != REASON_NO_METRICS
     metrics_message = "Policy metrics are available" if metrics_ok else decision.message
     generation = (binding.get("metadata") or {}).get("generation")

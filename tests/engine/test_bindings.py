@@ -91,11 +91,11 @@ def test_heterogeneous_distributes_total_cheapest_first() -> None:
 
 def test_status_persists_window_state_and_conditions() -> None:
     decision = plan_binding(inputs(), NOW)
-    decision.targets[0].applied = True
+    decision.targets[0].applied = decision.targets[0].scaled = True
     status = binding_status(decision, {}, NOW, 3, True, "ok")
     assert status["observedGeneration"] == 3 and status["desiredReplicas"] == 4 and status["currentReplicas"] == 2
     assert status["lastScaleTime"] == "2026-11-22T12:00:00Z"
-    assert status["targets"] == [{"name": "llama", "namespace": "ns", "replicas": 4}]
+    assert status["targets"] == [{"name": "llama", "namespace": "ns", "replicas": 4, "actuation": {"applied": True}}]
     state = ScalingState.from_dict(status)
     assert state.history[-1].corrected == 4
     types = {c["type"]: c for c in status["conditions"]}
