@@ -352,6 +352,9 @@ def oracle_cost_at(frontier: Sequence[tuple[float, float]], attainment: float) -
     envelope.reverse()
     if attainment <= envelope[0][0]:
         return envelope[0][1]
+    for a, c in envelope:
+        if attainment == a:
+            return c
     for (a0, c0), (a1, c1) in zip(envelope, envelope[1:]):
         if a0 <= attainment <= a1:
             share = (attainment - a0) / (a1 - a0) if a1 > a0 else 1.0

@@ -51,7 +51,7 @@ def test_cli_compares_every_policy_and_writes_the_report(prefect_harness: None, 
     assert len(oracle) == 6 and {p["policy"] for p in summary["frontier"]} == set(POLICIES)
     assert {p["setting"] for p in summary["frontier"] if p["policy"] == "modelplane"} >= {"as configured", "ttft-percentile 95"}
     ratios = {p["policy"]: p["cost_vs_oracle"] for p in summary["policies"]}
-    assert all(r is None or r > 0.5 for r in ratios.values()) and 1.0 <= ratios["oracle"] < 1.3
+    assert all(r is None or r > 0.5 for r in ratios.values()) and 0.999 <= ratios["oracle"] < 1.3
     assert "cost / oracle at equal attainment" in result.stdout and "attainment ceiling" in result.stdout
 
 
