@@ -28,7 +28,7 @@ from engine.simulate_policies import PolicyOutcome, Scenario, _scaled_ttft, with
 __all__ = ["FrontierPoint", "Limits", "KNOBS", "knob_settings", "limits", "with_oracle_curves"]
 
 KNOBS: dict[str, tuple[str, tuple[Any, ...]]] = {
-    "modelplane": ("modelplane.io/ttft-percentile", ("80", "85", "95")),
+    "modelplane": ("modelplane.io/ttft-percentile", ("85", "90", "95")),
     "saturation-only": ("modelplane.io/ttft-percentile", ()),
     "hpa": ("vllm:num_requests_running target", (2.0, 3.0, 4.0, 6.0)),
     "wva-greedy": ("sized for TTFT x", (0.75, 0.5)),
@@ -36,7 +36,7 @@ KNOBS: dict[str, tuple[str, tuple[Any, ...]]] = {
     "oracle": ("attainment target", ORACLE_TARGETS),
 }
 """Per policy: the knob's name and the values the frontier sweeps besides the configured setting (the shipped
-percentile p90, TTFT x 1, headroom 0, the cluster's HPA metric; the oracle's configured target is skipped)."""
+percentile p80, TTFT x 1, headroom 0, the cluster's HPA metric; the oracle's configured target is skipped)."""
 
 
 @dataclass(frozen=True)
