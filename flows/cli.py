@@ -15,7 +15,8 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from flows.exitcodes import CannotRun, ExitCode, cli_errors, degraded_summary, exit_code, one_line
+from flows.exitcodes import (CannotRun, ExitCode, OneLineErrorGroup, cli_errors, degraded_summary, exit_code, one_line,
+                             quiet_expected_failures)
 
 # Local runs start an ephemeral Prefect API on the shared ~/.prefect database; its telemetry write is the
 # one statement that contends with another local Prefect process, and it reports nothing we need.
@@ -23,7 +24,8 @@ os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 # Prefect's 20 s default for starting that ephemeral API is too short on a busy CI runner.
 os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "120")
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, help="Modelplane: a control plane for serving LLMs on Kubernetes.")
+app = typer.Typer(add_completion=False, no_args_is_help=True, cls=OneLineErrorGroup,
+                  help="Modelplane: a control plane for serving LLMs on Kubernetes.")
 # Off a terminal (CI logs, pipes) rich would wrap tables at 80 columns and cut names; use a wide page.
 console = Console(width=None if sys.stdout.isatty() else 200)
 err = Console(stderr=True)
@@ -170,18 +172,28 @@ def optimize(
 def run_flow_or_exit(flow: Any, _cannot_run: tuple[type[Exception], ...] = (), **parameters: Any) -> Any:
     """Run ``flow`` in-process; when it cannot run (no cluster, bad parameter, missing file, or one of the
     flow's own ``_cannot_run`` errors) print one ``error:`` line and exit CANNOT_RUN instead of a traceback."""
-    from prefect.exceptions import ParameterTypeError
     from prefect.logging.loggers import disable_logger
 
-    from tasks.cluster.errors import ClusterError
-
-    try:
+    def run() -> Any:
         with disable_logger("prefect.flows"):  # the deployment schema's checks, before any run or log line
             flow.validate_parameters(parameters)
         return flow(**parameters)
-    except ParameterTypeError as exc:
-        reason = one_line(exc)
-    except (CannotRun, ClusterError, *_cannot_run) as exc:
+
+    return _flow_or_exit(flow.name, run, _cannot_run)
+
+
+def _flow_or_exit(name: str, run: "Callable[[], Any]", extra: tuple[type[Exception], ...] = ()) -> Any:
+    """``run()``; an error that means the flow could not run is one ``error:`` line and exit 2 (Prefect's own
+    log of it keeps its line but loses the traceback); anything else is a bug and keeps its traceback."""
+    from prefect.exceptions import ParameterTypeError
+
+    from tasks.cluster.errors import ClusterError
+
+    expected = (ParameterTypeError, CannotRun, ClusterError, OSError, ValueError, *extra)
+    try:
+        with quiet_expected_failures(expected):
+            return run()
+    except (ParameterTypeError, CannotRun, ClusterError, *extra) as exc:
         reason = one_line(exc)
     except (OSError, ValueError) as exc:
         reason = f"{type(exc).__name__}: {one_line(exc)}"
@@ -189,7 +201,7 @@ def run_flow_or_exit(flow: Any, _cannot_run: tuple[type[Exception], ...] = (), *
         if "Prefect API" not in str(exc):  # anything else is a bug: keep its traceback
             raise
         reason = one_line(exc)
-    sys.stderr.write(f"error: {flow.name} could not run: {reason}\n")
+    sys.stderr.write(f"error: {name} could not run: {reason}\n")
     raise typer.Exit(ExitCode.CANNOT_RUN)
 
 
@@ -222,6 +234,23 @@ def _aim_table(title: str, columns: tuple[str, ...], rows: list[tuple[object, ..
         raise typer.Exit(exit_code(errors))
 
 
+def model_problems(report: Any) -> list[str]:
+    """discover-models' rows whose image could not be read: the run is degraded (exit 3)."""
+    return [f"AIMClusterModel {r.name}: image {r.image}: {r.result}" for r in report.rows if r.result != "ok"]
+
+
+def template_problems(report: Any) -> list[str]:
+    """resolve-templates' rows not Available (Failed, or not ready yet): the run is degraded (exit 3)."""
+    return [f"AIMServiceTemplate {r.namespace}/{r.name}: {r.status}" + (f" ({r.reason})" if r.reason else "")
+            for r in report.rows if r.status != "Available"]
+
+
+def service_problems(report: Any) -> list[str]:
+    """rollout-services' rows not Running (Failed, Degraded, or not ready yet): the run is degraded (exit 3)."""
+    return [f"AIMService {r.namespace}/{r.name}: {r.status}" + (f" ({r.reason})" if r.reason else "")
+            for r in report.rows if r.status != "Running"]
+
+
 _CLUSTER_HELP = "Manifests directory/file, 'kubeconfig:PATH[#ctx]', or empty for the current kubeconfig."
 
 
@@ -241,7 +270,8 @@ def discover_models_command(
     report = _run_flow(cluster, lambda: discover_models(namespaces=namespace or None, resync_interval_s=resync,
                                                insecure_registries=insecure_registry or None, registry_mirrors=mirrors, cluster=cluster))
     _aim_table("AIM model discovery", ("model", "image", "result", "deployments", "templates"),
-               [(r.name, r.image, r.result, r.deployments, r.templates) for r in report.rows], report.summary, report.writes.errors, as_json=as_json)
+               [(r.name, r.image, r.result, r.deployments, r.templates) for r in report.rows], report.summary,
+               report.writes.errors + model_problems(report), as_json=as_json)
 
 
 @app.command("resolve-templates")
@@ -255,7 +285,8 @@ def resolve_templates_command(
 
     report = _run_flow(cluster, lambda: resolve_templates(namespaces=namespace or None, cluster=cluster))
     _aim_table("AIM templates", ("namespace", "template", "status", "reason", "message"),
-               [(r.namespace, r.name, r.status, r.reason, r.message) for r in report.rows], report.summary, report.writes.errors, as_json=as_json)
+               [(r.namespace, r.name, r.status, r.reason, r.message) for r in report.rows], report.summary,
+               report.writes.errors + template_problems(report), as_json=as_json)
 
 
 @app.command("rollout-services")
@@ -269,7 +300,8 @@ def rollout_services_command(
 
     report = _run_flow(cluster, lambda: rollout_services(namespaces=namespace or None, cluster=cluster))
     _aim_table("AIM services", ("namespace", "service", "status", "reason", "workload", "action"),
-               [(r.namespace, r.name, r.status, r.reason, r.workload, r.action) for r in report.rows], report.summary, report.writes.errors, as_json=as_json)
+               [(r.namespace, r.name, r.status, r.reason, r.workload, r.action) for r in report.rows], report.summary,
+               report.writes.errors + service_problems(report), as_json=as_json)
 
 
 @app.command("aim")
@@ -291,7 +323,8 @@ def aim_command(
     found = _run_flow(cluster, lambda: discover_models(registry_mirrors=mirrors, cluster=cluster))
     resolved = _run_flow(cluster, lambda: resolve_templates(cluster=cluster))
     rolled = _run_flow(cluster, lambda: rollout_services(cluster=cluster))
-    errors = found.writes.errors + resolved.writes.errors + rolled.writes.errors
+    errors = (found.writes.errors + model_problems(found) + resolved.writes.errors + template_problems(resolved)
+              + rolled.writes.errors + service_problems(rolled))
     if as_json:
         sys.stdout.write(json.dumps({
             "models": [{"model": r.name, "image": r.image, "result": r.result, "deployments": r.deployments, "templates": r.templates} for r in found.rows],
@@ -302,11 +335,14 @@ def aim_command(
         }, indent=2, default=str) + "\n")
         exit_with_outcome(errors)
     _aim_table("AIM model discovery", ("model", "image", "result", "deployments", "templates"),
-               [(r.name, r.image, r.result, r.deployments, r.templates) for r in found.rows], found.summary, found.writes.errors, last=False)
+               [(r.name, r.image, r.result, r.deployments, r.templates) for r in found.rows], found.summary,
+               found.writes.errors + model_problems(found), last=False)
     _aim_table("AIM templates", ("namespace", "template", "status", "reason"),
-               [(r.namespace, r.name, r.status, r.reason) for r in resolved.rows], resolved.summary, resolved.writes.errors, last=False)
+               [(r.namespace, r.name, r.status, r.reason) for r in resolved.rows], resolved.summary,
+               resolved.writes.errors + template_problems(resolved), last=False)
     _aim_table("AIM services", ("namespace", "service", "status", "reason", "workload", "action"),
-               [(r.namespace, r.name, r.status, r.reason, r.workload, r.action) for r in rolled.rows], rolled.summary, rolled.writes.errors, last=False)
+               [(r.namespace, r.name, r.status, r.reason, r.workload, r.action) for r in rolled.rows], rolled.summary,
+               rolled.writes.errors + service_problems(rolled), last=False)
     raise typer.Exit(exit_code(errors))
 
 
@@ -331,7 +367,7 @@ def _run_flow(cluster: Optional[str], run: "Callable[[], Any]") -> Any:
         problem = cannot_run_reason(connect(cluster))
         if problem:
             raise CannotRun(problem)
-        return run()
+    return _flow_or_exit("the flow", run)
 
 
 @app.command()
@@ -563,7 +599,7 @@ def warm_caches(
         include_consumers=not no_consumers, gc_unused_after=unused_after, max_fill_attempts=max_fill_attempts,
         retry_backoff_s=retry_backoff_s,
     )
-    failed = [f"{r.namespace}/{r.name} Failed: {r.reason}: {r.message}" for r in report.rows if r.status == "Failed"]
+    failed = [f"{r.namespace}/{r.name} {r.status}: {r.reason}: {r.message}" for r in report.rows if r.status != "Available"]
     if as_json:
         sys.stdout.write(json.dumps(report.as_json(), indent=2) + "\n")
     else:
