@@ -190,6 +190,7 @@ def _flow_or_exit(name: str, run: "Callable[[], Any]", extra: tuple[type[Excepti
     from tasks.cluster.errors import ClusterError
 
     expected = (ParameterTypeError, CannotRun, ClusterError, OSError, ValueError, *extra)
+    drain_rejections()  # this run's rejections only (several commands may run in one process)
     try:
         with quiet_expected_failures(expected):
             return run()
@@ -205,8 +206,17 @@ def _flow_or_exit(name: str, run: "Callable[[], Any]", extra: tuple[type[Excepti
     raise typer.Exit(ExitCode.CANNOT_RUN)
 
 
+def drain_rejections() -> list[str]:
+    """The objects the boundary reader (tasks/boundary.py) rejected since the last call, one line each."""
+    from tasks.boundary import drain_rejections as drain
+
+    return drain()
+
+
 def exit_with_outcome(problems: list[str]) -> None:
-    """Print a degraded run's problems on stderr and exit DEGRADED (3); exit OK (0) otherwise."""
+    """Print a degraded run's problems (and every object the boundary reader rejected) on stderr and exit
+    DEGRADED (3); exit OK (0) otherwise."""
+    problems = [*problems, *drain_rejections()]
     for problem in problems:
         err.print(f"[yellow]degraded: {escape(problem)}[/yellow]", highlight=False, soft_wrap=True)
     raise typer.Exit(int(exit_code(problems)))
@@ -216,6 +226,8 @@ def _aim_table(title: str, columns: tuple[str, ...], rows: list[tuple[object, ..
                as_json: bool = False) -> None:
     """Print an AIM flow's table and summary (or, ``as_json``, a JSON list of rows); with ``last``, exit 3
     (degraded, one line per error) when writes failed, else 0 (flows/exitcodes.py)."""
+    if last:
+        errors = [*errors, *drain_rejections()]
     if as_json:
         sys.stdout.write(json.dumps([dict(zip(columns, row)) for row in rows], indent=2, default=str) + "\n")
         for line in errors:
@@ -343,7 +355,10 @@ def aim_command(
     _aim_table("AIM services", ("namespace", "service", "status", "reason", "workload", "action"),
                [(r.namespace, r.name, r.status, r.reason, r.workload, r.action) for r in rolled.rows], rolled.summary,
                rolled.writes.errors + service_problems(rolled), last=False)
-    raise typer.Exit(exit_code(errors))
+    rejected = drain_rejections()
+    for line in rejected:
+        err.print(f"[yellow]degraded: {escape(line)}[/yellow]", highlight=False, soft_wrap=True)
+    raise typer.Exit(exit_code(errors + rejected))
 
 
 def _mirrors(pairs: list[str]) -> dict[str, str]:
@@ -683,6 +698,7 @@ def simulate(
                 parse_trace_rows(csv.reader(handle))
         except (TraceError, UnicodeDecodeError) as exc:
             raise CannotRun(f"{trace}: {exc}") from None
+        drain_rejections()
         try:
             report = simulate_flow(
                 cluster=str(cluster), trace=str(trace), config_namespace=config_namespace, policies=policy or None,
@@ -694,7 +710,7 @@ def simulate(
             raise CannotRun(str(exc)) from None
     if as_json:
         sys.stdout.write(json.dumps(report.as_json(), indent=2) + "\n")
-        return
+        exit_with_outcome([])
     rows = summary_table(report.outcomes)
     table = Table(title=f"Policies replayed on {trace.name} ({report.settings['requests']} requests)")
     for column in rows[0]:
@@ -703,6 +719,7 @@ def simulate(
         table.add_row(*(str(v) for v in row.values()))
     console.print(table)
     console.print(f"report: {report.files['html']}  summary: {report.files['json']}")
+    exit_with_outcome([])  # 3 when the boundary reader left invalid VariantAutoscalings out
 
 
 @app.command()
@@ -733,6 +750,7 @@ def calibrate(
             except WindowsFileError as exc:
                 raise CannotRun(str(exc)) from None
         require_cluster(cluster, "llmd.ai/v1alpha1", "VariantAutoscaling")
+        drain_rejections()
         report = calibrate_flow(
             namespaces=namespace or None, config_namespace=config_namespace, cluster=cluster, prometheus_url=prometheus,
             windows_file=str(windows) if windows else None, lookback=lookback, window=window, dry_run=dry_run,
@@ -750,7 +768,7 @@ def calibrate(
     console.print(table)
     for row in report.rows:
         console.print(f"{row.namespace}/{row.name}: {row.message}", highlight=False)
-    raise typer.Exit(exit_code(degraded))
+    exit_with_outcome(degraded)
 
 
 @app.command()

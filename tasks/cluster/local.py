@@ -641,9 +641,20 @@ def _scan_manifests(root: str) -> Iterator[tuple[str, tuple[int, int, int]]]:
                 continue
             if entry.is_dir(follow_symlinks=True):
                 stack.append(entry.path)
-            elif entry.name.endswith(MANIFEST_SUFFIXES) and entry.is_file(follow_symlinks=True):
+            elif (entry.name.endswith(MANIFEST_SUFFIXES) and entry.is_file(follow_symlinks=True)
+                  and (not entry.name.endswith(".json") or _looks_like_manifest(entry.path))):
                 st = entry.stat()
                 yield entry.path, (st.st_mtime_ns, st.st_size, st.st_ino)
+
+
+def _looks_like_manifest(path: str) -> bool:
+    """Whether a ``.json`` file is a Kubernetes manifest (an ``apiVersion`` near its start), not some other
+    JSON that lives beside the manifests (a model's ``config.json``, a tokenizer)."""
+    try:
+        with open(path, "rb") as handle:
+            return b'"apiVersion"' in handle.read(4096)
+    except OSError:
+        return False
 
 
 def _without(obj: Manifest, meta_keys: tuple[str, ...]) -> Manifest:
