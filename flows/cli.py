@@ -416,7 +416,7 @@ def cache_fill(
     """Download SOURCE into DEST: resumable, locked, verified; the marker .modelplane-cache.json is written last.
 
     Credentials come from the environment only (HF_TOKEN, HF_ENDPOINT, AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY,
-    AWS_ENDPOINT_URL, AWS_REGION), so a Kubernetes Job runs this same command with env from Secrets.
+    AWS_ENDPOINT_URL, AWS_REGION; Kthena's ENDPOINT, ACCESS_KEY, SECRET_KEY when the AWS names are unset), so a Kubernetes Job runs this same command with env from Secrets.
     Exits 1 with one line naming the reason when the fill fails, 2 when SOURCE is not a valid source.
     """
     from engine.sources import parse_source
@@ -520,6 +520,8 @@ def rollout_models_command(
     downloader_image: str = typer.Option("ghcr.io/modelplane/modelplane:0.1.0", help="Image of the init container that downloads into a cacheURI."),
     as_json: bool = typer.Option(False, "--json", help="Print a JSON list instead of a table."),
     name: list[str] = typer.Option([], "--name", help="Only the Models with these names (repeatable)."),
+    kthena_networking: str = typer.Option("auto", "--kthena-networking", help="auto: render Kthena's ModelServer/ModelRoute and runtime sidecar when the cluster serves networking.serving.volcano.sh; off: never."),
+    workload: str = typer.Option("Deployment", "--workload", help="Deployment, or ModelServing (Kthena's gang-scheduled workload, where its CRD is served)."),
 ) -> None:
     """Roll out every Kthena Model once and print what changed.
 
@@ -533,7 +535,7 @@ def rollout_models_command(
     with cli_errors():
         require_cluster(cluster, KTHENA_API_VERSION, "Model")
     report = run_flow_or_exit(rollout_models, namespaces=namespace or None, names=name or None, cluster=cluster,
-                              downloader_image=downloader_image)
+                              downloader_image=downloader_image, kthena_networking=kthena_networking, workload=workload)
     failed = [f"{m.namespace}/{m.name}: {m.result}" for m in report.failed]
     if as_json:
         sys.stdout.write(json.dumps([dataclasses.asdict(m) for m in report.models], indent=2, default=str) + "\n")

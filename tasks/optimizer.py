@@ -23,7 +23,11 @@ from engine.bindings import (
     BindingDecision,
     BindingInputs,
     BindingTarget,
+    GroupMember,
     binding_status,
+    group_count,
+    group_instances,
+    parse_scale_groups,
     scale_to_zero_grace,
 )
 from engine.bindings import ANNOTATION_SCALE_TO_ZERO_GRACE
@@ -451,44 +455,111 @@ def collect_metrics(source: MetricsSource | None, state: ClusterState) -> tuple[
 
 
 def _instances_from_snapshot(
-    snapshot: Any, namespace: str, pods: list[str], targets: list[BindingTarget], have_pod_objects: bool
+    snapshot: Any, namespace: str, pods: list[str], names: list[str], have_pod_objects: bool
 ) -> list[dict[str, float]]:
-    """Per-pod policy metrics of the binding's ready pods.
+    """Per-pod policy metrics of a target's ready pods.
 
     A manifest snapshot usually carries no Pod objects; then the pods are the ones the metrics name
-    after the target (``<target>-...``), as a Deployment names its pods.
+    after the target's workloads (``<name>-...``), as a Deployment names its pods.
     """
     metrics: Mapping[tuple[str, str], dict[str, float]] = snapshot.instance_metrics if snapshot is not None else {}
     if have_pod_objects:
         return [dict(metrics.get((namespace, pod), {})) for pod in pods]
-    prefixes = tuple(f"{t.name}-" for t in targets)
+    prefixes = tuple(f"{name}-" for name in names)
     return [dict(values) for (ns, pod), values in sorted(metrics.items()) if ns == namespace and pod.startswith(prefixes)]
+
+
+@dataclass
+class _TargetPods:
+    """One binding target's pods: ready ones by name, how many are not ready, and the metric instances."""
+
+    ready: list[str] = field(default_factory=list)
+    unready: int = 0
+    listed: bool = False
+
+
+def _target_pods(cluster: Cluster, ref: ObjectRef, selector: str | None) -> _TargetPods:
+    if not selector:
+        return _TargetPods()
+    pods = cluster.list("v1", "Pod", namespace=ref.namespace, label_selector=selector)
+    ready = [p["metadata"]["name"] for p in pods if _pod_ready(p)]
+    return _TargetPods(ready, len(pods) - len(ready), bool(pods))
+
+
+@dataclass
+class _ReadTarget:
+    """What one binding target is now: its replicas (or its group's members'), and its serving pods."""
+
+    ref: ObjectRef
+    current: int | None
+    group: tuple[GroupMember, ...] | None
+    serving_names: list[str]
+    pods: _TargetPods
+
+
+def _read_target(cluster: Cluster, target: Mapping[str, Any], namespace: str, group: list[tuple[str, int, bool]] | None) -> _ReadTarget:
+    """The scale of the target (of each member of its group) and the pods of its serving workloads."""
+    ref = _target_ref(target, namespace)
+    members = [(ObjectRef(ref.api_version, ref.kind, name, ref.namespace), per, serves) for name, per, serves in group or []] or [(ref, 1, True)]
+    scales: list[int | None] = []
+    pods = _TargetPods()
+    for member_ref, _per, serves in members:
+        try:
+            scale_now = cluster.get_scale(member_ref)
+        except NotFound:
+            scales.append(None)
+            continue
+        scales.append(scale_now.replicas)
+        if serves:
+            got = _target_pods(cluster, member_ref, _selector(scale_now.selector, target.get("additionalMatchLabels")))
+            pods.ready += got.ready
+            pods.unready += got.unready
+            pods.listed = pods.listed or got.listed
+    serving = [m.name for m, _, serves in members if serves]
+    if not group:
+        return _ReadTarget(ref, scales[0], None, serving, pods)
+    members_now = tuple(GroupMember(m.name, m.api_version, m.kind, per, current, serves) for (m, per, serves), current in zip(members, scales))
+    return _ReadTarget(ref, None, members_now, serving, pods)
 
 
 @task(name="read-binding-inputs", cache_policy=NO_CACHE, retries=1, retry_delay_seconds=1)
 def read_binding_inputs(
     cluster: Cluster, binding: dict[str, Any], state: ClusterState, snapshot: Any, metrics_error: str | None
 ) -> BindingInputs:
-    """Current replicas (scale subresource), the targets' pods, and their policy metrics from the snapshot."""
+    """Current replicas (scale subresource), the targets' pods, and their policy metrics from the snapshot.
+
+    A target named in the binding's :data:`engine.bindings.ANNOTATION_SCALE_GROUPS` is a serving group:
+    its members' replicas are read, its current count is whole groups, and its serving pods' metrics
+    become one instance per group."""
     meta = binding["metadata"]
     namespace = meta.get("namespace", "default")
     spec = binding.get("spec") or {}
     policy_name = (spec.get("policyRef") or {}).get("name")
     policy = state.policies.get((namespace, policy_name or ""))
+    try:
+        groups = parse_scale_groups(meta.get("annotations") or {})
+    except ValueError as exc:
+        log.warning("AutoscalingPolicyBinding %s: scaling its targets one by one: %s", meta.get("name"), exc)
+        groups = {}
+    read = [_read_target(cluster, target, namespace, groups.get(_target_ref(target, namespace).name)) for target, *_ in binding_targets(binding)]
+    have_pod_objects = any(r.pods.listed for r in read)
     targets: list[BindingTarget] = []
-    pods: list[dict[str, Any]] = []
-    for target, low, high, cost in binding_targets(binding):
-        ref = _target_ref(target, namespace)
-        try:
-            current_scale = cluster.get_scale(ref)
-        except NotFound:
-            targets.append(BindingTarget(ref.name, ref.namespace, ref.api_version, ref.kind, None, low, high, cost))
+    instances: list[dict[str, float]] = []
+    unready = 0
+    for r, (_, low, high, cost) in zip(read, binding_targets(binding)):
+        ref = r.ref
+        pod_instances = _instances_from_snapshot(snapshot, namespace, r.pods.ready, r.serving_names, have_pod_objects)
+        if r.group is None:
+            targets.append(BindingTarget(ref.name, ref.namespace, ref.api_version, ref.kind, r.current, low, high, cost))
+            instances += pod_instances
+            unready += r.pods.unready
             continue
-        targets.append(BindingTarget(ref.name, ref.namespace, ref.api_version, ref.kind, current_scale.replicas, low, high, cost))
-        selector = _selector(current_scale.selector, target.get("additionalMatchLabels"))
-        if selector:
-            pods += cluster.list("v1", "Pod", namespace=ref.namespace, label_selector=selector)
-    ready = [p["metadata"]["name"] for p in pods if _pod_ready(p)]
+        current_groups = group_count(r.group)
+        targets.append(BindingTarget(ref.name, ref.namespace, ref.api_version, ref.kind, current_groups, low, high, cost, r.group))
+        if current_groups is not None:
+            serving_per_group = sum(m.per_group for m in r.group if m.serves) or 1
+            instances += group_instances(pod_instances, current_groups)
+            unready += -(-r.pods.unready // serving_per_group)
     optimizer = spec.get("optimizerConfiguration") or {}
     return BindingInputs(
         namespace=namespace,
@@ -498,8 +569,8 @@ def read_binding_inputs(
         policy=(policy or {}).get("spec") if policy else None,
         heterogeneous=bool(optimizer),
         targets=targets,
-        instances=_instances_from_snapshot(snapshot, namespace, ready, targets, have_pod_objects=bool(pods)),
-        unready=len(pods) - len(ready),
+        instances=instances,
+        unready=unready,
         metrics_error=metrics_error,
         cost_expansion_rate_percent=int(optimizer.get("costExpansionRatePercent", 200)),
         old_status=binding.get("status") or {},
