@@ -650,7 +650,7 @@ def _duration(text: str) -> "datetime.timedelta":
 def simulate(
     cluster: pathlib.Path = typer.Option(..., "--cluster", help="Manifests directory/file: VariantAutoscalings, targets, WVA ConfigMaps."),
     trace: pathlib.Path = typer.Option(..., "--trace", help="Trace CSV (timestamp, prompt tokens, output tokens; Azure format as is)."),
-    policy: list[str] = typer.Option([], "--policy", "-p", help="Policy to compare (repeatable); default: all five."),
+    policy: list[str] = typer.Option([], "--policy", "-p", help="Policy to compare (repeatable); default: all, the oracle included."),
     compression: float = typer.Option(1.0, help="Divide inter-arrival times by this (time compression)."),
     rate_scale: float = typer.Option(1.0, "--rate-scale", help="Multiply the number of requests."),
     start: float = typer.Option(0.0, help="Slice start, seconds after the first request."),
@@ -661,6 +661,10 @@ def simulate(
     sizing_ttft_scale: float = typer.Option(1.0, "--sizing-ttft-scale", help="Policies size for the TTFT targets x this; attainment is judged against the targets."),
     hpa_metric: Optional[str] = typer.Option(None, "--hpa-metric", help="Per-replica metric of the HPA-style policy (default: the cluster's AutoscalingPolicy)."),
     hpa_target: Optional[float] = typer.Option(None, "--hpa-target", help="Target per replica of --hpa-metric."),
+    router: str = typer.Option("auto", "--router", help="Gateway router: least-outstanding, least-load (llm-d/Kthena: queue + KV), "
+                               "least-latency (predicted TTFT/ITL vs SLO); auto = what the cluster says (docs/simulate.md)."),
+    frontier: bool = typer.Option(True, "--frontier/--no-frontier", help="Also sweep each policy's knob and the oracle: "
+                                  "cost-attainment frontier, attainment ceiling, cost / oracle."),
     seed: int = typer.Option(0, help="Seed of every random draw."),
     output: pathlib.Path = typer.Option(pathlib.Path("simulation-report"), "--output", "-o", help="Report directory."),
     config_namespace: str = typer.Option("modelplane-system", help="Namespace of the WVA ConfigMaps."),
@@ -674,7 +678,8 @@ def simulate(
     import csv
 
     from engine.optimize import SpecError
-    from engine.simulate_policies import POLICIES
+    from engine.simulate import ROUTERS
+    from engine.simulate_policies import POLICIES, ROUTER_AUTO
     from engine.simulate_trace import TraceError, parse_trace_rows
     from flows.simulate import simulate as simulate_flow
     from tasks.simulation import summary_table
@@ -693,6 +698,8 @@ def simulate(
         unknown = [p for p in policy if p not in POLICIES]
         if unknown:
             raise CannotRun(f"unknown policy {', '.join(unknown)}; choose from {', '.join(POLICIES)}")
+        if router != ROUTER_AUTO and router not in ROUTERS:
+            raise CannotRun(f"unknown router {router!r}; choose from {ROUTER_AUTO}, {', '.join(ROUTERS)}")
         if not trace.is_file():
             raise CannotRun(f"trace file {trace} does not exist")
         try:
@@ -706,15 +713,16 @@ def simulate(
                 cluster=str(cluster), trace=str(trace), config_namespace=config_namespace, policies=policy or None,
                 compression=compression, rate_scale=rate_scale, start_s=start, duration_s=duration, model_shares=shares or None,
                 interval_s=interval, startup_delay_s=startup_delay, sizing_ttft_scale=sizing_ttft_scale, hpa_metric=hpa_metric,
-                hpa_target=hpa_target, seed=seed, output_dir=str(output),
+                hpa_target=hpa_target, router=router, frontier=frontier, seed=seed, output_dir=str(output),
             )
         except (TraceError, SpecError, ValueError) as exc:
             raise CannotRun(str(exc)) from None
     if as_json:
         sys.stdout.write(json.dumps(report.as_json(), indent=2) + "\n")
         exit_with_outcome([])
-    rows = summary_table(report.outcomes)
-    table = Table(title=f"Policies replayed on {trace.name} ({report.settings['requests']} requests)")
+    rows = summary_table(report.outcomes, report.limits)
+    ceiling = f", attainment ceiling {report.limits.ceiling['all']:.1%}" if report.limits is not None else ""
+    table = Table(title=f"Policies replayed on {trace.name} ({report.settings['requests']} requests{ceiling})")
     for column in rows[0]:
         table.add_column(column, justify="left" if column == "policy" else "right")
     for row in rows:

@@ -8,7 +8,10 @@ Lifecycle, top to bottom:
 3. replay it once per policy in the discrete-event simulator (``engine.simulate``), the decisions made
    every interval by the policy's code (``engine.simulate_policies``: Modelplane's is ``plan_variants``);
 4. summarize each run (SLO attainment per model, cost, replica changes, unserved requests);
-5. write the report (JSON summary, PNG plots, one HTML page) and publish it as a Prefect artifact.
+5. with ``frontier``, replay each policy over its own knob and the clairvoyant oracle over its target
+   attainment (``engine.simulate_frontier``): the cost-attainment frontier, the trace's attainment
+   ceiling and every cost as a ratio to the oracle's at equal attainment;
+6. write the report (JSON summary, PNG plots, one HTML page) and publish it as a Prefect artifact.
 
 Nothing is written to the cluster: a simulation only reads it.
 """
@@ -27,6 +30,7 @@ from prefect.utilities.annotations import quote
 from pydantic import BaseModel, Field, field_validator
 
 from engine.simulate import SimConfig
+from engine.simulate_frontier import Limits, knob_settings, limits, with_oracle_curves
 from engine.simulate_policies import (
     POLICIES,
     PolicyOutcome,
@@ -41,7 +45,8 @@ from tasks.simulation import markdown_report, read_description, read_trace, writ
 
 DEFAULT_CONFIG_NAMESPACE = "modelplane-system"
 # Literal types so the Prefect form offers the choices (kept equal to POLICIES and the simulated gauges).
-PolicyName = Literal["modelplane", "saturation-only", "wva-greedy", "hpa", "static-peak"]
+PolicyName = Literal["modelplane", "saturation-only", "wva-greedy", "hpa", "static-peak", "oracle"]
+RouterName = Literal["auto", "least-outstanding", "least-load", "least-latency"]
 HpaMetric = Literal["vllm:num_requests_waiting", "vllm:num_requests_running", "vllm:kv_cache_usage_perc"]
 
 
@@ -63,6 +68,8 @@ class SimulateParameters(BaseModel):
     sizing_ttft_scale: float = Field(gt=0)
     hpa_metric: str | None
     hpa_target: float | None = Field(gt=0)
+    router: str = Field(min_length=1)
+    frontier: bool
     seed: int
     output_dir: str = Field(min_length=1)
 
@@ -82,10 +89,17 @@ class SimulationReport:
     outcomes: list[PolicyOutcome]
     files: dict[str, str]
     settings: dict[str, Any] = field(default_factory=dict)
+    limits: Limits | None = None
 
     def as_json(self) -> dict[str, Any]:
-        """The JSON summary (also written as summary.json)."""
-        return {"settings": self.settings, "policies": [o.as_json() for o in self.outcomes], "files": self.files}
+        """The JSON summary (summary.json holds the same and the definitions)."""
+        policies = [o.as_json() for o in self.outcomes]
+        if self.limits is not None:
+            for entry, o in zip(policies, self.outcomes):
+                ratio = self.limits.cost_ratio(o.attainment, o.cost)
+                entry["cost_vs_oracle"] = round(ratio, 4) if ratio is not None else None
+        return {"settings": self.settings, "policies": policies, "files": self.files,
+                **(self.limits.as_json() if self.limits is not None else {})}
 
 
 @task(name="read-simulation-inputs", cache_policy=NO_CACHE)
@@ -107,13 +121,20 @@ def read_inputs(params: SimulateParameters) -> Scenario:
     shape = TraceShape(shares, params.start_s, params.duration_s, params.compression, params.rate_scale, params.seed)
     trace = read_trace(params.trace, shape)
     config = SimConfig(interval_s=params.interval_s, startup_delay_s=params.startup_delay_s, seed=params.seed)
-    return build_scenario(description, trace, config, sizing_ttft_scale=params.sizing_ttft_scale)
+    scenario = build_scenario(description, trace, config, sizing_ttft_scale=params.sizing_ttft_scale, router=params.router)
+    return with_oracle_curves(scenario) if params.frontier or "oracle" in params.policies else scenario
 
 
 @task(name="simulate-policy", cache_policy=NO_CACHE)
 def simulate_policy(name: str, scenario: Scenario) -> PolicyOutcome:
     """Replay the trace under one policy and summarize the run."""
     return summarize_outcome(name, scenario, run_policy(name, scenario))
+
+
+@task(name="sweep-policy-knob", cache_policy=NO_CACHE)
+def sweep_knob(name: str, scenario: Scenario) -> list[tuple[str, str, PolicyOutcome]]:
+    """Replay the trace under one policy at each setting of its knob (one task per policy, not per replay)."""
+    return [(name, label, summarize_outcome(name, tuned, run_policy(name, tuned))) for label, tuned in knob_settings(scenario, name)]
 
 
 @flow(name="simulate", log_prints=True)
@@ -133,6 +154,8 @@ def simulate(
     sizing_ttft_scale: float = 1.0,
     hpa_metric: HpaMetric | None = None,
     hpa_target: float | None = None,
+    router: RouterName = "auto",
+    frontier: bool = True,
     seed: int = 0,
     output_dir: str = "simulation-report",
 ) -> SimulationReport:
@@ -157,6 +180,13 @@ def simulate(
         hpa_metric: Per-replica metric of the HPA-style policy (vllm:num_requests_waiting, vllm:num_requests_running,
             vllm:kv_cache_usage_perc); empty = the cluster's AutoscalingPolicy (or Kthena's example policy).
         hpa_target: Target value per replica of hpa_metric.
+        router: The simulated gateway's endpoint picker, the same for every policy: least-outstanding (fewest requests
+            in flight), least-load (llm-d inference scheduler / Kthena router: queue depth and KV-cache utilisation),
+            least-latency (lowest predicted TTFT/ITL against the SLO); auto = what the cluster says (a
+            modelplane.io/router annotation on a model's VariantAutoscaling, else least-load for a model behind a
+            Kthena ModelRoute, else least-outstanding).
+        frontier: Also replay each policy over its own knob and the clairvoyant oracle, for the cost-attainment
+            frontier, the attainment ceiling and each cost's ratio to the oracle's.
         seed: Seed of every random draw (model split, rate scaling): same inputs, same results.
         output_dir: Directory for summary.json, the PNG plots and report.html.
     """
@@ -164,7 +194,8 @@ def simulate(
         cluster=cluster, trace=trace, config_namespace=config_namespace, policies=policies or list(POLICIES),
         compression=compression, rate_scale=rate_scale, start_s=start_s, duration_s=duration_s, model_shares=model_shares,
         interval_s=interval_s, startup_delay_s=startup_delay_s, kv_tokens_per_slot=kv_tokens_per_slot,
-        sizing_ttft_scale=sizing_ttft_scale, hpa_metric=hpa_metric, hpa_target=hpa_target, seed=seed, output_dir=output_dir,
+        sizing_ttft_scale=sizing_ttft_scale, hpa_metric=hpa_metric, hpa_target=hpa_target, router=router, frontier=frontier,
+        seed=seed, output_dir=output_dir,
     )
     logger = get_run_logger()
     scenario = read_inputs(params)
@@ -174,15 +205,22 @@ def simulate(
     for o in outcomes:
         logger.info("%s: SLO attainment %.1f%%, cost %.1f, %d replica changes, %d unserved", o.policy, 100 * o.attainment, o.cost, o.replica_changes, o.unserved)
 
+    bounds: Limits | None = None
+    if params.frontier:
+        swept = [point for name in dict.fromkeys([*params.policies, "oracle"]) for point in sweep_knob(name, quote(scenario))]
+        bounds = limits(scenario, outcomes, swept)
+        logger.info("attainment ceiling %.1f%%; frontier of %d replays", 100 * bounds.ceiling["all"], len(bounds.frontier))
+
     settings = {
         "trace": pathlib.Path(params.trace).name, "requests": len(scenario.trace),
         "duration_s": round(scenario.trace.duration_s, 1), "compression": params.compression, "rate_scale": params.rate_scale,
         "interval_s": params.interval_s, "startup_delay_s": params.startup_delay_s, "seed": params.seed,
         "sizing_ttft_scale": params.sizing_ttft_scale,
         "hpa": scenario.description.hpa_policy.get("metrics"),
+        "router": params.router,
     }
-    files = write_report(outcomes, scenario, pathlib.Path(params.output_dir), "Modelplane policy comparison", settings)
-    report = SimulationReport(outcomes, {k: str(v) for k, v in files.items()}, settings)
+    files = write_report(outcomes, scenario, pathlib.Path(params.output_dir), "Modelplane policy comparison", settings, bounds)
+    report = SimulationReport(outcomes, {k: str(v) for k, v in files.items()}, settings, bounds)
     publish(report, files)
     return report
 
@@ -192,6 +230,6 @@ def publish(report: SimulationReport, files: dict[str, pathlib.Path]) -> None:
     if FlowRunContext.get() is None:
         return
     create_markdown_artifact(
-        key="simulate-report", markdown=markdown_report(report.outcomes, files, report.settings),
+        key="simulate-report", markdown=markdown_report(report.outcomes, files, report.settings, report.limits),
         description="Autoscaling policies replayed against the cluster description",
     )
