@@ -92,21 +92,27 @@ def _matches(selector: Mapping[str, str] | None, labels: Mapping[str, str]) -> b
     return all(labels.get(key) == value for key, value in (selector or {}).items())
 
 
+def check_flavor(model: OpenModel, requested: str | None) -> None:
+    """Raise ``ValueError`` when ``requested`` names no flavor of ``model`` (a bad parameter, known before
+    anything is cached or placed)."""
+    if not requested:
+        return
+    names = [f.name for f in model.spec.inference_config.flavors or []]
+    if not names:
+        raise ValueError(f"flavor {requested!r}: the OpenModel has no flavors")
+    if requested not in names:
+        raise ValueError(f"flavor {requested!r} is not one of the OpenModel's flavors ({', '.join(names)})")
+
+
 def choose_flavor(model: OpenModel, requested: str | None, node_labels: list[Mapping[str, str]] | None) -> Placement:
     """The requested flavor (or the first), falling back to the next in order while no Node matches its
     ``nodeSelector``. ``node_labels`` is ``None`` when Nodes cannot be listed: placement is then the
     requested/first flavor, unchecked. Raises ``ValueError`` for an unknown requested flavor."""
     flavors = list(model.spec.inference_config.flavors or [])
+    check_flavor(model, requested)
     if not flavors:
-        if requested:
-            raise ValueError(f"flavor {requested!r}: the OpenModel has no flavors")
         return Placement(None, "no flavors: no accelerator limits and no node selector", checked=node_labels is not None)
-    start = 0
-    if requested:
-        names = [f.name for f in flavors]
-        if requested not in names:
-            raise ValueError(f"flavor {requested!r} is not one of the OpenModel's flavors ({', '.join(names)})")
-        start = names.index(requested)
+    start = [f.name for f in flavors].index(requested) if requested else 0
     candidates = flavors[start:]
     if node_labels is None:
         return Placement(candidates[0], f"flavor {candidates[0].name}: Nodes not visible, node selector not checked", checked=False)

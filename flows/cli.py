@@ -15,7 +15,8 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from flows.exitcodes import CannotRun, ExitCode, cli_errors, degraded_summary, exit_code, one_line
+from flows.exitcodes import (CannotRun, ExitCode, OneLineErrorGroup, cli_errors, degraded_summary, exit_code, one_line,
+                             quiet_expected_failures)
 from flows.image import IMAGE
 
 # Local runs start an ephemeral Prefect API on the shared ~/.prefect database; its telemetry write is the
@@ -24,7 +25,8 @@ os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 # Prefect's 20 s default for starting that ephemeral API is too short on a busy CI runner.
 os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "120")
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, help="Modelplane: a control plane for serving LLMs on Kubernetes.")
+app = typer.Typer(add_completion=False, no_args_is_help=True, cls=OneLineErrorGroup,
+                  help="Modelplane: a control plane for serving LLMs on Kubernetes.")
 # Off a terminal (CI logs, pipes) rich would wrap tables at 80 columns and cut names; use a wide page.
 console = Console(width=None if sys.stdout.isatty() else 200)
 err = Console(stderr=True)
@@ -221,18 +223,29 @@ def optimize(
 def run_flow_or_exit(flow: Any, _cannot_run: tuple[type[Exception], ...] = (), **parameters: Any) -> Any:
     """Run ``flow`` in-process; when it cannot run (no cluster, bad parameter, missing file, or one of the
     flow's own ``_cannot_run`` errors) print one ``error:`` line and exit CANNOT_RUN instead of a traceback."""
-    from prefect.exceptions import ParameterTypeError
     from prefect.logging.loggers import disable_logger
 
-    from tasks.cluster.errors import ClusterError
-
-    try:
+    def run() -> Any:
         with disable_logger("prefect.flows"):  # the deployment schema's checks, before any run or log line
             flow.validate_parameters(parameters)
         return flow(**parameters)
-    except ParameterTypeError as exc:
-        reason = one_line(exc)
-    except (CannotRun, ClusterError, *_cannot_run) as exc:
+
+    return _flow_or_exit(flow.name, run, _cannot_run)
+
+
+def _flow_or_exit(name: str, run: "Callable[[], Any]", extra: tuple[type[Exception], ...] = ()) -> Any:
+    """``run()``; an error that means the flow could not run is one ``error:`` line and exit 2 (Prefect's own
+    log of it keeps its line but loses the traceback); anything else is a bug and keeps its traceback."""
+    from prefect.exceptions import ParameterTypeError
+
+    from tasks.cluster.errors import ClusterError
+
+    expected = (ParameterTypeError, CannotRun, ClusterError, OSError, ValueError, *extra)
+    drain_rejections()  # this run's rejections only (several commands may run in one process)
+    try:
+        with quiet_expected_failures(expected):
+            return run()
+    except (ParameterTypeError, CannotRun, ClusterError, *extra) as exc:
         reason = one_line(exc)
     except (OSError, ValueError) as exc:
         reason = f"{type(exc).__name__}: {one_line(exc)}"
@@ -240,12 +253,21 @@ def run_flow_or_exit(flow: Any, _cannot_run: tuple[type[Exception], ...] = (), *
         if "Prefect API" not in str(exc):  # anything else is a bug: keep its traceback
             raise
         reason = one_line(exc)
-    sys.stderr.write(f"error: {flow.name} could not run: {reason}\n")
+    sys.stderr.write(f"error: {name} could not run: {reason}\n")
     raise typer.Exit(ExitCode.CANNOT_RUN)
 
 
+def drain_rejections() -> list[str]:
+    """The objects the boundary reader (tasks/boundary.py) rejected since the last call, one line each."""
+    from tasks.boundary import drain_rejections as drain
+
+    return drain()
+
+
 def exit_with_outcome(problems: list[str]) -> None:
-    """Print a degraded run's problems on stderr and exit DEGRADED (3); exit OK (0) otherwise."""
+    """Print a degraded run's problems (and every object the boundary reader rejected) on stderr and exit
+    DEGRADED (3); exit OK (0) otherwise."""
+    problems = [*problems, *drain_rejections()]
     for problem in problems:
         err.print(f"[yellow]degraded: {escape(problem)}[/yellow]", highlight=False, soft_wrap=True)
     raise typer.Exit(int(exit_code(problems)))
@@ -255,6 +277,8 @@ def _aim_table(title: str, columns: tuple[str, ...], rows: list[tuple[object, ..
                as_json: bool = False) -> None:
     """Print an AIM flow's table and summary (or, ``as_json``, a JSON list of rows); with ``last``, exit 3
     (degraded, one line per error) when writes failed, else 0 (flows/exitcodes.py)."""
+    if last:
+        errors = [*errors, *drain_rejections()]
     if as_json:
         sys.stdout.write(json.dumps([dict(zip(columns, row)) for row in rows], indent=2, default=str) + "\n")
         for line in errors:
@@ -271,6 +295,23 @@ def _aim_table(title: str, columns: tuple[str, ...], rows: list[tuple[object, ..
     console.print(degraded_summary(summary, errors[:3] + ([f"{len(errors) - 3} more"] if len(errors) > 3 else [])))
     if last:
         raise typer.Exit(exit_code(errors))
+
+
+def model_problems(report: Any) -> list[str]:
+    """discover-models' rows whose image could not be read: the run is degraded (exit 3)."""
+    return [f"AIMClusterModel {r.name}: image {r.image}: {r.result}" for r in report.rows if r.result != "ok"]
+
+
+def template_problems(report: Any) -> list[str]:
+    """resolve-templates' rows not Available (Failed, or not ready yet): the run is degraded (exit 3)."""
+    return [f"AIMServiceTemplate {r.namespace}/{r.name}: {r.status}" + (f" ({r.reason})" if r.reason else "")
+            for r in report.rows if r.status != "Available"]
+
+
+def service_problems(report: Any) -> list[str]:
+    """rollout-services' rows not Running (Failed, Degraded, or not ready yet): the run is degraded (exit 3)."""
+    return [f"AIMService {r.namespace}/{r.name}: {r.status}" + (f" ({r.reason})" if r.reason else "")
+            for r in report.rows if r.status != "Running"]
 
 
 _CLUSTER_HELP = "Manifests directory/file, 'kubeconfig:PATH[#ctx]', or empty for the current kubeconfig."
@@ -292,7 +333,8 @@ def discover_models_command(
     report = _run_flow(cluster, lambda: discover_models(namespaces=namespace or None, resync_interval_s=resync,
                                                insecure_registries=insecure_registry or None, registry_mirrors=mirrors, cluster=cluster))
     _aim_table("AIM model discovery", ("model", "image", "result", "deployments", "templates"),
-               [(r.name, r.image, r.result, r.deployments, r.templates) for r in report.rows], report.summary, report.writes.errors, as_json=as_json)
+               [(r.name, r.image, r.result, r.deployments, r.templates) for r in report.rows], report.summary,
+               report.writes.errors + model_problems(report), as_json=as_json)
 
 
 @app.command("resolve-templates")
@@ -306,7 +348,8 @@ def resolve_templates_command(
 
     report = _run_flow(cluster, lambda: resolve_templates(namespaces=namespace or None, cluster=cluster))
     _aim_table("AIM templates", ("namespace", "template", "status", "reason", "message"),
-               [(r.namespace, r.name, r.status, r.reason, r.message) for r in report.rows], report.summary, report.writes.errors, as_json=as_json)
+               [(r.namespace, r.name, r.status, r.reason, r.message) for r in report.rows], report.summary,
+               report.writes.errors + template_problems(report), as_json=as_json)
 
 
 @app.command("rollout-services")
@@ -320,7 +363,8 @@ def rollout_services_command(
 
     report = _run_flow(cluster, lambda: rollout_services(namespaces=namespace or None, cluster=cluster))
     _aim_table("AIM services", ("namespace", "service", "status", "reason", "workload", "action"),
-               [(r.namespace, r.name, r.status, r.reason, r.workload, r.action) for r in report.rows], report.summary, report.writes.errors, as_json=as_json)
+               [(r.namespace, r.name, r.status, r.reason, r.workload, r.action) for r in report.rows], report.summary,
+               report.writes.errors + service_problems(report), as_json=as_json)
 
 
 @app.command("aim")
@@ -347,7 +391,8 @@ def aim_command(
                                                        registry_mirrors=mirrors, cluster=cluster))
     resolved = _run_flow(cluster, lambda: resolve_templates(namespaces=namespaces, cluster=cluster))
     rolled = _run_flow(cluster, lambda: rollout_services(namespaces=namespaces, cluster=cluster))
-    errors = found.writes.errors + resolved.writes.errors + rolled.writes.errors
+    errors = (found.writes.errors + model_problems(found) + resolved.writes.errors + template_problems(resolved)
+              + rolled.writes.errors + service_problems(rolled))
     if as_json:
         sys.stdout.write(json.dumps({
             "models": [{"model": r.name, "image": r.image, "result": r.result, "deployments": r.deployments, "templates": r.templates} for r in found.rows],
@@ -358,12 +403,18 @@ def aim_command(
         }, indent=2, default=str) + "\n")
         exit_with_outcome(errors)
     _aim_table("AIM model discovery", ("model", "image", "result", "deployments", "templates"),
-               [(r.name, r.image, r.result, r.deployments, r.templates) for r in found.rows], found.summary, found.writes.errors, last=False)
+               [(r.name, r.image, r.result, r.deployments, r.templates) for r in found.rows], found.summary,
+               found.writes.errors + model_problems(found), last=False)
     _aim_table("AIM templates", ("namespace", "template", "status", "reason"),
-               [(r.namespace, r.name, r.status, r.reason) for r in resolved.rows], resolved.summary, resolved.writes.errors, last=False)
+               [(r.namespace, r.name, r.status, r.reason) for r in resolved.rows], resolved.summary,
+               resolved.writes.errors + template_problems(resolved), last=False)
     _aim_table("AIM services", ("namespace", "service", "status", "reason", "workload", "action"),
-               [(r.namespace, r.name, r.status, r.reason, r.workload, r.action) for r in rolled.rows], rolled.summary, rolled.writes.errors, last=False)
-    raise typer.Exit(exit_code(errors))
+               [(r.namespace, r.name, r.status, r.reason, r.workload, r.action) for r in rolled.rows], rolled.summary,
+               rolled.writes.errors + service_problems(rolled), last=False)
+    rejected = drain_rejections()
+    for line in rejected:
+        err.print(f"[yellow]degraded: {escape(line)}[/yellow]", highlight=False, soft_wrap=True)
+    raise typer.Exit(exit_code(errors + rejected))
 
 
 def _mirrors(pairs: list[str]) -> dict[str, str]:
@@ -387,7 +438,7 @@ def _run_flow(cluster: Optional[str], run: "Callable[[], Any]") -> Any:
         problem = cannot_run_reason(connect(cluster))
         if problem:
             raise CannotRun(problem)
-        return run()
+    return _flow_or_exit("the flow", run)
 
 
 @app.command()
@@ -621,7 +672,7 @@ def warm_caches(
         include_consumers=not no_consumers, gc_unused_after=unused_after, max_fill_attempts=max_fill_attempts,
         retry_backoff_s=retry_backoff_s,
     )
-    failed = [f"{r.namespace}/{r.name} Failed: {r.reason}: {r.message}" for r in report.rows if r.status == "Failed"]
+    failed = [f"{r.namespace}/{r.name} {r.status}: {r.reason}: {r.message}" for r in report.rows if r.status != "Available"]
     if as_json:
         sys.stdout.write(json.dumps(report.as_json(), indent=2) + "\n")
     else:
@@ -712,6 +763,7 @@ def simulate(
                 parse_trace_rows(csv.reader(handle))
         except (TraceError, UnicodeDecodeError) as exc:
             raise CannotRun(f"{trace}: {exc}") from None
+        drain_rejections()
         try:
             report = simulate_flow(
                 cluster=str(cluster), trace=str(trace), config_namespace=config_namespace, policies=policy or None,
@@ -723,7 +775,7 @@ def simulate(
             raise CannotRun(str(exc)) from None
     if as_json:
         sys.stdout.write(json.dumps(report.as_json(), indent=2) + "\n")
-        return
+        exit_with_outcome([])
     rows = summary_table(report.outcomes, report.limits)
     ceiling = f", attainment ceiling {report.limits.ceiling['all']:.1%}" if report.limits is not None else ""
     table = Table(title=f"Policies replayed on {trace.name} ({report.settings['requests']} requests{ceiling})")
@@ -733,6 +785,7 @@ def simulate(
         table.add_row(*(str(v) for v in row.values()))
     console.print(table)
     console.print(f"report: {report.files['html']}  summary: {report.files['json']}")
+    exit_with_outcome([])  # 3 when the boundary reader left invalid VariantAutoscalings out
 
 
 @app.command()
@@ -763,6 +816,7 @@ def calibrate(
             except WindowsFileError as exc:
                 raise CannotRun(str(exc)) from None
         require_cluster(cluster, "llmd.ai/v1alpha1", "VariantAutoscaling")
+        drain_rejections()
         report = calibrate_flow(
             namespaces=namespace or None, config_namespace=config_namespace, cluster=cluster, prometheus_url=prometheus,
             windows_file=str(windows) if windows else None, lookback=lookback, window=window, dry_run=dry_run,
@@ -780,7 +834,7 @@ def calibrate(
     console.print(table)
     for row in report.rows:
         console.print(f"{row.namespace}/{row.name}: {row.message}", highlight=False)
-    raise typer.Exit(exit_code(degraded))
+    exit_with_outcome(degraded)
 
 
 @app.command()

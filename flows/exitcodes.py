@@ -24,8 +24,15 @@ import sys
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from enum import IntEnum
+from typing import Any
 
 import typer
+import typer.core
+
+try:  # typer >= 0.20 vendors click; older releases use click itself
+    from typer._click import exceptions as _click_exceptions
+except ImportError:  # pragma: no cover - depends on the installed typer
+    from click import exceptions as _click_exceptions
 
 
 class ExitCode(IntEnum):
@@ -78,4 +85,62 @@ def cli_errors() -> Iterator[None]:
         retries.setLevel(level)
 
 
-__all__ = ["CannotRun", "ExitCode", "cli_errors", "degraded_summary", "exit_code", "one_line"]
+class _StripExpectedTraceback(logging.Filter):
+    """Keep Prefect's "Encountered exception during execution" line for an expected could-not-run error, but
+    without its traceback: the command says what went wrong in its one ``error:`` line."""
+
+    def __init__(self, expected: tuple[type[BaseException], ...]) -> None:
+        super().__init__()
+        self.expected = expected
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.exc_info and isinstance(record.exc_info[1], self.expected):
+            record.exc_info, record.exc_text = None, None
+        return True
+
+
+@contextmanager
+def quiet_expected_failures(expected: tuple[type[BaseException], ...]) -> Iterator[None]:
+    """While a flow runs in-process for a command, strip the traceback Prefect logs for ``expected`` errors."""
+    strip = _StripExpectedTraceback(expected)
+    loggers = [logging.getLogger(name) for name in ("prefect.flow_runs", "prefect.task_runs")]
+    for logger in loggers:
+        logger.addFilter(strip)
+    try:
+        yield
+    finally:
+        for logger in loggers:
+            logger.removeFilter(strip)
+
+
+class OneLineErrorGroup(typer.core.TyperGroup):
+    """The command group of ``modelplane``: a usage error (unknown option, bad value, missing argument) is one
+    ``error:`` line on stderr and exit 2, like every other could-not-run case, instead of click's box."""
+
+    def main(self, args: Any = None, prog_name: str | None = None, complete_var: str | None = None,
+             standalone_mode: bool = True, **extra: Any) -> Any:
+        if not standalone_mode:
+            return super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        try:
+            result = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        except _click_exceptions.NoArgsIsHelpError as exc:
+            sys.stdout.write(exc.ctx.get_help() + "\n" if exc.ctx else "")
+            sys.exit(ExitCode.CANNOT_RUN)
+        except _click_exceptions.ClickException as exc:
+            sys.stderr.write(f"error: {usage_error_line(exc)}\n")
+            sys.exit(ExitCode.CANNOT_RUN)
+        except typer.Abort:
+            sys.stderr.write("error: aborted\n")
+            sys.exit(ExitCode.CANNOT_RUN)
+        sys.exit(result if isinstance(result, int) else ExitCode.OK)
+
+
+def usage_error_line(exc: Exception) -> str:
+    """A click/typer usage error as one line, prefixed with the command it concerns."""
+    ctx = getattr(exc, "ctx", None)
+    message = one_line(Exception(exc.format_message())) if hasattr(exc, "format_message") else one_line(exc)
+    return f"{ctx.command_path}: {message}" if ctx is not None else message
+
+
+__all__ = ["CannotRun", "ExitCode", "OneLineErrorGroup", "cli_errors", "degraded_summary", "exit_code", "one_line",
+           "quiet_expected_failures"]

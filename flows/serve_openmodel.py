@@ -22,7 +22,7 @@ from prefect.context import FlowRunContext
 from pydantic import BaseModel, Field
 
 from engine.api.llmaz import API_VERSION as LLMAZ_API_VERSION
-from engine.openmodel import DEFAULT_IMAGE, choose_flavor, render_openmodel, validate_openmodel
+from engine.openmodel import DEFAULT_IMAGE, check_flavor, choose_flavor, render_openmodel, validate_openmodel
 from engine.workloads import stamp
 from tasks.caches import cache_available, cache_pvc, mark_used
 from tasks.cluster import connect
@@ -92,6 +92,10 @@ def serve_openmodel(
     if openmodel is None or source is None or errors:
         write_conditions(target, obj, errors, None, now)
         raise ServeError(f"OpenModel {params.model}: " + "; ".join(str(e) for e in errors))
+    try:
+        check_flavor(openmodel, params.flavor)  # a flavor it does not have: nothing to cache or place
+    except ValueError as exc:
+        raise ServeError(f"OpenModel {params.model}: {exc}") from None
 
     cache = None
     if source.downloadable:

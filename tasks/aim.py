@@ -35,6 +35,7 @@ from engine.api.validate import ManifestInvalid, parse_object
 from engine.sources import parse_source
 from engine.status import ConditionUpdate, changed_fields, set_conditions
 from tasks.caches import ensure_cache, find_cache, mark_used
+from tasks.boundary import accept
 from tasks.cluster import Cluster, Manifest, ObjectRef
 from tasks.cluster.errors import ClusterError, Conflict, NotFound
 from tasks.oci import Credential, RegistryClient, RegistryError, credential_for, parse_dockerconfigjson, parse_reference
@@ -56,7 +57,7 @@ WORKERS = 8
 def list_kind(cluster: Cluster, api_version: str, kind: str, *, optional: bool = False) -> list[Manifest]:
     """One LIST of a kind across all namespaces; a kind the cluster does not serve is empty when ``optional``."""
     try:
-        return cluster.list(api_version, kind)
+        return accept(cluster, cluster.list(api_version, kind))  # invalid custom resources: marked, left out
     except NotFound:
         if not optional:
             raise
@@ -143,7 +144,7 @@ def read_aim_state(cluster: Cluster, kinds: Sequence[str], model_selector: str |
     ``nodes``, ``isvcs``, ``routes``), each once across all namespaces; ``model_selector`` is a label
     selector on the AIMClusterModels."""
     sources: dict[str, Callable[[], list[Manifest]]] = {
-        "models": lambda: cluster.list(API_VERSION, "AIMClusterModel", label_selector=model_selector),
+        "models": lambda: accept(cluster, cluster.list(API_VERSION, "AIMClusterModel", label_selector=model_selector)),
         "configs": lambda: list_kind(cluster, API_VERSION, "AIMNamespaceConfig"),
         "templates": lambda: list_kind(cluster, API_VERSION, "AIMServiceTemplate"),
         "services": lambda: list_kind(cluster, API_VERSION, "AIMService"),

@@ -33,6 +33,7 @@ from engine.cache_plan import (
     render_pvc,
 )
 from engine.sources import ModelSource
+from tasks.boundary import accept
 from tasks.cluster import Cluster, Conflict, LocalCluster, Manifest, NotFound, ObjectRef
 from tasks.cluster.errors import ClusterError
 
@@ -73,7 +74,7 @@ def _list(cluster: Cluster, api_version: str, kind: str, namespaces: list[str] |
     items: list[Manifest] = []
     for namespace in namespaces or [None]:  # type: ignore[list-item]
         try:
-            items.extend(cluster.list(api_version, kind, namespace, label_selector=selector))
+            items.extend(accept(cluster, cluster.list(api_version, kind, namespace, label_selector=selector)))
         except NotFound:
             return []
     return items

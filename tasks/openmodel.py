@@ -35,12 +35,15 @@ def read_openmodel(cluster: Cluster, name: str) -> dict[str, Any]:
 
 def node_labels(cluster: Cluster) -> list[Mapping[str, str]] | None:
     """Every Node's labels, or ``None`` when Nodes cannot be listed (no permission, or a manifests
-    directory that describes no Node): placement is then not checked."""
+    directory that describes no Node): placement is then not checked. A live cluster that lists no Node
+    has none (``[]``): nothing fits, and nothing is moved."""
+    from tasks.cluster import LocalCluster
+
     try:
         nodes = cluster.list("v1", "Node")
     except (Forbidden, NotFound):
         return None
-    if not nodes:
+    if not nodes and isinstance(cluster, LocalCluster):
         return None
     return [(n.get("metadata") or {}).get("labels") or {} for n in nodes]
 

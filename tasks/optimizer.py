@@ -55,6 +55,7 @@ from engine.config import (
 )
 from engine.optimize import ANNOTATION_SCALE_DOWN_PENDING, VariantDecision, status_patch, variant_status
 from engine.status import REASON_INVALID, changed_fields
+from tasks.boundary import accept
 from tasks.cluster import Cluster, ObjectRef
 from tasks.cluster.errors import ClusterError, Conflict, NotFound
 from tasks.cluster.retry import retry_on_conflict
@@ -100,7 +101,7 @@ def _by_name(items: Iterable[dict[str, Any]]) -> dict[str, dict[str, Any]]:
 def _list_optional(cluster: Cluster, api_version: str, kind: str, namespace: str | None = None) -> list[dict[str, Any]]:
     """LIST a kind whose CRD may not be installed: a missing kind is an empty list."""
     try:
-        return cluster.list(api_version, kind, namespace=namespace)
+        return accept(cluster, cluster.list(api_version, kind, namespace=namespace))  # invalid ones: marked, left out
     except NotFound:
         log.info("%s/%s is not served by this cluster; skipping", api_version, kind)
         return []

@@ -15,10 +15,12 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from functools import cache
 from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
+from engine.api import schema as schema_mod
 from engine.api.registry import kind_info
 
 __all__ = ["LoadReport", "ManifestInvalid", "format_path", "is_modelplane_kind", "load_documents", "parse_object"]
@@ -115,11 +117,34 @@ def parse_object(manifest: dict[str, Any]) -> BaseModel:
             kind, name, namespace, "kind", f"{manifest['apiVersion']}/{manifest['kind']} is not a Modelplane kind"
         )
     try:
-        return info.model().model_validate(manifest)
+        parsed = info.model().model_validate(manifest)
     except ValidationError as exc:
         errors = [(format_path(_data_path(manifest, err["loc"])), err["msg"]) for err in exc.errors()]
         first_path, first_message = errors[0]
         raise ManifestInvalid(kind, name, namespace, first_path, first_message, errors) from None
+    schema_errors = _crd_schema_errors(info, manifest)
+    if schema_errors:  # what the API server would refuse; pydantic alone would coerce ("no" -> False, "1" -> 1)
+        errors = [(e.field, e.detail) for e in schema_errors]
+        raise ManifestInvalid(kind, name, namespace, errors[0][0], errors[0][1], errors)
+    return parsed
+
+
+@cache
+def _crd_schema(api_version: str, kind: str) -> dict[str, Any]:
+    """The kind's generated CRD schema (the one deployments/crds holds), built once."""
+    from engine.api.crds import openapi_schema
+
+    return openapi_schema(kind_info(api_version, kind))  # type: ignore[arg-type]
+
+
+def _crd_schema_errors(info: Any, manifest: dict[str, Any]) -> list[Any]:
+    """Errors of the manifest's ``spec`` against its CRD schema (types, enums, ranges, patterns, required)."""
+    if "spec" not in manifest:
+        return []
+    spec_schema = (_crd_schema(info.api_version, info.kind).get("properties") or {}).get("spec")
+    if not isinstance(spec_schema, dict):
+        return []
+    return schema_mod.validate(manifest["spec"], spec_schema, "spec")
 
 
 @dataclass

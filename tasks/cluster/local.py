@@ -16,7 +16,7 @@ It keeps the API server's semantics so flows behave the same on a laptop as on a
 * deleting an object with finalizers only marks it (``deletionTimestamp``); it goes once the last
   finalizer is removed.
 
-Layout on disk. Directory mode loads every ``*.yaml``/``*.yml`` below the directory (hidden files and
+Layout on disk. Directory mode loads every ``*.yaml``/``*.yml``/``*.json`` below the directory (hidden files and
 directories are skipped), including ``kind: List`` documents as written by ``kubectl get -o yaml``.
 New objects go to ``<dir>/<namespace>/<kind>-<name>.yaml`` (``<dir>/_cluster/...`` when
 cluster-scoped). Single-file mode appends new objects to the file. Events never go into the
@@ -116,7 +116,7 @@ class LocalCluster:
         self.write_back = write_back
         self.strict = strict
         self.max_events = max_events
-        self.single_file = self.path.is_file() or (not self.path.exists() and self.path.suffix in (".yaml", ".yml"))
+        self.single_file = self.path.is_file() or (not self.path.exists() and self.path.suffix in MANIFEST_SUFFIXES)
         self._lock = threading.RLock()
         self._write_depth = 0
         self._rv = 0
@@ -613,8 +613,12 @@ def _stat_into(found: dict[str, tuple[int, int, int]], path: Path) -> None:
         found[str(path)] = stamp
 
 
+MANIFEST_SUFFIXES = (".yaml", ".yml", ".json")
+"""Manifest files a directory is read from: YAML, and JSON (a YAML subset: ``kubectl get -o json`` dumps)."""
+
+
 def manifest_paths(path: Path) -> list[Path]:
-    """The manifest files of a state, sorted: the file itself, or every ``*.yaml``/``*.yml`` below a
+    """The manifest files of a state, sorted: the file itself, or every ``*.yaml``/``*.yml``/``*.json`` below a
     directory with hidden entries (such as the Event sink) left out, as :class:`LocalCluster` reads them."""
     if path.is_file():
         return [path]
@@ -624,7 +628,7 @@ def manifest_paths(path: Path) -> list[Path]:
 
 
 def _scan_manifests(root: str) -> Iterator[tuple[str, tuple[int, int, int]]]:
-    """Every ``*.yaml``/``*.yml`` file below ``root`` with its stamp, skipping hidden entries."""
+    """Every manifest file (:data:`MANIFEST_SUFFIXES`) below ``root`` with its stamp, skipping hidden entries."""
     stack = [root]
     while stack:
         directory = stack.pop()
@@ -637,9 +641,20 @@ def _scan_manifests(root: str) -> Iterator[tuple[str, tuple[int, int, int]]]:
                 continue
             if entry.is_dir(follow_symlinks=True):
                 stack.append(entry.path)
-            elif entry.name.endswith((".yaml", ".yml")) and entry.is_file(follow_symlinks=True):
+            elif (entry.name.endswith(MANIFEST_SUFFIXES) and entry.is_file(follow_symlinks=True)
+                  and (not entry.name.endswith(".json") or _looks_like_manifest(entry.path))):
                 st = entry.stat()
                 yield entry.path, (st.st_mtime_ns, st.st_size, st.st_ino)
+
+
+def _looks_like_manifest(path: str) -> bool:
+    """Whether a ``.json`` file is a Kubernetes manifest (an ``apiVersion`` near its start), not some other
+    JSON that lives beside the manifests (a model's ``config.json``, a tokenizer)."""
+    try:
+        with open(path, "rb") as handle:
+            return b'"apiVersion"' in handle.read(4096)
+    except OSError:
+        return False
 
 
 def _without(obj: Manifest, meta_keys: tuple[str, ...]) -> Manifest:

@@ -13,6 +13,8 @@ A chunk that does not parse is kept as it is and reported with its file and line
 
 from __future__ import annotations
 
+import json
+
 import io
 import re
 from dataclasses import dataclass, field
@@ -195,6 +197,16 @@ class Document:
             return _rt_dump(self._rt, self._node)
         return ("---\n" if self.has_marker else "") + dump(self.data)
 
+    def plain(self) -> Any:
+        """The document as it is to be written, as plain data: the edited round-trip tree (only the changed
+        fields differ from the text read), else the data of a new document or the text as read."""
+        if self.dirty and self.text:
+            self._tree()
+            return self._node
+        if self.dirty or not self.text.strip():
+            return self.data
+        return load_text(self.text)
+
     def written(self) -> None:
         """The rendered text is now what the file holds."""
         if self.dirty:
@@ -222,7 +234,10 @@ class YamlFile:
         return None
 
     def render(self) -> str:
-        """The whole file's text, unchanged documents byte-for-byte as they were read."""
+        """The whole file's text, unchanged documents byte-for-byte as they were read (a changed ``.json``
+        file is written back as JSON: one object, or a ``List`` when it holds several)."""
+        if self.path.suffix == ".json" and any(doc.dirty for doc in self.docs):
+            return _render_json([doc.plain() for doc in self.docs if doc.data is not None])
         out: list[str] = []
         for doc in self.docs:
             text = doc.render()
@@ -242,6 +257,16 @@ class YamlFile:
         doc = Document(text="", data=data, has_marker=bool(self.docs), dirty=True)
         self.docs.append(doc)
         return doc
+
+
+def _render_json(values: list[Any]) -> str:
+    """A JSON manifest file's text (2-space indent, as ``kubectl get -o json``)."""
+    if len(values) == 1:
+        value = values[0]
+    else:
+        items = [item for v in values for item in (v.get("items") or [] if isinstance(v, dict) and v.get("kind") == "List" else [v])]
+        value = {"apiVersion": "v1", "kind": "List", "items": items}
+    return json.dumps(value, indent=2, ensure_ascii=False, default=str) + "\n"
 
 
 def split_documents(text: str) -> list[tuple[str, bool]]:

@@ -54,9 +54,10 @@ class FlowCommand:
 FLOW_COMMANDS: dict[str, FlowCommand] = {
     "optimize": FlowCommand(("--metrics", str(REPO / "deployments" / "example-metrics.yaml"))),
     "discover-models": FlowCommand(("--registry-mirror", MIRROR)),
-    "resolve-templates": FlowCommand(),
-    "rollout-services": FlowCommand(),
-    "aim": FlowCommand(("--registry-mirror", MIRROR)),
+    "resolve-templates": FlowCommand(clean=ExitCode.DEGRADED, why_not_clean="its template waits for its cache (Progressing)"),
+    "rollout-services": FlowCommand(clean=ExitCode.DEGRADED, why_not_clean="its services are not Running yet"),
+    "aim": FlowCommand(("--registry-mirror", MIRROR), clean=ExitCode.DEGRADED,
+                       why_not_clean="its template waits for its cache; its services are not Running yet"),
     "rollout-models": FlowCommand(),
     "serve-openmodel": FlowCommand(("qwen2-5-0-5b-instruct", "-n", "llm-serving"), clean=ExitCode.DEGRADED,
                                    why_not_clean="its ModelCache is Pending until warm-caches fills it"),

@@ -38,6 +38,20 @@ def _split(selector: str) -> list[str]:
     return [p for p in parts if p]
 
 
+_LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
+
+
+def _check_value(key: str, value: str) -> None:
+    """A selector value must be a valid label value (at most 63 characters of the label alphabet)."""
+    if len(value) > 63:
+        raise SelectorError(f"unable to parse requirement: values[0][{key}]: Invalid value: {value!r}: "
+                            "must be no more than 63 characters")
+    if not _LABEL_VALUE.match(value):
+        raise SelectorError(f"unable to parse requirement: values[0][{key}]: Invalid value: {value!r}: a valid label "
+                            "must be an empty string or consist of alphanumeric characters, '-', '_' or '.', and must "
+                            "start and end with an alphanumeric character")
+
+
 def _requirement(req: str) -> Callable[[dict[str, str]], bool]:
     if m := _RE_NOT_EXISTS.match(req):
         key = m.group(1)
@@ -45,11 +59,16 @@ def _requirement(req: str) -> Callable[[dict[str, str]], bool]:
     if m := _RE_SET.match(req):
         key, op, raw = m.groups()
         values = frozenset(v.strip() for v in raw.split(",") if v.strip())
+        if not values:  # labels.Parse: an empty set selects nothing meaningful and is rejected
+            raise SelectorError(f"unable to parse requirement: for 'in', 'notin' operators, values set can't be empty")
+        for value in sorted(values):
+            _check_value(key, value)
         if op == "in":
             return lambda labels: labels.get(key) in values
         return lambda labels: labels.get(key) not in values
     if m := _RE_EQ.match(req):
         key, op, value = m.groups()
+        _check_value(key, value)
         if op == "!=":
             return lambda labels: labels.get(key) != value
         return lambda labels: labels.get(key) == value
@@ -136,5 +155,8 @@ def selector_to_string(selector: dict[str, Any] | None) -> str:
 def selector_matches(selector: dict[str, Any] | None, labels: dict[str, str]) -> bool:
     """Whether a structured ``LabelSelector`` matches ``labels``."""
     text = selector_to_string(selector)
-    pred = label_selector(text) if text else None
+    try:
+        pred = label_selector(text) if text else None
+    except SelectorError:
+        return False  # an invalid selector selects nothing
     return True if pred is None else pred({"metadata": {"labels": labels}})

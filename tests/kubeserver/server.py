@@ -16,7 +16,7 @@ from urllib.parse import parse_qs, unquote, urlsplit
 
 import yaml
 
-from .store import APPLY, ApiError, Obj, Store, status_body
+from .store import APPLY, RETURNS_DELETED_OBJECT, ApiError, Obj, Store
 from .resources import ResourceType
 
 VERSION_INFO = {
@@ -304,7 +304,11 @@ class Handler(BaseHTTPRequestHandler):
         rt, ns, name, sub = route.rt, route.namespace, route.name, route.subresource
         dry_run = bool(query.get("dryRun"))
         if rt.namespaced and ns is None and verb not in ("list", "watch"):
+            if name is not None:  # no such route: /api/v1/configmaps/<name> is not a path the server serves
+                raise ApiError(404, "the server could not find the requested resource")
             raise ApiError(405, "the server does not allow this method on the requested resource")
+        if verb in ("get", "list"):
+            store.wait_fresh(query.get("resourceVersion"))
         if verb == "get":
             if sub == "scale":
                 self._send(200, store.get_scale(rt, ns, name))  # type: ignore[arg-type]
@@ -350,10 +354,11 @@ class Handler(BaseHTTPRequestHandler):
             if query.get("propagationPolicy"):
                 options["propagationPolicy"] = query["propagationPolicy"]
             obj, gone = store.delete(rt, ns, name, options, dry_run)  # type: ignore[arg-type]
-            if rt.custom and gone:
+            if gone and (rt.group, rt.plural) not in RETURNS_DELETED_OBJECT:  # genericregistry's finalizeDelete
                 meta = obj["metadata"]
-                self._send(200, status_body(200, "", "", {"name": meta["name"], "group": rt.group, "kind": rt.plural,
-                                                          "uid": meta.get("uid")}))
+                self._send(200, {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success",
+                                 "details": {k: v for k, v in (("name", meta["name"]), ("group", rt.group),
+                                                               ("kind", rt.plural), ("uid", meta.get("uid"))) if v}})
             else:
                 self._send(200, obj)
         elif verb == "deletecollection":

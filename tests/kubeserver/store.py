@@ -108,6 +108,13 @@ def conflict(rt: ResourceType, name: str) -> ApiError:
     )
 
 
+def too_large_rv(wanted: int, current: int) -> ApiError:
+    """504 for a read at a resourceVersion the store has not reached (storage.NewTooLargeResourceVersionError)."""
+    return ApiError(504, f"Too large resource version: {wanted}, current: {current}", "Timeout",
+                    {"causes": [{"reason": "ResourceVersionTooLarge", "message": "Too large resource version"}],
+                     "retryAfterSeconds": 1})
+
+
 def invalid(rt: ResourceType, name: str, errors: list[schema_mod.FieldError]) -> ApiError:
     """422 with one cause per field error, worded like the real server."""
     text = str(errors[0]) if len(errors) == 1 else "[" + ", ".join(str(e) for e in errors) + "]"
@@ -246,7 +253,10 @@ def _validate_builtin(rt: ResourceType, obj: Obj) -> list[schema_mod.FieldError]
         else:
             labels = ((spec.get("template") or {}).get("metadata") or {}).get("labels") or {}
             text = selector_to_string(sel)
-            pred = label_selector(text) if text else None
+            try:
+                pred = label_selector(text) if text else None
+            except SelectorError as exc:
+                return errors + [schema_mod.FieldError("spec.selector", "FieldValueInvalid", f"Invalid value: {exc}")]
             if pred is None:
                 errors.append(schema_mod.FieldError("spec.selector", "FieldValueInvalid",
                                                     "Invalid value: {}: empty selector is invalid for deployment"))
@@ -270,6 +280,92 @@ def _omit_empty(meta: Obj) -> None:
     """ObjectMeta fields are ``omitempty``: empty labels, annotations, finalizers, ... disappear."""
     for key in [k for k, v in meta.items() if v in ({}, [], "", None)]:
         del meta[key]
+
+
+OBJECT_META_FIELDS = frozenset({
+    "name", "generateName", "namespace", "selfLink", "uid", "resourceVersion", "generation", "creationTimestamp",
+    "deletionTimestamp", "deletionGracePeriodSeconds", "labels", "annotations", "ownerReferences", "finalizers",
+    "managedFields",
+})
+"""The fields of ``ObjectMeta``; anything else under ``metadata`` is dropped when decoded, as the real server does."""
+
+RETURNS_DELETED_OBJECT = frozenset({("", "pods"), ("", "services"), ("", "serviceaccounts"), ("", "namespaces")})
+"""Kinds whose registry sets ``ReturnDeletedObject``: a delete answers with the object; every other kind
+answers with a ``Status`` once the object is gone."""
+
+FOREGROUND = "foregroundDeletion"
+
+_LABEL_NAME = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$")
+_LABEL_VALUE_MSG = ("a valid label must be an empty string or consist of alphanumeric characters, '-', '_' or '.', "
+                    "and must start and end with an alphanumeric character (e.g. 'MyValue',  or 'my_value',  or "
+                    "'12345', regex used for validation is '(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?')")
+
+
+def label_value_errors(value: Any) -> list[str]:
+    """Why ``value`` is not a valid label value (empty when it is), worded like apimachinery's IsValidLabelValue."""
+    if not isinstance(value, str):
+        return ["must be a string"]
+    errors = []
+    if len(value) > 63:
+        errors.append("must be no more than 63 characters")
+    if value and not _LABEL_NAME.match(value):
+        errors.append(_LABEL_VALUE_MSG)
+    return errors
+
+
+def label_key_errors(key: str) -> list[str]:
+    """Why ``key`` is not a valid label key (an optional DNS-subdomain prefix and a name of at most 63 characters)."""
+    prefix, _, name = key.rpartition("/")
+    errors = []
+    if "/" in key and (not prefix or len(prefix) > 253 or not _SUBDOMAIN.match(prefix)):
+        errors.append("prefix part " + _SUBDOMAIN_MSG)
+    if not name:
+        errors.append("name part must be non-empty")
+    elif len(name) > 63:
+        errors.append("name part must be no more than 63 characters")
+    elif not _LABEL_NAME.match(name):
+        errors.append("name part must consist of alphanumeric characters, '-', '_' or '.', and must start and end "
+                      "with an alphanumeric character")
+    return errors
+
+
+def _validate_meta(obj: Obj) -> list[schema_mod.FieldError]:
+    """ObjectMeta validation every kind gets: label keys and values (at most 63 characters, the label alphabet)."""
+    errors: list[schema_mod.FieldError] = []
+    labels = obj.get("metadata", {}).get("labels")
+    if labels is None:
+        return errors
+    if not isinstance(labels, dict):
+        return [schema_mod.FieldError("metadata.labels", "FieldValueTypeInvalid",
+                                      "Invalid value: must be a map of strings")]
+    for key, value in labels.items():
+        for why in label_key_errors(key):
+            errors.append(schema_mod.FieldError("metadata.labels", "FieldValueInvalid",
+                                                f"Invalid value: {json.dumps(key)}: {why}"))
+        for why in label_value_errors(value):
+            errors.append(schema_mod.FieldError("metadata.labels", "FieldValueInvalid",
+                                                f"Invalid value: {json.dumps(value)}: {why}"))
+    return errors
+
+
+def _prune_meta(meta: Obj) -> list[str]:
+    """Drop the keys ObjectMeta does not have; returns their paths (``metadata.x``) for warnings."""
+    unknown = [k for k in meta if k not in OBJECT_META_FIELDS]
+    for key in unknown:
+        del meta[key]
+    return [f"metadata.{k}" for k in unknown]
+
+
+def _check_patched_identity(rt: ResourceType, ns: str, name: str, patched: Obj) -> None:
+    """A patch may not rename or move its object (the handler's checkName): 400 as the real server answers."""
+    meta = patched.get("metadata")
+    if not isinstance(meta, dict):
+        return
+    if meta.get("name") != name:
+        raise ApiError(400, f"the name of the object ({meta.get('name')}) does not match the name on the URL ({name})")
+    if rt.namespaced and meta.get("namespace") and meta["namespace"] != ns:
+        raise ApiError(400, f"the namespace of the object ({meta['namespace']}) does not match the namespace on "
+                            f"the URL ({ns})")
 
 
 def _generation_changes(rt: ResourceType, old: Obj, new: Obj) -> bool:
@@ -308,6 +404,9 @@ class Store:
         # garbage collection: owner uid -> dependents' locations, and the uids of live objects
         self._dependents: dict[str, set[tuple[tuple[str, str], str, str]]] = {}
         self._live_uids: set[str] = set()
+        self._foreground: dict[str, tuple[tuple[str, str], str, str]] = {}  # owner uid -> where, while it waits
+        self.fresh_wait = 3.0
+        """Seconds a read at a future resourceVersion waits before "Too large resource version" (as the cacher)."""
         for rt in BUILTINS:
             self.types[(rt.group, rt.version, rt.plural)] = rt
             self._key_types.setdefault(rt.key, rt)
@@ -447,6 +546,23 @@ class Store:
             raise not_found(rt, name)
         return self._present(rt, obj)
 
+    def wait_fresh(self, resource_version: str | None) -> None:
+        """A read at ``resource_version`` (other than "" and "0") waits up to :attr:`fresh_wait` seconds for
+        the store to reach it, then fails as the watch cache does: 504 "Too large resource version"."""
+        if resource_version in (None, "", "0"):
+            return
+        try:
+            wanted = int(resource_version)  # type: ignore[arg-type]
+        except ValueError:
+            raise ApiError(400, f"invalid resource version: {resource_version}") from None
+        deadline = time.monotonic() + self.fresh_wait
+        with self._cond:
+            while self._rv < wanted:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise too_large_rv(wanted, self._rv)
+                self._cond.wait(remaining)
+
     def _predicates(self, rt: ResourceType, labels: str | None, fields: str | None) -> list[Predicate]:
         preds: list[Predicate] = []
         try:
@@ -506,12 +622,15 @@ class Store:
     def _check(self, rt: ResourceType, obj: Obj, name: str, old: Obj | None = None, subresource: str = "") -> None:
         """Prune/default/validate ``obj`` in place (the product's :mod:`engine.api.schema`); 422 on violations."""
         errors: list[schema_mod.FieldError] = []
+        meta_dropped = _prune_meta(obj["metadata"]) if isinstance(obj.get("metadata"), dict) else []
         if rt.custom and rt.schema is not None:
             dropped: list[str] = []
             errors = schema_mod.process_write(obj, old, rt.schema, status_only=subresource == "status", dropped=dropped)
-            self._report_unknown_fields(dropped)
+            self._report_unknown_fields(meta_dropped + dropped)
         else:
+            self._report_unknown_fields(meta_dropped)
             errors = _validate_builtin(rt, obj)
+        errors = _validate_meta(obj) + errors
         if rt is CRD_TYPE or rt.key == CRD_TYPE.key:
             errors += self._validate_crd(obj)
         if errors:
@@ -662,6 +781,9 @@ class Store:
         if not isinstance(meta, dict):
             meta = result["metadata"] = {}
         old_meta = old["metadata"]
+        if meta.get("uid") and meta["uid"] != old_meta.get("uid"):  # rest.BeforeUpdate: an empty uid keeps the old
+            raise invalid(rt, old_meta["name"], [schema_mod.FieldError(
+                "metadata.uid", "FieldValueInvalid", f"Invalid value: {json.dumps(meta['uid'])}: field is immutable")])
         for k in ("name", "namespace", "uid", "creationTimestamp", "deletionTimestamp",
                   "deletionGracePeriodSeconds", "generation"):
             if k in old_meta:
@@ -780,6 +902,7 @@ class Store:
             raise ApiError(exc.code, str(exc)) from None
         if not isinstance(patched, dict):
             raise ApiError(400, "patch produced a non-object document")
+        _check_patched_identity(rt, ns, name, patched)
         with self._lock:
             current = self._bucket(rt, ns).get(name)
             if current is None:
@@ -795,8 +918,11 @@ class Store:
     # ---------------------------------------------------------------------------------------- delete
 
     def _after_delete(self, rt: ResourceType, obj: Obj, orphan: bool = False) -> None:
+        self._foreground.pop(obj["metadata"]["uid"], None)
         if not orphan:
             self._collect(obj["metadata"]["uid"])
+        for owner in self._owner_uids(obj) & set(self._foreground):
+            self._release_foreground(owner)
         if rt.key == CRD_TYPE.key:
             self._unregister_crd(obj["metadata"]["name"], drop=True)
         elif rt.key == NAMESPACE_TYPE.key:
@@ -835,6 +961,8 @@ class Store:
                                "Conflict", {"name": name, "group": rt.group, "kind": rt.plural})
             if dry_run:
                 return self._present(rt, old), not meta.get("finalizers")
+            if (options or {}).get("propagationPolicy") == "Foreground" and not meta.get("deletionTimestamp"):
+                return self._delete_foreground(rt, ns, name, old)
             if meta.get("finalizers"):
                 if meta.get("deletionTimestamp"):
                     return self._present(rt, old), False
@@ -853,6 +981,71 @@ class Store:
             self._emit(rt, "DELETED", gone, old)
             self._after_delete(rt, gone, orphan)
             return self._present(rt, gone), True
+
+    def _delete_foreground(self, rt: ResourceType, ns: str, name: str, old: Obj) -> tuple[Obj, bool]:
+        """``propagationPolicy: Foreground``: the object stays, with a deletionTimestamp and the
+        ``foregroundDeletion`` finalizer, while the garbage collector deletes its dependents; it goes once no
+        dependent that blocks owner deletion is left (caller holds the lock)."""
+        meta = old["metadata"]
+        uid = meta["uid"]
+        if not self._dependents.get(uid):  # nothing to wait for: the collector releases it at once
+            return self.delete(rt, ns or None, name)
+        finalizers = list(meta.get("finalizers") or ())
+        if FOREGROUND not in finalizers:
+            finalizers.append(FOREGROUND)
+        new = dict(old)
+        new["metadata"] = dict(meta, deletionTimestamp=now(), deletionGracePeriodSeconds=0, finalizers=finalizers,
+                               resourceVersion=str(self._next_rv()))
+        if rt.generation and "generation" in meta:
+            new["metadata"]["generation"] = int(meta["generation"]) + 1
+        self._bucket(rt, ns)[name] = new
+        self._emit(rt, "MODIFIED", new, old)
+        self._foreground[uid] = (rt.key, ns, name)
+        for key, dns, dname in sorted(self._dependents.get(uid, ())):
+            dep = self._objs.get(key, {}).get(dns, {}).get(dname)
+            drt = self._key_types.get(key)
+            if dep is None or drt is None or (self._owner_uids(dep) - {uid}) & self._live_uids:
+                continue  # still owned by a live object: kept, as the collector keeps it
+            try:
+                self.delete(drt, dns or None, dname, {"propagationPolicy": "Foreground"})
+            except ApiError:
+                pass
+        current = self._bucket(rt, ns).get(name, new)
+        self._release_foreground(uid)
+        gone = name not in self._bucket(rt, ns)
+        return self._present(rt, current if not gone else new), gone
+
+    def _blocking_dependents(self, uid: str) -> list[tuple[tuple[str, str], str, str]]:
+        """Dependents of ``uid`` whose reference to it sets ``blockOwnerDeletion`` and that no other live
+        object owns (the ones a foreground deletion waits for)."""
+        out = []
+        for key, ns, name in self._dependents.get(uid, ()):
+            dep = self._objs.get(key, {}).get(ns, {}).get(name)
+            if dep is None:
+                continue
+            refs = [r for r in dep["metadata"].get("ownerReferences") or () if isinstance(r, dict) and r.get("uid") == uid]
+            if any(r.get("blockOwnerDeletion") for r in refs) and not ((self._owner_uids(dep) - {uid}) & self._live_uids):
+                out.append((key, ns, name))
+        return out
+
+    def _release_foreground(self, uid: str) -> None:
+        """Remove the ``foregroundDeletion`` finalizer from an owner whose blocking dependents are all gone."""
+        where = self._foreground.get(uid)
+        if where is None or self._blocking_dependents(uid):
+            return
+        del self._foreground[uid]
+        key, ns, name = where
+        obj = self._objs.get(key, {}).get(ns, {}).get(name)
+        rt = self._key_types.get(key)
+        if obj is None or rt is None or obj["metadata"].get("uid") != uid:
+            return
+        result = clone(obj)
+        finalizers = [f for f in result["metadata"].get("finalizers") or () if f != FOREGROUND]
+        if finalizers:
+            result["metadata"]["finalizers"] = finalizers
+        else:
+            result["metadata"].pop("finalizers", None)
+        self._commit_update(rt, ns, name, obj, result, False)
 
     def delete_collection(self, rt: ResourceType, ns: str | None, labels: str | None, fields: str | None,
                           dry_run: bool = False) -> Obj:
@@ -986,6 +1179,12 @@ class Store:
             return all(p(obj) for p in preds)
 
         deadline = time.monotonic() + timeout
+        if send_initial_events and resource_version not in (None, "", "0"):
+            try:
+                self.wait_fresh(resource_version)
+            except ApiError as err:  # an error after the watch started is an ERROR event, as from the cacher
+                yield {"type": "ERROR", "object": err.status()}
+                return
         with self._lock:
             if resource_version in (None, "", "0") or send_initial_events:
                 start = self._rv
@@ -1046,6 +1245,7 @@ class Store:
         with self._lock:
             crds = self._objs.get(CRD_TYPE.key, {})
             self._objs = {CRD_TYPE.key: crds}
+            self._foreground = {}
             self._reindex()
             for key, hist in self._history.items():
                 if key != CRD_TYPE.key:

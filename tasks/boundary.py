@@ -1,0 +1,105 @@
+"""Parse once at the boundary: the tolerant reader every custom resource a flow lists passes through.
+
+Each Modelplane custom resource is parsed as the pydantic model that generates its CRD
+(:func:`engine.api.validate.parse_object`, the reader ``modelplane validate`` uses too, so the two never
+disagree). An object that does not parse is left out of what the flow sees, gets the failure status of
+its kind (a ``Ready=False`` condition with reason ``InvalidSpec`` naming the field path and the reason;
+``status: Failed`` where the kind has a status enum) and is reported; the run goes on with the others.
+
+Rejections are collected per process (:func:`drain_rejections`): the command line turns them into a
+degraded exit (3) after the flow returns.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from datetime import datetime, timezone
+from typing import Any, Iterable
+
+from engine.api.registry import kind_info
+from engine.api.validate import ManifestInvalid, parse_object
+from tasks.cluster import Cluster, ObjectRef
+from tasks.cluster.errors import ClusterError
+
+log = logging.getLogger(__name__)
+
+Manifest = dict[str, Any]
+
+INVALID_REASON = "InvalidSpec"
+_STATUS_ENUM_KINDS = frozenset({"AIMClusterModel", "AIMServiceTemplate", "AIMService", "ModelCache"})
+"""Kinds whose status has a ``status`` field (Pending/.../Failed): an invalid one is ``Failed``."""
+
+_lock = threading.Lock()
+_rejections: list[str] = []
+
+
+def accept(cluster: Cluster, objects: Iterable[Manifest]) -> list[Manifest]:
+    """``objects`` without the Modelplane custom resources that do not parse; each of those is marked
+    (its failure status) and reported. Objects of other kinds pass unchanged."""
+    valid: list[Manifest] = []
+    for obj in objects:
+        problem = invalid_field(obj)
+        if problem is None:
+            valid.append(obj)
+        else:
+            reject(cluster, obj, *problem)
+    return valid
+
+
+def invalid_field(obj: Any) -> tuple[str, str] | None:
+    """``(field path, reason)`` when ``obj`` is a Modelplane kind whose spec does not parse, else None."""
+    if not isinstance(obj, dict) or kind_info(str(obj.get("apiVersion")), str(obj.get("kind"))) is None:
+        return None
+    try:
+        parse_object({k: v for k, v in obj.items() if k != "status"})  # the status is ours to rewrite
+    except ManifestInvalid as exc:
+        return exc.field_path or "spec", exc.message
+    return None
+
+
+def reject(cluster: Cluster, obj: Manifest, field: str, reason: str) -> None:
+    """Write the failure status naming ``field`` (unless it already says so) and record the rejection."""
+    meta = obj.get("metadata") if isinstance(obj.get("metadata"), dict) else {}
+    where = f"{meta.get('namespace')}/{meta.get('name')}" if meta.get("namespace") else str(meta.get("name"))
+    message = f"{field}: {reason}"
+    with _lock:
+        _rejections.append(f"{obj.get('kind')} {where}: invalid: {message}")
+    info = kind_info(str(obj.get("apiVersion")), str(obj.get("kind")))
+    if info is None or not info.has_status:
+        return
+    status = failure_status(obj, message)
+    if status is None:
+        return
+    try:
+        cluster.patch_status(ObjectRef.of(obj), status)
+    except (ClusterError, ValueError, KeyError, TypeError) as exc:  # one object's write never stops the run
+        log.warning("cannot mark %s %s invalid: %s", obj.get("kind"), where, exc)
+
+
+def failure_status(obj: Manifest, message: str) -> Manifest | None:
+    """The status to merge-patch, or None when the object already carries exactly this failure."""
+    current = obj.get("status") if isinstance(obj.get("status"), dict) else {}
+    conditions = [c for c in current.get("conditions") or () if isinstance(c, dict)]
+    ready = next((c for c in conditions if c.get("type") == "Ready"), None)
+    if ready and ready.get("reason") == INVALID_REASON and ready.get("message") == message and (
+            obj.get("kind") not in _STATUS_ENUM_KINDS or current.get("status") == "Failed"):
+        return None
+    now = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    condition = {"type": "Ready", "status": "False", "reason": INVALID_REASON, "message": message,
+                 "lastTransitionTime": now}
+    generation = (obj.get("metadata") or {}).get("generation")
+    if isinstance(generation, int):
+        condition["observedGeneration"] = generation
+    status: Manifest = {"conditions": [c for c in conditions if c.get("type") != "Ready"] + [condition]}
+    if obj.get("kind") in _STATUS_ENUM_KINDS:
+        status["status"] = "Failed"
+    return status
+
+
+def drain_rejections() -> list[str]:
+    """The rejections recorded since the last call (one line each), and forget them."""
+    with _lock:
+        taken = list(_rejections)
+        _rejections.clear()
+    return taken
