@@ -28,14 +28,13 @@ from prefect.artifacts import create_table_artifact
 from prefect.cache_policies import NO_CACHE
 from prefect.context import FlowRunContext
 from prefect.utilities.annotations import quote
-from pydantic import BaseModel
 
 from engine.bindings import BindingDecision, plan_binding
 from engine.optimize import CycleInputs, ModelLoad, PodSample, VariantDecision, plan_variants, summarize
 from engine.saturation import SaturationConfigSet
 from engine.tail_sizing import PromptDistribution
 from flows.exitcodes import CannotRun, ExitCode, degraded_summary, exit_code
-from flows.parameters import PROMETHEUS_DURATION_PATTERN, NamespaceName, NonNegativeSeconds, PositiveSeconds, PromDuration
+from flows.parameters import PROMETHEUS_DURATION_PATTERN, ClusterTarget, NamespaceName, NonNegativeSeconds, PositiveSeconds, PromDuration
 from tasks.cluster import Cluster, LocalCluster, connect
 from tasks.cluster.errors import ClusterError
 from tasks.events import Subject, emit_change
@@ -61,23 +60,6 @@ RATE_WINDOW_PATTERN = PROMETHEUS_DURATION_PATTERN
 
 RateWindow = PromDuration | None
 """A PromQL duration such as ``1m`` or ``30s``; ``None`` keeps ``PROMETHEUS_RATE_WINDOW`` (default 1m)."""
-
-
-class OptimizeParameters(BaseModel):
-    """One run's parameters, validated. Defaults and descriptions live in the flow's signature and
-    docstring, which Prefect turns into the UI form; this model adds the checks the form cannot express."""
-
-    namespaces: list[NamespaceName]
-    namespace_selector: str | None
-    config_namespace: NamespaceName
-    prometheus_url: str | None
-    metrics_file: str | None
-    rate_window: RateWindow = None
-    cluster: str | None
-    dry_run: bool
-    solver_time_limit_s: PositiveSeconds
-    status_heartbeat_s: NonNegativeSeconds
-    scale_down_stabilization_s: NonNegativeSeconds = 0.0
 
 
 @dataclass
@@ -117,25 +99,25 @@ class CycleReport:
         return [asdict(row) for row in self.rows]
 
 
-def metrics_source(params: OptimizeParameters) -> MetricsSource | None:
-    """The metrics backend the parameters name, or None when none is configured."""
-    if params.metrics_file:
-        return FileMetrics(params.metrics_file)
-    url = params.prometheus_url or os.environ.get("PROMETHEUS_URL")
+def metrics_source(metrics_file: str | None, prometheus_url: str | None, rate_window: str | None) -> MetricsSource | None:
+    """The metrics backend the run's parameters name, or None when none is configured."""
+    if metrics_file:
+        return FileMetrics(metrics_file)
+    url = prometheus_url or os.environ.get("PROMETHEUS_URL")
     if not url:
         return None
     # Token (file), TLS, timeouts and retries come from PROMETHEUS_* variables. The rate window: the
     # run's parameter when given, else $PROMETHEUS_RATE_WINDOW, else 1m.
     environ = dict(os.environ)
-    if params.rate_window:
-        environ["PROMETHEUS_RATE_WINDOW"] = params.rate_window
+    if rate_window:
+        environ["PROMETHEUS_RATE_WINDOW"] = rate_window
     environ.setdefault("PROMETHEUS_RATE_WINDOW", DEFAULT_RATE_WINDOW)
     return PrometheusMetrics.from_env(url, environ=environ)
 
 
 def cycle_inputs(
     state: ClusterState, replicas: TargetReplicas, snapshot: MetricsSnapshot | None, metrics_error: str | None,
-    params: OptimizeParameters, now: datetime,
+    now: datetime, time_limit_s: float, scale_down_window_s: float,
 ) -> CycleInputs:
     """Translate the gathered state and metrics snapshot into the engine's cycle inputs."""
     loads: dict[tuple[str, str], ModelLoad] = {}
@@ -164,15 +146,15 @@ def cycle_inputs(
         pods=pods,
         metrics_error=metrics_error,
         missing_metrics=missing,
-        time_limit_s=params.solver_time_limit_s,
-        scale_down_window_s=params.scale_down_stabilization_s,
+        time_limit_s=time_limit_s,
+        scale_down_window_s=scale_down_window_s,
     )
 
 
 @task(name="reconcile-bindings", cache_policy=NO_CACHE)
 def reconcile_bindings(
     cluster: Cluster, state: ClusterState, snapshot: MetricsSnapshot | None, metrics_error: str | None,
-    now: datetime, params: OptimizeParameters,
+    now: datetime, dry_run: bool,
 ) -> tuple[list[BindingDecision], list[str]]:
     """Kthena bindings: recommendation + behaviour correction (+ distribution), scale, persist state.
 
@@ -186,7 +168,7 @@ def reconcile_bindings(
         try:
             inputs = read_binding_inputs(cluster, binding, quote(state), quote(snapshot), metrics_error)
             decision = plan_binding(inputs, now)
-            if not params.dry_run:
+            if not dry_run:
                 apply_binding(cluster, binding, decision, now)
         except ClusterError as exc:  # one binding's API failure must not stop the others
             logger.error("AutoscalingPolicyBinding %s: %s", name, exc.message)
@@ -227,7 +209,7 @@ def optimize(
     prometheus_url: str | None = None,
     metrics_file: str | None = None,
     rate_window: RateWindow = None,
-    cluster: str | None = None,
+    cluster: ClusterTarget = None,
     dry_run: bool = False,
     solver_time_limit_s: PositiveSeconds = 10.0,
     status_heartbeat_s: NonNegativeSeconds = 300.0,
@@ -244,8 +226,8 @@ def optimize(
         metrics_file: Read metrics from this YAML file instead of Prometheus (local and CI previews).
         rate_window: PromQL window of the arrival-rate query, e.g. '1m' or '30s'; empty = $PROMETHEUS_RATE_WINDOW,
             else 1m (WVA's window; shorter reacts faster and is noisier).
-        cluster: Empty = kubeconfig or in-cluster; 'kubeconfig:PATH' or 'kubeconfig:PATH#context'; or a manifests
-            directory/file.
+        cluster: Empty = $MODELPLANE_CLUSTER, else kubeconfig or in-cluster; 'kubeconfig:PATH' or
+            'kubeconfig:PATH#context'; or a manifests directory/file.
         dry_run: Decide and report, but write nothing (no scale, no status, no events).
         solver_time_limit_s: Time limit of the allocation MILP, in seconds.
         status_heartbeat_s: Rewrite a status whose only change is lastRunTime at most this often.
@@ -254,38 +236,33 @@ def optimize(
             cycles cannot flap replicas. 0 = at once (WVA); the scheduled deployment sets 180 (a replica's
             start-up plus one cycle). Per resource: annotation modelplane.io/scale-down-stabilization-window.
     """
-    params = OptimizeParameters(
-        namespaces=namespaces or [], namespace_selector=namespace_selector, config_namespace=config_namespace, prometheus_url=prometheus_url,
-        metrics_file=metrics_file, rate_window=rate_window, cluster=cluster, dry_run=dry_run, solver_time_limit_s=solver_time_limit_s,
-        status_heartbeat_s=status_heartbeat_s, scale_down_stabilization_s=scale_down_stabilization_s,
-    )
     logger = get_run_logger()
     now = datetime.now(timezone.utc).replace(microsecond=0)
-    cluster = connect(params.cluster)
-    problem = local_path_problem(cluster)
+    target = connect(cluster)
+    problem = local_path_problem(target)
     if problem:
         raise CannotRun(problem)
 
     # Task inputs holding every object of the cycle are passed with quote(): Prefect would otherwise
     # walk each of their nodes looking for futures, which costs seconds at 1,000 variants.
-    state = read_cluster_state(cluster, params.namespaces or None, params.config_namespace, params.namespace_selector)
+    state = read_cluster_state(target, namespaces or None, config_namespace, namespace_selector)
     if state.missing_configuration:
         raise CannotRun(state.missing_configuration)
     for error in state.config_errors:
         logger.warning("configuration: %s", error)
-    replicas = read_current_replicas(cluster, scale_targets_of(state))
+    replicas = read_current_replicas(target, scale_targets_of(state))
 
-    source = metrics_source(params)
+    source = metrics_source(metrics_file, prometheus_url, rate_window)
     snapshot, metrics_error = collect_metrics(source, quote(state))
     if metrics_error:
         logger.warning("metrics unavailable, holding every variant: %s", metrics_error)
 
-    decisions = plan_variants(cycle_inputs(state, replicas, snapshot, metrics_error, params, now))
+    decisions = plan_variants(cycle_inputs(state, replicas, snapshot, metrics_error, now, solver_time_limit_s, scale_down_stabilization_s))
 
-    writes: list[WriteOutcome] = [] if params.dry_run else apply_decisions(cluster, quote(state), quote(decisions), now, params.status_heartbeat_s)
-    bindings, binding_errors = reconcile_bindings(cluster, quote(state), quote(snapshot), metrics_error, now, params)
+    writes: list[WriteOutcome] = [] if dry_run else apply_decisions(target, quote(state), quote(decisions), now, status_heartbeat_s)
+    bindings, binding_errors = reconcile_bindings(target, quote(state), quote(snapshot), metrics_error, now, dry_run)
 
-    degraded = degraded_reasons(cluster, state, decisions, writes, bindings, binding_errors, metrics_error)
+    degraded = degraded_reasons(target, state, decisions, writes, bindings, binding_errors, metrics_error)
     summary = degraded_summary(summarize(decisions) + binding_summary(bindings), degraded)
     report = CycleReport(rows=report_rows(decisions, writes, bindings), summary=summary, metrics_error=metrics_error,
                          writes=writes, degraded=degraded)

@@ -22,7 +22,6 @@ from datetime import datetime, timezone
 from prefect import flow, get_run_logger
 from prefect.artifacts import create_table_artifact
 from prefect.context import FlowRunContext
-from pydantic import BaseModel
 
 from engine.aim_templates import ModelCatalog, cluster_gpus, resolve_profile, template_status
 from tasks.aim import WriteCounts, by_namespace, cache_state_map, caches_for, for_each, new_status, read_aim_state, write_status
@@ -30,15 +29,9 @@ from tasks.cluster import connect
 from tasks.cluster.errors import ClusterError
 from engine.api.aim import API_VERSION as AIM_API_VERSION
 from tasks.events import Subject, emit_change
+from flows.parameters import ClusterTarget, NamespaceName
 
 DEFAULT_INTERVAL_S = 300
-
-
-class ResolveParameters(BaseModel):
-    """The checks the UI form cannot express (defaults and descriptions live in the flow signature)."""
-
-    namespaces: list[str]
-    cluster: str | None
 
 
 @dataclass
@@ -63,23 +56,23 @@ class ResolveReport:
 
 
 @flow(name="resolve-templates", timeout_seconds=DEFAULT_INTERVAL_S - 60, log_prints=True)
-def resolve_templates(namespaces: list[str] | None = None, cluster: str | None = None) -> ResolveReport:
+def resolve_templates(namespaces: list[NamespaceName] | None = None, cluster: ClusterTarget = None) -> ResolveReport:
     """Resolve every AIMServiceTemplate to a runtime profile, check its GPU, and warm its caches when asked.
 
     Args:
         namespaces: Resolve templates in these namespaces only; empty means all namespaces.
-        cluster: Empty = kubeconfig or in-cluster; 'kubeconfig:PATH[#context]'; or a manifests directory/file.
+        cluster: Empty = $MODELPLANE_CLUSTER, else kubeconfig or in-cluster; 'kubeconfig:PATH[#context]'; or a
+            manifests directory/file.
     """
-    params = ResolveParameters(namespaces=namespaces or [], cluster=cluster)
     logger = get_run_logger()
     now = datetime.now(timezone.utc).replace(microsecond=0)
-    cluster_api = connect(params.cluster)
+    cluster_api = connect(cluster)
     state = read_aim_state(cluster_api, ["templates", "models", "configs", "caches", "nodes"])
     inventory = cluster_gpus(state.nodes)
     catalog = ModelCatalog(state.models)
     configs = by_namespace(state.configs)
     caches = {ns: list(items.values()) for ns, items in by_namespace(state.caches).items()}
-    scope = set(params.namespaces) or None
+    scope = set(namespaces or ()) or None
     cache_lock = threading.Lock()
 
     report = ResolveReport()

@@ -21,25 +21,15 @@ from datetime import datetime, timezone
 from prefect import flow, get_run_logger
 from prefect.artifacts import create_table_artifact
 from prefect.context import FlowRunContext
-from pydantic import BaseModel, Field
 
 from engine.api.kthena import API_VERSION as KTHENA_API_VERSION
-from flows.parameters import NamespaceName, ObjectName
+from flows.parameters import ClusterTarget, ImageRef, NamespaceName, ObjectName
 from tasks.cluster import ClusterError, connect
 from tasks.events import Subject, emit_change
 from tasks.kthena_rollout import ModelOutcome, list_models, reconcile_model
 
 DEFAULT_INTERVAL_S = 300
 DEFAULT_DOWNLOADER_IMAGE = "ghcr.io/modelplane/modelplane:0.1.0"
-
-
-class RolloutParameters(BaseModel):
-    """One run's parameters, validated (defaults and descriptions live in the flow signature)."""
-
-    namespaces: list[str]
-    names: list[str]
-    cluster: str | None
-    downloader_image: str = Field(min_length=1)
 
 
 @dataclass
@@ -57,31 +47,31 @@ class RolloutReport:
 @flow(name="rollout-models", timeout_seconds=DEFAULT_INTERVAL_S - 60, log_prints=True)
 def rollout_models(
     namespaces: list[NamespaceName] | None = None,
-    cluster: str | None = None,
-    downloader_image: str = DEFAULT_DOWNLOADER_IMAGE,
+    cluster: ClusterTarget = None,
+    downloader_image: ImageRef = DEFAULT_DOWNLOADER_IMAGE,
     names: list[ObjectName] | None = None,
 ) -> RolloutReport:
     """Roll out every Kthena Model: backends become Deployments the optimize flow scales.
 
     Args:
         namespaces: Namespaces to reconcile; empty means all namespaces.
-        cluster: Empty = kubeconfig or in-cluster; 'kubeconfig:PATH[#context]'; or a manifests directory/file.
+        cluster: Empty = $MODELPLANE_CLUSTER, else kubeconfig or in-cluster; 'kubeconfig:PATH[#context]'; or a
+            manifests directory/file.
         downloader_image: Modelplane's image, run as the init container that downloads weights into a
             backend's cacheURI.
         names: Only the Models with these names (in the namespaces above); empty means every Model. A run
             triggered by a Model's change event rolls out just that Model.
     """
-    params = RolloutParameters(namespaces=namespaces or [], names=names or [], cluster=cluster, downloader_image=downloader_image)
     logger = get_run_logger()
     now = datetime.now(timezone.utc).replace(microsecond=0)
-    target = connect(params.cluster)
+    target = connect(cluster)
 
     report = RolloutReport()
-    for manifest in list_models(target, params.namespaces or None):
-        if params.names and manifest["metadata"]["name"] not in params.names:
+    for manifest in list_models(target, namespaces or None):
+        if names and manifest["metadata"]["name"] not in names:
             continue
         try:
-            outcome = reconcile_model(target, manifest, now, params.downloader_image)
+            outcome = reconcile_model(target, manifest, now, downloader_image)
         except ClusterError as exc:  # e.g. the status write itself failed: report it, go on with the others
             meta = manifest.get("metadata") or {}
             outcome = ModelOutcome(namespace=meta.get("namespace", ""), name=meta.get("name", ""), result=f"Failed: {exc.reason}: {exc.message}")
