@@ -30,6 +30,8 @@ err = Console(stderr=True)
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 PREFECT_YAML = REPO / "deployments" / "prefect.yaml"
+_CLUSTER_HELP = ("A manifests directory or file, or 'kubeconfig:PATH[#CONTEXT]'; absent or empty: $MODELPLANE_CLUSTER, "
+                 "else the current kubeconfig or in-cluster config (never the working directory).")
 
 
 @app.command()
@@ -49,7 +51,7 @@ def crds(write: Optional[pathlib.Path] = typer.Option(None, help="Write one file
 
 @app.command()
 def validate(
-    cluster: pathlib.Path = typer.Option(..., "--cluster", help="Manifests directory or multi-document file."),
+    cluster_option: str = typer.Option(..., "--cluster", help="Manifests directory or multi-document file (not empty)."),
     as_json: bool = typer.Option(False, "--json", help="Print a JSON list (source, kind, namespace, name, result) instead of a table."),
 ) -> None:
     """Load and validate a manifests directory; print every resource and every invalid one with its reason.
@@ -60,6 +62,7 @@ def validate(
     from engine.api.validate import load_documents
 
     with cli_errors():
+        cluster = manifests_path(cluster_option)
         if not cluster.exists():
             raise CannotRun(f"cluster path {cluster} does not exist")
         documents, read_errors = read_manifest_documents(cluster)
@@ -108,10 +111,7 @@ def _kind_of(obj: object) -> str:
 
 @app.command()
 def optimize(
-    cluster: Optional[str] = typer.Option(
-        None, "--cluster",
-        help="A manifests directory or file; 'kubeconfig:PATH' or 'kubeconfig:PATH#CONTEXT' for a kubeconfig "
-             "(and context); empty for the current kubeconfig or in-cluster config."),
+    cluster: Optional[str] = typer.Option(None, "--cluster", help=_CLUSTER_HELP),
     metrics: Optional[pathlib.Path] = typer.Option(None, "--metrics", exists=True, dir_okay=False, help="Metrics YAML file (instead of Prometheus)."),
     prometheus: Optional[str] = typer.Option(None, "--prometheus", help="Prometheus base URL (default $PROMETHEUS_URL)."),
     rate_window: Optional[str] = typer.Option(
@@ -220,9 +220,6 @@ def _aim_table(title: str, columns: tuple[str, ...], rows: list[tuple[object, ..
     console.print(degraded_summary(summary, errors[:3] + ([f"{len(errors) - 3} more"] if len(errors) > 3 else [])))
     if last:
         raise typer.Exit(exit_code(errors))
-
-
-_CLUSTER_HELP = "Manifests directory/file, 'kubeconfig:PATH[#ctx]', or empty for the current kubeconfig."
 
 
 @app.command("discover-models")
@@ -464,7 +461,7 @@ class _CacheFillProgress:
             self._bar.stop()
 @app.command("rollout-models")
 def rollout_models_command(
-    cluster: Optional[str] = typer.Option(None, "--cluster", help="Manifests directory/file, 'kubeconfig:PATH[#ctx]', or empty for the current kubeconfig."),
+    cluster: Optional[str] = typer.Option(None, "--cluster", help=_CLUSTER_HELP),
     namespace: list[str] = typer.Option([], "--namespace", "-n", help="Limit to these namespaces (repeatable)."),
     downloader_image: str = typer.Option("ghcr.io/modelplane/modelplane:0.1.0", help="Image of the init container that downloads into a cacheURI."),
     as_json: bool = typer.Option(False, "--json", help="Print a JSON list instead of a table."),
@@ -504,7 +501,7 @@ def serve_openmodel_command(
     namespace: str = typer.Option(..., "--namespace", "-n", help="Namespace to serve it in."),
     replicas: int = typer.Option(1, "--replicas", min=0, help="vLLM replicas."),
     flavor: Optional[str] = typer.Option(None, "--flavor", help="Flavor to start from (default: the first)."),
-    cluster: Optional[str] = typer.Option(None, "--cluster", help="Manifests directory/file, 'kubeconfig:PATH[#ctx]', or empty for the current kubeconfig."),
+    cluster: Optional[str] = typer.Option(None, "--cluster", help=_CLUSTER_HELP),
     as_json: bool = typer.Option(False, "--json", help="Print a JSON object instead of a table."),
 ) -> None:
     """Serve an llmaz OpenModel with vLLM from its shared cache, placed by its flavors.
@@ -531,7 +528,7 @@ def serve_openmodel_command(
 
 @app.command("warm-caches")
 def warm_caches(
-    cluster: Optional[str] = typer.Option(None, "--cluster", help="Manifests directory/file, 'kubeconfig:PATH[#ctx]', or empty for the current kubeconfig."),
+    cluster: Optional[str] = typer.Option(None, "--cluster", help=_CLUSTER_HELP),
     namespace: list[str] = typer.Option([], "--namespace", "-n", help="Limit to these namespaces (repeatable)."),
     image: Optional[str] = typer.Option(None, "--image", help="Modelplane's image for the fill Jobs."),
     openmodel_namespace: Optional[str] = typer.Option(None, "--openmodel-namespace", help="Cache llmaz OpenModels in this namespace."),
@@ -555,8 +552,7 @@ def warm_caches(
     except ValueError as exc:
         raise typer.BadParameter(str(exc), param_hint="--gc-unused-after") from None
     with cli_errors():
-        if cluster and not cluster.startswith(("kube", "kubeconfig")) and not pathlib.Path(cluster).exists():
-            raise CannotRun(f"cluster path {cluster} does not exist")
+        require_local_path(cluster)
     report = run_flow_or_exit(
         warm_caches_flow.with_options(timeout_seconds=timeout_s),
         namespaces=namespace or None, cluster=cluster, image=image or DEFAULT_IMAGE, openmodel_namespace=openmodel_namespace,
@@ -595,7 +591,7 @@ def _duration(text: str) -> "datetime.timedelta":
 
 @app.command()
 def simulate(
-    cluster: pathlib.Path = typer.Option(..., "--cluster", help="Manifests directory/file: VariantAutoscalings, targets, WVA ConfigMaps."),
+    cluster_option: str = typer.Option(..., "--cluster", help="Manifests directory/file: VariantAutoscalings, targets, WVA ConfigMaps (not empty)."),
     trace: pathlib.Path = typer.Option(..., "--trace", help="Trace CSV (timestamp, prompt tokens, output tokens; Azure format as is)."),
     policy: list[str] = typer.Option([], "--policy", "-p", help="Policy to compare (repeatable); default: all five."),
     compression: float = typer.Option(1.0, help="Divide inter-arrival times by this (time compression)."),
@@ -635,6 +631,7 @@ def simulate(
                 shares[model] = float(weight)
             except ValueError:
                 raise CannotRun(f"--share {item!r}: expected MODEL=WEIGHT with a number") from None
+        cluster = manifests_path(cluster_option)
         if not cluster.exists():
             raise CannotRun(f"cluster description {cluster} does not exist")
         unknown = [p for p in policy if p not in POLICIES]
@@ -671,7 +668,7 @@ def simulate(
 
 @app.command()
 def calibrate(
-    cluster: Optional[str] = typer.Option(None, "--cluster", help="Manifests directory/file, 'kubeconfig:PATH[#ctx]', or empty for the current kubeconfig."),
+    cluster: Optional[str] = typer.Option(None, "--cluster", help=_CLUSTER_HELP),
     prometheus: Optional[str] = typer.Option(None, "--prometheus", help="Prometheus base URL (default $PROMETHEUS_URL)."),
     windows: Optional[pathlib.Path] = typer.Option(None, "--windows", help="Windows YAML file (instead of Prometheus)."),
     namespace: list[str] = typer.Option([], "--namespace", "-n", help="Limit to these namespaces (repeatable)."),
@@ -757,18 +754,35 @@ def deploy(
     err.print(f"registered the deployments of deployments/prefect.yaml on {name!r}; start a worker: prefect worker start --pool {name}")
 
 
-def require_cluster(cluster: Optional[str], api_version: str, kind: str) -> None:
-    """Raise :class:`CannotRun` when a flow cannot run on ``cluster`` at all: a local path that does not exist,
-    or no way to read ``kind`` (no API access, forbidden, the CRD not installed). Checked before Prefect
-    starts, so the command (inside ``cli_errors``) prints one ``error:`` line and exits 2 instead of a failed
-    run's traceback."""
-    from tasks.cluster import ClusterError, connect
+def require_local_path(cluster: Optional[str]) -> "Any":
+    """The cluster ``cluster`` names (``tasks.cluster.connect``: absent or empty = $MODELPLANE_CLUSTER, else
+    kubeconfig); :class:`CannotRun` when it is a local path that does not exist or cannot be read."""
+    from tasks.cluster import connect
     from tasks.optimizer import local_path_problem
 
     target = connect(cluster)
     problem = local_path_problem(target)
     if problem:
         raise CannotRun(problem)
+    return target
+
+
+def manifests_path(cluster: str, option: str = "--cluster") -> pathlib.Path:
+    """A command that reads manifest files only (validate, simulate): ``cluster`` must name them; an empty
+    value is a one-line error, never the working directory."""
+    if not cluster.strip():
+        raise CannotRun(f"{option} is empty: name a manifests directory or file")
+    return pathlib.Path(cluster.strip())
+
+
+def require_cluster(cluster: Optional[str], api_version: str, kind: str) -> None:
+    """Raise :class:`CannotRun` when a flow cannot run on ``cluster`` at all: a local path that does not exist,
+    or no way to read ``kind`` (no API access, forbidden, the CRD not installed). Checked before Prefect
+    starts, so the command (inside ``cli_errors``) prints one ``error:`` line and exits 2 instead of a failed
+    run's traceback."""
+    from tasks.cluster import ClusterError
+
+    target = require_local_path(cluster)
     try:
         target.list(api_version, kind)
     except ClusterError as exc:
