@@ -30,6 +30,7 @@ from pydantic import Field
 from engine.api.meta import parse_duration
 from engine.calibrate import ProfileFit, Unidentifiable, Window, calibration_outcome, fit_profile
 from engine.optimize import SpecError, parse_variant
+from flows.exitcodes import flow_result
 from flows.parameters import ClusterTarget, NamespaceName
 from tasks.calibration import prometheus_windows, read_windows_file, write_outcome
 from tasks.cluster import connect
@@ -65,6 +66,11 @@ class CalibrationReport:
     """What one calibrate run proposed and wrote."""
 
     rows: list[CalibrationRow] = field(default_factory=list)
+
+    @property
+    def degraded(self) -> list[str]:
+        """Why the run was degraded (exit 3, the ``Degraded`` run state): variants with no profile or a failed write."""
+        return [f"{r.namespace}/{r.name}: {r.reason}" for r in self.rows if r.fit is None or r.error]
 
     def as_json(self) -> list[dict[str, Any]]:
         """The report as the CLI's JSON list."""
@@ -173,7 +179,7 @@ def calibrate(
         logger.info("%s/%s: %s", key[0], key[1], outcome.message)
         report.rows.append(row)
     publish(report)
-    return report
+    return flow_result(report, report.degraded)
 
 
 def publish(report: CalibrationReport) -> None:

@@ -30,7 +30,7 @@ err = Console(stderr=True)
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 PREFECT_YAML = REPO / "deployments" / "prefect.yaml"
-_CLUSTER_HELP = ("A manifests directory or file, or 'kubeconfig:PATH[#CONTEXT]'; absent or empty: $MODELPLANE_CLUSTER, "
+_CLUSTER_HELP = ("A manifests directory or file, 'kubeconfig:PATH' or 'kubeconfig:PATH#CONTEXT'; absent or empty: $MODELPLANE_CLUSTER, "
                  "else the current kubeconfig or in-cluster config (never the working directory).")
 
 
@@ -480,7 +480,7 @@ def rollout_models_command(
         require_cluster(cluster, KTHENA_API_VERSION, "Model")
     report = run_flow_or_exit(rollout_models, namespaces=namespace or None, names=name or None, cluster=cluster,
                               downloader_image=downloader_image)
-    failed = [f"{m.namespace}/{m.name}: {m.result}" for m in report.failed]
+    failed = report.degraded
     if as_json:
         sys.stdout.write(json.dumps([dataclasses.asdict(m) for m in report.models], indent=2, default=str) + "\n")
         exit_with_outcome(failed)
@@ -517,7 +517,7 @@ def serve_openmodel_command(
         require_cluster(cluster, LLMAZ_API_VERSION, "OpenModel")
     report = run_flow_or_exit(serve_openmodel, model=model, namespace=namespace, replicas=replicas, flavor=flavor,
                               cluster=cluster, _cannot_run=(ServeError,))
-    problems = [] if report.state == "Serving" else [f"{report.model} in {report.namespace}: {report.state} - {report.message}"]
+    problems = report.degraded
     if as_json:
         sys.stdout.write(json.dumps(dataclasses.asdict(report), indent=2, default=str) + "\n")
         exit_with_outcome(problems)
@@ -559,7 +559,6 @@ def warm_caches(
         include_consumers=not no_consumers, gc_unused_after=unused_after, max_fill_attempts=max_fill_attempts,
         retry_backoff_s=retry_backoff_s,
     )
-    failed = [f"{r.namespace}/{r.name} Failed: {r.reason}: {r.message}" for r in report.rows if r.status == "Failed"]
     if as_json:
         sys.stdout.write(json.dumps(report.as_json(), indent=2) + "\n")
     else:
@@ -574,7 +573,7 @@ def warm_caches(
         for line in [*(f"needs: {e}" for e in report.ensured), *(f"freed: {f}" for f in report.freed), *report.notes]:
             console.print(line, markup=False, highlight=False)
         console.print(report.summary)
-    exit_with_outcome([*failed, *report.problems])
+    exit_with_outcome(report.degraded)
 
 
 def _duration(text: str) -> "datetime.timedelta":
@@ -698,7 +697,7 @@ def calibrate(
             namespaces=namespace or None, config_namespace=config_namespace, cluster=cluster, prometheus_url=prometheus,
             windows_file=str(windows) if windows else None, lookback=lookback, window=window, dry_run=dry_run,
         )
-    degraded = [f"{r.namespace}/{r.name}: {r.reason}" for r in report.rows if r.fit is None or r.error]
+    degraded = report.degraded
     if as_json:
         sys.stdout.write(json.dumps(report.as_json(), indent=2, default=str) + "\n")
         exit_with_outcome(degraded)

@@ -26,6 +26,7 @@ from prefect.context import FlowRunContext
 from prefect.utilities.annotations import quote
 from pydantic import Field
 
+from flows.exitcodes import flow_result
 from flows.parameters import ClusterTarget, NamespaceName
 
 from engine.aim import (
@@ -78,6 +79,11 @@ class DiscoveryReport:
     registry_requests: dict[str, int] = field(default_factory=dict)
     writes: WriteCounts = field(default_factory=WriteCounts)
     summary: str = ""
+
+    @property
+    def degraded(self) -> list[str]:
+        """Why this run was degraded (exit 3, the ``Degraded`` run state): the writes that failed."""
+        return list(self.writes.errors)
 
 
 @flow(name="discover-models", timeout_seconds=DEFAULT_INTERVAL_S - 300, log_prints=True)
@@ -154,7 +160,7 @@ def discover_models(
                         {"image": row.image, "deployments": row.deployments, "templates": row.templates})
     publish(report)
     logger.info("discover-models: %s", report.summary)
-    return report
+    return flow_result(report, report.degraded)
 
 
 def reconcile_model(

@@ -33,7 +33,7 @@ from engine.bindings import BindingDecision, plan_binding
 from engine.optimize import CycleInputs, ModelLoad, PodSample, VariantDecision, plan_variants, summarize
 from engine.saturation import SaturationConfigSet
 from engine.tail_sizing import PromptDistribution
-from flows.exitcodes import CannotRun, ExitCode, degraded_summary, exit_code
+from flows.exitcodes import CannotRun, ExitCode, degraded_summary, exit_code, flow_result
 from flows.parameters import PROMETHEUS_DURATION_PATTERN, ClusterTarget, NamespaceName, NonNegativeSeconds, PositiveSeconds, PromDuration
 from tasks.cluster import Cluster, LocalCluster, connect
 from tasks.cluster.errors import ClusterError
@@ -269,7 +269,7 @@ def optimize(
     emit_scaling_events(report)
     publish(report)
     logger.info("optimize: %s", report.summary)
-    return report
+    return flow_result(report, report.degraded)
 
 
 def binding_summary(bindings: list[BindingDecision]) -> str:

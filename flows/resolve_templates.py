@@ -29,6 +29,7 @@ from tasks.cluster import connect
 from tasks.cluster.errors import ClusterError
 from engine.api.aim import API_VERSION as AIM_API_VERSION
 from tasks.events import Subject, emit_change
+from flows.exitcodes import flow_result
 from flows.parameters import ClusterTarget, NamespaceName
 
 DEFAULT_INTERVAL_S = 300
@@ -53,6 +54,11 @@ class ResolveReport:
     writes: WriteCounts = field(default_factory=WriteCounts)
     caches_requested: int = 0
     summary: str = ""
+
+    @property
+    def degraded(self) -> list[str]:
+        """Why this run was degraded (exit 3, the ``Degraded`` run state): the writes that failed."""
+        return list(self.writes.errors)
 
 
 @flow(name="resolve-templates", timeout_seconds=DEFAULT_INTERVAL_S - 60, log_prints=True)
@@ -120,7 +126,7 @@ def resolve_templates(namespaces: list[NamespaceName] | None = None, cluster: Cl
                 emit_change(Subject(AIM_API_VERSION, "AIMServiceTemplate", row.name, row.namespace), "available", {"reason": row.reason})
     publish(report)
     logger.info("resolve-templates: %s", report.summary)
-    return report
+    return flow_result(report, report.degraded)
 
 
 def publish(report: ResolveReport) -> None:

@@ -23,6 +23,7 @@ from prefect.artifacts import create_table_artifact
 from prefect.context import FlowRunContext
 
 from engine.api.kthena import API_VERSION as KTHENA_API_VERSION
+from flows.exitcodes import flow_result
 from flows.parameters import ClusterTarget, ImageRef, NamespaceName, ObjectName
 from tasks.cluster import ClusterError, connect
 from tasks.events import Subject, emit_change
@@ -42,6 +43,11 @@ class RolloutReport:
     @property
     def failed(self) -> list[ModelOutcome]:
         return [m for m in self.models if m.result.startswith("Failed")]
+
+    @property
+    def degraded(self) -> list[str]:
+        """Why this pass was degraded (exit 3, the ``Degraded`` run state): the Models that are Failed."""
+        return [f"{m.namespace}/{m.name}: {m.result}" for m in self.failed]
 
 
 @flow(name="rollout-models", timeout_seconds=DEFAULT_INTERVAL_S - 60, log_prints=True)
@@ -84,7 +90,7 @@ def rollout_models(
     report.summary = f"{len(report.models)} models, {changed} changed, {len(report.failed)} failed"
     publish(report)
     logger.info("rollout-models: %s", report.summary)
-    return report
+    return flow_result(report, report.degraded)
 
 
 def announce(outcome: ModelOutcome) -> None:

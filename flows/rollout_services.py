@@ -40,6 +40,7 @@ from engine.aim_services import (
 )
 from engine.aim_templates import GpuInventory, ModelCatalog, cluster_gpus
 from engine.api.aim import API_VERSION as AIM_API_VERSION
+from flows.exitcodes import flow_result
 from flows.parameters import ClusterTarget, NamespaceName
 from tasks.aim import (
     AimState,
@@ -81,6 +82,11 @@ class RolloutReport:
     rows: list[ServiceRow] = field(default_factory=list)
     writes: WriteCounts = field(default_factory=WriteCounts)
     summary: str = ""
+
+    @property
+    def degraded(self) -> list[str]:
+        """Why this run was degraded (exit 3, the ``Degraded`` run state): the writes that failed."""
+        return list(self.writes.errors)
 
 
 @flow(name="rollout-services", timeout_seconds=DEFAULT_INTERVAL_S - 60, log_prints=True)
@@ -129,7 +135,7 @@ def rollout_services(namespaces: list[NamespaceName] | None = None, cluster: Clu
     )
     publish(report)
     logger.info("rollout-services: %s", report.summary)
-    return report
+    return flow_result(report, report.degraded)
 
 
 def announce(row: ServiceRow) -> None:

@@ -22,6 +22,7 @@ from prefect.artifacts import create_markdown_artifact
 from prefect.context import FlowRunContext
 from pydantic import Field
 
+from flows.exitcodes import flow_result
 from flows.parameters import ClusterTarget, ImageRef, NamespaceName, ObjectName
 
 from engine.api.llmaz import API_VERSION as LLMAZ_API_VERSION
@@ -46,6 +47,11 @@ class ServeReport:
     flavor: str | None = None
     cache: str | None = None
     writes: WriteLog = field(default_factory=WriteLog)
+
+    @property
+    def degraded(self) -> list[str]:
+        """Why the run was degraded (exit 3, the ``Degraded`` run state): the OpenModel is not Serving (yet)."""
+        return [] if self.state == "Serving" else [f"{self.model} in {self.namespace}: {self.state} - {self.message}"]
 
 
 class ServeError(RuntimeError):
@@ -96,7 +102,7 @@ def serve_openmodel(
             report = ServeReport(model, namespace, "WaitingForCache", cache_condition(cache, namespace).message, cache=cache["metadata"]["name"])
             publish(report)
             logger.warning("serve-openmodel: %s", report.message)
-            return report
+            return flow_result(report, report.degraded)
     else:
         write_conditions(target, obj, [], None, now)
 
@@ -120,7 +126,7 @@ def serve_openmodel(
                     {"namespace": namespace, "flavor": report.flavor, "reason": report.message})
     publish(report)
     logger.info("serve-openmodel: %s in %s on %s", model, namespace, placement.message)
-    return report
+    return flow_result(report, report.degraded)
 
 
 def publish(report: ServeReport) -> None:

@@ -34,6 +34,7 @@ from prefect.context import FlowRunContext
 from prefect.utilities.annotations import quote
 from pydantic import Field
 
+from flows.exitcodes import flow_result
 from flows.parameters import ClusterTarget, ImageRef, NamespaceName, NonNegativeSeconds, ObjectName
 
 from engine.cache_plan import (
@@ -124,6 +125,12 @@ class WarmReport:
     freed: list[str] = field(default_factory=list)  # "namespace/cache (pvc, size): why"
     notes: list[str] = field(default_factory=list)
     summary: str = ""
+
+    @property
+    def degraded(self) -> list[str]:
+        """Why the pass was degraded (exit 3, the ``Degraded`` run state): Failed caches, then other problems."""
+        failed = [f"{r.namespace}/{r.name} Failed: {r.reason}: {r.message}" for r in self.rows if r.status == "Failed"]
+        return [*failed, *self.problems]
 
     def as_json(self) -> dict[str, Any]:
         """The report as the CLI's JSON."""
@@ -454,7 +461,7 @@ def warm_caches(
         logger.warning("%s", problem)
     publish(report)
     logger.info("warm-caches: %s", report.summary)
-    return report
+    return flow_result(report, report.degraded)
 
 
 def summarize(report: WarmReport) -> str:
