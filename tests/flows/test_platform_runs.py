@@ -213,7 +213,8 @@ def test_chained_events_across_namespaces_reconcile_everything_and_cancel_nothin
     namespaces = ["llm-serving", "team-a", "team-b"]
     for namespace in namespaces[1:]:
         add_namespace_copy(cluster, namespace)
-    assert not any(reconciled(cluster, namespaces).values()) and len(reconciled(cluster, namespaces)) == 3 * 3
+    initial = reconciled(cluster, namespaces)  # llm-serving: 2 AIMServices and a Model; each copy: 1 and 1
+    assert len(initial) == 3 + 2 * 2 and not any(initial.values()), initial
     chained = {"rollout-services", "rollout-models"}
     ids = {name: platform.deployment(ENTRIES[name])["id"] for name in chained}
     for name in chained:
