@@ -82,8 +82,9 @@ class DiscoveryReport:
 
     @property
     def degraded(self) -> list[str]:
-        """Why this run was degraded (exit 3, the ``Degraded`` run state): the writes that failed."""
-        return list(self.writes.errors)
+        """Why this run was degraded (exit 3, the ``Degraded`` run state): failed writes, images not read."""
+        return [*self.writes.errors,
+                *(f"AIMClusterModel {r.name}: image {r.image}: {r.result}" for r in self.rows if r.result != "ok")]
 
 
 @flow(name="discover-models", timeout_seconds=DEFAULT_INTERVAL_S - 300, log_prints=True)

@@ -57,8 +57,10 @@ class ResolveReport:
 
     @property
     def degraded(self) -> list[str]:
-        """Why this run was degraded (exit 3, the ``Degraded`` run state): the writes that failed."""
-        return list(self.writes.errors)
+        """Why this run was degraded (exit 3, the ``Degraded`` run state): failed writes, templates not Available."""
+        return [*self.writes.errors,
+                *(f"AIMServiceTemplate {r.namespace}/{r.name}: {r.status}" + (f" ({r.reason})" if r.reason else "")
+                  for r in self.rows if r.status != "Available")]
 
 
 @flow(name="resolve-templates", timeout_seconds=DEFAULT_INTERVAL_S - 60, log_prints=True)

@@ -85,8 +85,10 @@ class RolloutReport:
 
     @property
     def degraded(self) -> list[str]:
-        """Why this run was degraded (exit 3, the ``Degraded`` run state): the writes that failed."""
-        return list(self.writes.errors)
+        """Why this run was degraded (exit 3, the ``Degraded`` run state): failed writes, services not Running."""
+        return [*self.writes.errors,
+                *(f"AIMService {r.namespace}/{r.name}: {r.status}" + (f" ({r.reason})" if r.reason else "")
+                  for r in self.rows if r.status != "Running")]
 
 
 @flow(name="rollout-services", timeout_seconds=DEFAULT_INTERVAL_S - 60, log_prints=True)
