@@ -34,6 +34,7 @@ setup_services() {
   # Real components the tests start on 127.0.0.1 (see DESIGN.md).
   local need=()
   command -v prometheus >/dev/null 2>&1 || need+=(prometheus)
+  command -v prometheus-pushgateway >/dev/null 2>&1 || need+=(prometheus-pushgateway)  # metrics actuation (tests/promtest)
   command -v git >/dev/null 2>&1 || need+=(git)  # the HF test server serves git repositories
   command -v chromium >/dev/null 2>&1 || need+=(chromium)
   command -v chromedriver >/dev/null 2>&1 || need+=(chromium-driver)
@@ -52,6 +53,7 @@ setup_services() {
   fi
   # Debian starts services on install; the tests start their own on random ports.
   if command -v systemctl >/dev/null 2>&1; then systemctl stop prometheus 2>/dev/null || true; fi
+  if command -v systemctl >/dev/null 2>&1; then systemctl stop prometheus-pushgateway 2>/dev/null || true; fi
   if command -v systemctl >/dev/null 2>&1; then systemctl stop docker-registry 2>/dev/null || true; fi
 }
 

@@ -11,6 +11,7 @@ process, so :func:`plan_binding` reads it from the old status and returns the ne
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Mapping
@@ -29,11 +30,32 @@ ANNOTATION_SCALE_TO_ZERO_GRACE = "modelplane.io/scale-to-zero-grace-period"
 Duration such as ``30s``). The rollout of a Kthena Model writes its backends' ``scaleToZeroGracePeriod``
 here; it can also be set by hand on a binding that no Model owns."""
 REASON_NO_METRICS = METRICS_UNAVAILABLE
+ANNOTATION_SCALE_GROUPS = "modelplane.io/scale-groups"
+"""Binding annotation: JSON ``{target name: [{"name", "perGroup", "serves"}...]}``. A target named here is a
+serving group scaled as one unit (Kthena scales a P/D ModelServing group, never its roles apart): its
+bounds and cost are per group, and each member workload gets ``groups x perGroup`` replicas, so the
+declared ratio (e.g. prefill 2 : decode 1) holds at any total. ``serves: false`` marks members whose pods
+serve no metrics (ray workers of a multi-node leader)."""
+
+
+@dataclass(frozen=True)
+class GroupMember:
+    """One workload of a serving group: ``per_group`` of its replicas make up one group."""
+
+    name: str
+    api_version: str
+    kind: str
+    per_group: int
+    current: int | None
+    serves: bool = True
 
 
 @dataclass(frozen=True)
 class BindingTarget:
-    """One scale target of a binding, with its bounds and cost (cost only for heterogeneous groups)."""
+    """One scale target of a binding, with its bounds and cost (cost only for heterogeneous groups).
+
+    With ``members`` the target is a serving group: ``current``, the bounds and ``cost`` count groups,
+    and the decision gives every member ``groups x per_group`` replicas."""
 
     name: str
     namespace: str
@@ -43,6 +65,50 @@ class BindingTarget:
     min_replicas: int
     max_replicas: int
     cost: float = 0.0
+    members: tuple[GroupMember, ...] = ()
+
+
+def parse_scale_groups(annotations: Mapping[str, str]) -> dict[str, list[tuple[str, int, bool]]]:
+    """The groups of :data:`ANNOTATION_SCALE_GROUPS`: target name -> [(member, perGroup, serves)].
+    ``ValueError`` naming the problem for malformed JSON or a perGroup below 1."""
+    text = annotations.get(ANNOTATION_SCALE_GROUPS)
+    if not text:
+        return {}
+    try:
+        data = json.loads(text)
+    except ValueError as exc:
+        raise ValueError(f"annotation {ANNOTATION_SCALE_GROUPS}: not JSON ({exc})") from None
+    groups: dict[str, list[tuple[str, int, bool]]] = {}
+    for target, members in (data.items() if isinstance(data, dict) else ()):
+        parsed = []
+        for member in members if isinstance(members, list) else ():
+            per = member.get("perGroup") if isinstance(member, dict) else None
+            if not isinstance(per, int) or isinstance(per, bool) or per < 1 or not member.get("name"):
+                raise ValueError(f"annotation {ANNOTATION_SCALE_GROUPS}: group {target!r} needs members with a name and perGroup >= 1")
+            parsed.append((str(member["name"]), per, bool(member.get("serves", True))))
+        if parsed:
+            groups[str(target)] = parsed
+    return groups
+
+
+def group_count(members: tuple[GroupMember, ...]) -> int | None:
+    """Whole groups the members' current replicas make up (the scarcest member decides); None when one is missing."""
+    if any(m.current is None for m in members):
+        return None
+    return min((m.current or 0) // m.per_group for m in members) if members else None
+
+
+def group_instances(pod_instances: list[dict[str, float]], groups: int) -> list[dict[str, float]]:
+    """A group's serving pods as ``groups`` instances carrying the pods' mean per metric: the
+    recommendation then counts groups, as Kthena counts a ModelServing group as one instance."""
+    if groups <= 0 or not pod_instances:
+        return []
+    names = {name for inst in pod_instances for name in inst}
+    mean = {}
+    for name in names:
+        values = [inst[name] for inst in pod_instances if name in inst]
+        mean[name] = sum(values) / len(values)
+    return [dict(mean) for _ in range(groups)]
 
 
 @dataclass(frozen=True)
@@ -77,6 +143,11 @@ class TargetDecision:
     desired: int | None
     cost: float = 0.0
     applied: bool = False
+    """``actuation.applied`` as WVA means it, for this target's mode (:mod:`engine.actuation`)."""
+    scaled: bool = False
+    """Modelplane wrote the target's scale subresource this cycle."""
+    mode: str = "scale"
+    """The target's actuation mode (:mod:`engine.actuation`), resolved when the decision is applied."""
 
     @property
     def changes_replicas(self) -> bool:
@@ -115,11 +186,23 @@ def _metric_targets(policy: Mapping[str, Any]) -> dict[str, float]:
     return targets
 
 
+def _decisions(target: BindingTarget, replicas: int | None, hold: bool = False) -> list[TargetDecision]:
+    """The target's decision; a group's is one per member (``replicas`` groups x perGroup each; the
+    group's cost is counted once, on its first member)."""
+    if not target.members:
+        cost = target.cost if hold else target.cost * (replicas or 0)
+        return [TargetDecision(target.name, target.namespace, target.api_version, target.kind, target.current, replicas, cost)]
+    decisions = []
+    for index, member in enumerate(target.members):
+        desired = member.current if hold or replicas is None else replicas * member.per_group
+        cost = 0.0 if index else (target.cost if hold else target.cost * (replicas or 0))
+        decisions.append(TargetDecision(member.name, target.namespace, member.api_version, member.kind, member.current, desired, cost))
+    return decisions
+
+
 def _hold(inputs: BindingInputs, reason: str, message: str) -> BindingDecision:
     """Keep every target where it is and report why."""
-    targets = [
-        TargetDecision(t.name, t.namespace, t.api_version, t.kind, t.current, t.current, t.cost) for t in inputs.targets
-    ]
+    targets = [d for t in inputs.targets for d in _decisions(t, t.current, hold=True)]
     return BindingDecision(inputs.namespace, inputs.name, inputs.policy_name, targets, reason, message, ready=False)
 
 
@@ -155,10 +238,7 @@ def plan_binding(inputs: BindingInputs, now: datetime) -> BindingDecision:
         per_target = distribute(groups, corrected, inputs.cost_expansion_rate_percent)
     else:
         per_target = [corrected]
-    targets = [
-        TargetDecision(t.name, t.namespace, t.api_version, t.kind, t.current, replicas, t.cost * replicas)
-        for t, replicas in zip(inputs.targets, per_target)
-    ]
+    targets = [d for t, replicas in zip(inputs.targets, per_target) for d in _decisions(t, replicas)]
     action = "scale-up" if corrected > current else "scale-down" if corrected < current else "no-change"
     message = f"Kthena policy {inputs.policy_name}: recommended {recommended}, corrected {corrected} ({action})"
     if inputs.heterogeneous:
@@ -197,10 +277,11 @@ def binding_status(
     desired = [t.desired for t in decision.targets if t.desired is not None]
     if desired:
         status["desiredReplicas"] = sum(desired)
-    if any(t.changes_replicas and t.applied for t in decision.targets):
+    if any(t.changes_replicas and t.scaled for t in decision.targets):
         status["lastScaleTime"] = format_time(now)
     status["targets"] = [
-        {"name": t.name, "namespace": t.namespace, "replicas": t.desired if t.desired is not None else (t.current or 0)}
+        {"name": t.name, "namespace": t.namespace, "replicas": t.desired if t.desired is not None else (t.current or 0),
+         "actuation": {"applied": t.applied}}
         for t in decision.targets
     ]
     metrics = ConditionUpdate(

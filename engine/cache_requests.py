@@ -14,6 +14,13 @@ from engine.sources import ModelSource, from_kthena_uri, from_openmodel_source, 
 
 CREDENTIAL_ENV_PREFIXES = ("HF_", "HUGGING_FACE_", "AWS_")
 """A Kthena backend's env entries a download needs (its other variables are for the server)."""
+KTHENA_S3_ENV = ("ENDPOINT", "ACCESS_KEY", "SECRET_KEY")
+"""Kthena's downloader names for an S3 endpoint and key pair (seed 003: ``ENDPOINT`` must be set for s3://)."""
+
+
+def is_download_env(name: str) -> bool:
+    """True for an env name a download reads: the Hugging Face and AWS variables, and Kthena's S3 names."""
+    return name.startswith(CREDENTIAL_ENV_PREFIXES) or name in KTHENA_S3_ENV
 
 
 @dataclass(frozen=True)
@@ -112,7 +119,7 @@ def kthena_requests(models: Iterable[Mapping[str, Any]], problems: list[RequestP
             if source.downloadable:
                 env = tuple(
                     item for item in backend.get("env") or []
-                    if str(item.get("name", "")).startswith(CREDENTIAL_ENV_PREFIXES)
+                    if is_download_env(str(item.get("name", "")))
                 )
                 requests.append(CacheRequest(namespace, source, consumer, env))
     return requests

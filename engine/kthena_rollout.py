@@ -28,7 +28,8 @@ from typing import Any, Iterable, Mapping
 from engine.api.kthena import API_VERSION, MAX_REPLICAS, Model, ModelBackend, ModelWorker
 from engine.api.meta import parse_duration
 from engine.api.validate import ManifestInvalid, parse_object
-from engine.cache_requests import CREDENTIAL_ENV_PREFIXES
+from engine.bindings import ANNOTATION_SCALE_GROUPS
+from engine.cache_requests import is_download_env
 from engine.sources import ModelSource, SourceError, from_kthena_uri, from_lora_url
 from engine.status import ConditionUpdate, set_conditions
 from engine.workloads import ANNOTATION_BASE_REVISION, FieldError, annotation, drain_script, probe
@@ -64,6 +65,8 @@ REASON_CACHE_FAILED = "CacheFailed"
 REASON_HEALTHY = "ModelHealthy"
 
 RUNTIME_LORA_ENV = "VLLM_ALLOW_RUNTIME_LORA_UPDATING"
+RUNTIME_HF_HOME = "/hf-home"
+"""Where a runtime-LoRA backend's engine keeps the adapters it downloads (an emptyDir)."""
 VLLM_PORT = 8000
 SGLANG_PORT = 30000
 MODEL_MOUNT = "/models"
@@ -73,6 +76,11 @@ MAX_GRACE_PERIOD_S = 1800
 DEFAULT_SCALE_TO_ZERO = "30s"
 DEFAULT_COST_EXPANSION = 200
 MULTI_NODE_SCRIPT = "/vllm-workspace/examples/online_serving/multi-node-serving.sh"
+RAY_PORT = 6379
+RAY_INIT_TIMEOUT_S = 1200
+"""How long the multi-node script's leader waits for its workers (and a worker retries joining): its
+default 300 s is shorter than pulling a vLLM image onto a fresh node. Below the leader's startup budget."""
+STARTUP_BUDGET_S = 10 * 180
 
 _SINGLE_SERVER_TYPES = ("vLLM", "SGLang", "MindIE")
 _UNSUPPORTED_TYPES = ("MindIE", "MindIEDisaggregated")
@@ -331,9 +339,10 @@ def lora_mount(name: str, pvc: str, sub_path: str | None = None) -> tuple[Mount,
 
 
 def downloader_env(backend: ModelBackend) -> list[Manifest]:
-    """The backend's env entries a download needs (Hugging Face and AWS variables, the same rule the
-    warm-caches flow applies); secrets stay references, never values."""
-    return [e for e in _dump_list(backend.env) if str(e.get("name", "")).startswith(CREDENTIAL_ENV_PREFIXES)]
+    """The backend's env entries a download needs (Hugging Face and AWS variables and Kthena's ``ENDPOINT``,
+    ``ACCESS_KEY``, ``SECRET_KEY``: the same rule the warm-caches flow applies); secrets stay references,
+    never values."""
+    return [e for e in _dump_list(backend.env) if is_download_env(str(e.get("name", "")))]
 
 
 # ------------------------------------------------------------------------------------------ rendering
@@ -482,14 +491,27 @@ def child_labels(model: ModelRef, backend: ModelBackend | None = None) -> dict[s
     return labels
 
 
+def runtime_lora_enabled(backend: ModelBackend) -> bool:
+    """A vLLM backend whose env allows adapters to be loaded at runtime (``VLLM_ALLOW_RUNTIME_LORA_UPDATING=true``)."""
+    env = {e.name: e.value for e in backend.env or []}
+    return backend.type == "vLLM" and str(env.get(RUNTIME_LORA_ENV, "")).lower() == "true"
+
+
 def _env(backend: ModelBackend, *, offline: bool) -> list[Manifest]:
+    """The engine's env: the backend's, the pod identity, and ``HF_HUB_OFFLINE=1`` (the weights are on
+    local storage: never fetch from a hub at start-up). A backend that loads LoRA adapters at runtime
+    is not offline: vLLM resolves a loaded adapter's Hugging Face repo id with ``snapshot_download``,
+    which the offline switch turns into ``LocalEntryNotFoundError``; its downloads land in
+    :data:`RUNTIME_HF_HOME` (an emptyDir) and the base model still loads from its local path."""
     env = [e for e in _dump_list(backend.env)]
     names = {e.get("name") for e in env}
     extra = [
         {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
         {"name": "NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
     ]
-    if offline:  # the weights are on local storage: never fetch from a hub at start-up
+    if runtime_lora_enabled(backend):
+        extra += [{"name": "HF_HOME", "value": RUNTIME_HF_HOME}]
+    elif offline:
         extra += [{"name": "HF_HUB_OFFLINE", "value": "1"}]
     return env + [e for e in extra if e["name"] not in names]
 
@@ -521,9 +543,17 @@ def render_workload(
         "volumeMounts": [{"name": m.volume["name"], "mountPath": m.mount_path, "readOnly": m.read_only} for m in mounts]
         + [{"name": "dshm", "mountPath": "/dev/shm"}],
     }
-    if not is_follower:
+    if runtime_lora_enabled(backend):
+        mounts.append(Mount({"name": "hf-home", "emptyDir": {}}, RUNTIME_HF_HOME, read_only=False))
+        container["volumeMounts"].append({"name": "hf-home", "mountPath": RUNTIME_HF_HOME})
+    if is_follower:  # Ready once the ray head it joins answers (the leader is Ready only when vLLM serves)
+        container["readinessProbe"] = {
+            "exec": {"command": ["bash", "-c", f"ray status --address={leader_service}:{RAY_PORT}"]},
+            "periodSeconds": 10, "failureThreshold": 3, "timeoutSeconds": 10,
+        }
+    else:
         container.update(
-            startupProbe=probe("/health", port, 10, 180),
+            startupProbe=probe("/health", port, 10, STARTUP_BUDGET_S // 10),
             readinessProbe=probe("/health", port, 5, 3),
             livenessProbe=probe("/health", port, 15, 4),
             lifecycle={"preStop": {"exec": {"command": ["python3", "-c", drain_script(port, engine)]}}},
@@ -559,25 +589,49 @@ def _quote(arg: str) -> str:
     return arg if re.fullmatch(r"[\w@%+=:,./-]+", arg) else "'" + arg.replace("'", "'\"'\"'") + "'"
 
 
-def _multi_node_script(args: list[str], worker: ModelWorker, leader_service: str | None, *, follower: bool) -> str:
-    """A ray cluster of ``pods`` pods per group: vLLM's multi-node script starts the head on the leader
-    (then the server with the ray executor, as Kthena does) and joins the followers to it through the
-    leader's Service."""
+def _multi_node_script(args: list[str], worker: ModelWorker, ray_host: str | None, *, follower: bool) -> str:
+    """A ray cluster of ``pods`` pods per group through vLLM's ``multi-node-serving.sh``: ``leader`` starts
+    the head on :data:`RAY_PORT` and waits for ``pods`` nodes, then the server starts with the ray executor
+    (as Kthena does); ``worker`` joins the head. The script dials ``$ray_address:$ray_port`` itself, so
+    ``--ray_address`` is the host alone (the leader's ray Service) and the port goes in ``--ray_port``."""
+    timeout = f"--ray_init_timeout={RAY_INIT_TIMEOUT_S}"
     if follower:
-        return f"{MULTI_NODE_SCRIPT} worker --ray_address={leader_service}"
+        return f"{MULTI_NODE_SCRIPT} worker --ray_address={ray_host} --ray_port={RAY_PORT} {timeout}"
+    server = " ".join(_quote(a) for a in [*args, "--distributed-executor-backend", "ray"])
+    return (f"{MULTI_NODE_SCRIPT} leader --ray_port={RAY_PORT} --ray_cluster_size={worker.pods} {timeout} "
+            f"--num-gpus={worker_gpus(worker)} && {server}")
+
+
+def worker_gpus(worker: ModelWorker) -> int:
+    """Accelerators one pod of the worker asks for (``nvidia.com/gpu`` + ``huawei.com/ascend-1980``)."""
     resources = worker.resources
     amounts = {**((resources.limits or {}) if resources else {}), **((resources.requests or {}) if resources else {})}
-    gpus = sum(int(str(amounts.get(k, 0))) for k in ("nvidia.com/gpu", "huawei.com/ascend-1980"))
-    server = " ".join(_quote(a) for a in [*args, "--distributed-executor-backend", "ray"])
-    return f"{MULTI_NODE_SCRIPT} leader --ray_cluster_size={worker.pods} --num-gpus={gpus} && {server}"
+    return sum(int(str(amounts.get(k, 0))) for k in ("nvidia.com/gpu", "huawei.com/ascend-1980"))
+
+
+def ray_service_name(workload_name: str) -> str:
+    """The headless Service ray workers join a multi-node leader through."""
+    return f"{workload_name}-ray"
+
+
+def render_ray_service(model: ModelRef, backend: ModelBackend, workload: Workload) -> Manifest:
+    """A headless Service on the leader pods' ray port that publishes not-ready addresses: the leader is
+    Ready only once vLLM serves, which needs the workers to have joined first."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": ray_service_name(workload.name), "namespace": model.namespace, "labels": child_labels(model, backend), "ownerReferences": [model.owner_reference()]},
+        "spec": {
+            "clusterIP": "None", "publishNotReadyAddresses": True, "selector": selector_labels(model, backend, workload),
+            "ports": [{"name": "ray", "port": RAY_PORT, "targetPort": RAY_PORT, "protocol": "TCP"}],
+        },
+    }
 
 
 def render_service(model: ModelRef, backend: ModelBackend, workload: Workload) -> Manifest:
     """A ClusterIP Service in front of a workload's pods, named like it (the router's endpoint)."""
     port = engine_port(backend, workload.worker)
     ports = [{"name": "http", "port": port, "targetPort": port, "protocol": "TCP"}]
-    if (workload.worker.pods or 1) > 1:
-        ports.append({"name": "ray", "port": 6379, "targetPort": 6379, "protocol": "TCP"})
     return {
         "apiVersion": "v1",
         "kind": "Service",
@@ -593,34 +647,92 @@ def _lora_urls(backend: ModelBackend) -> dict[str, str]:
 # --------------------------------------------------------------------------------------- autoscaling
 
 
-def _scale_target(workload: Workload, port: int) -> Manifest:
+MODEL_SERVING_API = "workload.serving.volcano.sh/v1alpha1"
+KTHENA_RUNTIME_PORT = 8100
+"""The Kthena runtime sidecar's default port (seed 003's ``RUNTIME_PORT``, MetricEndpoint's default)."""
+
+
+def _scale_target(workload: Workload, port: int, model_serving: bool = False) -> Manifest:
+    api, kind = (MODEL_SERVING_API, "ModelServing") if model_serving else ("apps/v1", "Deployment")
     return {
-        "targetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": workload.name},
+        "targetRef": {"apiVersion": api, "kind": kind, "name": workload.name},
         "metricEndpoint": {"uri": "/metrics", "port": port},
     }
 
 
-def render_autoscaling(model: Model, ref: ModelRef) -> list[Manifest]:
+def runtime_port(backend: ModelBackend) -> int:
+    """The runtime sidecar's port: the backend env's ``RUNTIME_PORT``, else 8100."""
+    env = {e.name: e.value for e in backend.env or [] if e.value is not None}
+    return int(env.get("RUNTIME_PORT") or KTHENA_RUNTIME_PORT)
+
+
+@dataclass(frozen=True)
+class ScaleUnit:
+    """What one binding param scales: a workload, or a backend's serving group (P/D roles, a multi-node
+    leader and its ray workers) through its first workload, with bounds in groups."""
+
+    target: Workload
+    port: int
+    min_replicas: int
+    max_replicas: int
+    members: tuple[tuple[str, int, bool], ...] = ()  # (workload, replicas per group, serves metrics)
+
+
+def scale_units(ref: ModelRef, backend: ModelBackend, *, model_serving: bool = False, runtime: bool = False) -> list[ScaleUnit]:
+    """The scale units of a backend. A backend of several workloads is one group, as Kthena scales a
+    ModelServing group: ``minReplicas``..``maxReplicas`` groups, each of ``replicas`` pods per role (and
+    ``(pods - 1) x replicas`` ray workers), so a declared prefill:decode ratio holds at any total. With
+    ``model_serving`` the unit is the backend's ModelServing (its replicas are groups); with ``runtime``
+    the metrics are the runtime sidecar's (``kthena:*`` on ``RUNTIME_PORT``)."""
+    workloads = workloads_of(ref, backend)
+    if model_serving or runtime:
+        port = runtime_port(backend) if runtime else engine_port(backend, workloads[0].worker)
+        if model_serving:
+            low, high = backend.min_replicas or 0, backend.max_replicas or max(backend.min_replicas or 1, 1)
+            unit = Workload(backend_name(ref, backend), "group", workloads[0].worker, low, max(high, 1))
+            return [ScaleUnit(unit, port, low, max(high, 1))]
+        return [ScaleUnit(u.target, port, u.min_replicas, u.max_replicas, u.members) for u in scale_units(ref, backend)]
+    if len(workloads) == 1:
+        w = workloads[0]
+        return [ScaleUnit(w, engine_port(backend, w.worker), w.min_replicas, max(w.max_replicas, 1))]
+    low, high = backend.min_replicas or 0, backend.max_replicas or max(backend.min_replicas or 1, 1)
+    members = []
+    for w in workloads:
+        per_group = w.worker.replicas if w.worker.replicas is not None else 1
+        if not w.scaled:
+            per_group *= (w.worker.pods or 1) - 1
+        members.append((w.name, max(per_group, 1), w.scaled))
+    first = workloads[0]
+    return [ScaleUnit(first, engine_port(backend, first.worker), low, max(high, 1), tuple(members))]
+
+
+def _groups_annotation(units: Iterable[ScaleUnit]) -> dict[str, str]:
+    groups = {u.target.name: [{"name": n, "perGroup": per, "serves": serves} for n, per, serves in u.members] for u in units if u.members}
+    return {ANNOTATION_SCALE_GROUPS: json.dumps(groups, sort_keys=True)} if groups else {}
+
+
+def render_autoscaling(model: Model, ref: ModelRef, *, model_serving: bool = False, runtime: bool = False) -> list[Manifest]:
     """AutoscalingPolicy + AutoscalingPolicyBinding objects, as Kthena's controller builds them, targeting
     the Deployments: a model-level policy gives one binding with ``optimizerConfiguration`` over every
-    backend's scaled workloads (cost = ``scalingCost``); a backend-level policy gives a policy named
-    after the backend and one binding per scaled workload with ``scalingConfiguration``. The backends'
+    backend (cost = ``scalingCost`` per backend replica); a backend-level policy gives a policy named
+    after the backend and one binding with ``scalingConfiguration``. A backend of several workloads is
+    scaled as one group (:func:`scale_units`, annotation ``modelplane.io/scale-groups``). The backends'
     ``scaleToZeroGracePeriod`` (the longest, for a model-level binding) is the binding annotation
     :data:`ANNOTATION_SCALE_TO_ZERO`."""
     spec = model.spec
     objects: list[Manifest] = []
     supported = [b for b in spec.backends if b.type not in _UNSUPPORTED_TYPES]
     if spec.autoscaling_policy is not None:
-        params = []
+        params, units = [], []
         for backend in supported:
-            for workload in workloads_of(ref, backend):
-                if workload.scaled:
-                    params.append({
-                        "target": _scale_target(workload, engine_port(backend, workload.worker)),
-                        "minReplicas": workload.min_replicas,
-                        "maxReplicas": max(workload.max_replicas, 1),
-                        "cost": backend.scaling_cost or 0,
-                    })
+            for unit in scale_units(ref, backend, model_serving=model_serving, runtime=runtime):
+                units.append(unit)
+                params.append({
+                    "target": _scale_target(unit.target, unit.port, model_serving),
+                    "minReplicas": unit.min_replicas,
+                    "maxReplicas": unit.max_replicas,
+                    "cost": backend.scaling_cost or 0,
+                })
         if params:
             graces = [parse_duration(b.scale_to_zero_grace_period) for b in supported if b.scale_to_zero_grace_period]
             objects.append(_policy(ref, ref.name, spec.autoscaling_policy.model_dump(by_alias=True, exclude_none=True, mode="json"), None))
@@ -628,7 +740,7 @@ def render_autoscaling(model: Model, ref: ModelRef) -> list[Manifest]:
                 "policyRef": {"name": ref.name},
                 "optimizerConfiguration": {"params": params, "costExpansionRatePercent": spec.cost_expansion_rate_percent or DEFAULT_COST_EXPANSION},
             }
-            objects.append(_binding(ref, ref.name, binding_spec, None, max(graces) if graces else None))
+            objects.append(_binding(ref, ref.name, binding_spec, None, max(graces) if graces else None, _groups_annotation(units)))
         return objects
     for backend in supported:
         if backend.autoscaling_policy is None:
@@ -636,17 +748,12 @@ def render_autoscaling(model: Model, ref: ModelRef) -> list[Manifest]:
         policy_name = backend_name(ref, backend)
         objects.append(_policy(ref, policy_name, backend.autoscaling_policy.model_dump(by_alias=True, exclude_none=True, mode="json"), backend))
         grace = parse_duration(backend.scale_to_zero_grace_period) if backend.scale_to_zero_grace_period else None
-        for workload in workloads_of(ref, backend):
-            if workload.scaled:
-                binding_spec = {
-                    "policyRef": {"name": policy_name},
-                    "scalingConfiguration": {
-                        "target": _scale_target(workload, engine_port(backend, workload.worker)),
-                        "minReplicas": workload.min_replicas,
-                        "maxReplicas": max(workload.max_replicas, 1),
-                    },
-                }
-                objects.append(_binding(ref, workload.name, binding_spec, backend, grace))
+        for unit in scale_units(ref, backend, model_serving=model_serving, runtime=runtime):
+            binding_spec = {
+                "policyRef": {"name": policy_name},
+                "scalingConfiguration": {"target": _scale_target(unit.target, unit.port, model_serving), "minReplicas": unit.min_replicas, "maxReplicas": unit.max_replicas},
+            }
+            objects.append(_binding(ref, policy_name, binding_spec, backend, grace, _groups_annotation([unit])))
     return objects
 
 
@@ -658,8 +765,11 @@ def _policy(ref: ModelRef, name: str, spec: Manifest, backend: ModelBackend | No
     }
 
 
-def _binding(ref: ModelRef, name: str, spec: Manifest, backend: ModelBackend | None, grace_s: float | None) -> Manifest:
+def _binding(
+    ref: ModelRef, name: str, spec: Manifest, backend: ModelBackend | None, grace_s: float | None, extra: Mapping[str, str] | None = None,
+) -> Manifest:
     annotations = {ANNOTATION_SCALE_TO_ZERO: f"{int(grace_s)}s"} if grace_s is not None else {}
+    annotations.update(extra or {})
     meta: Manifest = {"name": name, "namespace": ref.namespace, "labels": child_labels(ref, backend), "ownerReferences": [ref.owner_reference()]}
     if annotations:
         meta["annotations"] = annotations
@@ -728,10 +838,7 @@ def runtime_lora_change(backend: ModelBackend, live: Mapping[str, Any] | None, b
     New adapters are loaded by their Hugging Face repo id (vLLM fetches it itself); an adapter from
     another source needs its cache mounted, so it takes a rollout.
     """
-    if backend.type != "vLLM" or live is None or annotation(live, ANNOTATION_BASE_REVISION) != base_revision:
-        return None
-    env = {e.name: e.value for e in backend.env or []}
-    if str(env.get(RUNTIME_LORA_ENV, "")).lower() != "true":
+    if not runtime_lora_enabled(backend) or live is None or annotation(live, ANNOTATION_BASE_REVISION) != base_revision:
         return None
     baked = json.loads(annotation(live, ANNOTATION_LORA) or "{}")
     wanted = _lora_urls(backend)

@@ -20,6 +20,7 @@ from typing import Any, Mapping
 from engine.api.llmaz import API_VERSION, FAMILY_NAME_LABEL, Flavor, OpenModel
 from engine.api.validate import ManifestInvalid, parse_object
 from engine.sources import ModelSource, SourceError, from_openmodel_source
+from engine.units import parse_quantity
 from engine.workloads import FieldError, drain_script, probe
 
 Manifest = dict[str, Any]
@@ -44,6 +45,11 @@ MODEL_MOUNT = "/workspace/models"  # llmaz's model path
 PORT = 8080  # llmaz's model-runner port
 DEFAULT_IMAGE = "vllm/vllm-openai:v0.10.1"
 TERMINATION_GRACE_S = 130  # llmaz's worker pod grace period
+DEFAULT_RESOURCES: dict[str, str] = {"cpu": "4", "memory": "8Gi"}
+"""cpu/memory of llmaz's vLLM BackendRuntime ``default`` recommended config (requests = limits); a
+flavor's own ``limits`` override the same keys, as llmaz's flavor limits do."""
+SHARED_MEMORY_SIZE = "2Gi"  # the same config's sharedMemorySize: /dev/shm is a Memory emptyDir of this size
+GPU_RESOURCES = ("nvidia.com/gpu", "amd.com/gpu")
 
 _DNS1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 _LABEL_VALUE_UNSAFE = re.compile(r"[^A-Za-z0-9_.-]+")
@@ -158,6 +164,31 @@ def labels_of(model: OpenModel, flavor: Flavor | None) -> dict[str, str]:
     return labels
 
 
+def runner_resources(flavor: Flavor | None) -> Manifest:
+    """The model-runner's requests and limits: llmaz's vLLM defaults (4 cpu, 8Gi, requests = limits)
+    with the flavor's ``limits`` written over the same keys in both, as llmaz does."""
+    flavor_limits = {k: str(v) for k, v in ((flavor.limits or {}) if flavor else {}).items()}
+    resources = {**DEFAULT_RESOURCES, **flavor_limits}
+    return {"requests": dict(resources), "limits": dict(resources)}
+
+
+def parallelism_args(flavor: Flavor | None) -> list[str]:
+    """vLLM parallelism from the flavor: its ``TP``/``PP`` params (seed 002's preset parameters), else
+    tensor parallel over the GPUs one replica gets (``nvidia.com/gpu``/``amd.com/gpu`` limits), so a
+    two-GPU flavor serves on both GPUs instead of one. Nothing for a single GPU or none."""
+    if flavor is None:
+        return []
+    params = flavor.params or {}
+    args: list[str] = []
+    gpus = sum(int(parse_quantity(str(v))) for k, v in (flavor.limits or {}).items() if k in GPU_RESOURCES)
+    tensor = params.get("TP") or (str(gpus) if gpus > 1 else None)
+    if tensor and int(tensor) > 1:
+        args += ["--tensor-parallel-size", str(int(tensor))]
+    if params.get("PP") and int(params["PP"]) > 1:
+        args += ["--pipeline-parallel-size", str(int(params["PP"]))]
+    return args
+
+
 def render_openmodel(
     model: OpenModel, source: ModelSource, pvc: str | None, namespace: str, replicas: int, placement: Placement, image: str = DEFAULT_IMAGE,
 ) -> list[Manifest]:
@@ -167,12 +198,11 @@ def render_openmodel(
     labels = labels_of(model, flavor)
     selector = {MODEL_NAME_LABEL: labels[MODEL_NAME_LABEL], MANAGED_BY_LABEL: MANAGED_BY}
     volume, mount = weights_volume(source, pvc)
-    limits = {k: str(v) for k, v in (flavor.limits or {}).items()} if flavor else {}
     container: Manifest = {
         "name": "model-runner",
         "image": image,
         "command": ["python3", "-m", "vllm.entrypoints.openai.api_server"],
-        "args": ["--model", model_path(source), "--served-model-name", name, "--host", "0.0.0.0", "--port", str(PORT)],
+        "args": ["--model", model_path(source), "--served-model-name", name, "--host", "0.0.0.0", "--port", str(PORT), *parallelism_args(flavor)],
         "ports": [{"name": "http", "containerPort": PORT, "protocol": "TCP"}],
         "env": [{"name": "HF_HUB_OFFLINE", "value": "1"}],
         "volumeMounts": [{"name": "model-volume", "mountPath": mount, "readOnly": True}, {"name": "dshm", "mountPath": "/dev/shm"}],
@@ -180,12 +210,11 @@ def render_openmodel(
         "readinessProbe": probe("/health", PORT, 5, 3),
         "livenessProbe": probe("/health", PORT, 15, 4),
         "lifecycle": {"preStop": {"exec": {"command": ["python3", "-c", drain_script(PORT, "vllm")]}}},
+        "resources": runner_resources(flavor),
     }
-    if limits:  # llmaz writes the flavor's limits into both requests and limits
-        container["resources"] = {"requests": dict(limits), "limits": dict(limits)}
     pod_spec: Manifest = {
         "containers": [container],
-        "volumes": [volume, {"name": "dshm", "emptyDir": {"medium": "Memory"}}],
+        "volumes": [volume, {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": SHARED_MEMORY_SIZE}}],
         "terminationGracePeriodSeconds": TERMINATION_GRACE_S,
     }
     if flavor is not None and flavor.node_selector:

@@ -26,6 +26,7 @@ from typing import Any, Callable, Iterable, Mapping
 
 from functools import cache
 
+from engine.actuation import ANNOTATION_ACTUATION, RECOMMEND, ActuationModeError, resource_mode
 from engine.allocation import Allocation, AllocationProblem, ModelDemand, VariantOption, solve
 from engine.api import schema as crd_schema
 from engine.api.crds import openapi_schema
@@ -62,7 +63,6 @@ from engine.tail_sizing import (
 )
 from engine.status import REASON_INVALID, REASON_TARGET_MISSING, ConditionUpdate, changed_fields, set_conditions
 
-ANNOTATION_ACTUATION = "modelplane.io/actuation"
 ANNOTATION_MIN_REPLICAS = "modelplane.io/min-replicas"
 ANNOTATION_MAX_REPLICAS = "modelplane.io/max-replicas"
 ANNOTATION_SCALE_TO_ZERO = "modelplane.io/scale-to-zero"
@@ -192,6 +192,14 @@ class VariantDecision:
     """New value of the ``modelplane.io/scale-down-pending`` annotation (None: remove it)."""
     stabilization_changed: bool = False
     """Whether that annotation must be written this cycle (only on transitions)."""
+    solver_status: str | None = None
+    """Status of the allocation MILP that sized this variant (None: not sized by it this cycle)."""
+    solver_gap: float | None = None
+    """That solve's proven relative optimality gap, when the solver reports one."""
+    solver_stage_gaps: Mapping[str, float | None] = field(default_factory=dict)
+    """That solve's proven gap per stage (``"priority 1"``, ..., ``"cost"``)."""
+    unserved_rps: float = 0.0
+    """Load of this variant's model (req/s) the plan leaves unserved (accelerator inventory exhausted)."""
 
     @property
     def optimization(self) -> ConditionUpdate:
@@ -315,6 +323,10 @@ def parse_variant(obj: Mapping[str, Any]) -> VariantSpec:
         percentile = ttft_percentile(annotations)
     except TailSizingError as exc:
         raise SpecError(f"metadata.annotations[{ANNOTATION_TTFT_PERCENTILE}]", str(exc)) from None
+    try:
+        actuate = actuation_enabled(annotations)
+    except ActuationModeError as exc:
+        raise SpecError(exc.field, str(exc).split(": ", 1)[1]) from None
     return VariantSpec(
         namespace=meta.get("namespace") or "default",
         name=meta["name"],
@@ -331,15 +343,19 @@ def parse_variant(obj: Mapping[str, Any]) -> VariantSpec:
         target_name=target["name"],
         min_replicas=minimum,
         max_replicas=maximum,
-        actuate=actuation_enabled(annotations),
+        actuate=actuate,
         ttft_percentile=percentile,
         annotations=dict(annotations),
     )
 
 
 def actuation_enabled(annotations: Mapping[str, str]) -> bool:
-    """False when the resource asks only for recommendations (``modelplane.io/actuation: recommend``)."""
-    return str(annotations.get(ANNOTATION_ACTUATION, "scale")).lower() != "recommend"
+    """False when the resource asks only for recommendations (``modelplane.io/actuation: recommend``).
+
+    Whether the target is scaled or its desired replicas published is the actuation mode's business
+    (:mod:`engine.actuation`); raises :class:`~engine.actuation.ActuationModeError` on an unknown value.
+    """
+    return resource_mode(annotations) != RECOMMEND
 
 
 def clamp(value: int, spec: VariantSpec) -> int:
@@ -362,6 +378,8 @@ class _ModelBased:
     unserved: dict[tuple[str, str], float] = field(default_factory=dict)
     status: str = "optimal"
     gap: float | None = None
+    stage_gaps: dict[str, float | None] = field(default_factory=dict)
+    """The solve's proven gap per stage (``"priority 1"``, ..., ``"cost"``), as ``Allocation.stage_gaps``."""
     notes: dict[tuple[str, str], str] = field(default_factory=dict)
     """Per (namespace, modelID): what the shortage ladder did to its sizing (appended to its variants' messages)."""
 
@@ -483,7 +501,7 @@ def model_based_targets(specs: list[VariantSpec], inputs: CycleInputs) -> _Model
         allocation, caps = _shortage_allocation(specs, inputs, problem, allocation)
         for model_key, cap in caps.items():
             result.notes[model_key] = f"; sized for {describe_cap(cap)}: the accelerator inventory cannot hold the configured TTFT percentile"
-    result.status, result.gap = allocation.status, allocation.gap
+    result.status, result.gap, result.stage_gaps = allocation.status, allocation.gap, dict(allocation.stage_gaps)
     by_name = {_qualified(spec.key): spec for spec in specs}
     for name, replicas in allocation.replicas.items():
         result.targets[by_name[name].key] = replicas
@@ -896,6 +914,10 @@ def plan_variants(inputs: CycleInputs) -> list[VariantDecision]:
                 spec, inputs.accelerator_costs, current=current, desired=desired, reason=reason, message=message, ready=ready, metrics=metrics,
                 actuate=spec.actuate, target=(spec.target_api_version, spec.target_kind, spec.target_name), cost=cost,
                 stabilization=stable.pending, stabilization_changed=ready and stable.changed,
+                solver_status=model_based.status if spec.key in model_based.targets else None,
+                solver_gap=model_based.gap if spec.key in model_based.targets else None,
+                solver_stage_gaps=model_based.stage_gaps if spec.key in model_based.targets else {},
+                unserved_rps=model_based.unserved.get(spec.model_key, 0.0),
             )
     return [decisions[key] for key in order]
 

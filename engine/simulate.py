@@ -19,9 +19,12 @@ The replica model (times in ms inside a profile, in seconds everywhere else):
   looping over tokens, which keeps one event per admission, first token and completion.
 * KV-cache usage is the prompt tokens of the running requests plus the tokens they have
   generated, over the replica's KV capacity in tokens.
-* A gateway routes each arrival to the routable replica of its model with the fewest outstanding
-  requests (running + queued); with no ready replica the request waits at the gateway and is
-  dropped (unserved) after ``gateway_timeout_s``.
+* A gateway routes each arrival to a routable replica of its model, by the model's router
+  (:class:`Routing`): ``least-outstanding`` (the fewest requests running + queued, the default),
+  ``least-load`` (llm-d's inference scheduler / Kthena's router: queue depth and KV-cache
+  utilisation scored per endpoint) or ``least-latency`` (the replica whose profile predicts the
+  lowest TTFT and ITL for this request, relative to the model's SLO); with no ready replica the
+  request waits at the gateway and is dropped (unserved) after ``gateway_timeout_s``.
 * Replicas added by a controller become ready ``startup_delay_s`` later (model load); removed ones
   stop receiving requests and drain: they leave once their batch and queue are empty.  A replica
   still starting when removed leaves at once.  A replica costs from creation until it leaves.
@@ -51,6 +54,8 @@ from engine.perf import PerfProfile
 __all__ = [
     "VariantModel",
     "Trace",
+    "ROUTERS",
+    "Routing",
     "SimConfig",
     "ReplicaGauges",
     "Observation",
@@ -75,6 +80,9 @@ PROMPT_TOKEN_BUCKETS = (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10
 
 _EPS = 1e-9
 _STARTING, _READY, _DRAINING, _GONE = 0, 1, 2, 3
+
+ROUTERS = ("least-outstanding", "least-load", "least-latency")
+"""The gateway's endpoint pickers (see :class:`Routing`)."""
 
 
 @dataclass(frozen=True)
@@ -130,6 +138,40 @@ class Trace:
     def duration_s(self) -> float:
         """Time of the last arrival (0 for an empty trace)."""
         return float(self.arrival_s[-1]) if len(self.arrival_s) else 0.0
+
+
+@dataclass(frozen=True)
+class Routing:
+    """How the gateway picks a replica for each request, per model.
+
+    * ``least-outstanding``: the replica with the fewest requests running + queued (a
+      least-request load balancer; balances requests, not capacity).
+    * ``least-load``: llm-d's inference scheduler with its queue and KV-cache-utilisation scorers
+      at equal weight (Kthena's router: least-request + KV-cache plugins): each replica scores
+      ``(1 - waiting / max waiting over the pool) + (1 - kv_cache_usage)``, the highest wins; ties go
+      to the fewest outstanding.  KV usage is relative to the replica's own cache, so a replica that
+      holds its requests longer (a slower accelerator) or holds longer prompts draws fewer.
+    * ``least-latency``: a latency-predicting router (llm-d's predicted-latency scorer, Kthena's
+      least-latency plugin): the TTFT the replica's profile predicts for this request if it joined
+      now (``gamma + delta x prompt x (n + 1)`` plus, with the batch full, the wait for a slot) and
+      the ITL at batch ``n + 1``, each over the model's SLO target (``slo_s``: TTFT and ITL in s,
+      0 = none), the larger ratio lowest wins.  Without targets: the predicted TTFT.
+
+    ``per_model`` overrides ``default`` for the models it names (``namespace/modelID``).
+    """
+
+    default: str = "least-outstanding"
+    per_model: Mapping[str, str] = field(default_factory=dict)
+    slo_s: Mapping[str, tuple[float, float]] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        for name in (self.default, *self.per_model.values()):
+            if name not in ROUTERS:
+                raise ValueError(f"unknown router {name!r}; choose from {', '.join(ROUTERS)}")
+
+    def router_of(self, model: str) -> str:
+        """The router the gateway uses for ``model``."""
+        return self.per_model.get(model, self.default)
 
 
 @dataclass(frozen=True)
@@ -314,8 +356,12 @@ class _Replica:
 class _Run:
     """One simulation run (internal): the event loop and its bookkeeping."""
 
-    def __init__(self, variants: Sequence[VariantModel], trace: Trace, config: SimConfig, initial: Mapping[str, int]) -> None:
+    def __init__(
+        self, variants: Sequence[VariantModel], trace: Trace, config: SimConfig, initial: Mapping[str, int], routing: Routing
+    ) -> None:
         self.variants = list(variants)
+        self.router = [ROUTERS.index(routing.router_of(m)) for m in trace.models]
+        self.slo = [routing.slo_s.get(m, (0.0, 0.0)) for m in trace.models]
         self.trace = trace
         self.config = config
         self.rng = np.random.default_rng(config.seed)
@@ -433,7 +479,7 @@ class _Run:
         if not pool:
             self.pending[model].append(request)
             return
-        replica = min(pool, key=_outstanding)
+        replica = pool[0] if len(pool) == 1 else self._pick(model, pool, request, t)
         replica.advance(t)
         replica.queue.append(request)
         replica.outstanding += 1
@@ -441,6 +487,35 @@ class _Run:
         self.served_replica[request] = replica.id
         self._admit(replica, t)
         self._schedule(replica)
+
+    def _pick(self, model: int, pool: list[_Replica], request: int, t: float) -> _Replica:
+        """The replica the model's router picks for ``request`` at ``t`` (see :class:`Routing`)."""
+        router = self.router[model]
+        if router == 0:
+            return min(pool, key=_outstanding)
+        for replica in pool:
+            replica.advance(t)
+        if router == 1:
+            most = max(len(r.queue) for r in pool)
+
+            def load_key(r: _Replica) -> tuple[float, int]:
+                queue = 1.0 - len(r.queue) / most if most else 1.0
+                kv = 1.0 - min(r.kv_tokens() / r.kv_capacity, 1.0) if r.n else 1.0
+                return (-(queue + kv), r.outstanding)
+
+            return min(pool, key=load_key)
+        prompt = self.inp[request]
+        ttft_target, itl_target = self.slo[model]
+
+        def latency_key(r: _Replica) -> tuple[float, int]:
+            ttft, itl = _predicted_latency(r, prompt, t)
+            if ttft_target > 0 or itl_target > 0:
+                score = max(ttft / ttft_target if ttft_target > 0 else 0.0, itl / itl_target if itl_target > 0 else 0.0)
+            else:
+                score = ttft
+            return (score, r.outstanding)
+
+        return min(pool, key=latency_key)
 
     def _admit(self, replica: _Replica, t: float) -> None:
         queue = replica.queue
@@ -591,23 +666,40 @@ def _outstanding(replica: _Replica) -> int:
     return replica.outstanding
 
 
+def _predicted_latency(replica: _Replica, prompt: float, t: float) -> tuple[float, float]:
+    """TTFT and ITL (s) the replica's profile predicts for a request of ``prompt`` tokens joining it at ``t``.
+
+    Admitted at once when a slot is free, nobody queues before it and its prompt fits the KV cache;
+    otherwise it waits for the requests ahead of it to leave, each estimated at the time to the
+    replica's next event (the batch's next completion or first token).
+    """
+    n = replica.n
+    fits = n < replica.batch and not replica.queue and (n == 0 or replica.kv_tokens() + prompt <= replica.kv_capacity)
+    wait = 0.0 if fits else (len(replica.queue) + 1) * max(replica.next_event() - t, 0.0)
+    joined = min(n + 1, replica.batch)
+    ttft = wait + (replica.gamma + replica.delta * prompt * joined if prompt > 0 else 0.0)
+    return ttft, replica.alpha + replica.beta * joined
+
+
 def simulate(
     variants: Sequence[VariantModel],
     trace: Trace,
     config: SimConfig,
     initial: Mapping[str, int],
     controller: Controller | None = None,
+    routing: Routing | None = None,
 ) -> SimResult:
     """Replay ``trace`` against replicas of ``variants``, starting from ``initial`` ready replicas per variant.
 
     Every ``config.interval_s`` the ``controller`` (if any) sees an :class:`Observation` and returns the
     desired replicas per variant key; variants it leaves out keep their replicas.  Controller cycles run
-    until the horizon; afterwards the simulation only drains the requests still in flight.
+    until the horizon; afterwards the simulation only drains the requests still in flight.  ``routing``
+    chooses the gateway's endpoint picker per model (default: least outstanding requests).
     """
     keys = [v.key for v in variants]
     if len(set(keys)) != len(keys):
         raise ValueError("variant keys must be unique")
-    return _Run(variants, trace, config, initial).run(controller)
+    return _Run(variants, trace, config, initial, routing or Routing()).run(controller)
 
 
 def poisson_trace(

@@ -17,7 +17,12 @@ Five policies see the same simulated metrics every cycle and answer with replica
   stabilization windows, rate limits, panic mode) and cost-ordered distribution over the
   model's variants (:func:`engine.scaling.distribute`), configured by an AutoscalingPolicy spec.
 * ``static-peak`` -- the optimizer's allocation for the trace's peak load (per-interval peak
-  arrival rate of each model), provisioned from the start and never changed.
+  arrival rate of each model, times ``1 + static_headroom``), provisioned from the start and never changed.
+* ``oracle`` -- the clairvoyant limit (:mod:`engine.simulate_oracle`): knows every interval's arrivals
+  and provisions the minimum-cost schedule that carries them at a target attainment.
+
+Every policy's requests go through the same simulated gateway, whose router per model
+(:class:`engine.simulate.Routing`) the cluster chooses (:func:`cluster_routing`).
 
 Pure: no I/O, no clock (cycle times are derived from a fixed epoch plus simulated seconds).
 """
@@ -52,7 +57,7 @@ from engine.saturation import SaturationConfigSet
 from engine.scaling import Behavior, Group, ScalingState, correct, distribute, recommend, tolerance_from_percent
 from engine.load_peak import peak_window_s, recent_peak
 from engine.tail_sizing import ANNOTATION_TTFT_PERCENTILE, PromptDistribution
-from engine.simulate import PROMPT_TOKEN_BUCKETS, Observation, SimConfig, SimResult, Trace, VariantModel, simulate
+from engine.simulate import PROMPT_TOKEN_BUCKETS, ROUTERS, Observation, Routing, SimConfig, SimResult, Trace, VariantModel, simulate
 
 __all__ = [
     "POLICIES",
@@ -61,6 +66,7 @@ __all__ = [
     "PolicyOutcome",
     "Scenario",
     "build_scenario",
+    "cluster_routing",
     "make_policy",
     "model_slo",
     "run_policy",
@@ -70,7 +76,10 @@ __all__ = [
     "with_sizing_ttft_scale",
 ]
 
-POLICIES = ("modelplane", "saturation-only", "wva-greedy", "hpa", "static-peak")
+POLICIES = ("modelplane", "saturation-only", "wva-greedy", "hpa", "static-peak", "oracle")
+ANNOTATION_ROUTER = "modelplane.io/router"
+"""On a VariantAutoscaling: the router the gateway in front of its model uses (one of engine.simulate.ROUTERS)."""
+ROUTER_AUTO = "auto"
 _SloT = TypeVar("_SloT", SLO, ModelSLO)
 EPOCH = datetime(2026, 1, 1, tzinfo=timezone.utc)
 DEFAULT_KV_TOKENS_PER_SLOT = 2048
@@ -109,6 +118,8 @@ class ClusterDescription:
     inventory: Mapping[str, int] | None
     hpa_policy: Mapping[str, Any] = field(default_factory=lambda: DEFAULT_HPA_POLICY)
     kv_tokens_per_slot: int = DEFAULT_KV_TOKENS_PER_SLOT
+    routed_models: Mapping[str, str] = field(default_factory=dict)
+    """Models (``namespace/modelID``) behind a load-aware router in the cluster, and why (e.g. a Kthena ModelRoute)."""
 
 
 @dataclass(frozen=True)
@@ -125,6 +136,19 @@ class Scenario:
     sizing_slos: dict[str, SLO] = field(default_factory=dict)  # what the policies size for (default: slos)
     scale_down_window_s: float = DEFAULT_SCALE_DOWN_WINDOW_S
     """The optimize flow's ``scale_down_stabilization_s`` for the Modelplane policies (the annotation overrides it)."""
+    start_from_static: bool = False
+    """Whether the reactive policies start from static peak's allocation instead of the scale targets' current
+    replicas: the replay then asks what switching a policy on does to a statically provisioned service,
+    instead of charging every reactive policy a cold start from the manifests' replicas (which no
+    reactive policy can avoid: its first decision serves one interval plus the start-up delay later)."""
+    routing: Routing = field(default_factory=Routing)
+    """The gateway's router per model, the same for every policy."""
+    static_headroom: float = 0.0
+    """Static peak provisions for the peak interval's rate times ``1 + static_headroom`` (its knob)."""
+    oracle_target: float = 0.9
+    """The attainment the oracle sizes each replica's load for (its knob)."""
+    oracle_curves: Mapping[str, Any] | None = None
+    """The oracle's measured capacity curves per variant (engine.simulate_oracle.measure_capacity), once measured."""
 
     def sizing_slo(self, model: str) -> SLO:
         """The SLO the policies size ``model`` for."""
@@ -193,13 +217,44 @@ def with_hpa_metric(description: ClusterDescription, metric: str, target: float)
     return dataclasses.replace(description, hpa_policy=policy)
 
 
-def build_scenario(description: ClusterDescription, trace: Trace, config: SimConfig, sizing_ttft_scale: float = 1.0) -> Scenario:
+def cluster_routing(description: ClusterDescription, router: str, slos: Mapping[str, SLO]) -> Routing:
+    """The gateway's router per model: ``router`` for all, or with ``auto`` what the cluster says.
+
+    With ``auto``, a model is routed by the router named in the ``modelplane.io/router`` annotation of
+    any of its VariantAutoscalings; else by ``least-load`` when the cluster routes it through a load-aware
+    router (``routed_models``: a Kthena ModelRoute for the model, whose router scores endpoints by queue and
+    KV cache); else by ``least-outstanding``.  An unknown router name raises SpecError naming the resource.
+    The routers get each model's SLO targets (the latency-predicting router scores against them).
+    """
+    slo_s = {m: ((s.ttft_ms or 0.0) / 1000.0, (s.itl_ms or 0.0) / 1000.0) for m, s in slos.items()}
+    if router != ROUTER_AUTO:
+        if router not in ROUTERS:
+            raise ValueError(f"unknown router {router!r}; choose from {ROUTER_AUTO}, {', '.join(ROUTERS)}")
+        return Routing(router, slo_s=slo_s)
+    per_model = {m: "least-load" for m in description.routed_models}
+    for obj in description.variants:
+        meta, spec = obj.get("metadata") or {}, obj.get("spec") or {}
+        named = (meta.get("annotations") or {}).get(ANNOTATION_ROUTER)
+        if named is None or not spec.get("modelID"):
+            continue
+        if named not in ROUTERS:
+            raise SpecError(f"metadata.annotations[{ANNOTATION_ROUTER}]",
+                            f"VariantAutoscaling {meta.get('namespace', 'default')}/{meta.get('name', '?')}: "
+                            f"unknown router {named!r}; choose from {', '.join(ROUTERS)}")
+        per_model[f"{meta.get('namespace') or 'default'}/{spec['modelID']}"] = named
+    return Routing(per_model=per_model, slo_s=slo_s)
+
+
+def build_scenario(
+    description: ClusterDescription, trace: Trace, config: SimConfig, sizing_ttft_scale: float = 1.0, router: str = ROUTER_AUTO
+) -> Scenario:
     """Parse every VariantAutoscaling into a simulated variant; a variant that cannot be simulated raises SpecError.
 
     A simulated variant needs a performance profile (the simulator's service law), an accelerator with
     a unit cost, and an SLO class (to judge attainment); the error names the resource and the field.
     Attainment is judged against the configured SLOs; the policies size for the TTFT targets scaled by
-    ``sizing_ttft_scale`` (see :func:`with_sizing_ttft_scale`).
+    ``sizing_ttft_scale`` (see :func:`with_sizing_ttft_scale`).  Every policy's requests go through the
+    gateway router :func:`cluster_routing` picks (``router``: ``auto`` or one of engine.simulate.ROUTERS).
     """
     specs: list[VariantSpec] = []
     variants: list[VariantModel] = []
@@ -233,11 +288,16 @@ def build_scenario(description: ClusterDescription, trace: Trace, config: SimCon
     if missing:
         raise SpecError("trace", f"no VariantAutoscaling serves model(s) {', '.join(missing)}")
     sizing = {m: _scaled_ttft(slo, sizing_ttft_scale) for m, slo in slos.items()}
-    return Scenario(with_sizing_ttft_scale(description, sizing_ttft_scale), specs, variants, slos, priorities, trace, config, sizing)
+    routing = cluster_routing(description, router, slos)
+    return Scenario(with_sizing_ttft_scale(description, sizing_ttft_scale), specs, variants, slos, priorities, trace, config, sizing,
+                    routing=routing)
 
 
 def initial_replicas(scenario: Scenario) -> dict[str, int]:
-    """Replicas each variant starts with: the scale targets' current replicas (1 when unknown)."""
+    """Replicas each variant starts with: the scale targets' current replicas (1 when unknown), or static
+    peak's allocation with :attr:`Scenario.start_from_static`."""
+    if scenario.start_from_static:
+        return static_allocation(scenario)
     return {
         _key(s.key): max(int(scenario.description.current_replicas.get(s.target_key, 1)), s.min_replicas)
         for s in scenario.specs
@@ -483,7 +543,7 @@ def peak_loads(scenario: Scenario) -> dict[tuple[str, str], ModelLoad]:
         counts = np.bincount(np.minimum((trace.arrival_s[mask] // interval).astype(np.int64), bins - 1), minlength=bins)
         spec = next(s for s in scenario.specs if _key(s.model_key) == model)
         loads[spec.model_key] = ModelLoad(
-            float(counts.max()) / interval if counts.size else 0.0,
+            float(counts.max()) / interval * (1.0 + scenario.static_headroom) if counts.size else 0.0,
             float(trace.in_tokens[mask].mean()) if mask.any() else 0.0,
             float(trace.out_tokens[mask].mean()) if mask.any() else 1.0,
         )
@@ -512,6 +572,12 @@ def make_policy(name: str, scenario: Scenario) -> tuple[Policy, dict[str, int]]:
     if name == "static-peak":
         fixed = static_allocation(scenario)
         return (lambda obs: fixed), fixed
+    if name == "oracle":
+        from engine.simulate_oracle import measure_capacity, oracle_capacity, oracle_policy
+
+        curves = scenario.oracle_curves if scenario.oracle_curves is not None else measure_capacity(scenario)
+        run = oracle_policy(scenario, oracle_capacity(curves, scenario.oracle_target))
+        return run.controller, run.initial
     raise ValueError(f"unknown policy {name!r}; choose from {', '.join(POLICIES)}")
 
 
@@ -523,7 +589,7 @@ def with_scenario_variants(scenario: Scenario, description: ClusterDescription) 
 def run_policy(name: str, scenario: Scenario) -> SimResult:
     """Replay the scenario's trace under one policy."""
     controller, start = make_policy(name, scenario)
-    return simulate(scenario.variants, scenario.trace, scenario.config, start, controller)
+    return simulate(scenario.variants, scenario.trace, scenario.config, start, controller, routing=scenario.routing)
 
 
 # --------------------------------------------------------------------------------------------

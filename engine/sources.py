@@ -49,8 +49,12 @@ HF_WEB_PREFIXES: tuple[str, ...] = ("https://huggingface.co/", "http://huggingfa
 
 # Hugging Face repo ids: one or two parts of word characters, '-' and '.', each at most 96 long.
 _HUB_PART = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.\-]{0,95}$")
-# S3 bucket naming rules (also used for GCS and OSS buckets, which are at least as strict).
-_BUCKET = re.compile(r"^[a-z0-9][a-z0-9.\-]{1,61}[a-z0-9]$")
+# Bucket names as S3-compatible stores accept them: 3-255 letters, digits, '.', '-' and '_', starting and
+# ending with a letter or digit. That is S3's legacy (us-east-1) rule, which Ceph RGW and other S3-compatible
+# stores still accept and Kthena's own examples use (``s3://aios_models``); a name that is not DNS-compatible
+# (``_``, upper case, over 63 characters) is reached with path-style addressing. The store itself rejects a
+# name it does not take (as AWS does for new buckets outside us-east-1), with a clear SourceNotFound.
+_BUCKET = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._\-]{1,253}[A-Za-z0-9]$")
 _IPV4 = re.compile(r"^\d+\.\d+\.\d+\.\d+$")
 _DNS1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 _OLLAMA_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-/]*(:[A-Za-z0-9_.\-]+)?$")
@@ -390,8 +394,8 @@ def _validate_object_store(source: ModelSource, field: str | None) -> None:
         raise SourceError(f"{source.scheme} source needs a bucket: {source.scheme}://<bucket>/<prefix>", field)
     if not _BUCKET.match(bucket) or ".." in bucket or _IPV4.match(bucket):
         raise SourceError(
-            f"bucket name {bucket!r} is not valid: 3-63 lowercase letters, digits, '.' and '-', "
-            "starting and ending with a letter or digit",
+            f"bucket name {bucket!r} is not valid: 3-255 letters, digits, '.', '-' and '_', "
+            "starting and ending with a letter or digit, not an IP address",
             field,
         )
     if any(part in (".", "..") for part in source.prefix.split("/")):

@@ -50,13 +50,14 @@ __all__ = [
     "refine_cap",
     "tail_max_rate",
     "ttft_attainment",
+    "ttft_ceiling",
     "ttft_percentile",
 ]
 
 ANNOTATION_TTFT_PERCENTILE = "modelplane.io/ttft-percentile"
 """VariantAutoscaling annotation: the share of requests (percent, e.g. ``"90"``) that must meet the TTFT
 target, or ``"mean"`` for WVA's sizing of the mean request."""
-DEFAULT_TTFT_PERCENTILE = 90.0
+DEFAULT_TTFT_PERCENTILE = 80.0
 """Used when the annotation is absent and the prompt-token histogram is available."""
 SHORTAGE_PERCENTILES = (85.0, 80.0, 75.0, 70.0, 60.0, 0.0)
 """Percentile caps tried in turn when the inventory cannot hold the tail-sized plan (0: WVA's mean sizing)."""
@@ -64,7 +65,7 @@ _ITERATIONS = 40
 _SHAPE_RANGE = (-2.0, 6.0)
 _SHAPE_ITERATIONS = 50
 _NEGLIGIBLE = 1e-15
-"""States of the chain less likely than this are left out of the attainment sum."""
+"""States of the chain less likely than this at the highest rate considered are left out of the sums."""
 MAX_POOL = 16
 """Largest pool of replicas the chain models (the balancing gain is flat beyond a few replicas)."""
 _RATE_TOLERANCE = 1e-3
@@ -143,26 +144,7 @@ class PromptDistribution:
         """
         if self.mean is None or self.total <= 0:
             return 0.0
-        xs, ys = self._segments()
-        masses = np.diff(ys)
-        beyond = 1.0 - ys[-1]  # the +Inf bucket, placed at the last finite bound (a lower bound)
-
-        def implied(a: float) -> float:
-            means = np.array([_segment_mean(lo, hi, a) for lo, hi in zip(xs[:-1], xs[1:])])
-            return float(masses @ means + beyond * xs[-1])
-
-        low, high = _SHAPE_RANGE
-        if implied(low) <= self.mean:
-            return low
-        if implied(high) >= self.mean:
-            return high
-        for _ in range(_SHAPE_ITERATIONS):
-            mid = 0.5 * (low + high)
-            if implied(mid) > self.mean:
-                low = mid
-            else:
-                high = mid
-        return 0.5 * (low + high)
+        return _fitted_shape(self)
 
     def cdf(self, tokens: np.ndarray) -> np.ndarray:
         """Share of prompts of at most ``tokens`` (vectorised); 0 below 0, the finite buckets' share beyond them."""
@@ -191,6 +173,31 @@ class PromptDistribution:
         return _segment_inverse((share - ys[index - 1]) / mass, lo, hi, self.shape)
 
 
+@functools.lru_cache(maxsize=1024)
+def _fitted_shape(prompts: PromptDistribution) -> float:
+    """:attr:`PromptDistribution.shape` (a histogram with a mean), computed once per distinct histogram: every
+    variant of a model reads the same one in a cycle."""
+    xs, ys = prompts._segments()
+    masses = np.diff(ys)
+    beyond = 1.0 - ys[-1]  # the +Inf bucket, placed at the last finite bound (a lower bound)
+
+    def implied(a: float) -> float:
+        return float(masses @ _segment_means(xs[:-1], xs[1:], a) + beyond * xs[-1])
+
+    low, high = _SHAPE_RANGE
+    if implied(low) <= prompts.mean:
+        return low
+    if implied(high) >= prompts.mean:
+        return high
+    for _ in range(_SHAPE_ITERATIONS):
+        mid = 0.5 * (low + high)
+        if implied(mid) > prompts.mean:
+            low = mid
+        else:
+            high = mid
+    return 0.5 * (low + high)
+
+
 def _power_integral(lo: float, hi: float, exponent: float) -> float:
     """Integral of ``x ** exponent`` over ``[lo, hi]`` (``lo > 0``)."""
     power = exponent + 1.0
@@ -202,6 +209,23 @@ def _segment_mean(lo: float, hi: float, shape: float) -> float:
     if lo <= 0:
         return 0.5 * (lo + hi)
     return _power_integral(lo, hi, 1.0 - shape) / _power_integral(lo, hi, -shape)
+
+
+def _power_integrals(lo: np.ndarray, hi: np.ndarray, exponent: float) -> np.ndarray:
+    """:func:`_power_integral` over arrays of bounds (``lo > 0``)."""
+    power = exponent + 1.0
+    if abs(power) < 1e-9:
+        return np.log(hi / lo)
+    return (hi ** power - lo ** power) / power
+
+
+def _segment_means(lo: np.ndarray, hi: np.ndarray, shape: float) -> np.ndarray:
+    """:func:`_segment_mean` of every bucket at once (the shape fit evaluates it ~50 times per histogram)."""
+    positive = lo > 0
+    safe_lo = np.where(positive, lo, 1.0)
+    safe_hi = np.where(positive, hi, 2.0)
+    tilted = _power_integrals(safe_lo, safe_hi, 1.0 - shape) / _power_integrals(safe_lo, safe_hi, -shape)
+    return np.where(positive, tilted, 0.5 * (lo + hi))
 
 
 def _segment_share(x: np.ndarray, lo: np.ndarray, hi: np.ndarray, shape: float) -> np.ndarray:
@@ -308,6 +332,35 @@ def _pool_size(pool: int) -> int:
     return max(1, min(int(pool), MAX_POOL))
 
 
+def _log_rates(profile: PerfProfile, workload: Workload, replicas: int) -> np.ndarray:
+    """``C[N] = sum_{m <= N} log(total completion rate of the pool holding m requests)`` for N = 0..pool*K.
+
+    The chain is a birth-death process, so ``log pi(N) = N log(lambda) - C[N] + const``: the rate enters
+    only through ``N log(lambda)``, and everything else is computed once for every rate asked about.
+    """
+    batch = int(profile.max_batch)
+    mu = _service_rates(profile, workload)
+    k = batch + QUEUE_TO_BATCH_RATIO * batch
+    per_replica = np.concatenate([[0.0], mu, np.full(k - batch + 1, mu[-1])])  # mu(n) for n = 0..K+1
+    n = np.arange(1, replicas * k + 1)
+    low, extra = n // replicas, n % replicas
+    total = extra * per_replica[low + 1] + (replicas - extra) * per_replica[low]
+    return np.concatenate([[0.0], np.cumsum(np.log(total))])
+
+
+def _stationary(log_rates: np.ndarray, replicas: int, rate_rps: float) -> np.ndarray:
+    """The chain's stationary probabilities at ``rate_rps`` per replica, from :func:`_log_rates`."""
+    if rate_rps <= 0:
+        p = np.zeros(len(log_rates))
+        p[0] = 1.0
+        return p
+    lam = replicas * rate_rps / 1000.0
+    logp = np.arange(len(log_rates)) * math.log(lam) - log_rates
+    logp -= logp.max()
+    p = np.exp(logp)
+    return p / p.sum()
+
+
 def queue_distribution(profile: PerfProfile, workload: Workload, rate_rps: float, pool: int = 1) -> np.ndarray:
     """Stationary probabilities of 0..pool*K requests in a pool of replicas (WVA's chain, ``K = B + 10 B``).
 
@@ -317,24 +370,43 @@ def queue_distribution(profile: PerfProfile, workload: Workload, rate_rps: float
     as they can, ``N mod pool`` replicas holding one more than the others, and the pool completes
     requests at the sum of their rates.
     """
-    batch = int(profile.max_batch)
     replicas = _pool_size(pool)
-    mu = _service_rates(profile, workload)
-    k = batch + QUEUE_TO_BATCH_RATIO * batch
-    states = replicas * k
-    if rate_rps <= 0:
-        p = np.zeros(states + 1)
-        p[0] = 1.0
-        return p
-    per_replica = np.concatenate([[0.0], mu, np.full(k - batch + 1, mu[-1])])  # mu(n) for n = 0..K+1
-    n = np.arange(1, states + 1)
-    low, extra = n // replicas, n % replicas
-    total = extra * per_replica[low + 1] + (replicas - extra) * per_replica[low]
-    lam = replicas * rate_rps / 1000.0
-    logp = np.concatenate([[0.0], np.cumsum(math.log(lam) - np.log(total))])
-    logp -= logp.max()
-    p = np.exp(logp)
-    return p / p.sum()
+    return _stationary(_log_rates(profile, workload, replicas), replicas, rate_rps)
+
+
+class _AttainmentCurve:
+    """``share(rate)`` of one (profile, workload, prompts, target, pool): the rate-free parts computed once.
+
+    Why: the tail-aware rate is found by bisection over ~15 rates, and every cycle sizes every variant;
+    building the chain and reading the prompt distribution at every state for every rate was most of a
+    simulated Modelplane run.  Per state the share of arrivals within the target does not depend on the
+    rate (:func:`ttft_attainment`), nor does ``C`` (:func:`_log_rates`), so each rate costs one pass of
+    ``exp`` over the states.
+    """
+
+    def __init__(
+        self, profile: PerfProfile, workload: Workload, prompts: PromptDistribution, ttft_ms: float, pool: int, highest_rps: float
+    ) -> None:
+        self.replicas = _pool_size(pool)
+        log_rates = _log_rates(profile, workload, self.replicas)
+        # The states that weigh anything at the highest rate asked about weigh even less at lower rates
+        # (pi(N) / pi(M) grows with the rate for N > M): the rest of the chain is left out of every sum.
+        weight = _stationary(log_rates, self.replicas, highest_rps)
+        last = int(np.flatnonzero(weight > _NEGLIGIBLE)[-1]) if highest_rps > 0 else 0
+        self.log_rates = log_rates[: last + 1]
+        batch = int(profile.max_batch)
+        mu_b = float(_service_rates(profile, workload)[-1])  # per ms
+        n = np.arange(min(last + 1, len(log_rates) - 1)) // self.replicas  # not the last state: it blocks arrivals
+        joins = np.minimum(n + 1.0, batch)
+        budget = ttft_ms - profile.gamma - np.maximum(n - batch + 1.0, 0.0) / mu_b
+        if profile.delta > 0:
+            self.share = np.where(budget >= 0, prompts.cdf(np.maximum(budget, 0.0) / (profile.delta * joins)), 0.0)
+        else:
+            self.share = (budget >= 0).astype(float)
+
+    def __call__(self, rate_rps: float) -> float:
+        pi = _stationary(self.log_rates, self.replicas, rate_rps)
+        return float(pi[: len(self.share)] @ self.share)
 
 
 def ttft_attainment(
@@ -346,20 +418,20 @@ def ttft_attainment(
     that replica's batch is full it waits for ``N // pool - B + 1`` of its completions at ``mu(B)``.
     Requests arriving to a full system are lost in the chain; they count as missing the target.
     """
-    replicas = _pool_size(pool)
-    pi = queue_distribution(profile, workload, rate_rps, replicas)
-    states = np.flatnonzero(pi[:-1] > _NEGLIGIBLE)  # not the last state (it blocks arrivals), nor the weightless tail
-    batch = int(profile.max_batch)
-    mu_b = float(_service_rates(profile, workload)[-1])  # per ms
-    n = states // replicas
-    joins = np.minimum(n + 1.0, batch)
-    wait = np.maximum(n - batch + 1.0, 0.0) / mu_b
-    budget = ttft_ms - profile.gamma - wait
-    if profile.delta > 0:
-        share = np.where(budget >= 0, prompts.cdf(np.maximum(budget, 0.0) / (profile.delta * joins)), 0.0)
-    else:
-        share = (budget >= 0).astype(float)
-    return float(pi[states] @ share)
+    return _AttainmentCurve(profile, workload, prompts, ttft_ms, pool, rate_rps)(rate_rps)
+
+
+def ttft_ceiling(profile: PerfProfile, prompts: PromptDistribution, ttft_ms: float) -> float:
+    """Share of prompts whose TTFT is within ``ttft_ms`` alone on an idle replica (batch 1, no queue).
+
+    The attainment ceiling of a variant: what no policy can exceed on it, whatever it provisions.
+    """
+    budget = ttft_ms - profile.gamma
+    if budget < 0:
+        return 0.0
+    if profile.delta <= 0:
+        return 1.0
+    return float(prompts.cdf(np.asarray([budget / profile.delta]))[0])
 
 
 @functools.lru_cache(maxsize=4096)
@@ -375,31 +447,44 @@ def _wva_rate(profile: PerfProfile, workload: Workload, slo: SLO) -> float | Non
 def tail_max_rate(
     profile: PerfProfile, workload: Workload, slo: SLO, prompts: PromptDistribution, percentile: float, pool: int = 1
 ) -> float | None:
-    """Requests per second one replica sustains with ``percentile`` % of requests within the TTFT target.
+    """Requests per second one replica sustains with ``percentile`` % of the *achievable* requests within the TTFT target.
+
+    Achievable: the requests whose prompt prefills within the target alone on an idle replica
+    (:func:`ttft_ceiling`); no number of replicas serves the others in time.  The target share is
+    ``percentile / 100 x ceiling``.  Why not the plain share: a percentile above the ceiling cannot be
+    met at any rate, and one just below it only at a vanishing rate.  Sizing then fell back to WVA's
+    mean request, or asked for more replicas than the inventory held and went down the shortage ladder,
+    so on a long-prompt trace p95 provisioned *less* than p90 and attained less (issue 18).  Relative to
+    the ceiling, the rate is non-increasing in the percentile everywhere and finite below 100, and on a
+    trace whose prompts all fit (the conversation trace: ceilings 97.6-99.9 %) it is nearly the plain share.
 
     ``pool``: how many replicas the gateway balances the model's requests over (see
     :func:`queue_distribution`); 1 is WVA's view of a replica fed its own Poisson stream.
 
     Capped by WVA's rate for the same SLO (mean TTFT and ITL), so it is never less strict than WVA.
-    None when there is nothing to tighten (no TTFT target, no prompts observed) or when even a nearly
-    idle replica cannot reach the percentile (the caller keeps WVA's sizing, which reports an
-    infeasible mean SLO itself).
+    None when there is nothing to tighten (no TTFT target, no prompts observed), when no prompt fits the
+    target even alone, or when WVA's mean sizing is itself infeasible (the caller keeps WVA's sizing,
+    which reports that).
     """
     if not slo.ttft_ms or prompts.total <= 0:
         return None
     mean_rate = _wva_rate(profile, workload, slo)
     if mean_rate is None:
         return None
-    target = percentile / 100.0
-    mu = _service_rates(profile, workload)
-    low, high = float(mu[0]) * 1000.0 * RATE_EPSILON, mean_rate
-    if ttft_attainment(profile, workload, prompts, slo.ttft_ms, low, pool) < target:
+    ceiling = ttft_ceiling(profile, prompts, slo.ttft_ms)
+    if ceiling <= 0:
         return None
-    if ttft_attainment(profile, workload, prompts, slo.ttft_ms, high, pool) >= target:
+    target = percentile / 100.0 * ceiling
+    mu = _service_rates(profile, workload)
+    share = _AttainmentCurve(profile, workload, prompts, slo.ttft_ms, pool, mean_rate)
+    low, high = float(mu[0]) * 1000.0 * RATE_EPSILON, mean_rate
+    if share(low) < target:
+        return low  # within a hair of the ceiling: the lowest rate considered (still monotone in the percentile)
+    if share(high) >= target:
         return mean_rate
     for _ in range(_ITERATIONS):
         mid = 0.5 * (low + high)
-        if ttft_attainment(profile, workload, prompts, slo.ttft_ms, mid, pool) >= target:
+        if share(mid) >= target:
             low = mid
         else:
             high = mid

@@ -16,6 +16,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from flows.exitcodes import CannotRun, ExitCode, cli_errors, degraded_summary, exit_code, one_line
+from flows.image import IMAGE
 
 # Local runs start an ephemeral Prefect API on the shared ~/.prefect database; its telemetry write is the
 # one statement that contends with another local Prefect process, and it reports nothing we need.
@@ -47,6 +48,51 @@ def crds(write: Optional[pathlib.Path] = typer.Option(None, help="Write one file
         err.print(f"wrote {len(rendered)} CRDs to {write}")
         return
     sys.stdout.write("---\n".join(rendered[name] for name in sorted(rendered)))
+
+
+@app.command()
+def image(
+    build: bool = typer.Option(False, "--build", help="Build it: docker build -f deployments/Dockerfile -t REFERENCE ."),
+    push: bool = typer.Option(False, "--push", help="Build and push it (docker push REFERENCE)."),
+    tag: Optional[str] = typer.Option(None, "--tag", help="Another tag than the package version (a test build)."),
+) -> None:
+    """Print Modelplane's image reference (its tag is the package version: flows/image.py); with --build or
+    --push, run the docker commands from the repository root, each printed first."""
+    import subprocess
+
+    from flows.image import build_commands, image as image_reference
+
+    reference = image_reference(tag)
+    if not (build or push):
+        sys.stdout.write(reference + "\n")
+        return
+    for command in build_commands(reference, push=push):
+        err.print("$ " + " ".join(command))
+        try:
+            done = subprocess.run(command, cwd=REPO, check=False)
+        except FileNotFoundError:
+            sys.stderr.write(f"error: {command[0]} is not installed: build the image with it, or run the command above elsewhere\n")
+            raise typer.Exit(ExitCode.CANNOT_RUN)
+        if done.returncode != 0:
+            sys.stderr.write(f"error: {' '.join(command[:2])} failed with exit code {done.returncode}\n")
+            raise typer.Exit(ExitCode.CANNOT_RUN)
+    sys.stdout.write(reference + "\n")
+
+
+@app.command("worker-manifests")
+def worker_manifests(write: Optional[pathlib.Path] = typer.Option(None, help="Write the files into this directory (deployments/worker).")) -> None:
+    """Print the Prefect Kubernetes worker's install: worker.yaml (ServiceAccount, Role, Deployment) and values for
+    Prefect's prefect-worker Helm chart, both with Modelplane's image of this version."""
+    from flows.worker_manifests import render_worker_manifests
+
+    rendered = render_worker_manifests()
+    if write is not None:
+        write.mkdir(parents=True, exist_ok=True)
+        for name, text in rendered.items():
+            (write / name).write_text(text)
+        err.print(f"wrote {', '.join(sorted(rendered))} to {write}")
+        return
+    sys.stdout.write("\n".join(rendered[name] for name in sorted(rendered)))
 
 
 @app.command()
@@ -122,6 +168,10 @@ def optimize(
     config_namespace: str = typer.Option("modelplane-system", help="Namespace of the WVA ConfigMaps."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Decide and print, write nothing."),
     as_json: bool = typer.Option(False, "--json", help="Print a JSON list instead of a table."),
+    pushgateway: Optional[str] = typer.Option(
+        None, "--pushgateway",
+        help="Prometheus Pushgateway URL to publish wva_desired_replicas and Modelplane's metrics to "
+             "(default $MODELPLANE_PUSHGATEWAY_URL; unset = off)."),
 ) -> None:
     """Run one optimization cycle and print the allocation table (writes status back unless --dry-run).
 
@@ -149,6 +199,7 @@ def optimize(
         rate_window=rate_window,
         cluster=cluster,
         dry_run=dry_run,
+        pushgateway_url=pushgateway,
     )
     if as_json:
         sys.stdout.write(json.dumps(report.as_json(), indent=2) + "\n")
@@ -362,7 +413,7 @@ def cache_fill(
     """Download SOURCE into DEST: resumable, locked, verified; the marker .modelplane-cache.json is written last.
 
     Credentials come from the environment only (HF_TOKEN, HF_ENDPOINT, AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY,
-    AWS_ENDPOINT_URL, AWS_REGION), so a Kubernetes Job runs this same command with env from Secrets.
+    AWS_ENDPOINT_URL, AWS_REGION; Kthena's ENDPOINT, ACCESS_KEY, SECRET_KEY when the AWS names are unset), so a Kubernetes Job runs this same command with env from Secrets.
     Exits 1 with one line naming the reason when the fill fails, 2 when SOURCE is not a valid source.
     """
     from engine.sources import parse_source
@@ -463,9 +514,11 @@ class _CacheFillProgress:
 def rollout_models_command(
     cluster: Optional[str] = typer.Option(None, "--cluster", help=_CLUSTER_HELP),
     namespace: list[str] = typer.Option([], "--namespace", "-n", help="Limit to these namespaces (repeatable)."),
-    downloader_image: str = typer.Option("ghcr.io/modelplane/modelplane:0.1.0", help="Image of the init container that downloads into a cacheURI."),
+    downloader_image: str = typer.Option(IMAGE, help="Image of the init container that downloads into a cacheURI."),
     as_json: bool = typer.Option(False, "--json", help="Print a JSON list instead of a table."),
     name: list[str] = typer.Option([], "--name", help="Only the Models with these names (repeatable)."),
+    kthena_networking: str = typer.Option("auto", "--kthena-networking", help="auto: render Kthena's ModelServer/ModelRoute and runtime sidecar when the cluster serves networking.serving.volcano.sh; off: never."),
+    workload: str = typer.Option("Deployment", "--workload", help="Deployment, or ModelServing (Kthena's gang-scheduled workload, where its CRD is served)."),
 ) -> None:
     """Roll out every Kthena Model once and print what changed.
 
@@ -479,7 +532,7 @@ def rollout_models_command(
     with cli_errors():
         require_cluster(cluster, KTHENA_API_VERSION, "Model")
     report = run_flow_or_exit(rollout_models, namespaces=namespace or None, names=name or None, cluster=cluster,
-                              downloader_image=downloader_image)
+                              downloader_image=downloader_image, kthena_networking=kthena_networking, workload=workload)
     failed = report.degraded
     if as_json:
         sys.stdout.write(json.dumps([dataclasses.asdict(m) for m in report.models], indent=2, default=str) + "\n")
@@ -592,7 +645,7 @@ def _duration(text: str) -> "datetime.timedelta":
 def simulate(
     cluster_option: str = typer.Option(..., "--cluster", help="Manifests directory/file: VariantAutoscalings, targets, WVA ConfigMaps (not empty)."),
     trace: pathlib.Path = typer.Option(..., "--trace", help="Trace CSV (timestamp, prompt tokens, output tokens; Azure format as is)."),
-    policy: list[str] = typer.Option([], "--policy", "-p", help="Policy to compare (repeatable); default: all five."),
+    policy: list[str] = typer.Option([], "--policy", "-p", help="Policy to compare (repeatable); default: all, the oracle included."),
     compression: float = typer.Option(1.0, help="Divide inter-arrival times by this (time compression)."),
     rate_scale: float = typer.Option(1.0, "--rate-scale", help="Multiply the number of requests."),
     start: float = typer.Option(0.0, help="Slice start, seconds after the first request."),
@@ -603,6 +656,10 @@ def simulate(
     sizing_ttft_scale: float = typer.Option(1.0, "--sizing-ttft-scale", help="Policies size for the TTFT targets x this; attainment is judged against the targets."),
     hpa_metric: Optional[str] = typer.Option(None, "--hpa-metric", help="Per-replica metric of the HPA-style policy (default: the cluster's AutoscalingPolicy)."),
     hpa_target: Optional[float] = typer.Option(None, "--hpa-target", help="Target per replica of --hpa-metric."),
+    router: str = typer.Option("auto", "--router", help="Gateway router: least-outstanding, least-load (llm-d/Kthena: queue + KV), "
+                               "least-latency (predicted TTFT/ITL vs SLO); auto = what the cluster says (docs/simulate.md)."),
+    frontier: bool = typer.Option(True, "--frontier/--no-frontier", help="Also sweep each policy's knob and the oracle: "
+                                  "cost-attainment frontier, attainment ceiling, cost / oracle."),
     seed: int = typer.Option(0, help="Seed of every random draw."),
     output: pathlib.Path = typer.Option(pathlib.Path("simulation-report"), "--output", "-o", help="Report directory."),
     config_namespace: str = typer.Option("modelplane-system", help="Namespace of the WVA ConfigMaps."),
@@ -616,7 +673,8 @@ def simulate(
     import csv
 
     from engine.optimize import SpecError
-    from engine.simulate_policies import POLICIES
+    from engine.simulate import ROUTERS
+    from engine.simulate_policies import POLICIES, ROUTER_AUTO
     from engine.simulate_trace import TraceError, parse_trace_rows
     from flows.simulate import simulate as simulate_flow
     from tasks.simulation import summary_table
@@ -636,6 +694,8 @@ def simulate(
         unknown = [p for p in policy if p not in POLICIES]
         if unknown:
             raise CannotRun(f"unknown policy {', '.join(unknown)}; choose from {', '.join(POLICIES)}")
+        if router != ROUTER_AUTO and router not in ROUTERS:
+            raise CannotRun(f"unknown router {router!r}; choose from {ROUTER_AUTO}, {', '.join(ROUTERS)}")
         if not trace.is_file():
             raise CannotRun(f"trace file {trace} does not exist")
         try:
@@ -648,15 +708,16 @@ def simulate(
                 cluster=str(cluster), trace=str(trace), config_namespace=config_namespace, policies=policy or None,
                 compression=compression, rate_scale=rate_scale, start_s=start, duration_s=duration, model_shares=shares or None,
                 interval_s=interval, startup_delay_s=startup_delay, sizing_ttft_scale=sizing_ttft_scale, hpa_metric=hpa_metric,
-                hpa_target=hpa_target, seed=seed, output_dir=str(output),
+                hpa_target=hpa_target, router=router, frontier=frontier, seed=seed, output_dir=str(output),
             )
         except (TraceError, SpecError, ValueError) as exc:
             raise CannotRun(str(exc)) from None
     if as_json:
         sys.stdout.write(json.dumps(report.as_json(), indent=2) + "\n")
         return
-    rows = summary_table(report.outcomes)
-    table = Table(title=f"Policies replayed on {trace.name} ({report.settings['requests']} requests)")
+    rows = summary_table(report.outcomes, report.limits)
+    ceiling = f", attainment ceiling {report.limits.ceiling['all']:.1%}" if report.limits is not None else ""
+    table = Table(title=f"Policies replayed on {trace.name} ({report.settings['requests']} requests{ceiling})")
     for column in rows[0]:
         table.add_column(column, justify="left" if column == "policy" else "right")
     for row in rows:
@@ -744,13 +805,13 @@ def deploy(
         sys.stderr.write(f"error: work pool {name!r}: {type(exc).__name__}: {one_line(exc)}\n")
         raise typer.Exit(ExitCode.CANNOT_RUN)
     err.print(f"work pool {name!r} ({pool_type}): {'created' if created else 'exists'}")
-    result = run_deploy(pool=None if name == KUBERNETES_POOL else name)
+    result = run_deploy(pool=None if name == KUBERNETES_POOL else name, pool_type=pool_type)
     sys.stdout.write(result.stdout)
     if result.returncode != 0:
         sys.stderr.write(result.stderr)
         sys.stderr.write(f"error: prefect deploy failed with exit code {result.returncode} (its output above)\n")
         raise typer.Exit(ExitCode.CANNOT_RUN)
-    err.print(f"registered the deployments of deployments/prefect.yaml on {name!r}; start a worker: prefect worker start --pool {name}")
+    err.print(f"registered the deployments of deployments/prefect.yaml on {name!r}; start a worker: prefect worker start --pool {name}" + (" --type kubernetes" if pool_type == "kubernetes" else ""))
 
 
 def require_local_path(cluster: Optional[str]) -> "Any":

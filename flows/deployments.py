@@ -31,7 +31,10 @@ from prefect.events import DeploymentTriggerTypes
 from prefect.exceptions import ObjectNotFound
 from prefect.flows import load_flow_from_entrypoint
 from prefect.schedules import Cron, Interval, Schedule
+from prefect.utilities.templating import apply_values
 from pydantic import TypeAdapter
+
+from flows.image import IMAGE
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 PREFECT_YAML = REPO / "deployments" / "prefect.yaml"
@@ -48,9 +51,41 @@ def load_prefect_yaml(path: pathlib.Path = PREFECT_YAML) -> dict[str, Any]:
     return yaml.safe_load(path.read_text())
 
 
+def build_outputs(config: dict[str, Any]) -> dict[str, Any]:
+    """The outputs of prefect.yaml's ``build`` steps by step ``id``, computed as ``prefect deploy`` does.
+
+    Only Modelplane's own steps (``flows.*``: pure functions such as :func:`flows.image.image_reference`)
+    are run here; a deploy runs every step itself.
+    """
+    import importlib
+
+    outputs: dict[str, Any] = {}
+    for step in config.get("build") or []:
+        ((fqn, inputs),) = step.items()
+        if not fqn.startswith("flows."):
+            raise ValueError(f"prefect.yaml build step {fqn!r}: only Modelplane's own steps (flows.*) run outside a deploy")
+        module, _, function = fqn.rpartition(".")
+        arguments = {k: v for k, v in (inputs or {}).items() if k not in ("id", "requires")}
+        result = getattr(importlib.import_module(module), function)(**arguments)
+        if (inputs or {}).get("id"):
+            outputs[inputs["id"]] = result
+        outputs.update(result)  # as Prefect's run_steps: the output's keys also on their own (they may shadow an id)
+    return outputs
+
+
 def deployment_entries(path: pathlib.Path = PREFECT_YAML) -> list[dict[str, Any]]:
-    """Every ``deployments:`` entry of prefect.yaml."""
-    return list(load_prefect_yaml(path)["deployments"])
+    """Every ``deployments:`` entry of prefect.yaml, its parameters and work pool with the build steps'
+    outputs filled in (``{{ modelplane_image.image }}`` becomes the image reference), as ``prefect deploy`` registers them."""
+    config = load_prefect_yaml(path)
+    outputs = build_outputs(config)
+    entries = []
+    for entry in config["deployments"]:
+        entry = dict(entry)
+        for key in ("parameters", "work_pool"):
+            if entry.get(key):
+                entry[key] = apply_values(entry[key], outputs, remove_notset=False)
+        entries.append(entry)
+    return entries
 
 
 def schedules_of(config: dict[str, Any]) -> list[Schedule]:
@@ -125,14 +160,23 @@ def runner_deployments(path: pathlib.Path = PREFECT_YAML) -> list[RunnerDeployme
 # ------------------------------------------------------------------------------------------ work pools
 
 
-def kubernetes_pool_template(path: pathlib.Path = WORK_POOL_TEMPLATE) -> dict[str, Any]:
-    """The Kubernetes work pool's base job template (service account, cache volumes, resources)."""
-    return json.loads(path.read_text())
+def kubernetes_pool_template(path: pathlib.Path = WORK_POOL_TEMPLATE, image: str = IMAGE) -> dict[str, Any]:
+    """The Kubernetes work pool's base job template (service account, cache volumes, resources), its ``image``
+    variable defaulting to ``image`` (the file names no tag: flows/image.py is the one place for it).
+
+    The Job manifest sets ``parallelism``/``completions`` twice: in the Job spec, where Kubernetes reads them,
+    and in the pod template's spec, because prefect-kubernetes (0.8) rejects a template without
+    ``/spec/template/spec/completions`` and ``/spec/template/spec/parallelism`` (the API server drops those
+    two unknown pod fields with a warning).
+    """
+    template = json.loads(path.read_text())
+    template["variables"]["properties"]["image"]["default"] = image
+    return template
 
 
 def process_pool_template(working_dir: pathlib.Path = REPO) -> dict[str, Any]:
     """Prefect's process-worker template with ``working_dir`` defaulting to this checkout, where the
-    prefect.yaml entrypoints resolve (the deployments have no pull step)."""
+    prefect.yaml entrypoints resolve (the process pool's copy of prefect.yaml has no pull step)."""
     from prefect.workers.process import ProcessWorker
 
     template = ProcessWorker.get_default_base_job_template()
@@ -167,24 +211,29 @@ def deploy_command(prefect_file: pathlib.Path = PREFECT_YAML) -> list[str]:
     return [sys.executable, "-m", "prefect", "--no-prompt", "deploy", "--all", "--prefect-file", str(shown)]
 
 
-def prefect_yaml_for_pool(pool: str, target: pathlib.Path, source: pathlib.Path = PREFECT_YAML) -> pathlib.Path:
+def prefect_yaml_for_pool(pool: str, target: pathlib.Path, source: pathlib.Path = PREFECT_YAML,
+                          pool_type: str = "kubernetes") -> pathlib.Path:
     """A copy of prefect.yaml whose entries all use work pool ``pool`` (keeping their job variables).
 
     ``prefect deploy --all --pool NAME`` ignores ``--pool`` as soon as there are several deployments, so
-    another pool (e.g. a local process pool) is named in a generated file instead.
+    another pool (e.g. a local process pool) is named in a generated file instead. A process pool has no
+    pull step: its runs start in the pool's ``working_dir``, this checkout (the image's WORKDIR is not there).
     """
     config = load_prefect_yaml(source)
+    if pool_type != "kubernetes":
+        config["pull"] = []
     for entry in config["deployments"]:
         entry["work_pool"] = {**(entry.get("work_pool") or {}), "name": pool}
     target.write_text(yaml.safe_dump(config, sort_keys=False))
     return target
 
 
-def run_deploy(pool: str | None = None, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+def run_deploy(pool: str | None = None, env: dict[str, str] | None = None,
+               pool_type: str = "kubernetes") -> subprocess.CompletedProcess[str]:
     """Run :func:`deploy_command` from the repository root, capturing its output; ``pool`` other than the
     Kubernetes pool of prefect.yaml deploys a generated copy naming that pool."""
-    if pool is None or pool == KUBERNETES_POOL:
+    if (pool is None or pool == KUBERNETES_POOL) and pool_type == "kubernetes":
         return subprocess.run(deploy_command(), cwd=REPO, env=env, capture_output=True, text=True, check=False)
     with tempfile.TemporaryDirectory(prefix="modelplane-deploy-") as tmp:
-        generated = prefect_yaml_for_pool(pool, pathlib.Path(tmp) / "prefect.yaml")
+        generated = prefect_yaml_for_pool(pool or KUBERNETES_POOL, pathlib.Path(tmp) / "prefect.yaml", pool_type=pool_type)
         return subprocess.run(deploy_command(generated), cwd=REPO, env=env, capture_output=True, text=True, check=False)

@@ -7,10 +7,13 @@ Lifecycle, top to bottom:
 3. collect metrics (Prometheus, or a metrics file for local/CI runs);
 4. decide (pure, in ``engine``): model-based MILP allocation, saturation analysis, hybrid arbitration,
    safety rules; Kthena recommendations with behaviour correction for bindings;
-5. actuate: scale each target through its scale subresource unless the resource asks only for
-   recommendations, then write status (conditions, desired allocation, actuation) and an Event when
-   the desired replicas change;
-6. publish a table artifact and a one-line summary.
+5. publish (when a Pushgateway is configured): WVA's ``wva_desired_replicas`` family and Modelplane's
+   operational gauges, before any write, so ``status.actuation`` of a ``metrics``-mode target says
+   whether its desired replicas reached the HPA's source (``tasks/pushgateway.py``, ``engine/actuation.py``);
+6. actuate: scale each target whose actuation mode scales (``scale``, ``both``) through its scale
+   subresource, then write status (conditions, desired allocation, actuation) and an Event when the
+   desired replicas change;
+7. publish again with the writes' outcomes, a table artifact and a one-line summary.
 
 Every run is a fresh process: state that must survive (scaling windows, panic mode) lives in the
 resources' status.
@@ -19,9 +22,11 @@ resources' status.
 from __future__ import annotations
 
 import os
+import time
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
-from typing import Any
+from typing import Any, Iterator
 
 from prefect import flow, get_run_logger, task
 from prefect.artifacts import create_table_artifact
@@ -29,7 +34,9 @@ from prefect.cache_policies import NO_CACHE
 from prefect.context import FlowRunContext
 from prefect.utilities.annotations import quote
 
+from engine.actuation import publishes
 from engine.bindings import BindingDecision, plan_binding
+from engine.cycle_metrics import CycleFacts, model_slos, optimize_cycle_metrics, wva_targets
 from engine.optimize import CycleInputs, ModelLoad, PodSample, VariantDecision, plan_variants, summarize
 from engine.saturation import SaturationConfigSet
 from engine.tail_sizing import PromptDistribution
@@ -39,6 +46,7 @@ from tasks.cluster import Cluster, LocalCluster, connect
 from tasks.cluster.errors import ClusterError
 from tasks.events import Subject, emit_change
 from tasks.metrics import FileMetrics, MetricsSnapshot, MetricsSource, PrometheusMetrics
+from tasks.pushgateway import Pushgateway, push
 from tasks.optimizer import (
     ClusterState,
     TargetReplicas,
@@ -77,6 +85,8 @@ class CycleRow:
     reason: str
     applied: bool = False
     message: str = ""
+    scaled: bool = False
+    mode: str = "scale"
 
 
 @dataclass
@@ -88,6 +98,8 @@ class CycleReport:
     metrics_error: str | None = None
     writes: list[WriteOutcome] = field(default_factory=list)
     degraded: list[str] = field(default_factory=list)
+    push_error: str | None = None
+    """Why the metrics could not be pushed (None: pushed, or no Pushgateway configured)."""
 
     @property
     def exit_code(self) -> ExitCode:
@@ -100,7 +112,7 @@ class CycleReport:
 
 
 def metrics_source(metrics_file: str | None, prometheus_url: str | None, rate_window: str | None) -> MetricsSource | None:
-    """The metrics backend the run's parameters name, or None when none is configured."""
+    """The metrics backend the parameters name, or None when none is configured."""
     if metrics_file:
         return FileMetrics(metrics_file)
     url = prometheus_url or os.environ.get("PROMETHEUS_URL")
@@ -151,41 +163,59 @@ def cycle_inputs(
     )
 
 
-@task(name="reconcile-bindings", cache_policy=NO_CACHE)
-def reconcile_bindings(
-    cluster: Cluster, state: ClusterState, snapshot: MetricsSnapshot | None, metrics_error: str | None,
-    now: datetime, dry_run: bool,
-) -> tuple[list[BindingDecision], list[str]]:
-    """Kthena bindings: recommendation + behaviour correction (+ distribution), scale, persist state.
+BindingPlan = tuple[dict[str, Any], BindingDecision]
 
-    Returns the decisions and the API failures of single bindings (the others proceed).
+
+@task(name="plan-bindings", cache_policy=NO_CACHE)
+def plan_bindings(
+    cluster: Cluster, state: ClusterState, snapshot: MetricsSnapshot | None, metrics_error: str | None, now: datetime,
+) -> tuple[list[BindingPlan], list[str]]:
+    """Kthena bindings: recommendation + behaviour correction (+ distribution), nothing written yet.
+
+    Returns (binding, decision) pairs and the API failures of single bindings (the others proceed).
     """
     logger = get_run_logger()
-    decisions: list[BindingDecision] = []
+    plans: list[BindingPlan] = []
     errors: list[str] = []
     for binding in state.bindings:
         name = f"{binding['metadata'].get('namespace', 'default')}/{binding['metadata']['name']}"
         try:
             inputs = read_binding_inputs(cluster, binding, quote(state), quote(snapshot), metrics_error)
-            decision = plan_binding(inputs, now)
-            if not dry_run:
-                apply_binding(cluster, binding, decision, now)
         except ClusterError as exc:  # one binding's API failure must not stop the others
             logger.error("AutoscalingPolicyBinding %s: %s", name, exc.message)
             errors.append(f"{name}: {exc.message}")
             continue
-        decisions.append(decision)
-    return decisions, errors
+        plans.append((binding, plan_binding(inputs, now)))
+    return plans, errors
+
+
+@task(name="apply-bindings", cache_policy=NO_CACHE)
+def apply_bindings(
+    cluster: Cluster, plans: list[BindingPlan], now: datetime, default_mode: str, published: frozenset[tuple[str, str]],
+) -> list[str]:
+    """Scale the targets whose mode scales and persist each binding's state; returns single bindings' API failures."""
+    logger = get_run_logger()
+    errors: list[str] = []
+    for binding, decision in plans:
+        try:
+            apply_binding(cluster, binding, decision, now, default_mode, published)
+        except ClusterError as exc:
+            name = f"{decision.namespace}/{decision.name}"
+            logger.error("AutoscalingPolicyBinding %s: %s", name, exc.message)
+            errors.append(f"{name}: {exc.message}")
+    return errors
 
 
 def report_rows(decisions: list[VariantDecision], writes: list[WriteOutcome], bindings: list[BindingDecision]) -> list[CycleRow]:
     """The allocation table: one row per variant and per binding target."""
-    applied = {(w.namespace, w.name): w.applied for w in writes}
+    outcomes = {(w.namespace, w.name): w for w in writes}
     rows = [
         CycleRow(
             namespace=d.namespace, name=d.name, kind="VariantAutoscaling", model=d.model_id or "",
             accelerator=d.accelerator or "", current=d.current, desired=d.desired, cost=f"{d.cost:.2f}",
-            reason=d.reason, applied=applied.get((d.namespace, d.name), False), message=d.message,
+            reason=d.reason, applied=outcomes[(d.namespace, d.name)].applied if (d.namespace, d.name) in outcomes else False,
+            message=d.message, scaled=outcomes[(d.namespace, d.name)].scaled if (d.namespace, d.name) in outcomes else False,
+            mode=outcomes[(d.namespace, d.name)].mode if (d.namespace, d.name) in outcomes else "scale",
         )
         for d in decisions
     ]
@@ -196,6 +226,7 @@ def report_rows(decisions: list[VariantDecision], writes: list[WriteOutcome], bi
                     namespace=b.namespace, name=f"{b.name}/{target.name}", kind="AutoscalingPolicyBinding",
                     model=b.policy or "", accelerator="", current=target.current, desired=target.desired,
                     cost=f"{target.cost:.2f}", reason=b.reason, applied=target.applied, message=b.message,
+                    scaled=target.scaled, mode=target.mode,
                 )
             )
     return rows
@@ -214,6 +245,7 @@ def optimize(
     solver_time_limit_s: PositiveSeconds = 10.0,
     status_heartbeat_s: NonNegativeSeconds = 300.0,
     scale_down_stabilization_s: NonNegativeSeconds = 0.0,
+    pushgateway_url: str | None = None,
 ) -> CycleReport:
     """One allocation cycle over every VariantAutoscaling and AutoscalingPolicyBinding.
 
@@ -235,41 +267,130 @@ def optimize(
             for this long (seconds; the highest count recommended meanwhile wins), so rate() lag between close
             cycles cannot flap replicas. 0 = at once (WVA); the scheduled deployment sets 180 (a replica's
             start-up plus one cycle). Per resource: annotation modelplane.io/scale-down-stabilization-window.
+        pushgateway_url: Prometheus Pushgateway to publish WVA's wva_desired_replicas family and Modelplane's own
+            metrics to (HPA/KEDA actuation, dashboards); empty = $MODELPLANE_PUSHGATEWAY_URL, else off.
     """
     logger = get_run_logger()
     now = datetime.now(timezone.utc).replace(microsecond=0)
-    target = connect(cluster)
-    problem = local_path_problem(target)
+    started, timer = time.time(), StageTimer()
+    cluster = connect(cluster)  # from here on the connected cluster
+    problem = local_path_problem(cluster)
     if problem:
         raise CannotRun(problem)
 
     # Task inputs holding every object of the cycle are passed with quote(): Prefect would otherwise
     # walk each of their nodes looking for futures, which costs seconds at 1,000 variants.
-    state = read_cluster_state(target, namespaces or None, config_namespace, namespace_selector)
-    if state.missing_configuration:
-        raise CannotRun(state.missing_configuration)
-    for error in state.config_errors:
-        logger.warning("configuration: %s", error)
-    replicas = read_current_replicas(target, scale_targets_of(state))
+    with timer.stage("read"):
+        state = read_cluster_state(cluster, namespaces or None, config_namespace, namespace_selector)
+        if state.missing_configuration:
+            raise CannotRun(state.missing_configuration)
+        for error in state.config_errors:
+            logger.warning("configuration: %s", error)
+        replicas = read_current_replicas(cluster, scale_targets_of(state))
 
-    source = metrics_source(metrics_file, prometheus_url, rate_window)
-    snapshot, metrics_error = collect_metrics(source, quote(state))
+    with timer.stage("metrics"):
+        source = metrics_source(metrics_file, prometheus_url, rate_window)
+        snapshot, metrics_error = collect_metrics(source, quote(state))
     if metrics_error:
         logger.warning("metrics unavailable, holding every variant: %s", metrics_error)
 
-    decisions = plan_variants(cycle_inputs(state, replicas, snapshot, metrics_error, now, solver_time_limit_s, scale_down_stabilization_s))
+    with timer.stage("decide"):
+        inputs = cycle_inputs(state, replicas, snapshot, metrics_error, now, solver_time_limit_s, scale_down_stabilization_s)
+        decisions = plan_variants(inputs)
+        plans, binding_errors = plan_bindings(cluster, quote(state), quote(snapshot), metrics_error, now)
+    bindings = [decision for _, decision in plans]
 
-    writes: list[WriteOutcome] = [] if dry_run else apply_decisions(target, quote(state), quote(decisions), now, status_heartbeat_s)
-    bindings, binding_errors = reconcile_bindings(target, quote(state), quote(snapshot), metrics_error, now, dry_run)
+    # Publish before any write: status.actuation of a metrics-mode target says whether its desired
+    # replicas reached the HPA's source (engine.actuation). A dry run publishes nothing (an HPA would act on it).
+    gateway = None if dry_run else Pushgateway.configured(pushgateway_url)
+    facts = CycleFacts(started=started, stages=timer.stages, loads=cycle_loads(inputs),
+                       slos=model_slos(state.variants, state.service_classes))
+    published: frozenset[tuple[str, str]] = frozenset()
+    push_error = None
+    if gateway is not None:
+        with timer.stage("publish"):
+            push_error = push(gateway, "optimize", optimize_cycle_metrics(decisions, bindings, facts))
+        if push_error is None:
+            published = frozenset((t.namespace, t.variant_name) for t in wva_targets(decisions, bindings))
+        else:
+            logger.error("publishing metrics: %s", push_error)
 
-    degraded = degraded_reasons(target, state, decisions, writes, bindings, binding_errors, metrics_error)
+    writes: list[WriteOutcome] = []
+    if not dry_run:
+        with timer.stage("write"):
+            writes = apply_decisions(cluster, quote(state), quote(decisions), now, status_heartbeat_s, published)
+            binding_errors += apply_bindings(cluster, quote(plans), now, state.actuation_mode, published)
+
+    degraded = degraded_reasons(cluster, state, decisions, writes, bindings, binding_errors, metrics_error)
+    degraded += actuation_problems(writes, bindings, gateway, push_error, dry_run)
+    timer.stages["total"] = time.time() - started
+    if gateway is not None:
+        final = CycleFacts(started=started, stages=timer.stages, loads=facts.loads, slos=facts.slos,
+                           writes=write_counts(writes, bindings, binding_errors), applied={(w.namespace, w.name): w.applied for w in writes},
+                           degraded=tuple(degraded))
+        final_error = push(gateway, "optimize", optimize_cycle_metrics(decisions, bindings, final))
+        if final_error and push_error is None:
+            push_error = final_error
+            degraded.append(f"metrics not published ({final_error})")
     summary = degraded_summary(summarize(decisions) + binding_summary(bindings), degraded)
     report = CycleReport(rows=report_rows(decisions, writes, bindings), summary=summary, metrics_error=metrics_error,
-                         writes=writes, degraded=degraded)
+                         writes=writes, degraded=degraded, push_error=push_error)
     emit_scaling_events(report)
     publish(report)
     logger.info("optimize: %s", report.summary)
     return flow_result(report, report.degraded)
+
+
+class StageTimer:
+    """Wall time per named stage of a run (the ``modelplane_cycle_duration_seconds`` gauge)."""
+
+    def __init__(self) -> None:
+        self.stages: dict[str, float] = {}
+
+    @contextmanager
+    def stage(self, name: str) -> Iterator[None]:
+        """Time the block as ``name`` (added to any earlier time of the same stage)."""
+        begin = time.monotonic()
+        try:
+            yield
+        finally:
+            self.stages[name] = self.stages.get(name, 0.0) + time.monotonic() - begin
+
+
+def cycle_loads(inputs: Any) -> dict[tuple[str, str], tuple[float, float, float]]:
+    """(namespace, model) -> (arrival rate, average input tokens, average output tokens) the cycle sized for."""
+    return {key: (load.arrival_rate_rps, load.avg_in_tokens, load.avg_out_tokens) for key, load in inputs.loads.items()}
+
+
+def write_counts(writes: list[WriteOutcome], bindings: list[BindingDecision], binding_errors: list[str]) -> dict[tuple[str, str], int]:
+    """(kind, outcome) -> count of the run's writes: ``scaled``, ``status_written``, ``error`` (``modelplane_writes``)."""
+    counts: dict[tuple[str, str], int] = {}
+
+    def add(kind: str, outcome: str, n: int) -> None:
+        counts[(kind, outcome)] = counts.get((kind, outcome), 0) + n
+
+    add("VariantAutoscaling", "scaled", sum(1 for w in writes if w.scaled))
+    add("VariantAutoscaling", "status_written", sum(1 for w in writes if w.status_written))
+    add("VariantAutoscaling", "error", sum(1 for w in writes if w.error))
+    add("AutoscalingPolicyBinding", "scaled", sum(1 for b in bindings for t in b.targets if t.scaled))
+    add("AutoscalingPolicyBinding", "error", len(binding_errors))
+    return counts
+
+
+def actuation_problems(
+    writes: list[WriteOutcome], bindings: list[BindingDecision], gateway: Pushgateway | None, push_error: str | None, dry_run: bool,
+) -> list[str]:
+    """Degraded reasons of the publication: the Pushgateway failed, or targets whose mode publishes have none."""
+    if dry_run:
+        return []
+    if push_error:
+        return [f"metrics not published ({push_error})"]
+    if gateway is None:
+        waiting = sum(1 for w in writes if publishes(w.mode)) + sum(1 for b in bindings for t in b.targets if publishes(t.mode))
+        if waiting:
+            return [f"{waiting} targets in metrics/both actuation mode but no Pushgateway configured "
+                    "(pushgateway_url, --pushgateway or $MODELPLANE_PUSHGATEWAY_URL)"]
+    return []
 
 
 def binding_summary(bindings: list[BindingDecision]) -> str:
@@ -303,7 +424,7 @@ def degraded_reasons(
 def emit_scaling_events(report: CycleReport) -> None:
     """One Prefect event per target this cycle actually scaled (none in a dry run: nothing is applied)."""
     for row in report.rows:
-        if not row.applied or row.desired is None or row.desired == row.current:
+        if not row.scaled or row.desired is None or row.desired == row.current:
             continue
         payload = {"current": row.current, "desired": row.desired, "accelerator": row.accelerator, "model": row.model, "reason": row.reason}
         if row.kind == "VariantAutoscaling":

@@ -17,20 +17,23 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
+from typing import Literal
 
 from prefect import flow, get_run_logger
 from prefect.artifacts import create_table_artifact
 from prefect.context import FlowRunContext
 
 from engine.api.kthena import API_VERSION as KTHENA_API_VERSION
+from flows.image import IMAGE
 from flows.exitcodes import flow_result
 from flows.parameters import ClusterTarget, ImageRef, NamespaceName, ObjectName
 from tasks.cluster import ClusterError, connect
 from tasks.events import Subject, emit_change
-from tasks.kthena_rollout import ModelOutcome, list_models, reconcile_model
+from engine.kthena_native import RUNTIME_IMAGE
+from tasks.kthena_rollout import ModelOutcome, RolloutOptions, list_models, reconcile_model
 
 DEFAULT_INTERVAL_S = 300
-DEFAULT_DOWNLOADER_IMAGE = "ghcr.io/modelplane/modelplane:0.1.0"
+DEFAULT_DOWNLOADER_IMAGE = IMAGE  # flows/image.py
 
 
 @dataclass
@@ -56,6 +59,9 @@ def rollout_models(
     cluster: ClusterTarget = None,
     downloader_image: ImageRef = DEFAULT_DOWNLOADER_IMAGE,
     names: list[ObjectName] | None = None,
+    kthena_networking: Literal["auto", "off"] = "auto",
+    workload: Literal["Deployment", "ModelServing"] = "Deployment",
+    runtime_image: ImageRef = RUNTIME_IMAGE,
 ) -> RolloutReport:
     """Roll out every Kthena Model: backends become Deployments the optimize flow scales.
 
@@ -67,7 +73,14 @@ def rollout_models(
             backend's cacheURI.
         names: Only the Models with these names (in the namespaces above); empty means every Model. A run
             triggered by a Model's change event rolls out just that Model.
+        kthena_networking: 'auto' renders Kthena's ModelServer + ModelRoute (what kthena-router reads) and its
+            runtime sidecar (kthena:* metrics on port 8100) when the cluster serves networking.serving.volcano.sh;
+            'off' never does.
+        workload: 'Deployment' (default), or 'ModelServing' to render each backend as Kthena's gang-scheduled
+            ModelServing where the cluster serves workload.serving.volcano.sh (Deployments otherwise).
+        runtime_image: Kthena's runtime sidecar image (with Kthena networking).
     """
+    options = RolloutOptions(kthena_networking, workload, runtime_image)
     logger = get_run_logger()
     now = datetime.now(timezone.utc).replace(microsecond=0)
     target = connect(cluster)
@@ -77,7 +90,7 @@ def rollout_models(
         if names and manifest["metadata"]["name"] not in names:
             continue
         try:
-            outcome = reconcile_model(target, manifest, now, downloader_image)
+            outcome = reconcile_model(target, manifest, now, downloader_image, options=options)
         except ClusterError as exc:  # e.g. the status write itself failed: report it, go on with the others
             meta = manifest.get("metadata") or {}
             outcome = ModelOutcome(namespace=meta.get("namespace", ""), name=meta.get("name", ""), result=f"Failed: {exc.reason}: {exc.message}")

@@ -8,7 +8,10 @@ Lifecycle, top to bottom:
 3. replay it once per policy in the discrete-event simulator (``engine.simulate``), the decisions made
    every interval by the policy's code (``engine.simulate_policies``: Modelplane's is ``plan_variants``);
 4. summarize each run (SLO attainment per model, cost, replica changes, unserved requests);
-5. write the report (JSON summary, PNG plots, one HTML page) and publish it as a Prefect artifact.
+5. with ``frontier``, replay each policy over its own knob and the clairvoyant oracle over its target
+   attainment (``engine.simulate_frontier``): the cost-attainment frontier, the trace's attainment
+   ceiling and every cost as a ratio to the oracle's at equal attainment;
+6. write the report (JSON summary, PNG plots, one HTML page) and publish it as a Prefect artifact.
 
 Nothing is written to the cluster: a simulation only reads it.
 """
@@ -27,6 +30,7 @@ from prefect.utilities.annotations import quote
 from pydantic import Field
 
 from engine.simulate import SimConfig
+from engine.simulate_frontier import Limits, knob_settings, limits, with_oracle_curves
 from engine.simulate_policies import (
     POLICIES,
     PolicyOutcome,
@@ -42,10 +46,11 @@ from tasks.simulation import markdown_report, read_description, read_trace, writ
 
 DEFAULT_CONFIG_NAMESPACE = "modelplane-system"
 # Literal types so the Prefect form offers the choices (kept equal to POLICIES and the simulated gauges).
-PolicyName = Literal["modelplane", "saturation-only", "wva-greedy", "hpa", "static-peak"]
-HpaMetric = Literal["vllm:num_requests_waiting", "vllm:num_requests_running", "vllm:kv_cache_usage_perc"]
+PolicyName = Literal["modelplane", "saturation-only", "wva-greedy", "hpa", "static-peak", "oracle"]
+RouterName = Literal["auto", "least-outstanding", "least-load", "least-latency"]
 PositiveFactor = Annotated[float, Field(gt=0)]
 """A multiplier that must be above zero."""
+HpaMetric = Literal["vllm:num_requests_waiting", "vllm:num_requests_running", "vllm:kv_cache_usage_perc"]
 
 
 
@@ -56,19 +61,28 @@ class SimulationReport:
     outcomes: list[PolicyOutcome]
     files: dict[str, str]
     settings: dict[str, Any] = field(default_factory=dict)
+    limits: Limits | None = None
 
     def as_json(self) -> dict[str, Any]:
-        """The JSON summary (also written as summary.json)."""
-        return {"settings": self.settings, "policies": [o.as_json() for o in self.outcomes], "files": self.files}
+        """The JSON summary (summary.json holds the same and the definitions)."""
+        policies = [o.as_json() for o in self.outcomes]
+        if self.limits is not None:
+            for entry, o in zip(policies, self.outcomes):
+                ratio = self.limits.cost_ratio(o.attainment, o.cost)
+                entry["cost_vs_oracle"] = round(ratio, 4) if ratio is not None else None
+        return {"settings": self.settings, "policies": policies, "files": self.files,
+                **(self.limits.as_json() if self.limits is not None else {})}
 
 
 @task(name="read-simulation-inputs", cache_policy=NO_CACHE)
 def read_inputs(
     cluster: str, trace_path: str, config_namespace: str, model_shares: dict[str, float] | None, shape: dict[str, Any],
     config: SimConfig, *, kv_tokens_per_slot: int, hpa_metric: str | None, hpa_target: float | None, sizing_ttft_scale: float,
+    router: str, oracle_curves: bool,
 ) -> Scenario:
     """The cluster description and the trace, shaped by ``shape`` (:class:`TraceShape`'s other fields) over
-    ``model_shares`` (empty: equal shares of the models served), parsed into a scenario."""
+    ``model_shares`` (empty: equal shares of the models served), parsed into a scenario (with the oracle's
+    curves when ``oracle_curves``)."""
     description = replace(read_description(cluster, config_namespace), kv_tokens_per_slot=kv_tokens_per_slot)
     if hpa_metric or hpa_target:
         if not (hpa_metric and hpa_target):
@@ -83,13 +97,19 @@ def read_inputs(
     if unknown:
         raise ValueError(f"model_shares names {', '.join(unknown)}, not served here (models: {', '.join(models)})")
     trace = read_trace(trace_path, TraceShape(shares, **shape))
-    return build_scenario(description, trace, config, sizing_ttft_scale=sizing_ttft_scale)
-
+    scenario = build_scenario(description, trace, config, sizing_ttft_scale=sizing_ttft_scale, router=router)
+    return with_oracle_curves(scenario) if oracle_curves else scenario
 
 @task(name="simulate-policy", cache_policy=NO_CACHE)
 def simulate_policy(name: str, scenario: Scenario) -> PolicyOutcome:
     """Replay the trace under one policy and summarize the run."""
     return summarize_outcome(name, scenario, run_policy(name, scenario))
+
+
+@task(name="sweep-policy-knob", cache_policy=NO_CACHE)
+def sweep_knob(name: str, scenario: Scenario) -> list[tuple[str, str, PolicyOutcome]]:
+    """Replay the trace under one policy at each setting of its knob (one task per policy, not per replay)."""
+    return [(name, label, summarize_outcome(name, tuned, run_policy(name, tuned))) for label, tuned in knob_settings(scenario, name)]
 
 
 @flow(name="simulate", log_prints=True)
@@ -109,6 +129,8 @@ def simulate(
     sizing_ttft_scale: PositiveFactor = 1.0,
     hpa_metric: HpaMetric | None = None,
     hpa_target: PositiveFactor | None = None,
+    router: RouterName = "auto",
+    frontier: bool = True,
     seed: int = 0,
     output_dir: NonEmpty = "simulation-report",
 ) -> SimulationReport:
@@ -133,19 +155,34 @@ def simulate(
         hpa_metric: Per-replica metric of the HPA-style policy (vllm:num_requests_waiting, vllm:num_requests_running,
             vllm:kv_cache_usage_perc); empty = the cluster's AutoscalingPolicy (or Kthena's example policy).
         hpa_target: Target value per replica of hpa_metric.
+        router: The simulated gateway's endpoint picker, the same for every policy: least-outstanding (fewest requests
+            in flight), least-load (llm-d inference scheduler / Kthena router: queue depth and KV-cache utilisation),
+            least-latency (lowest predicted TTFT/ITL against the SLO); auto = what the cluster says (a
+            modelplane.io/router annotation on a model's VariantAutoscaling, else least-load for a model behind a
+            Kthena ModelRoute, else least-outstanding).
+        frontier: Also replay each policy over its own knob and the clairvoyant oracle, for the cost-attainment
+            frontier, the attainment ceiling and each cost's ratio to the oracle's.
         seed: Seed of every random draw (model split, rate scaling): same inputs, same results.
         output_dir: Directory for summary.json, the PNG plots and report.html.
     """
+    policies = policies or list(POLICIES)
     logger = get_run_logger()
     shape = {"start_s": start_s, "duration_s": duration_s, "compression": compression, "rate_scale": rate_scale, "seed": seed}
     config = SimConfig(interval_s=interval_s, startup_delay_s=startup_delay_s, seed=seed)
     scenario = read_inputs(cluster, trace, config_namespace, model_shares, shape, config, kv_tokens_per_slot=kv_tokens_per_slot,
-                           hpa_metric=hpa_metric, hpa_target=hpa_target, sizing_ttft_scale=sizing_ttft_scale)
+                           hpa_metric=hpa_metric, hpa_target=hpa_target, sizing_ttft_scale=sizing_ttft_scale,
+                           router=router, oracle_curves=frontier or "oracle" in policies)
     logger.info("replaying %d requests over %.0f s against %d variants", len(scenario.trace), scenario.trace.duration_s, len(scenario.variants))
 
-    outcomes = [simulate_policy(name, quote(scenario)) for name in policies or list(POLICIES)]
+    outcomes = [simulate_policy(name, quote(scenario)) for name in policies]
     for o in outcomes:
         logger.info("%s: SLO attainment %.1f%%, cost %.1f, %d replica changes, %d unserved", o.policy, 100 * o.attainment, o.cost, o.replica_changes, o.unserved)
+
+    bounds: Limits | None = None
+    if frontier:
+        swept = [point for name in dict.fromkeys([*policies, "oracle"]) for point in sweep_knob(name, quote(scenario))]
+        bounds = limits(scenario, outcomes, swept)
+        logger.info("attainment ceiling %.1f%%; frontier of %d replays", 100 * bounds.ceiling["all"], len(bounds.frontier))
 
     settings = {
         "trace": pathlib.Path(trace).name, "requests": len(scenario.trace),
@@ -153,9 +190,10 @@ def simulate(
         "interval_s": interval_s, "startup_delay_s": startup_delay_s, "seed": seed,
         "sizing_ttft_scale": sizing_ttft_scale,
         "hpa": scenario.description.hpa_policy.get("metrics"),
+        "router": router,
     }
-    files = write_report(outcomes, scenario, pathlib.Path(output_dir), "Modelplane policy comparison", settings)
-    report = SimulationReport(outcomes, {k: str(v) for k, v in files.items()}, settings)
+    files = write_report(outcomes, scenario, pathlib.Path(output_dir), "Modelplane policy comparison", settings, bounds)
+    report = SimulationReport(outcomes, {k: str(v) for k, v in files.items()}, settings, bounds)
     publish(report, files)
     return report
 
@@ -165,6 +203,6 @@ def publish(report: SimulationReport, files: dict[str, pathlib.Path]) -> None:
     if FlowRunContext.get() is None:
         return
     create_markdown_artifact(
-        key="simulate-report", markdown=markdown_report(report.outcomes, files, report.settings),
+        key="simulate-report", markdown=markdown_report(report.outcomes, files, report.settings, report.limits),
         description="Autoscaling policies replayed against the cluster description",
     )

@@ -72,6 +72,7 @@ from engine.cache_requests import (
     template_requests,
 )
 from engine.caching import pvc_size
+from engine.cycle_metrics import MetricSet
 from engine.sources import ModelSource, parse_source
 from tasks.cache_fill import (
     CacheWorld,
@@ -92,12 +93,14 @@ from tasks.cache_fill import (
     start_job,
     write_status,
 )
+from flows.image import IMAGE
 from tasks.caches import ensure_cache
 from tasks.cluster import Cluster, LocalCluster, connect
 from tasks.cluster.errors import ClusterError
+from tasks.pushgateway import Pushgateway, push
 
 DEFAULT_INTERVAL_S = 600
-DEFAULT_IMAGE = "ghcr.io/modelplane/modelplane:0.1.0"
+DEFAULT_IMAGE = IMAGE  # Modelplane's own image (flows/image.py): its `modelplane cache fill` fills the caches
 
 
 @dataclass
@@ -401,6 +404,7 @@ def warm_caches(
     job_backoff_limit: Annotated[int, Field(ge=0)] = 2,
     job_ttl_s: Annotated[int, Field(ge=0)] = 3600,
     headroom_percent: Annotated[float, Field(ge=0)] = 10.0,
+    pushgateway_url: str | None = None,
 ) -> WarmReport:
     """One reconcile pass over every ModelCache and every cache a consumer needs.
 
@@ -419,6 +423,8 @@ def warm_caches(
         job_backoff_limit: Pod retries inside one fill Job.
         job_ttl_s: Seconds a finished fill Job is kept (ttlSecondsAfterFinished).
         headroom_percent: PVC headroom over the source size.
+        pushgateway_url: Prometheus Pushgateway for the pass's cache metrics (fills by outcome, bytes per cache);
+            empty = $MODELPLANE_PUSHGATEWAY_URL, else off.
     """
     logger = get_run_logger()
     now = datetime.now(timezone.utc).replace(microsecond=0)
@@ -456,12 +462,35 @@ def warm_caches(
         world = read_world(target, namespaces or None)
         report.freed = collect_unused_caches(target, quote(world), gc_unused_after, now)
 
+    gateway = Pushgateway.configured(pushgateway_url)
+    if gateway is not None:
+        error = push(gateway, "warm-caches", cache_metrics(report, world))
+        if error:
+            report.problems.append(f"metrics not published ({error})")
     report.summary = summarize(report)
     for problem in report.problems:
         logger.warning("%s", problem)
     publish(report)
     logger.info("warm-caches: %s", report.summary)
     return flow_result(report, report.degraded)
+
+
+def cache_metrics(report: WarmReport, world: Any) -> MetricSet:
+    """The pass's ``modelplane_cache_fills{outcome}`` (fills finished, Jobs started, attempts failed) and
+    ``modelplane_cache_bytes{namespace, cache}`` (capacity of each cache's volume, when it has one)."""
+    metrics = MetricSet()
+    outcomes = {"filled": 0, "started": 0, "failed": 0}
+    for row in report.rows:
+        action = row.action.lower()
+        outcome = "filled" if "filled" in action else "started" if "started job" in action else "failed" if "failed" in action else None
+        if outcome:
+            outcomes[outcome] += 1
+        capacity = pvc_capacity(world.pvcs.get((row.namespace, row.pvc))) if row.pvc else None
+        if capacity:
+            metrics.set("modelplane_cache_bytes", quantity_bytes(capacity), namespace=row.namespace, cache=row.name)
+    for outcome, count in outcomes.items():
+        metrics.set("modelplane_cache_fills", count, outcome=outcome)
+    return metrics
 
 
 def summarize(report: WarmReport) -> str:

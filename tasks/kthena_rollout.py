@@ -29,6 +29,7 @@ from engine.kthena_rollout import (
     LoraChange,
     ModelRef,
     Mount,
+    backend_name,
     deployment_available,
     desired_replicas,
     direct_weights,
@@ -39,7 +40,9 @@ from engine.kthena_rollout import (
     managed_weights,
     model_status,
     needs_managed_cache,
+    ray_service_name,
     render_autoscaling,
+    render_ray_service,
     render_route,
     render_service,
     render_workload,
@@ -48,6 +51,20 @@ from engine.kthena_rollout import (
     unsupported_backends,
     validate_model,
     workloads_of,
+)
+from engine.kthena_native import (
+    ENTRY_ADDRESS,
+    NETWORKING_API,
+    RUNTIME_IMAGE,
+    WORKLOAD_API,
+    NativeMode,
+    model_serving_available,
+    native_ref,
+    render_model_route,
+    render_model_server,
+    render_model_serving,
+    scale_workload,
+    with_runtime,
 )
 from engine.sources import ModelSource, from_lora_url
 from engine.workloads import revision, stamp
@@ -66,6 +83,9 @@ CHILD_KINDS: tuple[tuple[str, str], ...] = (
     ("v1", "ConfigMap"),
     (API_VERSION, "AutoscalingPolicy"),
     (API_VERSION, "AutoscalingPolicyBinding"),
+    (NETWORKING_API, "ModelServer"),
+    (NETWORKING_API, "ModelRoute"),
+    (WORKLOAD_API, "ModelServing"),
 )
 LORA_HTTP_TIMEOUT_S = 300.0  # a load may download the adapter first (Kthena allows 5 minutes)
 
@@ -95,12 +115,14 @@ def list_models(cluster: Cluster, namespaces: list[str] | None) -> list[dict[str
     return [m for ns in namespaces for m in cluster.list(API_VERSION, "Model", namespace=ns)]
 
 
-def list_children(cluster: Cluster, namespace: str, uid: str) -> dict[tuple[str, str], dict[str, Any]]:
-    """The objects this Model owns, keyed by (kind, name)."""
+def list_children(cluster: Cluster, namespace: str, uid: str, served: set[str] | None = None) -> dict[tuple[str, str], dict[str, Any]]:
+    """The objects this Model owns, keyed by (kind, name); ``served`` collects the kinds the cluster serves."""
     children: dict[tuple[str, str], dict[str, Any]] = {}
     for api_version, kind in CHILD_KINDS:
         try:
             items = cluster.list(api_version, kind, namespace=namespace, label_selector=f"{LABEL_MODEL_UID}={uid}")
+            if served is not None:
+                served.add(kind)
         except NotFound:  # the kind is not served (e.g. Kthena CRDs missing): nothing of it is ours
             items = []
         for item in items:
@@ -194,6 +216,25 @@ def _short(exc: Exception) -> str:
 # ---------------------------------------------------------------------------------------- reconcile
 
 
+@dataclass(frozen=True)
+class RolloutOptions:
+    """How Models are rendered: Kthena's networking objects when the cluster serves them (``auto``) or
+    never (``off``); backends as ``Deployment``s or, where the CRD is served, ``ModelServing``s."""
+
+    kthena_networking: str = "auto"
+    workload: str = "Deployment"
+    runtime_image: str = RUNTIME_IMAGE
+
+
+def native_mode(options: RolloutOptions, served: set[str]) -> NativeMode:
+    """What to render for a Model, from the options and the kinds the cluster serves."""
+    networking = options.kthena_networking != "off" and {"ModelServer", "ModelRoute"} <= served
+    model_serving = options.workload == "ModelServing" and "ModelServing" in served
+    if options.workload == "ModelServing" and not model_serving:
+        log.warning("workload=ModelServing, but the cluster does not serve %s ModelServing: rendering Deployments", WORKLOAD_API)
+    return NativeMode(networking=networking, model_serving=model_serving, runtime_image=options.runtime_image)
+
+
 @dataclass
 class _BackendResult:
     objects: list[dict[str, Any]] = field(default_factory=list)
@@ -207,7 +248,7 @@ class _BackendResult:
 @task(name="reconcile-model", cache_policy=NO_CACHE)
 def reconcile_model(
     cluster: Cluster, manifest: dict[str, Any], now: datetime, downloader_image: str,
-    lora_session: Callable[[], requests.Session] | None = None,
+    lora_session: Callable[[], requests.Session] | None = None, options: RolloutOptions | None = None,
 ) -> ModelOutcome:
     """One reconcile pass for one Model: validate, render, write what changed, delete what was removed,
     update runtime LoRA adapters, write status. A failure is reported on the Model (``Failed``), never
@@ -224,7 +265,7 @@ def reconcile_model(
             if model is not None:  # report what runs now; change nothing until the spec is fixed
                 backends = _observed(model, list_children(cluster, namespace, meta.get("uid") or ""), {})
         else:
-            failure, backends = _roll_out(cluster, model, now, downloader_image, outcome, lora_session)
+            failure, backends = _roll_out(cluster, model, now, downloader_image, outcome, lora_session, options or RolloutOptions())
     except ClusterError as exc:
         failure = Failure(REASON_ABNORMAL, exc.message)
     except RuntimeError as exc:
@@ -242,19 +283,23 @@ def reconcile_model(
 
 def _roll_out(
     cluster: Cluster, model: Model, now: datetime, image: str, outcome: ModelOutcome,
-    lora_session: Callable[[], requests.Session] | None,
+    lora_session: Callable[[], requests.Session] | None, options: RolloutOptions,
 ) -> tuple[Failure | None, list[BackendState]]:
     ref = ModelRef.of(model)
-    live = list_children(cluster, ref.namespace, ref.uid)
+    served: set[str] = set()
+    live = list_children(cluster, ref.namespace, ref.uid, served)
+    mode = native_mode(options, served)
+    if mode.networking:
+        ref = native_ref(ref)
     unsupported = unsupported_backends(model)
     results: dict[str, _BackendResult] = {}
     for backend in model.spec.backends:
         if backend.type in ("MindIE", "MindIEDisaggregated"):
             continue
-        results[backend.name] = _plan_backend(cluster, model, ref, backend, live, image, lora_session, outcome)
+        results[backend.name] = _plan_backend(cluster, model, ref, backend, live, image, lora_session, outcome, mode)
     desired = [obj for result in results.values() for obj in result.objects]
-    desired += [stamp(obj) for obj in render_autoscaling(model, ref)]
-    desired.append(stamp(render_route(model, ref)))
+    desired += [stamp(obj) for obj in render_autoscaling(model, ref, model_serving=mode.model_serving, runtime=mode.networking)]
+    desired.append(stamp(render_model_route(model, ref) if mode.networking else render_route(model, ref)))
     written: dict[tuple[str, str], dict[str, Any]] = {}
     for obj in desired:
         key = (obj["kind"], obj["metadata"]["name"])
@@ -266,7 +311,7 @@ def _roll_out(
             outcome.deleted.append(f"{key[0]}/{key[1]}")
     rolled_out = {label.split(" ")[0] for label in outcome.created + outcome.updated}
     for result in results.values():
-        if any(f"Deployment/{name}" in rolled_out for name in result.deployments):
+        if any(name in rolled_out for name in result.deployments):
             for cache in result.caches:
                 mark_used(cluster, cache, now)
     failures = [r.failure for r in results.values() if r.failure]
@@ -275,14 +320,22 @@ def _roll_out(
     failure = Failure(failures[0].reason, "; ".join(f.message for f in failures)) if failures else None
     state = {**live, **written}
     waiting = {n: r.waiting for n, r in results.items() if r.waiting}
-    return failure, _observed(model, state, waiting)
+    return failure, _observed(model, state, waiting, mode.model_serving)
 
 
-def _observed(model: Model, objects: Mapping[tuple[str, str], dict[str, Any]], waiting: Mapping[str, str]) -> list[BackendState]:
-    """Per backend: replicas the Deployments report, and whether all of them are available."""
+def _observed(
+    model: Model, objects: Mapping[tuple[str, str], dict[str, Any]], waiting: Mapping[str, str], model_serving: bool = False,
+) -> list[BackendState]:
+    """Per backend: replicas the Deployments (or its ModelServing) report, and whether all are available."""
     ref = ModelRef.of(model)
     states = []
     for backend in model.spec.backends:
+        if model_serving:
+            serving = objects.get(("ModelServing", backend_name(ref, backend)))
+            replicas = int(((serving or {}).get("status") or {}).get("replicas") or 0)
+            available = serving is not None and model_serving_available(serving)
+            states.append(BackendState(backend.name, replicas, available and backend.name not in waiting, waiting.get(backend.name)))
+            continue
         deployments = [objects.get(("Deployment", w.name)) for w in workloads_of(ref, backend)]
         present = [d for d in deployments if d is not None]
         replicas = sum(int((d.get("status") or {}).get("replicas") or 0) for d in present)
@@ -293,12 +346,16 @@ def _observed(model: Model, objects: Mapping[tuple[str, str], dict[str, Any]], w
 
 def _plan_backend(
     cluster: Cluster, model: Model, ref: ModelRef, backend: ModelBackend, live: Mapping[tuple[str, str], dict[str, Any]], image: str,
-    lora_session: Callable[[], requests.Session] | None, outcome: ModelOutcome,
+    lora_session: Callable[[], requests.Session] | None, outcome: ModelOutcome, mode: NativeMode | None = None,
 ) -> _BackendResult:
-    """Render one backend's workloads and Services, or keep its live objects while its caches fill."""
+    """Render one backend's workloads and Services (or its ModelServing; its ModelServer with Kthena's
+    networking), or keep its live objects while its caches fill."""
+    mode = mode or NativeMode()
     result = _BackendResult()
     requested_by = f"Model/{ref.namespace}/{ref.name}"
     owned = {("Deployment", w.name) for w in workloads_of(ref, backend)} | {("Service", w.name) for w in workloads_of(ref, backend)}
+    owned |= {("Service", ray_service_name(w.name)) for w in workloads_of(ref, backend) if w.scaled and (w.worker.pods or 1) > 1}
+    owned |= {("ModelServing", backend_name(ref, backend)), ("ModelServer", backend_name(ref, backend))}
     weights = direct_weights(backend, image)
     if weights is None:
         source = needs_managed_cache(backend)
@@ -312,7 +369,7 @@ def _plan_backend(
     primary = workloads[0]
     base = render_workload(ref, backend, primary, weights, {}, 0)
     base_revision = revision(base)
-    change = runtime_lora_change(backend, live.get(("Deployment", primary.name)), base_revision)
+    change = None if mode.model_serving else runtime_lora_change(backend, live.get(("Deployment", primary.name)), base_revision)
     if change is not None:
         port = int(base["spec"]["template"]["spec"]["containers"][0]["ports"][0]["containerPort"])
         pods = ready_pods(cluster, ref.namespace, selector_labels(ref, backend, primary))
@@ -337,6 +394,20 @@ def _plan_backend(
             return _waiting(result, owned, live, resolution)
         loras[adapter.name] = lora_mount(adapter.name, resolution.pvc)
         result.caches.append(resolution.cache or {})
+    if mode.networking:
+        result.objects.append(stamp(render_model_server(ref, backend, mode)))
+    if mode.model_serving:
+        templates = {}
+        for workload in workloads:
+            follower = not workload.scaled
+            rendered = render_workload(ref, backend, workload, weights, loras, 0, leader_service=ENTRY_ADDRESS if follower else None)
+            template = rendered["spec"]["template"]
+            templates[workload.role] = template if follower or not mode.networking else with_runtime(template, ref, backend, workload.worker, mode.runtime_image)
+        unit = scale_workload(ref, backend)
+        replicas = desired_replicas(unit, live.get(("ModelServing", unit.name)), is_autoscaled(model, backend))
+        result.objects.append(stamp(render_model_serving(ref, backend, templates, replicas, mode)))
+        result.deployments.append(f"ModelServing/{unit.name}")
+        return result
     leader_replicas: dict[str, int] = {}
     for workload in workloads:
         live_obj = live.get(("Deployment", workload.name))
@@ -346,13 +417,17 @@ def _plan_backend(
         else:  # ray followers: (pods - 1) per leader replica, whatever the optimizer made of the leader
             leader_role = workload.role.removesuffix("-worker")
             replicas = leader_replicas.get(leader_role, 0) * ((workload.worker.pods or 1) - 1)
-        leader = f"{workload.name.removesuffix('-worker')}:6379" if not workload.scaled else None
+        leader = ray_service_name(workload.name.removesuffix("-worker")) if not workload.scaled else None
         deployment = render_workload(ref, backend, workload, weights, loras, replicas, leader_service=leader)
+        if mode.networking and workload.scaled:  # Kthena's runtime sidecar: kthena:* metrics on RUNTIME_PORT
+            deployment["spec"]["template"] = with_runtime(deployment["spec"]["template"], ref, backend, workload.worker, mode.runtime_image)
         base_rev = revision(render_workload(ref, backend, workload, weights, {}, 0, leader_service=leader))
         result.objects.append(stamp(deployment, base_rev))
-        result.deployments.append(workload.name)
+        result.deployments.append(f"Deployment/{workload.name}")
         if workload.scaled:
             result.objects.append(stamp(render_service(ref, backend, workload)))
+            if (workload.worker.pods or 1) > 1:
+                result.objects.append(stamp(render_ray_service(ref, backend, workload)))
     return result
 
 

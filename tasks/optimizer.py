@@ -23,10 +23,25 @@ from engine.bindings import (
     BindingDecision,
     BindingInputs,
     BindingTarget,
+    GroupMember,
     binding_status,
+    group_count,
+    group_instances,
+    parse_scale_groups,
     scale_to_zero_grace,
 )
 from engine.bindings import ANNOTATION_SCALE_TO_ZERO_GRACE
+from engine.actuation import (
+    OPTIMIZER_CONFIGMAP,
+    RECOMMEND,
+    SCALE,
+    Actuation,
+    ActuationModeError,
+    default_mode,
+    resource_mode,
+    scales,
+    target_modes,
+)
 from engine.config import (
     ACCELERATOR_COSTS_CONFIGMAP,
     INVENTORY_CONFIGMAP,
@@ -38,8 +53,8 @@ from engine.config import (
     parse_inventory,
     parse_service_class,
 )
-from engine.optimize import ANNOTATION_SCALE_DOWN_PENDING, VariantDecision, actuation_enabled, status_patch, variant_status
-from engine.status import changed_fields
+from engine.optimize import ANNOTATION_SCALE_DOWN_PENDING, VariantDecision, status_patch, variant_status
+from engine.status import REASON_INVALID, changed_fields
 from tasks.cluster import Cluster, ObjectRef
 from tasks.cluster.errors import ClusterError, Conflict, NotFound
 from tasks.cluster.retry import retry_on_conflict
@@ -70,6 +85,8 @@ class ClusterState:
     config_errors: list[ConfigError] = field(default_factory=list)
     missing_configuration: str | None = None
     """Why the cycle cannot run on this configuration (the cost ConfigMap is missing), or None."""
+    actuation_mode: str = SCALE
+    """The default actuation mode (``modelplane-optimizer-config``, key ``actuation-mode``; engine.actuation)."""
 
 
 def _in_scope(obj: Mapping[str, Any], namespaces: set[str] | None) -> bool:
@@ -154,6 +171,9 @@ def read_cluster_state(
         inventory, inventory_errors = parse_inventory(config_maps[INVENTORY_CONFIGMAP].get("data") or {})
         errors += inventory_errors
     missing = missing_configuration(set(config_maps), bool(variants), config_namespace)
+    mode, mode_error = default_mode((config_maps.get(OPTIMIZER_CONFIGMAP) or {}).get("data"))
+    if mode_error:
+        errors.append(ConfigError(OPTIMIZER_CONFIGMAP, mode_error.split(": ", 1)[1]))
     return ClusterState(
         variants=variants,
         bindings=bindings,
@@ -164,6 +184,7 @@ def read_cluster_state(
         inventory=inventory,
         config_errors=errors,
         missing_configuration=missing,
+        actuation_mode=mode,
     )
 
 
@@ -268,6 +289,10 @@ class WriteOutcome:
     status_written: bool = False
     event: bool = False
     error: str | None = None
+    mode: str = SCALE
+    """The actuation mode this object was applied in (engine.actuation)."""
+    published: bool = False
+    """Its desired replicas reached the Pushgateway this cycle."""
 
 
 def parallel_map(fn: Callable[[T], WriteOutcome], items: list[T], workers: int = WRITE_WORKERS) -> list[WriteOutcome]:
@@ -321,25 +346,42 @@ def post_event(cluster: Cluster, obj: Mapping[str, Any], reason: str, message: s
         return False
 
 
+def variant_mode(obj: Mapping[str, Any], default: str) -> str:
+    """The actuation mode of a VariantAutoscaling; ``recommend`` when its annotation is malformed (the
+    planner has already made it invalid, with a condition naming the annotation)."""
+    try:
+        return resource_mode((obj.get("metadata") or {}).get("annotations"), default)
+    except ActuationModeError:
+        return RECOMMEND
+
+
 def apply_variant(
-    cluster: Cluster, decision: VariantDecision, obj: dict[str, Any], now: datetime, heartbeat_s: float
+    cluster: Cluster, decision: VariantDecision, obj: dict[str, Any], now: datetime, heartbeat_s: float,
+    default_mode: str = SCALE, published: bool = False,
 ) -> WriteOutcome:
-    """Scale the target (unless recommend-only), then write status and an Event when desired changed."""
-    outcome = WriteOutcome(decision.namespace, decision.name)
+    """Scale the target when its actuation mode scales, then write status (``actuation.applied`` as WVA
+    means it for that mode, engine.actuation) and an Event when desired changed.
+
+    ``published``: the decision's desired replicas reached the Pushgateway this cycle.
+    """
+    mode = variant_mode(obj, default_mode) if decision.actuate else RECOMMEND
+    outcome = WriteOutcome(decision.namespace, decision.name, mode=mode, published=published and decision.desired is not None)
+    scale_ok = False
     if decision.desired is not None and decision.target is not None:
-        if not decision.actuate or not decision.ready:
-            outcome.applied = False  # a hold on bad input or missing data applies nothing
+        if not scales(mode) or not decision.ready:
+            pass  # metrics/recommend mode never writes the scale; a hold on bad input or missing data applies nothing
         elif decision.changes_replicas:
             api_version, kind, name = decision.target
             try:
                 cluster.set_scale(ObjectRef(api_version, kind, name, decision.namespace), decision.desired)
-                outcome.scaled = outcome.applied = True
+                outcome.scaled = scale_ok = True
             except ClusterError as exc:
                 outcome.error = f"scale {kind}/{name}: {exc.message}"
                 decision.ready = False
                 decision.message += f"; scaling failed: {exc.message}"
         else:
-            outcome.applied = True
+            scale_ok = True
+    outcome.applied = Actuation(mode, scale_ok, outcome.published).applied
     if decision.stabilization_changed:
         try:  # the scale-down window's state: an annotation (the seed's status has no field for it)
             cluster.patch_spec(ObjectRef.of(obj), {"metadata": {"annotations": {ANNOTATION_SCALE_DOWN_PENDING: decision.stabilization}}})
@@ -368,11 +410,19 @@ def apply_variant(
 
 @task(name="apply-decisions", cache_policy=NO_CACHE)
 def apply_decisions(
-    cluster: Cluster, state: ClusterState, decisions: list[VariantDecision], now: datetime, heartbeat_s: float
+    cluster: Cluster, state: ClusterState, decisions: list[VariantDecision], now: datetime, heartbeat_s: float,
+    published: frozenset[tuple[str, str]] = frozenset(),
 ) -> list[WriteOutcome]:
-    """Write every variant's decision back (concurrently; each object independently)."""
+    """Write every variant's decision back (concurrently; each object independently).
+
+    ``published``: (namespace, name) of the variants whose desired replicas reached the Pushgateway.
+    """
     objects = {(va["metadata"].get("namespace", "default"), va["metadata"]["name"]): va for va in state.variants}
-    outcomes = parallel_map(lambda d: apply_variant(cluster, d, objects[(d.namespace, d.name)], now, heartbeat_s), decisions)
+    outcomes = parallel_map(
+        lambda d: apply_variant(cluster, d, objects[(d.namespace, d.name)], now, heartbeat_s, state.actuation_mode,
+                                (d.namespace, d.name) in published),
+        decisions,
+    )
     logger = get_run_logger()
     for outcome in outcomes:
         if outcome.error:
@@ -450,44 +500,111 @@ def collect_metrics(source: MetricsSource | None, state: ClusterState) -> tuple[
 
 
 def _instances_from_snapshot(
-    snapshot: Any, namespace: str, pods: list[str], targets: list[BindingTarget], have_pod_objects: bool
+    snapshot: Any, namespace: str, pods: list[str], names: list[str], have_pod_objects: bool
 ) -> list[dict[str, float]]:
-    """Per-pod policy metrics of the binding's ready pods.
+    """Per-pod policy metrics of a target's ready pods.
 
     A manifest snapshot usually carries no Pod objects; then the pods are the ones the metrics name
-    after the target (``<target>-...``), as a Deployment names its pods.
+    after the target's workloads (``<name>-...``), as a Deployment names its pods.
     """
     metrics: Mapping[tuple[str, str], dict[str, float]] = snapshot.instance_metrics if snapshot is not None else {}
     if have_pod_objects:
         return [dict(metrics.get((namespace, pod), {})) for pod in pods]
-    prefixes = tuple(f"{t.name}-" for t in targets)
+    prefixes = tuple(f"{name}-" for name in names)
     return [dict(values) for (ns, pod), values in sorted(metrics.items()) if ns == namespace and pod.startswith(prefixes)]
+
+
+@dataclass
+class _TargetPods:
+    """One binding target's pods: ready ones by name, how many are not ready, and the metric instances."""
+
+    ready: list[str] = field(default_factory=list)
+    unready: int = 0
+    listed: bool = False
+
+
+def _target_pods(cluster: Cluster, ref: ObjectRef, selector: str | None) -> _TargetPods:
+    if not selector:
+        return _TargetPods()
+    pods = cluster.list("v1", "Pod", namespace=ref.namespace, label_selector=selector)
+    ready = [p["metadata"]["name"] for p in pods if _pod_ready(p)]
+    return _TargetPods(ready, len(pods) - len(ready), bool(pods))
+
+
+@dataclass
+class _ReadTarget:
+    """What one binding target is now: its replicas (or its group's members'), and its serving pods."""
+
+    ref: ObjectRef
+    current: int | None
+    group: tuple[GroupMember, ...] | None
+    serving_names: list[str]
+    pods: _TargetPods
+
+
+def _read_target(cluster: Cluster, target: Mapping[str, Any], namespace: str, group: list[tuple[str, int, bool]] | None) -> _ReadTarget:
+    """The scale of the target (of each member of its group) and the pods of its serving workloads."""
+    ref = _target_ref(target, namespace)
+    members = [(ObjectRef(ref.api_version, ref.kind, name, ref.namespace), per, serves) for name, per, serves in group or []] or [(ref, 1, True)]
+    scales: list[int | None] = []
+    pods = _TargetPods()
+    for member_ref, _per, serves in members:
+        try:
+            scale_now = cluster.get_scale(member_ref)
+        except NotFound:
+            scales.append(None)
+            continue
+        scales.append(scale_now.replicas)
+        if serves:
+            got = _target_pods(cluster, member_ref, _selector(scale_now.selector, target.get("additionalMatchLabels")))
+            pods.ready += got.ready
+            pods.unready += got.unready
+            pods.listed = pods.listed or got.listed
+    serving = [m.name for m, _, serves in members if serves]
+    if not group:
+        return _ReadTarget(ref, scales[0], None, serving, pods)
+    members_now = tuple(GroupMember(m.name, m.api_version, m.kind, per, current, serves) for (m, per, serves), current in zip(members, scales))
+    return _ReadTarget(ref, None, members_now, serving, pods)
 
 
 @task(name="read-binding-inputs", cache_policy=NO_CACHE, retries=1, retry_delay_seconds=1)
 def read_binding_inputs(
     cluster: Cluster, binding: dict[str, Any], state: ClusterState, snapshot: Any, metrics_error: str | None
 ) -> BindingInputs:
-    """Current replicas (scale subresource), the targets' pods, and their policy metrics from the snapshot."""
+    """Current replicas (scale subresource), the targets' pods, and their policy metrics from the snapshot.
+
+    A target named in the binding's :data:`engine.bindings.ANNOTATION_SCALE_GROUPS` is a serving group:
+    its members' replicas are read, its current count is whole groups, and its serving pods' metrics
+    become one instance per group."""
     meta = binding["metadata"]
     namespace = meta.get("namespace", "default")
     spec = binding.get("spec") or {}
     policy_name = (spec.get("policyRef") or {}).get("name")
     policy = state.policies.get((namespace, policy_name or ""))
+    try:
+        groups = parse_scale_groups(meta.get("annotations") or {})
+    except ValueError as exc:
+        log.warning("AutoscalingPolicyBinding %s: scaling its targets one by one: %s", meta.get("name"), exc)
+        groups = {}
+    read = [_read_target(cluster, target, namespace, groups.get(_target_ref(target, namespace).name)) for target, *_ in binding_targets(binding)]
+    have_pod_objects = any(r.pods.listed for r in read)
     targets: list[BindingTarget] = []
-    pods: list[dict[str, Any]] = []
-    for target, low, high, cost in binding_targets(binding):
-        ref = _target_ref(target, namespace)
-        try:
-            current_scale = cluster.get_scale(ref)
-        except NotFound:
-            targets.append(BindingTarget(ref.name, ref.namespace, ref.api_version, ref.kind, None, low, high, cost))
+    instances: list[dict[str, float]] = []
+    unready = 0
+    for r, (_, low, high, cost) in zip(read, binding_targets(binding)):
+        ref = r.ref
+        pod_instances = _instances_from_snapshot(snapshot, namespace, r.pods.ready, r.serving_names, have_pod_objects)
+        if r.group is None:
+            targets.append(BindingTarget(ref.name, ref.namespace, ref.api_version, ref.kind, r.current, low, high, cost))
+            instances += pod_instances
+            unready += r.pods.unready
             continue
-        targets.append(BindingTarget(ref.name, ref.namespace, ref.api_version, ref.kind, current_scale.replicas, low, high, cost))
-        selector = _selector(current_scale.selector, target.get("additionalMatchLabels"))
-        if selector:
-            pods += cluster.list("v1", "Pod", namespace=ref.namespace, label_selector=selector)
-    ready = [p["metadata"]["name"] for p in pods if _pod_ready(p)]
+        current_groups = group_count(r.group)
+        targets.append(BindingTarget(ref.name, ref.namespace, ref.api_version, ref.kind, current_groups, low, high, cost, r.group))
+        if current_groups is not None:
+            serving_per_group = sum(m.per_group for m in r.group if m.serves) or 1
+            instances += group_instances(pod_instances, current_groups)
+            unready += -(-r.pods.unready // serving_per_group)
     optimizer = spec.get("optimizerConfiguration") or {}
     return BindingInputs(
         namespace=namespace,
@@ -497,8 +614,8 @@ def read_binding_inputs(
         policy=(policy or {}).get("spec") if policy else None,
         heterogeneous=bool(optimizer),
         targets=targets,
-        instances=_instances_from_snapshot(snapshot, namespace, ready, targets, have_pod_objects=bool(pods)),
-        unready=len(pods) - len(ready),
+        instances=instances,
+        unready=unready,
         metrics_error=metrics_error,
         cost_expansion_rate_percent=int(optimizer.get("costExpansionRatePercent", 200)),
         old_status=binding.get("status") or {},
@@ -528,19 +645,54 @@ def binding_grace_period(cluster: Cluster, binding: dict[str, Any]) -> float | N
         return None
 
 
-def apply_binding(cluster: Cluster, binding: dict[str, Any], decision: BindingDecision, now: datetime) -> None:
-    """Scale each changed target (unless recommend-only), persist window state in status, post an Event."""
-    actuate = actuation_enabled((binding.get("metadata") or {}).get("annotations") or {})
+def binding_modes(binding: Mapping[str, Any], default: str) -> tuple[dict[str, str], str, str | None]:
+    """Each target's actuation mode (per-target overrides, else the binding's annotation, else ``default``),
+    the binding's own mode, and the error of a malformed annotation (then everything is ``recommend``).
+
+    The members of a serving group (``modelplane.io/scale-groups``) take their group target's mode.
+    """
+    annotations = (binding.get("metadata") or {}).get("annotations") or {}
+    names = [_target_ref(target, "").name for target, *_ in binding_targets(binding)]
+    try:
+        mode = resource_mode(annotations, default)
+        overrides = target_modes(annotations, mode)
+    except ActuationModeError as exc:
+        return {name: RECOMMEND for name in names}, RECOMMEND, str(exc)
+    modes = {name: overrides.get(name, mode) for name in names}
+    try:
+        groups = parse_scale_groups(annotations)
+    except ValueError:
+        groups = {}  # reported by the planner; members then take the binding's mode
+    for group, members in groups.items():
+        for member, *_ in members:
+            modes.setdefault(member, modes.get(group, mode))
+    return modes, mode, None
+
+
+def apply_binding(
+    cluster: Cluster, binding: dict[str, Any], decision: BindingDecision, now: datetime,
+    default_mode: str = SCALE, published: frozenset[tuple[str, str]] = frozenset(),
+) -> None:
+    """Scale each changed target whose mode scales, persist window state in status, post an Event.
+
+    ``published``: (namespace, target name) of the targets whose desired replicas reached the Pushgateway.
+    """
+    modes, binding_mode, mode_error = binding_modes(binding, default_mode)
+    if mode_error:
+        decision.ready, decision.reason, decision.message = False, REASON_INVALID, mode_error
     for target in decision.targets:
-        if actuate and target.changes_replicas:
+        target.mode = modes.get(target.name, binding_mode)
+        scale_ok = False
+        if scales(target.mode) and target.changes_replicas:
             try:
                 cluster.set_scale(ObjectRef(target.api_version, target.kind, target.name, target.namespace), target.desired)
-                target.applied = True
+                target.scaled = scale_ok = True
             except ClusterError as exc:
                 decision.ready = False
                 decision.message += f"; scaling {target.kind}/{target.name} failed: {exc.message}"
-        elif actuate and decision.ready:
-            target.applied = True
+        elif scales(target.mode) and decision.ready:
+            scale_ok = True
+        target.applied = Actuation(target.mode, scale_ok, (target.namespace, target.name) in published).applied
     metrics_ok = decision.reason != REASON_NO_METRICS
     metrics_message = "Policy metrics are available" if metrics_ok else decision.message
     generation = (binding.get("metadata") or {}).get("generation")

@@ -36,7 +36,7 @@ def write_object(cluster: Cluster, desired: dict[str, Any], live: dict[str, Any]
         log.updated.append(label)
         return stored
     wanted = (desired.get("spec") or {}).get("replicas")
-    if desired["kind"] == "Deployment" and wanted is not None and (live.get("spec") or {}).get("replicas") != wanted:
+    if desired["kind"] in ("Deployment", "ModelServing") and wanted is not None and (live.get("spec") or {}).get("replicas") != wanted:
         stored = cluster.patch_spec(ref, {"spec": {"replicas": wanted}}, resource_version=version)
         log.updated.append(f"{label} (replicas {wanted})")
         return stored

@@ -14,6 +14,8 @@ os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 pytest_plugins = [
     "tests.kubeserver.fixture",
     "tests.promtest.fixture",
+    # A real Prometheus Pushgateway (metrics actuation), and a Prometheus scraping it.
+    "tests.promtest.pushgateway",
     # Real S3 (moto[server]) and a Hugging Face protocol server (olah, offline) for the downloader.
     "tests.s3test.fixture",
     "tests.hftest.fixture",

@@ -118,3 +118,34 @@ def test_jobs_of_other_images_are_left_alone(kube_server: KubeServer, kube_names
     time.sleep(0.5)
     status = batch.read_namespaced_job_status("other", kube_namespace).status
     assert not status.active and not status.succeeded and not status.conditions
+
+
+def test_a_job_runs_in_the_images_workdir_with_its_service_accounts_credentials(
+        kube_server: KubeServer, kube_namespace: str, apis: Any) -> None:
+    """Modelplane's image is this checkout: the process starts in its WORKDIR with its ENV, and the Pod's
+    service account is its in-cluster identity (a kubeconfig whose requests the server logs under that name)."""
+    import json
+    import pathlib
+
+    from tests.kubeserver.jobs import modelplane_image
+
+    core, batch = apis
+    core.create_namespaced_persistent_volume_claim(kube_namespace, pvc())
+    script = (
+        "import json, os, sys; from kubernetes import client, config; config.load_kube_config();"
+        f"client.CoreV1Api().list_namespaced_config_map('{kube_namespace}');"
+        "open(sys.argv[1], 'w').write(json.dumps({'cwd': os.getcwd(), 'home': os.environ['MODELPLANE_HOME']}))"
+    )
+    manifest = job("sa", script)
+    manifest["spec"]["template"]["spec"]["serviceAccountName"] = "runner"
+    kube_server.reset_stats()
+    batch.create_namespaced_job(kube_namespace, manifest)
+
+    wait_for(lambda: conditions(batch, "sa", kube_namespace) & {"Complete", "Failed"}, timeout=60)
+    assert "Complete" in conditions(batch, "sa", kube_namespace)
+    seen = json.loads((volume_path(kube_server.workdir, kube_namespace, "vol") / "out.txt").read_text())
+    checkout = str(pathlib.Path(__file__).resolve().parents[1])
+    assert seen == {"cwd": checkout, "home": checkout}, f"the WORKDIR {modelplane_image().workdir} is the checkout"
+    calls = [r for r in kube_server.requests() if r["path"].startswith(f"/api/v1/namespaces/{kube_namespace}/configmaps")]
+    assert [r["user"] for r in calls] == [f"system:serviceaccount:{kube_namespace}:runner"]
+    assert {r["user"] for r in kube_server.requests() if "/jobs" in r["path"]} == {"admin"}

@@ -1,5 +1,5 @@
-"""The upstream KServe and Gateway API CRDs (``shared/upstream-crds/``, beside the repository) for the
-Kubernetes API test server, so it validates what rollouts render against the real schemas."""
+"""The upstream KServe, Gateway API and Kthena CRDs (``shared/upstream-crds/``, beside the repository) for
+the Kubernetes API test server, so it validates what rollouts render against the real schemas."""
 
 from __future__ import annotations
 
@@ -37,6 +37,25 @@ def upstream_crds() -> tuple[dict[str, Any], ...]:
     for name in FILES:
         docs += [d for d in yaml.load_all((folder / name).read_text(), Loader=loader) if d]
     return tuple(docs)
+
+
+KTHENA_FILES = (
+    "kthena/networking.serving.volcano.sh_modelservers.yaml",
+    "kthena/networking.serving.volcano.sh_modelroutes.yaml",
+    "kthena/workload.serving.volcano.sh_modelservings.yaml",
+)
+
+
+@lru_cache(maxsize=1)
+def kthena_crds() -> tuple[dict[str, Any], ...]:
+    """Kthena's ModelServer, ModelRoute (networking.serving.volcano.sh) and ModelServing
+    (workload.serving.volcano.sh) CRDs, or an empty tuple when they are absent. Kept apart from
+    :func:`upstream_crds`: a cluster serving them switches rollout-models to Kthena-native rendering."""
+    folder = upstream_crds_dir()
+    if folder is None or not all((folder / name).is_file() for name in KTHENA_FILES):
+        return ()
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # the ModelServing CRD is 1.4 MB
+    return tuple(d for name in KTHENA_FILES for d in yaml.load_all((folder / name).read_text(), Loader=loader) if d)
 
 
 SKIP_REASON = "shared/upstream-crds/ (the upstream KServe and Gateway API CRDs) is not beside the repository"

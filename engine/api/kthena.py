@@ -231,6 +231,13 @@ class RecommendationRecord(KubeModel):
     """Replicas after the behaviour correction."""
 
 
+class TargetActuation(KubeModel):
+    """The actuation of one binding target (the shape of WVA's ActuationStatus; modes in docs/metrics.md)."""
+
+    applied: bool | None = None
+    """Applied: the target was scaled (scale mode), its desired replicas published (metrics mode), or both."""
+
+
 class TargetReplicas(KubeModel):
     """Replicas assigned to one target of a heterogeneous binding."""
 
@@ -240,6 +247,8 @@ class TargetReplicas(KubeModel):
     """Namespace of the target object."""
     replicas: int = Field(ge=0)
     """Replicas assigned to it."""
+    actuation: TargetActuation | None = None
+    """Whether this target's actuation was applied, as a VariantAutoscaling's ``status.actuation`` says it."""
 
 
 class AutoscalingPolicyBindingStatus(KubeModel):

@@ -14,7 +14,8 @@ class Credentials:
     Environment variables (the names the Hugging Face and AWS clients use, plus llmaz's token name):
     ``HF_TOKEN`` (or ``HUGGING_FACE_HUB_TOKEN``), ``HF_ENDPOINT``; ``AWS_ACCESS_KEY_ID``,
     ``AWS_SECRET_ACCESS_KEY``, ``AWS_SESSION_TOKEN``, ``AWS_ENDPOINT_URL`` (or ``AWS_ENDPOINT_URL_S3``),
-    ``AWS_REGION`` (or ``AWS_DEFAULT_REGION``).
+    ``AWS_REGION`` (or ``AWS_DEFAULT_REGION``); and Kthena's downloader names (seed 003), used when the
+    AWS name is unset: ``ENDPOINT`` (the S3 endpoint), ``ACCESS_KEY``, ``SECRET_KEY``.
     """
 
     hf_token: str | None = field(default=None, repr=False)
@@ -40,10 +41,10 @@ class Credentials:
         return cls(
             hf_token=get("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN"),
             hf_endpoint=get("HF_ENDPOINT"),
-            aws_access_key_id=get("AWS_ACCESS_KEY_ID"),
-            aws_secret_access_key=get("AWS_SECRET_ACCESS_KEY"),
+            aws_access_key_id=get("AWS_ACCESS_KEY_ID", "ACCESS_KEY"),
+            aws_secret_access_key=get("AWS_SECRET_ACCESS_KEY", "SECRET_KEY"),
             aws_session_token=get("AWS_SESSION_TOKEN"),
-            aws_endpoint_url=get("AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL"),
+            aws_endpoint_url=get("AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL", "ENDPOINT"),
             aws_region=get("AWS_REGION", "AWS_DEFAULT_REGION"),
         )
 

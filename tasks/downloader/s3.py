@@ -132,7 +132,7 @@ class S3Backend:
         code = _code(exc)
         message = self._redact(str(exc.response.get("Error", {}).get("Message") or code))
         if code in AUTH_CODES:
-            return AuthenticationFailed(f"S3 rejected the credentials for {where} ({code}): {message}; check AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY")
+            return AuthenticationFailed(f"S3 rejected the credentials for {where} ({code}): {message}; check AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY (or ACCESS_KEY/SECRET_KEY)")
         if code in NOT_FOUND_CODES:
             return SourceNotFound(f"{where} does not exist ({code})")
         return TransferFailed(f"S3 error for {where} ({code}): {message}")

@@ -43,3 +43,28 @@ def test_missing_bucket_and_bad_source_exit_codes(s3_server, tmp_path: pathlib.P
     result = fill("hf://a/b/c", str(tmp_path))
     assert result.returncode == 2 and result.stderr.startswith("cache fill: invalid argument: ")
     assert len(result.stderr.strip().splitlines()) == 1
+
+
+def _without_aws(env: dict[str, str]) -> dict[str, str]:
+    """The process env minus every AWS_* variable, so only Kthena's names can point at the store."""
+    return {k: v for k, v in env.items() if not k.startswith("AWS_")}
+
+
+def test_fill_honours_kthenas_endpoint_and_keys(s3_server, tmp_path: pathlib.Path) -> None:  # type: ignore[no-untyped-def]
+    """Seed 003: ``ENDPOINT`` (plus ``ACCESS_KEY``/``SECRET_KEY``) is what a Kthena user sets for s3://; the
+    bucket name has an underscore, as in Kthena's own examples."""
+    bucket = f"aios_models_{os.getpid()}"
+    s3_server.client().create_bucket(Bucket=bucket)
+    s3_server.client().put_object(Bucket=bucket, Key="x/config.json", Body=b'{"a": 1}')
+    kthena = {"ENDPOINT": s3_server.endpoint, "ACCESS_KEY": s3_server.access_key, "SECRET_KEY": s3_server.secret_key}
+    result = subprocess.run([*CLI, "cache", "fill", f"s3://{bucket}/x", str(tmp_path), "--json"],
+                            env={**_without_aws(dict(os.environ)), **kthena}, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert (tmp_path / "config.json").read_bytes() == b'{"a": 1}'
+
+    # A wrong secret: one line naming both spellings of the key variables, never the secret itself.
+    wrong = {**kthena, "SECRET_KEY": "kthena-wrong-secret-0123456789"}
+    result = subprocess.run([*CLI, "cache", "fill", f"s3://{bucket}/x", str(tmp_path / "again")],
+                            env={**_without_aws(dict(os.environ)), **wrong}, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 1 and result.stderr.startswith("cache fill failed (AuthenticationFailed): ")
+    assert "SECRET_KEY" in result.stderr and "kthena-wrong-secret-0123456789" not in result.stderr + result.stdout

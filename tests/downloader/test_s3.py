@@ -6,6 +6,7 @@ import os
 import pathlib
 import threading
 import time
+import uuid
 
 import pytest
 
@@ -195,3 +196,20 @@ def test_a_dropped_connection_resumes_the_part(s3_server, model, tmp_path: pathl
     # The first part broke off after 3 MiB and was asked again from there, not from 0.
     assert ranges[0] == f"bytes=0-{5 * MiB - 1}" and ranges[1] == f"bytes={3 * MiB}-{5 * MiB - 1}"
     assert len(ranges) == 4
+
+
+def test_kthena_env_names_fill_from_a_non_default_endpoint(s3_server, tmp_path: pathlib.Path) -> None:  # type: ignore[no-untyped-def]
+    """``ENDPOINT``/``ACCESS_KEY``/``SECRET_KEY`` (Kthena's downloader names) work alone; AWS names win when both are set."""
+    from tasks.downloader import Credentials
+
+    bucket = f"aios_models_{uuid.uuid4().hex[:8]}"
+    s3_server.client().create_bucket(Bucket=bucket)
+    upload(s3_server, bucket, {"m/config.json": b"{}"})
+    kthena = {"ENDPOINT": s3_server.endpoint, "ACCESS_KEY": s3_server.access_key, "SECRET_KEY": s3_server.secret_key}
+    creds = Credentials.from_env(kthena)
+    assert (creds.aws_endpoint_url, creds.aws_access_key_id) == (s3_server.endpoint, s3_server.access_key)
+    assert s3_server.secret_key not in repr(creds)
+    fill_cache(f"s3://{bucket}/m", tmp_path, creds)
+    assert (tmp_path / "config.json").read_bytes() == b"{}"
+    both = Credentials.from_env({**kthena, "AWS_ENDPOINT_URL": "http://127.0.0.1:1", "AWS_ACCESS_KEY_ID": "aws"})
+    assert (both.aws_endpoint_url, both.aws_access_key_id, both.aws_secret_access_key) == ("http://127.0.0.1:1", "aws", s3_server.secret_key)

@@ -4,7 +4,19 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta, timezone
 
-from engine.bindings import BindingInputs, BindingTarget, binding_status, plan_binding
+import pytest
+
+from engine.bindings import (
+    ANNOTATION_SCALE_GROUPS,
+    BindingInputs,
+    BindingTarget,
+    GroupMember,
+    binding_status,
+    group_count,
+    group_instances,
+    parse_scale_groups,
+    plan_binding,
+)
 from engine.scaling import ScalingState
 
 NOW = datetime(2026, 11, 22, 12, 0, 0, tzinfo=timezone.utc)
@@ -79,11 +91,11 @@ def test_heterogeneous_distributes_total_cheapest_first() -> None:
 
 def test_status_persists_window_state_and_conditions() -> None:
     decision = plan_binding(inputs(), NOW)
-    decision.targets[0].applied = True
+    decision.targets[0].applied = decision.targets[0].scaled = True
     status = binding_status(decision, {}, NOW, 3, True, "ok")
     assert status["observedGeneration"] == 3 and status["desiredReplicas"] == 4 and status["currentReplicas"] == 2
     assert status["lastScaleTime"] == "2026-11-22T12:00:00Z"
-    assert status["targets"] == [{"name": "llama", "namespace": "ns", "replicas": 4}]
+    assert status["targets"] == [{"name": "llama", "namespace": "ns", "replicas": 4, "actuation": {"applied": True}}]
     state = ScalingState.from_dict(status)
     assert state.history[-1].corrected == 4
     types = {c["type"]: c for c in status["conditions"]}
@@ -126,3 +138,40 @@ def test_grace_period_from_annotation_or_owning_model() -> None:
     assert scale_to_zero_grace({ANNOTATION_SCALE_TO_ZERO_GRACE: "45s"}, model) == 45.0
     assert scale_to_zero_grace({}, model) == 120.0
     assert scale_to_zero_grace({}, None) is None
+
+
+def pd_group(prefill: int | None, decode: int | None, low: int = 1, high: int = 4, cost: float = 30.0) -> BindingTarget:
+    """A P/D backend as one group: 2 prefill + 1 decode per group."""
+    members = (GroupMember("pd-prefill", "apps/v1", "Deployment", 2, prefill), GroupMember("pd-decode", "apps/v1", "Deployment", 1, decode))
+    return BindingTarget("pd-prefill", "ns", "apps/v1", "Deployment", group_count(members), low, high, cost, members)
+
+
+@pytest.mark.parametrize("waiting", [6.0, 11.0, 16.0, 30.0, 100.0])
+def test_prefill_decode_group_keeps_its_ratio_at_any_total(waiting: float) -> None:
+    """A 2:1 P/D group beside a plain backend: whatever total the optimizer pours, prefill = 2 x decode,
+    and the group's cost is counted once per group."""
+    targets = [pd_group(2, 1), target("plain", current=1, low=1, high=4, cost=100.0)]
+    instances = group_instances([{"vllm:num_requests_waiting": waiting}] * 3, 1) + [{"vllm:num_requests_waiting": waiting}]
+    decision = plan_binding(inputs(targets=targets, heterogeneous=True, instances=instances), NOW)
+    assert decision.ready
+    by_name = {t.name: t for t in decision.targets}
+    assert set(by_name) == {"pd-prefill", "pd-decode", "plain"}
+    groups = by_name["pd-decode"].desired
+    assert groups is not None and 1 <= groups <= 4 and by_name["pd-prefill"].desired == 2 * groups
+    assert by_name["pd-prefill"].cost == 30.0 * groups and by_name["pd-decode"].cost == 0.0
+
+
+def test_a_broken_ratio_is_restored_and_a_hold_keeps_members_where_they_are() -> None:
+    # Someone scaled prefill to 5 by hand: 2 whole groups (decode 2); the cycle writes 2:1 again.
+    decision = plan_binding(inputs(targets=[pd_group(5, 2)], instances=[{"vllm:num_requests_waiting": 5.0}] * 2), NOW)
+    assert [(t.name, t.current, t.desired) for t in decision.targets] == [("pd-prefill", 5, 4), ("pd-decode", 2, 2)]
+    held = plan_binding(inputs(targets=[pd_group(5, 2)], policy=None), NOW)
+    assert [(t.name, t.desired) for t in held.targets] == [("pd-prefill", 5), ("pd-decode", 2)]
+    assert group_count((GroupMember("a", "apps/v1", "Deployment", 2, 4), GroupMember("b", "apps/v1", "Deployment", 1, None))) is None
+
+
+def test_scale_groups_annotation_is_parsed_or_rejected_with_its_name() -> None:
+    groups = parse_scale_groups({ANNOTATION_SCALE_GROUPS: '{"p": [{"name": "p", "perGroup": 2}, {"name": "w", "perGroup": 1, "serves": false}]}'})
+    assert groups == {"p": [("p", 2, True), ("w", 1, False)]}
+    with pytest.raises(ValueError, match="modelplane.io/scale-groups"):
+        parse_scale_groups({ANNOTATION_SCALE_GROUPS: '{"p": [{"name": "p", "perGroup": 0}]}'})

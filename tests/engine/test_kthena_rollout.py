@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import json
+import shlex
 from typing import Any
 
 import kubernetes_validate
@@ -18,6 +19,7 @@ from engine.kthena_rollout import (
     cache_mount,
     config_flags,
     direct_weights,
+    render_ray_service,
     render_service,
     render_workload,
     runtime_lora_change,
@@ -74,6 +76,39 @@ def test_cache_uri_download_runs_the_shared_downloader_into_kthenas_layout() -> 
     valid(deployment)
 
 
+class MultiNodeContract:
+    """What vLLM's ``examples/online_serving/multi-node-serving.sh`` does with its arguments (its contract,
+    re-stated, not its code): ``leader`` takes ``--ray_port`` (6379), ``--ray_cluster_size`` (required) and
+    ``--ray_init_timeout`` (300), forwards the rest to ``ray start --head --port=$ray_port`` and waits until
+    ``ray_cluster_size`` nodes are alive; ``worker`` takes ``--ray_address`` (required), ``--ray_port`` (6379)
+    and ``--ray_init_timeout``, and runs ``ray start --address=$ray_address:$ray_port --block`` plus the rest."""
+
+    def __init__(self, command: str) -> None:
+        script_call = command.split(" && ", 1)[0]
+        words = shlex.split(script_call)
+        assert words[0].endswith("/multi-node-serving.sh"), words
+        self.subcommand, args = words[1], words[2:]
+        self.ray_port, self.timeout, self.ray_address, self.cluster_size = "6379", "300", "", ""
+        self.start_params: list[str] = []
+        options = {"--ray_port": "ray_port", "--ray_init_timeout": "timeout"}
+        options.update({"--ray_address": "ray_address"} if self.subcommand == "worker" else {"--ray_cluster_size": "cluster_size"})
+        for arg in args:
+            key, eq, value = arg.partition("=")
+            if eq and key in options:
+                setattr(self, options[key], value)
+            else:
+                self.start_params.append(arg)
+        assert self.subcommand in ("leader", "worker")
+        assert (self.ray_address if self.subcommand == "worker" else self.cluster_size), "the script exits 1 without it"
+
+    @property
+    def ray_start(self) -> list[str]:
+        """The ``ray start`` command the script runs."""
+        if self.subcommand == "leader":
+            return ["ray", "start", "--head", f"--port={self.ray_port}", *self.start_params]
+        return ["ray", "start", f"--address={self.ray_address}:{self.ray_port}", "--block", *self.start_params]
+
+
 def test_multi_pod_worker_becomes_a_leader_and_ray_followers() -> None:
     worker = server_worker(pods=3, resources={"limits": {"nvidia.com/gpu": "8"}})
     m = parsed(backend("big", minReplicas=2, maxReplicas=2, workers=[worker]))
@@ -82,15 +117,33 @@ def test_multi_pod_worker_becomes_a_leader_and_ray_followers() -> None:
     assert [(w.name, w.role, w.min_replicas, w.scaled) for w in workloads] == [("m-big", "server", 2, True), ("m-big-worker", "server-worker", 4, False)]
     weights = direct_weights(b, "img")
     assert weights is not None
+    ray = render_ray_service(ref, b, workloads[0])
     leader = render_workload(ref, b, workloads[0], weights, {}, 2)
-    follower = render_workload(ref, b, workloads[1], weights, {}, 4, leader_service="m-big:6379")
+    follower = render_workload(ref, b, workloads[1], weights, {}, 4, leader_service=ray["metadata"]["name"])
     script = leader["spec"]["template"]["spec"]["containers"][0]["args"][1]
-    assert "leader --ray_cluster_size=3 --num-gpus=8 && python3 -m vllm.entrypoints.openai.api_server" in script
-    assert script.endswith("--distributed-executor-backend ray")
-    assert follower["spec"]["template"]["spec"]["containers"][0]["args"][1].endswith("worker --ray_address=m-big:6379")
+    assert " && python3 -m vllm.entrypoints.openai.api_server" in script and script.endswith("--distributed-executor-backend ray")
+
+    # The leader starts a head on the ray Service's port and waits for all 3 pods of the group.
+    head = MultiNodeContract(script)
+    ray_port = ray["spec"]["ports"][0]["port"]
+    assert head.subcommand == "leader" and head.cluster_size == "3" and head.ray_start == ["ray", "start", "--head", f"--port={ray_port}", "--num-gpus=8"]
+    # The worker dials host:port exactly once (the script appends the port itself): the ray Service.
+    joiner = MultiNodeContract(follower["spec"]["template"]["spec"]["containers"][0]["args"][1])
+    assert joiner.ray_start[:4] == ["ray", "start", f"--address=m-big-ray:{ray_port}", "--block"] and joiner.start_params == []
+    # Both wait longer than the script's 300 s default, and within the leader's startup budget.
+    startup = leader["spec"]["template"]["spec"]["containers"][0]["startupProbe"]
+    assert 300 < int(head.timeout) == int(joiner.timeout) < startup["periodSeconds"] * startup["failureThreshold"]
+
+    # Readiness: workers join before the leader is Ready (vLLM serves only after they joined), so the ray
+    # Service publishes not-ready addresses; a worker is Ready once the head answers.
+    assert ray["spec"]["publishNotReadyAddresses"] is True and ray["spec"]["clusterIP"] == "None"
+    assert ray["spec"]["selector"] == leader["spec"]["selector"]["matchLabels"]
+    probe = follower["spec"]["template"]["spec"]["containers"][0]["readinessProbe"]
+    assert probe["exec"]["command"] == ["bash", "-c", f"ray status --address=m-big-ray:{ray_port}"]
+    assert "readinessProbe" in leader["spec"]["template"]["spec"]["containers"][0]
     service = render_service(ref, b, workloads[0])
-    assert {"name": "ray", "port": 6379, "targetPort": 6379, "protocol": "TCP"} in service["spec"]["ports"]
-    for obj in (leader, follower, service):
+    assert [p["name"] for p in service["spec"]["ports"]] == ["http"]
+    for obj in (leader, follower, service, ray):
         valid(obj)
 
 
@@ -160,7 +213,24 @@ def test_flavor_fallback_in_order() -> None:
         choose_flavor(om, "zz", [])
 
 
-def test_backend_level_policy_gives_a_policy_per_backend_and_a_binding_per_scaled_workload() -> None:
+def test_openmodel_parallelism_and_resources_come_from_the_flavor() -> None:
+    from engine.openmodel import parallelism_args, runner_resources
+
+    om = openmodel([
+        {"name": "a100x2", "limits": {"nvidia.com/gpu": 2}},
+        {"name": "tp-param", "limits": {"nvidia.com/gpu": 8}, "params": {"TP": "4", "PP": "2"}},
+        {"name": "one", "limits": {"nvidia.com/gpu": 1, "cpu": "16"}},
+    ])
+    two, params, one = om.spec.inference_config.flavors
+    assert parallelism_args(two) == ["--tensor-parallel-size", "2"]
+    assert parallelism_args(params) == ["--tensor-parallel-size", "4", "--pipeline-parallel-size", "2"]
+    assert parallelism_args(one) == [] and parallelism_args(None) == []
+    assert runner_resources(one) == {"requests": {"cpu": "16", "memory": "8Gi", "nvidia.com/gpu": "1"},
+                                     "limits": {"cpu": "16", "memory": "8Gi", "nvidia.com/gpu": "1"}}
+    assert runner_resources(None)["limits"] == {"cpu": "4", "memory": "8Gi"}
+
+
+def test_backend_level_policy_gives_a_policy_and_a_binding_per_backend_scaling_its_group() -> None:
     from engine.kthena_rollout import ANNOTATION_SCALE_TO_ZERO, render_autoscaling
     from tests.rollout.models import QUEUE_POLICY
 
@@ -171,12 +241,15 @@ def test_backend_level_policy_gives_a_policy_per_backend_and_a_binding_per_scale
     )
     objects = render_autoscaling(m, ModelRef.of(m))
     assert [(o["kind"], o["metadata"]["name"]) for o in objects] == [
-        ("AutoscalingPolicy", "m-pd"), ("AutoscalingPolicyBinding", "m-pd-prefill"), ("AutoscalingPolicyBinding", "m-pd-decode"),
+        ("AutoscalingPolicy", "m-pd"), ("AutoscalingPolicyBinding", "m-pd"),
     ]
-    prefill_binding = objects[1]["spec"]
-    assert prefill_binding["policyRef"] == {"name": "m-pd"}
-    assert prefill_binding["scalingConfiguration"]["target"]["targetRef"] == {"apiVersion": "apps/v1", "kind": "Deployment", "name": "m-pd-prefill"}
-    assert (prefill_binding["scalingConfiguration"]["minReplicas"], prefill_binding["scalingConfiguration"]["maxReplicas"]) == (2, 6)
+    group_binding = objects[1]["spec"]
+    assert group_binding["policyRef"] == {"name": "m-pd"}
+    assert group_binding["scalingConfiguration"]["target"]["targetRef"] == {"apiVersion": "apps/v1", "kind": "Deployment", "name": "m-pd-prefill"}
+    # Bounds count groups (the backend's replicas); each group is 2 prefill + 1 decode.
+    assert (group_binding["scalingConfiguration"]["minReplicas"], group_binding["scalingConfiguration"]["maxReplicas"]) == (1, 3)
+    groups = json.loads(objects[1]["metadata"]["annotations"]["modelplane.io/scale-groups"])
+    assert groups == {"m-pd-prefill": [{"name": "m-pd-prefill", "perGroup": 2, "serves": True}, {"name": "m-pd-decode", "perGroup": 1, "serves": True}]}
     assert ANNOTATION_SCALE_TO_ZERO not in objects[1]["metadata"].get("annotations", {})
     assert objects[0]["spec"]["metrics"] == [{"metricName": "vllm:num_requests_waiting", "targetValue": 5}]
 
@@ -199,3 +272,25 @@ def test_status_conditions_follow_the_backends_and_failures() -> None:
     assert (types["Failed"]["status"], types["Failed"]["reason"]) == ("False", "ModelHealthy")
     assert types["Active"]["reason"] == "ModelAvailable" and fixed["backendStatuses"] == [{"name": "a", "replicas": 2}]
     assert types["Initialized"]["lastTransitionTime"] == "2026-01-01T00:00:00Z"
+
+
+def test_runtime_sidecar_follows_the_seed_env_and_the_binding_reads_its_port() -> None:
+    from engine.kthena_native import native_ref, runtime_container, with_runtime
+    from engine.kthena_rollout import render_autoscaling
+    from tests.rollout.models import QUEUE_POLICY
+
+    env = [{"name": "RUNTIME_PORT", "value": "9100"}, {"name": "RUNTIME_URL", "value": "http://localhost:8001"},
+           {"name": "RUNTIME_METRICS_PATH", "value": "/engine-metrics"}]
+    m = parsed(backend("b", minReplicas=1, maxReplicas=4, scalingCost=10, env=env), autoscalingPolicy=QUEUE_POLICY)
+    ref, b = native_ref(ModelRef.of(m)), m.spec.backends[0]
+    sidecar = runtime_container(ref, b, b.workers[0], "ghcr.io/volcano-sh/runtime:latest")
+    args = sidecar["args"]
+    assert (args[args.index("--port") + 1], args[args.index("--engine-base-url") + 1], args[args.index("--engine-metrics-path") + 1]) == (
+        "9100", "http://localhost:8001", "/engine-metrics")
+    assert args[args.index("--model") + 1] == "m" and sidecar["ports"][0]["containerPort"] == 9100
+    deployment = render_workload(ref, b, workloads_of(ref, b)[0], direct_weights(b, "img"), {}, 1)
+    deployment["spec"]["template"] = with_runtime(deployment["spec"]["template"], ref, b, b.workers[0], "ghcr.io/volcano-sh/runtime:latest")
+    valid(deployment)
+    assert deployment["spec"]["template"]["metadata"]["annotations"]["prometheus.io/port"] == "9100"
+    binding = render_autoscaling(m, ref, runtime=True)[1]
+    assert binding["spec"]["optimizerConfiguration"]["params"][0]["target"]["metricEndpoint"] == {"uri": "/metrics", "port": 9100}

@@ -69,6 +69,14 @@ def test_s3_bucket_prefix_and_endpoint() -> None:
     assert parse_source(custom.uri) == custom
 
 
+@pytest.mark.parametrize("bucket", ["aios_models", "Legacy_Bucket", "a.b-c_d", "x" * 255])
+def test_bucket_names_s3_compatible_stores_accept(bucket: str) -> None:
+    """S3's legacy (us-east-1) naming rule, which Kthena's examples rely on (``s3://aios_models``)."""
+    source = parse_source(f"s3://{bucket}/m")
+    assert source.bucket == bucket and parse_source(source.uri) == source
+    assert from_kthena_uri(f"s3://{bucket}/m", "spec.backends[0].modelURI").bucket == bucket
+
+
 def test_kthena_pvc_and_hostpath() -> None:
     pvc = parse_source("pvc://weights/models/llama")
     assert (pvc.claim, pvc.path) == ("weights", "models/llama")
@@ -155,7 +163,10 @@ def test_equal_sources_in_different_spellings_are_equal() -> None:
         ("hf://org/my name", "whitespace"),
         ("modelscope://org/name?filename=x", "unknown query key 'filename'"),
         ("s3://", "needs a bucket"),
-        ("s3://Bad_Bucket/x", "bucket name 'Bad_Bucket'"),
+        ("s3://_models/x", "bucket name '_models'"),
+        ("s3://models-/x", "bucket name 'models-'"),
+        ("s3://10.0.0.1/x", "bucket name '10.0.0.1'"),
+        ("s3://my$bucket/x", "bucket name 'my$bucket'"),
         ("s3://ab/x", "bucket name 'ab'"),
         ("s3://bucket/../x", "'..'"),
         ("s3://bucket/x?endpoint=not a url", "whitespace"),

@@ -21,6 +21,7 @@ from engine.tail_sizing import (
     refine_cap,
     tail_max_rate,
     ttft_attainment,
+    ttft_ceiling,
     ttft_percentile,
 )
 from tests.engine.test_optimize import MODEL, NS, by_name, inputs, va
@@ -103,20 +104,42 @@ def test_tail_rate_is_below_wva_for_heavy_tails_and_meets_the_percentile() -> No
     dist = histogram(PROMPTS)
     p90 = tail_max_rate(A100, workload, slo, dist, 90.0)
     assert p90 is not None and p90 < 0.8 * wva
-    assert ttft_attainment(A100, workload, dist, 500.0, p90) == pytest.approx(0.9, abs=1e-3)
+    # p90 of the requests that can meet the target at all (alone on the replica: almost all of these prompts).
+    ceiling = ttft_ceiling(A100, dist, 500.0)
+    assert 0.97 < ceiling < 1.0
+    assert ttft_attainment(A100, workload, dist, 500.0, p90) == pytest.approx(0.9 * ceiling, abs=1e-3)
     assert ttft_attainment(A100, workload, dist, 500.0, wva) < 0.85
     # A percentile the mean sizing already meets is capped at WVA's rate (never less strict than WVA).
     assert tail_max_rate(A100, workload, slo, dist, 50.0) == pytest.approx(wva)
 
 
-def test_unreachable_percentile_or_no_data_keeps_wva_sizing() -> None:
+def test_no_data_or_no_prompt_within_reach_keeps_wva_sizing() -> None:
     workload = Workload(1000.0, OUTPUTS)
     slo = SLO(ttft_ms=500, itl_ms=24)
-    # Prompts of 8,000+ tokens: even alone on a replica the prefill takes 800 ms.
-    long = PromptDistribution.from_buckets({1000.0: 50, 10000.0: 100, math.inf: 100})
-    assert tail_max_rate(A100, workload, slo, long, 90.0) is None
+    # Every prompt above 5,000 tokens: even alone on a replica the prefill takes 500+ ms.
+    hopeless = PromptDistribution.from_buckets({5000.0: 0, 10000.0: 100, math.inf: 100})
+    assert ttft_ceiling(A100, hopeless, 500.0) == 0.0
+    assert tail_max_rate(A100, workload, slo, hopeless, 90.0) is None
     assert tail_max_rate(A100, workload, slo, PromptDistribution((1000.0,), (0.0,)), 90.0) is None
     assert tail_max_rate(A100, workload, SLO(itl_ms=24), histogram(PROMPTS), 90.0) is None
+
+
+def test_sizing_rate_is_monotone_in_the_percentile_even_beyond_the_attainment_ceiling() -> None:
+    """Issue 18: on a long-prompt trace p95 attained less than p90, because a percentile above what an idle
+    replica reaches fell back to WVA's mean sizing (and one just below it asked for more replicas than the
+    inventory held).  The percentile is of the achievable requests, so the rate never rises with it."""
+    workload = Workload(3000.0, OUTPUTS)
+    slo = SLO(ttft_ms=500, itl_ms=24)
+    long = histogram(PROMPTS * 3)
+    ceiling = ttft_ceiling(A100, long, 500.0)
+    assert 0.5 < ceiling < 0.9  # p90 and p95 of all requests are out of reach at any rate
+    rates = [tail_max_rate(A100, workload, slo, long, p) for p in (50.0, 70.0, 80.0, 85.0, 90.0, 95.0, 99.0, 99.9)]
+    assert all(r is not None and r > 0 for r in rates)
+    assert all(a >= b for a, b in zip(rates, rates[1:]))
+    assert rates[5] < rates[4] < 0.5 * max_rate(A100, workload, slo)
+    for pool in (1, 4):
+        p95 = tail_max_rate(A100, workload, slo, long, 95.0, pool)
+        assert ttft_attainment(A100, workload, long, 500.0, p95, pool) == pytest.approx(0.95 * ceiling, abs=2e-3)
 
 
 def test_optimize_cycle_sizes_for_the_percentile_when_the_histogram_is_collected() -> None:
@@ -218,10 +241,12 @@ def test_refine_cap_finds_the_highest_whole_percentile_that_fits() -> None:
 
 def test_a_short_inventory_is_used_whole_at_the_highest_percentile_it_holds() -> None:
     with_tail = ModelLoad(6.0, float(PROMPTS.mean()), OUTPUTS, histogram(PROMPTS))
-    unlimited = by_name(plan_variants(inputs([va("a100")], {"a100": 1}, loads={(NS, MODEL): with_tail})))["a100"]
+    at_p90 = va("a100")
+    at_p90["metadata"]["annotations"] = {ANNOTATION_TTFT_PERCENTILE: "90"}  # between the ladder's p85 and p90
+    unlimited = by_name(plan_variants(inputs([at_p90], {"a100": 1}, loads={(NS, MODEL): with_tail})))["a100"]
     assert unlimited.desired is not None
     for held in range(unlimited.desired - 3, unlimited.desired):
-        capped = by_name(plan_variants(inputs([va("a100")], {"a100": 1}, loads={(NS, MODEL): with_tail}, inventory={"A100": held})))["a100"]
+        capped = by_name(plan_variants(inputs([at_p90], {"a100": 1}, loads={(NS, MODEL): with_tail}, inventory={"A100": held})))["a100"]
         # Within one replica of the inventory (a whole percentile point may be worth two replicas), not the
         # coarse ladder's next step down (p85 here).
         assert capped.desired is not None and held - 1 <= capped.desired <= held, capped.message

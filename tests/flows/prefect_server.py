@@ -54,15 +54,18 @@ class PrefectServer:
 
     # ------------------------------------------------------------------------------ processes
 
-    def spawn(self, name: str, args: list[str]) -> subprocess.Popen[bytes]:
-        """Start a process against this server (its output in <home>/<name>.log); stopped with the server."""
+    def spawn(self, name: str, args: list[str], env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
+        """Start a process against this server (its output in <home>/<name>.log, ``env`` over the server's
+        environment); stopped with the server."""
         log = open(self.home / f"{name}.log", "ab")
-        proc = subprocess.Popen(args, cwd=REPO, env=self.env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        proc = subprocess.Popen(args, cwd=REPO, env={**self.env, **(env or {})}, stdout=log, stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL)
         log.close()
         self.processes.append(proc)
         return proc
 
-    def start(self, timeout: float = 120) -> None:
+    def start(self, timeout: float = 300) -> None:
+        """Start the server and wait until /health answers (minutes on a machine shared by several test runs)."""
         proc = self.spawn("server", [sys.executable, "-m", "prefect", "server", "start", "--host", "127.0.0.1", "--port", str(self.port)])
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
@@ -76,8 +79,11 @@ class PrefectServer:
             time.sleep(0.5)
         raise RuntimeError(f"prefect server not healthy in {timeout}s: {self.log('server')[-3000:]}")
 
-    def start_worker(self, pool: str, timeout: float = 60) -> None:
-        proc = self.spawn("worker", [sys.executable, "-m", "prefect", "worker", "start", "--pool", pool, "--type", "process"])
+    def start_worker(self, pool: str, timeout: float = 60, worker_type: str = "process",
+                     env: dict[str, str] | None = None) -> None:
+        """Start `prefect worker start --pool POOL --type TYPE` and wait until the pool is READY."""
+        proc = self.spawn("worker", [sys.executable, "-m", "prefect", "worker", "start", "--pool", pool, "--type", worker_type],
+                          env)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if proc.poll() is not None:

@@ -76,6 +76,8 @@ NOT_FLOWS = {
     "validate": "validates manifests without a flow; --json, 0/2/3 (tests/test_cli.py, tests/test_exitcodes.py)",
     "serve": "serves the deployments until stopped",
     "deploy": "registers the deployments on a Prefect server",
+    "image": "prints Modelplane's image reference, or runs docker build/push (tests/flows/test_worker_manifests.py)",
+    "worker-manifests": "prints/writes the worker's install files (tests/flows/test_worker_manifests.py)",
     "cache": "`cache fill` runs inside a fill Job (exit 1 fill failed, 2 bad source; tests/downloader)",
 }
 COMMANDS = sorted(FLOW_COMMANDS)

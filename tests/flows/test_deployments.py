@@ -45,7 +45,48 @@ def schema_of(entry: dict[str, Any]) -> dict[str, Any]:
 def test_every_lifecycle_flow_is_a_deployment() -> None:
     assert "optimize" in IDS
     assert len(IDS) == len(set(IDS)), "deployment names must be unique"
-    assert load_prefect_yaml()["pull"] == [], "no pull step: the image's WORKDIR / the process pool's working_dir hold the code"
+
+def test_the_pull_step_only_changes_into_the_images_workdir() -> None:
+    """The code is baked into the image: a flow run changes into its WORKDIR ($MODELPLANE_HOME, read in the
+    container at run time) and clones or downloads nothing; a process pool gets no pull step at all."""
+    from tests.kubeserver.jobs import modelplane_image
+
+    config = load_prefect_yaml()
+    assert config["pull"] == [{"prefect.deployments.steps.set_working_directory": {"directory": "{{ $MODELPLANE_HOME }}"}}]
+    image = modelplane_image()
+    assert image.env["MODELPLANE_HOME"] == image.workdir == "/opt/modelplane"
+    assert all("pull" not in entry for entry in config["deployments"]), "one pull step for every deployment"
+
+
+def test_a_process_pool_copy_has_no_pull_step(tmp_path: pathlib.Path) -> None:
+    import yaml
+
+    from flows.deployments import prefect_yaml_for_pool
+
+    process = yaml.safe_load(prefect_yaml_for_pool("laptop", tmp_path / "p.yaml", pool_type="process").read_text())
+    assert process["pull"] == [] and {e["work_pool"]["name"] for e in process["deployments"]} == {"laptop"}
+    other = yaml.safe_load(prefect_yaml_for_pool("k8s-2", tmp_path / "k.yaml").read_text())
+    assert other["pull"] == load_prefect_yaml()["pull"]
+
+
+def test_one_image_reference_from_the_package_version() -> None:
+    """The image is named once (flows/image.py, tag = pyproject's version): prefect.yaml's job variable comes from
+    its build step, the flows' defaults import it, and no other file names a tag of it (generated ones aside)."""
+    import re
+    import subprocess
+    import tomllib
+
+    from flows.image import IMAGE
+
+    version = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"]
+    assert IMAGE == f"ghcr.io/modelplane/modelplane:{version}"
+    assert all(entry["work_pool"]["job_variables"]["image"] == IMAGE for entry in ENTRIES)
+    assert kubernetes_pool_template()["variables"]["properties"]["image"]["default"] == IMAGE
+    files = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard"], cwd=REPO, capture_output=True,
+                           text=True, check=True).stdout.split()
+    tagged = [name for name in files if not name.startswith(("tests/", "deployments/worker/")) and (REPO / name).is_file()
+              and re.search(r"ghcr\.io/modelplane/modelplane:[0-9]", (REPO / name).read_text(errors="ignore"))]
+    assert not tagged, f"name the image through flows/image.py (or `modelplane image`), not with a tag: {tagged}"
 
 
 @pytest.mark.parametrize("entry", ENTRIES, ids=IDS)
@@ -154,37 +195,44 @@ def test_served_deployments_register_under_their_own_names(prefect_harness: None
     assert properties["status_heartbeat_s"].get("minimum") == 0
 
 
-def test_work_pool_template_renders_a_valid_job(tmp_path: pathlib.Path) -> None:
-    """The Kubernetes pool's job template, filled with its defaults and optimize's job variables, is a valid
-    batch/v1 Job that runs as the modelplane service account."""
-    import kubernetes_validate
-    from prefect.utilities.templating import apply_values
+@pytest.mark.parametrize("entry", ENTRIES, ids=IDS)
+def test_the_kubernetes_worker_accepts_the_pool_template_and_renders_a_valid_job(entry: dict[str, Any], prefect_harness: None) -> None:
+    """prefect-kubernetes itself (the job configuration the worker builds from the pool's template and the entry's
+    job variables, prepared for a flow run) accepts the template, and the Job it would create is a valid batch/v1
+    Job running Modelplane's image as the modelplane service account."""
+    import uuid
 
-    template = kubernetes_pool_template()
-    variables = {name: prop["default"] for name, prop in template["variables"]["properties"].items() if "default" in prop}
-    entry = next(e for e in ENTRIES if e["name"] == "optimize")
-    variables.update(entry["work_pool"]["job_variables"])
-    variables.update({"name": "optimize-run", "command": "prefect flow-run execute", "labels": {"app": "modelplane"}})
-    job = apply_values(template["job_configuration"]["job_manifest"], variables)
-    env = job["spec"]["template"]["spec"]["containers"][0]["env"]
-    job["spec"]["template"]["spec"]["containers"][0]["env"] = [{"name": k, "value": v} for k, v in env.items()]
-    job["spec"]["template"]["spec"]["containers"][0]["args"] = job["spec"]["template"]["spec"]["containers"][0]["args"].split()
-    kubernetes_validate.validate(job, "1.30", strict=True)
+    import kubernetes_validate
+    from prefect.client.schemas.objects import FlowRun
+    from prefect_kubernetes.worker import KubernetesWorkerJobConfiguration
+
+    configuration = asyncio.run(KubernetesWorkerJobConfiguration.from_template_and_values(
+        kubernetes_pool_template(), entry["work_pool"]["job_variables"]))
+    configuration.prepare_for_flow_run(FlowRun(id=uuid.uuid4(), name="calm-otter", flow_id=uuid.uuid4()))
+    job = json.loads(json.dumps(configuration.job_manifest))
     pod = job["spec"]["template"]["spec"]
+    # prefect-kubernetes insists on these two in the pod spec; the API server drops them (unknown fields, a warning).
+    assert (pod.pop("parallelism"), pod.pop("completions")) == (1, 1)
+    assert (job["spec"]["parallelism"], job["spec"]["completions"], job["spec"]["backoffLimit"]) == (1, 1, 0)
+    kubernetes_validate.validate(job, "1.30", strict=True)
     assert pod["serviceAccountName"] == "modelplane"
-    assert pod["containers"][0]["image"] == entry["work_pool"]["job_variables"]["image"]
-    (tmp_path / "job.json").write_text(json.dumps(job, indent=2))
+    container = pod["containers"][0]
+    assert container["image"] == entry["work_pool"]["job_variables"]["image"]
+    assert container["args"] == ["prefect", "flow-run", "execute"]
+    env = {item["name"]: item.get("value") for item in container["env"]}
+    assert env["PREFECT__FLOW_RUN_ID"] and env["PROMETHEUS_URL"].startswith("http://")
 
 
 def test_the_image_holds_every_entrypoint_and_runs_as_the_pool_user() -> None:
     """deployments/Dockerfile copies every package pyproject installs and every entrypoint's file into its
-    WORKDIR (the deployments have no pull step), and runs as the user the work-pool template expects."""
+    WORKDIR (where the pull step changes to), and runs as the user the work-pool template expects."""
     import re
     import tomllib
 
+    from tests.kubeserver.jobs import modelplane_image
+
     dockerfile = (REPO / "deployments" / "Dockerfile").read_text()
-    workdir = re.search(r"^WORKDIR\s+(\S+)", dockerfile, re.M).group(1)
-    assert workdir == "/opt/modelplane"
+    assert modelplane_image().workdir == "/opt/modelplane"
     copied = {src for line in re.findall(r"^COPY\s+(.+)$", dockerfile, re.M) for src in line.split()[:-1]}
     packages = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]["find"]["include"]
     for package in packages:
@@ -192,7 +240,8 @@ def test_the_image_holds_every_entrypoint_and_runs_as_the_pool_user() -> None:
     assert {"pyproject.toml", "README.md"} <= copied
     for entry in ENTRIES:
         assert entry["entrypoint"].split("/")[0] in copied, entry["entrypoint"]
-    assert re.search(r"^RUN pip install \.", dockerfile, re.M), "the image installs the package (and its dependencies)"
+    assert re.search(r'^RUN pip install "\.\[kubernetes\]"', dockerfile, re.M), \
+        "the image installs the package, its dependencies and prefect-kubernetes (it runs the worker too)"
     uid = re.search(r"^USER\s+(\d+)", dockerfile, re.M).group(1)
     pod = kubernetes_pool_template()["job_configuration"]["job_manifest"]["spec"]["template"]["spec"]
     assert str(pod["securityContext"]["runAsUser"]) == uid

@@ -21,7 +21,8 @@ from typing import Any, Callable
 import pytest
 
 from engine.api.registry import KINDS
-from flows.deployments import PROCESS_POOL, deployment_entries, triggers_of
+from flows.deployments import PROCESS_POOL, deployment_entries, kubernetes_pool_template, triggers_of
+from flows.image import IMAGE
 from tasks.events import Subject
 from tests.flows.platform_support import LOCAL_RUN_PARAMETERS
 from tests.flows.prefect_server import PrefectServer
@@ -282,7 +283,9 @@ def test_modelplane_deploy_creates_the_kubernetes_pool_from_the_template(platfor
     assert "work pool 'modelplane-kubernetes' (kubernetes): created" in result.stderr
     pool = platform.get("/work_pools/modelplane-kubernetes")
     assert pool["type"] == "kubernetes"
-    assert pool["base_job_template"] == json.loads((REPO / "deployments" / "work-pool-template.json").read_text())
+    # deployments/work-pool-template.json with the image default filled in (flows/image.py names the tag)
+    assert pool["base_job_template"] == kubernetes_pool_template()
+    assert pool["base_job_template"]["variables"]["properties"]["image"]["default"] == IMAGE
     for entry in ENTRIES:
         stored = platform.deployment(entry)
         assert stored["work_pool_name"] == "modelplane-kubernetes"

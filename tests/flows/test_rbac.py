@@ -50,6 +50,12 @@ EXERCISED_ELSEWHERE: dict[Permission, str] = {
     ("serving.kserve.io", "inferenceservices", "patch"): "rollout-services on a replicas or template change (tests/aim)",
     ("gateway.networking.k8s.io", "httproutes", "create"): "rollout-services with a gateway set (tests/aim)",
     ("gateway.networking.k8s.io", "httproutes", "patch"): "rollout-services when the route changes (tests/aim)",
+    **{(group, kind, verb): "rollout-models on a cluster serving Kthena's CRDs (tests/flows/test_rollout_kthena_native.py)"
+       for group, kind in (("networking.serving.volcano.sh", "modelservers"), ("networking.serving.volcano.sh", "modelroutes"),
+                           ("workload.serving.volcano.sh", "modelservings"))
+       for verb in ("list", "create", "patch", "delete")},
+    ("workload.serving.volcano.sh", "modelservings/scale", "get"): "optimize on ModelServing targets (tests/flows/test_rollout_kthena_native.py)",
+    ("workload.serving.volcano.sh", "modelservings/scale", "patch"): "optimize on ModelServing targets (tests/flows/test_rollout_kthena_native.py)",
 }
 
 

@@ -375,3 +375,148 @@ def test_lora_only_change_is_applied_at_runtime_without_a_rollout(env: Env) -> N
         assert not [w for w in env.writes() if "/deployments" in w["path"]]
     finally:
         vllm.stop()
+
+
+# ------------------------------------------------------------------------------------ S3 endpoint
+
+
+def test_kthena_s3_endpoint_reaches_every_download(env: Env) -> None:
+    """Seed 003: ``ENDPOINT`` must be set for s3://. It reaches the cacheURI init container, the shared
+    model cache and the LoRA cache (so their fill Jobs); the keys stay Secret references; ``aios_models``
+    (Kthena's example bucket) is accepted."""
+    from engine.cache_plan import JobSettings, download_env, render_job
+
+    s3_env = [
+        {"name": "ENDPOINT", "value": "http://minio.storage:9000"},
+        {"name": "ACCESS_KEY", "valueFrom": {"secretKeyRef": {"name": "s3", "key": "access"}}},
+        {"name": "SECRET_KEY", "valueFrom": {"secretKeyRef": {"name": "s3", "key": "secret"}}},
+        {"name": "VLLM_LOGGING_LEVEL", "value": "INFO"},
+    ]
+    lora = [{"name": "sql", "artifactURL": "s3://aios_models/loras/sql"}]
+    env.create(model("s3m", env.ns, [
+        backend("direct", modelURI="s3://aios_models/qwen", cacheURI="pvc://cache", env=s3_env, loraAdapters=lora),
+        backend("shared", modelURI="s3://aios_models/qwen-small", env=s3_env),
+    ]))
+    env.run()
+    assert "Failed" not in {c["type"] for c in env.status("s3m").get("conditions", []) if c["status"] == "True"}
+    caches = env.custom.list_namespaced_custom_object("aim.silogen.ai", "v1alpha1", env.ns, "modelcaches")["items"]
+    assert sorted(c["spec"]["sourceUri"] for c in caches) == ["s3://aios_models/loras/sql", "s3://aios_models/qwen-small"]
+    download = [e for e in s3_env if e["name"] != "VLLM_LOGGING_LEVEL"]
+    for cache in caches:
+        assert cache["spec"]["env"] == download
+        job = render_job(cache, cache["spec"]["sourceUri"], 0, download_env(cache["spec"]["env"], None).env, JobSettings("modelplane:test"))
+        assert [e for e in job["spec"]["template"]["spec"]["containers"][0]["env"] if e["name"] in ("ENDPOINT", "ACCESS_KEY", "SECRET_KEY")] == download
+        env.custom.patch_namespaced_custom_object_status(
+            "aim.silogen.ai", "v1alpha1", env.ns, "modelcaches", cache["metadata"]["name"],
+            {"status": {"status": "Available", "persistentVolumeClaim": f"{cache['metadata']['name']}-pvc"}},
+        )
+    env.run()
+    deployments = env.deployments()
+    assert set(deployments) == {"s3m-direct", "s3m-shared"}
+    init = deployments["s3m-direct"]["spec"]["template"]["spec"]["initContainers"]
+    assert [c["name"] for c in init] == ["model-downloader"]
+    assert init[0]["command"][3] == "s3://aios_models/qwen" and init[0]["env"] == download
+    assert_valid_k8s(deployments["s3m-direct"])
+
+
+# ------------------------------------------------------------------------------- P/D as one group
+
+
+def test_prefill_decode_keep_their_ratio_through_an_optimize_cycle(env: Env, tmp_path: Any) -> None:
+    """A 2:1 P/D backend under a model-level policy is one scale unit: the optimizer pours groups, each
+    2 prefill + 1 decode, and prices a group at the backend's scalingCost once."""
+    prefill, decode = server_worker(type="prefill", replicas=2), server_worker(type="decode")
+    pd = backend("pd", type="vLLMDisaggregated", minReplicas=1, maxReplicas=4, scalingCost=30, workers=[prefill, decode])
+    plain = backend("plain", minReplicas=1, maxReplicas=4, scalingCost=100)
+    env.create(model("pm", env.ns, [pd, plain], autoscalingPolicy=QUEUE_POLICY, costExpansionRatePercent=200))
+    env.run()
+    binding = env.custom_objects("autoscalingpolicybindings")["pm"]
+    params = binding["spec"]["optimizerConfiguration"]["params"]
+    assert [(p["target"]["targetRef"]["name"], p["minReplicas"], p["maxReplicas"], p["cost"]) for p in params] == [
+        ("pm-pd-prefill", 1, 4, 30), ("pm-plain", 1, 4, 100),
+    ]
+    assert {d: env.apps.read_namespaced_deployment(d, env.ns).spec.replicas for d in ("pm-pd-prefill", "pm-pd-decode")} == {"pm-pd-prefill": 2, "pm-pd-decode": 1}
+
+    for waiting, groups in ((11, 4), (6, 4)):  # 11 waiting against 5: 5 units, the cheap group first
+        metrics = tmp_path / "metrics.yaml"
+        metrics.write_text(yaml.safe_dump({"instances": [
+            {"namespace": env.ns, "pod": pod, "metrics": {"vllm:num_requests_waiting": waiting}}
+            for pod in ("pm-pd-prefill-1-a", "pm-pd-prefill-1-b", "pm-pd-decode-1-a", "pm-plain-1-a")
+        ]}))
+        optimize(namespaces=[env.ns], metrics_file=str(metrics), cluster=env.cluster)
+        prefill_n, decode_n = (env.apps.read_namespaced_deployment(n, env.ns).spec.replicas for n in ("pm-pd-prefill", "pm-pd-decode"))
+        assert prefill_n == 2 * decode_n, (prefill_n, decode_n)
+        assert decode_n == groups
+        binding = env.custom_objects("autoscalingpolicybindings")["pm"]
+        assert {t["name"]: t["replicas"] for t in binding["status"]["targets"]}["pm-pd-prefill"] == prefill_n
+
+    # The next rollout keeps what the optimizer decided, in ratio.
+    env.server.reset_stats()
+    env.run()
+    assert not [w for w in env.writes() if "/deployments/" in w["path"]]
+
+
+def _start_fake_vllm(port: int, env: dict[str, str]) -> Any:
+    import subprocess
+    import sys
+
+    from tests.s3test.fixture import wait_for_port
+
+    process = subprocess.Popen([sys.executable, "-m", "tests.rollout.fake_vllm", str(port), "rt"], env=env,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    wait_for_port(port, process)
+    return process
+
+
+def test_runtime_lora_resolves_a_hub_adapter_as_vllm_does(env: Env, hf_server: Any, tmp_path: Any) -> None:
+    """A runtime LoRA load posts the adapter's repo id; vLLM resolves it with ``snapshot_download`` in
+    the engine's env. The rendered env lets that work (no ``HF_HUB_OFFLINE``; downloads in an emptyDir)."""
+    import os
+
+    import requests
+
+    from tests.processes import stop_process
+    from tests.s3test.fixture import free_port
+
+    repo = hf_server.repos.new_repo_id("chat-lora")
+    hf_server.repos.commit(repo, {"adapter_config.json": b'{"r": 8, "peft_type": "LORA"}', "adapter_model.safetensors": b"\0" * 64})
+    port = free_port()
+    runtime = [{"name": "VLLM_ALLOW_RUNTIME_LORA_UPDATING", "value": "true"}, {"name": "HF_ENDPOINT", "value": hf_server.endpoint}]
+    spec = dict(env=runtime, workers=[server_worker(config={"port": port})])
+    env.create(model("rt", env.ns, [backend("b", loraAdapters=[], **spec)]))
+    env.run()
+    deployment = env.deployments()["rt-b"]
+    pod = deployment["spec"]["template"]["spec"]
+    container = pod["containers"][0]
+    assert not any(e["name"] == "HF_HUB_OFFLINE" for e in container["env"])
+    hf_home = next(e["value"] for e in container["env"] if e["name"] == "HF_HOME")
+    assert {"name": "hf-home", "mountPath": hf_home} in container["volumeMounts"] and {"name": "hf-home", "emptyDir": {}} in pod["volumes"]
+    assert_valid_k8s(deployment)
+
+    # The engine process: this machine's env without any HF_* setting, plus the container's env values
+    # (HF_HOME is the emptyDir: here a temporary directory).
+    engine_env = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "HUGGING"))}
+    engine_env.update({e["name"]: e["value"] for e in container["env"] if "value" in e})
+    engine_env["HF_HOME"] = str(tmp_path / "hf-home")
+    engine_env["PYTHONPATH"] = str(__import__("pathlib").Path(__file__).resolve().parents[2])
+    vllm = _start_fake_vllm(port, engine_env)
+    offline_port = free_port()
+    offline = _start_fake_vllm(offline_port, {**engine_env, "HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path / "offline")})
+    try:
+        env.core.create_namespaced_pod(env.ns, {"metadata": {"name": "rt-b-0", "labels": deployment["spec"]["selector"]["matchLabels"]},
+                                                "spec": {"containers": [{"name": "engine", "image": "vllm/vllm-openai:v0.10.1"}]}})
+        env.core.patch_namespaced_pod_status("rt-b-0", env.ns, {"status": {"podIP": "127.0.0.1", "conditions": [{"type": "Ready", "status": "True"}]}})
+        env.patch_model("rt", {"backends": [backend("b", loraAdapters=[{"name": "chat", "artifactURL": f"hf://{repo}"}], **spec)]})
+        report = env.run()
+        assert report.models[0].lora == ["rt-b-0: loaded chat"], report.models[0].result
+        models = requests.get(f"http://127.0.0.1:{port}/v1/models", timeout=10).json()["data"]
+        assert [m["id"] for m in models if m.get("parent")] == ["chat"]
+        assert list((tmp_path / "hf-home").rglob("adapter_config.json"))
+        assert "Failed" not in {c["type"] for c in env.status("rt").get("conditions", []) if c["status"] == "True"}
+
+        # Under the offline switch the same load fails as it does in vLLM.
+        failed = requests.post(f"http://127.0.0.1:{offline_port}/v1/load_lora_adapter", json={"lora_name": "chat", "lora_path": repo}, timeout=30)
+        assert failed.status_code == 400 and "LocalEntryNotFoundError" in failed.text
+    finally:
+        stop_process(vllm, timeout=10, group=True)
+        stop_process(offline, timeout=10, group=True)

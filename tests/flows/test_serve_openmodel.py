@@ -99,8 +99,12 @@ def test_served_from_its_cache_on_the_first_flavor_then_the_next_when_no_node_ma
     container = pod["containers"][0]
     assert deployment["spec"]["replicas"] == 2
     assert pod["nodeSelector"] == {"gpu.product": l40s}
-    assert container["resources"] == {"limits": {"nvidia.com/gpu": "1"}, "requests": {"nvidia.com/gpu": "1"}}
+    # llmaz's vLLM defaults (4 cpu, 8Gi) under the flavor's limits, in both; /dev/shm bounded (2Gi).
+    one_gpu = {"cpu": "4", "memory": "8Gi", "nvidia.com/gpu": "1"}
+    assert container["resources"] == {"limits": one_gpu, "requests": one_gpu}
+    assert {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "2Gi"}} in pod["volumes"]
     assert container["args"][:4] == ["--model", "/workspace/models", "--served-model-name", name]
+    assert "--tensor-parallel-size" not in container["args"]  # one GPU
     assert {"name": "model-volume", "persistentVolumeClaim": {"claimName": f"{cache}-pvc", "readOnly": True}} in pod["volumes"]
     labels = deployment["metadata"]["labels"]
     assert labels["llmaz.io/model-family-name"] == "qwen2" and labels["llmaz.io/owned-by"] == "platform-team"
@@ -119,7 +123,10 @@ def test_served_from_its_cache_on_the_first_flavor_then_the_next_when_no_node_ma
     assert f"skipped: l40s: no Node matches gpu.product={l40s}" in report.message
     pod = env.deployment(name)["spec"]["template"]["spec"]
     assert pod["nodeSelector"] == {"gpu.product": a100}
-    assert pod["containers"][0]["resources"]["requests"] == {"memory": "80Gi", "nvidia.com/gpu": "2"}
+    assert pod["containers"][0]["resources"]["requests"] == {"cpu": "4", "memory": "80Gi", "nvidia.com/gpu": "2"}
+    assert pod["containers"][0]["resources"]["limits"] == {"cpu": "4", "memory": "80Gi", "nvidia.com/gpu": "2"}
+    args = pod["containers"][0]["args"]
+    assert args[args.index("--tensor-parallel-size") + 1] == "2"  # the flavor's two GPUs, both used
     # The second rollout reused the cache: no ModelCache was created.
     assert env.server.count("create", "modelcaches") == 0 and len(env.caches()) == 1
 

@@ -38,10 +38,21 @@ def test_cli_compares_every_policy_and_writes_the_report(prefect_harness: None, 
         assert set(policy["slo_attainment_by_model"]) == {"llm-serving/ibm/granite-13b", "llm-serving/meta/llama-3.1-8b"}
     static = next(p for p in summary["policies"] if p["policy"] == "static-peak")
     assert static["replica_changes"] == 0
-    for name in ("load_capacity", "replicas", "latency", "cost"):
+    for name in ("frontier", "load_capacity", "replicas", "latency", "cost"):
         assert (out / f"{name}.png").read_bytes().startswith(PNG)
     html = (out / "report.html").read_text()
-    assert html.count("data:image/png;base64,") == 4 and "static-peak" in html
+    assert html.count("data:image/png;base64,") == 5 and "static-peak" in html
+    # What the numbers mean is on the page: targets, attainment and its ceiling, the cost unit, the oracle.
+    assert "<td>500</td><td>24</td>" in html and "<td>800</td><td>40</td>" in html  # llama / granite TTFT, ITL targets
+    assert "SLO attainment = the share of the trace" in html and "Attainment ceiling of this trace" in html
+    assert "accelerator-hours x unit cost per accelerator-hour" in html and "A100 40" in html
+    assert 0.9 < summary["attainment_ceiling"]["all"] <= 1.0
+    oracle = [p for p in summary["frontier"] if p["policy"] == "oracle"]
+    assert len(oracle) == 6 and {p["policy"] for p in summary["frontier"]} == set(POLICIES)
+    assert {p["setting"] for p in summary["frontier"] if p["policy"] == "modelplane"} >= {"as configured", "ttft-percentile 95"}
+    ratios = {p["policy"]: p["cost_vs_oracle"] for p in summary["policies"]}
+    assert all(r is None or r > 0.5 for r in ratios.values()) and 1.0 <= ratios["oracle"] < 1.3
+    assert "cost / oracle at equal attainment" in result.stdout and "attainment ceiling" in result.stdout
 
 
 def test_flow_publishes_the_comparison_as_an_artifact(prefect_harness: None, tmp_path: pathlib.Path) -> None:
@@ -49,7 +60,7 @@ def test_flow_publishes_the_comparison_as_an_artifact(prefect_harness: None, tmp
     from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey
 
     report = simulate(cluster=str(EXAMPLES), trace=str(TRACE), duration_s=120, policies=["modelplane", "static-peak"],
-                      output_dir=str(tmp_path / "r"))
+                      frontier=False, output_dir=str(tmp_path / "r"))
     assert [o.policy for o in report.outcomes] == ["modelplane", "static-peak"]
 
     async def read() -> list:
@@ -72,3 +83,19 @@ def test_cli_bad_input_exits_with_one_line(prefect_harness: None, tmp_path: path
 
     policy = CliRunner().invoke(app, ["simulate", "--cluster", str(EXAMPLES), "--trace", str(TRACE), "-p", "magic"])
     assert policy.exit_code == 2 and "unknown policy magic" in policy.output
+
+
+def test_same_inputs_and_seed_give_the_same_report_byte_for_byte(prefect_harness: None, tmp_path: pathlib.Path) -> None:
+    def run(name: str, seed: int) -> dict[str, bytes]:
+        out = tmp_path / name
+        result = CliRunner().invoke(
+            app, ["simulate", "--cluster", str(EXAMPLES), "--trace", str(TRACE), "--duration", "180", "-p", "hpa", "-p", "static-peak",
+                  "-p", "oracle", "--seed", str(seed), "--output", str(out)], terminal_width=250,
+        )
+        assert result.exit_code == 0, result.output
+        return {f.name: f.read_bytes() for f in sorted(out.iterdir())}
+
+    first, again, other = run("a", 0), run("b", 0), run("c", 7)
+    assert set(first) == {"summary.json", "report.html", "frontier.png", "load_capacity.png", "replicas.png", "latency.png", "cost.png"}
+    assert first == again
+    assert first["summary.json"] != other["summary.json"]  # the seed splits the trace between the models differently

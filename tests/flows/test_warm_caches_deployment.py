@@ -31,7 +31,9 @@ def test_warm_caches_deployment_registers_with_a_typed_form(prefect_harness: Non
     assert properties["max_fill_attempts"]["type"] == "integer"
     assert properties["include_consumers"]["type"] == "boolean"
     assert "description" in properties["gc_unused_after"]
-    assert properties["image"]["default"] == "ghcr.io/modelplane/modelplane:0.1.0"
+    from flows.image import IMAGE
+
+    assert properties["image"]["default"] == IMAGE, "the fill Jobs run Modelplane's image of this version"
     from flows.warm_caches import warm_caches
 
     assert warm_caches.timeout_seconds is not None and warm_caches.timeout_seconds < 600

@@ -38,7 +38,7 @@ def main(argv: list[str] | None = None) -> int:
     server = serve(args.port, args.host)
     port = server.server_address[1]
     workdir = args.workdir or (os.path.dirname(os.path.abspath(args.ready_file)) if args.ready_file else os.getcwd())
-    start_job_runner(server.store, pathlib.Path(workdir))  # runs Modelplane's own Jobs (see jobs.py)
+    start_job_runner(server.store, pathlib.Path(workdir), f"http://{args.host}:{port}")  # runs Modelplane's own Jobs (see jobs.py)
     if not args.no_parent_watch:
         threading.Thread(target=_watch_parent, args=(os.getppid(),), daemon=True).start()
 

@@ -26,28 +26,12 @@ from typing import Any, Iterator
 
 import pytest
 
+from tests.kubeserver.jobs import kubeconfig
+from tests.kubeserver.server import USER_TOKEN_PREFIX
 from tests.processes import stop_process
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 
-_KUBECONFIG = """apiVersion: v1
-kind: Config
-clusters:
-- name: kubeserver
-  cluster:
-    server: {url}
-users:
-- name: kubeserver
-  user:
-    token: kubeserver-test-token
-contexts:
-- name: kubeserver
-  context:
-    cluster: kubeserver
-    user: kubeserver
-    namespace: default
-current-context: kubeserver
-"""
 
 
 class KubeServer:
@@ -60,8 +44,15 @@ class KubeServer:
         self.url = f"http://127.0.0.1:{port}"
         self.workdir = workdir
         path = workdir / "kubeconfig"
-        path.write_text(_KUBECONFIG.format(url=self.url))
+        path.write_text(kubeconfig(self.url, "kubeserver-test-token"))
         self.kubeconfig = str(path)
+
+    def kubeconfig_as(self, user: str, namespace: str = "default") -> str:
+        """A kubeconfig whose requests the server logs as ``user`` (``requests()[i]["user"]``), e.g. a service
+        account ``system:serviceaccount:<namespace>:<name>``; returns its path."""
+        path = self.workdir / f"kubeconfig-{user.replace(':', '_')}"
+        path.write_text(kubeconfig(self.url, USER_TOKEN_PREFIX + user, namespace))
+        return str(path)
 
     # ------------------------------------------------------------------------------------ clients
 

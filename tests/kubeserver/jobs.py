@@ -6,6 +6,13 @@ in-cluster cache fill is tested end to end with the real downloader:
 
 * PersistentVolumeClaims are bound at once (``status.phase: Bound``, capacity = request); each claim is
   the directory ``<workdir>/volumes/<namespace>/<claim>``.
+* The image is emulated from ``deployments/Dockerfile`` (:func:`modelplane_image`): the process starts in
+  the image's ``WORKDIR`` (``container.workingDir`` if set), which is this checkout, with the image's ``ENV``
+  under the container's ``env``; a path below the WORKDIR in an argument or env value becomes the checkout's.
+* In-cluster credentials: unless ``automountServiceAccountToken`` is false, ``KUBECONFIG`` (when the
+  container does not set it) names a kubeconfig for the Pod's service account (``serviceAccountName``,
+  default ``default``) whose token makes the server log its requests as
+  ``system:serviceaccount:<namespace>:<name>`` (see server.py), so a test can check them against RBAC.
 * A Job gets one Pod at a time (labels ``job-name``/``batch.kubernetes.io/job-name``/``controller-uid``,
   owned by the Job). Its first container runs with ``command`` + ``args``; ``env`` values and
   ``secretKeyRef``s are resolved from Secrets (a missing Secret or key leaves the Pod ``Pending`` with
@@ -36,9 +43,12 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
+from .server import USER_TOKEN_PREFIX
 from .store import MERGE, ApiError, Obj, Store
 
 DEFAULT_IMAGES = ("ghcr.io/modelplane/modelplane",)
+REPO = pathlib.Path(__file__).resolve().parents[2]
+DOCKERFILE = REPO / "deployments" / "Dockerfile"
 MESSAGE_LIMIT = 4096
 LOG_TAIL_LINES = 80
 LOG_TAIL_BYTES = 2048
@@ -48,6 +58,41 @@ POLL_S = 0.1
 def volume_path(workdir: str | os.PathLike[str], namespace: str, claim: str) -> pathlib.Path:
     """The directory backing PVC ``claim`` in ``namespace``."""
     return pathlib.Path(workdir) / "volumes" / namespace / claim
+
+
+@dataclass(frozen=True)
+class Image:
+    """What the runner emulates of Modelplane's image: its WORKDIR (mapped to ``root``) and its ENV."""
+
+    workdir: str
+    env: dict[str, str]
+    root: pathlib.Path
+
+
+def modelplane_image(dockerfile: pathlib.Path = DOCKERFILE, root: pathlib.Path = REPO) -> Image:
+    """The WORKDIR and ENV of ``dockerfile`` (``ENV K=V ...`` and ``WORKDIR $K`` forms), the WORKDIR standing
+    for ``root``: the image is this checkout with this virtualenv."""
+    import re
+    import shlex
+
+    env: dict[str, str] = {}
+    workdir = "/"
+    text = dockerfile.read_text() if dockerfile.is_file() else ""
+    for line in text.replace("\\\n", " ").splitlines():
+        match = re.match(r"^\s*(ENV|WORKDIR)\s+(.*)$", line)
+        if not match:
+            continue
+        value = re.sub(r"\$\{?(\w+)\}?", lambda m: env.get(m.group(1), ""), match.group(2).strip())
+        if match.group(1) == "WORKDIR":
+            workdir = value
+        else:
+            env.update(item.split("=", 1) for item in shlex.split(value) if "=" in item)
+    return Image(workdir.rstrip("/") or "/", env, root)
+
+
+def service_account_token(namespace: str, name: str) -> str:
+    """The bearer token the server logs as ``system:serviceaccount:<namespace>:<name>``."""
+    return f"{USER_TOKEN_PREFIX}system:serviceaccount:{namespace}:{name}"
 
 
 def _now() -> str:
@@ -77,10 +122,13 @@ class _Run:
 class JobRunner:
     """Polls the store and drives PVCs, Jobs and their Pods (see the module docs)."""
 
-    def __init__(self, store: Store, workdir: pathlib.Path, images: tuple[str, ...] = DEFAULT_IMAGES) -> None:
+    def __init__(self, store: Store, workdir: pathlib.Path, images: tuple[str, ...] = DEFAULT_IMAGES,
+                 api_url: str | None = None, image: Image | None = None) -> None:
         self.store = store
         self.workdir = workdir
         self.images = images
+        self.api_url = api_url
+        self.image = image or modelplane_image()
         self.runs: dict[str, _Run] = {}
         self._stop = threading.Event()
         self._types = {key: store.resolve(*key) for key in (("batch", "v1", "jobs"), ("", "v1", "pods"),
@@ -200,8 +248,10 @@ class JobRunner:
         run.message_path = run.pod_dir / "termination-log"
         run.message_path.write_text("")
         mounts = [(message_path, str(run.message_path)), *self._mounts(pod_spec, container, run)]
+        mounts.append((self.image.workdir, str(self.image.root)))  # below every volume: the image's own files
         try:
-            env = {k: _map(v, mounts) for k, v in self._env(container, run.namespace).items()}
+            env = {k: _map(v, mounts) for k, v in {**self.image.env, **self._env(container, run.namespace)}.items()}
+            env.update(self._credentials(pod_spec, run.namespace, env))
         except LookupError as exc:
             if not run.waiting:
                 run.waiting = True
@@ -218,7 +268,7 @@ class JobRunner:
         run.log_path = run.pod_dir / "log"
         with open(run.log_path, "wb") as log:
             run.proc = subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                        cwd=str(run.pod_dir))
+                                        cwd=_map(container.get("workingDir") or self.image.workdir, mounts))
         self._pod_status(run, {"phase": "Running", "startTime": _now(), "containerStatuses": [
             {"name": container["name"], "ready": True, "restartCount": 0, "image": container.get("image"),
                      "imageID": _image_id(container),
@@ -304,6 +354,17 @@ class JobRunner:
             env[item["name"]] = base64.b64decode(data[ref["key"]]).decode()
         return env
 
+    def _credentials(self, pod_spec: Obj, namespace: str, env: dict[str, str]) -> dict[str, str]:
+        """``KUBECONFIG`` for the Pod's service account: what the kubelet's token mount gives a real Pod."""
+        if self.api_url is None or "KUBECONFIG" in env or pod_spec.get("automountServiceAccountToken") is False:
+            return {}
+        account = pod_spec.get("serviceAccountName") or "default"
+        path = self.workdir / "serviceaccounts" / namespace / account / "kubeconfig"
+        if not path.exists():
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(kubeconfig(self.api_url, service_account_token(namespace, account), namespace))
+        return {"KUBECONFIG": str(path)}
+
     def _pod_status(self, run: _Run, status: Obj) -> None:
         if run.pod is None:
             return
@@ -340,9 +401,17 @@ def _executable(name: str) -> str:
     return shutil.which(name) or name
 
 
-def start_job_runner(store: Store, workdir: pathlib.Path) -> JobRunner:
-    """Start the runner for ``store`` with the images named by ``KUBESERVER_JOB_IMAGES``."""
+def kubeconfig(url: str, token: str, namespace: str = "default") -> str:
+    """A kubeconfig for the server at ``url`` with a bearer ``token`` (context ``kubeserver``)."""
+    return (f"apiVersion: v1\nkind: Config\nclusters:\n- name: kubeserver\n  cluster:\n    server: {url}\n"
+            f"users:\n- name: kubeserver\n  user:\n    token: {token}\ncontexts:\n- name: kubeserver\n  context:\n"
+            f"    cluster: kubeserver\n    user: kubeserver\n    namespace: {namespace}\ncurrent-context: kubeserver\n")
+
+
+def start_job_runner(store: Store, workdir: pathlib.Path, api_url: str | None = None) -> JobRunner:
+    """Start the runner for ``store`` with the images named by ``KUBESERVER_JOB_IMAGES``; ``api_url`` (the
+    server's) gives Pods their service account's credentials."""
     images = tuple(p.strip() for p in os.environ.get("KUBESERVER_JOB_IMAGES", "").split(",") if p.strip()) or DEFAULT_IMAGES
-    runner = JobRunner(store, workdir, images)
+    runner = JobRunner(store, workdir, images, api_url)
     runner.start()
     return runner

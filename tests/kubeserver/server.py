@@ -32,6 +32,7 @@ VERSION_INFO = {
 }
 
 _DUMPS = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
+USER_TOKEN_PREFIX = "kubeserver-as:"  # a bearer token naming the user its requests are logged as (jobs.service_account_token)
 
 
 @dataclass
@@ -55,7 +56,7 @@ class Controls:
         self.by_verb: Counter[str] = Counter()
         self.by_resource: Counter[tuple[str, str, str]] = Counter()
         self.injections: list[Injection] = []
-        self.log: deque[tuple[str, str, str, int]] = deque(maxlen=2000)  # method, path?query, verb, code
+        self.log: deque[tuple[str, str, str, int, str]] = deque(maxlen=2000)  # method, path?query, verb, code, user
 
     def record(self, verb: str, resource: str, subresource: str) -> None:
         with self.lock:
@@ -66,7 +67,7 @@ class Controls:
         """The most recent API requests (oldest first)."""
         with self.lock:
             entries = list(self.log)[-limit:] if limit else list(self.log)
-        return [{"method": m, "path": p, "verb": v, "code": c} for m, p, v, c in entries]
+        return [{"method": m, "path": p, "verb": v, "code": c, "user": u} for m, p, v, c, u in entries]
 
     def stats(self) -> Obj:
         with self.lock:
@@ -145,7 +146,15 @@ class Handler(BaseHTTPRequestHandler):
         if self._request_verb and not self._logged:
             self._logged = True
             with self.server.controls.lock:
-                self.server.controls.log.append((self.command, self.path, self._request_verb, self._code))
+                self.server.controls.log.append((self.command, self.path, self._request_verb, self._code, self._user()))
+
+    def _user(self) -> str:
+        """Who made the request, as the log names it: a bearer token ``kubeserver-as:<user>`` is ``<user>`` (the
+        job runner's Pods use ``system:serviceaccount:<namespace>:<name>``); any other token is ``admin``.
+        Nothing is authorized by it: every token may do everything."""
+        auth = self.headers.get("Authorization") or ""
+        token = auth[len("Bearer "):] if auth.startswith("Bearer ") else ""
+        return token[len(USER_TOKEN_PREFIX):] if token.startswith(USER_TOKEN_PREFIX) else "admin"
 
     def _send(self, code: int, body: Any, headers: dict[str, str] | None = None) -> None:
         self._code = code

@@ -75,12 +75,15 @@ def free_port(host: str = "127.0.0.1") -> int:
         return int(sock.getsockname()[1])
 
 
-def write_config(path: pathlib.Path, targets: list[str], interval: str = "1s") -> None:
-    """Write a Prometheus config with one job scraping ``targets`` every ``interval``."""
+def write_config(path: pathlib.Path, targets: list[str], interval: str = "1s", extra_jobs: dict[str, str] | None = None) -> None:
+    """Write a Prometheus config with one job scraping ``targets`` every ``interval``, plus one job per
+    ``extra_jobs`` entry (job name -> target, ``honor_labels: true`` as a Pushgateway needs)."""
     config = {
         "global": {"scrape_interval": interval, "evaluation_interval": interval, "scrape_timeout": interval},
         "scrape_configs": [
             {"job_name": JOB, "honor_labels": True, "static_configs": [{"targets": targets}]},
+            *({"job_name": name, "honor_labels": True, "static_configs": [{"targets": [target]}]}
+              for name, target in (extra_jobs or {}).items()),
         ],
     }
     path.write_text(yaml.safe_dump(config, sort_keys=False))
@@ -89,7 +92,9 @@ def write_config(path: pathlib.Path, targets: list[str], interval: str = "1s") -
 class PrometheusProcess:
     """One Prometheus server process on 127.0.0.1 that can be stopped and restarted in place."""
 
-    def __init__(self, binary: str, workdir: pathlib.Path, targets: list[str], host: str = "127.0.0.1") -> None:
+    def __init__(
+        self, binary: str, workdir: pathlib.Path, targets: list[str], host: str = "127.0.0.1", extra_jobs: dict[str, str] | None = None,
+    ) -> None:
         self.binary = binary
         self.workdir = workdir
         self.host = host
@@ -98,9 +103,10 @@ class PrometheusProcess:
         self.config_path = workdir / "prometheus.yml"
         self.log_path = workdir / "prometheus.log"
         self.targets = list(targets)
+        self.extra_jobs = dict(extra_jobs or {})
         self._process: subprocess.Popen[bytes] | None = None
         self.data_dir.mkdir(parents=True, exist_ok=True)
-        write_config(self.config_path, self.targets)
+        write_config(self.config_path, self.targets, extra_jobs=self.extra_jobs)
 
     @property
     def url(self) -> str:
@@ -152,6 +158,8 @@ class PrometheusProcess:
         expected = len(self.targets)
         self.wait_for(f'timestamp(up{{job="{JOB}"}})', lambda result: _all_after(result, started, expected), timeout)
         self.wait_for(f'up{{job="{JOB}"}} == 1', lambda result: len(result) == expected, timeout)
+        for job in self.extra_jobs:
+            self.wait_for(f'up{{job="{job}"}} == 1', lambda result: len(result) == 1, timeout)
 
     def stop(self, timeout: float = 10.0) -> None:
         """Stop the process by PID (SIGTERM, then SIGKILL after ``timeout``)."""

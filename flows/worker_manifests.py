@@ -1,0 +1,147 @@
+"""The in-cluster install of the Prefect Kubernetes worker, generated (``modelplane worker-manifests --write
+deployments/worker``; tests/flows/test_worker_manifests.py fails when the checked-in files drift).
+
+Two ways to run the worker that executes the work pool ``modelplane-kubernetes``, both with Modelplane's image
+(flows/image.py: it installs prefect-kubernetes through the ``kubernetes`` extra):
+
+* ``worker.yaml``: ``kubectl apply`` it after deployments/rbac.yaml. A ConfigMap with ``PREFECT_API_URL``
+  (edit it), the ServiceAccount ``prefect-worker``, a Role in ``modelplane-system`` with exactly what the worker
+  and its observer do there (:data:`WORKER_RULES`; the end-to-end test checks every call against it), and a
+  Deployment running ``prefect worker start --pool modelplane-kubernetes --type kubernetes``.
+* ``helm-values.yaml``: values for Prefect's official ``prefect-worker`` chart, with the same image, pool,
+  base job template (deployments/work-pool-template.json) and observer namespace.
+
+Flow runs themselves run as the ServiceAccount ``modelplane`` of deployments/rbac.yaml (the work pool's
+``service_account_name``), never as the worker's.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import yaml
+
+from flows.deployments import KUBERNETES_POOL, kubernetes_pool_template
+from flows.image import IMAGE, REPOSITORY, version
+
+NAMESPACE = "modelplane-system"
+NAME = "prefect-worker"
+UID = 10001  # deployments/Dockerfile's USER
+# A Prefect server installed with Prefect's `prefect-server` chart in namespace `prefect`: edit for yours.
+DEFAULT_API_URL = "http://prefect-server.prefect.svc.cluster.local:4200/api"
+LABELS = {"app.kubernetes.io/name": NAME, "app.kubernetes.io/part-of": "modelplane", "app.kubernetes.io/component": "worker"}
+
+# What prefect-kubernetes 0.8 does in the Jobs' namespace: the worker creates a Job per flow run and deletes
+# it to cancel the run; its observer (kopf) lists and watches the Jobs and Pods labelled with a flow-run id,
+# reads a Job back before calling a run crashed, and forwards a crashed Pod's log. (Nothing reads Events or a
+# Pod by name.) tests/flows/test_kubernetes_worker.py checks each call against these rules.
+WORKER_RULES: list[dict[str, list[str]]] = [
+    {"apiGroups": ["batch"], "resources": ["jobs"], "verbs": ["create", "get", "list", "watch", "delete"]},
+    {"apiGroups": [""], "resources": ["pods"], "verbs": ["list", "watch"]},
+    {"apiGroups": [""], "resources": ["pods/log"], "verbs": ["get"]},
+]
+
+WORKER_ARGS = ["worker", "start", "--pool", KUBERNETES_POOL, "--type", "kubernetes", "--install-policy", "never",
+               "--with-healthcheck"]
+
+
+def _pod_security() -> dict[str, Any]:
+    return {"runAsNonRoot": True, "runAsUser": UID, "fsGroup": UID, "seccompProfile": {"type": "RuntimeDefault"}}
+
+
+def _container_security() -> dict[str, Any]:
+    return {"runAsNonRoot": True, "runAsUser": UID, "readOnlyRootFilesystem": True, "allowPrivilegeEscalation": False,
+            "capabilities": {"drop": ["ALL"]}}
+
+
+def worker_objects(image: str = IMAGE, api_url: str = DEFAULT_API_URL) -> list[dict[str, Any]]:
+    """ConfigMap, ServiceAccount, Role, RoleBinding and Deployment of the worker in ``modelplane-system``."""
+    meta = {"name": NAME, "namespace": NAMESPACE, "labels": LABELS}
+    env = [
+        # The observer watches the Jobs' namespace only, so the Role above is enough (no cluster-wide watch).
+        {"name": "PREFECT_INTEGRATIONS_KUBERNETES_OBSERVER_NAMESPACES", "value": NAMESPACE},
+        {"name": "PREFECT_HOME", "value": "/tmp/prefect"},
+        {"name": "HOME", "value": "/tmp"},
+        # Prefect Cloud: create the Secret `prefect-api-key` (key `key`); a self-hosted server needs none.
+        {"name": "PREFECT_API_KEY", "valueFrom": {"secretKeyRef": {"name": "prefect-api-key", "key": "key", "optional": True}}},
+    ]
+    container = {
+        "name": NAME, "image": image, "imagePullPolicy": "IfNotPresent", "command": ["prefect"], "args": WORKER_ARGS,
+        "envFrom": [{"configMapRef": {"name": NAME}}], "env": env,
+        "resources": {"requests": {"cpu": "100m", "memory": "256Mi"}, "limits": {"memory": "1Gi"}},
+        "securityContext": _container_security(),
+        "livenessProbe": {"httpGet": {"path": "/health", "port": 8080}, "initialDelaySeconds": 30, "periodSeconds": 30},
+        "volumeMounts": [{"name": "tmp", "mountPath": "/tmp"}],
+    }
+    deployment = {
+        "apiVersion": "apps/v1", "kind": "Deployment", "metadata": meta,
+        "spec": {
+            # One worker is enough for the pool's load (it only submits Jobs); a second replica is safe too.
+            "replicas": 1,
+            "selector": {"matchLabels": {"app.kubernetes.io/name": NAME}},
+            "template": {"metadata": {"labels": LABELS}, "spec": {
+                "serviceAccountName": NAME, "securityContext": _pod_security(), "containers": [container],
+                "volumes": [{"name": "tmp", "emptyDir": {}}]}},
+        },
+    }
+    return [
+        {"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta,
+         "data": {"PREFECT_API_URL": api_url, "PREFECT_WORKER_QUERY_SECONDS": "5", "PREFECT_WORKER_PREFETCH_SECONDS": "10"}},
+        {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": meta},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": meta, "rules": WORKER_RULES},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding", "metadata": meta,
+         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": NAME},
+         "subjects": [{"kind": "ServiceAccount", "name": NAME, "namespace": NAMESPACE}]},
+        deployment,
+    ]
+
+
+def helm_values(tag: str | None = None, api_url: str = DEFAULT_API_URL) -> dict[str, Any]:
+    """Values for Prefect's ``prefect-worker`` chart: Modelplane's image and the same worker as worker.yaml.
+
+    The chart mounts the base job template at ``baseJobTemplate.json`` in the worker's working directory and
+    syncs it into an existing pool; the chart's own Role (jobs, pods, pods/log, events) covers WORKER_RULES.
+    """
+    template = kubernetes_pool_template(image=f"{REPOSITORY}:{tag or version()}")
+    return {
+        "worker": {
+            "image": {"repository": REPOSITORY, "prefectTag": tag or version(), "pullPolicy": "IfNotPresent"},
+            # Modelplane's image has no /opt/prefect/entrypoint.sh: run the CLI directly.
+            "command": ["prefect"],
+            "args": [*WORKER_ARGS, "--base-job-template", "baseJobTemplate.json"],
+            "apiConfig": "selfHostedServer",
+            "selfHostedServerApiConfig": {"apiUrl": api_url},
+            "config": {"workPool": KUBERNETES_POOL, "type": "kubernetes", "installPolicy": "never",
+                       "jobNamespace": NAMESPACE,
+                       "baseJobTemplate": {"configuration": json.dumps(template, indent=2)}},
+            "livenessProbe": {"enabled": True},
+            "podSecurityContext": _pod_security(),
+            "containerSecurityContext": _container_security(),
+            "initContainer": {"containerSecurityContext": _container_security()},
+        },
+        "serviceAccount": {"create": True, "name": NAME},
+        "role": {"create": True},
+        "rolebinding": {"create": True},
+    }
+
+
+class _Dumper(yaml.SafeDumper):
+    """Plain YAML for people: no anchors for repeated objects, multi-line strings as literal blocks."""
+
+    def ignore_aliases(self, data: Any) -> bool:
+        return True
+
+
+_Dumper.add_representer(str, lambda dumper, text: dumper.represent_scalar(
+    "tag:yaml.org,2002:str", text, style="|" if "\n" in text else None))
+
+
+def render_worker_manifests() -> dict[str, str]:
+    """``{file name: text}`` of deployments/worker/."""
+    header = "# Generated by `modelplane worker-manifests --write deployments/worker` (flows/worker_manifests.py): do not edit.\n"
+    worker = header + "# kubectl apply -f deployments/worker/worker.yaml (after deployments/rbac.yaml); edit PREFECT_API_URL.\n" + \
+        yaml.dump_all(worker_objects(), Dumper=_Dumper, sort_keys=False)
+    values = header + "# helm install prefect-worker prefect/prefect-worker -n modelplane-system -f deployments/worker/helm-values.yaml\n" + \
+        yaml.dump(helm_values(), Dumper=_Dumper, sort_keys=False, width=120)
+    return {"worker.yaml": worker, "helm-values.yaml": values}
