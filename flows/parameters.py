@@ -34,7 +34,7 @@ NamespaceName = Annotated[str, Field(pattern=KUBE_NAME_PATTERN, min_length=1, ma
 ObjectName = Annotated[str, Field(min_length=1, max_length=253, pattern=r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")]
 """The name of a Kubernetes object (RFC 1123 subdomain)."""
 
-ImageRef = Annotated[str, Field(min_length=1, examples=["ghcr.io/modelplane/modelplane:0.1.0"])]
+ImageRef = Annotated[str, Field(min_length=1)]
 """A container image reference (not empty)."""
 
 NonEmpty = Annotated[str, Field(min_length=1)]
