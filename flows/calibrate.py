@@ -19,17 +19,19 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import Any
+from typing import Annotated, Any
 
 from prefect import flow, get_run_logger, task
 from prefect.artifacts import create_table_artifact
 from prefect.cache_policies import NO_CACHE
 from prefect.context import FlowRunContext
-from pydantic import BaseModel, Field
+from pydantic import Field
 
 from engine.api.meta import parse_duration
 from engine.calibrate import ProfileFit, Unidentifiable, Window, calibration_outcome, fit_profile
 from engine.optimize import SpecError, parse_variant
+from flows.exitcodes import flow_result
+from flows.parameters import ClusterTarget, NamespaceName
 from tasks.calibration import prometheus_windows, read_windows_file, write_outcome
 from tasks.cluster import connect
 from tasks.cluster.errors import ClusterError
@@ -39,17 +41,10 @@ from tasks.optimizer import read_cluster_state
 DEFAULT_CONFIG_NAMESPACE = "modelplane-system"
 
 
-class CalibrateParameters(BaseModel):
-    """One run's parameters, validated (defaults and descriptions live in the flow's signature)."""
-
-    namespaces: list[str]
-    config_namespace: str = Field(min_length=1)
-    cluster: str | None
-    prometheus_url: str | None
-    windows_file: str | None
-    lookback: str = Field(pattern=r"^[0-9]+(m|h)$")
-    window: str = Field(pattern=r"^[0-9]+(s|m)$")
-    dry_run: bool
+Lookback = Annotated[str, Field(pattern=r"^[0-9]+(m|h)$", examples=["24h", "90m"])]
+"""How far back to read metrics: minutes or hours (``24h``)."""
+WindowLength = Annotated[str, Field(pattern=r"^[0-9]+(s|m)$", examples=["5m", "30s"])]
+"""One metrics window: seconds or minutes (``5m``)."""
 
 
 @dataclass
@@ -72,23 +67,30 @@ class CalibrationReport:
 
     rows: list[CalibrationRow] = field(default_factory=list)
 
+    @property
+    def degraded(self) -> list[str]:
+        """Why the run was degraded (exit 3, the ``Degraded`` run state): variants with no profile or a failed write."""
+        return [f"{r.namespace}/{r.name}: {r.reason}" for r in self.rows if r.fit is None or r.error]
+
     def as_json(self) -> list[dict[str, Any]]:
         """The report as the CLI's JSON list."""
         return [row.__dict__ for row in self.rows]
 
 
 @task(name="collect-windows", cache_policy=NO_CACHE)
-def collect_windows(params: CalibrateParameters, variants: list[dict[str, Any]]) -> tuple[dict[tuple[str, str], list[Window]], str | None]:
+def collect_windows(
+    variants: list[dict[str, Any]], windows_file: str | None, prometheus_url: str | None, lookback_text: str, window_text: str,
+) -> tuple[dict[tuple[str, str], list[Window]], str | None]:
     """Windows per VariantAutoscaling, and an error string when the metrics backend failed."""
-    if params.windows_file:
-        return read_windows_file(params.windows_file), None
-    url = params.prometheus_url or os.environ.get("PROMETHEUS_URL")
+    if windows_file:
+        return read_windows_file(windows_file), None
+    url = prometheus_url or os.environ.get("PROMETHEUS_URL")
     if not url:
         return {}, "no metrics source configured (set prometheus_url or windows_file)"
     client = PrometheusMetrics.from_env(url)
     assert client is not None
     now = datetime.now(timezone.utc)
-    lookback, window = parse_duration(params.lookback), parse_duration(params.window)
+    lookback, window = parse_duration(lookback_text), parse_duration(window_text)
     result: dict[tuple[str, str], list[Window]] = {}
     by_model: dict[tuple[str, str], dict[str, list[Window]]] = {}
     try:
@@ -128,13 +130,13 @@ def calibrate_variant(obj: dict[str, Any], windows: list[Window] | None, metrics
 
 @flow(name="calibrate", log_prints=True)
 def calibrate(
-    namespaces: list[str] | None = None,
-    config_namespace: str = DEFAULT_CONFIG_NAMESPACE,
-    cluster: str | None = None,
+    namespaces: list[NamespaceName] | None = None,
+    config_namespace: NamespaceName = DEFAULT_CONFIG_NAMESPACE,
+    cluster: ClusterTarget = None,
     prometheus_url: str | None = None,
     windows_file: str | None = None,
-    lookback: str = "24h",
-    window: str = "5m",
+    lookback: Lookback = "24h",
+    window: WindowLength = "5m",
     dry_run: bool = False,
 ) -> CalibrationReport:
     """Fit every VariantAutoscaling's alpha/beta/gamma/delta from vLLM metrics; propose, and apply where opted in.
@@ -142,22 +144,19 @@ def calibrate(
     Args:
         namespaces: Namespaces to calibrate; empty means all namespaces.
         config_namespace: Namespace of the WVA ConfigMaps (read with the cluster state).
-        cluster: Empty = kubeconfig or in-cluster; 'kubeconfig:PATH[#context]'; or a manifests directory/file.
+        cluster: Empty = $MODELPLANE_CLUSTER, else kubeconfig or in-cluster; 'kubeconfig:PATH[#context]'; or a
+            manifests directory/file.
         prometheus_url: Prometheus base URL; defaults to $PROMETHEUS_URL. Ignored when windows_file is set.
         windows_file: Read metric windows from this YAML file instead of Prometheus (local and CI runs).
         lookback: How far back to read metrics (default a day: gamma needs hours of varied load to be determined).
         window: Length of one window (PromQL increase range and step), e.g. 5m.
         dry_run: Fit and report, write nothing (no condition, no spec).
     """
-    params = CalibrateParameters(
-        namespaces=namespaces or [], config_namespace=config_namespace, cluster=cluster, prometheus_url=prometheus_url,
-        windows_file=windows_file, lookback=lookback, window=window, dry_run=dry_run,
-    )
     logger = get_run_logger()
     now = datetime.now(timezone.utc).replace(microsecond=0)
-    conn = connect(params.cluster)
-    state = read_cluster_state(conn, params.namespaces or None, params.config_namespace)
-    windows, metrics_error = collect_windows(params, state.variants)
+    conn = connect(cluster)
+    state = read_cluster_state(conn, namespaces or None, config_namespace)
+    windows, metrics_error = collect_windows(state.variants, windows_file, prometheus_url, lookback, window)
     if metrics_error:
         logger.warning("metrics: %s", metrics_error)
 
@@ -171,7 +170,7 @@ def calibrate(
             key[0], key[1], outcome.reason, outcome.message, current=_current(obj),
             fit={n: getattr(fit, n).as_dict() for n in ("alpha", "beta", "gamma", "delta")} | {"windows": fit.windows} if fit else None,
         )
-        if not params.dry_run:
+        if not dry_run:
             try:
                 row.spec_written = write_outcome(conn, obj, outcome, now)
             except ClusterError as exc:  # one variant's API failure must not stop the others
@@ -180,7 +179,7 @@ def calibrate(
         logger.info("%s/%s: %s", key[0], key[1], outcome.message)
         report.rows.append(row)
     publish(report)
-    return report
+    return flow_result(report, report.degraded)
 
 
 def publish(report: CalibrationReport) -> None:

@@ -33,6 +33,8 @@ err = Console(stderr=True)
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 PREFECT_YAML = REPO / "deployments" / "prefect.yaml"
+_CLUSTER_HELP = ("A manifests directory or file, 'kubeconfig:PATH' or 'kubeconfig:PATH#CONTEXT'; absent or empty: $MODELPLANE_CLUSTER, "
+                 "else the current kubeconfig or in-cluster config (never the working directory).")
 
 
 @app.command()
@@ -97,7 +99,7 @@ def worker_manifests(write: Optional[pathlib.Path] = typer.Option(None, help="Wr
 
 @app.command()
 def validate(
-    cluster: pathlib.Path = typer.Option(..., "--cluster", help="Manifests directory or multi-document file."),
+    cluster_option: str = typer.Option(..., "--cluster", help="Manifests directory or multi-document file (not empty)."),
     as_json: bool = typer.Option(False, "--json", help="Print a JSON list (source, kind, namespace, name, result) instead of a table."),
 ) -> None:
     """Load and validate a manifests directory; print every resource and every invalid one with its reason.
@@ -108,6 +110,7 @@ def validate(
     from engine.api.validate import load_documents
 
     with cli_errors():
+        cluster = manifests_path(cluster_option)
         if not cluster.exists():
             raise CannotRun(f"cluster path {cluster} does not exist")
         documents, read_errors = read_manifest_documents(cluster)
@@ -156,10 +159,7 @@ def _kind_of(obj: object) -> str:
 
 @app.command()
 def optimize(
-    cluster: Optional[str] = typer.Option(
-        None, "--cluster",
-        help="A manifests directory or file; 'kubeconfig:PATH' or 'kubeconfig:PATH#CONTEXT' for a kubeconfig "
-             "(and context); empty for the current kubeconfig or in-cluster config."),
+    cluster: Optional[str] = typer.Option(None, "--cluster", help=_CLUSTER_HELP),
     metrics: Optional[pathlib.Path] = typer.Option(None, "--metrics", exists=True, dir_okay=False, help="Metrics YAML file (instead of Prometheus)."),
     prometheus: Optional[str] = typer.Option(None, "--prometheus", help="Prometheus base URL (default $PROMETHEUS_URL)."),
     rate_window: Optional[str] = typer.Option(
@@ -297,26 +297,6 @@ def _aim_table(title: str, columns: tuple[str, ...], rows: list[tuple[object, ..
         raise typer.Exit(exit_code(errors))
 
 
-def model_problems(report: Any) -> list[str]:
-    """discover-models' rows whose image could not be read: the run is degraded (exit 3)."""
-    return [f"AIMClusterModel {r.name}: image {r.image}: {r.result}" for r in report.rows if r.result != "ok"]
-
-
-def template_problems(report: Any) -> list[str]:
-    """resolve-templates' rows not Available (Failed, or not ready yet): the run is degraded (exit 3)."""
-    return [f"AIMServiceTemplate {r.namespace}/{r.name}: {r.status}" + (f" ({r.reason})" if r.reason else "")
-            for r in report.rows if r.status != "Available"]
-
-
-def service_problems(report: Any) -> list[str]:
-    """rollout-services' rows not Running (Failed, Degraded, or not ready yet): the run is degraded (exit 3)."""
-    return [f"AIMService {r.namespace}/{r.name}: {r.status}" + (f" ({r.reason})" if r.reason else "")
-            for r in report.rows if r.status != "Running"]
-
-
-_CLUSTER_HELP = "Manifests directory/file, 'kubeconfig:PATH[#ctx]', or empty for the current kubeconfig."
-
-
 @app.command("discover-models")
 def discover_models_command(
     cluster: Optional[str] = typer.Option(None, "--cluster", help=_CLUSTER_HELP),
@@ -334,7 +314,7 @@ def discover_models_command(
                                                insecure_registries=insecure_registry or None, registry_mirrors=mirrors, cluster=cluster))
     _aim_table("AIM model discovery", ("model", "image", "result", "deployments", "templates"),
                [(r.name, r.image, r.result, r.deployments, r.templates) for r in report.rows], report.summary,
-               report.writes.errors + model_problems(report), as_json=as_json)
+               report.degraded, as_json=as_json)
 
 
 @app.command("resolve-templates")
@@ -349,7 +329,7 @@ def resolve_templates_command(
     report = _run_flow(cluster, lambda: resolve_templates(namespaces=namespace or None, cluster=cluster))
     _aim_table("AIM templates", ("namespace", "template", "status", "reason", "message"),
                [(r.namespace, r.name, r.status, r.reason, r.message) for r in report.rows], report.summary,
-               report.writes.errors + template_problems(report), as_json=as_json)
+               report.degraded, as_json=as_json)
 
 
 @app.command("rollout-services")
@@ -364,7 +344,7 @@ def rollout_services_command(
     report = _run_flow(cluster, lambda: rollout_services(namespaces=namespace or None, cluster=cluster))
     _aim_table("AIM services", ("namespace", "service", "status", "reason", "workload", "action"),
                [(r.namespace, r.name, r.status, r.reason, r.workload, r.action) for r in report.rows], report.summary,
-               report.writes.errors + service_problems(report), as_json=as_json)
+               report.degraded, as_json=as_json)
 
 
 @app.command("aim")
@@ -391,8 +371,8 @@ def aim_command(
                                                        registry_mirrors=mirrors, cluster=cluster))
     resolved = _run_flow(cluster, lambda: resolve_templates(namespaces=namespaces, cluster=cluster))
     rolled = _run_flow(cluster, lambda: rollout_services(namespaces=namespaces, cluster=cluster))
-    errors = (found.writes.errors + model_problems(found) + resolved.writes.errors + template_problems(resolved)
-              + rolled.writes.errors + service_problems(rolled))
+    errors = (found.degraded + resolved.degraded
+              + rolled.degraded)
     if as_json:
         sys.stdout.write(json.dumps({
             "models": [{"model": r.name, "image": r.image, "result": r.result, "deployments": r.deployments, "templates": r.templates} for r in found.rows],
@@ -404,13 +384,13 @@ def aim_command(
         exit_with_outcome(errors)
     _aim_table("AIM model discovery", ("model", "image", "result", "deployments", "templates"),
                [(r.name, r.image, r.result, r.deployments, r.templates) for r in found.rows], found.summary,
-               found.writes.errors + model_problems(found), last=False)
+               found.degraded, last=False)
     _aim_table("AIM templates", ("namespace", "template", "status", "reason"),
                [(r.namespace, r.name, r.status, r.reason) for r in resolved.rows], resolved.summary,
-               resolved.writes.errors + template_problems(resolved), last=False)
+               resolved.degraded, last=False)
     _aim_table("AIM services", ("namespace", "service", "status", "reason", "workload", "action"),
                [(r.namespace, r.name, r.status, r.reason, r.workload, r.action) for r in rolled.rows], rolled.summary,
-               rolled.writes.errors + service_problems(rolled), last=False)
+               rolled.degraded, last=False)
     rejected = drain_rejections()
     for line in rejected:
         err.print(f"[yellow]degraded: {escape(line)}[/yellow]", highlight=False, soft_wrap=True)
@@ -571,7 +551,7 @@ class _CacheFillProgress:
             self._bar.stop()
 @app.command("rollout-models")
 def rollout_models_command(
-    cluster: Optional[str] = typer.Option(None, "--cluster", help="Manifests directory/file, 'kubeconfig:PATH[#ctx]', or empty for the current kubeconfig."),
+    cluster: Optional[str] = typer.Option(None, "--cluster", help=_CLUSTER_HELP),
     namespace: list[str] = typer.Option([], "--namespace", "-n", help="Limit to these namespaces (repeatable)."),
     downloader_image: str = typer.Option(IMAGE, help="Image of the init container that downloads into a cacheURI."),
     as_json: bool = typer.Option(False, "--json", help="Print a JSON list instead of a table."),
@@ -592,7 +572,7 @@ def rollout_models_command(
         require_cluster(cluster, KTHENA_API_VERSION, "Model")
     report = run_flow_or_exit(rollout_models, namespaces=namespace or None, names=name or None, cluster=cluster,
                               downloader_image=downloader_image, kthena_networking=kthena_networking, workload=workload)
-    failed = [f"{m.namespace}/{m.name}: {m.result}" for m in report.failed]
+    failed = report.degraded
     if as_json:
         sys.stdout.write(json.dumps([dataclasses.asdict(m) for m in report.models], indent=2, default=str) + "\n")
         exit_with_outcome(failed)
@@ -613,7 +593,7 @@ def serve_openmodel_command(
     namespace: str = typer.Option(..., "--namespace", "-n", help="Namespace to serve it in."),
     replicas: int = typer.Option(1, "--replicas", min=0, help="vLLM replicas."),
     flavor: Optional[str] = typer.Option(None, "--flavor", help="Flavor to start from (default: the first)."),
-    cluster: Optional[str] = typer.Option(None, "--cluster", help="Manifests directory/file, 'kubeconfig:PATH[#ctx]', or empty for the current kubeconfig."),
+    cluster: Optional[str] = typer.Option(None, "--cluster", help=_CLUSTER_HELP),
     as_json: bool = typer.Option(False, "--json", help="Print a JSON object instead of a table."),
 ) -> None:
     """Serve an llmaz OpenModel with vLLM from its shared cache, placed by its flavors.
@@ -629,7 +609,7 @@ def serve_openmodel_command(
         require_cluster(cluster, LLMAZ_API_VERSION, "OpenModel")
     report = run_flow_or_exit(serve_openmodel, model=model, namespace=namespace, replicas=replicas, flavor=flavor,
                               cluster=cluster, _cannot_run=(ServeError,))
-    problems = [] if report.state == "Serving" else [f"{report.model} in {report.namespace}: {report.state} - {report.message}"]
+    problems = report.degraded
     if as_json:
         sys.stdout.write(json.dumps(dataclasses.asdict(report), indent=2, default=str) + "\n")
         exit_with_outcome(problems)
@@ -640,7 +620,7 @@ def serve_openmodel_command(
 
 @app.command("warm-caches")
 def warm_caches(
-    cluster: Optional[str] = typer.Option(None, "--cluster", help="Manifests directory/file, 'kubeconfig:PATH[#ctx]', or empty for the current kubeconfig."),
+    cluster: Optional[str] = typer.Option(None, "--cluster", help=_CLUSTER_HELP),
     namespace: list[str] = typer.Option([], "--namespace", "-n", help="Limit to these namespaces (repeatable)."),
     image: Optional[str] = typer.Option(None, "--image", help="Modelplane's image for the fill Jobs."),
     openmodel_namespace: Optional[str] = typer.Option(None, "--openmodel-namespace", help="Cache llmaz OpenModels in this namespace."),
@@ -664,15 +644,13 @@ def warm_caches(
     except ValueError as exc:
         raise typer.BadParameter(str(exc), param_hint="--gc-unused-after") from None
     with cli_errors():
-        if cluster and not cluster.startswith(("kube", "kubeconfig")) and not pathlib.Path(cluster).exists():
-            raise CannotRun(f"cluster path {cluster} does not exist")
+        require_local_path(cluster)
     report = run_flow_or_exit(
         warm_caches_flow.with_options(timeout_seconds=timeout_s),
         namespaces=namespace or None, cluster=cluster, image=image or DEFAULT_IMAGE, openmodel_namespace=openmodel_namespace,
         include_consumers=not no_consumers, gc_unused_after=unused_after, max_fill_attempts=max_fill_attempts,
         retry_backoff_s=retry_backoff_s,
     )
-    failed = [f"{r.namespace}/{r.name} {r.status}: {r.reason}: {r.message}" for r in report.rows if r.status != "Available"]
     if as_json:
         sys.stdout.write(json.dumps(report.as_json(), indent=2) + "\n")
     else:
@@ -687,7 +665,7 @@ def warm_caches(
         for line in [*(f"needs: {e}" for e in report.ensured), *(f"freed: {f}" for f in report.freed), *report.notes]:
             console.print(line, markup=False, highlight=False)
         console.print(report.summary)
-    exit_with_outcome([*failed, *report.problems])
+    exit_with_outcome(report.degraded)
 
 
 def _duration(text: str) -> "datetime.timedelta":
@@ -704,7 +682,7 @@ def _duration(text: str) -> "datetime.timedelta":
 
 @app.command()
 def simulate(
-    cluster: pathlib.Path = typer.Option(..., "--cluster", help="Manifests directory/file: VariantAutoscalings, targets, WVA ConfigMaps."),
+    cluster_option: str = typer.Option(..., "--cluster", help="Manifests directory/file: VariantAutoscalings, targets, WVA ConfigMaps (not empty)."),
     trace: pathlib.Path = typer.Option(..., "--trace", help="Trace CSV (timestamp, prompt tokens, output tokens; Azure format as is)."),
     policy: list[str] = typer.Option([], "--policy", "-p", help="Policy to compare (repeatable); default: all, the oracle included."),
     compression: float = typer.Option(1.0, help="Divide inter-arrival times by this (time compression)."),
@@ -749,6 +727,7 @@ def simulate(
                 shares[model] = float(weight)
             except ValueError:
                 raise CannotRun(f"--share {item!r}: expected MODEL=WEIGHT with a number") from None
+        cluster = manifests_path(cluster_option)
         if not cluster.exists():
             raise CannotRun(f"cluster description {cluster} does not exist")
         unknown = [p for p in policy if p not in POLICIES]
@@ -790,7 +769,7 @@ def simulate(
 
 @app.command()
 def calibrate(
-    cluster: Optional[str] = typer.Option(None, "--cluster", help="Manifests directory/file, 'kubeconfig:PATH[#ctx]', or empty for the current kubeconfig."),
+    cluster: Optional[str] = typer.Option(None, "--cluster", help=_CLUSTER_HELP),
     prometheus: Optional[str] = typer.Option(None, "--prometheus", help="Prometheus base URL (default $PROMETHEUS_URL)."),
     windows: Optional[pathlib.Path] = typer.Option(None, "--windows", help="Windows YAML file (instead of Prometheus)."),
     namespace: list[str] = typer.Option([], "--namespace", "-n", help="Limit to these namespaces (repeatable)."),
@@ -821,7 +800,7 @@ def calibrate(
             namespaces=namespace or None, config_namespace=config_namespace, cluster=cluster, prometheus_url=prometheus,
             windows_file=str(windows) if windows else None, lookback=lookback, window=window, dry_run=dry_run,
         )
-    degraded = [f"{r.namespace}/{r.name}: {r.reason}" for r in report.rows if r.fit is None or r.error]
+    degraded = report.degraded
     if as_json:
         sys.stdout.write(json.dumps(report.as_json(), indent=2, default=str) + "\n")
         exit_with_outcome(degraded)
@@ -877,18 +856,35 @@ def deploy(
     err.print(f"registered the deployments of deployments/prefect.yaml on {name!r}; start a worker: prefect worker start --pool {name}" + (" --type kubernetes" if pool_type == "kubernetes" else ""))
 
 
-def require_cluster(cluster: Optional[str], api_version: str, kind: str) -> None:
-    """Raise :class:`CannotRun` when a flow cannot run on ``cluster`` at all: a local path that does not exist,
-    or no way to read ``kind`` (no API access, forbidden, the CRD not installed). Checked before Prefect
-    starts, so the command (inside ``cli_errors``) prints one ``error:`` line and exits 2 instead of a failed
-    run's traceback."""
-    from tasks.cluster import ClusterError, connect
+def require_local_path(cluster: Optional[str]) -> "Any":
+    """The cluster ``cluster`` names (``tasks.cluster.connect``: absent or empty = $MODELPLANE_CLUSTER, else
+    kubeconfig); :class:`CannotRun` when it is a local path that does not exist or cannot be read."""
+    from tasks.cluster import connect
     from tasks.optimizer import local_path_problem
 
     target = connect(cluster)
     problem = local_path_problem(target)
     if problem:
         raise CannotRun(problem)
+    return target
+
+
+def manifests_path(cluster: str, option: str = "--cluster") -> pathlib.Path:
+    """A command that reads manifest files only (validate, simulate): ``cluster`` must name them; an empty
+    value is a one-line error, never the working directory."""
+    if not cluster.strip():
+        raise CannotRun(f"{option} is empty: name a manifests directory or file")
+    return pathlib.Path(cluster.strip())
+
+
+def require_cluster(cluster: Optional[str], api_version: str, kind: str) -> None:
+    """Raise :class:`CannotRun` when a flow cannot run on ``cluster`` at all: a local path that does not exist,
+    or no way to read ``kind`` (no API access, forbidden, the CRD not installed). Checked before Prefect
+    starts, so the command (inside ``cli_errors``) prints one ``error:`` line and exits 2 instead of a failed
+    run's traceback."""
+    from tasks.cluster import ClusterError
+
+    target = require_local_path(cluster)
     try:
         target.list(api_version, kind)
     except ClusterError as exc:

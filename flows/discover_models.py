@@ -18,13 +18,17 @@ Lifecycle, top to bottom:
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Annotated
 from datetime import datetime, timedelta, timezone
 
 from prefect import flow, get_run_logger
 from prefect.artifacts import create_table_artifact
 from prefect.context import FlowRunContext
 from prefect.utilities.annotations import quote
-from pydantic import BaseModel, Field
+from pydantic import Field
+
+from flows.exitcodes import flow_result
+from flows.parameters import ClusterTarget, NamespaceName
 
 from engine.aim import (
     MODEL_LABEL,
@@ -60,18 +64,6 @@ from tasks.oci import RegistryClient
 DEFAULT_INTERVAL_S = 3600
 
 
-class DiscoverParameters(BaseModel):
-    """The checks the UI form cannot express (defaults and descriptions live in the flow signature)."""
-
-    namespaces: list[str]
-    resync_interval_s: int = Field(ge=60)
-    registry_timeout_s: float = Field(gt=0)
-    insecure_registries: list[str]
-    registry_mirrors: dict[str, str]
-    model_selector: str | None
-    cluster: str | None
-
-
 @dataclass
 class ModelRow:
     """One line of the discovery table."""
@@ -93,16 +85,22 @@ class DiscoveryReport:
     writes: WriteCounts = field(default_factory=WriteCounts)
     summary: str = ""
 
+    @property
+    def degraded(self) -> list[str]:
+        """Why this run was degraded (exit 3, the ``Degraded`` run state): failed writes, images not read."""
+        return [*self.writes.errors,
+                *(f"AIMClusterModel {r.name}: image {r.image}: {r.result}" for r in self.rows if r.result != "ok")]
+
 
 @flow(name="discover-models", timeout_seconds=DEFAULT_INTERVAL_S - 300, log_prints=True)
 def discover_models(
-    namespaces: list[str] | None = None,
-    resync_interval_s: int = 86400,
-    registry_timeout_s: float = 10.0,
+    namespaces: list[NamespaceName] | None = None,
+    resync_interval_s: Annotated[int, Field(ge=60)] = 86400,
+    registry_timeout_s: Annotated[float, Field(gt=0)] = 10.0,
     insecure_registries: list[str] | None = None,
     registry_mirrors: dict[str, str] | None = None,
     model_selector: str | None = None,
-    cluster: str | None = None,
+    cluster: ClusterTarget = None,
 ) -> DiscoveryReport:
     """Discover every AIMClusterModel's runtime profiles from its image labels and create its templates.
 
@@ -115,23 +113,19 @@ def discover_models(
         registry_mirrors: Registry host -> mirror host, or 'oci-layout:DIR' (an OCI image layout per repository
             under DIR) for air-gapped clusters.
         model_selector: Label selector on AIMClusterModels (e.g. 'team=a'); empty means every model.
-        cluster: Empty = kubeconfig or in-cluster; 'kubeconfig:PATH[#context]'; or a manifests directory/file.
+        cluster: Empty = $MODELPLANE_CLUSTER, else kubeconfig or in-cluster; 'kubeconfig:PATH[#context]'; or a
+            manifests directory/file.
     """
-    params = DiscoverParameters(
-        namespaces=namespaces or [], resync_interval_s=resync_interval_s, registry_timeout_s=registry_timeout_s,
-        insecure_registries=insecure_registries or [], registry_mirrors=registry_mirrors or {},
-        model_selector=model_selector, cluster=cluster,
-    )
     logger = get_run_logger()
     now = datetime.now(timezone.utc).replace(microsecond=0)
-    cluster_api = connect(params.cluster)
-    state = read_aim_state(cluster_api, ["models", "configs", "templates"], params.model_selector)
+    cluster_api = connect(cluster)
+    state = read_aim_state(cluster_api, ["models", "configs", "templates"], model_selector)
     config_namespaces = sorted({c["metadata"]["namespace"] for c in state.configs})
     state.models, invalid_models = split_invalid(state.models)
     state.configs, invalid_configs = split_invalid(state.configs)
 
     # Which images must be asked about (each distinct image once).
-    resync = timedelta(seconds=params.resync_interval_s)
+    resync = timedelta(seconds=resync_interval_s)
     previous = {m["metadata"]["name"]: DiscoveryRecord.from_annotations(m["metadata"].get("annotations")) for m in state.models}
     wanted: dict[str, DiscoveryRecord | None] = {}
     for model in state.models:
@@ -139,14 +133,14 @@ def discover_models(
         if needs_fetch(previous[model["metadata"]["name"]], image, now, resync):
             wanted.setdefault(image, previous[model["metadata"]["name"]])
 
-    client = RegistryClient(insecure=tuple(params.insecure_registries), timeout=params.registry_timeout_s, mirrors=params.registry_mirrors)
+    client = RegistryClient(insecure=tuple(insecure_registries or ()), timeout=registry_timeout_s, mirrors=registry_mirrors or {})
     records: dict[str, DiscoveryRecord] = {}
     if wanted:
         keychain = read_keychain(cluster_api, quote(state.configs)) if any(
             ((c.get("spec") or {}).get("images") or {}).get("imagePullSecrets") for c in state.configs) else Keychain()
         records = inspect_images(client, wanted, keychain, now)
 
-    target_namespaces = params.namespaces or config_namespaces
+    target_namespaces = namespaces or config_namespaces
     existing = {(t["metadata"]["namespace"], t["metadata"]["name"]): t for t in state.templates}
     auto_by_model: dict[str, list[dict]] = {}
     for template in state.templates:
@@ -181,7 +175,7 @@ def discover_models(
                         {"image": row.image, "deployments": row.deployments, "templates": row.templates})
     publish(report)
     logger.info("discover-models: %s", report.summary)
-    return report
+    return flow_result(report, report.degraded)
 
 
 def reconcile_model(

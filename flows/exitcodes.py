@@ -9,6 +9,14 @@
 A command that cannot do its job prints ONE line on stderr (``error: <what and where>``), never a
 traceback, and exits 2. A command that ran degraded says so in its summary line and exits 3.
 
+The same outcomes as Prefect run states (a deployment run has no exit code), docs/platform.md "Run states":
+
+| code | final state of the flow run |
+|---|---|
+| 0 | ``Completed`` |
+| 2 | ``Failed`` (the exception's one line is the state message) |
+| 3 | ``Completed`` named ``Degraded``, the reasons as its message (:func:`flow_result`) |
+
 Use it as::
 
     with cli_errors():
@@ -24,7 +32,7 @@ import sys
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from enum import IntEnum
-from typing import Any
+from typing import Any, Sequence, TypeVar, cast
 
 import typer
 import typer.core
@@ -50,6 +58,39 @@ class CannotRun(Exception):
 def exit_code(degraded: Iterable[str] = ()) -> ExitCode:
     """``DEGRADED`` when anything went wrong while running, else ``OK``."""
     return ExitCode.DEGRADED if any(True for _ in degraded) else ExitCode.OK
+
+
+DEGRADED_STATE = "Degraded"
+"""The name of a degraded run's final state (``Completed`` type): what the UI shows and automations match
+(event ``prefect.flow-run.Degraded``)."""
+MAX_STATE_REASONS = 10
+"""A degraded state's message lists this many reasons, then how many more (the full list is in the log)."""
+
+Report = TypeVar("Report")
+
+
+def degraded_message(degraded: Sequence[str]) -> str:
+    """The reasons a run was degraded as one state message: the first few, then how many more."""
+    shown = [" ".join(reason.split()) for reason in degraded[:MAX_STATE_REASONS]]
+    more = len(degraded) - len(shown)
+    return f"DEGRADED ({len(degraded)}): " + "; ".join(shown) + (f"; and {more} more" if more else "")
+
+
+def flow_result(report: Report, degraded: Sequence[str]) -> Report:
+    """What a flow returns so its run's final state says what the CLI's exit code says.
+
+    Clean (exit 0): the report, and Prefect ends the run ``Completed``. Degraded (exit 3): a ``Completed``
+    state named :data:`DEGRADED_STATE` whose message is the reasons and whose data is the report, so the UI
+    shows "Degraded" and the reasons at a glance, automations can match it, and a caller of the flow still
+    gets the report (Prefect returns a returned state's data). Not ``Failed``: the run did what it could and
+    wrote what it could (retries would redo it, failure alerts would fire every cycle metrics are missing);
+    "could not run" (exit 2) is the flow raising, which Prefect makes ``Failed``.
+    """
+    if not degraded:
+        return report
+    from prefect.states import Completed
+
+    return cast(Report, Completed(name=DEGRADED_STATE, message=degraded_message(degraded), data=report))
 
 
 def degraded_summary(summary: str, degraded: Iterable[str]) -> str:
@@ -142,5 +183,5 @@ def usage_error_line(exc: Exception) -> str:
     return f"{ctx.command_path}: {message}" if ctx is not None else message
 
 
-__all__ = ["CannotRun", "ExitCode", "OneLineErrorGroup", "cli_errors", "degraded_summary", "exit_code", "one_line",
-           "quiet_expected_failures"]
+__all__ = ["DEGRADED_STATE", "CannotRun", "ExitCode", "OneLineErrorGroup", "cli_errors", "degraded_message", "degraded_summary",
+           "exit_code", "flow_result", "one_line", "quiet_expected_failures"]

@@ -33,7 +33,6 @@ from prefect.artifacts import create_table_artifact
 from prefect.cache_policies import NO_CACHE
 from prefect.context import FlowRunContext
 from prefect.utilities.annotations import quote
-from pydantic import BaseModel
 
 from engine.actuation import publishes
 from engine.bindings import BindingDecision, plan_binding
@@ -41,8 +40,8 @@ from engine.cycle_metrics import CycleFacts, model_slos, optimize_cycle_metrics,
 from engine.optimize import CycleInputs, ModelLoad, PodSample, VariantDecision, plan_variants, summarize
 from engine.saturation import SaturationConfigSet
 from engine.tail_sizing import PromptDistribution
-from flows.exitcodes import CannotRun, ExitCode, degraded_summary, exit_code
-from flows.parameters import PROMETHEUS_DURATION_PATTERN, NamespaceName, NonNegativeSeconds, PositiveSeconds, PromDuration
+from flows.exitcodes import CannotRun, ExitCode, degraded_summary, exit_code, flow_result
+from flows.parameters import PROMETHEUS_DURATION_PATTERN, ClusterTarget, NamespaceName, NonNegativeSeconds, PositiveSeconds, PromDuration
 from tasks.cluster import Cluster, LocalCluster, connect
 from tasks.cluster.errors import ClusterError
 from tasks.events import Subject, emit_change
@@ -71,24 +70,6 @@ RATE_WINDOW_PATTERN = PROMETHEUS_DURATION_PATTERN
 
 RateWindow = PromDuration | None
 """A PromQL duration such as ``1m`` or ``30s``; ``None`` keeps ``PROMETHEUS_RATE_WINDOW`` (default 1m)."""
-
-
-class OptimizeParameters(BaseModel):
-    """One run's parameters, validated. Defaults and descriptions live in the flow's signature and
-    docstring, which Prefect turns into the UI form; this model adds the checks the form cannot express."""
-
-    namespaces: list[NamespaceName]
-    namespace_selector: str | None
-    config_namespace: NamespaceName
-    prometheus_url: str | None
-    metrics_file: str | None
-    rate_window: RateWindow = None
-    cluster: str | None
-    dry_run: bool
-    solver_time_limit_s: PositiveSeconds
-    status_heartbeat_s: NonNegativeSeconds
-    scale_down_stabilization_s: NonNegativeSeconds = 0.0
-    pushgateway_url: str | None = None
 
 
 @dataclass
@@ -132,25 +113,25 @@ class CycleReport:
         return [asdict(row) for row in self.rows]
 
 
-def metrics_source(params: OptimizeParameters) -> MetricsSource | None:
+def metrics_source(metrics_file: str | None, prometheus_url: str | None, rate_window: str | None) -> MetricsSource | None:
     """The metrics backend the parameters name, or None when none is configured."""
-    if params.metrics_file:
-        return FileMetrics(params.metrics_file)
-    url = params.prometheus_url or os.environ.get("PROMETHEUS_URL")
+    if metrics_file:
+        return FileMetrics(metrics_file)
+    url = prometheus_url or os.environ.get("PROMETHEUS_URL")
     if not url:
         return None
     # Token (file), TLS, timeouts and retries come from PROMETHEUS_* variables. The rate window: the
     # run's parameter when given, else $PROMETHEUS_RATE_WINDOW, else 1m.
     environ = dict(os.environ)
-    if params.rate_window:
-        environ["PROMETHEUS_RATE_WINDOW"] = params.rate_window
+    if rate_window:
+        environ["PROMETHEUS_RATE_WINDOW"] = rate_window
     environ.setdefault("PROMETHEUS_RATE_WINDOW", DEFAULT_RATE_WINDOW)
     return PrometheusMetrics.from_env(url, environ=environ)
 
 
 def cycle_inputs(
     state: ClusterState, replicas: TargetReplicas, snapshot: MetricsSnapshot | None, metrics_error: str | None,
-    params: OptimizeParameters, now: datetime,
+    now: datetime, time_limit_s: float, scale_down_window_s: float,
 ) -> CycleInputs:
     """Translate the gathered state and metrics snapshot into the engine's cycle inputs."""
     loads: dict[tuple[str, str], ModelLoad] = {}
@@ -179,8 +160,8 @@ def cycle_inputs(
         pods=pods,
         metrics_error=metrics_error,
         missing_metrics=missing,
-        time_limit_s=params.solver_time_limit_s,
-        scale_down_window_s=params.scale_down_stabilization_s,
+        time_limit_s=time_limit_s,
+        scale_down_window_s=scale_down_window_s,
     )
 
 
@@ -264,7 +245,7 @@ def optimize(
     prometheus_url: str | None = None,
     metrics_file: str | None = None,
     rate_window: RateWindow = None,
-    cluster: str | None = None,
+    cluster: ClusterTarget = None,
     dry_run: bool = False,
     solver_time_limit_s: PositiveSeconds = 10.0,
     status_heartbeat_s: NonNegativeSeconds = 300.0,
@@ -282,8 +263,8 @@ def optimize(
         metrics_file: Read metrics from this YAML file instead of Prometheus (local and CI previews).
         rate_window: PromQL window of the arrival-rate query, e.g. '1m' or '30s'; empty = $PROMETHEUS_RATE_WINDOW,
             else 1m (WVA's window; shorter reacts faster and is noisier).
-        cluster: Empty = kubeconfig or in-cluster; 'kubeconfig:PATH' or 'kubeconfig:PATH#context'; or a manifests
-            directory/file.
+        cluster: Empty = $MODELPLANE_CLUSTER, else kubeconfig or in-cluster; 'kubeconfig:PATH' or
+            'kubeconfig:PATH#context'; or a manifests directory/file.
         dry_run: Decide and report, but write nothing (no scale, no status, no events).
         solver_time_limit_s: Time limit of the allocation MILP, in seconds.
         status_heartbeat_s: Rewrite a status whose only change is lastRunTime at most this often.
@@ -294,16 +275,10 @@ def optimize(
         pushgateway_url: Prometheus Pushgateway to publish WVA's wva_desired_replicas family and Modelplane's own
             metrics to (HPA/KEDA actuation, dashboards); empty = $MODELPLANE_PUSHGATEWAY_URL, else off.
     """
-    params = OptimizeParameters(
-        namespaces=namespaces or [], namespace_selector=namespace_selector, config_namespace=config_namespace, prometheus_url=prometheus_url,
-        metrics_file=metrics_file, rate_window=rate_window, cluster=cluster, dry_run=dry_run, solver_time_limit_s=solver_time_limit_s,
-        status_heartbeat_s=status_heartbeat_s, scale_down_stabilization_s=scale_down_stabilization_s,
-        pushgateway_url=pushgateway_url,
-    )
     logger = get_run_logger()
     now = datetime.now(timezone.utc).replace(microsecond=0)
     started, timer = time.time(), StageTimer()
-    cluster = connect(params.cluster)
+    cluster = connect(cluster)  # from here on the connected cluster
     problem = local_path_problem(cluster)
     if problem:
         raise CannotRun(problem)
@@ -311,7 +286,7 @@ def optimize(
     # Task inputs holding every object of the cycle are passed with quote(): Prefect would otherwise
     # walk each of their nodes looking for futures, which costs seconds at 1,000 variants.
     with timer.stage("read"):
-        state = read_cluster_state(cluster, params.namespaces or None, params.config_namespace, params.namespace_selector)
+        state = read_cluster_state(cluster, namespaces or None, config_namespace, namespace_selector)
         if state.missing_configuration:
             raise CannotRun(state.missing_configuration)
         for error in state.config_errors:
@@ -319,20 +294,20 @@ def optimize(
         replicas = read_current_replicas(cluster, scale_targets_of(state))
 
     with timer.stage("metrics"):
-        source = metrics_source(params)
+        source = metrics_source(metrics_file, prometheus_url, rate_window)
         snapshot, metrics_error = collect_metrics(source, quote(state))
     if metrics_error:
         logger.warning("metrics unavailable, holding every variant: %s", metrics_error)
 
     with timer.stage("decide"):
-        inputs = cycle_inputs(state, replicas, snapshot, metrics_error, params, now)
+        inputs = cycle_inputs(state, replicas, snapshot, metrics_error, now, solver_time_limit_s, scale_down_stabilization_s)
         decisions = plan_variants(inputs)
         plans, binding_errors = plan_bindings(cluster, quote(state), quote(snapshot), metrics_error, now)
     bindings = [decision for _, decision in plans]
 
     # Publish before any write: status.actuation of a metrics-mode target says whether its desired
     # replicas reached the HPA's source (engine.actuation). A dry run publishes nothing (an HPA would act on it).
-    gateway = None if params.dry_run else Pushgateway.configured(params.pushgateway_url)
+    gateway = None if dry_run else Pushgateway.configured(pushgateway_url)
     facts = CycleFacts(started=started, stages=timer.stages, loads=cycle_loads(inputs),
                        slos=model_slos(state.variants, state.service_classes))
     published: frozenset[tuple[str, str]] = frozenset()
@@ -346,13 +321,13 @@ def optimize(
             logger.error("publishing metrics: %s", push_error)
 
     writes: list[WriteOutcome] = []
-    if not params.dry_run:
+    if not dry_run:
         with timer.stage("write"):
-            writes = apply_decisions(cluster, quote(state), quote(decisions), now, params.status_heartbeat_s, published)
+            writes = apply_decisions(cluster, quote(state), quote(decisions), now, status_heartbeat_s, published)
             binding_errors += apply_bindings(cluster, quote(plans), now, state.actuation_mode, published)
 
     degraded = degraded_reasons(cluster, state, decisions, writes, bindings, binding_errors, metrics_error)
-    degraded += actuation_problems(writes, bindings, gateway, push_error, params.dry_run)
+    degraded += actuation_problems(writes, bindings, gateway, push_error, dry_run)
     timer.stages["total"] = time.time() - started
     if gateway is not None:
         final = CycleFacts(started=started, stages=timer.stages, loads=facts.loads, slos=facts.slos,
@@ -369,7 +344,7 @@ def optimize(
     emit_scaling_events(report)
     publish(report)
     logger.info("optimize: %s", report.summary)
-    return report
+    return flow_result(report, report.degraded)
 
 
 class StageTimer:

@@ -1,4 +1,4 @@
-"""Constrained parameter types shared by every flow's signature.
+"""Constrained parameter types shared by every flow's signature: the ONLY place a flow's parameter rules live.
 
 Prefect builds a deployment's parameter schema from the flow's signature (pydantic), so a constraint
 written here ends up in the JSON schema the server stores: with ``enforce_parameter_schema: true`` the
@@ -33,3 +33,18 @@ NamespaceName = Annotated[str, Field(pattern=KUBE_NAME_PATTERN, min_length=1, ma
 
 ObjectName = Annotated[str, Field(min_length=1, max_length=253, pattern=r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")]
 """The name of a Kubernetes object (RFC 1123 subdomain)."""
+
+ImageRef = Annotated[str, Field(min_length=1)]
+"""A container image reference (not empty)."""
+
+NonEmpty = Annotated[str, Field(min_length=1)]
+"""A string that must not be empty (a file path, a directory)."""
+
+ClusterTarget = str | None
+"""The ``cluster`` parameter every flow takes (``tasks.cluster.connect``): absent or empty =
+``$MODELPLANE_CLUSTER``, else kubeconfig or in-cluster; ``kubeconfig:PATH[#CONTEXT]``; or a manifests
+directory/file. An empty value is never the working directory."""
+
+CLUSTER_HELP = ("Empty = $MODELPLANE_CLUSTER, else kubeconfig or in-cluster; 'kubeconfig:PATH[#context]'; "
+                "or a manifests directory/file.")
+"""The ``cluster`` parameter's description (flow docstrings and CLI help say the same)."""

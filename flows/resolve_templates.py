@@ -24,7 +24,6 @@ from datetime import datetime, timezone
 from prefect import flow, get_run_logger
 from prefect.artifacts import create_table_artifact
 from prefect.context import FlowRunContext
-from pydantic import BaseModel
 
 from engine.aim import MODEL_LABEL, is_auto_template, ready_condition
 from engine.aim_templates import ModelCatalog, cluster_gpus, invalid_template_outcome, resolve_profile, template_status
@@ -45,15 +44,10 @@ from tasks.cluster import Cluster, connect
 from tasks.cluster.errors import ClusterError
 from engine.api.aim import API_VERSION as AIM_API_VERSION
 from tasks.events import Subject, emit_change
+from flows.exitcodes import flow_result
+from flows.parameters import ClusterTarget, NamespaceName
 
 DEFAULT_INTERVAL_S = 300
-
-
-class ResolveParameters(BaseModel):
-    """The checks the UI form cannot express (defaults and descriptions live in the flow signature)."""
-
-    namespaces: list[str]
-    cluster: str | None
 
 
 @dataclass
@@ -76,19 +70,26 @@ class ResolveReport:
     caches_requested: int = 0
     summary: str = ""
 
+    @property
+    def degraded(self) -> list[str]:
+        """Why this run was degraded (exit 3, the ``Degraded`` run state): failed writes, templates not Available."""
+        return [*self.writes.errors,
+                *(f"AIMServiceTemplate {r.namespace}/{r.name}: {r.status}" + (f" ({r.reason})" if r.reason else "")
+                  for r in self.rows if r.status != "Available")]
+
 
 @flow(name="resolve-templates", timeout_seconds=DEFAULT_INTERVAL_S - 60, log_prints=True)
-def resolve_templates(namespaces: list[str] | None = None, cluster: str | None = None) -> ResolveReport:
+def resolve_templates(namespaces: list[NamespaceName] | None = None, cluster: ClusterTarget = None) -> ResolveReport:
     """Resolve every AIMServiceTemplate to a runtime profile, check its GPU, and warm its caches when asked.
 
     Args:
         namespaces: Resolve templates in these namespaces only; empty means all namespaces.
-        cluster: Empty = kubeconfig or in-cluster; 'kubeconfig:PATH[#context]'; or a manifests directory/file.
+        cluster: Empty = $MODELPLANE_CLUSTER, else kubeconfig or in-cluster; 'kubeconfig:PATH[#context]'; or a
+            manifests directory/file.
     """
-    params = ResolveParameters(namespaces=namespaces or [], cluster=cluster)
     logger = get_run_logger()
     now = datetime.now(timezone.utc).replace(microsecond=0)
-    cluster_api = connect(params.cluster)
+    cluster_api = connect(cluster)
     state = read_aim_state(cluster_api, ["templates", "models", "configs", "caches", "nodes"])
     state.templates, invalid_templates = split_invalid(state.templates)
     state.models, invalid_models = split_invalid(state.models)
@@ -97,7 +98,7 @@ def resolve_templates(namespaces: list[str] | None = None, cluster: str | None =
     catalog = ModelCatalog(state.models, invalid={name: bad.problem for bad in invalid_models if isinstance(name := _spec_name(bad.obj), str)})
     configs = by_namespace(state.configs)
     caches = {ns: list(items.values()) for ns, items in by_namespace(state.caches).items()}
-    scope = set(params.namespaces) or None
+    scope = set(namespaces or ()) or None
     cache_lock = threading.Lock()
 
     report = ResolveReport()
@@ -153,7 +154,7 @@ def resolve_templates(namespaces: list[str] | None = None, cluster: str | None =
                 emit_change(Subject(AIM_API_VERSION, "AIMServiceTemplate", row.name, row.namespace), "available", {"reason": row.reason})
     publish(report)
     logger.info("resolve-templates: %s", report.summary)
-    return report
+    return flow_result(report, report.degraded)
 
 
 def _spec_name(obj: dict) -> object:

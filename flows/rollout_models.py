@@ -22,11 +22,11 @@ from typing import Literal
 from prefect import flow, get_run_logger
 from prefect.artifacts import create_table_artifact
 from prefect.context import FlowRunContext
-from pydantic import BaseModel, Field
 
 from engine.api.kthena import API_VERSION as KTHENA_API_VERSION
 from flows.image import IMAGE
-from flows.parameters import NamespaceName, ObjectName
+from flows.exitcodes import flow_result
+from flows.parameters import ClusterTarget, ImageRef, NamespaceName, ObjectName
 from tasks.cluster import ClusterError, connect
 from tasks.events import Subject, emit_change
 from engine.kthena_native import RUNTIME_IMAGE
@@ -34,18 +34,6 @@ from tasks.kthena_rollout import ModelOutcome, RolloutOptions, list_models, reco
 
 DEFAULT_INTERVAL_S = 300
 DEFAULT_DOWNLOADER_IMAGE = IMAGE  # flows/image.py
-
-
-class RolloutParameters(BaseModel):
-    """One run's parameters, validated (defaults and descriptions live in the flow signature)."""
-
-    namespaces: list[str]
-    names: list[str]
-    cluster: str | None
-    downloader_image: str = Field(min_length=1)
-    kthena_networking: Literal["auto", "off"] = "auto"
-    workload: Literal["Deployment", "ModelServing"] = "Deployment"
-    runtime_image: str = Field(RUNTIME_IMAGE, min_length=1)
 
 
 @dataclass
@@ -59,22 +47,28 @@ class RolloutReport:
     def failed(self) -> list[ModelOutcome]:
         return [m for m in self.models if m.result.startswith("Failed")]
 
+    @property
+    def degraded(self) -> list[str]:
+        """Why this pass was degraded (exit 3, the ``Degraded`` run state): the Models that are Failed."""
+        return [f"{m.namespace}/{m.name}: {m.result}" for m in self.failed]
+
 
 @flow(name="rollout-models", timeout_seconds=DEFAULT_INTERVAL_S - 60, log_prints=True)
 def rollout_models(
     namespaces: list[NamespaceName] | None = None,
-    cluster: str | None = None,
-    downloader_image: str = DEFAULT_DOWNLOADER_IMAGE,
+    cluster: ClusterTarget = None,
+    downloader_image: ImageRef = DEFAULT_DOWNLOADER_IMAGE,
     names: list[ObjectName] | None = None,
     kthena_networking: Literal["auto", "off"] = "auto",
     workload: Literal["Deployment", "ModelServing"] = "Deployment",
-    runtime_image: str = RUNTIME_IMAGE,
+    runtime_image: ImageRef = RUNTIME_IMAGE,
 ) -> RolloutReport:
     """Roll out every Kthena Model: backends become Deployments the optimize flow scales.
 
     Args:
         namespaces: Namespaces to reconcile; empty means all namespaces.
-        cluster: Empty = kubeconfig or in-cluster; 'kubeconfig:PATH[#context]'; or a manifests directory/file.
+        cluster: Empty = $MODELPLANE_CLUSTER, else kubeconfig or in-cluster; 'kubeconfig:PATH[#context]'; or a
+            manifests directory/file.
         downloader_image: Modelplane's image, run as the init container that downloads weights into a
             backend's cacheURI.
         names: Only the Models with these names (in the namespaces above); empty means every Model. A run
@@ -86,19 +80,17 @@ def rollout_models(
             ModelServing where the cluster serves workload.serving.volcano.sh (Deployments otherwise).
         runtime_image: Kthena's runtime sidecar image (with Kthena networking).
     """
-    params = RolloutParameters(namespaces=namespaces or [], names=names or [], cluster=cluster, downloader_image=downloader_image,
-                               kthena_networking=kthena_networking, workload=workload, runtime_image=runtime_image)
-    options = RolloutOptions(params.kthena_networking, params.workload, params.runtime_image)
+    options = RolloutOptions(kthena_networking, workload, runtime_image)
     logger = get_run_logger()
     now = datetime.now(timezone.utc).replace(microsecond=0)
-    target = connect(params.cluster)
+    target = connect(cluster)
 
     report = RolloutReport()
-    for manifest in list_models(target, params.namespaces or None):
-        if params.names and manifest["metadata"]["name"] not in params.names:
+    for manifest in list_models(target, namespaces or None):
+        if names and manifest["metadata"]["name"] not in names:
             continue
         try:
-            outcome = reconcile_model(target, manifest, now, params.downloader_image, options=options)
+            outcome = reconcile_model(target, manifest, now, downloader_image, options=options)
         except ClusterError as exc:  # e.g. the status write itself failed: report it, go on with the others
             meta = manifest.get("metadata") or {}
             outcome = ModelOutcome(namespace=meta.get("namespace", ""), name=meta.get("name", ""), result=f"Failed: {exc.reason}: {exc.message}")
@@ -111,7 +103,7 @@ def rollout_models(
     report.summary = f"{len(report.models)} models, {changed} changed, {len(report.failed)} failed"
     publish(report)
     logger.info("rollout-models: %s", report.summary)
-    return report
+    return flow_result(report, report.degraded)
 
 
 def announce(outcome: ModelOutcome) -> None:

@@ -25,7 +25,6 @@ from datetime import datetime, timezone
 from prefect import flow, get_run_logger
 from prefect.artifacts import create_table_artifact
 from prefect.context import FlowRunContext
-from pydantic import BaseModel
 
 from engine.aim_services import (
     STATUS_FAILED,
@@ -43,7 +42,8 @@ from engine.aim_services import (
 )
 from engine.aim_templates import GpuInventory, ModelCatalog, cluster_gpus
 from engine.api.aim import API_VERSION as AIM_API_VERSION
-from flows.parameters import NamespaceName
+from flows.exitcodes import flow_result
+from flows.parameters import ClusterTarget, NamespaceName
 from tasks.aim import (
     AimState,
     WriteCounts,
@@ -68,13 +68,6 @@ DEFAULT_INTERVAL_S = 300
 MANAGED_PREDICTOR_KEYS = ("imagePullSecrets", "affinity")
 
 
-class RolloutParameters(BaseModel):
-    """The checks the UI form cannot express (defaults and descriptions live in the flow signature)."""
-
-    namespaces: list[str]
-    cluster: str | None
-
-
 @dataclass
 class ServiceRow:
     """One line of the rollout table."""
@@ -95,21 +88,28 @@ class RolloutReport:
     writes: WriteCounts = field(default_factory=WriteCounts)
     summary: str = ""
 
+    @property
+    def degraded(self) -> list[str]:
+        """Why this run was degraded (exit 3, the ``Degraded`` run state): failed writes, services not Running."""
+        return [*self.writes.errors,
+                *(f"AIMService {r.namespace}/{r.name}: {r.status}" + (f" ({r.reason})" if r.reason else "")
+                  for r in self.rows if r.status != "Running")]
+
 
 @flow(name="rollout-services", timeout_seconds=DEFAULT_INTERVAL_S - 60, log_prints=True)
-def rollout_services(namespaces: list[NamespaceName] | None = None, cluster: str | None = None) -> RolloutReport:
+def rollout_services(namespaces: list[NamespaceName] | None = None, cluster: ClusterTarget = None) -> RolloutReport:
     """Roll out every AIMService as a KServe InferenceService and Gateway HTTPRoute, and report its status.
 
     Args:
         namespaces: Roll out services in these namespaces only; empty means all namespaces.
-        cluster: Empty = kubeconfig or in-cluster; 'kubeconfig:PATH[#context]'; or a manifests directory/file.
+        cluster: Empty = $MODELPLANE_CLUSTER, else kubeconfig or in-cluster; 'kubeconfig:PATH[#context]'; or a
+            manifests directory/file.
     """
-    params = RolloutParameters(namespaces=namespaces or [], cluster=cluster)
     logger = get_run_logger()
     now = datetime.now(timezone.utc).replace(microsecond=0)
-    cluster_api = connect(params.cluster)
+    cluster_api = connect(cluster)
     state = read_aim_state(cluster_api, ["services", "templates", "models", "configs", "caches", "nodes", "isvcs", "routes"])
-    scope = set(params.namespaces) or None
+    scope = set(namespaces or ()) or None
     state.services, invalid_services = split_invalid(state.services)
 
     report = RolloutReport()
@@ -150,7 +150,7 @@ def rollout_services(namespaces: list[NamespaceName] | None = None, cluster: str
     )
     publish(report)
     logger.info("rollout-services: %s", report.summary)
-    return report
+    return flow_result(report, report.degraded)
 
 
 def announce(row: ServiceRow) -> None:

@@ -14,12 +14,16 @@ Lifecycle, top to bottom:
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Annotated
 from datetime import datetime, timezone
 
 from prefect import flow, get_run_logger
 from prefect.artifacts import create_markdown_artifact
 from prefect.context import FlowRunContext
-from pydantic import BaseModel, Field
+from pydantic import Field
+
+from flows.exitcodes import flow_result
+from flows.parameters import ClusterTarget, ImageRef, NamespaceName, ObjectName
 
 from engine.api.llmaz import API_VERSION as LLMAZ_API_VERSION
 from engine.openmodel import DEFAULT_IMAGE, check_flavor, choose_flavor, render_openmodel, validate_openmodel
@@ -30,17 +34,6 @@ from tasks.events import Subject, emit_change
 from tasks.cluster.errors import NotFound
 from tasks.openmodel import cache_condition, node_labels, read_openmodel, warm_cache, write_conditions
 from tasks.workloads import WriteLog, read_live, write_object
-
-
-class ServeParameters(BaseModel):
-    """One run's parameters, validated (defaults and descriptions live in the flow signature)."""
-
-    model: str = Field(min_length=1)
-    namespace: str = Field(min_length=1, pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
-    replicas: int = Field(ge=0, le=1000)
-    flavor: str | None
-    cluster: str | None
-    image: str = Field(min_length=1)
 
 
 @dataclass
@@ -55,6 +48,11 @@ class ServeReport:
     cache: str | None = None
     writes: WriteLog = field(default_factory=WriteLog)
 
+    @property
+    def degraded(self) -> list[str]:
+        """Why the run was degraded (exit 3, the ``Degraded`` run state): the OpenModel is not Serving (yet)."""
+        return [] if self.state == "Serving" else [f"{self.model} in {self.namespace}: {self.state} - {self.message}"]
+
 
 class ServeError(RuntimeError):
     """The OpenModel cannot be served as asked (missing, invalid, unknown flavor, no Node fits)."""
@@ -62,12 +60,12 @@ class ServeError(RuntimeError):
 
 @flow(name="serve-openmodel", timeout_seconds=600, log_prints=True)
 def serve_openmodel(
-    model: str,
-    namespace: str,
-    replicas: int = 1,
+    model: ObjectName,
+    namespace: NamespaceName,
+    replicas: Annotated[int, Field(ge=0, le=1000)] = 1,
     flavor: str | None = None,
-    cluster: str | None = None,
-    image: str = DEFAULT_IMAGE,
+    cluster: ClusterTarget = None,
+    image: ImageRef = DEFAULT_IMAGE,
 ) -> ServeReport:
     """Serve an llmaz OpenModel with vLLM from its shared cache, placed by its flavors.
 
@@ -76,63 +74,63 @@ def serve_openmodel(
         namespace: Namespace to serve it in (its ModelCache lives there too).
         replicas: Number of vLLM replicas.
         flavor: Flavor to start from; empty = the first. The next flavors in order are the fallbacks.
-        cluster: Empty = kubeconfig or in-cluster; 'kubeconfig:PATH[#context]'; or a manifests directory/file.
+        cluster: Empty = $MODELPLANE_CLUSTER, else kubeconfig or in-cluster; 'kubeconfig:PATH[#context]'; or a
+            manifests directory/file.
         image: The vLLM image.
     """
-    params = ServeParameters(model=model, namespace=namespace, replicas=replicas, flavor=flavor or None, cluster=cluster, image=image)
     logger = get_run_logger()
     now = datetime.now(timezone.utc).replace(microsecond=0)
-    target = connect(params.cluster)
+    target = connect(cluster)
 
     try:
-        obj = read_openmodel(target, params.model)
+        obj = read_openmodel(target, model)
     except NotFound:
-        raise ServeError(f"OpenModel {params.model!r} not found") from None
+        raise ServeError(f"OpenModel {model!r} not found") from None
     openmodel, source, errors = validate_openmodel(obj)
     if openmodel is None or source is None or errors:
         write_conditions(target, obj, errors, None, now)
-        raise ServeError(f"OpenModel {params.model}: " + "; ".join(str(e) for e in errors))
+        raise ServeError(f"OpenModel {model}: " + "; ".join(str(e) for e in errors))
     try:
-        check_flavor(openmodel, params.flavor)  # a flavor it does not have: nothing to cache or place
+        check_flavor(openmodel, flavor)  # a flavor it does not have: nothing to cache or place
     except ValueError as exc:
-        raise ServeError(f"OpenModel {params.model}: {exc}") from None
+        raise ServeError(f"OpenModel {model}: {exc}") from None
 
     cache = None
     if source.downloadable:
         try:
-            cache = warm_cache(target, params.namespace, source, requested_by=f"OpenModel/{params.model}")
+            cache = warm_cache(target, namespace, source, requested_by=f"OpenModel/{model}")
         except NotFound as exc:  # most often the namespace itself does not exist
-            raise ServeError(f"OpenModel {params.model}: cannot keep its cache in namespace {params.namespace!r}: {exc}") from None
-        write_conditions(target, obj, [], cache_condition(cache, params.namespace), now)
+            raise ServeError(f"OpenModel {model}: cannot keep its cache in namespace {namespace!r}: {exc}") from None
+        write_conditions(target, obj, [], cache_condition(cache, namespace), now)
         if not (cache_available(cache) and cache_pvc(cache)):
-            report = ServeReport(params.model, params.namespace, "WaitingForCache", cache_condition(cache, params.namespace).message, cache=cache["metadata"]["name"])
+            report = ServeReport(model, namespace, "WaitingForCache", cache_condition(cache, namespace).message, cache=cache["metadata"]["name"])
             publish(report)
             logger.warning("serve-openmodel: %s", report.message)
-            return report
+            return flow_result(report, report.degraded)
     else:
         write_conditions(target, obj, [], None, now)
 
     try:
-        placement = choose_flavor(openmodel, params.flavor, node_labels(target))
+        placement = choose_flavor(openmodel, flavor or None, node_labels(target))
     except ValueError as exc:
-        raise ServeError(f"OpenModel {params.model}: {exc}") from None
+        raise ServeError(f"OpenModel {model}: {exc}") from None
     if placement.checked and placement.flavor is None and openmodel.spec.inference_config.flavors:
-        raise ServeError(f"OpenModel {params.model}: {placement.message}")
+        raise ServeError(f"OpenModel {model}: {placement.message}")
 
-    report = ServeReport(params.model, params.namespace, "Serving", placement.message,
+    report = ServeReport(model, namespace, "Serving", placement.message,
                          flavor=placement.flavor.name if placement.flavor else None, cache=cache["metadata"]["name"] if cache else None)
     pvc = cache_pvc(cache) if cache else None
-    for desired in render_openmodel(openmodel, source, pvc, params.namespace, params.replicas, placement, params.image):
+    for desired in render_openmodel(openmodel, source, pvc, namespace, replicas, placement, image):
         live = read_live(target, desired)
         write_object(target, stamp(desired), live, report.writes)
     if report.writes.created or report.writes.updated:
         if cache is not None:
             mark_used(target, cache, now)
-        emit_change(Subject(LLMAZ_API_VERSION, "OpenModel", params.model), "served",
-                    {"namespace": params.namespace, "flavor": report.flavor, "reason": report.message})
+        emit_change(Subject(LLMAZ_API_VERSION, "OpenModel", model), "served",
+                    {"namespace": namespace, "flavor": report.flavor, "reason": report.message})
     publish(report)
-    logger.info("serve-openmodel: %s in %s on %s", params.model, params.namespace, placement.message)
-    return report
+    logger.info("serve-openmodel: %s in %s on %s", model, namespace, placement.message)
+    return flow_result(report, report.degraded)
 
 
 def publish(report: ServeReport) -> None:

@@ -20,14 +20,14 @@ from __future__ import annotations
 
 import pathlib
 from dataclasses import dataclass, field, replace
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from prefect import flow, get_run_logger, task
 from prefect.artifacts import create_markdown_artifact
 from prefect.cache_policies import NO_CACHE
 from prefect.context import FlowRunContext
 from prefect.utilities.annotations import quote
-from pydantic import BaseModel, Field, field_validator
+from pydantic import Field
 
 from engine.simulate import SimConfig
 from engine.simulate_frontier import Limits, knob_settings, limits, with_oracle_curves
@@ -41,45 +41,17 @@ from engine.simulate_policies import (
     with_hpa_metric,
 )
 from engine.simulate_trace import TraceShape
+from flows.parameters import NamespaceName, NonEmpty, NonNegativeSeconds, PositiveSeconds
 from tasks.simulation import markdown_report, read_description, read_trace, write_report
 
 DEFAULT_CONFIG_NAMESPACE = "modelplane-system"
 # Literal types so the Prefect form offers the choices (kept equal to POLICIES and the simulated gauges).
 PolicyName = Literal["modelplane", "saturation-only", "wva-greedy", "hpa", "static-peak", "oracle"]
 RouterName = Literal["auto", "least-outstanding", "least-load", "least-latency"]
+PositiveFactor = Annotated[float, Field(gt=0)]
+"""A multiplier that must be above zero."""
 HpaMetric = Literal["vllm:num_requests_waiting", "vllm:num_requests_running", "vllm:kv_cache_usage_perc"]
 
-
-class SimulateParameters(BaseModel):
-    """One run's parameters, validated (defaults and descriptions live in the flow's signature)."""
-
-    cluster: str = Field(min_length=1)
-    trace: str = Field(min_length=1)
-    config_namespace: str = Field(min_length=1)
-    policies: list[str] = Field(min_length=1)
-    compression: float = Field(gt=0)
-    rate_scale: float = Field(gt=0)
-    start_s: float = Field(ge=0)
-    duration_s: float | None = Field(gt=0)
-    model_shares: dict[str, float] | None
-    interval_s: float = Field(gt=0)
-    startup_delay_s: float = Field(ge=0)
-    kv_tokens_per_slot: int = Field(ge=1)
-    sizing_ttft_scale: float = Field(gt=0)
-    hpa_metric: str | None
-    hpa_target: float | None = Field(gt=0)
-    router: str = Field(min_length=1)
-    frontier: bool
-    seed: int
-    output_dir: str = Field(min_length=1)
-
-    @field_validator("policies")
-    @classmethod
-    def _known(cls, value: list[str]) -> list[str]:
-        unknown = [p for p in value if p not in POLICIES]
-        if unknown:
-            raise ValueError(f"unknown policy {', '.join(unknown)}; choose from {', '.join(POLICIES)}")
-        return value
 
 
 @dataclass
@@ -103,27 +75,30 @@ class SimulationReport:
 
 
 @task(name="read-simulation-inputs", cache_policy=NO_CACHE)
-def read_inputs(params: SimulateParameters) -> Scenario:
-    """The cluster description and the shaped trace, parsed into a scenario."""
-    description = replace(read_description(params.cluster, params.config_namespace), kv_tokens_per_slot=params.kv_tokens_per_slot)
-    if params.hpa_metric or params.hpa_target:
-        if not (params.hpa_metric and params.hpa_target):
+def read_inputs(
+    cluster: str, trace_path: str, config_namespace: str, model_shares: dict[str, float] | None, shape: dict[str, Any],
+    config: SimConfig, *, kv_tokens_per_slot: int, hpa_metric: str | None, hpa_target: float | None, sizing_ttft_scale: float,
+    router: str, oracle_curves: bool,
+) -> Scenario:
+    """The cluster description and the trace, shaped by ``shape`` (:class:`TraceShape`'s other fields) over
+    ``model_shares`` (empty: equal shares of the models served), parsed into a scenario (with the oracle's
+    curves when ``oracle_curves``)."""
+    description = replace(read_description(cluster, config_namespace), kv_tokens_per_slot=kv_tokens_per_slot)
+    if hpa_metric or hpa_target:
+        if not (hpa_metric and hpa_target):
             raise ValueError("hpa_metric and hpa_target go together")
-        description = with_hpa_metric(description, params.hpa_metric, params.hpa_target)
+        description = with_hpa_metric(description, hpa_metric, hpa_target)
     models = sorted({f"{(v.get('metadata') or {}).get('namespace') or 'default'}/{(v.get('spec') or {}).get('modelID')}"
                      for v in description.variants if (v.get("spec") or {}).get("modelID")})
     if not models:
-        raise ValueError(f"no VariantAutoscaling found in {params.cluster}: nothing to simulate")
-    shares = params.model_shares or {m: 1.0 for m in models}
+        raise ValueError(f"no VariantAutoscaling found in {cluster}: nothing to simulate")
+    shares = model_shares or {m: 1.0 for m in models}
     unknown = sorted(set(shares) - set(models))
     if unknown:
         raise ValueError(f"model_shares names {', '.join(unknown)}, not served here (models: {', '.join(models)})")
-    shape = TraceShape(shares, params.start_s, params.duration_s, params.compression, params.rate_scale, params.seed)
-    trace = read_trace(params.trace, shape)
-    config = SimConfig(interval_s=params.interval_s, startup_delay_s=params.startup_delay_s, seed=params.seed)
-    scenario = build_scenario(description, trace, config, sizing_ttft_scale=params.sizing_ttft_scale, router=params.router)
-    return with_oracle_curves(scenario) if params.frontier or "oracle" in params.policies else scenario
-
+    trace = read_trace(trace_path, TraceShape(shares, **shape))
+    scenario = build_scenario(description, trace, config, sizing_ttft_scale=sizing_ttft_scale, router=router)
+    return with_oracle_curves(scenario) if oracle_curves else scenario
 
 @task(name="simulate-policy", cache_policy=NO_CACHE)
 def simulate_policy(name: str, scenario: Scenario) -> PolicyOutcome:
@@ -139,25 +114,25 @@ def sweep_knob(name: str, scenario: Scenario) -> list[tuple[str, str, PolicyOutc
 
 @flow(name="simulate", log_prints=True)
 def simulate(
-    cluster: str,
-    trace: str,
-    config_namespace: str = DEFAULT_CONFIG_NAMESPACE,
+    cluster: NonEmpty,
+    trace: NonEmpty,
+    config_namespace: NamespaceName = DEFAULT_CONFIG_NAMESPACE,
     policies: list[PolicyName] | None = None,
-    compression: float = 1.0,
-    rate_scale: float = 1.0,
-    start_s: float = 0.0,
-    duration_s: float | None = None,
+    compression: PositiveFactor = 1.0,
+    rate_scale: PositiveFactor = 1.0,
+    start_s: NonNegativeSeconds = 0.0,
+    duration_s: PositiveSeconds | None = None,
     model_shares: dict[str, float] | None = None,
-    interval_s: float = 60.0,
-    startup_delay_s: float = 120.0,
-    kv_tokens_per_slot: int = 2048,
-    sizing_ttft_scale: float = 1.0,
+    interval_s: PositiveSeconds = 60.0,
+    startup_delay_s: NonNegativeSeconds = 120.0,
+    kv_tokens_per_slot: Annotated[int, Field(ge=1)] = 2048,
+    sizing_ttft_scale: PositiveFactor = 1.0,
     hpa_metric: HpaMetric | None = None,
-    hpa_target: float | None = None,
+    hpa_target: PositiveFactor | None = None,
     router: RouterName = "auto",
     frontier: bool = True,
     seed: int = 0,
-    output_dir: str = "simulation-report",
+    output_dir: NonEmpty = "simulation-report",
 ) -> SimulationReport:
     """Replay a request trace against a cluster description and compare autoscaling policies.
 
@@ -190,36 +165,34 @@ def simulate(
         seed: Seed of every random draw (model split, rate scaling): same inputs, same results.
         output_dir: Directory for summary.json, the PNG plots and report.html.
     """
-    params = SimulateParameters(
-        cluster=cluster, trace=trace, config_namespace=config_namespace, policies=policies or list(POLICIES),
-        compression=compression, rate_scale=rate_scale, start_s=start_s, duration_s=duration_s, model_shares=model_shares,
-        interval_s=interval_s, startup_delay_s=startup_delay_s, kv_tokens_per_slot=kv_tokens_per_slot,
-        sizing_ttft_scale=sizing_ttft_scale, hpa_metric=hpa_metric, hpa_target=hpa_target, router=router, frontier=frontier,
-        seed=seed, output_dir=output_dir,
-    )
+    policies = policies or list(POLICIES)
     logger = get_run_logger()
-    scenario = read_inputs(params)
+    shape = {"start_s": start_s, "duration_s": duration_s, "compression": compression, "rate_scale": rate_scale, "seed": seed}
+    config = SimConfig(interval_s=interval_s, startup_delay_s=startup_delay_s, seed=seed)
+    scenario = read_inputs(cluster, trace, config_namespace, model_shares, shape, config, kv_tokens_per_slot=kv_tokens_per_slot,
+                           hpa_metric=hpa_metric, hpa_target=hpa_target, sizing_ttft_scale=sizing_ttft_scale,
+                           router=router, oracle_curves=frontier or "oracle" in policies)
     logger.info("replaying %d requests over %.0f s against %d variants", len(scenario.trace), scenario.trace.duration_s, len(scenario.variants))
 
-    outcomes = [simulate_policy(name, quote(scenario)) for name in params.policies]
+    outcomes = [simulate_policy(name, quote(scenario)) for name in policies]
     for o in outcomes:
         logger.info("%s: SLO attainment %.1f%%, cost %.1f, %d replica changes, %d unserved", o.policy, 100 * o.attainment, o.cost, o.replica_changes, o.unserved)
 
     bounds: Limits | None = None
-    if params.frontier:
-        swept = [point for name in dict.fromkeys([*params.policies, "oracle"]) for point in sweep_knob(name, quote(scenario))]
+    if frontier:
+        swept = [point for name in dict.fromkeys([*policies, "oracle"]) for point in sweep_knob(name, quote(scenario))]
         bounds = limits(scenario, outcomes, swept)
         logger.info("attainment ceiling %.1f%%; frontier of %d replays", 100 * bounds.ceiling["all"], len(bounds.frontier))
 
     settings = {
-        "trace": pathlib.Path(params.trace).name, "requests": len(scenario.trace),
-        "duration_s": round(scenario.trace.duration_s, 1), "compression": params.compression, "rate_scale": params.rate_scale,
-        "interval_s": params.interval_s, "startup_delay_s": params.startup_delay_s, "seed": params.seed,
-        "sizing_ttft_scale": params.sizing_ttft_scale,
+        "trace": pathlib.Path(trace).name, "requests": len(scenario.trace),
+        "duration_s": round(scenario.trace.duration_s, 1), "compression": compression, "rate_scale": rate_scale,
+        "interval_s": interval_s, "startup_delay_s": startup_delay_s, "seed": seed,
+        "sizing_ttft_scale": sizing_ttft_scale,
         "hpa": scenario.description.hpa_policy.get("metrics"),
-        "router": params.router,
+        "router": router,
     }
-    files = write_report(outcomes, scenario, pathlib.Path(params.output_dir), "Modelplane policy comparison", settings, bounds)
+    files = write_report(outcomes, scenario, pathlib.Path(output_dir), "Modelplane policy comparison", settings, bounds)
     report = SimulationReport(outcomes, {k: str(v) for k, v in files.items()}, settings, bounds)
     publish(report, files)
     return report

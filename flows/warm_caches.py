@@ -25,14 +25,17 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta, timezone
-from typing import Any
+from typing import Annotated, Any
 
 from prefect import flow, get_run_logger, task
 from prefect.artifacts import create_table_artifact
 from prefect.cache_policies import NO_CACHE
 from prefect.context import FlowRunContext
 from prefect.utilities.annotations import quote
-from pydantic import BaseModel, Field
+from pydantic import Field
+
+from flows.exitcodes import flow_result
+from flows.parameters import ClusterTarget, ImageRef, NamespaceName, NonNegativeSeconds, ObjectName
 
 from engine.cache_plan import (
     DOWNLOADING,
@@ -99,23 +102,6 @@ DEFAULT_INTERVAL_S = 600
 DEFAULT_IMAGE = IMAGE  # Modelplane's own image (flows/image.py): its `modelplane cache fill` fills the caches
 
 
-class WarmCachesParameters(BaseModel):
-    """One run's parameters, validated (defaults and descriptions live in the flow's signature)."""
-
-    namespaces: list[str]
-    cluster: str | None
-    image: str = Field(min_length=1)
-    image_pull_secrets: list[str]
-    openmodel_namespace: str | None
-    include_consumers: bool
-    gc_unused_after: timedelta | None
-    max_fill_attempts: int = Field(ge=1)
-    retry_backoff_s: float = Field(ge=0)
-    job_backoff_limit: int = Field(ge=0)
-    job_ttl_s: int = Field(ge=0)
-    headroom_percent: float = Field(ge=0)
-
-
 @dataclass
 class CacheRow:
     """One line of the report: a cache and what this pass did with it."""
@@ -141,6 +127,13 @@ class WarmReport:
     freed: list[str] = field(default_factory=list)  # "namespace/cache (pvc, size): why"
     notes: list[str] = field(default_factory=list)
     summary: str = ""
+
+    @property
+    def degraded(self) -> list[str]:
+        """Why the pass was degraded (exit 3, the ``Degraded`` run state): caches not Available (Failed, or not
+        filled yet), then other problems."""
+        failed = [f"{r.namespace}/{r.name} {r.status}: {r.reason}: {r.message}" for r in self.rows if r.status != "Available"]
+        return [*failed, *self.problems]
 
     def as_json(self) -> dict[str, Any]:
         """The report as the CLI's JSON."""
@@ -397,25 +390,25 @@ def collect_unused_caches(cluster: Cluster, world: CacheWorld, unused_after: tim
 
 @flow(name="warm-caches", timeout_seconds=DEFAULT_INTERVAL_S - 60, log_prints=True)
 def warm_caches(
-    namespaces: list[str] | None = None,
-    cluster: str | None = None,
-    image: str = DEFAULT_IMAGE,
-    image_pull_secrets: list[str] | None = None,
-    openmodel_namespace: str | None = None,
+    namespaces: list[NamespaceName] | None = None,
+    cluster: ClusterTarget = None,
+    image: ImageRef = DEFAULT_IMAGE,
+    image_pull_secrets: list[ObjectName] | None = None,
+    openmodel_namespace: NamespaceName | None = None,
     include_consumers: bool = True,
     gc_unused_after: timedelta | None = None,
-    max_fill_attempts: int = 4,
-    retry_backoff_s: float = 300.0,
-    job_backoff_limit: int = 2,
-    job_ttl_s: int = 3600,
-    headroom_percent: float = 10.0,
+    max_fill_attempts: Annotated[int, Field(ge=1)] = 4,
+    retry_backoff_s: NonNegativeSeconds = 300.0,
+    job_backoff_limit: Annotated[int, Field(ge=0)] = 2,
+    job_ttl_s: Annotated[int, Field(ge=0)] = 3600,
+    headroom_percent: Annotated[float, Field(ge=0)] = 10.0,
     pushgateway_url: str | None = None,
 ) -> WarmReport:
     """One reconcile pass over every ModelCache and every cache a consumer needs.
 
     Args:
         namespaces: Namespaces to reconcile; empty means all namespaces.
-        cluster: Empty = kubeconfig or in-cluster; 'kubeconfig:PATH[#context]'; or a manifests directory/file
+        cluster: Empty = $MODELPLANE_CLUSTER, else kubeconfig or in-cluster; 'kubeconfig:PATH[#context]'; or a manifests directory/file
             (then fills run in this process and each PVC is a directory under the state directory).
         image: Modelplane's image, run by the fill Jobs ('modelplane cache fill').
         image_pull_secrets: Secrets (in each cache's namespace) for pulling that image.
@@ -431,32 +424,25 @@ def warm_caches(
         pushgateway_url: Prometheus Pushgateway for the pass's cache metrics (fills by outcome, bytes per cache);
             empty = $MODELPLANE_PUSHGATEWAY_URL, else off.
     """
-    params = WarmCachesParameters(
-        namespaces=namespaces or [], cluster=cluster, image=image, image_pull_secrets=image_pull_secrets or [],
-        openmodel_namespace=openmodel_namespace,
-        include_consumers=include_consumers, gc_unused_after=gc_unused_after, max_fill_attempts=max_fill_attempts,
-        retry_backoff_s=retry_backoff_s, job_backoff_limit=job_backoff_limit, job_ttl_s=job_ttl_s,
-        headroom_percent=headroom_percent,
-    )
     logger = get_run_logger()
     now = datetime.now(timezone.utc).replace(microsecond=0)
-    target = connect(params.cluster)
+    target = connect(cluster)
     report = WarmReport()
 
-    world = read_world(target, params.namespaces or None)
-    if params.include_consumers:
-        requests, problems = cache_requests(world, params.openmodel_namespace, params.namespaces)
+    world = read_world(target, namespaces or None)
+    if include_consumers:
+        requests, problems = cache_requests(world, openmodel_namespace, namespaces or [])
         report.problems += [f"{p.consumer}: {p.field}: {p.message}" for p in problems]
         report.ensured, ensure_problems = ensure_consumer_caches(target, requests)
         report.problems += ensure_problems
         if requests:
-            world = read_world(target, params.namespaces or None)
+            world = read_world(target, namespaces or None)
 
     settings = PassSettings(
-        policy=RetryPolicy(max_attempts=params.max_fill_attempts, backoff_s=params.retry_backoff_s),
-        job=JobSettings(image=params.image, backoff_limit=params.job_backoff_limit, ttl_seconds_after_finished=params.job_ttl_s,
-                        image_pull_secrets=tuple(params.image_pull_secrets)),
-        headroom_percent=params.headroom_percent,
+        policy=RetryPolicy(max_attempts=max_fill_attempts, backoff_s=retry_backoff_s),
+        job=JobSettings(image=image, backoff_limit=job_backoff_limit, ttl_seconds_after_finished=job_ttl_s,
+                        image_pull_secrets=tuple(image_pull_secrets or ())),
+        headroom_percent=headroom_percent,
         local=isinstance(target, LocalCluster),
     )
     for cache in world.caches:
@@ -470,9 +456,9 @@ def warm_caches(
         if row.message and row.status != "Failed":
             report.notes.append(f"{row.namespace}/{row.name}: {row.message}")
 
-    if params.gc_unused_after is not None:
-        world = read_world(target, params.namespaces or None)
-        report.freed = collect_unused_caches(target, quote(world), params.gc_unused_after, now)
+    if gc_unused_after is not None:
+        world = read_world(target, namespaces or None)
+        report.freed = collect_unused_caches(target, quote(world), gc_unused_after, now)
 
     gateway = Pushgateway.configured(pushgateway_url)
     if gateway is not None:
@@ -484,7 +470,7 @@ def warm_caches(
         logger.warning("%s", problem)
     publish(report)
     logger.info("warm-caches: %s", report.summary)
-    return report
+    return flow_result(report, report.degraded)
 
 
 def cache_metrics(report: WarmReport, world: Any) -> MetricSet:

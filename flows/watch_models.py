@@ -29,7 +29,7 @@ from pydantic import Field
 
 from engine.api.kthena import API_VERSION as KTHENA_API_VERSION
 from engine.changes import UnobservedChange, new_changes
-from flows.parameters import NamespaceName
+from flows.parameters import ClusterTarget, NamespaceName
 from tasks.cluster import connect
 from tasks.events import Subject, emit_change
 
@@ -66,7 +66,7 @@ class WatchReport:
 def watch_models(
     namespaces: list[NamespaceName] | None = None,
     watch_seconds: Annotated[float, Field(gt=0, le=MAX_WATCH_S)] = 45.0,
-    cluster: str | None = None,
+    cluster: ClusterTarget = None,
 ) -> WatchReport:
     """Watch the Kthena Models and announce each spec change rollout-models has not rolled out yet.
 
@@ -74,7 +74,8 @@ def watch_models(
         namespaces: Namespaces to watch; empty means all namespaces.
         watch_seconds: How long the watch stays open (at most 50 s, so a run ends before the next
             one-minute run is due).
-        cluster: Empty = kubeconfig or in-cluster; 'kubeconfig:PATH[#context]'; or a manifests directory/file.
+        cluster: Empty = $MODELPLANE_CLUSTER, else kubeconfig or in-cluster; 'kubeconfig:PATH[#context]'; or a
+            manifests directory/file.
     """
     logger = get_run_logger()
     scope = set(namespaces or [])

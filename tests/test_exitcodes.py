@@ -90,7 +90,7 @@ def test_missing_metrics_file_is_a_usage_error(tmp_path: pathlib.Path) -> None:
 def test_help_shows_targets_and_rate_window() -> None:
     result = CliRunner().invoke(app, ["optimize", "--help"], terminal_width=200)
     text = " ".join(result.stdout.split())
-    assert "kubeconfig:PATH#CONTEXT" in text and "--rate-window" in text and "PROMETHEUS_RATE_WINDOW" in text
+    assert "kubeconfig:PATH#CONTEXT" in text and "MODELPLANE_CLUSTER" in text and "--rate-window" in text and "PROMETHEUS_RATE_WINDOW" in text
     assert "Exit codes" in text
 
 
@@ -109,3 +109,18 @@ def invoke_env(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[s
     """:func:`invoke` with environment variables set for the call."""
     result = CliRunner().invoke(app, list(args), env=env, terminal_width=200)
     return subprocess.CompletedProcess(list(args), result.exit_code, result.stdout, result.stderr)
+
+
+def test_a_degraded_flow_result_is_a_completed_state_named_degraded_with_the_reasons() -> None:
+    from prefect.states import State
+
+    from flows.exitcodes import DEGRADED_STATE, MAX_STATE_REASONS, flow_result
+
+    report = object()
+    assert flow_result(report, []) is report
+    reasons = [f"ns/model-{i}: MetricsUnavailable" for i in range(MAX_STATE_REASONS + 3)]
+    state = flow_result(report, reasons)
+    assert isinstance(state, State) and state.is_completed() and state.name == DEGRADED_STATE
+    assert state.message.startswith(f"DEGRADED ({len(reasons)}): ns/model-0: MetricsUnavailable;")
+    assert state.message.endswith("; and 3 more") and "\n" not in state.message
+    assert state.data is report

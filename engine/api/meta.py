@@ -3,7 +3,13 @@
 Every custom resource model in ``engine.api`` derives from :class:`KubeModel`: Python attributes are
 snake_case, the wire names are the exact camelCase names of the seeds (aliases), unknown fields are
 rejected (a typo in a manifest is an error, not a silently dropped field) and attribute docstrings
-become field descriptions, so the generated CRDs carry them for ``kubectl explain``.
+become the descriptions of the JSON schema, so the generated CRDs carry them for ``kubectl explain``.
+
+The docstrings are read from the source only when a JSON schema is generated (``modelplane crds``), never
+when a model class is defined: pydantic's ``use_attribute_docstrings`` parses source with ``ast`` at class
+creation, in whichever thread imports the module first, and CPython 3.11.7 (gh-106905) raises
+``SystemError: AST constructor recursion depth mismatch`` when two threads build ASTs at once, which a
+flow run importing models from task threads did.
 
 Validation rules are written once, as pydantic ``Field`` constraints or ``Annotated`` metadata: the
 model enforces them and :mod:`engine.api.crds` turns the same JSON schema into the CRD's
@@ -17,6 +23,7 @@ Also here: Go durations (:func:`parse_duration`), RFC 3339 times and the conditi
 from __future__ import annotations
 
 import re
+import threading
 from datetime import datetime, timezone
 from typing import Annotated, Any, Literal
 
@@ -28,6 +35,7 @@ from pydantic import (
     PlainSerializer,
     WithJsonSchema,
 )
+from pydantic.json_schema import JsonSchemaValue
 
 __all__ = [
     "Affinity",
@@ -66,13 +74,46 @@ class KubeModel(BaseModel):
     model_config = ConfigDict(
         populate_by_name=True,
         extra="forbid",
-        use_attribute_docstrings=True,
         validate_default=False,
     )
+
+    @classmethod
+    def __get_pydantic_json_schema__(cls, core_schema: Any, handler: Any) -> JsonSchemaValue:
+        """The model's JSON schema with each field's attribute docstring as its description (the CRDs)."""
+        schema = handler(core_schema)
+        properties = handler.resolve_ref_schema(schema).get("properties", {})
+        docs = attribute_docstrings(cls)
+        for name, field in cls.model_fields.items():
+            key = field.alias if field.alias in properties else name
+            if key in properties and name in docs and field.description is None:
+                properties[key].setdefault("description", docs[name])
+        return schema
 
     def to_dict(self) -> dict[str, Any]:
         """The manifest form: camelCase keys, JSON-compatible values, unset optional fields left out."""
         return self.model_dump(mode="json", by_alias=True, exclude_none=True)
+
+
+_DOCSTRINGS: dict[type, dict[str, str]] = {}
+_DOCSTRINGS_LOCK = threading.Lock()
+
+
+def attribute_docstrings(cls: type[BaseModel]) -> dict[str, str]:
+    """The docstrings under ``cls``'s field declarations and its bases' (a subclass's wins), by field name.
+
+    Read from the source with pydantic's own extraction (``inspect``, not frames), once per class and under
+    a lock, and only when a JSON schema is generated (see the module docs for why never at import).
+    """
+    from pydantic._internal._docs_extraction import extract_docstrings_from_cls
+
+    with _DOCSTRINGS_LOCK:
+        if cls not in _DOCSTRINGS:
+            docs: dict[str, str] = {}
+            for klass in reversed(cls.__mro__):
+                if isinstance(klass, type) and issubclass(klass, BaseModel) and klass.__module__.startswith("engine."):
+                    docs.update(extract_docstrings_from_cls(klass, use_inspect=True))
+            _DOCSTRINGS[cls] = docs
+        return _DOCSTRINGS[cls]
 
 
 # --------------------------------------------------------------------------------------------------

@@ -1,13 +1,21 @@
 """Cluster access for flows: the :class:`Cluster` interface, its two backends and :func:`connect`.
 
-``connect(target)`` picks the backend from one string, so every flow takes a single ``cluster``
-parameter: ``None``/``"kube"``/``"kubeconfig"`` for the real cluster (in-cluster config inside a pod,
-else the default kubeconfig), ``"kubeconfig:PATH[#CONTEXT]"`` for a specific kubeconfig, and anything
-else is a directory or YAML file for the local backend.
+``connect(target)`` picks the backend from one string, so every flow and command takes a single
+``cluster`` parameter meaning the same everywhere:
+
+- absent (``None``) or empty/blank: ``$MODELPLANE_CLUSTER`` when set (the laptop default, any of the forms
+  below), else the real cluster: in-cluster config inside a pod, else the default kubeconfig
+  (``$KUBECONFIG`` or ``~/.kube/config``); when none of those exists, :class:`ClusterError` with one line
+  saying what to set. An empty string is never the working directory;
+- ``"kube"``/``"kubeconfig"``: the real cluster as above, ignoring ``$MODELPLANE_CLUSTER``;
+- ``"kubeconfig:PATH[#CONTEXT]"``: that kubeconfig (and context);
+- anything else: a manifests directory or YAML file for the local backend.
 """
 
 from __future__ import annotations
 
+import os
+import pathlib
 from typing import TYPE_CHECKING
 
 from tasks.cluster.base import Cluster, Manifest, Mutation, ObjectRef, Scale, WatchEvent
@@ -21,16 +29,49 @@ if TYPE_CHECKING:
 
 _KUBE_TARGETS = ("kube", "kubeconfig")
 _KUBECONFIG_PREFIX = "kubeconfig:"
+CLUSTER_ENV = "MODELPLANE_CLUSTER"
+"""The environment variable naming the cluster when a run or command names none (e.g. on a laptop)."""
+
+NO_CLUSTER_MESSAGE = (
+    "no cluster configured: pass --cluster (the flow parameter 'cluster') a manifests directory or "
+    f"'kubeconfig:PATH[#CONTEXT]', or set {CLUSTER_ENV}, or provide a kubeconfig ($KUBECONFIG or ~/.kube/config); "
+    "inside a pod the in-cluster config is used"
+)
+
+
+def resolve_target(target: str | None) -> str | None:
+    """The cluster ``target`` names after the defaults: ``None`` means the real cluster (kubeconfig or
+    in-cluster). An absent or blank target falls back to ``$MODELPLANE_CLUSTER``, never to the working
+    directory."""
+    if target is None or not target.strip():
+        return os.environ.get(CLUSTER_ENV, "").strip() or None
+    return target.strip()
+
+
+def default_kube_configured() -> bool:
+    """Whether the default Kubernetes configuration exists: in-cluster, ``$KUBECONFIG`` or ``~/.kube/config``."""
+    if os.environ.get("KUBERNETES_SERVICE_HOST") or os.environ.get("KUBECONFIG"):
+        return True
+    return pathlib.Path("~/.kube/config").expanduser().is_file()
 
 
 def connect(target: str | None = None) -> Cluster:
-    """The cluster named by ``target`` (see the module docs for the accepted forms)."""
-    if target is None or target.strip() in _KUBE_TARGETS:
+    """The cluster named by ``target`` (see the module docs for the accepted forms).
+
+    Raises :class:`ClusterError` (one line, reason ``NoCluster``) when nothing names a cluster and no
+    default Kubernetes configuration exists.
+    """
+    resolved = resolve_target(target)
+    if resolved is None:
+        if not default_kube_configured():
+            raise ClusterError(NO_CLUSTER_MESSAGE, reason="NoCluster")
         return _kube()
-    if target.startswith(_KUBECONFIG_PREFIX):
-        path, _, context = target[len(_KUBECONFIG_PREFIX):].partition("#")
+    if resolved in _KUBE_TARGETS:
+        return _kube()
+    if resolved.startswith(_KUBECONFIG_PREFIX):
+        path, _, context = resolved[len(_KUBECONFIG_PREFIX):].partition("#")
         return _kube(path or None, context or None)
-    return LocalCluster(target)
+    return LocalCluster(resolved)
 
 
 def _kube(kubeconfig: str | None = None, context: str | None = None) -> "KubeCluster":
@@ -50,6 +91,7 @@ def __getattr__(name: str) -> object:
 
 
 __all__ = [
+    "CLUSTER_ENV",
     "Cluster",
     "ClusterError",
     "Conflict",
@@ -67,6 +109,7 @@ __all__ = [
     "Unavailable",
     "WatchEvent",
     "connect",
+    "resolve_target",
     "register",
     "resource_for",
     "retry_on_conflict",

@@ -218,10 +218,30 @@ def test_connect_targets(server: Any, ns: str, tmp_path: Path, monkeypatch: pyte
     assert isinstance(by_path, KubeCluster) and by_path.get("v1", "Namespace", ns)["metadata"]["name"] == ns
     monkeypatch.setenv("KUBECONFIG", server.kubeconfig)
     monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
-    for target in (None, "kube", "kubeconfig"):
+    monkeypatch.delenv("MODELPLANE_CLUSTER", raising=False)
+    for target in (None, "", "  ", "kube", "kubeconfig"):  # empty is the kubeconfig, never the working directory
         assert connect(target).get("v1", "Namespace", ns)["metadata"]["name"] == ns
     assert isinstance(connect(str(tmp_path)), LocalCluster)
     assert isinstance(connect(str(tmp_path / "state.yaml")), LocalCluster)
+    # The laptop default: $MODELPLANE_CLUSTER when no cluster is named; an explicit "kube" still means the kubeconfig.
+    monkeypatch.setenv("MODELPLANE_CLUSTER", str(tmp_path / "laptop"))
+    for target in (None, ""):
+        chosen = connect(target)
+        assert isinstance(chosen, LocalCluster) and chosen.path == tmp_path / "laptop"
+    assert isinstance(connect("kube"), KubeCluster)
+
+
+def test_no_cluster_configured_is_one_line_naming_what_to_set(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    for variable in ("MODELPLANE_CLUSTER", "KUBECONFIG", "KUBERNETES_SERVICE_HOST"):
+        monkeypatch.delenv(variable, raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.chdir(tmp_path)
+    for target in (None, "", " "):
+        with pytest.raises(ClusterError) as info:
+            connect(target)
+        assert info.value.reason == "NoCluster" and "\n" not in info.value.message
+        assert "MODELPLANE_CLUSTER" in info.value.message and "--cluster" in info.value.message
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_in_cluster_config_is_used_inside_a_pod(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -233,3 +233,13 @@ def test_writes_pass_the_crd_schema_on_the_kubernetes_api(prefect_harness: None,
     assert opted["metadata"]["generation"] == 2  # a spec write
     assert proposed["spec"]["variantProfile"]["perfParms"]["decodeParms"] == {"alpha": "12.4", "beta": "0.22"}
     assert proposed["metadata"]["generation"] == 1
+
+
+def test_a_run_without_metrics_ends_completed_named_degraded(prefect_harness: None, example_cluster: pathlib.Path) -> None:
+    """No metrics source: every variant gets no profile, which the CLI exits 3 for; the run's final state is
+    Completed named Degraded with those reasons, and a caller still gets the report."""
+    state = calibrate(cluster=str(example_cluster), dry_run=True, return_state=True)
+    assert state.is_completed() and state.name == "Degraded", (state.type, state.name, state.message)
+    report = state.result()
+    assert report.degraded and all(reason in state.message for reason in report.degraded[:3])
+    assert calibrate(cluster=str(example_cluster), dry_run=True).degraded == report.degraded

@@ -154,3 +154,33 @@ def test_refused_writes_make_a_degraded_run_exit_3(name: str, server: PrefectSer
     # The command ends on its own verdict, one line per problem (the run log above may show a task's failure).
     lines = result.stderr.strip().splitlines()
     assert lines and lines[-1].startswith("degraded: ") and "refused by the test" in result.stderr, result.stderr[-2000:]
+
+
+def tree_snapshot(root: pathlib.Path) -> dict[str, bytes]:
+    """Every file under ``root`` with its content."""
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+@pytest.mark.parametrize("name", COMMANDS)
+def test_empty_cluster_is_never_the_working_directory(name: str, tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`--cluster ""` with nothing configured (no $MODELPLANE_CLUSTER, no kubeconfig, not in a pod) is one
+    `error:` line and exit 2; the working directory, here a copy of the example cluster a local run would
+    happily rewrite, is left byte for byte as it was."""
+    workdir = tmp_path / "cwd"
+    shutil.copytree(EXAMPLES, workdir)
+    before = tree_snapshot(workdir)
+    monkeypatch.chdir(workdir)
+    for variable in ("MODELPLANE_CLUSTER", "KUBECONFIG", "KUBERNETES_SERVICE_HOST"):
+        monkeypatch.delenv(variable, raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))  # no ~/.kube/config
+    spec = FLOW_COMMANDS[name]
+    result = CliRunner().invoke(app, [name, *spec.args, "--cluster", "", "--json"])
+    assert result.exit_code == ExitCode.CANNOT_RUN, (result.exit_code, result.stdout, result.stderr, result.exception)
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr
+    expected = "--cluster is empty" if name == "simulate" else "no cluster configured"
+    assert expected in lines[0], lines[0]
+    if name != "simulate":  # simulate reads a cluster description: empty is an error, no default applies
+        assert "MODELPLANE_CLUSTER" in lines[0], lines[0]
+    assert result.stdout == ""
+    assert tree_snapshot(workdir) == before, "the working directory was written"

@@ -1,15 +1,19 @@
 """Every entry of deployments/prefect.yaml has the platform shape (checked per entry, so a new flow's entry
 is checked as soon as it is appended): description, tags, a typed parameter schema with a description per
-parameter and its constraints, enforce_parameter_schema, a slugged schedule with concurrency 1 + CANCEL_NEW
-and a timeout (retries included) below the interval, triggers that parse and name real parameters, and the
+parameter and its constraints, enforce_parameter_schema, a slugged schedule with concurrency 1 (ENQUEUE when
+triggered, else CANCEL_NEW) and a timeout (retries included) below the interval, triggers that parse and name real parameters, and the
 Kubernetes work pool with job variables its template defines. Served deployments register under '-local'."""
 
 from __future__ import annotations
 
 import asyncio
+import inspect
 import json
 import pathlib
-from typing import Any
+import re
+import types
+import typing
+from typing import Any, Callable
 
 import jsonschema
 import pytest
@@ -110,7 +114,9 @@ def test_every_parameter_is_typed_and_described(entry: dict[str, Any]) -> None:
 @pytest.mark.parametrize("entry", [e for e in ENTRIES if e.get("schedules")], ids=[e["name"] for e in ENTRIES if e.get("schedules")])
 def test_scheduled_entry_runs_one_at_a_time_and_ends_before_the_next(entry: dict[str, Any]) -> None:
     flow = load_entry_flow(entry)
-    assert entry["concurrency_limit"] == {"limit": 1, "collision_strategy": "CANCEL_NEW"}
+    # Triggered work waits for the running pass (a chained run names work it may not cover); the rest cancel.
+    strategy = "ENQUEUE" if entry.get("triggers") else "CANCEL_NEW"
+    assert entry["concurrency_limit"] == {"limit": 1, "collision_strategy": strategy}
     for schedule in entry["schedules"]:
         assert schedule.get("slug"), f"{entry['name']}: every schedule needs a slug"
         assert "interval" in schedule, "interval schedules (a cron needs its own timeout check here)"
@@ -177,7 +183,7 @@ def test_served_deployments_register_under_their_own_names(prefect_harness: None
     assert [s.slug for s in optimize.schedules] == ["optimize-every-60s"]
     assert optimize.schedules[0].schedule.interval.total_seconds() == 60
     assert optimize.global_concurrency_limit is not None and optimize.global_concurrency_limit.limit == 1
-    assert optimize.concurrency_options.collision_strategy.value == "CANCEL_NEW"
+    assert optimize.concurrency_options.collision_strategy.value == "ENQUEUE"
     assert optimize.enforce_parameter_schema is True
     properties = optimize.parameter_openapi_schema["properties"]
     assert optimize.parameters == {"config_namespace": "modelplane-system", "dry_run": False, "scale_down_stabilization_s": 180}
@@ -263,3 +269,111 @@ def test_the_scheduled_optimize_loop_holds_scale_downs_as_the_simulated_policy_d
     entry = next(e for e in load_prefect_yaml()["deployments"] if e["name"] == "optimize")
     assert entry["parameters"]["scale_down_stabilization_s"] == DEFAULT_SCALE_DOWN_WINDOW_S
     assert Scenario.__dataclass_fields__["scale_down_window_s"].default == DEFAULT_SCALE_DOWN_WINDOW_S
+
+
+# ----------------------------------------------------------------------------- constraints: the signature is the source
+
+# Valid values for the parameters a run must give (no default), so one bad value at a time can be tried.
+REQUIRED_SAMPLES: dict[str, dict[str, Any]] = {
+    "serve-openmodel": {"model": "qwen2-5-0-5b-instruct", "namespace": "llm-serving"},
+    "simulate": {"cluster": "deployments/examples", "trace": "deployments/traces/azure-conv-2023-20min.csv"},
+}
+# The values issue 19 found the server accepting and the run then dying on (point 5), plus one per kind of rule.
+BAD_VALUES: dict[str, list[dict[str, Any]]] = {
+    "discover-models": [{"resync_interval_s": 30}, {"registry_timeout_s": 0}, {"namespaces": ["Team_A"]}],
+    "serve-openmodel": [{"replicas": -1}, {"replicas": 1001}, {"namespace": "Bad_NS"}, {"model": ""}, {"image": ""}],
+    "calibrate": [{"lookback": "1d"}, {"window": "5h"}, {"config_namespace": ""}],
+    "simulate": [{"rate_scale": 0}, {"compression": -1}, {"start_s": -1}, {"duration_s": 0}, {"interval_s": 0},
+                 {"kv_tokens_per_slot": 0}, {"hpa_target": 0}, {"policies": ["no-such-policy"]}, {"output_dir": ""}],
+    "warm-caches": [{"max_fill_attempts": 0}, {"retry_backoff_s": -1}, {"job_backoff_limit": -1}, {"job_ttl_s": -1},
+                    {"headroom_percent": -5}, {"image": ""}, {"openmodel_namespace": "Not Valid"}],
+    "rollout-models": [{"downloader_image": ""}, {"names": ["Bad Name"]}],
+    "rollout-services": [{"namespaces": ["UPPER"]}],
+    "resolve-templates": [{"namespaces": ["UPPER"]}],
+    "watch-models": [{"watch_seconds": 0}, {"watch_seconds": 51}],
+    "optimize": [{"rate_window": "abc"}, {"solver_time_limit_s": -5}, {"scale_down_stabilization_s": -1}],
+}
+
+
+def signature_rules(annotation: Any, wrap: Callable[[Any], Any] = lambda v: v) -> list[tuple[str, Any]]:
+    """Every rule pydantic enforces on a parameter of this annotation, each as (rule, a value breaking it)."""
+    import annotated_types
+    from pydantic.fields import FieldInfo
+
+    origin, args = typing.get_origin(annotation), typing.get_args(annotation)
+    if origin is typing.Annotated:
+        rules = signature_rules(args[0], wrap)
+        for meta in args[1:]:
+            for item in (meta.metadata if isinstance(meta, FieldInfo) else [meta]):
+                rules += _breaking(item, args[0], wrap, annotated_types)
+        return rules
+    if origin in (typing.Union, types.UnionType):
+        return [rule for arg in args if arg is not type(None) for rule in signature_rules(arg, wrap)]
+    if origin is list:
+        return signature_rules(args[0], lambda v: wrap([v]))
+    if origin is typing.Literal:
+        return [(f"one of {args}", wrap("not-one-of-the-choices"))]
+    return []
+
+
+def _breaking(item: Any, base: Any, wrap: Callable[[Any], Any], at: Any) -> list[tuple[str, Any]]:
+    """(rule, breaking value) for one piece of constraint metadata (annotated_types or pydantic's pattern)."""
+    step = 1 if base is int else 0.5
+    if isinstance(item, at.Ge):
+        return [(f">= {item.ge}", wrap(item.ge - step))]
+    if isinstance(item, at.Gt):
+        return [(f"> {item.gt}", wrap(item.gt))]
+    if isinstance(item, at.Le):
+        return [(f"<= {item.le}", wrap(item.le + step))]
+    if isinstance(item, at.Lt):
+        return [(f"< {item.lt}", wrap(item.lt))]
+    if isinstance(item, at.MinLen):
+        return [(f"min length {item.min_length}", wrap(""))] if item.min_length == 1 else []
+    if isinstance(item, at.MaxLen):
+        return [(f"max length {item.max_length}", wrap("a" * (item.max_length + 1)))]
+    if getattr(item, "pattern", None):
+        bad = "Not A Valid Value!"
+        assert not re.match(item.pattern, bad)
+        return [(f"pattern {item.pattern}", wrap(bad))]
+    return []
+
+
+@pytest.mark.parametrize("entry", ENTRIES, ids=IDS)
+def test_every_rule_the_flow_enforces_is_in_the_deployment_schema(entry: dict[str, Any]) -> None:
+    """Walk the flow's signature: each rule pydantic enforces on a run (the flow's only checks) must be in the
+    schema the server stores, so a value breaking it is refused by the server, naming the field, before a run
+    exists, and the same value is refused by a local call before the body runs."""
+    from prefect.exceptions import ParameterTypeError
+
+    flow = load_entry_flow(entry)
+    schema = schema_of(entry)
+    hints = typing.get_type_hints(flow.fn, include_extras=True)
+    base = REQUIRED_SAMPLES.get(entry["name"], {})
+    jsonschema.validate(base, schema)
+    checked = 0
+    for name in inspect.signature(flow.fn).parameters:
+        for rule, bad in signature_rules(hints[name]):
+            checked += 1
+            with pytest.raises(ParameterTypeError, match=name):
+                flow.validate_parameters({**base, name: bad})
+            errors = list(jsonschema.Draft202012Validator(schema).iter_errors({**base, name: bad}))
+            assert errors, f"{entry['name']}.{name}: the flow enforces {rule} ({bad!r} refused) but the deployment schema has no such rule"
+            assert all(error.path and error.path[0] == name for error in errors), [e.message for e in errors]
+    assert checked, f"{entry['name']}: no parameter rules found (walker broken?)"
+    for bad in BAD_VALUES.get(entry["name"], []):  # the documented bad values, whatever the walker finds
+        with pytest.raises(jsonschema.ValidationError):
+            jsonschema.validate({**base, **bad}, schema)
+
+
+def test_every_deployment_has_bad_values_listed_and_no_flow_repeats_its_signature_in_a_model() -> None:
+    """BAD_VALUES (also sent to the real server in test_platform_runs.py) covers every deployment, and no flow
+    module keeps a pydantic model of its parameters beside the signature (two places for one rule drift)."""
+    import importlib
+
+    from pydantic import BaseModel
+
+    assert set(BAD_VALUES) <= set(IDS) and set(IDS) - set(BAD_VALUES) == set()
+    for entry in ENTRIES:
+        module = importlib.import_module(entry["entrypoint"].split(":")[0].removesuffix(".py").replace("/", "."))
+        models = [n for n, v in vars(module).items() if isinstance(v, type) and issubclass(v, BaseModel) and v.__module__ == module.__name__]
+        assert not models, f"{module.__name__}: parameters model(s) {models}: put the rules in the flow's signature"

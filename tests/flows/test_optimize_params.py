@@ -6,14 +6,9 @@ import pathlib
 
 import pytest
 
-from flows.optimize import OptimizeParameters, metrics_source, optimize
+from prefect.exceptions import ParameterTypeError
 
-
-def params(**overrides: object) -> OptimizeParameters:
-    base: dict[str, object] = dict(namespaces=[], namespace_selector=None, config_namespace="modelplane-system",
-                                   prometheus_url="http://127.0.0.1:9", metrics_file=None, rate_window=None,
-                                   cluster=None, dry_run=True, solver_time_limit_s=1.0, status_heartbeat_s=0.0)
-    return OptimizeParameters(**{**base, **overrides})
+from flows.optimize import metrics_source, optimize
 
 
 @pytest.mark.parametrize(("env", "param", "expected"), [(None, None, "1m"), ("30s", None, "30s"), ("30s", "2m", "2m"), (None, "5s", "5s")])
@@ -23,15 +18,15 @@ def test_rate_window_precedence(monkeypatch: pytest.MonkeyPatch, env: str | None
         monkeypatch.delenv("PROMETHEUS_RATE_WINDOW", raising=False)
     else:
         monkeypatch.setenv("PROMETHEUS_RATE_WINDOW", env)
-    source = metrics_source(params(rate_window=param))
+    source = metrics_source(None, "http://127.0.0.1:9", param)
     assert source is not None and source.rate_window == expected
 
 
-def test_invalid_parameters_are_rejected() -> None:
-    with pytest.raises(ValueError):
-        params(rate_window="1 minute")
-    with pytest.raises(ValueError):
-        params(solver_time_limit_s=0)
+def test_invalid_parameters_are_rejected_by_the_signature() -> None:
+    """The flow's signature is the only place its rules live: Prefect checks them before the body runs."""
+    for bad in ({"rate_window": "1 minute"}, {"solver_time_limit_s": 0}, {"namespaces": ["Not_A_Namespace"]}):
+        with pytest.raises(ParameterTypeError, match=list(bad)[0]):
+            optimize.validate_parameters({"dry_run": True, **bad})
 
 
 def test_summary_counts_binding_targets(prefect_harness: None, example_cluster: pathlib.Path, example_metrics: pathlib.Path) -> None:

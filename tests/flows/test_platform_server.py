@@ -4,7 +4,7 @@
 One server, pool and worker for the module. Every entry of deployments/prefect.yaml is checked: registered
 with its schedule, constraints and triggers; a run of each flow against a copy of the example cluster
 completes; every trigger fires its deployment from an event emitted with the flows' own helper and passes
-the event's object as parameters; CANCEL_NEW cancels an overlapping run. Last, Debian's chromium
+the event's object as parameters; CANCEL_NEW cancels an overlapping run of an untriggered deployment. Last, Debian's chromium
 (headless, through selenium) finds every optimize parameter with its description on the UI's run form.
 """
 
@@ -82,7 +82,8 @@ def test_deployment_is_registered_as_prefect_yaml_says(platform: PrefectServer, 
         assert stored_schedule["schedule"]["interval"] == float(declared["interval"])
     if entry.get("schedules"):
         assert stored["global_concurrency_limit"]["limit"] == 1
-        assert stored["concurrency_options"]["collision_strategy"] == "CANCEL_NEW"
+        strategy = "ENQUEUE" if entry.get("triggers") else "CANCEL_NEW"  # chained work waits (test_platform_runs.py)
+        assert stored["concurrency_options"]["collision_strategy"] == strategy
     automations = platform.post("/automations/filter", {})
     owned = {a["name"] for a in automations if a["actions"] and a["actions"][0].get("deployment_id") == stored["id"]}
     assert owned == {t.name for t in triggers_of(entry)}
@@ -186,18 +187,20 @@ def subject_for(resource_pattern: str, event_name: str) -> Subject:
 
 
 def test_cancel_new_cancels_an_overlapping_run(platform: PrefectServer, tmp_path: pathlib.Path) -> None:
-    entry = next(e for e in ENTRIES if e["name"] == "optimize")
+    """watch-models (no triggers: CANCEL_NEW) holds its slot for its 10 s watch; a second run is cancelled."""
+    entry = next(e for e in ENTRIES if e["name"] == "watch-models")
+    assert entry["concurrency_limit"]["collision_strategy"] == "CANCEL_NEW"
     stored = platform.deployment(entry)
-    parameters = local_parameters(entry, example_cluster(tmp_path))
-    # A run chained by an earlier test's event (optimize-after-kthena-rollout) would hold the one slot and
-    # cancel both runs below: switch this deployment's automations off and let the slot free first.
+    parameters = {**local_parameters(entry, example_cluster(tmp_path)), "watch_seconds": 10}
+    # A run chained by an earlier test's event would hold the one slot and cancel both runs below: switch
+    # this deployment's automations (if any) off and let the slot free first.
     chained = [a for a in platform.post("/automations/filter", {})
                if a["enabled"] and any(action.get("deployment_id") == stored["id"] for action in a["actions"])]
     for automation in chained:
         platform.patch(f"/automations/{automation['id']}", {"enabled": False})
     try:
         wait_until_idle(platform, stored, entry)
-        wait_for(lambda: active_slots(platform, entry) == 0, 120, "optimize's concurrency slot released")
+        wait_for(lambda: active_slots(platform, entry) == 0, 120, f"{entry['name']}'s concurrency slot released")
         first = platform.create_run(stored["id"], parameters)
         second = platform.create_run(stored["id"], parameters)
         states = {run["id"]: platform.wait_for_run(run["id"])["state"]["type"] for run in (first, second)}
@@ -211,7 +214,7 @@ def test_cancel_new_cancels_an_overlapping_run(platform: PrefectServer, tmp_path
 def active_slots(platform: PrefectServer, entry: dict[str, Any]) -> int:
     """Slots held on the deployment's concurrency limit (``concurrency_limit: 1`` in prefect.yaml)."""
     limit = platform.deployment(entry).get("global_concurrency_limit")
-    assert limit is not None, "the optimize deployment has no concurrency limit"
+    assert limit is not None, f"the {entry['name']} deployment has no concurrency limit"
     return int(limit["active_slots"])
 
 

@@ -1,4 +1,4 @@
-"""The warm-caches deployment: schedule slug, CANCEL_NEW, a timeout below the interval, a typed UI form."""
+"""The warm-caches deployment: schedule slug, ENQUEUE (a requested cache is never dropped), a timeout below the interval, a typed UI form."""
 
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ def test_warm_caches_deployment_registers_with_a_typed_form(prefect_harness: Non
     assert [s.slug for s in stored.schedules] == ["warm-caches-every-10m"]
     assert stored.schedules[0].schedule.interval.total_seconds() == 600
     assert stored.global_concurrency_limit is not None and stored.global_concurrency_limit.limit == 1
-    assert stored.concurrency_options.collision_strategy.value == "CANCEL_NEW"
+    assert stored.concurrency_options.collision_strategy.value == "ENQUEUE"
     properties = stored.parameter_openapi_schema["properties"]
     assert properties["max_fill_attempts"]["type"] == "integer"
     assert properties["include_consumers"]["type"] == "boolean"

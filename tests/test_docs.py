@@ -1,0 +1,92 @@
+"""The documentation's commands run: every fenced shell block in README.md, docs/ and deployments/**/README.md
+is marked either ```sh runnable (executed here, must exit 0) or ```sh not-runnable: <why> (needs a real
+cluster, docker, Prometheus...). A runnable block runs with bash -euo pipefail in a scratch directory holding a
+copy of deployments/ (the commands' relative paths resolve there, and whatever they write lands there, never
+in the checkout), with this virtualenv's `modelplane` first on PATH and no Prefect server (each command
+starts its own ephemeral API, as on a laptop)."""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import re
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+
+import pytest
+import yaml
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
+DOCS = sorted([REPO / "README.md", *(REPO / "docs").rglob("*.md"), *(REPO / "deployments").rglob("README.md")])
+SHELLS = {"sh", "bash", "shell", "console"}
+FENCE = re.compile(r"^```(\S*)(.*)$")
+
+
+@dataclass(frozen=True)
+class Block:
+    """One fenced code block of a document."""
+
+    path: pathlib.Path
+    line: int
+    language: str
+    info: str
+    text: str
+
+    @property
+    def id(self) -> str:
+        return f"{self.path.relative_to(REPO)}:{self.line}"
+
+
+def blocks(path: pathlib.Path) -> list[Block]:
+    """The fenced blocks of one Markdown file, with the line their fence opens on."""
+    found: list[Block] = []
+    lines = path.read_text().splitlines()
+    index = 0
+    while index < len(lines):
+        match = FENCE.match(lines[index])
+        if match:
+            end = next(i for i in range(index + 1, len(lines)) if lines[i].startswith("```"))
+            found.append(Block(path, index + 1, match.group(1), match.group(2).strip(), "\n".join(lines[index + 1:end]) + "\n"))
+            index = end
+        index += 1
+    return found
+
+
+ALL = [block for path in DOCS for block in blocks(path)]
+SHELL = [block for block in ALL if block.language in SHELLS]
+RUNNABLE = [block for block in SHELL if block.info == "runnable"]
+
+
+def test_every_shell_block_says_whether_it_runs() -> None:
+    assert SHELL and RUNNABLE
+    unmarked = [b.id for b in SHELL if b.info != "runnable" and not re.match(r"^not-runnable: \S", b.info)]
+    assert not unmarked, f"mark each as ```sh runnable or ```sh not-runnable: <why>: {unmarked}"
+
+
+@pytest.mark.timeout(900)
+@pytest.mark.parametrize("block", RUNNABLE, ids=[b.id for b in RUNNABLE])
+def test_runnable_block_runs(block: Block, tmp_path: pathlib.Path) -> None:
+    shutil.copytree(REPO / "deployments", tmp_path / "deployments")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PREFECT_API", "MODELPLANE_", "KUBE"))}
+    env["PATH"] = f"{pathlib.Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
+    env["HOME"] = os.environ.get("HOME", str(tmp_path))
+    result = subprocess.run(["bash", "-euo", "pipefail", "-c", block.text], cwd=tmp_path, env=env,
+                            capture_output=True, text=True, timeout=840)
+    assert result.returncode == 0, f"{block.id} exited {result.returncode}:\n{block.text}\n{result.stderr[-3000:]}"
+    assert "Traceback" not in result.stderr, result.stderr[-3000:]
+
+
+def test_the_trigger_shown_in_platform_md_is_one_prefect_yaml_registers() -> None:
+    """docs/platform.md shows a trigger entry: it must be prefect.yaml's own (name, event, parameters), so the
+    page cannot again show parameters the deployment rejects or a trigger that is not wired."""
+    from flows.deployments import deployment_entries
+
+    shown = [yaml.safe_load(b.text) for b in ALL if b.path.name == "platform.md" and b.language == "yaml" and "triggers:" in b.text]
+    assert shown, "docs/platform.md shows an example trigger"
+    registered = {t["name"]: t for entry in deployment_entries() for t in entry.get("triggers") or []}
+    for document in shown:
+        for trigger in document["triggers"]:
+            assert trigger["name"] in registered, f"{trigger['name']} is not a trigger of prefect.yaml"
+            assert trigger == registered[trigger["name"]], (trigger, registered[trigger["name"]])
