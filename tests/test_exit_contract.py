@@ -16,7 +16,10 @@ from types import SimpleNamespace
 import pytest
 from typer.testing import CliRunner
 
-from flows.cli import app, model_problems, service_problems, template_problems
+from flows.cli import app
+from flows.discover_models import DiscoveryReport
+from flows.resolve_templates import ResolveReport
+from flows.rollout_services import RolloutReport
 from flows.exitcodes import ExitCode, exit_code
 from tests.test_exitcodes import EXAMPLES, assert_one_line_error, invoke, modelplane
 
@@ -43,21 +46,20 @@ def test_help_still_exits_zero() -> None:
     assert result.exit_code == 0 and "--resync-seconds" in result.stdout
 
 
-def _report(**rows: list[SimpleNamespace]) -> SimpleNamespace:
-    return SimpleNamespace(rows=rows["rows"])
-
-
 def test_aim_rows_that_are_not_ok_make_a_degraded_run() -> None:
-    models = _report(rows=[SimpleNamespace(name="a", image="r/a:1", result="ok"),
-                           SimpleNamespace(name="b", image="r/b:1", result="ImageNotFound")])
-    assert model_problems(models) == ["AIMClusterModel b: image r/b:1: ImageNotFound"]
-    templates = _report(rows=[SimpleNamespace(namespace="n", name=s, status=s, reason="") for s in
-                              ("Available", "Failed", "Progressing", "Pending")])
-    assert [p.split(": ")[1] for p in template_problems(templates)] == ["Failed", "Progressing", "Pending"]
-    services = _report(rows=[SimpleNamespace(namespace="n", name=s, status=s, reason="R") for s in
-                             ("Running", "Failed", "Degraded", "Starting", "Pending")])
-    assert len(service_problems(services)) == 4 and exit_code(service_problems(services)) == ExitCode.DEGRADED
-    assert exit_code(model_problems(_report(rows=[SimpleNamespace(name="a", image="i", result="ok")]))) == ExitCode.OK
+    """The reports' ``degraded`` lists (the CLI's exit 3 and the run's Degraded state) name every AIM object
+    that is not done: an image not read, a template not Available, a service not Running."""
+    models = DiscoveryReport(rows=[SimpleNamespace(name="a", image="r/a:1", result="ok"),  # type: ignore[list-item]
+                                   SimpleNamespace(name="b", image="r/b:1", result="ImageNotFound")])
+    assert models.degraded == ["AIMClusterModel b: image r/b:1: ImageNotFound"]
+    templates = ResolveReport(rows=[SimpleNamespace(namespace="n", name=s, status=s, reason="")  # type: ignore[misc]
+                                    for s in ("Available", "Failed", "Progressing", "Pending")])
+    assert [p.split(": ")[1] for p in templates.degraded] == ["Failed", "Progressing", "Pending"]
+    services = RolloutReport(rows=[SimpleNamespace(namespace="n", name=s, status=s, reason="R")  # type: ignore[misc]
+                                   for s in ("Running", "Failed", "Degraded", "Starting", "Pending")])
+    assert len(services.degraded) == 4 and exit_code(services.degraded) == ExitCode.DEGRADED
+    clean = DiscoveryReport(rows=[SimpleNamespace(name="a", image="i", result="ok")])  # type: ignore[list-item]
+    assert exit_code(clean.degraded) == ExitCode.OK
 
 
 def _as_json_directory(source: pathlib.Path, target: pathlib.Path) -> int:
