@@ -22,10 +22,12 @@ Also here: Go durations (:func:`parse_duration`), RFC 3339 times and the conditi
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import re
 import threading
 from datetime import datetime, timezone
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Iterator, Literal
 
 from pydantic import (
     AfterValidator,
@@ -82,7 +84,7 @@ class KubeModel(BaseModel):
         """The model's JSON schema with each field's attribute docstring as its description (the CRDs)."""
         schema = handler(core_schema)
         properties = handler.resolve_ref_schema(schema).get("properties", {})
-        docs = attribute_docstrings(cls)
+        docs = attribute_docstrings(cls) if _WITH_DESCRIPTIONS.get() else {}
         for name, field in cls.model_fields.items():
             key = field.alias if field.alias in properties else name
             if key in properties and name in docs and field.description is None:
@@ -92,6 +94,20 @@ class KubeModel(BaseModel):
     def to_dict(self) -> dict[str, Any]:
         """The manifest form: camelCase keys, JSON-compatible values, unset optional fields left out."""
         return self.model_dump(mode="json", by_alias=True, exclude_none=True)
+
+
+_WITH_DESCRIPTIONS: contextvars.ContextVar[bool] = contextvars.ContextVar("_WITH_DESCRIPTIONS", default=True)
+
+
+@contextlib.contextmanager
+def schema_without_descriptions() -> Iterator[None]:
+    """JSON schemas generated inside leave out the attribute docstrings: validating a manifest against its
+    CRD schema needs no descriptions, and so never parses source while flows run (the module docs say why)."""
+    token = _WITH_DESCRIPTIONS.set(False)
+    try:
+        yield
+    finally:
+        _WITH_DESCRIPTIONS.reset(token)
 
 
 _DOCSTRINGS: dict[type, dict[str, str]] = {}

@@ -131,10 +131,12 @@ def parse_object(manifest: dict[str, Any]) -> BaseModel:
 
 @cache
 def _crd_schema(api_version: str, kind: str) -> dict[str, Any]:
-    """The kind's generated CRD schema (the one deployments/crds holds), built once."""
+    """The kind's generated CRD schema (the one deployments/crds holds, without its descriptions), built once."""
     from engine.api.crds import openapi_schema
+    from engine.api.meta import schema_without_descriptions
 
-    return openapi_schema(kind_info(api_version, kind))  # type: ignore[arg-type]
+    with schema_without_descriptions():
+        return openapi_schema(kind_info(api_version, kind))  # type: ignore[arg-type]
 
 
 def _crd_schema_errors(info: Any, manifest: dict[str, Any]) -> list[Any]:
