@@ -148,6 +148,7 @@ def test_invalid_source_and_unknown_flavor_are_clear_errors(env: Env) -> None:
     env.openmodel(good, {"uri": "host:///mnt/models/qwen"}, [{"name": "cpu"}])
     with pytest.raises(ServeError, match="flavor 'gpu' is not one of the OpenModel's flavors"):
         env.serve(good, flavor="gpu")
+    env.node(f"cpu-node-{env.ns}", {})  # the flavor asks for no labels: any Node fits (with none, nothing fits)
     report = env.serve(good)
     assert report.state == "Serving" and env.caches() == []  # a host path is mounted, not cached
     pod = env.deployment(good)["spec"]["template"]["spec"]
