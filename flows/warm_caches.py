@@ -62,6 +62,7 @@ from engine.cache_plan import (
     storage_class_for,
     storage_failure,
     volume_too_small,
+    quantity_bytes,
 )
 from engine.cache_requests import (
     CacheRequest,
