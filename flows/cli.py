@@ -42,14 +42,19 @@ def crds(write: Optional[pathlib.Path] = typer.Option(None, help="Write one file
     """Print the CustomResourceDefinitions generated from the API models."""
     from engine.api.crds import render_crds
 
-    rendered = render_crds()
+    _write_or_print(render_crds(), write, "---\n", lambda rendered: f"{len(rendered)} CRDs")
+
+
+def _write_or_print(rendered: dict[str, str], write: Optional[pathlib.Path], separator: str,
+                    what: "Callable[[dict[str, str]], str]") -> None:
+    """Generated files: one file each into ``write``, or all on stdout joined by ``separator``, in name order."""
     if write is not None:
         write.mkdir(parents=True, exist_ok=True)
         for name, text in rendered.items():
             (write / name).write_text(text)
-        err.print(f"wrote {len(rendered)} CRDs to {write}")
+        err.print(f"wrote {what(rendered)} to {write}")
         return
-    sys.stdout.write("---\n".join(rendered[name] for name in sorted(rendered)))
+    sys.stdout.write(separator.join(rendered[name] for name in sorted(rendered)))
 
 
 @app.command()
@@ -87,14 +92,7 @@ def worker_manifests(write: Optional[pathlib.Path] = typer.Option(None, help="Wr
     Prefect's prefect-worker Helm chart, both with Modelplane's image of this version."""
     from flows.worker_manifests import render_worker_manifests
 
-    rendered = render_worker_manifests()
-    if write is not None:
-        write.mkdir(parents=True, exist_ok=True)
-        for name, text in rendered.items():
-            (write / name).write_text(text)
-        err.print(f"wrote {', '.join(sorted(rendered))} to {write}")
-        return
-    sys.stdout.write("\n".join(rendered[name] for name in sorted(rendered)))
+    _write_or_print(render_worker_manifests(), write, "\n", lambda rendered: ", ".join(sorted(rendered)))
 
 
 @app.command()
