@@ -131,7 +131,7 @@ def validate(
     if as_json:
         columns = ("source", "kind", "namespace", "name", "result")
         sys.stdout.write(json.dumps([dict(zip(columns, row[:5])) for row in rows], indent=2) + "\n")
-        exit_with_outcome(invalid)
+        exit_with_outcome(invalid, flow_ran=False)  # validation reads no cluster: no boundary rejections are its own
     table = Table(title=f"Resources in {cluster}")
     for column in ("source", "kind", "namespace", "name", "result"):
         table.add_column(column)
@@ -262,10 +262,10 @@ def drain_rejections() -> list[str]:
     return drain()
 
 
-def exit_with_outcome(problems: list[str]) -> None:
-    """Print a degraded run's problems (and every object the boundary reader rejected) on stderr and exit
-    DEGRADED (3); exit OK (0) otherwise."""
-    problems = [*problems, *drain_rejections()]
+def exit_with_outcome(problems: list[str], flow_ran: bool = True) -> None:
+    """Print a degraded run's problems (and, when ``flow_ran``, every object the boundary reader rejected
+    during it) on stderr and exit DEGRADED (3); exit OK (0) otherwise."""
+    problems = [*problems, *(drain_rejections() if flow_ran else [])]
     for problem in problems:
         err.print(f"[yellow]degraded: {escape(problem)}[/yellow]", highlight=False, soft_wrap=True)
     raise typer.Exit(int(exit_code(problems)))
