@@ -34,7 +34,7 @@ setup_services() {
   # Real components the tests start on 127.0.0.1 (see DESIGN.md).
   local need=()
   command -v prometheus >/dev/null 2>&1 || need+=(prometheus)
-  command -v prometheus-pushgateway >/dev/null 2>&1 || need+=(prometheus-pushgateway)  # metrics actuation (tests/promtest)
+  command -v prometheus-pushgateway >/dev/null 2>&1 || need+=(prometheus-pushgateway)  # metrics actuation (tests/servers/promtest)
   command -v git >/dev/null 2>&1 || need+=(git)  # the HF test server serves git repositories
   command -v chromium >/dev/null 2>&1 || need+=(chromium)
   command -v chromedriver >/dev/null 2>&1 || need+=(chromium-driver)

@@ -23,7 +23,7 @@ from typing import Any, Callable
 
 import yaml
 
-from engine.bench import machine, write_section
+from bench.engine import machine, write_section
 
 START, END = "<!-- aim-bench:start -->", "<!-- aim-bench:end -->"
 NAMESPACE = "bench-aim"
@@ -64,7 +64,7 @@ def populate(server: Any, registry: Any, models: int) -> None:
 
 
 def template_of(i: int, registry: Any) -> str:
-    from engine.aim import template_name
+    from engine.aim.discovery import template_name
 
     return template_name(f"model-{i:04d}", registry.image(f"aim/model-{i:04d}", "1.0"),
                          {"gpuModel": "MI300X", "gpuCount": 1, "precision": "fp8", "metric": "latency"})
@@ -88,8 +88,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-write", action="store_true", help="Print the table only; leave docs/benchmarks.md alone.")
     args = parser.parse_args(argv)
 
-    from tests.kubeserver.fixture import start_kube_server
-    from tests.registry.server import start_registry
+    from tests.servers.kubeserver.fixture import start_kube_server
+    from tests.servers.registry.server import start_registry
     from tests.upstream_crds import SKIP_REASON, upstream_crds
 
     if not upstream_crds():

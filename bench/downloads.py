@@ -3,7 +3,7 @@
     python -m bench.downloads [--large-mib 1024] [--small-count 1000] [--no-write]
 
 Sources, both on 127.0.0.1, each holding one large object (1 GiB) and 1,000 objects of 1 MiB: a moto[server]
-S3 API, and the benchmark's own Hugging Face protocol server (``tests/hftest/fastserver.py``: metadata computed
+S3 API, and the benchmark's own Hugging Face protocol server (``tests/servers/hftest/fastserver.py``: metadata computed
 once per repository, bodies sent with ``sendfile``, Range honoured), so that the HF rows measure the clients.
 Earlier runs used olah (the tests' HF server), whose CPU per GET set the pace of every HF row (see
 ``PREVIOUS_RUNS``). For each case the raw client runs first and the downloader second, into fresh directories:
@@ -41,12 +41,12 @@ from typing import TYPE_CHECKING, Callable
 import boto3
 from boto3.s3.transfer import TransferConfig
 
-from engine.bench import machine, write_section
+from bench.engine import machine, write_section
 from tasks.downloader import DEFAULT_CONCURRENCY, DEFAULT_PART_SIZE, Credentials, fill_cache, read_manifest
 from tasks.downloader.plan import STAGING_DIR
 
 if TYPE_CHECKING:
-    from tests.hftest.fastserver import FastHfServer
+    from tests.servers.hftest.fastserver import FastHfServer
 
 START, END = "<!-- downloads-bench:start -->", "<!-- downloads-bench:end -->"
 MiB = 1024 * 1024
@@ -171,7 +171,7 @@ def bare_get_loop(endpoint: str, repo: str, names: list[str], concurrency: int) 
 
 def count_requests(client, bucket: str, s3_endpoint: str, hf_endpoint: str, repo: str, creds: Credentials, tmp: pathlib.Path) -> dict[str, dict[str, int]]:  # type: ignore[no-untyped-def]
     """HTTP requests by method for 20 objects of 1 MiB, each client behind a counting proxy."""
-    from tests.countingproxy import CountingProxy
+    from tests.servers.countingproxy import CountingProxy
 
     counts: dict[str, dict[str, int]] = {}
 
@@ -249,8 +249,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-write", action="store_true", help="print only; leave docs/benchmarks.md alone")
     args = parser.parse_args(argv)
 
-    from tests.hftest.fastserver import start_fast_hf
-    from tests.s3test.fixture import create_access_key, start_moto, stop_process
+    from tests.servers.hftest.fastserver import start_fast_hf
+    from tests.servers.s3test.fixture import create_access_key, start_moto, stop_process
 
     os.environ["HF_HUB_DISABLE_XET"] = "1"
     os.environ["HF_HUB_DISABLE_PROGRESS_BARS"] = "1"
@@ -406,7 +406,7 @@ def render(cases: list[Case], kill: dict[str, float], requests: dict[str, dict[s
         f"Produced by `python -m bench.downloads` on {machine(PACKAGES)}.",
         "",
         "Side by side in one run on loopback (moto[server] S3, IAM checks off; for Hugging Face the benchmark's",
-        "own HF-protocol server, `tests/hftest/fastserver.py`); raw client first, then `tasks.downloader.fill_cache` "
+        "own HF-protocol server, `tests/servers/hftest/fastserver.py`); raw client first, then `tasks.downloader.fill_cache` "
         f"(concurrency {args.concurrency}, S3 parts of {DEFAULT_PART_SIZE // MiB} MiB), into fresh directories.",
         "The downloader's time includes listing, locking, verifying every file (size, SHA-256; MD5 where the",
         "ETag is one), fsyncing every file and writing the completion marker. It fetches each Hugging Face file",

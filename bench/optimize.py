@@ -23,7 +23,7 @@ from typing import Any
 
 import yaml
 
-from engine.bench import machine, write_section
+from bench.engine import machine, write_section
 from tests.factories import deployment, variant_autoscaling
 
 START, END = "<!-- flow-bench:start -->", "<!-- flow-bench:end -->"
@@ -164,7 +164,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from engine.api.crds import render_crds
     from flows.optimize import optimize
-    from tests.kubeserver.fixture import start_kube_server
+    from tests.servers.kubeserver.fixture import start_kube_server
 
     server = start_kube_server()
     try:

@@ -20,12 +20,12 @@ from typing import Any
 
 import numpy as np
 
-from engine.bench import machine, write_section
-from engine.calibrate import Unidentifiable, fit_profile, ramp_windows
-from engine.perf import SLO, PerfProfile, Workload, analyze
-from engine.simulate import ReplicaGauges, SimConfig, Trace, VariantModel, poisson_trace, simulate
-from engine.optimize import parse_variant
-from engine.simulate_policies import (
+from bench.engine import machine, write_section
+from engine.simulate.calibrate import Unidentifiable, fit_profile, ramp_windows
+from engine.perf.queueing import SLO, PerfProfile, Workload, analyze
+from engine.simulate.replay import ReplicaGauges, SimConfig, Trace, VariantModel, poisson_trace, simulate
+from engine.optimize.cycle import parse_variant
+from engine.simulate.policies import (
     POLICIES,
     PolicyOutcome,
     build_scenario,
@@ -35,8 +35,8 @@ from engine.simulate_policies import (
     with_hpa_metric,
     with_ttft_percentile,
 )
-from engine.simulate_trace import TraceShape, parse_trace_rows
-from tasks.simulation import plot_cost, plot_latency, plot_load_capacity, plot_replicas, read_description, read_trace
+from engine.simulate.trace import TraceShape, parse_trace_rows
+from tasks.simulate import plot_cost, plot_latency, plot_load_capacity, plot_replicas, read_description, read_trace
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 DOCS = REPO / "docs"
@@ -445,7 +445,7 @@ def render(command: str, trace_path: str, compression: float, outcomes, frontier
               "| case | requests | completed | time | requests/s | TTFT p50 |", "|---|---|---|---|---|---|"]
     for row in speed:
         lines.append(f"| {row['case']} | {row['requests']:,} | {row['completed']:,} | {row['seconds']:.1f} s | {row['per_s']:,.0f} | {row['p50_ttft_ms']:.0f} ms |")
-    lines += ["", "## Simulator vs analytic model (`engine.perf.analyze`)", "",
+    lines += ["", "## Simulator vs analytic model (`engine.perf.queueing.analyze`)", "",
               "One replica, Poisson arrivals, 1,000-token prompts, 200 output tokens, llama A100 profile with the given "
               "max batch; load as a fraction of mu(B); 40,000 requests per point, the first 10 % as warm-up. Each cell is "
               "simulated / analytic. `queued` = share of requests that waited for a batch slot. See docs/simulate.md for "

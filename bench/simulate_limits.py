@@ -17,13 +17,13 @@ import sys
 import time
 from typing import Any
 
-from engine.bench import machine, write_section
-from engine.simulate import ROUTERS, SimConfig
-from engine.simulate_frontier import Limits, knob_settings, limits, with_oracle_curves
-from engine.simulate_oracle import attainment_ceiling
-from engine.simulate_policies import PolicyOutcome, Scenario, build_scenario, run_policy, summarize_outcome
-from engine.simulate_trace import TraceShape
-from tasks.simulation import plot_frontier, read_description, read_trace
+from bench.engine import machine, write_section
+from engine.simulate.replay import ROUTERS, SimConfig
+from engine.simulate.frontier import Limits, knob_settings, limits, with_oracle_curves
+from engine.simulate.oracle import attainment_ceiling
+from engine.simulate.policies import PolicyOutcome, Scenario, build_scenario, run_policy, summarize_outcome
+from engine.simulate.trace import TraceShape
+from tasks.simulate import plot_frontier, read_description, read_trace
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 PLOTS = REPO / "docs" / "simulate"

@@ -24,10 +24,10 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
 
-from engine.actuation import desired_ratio
-from engine.bindings import BindingDecision
-from engine.config import ConfigError, ServiceClass
-from engine.optimize import VariantDecision
+from engine.optimize.actuation import desired_ratio
+from engine.optimize.bindings import BindingDecision
+from engine.optimize.config import ConfigError, ServiceClass
+from engine.optimize.cycle import VariantDecision
 
 WVA_LABELS = ("variant_name", "namespace", "accelerator_type")
 

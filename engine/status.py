@@ -14,7 +14,7 @@ from typing import Any, Iterable, Mapping
 from engine.api.meta import set_condition
 
 # OptimizationReady=False reasons shared by VariantAutoscalings and AutoscalingPolicyBindings (the seed's
-# own reasons and MetricsAvailable/MetricsUnavailable live in engine.saturation).
+# own reasons and MetricsAvailable/MetricsUnavailable live in engine.perf.saturation).
 REASON_INVALID = "InvalidConfiguration"
 REASON_TARGET_MISSING = "TargetNotFound"
 

@@ -5,7 +5,7 @@ Lifecycle, top to bottom:
 1. read the VariantAutoscalings (the optimize flow's read task);
 2. collect windows of vLLM metrics per variant: Prometheus range queries over the lookback (one window
    per pod and step, the variant's pods named after its scale target), or a windows file;
-3. fit ``alpha, beta, gamma, delta`` with confidence intervals (``engine.calibrate``), or say why the
+3. fit ``alpha, beta, gamma, delta`` with confidence intervals (``engine.simulate.calibrate``), or say why the
    data cannot determine them;
 4. write a ``ProfileCalibrated`` condition on every VariantAutoscaling, and the profile into the spec
    only where the resource opted in (``modelplane.io/calibration: apply``) -- never silently;
@@ -28,15 +28,15 @@ from prefect.context import FlowRunContext
 from pydantic import Field
 
 from engine.api.meta import parse_duration
-from engine.calibrate import ProfileFit, Unidentifiable, Window, calibration_outcome, fit_profile
-from engine.optimize import SpecError, parse_variant
+from engine.simulate.calibrate import ProfileFit, Unidentifiable, Window, calibration_outcome, fit_profile
+from engine.optimize.cycle import SpecError, parse_variant
 from flows.exitcodes import flow_result
 from flows.parameters import ClusterTarget, NamespaceName
-from tasks.calibration import prometheus_windows, read_windows_file, write_outcome
+from tasks.calibrate import prometheus_windows, read_windows_file, write_outcome
 from tasks.cluster import connect
 from tasks.cluster.errors import ClusterError
 from tasks.metrics import MetricsError, PrometheusMetrics
-from tasks.optimizer import read_cluster_state
+from tasks.optimize import read_cluster_state
 
 DEFAULT_CONFIG_NAMESPACE = "modelplane-system"
 

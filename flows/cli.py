@@ -181,7 +181,7 @@ def optimize(
     """
     from flows.optimize import RATE_WINDOW_PATTERN, optimize as optimize_flow
     from tasks.cluster import connect
-    from tasks.optimizer import cannot_run_reason
+    from tasks.optimize import cannot_run_reason
 
     if rate_window is not None and not re.match(RATE_WINDOW_PATTERN, rate_window):
         raise typer.BadParameter(f"{rate_window!r} is not a PromQL duration such as 1m or 30s", param_hint="--rate-window")
@@ -453,7 +453,7 @@ def cache_fill(
     AWS_ENDPOINT_URL, AWS_REGION; Kthena's ENDPOINT, ACCESS_KEY, SECRET_KEY when the AWS names are unset), so a Kubernetes Job runs this same command with env from Secrets.
     Exits 1 with one line naming the reason when the fill fails, 2 when SOURCE is not a valid source.
     """
-    from engine.sources import parse_source
+    from engine.caches.sources import parse_source
     from engine.units import parse_quantity
     from tasks.downloader import DownloadError, fill_cache
 
@@ -502,7 +502,7 @@ def _write_fill_report(path: Optional[pathlib.Path], marker: Optional[dict] = No
     """The fill's verdict for the warm-caches flow (read back from the Job pod's termination message)."""
     if path is None:
         return
-    from engine.cache_plan import fill_report
+    from engine.caches.plan import fill_report
 
     try:
         path.write_text(fill_report(marker, **failure))
@@ -709,12 +709,12 @@ def simulate(
     """
     import csv
 
-    from engine.optimize import SpecError
-    from engine.simulate import ROUTERS
-    from engine.simulate_policies import POLICIES, ROUTER_AUTO
-    from engine.simulate_trace import TraceError, parse_trace_rows
+    from engine.optimize.cycle import SpecError
+    from engine.simulate.replay import ROUTERS
+    from engine.simulate.policies import POLICIES, ROUTER_AUTO
+    from engine.simulate.trace import TraceError, parse_trace_rows
     from flows.simulate import simulate as simulate_flow
-    from tasks.simulation import summary_table
+    from tasks.simulate import summary_table
 
     with cli_errors():
         # Check what can be checked before a flow run starts: bad input gives one line, not a failed run's log.
@@ -784,7 +784,7 @@ def calibrate(
     that cannot determine it) or could not be written, as their rows say.
     """
     from flows.calibrate import calibrate as calibrate_flow
-    from tasks.calibration import WindowsFileError, read_windows_file
+    from tasks.calibrate import WindowsFileError, read_windows_file
 
     with cli_errors():
         if windows is not None:
@@ -858,7 +858,7 @@ def require_local_path(cluster: Optional[str]) -> "Any":
     """The cluster ``cluster`` names (``tasks.cluster.connect``: absent or empty = $MODELPLANE_CLUSTER, else
     kubeconfig); :class:`CannotRun` when it is a local path that does not exist or cannot be read."""
     from tasks.cluster import connect
-    from tasks.optimizer import local_path_problem
+    from tasks.optimize import local_path_problem
 
     target = connect(cluster)
     problem = local_path_problem(target)

@@ -30,7 +30,7 @@ from pydantic import Field
 from flows.exitcodes import flow_result
 from flows.parameters import ClusterTarget, NamespaceName
 
-from engine.aim import (
+from engine.aim.discovery import (
     MODEL_LABEL,
     DiscoveryRecord,
     auto_templates,

@@ -9,7 +9,7 @@ Lifecycle, top to bottom:
    safety rules; Kthena recommendations with behaviour correction for bindings;
 5. publish (when a Pushgateway is configured): WVA's ``wva_desired_replicas`` family and Modelplane's
    operational gauges, before any write, so ``status.actuation`` of a ``metrics``-mode target says
-   whether its desired replicas reached the HPA's source (``tasks/pushgateway.py``, ``engine/actuation.py``);
+   whether its desired replicas reached the HPA's source (``tasks/pushgateway.py``, ``engine/optimize/actuation.py``);
 6. actuate: scale each target whose actuation mode scales (``scale``, ``both``) through its scale
    subresource, then write status (conditions, desired allocation, actuation) and an Event when the
    desired replicas change;
@@ -34,12 +34,12 @@ from prefect.cache_policies import NO_CACHE
 from prefect.context import FlowRunContext
 from prefect.utilities.annotations import quote
 
-from engine.actuation import publishes
-from engine.bindings import BindingDecision, plan_binding
+from engine.optimize.actuation import publishes
+from engine.optimize.bindings import BindingDecision, plan_binding
 from engine.cycle_metrics import CycleFacts, model_slos, optimize_cycle_metrics, wva_targets
-from engine.optimize import CycleInputs, ModelLoad, PodSample, VariantDecision, plan_variants, summarize
-from engine.saturation import SaturationConfigSet
-from engine.tail_sizing import PromptDistribution
+from engine.optimize.cycle import CycleInputs, ModelLoad, PodSample, VariantDecision, plan_variants, summarize
+from engine.perf.saturation import SaturationConfigSet
+from engine.perf.tail_sizing import PromptDistribution
 from flows.exitcodes import CannotRun, ExitCode, degraded_summary, exit_code, flow_result
 from flows.parameters import PROMETHEUS_DURATION_PATTERN, ClusterTarget, NamespaceName, NonNegativeSeconds, PositiveSeconds, PromDuration
 from tasks.cluster import Cluster, LocalCluster, connect
@@ -47,7 +47,7 @@ from tasks.cluster.errors import ClusterError
 from tasks.events import Subject, emit_change
 from tasks.metrics import FileMetrics, MetricsSnapshot, MetricsSource, PrometheusMetrics
 from tasks.pushgateway import Pushgateway, push
-from tasks.optimizer import (
+from tasks.optimize import (
     BindingRowDetails,
     ClusterState,
     TargetReplicas,
@@ -306,7 +306,7 @@ def optimize(
     bindings = [decision for _, decision in plans]
 
     # Publish before any write: status.actuation of a metrics-mode target says whether its desired
-    # replicas reached the HPA's source (engine.actuation). A dry run publishes nothing (an HPA would act on it).
+    # replicas reached the HPA's source (engine.optimize.actuation). A dry run publishes nothing (an HPA would act on it).
     gateway = None if dry_run else Pushgateway.configured(pushgateway_url)
     facts = CycleFacts(started=started, stages=timer.stages, loads=cycle_loads(inputs),
                        slos=model_slos(state.variants, state.service_classes))

@@ -4,7 +4,7 @@ Lifecycle, top to bottom:
 
 1. read the cluster: one LIST each of AIMServiceTemplates, AIMClusterModels, AIMNamespaceConfigs,
    ModelCaches and Nodes;
-2. per template, decide (pure, :mod:`engine.aim_templates`): its model (by canonical name) and what
+2. per template, decide (pure, :mod:`engine.aim.templates`): its model (by canonical name) and what
    discovery read from the image, whether its GPU is in the cluster (AMD and NVIDIA node labels), and
    which recommended deployment it selects; ``status.modelSources`` is the model's source, normalised;
 3. when ``warmCache`` is set, request a ModelCache per model source (created or adopted through
@@ -25,8 +25,8 @@ from prefect import flow, get_run_logger
 from prefect.artifacts import create_table_artifact
 from prefect.context import FlowRunContext
 
-from engine.aim import MODEL_LABEL, is_auto_template, ready_condition
-from engine.aim_templates import ModelCatalog, cluster_gpus, invalid_template_outcome, resolve_profile, template_status
+from engine.aim.discovery import MODEL_LABEL, is_auto_template, ready_condition
+from engine.aim.templates import ModelCatalog, cluster_gpus, invalid_template_outcome, resolve_profile, template_status
 from tasks.aim import (
     AimState,
     WriteCounts,

@@ -29,8 +29,8 @@ from flows.exitcodes import flow_result
 from flows.parameters import ClusterTarget, ImageRef, NamespaceName, ObjectName
 from tasks.cluster import ClusterError, connect
 from tasks.events import Subject, emit_change
-from engine.kthena_native import RUNTIME_IMAGE
-from tasks.kthena_rollout import ModelOutcome, RolloutOptions, list_models, reconcile_model
+from engine.rollout.kthena_native import RUNTIME_IMAGE
+from tasks.rollout_models import ModelOutcome, RolloutOptions, list_models, reconcile_model
 
 DEFAULT_INTERVAL_S = 300
 DEFAULT_DOWNLOADER_IMAGE = IMAGE  # flows/image.py

@@ -26,7 +26,7 @@ from prefect import flow, get_run_logger
 from prefect.artifacts import create_table_artifact
 from prefect.context import FlowRunContext
 
-from engine.aim_services import (
+from engine.aim.services import (
     STATUS_FAILED,
     CacheMount,
     Resolution,
@@ -40,7 +40,7 @@ from engine.aim_services import (
     update_patch,
     workload_name,
 )
-from engine.aim_templates import GpuInventory, ModelCatalog, cluster_gpus
+from engine.aim.templates import GpuInventory, ModelCatalog, cluster_gpus
 from engine.api.aim import API_VERSION as AIM_API_VERSION
 from flows.exitcodes import flow_result
 from flows.parameters import ClusterTarget, NamespaceName

@@ -26,13 +26,13 @@ from flows.exitcodes import flow_result
 from flows.parameters import ClusterTarget, ImageRef, NamespaceName, ObjectName
 
 from engine.api.llmaz import API_VERSION as LLMAZ_API_VERSION
-from engine.openmodel import DEFAULT_IMAGE, check_flavor, choose_flavor, render_openmodel, validate_openmodel
-from engine.workloads import stamp
+from engine.rollout.openmodel import DEFAULT_IMAGE, check_flavor, choose_flavor, render_openmodel, validate_openmodel
+from engine.rollout.workloads import stamp
 from tasks.caches import cache_available, cache_pvc, mark_used
 from tasks.cluster import connect
 from tasks.events import Subject, emit_change
 from tasks.cluster.errors import NotFound
-from tasks.openmodel import cache_condition, node_labels, read_openmodel, warm_cache, write_conditions
+from tasks.serve_openmodel import cache_condition, node_labels, read_openmodel, warm_cache, write_conditions
 from tasks.workloads import WriteLog, read_live, write_object
 
 

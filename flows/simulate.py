@@ -5,11 +5,11 @@ Lifecycle, top to bottom:
 1. read the cluster description with the optimize flow's own tasks (VariantAutoscalings, current
    replicas, WVA ConfigMaps, the first Kthena AutoscalingPolicy for the HPA-style policy);
 2. read and shape the trace (slice, time compression, rate scaling, split over the models);
-3. replay it once per policy in the discrete-event simulator (``engine.simulate``), the decisions made
-   every interval by the policy's code (``engine.simulate_policies``: Modelplane's is ``plan_variants``);
+3. replay it once per policy in the discrete-event simulator (``engine.simulate.replay``), the decisions made
+   every interval by the policy's code (``engine.simulate.policies``: Modelplane's is ``plan_variants``);
 4. summarize each run (SLO attainment per model, cost, replica changes, unserved requests);
 5. with ``frontier``, replay each policy over its own knob and the clairvoyant oracle over its target
-   attainment (``engine.simulate_frontier``): the cost-attainment frontier, the trace's attainment
+   attainment (``engine.simulate.frontier``): the cost-attainment frontier, the trace's attainment
    ceiling and every cost as a ratio to the oracle's at equal attainment;
 6. write the report (JSON summary, PNG plots, one HTML page) and publish it as a Prefect artifact.
 
@@ -29,9 +29,9 @@ from prefect.context import FlowRunContext
 from prefect.utilities.annotations import quote
 from pydantic import Field
 
-from engine.simulate import SimConfig
-from engine.simulate_frontier import Limits, knob_settings, limits, with_oracle_curves
-from engine.simulate_policies import (
+from engine.simulate.replay import SimConfig
+from engine.simulate.frontier import Limits, knob_settings, limits, with_oracle_curves
+from engine.simulate.policies import (
     POLICIES,
     PolicyOutcome,
     Scenario,
@@ -40,9 +40,9 @@ from engine.simulate_policies import (
     summarize_outcome,
     with_hpa_metric,
 )
-from engine.simulate_trace import TraceShape
+from engine.simulate.trace import TraceShape
 from flows.parameters import NamespaceName, NonEmpty, NonNegativeSeconds, PositiveSeconds
-from tasks.simulation import markdown_report, read_description, read_trace, write_report
+from tasks.simulate import markdown_report, read_description, read_trace, write_report
 
 DEFAULT_CONFIG_NAMESPACE = "modelplane-system"
 # Literal types so the Prefect form offers the choices (kept equal to POLICIES and the simulated gauges).

@@ -37,7 +37,7 @@ from pydantic import Field
 from flows.exitcodes import flow_result
 from flows.parameters import ClusterTarget, ImageRef, NamespaceName, NonNegativeSeconds, ObjectName
 
-from engine.cache_plan import (
+from engine.caches.plan import (
     DOWNLOADING,
     FILL_JOB_MISSING,
     INVALID_SIZE,
@@ -64,7 +64,7 @@ from engine.cache_plan import (
     volume_too_small,
     quantity_bytes,
 )
-from engine.cache_requests import (
+from engine.caches.requests import (
     CacheRequest,
     RequestProblem,
     kthena_requests,
@@ -73,8 +73,8 @@ from engine.cache_requests import (
     template_requests,
 )
 from engine.cycle_metrics import MetricSet
-from engine.sources import ModelSource, parse_source
-from tasks.cache_fill import (
+from engine.caches.sources import ModelSource, parse_source
+from tasks.warm_caches import (
     CacheWorld,
     create_pvc,
     delete_cache,
@@ -158,7 +158,7 @@ class PassSettings:
 def cache_requests(
     world: CacheWorld, openmodel_namespace: str | None, namespaces: list[str]
 ) -> tuple[list[CacheRequest], list[RequestProblem]]:
-    """Every cache a consumer needs (pure rules in ``engine.cache_requests``), in ``namespaces`` when limited."""
+    """Every cache a consumer needs (pure rules in ``engine.caches.requests``), in ``namespaces`` when limited."""
     problems: list[RequestProblem] = []
     requests = [
         *template_requests(world.templates, problems),

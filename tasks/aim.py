@@ -18,7 +18,7 @@ from typing import Any, Callable, Iterable, Mapping, Sequence, TypeVar
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
-from engine.aim import (
+from engine.aim.discovery import (
     API_VERSION,
     METADATA_ANNOTATION,
     REASON_AUTH_FAILED,
@@ -32,7 +32,7 @@ from engine.aim import (
     parse_image_labels,
 )
 from engine.api.validate import ManifestInvalid, parse_object
-from engine.sources import parse_source
+from engine.caches.sources import parse_source
 from engine.status import ConditionUpdate, changed_fields, set_conditions
 from tasks.caches import ensure_cache, find_cache, mark_used
 from tasks.boundary import accept
@@ -445,7 +445,7 @@ def mark_caches_used(cluster: Cluster, caches: Iterable[Manifest], now: datetime
 
 
 def cache_state_map(views: Sequence[CacheView]) -> dict[str, str | None]:
-    """``source -> cache status`` for :func:`engine.aim_templates.template_status`."""
+    """``source -> cache status`` for :func:`engine.aim.templates.template_status`."""
     return {v.source: (v.state if not v.requested or v.state else None) for v in views}
 
 
@@ -453,7 +453,7 @@ def cache_state_map(views: Sequence[CacheView]) -> dict[str, str | None]:
 def cannot_run_reason(cluster: Cluster) -> str | None:
     """Why the AIM flows cannot run on ``cluster`` at all (a local path that is missing, no API access,
     the AIM CRDs not installed), or ``None``; checked by the CLI before Prefect starts."""
-    from tasks.optimizer import local_path_problem
+    from tasks.optimize import local_path_problem
 
     problem = local_path_problem(cluster)
     if problem:

@@ -15,9 +15,9 @@ from datetime import datetime
 from typing import Any, Iterable, Mapping
 
 from engine.api.meta import format_time
-from engine.cache_plan import MANAGED_BY, MODELCACHE_API_VERSION, with_requester
-from engine.caching import CACHE_IDENTITY_LABEL, cache_identity, cache_name
-from engine.sources import ModelSource, parse_source
+from engine.caches.plan import MANAGED_BY, MODELCACHE_API_VERSION, with_requester
+from engine.caches.identity import CACHE_IDENTITY_LABEL, cache_identity, cache_name
+from engine.caches.sources import ModelSource, parse_source
 from tasks.cluster import Cluster, Conflict, Manifest, ObjectRef
 
 log = logging.getLogger(__name__)

@@ -402,7 +402,7 @@ class PrometheusMetrics:
             "seen": f"max by ({by}) (timestamp({REQUEST_SUCCESS}{{{selector}}}))",
             "in": self._tokens_expr(PROMPT_TOKENS, selector, by),
             "out": self._tokens_expr(GENERATION_TOKENS, selector, by),
-            # Start-up-aware sizing (engine.load_peak) and tail-aware sizing (engine.tail_sizing).
+            # Start-up-aware sizing (engine.perf.load_peak) and tail-aware sizing (engine.perf.tail_sizing).
             "peak": f"max_over_time((sum by ({by}) (rate({REQUEST_SUCCESS}{{{selector}}}[{self.rate_window}])))"
                     f"[{self.peak_window}:{self.rate_window}])",
             "bucket": f"sum by ({by}, le) (increase({PROMPT_TOKENS}_bucket{{{selector}}}[{self.fallback_window}]))",

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from engine.workloads import ANNOTATION_REVISION, annotation, update_patch
+from engine.rollout.workloads import ANNOTATION_REVISION, annotation, update_patch
 from tasks.cluster import Cluster, Conflict, ObjectRef
 from tasks.cluster.errors import ClusterError, NotFound
 

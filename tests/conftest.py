@@ -12,15 +12,15 @@ os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 
 # The Kubernetes API test server and the Prometheus + fake vLLM exporter fixtures,
 pytest_plugins = [
-    "tests.kubeserver.fixture",
-    "tests.promtest.fixture",
+    "tests.servers.kubeserver.fixture",
+    "tests.servers.promtest.fixture",
     # A real Prometheus Pushgateway (metrics actuation), and a Prometheus scraping it.
-    "tests.promtest.pushgateway",
+    "tests.servers.promtest.pushgateway",
     # Real S3 (moto[server]) and a Hugging Face protocol server (olah, offline) for the downloader.
-    "tests.s3test.fixture",
-    "tests.hftest.fixture",
+    "tests.servers.s3test.fixture",
+    "tests.servers.hftest.fixture",
     # Debian's docker-registry (plain, htpasswd, bearer token) for image discovery.
-    "tests.registry.fixture",
+    "tests.servers.registry.fixture",
 ]
 
 REPO = pathlib.Path(__file__).resolve().parents[1]

@@ -101,8 +101,8 @@ def test_json_manifests_are_written_back_as_json(tmp_path: pathlib.Path) -> None
 
 def test_a_cluster_without_nodes_is_not_a_cluster_whose_nodes_are_hidden(tmp_path) -> None:
     from tasks.cluster import connect
-    from tasks.openmodel import node_labels
-    from tests.kubeserver.fixture import start_kube_server
+    from tasks.serve_openmodel import node_labels
+    from tests.servers.kubeserver.fixture import start_kube_server
 
     server = start_kube_server(tmp_path / "kube")  # its own: no Node at all, and none of the session's touched
     try:

@@ -1,4 +1,4 @@
-"""Tests for the test Kubernetes API server (tests/kubeserver), driven through the official client.
+"""Tests for the test Kubernetes API server (tests/servers/kubeserver), driven through the official client.
 
 Every behaviour other tests rely on is pinned here: status codes, Status bodies, resourceVersion and
 generation arithmetic, status isolation, selectors, patches, finalizers, scale, watch, CRD schema
@@ -20,7 +20,7 @@ import pytest
 from kubernetes import client, watch
 from kubernetes.client.exceptions import ApiException
 
-from tests.kubeserver.fixture import REPO, KubeServer
+from tests.servers.kubeserver.fixture import REPO, KubeServer
 
 GROUP = "test.kubeserver.io"
 VERSION = "v1alpha1"
@@ -844,7 +844,7 @@ def test_server_exits_when_parent_dies(tmp_path):
     ready = tmp_path / "port"
     script = textwrap.dedent(f"""
         import subprocess, sys, time, os
-        p = subprocess.Popen([sys.executable, "-m", "tests.kubeserver", "--port", "0", "--ready-file", {str(ready)!r}])
+        p = subprocess.Popen([sys.executable, "-m", "tests.servers.kubeserver", "--port", "0", "--ready-file", {str(ready)!r}])
         while not os.path.exists({str(ready)!r}):
             time.sleep(0.02)
         print(p.pid, flush=True)

@@ -9,7 +9,7 @@ import json
 import pytest
 from kubernetes import client
 
-from tests.kubeserver.fixture import KubeServer
+from tests.servers.kubeserver.fixture import KubeServer
 from tests.test_kubeserver import GADGET_CRD, GROUP, PLURAL, VERSION, WIDGET_CRD, expect_error, raw, widget
 
 

@@ -8,8 +8,8 @@ from typing import Any, Callable
 import pytest
 from kubernetes import client
 
-from tests.kubeserver.fixture import KubeServer
-from tests.kubeserver.jobs import volume_path
+from tests.servers.kubeserver.fixture import KubeServer
+from tests.servers.kubeserver.jobs import volume_path
 
 IMAGE = "ghcr.io/modelplane/modelplane:test"
 
@@ -127,7 +127,7 @@ def test_a_job_runs_in_the_images_workdir_with_its_service_accounts_credentials(
     import json
     import pathlib
 
-    from tests.kubeserver.jobs import modelplane_image
+    from tests.servers.kubeserver.jobs import modelplane_image
 
     core, batch = apis
     core.create_namespaced_persistent_volume_claim(kube_namespace, pvc())

@@ -1,6 +1,6 @@
 """tasks.metrics against a real Prometheus scraping the fake vLLM exporter, and the metrics file format.
 
-One Prometheus serves the whole session (``tests.promtest.fixture``). The module loads all its models at
+One Prometheus serves the whole session (``tests.servers.promtest.fixture``). The module loads all its models at
 once and waits a single time for their counters to span the rate window; every model and namespace
 here starts with ``mt`` so other test modules sharing the exporter are not disturbed. The client uses
 a 5 s rate window (the production default ``1m`` is checked in the query text instead): with 1 s
@@ -38,9 +38,9 @@ from tasks.metrics import (
     PrometheusMetrics,
     write_metrics_file,
 )
-from tests.promtest.exporter import FakeVllmExporter
-from tests.promtest import fixture as promtest_fixture
-from tests.promtest.fixture import PrometheusError, PrometheusProcess, free_port
+from tests.servers.promtest.exporter import FakeVllmExporter
+from tests.servers.promtest import fixture as promtest_fixture
+from tests.servers.promtest.fixture import PrometheusError, PrometheusProcess, free_port
 
 RATE_WINDOW = "5s"
 FALLBACK_WINDOW = "60s"
@@ -160,7 +160,7 @@ def test_collect_rates_within_tolerance_and_exact_token_averages(loaded: FakeVll
 
 def test_collect_returns_the_prompt_histogram_and_the_recent_peak_rate(loaded: FakeVllmExporter, metrics: PrometheusMetrics) -> None:
     """The shape tail-aware and start-up-aware sizing read, from the same load query."""
-    from engine.tail_sizing import PromptDistribution
+    from engine.perf.tail_sizing import PromptDistribution
 
     # The peak is a subquery over aligned steps: on a loaded machine its newest full-window step can lag the
     # instant rate by a scrape, so wait (bounded) for a step that saw the steady rate.

@@ -14,7 +14,7 @@ import math
 from typing import NamedTuple, Sequence
 
 from engine.allocation.problem import UNSERVED_TOL, Prepared, VariantOption
-from engine.perf import replicas_needed
+from engine.perf.queueing import replicas_needed
 
 NODE_LIMIT = 5_000
 """Default node budget of one search (beyond it the answer is the best found, not proven)."""

@@ -7,7 +7,7 @@ follows the real API server's (kube-openapi) wording, e.g.
 
 This is the one implementation of those semantics: the local manifests backend
 (:mod:`tasks.cluster.local`, through :mod:`tasks.cluster.schema`) and the Kubernetes API test server
-(``tests/kubeserver``) both call :func:`process_write`, so "the same semantics on a laptop and on a
+(``tests/servers/kubeserver``) both call :func:`process_write`, so "the same semantics on a laptop and on a
 cluster" holds by construction. Pure: the schemas are passed in (from the CRDs).
 """
 

@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any, BinaryIO, Callable
 
-from engine.sources import ModelSource, parse_source
+from engine.caches.sources import ModelSource, parse_source
 from tasks.downloader.credentials import Credentials
 from tasks.downloader.errors import (
     CacheInUse,

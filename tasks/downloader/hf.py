@@ -25,7 +25,7 @@ from huggingface_hub.file_download import http_get
 from huggingface_hub.hf_api import RepoFile
 from huggingface_hub.utils import build_hf_headers, filter_repo_objects
 
-from engine.sources import ModelSource
+from engine.caches.sources import ModelSource
 from tasks.downloader.credentials import Credentials
 from tasks.downloader.errors import AuthenticationFailed, DownloadError, SourceNotFound, TransferFailed, redact
 from tasks.downloader.plan import Listing, RemoteFile

@@ -13,7 +13,7 @@ import pathlib
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from engine.caching import CACHE_MARKER
+from engine.caches.identity import CACHE_MARKER
 from tasks.files import fsync_dir
 
 MANIFEST_FORMAT = 1

@@ -20,7 +20,7 @@ import threading
 from dataclasses import dataclass
 from typing import TextIO
 
-from engine.caching import CACHE_MARKER
+from engine.caches.identity import CACHE_MARKER
 from tasks.downloader.errors import PathTraversal
 from tasks.downloader.lock import BREAK_NAME, LOCK_NAME
 

@@ -10,7 +10,7 @@ import boto3
 from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError, EndpointConnectionError
 
-from engine.sources import ModelSource
+from engine.caches.sources import ModelSource
 from tasks.downloader.credentials import Credentials
 from tasks.downloader.errors import AuthenticationFailed, DownloadError, SourceNotFound, TransferFailed, redact
 from tasks.downloader.plan import Listing, RemoteFile

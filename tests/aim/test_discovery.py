@@ -1,4 +1,4 @@
-"""engine.aim: label parsing, the persisted record, derived names and auto-created templates."""
+"""engine.aim.discovery: label parsing, the persisted record, derived names and auto-created templates."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from engine.aim import (
+from engine.aim.discovery import (
     DiscoveryRecord,
     ImageMetadata,
     LabelError,

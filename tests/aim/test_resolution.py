@@ -1,4 +1,4 @@
-"""engine.aim_templates and engine.aim_services: GPUs from node labels, profile matching, template
+"""engine.aim.templates and engine.aim.services: GPUs from node labels, profile matching, template
 status, references, names and the rendered InferenceService/HTTPRoute."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ from datetime import datetime, timezone
 
 import pytest
 
-from engine.aim import DiscoveryRecord, parse_image_labels
-from engine.aim_services import (
+from engine.aim.discovery import DiscoveryRecord, parse_image_labels
+from engine.aim.services import (
     CacheMount,
     blocked_status,
     contains,
@@ -21,7 +21,7 @@ from engine.aim_services import (
     update_patch,
     workload_name,
 )
-from engine.aim_templates import (
+from engine.aim.templates import (
     cluster_gpus,
     gpu_unavailable,
     match_profile,

@@ -7,8 +7,8 @@ from datetime import datetime, timezone
 
 import pytest
 
-from engine.caching import CACHE_IDENTITY_LABEL, cache_identity, cache_name
-from engine.sources import parse_source
+from engine.caches.identity import CACHE_IDENTITY_LABEL, cache_identity, cache_name
+from engine.caches.sources import parse_source
 from tasks.caches import cache_available, cache_pvc, ensure_cache, find_cache, mark_used
 from tasks.cluster import Cluster, ObjectRef
 

@@ -2,7 +2,7 @@
 
 ``backend`` is parametrized ``local`` (a :class:`LocalCluster` on a temporary directory seeded with
 manifest files) and ``kube`` (a :class:`KubeCluster` on the Kubernetes API test server of
-``tests.kubeserver``, with Modelplane's CRDs installed and the same objects seeded through the API).
+``tests.servers.kubeserver``, with Modelplane's CRDs installed and the same objects seeded through the API).
 Every test gets its own namespaces, and seeded objects carry a ``suite`` label unique to the test,
 so assertions hold on the shared session server too.
 """
@@ -21,12 +21,12 @@ import yaml
 from tasks.cluster import Cluster, LocalCluster
 from tasks.cluster.base import Manifest
 
-KUBESERVER_PLUGIN = "tests.kubeserver.fixture"
+KUBESERVER_PLUGIN = "tests.servers.kubeserver.fixture"
 
 try:
-    import tests.kubeserver.fixture  # noqa: F401
+    import tests.servers.kubeserver.fixture  # noqa: F401
 except ModuleNotFoundError as _missing:
-    if _missing.name not in (KUBESERVER_PLUGIN, "tests.kubeserver"):
+    if _missing.name not in (KUBESERVER_PLUGIN, "tests.servers.kubeserver"):
         raise
     KUBESERVER_MISSING: str | None = f"Kubernetes API test server not available: {KUBESERVER_PLUGIN} is missing"
 else:

@@ -8,7 +8,7 @@ from typing import Callable, Iterator
 
 import pytest
 
-from tests.countingproxy import CountingProxy
+from tests.servers.countingproxy import CountingProxy
 
 
 @pytest.fixture

@@ -7,7 +7,7 @@ import pathlib
 
 import pytest
 
-from engine.caching import CACHE_MARKER
+from engine.caches.identity import CACHE_MARKER
 from tasks.downloader import (
     AuthenticationFailed,
     ChecksumMismatch,

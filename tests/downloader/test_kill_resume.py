@@ -14,7 +14,7 @@ import sys
 import time
 from typing import Callable
 
-from engine.caching import CACHE_MARKER
+from engine.caches.identity import CACHE_MARKER
 from tasks.downloader import read_manifest
 from tasks.downloader.plan import STAGING_DIR
 from tests.downloader.conftest import tree

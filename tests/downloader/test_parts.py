@@ -7,7 +7,7 @@ import pathlib
 
 import pytest
 
-from engine.caching import CACHE_MARKER
+from engine.caches.identity import CACHE_MARKER
 from tasks.downloader import Credentials, PathTraversal, ProgressTracker, is_complete, read_manifest, safe_relative_path
 from tasks.downloader.errors import redact
 from tasks.downloader.manifest import CacheManifest, ManifestFile, write_manifest

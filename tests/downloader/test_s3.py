@@ -10,7 +10,7 @@ import uuid
 
 import pytest
 
-from engine.caching import CACHE_MARKER
+from engine.caches.identity import CACHE_MARKER
 from tasks.downloader import (
     AuthenticationFailed,
     ChecksumMismatch,

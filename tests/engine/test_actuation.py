@@ -1,4 +1,4 @@
-"""Actuation modes (engine.actuation) and what a cycle publishes (engine.cycle_metrics), pure."""
+"""Actuation modes (engine.optimize.actuation) and what a cycle publishes (engine.cycle_metrics), pure."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from engine.actuation import (
+from engine.optimize.actuation import (
     BOTH,
     METRICS,
     RECOMMEND,
@@ -18,9 +18,9 @@ from engine.actuation import (
     resource_mode,
     target_modes,
 )
-from engine.bindings import BindingDecision, TargetDecision
+from engine.optimize.bindings import BindingDecision, TargetDecision
 from engine.cycle_metrics import CycleFacts, MetricSet, hold_value, optimize_cycle_metrics, wva_targets
-from engine.optimize import SpecError, parse_variant, plan_variants
+from engine.optimize.cycle import SpecError, parse_variant, plan_variants
 from tests.engine.test_optimize import NS, inputs, va
 
 
@@ -111,7 +111,7 @@ def test_unknown_metric_names_are_refused() -> None:
 
 
 def test_serving_group_members_take_their_group_targets_mode() -> None:
-    from tasks.optimizer import binding_modes
+    from tasks.optimize import binding_modes
 
     binding = {
         "metadata": {"name": "b", "namespace": NS, "annotations": {

@@ -17,7 +17,7 @@ from engine.allocation import (
     solve,
     status_from_solution,
 )
-from engine.perf import SLO, PerfProfile, Workload, max_rate, replicas_needed
+from engine.perf.queueing import SLO, PerfProfile, Workload, max_rate, replicas_needed
 
 A100 = PerfProfile(alpha=20.58, beta=0.41, gamma=5.2, delta=0.1, max_batch=256)
 SLOW = PerfProfile(alpha=30.0, beta=0.6, gamma=8.0, delta=0.15, max_batch=128)
@@ -432,7 +432,7 @@ def test_lagrangian_bound_never_exceeds_the_optimum(seed):
 
 
 def _eight_type_instance(n_models: int, shortage: bool):
-    from engine.bench import allocation_instance, usage
+    from bench.engine import allocation_instance, usage
 
     inst = allocation_instance(n_models, 8, 8, seed=7)
     free = solve(AllocationProblem(inst.models, inst.variants, inst.unit_costs))

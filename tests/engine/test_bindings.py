@@ -6,7 +6,7 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from engine.bindings import (
+from engine.optimize.bindings import (
     ANNOTATION_SCALE_GROUPS,
     BindingInputs,
     BindingTarget,
@@ -17,7 +17,7 @@ from engine.bindings import (
     parse_scale_groups,
     plan_binding,
 )
-from engine.scaling import ScalingState
+from engine.optimize.scaling import ScalingState
 
 NOW = datetime(2026, 11, 22, 12, 0, 0, tzinfo=timezone.utc)
 POLICY = {
@@ -132,7 +132,7 @@ def test_scale_to_zero_waits_for_the_grace_period_with_state_in_status() -> None
 
 
 def test_grace_period_from_annotation_or_owning_model() -> None:
-    from engine.bindings import ANNOTATION_SCALE_TO_ZERO_GRACE, scale_to_zero_grace
+    from engine.optimize.bindings import ANNOTATION_SCALE_TO_ZERO_GRACE, scale_to_zero_grace
 
     model = {"backends": [{"name": "a", "scaleToZeroGracePeriod": "30s"}, {"name": "b", "scaleToZeroGracePeriod": "2m"}, {"name": "c"}]}
     assert scale_to_zero_grace({ANNOTATION_SCALE_TO_ZERO_GRACE: "45s"}, model) == 45.0

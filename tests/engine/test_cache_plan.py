@@ -1,4 +1,4 @@
-"""engine.cache_plan: status machine, retries, credentials env, manifests, fill reports, GC verdicts."""
+"""engine.caches.plan: status machine, retries, credentials env, manifests, fill reports, GC verdicts."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from engine.cache_plan import (
+from engine.caches.plan import (
     Failure,
     FillState,
     JobSettings,

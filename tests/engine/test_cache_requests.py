@@ -1,8 +1,8 @@
-"""engine.cache_requests: the caches AIM templates and services, Kthena Models and OpenModels need."""
+"""engine.caches.requests: the caches AIM templates and services, Kthena Models and OpenModels need."""
 
 from __future__ import annotations
 
-from engine.cache_requests import (
+from engine.caches.requests import (
     RequestProblem,
     kthena_requests,
     openmodel_requests,

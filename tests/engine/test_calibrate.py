@@ -15,7 +15,7 @@ import pathlib
 import numpy as np
 import pytest
 
-from engine.calibrate import (
+from engine.simulate.calibrate import (
     ANNOTATION_CALIBRATION,
     REASON_APPLIED,
     REASON_PROPOSED,
@@ -26,9 +26,9 @@ from engine.calibrate import (
     ramp_windows,
     windows_from_aggregates,
 )
-from engine.perf import SLO, PerfProfile, Workload, max_rate
-from engine.simulate import SimConfig, Trace, VariantModel, simulate, window_aggregates
-from engine.simulate_trace import parse_trace_rows
+from engine.perf.queueing import SLO, PerfProfile, Workload, max_rate
+from engine.simulate.replay import SimConfig, Trace, VariantModel, simulate, window_aggregates
+from engine.simulate.trace import parse_trace_rows
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 TRACE = REPO / "deployments" / "traces" / "azure-conv-2023-20min.csv"

@@ -6,7 +6,7 @@ from decimal import Decimal
 
 import pytest
 
-from engine.config import (
+from engine.optimize.config import (
     ConfigError,
     parse_accelerator_costs,
     parse_inventory,

@@ -12,7 +12,7 @@ import pytest
 
 from engine.api.kthena import Model
 from engine.api.llmaz import OpenModel
-from engine.kthena_rollout import (
+from engine.rollout.kthena import (
     ANNOTATION_BASE_REVISION,
     ANNOTATION_LORA,
     ModelRef,
@@ -26,8 +26,8 @@ from engine.kthena_rollout import (
     validate_model,
     workloads_of,
 )
-from engine.openmodel import choose_flavor
-from engine.workloads import merge_diff, revision, stamp, update_patch
+from engine.rollout.openmodel import choose_flavor
+from engine.rollout.workloads import merge_diff, revision, stamp, update_patch
 from tests.rollout.models import backend, model, server_worker
 
 
@@ -151,7 +151,7 @@ def test_sglang_serves_loras_with_its_own_flags() -> None:
     m = parsed(backend("s", type="SGLang", workers=[server_worker(image="lmsysorg/sglang:v0.4.9", config={})],
                        loraAdapters=[{"name": "a", "artifactURL": "pvc://loras/a"}]))
     ref, b = ModelRef.of(m), m.spec.backends[0]
-    from engine.kthena_rollout import lora_mount
+    from engine.rollout.kthena import lora_mount
 
     weights = direct_weights(b, "img")
     assert weights is not None
@@ -214,7 +214,7 @@ def test_flavor_fallback_in_order() -> None:
 
 
 def test_openmodel_parallelism_and_resources_come_from_the_flavor() -> None:
-    from engine.openmodel import parallelism_args, runner_resources
+    from engine.rollout.openmodel import parallelism_args, runner_resources
 
     om = openmodel([
         {"name": "a100x2", "limits": {"nvidia.com/gpu": 2}},
@@ -231,7 +231,7 @@ def test_openmodel_parallelism_and_resources_come_from_the_flavor() -> None:
 
 
 def test_backend_level_policy_gives_a_policy_and_a_binding_per_backend_scaling_its_group() -> None:
-    from engine.kthena_rollout import ANNOTATION_SCALE_TO_ZERO, render_autoscaling
+    from engine.rollout.kthena import ANNOTATION_SCALE_TO_ZERO, render_autoscaling
     from tests.rollout.models import QUEUE_POLICY
 
     prefill, decode = server_worker(type="prefill", replicas=2), server_worker(type="decode")
@@ -257,7 +257,7 @@ def test_backend_level_policy_gives_a_policy_and_a_binding_per_backend_scaling_i
 def test_status_conditions_follow_the_backends_and_failures() -> None:
     from datetime import datetime, timezone
 
-    from engine.kthena_rollout import BackendState, Failure, model_status
+    from engine.rollout.kthena import BackendState, Failure, model_status
 
     t0, t1 = datetime(2026, 1, 1, tzinfo=timezone.utc), datetime(2026, 1, 1, 0, 5, tzinfo=timezone.utc)
     first = model_status({}, 1, t0, [BackendState("a", 0, False, "waiting for ModelCache x (Pending) to hold hf://o/n")], None)
@@ -275,8 +275,8 @@ def test_status_conditions_follow_the_backends_and_failures() -> None:
 
 
 def test_runtime_sidecar_follows_the_seed_env_and_the_binding_reads_its_port() -> None:
-    from engine.kthena_native import native_ref, runtime_container, with_runtime
-    from engine.kthena_rollout import render_autoscaling
+    from engine.rollout.kthena_native import native_ref, runtime_container, with_runtime
+    from engine.rollout.kthena import render_autoscaling
     from tests.rollout.models import QUEUE_POLICY
 
     env = [{"name": "RUNTIME_PORT", "value": "9100"}, {"name": "RUNTIME_URL", "value": "http://localhost:8001"},

@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from engine.config import AcceleratorCost, ConfigError, parse_service_class
-from engine.optimize import (
+from engine.optimize.config import AcceleratorCost, ConfigError, parse_service_class
+from engine.optimize.cycle import (
     CycleInputs,
     ModelLoad,
     PodSample,
@@ -21,7 +21,7 @@ from engine.optimize import (
     status_patch,
     variant_status,
 )
-from engine.saturation import DEFAULT_VARIANT_COST, SaturationConfigSet
+from engine.perf.saturation import DEFAULT_VARIANT_COST, SaturationConfigSet
 from tests.factories import PROFILES, variant_autoscaling
 
 NOW = datetime(2026, 11, 22, 12, 0, 0, tzinfo=timezone.utc)
@@ -264,7 +264,7 @@ def test_scale_down_stabilization_rides_out_a_flapping_recommendation() -> None:
     the replica stays until a scale-down has been recommended for the whole window; state in an annotation."""
     from datetime import timedelta
 
-    from engine.optimize import ANNOTATION_SCALE_DOWN_PENDING, stabilize_scale_down
+    from engine.optimize.cycle import ANNOTATION_SCALE_DOWN_PENDING, stabilize_scale_down
 
     annotations: dict[str, str] = {}
     desired_seen = []

@@ -1,4 +1,4 @@
-"""Tests of the WVA queueing model and per-replica sizing (engine.perf)."""
+"""Tests of the WVA queueing model and per-replica sizing (engine.perf.queueing)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from engine.perf import (
+from engine.perf.queueing import (
     SLO,
     Analysis,
     Infeasible,

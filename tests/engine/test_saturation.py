@@ -1,10 +1,10 @@
-"""Tests for engine.saturation: WVA saturation analysis, targets and hybrid arbitration."""
+"""Tests for engine.perf.saturation: WVA saturation analysis, targets and hybrid arbitration."""
 
 from __future__ import annotations
 
 import pytest
 
-from engine.saturation import (
+from engine.perf.saturation import (
     REASON_METRICS_AVAILABLE,
     REASON_METRICS_UNAVAILABLE,
     REASON_OPTIMIZATION_SUCCEEDED,

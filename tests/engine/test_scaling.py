@@ -1,4 +1,4 @@
-"""Tests for engine.scaling: Kthena recommendation, behaviour correction, distribution, scale to zero.
+"""Tests for engine.optimize.scaling: Kthena recommendation, behaviour correction, distribution, scale to zero.
 
 The parametrized tables are ports of Kthena's own tests
 (pkg/autoscaler/algorithm/recommendation_test.go, revision_test.go,
@@ -11,7 +11,7 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from engine.scaling import (
+from engine.optimize.scaling import (
     MAX_RECOMMENDATION,
     Behavior,
     Group,

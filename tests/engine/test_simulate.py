@@ -6,8 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from engine.perf import PerfProfile
-from engine.simulate import Observation, SimConfig, Trace, VariantModel, poisson_trace, simulate, window_aggregates
+from engine.perf.queueing import PerfProfile
+from engine.simulate.replay import Observation, SimConfig, Trace, VariantModel, poisson_trace, simulate, window_aggregates
 
 PROFILE = PerfProfile(alpha=20.0, beta=0.4, gamma=5.0, delta=0.1, max_batch=16)
 

@@ -1,4 +1,4 @@
-"""The simulator against the analytic queueing model (``engine.perf.analyze``) at steady Poisson load.
+"""The simulator against the analytic queueing model (``engine.perf.queueing.analyze``) at steady Poisson load.
 
 Stated tolerances (docs/simulate.md explains the differences):
 
@@ -15,8 +15,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from engine.perf import PerfProfile, Workload, analyze
-from engine.simulate import SimConfig, VariantModel, poisson_trace, simulate
+from engine.perf.queueing import PerfProfile, Workload, analyze
+from engine.simulate.replay import SimConfig, VariantModel, poisson_trace, simulate
 
 IN, OUT = 1000, 200
 REQUESTS = 20000

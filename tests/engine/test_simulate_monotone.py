@@ -13,10 +13,10 @@ import pathlib
 
 import pytest
 
-from engine.simulate import SimConfig
-from engine.simulate_policies import build_scenario, run_policy, summarize_outcome, with_ttft_percentile
-from engine.simulate_trace import TraceShape
-from tasks.simulation import read_description, read_trace
+from engine.simulate.replay import SimConfig
+from engine.simulate.policies import build_scenario, run_policy, summarize_outcome, with_ttft_percentile
+from engine.simulate.trace import TraceShape
+from tasks.simulate import read_description, read_trace
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 TRACE = REPO / "deployments" / "traces" / "azure-conv-2023-20min.csv"

@@ -8,9 +8,9 @@ import pathlib
 import numpy as np
 import pytest
 
-from engine.perf import SLO, PerfProfile
-from engine.simulate import SimConfig, Trace, VariantModel, simulate
-from engine.simulate_oracle import (
+from engine.perf.queueing import SLO, PerfProfile
+from engine.simulate.replay import SimConfig, Trace, VariantModel, simulate
+from engine.simulate.oracle import (
     CapacityCurve,
     attainment_ceiling,
     measure_capacity,
@@ -18,8 +18,8 @@ from engine.simulate_oracle import (
     oracle_policy,
     oracle_schedule,
 )
-from engine.simulate_policies import ClusterDescription, Scenario, build_scenario, run_policy, summarize_outcome
-from tasks.simulation import read_description
+from engine.simulate.policies import ClusterDescription, Scenario, build_scenario, run_policy, summarize_outcome
+from tasks.simulate import read_description
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 MODEL = "ns/model"

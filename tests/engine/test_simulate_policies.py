@@ -9,9 +9,9 @@ import pathlib
 import numpy as np
 import pytest
 
-from engine.optimize import SpecError, plan_variants
-from engine.simulate import Observation, ReplicaGauges, SimConfig, Trace
-from engine.simulate_policies import (
+from engine.optimize.cycle import SpecError, plan_variants
+from engine.simulate.replay import Observation, ReplicaGauges, SimConfig, Trace
+from engine.simulate.policies import (
     POLICIES,
     build_scenario,
     cycle_inputs,
@@ -21,7 +21,7 @@ from engine.simulate_policies import (
     summarize_outcome,
     with_hpa_metric,
 )
-from tasks.simulation import read_description
+from tasks.simulate import read_description
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 LLAMA, GRANITE = "llm-serving/meta/llama-3.1-8b", "llm-serving/ibm/granite-13b"
@@ -140,7 +140,7 @@ def test_a_variant_without_a_profile_cannot_be_simulated_and_says_which(descript
 def test_the_flow_form_offers_exactly_the_simulated_choices() -> None:
     from typing import get_args
 
-    from engine.simulate_policies import _GAUGES
+    from engine.simulate.policies import _GAUGES
     from flows.simulate import HpaMetric, PolicyName
 
     assert get_args(PolicyName) == POLICIES
@@ -151,11 +151,11 @@ def test_modelplane_keeps_the_scale_down_window_state_between_cycles_as_the_flow
     """The flow writes modelplane.io/scale-down-pending back; the simulated policy must too, or it never scales down."""
     import dataclasses
 
-    from engine.optimize import ANNOTATION_SCALE_DOWN_PENDING
+    from engine.optimize.cycle import ANNOTATION_SCALE_DOWN_PENDING
 
     current = dict(zip(KEYS, [7, 4, 1, 3]))
     quiet = observation(current, completed=20)
-    from engine.optimize import DEFAULT_SCALE_DOWN_WINDOW_S
+    from engine.optimize.cycle import DEFAULT_SCALE_DOWN_WINDOW_S
 
     scenario = build_scenario(description, small_trace(), SimConfig())
     assert scenario.scale_down_window_s == DEFAULT_SCALE_DOWN_WINDOW_S == 180.0  # the optimize flow's default

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from engine.simulate_trace import TraceError, TraceShape, parse_trace_rows, shape_trace
+from engine.simulate.trace import TraceError, TraceShape, parse_trace_rows, shape_trace
 
 AZURE = [
     ["TIMESTAMP", "ContextTokens", "GeneratedTokens"],

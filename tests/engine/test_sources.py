@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from engine.sources import (
+from engine.caches.sources import (
     ModelSource,
     SourceError,
     from_kthena_uri,

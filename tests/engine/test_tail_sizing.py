@@ -8,11 +8,11 @@ import math
 import numpy as np
 import pytest
 
-from engine.config import ServiceClass, parse_service_class
-from engine.optimize import ModelLoad, plan_variants
-from engine.perf import SLO, PerfProfile, Workload, max_rate
-from engine.simulate import PROMPT_TOKEN_BUCKETS, SimConfig, Trace, VariantModel, simulate
-from engine.tail_sizing import (
+from engine.optimize.config import ServiceClass, parse_service_class
+from engine.optimize.cycle import ModelLoad, plan_variants
+from engine.perf.queueing import SLO, PerfProfile, Workload, max_rate
+from engine.simulate.replay import PROMPT_TOKEN_BUCKETS, SimConfig, Trace, VariantModel, simulate
+from engine.perf.tail_sizing import (
     ANNOTATION_TTFT_PERCENTILE,
     DEFAULT_TTFT_PERCENTILE,
     PromptDistribution,
@@ -176,7 +176,7 @@ def test_a_short_inventory_lowers_the_percentile_until_the_plan_fits() -> None:
 
 
 def test_recent_peak_sizes_for_the_highest_rate_of_the_start_up_window() -> None:
-    from engine.load_peak import peak_window_s, planning_rate, recent_peak
+    from engine.perf.load_peak import peak_window_s, planning_rate, recent_peak
 
     window = peak_window_s(120.0, 60.0)
     assert recent_peak([9.0, 2.0, 3.0, 4.0], 60.0, window) == 4.0  # 9 is older than start-up + interval
@@ -298,7 +298,7 @@ def test_a_model_whose_accelerators_are_not_short_keeps_its_percentile() -> None
 
 def test_no_model_is_raised_when_every_accelerator_is_taken(monkeypatch: pytest.MonkeyPatch) -> None:
     """Raising costs MILP solves: only models with an accelerator that has room left are tried."""
-    import engine.optimize as optimize
+    import engine.optimize.cycle as optimize
 
     granite = granite_va("granite-a100", "A100")
     load = ModelLoad(6.0, float(PROMPTS.mean()), OUTPUTS, histogram(PROMPTS))

@@ -11,7 +11,7 @@ import yaml
 
 from tasks.cluster import connect
 from tasks.manifests import read_manifest_documents
-from tests.kubeserver.fixture import KubeServer, start_kube_server
+from tests.servers.kubeserver.fixture import KubeServer, start_kube_server
 from tests.upstream_crds import upstream_crds
 
 REPO = pathlib.Path(__file__).resolve().parents[2]

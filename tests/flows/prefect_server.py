@@ -16,7 +16,7 @@ import pytest
 
 from flows.deployments import load_entry_flow
 from tasks.events import Subject
-from tests.processes import stop_process
+from tests.servers.processes import stop_process
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 TERMINAL = {"COMPLETED", "FAILED", "CRASHED", "CANCELLED"}

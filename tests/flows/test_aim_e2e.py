@@ -22,7 +22,7 @@ from kubernetes import client as k8s
 from prefect.events.worker import EventsWorker
 from prefect.testing.fixtures import asserting_events_worker  # noqa: F401  (the fixture)
 
-from engine.aim import METADATA_ANNOTATION, template_name
+from engine.aim.discovery import METADATA_ANNOTATION, template_name
 from engine.api.crds import render_crds
 from flows.discover_models import discover_models
 from flows.resolve_templates import resolve_templates

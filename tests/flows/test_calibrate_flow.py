@@ -17,15 +17,15 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from engine.calibrate import ANNOTATION_CALIBRATION, CONDITION_CALIBRATED, simulated_ramp, windows_from_aggregates
-from engine.perf import SLO, PerfProfile
-from engine.simulate import SimResult, window_aggregates
-from engine.simulate_trace import parse_trace_rows
+from engine.simulate.calibrate import ANNOTATION_CALIBRATION, CONDITION_CALIBRATED, simulated_ramp, windows_from_aggregates
+from engine.perf.queueing import SLO, PerfProfile
+from engine.simulate.replay import SimResult, window_aggregates
+from engine.simulate.trace import parse_trace_rows
 from flows.calibrate import calibrate
 from flows.cli import app
-from tasks.calibration import SERIES, prometheus_windows, write_windows_file
+from tasks.calibrate import SERIES, prometheus_windows, write_windows_file
 from tasks.metrics import PrometheusMetrics
-from tests.promtest.fixture import PrometheusProcess, find_binary
+from tests.servers.promtest.fixture import PrometheusProcess, find_binary
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 TRACE = REPO / "deployments" / "traces" / "azure-conv-2023-20min.csv"

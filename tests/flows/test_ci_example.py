@@ -18,7 +18,7 @@ import yaml
 
 from flows.exitcodes import ExitCode
 from tests.flows.platform_support import cluster_server, load_example_cluster  # noqa: F401
-from tests.kubeserver.fixture import KubeServer
+from tests.servers.kubeserver.fixture import KubeServer
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 PIPELINE = REPO / "deployments" / "ci" / "preview-allocation.yml"

@@ -29,7 +29,7 @@ from flows.cli import app
 from flows.exitcodes import ExitCode
 from tests.flows.platform_support import cluster_server, load_example_cluster  # noqa: F401
 from tests.flows.prefect_server import PrefectServer
-from tests.kubeserver.fixture import KubeServer
+from tests.servers.kubeserver.fixture import KubeServer
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 EXAMPLES = REPO / "deployments" / "examples"

@@ -49,7 +49,7 @@ def test_every_lifecycle_flow_is_a_deployment() -> None:
 def test_the_pull_step_only_changes_into_the_images_workdir() -> None:
     """The code is baked into the image: a flow run changes into its WORKDIR ($MODELPLANE_HOME, read in the
     container at run time) and clones or downloads nothing; a process pool gets no pull step at all."""
-    from tests.kubeserver.jobs import modelplane_image
+    from tests.servers.kubeserver.jobs import modelplane_image
 
     config = load_prefect_yaml()
     assert config["pull"] == [{"prefect.deployments.steps.set_working_directory": {"directory": "{{ $MODELPLANE_HOME }}"}}]
@@ -229,7 +229,7 @@ def test_the_image_holds_every_entrypoint_and_runs_as_the_pool_user() -> None:
     import re
     import tomllib
 
-    from tests.kubeserver.jobs import modelplane_image
+    from tests.servers.kubeserver.jobs import modelplane_image
 
     dockerfile = (REPO / "deployments" / "Dockerfile").read_text()
     assert modelplane_image().workdir == "/opt/modelplane"
@@ -263,8 +263,8 @@ def test_every_flow_has_a_cli_command_with_json_output(entry: dict[str, Any]) ->
 
 def test_the_scheduled_optimize_loop_holds_scale_downs_as_the_simulated_policy_does() -> None:
     """The simulator judges Modelplane with the scale-down window the shipped loop runs with (docs/simulate.md)."""
-    from engine.optimize import DEFAULT_SCALE_DOWN_WINDOW_S
-    from engine.simulate_policies import Scenario
+    from engine.optimize.cycle import DEFAULT_SCALE_DOWN_WINDOW_S
+    from engine.simulate.policies import Scenario
 
     entry = next(e for e in load_prefect_yaml()["deployments"] if e["name"] == "optimize")
     assert entry["parameters"]["scale_down_stabilization_s"] == DEFAULT_SCALE_DOWN_WINDOW_S

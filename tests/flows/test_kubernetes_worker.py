@@ -2,7 +2,7 @@
 deployments/work-pool-template.json, the optimize deployment registered by the documented `prefect deploy`, and
 the official worker (`prefect worker start --type kubernetes`, prefect-kubernetes) pointed at the Kubernetes API
 test server. The worker creates the flow run's Job; the test server's job runner runs it as Modelplane's image
-would (tests/kubeserver/jobs.py: `prefect flow-run execute` from this checkout, the pull step's
+would (tests/servers/kubeserver/jobs.py: `prefect flow-run execute` from this checkout, the pull step's
 $MODELPLANE_HOME, the `modelplane` service account's credentials); the run completes, its artifact is
 published, the example cluster's VariantAutoscalings get their status, and the worker's observer reports the
 Pod's phases as Prefect events.
@@ -28,7 +28,7 @@ from flows.worker_manifests import NAME as WORKER, NAMESPACE, WORKER_RULES
 from tests.flows.platform_support import cluster_server, load_example_cluster  # noqa: F401
 from tests.flows.prefect_server import REPO, PrefectServer
 from tests.flows.test_rbac import Permission, permission_of, role_permissions
-from tests.kubeserver.fixture import KubeServer
+from tests.servers.kubeserver.fixture import KubeServer
 
 pytestmark = pytest.mark.timeout(300)
 

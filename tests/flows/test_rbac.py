@@ -18,7 +18,7 @@ import yaml
 
 from flows.deployments import deployment_entries, load_entry_flow
 from tests.flows.platform_support import LOCAL_RUN_PARAMETERS, cluster_server, load_example_cluster  # noqa: F401
-from tests.kubeserver.fixture import KubeServer
+from tests.servers.kubeserver.fixture import KubeServer
 from tests.upstream_crds import upstream_crds_dir
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
@@ -36,7 +36,7 @@ EXTRA_RUNS: list[tuple[str, dict[str, Any], list[tuple[str, str, int]]]] = [
 
 # Rules of the Role that the runs here do not reach, each with the code path that uses it.
 EXERCISED_ELSEWHERE: dict[Permission, str] = {
-    ("", "configmaps", "get"): "optimize: a sloClassRef ConfigMap kept in the variant's own namespace (tasks/optimizer.py)",
+    ("", "configmaps", "get"): "optimize: a sloClassRef ConfigMap kept in the variant's own namespace (tasks/optimize.py)",
     ("", "persistentvolumeclaims", "delete"): "warm-caches: opt-in garbage collection (tests/caches)",
     ("aim.silogen.ai", "modelcaches", "delete"): "warm-caches: opt-in garbage collection (tests/caches)",
     ("aim.silogen.ai", "modelcaches", "create"): "warm-caches/resolve-templates when a consumer needs a cache no one made yet (tests/caches)",

@@ -14,7 +14,7 @@ from kubernetes import client as k8s
 from engine.api.crds import render_crds
 from flows.optimize import optimize
 from flows.rollout_models import rollout_models
-from tests.kubeserver.fixture import KubeServer, start_kube_server
+from tests.servers.kubeserver.fixture import KubeServer, start_kube_server
 from tests.rollout.models import backend, model, server_worker
 from tests.upstream_crds import SKIP_REASON, kthena_crds
 
@@ -76,7 +76,7 @@ def is_within(rendered: Any, stored: Any) -> bool:
 
 def assert_schema_kept_everything(objects: dict[str, dict[str, Any]]) -> None:
     """The upstream CRD's structural schema pruned nothing of what was rendered (an unknown field would be)."""
-    from engine.workloads import ANNOTATION_LAST_APPLIED
+    from engine.rollout.workloads import ANNOTATION_LAST_APPLIED
 
     for name, obj in objects.items():
         rendered = json.loads(obj["metadata"]["annotations"][ANNOTATION_LAST_APPLIED])

@@ -384,7 +384,7 @@ def test_kthena_s3_endpoint_reaches_every_download(env: Env) -> None:
     """Seed 003: ``ENDPOINT`` must be set for s3://. It reaches the cacheURI init container, the shared
     model cache and the LoRA cache (so their fill Jobs); the keys stay Secret references; ``aios_models``
     (Kthena's example bucket) is accepted."""
-    from engine.cache_plan import JobSettings, download_env, render_job
+    from engine.caches.plan import JobSettings, download_env, render_job
 
     s3_env = [
         {"name": "ENDPOINT", "value": "http://minio.storage:9000"},
@@ -460,7 +460,7 @@ def _start_fake_vllm(port: int, env: dict[str, str]) -> Any:
     import subprocess
     import sys
 
-    from tests.s3test.fixture import wait_for_port
+    from tests.servers.s3test.fixture import wait_for_port
 
     process = subprocess.Popen([sys.executable, "-m", "tests.rollout.fake_vllm", str(port), "rt"], env=env,
                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
@@ -475,8 +475,8 @@ def test_runtime_lora_resolves_a_hub_adapter_as_vllm_does(env: Env, hf_server: A
 
     import requests
 
-    from tests.processes import stop_process
-    from tests.s3test.fixture import free_port
+    from tests.servers.processes import stop_process
+    from tests.servers.s3test.fixture import free_port
 
     repo = hf_server.repos.new_repo_id("chat-lora")
     hf_server.repos.commit(repo, {"adapter_config.json": b'{"r": 8, "peft_type": "LORA"}', "adapter_model.safetensors": b"\0" * 64})

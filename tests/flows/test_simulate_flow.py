@@ -9,7 +9,7 @@ import pathlib
 
 from typer.testing import CliRunner
 
-from engine.simulate_policies import POLICIES
+from engine.simulate.policies import POLICIES
 from flows.cli import app
 from flows.simulate import simulate
 

@@ -11,12 +11,12 @@ from typing import Any, Callable
 import pytest
 import yaml
 
-from engine.caching import CACHE_MARKER
+from engine.caches.identity import CACHE_MARKER
 from flows.warm_caches import warm_caches
 from tasks.cluster import Cluster, ObjectRef
-from tests.kubeserver.fixture import KubeServer
-from tests.kubeserver.jobs import volume_path
-from tests.s3test.fixture import S3Server
+from tests.servers.kubeserver.fixture import KubeServer
+from tests.servers.kubeserver.jobs import volume_path
+from tests.servers.s3test.fixture import S3Server
 
 MC = ("aim.silogen.ai/v1alpha1", "ModelCache")
 FILES = {"config.json": b'{"model_type": "llama"}', "model.safetensors": bytes(range(256)) * 2048}

@@ -11,12 +11,12 @@ from typing import Any
 import pytest
 import yaml
 
-from engine.caching import CACHE_MARKER
+from engine.caches.identity import CACHE_MARKER
 from flows.warm_caches import warm_caches
-from tasks.cache_fill import local_volume
+from tasks.warm_caches import local_volume
 from tasks.cluster import LocalCluster
-from tests.hftest.fixture import HfServer
-from tests.s3test.fixture import S3Server
+from tests.servers.hftest.fixture import HfServer
+from tests.servers.s3test.fixture import S3Server
 
 MC = ("aim.silogen.ai/v1alpha1", "ModelCache")
 NS = "models"
@@ -270,8 +270,8 @@ def test_an_invalid_source_fails_with_the_field_and_others_proceed(prefect_harne
 def test_a_kthena_backend_without_cache_uri_gets_a_new_shared_cache(
     prefect_harness: None, s3_server: S3Server, cluster_dir: pathlib.Path
 ) -> None:
-    from engine.caching import cache_name
-    from engine.sources import parse_source
+    from engine.caches.identity import cache_name
+    from engine.caches.sources import parse_source
 
     uri = s3_model(s3_server)
     model = {"apiVersion": "registry.volcano.sh/v1alpha1", "kind": "Model", "metadata": {"name": "tiny", "namespace": NS},

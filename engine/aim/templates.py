@@ -1,0 +1,437 @@
+"""AIMServiceTemplate resolution, decided without I/O: GPUs in the cluster, profile matching, status.
+
+A template is resolved against its model's recommended deployments (read from the image by
+discovery, see :mod:`engine.aim.discovery`) instead of running the image in a dry-run Job: GPU model
+(normalised), ``gpusPerReplica == gpuCount``, metric and precision (``auto`` matches any, then the
+preferred precision wins). The GPU must exist in the cluster: :func:`cluster_gpus` reads AMD
+(``amd.com/gpu.device-id`` and family labels, aim-engine's device table) and NVIDIA (GPU feature
+discovery's ``nvidia.com/gpu.product`` and ``nvidia.com/gpu.count``) Node labels. A template whose GPU
+is absent stays ``Pending`` (reason ``GpuNotAvailable``) and recovers when such nodes appear.
+
+:func:`resolve_profile` is the first half (model, GPU, profile, model sources);
+:func:`template_status` the second (caches when ``warmCache``), giving ``status.status``,
+``status.modelSources`` and the seed's conditions and reasons.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Mapping, Sequence
+
+from engine.aim.discovery import REASON_IMAGE_NOT_FOUND, DiscoveryRecord, ImageMetadata
+from engine.caches.sources import parse_source
+from engine.status import ConditionUpdate
+
+# --------------------------------------------------------------------------------------------------
+# GPUs
+# --------------------------------------------------------------------------------------------------
+
+AMD_DEVICE_IDS: dict[str, str] = {
+    **dict.fromkeys(("738c", "738e"), "MI100"), **dict.fromkeys(("7408", "740c"), "MI250X"),
+    **dict.fromkeys(("740f", "7410"), "MI210"), "74a0": "MI300A",
+    **dict.fromkeys(("74a1", "74a9", "74b5", "74bd"), "MI300X"), **dict.fromkeys(("74a2", "74a8", "74b6"), "MI308X"),
+    **dict.fromkeys(("74a5", "74b9"), "MI325X"), **dict.fromkeys(("75a0", "75b0"), "MI350X"),
+    **dict.fromkeys(("75a3", "75b3"), "MI355X"), **dict.fromkeys(("7460", "7461"), "V710"),
+    **dict.fromkeys(("7448", "744a"), "W7900"), **dict.fromkeys(("7449", "745e"), "W7800"), "73a2": "W6900X",
+    "73a3": "W6800", "73ab": "W6800X", **dict.fromkeys(("73a1", "73ae"), "V620"), "7550": "RX9070",
+    "744c": "RX7900", "73af": "RX6900", "73bf": "RX6800",
+}
+"""AMD PCI device id -> GPU model (aim-engine's table)."""
+AMD_MODELS = frozenset(AMD_DEVICE_IDS.values())
+AMD_RESOURCE = "amd.com/gpu"
+NVIDIA_RESOURCE = "nvidia.com/gpu"
+AMD_DEVICE_LABELS = ("amd.com/gpu.device-id", "beta.amd.com/gpu.device-id")
+AMD_FAMILY_LABELS = ("amd.com/gpu.family", "beta.amd.com/gpu.family")
+AMD_COUNT_LABEL = "amd.com/gpu.count"
+NVIDIA_PRODUCT_LABEL = "nvidia.com/gpu.product"
+NVIDIA_COUNT_LABEL = "nvidia.com/gpu.count"
+
+_MODEL_TOKEN = re.compile(r"^(MI|ME|RX|RTX|GTX|A|H|L|T|V|K|P|QUADRO|TESLA|GRID)?[A-Z]*[0-9]+[A-Z0-9]*$")
+_SPLIT = re.compile(r"[- /:]+")
+
+
+def normalize_gpu_model(name: str) -> str:
+    """A GPU model name as aim-engine compares them: ``MI300X (rev 2)`` -> ``MI300X``,
+    ``Instinct-MI325X`` -> ``MI325X``, ``NVIDIA-H100-80GB-HBM3`` -> ``H100``."""
+    tokens = [t for t in _SPLIT.split(name.strip().replace("_", "-").upper()) if t]
+    for token in tokens:
+        if token in ("AMD", "INSTINCT"):
+            continue
+        if _MODEL_TOKEN.match(token):
+            return token.removeprefix("INSTINCT")
+    return tokens[0] if tokens else ""
+
+
+@dataclass(frozen=True)
+class NodeGPU:
+    """The GPUs of one node: vendor resource name, normalised model, count (when labelled), and the
+    node label (key, value) that identified the model (for node affinity)."""
+
+    node: str
+    resource: str
+    model: str
+    count: int | None
+    label: tuple[str, str]
+
+
+def _int(value: str | None) -> int | None:
+    try:
+        return int(value) if value is not None else None
+    except ValueError:
+        return None
+
+
+def _amd_device_model(device_id: str) -> str:
+    key = device_id.strip().lower().removeprefix("0x")
+    return AMD_DEVICE_IDS.get(key, f"AMD-{key.upper()}")
+
+
+def node_gpu(node: Mapping[str, Any]) -> NodeGPU | None:
+    """The GPU of a node from its labels (AMD device id, count-encoded ids, family; then NVIDIA
+    product), or ``None`` when no model can be determined (such nodes are ignored, as upstream)."""
+    meta = node.get("metadata") or {}
+    labels: Mapping[str, str] = meta.get("labels") or {}
+    name = meta.get("name", "")
+    amd_count = _int(labels.get(AMD_COUNT_LABEL))
+    for key in AMD_DEVICE_LABELS:
+        if labels.get(key):
+            return NodeGPU(name, AMD_RESOURCE, _amd_device_model(labels[key]), amd_count, (key, labels[key]))
+    for key, value in sorted(labels.items()):
+        for prefix in AMD_DEVICE_LABELS:
+            if key.startswith(prefix + ".") and value not in ("", "0"):
+                return NodeGPU(name, AMD_RESOURCE, _amd_device_model(key[len(prefix) + 1:]), _int(value) or amd_count, (key, value))
+    for key in AMD_FAMILY_LABELS:
+        if labels.get(key):
+            return NodeGPU(name, AMD_RESOURCE, normalize_gpu_model(labels[key]), amd_count, (key, labels[key]))
+    for key, value in sorted(labels.items()):
+        for prefix in AMD_FAMILY_LABELS:
+            if key.startswith(prefix + ".") and value not in ("", "0"):
+                return NodeGPU(name, AMD_RESOURCE, normalize_gpu_model(key[len(prefix) + 1:]), _int(value) or amd_count, (key, value))
+    product = labels.get(NVIDIA_PRODUCT_LABEL)
+    if product:
+        return NodeGPU(name, NVIDIA_RESOURCE, normalize_gpu_model(product), _int(labels.get(NVIDIA_COUNT_LABEL)), (NVIDIA_PRODUCT_LABEL, product))
+    return None
+
+
+@dataclass(frozen=True)
+class GpuInventory:
+    """The GPUs the cluster's nodes carry, by normalised model."""
+
+    nodes: tuple[NodeGPU, ...] = ()
+
+    def models(self) -> list[str]:
+        """Every GPU model present, sorted."""
+        return sorted({n.model for n in self.nodes})
+
+    def of(self, model: str) -> list[NodeGPU]:
+        """The nodes carrying ``model`` (any spelling)."""
+        wanted = normalize_gpu_model(model)
+        return [n for n in self.nodes if n.model == wanted]
+
+
+def cluster_gpus(nodes: Iterable[Mapping[str, Any]]) -> GpuInventory:
+    """The GPU inventory of a Node list."""
+    return GpuInventory(tuple(gpu for gpu in (node_gpu(n) for n in nodes) if gpu is not None))
+
+
+def gpu_resource_name(model: str, inventory: GpuInventory | None = None) -> str:
+    """The extended resource a pod requests for ``model``: what its nodes advertise, else by vendor."""
+    if inventory is not None:
+        found = inventory.of(model)
+        if found:
+            return found[0].resource
+    return AMD_RESOURCE if normalize_gpu_model(model) in AMD_MODELS else NVIDIA_RESOURCE
+
+
+def gpu_unavailable(model: str, per_replica: int | None, inventory: GpuInventory) -> str | None:
+    """Why ``model`` x ``per_replica`` cannot be placed in the cluster, or ``None`` when it can.
+
+    The model must be present; when the nodes label their GPU count, some node must have at least
+    ``per_replica`` of them.
+    """
+    present = inventory.of(model)
+    if not present:
+        available = ", ".join(inventory.models()) or "none"
+        return f"Required GPU model '{normalize_gpu_model(model)}' not available in cluster. Available: {available}"
+    counts = [n.count for n in present if n.count is not None]
+    if per_replica and counts and len(counts) == len(present) and max(counts) < per_replica:
+        return f"{per_replica} x {normalize_gpu_model(model)} per replica needed; the largest node has {max(counts)}"
+    return None
+
+
+def node_affinity(model: str, inventory: GpuInventory) -> dict[str, Any] | None:
+    """Required node affinity placing a workload on ``model`` nodes: every AMD device id of the model
+    (as aim-engine), or the exact node label values seen for NVIDIA/family-labelled nodes."""
+    wanted = normalize_gpu_model(model)
+    terms: dict[str, set[str]] = {}
+    if wanted in AMD_MODELS:
+        terms[AMD_DEVICE_LABELS[0]] = {i for i, m in AMD_DEVICE_IDS.items() if m == wanted}
+    for gpu in inventory.of(model):
+        key, value = gpu.label
+        if key in AMD_DEVICE_LABELS:
+            key = AMD_DEVICE_LABELS[0]
+            value = value.lower().removeprefix("0x")
+        terms.setdefault(key, set()).add(value)
+    if not terms:
+        return None
+    # One selector term per label key: nodes labelled either way qualify (terms are ORed).
+    return {
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [
+                    {"matchExpressions": [{"key": key, "operator": "In", "values": sorted(values)}]}
+                    for key, values in sorted(terms.items())
+                ]
+            }
+        }
+    }
+
+
+# --------------------------------------------------------------------------------------------------
+# Profile matching
+# --------------------------------------------------------------------------------------------------
+
+PRECISION_PREFERENCE = ("fp4", "int4", "fp8", "int8", "fp16", "bf16", "fp32")
+METRIC_PREFERENCE = ("latency", "throughput")
+
+
+def preference_rank(value: str | None, order: Sequence[str]) -> int:
+    """Position of ``value`` in a preference order (unknown values rank after every known one)."""
+    return order.index(value) if value in order else 1000
+
+
+def match_profile(spec: Mapping[str, Any], deployments: Sequence[Mapping[str, Any]]) -> Mapping[str, Any] | None:
+    """The recommended deployment a template selects, or ``None``.
+
+    GPU model equal after normalising, ``gpusPerReplica == gpuCount``, metric equal (a template
+    without a metric takes any), precision equal unless the template says ``auto`` (any). Among several,
+    aim-engine's order: metric first (latency < throughput), then precision (fp4 < int4 < fp8 < int8 <
+    fp16 < bf16 < fp32).
+    """
+    gpu = spec.get("gpuModel")
+    count = spec.get("gpusPerReplica")
+    metric = spec.get("metric")
+    precision = spec.get("precision") or "auto"
+    candidates = []
+    for deployment in deployments:
+        if gpu and normalize_gpu_model(str(deployment.get("gpuModel") or "")) != normalize_gpu_model(gpu):
+            continue
+        if count is not None and deployment.get("gpuCount") != count:
+            continue
+        if metric and deployment.get("metric") != metric:
+            continue
+        if precision != "auto" and deployment.get("precision") != precision:
+            continue
+        candidates.append(deployment)
+    if not candidates:
+        return None
+    return min(candidates, key=lambda d: (preference_rank(d.get("metric"), METRIC_PREFERENCE), preference_rank(d.get("precision"), PRECISION_PREFERENCE)))
+
+
+def describe_wanted(spec: Mapping[str, Any]) -> str:
+    """The template's selection knobs in one phrase, for messages."""
+    parts = [f"{spec.get('gpusPerReplica', '?')} x {spec.get('gpuModel', 'any GPU')}", spec.get("metric") or "any metric",
+             spec.get("precision") or "auto"]
+    return ", ".join(str(p) for p in parts)
+
+
+def normalized_source(source: str) -> str:
+    """``model.source`` as a canonical model-source URI (``https://huggingface.co/X`` -> ``hf://X``)."""
+    return parse_source(source).uri
+
+
+# --------------------------------------------------------------------------------------------------
+# Template status
+# --------------------------------------------------------------------------------------------------
+
+STATUS_PENDING, STATUS_PROGRESSING, STATUS_AVAILABLE, STATUS_FAILED = "Pending", "Progressing", "Available", "Failed"
+COND_DISCOVERED, COND_CACHE_WARM, COND_READY, COND_PROGRESSING, COND_FAILURE = "Discovered", "CacheWarm", "Ready", "Progressing", "Failure"
+REASON_AWAITING = "AwaitingDiscovery"
+REASON_DISCOVERED = "ProfilesDiscovered"
+REASON_DISCOVERY_FAILED = "DiscoveryFailed"
+REASON_GPU_NOT_AVAILABLE = "GpuNotAvailable"
+REASON_WARM_REQUESTED, REASON_WARMING, REASON_WARM, REASON_WARM_FAILED = "WarmRequested", "Warming", "Warm", "WarmFailed"
+
+
+@dataclass(frozen=True)
+class Profile:
+    """The first half of a template's resolution: which model and profile, or why not."""
+
+    status: str
+    reason: str
+    message: str
+    model: Mapping[str, Any] | None = None
+    metadata: ImageMetadata | None = None
+    deployment: Mapping[str, Any] | None = None
+    model_sources: tuple[str, ...] = ()
+    failure_reason: str | None = None
+
+    @property
+    def discovered(self) -> bool:
+        """Whether a profile was selected."""
+        return self.deployment is not None
+
+
+class ModelCatalog:
+    """The AIMClusterModels of a run, looked up by canonical name (``spec.name``), each model's
+    discovery record parsed once. ``invalid`` maps the canonical name of a model whose spec does not
+    parse (when its ``spec.name`` can be read) to the problem, so its users can say why."""
+
+    def __init__(self, models: Iterable[Mapping[str, Any]], invalid: Mapping[str, str] | None = None) -> None:
+        self._by_canonical: dict[str, list[Mapping[str, Any]]] = {}
+        for model in models:
+            self._by_canonical.setdefault((model.get("spec") or {}).get("name", ""), []).append(model)
+        self._records: dict[str, DiscoveryRecord | None] = {}
+        self.invalid: dict[str, str] = dict(invalid or {})
+
+    def named(self, canonical: str) -> list[Mapping[str, Any]]:
+        """The models whose ``spec.name`` is ``canonical``."""
+        return self._by_canonical.get(canonical, [])
+
+    def record(self, model: Mapping[str, Any]) -> DiscoveryRecord | None:
+        """What discovery persisted on ``model``."""
+        name = model["metadata"]["name"]
+        if name not in self._records:
+            self._records[name] = DiscoveryRecord.from_annotations(model["metadata"].get("annotations"))
+        return self._records[name]
+
+
+def models_named(models: Iterable[Mapping[str, Any]] | ModelCatalog, canonical: str) -> list[Mapping[str, Any]]:
+    """The AIMClusterModels whose ``spec.name`` is ``canonical``."""
+    if isinstance(models, ModelCatalog):
+        return models.named(canonical)
+    return [m for m in models if (m.get("spec") or {}).get("name") == canonical]
+
+
+def record_of(models: Iterable[Mapping[str, Any]] | ModelCatalog, model: Mapping[str, Any]) -> DiscoveryRecord | None:
+    """The discovery record of ``model`` (parsed once when ``models`` is a catalog)."""
+    if isinstance(models, ModelCatalog):
+        return models.record(model)
+    return DiscoveryRecord.from_annotations(model["metadata"].get("annotations"))
+
+
+def resolve_profile(template: Mapping[str, Any], models: Sequence[Mapping[str, Any]] | ModelCatalog, inventory: GpuInventory) -> Profile:
+    """Model, GPU availability and profile of a template (in this order: each gate explains itself)."""
+    spec = template.get("spec") or {}
+    canonical = spec.get("model", "")
+    named = models_named(models, canonical)
+    if not named and isinstance(models, ModelCatalog) and canonical in models.invalid:
+        return Profile(STATUS_FAILED, REASON_DISCOVERY_FAILED, f"the AIMClusterModel with spec.name {canonical!r} is invalid: {models.invalid[canonical]}",
+                       failure_reason="ValidationFailed")
+    if not named:
+        return Profile(STATUS_PENDING, REASON_AWAITING, f"no AIMClusterModel has spec.name {canonical!r}")
+    if len(named) > 1:
+        names = ", ".join(sorted(m["metadata"]["name"] for m in named))
+        return Profile(STATUS_FAILED, REASON_DISCOVERY_FAILED, f"several AIMClusterModels have spec.name {canonical!r}: {names}",
+                       failure_reason="ValidationFailed")
+    model = named[0]
+    record = record_of(models, model)
+    image = model["spec"].get("image")
+    if record is None or record.image != image:
+        return Profile(STATUS_PENDING, REASON_AWAITING, f"waiting for discovery of {image}", model=model)
+    if not record.ok:
+        if record.reason == REASON_IMAGE_NOT_FOUND:
+            return Profile(STATUS_FAILED, REASON_DISCOVERY_FAILED, record.message, model=model, failure_reason=REASON_IMAGE_NOT_FOUND)
+        if record.terminal:
+            return Profile(STATUS_FAILED, REASON_DISCOVERY_FAILED, record.message, model=model, failure_reason=record.reason)
+        return Profile(STATUS_PENDING, REASON_AWAITING, f"discovery of {image} failed and is retried: {record.message}", model=model)
+    metadata = record.metadata
+    assert metadata is not None
+    tp, per_replica = spec.get("tensorParallelism"), spec.get("gpusPerReplica")
+    if tp is not None and per_replica is not None and tp > per_replica:
+        return Profile(STATUS_FAILED, REASON_DISCOVERY_FAILED,
+                       f"spec.tensorParallelism {tp} exceeds spec.gpusPerReplica {per_replica}", model=model, metadata=metadata,
+                       failure_reason="ValidationFailed")
+    if spec.get("gpuModel"):
+        missing = gpu_unavailable(spec["gpuModel"], per_replica, inventory)
+        if missing:
+            return Profile(STATUS_PENDING, REASON_GPU_NOT_AVAILABLE, missing, model=model, metadata=metadata)
+    deployment = match_profile(spec, metadata.recommended_deployments)
+    if deployment is None:
+        offered = len(metadata.recommended_deployments)
+        return Profile(STATUS_FAILED, REASON_DISCOVERY_FAILED,
+                       f"no recommended deployment of {image} matches {describe_wanted(spec)} ({offered} offered)",
+                       model=model, metadata=metadata, failure_reason=REASON_DISCOVERY_FAILED)
+    sources: tuple[str, ...] = ()
+    if metadata.source:
+        try:
+            sources = (normalized_source(metadata.source),)
+        except ValueError as exc:
+            return Profile(STATUS_FAILED, REASON_DISCOVERY_FAILED, f"the image's model.source label: {exc}", model=model,
+                           metadata=metadata, failure_reason=REASON_DISCOVERY_FAILED)
+    chosen = ", ".join(f"{k}={deployment[k]}" for k in ("gpuModel", "gpuCount", "metric", "precision", "profileId") if k in deployment)
+    return Profile(STATUS_PROGRESSING, REASON_DISCOVERED, f"profile {chosen}", model=model, metadata=metadata,
+                   deployment=deployment, model_sources=sources)
+
+
+@dataclass(frozen=True)
+class TemplateOutcome:
+    """A template's new ``status`` (as a dict in API shape, conditions to apply separately)."""
+
+    status: str
+    model_sources: list[str]
+    conditions: list[ConditionUpdate] = field(default_factory=list)
+
+
+def invalid_template_outcome(problem: str) -> TemplateOutcome:
+    """Status of a template whose spec does not parse (``problem`` names the field): Failed, nothing
+    resolved or cached for it until it is fixed."""
+    message = f"invalid AIMServiceTemplate: {problem}"
+    return TemplateOutcome(STATUS_FAILED, [], [
+        ConditionUpdate(COND_DISCOVERED, "False", "ValidationFailed", message),
+        ConditionUpdate(COND_READY, "False", "ValidationFailed", message),
+        ConditionUpdate(COND_PROGRESSING, "False", "ValidationFailed", message),
+        ConditionUpdate(COND_FAILURE, "True", "ValidationFailed", message),
+    ])
+
+
+def template_status(profile: Profile, warm_cache: bool, cache_states: Mapping[str, str | None]) -> TemplateOutcome:
+    """Status and conditions of a template from its profile and (when ``warm_cache``) the states of the
+    caches of its model sources (``source uri -> status.status``, ``None`` for a cache just requested).
+
+    Available = discovered and (not warmCache or every cache Available); a Failed cache fails it.
+    """
+    if not profile.discovered:
+        failed = profile.status == STATUS_FAILED
+        conditions = [
+            ConditionUpdate(COND_DISCOVERED, "False", profile.reason, profile.message),
+            ConditionUpdate(COND_CACHE_WARM, "False", REASON_AWAITING, "waiting for discovery"),
+            ConditionUpdate(COND_READY, "False", profile.reason, profile.message),
+            ConditionUpdate(COND_PROGRESSING, "False" if failed else "True", profile.reason, profile.message),
+            ConditionUpdate(COND_FAILURE, "True" if failed else "False", profile.failure_reason or profile.reason if failed else "NoFailure",
+                            profile.message if failed else ""),
+        ]
+        return TemplateOutcome(profile.status, list(profile.model_sources), conditions)
+    discovered = ConditionUpdate(COND_DISCOVERED, "True", REASON_DISCOVERED, profile.message)
+    sources = list(profile.model_sources)
+    if not warm_cache:
+        cache = ConditionUpdate(COND_CACHE_WARM, "True", REASON_WARM, "warming not requested (spec.warmCache is false)")
+        status = STATUS_AVAILABLE
+    else:
+        states = [cache_states.get(s) for s in sources]
+        if any(s == "Failed" for s in states):
+            bad = [src for src in sources if cache_states.get(src) == "Failed"]
+            cache = ConditionUpdate(COND_CACHE_WARM, "False", REASON_WARM_FAILED, f"cache of {', '.join(bad)} failed")
+            status = STATUS_FAILED
+        elif all(s == "Available" for s in states):
+            cache = ConditionUpdate(COND_CACHE_WARM, "True", REASON_WARM, f"{len(sources)} model caches available")
+            status = STATUS_AVAILABLE
+        elif all(s is None for s in states):
+            cache = ConditionUpdate(COND_CACHE_WARM, "False", REASON_WARM_REQUESTED, f"caches requested for {', '.join(sources)}")
+            status = STATUS_PROGRESSING
+        else:
+            ready = sum(1 for s in states if s == "Available")
+            cache = ConditionUpdate(COND_CACHE_WARM, "False", REASON_WARMING, f"{ready} of {len(sources)} model caches available")
+            status = STATUS_PROGRESSING
+    failed = status == STATUS_FAILED
+    ready = status == STATUS_AVAILABLE
+    conditions = [
+        discovered,
+        cache,
+        ConditionUpdate(COND_READY, "True" if ready else "False", cache.reason if not ready else REASON_WARM if warm_cache else REASON_DISCOVERED,
+                        "template available" if ready else cache.message),
+        ConditionUpdate(COND_PROGRESSING, "True" if status == STATUS_PROGRESSING else "False", cache.reason, cache.message),
+        ConditionUpdate(COND_FAILURE, "True" if failed else "False", REASON_WARM_FAILED if failed else "NoFailure", cache.message if failed else ""),
+    ]
+    return TemplateOutcome(status, sources, conditions)

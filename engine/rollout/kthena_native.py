@@ -1,0 +1,266 @@
+"""Kthena-native rendering of a ``Model``: what kthena-router reads, and Kthena's own serving workload.
+
+When the cluster serves Kthena's networking CRDs (``networking.serving.volcano.sh``), a rollout renders,
+as Kthena's model controller does (``../shared/anchors/wave2.md`` B, upstream ``convert/model_server.go``,
+``model_route.go``):
+
+* a **ModelServer** per backend (named ``<model>-<backend>``): ``model`` = the served name, the engine,
+  ``workloadSelector`` by the Model's uid and the backend (plus ``pdGroup`` for prefill/decode),
+  ``workloadPort`` = the engine port, retry 5 attempts at a 0 s interval, ``kvConnector`` from the worker
+  config's ``kv-transfer-config.kv_connector``;
+* one **ModelRoute** named after the Model: rule ``default`` (the Model's ``modelMatch``) over every
+  backend's ModelServer with its ``routeWeight``, one rule per LoRA adapter over the backends that carry
+  it, and the adapters in ``loraAdapters``;
+* the **runtime sidecar** in every serving pod (container ``runtime``, Kthena's image, port
+  ``RUNTIME_PORT`` = 8100, ``RUNTIME_URL``, ``RUNTIME_METRICS_PATH`` from the backend env as seed 003 lists
+  them): it re-exports the engine's metrics as ``kthena:*`` on 8100, where the bindings' ``metricEndpoint``
+  (and Prometheus, through the usual ``prometheus.io/*`` pod annotations) read them.
+
+The model is served under ``metadata.name`` (Kthena's name; ``spec.name`` only when a worker config sets
+``served-model-name``). Where the ModelServing CRD (``workload.serving.volcano.sh``) is served too, a backend
+can become one **ModelServing** (gang-scheduled groups: roles ``leader`` or ``prefill``/``decode``, with
+``workerReplicas = pods - 1``) instead of Deployments; its ``replicas`` are groups, so the optimizer scales
+it directly.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+from engine.api.kthena import Model, ModelBackend, ModelWorker
+from engine.rollout.kthena import (
+    KTHENA_RUNTIME_PORT,
+    LABEL_BACKEND,
+    LABEL_MODEL_UID,
+    LABEL_ROLE,
+    ModelRef,
+    Workload,
+    _UNSUPPORTED_TYPES,
+    backend_name,
+    child_labels,
+    engine_port,
+    runtime_port,
+    served_model_name,
+    workloads_of,
+)
+
+Manifest = dict[str, Any]
+
+NETWORKING_API = "networking.serving.volcano.sh/v1alpha1"
+WORKLOAD_API = "workload.serving.volcano.sh/v1alpha1"
+RUNTIME_IMAGE = "ghcr.io/volcano-sh/runtime:latest"
+RUNTIME_PORT = KTHENA_RUNTIME_PORT
+RUNTIME_METRICS_PATH = "/metrics"
+RETRY_ATTEMPTS = 5
+MODELSERVING_GROUP_KEY = "modelserving.volcano.sh/group-name"
+MODELSERVING_ROLE = "modelserving.volcano.sh/role"
+ENTRY_ADDRESS = "$ENTRY_ADDRESS"
+"""The leader's address a ModelServing worker pod gets from Kthena's controller (shell-expanded)."""
+KV_CONNECTORS = {"MooncakeConnectorV1": "mooncake", "MooncakeConnector": "mooncake", "LMCacheConnectorV1": "lmcache",
+                 "LMCacheConnector": "lmcache", "NixlConnector": "nixl"}
+MAX_ROUTE_RULES = 16
+
+
+@dataclass(frozen=True)
+class NativeMode:
+    """What the cluster serves of Kthena: its networking CRDs (ModelServer/ModelRoute and the runtime
+    sidecar), and whether backends become ModelServings instead of Deployments."""
+
+    networking: bool = False
+    model_serving: bool = False
+    runtime_image: str = RUNTIME_IMAGE
+
+
+def native_ref(ref: ModelRef) -> ModelRef:
+    """The Model served under ``metadata.name``, as Kthena serves it."""
+    return ModelRef(ref.name, ref.namespace, ref.uid, ref.name)
+
+
+# ------------------------------------------------------------------------------------- runtime sidecar
+
+
+@dataclass(frozen=True)
+class Runtime:
+    """The runtime sidecar's settings: its port, the engine URL it reads and the engine's metrics path."""
+
+    port: int
+    url: str
+    metrics_path: str
+
+
+def runtime_of(backend: ModelBackend, worker: ModelWorker) -> Runtime:
+    """``RUNTIME_PORT`` (8100), ``RUNTIME_URL`` (``http://localhost:<engine port>``) and
+    ``RUNTIME_METRICS_PATH`` (``/metrics``) from the backend env, seed 003's names and defaults."""
+    env = {e.name: e.value for e in backend.env or [] if e.value is not None}
+    port = runtime_port(backend)
+    url = env.get("RUNTIME_URL") or f"http://localhost:{engine_port(backend, worker)}"
+    return Runtime(port, url, env.get("RUNTIME_METRICS_PATH") or RUNTIME_METRICS_PATH)
+
+
+def runtime_container(ref: ModelRef, backend: ModelBackend, worker: ModelWorker, image: str) -> Manifest:
+    """Kthena's ``runtime`` container: re-exports the engine's metrics as ``kthena:*`` on its port."""
+    runtime = runtime_of(backend, worker)
+    return {
+        "name": "runtime",
+        "image": image,
+        "args": [
+            "--port", str(runtime.port), "--engine", "sglang" if backend.type == "SGLang" else "vllm",
+            "--engine-base-url", runtime.url, "--engine-metrics-path", runtime.metrics_path,
+            "--pod", "$(POD_NAME).$(NAMESPACE)", "--model", served_model_name(ref, backend),
+        ],
+        "env": [
+            {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+            {"name": "NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
+        ],
+        "ports": [{"name": "runtime", "containerPort": runtime.port, "protocol": "TCP"}],
+        "readinessProbe": {"httpGet": {"path": "/health", "port": runtime.port}, "periodSeconds": 5, "failureThreshold": 3, "timeoutSeconds": 5},
+    }
+
+
+def with_runtime(template: Manifest, ref: ModelRef, backend: ModelBackend, worker: ModelWorker, image: str) -> Manifest:
+    """A pod template with the runtime sidecar and the annotations Prometheus scrapes it by."""
+    result = copy.deepcopy(template)
+    runtime = runtime_of(backend, worker)
+    spec = result.setdefault("spec", {})
+    spec["containers"] = [runtime_container(ref, backend, worker, image)] + [c for c in spec.get("containers", []) if c.get("name") != "runtime"]
+    annotations = result.setdefault("metadata", {}).setdefault("annotations", {})
+    annotations.update({"prometheus.io/scrape": "true", "prometheus.io/port": str(runtime.port), "prometheus.io/path": "/metrics"})
+    return result
+
+
+# ---------------------------------------------------------------------------------------- networking
+
+
+def _kv_connector(backend: ModelBackend) -> str | None:
+    for worker in backend.workers:
+        config = worker.config or {}
+        transfer = config.get("kv-transfer-config") or config.get("kv_transfer_config") or {}
+        if isinstance(transfer, str):
+            try:
+                transfer = json.loads(transfer)
+            except ValueError:
+                transfer = {}
+        connector = transfer.get("kv_connector") if isinstance(transfer, dict) else None
+        if connector:
+            return KV_CONNECTORS.get(str(connector), "http")
+    return None
+
+
+def render_model_server(ref: ModelRef, backend: ModelBackend, mode: NativeMode) -> Manifest:
+    """The ModelServer kthena-router reads for one backend (its pods, port, retry, P/D pairing)."""
+    entry = next(w for w in workloads_of(ref, backend) if w.role in ("server", "decode"))
+    selector: Manifest = {"matchLabels": {LABEL_MODEL_UID: ref.uid, LABEL_BACKEND: backend.name}}
+    if backend.type == "vLLMDisaggregated":
+        if mode.model_serving:
+            selector["pdGroup"] = {"groupKey": MODELSERVING_GROUP_KEY, "prefillLabels": {MODELSERVING_ROLE: "prefill"}, "decodeLabels": {MODELSERVING_ROLE: "decode"}}
+        else:  # Deployments have no group identity: every prefill pod of the backend pairs with every decode pod
+            selector["pdGroup"] = {"groupKey": LABEL_BACKEND, "prefillLabels": {LABEL_ROLE: "prefill"}, "decodeLabels": {LABEL_ROLE: "decode"}}
+    spec: Manifest = {
+        "model": served_model_name(ref, backend),
+        "inferenceEngine": "SGLang" if backend.type == "SGLang" else "vLLM",
+        "workloadSelector": selector,
+        "workloadPort": {"port": engine_port(backend, entry.worker)},
+        "trafficPolicy": {"retry": {"attempts": RETRY_ATTEMPTS, "retryInterval": "0s"}},
+    }
+    connector = _kv_connector(backend)
+    if connector:
+        spec["kvConnector"] = {"type": connector}
+    return {
+        "apiVersion": NETWORKING_API, "kind": "ModelServer",
+        "metadata": {"name": backend_name(ref, backend), "namespace": ref.namespace, "labels": child_labels(ref, backend), "ownerReferences": [ref.owner_reference()]},
+        "spec": spec,
+    }
+
+
+def render_model_route(model: Model, ref: ModelRef) -> Manifest:
+    """The ModelRoute named after the Model: ``default`` over every backend by ``routeWeight``, a rule
+    per LoRA adapter over the backends carrying it, and the adapters' names."""
+    backends = [b for b in model.spec.backends if b.type not in _UNSUPPORTED_TYPES]
+    raw = model.spec.model_match
+    match = raw.model_dump(by_alias=True, exclude_none=True, mode="json") if hasattr(raw, "model_dump") else (dict(raw) if raw else None)
+    default: Manifest = {"name": "default", "targetModels": [_target(ref, b) for b in backends]}
+    if match:
+        default["modelMatch"] = match
+    rules = [default]
+    adapters = sorted({a.name for b in backends for a in b.lora_adapters or []})
+    for adapter in adapters[: MAX_ROUTE_RULES - 1]:
+        carriers = [b for b in backends if any(a.name == adapter for a in b.lora_adapters or [])]
+        rules.append({"name": f"lora-{adapter}", "modelMatch": {"body": {"model": adapter}}, "targetModels": [_target(ref, b) for b in carriers]})
+    spec: Manifest = {"modelName": ref.served_name, "rules": rules}
+    if adapters:
+        spec["loraAdapters"] = adapters[:10]
+    return {
+        "apiVersion": NETWORKING_API, "kind": "ModelRoute",
+        "metadata": {"name": ref.name, "namespace": ref.namespace, "labels": child_labels(ref), "ownerReferences": [ref.owner_reference()]},
+        "spec": spec,
+    }
+
+
+def _target(ref: ModelRef, backend: ModelBackend) -> Manifest:
+    return {"modelServerName": backend_name(ref, backend), "weight": backend.route_weight if backend.route_weight is not None else 100}
+
+
+# ---------------------------------------------------------------------------------------- ModelServing
+
+
+def render_model_serving(
+    ref: ModelRef, backend: ModelBackend, templates: Mapping[str, Manifest], replicas: int, mode: NativeMode,
+) -> Manifest:
+    """One ModelServing for a backend: ``replicas`` groups; a role per worker (``leader`` for a server,
+    else ``prefill``/``decode``) with the worker's ``replicas`` entry pods and ``pods - 1`` ray workers.
+    ``templates`` maps each workload's role (``server``, ``prefill``, ``server-worker``...) to its pod
+    template, as :func:`engine.rollout.kthena.render_workload` renders it."""
+    roles = []
+    gang: dict[str, int] = {}
+    for worker in backend.workers:
+        role = worker.type or "server"
+        name = "leader" if role == "server" else role
+        per_group = worker.replicas if worker.replicas is not None else 1
+        entry = _role_template(templates[role], ref, backend, role)
+        item: Manifest = {"name": name, "replicas": per_group, "entryTemplate": entry, "workerReplicas": max((worker.pods or 1) - 1, 0)}
+        if f"{role}-worker" in templates:
+            item["workerTemplate"] = _role_template(templates[f"{role}-worker"], ref, backend, f"{role}-worker")
+        roles.append(item)
+        gang[name] = per_group
+    template: Manifest = {"roles": roles}
+    if backend.type == "vLLMDisaggregated":
+        template["gangPolicy"] = {"minRoleReplicas": gang}
+    return {
+        "apiVersion": WORKLOAD_API, "kind": "ModelServing",
+        "metadata": {"name": backend_name(ref, backend), "namespace": ref.namespace, "labels": child_labels(ref, backend), "ownerReferences": [ref.owner_reference()]},
+        "spec": {
+            "replicas": replicas,
+            "recoveryPolicy": "ServingGroupRecreate",
+            "rolloutStrategy": {"type": "ServingGroupRollingUpdate"},
+            "template": template,
+        },
+    }
+
+
+def _role_template(template: Manifest, ref: ModelRef, backend: ModelBackend, role: str) -> Manifest:
+    """A pod template as a ModelServing role takes it: labels and annotations, and the pod spec."""
+    meta = template.get("metadata") or {}
+    labels = {**child_labels(ref, backend), LABEL_ROLE: role}
+    result: Manifest = {"metadata": {"labels": labels}, "spec": template.get("spec") or {}}
+    if meta.get("annotations"):
+        result["metadata"]["annotations"] = dict(meta["annotations"])
+    return result
+
+
+def scale_workload(ref: ModelRef, backend: ModelBackend) -> Workload:
+    """The ModelServing as a scale unit: the backend's bounds, in groups."""
+    first = workloads_of(ref, backend)[0]
+    low, high = backend.min_replicas or 0, backend.max_replicas or max(backend.min_replicas or 1, 1)
+    return Workload(backend_name(ref, backend), "group", first.worker, low, max(high, 1))
+
+
+def model_serving_available(serving: Mapping[str, Any]) -> bool:
+    """A ModelServing serves: its ``Available`` condition is True, else every wanted group is available."""
+    status = serving.get("status") or {}
+    if any(c.get("type") == "Available" and c.get("status") == "True" for c in status.get("conditions") or []):
+        return True
+    wanted = int(((serving.get("spec") or {}).get("replicas")) or 0)
+    return wanted > 0 and int(status.get("availableReplicas") or 0) >= wanted

@@ -1,0 +1,801 @@
+"""A discrete-event simulator of continuous-batching LLM serving replicas.
+
+Why: an operator wants to replay real traffic against their cluster description and see what an
+autoscaling policy would have cost and which SLOs it would have missed, without trusting the very
+queueing model the optimizer sizes with.  This module is that second opinion: it moves individual
+requests through replicas, independent of :mod:`engine.perf.queueing`'s Markov chain.
+
+The replica model (times in ms inside a profile, in seconds everywhere else):
+
+* A replica runs at most ``maxBatchSize`` (``B``) requests at once; the rest wait in its FIFO
+  queue.  A request is admitted when a slot is free and its prompt fits in the KV cache.
+* Admission starts the request's prefill, which lasts ``gamma + delta * in_tokens * n`` ms, ``n``
+  being the batch size the request joins (WVA's prefill law, charged to the batch it runs in).
+  The first token appears when the prefill ends (TTFT = queueing + prefill).
+* Every request past its prefill decodes one token per iteration; an iteration of a batch of ``n``
+  takes ``alpha + beta * n`` ms.  The batch size changes only at admissions and completions, so
+  between two such events every iteration has the same length: the simulator advances a shared
+  decode clock (tokens per decoding request) over whole spans of iterations instead of
+  looping over tokens, which keeps one event per admission, first token and completion.
+* KV-cache usage is the prompt tokens of the running requests plus the tokens they have
+  generated, over the replica's KV capacity in tokens.
+* A gateway routes each arrival to a routable replica of its model, by the model's router
+  (:class:`Routing`): ``least-outstanding`` (the fewest requests running + queued, the default),
+  ``least-load`` (llm-d's inference scheduler / Kthena's router: queue depth and KV-cache
+  utilisation scored per endpoint) or ``least-latency`` (the replica whose profile predicts the
+  lowest TTFT and ITL for this request, relative to the model's SLO); with no ready replica the
+  request waits at the gateway and is dropped (unserved) after ``gateway_timeout_s``.
+* Replicas added by a controller become ready ``startup_delay_s`` later (model load); removed ones
+  stop receiving requests and drain: they leave once their batch and queue are empty.  A replica
+  still starting when removed leaves at once.  A replica costs from creation until it leaves.
+
+Per request the simulator records arrival, admission, first token and completion (TTFT, ITL,
+end-to-end latency follow); per replica the gauges vLLM exports (``num_requests_running``,
+``num_requests_waiting``, ``kv_cache_usage_perc``) are available to the controller at every cycle,
+and :func:`window_aggregates` turns the request records into the histogram sums and counts
+Prometheus would hold.
+
+Pure and deterministic: no I/O and no clock; the only randomness is the optional prefill jitter,
+drawn from a ``numpy`` generator seeded by ``SimConfig.seed``.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Callable, Mapping, Sequence
+
+import numpy as np
+
+from engine.perf.queueing import PerfProfile
+
+__all__ = [
+    "VariantModel",
+    "Trace",
+    "ROUTERS",
+    "Routing",
+    "SimConfig",
+    "ReplicaGauges",
+    "Observation",
+    "CycleRecord",
+    "SimResult",
+    "simulate",
+    "poisson_trace",
+    "TTFT_BUCKETS_S",
+    "ITL_BUCKETS_S",
+    "window_aggregates",
+    "PROMPT_TOKEN_BUCKETS",
+]
+
+# vLLM's histogram buckets (seconds) for time to first token and time per output token.
+TTFT_BUCKETS_S = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0,
+                  20.0, 40.0, 80.0, 160.0, 640.0, 2560.0)
+ITL_BUCKETS_S = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0,
+                 40.0, 80.0)
+
+# vLLM's buckets for vllm:request_prompt_tokens (build_1_2_5_buckets up to a 100k-token context), +Inf implied.
+PROMPT_TOKEN_BUCKETS = (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000, 20000, 50000, 100000)
+
+_EPS = 1e-9
+_STARTING, _READY, _DRAINING, _GONE = 0, 1, 2, 3
+
+ROUTERS = ("least-outstanding", "least-load", "least-latency")
+"""The gateway's endpoint pickers (see :class:`Routing`)."""
+
+
+@dataclass(frozen=True)
+class VariantModel:
+    """The simulator's view of one variant: which model it serves, on what, how fast, at what price.
+
+    ``key`` is the VariantAutoscaling's ``namespace/name``; ``model`` the served model's
+    ``namespace/modelID`` (the routing pool); ``target`` the scale target's name (pods are named
+    ``<target>-<n>``); ``unit_cost`` the cost of one accelerator per hour.
+    """
+
+    key: str
+    model: str
+    target: str
+    accelerator: str
+    accelerators_per_replica: int
+    unit_cost: float
+    profile: PerfProfile
+    kv_capacity_tokens: int
+
+    @property
+    def replica_cost_per_hour(self) -> float:
+        """Cost of one replica for one hour (unit cost x accelerators per replica)."""
+        return self.unit_cost * self.accelerators_per_replica
+
+
+@dataclass(frozen=True)
+class Trace:
+    """Requests to replay: arrival times (s from the start, sorted), prompt and output tokens, model index."""
+
+    arrival_s: np.ndarray
+    in_tokens: np.ndarray
+    out_tokens: np.ndarray
+    model_index: np.ndarray
+    models: tuple[str, ...]
+
+    def __post_init__(self) -> None:
+        n = len(self.arrival_s)
+        for name in ("in_tokens", "out_tokens", "model_index"):
+            if len(getattr(self, name)) != n:
+                raise ValueError(f"Trace.{name} has {len(getattr(self, name))} entries, arrival_s {n}")
+        if n and np.any(np.diff(self.arrival_s) < 0):
+            raise ValueError("Trace.arrival_s must be sorted")
+        if n and (np.any(self.out_tokens < 1) or np.any(self.in_tokens < 0)):
+            raise ValueError("Trace: output tokens must be >= 1 and prompt tokens >= 0")
+        if n and (self.model_index.min() < 0 or self.model_index.max() >= len(self.models)):
+            raise ValueError("Trace.model_index out of range of Trace.models")
+
+    def __len__(self) -> int:
+        return len(self.arrival_s)
+
+    @property
+    def duration_s(self) -> float:
+        """Time of the last arrival (0 for an empty trace)."""
+        return float(self.arrival_s[-1]) if len(self.arrival_s) else 0.0
+
+
+@dataclass(frozen=True)
+class Routing:
+    """How the gateway picks a replica for each request, per model.
+
+    * ``least-outstanding``: the replica with the fewest requests running + queued (a
+      least-request load balancer; balances requests, not capacity).
+    * ``least-load``: llm-d's inference scheduler with its queue and KV-cache-utilisation scorers
+      at equal weight (Kthena's router: least-request + KV-cache plugins): each replica scores
+      ``(1 - waiting / max waiting over the pool) + (1 - kv_cache_usage)``, the highest wins; ties go
+      to the fewest outstanding.  KV usage is relative to the replica's own cache, so a replica that
+      holds its requests longer (a slower accelerator) or holds longer prompts draws fewer.
+    * ``least-latency``: a latency-predicting router (llm-d's predicted-latency scorer, Kthena's
+      least-latency plugin): the TTFT the replica's profile predicts for this request if it joined
+      now (``gamma + delta x prompt x (n + 1)`` plus, with the batch full, the wait for a slot) and
+      the ITL at batch ``n + 1``, each over the model's SLO target (``slo_s``: TTFT and ITL in s,
+      0 = none), the larger ratio lowest wins.  Without targets: the predicted TTFT.
+
+    ``per_model`` overrides ``default`` for the models it names (``namespace/modelID``).
+    """
+
+    default: str = "least-outstanding"
+    per_model: Mapping[str, str] = field(default_factory=dict)
+    slo_s: Mapping[str, tuple[float, float]] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        for name in (self.default, *self.per_model.values()):
+            if name not in ROUTERS:
+                raise ValueError(f"unknown router {name!r}; choose from {', '.join(ROUTERS)}")
+
+    def router_of(self, model: str) -> str:
+        """The router the gateway uses for ``model``."""
+        return self.per_model.get(model, self.default)
+
+
+@dataclass(frozen=True)
+class SimConfig:
+    """Simulation settings: control interval, start-up delay, gateway timeout, jitter, seed."""
+
+    interval_s: float = 60.0
+    startup_delay_s: float = 120.0
+    gateway_timeout_s: float = 300.0
+    prefill_jitter: float = 0.0
+    seed: int = 0
+    horizon_s: float | None = None  # controller cycles and cost stop here; default: the trace's end
+
+    def __post_init__(self) -> None:
+        if not self.interval_s > 0:
+            raise ValueError("SimConfig.interval_s must be > 0")
+        if self.startup_delay_s < 0 or self.gateway_timeout_s < 0 or self.prefill_jitter < 0:
+            raise ValueError("SimConfig: delays, timeout and jitter must be >= 0")
+
+
+@dataclass(frozen=True)
+class ReplicaGauges:
+    """vLLM's gauges of one replica at a cycle: pod name, running, waiting, KV-cache usage (0..1), ready."""
+
+    pod: str
+    running: int
+    waiting: int
+    kv_cache_usage: float
+    ready: bool
+
+
+@dataclass(frozen=True)
+class Observation:
+    """What a controller sees at one cycle.
+
+    ``replicas``: per variant key, the replicas it is scaled to (starting + ready, draining excluded);
+    ``ready``: of those, how many are ready; ``pods``: per variant the gauges of its ready replicas;
+    per model over the last interval: ``completed`` (vllm:request_success_total increase),
+    ``arrived``, ``prompt_tokens`` and ``generated_tokens`` of the completed requests.
+    """
+
+    time_s: float
+    interval_s: float
+    replicas: Mapping[str, int]
+    ready: Mapping[str, int]
+    pods: Mapping[str, list[ReplicaGauges]]
+    completed: Mapping[str, int]
+    arrived: Mapping[str, int]
+    prompt_tokens: Mapping[str, float]
+    generated_tokens: Mapping[str, float]
+    prompt_buckets: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
+    """Per model, the completed requests of the interval per :data:`PROMPT_TOKEN_BUCKETS` bound, cumulative
+    (``increase(vllm:request_prompt_tokens_bucket[1m])``); the last entry is the ``+Inf`` bucket."""
+
+
+Controller = Callable[[Observation], Mapping[str, int]]
+
+
+@dataclass(frozen=True)
+class CycleRecord:
+    """One cycle: time, replicas per variant before and after the decision, ready replicas, arrivals per model."""
+
+    time_s: float
+    replicas: dict[str, int]
+    desired: dict[str, int]
+    ready: dict[str, int]
+    arrived: dict[str, int]
+
+
+@dataclass
+class SimResult:
+    """Per-request records (NaN where a step never happened), replica lifetimes and the cycles."""
+
+    variants: list[VariantModel]
+    trace: Trace
+    horizon_s: float
+    arrival_s: np.ndarray
+    admit_s: np.ndarray
+    first_s: np.ndarray
+    done_s: np.ndarray
+    variant_index: np.ndarray  # -1 when never served
+    replica_index: np.ndarray  # the replica that served the request, -1 when never served
+    dropped: np.ndarray  # bool: timed out at the gateway or still waiting at the end
+    replica_variant: np.ndarray
+    replica_created_s: np.ndarray
+    replica_ready_s: np.ndarray  # NaN when never ready
+    replica_removed_s: np.ndarray  # NaN when alive at the end
+    replica_pod: list[str] = field(default_factory=list)  # pod name of each replica
+    cycles: list[CycleRecord] = field(default_factory=list)
+    max_running_seen: dict[int, int] = field(default_factory=dict)  # replica -> max batch observed
+
+    @property
+    def ttft_s(self) -> np.ndarray:
+        """Time to first token per request (queueing + prefill)."""
+        return self.first_s - self.arrival_s
+
+    @property
+    def itl_s(self) -> np.ndarray:
+        """Mean inter-token latency per request (0 for single-token requests)."""
+        gaps = self.trace.out_tokens - 1
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return np.where(gaps > 0, (self.done_s - self.first_s) / np.maximum(gaps, 1), 0.0)
+
+    @property
+    def e2e_s(self) -> np.ndarray:
+        """End-to-end latency per request."""
+        return self.done_s - self.arrival_s
+
+    @property
+    def completed(self) -> np.ndarray:
+        """Mask of the requests that completed."""
+        return ~np.isnan(self.done_s)
+
+    def accelerator_hours(self, start_s: float = 0.0) -> dict[str, float]:
+        """Accelerator-hours per variant key, from replica creation to removal (within ``start_s`` .. the horizon)."""
+        hours: dict[str, float] = {v.key: 0.0 for v in self.variants}
+        end = np.where(np.isnan(self.replica_removed_s), self.horizon_s, np.minimum(self.replica_removed_s, self.horizon_s))
+        alive = np.maximum(end - np.clip(self.replica_created_s, start_s, self.horizon_s), 0.0)
+        for index, variant in enumerate(self.variants):
+            seconds = float(alive[self.replica_variant == index].sum())
+            hours[variant.key] = seconds / 3600.0 * variant.accelerators_per_replica
+        return hours
+
+    def cost(self, start_s: float = 0.0) -> float:
+        """Total accelerator cost over the horizon, or from ``start_s`` on (accelerator-hours x unit cost)."""
+        hours = self.accelerator_hours(start_s)
+        return sum(hours[v.key] * v.unit_cost for v in self.variants)
+
+
+class _Replica:
+    """Mutable state of one replica (internal)."""
+
+    __slots__ = (
+        "id", "variant", "pod", "state", "created", "ready_at", "removed", "queue", "prefill", "decode", "n",
+        "clock", "t", "version", "sum_in", "sum_start", "n_decoding", "alpha", "beta", "gamma", "delta",
+        "batch", "kv_capacity", "outstanding", "max_n",
+    )
+
+    def __init__(self, rid: int, variant_index: int, variant: VariantModel, pod: str, created: float) -> None:
+        p = variant.profile
+        self.id, self.variant, self.pod = rid, variant_index, pod
+        self.state = _STARTING
+        self.created, self.ready_at, self.removed = created, math.nan, math.nan
+        self.queue: deque[int] = deque()
+        self.prefill: list[tuple[float, int]] = []  # (prefill end time, request)
+        self.decode: list[tuple[float, int]] = []  # (decode clock value at completion, request)
+        self.n = 0  # running requests (prefilling + decoding)
+        self.n_decoding = 0
+        self.clock = 0.0  # decode iterations elapsed for a request decoding since t=0
+        self.t = created
+        self.version = 0
+        self.sum_in = 0.0  # prompt tokens of the running requests
+        self.sum_start = 0.0  # sum of the decode clock at each decoding request's first token
+        self.alpha, self.beta = p.alpha / 1000.0, p.beta / 1000.0  # seconds
+        self.gamma, self.delta = p.gamma / 1000.0, p.delta / 1000.0
+        self.batch = int(p.max_batch)
+        self.kv_capacity = float(variant.kv_capacity_tokens)
+        self.outstanding = 0
+        self.max_n = 0
+
+    def advance(self, t: float) -> None:
+        """Move the decode clock to time ``t`` (the batch size has been constant since ``self.t``)."""
+        if self.n > 0 and t > self.t:
+            self.clock += (t - self.t) / (self.alpha + self.beta * self.n)
+        self.t = max(t, self.t)
+
+    def kv_tokens(self) -> float:
+        """Prompt tokens of the running requests plus the tokens they have generated."""
+        return self.sum_in + self.n_decoding * self.clock - self.sum_start + self.n_decoding
+
+    def next_event(self) -> float:
+        """Time of the next prefill end or completion (inf when idle)."""
+        best = math.inf
+        if self.prefill:
+            best = self.prefill[0][0]
+        if self.decode:
+            left = max(self.decode[0][0] - self.clock, 0.0)
+            best = min(best, self.t + left * (self.alpha + self.beta * self.n))
+        return best
+
+
+class _Run:
+    """One simulation run (internal): the event loop and its bookkeeping."""
+
+    def __init__(
+        self, variants: Sequence[VariantModel], trace: Trace, config: SimConfig, initial: Mapping[str, int], routing: Routing
+    ) -> None:
+        self.variants = list(variants)
+        self.router = [ROUTERS.index(routing.router_of(m)) for m in trace.models]
+        self.slo = [routing.slo_s.get(m, (0.0, 0.0)) for m in trace.models]
+        self.trace = trace
+        self.config = config
+        self.rng = np.random.default_rng(config.seed)
+        n = len(trace)
+        self.arr = trace.arrival_s.astype(float).tolist()
+        self.inp = trace.in_tokens.astype(float).tolist()
+        self.out = trace.out_tokens.astype(int).tolist()
+        self.req_model = trace.model_index.astype(int).tolist()
+        self.jitter = (
+            np.exp(self.rng.normal(0.0, config.prefill_jitter, n) - config.prefill_jitter ** 2 / 2).tolist()
+            if config.prefill_jitter > 0 else None
+        )
+        self.admit = [math.nan] * n
+        self.first = [math.nan] * n
+        self.done = [math.nan] * n
+        self.served_by = [-1] * n
+        self.served_replica = [-1] * n
+        self.dropped = [False] * n
+        self.model_of_variant = [trace.models.index(v.model) if v.model in trace.models else -1 for v in self.variants]
+        self.replicas: list[_Replica] = []
+        self.routable: list[list[_Replica]] = [[] for _ in trace.models]
+        self.pending: list[deque[int]] = [deque() for _ in trace.models]
+        self.heap: list[tuple[float, int, int, int, int]] = []
+        self.seq = 0
+        self.horizon = config.horizon_s if config.horizon_s is not None else trace.duration_s
+        self.window_completed = [0] * len(trace.models)
+        self.window_arrived = [0] * len(trace.models)
+        self.window_prompt = [0.0] * len(trace.models)
+        self.window_generated = [0.0] * len(trace.models)
+        self.window_buckets = [[0] * (len(PROMPT_TOKEN_BUCKETS) + 1) for _ in trace.models]
+        self.prompt_bucket = np.searchsorted(np.asarray(PROMPT_TOKEN_BUCKETS, dtype=float), trace.in_tokens, side="left").tolist()
+        self.cycles: list[CycleRecord] = []
+        self.counters = [0] * len(self.variants)
+        for index, variant in enumerate(self.variants):
+            for _ in range(int(initial.get(variant.key, 0))):
+                self._add_replica(index, 0.0, ready_now=True)
+
+    # -- events ---------------------------------------------------------------------------------
+
+    def _push(self, time: float, kind: int, a: int, b: int = 0) -> None:
+        self.seq += 1
+        heapq.heappush(self.heap, (time, self.seq, kind, a, b))
+
+    def _schedule(self, replica: _Replica) -> None:
+        replica.version += 1
+        when = replica.next_event()
+        if when < math.inf:
+            self._push(when, 1, replica.id, replica.version)
+
+    # -- replicas ---------------------------------------------------------------------------------
+
+    def _add_replica(self, variant_index: int, t: float, ready_now: bool = False) -> _Replica:
+        variant = self.variants[variant_index]
+        pod = f"{variant.target}-{self.counters[variant_index]}"
+        self.counters[variant_index] += 1
+        replica = _Replica(len(self.replicas), variant_index, variant, pod, t)
+        self.replicas.append(replica)
+        if ready_now:
+            self._make_ready(replica, t)
+        else:
+            self._push(t + self.config.startup_delay_s, 2, replica.id)
+        return replica
+
+    def _make_ready(self, replica: _Replica, t: float) -> None:
+        if replica.state != _STARTING:
+            return
+        replica.state, replica.ready_at, replica.t = _READY, t, t
+        model = self.model_of_variant[replica.variant]
+        if model < 0:
+            return
+        self.routable[model].append(replica)
+        pending = self.pending[model]
+        while pending:
+            request = pending.popleft()
+            if t - self.arr[request] > self.config.gateway_timeout_s:
+                self.dropped[request] = True
+                continue
+            self._route(request, t)
+
+    def _remove_replica(self, replica: _Replica, t: float) -> None:
+        model = self.model_of_variant[replica.variant]
+        if replica.state == _STARTING:
+            replica.state, replica.removed = _GONE, t
+            return
+        if replica.state == _READY:
+            replica.state = _DRAINING
+            if model >= 0:
+                self.routable[model].remove(replica)
+        self._maybe_gone(replica, t)
+
+    def _maybe_gone(self, replica: _Replica, t: float) -> None:
+        if replica.state == _DRAINING and replica.n == 0 and not replica.queue:
+            replica.state, replica.removed = _GONE, t
+
+    def _scale(self, desired: Mapping[str, int], t: float) -> None:
+        for index, variant in enumerate(self.variants):
+            if variant.key not in desired:
+                continue
+            want = max(int(desired[variant.key]), 0)
+            members = [r for r in self.replicas if r.variant == index and r.state in (_STARTING, _READY)]
+            if want > len(members):
+                for _ in range(want - len(members)):
+                    self._add_replica(index, t)
+            elif want < len(members):
+                # Like a ReplicaSet: pods not yet ready go first (newest first), then the least busy.
+                order = sorted(members, key=lambda r: (r.state == _READY, r.outstanding, -r.id))
+                for replica in order[: len(members) - want]:
+                    self._remove_replica(replica, t)
+
+    # -- requests ---------------------------------------------------------------------------------
+
+    def _route(self, request: int, t: float) -> None:
+        model = self.req_model[request]
+        pool = self.routable[model]
+        if not pool:
+            self.pending[model].append(request)
+            return
+        replica = pool[0] if len(pool) == 1 else self._pick(model, pool, request, t)
+        replica.advance(t)
+        replica.queue.append(request)
+        replica.outstanding += 1
+        self.served_by[request] = replica.variant
+        self.served_replica[request] = replica.id
+        self._admit(replica, t)
+        self._schedule(replica)
+
+    def _pick(self, model: int, pool: list[_Replica], request: int, t: float) -> _Replica:
+        """The replica the model's router picks for ``request`` at ``t`` (see :class:`Routing`)."""
+        router = self.router[model]
+        if router == 0:
+            return min(pool, key=_outstanding)
+        for replica in pool:
+            replica.advance(t)
+        if router == 1:
+            most = max(len(r.queue) for r in pool)
+
+            def load_key(r: _Replica) -> tuple[float, int]:
+                queue = 1.0 - len(r.queue) / most if most else 1.0
+                kv = 1.0 - min(r.kv_tokens() / r.kv_capacity, 1.0) if r.n else 1.0
+                return (-(queue + kv), r.outstanding)
+
+            return min(pool, key=load_key)
+        prompt = self.inp[request]
+        ttft_target, itl_target = self.slo[model]
+
+        def latency_key(r: _Replica) -> tuple[float, int]:
+            ttft, itl = _predicted_latency(r, prompt, t)
+            if ttft_target > 0 or itl_target > 0:
+                score = max(ttft / ttft_target if ttft_target > 0 else 0.0, itl / itl_target if itl_target > 0 else 0.0)
+            else:
+                score = ttft
+            return (score, r.outstanding)
+
+        return min(pool, key=latency_key)
+
+    def _admit(self, replica: _Replica, t: float) -> None:
+        queue = replica.queue
+        while queue and replica.n < replica.batch:
+            request = queue[0]
+            prompt = self.inp[request]
+            if replica.n > 0 and replica.kv_tokens() + prompt > replica.kv_capacity:
+                break
+            queue.popleft()
+            replica.n += 1
+            replica.max_n = max(replica.max_n, replica.n)
+            replica.sum_in += prompt
+            self.admit[request] = t
+            duration = replica.gamma + replica.delta * prompt * replica.n if prompt > 0 else 0.0
+            if self.jitter is not None:
+                duration *= self.jitter[request]
+            heapq.heappush(replica.prefill, (t + duration, request))
+
+    def _complete(self, replica: _Replica, request: int, t: float) -> None:
+        self.done[request] = t
+        replica.n -= 1
+        replica.sum_in -= self.inp[request]
+        replica.outstanding -= 1
+        model = self.req_model[request]
+        self.window_completed[model] += 1
+        self.window_prompt[model] += self.inp[request]
+        self.window_generated[model] += self.out[request]
+        self.window_buckets[model][self.prompt_bucket[request]] += 1
+
+    def _replica_event(self, replica: _Replica, t: float) -> None:
+        replica.advance(t)
+        decode = replica.decode
+        while decode and decode[0][0] - replica.clock <= _EPS * max(1.0, decode[0][0]):
+            target, request = heapq.heappop(decode)
+            replica.n_decoding -= 1
+            replica.sum_start -= target - (self.out[request] - 1)
+            self._complete(replica, request, t)
+        prefill = replica.prefill
+        while prefill and prefill[0][0] <= t + _EPS:
+            _, request = heapq.heappop(prefill)
+            self.first[request] = t
+            if self.out[request] <= 1:
+                self._complete(replica, request, t)
+                continue
+            start = replica.clock
+            heapq.heappush(decode, (start + self.out[request] - 1, request))
+            replica.n_decoding += 1
+            replica.sum_start += start
+        self._admit(replica, t)
+        self._maybe_gone(replica, t)
+        self._schedule(replica)
+
+    # -- cycles -----------------------------------------------------------------------------------
+
+    def _observe(self, t: float) -> Observation:
+        replicas: dict[str, int] = {}
+        ready: dict[str, int] = {}
+        pods: dict[str, list[ReplicaGauges]] = {}
+        for index, variant in enumerate(self.variants):
+            members = [r for r in self.replicas if r.variant == index and r.state in (_STARTING, _READY)]
+            replicas[variant.key] = len(members)
+            ready[variant.key] = sum(1 for r in members if r.state == _READY)
+            gauges = []
+            for r in members:
+                if r.state != _READY:
+                    continue
+                r.advance(t)
+                usage = min(max(r.kv_tokens() / r.kv_capacity, 0.0), 1.0) if r.n else 0.0
+                gauges.append(ReplicaGauges(r.pod, r.n, len(r.queue), usage, True))
+            pods[variant.key] = gauges
+        models = self.trace.models
+        return Observation(
+            time_s=t, interval_s=self.config.interval_s, replicas=replicas, ready=ready, pods=pods,
+            completed=dict(zip(models, self.window_completed)), arrived=dict(zip(models, self.window_arrived)),
+            prompt_tokens=dict(zip(models, self.window_prompt)), generated_tokens=dict(zip(models, self.window_generated)),
+            prompt_buckets={m: tuple(int(c) for c in np.cumsum(b)) for m, b in zip(models, self.window_buckets)},
+        )
+
+    def _cycle(self, t: float, controller: Controller | None) -> None:
+        observation = self._observe(t)
+        desired = dict(controller(observation)) if controller is not None else {}
+        self.cycles.append(
+            CycleRecord(t, dict(observation.replicas), {k: int(desired.get(k, v)) for k, v in observation.replicas.items()},
+                        dict(observation.ready), dict(observation.arrived))
+        )
+        self._scale(desired, t)
+        zero = [0] * len(self.trace.models)
+        self.window_completed, self.window_arrived = list(zero), list(zero)
+        self.window_prompt, self.window_generated = [0.0] * len(zero), [0.0] * len(zero)
+        self.window_buckets = [[0] * (len(PROMPT_TOKEN_BUCKETS) + 1) for _ in zero]
+        if t + self.config.interval_s <= self.horizon + _EPS:
+            self._push(t + self.config.interval_s, 3, 0)
+
+    # -- main loop --------------------------------------------------------------------------------
+
+    def run(self, controller: Controller | None) -> SimResult:
+        if self.config.interval_s <= self.horizon:
+            self._push(self.config.interval_s, 3, 0)
+        arrivals, total = self.arr, len(self.arr)
+        heap = self.heap
+        nxt = 0
+        while nxt < total or heap:
+            if nxt < total and (not heap or arrivals[nxt] <= heap[0][0]):
+                t = arrivals[nxt]
+                self.window_arrived[self.req_model[nxt]] += 1
+                self._route(nxt, t)
+                nxt += 1
+                continue
+            t, _, kind, a, b = heapq.heappop(heap)
+            if kind == 1:
+                replica = self.replicas[a]
+                if replica.version == b:
+                    self._replica_event(replica, t)
+            elif kind == 2:
+                self._make_ready(self.replicas[a], t)
+            elif kind == 3:
+                if nxt < total or any(r.outstanding for r in self.replicas) or t <= self.horizon + _EPS:
+                    self._cycle(t, controller)
+        for pending in self.pending:
+            for request in pending:
+                self.dropped[request] = True
+        return self._result()
+
+    def _result(self) -> SimResult:
+        rs = self.replicas
+        return SimResult(
+            variants=self.variants,
+            trace=self.trace,
+            horizon_s=self.horizon,
+            arrival_s=np.asarray(self.arr, dtype=float),
+            admit_s=np.asarray(self.admit, dtype=float),
+            first_s=np.asarray(self.first, dtype=float),
+            done_s=np.asarray(self.done, dtype=float),
+            variant_index=np.asarray(self.served_by, dtype=np.int64),
+            replica_index=np.asarray(self.served_replica, dtype=np.int64),
+            dropped=np.asarray(self.dropped, dtype=bool),
+            replica_variant=np.asarray([r.variant for r in rs], dtype=np.int64),
+            replica_created_s=np.asarray([r.created for r in rs], dtype=float),
+            replica_ready_s=np.asarray([r.ready_at for r in rs], dtype=float),
+            replica_removed_s=np.asarray([r.removed for r in rs], dtype=float),
+            replica_pod=[r.pod for r in rs],
+            cycles=self.cycles,
+            max_running_seen={r.id: r.max_n for r in rs},
+        )
+
+
+def _outstanding(replica: _Replica) -> int:
+    return replica.outstanding
+
+
+def _predicted_latency(replica: _Replica, prompt: float, t: float) -> tuple[float, float]:
+    """TTFT and ITL (s) the replica's profile predicts for a request of ``prompt`` tokens joining it at ``t``.
+
+    Admitted at once when a slot is free, nobody queues before it and its prompt fits the KV cache;
+    otherwise it waits for the requests ahead of it to leave, each estimated at the time to the
+    replica's next event (the batch's next completion or first token).
+    """
+    n = replica.n
+    fits = n < replica.batch and not replica.queue and (n == 0 or replica.kv_tokens() + prompt <= replica.kv_capacity)
+    wait = 0.0 if fits else (len(replica.queue) + 1) * max(replica.next_event() - t, 0.0)
+    joined = min(n + 1, replica.batch)
+    ttft = wait + (replica.gamma + replica.delta * prompt * joined if prompt > 0 else 0.0)
+    return ttft, replica.alpha + replica.beta * joined
+
+
+def simulate(
+    variants: Sequence[VariantModel],
+    trace: Trace,
+    config: SimConfig,
+    initial: Mapping[str, int],
+    controller: Controller | None = None,
+    routing: Routing | None = None,
+) -> SimResult:
+    """Replay ``trace`` against replicas of ``variants``, starting from ``initial`` ready replicas per variant.
+
+    Every ``config.interval_s`` the ``controller`` (if any) sees an :class:`Observation` and returns the
+    desired replicas per variant key; variants it leaves out keep their replicas.  Controller cycles run
+    until the horizon; afterwards the simulation only drains the requests still in flight.  ``routing``
+    chooses the gateway's endpoint picker per model (default: least outstanding requests).
+    """
+    keys = [v.key for v in variants]
+    if len(set(keys)) != len(keys):
+        raise ValueError("variant keys must be unique")
+    return _Run(variants, trace, config, initial, routing or Routing()).run(controller)
+
+
+def poisson_trace(
+    rate_rps: float, duration_s: float, in_tokens: int | np.ndarray, out_tokens: int | np.ndarray,
+    seed: int = 0, model: str = "default/model",
+) -> Trace:
+    """A Poisson arrival stream of fixed-size (or given-distribution) requests for one model."""
+    rng = np.random.default_rng(seed)
+    count = int(rng.poisson(rate_rps * duration_s))
+    arrivals = np.sort(rng.uniform(0.0, duration_s, count))
+
+    def tokens(spec: int | np.ndarray) -> np.ndarray:
+        if np.ndim(spec) == 0:
+            return np.full(count, int(spec), dtype=np.int64)
+        return rng.choice(np.asarray(spec, dtype=np.int64), size=count)
+
+    return Trace(arrivals, tokens(in_tokens), tokens(out_tokens), np.zeros(count, dtype=np.int64), (model,))
+
+
+def window_aggregates(
+    result: SimResult, window_s: float, start_s: float = 0.0, by: str = "variant"
+) -> dict[str, dict[str, np.ndarray]]:
+    """Per variant (or per replica, ``by="replica"``, keyed by pod name) and window, what Prometheus would
+    hold for those pods: increases of vLLM's counters and histograms over each window.
+
+    Keys: ``start_s``, ``count`` (requests finished in the window), ``ttft_sum``, ``ttft_buckets``
+    (cumulative counts per :data:`TTFT_BUCKETS_S`), ``queue_sum`` (``vllm:request_queue_time_seconds``),
+    ``inference_sum`` (``vllm:request_inference_time_seconds``, admission to completion), ``itl_sum``,
+    ``itl_count`` and ``itl_buckets`` (``vllm:time_per_output_token_seconds``: one observation per output
+    token after the first, each at the request's mean inter-token latency, cumulative per
+    :data:`ITL_BUCKETS_S`), ``prompt_sum`` and ``generation_sum`` (token histograms' sums), ``running_avg``
+    (time average of ``num_requests_running``, as ``avg_over_time`` over fine scrapes), ``waiting_avg``.
+    A request is attributed to the window it finished in (counters increase at completion), as vLLM
+    does.  Only whole windows up to the horizon are returned: the drain after it is not a steady window.
+    """
+    if by not in ("variant", "replica"):
+        raise ValueError(f"by must be 'variant' or 'replica', got {by!r}")
+    done = result.done_s
+    windows = max(int((result.horizon_s - start_s) // window_s), 0)
+    edges = start_s + window_s * np.arange(windows + 1)
+    last = edges[-1] if windows else start_s
+    ok = ~np.isnan(done) & (result.variant_index >= 0) & (done < last)
+    gaps = np.maximum(result.trace.out_tokens - 1, 0).astype(float)
+    itl = result.itl_s
+    if by == "variant":
+        groups = [(v.key, result.variant_index == i) for i, v in enumerate(result.variants)]
+    else:
+        groups = [(pod, result.replica_index == i) for i, pod in enumerate(result.replica_pod)]
+    out: dict[str, dict[str, np.ndarray]] = {}
+    for name, member in groups:
+        mask = ok & member
+        w = np.clip(((done[mask] - start_s) // window_s).astype(np.int64), 0, max(windows - 1, 0))
+
+        def add(values: np.ndarray) -> np.ndarray:
+            return np.bincount(w, weights=values, minlength=windows)[:windows] if windows > 0 else np.zeros(0)
+
+        def buckets(values: np.ndarray, bounds: tuple[float, ...], weights: np.ndarray) -> np.ndarray:
+            if windows == 0:
+                return np.zeros((0, len(bounds)))
+            return np.stack([add((values <= b) * weights) for b in bounds], axis=1)
+
+        ttft = (result.first_s - result.arrival_s)[mask]
+        admit, first, fin = result.admit_s[mask], result.first_s[mask], done[mask]
+        # Gauges count every request of the group, also those finishing after the last window.
+        served = member & ~np.isnan(result.admit_s)
+        admit_all = result.admit_s[served]
+        done_all = np.minimum(np.nan_to_num(done[served], nan=last), last)
+        out[name] = {
+            "start_s": edges[:-1],
+            "count": add(np.ones(int(mask.sum()))),
+            "ttft_sum": add(ttft),
+            "ttft_buckets": buckets(ttft, TTFT_BUCKETS_S, np.ones(int(mask.sum()))),
+            "queue_sum": add(admit - result.arrival_s[mask]),
+            "inference_sum": add(fin - admit),
+            "itl_sum": add(fin - first),
+            "itl_count": add(gaps[mask]),
+            "itl_buckets": buckets(itl[mask], ITL_BUCKETS_S, gaps[mask]),
+            "prompt_sum": add(result.trace.in_tokens[mask].astype(float)),
+            "generation_sum": add(result.trace.out_tokens[mask].astype(float)),
+            "running_avg": _occupancy(admit_all, done_all, edges) / window_s,
+            "waiting_avg": _occupancy(result.arrival_s[served], admit_all, edges) / window_s,
+        }
+    return out
+
+
+def _occupancy(begin: np.ndarray, end: np.ndarray, edges: np.ndarray) -> np.ndarray:
+    """Integral over each window of the number of intervals [begin, end) covering t (vectorised)."""
+    b = np.sort(begin)
+    e = np.sort(end)
+    cb = np.concatenate([[0.0], np.cumsum(b)])
+    ce = np.concatenate([[0.0], np.cumsum(e)])
+
+    def area(t: np.ndarray) -> np.ndarray:
+        kb = np.searchsorted(b, t, side="right")
+        ke = np.searchsorted(e, t, side="right")
+        return (t * kb - cb[kb]) - (t * ke - ce[ke])
+
+    f = area(edges)
+    return np.diff(f)

@@ -1,0 +1,146 @@
+"""Request traces for the simulator: parsing CSV rows, slicing, time compression, rate scaling, model split.
+
+A trace is a CSV with a header and one row per request: an arrival timestamp, prompt tokens and
+output tokens.  The Azure LLM inference trace reads as it is (``TIMESTAMP,ContextTokens,
+GeneratedTokens``); other spellings of the three columns are recognised (see ``_COLUMNS``).
+Timestamps are either ISO 8601 date-times (fractions beyond microseconds are cut) or numbers
+of seconds.
+
+Pure: rows come in as strings (the caller reads the file), randomness from a seeded generator.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Iterable, Mapping, Sequence
+
+import numpy as np
+
+from engine.simulate.replay import Trace
+
+__all__ = ["TraceError", "TraceShape", "parse_trace_rows", "shape_trace"]
+
+_COLUMNS = {
+    "time": ("timestamp", "time", "arrival", "arrival_time", "arrival_s"),
+    "in": ("contexttokens", "prompt_tokens", "input_tokens", "prompttokens", "in_tokens"),
+    "out": ("generatedtokens", "output_tokens", "completion_tokens", "generation_tokens", "out_tokens"),
+}
+
+
+class TraceError(ValueError):
+    """A trace that cannot be replayed; the message names the row or column."""
+
+
+@dataclass(frozen=True)
+class TraceShape:
+    """How to replay a trace.
+
+    ``start_s``/``duration_s`` cut a slice (seconds from the first request; ``None`` = to the end);
+    ``compression`` divides inter-arrival times (2 = twice as fast); ``rate_scale`` multiplies the
+    number of requests (below 1 by thinning, above 1 by adding jittered copies); ``model_shares``
+    maps each model key to its weight (requests are assigned at random with these weights).
+    """
+
+    model_shares: Mapping[str, float]
+    start_s: float = 0.0
+    duration_s: float | None = None
+    compression: float = 1.0
+    rate_scale: float = 1.0
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if not self.model_shares or any(not (w > 0) for w in self.model_shares.values()):
+            raise TraceError("model shares must name at least one model, each with a weight > 0")
+        if not self.compression > 0 or not self.rate_scale > 0:
+            raise TraceError("compression and rate_scale must be > 0")
+        if self.start_s < 0 or (self.duration_s is not None and not self.duration_s > 0):
+            raise TraceError("start must be >= 0 and duration > 0")
+
+
+def _column(header: Sequence[str], kind: str) -> int:
+    names = [h.strip().lower() for h in header]
+    for candidate in _COLUMNS[kind]:
+        if candidate in names:
+            return names.index(candidate)
+    raise TraceError(f"trace header {list(header)} has no {kind} column (one of {', '.join(_COLUMNS[kind])})")
+
+
+def _seconds(value: str, row: int) -> float:
+    text = value.strip()
+    try:
+        return float(text)
+    except ValueError:
+        pass
+    head, dot, fraction = text.partition(".")
+    if dot:
+        digits = "".join(ch for ch in fraction if ch.isdigit())
+        zone = fraction[len(digits):]
+        text = f"{head}.{digits[:6]}{zone}"
+    try:
+        moment = datetime.fromisoformat(text)
+    except ValueError:
+        raise TraceError(f"row {row}: timestamp {value!r} is neither a number of seconds nor an ISO 8601 date-time") from None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=timezone.utc)
+    return moment.timestamp()
+
+
+def parse_trace_rows(rows: Iterable[Sequence[str]]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(arrival seconds from the first request, prompt tokens, output tokens), sorted by arrival."""
+    iterator = iter(rows)
+    try:
+        header = next(iterator)
+    except StopIteration:
+        raise TraceError("trace is empty (no header)") from None
+    ti, ii, oi = _column(header, "time"), _column(header, "in"), _column(header, "out")
+    times: list[float] = []
+    prompts: list[int] = []
+    outputs: list[int] = []
+    for number, row in enumerate(iterator, start=2):
+        if not row or all(not cell.strip() for cell in row):
+            continue
+        try:
+            prompt, output = int(float(row[ii])), int(float(row[oi]))
+        except (ValueError, IndexError):
+            raise TraceError(f"row {number}: prompt and output tokens must be integers, got {row!r}") from None
+        if prompt < 0 or output < 0:
+            raise TraceError(f"row {number}: token counts must be >= 0, got {prompt}, {output}")
+        times.append(_seconds(row[ti], number))
+        prompts.append(prompt)
+        outputs.append(max(output, 1))  # a request that generated nothing still returns one (end) token
+    if not times:
+        raise TraceError("trace has no requests")
+    t = np.asarray(times, dtype=float)
+    order = np.argsort(t, kind="stable")
+    t = t[order] - t[order][0]
+    return t, np.asarray(prompts, dtype=np.int64)[order], np.asarray(outputs, dtype=np.int64)[order]
+
+
+def shape_trace(arrival_s: np.ndarray, in_tokens: np.ndarray, out_tokens: np.ndarray, shape: TraceShape) -> Trace:
+    """Slice, compress, scale and split a parsed trace into the simulator's :class:`Trace`."""
+    rng = np.random.default_rng(shape.seed)
+    end = math.inf if shape.duration_s is None else shape.start_s + shape.duration_s
+    keep = (arrival_s >= shape.start_s) & (arrival_s < end)
+    t = (arrival_s[keep] - shape.start_s) / shape.compression
+    p, o = in_tokens[keep], out_tokens[keep]
+    if shape.rate_scale != 1.0:
+        copies = np.floor(shape.rate_scale).astype(int)
+        extra = rng.random(len(t)) < (shape.rate_scale - copies)
+        repeat = np.full(len(t), copies) + extra
+        t, p, o = np.repeat(t, repeat), np.repeat(p, repeat), np.repeat(o, repeat)
+        gap = float(np.median(np.diff(np.unique(t)))) if len(t) > 1 else 0.0
+        # The first copy of each request keeps its time; further copies land within one typical gap.
+        starts = np.concatenate([[0], np.cumsum(repeat)[:-1]])
+        first = np.zeros(len(t), dtype=bool)
+        first[starts[repeat > 0]] = True
+        t = t + np.where(first, 0.0, rng.uniform(0.0, gap, len(t)))
+    if len(t) == 0:
+        raise TraceError("the selected slice of the trace holds no requests")
+    order = np.argsort(t, kind="stable")
+    t, p, o = t[order], p[order], o[order]
+    models = tuple(sorted(shape.model_shares))
+    weights = np.asarray([shape.model_shares[m] for m in models], dtype=float)
+    index = rng.choice(len(models), size=len(t), p=weights / weights.sum())
+    return Trace(t - t[0] if shape.start_s > 0 else t, p, o, index.astype(np.int64), models)

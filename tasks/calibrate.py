@@ -1,0 +1,209 @@
+"""I/O of the calibrate flow: read windows of vLLM metrics (Prometheus range queries or a windows file),
+write the outcome back to each VariantAutoscaling.
+
+Prometheus: one ``query_range`` per metric and model, ``sum by (pod) (increase(<metric>[W]))`` at a
+step of ``W`` over the lookback, so each (pod, step) is one :class:`engine.simulate.calibrate.Window`: a pod's
+own batch, its own latencies; and ``avg by (pod) (avg_over_time(vllm:num_requests_running[W]))``, the
+batch a request joins, for that window and (as ``previous_running_avg``) the pod's window before it.
+The variant's pods are those named after its scale target (``<target>-...``), as a Deployment names them.
+Connection settings (token, TLS, timeouts, retries) are the optimize flow's
+(:meth:`tasks.metrics.PrometheusMetrics.from_env`).
+
+Windows file (YAML), for local and CI runs and for exports of the simulator::
+
+    windowSeconds: 300
+    variants:
+      - namespace: llm-serving
+        name: llama-3-1-8b-a100            # the VariantAutoscaling
+        windows:
+          - {requests: 41, ttftSum: 12.3, queueSum: 0.0, itlSum: 180.2, itlCount: 8600,
+             promptTokensSum: 47000, inferenceSum: 190.1, runningAvg: 0.63, previousRunningAvg: 0.58}
+
+``runningAvg`` and ``previousRunningAvg`` (the gauge's average over the window and over the one before
+it) are optional, as are ``queueSum`` and ``inferenceSum``.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import pathlib
+from typing import Any, Mapping
+
+import requests
+import yaml
+
+from engine.simulate.calibrate import CONDITION_CALIBRATED, CalibrationOutcome, Window, opted_in
+from engine.status import ConditionUpdate, changed_fields, set_conditions
+from tasks.cluster import Cluster, ObjectRef
+from tasks.cluster.retry import retry_on_conflict
+from tasks.metrics import MetricsUnavailable, PrometheusMetrics
+
+# Window field -> vLLM series whose increase over the window it is.
+SERIES = {
+    "requests": "vllm:time_to_first_token_seconds_count",
+    "ttft_sum_s": "vllm:time_to_first_token_seconds_sum",
+    "queue_sum_s": "vllm:request_queue_time_seconds_sum",
+    "itl_sum_s": "vllm:time_per_output_token_seconds_sum",
+    "itl_count": "vllm:time_per_output_token_seconds_count",
+    "prompt_tokens_sum": "vllm:request_prompt_tokens_sum",
+    "inference_sum_s": "vllm:request_inference_time_seconds_sum",
+}
+_FILE_KEYS = {
+    "requests": "requests", "ttftSum": "ttft_sum_s", "queueSum": "queue_sum_s", "itlSum": "itl_sum_s",
+    "itlCount": "itl_count", "promptTokensSum": "prompt_tokens_sum", "inferenceSum": "inference_sum_s",
+    "runningAvg": "running_avg", "previousRunningAvg": "previous_running_avg",
+}
+RUNNING_GAUGE = "vllm:num_requests_running"
+_REQUIRED = ("requests", "ttftSum", "itlSum", "itlCount", "promptTokensSum")
+
+
+class WindowsFileError(ValueError):
+    """A windows file that cannot be used; the message names the file and the field."""
+
+
+def _quote(value: str) -> str:
+    return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def query_range(client: PrometheusMetrics, promql: str, start: float, end: float, step_s: float) -> list[dict[str, Any]]:
+    """``/api/v1/query_range`` with the client's credentials, TLS, timeout and retries; returns the matrix."""
+    data = {"query": promql, "start": f"{start:.3f}", "end": f"{end:.3f}", "step": f"{step_s:g}"}
+    token = client._bearer_token()  # noqa: SLF001 - the same token handling as the instant queries
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    failure = ""
+    for attempt in range(client.retries + 1):
+        if attempt:
+            client._sleep(client.backoff_s * 2 ** (attempt - 1))  # noqa: SLF001
+        try:
+            response = client.session.post(f"{client.url}/api/v1/query_range", data=data, headers=headers,
+                                           timeout=client.timeout_s, verify=client.verify_tls)
+        except requests.RequestException as exc:
+            failure = f"request failed ({type(exc).__name__})"
+            continue
+        if response.status_code >= 500 or response.status_code == 429:
+            failure = f"HTTP {response.status_code}"
+            continue
+        try:
+            body = response.json()
+        except ValueError:
+            raise MetricsUnavailable(client._display_url, f"HTTP {response.status_code}: the answer is not JSON") from None  # noqa: SLF001
+        if body.get("status") != "success" or (body.get("data") or {}).get("resultType") != "matrix":
+            raise MetricsUnavailable(client._display_url, f"range query failed: {client._redact(str(body.get('error', body.get('status'))))}")  # noqa: SLF001
+        return list(body["data"]["result"])
+    raise MetricsUnavailable(client._display_url, f"{failure} ({client.retries + 1} attempts)")  # noqa: SLF001
+
+
+def _by_pod_and_time(matrix: list[dict[str, Any]]) -> dict[tuple[str, float], float]:
+    """A range query's matrix as value by (pod, timestamp)."""
+    return {(row["metric"].get("pod", ""), float(t)): float(v) for row in matrix for t, v in row.get("values", [])}
+
+
+def prometheus_windows(
+    client: PrometheusMetrics, namespace: str, model_id: str, end: dt.datetime, lookback_s: float, window_s: float,
+) -> dict[str, list[Window]]:
+    """Per pod of the model: one window per step over the lookback (windows missing a series are left out)."""
+    selector = f"{{namespace={_quote(namespace)}, model_name={_quote(model_id)}}}"
+    step = f"{int(window_s)}s"
+    stop = end.timestamp()
+    start = stop - lookback_s + window_s
+    values: dict[str, dict[tuple[str, float], float]] = {}
+    for field, series in SERIES.items():
+        values[field] = _by_pod_and_time(
+            query_range(client, f"sum by (pod) (increase({series}{selector}[{step}]))", start, stop, window_s)
+        )
+    running = _by_pod_and_time(
+        query_range(client, f"avg by (pod) (avg_over_time({RUNNING_GAUGE}{selector}[{step}]))", start, stop, window_s)
+    )
+    keys = sorted(set(values["requests"]) & set(values["ttft_sum_s"]) & set(values["itl_sum_s"]) & set(values["itl_count"])
+                  & set(values["prompt_tokens_sum"]))
+    windows: dict[str, list[Window]] = {}
+    for pod, t in keys:
+        windows.setdefault(pod, []).append(
+            Window(
+                seconds=window_s, requests=values["requests"][(pod, t)], ttft_sum_s=values["ttft_sum_s"][(pod, t)],
+                queue_sum_s=values["queue_sum_s"].get((pod, t)), itl_sum_s=values["itl_sum_s"][(pod, t)],
+                itl_count=values["itl_count"][(pod, t)], prompt_tokens_sum=values["prompt_tokens_sum"][(pod, t)],
+                inference_sum_s=values["inference_sum_s"].get((pod, t)),
+                running_avg=running.get((pod, t)), previous_running_avg=running.get((pod, t - window_s)),
+            )
+        )
+    return windows
+
+
+def read_windows_file(path: str | pathlib.Path) -> dict[tuple[str, str], list[Window]]:
+    """Windows per VariantAutoscaling (namespace, name) from a windows file (format in the module doc)."""
+    file = pathlib.Path(path)
+    try:
+        doc = yaml.safe_load(file.read_text())
+    except OSError as exc:
+        raise WindowsFileError(f"{file}: cannot read ({exc.strerror or type(exc).__name__})") from None
+    except yaml.YAMLError as exc:
+        raise WindowsFileError(f"{file}: invalid YAML ({exc})") from None
+    if not isinstance(doc, dict) or not isinstance(doc.get("variants"), list):
+        raise WindowsFileError(f"{file}: expected a mapping with 'windowSeconds' and a 'variants' list")
+    seconds = doc.get("windowSeconds")
+    if not isinstance(seconds, (int, float)) or seconds <= 0:
+        raise WindowsFileError(f"{file}: windowSeconds must be a number > 0, got {seconds!r}")
+    result: dict[tuple[str, str], list[Window]] = {}
+    for i, entry in enumerate(doc["variants"]):
+        where = f"{file}: variants[{i}]"
+        if not isinstance(entry, dict) or not entry.get("name") or not isinstance(entry.get("windows"), list):
+            raise WindowsFileError(f"{where}: needs 'name', 'namespace' and a 'windows' list")
+        windows = []
+        for j, raw in enumerate(entry["windows"]):
+            if not isinstance(raw, dict):
+                raise WindowsFileError(f"{where}.windows[{j}]: expected a mapping")
+            for key in _REQUIRED:
+                if not isinstance(raw.get(key), (int, float)) or raw[key] < 0:
+                    raise WindowsFileError(f"{where}.windows[{j}].{key}: expected a number >= 0, got {raw.get(key)!r}")
+            unknown = set(raw) - set(_FILE_KEYS)
+            if unknown:
+                raise WindowsFileError(f"{where}.windows[{j}]: unknown key(s) {', '.join(sorted(unknown))}")
+            fields = {_FILE_KEYS[k]: float(v) for k, v in raw.items()}
+            fields.setdefault("queue_sum_s", None)
+            windows.append(Window(seconds=float(seconds), **fields))
+        result[(entry.get("namespace") or "default", entry["name"])] = windows
+    return result
+
+
+def write_windows_file(path: pathlib.Path, window_s: float, variants: Mapping[tuple[str, str], list[Window]]) -> None:
+    """Write windows in the file format :func:`read_windows_file` reads (e.g. from a simulation)."""
+    inverse = {v: k for k, v in _FILE_KEYS.items()}
+    doc = {
+        "windowSeconds": window_s,
+        "variants": [
+            {"namespace": ns, "name": name, "windows": [
+                {inverse[f]: round(float(getattr(w, f)), 6) for f in inverse if getattr(w, f, None) is not None}
+                for w in windows
+            ]}
+            for (ns, name), windows in sorted(variants.items())
+        ],
+    }
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+
+
+def write_outcome(cluster: Cluster, obj: dict[str, Any], outcome: CalibrationOutcome, now: dt.datetime) -> bool:
+    """Write the spec patch (only when the resource opted in) and the ProfileCalibrated condition.
+
+    Both writes re-read the object and carry its resourceVersion (retry on conflict); the opt-in is
+    checked again on the object being written, so removing the annotation meanwhile stops the write.
+    Returns whether the spec was written.
+    """
+    ref = ObjectRef.of(obj)
+    wrote_spec = False
+    if outcome.spec_patch is not None:
+        def mutate_spec(current: dict[str, Any]) -> dict[str, Any] | None:
+            nonlocal wrote_spec
+            wrote_spec = opted_in(current)
+            return {"spec": outcome.spec_patch} if wrote_spec else None
+
+        retry_on_conflict(cluster, ref, mutate_spec, write="spec")
+    update = ConditionUpdate(CONDITION_CALIBRATED, outcome.status, outcome.reason, outcome.message)
+
+    def mutate_status(current: dict[str, Any]) -> dict[str, Any] | None:
+        old = current.get("status") or {}
+        conditions = set_conditions(list(old.get("conditions") or []), [update], now, (current.get("metadata") or {}).get("generation"))
+        return changed_fields(old, {**old, "conditions": conditions})
+
+    retry_on_conflict(cluster, ref, mutate_status, write="status")
+    return wrote_spec

@@ -1,0 +1,448 @@
+"""I/O of the ``rollout-models`` flow: read Models and their children, resolve caches, write workloads and
+autoscaling objects, update LoRA adapters on running vLLM pods, write the Model's status.
+
+The decisions are in :mod:`engine.rollout.kthena`; this module only gathers what they need and carries
+out what they decide. Children are found by the label ``registry.volcano.sh/model-uid`` (one LIST per
+kind and Model), so a backend removed from the spec is seen and deleted.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Callable, Mapping
+
+import requests
+from prefect import task
+from prefect.cache_policies import NO_CACHE
+
+from engine.api.kthena import API_VERSION, Model, ModelBackend
+from engine.rollout.kthena import (
+    LABEL_MODEL_UID,
+    REASON_ABNORMAL,
+    REASON_CACHE_FAILED,
+    REASON_INVALID,
+    REASON_NOT_SUPPORTED,
+    BackendState,
+    Failure,
+    LoraChange,
+    ModelRef,
+    Mount,
+    backend_name,
+    deployment_available,
+    desired_replicas,
+    direct_weights,
+    downloader_env,
+    failure_of,
+    is_autoscaled,
+    lora_mount,
+    managed_weights,
+    model_status,
+    needs_managed_cache,
+    ray_service_name,
+    render_autoscaling,
+    render_ray_service,
+    render_route,
+    render_service,
+    render_workload,
+    runtime_lora_change,
+    selector_labels,
+    unsupported_backends,
+    validate_model,
+    workloads_of,
+)
+from engine.rollout.kthena_native import (
+    ENTRY_ADDRESS,
+    NETWORKING_API,
+    RUNTIME_IMAGE,
+    WORKLOAD_API,
+    NativeMode,
+    model_serving_available,
+    native_ref,
+    render_model_route,
+    render_model_server,
+    render_model_serving,
+    scale_workload,
+    with_runtime,
+)
+from engine.caches.sources import ModelSource, from_lora_url
+from engine.rollout.workloads import revision, stamp
+from engine.status import changed_fields
+from tasks.caches import cache_available, cache_pvc, ensure_cache, mark_used
+from tasks.cluster import Cluster, ObjectRef
+from tasks.cluster.errors import ClusterError, NotFound
+from tasks.optimize import write_status
+from tasks.workloads import WriteLog, write_object
+
+log = logging.getLogger(__name__)
+
+CHILD_KINDS: tuple[tuple[str, str], ...] = (
+    ("apps/v1", "Deployment"),
+    ("v1", "Service"),
+    ("v1", "ConfigMap"),
+    (API_VERSION, "AutoscalingPolicy"),
+    (API_VERSION, "AutoscalingPolicyBinding"),
+    (NETWORKING_API, "ModelServer"),
+    (NETWORKING_API, "ModelRoute"),
+    (WORKLOAD_API, "ModelServing"),
+)
+LORA_HTTP_TIMEOUT_S = 300.0  # a load may download the adapter first (Kthena allows 5 minutes)
+
+
+@dataclass
+class ModelOutcome(WriteLog):
+    """What one Model's reconcile did, for the flow's report."""
+
+    namespace: str = ""
+    name: str = ""
+    lora: list[str] = field(default_factory=list)
+    status_written: bool = False
+    result: str = ""
+
+    @property
+    def writes(self) -> int:
+        return len(self.created) + len(self.updated) + len(self.deleted) + int(self.status_written)
+
+
+# ---------------------------------------------------------------------------------------------- reads
+
+
+def list_models(cluster: Cluster, namespaces: list[str] | None) -> list[dict[str, Any]]:
+    """Every Model in the namespaces (all when empty), one LIST per namespace."""
+    if not namespaces:
+        return cluster.list(API_VERSION, "Model")
+    return [m for ns in namespaces for m in cluster.list(API_VERSION, "Model", namespace=ns)]
+
+
+def list_children(cluster: Cluster, namespace: str, uid: str, served: set[str] | None = None) -> dict[tuple[str, str], dict[str, Any]]:
+    """The objects this Model owns, keyed by (kind, name); ``served`` collects the kinds the cluster serves."""
+    children: dict[tuple[str, str], dict[str, Any]] = {}
+    for api_version, kind in CHILD_KINDS:
+        try:
+            items = cluster.list(api_version, kind, namespace=namespace, label_selector=f"{LABEL_MODEL_UID}={uid}")
+            if served is not None:
+                served.add(kind)
+        except NotFound:  # the kind is not served (e.g. Kthena CRDs missing): nothing of it is ours
+            items = []
+        for item in items:
+            children[(kind, item["metadata"]["name"])] = item
+    return children
+
+
+# ------------------------------------------------------------------------------------------- caches
+
+
+@dataclass
+class CacheResolution:
+    """A cache-backed mount, or why it is not usable yet (``failed``: it will not become usable)."""
+
+    pvc: str | None = None
+    cache: dict[str, Any] | None = None
+    waiting: str | None = None
+    failed: bool = False
+
+
+def resolve_cache(cluster: Cluster, namespace: str, source: ModelSource, requested_by: str, env: list[dict[str, Any]]) -> CacheResolution:
+    """Create or adopt the shared ModelCache of ``source`` and tell whether its PVC can be mounted."""
+    cache = ensure_cache(cluster, namespace, source, env=env or None, requested_by=requested_by)
+    name = cache["metadata"]["name"]
+    state = (cache.get("status") or {}).get("status") or "Pending"
+    if state == "Failed":
+        return CacheResolution(cache=cache, waiting=f"ModelCache {name} for {source.uri} failed", failed=True)
+    pvc = cache_pvc(cache)
+    if not cache_available(cache) or not pvc:
+        return CacheResolution(cache=cache, waiting=f"waiting for ModelCache {name} ({state}) to hold {source.uri}")
+    return CacheResolution(pvc=pvc, cache=cache)
+
+
+# ------------------------------------------------------------------------------------- runtime LoRA
+
+
+def ready_pods(cluster: Cluster, namespace: str, selector: Mapping[str, str]) -> list[dict[str, Any]]:
+    """The ready pods (with an IP) of a workload."""
+    text = ",".join(f"{k}={v}" for k, v in sorted(selector.items()))
+    pods = cluster.list("v1", "Pod", namespace=namespace, label_selector=text)
+    return [
+        p for p in pods
+        if (p.get("status") or {}).get("podIP")
+        and any(c.get("type") == "Ready" and c.get("status") == "True" for c in (p.get("status") or {}).get("conditions") or [])
+    ]
+
+
+def apply_lora_change(pods: list[dict[str, Any]], port: int, change: LoraChange, session: requests.Session | None = None) -> list[str]:
+    """Unload and load adapters on each pod through vLLM's runtime API; returns what was done.
+
+    Each pod's ``/v1/models`` says which adapters it holds, so a pod that restarted (and lost its
+    runtime adapters) gets them again and nothing is loaded twice. Failures raise ``RuntimeError``
+    naming the pod; the next run retries.
+    """
+    http = session or requests.Session()
+    done: list[str] = []
+    for pod in pods:
+        base = f"http://{pod['status']['podIP']}:{port}"
+        name = pod["metadata"]["name"]
+        try:
+            listing = http.get(f"{base}/v1/models", timeout=30)
+            listing.raise_for_status()
+            loaded = {m.get("id") for m in listing.json().get("data", []) if m.get("parent")}
+            for lora in change.unload:
+                if lora in loaded:
+                    _post(http, f"{base}/v1/unload_lora_adapter", {"lora_name": lora})
+                    loaded.discard(lora)
+                    done.append(f"{name}: unloaded {lora}")
+            for lora, path in change.load:
+                if lora not in loaded:
+                    _post(http, f"{base}/v1/load_lora_adapter", {"lora_name": lora, "lora_path": path})
+                    done.append(f"{name}: loaded {lora}")
+        except requests.RequestException as exc:
+            raise RuntimeError(f"runtime LoRA update on pod {name} failed: {type(exc).__name__}: {_short(exc)}") from None
+    return done
+
+
+def _post(http: requests.Session, url: str, body: dict[str, Any]) -> None:
+    response = http.post(url, json=body, timeout=LORA_HTTP_TIMEOUT_S)
+    if response.status_code >= 400:
+        raise requests.HTTPError(f"{response.status_code} from {url.rsplit('/', 1)[-1]}: {response.text[:200]}")
+
+
+def _short(exc: Exception) -> str:
+    return str(exc).splitlines()[0][:300] if str(exc) else ""
+
+
+# ------------------------------------------------------------------------------------------- writes
+
+
+# ---------------------------------------------------------------------------------------- reconcile
+
+
+@dataclass(frozen=True)
+class RolloutOptions:
+    """How Models are rendered: Kthena's networking objects when the cluster serves them (``auto``) or
+    never (``off``); backends as ``Deployment``s or, where the CRD is served, ``ModelServing``s."""
+
+    kthena_networking: str = "auto"
+    workload: str = "Deployment"
+    runtime_image: str = RUNTIME_IMAGE
+
+
+def native_mode(options: RolloutOptions, served: set[str]) -> NativeMode:
+    """What to render for a Model, from the options and the kinds the cluster serves."""
+    networking = options.kthena_networking != "off" and {"ModelServer", "ModelRoute"} <= served
+    model_serving = options.workload == "ModelServing" and "ModelServing" in served
+    if options.workload == "ModelServing" and not model_serving:
+        log.warning("workload=ModelServing, but the cluster does not serve %s ModelServing: rendering Deployments", WORKLOAD_API)
+    return NativeMode(networking=networking, model_serving=model_serving, runtime_image=options.runtime_image)
+
+
+@dataclass
+class _BackendResult:
+    objects: list[dict[str, Any]] = field(default_factory=list)
+    keep: set[tuple[str, str]] = field(default_factory=set)  # live objects left as they are
+    caches: list[dict[str, Any]] = field(default_factory=list)  # mounted by this backend's workloads
+    deployments: list[str] = field(default_factory=list)
+    waiting: str | None = None
+    failure: Failure | None = None
+
+
+@task(name="reconcile-model", cache_policy=NO_CACHE)
+def reconcile_model(
+    cluster: Cluster, manifest: dict[str, Any], now: datetime, downloader_image: str,
+    lora_session: Callable[[], requests.Session] | None = None, options: RolloutOptions | None = None,
+) -> ModelOutcome:
+    """One reconcile pass for one Model: validate, render, write what changed, delete what was removed,
+    update runtime LoRA adapters, write status. A failure is reported on the Model (``Failed``), never
+    raised past it, so the other Models of the run proceed."""
+    meta = manifest["metadata"]
+    namespace, name = meta.get("namespace") or "default", meta["name"]
+    outcome = ModelOutcome(namespace=namespace, name=name)
+    model, errors = validate_model(manifest)
+    backends: list[BackendState] = []
+    failure: Failure | None = None
+    try:
+        if model is None or errors:
+            failure = failure_of(errors, REASON_INVALID)
+            if model is not None:  # report what runs now; change nothing until the spec is fixed
+                backends = _observed(model, list_children(cluster, namespace, meta.get("uid") or ""), {})
+        else:
+            failure, backends = _roll_out(cluster, model, now, downloader_image, outcome, lora_session, options or RolloutOptions())
+    except ClusterError as exc:
+        failure = Failure(REASON_ABNORMAL, exc.message)
+    except RuntimeError as exc:
+        failure = Failure(REASON_ABNORMAL, str(exc))
+    generation = meta.get("generation")
+
+    def build(current: dict[str, Any]) -> dict[str, Any] | None:
+        old = current.get("status") or {}
+        return changed_fields(old, model_status(old, generation, now, backends, failure))
+
+    outcome.status_written = write_status(cluster, manifest, build)
+    outcome.result = f"Failed: {failure.reason}: {failure.message}" if failure else ("Active" if backends and all(b.available for b in backends) else "Progressing")
+    return outcome
+
+
+def _roll_out(
+    cluster: Cluster, model: Model, now: datetime, image: str, outcome: ModelOutcome,
+    lora_session: Callable[[], requests.Session] | None, options: RolloutOptions,
+) -> tuple[Failure | None, list[BackendState]]:
+    ref = ModelRef.of(model)
+    served: set[str] = set()
+    live = list_children(cluster, ref.namespace, ref.uid, served)
+    mode = native_mode(options, served)
+    if mode.networking:
+        ref = native_ref(ref)
+    unsupported = unsupported_backends(model)
+    results: dict[str, _BackendResult] = {}
+    for backend in model.spec.backends:
+        if backend.type in ("MindIE", "MindIEDisaggregated"):
+            continue
+        results[backend.name] = _plan_backend(cluster, model, ref, backend, live, image, lora_session, outcome, mode)
+    desired = [obj for result in results.values() for obj in result.objects]
+    desired += [stamp(obj) for obj in render_autoscaling(model, ref, model_serving=mode.model_serving, runtime=mode.networking)]
+    desired.append(stamp(render_model_route(model, ref) if mode.networking else render_route(model, ref)))
+    written: dict[tuple[str, str], dict[str, Any]] = {}
+    for obj in desired:
+        key = (obj["kind"], obj["metadata"]["name"])
+        written[key] = write_object(cluster, obj, live.get(key), outcome)
+    keep = set(written) | {k for r in results.values() for k in r.keep}
+    for key, obj in live.items():
+        if key not in keep:
+            cluster.delete(ObjectRef.of(obj))
+            outcome.deleted.append(f"{key[0]}/{key[1]}")
+    rolled_out = {label.split(" ")[0] for label in outcome.created + outcome.updated}
+    for result in results.values():
+        if any(name in rolled_out for name in result.deployments):
+            for cache in result.caches:
+                mark_used(cluster, cache, now)
+    failures = [r.failure for r in results.values() if r.failure]
+    if unsupported:
+        failures.insert(0, failure_of(unsupported, REASON_NOT_SUPPORTED))
+    failure = Failure(failures[0].reason, "; ".join(f.message for f in failures)) if failures else None
+    state = {**live, **written}
+    waiting = {n: r.waiting for n, r in results.items() if r.waiting}
+    return failure, _observed(model, state, waiting, mode.model_serving)
+
+
+def _observed(
+    model: Model, objects: Mapping[tuple[str, str], dict[str, Any]], waiting: Mapping[str, str], model_serving: bool = False,
+) -> list[BackendState]:
+    """Per backend: replicas the Deployments (or its ModelServing) report, and whether all are available."""
+    ref = ModelRef.of(model)
+    states = []
+    for backend in model.spec.backends:
+        if model_serving:
+            serving = objects.get(("ModelServing", backend_name(ref, backend)))
+            replicas = int(((serving or {}).get("status") or {}).get("replicas") or 0)
+            available = serving is not None and model_serving_available(serving)
+            states.append(BackendState(backend.name, replicas, available and backend.name not in waiting, waiting.get(backend.name)))
+            continue
+        deployments = [objects.get(("Deployment", w.name)) for w in workloads_of(ref, backend)]
+        present = [d for d in deployments if d is not None]
+        replicas = sum(int((d.get("status") or {}).get("replicas") or 0) for d in present)
+        available = bool(present) and len(present) == len(deployments) and all(deployment_available(d) for d in present)
+        states.append(BackendState(backend.name, replicas, available and backend.name not in waiting, waiting.get(backend.name)))
+    return states
+
+
+def _plan_backend(
+    cluster: Cluster, model: Model, ref: ModelRef, backend: ModelBackend, live: Mapping[tuple[str, str], dict[str, Any]], image: str,
+    lora_session: Callable[[], requests.Session] | None, outcome: ModelOutcome, mode: NativeMode | None = None,
+) -> _BackendResult:
+    """Render one backend's workloads and Services (or its ModelServing; its ModelServer with Kthena's
+    networking), or keep its live objects while its caches fill."""
+    mode = mode or NativeMode()
+    result = _BackendResult()
+    requested_by = f"Model/{ref.namespace}/{ref.name}"
+    owned = {("Deployment", w.name) for w in workloads_of(ref, backend)} | {("Service", w.name) for w in workloads_of(ref, backend)}
+    owned |= {("Service", ray_service_name(w.name)) for w in workloads_of(ref, backend) if w.scaled and (w.worker.pods or 1) > 1}
+    owned |= {("ModelServing", backend_name(ref, backend)), ("ModelServer", backend_name(ref, backend))}
+    weights = direct_weights(backend, image)
+    if weights is None:
+        source = needs_managed_cache(backend)
+        assert source is not None
+        resolution = resolve_cache(cluster, ref.namespace, source, requested_by, downloader_env(backend))
+        if resolution.pvc is None:
+            return _waiting(result, owned, live, resolution)
+        weights = managed_weights(resolution.pvc)
+        result.caches.append(resolution.cache or {})
+    workloads = workloads_of(ref, backend)
+    primary = workloads[0]
+    base = render_workload(ref, backend, primary, weights, {}, 0)
+    base_revision = revision(base)
+    change = None if mode.model_serving else runtime_lora_change(backend, live.get(("Deployment", primary.name)), base_revision)
+    if change is not None:
+        port = int(base["spec"]["template"]["spec"]["containers"][0]["ports"][0]["containerPort"])
+        pods = ready_pods(cluster, ref.namespace, selector_labels(ref, backend, primary))
+        if pods:  # with no pod running there is nothing to update at runtime: roll out instead
+            result.keep |= owned
+            try:
+                outcome.lora += apply_lora_change(pods, port, change, lora_session() if lora_session else None)
+            except RuntimeError as exc:  # reported on the Model and retried next pass; the rest proceeds
+                result.failure = Failure(REASON_ABNORMAL, f"backend {backend.name}: {exc}")
+                result.waiting = str(exc)
+                return result
+            _warm_lora_caches(cluster, ref, backend, requested_by)
+            return result
+    loras: dict[str, tuple[Mount, str]] = {}
+    for adapter in backend.lora_adapters or []:
+        source = from_lora_url(adapter.artifact_url)
+        if source.scheme == "pvc":
+            loras[adapter.name] = lora_mount(adapter.name, source.claim or "", source.path)
+            continue
+        resolution = resolve_cache(cluster, ref.namespace, source, requested_by, downloader_env(backend))
+        if resolution.pvc is None:
+            return _waiting(result, owned, live, resolution)
+        loras[adapter.name] = lora_mount(adapter.name, resolution.pvc)
+        result.caches.append(resolution.cache or {})
+    if mode.networking:
+        result.objects.append(stamp(render_model_server(ref, backend, mode)))
+    if mode.model_serving:
+        templates = {}
+        for workload in workloads:
+            follower = not workload.scaled
+            rendered = render_workload(ref, backend, workload, weights, loras, 0, leader_service=ENTRY_ADDRESS if follower else None)
+            template = rendered["spec"]["template"]
+            templates[workload.role] = template if follower or not mode.networking else with_runtime(template, ref, backend, workload.worker, mode.runtime_image)
+        unit = scale_workload(ref, backend)
+        replicas = desired_replicas(unit, live.get(("ModelServing", unit.name)), is_autoscaled(model, backend))
+        result.objects.append(stamp(render_model_serving(ref, backend, templates, replicas, mode)))
+        result.deployments.append(f"ModelServing/{unit.name}")
+        return result
+    leader_replicas: dict[str, int] = {}
+    for workload in workloads:
+        live_obj = live.get(("Deployment", workload.name))
+        if workload.scaled:
+            replicas = desired_replicas(workload, live_obj, is_autoscaled(model, backend))
+            leader_replicas[workload.role] = replicas
+        else:  # ray followers: (pods - 1) per leader replica, whatever the optimizer made of the leader
+            leader_role = workload.role.removesuffix("-worker")
+            replicas = leader_replicas.get(leader_role, 0) * ((workload.worker.pods or 1) - 1)
+        leader = ray_service_name(workload.name.removesuffix("-worker")) if not workload.scaled else None
+        deployment = render_workload(ref, backend, workload, weights, loras, replicas, leader_service=leader)
+        if mode.networking and workload.scaled:  # Kthena's runtime sidecar: kthena:* metrics on RUNTIME_PORT
+            deployment["spec"]["template"] = with_runtime(deployment["spec"]["template"], ref, backend, workload.worker, mode.runtime_image)
+        base_rev = revision(render_workload(ref, backend, workload, weights, {}, 0, leader_service=leader))
+        result.objects.append(stamp(deployment, base_rev))
+        result.deployments.append(f"Deployment/{workload.name}")
+        if workload.scaled:
+            result.objects.append(stamp(render_service(ref, backend, workload)))
+            if (workload.worker.pods or 1) > 1:
+                result.objects.append(stamp(render_ray_service(ref, backend, workload)))
+    return result
+
+
+def _waiting(result: _BackendResult, owned: set[tuple[str, str]], live: Mapping[tuple[str, str], Any], resolution: CacheResolution) -> _BackendResult:
+    """Leave a backend's live objects alone while a cache it needs is not ready (a failed cache fails it)."""
+    result.keep |= {key for key in owned if key in live}
+    result.waiting = resolution.waiting
+    if resolution.failed:
+        result.failure = Failure(REASON_CACHE_FAILED, resolution.waiting or "cache failed")
+    return result
+
+
+def _warm_lora_caches(cluster: Cluster, ref: ModelRef, backend: ModelBackend, requested_by: str) -> None:
+    """Adapters loaded at runtime are also fetched into their caches, for the next rollout."""
+    for adapter in backend.lora_adapters or []:
+        source = from_lora_url(adapter.artifact_url)
+        if source.downloadable:
+            ensure_cache(cluster, ref.namespace, source, env=downloader_env(backend) or None, requested_by=requested_by)

@@ -1,0 +1,87 @@
+"""I/O of the ``serve-openmodel`` flow: read the OpenModel and the Nodes, warm its shared cache, write the
+OpenModel's conditions and the Deployment + Service that serve it."""
+
+from __future__ import annotations
+
+import logging
+from datetime import datetime
+from typing import Any, Mapping
+
+from engine.api.llmaz import API_VERSION
+from engine.rollout.openmodel import (
+    CONDITION_CACHED,
+    CONDITION_VALIDATED,
+    REASON_CACHE_AVAILABLE,
+    REASON_CACHE_FAILED,
+    REASON_CACHE_PENDING,
+    REASON_INVALID_SOURCE,
+    REASON_SOURCE_VALID,
+)
+from engine.caches.sources import ModelSource
+from engine.status import ConditionUpdate, changed_fields, set_conditions
+from engine.rollout.workloads import FieldError
+from tasks.caches import cache_available, cache_pvc, ensure_cache
+from tasks.cluster import Cluster, ObjectRef
+from tasks.cluster.errors import ClusterError, Forbidden, NotFound
+from tasks.optimize import write_status
+
+log = logging.getLogger(__name__)
+
+
+def read_openmodel(cluster: Cluster, name: str) -> dict[str, Any]:
+    """The cluster-scoped OpenModel ``name`` (``NotFound`` when there is none)."""
+    return cluster.get(API_VERSION, "OpenModel", name)
+
+
+def node_labels(cluster: Cluster) -> list[Mapping[str, str]] | None:
+    """Every Node's labels, or ``None`` when Nodes cannot be listed (no permission, or a manifests
+    directory that describes no Node): placement is then not checked. A live cluster that lists no Node
+    has none (``[]``): nothing fits, and nothing is moved."""
+    from tasks.cluster import LocalCluster
+
+    try:
+        nodes = cluster.list("v1", "Node")
+    except (Forbidden, NotFound):
+        return None
+    if not nodes and isinstance(cluster, LocalCluster):
+        return None
+    return [(n.get("metadata") or {}).get("labels") or {} for n in nodes]
+
+
+def warm_cache(cluster: Cluster, namespace: str, source: ModelSource, requested_by: str) -> dict[str, Any]:
+    """Create or adopt the namespace's ModelCache for ``source`` (every rollout of the model shares it)."""
+    return ensure_cache(cluster, namespace, source, requested_by=requested_by)
+
+
+def cache_condition(cache: Mapping[str, Any] | None, namespace: str) -> ConditionUpdate:
+    """The ``Cached`` condition from the ModelCache's state."""
+    if cache is None:
+        return ConditionUpdate(CONDITION_CACHED, "False", REASON_CACHE_PENDING, "no cache yet")
+    name = cache["metadata"]["name"]
+    state = (cache.get("status") or {}).get("status") or "Pending"
+    if cache_available(cache) and cache_pvc(cache):
+        return ConditionUpdate(CONDITION_CACHED, "True", REASON_CACHE_AVAILABLE, f"weights in ModelCache {namespace}/{name} (PVC {cache_pvc(cache)})")
+    if state == "Failed":
+        return ConditionUpdate(CONDITION_CACHED, "False", REASON_CACHE_FAILED, f"ModelCache {namespace}/{name} failed")
+    return ConditionUpdate(CONDITION_CACHED, "False", REASON_CACHE_PENDING, f"ModelCache {namespace}/{name} is {state}: run warm-caches to fill it")
+
+
+def write_conditions(cluster: Cluster, obj: dict[str, Any], errors: list[FieldError], cached: ConditionUpdate | None, now: datetime) -> bool:
+    """``Validated`` (and ``Cached`` when known) on the OpenModel; no write when nothing changed."""
+    if errors:
+        updates = [ConditionUpdate(CONDITION_VALIDATED, "False", REASON_INVALID_SOURCE, "; ".join(str(e) for e in errors))]
+    else:
+        updates = [ConditionUpdate(CONDITION_VALIDATED, "True", REASON_SOURCE_VALID, "the source passes llmaz's validation")]
+    if cached is not None:
+        updates.append(cached)
+    generation = (obj.get("metadata") or {}).get("generation")
+
+    def build(current: dict[str, Any]) -> dict[str, Any] | None:
+        old = current.get("status") or {}
+        return changed_fields(old, {**old, "conditions": set_conditions(list(old.get("conditions") or []), updates, now, generation)})
+
+    try:
+        return write_status(cluster, obj, build)
+    except ClusterError as exc:  # the conditions are a report; serving goes on and the failure is logged
+        log.warning("could not write the conditions of OpenModel %s: %s", ObjectRef.of(obj).name, exc.message)
+        return False

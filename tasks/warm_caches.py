@@ -1,0 +1,332 @@
+"""The warm-caches flow's I/O: read what caches exist and who needs them, create PVCs and fill Jobs,
+run the downloader in-process for the local backend, read fill results, write status, collect garbage.
+
+Decisions (names, manifests, status, retries, GC verdicts) come from :mod:`engine.caches.plan`; the
+downloader is :mod:`tasks.downloader` (one implementation for the Job and the local fill).
+"""
+
+from __future__ import annotations
+
+import base64
+import logging
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterable, Mapping
+
+from engine.caches.plan import (
+    ATTEMPTS_ANNOTATION,
+    CACHE_LABEL,
+    CREDENTIALS_MISSING,
+    MODELCACHE_API_VERSION,
+    VERIFICATION_FAILED,
+    Failure,
+    FillState,
+    JobSettings,
+    attempts_annotation,
+    claims_mounted_by,
+    job_failure_message,
+    job_state,
+    quantity_bytes,
+    read_fill_report,
+    render_job,
+    render_pvc,
+)
+from engine.caches.sources import ModelSource
+from tasks.boundary import accept
+from tasks.cluster import Cluster, Conflict, LocalCluster, Manifest, NotFound, ObjectRef
+from tasks.cluster.errors import ClusterError
+
+log = logging.getLogger(__name__)
+
+AIM = "aim.silogen.ai/v1alpha1"
+VOLUMES_DIR = ".modelplane-volumes"
+"""With the local backend, PVC ``<claim>`` of ``<namespace>`` is ``<state dir>/.modelplane-volumes/<namespace>/<claim>``."""
+
+
+# ------------------------------------------------------------------------------------------ read
+
+
+@dataclass
+class CacheWorld:
+    """Everything one warm-caches pass reads: one LIST per kind (per namespace when limited)."""
+
+    caches: list[Manifest]
+    configs: dict[str, Manifest]  # namespace -> its AIMNamespaceConfig "default"
+    templates: list[Manifest]
+    services: list[Manifest]
+    models: list[Manifest]
+    openmodels: list[Manifest]
+    pvcs: dict[tuple[str, str], Manifest]
+    jobs: dict[tuple[str, str], Manifest]
+    pods: list[Manifest]
+
+
+def _key(obj: Manifest) -> tuple[str, str]:
+    meta = obj.get("metadata") or {}
+    return meta.get("namespace") or "", meta.get("name") or ""
+
+
+def _list(cluster: Cluster, api_version: str, kind: str, namespaces: list[str] | None,
+          selector: str | None = None) -> list[Manifest]:
+    """Every object of a kind (all namespaces, or each of ``namespaces``); a kind the cluster does not
+    serve (e.g. a CRD that is not installed) is empty. Other failures propagate: never act on half a view."""
+    items: list[Manifest] = []
+    for namespace in namespaces or [None]:  # type: ignore[list-item]
+        try:
+            items.extend(accept(cluster, cluster.list(api_version, kind, namespace, label_selector=selector)))
+        except NotFound:
+            return []
+    return items
+
+
+def read_world(cluster: Cluster, namespaces: Iterable[str] | None = None) -> CacheWorld:
+    """Caches, their consumers, namespace configs, and the PVCs, Jobs and Pods the flow made."""
+    wanted = sorted(set(namespaces)) if namespaces else None
+    return CacheWorld(
+        caches=_list(cluster, MODELCACHE_API_VERSION, "ModelCache", wanted),
+        configs={ns: cfg for cfg in _list(cluster, AIM, "AIMNamespaceConfig", wanted)
+                 for ns, name in [_key(cfg)] if name == "default"},
+        templates=_list(cluster, AIM, "AIMServiceTemplate", wanted),
+        services=_list(cluster, AIM, "AIMService", wanted),
+        models=_list(cluster, "registry.volcano.sh/v1alpha1", "Model", wanted),
+        openmodels=_list(cluster, "llmaz.io/v1alpha1", "OpenModel", None),
+        pvcs={_key(p): p for p in _list(cluster, "v1", "PersistentVolumeClaim", wanted, CACHE_LABEL)},
+        jobs={_key(j): j for j in _list(cluster, "batch/v1", "Job", wanted, CACHE_LABEL)},
+        pods=_list(cluster, "v1", "Pod", wanted, CACHE_LABEL),
+    )
+
+
+# --------------------------------------------------------------------------------------- secrets
+
+
+def secret_value(cluster: Cluster, namespace: str, name: str, key: str) -> str:
+    """One key of a Secret (``data`` base64, or ``stringData`` in a manifest not yet normalised)."""
+    secret = cluster.get("v1", "Secret", name, namespace)
+    if key in (secret.get("stringData") or {}):
+        return str(secret["stringData"][key])
+    data = secret.get("data") or {}
+    if key not in data:
+        raise KeyError(key)
+    return base64.b64decode(data[key]).decode()
+
+
+def resolve_env(cluster: Cluster, namespace: str, env: Iterable[Mapping[str, Any]]) -> tuple[dict[str, str], Failure | None]:
+    """The env as values, ``secretKeyRef``s read from the namespace's Secrets (as the kubelet does for
+    the Job). A missing Secret or key is a :data:`CREDENTIALS_MISSING` failure naming it (never its value)."""
+    values: dict[str, str] = {}
+    for item in env:
+        name = item.get("name")
+        if not name:
+            continue
+        if "value" in item:
+            values[name] = str(item["value"])
+            continue
+        ref = (item.get("valueFrom") or {}).get("secretKeyRef") or {}
+        if not ref:
+            continue
+        try:
+            values[name] = secret_value(cluster, namespace, ref["name"], ref["key"])
+        except (NotFound, KeyError):
+            if ref.get("optional"):
+                continue
+            return values, Failure(
+                CREDENTIALS_MISSING,
+                f"env {name}: Secret {namespace}/{ref['name']} has no key {ref['key']!r}; create it or fix the reference",
+            )
+    return values, None
+
+
+# ---------------------------------------------------------------------------------------- volumes
+
+
+def local_volume(cluster: LocalCluster, namespace: str, claim: str) -> Path:
+    """The directory backing a PVC with the local backend."""
+    root = cluster.path if not cluster.single_file else cluster.path.parent
+    return root / VOLUMES_DIR / namespace / claim
+
+
+def create_pvc(cluster: Cluster, cache: Manifest, size: str, storage_class: str | None) -> Manifest:
+    """Create the cache's PVC once (never patched: no resize, no class change). The local backend acts
+    as its own provisioner: the claim is bound at once to a directory under the state directory."""
+    pvc = render_pvc(cache, size, storage_class)
+    meta = pvc["metadata"]
+    try:
+        created = cluster.create(pvc)
+    except Conflict:
+        created = cluster.get("v1", "PersistentVolumeClaim", meta["name"], meta["namespace"])
+    if isinstance(cluster, LocalCluster) and (created.get("status") or {}).get("phase") != "Bound":
+        local_volume(cluster, meta["namespace"], meta["name"]).mkdir(parents=True, exist_ok=True)
+        created = cluster.patch_status(ObjectRef.of(created), {
+            "phase": "Bound", "accessModes": pvc["spec"]["accessModes"], "capacity": {"storage": size},
+        })
+    return created
+
+
+def pvc_capacity(pvc: Manifest | None) -> str | None:
+    """What the PVC holds: its bound capacity, else its request."""
+    if not pvc:
+        return None
+    capacity = ((pvc.get("status") or {}).get("capacity") or {}).get("storage")
+    return capacity or (((pvc.get("spec") or {}).get("resources") or {}).get("requests") or {}).get("storage")
+
+
+# ------------------------------------------------------------------------------------------- jobs
+
+
+def start_job(cluster: Cluster, cache: Manifest, source_uri: str, attempt: int, env: list[dict[str, Any]],
+              settings: JobSettings, previous: Manifest | None) -> Manifest:
+    """Delete the previous attempt's Job (if any) and create this attempt's."""
+    if previous is not None:
+        try:
+            cluster.delete(ObjectRef.of(previous))
+        except NotFound:
+            pass
+    job = render_job(cache, source_uri, attempt, env, settings)
+    try:
+        return cluster.create(job)
+    except Conflict:
+        return cluster.get("batch/v1", "Job", job["metadata"]["name"], job["metadata"]["namespace"])
+
+
+def job_result(job: Manifest | None, pods: Iterable[Manifest], source_uri: str) -> tuple[FillState, Failure | None]:
+    """A Job's outcome: running, or finished with the verdict its last pod's termination message reports.
+    "Complete" alone is not enough: the report must be a verified completion marker of this source."""
+    state = job_state(job)
+    if state in (FillState.NONE, FillState.RUNNING) or job is None:
+        return state, None
+    name = job["metadata"]["name"]
+    mine = [p for p in pods if (p.get("metadata") or {}).get("labels", {}).get("job-name") == name]
+    wanted_phase = "Succeeded" if state == FillState.SUCCEEDED else "Failed"
+    finished = [p for p in mine if (p.get("status") or {}).get("phase") == wanted_phase] or mine
+    message = None
+    for pod in sorted(finished, key=lambda p: p["metadata"].get("creationTimestamp") or "", reverse=True):
+        for status in (pod.get("status") or {}).get("containerStatuses") or []:
+            terminated = (status.get("state") or {}).get("terminated") or {}
+            if terminated.get("message"):
+                message = terminated["message"]
+                break
+        if message:
+            break
+    verdict, failure = read_fill_report(message, source_uri)
+    if state == FillState.FAILED and verdict == FillState.SUCCEEDED:  # a report without success of the Job
+        return FillState.FAILED, Failure("DownloadFailed", "the fill Job failed after reporting a complete cache")
+    if state == FillState.FAILED and failure is not None and failure.reason == "VerificationFailed":
+        return FillState.FAILED, Failure("DownloadFailed", f"the fill Job failed ({job_failure_message(job)})")
+    return verdict, failure
+
+
+# ------------------------------------------------------------------------------------------ status
+
+
+def write_status(cluster: Cluster, cache: Manifest, status: Mapping[str, Any]) -> Manifest:
+    """Merge-patch the changed top-level status fields (nothing when unchanged)."""
+    from engine.status import changed_fields
+
+    change = changed_fields(cache.get("status") or {}, status)
+    if not change:
+        return cache
+    return cluster.patch_status(ObjectRef.of(cache), change)
+
+
+def record_attempt(cluster: Cluster, cache: Manifest, generation: int | None, attempts: int) -> Manifest:
+    """Persist the fill count of this generation on the cache (state survives between runs)."""
+    annotation = attempts_annotation(generation, attempts)
+    if (cache["metadata"].get("annotations") or {}).get(ATTEMPTS_ANNOTATION) == annotation[ATTEMPTS_ANNOTATION]:
+        return cache
+    return cluster.patch_spec(ObjectRef.of(cache), {"metadata": {"annotations": annotation}})
+
+
+def post_event(cluster: Cluster, cache: Manifest, reason: str, message: str, warning: bool = False) -> None:
+    """An Event on the cache; a failure to record it is logged, never fatal."""
+    try:
+        cluster.post_event(cache, reason, message, "Warning" if warning else "Normal")
+    except ClusterError as exc:
+        log.warning("could not record Event %s on ModelCache %s: %s", reason, cache["metadata"]["name"], exc.message)
+
+
+def emit_cache_event(cache: Manifest, status: str, reason: str, source_uri: str, pvc: str) -> None:
+    """A Prefect event for a stored status change: ``modelplane.aim.cache.<status>`` (e.g.
+    ``tasks.events.CACHE_AVAILABLE``) about the ModelCache, so rollouts waiting for it can be triggered."""
+    from tasks.events import Subject, emit_change
+
+    emit_change(Subject.of(cache), status.lower(), {"status": status, "reason": reason, "source": source_uri, "pvc": pvc})
+
+
+# ----------------------------------------------------------------------------------------- GC
+
+
+def mounted_claims(cluster: Cluster, namespace: str) -> set[str]:
+    """PVCs that Pods, Deployments, StatefulSets or InferenceServices in ``namespace`` mount now.
+    A kind the cluster does not serve mounts nothing; any other failure propagates (never delete blind)."""
+    claims: set[str] = set()
+    for api_version, kind in (("v1", "Pod"), ("apps/v1", "Deployment"), ("apps/v1", "StatefulSet"),
+                              ("serving.kserve.io/v1beta1", "InferenceService")):
+        try:
+            objects = cluster.list(api_version, kind, namespace)
+        except NotFound:
+            continue
+        for obj in objects:
+            if obj.get("metadata", {}).get("labels", {}).get(CACHE_LABEL):
+                continue  # the cache's own fill pods
+            claims |= claims_mounted_by(obj)
+    return claims
+
+
+def delete_cache(cluster: Cluster, cache: Manifest, world: CacheWorld) -> None:
+    """Delete a cache with its fill Jobs and PVC (and, locally, the volume directory)."""
+    namespace, name = _key(cache)
+    for (ns, _), job in world.jobs.items():
+        if ns == namespace and job["metadata"].get("labels", {}).get(CACHE_LABEL) == name:
+            _delete(cluster, job)
+    claim = (cache.get("status") or {}).get("persistentVolumeClaim")
+    pvc = world.pvcs.get((namespace, claim or ""))
+    if pvc is not None:
+        _delete(cluster, pvc)
+    _delete(cluster, cache)
+    if isinstance(cluster, LocalCluster) and claim:
+        shutil.rmtree(local_volume(cluster, namespace, claim), ignore_errors=True)
+
+
+def _delete(cluster: Cluster, obj: Manifest) -> None:
+    try:
+        cluster.delete(ObjectRef.of(obj))
+    except NotFound:
+        pass
+
+
+# ---------------------------------------------------------------------------------- local fills
+
+
+def measure_source(source: ModelSource, env: Mapping[str, str]) -> int:
+    """Bytes the source holds (Hugging Face file sizes of the revision; the S3 prefix listing)."""
+    from tasks.downloader import Credentials, source_size
+
+    return sum(source_size(source, Credentials.from_env(env)))
+
+
+def fill_local(source: ModelSource, volume: Path, env: Mapping[str, str], capacity: str | None) -> Failure | None:
+    """Run the downloader in this process into the local volume (bounded by the PVC's capacity, since a
+    directory has no size of its own); ``None`` when the completion marker is written and the files are in
+    place, else the typed failure (its message already free of secrets). Progress goes to a Prefect
+    artifact inside a flow run."""
+    from prefect.context import FlowRunContext
+
+    from tasks.downloader import Credentials, DownloadError, fill_cache, is_complete, prefect_progress
+
+    progress = prefect_progress(f"Filling {volume.name} from {source.uri}") if FlowRunContext.get() else None
+    try:
+        fill_cache(source, volume, Credentials.from_env(env), progress,
+                   capacity_bytes=quantity_bytes(capacity) if capacity else None)
+    except DownloadError as exc:
+        return Failure(exc.reason, exc.message)
+    if not is_complete(volume, source.uri):
+        return Failure(VERIFICATION_FAILED, f"no complete cache of {source.uri} after the fill (marker missing or files changed)")
+    return None
+
+
+def local_marker_ok(volume: Path, source_uri: str) -> bool:
+    """Whether the local volume holds a complete cache of this source (marker and every file in place)."""
+    from tasks.downloader import is_complete
+
+    return is_complete(volume, source_uri)
