@@ -18,8 +18,9 @@ import pathlib
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Callable
+from typing import Any
 
 import yaml
 
@@ -28,7 +29,12 @@ from bench.engine import machine, write_section
 START, END = "<!-- aim-bench:start -->", "<!-- aim-bench:end -->"
 NAMESPACE = "bench-aim"
 PACKAGES = ("prefect", "kubernetes", "requests")
-GATEWAY = {"group": "gateway.networking.k8s.io", "kind": "Gateway", "name": "inference-gateway", "namespace": "gateway-system"}
+GATEWAY = {
+    "group": "gateway.networking.k8s.io",
+    "kind": "Gateway",
+    "name": "inference-gateway",
+    "namespace": "gateway-system",
+}
 
 
 def labels(i: int) -> dict[str, str]:
@@ -47,17 +53,47 @@ def populate(server: Any, registry: Any, models: int) -> None:
     server.create_namespace(NAMESPACE)  # as on a cluster, objects need their namespace to exist
     layer = b"shared layer"
     with ThreadPoolExecutor(max_workers=8) as pool:
-        list(pool.map(lambda i: registry.push_image(f"aim/model-{i:04d}", "1.0", labels(i), layer=layer), range(models)))
-    cluster.create({"apiVersion": "aim.silogen.ai/v1alpha1", "kind": "AIMNamespaceConfig", "metadata": {"name": "default", "namespace": NAMESPACE},
-                    "spec": {"routing": {"gateway": GATEWAY}}})
+        list(
+            pool.map(lambda i: registry.push_image(f"aim/model-{i:04d}", "1.0", labels(i), layer=layer), range(models))
+        )
+    cluster.create(
+        {
+            "apiVersion": "aim.silogen.ai/v1alpha1",
+            "kind": "AIMNamespaceConfig",
+            "metadata": {"name": "default", "namespace": NAMESPACE},
+            "spec": {"routing": {"gateway": GATEWAY}},
+        }
+    )
     for n in range(10):
-        cluster.create({"apiVersion": "v1", "kind": "Node", "metadata": {"name": f"gpu-{n}", "labels": {"amd.com/gpu.device-id": "74a1", "amd.com/gpu.count": "8"}}})
+        cluster.create(
+            {
+                "apiVersion": "v1",
+                "kind": "Node",
+                "metadata": {"name": f"gpu-{n}", "labels": {"amd.com/gpu.device-id": "74a1", "amd.com/gpu.count": "8"}},
+            }
+        )
 
     def one(i: int) -> None:
-        cluster.create({"apiVersion": "aim.silogen.ai/v1alpha1", "kind": "AIMClusterModel", "metadata": {"name": f"model-{i:04d}"},
-                        "spec": {"name": f"org/model-{i:04d}:1.0", "image": registry.image(f"aim/model-{i:04d}", "1.0")}})
-        cluster.create({"apiVersion": "aim.silogen.ai/v1alpha1", "kind": "AIMService", "metadata": {"name": f"svc-{i:04d}", "namespace": NAMESPACE},
-                        "spec": {"model": f"org/model-{i:04d}:1.0", "templateRef": template_of(i, registry), "cacheModel": False}})
+        cluster.create(
+            {
+                "apiVersion": "aim.silogen.ai/v1alpha1",
+                "kind": "AIMClusterModel",
+                "metadata": {"name": f"model-{i:04d}"},
+                "spec": {"name": f"org/model-{i:04d}:1.0", "image": registry.image(f"aim/model-{i:04d}", "1.0")},
+            }
+        )
+        cluster.create(
+            {
+                "apiVersion": "aim.silogen.ai/v1alpha1",
+                "kind": "AIMService",
+                "metadata": {"name": f"svc-{i:04d}", "namespace": NAMESPACE},
+                "spec": {
+                    "model": f"org/model-{i:04d}:1.0",
+                    "templateRef": template_of(i, registry),
+                    "cacheModel": False,
+                },
+            }
+        )
 
     with ThreadPoolExecutor(max_workers=8) as pool:
         list(pool.map(one, range(models)))
@@ -66,8 +102,11 @@ def populate(server: Any, registry: Any, models: int) -> None:
 def template_of(i: int, registry: Any) -> str:
     from engine.aim.discovery import template_name
 
-    return template_name(f"model-{i:04d}", registry.image(f"aim/model-{i:04d}", "1.0"),
-                         {"gpuModel": "MI300X", "gpuCount": 1, "precision": "fp8", "metric": "latency"})
+    return template_name(
+        f"model-{i:04d}",
+        registry.image(f"aim/model-{i:04d}", "1.0"),
+        {"gpuModel": "MI300X", "gpuCount": 1, "precision": "fp8", "metric": "latency"},
+    )
 
 
 def measure(server: Any, registry: Any, name: str, run: Callable[[], Any]) -> dict[str, Any]:
@@ -79,7 +118,13 @@ def measure(server: Any, registry: Any, name: str, run: Callable[[], Any]) -> di
     wall = time.perf_counter() - start
     stats = server.stats()
     verbs = {k: v for k, v in stats["by_verb"].items() if v and k != "discovery"}
-    return {"flow": name, "wall_s": wall, "verbs": verbs, "registry": dict(registry.requests_since_mark()), "summary": report.summary}
+    return {
+        "flow": name,
+        "wall_s": wall,
+        "verbs": verbs,
+        "registry": dict(registry.requests_since_mark()),
+        "summary": report.summary,
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -153,8 +198,10 @@ def render(rows: list[dict[str, Any]], models: int) -> str:
     ]
     for row in rows:
         verbs = ", ".join(f"{k} {v}" for k, v in sorted(row["verbs"].items()))
-        lines.append(f"| {row['pass']} | {row['flow']} | {row['wall_s']:.1f} | {per_image(row['registry'], 'manifest')} | "
-                     f"{per_image(row['registry'], 'blob')} | {verbs} | {row['summary']} |")
+        lines.append(
+            f"| {row['pass']} | {row['flow']} | {row['wall_s']:.1f} | {per_image(row['registry'], 'manifest')} | "
+            f"{per_image(row['registry'], 'blob')} | {verbs} | {row['summary']} |"
+        )
     first = sum(r["wall_s"] for r in rows if r["pass"] == "first pass" and r["flow"] != "resolve-templates")
     second = sum(r["wall_s"] for r in rows if r["pass"] == "second pass" and r["flow"] != "resolve-templates")
     again = sum(r["wall_s"] for r in rows if r["pass"] == "unchanged" and r["flow"] != "resolve-templates")

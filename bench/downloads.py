@@ -34,9 +34,10 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING
 
 import boto3
 from boto3.s3.transfer import TransferConfig
@@ -108,9 +109,16 @@ def populate_s3(client, bucket: str, large: pathlib.Path, small_count: int) -> N
     client.create_bucket(Bucket=bucket)
     for i in range(COUNT_OBJECTS):
         client.put_object(Bucket=bucket, Key=f"count/shard-{i:03d}.bin", Body=os.urandom(MiB))
-    client.upload_file(str(large), bucket, "large/model.safetensors", Config=TransferConfig(multipart_chunksize=16 * MiB))
+    client.upload_file(
+        str(large), bucket, "large/model.safetensors", Config=TransferConfig(multipart_chunksize=16 * MiB)
+    )
     with ThreadPoolExecutor(8) as pool:
-        list(pool.map(lambda i: client.put_object(Bucket=bucket, Key=f"small/shard-{i:05d}.bin", Body=os.urandom(MiB)), range(small_count)))
+        list(
+            pool.map(
+                lambda i: client.put_object(Bucket=bucket, Key=f"small/shard-{i:05d}.bin", Body=os.urandom(MiB)),
+                range(small_count),
+            )
+        )
 
 
 def raw_s3(client, bucket: str, prefix: str, dest: pathlib.Path) -> None:  # type: ignore[no-untyped-def]
@@ -118,7 +126,7 @@ def raw_s3(client, bucket: str, prefix: str, dest: pathlib.Path) -> None:  # typ
     paginator = client.get_paginator("list_objects_v2")
     for page in paginator.paginate(Bucket=bucket, Prefix=prefix + "/"):
         for obj in page.get("Contents", []):
-            target = dest / obj["Key"][len(prefix) + 1:]
+            target = dest / obj["Key"][len(prefix) + 1 :]
             target.parent.mkdir(parents=True, exist_ok=True)
             client.download_file(bucket, obj["Key"], str(target))
 
@@ -133,7 +141,10 @@ def populate_hf(server: FastHfServer, large_repo: str, small_count: int) -> tupl
     """
     small_repo = server.new_repo_id("small")
     count_repo = server.new_repo_id("count")
-    for repo, names in ((count_repo, [f"shard-{i:03d}.bin" for i in range(COUNT_OBJECTS)]), (small_repo, [f"shard-{i:05d}.bin" for i in range(small_count)])):
+    for repo, names in (
+        (count_repo, [f"shard-{i:03d}.bin" for i in range(COUNT_OBJECTS)]),
+        (small_repo, [f"shard-{i:05d}.bin" for i in range(small_count)]),
+    ):
         folder = server.repo_dir(repo)
         folder.mkdir(parents=True)
         for name in names:
@@ -146,7 +157,9 @@ def populate_hf(server: FastHfServer, large_repo: str, small_count: int) -> tupl
 def raw_hf(endpoint: str, repo: str, dest: pathlib.Path) -> None:
     from huggingface_hub import snapshot_download
 
-    snapshot_download(repo, local_dir=str(dest), endpoint=endpoint, token=False, allow_patterns=["*.safetensors", "*.bin"])
+    snapshot_download(
+        repo, local_dir=str(dest), endpoint=endpoint, token=False, allow_patterns=["*.safetensors", "*.bin"]
+    )
 
 
 def bare_get_loop(endpoint: str, repo: str, names: list[str], concurrency: int) -> None:
@@ -169,7 +182,9 @@ def bare_get_loop(endpoint: str, repo: str, names: list[str], concurrency: int) 
 # ----------------------------------------------------------------------------------------------------- requests
 
 
-def count_requests(client, bucket: str, s3_endpoint: str, hf_endpoint: str, repo: str, creds: Credentials, tmp: pathlib.Path) -> dict[str, dict[str, int]]:  # type: ignore[no-untyped-def]
+def count_requests(
+    client, bucket: str, s3_endpoint: str, hf_endpoint: str, repo: str, creds: Credentials, tmp: pathlib.Path
+) -> dict[str, dict[str, int]]:  # type: ignore[no-untyped-def]
     """HTTP requests by method for 20 objects of 1 MiB, each client behind a counting proxy."""
     from tests.servers.countingproxy import CountingProxy
 
@@ -191,24 +206,55 @@ def count_requests(client, bucket: str, s3_endpoint: str, hf_endpoint: str, repo
         counts[label] = by_method
 
     def raw_s3_via(url: str, dest: pathlib.Path) -> None:
-        proxied = boto3.client("s3", endpoint_url=url, region_name="us-east-1", aws_access_key_id="bench", aws_secret_access_key="bench")
+        proxied = boto3.client(
+            "s3", endpoint_url=url, region_name="us-east-1", aws_access_key_id="bench", aws_secret_access_key="bench"
+        )
         raw_s3(proxied, bucket, "count", dest)
 
     measure("S3 boto3 download_file", s3_endpoint, raw_s3_via)
-    measure("S3 downloader", s3_endpoint, lambda url, dest: fill_cache(f"s3://{bucket}/count", dest, Credentials(aws_access_key_id="bench", aws_secret_access_key="bench", aws_endpoint_url=url, aws_region="us-east-1")))
+    measure(
+        "S3 downloader",
+        s3_endpoint,
+        lambda url, dest: fill_cache(
+            f"s3://{bucket}/count",
+            dest,
+            Credentials(
+                aws_access_key_id="bench", aws_secret_access_key="bench", aws_endpoint_url=url, aws_region="us-east-1"
+            ),
+        ),
+    )
     measure("HF snapshot_download", hf_endpoint, lambda url, dest: raw_hf(url, repo, dest))
-    measure("HF downloader", hf_endpoint, lambda url, dest: fill_cache(f"hf://{repo}?allow=*.bin", dest, Credentials(hf_endpoint=url)))
+    measure(
+        "HF downloader",
+        hf_endpoint,
+        lambda url, dest: fill_cache(f"hf://{repo}?allow=*.bin", dest, Credentials(hf_endpoint=url)),
+    )
     return counts
 
 
 # ----------------------------------------------------------------------------------------------------- kill
 
 
-def kill_at_half(source: str, env: dict[str, str], size: int, workdir: pathlib.Path, concurrency: int, part_size: int) -> dict[str, float]:
+def kill_at_half(
+    source: str, env: dict[str, str], size: int, workdir: pathlib.Path, concurrency: int, part_size: int
+) -> dict[str, float]:
     dest = workdir / "killed"
-    command = [sys.executable, "-c", "from flows.cli import main; main()", "cache", "fill", source, str(dest),
-               "--concurrency", str(concurrency), "--part-size-mib", str(part_size // MiB)]
-    process = subprocess.Popen(command, env={**os.environ, **env}, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    command = [
+        sys.executable,
+        "-c",
+        "from flows.cli import main; main()",
+        "cache",
+        "fill",
+        source,
+        str(dest),
+        "--concurrency",
+        str(concurrency),
+        "--part-size-mib",
+        str(part_size // MiB),
+    ]
+    process = subprocess.Popen(
+        command, env={**os.environ, **env}, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
+    )
 
     def written() -> int:
         staging = dest / STAGING_DIR
@@ -269,8 +315,20 @@ def main(argv: list[str] | None = None) -> int:
             write_random(large, large_size)
             endpoint = f"http://127.0.0.1:{port}"
             access, secret = create_access_key(endpoint)
-            client = boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1", aws_access_key_id=access, aws_secret_access_key=secret)
-            creds = Credentials(aws_access_key_id=access, aws_secret_access_key=secret, aws_endpoint_url=endpoint, aws_region="us-east-1", hf_endpoint=hf.endpoint)
+            client = boto3.client(
+                "s3",
+                endpoint_url=endpoint,
+                region_name="us-east-1",
+                aws_access_key_id=access,
+                aws_secret_access_key=secret,
+            )
+            creds = Credentials(
+                aws_access_key_id=access,
+                aws_secret_access_key=secret,
+                aws_endpoint_url=endpoint,
+                aws_region="us-east-1",
+                hf_endpoint=hf.endpoint,
+            )
             bucket = "bench"
             print("uploading to moto ...", flush=True)
             populate_s3(client, bucket, large, args.small_count)
@@ -278,8 +336,14 @@ def main(argv: list[str] | None = None) -> int:
             small_repo, count_repo = populate_hf(hf, large_repo, args.small_count)
 
             def case(
-                source: str, shape: str, raw_label: str, raw: Callable[[pathlib.Path], None], uri: str, total: int,
-                server_pid: int, bare: Callable[[], None] | None = None,
+                source: str,
+                shape: str,
+                raw_label: str,
+                raw: Callable[[pathlib.Path], None],
+                uri: str,
+                total: int,
+                server_pid: int,
+                bare: Callable[[], None] | None = None,
             ) -> None:
                 load = os.getloadavg()[0]
                 raw_dir, ours_dir = tmp / f"raw-{len(cases)}", tmp / f"ours-{len(cases)}"
@@ -293,7 +357,17 @@ def main(argv: list[str] | None = None) -> int:
                 cpu2, own2 = process_cpu(server_pid), time.process_time()
                 shutil.rmtree(ours_dir)
                 result = Case(
-                    source, shape, raw_label, raw_s, ours_s, total, load, cpu1 - cpu0, cpu2 - cpu1, own1 - own0, own2 - own1b,
+                    source,
+                    shape,
+                    raw_label,
+                    raw_s,
+                    ours_s,
+                    total,
+                    load,
+                    cpu1 - cpu0,
+                    cpu2 - cpu1,
+                    own1 - own0,
+                    own2 - own1b,
                 )
                 if bare is not None:
                     cpu3, own3 = process_cpu(server_pid), time.process_time()
@@ -305,26 +379,64 @@ def main(argv: list[str] | None = None) -> int:
                     f"{source} {shape}: raw {raw_s:.2f}s, downloader {ours_s:.2f}s ({raw_s / ours_s:.2f}x) load {load:.2f}; "
                     f"client CPU raw {result.raw_client_cpu:.1f}s, downloader {result.ours_client_cpu:.1f}s; "
                     f"server CPU raw {result.raw_server_cpu:.1f}s, downloader {result.ours_server_cpu:.1f}s"
-                    + (f"; bare GET loop {result.bare_s:.2f}s (server CPU {result.bare_server_cpu:.1f}s, client CPU {result.bare_client_cpu:.1f}s)" if bare else ""),
+                    + (
+                        f"; bare GET loop {result.bare_s:.2f}s (server CPU {result.bare_server_cpu:.1f}s, client CPU {result.bare_client_cpu:.1f}s)"
+                        if bare
+                        else ""
+                    ),
                     flush=True,
                 )
 
             large_shape = f"1 x {args.large_mib} MiB"
             small_shape = f"{args.small_count:,} x 1 MiB"
             small_names = [f"shard-{i:05d}.bin" for i in range(args.small_count)]
-            case("S3", large_shape, "boto3 download_file", lambda d: raw_s3(client, bucket, "large", d), f"s3://{bucket}/large", large_size, moto.pid)
-            case("S3", small_shape, "boto3 download_file per object", lambda d: raw_s3(client, bucket, "small", d), f"s3://{bucket}/small", args.small_count * MiB, moto.pid)
-            case("HF", large_shape, "snapshot_download", lambda d: raw_hf(hf.endpoint, large_repo, d), f"hf://{large_repo}?allow=*.safetensors", large_size, hf.pid)
             case(
-                "HF", small_shape, "snapshot_download (8 workers)", lambda d: raw_hf(hf.endpoint, small_repo, d),
-                f"hf://{small_repo}?allow=*.bin", args.small_count * MiB, hf.pid,
+                "S3",
+                large_shape,
+                "boto3 download_file",
+                lambda d: raw_s3(client, bucket, "large", d),
+                f"s3://{bucket}/large",
+                large_size,
+                moto.pid,
+            )
+            case(
+                "S3",
+                small_shape,
+                "boto3 download_file per object",
+                lambda d: raw_s3(client, bucket, "small", d),
+                f"s3://{bucket}/small",
+                args.small_count * MiB,
+                moto.pid,
+            )
+            case(
+                "HF",
+                large_shape,
+                "snapshot_download",
+                lambda d: raw_hf(hf.endpoint, large_repo, d),
+                f"hf://{large_repo}?allow=*.safetensors",
+                large_size,
+                hf.pid,
+            )
+            case(
+                "HF",
+                small_shape,
+                "snapshot_download (8 workers)",
+                lambda d: raw_hf(hf.endpoint, small_repo, d),
+                f"hf://{small_repo}?allow=*.bin",
+                args.small_count * MiB,
+                hf.pid,
                 bare=lambda: bare_get_loop(hf.endpoint, small_repo, small_names, args.concurrency),
             )
             print("request counts ...", flush=True)
             requests = count_requests(client, bucket, endpoint, hf.endpoint, count_repo, creds, tmp)
             print(requests, flush=True)
             print("kill at 50% ...", flush=True)
-            env = {"AWS_ACCESS_KEY_ID": access, "AWS_SECRET_ACCESS_KEY": secret, "AWS_ENDPOINT_URL": endpoint, "AWS_REGION": "us-east-1"}
+            env = {
+                "AWS_ACCESS_KEY_ID": access,
+                "AWS_SECRET_ACCESS_KEY": secret,
+                "AWS_ENDPOINT_URL": endpoint,
+                "AWS_REGION": "us-east-1",
+            }
             kill = kill_at_half(f"s3://{bucket}/large", env, large_size, tmp, args.concurrency, DEFAULT_PART_SIZE)
             print(kill, flush=True)
         finally:
@@ -394,7 +506,9 @@ minutes before the load 2.6 to 3.7 run above (load 1.6 to 3.9), measured 1.80x (
 """
 
 
-def render(cases: list[Case], kill: dict[str, float], requests: dict[str, dict[str, int]], args: argparse.Namespace) -> str:
+def render(
+    cases: list[Case], kill: dict[str, float], requests: dict[str, dict[str, int]], args: argparse.Namespace
+) -> str:
     def mib_s(total: int, seconds: float) -> str:
         return f"{total / MiB / seconds:,.0f} MiB/s"
 
@@ -437,7 +551,7 @@ def render(cases: list[Case], kill: dict[str, float], requests: dict[str, dict[s
             continue
         count = int(c.total_bytes // MiB)
 
-        def per_file(seconds: float) -> str:
+        def per_file(seconds: float, count: int = count) -> str:
             return f"{1000 * seconds / count:.1f} ms"
 
         lines += [
@@ -455,7 +569,9 @@ def render(cases: list[Case], kill: dict[str, float], requests: dict[str, dict[s
         lines += [
             "",
             f"HTTP requests for {COUNT_OBJECTS} objects of 1 MiB (counted by a proxy in front of each server): "
-            + "; ".join(f"{label}: " + ", ".join(f"{n} {m}" for m, n in sorted(by.items())) for label, by in requests.items())
+            + "; ".join(
+                f"{label}: " + ", ".join(f"{n} {m}" for m, n in sorted(by.items())) for label, by in requests.items()
+            )
             + ". The downloader takes sizes and checksums from the one listing and sends one GET per object.",
         ]
     if kill:

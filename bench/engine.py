@@ -44,9 +44,15 @@ def sizing_inputs(n: int, seed: int = 0) -> dict:
     alpha = rng.uniform(5, 30, n)
     beta = rng.uniform(0.05, 0.5, n)
     return dict(
-        alpha=alpha, beta=beta, gamma=rng.uniform(2, 20, n), delta=rng.uniform(0.005, 0.1, n),
-        max_batch=batch, in_tokens=rng.integers(0, 2048, n), out_tokens=rng.integers(1, 1024, n),
-        ttft_ms=rng.uniform(100, 3000, n), itl_ms=alpha + beta * batch * rng.uniform(0.05, 1.2, n),
+        alpha=alpha,
+        beta=beta,
+        gamma=rng.uniform(2, 20, n),
+        delta=rng.uniform(0.005, 0.1, n),
+        max_batch=batch,
+        in_tokens=rng.integers(0, 2048, n),
+        out_tokens=rng.integers(1, 1024, n),
+        ttft_ms=rng.uniform(100, 3000, n),
+        itl_ms=alpha + beta * batch * rng.uniform(0.05, 1.2, n),
         tps=None,
     )
 
@@ -58,8 +64,9 @@ def bench_sizing(n: int, repeats: int) -> dict:
         t0 = time.perf_counter()
         res = size_arrays(**inputs)
         times.append(time.perf_counter() - t0)
-    return dict(pairs=n, first=times[0], best=min(times), median=statistics.median(times),
-                feasible=int(res.feasible.sum()))
+    return dict(
+        pairs=n, first=times[0], best=min(times), median=statistics.median(times), feasible=int(res.feasible.sum())
+    )
 
 
 # --------------------------------------------------------------------------------------------------
@@ -79,26 +86,38 @@ def allocation_instance(n_models: int, n_acc: int, per_model: int, seed: int) ->
     rng = np.random.default_rng(seed)
     accs = [f"gpu{i}" for i in range(n_acc)]
     speed = rng.uniform(0.5, 2.0, n_acc)
-    unit = {a: float(round(10 * s ** 1.3 * rng.uniform(0.8, 1.2), 2)) for a, s in zip(accs, speed)}
+    unit = {a: float(round(10 * s**1.3 * rng.uniform(0.8, 1.2), 2)) for a, s in zip(accs, speed)}
     models, variants = [], []
     for i in range(n_models):
         name = f"m{i:04d}"
         size = rng.uniform(0.5, 3)
-        models.append(ModelDemand(
-            name=name, load_rps=float(rng.gamma(2.0, 2.0)),
-            workload=Workload(float(rng.integers(64, 2048)), float(rng.integers(32, 1024))),
-            slo=SLO(ttft_ms=float(rng.uniform(500, 3000)), itl_ms=float(rng.uniform(30, 80))),
-            priority=int(rng.integers(1, 4)),
-        ))
+        models.append(
+            ModelDemand(
+                name=name,
+                load_rps=float(rng.gamma(2.0, 2.0)),
+                workload=Workload(float(rng.integers(64, 2048)), float(rng.integers(32, 1024))),
+                slo=SLO(ttft_ms=float(rng.uniform(500, 3000)), itl_ms=float(rng.uniform(30, 80))),
+                priority=int(rng.integers(1, 4)),
+            )
+        )
         for j in sorted(rng.choice(n_acc, per_model, replace=False)):
             k = size / speed[j]
-            variants.append(VariantOption(
-                name=f"{name}-{accs[j]}", model=name, accelerator=accs[j],
-                accelerators_per_replica=int(rng.choice([1, 1, 2, 4])),
-                profile=PerfProfile(alpha=10 * k, beta=0.2 * k, gamma=5 * k, delta=0.02 * k,
-                                    max_batch=int(rng.choice([16, 32, 64, 128, 256]))),
-                current_replicas=int(rng.integers(0, 3)) if rng.random() < 0.3 else 0,
-            ))
+            variants.append(
+                VariantOption(
+                    name=f"{name}-{accs[j]}",
+                    model=name,
+                    accelerator=accs[j],
+                    accelerators_per_replica=int(rng.choice([1, 1, 2, 4])),
+                    profile=PerfProfile(
+                        alpha=10 * k,
+                        beta=0.2 * k,
+                        gamma=5 * k,
+                        delta=0.02 * k,
+                        max_batch=int(rng.choice([16, 32, 64, 128, 256])),
+                    ),
+                    current_replicas=int(rng.integers(0, 3)) if rng.random() < 0.3 else 0,
+                )
+            )
     return Instance(models, variants, unit, accs)
 
 
@@ -118,8 +137,9 @@ def allocation_scenarios(n_models: int, per_model: int) -> tuple[Instance, dict[
     need = usage(inst, free.replicas)
     cheap = sorted(inst.accelerators, key=lambda a: inst.unit_costs[a])[:4]
     return inst, {
-        "binding (4 cheapest types at 80%, others 200%)":
-            {a: int(need[a] * (0.8 if a in cheap else 2.0)) for a in inst.accelerators},
+        "binding (4 cheapest types at 80%, others 200%)": {
+            a: int(need[a] * (0.8 if a in cheap else 2.0)) for a in inst.accelerators
+        },
         "shortage (every type at 70%)": {a: int(need[a] * 0.7) for a in inst.accelerators},
     }
 
@@ -128,26 +148,40 @@ def bench_allocation(n_models: int, time_limit: float, per_model: int = 3) -> li
     inst, scenarios = allocation_scenarios(n_models, per_model)
     rows = []
     for label, inventory in scenarios.items():
-        problem = AllocationProblem(inst.models, inst.variants, inst.unit_costs, inventory,
-                                    time_limit_s=time_limit, mip_gap=1e-3)
+        problem = AllocationProblem(
+            inst.models, inst.variants, inst.unit_costs, inventory, time_limit_s=time_limit, mip_gap=1e-3
+        )
         load_before = os.getloadavg()[0]
         t0 = time.perf_counter()
         alloc = solve(problem)
         elapsed = time.perf_counter() - t0
         base = greedy(problem)
-        rows.append(dict(
-            scenario=label, models=n_models, per_model=per_model, variants=len(inst.variants), time=elapsed,
-            status=alloc.status, gap=alloc.gap, stage_gaps=alloc.stage_gaps, cost=alloc.cost,
-            unserved=alloc.total_unserved_rps, levels=weighted(alloc, inst.models),
-            greedy_cost=base.cost, greedy_unserved=base.total_unserved_rps, greedy_levels=weighted(base, inst.models),
-            load=sum(m.load_rps for m in inst.models), infeasible=len(alloc.infeasible_variants),
-            loadavg=load_before,
-        ))
+        rows.append(
+            dict(
+                scenario=label,
+                models=n_models,
+                per_model=per_model,
+                variants=len(inst.variants),
+                time=elapsed,
+                status=alloc.status,
+                gap=alloc.gap,
+                stage_gaps=alloc.stage_gaps,
+                cost=alloc.cost,
+                unserved=alloc.total_unserved_rps,
+                levels=weighted(alloc, inst.models),
+                greedy_cost=base.cost,
+                greedy_unserved=base.total_unserved_rps,
+                greedy_levels=weighted(base, inst.models),
+                load=sum(m.load_rps for m in inst.models),
+                infeasible=len(alloc.infeasible_variants),
+                loadavg=load_before,
+            )
+        )
     return rows
 
 
 ALTERNATIVES = {
-    "compact MILP, HiGHS branch and bound alone": {"engine.allocation.solver.DECOMPOSE_FROM_VARIANTS": 10 ** 9},
+    "compact MILP, HiGHS branch and bound alone": {"engine.allocation.solver.DECOMPOSE_FROM_VARIANTS": 10**9},
     "column generation + seeded pools (each variant alone)": {"engine.allocation.decomposition.SEED_POOLS": True},
     "column generation + price smoothing (Wentges, 0.5)": {"engine.allocation.decomposition.SMOOTHING": 0.5},
     "column generation without LP rounding": {"engine.allocation.decomposition.ROUND_LP": False},
@@ -172,16 +206,26 @@ def bench_alternatives(n_models: int, time_limit: float) -> list[dict]:
                 saved[(mod, attr)] = getattr(mod, attr)
                 setattr(mod, attr, value)
             try:
-                problem = AllocationProblem(inst.models, inst.variants, inst.unit_costs, inventory,
-                                            time_limit_s=time_limit, mip_gap=1e-3)
+                problem = AllocationProblem(
+                    inst.models, inst.variants, inst.unit_costs, inventory, time_limit_s=time_limit, mip_gap=1e-3
+                )
                 t0 = time.perf_counter()
                 alloc = solve(problem)
                 elapsed = time.perf_counter() - t0
             finally:
                 for (mod, attr), value in saved.items():
                     setattr(mod, attr, value)
-            rows.append(dict(config=name, per_model=per_model, time=elapsed, status=alloc.status,
-                             stage_gaps=alloc.stage_gaps, levels=weighted(alloc, inst.models), cost=alloc.cost))
+            rows.append(
+                dict(
+                    config=name,
+                    per_model=per_model,
+                    time=elapsed,
+                    status=alloc.status,
+                    stage_gaps=alloc.stage_gaps,
+                    levels=weighted(alloc, inst.models),
+                    cost=alloc.cost,
+                )
+            )
     return rows
 
 
@@ -206,8 +250,9 @@ def bench_quality(count: int, time_limit: float) -> dict:
         free = solve(AllocationProblem(inst.models, inst.variants, inst.unit_costs))
         need = usage(inst, free.replicas)
         inventory = {a: int(need[a] * rng.uniform(0.5, 1.1)) for a in inst.accelerators}
-        problem = AllocationProblem(inst.models, inst.variants, inst.unit_costs, inventory,
-                                    time_limit_s=time_limit, mip_gap=1e-4)
+        problem = AllocationProblem(
+            inst.models, inst.variants, inst.unit_costs, inventory, time_limit_s=time_limit, mip_gap=1e-4
+        )
         t0 = time.perf_counter()
         alloc = solve(problem)
         times.append(time.perf_counter() - t0)
@@ -228,15 +273,24 @@ def bench_quality(count: int, time_limit: float) -> dict:
             worse += 1
         cost_ratios.append(alloc.cost / base.cost if base.cost else 1.0)
         gu = base.total_unserved_rps
-        unserved_ratios.append(alloc.total_unserved_rps / gu if gu > 1e-9 else (1.0 if alloc.total_unserved_rps <= 1e-9 else float("inf")))
+        unserved_ratios.append(
+            alloc.total_unserved_rps / gu if gu > 1e-9 else (1.0 if alloc.total_unserved_rps <= 1e-9 else float("inf"))
+        )
     finite = [r for r in unserved_ratios if np.isfinite(r)]
     return dict(
-        instances=count, better=better, equal=equal, worse=worse, costlier_at_equal=costlier_at_equal,
-        cost_ratio_mean=float(np.mean(cost_ratios)), cost_ratio_min=float(np.min(cost_ratios)),
+        instances=count,
+        better=better,
+        equal=equal,
+        worse=worse,
+        costlier_at_equal=costlier_at_equal,
+        cost_ratio_mean=float(np.mean(cost_ratios)),
+        cost_ratio_min=float(np.min(cost_ratios)),
         cost_ratio_max=float(np.max(cost_ratios)),
         unserved_ratio_mean=float(np.mean(finite)) if finite else float("nan"),
         unserved_ratio_max=float(np.max(finite)) if finite else float("nan"),
-        statuses=statuses, time_mean=float(np.mean(times)), time_max=float(np.max(times)),
+        statuses=statuses,
+        time_mean=float(np.mean(times)),
+        time_max=float(np.max(times)),
     )
 
 
@@ -255,8 +309,10 @@ def machine(packages: tuple[str, ...] = ("numpy", "PuLP", "highspy")) -> str:
     except OSError:
         pass
     versions = ", ".join(f"{p} {metadata.version(p)}" for p in packages)
-    return (f"{platform.system()} {platform.release()}, {cpu}, {os.cpu_count()} CPUs, "
-            f"Python {platform.python_version()}, {versions}")
+    return (
+        f"{platform.system()} {platform.release()}, {cpu}, {os.cpu_count()} CPUs, "
+        f"Python {platform.python_version()}, {versions}"
+    )
 
 
 def stage_gaps(gaps: dict) -> str:

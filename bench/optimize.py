@@ -43,10 +43,26 @@ def variant(i: int, accelerator: str) -> dict[str, Any]:
 
 def config_maps(models: int) -> list[dict[str, Any]]:
     costs = {"A100": '{"device": "NVIDIA-A100", "cost": "40.00"}', "H100": '{"device": "NVIDIA-H100", "cost": "80.00"}'}
-    klass = yaml.safe_dump({"name": "Premium", "priority": 1, "data": [{"model": model_name(i), "slo-tpot": 24, "slo-ttft": 500} for i in range(models)]})
+    klass = yaml.safe_dump(
+        {
+            "name": "Premium",
+            "priority": 1,
+            "data": [{"model": model_name(i), "slo-tpot": 24, "slo-ttft": 500} for i in range(models)],
+        }
+    )
     return [
-        {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "accelerator-unit-costs", "namespace": CONFIG_NAMESPACE}, "data": costs},
-        {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "service-classes-config", "namespace": CONFIG_NAMESPACE}, "data": {"premium.yaml": klass}},
+        {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {"name": "accelerator-unit-costs", "namespace": CONFIG_NAMESPACE},
+            "data": costs,
+        },
+        {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {"name": "service-classes-config", "namespace": CONFIG_NAMESPACE},
+            "data": {"premium.yaml": klass},
+        },
     ]
 
 
@@ -55,13 +71,23 @@ def metrics_document(models: int, seed: int = 7) -> dict[str, Any]:
     entries = []
     for i in range(models):
         pods = [
-            {"name": f"model-{i:04d}-{acc}-0", "kvCacheUsage": round(rng.uniform(0.1, 0.7), 3), "queueLength": rng.randint(0, 2)}
+            {
+                "name": f"model-{i:04d}-{acc}-0",
+                "kvCacheUsage": round(rng.uniform(0.1, 0.7), 3),
+                "queueLength": rng.randint(0, 2),
+            }
             for acc in ("a100", "h100")
         ]
-        entries.append({
-            "model": model_name(i), "namespace": NAMESPACE, "arrivalRateRps": round(rng.uniform(0.5, 30.0), 2),
-            "avgInputTokens": rng.choice([128, 256, 512]), "avgOutputTokens": rng.choice([128, 256]), "pods": pods,
-        })
+        entries.append(
+            {
+                "model": model_name(i),
+                "namespace": NAMESPACE,
+                "arrivalRateRps": round(rng.uniform(0.5, 30.0), 2),
+                "avgInputTokens": rng.choice([128, 256, 512]),
+                "avgOutputTokens": rng.choice([128, 256]),
+                "pods": pods,
+            }
+        )
     return {"collectedAt": "2026-11-22T12:00:00Z", "models": entries}
 
 
@@ -108,8 +134,13 @@ def measure(server: Any, run: Any) -> dict[str, Any]:
     stats = server.stats()
     changed = sum(1 for w in report.writes if w.status_written or w.scaled)
     return {
-        "wall_s": wall, "peak_mib": peak_rss_mib(), "by_verb": stats["by_verb"], "by_key": stats["by_key"],
-        "changed": changed, "scaled": sum(1 for w in report.writes if w.scaled), "rows": len(report.rows),
+        "wall_s": wall,
+        "peak_mib": peak_rss_mib(),
+        "by_verb": stats["by_verb"],
+        "by_key": stats["by_key"],
+        "changed": changed,
+        "scaled": sum(1 for w in report.writes if w.scaled),
+        "rows": len(report.rows),
     }
 
 
@@ -128,29 +159,31 @@ def render(models: int, first: dict[str, Any], second: dict[str, Any], steady: d
             f"{result['peak_mib']:.1f} MiB |"
         )
 
-    return "\n".join([
-        START,
-        "",
-        "## Optimize flow cycle",
-        "",
-        f"Command: `python -m bench.optimize --models {models}` on {machine(FLOW_PACKAGES)}.",
-        "",
-        f"One cycle of the `optimize` flow over {2 * models:,} VariantAutoscalings ({models} models x A100/H100), each",
-        "scaling its own Deployment, against the Kubernetes API test server (subprocess, official client),",
-        "metrics from a file, excluding Prefect start-up (a warm-up run precedes the measurement).",
-        "Peak RSS is the whole benchmark process (Python, Prefect client, kubernetes client, the 1,000",
-        "objects), read after each cycle; the API server and Prefect server run in other processes.",
-        "Targets: under 10 s; one LIST per kind; PATCH calls <= changed objects x 2 (status + scale).",
-        "",
-        "| cycle | wall time | LIST calls (per kind) | GET | PATCH | PATCH bound | POST (Events) | process peak RSS |",
-        "|---|---|---|---|---|---|---|---|",
-        row("1st: every status new", first),
-        row("2nd: currentAlloc of the targets the 1st scaled", second),
-        row("3rd: nothing changed", steady),
-        "",
-        END,
-        "",
-    ])
+    return "\n".join(
+        [
+            START,
+            "",
+            "## Optimize flow cycle",
+            "",
+            f"Command: `python -m bench.optimize --models {models}` on {machine(FLOW_PACKAGES)}.",
+            "",
+            f"One cycle of the `optimize` flow over {2 * models:,} VariantAutoscalings ({models} models x A100/H100), each",
+            "scaling its own Deployment, against the Kubernetes API test server (subprocess, official client),",
+            "metrics from a file, excluding Prefect start-up (a warm-up run precedes the measurement).",
+            "Peak RSS is the whole benchmark process (Python, Prefect client, kubernetes client, the 1,000",
+            "objects), read after each cycle; the API server and Prefect server run in other processes.",
+            "Targets: under 10 s; one LIST per kind; PATCH calls <= changed objects x 2 (status + scale).",
+            "",
+            "| cycle | wall time | LIST calls (per kind) | GET | PATCH | PATCH bound | POST (Events) | process peak RSS |",
+            "|---|---|---|---|---|---|---|---|",
+            row("1st: every status new", first),
+            row("2nd: currentAlloc of the targets the 1st scaled", second),
+            row("3rd: nothing changed", steady),
+            "",
+            END,
+            "",
+        ]
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -174,7 +207,9 @@ def main(argv: list[str] | None = None) -> int:
             metrics = pathlib.Path(tmp) / "metrics.yaml"
             metrics.write_text(yaml.safe_dump(metrics_document(args.models), sort_keys=False))
             params = dict(
-                namespaces=[NAMESPACE], config_namespace=CONFIG_NAMESPACE, metrics_file=str(metrics),
+                namespaces=[NAMESPACE],
+                config_namespace=CONFIG_NAMESPACE,
+                metrics_file=str(metrics),
                 cluster=f"kubeconfig:{server.kubeconfig}",
             )
             with prefect_test_harness(server_startup_timeout=120):

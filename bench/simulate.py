@@ -21,10 +21,9 @@ from typing import Any
 import numpy as np
 
 from bench.engine import machine, write_section
-from engine.simulate.calibrate import Unidentifiable, fit_profile, ramp_windows
-from engine.perf.queueing import SLO, PerfProfile, Workload, analyze
-from engine.simulate.replay import ReplicaGauges, SimConfig, Trace, VariantModel, poisson_trace, simulate
 from engine.optimize.cycle import parse_variant
+from engine.perf.queueing import SLO, PerfProfile, Workload, analyze
+from engine.simulate.calibrate import Unidentifiable, fit_profile, ramp_windows
 from engine.simulate.policies import (
     POLICIES,
     PolicyOutcome,
@@ -35,6 +34,7 @@ from engine.simulate.policies import (
     with_hpa_metric,
     with_ttft_percentile,
 )
+from engine.simulate.replay import ReplicaGauges, SimConfig, Trace, VariantModel, poisson_trace, simulate
 from engine.simulate.trace import TraceShape, parse_trace_rows
 from tasks.simulate import plot_cost, plot_latency, plot_load_capacity, plot_replicas, read_description, read_trace
 
@@ -55,7 +55,10 @@ def example_profiles() -> dict[str, tuple[PerfProfile, SLO]]:
         spec = parse_variant(obj)
         assert spec.profile is not None, f"example variant {spec.name} has no profile"
         count = f"{spec.accelerator_count}x" if spec.accelerator_count > 1 else ""
-        profiles[f"{spec.model_id.rsplit('/', 1)[-1]} {count}{spec.accelerator}"] = (spec.profile, model_slo(spec, description.service_classes)[0])
+        profiles[f"{spec.model_id.rsplit('/', 1)[-1]} {count}{spec.accelerator}"] = (
+            spec.profile,
+            model_slo(spec, description.service_classes)[0],
+        )
     return profiles
 
 
@@ -75,7 +78,9 @@ FIVE = tuple(name for name in POLICIES if name != "oracle")
 """Attainment and cost are also reported for what arrives after the first 5 minutes (see render)."""
 
 
-def compare_policies(trace_path: str, compression: float) -> tuple[list[PolicyOutcome], list[dict[str, Any]], Any, float]:
+def compare_policies(
+    trace_path: str, compression: float
+) -> tuple[list[PolicyOutcome], list[dict[str, Any]], Any, float]:
     """The five policies as configured, then the knobs that trade cost for attainment (the frontier)."""
     description = read_description(str(EXAMPLES), "modelplane-system")
     models = sorted({f"{v['metadata']['namespace']}/{v['spec']['modelID']}" for v in description.variants})
@@ -92,21 +97,44 @@ def compare_policies(trace_path: str, compression: float) -> tuple[list[PolicyOu
     frontier: list[dict[str, Any]] = []
     for o in outcomes:
         frontier.append({"policy": o.policy, "setting": "as configured", "outcome": o})
-    frontier.append({"policy": "modelplane", "setting": "scale-down stabilization 0 s (at once, WVA's default)",
-                     "outcome": outcome("modelplane", "modelplane", dataclasses.replace(scenario, scale_down_window_s=0.0))})
+    frontier.append(
+        {
+            "policy": "modelplane",
+            "setting": "scale-down stabilization 0 s (at once, WVA's default)",
+            "outcome": outcome("modelplane", "modelplane", dataclasses.replace(scenario, scale_down_window_s=0.0)),
+        }
+    )
     for percentile in ("mean", "80", "85", "95"):
         tuned = build_scenario(with_ttft_percentile(description, percentile), trace, config)
-        frontier.append({"policy": "modelplane", "setting": f"modelplane.io/ttft-percentile: {percentile}",
-                         "outcome": outcome("modelplane", "modelplane", tuned)})
-    frontier.append({"policy": "modelplane", "setting": "before tail/start-up-aware sizing (mean request, last minute, no window)",
-                     "outcome": outcome("modelplane", "modelplane-before", scenario)})
+        frontier.append(
+            {
+                "policy": "modelplane",
+                "setting": f"modelplane.io/ttft-percentile: {percentile}",
+                "outcome": outcome("modelplane", "modelplane", tuned),
+            }
+        )
+    frontier.append(
+        {
+            "policy": "modelplane",
+            "setting": "before tail/start-up-aware sizing (mean request, last minute, no window)",
+            "outcome": outcome("modelplane", "modelplane-before", scenario),
+        }
+    )
     for scale in (0.75, 0.5):
         sized = build_scenario(description, trace, config, sizing_ttft_scale=scale)
         for name in ("wva-greedy", "static-peak"):
-            frontier.append({"policy": name, "setting": f"sized for TTFT x {scale:g}", "outcome": outcome(name, name, sized)})
+            frontier.append(
+                {"policy": name, "setting": f"sized for TTFT x {scale:g}", "outcome": outcome(name, name, sized)}
+            )
     for target in (6.0, 4.0, 3.0):
         tuned = build_scenario(with_hpa_metric(description, "vllm:num_requests_running", target), trace, config)
-        frontier.append({"policy": "hpa", "setting": f"num_requests_running target {target:g}", "outcome": outcome("hpa", "hpa", tuned)})
+        frontier.append(
+            {
+                "policy": "hpa",
+                "setting": f"num_requests_running target {target:g}",
+                "outcome": outcome("hpa", "hpa", tuned),
+            }
+        )
     return outcomes, frontier, scenario, elapsed
 
 
@@ -117,10 +145,18 @@ def plot_frontier(frontier: list[dict[str, Any]], path: pathlib.Path) -> pathlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    colors = {"modelplane": "#1f77b4", "saturation-only": "#ff7f0e", "wva-greedy": "#2ca02c", "hpa": "#d62728", "static-peak": "#7f7f7f"}
+    colors = {
+        "modelplane": "#1f77b4",
+        "saturation-only": "#ff7f0e",
+        "wva-greedy": "#2ca02c",
+        "hpa": "#d62728",
+        "static-peak": "#7f7f7f",
+    }
     fig, axes = plt.subplots(1, 2, figsize=(11, 4))
-    views = (("whole replay", lambda o: (o.cost, o.attainment)),
-             (f"after the first {WARMUP_S / 60:.0f} min", lambda o: (o.after_warmup["cost"], o.after_warmup["attainment"])))
+    views = (
+        ("whole replay", lambda o: (o.cost, o.attainment)),
+        (f"after the first {WARMUP_S / 60:.0f} min", lambda o: (o.after_warmup["cost"], o.after_warmup["attainment"])),
+    )
     for ax, (title, point) in zip(axes, views):
         for policy in FIVE:
             current = [f for f in frontier if f["policy"] == policy and not f["setting"].startswith("before")]
@@ -130,7 +166,14 @@ def plot_frontier(frontier: list[dict[str, Any]], path: pathlib.Path) -> pathlib
         for f in frontier:
             if f["setting"].startswith("before"):
                 cost, attained = point(f["outcome"])
-                ax.plot([cost], [100 * attained], "x", color=colors[f["policy"]], markersize=9, label=f"{f['policy']} before")
+                ax.plot(
+                    [cost],
+                    [100 * attained],
+                    "x",
+                    color=colors[f["policy"]],
+                    markersize=9,
+                    label=f"{f['policy']} before",
+                )
         ax.set_xlabel("cost (unit cost x accelerator-hours)")
         ax.set_ylabel("SLO attainment (% of requests)")
         ax.set_title(f"Cost vs SLO attainment, {title}", fontsize=10)
@@ -167,15 +210,24 @@ MONOTONE_TRACES = (
 MONOTONE_PERCENTILES = ("80", "90", "95")
 
 
-def simulation_scenario(trace_path: str, rate_scale: float = 1.0, seed: int = 0, start_s: float = 0.0,
-                        duration_s: float | None = None, prompt_scale: int = 1, percentile: str | None = None) -> Any:
+def simulation_scenario(
+    trace_path: str,
+    rate_scale: float = 1.0,
+    seed: int = 0,
+    start_s: float = 0.0,
+    duration_s: float | None = None,
+    prompt_scale: int = 1,
+    percentile: str | None = None,
+) -> Any:
     """The conversation trace (real pace) on deployments/simulation; reactive policies start from static peak's allocation."""
     description = read_description(str(SIMULATION), "modelplane-system")
     if percentile is not None:
         description = with_ttft_percentile(description, percentile)
     models = sorted({f"{v['metadata']['namespace']}/{v['spec']['modelID']}" for v in description.variants})
-    trace = read_trace(trace_path, TraceShape({m: 1.0 for m in models}, start_s=start_s, duration_s=duration_s,
-                                              rate_scale=rate_scale, seed=seed))
+    trace = read_trace(
+        trace_path,
+        TraceShape({m: 1.0 for m in models}, start_s=start_s, duration_s=duration_s, rate_scale=rate_scale, seed=seed),
+    )
     if prompt_scale != 1:
         trace = dataclasses.replace(trace, in_tokens=trace.in_tokens * prompt_scale)
     scenario = build_scenario(description, trace, SimConfig(interval_s=60.0, startup_delay_s=120.0, seed=seed))
@@ -184,6 +236,7 @@ def simulation_scenario(trace_path: str, rate_scale: float = 1.0, seed: int = 0,
 
 def bench_acceptance(trace_path: str) -> dict[str, Any]:
     """Modelplane (default settings) against static peak: the acceptance rows, held-out variants, monotonicity."""
+
     def run(name: str, scenario: Any) -> PolicyOutcome:
         return summarize_outcome(name, scenario, run_policy(name, scenario), warmup_s=WARMUP_S)
 
@@ -195,14 +248,28 @@ def bench_acceptance(trace_path: str) -> dict[str, Any]:
     rows = []
     for rate in ACCEPTANCE_RATES:
         for seed in SEEDS:
-            scenario = first if (rate, seed) == (1.0, 0) else simulation_scenario(trace_path, rate_scale=rate, seed=seed)
-            pair = (five[0], five[FIVE.index("static-peak")]) if (rate, seed) == (1.0, 0) else (run("modelplane", scenario), run("static-peak", scenario))
-            rows.append({"rate": rate, "seed": seed, "requests": len(scenario.trace), "modelplane": pair[0], "static": pair[1]})
+            scenario = (
+                first if (rate, seed) == (1.0, 0) else simulation_scenario(trace_path, rate_scale=rate, seed=seed)
+            )
+            pair = (
+                (five[0], five[FIVE.index("static-peak")])
+                if (rate, seed) == (1.0, 0)
+                else (run("modelplane", scenario), run("static-peak", scenario))
+            )
+            rows.append(
+                {"rate": rate, "seed": seed, "requests": len(scenario.trace), "modelplane": pair[0], "static": pair[1]}
+            )
     held = []
     for label, shape in HELD_OUT:
         scenario = simulation_scenario(trace_path, **shape)
-        held.append({"trace": label, "requests": len(scenario.trace), "modelplane": run("modelplane", scenario),
-                     "static": run("static-peak", scenario)})
+        held.append(
+            {
+                "trace": label,
+                "requests": len(scenario.trace),
+                "modelplane": run("modelplane", scenario),
+                "static": run("static-peak", scenario),
+            }
+        )
     monotone = []
     for label, shape in MONOTONE_TRACES:
         attained = {}
@@ -210,20 +277,34 @@ def bench_acceptance(trace_path: str) -> dict[str, Any]:
             scenario = simulation_scenario(trace_path, percentile=percentile, **shape)
             attained[percentile] = run("modelplane", scenario)
         monotone.append({"trace": label, "outcomes": attained})
-    return {"five": five, "oracle": oracle, "five_s": five_s, "five_cpu_s": five_cpu_s, "rows": rows, "held": held, "monotone": monotone}
+    return {
+        "five": five,
+        "oracle": oracle,
+        "five_s": five_s,
+        "five_cpu_s": five_cpu_s,
+        "rows": rows,
+        "held": held,
+        "monotone": monotone,
+    }
 
 
 def _verdict(mp: PolicyOutcome, static: PolicyOutcome) -> str:
     ok_att = mp.attainment >= static.attainment - 0.005
     ok_cost = mp.cost <= 0.85 * static.cost
-    return ("met" if ok_att and ok_cost else "**not met**: " + ", ".join(
-        part for part, bad in (("attainment", not ok_att), ("cost", not ok_cost)) if bad) + " short")
+    return (
+        "met"
+        if ok_att and ok_cost
+        else "**not met**: "
+        + ", ".join(part for part, bad in (("attainment", not ok_att), ("cost", not ok_cost)) if bad)
+        + " short"
+    )
 
 
 def render_acceptance(command: str, trace_path: str, result: dict[str, Any]) -> str:
     """The acceptance section (written to docs/simulate.md and docs/benchmarks.md)."""
     lines = [
-        ACCEPT_START, "",
+        ACCEPT_START,
+        "",
         f"Produced by `{command}` on {machine(('numpy', 'PuLP', 'highspy'))}; load average {load_average()} (the machine is shared).",
         "",
         f"`{pathlib.Path(trace_path).name}` (Azure LLM inference trace 2023, conversation; Patel et al., ISCA 2024, CC-BY 4.0) "
@@ -244,30 +325,55 @@ def render_acceptance(command: str, trace_path: str, result: dict[str, Any]) -> 
     ]
     static = next(o for o in result["five"] if o.policy == "static-peak")
     for o in result["five"] + ([result["oracle"]] if result["oracle"] is not None else []):
-        lines.append(f"| {o.policy} | {o.attainment:.1%} | {o.cost:.1f} | {o.cost / static.cost:.2f} | {o.replica_changes} | {o.unserved} |")
-    lines += ["", "The oracle row is the clairvoyant policy at its default target (90 %), for scale; the cost ratio to the "
-              "oracle at equal attainment, and the oracle's frontier, are in the Limits section (`python -m bench.simulate_limits`)."]
-    lines += ["", "### Acceptance rows (full trace, default settings)", "",
-              "| rate | seed | requests | Modelplane attainment | static peak attainment | difference (points) | Modelplane cost | static peak cost | cost ratio | bar |",
-              "|---|---|---|---|---|---|---|---|---|---|"]
+        lines.append(
+            f"| {o.policy} | {o.attainment:.1%} | {o.cost:.1f} | {o.cost / static.cost:.2f} | {o.replica_changes} | {o.unserved} |"
+        )
+    lines += [
+        "",
+        "The oracle row is the clairvoyant policy at its default target (90 %), for scale; the cost ratio to the "
+        "oracle at equal attainment, and the oracle's frontier, are in the Limits section (`python -m bench.simulate_limits`).",
+    ]
+    lines += [
+        "",
+        "### Acceptance rows (full trace, default settings)",
+        "",
+        "| rate | seed | requests | Modelplane attainment | static peak attainment | difference (points) | Modelplane cost | static peak cost | cost ratio | bar |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
     for r in result["rows"]:
         mp, st = r["modelplane"], r["static"]
-        lines.append(f"| {r['rate']:g}x | {r['seed']} | {r['requests']:,} | {mp.attainment:.1%} | {st.attainment:.1%} | "
-                     f"{100 * (mp.attainment - st.attainment):+.1f} | {mp.cost:.1f} | {st.cost:.1f} | {mp.cost / st.cost:.2f} | {_verdict(mp, st)} |")
-    lines += ["", "### Tuning slice and held-out variants (seed 0; defaults chosen on the tuning slice only)", "",
-              "| trace | requests | Modelplane attainment | static peak attainment | difference (points) | Modelplane cost | static peak cost | cost ratio | bar |",
-              "|---|---|---|---|---|---|---|---|---|"]
+        lines.append(
+            f"| {r['rate']:g}x | {r['seed']} | {r['requests']:,} | {mp.attainment:.1%} | {st.attainment:.1%} | "
+            f"{100 * (mp.attainment - st.attainment):+.1f} | {mp.cost:.1f} | {st.cost:.1f} | {mp.cost / st.cost:.2f} | {_verdict(mp, st)} |"
+        )
+    lines += [
+        "",
+        "### Tuning slice and held-out variants (seed 0; defaults chosen on the tuning slice only)",
+        "",
+        "| trace | requests | Modelplane attainment | static peak attainment | difference (points) | Modelplane cost | static peak cost | cost ratio | bar |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
     for r in result["held"]:
         mp, st = r["modelplane"], r["static"]
-        lines.append(f"| {r['trace']} | {r['requests']:,} | {mp.attainment:.1%} | {st.attainment:.1%} | {100 * (mp.attainment - st.attainment):+.1f} | "
-                     f"{mp.cost:.1f} | {st.cost:.1f} | {mp.cost / st.cost:.2f} | {_verdict(mp, st)} |")
-    lines += ["", "### Attainment against the sizing percentile (`modelplane.io/ttft-percentile`; seed 0)", "",
-              "| trace | " + " | ".join(f"p{p}: attainment / cost" for p in MONOTONE_PERCENTILES) + " | monotone |",
-              "|---|" + "---|" * (len(MONOTONE_PERCENTILES) + 1)]
+        lines.append(
+            f"| {r['trace']} | {r['requests']:,} | {mp.attainment:.1%} | {st.attainment:.1%} | {100 * (mp.attainment - st.attainment):+.1f} | "
+            f"{mp.cost:.1f} | {st.cost:.1f} | {mp.cost / st.cost:.2f} | {_verdict(mp, st)} |"
+        )
+    lines += [
+        "",
+        "### Attainment against the sizing percentile (`modelplane.io/ttft-percentile`; seed 0)",
+        "",
+        "| trace | " + " | ".join(f"p{p}: attainment / cost" for p in MONOTONE_PERCENTILES) + " | monotone |",
+        "|---|" + "---|" * (len(MONOTONE_PERCENTILES) + 1),
+    ]
     for r in result["monotone"]:
         values = [r["outcomes"][p] for p in MONOTONE_PERCENTILES]
         monotone = all(a.attainment <= b.attainment for a, b in zip(values, values[1:]))
-        lines.append(f"| {r['trace']} | " + " | ".join(f"{o.attainment:.1%} / {o.cost:.1f}" for o in values) + f" | {'yes' if monotone else '**no**'} |")
+        lines.append(
+            f"| {r['trace']} | "
+            + " | ".join(f"{o.attainment:.1%} / {o.cost:.1f}" for o in values)
+            + f" | {'yes' if monotone else '**no**'} |"
+        )
     lines += ["", ACCEPT_END]
     return "\n".join(lines)
 
@@ -292,7 +398,13 @@ def bench_speed(prompts: np.ndarray, outputs: np.ndarray) -> list[dict[str, Any]
     arrivals = np.sort(rng.uniform(0, 3600, rng.poisson(rate * 3600)))
     pick = rng.integers(0, len(prompts), len(arrivals))
     # Conversation prompts and outputs, halved so 20 H100 replicas carry 5,000 req/min without an unbounded queue.
-    trace = Trace(arrivals, np.maximum(prompts[pick] // 2, 1), np.maximum(outputs[pick] // 2, 1), np.zeros(len(arrivals), dtype=np.int64), ("m",))
+    trace = Trace(
+        arrivals,
+        np.maximum(prompts[pick] // 2, 1),
+        np.maximum(outputs[pick] // 2, 1),
+        np.zeros(len(arrivals), dtype=np.int64),
+        ("m",),
+    )
     v = VariantModel("ns/v", "m", "v", "H100", 1, 75.0, profile, 256 * 2048)
 
     def gauges_controller(obs) -> dict[str, int]:
@@ -300,13 +412,23 @@ def bench_speed(prompts: np.ndarray, outputs: np.ndarray) -> list[dict[str, Any]
         waiting = sum(p.waiting for p in pods)
         return {"ns/v": 20 if waiting < 50 else 21}
 
-    for label, controller in (("20 replicas, no controller", None), ("20 replicas, controller reading every gauge each 60 s", gauges_controller)):
+    for label, controller in (
+        ("20 replicas, no controller", None),
+        ("20 replicas, controller reading every gauge each 60 s", gauges_controller),
+    ):
         started = time.perf_counter()
         result = simulate([v], trace, SimConfig(horizon_s=3600.0), {"ns/v": 20}, controller)
         elapsed = time.perf_counter() - started
-        rows.append({"case": label, "requests": len(trace), "completed": int(result.completed.sum()),
-                     "seconds": elapsed, "per_s": len(trace) / elapsed,
-                     "p50_ttft_ms": float(np.percentile(result.ttft_s[result.completed], 50) * 1000)})
+        rows.append(
+            {
+                "case": label,
+                "requests": len(trace),
+                "completed": int(result.completed.sum()),
+                "seconds": elapsed,
+                "per_s": len(trace) / elapsed,
+                "p50_ttft_ms": float(np.percentile(result.ttft_s[result.completed], 50) * 1000),
+            }
+        )
     return rows
 
 
@@ -320,7 +442,11 @@ def bench_agreement() -> list[dict[str, Any]]:
     rows = []
     for batch in (4, 16, 64, 256):
         profile = PerfProfile(20.58, 0.41, 5.2, 0.1, batch)
-        mu = batch / ((profile.gamma + profile.delta * 1000 * batch) + 199 * (profile.alpha + profile.beta * batch)) * 1000
+        mu = (
+            batch
+            / ((profile.gamma + profile.delta * 1000 * batch) + 199 * (profile.alpha + profile.beta * batch))
+            * 1000
+        )
         for load in (0.3, 0.6, 0.85):
             rate = load * mu
             duration = 40000 / rate
@@ -329,13 +455,20 @@ def bench_agreement() -> list[dict[str, Any]]:
             r = simulate([v], trace, SimConfig(horizon_s=duration), {"ns/v": 1})
             warm = r.arrival_s > 0.1 * duration
             model = analyze(profile, Workload(1000, 200), rate)
-            rows.append({
-                "batch": batch, "load": load, "rate": rate,
-                "thr": (warm.sum() / (r.done_s[warm].max() - r.arrival_s[warm].min()), model.throughput_rps),
-                "ttft": (float(np.mean(r.ttft_s[warm])) * 1000, model.ttft_ms),
-                "itl": (float(np.sum((r.done_s - r.first_s)[warm]) / np.sum(trace.out_tokens[warm] - 1)) * 1000, model.itl_ms),
-                "queued": float(np.mean(r.admit_s[warm] > r.arrival_s[warm] + 1e-9)),
-            })
+            rows.append(
+                {
+                    "batch": batch,
+                    "load": load,
+                    "rate": rate,
+                    "thr": (warm.sum() / (r.done_s[warm].max() - r.arrival_s[warm].min()), model.throughput_rps),
+                    "ttft": (float(np.mean(r.ttft_s[warm])) * 1000, model.ttft_ms),
+                    "itl": (
+                        float(np.sum((r.done_s - r.first_s)[warm]) / np.sum(trace.out_tokens[warm] - 1)) * 1000,
+                        model.itl_ms,
+                    ),
+                    "queued": float(np.mean(r.admit_s[warm] > r.arrival_s[warm] + 1e-9)),
+                }
+            )
     return rows
 
 
@@ -353,10 +486,14 @@ def bench_calibration(prompts: np.ndarray, outputs: np.ndarray, seeds: int = 5) 
     for lookback, repeats in CALIBRATION_LOOKBACKS:
         for regime, scale in CALIBRATION_REGIMES:
             for name, (profile, slo) in example_profiles().items():
-                errors: dict[str, list[float]] = {k: [] for k in ("alpha", "beta", "gamma", "delta", "max_rate", "max_rate_wrong_gamma")}
+                errors: dict[str, list[float]] = {
+                    k: [] for k in ("alpha", "beta", "gamma", "delta", "max_rate", "max_rate_wrong_gamma")
+                }
                 refused_gamma = covered = 0
                 for seed in range(seeds):
-                    windows, workload, capacity = ramp_windows(profile, slo, np.maximum(prompts // scale, 1), outputs, seed, repeats)
+                    windows, workload, capacity = ramp_windows(
+                        profile, slo, np.maximum(prompts // scale, 1), outputs, seed, repeats
+                    )
                     try:
                         fit = fit_profile(windows)
                     except Unidentifiable:
@@ -370,9 +507,18 @@ def bench_calibration(prompts: np.ndarray, outputs: np.ndarray, seeds: int = 5) 
                         errors[k].append(e.value / getattr(profile, k) - 1)
                         covered += e.low <= getattr(profile, k) <= e.high
                     errors["max_rate"].append(fit.max_rate(profile.max_batch, workload, slo) / capacity - 1)
-                rows.append({"lookback": lookback, "regime": regime, "profile": name, "runs": seeds, "gamma_refused": refused_gamma,
-                             "worst": {k: (max(v, key=abs) if v else None) for k, v in errors.items()}, "covered": covered,
-                             "estimates": sum(len(v) for k, v in errors.items() if not k.startswith("max_rate"))})
+                rows.append(
+                    {
+                        "lookback": lookback,
+                        "regime": regime,
+                        "profile": name,
+                        "runs": seeds,
+                        "gamma_refused": refused_gamma,
+                        "worst": {k: (max(v, key=abs) if v else None) for k, v in errors.items()},
+                        "covered": covered,
+                        "estimates": sum(len(v) for k, v in errors.items() if not k.startswith("max_rate")),
+                    }
+                )
     return rows
 
 
@@ -385,11 +531,23 @@ def pct(value: float | None) -> str:
     return "n/a" if value is None else f"{value:+.1%}"
 
 
-def render(command: str, trace_path: str, compression: float, outcomes, frontier, scenario, compare_s: float,
-           speed, agreement, calibration, loads: tuple[str, str]) -> str:
+def render(
+    command: str,
+    trace_path: str,
+    compression: float,
+    outcomes,
+    frontier,
+    scenario,
+    compare_s: float,
+    speed,
+    agreement,
+    calibration,
+    loads: tuple[str, str],
+) -> str:
     models = list(scenario.trace.models)
     lines = [
-        START, "",
+        START,
+        "",
         f"Produced by `{command}` on {machine(('numpy', 'PuLP', 'highspy', 'matplotlib'))}.",
         f"Load average (1/5/15 min) at start {loads[0]}, at end {loads[1]}: the machine is shared with other sessions.",
         "",
@@ -409,7 +567,8 @@ def render(command: str, trace_path: str, compression: float, outcomes, frontier
         "starts at its peak allocation, and the first replicas a reactive policy asks for (at the first cycle, 60 s) serve "
         "from 180 s: the first minutes measure the cold start, the rest the policy.",
         "",
-        "| policy | SLO attainment | " + " | ".join(f"{m.split('/')[-1]}" for m in models)
+        "| policy | SLO attainment | "
+        + " | ".join(f"{m.split('/')[-1]}" for m in models)
         + f" | cost | attainment after {WARMUP_S / 60:.0f} min | cost after {WARMUP_S / 60:.0f} min | replica changes | unserved | TTFT p50 / p90 (ms) | ITL p50 / p90 (ms) |",
         "|---|---|" + "---|" * len(models) + "---|---|---|---|---|---|---|",
     ]
@@ -417,62 +576,99 @@ def render(command: str, trace_path: str, compression: float, outcomes, frontier
         ttft = " ; ".join(f"{o.latency_ms[m]['ttft_p50']:.0f} / {o.latency_ms[m]['ttft_p90']:.0f}" for m in models)
         itl = " ; ".join(f"{o.latency_ms[m]['itl_p50']:.1f} / {o.latency_ms[m]['itl_p90']:.1f}" for m in models)
         lines.append(
-            f"| {o.policy} | {o.attainment:.1%} | " + " | ".join(f"{o.attainment_by_model[m]:.1%}" for m in models)
+            f"| {o.policy} | {o.attainment:.1%} | "
+            + " | ".join(f"{o.attainment_by_model[m]:.1%}" for m in models)
             + f" | {o.cost:.1f} | {o.after_warmup['attainment']:.1%} | {o.after_warmup['cost']:.1f} | {o.replica_changes} | {o.unserved} | {ttft} | {itl} |"
         )
     lines += [
-        "", "Latency columns list granite ; llama (models in name order).", "",
-        "![load vs capacity](simulate/load_capacity.png)", "", "![replicas](simulate/replicas.png)", "",
-        "![latency](simulate/latency.png)", "", "![cost](simulate/cost.png)", "",
-        "### The knobs: cost against attainment", "",
+        "",
+        "Latency columns list granite ; llama (models in name order).",
+        "",
+        "![load vs capacity](simulate/load_capacity.png)",
+        "",
+        "![replicas](simulate/replicas.png)",
+        "",
+        "![latency](simulate/latency.png)",
+        "",
+        "![cost](simulate/cost.png)",
+        "",
+        "### The knobs: cost against attainment",
+        "",
         "The same replay with the settings an operator would turn: Modelplane sized for another share of requests within "
         "the TTFT target (the `modelplane.io/ttft-percentile` annotation; the default is p90) and without the optimize "
         "deployment's 180 s scale-down stabilization window; for the before/after comparison, Modelplane as it was before "
         "tail- and start-up-aware sizing (the mean request, the last minute's load, no window); WVA-greedy and static peak "
         "sized for a tighter TTFT target than the one attainment is judged against (`--sizing-ttft-scale`); the HPA-style "
         "policy on `vllm:num_requests_running` per replica instead of the example policy's `vllm:num_requests_waiting` "
-        "(`--hpa-metric/--hpa-target`).", "",
+        "(`--hpa-metric/--hpa-target`).",
+        "",
         f"| policy | setting | SLO attainment | cost | attainment after {WARMUP_S / 60:.0f} min | cost after {WARMUP_S / 60:.0f} min | replica changes |",
         "|---|---|---|---|---|---|---|",
     ]
     for f in frontier:
         o = f["outcome"]
-        lines.append(f"| {f['policy']} | {f['setting']} | {o.attainment:.1%} | {o.cost:.1f} | {o.after_warmup['attainment']:.1%} | "
-                     f"{o.after_warmup['cost']:.1f} | {o.replica_changes} |")
-    lines += ["", "![frontier](simulate/frontier.png)", "", "## Simulator speed", "",
-              "One hour of Poisson traffic at 5,000 requests/minute across 20 replicas (H100 llama profile, conversation "
-              "prompt and output lengths halved so 20 replicas carry the load), target < 60 s.", "",
-              "| case | requests | completed | time | requests/s | TTFT p50 |", "|---|---|---|---|---|---|"]
+        lines.append(
+            f"| {f['policy']} | {f['setting']} | {o.attainment:.1%} | {o.cost:.1f} | {o.after_warmup['attainment']:.1%} | "
+            f"{o.after_warmup['cost']:.1f} | {o.replica_changes} |"
+        )
+    lines += [
+        "",
+        "![frontier](simulate/frontier.png)",
+        "",
+        "## Simulator speed",
+        "",
+        "One hour of Poisson traffic at 5,000 requests/minute across 20 replicas (H100 llama profile, conversation "
+        "prompt and output lengths halved so 20 replicas carry the load), target < 60 s.",
+        "",
+        "| case | requests | completed | time | requests/s | TTFT p50 |",
+        "|---|---|---|---|---|---|",
+    ]
     for row in speed:
-        lines.append(f"| {row['case']} | {row['requests']:,} | {row['completed']:,} | {row['seconds']:.1f} s | {row['per_s']:,.0f} | {row['p50_ttft_ms']:.0f} ms |")
-    lines += ["", "## Simulator vs analytic model (`engine.perf.queueing.analyze`)", "",
-              "One replica, Poisson arrivals, 1,000-token prompts, 200 output tokens, llama A100 profile with the given "
-              "max batch; load as a fraction of mu(B); 40,000 requests per point, the first 10 % as warm-up. Each cell is "
-              "simulated / analytic. `queued` = share of requests that waited for a batch slot. See docs/simulate.md for "
-              "why the TTFT columns part once requests queue.", "",
-              "| max batch | load | queued | throughput (req/s) | TTFT (ms) | ITL (ms) |", "|---|---|---|---|---|---|"]
+        lines.append(
+            f"| {row['case']} | {row['requests']:,} | {row['completed']:,} | {row['seconds']:.1f} s | {row['per_s']:,.0f} | {row['p50_ttft_ms']:.0f} ms |"
+        )
+    lines += [
+        "",
+        "## Simulator vs analytic model (`engine.perf.queueing.analyze`)",
+        "",
+        "One replica, Poisson arrivals, 1,000-token prompts, 200 output tokens, llama A100 profile with the given "
+        "max batch; load as a fraction of mu(B); 40,000 requests per point, the first 10 % as warm-up. Each cell is "
+        "simulated / analytic. `queued` = share of requests that waited for a batch slot. See docs/simulate.md for "
+        "why the TTFT columns part once requests queue.",
+        "",
+        "| max batch | load | queued | throughput (req/s) | TTFT (ms) | ITL (ms) |",
+        "|---|---|---|---|---|---|",
+    ]
     for r in agreement:
         lines.append(
             f"| {r['batch']} | {r['load']:.0%} | {r['queued']:.0%} | {r['thr'][0]:.3f} / {r['thr'][1]:.3f} | "
             f"{r['ttft'][0]:.0f} / {r['ttft'][1]:.0f} ({r['ttft'][0] / r['ttft'][1] - 1:+.0%}) | "
             f"{r['itl'][0]:.2f} / {r['itl'][1]:.2f} ({r['itl'][0] / r['itl'][1] - 1:+.1%}) |"
         )
-    lines += ["", "## Calibration recovery", "",
-              "Each example profile, one replica under a two-hour load ramp (10 % to 100 % of its SLO max rate and back, "
-              "Poisson arrivals, prompt/output lengths from the conversation trace, 5 % per-request prefill jitter), "
-              "metrics in five-minute windows; `24 h` = a day of metrics, the ramp twelve times (the calibrate flow's "
-              "default lookback). Worst relative error over 5 seeds; `gamma refused` = runs where the fit declared gamma "
-              "undetermined (it is then kept at the spec's value and not counted); `max rate, spec gamma 100 % off` = the "
-              "max rate in those runs when the spec's gamma is 0 or twice the truth (delta is then fitted through it); "
-              "`in CI` = estimates whose 95 % interval holds the true value. Target: every parameter within 10 %, the max "
-              "rate within 5 %.", "",
-              "| lookback | prompts | profile | alpha | beta | gamma | delta | max rate | gamma refused | "
-              "max rate, spec gamma 100 % off | in CI |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+    lines += [
+        "",
+        "## Calibration recovery",
+        "",
+        "Each example profile, one replica under a two-hour load ramp (10 % to 100 % of its SLO max rate and back, "
+        "Poisson arrivals, prompt/output lengths from the conversation trace, 5 % per-request prefill jitter), "
+        "metrics in five-minute windows; `24 h` = a day of metrics, the ramp twelve times (the calibrate flow's "
+        "default lookback). Worst relative error over 5 seeds; `gamma refused` = runs where the fit declared gamma "
+        "undetermined (it is then kept at the spec's value and not counted); `max rate, spec gamma 100 % off` = the "
+        "max rate in those runs when the spec's gamma is 0 or twice the truth (delta is then fitted through it); "
+        "`in CI` = estimates whose 95 % interval holds the true value. Target: every parameter within 10 %, the max "
+        "rate within 5 %.",
+        "",
+        "| lookback | prompts | profile | alpha | beta | gamma | delta | max rate | gamma refused | "
+        "max rate, spec gamma 100 % off | in CI |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
     for r in calibration:
         w = r["worst"]
-        lines.append(f"| {r['lookback']} | {r['regime']} | {r['profile']} | {pct(w['alpha'])} | {pct(w['beta'])} | "
-                     f"{pct(w['gamma'])} | {pct(w['delta'])} | {pct(w['max_rate'])} | {r['gamma_refused']}/{r['runs']} | "
-                     f"{pct(w['max_rate_wrong_gamma'])} | {r['covered']}/{r['estimates']} |")
+        lines.append(
+            f"| {r['lookback']} | {r['regime']} | {r['profile']} | {pct(w['alpha'])} | {pct(w['beta'])} | "
+            f"{pct(w['gamma'])} | {pct(w['delta'])} | {pct(w['max_rate'])} | {r['gamma_refused']}/{r['runs']} | "
+            f"{pct(w['max_rate_wrong_gamma'])} | {r['covered']}/{r['estimates']} |"
+        )
     lines += ["", END]
     return "\n".join(lines)
 
@@ -482,13 +678,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--trace", default=DEFAULT_TRACE)
     parser.add_argument("--compression", type=float, default=1.2)
     parser.add_argument("--no-write", action="store_true", help="print only")
-    parser.add_argument("--acceptance-only", action="store_true", help="only the issue-18 section on deployments/simulation")
+    parser.add_argument(
+        "--acceptance-only", action="store_true", help="only the issue-18 section on deployments/simulation"
+    )
     args = parser.parse_args(argv)
-    command = "python -m bench.simulate" + (f" --trace {args.trace}" if args.trace != DEFAULT_TRACE else "") + (
-        f" --compression {args.compression:g}" if args.compression != 1.2 else "")
+    command = (
+        "python -m bench.simulate"
+        + (f" --trace {args.trace}" if args.trace != DEFAULT_TRACE else "")
+        + (f" --compression {args.compression:g}" if args.compression != 1.2 else "")
+    )
     load_start = load_average()
-    acceptance = render_acceptance(command + (" --acceptance-only" if args.acceptance_only else ""), args.trace,
-                                   bench_acceptance(args.trace))
+    acceptance = render_acceptance(
+        command + (" --acceptance-only" if args.acceptance_only else ""), args.trace, bench_acceptance(args.trace)
+    )
     print(acceptance)
     if not args.no_write:
         write_section(acceptance, ACCEPT_START, ACCEPT_END)
@@ -506,8 +708,19 @@ def main(argv: list[str] | None = None) -> int:
     speed = bench_speed(prompts, outputs)
     agreement = bench_agreement()
     calibration = bench_calibration(prompts, outputs)
-    section = render(command, args.trace, args.compression, outcomes, frontier, scenario, compare_s, speed, agreement,
-                     calibration, (load_start, load_average()))
+    section = render(
+        command,
+        args.trace,
+        args.compression,
+        outcomes,
+        frontier,
+        scenario,
+        compare_s,
+        speed,
+        agreement,
+        calibration,
+        (load_start, load_average()),
+    )
     print(section)
     if not args.no_write:
         write_section(section, START, END)

@@ -18,10 +18,10 @@ import time
 from typing import Any
 
 from bench.engine import machine, write_section
-from engine.simulate.replay import ROUTERS, SimConfig
 from engine.simulate.frontier import Limits, knob_settings, limits, with_oracle_curves
 from engine.simulate.oracle import attainment_ceiling
 from engine.simulate.policies import PolicyOutcome, Scenario, build_scenario, run_policy, summarize_outcome
+from engine.simulate.replay import ROUTERS, SimConfig
 from engine.simulate.trace import TraceShape
 from tasks.simulate import plot_frontier, read_description, read_trace
 
@@ -63,7 +63,10 @@ def measure(label: str, cluster: pathlib.Path, trace_path: str, compression: flo
         for name in (*COMPARED, "oracle"):
             outcome, seconds[name] = replay(name, scenario)
             configured.append(outcome)
-            print(f"{label} | {router} | {name}: {outcome.attainment:.1%} at {outcome.cost:.1f} ({seconds[name]:.1f} s)", flush=True)
+            print(
+                f"{label} | {router} | {name}: {outcome.attainment:.1%} at {outcome.cost:.1f} ({seconds[name]:.1f} s)",
+                flush=True,
+            )
         swept = []
         for setting, tuned in knob_settings(scenario, "oracle"):
             outcome, _ = replay("oracle", tuned)
@@ -81,7 +84,11 @@ def frontier_of(cluster: pathlib.Path, trace_path: str, router: str) -> tuple[Li
     started = time.perf_counter()
     scenario = with_oracle_curves(scenario_for(cluster, trace_path, 1.0, 1.0, router))
     configured = [replay(name, scenario)[0] for name in (*COMPARED, "oracle")]
-    swept = [(name, setting, replay(name, tuned)[0]) for name in (*COMPARED, "oracle") for setting, tuned in knob_settings(scenario, name)]
+    swept = [
+        (name, setting, replay(name, tuned)[0])
+        for name in (*COMPARED, "oracle")
+        for setting, tuned in knob_settings(scenario, name)
+    ]
     return limits(scenario, configured, swept), time.perf_counter() - started
 
 
@@ -97,42 +104,72 @@ def ratio(bounds: Limits, o: PolicyOutcome) -> str:
     return f"{value:.2f}x" if value is not None else "outside"
 
 
-def render(command: str, measured: list[dict[str, Any]], frontier: Limits, frontier_s: float, long_ceiling: dict[str, float]) -> str:
-    lines = [START, "", f"Produced by `{command}` on {machine(('numpy', 'PuLP', 'highspy', 'matplotlib'))}.", "",
-             "## Limits: attainment ceiling, the clairvoyant oracle, routers", "",
-             "Attainment = share of requests with TTFT and mean ITL within their model's Premium targets (llama 500 ms / "
-             "24 ms, granite 800 ms / 40 ms). Ceiling = share that can meet them at all (fastest variant, batch 1). "
-             "Cost = accelerator-hours x unit cost (A100 40, H100 75, L40S 22 per hour). `cost / oracle` = the cost over "
-             "the oracle's at the same attainment, interpolated on the oracle's frontier (targets 60-95 %); `outside` = "
-             "the attainment is outside the range the oracle's points span. Routers (docs/simulate.md): "
-             "`least-outstanding` (the gateway until now), `least-load` (llm-d / Kthena: queue + KV-cache utilisation), "
-             "`least-latency` (predicted TTFT/ITL against the SLO). Default settings, seed 0; the oracle sized for 90 %.", ""]
+def render(
+    command: str, measured: list[dict[str, Any]], frontier: Limits, frontier_s: float, long_ceiling: dict[str, float]
+) -> str:
+    lines = [
+        START,
+        "",
+        f"Produced by `{command}` on {machine(('numpy', 'PuLP', 'highspy', 'matplotlib'))}.",
+        "",
+        "## Limits: attainment ceiling, the clairvoyant oracle, routers",
+        "",
+        "Attainment = share of requests with TTFT and mean ITL within their model's Premium targets (llama 500 ms / "
+        "24 ms, granite 800 ms / 40 ms). Ceiling = share that can meet them at all (fastest variant, batch 1). "
+        "Cost = accelerator-hours x unit cost (A100 40, H100 75, L40S 22 per hour). `cost / oracle` = the cost over "
+        "the oracle's at the same attainment, interpolated on the oracle's frontier (targets 60-95 %); `outside` = "
+        "the attainment is outside the range the oracle's points span. Routers (docs/simulate.md): "
+        "`least-outstanding` (the gateway until now), `least-load` (llm-d / Kthena: queue + KV-cache utilisation), "
+        "`least-latency` (predicted TTFT/ITL against the SLO). Default settings, seed 0; the oracle sized for 90 %.",
+        "",
+    ]
     for block in measured:
         ceiling = block["ceiling"]
-        lines += [f"### {block['label']}", "",
-                  f"{block['requests']:,} requests; attainment ceiling {ceiling['all']:.2%} ("
-                  + ", ".join(f"{m.split('/')[-1]} {v:.2%}" for m, v in ceiling.items() if m != "all") + ").", "",
-                  "| router | " + " | ".join(f"{p} attainment / cost / cost vs oracle" for p in COMPARED)
-                  + " | oracle (90 %) attainment / cost | oracle frontier (attainment: cost) |",
-                  "|---|" + "---|" * (len(COMPARED) + 2)]
+        lines += [
+            f"### {block['label']}",
+            "",
+            f"{block['requests']:,} requests; attainment ceiling {ceiling['all']:.2%} ("
+            + ", ".join(f"{m.split('/')[-1]} {v:.2%}" for m, v in ceiling.items() if m != "all")
+            + ").",
+            "",
+            "| router | "
+            + " | ".join(f"{p} attainment / cost / cost vs oracle" for p in COMPARED)
+            + " | oracle (90 %) attainment / cost | oracle frontier (attainment: cost) |",
+            "|---|" + "---|" * (len(COMPARED) + 2),
+        ]
         for router, data in block["routers"].items():
             by = {o.policy: o for o in data["outcomes"]}
             cells = [f"{by[p].attainment:.1%} / {by[p].cost:.1f} / {ratio(data['limits'], by[p])}" for p in COMPARED]
             oracle = by["oracle"]
             points = "; ".join(f"{a:.1%}: {c:.0f}" for a, c in sorted(data["limits"].oracle_points()))
-            lines.append(f"| {router} | " + " | ".join(cells) + f" | {oracle.attainment:.1%} / {oracle.cost:.1f} | {points} |")
-        lines += ["", "Seconds per replay (least-outstanding): " + ", ".join(
-            f"{p} {s:.1f}" for p, s in block["routers"]["least-outstanding"]["seconds"].items())
-            + f"; the oracle's capacity measurement {block['routers']['least-outstanding']['curves_s']:.1f} s.", ""]
-    lines += [f"Long-prompt variant (every prompt x3, simulation cluster): attainment ceiling {long_ceiling['all']:.1%} ("
-              + ", ".join(f"{m.split('/')[-1]} {v:.1%}" for m, v in long_ceiling.items() if m != "all") + ").", "",
-              "### Every policy over its own knob (simulation cluster, full trace at 1x, least-outstanding router)", "",
-              f"All {len(frontier.frontier)} replays took {frontier_s:.0f} s.", "",
-              "| policy | setting | SLO attainment | cost | cost / oracle | replica changes |", "|---|---|---|---|---|---|"]
+            lines.append(
+                f"| {router} | " + " | ".join(cells) + f" | {oracle.attainment:.1%} / {oracle.cost:.1f} | {points} |"
+            )
+        lines += [
+            "",
+            "Seconds per replay (least-outstanding): "
+            + ", ".join(f"{p} {s:.1f}" for p, s in block["routers"]["least-outstanding"]["seconds"].items())
+            + f"; the oracle's capacity measurement {block['routers']['least-outstanding']['curves_s']:.1f} s.",
+            "",
+        ]
+    lines += [
+        f"Long-prompt variant (every prompt x3, simulation cluster): attainment ceiling {long_ceiling['all']:.1%} ("
+        + ", ".join(f"{m.split('/')[-1]} {v:.1%}" for m, v in long_ceiling.items() if m != "all")
+        + ").",
+        "",
+        "### Every policy over its own knob (simulation cluster, full trace at 1x, least-outstanding router)",
+        "",
+        f"All {len(frontier.frontier)} replays took {frontier_s:.0f} s.",
+        "",
+        "| policy | setting | SLO attainment | cost | cost / oracle | replica changes |",
+        "|---|---|---|---|---|---|",
+    ]
     for p in sorted(frontier.frontier, key=lambda p: (p.policy, p.attainment)):
         value = frontier.cost_ratio(p.attainment, p.cost)
-        lines.append(f"| {p.policy} | {p.setting} | {p.attainment:.1%} | {p.cost:.1f} | "
-                     f"{f'{value:.2f}x' if value is not None else 'outside'} | {p.replica_changes} |")
+        lines.append(
+            f"| {p.policy} | {p.setting} | {p.attainment:.1%} | {p.cost:.1f} | "
+            f"{f'{value:.2f}x' if value is not None else 'outside'} | {p.replica_changes} |"
+        )
     lines += ["", "![frontier with the oracle](simulate/limits_frontier.png)", "", END]
     return "\n".join(lines)
 
@@ -143,7 +180,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-write", action="store_true", help="print only")
     args = parser.parse_args(argv)
     command = "python -m bench.simulate_limits" + (f" --trace {args.trace}" if args.trace != DEFAULT_TRACE else "")
-    measured = [measure(label, cluster, args.trace, compression, rate) for label, cluster, compression, rate in SCENARIOS]
+    measured = [
+        measure(label, cluster, args.trace, compression, rate) for label, cluster, compression, rate in SCENARIOS
+    ]
     frontier, frontier_s = frontier_of(REPO / "deployments" / "simulation", args.trace, "least-outstanding")
     section = render(command, measured, frontier, frontier_s, long_prompt_ceiling(args.trace))
     print(section)

@@ -57,7 +57,9 @@ def upload(endpoint: str) -> int:
     """Put every model file into the bucket; returns the number of files."""
     import boto3
 
-    s3 = boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1", aws_access_key_id="demo", aws_secret_access_key="demo")
+    s3 = boto3.client(
+        "s3", endpoint_url=endpoint, region_name="us-east-1", aws_access_key_id="demo", aws_secret_access_key="demo"
+    )
     s3.create_bucket(Bucket=BUCKET)
     count = 0
     for path in sorted(MODELS.rglob("*")):
@@ -69,7 +71,7 @@ def upload(endpoint: str) -> int:
 
 def main(argv: list[str]) -> int:
     """Serve, upload, run the command after ``--``, stop; the command's exit code is returned."""
-    options, command = (argv[: argv.index("--")], argv[argv.index("--") + 1:]) if "--" in argv else ([], argv)
+    options, command = (argv[: argv.index("--")], argv[argv.index("--") + 1 :]) if "--" in argv else ([], argv)
     cluster = options[options.index("--cluster") + 1] if "--cluster" in options[:-1] else None
     if not command:
         sys.stderr.write("usage: demo_models.py [--cluster DIR] -- COMMAND [ARGS...]\n")

@@ -9,8 +9,9 @@ rollout starts within seconds instead of at its next scheduled pass.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any
 
 
 @dataclass(frozen=True)

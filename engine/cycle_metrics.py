@@ -21,8 +21,9 @@ from __future__ import annotations
 
 import math
 from collections import Counter
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 from engine.optimize.actuation import desired_ratio
 from engine.optimize.bindings import BindingDecision
@@ -35,7 +36,7 @@ HELP: dict[str, str] = {
     "wva_desired_replicas": "Desired number of replicas for each variant",
     "wva_current_replicas": "Current number of replicas for each variant",
     "wva_desired_ratio": "Ratio of the desired number of replicas and the current number of replicas for each variant",
-    "modelplane_cycle_duration_seconds": "Wall time of each stage of the last run, and of the whole run (stage=\"total\")",
+    "modelplane_cycle_duration_seconds": 'Wall time of each stage of the last run, and of the whole run (stage="total")',
     "modelplane_cycle_timestamp_seconds": "When the last run started (Unix time)",
     "modelplane_cycle_degraded": "1 when the last run ran degraded (exit code 3), else 0",
     "modelplane_cycle_degraded_reasons": "Number of reasons the last run ran degraded",
@@ -216,7 +217,9 @@ def optimize_cycle_metrics(
         labels = {"variant_name": d.name, "namespace": d.namespace}
         metrics.set("modelplane_variant_cost", d.cost, **labels)
         if (d.namespace, d.name) in facts.applied:
-            metrics.set("modelplane_variant_actuation_applied", 1 if facts.applied[(d.namespace, d.name)] else 0, **labels)
+            metrics.set(
+                "modelplane_variant_actuation_applied", 1 if facts.applied[(d.namespace, d.name)] else 0, **labels
+            )
         if d.model_id and d.solver_status is not None:
             unserved[(d.namespace, d.model_id)] = d.unserved_rps
     for (namespace, model), rps in sorted(unserved.items()):

@@ -7,9 +7,10 @@ is needed at all.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 from engine.api.meta import set_condition
 
@@ -37,7 +38,13 @@ def set_conditions(
     current = list(conditions)
     for update in updates:
         updated = set_condition(
-            current, update.type, update.status, update.reason, update.message, now, observed_generation=observed_generation
+            current,
+            update.type,
+            update.status,
+            update.reason,
+            update.message,
+            now,
+            observed_generation=observed_generation,
         )
         current = [c.model_dump(by_alias=True, exclude_none=True, mode="json") for c in updated]
     return current

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Annotated, Any
 
 from prefect import flow, get_run_logger, task
@@ -28,8 +28,8 @@ from prefect.context import FlowRunContext
 from pydantic import Field
 
 from engine.api.meta import parse_duration
-from engine.simulate.calibrate import ProfileFit, Unidentifiable, Window, calibration_outcome, fit_profile
 from engine.optimize.cycle import SpecError, parse_variant
+from engine.simulate.calibrate import ProfileFit, Unidentifiable, Window, calibration_outcome, fit_profile
 from flows.exitcodes import flow_result
 from flows.parameters import ClusterTarget, NamespaceName
 from tasks.calibrate import prometheus_windows, read_windows_file, write_outcome
@@ -79,7 +79,11 @@ class CalibrationReport:
 
 @task(name="collect-windows", cache_policy=NO_CACHE)
 def collect_windows(
-    variants: list[dict[str, Any]], windows_file: str | None, prometheus_url: str | None, lookback_text: str, window_text: str,
+    variants: list[dict[str, Any]],
+    windows_file: str | None,
+    prometheus_url: str | None,
+    lookback_text: str,
+    window_text: str,
 ) -> tuple[dict[tuple[str, str], list[Window]], str | None]:
     """Windows per VariantAutoscaling, and an error string when the metrics backend failed."""
     if windows_file:
@@ -89,7 +93,7 @@ def collect_windows(
         return {}, "no metrics source configured (set prometheus_url or windows_file)"
     client = PrometheusMetrics.from_env(url)
     assert client is not None
-    now = datetime.now(timezone.utc)
+    now = datetime.now(UTC)
     lookback, window = parse_duration(lookback_text), parse_duration(window_text)
     result: dict[tuple[str, str], list[Window]] = {}
     by_model: dict[tuple[str, str], dict[str, list[Window]]] = {}
@@ -103,7 +107,9 @@ def collect_windows(
             if (namespace, model) not in by_model:
                 by_model[(namespace, model)] = prometheus_windows(client, namespace, model, now, lookback, window)
             pods = by_model[(namespace, model)]
-            result[(namespace, meta["name"])] = [w for pod, ws in sorted(pods.items()) if pod.startswith(target + "-") for w in ws]
+            result[(namespace, meta["name"])] = [
+                w for pod, ws in sorted(pods.items()) if pod.startswith(target + "-") for w in ws
+            ]
     except MetricsError as exc:
         return result, str(exc)
     return result, None
@@ -114,10 +120,16 @@ def _current(obj: dict[str, Any]) -> dict[str, float] | None:
         profile = parse_variant(obj).profile
     except SpecError:
         return None
-    return None if profile is None else {"alpha": profile.alpha, "beta": profile.beta, "gamma": profile.gamma, "delta": profile.delta}
+    return (
+        None
+        if profile is None
+        else {"alpha": profile.alpha, "beta": profile.beta, "gamma": profile.gamma, "delta": profile.delta}
+    )
 
 
-def calibrate_variant(obj: dict[str, Any], windows: list[Window] | None, metrics_error: str | None) -> tuple[ProfileFit | None, str | None]:
+def calibrate_variant(
+    obj: dict[str, Any], windows: list[Window] | None, metrics_error: str | None
+) -> tuple[ProfileFit | None, str | None]:
     """Fit one variant, or the reason there is no fit."""
     if windows is None or not windows:
         return None, f"no metrics for this variant's pods{': ' + metrics_error if metrics_error else ''}"
@@ -153,7 +165,7 @@ def calibrate(
         dry_run: Fit and report, write nothing (no condition, no spec).
     """
     logger = get_run_logger()
-    now = datetime.now(timezone.utc).replace(microsecond=0)
+    now = datetime.now(UTC).replace(microsecond=0)
     conn = connect(cluster)
     state = read_cluster_state(conn, namespaces or None, config_namespace)
     windows, metrics_error = collect_windows(state.variants, windows_file, prometheus_url, lookback, window)
@@ -167,8 +179,14 @@ def calibrate(
         fit, why = calibrate_variant(obj, windows.get(key), metrics_error)
         outcome = calibration_outcome(obj, fit, why)
         row = CalibrationRow(
-            key[0], key[1], outcome.reason, outcome.message, current=_current(obj),
-            fit={n: getattr(fit, n).as_dict() for n in ("alpha", "beta", "gamma", "delta")} | {"windows": fit.windows} if fit else None,
+            key[0],
+            key[1],
+            outcome.reason,
+            outcome.message,
+            current=_current(obj),
+            fit={n: getattr(fit, n).as_dict() for n in ("alpha", "beta", "gamma", "delta")} | {"windows": fit.windows}
+            if fit
+            else None,
         )
         if not dry_run:
             try:
@@ -198,8 +216,17 @@ def publish(report: CalibrationReport) -> None:
     create_table_artifact(
         key="calibrate-profiles",
         table=[
-            {"namespace": r.namespace, "variant": r.name, "result": r.reason, "alpha": cell(r, "alpha"), "beta": cell(r, "beta"),
-             "gamma": cell(r, "gamma"), "delta": cell(r, "delta"), "written": r.spec_written, "message": r.message}
+            {
+                "namespace": r.namespace,
+                "variant": r.name,
+                "result": r.reason,
+                "alpha": cell(r, "alpha"),
+                "beta": cell(r, "beta"),
+                "gamma": cell(r, "gamma"),
+                "delta": cell(r, "delta"),
+                "written": r.spec_written,
+                "message": r.message,
+            }
             for r in report.rows
         ],
         description="Performance profiles fitted from vLLM metrics (95% confidence intervals)",

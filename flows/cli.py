@@ -3,20 +3,30 @@
 from __future__ import annotations
 
 import dataclasses
+import datetime
 import json
 import os
 import pathlib
 import re
 import sys
-from typing import Any, Callable, Optional
+from collections.abc import Callable
+from typing import Any
 
 import typer
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from flows.exitcodes import (CannotRun, ExitCode, OneLineErrorGroup, cli_errors, degraded_summary, exit_code, one_line,
-                             quiet_expected_failures)
+from flows.exitcodes import (
+    CannotRun,
+    ExitCode,
+    OneLineErrorGroup,
+    cli_errors,
+    degraded_summary,
+    exit_code,
+    one_line,
+    quiet_expected_failures,
+)
 from flows.image import IMAGE
 
 # Local runs start an ephemeral Prefect API on the shared ~/.prefect database; its telemetry write is the
@@ -25,28 +35,35 @@ os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 # Prefect's 20 s default for starting that ephemeral API is too short on a busy CI runner.
 os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "120")
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, cls=OneLineErrorGroup,
-                  help="Modelplane: a control plane for serving LLMs on Kubernetes.")
+app = typer.Typer(
+    add_completion=False,
+    no_args_is_help=True,
+    cls=OneLineErrorGroup,
+    help="Modelplane: a control plane for serving LLMs on Kubernetes.",
+)
 # Off a terminal (CI logs, pipes) rich would wrap tables at 80 columns and cut names; use a wide page.
 console = Console(width=None if sys.stdout.isatty() else 200)
 err = Console(stderr=True)
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 PREFECT_YAML = REPO / "deployments" / "prefect.yaml"
-_CLUSTER_HELP = ("A manifests directory or file, 'kubeconfig:PATH' or 'kubeconfig:PATH#CONTEXT'; absent or empty: $MODELPLANE_CLUSTER, "
-                 "else the current kubeconfig or in-cluster config (never the working directory).")
+_CLUSTER_HELP = (
+    "A manifests directory or file, 'kubeconfig:PATH' or 'kubeconfig:PATH#CONTEXT'; absent or empty: $MODELPLANE_CLUSTER, "
+    "else the current kubeconfig or in-cluster config (never the working directory)."
+)
 
 
 @app.command()
-def crds(write: Optional[pathlib.Path] = typer.Option(None, help="Write one file per kind into this directory.")) -> None:
+def crds(write: pathlib.Path | None = typer.Option(None, help="Write one file per kind into this directory.")) -> None:
     """Print the CustomResourceDefinitions generated from the API models."""
     from engine.api.crds import render_crds
 
     _write_or_print(render_crds(), write, "---\n", lambda rendered: f"{len(rendered)} CRDs")
 
 
-def _write_or_print(rendered: dict[str, str], write: Optional[pathlib.Path], separator: str,
-                    what: "Callable[[dict[str, str]], str]") -> None:
+def _write_or_print(
+    rendered: dict[str, str], write: pathlib.Path | None, separator: str, what: Callable[[dict[str, str]], str]
+) -> None:
     """Generated files: one file each into ``write``, or all on stdout joined by ``separator``, in name order."""
     if write is not None:
         write.mkdir(parents=True, exist_ok=True)
@@ -59,15 +76,18 @@ def _write_or_print(rendered: dict[str, str], write: Optional[pathlib.Path], sep
 
 @app.command()
 def image(
-    build: bool = typer.Option(False, "--build", help="Build it: docker build -f deployments/Dockerfile -t REFERENCE ."),
+    build: bool = typer.Option(
+        False, "--build", help="Build it: docker build -f deployments/Dockerfile -t REFERENCE ."
+    ),
     push: bool = typer.Option(False, "--push", help="Build and push it (docker push REFERENCE)."),
-    tag: Optional[str] = typer.Option(None, "--tag", help="Another tag than the package version (a test build)."),
+    tag: str | None = typer.Option(None, "--tag", help="Another tag than the package version (a test build)."),
 ) -> None:
     """Print Modelplane's image reference (its tag is the package version: flows/image.py); with --build or
     --push, run the docker commands from the repository root, each printed first."""
     import subprocess
 
-    from flows.image import build_commands, image as image_reference
+    from flows.image import build_commands
+    from flows.image import image as image_reference
 
     reference = image_reference(tag)
     if not (build or push):
@@ -78,8 +98,10 @@ def image(
         try:
             done = subprocess.run(command, cwd=REPO, check=False)
         except FileNotFoundError:
-            sys.stderr.write(f"error: {command[0]} is not installed: build the image with it, or run the command above elsewhere\n")
-            raise typer.Exit(ExitCode.CANNOT_RUN)
+            sys.stderr.write(
+                f"error: {command[0]} is not installed: build the image with it, or run the command above elsewhere\n"
+            )
+            raise typer.Exit(ExitCode.CANNOT_RUN) from None
         if done.returncode != 0:
             sys.stderr.write(f"error: {' '.join(command[:2])} failed with exit code {done.returncode}\n")
             raise typer.Exit(ExitCode.CANNOT_RUN)
@@ -87,7 +109,9 @@ def image(
 
 
 @app.command("worker-manifests")
-def worker_manifests(write: Optional[pathlib.Path] = typer.Option(None, help="Write the files into this directory (deployments/worker).")) -> None:
+def worker_manifests(
+    write: pathlib.Path | None = typer.Option(None, help="Write the files into this directory (deployments/worker)."),
+) -> None:
     """Print the Prefect Kubernetes worker's install: worker.yaml (ServiceAccount, Role, Deployment) and values for
     Prefect's prefect-worker Helm chart, both with Modelplane's image of this version."""
     from flows.worker_manifests import render_worker_manifests
@@ -97,15 +121,19 @@ def worker_manifests(write: Optional[pathlib.Path] = typer.Option(None, help="Wr
 
 @app.command()
 def validate(
-    cluster_option: str = typer.Option(..., "--cluster", help="Manifests directory or multi-document file (not empty)."),
-    as_json: bool = typer.Option(False, "--json", help="Print a JSON list (source, kind, namespace, name, result) instead of a table."),
+    cluster_option: str = typer.Option(
+        ..., "--cluster", help="Manifests directory or multi-document file (not empty)."
+    ),
+    as_json: bool = typer.Option(
+        False, "--json", help="Print a JSON list (source, kind, namespace, name, result) instead of a table."
+    ),
 ) -> None:
     """Load and validate a manifests directory; print every resource and every invalid one with its reason.
 
     Exit codes (flows/exitcodes.py): 0 all valid, 2 the path does not exist, 3 some resources are invalid.
     """
-    from tasks.manifests import read_manifest_documents
     from engine.api.validate import load_documents
+    from tasks.manifests import read_manifest_documents
 
     with cli_errors():
         cluster = manifests_path(cluster_option)
@@ -123,11 +151,23 @@ def validate(
         meta = _meta_of(obj)
         rows.append((short(source), _kind_of(obj), meta.get("namespace") or "", meta.get("name") or "", "valid", True))
     for source, error in report.invalid:
-        rows.append((short(source), error.kind or "", error.namespace or "", error.name or "", f"{error.field_path}: {error.message}", False))
+        rows.append(
+            (
+                short(source),
+                error.kind or "",
+                error.namespace or "",
+                error.name or "",
+                f"{error.field_path}: {error.message}",
+                False,
+            )
+        )
     for source, message in read_errors:
         rows.append((short(source), "", "", "", message.removeprefix(base), False))
-    invalid = [f"{source}: " + (f"{kind} {namespace + '/' if namespace else ''}{name}: " if kind else "") + result
-               for source, kind, namespace, name, result, ok in rows if not ok]
+    invalid = [
+        f"{source}: " + (f"{kind} {namespace + '/' if namespace else ''}{name}: " if kind else "") + result
+        for source, kind, namespace, name, result, ok in rows
+        if not ok
+    ]
     if as_json:
         columns = ("source", "kind", "namespace", "name", "result")
         sys.stdout.write(json.dumps([dict(zip(columns, row[:5])) for row in rows], indent=2) + "\n")
@@ -157,21 +197,29 @@ def _kind_of(obj: object) -> str:
 
 @app.command()
 def optimize(
-    cluster: Optional[str] = typer.Option(None, "--cluster", help=_CLUSTER_HELP),
-    metrics: Optional[pathlib.Path] = typer.Option(None, "--metrics", exists=True, dir_okay=False, help="Metrics YAML file (instead of Prometheus)."),
-    prometheus: Optional[str] = typer.Option(None, "--prometheus", help="Prometheus base URL (default $PROMETHEUS_URL)."),
-    rate_window: Optional[str] = typer.Option(
-        None, "--rate-window",
-        help="PromQL window of the arrival-rate query, e.g. 1m or 30s (default $PROMETHEUS_RATE_WINDOW, else 1m)."),
+    cluster: str | None = typer.Option(None, "--cluster", help=_CLUSTER_HELP),
+    metrics: pathlib.Path | None = typer.Option(
+        None, "--metrics", exists=True, dir_okay=False, help="Metrics YAML file (instead of Prometheus)."
+    ),
+    prometheus: str | None = typer.Option(None, "--prometheus", help="Prometheus base URL (default $PROMETHEUS_URL)."),
+    rate_window: str | None = typer.Option(
+        None,
+        "--rate-window",
+        help="PromQL window of the arrival-rate query, e.g. 1m or 30s (default $PROMETHEUS_RATE_WINDOW, else 1m).",
+    ),
     namespace: list[str] = typer.Option([], "--namespace", "-n", help="Limit to these namespaces (repeatable)."),
-    namespace_selector: Optional[str] = typer.Option(None, "--namespace-selector", "-l", help="Label selector on Namespaces."),
+    namespace_selector: str | None = typer.Option(
+        None, "--namespace-selector", "-l", help="Label selector on Namespaces."
+    ),
     config_namespace: str = typer.Option("modelplane-system", help="Namespace of the WVA ConfigMaps."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Decide and print, write nothing."),
     as_json: bool = typer.Option(False, "--json", help="Print a JSON list instead of a table."),
-    pushgateway: Optional[str] = typer.Option(
-        None, "--pushgateway",
+    pushgateway: str | None = typer.Option(
+        None,
+        "--pushgateway",
         help="Prometheus Pushgateway URL to publish wva_desired_replicas and Modelplane's metrics to "
-             "(default $MODELPLANE_PUSHGATEWAY_URL; unset = off)."),
+        "(default $MODELPLANE_PUSHGATEWAY_URL; unset = off).",
+    ),
 ) -> None:
     """Run one optimization cycle and print the allocation table (writes status back unless --dry-run).
 
@@ -179,12 +227,15 @@ def optimize(
     configuration ConfigMap missing, a parameter rejected), with one line on stderr; 3 ran degraded
     (metrics missing, resources invalid or not ready, write errors), as the summary line says.
     """
-    from flows.optimize import RATE_WINDOW_PATTERN, optimize as optimize_flow
+    from flows.optimize import RATE_WINDOW_PATTERN
+    from flows.optimize import optimize as optimize_flow
     from tasks.cluster import connect
     from tasks.optimize import cannot_run_reason
 
     if rate_window is not None and not re.match(RATE_WINDOW_PATTERN, rate_window):
-        raise typer.BadParameter(f"{rate_window!r} is not a PromQL duration such as 1m or 30s", param_hint="--rate-window")
+        raise typer.BadParameter(
+            f"{rate_window!r} is not a PromQL duration such as 1m or 30s", param_hint="--rate-window"
+        )
     with cli_errors():
         problem = cannot_run_reason(connect(cluster), config_namespace)  # before Prefect starts: one clear line
         if problem:
@@ -210,7 +261,16 @@ def optimize(
     for row in report.rows:
         changed = row.desired is not None and row.current is not None and row.desired != row.current
         desired = f"[bold]{row.desired}[/bold]" if changed else str(row.desired if row.desired is not None else "-")
-        table.add_row(row.namespace, row.name, row.model, row.accelerator, str(row.current if row.current is not None else "-"), desired, row.cost, row.reason)
+        table.add_row(
+            row.namespace,
+            row.name,
+            row.model,
+            row.accelerator,
+            str(row.current if row.current is not None else "-"),
+            desired,
+            row.cost,
+            row.reason,
+        )
     console.print(table)
     console.print(report.summary)
     if report.metrics_error:
@@ -231,7 +291,7 @@ def run_flow_or_exit(flow: Any, _cannot_run: tuple[type[Exception], ...] = (), *
     return _flow_or_exit(flow.name, run, _cannot_run)
 
 
-def _flow_or_exit(name: str, run: "Callable[[], Any]", extra: tuple[type[Exception], ...] = ()) -> Any:
+def _flow_or_exit(name: str, run: Callable[[], Any], extra: tuple[type[Exception], ...] = ()) -> Any:
     """``run()``; an error that means the flow could not run is one ``error:`` line and exit 2 (Prefect's own
     log of it keeps its line but loses the traceback); anything else is a bug and keeps its traceback."""
     from prefect.exceptions import ParameterTypeError
@@ -271,8 +331,15 @@ def exit_with_outcome(problems: list[str], flow_ran: bool = True) -> None:
     raise typer.Exit(int(exit_code(problems)))
 
 
-def _aim_table(title: str, columns: tuple[str, ...], rows: list[tuple[object, ...]], summary: str, errors: list[str], last: bool = True,
-               as_json: bool = False) -> None:
+def _aim_table(
+    title: str,
+    columns: tuple[str, ...],
+    rows: list[tuple[object, ...]],
+    summary: str,
+    errors: list[str],
+    last: bool = True,
+    as_json: bool = False,
+) -> None:
     """Print an AIM flow's table and summary (or, ``as_json``, a JSON list of rows); with ``last``, exit 3
     (degraded, one line per error) when writes failed, else 0 (flows/exitcodes.py)."""
     if last:
@@ -297,27 +364,49 @@ def _aim_table(title: str, columns: tuple[str, ...], rows: list[tuple[object, ..
 
 @app.command("discover-models")
 def discover_models_command(
-    cluster: Optional[str] = typer.Option(None, "--cluster", help=_CLUSTER_HELP),
-    namespace: list[str] = typer.Option([], "--namespace", "-n", help="Create templates in these namespaces (default: every namespace with an AIMNamespaceConfig)."),
+    cluster: str | None = typer.Option(None, "--cluster", help=_CLUSTER_HELP),
+    namespace: list[str] = typer.Option(
+        [],
+        "--namespace",
+        "-n",
+        help="Create templates in these namespaces (default: every namespace with an AIMNamespaceConfig).",
+    ),
     resync: int = typer.Option(86400, "--resync-seconds", help="Read unchanged images again after this many seconds."),
-    insecure_registry: list[str] = typer.Option([], "--insecure-registry", help="Registry host spoken to over plain HTTP (repeatable)."),
-    registry_mirror: list[str] = typer.Option([], "--registry-mirror", help="HOST=MIRROR or HOST=oci-layout:DIR (repeatable)."),
+    insecure_registry: list[str] = typer.Option(
+        [], "--insecure-registry", help="Registry host spoken to over plain HTTP (repeatable)."
+    ),
+    registry_mirror: list[str] = typer.Option(
+        [], "--registry-mirror", help="HOST=MIRROR or HOST=oci-layout:DIR (repeatable)."
+    ),
     as_json: bool = typer.Option(False, "--json", help="Print a JSON list instead of a table."),
 ) -> None:
     """Read every AIMClusterModel's image labels and create its recommended AIMServiceTemplates."""
     from flows.discover_models import discover_models
 
     mirrors = _mirrors(registry_mirror)
-    report = _run_flow(cluster, lambda: discover_models(namespaces=namespace or None, resync_interval_s=resync,
-                                               insecure_registries=insecure_registry or None, registry_mirrors=mirrors, cluster=cluster))
-    _aim_table("AIM model discovery", ("model", "image", "result", "deployments", "templates"),
-               [(r.name, r.image, r.result, r.deployments, r.templates) for r in report.rows], report.summary,
-               report.degraded, as_json=as_json)
+    report = _run_flow(
+        cluster,
+        lambda: discover_models(
+            namespaces=namespace or None,
+            resync_interval_s=resync,
+            insecure_registries=insecure_registry or None,
+            registry_mirrors=mirrors,
+            cluster=cluster,
+        ),
+    )
+    _aim_table(
+        "AIM model discovery",
+        ("model", "image", "result", "deployments", "templates"),
+        [(r.name, r.image, r.result, r.deployments, r.templates) for r in report.rows],
+        report.summary,
+        report.degraded,
+        as_json=as_json,
+    )
 
 
 @app.command("resolve-templates")
 def resolve_templates_command(
-    cluster: Optional[str] = typer.Option(None, "--cluster", help=_CLUSTER_HELP),
+    cluster: str | None = typer.Option(None, "--cluster", help=_CLUSTER_HELP),
     namespace: list[str] = typer.Option([], "--namespace", "-n", help="Limit to these namespaces (repeatable)."),
     as_json: bool = typer.Option(False, "--json", help="Print a JSON list instead of a table."),
 ) -> None:
@@ -325,14 +414,19 @@ def resolve_templates_command(
     from flows.resolve_templates import resolve_templates
 
     report = _run_flow(cluster, lambda: resolve_templates(namespaces=namespace or None, cluster=cluster))
-    _aim_table("AIM templates", ("namespace", "template", "status", "reason", "message"),
-               [(r.namespace, r.name, r.status, r.reason, r.message) for r in report.rows], report.summary,
-               report.degraded, as_json=as_json)
+    _aim_table(
+        "AIM templates",
+        ("namespace", "template", "status", "reason", "message"),
+        [(r.namespace, r.name, r.status, r.reason, r.message) for r in report.rows],
+        report.summary,
+        report.degraded,
+        as_json=as_json,
+    )
 
 
 @app.command("rollout-services")
 def rollout_services_command(
-    cluster: Optional[str] = typer.Option(None, "--cluster", help=_CLUSTER_HELP),
+    cluster: str | None = typer.Option(None, "--cluster", help=_CLUSTER_HELP),
     namespace: list[str] = typer.Option([], "--namespace", "-n", help="Limit to these namespaces (repeatable)."),
     as_json: bool = typer.Option(False, "--json", help="Print a JSON list instead of a table."),
 ) -> None:
@@ -340,19 +434,37 @@ def rollout_services_command(
     from flows.rollout_services import rollout_services
 
     report = _run_flow(cluster, lambda: rollout_services(namespaces=namespace or None, cluster=cluster))
-    _aim_table("AIM services", ("namespace", "service", "status", "reason", "workload", "action"),
-               [(r.namespace, r.name, r.status, r.reason, r.workload, r.action) for r in report.rows], report.summary,
-               report.degraded, as_json=as_json)
+    _aim_table(
+        "AIM services",
+        ("namespace", "service", "status", "reason", "workload", "action"),
+        [(r.namespace, r.name, r.status, r.reason, r.workload, r.action) for r in report.rows],
+        report.summary,
+        report.degraded,
+        as_json=as_json,
+    )
 
 
 @app.command("aim")
 def aim_command(
-    cluster: Optional[str] = typer.Option(None, "--cluster", help=_CLUSTER_HELP),
-    namespace: list[str] = typer.Option([], "--namespace", "-n", help="Create templates, resolve and roll out in these namespaces only (repeatable; default: all)."),
-    resync: int = typer.Option(86400, "--resync-seconds", min=60, help="Read unchanged images again after this many seconds (at least 60)."),
-    insecure_registry: list[str] = typer.Option([], "--insecure-registry", help="Registry host spoken to over plain HTTP (repeatable)."),
-    registry_mirror: list[str] = typer.Option([], "--registry-mirror", help="HOST=MIRROR or HOST=oci-layout:DIR (repeatable)."),
-    as_json: bool = typer.Option(False, "--json", help="Print one JSON object (models, templates, services) instead of tables."),
+    cluster: str | None = typer.Option(None, "--cluster", help=_CLUSTER_HELP),
+    namespace: list[str] = typer.Option(
+        [],
+        "--namespace",
+        "-n",
+        help="Create templates, resolve and roll out in these namespaces only (repeatable; default: all).",
+    ),
+    resync: int = typer.Option(
+        86400, "--resync-seconds", min=60, help="Read unchanged images again after this many seconds (at least 60)."
+    ),
+    insecure_registry: list[str] = typer.Option(
+        [], "--insecure-registry", help="Registry host spoken to over plain HTTP (repeatable)."
+    ),
+    registry_mirror: list[str] = typer.Option(
+        [], "--registry-mirror", help="HOST=MIRROR or HOST=oci-layout:DIR (repeatable)."
+    ),
+    as_json: bool = typer.Option(
+        False, "--json", help="Print one JSON object (models, templates, services) instead of tables."
+    ),
 ) -> None:
     """The three AIM lifecycles in one process: discover-models, resolve-templates, rollout-services.
 
@@ -365,30 +477,80 @@ def aim_command(
 
     mirrors = _mirrors(registry_mirror)
     namespaces = namespace or None
-    found = _run_flow(cluster, lambda: discover_models(namespaces=namespaces, resync_interval_s=resync, insecure_registries=insecure_registry or None,
-                                                       registry_mirrors=mirrors, cluster=cluster))
+    found = _run_flow(
+        cluster,
+        lambda: discover_models(
+            namespaces=namespaces,
+            resync_interval_s=resync,
+            insecure_registries=insecure_registry or None,
+            registry_mirrors=mirrors,
+            cluster=cluster,
+        ),
+    )
     resolved = _run_flow(cluster, lambda: resolve_templates(namespaces=namespaces, cluster=cluster))
     rolled = _run_flow(cluster, lambda: rollout_services(namespaces=namespaces, cluster=cluster))
-    errors = (found.degraded + resolved.degraded
-              + rolled.degraded)
+    errors = found.degraded + resolved.degraded + rolled.degraded
     if as_json:
-        sys.stdout.write(json.dumps({
-            "models": [{"model": r.name, "image": r.image, "result": r.result, "deployments": r.deployments, "templates": r.templates} for r in found.rows],
-            "templates": [{"namespace": r.namespace, "template": r.name, "status": r.status, "reason": r.reason} for r in resolved.rows],
-            "services": [{"namespace": r.namespace, "service": r.name, "status": r.status, "reason": r.reason, "workload": r.workload,
-                          "action": r.action} for r in rolled.rows],
-            "summary": {"models": found.summary, "templates": resolved.summary, "services": rolled.summary},
-        }, indent=2, default=str) + "\n")
+        sys.stdout.write(
+            json.dumps(
+                {
+                    "models": [
+                        {
+                            "model": r.name,
+                            "image": r.image,
+                            "result": r.result,
+                            "deployments": r.deployments,
+                            "templates": r.templates,
+                        }
+                        for r in found.rows
+                    ],
+                    "templates": [
+                        {"namespace": r.namespace, "template": r.name, "status": r.status, "reason": r.reason}
+                        for r in resolved.rows
+                    ],
+                    "services": [
+                        {
+                            "namespace": r.namespace,
+                            "service": r.name,
+                            "status": r.status,
+                            "reason": r.reason,
+                            "workload": r.workload,
+                            "action": r.action,
+                        }
+                        for r in rolled.rows
+                    ],
+                    "summary": {"models": found.summary, "templates": resolved.summary, "services": rolled.summary},
+                },
+                indent=2,
+                default=str,
+            )
+            + "\n"
+        )
         exit_with_outcome(errors)
-    _aim_table("AIM model discovery", ("model", "image", "result", "deployments", "templates"),
-               [(r.name, r.image, r.result, r.deployments, r.templates) for r in found.rows], found.summary,
-               found.degraded, last=False)
-    _aim_table("AIM templates", ("namespace", "template", "status", "reason"),
-               [(r.namespace, r.name, r.status, r.reason) for r in resolved.rows], resolved.summary,
-               resolved.degraded, last=False)
-    _aim_table("AIM services", ("namespace", "service", "status", "reason", "workload", "action"),
-               [(r.namespace, r.name, r.status, r.reason, r.workload, r.action) for r in rolled.rows], rolled.summary,
-               rolled.degraded, last=False)
+    _aim_table(
+        "AIM model discovery",
+        ("model", "image", "result", "deployments", "templates"),
+        [(r.name, r.image, r.result, r.deployments, r.templates) for r in found.rows],
+        found.summary,
+        found.degraded,
+        last=False,
+    )
+    _aim_table(
+        "AIM templates",
+        ("namespace", "template", "status", "reason"),
+        [(r.namespace, r.name, r.status, r.reason) for r in resolved.rows],
+        resolved.summary,
+        resolved.degraded,
+        last=False,
+    )
+    _aim_table(
+        "AIM services",
+        ("namespace", "service", "status", "reason", "workload", "action"),
+        [(r.namespace, r.name, r.status, r.reason, r.workload, r.action) for r in rolled.rows],
+        rolled.summary,
+        rolled.degraded,
+        last=False,
+    )
     rejected = drain_rejections()
     for line in rejected:
         err.print(f"[yellow]degraded: {escape(line)}[/yellow]", highlight=False, soft_wrap=True)
@@ -401,12 +563,14 @@ def _mirrors(pairs: list[str]) -> dict[str, str]:
     for pair in pairs:
         host, sep, target = pair.partition("=")
         if not sep or not host.strip() or not target.strip():
-            raise typer.BadParameter(f"{pair!r}: expected HOST=MIRROR or HOST=oci-layout:DIR", param_hint="--registry-mirror")
+            raise typer.BadParameter(
+                f"{pair!r}: expected HOST=MIRROR or HOST=oci-layout:DIR", param_hint="--registry-mirror"
+            )
         result[host.strip()] = target.strip()
     return result
 
 
-def _run_flow(cluster: Optional[str], run: "Callable[[], Any]") -> Any:
+def _run_flow(cluster: str | None, run: Callable[[], Any]) -> Any:
     """Run a flow after checking it can run at all: a missing path, no API access or missing AIM CRDs is
     one ``error:`` line and exit 2 before Prefect starts."""
     from tasks.aim import cannot_run_reason
@@ -432,20 +596,33 @@ def serve() -> None:
     prefect_serve(*runner_deployments(PREFECT_YAML))
 
 
-cache_app = typer.Typer(no_args_is_help=True, help="Model caches: fill a directory (a mounted PVC) from a model source.")
+cache_app = typer.Typer(
+    no_args_is_help=True, help="Model caches: fill a directory (a mounted PVC) from a model source."
+)
 app.add_typer(cache_app, name="cache")
 
 
 @cache_app.command("fill")
 def cache_fill(
-    source: str = typer.Argument(..., help="Model source: hf://org/name@REV?allow=GLOB&ignore=GLOB&filename=F (all optional after the name) or s3://bucket/prefix."),
+    source: str = typer.Argument(
+        ...,
+        help="Model source: hf://org/name@REV?allow=GLOB&ignore=GLOB&filename=F (all optional after the name) or s3://bucket/prefix.",
+    ),
     dest: pathlib.Path = typer.Argument(..., help="Cache directory (the PVC mount); the model files land at its root."),
-    capacity: Optional[str] = typer.Option(None, "--capacity", help="Volume size (e.g. 11Gi) when the filesystem does not report it (shared filesystems)."),
+    capacity: str | None = typer.Option(
+        None, "--capacity", help="Volume size (e.g. 11Gi) when the filesystem does not report it (shared filesystems)."
+    ),
     concurrency: int = typer.Option(8, "--concurrency", min=1, max=64, help="Parallel transfers (files or S3 parts)."),
     part_size_mib: int = typer.Option(16, "--part-size-mib", min=5, help="S3 ranged part size in MiB."),
-    lock_timeout: Optional[float] = typer.Option(None, "--lock-timeout", help="Seconds to wait for another filler of the same cache (default: wait)."),
+    lock_timeout: float | None = typer.Option(
+        None, "--lock-timeout", help="Seconds to wait for another filler of the same cache (default: wait)."
+    ),
     as_json: bool = typer.Option(False, "--json", help="Print the completion manifest as JSON."),
-    termination_log: Optional[pathlib.Path] = typer.Option(None, "--termination-log", help="Also write the verdict here as one JSON line (a Job's /dev/termination-log: the marker summary, or the failure's reason and message)."),
+    termination_log: pathlib.Path | None = typer.Option(
+        None,
+        "--termination-log",
+        help="Also write the verdict here as one JSON line (a Job's /dev/termination-log: the marker summary, or the failure's reason and message).",
+    ),
 ) -> None:
     """Download SOURCE into DEST: resumable, locked, verified; the marker .modelplane-cache.json is written last.
 
@@ -462,7 +639,7 @@ def cache_fill(
         capacity_bytes = int(parse_quantity(capacity)) if capacity else None
     except ValueError as exc:
         sys.stderr.write(f"cache fill: invalid argument: {exc}\n")
-        raise typer.Exit(2)
+        raise typer.Exit(2) from None
     reporter = _CacheFillProgress(parsed.uri)
     try:
         with reporter:
@@ -479,12 +656,12 @@ def cache_fill(
     except DownloadError as exc:
         sys.stderr.write(f"cache fill failed ({exc.reason}): {exc.message}\n")
         _write_fill_report(termination_log, reason=exc.reason, message=exc.message)
-        raise typer.Exit(1)
+        raise typer.Exit(1) from None
     except OSError as exc:
         message = f"{exc.strerror or exc} ({exc.filename or dest})"
         sys.stderr.write(f"cache fill failed (FilesystemError): {message}\n")
         _write_fill_report(termination_log, reason="FilesystemError", message=message)
-        raise typer.Exit(1)
+        raise typer.Exit(1) from None
     _write_fill_report(termination_log, manifest.to_json())
     if as_json:
         sys.stdout.write(json.dumps(manifest.to_json(), indent=2) + "\n")
@@ -498,7 +675,7 @@ def cache_fill(
     )
 
 
-def _write_fill_report(path: Optional[pathlib.Path], marker: Optional[dict] = None, **failure: str) -> None:
+def _write_fill_report(path: pathlib.Path | None, marker: dict | None = None, **failure: str) -> None:
     """The fill's verdict for the warm-caches flow (read back from the Job pod's termination message)."""
     if path is None:
         return
@@ -520,13 +697,24 @@ class _CacheFillProgress:
         self._bar = None
         self._task = None
 
-    def __enter__(self) -> "_CacheFillProgress":
+    def __enter__(self) -> _CacheFillProgress:
         if self.interactive:
-            from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn, TransferSpeedColumn
+            from rich.progress import (
+                BarColumn,
+                DownloadColumn,
+                Progress,
+                TextColumn,
+                TimeRemainingColumn,
+                TransferSpeedColumn,
+            )
 
             self._bar = Progress(
-                TextColumn("{task.description}"), BarColumn(), DownloadColumn(binary_units=True),
-                TransferSpeedColumn(), TimeRemainingColumn(), console=err,
+                TextColumn("{task.description}"),
+                BarColumn(),
+                DownloadColumn(binary_units=True),
+                TransferSpeedColumn(),
+                TimeRemainingColumn(),
+                console=err,
             )
             self._bar.start()
             self._task = self._bar.add_task(self.label, total=None)
@@ -547,15 +735,25 @@ class _CacheFillProgress:
     def __exit__(self, *exc: object) -> None:
         if self._bar is not None:
             self._bar.stop()
+
+
 @app.command("rollout-models")
 def rollout_models_command(
-    cluster: Optional[str] = typer.Option(None, "--cluster", help=_CLUSTER_HELP),
+    cluster: str | None = typer.Option(None, "--cluster", help=_CLUSTER_HELP),
     namespace: list[str] = typer.Option([], "--namespace", "-n", help="Limit to these namespaces (repeatable)."),
     downloader_image: str = typer.Option(IMAGE, help="Image of the init container that downloads into a cacheURI."),
     as_json: bool = typer.Option(False, "--json", help="Print a JSON list instead of a table."),
     name: list[str] = typer.Option([], "--name", help="Only the Models with these names (repeatable)."),
-    kthena_networking: str = typer.Option("auto", "--kthena-networking", help="auto: render Kthena's ModelServer/ModelRoute and runtime sidecar when the cluster serves networking.serving.volcano.sh; off: never."),
-    workload: str = typer.Option("Deployment", "--workload", help="Deployment, or ModelServing (Kthena's gang-scheduled workload, where its CRD is served)."),
+    kthena_networking: str = typer.Option(
+        "auto",
+        "--kthena-networking",
+        help="auto: render Kthena's ModelServer/ModelRoute and runtime sidecar when the cluster serves networking.serving.volcano.sh; off: never.",
+    ),
+    workload: str = typer.Option(
+        "Deployment",
+        "--workload",
+        help="Deployment, or ModelServing (Kthena's gang-scheduled workload, where its CRD is served).",
+    ),
 ) -> None:
     """Roll out every Kthena Model once and print what changed.
 
@@ -568,8 +766,15 @@ def rollout_models_command(
 
     with cli_errors():
         require_cluster(cluster, KTHENA_API_VERSION, "Model")
-    report = run_flow_or_exit(rollout_models, namespaces=namespace or None, names=name or None, cluster=cluster,
-                              downloader_image=downloader_image, kthena_networking=kthena_networking, workload=workload)
+    report = run_flow_or_exit(
+        rollout_models,
+        namespaces=namespace or None,
+        names=name or None,
+        cluster=cluster,
+        downloader_image=downloader_image,
+        kthena_networking=kthena_networking,
+        workload=workload,
+    )
     failed = report.degraded
     if as_json:
         sys.stdout.write(json.dumps([dataclasses.asdict(m) for m in report.models], indent=2, default=str) + "\n")
@@ -590,8 +795,8 @@ def serve_openmodel_command(
     model: str = typer.Argument(..., help="Name of the OpenModel."),
     namespace: str = typer.Option(..., "--namespace", "-n", help="Namespace to serve it in."),
     replicas: int = typer.Option(1, "--replicas", min=0, help="vLLM replicas."),
-    flavor: Optional[str] = typer.Option(None, "--flavor", help="Flavor to start from (default: the first)."),
-    cluster: Optional[str] = typer.Option(None, "--cluster", help=_CLUSTER_HELP),
+    flavor: str | None = typer.Option(None, "--flavor", help="Flavor to start from (default: the first)."),
+    cluster: str | None = typer.Option(None, "--cluster", help=_CLUSTER_HELP),
     as_json: bool = typer.Option(False, "--json", help="Print a JSON object instead of a table."),
 ) -> None:
     """Serve an llmaz OpenModel with vLLM from its shared cache, placed by its flavors.
@@ -605,8 +810,15 @@ def serve_openmodel_command(
 
     with cli_errors():
         require_cluster(cluster, LLMAZ_API_VERSION, "OpenModel")
-    report = run_flow_or_exit(serve_openmodel, model=model, namespace=namespace, replicas=replicas, flavor=flavor,
-                              cluster=cluster, _cannot_run=(ServeError,))
+    report = run_flow_or_exit(
+        serve_openmodel,
+        model=model,
+        namespace=namespace,
+        replicas=replicas,
+        flavor=flavor,
+        cluster=cluster,
+        _cannot_run=(ServeError,),
+    )
     problems = report.degraded
     if as_json:
         sys.stdout.write(json.dumps(dataclasses.asdict(report), indent=2, default=str) + "\n")
@@ -618,15 +830,27 @@ def serve_openmodel_command(
 
 @app.command("warm-caches")
 def warm_caches(
-    cluster: Optional[str] = typer.Option(None, "--cluster", help=_CLUSTER_HELP),
+    cluster: str | None = typer.Option(None, "--cluster", help=_CLUSTER_HELP),
     namespace: list[str] = typer.Option([], "--namespace", "-n", help="Limit to these namespaces (repeatable)."),
-    image: Optional[str] = typer.Option(None, "--image", help="Modelplane's image for the fill Jobs."),
-    openmodel_namespace: Optional[str] = typer.Option(None, "--openmodel-namespace", help="Cache llmaz OpenModels in this namespace."),
-    no_consumers: bool = typer.Option(False, "--no-consumers", help="Only fill existing ModelCaches; create none for consumers."),
-    gc_unused_after: Optional[str] = typer.Option(None, "--gc-unused-after", help="Delete caches unused this long and unmounted, e.g. 7d, 12h."),
-    max_fill_attempts: int = typer.Option(4, "--max-fill-attempts", min=1, help="Fills per cache generation before it stays Failed."),
-    retry_backoff_s: float = typer.Option(300.0, "--retry-backoff-s", min=0, help="Wait after the first failed fill (doubles)."),
-    timeout_s: float = typer.Option(86400.0, "--timeout-s", min=1, help="Stop the run after this long (local fills run in-process)."),
+    image: str | None = typer.Option(None, "--image", help="Modelplane's image for the fill Jobs."),
+    openmodel_namespace: str | None = typer.Option(
+        None, "--openmodel-namespace", help="Cache llmaz OpenModels in this namespace."
+    ),
+    no_consumers: bool = typer.Option(
+        False, "--no-consumers", help="Only fill existing ModelCaches; create none for consumers."
+    ),
+    gc_unused_after: str | None = typer.Option(
+        None, "--gc-unused-after", help="Delete caches unused this long and unmounted, e.g. 7d, 12h."
+    ),
+    max_fill_attempts: int = typer.Option(
+        4, "--max-fill-attempts", min=1, help="Fills per cache generation before it stays Failed."
+    ),
+    retry_backoff_s: float = typer.Option(
+        300.0, "--retry-backoff-s", min=0, help="Wait after the first failed fill (doubles)."
+    ),
+    timeout_s: float = typer.Option(
+        86400.0, "--timeout-s", min=1, help="Stop the run after this long (local fills run in-process)."
+    ),
     as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table."),
 ) -> None:
     """Run one warm-caches pass: create PVCs, fill every ModelCache (Jobs in a cluster, in-process locally), report.
@@ -635,7 +859,8 @@ def warm_caches(
     Kubernetes access, a bad argument), with one line on stderr; 3 ran degraded (a cache Failed, a consumer's
     source invalid, an API error on one cache), as the summary says.
     """
-    from flows.warm_caches import DEFAULT_IMAGE, warm_caches as warm_caches_flow
+    from flows.warm_caches import DEFAULT_IMAGE
+    from flows.warm_caches import warm_caches as warm_caches_flow
 
     try:
         unused_after = _duration(gc_unused_after) if gc_unused_after else None
@@ -645,8 +870,13 @@ def warm_caches(
         require_local_path(cluster)
     report = run_flow_or_exit(
         warm_caches_flow.with_options(timeout_seconds=timeout_s),
-        namespaces=namespace or None, cluster=cluster, image=image or DEFAULT_IMAGE, openmodel_namespace=openmodel_namespace,
-        include_consumers=not no_consumers, gc_unused_after=unused_after, max_fill_attempts=max_fill_attempts,
+        namespaces=namespace or None,
+        cluster=cluster,
+        image=image or DEFAULT_IMAGE,
+        openmodel_namespace=openmodel_namespace,
+        include_consumers=not no_consumers,
+        gc_unused_after=unused_after,
+        max_fill_attempts=max_fill_attempts,
         retry_backoff_s=retry_backoff_s,
     )
     if as_json:
@@ -666,9 +896,8 @@ def warm_caches(
     exit_with_outcome(report.degraded)
 
 
-def _duration(text: str) -> "datetime.timedelta":
+def _duration(text: str) -> datetime.timedelta:
     """``7d``, ``12h``, ``30m``, ``90s`` (or a Go duration such as ``1h30m``) as a timedelta."""
-    import datetime
 
     from engine.api.meta import parse_duration
 
@@ -680,23 +909,47 @@ def _duration(text: str) -> "datetime.timedelta":
 
 @app.command()
 def simulate(
-    cluster_option: str = typer.Option(..., "--cluster", help="Manifests directory/file: VariantAutoscalings, targets, WVA ConfigMaps (not empty)."),
-    trace: pathlib.Path = typer.Option(..., "--trace", help="Trace CSV (timestamp, prompt tokens, output tokens; Azure format as is)."),
-    policy: list[str] = typer.Option([], "--policy", "-p", help="Policy to compare (repeatable); default: all, the oracle included."),
+    cluster_option: str = typer.Option(
+        ..., "--cluster", help="Manifests directory/file: VariantAutoscalings, targets, WVA ConfigMaps (not empty)."
+    ),
+    trace: pathlib.Path = typer.Option(
+        ..., "--trace", help="Trace CSV (timestamp, prompt tokens, output tokens; Azure format as is)."
+    ),
+    policy: list[str] = typer.Option(
+        [], "--policy", "-p", help="Policy to compare (repeatable); default: all, the oracle included."
+    ),
     compression: float = typer.Option(1.0, help="Divide inter-arrival times by this (time compression)."),
     rate_scale: float = typer.Option(1.0, "--rate-scale", help="Multiply the number of requests."),
     start: float = typer.Option(0.0, help="Slice start, seconds after the first request."),
-    duration: Optional[float] = typer.Option(None, help="Slice length in seconds (before compression)."),
-    share: list[str] = typer.Option([], "--share", help="MODEL=WEIGHT share of a model ('namespace/modelID') in the trace (repeatable)."),
+    duration: float | None = typer.Option(None, help="Slice length in seconds (before compression)."),
+    share: list[str] = typer.Option(
+        [], "--share", help="MODEL=WEIGHT share of a model ('namespace/modelID') in the trace (repeatable)."
+    ),
     interval: float = typer.Option(60.0, help="Control interval in simulated seconds."),
     startup_delay: float = typer.Option(120.0, "--startup-delay", help="Seconds a new replica takes to become ready."),
-    sizing_ttft_scale: float = typer.Option(1.0, "--sizing-ttft-scale", help="Policies size for the TTFT targets x this; attainment is judged against the targets."),
-    hpa_metric: Optional[str] = typer.Option(None, "--hpa-metric", help="Per-replica metric of the HPA-style policy (default: the cluster's AutoscalingPolicy)."),
-    hpa_target: Optional[float] = typer.Option(None, "--hpa-target", help="Target per replica of --hpa-metric."),
-    router: str = typer.Option("auto", "--router", help="Gateway router: least-outstanding, least-load (llm-d/Kthena: queue + KV), "
-                               "least-latency (predicted TTFT/ITL vs SLO); auto = what the cluster says (docs/simulate.md)."),
-    frontier: bool = typer.Option(True, "--frontier/--no-frontier", help="Also sweep each policy's knob and the oracle: "
-                                  "cost-attainment frontier, attainment ceiling, cost / oracle."),
+    sizing_ttft_scale: float = typer.Option(
+        1.0,
+        "--sizing-ttft-scale",
+        help="Policies size for the TTFT targets x this; attainment is judged against the targets.",
+    ),
+    hpa_metric: str | None = typer.Option(
+        None,
+        "--hpa-metric",
+        help="Per-replica metric of the HPA-style policy (default: the cluster's AutoscalingPolicy).",
+    ),
+    hpa_target: float | None = typer.Option(None, "--hpa-target", help="Target per replica of --hpa-metric."),
+    router: str = typer.Option(
+        "auto",
+        "--router",
+        help="Gateway router: least-outstanding, least-load (llm-d/Kthena: queue + KV), "
+        "least-latency (predicted TTFT/ITL vs SLO); auto = what the cluster says (docs/simulate.md).",
+    ),
+    frontier: bool = typer.Option(
+        True,
+        "--frontier/--no-frontier",
+        help="Also sweep each policy's knob and the oracle: "
+        "cost-attainment frontier, attainment ceiling, cost / oracle.",
+    ),
     seed: int = typer.Option(0, help="Seed of every random draw."),
     output: pathlib.Path = typer.Option(pathlib.Path("simulation-report"), "--output", "-o", help="Report directory."),
     config_namespace: str = typer.Option("modelplane-system", help="Namespace of the WVA ConfigMaps."),
@@ -710,8 +963,8 @@ def simulate(
     import csv
 
     from engine.optimize.cycle import SpecError
-    from engine.simulate.replay import ROUTERS
     from engine.simulate.policies import POLICIES, ROUTER_AUTO
+    from engine.simulate.replay import ROUTERS
     from engine.simulate.trace import TraceError, parse_trace_rows
     from flows.simulate import simulate as simulate_flow
     from tasks.simulate import summary_table
@@ -743,10 +996,24 @@ def simulate(
         drain_rejections()
         try:
             report = simulate_flow(
-                cluster=str(cluster), trace=str(trace), config_namespace=config_namespace, policies=policy or None,
-                compression=compression, rate_scale=rate_scale, start_s=start, duration_s=duration, model_shares=shares or None,
-                interval_s=interval, startup_delay_s=startup_delay, sizing_ttft_scale=sizing_ttft_scale, hpa_metric=hpa_metric,
-                hpa_target=hpa_target, router=router, frontier=frontier, seed=seed, output_dir=str(output),
+                cluster=str(cluster),
+                trace=str(trace),
+                config_namespace=config_namespace,
+                policies=policy or None,
+                compression=compression,
+                rate_scale=rate_scale,
+                start_s=start,
+                duration_s=duration,
+                model_shares=shares or None,
+                interval_s=interval,
+                startup_delay_s=startup_delay,
+                sizing_ttft_scale=sizing_ttft_scale,
+                hpa_metric=hpa_metric,
+                hpa_target=hpa_target,
+                router=router,
+                frontier=frontier,
+                seed=seed,
+                output_dir=str(output),
             )
         except (TraceError, SpecError, ValueError) as exc:
             raise CannotRun(str(exc)) from None
@@ -767,9 +1034,9 @@ def simulate(
 
 @app.command()
 def calibrate(
-    cluster: Optional[str] = typer.Option(None, "--cluster", help=_CLUSTER_HELP),
-    prometheus: Optional[str] = typer.Option(None, "--prometheus", help="Prometheus base URL (default $PROMETHEUS_URL)."),
-    windows: Optional[pathlib.Path] = typer.Option(None, "--windows", help="Windows YAML file (instead of Prometheus)."),
+    cluster: str | None = typer.Option(None, "--cluster", help=_CLUSTER_HELP),
+    prometheus: str | None = typer.Option(None, "--prometheus", help="Prometheus base URL (default $PROMETHEUS_URL)."),
+    windows: pathlib.Path | None = typer.Option(None, "--windows", help="Windows YAML file (instead of Prometheus)."),
     namespace: list[str] = typer.Option([], "--namespace", "-n", help="Limit to these namespaces (repeatable)."),
     lookback: str = typer.Option("24h", help="How far back to read metrics (a day: gamma needs hours of varied load)."),
     window: str = typer.Option("5m", help="Length of one metrics window."),
@@ -795,8 +1062,14 @@ def calibrate(
         require_cluster(cluster, "llmd.ai/v1alpha1", "VariantAutoscaling")
         drain_rejections()
         report = calibrate_flow(
-            namespaces=namespace or None, config_namespace=config_namespace, cluster=cluster, prometheus_url=prometheus,
-            windows_file=str(windows) if windows else None, lookback=lookback, window=window, dry_run=dry_run,
+            namespaces=namespace or None,
+            config_namespace=config_namespace,
+            cluster=cluster,
+            prometheus_url=prometheus,
+            windows_file=str(windows) if windows else None,
+            lookback=lookback,
+            window=window,
+            dry_run=dry_run,
         )
     degraded = report.degraded
     if as_json:
@@ -806,7 +1079,10 @@ def calibrate(
     for column in ("namespace", "name", "result", "alpha", "beta", "gamma", "delta", "written"):
         table.add_column(column)
     for row in report.rows:
-        values = [f"{row.fit[n]['value']:.4g}" + ("*" if row.fit[n]["fixed"] else "") if row.fit else "-" for n in ("alpha", "beta", "gamma", "delta")]
+        values = [
+            f"{row.fit[n]['value']:.4g}" + ("*" if row.fit[n]["fixed"] else "") if row.fit else "-"
+            for n in ("alpha", "beta", "gamma", "delta")
+        ]
         table.add_row(row.namespace, row.name, row.reason, *values, "yes" if row.spec_written else "no")
     console.print(table)
     for row in report.rows:
@@ -816,8 +1092,14 @@ def calibrate(
 
 @app.command()
 def deploy(
-    pool_type: str = typer.Option("kubernetes", "--pool-type", help="'kubernetes' (deployments/work-pool-template.json) or 'process' (a local worker)."),
-    pool: Optional[str] = typer.Option(None, "--pool", help="Work pool name (default modelplane-kubernetes / modelplane-process)."),
+    pool_type: str = typer.Option(
+        "kubernetes",
+        "--pool-type",
+        help="'kubernetes' (deployments/work-pool-template.json) or 'process' (a local worker).",
+    ),
+    pool: str | None = typer.Option(
+        None, "--pool", help="Work pool name (default modelplane-kubernetes / modelplane-process)."
+    ),
 ) -> None:
     """Create the work pool if missing, then register every deployment of deployments/prefect.yaml on the
     Prefect server of PREFECT_API_URL (runs 'prefect --no-prompt deploy --all --prefect-file deployments/prefect.yaml')."""
@@ -831,7 +1113,9 @@ def deploy(
         sys.stderr.write(f"error: --pool-type must be 'kubernetes' or 'process', not {pool_type!r}\n")
         raise typer.Exit(ExitCode.CANNOT_RUN)
     if not os.environ.get("PREFECT_API_URL"):
-        sys.stderr.write("error: PREFECT_API_URL is not set: point it at the Prefect server to deploy to (e.g. http://127.0.0.1:4200/api)\n")
+        sys.stderr.write(
+            "error: PREFECT_API_URL is not set: point it at the Prefect server to deploy to (e.g. http://127.0.0.1:4200/api)\n"
+        )
         raise typer.Exit(ExitCode.CANNOT_RUN)
     name = pool or (KUBERNETES_POOL if pool_type == "kubernetes" else PROCESS_POOL)
 
@@ -843,7 +1127,7 @@ def deploy(
         created = asyncio.run(create_pool())
     except Exception as exc:  # the server is unreachable or refuses the pool: one line, no traceback
         sys.stderr.write(f"error: work pool {name!r}: {type(exc).__name__}: {one_line(exc)}\n")
-        raise typer.Exit(ExitCode.CANNOT_RUN)
+        raise typer.Exit(ExitCode.CANNOT_RUN) from None
     err.print(f"work pool {name!r} ({pool_type}): {'created' if created else 'exists'}")
     result = run_deploy(pool=None if name == KUBERNETES_POOL else name, pool_type=pool_type)
     sys.stdout.write(result.stdout)
@@ -851,10 +1135,13 @@ def deploy(
         sys.stderr.write(result.stderr)
         sys.stderr.write(f"error: prefect deploy failed with exit code {result.returncode} (its output above)\n")
         raise typer.Exit(ExitCode.CANNOT_RUN)
-    err.print(f"registered the deployments of deployments/prefect.yaml on {name!r}; start a worker: prefect worker start --pool {name}" + (" --type kubernetes" if pool_type == "kubernetes" else ""))
+    err.print(
+        f"registered the deployments of deployments/prefect.yaml on {name!r}; start a worker: prefect worker start --pool {name}"
+        + (" --type kubernetes" if pool_type == "kubernetes" else "")
+    )
 
 
-def require_local_path(cluster: Optional[str]) -> "Any":
+def require_local_path(cluster: str | None) -> Any:
     """The cluster ``cluster`` names (``tasks.cluster.connect``: absent or empty = $MODELPLANE_CLUSTER, else
     kubeconfig); :class:`CannotRun` when it is a local path that does not exist or cannot be read."""
     from tasks.cluster import connect
@@ -875,7 +1162,7 @@ def manifests_path(cluster: str, option: str = "--cluster") -> pathlib.Path:
     return pathlib.Path(cluster.strip())
 
 
-def require_cluster(cluster: Optional[str], api_version: str, kind: str) -> None:
+def require_cluster(cluster: str | None, api_version: str, kind: str) -> None:
     """Raise :class:`CannotRun` when a flow cannot run on ``cluster`` at all: a local path that does not exist,
     or no way to read ``kind`` (no API access, forbidden, the CRD not installed). Checked before Prefect
     starts, so the command (inside ``cli_errors``) prints one ``error:`` line and exits 2 instead of a failed
@@ -891,7 +1178,7 @@ def require_cluster(cluster: Optional[str], api_version: str, kind: str) -> None
 
 @app.command("watch-models")
 def watch_models_command(
-    cluster: Optional[str] = typer.Option(None, "--cluster", help=_CLUSTER_HELP),
+    cluster: str | None = typer.Option(None, "--cluster", help=_CLUSTER_HELP),
     namespace: list[str] = typer.Option([], "--namespace", "-n", help="Watch these namespaces only (repeatable)."),
     watch_seconds: float = typer.Option(45.0, "--watch-seconds", help="How long the watch stays open (0 < s <= 50)."),
     as_json: bool = typer.Option(False, "--json", help="Print a JSON object instead of a table."),

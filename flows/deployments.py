@@ -63,7 +63,9 @@ def build_outputs(config: dict[str, Any]) -> dict[str, Any]:
     for step in config.get("build") or []:
         ((fqn, inputs),) = step.items()
         if not fqn.startswith("flows."):
-            raise ValueError(f"prefect.yaml build step {fqn!r}: only Modelplane's own steps (flows.*) run outside a deploy")
+            raise ValueError(
+                f"prefect.yaml build step {fqn!r}: only Modelplane's own steps (flows.*) run outside a deploy"
+            )
         module, _, function = fqn.rpartition(".")
         arguments = {k: v for k, v in (inputs or {}).items() if k not in ("id", "requires")}
         result = getattr(importlib.import_module(module), function)(**arguments)
@@ -121,7 +123,9 @@ def triggers_of(config: dict[str, Any], deployment_name: str | None = None) -> l
     triggers = []
     for index, spec in enumerate(config.get("triggers") or [], start=1):
         spec = copy.deepcopy(spec)
-        spec["name"] = f"{spec.get('name') or f'{name}__automation_{index}'}{'' if name == config['name'] else SERVE_SUFFIX}"
+        spec["name"] = (
+            f"{spec.get('name') or f'{name}__automation_{index}'}{'' if name == config['name'] else SERVE_SUFFIX}"
+        )
         triggers.append(_TRIGGERS.validate_python(spec))
     return triggers
 
@@ -199,8 +203,12 @@ async def ensure_work_pool(client: PrefectClient, name: str, pool_type: str) -> 
         return False
     template = kubernetes_pool_template() if pool_type == "kubernetes" else process_pool_template()
     await client.create_work_pool(
-        WorkPoolCreate(name=name, type=pool_type, base_job_template=template,
-                       description=f"Modelplane flow runs ({pool_type}); see deployments/prefect.yaml")
+        WorkPoolCreate(
+            name=name,
+            type=pool_type,
+            base_job_template=template,
+            description=f"Modelplane flow runs ({pool_type}); see deployments/prefect.yaml",
+        )
     )
     return True
 
@@ -211,8 +219,9 @@ def deploy_command(prefect_file: pathlib.Path = PREFECT_YAML) -> list[str]:
     return [sys.executable, "-m", "prefect", "--no-prompt", "deploy", "--all", "--prefect-file", str(shown)]
 
 
-def prefect_yaml_for_pool(pool: str, target: pathlib.Path, source: pathlib.Path = PREFECT_YAML,
-                          pool_type: str = "kubernetes") -> pathlib.Path:
+def prefect_yaml_for_pool(
+    pool: str, target: pathlib.Path, source: pathlib.Path = PREFECT_YAML, pool_type: str = "kubernetes"
+) -> pathlib.Path:
     """A copy of prefect.yaml whose entries all use work pool ``pool`` (keeping their job variables).
 
     ``prefect deploy --all --pool NAME`` ignores ``--pool`` as soon as there are several deployments, so
@@ -228,12 +237,15 @@ def prefect_yaml_for_pool(pool: str, target: pathlib.Path, source: pathlib.Path 
     return target
 
 
-def run_deploy(pool: str | None = None, env: dict[str, str] | None = None,
-               pool_type: str = "kubernetes") -> subprocess.CompletedProcess[str]:
+def run_deploy(
+    pool: str | None = None, env: dict[str, str] | None = None, pool_type: str = "kubernetes"
+) -> subprocess.CompletedProcess[str]:
     """Run :func:`deploy_command` from the repository root, capturing its output; ``pool`` other than the
     Kubernetes pool of prefect.yaml deploys a generated copy naming that pool."""
     if (pool is None or pool == KUBERNETES_POOL) and pool_type == "kubernetes":
         return subprocess.run(deploy_command(), cwd=REPO, env=env, capture_output=True, text=True, check=False)
     with tempfile.TemporaryDirectory(prefix="modelplane-deploy-") as tmp:
-        generated = prefect_yaml_for_pool(pool or KUBERNETES_POOL, pathlib.Path(tmp) / "prefect.yaml", pool_type=pool_type)
+        generated = prefect_yaml_for_pool(
+            pool or KUBERNETES_POOL, pathlib.Path(tmp) / "prefect.yaml", pool_type=pool_type
+        )
         return subprocess.run(deploy_command(generated), cwd=REPO, env=env, capture_output=True, text=True, check=False)

@@ -18,17 +18,14 @@ Lifecycle, top to bottom:
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
 from typing import Annotated
-from datetime import datetime, timedelta, timezone
 
 from prefect import flow, get_run_logger
 from prefect.artifacts import create_table_artifact
 from prefect.context import FlowRunContext
 from prefect.utilities.annotations import quote
 from pydantic import Field
-
-from flows.exitcodes import flow_result
-from flows.parameters import ClusterTarget, NamespaceName
 
 from engine.aim.discovery import (
     MODEL_LABEL,
@@ -40,6 +37,9 @@ from engine.aim.discovery import (
     needs_fetch,
     ready_condition,
 )
+from engine.api.aim import API_VERSION as AIM_API_VERSION
+from flows.exitcodes import flow_result
+from flows.parameters import ClusterTarget, NamespaceName
 from tasks.aim import (
     Keychain,
     WriteCounts,
@@ -57,7 +57,6 @@ from tasks.aim import (
 )
 from tasks.cluster import Cluster, connect
 from tasks.cluster.errors import ClusterError
-from engine.api.aim import API_VERSION as AIM_API_VERSION
 from tasks.events import Subject, emit_change
 from tasks.oci import RegistryClient
 
@@ -88,8 +87,10 @@ class DiscoveryReport:
     @property
     def degraded(self) -> list[str]:
         """Why this run was degraded (exit 3, the ``Degraded`` run state): failed writes, images not read."""
-        return [*self.writes.errors,
-                *(f"AIMClusterModel {r.name}: image {r.image}: {r.result}" for r in self.rows if r.result != "ok")]
+        return [
+            *self.writes.errors,
+            *(f"AIMClusterModel {r.name}: image {r.image}: {r.result}" for r in self.rows if r.result != "ok"),
+        ]
 
 
 @flow(name="discover-models", timeout_seconds=DEFAULT_INTERVAL_S - 300, log_prints=True)
@@ -117,7 +118,7 @@ def discover_models(
             manifests directory/file.
     """
     logger = get_run_logger()
-    now = datetime.now(timezone.utc).replace(microsecond=0)
+    now = datetime.now(UTC).replace(microsecond=0)
     cluster_api = connect(cluster)
     state = read_aim_state(cluster_api, ["models", "configs", "templates"], model_selector)
     config_namespaces = sorted({c["metadata"]["namespace"] for c in state.configs})
@@ -126,18 +127,25 @@ def discover_models(
 
     # Which images must be asked about (each distinct image once).
     resync = timedelta(seconds=resync_interval_s)
-    previous = {m["metadata"]["name"]: DiscoveryRecord.from_annotations(m["metadata"].get("annotations")) for m in state.models}
+    previous = {
+        m["metadata"]["name"]: DiscoveryRecord.from_annotations(m["metadata"].get("annotations")) for m in state.models
+    }
     wanted: dict[str, DiscoveryRecord | None] = {}
     for model in state.models:
         image = model["spec"]["image"]
         if needs_fetch(previous[model["metadata"]["name"]], image, now, resync):
             wanted.setdefault(image, previous[model["metadata"]["name"]])
 
-    client = RegistryClient(insecure=tuple(insecure_registries or ()), timeout=registry_timeout_s, mirrors=registry_mirrors or {})
+    client = RegistryClient(
+        insecure=tuple(insecure_registries or ()), timeout=registry_timeout_s, mirrors=registry_mirrors or {}
+    )
     records: dict[str, DiscoveryRecord] = {}
     if wanted:
-        keychain = read_keychain(cluster_api, quote(state.configs)) if any(
-            ((c.get("spec") or {}).get("images") or {}).get("imagePullSecrets") for c in state.configs) else Keychain()
+        keychain = (
+            read_keychain(cluster_api, quote(state.configs))
+            if any(((c.get("spec") or {}).get("images") or {}).get("imagePullSecrets") for c in state.configs)
+            else Keychain()
+        )
         records = inspect_images(client, wanted, keychain, now)
 
     target_namespaces = namespaces or config_namespaces
@@ -145,11 +153,23 @@ def discover_models(
     auto_by_model: dict[str, list[dict]] = {}
     for template in state.templates:
         if is_auto_template(template):
-            auto_by_model.setdefault((template["metadata"].get("labels") or {}).get(MODEL_LABEL, ""), []).append(template)
+            auto_by_model.setdefault((template["metadata"].get("labels") or {}).get(MODEL_LABEL, ""), []).append(
+                template
+            )
     report = DiscoveryReport(fetched=len(wanted), registry_requests=dict(client.requests_made))
+
     def reconcile(model: dict, counts: WriteCounts) -> ModelRow | None:
-        return reconcile_model(cluster_api, model, records.get(model["spec"]["image"]) or previous[model["metadata"]["name"]],
-                               model["spec"]["image"] in records, target_namespaces, existing, auto_by_model, now, counts)
+        return reconcile_model(
+            cluster_api,
+            model,
+            records.get(model["spec"]["image"]) or previous[model["metadata"]["name"]],
+            model["spec"]["image"] in records,
+            target_namespaces,
+            existing,
+            auto_by_model,
+            now,
+            counts,
+        )
 
     rows = for_each(sorted(state.models, key=lambda m: m["metadata"]["name"]), reconcile, report.writes)
     report.rows = [row for row in rows if row is not None]
@@ -171,16 +191,26 @@ def discover_models(
     )
     for row in report.rows:  # one event per model whose image was read now: resolve-templates follows
         if row.result == "ok" and row.image in records:
-            emit_change(Subject(AIM_API_VERSION, "AIMClusterModel", row.name), "discovered",
-                        {"image": row.image, "deployments": row.deployments, "templates": row.templates})
+            emit_change(
+                Subject(AIM_API_VERSION, "AIMClusterModel", row.name),
+                "discovered",
+                {"image": row.image, "deployments": row.deployments, "templates": row.templates},
+            )
     publish(report)
     logger.info("discover-models: %s", report.summary)
     return flow_result(report, report.degraded)
 
 
 def reconcile_model(
-    cluster_api: Cluster, model: dict, record: DiscoveryRecord | None, read_now: bool, namespaces: list[str],
-    existing: dict[tuple[str, str], dict], auto_by_model: dict[str, list[dict]], now: datetime, counts: WriteCounts,
+    cluster_api: Cluster,
+    model: dict,
+    record: DiscoveryRecord | None,
+    read_now: bool,
+    namespaces: list[str],
+    existing: dict[tuple[str, str], dict],
+    auto_by_model: dict[str, list[dict]],
+    now: datetime,
+    counts: WriteCounts,
 ) -> ModelRow | None:
     """Persist one model's record, create its missing templates, write its conditions."""
     name, image = model["metadata"]["name"], model["spec"]["image"]
@@ -188,7 +218,11 @@ def reconcile_model(
         if read_now and record is not None:
             model = write_record(cluster_api, model, record)
         current = record is not None and record.ok and record.metadata is not None and record.image == image
-        plan = auto_templates(model, record.metadata, namespaces) if current and record is not None and record.metadata else None
+        plan = (
+            auto_templates(model, record.metadata, namespaces)
+            if current and record is not None and record.metadata
+            else None
+        )
         ours = auto_by_model.get(name, [])
         if plan is not None:
             create_missing(cluster_api, plan.templates, existing, is_auto_template, counts)
@@ -196,20 +230,29 @@ def reconcile_model(
             # Templates of an earlier image (or a deployment the image no longer recommends) go: their
             # names hash the image, so the new image's templates replace them.
             wanted = {(t["metadata"]["namespace"], t["metadata"]["name"]) for t in plan.templates}
-            stale = [t for t in ours if t["metadata"]["namespace"] in namespaces and (t["metadata"]["namespace"], t["metadata"]["name"]) not in wanted]
+            stale = [
+                t
+                for t in ours
+                if t["metadata"]["namespace"] in namespaces
+                and (t["metadata"]["namespace"], t["metadata"]["name"]) not in wanted
+            ]
             delete_stale(cluster_api, stale, counts)
             ours = [t for t in ours if t not in stale]
         states = [(t.get("status") or {}).get("status") or "Pending" for t in ours]
         if plan is not None and len(ours) < len(plan.templates):
             states += ["Pending"] * (len(plan.templates) - len(ours))
-        status = new_status(model, [metadata_condition(record), ready_condition(record, states, bool(plan and plan.templates))], now)
+        status = new_status(
+            model, [metadata_condition(record), ready_condition(record, states, bool(plan and plan.templates))], now
+        )
         if write_status(cluster_api, model, status):
             counts.statuses += 1
     except ClusterError as exc:  # one model's API failure must not stop the others
         counts.errors.append(f"AIMClusterModel {name}: {exc.message}")
         return None
     result = "ok" if record is not None and record.ok else (record.reason if record is not None else "not read")
-    deployments = len(record.metadata.recommended_deployments) if record is not None and record.ok and record.metadata else 0
+    deployments = (
+        len(record.metadata.recommended_deployments) if record is not None and record.ok and record.metadata else 0
+    )
     return ModelRow(name, image, result or "", deployments, len(plan.templates) if plan else 0)
 
 
@@ -219,6 +262,15 @@ def publish(report: DiscoveryReport) -> None:
         return
     create_table_artifact(
         key="aim-discovery",
-        table=[{"model": r.name, "image": r.image, "result": r.result, "deployments": r.deployments, "templates": r.templates} for r in report.rows[:1000]],
+        table=[
+            {
+                "model": r.name,
+                "image": r.image,
+                "result": r.result,
+                "deployments": r.deployments,
+                "templates": r.templates,
+            }
+            for r in report.rows[:1000]
+        ],
         description=f"discover-models: {report.summary}",
     )

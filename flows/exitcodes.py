@@ -29,10 +29,10 @@ from __future__ import annotations
 
 import logging
 import sys
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from enum import IntEnum
-from typing import Any, Sequence, TypeVar, cast
+from typing import Any, TypeVar, cast
 
 import typer
 import typer.core
@@ -158,8 +158,14 @@ class OneLineErrorGroup(typer.core.TyperGroup):
     """The command group of ``modelplane``: a usage error (unknown option, bad value, missing argument) is one
     ``error:`` line on stderr and exit 2, like every other could-not-run case, instead of click's box."""
 
-    def main(self, args: Any = None, prog_name: str | None = None, complete_var: str | None = None,
-             standalone_mode: bool = True, **extra: Any) -> Any:
+    def main(
+        self,
+        args: Any = None,
+        prog_name: str | None = None,
+        complete_var: str | None = None,
+        standalone_mode: bool = True,
+        **extra: Any,
+    ) -> Any:
         if not standalone_mode:
             return super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
         try:
@@ -183,5 +189,16 @@ def usage_error_line(exc: Exception) -> str:
     return f"{ctx.command_path}: {message}" if ctx is not None else message
 
 
-__all__ = ["DEGRADED_STATE", "CannotRun", "ExitCode", "OneLineErrorGroup", "cli_errors", "degraded_message", "degraded_summary",
-           "exit_code", "flow_result", "one_line", "quiet_expected_failures"]
+__all__ = [
+    "DEGRADED_STATE",
+    "CannotRun",
+    "ExitCode",
+    "OneLineErrorGroup",
+    "cli_errors",
+    "degraded_message",
+    "degraded_summary",
+    "exit_code",
+    "flow_result",
+    "one_line",
+    "quiet_expected_failures",
+]

@@ -23,10 +23,11 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
-from datetime import datetime, timezone
-from typing import Any, Iterator
+from datetime import UTC, datetime
+from typing import Any
 
 from prefect import flow, get_run_logger, task
 from prefect.artifacts import create_table_artifact
@@ -34,19 +35,25 @@ from prefect.cache_policies import NO_CACHE
 from prefect.context import FlowRunContext
 from prefect.utilities.annotations import quote
 
+from engine.cycle_metrics import CycleFacts, model_slos, optimize_cycle_metrics, wva_targets
 from engine.optimize.actuation import publishes
 from engine.optimize.bindings import BindingDecision, plan_binding
-from engine.cycle_metrics import CycleFacts, model_slos, optimize_cycle_metrics, wva_targets
 from engine.optimize.cycle import CycleInputs, ModelLoad, PodSample, VariantDecision, plan_variants, summarize
 from engine.perf.saturation import SaturationConfigSet
 from engine.perf.tail_sizing import PromptDistribution
 from flows.exitcodes import CannotRun, ExitCode, degraded_summary, exit_code, flow_result
-from flows.parameters import PROMETHEUS_DURATION_PATTERN, ClusterTarget, NamespaceName, NonNegativeSeconds, PositiveSeconds, PromDuration
+from flows.parameters import (
+    PROMETHEUS_DURATION_PATTERN,
+    ClusterTarget,
+    NamespaceName,
+    NonNegativeSeconds,
+    PositiveSeconds,
+    PromDuration,
+)
 from tasks.cluster import Cluster, LocalCluster, connect
 from tasks.cluster.errors import ClusterError
 from tasks.events import Subject, emit_change
 from tasks.metrics import FileMetrics, MetricsSnapshot, MetricsSource, PrometheusMetrics
-from tasks.pushgateway import Pushgateway, push
 from tasks.optimize import (
     BindingRowDetails,
     ClusterState,
@@ -62,6 +69,7 @@ from tasks.optimize import (
     read_current_replicas,
     scale_targets_of,
 )
+from tasks.pushgateway import Pushgateway, push
 
 DEFAULT_INTERVAL_S = 60
 DEFAULT_CONFIG_NAMESPACE = "modelplane-system"
@@ -113,7 +121,9 @@ class CycleReport:
         return [asdict(row) for row in self.rows]
 
 
-def metrics_source(metrics_file: str | None, prometheus_url: str | None, rate_window: str | None) -> MetricsSource | None:
+def metrics_source(
+    metrics_file: str | None, prometheus_url: str | None, rate_window: str | None
+) -> MetricsSource | None:
     """The metrics backend the parameters name, or None when none is configured."""
     if metrics_file:
         return FileMetrics(metrics_file)
@@ -130,8 +140,13 @@ def metrics_source(metrics_file: str | None, prometheus_url: str | None, rate_wi
 
 
 def cycle_inputs(
-    state: ClusterState, replicas: TargetReplicas, snapshot: MetricsSnapshot | None, metrics_error: str | None,
-    now: datetime, time_limit_s: float, scale_down_window_s: float,
+    state: ClusterState,
+    replicas: TargetReplicas,
+    snapshot: MetricsSnapshot | None,
+    metrics_error: str | None,
+    now: datetime,
+    time_limit_s: float,
+    scale_down_window_s: float,
 ) -> CycleInputs:
     """Translate the gathered state and metrics snapshot into the engine's cycle inputs."""
     loads: dict[tuple[str, str], ModelLoad] = {}
@@ -140,8 +155,11 @@ def cycle_inputs(
     if snapshot is not None:
         for key, load in snapshot.loads.items():
             loads[(key.namespace, key.model_id)] = ModelLoad(
-                load.arrival_rate_rps, load.avg_in_tokens, load.avg_out_tokens,
-                PromptDistribution.from_buckets(load.prompt_buckets) if load.prompt_buckets else None, load.recent_peak_rps,
+                load.arrival_rate_rps,
+                load.avg_in_tokens,
+                load.avg_out_tokens,
+                PromptDistribution.from_buckets(load.prompt_buckets) if load.prompt_buckets else None,
+                load.recent_peak_rps,
             )
         for key, samples in snapshot.pods.items():
             pods[(key.namespace, key.model_id)] = [PodSample(p.pod, p.kv_cache_usage, p.queue_length) for p in samples]
@@ -170,7 +188,11 @@ BindingPlan = tuple[dict[str, Any], BindingDecision]
 
 @task(name="plan-bindings", cache_policy=NO_CACHE)
 def plan_bindings(
-    cluster: Cluster, state: ClusterState, snapshot: MetricsSnapshot | None, metrics_error: str | None, now: datetime,
+    cluster: Cluster,
+    state: ClusterState,
+    snapshot: MetricsSnapshot | None,
+    metrics_error: str | None,
+    now: datetime,
 ) -> tuple[list[BindingPlan], list[str]]:
     """Kthena bindings: recommendation + behaviour correction (+ distribution), nothing written yet.
 
@@ -193,7 +215,11 @@ def plan_bindings(
 
 @task(name="apply-bindings", cache_policy=NO_CACHE)
 def apply_bindings(
-    cluster: Cluster, plans: list[BindingPlan], now: datetime, default_mode: str, published: frozenset[tuple[str, str]],
+    cluster: Cluster,
+    plans: list[BindingPlan],
+    now: datetime,
+    default_mode: str,
+    published: frozenset[tuple[str, str]],
 ) -> list[str]:
     """Scale the targets whose mode scales and persist each binding's state; returns single bindings' API failures."""
     logger = get_run_logger()
@@ -208,17 +234,29 @@ def apply_bindings(
     return errors
 
 
-def report_rows(decisions: list[VariantDecision], writes: list[WriteOutcome], bindings: list[BindingDecision],
-                binding_details: dict[tuple[str, str], BindingRowDetails] | None = None) -> list[CycleRow]:
+def report_rows(
+    decisions: list[VariantDecision],
+    writes: list[WriteOutcome],
+    bindings: list[BindingDecision],
+    binding_details: dict[tuple[str, str], BindingRowDetails] | None = None,
+) -> list[CycleRow]:
     """The allocation table: one row per variant and per binding target (a binding's model and its
     targets' accelerators from ``binding_details``)."""
     outcomes = {(w.namespace, w.name): w for w in writes}
     rows = [
         CycleRow(
-            namespace=d.namespace, name=d.name, kind="VariantAutoscaling", model=d.model_id or "",
-            accelerator=d.accelerator or "", current=d.current, desired=d.desired, cost=f"{d.cost:.2f}",
-            reason=d.reason, applied=outcomes[(d.namespace, d.name)].applied if (d.namespace, d.name) in outcomes else False,
-            message=d.message, scaled=outcomes[(d.namespace, d.name)].scaled if (d.namespace, d.name) in outcomes else False,
+            namespace=d.namespace,
+            name=d.name,
+            kind="VariantAutoscaling",
+            model=d.model_id or "",
+            accelerator=d.accelerator or "",
+            current=d.current,
+            desired=d.desired,
+            cost=f"{d.cost:.2f}",
+            reason=d.reason,
+            applied=outcomes[(d.namespace, d.name)].applied if (d.namespace, d.name) in outcomes else False,
+            message=d.message,
+            scaled=outcomes[(d.namespace, d.name)].scaled if (d.namespace, d.name) in outcomes else False,
             mode=outcomes[(d.namespace, d.name)].mode if (d.namespace, d.name) in outcomes else "scale",
         )
         for d in decisions
@@ -228,10 +266,19 @@ def report_rows(decisions: list[VariantDecision], writes: list[WriteOutcome], bi
         for target in b.targets:
             rows.append(
                 CycleRow(
-                    namespace=b.namespace, name=f"{b.name}/{target.name}", kind="AutoscalingPolicyBinding",
-                    model=details.model, accelerator=details.accelerators.get(target.name, ""), current=target.current, desired=target.desired,
-                    cost=f"{target.cost:.2f}", reason=b.reason, applied=target.applied, message=b.message,
-                    scaled=target.scaled, mode=target.mode,
+                    namespace=b.namespace,
+                    name=f"{b.name}/{target.name}",
+                    kind="AutoscalingPolicyBinding",
+                    model=details.model,
+                    accelerator=details.accelerators.get(target.name, ""),
+                    current=target.current,
+                    desired=target.desired,
+                    cost=f"{target.cost:.2f}",
+                    reason=b.reason,
+                    applied=target.applied,
+                    message=b.message,
+                    scaled=target.scaled,
+                    mode=target.mode,
                 )
             )
     return rows
@@ -276,7 +323,7 @@ def optimize(
             metrics to (HPA/KEDA actuation, dashboards); empty = $MODELPLANE_PUSHGATEWAY_URL, else off.
     """
     logger = get_run_logger()
-    now = datetime.now(timezone.utc).replace(microsecond=0)
+    now = datetime.now(UTC).replace(microsecond=0)
     started, timer = time.time(), StageTimer()
     cluster = connect(cluster)  # from here on the connected cluster
     problem = local_path_problem(cluster)
@@ -300,7 +347,9 @@ def optimize(
         logger.warning("metrics unavailable, holding every variant: %s", metrics_error)
 
     with timer.stage("decide"):
-        inputs = cycle_inputs(state, replicas, snapshot, metrics_error, now, solver_time_limit_s, scale_down_stabilization_s)
+        inputs = cycle_inputs(
+            state, replicas, snapshot, metrics_error, now, solver_time_limit_s, scale_down_stabilization_s
+        )
         decisions = plan_variants(inputs)
         plans, binding_errors = plan_bindings(cluster, quote(state), quote(snapshot), metrics_error, now)
     bindings = [decision for _, decision in plans]
@@ -308,8 +357,12 @@ def optimize(
     # Publish before any write: status.actuation of a metrics-mode target says whether its desired
     # replicas reached the HPA's source (engine.optimize.actuation). A dry run publishes nothing (an HPA would act on it).
     gateway = None if dry_run else Pushgateway.configured(pushgateway_url)
-    facts = CycleFacts(started=started, stages=timer.stages, loads=cycle_loads(inputs),
-                       slos=model_slos(state.variants, state.service_classes))
+    facts = CycleFacts(
+        started=started,
+        stages=timer.stages,
+        loads=cycle_loads(inputs),
+        slos=model_slos(state.variants, state.service_classes),
+    )
     published: frozenset[tuple[str, str]] = frozenset()
     push_error = None
     if gateway is not None:
@@ -330,17 +383,29 @@ def optimize(
     degraded += actuation_problems(writes, bindings, gateway, push_error, dry_run)
     timer.stages["total"] = time.time() - started
     if gateway is not None:
-        final = CycleFacts(started=started, stages=timer.stages, loads=facts.loads, slos=facts.slos,
-                           writes=write_counts(writes, bindings, binding_errors), applied={(w.namespace, w.name): w.applied for w in writes},
-                           degraded=tuple(degraded))
+        final = CycleFacts(
+            started=started,
+            stages=timer.stages,
+            loads=facts.loads,
+            slos=facts.slos,
+            writes=write_counts(writes, bindings, binding_errors),
+            applied={(w.namespace, w.name): w.applied for w in writes},
+            degraded=tuple(degraded),
+        )
         final_error = push(gateway, "optimize", optimize_cycle_metrics(decisions, bindings, final))
         if final_error and push_error is None:
             push_error = final_error
             degraded.append(f"metrics not published ({final_error})")
     summary = degraded_summary(summarize(decisions) + binding_summary(bindings), degraded)
     details = describe_bindings(cluster, quote(state.bindings)) if state.bindings else {}
-    report = CycleReport(rows=report_rows(decisions, writes, bindings, details), summary=summary, metrics_error=metrics_error,
-                         writes=writes, degraded=degraded, push_error=push_error)
+    report = CycleReport(
+        rows=report_rows(decisions, writes, bindings, details),
+        summary=summary,
+        metrics_error=metrics_error,
+        writes=writes,
+        degraded=degraded,
+        push_error=push_error,
+    )
     emit_scaling_events(report)
     publish(report)
     logger.info("optimize: %s", report.summary)
@@ -368,7 +433,9 @@ def cycle_loads(inputs: Any) -> dict[tuple[str, str], tuple[float, float, float]
     return {key: (load.arrival_rate_rps, load.avg_in_tokens, load.avg_out_tokens) for key, load in inputs.loads.items()}
 
 
-def write_counts(writes: list[WriteOutcome], bindings: list[BindingDecision], binding_errors: list[str]) -> dict[tuple[str, str], int]:
+def write_counts(
+    writes: list[WriteOutcome], bindings: list[BindingDecision], binding_errors: list[str]
+) -> dict[tuple[str, str], int]:
     """(kind, outcome) -> count of the run's writes: ``scaled``, ``status_written``, ``error`` (``modelplane_writes``)."""
     counts: dict[tuple[str, str], int] = {}
 
@@ -384,7 +451,11 @@ def write_counts(writes: list[WriteOutcome], bindings: list[BindingDecision], bi
 
 
 def actuation_problems(
-    writes: list[WriteOutcome], bindings: list[BindingDecision], gateway: Pushgateway | None, push_error: str | None, dry_run: bool,
+    writes: list[WriteOutcome],
+    bindings: list[BindingDecision],
+    gateway: Pushgateway | None,
+    push_error: str | None,
+    dry_run: bool,
 ) -> list[str]:
     """Degraded reasons of the publication: the Pushgateway failed, or targets whose mode publishes have none."""
     if dry_run:
@@ -392,10 +463,14 @@ def actuation_problems(
     if push_error:
         return [f"metrics not published ({push_error})"]
     if gateway is None:
-        waiting = sum(1 for w in writes if publishes(w.mode)) + sum(1 for b in bindings for t in b.targets if publishes(t.mode))
+        waiting = sum(1 for w in writes if publishes(w.mode)) + sum(
+            1 for b in bindings for t in b.targets if publishes(t.mode)
+        )
         if waiting:
-            return [f"{waiting} targets in metrics/both actuation mode but no Pushgateway configured "
-                    "(pushgateway_url, --pushgateway or $MODELPLANE_PUSHGATEWAY_URL)"]
+            return [
+                f"{waiting} targets in metrics/both actuation mode but no Pushgateway configured "
+                "(pushgateway_url, --pushgateway or $MODELPLANE_PUSHGATEWAY_URL)"
+            ]
     return []
 
 
@@ -409,8 +484,13 @@ def binding_summary(bindings: list[BindingDecision]) -> str:
 
 
 def degraded_reasons(
-    cluster: Cluster, state: ClusterState, decisions: list[VariantDecision], writes: list[WriteOutcome],
-    bindings: list[BindingDecision], binding_errors: list[str], metrics_error: str | None,
+    cluster: Cluster,
+    state: ClusterState,
+    decisions: list[VariantDecision],
+    writes: list[WriteOutcome],
+    bindings: list[BindingDecision],
+    binding_errors: list[str],
+    metrics_error: str | None,
 ) -> list[str]:
     """Why this cycle ran degraded (empty when it ran clean): what the summary and the exit code report."""
     reasons: list[str] = []
@@ -427,17 +507,29 @@ def degraded_reasons(
     if isinstance(cluster, LocalCluster) and cluster.load_errors:
         reasons.append(f"{len(cluster.load_errors)} manifest files or documents could not be read")
     return reasons
+
+
 def emit_scaling_events(report: CycleReport) -> None:
     """One Prefect event per target this cycle actually scaled (none in a dry run: nothing is applied)."""
     for row in report.rows:
         if not row.scaled or row.desired is None or row.desired == row.current:
             continue
-        payload = {"current": row.current, "desired": row.desired, "accelerator": row.accelerator, "model": row.model, "reason": row.reason}
+        payload = {
+            "current": row.current,
+            "desired": row.desired,
+            "accelerator": row.accelerator,
+            "model": row.model,
+            "reason": row.reason,
+        }
         if row.kind == "VariantAutoscaling":
             emit_change(Subject("llmd.ai/v1alpha1", "VariantAutoscaling", row.name, row.namespace), "scaled", payload)
         else:
             binding, _, target = row.name.partition("/")
-            emit_change(Subject("registry.volcano.sh/v1alpha1", "AutoscalingPolicyBinding", binding, row.namespace), "scaled", {**payload, "target": target})
+            emit_change(
+                Subject("registry.volcano.sh/v1alpha1", "AutoscalingPolicyBinding", binding, row.namespace),
+                "scaled",
+                {**payload, "target": target},
+            )
 
 
 def publish(report: CycleReport) -> None:
@@ -448,8 +540,14 @@ def publish(report: CycleReport) -> None:
         key="optimize-allocation",
         table=[
             {
-                "namespace": r.namespace, "variant": r.name, "model": r.model, "accelerator": r.accelerator,
-                "current": r.current, "desired": r.desired, "cost": r.cost, "reason": r.reason,
+                "namespace": r.namespace,
+                "variant": r.name,
+                "model": r.model,
+                "accelerator": r.accelerator,
+                "current": r.current,
+                "desired": r.desired,
+                "cost": r.cost,
+                "reason": r.reason,
             }
             for r in report.rows
         ],

@@ -45,6 +45,8 @@ ClusterTarget = str | None
 ``$MODELPLANE_CLUSTER``, else kubeconfig or in-cluster; ``kubeconfig:PATH[#CONTEXT]``; or a manifests
 directory/file. An empty value is never the working directory."""
 
-CLUSTER_HELP = ("Empty = $MODELPLANE_CLUSTER, else kubeconfig or in-cluster; 'kubeconfig:PATH[#context]'; "
-                "or a manifests directory/file.")
+CLUSTER_HELP = (
+    "Empty = $MODELPLANE_CLUSTER, else kubeconfig or in-cluster; 'kubeconfig:PATH[#context]'; "
+    "or a manifests directory/file."
+)
 """The ``cluster`` parameter's description (flow docstrings and CLI help say the same)."""

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from prefect import flow, get_run_logger
 from prefect.artifacts import create_table_artifact
@@ -27,6 +27,9 @@ from prefect.context import FlowRunContext
 
 from engine.aim.discovery import MODEL_LABEL, is_auto_template, ready_condition
 from engine.aim.templates import ModelCatalog, cluster_gpus, invalid_template_outcome, resolve_profile, template_status
+from engine.api.aim import API_VERSION as AIM_API_VERSION
+from flows.exitcodes import flow_result
+from flows.parameters import ClusterTarget, NamespaceName
 from tasks.aim import (
     AimState,
     WriteCounts,
@@ -42,10 +45,7 @@ from tasks.aim import (
 )
 from tasks.cluster import Cluster, connect
 from tasks.cluster.errors import ClusterError
-from engine.api.aim import API_VERSION as AIM_API_VERSION
 from tasks.events import Subject, emit_change
-from flows.exitcodes import flow_result
-from flows.parameters import ClusterTarget, NamespaceName
 
 DEFAULT_INTERVAL_S = 300
 
@@ -73,9 +73,14 @@ class ResolveReport:
     @property
     def degraded(self) -> list[str]:
         """Why this run was degraded (exit 3, the ``Degraded`` run state): failed writes, templates not Available."""
-        return [*self.writes.errors,
-                *(f"AIMServiceTemplate {r.namespace}/{r.name}: {r.status}" + (f" ({r.reason})" if r.reason else "")
-                  for r in self.rows if r.status != "Available")]
+        return [
+            *self.writes.errors,
+            *(
+                f"AIMServiceTemplate {r.namespace}/{r.name}: {r.status}" + (f" ({r.reason})" if r.reason else "")
+                for r in self.rows
+                if r.status != "Available"
+            ),
+        ]
 
 
 @flow(name="resolve-templates", timeout_seconds=DEFAULT_INTERVAL_S - 60, log_prints=True)
@@ -88,22 +93,28 @@ def resolve_templates(namespaces: list[NamespaceName] | None = None, cluster: Cl
             manifests directory/file.
     """
     logger = get_run_logger()
-    now = datetime.now(timezone.utc).replace(microsecond=0)
+    now = datetime.now(UTC).replace(microsecond=0)
     cluster_api = connect(cluster)
     state = read_aim_state(cluster_api, ["templates", "models", "configs", "caches", "nodes"])
     state.templates, invalid_templates = split_invalid(state.templates)
     state.models, invalid_models = split_invalid(state.models)
     state.configs, _ = split_invalid(state.configs)  # discover-models and rollout-services report them
     inventory = cluster_gpus(state.nodes)
-    catalog = ModelCatalog(state.models, invalid={name: bad.problem for bad in invalid_models if isinstance(name := _spec_name(bad.obj), str)})
+    catalog = ModelCatalog(
+        state.models,
+        invalid={name: bad.problem for bad in invalid_models if isinstance(name := _spec_name(bad.obj), str)},
+    )
     configs = by_namespace(state.configs)
     caches = {ns: list(items.values()) for ns, items in by_namespace(state.caches).items()}
     scope = set(namespaces or ()) or None
     cache_lock = threading.Lock()
 
     report = ResolveReport()
-    templates = [t for t in sorted(state.templates, key=lambda t: (t["metadata"]["namespace"], t["metadata"]["name"]))
-                 if scope is None or t["metadata"]["namespace"] in scope]
+    templates = [
+        t
+        for t in sorted(state.templates, key=lambda t: (t["metadata"]["namespace"], t["metadata"]["name"]))
+        if scope is None or t["metadata"]["namespace"] in scope
+    ]
 
     def one(template: dict, counts: WriteCounts) -> TemplateRow | None:
         namespace, name = template["metadata"]["namespace"], template["metadata"]["name"]
@@ -115,20 +126,31 @@ def resolve_templates(namespaces: list[NamespaceName] | None = None, cluster: Cl
                 config = (configs.get(namespace) or {}).get("default")
                 storage_class = ((config or {}).get("spec") or {}).get("cacheStorageClassName")
                 with cache_lock:  # templates of one namespace share caches: request each once
-                    views = caches_for(cluster_api, namespace, profile.model_sources, caches.get(namespace, []), storage_class=storage_class,
-                                       request=True, requested_by=f"AIMServiceTemplate/{namespace}/{name}")
+                    views = caches_for(
+                        cluster_api,
+                        namespace,
+                        profile.model_sources,
+                        caches.get(namespace, []),
+                        storage_class=storage_class,
+                        request=True,
+                        requested_by=f"AIMServiceTemplate/{namespace}/{name}",
+                    )
                     caches.setdefault(namespace, []).extend(v.cache for v in views if v.requested and v.cache)
                 counts.created += sum(1 for v in views if v.requested)
                 cache_states = cache_state_map(views)
             outcome = template_status(profile, warm, cache_states)
-            status = new_status(template, outcome.conditions, now, {"status": outcome.status, "modelSources": outcome.model_sources})
+            status = new_status(
+                template, outcome.conditions, now, {"status": outcome.status, "modelSources": outcome.model_sources}
+            )
             if write_status(cluster_api, template, status):
                 counts.statuses += 1
         except (ClusterError, ValueError) as exc:  # one template's failure must not stop the others
             counts.errors.append(f"AIMServiceTemplate {namespace}/{name}: {getattr(exc, 'message', None) or exc}")
             return None
         ready = next((c for c in outcome.conditions if c.type == "Ready"), None)
-        return TemplateRow(namespace, name, outcome.status, ready.reason if ready else "", ready.message if ready else "")
+        return TemplateRow(
+            namespace, name, outcome.status, ready.reason if ready else "", ready.message if ready else ""
+        )
 
     report.rows = [row for row in for_each(templates, one, report.writes) if row is not None]
     for bad in invalid_templates:  # one bad object never stops the run: it gets a condition naming the field
@@ -136,22 +158,33 @@ def resolve_templates(namespaces: list[NamespaceName] | None = None, cluster: Cl
         if scope is not None and namespace not in scope:
             continue
         outcome = invalid_template_outcome(bad.problem)
-        write_invalid(cluster_api, bad, outcome.conditions, now, {"status": outcome.status, "modelSources": []}, report.writes)
-        report.rows.append(TemplateRow(namespace, name, outcome.status, "ValidationFailed", outcome.conditions[0].message))
+        write_invalid(
+            cluster_api, bad, outcome.conditions, now, {"status": outcome.status, "modelSources": []}, report.writes
+        )
+        report.rows.append(
+            TemplateRow(namespace, name, outcome.status, "ValidationFailed", outcome.conditions[0].message)
+        )
     update_model_readiness(cluster_api, state, catalog, report, now)
     report.caches_requested = report.writes.created
     for line in report.writes.errors:
         logger.error("%s", line)
 
-    counts = {s: sum(1 for r in report.rows if r.status == s) for s in ("Available", "Progressing", "Pending", "Failed")}
+    counts = {
+        s: sum(1 for r in report.rows if r.status == s) for s in ("Available", "Progressing", "Pending", "Failed")
+    }
     report.summary = (
-        ", ".join(f"{n} {s}" for s, n in counts.items()) + f"; {report.caches_requested} caches requested, {report.writes.statuses} statuses written"
+        ", ".join(f"{n} {s}" for s, n in counts.items())
+        + f"; {report.caches_requested} caches requested, {report.writes.statuses} statuses written"
         + (f", {len(report.writes.errors)} errors" if report.writes.errors else "")
     )
     if report.writes.statuses or report.caches_requested:  # rollout-services and warm-caches follow
         for row in report.rows:
             if row.status == "Available":
-                emit_change(Subject(AIM_API_VERSION, "AIMServiceTemplate", row.name, row.namespace), "available", {"reason": row.reason})
+                emit_change(
+                    Subject(AIM_API_VERSION, "AIMServiceTemplate", row.name, row.namespace),
+                    "available",
+                    {"reason": row.reason},
+                )
     publish(report)
     logger.info("resolve-templates: %s", report.summary)
     return flow_result(report, report.degraded)
@@ -162,7 +195,9 @@ def _spec_name(obj: dict) -> object:
     return spec.get("name") if isinstance(spec, dict) else None
 
 
-def update_model_readiness(cluster_api: Cluster, state: AimState, catalog: ModelCatalog, report: ResolveReport, now: datetime) -> None:
+def update_model_readiness(
+    cluster_api: Cluster, state: AimState, catalog: ModelCatalog, report: ResolveReport, now: datetime
+) -> None:
     """Each model's ``Ready`` from its auto-created templates as this run left them, so a model turns
     Ready when its templates do (not on the next discovery run). Models without auto-created templates
     keep what discover-models wrote."""
@@ -173,7 +208,9 @@ def update_model_readiness(cluster_api: Cluster, state: AimState, catalog: Model
             continue
         meta = template["metadata"]
         owner = (meta.get("labels") or {}).get(MODEL_LABEL, "")
-        status = resolved.get((meta["namespace"], meta["name"])) or (template.get("status") or {}).get("status") or "Pending"
+        status = (
+            resolved.get((meta["namespace"], meta["name"])) or (template.get("status") or {}).get("status") or "Pending"
+        )
         states.setdefault(owner, []).append(status)
     for model in state.models:
         name = model["metadata"]["name"]
@@ -195,6 +232,9 @@ def publish(report: ResolveReport) -> None:
         return
     create_table_artifact(
         key="aim-templates",
-        table=[{"namespace": r.namespace, "template": r.name, "status": r.status, "reason": r.reason, "message": r.message} for r in report.rows[:1000]],
+        table=[
+            {"namespace": r.namespace, "template": r.name, "status": r.status, "reason": r.reason, "message": r.message}
+            for r in report.rows[:1000]
+        ],
         description=f"resolve-templates: {report.summary}",
     )

@@ -16,7 +16,7 @@ The optimize flow then scales the Deployments through the bindings written here.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Literal
 
 from prefect import flow, get_run_logger
@@ -24,12 +24,12 @@ from prefect.artifacts import create_table_artifact
 from prefect.context import FlowRunContext
 
 from engine.api.kthena import API_VERSION as KTHENA_API_VERSION
-from flows.image import IMAGE
+from engine.rollout.kthena_native import RUNTIME_IMAGE
 from flows.exitcodes import flow_result
+from flows.image import IMAGE
 from flows.parameters import ClusterTarget, ImageRef, NamespaceName, ObjectName
 from tasks.cluster import ClusterError, connect
 from tasks.events import Subject, emit_change
-from engine.rollout.kthena_native import RUNTIME_IMAGE
 from tasks.rollout_models import ModelOutcome, RolloutOptions, list_models, reconcile_model
 
 DEFAULT_INTERVAL_S = 300
@@ -82,7 +82,7 @@ def rollout_models(
     """
     options = RolloutOptions(kthena_networking, workload, runtime_image)
     logger = get_run_logger()
-    now = datetime.now(timezone.utc).replace(microsecond=0)
+    now = datetime.now(UTC).replace(microsecond=0)
     target = connect(cluster)
 
     report = RolloutReport()
@@ -93,7 +93,11 @@ def rollout_models(
             outcome = reconcile_model(target, manifest, now, downloader_image, options=options)
         except ClusterError as exc:  # e.g. the status write itself failed: report it, go on with the others
             meta = manifest.get("metadata") or {}
-            outcome = ModelOutcome(namespace=meta.get("namespace", ""), name=meta.get("name", ""), result=f"Failed: {exc.reason}: {exc.message}")
+            outcome = ModelOutcome(
+                namespace=meta.get("namespace", ""),
+                name=meta.get("name", ""),
+                result=f"Failed: {exc.reason}: {exc.message}",
+            )
         logger.info("Model %s/%s: %s (%d writes)", outcome.namespace, outcome.name, outcome.result, outcome.writes)
         report.models.append(outcome)
         if outcome.created or outcome.updated or outcome.deleted:
@@ -109,7 +113,8 @@ def rollout_models(
 def announce(outcome: ModelOutcome) -> None:
     """A Prefect event per Model whose workloads changed, for automations and triggers to chain on."""
     emit_change(
-        Subject(KTHENA_API_VERSION, "Model", outcome.name, outcome.namespace), "rolled-out",
+        Subject(KTHENA_API_VERSION, "Model", outcome.name, outcome.namespace),
+        "rolled-out",
         {"created": outcome.created, "updated": outcome.updated, "deleted": outcome.deleted, "result": outcome.result},
     )
 
@@ -122,8 +127,13 @@ def publish(report: RolloutReport) -> None:
         key="rollout-models",
         table=[
             {
-                "namespace": m.namespace, "model": m.name, "result": m.result, "created": ", ".join(m.created),
-                "updated": ", ".join(m.updated), "deleted": ", ".join(m.deleted), "lora": ", ".join(m.lora),
+                "namespace": m.namespace,
+                "model": m.name,
+                "result": m.result,
+                "created": ", ".join(m.created),
+                "updated": ", ".join(m.updated),
+                "deleted": ", ".join(m.deleted),
+                "lora": ", ".join(m.lora),
             }
             for m in report.models
         ],

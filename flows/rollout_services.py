@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from prefect import flow, get_run_logger
 from prefect.artifacts import create_table_artifact
@@ -91,9 +91,14 @@ class RolloutReport:
     @property
     def degraded(self) -> list[str]:
         """Why this run was degraded (exit 3, the ``Degraded`` run state): failed writes, services not Running."""
-        return [*self.writes.errors,
-                *(f"AIMService {r.namespace}/{r.name}: {r.status}" + (f" ({r.reason})" if r.reason else "")
-                  for r in self.rows if r.status != "Running")]
+        return [
+            *self.writes.errors,
+            *(
+                f"AIMService {r.namespace}/{r.name}: {r.status}" + (f" ({r.reason})" if r.reason else "")
+                for r in self.rows
+                if r.status != "Running"
+            ),
+        ]
 
 
 @flow(name="rollout-services", timeout_seconds=DEFAULT_INTERVAL_S - 60, log_prints=True)
@@ -106,23 +111,30 @@ def rollout_services(namespaces: list[NamespaceName] | None = None, cluster: Clu
             manifests directory/file.
     """
     logger = get_run_logger()
-    now = datetime.now(timezone.utc).replace(microsecond=0)
+    now = datetime.now(UTC).replace(microsecond=0)
     cluster_api = connect(cluster)
-    state = read_aim_state(cluster_api, ["services", "templates", "models", "configs", "caches", "nodes", "isvcs", "routes"])
+    state = read_aim_state(
+        cluster_api, ["services", "templates", "models", "configs", "caches", "nodes", "isvcs", "routes"]
+    )
     scope = set(namespaces or ()) or None
     state.services, invalid_services = split_invalid(state.services)
 
     report = RolloutReport()
     context = RolloutContext.of(state)
-    services = [s for s in sorted(state.services, key=lambda s: (s["metadata"]["namespace"], s["metadata"]["name"]))
-                if scope is None or s["metadata"]["namespace"] in scope]
+    services = [
+        s
+        for s in sorted(state.services, key=lambda s: (s["metadata"]["namespace"], s["metadata"]["name"]))
+        if scope is None or s["metadata"]["namespace"] in scope
+    ]
 
     def one(service: Manifest, counts: WriteCounts) -> ServiceRow | None:
         try:
             return roll_out(cluster_api, service, context, now, counts)
         except (ClusterError, ValueError) as exc:  # one service's failure must not stop the others
             message = getattr(exc, "message", None) or str(exc)
-            counts.errors.append(f"AIMService {service['metadata']['namespace']}/{service['metadata']['name']}: {message}")
+            counts.errors.append(
+                f"AIMService {service['metadata']['namespace']}/{service['metadata']['name']}: {message}"
+            )
             return None
 
     report.rows = [row for row in for_each(services, one, report.writes) if row is not None]
@@ -130,7 +142,9 @@ def rollout_services(namespaces: list[NamespaceName] | None = None, cluster: Clu
         namespace, name = bad.obj["metadata"]["namespace"], bad.obj["metadata"]["name"]
         if scope is not None and namespace not in scope:
             continue
-        outcome = blocked_status(Resolution(STATUS_FAILED, "ValidationFailed", f"invalid AIMService: {bad.problem}"), False)
+        outcome = blocked_status(
+            Resolution(STATUS_FAILED, "ValidationFailed", f"invalid AIMService: {bad.problem}"), False
+        )
         write_invalid(cluster_api, bad, outcome.conditions, now, {"status": outcome.status}, report.writes)
         report.rows.append(ServiceRow(namespace, name, outcome.status, "ValidationFailed", "", "none"))
     for line in report.writes.errors:
@@ -142,9 +156,7 @@ def rollout_services(namespaces: list[NamespaceName] | None = None, cluster: Clu
     counts: dict[str, int] = {}
     for row in report.rows:
         counts[row.status] = counts.get(row.status, 0) + 1
-    report.summary = (
-        ", ".join(f"{n} {s}" for s, n in sorted(counts.items())) or "no services"
-    ) + (
+    report.summary = (", ".join(f"{n} {s}" for s, n in sorted(counts.items())) or "no services") + (
         f"; {report.writes.created} objects created, {report.writes.updated} updated, {report.writes.statuses} statuses written"
         + (f", {len(report.writes.errors)} errors" if report.writes.errors else "")
     )
@@ -156,8 +168,11 @@ def rollout_services(namespaces: list[NamespaceName] | None = None, cluster: Clu
 def announce(row: ServiceRow) -> None:
     """``modelplane.aim.service.rolled-out`` (tasks.events.SERVICE_ROLLED_OUT) for a service whose
     InferenceService or HTTPRoute this run created or updated, for automations to chain on."""
-    emit_change(Subject(AIM_API_VERSION, "AIMService", row.name, row.namespace), "rolled-out",
-                {"action": row.action, "status": row.status, "workload": row.workload})
+    emit_change(
+        Subject(AIM_API_VERSION, "AIMService", row.name, row.namespace),
+        "rolled-out",
+        {"action": row.action, "status": row.status, "workload": row.workload},
+    )
 
 
 @dataclass
@@ -179,7 +194,7 @@ class RolloutContext:
     cache_lock: threading.Lock = field(default_factory=threading.Lock)
 
     @classmethod
-    def of(cls, state: AimState) -> "RolloutContext":
+    def of(cls, state: AimState) -> RolloutContext:
         """Index ``state`` by namespace and name; templates, configs and models that do not parse are
         set aside (their users are told why)."""
         templates, bad_templates = split_invalid(state.templates)
@@ -187,64 +202,115 @@ class RolloutContext:
         models, bad_models = split_invalid(state.models)
         invalid: dict[str, dict[tuple[str, str], str]] = {}
         for bad in bad_templates + bad_configs:
-            invalid.setdefault(bad.obj["metadata"]["namespace"], {})[bad.obj.get("kind", ""), bad.obj["metadata"]["name"]] = bad.problem
-        bad_names = {spec["name"]: bad.problem for bad in bad_models
-                     if isinstance(spec := bad.obj.get("spec"), dict) and isinstance(spec.get("name"), str)}
+            invalid.setdefault(bad.obj["metadata"]["namespace"], {})[
+                bad.obj.get("kind", ""), bad.obj["metadata"]["name"]
+            ] = bad.problem
+        bad_names = {
+            spec["name"]: bad.problem
+            for bad in bad_models
+            if isinstance(spec := bad.obj.get("spec"), dict) and isinstance(spec.get("name"), str)
+        }
         controlled: dict[str, list[Manifest]] = {}
         for obj in [*state.isvcs, *state.routes]:
             uid = _controller_uid(obj)
             if uid:
                 controlled.setdefault(uid, []).append(obj)
         return cls(
-            state=state, invalid=invalid, templates=by_namespace(templates), configs=by_namespace(configs),
+            state=state,
+            invalid=invalid,
+            templates=by_namespace(templates),
+            configs=by_namespace(configs),
             caches={ns: list(items.values()) for ns, items in by_namespace(state.caches).items()},
-            isvcs=by_namespace(state.isvcs), routes=by_namespace(state.routes), inventory=cluster_gpus(state.nodes),
-            catalog=ModelCatalog(models, invalid=bad_names), controlled=controlled,
+            isvcs=by_namespace(state.isvcs),
+            routes=by_namespace(state.routes),
+            inventory=cluster_gpus(state.nodes),
+            catalog=ModelCatalog(models, invalid=bad_names),
+            controlled=controlled,
         )
 
 
-def roll_out(cluster: Cluster, service: Manifest, ctx: RolloutContext, now: datetime, writes: WriteCounts) -> ServiceRow:
+def roll_out(
+    cluster: Cluster, service: Manifest, ctx: RolloutContext, now: datetime, writes: WriteCounts
+) -> ServiceRow:
     """Resolve, render, write and report one service."""
     namespace, name = service["metadata"]["namespace"], service["metadata"]["name"]
-    resolution = resolve_references(service, ctx.catalog, ctx.templates.get(namespace, {}), ctx.configs.get(namespace, {}),
-                                    ctx.inventory, ctx.invalid.get(namespace, {}))
+    resolution = resolve_references(
+        service,
+        ctx.catalog,
+        ctx.templates.get(namespace, {}),
+        ctx.configs.get(namespace, {}),
+        ctx.inventory,
+        ctx.invalid.get(namespace, {}),
+    )
     desired_isvc_name = _workload_name(service)
     existing_isvc = ctx.isvcs.get(namespace, {}).get(desired_isvc_name) if desired_isvc_name else None
     if desired_isvc_name is None and not resolution.blocked:
-        resolution = Resolution(STATUS_FAILED, "ValidationFailed",
-                                f"namespace {namespace!r} is too long for KServe's 63-character host label {{isvc}}-predictor-{{namespace}}")
+        resolution = Resolution(
+            STATUS_FAILED,
+            "ValidationFailed",
+            f"namespace {namespace!r} is too long for KServe's 63-character host label {{isvc}}-predictor-{{namespace}}",
+        )
     other = _controller_uid(existing_isvc)
     if existing_isvc is not None and other not in (None, service["metadata"].get("uid")) and not resolution.blocked:
-        resolution = Resolution(STATUS_FAILED, "ValidationFailed",
-                                f"InferenceService {desired_isvc_name!r} exists and is controlled by another object (uid {other}); it is left alone")
+        resolution = Resolution(
+            STATUS_FAILED,
+            "ValidationFailed",
+            f"InferenceService {desired_isvc_name!r} exists and is controlled by another object (uid {other}); it is left alone",
+        )
         existing_isvc = None
     if resolution.blocked:
         outcome = blocked_status(resolution, existing_isvc is not None)
         _write(cluster, service, outcome, now, writes)
-        return ServiceRow(namespace, name, outcome.status, resolution.reason, existing_isvc["metadata"]["name"] if existing_isvc else "", "none")
+        return ServiceRow(
+            namespace,
+            name,
+            outcome.status,
+            resolution.reason,
+            existing_isvc["metadata"]["name"] if existing_isvc else "",
+            "none",
+        )
 
     # Caches: requested when cacheModel (default true); existing Available ones are used anyway.
     config = resolution.config or {}
     storage_class = (config.get("spec") or {}).get("cacheStorageClassName")
     request = (service.get("spec") or {}).get("cacheModel") is not False
     with ctx.cache_lock:  # services of one namespace share caches: request each once
-        views = caches_for(cluster, namespace, resolution.sources, ctx.caches.get(namespace, []), storage_class=storage_class,
-                           request=request, requested_by=f"AIMService/{namespace}/{name}")
+        views = caches_for(
+            cluster,
+            namespace,
+            resolution.sources,
+            ctx.caches.get(namespace, []),
+            storage_class=storage_class,
+            request=request,
+            requested_by=f"AIMService/{namespace}/{name}",
+        )
         ctx.caches.setdefault(namespace, []).extend(v.cache for v in views if v.requested and v.cache)
     available = [v for v in views if cache_available(v.cache) and cache_pvc(v.cache)]
     failed = [v.source for v in views if v.state == "Failed"]
     if failed:
         caches_ready, cache_reason, cache_message = False, "CacheFailed", f"cache of {', '.join(failed)} failed"
     elif request and len(available) < len(views):
-        caches_ready, cache_reason, cache_message = False, "WaitingForCache", f"{len(available)} of {len(views)} model caches available"
+        caches_ready, cache_reason, cache_message = (
+            False,
+            "WaitingForCache",
+            f"{len(available)} of {len(views)} model caches available",
+        )
     else:
         caches_ready, cache_reason = True, "CacheWarm"
-        cache_message = f"{len(available)} model caches mounted" if available else "caching not requested; the runtime downloads the model"
+        cache_message = (
+            f"{len(available)} model caches mounted"
+            if available
+            else "caching not requested; the runtime downloads the model"
+        )
     mounts = [CacheMount(v.source, v.cache["metadata"]["name"], cache_pvc(v.cache) or "") for v in available if v.cache]
 
     isvc, route, action = existing_isvc, None, "unchanged"
     enabled, gateway = routing_of(config)
-    routing_problem = None if gateway or not enabled else "routing.autoCreateRoute is true but the AIMNamespaceConfig names no routing.gateway"
+    routing_problem = (
+        None
+        if gateway or not enabled
+        else "routing.autoCreateRoute is true but the AIMNamespaceConfig names no routing.gateway"
+    )
     if caches_ready:
         desired = render_inference_service(service, resolution, ctx.inventory, mounts)
         patch = update_patch(existing_isvc, desired, MANAGED_PREDICTOR_KEYS) if existing_isvc else None
@@ -262,8 +328,12 @@ def roll_out(cluster: Cluster, service: Manifest, ctx: RolloutContext, now: date
             route = existing_route if route_action == "unchanged" else desired_route
             if action == "unchanged":
                 action = route_action
-        retire_old_workloads(cluster, service, ctx, desired["metadata"]["name"], route["metadata"]["name"] if route else None, writes)
-    outcome = service_status(caches_ready, cache_reason, cache_message, isvc, route, enabled, routing_problem, resolution.selected)
+        retire_old_workloads(
+            cluster, service, ctx, desired["metadata"]["name"], route["metadata"]["name"] if route else None, writes
+        )
+    outcome = service_status(
+        caches_ready, cache_reason, cache_message, isvc, route, enabled, routing_problem, resolution.selected
+    )
     _write(cluster, service, outcome, now, writes)
     ready = next((c for c in outcome.conditions if c.type == "Ready"), None)
     return ServiceRow(namespace, name, outcome.status, ready.reason if ready else "", desired_isvc_name or "", action)
@@ -276,16 +346,30 @@ def _controller_uid(obj: Manifest | None) -> str | None:
     return None
 
 
-def retire_old_workloads(cluster: Cluster, service: Manifest, ctx: RolloutContext, isvc_name: str, route_name: str | None,
-                         writes: WriteCounts) -> None:
+def retire_old_workloads(
+    cluster: Cluster,
+    service: Manifest,
+    ctx: RolloutContext,
+    isvc_name: str,
+    route_name: str | None,
+    writes: WriteCounts,
+) -> None:
     """Delete the InferenceServices and HTTPRoutes this service controls under another name (a name an
     earlier version gave it, e.g. before names hashed the service too), once the current ones exist."""
     uid = service["metadata"].get("uid")
     if not uid:
         return
-    stale = [obj for obj in ctx.controlled.get(uid, []) if obj["kind"] == "InferenceService" and obj["metadata"]["name"] != isvc_name]
+    stale = [
+        obj
+        for obj in ctx.controlled.get(uid, [])
+        if obj["kind"] == "InferenceService" and obj["metadata"]["name"] != isvc_name
+    ]
     if route_name is not None:
-        stale += [obj for obj in ctx.controlled.get(uid, []) if obj["kind"] == "HTTPRoute" and obj["metadata"]["name"] != route_name]
+        stale += [
+            obj
+            for obj in ctx.controlled.get(uid, [])
+            if obj["kind"] == "HTTPRoute" and obj["metadata"]["name"] != route_name
+        ]
     if stale:
         delete_stale(cluster, stale, writes)
 
@@ -315,7 +399,16 @@ def publish(report: RolloutReport) -> None:
         return
     create_table_artifact(
         key="aim-services",
-        table=[{"namespace": r.namespace, "service": r.name, "status": r.status, "reason": r.reason, "workload": r.workload, "action": r.action}
-               for r in report.rows[:1000]],
+        table=[
+            {
+                "namespace": r.namespace,
+                "service": r.name,
+                "status": r.status,
+                "reason": r.reason,
+                "workload": r.workload,
+                "action": r.action,
+            }
+            for r in report.rows[:1000]
+        ],
         description=f"rollout-services: {report.summary}",
     )

@@ -14,24 +14,23 @@ Lifecycle, top to bottom:
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Annotated
-from datetime import datetime, timezone
 
 from prefect import flow, get_run_logger
 from prefect.artifacts import create_markdown_artifact
 from prefect.context import FlowRunContext
 from pydantic import Field
 
-from flows.exitcodes import flow_result
-from flows.parameters import ClusterTarget, ImageRef, NamespaceName, ObjectName
-
 from engine.api.llmaz import API_VERSION as LLMAZ_API_VERSION
 from engine.rollout.openmodel import DEFAULT_IMAGE, check_flavor, choose_flavor, render_openmodel, validate_openmodel
 from engine.rollout.workloads import stamp
+from flows.exitcodes import flow_result
+from flows.parameters import ClusterTarget, ImageRef, NamespaceName, ObjectName
 from tasks.caches import cache_available, cache_pvc, mark_used
 from tasks.cluster import connect
-from tasks.events import Subject, emit_change
 from tasks.cluster.errors import NotFound
+from tasks.events import Subject, emit_change
 from tasks.serve_openmodel import cache_condition, node_labels, read_openmodel, warm_cache, write_conditions
 from tasks.workloads import WriteLog, read_live, write_object
 
@@ -79,7 +78,7 @@ def serve_openmodel(
         image: The vLLM image.
     """
     logger = get_run_logger()
-    now = datetime.now(timezone.utc).replace(microsecond=0)
+    now = datetime.now(UTC).replace(microsecond=0)
     target = connect(cluster)
 
     try:
@@ -103,7 +102,13 @@ def serve_openmodel(
             raise ServeError(f"OpenModel {model}: cannot keep its cache in namespace {namespace!r}: {exc}") from None
         write_conditions(target, obj, [], cache_condition(cache, namespace), now)
         if not (cache_available(cache) and cache_pvc(cache)):
-            report = ServeReport(model, namespace, "WaitingForCache", cache_condition(cache, namespace).message, cache=cache["metadata"]["name"])
+            report = ServeReport(
+                model,
+                namespace,
+                "WaitingForCache",
+                cache_condition(cache, namespace).message,
+                cache=cache["metadata"]["name"],
+            )
             publish(report)
             logger.warning("serve-openmodel: %s", report.message)
             return flow_result(report, report.degraded)
@@ -117,8 +122,14 @@ def serve_openmodel(
     if placement.checked and placement.flavor is None and openmodel.spec.inference_config.flavors:
         raise ServeError(f"OpenModel {model}: {placement.message}")
 
-    report = ServeReport(model, namespace, "Serving", placement.message,
-                         flavor=placement.flavor.name if placement.flavor else None, cache=cache["metadata"]["name"] if cache else None)
+    report = ServeReport(
+        model,
+        namespace,
+        "Serving",
+        placement.message,
+        flavor=placement.flavor.name if placement.flavor else None,
+        cache=cache["metadata"]["name"] if cache else None,
+    )
     pvc = cache_pvc(cache) if cache else None
     for desired in render_openmodel(openmodel, source, pvc, namespace, replicas, placement, image):
         live = read_live(target, desired)
@@ -126,8 +137,11 @@ def serve_openmodel(
     if report.writes.created or report.writes.updated:
         if cache is not None:
             mark_used(target, cache, now)
-        emit_change(Subject(LLMAZ_API_VERSION, "OpenModel", model), "served",
-                    {"namespace": namespace, "flavor": report.flavor, "reason": report.message})
+        emit_change(
+            Subject(LLMAZ_API_VERSION, "OpenModel", model),
+            "served",
+            {"namespace": namespace, "flavor": report.flavor, "reason": report.message},
+        )
     publish(report)
     logger.info("serve-openmodel: %s in %s on %s", model, namespace, placement.message)
     return flow_result(report, report.degraded)

@@ -29,7 +29,6 @@ from prefect.context import FlowRunContext
 from prefect.utilities.annotations import quote
 from pydantic import Field
 
-from engine.simulate.replay import SimConfig
 from engine.simulate.frontier import Limits, knob_settings, limits, with_oracle_curves
 from engine.simulate.policies import (
     POLICIES,
@@ -40,6 +39,7 @@ from engine.simulate.policies import (
     summarize_outcome,
     with_hpa_metric,
 )
+from engine.simulate.replay import SimConfig
 from engine.simulate.trace import TraceShape
 from flows.parameters import NamespaceName, NonEmpty, NonNegativeSeconds, PositiveSeconds
 from tasks.simulate import markdown_report, read_description, read_trace, write_report
@@ -51,7 +51,6 @@ RouterName = Literal["auto", "least-outstanding", "least-load", "least-latency"]
 PositiveFactor = Annotated[float, Field(gt=0)]
 """A multiplier that must be above zero."""
 HpaMetric = Literal["vllm:num_requests_waiting", "vllm:num_requests_running", "vllm:kv_cache_usage_perc"]
-
 
 
 @dataclass
@@ -70,15 +69,29 @@ class SimulationReport:
             for entry, o in zip(policies, self.outcomes):
                 ratio = self.limits.cost_ratio(o.attainment, o.cost)
                 entry["cost_vs_oracle"] = round(ratio, 4) if ratio is not None else None
-        return {"settings": self.settings, "policies": policies, "files": self.files,
-                **(self.limits.as_json() if self.limits is not None else {})}
+        return {
+            "settings": self.settings,
+            "policies": policies,
+            "files": self.files,
+            **(self.limits.as_json() if self.limits is not None else {}),
+        }
 
 
 @task(name="read-simulation-inputs", cache_policy=NO_CACHE)
 def read_inputs(
-    cluster: str, trace_path: str, config_namespace: str, model_shares: dict[str, float] | None, shape: dict[str, Any],
-    config: SimConfig, *, kv_tokens_per_slot: int, hpa_metric: str | None, hpa_target: float | None, sizing_ttft_scale: float,
-    router: str, oracle_curves: bool,
+    cluster: str,
+    trace_path: str,
+    config_namespace: str,
+    model_shares: dict[str, float] | None,
+    shape: dict[str, Any],
+    config: SimConfig,
+    *,
+    kv_tokens_per_slot: int,
+    hpa_metric: str | None,
+    hpa_target: float | None,
+    sizing_ttft_scale: float,
+    router: str,
+    oracle_curves: bool,
 ) -> Scenario:
     """The cluster description and the trace, shaped by ``shape`` (:class:`TraceShape`'s other fields) over
     ``model_shares`` (empty: equal shares of the models served), parsed into a scenario (with the oracle's
@@ -88,8 +101,13 @@ def read_inputs(
         if not (hpa_metric and hpa_target):
             raise ValueError("hpa_metric and hpa_target go together")
         description = with_hpa_metric(description, hpa_metric, hpa_target)
-    models = sorted({f"{(v.get('metadata') or {}).get('namespace') or 'default'}/{(v.get('spec') or {}).get('modelID')}"
-                     for v in description.variants if (v.get("spec") or {}).get("modelID")})
+    models = sorted(
+        {
+            f"{(v.get('metadata') or {}).get('namespace') or 'default'}/{(v.get('spec') or {}).get('modelID')}"
+            for v in description.variants
+            if (v.get("spec") or {}).get("modelID")
+        }
+    )
     if not models:
         raise ValueError(f"no VariantAutoscaling found in {cluster}: nothing to simulate")
     shares = model_shares or {m: 1.0 for m in models}
@@ -100,6 +118,7 @@ def read_inputs(
     scenario = build_scenario(description, trace, config, sizing_ttft_scale=sizing_ttft_scale, router=router)
     return with_oracle_curves(scenario) if oracle_curves else scenario
 
+
 @task(name="simulate-policy", cache_policy=NO_CACHE)
 def simulate_policy(name: str, scenario: Scenario) -> PolicyOutcome:
     """Replay the trace under one policy and summarize the run."""
@@ -109,7 +128,10 @@ def simulate_policy(name: str, scenario: Scenario) -> PolicyOutcome:
 @task(name="sweep-policy-knob", cache_policy=NO_CACHE)
 def sweep_knob(name: str, scenario: Scenario) -> list[tuple[str, str, PolicyOutcome]]:
     """Replay the trace under one policy at each setting of its knob (one task per policy, not per replay)."""
-    return [(name, label, summarize_outcome(name, tuned, run_policy(name, tuned))) for label, tuned in knob_settings(scenario, name)]
+    return [
+        (name, label, summarize_outcome(name, tuned, run_policy(name, tuned)))
+        for label, tuned in knob_settings(scenario, name)
+    ]
 
 
 @flow(name="simulate", log_prints=True)
@@ -167,27 +189,63 @@ def simulate(
     """
     policies = policies or list(POLICIES)
     logger = get_run_logger()
-    shape = {"start_s": start_s, "duration_s": duration_s, "compression": compression, "rate_scale": rate_scale, "seed": seed}
+    shape = {
+        "start_s": start_s,
+        "duration_s": duration_s,
+        "compression": compression,
+        "rate_scale": rate_scale,
+        "seed": seed,
+    }
     config = SimConfig(interval_s=interval_s, startup_delay_s=startup_delay_s, seed=seed)
-    scenario = read_inputs(cluster, trace, config_namespace, model_shares, shape, config, kv_tokens_per_slot=kv_tokens_per_slot,
-                           hpa_metric=hpa_metric, hpa_target=hpa_target, sizing_ttft_scale=sizing_ttft_scale,
-                           router=router, oracle_curves=frontier or "oracle" in policies)
-    logger.info("replaying %d requests over %.0f s against %d variants", len(scenario.trace), scenario.trace.duration_s, len(scenario.variants))
+    scenario = read_inputs(
+        cluster,
+        trace,
+        config_namespace,
+        model_shares,
+        shape,
+        config,
+        kv_tokens_per_slot=kv_tokens_per_slot,
+        hpa_metric=hpa_metric,
+        hpa_target=hpa_target,
+        sizing_ttft_scale=sizing_ttft_scale,
+        router=router,
+        oracle_curves=frontier or "oracle" in policies,
+    )
+    logger.info(
+        "replaying %d requests over %.0f s against %d variants",
+        len(scenario.trace),
+        scenario.trace.duration_s,
+        len(scenario.variants),
+    )
 
     outcomes = [simulate_policy(name, quote(scenario)) for name in policies]
     for o in outcomes:
-        logger.info("%s: SLO attainment %.1f%%, cost %.1f, %d replica changes, %d unserved", o.policy, 100 * o.attainment, o.cost, o.replica_changes, o.unserved)
+        logger.info(
+            "%s: SLO attainment %.1f%%, cost %.1f, %d replica changes, %d unserved",
+            o.policy,
+            100 * o.attainment,
+            o.cost,
+            o.replica_changes,
+            o.unserved,
+        )
 
     bounds: Limits | None = None
     if frontier:
         swept = [point for name in dict.fromkeys([*policies, "oracle"]) for point in sweep_knob(name, quote(scenario))]
         bounds = limits(scenario, outcomes, swept)
-        logger.info("attainment ceiling %.1f%%; frontier of %d replays", 100 * bounds.ceiling["all"], len(bounds.frontier))
+        logger.info(
+            "attainment ceiling %.1f%%; frontier of %d replays", 100 * bounds.ceiling["all"], len(bounds.frontier)
+        )
 
     settings = {
-        "trace": pathlib.Path(trace).name, "requests": len(scenario.trace),
-        "duration_s": round(scenario.trace.duration_s, 1), "compression": compression, "rate_scale": rate_scale,
-        "interval_s": interval_s, "startup_delay_s": startup_delay_s, "seed": seed,
+        "trace": pathlib.Path(trace).name,
+        "requests": len(scenario.trace),
+        "duration_s": round(scenario.trace.duration_s, 1),
+        "compression": compression,
+        "rate_scale": rate_scale,
+        "interval_s": interval_s,
+        "startup_delay_s": startup_delay_s,
+        "seed": seed,
         "sizing_ttft_scale": sizing_ttft_scale,
         "hpa": scenario.description.hpa_policy.get("metrics"),
         "router": router,
@@ -203,6 +261,7 @@ def publish(report: SimulationReport, files: dict[str, pathlib.Path]) -> None:
     if FlowRunContext.get() is None:
         return
     create_markdown_artifact(
-        key="simulate-report", markdown=markdown_report(report.outcomes, files, report.settings, report.limits),
+        key="simulate-report",
+        markdown=markdown_report(report.outcomes, files, report.settings, report.limits),
         description="Autoscaling policies replayed against the cluster description",
     )

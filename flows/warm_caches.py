@@ -24,7 +24,7 @@ Every run is a fresh process: fill attempts live in an annotation on the cache, 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from typing import Annotated, Any
 
 from prefect import flow, get_run_logger, task
@@ -33,9 +33,6 @@ from prefect.cache_policies import NO_CACHE
 from prefect.context import FlowRunContext
 from prefect.utilities.annotations import quote
 from pydantic import Field
-
-from flows.exitcodes import flow_result
-from flows.parameters import ClusterTarget, ImageRef, NamespaceName, NonNegativeSeconds, ObjectName
 
 from engine.caches.plan import (
     DOWNLOADING,
@@ -59,10 +56,10 @@ from engine.caches.plan import (
     parse_attempts,
     pvc_name,
     pvc_request,
+    quantity_bytes,
     storage_class_for,
     storage_failure,
     volume_too_small,
-    quantity_bytes,
 )
 from engine.caches.requests import (
     CacheRequest,
@@ -72,8 +69,15 @@ from engine.caches.requests import (
     service_requests,
     template_requests,
 )
-from engine.cycle_metrics import MetricSet
 from engine.caches.sources import ModelSource, parse_source
+from engine.cycle_metrics import MetricSet
+from flows.exitcodes import flow_result
+from flows.image import IMAGE
+from flows.parameters import ClusterTarget, ImageRef, NamespaceName, NonNegativeSeconds, ObjectName
+from tasks.caches import ensure_cache
+from tasks.cluster import Cluster, LocalCluster, connect
+from tasks.cluster.errors import ClusterError
+from tasks.pushgateway import Pushgateway, push
 from tasks.warm_caches import (
     CacheWorld,
     create_pvc,
@@ -93,11 +97,6 @@ from tasks.warm_caches import (
     start_job,
     write_status,
 )
-from flows.image import IMAGE
-from tasks.caches import ensure_cache
-from tasks.cluster import Cluster, LocalCluster, connect
-from tasks.cluster.errors import ClusterError
-from tasks.pushgateway import Pushgateway, push
 
 DEFAULT_INTERVAL_S = 600
 DEFAULT_IMAGE = IMAGE  # Modelplane's own image (flows/image.py): its `modelplane cache fill` fills the caches
@@ -133,13 +132,21 @@ class WarmReport:
     def degraded(self) -> list[str]:
         """Why the pass was degraded (exit 3, the ``Degraded`` run state): caches not Available (Failed, or not
         filled yet), then other problems."""
-        failed = [f"{r.namespace}/{r.name} {r.status}: {r.reason}: {r.message}" for r in self.rows if r.status != "Available"]
+        failed = [
+            f"{r.namespace}/{r.name} {r.status}: {r.reason}: {r.message}" for r in self.rows if r.status != "Available"
+        ]
         return [*failed, *self.problems]
 
     def as_json(self) -> dict[str, Any]:
         """The report as the CLI's JSON."""
-        return {"caches": [asdict(r) for r in self.rows], "ensured": self.ensured, "problems": self.problems,
-                "freed": self.freed, "notes": self.notes, "summary": self.summary}
+        return {
+            "caches": [asdict(r) for r in self.rows],
+            "ensured": self.ensured,
+            "problems": self.problems,
+            "freed": self.freed,
+            "notes": self.notes,
+            "summary": self.summary,
+        }
 
 
 @dataclass(frozen=True)
@@ -177,8 +184,13 @@ def ensure_consumer_caches(cluster: Cluster, requests: list[CacheRequest]) -> tu
     ensured, problems = [], []
     for request in requests:
         try:
-            cache = ensure_cache(cluster, request.namespace, request.source, env=[dict(e) for e in request.env] or None,
-                                 requested_by=request.requested_by)
+            cache = ensure_cache(
+                cluster,
+                request.namespace,
+                request.source,
+                env=[dict(e) for e in request.env] or None,
+                requested_by=request.requested_by,
+            )
         except (ClusterError, ValueError) as exc:
             problems.append(f"{request.requested_by}: cache for {request.source.uri}: {getattr(exc, 'message', exc)}")
             continue
@@ -190,7 +202,9 @@ def ensure_consumer_caches(cluster: Cluster, requests: list[CacheRequest]) -> tu
 
 
 @task(name="reconcile-cache", cache_policy=NO_CACHE)
-def reconcile_cache(cluster: Cluster, cache: dict[str, Any], world: CacheWorld, settings: PassSettings, now: datetime) -> CacheRow:
+def reconcile_cache(
+    cluster: Cluster, cache: dict[str, Any], world: CacheWorld, settings: PassSettings, now: datetime
+) -> CacheRow:
     """Drive one ModelCache one step (or, with the local backend, through its whole fill)."""
     meta, spec, previous = cache["metadata"], cache.get("spec") or {}, cache.get("status") or {}
     namespace, name, generation = meta["namespace"], meta["name"], meta.get("generation")
@@ -203,13 +217,19 @@ def reconcile_cache(cluster: Cluster, cache: dict[str, Any], world: CacheWorld, 
 
     source, invalid = _source_of(spec)
     if invalid is not None:
-        return _finish(cluster, cache, obs, invalid, settings, now, "invalid source", source_uri=spec.get("sourceUri", ""))
+        return _finish(
+            cluster, cache, obs, invalid, settings, now, "invalid source", source_uri=spec.get("sourceUri", "")
+        )
     config = world.configs.get(namespace)
     env = download_env(spec.get("env"), config)
     notes = "; ".join(env.notes)
 
     # What the fill reported so far.
-    if previous.get("status") == "Available" and pvc is not None and _still_filled(cluster, namespace, claim, source, settings):
+    if (
+        previous.get("status") == "Available"
+        and pvc is not None
+        and _still_filled(cluster, namespace, claim, source, settings)
+    ):
         obs = _with(obs, fill=FillState.SUCCEEDED, failure=None)
     elif not settings.local and attempts:
         job = world.jobs.get((namespace, job_name(name, attempts)))
@@ -221,14 +241,25 @@ def reconcile_cache(cluster: Cluster, cache: dict[str, Any], world: CacheWorld, 
             obs = _with(obs, fill=state, failure=None)
         elif state == FillState.NONE and failure is None and previous.get("status") == "Progressing":
             # Counted like a failed fill, so Jobs that keep vanishing cannot be recreated forever.
-            obs = _with(obs, fill=FillState.FAILED, failed_at=now, failure=Failure(
-                FILL_JOB_MISSING, f"the fill Job {job_name(name, attempts)} is gone before its result was read "
-                "(deleted, or ttlSecondsAfterFinished shorter than the warm-caches interval); it is retried"))
+            obs = _with(
+                obs,
+                fill=FillState.FAILED,
+                failed_at=now,
+                failure=Failure(
+                    FILL_JOB_MISSING,
+                    f"the fill Job {job_name(name, attempts)} is gone before its result was read "
+                    "(deleted, or ttlSecondsAfterFinished shorter than the warm-caches interval); it is retried",
+                ),
+            )
 
     decided, storage = storage_failure(obs.pvc_phase, claim, obs.failure)
     if decided:
-        obs = _with(obs, failure=storage, fill=FillState.FAILED if storage else FillState.NONE,
-                    failed_at=(obs.failed_at or now) if storage else None)
+        obs = _with(
+            obs,
+            failure=storage,
+            fill=FillState.FAILED if storage else FillState.NONE,
+            failed_at=(obs.failed_at or now) if storage else None,
+        )
 
     step = next_step(obs, settings.policy, now)
     if step in (Step.CREATE_PVC, Step.START_FILL):
@@ -244,8 +275,15 @@ def reconcile_cache(cluster: Cluster, cache: dict[str, Any], world: CacheWorld, 
 
 
 def attempt_fill(
-    cluster: Cluster, cache: dict[str, Any], obs: Observation, source: ModelSource, pvc: dict[str, Any] | None,
-    env: list[dict[str, Any]], world: CacheWorld, settings: PassSettings, now: datetime,
+    cluster: Cluster,
+    cache: dict[str, Any],
+    obs: Observation,
+    source: ModelSource,
+    pvc: dict[str, Any] | None,
+    env: list[dict[str, Any]],
+    world: CacheWorld,
+    settings: PassSettings,
+    now: datetime,
 ) -> tuple[Observation, str]:
     """One fill attempt: size the source when needed, create the PVC once, refuse a volume too small,
     then start the fill Job (cluster) or run the downloader here (local backend)."""
@@ -291,7 +329,8 @@ def _source_of(spec: dict[str, Any]) -> tuple[ModelSource, Failure | None]:
         return ModelSource(scheme="hf"), Failure(INVALID_SOURCE, f"spec.sourceUri: {exc}")
     if not source.downloadable:
         return source, Failure(
-            INVALID_SOURCE, f"spec.sourceUri: {uri} is mounted directly, not downloaded; a ModelCache needs hf:// or s3://"
+            INVALID_SOURCE,
+            f"spec.sourceUri: {uri} is mounted directly, not downloaded; a ModelCache needs hf:// or s3://",
         )
     return source, None
 
@@ -340,12 +379,23 @@ def _failed(obs: Observation, failure: Failure, now: datetime) -> Observation:
 
 
 def _finish(
-    cluster: Cluster, cache: dict[str, Any], obs: Observation, failure: Failure | None, settings: PassSettings,
-    now: datetime, action: str, source_uri: str, notes: str = "",
+    cluster: Cluster,
+    cache: dict[str, Any],
+    obs: Observation,
+    failure: Failure | None,
+    settings: PassSettings,
+    now: datetime,
+    action: str,
+    source_uri: str,
+    notes: str = "",
 ) -> CacheRow:
     """Write the status for ``obs`` (or ``failure``), record an Event on a transition, return the row."""
     if failure is not None:
-        obs = _failed(obs, failure, obs.failed_at or now) if obs.failure is None or obs.failure.reason != failure.reason else obs
+        obs = (
+            _failed(obs, failure, obs.failed_at or now)
+            if obs.failure is None or obs.failure.reason != failure.reason
+            else obs
+        )
     previous = cache.get("status") or {}
     status = cache_status(previous, obs, settings.policy, now)
     written = write_status(cluster, cache, status)
@@ -354,13 +404,23 @@ def _finish(
             post_event(cluster, written, "CacheAvailable", f"{source_uri} is in PVC {obs.pvc_name}")
         elif status["status"] == "Failed" and obs.failure is not None:
             post_event(cluster, written, obs.failure.reason, obs.failure.message, warning=True)
-    reason = next((c["reason"] for c in status["conditions"] if c["type"] == ("Failure" if obs.failure else "Progressing")), DOWNLOADING)
+    reason = next(
+        (c["reason"] for c in status["conditions"] if c["type"] == ("Failure" if obs.failure else "Progressing")),
+        DOWNLOADING,
+    )
     if status["status"] != previous.get("status"):
         emit_cache_event(written, status["status"], reason, source_uri, obs.pvc_name)
     message = obs.failure.message if obs.failure else notes
     return CacheRow(
-        namespace=cache["metadata"]["namespace"], name=cache["metadata"]["name"], source=source_uri, status=status["status"],
-        reason=reason, pvc=obs.pvc_name, attempts=obs.attempts, action=action, message=message,
+        namespace=cache["metadata"]["namespace"],
+        name=cache["metadata"]["name"],
+        source=source_uri,
+        status=status["status"],
+        reason=reason,
+        pvc=obs.pvc_name,
+        attempts=obs.attempts,
+        action=action,
+        message=message,
     )
 
 
@@ -426,7 +486,7 @@ def warm_caches(
             empty = $MODELPLANE_PUSHGATEWAY_URL, else off.
     """
     logger = get_run_logger()
-    now = datetime.now(timezone.utc).replace(microsecond=0)
+    now = datetime.now(UTC).replace(microsecond=0)
     target = connect(cluster)
     report = WarmReport()
 
@@ -441,8 +501,12 @@ def warm_caches(
 
     settings = PassSettings(
         policy=RetryPolicy(max_attempts=max_fill_attempts, backoff_s=retry_backoff_s),
-        job=JobSettings(image=image, backoff_limit=job_backoff_limit, ttl_seconds_after_finished=job_ttl_s,
-                        image_pull_secrets=tuple(image_pull_secrets or ())),
+        job=JobSettings(
+            image=image,
+            backoff_limit=job_backoff_limit,
+            ttl_seconds_after_finished=job_ttl_s,
+            image_pull_secrets=tuple(image_pull_secrets or ()),
+        ),
         headroom_percent=headroom_percent,
         local=isinstance(target, LocalCluster),
     )
@@ -451,7 +515,9 @@ def warm_caches(
             row = reconcile_cache(target, cache, quote(world), settings, now)
         except ClusterError as exc:  # one cache's API failure must not stop the others
             logger.error("ModelCache %s/%s: %s", cache["metadata"]["namespace"], cache["metadata"]["name"], exc.message)
-            report.problems.append(f"ModelCache {cache['metadata']['namespace']}/{cache['metadata']['name']}: {exc.message}")
+            report.problems.append(
+                f"ModelCache {cache['metadata']['namespace']}/{cache['metadata']['name']}: {exc.message}"
+            )
             continue
         report.rows.append(row)
         if row.message and row.status != "Failed":
@@ -481,7 +547,15 @@ def cache_metrics(report: WarmReport, world: Any) -> MetricSet:
     outcomes = {"filled": 0, "started": 0, "failed": 0}
     for row in report.rows:
         action = row.action.lower()
-        outcome = "filled" if "filled" in action else "started" if "started job" in action else "failed" if "failed" in action else None
+        outcome = (
+            "filled"
+            if "filled" in action
+            else "started"
+            if "started job" in action
+            else "failed"
+            if "failed" in action
+            else None
+        )
         if outcome:
             outcomes[outcome] += 1
         capacity = pvc_capacity(world.pvcs.get((row.namespace, row.pvc))) if row.pvc else None
@@ -513,7 +587,18 @@ def publish(report: WarmReport) -> None:
         return
     create_table_artifact(
         key="warm-caches",
-        table=[{"namespace": r.namespace, "cache": r.name, "source": r.source, "status": r.status, "reason": r.reason,
-                "pvc": r.pvc, "attempts": r.attempts, "action": r.action} for r in report.rows],
+        table=[
+            {
+                "namespace": r.namespace,
+                "cache": r.name,
+                "source": r.source,
+                "status": r.status,
+                "reason": r.reason,
+                "pvc": r.pvc,
+                "attempts": r.attempts,
+                "action": r.action,
+            }
+            for r in report.rows
+        ],
         description=f"Model caches after this pass: {report.summary}",
     )

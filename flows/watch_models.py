@@ -89,9 +89,16 @@ def watch_models(
         for change in new_changes([event.object], announced):
             announced.add(change.key)
             announce(change, event.type)
-            report.changes.append(ChangeRow(change.namespace, change.name, change.generation, change.observed_generation, event.type))
-            logger.info("Model %s/%s changed: generation %s, rolled out %s", change.namespace, change.name,
-                        change.generation, change.observed_generation if change.observed_generation is not None else "never")
+            report.changes.append(
+                ChangeRow(change.namespace, change.name, change.generation, change.observed_generation, event.type)
+            )
+            logger.info(
+                "Model %s/%s changed: generation %s, rolled out %s",
+                change.namespace,
+                change.name,
+                change.generation,
+                change.observed_generation if change.observed_generation is not None else "never",
+            )
     report.summary = f"{report.events} watch events, {len(report.changes)} Model changes announced"
     publish(report)
     logger.info("watch-models: %s", report.summary)
@@ -101,7 +108,8 @@ def watch_models(
 def announce(change: UnobservedChange, seen_as: str) -> None:
     """``modelplane.kthena.model.changed`` about the Model, which triggers its rollout."""
     emit_change(
-        Subject(KTHENA_API_VERSION, "Model", change.name, change.namespace), "changed",
+        Subject(KTHENA_API_VERSION, "Model", change.name, change.namespace),
+        "changed",
         {"generation": change.generation, "observedGeneration": change.observed_generation, "seenAs": seen_as},
     )
 

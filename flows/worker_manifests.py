@@ -30,7 +30,11 @@ NAME = "prefect-worker"
 UID = 10001  # deployments/Dockerfile's USER
 # A Prefect server installed with Prefect's `prefect-server` chart in namespace `prefect`: edit for yours.
 DEFAULT_API_URL = "http://prefect-server.prefect.svc.cluster.local:4200/api"
-LABELS = {"app.kubernetes.io/name": NAME, "app.kubernetes.io/part-of": "modelplane", "app.kubernetes.io/component": "worker"}
+LABELS = {
+    "app.kubernetes.io/name": NAME,
+    "app.kubernetes.io/part-of": "modelplane",
+    "app.kubernetes.io/component": "worker",
+}
 
 # What prefect-kubernetes 0.8 does in the Jobs' namespace: the worker creates a Job per flow run and deletes
 # it to cancel the run; its observer (kopf) lists and watches the Jobs and Pods labelled with a flow-run id,
@@ -42,8 +46,17 @@ WORKER_RULES: list[dict[str, list[str]]] = [
     {"apiGroups": [""], "resources": ["pods/log"], "verbs": ["get"]},
 ]
 
-WORKER_ARGS = ["worker", "start", "--pool", KUBERNETES_POOL, "--type", "kubernetes", "--install-policy", "never",
-               "--with-healthcheck"]
+WORKER_ARGS = [
+    "worker",
+    "start",
+    "--pool",
+    KUBERNETES_POOL,
+    "--type",
+    "kubernetes",
+    "--install-policy",
+    "never",
+    "--with-healthcheck",
+]
 
 
 def _pod_security() -> dict[str, Any]:
@@ -51,8 +64,13 @@ def _pod_security() -> dict[str, Any]:
 
 
 def _container_security() -> dict[str, Any]:
-    return {"runAsNonRoot": True, "runAsUser": UID, "readOnlyRootFilesystem": True, "allowPrivilegeEscalation": False,
-            "capabilities": {"drop": ["ALL"]}}
+    return {
+        "runAsNonRoot": True,
+        "runAsUser": UID,
+        "readOnlyRootFilesystem": True,
+        "allowPrivilegeEscalation": False,
+        "capabilities": {"drop": ["ALL"]},
+    }
 
 
 def worker_objects(image: str = IMAGE, api_url: str = DEFAULT_API_URL) -> list[dict[str, Any]]:
@@ -64,35 +82,63 @@ def worker_objects(image: str = IMAGE, api_url: str = DEFAULT_API_URL) -> list[d
         {"name": "PREFECT_HOME", "value": "/tmp/prefect"},
         {"name": "HOME", "value": "/tmp"},
         # Prefect Cloud: create the Secret `prefect-api-key` (key `key`); a self-hosted server needs none.
-        {"name": "PREFECT_API_KEY", "valueFrom": {"secretKeyRef": {"name": "prefect-api-key", "key": "key", "optional": True}}},
+        {
+            "name": "PREFECT_API_KEY",
+            "valueFrom": {"secretKeyRef": {"name": "prefect-api-key", "key": "key", "optional": True}},
+        },
     ]
     container = {
-        "name": NAME, "image": image, "imagePullPolicy": "IfNotPresent", "command": ["prefect"], "args": WORKER_ARGS,
-        "envFrom": [{"configMapRef": {"name": NAME}}], "env": env,
+        "name": NAME,
+        "image": image,
+        "imagePullPolicy": "IfNotPresent",
+        "command": ["prefect"],
+        "args": WORKER_ARGS,
+        "envFrom": [{"configMapRef": {"name": NAME}}],
+        "env": env,
         "resources": {"requests": {"cpu": "100m", "memory": "256Mi"}, "limits": {"memory": "1Gi"}},
         "securityContext": _container_security(),
         "livenessProbe": {"httpGet": {"path": "/health", "port": 8080}, "initialDelaySeconds": 30, "periodSeconds": 30},
         "volumeMounts": [{"name": "tmp", "mountPath": "/tmp"}],
     }
     deployment = {
-        "apiVersion": "apps/v1", "kind": "Deployment", "metadata": meta,
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": meta,
         "spec": {
             # One worker is enough for the pool's load (it only submits Jobs); a second replica is safe too.
             "replicas": 1,
             "selector": {"matchLabels": {"app.kubernetes.io/name": NAME}},
-            "template": {"metadata": {"labels": LABELS}, "spec": {
-                "serviceAccountName": NAME, "securityContext": _pod_security(), "containers": [container],
-                "volumes": [{"name": "tmp", "emptyDir": {}}]}},
+            "template": {
+                "metadata": {"labels": LABELS},
+                "spec": {
+                    "serviceAccountName": NAME,
+                    "securityContext": _pod_security(),
+                    "containers": [container],
+                    "volumes": [{"name": "tmp", "emptyDir": {}}],
+                },
+            },
         },
     }
     return [
-        {"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta,
-         "data": {"PREFECT_API_URL": api_url, "PREFECT_WORKER_QUERY_SECONDS": "5", "PREFECT_WORKER_PREFETCH_SECONDS": "10"}},
+        {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": meta,
+            "data": {
+                "PREFECT_API_URL": api_url,
+                "PREFECT_WORKER_QUERY_SECONDS": "5",
+                "PREFECT_WORKER_PREFETCH_SECONDS": "10",
+            },
+        },
         {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": meta},
         {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": meta, "rules": WORKER_RULES},
-        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding", "metadata": meta,
-         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": NAME},
-         "subjects": [{"kind": "ServiceAccount", "name": NAME, "namespace": NAMESPACE}]},
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "RoleBinding",
+            "metadata": meta,
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": NAME},
+            "subjects": [{"kind": "ServiceAccount", "name": NAME, "namespace": NAMESPACE}],
+        },
         deployment,
     ]
 
@@ -112,9 +158,13 @@ def helm_values(tag: str | None = None, api_url: str = DEFAULT_API_URL) -> dict[
             "args": [*WORKER_ARGS, "--base-job-template", "baseJobTemplate.json"],
             "apiConfig": "selfHostedServer",
             "selfHostedServerApiConfig": {"apiUrl": api_url},
-            "config": {"workPool": KUBERNETES_POOL, "type": "kubernetes", "installPolicy": "never",
-                       "jobNamespace": NAMESPACE,
-                       "baseJobTemplate": {"configuration": json.dumps(template, indent=2)}},
+            "config": {
+                "workPool": KUBERNETES_POOL,
+                "type": "kubernetes",
+                "installPolicy": "never",
+                "jobNamespace": NAMESPACE,
+                "baseJobTemplate": {"configuration": json.dumps(template, indent=2)},
+            },
             "livenessProbe": {"enabled": True},
             "podSecurityContext": _pod_security(),
             "containerSecurityContext": _container_security(),
@@ -133,15 +183,23 @@ class _Dumper(yaml.SafeDumper):
         return True
 
 
-_Dumper.add_representer(str, lambda dumper, text: dumper.represent_scalar(
-    "tag:yaml.org,2002:str", text, style="|" if "\n" in text else None))
+_Dumper.add_representer(
+    str,
+    lambda dumper, text: dumper.represent_scalar("tag:yaml.org,2002:str", text, style="|" if "\n" in text else None),
+)
 
 
 def render_worker_manifests() -> dict[str, str]:
     """``{file name: text}`` of deployments/worker/."""
     header = "# Generated by `modelplane worker-manifests --write deployments/worker` (flows/worker_manifests.py): do not edit.\n"
-    worker = header + "# kubectl apply -f deployments/worker/worker.yaml (after deployments/rbac.yaml); edit PREFECT_API_URL.\n" + \
-        yaml.dump_all(worker_objects(), Dumper=_Dumper, sort_keys=False)
-    values = header + "# helm install prefect-worker prefect/prefect-worker -n modelplane-system -f deployments/worker/helm-values.yaml\n" + \
-        yaml.dump(helm_values(), Dumper=_Dumper, sort_keys=False, width=120)
+    worker = (
+        header
+        + "# kubectl apply -f deployments/worker/worker.yaml (after deployments/rbac.yaml); edit PREFECT_API_URL.\n"
+        + yaml.dump_all(worker_objects(), Dumper=_Dumper, sort_keys=False)
+    )
+    values = (
+        header
+        + "# helm install prefect-worker prefect/prefect-worker -n modelplane-system -f deployments/worker/helm-values.yaml\n"
+        + yaml.dump(helm_values(), Dumper=_Dumper, sort_keys=False, width=120)
+    )
     return {"worker.yaml": worker, "helm-values.yaml": values}

@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import base64
 import logging
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Callable, Iterable, Mapping, Sequence, TypeVar
+from typing import Any, TypeVar
 
 from prefect import task
 from prefect.cache_policies import NO_CACHE
@@ -34,8 +35,8 @@ from engine.aim.discovery import (
 from engine.api.validate import ManifestInvalid, parse_object
 from engine.caches.sources import parse_source
 from engine.status import ConditionUpdate, changed_fields, set_conditions
-from tasks.caches import ensure_cache, find_cache, mark_used
 from tasks.boundary import accept
+from tasks.caches import ensure_cache, find_cache, mark_used
 from tasks.cluster import Cluster, Manifest, ObjectRef
 from tasks.cluster.errors import ClusterError, Conflict, NotFound
 from tasks.oci import Credential, RegistryClient, RegistryError, credential_for, parse_dockerconfigjson, parse_reference
@@ -102,8 +103,14 @@ def split_invalid(objects: Iterable[Manifest]) -> tuple[list[Manifest], list[Inv
     return valid, invalid
 
 
-def write_invalid(cluster: Cluster, invalid: InvalidObject, updates: Sequence[ConditionUpdate], now: datetime,
-                  extra: Mapping[str, Any] | None, counts: WriteCounts) -> None:
+def write_invalid(
+    cluster: Cluster,
+    invalid: InvalidObject,
+    updates: Sequence[ConditionUpdate],
+    now: datetime,
+    extra: Mapping[str, Any] | None,
+    counts: WriteCounts,
+) -> None:
     """Report an invalid object: its conditions (and ``extra`` status fields) where the API server
     takes them, and one line in the run's errors (the run is degraded)."""
     kind = invalid.obj.get("kind", "object")
@@ -182,7 +189,7 @@ def read_keychain(cluster: Cluster, configs: Sequence[Manifest]) -> Keychain:
     wanted: list[tuple[str, str]] = []
     for config in sorted(configs, key=lambda c: (c["metadata"].get("namespace", ""), c["metadata"]["name"])):
         namespace = config["metadata"].get("namespace", "default")
-        for name in (((config.get("spec") or {}).get("images") or {}).get("imagePullSecrets") or []):
+        for name in ((config.get("spec") or {}).get("images") or {}).get("imagePullSecrets") or []:
             if (namespace, name) not in wanted:
                 wanted.append((namespace, name))
     for namespace, name in wanted:
@@ -205,7 +212,9 @@ def read_keychain(cluster: Cluster, configs: Sequence[Manifest]) -> Keychain:
     return keychain
 
 
-def failure_record(image: str, now: datetime, error: Exception, previous: DiscoveryRecord | None, keychain: Keychain) -> DiscoveryRecord:
+def failure_record(
+    image: str, now: datetime, error: Exception, previous: DiscoveryRecord | None, keychain: Keychain
+) -> DiscoveryRecord:
     """The record of a failed read: the reason from the error class (401/403 auth, 404 not found,
     5xx/network unavailable, unparsable label), attempts counted up while the image stays the same."""
     if isinstance(error, LabelError):
@@ -217,7 +226,9 @@ def failure_record(image: str, now: datetime, error: Exception, previous: Discov
             reason, message = REASON_SECRET_NOT_FOUND, f"{error.message}; pull secrets: {'; '.join(keychain.problems)}"
         else:
             reason, message = REASON_AUTH_FAILED, error.message
-    elif isinstance(error, RegistryError) and error.kind == "invalid" and "not a valid image reference" in error.message:
+    elif (
+        isinstance(error, RegistryError) and error.kind == "invalid" and "not a valid image reference" in error.message
+    ):
         reason, message = REASON_INVALID_IMAGE, f"spec.image: {error.message}"
     elif isinstance(error, RegistryError) and error.kind == "invalid":
         reason, message = REASON_EXTRACTION_FAILED, error.message
@@ -227,7 +238,9 @@ def failure_record(image: str, now: datetime, error: Exception, previous: Discov
     return DiscoveryRecord(image=image, read_at=now, reason=reason, message=message, attempts=attempts)
 
 
-def inspect_image(client: RegistryClient, image: str, keychain: Keychain, previous: DiscoveryRecord | None, now: datetime) -> DiscoveryRecord:
+def inspect_image(
+    client: RegistryClient, image: str, keychain: Keychain, previous: DiscoveryRecord | None, now: datetime
+) -> DiscoveryRecord:
     """Read one image's labels (or confirm its digest is unchanged) into a :class:`DiscoveryRecord`."""
     try:
         credential = credential_for(parse_reference(image), keychain.credentials)
@@ -235,14 +248,19 @@ def inspect_image(client: RegistryClient, image: str, keychain: Keychain, previo
         config = client.read_config(image, credential, known_digest=known)
         if config.unchanged and previous is not None:
             return DiscoveryRecord(image=image, read_at=now, digest=previous.digest, metadata=previous.metadata)
-        return DiscoveryRecord(image=image, read_at=now, digest=config.digest, metadata=parse_image_labels(config.labels))
+        return DiscoveryRecord(
+            image=image, read_at=now, digest=config.digest, metadata=parse_image_labels(config.labels)
+        )
     except (RegistryError, LabelError) as exc:
         return failure_record(image, now, exc, previous, keychain)
 
 
 @task(name="inspect-images", cache_policy=NO_CACHE)
 def inspect_images(
-    client: RegistryClient, wanted: Mapping[str, DiscoveryRecord | None], keychain: Keychain, now: datetime,
+    client: RegistryClient,
+    wanted: Mapping[str, DiscoveryRecord | None],
+    keychain: Keychain,
+    now: datetime,
 ) -> dict[str, DiscoveryRecord]:
     """Read every image in ``wanted`` (image -> previous record) once, in parallel."""
     images = sorted(wanted)
@@ -256,26 +274,36 @@ def inspect_images(
 # --------------------------------------------------------------------------------------------------
 
 
-def _conditions_hold(conditions: Sequence[Mapping[str, Any]], updates: Sequence[ConditionUpdate], generation: int | None) -> bool:
+def _conditions_hold(
+    conditions: Sequence[Mapping[str, Any]], updates: Sequence[ConditionUpdate], generation: int | None
+) -> bool:
     """Whether every update is already recorded as it is (the common case of an unchanged run)."""
     by_type = {c.get("type"): c for c in conditions}
     for update in updates:
         held = by_type.get(update.type)
-        if held is None or (held.get("status"), held.get("reason"), held.get("message") or "") != (update.status, update.reason, update.message):
+        if held is None or (held.get("status"), held.get("reason"), held.get("message") or "") != (
+            update.status,
+            update.reason,
+            update.message,
+        ):
             return False
         if generation is not None and held.get("observedGeneration") != generation:
             return False
     return True
 
 
-def new_status(obj: Manifest, updates: Sequence[ConditionUpdate], now: datetime, extra: Mapping[str, Any] | None = None) -> dict[str, Any]:
+def new_status(
+    obj: Manifest, updates: Sequence[ConditionUpdate], now: datetime, extra: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
     """The object's status with ``updates`` applied and ``observedGeneration`` set."""
     old = obj.get("status") or {}
     generation = (obj.get("metadata") or {}).get("generation")
     status: dict[str, Any] = dict(old)
     status.update(extra or {})
     held = old.get("conditions") or []
-    status["conditions"] = held if _conditions_hold(held, updates, generation) else set_conditions(held, updates, now, generation)
+    status["conditions"] = (
+        held if _conditions_hold(held, updates, generation) else set_conditions(held, updates, now, generation)
+    )
     if generation is not None:
         status["observedGeneration"] = generation
     return status
@@ -303,8 +331,11 @@ def write_record(cluster: Cluster, model: Manifest, record: DiscoveryRecord) -> 
     text = record.to_json()
     if (model["metadata"].get("annotations") or {}).get(METADATA_ANNOTATION) == text:
         return model
-    return cluster.patch_spec(ObjectRef.of(model), {"metadata": {"annotations": {METADATA_ANNOTATION: text}}},
-                              resource_version=model["metadata"].get("resourceVersion"))
+    return cluster.patch_spec(
+        ObjectRef.of(model),
+        {"metadata": {"annotations": {METADATA_ANNOTATION: text}}},
+        resource_version=model["metadata"].get("resourceVersion"),
+    )
 
 
 @dataclass
@@ -318,7 +349,7 @@ class WriteCounts:
     skipped: list[str] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
 
-    def merge(self, other: "WriteCounts") -> None:
+    def merge(self, other: WriteCounts) -> None:
         """Add another worker's counts to these."""
         self.created += other.created
         self.updated += other.updated
@@ -332,10 +363,13 @@ T = TypeVar("T")
 R = TypeVar("R")
 
 
-def for_each(items: Sequence[T], work: Callable[[T, WriteCounts], R], writes: WriteCounts, workers: int = WORKERS) -> list[R]:
+def for_each(
+    items: Sequence[T], work: Callable[[T, WriteCounts], R], writes: WriteCounts, workers: int = WORKERS
+) -> list[R]:
     """Run ``work(item, counts)`` for every item on a small thread pool (the per-object reads and
     writes are independent API calls), in order; each call counts into its own :class:`WriteCounts`,
     merged into ``writes`` afterwards."""
+
     def one(item: T) -> tuple[R, WriteCounts]:
         counts = WriteCounts()
         return work(item, counts), counts
@@ -347,8 +381,13 @@ def for_each(items: Sequence[T], work: Callable[[T, WriteCounts], R], writes: Wr
     return [result for result, _ in results]
 
 
-def create_missing(cluster: Cluster, desired: Sequence[Manifest], existing: Mapping[tuple[str, str], Manifest],
-                   is_ours: Callable[[Manifest], bool], counts: WriteCounts) -> None:
+def create_missing(
+    cluster: Cluster,
+    desired: Sequence[Manifest],
+    existing: Mapping[tuple[str, str], Manifest],
+    is_ours: Callable[[Manifest], bool],
+    counts: WriteCounts,
+) -> None:
     """Create every desired object that does not exist; an existing one that is not ours (a person's
     template of the same name) is left alone and reported."""
     for obj in desired:
@@ -357,7 +396,9 @@ def create_missing(cluster: Cluster, desired: Sequence[Manifest], existing: Mapp
         found = existing.get(key)
         if found is not None:
             if not is_ours(found):
-                counts.skipped.append(f"{key[0]}/{key[1]}: a template not created by discovery has this name; left as it is")
+                counts.skipped.append(
+                    f"{key[0]}/{key[1]}: a template not created by discovery has this name; left as it is"
+                )
             continue
         try:
             cluster.create(obj)
@@ -379,10 +420,14 @@ def delete_stale(cluster: Cluster, stale: Sequence[Manifest], counts: WriteCount
         except NotFound:
             pass
         except ClusterError as exc:
-            counts.errors.append(f"{obj.get('kind')} {meta.get('namespace')}/{meta['name']}: cannot delete: {exc.message}")
+            counts.errors.append(
+                f"{obj.get('kind')} {meta.get('namespace')}/{meta['name']}: cannot delete: {exc.message}"
+            )
 
 
-def apply_object(cluster: Cluster, desired: Manifest, existing: Manifest | None, patch: Mapping[str, Any] | None) -> str:
+def apply_object(
+    cluster: Cluster, desired: Manifest, existing: Manifest | None, patch: Mapping[str, Any] | None
+) -> str:
     """Create ``desired`` when absent, merge-patch ``existing`` with ``patch`` when given; returns
     ``created``, ``updated`` or ``unchanged``."""
     if existing is None:
@@ -390,7 +435,9 @@ def apply_object(cluster: Cluster, desired: Manifest, existing: Manifest | None,
         return "created"
     if patch is None:
         return "unchanged"
-    cluster.patch_spec(ObjectRef.of(existing), dict(patch), resource_version=existing["metadata"].get("resourceVersion"))
+    cluster.patch_spec(
+        ObjectRef.of(existing), dict(patch), resource_version=existing["metadata"].get("resourceVersion")
+    )
     return "updated"
 
 
@@ -414,8 +461,14 @@ class CacheView:
 
 
 def caches_for(
-    cluster: Cluster, namespace: str, sources: Sequence[str], caches_in_namespace: Sequence[Manifest], *,
-    storage_class: str | None, request: bool, requested_by: str,
+    cluster: Cluster,
+    namespace: str,
+    sources: Sequence[str],
+    caches_in_namespace: Sequence[Manifest],
+    *,
+    storage_class: str | None,
+    request: bool,
+    requested_by: str,
 ) -> list[CacheView]:
     """The cache of each source: found in the namespace's LIST, or (``request``) created/adopted via
     :func:`tasks.caches.ensure_cache`. Sources no cache can hold are reported as absent."""
@@ -441,13 +494,17 @@ def mark_caches_used(cluster: Cluster, caches: Iterable[Manifest], now: datetime
         try:
             mark_used(cluster, cache, now)
         except ClusterError as exc:
-            log.warning("ModelCache %s/%s: cannot write lastUsed: %s", cache["metadata"].get("namespace"), cache["metadata"]["name"], exc.message)
+            log.warning(
+                "ModelCache %s/%s: cannot write lastUsed: %s",
+                cache["metadata"].get("namespace"),
+                cache["metadata"]["name"],
+                exc.message,
+            )
 
 
 def cache_state_map(views: Sequence[CacheView]) -> dict[str, str | None]:
     """``source -> cache status`` for :func:`engine.aim.templates.template_status`."""
     return {v.source: (v.state if not v.requested or v.state else None) for v in views}
-
 
 
 def cannot_run_reason(cluster: Cluster) -> str | None:

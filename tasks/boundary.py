@@ -14,8 +14,9 @@ from __future__ import annotations
 
 import logging
 import threading
-from datetime import datetime, timezone
-from typing import Any, Iterable
+from collections.abc import Iterable
+from datetime import UTC, datetime
+from typing import Any
 
 from engine.api.registry import kind_info
 from engine.api.validate import ManifestInvalid, parse_object
@@ -82,12 +83,21 @@ def failure_status(obj: Manifest, message: str) -> Manifest | None:
     current = obj.get("status") if isinstance(obj.get("status"), dict) else {}
     conditions = [c for c in current.get("conditions") or () if isinstance(c, dict)]
     ready = next((c for c in conditions if c.get("type") == "Ready"), None)
-    if ready and ready.get("reason") == INVALID_REASON and ready.get("message") == message and (
-            obj.get("kind") not in _STATUS_ENUM_KINDS or current.get("status") == "Failed"):
+    if (
+        ready
+        and ready.get("reason") == INVALID_REASON
+        and ready.get("message") == message
+        and (obj.get("kind") not in _STATUS_ENUM_KINDS or current.get("status") == "Failed")
+    ):
         return None
-    now = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-    condition = {"type": "Ready", "status": "False", "reason": INVALID_REASON, "message": message,
-                 "lastTransitionTime": now}
+    now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    condition = {
+        "type": "Ready",
+        "status": "False",
+        "reason": INVALID_REASON,
+        "message": message,
+        "lastTransitionTime": now,
+    }
     generation = (obj.get("metadata") or {}).get("generation")
     if isinstance(generation, int):
         condition["observedGeneration"] = generation

@@ -11,12 +11,13 @@ every ModelCache. A ModelCache a person created for the same identity (its ``sou
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterable, Mapping
 from datetime import datetime
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 from engine.api.meta import format_time
-from engine.caches.plan import MANAGED_BY, MODELCACHE_API_VERSION, with_requester
 from engine.caches.identity import CACHE_IDENTITY_LABEL, cache_identity, cache_name
+from engine.caches.plan import MANAGED_BY, MODELCACHE_API_VERSION, with_requester
 from engine.caches.sources import ModelSource, parse_source
 from tasks.cluster import Cluster, Conflict, Manifest, ObjectRef
 
@@ -57,7 +58,9 @@ def find_cache(caches: Iterable[Manifest], source: ModelSource, storage_class: s
             compatible.append(cache)
     for group in (exact, compatible):
         if group:
-            return min(group, key=lambda c: (_STATUS_RANK.get((c.get("status") or {}).get("status"), 3), c["metadata"]["name"]))
+            return min(
+                group, key=lambda c: (_STATUS_RANK.get((c.get("status") or {}).get("status"), 3), c["metadata"]["name"])
+            )
     return None
 
 
@@ -72,8 +75,13 @@ def cache_pvc(cache: Mapping[str, Any] | None) -> str | None:
 
 
 def new_cache(
-    namespace: str, source: ModelSource, *, storage_class: str | None, size: str | None,
-    env: list[dict[str, Any]] | None, requested_by: str,
+    namespace: str,
+    source: ModelSource,
+    *,
+    storage_class: str | None,
+    size: str | None,
+    env: list[dict[str, Any]] | None,
+    requested_by: str,
 ) -> Manifest:
     """The ModelCache Modelplane creates for a consumer: named and labelled by the cache identity."""
     spec: dict[str, Any] = {"sourceUri": source.uri}
@@ -120,7 +128,9 @@ def ensure_cache(
             created = cluster.create(
                 new_cache(namespace, source, storage_class=storage_class, size=size, env=env, requested_by=requested_by)
             )
-            log.info("created ModelCache %s/%s for %s (%s)", namespace, created["metadata"]["name"], requested_by, source.uri)
+            log.info(
+                "created ModelCache %s/%s for %s (%s)", namespace, created["metadata"]["name"], requested_by, source.uri
+            )
             _emit_requested(created, requested_by)
             return created
         except Conflict:

@@ -27,7 +27,8 @@ from __future__ import annotations
 
 import datetime as dt
 import pathlib
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import requests
 import yaml
@@ -49,9 +50,15 @@ SERIES = {
     "inference_sum_s": "vllm:request_inference_time_seconds_sum",
 }
 _FILE_KEYS = {
-    "requests": "requests", "ttftSum": "ttft_sum_s", "queueSum": "queue_sum_s", "itlSum": "itl_sum_s",
-    "itlCount": "itl_count", "promptTokensSum": "prompt_tokens_sum", "inferenceSum": "inference_sum_s",
-    "runningAvg": "running_avg", "previousRunningAvg": "previous_running_avg",
+    "requests": "requests",
+    "ttftSum": "ttft_sum_s",
+    "queueSum": "queue_sum_s",
+    "itlSum": "itl_sum_s",
+    "itlCount": "itl_count",
+    "promptTokensSum": "prompt_tokens_sum",
+    "inferenceSum": "inference_sum_s",
+    "runningAvg": "running_avg",
+    "previousRunningAvg": "previous_running_avg",
 }
 RUNNING_GAUGE = "vllm:num_requests_running"
 _REQUIRED = ("requests", "ttftSum", "itlSum", "itlCount", "promptTokensSum")
@@ -65,7 +72,9 @@ def _quote(value: str) -> str:
     return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
-def query_range(client: PrometheusMetrics, promql: str, start: float, end: float, step_s: float) -> list[dict[str, Any]]:
+def query_range(
+    client: PrometheusMetrics, promql: str, start: float, end: float, step_s: float
+) -> list[dict[str, Any]]:
     """``/api/v1/query_range`` with the client's credentials, TLS, timeout and retries; returns the matrix."""
     data = {"query": promql, "start": f"{start:.3f}", "end": f"{end:.3f}", "step": f"{step_s:g}"}
     token = client._bearer_token()  # noqa: SLF001 - the same token handling as the instant queries
@@ -75,8 +84,13 @@ def query_range(client: PrometheusMetrics, promql: str, start: float, end: float
         if attempt:
             client._sleep(client.backoff_s * 2 ** (attempt - 1))  # noqa: SLF001
         try:
-            response = client.session.post(f"{client.url}/api/v1/query_range", data=data, headers=headers,
-                                           timeout=client.timeout_s, verify=client.verify_tls)
+            response = client.session.post(
+                f"{client.url}/api/v1/query_range",
+                data=data,
+                headers=headers,
+                timeout=client.timeout_s,
+                verify=client.verify_tls,
+            )
         except requests.RequestException as exc:
             failure = f"request failed ({type(exc).__name__})"
             continue
@@ -86,9 +100,13 @@ def query_range(client: PrometheusMetrics, promql: str, start: float, end: float
         try:
             body = response.json()
         except ValueError:
-            raise MetricsUnavailable(client._display_url, f"HTTP {response.status_code}: the answer is not JSON") from None  # noqa: SLF001
+            raise MetricsUnavailable(
+                client._display_url, f"HTTP {response.status_code}: the answer is not JSON"
+            ) from None  # noqa: SLF001
         if body.get("status") != "success" or (body.get("data") or {}).get("resultType") != "matrix":
-            raise MetricsUnavailable(client._display_url, f"range query failed: {client._redact(str(body.get('error', body.get('status'))))}")  # noqa: SLF001
+            raise MetricsUnavailable(
+                client._display_url, f"range query failed: {client._redact(str(body.get('error', body.get('status'))))}"
+            )  # noqa: SLF001
         return list(body["data"]["result"])
     raise MetricsUnavailable(client._display_url, f"{failure} ({client.retries + 1} attempts)")  # noqa: SLF001
 
@@ -99,7 +117,12 @@ def _by_pod_and_time(matrix: list[dict[str, Any]]) -> dict[tuple[str, float], fl
 
 
 def prometheus_windows(
-    client: PrometheusMetrics, namespace: str, model_id: str, end: dt.datetime, lookback_s: float, window_s: float,
+    client: PrometheusMetrics,
+    namespace: str,
+    model_id: str,
+    end: dt.datetime,
+    lookback_s: float,
+    window_s: float,
 ) -> dict[str, list[Window]]:
     """Per pod of the model: one window per step over the lookback (windows missing a series are left out)."""
     selector = f"{{namespace={_quote(namespace)}, model_name={_quote(model_id)}}}"
@@ -114,17 +137,27 @@ def prometheus_windows(
     running = _by_pod_and_time(
         query_range(client, f"avg by (pod) (avg_over_time({RUNNING_GAUGE}{selector}[{step}]))", start, stop, window_s)
     )
-    keys = sorted(set(values["requests"]) & set(values["ttft_sum_s"]) & set(values["itl_sum_s"]) & set(values["itl_count"])
-                  & set(values["prompt_tokens_sum"]))
+    keys = sorted(
+        set(values["requests"])
+        & set(values["ttft_sum_s"])
+        & set(values["itl_sum_s"])
+        & set(values["itl_count"])
+        & set(values["prompt_tokens_sum"])
+    )
     windows: dict[str, list[Window]] = {}
     for pod, t in keys:
         windows.setdefault(pod, []).append(
             Window(
-                seconds=window_s, requests=values["requests"][(pod, t)], ttft_sum_s=values["ttft_sum_s"][(pod, t)],
-                queue_sum_s=values["queue_sum_s"].get((pod, t)), itl_sum_s=values["itl_sum_s"][(pod, t)],
-                itl_count=values["itl_count"][(pod, t)], prompt_tokens_sum=values["prompt_tokens_sum"][(pod, t)],
+                seconds=window_s,
+                requests=values["requests"][(pod, t)],
+                ttft_sum_s=values["ttft_sum_s"][(pod, t)],
+                queue_sum_s=values["queue_sum_s"].get((pod, t)),
+                itl_sum_s=values["itl_sum_s"][(pod, t)],
+                itl_count=values["itl_count"][(pod, t)],
+                prompt_tokens_sum=values["prompt_tokens_sum"][(pod, t)],
                 inference_sum_s=values["inference_sum_s"].get((pod, t)),
-                running_avg=running.get((pod, t)), previous_running_avg=running.get((pod, t - window_s)),
+                running_avg=running.get((pod, t)),
+                previous_running_avg=running.get((pod, t - window_s)),
             )
         )
     return windows
@@ -172,10 +205,14 @@ def write_windows_file(path: pathlib.Path, window_s: float, variants: Mapping[tu
     doc = {
         "windowSeconds": window_s,
         "variants": [
-            {"namespace": ns, "name": name, "windows": [
-                {inverse[f]: round(float(getattr(w, f)), 6) for f in inverse if getattr(w, f, None) is not None}
-                for w in windows
-            ]}
+            {
+                "namespace": ns,
+                "name": name,
+                "windows": [
+                    {inverse[f]: round(float(getattr(w, f)), 6) for f in inverse if getattr(w, f, None) is not None}
+                    for w in windows
+                ],
+            }
             for (ns, name), windows in sorted(variants.items())
         ],
     }
@@ -192,6 +229,7 @@ def write_outcome(cluster: Cluster, obj: dict[str, Any], outcome: CalibrationOut
     ref = ObjectRef.of(obj)
     wrote_spec = False
     if outcome.spec_patch is not None:
+
         def mutate_spec(current: dict[str, Any]) -> dict[str, Any] | None:
             nonlocal wrote_spec
             wrote_spec = opted_in(current)
@@ -202,7 +240,9 @@ def write_outcome(cluster: Cluster, obj: dict[str, Any], outcome: CalibrationOut
 
     def mutate_status(current: dict[str, Any]) -> dict[str, Any] | None:
         old = current.get("status") or {}
-        conditions = set_conditions(list(old.get("conditions") or []), [update], now, (current.get("metadata") or {}).get("generation"))
+        conditions = set_conditions(
+            list(old.get("conditions") or []), [update], now, (current.get("metadata") or {}).get("generation")
+        )
         return changed_fields(old, {**old, "conditions": conditions})
 
     retry_on_conflict(cluster, ref, mutate_status, write="status")

@@ -16,8 +16,9 @@ run) and after the change is stored, so the triggered flow reads the new state.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any
 
 from prefect.events import Event, emit_event
 
@@ -68,7 +69,7 @@ class Subject:
     namespace: str | None = None
 
     @classmethod
-    def of(cls, obj: Mapping[str, Any]) -> "Subject":
+    def of(cls, obj: Mapping[str, Any]) -> Subject:
         """The subject of a manifest."""
         meta = obj.get("metadata") or {}
         return cls(obj["apiVersion"], obj["kind"], meta["name"], meta.get("namespace"))
@@ -108,8 +109,9 @@ class Subject:
         return labels
 
 
-def emit_change(subject: Subject, transition: str, payload: Mapping[str, Any] | None = None,
-                related: list[Subject] | None = None) -> Event | None:
+def emit_change(
+    subject: Subject, transition: str, payload: Mapping[str, Any] | None = None, related: list[Subject] | None = None
+) -> Event | None:
     """Emit ``modelplane.<family>.<kind>.<transition>`` about ``subject``.
 
     Inside a flow run Prefect relates the event to the run, its flow and deployment. ``related`` names

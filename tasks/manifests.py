@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from tasks.cluster.local import manifest_paths
 from tasks.cluster.yamlfile import read_file

@@ -259,7 +259,7 @@ class MetricsSource(Protocol):
 
 
 def _utcnow() -> dt.datetime:
-    return dt.datetime.now(dt.timezone.utc)
+    return dt.datetime.now(dt.UTC)
 
 
 class PrometheusMetrics:
@@ -291,7 +291,11 @@ class PrometheusMetrics:
         clock: Callable[[], dt.datetime] = _utcnow,
         sleep: Callable[[float], None] = time.sleep,
     ) -> None:
-        for name, window in (("rate_window", rate_window), ("fallback_window", fallback_window), ("peak_window", peak_window)):
+        for name, window in (
+            ("rate_window", rate_window),
+            ("fallback_window", fallback_window),
+            ("peak_window", peak_window),
+        ):
             if not _DURATION.match(window):
                 raise ValueError(f"{name} must be a PromQL duration such as 1m or 30s, got {window!r}")
         if retries < 0 or timeout_s <= 0 or backoff_s < 0 or max_age_s <= 0:
@@ -321,9 +325,7 @@ class PrometheusMetrics:
         return f"PrometheusMetrics({self._display_url!r}{auth})"
 
     @classmethod
-    def from_env(
-        cls, url: str | None = None, environ: Mapping[str, str] | None = None
-    ) -> "PrometheusMetrics | None":
+    def from_env(cls, url: str | None = None, environ: Mapping[str, str] | None = None) -> PrometheusMetrics | None:
         """A client configured from the environment, or None without a URL.
 
         ``url`` (else ``PROMETHEUS_URL``); ``PROMETHEUS_TOKEN`` or ``PROMETHEUS_TOKEN_FILE`` (re-read on
@@ -344,8 +346,11 @@ class PrometheusMetrics:
             if env.get(name):
                 options[option] = _env_value(name, env[name], kind)
         return cls(
-            url, verify_tls=verify, bearer_token=env.get("PROMETHEUS_TOKEN") or None,
-            bearer_token_file=env.get("PROMETHEUS_TOKEN_FILE") or None, **options,
+            url,
+            verify_tls=verify,
+            bearer_token=env.get("PROMETHEUS_TOKEN") or None,
+            bearer_token_file=env.get("PROMETHEUS_TOKEN_FILE") or None,
+            **options,
         )
 
     # -- public API --------------------------------------------------------------------------------
@@ -370,7 +375,9 @@ class PrometheusMetrics:
             raw_loads = self._query(self._load_query(selector), now)
             load_rows = _tagged_rows(raw_loads, _MODEL_LABELS, _LOAD_TAGS)
             pod_rows = _tagged_rows(self._query(self._pod_query(selector), now), _POD_LABELS, _POD_TAGS)
-            loads = _with_shape(self._assemble_loads(keys, load_rows, now, missing), load_rows["peak"], _prompt_buckets(raw_loads))
+            loads = _with_shape(
+                self._assemble_loads(keys, load_rows, now, missing), load_rows["peak"], _prompt_buckets(raw_loads)
+            )
             pods = self._assemble_pods(keys, pod_rows, now, missing)
         instances: dict[InstanceKey, dict[str, float]] = {}
         if names and instance_ns:
@@ -397,16 +404,18 @@ class PrometheusMetrics:
 
     def _load_query(self, selector: str) -> str:
         by = "model_name, namespace"
-        return _union({
-            "rate": f"sum by ({by}) (rate({REQUEST_SUCCESS}{{{selector}}}[{self.rate_window}]))",
-            "seen": f"max by ({by}) (timestamp({REQUEST_SUCCESS}{{{selector}}}))",
-            "in": self._tokens_expr(PROMPT_TOKENS, selector, by),
-            "out": self._tokens_expr(GENERATION_TOKENS, selector, by),
-            # Start-up-aware sizing (engine.perf.load_peak) and tail-aware sizing (engine.perf.tail_sizing).
-            "peak": f"max_over_time((sum by ({by}) (rate({REQUEST_SUCCESS}{{{selector}}}[{self.rate_window}])))"
-                    f"[{self.peak_window}:{self.rate_window}])",
-            "bucket": f"sum by ({by}, le) (increase({PROMPT_TOKENS}_bucket{{{selector}}}[{self.fallback_window}]))",
-        })
+        return _union(
+            {
+                "rate": f"sum by ({by}) (rate({REQUEST_SUCCESS}{{{selector}}}[{self.rate_window}]))",
+                "seen": f"max by ({by}) (timestamp({REQUEST_SUCCESS}{{{selector}}}))",
+                "in": self._tokens_expr(PROMPT_TOKENS, selector, by),
+                "out": self._tokens_expr(GENERATION_TOKENS, selector, by),
+                # Start-up-aware sizing (engine.perf.load_peak) and tail-aware sizing (engine.perf.tail_sizing).
+                "peak": f"max_over_time((sum by ({by}) (rate({REQUEST_SUCCESS}{{{selector}}}[{self.rate_window}])))"
+                f"[{self.peak_window}:{self.rate_window}])",
+                "bucket": f"sum by ({by}, le) (increase({PROMPT_TOKENS}_bucket{{{selector}}}[{self.fallback_window}]))",
+            }
+        )
 
     def _tokens_expr(self, histogram: str, selector: str, by: str) -> str:
         def ratio(function: str, window: str) -> str:
@@ -419,14 +428,16 @@ class PrometheusMetrics:
     @staticmethod
     def _pod_query(selector: str) -> str:
         by = "model_name, namespace, pod"
-        return _union({
-            # vLLM < 0.10 named the gauge vllm:gpu_cache_usage_perc: used per pod where the new name is absent
-            "kv": f"(max by ({by}) ({KV_CACHE_USAGE}{{{selector}}}) or max by ({by}) ({KV_CACHE_USAGE_LEGACY}{{{selector}}}))",
-            "kv_seen": f"(max by ({by}) (timestamp({KV_CACHE_USAGE}{{{selector}}}))"
-                       f" or max by ({by}) (timestamp({KV_CACHE_USAGE_LEGACY}{{{selector}}})))",
-            "waiting": f"sum by ({by}) ({REQUESTS_WAITING}{{{selector}}})",
-            "waiting_seen": f"max by ({by}) (timestamp({REQUESTS_WAITING}{{{selector}}}))",
-        })
+        return _union(
+            {
+                # vLLM < 0.10 named the gauge vllm:gpu_cache_usage_perc: used per pod where the new name is absent
+                "kv": f"(max by ({by}) ({KV_CACHE_USAGE}{{{selector}}}) or max by ({by}) ({KV_CACHE_USAGE_LEGACY}{{{selector}}}))",
+                "kv_seen": f"(max by ({by}) (timestamp({KV_CACHE_USAGE}{{{selector}}}))"
+                f" or max by ({by}) (timestamp({KV_CACHE_USAGE_LEGACY}{{{selector}}})))",
+                "waiting": f"sum by ({by}) ({REQUESTS_WAITING}{{{selector}}})",
+                "waiting_seen": f"max by ({by}) (timestamp({REQUESTS_WAITING}{{{selector}}}))",
+            }
+        )
 
     def _instances(
         self, names: list[str], selector: str, now: dt.datetime, missing: _Missing
@@ -478,8 +489,13 @@ class PrometheusMetrics:
         return loads
 
     def _load(
-        self, key: ModelKey, rate: float, tokens_in: float | None, tokens_out: float | None,
-        seen: float, missing: _Missing,
+        self,
+        key: ModelKey,
+        rate: float,
+        tokens_in: float | None,
+        tokens_out: float | None,
+        seen: float,
+        missing: _Missing,
     ) -> ModelLoad | None:
         sampled_at = _from_epoch(seen)
         if tokens_in is not None and tokens_out is not None:
@@ -509,8 +525,13 @@ class PrometheusMetrics:
         return pods
 
     def _pod(
-        self, key: ModelKey, pod: str, label_key: tuple[str, ...],
-        rows: dict[str, dict[tuple[str, ...], float]], now: dt.datetime, missing: _Missing,
+        self,
+        key: ModelKey,
+        pod: str,
+        label_key: tuple[str, ...],
+        rows: dict[str, dict[tuple[str, ...], float]],
+        now: dt.datetime,
+        missing: _Missing,
     ) -> PodMetrics | None:
         for metric, tag in ((KV_CACHE_USAGE, "kv"), (REQUESTS_WAITING, "waiting")):
             if label_key not in rows[tag]:
@@ -538,8 +559,11 @@ class PrometheusMetrics:
                 self._sleep(self.backoff_s * 2 ** (attempt - 1))
             try:
                 response = self.session.post(
-                    f"{self.url}/api/v1/query", data=data, headers=headers,
-                    timeout=self.timeout_s, verify=self.verify_tls,
+                    f"{self.url}/api/v1/query",
+                    data=data,
+                    headers=headers,
+                    timeout=self.timeout_s,
+                    verify=self.verify_tls,
                 )
             except requests.Timeout:
                 failure = f"timed out after {self.timeout_s:g}s"
@@ -562,8 +586,11 @@ class PrometheusMetrics:
         try:
             body = response.json()
         except ValueError:
-            status = f"HTTP {response.status_code} {response.reason}" if response.status_code >= 400 else (
-                f"HTTP {response.status_code}")
+            status = (
+                f"HTTP {response.status_code} {response.reason}"
+                if response.status_code >= 400
+                else (f"HTTP {response.status_code}")
+            )
             raise self._unavailable(f"{status}: the answer is not JSON (is it the Prometheus base URL?)") from None
         if not isinstance(body, dict) or body.get("status") != "success":
             error = body.get("error", "no error message") if isinstance(body, dict) else "malformed answer"
@@ -580,8 +607,9 @@ class PrometheusMetrics:
         try:
             self._token = self._token_file.read_text().strip() or None
         except OSError as exc:
-            raise self._unavailable(f"cannot read the bearer token file {self._token_file} "
-                                    f"({exc.strerror or type(exc).__name__})") from None
+            raise self._unavailable(
+                f"cannot read the bearer token file {self._token_file} ({exc.strerror or type(exc).__name__})"
+            ) from None
         return self._token
 
     def _unavailable(self, reason: str) -> MetricsUnavailable:
@@ -667,7 +695,8 @@ def _prompt_buckets(rows: list[dict[str, Any]]) -> dict[tuple[str, str], tuple[t
 
 
 def _with_shape(
-    loads: dict[ModelKey, ModelLoad], peaks: Mapping[tuple[str, ...], float],
+    loads: dict[ModelKey, ModelLoad],
+    peaks: Mapping[tuple[str, ...], float],
     buckets: Mapping[tuple[str, str], tuple[tuple[float, float], ...]],
 ) -> dict[ModelKey, ModelLoad]:
     """The loads with their recent peak rate and prompt histogram, where Prometheus has them."""
@@ -677,7 +706,8 @@ def _with_shape(
         peak = peaks.get(label_key)
         histogram = buckets.get(label_key)
         shaped[key] = dataclasses.replace(
-            load, recent_peak_rps=peak if peak is not None and math.isfinite(peak) else None,
+            load,
+            recent_peak_rps=peak if peak is not None and math.isfinite(peak) else None,
             prompt_buckets=histogram if histogram and histogram[-1][1] > 0 else None,
         )
     return shaped
@@ -705,7 +735,7 @@ def _age(now: dt.datetime, epoch: float | None) -> float | None:
 
 
 def _from_epoch(epoch: float) -> dt.datetime:
-    return dt.datetime.fromtimestamp(epoch, dt.timezone.utc)
+    return dt.datetime.fromtimestamp(epoch, dt.UTC)
 
 
 def _strip_userinfo(url: str) -> str:
@@ -828,11 +858,17 @@ class _FileParser:
         return _FileDocument(collected_at, models, instances)
 
     def model(self, raw: Any, where: str, collected_at: dt.datetime) -> _FileModel:
-        item = self.mapping(raw, where, required=("model", "namespace"), optional=(
-            "arrivalRate", "arrivalRateRps", "avgInputTokens", "avgOutputTokens", "pods"))
+        item = self.mapping(
+            raw,
+            where,
+            required=("model", "namespace"),
+            optional=("arrivalRate", "arrivalRateRps", "avgInputTokens", "avgOutputTokens", "pods"),
+        )
         key = ModelKey(self.text(item["model"], f"{where}.model"), self.text(item["namespace"], f"{where}.namespace"))
-        pods = [self.pod(p, f"{where}.pods[{i}]", collected_at)
-                for i, p in enumerate(self.sequence(item.get("pods", []), f"{where}.pods"))]
+        pods = [
+            self.pod(p, f"{where}.pods[{i}]", collected_at)
+            for i, p in enumerate(self.sequence(item.get("pods", []), f"{where}.pods"))
+        ]
         names = [pod.pod for pod in pods]
         if len(set(names)) != len(names):
             raise self.fail(f"{where}.pods", "duplicate pod names")
@@ -874,9 +910,7 @@ class _FileParser:
             values[name] = self.number(value, f"{where}.metrics[{name!r}]", minimum=-math.inf)
         return key, values
 
-    def mapping(
-        self, raw: Any, where: str, required: Iterable[str], optional: Iterable[str] | None
-    ) -> dict[str, Any]:
+    def mapping(self, raw: Any, where: str, required: Iterable[str], optional: Iterable[str] | None) -> dict[str, Any]:
         """``raw`` as a mapping with the ``required`` keys and no keys beyond ``optional`` (None: any)."""
         if not isinstance(raw, dict):
             raise self.fail(where, f"expected a mapping, got {_kind(raw)}")
@@ -918,7 +952,7 @@ class _FileParser:
                 raise self.fail(where, f"expected an ISO 8601 timestamp, got {raw!r}") from None
         if not isinstance(raw, dt.datetime):
             raise self.fail(where, f"expected an ISO 8601 timestamp, got {raw!r}")
-        return raw if raw.tzinfo else raw.replace(tzinfo=dt.timezone.utc)
+        return raw if raw.tzinfo else raw.replace(tzinfo=dt.UTC)
 
 
 def _join(where: str, key: str) -> str:
@@ -943,14 +977,21 @@ def snapshot_document(snapshot: MetricsSnapshot) -> dict[str, Any]:
         entry: dict[str, Any] = {"model": key.model_id, "namespace": key.namespace}
         load = snapshot.loads.get(key)
         if load is not None:
-            entry.update(arrivalRateRps=load.arrival_rate_rps, avgInputTokens=load.avg_in_tokens,
-                         avgOutputTokens=load.avg_out_tokens)
+            entry.update(
+                arrivalRateRps=load.arrival_rate_rps,
+                avgInputTokens=load.avg_in_tokens,
+                avgOutputTokens=load.avg_out_tokens,
+            )
         if snapshot.pods.get(key):
-            entry["pods"] = [{"name": p.pod, "kvCacheUsage": p.kv_cache_usage, "queueLength": p.queue_length}
-                             for p in snapshot.pods[key]]
+            entry["pods"] = [
+                {"name": p.pod, "kvCacheUsage": p.kv_cache_usage, "queueLength": p.queue_length}
+                for p in snapshot.pods[key]
+            ]
         models.append(entry)
-    instances = [{"namespace": ns, "pod": pod, "metrics": dict(sorted(values.items()))}
-                 for (ns, pod), values in sorted(snapshot.instance_metrics.items())]
+    instances = [
+        {"namespace": ns, "pod": pod, "metrics": dict(sorted(values.items()))}
+        for (ns, pod), values in sorted(snapshot.instance_metrics.items())
+    ]
     return {"collectedAt": snapshot.collected_at.isoformat(), "models": models, "instances": instances}
 
 

@@ -32,8 +32,9 @@ import re
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping
+from typing import Any
 
 import requests
 
@@ -202,8 +203,15 @@ class RegistryClient:
     """
 
     def __init__(
-        self, *, insecure: tuple[str, ...] = (), timeout: float = 10.0, attempts: int = 3, backoff_s: float = 0.5,
-        mirrors: Mapping[str, str] | None = None, session: requests.Session | None = None, sleep: Callable[[float], None] = time.sleep,
+        self,
+        *,
+        insecure: tuple[str, ...] = (),
+        timeout: float = 10.0,
+        attempts: int = 3,
+        backoff_s: float = 0.5,
+        mirrors: Mapping[str, str] | None = None,
+        session: requests.Session | None = None,
+        sleep: Callable[[float], None] = time.sleep,
     ) -> None:
         self.mirrors = parse_mirrors(mirrors or {})
         self.insecure = frozenset(h.lower() for h in insecure) | frozenset(LOCAL_HOSTS)
@@ -219,7 +227,9 @@ class RegistryClient:
 
     # ------------------------------------------------------------------------------------ public
 
-    def read_config(self, image: str, credential: Credential | None = None, known_digest: str | None = None) -> ImageConfig:
+    def read_config(
+        self, image: str, credential: Credential | None = None, known_digest: str | None = None
+    ) -> ImageConfig:
         """The config labels of ``image`` (linux/amd64 for an index); when the manifest digest equals
         ``known_digest`` the config is not fetched and ``unchanged`` is set."""
         ref = parse_reference(image)
@@ -250,13 +260,19 @@ class RegistryClient:
 
     # ----------------------------------------------------------------------------------- requests
 
-    def _manifest(self, ref: ImageReference, reference: str, credential: Credential | None) -> tuple[dict[str, Any], str]:
-        body = self._get(ref, f"/manifests/{reference}", credential, "manifest", MAX_MANIFEST_BYTES, accept=", ".join(MANIFEST_TYPES))
+    def _manifest(
+        self, ref: ImageReference, reference: str, credential: Credential | None
+    ) -> tuple[dict[str, Any], str]:
+        body = self._get(
+            ref, f"/manifests/{reference}", credential, "manifest", MAX_MANIFEST_BYTES, accept=", ".join(MANIFEST_TYPES)
+        )
         digest = "sha256:" + hashlib.sha256(body).hexdigest()
         try:
             manifest = json.loads(body)
         except ValueError:
-            raise RegistryError("invalid", f"{ref.host}/{ref.repository}:{reference}: the manifest is not JSON") from None
+            raise RegistryError(
+                "invalid", f"{ref.host}/{ref.repository}:{reference}: the manifest is not JSON"
+            ) from None
         if not isinstance(manifest, dict):
             raise RegistryError("invalid", f"{ref.host}/{ref.repository}:{reference}: the manifest is not an object")
         return manifest, digest
@@ -266,7 +282,9 @@ class RegistryClient:
         scheme = "http" if host.lower() in self.insecure or host.split(":")[0].lower() in self.insecure else "https"
         return f"{scheme}://{host}/v2/{ref.repository}{path}"
 
-    def _get(self, ref: ImageReference, path: str, credential: Credential | None, kind: str, limit: int, accept: str | None) -> bytes:
+    def _get(
+        self, ref: ImageReference, path: str, credential: Credential | None, kind: str, limit: int, accept: str | None
+    ) -> bytes:
         """GET with auth and retries of transient failures; the body, at most ``limit`` bytes."""
         last: RegistryError | None = None
         for attempt in range(1, self.attempts + 1):
@@ -281,7 +299,9 @@ class RegistryClient:
                 self._sleep(delay)
         raise last or RegistryError("unavailable", "no attempt made")  # pragma: no cover
 
-    def _get_once(self, ref: ImageReference, path: str, credential: Credential | None, kind: str, limit: int, accept: str | None) -> bytes:
+    def _get_once(
+        self, ref: ImageReference, path: str, credential: Credential | None, kind: str, limit: int, accept: str | None
+    ) -> bytes:
         url = self._url(ref, path)
         key = (ref.api_host, ref.repository)
         headers = {"Accept": accept} if accept else {}
@@ -340,7 +360,9 @@ class RegistryClient:
         params = dict(_CHALLENGE.findall(challenge))
         if scheme == "basic":
             if credential is None:
-                raise RegistryError("auth", f"{ref.host}: the registry requires credentials and no pull secret has any for it", 401)
+                raise RegistryError(
+                    "auth", f"{ref.host}: the registry requires credentials and no pull secret has any for it", 401
+                )
             value = f"Basic {credential.basic}"
             with self._lock:
                 self._auth[(ref.api_host, "")] = value
@@ -362,12 +384,21 @@ class RegistryClient:
         try:
             response = self.session.get(params["realm"], params=query, headers=headers, timeout=self.timeout)
         except requests.RequestException as exc:
-            raise RegistryError("unavailable", f"{ref.host}: token service unreachable ({type(exc).__name__})") from None
+            raise RegistryError(
+                "unavailable", f"{ref.host}: token service unreachable ({type(exc).__name__})"
+            ) from None
         if response.status_code in (401, 403):
-            raise RegistryError("auth", f"{ref.host}: the token service refused the credentials (HTTP {response.status_code})", response.status_code)
+            raise RegistryError(
+                "auth",
+                f"{ref.host}: the token service refused the credentials (HTTP {response.status_code})",
+                response.status_code,
+            )
         if response.status_code != 200:
-            raise RegistryError("unavailable" if response.status_code >= 500 else "auth",
-                                f"{ref.host}: token service answered HTTP {response.status_code}", response.status_code)
+            raise RegistryError(
+                "unavailable" if response.status_code >= 500 else "auth",
+                f"{ref.host}: token service answered HTTP {response.status_code}",
+                response.status_code,
+            )
         try:
             data = response.json()
         except ValueError:
@@ -388,8 +419,15 @@ def select_platform(index: Mapping[str, Any], image: str, platform: tuple[str, s
             return str(entry["digest"])
     if len(entries) == 1 and not entries[0].get("platform"):
         return str(entries[0]["digest"])
-    offered = ", ".join(f"{(e.get('platform') or {}).get('os')}/{(e.get('platform') or {}).get('architecture')}" for e in entries) or "none"
-    raise RegistryError("not-found", f"{image}: the image index has no {platform[0]}/{platform[1]} manifest (offers {offered})")
+    offered = (
+        ", ".join(
+            f"{(e.get('platform') or {}).get('os')}/{(e.get('platform') or {}).get('architecture')}" for e in entries
+        )
+        or "none"
+    )
+    raise RegistryError(
+        "not-found", f"{image}: the image index has no {platform[0]}/{platform[1]} manifest (offers {offered})"
+    )
 
 
 # --------------------------------------------------------------------------------------------------
@@ -408,7 +446,7 @@ def parse_mirrors(mirrors: Mapping[str, str]) -> dict[str, str | pathlib.Path]:
     for host, target in mirrors.items():
         target = target.strip()
         if target.startswith(LAYOUT_PREFIX):
-            result[host.strip()] = pathlib.Path(target[len(LAYOUT_PREFIX):]).expanduser()
+            result[host.strip()] = pathlib.Path(target[len(LAYOUT_PREFIX) :]).expanduser()
         elif target:
             result[host.strip()] = target
     return result
@@ -429,7 +467,9 @@ def _layout_blob(layout: pathlib.Path, digest: str, image: str, limit: int) -> b
     return data
 
 
-def read_layout_config(root: pathlib.Path, ref: ImageReference, image: str, known_digest: str | None = None) -> ImageConfig:
+def read_layout_config(
+    root: pathlib.Path, ref: ImageReference, image: str, known_digest: str | None = None
+) -> ImageConfig:
     """:meth:`RegistryClient.read_config` from an OCI image layout at ``root/<repository>`` (the tag is
     the ``org.opencontainers.image.ref.name`` annotation of an ``index.json`` entry)."""
     layout = root / ref.repository  # the repository was validated by parse_reference: no "..", no absolute path
@@ -441,7 +481,9 @@ def read_layout_config(root: pathlib.Path, ref: ImageReference, image: str, know
         raise RegistryError("invalid", f"{image}: {layout / 'index.json'} is not JSON") from None
     entries = [e for e in index.get("manifests") or [] if isinstance(e, dict)]
     wanted = ref.digest or ref.tag or "latest"
-    entry = next((e for e in entries if e.get("digest") == wanted or (e.get("annotations") or {}).get(REF_NAME) == wanted), None)
+    entry = next(
+        (e for e in entries if e.get("digest") == wanted or (e.get("annotations") or {}).get(REF_NAME) == wanted), None
+    )
     if entry is None:
         raise RegistryError("not-found", f"{image}: {wanted} is not in the image layout at {layout}")
     digest = str(entry["digest"])
@@ -450,6 +492,8 @@ def read_layout_config(root: pathlib.Path, ref: ImageReference, image: str, know
     manifest = json.loads(_layout_blob(layout, digest, image, MAX_MANIFEST_BYTES))
     if manifest.get("mediaType") in INDEX_TYPES or "manifests" in manifest:
         manifest = json.loads(_layout_blob(layout, select_platform(manifest, image), image, MAX_MANIFEST_BYTES))
-    config = json.loads(_layout_blob(layout, str((manifest.get("config") or {}).get("digest")), image, MAX_CONFIG_BYTES))
+    config = json.loads(
+        _layout_blob(layout, str((manifest.get("config") or {}).get("digest")), image, MAX_CONFIG_BYTES)
+    )
     labels = (config.get("config") or {}).get("Labels") or {}
     return ImageConfig(digest, {str(k): str(v) for k, v in labels.items()})

@@ -10,27 +10,15 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Callable, Iterable, Mapping, TypeVar
+from typing import Any, TypeVar
 
 from prefect import get_run_logger, task
 from prefect.cache_policies import NO_CACHE
 
-from engine.optimize.bindings import (
-    REASON_NO_METRICS,
-    BindingDecision,
-    BindingInputs,
-    BindingTarget,
-    GroupMember,
-    binding_status,
-    group_count,
-    group_instances,
-    parse_scale_groups,
-    scale_to_zero_grace,
-)
-from engine.optimize.bindings import ANNOTATION_SCALE_TO_ZERO_GRACE
 from engine.optimize.actuation import (
     OPTIMIZER_CONFIGMAP,
     RECOMMEND,
@@ -41,6 +29,19 @@ from engine.optimize.actuation import (
     resource_mode,
     scales,
     target_modes,
+)
+from engine.optimize.bindings import (
+    ANNOTATION_SCALE_TO_ZERO_GRACE,
+    REASON_NO_METRICS,
+    BindingDecision,
+    BindingInputs,
+    BindingTarget,
+    GroupMember,
+    binding_status,
+    group_count,
+    group_instances,
+    parse_scale_groups,
+    scale_to_zero_grace,
 )
 from engine.optimize.config import (
     ACCELERATOR_COSTS_CONFIGMAP,
@@ -197,8 +198,10 @@ def missing_configuration(config_maps: set[str], has_variants: bool, config_name
     A cluster with only Kthena bindings needs no WVA configuration.
     """
     if has_variants and ACCELERATOR_COSTS_CONFIGMAP not in config_maps:
-        return (f"configuration ConfigMap {ACCELERATOR_COSTS_CONFIGMAP!r} not found in namespace {config_namespace!r} "
-                "(is the config namespace right?)")
+        return (
+            f"configuration ConfigMap {ACCELERATOR_COSTS_CONFIGMAP!r} not found in namespace {config_namespace!r} "
+            "(is the config namespace right?)"
+        )
     return None
 
 
@@ -357,8 +360,13 @@ def variant_mode(obj: Mapping[str, Any], default: str) -> str:
 
 
 def apply_variant(
-    cluster: Cluster, decision: VariantDecision, obj: dict[str, Any], now: datetime, heartbeat_s: float,
-    default_mode: str = SCALE, published: bool = False,
+    cluster: Cluster,
+    decision: VariantDecision,
+    obj: dict[str, Any],
+    now: datetime,
+    heartbeat_s: float,
+    default_mode: str = SCALE,
+    published: bool = False,
 ) -> WriteOutcome:
     """Scale the target when its actuation mode scales, then write status (``actuation.applied`` as WVA
     means it for that mode, engine.optimize.actuation) and an Event when desired changed.
@@ -366,7 +374,9 @@ def apply_variant(
     ``published``: the decision's desired replicas reached the Pushgateway this cycle.
     """
     mode = variant_mode(obj, default_mode) if decision.actuate else RECOMMEND
-    outcome = WriteOutcome(decision.namespace, decision.name, mode=mode, published=published and decision.desired is not None)
+    outcome = WriteOutcome(
+        decision.namespace, decision.name, mode=mode, published=published and decision.desired is not None
+    )
     scale_ok = False
     if decision.desired is not None and decision.target is not None:
         if not scales(mode) or not decision.ready:
@@ -385,7 +395,10 @@ def apply_variant(
     outcome.applied = Actuation(mode, scale_ok, outcome.published).applied
     if decision.stabilization_changed:
         try:  # the scale-down window's state: an annotation (the seed's status has no field for it)
-            cluster.patch_spec(ObjectRef.of(obj), {"metadata": {"annotations": {ANNOTATION_SCALE_DOWN_PENDING: decision.stabilization}}})
+            cluster.patch_spec(
+                ObjectRef.of(obj),
+                {"metadata": {"annotations": {ANNOTATION_SCALE_DOWN_PENDING: decision.stabilization}}},
+            )
         except ClusterError as exc:
             outcome.error = (outcome.error + "; " if outcome.error else "") + f"scale-down window state: {exc.message}"
     generation = (obj.get("metadata") or {}).get("generation")
@@ -402,7 +415,9 @@ def apply_variant(
     previous = ((obj.get("status") or {}).get("desiredOptimizedAlloc") or {}).get("numReplicas")
     if decision.desired is not None and previous != decision.desired:
         outcome.event = post_event(
-            cluster, obj, "DesiredReplicasChanged",
+            cluster,
+            obj,
+            "DesiredReplicasChanged",
             f"Desired replicas {previous if previous is not None else 'unset'} -> {decision.desired} "
             f"({decision.reason}): {decision.message}",
         )
@@ -411,7 +426,11 @@ def apply_variant(
 
 @task(name="apply-decisions", cache_policy=NO_CACHE)
 def apply_decisions(
-    cluster: Cluster, state: ClusterState, decisions: list[VariantDecision], now: datetime, heartbeat_s: float,
+    cluster: Cluster,
+    state: ClusterState,
+    decisions: list[VariantDecision],
+    now: datetime,
+    heartbeat_s: float,
     published: frozenset[tuple[str, str]] = frozenset(),
 ) -> list[WriteOutcome]:
     """Write every variant's decision back (concurrently; each object independently).
@@ -420,8 +439,15 @@ def apply_decisions(
     """
     objects = {(va["metadata"].get("namespace", "default"), va["metadata"]["name"]): va for va in state.variants}
     outcomes = parallel_map(
-        lambda d: apply_variant(cluster, d, objects[(d.namespace, d.name)], now, heartbeat_s, state.actuation_mode,
-                                (d.namespace, d.name) in published),
+        lambda d: apply_variant(
+            cluster,
+            d,
+            objects[(d.namespace, d.name)],
+            now,
+            heartbeat_s,
+            state.actuation_mode,
+            (d.namespace, d.name) in published,
+        ),
         decisions,
     )
     logger = get_run_logger()
@@ -435,16 +461,27 @@ def apply_decisions(
 # Kthena AutoscalingPolicyBindings
 # --------------------------------------------------------------------------------------------
 
+
 def _target_ref(target: Mapping[str, Any], namespace: str) -> ObjectRef:
     """The ObjectRef of a binding's ``target.targetRef`` (defaults: apps/v1 Deployment, binding namespace)."""
     ref = target.get("targetRef") or {}
-    return ObjectRef(ref.get("apiVersion") or "apps/v1", ref.get("kind") or "Deployment", ref.get("name", ""), ref.get("namespace") or namespace)
+    return ObjectRef(
+        ref.get("apiVersion") or "apps/v1",
+        ref.get("kind") or "Deployment",
+        ref.get("name", ""),
+        ref.get("namespace") or namespace,
+    )
 
 
 BINDING_MODEL_LABELS = ("registry.volcano.sh/model-name", "llm-d.ai/model")
 """Labels naming the model a binding (or its target workload) serves: Kthena's, then llm-d's."""
 ACCELERATOR_LABEL = "inference.optimization/acceleratorName"
-GPU_NODE_LABELS = ("nvidia.com/gpu.product", "cloud.google.com/gke-accelerator", "amd.com/gpu.product-name", "amd.com/gpu.family")
+GPU_NODE_LABELS = (
+    "nvidia.com/gpu.product",
+    "cloud.google.com/gke-accelerator",
+    "amd.com/gpu.product-name",
+    "amd.com/gpu.family",
+)
 """Node labels whose value names a GPU model, as a workload's nodeSelector or node affinity uses them."""
 
 
@@ -476,10 +513,16 @@ def workload_accelerator(workload: Mapping[str, Any]) -> str:
     for key in GPU_NODE_LABELS:
         if selector.get(key):
             return str(selector[key])
-    required = (((pod.get("affinity") or {}).get("nodeAffinity") or {}).get("requiredDuringSchedulingIgnoredDuringExecution") or {})
+    required = ((pod.get("affinity") or {}).get("nodeAffinity") or {}).get(
+        "requiredDuringSchedulingIgnoredDuringExecution"
+    ) or {}
     for term in required.get("nodeSelectorTerms") or []:
         for expression in term.get("matchExpressions") or []:
-            if expression.get("key") in GPU_NODE_LABELS and expression.get("operator") == "In" and expression.get("values"):
+            if (
+                expression.get("key") in GPU_NODE_LABELS
+                and expression.get("operator") == "In"
+                and expression.get("values")
+            ):
                 return ",".join(str(v) for v in expression["values"])
     for container in pod.get("containers") or []:
         resources = container.get("resources") or {}
@@ -519,7 +562,8 @@ def describe_bindings(cluster: Cluster, bindings: list[dict[str, Any]]) -> dict[
             except ClusterError:
                 continue
         details[(namespace, binding["metadata"]["name"])] = BindingRowDetails(
-            binding_model(binding, workloads.values()), {name: workload_accelerator(w) for name, w in workloads.items()})
+            binding_model(binding, workloads.values()), {name: workload_accelerator(w) for name, w in workloads.items()}
+        )
     return details
 
 
@@ -544,7 +588,9 @@ def binding_targets(binding: Mapping[str, Any]) -> list[tuple[Mapping[str, Any],
         ]
     scaling = spec.get("scalingConfiguration") or {}
     if scaling:
-        return [(scaling.get("target") or {}, int(scaling.get("minReplicas", 0)), int(scaling.get("maxReplicas", 1)), 0.0)]
+        return [
+            (scaling.get("target") or {}, int(scaling.get("minReplicas", 0)), int(scaling.get("maxReplicas", 1)), 0.0)
+        ]
     return []
 
 
@@ -569,7 +615,9 @@ def collect_metrics(source: MetricsSource | None, state: ClusterState) -> tuple[
         return None, "no metrics source configured (set prometheus_url or metrics_file)"
     keys = sorted(
         {
-            ModelKey(model_id=(va.get("spec") or {}).get("modelID", ""), namespace=va["metadata"].get("namespace", "default"))
+            ModelKey(
+                model_id=(va.get("spec") or {}).get("modelID", ""), namespace=va["metadata"].get("namespace", "default")
+            )
             for va in state.variants
             if (va.get("spec") or {}).get("modelID")
         },
@@ -577,7 +625,9 @@ def collect_metrics(source: MetricsSource | None, state: ClusterState) -> tuple[
     )
     namespaces = sorted({b["metadata"].get("namespace", "default") for b in state.bindings})
     try:
-        return source.collect(keys, instance_metric_names=policy_metric_names(state), instance_namespaces=namespaces), None
+        return source.collect(
+            keys, instance_metric_names=policy_metric_names(state), instance_namespaces=namespaces
+        ), None
     except MetricsError as exc:  # backend down, or a malformed metrics file: hold everything, say why
         return None, str(exc)
 
@@ -594,7 +644,9 @@ def _instances_from_snapshot(
     if have_pod_objects:
         return [dict(metrics.get((namespace, pod), {})) for pod in pods]
     prefixes = tuple(f"{name}-" for name in names)
-    return [dict(values) for (ns, pod), values in sorted(metrics.items()) if ns == namespace and pod.startswith(prefixes)]
+    return [
+        dict(values) for (ns, pod), values in sorted(metrics.items()) if ns == namespace and pod.startswith(prefixes)
+    ]
 
 
 @dataclass
@@ -625,10 +677,14 @@ class _ReadTarget:
     pods: _TargetPods
 
 
-def _read_target(cluster: Cluster, target: Mapping[str, Any], namespace: str, group: list[tuple[str, int, bool]] | None) -> _ReadTarget:
+def _read_target(
+    cluster: Cluster, target: Mapping[str, Any], namespace: str, group: list[tuple[str, int, bool]] | None
+) -> _ReadTarget:
     """The scale of the target (of each member of its group) and the pods of its serving workloads."""
     ref = _target_ref(target, namespace)
-    members = [(ObjectRef(ref.api_version, ref.kind, name, ref.namespace), per, serves) for name, per, serves in group or []] or [(ref, 1, True)]
+    members = [
+        (ObjectRef(ref.api_version, ref.kind, name, ref.namespace), per, serves) for name, per, serves in group or []
+    ] or [(ref, 1, True)]
     scales: list[int | None] = []
     pods = _TargetPods()
     for member_ref, _per, serves in members:
@@ -646,7 +702,10 @@ def _read_target(cluster: Cluster, target: Mapping[str, Any], namespace: str, gr
     serving = [m.name for m, _, serves in members if serves]
     if not group:
         return _ReadTarget(ref, scales[0], None, serving, pods)
-    members_now = tuple(GroupMember(m.name, m.api_version, m.kind, per, current, serves) for (m, per, serves), current in zip(members, scales))
+    members_now = tuple(
+        GroupMember(m.name, m.api_version, m.kind, per, current, serves)
+        for (m, per, serves), current in zip(members, scales)
+    )
     return _ReadTarget(ref, None, members_now, serving, pods)
 
 
@@ -669,7 +728,10 @@ def read_binding_inputs(
     except ValueError as exc:
         log.warning("AutoscalingPolicyBinding %s: scaling its targets one by one: %s", meta.get("name"), exc)
         groups = {}
-    read = [_read_target(cluster, target, namespace, groups.get(_target_ref(target, namespace).name)) for target, *_ in binding_targets(binding)]
+    read = [
+        _read_target(cluster, target, namespace, groups.get(_target_ref(target, namespace).name))
+        for target, *_ in binding_targets(binding)
+    ]
     have_pod_objects = any(r.pods.listed for r in read)
     targets: list[BindingTarget] = []
     instances: list[dict[str, float]] = []
@@ -678,12 +740,16 @@ def read_binding_inputs(
         ref = r.ref
         pod_instances = _instances_from_snapshot(snapshot, namespace, r.pods.ready, r.serving_names, have_pod_objects)
         if r.group is None:
-            targets.append(BindingTarget(ref.name, ref.namespace, ref.api_version, ref.kind, r.current, low, high, cost))
+            targets.append(
+                BindingTarget(ref.name, ref.namespace, ref.api_version, ref.kind, r.current, low, high, cost)
+            )
             instances += pod_instances
             unready += r.pods.unready
             continue
         current_groups = group_count(r.group)
-        targets.append(BindingTarget(ref.name, ref.namespace, ref.api_version, ref.kind, current_groups, low, high, cost, r.group))
+        targets.append(
+            BindingTarget(ref.name, ref.namespace, ref.api_version, ref.kind, current_groups, low, high, cost, r.group)
+        )
         if current_groups is not None:
             serving_per_group = sum(m.per_group for m in r.group if m.serves) or 1
             instances += group_instances(pod_instances, current_groups)
@@ -714,8 +780,14 @@ def binding_grace_period(cluster: Cluster, binding: dict[str, Any]) -> float | N
     annotations = meta.get("annotations") or {}
     model_spec = None
     if not annotations.get(ANNOTATION_SCALE_TO_ZERO_GRACE):
-        owner = next((r for r in meta.get("ownerReferences") or () if r.get("kind") == "Model"
-                      and str(r.get("apiVersion", "")).startswith("registry.volcano.sh/")), None)
+        owner = next(
+            (
+                r
+                for r in meta.get("ownerReferences") or ()
+                if r.get("kind") == "Model" and str(r.get("apiVersion", "")).startswith("registry.volcano.sh/")
+            ),
+            None,
+        )
         if owner is not None:
             try:
                 model_spec = cluster.get(owner["apiVersion"], "Model", owner["name"], meta.get("namespace")).get("spec")
@@ -753,8 +825,12 @@ def binding_modes(binding: Mapping[str, Any], default: str) -> tuple[dict[str, s
 
 
 def apply_binding(
-    cluster: Cluster, binding: dict[str, Any], decision: BindingDecision, now: datetime,
-    default_mode: str = SCALE, published: frozenset[tuple[str, str]] = frozenset(),
+    cluster: Cluster,
+    binding: dict[str, Any],
+    decision: BindingDecision,
+    now: datetime,
+    default_mode: str = SCALE,
+    published: frozenset[tuple[str, str]] = frozenset(),
 ) -> None:
     """Scale each changed target whose mode scales, persist window state in status, post an Event.
 
@@ -768,7 +844,9 @@ def apply_binding(
         scale_ok = False
         if scales(target.mode) and target.changes_replicas:
             try:
-                cluster.set_scale(ObjectRef(target.api_version, target.kind, target.name, target.namespace), target.desired)
+                cluster.set_scale(
+                    ObjectRef(target.api_version, target.kind, target.name, target.namespace), target.desired
+                )
                 target.scaled = scale_ok = True
             except ClusterError as exc:
                 decision.ready = False

@@ -26,8 +26,8 @@ import logging
 import os
 import re
 import urllib.error
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from typing import Iterator, Mapping
 
 from prometheus_client import CollectorRegistry, push_to_gateway
 from prometheus_client.core import GaugeMetricFamily, Metric
@@ -55,7 +55,7 @@ class Pushgateway:
     timeout_s: float = DEFAULT_TIMEOUT_S
 
     @classmethod
-    def configured(cls, url: str | None, environ: Mapping[str, str] | None = None) -> "Pushgateway | None":
+    def configured(cls, url: str | None, environ: Mapping[str, str] | None = None) -> Pushgateway | None:
         """The gateway the parameter or ``$MODELPLANE_PUSHGATEWAY_URL`` names, or None when off."""
         env = os.environ if environ is None else environ
         url = url or env.get(ENV_URL) or None
@@ -106,8 +106,13 @@ def registry_of(metrics: MetricSet) -> CollectorRegistry:
 def push(gateway: Pushgateway, flow: str, metrics: MetricSet) -> str | None:
     """PUT ``metrics`` as the group of ``flow``; returns None on success, else why it failed (never raises)."""
     try:
-        push_to_gateway(gateway.url, job=JOB, registry=registry_of(metrics), grouping_key=gateway.grouping_key(flow),
-                        timeout=gateway.timeout_s)
+        push_to_gateway(
+            gateway.url,
+            job=JOB,
+            registry=registry_of(metrics),
+            grouping_key=gateway.grouping_key(flow),
+            timeout=gateway.timeout_s,
+        )
     except urllib.error.HTTPError as exc:
         return f"pushgateway {gateway.safe_url} answered HTTP {exc.code} {exc.reason}"
     except (urllib.error.URLError, OSError, ValueError) as exc:

@@ -9,15 +9,17 @@ kind and Model), so a backend removed from the spec is seen and deleted.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Callable, Mapping
+from typing import Any
 
 import requests
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
 from engine.api.kthena import API_VERSION, Model, ModelBackend
+from engine.caches.sources import ModelSource, from_lora_url
 from engine.rollout.kthena import (
     LABEL_MODEL_UID,
     REASON_ABNORMAL,
@@ -66,7 +68,6 @@ from engine.rollout.kthena_native import (
     scale_workload,
     with_runtime,
 )
-from engine.caches.sources import ModelSource, from_lora_url
 from engine.rollout.workloads import revision, stamp
 from engine.status import changed_fields
 from tasks.caches import cache_available, cache_pvc, ensure_cache, mark_used
@@ -115,7 +116,9 @@ def list_models(cluster: Cluster, namespaces: list[str] | None) -> list[dict[str
     return [m for ns in namespaces for m in cluster.list(API_VERSION, "Model", namespace=ns)]
 
 
-def list_children(cluster: Cluster, namespace: str, uid: str, served: set[str] | None = None) -> dict[tuple[str, str], dict[str, Any]]:
+def list_children(
+    cluster: Cluster, namespace: str, uid: str, served: set[str] | None = None
+) -> dict[tuple[str, str], dict[str, Any]]:
     """The objects this Model owns, keyed by (kind, name); ``served`` collects the kinds the cluster serves."""
     children: dict[tuple[str, str], dict[str, Any]] = {}
     for api_version, kind in CHILD_KINDS:
@@ -143,7 +146,9 @@ class CacheResolution:
     failed: bool = False
 
 
-def resolve_cache(cluster: Cluster, namespace: str, source: ModelSource, requested_by: str, env: list[dict[str, Any]]) -> CacheResolution:
+def resolve_cache(
+    cluster: Cluster, namespace: str, source: ModelSource, requested_by: str, env: list[dict[str, Any]]
+) -> CacheResolution:
     """Create or adopt the shared ModelCache of ``source`` and tell whether its PVC can be mounted."""
     cache = ensure_cache(cluster, namespace, source, env=env or None, requested_by=requested_by)
     name = cache["metadata"]["name"]
@@ -164,13 +169,19 @@ def ready_pods(cluster: Cluster, namespace: str, selector: Mapping[str, str]) ->
     text = ",".join(f"{k}={v}" for k, v in sorted(selector.items()))
     pods = cluster.list("v1", "Pod", namespace=namespace, label_selector=text)
     return [
-        p for p in pods
+        p
+        for p in pods
         if (p.get("status") or {}).get("podIP")
-        and any(c.get("type") == "Ready" and c.get("status") == "True" for c in (p.get("status") or {}).get("conditions") or [])
+        and any(
+            c.get("type") == "Ready" and c.get("status") == "True"
+            for c in (p.get("status") or {}).get("conditions") or []
+        )
     ]
 
 
-def apply_lora_change(pods: list[dict[str, Any]], port: int, change: LoraChange, session: requests.Session | None = None) -> list[str]:
+def apply_lora_change(
+    pods: list[dict[str, Any]], port: int, change: LoraChange, session: requests.Session | None = None
+) -> list[str]:
     """Unload and load adapters on each pod through vLLM's runtime API; returns what was done.
 
     Each pod's ``/v1/models`` says which adapters it holds, so a pod that restarted (and lost its
@@ -196,7 +207,9 @@ def apply_lora_change(pods: list[dict[str, Any]], port: int, change: LoraChange,
                     _post(http, f"{base}/v1/load_lora_adapter", {"lora_name": lora, "lora_path": path})
                     done.append(f"{name}: loaded {lora}")
         except requests.RequestException as exc:
-            raise RuntimeError(f"runtime LoRA update on pod {name} failed: {type(exc).__name__}: {_short(exc)}") from None
+            raise RuntimeError(
+                f"runtime LoRA update on pod {name} failed: {type(exc).__name__}: {_short(exc)}"
+            ) from None
     return done
 
 
@@ -231,7 +244,9 @@ def native_mode(options: RolloutOptions, served: set[str]) -> NativeMode:
     networking = options.kthena_networking != "off" and {"ModelServer", "ModelRoute"} <= served
     model_serving = options.workload == "ModelServing" and "ModelServing" in served
     if options.workload == "ModelServing" and not model_serving:
-        log.warning("workload=ModelServing, but the cluster does not serve %s ModelServing: rendering Deployments", WORKLOAD_API)
+        log.warning(
+            "workload=ModelServing, but the cluster does not serve %s ModelServing: rendering Deployments", WORKLOAD_API
+        )
     return NativeMode(networking=networking, model_serving=model_serving, runtime_image=options.runtime_image)
 
 
@@ -247,8 +262,12 @@ class _BackendResult:
 
 @task(name="reconcile-model", cache_policy=NO_CACHE)
 def reconcile_model(
-    cluster: Cluster, manifest: dict[str, Any], now: datetime, downloader_image: str,
-    lora_session: Callable[[], requests.Session] | None = None, options: RolloutOptions | None = None,
+    cluster: Cluster,
+    manifest: dict[str, Any],
+    now: datetime,
+    downloader_image: str,
+    lora_session: Callable[[], requests.Session] | None = None,
+    options: RolloutOptions | None = None,
 ) -> ModelOutcome:
     """One reconcile pass for one Model: validate, render, write what changed, delete what was removed,
     update runtime LoRA adapters, write status. A failure is reported on the Model (``Failed``), never
@@ -265,7 +284,9 @@ def reconcile_model(
             if model is not None:  # report what runs now; change nothing until the spec is fixed
                 backends = _observed(model, list_children(cluster, namespace, meta.get("uid") or ""), {})
         else:
-            failure, backends = _roll_out(cluster, model, now, downloader_image, outcome, lora_session, options or RolloutOptions())
+            failure, backends = _roll_out(
+                cluster, model, now, downloader_image, outcome, lora_session, options or RolloutOptions()
+            )
     except ClusterError as exc:
         failure = Failure(REASON_ABNORMAL, exc.message)
     except RuntimeError as exc:
@@ -277,13 +298,22 @@ def reconcile_model(
         return changed_fields(old, model_status(old, generation, now, backends, failure))
 
     outcome.status_written = write_status(cluster, manifest, build)
-    outcome.result = f"Failed: {failure.reason}: {failure.message}" if failure else ("Active" if backends and all(b.available for b in backends) else "Progressing")
+    outcome.result = (
+        f"Failed: {failure.reason}: {failure.message}"
+        if failure
+        else ("Active" if backends and all(b.available for b in backends) else "Progressing")
+    )
     return outcome
 
 
 def _roll_out(
-    cluster: Cluster, model: Model, now: datetime, image: str, outcome: ModelOutcome,
-    lora_session: Callable[[], requests.Session] | None, options: RolloutOptions,
+    cluster: Cluster,
+    model: Model,
+    now: datetime,
+    image: str,
+    outcome: ModelOutcome,
+    lora_session: Callable[[], requests.Session] | None,
+    options: RolloutOptions,
 ) -> tuple[Failure | None, list[BackendState]]:
     ref = ModelRef.of(model)
     served: set[str] = set()
@@ -298,7 +328,9 @@ def _roll_out(
             continue
         results[backend.name] = _plan_backend(cluster, model, ref, backend, live, image, lora_session, outcome, mode)
     desired = [obj for result in results.values() for obj in result.objects]
-    desired += [stamp(obj) for obj in render_autoscaling(model, ref, model_serving=mode.model_serving, runtime=mode.networking)]
+    desired += [
+        stamp(obj) for obj in render_autoscaling(model, ref, model_serving=mode.model_serving, runtime=mode.networking)
+    ]
     desired.append(stamp(render_model_route(model, ref) if mode.networking else render_route(model, ref)))
     written: dict[tuple[str, str], dict[str, Any]] = {}
     for obj in desired:
@@ -324,7 +356,10 @@ def _roll_out(
 
 
 def _observed(
-    model: Model, objects: Mapping[tuple[str, str], dict[str, Any]], waiting: Mapping[str, str], model_serving: bool = False,
+    model: Model,
+    objects: Mapping[tuple[str, str], dict[str, Any]],
+    waiting: Mapping[str, str],
+    model_serving: bool = False,
 ) -> list[BackendState]:
     """Per backend: replicas the Deployments (or its ModelServing) report, and whether all are available."""
     ref = ModelRef.of(model)
@@ -334,27 +369,46 @@ def _observed(
             serving = objects.get(("ModelServing", backend_name(ref, backend)))
             replicas = int(((serving or {}).get("status") or {}).get("replicas") or 0)
             available = serving is not None and model_serving_available(serving)
-            states.append(BackendState(backend.name, replicas, available and backend.name not in waiting, waiting.get(backend.name)))
+            states.append(
+                BackendState(
+                    backend.name, replicas, available and backend.name not in waiting, waiting.get(backend.name)
+                )
+            )
             continue
         deployments = [objects.get(("Deployment", w.name)) for w in workloads_of(ref, backend)]
         present = [d for d in deployments if d is not None]
         replicas = sum(int((d.get("status") or {}).get("replicas") or 0) for d in present)
         available = bool(present) and len(present) == len(deployments) and all(deployment_available(d) for d in present)
-        states.append(BackendState(backend.name, replicas, available and backend.name not in waiting, waiting.get(backend.name)))
+        states.append(
+            BackendState(backend.name, replicas, available and backend.name not in waiting, waiting.get(backend.name))
+        )
     return states
 
 
 def _plan_backend(
-    cluster: Cluster, model: Model, ref: ModelRef, backend: ModelBackend, live: Mapping[tuple[str, str], dict[str, Any]], image: str,
-    lora_session: Callable[[], requests.Session] | None, outcome: ModelOutcome, mode: NativeMode | None = None,
+    cluster: Cluster,
+    model: Model,
+    ref: ModelRef,
+    backend: ModelBackend,
+    live: Mapping[tuple[str, str], dict[str, Any]],
+    image: str,
+    lora_session: Callable[[], requests.Session] | None,
+    outcome: ModelOutcome,
+    mode: NativeMode | None = None,
 ) -> _BackendResult:
     """Render one backend's workloads and Services (or its ModelServing; its ModelServer with Kthena's
     networking), or keep its live objects while its caches fill."""
     mode = mode or NativeMode()
     result = _BackendResult()
     requested_by = f"Model/{ref.namespace}/{ref.name}"
-    owned = {("Deployment", w.name) for w in workloads_of(ref, backend)} | {("Service", w.name) for w in workloads_of(ref, backend)}
-    owned |= {("Service", ray_service_name(w.name)) for w in workloads_of(ref, backend) if w.scaled and (w.worker.pods or 1) > 1}
+    owned = {("Deployment", w.name) for w in workloads_of(ref, backend)} | {
+        ("Service", w.name) for w in workloads_of(ref, backend)
+    }
+    owned |= {
+        ("Service", ray_service_name(w.name))
+        for w in workloads_of(ref, backend)
+        if w.scaled and (w.worker.pods or 1) > 1
+    }
     owned |= {("ModelServing", backend_name(ref, backend)), ("ModelServer", backend_name(ref, backend))}
     weights = direct_weights(backend, image)
     if weights is None:
@@ -369,7 +423,11 @@ def _plan_backend(
     primary = workloads[0]
     base = render_workload(ref, backend, primary, weights, {}, 0)
     base_revision = revision(base)
-    change = None if mode.model_serving else runtime_lora_change(backend, live.get(("Deployment", primary.name)), base_revision)
+    change = (
+        None
+        if mode.model_serving
+        else runtime_lora_change(backend, live.get(("Deployment", primary.name)), base_revision)
+    )
     if change is not None:
         port = int(base["spec"]["template"]["spec"]["containers"][0]["ports"][0]["containerPort"])
         pods = ready_pods(cluster, ref.namespace, selector_labels(ref, backend, primary))
@@ -400,9 +458,15 @@ def _plan_backend(
         templates = {}
         for workload in workloads:
             follower = not workload.scaled
-            rendered = render_workload(ref, backend, workload, weights, loras, 0, leader_service=ENTRY_ADDRESS if follower else None)
+            rendered = render_workload(
+                ref, backend, workload, weights, loras, 0, leader_service=ENTRY_ADDRESS if follower else None
+            )
             template = rendered["spec"]["template"]
-            templates[workload.role] = template if follower or not mode.networking else with_runtime(template, ref, backend, workload.worker, mode.runtime_image)
+            templates[workload.role] = (
+                template
+                if follower or not mode.networking
+                else with_runtime(template, ref, backend, workload.worker, mode.runtime_image)
+            )
         unit = scale_workload(ref, backend)
         replicas = desired_replicas(unit, live.get(("ModelServing", unit.name)), is_autoscaled(model, backend))
         result.objects.append(stamp(render_model_serving(ref, backend, templates, replicas, mode)))
@@ -420,7 +484,9 @@ def _plan_backend(
         leader = ray_service_name(workload.name.removesuffix("-worker")) if not workload.scaled else None
         deployment = render_workload(ref, backend, workload, weights, loras, replicas, leader_service=leader)
         if mode.networking and workload.scaled:  # Kthena's runtime sidecar: kthena:* metrics on RUNTIME_PORT
-            deployment["spec"]["template"] = with_runtime(deployment["spec"]["template"], ref, backend, workload.worker, mode.runtime_image)
+            deployment["spec"]["template"] = with_runtime(
+                deployment["spec"]["template"], ref, backend, workload.worker, mode.runtime_image
+            )
         base_rev = revision(render_workload(ref, backend, workload, weights, {}, 0, leader_service=leader))
         result.objects.append(stamp(deployment, base_rev))
         result.deployments.append(f"Deployment/{workload.name}")
@@ -431,7 +497,12 @@ def _plan_backend(
     return result
 
 
-def _waiting(result: _BackendResult, owned: set[tuple[str, str]], live: Mapping[tuple[str, str], Any], resolution: CacheResolution) -> _BackendResult:
+def _waiting(
+    result: _BackendResult,
+    owned: set[tuple[str, str]],
+    live: Mapping[tuple[str, str], Any],
+    resolution: CacheResolution,
+) -> _BackendResult:
     """Leave a backend's live objects alone while a cache it needs is not ready (a failed cache fails it)."""
     result.keep |= {key for key in owned if key in live}
     result.waiting = resolution.waiting

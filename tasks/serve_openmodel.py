@@ -4,10 +4,12 @@ OpenModel's conditions and the Deployment + Service that serve it."""
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from datetime import datetime
-from typing import Any, Mapping
+from typing import Any
 
 from engine.api.llmaz import API_VERSION
+from engine.caches.sources import ModelSource
 from engine.rollout.openmodel import (
     CONDITION_CACHED,
     CONDITION_VALIDATED,
@@ -17,9 +19,8 @@ from engine.rollout.openmodel import (
     REASON_INVALID_SOURCE,
     REASON_SOURCE_VALID,
 )
-from engine.caches.sources import ModelSource
-from engine.status import ConditionUpdate, changed_fields, set_conditions
 from engine.rollout.workloads import FieldError
+from engine.status import ConditionUpdate, changed_fields, set_conditions
 from tasks.caches import cache_available, cache_pvc, ensure_cache
 from tasks.cluster import Cluster, ObjectRef
 from tasks.cluster.errors import ClusterError, Forbidden, NotFound
@@ -60,25 +61,43 @@ def cache_condition(cache: Mapping[str, Any] | None, namespace: str) -> Conditio
     name = cache["metadata"]["name"]
     state = (cache.get("status") or {}).get("status") or "Pending"
     if cache_available(cache) and cache_pvc(cache):
-        return ConditionUpdate(CONDITION_CACHED, "True", REASON_CACHE_AVAILABLE, f"weights in ModelCache {namespace}/{name} (PVC {cache_pvc(cache)})")
+        return ConditionUpdate(
+            CONDITION_CACHED,
+            "True",
+            REASON_CACHE_AVAILABLE,
+            f"weights in ModelCache {namespace}/{name} (PVC {cache_pvc(cache)})",
+        )
     if state == "Failed":
         return ConditionUpdate(CONDITION_CACHED, "False", REASON_CACHE_FAILED, f"ModelCache {namespace}/{name} failed")
-    return ConditionUpdate(CONDITION_CACHED, "False", REASON_CACHE_PENDING, f"ModelCache {namespace}/{name} is {state}: run warm-caches to fill it")
+    return ConditionUpdate(
+        CONDITION_CACHED,
+        "False",
+        REASON_CACHE_PENDING,
+        f"ModelCache {namespace}/{name} is {state}: run warm-caches to fill it",
+    )
 
 
-def write_conditions(cluster: Cluster, obj: dict[str, Any], errors: list[FieldError], cached: ConditionUpdate | None, now: datetime) -> bool:
+def write_conditions(
+    cluster: Cluster, obj: dict[str, Any], errors: list[FieldError], cached: ConditionUpdate | None, now: datetime
+) -> bool:
     """``Validated`` (and ``Cached`` when known) on the OpenModel; no write when nothing changed."""
     if errors:
-        updates = [ConditionUpdate(CONDITION_VALIDATED, "False", REASON_INVALID_SOURCE, "; ".join(str(e) for e in errors))]
+        updates = [
+            ConditionUpdate(CONDITION_VALIDATED, "False", REASON_INVALID_SOURCE, "; ".join(str(e) for e in errors))
+        ]
     else:
-        updates = [ConditionUpdate(CONDITION_VALIDATED, "True", REASON_SOURCE_VALID, "the source passes llmaz's validation")]
+        updates = [
+            ConditionUpdate(CONDITION_VALIDATED, "True", REASON_SOURCE_VALID, "the source passes llmaz's validation")
+        ]
     if cached is not None:
         updates.append(cached)
     generation = (obj.get("metadata") or {}).get("generation")
 
     def build(current: dict[str, Any]) -> dict[str, Any] | None:
         old = current.get("status") or {}
-        return changed_fields(old, {**old, "conditions": set_conditions(list(old.get("conditions") or []), updates, now, generation)})
+        return changed_fields(
+            old, {**old, "conditions": set_conditions(list(old.get("conditions") or []), updates, now, generation)}
+        )
 
     try:
         return write_status(cluster, obj, build)

@@ -12,12 +12,13 @@ import csv
 import html
 import json
 import pathlib
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from engine.rollout.kthena_native import NETWORKING_API as KTHENA_NETWORKING_API
-from engine.simulate.replay import Trace
 from engine.simulate.frontier import Limits
 from engine.simulate.policies import DEFAULT_HPA_POLICY, ClusterDescription, PolicyOutcome, Scenario
+from engine.simulate.replay import Trace
 from engine.simulate.trace import TraceError, TraceShape, parse_trace_rows, shape_trace
 from tasks.cluster import connect
 from tasks.optimize import _list_optional, read_cluster_state, read_current_replicas, scale_targets_of
@@ -58,7 +59,9 @@ def routed_models(routes: list[dict[str, Any]]) -> dict[str, str]:
     for route in routes:
         meta, spec = route.get("metadata") or {}, route.get("spec") or {}
         if spec.get("modelName"):
-            models[f"{meta.get('namespace') or 'default'}/{spec['modelName']}"] = f"ModelRoute {meta.get('namespace') or 'default'}/{meta.get('name')}"
+            models[f"{meta.get('namespace') or 'default'}/{spec['modelName']}"] = (
+                f"ModelRoute {meta.get('namespace') or 'default'}/{meta.get('name')}"
+            )
     return models
 
 
@@ -67,7 +70,10 @@ def routed_models(routes: list[dict[str, Any]]) -> dict[str, str]:
 # --------------------------------------------------------------------------------------------
 
 _STYLES = [
-    {"lw": 3.0, "ls": "-", "alpha": 0.6}, {"lw": 1.6, "ls": "--"}, {"lw": 1.6, "ls": ":"}, {"lw": 1.2, "ls": "-."},
+    {"lw": 3.0, "ls": "-", "alpha": 0.6},
+    {"lw": 1.6, "ls": "--"},
+    {"lw": 1.6, "ls": ":"},
+    {"lw": 1.2, "ls": "-."},
     {"lw": 1.0, "ls": "-"},
 ]
 # Colour, line style and marker differ per policy: lines that coincide stay visible (and print in grey).
@@ -112,8 +118,13 @@ def plot_load_capacity(outcomes: Sequence[PolicyOutcome], scenario: Scenario, pa
         minutes = [t / 60 for t in first["time_s"]]
         ax.fill_between(minutes, first["load_rps"][model], step="pre", color="#cccccc", label="load")
         for order, o in enumerate(outcomes):
-            ax.step([t / 60 for t in o.series["time_s"]], o.series["capacity_rps"][model], label=o.policy, where="pre",
-                    **policy_style(o.policy, markevery=max(len(o.series["time_s"]) // 12, 1), order=order))
+            ax.step(
+                [t / 60 for t in o.series["time_s"]],
+                o.series["capacity_rps"][model],
+                label=o.policy,
+                where="pre",
+                **policy_style(o.policy, markevery=max(len(o.series["time_s"]) // 12, 1), order=order),
+            )
         ax.set_title(model, fontsize=9)
         ax.set_ylabel("req/s")
     axes[0, 0].legend(**_LEGEND_OUTSIDE)
@@ -174,7 +185,12 @@ def plot_cost(outcomes: Sequence[PolicyOutcome], path: pathlib.Path) -> pathlib.
             step = (times[i + 1] - times[i]) if i + 1 < len(times) else 0.0
             total += r * step / 3600.0
             cumulative.append(total)
-        ax.plot([t / 60 for t in times], cumulative, label=o.policy, **policy_style(o.policy, markevery=max(len(times) // 12, 1), order=order))
+        ax.plot(
+            [t / 60 for t in times],
+            cumulative,
+            label=o.policy,
+            **policy_style(o.policy, markevery=max(len(times) // 12, 1), order=order),
+        )
     ax.set_xlabel("minutes")
     ax.set_ylabel("cost (unit cost x accelerator-hours)")
     ax.set_title("Cumulative accelerator cost", fontsize=10)
@@ -197,22 +213,52 @@ def plot_frontier(limits: Limits, path: pathlib.Path) -> pathlib.Path:
         costs = [c for _, c in envelope]
         attained = [100 * a for a, _ in envelope]
         low = min(p.cost for p in limits.frontier) * 0.9
-        ax.fill_betweenx(attained, [low] * len(costs), costs, color="#dddddd", hatch="//", edgecolor="#bbbbbb", lw=0,
-                         label="cheaper than the oracle: unreachable")
+        ax.fill_betweenx(
+            attained,
+            [low] * len(costs),
+            costs,
+            color="#dddddd",
+            hatch="//",
+            edgecolor="#bbbbbb",
+            lw=0,
+            label="cheaper than the oracle: unreachable",
+        )
     for order, policy in enumerate(policies):
         points = sorted((p.attainment, p.cost) for p in limits.frontier if p.policy == policy)
         label = "oracle (clairvoyant limit)" if policy == "oracle" else policy
         # Later policies draw smaller markers on top: a point two policies share shows both.
-        ax.plot([c for _, c in points], [100 * a for a, _ in points], label=label, markersize=max(10 - 1.2 * order, 4),
-                zorder=2 + order, **policy_style(policy))
+        ax.plot(
+            [c for _, c in points],
+            [100 * a for a, _ in points],
+            label=label,
+            markersize=max(10 - 1.2 * order, 4),
+            zorder=2 + order,
+            **policy_style(policy),
+        )
         configured = [p for p in limits.frontier if p.policy == policy and p.setting == "as configured"]
         for p in configured:
-            ax.plot([p.cost], [100 * p.attainment], marker="o", markersize=14, markerfacecolor="none",
-                    markeredgecolor=policy_style(policy)["color"], ls="none")
+            ax.plot(
+                [p.cost],
+                [100 * p.attainment],
+                marker="o",
+                markersize=14,
+                markerfacecolor="none",
+                markeredgecolor=policy_style(policy)["color"],
+                ls="none",
+            )
     ceiling = limits.ceiling.get("all")
     if ceiling is not None and ceiling == ceiling:
         ax.axhline(100 * ceiling, color="#444444", ls=(0, (1, 2)), lw=1.2, label=f"attainment ceiling {ceiling:.1%}")
-    ax.plot([], [], marker="o", markersize=12, markerfacecolor="none", markeredgecolor="#444444", ls="none", label="as configured")
+    ax.plot(
+        [],
+        [],
+        marker="o",
+        markersize=12,
+        markerfacecolor="none",
+        markeredgecolor="#444444",
+        ls="none",
+        label="as configured",
+    )
     ax.set_xlabel("cost over the replay (unit cost x accelerator-hours)")
     ax.set_ylabel("SLO attainment (% of requests)")
     ax.set_title("Cost vs SLO attainment: each policy over its own knob", fontsize=10)
@@ -248,7 +294,9 @@ def summary_table(outcomes: Sequence[PolicyOutcome], limits: Limits | None = Non
         row["cost"] = f"{o.cost:.1f}"
         if limits is not None:
             ratio = limits.cost_ratio(o.attainment, o.cost)
-            row["cost / oracle at equal attainment"] = f"{ratio:.2f}x" if ratio is not None else "outside the oracle's frontier"
+            row["cost / oracle at equal attainment"] = (
+                f"{ratio:.2f}x" if ratio is not None else "outside the oracle's frontier"
+            )
         row.update({"replica changes": o.replica_changes, "unserved": f"{o.unserved} ({o.unserved_share:.1%})"})
         rows.append(row)
     return rows
@@ -275,10 +323,15 @@ ORACLE_DEFINITION = (
 
 def cost_unit(scenario: Scenario) -> str:
     """What a cost figure means, with the unit costs of the accelerators the variants use."""
-    prices = ", ".join(f"{a} {c.cost:g}" for a, c in sorted(scenario.description.accelerator_costs.items())
-                       if any(v.accelerator == a for v in scenario.variants))
-    return (f"Cost = accelerator-hours x unit cost per accelerator-hour (accelerator-unit-costs: {prices}), summed over "
-            "the replay; a replica is paid from its creation (start-up included) until it has drained and left.")
+    prices = ", ".join(
+        f"{a} {c.cost:g}"
+        for a, c in sorted(scenario.description.accelerator_costs.items())
+        if any(v.accelerator == a for v in scenario.variants)
+    )
+    return (
+        f"Cost = accelerator-hours x unit cost per accelerator-hour (accelerator-unit-costs: {prices}), summed over "
+        "the replay; a replica is paid from its creation (start-up included) until it has drained and left."
+    )
 
 
 def targets_table(scenario: Scenario, limits: Limits | None) -> list[dict[str, str]]:
@@ -286,10 +339,13 @@ def targets_table(scenario: Scenario, limits: Limits | None) -> list[dict[str, s
     rows = []
     for model in scenario.trace.models:
         slo, sizing = scenario.slos[model], scenario.sizing_slo(model)
-        row = {"model": model, "TTFT target (ms)": f"{slo.ttft_ms:g}" if slo.ttft_ms else "-",
-               "ITL target (ms)": f"{slo.itl_ms:g}" if slo.itl_ms else "-",
-               "policies size for TTFT (ms)": f"{sizing.ttft_ms:g}" if sizing.ttft_ms else "-",
-               "router": scenario.routing.router_of(model)}
+        row = {
+            "model": model,
+            "TTFT target (ms)": f"{slo.ttft_ms:g}" if slo.ttft_ms else "-",
+            "ITL target (ms)": f"{slo.itl_ms:g}" if slo.itl_ms else "-",
+            "policies size for TTFT (ms)": f"{sizing.ttft_ms:g}" if sizing.ttft_ms else "-",
+            "router": scenario.routing.router_of(model),
+        }
         if limits is not None:
             row["attainment ceiling"] = f"{limits.ceiling.get(model, float('nan')):.1%}"
         rows.append(row)
@@ -303,7 +359,11 @@ def _html_table(rows: Sequence[dict[str, Any]]) -> str:
 
 
 def write_report(
-    outcomes: Sequence[PolicyOutcome], scenario: Scenario, directory: pathlib.Path, title: str, settings: dict[str, Any],
+    outcomes: Sequence[PolicyOutcome],
+    scenario: Scenario,
+    directory: pathlib.Path,
+    title: str,
+    settings: dict[str, Any],
     limits: Limits | None = None,
 ) -> dict[str, pathlib.Path]:
     """Write ``summary.json``, the PNG plots and ``report.html`` (plots embedded) into ``directory``.
@@ -316,16 +376,20 @@ def write_report(
     plots = {}
     if limits is not None and limits.frontier:
         plots["frontier"] = plot_frontier(limits, directory / "frontier.png")
-    plots.update({
-        "load_capacity": plot_load_capacity(outcomes, scenario, directory / "load_capacity.png"),
-        "replicas": plot_replicas(outcomes, directory / "replicas.png"),
-        "latency": plot_latency(outcomes, scenario, directory / "latency.png"),
-        "cost": plot_cost(outcomes, directory / "cost.png"),
-    })
+    plots.update(
+        {
+            "load_capacity": plot_load_capacity(outcomes, scenario, directory / "load_capacity.png"),
+            "replicas": plot_replicas(outcomes, directory / "replicas.png"),
+            "latency": plot_latency(outcomes, scenario, directory / "latency.png"),
+            "cost": plot_cost(outcomes, directory / "cost.png"),
+        }
+    )
     summary: dict[str, Any] = {
-        "settings": settings, "slos": {m: {"ttft_ms": s.ttft_ms, "itl_ms": s.itl_ms} for m, s in scenario.slos.items()},
+        "settings": settings,
+        "slos": {m: {"ttft_ms": s.ttft_ms, "itl_ms": s.itl_ms} for m, s in scenario.slos.items()},
         "routers": {m: scenario.routing.router_of(m) for m in scenario.trace.models},
-        "cost_unit": cost_unit(scenario), "attainment_definition": ATTAINMENT_DEFINITION,
+        "cost_unit": cost_unit(scenario),
+        "attainment_definition": ATTAINMENT_DEFINITION,
         "policies": [o.as_json() for o in outcomes],
     }
     if limits is not None:
@@ -340,8 +404,14 @@ def write_report(
         for name, path in plots.items()
     )
     settings_html = "".join(f"<li>{html.escape(str(k))}: {html.escape(str(v))}</li>" for k, v in settings.items())
-    ceiling = (f"<p><b>Attainment ceiling of this trace: {limits.ceiling['all']:.1%}</b> of requests. "
-               f"{html.escape(CEILING_DEFINITION)}</p><p>{html.escape(ORACLE_DEFINITION)}</p>") if limits is not None else ""
+    ceiling = (
+        (
+            f"<p><b>Attainment ceiling of this trace: {limits.ceiling['all']:.1%}</b> of requests. "
+            f"{html.escape(CEILING_DEFINITION)}</p><p>{html.escape(ORACLE_DEFINITION)}</p>"
+        )
+        if limits is not None
+        else ""
+    )
     (directory / "report.html").write_text(
         f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
         "<style>body{font-family:sans-serif;max-width:1100px;margin:auto}td,th{border:1px solid #ccc;padding:2px 6px}"
@@ -356,7 +426,10 @@ def write_report(
 
 
 def markdown_report(
-    outcomes: Sequence[PolicyOutcome], paths: dict[str, pathlib.Path], settings: dict[str, Any], limits: Limits | None = None
+    outcomes: Sequence[PolicyOutcome],
+    paths: dict[str, pathlib.Path],
+    settings: dict[str, Any],
+    limits: Limits | None = None,
 ) -> str:
     """The Prefect artifact: settings, attainment ceiling, the comparison table and the plots inline."""
     rows = summary_table(outcomes, limits)

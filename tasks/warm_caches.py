@@ -10,9 +10,10 @@ from __future__ import annotations
 import base64
 import logging
 import shutil
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 from engine.caches.plan import (
     ATTEMPTS_ANNOTATION,
@@ -67,8 +68,9 @@ def _key(obj: Manifest) -> tuple[str, str]:
     return meta.get("namespace") or "", meta.get("name") or ""
 
 
-def _list(cluster: Cluster, api_version: str, kind: str, namespaces: list[str] | None,
-          selector: str | None = None) -> list[Manifest]:
+def _list(
+    cluster: Cluster, api_version: str, kind: str, namespaces: list[str] | None, selector: str | None = None
+) -> list[Manifest]:
     """Every object of a kind (all namespaces, or each of ``namespaces``); a kind the cluster does not
     serve (e.g. a CRD that is not installed) is empty. Other failures propagate: never act on half a view."""
     items: list[Manifest] = []
@@ -85,8 +87,12 @@ def read_world(cluster: Cluster, namespaces: Iterable[str] | None = None) -> Cac
     wanted = sorted(set(namespaces)) if namespaces else None
     return CacheWorld(
         caches=_list(cluster, MODELCACHE_API_VERSION, "ModelCache", wanted),
-        configs={ns: cfg for cfg in _list(cluster, AIM, "AIMNamespaceConfig", wanted)
-                 for ns, name in [_key(cfg)] if name == "default"},
+        configs={
+            ns: cfg
+            for cfg in _list(cluster, AIM, "AIMNamespaceConfig", wanted)
+            for ns, name in [_key(cfg)]
+            if name == "default"
+        },
         templates=_list(cluster, AIM, "AIMServiceTemplate", wanted),
         services=_list(cluster, AIM, "AIMService", wanted),
         models=_list(cluster, "registry.volcano.sh/v1alpha1", "Model", wanted),
@@ -111,7 +117,9 @@ def secret_value(cluster: Cluster, namespace: str, name: str, key: str) -> str:
     return base64.b64decode(data[key]).decode()
 
 
-def resolve_env(cluster: Cluster, namespace: str, env: Iterable[Mapping[str, Any]]) -> tuple[dict[str, str], Failure | None]:
+def resolve_env(
+    cluster: Cluster, namespace: str, env: Iterable[Mapping[str, Any]]
+) -> tuple[dict[str, str], Failure | None]:
     """The env as values, ``secretKeyRef``s read from the namespace's Secrets (as the kubelet does for
     the Job). A missing Secret or key is a :data:`CREDENTIALS_MISSING` failure naming it (never its value)."""
     values: dict[str, str] = {}
@@ -157,9 +165,14 @@ def create_pvc(cluster: Cluster, cache: Manifest, size: str, storage_class: str 
         created = cluster.get("v1", "PersistentVolumeClaim", meta["name"], meta["namespace"])
     if isinstance(cluster, LocalCluster) and (created.get("status") or {}).get("phase") != "Bound":
         local_volume(cluster, meta["namespace"], meta["name"]).mkdir(parents=True, exist_ok=True)
-        created = cluster.patch_status(ObjectRef.of(created), {
-            "phase": "Bound", "accessModes": pvc["spec"]["accessModes"], "capacity": {"storage": size},
-        })
+        created = cluster.patch_status(
+            ObjectRef.of(created),
+            {
+                "phase": "Bound",
+                "accessModes": pvc["spec"]["accessModes"],
+                "capacity": {"storage": size},
+            },
+        )
     return created
 
 
@@ -174,8 +187,15 @@ def pvc_capacity(pvc: Manifest | None) -> str | None:
 # ------------------------------------------------------------------------------------------- jobs
 
 
-def start_job(cluster: Cluster, cache: Manifest, source_uri: str, attempt: int, env: list[dict[str, Any]],
-              settings: JobSettings, previous: Manifest | None) -> Manifest:
+def start_job(
+    cluster: Cluster,
+    cache: Manifest,
+    source_uri: str,
+    attempt: int,
+    env: list[dict[str, Any]],
+    settings: JobSettings,
+    previous: Manifest | None,
+) -> Manifest:
     """Delete the previous attempt's Job (if any) and create this attempt's."""
     if previous is not None:
         try:
@@ -250,7 +270,9 @@ def emit_cache_event(cache: Manifest, status: str, reason: str, source_uri: str,
     ``tasks.events.CACHE_AVAILABLE``) about the ModelCache, so rollouts waiting for it can be triggered."""
     from tasks.events import Subject, emit_change
 
-    emit_change(Subject.of(cache), status.lower(), {"status": status, "reason": reason, "source": source_uri, "pvc": pvc})
+    emit_change(
+        Subject.of(cache), status.lower(), {"status": status, "reason": reason, "source": source_uri, "pvc": pvc}
+    )
 
 
 # ----------------------------------------------------------------------------------------- GC
@@ -260,8 +282,12 @@ def mounted_claims(cluster: Cluster, namespace: str) -> set[str]:
     """PVCs that Pods, Deployments, StatefulSets or InferenceServices in ``namespace`` mount now.
     A kind the cluster does not serve mounts nothing; any other failure propagates (never delete blind)."""
     claims: set[str] = set()
-    for api_version, kind in (("v1", "Pod"), ("apps/v1", "Deployment"), ("apps/v1", "StatefulSet"),
-                              ("serving.kserve.io/v1beta1", "InferenceService")):
+    for api_version, kind in (
+        ("v1", "Pod"),
+        ("apps/v1", "Deployment"),
+        ("apps/v1", "StatefulSet"),
+        ("serving.kserve.io/v1beta1", "InferenceService"),
+    ):
         try:
             objects = cluster.list(api_version, kind, namespace)
         except NotFound:
@@ -316,12 +342,19 @@ def fill_local(source: ModelSource, volume: Path, env: Mapping[str, str], capaci
 
     progress = prefect_progress(f"Filling {volume.name} from {source.uri}") if FlowRunContext.get() else None
     try:
-        fill_cache(source, volume, Credentials.from_env(env), progress,
-                   capacity_bytes=quantity_bytes(capacity) if capacity else None)
+        fill_cache(
+            source,
+            volume,
+            Credentials.from_env(env),
+            progress,
+            capacity_bytes=quantity_bytes(capacity) if capacity else None,
+        )
     except DownloadError as exc:
         return Failure(exc.reason, exc.message)
     if not is_complete(volume, source.uri):
-        return Failure(VERIFICATION_FAILED, f"no complete cache of {source.uri} after the fill (marker missing or files changed)")
+        return Failure(
+            VERIFICATION_FAILED, f"no complete cache of {source.uri} after the fill (marker missing or files changed)"
+        )
     return None
 
 

@@ -19,14 +19,18 @@ class WriteLog:
     deleted: list[str] = field(default_factory=list)
 
 
-def write_object(cluster: Cluster, desired: dict[str, Any], live: dict[str, Any] | None, log: WriteLog) -> dict[str, Any]:
+def write_object(
+    cluster: Cluster, desired: dict[str, Any], live: dict[str, Any] | None, log: WriteLog
+) -> dict[str, Any]:
     """Create ``desired``, or patch ``live`` when its revision or replicas differ; no write otherwise."""
     label = f"{desired['kind']}/{desired['metadata']['name']}"
     if live is None:
         try:
             stored = cluster.create(desired)
         except Conflict:
-            raise ClusterError(f"{label} already exists and is not managed by Modelplane for this resource", reason="AlreadyExists") from None
+            raise ClusterError(
+                f"{label} already exists and is not managed by Modelplane for this resource", reason="AlreadyExists"
+            ) from None
         log.created.append(label)
         return stored
     ref = ObjectRef.of(live)
@@ -36,7 +40,11 @@ def write_object(cluster: Cluster, desired: dict[str, Any], live: dict[str, Any]
         log.updated.append(label)
         return stored
     wanted = (desired.get("spec") or {}).get("replicas")
-    if desired["kind"] in ("Deployment", "ModelServing") and wanted is not None and (live.get("spec") or {}).get("replicas") != wanted:
+    if (
+        desired["kind"] in ("Deployment", "ModelServing")
+        and wanted is not None
+        and (live.get("spec") or {}).get("replicas") != wanted
+    ):
         stored = cluster.patch_spec(ref, {"spec": {"replicas": wanted}}, resource_version=version)
         log.updated.append(f"{label} (replicas {wanted})")
         return stored

@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import copy
 import pathlib
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any, Iterator
+from typing import Any
 
 import yaml
 from hypothesis import HealthCheck, Phase, given, settings
@@ -51,8 +52,12 @@ def crd_schema(api_version: str, kind: str) -> Obj:
 
 def example_object(kind: str, index: int = 0) -> Obj:
     """The ``index``-th object of ``kind`` in the example cluster."""
-    found = [doc for path in sorted(EXAMPLES.glob("*.yaml")) for doc in yaml.safe_load_all(path.read_text())
-             if isinstance(doc, dict) and doc.get("kind") == kind]
+    found = [
+        doc
+        for path in sorted(EXAMPLES.glob("*.yaml"))
+        for doc in yaml.safe_load_all(path.read_text())
+        if isinstance(doc, dict) and doc.get("kind") == kind
+    ]
     return copy.deepcopy(found[index])
 
 
@@ -78,7 +83,7 @@ def _wrong_type_values(schema: Obj) -> st.SearchStrategy[Any]:
     if typ != "string" and not schema.get("x-kubernetes-int-or-string"):
         options.append(st.text(max_size=12))
     if typ not in ("integer", "number") and not schema.get("x-kubernetes-int-or-string"):
-        options.append(st.integers(-10**6, 10**6))
+        options.append(st.integers(-(10**6), 10**6))
     if typ != "boolean":
         options.append(st.booleans())
     if typ != "array":
@@ -96,9 +101,17 @@ def _out_of_range_values(schema: Obj) -> st.SearchStrategy[Any] | None:
         low, high = schema.get("minimum"), schema.get("maximum")
         bounds = []
         if low is not None:
-            bounds.append(st.integers(-10**9, int(low) - 1) if typ == "integer" else st.floats(max_value=low, exclude_max=True, allow_nan=False, allow_infinity=False))
+            bounds.append(
+                st.integers(-(10**9), int(low) - 1)
+                if typ == "integer"
+                else st.floats(max_value=low, exclude_max=True, allow_nan=False, allow_infinity=False)
+            )
         if high is not None:
-            bounds.append(st.integers(int(high) + 1, 10**12) if typ == "integer" else st.floats(min_value=high, exclude_min=True, allow_nan=False, allow_infinity=False))
+            bounds.append(
+                st.integers(int(high) + 1, 10**12)
+                if typ == "integer"
+                else st.floats(min_value=high, exclude_min=True, allow_nan=False, allow_infinity=False)
+            )
         return st.one_of(bounds) if bounds else None
     if typ == "string":
         choices = []
@@ -140,7 +153,9 @@ def mutations(base: Obj, schema: Obj) -> st.SearchStrategy[tuple[Obj, str]]:
     targets = [(("spec",) + p, s, v) for p, s, v in schema_paths(spec_schema, base.get("spec"))]
     present = [t for t in targets if _holds(base, t[0])]
     strategies: list[st.SearchStrategy[tuple[Obj, str]]] = [
-        st.sampled_from(["a string", 42, [1, 2], None, True]).map(lambda v: (_set(base, ("spec",), v), "wrong shape: spec")),
+        st.sampled_from(["a string", 42, [1, 2], None, True]).map(
+            lambda v: (_set(base, ("spec",), v), "wrong shape: spec")
+        ),
     ]  # no unknown fields: the API server (and the local backend) prune them, the object stays valid
     for path, sub, _ in targets:
         strategies.append(_wrong_type_values(sub).map(lambda v, p=path: (_set(base, p, v), f"wrong type: {_fmt(p)}")))
@@ -148,8 +163,11 @@ def mutations(base: Obj, schema: Obj) -> st.SearchStrategy[tuple[Obj, str]]:
         if rng is not None:
             strategies.append(rng.map(lambda v, p=path: (_set(base, p, v), f"out of range: {_fmt(p)}")))
         if sub.get("type") == "string":
-            strategies.append(st.text(st.characters(blacklist_categories=("Cs",)), max_size=4).map(
-                lambda s, p=path: (_set(base, p, "\u202e" + "x" * 100_000 + s), f"huge string: {_fmt(p)}")))
+            strategies.append(
+                st.text(st.characters(blacklist_categories=("Cs",)), max_size=4).map(
+                    lambda s, p=path: (_set(base, p, "\u202e" + "x" * 100_000 + s), f"huge string: {_fmt(p)}")
+                )
+            )
     for path, sub, _ in present:
         for key in sub.get("required") or ():
             if isinstance(_get(base, path), dict) and key in _get(base, path):
@@ -186,7 +204,9 @@ def rejection(obj: Obj, schema: Obj) -> str | None:
     return errors[0].field if errors else None
 
 
-def invalid_variants(kind: str, count: int, budget: int | None = None, seed_index: int = 0) -> tuple[list[Variant], int]:
+def invalid_variants(
+    kind: str, count: int, budget: int | None = None, seed_index: int = 0
+) -> tuple[list[Variant], int]:
     """Up to ``count`` distinct invalid variants of the example ``kind`` (tried: at most ``budget``
     candidates, default 4 x count); returns (variants, candidates tried)."""
     base = example_object(kind, seed_index)
@@ -195,8 +215,14 @@ def invalid_variants(kind: str, count: int, budget: int | None = None, seed_inde
     seen: set[str] = set()
     tried = [0]
 
-    @settings(max_examples=budget or 4 * count, derandomize=True, database=None, deadline=None,
-              phases=[Phase.generate], suppress_health_check=list(HealthCheck))
+    @settings(
+        max_examples=budget or 4 * count,
+        derandomize=True,
+        database=None,
+        deadline=None,
+        phases=[Phase.generate],
+        suppress_health_check=list(HealthCheck),
+    )
     @given(mutations(base, schema))
     def collect(candidate: tuple[Obj, str]) -> None:
         tried[0] += 1

@@ -30,7 +30,21 @@ EXAMPLE_VARIANTS = {
 }
 # Grafana's variables replaced by values PromQL accepts.
 GRAFANA_VARIABLES = {"$__rate_interval": "1m", "$__interval": "1m", "$cluster": ".*", "$namespace": ".*"}
-PROMQL_WORDS = {"by", "without", "on", "ignoring", "group_left", "group_right", "bool", "and", "or", "unless", "offset", "inf", "nan"}
+PROMQL_WORDS = {
+    "by",
+    "without",
+    "on",
+    "ignoring",
+    "group_left",
+    "group_right",
+    "bool",
+    "and",
+    "or",
+    "unless",
+    "offset",
+    "inf",
+    "nan",
+}
 
 
 def promtool() -> str:
@@ -42,7 +56,11 @@ def promtool() -> str:
 
 def check_promql(expressions: list[str], tmp_path: pathlib.Path) -> None:
     """Every expression parses as PromQL: promtool checks a rules file with one recording rule each."""
-    rules = {"groups": [{"name": "check", "rules": [{"record": f"check:expr_{i}", "expr": e} for i, e in enumerate(expressions)]}]}
+    rules = {
+        "groups": [
+            {"name": "check", "rules": [{"record": f"check:expr_{i}", "expr": e} for i, e in enumerate(expressions)]}
+        ]
+    }
     path = tmp_path / "rules.yml"
     path.write_text(yaml.safe_dump(rules))
     result = subprocess.run([promtool(), "check", "rules", str(path)], capture_output=True, text=True, timeout=60)
@@ -58,7 +76,7 @@ def metric_names(expr: str) -> set[str]:
     text = re.sub(r"\[[^\]]*\]", "", text)
     names = set()
     for match in re.finditer(r"[a-zA-Z_:][a-zA-Z0-9_:]*", text):
-        following = text[match.end():].lstrip()
+        following = text[match.end() :].lstrip()
         if following.startswith("(") or match.group(0).lower() in PROMQL_WORDS:
             continue
         names.add(match.group(0))
@@ -72,7 +90,9 @@ def grafana_expr(expr: str) -> str:
 
 
 def test_metric_names_are_found() -> None:
-    assert metric_names('time() - max by (flow) (modelplane_cycle_timestamp_seconds{job="x",a=~"b"})') == {"modelplane_cycle_timestamp_seconds"}
+    assert metric_names('time() - max by (flow) (modelplane_cycle_timestamp_seconds{job="x",a=~"b"})') == {
+        "modelplane_cycle_timestamp_seconds"
+    }
     assert metric_names("sum(rate(vllm:request_success_total[1m])) / up") == {"vllm:request_success_total", "up"}
 
 
@@ -83,8 +103,13 @@ def test_hpa_is_a_strictly_valid_autoscaling_v2_object() -> None:
     hpa = yaml.safe_load((AUTOSCALING / "hpa.yaml").read_text())
     kubernetes_validate.validate(hpa, "1.30", strict=True)
     metric = hpa["spec"]["metrics"][0]["external"]
-    assert metric["metric"]["name"] == "wva_desired_replicas" and metric["target"] == {"type": "AverageValue", "averageValue": "1"}
-    variant = EXAMPLE_VARIANTS[(hpa["metadata"]["namespace"], metric["metric"]["selector"]["matchLabels"]["variant_name"])]
+    assert metric["metric"]["name"] == "wva_desired_replicas" and metric["target"] == {
+        "type": "AverageValue",
+        "averageValue": "1",
+    }
+    variant = EXAMPLE_VARIANTS[
+        (hpa["metadata"]["namespace"], metric["metric"]["selector"]["matchLabels"]["variant_name"])
+    ]
     assert variant["spec"]["scaleTargetRef"]["name"] == hpa["spec"]["scaleTargetRef"]["name"]
 
 
@@ -92,10 +117,15 @@ def test_prometheus_adapter_rule_serves_the_metric_the_hpa_reads(tmp_path: pathl
     values = yaml.safe_load((AUTOSCALING / "prometheus-adapter-values.yaml").read_text())
     rule = values["rules"]["external"][0]
     assert set(rule) == {"seriesQuery", "resources", "name", "metricsQuery"}
-    assert re.fullmatch(rule["name"]["matches"], "wva_desired_replicas") and rule["name"]["as"] == "wva_desired_replicas"
+    assert (
+        re.fullmatch(rule["name"]["matches"], "wva_desired_replicas") and rule["name"]["as"] == "wva_desired_replicas"
+    )
     assert {target["resource"] for target in rule["resources"]["overrides"].values()} == {"namespace"}
-    rendered = rule["metricsQuery"].replace("<<.Series>>", "wva_desired_replicas").replace(
-        "<<.LabelMatchers>>", 'variant_name="v",namespace="ns"')
+    rendered = (
+        rule["metricsQuery"]
+        .replace("<<.Series>>", "wva_desired_replicas")
+        .replace("<<.LabelMatchers>>", 'variant_name="v",namespace="ns"')
+    )
     check_promql([rule["seriesQuery"], rendered], tmp_path)
     assert metric_names(rendered) | metric_names(rule["seriesQuery"]) <= METRIC_NAMES
 
@@ -163,6 +193,12 @@ def test_the_dashboard_names_only_metrics_modelplane_publishes() -> None:
             named |= metric_names(grafana_expr(inner.group(1)))
     assert named <= METRIC_NAMES, named - METRIC_NAMES
     # What the issue asks the dashboard to show.
-    for required in ("wva_desired_replicas", "wva_current_replicas", "modelplane_variant_cost", "modelplane_model_arrival_rate_rps",
-                     "modelplane_solver_gap_ratio", "modelplane_cycle_duration_seconds"):
+    for required in (
+        "wva_desired_replicas",
+        "wva_current_replicas",
+        "modelplane_variant_cost",
+        "modelplane_model_arrival_rate_rps",
+        "modelplane_solver_gap_ratio",
+        "modelplane_cycle_duration_seconds",
+    ):
         assert required in named

@@ -11,9 +11,12 @@ from engine.api.validate import load_documents
 from tasks.boundary import accept, drain_rejections, invalid_field
 from tasks.cluster import connect
 
-SERVICE = {"apiVersion": "aim.silogen.ai/v1alpha1", "kind": "AIMService",
-           "metadata": {"name": "ok", "namespace": "ns"},
-           "spec": {"model": "meta/llama-3.1-8b-instruct:0.8.4", "templateRef": "t", "replicas": 1, "cacheModel": True}}
+SERVICE = {
+    "apiVersion": "aim.silogen.ai/v1alpha1",
+    "kind": "AIMService",
+    "metadata": {"name": "ok", "namespace": "ns"},
+    "spec": {"model": "meta/llama-3.1-8b-instruct:0.8.4", "templateRef": "t", "replicas": 1, "cacheModel": True},
+}
 
 
 def write(tmp_path: pathlib.Path, *objects: dict) -> pathlib.Path:
@@ -33,7 +36,11 @@ def test_an_invalid_object_is_marked_and_left_out(tmp_path: pathlib.Path) -> Non
     marked = cluster.get("aim.silogen.ai/v1alpha1", "AIMService", "bad", "ns")["status"]
     assert marked["status"] == "Failed"
     ready = next(c for c in marked["conditions"] if c["type"] == "Ready")
-    assert ready["status"] == "False" and ready["reason"] == "InvalidSpec" and ready["message"].startswith("spec.cacheModel")
+    assert (
+        ready["status"] == "False"
+        and ready["reason"] == "InvalidSpec"
+        and ready["message"].startswith("spec.cacheModel")
+    )
     text = (tmp_path / "objects.yaml").read_text()
     accept(cluster, cluster.list("aim.silogen.ai/v1alpha1", "AIMService"))  # marked once: nothing new to write
     assert (tmp_path / "objects.yaml").read_text() == text

@@ -22,7 +22,9 @@ def test_validate_accepts_the_example_cluster() -> None:
 def test_validate_reports_each_bad_document_and_keeps_the_good(tmp_path: pathlib.Path) -> None:
     shutil.copy(REPO / "deployments" / "examples" / "10-llama-3.1-8b.yaml", tmp_path)
     bad = sorted((REPO / "tests" / "api" / "bad_inputs").glob("*.yaml"))[0]
-    expected_path = next(line.split(":", 1)[1].strip() for line in bad.read_text().splitlines() if line.startswith("# expect-path:"))
+    expected_path = next(
+        line.split(":", 1)[1].strip() for line in bad.read_text().splitlines() if line.startswith("# expect-path:")
+    )
     shutil.copy(bad, tmp_path / "bad.yaml")
     (tmp_path / "broken.yaml").write_text("a: [\n")
     result = CliRunner().invoke(app, ["validate", "--cluster", str(tmp_path)], terminal_width=250)
@@ -42,7 +44,9 @@ def test_validate_json_lists_every_resource_and_says_what_is_invalid(tmp_path: p
     assert [r["result"] for r in rows].count("valid") == 4 and len(rows) == 5
     broken = next(r for r in rows if r["result"] != "valid")
     assert broken["source"] == "broken.yaml"
-    assert [line for line in result.stderr.splitlines() if line.startswith("degraded: ")] == [f"degraded: broken.yaml: {broken['result']}"]
+    assert [line for line in result.stderr.splitlines() if line.startswith("degraded: ")] == [
+        f"degraded: broken.yaml: {broken['result']}"
+    ]
 
 
 def test_crds_prints_every_checked_in_crd() -> None:
@@ -56,10 +60,14 @@ def test_crds_prints_every_checked_in_crd() -> None:
 
 def test_validate_checks_the_items_of_a_list(tmp_path: pathlib.Path) -> None:
     """A `kubectl get -o yaml` List is validated item by item, as the local backend loads it."""
-    documents = [d for d in yaml.safe_load_all((REPO / "deployments" / "examples" / "10-llama-3.1-8b.yaml").read_text()) if d]
+    documents = [
+        d for d in yaml.safe_load_all((REPO / "deployments" / "examples" / "10-llama-3.1-8b.yaml").read_text()) if d
+    ]
     variant = next(d for d in documents if d["kind"] == "VariantAutoscaling")
     variant["spec"]["variantProfile"]["maxBatchSize"] = 0
-    (tmp_path / "dump.yaml").write_text(yaml.safe_dump({"apiVersion": "v1", "kind": "List", "items": documents, "metadata": {}}))
+    (tmp_path / "dump.yaml").write_text(
+        yaml.safe_dump({"apiVersion": "v1", "kind": "List", "items": documents, "metadata": {}})
+    )
     result = CliRunner().invoke(app, ["validate", "--cluster", str(tmp_path)], terminal_width=250)
     assert result.exit_code == 3, result.output
     assert "3 valid, 1 invalid" in result.stdout and "spec.variantProfile.maxBatchSize" in result.stdout
@@ -69,7 +77,9 @@ def test_validate_checks_the_items_of_a_list(tmp_path: pathlib.Path) -> None:
 def test_unquoted_number_for_a_string_is_invalid_for_validate_and_optimize(tmp_path: pathlib.Path) -> None:
     from engine.optimize.cycle import SpecError, parse_variant
 
-    documents = [d for d in yaml.safe_load_all((REPO / "deployments" / "examples" / "10-llama-3.1-8b.yaml").read_text()) if d]
+    documents = [
+        d for d in yaml.safe_load_all((REPO / "deployments" / "examples" / "10-llama-3.1-8b.yaml").read_text()) if d
+    ]
     variant = next(d for d in documents if d["kind"] == "VariantAutoscaling")
     variant["spec"]["variantCost"] = 40  # unquoted: the CRD wants a string
     (tmp_path / "va.yaml").write_text(yaml.safe_dump(variant))

@@ -17,7 +17,9 @@ def snapshot(root: pathlib.Path) -> dict[str, bytes]:
 
 def run_demo(demo_dir: pathlib.Path) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "MODELPLANE_VENV": sys.prefix, "MODELPLANE_DEMO_DIR": str(demo_dir)}
-    return subprocess.run([str(REPO / "dev.sh"), "demo"], cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    return subprocess.run(
+        [str(REPO / "dev.sh"), "demo"], cwd=REPO, env=env, capture_output=True, text=True, timeout=300
+    )
 
 
 def test_demo_twice_leaves_the_examples_untouched(tmp_path: pathlib.Path) -> None:
@@ -30,7 +32,9 @@ def test_demo_twice_leaves_the_examples_untouched(tmp_path: pathlib.Path) -> Non
     assert written != {k: v for k, v in before.items()} | {".modelplane-demo": b""}  # the demo wrote status
     second = run_demo(demo_dir)
     assert "Modelplane allocation" in second.stdout, second.stdout + second.stderr
-    assert first.stdout.split("Modelplane allocation")[1] == second.stdout.split("Modelplane allocation")[1]  # same start
+    assert (
+        first.stdout.split("Modelplane allocation")[1] == second.stdout.split("Modelplane allocation")[1]
+    )  # same start
     assert snapshot(EXAMPLES) == before
     (tmp_path / "mine").mkdir()
     (tmp_path / "mine" / "keep.txt").write_text("x")

@@ -48,7 +48,9 @@ def blocks(path: pathlib.Path) -> list[Block]:
         match = FENCE.match(lines[index])
         if match:
             end = next(i for i in range(index + 1, len(lines)) if lines[i].startswith("```"))
-            found.append(Block(path, index + 1, match.group(1), match.group(2).strip(), "\n".join(lines[index + 1:end]) + "\n"))
+            found.append(
+                Block(path, index + 1, match.group(1), match.group(2).strip(), "\n".join(lines[index + 1 : end]) + "\n")
+            )
             index = end
         index += 1
     return found
@@ -72,8 +74,14 @@ def test_runnable_block_runs(block: Block, tmp_path: pathlib.Path) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PREFECT_API", "MODELPLANE_", "KUBE"))}
     env["PATH"] = f"{pathlib.Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
     env["HOME"] = os.environ.get("HOME", str(tmp_path))
-    result = subprocess.run(["bash", "-euo", "pipefail", "-c", block.text], cwd=tmp_path, env=env,
-                            capture_output=True, text=True, timeout=840)
+    result = subprocess.run(
+        ["bash", "-euo", "pipefail", "-c", block.text],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=840,
+    )
     assert result.returncode == 0, f"{block.id} exited {result.returncode}:\n{block.text}\n{result.stderr[-3000:]}"
     assert "Traceback" not in result.stderr, result.stderr[-3000:]
 
@@ -83,7 +91,11 @@ def test_the_trigger_shown_in_platform_md_is_one_prefect_yaml_registers() -> Non
     page cannot again show parameters the deployment rejects or a trigger that is not wired."""
     from flows.deployments import deployment_entries
 
-    shown = [yaml.safe_load(b.text) for b in ALL if b.path.name == "platform.md" and b.language == "yaml" and "triggers:" in b.text]
+    shown = [
+        yaml.safe_load(b.text)
+        for b in ALL
+        if b.path.name == "platform.md" and b.language == "yaml" and "triggers:" in b.text
+    ]
     assert shown, "docs/platform.md shows an example trigger"
     registered = {t["name"]: t for entry in deployment_entries() for t in entry.get("triggers") or []}
     for document in shown:

@@ -18,19 +18,22 @@ from typer.testing import CliRunner
 
 from flows.cli import app
 from flows.discover_models import DiscoveryReport
+from flows.exitcodes import ExitCode, exit_code
 from flows.resolve_templates import ResolveReport
 from flows.rollout_services import RolloutReport
-from flows.exitcodes import ExitCode, exit_code
 from tests.test_exitcodes import EXAMPLES, assert_one_line_error, invoke, modelplane
 
 
-@pytest.mark.parametrize("args, fragment", [
-    (("optimize", "--bogus"), "No such option: --bogus"),
-    (("discover-models", "--resync-seconds", "soon"), "--resync-seconds"),
-    (("serve-openmodel",), "Missing argument"),
-    (("no-such-command",), "No such command"),
-    (("cache", "fill", "hf://a/b"), "Missing argument"),
-])
+@pytest.mark.parametrize(
+    "args, fragment",
+    [
+        (("optimize", "--bogus"), "No such option: --bogus"),
+        (("discover-models", "--resync-seconds", "soon"), "--resync-seconds"),
+        (("serve-openmodel",), "Missing argument"),
+        (("no-such-command",), "No such command"),
+        (("cache", "fill", "hf://a/b"), "Missing argument"),
+    ],
+)
 def test_usage_errors_are_one_line(args: tuple[str, ...], fragment: str) -> None:
     result = invoke(*args)
     assert_one_line_error(result, fragment)
@@ -38,7 +41,9 @@ def test_usage_errors_are_one_line(args: tuple[str, ...], fragment: str) -> None
 
 
 def test_usage_error_from_the_real_entry_point_is_one_line() -> None:
-    assert_one_line_error(modelplane("optimize", "--rate-window", "1 minute", "--cluster", str(EXAMPLES)), "--rate-window")
+    assert_one_line_error(
+        modelplane("optimize", "--rate-window", "1 minute", "--cluster", str(EXAMPLES)), "--rate-window"
+    )
 
 
 def test_help_still_exits_zero() -> None:
@@ -49,14 +54,26 @@ def test_help_still_exits_zero() -> None:
 def test_aim_rows_that_are_not_ok_make_a_degraded_run() -> None:
     """The reports' ``degraded`` lists (the CLI's exit 3 and the run's Degraded state) name every AIM object
     that is not done: an image not read, a template not Available, a service not Running."""
-    models = DiscoveryReport(rows=[SimpleNamespace(name="a", image="r/a:1", result="ok"),  # type: ignore[list-item]
-                                   SimpleNamespace(name="b", image="r/b:1", result="ImageNotFound")])
+    models = DiscoveryReport(
+        rows=[
+            SimpleNamespace(name="a", image="r/a:1", result="ok"),  # type: ignore[list-item]
+            SimpleNamespace(name="b", image="r/b:1", result="ImageNotFound"),
+        ]
+    )
     assert models.degraded == ["AIMClusterModel b: image r/b:1: ImageNotFound"]
-    templates = ResolveReport(rows=[SimpleNamespace(namespace="n", name=s, status=s, reason="")  # type: ignore[misc]
-                                    for s in ("Available", "Failed", "Progressing", "Pending")])
+    templates = ResolveReport(
+        rows=[
+            SimpleNamespace(namespace="n", name=s, status=s, reason="")  # type: ignore[misc]
+            for s in ("Available", "Failed", "Progressing", "Pending")
+        ]
+    )
     assert [p.split(": ")[1] for p in templates.degraded] == ["Failed", "Progressing", "Pending"]
-    services = RolloutReport(rows=[SimpleNamespace(namespace="n", name=s, status=s, reason="R")  # type: ignore[misc]
-                                   for s in ("Running", "Failed", "Degraded", "Starting", "Pending")])
+    services = RolloutReport(
+        rows=[
+            SimpleNamespace(namespace="n", name=s, status=s, reason="R")  # type: ignore[misc]
+            for s in ("Running", "Failed", "Degraded", "Starting", "Pending")
+        ]
+    )
     assert len(services.degraded) == 4 and exit_code(services.degraded) == ExitCode.DEGRADED
     clean = DiscoveryReport(rows=[SimpleNamespace(name="a", image="i", result="ok")])  # type: ignore[list-item]
     assert exit_code(clean.degraded) == ExitCode.OK
@@ -86,14 +103,17 @@ def test_a_directory_of_json_manifests_is_read(tmp_path: pathlib.Path) -> None:
 def test_json_manifests_are_written_back_as_json(tmp_path: pathlib.Path) -> None:
     from tasks.cluster import connect
 
-    (tmp_path / "cm.json").write_text('{"apiVersion": "v1", "kind": "ConfigMap",\n'
-                                      ' "metadata": {"name": "a", "namespace": "default"}, "data": {"k": "v"}}\n')
+    (tmp_path / "cm.json").write_text(
+        '{"apiVersion": "v1", "kind": "ConfigMap",\n'
+        ' "metadata": {"name": "a", "namespace": "default"}, "data": {"k": "v"}}\n'
+    )
     (tmp_path / "other.json").write_text('{"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "b"}}\n')
     before = (tmp_path / "other.json").read_bytes()
     cluster = connect(str(tmp_path))
     assert {o["metadata"]["name"] for o in cluster.list("v1", "ConfigMap")} == {"a", "b"}
-    cluster.apply({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "a", "namespace": "default"},
-                   "data": {"k": "w"}})
+    cluster.apply(
+        {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "a", "namespace": "default"}, "data": {"k": "w"}}
+    )
     written = json.loads((tmp_path / "cm.json").read_text())
     assert written["data"] == {"k": "w"} and "uid" not in written["metadata"]
     assert (tmp_path / "other.json").read_bytes() == before

@@ -26,7 +26,9 @@ EXAMPLES = REPO / "deployments" / "examples"
 def modelplane(*args: str) -> subprocess.CompletedProcess[str]:
     """The real entry point in a subprocess: what a shell sees, stderr included."""
     env = {**os.environ, "PYTHONPATH": str(REPO), "KUBECONFIG": "/nonexistent-kubeconfig"}
-    return subprocess.run([sys.executable, "-m", "flows.cli", *args], cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "flows.cli", *args], cwd=REPO, env=env, capture_output=True, text=True, timeout=120
+    )
 
 
 def invoke(*args: str) -> subprocess.CompletedProcess[str]:
@@ -59,7 +61,9 @@ def test_missing_cluster_path(command: str) -> None:
 def test_bad_kubeconfig_is_one_line(tmp_path: pathlib.Path) -> None:
     bad = tmp_path / "kubeconfig"
     bad.write_text("just a string, not a kubeconfig\n")
-    assert_one_line_error(modelplane("optimize", "--cluster", f"kubeconfig:{bad}"), "cannot load Kubernetes configuration", str(bad))
+    assert_one_line_error(
+        modelplane("optimize", "--cluster", f"kubeconfig:{bad}"), "cannot load Kubernetes configuration", str(bad)
+    )
     assert_one_line_error(invoke("optimize", "--cluster", f"kubeconfig:{tmp_path / 'none'}#ctx"), "ctx")
 
 
@@ -69,8 +73,8 @@ def test_unreachable_api_server_is_one_line(tmp_path: pathlib.Path) -> None:
         port = sock.getsockname()[1]  # closed again: nothing listens there
     config = tmp_path / "kubeconfig"
     config.write_text(
-        "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster: {server: 'http://127.0.0.1:%d'}\n"
-        "users:\n- name: u\n  user: {token: t}\ncontexts:\n- name: x\n  context: {cluster: c, user: u}\ncurrent-context: x\n" % port
+        f"apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster: {{server: 'http://127.0.0.1:{port}'}}\n"
+        "users:\n- name: u\n  user: {token: t}\ncontexts:\n- name: x\n  context: {cluster: c, user: u}\ncurrent-context: x\n"
     )
     assert_one_line_error(invoke("optimize", "--cluster", f"kubeconfig:{config}"), "cannot read the cluster")
 
@@ -90,7 +94,12 @@ def test_missing_metrics_file_is_a_usage_error(tmp_path: pathlib.Path) -> None:
 def test_help_shows_targets_and_rate_window() -> None:
     result = CliRunner().invoke(app, ["optimize", "--help"], terminal_width=200)
     text = " ".join(result.stdout.split())
-    assert "kubeconfig:PATH#CONTEXT" in text and "MODELPLANE_CLUSTER" in text and "--rate-window" in text and "PROMETHEUS_RATE_WINDOW" in text
+    assert (
+        "kubeconfig:PATH#CONTEXT" in text
+        and "MODELPLANE_CLUSTER" in text
+        and "--rate-window" in text
+        and "PROMETHEUS_RATE_WINDOW" in text
+    )
     assert "Exit codes" in text
 
 
@@ -102,7 +111,9 @@ def test_bad_rate_window_is_a_usage_error() -> None:
 def test_deploy_without_a_server_is_one_line() -> None:
     result = invoke_env({"PREFECT_API_URL": ""}, "deploy", "--pool-type", "process")
     assert_one_line_error(result, "PREFECT_API_URL is not set")
-    assert_one_line_error(invoke_env({"PREFECT_API_URL": "http://127.0.0.1:9/api"}, "deploy", "--pool-type", "laptop"), "--pool-type")
+    assert_one_line_error(
+        invoke_env({"PREFECT_API_URL": "http://127.0.0.1:9/api"}, "deploy", "--pool-type", "laptop"), "--pool-type"
+    )
 
 
 def invoke_env(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:

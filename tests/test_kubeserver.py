@@ -51,7 +51,11 @@ WIDGET_SCHEMA: dict[str, Any] = {
                     "type": "object",
                     "properties": {
                         "maxBatchSize": {"type": "integer", "minimum": 1},
-                        "slo": {"type": "object", "properties": {"ttftMs": {"type": "integer", "default": 500}}, "default": {}},
+                        "slo": {
+                            "type": "object",
+                            "properties": {"ttftMs": {"type": "integer", "default": 500}},
+                            "default": {},
+                        },
                     },
                 },
                 "extra": {"type": "object", "x-kubernetes-preserve-unknown-fields": True},
@@ -86,8 +90,11 @@ WIDGET_SCHEMA: dict[str, Any] = {
 def _crd(plural: str, kind: str, scope: str, schema: dict[str, Any], scale: bool) -> dict[str, Any]:
     sub: dict[str, Any] = {"status": {}}
     if scale:
-        sub["scale"] = {"specReplicasPath": ".spec.replicas", "statusReplicasPath": ".status.replicas",
-                        "labelSelectorPath": ".status.selector"}
+        sub["scale"] = {
+            "specReplicasPath": ".spec.replicas",
+            "statusReplicasPath": ".status.replicas",
+            "labelSelectorPath": ".status.selector",
+        }
     return {
         "apiVersion": "apiextensions.k8s.io/v1",
         "kind": "CustomResourceDefinition",
@@ -95,17 +102,30 @@ def _crd(plural: str, kind: str, scope: str, schema: dict[str, Any], scale: bool
         "spec": {
             "group": GROUP,
             "scope": scope,
-            "names": {"plural": plural, "singular": kind.lower(), "kind": kind, "listKind": f"{kind}List",
-                      "shortNames": [kind.lower()[:3]]},
-            "versions": [{"name": VERSION, "served": True, "storage": True,
-                          "schema": {"openAPIV3Schema": schema}, "subresources": sub}],
+            "names": {
+                "plural": plural,
+                "singular": kind.lower(),
+                "kind": kind,
+                "listKind": f"{kind}List",
+                "shortNames": [kind.lower()[:3]],
+            },
+            "versions": [
+                {
+                    "name": VERSION,
+                    "served": True,
+                    "storage": True,
+                    "schema": {"openAPIV3Schema": schema},
+                    "subresources": sub,
+                }
+            ],
         },
     }
 
 
 WIDGET_CRD = _crd(PLURAL, "Widget", "Namespaced", WIDGET_SCHEMA, scale=True)
-GADGET_CRD = _crd(CPLURAL, "Gadget", "Cluster", {"type": "object", "x-kubernetes-preserve-unknown-fields": True},
-                  scale=False)
+GADGET_CRD = _crd(
+    CPLURAL, "Gadget", "Cluster", {"type": "object", "x-kubernetes-preserve-unknown-fields": True}, scale=False
+)
 
 
 # ------------------------------------------------------------------------------------------ helpers
@@ -138,8 +158,12 @@ def co(api):
 
 
 def widget(name: str, **spec: Any) -> dict[str, Any]:
-    return {"apiVersion": f"{GROUP}/{VERSION}", "kind": "Widget", "metadata": {"name": name},
-            "spec": {"modelID": "m", **spec}}
+    return {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": "Widget",
+        "metadata": {"name": name},
+        "spec": {"modelID": "m", **spec},
+    }
 
 
 def deployment(name: str, replicas: int = 1, labels: dict[str, str] | None = None) -> dict[str, Any]:
@@ -149,14 +173,17 @@ def deployment(name: str, replicas: int = 1, labels: dict[str, str] | None = Non
         "spec": {
             "replicas": replicas,
             "selector": {"matchLabels": sel},
-            "template": {"metadata": {"labels": sel},
-                         "spec": {"containers": [{"name": "main", "image": "vllm:1"}, {"name": "side", "image": "s:1"}]}},
+            "template": {
+                "metadata": {"labels": sel},
+                "spec": {"containers": [{"name": "main", "image": "vllm:1"}, {"name": "side", "image": "s:1"}]},
+            },
         },
     }
 
 
-def raw(api: client.ApiClient, method: str, path: str, body: Any = None,
-        content_type: str = "application/json") -> tuple[int, Any, dict[str, str]]:
+def raw(
+    api: client.ApiClient, method: str, path: str, body: Any = None, content_type: str = "application/json"
+) -> tuple[int, Any, dict[str, str]]:
     """An arbitrary request through ApiClient.call_api; returns (status, decoded body, headers)."""
     headers = {"Accept": "application/json", "Content-Type": content_type}
     resp = api.call_api(method, api.configuration.host + path, header_params=headers, body=body)
@@ -182,8 +209,16 @@ def test_discovery_endpoints(server, api):
     assert client.VersionApi(api).get_code().major == "1"
     assert client.CoreApi(api).get_api_versions().versions == ["v1"]
     core_names = {r.name for r in client.CoreV1Api(api).get_api_resources().resources}
-    assert {"namespaces", "configmaps", "secrets", "persistentvolumeclaims", "services", "events", "pods",
-            "pods/status"} <= core_names
+    assert {
+        "namespaces",
+        "configmaps",
+        "secrets",
+        "persistentvolumeclaims",
+        "services",
+        "events",
+        "pods",
+        "pods/status",
+    } <= core_names
     groups = {g.name: g for g in client.ApisApi(api).get_api_versions().groups}
     assert {"apps", "batch", "apiextensions.k8s.io", "events.k8s.io", GROUP} <= set(groups)
     assert groups[GROUP].preferred_version.group_version == f"{GROUP}/{VERSION}"
@@ -205,8 +240,13 @@ def test_discovery_endpoints(server, api):
 
 def test_crd_lifecycle_serves_and_stops_serving(server, api):
     ext = client.ApiextensionsV1Api(api)
-    crd = _crd("sprockets", "Sprocket", "Namespaced", {"type": "object", "x-kubernetes-preserve-unknown-fields": True},
-               scale=False)
+    crd = _crd(
+        "sprockets",
+        "Sprocket",
+        "Namespaced",
+        {"type": "object", "x-kubernetes-preserve-unknown-fields": True},
+        scale=False,
+    )
     created, code, _ = ext.create_custom_resource_definition_with_http_info(crd)
     assert code == 201
     conds = {c.type: c.status for c in created.status.conditions}
@@ -218,9 +258,18 @@ def test_crd_lifecycle_serves_and_stops_serving(server, api):
 
     co = client.CustomObjectsApi(api)
     server.create_namespace("ns1")
-    obj = co.create_namespaced_custom_object(GROUP, VERSION, "ns1", "sprockets",
-                                             {"apiVersion": f"{GROUP}/{VERSION}", "kind": "Sprocket",
-                                              "metadata": {"name": "s1"}, "spec": {"anything": {"goes": 1}}})
+    obj = co.create_namespaced_custom_object(
+        GROUP,
+        VERSION,
+        "ns1",
+        "sprockets",
+        {
+            "apiVersion": f"{GROUP}/{VERSION}",
+            "kind": "Sprocket",
+            "metadata": {"name": "s1"},
+            "spec": {"anything": {"goes": 1}},
+        },
+    )
     assert obj["spec"] == {"anything": {"goes": 1}}  # preserve-unknown-fields keeps everything
     ext.delete_custom_resource_definition(f"sprockets.{GROUP}")
     expect_error(404, ext.read_custom_resource_definition, f"sprockets.{GROUP}")
@@ -247,7 +296,8 @@ def test_install_crds_is_idempotent(server, api):
 
 def test_create_is_201_with_server_metadata(server, api, core, co, kube_namespace):
     cm, code, _ = core.create_namespaced_config_map_with_http_info(
-        kube_namespace, {"metadata": {"name": "cfg", "labels": {"a": "1"}}, "data": {"k": "v"}})
+        kube_namespace, {"metadata": {"name": "cfg", "labels": {"a": "1"}}, "data": {"k": "v"}}
+    )
     assert code == 201
     assert cm.metadata.uid and cm.metadata.creation_timestamp and cm.metadata.namespace == kube_namespace
     assert int(cm.metadata.resource_version) > 0
@@ -282,8 +332,12 @@ def test_invalid_names_and_bad_requests(server, api, core, kube_namespace):
     assert body["details"]["causes"][0]["field"] == "metadata.name"
     status, body, _ = raw(api, "POST", f"/api/v1/namespaces/{kube_namespace}/configmaps", body="{not json")
     assert status == 400 and body["reason"] == "BadRequest"
-    status, body, _ = raw(api, "POST", f"/api/v1/namespaces/{kube_namespace}/configmaps",
-                          body={"metadata": {"name": "x", "namespace": "other"}})
+    status, body, _ = raw(
+        api,
+        "POST",
+        f"/api/v1/namespaces/{kube_namespace}/configmaps",
+        body={"metadata": {"name": "x", "namespace": "other"}},
+    )
     assert status == 400
     status, body, _ = raw(api, "GET", f"/api/v1/namespaces/{kube_namespace}/nothings")
     assert status == 404 and body["kind"] == "Status"
@@ -298,14 +352,16 @@ def test_list_namespaced_and_all_namespaces(server, co, kube_namespace):
     listing = co.list_namespaced_custom_object(GROUP, VERSION, kube_namespace, PLURAL)
     assert listing["kind"] == "WidgetList" and [i["metadata"]["name"] for i in listing["items"]] == ["w0", "w1", "w2"]
     assert int(listing["metadata"]["resourceVersion"]) >= max(
-        int(i["metadata"]["resourceVersion"]) for i in listing["items"])
+        int(i["metadata"]["resourceVersion"]) for i in listing["items"]
+    )
     everywhere = co.list_cluster_custom_object(GROUP, VERSION, PLURAL)
     mine = {(i["metadata"]["namespace"], i["metadata"]["name"]) for i in everywhere["items"]}
     assert {(kube_namespace, "w0"), (other, "w2")} <= mine
     page = co.list_namespaced_custom_object(GROUP, VERSION, kube_namespace, PLURAL, limit=2)
     assert len(page["items"]) == 2 and page["metadata"]["continue"]
-    rest = co.list_namespaced_custom_object(GROUP, VERSION, kube_namespace, PLURAL, limit=2,
-                                            _continue=page["metadata"]["continue"])
+    rest = co.list_namespaced_custom_object(
+        GROUP, VERSION, kube_namespace, PLURAL, limit=2, _continue=page["metadata"]["continue"]
+    )
     assert [i["metadata"]["name"] for i in rest["items"]] == ["w2"] and not rest["metadata"].get("continue")
 
 
@@ -315,7 +371,9 @@ def test_label_selectors(server, core, kube_namespace):
         core.create_namespaced_config_map(kube_namespace, {"metadata": {"name": name, "labels": labels}})
 
     def names(sel: str) -> list[str]:
-        return sorted(i.metadata.name for i in core.list_namespaced_config_map(kube_namespace, label_selector=sel).items)
+        return sorted(
+            i.metadata.name for i in core.list_namespaced_config_map(kube_namespace, label_selector=sel).items
+        )
 
     assert names("app=x") == ["a", "b"]
     assert names("app==x") == ["a", "b"]
@@ -340,7 +398,8 @@ def test_field_selectors(server, core, kube_namespace):
     items = core.list_namespaced_config_map(kube_namespace, field_selector="metadata.name!=one").items
     assert [i.metadata.name for i in items] == ["two"]
     items = core.list_config_map_for_all_namespaces(
-        field_selector=f"metadata.namespace={kube_namespace}-z,metadata.name==one").items
+        field_selector=f"metadata.namespace={kube_namespace}-z,metadata.name==one"
+    ).items
     assert [(i.metadata.namespace, i.metadata.name) for i in items] == [(kube_namespace + "-z", "one")]
     body = expect_error(400, core.list_namespaced_config_map, kube_namespace, field_selector="spec.foo=bar")
     assert "field label not supported" in body["message"]
@@ -358,14 +417,21 @@ def test_put_conflict_on_stale_resource_version_and_unconditional_put(server, co
     cm.data = {"v": "stale"}  # still carries rv1
     body = expect_error(409, core.replace_namespaced_config_map, "c", kube_namespace, cm)
     assert body["reason"] == "Conflict"
-    assert body["message"] == ('Operation cannot be fulfilled on configmaps "c": the object has been modified; '
-                               "please apply your changes to the latest version and try again")
+    assert body["message"] == (
+        'Operation cannot be fulfilled on configmaps "c": the object has been modified; '
+        "please apply your changes to the latest version and try again"
+    )
     unconditional = core.replace_namespaced_config_map(
-        "c", kube_namespace, {"metadata": {"name": "c"}, "data": {"v": "3"}})
+        "c", kube_namespace, {"metadata": {"name": "c"}, "data": {"v": "3"}}
+    )
     assert unconditional.data == {"v": "3"} and unconditional.metadata.uid == cm.metadata.uid
     expect_error(404, core.replace_namespaced_config_map, "missing", kube_namespace, {"metadata": {"name": "missing"}})
-    status, _, _ = raw(core.api_client, "PUT", f"/api/v1/namespaces/{kube_namespace}/configmaps/c",
-                       body={"metadata": {"name": "other"}})
+    status, _, _ = raw(
+        core.api_client,
+        "PUT",
+        f"/api/v1/namespaces/{kube_namespace}/configmaps/c",
+        body={"metadata": {"name": "other"}},
+    )
     assert status == 400
 
 
@@ -420,39 +486,65 @@ def test_status_isolation_for_deployments(server, apps, kube_namespace):
     d = apps.create_namespaced_deployment(kube_namespace, deployment("web", replicas=2))
     assert d.metadata.generation == 1
     d = apps.patch_namespaced_deployment_status(
-        "web", kube_namespace, {"spec": {"replicas": 7}, "status": {"replicas": 2, "readyReplicas": 1, "observedGeneration": 1}})
+        "web",
+        kube_namespace,
+        {"spec": {"replicas": 7}, "status": {"replicas": 2, "readyReplicas": 1, "observedGeneration": 1}},
+    )
     assert d.spec.replicas == 2 and d.status.ready_replicas == 1 and d.metadata.generation == 1
-    d = apps.patch_namespaced_deployment("web", kube_namespace, {"spec": {"replicas": 3}, "status": {"readyReplicas": 0}})
+    d = apps.patch_namespaced_deployment(
+        "web", kube_namespace, {"spec": {"replicas": 3}, "status": {"readyReplicas": 0}}
+    )
     assert d.spec.replicas == 3 and d.status.ready_replicas == 1 and d.metadata.generation == 2
 
 
 def test_merge_json_and_strategic_patches(server, apps, co, kube_namespace):
     apps.create_namespaced_deployment(kube_namespace, deployment("p"))
     # dict body from AppsV1Api is sent as a strategic merge patch: containers merge by name
-    d = apps.patch_namespaced_deployment("p", kube_namespace, {"spec": {"template": {"spec": {
-        "containers": [{"name": "main", "image": "vllm:2"}]}}}})
+    d = apps.patch_namespaced_deployment(
+        "p", kube_namespace, {"spec": {"template": {"spec": {"containers": [{"name": "main", "image": "vllm:2"}]}}}}
+    )
     assert [(c.name, c.image) for c in d.spec.template.spec.containers] == [("main", "vllm:2"), ("side", "s:1")]
     # merge patch replaces lists wholesale
-    d = apps.patch_namespaced_deployment("p", kube_namespace, {"spec": {"template": {"spec": {
-        "containers": [{"name": "only", "image": "o:1"}]}}}}, _content_type="application/merge-patch+json")
+    d = apps.patch_namespaced_deployment(
+        "p",
+        kube_namespace,
+        {"spec": {"template": {"spec": {"containers": [{"name": "only", "image": "o:1"}]}}}},
+        _content_type="application/merge-patch+json",
+    )
     assert [c.name for c in d.spec.template.spec.containers] == ["only"]
     # JSON patch
-    d = apps.patch_namespaced_deployment("p", kube_namespace, [
-        {"op": "replace", "path": "/spec/replicas", "value": 5},
-        {"op": "add", "path": "/metadata/labels", "value": {"patched": "yes"}}])
+    d = apps.patch_namespaced_deployment(
+        "p",
+        kube_namespace,
+        [
+            {"op": "replace", "path": "/spec/replicas", "value": 5},
+            {"op": "add", "path": "/metadata/labels", "value": {"patched": "yes"}},
+        ],
+    )
     assert d.spec.replicas == 5 and d.metadata.labels == {"patched": "yes"}
-    expect_error(422, apps.patch_namespaced_deployment, "p", kube_namespace,
-                 [{"op": "test", "path": "/spec/replicas", "value": 1}])
+    expect_error(
+        422,
+        apps.patch_namespaced_deployment,
+        "p",
+        kube_namespace,
+        [{"op": "test", "path": "/spec/replicas", "value": 1}],
+    )
 
     co.create_namespaced_custom_object(GROUP, VERSION, kube_namespace, PLURAL, widget("cp", tags=["a"]))
     args = (GROUP, VERSION, kube_namespace, PLURAL, "cp")
     w = co.patch_namespaced_custom_object(*args, {"spec": {"accelerator": "H100", "tags": None}})
     assert w["spec"]["accelerator"] == "H100" and "tags" not in w["spec"]
-    w = co.patch_namespaced_custom_object(*args, [{"op": "add", "path": "/spec/tags", "value": ["x", "y"]}],
-                                          _content_type="application/json-patch+json")
+    w = co.patch_namespaced_custom_object(
+        *args, [{"op": "add", "path": "/spec/tags", "value": ["x", "y"]}], _content_type="application/json-patch+json"
+    )
     assert w["spec"]["tags"] == ["x", "y"]
-    body = expect_error(415, co.patch_namespaced_custom_object, *args, {"spec": {"replicas": 1}},
-                        _content_type="application/strategic-merge-patch+json")
+    body = expect_error(
+        415,
+        co.patch_namespaced_custom_object,
+        *args,
+        {"spec": {"replicas": 1}},
+        _content_type="application/strategic-merge-patch+json",
+    )
     assert body["reason"] == "UnsupportedMediaType"
 
 
@@ -462,8 +554,12 @@ def test_resource_version_in_patch_is_a_precondition(server, co, core, kube_name
     args = (GROUP, VERSION, kube_namespace, PLURAL, "pre")
     w2 = co.patch_namespaced_custom_object(*args, {"metadata": {"resourceVersion": rv}, "spec": {"replicas": 3}})
     assert w2["spec"]["replicas"] == 3
-    body = expect_error(409, co.patch_namespaced_custom_object_status, *args,
-                        {"metadata": {"resourceVersion": rv}, "status": {"phase": "x"}})
+    body = expect_error(
+        409,
+        co.patch_namespaced_custom_object_status,
+        *args,
+        {"metadata": {"resourceVersion": rv}, "status": {"phase": "x"}},
+    )
     assert body["reason"] == "Conflict"
     assert co.get_namespaced_custom_object(*args)["spec"]["replicas"] == 3
 
@@ -472,13 +568,21 @@ def test_resource_version_in_patch_is_a_precondition(server, co, core, kube_name
 
 
 def test_schema_validation_rejects_with_real_messages(server, co, kube_namespace):
-    body = expect_error(422, co.create_namespaced_custom_object, GROUP, VERSION, kube_namespace, PLURAL,
-                        widget("bad", modelID=""))
+    body = expect_error(
+        422, co.create_namespaced_custom_object, GROUP, VERSION, kube_namespace, PLURAL, widget("bad", modelID="")
+    )
     assert body["reason"] == "Invalid"
-    assert body["message"] == (f'Widget.{GROUP} "bad" is invalid: spec.modelID: Invalid value: "": '
-                               "spec.modelID in body should be at least 1 chars long")
-    assert body["details"]["causes"] == [{"reason": "FieldValueInvalid", "field": "spec.modelID",
-                                          "message": 'Invalid value: "": spec.modelID in body should be at least 1 chars long'}]
+    assert body["message"] == (
+        f'Widget.{GROUP} "bad" is invalid: spec.modelID: Invalid value: "": '
+        "spec.modelID in body should be at least 1 chars long"
+    )
+    assert body["details"]["causes"] == [
+        {
+            "reason": "FieldValueInvalid",
+            "field": "spec.modelID",
+            "message": 'Invalid value: "": spec.modelID in body should be at least 1 chars long',
+        }
+    ]
     assert body["details"]["kind"] == "Widget" and body["details"]["group"] == GROUP
 
     cases = {
@@ -494,20 +598,45 @@ def test_schema_validation_rejects_with_real_messages(server, co, kube_namespace
         "spec.env.a": {"env": {"a": 1}},
     }
     for field, spec in cases.items():
-        body = expect_error(422, co.create_namespaced_custom_object, GROUP, VERSION, kube_namespace, PLURAL,
-                            widget("bad", **spec))
+        body = expect_error(
+            422, co.create_namespaced_custom_object, GROUP, VERSION, kube_namespace, PLURAL, widget("bad", **spec)
+        )
         assert [c["field"] for c in body["details"]["causes"]] == [field], (field, body)
-    body = expect_error(422, co.create_namespaced_custom_object, GROUP, VERSION, kube_namespace, PLURAL,
-                        {"apiVersion": f"{GROUP}/{VERSION}", "kind": "Widget", "metadata": {"name": "bad"}, "spec": {}})
-    assert body["details"]["causes"][0] == {"reason": "FieldValueRequired", "field": "spec.modelID",
-                                            "message": "Required value"}
-    assert "spec.variantProfile.maxBatchSize: Invalid value: 0: spec.variantProfile.maxBatchSize in body should be " \
-           "greater than or equal to 1" in expect_error(
-               422, co.create_namespaced_custom_object, GROUP, VERSION, kube_namespace, PLURAL,
-               widget("bad", variantProfile={"maxBatchSize": 0}))["message"]
+    body = expect_error(
+        422,
+        co.create_namespaced_custom_object,
+        GROUP,
+        VERSION,
+        kube_namespace,
+        PLURAL,
+        {"apiVersion": f"{GROUP}/{VERSION}", "kind": "Widget", "metadata": {"name": "bad"}, "spec": {}},
+    )
+    assert body["details"]["causes"][0] == {
+        "reason": "FieldValueRequired",
+        "field": "spec.modelID",
+        "message": "Required value",
+    }
+    assert (
+        "spec.variantProfile.maxBatchSize: Invalid value: 0: spec.variantProfile.maxBatchSize in body should be "
+        "greater than or equal to 1"
+        in expect_error(
+            422,
+            co.create_namespaced_custom_object,
+            GROUP,
+            VERSION,
+            kube_namespace,
+            PLURAL,
+            widget("bad", variantProfile={"maxBatchSize": 0}),
+        )["message"]
+    )
     # valid edge values pass
-    ok = co.create_namespaced_custom_object(GROUP, VERSION, kube_namespace, PLURAL, widget(
-        "edge", port="http", note=None, startAfter="2026-01-02T03:04:05Z", ratio=0.5, tags=["a", "b", "c"]))
+    ok = co.create_namespaced_custom_object(
+        GROUP,
+        VERSION,
+        kube_namespace,
+        PLURAL,
+        widget("edge", port="http", note=None, startAfter="2026-01-02T03:04:05Z", ratio=0.5, tags=["a", "b", "c"]),
+    )
     assert ok["spec"]["port"] == "http" and ok["spec"]["note"] is None
 
 
@@ -518,13 +647,26 @@ def test_schema_validation_on_update_patch_and_status(server, co, kube_namespace
     cur = co.get_namespaced_custom_object(*args)
     cur["spec"]["modelID"] = ""
     expect_error(422, co.replace_namespaced_custom_object, *args, cur)
-    body = expect_error(422, co.patch_namespaced_custom_object_status, *args,
-                        {"status": {"conditions": [{"type": "Ready", "status": "Maybe"}]}})
+    body = expect_error(
+        422,
+        co.patch_namespaced_custom_object_status,
+        *args,
+        {"status": {"conditions": [{"type": "Ready", "status": "Maybe"}]}},
+    )
     assert body["details"]["causes"][0]["field"] == "status.conditions[0].status"
-    body = expect_error(422, co.patch_namespaced_custom_object_status, *args, {"status": {"conditions": [
-        {"type": "Ready", "status": "True"}, {"type": "Ready", "status": "False"}]}})
-    assert body["details"]["causes"] == [{"reason": "FieldValueDuplicate", "field": "status.conditions[1]",
-                                          "message": 'Duplicate value: map[string]interface {}{"type":"Ready"}'}]
+    body = expect_error(
+        422,
+        co.patch_namespaced_custom_object_status,
+        *args,
+        {"status": {"conditions": [{"type": "Ready", "status": "True"}, {"type": "Ready", "status": "False"}]}},
+    )
+    assert body["details"]["causes"] == [
+        {
+            "reason": "FieldValueDuplicate",
+            "field": "status.conditions[1]",
+            "message": 'Duplicate value: map[string]interface {}{"type":"Ready"}',
+        }
+    ]
     assert co.get_namespaced_custom_object(*args)["spec"]["modelID"] == "m"
 
 
@@ -539,8 +681,9 @@ def test_schema_defaults_and_pruning(server, co, kube_namespace):
     assert "unknownField" not in spec and "topLevelJunk" not in created  # pruned
     assert spec["extra"] == {"free": {"form": 1}}  # x-kubernetes-preserve-unknown-fields
     assert created["metadata"]["labels"] == {"keep": "me"}
-    s = co.patch_namespaced_custom_object_status(GROUP, VERSION, kube_namespace, PLURAL, "d",
-                                                 {"status": {"phase": "A", "junk": 1}})
+    s = co.patch_namespaced_custom_object_status(
+        GROUP, VERSION, kube_namespace, PLURAL, "d", {"status": {"phase": "A", "junk": 1}}
+    )
     assert s["status"] == {"phase": "A"}
 
 
@@ -565,11 +708,17 @@ def test_delete_returns_object_or_status(server, core, co, kube_namespace):
 
 def test_delete_with_preconditions(server, core, kube_namespace):
     cm = core.create_namespaced_config_map(kube_namespace, {"metadata": {"name": "pc"}})
-    body = expect_error(409, core.delete_namespaced_config_map, "pc", kube_namespace,
-                        body=client.V1DeleteOptions(preconditions=client.V1Preconditions(resource_version="1")))
+    body = expect_error(
+        409,
+        core.delete_namespaced_config_map,
+        "pc",
+        kube_namespace,
+        body=client.V1DeleteOptions(preconditions=client.V1Preconditions(resource_version="1")),
+    )
     assert "Precondition failed" in body["message"]
-    core.delete_namespaced_config_map("pc", kube_namespace, body=client.V1DeleteOptions(
-        preconditions=client.V1Preconditions(uid=cm.metadata.uid)))
+    core.delete_namespaced_config_map(
+        "pc", kube_namespace, body=client.V1DeleteOptions(preconditions=client.V1Preconditions(uid=cm.metadata.uid))
+    )
 
 
 def test_finalizers_delay_deletion(server, co, kube_namespace):
@@ -642,29 +791,48 @@ def test_builtin_kinds_crud(server, api, core, kube_namespace):
     ns = core.create_namespace({"metadata": {"name": ns_name}})
     assert ns.status.phase == "Active"
     assert ns_name in [n.metadata.name for n in core.list_namespace().items]
-    pvc = core.create_namespaced_persistent_volume_claim(kube_namespace, {
-        "metadata": {"name": "cache"},
-        "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}}})
+    pvc = core.create_namespaced_persistent_volume_claim(
+        kube_namespace,
+        {
+            "metadata": {"name": "cache"},
+            "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}},
+        },
+    )
     assert pvc.status.phase == "Pending"
-    svc = core.create_namespaced_service(kube_namespace, {"metadata": {"name": "svc"},
-                                                          "spec": {"selector": {"app": "x"}, "ports": [{"port": 80}]}})
+    svc = core.create_namespaced_service(
+        kube_namespace, {"metadata": {"name": "svc"}, "spec": {"selector": {"app": "x"}, "ports": [{"port": 80}]}}
+    )
     assert svc.spec.ports[0].target_port == 80 and svc.spec.type == "ClusterIP"
-    pod = core.create_namespaced_pod(kube_namespace, {"metadata": {"name": "p"},
-                                                      "spec": {"containers": [{"name": "c", "image": "i"}]}})
+    pod = core.create_namespaced_pod(
+        kube_namespace, {"metadata": {"name": "p"}, "spec": {"containers": [{"name": "c", "image": "i"}]}}
+    )
     assert pod.status.phase == "Pending"
     pod = core.patch_namespaced_pod_status("p", kube_namespace, {"status": {"phase": "Running"}})
     assert pod.status.phase == "Running"
-    assert [p.metadata.name for p in core.list_namespaced_pod(kube_namespace, field_selector="status.phase=Running").items] == ["p"]
-    ev = core.create_namespaced_event(kube_namespace, {"metadata": {"name": "e1"}, "reason": "Scaled",
-                                                       "involvedObject": {"kind": "Deployment", "name": "x"}})
+    assert [
+        p.metadata.name for p in core.list_namespaced_pod(kube_namespace, field_selector="status.phase=Running").items
+    ] == ["p"]
+    ev = core.create_namespaced_event(
+        kube_namespace,
+        {"metadata": {"name": "e1"}, "reason": "Scaled", "involvedObject": {"kind": "Deployment", "name": "x"}},
+    )
     assert ev.reason == "Scaled"
     assert len(core.list_namespaced_event(kube_namespace, field_selector="involvedObject.name=x").items) == 1
-    ev2 = client.EventsV1Api(api).create_namespaced_event(kube_namespace, {
-        "metadata": {"name": "e2"}, "eventTime": "2026-01-01T00:00:00.000000Z", "reason": "R", "action": "A",
-        "reportingController": "modelplane", "reportingInstance": "i"})
+    ev2 = client.EventsV1Api(api).create_namespaced_event(
+        kube_namespace,
+        {
+            "metadata": {"name": "e2"},
+            "eventTime": "2026-01-01T00:00:00.000000Z",
+            "reason": "R",
+            "action": "A",
+            "reportingController": "modelplane",
+            "reportingInstance": "i",
+        },
+    )
     assert ev2.reason == "R"
-    sec = core.create_namespaced_secret(kube_namespace, {"metadata": {"name": "tok"}, "stringData": {"token": "hf_x"},
-                                                         "data": {"other": "YQ=="}})
+    sec = core.create_namespaced_secret(
+        kube_namespace, {"metadata": {"name": "tok"}, "stringData": {"token": "hf_x"}, "data": {"other": "YQ=="}}
+    )
     assert sec.data == {"other": "YQ==", "token": "aGZfeA=="} and sec.string_data is None and sec.type == "Opaque"
     sa = core.create_namespaced_service_account(kube_namespace, {"metadata": {"name": "sa"}})
     assert sa.metadata.name == "sa"
@@ -674,11 +842,17 @@ def test_builtin_kinds_crud(server, api, core, kube_namespace):
 
 def test_job_status_subresource(server, api, kube_namespace):
     batch = client.BatchV1Api(api)
-    job = batch.create_namespaced_job(kube_namespace, {"metadata": {"name": "j"}, "spec": {"template": {"spec": {
-        "restartPolicy": "Never", "containers": [{"name": "c", "image": "i"}]}}}})
+    job = batch.create_namespaced_job(
+        kube_namespace,
+        {
+            "metadata": {"name": "j"},
+            "spec": {"template": {"spec": {"restartPolicy": "Never", "containers": [{"name": "c", "image": "i"}]}}},
+        },
+    )
     assert job.metadata.generation == 1 and job.spec.backoff_limit == 6
-    job = batch.patch_namespaced_job_status("j", kube_namespace, {"status": {"succeeded": 1, "conditions": [
-        {"type": "Complete", "status": "True"}]}})
+    job = batch.patch_namespaced_job_status(
+        "j", kube_namespace, {"status": {"succeeded": 1, "conditions": [{"type": "Complete", "status": "True"}]}}
+    )
     assert job.status.succeeded == 1 and job.metadata.generation == 1
     job = batch.patch_namespaced_job("j", kube_namespace, {"status": {"succeeded": 0}, "spec": {"suspend": True}})
     assert job.status.succeeded == 1 and job.spec.suspend is True and job.metadata.generation == 2
@@ -693,8 +867,12 @@ def test_deployment_validation(server, apps, kube_namespace):
 
 def test_cluster_scoped_custom_resource(server, api, co):
     name = f"gadget-{os.getpid()}-{time.monotonic_ns() % 100000}"
-    g = co.create_cluster_custom_object(GROUP, VERSION, CPLURAL, {"apiVersion": f"{GROUP}/{VERSION}", "kind": "Gadget",
-                                                                  "metadata": {"name": name}, "spec": {"x": 1}})
+    g = co.create_cluster_custom_object(
+        GROUP,
+        VERSION,
+        CPLURAL,
+        {"apiVersion": f"{GROUP}/{VERSION}", "kind": "Gadget", "metadata": {"name": name}, "spec": {"x": 1}},
+    )
     assert "namespace" not in g["metadata"]
     g = co.patch_cluster_custom_object_status(GROUP, VERSION, CPLURAL, name, {"status": {"ok": True}, "spec": {"x": 2}})
     assert g["status"] == {"ok": True} and g["spec"] == {"x": 1}
@@ -723,8 +901,15 @@ def test_watch_streams_events_from_resource_version(server, api, co, kube_namesp
     t.start()
     w = watch.Watch()
     seen = []
-    for ev in w.stream(client.CustomObjectsApi(server.api_client()).list_namespaced_custom_object, GROUP, VERSION,
-                       kube_namespace, PLURAL, resource_version=rv, timeout_seconds=3):
+    for ev in w.stream(
+        client.CustomObjectsApi(server.api_client()).list_namespaced_custom_object,
+        GROUP,
+        VERSION,
+        kube_namespace,
+        PLURAL,
+        resource_version=rv,
+        timeout_seconds=3,
+    ):
         seen.append((ev["type"], ev["object"]["metadata"]["name"], ev["object"]["spec"]["replicas"]))
         if ev["type"] == "DELETED":
             w.stop()
@@ -745,8 +930,12 @@ def test_watch_typed_with_initial_state_and_label_selector(server, api, core, ku
     t.start()
     events = []
     w = watch.Watch()
-    for ev in w.stream(client.CoreV1Api(server.api_client()).list_namespaced_config_map, kube_namespace,
-                       label_selector="w=1", timeout_seconds=2):
+    for ev in w.stream(
+        client.CoreV1Api(server.api_client()).list_namespaced_config_map,
+        kube_namespace,
+        label_selector="w=1",
+        timeout_seconds=2,
+    ):
         events.append((ev["type"], ev["object"].metadata.name))
         assert isinstance(ev["object"], client.V1ConfigMap)
         if len(events) == 3:
@@ -758,16 +947,37 @@ def test_watch_typed_with_initial_state_and_label_selector(server, api, core, ku
 
 def test_watch_times_out_and_too_old_is_410(server, api, co, kube_namespace):
     start = time.monotonic()
-    events = list(watch.Watch().stream(co.list_namespaced_custom_object, GROUP, VERSION, kube_namespace, PLURAL,
-                                       resource_version="999999999", timeout_seconds=1))
+    events = list(
+        watch.Watch().stream(
+            co.list_namespaced_custom_object,
+            GROUP,
+            VERSION,
+            kube_namespace,
+            PLURAL,
+            resource_version="999999999",
+            timeout_seconds=1,
+        )
+    )
     assert events == [] and 0.8 < time.monotonic() - start < 3
     server.reset()  # compacts history: older resourceVersions are gone
     with pytest.raises(ApiException) as info:
-        list(watch.Watch().stream(co.list_namespaced_custom_object, GROUP, VERSION, kube_namespace, PLURAL,
-                                  resource_version="1", timeout_seconds=1))
+        list(
+            watch.Watch().stream(
+                co.list_namespaced_custom_object,
+                GROUP,
+                VERSION,
+                kube_namespace,
+                PLURAL,
+                resource_version="1",
+                timeout_seconds=1,
+            )
+        )
     assert info.value.status == 410
-    status, body, _ = raw(api, "GET", f"/apis/{GROUP}/{VERSION}/namespaces/{kube_namespace}/{PLURAL}"
-                                      "?watch=true&resourceVersion=1&timeoutSeconds=1")
+    status, body, _ = raw(
+        api,
+        "GET",
+        f"/apis/{GROUP}/{VERSION}/namespaces/{kube_namespace}/{PLURAL}?watch=true&resourceVersion=1&timeoutSeconds=1",
+    )
     assert status == 200
     assert body["type"] == "ERROR" and body["object"]["code"] == 410 and body["object"]["reason"] == "Expired"
 
@@ -792,8 +1002,14 @@ def test_stats_count_requests_by_verb_and_resource(server, co, apps, kube_namesp
     assert server.count("patch", PLURAL, "") == 0
     log = server.requests()
     assert [(r["method"], r["verb"], r["code"]) for r in log] == [
-        ("POST", "create", 201), ("GET", "get", 200), ("GET", "list", 200), ("PATCH", "patch", 200),
-        ("PATCH", "patch", 200), ("DELETE", "delete", 200), ("GET", "get", 404)]
+        ("POST", "create", 201),
+        ("GET", "get", 200),
+        ("GET", "list", 200),
+        ("PATCH", "patch", 200),
+        ("PATCH", "patch", 200),
+        ("DELETE", "delete", 200),
+        ("GET", "get", 404),
+    ]
     assert log[-1]["path"] == f"/apis/apps/v1/namespaces/{kube_namespace}/deployments/none/scale"
     assert server.requests(limit=2) == log[-2:]
     server.reset_stats()
@@ -872,7 +1088,9 @@ def test_throughput_is_adequate(server, co, apps, kube_namespace):
         co.create_namespaced_custom_object(GROUP, VERSION, kube_namespace, PLURAL, widget(f"t{i}"))
         apps.create_namespaced_deployment(kube_namespace, deployment(f"t{i}"))
     for i in range(n):
-        co.patch_namespaced_custom_object_status(GROUP, VERSION, kube_namespace, PLURAL, f"t{i}", {"status": {"replicas": 1}})
+        co.patch_namespaced_custom_object_status(
+            GROUP, VERSION, kube_namespace, PLURAL, f"t{i}", {"status": {"replicas": 1}}
+        )
         apps.patch_namespaced_deployment_scale(f"t{i}", kube_namespace, {"spec": {"replicas": 2}})
     assert len(co.list_namespaced_custom_object(GROUP, VERSION, kube_namespace, PLURAL)["items"]) == n
     elapsed = time.perf_counter() - start
@@ -881,22 +1099,46 @@ def test_throughput_is_adequate(server, co, apps, kube_namespace):
 
 def test_owner_references_cascade_on_delete(server, co, apps, core, kube_namespace):
     owner = co.create_namespaced_custom_object(GROUP, VERSION, kube_namespace, PLURAL, widget("owner"))
-    ref = {"apiVersion": f"{GROUP}/{VERSION}", "kind": "Widget", "name": "owner", "uid": owner["metadata"]["uid"],
-           "controller": True}
+    ref = {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": "Widget",
+        "name": "owner",
+        "uid": owner["metadata"]["uid"],
+        "controller": True,
+    }
     dep = deployment("owned")
     dep["metadata"]["ownerReferences"] = [ref]
     apps.create_namespaced_deployment(kube_namespace, dep)
     core.create_namespaced_config_map(kube_namespace, {"metadata": {"name": "kept", "ownerReferences": [ref]}})
     other = core.create_namespaced_config_map(kube_namespace, {"metadata": {"name": "other-owner"}})
-    core.patch_namespaced_config_map("kept", kube_namespace, {"metadata": {"ownerReferences": [ref, {
-        "apiVersion": "v1", "kind": "ConfigMap", "name": "other-owner", "uid": other.metadata.uid}]}})
+    core.patch_namespaced_config_map(
+        "kept",
+        kube_namespace,
+        {
+            "metadata": {
+                "ownerReferences": [
+                    ref,
+                    {"apiVersion": "v1", "kind": "ConfigMap", "name": "other-owner", "uid": other.metadata.uid},
+                ]
+            }
+        },
+    )
     co.delete_namespaced_custom_object(GROUP, VERSION, kube_namespace, PLURAL, "owner")
     expect_error(404, apps.read_namespaced_deployment, "owned", kube_namespace)  # sole owner gone: collected
     core.read_namespaced_config_map("kept", kube_namespace)  # still has a live owner
 
     orphan_owner = core.create_namespaced_config_map(kube_namespace, {"metadata": {"name": "parent"}})
-    core.create_namespaced_config_map(kube_namespace, {"metadata": {"name": "child", "ownerReferences": [{
-        "apiVersion": "v1", "kind": "ConfigMap", "name": "parent", "uid": orphan_owner.metadata.uid}]}})
+    core.create_namespaced_config_map(
+        kube_namespace,
+        {
+            "metadata": {
+                "name": "child",
+                "ownerReferences": [
+                    {"apiVersion": "v1", "kind": "ConfigMap", "name": "parent", "uid": orphan_owner.metadata.uid}
+                ],
+            }
+        },
+    )
     core.delete_namespaced_config_map("parent", kube_namespace, propagation_policy="Orphan")
     core.read_namespaced_config_map("child", kube_namespace)
 
@@ -910,8 +1152,9 @@ def test_server_side_apply_and_dry_run(server, api, co, kube_namespace):
     dry = co.create_namespaced_custom_object(GROUP, VERSION, kube_namespace, PLURAL, widget("dry"), dry_run="All")
     assert dry["metadata"]["name"] == "dry" and dry["spec"]["mode"] == "fast"
     expect_error(404, co.get_namespaced_custom_object, GROUP, VERSION, kube_namespace, PLURAL, "dry")
-    co.patch_namespaced_custom_object(GROUP, VERSION, kube_namespace, PLURAL, "ssa", {"spec": {"replicas": 9}},
-                                      dry_run="All")
+    co.patch_namespaced_custom_object(
+        GROUP, VERSION, kube_namespace, PLURAL, "ssa", {"spec": {"replicas": 9}}, dry_run="All"
+    )
     assert co.get_namespaced_custom_object(GROUP, VERSION, kube_namespace, PLURAL, "ssa")["spec"]["replicas"] == 3
 
 
@@ -942,21 +1185,48 @@ def test_concurrent_writers_with_same_resource_version_one_wins(server, api, cor
 
 def test_multi_version_crd_and_embedded_resources(server, api):
     ext = client.ApiextensionsV1Api(api)
-    schema = {"type": "object", "properties": {"spec": {"type": "object", "properties": {
-        "template": {"type": "object", "x-kubernetes-embedded-resource": True,
-                     "properties": {"spec": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}}}}}}}
+    schema = {
+        "type": "object",
+        "properties": {
+            "spec": {
+                "type": "object",
+                "properties": {
+                    "template": {
+                        "type": "object",
+                        "x-kubernetes-embedded-resource": True,
+                        "properties": {"spec": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}},
+                    }
+                },
+            }
+        },
+    }
     crd = _crd("blueprints", "Blueprint", "Namespaced", schema, scale=False)
     v2 = dict(crd["spec"]["versions"][0], name="v1beta1", storage=False)
     crd["spec"]["versions"].append(v2)
     server.install_crds([crd])
     co = client.CustomObjectsApi(api)
-    body = {"apiVersion": f"{GROUP}/{VERSION}", "kind": "Blueprint", "metadata": {"name": "b"},
-            "spec": {"template": {"apiVersion": "v1", "kind": "Pod", "metadata": {"labels": {"a": "b"}},
-                                  "spec": {"x": 1}, "junk": 1}}}
+    body = {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": "Blueprint",
+        "metadata": {"name": "b"},
+        "spec": {
+            "template": {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {"labels": {"a": "b"}},
+                "spec": {"x": 1},
+                "junk": 1,
+            }
+        },
+    }
     server.create_namespace("mv")
     created = co.create_namespaced_custom_object(GROUP, VERSION, "mv", "blueprints", body)
-    assert created["spec"]["template"] == {"apiVersion": "v1", "kind": "Pod", "metadata": {"labels": {"a": "b"}},
-                                           "spec": {"x": 1}}
+    assert created["spec"]["template"] == {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"labels": {"a": "b"}},
+        "spec": {"x": 1},
+    }
     other = co.get_namespaced_custom_object(GROUP, "v1beta1", "mv", "blueprints", "b")
     assert other["apiVersion"] == f"{GROUP}/v1beta1" and other["metadata"]["uid"] == created["metadata"]["uid"]
     groups = {g.name: g for g in client.ApisApi(api).get_api_versions().groups}
@@ -966,21 +1236,34 @@ def test_multi_version_crd_and_embedded_resources(server, api):
 
 def test_watch_requests_are_counted(server, co, kube_namespace):
     server.reset_stats()
-    list(watch.Watch().stream(co.list_namespaced_custom_object, GROUP, VERSION, kube_namespace, PLURAL,
-                              resource_version="0", timeout_seconds=1))
+    list(
+        watch.Watch().stream(
+            co.list_namespaced_custom_object,
+            GROUP,
+            VERSION,
+            kube_namespace,
+            PLURAL,
+            resource_version="0",
+            timeout_seconds=1,
+        )
+    )
     assert server.count("watch", PLURAL) == 1 and server.count("list") == 0
 
 
 def test_watch_bookmarks_and_send_initial_events(server, api, core, kube_namespace):
     core.create_namespaced_config_map(kube_namespace, {"metadata": {"name": "one"}})
-    path = (f"/api/v1/namespaces/{kube_namespace}/configmaps?watch=true&sendInitialEvents=true"
-            "&resourceVersionMatch=NotOlderThan&allowWatchBookmarks=true&timeoutSeconds=1")
+    path = (
+        f"/api/v1/namespaces/{kube_namespace}/configmaps?watch=true&sendInitialEvents=true"
+        "&resourceVersionMatch=NotOlderThan&allowWatchBookmarks=true&timeoutSeconds=1"
+    )
     resp = api.call_api("GET", api.configuration.host + path, header_params={"Accept": "application/json"})
     resp.read()
     events = [json.loads(line) for line in resp.data.decode().splitlines() if line]
     assert [e["type"] for e in events] == ["ADDED", "BOOKMARK", "BOOKMARK"]
     assert events[1]["object"]["metadata"]["annotations"] == {"k8s.io/initial-events-end": "true"}
-    assert int(events[2]["object"]["metadata"]["resourceVersion"]) >= int(events[0]["object"]["metadata"]["resourceVersion"])
+    assert int(events[2]["object"]["metadata"]["resourceVersion"]) >= int(
+        events[0]["object"]["metadata"]["resourceVersion"]
+    )
 
 
 def _threads(pid: int) -> int:
@@ -1020,8 +1303,10 @@ def _abandon_watches_and_count(server, kube_namespace: str) -> None:
     socks = []
     for _ in range(5):
         s = socket.create_connection(("127.0.0.1", server.port))
-        s.sendall(f"GET /api/v1/namespaces/{kube_namespace}/configmaps?watch=true&timeoutSeconds=600 HTTP/1.1\r\n"
-                  "Host: x\r\n\r\n".encode())
+        s.sendall(
+            f"GET /api/v1/namespaces/{kube_namespace}/configmaps?watch=true&timeoutSeconds=600 HTTP/1.1\r\n"
+            "Host: x\r\n\r\n".encode()
+        )
         assert s.recv(4096).startswith(b"HTTP/1.1 200")
         socks.append(s)
     assert _threads(server.pid) >= baseline + 5
@@ -1050,17 +1335,30 @@ def test_defaults_reapplied_on_update_and_generation_on_graceful_delete(server, 
 
 
 def test_schema_one_of_and_any_of(server, co, api, kube_namespace):
-    schema = {"type": "object", "properties": {"spec": {
+    schema = {
         "type": "object",
-        "oneOf": [{"required": ["a"]}, {"required": ["b"]}],
-        "properties": {"a": {"type": "string"}, "b": {"type": "string"},
-                       "q": {"anyOf": [{"type": "integer"}, {"type": "string"}], "x-kubernetes-int-or-string": True}},
-    }}}
+        "properties": {
+            "spec": {
+                "type": "object",
+                "oneOf": [{"required": ["a"]}, {"required": ["b"]}],
+                "properties": {
+                    "a": {"type": "string"},
+                    "b": {"type": "string"},
+                    "q": {"anyOf": [{"type": "integer"}, {"type": "string"}], "x-kubernetes-int-or-string": True},
+                },
+            }
+        },
+    }
     server.install_crds([_crd("choices", "Choice", "Namespaced", schema, scale=False)])
 
     def make(spec: dict[str, Any]) -> Any:
-        return co.create_namespaced_custom_object(GROUP, VERSION, kube_namespace, "choices", {
-            "apiVersion": f"{GROUP}/{VERSION}", "kind": "Choice", "metadata": {"generateName": "c-"}, "spec": spec})
+        return co.create_namespaced_custom_object(
+            GROUP,
+            VERSION,
+            kube_namespace,
+            "choices",
+            {"apiVersion": f"{GROUP}/{VERSION}", "kind": "Choice", "metadata": {"generateName": "c-"}, "spec": spec},
+        )
 
     assert make({"a": "x", "q": 5})["spec"] == {"a": "x", "q": 5}
     assert make({"b": "y", "q": "5Gi"})["spec"]["q"] == "5Gi"
@@ -1075,10 +1373,13 @@ def test_strategic_patch_merges_finalizers_like_the_real_server(server, core, ku
     core.create_namespaced_config_map(kube_namespace, {"metadata": {"name": "f", "finalizers": ["a/x"]}})
     cm = core.patch_namespaced_config_map("f", kube_namespace, {"metadata": {"finalizers": ["b/y"]}})
     assert cm.metadata.finalizers == ["a/x", "b/y"]  # strategic merge: union
-    cm = core.patch_namespaced_config_map("f", kube_namespace, {"metadata": {"$deleteFromPrimitiveList/finalizers": ["a/x"]}})
+    cm = core.patch_namespaced_config_map(
+        "f", kube_namespace, {"metadata": {"$deleteFromPrimitiveList/finalizers": ["a/x"]}}
+    )
     assert cm.metadata.finalizers == ["b/y"]
-    cm = core.patch_namespaced_config_map("f", kube_namespace, {"metadata": {"finalizers": []}},
-                                          _content_type="application/merge-patch+json")
+    cm = core.patch_namespaced_config_map(
+        "f", kube_namespace, {"metadata": {"finalizers": []}}, _content_type="application/merge-patch+json"
+    )
     assert cm.metadata.finalizers is None
 
 
@@ -1095,17 +1396,30 @@ def test_put_custom_resource_without_resource_version_is_422(server, co, kube_na
 
 
 def test_create_with_resource_version_is_rejected(server, api, kube_namespace):
-    status, body, _ = raw(api, "POST", f"/api/v1/namespaces/{kube_namespace}/configmaps",
-                          body={"metadata": {"name": "rv", "resourceVersion": "12"}})
+    status, body, _ = raw(
+        api,
+        "POST",
+        f"/api/v1/namespaces/{kube_namespace}/configmaps",
+        body={"metadata": {"name": "rv", "resourceVersion": "12"}},
+    )
     assert status == 500 and body["message"] == "resourceVersion should not be set on objects to be created"
 
 
 def test_no_new_finalizer_on_an_object_being_deleted(server, co, kube_namespace):
-    co.create_namespaced_custom_object(GROUP, VERSION, kube_namespace, PLURAL,
-                                       {**widget("fin"), "metadata": {"name": "fin", "finalizers": ["a/b"]}})
+    co.create_namespaced_custom_object(
+        GROUP, VERSION, kube_namespace, PLURAL, {**widget("fin"), "metadata": {"name": "fin", "finalizers": ["a/b"]}}
+    )
     co.delete_namespaced_custom_object(GROUP, VERSION, kube_namespace, PLURAL, "fin")
-    error = expect_error(422, co.patch_namespaced_custom_object, GROUP, VERSION, kube_namespace, PLURAL, "fin",
-                         {"metadata": {"finalizers": ["a/b", "c/d"]}})
+    error = expect_error(
+        422,
+        co.patch_namespaced_custom_object,
+        GROUP,
+        VERSION,
+        kube_namespace,
+        PLURAL,
+        "fin",
+        {"metadata": {"finalizers": ["a/b", "c/d"]}},
+    )
     assert error["details"]["causes"][0]["field"] == "metadata.finalizers" and "c/d" in error["message"]
     co.patch_namespaced_custom_object(GROUP, VERSION, kube_namespace, PLURAL, "fin", {"metadata": {"finalizers": []}})
     expect_error(404, co.get_namespaced_custom_object, GROUP, VERSION, kube_namespace, PLURAL, "fin")

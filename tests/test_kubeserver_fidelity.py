@@ -4,8 +4,6 @@ delete, foreground deletion, unknown metadata fields and namespaced paths withou
 
 from __future__ import annotations
 
-import json
-
 import pytest
 from kubernetes import client
 
@@ -38,12 +36,18 @@ def test_merge_patch_may_not_change_name_or_uid(core, co, kube_namespace):
     cm = core.create_namespaced_config_map(kube_namespace, {"metadata": {"name": "ident"}})
     body = expect_error(400, core.patch_namespaced_config_map, "ident", kube_namespace, {"metadata": {"name": "other"}})
     assert body["message"] == "the name of the object (other) does not match the name on the URL (ident)"
-    body = expect_error(422, core.patch_namespaced_config_map, "ident", kube_namespace,
-                        {"metadata": {"uid": "00000000-0000-0000-0000-000000000000"}})
+    body = expect_error(
+        422,
+        core.patch_namespaced_config_map,
+        "ident",
+        kube_namespace,
+        {"metadata": {"uid": "00000000-0000-0000-0000-000000000000"}},
+    )
     assert body["details"]["causes"][0]["field"] == "metadata.uid" and "field is immutable" in body["message"]
     co.create_namespaced_custom_object(GROUP, VERSION, kube_namespace, PLURAL, widget("w"))
-    expect_error(400, co.patch_namespaced_custom_object, GROUP, VERSION, kube_namespace, PLURAL, "w",
-                 {"metadata": {"name": "x"}})
+    expect_error(
+        400, co.patch_namespaced_custom_object, GROUP, VERSION, kube_namespace, PLURAL, "w", {"metadata": {"name": "x"}}
+    )
     replaced = client.V1ConfigMap(metadata=client.V1ObjectMeta(name="ident", uid="1-2-3"))
     expect_error(422, core.replace_namespaced_config_map, "ident", kube_namespace, replaced)
     assert core.read_namespaced_config_map("ident", kube_namespace).metadata.uid == cm.metadata.uid
@@ -54,12 +58,17 @@ def test_label_selectors_and_values_are_validated(core, kube_namespace):
     assert "values set can't be empty" in body["message"]
     expect_error(400, core.list_namespaced_config_map, kube_namespace, label_selector="env=" + "a" * 64)
     core.list_namespaced_config_map(kube_namespace, label_selector="env=" + "a" * 63)
-    body = expect_error(422, core.create_namespaced_config_map, kube_namespace,
-                        {"metadata": {"name": "long", "labels": {"env": "a" * 64}}})
+    body = expect_error(
+        422,
+        core.create_namespaced_config_map,
+        kube_namespace,
+        {"metadata": {"name": "long", "labels": {"env": "a" * 64}}},
+    )
     assert body["details"]["causes"][0]["field"] == "metadata.labels"
     assert "must be no more than 63 characters" in body["message"]
-    expect_error(422, core.create_namespaced_config_map, kube_namespace,
-                 {"metadata": {"name": "bad", "labels": {"env": "-x"}}})
+    expect_error(
+        422, core.create_namespaced_config_map, kube_namespace, {"metadata": {"name": "bad", "labels": {"env": "-x"}}}
+    )
     core.create_namespaced_config_map(kube_namespace, {"metadata": {"name": "ok", "labels": {"a.b/c": "a" * 63}}})
 
 
@@ -74,9 +83,13 @@ def test_future_resource_version_is_too_large(core, api, kube_namespace):
     assert raw(api, "GET", path)[0] == 504
     status, body, _ = raw(api, "GET", f"/api/v1/namespaces/{kube_namespace}/configmaps/rv?resourceVersion={current}")
     assert status == 200 and body["metadata"]["name"] == "rv"
-    status, event, _ = raw(api, "GET", f"/api/v1/namespaces/{kube_namespace}/configmaps?watch=true"
-                           f"&resourceVersion={future}&sendInitialEvents=true&allowWatchBookmarks=true"
-                           "&resourceVersionMatch=NotOlderThan&timeoutSeconds=10")
+    status, event, _ = raw(
+        api,
+        "GET",
+        f"/api/v1/namespaces/{kube_namespace}/configmaps?watch=true"
+        f"&resourceVersion={future}&sendInitialEvents=true&allowWatchBookmarks=true"
+        "&resourceVersionMatch=NotOlderThan&timeoutSeconds=10",
+    )
     assert status == 200 and event["type"] == "ERROR" and event["object"]["code"] == 504  # the stream's one event
 
 
@@ -93,12 +106,19 @@ def test_delete_answers_status_for_most_kinds(core, api, kube_namespace):
 
 def test_foreground_deletion_waits_for_blocking_dependents(core, co, kube_namespace):
     owner = co.create_namespaced_custom_object(GROUP, VERSION, kube_namespace, PLURAL, widget("fg"))
-    ref = {"apiVersion": f"{GROUP}/{VERSION}", "kind": "Widget", "name": "fg", "uid": owner["metadata"]["uid"],
-           "blockOwnerDeletion": True}
-    core.create_namespaced_config_map(kube_namespace, {"metadata": {
-        "name": "blocker", "ownerReferences": [ref], "finalizers": ["x.io/hold"]}})
-    core.create_namespaced_config_map(kube_namespace, {"metadata": {
-        "name": "plain", "ownerReferences": [dict(ref, blockOwnerDeletion=False)]}})
+    ref = {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": "Widget",
+        "name": "fg",
+        "uid": owner["metadata"]["uid"],
+        "blockOwnerDeletion": True,
+    }
+    core.create_namespaced_config_map(
+        kube_namespace, {"metadata": {"name": "blocker", "ownerReferences": [ref], "finalizers": ["x.io/hold"]}}
+    )
+    core.create_namespaced_config_map(
+        kube_namespace, {"metadata": {"name": "plain", "ownerReferences": [dict(ref, blockOwnerDeletion=False)]}}
+    )
     co.delete_namespaced_custom_object(GROUP, VERSION, kube_namespace, PLURAL, "fg", propagation_policy="Foreground")
     pending = co.get_namespaced_custom_object(GROUP, VERSION, kube_namespace, PLURAL, "fg")
     assert pending["metadata"]["deletionTimestamp"] and pending["metadata"]["finalizers"] == ["foregroundDeletion"]
@@ -114,26 +134,37 @@ def test_foreground_deletion_waits_for_blocking_dependents(core, co, kube_namesp
 
 
 def test_unknown_metadata_fields_are_dropped(core, co, api, kube_namespace):
-    status, body, headers = raw(api, "POST", f"/api/v1/namespaces/{kube_namespace}/configmaps",
-                                {"metadata": {"name": "meta", "colour": "red"}})
+    status, body, headers = raw(
+        api, "POST", f"/api/v1/namespaces/{kube_namespace}/configmaps", {"metadata": {"name": "meta", "colour": "red"}}
+    )
     assert status == 201 and "colour" not in body["metadata"]
     assert 'unknown field \\"metadata.colour\\"' in headers.get("Warning", "")
-    created = co.create_namespaced_custom_object(GROUP, VERSION, kube_namespace, PLURAL,
-                                                 dict(widget("wm"), metadata={"name": "wm", "shape": "round"}))
+    created = co.create_namespaced_custom_object(
+        GROUP, VERSION, kube_namespace, PLURAL, dict(widget("wm"), metadata={"name": "wm", "shape": "round"})
+    )
     assert "shape" not in created["metadata"]
     patched = core.patch_namespaced_config_map("meta", kube_namespace, {"metadata": {"size": 3}})
     assert patched.metadata.name == "meta"
     assert "size" not in raw(api, "GET", f"/api/v1/namespaces/{kube_namespace}/configmaps/meta")[1]["metadata"]
-    status, _, _ = raw(api, "POST", f"/api/v1/namespaces/{kube_namespace}/configmaps?fieldValidation=Strict",
-                       {"metadata": {"name": "strict", "colour": "red"}})
+    status, _, _ = raw(
+        api,
+        "POST",
+        f"/api/v1/namespaces/{kube_namespace}/configmaps?fieldValidation=Strict",
+        {"metadata": {"name": "strict", "colour": "red"}},
+    )
     assert status == 400
 
 
 def test_namespaced_get_without_namespace_is_not_found(core, api, kube_namespace):
     core.create_namespaced_config_map(kube_namespace, {"metadata": {"name": "nons"}})
     for method in ("GET", "PUT", "PATCH", "DELETE"):
-        status, body, _ = raw(api, method, "/api/v1/configmaps/nons", {"metadata": {"name": "nons"}},
-                              "application/merge-patch+json" if method == "PATCH" else "application/json")
+        status, body, _ = raw(
+            api,
+            method,
+            "/api/v1/configmaps/nons",
+            {"metadata": {"name": "nons"}},
+            "application/merge-patch+json" if method == "PATCH" else "application/json",
+        )
         assert status == 404 and body["reason"] == "NotFound", method
     assert raw(api, "POST", "/api/v1/configmaps", {"metadata": {"name": "x"}})[0] == 405
     assert raw(api, "GET", "/api/v1/configmaps")[0] == 200  # listing across namespaces is served

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import pytest
 from kubernetes import client
@@ -24,28 +25,42 @@ def wait_for(probe: Callable[[], Any], timeout: float = 20.0) -> Any:
     raise AssertionError("timed out waiting")
 
 
-def job(name: str, script: str, *, env: list[dict[str, Any]] | None = None, backoff_limit: int = 0,
-        image: str = IMAGE) -> dict[str, Any]:
+def job(
+    name: str, script: str, *, env: list[dict[str, Any]] | None = None, backoff_limit: int = 0, image: str = IMAGE
+) -> dict[str, Any]:
     return {
-        "apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": name},
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": name},
         "spec": {
             "backoffLimit": backoff_limit,
-            "template": {"spec": {
-                "restartPolicy": "Never",
-                "containers": [{
-                    "name": "main", "image": image, "command": ["python", "-c", script, "/data/out.txt", "/dev/termination-log"],
-                    "env": env or [], "volumeMounts": [{"name": "data", "mountPath": "/data"}],
-                    "terminationMessagePolicy": "FallbackToLogsOnError",
-                }],
-                "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": "vol"}}],
-            }},
+            "template": {
+                "spec": {
+                    "restartPolicy": "Never",
+                    "containers": [
+                        {
+                            "name": "main",
+                            "image": image,
+                            "command": ["python", "-c", script, "/data/out.txt", "/dev/termination-log"],
+                            "env": env or [],
+                            "volumeMounts": [{"name": "data", "mountPath": "/data"}],
+                            "terminationMessagePolicy": "FallbackToLogsOnError",
+                        }
+                    ],
+                    "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": "vol"}}],
+                }
+            },
         },
     }
 
 
 def pvc(name: str = "vol") -> dict[str, Any]:
-    return {"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": name},
-            "spec": {"accessModes": ["ReadWriteMany"], "resources": {"requests": {"storage": "1Gi"}}}}
+    return {
+        "apiVersion": "v1",
+        "kind": "PersistentVolumeClaim",
+        "metadata": {"name": name},
+        "spec": {"accessModes": ["ReadWriteMany"], "resources": {"requests": {"storage": "1Gi"}}},
+    }
 
 
 def conditions(batch: client.BatchV1Api, name: str, ns: str) -> set[str]:
@@ -59,7 +74,9 @@ def apis(kube_server: KubeServer) -> tuple[client.CoreV1Api, client.BatchV1Api]:
     return client.CoreV1Api(api), client.BatchV1Api(api)
 
 
-def test_a_job_runs_with_secret_env_and_its_pvc_mounted(kube_server: KubeServer, kube_namespace: str, apis: Any) -> None:
+def test_a_job_runs_with_secret_env_and_its_pvc_mounted(
+    kube_server: KubeServer, kube_namespace: str, apis: Any
+) -> None:
     core, batch = apis
     core.create_namespaced_secret(kube_namespace, {"metadata": {"name": "s"}, "stringData": {"token": "hunter2"}})
     core.create_namespaced_persistent_volume_claim(kube_namespace, pvc())
@@ -80,10 +97,14 @@ def test_a_job_runs_with_secret_env_and_its_pvc_mounted(kube_server: KubeServer,
     assert pods[0].status.container_statuses[0].state.terminated.message == '{"done": true}'
 
 
-def test_a_failing_job_is_retried_up_to_its_backoff_limit(kube_server: KubeServer, kube_namespace: str, apis: Any) -> None:
+def test_a_failing_job_is_retried_up_to_its_backoff_limit(
+    kube_server: KubeServer, kube_namespace: str, apis: Any
+) -> None:
     core, batch = apis
     core.create_namespaced_persistent_volume_claim(kube_namespace, pvc())
-    batch.create_namespaced_job(kube_namespace, job("bad", "import sys; print('error: no luck'); sys.exit(3)", backoff_limit=1))
+    batch.create_namespaced_job(
+        kube_namespace, job("bad", "import sys; print('error: no luck'); sys.exit(3)", backoff_limit=1)
+    )
 
     wait_for(lambda: "Failed" in conditions(batch, "bad", kube_namespace))
     status = batch.read_namespaced_job_status("bad", kube_namespace).status
@@ -121,7 +142,8 @@ def test_jobs_of_other_images_are_left_alone(kube_server: KubeServer, kube_names
 
 
 def test_a_job_runs_in_the_images_workdir_with_its_service_accounts_credentials(
-        kube_server: KubeServer, kube_namespace: str, apis: Any) -> None:
+    kube_server: KubeServer, kube_namespace: str, apis: Any
+) -> None:
     """Modelplane's image is this checkout: the process starts in its WORKDIR with its ENV, and the Pod's
     service account is its in-cluster identity (a kubeconfig whose requests the server logs under that name)."""
     import json
@@ -146,6 +168,8 @@ def test_a_job_runs_in_the_images_workdir_with_its_service_accounts_credentials(
     seen = json.loads((volume_path(kube_server.workdir, kube_namespace, "vol") / "out.txt").read_text())
     checkout = str(pathlib.Path(__file__).resolve().parents[1])
     assert seen == {"cwd": checkout, "home": checkout}, f"the WORKDIR {modelplane_image().workdir} is the checkout"
-    calls = [r for r in kube_server.requests() if r["path"].startswith(f"/api/v1/namespaces/{kube_namespace}/configmaps")]
+    calls = [
+        r for r in kube_server.requests() if r["path"].startswith(f"/api/v1/namespaces/{kube_namespace}/configmaps")
+    ]
     assert [r["user"] for r in calls] == [f"system:serviceaccount:{kube_namespace}:runner"]
     assert {r["user"] for r in kube_server.requests() if "/jobs" in r["path"]} == {"admin"}

@@ -9,14 +9,13 @@ scrapes Prometheus' extrapolated ``rate`` is within a few percent once the windo
 
 from __future__ import annotations
 
-import math
-
 import datetime as dt
 import itertools
 import json
+import math
 import pathlib
-import threading
 import textwrap
+import threading
 import time
 import urllib.parse
 from collections.abc import Callable, Iterator
@@ -38,8 +37,8 @@ from tasks.metrics import (
     PrometheusMetrics,
     write_metrics_file,
 )
-from tests.servers.promtest.exporter import FakeVllmExporter
 from tests.servers.promtest import fixture as promtest_fixture
+from tests.servers.promtest.exporter import FakeVllmExporter
 from tests.servers.promtest.fixture import PrometheusError, PrometheusProcess, free_port
 
 RATE_WINDOW = "5s"
@@ -94,8 +93,12 @@ def loaded(vllm_exporter: FakeVllmExporter, prometheus: PrometheusProcess) -> It
 def metrics(prometheus: PrometheusProcess) -> PrometheusMetrics:
     """A client with the short test windows and quick failure."""
     return PrometheusMetrics(
-        prometheus.url, timeout_s=2, retries=2, backoff_s=0.05,
-        rate_window=RATE_WINDOW, fallback_window=FALLBACK_WINDOW,
+        prometheus.url,
+        timeout_s=2,
+        retries=2,
+        backoff_s=0.05,
+        rate_window=RATE_WINDOW,
+        fallback_window=FALLBACK_WINDOW,
     )
 
 
@@ -116,9 +119,16 @@ def _collect_until(
 def test_exporter_exposes_real_vllm_names_even_when_openmetrics_is_asked(loaded: FakeVllmExporter) -> None:
     accept = "application/openmetrics-text;version=1.0.0,text/plain;version=0.0.4;q=0.5,*/*;q=0.1"
     text = requests.get(loaded.url, headers={"Accept": accept}, timeout=5).text
-    for name in ("vllm:request_success_total{", "vllm:request_prompt_tokens_sum{", "vllm:request_prompt_tokens_count{",
-                 "vllm:request_generation_tokens_sum{", "vllm:kv_cache_usage_perc{", "vllm:num_requests_waiting{",
-                 "vllm:num_requests_running{", "kthena:queue_depth{"):
+    for name in (
+        "vllm:request_success_total{",
+        "vllm:request_prompt_tokens_sum{",
+        "vllm:request_prompt_tokens_count{",
+        "vllm:request_generation_tokens_sum{",
+        "vllm:kv_cache_usage_perc{",
+        "vllm:num_requests_waiting{",
+        "vllm:num_requests_running{",
+        "kthena:queue_depth{",
+    ):
         assert name in text
     assert 'model_name="mt/llama-3.1-8b",namespace="mt-a",pod="llama-a100-0"' in text
 
@@ -144,7 +154,9 @@ def test_missing_prometheus_binary_is_a_clear_error(monkeypatch: pytest.MonkeyPa
 # -- loads and pods --------------------------------------------------------------------------------
 
 
-def test_collect_rates_within_tolerance_and_exact_token_averages(loaded: FakeVllmExporter, metrics: PrometheusMetrics) -> None:
+def test_collect_rates_within_tolerance_and_exact_token_averages(
+    loaded: FakeVllmExporter, metrics: PrometheusMetrics
+) -> None:
     snapshot = metrics.collect([LLAMA, GRANITE])
 
     llama, granite = snapshot.loads[LLAMA], snapshot.loads[GRANITE]
@@ -158,7 +170,9 @@ def test_collect_rates_within_tolerance_and_exact_token_averages(loaded: FakeVll
     assert abs((snapshot.collected_at - llama.sampled_at).total_seconds()) < 5
 
 
-def test_collect_returns_the_prompt_histogram_and_the_recent_peak_rate(loaded: FakeVllmExporter, metrics: PrometheusMetrics) -> None:
+def test_collect_returns_the_prompt_histogram_and_the_recent_peak_rate(
+    loaded: FakeVllmExporter, metrics: PrometheusMetrics
+) -> None:
     """The shape tail-aware and start-up-aware sizing read, from the same load query."""
     from engine.perf.tail_sizing import PromptDistribution
 
@@ -166,7 +180,11 @@ def test_collect_returns_the_prompt_histogram_and_the_recent_peak_rate(loaded: F
     # instant rate by a scrape, so wait (bounded) for a step that saw the steady rate.
     def peak_caught_up(snapshot: MetricsSnapshot) -> bool:
         load = snapshot.loads.get(LLAMA)
-        return load is not None and load.recent_peak_rps is not None and load.recent_peak_rps >= load.arrival_rate_rps * (1 - TOLERANCE)
+        return (
+            load is not None
+            and load.recent_peak_rps is not None
+            and load.recent_peak_rps >= load.arrival_rate_rps * (1 - TOLERANCE)
+        )
 
     llama = _collect_until(metrics, [LLAMA], peak_caught_up).loads[LLAMA]
     assert llama.prompt_buckets is not None
@@ -210,7 +228,8 @@ def test_idle_model_falls_back_to_the_longer_window_for_tokens(
 ) -> None:
     prometheus.wait_for(
         f'sum(rate(vllm:request_success_total{{model_name="{BURST.model_id}"}}[{RATE_WINDOW}])) == 0',
-        lambda result: len(result) == 1, timeout=15,
+        lambda result: len(result) == 1,
+        timeout=15,
     )
     snapshot = metrics.collect([BURST, IDLE])
 
@@ -233,14 +252,16 @@ def test_model_whose_series_vanish_becomes_missing(
 
 
 def test_samples_older_than_max_age_are_missing(loaded: FakeVllmExporter, prometheus: PrometheusProcess) -> None:
-    later = dt.datetime.now(dt.timezone.utc) + dt.timedelta(seconds=40)
+    later = dt.datetime.now(dt.UTC) + dt.timedelta(seconds=40)
     client = PrometheusMetrics(prometheus.url, max_age_s=10, rate_window="2m", clock=lambda: later)
 
     snapshot = client.collect([LLAMA])
 
     assert snapshot.loads == {} and snapshot.pods == {}
-    assert any(line.startswith("vllm:request_success_total for mt/llama-3.1-8b in mt-a is") and "(max 10s)" in line
-               for line in snapshot.missing), snapshot.missing
+    assert any(
+        line.startswith("vllm:request_success_total for mt/llama-3.1-8b in mt-a is") and "(max 10s)" in line
+        for line in snapshot.missing
+    ), snapshot.missing
     assert any("pod llama-a100-0" in line and "s old (max 10s)" in line for line in snapshot.missing)
 
 
@@ -273,7 +294,9 @@ def test_collect_can_include_instance_metrics(loaded: FakeVllmExporter, metrics:
 # -- queries ---------------------------------------------------------------------------------------
 
 
-def test_query_count_is_constant_and_defaults_follow_wva(loaded: FakeVllmExporter, prometheus: PrometheusProcess) -> None:
+def test_query_count_is_constant_and_defaults_follow_wva(
+    loaded: FakeVllmExporter, prometheus: PrometheusProcess
+) -> None:
     client = PrometheusMetrics(prometheus.url, bearer_token="tok-123")
     sent: list[requests.PreparedRequest] = []
     client.session.hooks["response"].append(lambda response, *args, **kwargs: sent.append(response.request))
@@ -369,8 +392,12 @@ class _StubPrometheus:
 @pytest.mark.parametrize(
     ("status", "body", "attempts", "expected"),
     [
-        (400, {"status": "error", "errorType": "bad_data", "error": "parse error at char 3"}, 1,
-         "query failed (bad_data: parse error at char 3)"),
+        (
+            400,
+            {"status": "error", "errorType": "bad_data", "error": "parse error at char 3"},
+            1,
+            "query failed (bad_data: parse error at char 3)",
+        ),
         (503, "overloaded", 3, "HTTP 503 Service Unavailable (3 attempts)"),
         (401, "no", 1, "HTTP 401 Unauthorized: check the credentials"),
         (200, "<html>", 1, "HTTP 200: the answer is not JSON (is it the Prometheus base URL?)"),
@@ -399,13 +426,24 @@ def test_constructor_rejects_bad_settings() -> None:
 
 def test_from_env(tmp_path: pathlib.Path) -> None:
     assert PrometheusMetrics.from_env(environ={}) is None
-    client = PrometheusMetrics.from_env(environ={
-        "PROMETHEUS_URL": "https://prom.example:9091/", "PROMETHEUS_TOKEN": "t0k", "PROMETHEUS_RATE_WINDOW": "5s",
-        "PROMETHEUS_RETRIES": "1", "PROMETHEUS_MAX_AGE_S": "30", "PROMETHEUS_CA_BUNDLE": "/etc/ca.pem",
-    })
+    client = PrometheusMetrics.from_env(
+        environ={
+            "PROMETHEUS_URL": "https://prom.example:9091/",
+            "PROMETHEUS_TOKEN": "t0k",
+            "PROMETHEUS_RATE_WINDOW": "5s",
+            "PROMETHEUS_RETRIES": "1",
+            "PROMETHEUS_MAX_AGE_S": "30",
+            "PROMETHEUS_CA_BUNDLE": "/etc/ca.pem",
+        }
+    )
     assert client is not None
     assert (client.url, client.rate_window, client.retries, client.max_age_s, client.verify_tls) == (
-        "https://prom.example:9091", "5s", 1, 30.0, "/etc/ca.pem")
+        "https://prom.example:9091",
+        "5s",
+        1,
+        30.0,
+        "/etc/ca.pem",
+    )
     assert "t0k" not in repr(client)
     insecure = PrometheusMetrics.from_env("http://127.0.0.1:9", {"PROMETHEUS_TLS_INSECURE": "true"})
     assert insecure is not None and insecure.verify_tls is False
@@ -488,14 +526,19 @@ instances:
   - {namespace: llm-serving, pod: llama-8b-a100-0, metrics: {"vllm:num_requests_waiting": 3, tps: 12.5}}
 """
     )
-    llama, granite, pods_only = (ModelKey(m, "llm-serving") for m in ("meta/llama-3.1-8b", "ibm/granite-13b", "pods/only"))
+    llama, granite, pods_only = (
+        ModelKey(m, "llm-serving") for m in ("meta/llama-3.1-8b", "ibm/granite-13b", "pods/only")
+    )
     source = FileMetrics(path)
 
     snapshot = source.collect([llama, granite, pods_only, ModelKey("absent", "llm-serving")])
 
     assert snapshot.loads == {llama: ModelLoad(20.0, 128.0, 256.0), granite: ModelLoad(2.5, 64.0, 32.0)}
-    assert snapshot.pods == {llama: [PodMetrics("llama-8b-a100-0", 0.42, 1.0)], pods_only: [PodMetrics("p-0", 0.1, 0.0)]}
-    assert snapshot.collected_at == dt.datetime(2026, 11, 22, 12, tzinfo=dt.timezone.utc)
+    assert snapshot.pods == {
+        llama: [PodMetrics("llama-8b-a100-0", 0.42, 1.0)],
+        pods_only: [PodMetrics("p-0", 0.1, 0.0)],
+    }
+    assert snapshot.collected_at == dt.datetime(2026, 11, 22, 12, tzinfo=dt.UTC)
     assert snapshot.missing == [
         f"no load for absent in llm-serving in {path}",
         f"no pod metrics for absent in llm-serving in {path}",
@@ -503,7 +546,9 @@ instances:
         f"no load for pods/only in llm-serving in {path}",
     ]
     assert snapshot.instance_metrics == {}
-    assert source.instance_metrics(["tps"], "llm-serving", ["llama-8b-a100-0", "x"]) == {"llama-8b-a100-0": {"tps": 12.5}}
+    assert source.instance_metrics(["tps"], "llm-serving", ["llama-8b-a100-0", "x"]) == {
+        "llama-8b-a100-0": {"tps": 12.5}
+    }
     assert source.collect([], ["vllm:num_requests_waiting"], ["llm-serving"]).instance_metrics == {
         ("llm-serving", "llama-8b-a100-0"): {"vllm:num_requests_waiting": 3.0}
     }
@@ -546,20 +591,33 @@ MODEL = "- {model: m, namespace: n, arrivalRate: 60, avgInputTokens: 1, avgOutpu
         (f"models:\n  {MODEL}}}\n  {MODEL}}}", "models[1]: duplicate entry for m in n"),
         ("models:\n  - {model: m}", "models[0].namespace: required"),
         ("models:\n  - {model: '', namespace: n}", "models[0].model: expected a non-empty string, got ''"),
-        ("models:\n  - {model: m, namespace: n, arrivalRate: 1, avgInputTokens: abc, avgOutputTokens: 1}",
-         "models[0].avgInputTokens: expected a number >= 0, got 'abc'"),
-        ("models:\n  - {model: m, namespace: n, arrivalRate: -1, avgInputTokens: 1, avgOutputTokens: 1}",
-         "models[0].arrivalRate: expected a number >= 0, got -1"),
-        ("models:\n  - {model: m, namespace: n, arrivalRate: 60, avgInputTokens: 1}",
-         "models[0].avgOutputTokens: required with an arrival rate"),
+        (
+            "models:\n  - {model: m, namespace: n, arrivalRate: 1, avgInputTokens: abc, avgOutputTokens: 1}",
+            "models[0].avgInputTokens: expected a number >= 0, got 'abc'",
+        ),
+        (
+            "models:\n  - {model: m, namespace: n, arrivalRate: -1, avgInputTokens: 1, avgOutputTokens: 1}",
+            "models[0].arrivalRate: expected a number >= 0, got -1",
+        ),
+        (
+            "models:\n  - {model: m, namespace: n, arrivalRate: 60, avgInputTokens: 1}",
+            "models[0].avgOutputTokens: required with an arrival rate",
+        ),
         ("models:\n  - {model: m, namespace: n, avgInputTokens: 1}", "models[0].avgInputTokens: needs arrivalRate"),
         (f"models:\n  {MODEL}, arrivalRateRps: 1}}", "models[0]: give arrivalRate (req/min) or arrivalRateRps"),
         (f"models:\n  {MODEL}, avgInputToken: 1}}", "models[0].avgInputToken: unknown field"),
-        (f"models:\n  {MODEL}, pods: [{{name: p, kvCacheUsage: 1.5, queueLength: 0}}]}}",
-         "models[0].pods[0].kvCacheUsage: expected a number within 0..1, got 1.5"),
-        (f"models:\n  {MODEL}, pods: [{{name: p, kvCacheUsage: true, queueLength: 0}}]}}",
-         "models[0].pods[0].kvCacheUsage: expected a number within 0..1, got True"),
-        ("instances:\n  - {namespace: n, pod: p, metrics: {'bad name': 1}}", "instances[0].metrics: invalid metric name"),
+        (
+            f"models:\n  {MODEL}, pods: [{{name: p, kvCacheUsage: 1.5, queueLength: 0}}]}}",
+            "models[0].pods[0].kvCacheUsage: expected a number within 0..1, got 1.5",
+        ),
+        (
+            f"models:\n  {MODEL}, pods: [{{name: p, kvCacheUsage: true, queueLength: 0}}]}}",
+            "models[0].pods[0].kvCacheUsage: expected a number within 0..1, got True",
+        ),
+        (
+            "instances:\n  - {namespace: n, pod: p, metrics: {'bad name': 1}}",
+            "instances[0].metrics: invalid metric name",
+        ),
         ("instances:\n  - {namespace: n, pod: p}", "instances[0].metrics: required"),
         ("collectedAt: yesterday", "collectedAt: expected an ISO 8601 timestamp"),
     ],

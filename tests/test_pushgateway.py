@@ -15,9 +15,17 @@ def test_push_puts_the_group_by_cluster_and_flow_and_replaces_it(pushgateway: An
     first.set("wva_desired_replicas", 2, variant_name="b", namespace="ns", accelerator_type="A100")
     assert push(gateway, "optimize", first) is None
     text = pushgateway.metrics()
-    assert '# TYPE wva_desired_replicas gauge' in text
-    line = next(line for line in text.splitlines() if line.startswith("wva_desired_replicas{") and 'variant_name="a"' in line)
-    for label in ('accelerator_type="H100"', 'cluster="c-push"', 'flow="optimize"', 'job="modelplane"', 'namespace="ns"'):
+    assert "# TYPE wva_desired_replicas gauge" in text
+    line = next(
+        line for line in text.splitlines() if line.startswith("wva_desired_replicas{") and 'variant_name="a"' in line
+    )
+    for label in (
+        'accelerator_type="H100"',
+        'cluster="c-push"',
+        'flow="optimize"',
+        'job="modelplane"',
+        'namespace="ns"',
+    ):
         assert label in line
     assert line.endswith(" 3")
     second = MetricSet()
@@ -47,11 +55,13 @@ def test_warm_caches_publishes_fills_by_outcome_and_volume_bytes() -> None:
 
     from flows.warm_caches import CacheRow, WarmReport, cache_metrics
 
-    report = WarmReport(rows=[
-        CacheRow("ns", "llama", "hf://a/b", "Available", "", "cache-llama", 1, "filled in-process (attempt 1)"),
-        CacheRow("ns", "qwen", "hf://c/d", "Progressing", "", "cache-qwen", 1, "started Job cache-qwen-1"),
-        CacheRow("ns", "bad", "s3://x", "Failed", "", "", 2, "fill attempt 2 failed"),
-    ])
+    report = WarmReport(
+        rows=[
+            CacheRow("ns", "llama", "hf://a/b", "Available", "", "cache-llama", 1, "filled in-process (attempt 1)"),
+            CacheRow("ns", "qwen", "hf://c/d", "Progressing", "", "cache-qwen", 1, "started Job cache-qwen-1"),
+            CacheRow("ns", "bad", "s3://x", "Failed", "", "", 2, "fill attempt 2 failed"),
+        ]
+    )
     world = SimpleNamespace(pvcs={("ns", "cache-llama"): {"status": {"capacity": {"storage": "2Gi"}}, "spec": {}}})
     metrics = cache_metrics(report, world)
     assert [metrics.value("modelplane_cache_fills", outcome=o) for o in ("filled", "started", "failed")] == [1, 1, 1]

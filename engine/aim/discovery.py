@@ -23,9 +23,10 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any
 
 from engine.api.meta import format_time, parse_time
 from engine.status import ConditionUpdate
@@ -41,7 +42,18 @@ PROFILE_ANNOTATION = f"{DOMAIN}/profile-id"
 
 LABEL_PREFIXES = ("com.amd.aim.", "org.amd.silogen.")
 OCI_LABEL_PREFIX = "org.opencontainers.image."
-OCI_LABEL_KEYS = ("title", "description", "licenses", "vendor", "authors", "source", "documentation", "created", "revision", "version")
+OCI_LABEL_KEYS = (
+    "title",
+    "description",
+    "licenses",
+    "vendor",
+    "authors",
+    "source",
+    "documentation",
+    "created",
+    "revision",
+    "version",
+)
 DEPLOYMENT_KEYS = ("gpuModel", "gpuCount", "precision", "metric", "profileId", "type", "description")
 METRIC_SHORT = {"latency": "lat", "throughput": "thr"}
 TEMPLATE_METRICS = ("latency", "throughput")
@@ -163,21 +175,33 @@ class ImageMetadata:
     def to_dict(self) -> dict[str, Any]:
         """JSON form (camelCase, empty fields left out) for the persisted record."""
         raw = {
-            "canonicalName": self.canonical_name, "source": self.source, "title": self.title,
-            "description": self.description, "releaseNotes": self.release_notes, "tags": list(self.tags),
-            "versions": list(self.versions), "variants": list(self.variants), "hfTokenRequired": self.hf_token_required,
-            "recommendedDeployments": [dict(d) for d in self.recommended_deployments], "oci": dict(self.oci),
+            "canonicalName": self.canonical_name,
+            "source": self.source,
+            "title": self.title,
+            "description": self.description,
+            "releaseNotes": self.release_notes,
+            "tags": list(self.tags),
+            "versions": list(self.versions),
+            "variants": list(self.variants),
+            "hfTokenRequired": self.hf_token_required,
+            "recommendedDeployments": [dict(d) for d in self.recommended_deployments],
+            "oci": dict(self.oci),
         }
         return {key: value for key, value in raw.items() if value not in (None, [], {})}
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> "ImageMetadata":
+    def from_dict(cls, data: Mapping[str, Any]) -> ImageMetadata:
         """The inverse of :meth:`to_dict`."""
         return cls(
-            canonical_name=data.get("canonicalName"), source=data.get("source"), title=data.get("title"),
-            description=data.get("description"), release_notes=data.get("releaseNotes"),
-            tags=tuple(data.get("tags") or ()), versions=tuple(data.get("versions") or ()),
-            variants=tuple(data.get("variants") or ()), hf_token_required=data.get("hfTokenRequired"),
+            canonical_name=data.get("canonicalName"),
+            source=data.get("source"),
+            title=data.get("title"),
+            description=data.get("description"),
+            release_notes=data.get("releaseNotes"),
+            tags=tuple(data.get("tags") or ()),
+            versions=tuple(data.get("versions") or ()),
+            variants=tuple(data.get("variants") or ()),
+            hf_token_required=data.get("hfTokenRequired"),
             recommended_deployments=tuple(dict(d) for d in data.get("recommendedDeployments") or ()),
             oci=dict(data.get("oci") or {}),
         )
@@ -210,11 +234,17 @@ def parse_image_labels(labels: Mapping[str, str] | None) -> ImageMetadata:
             raise LabelError(key, str(exc)) from None
     oci = {key: labels[OCI_LABEL_PREFIX + key] for key in OCI_LABEL_KEYS if labels.get(OCI_LABEL_PREFIX + key)}
     return ImageMetadata(
-        canonical_name=text("model.canonicalName"), source=text("model.source"), title=text("title"),
-        description=text("description.full"), release_notes=text("release.notes"),
-        tags=tuple(_split_list(text("model.tags"))), versions=tuple(_split_list(text("model.versions"))),
-        variants=tuple(_split_list(text("model.variants"))), hf_token_required=_parse_bool(text("hfToken.required")),
-        recommended_deployments=tuple(deployments), oci=oci,
+        canonical_name=text("model.canonicalName"),
+        source=text("model.source"),
+        title=text("title"),
+        description=text("description.full"),
+        release_notes=text("release.notes"),
+        tags=tuple(_split_list(text("model.tags"))),
+        versions=tuple(_split_list(text("model.versions"))),
+        variants=tuple(_split_list(text("model.variants"))),
+        hf_token_required=_parse_bool(text("hfToken.required")),
+        recommended_deployments=tuple(deployments),
+        oci=oci,
     )
 
 
@@ -261,7 +291,7 @@ class DiscoveryRecord:
         return json.dumps(data, sort_keys=True, separators=(",", ":"))
 
     @classmethod
-    def from_annotations(cls, annotations: Mapping[str, str] | None) -> "DiscoveryRecord | None":
+    def from_annotations(cls, annotations: Mapping[str, str] | None) -> DiscoveryRecord | None:
         """The record on a model, or ``None`` when there is none or it does not parse (read again)."""
         text = (annotations or {}).get(METADATA_ANNOTATION)
         if not text:
@@ -270,9 +300,13 @@ class DiscoveryRecord:
             data = json.loads(text)
             error = data.get("error") or {}
             return cls(
-                image=str(data["image"]), read_at=parse_time(data["readAt"]), digest=data.get("digest"),
+                image=str(data["image"]),
+                read_at=parse_time(data["readAt"]),
+                digest=data.get("digest"),
                 metadata=ImageMetadata.from_dict(data["metadata"]) if "metadata" in data else None,
-                reason=error.get("reason"), message=str(error.get("message") or ""), attempts=int(error.get("attempts") or 0),
+                reason=error.get("reason"),
+                message=str(error.get("message") or ""),
+                attempts=int(error.get("attempts") or 0),
             )
         except (ValueError, KeyError, TypeError, AttributeError):
             return None
@@ -294,7 +328,7 @@ def retry_after(record: DiscoveryRecord, resync: timedelta) -> timedelta:
     if record.reason != REASON_IMAGE_NOT_FOUND:
         return resync
     doublings = min(max(record.attempts, 1) - 1, 20)
-    return min(resync, NOT_FOUND_RETRY * (2 ** doublings))
+    return min(resync, NOT_FOUND_RETRY * (2**doublings))
 
 
 def needs_fetch(record: DiscoveryRecord | None, image: str, now: datetime, resync: timedelta) -> bool:
@@ -326,8 +360,11 @@ def _go_json(value: Any) -> str:
     """``json.Marshal`` of a string/number/bool as Go writes it (HTML characters escaped)."""
     text = json.dumps(value, ensure_ascii=False, separators=(",", ":"), sort_keys=True)
     return (
-        text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
-        .replace("\u2028", "\\u2028").replace("\u2029", "\\u2029")
+        text.replace("<", "\\u003c")
+        .replace(">", "\\u003e")
+        .replace("&", "\\u0026")
+        .replace("\u2028", "\\u2028")
+        .replace("\u2029", "\\u2029")
     )
 
 
@@ -425,8 +462,12 @@ def owner_reference(obj: Mapping[str, Any], controller: bool = True) -> dict[str
     """An ownerReference to ``obj`` (a stored object: it has a uid)."""
     meta = obj["metadata"]
     return {
-        "apiVersion": obj["apiVersion"], "kind": obj["kind"], "name": meta["name"], "uid": meta["uid"],
-        "controller": controller, "blockOwnerDeletion": True,
+        "apiVersion": obj["apiVersion"],
+        "kind": obj["kind"],
+        "name": meta["name"],
+        "uid": meta["uid"],
+        "controller": controller,
+        "blockOwnerDeletion": True,
     }
 
 
@@ -446,7 +487,8 @@ def auto_templates(model: Mapping[str, Any], metadata: ImageMetadata, namespaces
         annotations = {PROFILE_ANNOTATION: deployment["profileId"]} if deployment.get("profileId") else {}
         for namespace in sorted(set(namespaces)):
             meta: dict[str, Any] = {
-                "name": template, "namespace": namespace,
+                "name": template,
+                "namespace": namespace,
                 "labels": {MODEL_LABEL: name, ORIGIN_LABEL: ORIGIN_AUTO},
                 "ownerReferences": [owner_reference(model, controller=True)],
             }
@@ -476,8 +518,15 @@ def metadata_condition(record: DiscoveryRecord | None) -> ConditionUpdate:
         if meta.labelled:
             count = len(meta.recommended_deployments)
             what = f"{meta.canonical_name or 'model'}: {count} recommended deployment{'s' if count != 1 else ''}"
-            return ConditionUpdate(COND_METADATA, "True", REASON_EXTRACTED, f"{what} (image {record.digest or record.image})")
-        return ConditionUpdate(COND_METADATA, "True", "ImageFound", "the image is reachable but carries no AIM labels; no templates are created")
+            return ConditionUpdate(
+                COND_METADATA, "True", REASON_EXTRACTED, f"{what} (image {record.digest or record.image})"
+            )
+        return ConditionUpdate(
+            COND_METADATA,
+            "True",
+            "ImageFound",
+            "the image is reachable but carries no AIM labels; no templates are created",
+        )
     return ConditionUpdate(COND_METADATA, "False", record.reason or REASON_EXTRACTION_FAILED, record.message)
 
 
@@ -485,16 +534,22 @@ def invalid_model_conditions(problem: str) -> list[ConditionUpdate]:
     """``MetadataExtracted`` and ``Ready`` of a model whose spec does not parse (``problem`` names the
     field): nothing is read or created for it until it is fixed."""
     message = f"invalid AIMClusterModel: {problem}"
-    return [ConditionUpdate(COND_METADATA, "False", REASON_VALIDATION_FAILED, message),
-            ConditionUpdate(COND_READY, "False", REASON_VALIDATION_FAILED, message)]
+    return [
+        ConditionUpdate(COND_METADATA, "False", REASON_VALIDATION_FAILED, message),
+        ConditionUpdate(COND_READY, "False", REASON_VALIDATION_FAILED, message),
+    ]
 
 
 def ready_condition(record: DiscoveryRecord | None, template_states: Sequence[str], expected: bool) -> ConditionUpdate:
     """``Ready`` from the auto-created templates' ``status.status`` values (aim-engine's aggregate,
     with the seed's template states: Available = ready, Failed, Pending/Progressing = in progress)."""
     if record is None or not record.ok:
-        reason = "AwaitingMetadata" if record is None or not record.terminal else (record.reason or REASON_EXTRACTION_FAILED)
-        return ConditionUpdate(COND_READY, "False", reason, "the image's metadata is not known yet" if record is None else record.message)
+        reason = (
+            "AwaitingMetadata" if record is None or not record.terminal else (record.reason or REASON_EXTRACTION_FAILED)
+        )
+        return ConditionUpdate(
+            COND_READY, "False", reason, "the image's metadata is not known yet" if record is None else record.message
+        )
     states = list(template_states)
     if not states:
         if expected:

@@ -12,8 +12,9 @@ HTTPRoute, owned by the service. :func:`service_status` reads what the cluster r
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 from engine.aim.discovery import DNS_LABEL_MAX, DOMAIN, REASON_IMAGE_NOT_FOUND, derived, owner_reference
 from engine.aim.templates import (
@@ -21,12 +22,12 @@ from engine.aim.templates import (
     PRECISION_PREFERENCE,
     GpuInventory,
     ModelCatalog,
-    preference_rank,
     gpu_resource_name,
     match_profile,
     models_named,
     node_affinity,
     normalize_gpu_model,
+    preference_rank,
     record_of,
 )
 from engine.caches.sources import parse_source
@@ -45,8 +46,19 @@ SERVICE_LABEL, TEMPLATE_LABEL, MODEL_LABEL = f"{DOMAIN}/service", f"{DOMAIN}/tem
 METRIC_LABEL, PRECISION_LABEL = f"{DOMAIN}/metric", f"{DOMAIN}/precision"
 MANAGED_BY = {"app.kubernetes.io/managed-by": "modelplane"}
 
-STATUS_PENDING, STATUS_STARTING, STATUS_RUNNING, STATUS_FAILED, STATUS_DEGRADED = "Pending", "Starting", "Running", "Failed", "Degraded"
-COND_RESOLVED, COND_CACHE_READY, COND_RUNTIME_READY, COND_ROUTING_READY = "Resolved", "CacheReady", "RuntimeReady", "RoutingReady"
+STATUS_PENDING, STATUS_STARTING, STATUS_RUNNING, STATUS_FAILED, STATUS_DEGRADED = (
+    "Pending",
+    "Starting",
+    "Running",
+    "Failed",
+    "Degraded",
+)
+COND_RESOLVED, COND_CACHE_READY, COND_RUNTIME_READY, COND_ROUTING_READY = (
+    "Resolved",
+    "CacheReady",
+    "RuntimeReady",
+    "RoutingReady",
+)
 COND_READY, COND_PROGRESSING, COND_FAILURE = "Ready", "Progressing", "Failure"
 
 
@@ -72,7 +84,9 @@ def workload_name(service: str, namespace: str) -> str:
     ``ValueError`` when the namespace leaves fewer than 10 characters."""
     limit = 63 - HOST_LABEL_SUFFIX - len(namespace)
     if limit < MIN_NAME:
-        raise ValueError(f"namespace {namespace!r} is too long for KServe's 63-character host label {{isvc}}-predictor-{{namespace}}")
+        raise ValueError(
+            f"namespace {namespace!r} is too long for KServe's 63-character host label {{isvc}}-predictor-{{namespace}}"
+        )
     return _unique_name(service, namespace, limit)
 
 
@@ -158,7 +172,9 @@ def _template_profile(template: Mapping[str, Any], deployments: Sequence[Mapping
 
 
 def select_template(
-    service_spec: Mapping[str, Any], templates: Mapping[str, Mapping[str, Any]], deployments: Sequence[Mapping[str, Any]],
+    service_spec: Mapping[str, Any],
+    templates: Mapping[str, Mapping[str, Any]],
+    deployments: Sequence[Mapping[str, Any]],
     inventory: GpuInventory,
 ) -> Selection:
     """Choose the template of a service that names none, as aim-engine does.
@@ -175,15 +191,24 @@ def select_template(
     (``TemplateNotFound`` / ``TemplateNotReady``); all filtered out: Failed ``TemplateNotFound``.
     """
     canonical = service_spec.get("model", "")
-    candidates = sorted((t for t in templates.values() if (t.get("spec") or {}).get("model") == canonical),
-                        key=lambda t: t["metadata"]["name"])
+    candidates = sorted(
+        (t for t in templates.values() if (t.get("spec") or {}).get("model") == canonical),
+        key=lambda t: t["metadata"]["name"],
+    )
     if not candidates:
-        return Selection(status=STATUS_PENDING, reason="TemplateNotFound",
-                         message=f"no AIMServiceTemplate in this namespace serves {canonical!r} yet (spec.templateRef is not set)")
+        return Selection(
+            status=STATUS_PENDING,
+            reason="TemplateNotFound",
+            message=f"no AIMServiceTemplate in this namespace serves {canonical!r} yet (spec.templateRef is not set)",
+        )
     ready = [t for t in candidates if (t.get("status") or {}).get("status") == "Available"]
     if not ready:
         names = ", ".join(t["metadata"]["name"] for t in candidates)
-        return Selection(status=STATUS_PENDING, reason="TemplateNotReady", message=f"templates of {canonical!r} exist but none is Available yet: {names}")
+        return Selection(
+            status=STATUS_PENDING,
+            reason="TemplateNotReady",
+            message=f"templates of {canonical!r} exist but none is Available yet: {names}",
+        )
     allow_unoptimized = service_spec.get("allowUnoptimized") is True
     rejected: list[str] = []
     kept: list[tuple[Mapping[str, Any], Mapping[str, Any]]] = []
@@ -200,30 +225,50 @@ def select_template(
             continue
         kept.append((template, profile))
     if not kept:
-        return Selection(status=STATUS_FAILED, reason="TemplateNotFound",
-                         message=f"no Available template of {canonical!r} can be used: {'; '.join(rejected)}")
+        return Selection(
+            status=STATUS_FAILED,
+            reason="TemplateNotFound",
+            message=f"no Available template of {canonical!r} can be used: {'; '.join(rejected)}",
+        )
 
     def rank(item: tuple[Mapping[str, Any], Mapping[str, Any]]) -> tuple[int, int, int, int]:
         template, profile = item
         spec = template.get("spec") or {}
         gpu = normalize_gpu_model(str(spec.get("gpuModel") or profile.get("gpuModel") or ""))
         precision = profile.get("precision") or (spec.get("precision") if spec.get("precision") != "auto" else None)
-        return (preference_rank(str(profile.get("type") or "optimized"), PROFILE_TYPE_PREFERENCE), preference_rank(gpu, GPU_PREFERENCE),
-                preference_rank(profile.get("metric") or spec.get("metric"), METRIC_PREFERENCE), preference_rank(precision, PRECISION_PREFERENCE))
+        return (
+            preference_rank(str(profile.get("type") or "optimized"), PROFILE_TYPE_PREFERENCE),
+            preference_rank(gpu, GPU_PREFERENCE),
+            preference_rank(profile.get("metric") or spec.get("metric"), METRIC_PREFERENCE),
+            preference_rank(precision, PRECISION_PREFERENCE),
+        )
 
     ordered = sorted(kept, key=lambda item: (rank(item), item[0]["metadata"]["name"]))
     names = tuple(t["metadata"]["name"] for t, _ in ordered)
     best = rank(ordered[0])
     tied = [t["metadata"]["name"] for t, p in ordered if rank((t, p)) == best]
     if len(tied) > 1:
-        return Selection(status=STATUS_FAILED, reason="TemplateSelectionAmbiguous",
-                         message=f"{len(tied)} templates of {canonical!r} rank equally ({', '.join(tied)}); set spec.templateRef", ranked=names)
-    return Selection(template=ordered[0][0], reason="BestMatch", message=f"template {names[0]!r} selected (best of {len(names)})", ranked=names)
+        return Selection(
+            status=STATUS_FAILED,
+            reason="TemplateSelectionAmbiguous",
+            message=f"{len(tied)} templates of {canonical!r} rank equally ({', '.join(tied)}); set spec.templateRef",
+            ranked=names,
+        )
+    return Selection(
+        template=ordered[0][0],
+        reason="BestMatch",
+        message=f"template {names[0]!r} selected (best of {len(names)})",
+        ranked=names,
+    )
 
 
 def resolve_references(
-    service: Mapping[str, Any], models: Sequence[Mapping[str, Any]] | ModelCatalog, templates: Mapping[str, Mapping[str, Any]],
-    configs: Mapping[str, Mapping[str, Any]], inventory: GpuInventory | None = None, invalid: Mapping[tuple[str, str], str] | None = None,
+    service: Mapping[str, Any],
+    models: Sequence[Mapping[str, Any]] | ModelCatalog,
+    templates: Mapping[str, Mapping[str, Any]],
+    configs: Mapping[str, Mapping[str, Any]],
+    inventory: GpuInventory | None = None,
+    invalid: Mapping[tuple[str, str], str] | None = None,
 ) -> Resolution:
     """Model, template and namespace config of a service, checked in kaiwo's order.
 
@@ -241,57 +286,117 @@ def resolve_references(
     canonical = spec.get("model", "")
     named = models_named(models, canonical)
     if not named and isinstance(models, ModelCatalog) and canonical in models.invalid:
-        return Resolution(STATUS_FAILED, "ValidationFailed", f"the AIMClusterModel with spec.name {canonical!r} is invalid: {models.invalid[canonical]}")
+        return Resolution(
+            STATUS_FAILED,
+            "ValidationFailed",
+            f"the AIMClusterModel with spec.name {canonical!r} is invalid: {models.invalid[canonical]}",
+        )
     if not named:
-        return Resolution(STATUS_FAILED, "ModelNotFound", f"no AIMClusterModel has spec.name {canonical!r} (spec.model)")
+        return Resolution(
+            STATUS_FAILED, "ModelNotFound", f"no AIMClusterModel has spec.name {canonical!r} (spec.model)"
+        )
     if len(named) > 1:
-        return Resolution(STATUS_FAILED, "ValidationFailed", f"several AIMClusterModels have spec.name {canonical!r} (spec.model)")
+        return Resolution(
+            STATUS_FAILED, "ValidationFailed", f"several AIMClusterModels have spec.name {canonical!r} (spec.model)"
+        )
     model = named[0]
     record = record_of(models, model)
     metadata = record.metadata if record is not None and record.ok else None
     template_ref = spec.get("templateRef") or ""
     selection: Selection | None = None
     if not template_ref:
-        selection = select_template(spec, templates, metadata.recommended_deployments if metadata else (), inventory or GpuInventory())
+        selection = select_template(
+            spec, templates, metadata.recommended_deployments if metadata else (), inventory or GpuInventory()
+        )
         if selection.template is None:
             return Resolution(selection.status, selection.reason, selection.message, model=model)
         template_ref = selection.template["metadata"]["name"]
     template = templates.get(template_ref)
     if template is None and ("AIMServiceTemplate", template_ref) in invalid:
-        return Resolution(STATUS_FAILED, "ValidationFailed",
-                          f"AIMServiceTemplate {template_ref!r} is invalid: {invalid['AIMServiceTemplate', template_ref]}", model=model)
+        return Resolution(
+            STATUS_FAILED,
+            "ValidationFailed",
+            f"AIMServiceTemplate {template_ref!r} is invalid: {invalid['AIMServiceTemplate', template_ref]}",
+            model=model,
+        )
     if template is None:
-        return Resolution(STATUS_FAILED, "TemplateNotFound", f"AIMServiceTemplate {template_ref!r} not found (spec.templateRef)", model=model)
+        return Resolution(
+            STATUS_FAILED,
+            "TemplateNotFound",
+            f"AIMServiceTemplate {template_ref!r} not found (spec.templateRef)",
+            model=model,
+        )
     if (template.get("spec") or {}).get("model") != canonical:
-        return Resolution(STATUS_FAILED, "ValidationFailed",
-                          f"template {template_ref!r} serves {(template.get('spec') or {}).get('model')!r}, not spec.model {canonical!r}",
-                          model=model, template=template)
+        return Resolution(
+            STATUS_FAILED,
+            "ValidationFailed",
+            f"template {template_ref!r} serves {(template.get('spec') or {}).get('model')!r}, not spec.model {canonical!r}",
+            model=model,
+            template=template,
+        )
     config_ref = spec.get("configRef") or "default"
     config = configs.get(config_ref)
     if config is None and ("AIMNamespaceConfig", config_ref) in invalid:
-        return Resolution(STATUS_FAILED, "ValidationFailed",
-                          f"AIMNamespaceConfig {config_ref!r} is invalid: {invalid['AIMNamespaceConfig', config_ref]}", model=model, template=template)
+        return Resolution(
+            STATUS_FAILED,
+            "ValidationFailed",
+            f"AIMNamespaceConfig {config_ref!r} is invalid: {invalid['AIMNamespaceConfig', config_ref]}",
+            model=model,
+            template=template,
+        )
     if config is None:
-        return Resolution(STATUS_FAILED, "RuntimeConfigMissing", f"AIMNamespaceConfig {config_ref!r} not found (spec.configRef)",
-                          model=model, template=template)
+        return Resolution(
+            STATUS_FAILED,
+            "RuntimeConfigMissing",
+            f"AIMNamespaceConfig {config_ref!r} not found (spec.configRef)",
+            model=model,
+            template=template,
+        )
     if record is not None and record.reason == REASON_IMAGE_NOT_FOUND and record.image == model["spec"].get("image"):
-        return Resolution(STATUS_DEGRADED, REASON_IMAGE_NOT_FOUND, record.message, model=model, template=template, config=config)
+        return Resolution(
+            STATUS_DEGRADED, REASON_IMAGE_NOT_FOUND, record.message, model=model, template=template, config=config
+        )
     template_status = (template.get("status") or {}).get("status")
     if template_status == "Failed":
         failure = _condition(template, "Failure") or {}
-        return Resolution(STATUS_FAILED, failure.get("reason") or "TemplateFailed",
-                          f"template {template_ref!r} failed: {failure.get('message', '')}".rstrip(": "), model=model, template=template, config=config)
+        return Resolution(
+            STATUS_FAILED,
+            failure.get("reason") or "TemplateFailed",
+            f"template {template_ref!r} failed: {failure.get('message', '')}".rstrip(": "),
+            model=model,
+            template=template,
+            config=config,
+        )
     if template_status != "Available":
         ready = _condition(template, "Ready") or {}
         detail = ready.get("message") or f"status {template_status or 'Pending'}"
-        return Resolution(STATUS_PENDING, "TemplateNotAvailable", f"waiting for template {template_ref!r}: {detail}",
-                          model=model, template=template, config=config)
+        return Resolution(
+            STATUS_PENDING,
+            "TemplateNotAvailable",
+            f"waiting for template {template_ref!r}: {detail}",
+            model=model,
+            template=template,
+            config=config,
+        )
     sources = tuple((template.get("status") or {}).get("modelSources") or ())
     if not sources:
-        return Resolution(STATUS_DEGRADED, "NoModelSources", f"template {template_ref!r} lists no model sources", model=model, template=template, config=config)
+        return Resolution(
+            STATUS_DEGRADED,
+            "NoModelSources",
+            f"template {template_ref!r} lists no model sources",
+            model=model,
+            template=template,
+            config=config,
+        )
     deployment = match_profile(template.get("spec") or {}, metadata.recommended_deployments) if metadata else None
-    return Resolution(model=model, template=template, config=config, deployment=deployment or {}, sources=sources,
-                      selected=selection.message if selection else "")
+    return Resolution(
+        model=model,
+        template=template,
+        config=config,
+        deployment=deployment or {},
+        sources=sources,
+        selected=selection.message if selection else "",
+    )
 
 
 # --------------------------------------------------------------------------------------------------
@@ -333,7 +438,10 @@ def _quantity_gi(value: int) -> str:
 
 
 def render_inference_service(
-    service: Mapping[str, Any], resolution: Resolution, inventory: GpuInventory, mounts: Sequence[CacheMount],
+    service: Mapping[str, Any],
+    resolution: Resolution,
+    inventory: GpuInventory,
+    mounts: Sequence[CacheMount],
 ) -> dict[str, Any]:
     """The KServe InferenceService of a resolved service (raw deployment, inline container)."""
     meta, spec = service["metadata"], service.get("spec") or {}
@@ -344,7 +452,9 @@ def render_inference_service(
     gpu_model = tspec.get("gpuModel") or deployment.get("gpuModel")
     gpus = int(tspec.get("gpusPerReplica") or deployment.get("gpuCount") or 0)
     metric = tspec.get("metric") or deployment.get("metric")
-    precision = deployment.get("precision") or (tspec.get("precision") if tspec.get("precision") not in (None, "auto") else None)
+    precision = deployment.get("precision") or (
+        tspec.get("precision") if tspec.get("precision") not in (None, "auto") else None
+    )
     replicas = int(spec.get("replicas") if spec.get("replicas") is not None else 1)
     env = {"AIM_CACHE_PATH": CACHE_ROOT, "VLLM_ENABLE_METRICS": "true"}
     if deployment.get("profileId"):
@@ -362,7 +472,9 @@ def render_inference_service(
     env_list: list[dict[str, Any]] = [{"name": k, "value": v} for k, v in env.items()]
     token = ((config.get("spec") or {}).get("credentials") or {}).get("huggingFaceToken")
     if token and token.get("name") and token.get("key"):
-        env_list.append({"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": token["name"], "key": token["key"]}}})
+        env_list.append(
+            {"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": token["name"], "key": token["key"]}}}
+        )
     env_list.sort(key=lambda e: e["name"])
     resources: dict[str, Any] = {"requests": {}, "limits": {}}
     if gpus:
@@ -384,7 +496,12 @@ def render_inference_service(
         "resources": resources,
         "volumeMounts": volume_mounts,
     }
-    predictor: dict[str, Any] = {"minReplicas": replicas, "maxReplicas": replicas, "containers": [container], "volumes": volumes}
+    predictor: dict[str, Any] = {
+        "minReplicas": replicas,
+        "maxReplicas": replicas,
+        "containers": [container],
+        "volumes": volumes,
+    }
     secrets = ((config.get("spec") or {}).get("images") or {}).get("imagePullSecrets") or []
     if secrets:
         predictor["imagePullSecrets"] = [{"name": s} for s in secrets]
@@ -392,8 +509,10 @@ def render_inference_service(
     if affinity:
         predictor["affinity"] = affinity
     labels = {
-        "app.kubernetes.io/component": "inference", **MANAGED_BY,
-        SERVICE_LABEL: label_value(meta["name"]), TEMPLATE_LABEL: label_value(template.get("metadata", {}).get("name", "")),
+        "app.kubernetes.io/component": "inference",
+        **MANAGED_BY,
+        SERVICE_LABEL: label_value(meta["name"]),
+        TEMPLATE_LABEL: label_value(template.get("metadata", {}).get("name", "")),
         MODEL_LABEL: label_value(model.get("metadata", {}).get("name", "")),
     }
     if metric:
@@ -407,7 +526,10 @@ def render_inference_service(
             "name": workload_name(meta["name"], namespace),
             "namespace": namespace,
             "labels": labels,
-            "annotations": {"serving.kserve.io/deploymentMode": "RawDeployment", "serving.kserve.io/autoscalerClass": "none"},
+            "annotations": {
+                "serving.kserve.io/deploymentMode": "RawDeployment",
+                "serving.kserve.io/autoscalerClass": "none",
+            },
             "ownerReferences": [owner_reference(service)],
         },
         "spec": {"predictor": predictor},
@@ -431,16 +553,34 @@ def render_http_route(service: Mapping[str, Any], gateway: Mapping[str, Any], is
         "metadata": {
             "name": route_name(meta["name"], namespace),
             "namespace": namespace,
-            "labels": {"app.kubernetes.io/component": "routing", **MANAGED_BY, SERVICE_LABEL: label_value(meta["name"])},
+            "labels": {
+                "app.kubernetes.io/component": "routing",
+                **MANAGED_BY,
+                SERVICE_LABEL: label_value(meta["name"]),
+            },
             "ownerReferences": [owner_reference(service)],
         },
         "spec": {
             "parentRefs": [dict(gateway)],
             "rules": [
                 {
-                    "matches": [{"path": {"type": "PathPrefix", "value": route_path(namespace, meta.get("uid", meta["name"]))}}],
-                    "filters": [{"type": "URLRewrite", "urlRewrite": {"path": {"type": "ReplacePrefixMatch", "replacePrefixMatch": "/"}}}],
-                    "backendRefs": [{"group": "", "kind": "Service", "name": f"{isvc_name}-predictor", "port": PREDICTOR_SERVICE_PORT}],
+                    "matches": [
+                        {"path": {"type": "PathPrefix", "value": route_path(namespace, meta.get("uid", meta["name"]))}}
+                    ],
+                    "filters": [
+                        {
+                            "type": "URLRewrite",
+                            "urlRewrite": {"path": {"type": "ReplacePrefixMatch", "replacePrefixMatch": "/"}},
+                        }
+                    ],
+                    "backendRefs": [
+                        {
+                            "group": "",
+                            "kind": "Service",
+                            "name": f"{isvc_name}-predictor",
+                            "port": PREDICTOR_SERVICE_PORT,
+                        }
+                    ],
                 }
             ],
         },
@@ -453,17 +593,27 @@ def contains(existing: Any, desired: Any) -> bool:
     if isinstance(desired, dict):
         return isinstance(existing, dict) and all(contains(existing.get(k), v) for k, v in desired.items())
     if isinstance(desired, list):
-        return isinstance(existing, list) and len(existing) == len(desired) and all(contains(e, d) for e, d in zip(existing, desired))
+        return (
+            isinstance(existing, list)
+            and len(existing) == len(desired)
+            and all(contains(e, d) for e, d in zip(existing, desired))
+        )
     return existing == desired
 
 
-def update_patch(existing: Mapping[str, Any], desired: Mapping[str, Any], managed: Sequence[str] = ()) -> dict[str, Any] | None:
+def update_patch(
+    existing: Mapping[str, Any], desired: Mapping[str, Any], managed: Sequence[str] = ()
+) -> dict[str, Any] | None:
     """The merge-patch bringing ``existing`` to ``desired`` (labels, annotations, ownerReferences,
     spec), or ``None`` when nothing differs. ``managed`` predictor keys absent from ``desired`` are removed."""
     want_meta = desired.get("metadata") or {}
     have_meta = existing.get("metadata") or {}
     patch: dict[str, Any] = {}
-    meta_patch = {k: want_meta[k] for k in ("labels", "annotations", "ownerReferences") if k in want_meta and not contains(have_meta.get(k), want_meta[k])}
+    meta_patch = {
+        k: want_meta[k]
+        for k in ("labels", "annotations", "ownerReferences")
+        if k in want_meta and not contains(have_meta.get(k), want_meta[k])
+    }
     if meta_patch:
         patch["metadata"] = meta_patch
     spec = dict(desired.get("spec") or {})
@@ -495,7 +645,7 @@ def _ready_of(isvc: Mapping[str, Any] | None) -> tuple[bool, str, str]:
     if isvc is None:
         return False, "CreatingRuntime", "InferenceService not created yet"
     status = isvc.get("status") or {}
-    failure = ((status.get("modelStatus") or {}).get("lastFailureInfo") or {})
+    failure = (status.get("modelStatus") or {}).get("lastFailureInfo") or {}
     if failure.get("message") or failure.get("reason"):
         return False, "RuntimeFailed", str(failure.get("message") or failure.get("reason"))
     ready = _condition(isvc, "Ready")
@@ -514,7 +664,9 @@ def _route_of(route: Mapping[str, Any] | None) -> tuple[bool, str, str]:
         for cond in parent.get("conditions") or []:
             if cond.get("status") == "False":
                 return False, cond.get("reason") or "RouteFailed", cond.get("message") or f"{cond.get('type')} is False"
-    accepted = any(c.get("type") == "Accepted" and c.get("status") == "True" for p in parents for c in p.get("conditions") or [])
+    accepted = any(
+        c.get("type") == "Accepted" and c.get("status") == "True" for p in parents for c in p.get("conditions") or []
+    )
     if not accepted:
         return False, "ConfiguringRoute", "the Gateway has not accepted the HTTPRoute yet"
     return True, "RouteReady", "HTTPRoute accepted by its Gateway"
@@ -530,19 +682,39 @@ def blocked_status(resolution: Resolution, workload_exists: bool) -> ServiceOutc
     ``Failure`` is True for Failed and Degraded; ``Progressing`` while Pending."""
     status = resolution.status or STATUS_FAILED
     broken = status in (STATUS_FAILED, STATUS_DEGRADED)
-    message = resolution.message + (" (the existing workload is kept)" if workload_exists and status != STATUS_FAILED else "")
+    message = resolution.message + (
+        " (the existing workload is kept)" if workload_exists and status != STATUS_FAILED else ""
+    )
     conditions = [
-        ConditionUpdate(COND_RESOLVED, "True" if resolution.reason in RESOLVED_REASONS else "False", resolution.reason, resolution.message),
+        ConditionUpdate(
+            COND_RESOLVED,
+            "True" if resolution.reason in RESOLVED_REASONS else "False",
+            resolution.reason,
+            resolution.message,
+        ),
         ConditionUpdate(COND_READY, "False", resolution.reason, message),
-        ConditionUpdate(COND_PROGRESSING, "True" if status == STATUS_PENDING else "False", resolution.reason, resolution.message),
-        ConditionUpdate(COND_FAILURE, "True" if broken else "False", resolution.reason if broken else "NoFailure", resolution.message if broken else ""),
+        ConditionUpdate(
+            COND_PROGRESSING, "True" if status == STATUS_PENDING else "False", resolution.reason, resolution.message
+        ),
+        ConditionUpdate(
+            COND_FAILURE,
+            "True" if broken else "False",
+            resolution.reason if broken else "NoFailure",
+            resolution.message if broken else "",
+        ),
     ]
     return ServiceOutcome(status, conditions)
 
 
 def service_status(
-    caches_ready: bool, cache_reason: str, cache_message: str, isvc: Mapping[str, Any] | None,
-    route: Mapping[str, Any] | None, routing_enabled: bool, routing_problem: str | None, selected: str = "",
+    caches_ready: bool,
+    cache_reason: str,
+    cache_message: str,
+    isvc: Mapping[str, Any] | None,
+    route: Mapping[str, Any] | None,
+    routing_enabled: bool,
+    routing_problem: str | None,
+    selected: str = "",
 ) -> ServiceOutcome:
     """Status of a resolved service from its caches and what the cluster reports about its workload.
 
@@ -550,11 +722,20 @@ def service_status(
     a failed cache is Failed (as aim-engine reports it); a runtime failure or a routing problem (no
     gateway configured) is Degraded. ``selected`` says how the template was chosen (auto-selection).
     """
-    resolved = ConditionUpdate(COND_RESOLVED, "True", "Resolved", "model, template and namespace config found" + (f"; {selected}" if selected else ""))
+    resolved = ConditionUpdate(
+        COND_RESOLVED,
+        "True",
+        "Resolved",
+        "model, template and namespace config found" + (f"; {selected}" if selected else ""),
+    )
     cache = ConditionUpdate(COND_CACHE_READY, "True" if caches_ready else "False", cache_reason, cache_message)
     runtime_ok, runtime_reason, runtime_message = _ready_of(isvc)
     if not routing_enabled:
-        route_ok, route_reason, route_message = True, "RoutingDisabled", "Routing disabled (routing.autoCreateRoute is false)"
+        route_ok, route_reason, route_message = (
+            True,
+            "RoutingDisabled",
+            "Routing disabled (routing.autoCreateRoute is false)",
+        )
     elif routing_problem:
         route_ok, route_reason, route_message = False, "GatewayNotConfigured", routing_problem
     else:

@@ -16,8 +16,9 @@ is absent stays ``Pending`` (reason ``GpuNotAvailable``) and recovers when such 
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any
 
 from engine.aim.discovery import REASON_IMAGE_NOT_FOUND, DiscoveryRecord, ImageMetadata
 from engine.caches.sources import parse_source
@@ -28,14 +29,26 @@ from engine.status import ConditionUpdate
 # --------------------------------------------------------------------------------------------------
 
 AMD_DEVICE_IDS: dict[str, str] = {
-    **dict.fromkeys(("738c", "738e"), "MI100"), **dict.fromkeys(("7408", "740c"), "MI250X"),
-    **dict.fromkeys(("740f", "7410"), "MI210"), "74a0": "MI300A",
-    **dict.fromkeys(("74a1", "74a9", "74b5", "74bd"), "MI300X"), **dict.fromkeys(("74a2", "74a8", "74b6"), "MI308X"),
-    **dict.fromkeys(("74a5", "74b9"), "MI325X"), **dict.fromkeys(("75a0", "75b0"), "MI350X"),
-    **dict.fromkeys(("75a3", "75b3"), "MI355X"), **dict.fromkeys(("7460", "7461"), "V710"),
-    **dict.fromkeys(("7448", "744a"), "W7900"), **dict.fromkeys(("7449", "745e"), "W7800"), "73a2": "W6900X",
-    "73a3": "W6800", "73ab": "W6800X", **dict.fromkeys(("73a1", "73ae"), "V620"), "7550": "RX9070",
-    "744c": "RX7900", "73af": "RX6900", "73bf": "RX6800",
+    **dict.fromkeys(("738c", "738e"), "MI100"),
+    **dict.fromkeys(("7408", "740c"), "MI250X"),
+    **dict.fromkeys(("740f", "7410"), "MI210"),
+    "74a0": "MI300A",
+    **dict.fromkeys(("74a1", "74a9", "74b5", "74bd"), "MI300X"),
+    **dict.fromkeys(("74a2", "74a8", "74b6"), "MI308X"),
+    **dict.fromkeys(("74a5", "74b9"), "MI325X"),
+    **dict.fromkeys(("75a0", "75b0"), "MI350X"),
+    **dict.fromkeys(("75a3", "75b3"), "MI355X"),
+    **dict.fromkeys(("7460", "7461"), "V710"),
+    **dict.fromkeys(("7448", "744a"), "W7900"),
+    **dict.fromkeys(("7449", "745e"), "W7800"),
+    "73a2": "W6900X",
+    "73a3": "W6800",
+    "73ab": "W6800X",
+    **dict.fromkeys(("73a1", "73ae"), "V620"),
+    "7550": "RX9070",
+    "744c": "RX7900",
+    "73af": "RX6900",
+    "73bf": "RX6800",
 }
 """AMD PCI device id -> GPU model (aim-engine's table)."""
 AMD_MODELS = frozenset(AMD_DEVICE_IDS.values())
@@ -100,17 +113,35 @@ def node_gpu(node: Mapping[str, Any]) -> NodeGPU | None:
     for key, value in sorted(labels.items()):
         for prefix in AMD_DEVICE_LABELS:
             if key.startswith(prefix + ".") and value not in ("", "0"):
-                return NodeGPU(name, AMD_RESOURCE, _amd_device_model(key[len(prefix) + 1:]), _int(value) or amd_count, (key, value))
+                return NodeGPU(
+                    name,
+                    AMD_RESOURCE,
+                    _amd_device_model(key[len(prefix) + 1 :]),
+                    _int(value) or amd_count,
+                    (key, value),
+                )
     for key in AMD_FAMILY_LABELS:
         if labels.get(key):
             return NodeGPU(name, AMD_RESOURCE, normalize_gpu_model(labels[key]), amd_count, (key, labels[key]))
     for key, value in sorted(labels.items()):
         for prefix in AMD_FAMILY_LABELS:
             if key.startswith(prefix + ".") and value not in ("", "0"):
-                return NodeGPU(name, AMD_RESOURCE, normalize_gpu_model(key[len(prefix) + 1:]), _int(value) or amd_count, (key, value))
+                return NodeGPU(
+                    name,
+                    AMD_RESOURCE,
+                    normalize_gpu_model(key[len(prefix) + 1 :]),
+                    _int(value) or amd_count,
+                    (key, value),
+                )
     product = labels.get(NVIDIA_PRODUCT_LABEL)
     if product:
-        return NodeGPU(name, NVIDIA_RESOURCE, normalize_gpu_model(product), _int(labels.get(NVIDIA_COUNT_LABEL)), (NVIDIA_PRODUCT_LABEL, product))
+        return NodeGPU(
+            name,
+            NVIDIA_RESOURCE,
+            normalize_gpu_model(product),
+            _int(labels.get(NVIDIA_COUNT_LABEL)),
+            (NVIDIA_PRODUCT_LABEL, product),
+        )
     return None
 
 
@@ -226,13 +257,22 @@ def match_profile(spec: Mapping[str, Any], deployments: Sequence[Mapping[str, An
         candidates.append(deployment)
     if not candidates:
         return None
-    return min(candidates, key=lambda d: (preference_rank(d.get("metric"), METRIC_PREFERENCE), preference_rank(d.get("precision"), PRECISION_PREFERENCE)))
+    return min(
+        candidates,
+        key=lambda d: (
+            preference_rank(d.get("metric"), METRIC_PREFERENCE),
+            preference_rank(d.get("precision"), PRECISION_PREFERENCE),
+        ),
+    )
 
 
 def describe_wanted(spec: Mapping[str, Any]) -> str:
     """The template's selection knobs in one phrase, for messages."""
-    parts = [f"{spec.get('gpusPerReplica', '?')} x {spec.get('gpuModel', 'any GPU')}", spec.get("metric") or "any metric",
-             spec.get("precision") or "auto"]
+    parts = [
+        f"{spec.get('gpusPerReplica', '?')} x {spec.get('gpuModel', 'any GPU')}",
+        spec.get("metric") or "any metric",
+        spec.get("precision") or "auto",
+    ]
     return ", ".join(str(p) for p in parts)
 
 
@@ -246,12 +286,23 @@ def normalized_source(source: str) -> str:
 # --------------------------------------------------------------------------------------------------
 
 STATUS_PENDING, STATUS_PROGRESSING, STATUS_AVAILABLE, STATUS_FAILED = "Pending", "Progressing", "Available", "Failed"
-COND_DISCOVERED, COND_CACHE_WARM, COND_READY, COND_PROGRESSING, COND_FAILURE = "Discovered", "CacheWarm", "Ready", "Progressing", "Failure"
+COND_DISCOVERED, COND_CACHE_WARM, COND_READY, COND_PROGRESSING, COND_FAILURE = (
+    "Discovered",
+    "CacheWarm",
+    "Ready",
+    "Progressing",
+    "Failure",
+)
 REASON_AWAITING = "AwaitingDiscovery"
 REASON_DISCOVERED = "ProfilesDiscovered"
 REASON_DISCOVERY_FAILED = "DiscoveryFailed"
 REASON_GPU_NOT_AVAILABLE = "GpuNotAvailable"
-REASON_WARM_REQUESTED, REASON_WARMING, REASON_WARM, REASON_WARM_FAILED = "WarmRequested", "Warming", "Warm", "WarmFailed"
+REASON_WARM_REQUESTED, REASON_WARMING, REASON_WARM, REASON_WARM_FAILED = (
+    "WarmRequested",
+    "Warming",
+    "Warm",
+    "WarmFailed",
+)
 
 
 @dataclass(frozen=True)
@@ -311,20 +362,30 @@ def record_of(models: Iterable[Mapping[str, Any]] | ModelCatalog, model: Mapping
     return DiscoveryRecord.from_annotations(model["metadata"].get("annotations"))
 
 
-def resolve_profile(template: Mapping[str, Any], models: Sequence[Mapping[str, Any]] | ModelCatalog, inventory: GpuInventory) -> Profile:
+def resolve_profile(
+    template: Mapping[str, Any], models: Sequence[Mapping[str, Any]] | ModelCatalog, inventory: GpuInventory
+) -> Profile:
     """Model, GPU availability and profile of a template (in this order: each gate explains itself)."""
     spec = template.get("spec") or {}
     canonical = spec.get("model", "")
     named = models_named(models, canonical)
     if not named and isinstance(models, ModelCatalog) and canonical in models.invalid:
-        return Profile(STATUS_FAILED, REASON_DISCOVERY_FAILED, f"the AIMClusterModel with spec.name {canonical!r} is invalid: {models.invalid[canonical]}",
-                       failure_reason="ValidationFailed")
+        return Profile(
+            STATUS_FAILED,
+            REASON_DISCOVERY_FAILED,
+            f"the AIMClusterModel with spec.name {canonical!r} is invalid: {models.invalid[canonical]}",
+            failure_reason="ValidationFailed",
+        )
     if not named:
         return Profile(STATUS_PENDING, REASON_AWAITING, f"no AIMClusterModel has spec.name {canonical!r}")
     if len(named) > 1:
         names = ", ".join(sorted(m["metadata"]["name"] for m in named))
-        return Profile(STATUS_FAILED, REASON_DISCOVERY_FAILED, f"several AIMClusterModels have spec.name {canonical!r}: {names}",
-                       failure_reason="ValidationFailed")
+        return Profile(
+            STATUS_FAILED,
+            REASON_DISCOVERY_FAILED,
+            f"several AIMClusterModels have spec.name {canonical!r}: {names}",
+            failure_reason="ValidationFailed",
+        )
     model = named[0]
     record = record_of(models, model)
     image = model["spec"].get("image")
@@ -332,17 +393,35 @@ def resolve_profile(template: Mapping[str, Any], models: Sequence[Mapping[str, A
         return Profile(STATUS_PENDING, REASON_AWAITING, f"waiting for discovery of {image}", model=model)
     if not record.ok:
         if record.reason == REASON_IMAGE_NOT_FOUND:
-            return Profile(STATUS_FAILED, REASON_DISCOVERY_FAILED, record.message, model=model, failure_reason=REASON_IMAGE_NOT_FOUND)
+            return Profile(
+                STATUS_FAILED,
+                REASON_DISCOVERY_FAILED,
+                record.message,
+                model=model,
+                failure_reason=REASON_IMAGE_NOT_FOUND,
+            )
         if record.terminal:
-            return Profile(STATUS_FAILED, REASON_DISCOVERY_FAILED, record.message, model=model, failure_reason=record.reason)
-        return Profile(STATUS_PENDING, REASON_AWAITING, f"discovery of {image} failed and is retried: {record.message}", model=model)
+            return Profile(
+                STATUS_FAILED, REASON_DISCOVERY_FAILED, record.message, model=model, failure_reason=record.reason
+            )
+        return Profile(
+            STATUS_PENDING,
+            REASON_AWAITING,
+            f"discovery of {image} failed and is retried: {record.message}",
+            model=model,
+        )
     metadata = record.metadata
     assert metadata is not None
     tp, per_replica = spec.get("tensorParallelism"), spec.get("gpusPerReplica")
     if tp is not None and per_replica is not None and tp > per_replica:
-        return Profile(STATUS_FAILED, REASON_DISCOVERY_FAILED,
-                       f"spec.tensorParallelism {tp} exceeds spec.gpusPerReplica {per_replica}", model=model, metadata=metadata,
-                       failure_reason="ValidationFailed")
+        return Profile(
+            STATUS_FAILED,
+            REASON_DISCOVERY_FAILED,
+            f"spec.tensorParallelism {tp} exceeds spec.gpusPerReplica {per_replica}",
+            model=model,
+            metadata=metadata,
+            failure_reason="ValidationFailed",
+        )
     if spec.get("gpuModel"):
         missing = gpu_unavailable(spec["gpuModel"], per_replica, inventory)
         if missing:
@@ -350,19 +429,39 @@ def resolve_profile(template: Mapping[str, Any], models: Sequence[Mapping[str, A
     deployment = match_profile(spec, metadata.recommended_deployments)
     if deployment is None:
         offered = len(metadata.recommended_deployments)
-        return Profile(STATUS_FAILED, REASON_DISCOVERY_FAILED,
-                       f"no recommended deployment of {image} matches {describe_wanted(spec)} ({offered} offered)",
-                       model=model, metadata=metadata, failure_reason=REASON_DISCOVERY_FAILED)
+        return Profile(
+            STATUS_FAILED,
+            REASON_DISCOVERY_FAILED,
+            f"no recommended deployment of {image} matches {describe_wanted(spec)} ({offered} offered)",
+            model=model,
+            metadata=metadata,
+            failure_reason=REASON_DISCOVERY_FAILED,
+        )
     sources: tuple[str, ...] = ()
     if metadata.source:
         try:
             sources = (normalized_source(metadata.source),)
         except ValueError as exc:
-            return Profile(STATUS_FAILED, REASON_DISCOVERY_FAILED, f"the image's model.source label: {exc}", model=model,
-                           metadata=metadata, failure_reason=REASON_DISCOVERY_FAILED)
-    chosen = ", ".join(f"{k}={deployment[k]}" for k in ("gpuModel", "gpuCount", "metric", "precision", "profileId") if k in deployment)
-    return Profile(STATUS_PROGRESSING, REASON_DISCOVERED, f"profile {chosen}", model=model, metadata=metadata,
-                   deployment=deployment, model_sources=sources)
+            return Profile(
+                STATUS_FAILED,
+                REASON_DISCOVERY_FAILED,
+                f"the image's model.source label: {exc}",
+                model=model,
+                metadata=metadata,
+                failure_reason=REASON_DISCOVERY_FAILED,
+            )
+    chosen = ", ".join(
+        f"{k}={deployment[k]}" for k in ("gpuModel", "gpuCount", "metric", "precision", "profileId") if k in deployment
+    )
+    return Profile(
+        STATUS_PROGRESSING,
+        REASON_DISCOVERED,
+        f"profile {chosen}",
+        model=model,
+        metadata=metadata,
+        deployment=deployment,
+        model_sources=sources,
+    )
 
 
 @dataclass(frozen=True)
@@ -378,12 +477,16 @@ def invalid_template_outcome(problem: str) -> TemplateOutcome:
     """Status of a template whose spec does not parse (``problem`` names the field): Failed, nothing
     resolved or cached for it until it is fixed."""
     message = f"invalid AIMServiceTemplate: {problem}"
-    return TemplateOutcome(STATUS_FAILED, [], [
-        ConditionUpdate(COND_DISCOVERED, "False", "ValidationFailed", message),
-        ConditionUpdate(COND_READY, "False", "ValidationFailed", message),
-        ConditionUpdate(COND_PROGRESSING, "False", "ValidationFailed", message),
-        ConditionUpdate(COND_FAILURE, "True", "ValidationFailed", message),
-    ])
+    return TemplateOutcome(
+        STATUS_FAILED,
+        [],
+        [
+            ConditionUpdate(COND_DISCOVERED, "False", "ValidationFailed", message),
+            ConditionUpdate(COND_READY, "False", "ValidationFailed", message),
+            ConditionUpdate(COND_PROGRESSING, "False", "ValidationFailed", message),
+            ConditionUpdate(COND_FAILURE, "True", "ValidationFailed", message),
+        ],
+    )
 
 
 def template_status(profile: Profile, warm_cache: bool, cache_states: Mapping[str, str | None]) -> TemplateOutcome:
@@ -399,8 +502,12 @@ def template_status(profile: Profile, warm_cache: bool, cache_states: Mapping[st
             ConditionUpdate(COND_CACHE_WARM, "False", REASON_AWAITING, "waiting for discovery"),
             ConditionUpdate(COND_READY, "False", profile.reason, profile.message),
             ConditionUpdate(COND_PROGRESSING, "False" if failed else "True", profile.reason, profile.message),
-            ConditionUpdate(COND_FAILURE, "True" if failed else "False", profile.failure_reason or profile.reason if failed else "NoFailure",
-                            profile.message if failed else ""),
+            ConditionUpdate(
+                COND_FAILURE,
+                "True" if failed else "False",
+                profile.failure_reason or profile.reason if failed else "NoFailure",
+                profile.message if failed else "",
+            ),
         ]
         return TemplateOutcome(profile.status, list(profile.model_sources), conditions)
     discovered = ConditionUpdate(COND_DISCOVERED, "True", REASON_DISCOVERED, profile.message)
@@ -418,20 +525,35 @@ def template_status(profile: Profile, warm_cache: bool, cache_states: Mapping[st
             cache = ConditionUpdate(COND_CACHE_WARM, "True", REASON_WARM, f"{len(sources)} model caches available")
             status = STATUS_AVAILABLE
         elif all(s is None for s in states):
-            cache = ConditionUpdate(COND_CACHE_WARM, "False", REASON_WARM_REQUESTED, f"caches requested for {', '.join(sources)}")
+            cache = ConditionUpdate(
+                COND_CACHE_WARM, "False", REASON_WARM_REQUESTED, f"caches requested for {', '.join(sources)}"
+            )
             status = STATUS_PROGRESSING
         else:
             ready = sum(1 for s in states if s == "Available")
-            cache = ConditionUpdate(COND_CACHE_WARM, "False", REASON_WARMING, f"{ready} of {len(sources)} model caches available")
+            cache = ConditionUpdate(
+                COND_CACHE_WARM, "False", REASON_WARMING, f"{ready} of {len(sources)} model caches available"
+            )
             status = STATUS_PROGRESSING
     failed = status == STATUS_FAILED
     ready = status == STATUS_AVAILABLE
     conditions = [
         discovered,
         cache,
-        ConditionUpdate(COND_READY, "True" if ready else "False", cache.reason if not ready else REASON_WARM if warm_cache else REASON_DISCOVERED,
-                        "template available" if ready else cache.message),
-        ConditionUpdate(COND_PROGRESSING, "True" if status == STATUS_PROGRESSING else "False", cache.reason, cache.message),
-        ConditionUpdate(COND_FAILURE, "True" if failed else "False", REASON_WARM_FAILED if failed else "NoFailure", cache.message if failed else ""),
+        ConditionUpdate(
+            COND_READY,
+            "True" if ready else "False",
+            cache.reason if not ready else REASON_WARM if warm_cache else REASON_DISCOVERED,
+            "template available" if ready else cache.message,
+        ),
+        ConditionUpdate(
+            COND_PROGRESSING, "True" if status == STATUS_PROGRESSING else "False", cache.reason, cache.message
+        ),
+        ConditionUpdate(
+            COND_FAILURE,
+            "True" if failed else "False",
+            REASON_WARM_FAILED if failed else "NoFailure",
+            cache.message if failed else "",
+        ),
     ]
     return TemplateOutcome(status, sources, conditions)

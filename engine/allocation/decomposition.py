@@ -115,7 +115,7 @@ class Stage:
         """Absolute distance to the bound within which an incumbent of this value is proven."""
         return self.mip_gap * self.relative_to(value)
 
-    def result(self, counts: list[tuple[int, ...]], value: float, bound: float) -> "StageResult":
+    def result(self, counts: list[tuple[int, ...]], value: float, bound: float) -> StageResult:
         """The stage's outcome for this incumbent and bound (gap unknown without a finite bound)."""
         if not math.isfinite(bound):
             return StageResult(counts, value, bound, None, False)
@@ -153,10 +153,20 @@ class Decomposition:
         self.variants = [list(prep.usable[m.name]) for m in coupled]
         self.static: list[list[tuple]] = []
         for m, vs in zip(coupled, self.variants):
-            self.static.append([
-                (prep.rate[v.name], prep.cost[v.name], tix.get(v.accelerator, -1), v.accelerators_per_replica,
-                 v.current_replicas, v.min_replicas, replica_ceiling(m.load_rps, prep.rate[v.name], v))
-                for v in vs])
+            self.static.append(
+                [
+                    (
+                        prep.rate[v.name],
+                        prep.cost[v.name],
+                        tix.get(v.accelerator, -1),
+                        v.accelerators_per_replica,
+                        v.current_replicas,
+                        v.min_replicas,
+                        replica_ceiling(m.load_rps, prep.rate[v.name], v),
+                    )
+                    for v in vs
+                ]
+            )
         self.pool: list[dict[tuple[int, ...], Column]] = [{} for _ in coupled]
         for j in range(len(coupled) if SEED_POOLS else 0):
             self._seed(j)
@@ -194,14 +204,17 @@ class Decomposition:
     def items(self, j: int, lam, sigma: float) -> list[Item]:
         """Model j's variants priced at ``lam`` per accelerator and ``sigma`` per unit of cost."""
         st = sigma * self.tau
-        return [Item(r, sigma * c + (lam[t] * a if t >= 0 else 0.0), st * c, cur, lo, hi, t, a)
-                for r, c, t, a, cur, lo, hi in self.static[j]]
+        return [
+            Item(r, sigma * c + (lam[t] * a if t >= 0 else 0.0), st * c, cur, lo, hi, t, a)
+            for r, c, t, a, cur, lo, hi in self.static[j]
+        ]
 
     def search(self, j: int, lam, weight: float, ucap: float, sigma: float, room=None) -> Pattern:
         """Model j's best pattern at prices ``lam`` (within ``room`` when given)."""
         self.budget.searches += 1
-        return best_pattern(self.models[j].load_rps, ucap, weight, self.items(j, lam, sigma), room,
-                            work=self.budget.nodes)
+        return best_pattern(
+            self.models[j].load_rps, ucap, weight, self.items(j, lam, sigma), room, work=self.budget.nodes
+        )
 
     def objective(self, stage: Stage, j: int, col: Column) -> float:
         return float(stage.weight[j] * col.unserved + stage.sigma * col.cost)
@@ -232,9 +245,12 @@ class Decomposition:
                 break
             lp_value, pi, lam, mu = duals
             added = 0
-            for alpha in ((SMOOTHING, 0.0) if center is not None and SMOOTHING > 0 else (0.0,)):
-                at = (lam, mu) if alpha == 0.0 else (alpha * center[0] + (1 - alpha) * lam,
-                                                     alpha * center[1] + (1 - alpha) * mu)
+            for alpha in (SMOOTHING, 0.0) if center is not None and SMOOTHING > 0 else (0.0,):
+                at = (
+                    (lam, mu)
+                    if alpha == 0.0
+                    else (alpha * center[0] + (1 - alpha) * lam, alpha * center[1] + (1 - alpha) * mu)
+                )
                 round_bound, found = self.lagrangian(stage, *at)
                 if all(f.exact for f in found) and round_bound > bound:
                     bound, center = round_bound, (np.asarray(at[0], dtype=float), np.asarray(at[1], dtype=float))
@@ -249,15 +265,16 @@ class Decomposition:
                 break
             if round_ > 0 and self._respond(master, stage, chosen) == 0:
                 break
-            picked = master.solve_ip(chosen, bound + AIM * stage.tolerance(best_value), best_value,
-                                     max(deadline - self.budget.spent(), 0.05))
+            picked = master.solve_ip(
+                chosen, bound + AIM * stage.tolerance(best_value), best_value, max(deadline - self.budget.spent(), 0.05)
+            )
             if picked is not None:
                 value = sum(master.obj[i] for i in picked)
                 if value < best_value - 1e-12 * max(1.0, abs(best_value)):
                     chosen, best_value = picked, value
         return stage.result([master.cols[i][1].counts for i in chosen], best_value, bound)
 
-    def _add_priced(self, master: "_Master", found: list[Pattern], pi, lam, mu) -> int:
+    def _add_priced(self, master: _Master, found: list[Pattern], pi, lam, mu) -> int:
         """Add the patterns whose reduced cost at the master's prices is negative; returns how many."""
         added = 0
         for j, pattern in enumerate(found):
@@ -289,7 +306,7 @@ class Decomposition:
             found.append(pattern)
         return bound, found
 
-    def _respond(self, master: "_Master", stage: Stage, chosen: list[int]) -> int:
+    def _respond(self, master: _Master, stage: Stage, chosen: list[int]) -> int:
         """Add each model's best pattern within the inventory the others' chosen patterns leave
         (a frozen level's model may not leave more unserved than it does now); returns how many."""
         cols = [master.cols[i][1] for i in chosen]
@@ -326,8 +343,9 @@ class _Master:
         caps = [cap for _, cap in stage.rows]
         lower = np.concatenate([np.ones(n), np.full(t + len(caps), -inf)])
         upper = np.concatenate([np.ones(n), dec.capacity, np.array(caps, dtype=float)])
-        h.addRows(len(lower), lower, upper, 0, np.zeros(len(lower), dtype=np.int32),
-                  np.zeros(0, dtype=np.int32), np.zeros(0))
+        h.addRows(
+            len(lower), lower, upper, 0, np.zeros(len(lower), dtype=np.int32), np.zeros(0, dtype=np.int32), np.zeros(0)
+        )
         self.level_of = {j: q for q, (members, _) in enumerate(stage.rows) for j in members}
         self.cols: list[tuple[int, Column]] = []
         self.obj: list[float] = []
@@ -367,8 +385,9 @@ class _Master:
         index = np.fromiter((i for _, idx, _ in self.pending for i in idx), dtype=np.int32)
         value = np.fromiter((v for _, _, val in self.pending for v in val), dtype=float)
         n = len(self.pending)
-        self.h.addCols(n, np.array([obj for obj, _, _ in self.pending]), np.zeros(n), np.ones(n), len(index),
-                       starts, index, value)
+        self.h.addCols(
+            n, np.array([obj for obj, _, _ in self.pending]), np.zeros(n), np.ones(n), len(index), starts, index, value
+        )
         self.dec.budget.searches += n * COLUMN_SEARCHES
         self.pending = []
 
@@ -394,7 +413,7 @@ class _Master:
         dual = np.asarray(self.h.getSolution().row_dual, dtype=float)
         n, t = self.n_models, self.n_types
         value = float(self.h.getInfo().objective_function_value)
-        return value, dual[:n], np.maximum(-dual[n:n + t], 0.0), np.maximum(-dual[n + t:], 0.0)
+        return value, dual[:n], np.maximum(-dual[n : n + t], 0.0), np.maximum(-dual[n + t :], 0.0)
 
     def reduced_cost(self, j: int, col: Column, pi, lam, mu) -> float:
         """Objective of the column minus what it is worth at the master's prices."""
@@ -449,7 +468,7 @@ class _Master:
         rows = self.n_types + len(self.stage.rows)
         use = np.zeros((n, rows))  # per column: accelerators per type, then unserved per frozen level
         for i, (j, col) in enumerate(self.cols):
-            use[i, :self.n_types] = col.use
+            use[i, : self.n_types] = col.use
             q = self.level_of.get(j)
             if q is not None:
                 use[i, self.n_types + q] = col.unserved

@@ -58,8 +58,9 @@ def pick_solver(name: str | None) -> str | None:
 class CompactMilp:
     """The PuLP formulation of the coupled models (objectives are set stage by stage)."""
 
-    def __init__(self, problem: AllocationProblem, prep: Prepared, coupled: list[ModelDemand],
-                 floors: dict[str, bool]) -> None:
+    def __init__(
+        self, problem: AllocationProblem, prep: Prepared, coupled: list[ModelDemand], floors: dict[str, bool]
+    ) -> None:
         import pulp
 
         self.prep = prep
@@ -149,8 +150,9 @@ def mir_cuts(terms: list, u: Any, load: float) -> list[tuple[list, float]]:
     return cuts
 
 
-def solve_compact(milp: CompactMilp, problem: AllocationProblem, solver_key: str, start: dict[str, int],
-                  skip_levels: set[str]) -> tuple[dict[str, int], Status, dict[str, float | None]] | None:
+def solve_compact(
+    milp: CompactMilp, problem: AllocationProblem, solver_key: str, start: dict[str, int], skip_levels: set[str]
+) -> tuple[dict[str, int], Status, dict[str, float | None]] | None:
     """Every stage on the compact model; ``None`` when the solver returns no usable solution.
 
     ``skip_levels``: levels the start already leaves at zero (frozen at zero without a solve).
@@ -172,8 +174,9 @@ def solve_compact(milp: CompactMilp, problem: AllocationProblem, solver_key: str
         if solver_key == "HiGHS":
             solver = pulp.HiGHS(msg=False, timeLimit=max(seconds, 0.05), gapRel=problem.mip_gap, threads=1)
         else:
-            solver = pulp.PULP_CBC_CMD(msg=False, timeLimit=max(int(math.ceil(seconds)), 1),
-                                       gapRel=problem.mip_gap, warmStart=True)
+            solver = pulp.PULP_CBC_CMD(
+                msg=False, timeLimit=max(int(math.ceil(seconds)), 1), gapRel=problem.mip_gap, warmStart=True
+            )
         prob.solve(solver)
         status = status_from_solution(prob.sol_status)
         if status is None:
@@ -237,8 +240,11 @@ class HighsStage:
 
         for v in self.variants:
             c = prep.cost[v.name]
-            self.x[v.name] = column(c * (1 + tau) if v.current_replicas == 0 else c, v.min_replicas,
-                                    replica_ceiling(loads[v.model], prep.rate[v.name], v))
+            self.x[v.name] = column(
+                c * (1 + tau) if v.current_replicas == 0 else c,
+                v.min_replicas,
+                replica_ceiling(loads[v.model], prep.rate[v.name], v),
+            )
         self.u = [column(0.0, 0.0, m.load_rps) for m in coupled]
         for v in self.variants:
             if tau > 0 and v.current_replicas > 0:
@@ -257,13 +263,19 @@ class HighsStage:
             idx = np.array([self.x[v.name] for v in vs] + [self.u[j]], dtype=np.int32)
             h.addRow(m.load_rps, inf, len(idx), idx, np.array([prep.rate[v.name] for v in vs] + [1.0]))
             for cut, rhs in mir_cuts([(self.x[v.name], prep.rate[v.name]) for v in vs], self.u[j], m.load_rps):
-                h.addRow(rhs, inf, len(cut), np.array([i for i, _ in cut], dtype=np.int32),
-                         np.array([c for _, c in cut]))
+                h.addRow(
+                    rhs, inf, len(cut), np.array([i for i, _ in cut], dtype=np.int32), np.array([c for _, c in cut])
+                )
         for t, cap in sorted(capacity.items()):  # inventory
             vs = [v for v in self.variants if v.accelerator == t]
             if vs:
-                h.addRow(-inf, cap, len(vs), np.array([self.x[v.name] for v in vs], dtype=np.int32),
-                         np.array([float(v.accelerators_per_replica) for v in vs]))
+                h.addRow(
+                    -inf,
+                    cap,
+                    len(vs),
+                    np.array([self.x[v.name] for v in vs], dtype=np.int32),
+                    np.array([float(v.accelerators_per_replica) for v in vs]),
+                )
         for name, i in self.d.items():  # d >= x - current, d >= current - x
             cur = prep.by_name[name].current_replicas
             idx = np.array([i, self.x[name]], dtype=np.int32)
@@ -275,11 +287,17 @@ class HighsStage:
         """``sum of the members' unserved load <= cap`` (a decided level's total)."""
         import numpy as np
 
-        self.h.addRow(-self.highspy.kHighsInf, cap, len(members),
-                      np.array([self.u[j] for j in members], dtype=np.int32), np.ones(len(members)))
+        self.h.addRow(
+            -self.highspy.kHighsInf,
+            cap,
+            len(members),
+            np.array([self.u[j] for j in members], dtype=np.int32),
+            np.ones(len(members)),
+        )
 
-    def run(self, weight, sigma: float, ucap, start: dict[str, int], target: float, seconds: float
-            ) -> tuple[dict[str, int] | None, float]:
+    def run(
+        self, weight, sigma: float, ucap, start: dict[str, int], target: float, seconds: float
+    ) -> tuple[dict[str, int] | None, float]:
         """Minimise ``sum_j weight_j u_j + sigma * (cost + penalty)`` with ``u_j <= ucap_j``, warm-started
         from ``start`` and stopping at ``target`` or after ``seconds`` (HiGHS's run time).
         Returns (the replicas found or None, HiGHS's dual bound)."""

@@ -205,16 +205,15 @@ def prepare(problem: AllocationProblem) -> Prepared:
     rates, reasons = variant_rates(problem)
     models = sorted(problem.models, key=lambda m: m.name)
     variants = sorted(problem.variants, key=lambda v: v.name)
-    cost = {
-        v.name: float(problem.unit_costs.get(v.accelerator, 0.0)) * v.accelerators_per_replica for v in variants
-    }
+    cost = {v.name: float(problem.unit_costs.get(v.accelerator, 0.0)) * v.accelerators_per_replica for v in variants}
     usable: dict[str, list[VariantOption]] = {m.name: [] for m in models}
     for v in variants:
         if v.name in rates:
             usable[v.model].append(v)
     inventory = dict(problem.inventory or {})
-    return Prepared(models, variants, rates, cost, reasons, usable, set(inventory), inventory,
-                    {v.name: v for v in variants})
+    return Prepared(
+        models, variants, rates, cost, reasons, usable, set(inventory), inventory, {v.name: v for v in variants}
+    )
 
 
 def served_capacity(prep: Prepared, model: ModelDemand, replicas: dict[str, int]) -> float:
@@ -228,8 +227,14 @@ def unserved_load(load: float, capacity: float) -> float:
     return 0.0 if left <= UNSERVED_TOL * max(load, 1.0) else left
 
 
-def finish(prep: Prepared, replicas: dict[str, int], status: Status, gap: float | None, solver: str,
-           stage_gaps: dict[str, float | None] | None = None) -> Allocation:
+def finish(
+    prep: Prepared,
+    replicas: dict[str, int],
+    status: Status,
+    gap: float | None,
+    solver: str,
+    stage_gaps: dict[str, float | None] | None = None,
+) -> Allocation:
     """Served/unserved load and cost of an integer allocation."""
     served: dict[str, float] = {}
     unserved: dict[str, float] = {}

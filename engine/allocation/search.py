@@ -11,7 +11,8 @@ decomposition prices its columns with it.
 from __future__ import annotations
 
 import math
-from typing import NamedTuple, Sequence
+from collections.abc import Sequence
+from typing import NamedTuple
 
 from engine.allocation.problem import UNSERVED_TOL, Prepared, VariantOption
 from engine.perf.queueing import replicas_needed
@@ -48,9 +49,15 @@ class Pattern(NamedTuple):
     exact: bool
 
 
-def best_pattern(load: float, ucap: float, weight: float, items: Sequence[Item],
-                 room: Sequence[float] | None = None, node_limit: int = NODE_LIMIT,
-                 work: list[int] | None = None) -> Pattern:
+def best_pattern(
+    load: float,
+    ucap: float,
+    weight: float,
+    items: Sequence[Item],
+    room: Sequence[float] | None = None,
+    node_limit: int = NODE_LIMIT,
+    work: list[int] | None = None,
+) -> Pattern:
     """Exact optimum of one model's priced problem.
 
     Minimise ``weight * u + sum_v g_v(x_v)`` subject to ``sum_v rate_v x_v + u >= load``,
@@ -146,8 +153,9 @@ def best_pattern(load: float, ucap: float, weight: float, items: Sequence[Item],
 def pattern_value(load: float, weight: float, items: Sequence[Item], counts: Sequence[int]) -> float:
     """Objective of :func:`best_pattern` at given counts."""
     cap = sum(it.rate * k for it, k in zip(items, counts))
-    return weight * max(load - cap, 0.0) + sum(it.price * k + it.move_price * abs(k - it.current)
-                                               for it, k in zip(items, counts))
+    return weight * max(load - cap, 0.0) + sum(
+        it.price * k + it.move_price * abs(k - it.current) for it, k in zip(items, counts)
+    )
 
 
 def replica_ceiling(load: float, rate: float, variant: VariantOption) -> int:
@@ -159,8 +167,9 @@ def replica_ceiling(load: float, rate: float, variant: VariantOption) -> int:
     return max(hi, variant.min_replicas)
 
 
-def size_alone(load: float, variants: list[VariantOption], prep: Prepared, tau: float,
-               node_limit: int = 200_000) -> tuple[dict[str, int], bool]:
+def size_alone(
+    load: float, variants: list[VariantOption], prep: Prepared, tau: float, node_limit: int = 200_000
+) -> tuple[dict[str, int], bool]:
     """Cheapest replicas of one model's variants covering ``load``, with no shared inventory.
 
     Cost of variant v with n replicas: ``c_v*n + tau*c_v*|n - current_v|``, ``min <= n <= max``.
@@ -168,12 +177,23 @@ def size_alone(load: float, variants: list[VariantOption], prep: Prepared, tau: 
     possible).  Returns the counts and whether the search proved them optimal.
     """
     top = [v.max_replicas for v in variants]
-    if all(t is not None for t in top) and sum(t * prep.rate[v.name] for t, v in zip(top, variants)) \
-            < load - UNSERVED_TOL * max(load, 1.0):
+    if all(t is not None for t in top) and sum(
+        t * prep.rate[v.name] for t, v in zip(top, variants)
+    ) < load - UNSERVED_TOL * max(load, 1.0):
         return {v.name: int(t) for v, t in zip(variants, top)}, True  # type: ignore[arg-type]
-    items = [Item(prep.rate[v.name], prep.cost[v.name], tau * prep.cost[v.name], v.current_replicas,
-                  v.min_replicas, replica_ceiling(load, prep.rate[v.name], v), -1, v.accelerators_per_replica)
-             for v in variants]
+    items = [
+        Item(
+            prep.rate[v.name],
+            prep.cost[v.name],
+            tau * prep.cost[v.name],
+            v.current_replicas,
+            v.min_replicas,
+            replica_ceiling(load, prep.rate[v.name], v),
+            -1,
+            v.accelerators_per_replica,
+        )
+        for v in variants
+    ]
     found = best_pattern(load, 0.0, 0.0, items, node_limit=node_limit)
     assert found.counts is not None  # the load is coverable (checked above)
     return {v.name: k for v, k in zip(variants, found.counts)}, found.exact

@@ -57,8 +57,12 @@ def solve(problem: AllocationProblem) -> Allocation:
         name = "highs"
     else:
         milp = CompactMilp(problem, prep, coupled, floors)
-        skip = {label for label, level in milp.levels if label.startswith("priority") and
-                all(base.unserved_rps[m.name] == 0 for m in coupled if f"priority {m.priority}" == label)}
+        skip = {
+            label
+            for label, level in milp.levels
+            if label.startswith("priority")
+            and all(base.unserved_rps[m.name] == 0 for m in coupled if f"priority {m.priority}" == label)
+        }
         outcome = solve_compact(milp, problem, solver_key, base.replicas, skip)
         if outcome is None:
             base.solver = f"greedy (no solution from {SOLVER_NAMES[solver_key]})"
@@ -111,8 +115,9 @@ def _size_independent(prep: Prepared, tau: float) -> tuple[dict[str, int], list[
     return replicas, coupled, exact
 
 
-def _decomposed(problem: AllocationProblem, prep: Prepared, coupled: list[ModelDemand], base: Allocation
-                ) -> tuple[dict[str, int], Status, dict[str, float | None]]:
+def _decomposed(
+    problem: AllocationProblem, prep: Prepared, coupled: list[ModelDemand], base: Allocation
+) -> tuple[dict[str, int], Status, dict[str, float | None]]:
     """Every stage by column generation (:mod:`.decomposition`), starting from the greedy baseline.
 
     Stages: each priority level's unserved load, highest first (a level the incumbent already
@@ -186,7 +191,7 @@ class _Finisher:
             capacity = {t: float(c) for t, c in zip(dec.types, dec.capacity)}
             self.model = HighsStage(self.prep, self.coupled, self.tau, capacity)
             dec.budget.searches += len(self.prep.rate)  # building it: charged like a search per variant
-        for members, cap in stage.rows[self.frozen:]:
+        for members, cap in stage.rows[self.frozen :]:
             self.model.freeze_level(members, cap)
         self.frozen = len(stage.rows)
         start = {v.name: k for j, vs in enumerate(dec.variants) for v, k in zip(vs, result.counts[j])}
@@ -198,15 +203,18 @@ class _Finisher:
         if replicas is not None:
             cand = [dec.column(j, [replicas[v.name] for v in vs]) for j, vs in enumerate(dec.variants)]
             cand_value = sum(dec.objective(stage, j, col) for j, col in enumerate(cand))
-            admissible = all(col.unserved <= stage.ucap[j] + 1e-9 * max(1.0, stage.ucap[j]) for j, col in enumerate(cand))
+            admissible = all(
+                col.unserved <= stage.ucap[j] + 1e-9 * max(1.0, stage.ucap[j]) for j, col in enumerate(cand)
+            )
             admissible &= all(sum(cand[j].unserved for j in members) <= cap for members, cap in stage.rows)
             if admissible and cand_value < value - 1e-12 * max(1.0, abs(value)):
                 counts, value = [c.counts for c in cand], cand_value
         return stage.result(counts, value, max(result.bound, bound))
 
 
-def _served_where_room(dec: Decomposition, prep: Prepared, counts: list[tuple[int, ...]], members: list[int]
-                       ) -> list[tuple[int, ...]]:
+def _served_where_room(
+    dec: Decomposition, prep: Prepared, counts: list[tuple[int, ...]], members: list[int]
+) -> list[tuple[int, ...]]:
     """A stage cut short may leave room its level could use: hand it out before freezing the level."""
     replicas = {v.name: k for j, vs in enumerate(dec.variants) for v, k in zip(vs, counts[j])}
     for v in prep.variants:
@@ -233,5 +241,9 @@ def _never_worse_than(result: Allocation, base: Allocation, prep: Prepared, tau:
 
 def objective(prep: Prepared, replicas: dict[str, int], tau: float) -> float:
     """Cost plus transition penalty of an allocation (the cost stage's objective)."""
-    return float(sum(prep.cost[v.name] * (replicas[v.name] + tau * abs(replicas[v.name] - v.current_replicas))
-                     for v in prep.variants))
+    return float(
+        sum(
+            prep.cost[v.name] * (replicas[v.name] + tau * abs(replicas[v.name] - v.current_replicas))
+            for v in prep.variants
+        )
+    )

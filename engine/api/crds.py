@@ -245,6 +245,8 @@ def render_crds() -> dict[str, str]:
     The texts carry no ``---`` separator, so callers printing them all join them with ``---\n``.
     """
     return {
-        crd_file_name(info): yaml.safe_dump(build_crd(info), sort_keys=True, default_flow_style=False, allow_unicode=True, width=100)
+        crd_file_name(info): yaml.safe_dump(
+            build_crd(info), sort_keys=True, default_flow_style=False, allow_unicode=True, width=100
+        )
         for info in KINDS
     }

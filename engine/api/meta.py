@@ -26,8 +26,9 @@ import contextlib
 import contextvars
 import re
 import threading
-from datetime import datetime, timezone
-from typing import Annotated, Any, Iterator, Literal
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from typing import Annotated, Any, Literal
 
 from pydantic import (
     AfterValidator,
@@ -140,8 +141,8 @@ def attribute_docstrings(cls: type[BaseModel]) -> dict[str, str]:
 def format_time(value: datetime) -> str:
     """RFC 3339 in UTC with second precision, as Kubernetes writes ``metav1.Time``: ``2026-01-09T22:00:00Z``."""
     if value.tzinfo is None:
-        value = value.replace(tzinfo=timezone.utc)
-    return value.astimezone(timezone.utc).replace(microsecond=0).strftime("%Y-%m-%dT%H:%M:%SZ")
+        value = value.replace(tzinfo=UTC)
+    return value.astimezone(UTC).replace(microsecond=0).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def parse_time(text: str | datetime) -> datetime:
@@ -150,12 +151,12 @@ def parse_time(text: str | datetime) -> datetime:
         moment = text
     else:
         moment = datetime.fromisoformat(text.strip().replace("z", "Z").replace("Z", "+00:00"))
-    return _aware(moment).astimezone(timezone.utc)
+    return _aware(moment).astimezone(UTC)
 
 
 def _aware(value: datetime) -> datetime:
     """Times without a zone are taken as UTC, so comparisons between times never fail."""
-    return value if value.tzinfo is not None else value.replace(tzinfo=timezone.utc)
+    return value if value.tzinfo is not None else value.replace(tzinfo=UTC)
 
 
 Time = Annotated[
@@ -360,7 +361,9 @@ def set_condition(
             status=status,
             reason=reason,
             message=message,
-            last_transition_time=previous.last_transition_time if previous is not None and previous.status == status else now,
+            last_transition_time=previous.last_transition_time
+            if previous is not None and previous.status == status
+            else now,
             observed_generation=generation,
         )
 

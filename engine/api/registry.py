@@ -67,7 +67,9 @@ KINDS: tuple[KindInfo, ...] = (
         KTHENA, "v1alpha1", "AutoscalingPolicyBinding", "autoscalingpolicybindings", "kthena", short_names=("aspb",)
     ),
     KindInfo(AIM, "v1alpha1", "AIMClusterModel", "aimclustermodels", "aim", namespaced=False, short_names=("aimcm",)),
-    KindInfo(AIM, "v1alpha1", "AIMNamespaceConfig", "aimnamespaceconfigs", "aim", has_status=False, short_names=("aimnc",)),
+    KindInfo(
+        AIM, "v1alpha1", "AIMNamespaceConfig", "aimnamespaceconfigs", "aim", has_status=False, short_names=("aimnc",)
+    ),
     KindInfo(AIM, "v1alpha1", "AIMServiceTemplate", "aimservicetemplates", "aim", short_names=("aimst",)),
     KindInfo(AIM, "v1alpha1", "AIMService", "aimservices", "aim", short_names=("aimsvc",)),
     KindInfo(AIM, "v1alpha1", "ModelCache", "modelcaches", "aim", short_names=("mc",)),

@@ -99,8 +99,9 @@ def _join(path: str, key: str) -> str:
 # --------------------------------------------------------------------------------------------- prune
 
 
-def prune(obj: Any, schema: dict[str, Any] | None, root: bool = False, path: str = "",
-          dropped: list[str] | None = None) -> Any:
+def prune(
+    obj: Any, schema: dict[str, Any] | None, root: bool = False, path: str = "", dropped: list[str] | None = None
+) -> Any:
     """Drop fields the schema does not declare, in place where possible; returns the pruned value.
 
     The root and ``x-kubernetes-embedded-resource`` objects keep apiVersion, kind and metadata. The
@@ -195,7 +196,9 @@ def _validate(value: Any, schema: dict[str, Any], path: str, errors: list[FieldE
             return
         typ = "string" if schema.get("x-kubernetes-int-or-string") else schema.get("type")
         errors.append(
-            FieldError(path, "FieldValueTypeInvalid", f'Invalid value: "null": {shown} in body must be of type {typ}: "null"')
+            FieldError(
+                path, "FieldValueTypeInvalid", f'Invalid value: "null": {shown} in body must be of type {typ}: "null"'
+            )
         )
         return
     if schema.get("x-kubernetes-int-or-string"):
@@ -221,7 +224,11 @@ def _validate(value: Any, schema: dict[str, Any], path: str, errors: list[FieldE
 
     if "enum" in schema and value not in schema["enum"]:
         supported = ", ".join(_fmt(v) for v in schema["enum"])
-        errors.append(FieldError(path, "FieldValueNotSupported", f"Unsupported value: {_fmt(value)}: supported values: {supported}"))
+        errors.append(
+            FieldError(
+                path, "FieldValueNotSupported", f"Unsupported value: {_fmt(value)}: supported values: {supported}"
+            )
+        )
 
     if isinstance(value, str):
         _validate_string(value, schema, path, shown, errors)
@@ -230,10 +237,18 @@ def _validate(value: Any, schema: dict[str, Any], path: str, errors: list[FieldE
     elif isinstance(value, list):
         if "minItems" in schema and len(value) < schema["minItems"]:
             errors.append(
-                FieldError(path, "FieldValueInvalid", f"Invalid value: {len(value)}: {shown} in body should have at least {schema['minItems']} items")
+                FieldError(
+                    path,
+                    "FieldValueInvalid",
+                    f"Invalid value: {len(value)}: {shown} in body should have at least {schema['minItems']} items",
+                )
             )
         if "maxItems" in schema and len(value) > schema["maxItems"]:
-            errors.append(FieldError(path, "FieldValueTooMany", f"Too many: {len(value)}: must have at most {schema['maxItems']} items"))
+            errors.append(
+                FieldError(
+                    path, "FieldValueTooMany", f"Too many: {len(value)}: must have at most {schema['maxItems']} items"
+                )
+            )
         items = schema.get("items")
         if isinstance(items, dict):
             for i, item in enumerate(value):
@@ -243,13 +258,17 @@ def _validate(value: Any, schema: dict[str, Any], path: str, errors: list[FieldE
         if "minProperties" in schema and len(value) < schema["minProperties"]:
             errors.append(
                 FieldError(
-                    path, "FieldValueInvalid", f"Invalid value: {len(value)}: {shown} in body should have at least {schema['minProperties']} properties"
+                    path,
+                    "FieldValueInvalid",
+                    f"Invalid value: {len(value)}: {shown} in body should have at least {schema['minProperties']} properties",
                 )
             )
         if "maxProperties" in schema and len(value) > schema["maxProperties"]:
             errors.append(
                 FieldError(
-                    path, "FieldValueInvalid", f"Invalid value: {len(value)}: {shown} in body should have at most {schema['maxProperties']} properties"
+                    path,
+                    "FieldValueInvalid",
+                    f"Invalid value: {len(value)}: {shown} in body should have at most {schema['maxProperties']} properties",
                 )
             )
         for req in schema.get("required") or ():
@@ -265,22 +284,44 @@ def _validate(value: Any, schema: dict[str, Any], path: str, errors: list[FieldE
             elif isinstance(addl, dict):
                 _validate(sub, addl, _join(path, key), errors)
             elif addl is False:
-                errors.append(FieldError(_join(path, key), "FieldValueForbidden", f"Forbidden: {_join(path, key)} in body is a forbidden property"))
+                errors.append(
+                    FieldError(
+                        _join(path, key),
+                        "FieldValueForbidden",
+                        f"Forbidden: {_join(path, key)} in body is a forbidden property",
+                    )
+                )
 
     for sub in schema.get("allOf") or ():
         _validate(value, sub, path, errors)
     if schema.get("anyOf"):
         if not any(not validate_quiet(value, sub, path) for sub in schema["anyOf"]):
-            errors.append(FieldError(path, "FieldValueInvalid",
-                                     f'Invalid value: "{_type_name(value)}": {shown} in body must match at least one schema in anyOf'))
+            errors.append(
+                FieldError(
+                    path,
+                    "FieldValueInvalid",
+                    f'Invalid value: "{_type_name(value)}": {shown} in body must match at least one schema in anyOf',
+                )
+            )
     if schema.get("oneOf"):
         matches = sum(1 for sub in schema["oneOf"] if not validate_quiet(value, sub, path))
         if matches != 1:
             found = "Found none valid" if matches == 0 else f"Found {matches} valid alternatives"
-            errors.append(FieldError(path, "FieldValueInvalid",
-                                     f'Invalid value: "{_type_name(value)}": {shown} in body must validate one and only one schema (oneOf). {found}'))
+            errors.append(
+                FieldError(
+                    path,
+                    "FieldValueInvalid",
+                    f'Invalid value: "{_type_name(value)}": {shown} in body must validate one and only one schema (oneOf). {found}',
+                )
+            )
     if isinstance(schema.get("not"), dict) and not validate_quiet(value, schema["not"], path):
-        errors.append(FieldError(path, "FieldValueInvalid", f"Invalid value: {_fmt(value)}: {shown} in body should not be valid against schema"))
+        errors.append(
+            FieldError(
+                path,
+                "FieldValueInvalid",
+                f"Invalid value: {_fmt(value)}: {shown} in body should not be valid against schema",
+            )
+        )
 
 
 def _validate_list_type(value: list[Any], schema: dict[str, Any], path: str, errors: list[FieldError]) -> None:
@@ -299,7 +340,9 @@ def _validate_list_type(value: list[Any], schema: dict[str, Any], path: str, err
                 continue
             picked = {k: item.get(k) for k in keys}
             ident = json.dumps(picked, sort_keys=True)
-            shown = "map[string]interface {}{" + ", ".join(f"{json.dumps(k)}:{_fmt(v)}" for k, v in picked.items()) + "}"
+            shown = (
+                "map[string]interface {}{" + ", ".join(f"{json.dumps(k)}:{_fmt(v)}" for k, v in picked.items()) + "}"
+            )
         if ident in seen:
             errors.append(FieldError(f"{path}[{i}]", "FieldValueDuplicate", f"Duplicate value: {shown}"))
         seen.add(ident)
@@ -314,14 +357,34 @@ def validate_quiet(value: Any, schema: dict[str, Any], path: str) -> list[FieldE
 
 def _validate_string(value: str, schema: dict[str, Any], path: str, shown: str, errors: list[FieldError]) -> None:
     if "minLength" in schema and len(value) < schema["minLength"]:
-        errors.append(FieldError(path, "FieldValueInvalid", f"Invalid value: {_fmt(value)}: {shown} in body should be at least {schema['minLength']} chars long"))
+        errors.append(
+            FieldError(
+                path,
+                "FieldValueInvalid",
+                f"Invalid value: {_fmt(value)}: {shown} in body should be at least {schema['minLength']} chars long",
+            )
+        )
     if "maxLength" in schema and len(value) > schema["maxLength"]:
-        errors.append(FieldError(path, "FieldValueTooLong", f"Too long: may not be more than {schema['maxLength']} bytes"))
+        errors.append(
+            FieldError(path, "FieldValueTooLong", f"Too long: may not be more than {schema['maxLength']} bytes")
+        )
     if "pattern" in schema and not _regex(schema["pattern"]).search(value):
-        errors.append(FieldError(path, "FieldValueInvalid", f"Invalid value: {_fmt(value)}: {shown} in body should match '{schema['pattern']}'"))
+        errors.append(
+            FieldError(
+                path,
+                "FieldValueInvalid",
+                f"Invalid value: {_fmt(value)}: {shown} in body should match '{schema['pattern']}'",
+            )
+        )
     fmt = schema.get("format")
     if fmt == "date-time" and not _is_datetime(value):
-        errors.append(FieldError(path, "FieldValueInvalid", f"Invalid value: {_fmt(value)}: {shown} in body must be of type date-time: {_fmt(value)}"))
+        errors.append(
+            FieldError(
+                path,
+                "FieldValueInvalid",
+                f"Invalid value: {_fmt(value)}: {shown} in body must be of type date-time: {_fmt(value)}",
+            )
+        )
 
 
 def _is_datetime(value: str) -> bool:
@@ -337,18 +400,48 @@ def _validate_number(value: float, schema: dict[str, Any], path: str, shown: str
         lo = schema["minimum"]
         if schema.get("exclusiveMinimum") is True:
             if value <= lo:
-                errors.append(FieldError(path, "FieldValueInvalid", f"Invalid value: {_fmt(value)}: {shown} in body should be greater than {_num(lo)}"))
+                errors.append(
+                    FieldError(
+                        path,
+                        "FieldValueInvalid",
+                        f"Invalid value: {_fmt(value)}: {shown} in body should be greater than {_num(lo)}",
+                    )
+                )
         elif value < lo:
-            errors.append(FieldError(path, "FieldValueInvalid", f"Invalid value: {_fmt(value)}: {shown} in body should be greater than or equal to {_num(lo)}"))
+            errors.append(
+                FieldError(
+                    path,
+                    "FieldValueInvalid",
+                    f"Invalid value: {_fmt(value)}: {shown} in body should be greater than or equal to {_num(lo)}",
+                )
+            )
     if "maximum" in schema:
         hi = schema["maximum"]
         if schema.get("exclusiveMaximum") is True:
             if value >= hi:
-                errors.append(FieldError(path, "FieldValueInvalid", f"Invalid value: {_fmt(value)}: {shown} in body should be less than {_num(hi)}"))
+                errors.append(
+                    FieldError(
+                        path,
+                        "FieldValueInvalid",
+                        f"Invalid value: {_fmt(value)}: {shown} in body should be less than {_num(hi)}",
+                    )
+                )
         elif value > hi:
-            errors.append(FieldError(path, "FieldValueInvalid", f"Invalid value: {_fmt(value)}: {shown} in body should be less than or equal to {_num(hi)}"))
+            errors.append(
+                FieldError(
+                    path,
+                    "FieldValueInvalid",
+                    f"Invalid value: {_fmt(value)}: {shown} in body should be less than or equal to {_num(hi)}",
+                )
+            )
     if "multipleOf" in schema and schema["multipleOf"] and (value / schema["multipleOf"]) % 1:
-        errors.append(FieldError(path, "FieldValueInvalid", f"Invalid value: {_fmt(value)}: {shown} in body should be a multiple of {_num(schema['multipleOf'])}"))
+        errors.append(
+            FieldError(
+                path,
+                "FieldValueInvalid",
+                f"Invalid value: {_fmt(value)}: {shown} in body should be a multiple of {_num(schema['multipleOf'])}",
+            )
+        )
 
 
 def process(obj: dict[str, Any], schema: dict[str, Any] | None, dropped: list[str] | None = None) -> list[FieldError]:

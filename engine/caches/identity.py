@@ -11,9 +11,9 @@ from __future__ import annotations
 import hashlib
 import math
 import re
+from collections.abc import Iterable
 from decimal import Decimal
 from fractions import Fraction
-from typing import Iterable
 
 from engine.caches.sources import ModelSource, parse_source
 
@@ -91,4 +91,3 @@ def pvc_size(sizes_bytes: Iterable[int | None] | int | None, headroom_percent: f
     with_headroom = int(total * (1 + Fraction(str(headroom_percent)) / 100))
     gibibytes = max(1, -(-with_headroom // GI))
     return f"{gibibytes}Gi"
-

@@ -13,10 +13,11 @@ from __future__ import annotations
 
 import hashlib
 import re
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from enum import Enum
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 from engine.api.meta import format_time, parse_time
 from engine.caches.identity import pvc_size
@@ -61,7 +62,17 @@ VERIFICATION_FAILED = "VerificationFailed"
 CREDENTIALS_MISSING = "CredentialsMissing"
 FILL_JOB_MISSING = "FillJobMissing"
 
-TERMINAL_REASONS = frozenset({INVALID_SOURCE, INVALID_SIZE, VOLUME_TOO_SMALL, PVC_LOST, "UnsupportedSource", "PathTraversal", "DestinationConflict"})
+TERMINAL_REASONS = frozenset(
+    {
+        INVALID_SOURCE,
+        INVALID_SIZE,
+        VOLUME_TOO_SMALL,
+        PVC_LOST,
+        "UnsupportedSource",
+        "PathTraversal",
+        "DestinationConflict",
+    }
+)
 """Failures a retry cannot fix: the spec must change (a new generation), the cache be re-created, or
 (PVCLost) the lost PVC be deleted, after which the next pass creates and fills a new one."""
 
@@ -290,8 +301,12 @@ def owner_reference(cache: Mapping[str, Any]) -> dict[str, Any]:
     """An ownerReference to the ModelCache (PVC and Jobs go away with it)."""
     meta = cache["metadata"]
     return {
-        "apiVersion": MODELCACHE_API_VERSION, "kind": "ModelCache", "name": meta["name"], "uid": meta.get("uid", ""),
-        "controller": True, "blockOwnerDeletion": True,
+        "apiVersion": MODELCACHE_API_VERSION,
+        "kind": "ModelCache",
+        "name": meta["name"],
+        "uid": meta.get("uid", ""),
+        "controller": True,
+        "blockOwnerDeletion": True,
     }
 
 
@@ -306,7 +321,8 @@ def render_pvc(cache: Mapping[str, Any], size: str, storage_class: str | None) -
         "apiVersion": "v1",
         "kind": "PersistentVolumeClaim",
         "metadata": {
-            "name": pvc_name(meta["name"]), "namespace": meta["namespace"],
+            "name": pvc_name(meta["name"]),
+            "namespace": meta["namespace"],
             "labels": {CACHE_LABEL: meta["name"], **MANAGED_BY},
             **({"ownerReferences": owner} if owner else {}),
         },
@@ -366,7 +382,8 @@ def render_job(
         "apiVersion": "batch/v1",
         "kind": "Job",
         "metadata": {
-            "name": job_name(meta["name"], attempt), "namespace": meta["namespace"],
+            "name": job_name(meta["name"], attempt),
+            "namespace": meta["namespace"],
             "labels": {**labels, "modelplane.io/fill-attempt": str(attempt)},
             **({"ownerReferences": owner} if owner else {}),
         },
@@ -417,8 +434,11 @@ def fill_report(marker: Mapping[str, Any] | None = None, *, reason: str | None =
         files = marker.get("files") or []
         total = sum(int(f.get("size") or 0) for f in files if isinstance(f, Mapping))
         body: dict[str, Any] = {
-            "complete": True, "source": marker.get("source"), "revision": marker.get("revision"),
-            "files": len(files), "bytes": marker.get("totalBytes", total),
+            "complete": True,
+            "source": marker.get("source"),
+            "revision": marker.get("revision"),
+            "files": len(files),
+            "bytes": marker.get("totalBytes", total),
         }
     else:
         body = {"complete": False, "reason": reason or DOWNLOAD_FAILED, "message": message[: REPORT_LIMIT // 2]}
@@ -464,7 +484,9 @@ def storage_failure(pvc_phase: str | None, pvc: str, previous: Failure | None) -
     """Whether the PVC decides the failure: a Lost claim is a :data:`PVC_LOST` failure; a PVCLost
     failure whose claim is gone (a person deleted it) is cleared, so the cache is created anew."""
     if pvc_phase == "Lost":
-        return True, Failure(PVC_LOST, f"PVC {pvc} lost its volume; delete the PVC and warm-caches creates and fills a new one")
+        return True, Failure(
+            PVC_LOST, f"PVC {pvc} lost its volume; delete the PVC and warm-caches creates and fills a new one"
+        )
     if previous is not None and previous.reason == PVC_LOST and pvc_phase is None:
         return True, None
     return False, previous
@@ -530,13 +552,16 @@ def cache_status(
         due = retry_due(obs, policy, now)
         if due is None:
             limit = (
-                "" if obs.failure.reason in TERMINAL_REASONS
+                ""
+                if obs.failure.reason in TERMINAL_REASONS
                 else f" (gave up after {obs.attempts} attempts; change the ModelCache spec or delete it to retry)"
             )
             progressing = ConditionUpdate(PROGRESSING, "False", obs.failure.reason, f"not retried{limit}")
         else:
             progressing = ConditionUpdate(
-                PROGRESSING, "False", RETRY_BACKOFF,
+                PROGRESSING,
+                "False",
+                RETRY_BACKOFF,
                 f"attempt {obs.attempts + 1} of {policy.max_attempts} at {format_time(due)} or later",
             )
         ready = ConditionUpdate(READY, "False", obs.failure.reason, obs.failure.message)
@@ -613,9 +638,7 @@ class GcVerdict:
     reason: str
 
 
-def gc_verdict(
-    cache: Mapping[str, Any], mounted_claims: set[str], unused_after: timedelta, now: datetime
-) -> GcVerdict:
+def gc_verdict(cache: Mapping[str, Any], mounted_claims: set[str], unused_after: timedelta, now: datetime) -> GcVerdict:
     """A cache is deleted when no workload used it for ``unused_after`` (``status.lastUsed``, else its
     creation time) and nothing mounts its PVC now; a fill in progress is never collected."""
     status = cache.get("status") or {}

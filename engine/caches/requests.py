@@ -7,8 +7,9 @@ source cannot be parsed becomes a :class:`RequestProblem` naming the field, and 
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 from engine.caches.sources import ModelSource, from_kthena_uri, from_openmodel_source, parse_source
 
@@ -75,7 +76,9 @@ def _spec(obj: Mapping[str, Any], problems: list[RequestProblem]) -> Mapping[str
     return spec
 
 
-def _flag(obj: Mapping[str, Any], spec: Mapping[str, Any], key: str, default: bool, problems: list[RequestProblem]) -> bool | None:
+def _flag(
+    obj: Mapping[str, Any], spec: Mapping[str, Any], key: str, default: bool, problems: list[RequestProblem]
+) -> bool | None:
     """A boolean field of ``spec`` (absent: ``default``); any other value (``"no"``) is a problem naming
     the field and ``None``: no cache is requested on a guess (the API schema is boolean)."""
     value = spec.get(key, default)
@@ -144,10 +147,7 @@ def kthena_requests(models: Iterable[Mapping[str, Any]], problems: list[RequestP
                 problems.append(RequestProblem(consumer, path, str(exc)))
                 continue
             if source.downloadable:
-                env = tuple(
-                    item for item in backend.get("env") or []
-                    if is_download_env(str(item.get("name", "")))
-                )
+                env = tuple(item for item in backend.get("env") or [] if is_download_env(str(item.get("name", ""))))
                 requests.append(CacheRequest(namespace, source, consumer, env))
     return requests
 

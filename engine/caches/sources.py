@@ -21,8 +21,9 @@ resource fields, the field path (``spec.source.modelHub.filename: ...``).
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 SCHEMES: tuple[str, ...] = ("hf", "modelscope", "s3", "pvc", "hostpath", "oss", "gcs", "host", "ollama")
 """Every scheme a source can have."""
@@ -162,10 +163,12 @@ def parse_source(text: str) -> ModelSource:
         raise SourceError(f"model source {stripped!r} contains whitespace")
     for prefix in HF_WEB_PREFIXES:
         if stripped.startswith(prefix):
-            return _parse_hf_web(stripped[len(prefix):], stripped)
+            return _parse_hf_web(stripped[len(prefix) :], stripped)
     match = _SCHEME_PREFIX.match(stripped)
     if not match:
-        raise SourceError(f"model source {stripped!r} is not a URI of the form scheme://...; expected one of {_scheme_list()}")
+        raise SourceError(
+            f"model source {stripped!r} is not a URI of the form scheme://...; expected one of {_scheme_list()}"
+        )
     scheme, rest = match.group(1).lower(), match.group(2)
     if scheme not in SCHEMES:
         raise SourceError(f"unknown scheme {scheme!r} in model source {stripped!r}; expected one of {_scheme_list()}")
@@ -173,7 +176,11 @@ def parse_source(text: str) -> ModelSource:
     allowed_keys = QUERY_KEYS.get(scheme, frozenset())
     for key in query:
         if key not in allowed_keys:
-            hint = f"; {scheme}:// accepts {', '.join(sorted(allowed_keys))}" if allowed_keys else f"; {scheme}:// takes no query"
+            hint = (
+                f"; {scheme}:// accepts {', '.join(sorted(allowed_keys))}"
+                if allowed_keys
+                else f"; {scheme}:// takes no query"
+            )
             raise SourceError(f"unknown query key {key!r} in model source {stripped!r}{hint}")
     parser = _PARSERS[scheme]
     source = parser(body, query, stripped)
@@ -254,7 +261,7 @@ def _parse_hf_web(rest: str, text: str) -> ModelSource:
     for marker in ("tree", "resolve", "blob"):
         if marker in parts[1:3]:
             at = parts.index(marker, 1)
-            repo, tail = "/".join(parts[:at]), parts[at + 1:]
+            repo, tail = "/".join(parts[:at]), parts[at + 1 :]
             if not tail or not tail[0]:
                 raise SourceError(f"no revision after /{marker}/ in {text!r}")
             revision = _unquote(tail[0], text)
@@ -263,7 +270,9 @@ def _parse_hf_web(rest: str, text: str) -> ModelSource:
                 filename = None
             elif not filename:
                 raise SourceError(f"no file after /{marker}/{tail[0]}/ in {text!r}")
-            source = ModelSource(scheme="hf", repo=repo, revision=revision, filename=_unquote(filename, text) if filename else None)
+            source = ModelSource(
+                scheme="hf", repo=repo, revision=revision, filename=_unquote(filename, text) if filename else None
+            )
             validate_source(source)
             return source
     source = ModelSource(scheme="hf", repo=body)
@@ -481,9 +490,9 @@ def _unquote(value: str, text: str) -> str:
     while i < len(value):
         char = value[i]
         if char == "%":
-            pair = value[i + 1:i + 3]
+            pair = value[i + 1 : i + 3]
             if len(pair) != 2 or any(c not in _HEX + _HEX.lower() for c in pair):
-                raise SourceError(f"bad percent-escape {value[i:i + 3]!r} in model source {text!r}")
+                raise SourceError(f"bad percent-escape {value[i : i + 3]!r} in model source {text!r}")
             raw.append(int(pair, 16))
             i += 3
         else:
@@ -564,7 +573,9 @@ def _from_openmodel_uri(uri: Any, path: str) -> ModelSource:
         raise SourceError(f"URI {uri!r} with wrong address: expected protocol://address", path)
     scheme = uri.split("://", 1)[0].lower()
     if scheme not in OPENMODEL_URI_SCHEMES:
-        raise SourceError(f"unknown schema {scheme!r} in {uri!r}; expected one of {', '.join(sorted(OPENMODEL_URI_SCHEMES))}", path)
+        raise SourceError(
+            f"unknown schema {scheme!r} in {uri!r}; expected one of {', '.join(sorted(OPENMODEL_URI_SCHEMES))}", path
+        )
     return _parse_with_field(uri, path)
 
 

@@ -32,8 +32,8 @@ value (the current replicas), which is what an HPA must read while data is missi
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Mapping
 
 ANNOTATION_ACTUATION = "modelplane.io/actuation"
 """Per resource: ``scale`` | ``metrics`` | ``both`` | ``recommend``."""

@@ -12,15 +12,25 @@ process, so :func:`plan_binding` reads it from the old status and returns the ne
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Mapping
+from typing import Any
 
 from engine.api.meta import format_time
+from engine.optimize.scaling import (
+    Behavior,
+    Group,
+    ScalingState,
+    apply_scale_to_zero,
+    correct,
+    distribute,
+    parse_duration,
+    recommend,
+)
 from engine.perf.saturation import REASON_METRICS_AVAILABLE as METRICS_AVAILABLE
 from engine.perf.saturation import REASON_METRICS_UNAVAILABLE as METRICS_UNAVAILABLE
 from engine.perf.saturation import REASON_OPTIMIZATION_SUCCEEDED as REASON_SUCCEEDED
-from engine.optimize.scaling import Behavior, Group, ScalingState, apply_scale_to_zero, correct, distribute, parse_duration, recommend
 from engine.status import REASON_INVALID, REASON_TARGET_MISSING, ConditionUpdate, set_conditions
 from engine.units import parse_quantity
 
@@ -79,12 +89,14 @@ def parse_scale_groups(annotations: Mapping[str, str]) -> dict[str, list[tuple[s
     except ValueError as exc:
         raise ValueError(f"annotation {ANNOTATION_SCALE_GROUPS}: not JSON ({exc})") from None
     groups: dict[str, list[tuple[str, int, bool]]] = {}
-    for target, members in (data.items() if isinstance(data, dict) else ()):
+    for target, members in data.items() if isinstance(data, dict) else ():
         parsed = []
         for member in members if isinstance(members, list) else ():
             per = member.get("perGroup") if isinstance(member, dict) else None
             if not isinstance(per, int) or isinstance(per, bool) or per < 1 or not member.get("name"):
-                raise ValueError(f"annotation {ANNOTATION_SCALE_GROUPS}: group {target!r} needs members with a name and perGroup >= 1")
+                raise ValueError(
+                    f"annotation {ANNOTATION_SCALE_GROUPS}: group {target!r} needs members with a name and perGroup >= 1"
+                )
             parsed.append((str(member["name"]), per, bool(member.get("serves", True))))
         if parsed:
             groups[str(target)] = parsed
@@ -191,12 +203,20 @@ def _decisions(target: BindingTarget, replicas: int | None, hold: bool = False) 
     group's cost is counted once, on its first member)."""
     if not target.members:
         cost = target.cost if hold else target.cost * (replicas or 0)
-        return [TargetDecision(target.name, target.namespace, target.api_version, target.kind, target.current, replicas, cost)]
+        return [
+            TargetDecision(
+                target.name, target.namespace, target.api_version, target.kind, target.current, replicas, cost
+            )
+        ]
     decisions = []
     for index, member in enumerate(target.members):
         desired = member.current if hold or replicas is None else replicas * member.per_group
         cost = 0.0 if index else (target.cost if hold else target.cost * (replicas or 0))
-        decisions.append(TargetDecision(member.name, target.namespace, member.api_version, member.kind, member.current, desired, cost))
+        decisions.append(
+            TargetDecision(
+                member.name, target.namespace, member.api_version, member.kind, member.current, desired, cost
+            )
+        )
     return decisions
 
 
@@ -209,7 +229,9 @@ def _hold(inputs: BindingInputs, reason: str, message: str) -> BindingDecision:
 def plan_binding(inputs: BindingInputs, now: datetime) -> BindingDecision:
     """Decide the replicas of every target of one binding."""
     if inputs.policy is None:
-        return _hold(inputs, REASON_POLICY_MISSING, f"AutoscalingPolicy {inputs.policy_name!r} not found in {inputs.namespace}")
+        return _hold(
+            inputs, REASON_POLICY_MISSING, f"AutoscalingPolicy {inputs.policy_name!r} not found in {inputs.namespace}"
+        )
     missing = [t.name for t in inputs.targets if t.current is None]
     if missing or not inputs.targets:
         what = ", ".join(missing) if missing else "no targets configured"
@@ -228,7 +250,11 @@ def plan_binding(inputs: BindingInputs, now: datetime) -> BindingDecision:
     tolerance = float(inputs.policy.get("tolerancePercent", 10)) / 100.0
     recommended = recommend(current, low, high, tolerance, metric_targets, inputs.instances, unready=inputs.unready)
     if recommended is None:
-        return _hold(inputs, REASON_NO_METRICS, f"no samples of {', '.join(sorted(metric_targets))} for the target's instances; holding replicas")
+        return _hold(
+            inputs,
+            REASON_NO_METRICS,
+            f"no samples of {', '.join(sorted(metric_targets))} for the target's instances; holding replicas",
+        )
 
     state = ScalingState.from_dict(inputs.old_status)
     corrected, state = correct(current, recommended, behavior, state, now, min_replicas=low, max_replicas=high)
@@ -244,8 +270,15 @@ def plan_binding(inputs: BindingInputs, now: datetime) -> BindingDecision:
     if inputs.heterogeneous:
         message += " distributed as " + ", ".join(f"{t.name}={t.desired}" for t in targets)
     return BindingDecision(
-        inputs.namespace, inputs.name, inputs.policy_name, targets, REASON_SUCCEEDED, message,
-        ready=True, recommended=recommended, state=state,
+        inputs.namespace,
+        inputs.name,
+        inputs.policy_name,
+        targets,
+        REASON_SUCCEEDED,
+        message,
+        ready=True,
+        recommended=recommended,
+        state=state,
     )
 
 
@@ -264,7 +297,11 @@ def scale_to_zero_grace(annotations: Mapping[str, str], model_spec: Mapping[str,
 
 
 def binding_status(
-    decision: BindingDecision, old: Mapping[str, Any], now: datetime, generation: int | None, metrics_ok: bool,
+    decision: BindingDecision,
+    old: Mapping[str, Any],
+    now: datetime,
+    generation: int | None,
+    metrics_ok: bool,
     metrics_message: str,
 ) -> dict[str, Any]:
     """The new status of an AutoscalingPolicyBinding: window state, replicas, conditions."""
@@ -280,13 +317,22 @@ def binding_status(
     if any(t.changes_replicas and t.scaled for t in decision.targets):
         status["lastScaleTime"] = format_time(now)
     status["targets"] = [
-        {"name": t.name, "namespace": t.namespace, "replicas": t.desired if t.desired is not None else (t.current or 0),
-         "actuation": {"applied": t.applied}}
+        {
+            "name": t.name,
+            "namespace": t.namespace,
+            "replicas": t.desired if t.desired is not None else (t.current or 0),
+            "actuation": {"applied": t.applied},
+        }
         for t in decision.targets
     ]
     metrics = ConditionUpdate(
-        METRICS_AVAILABLE, "True" if metrics_ok else "False", METRICS_AVAILABLE if metrics_ok else METRICS_UNAVAILABLE, metrics_message
+        METRICS_AVAILABLE,
+        "True" if metrics_ok else "False",
+        METRICS_AVAILABLE if metrics_ok else METRICS_UNAVAILABLE,
+        metrics_message,
     )
-    ready = ConditionUpdate("OptimizationReady", "True" if decision.ready else "False", decision.reason, decision.message)
+    ready = ConditionUpdate(
+        "OptimizationReady", "True" if decision.ready else "False", decision.reason, decision.message
+    )
     status["conditions"] = set_conditions(list(old.get("conditions") or []), (metrics, ready), now, generation)
     return status

@@ -15,8 +15,9 @@ Formats (as the Workload Variant Autoscaler uses them):
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any
 
 import yaml
 

@@ -20,23 +20,21 @@ import dataclasses
 import json
 import math
 from collections import defaultdict
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Callable, Iterable, Mapping
-
 from functools import cache
+from typing import Any
 
-from engine.optimize.actuation import ANNOTATION_ACTUATION, RECOMMEND, ActuationModeError, resource_mode
 from engine.allocation import Allocation, AllocationProblem, ModelDemand, VariantOption, solve
 from engine.api import schema as crd_schema
 from engine.api.crds import openapi_schema
-from engine.api.registry import kind_info
 from engine.api.meta import format_time, parse_duration, parse_time
+from engine.api.registry import kind_info
+from engine.optimize.actuation import RECOMMEND, ActuationModeError, resource_mode
 from engine.optimize.config import AcceleratorCost, ConfigError, ServiceClass
+from engine.perf.load_peak import planning_rate
 from engine.perf.queueing import SLO, PerfProfile, Workload
-from engine.perf.saturation import REASON_METRICS_AVAILABLE as METRICS_AVAILABLE
-from engine.perf.saturation import REASON_METRICS_UNAVAILABLE as METRICS_UNAVAILABLE
-from engine.perf.saturation import REASON_OPTIMIZATION_SUCCEEDED as REASON_SUCCEEDED
 from engine.perf.saturation import (
     DEFAULT_VARIANT_COST,
     REASON_SAFETY_OVERRIDE,
@@ -48,7 +46,9 @@ from engine.perf.saturation import (
     arbitrate,
     saturation_targets,
 )
-from engine.perf.load_peak import planning_rate
+from engine.perf.saturation import REASON_METRICS_AVAILABLE as METRICS_AVAILABLE
+from engine.perf.saturation import REASON_METRICS_UNAVAILABLE as METRICS_UNAVAILABLE
+from engine.perf.saturation import REASON_OPTIMIZATION_SUCCEEDED as REASON_SUCCEEDED
 from engine.perf.tail_sizing import (
     ANNOTATION_TTFT_PERCENTILE,
     DEFAULT_TTFT_PERCENTILE,
@@ -298,7 +298,9 @@ def parse_variant(obj: Mapping[str, Any]) -> VariantSpec:
         raise SpecError("spec.modelID", "required")
     target = spec.get("scaleTargetRef") or {}
     if not target.get("name"):
-        raise SpecError("spec.scaleTargetRef.name", "required: Modelplane scales the target through its scale subresource")
+        raise SpecError(
+            "spec.scaleTargetRef.name", "required: Modelplane scales the target through its scale subresource"
+        )
     profile, max_batch = parse_profile(spec)
     labels = meta.get("labels") or {}
     accelerator = spec.get("accelerator") or labels.get(ACCELERATOR_LABEL) or None
@@ -317,7 +319,9 @@ def parse_variant(obj: Mapping[str, Any]) -> VariantSpec:
         minimum = 0 if scale_to_zero else 1
     maximum = _annotation_int(annotations, ANNOTATION_MAX_REPLICAS, 1)
     if maximum is not None and maximum < minimum:
-        raise SpecError(f"metadata.annotations[{ANNOTATION_MAX_REPLICAS}]", f"{maximum} is below min replicas {minimum}")
+        raise SpecError(
+            f"metadata.annotations[{ANNOTATION_MAX_REPLICAS}]", f"{maximum} is below min replicas {minimum}"
+        )
     variant_id = spec.get("variantID") or f"{model_id}-{accelerator or 'unknown'}-{count}"
     try:
         percentile = ttft_percentile(annotations)
@@ -395,12 +399,17 @@ def _slo_for(spec: VariantSpec, inputs: CycleInputs) -> tuple[SLO, int]:
         raise SpecError("spec.sloClassRef", str(entry))
     model_slo = entry.slo_for(spec.model_id)
     if model_slo is None:
-        raise SpecError("spec.sloClassRef", f"service class {entry.name!r} ({name}/{key}) has no SLO for model {spec.model_id!r}")
+        raise SpecError(
+            "spec.sloClassRef", f"service class {entry.name!r} ({name}/{key}) has no SLO for model {spec.model_id!r}"
+        )
     return SLO(ttft_ms=model_slo.ttft_ms, itl_ms=model_slo.itl_ms, tps=model_slo.tps), entry.priority
 
 
 def _model_based_candidates(
-    specs: list[VariantSpec], inputs: CycleInputs, result: _ModelBased, caps: Mapping[tuple[str, str], float] | None = None
+    specs: list[VariantSpec],
+    inputs: CycleInputs,
+    result: _ModelBased,
+    caps: Mapping[tuple[str, str], float] | None = None,
 ) -> tuple[list[ModelDemand], list[VariantOption]]:
     """Build the allocation problem from every variant that has a profile, an SLO and a cost.
 
@@ -420,7 +429,10 @@ def _model_based_candidates(
             if not spec.accelerator:
                 raise SpecError("spec.accelerator", "required for model-based optimization")
             if spec.accelerator not in inputs.accelerator_costs:
-                raise SpecError("spec.accelerator", f"unknown accelerator {spec.accelerator!r}: not in the accelerator-unit-costs ConfigMap")
+                raise SpecError(
+                    "spec.accelerator",
+                    f"unknown accelerator {spec.accelerator!r}: not in the accelerator-unit-costs ConfigMap",
+                )
             slo, priority = _slo_for(spec, inputs)
         except SpecError as exc:
             result.errors[spec.key] = (REASON_INVALID, str(exc))
@@ -429,8 +441,11 @@ def _model_based_candidates(
         demand = demands.get(spec.model_key)
         if demand is None or priority < demand.priority:
             demands[spec.model_key] = ModelDemand(
-                name=_qualified(spec.model_key), load_rps=planning_rate(load.arrival_rate_rps, load.recent_peak_rps),
-                workload=workload, slo=slo, priority=priority,
+                name=_qualified(spec.model_key),
+                load_rps=planning_rate(load.arrival_rate_rps, load.recent_peak_rps),
+                workload=workload,
+                slo=slo,
+                priority=priority,
             )
         current = inputs.current_replicas.get(spec.target_key, 0)
         options.append(
@@ -474,7 +489,9 @@ def _tail_rate(
     percentile = capped_percentile(spec.ttft_percentile, cap)
     if percentile is None or load.prompt_tokens is None or spec.profile is None:
         return None
-    prompts = load.prompt_tokens if load.prompt_tokens.mean is not None else load.prompt_tokens.with_mean(workload.in_tokens)
+    prompts = (
+        load.prompt_tokens if load.prompt_tokens.mean is not None else load.prompt_tokens.with_mean(workload.in_tokens)
+    )
     return tail_max_rate(spec.profile, workload, slo, prompts, percentile, pool)
 
 
@@ -500,7 +517,9 @@ def model_based_targets(specs: list[VariantSpec], inputs: CycleInputs) -> _Model
     if any(option.max_rate is not None for option in options):
         allocation, caps = _shortage_allocation(specs, inputs, problem, allocation)
         for model_key, cap in caps.items():
-            result.notes[model_key] = f"; sized for {describe_cap(cap)}: the accelerator inventory cannot hold the configured TTFT percentile"
+            result.notes[model_key] = (
+                f"; sized for {describe_cap(cap)}: the accelerator inventory cannot hold the configured TTFT percentile"
+            )
     result.status, result.gap, result.stage_gaps = allocation.status, allocation.gap, dict(allocation.stage_gaps)
     by_name = {_qualified(spec.key): spec for spec in specs}
     for name, replicas in allocation.replicas.items():
@@ -575,7 +594,9 @@ def _shortage_allocation(
     return solved(caps), {m: c for m, c in caps.items() if c < configured[m]}
 
 
-def _spare_accelerators(specs: list[VariantSpec], inputs: CycleInputs, plan: Allocation) -> Callable[[VariantSpec], bool]:
+def _spare_accelerators(
+    specs: list[VariantSpec], inputs: CycleInputs, plan: Allocation
+) -> Callable[[VariantSpec], bool]:
     """Whether the plan leaves room in the inventory for one more replica of a variant (always, without inventory).
 
     Why: raising a model's percentile costs a few MILP solves; on a large cluster only the models that
@@ -645,8 +666,11 @@ def _saturation_for_model(
         ready = inputs.ready_replicas.get(spec.target_key, current)
         states.append(
             VariantState(
-                name=spec.name, cost=replica_cost(spec, inputs.accelerator_costs), current_replicas=current,
-                min_replicas=spec.min_replicas, max_replicas=spec.max_replicas,
+                name=spec.name,
+                cost=replica_cost(spec, inputs.accelerator_costs),
+                current_replicas=current,
+                min_replicas=spec.min_replicas,
+                max_replicas=spec.max_replicas,
                 pending_replicas=max(current - ready, 0),
             )
         )
@@ -661,11 +685,15 @@ def _saturation_for_model(
 
 def _metrics_condition(spec: VariantSpec, inputs: CycleInputs) -> ConditionUpdate:
     if inputs.metrics_error:
-        return ConditionUpdate(METRICS_AVAILABLE, "False", METRICS_UNAVAILABLE, f"Metrics backend unavailable: {inputs.metrics_error}")
+        return ConditionUpdate(
+            METRICS_AVAILABLE, "False", METRICS_UNAVAILABLE, f"Metrics backend unavailable: {inputs.metrics_error}"
+        )
     has_load = spec.model_key in inputs.loads
     has_pods = bool(inputs.pods.get(spec.model_key))
     if has_load and has_pods:
-        return ConditionUpdate(METRICS_AVAILABLE, "True", METRICS_AVAILABLE, "Saturation metrics data is available for scaling decisions")
+        return ConditionUpdate(
+            METRICS_AVAILABLE, "True", METRICS_AVAILABLE, "Saturation metrics data is available for scaling decisions"
+        )
     missing = inputs.missing_metrics.get(spec.model_key)
     what = []
     if not has_load:
@@ -681,7 +709,9 @@ def _metrics_condition(spec: VariantSpec, inputs: CycleInputs) -> ConditionUpdat
     return ConditionUpdate(METRICS_AVAILABLE, "False", METRICS_UNAVAILABLE, message)
 
 
-def _invalid_decision(obj: Mapping[str, Any], message: str, current_replicas: Mapping[tuple[str, str, str], int]) -> VariantDecision:
+def _invalid_decision(
+    obj: Mapping[str, Any], message: str, current_replicas: Mapping[tuple[str, str, str], int]
+) -> VariantDecision:
     """The decision for a resource that cannot be optimized as written: nothing to scale, its own
     condition, and (when its scale target exists) the replicas it runs now, so ``currentAlloc`` stays true."""
     meta = obj.get("metadata") or {}
@@ -689,7 +719,9 @@ def _invalid_decision(obj: Mapping[str, Any], message: str, current_replicas: Ma
     target = spec.get("scaleTargetRef") if isinstance(spec.get("scaleTargetRef"), dict) else {}
     namespace = meta.get("namespace") or "default"
     current = current_replicas.get((namespace, target.get("kind") or "Deployment", str(target.get("name") or "")))
-    accelerator = spec.get("accelerator") if isinstance(spec.get("accelerator"), str) and len(spec["accelerator"]) >= 2 else None
+    accelerator = (
+        spec.get("accelerator") if isinstance(spec.get("accelerator"), str) and len(spec["accelerator"]) >= 2 else None
+    )
     return VariantDecision(
         namespace=meta.get("namespace") or "default",
         name=meta.get("name", ""),
@@ -732,10 +764,20 @@ def _decide(
     mb_target = model_based.targets.get(spec.key)
     if mb_target == 0 and spec.min_replicas == 0 and idle:
         # No request in the metrics window: saturation safety protects traffic there is none of.
-        return 0, REASON_SUCCEEDED, "Scale to zero: no requests in the metrics window (modelplane.io/scale-to-zero)", True
+        return (
+            0,
+            REASON_SUCCEEDED,
+            "Scale to zero: no requests in the metrics window (modelplane.io/scale-to-zero)",
+            True,
+        )
     if mb_target is None and saturation is None:
         message = metrics.message if metrics.status != "True" else "No load metrics for this model"
-        return current, REASON_NO_METRICS, f"{message}; holding {current} replicas (no scale-down without metrics)", False
+        return (
+            current,
+            REASON_NO_METRICS,
+            f"{message}; holding {current} replicas (no scale-down without metrics)",
+            False,
+        )
     if saturation is None:
         # Load metrics but no per-pod gauges: scale-down safety cannot be verified, so only scale up.
         decision = arbitrate(current, current, mb_target, scale_down_safe=False)
@@ -745,8 +787,10 @@ def _decide(
             decision_message = decision.message
     elif mb_target is not None and mb_target < current and added_elsewhere >= saturation_need + (current - mb_target):
         decision = arbitrate(current, current, mb_target, scale_down_safe=True)
-        decision_message = (f"{decision.message}; saturation covered by the {added_elsewhere} replica(s) the plan adds "
-                            f"on other variants of {spec.model_id} this cycle")
+        decision_message = (
+            f"{decision.message}; saturation covered by the {added_elsewhere} replica(s) the plan adds "
+            f"on other variants of {spec.model_id} this cycle"
+        )
     else:
         decision = arbitrate(current, saturation.targets[spec.key], mb_target, scale_down_safe=saturation.analysis)
         decision_message = decision.message
@@ -818,7 +862,9 @@ def stabilize_scale_down(
         since, highest = pending[0], max(pending[1], desired)
     waited = (now - since).total_seconds()
     if waited >= window:
-        return Stabilized(min(highest, current), f"; scale-down stabilized over {window:.0f}s", None, raw_pending is not None)
+        return Stabilized(
+            min(highest, current), f"; scale-down stabilized over {window:.0f}s", None, raw_pending is not None
+        )
     value = json.dumps({"since": format_time(since), "max": highest}, separators=(",", ":"))
     note = f"; scale-down to {highest} held by the {window:.0f}s stabilization window ({waited:.0f}s so far)"
     return Stabilized(current, note, value, value != raw_pending)
@@ -854,8 +900,14 @@ def replica_cost(spec: VariantSpec, accelerator_costs: Mapping[str, AcceleratorC
 def _decision(spec: VariantSpec, costs: Mapping[str, AcceleratorCost], **outcome: Any) -> VariantDecision:
     """A decision for ``spec``: its identity fields from the spec, the rest from ``outcome``."""
     return VariantDecision(
-        namespace=spec.namespace, name=spec.name, model_id=spec.model_id, variant_id=spec.variant_id,
-        accelerator=spec.accelerator, max_batch=spec.max_batch, variant_cost=replica_cost(spec, costs), **outcome,
+        namespace=spec.namespace,
+        name=spec.name,
+        model_id=spec.model_id,
+        variant_id=spec.variant_id,
+        accelerator=spec.accelerator,
+        max_batch=spec.max_batch,
+        variant_cost=replica_cost(spec, costs),
+        **outcome,
     )
 
 
@@ -877,9 +929,15 @@ def plan_variants(inputs: CycleInputs) -> list[VariantDecision]:
     for spec in specs:
         if spec.target_key not in inputs.current_replicas:
             decisions[spec.key] = _decision(
-                spec, inputs.accelerator_costs, current=None, desired=None, reason=REASON_TARGET_MISSING,
+                spec,
+                inputs.accelerator_costs,
+                current=None,
+                desired=None,
+                reason=REASON_TARGET_MISSING,
                 message=f"scale target {spec.target_kind}/{spec.target_name} not found in namespace {spec.namespace}",
-                ready=False, metrics=_metrics_condition(spec, inputs), actuate=False,
+                ready=False,
+                metrics=_metrics_condition(spec, inputs),
+                actuate=False,
             )
         else:
             readable.append(spec)
@@ -894,10 +952,15 @@ def plan_variants(inputs: CycleInputs) -> list[VariantDecision]:
         saturation = None if inputs.metrics_error else _saturation_for_model(model_key, model_specs, inputs)
         added = {
             spec.key: max(model_based.targets[spec.key] - inputs.current_replicas[spec.target_key], 0)
-            for spec in model_specs if spec.key in model_based.targets
+            for spec in model_specs
+            if spec.key in model_based.targets
         }
-        need = 0 if saturation is None else sum(
-            max(saturation.targets[spec.key] - inputs.current_replicas[spec.target_key], 0) for spec in model_specs
+        need = (
+            0
+            if saturation is None
+            else sum(
+                max(saturation.targets[spec.key] - inputs.current_replicas[spec.target_key], 0) for spec in model_specs
+            )
         )
         for spec in model_specs:
             current = inputs.current_replicas[spec.target_key]
@@ -905,15 +968,27 @@ def plan_variants(inputs: CycleInputs) -> list[VariantDecision]:
             load = inputs.loads.get(spec.model_key)
             idle = load is not None and load.arrival_rate_rps == 0
             elsewhere = sum(n for key, n in added.items() if key != spec.key)
-            desired, reason, message, ready = _decide(spec, current, model_based, saturation, metrics, idle, elsewhere, need)
+            desired, reason, message, ready = _decide(
+                spec, current, model_based, saturation, metrics, idle, elsewhere, need
+            )
             stable = stabilize_scale_down(desired, current, spec.annotations, inputs.scale_down_window_s, inputs.now)
             if ready:
                 desired, message = stable.desired, message + stable.note
             cost = replica_cost(spec, inputs.accelerator_costs) * desired
             decisions[spec.key] = _decision(
-                spec, inputs.accelerator_costs, current=current, desired=desired, reason=reason, message=message, ready=ready, metrics=metrics,
-                actuate=spec.actuate, target=(spec.target_api_version, spec.target_kind, spec.target_name), cost=cost,
-                stabilization=stable.pending, stabilization_changed=ready and stable.changed,
+                spec,
+                inputs.accelerator_costs,
+                current=current,
+                desired=desired,
+                reason=reason,
+                message=message,
+                ready=ready,
+                metrics=metrics,
+                actuate=spec.actuate,
+                target=(spec.target_api_version, spec.target_kind, spec.target_name),
+                cost=cost,
+                stabilization=stable.pending,
+                stabilization_changed=ready and stable.changed,
                 solver_status=model_based.status if spec.key in model_based.targets else None,
                 solver_gap=model_based.gap if spec.key in model_based.targets else None,
                 solver_stage_gaps=model_based.stage_gaps if spec.key in model_based.targets else {},
@@ -971,14 +1046,18 @@ def variant_status(
             desired["accelerator"] = decision.accelerator
         status["desiredOptimizedAlloc"] = desired
     status["actuation"] = {"applied": applied}
-    status["conditions"] = set_conditions(list(old.get("conditions") or []), (decision.metrics, decision.optimization), now, generation)
+    status["conditions"] = set_conditions(
+        list(old.get("conditions") or []), (decision.metrics, decision.optimization), now, generation
+    )
     return status
 
 
 def _without_run_time(status: Mapping[str, Any]) -> dict[str, Any]:
     trimmed = dict(status)
     if isinstance(trimmed.get("desiredOptimizedAlloc"), dict):
-        trimmed["desiredOptimizedAlloc"] = {k: v for k, v in trimmed["desiredOptimizedAlloc"].items() if k != "lastRunTime"}
+        trimmed["desiredOptimizedAlloc"] = {
+            k: v for k, v in trimmed["desiredOptimizedAlloc"].items() if k != "lastRunTime"
+        }
     return trimmed
 
 

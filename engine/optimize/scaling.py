@@ -21,9 +21,10 @@ No I/O and no clock: time is always passed in as ``now`` (a tz-aware UTC datetim
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta, timezone
-from typing import Any, Iterable, Mapping, NamedTuple, Sequence
+from datetime import UTC, datetime, timedelta
+from typing import Any, NamedTuple
 
 from engine.api.meta import parse_duration as parse_go_duration
 from engine.api.meta import parse_time
@@ -70,6 +71,7 @@ SELECT_AND = "And"
 # Durations and times
 # --------------------------------------------------------------------------------------------
 
+
 def parse_duration(value: str | int | float | timedelta | None) -> float:
     """Seconds of a duration given as a Go/metav1 string, a number of seconds or a ``timedelta``.
 
@@ -92,7 +94,7 @@ def parse_duration(value: str | int | float | timedelta | None) -> float:
 
 def format_time(moment: datetime) -> str:
     """RFC 3339 in UTC with a ``Z`` suffix (fractional seconds only when present)."""
-    moment = moment.astimezone(timezone.utc)
+    moment = moment.astimezone(UTC)
     if moment.microsecond:
         return moment.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
     return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
@@ -279,7 +281,7 @@ class StablePolicy:
     stabilization_window: float = 0.0
 
     @classmethod
-    def from_spec(cls, spec: Mapping[str, Any] | None, default_window: float = 0.0) -> "StablePolicy":
+    def from_spec(cls, spec: Mapping[str, Any] | None, default_window: float = 0.0) -> StablePolicy:
         """Build from the camelCase CRD form, applying the CRD defaults to absent fields."""
         return cls(
             instances=int(_get(spec, "instances", 1)),
@@ -309,7 +311,7 @@ class PanicPolicy:
     panic_mode_hold: float = 60.0
 
     @classmethod
-    def from_spec(cls, spec: Mapping[str, Any] | None) -> "PanicPolicy":
+    def from_spec(cls, spec: Mapping[str, Any] | None) -> PanicPolicy:
         """Build from the camelCase CRD form, applying the CRD defaults to absent fields."""
         return cls(
             percent=int(_get(spec, "percent", 1000)),
@@ -335,7 +337,7 @@ class Behavior:
     panic: PanicPolicy = field(default_factory=PanicPolicy)
 
     @classmethod
-    def from_spec(cls, spec: Mapping[str, Any] | None) -> "Behavior":
+    def from_spec(cls, spec: Mapping[str, Any] | None) -> Behavior:
         """Build from ``spec.behavior`` (camelCase: ``scaleUp.stablePolicy``, ``scaleUp.panicPolicy``, ``scaleDown``)."""
         spec = spec or {}
         scale_up = spec.get("scaleUp") or {}
@@ -412,7 +414,7 @@ class ScalingState:
         }
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any] | None) -> "ScalingState":
+    def from_dict(cls, data: Mapping[str, Any] | None) -> ScalingState:
         """Inverse of :meth:`to_dict`; missing keys give an empty state."""
         data = data or {}
         return cls(
@@ -540,7 +542,9 @@ def _correct_panic(current: int, recommended: int, behavior: Behavior, history: 
     return max(corrected, current)
 
 
-def _correct_scale_up(current: int, recommended: int, behavior: Behavior, history: Sequence[Sample], now: datetime) -> int:
+def _correct_scale_up(
+    current: int, recommended: int, behavior: Behavior, history: Sequence[Sample], now: datetime
+) -> int:
     """Stable scale-up: the lowest recommendation in the window, then the per-period rate limit."""
     policy = behavior.scale_up
     corrected = min([recommended, *_window_recommendations(history, policy.stabilization_window, now)])
@@ -550,7 +554,9 @@ def _correct_scale_up(current: int, recommended: int, behavior: Behavior, histor
     return max(corrected, current)
 
 
-def _correct_scale_down(current: int, recommended: int, behavior: Behavior, history: Sequence[Sample], now: datetime) -> int:
+def _correct_scale_down(
+    current: int, recommended: int, behavior: Behavior, history: Sequence[Sample], now: datetime
+) -> int:
     """Stable scale-down: the highest recommendation in the window, then the per-period rate limit."""
     policy = behavior.scale_down
     corrected = max([recommended, *_window_recommendations(history, policy.stabilization_window, now)])
@@ -692,7 +698,9 @@ class _Block(NamedTuple):
     replicas: int
 
 
-def scaling_blocks(groups: Iterable[Any], cost_expansion_rate_percent: int = DEFAULT_COST_EXPANSION_RATE_PERCENT) -> list[tuple[int, int, float]]:
+def scaling_blocks(
+    groups: Iterable[Any], cost_expansion_rate_percent: int = DEFAULT_COST_EXPANSION_RATE_PERCENT
+) -> list[tuple[int, int, float]]:
     """The fill order as ``(group_index, replicas, block_cost)``, cheapest first (ties: group order).
 
     Each group's capacity above its minimum is cut into blocks of 1, P, P^2, ... replicas

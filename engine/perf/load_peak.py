@@ -17,7 +17,7 @@ Pure: no I/O, no clock.
 from __future__ import annotations
 
 import math
-from typing import Sequence
+from collections.abc import Sequence
 
 __all__ = ["peak_window_s", "planning_rate", "recent_peak"]
 

@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+
 import numpy as np
 
 __all__ = [
@@ -288,9 +289,7 @@ def analyze(profile: PerfProfile, workload: Workload, rate_rps: float) -> Analys
         s = ns / x
         wait = max(t - s, 0.0)
     c = float(
-        _concurrency(
-            np.float64(s), a, b, g, d, np.float64(i_t), np.float64(o_t), np.float64(nd), float(batch), ns
-        )
+        _concurrency(np.float64(s), a, b, g, d, np.float64(i_t), np.float64(o_t), np.float64(nd), float(batch), ns)
     )
     prefill, itl = (float(v) for v in _latencies(c, a, b, g, d, np.float64(i_t)))
     return Analysis(
@@ -385,8 +384,16 @@ class _Batch:
         s = ns / x
         wait = np.maximum(t - s, 0.0)
         c = _concurrency(
-            s, self.alpha, self.beta, self.gamma, self.delta, self.in_tokens, self.out_tokens,
-            self.nd, self.batch, ns,
+            s,
+            self.alpha,
+            self.beta,
+            self.gamma,
+            self.delta,
+            self.in_tokens,
+            self.out_tokens,
+            self.nd,
+            self.batch,
+            ns,
         )
         prefill, itl = _latencies(c, self.alpha, self.beta, self.gamma, self.delta, self.in_tokens)
         return x, wait + prefill, itl
@@ -420,8 +427,9 @@ def size_arrays(
     """
     lengths = [np.size(v) for v in (alpha, beta, gamma, delta, max_batch, in_tokens, out_tokens) if v is not None]
     n = max(lengths) if lengths else 0
-    alpha, beta, gamma, delta = (_as_array(v, n, nm) for v, nm in
-                                 ((alpha, "alpha"), (beta, "beta"), (gamma, "gamma"), (delta, "delta")))
+    alpha, beta, gamma, delta = (
+        _as_array(v, n, nm) for v, nm in ((alpha, "alpha"), (beta, "beta"), (gamma, "gamma"), (delta, "delta"))
+    )
     batch = _as_array(max_batch, n, "max_batch")
     in_t = _as_array(in_tokens, n, "in_tokens")
     out_t = _as_array(out_tokens, n, "out_tokens")
@@ -528,8 +536,21 @@ def _subset(model: _Batch, idx: np.ndarray) -> _Batch:
     if len(idx) == len(model.batch):
         return model
     sub = object.__new__(_Batch)
-    for name in ("alpha", "beta", "gamma", "delta", "batch_i", "batch", "in_tokens", "out_tokens", "nd",
-                 "tail", "mu1", "muB", "log_muB"):
+    for name in (
+        "alpha",
+        "beta",
+        "gamma",
+        "delta",
+        "batch_i",
+        "batch",
+        "in_tokens",
+        "out_tokens",
+        "nd",
+        "tail",
+        "mu1",
+        "muB",
+        "log_muB",
+    ):
         setattr(sub, name, getattr(model, name)[idx])
     size = sub.batch_i + 1
     starts = np.concatenate([[0], np.cumsum(size)[:-1]]).astype(np.int64)
@@ -561,9 +582,7 @@ def _columns(arg, kind: type, fields: tuple[str, ...]) -> list[np.ndarray] | Non
     """Columns of a 2-D array argument, or None when ``arg`` holds dataclass instances."""
     if isinstance(arg, kind):
         return None
-    if isinstance(arg, np.ndarray) or (
-        isinstance(arg, (list, tuple)) and arg and not isinstance(arg[0], kind)
-    ):
+    if isinstance(arg, np.ndarray) or (isinstance(arg, (list, tuple)) and arg and not isinstance(arg[0], kind)):
         arr = np.atleast_2d(np.asarray(arg, dtype=np.float64))
         if arr.shape[1] != len(fields):
             raise ValueError(f"expected rows of {fields}, got shape {arr.shape}")
@@ -577,15 +596,19 @@ def _size_objects(profiles, workloads, slos) -> SizingResult:
     s_cols = _columns(slos, SLO, ("ttft_ms", "itl_ms", "tps"))
     if p_cols is None:
         ps = [profiles] if isinstance(profiles, PerfProfile) else list(profiles)
-        p_cols = [np.array([getattr(p, f) for p in ps], dtype=np.float64)
-                  for f in ("alpha", "beta", "gamma", "delta", "max_batch")]
+        p_cols = [
+            np.array([getattr(p, f) for p in ps], dtype=np.float64)
+            for f in ("alpha", "beta", "gamma", "delta", "max_batch")
+        ]
     if w_cols is None:
         ws = [workloads] if isinstance(workloads, Workload) else list(workloads)
         w_cols = [np.array([getattr(w, f) for w in ws], dtype=np.float64) for f in ("in_tokens", "out_tokens")]
     if s_cols is None:
         ss = [slos] if isinstance(slos, SLO) else list(slos)
-        s_cols = [np.array([np.nan if getattr(s, f) is None else getattr(s, f) for s in ss], dtype=np.float64)
-                  for f in ("ttft_ms", "itl_ms", "tps")]
+        s_cols = [
+            np.array([np.nan if getattr(s, f) is None else getattr(s, f) for s in ss], dtype=np.float64)
+            for f in ("ttft_ms", "itl_ms", "tps")
+        ]
     n = max(len(p_cols[0]), len(w_cols[0]), len(s_cols[0]))
     cols = []
     for group in (p_cols, w_cols, s_cols):
@@ -596,8 +619,18 @@ def _size_objects(profiles, workloads, slos) -> SizingResult:
                 raise ValueError("profiles, workloads and slos must have the same length (or be single)")
             cols.append(c)
     alpha, beta, gamma, delta, batch, in_t, out_t, ttft, itl, tps = cols
-    return size_arrays(alpha=alpha, beta=beta, gamma=gamma, delta=delta, max_batch=batch,
-                       in_tokens=in_t, out_tokens=out_t, ttft_ms=ttft, itl_ms=itl, tps=tps)
+    return size_arrays(
+        alpha=alpha,
+        beta=beta,
+        gamma=gamma,
+        delta=delta,
+        max_batch=batch,
+        in_tokens=in_t,
+        out_tokens=out_t,
+        ttft_ms=ttft,
+        itl_ms=itl,
+        tps=tps,
+    )
 
 
 def max_rate(profile: PerfProfile, workload: Workload, slo: SLO) -> float:
@@ -627,4 +660,3 @@ def replicas_needed(load_rps: float, max_rate: float, min_replicas: int = 0) -> 
         raise ValueError(f"max_rate must be a positive finite number, got {max_rate!r}")
     ratio = load_rps / max_rate
     return max(int(math.ceil(ratio - REPLICA_EPSILON * max(1.0, ratio))), int(min_replicas))
-

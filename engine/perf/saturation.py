@@ -22,8 +22,9 @@ Everything here is pure: no I/O, no clock.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, Iterable, Literal, Mapping, Sequence
+from typing import Any, Literal
 
 import yaml
 
@@ -127,7 +128,7 @@ class SaturationConfig:
                 f"kvCacheThreshold ({self.kv_cache_threshold}) must be >= kvSpareTrigger ({self.kv_spare_trigger})"
             )
 
-    def merged(self, values: Mapping[str, Any]) -> "SaturationConfig":
+    def merged(self, values: Mapping[str, Any]) -> SaturationConfig:
         """Return a copy with the camelCase (or snake_case) keys present in ``values`` replaced.
 
         Why: per-model overrides only carry the fields they change; the rest is inherited
@@ -165,7 +166,7 @@ class SaturationConfigSet:
         return self.overrides.get((model, namespace), self.default)
 
     @classmethod
-    def from_configmap(cls, data: Mapping[str, Any] | None) -> "SaturationConfigSet":
+    def from_configmap(cls, data: Mapping[str, Any] | None) -> SaturationConfigSet:
         """Alias of :func:`parse_saturation_config`."""
         return parse_saturation_config(data)
 
@@ -569,6 +570,4 @@ def arbitrate_all(
     states = list(variants)
     sat = saturation_targets(analysis, states)
     model_targets = model_targets or {}
-    return {
-        s.name: arbitrate(s, sat[s.name], model_targets.get(s.name), analysis.scale_down_safe) for s in states
-    }
+    return {s.name: arbitrate(s, sat[s.name], model_targets.get(s.name), analysis.scale_down_safe) for s in states}

@@ -34,8 +34,8 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -103,7 +103,7 @@ class PromptDistribution:
     @classmethod
     def from_buckets(
         cls, buckets: Mapping[float, float] | Sequence[tuple[float, float]], mean: float | None = None
-    ) -> "PromptDistribution":
+    ) -> PromptDistribution:
         """From ``le -> cumulative count`` pairs in any order (counts made monotone, as Prometheus does)."""
         pairs = sorted(dict(buckets).items())
         running, cumulative = 0.0, []
@@ -112,7 +112,7 @@ class PromptDistribution:
             cumulative.append(running)
         return cls(tuple(float(b) for b, _ in pairs), tuple(cumulative), mean)
 
-    def with_mean(self, mean: float | None) -> "PromptDistribution":
+    def with_mean(self, mean: float | None) -> PromptDistribution:
         """The same histogram with the observed mean prompt (a non-positive or non-finite mean is ignored)."""
         usable = mean if mean is not None and math.isfinite(mean) and mean > 0 else None
         return self if usable == self.mean else dataclasses.replace(self, mean=usable)
@@ -201,7 +201,7 @@ def _fitted_shape(prompts: PromptDistribution) -> float:
 def _power_integral(lo: float, hi: float, exponent: float) -> float:
     """Integral of ``x ** exponent`` over ``[lo, hi]`` (``lo > 0``)."""
     power = exponent + 1.0
-    return math.log(hi / lo) if abs(power) < 1e-9 else (hi ** power - lo ** power) / power
+    return math.log(hi / lo) if abs(power) < 1e-9 else (hi**power - lo**power) / power
 
 
 def _segment_mean(lo: float, hi: float, shape: float) -> float:
@@ -216,7 +216,7 @@ def _power_integrals(lo: np.ndarray, hi: np.ndarray, exponent: float) -> np.ndar
     power = exponent + 1.0
     if abs(power) < 1e-9:
         return np.log(hi / lo)
-    return (hi ** power - lo ** power) / power
+    return (hi**power - lo**power) / power
 
 
 def _segment_means(lo: np.ndarray, hi: np.ndarray, shape: float) -> np.ndarray:
@@ -239,7 +239,7 @@ def _segment_share(x: np.ndarray, lo: np.ndarray, hi: np.ndarray, shape: float) 
         if abs(power) < 1e-9:
             tilted = np.log(x / safe_lo) / np.log(hi / safe_lo)
         else:
-            tilted = (x ** power - safe_lo ** power) / (hi ** power - safe_lo ** power)
+            tilted = (x**power - safe_lo**power) / (hi**power - safe_lo**power)
         return np.where(lo > 0, tilted, uniform)
 
 
@@ -250,7 +250,7 @@ def _segment_inverse(u: float, lo: float, hi: float, shape: float) -> float:
     power = 1.0 - shape
     if abs(power) < 1e-9:
         return float(lo * (hi / lo) ** u)
-    return float((lo ** power + u * (hi ** power - lo ** power)) ** (1.0 / power))
+    return float((lo**power + u * (hi**power - lo**power)) ** (1.0 / power))
 
 
 def ttft_percentile(annotations: Mapping[str, str]) -> float | None:
@@ -385,7 +385,13 @@ class _AttainmentCurve:
     """
 
     def __init__(
-        self, profile: PerfProfile, workload: Workload, prompts: PromptDistribution, ttft_ms: float, pool: int, highest_rps: float
+        self,
+        profile: PerfProfile,
+        workload: Workload,
+        prompts: PromptDistribution,
+        ttft_ms: float,
+        pool: int,
+        highest_rps: float,
     ) -> None:
         self.replicas = _pool_size(pool)
         log_rates = _log_rates(profile, workload, self.replicas)
@@ -410,7 +416,12 @@ class _AttainmentCurve:
 
 
 def ttft_attainment(
-    profile: PerfProfile, workload: Workload, prompts: PromptDistribution, ttft_ms: float, rate_rps: float, pool: int = 1
+    profile: PerfProfile,
+    workload: Workload,
+    prompts: PromptDistribution,
+    ttft_ms: float,
+    rate_rps: float,
+    pool: int = 1,
 ) -> float:
     """Share of requests whose TTFT is within ``ttft_ms`` at ``rate_rps`` per replica (see the module docstring).
 

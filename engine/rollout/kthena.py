@@ -21,18 +21,19 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 from engine.api.kthena import API_VERSION, MAX_REPLICAS, Model, ModelBackend, ModelWorker
 from engine.api.meta import parse_duration
 from engine.api.validate import ManifestInvalid, parse_object
-from engine.optimize.bindings import ANNOTATION_SCALE_GROUPS
 from engine.caches.requests import is_download_env
 from engine.caches.sources import ModelSource, SourceError, from_kthena_uri, from_lora_url
-from engine.status import ConditionUpdate, set_conditions
+from engine.optimize.bindings import ANNOTATION_SCALE_GROUPS
 from engine.rollout.workloads import ANNOTATION_BASE_REVISION, FieldError, annotation, drain_script, probe
+from engine.status import ConditionUpdate, set_conditions
 
 Manifest = dict[str, Any]
 
@@ -155,10 +156,17 @@ def _worker_errors(backend: ModelBackend, path: str) -> list[FieldError]:
     errors: list[FieldError] = []
     allowed = _WORKER_TYPES[backend.type]
     if backend.type in _SINGLE_SERVER_TYPES and (len(backend.workers) != 1 or backend.workers[0].type != "server"):
-        errors.append(FieldError(f"{path}.workers", f"a {backend.type} backend needs exactly one worker, of type server"))
+        errors.append(
+            FieldError(f"{path}.workers", f"a {backend.type} backend needs exactly one worker, of type server")
+        )
     for w, worker in enumerate(backend.workers):
         if worker.type not in allowed:
-            errors.append(FieldError(f"{path}.workers[{w}].type", f"{worker.type!r} is not a {backend.type} worker type (allowed: {', '.join(allowed)})"))
+            errors.append(
+                FieldError(
+                    f"{path}.workers[{w}].type",
+                    f"{worker.type!r} is not a {backend.type} worker type (allowed: {', '.join(allowed)})",
+                )
+            )
         if not worker.image:
             errors.append(FieldError(f"{path}.workers[{w}].image", "required"))
         elif not _IMAGE.match(worker.image):
@@ -167,7 +175,11 @@ def _worker_errors(backend: ModelBackend, path: str) -> list[FieldError]:
         for role in ("prefill", "decode"):
             count = sum(1 for w in backend.workers if w.type == role)
             if count != 1:
-                errors.append(FieldError(f"{path}.workers", f"a vLLMDisaggregated backend needs exactly one {role} worker, found {count}"))
+                errors.append(
+                    FieldError(
+                        f"{path}.workers", f"a vLLMDisaggregated backend needs exactly one {role} worker, found {count}"
+                    )
+                )
     return errors
 
 
@@ -179,7 +191,9 @@ def _replica_errors(backend: ModelBackend, path: str) -> list[FieldError]:
     if backend.scale_to_zero_grace_period is not None:
         seconds = parse_duration(backend.scale_to_zero_grace_period)
         if not 0 <= seconds <= MAX_GRACE_PERIOD_S:
-            errors.append(FieldError(f"{path}.scaleToZeroGracePeriod", f"{backend.scale_to_zero_grace_period} is outside 0s..30m"))
+            errors.append(
+                FieldError(f"{path}.scaleToZeroGracePeriod", f"{backend.scale_to_zero_grace_period} is outside 0s..30m")
+            )
     return errors
 
 
@@ -220,7 +234,11 @@ def _autoscaling_errors(model: Model) -> list[FieldError]:
         path = f"spec.backends[{index}]"
         if model_level:
             if backend.autoscaling_policy is not None:
-                errors.append(FieldError(f"{path}.autoscalingPolicy", "cannot be set together with spec.autoscalingPolicy (model-level)"))
+                errors.append(
+                    FieldError(
+                        f"{path}.autoscalingPolicy", "cannot be set together with spec.autoscalingPolicy (model-level)"
+                    )
+                )
             if backend.scaling_cost is None:
                 errors.append(FieldError(f"{path}.scalingCost", "required when spec.autoscalingPolicy is set"))
             if backend.min_replicas is None:
@@ -230,8 +248,16 @@ def _autoscaling_errors(model: Model) -> list[FieldError]:
                 errors.append(FieldError(f"{path}.minReplicas", "must be >= 1 with a backend-level autoscalingPolicy"))
         else:
             if backend.min_replicas != backend.max_replicas:
-                errors.append(FieldError(f"{path}.minReplicas", f"must equal maxReplicas without an autoscaling policy ({backend.min_replicas} != {backend.max_replicas})"))
-            for field_name, value in (("scalingCost", backend.scaling_cost), ("scaleToZeroGracePeriod", backend.scale_to_zero_grace_period)):
+                errors.append(
+                    FieldError(
+                        f"{path}.minReplicas",
+                        f"must equal maxReplicas without an autoscaling policy ({backend.min_replicas} != {backend.max_replicas})",
+                    )
+                )
+            for field_name, value in (
+                ("scalingCost", backend.scaling_cost),
+                ("scaleToZeroGracePeriod", backend.scale_to_zero_grace_period),
+            ):
                 if value is not None:
                     errors.append(FieldError(f"{path}.{field_name}", "only allowed with spec.autoscalingPolicy"))
         if backend.max_replicas is None:
@@ -246,7 +272,10 @@ def _autoscaling_errors(model: Model) -> list[FieldError]:
 def unsupported_backends(model: Model) -> list[FieldError]:
     """Backends Modelplane cannot roll out (MindIE variants), as Kthena reports them."""
     return [
-        FieldError(f"spec.backends[{i}].type", f"backend {b.name!r}: {b.type} is not supported (vLLM, vLLMDisaggregated and SGLang are)")
+        FieldError(
+            f"spec.backends[{i}].type",
+            f"backend {b.name!r}: {b.type} is not supported (vLLM, vLLMDisaggregated and SGLang are)",
+        )
         for i, b in enumerate(model.spec.backends)
         if b.type in _UNSUPPORTED_TYPES
     ]
@@ -284,11 +313,17 @@ def cache_mount(cache_uri: str) -> tuple[Mount, str]:
         claim = rest.split("/", 1)[0]
         if not claim:
             raise ValueError(f"{cache_uri!r}: expected pvc://CLAIM")
-        return Mount({"name": "cache", "persistentVolumeClaim": {"claimName": claim}}, f"/{claim}", read_only=False), f"/{rest}"
+        return Mount(
+            {"name": "cache", "persistentVolumeClaim": {"claimName": claim}}, f"/{claim}", read_only=False
+        ), f"/{rest}"
     if scheme == "hostpath":
         if not rest:
             raise ValueError(f"{cache_uri!r}: expected hostpath:///PATH")
-        return Mount({"name": "cache", "hostPath": {"path": f"/{rest}", "type": "DirectoryOrCreate"}}, f"/{rest}", read_only=False), f"/{rest}"
+        return Mount(
+            {"name": "cache", "hostPath": {"path": f"/{rest}", "type": "DirectoryOrCreate"}},
+            f"/{rest}",
+            read_only=False,
+        ), f"/{rest}"
     raise ValueError(f"{cache_uri!r}: a cacheURI is hostpath:// or pvc://")
 
 
@@ -328,7 +363,10 @@ def direct_weights(backend: ModelBackend, downloader_image: str) -> Weights | No
 
 def managed_weights(pvc: str) -> Weights:
     """Weights from an Available managed ModelCache: its PVC mounted read-only, files at the root."""
-    return Weights((Mount({"name": "weights", "persistentVolumeClaim": {"claimName": pvc, "readOnly": True}}, MODEL_MOUNT),), MODEL_MOUNT)
+    return Weights(
+        (Mount({"name": "weights", "persistentVolumeClaim": {"claimName": pvc, "readOnly": True}}, MODEL_MOUNT),),
+        MODEL_MOUNT,
+    )
 
 
 def lora_mount(name: str, pvc: str, sub_path: str | None = None) -> tuple[Mount, str]:
@@ -364,7 +402,14 @@ class ModelRef:
 
     def owner_reference(self) -> Manifest:
         """A controller owner reference to the Model (garbage collection deletes the children with it)."""
-        return {"apiVersion": API_VERSION, "kind": "Model", "name": self.name, "uid": self.uid, "controller": True, "blockOwnerDeletion": True}
+        return {
+            "apiVersion": API_VERSION,
+            "kind": "Model",
+            "name": self.name,
+            "uid": self.uid,
+            "controller": True,
+            "blockOwnerDeletion": True,
+        }
 
 
 @dataclass(frozen=True)
@@ -400,7 +445,11 @@ def workloads_of(model: ModelRef, backend: ModelBackend) -> list[Workload]:
         result.append(Workload(name, worker.type or "server", worker, low * per_group, high * per_group))
         if (worker.pods or 1) > 1:
             followers = (worker.pods - 1) * per_group
-            result.append(Workload(f"{name}-worker", f"{worker.type}-worker", worker, low * followers, high * followers, scaled=False))
+            result.append(
+                Workload(
+                    f"{name}-worker", f"{worker.type}-worker", worker, low * followers, high * followers, scaled=False
+                )
+            )
     return result
 
 
@@ -435,12 +484,24 @@ def config_flags(config: Mapping[str, Any] | None, skip: Iterable[str] = ()) -> 
     return flags
 
 
-def engine_args(model: ModelRef, backend: ModelBackend, worker: ModelWorker, model_path: str, loras: Mapping[str, str]) -> list[str]:
+def engine_args(
+    model: ModelRef, backend: ModelBackend, worker: ModelWorker, model_path: str, loras: Mapping[str, str]
+) -> list[str]:
     """The engine command line: the server on the cached path, the worker config as flags, LoRA modules."""
     config = dict(worker.config or {})
     port = engine_port(backend, worker)
     if backend.type == "SGLang":
-        args = ["python3", "-m", "sglang.launch_server", "--model-path", model_path, "--host", "0.0.0.0", "--port", str(port)]
+        args = [
+            "python3",
+            "-m",
+            "sglang.launch_server",
+            "--model-path",
+            model_path,
+            "--host",
+            "0.0.0.0",
+            "--port",
+            str(port),
+        ]
         if "served-model-name" not in config and "served_model_name" not in config:
             args += ["--served-model-name", model.served_name]
         args += config_flags(config, skip=("port", "host", "model-path"))
@@ -449,7 +510,17 @@ def engine_args(model: ModelRef, backend: ModelBackend, worker: ModelWorker, mod
         if loras:
             args += ["--lora-paths", *[f"{name}={path}" for name, path in sorted(loras.items())]]
         return args
-    args = ["python3", "-m", "vllm.entrypoints.openai.api_server", "--model", model_path, "--host", "0.0.0.0", "--port", str(port)]
+    args = [
+        "python3",
+        "-m",
+        "vllm.entrypoints.openai.api_server",
+        "--model",
+        model_path,
+        "--host",
+        "0.0.0.0",
+        "--port",
+        str(port),
+    ]
     if "served-model-name" not in config and "served_model_name" not in config:
         args += ["--served-model-name", model.served_name]
     args += config_flags(config, skip=("port", "host", "model"))
@@ -517,7 +588,12 @@ def _env(backend: ModelBackend, *, offline: bool) -> list[Manifest]:
 
 
 def render_workload(
-    model: ModelRef, backend: ModelBackend, workload: Workload, weights: Weights, loras: Mapping[str, tuple[Mount, str]], replicas: int,
+    model: ModelRef,
+    backend: ModelBackend,
+    workload: Workload,
+    weights: Weights,
+    loras: Mapping[str, tuple[Mount, str]],
+    replicas: int,
     leader_service: str | None = None,
 ) -> Manifest:
     """One apps/v1 Deployment of a backend (replicas are the caller's: the optimizer owns them once created)."""
@@ -539,7 +615,9 @@ def render_workload(
         "ports": [{"name": "http", "containerPort": port, "protocol": "TCP"}],
         "env": _env(backend, offline=True),
         "envFrom": _dump_list(backend.env_from),
-        "resources": worker.resources.model_dump(by_alias=True, exclude_none=True, mode="json") if worker.resources else {},
+        "resources": worker.resources.model_dump(by_alias=True, exclude_none=True, mode="json")
+        if worker.resources
+        else {},
         "volumeMounts": [{"name": m.volume["name"], "mountPath": m.mount_path, "readOnly": m.read_only} for m in mounts]
         + [{"name": "dshm", "mountPath": "/dev/shm"}],
     }
@@ -549,7 +627,9 @@ def render_workload(
     if is_follower:  # Ready once the ray head it joins answers (the leader is Ready only when vLLM serves)
         container["readinessProbe"] = {
             "exec": {"command": ["bash", "-c", f"ray status --address={leader_service}:{RAY_PORT}"]},
-            "periodSeconds": 10, "failureThreshold": 3, "timeoutSeconds": 10,
+            "periodSeconds": 10,
+            "failureThreshold": 3,
+            "timeoutSeconds": 10,
         }
     else:
         container.update(
@@ -573,7 +653,13 @@ def render_workload(
             "name": workload.name,
             "namespace": model.namespace,
             "labels": labels,
-            "annotations": {ANNOTATION_LORA: json.dumps({n: u for n, u in _lora_urls(backend).items() if n in loras}, sort_keys=True)} if loras else {},
+            "annotations": {
+                ANNOTATION_LORA: json.dumps(
+                    {n: u for n, u in _lora_urls(backend).items() if n in loras}, sort_keys=True
+                )
+            }
+            if loras
+            else {},
             "ownerReferences": [model.owner_reference()],
         },
         "spec": {
@@ -598,8 +684,10 @@ def _multi_node_script(args: list[str], worker: ModelWorker, ray_host: str | Non
     if follower:
         return f"{MULTI_NODE_SCRIPT} worker --ray_address={ray_host} --ray_port={RAY_PORT} {timeout}"
     server = " ".join(_quote(a) for a in [*args, "--distributed-executor-backend", "ray"])
-    return (f"{MULTI_NODE_SCRIPT} leader --ray_port={RAY_PORT} --ray_cluster_size={worker.pods} {timeout} "
-            f"--num-gpus={worker_gpus(worker)} && {server}")
+    return (
+        f"{MULTI_NODE_SCRIPT} leader --ray_port={RAY_PORT} --ray_cluster_size={worker.pods} {timeout} "
+        f"--num-gpus={worker_gpus(worker)} && {server}"
+    )
 
 
 def worker_gpus(worker: ModelWorker) -> int:
@@ -620,9 +708,16 @@ def render_ray_service(model: ModelRef, backend: ModelBackend, workload: Workloa
     return {
         "apiVersion": "v1",
         "kind": "Service",
-        "metadata": {"name": ray_service_name(workload.name), "namespace": model.namespace, "labels": child_labels(model, backend), "ownerReferences": [model.owner_reference()]},
+        "metadata": {
+            "name": ray_service_name(workload.name),
+            "namespace": model.namespace,
+            "labels": child_labels(model, backend),
+            "ownerReferences": [model.owner_reference()],
+        },
         "spec": {
-            "clusterIP": "None", "publishNotReadyAddresses": True, "selector": selector_labels(model, backend, workload),
+            "clusterIP": "None",
+            "publishNotReadyAddresses": True,
+            "selector": selector_labels(model, backend, workload),
             "ports": [{"name": "ray", "port": RAY_PORT, "targetPort": RAY_PORT, "protocol": "TCP"}],
         },
     }
@@ -635,7 +730,12 @@ def render_service(model: ModelRef, backend: ModelBackend, workload: Workload) -
     return {
         "apiVersion": "v1",
         "kind": "Service",
-        "metadata": {"name": workload.name, "namespace": model.namespace, "labels": child_labels(model, backend), "ownerReferences": [model.owner_reference()]},
+        "metadata": {
+            "name": workload.name,
+            "namespace": model.namespace,
+            "labels": child_labels(model, backend),
+            "ownerReferences": [model.owner_reference()],
+        },
         "spec": {"type": "ClusterIP", "selector": selector_labels(model, backend, workload), "ports": ports},
     }
 
@@ -678,7 +778,9 @@ class ScaleUnit:
     members: tuple[tuple[str, int, bool], ...] = ()  # (workload, replicas per group, serves metrics)
 
 
-def scale_units(ref: ModelRef, backend: ModelBackend, *, model_serving: bool = False, runtime: bool = False) -> list[ScaleUnit]:
+def scale_units(
+    ref: ModelRef, backend: ModelBackend, *, model_serving: bool = False, runtime: bool = False
+) -> list[ScaleUnit]:
     """The scale units of a backend. A backend of several workloads is one group, as Kthena scales a
     ModelServing group: ``minReplicas``..``maxReplicas`` groups, each of ``replicas`` pods per role (and
     ``(pods - 1) x replicas`` ray workers), so a declared prefill:decode ratio holds at any total. With
@@ -707,11 +809,17 @@ def scale_units(ref: ModelRef, backend: ModelBackend, *, model_serving: bool = F
 
 
 def _groups_annotation(units: Iterable[ScaleUnit]) -> dict[str, str]:
-    groups = {u.target.name: [{"name": n, "perGroup": per, "serves": serves} for n, per, serves in u.members] for u in units if u.members}
+    groups = {
+        u.target.name: [{"name": n, "perGroup": per, "serves": serves} for n, per, serves in u.members]
+        for u in units
+        if u.members
+    }
     return {ANNOTATION_SCALE_GROUPS: json.dumps(groups, sort_keys=True)} if groups else {}
 
 
-def render_autoscaling(model: Model, ref: ModelRef, *, model_serving: bool = False, runtime: bool = False) -> list[Manifest]:
+def render_autoscaling(
+    model: Model, ref: ModelRef, *, model_serving: bool = False, runtime: bool = False
+) -> list[Manifest]:
     """AutoscalingPolicy + AutoscalingPolicyBinding objects, as Kthena's controller builds them, targeting
     the Deployments: a model-level policy gives one binding with ``optimizerConfiguration`` over every
     backend (cost = ``scalingCost`` per backend replica); a backend-level policy gives a policy named
@@ -727,31 +835,56 @@ def render_autoscaling(model: Model, ref: ModelRef, *, model_serving: bool = Fal
         for backend in supported:
             for unit in scale_units(ref, backend, model_serving=model_serving, runtime=runtime):
                 units.append(unit)
-                params.append({
-                    "target": _scale_target(unit.target, unit.port, model_serving),
-                    "minReplicas": unit.min_replicas,
-                    "maxReplicas": unit.max_replicas,
-                    "cost": backend.scaling_cost or 0,
-                })
+                params.append(
+                    {
+                        "target": _scale_target(unit.target, unit.port, model_serving),
+                        "minReplicas": unit.min_replicas,
+                        "maxReplicas": unit.max_replicas,
+                        "cost": backend.scaling_cost or 0,
+                    }
+                )
         if params:
             graces = [parse_duration(b.scale_to_zero_grace_period) for b in supported if b.scale_to_zero_grace_period]
-            objects.append(_policy(ref, ref.name, spec.autoscaling_policy.model_dump(by_alias=True, exclude_none=True, mode="json"), None))
+            objects.append(
+                _policy(
+                    ref,
+                    ref.name,
+                    spec.autoscaling_policy.model_dump(by_alias=True, exclude_none=True, mode="json"),
+                    None,
+                )
+            )
             binding_spec = {
                 "policyRef": {"name": ref.name},
-                "optimizerConfiguration": {"params": params, "costExpansionRatePercent": spec.cost_expansion_rate_percent or DEFAULT_COST_EXPANSION},
+                "optimizerConfiguration": {
+                    "params": params,
+                    "costExpansionRatePercent": spec.cost_expansion_rate_percent or DEFAULT_COST_EXPANSION,
+                },
             }
-            objects.append(_binding(ref, ref.name, binding_spec, None, max(graces) if graces else None, _groups_annotation(units)))
+            objects.append(
+                _binding(ref, ref.name, binding_spec, None, max(graces) if graces else None, _groups_annotation(units))
+            )
         return objects
     for backend in supported:
         if backend.autoscaling_policy is None:
             continue
         policy_name = backend_name(ref, backend)
-        objects.append(_policy(ref, policy_name, backend.autoscaling_policy.model_dump(by_alias=True, exclude_none=True, mode="json"), backend))
+        objects.append(
+            _policy(
+                ref,
+                policy_name,
+                backend.autoscaling_policy.model_dump(by_alias=True, exclude_none=True, mode="json"),
+                backend,
+            )
+        )
         grace = parse_duration(backend.scale_to_zero_grace_period) if backend.scale_to_zero_grace_period else None
         for unit in scale_units(ref, backend, model_serving=model_serving, runtime=runtime):
             binding_spec = {
                 "policyRef": {"name": policy_name},
-                "scalingConfiguration": {"target": _scale_target(unit.target, unit.port, model_serving), "minReplicas": unit.min_replicas, "maxReplicas": unit.max_replicas},
+                "scalingConfiguration": {
+                    "target": _scale_target(unit.target, unit.port, model_serving),
+                    "minReplicas": unit.min_replicas,
+                    "maxReplicas": unit.max_replicas,
+                },
             }
             objects.append(_binding(ref, policy_name, binding_spec, backend, grace, _groups_annotation([unit])))
     return objects
@@ -759,18 +892,34 @@ def render_autoscaling(model: Model, ref: ModelRef, *, model_serving: bool = Fal
 
 def _policy(ref: ModelRef, name: str, spec: Manifest, backend: ModelBackend | None) -> Manifest:
     return {
-        "apiVersion": API_VERSION, "kind": "AutoscalingPolicy",
-        "metadata": {"name": name, "namespace": ref.namespace, "labels": child_labels(ref, backend), "ownerReferences": [ref.owner_reference()]},
+        "apiVersion": API_VERSION,
+        "kind": "AutoscalingPolicy",
+        "metadata": {
+            "name": name,
+            "namespace": ref.namespace,
+            "labels": child_labels(ref, backend),
+            "ownerReferences": [ref.owner_reference()],
+        },
         "spec": spec,
     }
 
 
 def _binding(
-    ref: ModelRef, name: str, spec: Manifest, backend: ModelBackend | None, grace_s: float | None, extra: Mapping[str, str] | None = None,
+    ref: ModelRef,
+    name: str,
+    spec: Manifest,
+    backend: ModelBackend | None,
+    grace_s: float | None,
+    extra: Mapping[str, str] | None = None,
 ) -> Manifest:
     annotations = {ANNOTATION_SCALE_TO_ZERO: f"{int(grace_s)}s"} if grace_s is not None else {}
     annotations.update(extra or {})
-    meta: Manifest = {"name": name, "namespace": ref.namespace, "labels": child_labels(ref, backend), "ownerReferences": [ref.owner_reference()]}
+    meta: Manifest = {
+        "name": name,
+        "namespace": ref.namespace,
+        "labels": child_labels(ref, backend),
+        "ownerReferences": [ref.owner_reference()],
+    }
     if annotations:
         meta["annotations"] = annotations
     return {"apiVersion": API_VERSION, "kind": "AutoscalingPolicyBinding", "metadata": meta, "spec": spec}
@@ -785,18 +934,26 @@ def render_route(model: Model, ref: ModelRef) -> Manifest:
         if backend.type in _UNSUPPORTED_TYPES:
             continue
         entry = [w for w in workloads_of(ref, backend) if w.role in ("server", "decode")][0]
-        backends.append({
-            "name": backend.name,
-            "servedModelName": served_model_name(ref, backend),
-            "service": entry.name,
-            "port": engine_port(backend, entry.worker),
-            "weight": backend.route_weight if backend.route_weight is not None else 100,
-            "loraAdapters": sorted(_lora_urls(backend)),
-        })
+        backends.append(
+            {
+                "name": backend.name,
+                "servedModelName": served_model_name(ref, backend),
+                "service": entry.name,
+                "port": engine_port(backend, entry.worker),
+                "weight": backend.route_weight if backend.route_weight is not None else 100,
+                "loraAdapters": sorted(_lora_urls(backend)),
+            }
+        )
     route = {"model": ref.served_name, "modelMatch": model.spec.model_match, "backends": backends}
     return {
-        "apiVersion": "v1", "kind": "ConfigMap",
-        "metadata": {"name": f"{ref.name}-route", "namespace": ref.namespace, "labels": child_labels(ref), "ownerReferences": [ref.owner_reference()]},
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {
+            "name": f"{ref.name}-route",
+            "namespace": ref.namespace,
+            "labels": child_labels(ref),
+            "ownerReferences": [ref.owner_reference()],
+        },
         "data": {ROUTE_KEY: json.dumps(route, sort_keys=True, indent=2)},
     }
 
@@ -882,7 +1039,11 @@ def deployment_available(deployment: Mapping[str, Any]) -> bool:
 
 
 def model_status(
-    old: Mapping[str, Any], generation: int | None, now: datetime, backends: list[BackendState], failure: Failure | None,
+    old: Mapping[str, Any],
+    generation: int | None,
+    now: datetime,
+    backends: list[BackendState],
+    failure: Failure | None,
 ) -> dict[str, Any]:
     """The Model's status: ``Initialized`` once, ``Active`` when every backend is available, ``Failed``
     with its reason (set back to False once the cause is fixed), ``backendStatuses`` and
@@ -899,7 +1060,11 @@ def model_status(
         if backends and not waiting:
             updates.append(ConditionUpdate(CONDITION_ACTIVE, "True", REASON_AVAILABLE, "Model is ready"))
         else:
-            updates.append(ConditionUpdate(CONDITION_ACTIVE, "False", REASON_PROCESSING, "Model not ready yet: " + "; ".join(waiting)))
+            updates.append(
+                ConditionUpdate(
+                    CONDITION_ACTIVE, "False", REASON_PROCESSING, "Model not ready yet: " + "; ".join(waiting)
+                )
+            )
     initialized = next((c for c in conditions if c.get("type") == CONDITION_INITIALIZED), None)
     if initialized is not None:
         updates = updates[1:]  # Initialized is set once and then left alone

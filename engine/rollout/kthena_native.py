@@ -27,18 +27,19 @@ from __future__ import annotations
 
 import copy
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any
 
 from engine.api.kthena import Model, ModelBackend, ModelWorker
 from engine.rollout.kthena import (
+    _UNSUPPORTED_TYPES,
     KTHENA_RUNTIME_PORT,
     LABEL_BACKEND,
     LABEL_MODEL_UID,
     LABEL_ROLE,
     ModelRef,
     Workload,
-    _UNSUPPORTED_TYPES,
     backend_name,
     child_labels,
     engine_port,
@@ -59,8 +60,13 @@ MODELSERVING_GROUP_KEY = "modelserving.volcano.sh/group-name"
 MODELSERVING_ROLE = "modelserving.volcano.sh/role"
 ENTRY_ADDRESS = "$ENTRY_ADDRESS"
 """The leader's address a ModelServing worker pod gets from Kthena's controller (shell-expanded)."""
-KV_CONNECTORS = {"MooncakeConnectorV1": "mooncake", "MooncakeConnector": "mooncake", "LMCacheConnectorV1": "lmcache",
-                 "LMCacheConnector": "lmcache", "NixlConnector": "nixl"}
+KV_CONNECTORS = {
+    "MooncakeConnectorV1": "mooncake",
+    "MooncakeConnector": "mooncake",
+    "LMCacheConnectorV1": "lmcache",
+    "LMCacheConnector": "lmcache",
+    "NixlConnector": "nixl",
+}
 MAX_ROUTE_RULES = 16
 
 
@@ -107,16 +113,30 @@ def runtime_container(ref: ModelRef, backend: ModelBackend, worker: ModelWorker,
         "name": "runtime",
         "image": image,
         "args": [
-            "--port", str(runtime.port), "--engine", "sglang" if backend.type == "SGLang" else "vllm",
-            "--engine-base-url", runtime.url, "--engine-metrics-path", runtime.metrics_path,
-            "--pod", "$(POD_NAME).$(NAMESPACE)", "--model", served_model_name(ref, backend),
+            "--port",
+            str(runtime.port),
+            "--engine",
+            "sglang" if backend.type == "SGLang" else "vllm",
+            "--engine-base-url",
+            runtime.url,
+            "--engine-metrics-path",
+            runtime.metrics_path,
+            "--pod",
+            "$(POD_NAME).$(NAMESPACE)",
+            "--model",
+            served_model_name(ref, backend),
         ],
         "env": [
             {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
             {"name": "NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
         ],
         "ports": [{"name": "runtime", "containerPort": runtime.port, "protocol": "TCP"}],
-        "readinessProbe": {"httpGet": {"path": "/health", "port": runtime.port}, "periodSeconds": 5, "failureThreshold": 3, "timeoutSeconds": 5},
+        "readinessProbe": {
+            "httpGet": {"path": "/health", "port": runtime.port},
+            "periodSeconds": 5,
+            "failureThreshold": 3,
+            "timeoutSeconds": 5,
+        },
     }
 
 
@@ -125,9 +145,13 @@ def with_runtime(template: Manifest, ref: ModelRef, backend: ModelBackend, worke
     result = copy.deepcopy(template)
     runtime = runtime_of(backend, worker)
     spec = result.setdefault("spec", {})
-    spec["containers"] = [runtime_container(ref, backend, worker, image)] + [c for c in spec.get("containers", []) if c.get("name") != "runtime"]
+    spec["containers"] = [runtime_container(ref, backend, worker, image)] + [
+        c for c in spec.get("containers", []) if c.get("name") != "runtime"
+    ]
     annotations = result.setdefault("metadata", {}).setdefault("annotations", {})
-    annotations.update({"prometheus.io/scrape": "true", "prometheus.io/port": str(runtime.port), "prometheus.io/path": "/metrics"})
+    annotations.update(
+        {"prometheus.io/scrape": "true", "prometheus.io/port": str(runtime.port), "prometheus.io/path": "/metrics"}
+    )
     return result
 
 
@@ -155,9 +179,17 @@ def render_model_server(ref: ModelRef, backend: ModelBackend, mode: NativeMode) 
     selector: Manifest = {"matchLabels": {LABEL_MODEL_UID: ref.uid, LABEL_BACKEND: backend.name}}
     if backend.type == "vLLMDisaggregated":
         if mode.model_serving:
-            selector["pdGroup"] = {"groupKey": MODELSERVING_GROUP_KEY, "prefillLabels": {MODELSERVING_ROLE: "prefill"}, "decodeLabels": {MODELSERVING_ROLE: "decode"}}
+            selector["pdGroup"] = {
+                "groupKey": MODELSERVING_GROUP_KEY,
+                "prefillLabels": {MODELSERVING_ROLE: "prefill"},
+                "decodeLabels": {MODELSERVING_ROLE: "decode"},
+            }
         else:  # Deployments have no group identity: every prefill pod of the backend pairs with every decode pod
-            selector["pdGroup"] = {"groupKey": LABEL_BACKEND, "prefillLabels": {LABEL_ROLE: "prefill"}, "decodeLabels": {LABEL_ROLE: "decode"}}
+            selector["pdGroup"] = {
+                "groupKey": LABEL_BACKEND,
+                "prefillLabels": {LABEL_ROLE: "prefill"},
+                "decodeLabels": {LABEL_ROLE: "decode"},
+            }
     spec: Manifest = {
         "model": served_model_name(ref, backend),
         "inferenceEngine": "SGLang" if backend.type == "SGLang" else "vLLM",
@@ -169,8 +201,14 @@ def render_model_server(ref: ModelRef, backend: ModelBackend, mode: NativeMode) 
     if connector:
         spec["kvConnector"] = {"type": connector}
     return {
-        "apiVersion": NETWORKING_API, "kind": "ModelServer",
-        "metadata": {"name": backend_name(ref, backend), "namespace": ref.namespace, "labels": child_labels(ref, backend), "ownerReferences": [ref.owner_reference()]},
+        "apiVersion": NETWORKING_API,
+        "kind": "ModelServer",
+        "metadata": {
+            "name": backend_name(ref, backend),
+            "namespace": ref.namespace,
+            "labels": child_labels(ref, backend),
+            "ownerReferences": [ref.owner_reference()],
+        },
         "spec": spec,
     }
 
@@ -180,7 +218,11 @@ def render_model_route(model: Model, ref: ModelRef) -> Manifest:
     per LoRA adapter over the backends carrying it, and the adapters' names."""
     backends = [b for b in model.spec.backends if b.type not in _UNSUPPORTED_TYPES]
     raw = model.spec.model_match
-    match = raw.model_dump(by_alias=True, exclude_none=True, mode="json") if hasattr(raw, "model_dump") else (dict(raw) if raw else None)
+    match = (
+        raw.model_dump(by_alias=True, exclude_none=True, mode="json")
+        if hasattr(raw, "model_dump")
+        else (dict(raw) if raw else None)
+    )
     default: Manifest = {"name": "default", "targetModels": [_target(ref, b) for b in backends]}
     if match:
         default["modelMatch"] = match
@@ -188,26 +230,45 @@ def render_model_route(model: Model, ref: ModelRef) -> Manifest:
     adapters = sorted({a.name for b in backends for a in b.lora_adapters or []})
     for adapter in adapters[: MAX_ROUTE_RULES - 1]:
         carriers = [b for b in backends if any(a.name == adapter for a in b.lora_adapters or [])]
-        rules.append({"name": f"lora-{adapter}", "modelMatch": {"body": {"model": adapter}}, "targetModels": [_target(ref, b) for b in carriers]})
+        rules.append(
+            {
+                "name": f"lora-{adapter}",
+                "modelMatch": {"body": {"model": adapter}},
+                "targetModels": [_target(ref, b) for b in carriers],
+            }
+        )
     spec: Manifest = {"modelName": ref.served_name, "rules": rules}
     if adapters:
         spec["loraAdapters"] = adapters[:10]
     return {
-        "apiVersion": NETWORKING_API, "kind": "ModelRoute",
-        "metadata": {"name": ref.name, "namespace": ref.namespace, "labels": child_labels(ref), "ownerReferences": [ref.owner_reference()]},
+        "apiVersion": NETWORKING_API,
+        "kind": "ModelRoute",
+        "metadata": {
+            "name": ref.name,
+            "namespace": ref.namespace,
+            "labels": child_labels(ref),
+            "ownerReferences": [ref.owner_reference()],
+        },
         "spec": spec,
     }
 
 
 def _target(ref: ModelRef, backend: ModelBackend) -> Manifest:
-    return {"modelServerName": backend_name(ref, backend), "weight": backend.route_weight if backend.route_weight is not None else 100}
+    return {
+        "modelServerName": backend_name(ref, backend),
+        "weight": backend.route_weight if backend.route_weight is not None else 100,
+    }
 
 
 # ---------------------------------------------------------------------------------------- ModelServing
 
 
 def render_model_serving(
-    ref: ModelRef, backend: ModelBackend, templates: Mapping[str, Manifest], replicas: int, mode: NativeMode,
+    ref: ModelRef,
+    backend: ModelBackend,
+    templates: Mapping[str, Manifest],
+    replicas: int,
+    mode: NativeMode,
 ) -> Manifest:
     """One ModelServing for a backend: ``replicas`` groups; a role per worker (``leader`` for a server,
     else ``prefill``/``decode``) with the worker's ``replicas`` entry pods and ``pods - 1`` ray workers.
@@ -220,7 +281,12 @@ def render_model_serving(
         name = "leader" if role == "server" else role
         per_group = worker.replicas if worker.replicas is not None else 1
         entry = _role_template(templates[role], ref, backend, role)
-        item: Manifest = {"name": name, "replicas": per_group, "entryTemplate": entry, "workerReplicas": max((worker.pods or 1) - 1, 0)}
+        item: Manifest = {
+            "name": name,
+            "replicas": per_group,
+            "entryTemplate": entry,
+            "workerReplicas": max((worker.pods or 1) - 1, 0),
+        }
         if f"{role}-worker" in templates:
             item["workerTemplate"] = _role_template(templates[f"{role}-worker"], ref, backend, f"{role}-worker")
         roles.append(item)
@@ -229,8 +295,14 @@ def render_model_serving(
     if backend.type == "vLLMDisaggregated":
         template["gangPolicy"] = {"minRoleReplicas": gang}
     return {
-        "apiVersion": WORKLOAD_API, "kind": "ModelServing",
-        "metadata": {"name": backend_name(ref, backend), "namespace": ref.namespace, "labels": child_labels(ref, backend), "ownerReferences": [ref.owner_reference()]},
+        "apiVersion": WORKLOAD_API,
+        "kind": "ModelServing",
+        "metadata": {
+            "name": backend_name(ref, backend),
+            "namespace": ref.namespace,
+            "labels": child_labels(ref, backend),
+            "ownerReferences": [ref.owner_reference()],
+        },
         "spec": {
             "replicas": replicas,
             "recoveryPolicy": "ServingGroupRecreate",

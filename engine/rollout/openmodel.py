@@ -14,14 +14,15 @@ Conditions written on the OpenModel (upstream defines none): ``Validated`` (``So
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any
 
 from engine.api.llmaz import API_VERSION, FAMILY_NAME_LABEL, Flavor, OpenModel
 from engine.api.validate import ManifestInvalid, parse_object
 from engine.caches.sources import ModelSource, SourceError, from_openmodel_source
-from engine.units import parse_quantity
 from engine.rollout.workloads import FieldError, drain_script, probe
+from engine.units import parse_quantity
 
 Manifest = dict[str, Any]
 
@@ -72,7 +73,9 @@ def validate_openmodel(manifest: Mapping[str, Any]) -> tuple[OpenModel | None, M
     except SourceError as exc:
         errors.append(FieldError(exc.field or "spec.source", exc.reason))
     if source is not None and not (source.downloadable or source.scheme in ("host", "hostpath")):
-        errors.append(FieldError("spec.source", f"{source.uri}: vLLM cannot serve it from a cache (hf, s3 and host sources can)"))
+        errors.append(
+            FieldError("spec.source", f"{source.uri}: vLLM cannot serve it from a cache (hf, s3 and host sources can)")
+        )
     return model, source, errors
 
 
@@ -111,11 +114,15 @@ def choose_flavor(model: OpenModel, requested: str | None, node_labels: list[Map
     flavors = list(model.spec.inference_config.flavors or [])
     check_flavor(model, requested)
     if not flavors:
-        return Placement(None, "no flavors: no accelerator limits and no node selector", checked=node_labels is not None)
+        return Placement(
+            None, "no flavors: no accelerator limits and no node selector", checked=node_labels is not None
+        )
     start = [f.name for f in flavors].index(requested) if requested else 0
     candidates = flavors[start:]
     if node_labels is None:
-        return Placement(candidates[0], f"flavor {candidates[0].name}: Nodes not visible, node selector not checked", checked=False)
+        return Placement(
+            candidates[0], f"flavor {candidates[0].name}: Nodes not visible, node selector not checked", checked=False
+        )
     skipped: list[str] = []
     for flavor in candidates:
         if any(_matches(flavor.node_selector, labels) for labels in node_labels):
@@ -196,7 +203,13 @@ def parallelism_args(flavor: Flavor | None) -> list[str]:
 
 
 def render_openmodel(
-    model: OpenModel, source: ModelSource, pvc: str | None, namespace: str, replicas: int, placement: Placement, image: str = DEFAULT_IMAGE,
+    model: OpenModel,
+    source: ModelSource,
+    pvc: str | None,
+    namespace: str,
+    replicas: int,
+    placement: Placement,
+    image: str = DEFAULT_IMAGE,
 ) -> list[Manifest]:
     """The vLLM Deployment and Service serving the OpenModel in ``namespace``, named after it."""
     name = model.metadata.name or ""
@@ -208,10 +221,23 @@ def render_openmodel(
         "name": "model-runner",
         "image": image,
         "command": ["python3", "-m", "vllm.entrypoints.openai.api_server"],
-        "args": ["--model", model_path(source), "--served-model-name", name, "--host", "0.0.0.0", "--port", str(PORT), *parallelism_args(flavor)],
+        "args": [
+            "--model",
+            model_path(source),
+            "--served-model-name",
+            name,
+            "--host",
+            "0.0.0.0",
+            "--port",
+            str(PORT),
+            *parallelism_args(flavor),
+        ],
         "ports": [{"name": "http", "containerPort": PORT, "protocol": "TCP"}],
         "env": [{"name": "HF_HUB_OFFLINE", "value": "1"}],
-        "volumeMounts": [{"name": "model-volume", "mountPath": mount, "readOnly": True}, {"name": "dshm", "mountPath": "/dev/shm"}],
+        "volumeMounts": [
+            {"name": "model-volume", "mountPath": mount, "readOnly": True},
+            {"name": "dshm", "mountPath": "/dev/shm"},
+        ],
         "startupProbe": probe("/health", PORT, 10, 180),
         "readinessProbe": probe("/health", PORT, 5, 3),
         "livenessProbe": probe("/health", PORT, 15, 4),
@@ -225,14 +251,27 @@ def render_openmodel(
     }
     if flavor is not None and flavor.node_selector:
         pod_spec["nodeSelector"] = dict(flavor.node_selector)
-    owner = {"apiVersion": API_VERSION, "kind": "OpenModel", "name": name, "uid": model.metadata.uid or "", "blockOwnerDeletion": True, "controller": True}
+    owner = {
+        "apiVersion": API_VERSION,
+        "kind": "OpenModel",
+        "name": name,
+        "uid": model.metadata.uid or "",
+        "blockOwnerDeletion": True,
+        "controller": True,
+    }
     annotations = {PLACEMENT_ANNOTATION: placement.message}
     if model.spec.inference_config.flavors:
         annotations[FLAVORS_ANNOTATION] = ",".join(f.name for f in model.spec.inference_config.flavors)
     deployment = {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
-        "metadata": {"name": name, "namespace": namespace, "labels": labels, "annotations": annotations, "ownerReferences": [owner]},
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "labels": labels,
+            "annotations": annotations,
+            "ownerReferences": [owner],
+        },
         "spec": {
             "replicas": replicas,
             "selector": {"matchLabels": selector},
@@ -243,6 +282,10 @@ def render_openmodel(
         "apiVersion": "v1",
         "kind": "Service",
         "metadata": {"name": name, "namespace": namespace, "labels": labels, "ownerReferences": [owner]},
-        "spec": {"type": "ClusterIP", "selector": selector, "ports": [{"name": "http", "port": PORT, "targetPort": PORT, "protocol": "TCP"}]},
+        "spec": {
+            "type": "ClusterIP",
+            "selector": selector,
+            "ports": [{"name": "http", "port": PORT, "targetPort": PORT, "protocol": "TCP"}],
+        },
     }
     return [deployment, service]

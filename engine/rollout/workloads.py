@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any
 
 Manifest = dict[str, Any]
 
@@ -35,7 +36,11 @@ class FieldError:
 
 def drain_script(port: int, engine: str) -> str:
     """preStop: wait until the engine has no running and no waiting requests (Kthena's graceful drain)."""
-    names = ("vllm:num_requests_running", "vllm:num_requests_waiting") if engine == "vllm" else ("sglang:num_running_reqs", "sglang:num_queue_reqs")
+    names = (
+        ("vllm:num_requests_running", "vllm:num_requests_waiting")
+        if engine == "vllm"
+        else ("sglang:num_running_reqs", "sglang:num_queue_reqs")
+    )
     return (
         "import time, urllib.request\n"
         f"names = {names!r}\n"
@@ -52,7 +57,12 @@ def drain_script(port: int, engine: str) -> str:
 
 
 def probe(path: str, port: int, period: int, failures: int) -> Manifest:
-    return {"httpGet": {"path": path, "port": port}, "periodSeconds": period, "failureThreshold": failures, "timeoutSeconds": 5}
+    return {
+        "httpGet": {"path": path, "port": port},
+        "periodSeconds": period,
+        "failureThreshold": failures,
+        "timeoutSeconds": 5,
+    }
 
 
 _SYSTEM_FIELDS = ("apiVersion", "kind", "metadata", "status")
@@ -108,7 +118,9 @@ def merge_diff(old: Any, new: Any) -> Any:
         if key not in old:
             patch[key] = value
         elif old[key] != value:
-            patch[key] = merge_diff(old[key], value) if isinstance(old[key], dict) and isinstance(value, dict) else value
+            patch[key] = (
+                merge_diff(old[key], value) if isinstance(old[key], dict) and isinstance(value, dict) else value
+            )
     return patch
 
 

@@ -51,8 +51,8 @@ ramp) that the tests and the benchmark check the fit against.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Mapping, Sequence
 
 import numpy as np
 
@@ -171,12 +171,16 @@ class ProfileFit:
     def profile(self, max_batch: int) -> PerfProfile:
         """The proposed :class:`PerfProfile` (negative values clipped to 0)."""
         return PerfProfile(
-            alpha=max(self.alpha.value, 0.0), beta=max(self.beta.value, 0.0),
-            gamma=max(self.gamma.value, 0.0), delta=max(self.delta.value, 0.0), max_batch=max_batch,
+            alpha=max(self.alpha.value, 0.0),
+            beta=max(self.beta.value, 0.0),
+            gamma=max(self.gamma.value, 0.0),
+            delta=max(self.delta.value, 0.0),
+            max_batch=max_batch,
         )
 
     def perf_parms(self) -> dict[str, dict[str, str]]:
         """The ``spec.variantProfile.perfParms`` block (decimal strings, as the CRD stores them)."""
+
         def fmt(e: Estimate) -> str:
             return f"{max(e.value, 0.0):.4g}"
 
@@ -187,6 +191,7 @@ class ProfileFit:
 
     def summary(self) -> str:
         """One line: each parameter with its interval, and the fit errors."""
+
         def part(name: str, e: Estimate) -> str:
             kept = " (kept from spec)" if e.fixed else f" [{e.low:.4g}, {e.high:.4g}]"
             return f"{name}={e.value:.4g}{kept}"
@@ -206,10 +211,15 @@ def windows_from_aggregates(aggregates: Mapping[str, np.ndarray], window_s: floa
     running = [float(r) for r in aggregates["running_avg"]]
     return [
         Window(
-            seconds=window_s, requests=float(aggregates["count"][i]), ttft_sum_s=float(aggregates["ttft_sum"][i]),
-            queue_sum_s=float(aggregates["queue_sum"][i]), itl_sum_s=float(aggregates["itl_sum"][i]),
-            itl_count=float(aggregates["itl_count"][i]), prompt_tokens_sum=float(aggregates["prompt_sum"][i]),
-            inference_sum_s=float(aggregates["inference_sum"][i]), running_avg=running[i],
+            seconds=window_s,
+            requests=float(aggregates["count"][i]),
+            ttft_sum_s=float(aggregates["ttft_sum"][i]),
+            queue_sum_s=float(aggregates["queue_sum"][i]),
+            itl_sum_s=float(aggregates["itl_sum"][i]),
+            itl_count=float(aggregates["itl_count"][i]),
+            prompt_tokens_sum=float(aggregates["prompt_sum"][i]),
+            inference_sum_s=float(aggregates["inference_sum"][i]),
+            running_avg=running[i],
             previous_running_avg=running[i - 1] if i > 0 else None,
         )
         for i in range(len(aggregates["count"]))
@@ -221,8 +231,13 @@ VALIDATION_RAMP = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0, 0.75, 0.25)
 
 
 def simulated_ramp(
-    profile: PerfProfile, slo: SLO, prompts: np.ndarray, outputs: np.ndarray, seed: int = 0,
-    levels: Sequence[float] = VALIDATION_RAMP, level_s: float = 600.0,
+    profile: PerfProfile,
+    slo: SLO,
+    prompts: np.ndarray,
+    outputs: np.ndarray,
+    seed: int = 0,
+    levels: Sequence[float] = VALIDATION_RAMP,
+    level_s: float = 600.0,
 ) -> tuple[SimResult, Workload, float]:
     """One replica of ``profile`` (variant ``ns/v``) under Poisson traffic at each of ``levels`` for ``level_s``.
 
@@ -233,9 +248,12 @@ def simulated_ramp(
     rng = np.random.default_rng(seed)
     workload = Workload(float(prompts.mean()), float(outputs.mean()))
     capacity = max_rate(profile, workload, slo)
-    times = np.concatenate([
-        np.sort(rng.uniform(level_s * i, level_s * (i + 1), rng.poisson(level * capacity * level_s))) for i, level in enumerate(levels)
-    ])
+    times = np.concatenate(
+        [
+            np.sort(rng.uniform(level_s * i, level_s * (i + 1), rng.poisson(level * capacity * level_s)))
+            for i, level in enumerate(levels)
+        ]
+    )
     pick = rng.integers(0, len(prompts), len(times))
     trace = Trace(times, prompts[pick], outputs[pick], np.zeros(len(times), dtype=np.int64), ("m",))
     variant = VariantModel("ns/v", "m", "v", "A100", 1, 40.0, profile, profile.max_batch * 2048)
@@ -244,7 +262,12 @@ def simulated_ramp(
 
 
 def ramp_windows(
-    profile: PerfProfile, slo: SLO, prompts: np.ndarray, outputs: np.ndarray, seed: int = 0, repeats: int = 1,
+    profile: PerfProfile,
+    slo: SLO,
+    prompts: np.ndarray,
+    outputs: np.ndarray,
+    seed: int = 0,
+    repeats: int = 1,
     window_s: float = 300.0,
 ) -> tuple[list[Window], Workload, float]:
     """The windows of :func:`simulated_ramp` over :data:`VALIDATION_RAMP` ``repeats`` times (two hours each)."""
@@ -283,7 +306,9 @@ def _rel_rmse(y: np.ndarray, fitted: np.ndarray, w: np.ndarray) -> float:
 
 def _check(name: str, estimate: Estimate, why: str) -> None:
     if estimate.high < 0:
-        raise Unidentifiable(f"{name} comes out negative ({estimate.value:.4g}, 95% CI [{estimate.low:.4g}, {estimate.high:.4g}]): {why}")
+        raise Unidentifiable(
+            f"{name} comes out negative ({estimate.value:.4g}, 95% CI [{estimate.low:.4g}, {estimate.high:.4g}]): {why}"
+        )
     if estimate.relative_half_width > MAX_RELATIVE_CI:
         raise Unidentifiable(
             f"{name} is undetermined ({estimate.value:.4g}, 95% CI [{estimate.low:.4g}, {estimate.high:.4g}]): {why}"
@@ -332,7 +357,9 @@ def fit_prefill(windows: Sequence[Window], gamma_prior: float | None) -> tuple[E
     batch = np.array([w.batch for w in windows])
     weight = np.array([w.requests for w in windows]) / (1.0 + batch)
     if np.ptp(work) <= 0:
-        raise Unidentifiable("the prefill work (prompt tokens x batch) does not vary over the windows: gamma and delta cannot be told apart")
+        raise Unidentifiable(
+            "the prefill work (prompt tokens x batch) does not vary over the windows: gamma and delta cannot be told apart"
+        )
     coef, cov = _wls(work, y, weight)
     gamma, delta = _estimate(coef[0], cov[0, 0]), _estimate(coef[1], cov[1, 1])
     why_gamma = (
@@ -347,7 +374,11 @@ def fit_prefill(windows: Sequence[Window], gamma_prior: float | None) -> tuple[E
         # Keep the spec's gamma and fit delta through it: y - gamma = delta * work.
         slope = float(np.sum(weight * work * (y - gamma_prior)) / np.sum(weight * work * work))
         resid = y - gamma_prior - slope * work
-        var = float(np.sum((weight * work * resid) ** 2) / np.sum(weight * work * work) ** 2) * len(y) / max(len(y) - 1, 1)
+        var = (
+            float(np.sum((weight * work * resid) ** 2) / np.sum(weight * work * work) ** 2)
+            * len(y)
+            / max(len(y) - 1, 1)
+        )
         gamma = Estimate(gamma_prior, gamma_prior, gamma_prior, fixed=True)
         delta = _estimate(slope, var)
         notes.append(f"gamma kept at the spec's {gamma_prior:g} ms: {exc}")
@@ -424,14 +455,16 @@ def calibration_outcome(obj: Mapping[str, object], fit: ProfileFit | None, error
         text += "; " + "; ".join(fit.notes)
     if not opted_in(obj):
         return CalibrationOutcome(
-            "True", REASON_PROPOSED,
+            "True",
+            REASON_PROPOSED,
             f"Proposed profile {text}; not written: annotate {ANNOTATION_CALIBRATION}=apply to let the calibrate flow write it",
         )
     spec = obj.get("spec") or {}
-    profile = dict((spec.get("variantProfile") or {}))  # type: ignore[union-attr]
+    profile = dict(spec.get("variantProfile") or {})  # type: ignore[union-attr]
     if "maxBatchSize" not in profile:
         return CalibrationOutcome(
-            "True", REASON_PROPOSED,
+            "True",
+            REASON_PROPOSED,
             f"Proposed profile {text}; not written: spec.variantProfile.maxBatchSize is not set (the server's --max-num-seqs)",
         )
     profile["perfParms"] = proposal

@@ -19,8 +19,9 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any
 
 from engine.simulate.oracle import ORACLE_TARGETS, attainment_ceiling, measure_capacity, oracle_cost_at
 from engine.simulate.policies import PolicyOutcome, Scenario, _scaled_ttft, with_hpa_metric, with_ttft_percentile
@@ -50,8 +51,13 @@ class FrontierPoint:
     replica_changes: int = 0
 
     def as_json(self) -> dict[str, Any]:
-        return {"policy": self.policy, "setting": self.setting, "slo_attainment": round(self.attainment, 4),
-                "cost": round(self.cost, 2), "replica_changes": self.replica_changes}
+        return {
+            "policy": self.policy,
+            "setting": self.setting,
+            "slo_attainment": round(self.attainment, 4),
+            "cost": round(self.cost, 2),
+            "replica_changes": self.replica_changes,
+        }
 
 
 @dataclass
@@ -71,8 +77,10 @@ class Limits:
         return cost / reference if reference else None
 
     def as_json(self) -> dict[str, Any]:
-        return {"attainment_ceiling": {k: round(v, 4) for k, v in self.ceiling.items()},
-                "frontier": [p.as_json() for p in self.frontier]}
+        return {
+            "attainment_ceiling": {k: round(v, 4) for k, v in self.ceiling.items()},
+            "frontier": [p.as_json() for p in self.frontier],
+        }
 
 
 def with_oracle_curves(scenario: Scenario) -> Scenario:
@@ -90,9 +98,13 @@ def knob_settings(scenario: Scenario, policy: str) -> list[tuple[str, Scenario]]
         if policy in ("modelplane", "saturation-only"):
             tuned = dataclasses.replace(scenario, description=with_ttft_percentile(scenario.description, str(value)))
         elif policy == "hpa":
-            tuned = dataclasses.replace(scenario, description=with_hpa_metric(scenario.description, "vllm:num_requests_running", value))
+            tuned = dataclasses.replace(
+                scenario, description=with_hpa_metric(scenario.description, "vllm:num_requests_running", value)
+            )
         elif policy == "wva-greedy":
-            tuned = dataclasses.replace(scenario, sizing_slos={m: _scaled_ttft(s, value) for m, s in scenario.sizing_slos.items()})
+            tuned = dataclasses.replace(
+                scenario, sizing_slos={m: _scaled_ttft(s, value) for m, s in scenario.sizing_slos.items()}
+            )
         elif policy == "static-peak":
             tuned = dataclasses.replace(scenario, static_headroom=value)
         elif policy == "oracle":
@@ -106,9 +118,12 @@ def knob_settings(scenario: Scenario, policy: str) -> list[tuple[str, Scenario]]
 
 
 _FORMATS = {
-    "modelplane": "ttft-percentile {}", "saturation-only": "ttft-percentile {}",
-    "hpa": "num_requests_running target {:g}", "wva-greedy": "sized for TTFT x {:g}",
-    "static-peak": "headroom {:+.0%}", "oracle": "attainment target {:.0%}",
+    "modelplane": "ttft-percentile {}",
+    "saturation-only": "ttft-percentile {}",
+    "hpa": "num_requests_running target {:g}",
+    "wva-greedy": "sized for TTFT x {:g}",
+    "static-peak": "headroom {:+.0%}",
+    "oracle": "attainment target {:.0%}",
 }
 
 
@@ -116,7 +131,9 @@ def _label(policy: str, value: Any) -> str:
     return _FORMATS[policy].format(value)
 
 
-def limits(scenario: Scenario, configured: Sequence[PolicyOutcome], swept: Sequence[tuple[str, str, PolicyOutcome]]) -> Limits:
+def limits(
+    scenario: Scenario, configured: Sequence[PolicyOutcome], swept: Sequence[tuple[str, str, PolicyOutcome]]
+) -> Limits:
     """The ceiling and the frontier: the policies as configured (``configured``) and each knob setting
     replayed (``swept``: policy, setting label, outcome)."""
     points = [FrontierPoint(o.policy, "as configured", o.attainment, o.cost, o.replica_changes) for o in configured]

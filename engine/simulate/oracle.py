@@ -25,13 +25,14 @@ scenario's seed.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
-from engine.simulate.replay import Observation, SimConfig, Trace, VariantModel, simulate
 from engine.simulate.policies import Policy, Scenario
+from engine.simulate.replay import Observation, SimConfig, Trace, VariantModel, simulate
 
 __all__ = [
     "ORACLE_TARGETS",
@@ -151,13 +152,13 @@ def _saturation_rate(variant: VariantModel, prompt: float, output: float) -> flo
 def measure_capacity(scenario: Scenario, seed: int | None = None) -> dict[str, CapacityCurve]:
     """Per variant key: its attainment curve, a pool of :data:`POOL_REPLICAS` replicas replayed at each rate.
 
-    The requests are drawn from the trace's requests for the variant's model that it can serve within the
-    SLO at all (prompts up to :func:`prompt_limit`: a router that predicts latency sends the longer ones to a
-    faster variant, see :func:`oracle_schedule`), prompt and output lengths together, arriving as a Poisson
-    process; the same draws serve every rate (common random numbers, so
-    the curve is smooth); the first tenth of the replay is left out as warm-up.  The sweep stops at the first
-rate attaining less than :data:`STOP_BELOW`.  Attainment is judged as
-    :func:`engine.simulate.policies.summarize_outcome` judges it, against the model's configured SLO.
+        The requests are drawn from the trace's requests for the variant's model that it can serve within the
+        SLO at all (prompts up to :func:`prompt_limit`: a router that predicts latency sends the longer ones to a
+        faster variant, see :func:`oracle_schedule`), prompt and output lengths together, arriving as a Poisson
+        process; the same draws serve every rate (common random numbers, so
+        the curve is smooth); the first tenth of the replay is left out as warm-up.  The sweep stops at the first
+    rate attaining less than :data:`STOP_BELOW`.  Attainment is judged as
+        :func:`engine.simulate.policies.summarize_outcome` judges it, against the model's configured SLO.
     """
     trace = scenario.trace
     rng = np.random.default_rng(scenario.config.seed if seed is None else seed)
@@ -234,7 +235,9 @@ def tail_rates(scenario: Scenario) -> dict[tuple[int, float], np.ndarray]:
 
 
 def oracle_schedule(
-    scenario: Scenario, capacity: Mapping[str, float], rates: np.ndarray | None = None,
+    scenario: Scenario,
+    capacity: Mapping[str, float],
+    rates: np.ndarray | None = None,
     tails: Mapping[tuple[int, float], np.ndarray] | None = None,
 ) -> list[dict[str, int]]:
     """Replicas per variant key alive in each control interval: the minimum-cost schedule that carries every
@@ -275,7 +278,7 @@ def oracle_schedule(
     cost = [(x[i, k], v.replica_cost_per_hour) for i, v in enumerate(variants) for k in range(intervals)]
     cost += [(s, SHORTAGE_PENALTY / max(scenario.priorities.get(models[m], 1), 1)) for (m, k), s in short.items()]
     prob += pulp.LpAffineExpression(cost)
-    for i, v in enumerate(variants):
+    for i in range(len(variants)):
         for k in range(intervals):
             for a in range(lead + 1):
                 prob += r[i, k] <= x[i, max(k - a, 0)]
@@ -284,7 +287,11 @@ def oracle_schedule(
             terms = [(r[i, k], capacity[v.key]) for i, v in enumerate(variants) if v.model == model]
             prob += pulp.LpAffineExpression(terms + [(short[m, k], 1.0)]) >= float(rates[m, k])
     for (m, limit), beyond in tails.items():
-        able = [(i, v) for i, v in enumerate(variants) if v.model == models[m] and prompt_limit(v, scenario.slos[models[m]]) > limit]
+        able = [
+            (i, v)
+            for i, v in enumerate(variants)
+            if v.model == models[m] and prompt_limit(v, scenario.slos[models[m]]) > limit
+        ]
         for k in range(intervals):
             if beyond[k] > 0:
                 terms = [(r[i, k], capacity[v.key]) for i, v in able]
@@ -297,8 +304,10 @@ def oracle_schedule(
     prob.solve(pulp.HiGHS(msg=False, threads=1, gapRel=1e-6, timeLimit=60))
     schedule = []
     for k in range(intervals):
-        schedule.append({v.key: int(round(x[i, k].value() or 0.0)) for i, v in enumerate(variants)}
-                        | {v.key: 0 for v in scenario.variants if capacity.get(v.key, 0.0) <= 0})
+        schedule.append(
+            {v.key: int(round(x[i, k].value() or 0.0)) for i, v in enumerate(variants)}
+            | {v.key: 0 for v in scenario.variants if capacity.get(v.key, 0.0) <= 0}
+        )
     return schedule
 
 

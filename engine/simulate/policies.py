@@ -32,9 +32,10 @@ from __future__ import annotations
 import copy
 import dataclasses
 import math
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta, timezone
-from typing import Any, Callable, Mapping, Sequence, TypeVar
+from datetime import UTC, datetime, timedelta
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -52,12 +53,30 @@ from engine.optimize.cycle import (
     parse_variant,
     plan_variants,
 )
+from engine.optimize.scaling import (
+    Behavior,
+    Group,
+    ScalingState,
+    correct,
+    distribute,
+    recommend,
+    tolerance_from_percent,
+)
+from engine.perf.load_peak import peak_window_s, recent_peak
 from engine.perf.queueing import SLO, Workload, max_rates
 from engine.perf.saturation import SaturationConfigSet
-from engine.optimize.scaling import Behavior, Group, ScalingState, correct, distribute, recommend, tolerance_from_percent
-from engine.perf.load_peak import peak_window_s, recent_peak
 from engine.perf.tail_sizing import ANNOTATION_TTFT_PERCENTILE, PromptDistribution
-from engine.simulate.replay import PROMPT_TOKEN_BUCKETS, ROUTERS, Observation, Routing, SimConfig, SimResult, Trace, VariantModel, simulate
+from engine.simulate.replay import (
+    PROMPT_TOKEN_BUCKETS,
+    ROUTERS,
+    Observation,
+    Routing,
+    SimConfig,
+    SimResult,
+    Trace,
+    VariantModel,
+    simulate,
+)
 
 __all__ = [
     "POLICIES",
@@ -81,7 +100,7 @@ ANNOTATION_ROUTER = "modelplane.io/router"
 """On a VariantAutoscaling: the router the gateway in front of its model uses (one of engine.simulate.replay.ROUTERS)."""
 ROUTER_AUTO = "auto"
 _SloT = TypeVar("_SloT", SLO, ModelSLO)
-EPOCH = datetime(2026, 1, 1, tzinfo=timezone.utc)
+EPOCH = datetime(2026, 1, 1, tzinfo=UTC)
 DEFAULT_KV_TOKENS_PER_SLOT = 2048
 # Kthena's example policy (deployments/examples/20-kthena.yaml): 5 waiting requests per pod.
 DEFAULT_HPA_POLICY: dict[str, Any] = {
@@ -89,10 +108,22 @@ DEFAULT_HPA_POLICY: dict[str, Any] = {
     "metrics": [{"metricName": "vllm:num_requests_waiting", "targetValue": "5"}],
     "behavior": {
         "scaleUp": {
-            "stablePolicy": {"instances": 2, "percent": 100, "period": "15s", "selectPolicy": "Or", "stabilizationWindow": "1m"},
+            "stablePolicy": {
+                "instances": 2,
+                "percent": 100,
+                "period": "15s",
+                "selectPolicy": "Or",
+                "stabilizationWindow": "1m",
+            },
             "panicPolicy": {"percent": 1000, "period": "15s", "panicThresholdPercent": 200, "panicModeHold": "60s"},
         },
-        "scaleDown": {"instances": 1, "percent": 50, "period": "30s", "selectPolicy": "And", "stabilizationWindow": "5m"},
+        "scaleDown": {
+            "instances": 1,
+            "percent": 50,
+            "period": "30s",
+            "selectPolicy": "And",
+            "stabilizationWindow": "5m",
+        },
     },
 }
 _GAUGES = {
@@ -168,7 +199,9 @@ def model_slo(spec: VariantSpec, classes: Mapping[tuple[str, str], ServiceClass 
         raise SpecError("spec.sloClassRef", "required to judge SLO attainment in a simulation")
     entry = classes.get(spec.slo_ref)
     if entry is None or isinstance(entry, ConfigError):
-        raise SpecError("spec.sloClassRef", f"service class {spec.slo_ref[0]}/{spec.slo_ref[1]} is missing or invalid: {entry}")
+        raise SpecError(
+            "spec.sloClassRef", f"service class {spec.slo_ref[0]}/{spec.slo_ref[1]} is missing or invalid: {entry}"
+        )
     slo = entry.slo_for(spec.model_id)
     if slo is None:
         raise SpecError("spec.sloClassRef", f"service class {entry.name!r} has no SLO for model {spec.model_id!r}")
@@ -238,15 +271,21 @@ def cluster_routing(description: ClusterDescription, router: str, slos: Mapping[
         if named is None or not spec.get("modelID"):
             continue
         if named not in ROUTERS:
-            raise SpecError(f"metadata.annotations[{ANNOTATION_ROUTER}]",
-                            f"VariantAutoscaling {meta.get('namespace', 'default')}/{meta.get('name', '?')}: "
-                            f"unknown router {named!r}; choose from {', '.join(ROUTERS)}")
+            raise SpecError(
+                f"metadata.annotations[{ANNOTATION_ROUTER}]",
+                f"VariantAutoscaling {meta.get('namespace', 'default')}/{meta.get('name', '?')}: "
+                f"unknown router {named!r}; choose from {', '.join(ROUTERS)}",
+            )
         per_model[f"{meta.get('namespace') or 'default'}/{spec['modelID']}"] = named
     return Routing(per_model=per_model, slo_s=slo_s)
 
 
 def build_scenario(
-    description: ClusterDescription, trace: Trace, config: SimConfig, sizing_ttft_scale: float = 1.0, router: str = ROUTER_AUTO
+    description: ClusterDescription,
+    trace: Trace,
+    config: SimConfig,
+    sizing_ttft_scale: float = 1.0,
+    router: str = ROUTER_AUTO,
 ) -> Scenario:
     """Parse every VariantAutoscaling into a simulated variant; a variant that cannot be simulated raises SpecError.
 
@@ -266,7 +305,9 @@ def build_scenario(
         try:
             spec = parse_variant(obj)
             if spec.profile is None:
-                raise SpecError("spec.variantProfile", "required: the simulator serves requests with the variant's profile")
+                raise SpecError(
+                    "spec.variantProfile", "required: the simulator serves requests with the variant's profile"
+                )
             if not spec.accelerator or spec.accelerator not in description.accelerator_costs:
                 raise SpecError("spec.accelerator", f"{spec.accelerator!r} has no unit cost in accelerator-unit-costs")
             slo, priority = model_slo(spec, description.service_classes)
@@ -278,9 +319,13 @@ def build_scenario(
         specs.append(spec)
         variants.append(
             VariantModel(
-                key=_key(spec.key), model=model, target=spec.target_name, accelerator=spec.accelerator,
+                key=_key(spec.key),
+                model=model,
+                target=spec.target_name,
+                accelerator=spec.accelerator,
                 accelerators_per_replica=spec.accelerator_count,
-                unit_cost=description.accelerator_costs[spec.accelerator].cost, profile=spec.profile,
+                unit_cost=description.accelerator_costs[spec.accelerator].cost,
+                profile=spec.profile,
                 kv_capacity_tokens=int(spec.profile.max_batch * description.kv_tokens_per_slot),
             )
         )
@@ -289,8 +334,17 @@ def build_scenario(
         raise SpecError("trace", f"no VariantAutoscaling serves model(s) {', '.join(missing)}")
     sizing = {m: _scaled_ttft(slo, sizing_ttft_scale) for m, slo in slos.items()}
     routing = cluster_routing(description, router, slos)
-    return Scenario(with_sizing_ttft_scale(description, sizing_ttft_scale), specs, variants, slos, priorities, trace, config, sizing,
-                    routing=routing)
+    return Scenario(
+        with_sizing_ttft_scale(description, sizing_ttft_scale),
+        specs,
+        variants,
+        slos,
+        priorities,
+        trace,
+        config,
+        sizing,
+        routing=routing,
+    )
 
 
 def initial_replicas(scenario: Scenario) -> dict[str, int]:
@@ -317,7 +371,9 @@ def observed_loads(scenario: Scenario, obs: Observation) -> dict[tuple[str, str]
         done = obs.completed.get(model, 0)
         if done:
             loads[spec.model_key] = ModelLoad(
-                done / obs.interval_s, obs.prompt_tokens[model] / done, obs.generated_tokens[model] / done,
+                done / obs.interval_s,
+                obs.prompt_tokens[model] / done,
+                obs.generated_tokens[model] / done,
                 prompt_distribution(obs.prompt_buckets.get(model)),
             )
         else:
@@ -343,10 +399,17 @@ def merged_observation(observations: Sequence[Observation]) -> Observation:
     def total(attr: str) -> dict[str, float]:
         return {m: sum(getattr(o, attr).get(m, 0) for o in observations) for m in models}
 
-    buckets = {m: tuple(int(sum(c)) for c in zip(*[o.prompt_buckets[m] for o in observations if m in o.prompt_buckets])) for m in models}
+    buckets = {
+        m: tuple(int(sum(c)) for c in zip(*[o.prompt_buckets[m] for o in observations if m in o.prompt_buckets]))
+        for m in models
+    }
     return dataclasses.replace(
-        last, interval_s=last.interval_s * len(observations), completed=total("completed"),
-        prompt_tokens=total("prompt_tokens"), generated_tokens=total("generated_tokens"), prompt_buckets=buckets,
+        last,
+        interval_s=last.interval_s * len(observations),
+        completed=total("completed"),
+        prompt_tokens=total("prompt_tokens"),
+        generated_tokens=total("generated_tokens"),
+        prompt_buckets=buckets,
     )
 
 
@@ -386,7 +449,10 @@ def persist_stabilization(variants: list[dict[str, Any]], decisions: Sequence[Va
     changes (``tasks.optimize``); the next cycle reads it back.  Without this the simulated policy
     would start a new window every cycle and never scale down at all.
     """
-    by_key = {((o.get("metadata") or {}).get("namespace") or "default", (o.get("metadata") or {}).get("name")): o for o in variants}
+    by_key = {
+        ((o.get("metadata") or {}).get("namespace") or "default", (o.get("metadata") or {}).get("name")): o
+        for o in variants
+    }
     for decision in decisions:
         obj = by_key.get((decision.namespace, decision.name))
         if obj is None or not decision.stabilization_changed:
@@ -411,18 +477,25 @@ def allocation_problem(
         if load is None:
             continue
         workload = Workload(in_tokens=load.avg_in_tokens, out_tokens=max(load.avg_out_tokens, 1.0))
-        demands[model] = ModelDemand(model, load.arrival_rate_rps, workload, scenario.sizing_slo(model), scenario.priorities[model])
+        demands[model] = ModelDemand(
+            model, load.arrival_rate_rps, workload, scenario.sizing_slo(model), scenario.priorities[model]
+        )
         assert spec.profile is not None and spec.accelerator is not None
         options.append(
             VariantOption(
-                name=_key(spec.key), model=model, accelerator=spec.accelerator,
-                accelerators_per_replica=spec.accelerator_count, profile=spec.profile,
-                min_replicas=spec.min_replicas, max_replicas=spec.max_replicas,
+                name=_key(spec.key),
+                model=model,
+                accelerator=spec.accelerator,
+                accelerators_per_replica=spec.accelerator_count,
+                profile=spec.profile,
+                min_replicas=spec.min_replicas,
+                max_replicas=spec.max_replicas,
                 current_replicas=int(current.get(_key(spec.key), 0)),
             )
         )
     return AllocationProblem(
-        models=list(demands.values()), variants=options,
+        models=list(demands.values()),
+        variants=options,
         unit_costs={name: cost.cost for name, cost in desc.accelerator_costs.items()},
         inventory=dict(desc.inventory) if desc.inventory else None,
     )
@@ -471,8 +544,11 @@ def modelplane_policy(scenario: Scenario, saturation_only: bool = False, load_sh
             rates.append(load.arrival_rate_rps)
             tokens = shape[key]
             loads[key] = dataclasses.replace(
-                load, avg_in_tokens=tokens.avg_in_tokens or load.avg_in_tokens, avg_out_tokens=tokens.avg_out_tokens or load.avg_out_tokens,
-                prompt_tokens=tokens.prompt_tokens, recent_peak_rps=recent_peak(rates, obs.interval_s, window),
+                load,
+                avg_in_tokens=tokens.avg_in_tokens or load.avg_in_tokens,
+                avg_out_tokens=tokens.avg_out_tokens or load.avg_out_tokens,
+                prompt_tokens=tokens.prompt_tokens,
+                recent_peak_rps=recent_peak(rates, obs.interval_s, window),
             )
         decisions = plan_variants(dataclasses.replace(inputs, loads=loads))
         persist_stabilization(variants, decisions)
@@ -497,7 +573,9 @@ def hpa_policy(scenario: Scenario) -> Policy:
     targets = {m["metricName"]: float(m["targetValue"]) for m in spec.get("metrics") or []}
     unknown = sorted(set(targets) - set(_GAUGES))
     if unknown:
-        raise ValueError(f"hpa policy metric(s) {', '.join(unknown)} are not simulated; use one of {', '.join(sorted(_GAUGES))}")
+        raise ValueError(
+            f"hpa policy metric(s) {', '.join(unknown)} are not simulated; use one of {', '.join(sorted(_GAUGES))}"
+        )
     tolerance = tolerance_from_percent(spec.get("tolerancePercent", 10))
     behavior = Behavior.from_spec(spec.get("behavior"))
     inventory = scenario.description.inventory or {}
@@ -524,8 +602,17 @@ def hpa_policy(scenario: Scenario) -> Policy:
             rec = recommend(current, low, high, tolerance, targets, instances, unready=unready)
             if rec is None:
                 continue
-            total, states[model] = correct(current, rec, behavior, states.get(model), now, min_replicas=low, max_replicas=high)
-            groups = [Group(s.accelerator_count * scenario.description.accelerator_costs[s.accelerator or ""].cost, s.min_replicas, bound(s)) for s in specs]
+            total, states[model] = correct(
+                current, rec, behavior, states.get(model), now, min_replicas=low, max_replicas=high
+            )
+            groups = [
+                Group(
+                    s.accelerator_count * scenario.description.accelerator_costs[s.accelerator or ""].cost,
+                    s.min_replicas,
+                    bound(s),
+                )
+                for s in specs
+            ]
             for key, count in zip(keys, distribute(groups, total)):
                 desired[key] = count
         return desired
@@ -561,7 +648,9 @@ def make_policy(name: str, scenario: Scenario) -> tuple[Policy, dict[str, int]]:
     if name == "modelplane":
         return modelplane_policy(scenario), start
     if name == "modelplane-before":
-        before = dataclasses.replace(scenario, description=with_ttft_percentile(scenario.description, "mean"), scale_down_window_s=0.0)
+        before = dataclasses.replace(
+            scenario, description=with_ttft_percentile(scenario.description, "mean"), scale_down_window_s=0.0
+        )
         return modelplane_policy(before, load_shape=False), start
     if name == "saturation-only":
         return modelplane_policy(scenario, saturation_only=True), start
@@ -618,10 +707,14 @@ class PolicyOutcome:
     def as_json(self) -> dict[str, Any]:
         """The outcome without the time series (for the JSON summary)."""
         return {
-            "policy": self.policy, "requests": self.requests, "slo_attainment": round(self.attainment, 4),
+            "policy": self.policy,
+            "requests": self.requests,
+            "slo_attainment": round(self.attainment, 4),
             "slo_attainment_by_model": {k: round(v, 4) for k, v in self.attainment_by_model.items()},
-            "cost": round(self.cost, 2), "accelerator_hours": {k: round(v, 3) for k, v in self.accelerator_hours.items()},
-            "replica_changes": self.replica_changes, "unserved_requests": self.unserved,
+            "cost": round(self.cost, 2),
+            "accelerator_hours": {k: round(v, 3) for k, v in self.accelerator_hours.items()},
+            "replica_changes": self.replica_changes,
+            "unserved_requests": self.unserved,
             "unserved_share": round(self.unserved_share, 4),
             "latency_ms": {m: {k: round(v, 1) for k, v in d.items()} for m, d in self.latency_ms.items()},
             **({"after_warmup": {k: round(v, 4) for k, v in self.after_warmup.items()}} if self.after_warmup else {}),
@@ -677,20 +770,31 @@ def summarize_outcome(name: str, scenario: Scenario, result: SimResult, warmup_s
         met |= good
         by_model[model] = float(good.sum() / mask.sum()) if mask.any() else math.nan
         served = mask & ok
-        latency[model] = {**_percentiles(ttft[served], "ttft"), **_percentiles(itl[served & (trace.out_tokens > 1)], "itl")}
+        latency[model] = {
+            **_percentiles(ttft[served], "ttft"),
+            **_percentiles(itl[served & (trace.out_tokens > 1)], "itl"),
+        }
     changes = sum(abs(c.desired[k] - c.replicas[k]) for c in result.cycles for k in c.replicas)
     unserved = int((~ok).sum())
     outcome = PolicyOutcome(
-        policy=name, requests=len(trace), attainment=float(met.mean()) if len(trace) else math.nan,
-        attainment_by_model=by_model, cost=result.cost(), accelerator_hours=result.accelerator_hours(),
-        replica_changes=int(changes), unserved=unserved, unserved_share=unserved / len(trace) if len(trace) else 0.0,
+        policy=name,
+        requests=len(trace),
+        attainment=float(met.mean()) if len(trace) else math.nan,
+        attainment_by_model=by_model,
+        cost=result.cost(),
+        accelerator_hours=result.accelerator_hours(),
+        replica_changes=int(changes),
+        unserved=unserved,
+        unserved_share=unserved / len(trace) if len(trace) else 0.0,
         latency_ms=latency,
     )
     outcome.series = time_series(scenario, result)
     if warmup_s > 0:
         later = trace.arrival_s >= warmup_s
         outcome.after_warmup = {
-            "warmup_s": warmup_s, "attainment": float(met[later].mean()) if later.any() else math.nan, "cost": result.cost(warmup_s),
+            "warmup_s": warmup_s,
+            "attainment": float(met[later].mean()) if later.any() else math.nan,
+            "cost": result.cost(warmup_s),
         }
     return outcome
 
@@ -701,16 +805,28 @@ def time_series(scenario: Scenario, result: SimResult) -> dict[str, Any]:
     times = [c.time_s for c in result.cycles]
     load = {m: [c.arrived.get(m, 0) / scenario.config.interval_s for c in result.cycles] for m in scenario.trace.models}
     provisioned = {
-        m: [sum(c.ready[v.key] * capacity.get(v.key, 0.0) for v in scenario.variants if v.model == m) for c in result.cycles]
+        m: [
+            sum(c.ready[v.key] * capacity.get(v.key, 0.0) for v in scenario.variants if v.model == m)
+            for c in result.cycles
+        ]
         for m in scenario.trace.models
     }
     accelerators = sorted({v.accelerator for v in scenario.variants})
     per_accelerator = {
-        a: [sum(c.desired[v.key] * v.accelerators_per_replica for v in scenario.variants if v.accelerator == a) for c in result.cycles]
+        a: [
+            sum(c.desired[v.key] * v.accelerators_per_replica for v in scenario.variants if v.accelerator == a)
+            for c in result.cycles
+        ]
         for a in accelerators
     }
     cost_rate = [sum(c.desired[v.key] * v.replica_cost_per_hour for v in scenario.variants) for c in result.cycles]
-    return {"time_s": times, "load_rps": load, "capacity_rps": provisioned, "accelerators": per_accelerator, "cost_per_hour": cost_rate}
+    return {
+        "time_s": times,
+        "load_rps": load,
+        "capacity_rps": provisioned,
+        "accelerators": per_accelerator,
+        "cost_per_hour": cost_rate,
+    }
 
 
 def compare(scenario: Scenario, policies: Sequence[str] = POLICIES) -> list[PolicyOutcome]:

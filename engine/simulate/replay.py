@@ -44,8 +44,8 @@ from __future__ import annotations
 import heapq
 import math
 from collections import deque
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -70,10 +70,51 @@ __all__ = [
 ]
 
 # vLLM's histogram buckets (seconds) for time to first token and time per output token.
-TTFT_BUCKETS_S = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0,
-                  20.0, 40.0, 80.0, 160.0, 640.0, 2560.0)
-ITL_BUCKETS_S = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0,
-                 40.0, 80.0)
+TTFT_BUCKETS_S = (
+    0.001,
+    0.005,
+    0.01,
+    0.02,
+    0.04,
+    0.06,
+    0.08,
+    0.1,
+    0.25,
+    0.5,
+    0.75,
+    1.0,
+    2.5,
+    5.0,
+    7.5,
+    10.0,
+    20.0,
+    40.0,
+    80.0,
+    160.0,
+    640.0,
+    2560.0,
+)
+ITL_BUCKETS_S = (
+    0.01,
+    0.025,
+    0.05,
+    0.075,
+    0.1,
+    0.15,
+    0.2,
+    0.3,
+    0.4,
+    0.5,
+    0.75,
+    1.0,
+    2.5,
+    5.0,
+    7.5,
+    10.0,
+    20.0,
+    40.0,
+    80.0,
+)
 
 # vLLM's buckets for vllm:request_prompt_tokens (build_1_2_5_buckets up to a 100k-token context), +Inf implied.
 PROMPT_TOKEN_BUCKETS = (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000, 20000, 50000, 100000)
@@ -288,7 +329,9 @@ class SimResult:
     def accelerator_hours(self, start_s: float = 0.0) -> dict[str, float]:
         """Accelerator-hours per variant key, from replica creation to removal (within ``start_s`` .. the horizon)."""
         hours: dict[str, float] = {v.key: 0.0 for v in self.variants}
-        end = np.where(np.isnan(self.replica_removed_s), self.horizon_s, np.minimum(self.replica_removed_s, self.horizon_s))
+        end = np.where(
+            np.isnan(self.replica_removed_s), self.horizon_s, np.minimum(self.replica_removed_s, self.horizon_s)
+        )
         alive = np.maximum(end - np.clip(self.replica_created_s, start_s, self.horizon_s), 0.0)
         for index, variant in enumerate(self.variants):
             seconds = float(alive[self.replica_variant == index].sum())
@@ -305,9 +348,31 @@ class _Replica:
     """Mutable state of one replica (internal)."""
 
     __slots__ = (
-        "id", "variant", "pod", "state", "created", "ready_at", "removed", "queue", "prefill", "decode", "n",
-        "clock", "t", "version", "sum_in", "sum_start", "n_decoding", "alpha", "beta", "gamma", "delta",
-        "batch", "kv_capacity", "outstanding", "max_n",
+        "id",
+        "variant",
+        "pod",
+        "state",
+        "created",
+        "ready_at",
+        "removed",
+        "queue",
+        "prefill",
+        "decode",
+        "n",
+        "clock",
+        "t",
+        "version",
+        "sum_in",
+        "sum_start",
+        "n_decoding",
+        "alpha",
+        "beta",
+        "gamma",
+        "delta",
+        "batch",
+        "kv_capacity",
+        "outstanding",
+        "max_n",
     )
 
     def __init__(self, rid: int, variant_index: int, variant: VariantModel, pod: str, created: float) -> None:
@@ -357,7 +422,12 @@ class _Run:
     """One simulation run (internal): the event loop and its bookkeeping."""
 
     def __init__(
-        self, variants: Sequence[VariantModel], trace: Trace, config: SimConfig, initial: Mapping[str, int], routing: Routing
+        self,
+        variants: Sequence[VariantModel],
+        trace: Trace,
+        config: SimConfig,
+        initial: Mapping[str, int],
+        routing: Routing,
     ) -> None:
         self.variants = list(variants)
         self.router = [ROUTERS.index(routing.router_of(m)) for m in trace.models]
@@ -371,8 +441,9 @@ class _Run:
         self.out = trace.out_tokens.astype(int).tolist()
         self.req_model = trace.model_index.astype(int).tolist()
         self.jitter = (
-            np.exp(self.rng.normal(0.0, config.prefill_jitter, n) - config.prefill_jitter ** 2 / 2).tolist()
-            if config.prefill_jitter > 0 else None
+            np.exp(self.rng.normal(0.0, config.prefill_jitter, n) - config.prefill_jitter**2 / 2).tolist()
+            if config.prefill_jitter > 0
+            else None
         )
         self.admit = [math.nan] * n
         self.first = [math.nan] * n
@@ -392,7 +463,9 @@ class _Run:
         self.window_prompt = [0.0] * len(trace.models)
         self.window_generated = [0.0] * len(trace.models)
         self.window_buckets = [[0] * (len(PROMPT_TOKEN_BUCKETS) + 1) for _ in trace.models]
-        self.prompt_bucket = np.searchsorted(np.asarray(PROMPT_TOKEN_BUCKETS, dtype=float), trace.in_tokens, side="left").tolist()
+        self.prompt_bucket = np.searchsorted(
+            np.asarray(PROMPT_TOKEN_BUCKETS, dtype=float), trace.in_tokens, side="left"
+        ).tolist()
         self.cycles: list[CycleRecord] = []
         self.counters = [0] * len(self.variants)
         for index, variant in enumerate(self.variants):
@@ -588,9 +661,15 @@ class _Run:
             pods[variant.key] = gauges
         models = self.trace.models
         return Observation(
-            time_s=t, interval_s=self.config.interval_s, replicas=replicas, ready=ready, pods=pods,
-            completed=dict(zip(models, self.window_completed)), arrived=dict(zip(models, self.window_arrived)),
-            prompt_tokens=dict(zip(models, self.window_prompt)), generated_tokens=dict(zip(models, self.window_generated)),
+            time_s=t,
+            interval_s=self.config.interval_s,
+            replicas=replicas,
+            ready=ready,
+            pods=pods,
+            completed=dict(zip(models, self.window_completed)),
+            arrived=dict(zip(models, self.window_arrived)),
+            prompt_tokens=dict(zip(models, self.window_prompt)),
+            generated_tokens=dict(zip(models, self.window_generated)),
             prompt_buckets={m: tuple(int(c) for c in np.cumsum(b)) for m, b in zip(models, self.window_buckets)},
         )
 
@@ -598,8 +677,13 @@ class _Run:
         observation = self._observe(t)
         desired = dict(controller(observation)) if controller is not None else {}
         self.cycles.append(
-            CycleRecord(t, dict(observation.replicas), {k: int(desired.get(k, v)) for k, v in observation.replicas.items()},
-                        dict(observation.ready), dict(observation.arrived))
+            CycleRecord(
+                t,
+                dict(observation.replicas),
+                {k: int(desired.get(k, v)) for k, v in observation.replicas.items()},
+                dict(observation.ready),
+                dict(observation.arrived),
+            )
         )
         self._scale(desired, t)
         zero = [0] * len(self.trace.models)
@@ -703,8 +787,12 @@ def simulate(
 
 
 def poisson_trace(
-    rate_rps: float, duration_s: float, in_tokens: int | np.ndarray, out_tokens: int | np.ndarray,
-    seed: int = 0, model: str = "default/model",
+    rate_rps: float,
+    duration_s: float,
+    in_tokens: int | np.ndarray,
+    out_tokens: int | np.ndarray,
+    seed: int = 0,
+    model: str = "default/model",
 ) -> Trace:
     """A Poisson arrival stream of fixed-size (or given-distribution) requests for one model."""
     rng = np.random.default_rng(seed)
@@ -753,7 +841,7 @@ def window_aggregates(
         mask = ok & member
         w = np.clip(((done[mask] - start_s) // window_s).astype(np.int64), 0, max(windows - 1, 0))
 
-        def add(values: np.ndarray) -> np.ndarray:
+        def add(values: np.ndarray, w: np.ndarray = w) -> np.ndarray:
             return np.bincount(w, weights=values, minlength=windows)[:windows] if windows > 0 else np.zeros(0)
 
         def buckets(values: np.ndarray, bounds: tuple[float, ...], weights: np.ndarray) -> np.ndarray:

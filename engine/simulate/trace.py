@@ -12,9 +12,9 @@ Pure: rows come in as strings (the caller reads the file), randomness from a see
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timezone
-from typing import Iterable, Mapping, Sequence
+from datetime import UTC, datetime
 
 import numpy as np
 
@@ -76,14 +76,16 @@ def _seconds(value: str, row: int) -> float:
     head, dot, fraction = text.partition(".")
     if dot:
         digits = "".join(ch for ch in fraction if ch.isdigit())
-        zone = fraction[len(digits):]
+        zone = fraction[len(digits) :]
         text = f"{head}.{digits[:6]}{zone}"
     try:
         moment = datetime.fromisoformat(text)
     except ValueError:
-        raise TraceError(f"row {row}: timestamp {value!r} is neither a number of seconds nor an ISO 8601 date-time") from None
+        raise TraceError(
+            f"row {row}: timestamp {value!r} is neither a number of seconds nor an ISO 8601 date-time"
+        ) from None
     if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=timezone.utc)
+        moment = moment.replace(tzinfo=UTC)
     return moment.timestamp()
 
 

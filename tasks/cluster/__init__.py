@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 
 from tasks.cluster.base import Cluster, Manifest, Mutation, ObjectRef, Scale, WatchEvent
 from tasks.cluster.errors import ClusterError, Conflict, Forbidden, Invalid, NotFound, Unavailable
-from tasks.cluster.local import LocalCluster, LoadError
+from tasks.cluster.local import LoadError, LocalCluster
 from tasks.cluster.resources import ResourceInfo, register, resource_for
 from tasks.cluster.retry import retry_on_conflict, retry_unavailable
 
@@ -69,12 +69,12 @@ def connect(target: str | None = None) -> Cluster:
     if resolved in _KUBE_TARGETS:
         return _kube()
     if resolved.startswith(_KUBECONFIG_PREFIX):
-        path, _, context = resolved[len(_KUBECONFIG_PREFIX):].partition("#")
+        path, _, context = resolved[len(_KUBECONFIG_PREFIX) :].partition("#")
         return _kube(path or None, context or None)
     return LocalCluster(resolved)
 
 
-def _kube(kubeconfig: str | None = None, context: str | None = None) -> "KubeCluster":
+def _kube(kubeconfig: str | None = None, context: str | None = None) -> KubeCluster:
     """A :class:`KubeCluster` (imported lazily: the local backend must not need the client loaded)."""
     from tasks.cluster.kube import KubeCluster
 

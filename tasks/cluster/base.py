@@ -8,8 +8,9 @@ local-manifests backend. Backends: :mod:`tasks.cluster.kube` (official ``kuberne
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator, Literal, Protocol, runtime_checkable
+from typing import Any, Literal, Protocol, runtime_checkable
 
 Manifest = dict[str, Any]
 
@@ -24,7 +25,7 @@ class ObjectRef:
     namespace: str | None = None
 
     @classmethod
-    def of(cls, obj: Manifest) -> "ObjectRef":
+    def of(cls, obj: Manifest) -> ObjectRef:
         """The reference of a manifest."""
         meta = obj.get("metadata") or {}
         return cls(obj["apiVersion"], obj["kind"], meta["name"], meta.get("namespace"))
@@ -88,15 +89,11 @@ class Cluster(Protocol):
         """Create the object, or merge-patch its metadata labels/annotations and spec if it exists."""
         ...
 
-    def patch_spec(
-        self, ref: ObjectRef, patch: Manifest, resource_version: str | None = None
-    ) -> Manifest:
+    def patch_spec(self, ref: ObjectRef, patch: Manifest, resource_version: str | None = None) -> Manifest:
         """JSON merge-patch the main resource (status changes are ignored). ``Conflict`` if stale."""
         ...
 
-    def patch_status(
-        self, ref: ObjectRef, status: Manifest, resource_version: str | None = None
-    ) -> Manifest:
+    def patch_status(self, ref: ObjectRef, status: Manifest, resource_version: str | None = None) -> Manifest:
         """JSON merge-patch ``{"status": status}`` through the status subresource. ``Conflict`` if stale."""
         ...
 
@@ -112,9 +109,7 @@ class Cluster(Protocol):
         """Delete an object (honouring finalizers where the backend has them)."""
         ...
 
-    def post_event(
-        self, obj: Manifest, reason: str, message: str, event_type: str = "Normal"
-    ) -> Manifest:
+    def post_event(self, obj: Manifest, reason: str, message: str, event_type: str = "Normal") -> Manifest:
         """Record a core/v1 Event whose involvedObject is ``obj``."""
         ...
 

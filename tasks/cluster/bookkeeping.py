@@ -96,8 +96,12 @@ class Bookkeeping:
         """Record ``obj`` as just written."""
         meta = obj["metadata"]
         self.records[key] = Record(
-            str(meta["resourceVersion"]), fingerprint(obj), spec_fingerprint(obj),
-            meta.get("uid"), meta.get("creationTimestamp"), meta.get("generation"),
+            str(meta["resourceVersion"]),
+            fingerprint(obj),
+            spec_fingerprint(obj),
+            meta.get("uid"),
+            meta.get("creationTimestamp"),
+            meta.get("generation"),
         )
 
     def forget(self, key: str) -> None:

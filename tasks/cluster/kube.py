@@ -24,10 +24,12 @@ import json
 import logging
 import os
 import threading
-from typing import Any, Callable, Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import urllib3
-from kubernetes import client, config, watch as kube_watch
+from kubernetes import client, config
+from kubernetes import watch as kube_watch
 from kubernetes.client.exceptions import ApiException
 
 from tasks.cluster.base import Manifest, ObjectRef, Scale, WatchEvent
@@ -132,11 +134,14 @@ class KubeCluster:
         seconds = max(1, int(timeout_s))
         failure: ClusterError | None = None
         stream = kube_watch.Watch().stream(
-            self._watch_request(info, namespace), timeout_seconds=seconds, _request_timeout=(10.0, seconds + 30.0))
+            self._watch_request(info, namespace), timeout_seconds=seconds, _request_timeout=(10.0, seconds + 30.0)
+        )
         try:
             for event in stream:
                 if event.get("type") in ("ADDED", "MODIFIED", "DELETED"):
-                    yield WatchEvent(event["type"], {"apiVersion": info.api_version, "kind": info.kind, **event["raw_object"]})
+                    yield WatchEvent(
+                        event["type"], {"apiVersion": info.api_version, "kind": info.kind, **event["raw_object"]}
+                    )
         except ApiException as exc:
             failure = _from_api_exception(exc, what, info)
         except (urllib3.exceptions.HTTPError, OSError) as exc:
@@ -150,14 +155,27 @@ class KubeCluster:
         """The list call ``Watch.stream`` drives (``watch=True`` and a timeout added by it), for every kind
         (core or not) on the same path scheme as the other requests; the response is left unread."""
 
-        def request(*, watch: bool, _preload_content: bool, timeout_seconds: int, _request_timeout: Any,
-                    resource_version: str | None = None) -> Any:
-            query: list[tuple[str, Any]] = [("watch", "true" if watch else "false"), ("timeoutSeconds", timeout_seconds)]
+        def request(
+            *,
+            watch: bool,
+            _preload_content: bool,
+            timeout_seconds: int,
+            _request_timeout: Any,
+            resource_version: str | None = None,
+        ) -> Any:
+            query: list[tuple[str, Any]] = [
+                ("watch", "true" if watch else "false"),
+                ("timeoutSeconds", timeout_seconds),
+            ]
             if resource_version:
                 query.append(("resourceVersion", resource_version))
             prepared = self.api_client.param_serialize(
-                method="GET", resource_path=info.path(namespace), query_params=query,
-                header_params={"Accept": "application/json"}, auth_settings=["BearerToken"])
+                method="GET",
+                resource_path=info.path(namespace),
+                query_params=query,
+                header_params={"Accept": "application/json"},
+                auth_settings=["BearerToken"],
+            )
             response = self.api_client.call_api(*prepared, _request_timeout=_request_timeout)
             if not 200 <= response.status <= 299:
                 response.read()
@@ -179,8 +197,11 @@ class KubeCluster:
             return self._call(what, info, lambda: self._rest("POST", info.path(namespace), body=obj, query=_FM))
         args = _custom_args(info, namespace)
         method = "create_namespaced_custom_object" if info.namespaced else "create_cluster_custom_object"
-        return self._call(what, info, lambda: getattr(self._custom, method)(
-            *args, body=obj, field_manager=FIELD_MANAGER, **self._raw()))
+        return self._call(
+            what,
+            info,
+            lambda: getattr(self._custom, method)(*args, body=obj, field_manager=FIELD_MANAGER, **self._raw()),
+        )
 
     def apply(self, obj: Manifest) -> Manifest:
         """Merge-patch labels/annotations and the non-system fields, or create the object if missing."""
@@ -231,8 +252,9 @@ class KubeCluster:
             self._call(what, info, lambda: self._rest("DELETE", info.path(namespace, ref.name)))
             return
         method = "delete_namespaced_custom_object" if info.namespaced else "delete_cluster_custom_object"
-        self._call(what, info, lambda: getattr(self._custom, method)(
-            *_custom_args(info, namespace), ref.name, **self._raw()))
+        self._call(
+            what, info, lambda: getattr(self._custom, method)(*_custom_args(info, namespace), ref.name, **self._raw())
+        )
 
     def post_event(self, obj: Manifest, reason: str, message: str, event_type: str = "Normal") -> Manifest:
         """Create a core/v1 Event whose involvedObject is ``obj``."""
@@ -245,41 +267,67 @@ class KubeCluster:
         if info.is_core:
             return self._call(what, info, lambda: self._rest("GET", info.path(namespace, name, sub)))
         method = _custom_method("get", info, sub)
-        return self._call(what, info, lambda: getattr(self._custom, method)(
-            *_custom_args(info, namespace), name, **self._raw()))
+        return self._call(
+            what, info, lambda: getattr(self._custom, method)(*_custom_args(info, namespace), name, **self._raw())
+        )
 
     def _patch(self, info: ResourceInfo, namespace: str | None, name: str, body: Manifest, sub: str | None) -> Manifest:
         what = f"patch {_describe(info, namespace, name)}{'/' + sub if sub else ''}"
         if info.is_core:
-            return self._call(what, info, lambda: self._rest(
-                "PATCH", info.path(namespace, name, sub), body=body, content_type=MERGE_PATCH, query=_FM))
+            return self._call(
+                what,
+                info,
+                lambda: self._rest(
+                    "PATCH", info.path(namespace, name, sub), body=body, content_type=MERGE_PATCH, query=_FM
+                ),
+            )
         method = _custom_method("patch", info, sub)
-        return self._call(what, info, lambda: getattr(self._custom, method)(
-            *_custom_args(info, namespace), name, body, field_manager=FIELD_MANAGER,
-            _content_type=MERGE_PATCH, **self._raw()))
+        return self._call(
+            what,
+            info,
+            lambda: getattr(self._custom, method)(
+                *_custom_args(info, namespace),
+                name,
+                body,
+                field_manager=FIELD_MANAGER,
+                _content_type=MERGE_PATCH,
+                **self._raw(),
+            ),
+        )
 
     def _list_all(self, info: ResourceInfo, namespace: str | None, selector: str | None) -> list[Manifest]:
         items: list[Manifest] = []
         token: str | None = None
         while True:
             page = self._list_page(info, namespace, selector, token)
-            items.extend({"apiVersion": info.api_version, "kind": info.kind, **item} for item in page.get("items") or [])
+            items.extend(
+                {"apiVersion": info.api_version, "kind": info.kind, **item} for item in page.get("items") or []
+            )
             token = (page.get("metadata") or {}).get("continue")
             if not token:
                 return items
 
-    def _list_page(self, info: ResourceInfo, namespace: str | None, selector: str | None, token: str | None) -> Manifest:
+    def _list_page(
+        self, info: ResourceInfo, namespace: str | None, selector: str | None, token: str | None
+    ) -> Manifest:
         what = f"list {info.plural}" + (f" in {namespace}" if namespace else "")
         if info.is_core:
-            query = [("limit", _LIST_PAGE)] + [(k, v) for k, v in (("labelSelector", selector), ("continue", token)) if v]
+            query = [("limit", _LIST_PAGE)] + [
+                (k, v) for k, v in (("labelSelector", selector), ("continue", token)) if v
+            ]
             return self._call(what, info, lambda: self._rest("GET", info.path(namespace), query=query))
         if info.namespaced and namespace is None:
             method, args = "list_custom_object_for_all_namespaces", (info.group, info.version, info.plural)
         else:
             method = "list_namespaced_custom_object" if info.namespaced else "list_cluster_custom_object"
             args = _custom_args(info, namespace)
-        return self._call(what, info, lambda: getattr(self._custom, method)(
-            *args, label_selector=selector, limit=_LIST_PAGE, _continue=token, **self._raw()))
+        return self._call(
+            what,
+            info,
+            lambda: getattr(self._custom, method)(
+                *args, label_selector=selector, limit=_LIST_PAGE, _continue=token, **self._raw()
+            ),
+        )
 
     def _raw(self) -> dict[str, Any]:
         """Options that make a typed call return the raw response, with our timeout."""
@@ -299,8 +347,12 @@ class KubeCluster:
         if body is not None:
             headers["Content-Type"] = content_type or "application/json"
         request = self.api_client.param_serialize(
-            method=method, resource_path=path, query_params=query or [], header_params=headers,
-            body=body, auth_settings=["BearerToken"],
+            method=method,
+            resource_path=path,
+            query_params=query or [],
+            header_params=headers,
+            body=body,
+            auth_settings=["BearerToken"],
         )
         response = self.api_client.call_api(*request, _request_timeout=self.request_timeout)
         response.read()
@@ -351,8 +403,13 @@ class KubeCluster:
             if "/" in name or not res.get("kind"):
                 continue
             self._discovered[(api_version, res["kind"])] = ResourceInfo(
-                group, version, res["kind"], name, bool(res.get("namespaced")),
-                has_status=f"{name}/status" in names, has_scale=f"{name}/scale" in names,
+                group,
+                version,
+                res["kind"],
+                name,
+                bool(res.get("namespaced")),
+                has_status=f"{name}/status" in names,
+                has_scale=f"{name}/scale" in names,
             )
 
 

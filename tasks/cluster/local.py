@@ -42,11 +42,12 @@ import os
 import threading
 import time
 import uuid
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import IO, Any, Iterator
+from typing import IO, Any
 
 try:
     import fcntl
@@ -76,7 +77,15 @@ log = logging.getLogger(__name__)
 DIR_EVENTS_FILE = ".modelplane-events.yaml"
 """Name of the Event sink inside a state directory."""
 
-_IMMUTABLE_META = ("name", "namespace", "uid", "creationTimestamp", "resourceVersion", "generation", "deletionTimestamp")
+_IMMUTABLE_META = (
+    "name",
+    "namespace",
+    "uid",
+    "creationTimestamp",
+    "resourceVersion",
+    "generation",
+    "deletionTimestamp",
+)
 _UID_NAMESPACE = uuid.UUID("6f1c1f4e-7d0b-4c55-9b7e-4d6f2a1b9c3e")
 
 Key = tuple[str, str, str, str]  # apiVersion, kind, namespace ("" if cluster-scoped), name
@@ -227,8 +236,8 @@ class LocalCluster:
         if "uid" not in meta:
             meta["uid"] = str(uuid.uuid5(_UID_NAMESPACE, "/".join(_key_of(obj))))
         if "creationTimestamp" not in meta:
-            stamp = entry.file.stamp[0] / 1e9 if entry.file.stamp else datetime.now(timezone.utc).timestamp()
-            meta["creationTimestamp"] = datetime.fromtimestamp(stamp, timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+            stamp = entry.file.stamp[0] / 1e9 if entry.file.stamp else datetime.now(UTC).timestamp()
+            meta["creationTimestamp"] = datetime.fromtimestamp(stamp, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
         if meta.get("resourceVersion") in (None, ""):
             meta["resourceVersion"] = self._next_rv()
         meta["resourceVersion"] = str(meta["resourceVersion"])  # hand-written files may say 5, not "5"
@@ -331,7 +340,11 @@ class LocalCluster:
         return found
 
     def watch(
-        self, api_version: str, kind: str, namespace: str | None = None, timeout_s: float = 30.0,
+        self,
+        api_version: str,
+        kind: str,
+        namespace: str | None = None,
+        timeout_s: float = 30.0,
         poll_s: float = 1.0,
     ) -> Iterator[WatchEvent]:
         """The objects now as ``ADDED``, then what changed in the files (writes by this or another process,
@@ -361,8 +374,10 @@ class LocalCluster:
         with self._writing():
             new = self._prepare_create(info, obj)
             if _key_of(new) in self._index:
-                raise Conflict(f'{info.plural}.{info.group or "core"} "{new["metadata"]["name"]}" already exists',
-                               reason="AlreadyExists")
+                raise Conflict(
+                    f'{info.plural}.{info.group or "core"} "{new["metadata"]["name"]}" already exists',
+                    reason="AlreadyExists",
+                )
             self._insert(info, new)
             return copy.deepcopy(new)
 
@@ -467,8 +482,9 @@ class LocalCluster:
         patch = json_shape(patch or {})
         meta_patch = patch.get("metadata") or {}
         if meta_patch.get("name") not in (None, current["metadata"]["name"]):
-            raise Invalid("metadata.name: the name of the object does not match the name on the URL",
-                          field="metadata.name")
+            raise Invalid(
+                "metadata.name: the name of the object does not match the name on the URL", field="metadata.name"
+            )
         patch.pop("apiVersion", None)
         patch.pop("kind", None)
         if info.has_status:
@@ -641,8 +657,11 @@ def _scan_manifests(root: str) -> Iterator[tuple[str, tuple[int, int, int]]]:
                 continue
             if entry.is_dir(follow_symlinks=True):
                 stack.append(entry.path)
-            elif (entry.name.endswith(MANIFEST_SUFFIXES) and entry.is_file(follow_symlinks=True)
-                  and (not entry.name.endswith(".json") or _looks_like_manifest(entry.path))):
+            elif (
+                entry.name.endswith(MANIFEST_SUFFIXES)
+                and entry.is_file(follow_symlinks=True)
+                and (not entry.name.endswith(".json") or _looks_like_manifest(entry.path))
+            ):
                 st = entry.stat()
                 yield entry.path, (st.st_mtime_ns, st.st_size, st.st_ino)
 

@@ -17,7 +17,7 @@ import secrets
 import socket
 import uuid
 from dataclasses import dataclass
-from datetime import date, datetime, timezone
+from datetime import UTC, date, datetime
 from typing import Any
 
 from tasks.cluster.base import Manifest
@@ -60,7 +60,9 @@ def json_shape(value: Any, path: str = "") -> Any:
             raise Invalid(f"{path or 'value'}: {value} is not a JSON number", field=path or None)
         return value
     if isinstance(value, dict):
-        return {_json_key(key, path): json_shape(item, f"{path}.{key}" if path else str(key)) for key, item in value.items()}
+        return {
+            _json_key(key, path): json_shape(item, f"{path}.{key}" if path else str(key)) for key, item in value.items()
+        }
     if isinstance(value, (list, tuple)):
         return [json_shape(item, f"{path}[{i}]") for i, item in enumerate(value)]
     if isinstance(value, enum.Enum):
@@ -79,7 +81,13 @@ def _json_key(key: Any, path: str) -> str:
 
 
 _SCALABLE_APPS = ("Deployment", "StatefulSet", "ReplicaSet")
-_JOB_DEFAULTS = {"parallelism": 1, "completions": 1, "backoffLimit": 6, "completionMode": "NonIndexed", "suspend": False}
+_JOB_DEFAULTS = {
+    "parallelism": 1,
+    "completions": 1,
+    "backoffLimit": 6,
+    "completionMode": "NonIndexed",
+    "suspend": False,
+}
 
 
 def apply_builtin_defaults(obj: Manifest) -> Manifest:
@@ -124,7 +132,7 @@ def apply_patch_of(obj: Manifest) -> Manifest:
 
 def now_rfc3339(micro: bool = False) -> str:
     """Current UTC time as the API server writes it (``Time`` or, with ``micro``, ``MicroTime``)."""
-    now = datetime.now(timezone.utc)
+    now = datetime.now(UTC)
     if micro:
         return now.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
     return now.strftime("%Y-%m-%dT%H:%M:%SZ")

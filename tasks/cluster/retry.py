@@ -13,7 +13,8 @@ import copy
 import logging
 import random
 import time
-from typing import Callable, Literal, TypeVar
+from collections.abc import Callable
+from typing import Literal, TypeVar
 
 from tasks.cluster.base import Cluster, Manifest, Mutation, ObjectRef
 from tasks.cluster.errors import Conflict, Unavailable

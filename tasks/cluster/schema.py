@@ -51,11 +51,17 @@ def register_crd(crd: Manifest) -> list[ResourceInfo]:
         if not version.get("served", True):
             continue
         sub = version.get("subresources") or {}
-        info = register(ResourceInfo(
-            spec["group"], version["name"], names["kind"], names["plural"],
-            namespaced=spec.get("scope", "Namespaced") == "Namespaced",
-            has_status="status" in sub, has_scale="scale" in sub,
-        ))
+        info = register(
+            ResourceInfo(
+                spec["group"],
+                version["name"],
+                names["kind"],
+                names["plural"],
+                namespaced=spec.get("scope", "Namespaced") == "Namespaced",
+                has_status="status" in sub,
+                has_scale="scale" in sub,
+            )
+        )
         schema = (version.get("schema") or {}).get("openAPIV3Schema")
         if isinstance(schema, dict):
             with _lock:

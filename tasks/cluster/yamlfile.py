@@ -13,9 +13,8 @@ A chunk that does not parse is kept as it is and reported with its file and line
 
 from __future__ import annotations
 
-import json
-
 import io
+import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -109,8 +108,12 @@ def apply_changes(node: Any, old: Any, new: Any, path: tuple[str, ...] = ()) -> 
         current = node.get(key, _MISSING) if hasattr(node, "get") else _MISSING
         if isinstance(value, dict) and isinstance(before, dict) and hasattr(current, "items"):
             apply_changes(current, before, value, (*path, key))
-        elif (isinstance(value, list) and isinstance(before, list) and isinstance(current, list)
-              and len(value) == len(before) == len(current)):
+        elif (
+            isinstance(value, list)
+            and isinstance(before, list)
+            and isinstance(current, list)
+            and len(value) == len(before) == len(current)
+        ):
             _apply_list(current, before, value, (*path, key))
         elif key in node:
             node[key] = yaml11_safe(value)
@@ -264,7 +267,11 @@ def _render_json(values: list[Any]) -> str:
     if len(values) == 1:
         value = values[0]
     else:
-        items = [item for v in values for item in (v.get("items") or [] if isinstance(v, dict) and v.get("kind") == "List" else [v])]
+        items = [
+            item
+            for v in values
+            for item in (v.get("items") or [] if isinstance(v, dict) and v.get("kind") == "List" else [v])
+        ]
         value = {"apiVersion": "v1", "kind": "List", "items": items}
     return json.dumps(value, indent=2, ensure_ascii=False, default=str) + "\n"
 

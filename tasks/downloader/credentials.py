@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Mapping
 
 
 @dataclass(frozen=True)
@@ -27,7 +27,7 @@ class Credentials:
     aws_region: str | None = None
 
     @classmethod
-    def from_env(cls, env: Mapping[str, str] | None = None) -> "Credentials":
+    def from_env(cls, env: Mapping[str, str] | None = None) -> Credentials:
         """Read the credentials from ``env`` (default: the process environment); empty values count as unset."""
         env = os.environ if env is None else env
 

@@ -7,7 +7,7 @@ exceptions from the client libraries are re-raised without their chain (their te
 
 from __future__ import annotations
 
-from typing import Iterable
+from collections.abc import Iterable
 
 
 class DownloadError(Exception):

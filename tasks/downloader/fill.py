@@ -27,10 +27,11 @@ import queue
 import shutil
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
-from typing import Any, BinaryIO, Callable
+from datetime import UTC, datetime
+from typing import Any, BinaryIO
 
 from engine.caches.sources import ModelSource, parse_source
 from tasks.downloader.credentials import Credentials
@@ -53,7 +54,15 @@ from tasks.downloader.manifest import (
     remove_manifest,
     write_manifest,
 )
-from tasks.downloader.plan import STAGING_DIR, Journal, JournalEntry, Listing, RemoteFile, check_listing, directory_usage
+from tasks.downloader.plan import (
+    STAGING_DIR,
+    Journal,
+    JournalEntry,
+    Listing,
+    RemoteFile,
+    check_listing,
+    directory_usage,
+)
 from tasks.downloader.progress import ProgressCallback, ProgressTracker, human_bytes
 from tasks.files import fsync_dir
 
@@ -97,7 +106,9 @@ def fill_cache(
     """
     parsed = parse_source(source) if isinstance(source, str) else source
     if not parsed.downloadable:
-        raise UnsupportedSource(f"{parsed.uri} is not downloadable: only hf:// and s3:// sources are fetched into a cache")
+        raise UnsupportedSource(
+            f"{parsed.uri} is not downloadable: only hf:// and s3:// sources are fetched into a cache"
+        )
     creds = credentials if credentials is not None else Credentials.from_env()
     root = pathlib.Path(dest)
     root.mkdir(parents=True, exist_ok=True)
@@ -167,7 +178,7 @@ class _Transfer:
     lock: threading.Lock = field(default_factory=threading.Lock)
     fd: int | None = None
     last_flush: float = 0.0
-    hasher: "_StreamHash | _BackgroundHash | None" = None
+    hasher: _StreamHash | _BackgroundHash | None = None
     """Digests of the bytes written front to back (single-part files); None for multi-part files."""
 
     @property
@@ -198,10 +209,20 @@ def _fill_locked(
     _check_space(root, listing, sum(t.remote.size for t in transfers) - partial, capacity_bytes)
     staging.mkdir(exist_ok=True)
     tracker = ProgressTracker(progress)
-    tracker.start(listing.total_bytes, len(listing.files), bytes_done=sum(e.size for e in complete.values()) + partial, files_done=len(complete))
+    tracker.start(
+        listing.total_bytes,
+        len(listing.files),
+        bytes_done=sum(e.size for e in complete.values()) + partial,
+        files_done=len(complete),
+    )
     log.info(
         "filling %s from %s: %d files, %s (%d files already complete, %s partial)",
-        root, source.uri, len(listing.files), human_bytes(listing.total_bytes), len(complete), human_bytes(partial),
+        root,
+        source.uri,
+        len(listing.files),
+        human_bytes(listing.total_bytes),
+        len(complete),
+        human_bytes(partial),
     )
     try:
         _run(backend, source, listing, transfers, root, journal, tracker, lock, concurrency)
@@ -218,7 +239,7 @@ def _fill_locked(
         source=source.uri,
         revision=listing.revision,
         files=files,
-        completed_at=datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        completed_at=datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
         stats={"bytesFetched": tracker.fetched, "filesSkipped": len(complete), "filesFetched": len(transfers)},
     )
     write_manifest(root, manifest)  # the completion point: written after every file is in place
@@ -228,7 +249,9 @@ def _fill_locked(
     return manifest
 
 
-def _classify(root: pathlib.Path, listing: Listing, journal: Journal) -> tuple[dict[str, JournalEntry], list[RemoteFile]]:
+def _classify(
+    root: pathlib.Path, listing: Listing, journal: Journal
+) -> tuple[dict[str, JournalEntry], list[RemoteFile]]:
     """Split the listing into files already complete in ``root`` and files to fetch."""
     complete: dict[str, JournalEntry] = {}
     todo: list[RemoteFile] = []
@@ -265,7 +288,12 @@ def _plan_transfer(remote: RemoteFile, staging: pathlib.Path, part_size: int | N
     done = [0] * len(parts)
     try:
         state = json.loads(state_path.read_text())
-        if state.get("size") == remote.size and state.get("etag") == remote.etag and state.get("partSize") == part_size and tmp.exists():
+        if (
+            state.get("size") == remote.size
+            and state.get("etag") == remote.etag
+            and state.get("partSize") == part_size
+            and tmp.exists()
+        ):
             for index, count in (state.get("done") or {}).items():
                 i = int(index)
                 if 0 <= i < len(parts):
@@ -311,7 +339,9 @@ def _run(
         for transfer in transfers:
             transfer.remaining = len(transfer.parts)
             for index in range(len(transfer.parts)):
-                futures.append(pool.submit(_fetch_part, backend, source, listing, transfer, index, root, journal, tracker, stop))
+                futures.append(
+                    pool.submit(_fetch_part, backend, source, listing, transfer, index, root, journal, tracker, stop)
+                )
         finished, _pending = wait(futures, return_when=FIRST_EXCEPTION)
         failure = next((f.exception() for f in finished if f.exception() is not None), None)
         if failure is not None:
@@ -486,16 +516,20 @@ class _StreamHash:
             self.valid = True
             self._sha256 = hashlib.sha256()
             self._md5 = hashlib.md5(usedforsecurity=False) if remote.md5 else None
-            self._git = hashlib.sha1(f"blob {remote.size}\0".encode(), usedforsecurity=False) if remote.git_sha1 else None
+            self._git = (
+                hashlib.sha1(f"blob {remote.size}\0".encode(), usedforsecurity=False) if remote.git_sha1 else None
+            )
 
     @classmethod
-    def of_prefix(cls, path: pathlib.Path, remote: RemoteFile, length: int) -> "_StreamHash":
+    def of_prefix(cls, path: pathlib.Path, remote: RemoteFile, length: int) -> _StreamHash:
         """A hasher that has already seen the first ``length`` bytes of ``path`` (a partial file being resumed)."""
         hasher = cls(remote)
         if length > 0:
             try:
                 with open(path, "rb") as handle:
-                    while hasher.position < length and (block := handle.read(min(HASH_BLOCK, length - hasher.position))):
+                    while hasher.position < length and (
+                        block := handle.read(min(HASH_BLOCK, length - hasher.position))
+                    ):
                         hasher.update(hasher.position, block)
             except OSError:
                 hasher.valid = False

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import os
 import threading
-from typing import Any, BinaryIO, Callable
+from collections.abc import Callable
+from typing import Any, BinaryIO
 
 from huggingface_hub import HfApi, hf_hub_url
 from huggingface_hub.errors import (
@@ -45,7 +46,7 @@ class _SilentBar:
     def close(self) -> None:
         pass
 
-    def __enter__(self) -> "_SilentBar":
+    def __enter__(self) -> _SilentBar:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -95,7 +96,9 @@ class HfBackend:
         try:
             info = self.api.model_info(repo, revision=revision)
             commit = info.sha or revision
-            entries = [e for e in self.api.list_repo_tree(repo, revision=commit, recursive=True) if isinstance(e, RepoFile)]
+            entries = [
+                e for e in self.api.list_repo_tree(repo, revision=commit, recursive=True) if isinstance(e, RepoFile)
+            ]
         except Exception as exc:  # noqa: BLE001 - every client error becomes a typed download error
             raise self.translate(exc, where) from None
         if self.source.filename:
@@ -128,7 +131,13 @@ class HfBackend:
         )
 
     def fetch_file(
-        self, remote: RemoteFile, commit: str, handle: BinaryIO, resume: int, on_write: Callable[[int], None], stop: threading.Event
+        self,
+        remote: RemoteFile,
+        commit: str,
+        handle: BinaryIO,
+        resume: int,
+        on_write: Callable[[int], None],
+        stop: threading.Event,
     ) -> None:
         """Append the file (from byte ``resume``) to ``handle`` with the client's ``http_get``."""
         url = hf_hub_url(self.source.repo or "", remote.remote, revision=commit, endpoint=self.endpoint)
@@ -151,7 +160,11 @@ class HfBackend:
         """A client error as a typed download error; the token never appears in the message."""
         text = self._first_line(exc)
         if isinstance(exc, (RepositoryNotFoundError, GatedRepoError)) and not isinstance(exc, RevisionNotFoundError):
-            hint = " (a token was sent: it may lack access)" if self.credentials.hf_token else " (no token was sent: set HF_TOKEN for private or gated repos)"
+            hint = (
+                " (a token was sent: it may lack access)"
+                if self.credentials.hf_token
+                else " (no token was sent: set HF_TOKEN for private or gated repos)"
+            )
             return SourceNotFound(f"{where}: repository or revision not found or not accessible{hint}")
         if isinstance(exc, RevisionNotFoundError):
             return SourceNotFound(f"{where}: revision not found")
@@ -159,7 +172,11 @@ class HfBackend:
             return SourceNotFound(f"{where}: file not found")
         status = getattr(getattr(exc, "response", None), "status_code", None)
         if isinstance(exc, HfHubHTTPError) and status in (401, 403):
-            sent = "the token in HF_TOKEN was rejected" if self.credentials.hf_token else "no token was sent (set HF_TOKEN)"
+            sent = (
+                "the token in HF_TOKEN was rejected"
+                if self.credentials.hf_token
+                else "no token was sent (set HF_TOKEN)"
+            )
             return AuthenticationFailed(f"{where}: Hugging Face refused access ({status}): {sent}")
         if isinstance(exc, HfHubHTTPError) and status == 404:
             return SourceNotFound(f"{where}: not found (404)")

@@ -19,7 +19,7 @@ import socket
 import threading
 import time
 import uuid
-from typing import Callable
+from collections.abc import Callable
 
 from tasks.downloader.errors import CacheInUse
 
@@ -88,7 +88,7 @@ class CacheLock:
         if self._read_token() == self.token:
             self.path.unlink(missing_ok=True)
 
-    def __enter__(self) -> "CacheLock":
+    def __enter__(self) -> CacheLock:
         self.acquire()
         return self
 

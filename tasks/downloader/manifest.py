@@ -62,7 +62,7 @@ class CacheManifest:
         }
 
     @classmethod
-    def from_json(cls, data: dict[str, Any]) -> "CacheManifest":
+    def from_json(cls, data: dict[str, Any]) -> CacheManifest:
         """Parse a marker document; raises ``ValueError`` when it is not one."""
         try:
             files = tuple(

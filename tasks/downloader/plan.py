@@ -78,7 +78,9 @@ def safe_relative_path(name: str) -> str:
         raise PathTraversal(f"remote file {shown!r} is not a plain relative path; nothing was written")
     parts = name.split("/")
     if any(part in ("", ".", "..") for part in parts):
-        raise PathTraversal(f"remote file {shown!r} escapes the cache directory ('..' or empty segment); nothing was written")
+        raise PathTraversal(
+            f"remote file {shown!r} escapes the cache directory ('..' or empty segment); nothing was written"
+        )
     if parts[0] in RESERVED_NAMES:
         raise PathTraversal(f"remote file {shown!r} would overwrite the cache's own {parts[0]}; nothing was written")
     return name
@@ -95,7 +97,9 @@ def check_listing(dest: pathlib.Path, listing: Listing) -> None:
         seen.add(remote.path)
         target = (root / remote.path).resolve()
         if not target.is_relative_to(root):
-            raise PathTraversal(f"remote file {remote.path!r} resolves outside the cache (through a symlink); nothing was written")
+            raise PathTraversal(
+                f"remote file {remote.path!r} resolves outside the cache (through a symlink); nothing was written"
+            )
     # A file and a directory of the same name cannot both exist.
     for path in seen:
         parent = path.rsplit("/", 1)[0] if "/" in path else ""

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import re
 import threading
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import boto3
 from botocore.config import Config
@@ -15,7 +16,9 @@ from tasks.downloader.credentials import Credentials
 from tasks.downloader.errors import AuthenticationFailed, DownloadError, SourceNotFound, TransferFailed, redact
 from tasks.downloader.plan import Listing, RemoteFile
 
-AUTH_CODES = frozenset({"InvalidAccessKeyId", "SignatureDoesNotMatch", "AccessDenied", "InvalidToken", "ExpiredToken", "403"})
+AUTH_CODES = frozenset(
+    {"InvalidAccessKeyId", "SignatureDoesNotMatch", "AccessDenied", "InvalidToken", "ExpiredToken", "403"}
+)
 NOT_FOUND_CODES = frozenset({"NoSuchBucket", "NoSuchKey", "404"})
 _MD5 = re.compile(r"^[0-9a-f]{32}$")
 CHUNK = 1024 * 1024
@@ -67,12 +70,14 @@ class S3Backend:
                     key = obj["Key"]
                     if key.endswith("/") and obj.get("Size", 0) == 0:
                         continue  # a "directory" marker object
-                    files.append(self._remote(key[len(list_prefix):], key, int(obj["Size"]), obj.get("ETag")))
+                    files.append(self._remote(key[len(list_prefix) :], key, int(obj["Size"]), obj.get("ETag")))
             if not files and prefix:
                 single = self._head(bucket, prefix)  # s3://bucket/path/model.gguf: one object
                 if single is not None:
                     name = prefix.rsplit("/", 1)[-1]
-                    return Listing(None, (self._remote(name, prefix, int(single["ContentLength"]), single.get("ETag")),))
+                    return Listing(
+                        None, (self._remote(name, prefix, int(single["ContentLength"]), single.get("ETag")),)
+                    )
         except ClientError as exc:
             raise self.translate(exc, where) from None
         except (BotoCoreError, EndpointConnectionError) as exc:
@@ -93,15 +98,23 @@ class S3Backend:
     @staticmethod
     def _remote(path: str, key: str, size: int, etag: str | None) -> RemoteFile:
         clean = (etag or "").strip('"') or None
-        return RemoteFile(path=path, size=size, etag=clean, remote=key, md5=clean if clean and _MD5.match(clean) else None)
+        return RemoteFile(
+            path=path, size=size, etag=clean, remote=key, md5=clean if clean and _MD5.match(clean) else None
+        )
 
     # ------------------------------------------------------------------ fetching
 
-    def fetch_range(self, remote: RemoteFile, start: int, end: int, write: Callable[[int, bytes], None], stop: threading.Event) -> None:
+    def fetch_range(
+        self, remote: RemoteFile, start: int, end: int, write: Callable[[int, bytes], None], stop: threading.Event
+    ) -> None:
         """GET bytes ``start..end-1`` of the object, pinned to its ETag, passing each chunk to ``write(offset, data)``."""
         if end <= start:
             return
-        kwargs: dict[str, Any] = {"Bucket": self.source.bucket, "Key": remote.remote, "Range": f"bytes={start}-{end - 1}"}
+        kwargs: dict[str, Any] = {
+            "Bucket": self.source.bucket,
+            "Key": remote.remote,
+            "Range": f"bytes={start}-{end - 1}",
+        }
         if remote.etag:
             kwargs["IfMatch"] = f'"{remote.etag}"'
         where = f"s3://{self.source.bucket}/{remote.remote}"
@@ -118,7 +131,9 @@ class S3Backend:
                 body.close()
         except ClientError as exc:
             if _code(exc) in ("PreconditionFailed", "412"):
-                raise TransferFailed(f"{where} changed while it was being downloaded (ETag no longer {remote.etag}); run again") from None
+                raise TransferFailed(
+                    f"{where} changed while it was being downloaded (ETag no longer {remote.etag}); run again"
+                ) from None
             raise self.translate(exc, where) from None
         except (BotoCoreError, EndpointConnectionError, OSError) as exc:
             raise StreamBroken(self._redact(f"download of {where} broke off: {exc}")) from None
@@ -132,7 +147,9 @@ class S3Backend:
         code = _code(exc)
         message = self._redact(str(exc.response.get("Error", {}).get("Message") or code))
         if code in AUTH_CODES:
-            return AuthenticationFailed(f"S3 rejected the credentials for {where} ({code}): {message}; check AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY (or ACCESS_KEY/SECRET_KEY)")
+            return AuthenticationFailed(
+                f"S3 rejected the credentials for {where} ({code}): {message}; check AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY (or ACCESS_KEY/SECRET_KEY)"
+            )
         if code in NOT_FOUND_CODES:
             return SourceNotFound(f"{where} does not exist ({code})")
         return TransferFailed(f"S3 error for {where} ({code}): {message}")
@@ -142,4 +159,8 @@ class S3Backend:
 
 
 def _code(exc: ClientError) -> str:
-    return str(exc.response.get("Error", {}).get("Code") or exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode") or "")
+    return str(
+        exc.response.get("Error", {}).get("Code")
+        or exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+        or ""
+    )

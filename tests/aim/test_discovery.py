@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
@@ -21,15 +21,29 @@ from engine.aim.discovery import (
     template_name,
 )
 
-NOW = datetime(2026, 1, 1, tzinfo=timezone.utc)
-REAL = ("{'gpuModel': 'MI300X', 'gpuCount': 1, 'precision': 'fp8', 'metric': 'latency', 'description': 'Optimized for latency on MI300X'}, "
-        "{'gpuModel': 'MI300X', 'gpuCount': 1, 'precision': 'fp8', 'metric': 'throughput', 'description': 'Optimized for throughput'}")
+NOW = datetime(2026, 1, 1, tzinfo=UTC)
+REAL = (
+    "{'gpuModel': 'MI300X', 'gpuCount': 1, 'precision': 'fp8', 'metric': 'latency', 'description': 'Optimized for latency on MI300X'}, "
+    "{'gpuModel': 'MI300X', 'gpuCount': 1, 'precision': 'fp8', 'metric': 'throughput', 'description': 'Optimized for throughput'}"
+)
 
 
 def test_comma_separated_single_quoted_objects_as_real_images_carry_them() -> None:
     assert parse_recommended_deployments(REAL) == [
-        {"gpuModel": "MI300X", "gpuCount": 1, "precision": "fp8", "metric": "latency", "description": "Optimized for latency on MI300X"},
-        {"gpuModel": "MI300X", "gpuCount": 1, "precision": "fp8", "metric": "throughput", "description": "Optimized for throughput"},
+        {
+            "gpuModel": "MI300X",
+            "gpuCount": 1,
+            "precision": "fp8",
+            "metric": "latency",
+            "description": "Optimized for latency on MI300X",
+        },
+        {
+            "gpuModel": "MI300X",
+            "gpuCount": 1,
+            "precision": "fp8",
+            "metric": "throughput",
+            "description": "Optimized for throughput",
+        },
     ]
 
 
@@ -40,8 +54,19 @@ def test_json_array_absent_keys_omitted_unknown_dropped() -> None:
     assert parse_recommended_deployments("[]") == []
 
 
-@pytest.mark.parametrize("text", ["not json", "{'gpuCount': 'one'}", '"a string"', "[1, 2]", "{'a': 1}, 3", "{'gpuModel': 3}",
-                                  "{'description': 'it's broken'}", '{"gpuCount": true}'])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "not json",
+        "{'gpuCount': 'one'}",
+        '"a string"',
+        "[1, 2]",
+        "{'a': 1}, 3",
+        "{'gpuModel': 3}",
+        "{'description': 'it's broken'}",
+        '{"gpuCount": true}',
+    ],
+)
 def test_text_that_is_not_a_list_of_objects_raises(text: str) -> None:
     with pytest.raises(ValueError):
         parse_recommended_deployments(text)
@@ -49,11 +74,14 @@ def test_text_that_is_not_a_list_of_objects_raises(text: str) -> None:
 
 def test_labels_with_fallback_prefix_lists_and_bool() -> None:
     labels = {
-        "org.amd.silogen.model.canonicalName": "meta/llama", "com.amd.aim.model.canonicalName": "",
+        "org.amd.silogen.model.canonicalName": "meta/llama",
+        "com.amd.aim.model.canonicalName": "",
         "com.amd.aim.model.source": "https://huggingface.co/meta-llama/Llama-3.1-8B-Instruct",
         "com.amd.aim.model.variants": "amd/Llama-3.1-8B-Instruct-FP8-KV, meta-llama/Llama-3.1-8B-Instruct,",
-        "com.amd.aim.model.tags": "chat, ,text", "com.amd.aim.hfToken.required": "True",
-        "org.amd.silogen.model.recommendedDeployments": REAL, "org.opencontainers.image.version": "0.8.4",
+        "com.amd.aim.model.tags": "chat, ,text",
+        "com.amd.aim.hfToken.required": "True",
+        "org.amd.silogen.model.recommendedDeployments": REAL,
+        "org.opencontainers.image.version": "0.8.4",
     }
     meta = parse_image_labels(labels)
     assert meta.canonical_name == "meta/llama"
@@ -72,7 +100,9 @@ def test_an_unparsable_label_is_named() -> None:
 
 
 def test_record_round_trips_and_decides_when_to_read_again() -> None:
-    meta = parse_image_labels({"com.amd.aim.model.recommendedDeployments": REAL, "com.amd.aim.model.source": "hf://a/b"})
+    meta = parse_image_labels(
+        {"com.amd.aim.model.recommendedDeployments": REAL, "com.amd.aim.model.source": "hf://a/b"}
+    )
     record = DiscoveryRecord(image="r/x:1", read_at=NOW, digest="sha256:ab", metadata=meta)
     again = DiscoveryRecord.from_annotations({"aim.silogen.ai/image-metadata": record.to_json()})
     assert again == record
@@ -104,21 +134,28 @@ def test_a_missing_image_is_read_again_with_a_bounded_backoff() -> None:
     assert not needs_fetch(missing(2), "r/x:1", NOW + timedelta(minutes=9), day)
     assert needs_fetch(missing(2), "r/x:1", NOW + timedelta(minutes=10), day)
     # A malformed label does not change without a push: it waits for the resync.
-    malformed = DiscoveryRecord(image="r/x:1", read_at=NOW, reason="MetadataExtractionFailed", message="bad", attempts=1)
+    malformed = DiscoveryRecord(
+        image="r/x:1", read_at=NOW, reason="MetadataExtractionFailed", message="bad", attempts=1
+    )
     assert not needs_fetch(malformed, "r/x:1", NOW + timedelta(hours=23), day)
 
 
 def test_valid_json_with_an_apostrophe_in_a_description_is_accepted() -> None:
     text = '[{"gpuModel": "MI300X", "gpuCount": 1, "metric": "latency", "precision": "fp8", "description": "Meta\'s fastest profile"}]'
     assert parse_recommended_deployments(text)[0]["description"] == "Meta's fastest profile"
-    unbracketed = '{"gpuModel": "MI300X", "gpuCount": 1, "description": "it\'s quick"}, {"gpuModel": "MI300X", "gpuCount": 2}'
+    unbracketed = (
+        '{"gpuModel": "MI300X", "gpuCount": 1, "description": "it\'s quick"}, {"gpuModel": "MI300X", "gpuCount": 2}'
+    )
     assert [d["gpuCount"] for d in parse_recommended_deployments(unbracketed)] == [1, 2]
 
 
 def test_derived_names_match_aim_engine() -> None:
     image = "docker.io/amdenterpriseai/aim-meta-llama-llama-3-1-8b-instruct:0.8.4"
     deployment = {"gpuModel": "MI300X", "gpuCount": 1, "metric": "latency", "precision": "fp8"}
-    assert template_name("meta-llama-3-1-8b", image, deployment) == "docker-io-amdenterpriseai-aim-meta-llama-1x-mi300x-lat-fp8-5c23"
+    assert (
+        template_name("meta-llama-3-1-8b", image, deployment)
+        == "docker-io-amdenterpriseai-aim-meta-llama-1x-mi300x-lat-fp8-5c23"
+    )
     assert derived(["llama-chat"], ["team-a"], max_len=63 - 11 - len("team-a")) == "llama-chat-e204f50a"
     long = derived(["x" * 80, "Some_Part!"], ["h"], hash_len=8)
     assert len(long) == 63 and long.split("-")[1:3] == ["some", "part"] and set(long.split("-")[0]) == {"x"}
@@ -127,27 +164,52 @@ def test_derived_names_match_aim_engine() -> None:
 
 
 def test_auto_templates_one_per_deployment_and_namespace() -> None:
-    model = {"apiVersion": "aim.silogen.ai/v1alpha1", "kind": "AIMClusterModel",
-             "metadata": {"name": "llama", "uid": "u-1"}, "spec": {"name": "meta/llama:1", "image": "r.io/llama:1"}}
-    meta = ImageMetadata(recommended_deployments=(
-        {"gpuModel": "MI300X", "gpuCount": 1, "metric": "latency", "precision": "fp8", "profileId": "p1"},
-        {"gpuModel": "MI300X", "gpuCount": 2, "metric": "throughput"},
-        {"gpuModel": "MI300X", "gpuCount": 1, "metric": "speed"},
-    ))
+    model = {
+        "apiVersion": "aim.silogen.ai/v1alpha1",
+        "kind": "AIMClusterModel",
+        "metadata": {"name": "llama", "uid": "u-1"},
+        "spec": {"name": "meta/llama:1", "image": "r.io/llama:1"},
+    }
+    meta = ImageMetadata(
+        recommended_deployments=(
+            {"gpuModel": "MI300X", "gpuCount": 1, "metric": "latency", "precision": "fp8", "profileId": "p1"},
+            {"gpuModel": "MI300X", "gpuCount": 2, "metric": "throughput"},
+            {"gpuModel": "MI300X", "gpuCount": 1, "metric": "speed"},
+        )
+    )
     plan = auto_templates(model, meta, ["b", "a"])
-    assert [(t["metadata"]["namespace"], t["spec"].get("precision")) for t in plan.templates] == [("a", "fp8"), ("b", "fp8"), ("a", "auto"), ("b", "auto")]
+    assert [(t["metadata"]["namespace"], t["spec"].get("precision")) for t in plan.templates] == [
+        ("a", "fp8"),
+        ("b", "fp8"),
+        ("a", "auto"),
+        ("b", "auto"),
+    ]
     first = plan.templates[0]
     assert first["metadata"]["labels"] == {"aim.silogen.ai/model": "llama", "aim.silogen.ai/origin": "auto-generated"}
     assert first["metadata"]["annotations"] == {"aim.silogen.ai/profile-id": "p1"}
     assert first["metadata"]["ownerReferences"][0]["uid"] == "u-1"
-    assert first["spec"] == {"model": "meta/llama:1", "metric": "latency", "precision": "fp8", "gpusPerReplica": 1, "gpuModel": "MI300X"}
+    assert first["spec"] == {
+        "model": "meta/llama:1",
+        "metric": "latency",
+        "precision": "fp8",
+        "gpusPerReplica": 1,
+        "gpuModel": "MI300X",
+    }
     assert plan.skipped == ["recommendedDeployments[2]: metric 'speed' is not one of latency, throughput"]
 
 
 def test_model_conditions() -> None:
-    ok = DiscoveryRecord(image="i", read_at=NOW, digest="sha256:1", metadata=parse_image_labels({"com.amd.aim.model.recommendedDeployments": REAL}))
+    ok = DiscoveryRecord(
+        image="i",
+        read_at=NOW,
+        digest="sha256:1",
+        metadata=parse_image_labels({"com.amd.aim.model.recommendedDeployments": REAL}),
+    )
     assert metadata_condition(ok).reason == "MetadataExtracted"
-    assert metadata_condition(DiscoveryRecord(image="i", read_at=NOW, digest="d", metadata=ImageMetadata())).reason == "ImageFound"
+    assert (
+        metadata_condition(DiscoveryRecord(image="i", read_at=NOW, digest="d", metadata=ImageMetadata())).reason
+        == "ImageFound"
+    )
     failed = DiscoveryRecord(image="i", read_at=NOW, reason="ImageNotFound", message="gone")
     assert (metadata_condition(failed).status, metadata_condition(failed).reason) == ("False", "ImageNotFound")
     assert ready_condition(ok, [], True).reason == "CreatingTemplates"

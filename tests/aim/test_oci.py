@@ -6,7 +6,8 @@ import base64
 import http.server
 import json
 import threading
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -16,7 +17,12 @@ from tasks.oci import RegistryClient, RegistryError, credential_for, parse_docke
 def test_references_are_parsed_as_docker_does() -> None:
     assert parse_reference("ubuntu").repository == "library/ubuntu"
     hub = parse_reference("docker.io/amdenterpriseai/aim-llama:0.8.4")
-    assert (hub.host, hub.api_host, hub.repository, hub.reference) == ("docker.io", "registry-1.docker.io", "amdenterpriseai/aim-llama", "0.8.4")
+    assert (hub.host, hub.api_host, hub.repository, hub.reference) == (
+        "docker.io",
+        "registry-1.docker.io",
+        "amdenterpriseai/aim-llama",
+        "0.8.4",
+    )
     local = parse_reference("127.0.0.1:5000/team/model@sha256:" + "a" * 64)
     assert (local.host, local.repository, local.reference) == ("127.0.0.1:5000", "team/model", "sha256:" + "a" * 64)
     assert parse_reference("team/model").host == "docker.io"
@@ -27,7 +33,11 @@ def test_references_are_parsed_as_docker_does() -> None:
 
 def test_dockerconfigjson_forms_and_secrecy() -> None:
     auth = base64.b64encode(b"u:p").decode()
-    keychain = parse_dockerconfigjson(json.dumps({"auths": {"https://index.docker.io/v1/": {"auth": auth}, "r.io": {"username": "a", "password": "b"}}}))
+    keychain = parse_dockerconfigjson(
+        json.dumps(
+            {"auths": {"https://index.docker.io/v1/": {"auth": auth}, "r.io": {"username": "a", "password": "b"}}}
+        )
+    )
     assert credential_for(parse_reference("ubuntu"), keychain).username == "u"
     assert credential_for(parse_reference("r.io/x:1"), keychain).password == "b"
     assert "b" not in repr(keychain["r.io"]).replace("username='a'", "")
@@ -56,7 +66,9 @@ def test_unlabelled_image_and_wrong_credentials(private_registry: Any) -> None:
     keychain = parse_dockerconfigjson(private_registry.dockerconfigjson())
     image = private_registry.image("unit/plain", "1")
     assert RegistryClient().read_config(image, credential_for(parse_reference(image), keychain)).labels == {}
-    wrong = parse_dockerconfigjson(json.dumps({"auths": {private_registry.host: {"username": "modelplane", "password": "nope"}}}))
+    wrong = parse_dockerconfigjson(
+        json.dumps({"auths": {private_registry.host: {"username": "modelplane", "password": "nope"}}})
+    )
     with pytest.raises(RegistryError) as info:
         RegistryClient().read_config(image, credential_for(parse_reference(image), wrong))
     assert info.value.kind == "auth" and "nope" not in info.value.message
@@ -110,10 +122,19 @@ def test_example_layout_is_a_real_oci_layout_and_reads_like_the_registry_copy(oc
     repo = "amdenterpriseai/aim-meta-llama-llama-3-1-8b-instruct"
     source = f"oci:{layout_root / repo}:0.8.4"
     target = f"{oci_registry.host}/unit/example-llama:0.8.4"
-    subprocess.run(["skopeo", "--insecure-policy", "copy", "--dest-tls-verify=false", source, f"docker://{target}"],
-                   check=True, capture_output=True, timeout=60)
-    inspected = subprocess.run(["skopeo", "--insecure-policy", "inspect", "--tls-verify=false", "--config", f"docker://{target}"],
-                               check=True, capture_output=True, text=True, timeout=60)
+    subprocess.run(
+        ["skopeo", "--insecure-policy", "copy", "--dest-tls-verify=false", source, f"docker://{target}"],
+        check=True,
+        capture_output=True,
+        timeout=60,
+    )
+    inspected = subprocess.run(
+        ["skopeo", "--insecure-policy", "inspect", "--tls-verify=false", "--config", f"docker://{target}"],
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     from_registry = RegistryClient().read_config(target).labels
     from_layout = read_layout_config(layout_root, parse_reference(f"docker.io/{repo}:0.8.4"), repo).labels
     assert from_registry == from_layout == json.loads(inspected.stdout)["config"]["Labels"]

@@ -3,7 +3,7 @@ status, references, names and the rendered InferenceService/HTTPRoute."""
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import pytest
 
@@ -31,7 +31,7 @@ from engine.aim.templates import (
     template_status,
 )
 
-NOW = datetime(2026, 1, 1, tzinfo=timezone.utc)
+NOW = datetime(2026, 1, 1, tzinfo=UTC)
 DEPLOYMENTS = "{'gpuModel': 'MI300X', 'gpuCount': 1, 'precision': 'fp8', 'metric': 'latency'}, {'gpuModel': 'MI300X', 'gpuCount': 1, 'precision': 'bf16', 'metric': 'latency'}, {'gpuModel': 'MI300X', 'gpuCount': 2, 'precision': 'fp16', 'metric': 'throughput'}"
 
 
@@ -42,49 +42,83 @@ def node(name: str, **labels: str) -> dict:
 def model(image: str = "r.io/llama:1", source: str = "https://huggingface.co/meta-llama/Llama-3.1-8B-Instruct") -> dict:
     labels = {"com.amd.aim.model.recommendedDeployments": DEPLOYMENTS, "com.amd.aim.model.source": source}
     record = DiscoveryRecord(image=image, read_at=NOW, digest="sha256:1", metadata=parse_image_labels(labels))
-    return {"apiVersion": "aim.silogen.ai/v1alpha1", "kind": "AIMClusterModel",
-            "metadata": {"name": "llama", "uid": "m-1", "annotations": {"aim.silogen.ai/image-metadata": record.to_json()}},
-            "spec": {"name": "meta/llama:1", "image": image}}
+    return {
+        "apiVersion": "aim.silogen.ai/v1alpha1",
+        "kind": "AIMClusterModel",
+        "metadata": {"name": "llama", "uid": "m-1", "annotations": {"aim.silogen.ai/image-metadata": record.to_json()}},
+        "spec": {"name": "meta/llama:1", "image": image},
+    }
 
 
 def template(**spec: object) -> dict:
     return {"metadata": {"name": "t", "namespace": "ns"}, "spec": {"model": "meta/llama:1", **spec}}
 
 
-@pytest.mark.parametrize("text, expected", [("MI300X (rev 2)", "MI300X"), ("Instinct-MI325X", "MI325X"), ("AMD Instinct MI300X", "MI300X"),
-                                            ("RX7900-XTX", "RX7900"), ("NVIDIA-H100-80GB-HBM3", "H100"), ("Tesla-T4", "T4"),
-                                            ("NVIDIA-A100-SXM4-80GB", "A100"), ("mi300x", "MI300X")])
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        ("MI300X (rev 2)", "MI300X"),
+        ("Instinct-MI325X", "MI325X"),
+        ("AMD Instinct MI300X", "MI300X"),
+        ("RX7900-XTX", "RX7900"),
+        ("NVIDIA-H100-80GB-HBM3", "H100"),
+        ("Tesla-T4", "T4"),
+        ("NVIDIA-A100-SXM4-80GB", "A100"),
+        ("mi300x", "MI300X"),
+    ],
+)
 def test_gpu_names_normalise(text: str, expected: str) -> None:
     assert normalize_gpu_model(text) == expected
 
 
 def test_amd_and_nvidia_nodes() -> None:
-    inventory = cluster_gpus([
-        node("a", **{"amd.com/gpu.device-id": "0x74A1", "amd.com/gpu.count": "8"}),
-        node("b", **{"beta.amd.com/gpu.device-id.74b5": "4"}),
-        node("c", **{"amd.com/gpu.family": "AMD Instinct MI325X"}),
-        node("d", **{"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3", "nvidia.com/gpu.count": "2"}),
-        node("e", **{"amd.com/gpu.device-id": "ffff"}),
-        node("cpu"),
-    ])
+    inventory = cluster_gpus(
+        [
+            node("a", **{"amd.com/gpu.device-id": "0x74A1", "amd.com/gpu.count": "8"}),
+            node("b", **{"beta.amd.com/gpu.device-id.74b5": "4"}),
+            node("c", **{"amd.com/gpu.family": "AMD Instinct MI325X"}),
+            node("d", **{"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3", "nvidia.com/gpu.count": "2"}),
+            node("e", **{"amd.com/gpu.device-id": "ffff"}),
+            node("cpu"),
+        ]
+    )
     assert inventory.models() == ["AMD-FFFF", "H100", "MI300X", "MI325X"]
     assert gpu_unavailable("MI300X", 8, inventory) is None
     assert gpu_unavailable("H100", 2, inventory) is None
     assert "largest node has 2" in (gpu_unavailable("H100", 4, inventory) or "")
     assert "not available in cluster" in (gpu_unavailable("MI355X", 1, inventory) or "")
-    terms = node_affinity("MI300X", inventory)["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+    terms = node_affinity("MI300X", inventory)["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
+        "nodeSelectorTerms"
+    ]
     assert terms == [
-        {"matchExpressions": [{"key": "amd.com/gpu.device-id", "operator": "In", "values": ["74a1", "74a9", "74b5", "74bd"]}]},
+        {
+            "matchExpressions": [
+                {"key": "amd.com/gpu.device-id", "operator": "In", "values": ["74a1", "74a9", "74b5", "74bd"]}
+            ]
+        },
         {"matchExpressions": [{"key": "beta.amd.com/gpu.device-id.74b5", "operator": "In", "values": ["4"]}]},
     ]
 
 
 def test_profile_matching() -> None:
     deployments = parse_image_labels({"com.amd.aim.model.recommendedDeployments": DEPLOYMENTS}).recommended_deployments
-    assert match_profile({"gpuModel": "mi300x", "gpusPerReplica": 1, "metric": "latency", "precision": "auto"}, deployments)["precision"] == "fp8"
-    assert match_profile({"gpuModel": "MI300X", "gpusPerReplica": 1, "metric": "latency", "precision": "bf16"}, deployments)["precision"] == "bf16"
+    assert (
+        match_profile(
+            {"gpuModel": "mi300x", "gpusPerReplica": 1, "metric": "latency", "precision": "auto"}, deployments
+        )["precision"]
+        == "fp8"
+    )
+    assert (
+        match_profile(
+            {"gpuModel": "MI300X", "gpusPerReplica": 1, "metric": "latency", "precision": "bf16"}, deployments
+        )["precision"]
+        == "bf16"
+    )
     assert match_profile({"gpuModel": "MI300X", "gpusPerReplica": 2, "metric": "latency"}, deployments) is None
-    assert match_profile({"gpuModel": "MI300X", "gpusPerReplica": 2, "metric": "throughput"}, deployments)["precision"] == "fp16"
+    assert (
+        match_profile({"gpuModel": "MI300X", "gpusPerReplica": 2, "metric": "throughput"}, deployments)["precision"]
+        == "fp16"
+    )
 
 
 def test_template_resolution_states() -> None:
@@ -119,19 +153,31 @@ def test_workload_names_fit_the_kserve_host_label() -> None:
 
 
 def test_rendered_workload_and_references() -> None:
-    service = {"apiVersion": "aim.silogen.ai/v1alpha1", "kind": "AIMService",
-               "metadata": {"name": "chat", "namespace": "ns", "uid": "s-1"}, "spec": {"model": "meta/llama:1", "templateRef": "t", "replicas": 2}}
-    tmpl = {**template(gpuModel="MI300X", gpusPerReplica=1, metric="latency"), "status": {"status": "Available", "modelSources": ["hf://meta-llama/Llama-3.1-8B-Instruct"]}}
+    service = {
+        "apiVersion": "aim.silogen.ai/v1alpha1",
+        "kind": "AIMService",
+        "metadata": {"name": "chat", "namespace": "ns", "uid": "s-1"},
+        "spec": {"model": "meta/llama:1", "templateRef": "t", "replicas": 2},
+    }
+    tmpl = {
+        **template(gpuModel="MI300X", gpusPerReplica=1, metric="latency"),
+        "status": {"status": "Available", "modelSources": ["hf://meta-llama/Llama-3.1-8B-Instruct"]},
+    }
     config = {"metadata": {"name": "default"}, "spec": {"images": {"imagePullSecrets": ["reg"]}}}
     resolution = resolve_references(service, [model()], {"t": tmpl}, {"default": config})
     assert not resolution.blocked and resolution.deployment["precision"] == "fp8"
     gpus = cluster_gpus([node("a", **{"amd.com/gpu.device-id": "74a1"})])
-    isvc = render_inference_service(service, resolution, gpus, [CacheMount("hf://meta-llama/Llama-3.1-8B-Instruct", "c1", "c1-pvc")])
+    isvc = render_inference_service(
+        service, resolution, gpus, [CacheMount("hf://meta-llama/Llama-3.1-8B-Instruct", "c1", "c1-pvc")]
+    )
     predictor = isvc["spec"]["predictor"]
     assert predictor["imagePullSecrets"] == [{"name": "reg"}] and predictor["minReplicas"] == 2
     env = [e["name"] for e in predictor["containers"][0]["env"]]
     assert env == sorted(env) and "AIM_PRECISION" in env
-    assert predictor["containers"][0]["resources"] == {"requests": {"cpu": "4", "memory": "32Gi", "amd.com/gpu": "1"}, "limits": {"memory": "48Gi", "amd.com/gpu": "1"}}
+    assert predictor["containers"][0]["resources"] == {
+        "requests": {"cpu": "4", "memory": "32Gi", "amd.com/gpu": "1"},
+        "limits": {"memory": "48Gi", "amd.com/gpu": "1"},
+    }
     assert contains({**isvc, "status": {"x": 1}}, isvc) and update_patch(isvc, isvc) is None
     changed = {**isvc, "spec": {"predictor": {**predictor, "minReplicas": 3, "maxReplicas": 3}}}
     assert update_patch(isvc, changed)["spec"]["predictor"]["minReplicas"] == 3
@@ -141,11 +187,16 @@ def test_rendered_workload_and_references() -> None:
     assert resolve_references(service, [], {"t": tmpl}, {"default": config}).reason == "ModelNotFound"
     assert resolve_references(service, [model()], {}, {"default": config}).reason == "TemplateNotFound"
     no_config = resolve_references(service, [model()], {"t": tmpl}, {})
-    assert (no_config.status, no_config.reason) == ("Failed", "RuntimeConfigMissing")  # aim-engine: a missing reference is Failed
+    assert (no_config.status, no_config.reason) == (
+        "Failed",
+        "RuntimeConfigMissing",
+    )  # aim-engine: a missing reference is Failed
     pending = {**tmpl, "status": {"status": "Progressing"}}
     assert (resolve_references(service, [model()], {"t": pending}, {"default": config}).status) == "Pending"
     blocked = blocked_status(resolve_references(service, [model()], {}, {"default": config}), False)
-    assert blocked.status == "Failed" and {c.type: c.reason for c in blocked.conditions}["Failure"] == "TemplateNotFound"
+    assert (
+        blocked.status == "Failed" and {c.type: c.reason for c in blocked.conditions}["Failure"] == "TemplateNotFound"
+    )
 
 
 def test_service_status_from_what_the_cluster_reports() -> None:
@@ -155,19 +206,31 @@ def test_service_status_from_what_the_cluster_reports() -> None:
     assert service_status(True, "CacheWarm", "", ready_isvc, {"status": {}}, True, None).status == "Starting"
     assert service_status(True, "CacheWarm", "", {"status": {}}, accepted, True, None).status == "Starting"
     assert service_status(False, "WaitingForCache", "", None, None, True, None).status == "Starting"
-    assert service_status(False, "CacheFailed", "", None, None, True, None).status == "Failed"  # as aim-engine reports it
-    refused = {"status": {"parents": [{"conditions": [{"type": "Accepted", "status": "False", "reason": "NotAllowedByListeners"}]}]}}
+    assert (
+        service_status(False, "CacheFailed", "", None, None, True, None).status == "Failed"
+    )  # as aim-engine reports it
+    refused = {
+        "status": {
+            "parents": [{"conditions": [{"type": "Accepted", "status": "False", "reason": "NotAllowedByListeners"}]}]
+        }
+    }
     degraded = service_status(True, "CacheWarm", "", ready_isvc, refused, True, None)
-    assert degraded.status == "Degraded" and {c.type: c.reason for c in degraded.conditions}["RoutingReady"] == "NotAllowedByListeners"
+    assert (
+        degraded.status == "Degraded"
+        and {c.type: c.reason for c in degraded.conditions}["RoutingReady"] == "NotAllowedByListeners"
+    )
     assert service_status(True, "CacheWarm", "", ready_isvc, None, False, None).status == "Running"
 
 
 def test_profile_choice_ranks_metric_before_precision() -> None:
     """aim-engine ranks metric (latency < throughput) before precision: a template open on both takes
     the latency profile even when a throughput profile has the preferred precision."""
-    deployments = parse_image_labels({"com.amd.aim.model.recommendedDeployments":
-                                      "{'gpuModel': 'MI300X', 'gpuCount': 1, 'precision': 'fp8', 'metric': 'throughput'}, "
-                                      "{'gpuModel': 'MI300X', 'gpuCount': 1, 'precision': 'bf16', 'metric': 'latency'}"}).recommended_deployments
+    deployments = parse_image_labels(
+        {
+            "com.amd.aim.model.recommendedDeployments": "{'gpuModel': 'MI300X', 'gpuCount': 1, 'precision': 'fp8', 'metric': 'throughput'}, "
+            "{'gpuModel': 'MI300X', 'gpuCount': 1, 'precision': 'bf16', 'metric': 'latency'}"
+        }
+    ).recommended_deployments
     chosen = match_profile({"gpuModel": "MI300X", "gpusPerReplica": 1, "precision": "auto"}, deployments)
     assert (chosen["metric"], chosen["precision"]) == ("latency", "bf16")
 
@@ -181,7 +244,11 @@ def test_workload_names_are_unique_and_stable_per_namespace_and_service() -> Non
     assert chat != batch and chat == workload_name("llama-3-1-8b-chat", namespace)
     assert route_name("llama-3-1-8b-chat", namespace) != route_name("llama-3-1-8b-batch", namespace)
     for ns in (namespace, "a" * 42, "team-a"):
-        names = [f"llama-3-1-8b-instruct-{suffix}" for suffix in ("chat", "batch", "eval", "x" * 30, "y" * 30)] + ["svc.a", "svc-a", "Svc-A"]
+        names = [f"llama-3-1-8b-instruct-{suffix}" for suffix in ("chat", "batch", "eval", "x" * 30, "y" * 30)] + [
+            "svc.a",
+            "svc-a",
+            "Svc-A",
+        ]
         workloads = {workload_name(n, ns) for n in names}
         routes = {route_name(n, ns) for n in names}
         assert len(workloads) == len(names) and len(routes) == len(names)
@@ -191,40 +258,66 @@ def test_workload_names_are_unique_and_stable_per_namespace_and_service() -> Non
 
 
 def _service(**spec: object) -> dict:
-    return {"apiVersion": "aim.silogen.ai/v1alpha1", "kind": "AIMService", "metadata": {"name": "auto", "namespace": "ns", "uid": "s-2"},
-            "spec": {"model": "meta/llama:1", **spec}}
+    return {
+        "apiVersion": "aim.silogen.ai/v1alpha1",
+        "kind": "AIMService",
+        "metadata": {"name": "auto", "namespace": "ns", "uid": "s-2"},
+        "spec": {"model": "meta/llama:1", **spec},
+    }
 
 
 def _available(name: str, **spec: object) -> dict:
-    return {"metadata": {"name": name, "namespace": "ns"}, "spec": {"model": "meta/llama:1", **spec},
-            "status": {"status": "Available", "modelSources": ["hf://meta-llama/Llama-3.1-8B-Instruct"]}}
+    return {
+        "metadata": {"name": name, "namespace": "ns"},
+        "spec": {"model": "meta/llama:1", **spec},
+        "status": {"status": "Available", "modelSources": ["hf://meta-llama/Llama-3.1-8B-Instruct"]},
+    }
 
 
 def _model_with(deployments: str) -> dict:
-    labels = {"com.amd.aim.model.recommendedDeployments": deployments, "com.amd.aim.model.source": "hf://meta-llama/Llama-3.1-8B-Instruct"}
+    labels = {
+        "com.amd.aim.model.recommendedDeployments": deployments,
+        "com.amd.aim.model.source": "hf://meta-llama/Llama-3.1-8B-Instruct",
+    }
     record = DiscoveryRecord(image="r.io/llama:1", read_at=NOW, digest="sha256:1", metadata=parse_image_labels(labels))
-    return {"apiVersion": "aim.silogen.ai/v1alpha1", "kind": "AIMClusterModel",
-            "metadata": {"name": "llama", "uid": "m-1", "annotations": {"aim.silogen.ai/image-metadata": record.to_json()}},
-            "spec": {"name": "meta/llama:1", "image": "r.io/llama:1"}}
+    return {
+        "apiVersion": "aim.silogen.ai/v1alpha1",
+        "kind": "AIMClusterModel",
+        "metadata": {"name": "llama", "uid": "m-1", "annotations": {"aim.silogen.ai/image-metadata": record.to_json()}},
+        "spec": {"name": "meta/llama:1", "image": "r.io/llama:1"},
+    }
 
 
 def test_template_auto_selection_filters_and_ranks_as_aim_engine() -> None:
-    deployments = ("{'gpuModel': 'MI300X', 'gpuCount': 1, 'precision': 'fp8', 'metric': 'throughput'}, "
-                   "{'gpuModel': 'MI300X', 'gpuCount': 1, 'precision': 'bf16', 'metric': 'latency'}, "
-                   "{'gpuModel': 'MI325X', 'gpuCount': 1, 'precision': 'fp16', 'metric': 'throughput'}, "
-                   "{'gpuModel': 'MI210', 'gpuCount': 1, 'precision': 'fp8', 'metric': 'latency', 'type': 'preview'}, "
-                   "{'gpuModel': 'H100', 'gpuCount': 1, 'precision': 'fp8', 'metric': 'latency'}")
+    deployments = (
+        "{'gpuModel': 'MI300X', 'gpuCount': 1, 'precision': 'fp8', 'metric': 'throughput'}, "
+        "{'gpuModel': 'MI300X', 'gpuCount': 1, 'precision': 'bf16', 'metric': 'latency'}, "
+        "{'gpuModel': 'MI325X', 'gpuCount': 1, 'precision': 'fp16', 'metric': 'throughput'}, "
+        "{'gpuModel': 'MI210', 'gpuCount': 1, 'precision': 'fp8', 'metric': 'latency', 'type': 'preview'}, "
+        "{'gpuModel': 'H100', 'gpuCount': 1, 'precision': 'fp8', 'metric': 'latency'}"
+    )
     models = [_model_with(deployments)]
     config = {"default": {"metadata": {"name": "default"}, "spec": {}}}
-    gpus = cluster_gpus([node("a", **{"amd.com/gpu.device-id": "74a1"}), node("b", **{"amd.com/gpu.device-id": "74a5"}),
-                         node("c", **{"amd.com/gpu.device-id": "740f"})])
+    gpus = cluster_gpus(
+        [
+            node("a", **{"amd.com/gpu.device-id": "74a1"}),
+            node("b", **{"amd.com/gpu.device-id": "74a5"}),
+            node("c", **{"amd.com/gpu.device-id": "740f"}),
+        ]
+    )
     templates = {
         "thr-fp8": _available("thr-fp8", gpuModel="MI300X", gpusPerReplica=1, metric="throughput", precision="fp8"),
         "lat-bf16": _available("lat-bf16", gpuModel="MI300X", gpusPerReplica=1, metric="latency", precision="bf16"),
         "preview": _available("preview", gpuModel="MI210", gpusPerReplica=1, metric="latency", precision="fp8"),
         "h100": _available("h100", gpuModel="H100", gpusPerReplica=1, metric="latency", precision="fp8"),
-        "other-model": {**_available("other-model", gpuModel="MI300X", gpusPerReplica=1), "spec": {"model": "x/y:1", "gpuModel": "MI300X"}},
-        "pending": {**_available("pending", gpuModel="MI300X", gpusPerReplica=1, metric="latency"), "status": {"status": "Progressing"}},
+        "other-model": {
+            **_available("other-model", gpuModel="MI300X", gpusPerReplica=1),
+            "spec": {"model": "x/y:1", "gpuModel": "MI300X"},
+        },
+        "pending": {
+            **_available("pending", gpuModel="MI300X", gpusPerReplica=1, metric="latency"),
+            "status": {"status": "Progressing"},
+        },
     }
     # Among Available, optimized templates whose GPU is in the cluster, MI300X ranks before MI210 (preview is
     # dropped anyway) and H100 is absent: metric decides between the MI300X ones, latency first.
@@ -232,17 +325,29 @@ def test_template_auto_selection_filters_and_ranks_as_aim_engine() -> None:
     assert not chosen.blocked and chosen.template["metadata"]["name"] == "lat-bf16"
     assert "lat-bf16" in chosen.selected
     # GPU generation outranks metric: an MI325X template wins over every MI300X one.
-    templates["mi325x"] = _available("mi325x", gpuModel="MI325X", gpusPerReplica=1, metric="throughput", precision="fp16")
+    templates["mi325x"] = _available(
+        "mi325x", gpuModel="MI325X", gpusPerReplica=1, metric="throughput", precision="fp16"
+    )
     assert resolve_references(_service(), models, templates, config, gpus).template["metadata"]["name"] == "mi325x"
     del templates["mi325x"]
     # A tie is reported, nothing is guessed.
-    templates["lat-bf16-copy"] = _available("lat-bf16-copy", gpuModel="MI300X", gpusPerReplica=1, metric="latency", precision="bf16")
+    templates["lat-bf16-copy"] = _available(
+        "lat-bf16-copy", gpuModel="MI300X", gpusPerReplica=1, metric="latency", precision="bf16"
+    )
     tie = resolve_references(_service(), models, templates, config, gpus)
-    assert (tie.status, tie.reason) == ("Failed", "TemplateSelectionAmbiguous") and "lat-bf16, lat-bf16-copy" in tie.message
+    assert (tie.status, tie.reason) == (
+        "Failed",
+        "TemplateSelectionAmbiguous",
+    ) and "lat-bf16, lat-bf16-copy" in tie.message
     outcome = blocked_status(tie, False)
     assert {c.type: c.reason for c in outcome.conditions}["Resolved"] == "TemplateSelectionAmbiguous"
     # An explicit templateRef still wins over selection.
-    assert resolve_references(_service(templateRef="thr-fp8"), models, templates, config, gpus).template["metadata"]["name"] == "thr-fp8"
+    assert (
+        resolve_references(_service(templateRef="thr-fp8"), models, templates, config, gpus).template["metadata"][
+            "name"
+        ]
+        == "thr-fp8"
+    )
     # Unoptimized (preview) profiles only when allowed; with only those and no GPU for the others:
     only_preview = {"preview": templates["preview"], "h100": templates["h100"]}
     refused = resolve_references(_service(), models, only_preview, config, gpus)

@@ -5,8 +5,9 @@ from __future__ import annotations
 import copy
 import pathlib
 import re
+from collections.abc import Iterator
 from functools import cache
-from typing import Any, Iterator
+from typing import Any
 
 import jsonschema
 import yaml

@@ -63,7 +63,11 @@ def _causes(exc: ApiException) -> list[dict[str, Any]]:
 
 @pytest.mark.parametrize(("path", "rule", "expected", "manifest"), CORPUS, ids=[p.stem for p, *_ in CORPUS])
 def test_server_rejects_with_422_naming_the_field(
-    custom_api: CustomObjectsApi, kube_namespace: str, path: pathlib.Path, rule: str, expected: str,
+    custom_api: CustomObjectsApi,
+    kube_namespace: str,
+    path: pathlib.Path,
+    rule: str,
+    expected: str,
     manifest: dict[str, Any],
 ) -> None:
     manifest = copy.deepcopy(manifest)

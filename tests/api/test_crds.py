@@ -45,8 +45,16 @@ def test_render_is_deterministic_and_write_crds_writes_every_file(tmp_path) -> N
 def test_all_ten_kinds_present() -> None:
     kinds = {yaml.safe_load(text)["spec"]["names"]["kind"] for text in render_crds().values()}
     assert kinds == {
-        "VariantAutoscaling", "OpenModel", "Model", "AutoscalingPolicy", "AutoscalingPolicyBinding",
-        "AIMClusterModel", "AIMNamespaceConfig", "AIMServiceTemplate", "AIMService", "ModelCache",
+        "VariantAutoscaling",
+        "OpenModel",
+        "Model",
+        "AutoscalingPolicy",
+        "AutoscalingPolicyBinding",
+        "AIMClusterModel",
+        "AIMNamespaceConfig",
+        "AIMServiceTemplate",
+        "AIMService",
+        "ModelCache",
     }
 
 
@@ -60,7 +68,11 @@ def test_crd_metadata_follows_registry(info: KindInfo) -> None:
     assert spec["scope"] == ("Namespaced" if info.namespaced else "Cluster")
     names = spec["names"]
     assert (names["kind"], names["listKind"], names["plural"], names["singular"]) == (
-        info.kind, info.list_kind, info.plural, info.singular)
+        info.kind,
+        info.list_kind,
+        info.plural,
+        info.singular,
+    )
     assert names["shortNames"] == list(info.short_names)
     assert names["categories"] == list(info.categories)
     version = spec["versions"][0]
@@ -105,8 +117,11 @@ def test_variant_autoscaling_schema_rules() -> None:
     assert spec["required"] == ["modelID"]
     props = spec["properties"]
     assert props["variantCost"] == {
-        "default": "10.0", "pattern": r"^\d+(\.\d+)?$", "type": "string",
-        "description": props["variantCost"]["description"]}
+        "default": "10.0",
+        "pattern": r"^\d+(\.\d+)?$",
+        "type": "string",
+        "description": props["variantCost"]["description"],
+    }
     assert props["variantID"]["pattern"] == "^.+-[A-Za-z0-9]+-[1-9][0-9]*$"
     assert props["scaleTargetRef"]["required"] == ["kind", "name"]
     perf = props["variantProfile"]["properties"]["perfParms"]["properties"]

@@ -61,8 +61,14 @@ _PROBE = textwrap.dedent(
 def test_no_docstring_parse_when_models_are_imported_or_used(tmp_path) -> None:
     probe = tmp_path / "probe.py"  # a file, so pydantic finds the control model's source
     probe.write_text(_PROBE)
-    result = subprocess.run([sys.executable, str(probe), str(REPO / "deployments" / "examples")], cwd=REPO,
-                            capture_output=True, text=True, timeout=300, check=False)
+    result = subprocess.run(
+        [sys.executable, str(probe), str(REPO / "deployments" / "examples")],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
     assert result.returncode == 0, result.stderr
     seen = json.loads(result.stdout.strip().splitlines()[-1])
     assert seen["control"] > 0, "the probe no longer sees pydantic's docstring parse: the check proves nothing"

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
 from pydantic import TypeAdapter, ValidationError
@@ -19,7 +19,7 @@ from engine.api.meta import (
     set_condition,
 )
 
-T0 = datetime(2026, 1, 9, 22, 0, 0, tzinfo=timezone.utc)
+T0 = datetime(2026, 1, 9, 22, 0, 0, tzinfo=UTC)
 T1 = T0 + timedelta(minutes=5)
 
 
@@ -48,13 +48,25 @@ def test_set_condition_moves_transition_time_when_status_changes() -> None:
 
 def test_set_condition_does_not_mutate_and_keeps_other_conditions_in_order() -> None:
     original = [
-        {"type": "MetricsAvailable", "status": "True", "reason": "MetricsAvailable", "message": "",
-         "lastTransitionTime": "2026-01-09T22:00:00Z"},
-        {"type": "OptimizationReady", "status": "True", "reason": "OptimizationSucceeded", "message": "",
-         "lastTransitionTime": "2026-01-09T22:00:00Z"},
+        {
+            "type": "MetricsAvailable",
+            "status": "True",
+            "reason": "MetricsAvailable",
+            "message": "",
+            "lastTransitionTime": "2026-01-09T22:00:00Z",
+        },
+        {
+            "type": "OptimizationReady",
+            "status": "True",
+            "reason": "OptimizationSucceeded",
+            "message": "",
+            "lastTransitionTime": "2026-01-09T22:00:00Z",
+        },
     ]
     snapshot = [dict(item) for item in original]
-    result = set_condition(original, "MetricsAvailable", "False", "MetricsUnavailable", "gone", T1, observed_generation=2)
+    result = set_condition(
+        original, "MetricsAvailable", "False", "MetricsUnavailable", "gone", T1, observed_generation=2
+    )
     assert original == snapshot
     assert [c.type for c in result] == ["MetricsAvailable", "OptimizationReady"]
     assert result[0].last_transition_time == T1 and result[0].observed_generation == 2
@@ -134,10 +146,20 @@ def test_object_meta_round_trip_adds_no_empty_collections() -> None:
 def test_condition_lists_are_keyed_by_type() -> None:
     from engine.api.validate import ManifestInvalid, parse_object
 
-    condition = {"type": "Ready", "status": "True", "reason": "Ready", "message": "",
-                 "lastTransitionTime": "2026-01-09T22:00:00Z"}
-    manifest = {"apiVersion": "aim.silogen.ai/v1alpha1", "kind": "ModelCache", "metadata": {"name": "c"},
-                "spec": {"sourceUri": "hf://a/b"}, "status": {"conditions": [condition, dict(condition)]}}
+    condition = {
+        "type": "Ready",
+        "status": "True",
+        "reason": "Ready",
+        "message": "",
+        "lastTransitionTime": "2026-01-09T22:00:00Z",
+    }
+    manifest = {
+        "apiVersion": "aim.silogen.ai/v1alpha1",
+        "kind": "ModelCache",
+        "metadata": {"name": "c"},
+        "spec": {"sourceUri": "hf://a/b"},
+        "status": {"conditions": [condition, dict(condition)]},
+    }
     with pytest.raises(ManifestInvalid) as info:
         parse_object(manifest)
     assert info.value.field_path == "status.conditions"

@@ -53,9 +53,13 @@ def test_checked_in_examples_carry_no_status() -> None:
     for path in listed.stdout.split():
         if not path.endswith((".yaml", ".yml")):
             continue
-        text = subprocess.run(["git", "show", f"HEAD:{path}"], cwd=repo, capture_output=True, text=True, check=True).stdout
+        text = subprocess.run(
+            ["git", "show", f"HEAD:{path}"], cwd=repo, capture_output=True, text=True, check=True
+        ).stdout
         for doc in yaml.safe_load_all(text):
-            assert not (doc or {}).get("status"), f"{path}: {(doc or {}).get('kind')} {doc['metadata']['name']} has a status"
+            assert not (doc or {}).get("status"), (
+                f"{path}: {(doc or {}).get('kind')} {doc['metadata']['name']} has a status"
+            )
 
 
 def _va(spec: dict[str, Any]) -> dict[str, Any]:
@@ -92,9 +96,7 @@ def test_variant_autoscaling_accepts_first_generation() -> None:
 
 
 def test_variant_autoscaling_accepts_second_generation_with_default_cost() -> None:
-    va = parse_object(
-        _va({"modelID": "meta/llama-3.1-8b", "scaleTargetRef": {"kind": "Deployment", "name": "llama"}})
-    )
+    va = parse_object(_va({"modelID": "meta/llama-3.1-8b", "scaleTargetRef": {"kind": "Deployment", "name": "llama"}}))
     assert va.spec.variant_cost == "10.0"
     assert va.spec.scale_target_ref.api_version is None
     assert va.spec.variant_profile is None
@@ -103,14 +105,23 @@ def test_variant_autoscaling_accepts_second_generation_with_default_cost() -> No
 def test_variant_autoscaling_status_allows_scale_to_zero_and_seed_conditions() -> None:
     manifest = _va({"modelID": "m"})
     manifest["status"] = {
-        "currentAlloc": {"variantID": "m-A100-1", "accelerator": "A100", "numReplicas": 0, "maxBatch": 0,
-                         "variantCost": "40.00"},
+        "currentAlloc": {
+            "variantID": "m-A100-1",
+            "accelerator": "A100",
+            "numReplicas": 0,
+            "maxBatch": 0,
+            "variantCost": "40.00",
+        },
         "desiredOptimizedAlloc": {"lastRunTime": "2026-01-09T22:00:00Z", "accelerator": "A100", "numReplicas": 0},
         "actuation": {"applied": True},
         "conditions": [
-            {"type": "MetricsAvailable", "status": "True", "reason": "MetricsAvailable",
-             "message": "Saturation metrics data is available for scaling decisions",
-             "lastTransitionTime": "2026-01-09T22:00:00Z"},
+            {
+                "type": "MetricsAvailable",
+                "status": "True",
+                "reason": "MetricsAvailable",
+                "message": "Saturation metrics data is available for scaling decisions",
+                "lastTransitionTime": "2026-01-09T22:00:00Z",
+            },
         ],
     }
     va = parse_object(manifest)
@@ -158,8 +169,14 @@ def test_kthena_binding_defaults_and_status_state() -> None:
             "spec": {
                 "policyRef": {"name": "p"},
                 "optimizerConfiguration": {
-                    "params": [{"target": {"targetRef": {"kind": "Deployment", "name": "a"}, "metricEndpoint": {}},
-                                "cost": 10, "minReplicas": 1, "maxReplicas": 4}],
+                    "params": [
+                        {
+                            "target": {"targetRef": {"kind": "Deployment", "name": "a"}, "metricEndpoint": {}},
+                            "cost": 10,
+                            "minReplicas": 1,
+                            "maxReplicas": 4,
+                        }
+                    ],
                 },
             },
             "status": {
@@ -191,7 +208,10 @@ def test_aim_defaults() -> None:
         {"metadata": {"name": "default"}, "spec": {"routing": {"gateway": {"name": "gw"}}}}
     )
     assert config.spec.routing.auto_create_route is True
-    assert (config.spec.routing.gateway.group, config.spec.routing.gateway.kind) == ("gateway.networking.k8s.io", "Gateway")
+    assert (config.spec.routing.gateway.group, config.spec.routing.gateway.kind) == (
+        "gateway.networking.k8s.io",
+        "Gateway",
+    )
     cache = ModelCache.model_validate({"metadata": {"name": "c"}, "spec": {"sourceUri": "hf://a/b"}, "status": {}})
     assert cache.status.status == "Pending"
 
@@ -223,8 +243,12 @@ def test_error_path_through_lists() -> None:
 
 def test_error_path_for_quantity_drops_union_tags() -> None:
     error = _error(
-        {"apiVersion": "aim.silogen.ai/v1alpha1", "kind": "ModelCache", "metadata": {"name": "c"},
-         "spec": {"sourceUri": "hf://a/b", "size": 1.5}}
+        {
+            "apiVersion": "aim.silogen.ai/v1alpha1",
+            "kind": "ModelCache",
+            "metadata": {"name": "c"},
+            "spec": {"sourceUri": "hf://a/b", "size": 1.5},
+        }
     )
     assert error.field_path == "spec.size"
 
@@ -236,8 +260,12 @@ def test_error_for_foreign_kind_and_missing_kind() -> None:
 
 
 def test_binding_needs_exactly_one_configuration() -> None:
-    base = {"apiVersion": "registry.volcano.sh/v1alpha1", "kind": "AutoscalingPolicyBinding",
-            "metadata": {"name": "b"}, "spec": {"policyRef": {"name": "p"}}}
+    base = {
+        "apiVersion": "registry.volcano.sh/v1alpha1",
+        "kind": "AutoscalingPolicyBinding",
+        "metadata": {"name": "b"},
+        "spec": {"policyRef": {"name": "p"}},
+    }
     assert _error(base).field_path == "spec"
 
 

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import pathlib
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 import pytest
 import yaml

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import uuid
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import pytest
 
@@ -43,8 +43,9 @@ def test_first_consumer_creates_the_cache_named_and_labelled_by_identity(any_clu
 def test_a_second_consumer_adopts_the_existing_cache(any_cluster: Cluster, ns: str) -> None:
     first = ensure_cache(any_cluster, ns, LLAMA, requested_by="AIMService/x/chat")
     # Same weights, spelled differently (explicit default revision).
-    second = ensure_cache(any_cluster, ns, parse_source("hf://meta-llama/Llama-3.1-8B-Instruct@main"),
-                          requested_by="Model/x/llama")
+    second = ensure_cache(
+        any_cluster, ns, parse_source("hf://meta-llama/Llama-3.1-8B-Instruct@main"), requested_by="Model/x/llama"
+    )
     assert second["metadata"]["name"] == first["metadata"]["name"]
     assert len(any_cluster.list(*MC, namespace=ns)) == 1
     assert second["metadata"]["annotations"]["modelplane.io/requested-by"] == "AIMService/x/chat,Model/x/llama"
@@ -64,7 +65,9 @@ def test_a_persons_cache_of_the_same_source_is_adopted_not_duplicated(any_cluste
 def test_another_storage_class_or_another_revision_gets_its_own_cache(any_cluster: Cluster, ns: str) -> None:
     any_cluster.create(person_cache(ns, "my-llama", "hf://meta-llama/Llama-3.1-8B-Instruct", "fast"))
     other_class = ensure_cache(any_cluster, ns, LLAMA, storage_class="slow", requested_by="a/b/c")
-    other_rev = ensure_cache(any_cluster, ns, parse_source("hf://meta-llama/Llama-3.1-8B-Instruct@v2"), requested_by="a/b/c")
+    other_rev = ensure_cache(
+        any_cluster, ns, parse_source("hf://meta-llama/Llama-3.1-8B-Instruct@v2"), requested_by="a/b/c"
+    )
     names = {c["metadata"]["name"] for c in any_cluster.list(*MC, namespace=ns)}
     assert names == {"my-llama", other_class["metadata"]["name"], other_rev["metadata"]["name"]}
     assert other_class["spec"]["storageClassName"] == "slow"
@@ -77,8 +80,12 @@ def test_find_cache_prefers_the_exact_identity_then_the_best_status() -> None:
             obj["status"] = {"status": status}
         return obj
 
-    caches = [cache("failed", None, "Failed"), cache("ready", None, "Available"), cache("other", "fast", "Available"),
-              person_cache("n", "broken", "ftp://nope")]
+    caches = [
+        cache("failed", None, "Failed"),
+        cache("ready", None, "Available"),
+        cache("other", "fast", "Available"),
+        person_cache("n", "broken", "ftp://nope"),
+    ]
     assert find_cache(caches, LLAMA)["metadata"]["name"] == "ready"
     assert find_cache(caches, LLAMA, "fast")["metadata"]["name"] == "other"
     assert find_cache(caches, LLAMA, "slow")["metadata"]["name"] == "ready"  # a class-less cache is shared
@@ -92,7 +99,7 @@ def test_sources_mounted_directly_are_not_cached(any_cluster: Cluster, ns: str) 
 
 def test_mark_used_writes_last_used_through_status(any_cluster: Cluster, ns: str) -> None:
     cache = ensure_cache(any_cluster, ns, LLAMA, requested_by="a/b/c")
-    now = datetime(2026, 11, 23, 10, 0, 5, 123, tzinfo=timezone.utc)
+    now = datetime(2026, 11, 23, 10, 0, 5, 123, tzinfo=UTC)
     updated = mark_used(any_cluster, cache, now)
     assert updated["status"]["lastUsed"] == "2026-11-23T10:00:05Z"
     assert mark_used(any_cluster, updated, now)["metadata"]["resourceVersion"] == updated["metadata"]["resourceVersion"]

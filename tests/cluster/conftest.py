@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import copy
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 import yaml
@@ -84,7 +85,9 @@ def seed_objects(namespace: str, other: str, suite: str) -> list[Manifest]:
     ]
 
 
-def va_manifest(name: str, namespace: str, labels: dict[str, str] | None = None, model: str = "meta/llama-3.1-8b") -> Manifest:
+def va_manifest(
+    name: str, namespace: str, labels: dict[str, str] | None = None, model: str = "meta/llama-3.1-8b"
+) -> Manifest:
     """A valid VariantAutoscaling (the real CRD requires ``spec.modelID``)."""
     return {
         "apiVersion": VA[0],

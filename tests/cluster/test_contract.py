@@ -330,13 +330,19 @@ def test_post_event_is_listed(cluster: Cluster, ns: str) -> None:
     obj = cluster.get(*VA, "seed-va", ns)
     event = cluster.post_event(obj, "OptimizationSucceeded", "2 replicas of A100", "Normal")
     assert event["metadata"]["name"].startswith("seed-va.")
-    events = [e for e in cluster.list("v1", "Event", namespace=ns) if e["metadata"]["name"] == event["metadata"]["name"]]
+    events = [
+        e for e in cluster.list("v1", "Event", namespace=ns) if e["metadata"]["name"] == event["metadata"]["name"]
+    ]
     assert len(events) == 1
     listed = events[0]
     assert listed["involvedObject"]["uid"] == obj["metadata"]["uid"]
     assert listed["involvedObject"]["kind"] == VA[1] and listed["involvedObject"]["name"] == "seed-va"
     assert listed["involvedObject"]["namespace"] == ns
-    assert (listed["reason"], listed["message"], listed["type"]) == ("OptimizationSucceeded", "2 replicas of A100", "Normal")
+    assert (listed["reason"], listed["message"], listed["type"]) == (
+        "OptimizationSucceeded",
+        "2 replicas of A100",
+        "Normal",
+    )
     assert listed["source"]["component"] == "modelplane" and listed["count"] == 1
     assert listed["firstTimestamp"] and listed["lastTimestamp"]
     assert (listed["apiVersion"], listed["kind"]) == ("v1", "Event")
@@ -392,7 +398,9 @@ def test_invalid_reports_field(backend: Backend, cluster: Cluster, ns: str) -> N
         ("acceleratorCount", "2", "must be of type integer"),
     ],
 )
-def test_schema_rejects_invalid_create_and_patch(cluster: Cluster, ns: str, field: str, value: object, message: str) -> None:
+def test_schema_rejects_invalid_create_and_patch(
+    cluster: Cluster, ns: str, field: str, value: object, message: str
+) -> None:
     manifest = va_manifest("checked", ns)
     manifest["spec"][field] = value
     with pytest.raises(Invalid) as info:
@@ -407,8 +415,20 @@ def test_schema_rejects_invalid_create_and_patch(cluster: Cluster, ns: str, fiel
 
 def test_schema_validates_status_writes(cluster: Cluster, ns: str) -> None:
     with pytest.raises(Invalid) as info:
-        cluster.patch_status(va_ref(ns), {"conditions": [{"type": "Ready", "status": "Maybe", "reason": "X",
-                                                         "message": "", "lastTransitionTime": "2025-01-01T00:00:00Z"}]})
+        cluster.patch_status(
+            va_ref(ns),
+            {
+                "conditions": [
+                    {
+                        "type": "Ready",
+                        "status": "Maybe",
+                        "reason": "X",
+                        "message": "",
+                        "lastTransitionTime": "2025-01-01T00:00:00Z",
+                    }
+                ]
+            },
+        )
     assert info.value.field == "status.conditions[0].status"
 
 
@@ -416,15 +436,23 @@ AIM = "aim.silogen.ai/v1alpha1"
 
 
 def test_schema_defaults_are_filled_in(cluster: Cluster, ns: str) -> None:
-    template = cluster.create({
-        "apiVersion": AIM, "kind": "AIMServiceTemplate", "metadata": {"name": "tpl", "namespace": ns},
-        "spec": {"model": "meta-llama-3-8b"},
-    })
+    template = cluster.create(
+        {
+            "apiVersion": AIM,
+            "kind": "AIMServiceTemplate",
+            "metadata": {"name": "tpl", "namespace": ns},
+            "spec": {"model": "meta-llama-3-8b"},
+        }
+    )
     assert template["spec"]["precision"] == "auto" and template["spec"]["warmCache"] is False
-    service = cluster.create({
-        "apiVersion": AIM, "kind": "AIMService", "metadata": {"name": "svc", "namespace": ns},
-        "spec": {"model": "meta-llama-3-8b", "templateRef": "tpl"},
-    })
+    service = cluster.create(
+        {
+            "apiVersion": AIM,
+            "kind": "AIMService",
+            "metadata": {"name": "svc", "namespace": ns},
+            "spec": {"model": "meta-llama-3-8b", "templateRef": "tpl"},
+        }
+    )
     assert service["spec"]["replicas"] == 1 and service["spec"]["configRef"] == "default"
     assert cluster.get(AIM, "AIMService", "svc", ns)["spec"]["replicas"] == 1
 
@@ -441,7 +469,15 @@ def test_schema_prunes_unknown_fields(cluster: Cluster, ns: str) -> None:
 
 @pytest.mark.parametrize(
     ("status", "error"),
-    [(403, Forbidden), (401, Forbidden), (404, NotFound), (409, Conflict), (429, Unavailable), (500, Unavailable), (503, Unavailable)],
+    [
+        (403, Forbidden),
+        (401, Forbidden),
+        (404, NotFound),
+        (409, Conflict),
+        (429, Unavailable),
+        (500, Unavailable),
+        (503, Unavailable),
+    ],
 )
 def test_http_errors_become_typed_errors(backend: Backend, cluster: Cluster, ns: str, status: int, error: type) -> None:
     needs_server(backend)
@@ -462,7 +498,7 @@ def test_writes_are_json_shaped(cluster: Cluster, ns: str) -> None:
     """Python values a flow may hand over are stored as JSON would carry them, on both backends."""
     import datetime
 
-    stamp = datetime.datetime(2025, 1, 2, 3, 4, 5, tzinfo=datetime.timezone.utc)
+    stamp = datetime.datetime(2025, 1, 2, 3, 4, 5, tzinfo=datetime.UTC)
     after = cluster.patch_status(
         va_ref(ns),
         {"desiredOptimizedAlloc": {"lastRunTime": stamp, "numReplicas": 2}, "conditions": ()},
@@ -480,7 +516,12 @@ def test_builtin_defaults_applied_on_write(cluster: Cluster, ns: str) -> None:
     import base64
 
     secret = cluster.create(
-        {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "hf", "namespace": ns}, "stringData": {"token": "abc"}}
+        {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "metadata": {"name": "hf", "namespace": ns},
+            "stringData": {"token": "abc"},
+        }
     )
     assert secret["data"] == {"token": base64.b64encode(b"abc").decode()} and "stringData" not in secret
     assert secret["type"] == "Opaque"
@@ -493,7 +534,10 @@ def test_builtin_defaults_applied_on_write(cluster: Cluster, ns: str) -> None:
             "metadata": {"name": "defaulted", "namespace": ns},
             "spec": {
                 "selector": {"matchLabels": {"app": "d"}},
-                "template": {"metadata": {"labels": {"app": "d"}}, "spec": {"containers": [{"name": "c", "image": "i"}]}},
+                "template": {
+                    "metadata": {"labels": {"app": "d"}},
+                    "spec": {"containers": [{"name": "c", "image": "i"}]},
+                },
             },
         }
     )
@@ -505,7 +549,9 @@ def test_generation_only_where_the_api_server_keeps_one(cluster: Cluster, ns: st
     """ConfigMaps (and other core kinds) have no generation; custom resources and workloads do."""
     config = cluster.get("v1", "ConfigMap", "seed-config", ns)
     assert "generation" not in config["metadata"]
-    created = cluster.create({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "plain", "namespace": ns}, "data": {"a": "1"}})
+    created = cluster.create(
+        {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "plain", "namespace": ns}, "data": {"a": "1"}}
+    )
     assert "generation" not in created["metadata"]
     patched = cluster.patch_spec(ObjectRef("v1", "ConfigMap", "plain", ns), {"data": {"a": "2"}})
     assert "generation" not in patched["metadata"]
@@ -535,7 +581,9 @@ def test_create_from_a_snapshot_drops_server_owned_metadata(cluster: Cluster, ns
 # ---------------------------------------------------------------------------- watch
 
 
-def test_watch_sends_the_current_objects_then_each_change_until_its_timeout(backend: Backend, cluster: Cluster, ns: str) -> None:
+def test_watch_sends_the_current_objects_then_each_change_until_its_timeout(
+    backend: Backend, cluster: Cluster, ns: str
+) -> None:
     """A bounded watch (the watch-models flow's): every object now as ADDED, then a spec change (new
     generation) as MODIFIED, a delete as DELETED, a create as ADDED; the stream ends by itself."""
     import time
@@ -554,7 +602,12 @@ def test_watch_sends_the_current_objects_then_each_change_until_its_timeout(back
         elif seen[-1][0] == "DELETED":
             cluster.create(va_manifest("later-va", ns))
     elapsed = time.monotonic() - started
-    assert seen == [("ADDED", "seed-va", 1), ("MODIFIED", "seed-va", 2), ("DELETED", "seed-va", 2), ("ADDED", "later-va", 1)]
+    assert seen == [
+        ("ADDED", "seed-va", 1),
+        ("MODIFIED", "seed-va", 2),
+        ("DELETED", "seed-va", 2),
+        ("ADDED", "later-va", 1),
+    ]
     assert 2.5 <= elapsed < 15, f"the watch ends after its timeout, not before or long after ({elapsed:.1f}s)"
 
 
@@ -562,4 +615,6 @@ def test_watch_all_namespaces_and_core_kinds(backend: Backend, cluster: Cluster,
     names = {(e.object["metadata"]["namespace"], e.type) for e in cluster.watch(*VA, timeout_s=1)}
     assert {(ns, "ADDED"), (backend.other_namespace, "ADDED")} <= names
     configs = [e for e in cluster.watch("v1", "ConfigMap", namespace=ns, timeout_s=1)]
-    assert [(e.type, e.object["kind"], e.object["metadata"]["name"]) for e in configs] == [("ADDED", "ConfigMap", "seed-config")]
+    assert [(e.type, e.object["kind"], e.object["metadata"]["name"]) for e in configs] == [
+        ("ADDED", "ConfigMap", "seed-config")
+    ]

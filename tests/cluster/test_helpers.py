@@ -112,7 +112,11 @@ def test_retry_on_conflict_rereads_and_uses_fresh_versions() -> None:
     cluster = FlakyCluster(conflicts=2)
     delays: list[float] = []
     result = retry_on_conflict(cluster, REF, lambda o: {"seen": o["spec"]["n"]}, write="spec", sleep=delays.append)
-    assert [(how, body["seen"], rv) for how, body, rv in cluster.writes] == [("spec", 1, "1"), ("spec", 2, "2"), ("spec", 3, "3")]
+    assert [(how, body["seen"], rv) for how, body, rv in cluster.writes] == [
+        ("spec", 1, "1"),
+        ("spec", 2, "2"),
+        ("spec", 3, "3"),
+    ]
     assert result["spec"] == {"seen": 3} and len(delays) == 2
 
 

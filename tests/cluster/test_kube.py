@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import socket
 import traceback
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 
@@ -55,7 +56,10 @@ WIDGET_CRD: dict[str, Any] = {
                             "spec": {
                                 "type": "object",
                                 "required": ["size"],
-                                "properties": {"size": {"type": "integer", "minimum": 1}, "replicas": {"type": "integer"}},
+                                "properties": {
+                                    "size": {"type": "integer", "minimum": 1},
+                                    "replicas": {"type": "integer"},
+                                },
                             },
                             "status": {"type": "object", "x-kubernetes-preserve-unknown-fields": True},
                         },
@@ -107,13 +111,19 @@ def record_requests(kube: Any, monkeypatch: pytest.MonkeyPatch) -> list[tuple[st
     return seen
 
 
-def test_patches_are_merge_patches_on_the_right_subresource(kube: Any, ns: str, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_patches_are_merge_patches_on_the_right_subresource(
+    kube: Any, ns: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     kube.create(va_manifest("va", ns))
-    kube.create({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "cm", "namespace": ns}, "data": {"a": "1"}})
+    kube.create(
+        {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "cm", "namespace": ns}, "data": {"a": "1"}}
+    )
     seen = record_requests(kube, monkeypatch)
     ref = ObjectRef(*VA, "va", ns)
     kube.patch_spec(ref, {"spec": {"variantCost": "1"}})
-    kube.patch_status(ref, {"actuation": {"applied": True}}, resource_version=kube.get(*VA, "va", ns)["metadata"]["resourceVersion"])
+    kube.patch_status(
+        ref, {"actuation": {"applied": True}}, resource_version=kube.get(*VA, "va", ns)["metadata"]["resourceVersion"]
+    )
     kube.patch_spec(ObjectRef("v1", "ConfigMap", "cm", ns), {"data": {"b": "2"}})
     patches = [(url.split("?")[0], ctype) for method, url, ctype in seen if method == "PATCH"]
     assert [ctype for _, ctype in patches] == ["application/merge-patch+json"] * 3
@@ -124,7 +134,12 @@ def test_patches_are_merge_patches_on_the_right_subresource(kube: Any, ns: str, 
 
 def test_unknown_kind_is_found_by_discovery(kube: Any, ns: str) -> None:
     created = kube.create(
-        {"apiVersion": "example.modelplane.io/v1", "kind": "Widget", "metadata": {"name": "w", "namespace": ns}, "spec": {"size": 2, "replicas": 1}}
+        {
+            "apiVersion": "example.modelplane.io/v1",
+            "kind": "Widget",
+            "metadata": {"name": "w", "namespace": ns},
+            "spec": {"size": 2, "replicas": 1},
+        }
     )
     assert created["metadata"]["generation"] == 1
     ref = ObjectRef("example.modelplane.io/v1", "Widget", "w", ns)
@@ -133,7 +148,14 @@ def test_unknown_kind_is_found_by_discovery(kube: Any, ns: str) -> None:
     scale = kube.get_scale(ref)
     assert (scale.replicas, scale.status_replicas) == (4, 1)
     with pytest.raises(Invalid) as info:
-        kube.create({"apiVersion": "example.modelplane.io/v1", "kind": "Widget", "metadata": {"name": "x", "namespace": ns}, "spec": {}})
+        kube.create(
+            {
+                "apiVersion": "example.modelplane.io/v1",
+                "kind": "Widget",
+                "metadata": {"name": "x", "namespace": ns},
+                "spec": {},
+            }
+        )
     assert info.value.field == "spec.size"
     with pytest.raises(NotFound, match="unknown kind"):
         kube.get("example.modelplane.io/v1", "Gadget", "g", ns)
@@ -162,7 +184,14 @@ def test_errors_carry_no_token_and_no_chained_context(kube: Any, server: Any, ns
 
 
 def test_secret_errors_do_not_quote_the_server_message(kube: Any, server: Any, ns: str) -> None:
-    kube.create({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "hf-token", "namespace": ns}, "stringData": {"token": "x"}})
+    kube.create(
+        {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "metadata": {"name": "hf-token", "namespace": ns},
+            "stringData": {"token": "x"},
+        }
+    )
     server.inject("PATCH", r".*/secrets/hf-token$", 422, message='data[token]: Invalid value: "hunter2-secret"')
     with pytest.raises(Invalid) as info:
         kube.patch_spec(ObjectRef("v1", "Secret", "hf-token", ns), {"stringData": {"token": "hunter2-secret"}})
@@ -280,7 +309,9 @@ def test_retry_after_is_honoured(kube: Any, server: Any, ns: str) -> None:
     assert info.value.retry_after == 2.0  # type: ignore[attr-defined]
     server.inject("PATCH", r"/variantautoscalings/va/status$", 503, retry_after=3)
     waits: list[float] = []
-    written = retry_unavailable(lambda: kube.patch_status(ref, {"actuation": {"applied": True}}), base_delay=0.01, sleep=waits.append)
+    written = retry_unavailable(
+        lambda: kube.patch_status(ref, {"actuation": {"applied": True}}), base_delay=0.01, sleep=waits.append
+    )
     assert written["status"]["actuation"] == {"applied": True}
     assert waits == [3.0]
 

@@ -175,7 +175,10 @@ def test_invalid_yaml_is_reported_and_other_files_load(state: Path) -> None:
 def test_resource_version_persists_across_reopen(state: Path) -> None:
     written = LocalCluster(state).patch_status(ref("llama-a100"), {"actuation": {"applied": True}})
     reopened = LocalCluster(state)
-    assert reopened.get(*VA, "llama-a100", "llm-serving")["metadata"]["resourceVersion"] == written["metadata"]["resourceVersion"]
+    assert (
+        reopened.get(*VA, "llama-a100", "llm-serving")["metadata"]["resourceVersion"]
+        == written["metadata"]["resourceVersion"]
+    )
     later = reopened.patch_spec(ref("llama-h100"), {"spec": {"variantCost": "1"}})
     assert int(later["metadata"]["resourceVersion"]) > int(written["metadata"]["resourceVersion"])
     with pytest.raises(Conflict):
@@ -268,7 +271,9 @@ def test_finalizers_defer_deletion(state: Path) -> None:
 def test_system_metadata_cannot_be_patched(state: Path) -> None:
     cluster = LocalCluster(state)
     before = cluster.get(*VA, "llama-a100", "llm-serving")
-    after = cluster.patch_spec(ref("llama-a100"), {"metadata": {"uid": "forged", "generation": 99, "labels": {"x": "1"}}})
+    after = cluster.patch_spec(
+        ref("llama-a100"), {"metadata": {"uid": "forged", "generation": 99, "labels": {"x": "1"}}}
+    )
     assert after["metadata"]["uid"] == before["metadata"]["uid"] and after["metadata"]["generation"] == 1
     with pytest.raises(Invalid):
         cluster.patch_spec(ref("llama-a100"), {"metadata": {"name": "renamed"}})
@@ -300,7 +305,14 @@ def test_concurrent_read_modify_write_loses_nothing(state: Path) -> None:
             retry_on_conflict(
                 cluster,
                 ref("llama-a100"),
-                lambda obj: {"desiredOptimizedAlloc": {"numReplicas": ((obj.get("status") or {}).get("desiredOptimizedAlloc") or {}).get("numReplicas", 0) + 1}},
+                lambda obj: {
+                    "desiredOptimizedAlloc": {
+                        "numReplicas": ((obj.get("status") or {}).get("desiredOptimizedAlloc") or {}).get(
+                            "numReplicas", 0
+                        )
+                        + 1
+                    }
+                },
                 attempts=100,
                 backoff=lambda _: 0,
             )
@@ -316,8 +328,10 @@ def test_concurrent_read_modify_write_loses_nothing(state: Path) -> None:
 
 def test_hand_edit_under_same_resource_version_still_conflicts(tmp_path: Path) -> None:
     path = tmp_path / "cm.yaml"
-    path.write_text("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: a, namespace: n, resourceVersion: '5'}\ndata: {k: v1}\n"
-                    "---\napiVersion: v1\nkind: ConfigMap\nmetadata: {name: b, namespace: n}\ndata: {k: v1}\n")
+    path.write_text(
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: a, namespace: n, resourceVersion: '5'}\ndata: {k: v1}\n"
+        "---\napiVersion: v1\nkind: ConfigMap\nmetadata: {name: b, namespace: n}\ndata: {k: v1}\n"
+    )
     cluster = LocalCluster(path)
     untouched = cluster.get("v1", "ConfigMap", "b", "n")["metadata"]["resourceVersion"]
     path.write_text(path.read_text().replace("data: {k: v1}\n---", "data: {k: edited}\n---"))
@@ -347,12 +361,11 @@ def test_concurrent_processes_lose_no_update(tmp_path: Path) -> None:
     import subprocess
     import sys
 
-    (tmp_path / "counter.yaml").write_text("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: counter, namespace: n}\ndata: {n: '0'}\n")
+    (tmp_path / "counter.yaml").write_text(
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: counter, namespace: n}\ndata: {n: '0'}\n"
+    )
     repo = Path(__file__).resolve().parents[2]
-    procs = [
-        subprocess.Popen([sys.executable, "-c", WORKER, str(tmp_path), "15"], cwd=repo)
-        for _ in range(3)
-    ]
+    procs = [subprocess.Popen([sys.executable, "-c", WORKER, str(tmp_path), "15"], cwd=repo) for _ in range(3)]
     try:
         assert [p.wait(timeout=120) for p in procs] == [0, 0, 0]
     finally:
@@ -381,4 +394,7 @@ def test_loaded_objects_are_defaulted_in_memory_only(tmp_path: Path) -> None:
     assert labelled["metadata"]["generation"] == 1  # defaulting is not a spec change
     # only the written field reaches the file: no defaults, no bookkeeping, the flow style kept
     assert (tmp_path / "d.yaml").read_text() == text.replace("namespace: n}", "namespace: n, labels: {a: b}}")
-    assert LocalCluster(tmp_path).get("apps/v1", "Deployment", "d", "n")["metadata"]["resourceVersion"] == labelled["metadata"]["resourceVersion"]
+    assert (
+        LocalCluster(tmp_path).get("apps/v1", "Deployment", "d", "n")["metadata"]["resourceVersion"]
+        == labelled["metadata"]["resourceVersion"]
+    )

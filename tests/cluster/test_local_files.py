@@ -43,8 +43,13 @@ def without_status_blocks(text: str) -> list[str]:
 def status_for(obj: dict) -> dict:
     """A valid status write for any kind of the examples."""
     info = lookup(obj["apiVersion"], obj["kind"])
-    condition = {"type": "Ready", "status": "True", "reason": "RoundTrip", "message": "written by the test",
-                 "lastTransitionTime": "2025-01-02T03:04:05Z"}
+    condition = {
+        "type": "Ready",
+        "status": "True",
+        "reason": "RoundTrip",
+        "message": "written by the test",
+        "lastTransitionTime": "2025-01-02T03:04:05Z",
+    }
     if info is not None and info.group in ("llmd.ai", "registry.volcano.sh", "aim.silogen.ai", "llmaz.io"):
         return {"conditions": [condition]}
     return {"observedGeneration": 1}
@@ -148,7 +153,9 @@ metadata: {name: good-after, namespace: ns}
 def test_malformed_document_hides_no_neighbour_and_blocks_writes(tmp_path: Path) -> None:
     path = tmp_path / "mixed.yaml"
     path.write_text(MALFORMED)
-    (tmp_path / "other.yaml").write_text("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: elsewhere, namespace: ns}\n")
+    (tmp_path / "other.yaml").write_text(
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: elsewhere, namespace: ns}\n"
+    )
     cluster = LocalCluster(tmp_path)
     names = [c["metadata"]["name"] for c in cluster.list("v1", "ConfigMap", "ns")]
     assert names == ["elsewhere", "good-after", "good-before"]
@@ -168,7 +175,9 @@ def test_malformed_document_hides_no_neighbour_and_blocks_writes(tmp_path: Path)
 def test_symlinked_manifest_is_written_through(tmp_path: Path) -> None:
     real = tmp_path / "shared" / "va.yaml"
     real.parent.mkdir()
-    real.write_text("apiVersion: llmd.ai/v1alpha1\nkind: VariantAutoscaling\nmetadata:\n  name: v\n  namespace: ns\nspec:\n  modelID: m\n")
+    real.write_text(
+        "apiVersion: llmd.ai/v1alpha1\nkind: VariantAutoscaling\nmetadata:\n  name: v\n  namespace: ns\nspec:\n  modelID: m\n"
+    )
     state = tmp_path / "state"
     state.mkdir()
     link = state / "va.yaml"
@@ -186,13 +195,18 @@ def test_resource_versions_stay_monotonic_across_processes_and_deletes(tmp_path:
     again = second.create({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "gone", "namespace": "ns"}})
     assert int(again["metadata"]["resourceVersion"]) > int(created["metadata"]["resourceVersion"])
     with pytest.raises(Conflict):
-        second.patch_spec(ObjectRef("v1", "ConfigMap", "gone", "ns"), {"data": {"a": "b"}},
-                          resource_version=created["metadata"]["resourceVersion"])
+        second.patch_spec(
+            ObjectRef("v1", "ConfigMap", "gone", "ns"),
+            {"data": {"a": "b"}},
+            resource_version=created["metadata"]["resourceVersion"],
+        )
 
 
 def test_loaded_custom_resources_are_defaulted_and_pruned_in_memory_only(tmp_path: Path) -> None:
-    text = ("apiVersion: aim.silogen.ai/v1alpha1\nkind: AIMServiceTemplate\nmetadata: {name: t, namespace: ns}\n"
-            "spec:\n  model: m\n  junk: 1   # not in the schema\n")
+    text = (
+        "apiVersion: aim.silogen.ai/v1alpha1\nkind: AIMServiceTemplate\nmetadata: {name: t, namespace: ns}\n"
+        "spec:\n  model: m\n  junk: 1   # not in the schema\n"
+    )
     (tmp_path / "t.yaml").write_text(text)
     cluster = LocalCluster(tmp_path)
     spec = cluster.get("aim.silogen.ai/v1alpha1", "AIMServiceTemplate", "t", "ns")["spec"]
@@ -206,7 +220,9 @@ def test_written_strings_read_back_as_strings_in_yaml_1_1(tmp_path: Path) -> Non
     path.write_text("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: c\n  namespace: ns\ndata:\n  a: b\n")
     cluster = LocalCluster(path)
     tricky = {"ratio": "3:1", "flag": "yes", "mode": "0755", "plain": "hello", "on": "on"}
-    cluster.patch_spec(ObjectRef("v1", "ConfigMap", "c", "ns"), {"metadata": {"annotations": tricky}, "data": {"a": "off"}})
+    cluster.patch_spec(
+        ObjectRef("v1", "ConfigMap", "c", "ns"), {"metadata": {"annotations": tricky}, "data": {"a": "off"}}
+    )
     loaded = yaml.safe_load(path.read_text())
     assert loaded["metadata"]["annotations"] == tricky and loaded["data"] == {"a": "off"}
     assert "plain: hello" in path.read_text()

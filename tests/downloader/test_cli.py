@@ -12,7 +12,9 @@ CLI = [sys.executable, "-c", "from flows.cli import main; main()"]
 
 
 def fill(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([*CLI, "cache", "fill", *args], env={**os.environ, **(env or {})}, capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [*CLI, "cache", "fill", *args], env={**os.environ, **(env or {})}, capture_output=True, text=True, timeout=120
+    )
 
 
 def test_fill_from_env_prints_the_manifest(s3_server, tmp_path: pathlib.Path) -> None:  # type: ignore[no-untyped-def]
@@ -57,14 +59,24 @@ def test_fill_honours_kthenas_endpoint_and_keys(s3_server, tmp_path: pathlib.Pat
     s3_server.client().create_bucket(Bucket=bucket)
     s3_server.client().put_object(Bucket=bucket, Key="x/config.json", Body=b'{"a": 1}')
     kthena = {"ENDPOINT": s3_server.endpoint, "ACCESS_KEY": s3_server.access_key, "SECRET_KEY": s3_server.secret_key}
-    result = subprocess.run([*CLI, "cache", "fill", f"s3://{bucket}/x", str(tmp_path), "--json"],
-                            env={**_without_aws(dict(os.environ)), **kthena}, capture_output=True, text=True, timeout=120)
+    result = subprocess.run(
+        [*CLI, "cache", "fill", f"s3://{bucket}/x", str(tmp_path), "--json"],
+        env={**_without_aws(dict(os.environ)), **kthena},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert result.returncode == 0, result.stderr
     assert (tmp_path / "config.json").read_bytes() == b'{"a": 1}'
 
     # A wrong secret: one line naming both spellings of the key variables, never the secret itself.
     wrong = {**kthena, "SECRET_KEY": "kthena-wrong-secret-0123456789"}
-    result = subprocess.run([*CLI, "cache", "fill", f"s3://{bucket}/x", str(tmp_path / "again")],
-                            env={**_without_aws(dict(os.environ)), **wrong}, capture_output=True, text=True, timeout=120)
+    result = subprocess.run(
+        [*CLI, "cache", "fill", f"s3://{bucket}/x", str(tmp_path / "again")],
+        env={**_without_aws(dict(os.environ)), **wrong},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert result.returncode == 1 and result.stderr.startswith("cache fill failed (AuthenticationFailed): ")
     assert "SECRET_KEY" in result.stderr and "kthena-wrong-secret-0123456789" not in result.stderr + result.stdout

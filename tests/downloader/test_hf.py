@@ -53,7 +53,9 @@ def model_files(root: pathlib.Path) -> dict[str, bytes]:
 def test_full_download_at_main(hf_server, repo, tmp_path: pathlib.Path, monkeypatch, background_hash: bool) -> None:  # type: ignore[no-untyped-def]
     if background_hash:  # large files are hashed on a helper thread: make every file large
         monkeypatch.setattr("tasks.downloader.fill.BACKGROUND_HASH_BYTES", 0)
-    monkeypatch.setattr("tasks.downloader.fill._hash_file", lambda *a: pytest.fail("a file was read back: the streamed hash was lost"))
+    monkeypatch.setattr(
+        "tasks.downloader.fill._hash_file", lambda *a: pytest.fail("a file was read back: the streamed hash was lost")
+    )
     repo_id, _v1, main = repo
     snapshots = []
     manifest = fill_cache(f"hf://{repo_id}", tmp_path, creds(hf_server), snapshots.append)
@@ -82,7 +84,9 @@ def test_allow_and_ignore_patterns(hf_server, repo, tmp_path: pathlib.Path) -> N
     repo_id, _v1, _main = repo
     fill_cache(f"hf://{repo_id}?allow=*.json&allow=*.safetensors", tmp_path / "allow", creds(hf_server))
     assert sorted(model_files(tmp_path / "allow")) == ["config.json", "model.safetensors", "tokenizer.json"]
-    fill_cache(f"hf://{repo_id}?ignore=original/*&ignore=*.gguf&ignore=.gitattributes", tmp_path / "ignore", creds(hf_server))
+    fill_cache(
+        f"hf://{repo_id}?ignore=original/*&ignore=*.gguf&ignore=.gitattributes", tmp_path / "ignore", creds(hf_server)
+    )
     assert sorted(model_files(tmp_path / "ignore")) == ["config.json", "model.safetensors", "tokenizer.json"]
 
 
@@ -113,7 +117,9 @@ def test_wrong_token_fails_with_reason_and_no_secret(hf_server, repo, tmp_path: 
     with pytest.raises(AuthenticationFailed, match="no token was sent"):
         fill_cache(f"hf://{repo_id}", tmp_path, creds(hf_server, url))
     # With the right token the same gate lets the download through.
-    manifest = fill_cache(f"hf://{repo_id}?allow=config.json", tmp_path, creds(hf_server, url, token="hf_right_token_abcdefghijklmnop"))
+    manifest = fill_cache(
+        f"hf://{repo_id}?allow=config.json", tmp_path, creds(hf_server, url, token="hf_right_token_abcdefghijklmnop")
+    )
     assert [f.path for f in manifest.files] == ["config.json"]
 
 
@@ -132,7 +138,9 @@ def test_missing_repo_revision_or_file(hf_server, repo, tmp_path: pathlib.Path) 
 
 
 @pytest.mark.parametrize("background_hash", [False, True], ids=["hashed-inline", "hashed-on-a-helper-thread"])
-def test_checksum_mismatch_on_the_server_is_detected(hf_server, tmp_path: pathlib.Path, monkeypatch, background_hash: bool) -> None:  # type: ignore[no-untyped-def]
+def test_checksum_mismatch_on_the_server_is_detected(
+    hf_server, tmp_path: pathlib.Path, monkeypatch, background_hash: bool
+) -> None:  # type: ignore[no-untyped-def]
     if background_hash:  # large files are hashed on a helper thread: make every file large
         monkeypatch.setattr("tasks.downloader.fill.BACKGROUND_HASH_BYTES", 0)
     repo_id = hf_server.repos.new_repo_id("rotten")
@@ -159,7 +167,9 @@ def record_fsyncs(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     return synced
 
 
-def test_marker_is_written_only_after_every_file_and_directory_is_durable(hf_server, repo, tmp_path: pathlib.Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+def test_marker_is_written_only_after_every_file_and_directory_is_durable(
+    hf_server, repo, tmp_path: pathlib.Path, monkeypatch
+) -> None:  # type: ignore[no-untyped-def]
     """Every file's data is fsynced (under its staging name) and every directory holding one is fsynced before the marker."""
     repo_id, _v1, _main = repo
     synced = record_fsyncs(monkeypatch)
@@ -171,7 +181,9 @@ def test_marker_is_written_only_after_every_file_and_directory_is_durable(hf_ser
     assert {str(tmp_path), str(tmp_path / "original"), str(tmp_path / "quant")} <= set(before)
 
 
-def test_files_kept_from_an_earlier_run_are_fsynced_before_the_marker(hf_server, repo, tmp_path: pathlib.Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+def test_files_kept_from_an_earlier_run_are_fsynced_before_the_marker(
+    hf_server, repo, tmp_path: pathlib.Path, monkeypatch
+) -> None:  # type: ignore[no-untyped-def]
     """A re-run that finds every file complete but no marker still makes them durable before writing it."""
     repo_id, _v1, _main = repo
     fill_cache(f"hf://{repo_id}", tmp_path, creds(hf_server))

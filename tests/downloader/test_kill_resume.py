@@ -12,7 +12,7 @@ import signal
 import subprocess
 import sys
 import time
-from typing import Callable
+from collections.abc import Callable
 
 from engine.caches.identity import CACHE_MARKER
 from tasks.downloader import read_manifest
@@ -53,7 +53,13 @@ def partial_bytes(dest: pathlib.Path) -> int:
 
 
 def run_to_completion(source: str, dest: pathlib.Path, env: dict[str, str], *args: str) -> subprocess.CompletedProcess:
-    result = subprocess.run([*CLI, "cache", "fill", source, str(dest), *args], env={**os.environ, **env}, capture_output=True, text=True, timeout=120)
+    result = subprocess.run(
+        [*CLI, "cache", "fill", source, str(dest), *args],
+        env={**os.environ, **env},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert result.returncode == 0, result.stderr
     return result
 

@@ -21,8 +21,23 @@ def test_plain_relative_paths_pass(name: str) -> None:
 
 @pytest.mark.parametrize(
     "name",
-    ["", "/etc/passwd", "../x", "../../x", "a/../../x", "a/./b", "a//b", "a/", "a\\..\\b", "a\x00b", "..", ".",
-     CACHE_MARKER, ".modelplane-cache.lock", ".modelplane-partial/journal.jsonl"],
+    [
+        "",
+        "/etc/passwd",
+        "../x",
+        "../../x",
+        "a/../../x",
+        "a/./b",
+        "a//b",
+        "a/",
+        "a\\..\\b",
+        "a\x00b",
+        "..",
+        ".",
+        CACHE_MARKER,
+        ".modelplane-cache.lock",
+        ".modelplane-partial/journal.jsonl",
+    ],
 )
 def test_escaping_or_reserved_paths_are_rejected(name: str) -> None:
     with pytest.raises(PathTraversal):
@@ -117,7 +132,9 @@ def test_stream_hash_follows_a_rewind_to_the_start_and_gives_up_on_any_other(tmp
     assert hasher.digests(hasher.position) is None
 
 
-def test_background_hash_gives_the_stream_hash_digests_in_order_and_leaves_no_thread(tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_background_hash_gives_the_stream_hash_digests_in_order_and_leaves_no_thread(
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Large single-stream files are hashed on a helper thread: same digests, same rewind rules, no thread left behind."""
     import threading
     import time
@@ -135,7 +152,7 @@ def test_background_hash_gives_the_stream_hash_digests_in_order_and_leaves_no_th
         hashing.seek(0)  # a server that ignored Range: the client starts over
         hashing.truncate()
         for start in range(0, len(body), 65_536):
-            hashing.write(memoryview(body)[start:start + 65_536])  # a buffer the caller could reuse: copied
+            hashing.write(memoryview(body)[start : start + 65_536])  # a buffer the caller could reuse: copied
     assert hasher.digests(len(body)) == {"sha256": remote.sha256}
 
     hasher = _BackgroundHash(_StreamHash(remote))

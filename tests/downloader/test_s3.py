@@ -53,7 +53,9 @@ def test_full_download_of_a_prefix_in_ranged_parts(s3_server, model, tmp_path: p
     bucket, expected = model
     counting, url = proxy(s3_server.endpoint)
     snapshots = []
-    manifest = fill_cache(f"s3://{bucket}/llama", tmp_path, s3_server.credentials(url), snapshots.append, part_size=5 * MiB)
+    manifest = fill_cache(
+        f"s3://{bucket}/llama", tmp_path, s3_server.credentials(url), snapshots.append, part_size=5 * MiB
+    )
 
     files = tree(tmp_path)
     marker = files.pop(CACHE_MARKER)
@@ -77,7 +79,9 @@ def test_full_download_of_a_prefix_in_ranged_parts(s3_server, model, tmp_path: p
 
 def test_source_size_lists_without_downloading(s3_server, model) -> None:  # type: ignore[no-untyped-def]
     bucket, expected = model
-    assert sorted(source_size(f"s3://{bucket}/llama", s3_server.credentials())) == sorted(len(v) for v in expected.values())
+    assert sorted(source_size(f"s3://{bucket}/llama", s3_server.credentials())) == sorted(
+        len(v) for v in expected.values()
+    )
 
 
 def test_single_object_source(s3_server, model, tmp_path: pathlib.Path) -> None:  # type: ignore[no-untyped-def]
@@ -212,4 +216,8 @@ def test_kthena_env_names_fill_from_a_non_default_endpoint(s3_server, tmp_path: 
     fill_cache(f"s3://{bucket}/m", tmp_path, creds)
     assert (tmp_path / "config.json").read_bytes() == b"{}"
     both = Credentials.from_env({**kthena, "AWS_ENDPOINT_URL": "http://127.0.0.1:1", "AWS_ACCESS_KEY_ID": "aws"})
-    assert (both.aws_endpoint_url, both.aws_access_key_id, both.aws_secret_access_key) == ("http://127.0.0.1:1", "aws", s3_server.secret_key)
+    assert (both.aws_endpoint_url, both.aws_access_key_id, both.aws_secret_access_key) == (
+        "http://127.0.0.1:1",
+        "aws",
+        s3_server.secret_key,
+    )

@@ -6,6 +6,7 @@ import json
 
 import pytest
 
+from engine.cycle_metrics import CycleFacts, MetricSet, hold_value, optimize_cycle_metrics, wva_targets
 from engine.optimize.actuation import (
     BOTH,
     METRICS,
@@ -19,7 +20,6 @@ from engine.optimize.actuation import (
     target_modes,
 )
 from engine.optimize.bindings import BindingDecision, TargetDecision
-from engine.cycle_metrics import CycleFacts, MetricSet, hold_value, optimize_cycle_metrics, wva_targets
 from engine.optimize.cycle import SpecError, parse_variant, plan_variants
 from tests.engine.test_optimize import NS, inputs, va
 
@@ -27,9 +27,13 @@ from tests.engine.test_optimize import NS, inputs, va
 @pytest.mark.parametrize(
     ("mode", "scale_ok", "published", "applied"),
     [
-        (SCALE, True, False, True), (SCALE, False, True, False),
-        (METRICS, False, True, True), (METRICS, True, False, False),
-        (BOTH, True, True, True), (BOTH, True, False, False), (BOTH, False, True, False),
+        (SCALE, True, False, True),
+        (SCALE, False, True, False),
+        (METRICS, False, True, True),
+        (METRICS, True, False, False),
+        (BOTH, True, True, True),
+        (BOTH, True, False, False),
+        (BOTH, False, True, False),
         (RECOMMEND, True, True, False),
     ],
 )
@@ -85,9 +89,17 @@ def test_published_desired_follows_the_safety_rules() -> None:
 
 def test_the_cycle_publishes_the_wva_family_and_operational_gauges() -> None:
     decisions = plan_variants(inputs([va("a100"), va("h100", "H100")], {"a100": 1, "h100": 1}))
-    binding = BindingDecision(NS, "b", "p", [TargetDecision("gpu", NS, "apps/v1", "Deployment", 2, 3)], "OptimizationSucceeded", "", True)
-    facts = CycleFacts(started=1700000000.0, stages={"decide": 0.5, "total": 1.0}, loads={(NS, "m"): (20.0, 128.0, 256.0)},
-                       writes={("VariantAutoscaling", "scaled"): 1}, applied={(NS, "h100"): True}, degraded=())
+    binding = BindingDecision(
+        NS, "b", "p", [TargetDecision("gpu", NS, "apps/v1", "Deployment", 2, 3)], "OptimizationSucceeded", "", True
+    )
+    facts = CycleFacts(
+        started=1700000000.0,
+        stages={"decide": 0.5, "total": 1.0},
+        loads={(NS, "m"): (20.0, 128.0, 256.0)},
+        writes={("VariantAutoscaling", "scaled"): 1},
+        applied={(NS, "h100"): True},
+        degraded=(),
+    )
     metrics = optimize_cycle_metrics(decisions, [binding], facts)
     labels = {"variant_name": "h100", "namespace": NS, "accelerator_type": "H100"}
     assert metrics.value("wva_desired_replicas", **labels) == 3
@@ -114,11 +126,17 @@ def test_serving_group_members_take_their_group_targets_mode() -> None:
     from tasks.optimize import binding_modes
 
     binding = {
-        "metadata": {"name": "b", "namespace": NS, "annotations": {
-            "modelplane.io/actuation": "metrics",
-            "modelplane.io/actuation-targets": json.dumps({"pd": "both"}),
-            "modelplane.io/scale-groups": json.dumps({"pd": [{"name": "prefill", "perGroup": 2}, {"name": "decode", "perGroup": 1}]}),
-        }},
+        "metadata": {
+            "name": "b",
+            "namespace": NS,
+            "annotations": {
+                "modelplane.io/actuation": "metrics",
+                "modelplane.io/actuation-targets": json.dumps({"pd": "both"}),
+                "modelplane.io/scale-groups": json.dumps(
+                    {"pd": [{"name": "prefill", "perGroup": 2}, {"name": "decode", "perGroup": 1}]}
+                ),
+            },
+        },
         "spec": {"scalingConfiguration": {"target": {"targetRef": {"name": "pd"}}, "minReplicas": 1, "maxReplicas": 4}},
     }
     modes, binding_mode, error = binding_modes(binding, SCALE)

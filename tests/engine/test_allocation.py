@@ -30,8 +30,15 @@ def model(name: str, load: float, priority: int = 1, slo: SLO = LOOSE) -> ModelD
 
 
 def variant(name: str, model_name: str, acc: str, rate: float | None = None, **kw) -> VariantOption:
-    return VariantOption(name=name, model=model_name, accelerator=acc, accelerators_per_replica=kw.pop("apr", 1),
-                         profile=kw.pop("profile", A100), max_rate=rate, **kw)
+    return VariantOption(
+        name=name,
+        model=model_name,
+        accelerator=acc,
+        accelerators_per_replica=kw.pop("apr", 1),
+        profile=kw.pop("profile", A100),
+        max_rate=rate,
+        **kw,
+    )
 
 
 def test_solvers_available():
@@ -44,11 +51,24 @@ def _random_separable(seed: int):
     for i in range(int(rng.integers(1, 12))):
         m = model(f"m{i}", float(rng.choice([0.0, rng.uniform(0.01, 40.0)])))
         models.append(m)
-        prof = PerfProfile(float(rng.uniform(5, 30)), float(rng.uniform(0.05, 0.5)), float(rng.uniform(2, 20)),
-                           float(rng.uniform(0.005, 0.05)), int(rng.integers(1, 300)))
-        variants.append(VariantOption(f"v{i}", m.name, str(rng.choice(["A100", "H100", "L40S"])),
-                                      int(rng.choice([1, 2, 4])), prof, min_replicas=int(rng.integers(0, 3)),
-                                      current_replicas=int(rng.integers(0, 5))))
+        prof = PerfProfile(
+            float(rng.uniform(5, 30)),
+            float(rng.uniform(0.05, 0.5)),
+            float(rng.uniform(2, 20)),
+            float(rng.uniform(0.005, 0.05)),
+            int(rng.integers(1, 300)),
+        )
+        variants.append(
+            VariantOption(
+                f"v{i}",
+                m.name,
+                str(rng.choice(["A100", "H100", "L40S"])),
+                int(rng.choice([1, 2, 4])),
+                prof,
+                min_replicas=int(rng.integers(0, 3)),
+                current_replicas=int(rng.integers(0, 5)),
+            )
+        )
     return models, variants
 
 
@@ -66,15 +86,18 @@ def test_unlimited_single_variant_equals_independent_sizing(seed):
         expected = replicas_needed(m.load_rps, max_rate(v.profile, m.workload, m.slo), v.min_replicas)
         assert alloc.replicas[v.name] == expected
     assert alloc.status == "optimal"
-    assert alloc.cost == pytest.approx(sum(costs[v.accelerator] * v.accelerators_per_replica * alloc.replicas[v.name]
-                                           for v in variants))
+    assert alloc.cost == pytest.approx(
+        sum(costs[v.accelerator] * v.accelerators_per_replica * alloc.replicas[v.name] for v in variants)
+    )
 
 
 def test_zero_load_with_min_replicas_zero_and_one():
     models = [model("idle", 0.0), model("warm", 0.0)]
-    variants = [variant("idle-a", "idle", "A100", current_replicas=3),
-                variant("warm-a", "warm", "A100", min_replicas=1),
-                variant("warm-b", "warm", "L40S", profile=SLOW)]
+    variants = [
+        variant("idle-a", "idle", "A100", current_replicas=3),
+        variant("warm-a", "warm", "A100", min_replicas=1),
+        variant("warm-b", "warm", "L40S", profile=SLOW),
+    ]
     for inventory in (None, {"A100": 4, "L40S": 4}):
         alloc = solve(AllocationProblem(models, variants, {"A100": 40, "L40S": 20}, inventory))
         assert alloc.replicas == {"idle-a": 0, "warm-a": 1, "warm-b": 0}
@@ -125,8 +148,10 @@ def test_unserved_even_a_sliver_when_a_replica_fits():
 def test_transition_penalty_keeps_current_allocation_on_cost_ties():
     m = model("m", 3.5)
     for current in ("a", "b"):
-        vs = [variant("a", "m", "A100", rate=2.0, current_replicas=2 if current == "a" else 0),
-              variant("b", "m", "H100", rate=2.0, current_replicas=2 if current == "b" else 0)]
+        vs = [
+            variant("a", "m", "A100", rate=2.0, current_replicas=2 if current == "a" else 0),
+            variant("b", "m", "H100", rate=2.0, current_replicas=2 if current == "b" else 0),
+        ]
         for inventory in (None, {"A100": 10, "H100": 10}):
             alloc = solve(AllocationProblem([m], vs, {"A100": 30, "H100": 30}, inventory))
             assert alloc.replicas[current] == 2, (current, inventory, alloc.replicas)
@@ -135,8 +160,7 @@ def test_transition_penalty_keeps_current_allocation_on_cost_ties():
 
 def test_transition_penalty_does_not_block_real_savings():
     m = model("m", 3.5)
-    vs = [variant("a", "m", "A100", rate=2.0, current_replicas=2),
-          variant("b", "m", "L40S", rate=2.0)]
+    vs = [variant("a", "m", "A100", rate=2.0, current_replicas=2), variant("b", "m", "L40S", rate=2.0)]
     alloc = solve(AllocationProblem([m], vs, {"A100": 40, "L40S": 20}, {"A100": 10, "L40S": 10}))
     assert alloc.replicas == {"a": 0, "b": 2}
 
@@ -183,8 +207,15 @@ def _hard_instance(n_models: int, seed: int = 3):
     for i in range(n_models):
         models.append(model(f"m{i:03d}", float(rng.uniform(0.5, 20)), priority=int(rng.integers(1, 3))))
         for a in rng.choice(accs, 3, replace=False):
-            variants.append(variant(f"m{i:03d}-{a}", f"m{i:03d}", str(a), rate=float(rng.uniform(0.3, 4.0)),
-                                    apr=int(rng.choice([1, 2, 4]))))
+            variants.append(
+                variant(
+                    f"m{i:03d}-{a}",
+                    f"m{i:03d}",
+                    str(a),
+                    rate=float(rng.uniform(0.3, 4.0)),
+                    apr=int(rng.choice([1, 2, 4])),
+                )
+            )
     inventory = {a: int(rng.integers(40, 160)) for a in accs}
     return models, variants, costs, inventory
 
@@ -281,9 +312,17 @@ def test_matches_brute_force_on_small_instances(seed):
     for i in range(int(rng.integers(1, 4))):
         models.append(model(f"m{i}", float(rng.uniform(0, 6)), priority=int(rng.integers(1, 3))))
         for a in accs[: int(rng.integers(1, 3))] if rng.random() < 0.5 else accs[::-1][: int(rng.integers(1, 3))]:
-            variants.append(variant(f"m{i}-{a}", f"m{i}", a, rate=float(rng.uniform(0.7, 3.0)),
-                                    apr=int(rng.choice([1, 2])), min_replicas=int(rng.integers(0, 2)),
-                                    current_replicas=int(rng.integers(0, 3))))
+            variants.append(
+                variant(
+                    f"m{i}-{a}",
+                    f"m{i}",
+                    a,
+                    rate=float(rng.uniform(0.7, 3.0)),
+                    apr=int(rng.choice([1, 2])),
+                    min_replicas=int(rng.integers(0, 2)),
+                    current_replicas=int(rng.integers(0, 3)),
+                )
+            )
     inventory = {a: int(rng.integers(1, 8)) for a in accs}
     problem = AllocationProblem(models, variants, costs, inventory)
     alloc = solve(problem)
@@ -293,8 +332,10 @@ def test_matches_brute_force_on_small_instances(seed):
         reps = {v.name: n for v, n in zip(variants, combo)}
         if any(n < v.min_replicas for v, n in zip(variants, combo)):
             continue
-        if any(sum(reps[v.name] * v.accelerators_per_replica for v in variants if v.accelerator == a) > inventory[a]
-               for a in accs):
+        if any(
+            sum(reps[v.name] * v.accelerators_per_replica for v in variants if v.accelerator == a) > inventory[a]
+            for a in accs
+        ):
             continue
         key = _objective(problem, reps, rates)
         if best is None or key[0] < best[0] or (key[0] == best[0] and key[1] < best[1] - 1e-9):
@@ -314,9 +355,19 @@ def test_per_model_search_matches_brute_force(seed):
 
     rng = np.random.default_rng(seed)
     n = int(rng.integers(2, 4))
-    vs = [variant(f"v{i}", "m", f"a{i}", rate=float(rng.uniform(0.5, 4)), apr=int(rng.integers(1, 3)),
-                  min_replicas=int(rng.integers(0, 2)), current_replicas=int(rng.integers(0, 4)),
-                  max_replicas=None if rng.random() < 0.5 else int(rng.integers(2, 8))) for i in range(n)]
+    vs = [
+        variant(
+            f"v{i}",
+            "m",
+            f"a{i}",
+            rate=float(rng.uniform(0.5, 4)),
+            apr=int(rng.integers(1, 3)),
+            min_replicas=int(rng.integers(0, 2)),
+            current_replicas=int(rng.integers(0, 4)),
+            max_replicas=None if rng.random() < 0.5 else int(rng.integers(2, 8)),
+        )
+        for i in range(n)
+    ]
     costs = {f"a{i}": float(rng.choice([10, 13, 20, 7.5])) for i in range(n)}
     tau = float(rng.choice([0.0, 0.01, 0.3]))
     problem = AllocationProblem([model("m", float(rng.uniform(0, 12)))], vs, costs, transition_penalty=tau)
@@ -353,12 +404,22 @@ def test_per_model_priced_search_matches_brute_force(seed):
     rng = np.random.default_rng(500 + seed)
     n = int(rng.integers(1, 4))
     items = []
-    for i in range(n):
+    for _ in range(n):
         p = float(rng.uniform(0, 20))
         q = float(rng.choice([0.0, rng.uniform(0, p)]))
         lo = int(rng.integers(0, 2))
-        items.append(Item(float(rng.uniform(0.5, 4)), p, q, int(rng.integers(0, 4)), lo, lo + int(rng.integers(0, 6)),
-                          int(rng.integers(-1, 2)), int(rng.integers(1, 3))))
+        items.append(
+            Item(
+                float(rng.uniform(0.5, 4)),
+                p,
+                q,
+                int(rng.integers(0, 4)),
+                lo,
+                lo + int(rng.integers(0, 6)),
+                int(rng.integers(-1, 2)),
+                int(rng.integers(1, 3)),
+            )
+        )
     load = float(rng.uniform(0, 12))
     ucap = float(rng.choice([0.0, load, rng.uniform(0, load)]))
     w = float(rng.choice([0.0, 1.0, rng.uniform(0, 30)]))
@@ -370,7 +431,8 @@ def test_per_model_priced_search_matches_brute_force(seed):
         if load - cap > ucap + 1e-9 * max(load, 1.0):
             continue
         if room is not None and any(
-                sum(it.accelerators * k for it, k in zip(items, combo) if it.type == t) > room[t] for t in (0, 1)):
+            sum(it.accelerators * k for it, k in zip(items, combo) if it.type == t) > room[t] for t in (0, 1)
+        ):
             continue
         best = min(best, pattern_value(load, w, items, list(combo)))
     assert exact
@@ -404,16 +466,26 @@ def test_lagrangian_bound_never_exceeds_the_optimum(seed):
     for i in range(int(rng.integers(1, 3))):
         models.append(model(f"m{i}", float(rng.uniform(0, 6)), priority=1))
         for a in accs:
-            variants.append(variant(f"m{i}-{a}", f"m{i}", a, rate=float(rng.uniform(0.7, 3.0)),
-                                    apr=int(rng.choice([1, 2])), current_replicas=int(rng.integers(0, 3))))
+            variants.append(
+                variant(
+                    f"m{i}-{a}",
+                    f"m{i}",
+                    a,
+                    rate=float(rng.uniform(0.7, 3.0)),
+                    apr=int(rng.choice([1, 2])),
+                    current_replicas=int(rng.integers(0, 3)),
+                )
+            )
     inventory = {a: int(rng.integers(2, 10)) for a in accs}
     problem = AllocationProblem(models, variants, costs, inventory)
     rates = {v.name: v.max_rate for v in variants}
     best_cost, best_unserved = math.inf, math.inf
     for combo in itertools.product(*[range(0, 9) for _ in variants]):
         reps = {v.name: n for v, n in zip(variants, combo)}
-        if any(sum(reps[v.name] * v.accelerators_per_replica for v in variants if v.accelerator == a) > inventory[a]
-               for a in accs):
+        if any(
+            sum(reps[v.name] * v.accelerators_per_replica for v in variants if v.accelerator == a) > inventory[a]
+            for a in accs
+        ):
             continue
         unserved, cost = _objective(problem, reps, rates)
         best_unserved = min(best_unserved, sum(unserved))
@@ -473,16 +545,19 @@ def test_decomposition_agrees_with_the_plain_milp(monkeypatch):
     monkeypatch.setattr(solver, "DECOMPOSE_FROM_VARIANTS", 0)  # the decomposition, however small
     fast = solve(problem)
     monkeypatch.setattr(solver, "decomposition_applies", lambda problem, floors, solver_key: False)
-    exact = solve(AllocationProblem(inst.models, inst.variants, inst.unit_costs, inventory, time_limit_s=60,
-                                    mip_gap=1e-6))
+    exact = solve(
+        AllocationProblem(inst.models, inst.variants, inst.unit_costs, inventory, time_limit_s=60, mip_gap=1e-6)
+    )
     assert exact.status == "optimal" and fast.status == "optimal"
     assert _weighted_unserved(fast, inst.models) == _weighted_unserved(exact, inst.models)
     tau = problem.transition_penalty
 
     def objective(alloc):
-        return sum(alloc.replicas[v.name] * c + tau * c * abs(alloc.replicas[v.name] - v.current_replicas)
-                   for v in inst.variants
-                   for c in [inst.unit_costs[v.accelerator] * v.accelerators_per_replica])
+        return sum(
+            alloc.replicas[v.name] * c + tau * c * abs(alloc.replicas[v.name] - v.current_replicas)
+            for v in inst.variants
+            for c in [inst.unit_costs[v.accelerator] * v.accelerators_per_replica]
+        )
 
     assert objective(fast) <= objective(exact) * (1 + 1e-3) + 1e-6
 
@@ -505,8 +580,11 @@ def _two_models_one_running():
     """The audit's reproduction: A and B (priority 1, 2 req/s each, 1 req/s per replica); A on G (cost 1)
     or H (cost 5), B on H (cost 5, one replica running); one G and one H; penalty 0.5."""
     models = [model("A", 2.0), model("B", 2.0)]
-    variants = [variant("A-g", "A", "G", rate=1.0), variant("A-h", "A", "H", rate=1.0),
-                variant("B-h", "B", "H", rate=1.0, current_replicas=1)]
+    variants = [
+        variant("A-g", "A", "G", rate=1.0),
+        variant("A-h", "A", "H", rate=1.0),
+        variant("B-h", "B", "H", rate=1.0, current_replicas=1),
+    ]
     return AllocationProblem(models, variants, {"G": 1.0, "H": 5.0}, {"G": 1, "H": 1}, transition_penalty=0.5)
 
 
@@ -540,13 +618,20 @@ def _brute_force(problem: AllocationProblem):
 
     rates = {v.name: v.max_rate for v in problem.variants}
     loads = {m.name: m.load_rps for m in problem.models}
-    ranges = [range(v.min_replicas, max(v.current_replicas, replicas_needed(loads[v.model], rates[v.name], 0),
-                                        v.min_replicas) + 1) for v in problem.variants]
+    ranges = [
+        range(
+            v.min_replicas,
+            max(v.current_replicas, replicas_needed(loads[v.model], rates[v.name], 0), v.min_replicas) + 1,
+        )
+        for v in problem.variants
+    ]
     best = None
     for combo in itertools.product(*ranges):
         reps = {v.name: n for v, n in zip(problem.variants, combo)}
-        if any(sum(reps[v.name] * v.accelerators_per_replica for v in problem.variants if v.accelerator == a) > cap
-               for a, cap in problem.inventory.items()):
+        if any(
+            sum(reps[v.name] * v.accelerators_per_replica for v in problem.variants if v.accelerator == a) > cap
+            for a, cap in problem.inventory.items()
+        ):
             continue
         key = _objective(problem, reps, rates)
         if best is None or key[0] < best[0] or (key[0] == best[0] and key[1] < best[1] - 1e-9):
@@ -564,9 +649,15 @@ def _shortage_instance(seed: int) -> AllocationProblem:
     for i in range(int(rng.integers(2, 4))):
         m = model(f"m{i}", float(rng.uniform(1, 6)), priority=int(rng.integers(1, 3)))
         models.append(m)
-        for a in (accs if rng.random() < 0.6 else [accs[int(rng.integers(0, 2))]]):
-            v = variant(f"m{i}-{a}", m.name, a, rate=float(rng.uniform(0.8, 3.0)), apr=int(rng.choice([1, 2])),
-                        current_replicas=int(rng.integers(0, 3)))
+        for a in accs if rng.random() < 0.6 else [accs[int(rng.integers(0, 2))]]:
+            v = variant(
+                f"m{i}-{a}",
+                m.name,
+                a,
+                rate=float(rng.uniform(0.8, 3.0)),
+                apr=int(rng.choice([1, 2])),
+                current_replicas=int(rng.integers(0, 3)),
+            )
             variants.append(v)
             need[a] += replicas_needed(m.load_rps, v.max_rate, 0) * v.accelerators_per_replica
     inventory = {a: max(int(need[a] * rng.uniform(0.4, 0.8) / 2), 1) for a in accs}
@@ -613,8 +704,16 @@ def test_decomposition_is_deterministic():
     inst, inventory = _eight_type_instance(150, shortage=False)
     problem = AllocationProblem(inst.models, inst.variants, inst.unit_costs, inventory, time_limit_s=60, mip_gap=1e-3)
     first = solve(problem)
-    again = solve(AllocationProblem(list(reversed(inst.models)), list(reversed(inst.variants)), inst.unit_costs,
-                                    inventory, time_limit_s=60, mip_gap=1e-3))
+    again = solve(
+        AllocationProblem(
+            list(reversed(inst.models)),
+            list(reversed(inst.variants)),
+            inst.unit_costs,
+            inventory,
+            time_limit_s=60,
+            mip_gap=1e-3,
+        )
+    )
     assert first.solver == again.solver == "highs" and first.status == "optimal"
     assert first.replicas == again.replicas
     assert first.stage_gaps == again.stage_gaps

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
@@ -19,7 +19,7 @@ from engine.optimize.bindings import (
 )
 from engine.optimize.scaling import ScalingState
 
-NOW = datetime(2026, 11, 22, 12, 0, 0, tzinfo=timezone.utc)
+NOW = datetime(2026, 11, 22, 12, 0, 0, tzinfo=UTC)
 POLICY = {
     "tolerancePercent": 10,
     "metrics": [{"metricName": "vllm:num_requests_waiting", "targetValue": "5"}],
@@ -27,14 +27,22 @@ POLICY = {
 }
 
 
-def target(name: str = "llama", current: int | None = 2, low: int = 1, high: int = 10, cost: float = 0.0) -> BindingTarget:
+def target(
+    name: str = "llama", current: int | None = 2, low: int = 1, high: int = 10, cost: float = 0.0
+) -> BindingTarget:
     return BindingTarget(name, "ns", "apps/v1", "Deployment", current, low, high, cost)
 
 
 def inputs(**overrides: object) -> BindingInputs:
     values: dict[str, object] = dict(
-        namespace="ns", name="b", generation=3, policy_name="p", policy=POLICY, heterogeneous=False,
-        targets=[target()], instances=[{"vllm:num_requests_waiting": 10.0}, {"vllm:num_requests_waiting": 10.0}],
+        namespace="ns",
+        name="b",
+        generation=3,
+        policy_name="p",
+        policy=POLICY,
+        heterogeneous=False,
+        targets=[target()],
+        instances=[{"vllm:num_requests_waiting": 10.0}, {"vllm:num_requests_waiting": 10.0}],
     )
     values.update(overrides)
     return BindingInputs(**values)  # type: ignore[arg-type]
@@ -49,7 +57,9 @@ def test_homogeneous_scales_up_when_metric_doubles_target() -> None:
 
 
 def test_within_tolerance_keeps_current() -> None:
-    decision = plan_binding(inputs(instances=[{"vllm:num_requests_waiting": 5.4}, {"vllm:num_requests_waiting": 5.4}]), NOW)
+    decision = plan_binding(
+        inputs(instances=[{"vllm:num_requests_waiting": 5.4}, {"vllm:num_requests_waiting": 5.4}]), NOW
+    )
     assert [t.desired for t in decision.targets] == [2]
 
 
@@ -102,8 +112,12 @@ def test_status_persists_window_state_and_conditions() -> None:
     assert types["OptimizationReady"]["status"] == "True" and types["MetricsAvailable"]["reason"] == "MetricsAvailable"
     # The next run reads the persisted state back: a scale-down within the stabilization window is held.
     later = plan_binding(
-        inputs(targets=[target(current=4)], instances=[{"vllm:num_requests_waiting": 1.0}] * 4, old_status=status,
-               policy=dict(POLICY, behavior={"scaleDown": {"stabilizationWindow": "5m", "period": "15s"}})),
+        inputs(
+            targets=[target(current=4)],
+            instances=[{"vllm:num_requests_waiting": 1.0}] * 4,
+            old_status=status,
+            policy=dict(POLICY, behavior={"scaleDown": {"stabilizationWindow": "5m", "period": "15s"}}),
+        ),
         NOW + timedelta(seconds=60),
     )
     assert [t.desired for t in later.targets] == [4]
@@ -114,15 +128,30 @@ def test_scale_to_zero_waits_for_the_grace_period_with_state_in_status() -> None
     clock survives between cycles in status (each cycle is a fresh process)."""
     from engine.api.meta import format_time
 
-    policy = {**POLICY, "behavior": {"scaleDown": {"stablePolicy": {"instances": 100, "percent": 100, "period": "1s"},
-                                                  "stabilizationWindow": "0s"}}}
+    policy = {
+        **POLICY,
+        "behavior": {
+            "scaleDown": {
+                "stablePolicy": {"instances": 100, "percent": 100, "period": "1s"},
+                "stabilizationWindow": "0s",
+            }
+        },
+    }
     idle = [{"vllm:num_requests_waiting": 0.0}]
     status: dict = {}
     replicas = []
     for seconds, current in ((0, 1), (30, 1), (61, 1)):
         now = NOW + timedelta(seconds=seconds)
-        decision = plan_binding(inputs(policy=policy, targets=[target(current=current, low=0)], instances=idle,
-                                       scale_to_zero_grace_s=60.0, old_status=status), now)
+        decision = plan_binding(
+            inputs(
+                policy=policy,
+                targets=[target(current=current, low=0)],
+                instances=idle,
+                scale_to_zero_grace_s=60.0,
+                old_status=status,
+            ),
+            now,
+        )
         replicas.append(decision.targets[0].desired)
         status = binding_status(decision, status, now, 3, True, "ok")
     assert replicas == [1, 1, 0]
@@ -134,7 +163,13 @@ def test_scale_to_zero_waits_for_the_grace_period_with_state_in_status() -> None
 def test_grace_period_from_annotation_or_owning_model() -> None:
     from engine.optimize.bindings import ANNOTATION_SCALE_TO_ZERO_GRACE, scale_to_zero_grace
 
-    model = {"backends": [{"name": "a", "scaleToZeroGracePeriod": "30s"}, {"name": "b", "scaleToZeroGracePeriod": "2m"}, {"name": "c"}]}
+    model = {
+        "backends": [
+            {"name": "a", "scaleToZeroGracePeriod": "30s"},
+            {"name": "b", "scaleToZeroGracePeriod": "2m"},
+            {"name": "c"},
+        ]
+    }
     assert scale_to_zero_grace({ANNOTATION_SCALE_TO_ZERO_GRACE: "45s"}, model) == 45.0
     assert scale_to_zero_grace({}, model) == 120.0
     assert scale_to_zero_grace({}, None) is None
@@ -142,7 +177,10 @@ def test_grace_period_from_annotation_or_owning_model() -> None:
 
 def pd_group(prefill: int | None, decode: int | None, low: int = 1, high: int = 4, cost: float = 30.0) -> BindingTarget:
     """A P/D backend as one group: 2 prefill + 1 decode per group."""
-    members = (GroupMember("pd-prefill", "apps/v1", "Deployment", 2, prefill), GroupMember("pd-decode", "apps/v1", "Deployment", 1, decode))
+    members = (
+        GroupMember("pd-prefill", "apps/v1", "Deployment", 2, prefill),
+        GroupMember("pd-decode", "apps/v1", "Deployment", 1, decode),
+    )
     return BindingTarget("pd-prefill", "ns", "apps/v1", "Deployment", group_count(members), low, high, cost, members)
 
 
@@ -151,7 +189,9 @@ def test_prefill_decode_group_keeps_its_ratio_at_any_total(waiting: float) -> No
     """A 2:1 P/D group beside a plain backend: whatever total the optimizer pours, prefill = 2 x decode,
     and the group's cost is counted once per group."""
     targets = [pd_group(2, 1), target("plain", current=1, low=1, high=4, cost=100.0)]
-    instances = group_instances([{"vllm:num_requests_waiting": waiting}] * 3, 1) + [{"vllm:num_requests_waiting": waiting}]
+    instances = group_instances([{"vllm:num_requests_waiting": waiting}] * 3, 1) + [
+        {"vllm:num_requests_waiting": waiting}
+    ]
     decision = plan_binding(inputs(targets=targets, heterogeneous=True, instances=instances), NOW)
     assert decision.ready
     by_name = {t.name: t for t in decision.targets}
@@ -167,11 +207,20 @@ def test_a_broken_ratio_is_restored_and_a_hold_keeps_members_where_they_are() ->
     assert [(t.name, t.current, t.desired) for t in decision.targets] == [("pd-prefill", 5, 4), ("pd-decode", 2, 2)]
     held = plan_binding(inputs(targets=[pd_group(5, 2)], policy=None), NOW)
     assert [(t.name, t.desired) for t in held.targets] == [("pd-prefill", 5), ("pd-decode", 2)]
-    assert group_count((GroupMember("a", "apps/v1", "Deployment", 2, 4), GroupMember("b", "apps/v1", "Deployment", 1, None))) is None
+    assert (
+        group_count(
+            (GroupMember("a", "apps/v1", "Deployment", 2, 4), GroupMember("b", "apps/v1", "Deployment", 1, None))
+        )
+        is None
+    )
 
 
 def test_scale_groups_annotation_is_parsed_or_rejected_with_its_name() -> None:
-    groups = parse_scale_groups({ANNOTATION_SCALE_GROUPS: '{"p": [{"name": "p", "perGroup": 2}, {"name": "w", "perGroup": 1, "serves": false}]}'})
+    groups = parse_scale_groups(
+        {
+            ANNOTATION_SCALE_GROUPS: '{"p": [{"name": "p", "perGroup": 2}, {"name": "w", "perGroup": 1, "serves": false}]}'
+        }
+    )
     assert groups == {"p": [("p", 2, True), ("w", 1, False)]}
     with pytest.raises(ValueError, match="modelplane.io/scale-groups"):
         parse_scale_groups({ANNOTATION_SCALE_GROUPS: '{"p": [{"name": "p", "perGroup": 0}]}'})

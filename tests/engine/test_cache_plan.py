@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
@@ -35,11 +35,14 @@ from engine.caches.plan import (
     with_requester,
 )
 
-NOW = datetime(2026, 11, 23, 10, 0, tzinfo=timezone.utc)
+NOW = datetime(2026, 11, 23, 10, 0, tzinfo=UTC)
 POLICY = RetryPolicy(max_attempts=3, backoff_s=60)
-CACHE = {"apiVersion": "aim.silogen.ai/v1alpha1", "kind": "ModelCache",
-         "metadata": {"name": "llama", "namespace": "ns", "uid": "u-1", "generation": 2},
-         "spec": {"sourceUri": "hf://org/llama"}}
+CACHE = {
+    "apiVersion": "aim.silogen.ai/v1alpha1",
+    "kind": "ModelCache",
+    "metadata": {"name": "llama", "namespace": "ns", "uid": "u-1", "generation": 2},
+    "spec": {"sourceUri": "hf://org/llama"},
+}
 
 
 def obs(**changes: object) -> Observation:
@@ -64,13 +67,17 @@ def test_status_goes_pending_progressing_available() -> None:
     assert conditions(running)["Ready"] == ("False", "Downloading")
     assert conditions(running)["StorageReady"] == ("True", "PVCBound")
 
-    done = cache_status({**running, "lastUsed": "2026-11-01T00:00:00Z"}, obs(fill=FillState.SUCCEEDED, attempts=1), POLICY, NOW)
+    done = cache_status(
+        {**running, "lastUsed": "2026-11-01T00:00:00Z"}, obs(fill=FillState.SUCCEEDED, attempts=1), POLICY, NOW
+    )
     assert done["status"] == "Available" and done["lastUsed"] == "2026-11-01T00:00:00Z"
     assert conditions(done)["Ready"] == ("True", "Warm")
 
 
 def test_a_failure_is_retried_with_backoff_then_given_up() -> None:
-    failed = obs(fill=FillState.FAILED, attempts=1, failure=Failure("AuthenticationFailed", "token rejected"), failed_at=NOW)
+    failed = obs(
+        fill=FillState.FAILED, attempts=1, failure=Failure("AuthenticationFailed", "token rejected"), failed_at=NOW
+    )
     assert next_step(failed, POLICY, NOW + timedelta(seconds=59)) == Step.WAIT
     assert next_step(failed, POLICY, NOW + timedelta(seconds=60)) == Step.START_FILL
     second = obs(fill=FillState.FAILED, attempts=2, failure=failed.failure, failed_at=NOW)
@@ -81,7 +88,10 @@ def test_a_failure_is_retried_with_backoff_then_given_up() -> None:
     assert conditions(status)["Progressing"] == ("False", "RetryBackoff")
     last = obs(fill=FillState.FAILED, attempts=3, failure=failed.failure, failed_at=NOW)
     assert next_step(last, POLICY, NOW + timedelta(days=1)) == Step.GIVE_UP
-    assert "gave up after 3 attempts" in {c["type"]: c for c in cache_status(None, last, POLICY, NOW)["conditions"]}["Progressing"]["message"]
+    assert (
+        "gave up after 3 attempts"
+        in {c["type"]: c for c in cache_status(None, last, POLICY, NOW)["conditions"]}["Progressing"]["message"]
+    )
 
 
 def test_terminal_failures_are_never_retried() -> None:
@@ -114,12 +124,22 @@ def test_attempts_are_per_generation() -> None:
 
 
 def test_credentials_come_from_the_namespace_config_and_spec_env_wins() -> None:
-    config = {"metadata": {"name": "default"}, "spec": {"credentials": {
-        "huggingFaceToken": {"name": "hf", "key": "token"},
-        "s3": [{"endpointUrl": "http://minio:9000", "accessKeyId": {"name": "s3", "key": "id"},
-                "secretAccessKey": {"name": "s3", "key": "secret"}},
-               {"region": "eu-west-1"}],
-    }}}
+    config = {
+        "metadata": {"name": "default"},
+        "spec": {
+            "credentials": {
+                "huggingFaceToken": {"name": "hf", "key": "token"},
+                "s3": [
+                    {
+                        "endpointUrl": "http://minio:9000",
+                        "accessKeyId": {"name": "s3", "key": "id"},
+                        "secretAccessKey": {"name": "s3", "key": "secret"},
+                    },
+                    {"region": "eu-west-1"},
+                ],
+            }
+        },
+    }
     env = download_env([{"name": "HF_TOKEN", "value": "from-spec"}], config)
     by_name = {e["name"]: e for e in env.env}
     assert by_name["HF_TOKEN"] == {"name": "HF_TOKEN", "value": "from-spec"}
@@ -128,7 +148,10 @@ def test_credentials_come_from_the_namespace_config_and_spec_env_wins() -> None:
     assert "AWS_REGION" not in by_name
     assert env.notes == ["AIMNamespaceConfig default lists 2 S3 credentials; the first (http://minio:9000) is used"]
     region = download_env(None, {"spec": {"credentials": {"s3": [{"region": "eu-west-1"}]}}})
-    assert {e["name"]: e.get("value") for e in region.env} == {"AWS_REGION": "eu-west-1", "AWS_DEFAULT_REGION": "eu-west-1"}
+    assert {e["name"]: e.get("value") for e in region.env} == {
+        "AWS_REGION": "eu-west-1",
+        "AWS_DEFAULT_REGION": "eu-west-1",
+    }
 
 
 def test_storage_class_order() -> None:
@@ -143,13 +166,23 @@ def test_pvc_and_job_manifests() -> None:
     assert pvc["metadata"]["name"] == pvc_name("llama") == "llama-cache"
     assert pvc["metadata"]["ownerReferences"][0]["uid"] == "u-1"
     env = [{"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": "hf", "key": "token"}}}]
-    job = render_job(CACHE, "hf://org/llama", 2, env, JobSettings(image="img:1", backoff_limit=1, ttl_seconds_after_finished=60))
+    job = render_job(
+        CACHE, "hf://org/llama", 2, env, JobSettings(image="img:1", backoff_limit=1, ttl_seconds_after_finished=60)
+    )
     assert job["metadata"]["name"] == job_name("llama", 2) == "llama-fill-2"
     assert job["spec"]["backoffLimit"] == 1 and job["spec"]["ttlSecondsAfterFinished"] == 60
     pod = job["spec"]["template"]["spec"]
     container = pod["containers"][0]
     assert container["image"] == "img:1"
-    assert container["command"] == ["modelplane", "cache", "fill", "hf://org/llama", "/cache", "--termination-log", "/dev/termination-log"]
+    assert container["command"] == [
+        "modelplane",
+        "cache",
+        "fill",
+        "hf://org/llama",
+        "/cache",
+        "--termination-log",
+        "/dev/termination-log",
+    ]
     assert env[0] in container["env"]
     assert {"name": "cache", "persistentVolumeClaim": {"claimName": "llama-cache"}} in pod["volumes"]
     assert pod["restartPolicy"] == "Never"
@@ -168,12 +201,17 @@ def test_fill_reports_round_trip_and_complete_alone_is_not_enough() -> None:
     assert read_fill_report(fill_report(marker), "hf://org/llama") == (FillState.SUCCEEDED, None)
     state, failure = read_fill_report(fill_report(marker), "hf://org/other")
     assert state == FillState.FAILED and failure.reason == "VerificationFailed"
-    state, failure = read_fill_report(fill_report(reason="AuthenticationFailed", message="token rejected"), "hf://org/llama")
+    state, failure = read_fill_report(
+        fill_report(reason="AuthenticationFailed", message="token rejected"), "hf://org/llama"
+    )
     assert failure == Failure("AuthenticationFailed", "token rejected")
     assert read_fill_report("", "hf://org/llama")[1].reason == "VerificationFailed"
-    assert read_fill_report("Traceback\nboom", "hf://org/llama")[1] == Failure("DownloadFailed", "the fill failed: boom")
+    assert read_fill_report("Traceback\nboom", "hf://org/llama")[1] == Failure(
+        "DownloadFailed", "the fill failed: boom"
+    )
     assert read_fill_report("progress\ncache fill failed (SourceNotFound): no bucket b", "s3://b/m")[1] == Failure(
-        "SourceNotFound", "no bucket b")
+        "SourceNotFound", "no bucket b"
+    )
     assert len(fill_report(reason="X", message="m" * 10000)) < 4096
     assert json.loads(fill_report(marker))["files"] == 1
 
@@ -187,7 +225,9 @@ def test_volume_too_small() -> None:
 def test_requesters_are_recorded_once() -> None:
     assert with_requester(None, "A/ns/a") == {"modelplane.io/requested-by": "A/ns/a"}
     assert with_requester({"modelplane.io/requested-by": "A/ns/a"}, "A/ns/a") is None
-    assert with_requester({"modelplane.io/requested-by": "B/ns/b"}, "A/ns/a") == {"modelplane.io/requested-by": "A/ns/a,B/ns/b"}
+    assert with_requester({"modelplane.io/requested-by": "B/ns/b"}, "A/ns/a") == {
+        "modelplane.io/requested-by": "A/ns/a,B/ns/b"
+    }
 
 
 def test_gc_deletes_only_unused_unmounted_settled_caches() -> None:

@@ -15,6 +15,7 @@ import pathlib
 import numpy as np
 import pytest
 
+from engine.perf.queueing import SLO, PerfProfile, Workload, max_rate
 from engine.simulate.calibrate import (
     ANNOTATION_CALIBRATION,
     REASON_APPLIED,
@@ -26,7 +27,6 @@ from engine.simulate.calibrate import (
     ramp_windows,
     windows_from_aggregates,
 )
-from engine.perf.queueing import SLO, PerfProfile, Workload, max_rate
 from engine.simulate.replay import SimConfig, Trace, VariantModel, simulate, window_aggregates
 from engine.simulate.trace import parse_trace_rows
 
@@ -66,7 +66,9 @@ def test_example_profiles_are_recovered_from_conversation_traffic(name: str, tok
     # What the data cannot see barely matters at these prompts: a spec gamma off by 100 % either way
     # (delta is then fitted through it) still gives the max rate within 5 %.
     for wrong in (0.0, 2 * profile.gamma):
-        assert fit_profile(windows, gamma_prior=wrong).max_rate(profile.max_batch, workload, slo) == pytest.approx(capacity, rel=0.05)
+        assert fit_profile(windows, gamma_prior=wrong).max_rate(profile.max_batch, workload, slo) == pytest.approx(
+            capacity, rel=0.05
+        )
 
 
 @pytest.mark.parametrize("name", sorted(EXAMPLE_PROFILES))
@@ -133,8 +135,10 @@ def test_idle_windows_are_not_enough(tokens) -> None:
 def va(annotations: dict[str, str] | None = None, profile: bool = True) -> dict:
     spec: dict = {"modelID": "m", "scaleTargetRef": {"name": "d"}}
     if profile:
-        spec["variantProfile"] = {"maxBatchSize": 256, "perfParms": {"decodeParms": {"alpha": "1", "beta": "1"},
-                                                                      "prefillParms": {"gamma": "1", "delta": "1"}}}
+        spec["variantProfile"] = {
+            "maxBatchSize": 256,
+            "perfParms": {"decodeParms": {"alpha": "1", "beta": "1"}, "prefillParms": {"gamma": "1", "delta": "1"}},
+        }
     return {"metadata": {"name": "v", "namespace": "ns", "annotations": annotations or {}}, "spec": spec}
 
 

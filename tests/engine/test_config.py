@@ -76,7 +76,15 @@ def test_inventory_counts() -> None:
 
 @pytest.mark.parametrize(
     ("value", "expected"),
-    [("5", Decimal(5)), ("500m", Decimal("0.5")), ("1Ki", Decimal(1024)), ("2G", Decimal("2e9")), (3, Decimal(3)), ("1.5", Decimal("1.5")), ("1e3", Decimal(1000))],
+    [
+        ("5", Decimal(5)),
+        ("500m", Decimal("0.5")),
+        ("1Ki", Decimal(1024)),
+        ("2G", Decimal("2e9")),
+        (3, Decimal(3)),
+        ("1.5", Decimal("1.5")),
+        ("1e3", Decimal(1000)),
+    ],
 )
 def test_parse_quantity(value: object, expected: Decimal) -> None:
     assert parse_quantity(value) == expected

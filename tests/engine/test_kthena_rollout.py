@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 import json
 import shlex
+from datetime import UTC
 from typing import Any
 
 import kubernetes_validate
@@ -44,19 +45,39 @@ def valid(obj: dict[str, Any]) -> None:
 
 
 def test_config_becomes_sorted_flags() -> None:
-    flags = config_flags({"tensor_parallel_size": 2, "enforce-eager": True, "enable-prefix-caching": False, "trust-remote-code": "",
-                          "kv-transfer-config": {"kv_role": "kv_both", "kv_connector": "X"}})
+    flags = config_flags(
+        {
+            "tensor_parallel_size": 2,
+            "enforce-eager": True,
+            "enable-prefix-caching": False,
+            "trust-remote-code": "",
+            "kv-transfer-config": {"kv_role": "kv_both", "kv_connector": "X"},
+        }
+    )
     assert flags == [
-        "--no-enable-prefix-caching", "--enforce-eager", "--kv-transfer-config", '{"kv_connector":"X","kv_role":"kv_both"}',
-        "--tensor-parallel-size", "2", "--trust-remote-code",
+        "--no-enable-prefix-caching",
+        "--enforce-eager",
+        "--kv-transfer-config",
+        '{"kv_connector":"X","kv_role":"kv_both"}',
+        "--tensor-parallel-size",
+        "2",
+        "--trust-remote-code",
     ]
 
 
-@pytest.mark.parametrize("uri, volume, path, directory", [
-    ("pvc://models", {"persistentVolumeClaim": {"claimName": "models"}}, "/models", "/models"),
-    ("pvc://models/sub/dir", {"persistentVolumeClaim": {"claimName": "models"}}, "/models", "/models/sub/dir"),
-    ("hostpath:///var/cache/models", {"hostPath": {"path": "/var/cache/models", "type": "DirectoryOrCreate"}}, "/var/cache/models", "/var/cache/models"),
-])
+@pytest.mark.parametrize(
+    "uri, volume, path, directory",
+    [
+        ("pvc://models", {"persistentVolumeClaim": {"claimName": "models"}}, "/models", "/models"),
+        ("pvc://models/sub/dir", {"persistentVolumeClaim": {"claimName": "models"}}, "/models", "/models/sub/dir"),
+        (
+            "hostpath:///var/cache/models",
+            {"hostPath": {"path": "/var/cache/models", "type": "DirectoryOrCreate"}},
+            "/var/cache/models",
+            "/var/cache/models",
+        ),
+    ],
+)
 def test_cache_uri_is_mounted_at_an_absolute_path(uri: str, volume: dict[str, Any], path: str, directory: str) -> None:
     mount, cache_dir = cache_mount(uri)
     assert {k: v for k, v in mount.volume.items() if k != "name"} == volume
@@ -64,10 +85,20 @@ def test_cache_uri_is_mounted_at_an_absolute_path(uri: str, volume: dict[str, An
 
 
 def test_cache_uri_download_runs_the_shared_downloader_into_kthenas_layout() -> None:
-    m = parsed(backend("b", modelURI="hf://Qwen/Qwen2.5-7B-Instruct", cacheURI="pvc://cache",
-                       env=[{"name": "HF_ENDPOINT", "value": "http://mirror"}, {"name": "OTHER", "value": "x"}]))
+    m = parsed(
+        backend(
+            "b",
+            modelURI="hf://Qwen/Qwen2.5-7B-Instruct",
+            cacheURI="pvc://cache",
+            env=[{"name": "HF_ENDPOINT", "value": "http://mirror"}, {"name": "OTHER", "value": "x"}],
+        )
+    )
     weights = direct_weights(m.spec.backends[0], "ghcr.io/modelplane/modelplane:0.1.0")
-    assert weights is not None and weights.model_path.startswith("/cache/") and len(weights.model_path) == len("/cache/") + 32
+    assert (
+        weights is not None
+        and weights.model_path.startswith("/cache/")
+        and len(weights.model_path) == len("/cache/") + 32
+    )
     init = weights.init_containers[0]
     assert init["command"][:3] == ["modelplane", "cache", "fill"] and init["command"][-1] == weights.model_path
     assert init["env"] == [{"name": "HF_ENDPOINT", "value": "http://mirror"}]
@@ -91,7 +122,9 @@ class MultiNodeContract:
         self.ray_port, self.timeout, self.ray_address, self.cluster_size = "6379", "300", "", ""
         self.start_params: list[str] = []
         options = {"--ray_port": "ray_port", "--ray_init_timeout": "timeout"}
-        options.update({"--ray_address": "ray_address"} if self.subcommand == "worker" else {"--ray_cluster_size": "cluster_size"})
+        options.update(
+            {"--ray_address": "ray_address"} if self.subcommand == "worker" else {"--ray_cluster_size": "cluster_size"}
+        )
         for arg in args:
             key, eq, value = arg.partition("=")
             if eq and key in options:
@@ -99,7 +132,7 @@ class MultiNodeContract:
             else:
                 self.start_params.append(arg)
         assert self.subcommand in ("leader", "worker")
-        assert (self.ray_address if self.subcommand == "worker" else self.cluster_size), "the script exits 1 without it"
+        assert self.ray_address if self.subcommand == "worker" else self.cluster_size, "the script exits 1 without it"
 
     @property
     def ray_start(self) -> list[str]:
@@ -114,22 +147,34 @@ def test_multi_pod_worker_becomes_a_leader_and_ray_followers() -> None:
     m = parsed(backend("big", minReplicas=2, maxReplicas=2, workers=[worker]))
     ref, b = ModelRef.of(m), m.spec.backends[0]
     workloads = workloads_of(ref, b)
-    assert [(w.name, w.role, w.min_replicas, w.scaled) for w in workloads] == [("m-big", "server", 2, True), ("m-big-worker", "server-worker", 4, False)]
+    assert [(w.name, w.role, w.min_replicas, w.scaled) for w in workloads] == [
+        ("m-big", "server", 2, True),
+        ("m-big-worker", "server-worker", 4, False),
+    ]
     weights = direct_weights(b, "img")
     assert weights is not None
     ray = render_ray_service(ref, b, workloads[0])
     leader = render_workload(ref, b, workloads[0], weights, {}, 2)
     follower = render_workload(ref, b, workloads[1], weights, {}, 4, leader_service=ray["metadata"]["name"])
     script = leader["spec"]["template"]["spec"]["containers"][0]["args"][1]
-    assert " && python3 -m vllm.entrypoints.openai.api_server" in script and script.endswith("--distributed-executor-backend ray")
+    assert " && python3 -m vllm.entrypoints.openai.api_server" in script and script.endswith(
+        "--distributed-executor-backend ray"
+    )
 
     # The leader starts a head on the ray Service's port and waits for all 3 pods of the group.
     head = MultiNodeContract(script)
     ray_port = ray["spec"]["ports"][0]["port"]
-    assert head.subcommand == "leader" and head.cluster_size == "3" and head.ray_start == ["ray", "start", "--head", f"--port={ray_port}", "--num-gpus=8"]
+    assert (
+        head.subcommand == "leader"
+        and head.cluster_size == "3"
+        and head.ray_start == ["ray", "start", "--head", f"--port={ray_port}", "--num-gpus=8"]
+    )
     # The worker dials host:port exactly once (the script appends the port itself): the ray Service.
     joiner = MultiNodeContract(follower["spec"]["template"]["spec"]["containers"][0]["args"][1])
-    assert joiner.ray_start[:4] == ["ray", "start", f"--address=m-big-ray:{ray_port}", "--block"] and joiner.start_params == []
+    assert (
+        joiner.ray_start[:4] == ["ray", "start", f"--address=m-big-ray:{ray_port}", "--block"]
+        and joiner.start_params == []
+    )
     # Both wait longer than the script's 300 s default, and within the leader's startup budget.
     startup = leader["spec"]["template"]["spec"]["containers"][0]["startupProbe"]
     assert 300 < int(head.timeout) == int(joiner.timeout) < startup["periodSeconds"] * startup["failureThreshold"]
@@ -148,8 +193,14 @@ def test_multi_pod_worker_becomes_a_leader_and_ray_followers() -> None:
 
 
 def test_sglang_serves_loras_with_its_own_flags() -> None:
-    m = parsed(backend("s", type="SGLang", workers=[server_worker(image="lmsysorg/sglang:v0.4.9", config={})],
-                       loraAdapters=[{"name": "a", "artifactURL": "pvc://loras/a"}]))
+    m = parsed(
+        backend(
+            "s",
+            type="SGLang",
+            workers=[server_worker(image="lmsysorg/sglang:v0.4.9", config={})],
+            loraAdapters=[{"name": "a", "artifactURL": "pvc://loras/a"}],
+        )
+    )
     ref, b = ModelRef.of(m), m.spec.backends[0]
     from engine.rollout.kthena import lora_mount
 
@@ -176,13 +227,25 @@ def test_runtime_lora_change_only_when_allowed_and_only_adapters_changed() -> No
     change = runtime_lora_change(new, live_with(old, "r1"), "r1")
     assert change is not None and change.unload == ("sql",) and change.load == (("chat", "acme/chat"),)
     assert runtime_lora_change(new, live_with(old, "r0"), "r1") is None  # something else changed too: roll out
-    assert runtime_lora_change(lora_backend({"chat": "hf://acme/chat"}, runtime=False).spec.backends[0], live_with(old, "r1"), "r1") is None
-    assert runtime_lora_change(lora_backend({"x": "s3://bucket/x"}).spec.backends[0], live_with(old, "r1"), "r1") is None  # needs a mount
+    assert (
+        runtime_lora_change(
+            lora_backend({"chat": "hf://acme/chat"}, runtime=False).spec.backends[0], live_with(old, "r1"), "r1"
+        )
+        is None
+    )
+    assert (
+        runtime_lora_change(lora_backend({"x": "s3://bucket/x"}).spec.backends[0], live_with(old, "r1"), "r1") is None
+    )  # needs a mount
     assert runtime_lora_change(lora_backend(old).spec.backends[0], live_with(old, "r1"), "r1") is None  # nothing to do
 
 
 def test_revision_ignores_replicas_and_update_patch_removes_dropped_keys() -> None:
-    obj = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "d"}, "spec": {"replicas": 1, "template": {"spec": {"nodeSelector": {"a": "1"}}}}}
+    obj = {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": "d"},
+        "spec": {"replicas": 1, "template": {"spec": {"nodeSelector": {"a": "1"}}}},
+    }
     other = copy.deepcopy(obj)
     other["spec"]["replicas"] = 5
     assert revision(obj) == revision(other)
@@ -194,14 +257,20 @@ def test_revision_ignores_replicas_and_update_patch_removes_dropped_keys() -> No
 
 
 def openmodel(flavors: list[dict[str, Any]]) -> OpenModel:
-    return OpenModel.model_validate({
-        "apiVersion": "llmaz.io/v1alpha1", "kind": "OpenModel", "metadata": {"name": "m"},
-        "spec": {"familyName": "f", "source": {"uri": "host:///m"}, "inferenceConfig": {"flavors": flavors}},
-    })
+    return OpenModel.model_validate(
+        {
+            "apiVersion": "llmaz.io/v1alpha1",
+            "kind": "OpenModel",
+            "metadata": {"name": "m"},
+            "spec": {"familyName": "f", "source": {"uri": "host:///m"}, "inferenceConfig": {"flavors": flavors}},
+        }
+    )
 
 
 def test_flavor_fallback_in_order() -> None:
-    om = openmodel([{"name": "a", "nodeSelector": {"gpu": "a"}}, {"name": "b", "nodeSelector": {"gpu": "b"}}, {"name": "c"}])
+    om = openmodel(
+        [{"name": "a", "nodeSelector": {"gpu": "a"}}, {"name": "b", "nodeSelector": {"gpu": "b"}}, {"name": "c"}]
+    )
     assert choose_flavor(om, None, [{"gpu": "a"}]).flavor.name == "a"
     placement = choose_flavor(om, None, [{"gpu": "b"}])
     assert placement.flavor.name == "b" and "skipped: a: no Node matches gpu=a" in placement.message
@@ -216,17 +285,21 @@ def test_flavor_fallback_in_order() -> None:
 def test_openmodel_parallelism_and_resources_come_from_the_flavor() -> None:
     from engine.rollout.openmodel import parallelism_args, runner_resources
 
-    om = openmodel([
-        {"name": "a100x2", "limits": {"nvidia.com/gpu": 2}},
-        {"name": "tp-param", "limits": {"nvidia.com/gpu": 8}, "params": {"TP": "4", "PP": "2"}},
-        {"name": "one", "limits": {"nvidia.com/gpu": 1, "cpu": "16"}},
-    ])
+    om = openmodel(
+        [
+            {"name": "a100x2", "limits": {"nvidia.com/gpu": 2}},
+            {"name": "tp-param", "limits": {"nvidia.com/gpu": 8}, "params": {"TP": "4", "PP": "2"}},
+            {"name": "one", "limits": {"nvidia.com/gpu": 1, "cpu": "16"}},
+        ]
+    )
     two, params, one = om.spec.inference_config.flavors
     assert parallelism_args(two) == ["--tensor-parallel-size", "2"]
     assert parallelism_args(params) == ["--tensor-parallel-size", "4", "--pipeline-parallel-size", "2"]
     assert parallelism_args(one) == [] and parallelism_args(None) == []
-    assert runner_resources(one) == {"requests": {"cpu": "16", "memory": "8Gi", "nvidia.com/gpu": "1"},
-                                     "limits": {"cpu": "16", "memory": "8Gi", "nvidia.com/gpu": "1"}}
+    assert runner_resources(one) == {
+        "requests": {"cpu": "16", "memory": "8Gi", "nvidia.com/gpu": "1"},
+        "limits": {"cpu": "16", "memory": "8Gi", "nvidia.com/gpu": "1"},
+    }
     assert runner_resources(None)["limits"] == {"cpu": "4", "memory": "8Gi"}
 
 
@@ -236,37 +309,65 @@ def test_backend_level_policy_gives_a_policy_and_a_binding_per_backend_scaling_i
 
     prefill, decode = server_worker(type="prefill", replicas=2), server_worker(type="decode")
     m = parsed(
-        backend("pd", type="vLLMDisaggregated", minReplicas=1, maxReplicas=3, workers=[prefill, decode], autoscalingPolicy=QUEUE_POLICY),
+        backend(
+            "pd",
+            type="vLLMDisaggregated",
+            minReplicas=1,
+            maxReplicas=3,
+            workers=[prefill, decode],
+            autoscalingPolicy=QUEUE_POLICY,
+        ),
         backend("fixed"),
     )
     objects = render_autoscaling(m, ModelRef.of(m))
     assert [(o["kind"], o["metadata"]["name"]) for o in objects] == [
-        ("AutoscalingPolicy", "m-pd"), ("AutoscalingPolicyBinding", "m-pd"),
+        ("AutoscalingPolicy", "m-pd"),
+        ("AutoscalingPolicyBinding", "m-pd"),
     ]
     group_binding = objects[1]["spec"]
     assert group_binding["policyRef"] == {"name": "m-pd"}
-    assert group_binding["scalingConfiguration"]["target"]["targetRef"] == {"apiVersion": "apps/v1", "kind": "Deployment", "name": "m-pd-prefill"}
+    assert group_binding["scalingConfiguration"]["target"]["targetRef"] == {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "name": "m-pd-prefill",
+    }
     # Bounds count groups (the backend's replicas); each group is 2 prefill + 1 decode.
-    assert (group_binding["scalingConfiguration"]["minReplicas"], group_binding["scalingConfiguration"]["maxReplicas"]) == (1, 3)
+    assert (
+        group_binding["scalingConfiguration"]["minReplicas"],
+        group_binding["scalingConfiguration"]["maxReplicas"],
+    ) == (1, 3)
     groups = json.loads(objects[1]["metadata"]["annotations"]["modelplane.io/scale-groups"])
-    assert groups == {"m-pd-prefill": [{"name": "m-pd-prefill", "perGroup": 2, "serves": True}, {"name": "m-pd-decode", "perGroup": 1, "serves": True}]}
+    assert groups == {
+        "m-pd-prefill": [
+            {"name": "m-pd-prefill", "perGroup": 2, "serves": True},
+            {"name": "m-pd-decode", "perGroup": 1, "serves": True},
+        ]
+    }
     assert ANNOTATION_SCALE_TO_ZERO not in objects[1]["metadata"].get("annotations", {})
     assert objects[0]["spec"]["metrics"] == [{"metricName": "vllm:num_requests_waiting", "targetValue": 5}]
 
 
 def test_status_conditions_follow_the_backends_and_failures() -> None:
-    from datetime import datetime, timezone
+    from datetime import datetime
 
     from engine.rollout.kthena import BackendState, Failure, model_status
 
-    t0, t1 = datetime(2026, 1, 1, tzinfo=timezone.utc), datetime(2026, 1, 1, 0, 5, tzinfo=timezone.utc)
-    first = model_status({}, 1, t0, [BackendState("a", 0, False, "waiting for ModelCache x (Pending) to hold hf://o/n")], None)
+    t0, t1 = datetime(2026, 1, 1, tzinfo=UTC), datetime(2026, 1, 1, 0, 5, tzinfo=UTC)
+    first = model_status(
+        {}, 1, t0, [BackendState("a", 0, False, "waiting for ModelCache x (Pending) to hold hf://o/n")], None
+    )
     types = {c["type"]: c for c in first["conditions"]}
     assert types["Initialized"]["reason"] == "ModelCreating" and types["Active"]["reason"] == "ModelProcessing"
     assert "a: waiting for ModelCache x" in types["Active"]["message"] and "Failed" not in types
-    failed = model_status(first, 2, t1, [BackendState("a", 1, True)], Failure("InvalidModel", "spec.backends[0].workers: bad"))
+    failed = model_status(
+        first, 2, t1, [BackendState("a", 1, True)], Failure("InvalidModel", "spec.backends[0].workers: bad")
+    )
     types = {c["type"]: c for c in failed["conditions"]}
-    assert types["Failed"]["status"] == "True" and types["Active"]["status"] == "False" and failed["observedGeneration"] == 2
+    assert (
+        types["Failed"]["status"] == "True"
+        and types["Active"]["status"] == "False"
+        and failed["observedGeneration"] == 2
+    )
     fixed = model_status(failed, 3, t1, [BackendState("a", 2, True)], None)
     types = {c["type"]: c for c in fixed["conditions"]}
     assert (types["Failed"]["status"], types["Failed"]["reason"]) == ("False", "ModelHealthy")
@@ -275,22 +376,33 @@ def test_status_conditions_follow_the_backends_and_failures() -> None:
 
 
 def test_runtime_sidecar_follows_the_seed_env_and_the_binding_reads_its_port() -> None:
-    from engine.rollout.kthena_native import native_ref, runtime_container, with_runtime
     from engine.rollout.kthena import render_autoscaling
+    from engine.rollout.kthena_native import native_ref, runtime_container, with_runtime
     from tests.rollout.models import QUEUE_POLICY
 
-    env = [{"name": "RUNTIME_PORT", "value": "9100"}, {"name": "RUNTIME_URL", "value": "http://localhost:8001"},
-           {"name": "RUNTIME_METRICS_PATH", "value": "/engine-metrics"}]
+    env = [
+        {"name": "RUNTIME_PORT", "value": "9100"},
+        {"name": "RUNTIME_URL", "value": "http://localhost:8001"},
+        {"name": "RUNTIME_METRICS_PATH", "value": "/engine-metrics"},
+    ]
     m = parsed(backend("b", minReplicas=1, maxReplicas=4, scalingCost=10, env=env), autoscalingPolicy=QUEUE_POLICY)
     ref, b = native_ref(ModelRef.of(m)), m.spec.backends[0]
     sidecar = runtime_container(ref, b, b.workers[0], "ghcr.io/volcano-sh/runtime:latest")
     args = sidecar["args"]
-    assert (args[args.index("--port") + 1], args[args.index("--engine-base-url") + 1], args[args.index("--engine-metrics-path") + 1]) == (
-        "9100", "http://localhost:8001", "/engine-metrics")
+    assert (
+        args[args.index("--port") + 1],
+        args[args.index("--engine-base-url") + 1],
+        args[args.index("--engine-metrics-path") + 1],
+    ) == ("9100", "http://localhost:8001", "/engine-metrics")
     assert args[args.index("--model") + 1] == "m" and sidecar["ports"][0]["containerPort"] == 9100
     deployment = render_workload(ref, b, workloads_of(ref, b)[0], direct_weights(b, "img"), {}, 1)
-    deployment["spec"]["template"] = with_runtime(deployment["spec"]["template"], ref, b, b.workers[0], "ghcr.io/volcano-sh/runtime:latest")
+    deployment["spec"]["template"] = with_runtime(
+        deployment["spec"]["template"], ref, b, b.workers[0], "ghcr.io/volcano-sh/runtime:latest"
+    )
     valid(deployment)
     assert deployment["spec"]["template"]["metadata"]["annotations"]["prometheus.io/port"] == "9100"
     binding = render_autoscaling(m, ref, runtime=True)[1]
-    assert binding["spec"]["optimizerConfiguration"]["params"][0]["target"]["metricEndpoint"] == {"uri": "/metrics", "port": 9100}
+    assert binding["spec"]["optimizerConfiguration"]["params"][0]["target"]["metricEndpoint"] == {
+        "uri": "/metrics",
+        "port": 9100,
+    }

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import copy
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -13,18 +13,18 @@ from engine.optimize.cycle import (
     CycleInputs,
     ModelLoad,
     PodSample,
+    SpecError,
     VariantDecision,
     parse_variant,
-    replica_cost,
     plan_variants,
-    SpecError,
+    replica_cost,
     status_patch,
     variant_status,
 )
 from engine.perf.saturation import DEFAULT_VARIANT_COST, SaturationConfigSet
 from tests.factories import PROFILES, variant_autoscaling
 
-NOW = datetime(2026, 11, 22, 12, 0, 0, tzinfo=timezone.utc)
+NOW = datetime(2026, 11, 22, 12, 0, 0, tzinfo=UTC)
 NS = "llm"
 MODEL = "meta/llama-3.1-8b"
 A100 = PROFILES["A100"]
@@ -32,12 +32,18 @@ COSTS = {
     "A100": AcceleratorCost("A100", "NVIDIA-A100", 40.0),
     "H100": AcceleratorCost("H100", "NVIDIA-H100", 80.0),
 }
-PREMIUM = parse_service_class(f"name: Premium\npriority: 1\ndata:\n  - model: {MODEL}\n    slo-tpot: 24\n    slo-ttft: 500\n", "slo/premium")
+PREMIUM = parse_service_class(
+    f"name: Premium\npriority: 1\ndata:\n  - model: {MODEL}\n    slo-tpot: 24\n    slo-ttft: 500\n", "slo/premium"
+)
 
 
-def va(name: str, accelerator: str = "A100", parms: dict[str, str] | None = None, target: str | None = None, **spec: Any) -> dict[str, Any]:
+def va(
+    name: str, accelerator: str = "A100", parms: dict[str, str] | None = None, target: str | None = None, **spec: Any
+) -> dict[str, Any]:
     """A VariantAutoscaling of MODEL in NS whose SLO is the ``slo/premium`` class."""
-    return variant_autoscaling(name, NS, MODEL, accelerator, parms, target=target, **{"sloClassRef": {"name": "slo", "key": "premium"}, **spec})
+    return variant_autoscaling(
+        name, NS, MODEL, accelerator, parms, target=target, **{"sloClassRef": {"name": "slo", "key": "premium"}, **spec}
+    )
 
 
 def pods(count: int, kv: float = 0.3, queue: float = 0.0, prefix: str = "a100") -> list[PodSample]:
@@ -86,14 +92,20 @@ def test_falling_load_scales_down_only_when_saturation_says_safe() -> None:
     quiet = {(NS, MODEL): ModelLoad(0.5, 128, 256)}
     safe = by_name(plan_variants(inputs([va("a100")], {"a100": 4}, loads=quiet, pods={(NS, MODEL): pods(4, kv=0.1)})))
     assert safe["a100"].desired < 4 and safe["a100"].reason == "OptimizationSucceeded"
-    saturated = by_name(plan_variants(inputs([va("a100")], {"a100": 4}, loads=quiet, pods={(NS, MODEL): pods(4, kv=0.95, queue=9)})))
+    saturated = by_name(
+        plan_variants(inputs([va("a100")], {"a100": 4}, loads=quiet, pods={(NS, MODEL): pods(4, kv=0.95, queue=9)}))
+    )
     assert saturated["a100"].desired == 4 and saturated["a100"].reason == "SaturationSafetyOverride"
 
 
 def test_no_pod_metrics_blocks_scale_down_but_allows_scale_up() -> None:
-    down = by_name(plan_variants(inputs([va("a100")], {"a100": 4}, loads={(NS, MODEL): ModelLoad(0.5, 128, 256)}, pods={})))
+    down = by_name(
+        plan_variants(inputs([va("a100")], {"a100": 4}, loads={(NS, MODEL): ModelLoad(0.5, 128, 256)}, pods={}))
+    )
     assert down["a100"].desired == 4 and "no per-pod saturation metrics" in down["a100"].message
-    up = by_name(plan_variants(inputs([va("a100")], {"a100": 1}, loads={(NS, MODEL): ModelLoad(60.0, 128, 256)}, pods={})))
+    up = by_name(
+        plan_variants(inputs([va("a100")], {"a100": 1}, loads={(NS, MODEL): ModelLoad(60.0, 128, 256)}, pods={}))
+    )
     assert up["a100"].desired > 1
 
 
@@ -105,7 +117,9 @@ def test_missing_metrics_hold_current_and_report_unavailable() -> None:
 
 
 def test_metrics_backend_down_holds_everything() -> None:
-    decisions = plan_variants(inputs([va("a100"), va("h100", "H100")], {"a100": 3, "h100": 2}, metrics_error="connection refused"))
+    decisions = plan_variants(
+        inputs([va("a100"), va("h100", "H100")], {"a100": 3, "h100": 2}, metrics_error="connection refused")
+    )
     assert [d.desired for d in decisions] == [3, 2]
     assert all(d.metrics.status == "False" and "connection refused" in d.metrics.message for d in decisions)
 
@@ -137,7 +151,9 @@ def test_broken_service_class_is_reported() -> None:
 
 
 def test_infeasible_slo_keeps_current_and_names_the_variant() -> None:
-    strict = parse_service_class(f"name: Strict\npriority: 1\ndata:\n  - model: {MODEL}\n    slo-tpot: 1\n    slo-ttft: 1\n", "slo/premium")
+    strict = parse_service_class(
+        f"name: Strict\npriority: 1\ndata:\n  - model: {MODEL}\n    slo-tpot: 1\n    slo-ttft: 1\n", "slo/premium"
+    )
     decision = plan_variants(inputs([va("a100")], {"a100": 2}, service_classes={("slo", "premium"): strict}))[0]
     assert decision.desired == 2 and not decision.ready and decision.reason == "SLOInfeasible"
     assert f"{MODEL}-A100-1" in decision.message
@@ -155,7 +171,11 @@ def test_min_max_annotations_clamp() -> None:
     variant["metadata"]["annotations"] = {"modelplane.io/min-replicas": "2", "modelplane.io/max-replicas": "3"}
     high = plan_variants(inputs([variant], {"a100": 2}, loads={(NS, MODEL): ModelLoad(500.0, 128, 256)}))[0]
     assert high.desired == 3
-    low = plan_variants(inputs([variant], {"a100": 3}, loads={(NS, MODEL): ModelLoad(0.0, 128, 256)}, pods={(NS, MODEL): pods(3, kv=0.05)}))[0]
+    low = plan_variants(
+        inputs(
+            [variant], {"a100": 3}, loads={(NS, MODEL): ModelLoad(0.0, 128, 256)}, pods={(NS, MODEL): pods(3, kv=0.05)}
+        )
+    )[0]
     assert low.desired == 2
 
 
@@ -168,7 +188,11 @@ def test_scale_to_zero_needs_the_annotation() -> None:
     variant["metadata"]["annotations"] = {"modelplane.io/scale-to-zero": "true"}
     zero = plan_variants(inputs([variant], {"a100": 1}, loads=idle, pods={(NS, MODEL): pods(1, kv=0.0)}))[0]
     assert zero.desired == 0 and "Scale to zero" in zero.message
-    busy = plan_variants(inputs([variant], {"a100": 1}, loads={(NS, MODEL): ModelLoad(0.01, 128, 256)}, pods={(NS, MODEL): pods(1, kv=0.0)}))[0]
+    busy = plan_variants(
+        inputs(
+            [variant], {"a100": 1}, loads={(NS, MODEL): ModelLoad(0.01, 128, 256)}, pods={(NS, MODEL): pods(1, kv=0.0)}
+        )
+    )[0]
     assert busy.desired == 1  # any traffic keeps the last replica
 
 
@@ -186,8 +210,10 @@ def test_missing_target_is_reported_without_actuation() -> None:
 
 def test_parse_variant_accepts_the_second_generation() -> None:
     spec = parse_variant(
-        {"metadata": {"name": "v", "namespace": NS, "labels": {"inference.optimization/acceleratorName": "H100"}},
-         "spec": {"modelID": MODEL, "scaleTargetRef": {"kind": "Deployment", "name": "v"}, "variantCost": "25.5"}}
+        {
+            "metadata": {"name": "v", "namespace": NS, "labels": {"inference.optimization/acceleratorName": "H100"}},
+            "spec": {"modelID": MODEL, "scaleTargetRef": {"kind": "Deployment", "name": "v"}, "variantCost": "25.5"},
+        }
     )
     assert spec.accelerator == "H100" and spec.profile is None and spec.variant_cost == 25.5 and spec.min_replicas == 1
 
@@ -212,7 +238,9 @@ def test_status_has_both_generations_fields_and_skips_heartbeat_only_writes() ->
     assert status_patch(status, again, later, heartbeat_s=300) is None
     much_later = NOW + timedelta(seconds=301)
     heartbeat = variant_status(decision, copy.deepcopy(status), much_later, applied=True, generation=1)
-    assert status_patch(status, heartbeat, much_later, heartbeat_s=300) == {"desiredOptimizedAlloc": heartbeat["desiredOptimizedAlloc"]}
+    assert status_patch(status, heartbeat, much_later, heartbeat_s=300) == {
+        "desiredOptimizedAlloc": heartbeat["desiredOptimizedAlloc"]
+    }
 
 
 def test_one_cost_per_replica_everywhere() -> None:
@@ -254,8 +282,16 @@ def test_saturation_veto_counts_capacity_the_plan_adds_on_other_variants() -> No
     assert decisions["a100"].desired == 1 and decisions["a100"].reason == "OptimizationSucceeded"
     assert "saturation covered" in decisions["a100"].message
     # Without capacity added elsewhere the veto stands.
-    alone = by_name(plan_variants(inputs([va("a100")], {"a100": 4}, loads={(NS, MODEL): ModelLoad(0.5, 128, 256)},
-                                         pods={(NS, MODEL): pods(4, kv=0.95, queue=9)})))
+    alone = by_name(
+        plan_variants(
+            inputs(
+                [va("a100")],
+                {"a100": 4},
+                loads={(NS, MODEL): ModelLoad(0.5, 128, 256)},
+                pods={(NS, MODEL): pods(4, kv=0.95, queue=9)},
+            )
+        )
+    )
     assert alone["a100"].desired == 4 and alone["a100"].reason == "SaturationSafetyOverride"
 
 
@@ -286,7 +322,9 @@ def test_scale_down_stabilization_rides_out_a_flapping_recommendation() -> None:
 
 def test_plan_variants_holds_a_scale_down_within_the_window() -> None:
     quiet = {(NS, MODEL): ModelLoad(0.5, 128, 256)}
-    cycle = inputs([va("a100")], {"a100": 4}, loads=quiet, pods={(NS, MODEL): pods(4, kv=0.1)}, scale_down_window_s=120.0)
+    cycle = inputs(
+        [va("a100")], {"a100": 4}, loads=quiet, pods={(NS, MODEL): pods(4, kv=0.1)}, scale_down_window_s=120.0
+    )
     held = by_name(plan_variants(cycle))["a100"]
     assert held.desired == 4 and held.stabilization_changed and "stabilization window" in held.message
     assert held.stabilization is not None and '"max":' in held.stabilization

@@ -287,9 +287,16 @@ def test_vectorized_speed_smoke():
     rng = np.random.default_rng(0)
     n = 2000
     res = size_arrays(
-        rng.uniform(5, 30, n), rng.uniform(0.05, 0.5, n), rng.uniform(2, 20, n), rng.uniform(0.005, 0.1, n),
-        rng.integers(4, 513, n), rng.integers(0, 2048, n), rng.integers(1, 1024, n),
-        rng.uniform(100, 3000, n), None, None,
+        rng.uniform(5, 30, n),
+        rng.uniform(0.05, 0.5, n),
+        rng.uniform(2, 20, n),
+        rng.uniform(0.005, 0.1, n),
+        rng.integers(4, 513, n),
+        rng.integers(0, 2048, n),
+        rng.integers(1, 1024, n),
+        rng.uniform(100, 3000, n),
+        None,
+        None,
     )
     assert res.rate_rps.shape == (n,)
     assert np.all(res.rate_rps[res.feasible] > 0)

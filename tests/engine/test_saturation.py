@@ -217,7 +217,10 @@ def test_pending_replicas_put_model_in_transition() -> None:
 
 def test_desired_mismatch_puts_model_in_transition() -> None:
     # WVA TestCalculatesaturationTargets_ModelLevelTransitionBlocking
-    states = [VariantState("v1-expensive", 20.0, 2, desired_replicas=4), VariantState("v2-cheap", 5.0, 2, desired_replicas=0)]
+    states = [
+        VariantState("v1-expensive", 20.0, 2, desired_replicas=4),
+        VariantState("v2-cheap", 5.0, 2, desired_replicas=0),
+    ]
     assert saturation_targets(UP, states) == {"v1-expensive": 4, "v2-cheap": 2}
     # desired == current is not a transition
     states = [VariantState("a", 20.0, 2, desired_replicas=2), VariantState("b", 5.0, 2)]
@@ -296,7 +299,9 @@ def test_wva_saturated_replicas_and_all_saturated() -> None:
 
 def test_saturation_only_mode() -> None:
     d = arbitrate(2, 3, None, True)
-    assert d == Decision(3, REASON_SATURATION_ONLY, "Saturation-only mode: scale-up decision (target: 3 replicas)", "scale-up")
+    assert d == Decision(
+        3, REASON_SATURATION_ONLY, "Saturation-only mode: scale-up decision (target: 3 replicas)", "scale-up"
+    )
     assert arbitrate(2, 2).action == "no-change"
     assert arbitrate(2, 1).action == "scale-down"
 
@@ -322,7 +327,9 @@ def test_safe_model_scale_down_followed() -> None:
 
 def test_model_scale_up_followed() -> None:
     d = arbitrate(1, 2, 3, False)
-    assert d == Decision(3, REASON_OPTIMIZATION_SUCCEEDED, "Hybrid mode: scale-up decision (target: 3 replicas)", "scale-up")
+    assert d == Decision(
+        3, REASON_OPTIMIZATION_SUCCEEDED, "Hybrid mode: scale-up decision (target: 3 replicas)", "scale-up"
+    )
 
 
 def test_saturation_up_when_model_holds() -> None:
@@ -343,4 +350,6 @@ def test_arbitrate_all() -> None:
     # b: model wants down, scale-down unsafe under UP -> blocked.
     assert decisions["b"].target == 2 and decisions["b"].reason == REASON_SAFETY_OVERRIDE
     only = arbitrate_all(DOWN, states)
-    assert only["b"] == Decision(1, REASON_SATURATION_ONLY, "Saturation-only mode: scale-down decision (target: 1 replicas)", "scale-down")
+    assert only["b"] == Decision(
+        1, REASON_SATURATION_ONLY, "Saturation-only mode: scale-down decision (target: 1 replicas)", "scale-down"
+    )

@@ -7,12 +7,22 @@ import numpy as np
 import pytest
 
 from engine.perf.queueing import PerfProfile
-from engine.simulate.replay import Observation, SimConfig, Trace, VariantModel, poisson_trace, simulate, window_aggregates
+from engine.simulate.replay import (
+    Observation,
+    SimConfig,
+    Trace,
+    VariantModel,
+    poisson_trace,
+    simulate,
+    window_aggregates,
+)
 
 PROFILE = PerfProfile(alpha=20.0, beta=0.4, gamma=5.0, delta=0.1, max_batch=16)
 
 
-def variant(key: str = "ns/a", profile: PerfProfile = PROFILE, kv: int = 10**9, model: str = "default/model") -> VariantModel:
+def variant(
+    key: str = "ns/a", profile: PerfProfile = PROFILE, kv: int = 10**9, model: str = "default/model"
+) -> VariantModel:
     return VariantModel(key, model, key.split("/")[1], "A100", 1, 40.0, profile, kv)
 
 
@@ -50,7 +60,13 @@ def test_batch_never_exceeds_max_batch_and_the_excess_queues() -> None:
 
 def test_kv_cache_capacity_limits_admission() -> None:
     # 3 prompts of 1,000 tokens fit in 3,500 tokens of KV cache; the fourth waits although slots are free.
-    trace = Trace(np.array([0.0, 0.001, 0.002, 0.003]), np.full(4, 1000), np.full(4, 50), np.zeros(4, dtype=np.int64), ("default/model",))
+    trace = Trace(
+        np.array([0.0, 0.001, 0.002, 0.003]),
+        np.full(4, 1000),
+        np.full(4, 50),
+        np.zeros(4, dtype=np.int64),
+        ("default/model",),
+    )
     result = simulate([variant(kv=3500)], trace, SimConfig(horizon_s=1.0), {"ns/a": 1})
     assert result.completed.all()
     assert np.all(result.admit_s[:3] < 0.01)
@@ -118,7 +134,9 @@ def test_same_seed_same_result_and_jitter_changes_it() -> None:
 
 
 def test_router_sends_each_request_to_the_least_loaded_replica_of_its_model() -> None:
-    trace = Trace(np.array([0.0, 0.0, 0.0, 0.0]), np.full(4, 100), np.full(4, 500), np.array([0, 0, 1, 1]), ("m/one", "m/two"))
+    trace = Trace(
+        np.array([0.0, 0.0, 0.0, 0.0]), np.full(4, 100), np.full(4, 500), np.array([0, 0, 1, 1]), ("m/one", "m/two")
+    )
     one, two = variant("ns/one", model="m/one"), variant("ns/two", model="m/two")
     result = simulate([one, two], trace, SimConfig(horizon_s=1.0), {"ns/one": 2, "ns/two": 1})
     assert sorted(result.replica_index[:2].tolist()) == [0, 1]  # spread over model one's two replicas
@@ -135,7 +153,9 @@ def test_controller_sees_the_gauges_vllm_exports() -> None:
 
     small = PerfProfile(alpha=20.0, beta=0.4, gamma=5.0, delta=0.1, max_batch=4)
     trace = poisson_trace(3.0, 300, 1000, 300, seed=6)
-    simulate([variant(profile=small, kv=8000)], trace, SimConfig(interval_s=60.0, horizon_s=300), {"ns/a": 1}, controller)
+    simulate(
+        [variant(profile=small, kv=8000)], trace, SimConfig(interval_s=60.0, horizon_s=300), {"ns/a": 1}, controller
+    )
     assert [o.time_s for o in seen] == [60.0, 120.0, 180.0, 240.0, 300.0]
     gauges = [g for o in seen for g in o.pods["ns/a"]]
     assert all(g.running <= 4 and 0.0 <= g.kv_cache_usage <= 1.0 for g in gauges)

@@ -13,8 +13,8 @@ import pathlib
 
 import pytest
 
-from engine.simulate.replay import SimConfig
 from engine.simulate.policies import build_scenario, run_policy, summarize_outcome, with_ttft_percentile
+from engine.simulate.replay import SimConfig
 from engine.simulate.trace import TraceShape
 from tasks.simulate import read_description, read_trace
 
@@ -30,7 +30,9 @@ def test_attainment_never_falls_as_the_percentile_rises(prompt_scale: int) -> No
     trace = dataclasses.replace(trace, in_tokens=trace.in_tokens * prompt_scale)
     attained = []
     for percentile in ("80", "90", "95"):
-        scenario = build_scenario(with_ttft_percentile(description, percentile), trace, SimConfig(interval_s=60.0, startup_delay_s=120.0))
+        scenario = build_scenario(
+            with_ttft_percentile(description, percentile), trace, SimConfig(interval_s=60.0, startup_delay_s=120.0)
+        )
         scenario = dataclasses.replace(scenario, start_from_static=True)
         attained.append(summarize_outcome("modelplane", scenario, run_policy("modelplane", scenario)).attainment)
     assert attained == sorted(attained), attained

@@ -9,7 +9,6 @@ import numpy as np
 import pytest
 
 from engine.perf.queueing import SLO, PerfProfile
-from engine.simulate.replay import SimConfig, Trace, VariantModel, simulate
 from engine.simulate.oracle import (
     CapacityCurve,
     attainment_ceiling,
@@ -19,6 +18,7 @@ from engine.simulate.oracle import (
     oracle_schedule,
 )
 from engine.simulate.policies import ClusterDescription, Scenario, build_scenario, run_policy, summarize_outcome
+from engine.simulate.replay import SimConfig, Trace, VariantModel, simulate
 from tasks.simulate import read_description
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
@@ -26,9 +26,17 @@ MODEL = "ns/model"
 PROFILE = PerfProfile(alpha=20.0, beta=0.4, gamma=5.0, delta=0.1, max_batch=16)
 
 
-def scenario_of(variants: list[VariantModel], trace: Trace, config: SimConfig, inventory: dict[str, int] | None = None) -> Scenario:
-    description = ClusterDescription(variants=[], current_replicas={}, accelerator_costs={}, service_classes={},
-                                     saturation_data={}, inventory=inventory)
+def scenario_of(
+    variants: list[VariantModel], trace: Trace, config: SimConfig, inventory: dict[str, int] | None = None
+) -> Scenario:
+    description = ClusterDescription(
+        variants=[],
+        current_replicas={},
+        accelerator_costs={},
+        service_classes={},
+        saturation_data={},
+        inventory=inventory,
+    )
     return Scenario(description, [], variants, {MODEL: SLO(ttft_ms=500, itl_ms=50)}, {MODEL: 1}, trace, config)
 
 
@@ -71,12 +79,16 @@ def test_the_oracle_keeps_a_replica_through_a_lull_shorter_than_its_startup_and_
 
 def test_prompts_too_long_for_the_cheap_variant_are_carried_by_the_fast_one() -> None:
     cheap = VariantModel("ns/a", MODEL, "a", "A100", 1, 40.0, PROFILE, 10**9)  # 500 ms TTFT up to 4,950 tokens
-    fast = VariantModel("ns/b", MODEL, "b", "H100", 1, 100.0, PerfProfile(12.0, 0.2, 5.0, 0.05, 16), 10**9)  # up to 9,900
+    fast = VariantModel(
+        "ns/b", MODEL, "b", "H100", 1, 100.0, PerfProfile(12.0, 0.2, 5.0, 0.05, 16), 10**9
+    )  # up to 9,900
     scenario = scenario_of([cheap, fast], step_trace(), SimConfig())
     capacity = {"ns/a": 1.0, "ns/b": 1.0}
     assert oracle_schedule(scenario, capacity, np.array([[3.0]])) == [{"ns/a": 3, "ns/b": 0}]
     # 1 of the 3 req/s has a prompt beyond 4,950 tokens: one fast replica for it, the cheap ones for the rest.
-    assert oracle_schedule(scenario, capacity, np.array([[3.0]]), {(0, 4950.0): np.array([1.0])}) == [{"ns/a": 2, "ns/b": 1}]
+    assert oracle_schedule(scenario, capacity, np.array([[3.0]]), {(0, 4950.0): np.array([1.0])}) == [
+        {"ns/a": 2, "ns/b": 1}
+    ]
 
 
 def test_capacity_is_read_off_a_measured_curve() -> None:
@@ -117,7 +129,9 @@ def test_attainment_ceiling_counts_requests_no_accelerator_serves_within_the_slo
     description = read_description(str(REPO / "deployments" / "examples"), "modelplane-system")
     granite, llama = "llm-serving/ibm/granite-13b", "llm-serving/meta/llama-3.1-8b"
     # llama within 500 ms at batch 1: H100 (3.1 + 0.06 x prompt) up to 8,281 tokens; granite within 800 ms: A100 up to 5,277.
-    trace = Trace(np.arange(4.0), np.array([8000, 9000, 5000, 6000]), np.full(4, 50), np.array([1, 1, 0, 0]), (granite, llama))
+    trace = Trace(
+        np.arange(4.0), np.array([8000, 9000, 5000, 6000]), np.full(4, 50), np.array([1, 1, 0, 0]), (granite, llama)
+    )
     scenario = build_scenario(description, trace, SimConfig())
     assert attainment_ceiling(scenario) == {"all": 0.5, granite: 0.5, llama: 0.5}
 
@@ -126,8 +140,13 @@ def test_the_oracle_policy_runs_on_the_example_cluster() -> None:
     description = read_description(str(REPO / "deployments" / "examples"), "modelplane-system")
     rng = np.random.default_rng(0)
     n = 1800
-    trace = Trace(np.sort(rng.uniform(0, 600, n)), rng.integers(100, 2000, n), rng.integers(20, 300, n),
-                  rng.integers(0, 2, n), ("llm-serving/ibm/granite-13b", "llm-serving/meta/llama-3.1-8b"))
+    trace = Trace(
+        np.sort(rng.uniform(0, 600, n)),
+        rng.integers(100, 2000, n),
+        rng.integers(20, 300, n),
+        rng.integers(0, 2, n),
+        ("llm-serving/ibm/granite-13b", "llm-serving/meta/llama-3.1-8b"),
+    )
     scenario = build_scenario(description, trace, SimConfig())
     outcome = summarize_outcome("oracle", scenario, run_policy("oracle", scenario))
     assert outcome.unserved == 0 and outcome.attainment > 0.8 and outcome.cost > 0

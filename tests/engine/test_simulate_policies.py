@@ -10,7 +10,6 @@ import numpy as np
 import pytest
 
 from engine.optimize.cycle import SpecError, plan_variants
-from engine.simulate.replay import Observation, ReplicaGauges, SimConfig, Trace
 from engine.simulate.policies import (
     POLICIES,
     build_scenario,
@@ -21,11 +20,17 @@ from engine.simulate.policies import (
     summarize_outcome,
     with_hpa_metric,
 )
+from engine.simulate.replay import Observation, ReplicaGauges, SimConfig, Trace
 from tasks.simulate import read_description
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 LLAMA, GRANITE = "llm-serving/meta/llama-3.1-8b", "llm-serving/ibm/granite-13b"
-KEYS = ["llm-serving/granite-13b-a100", "llm-serving/granite-13b-l40s", "llm-serving/llama-3-1-8b-a100", "llm-serving/llama-3-1-8b-h100"]
+KEYS = [
+    "llm-serving/granite-13b-a100",
+    "llm-serving/granite-13b-l40s",
+    "llm-serving/llama-3-1-8b-a100",
+    "llm-serving/llama-3-1-8b-h100",
+]
 
 
 @pytest.fixture(scope="module")
@@ -36,15 +41,30 @@ def description():
 def small_trace(rate: float = 2.0, seconds: float = 600.0, seed: int = 0) -> Trace:
     rng = np.random.default_rng(seed)
     n = rng.poisson(rate * seconds)
-    return Trace(np.sort(rng.uniform(0, seconds, n)), rng.integers(100, 2000, n), rng.integers(20, 400, n),
-                 rng.integers(0, 2, n), (GRANITE, LLAMA))
+    return Trace(
+        np.sort(rng.uniform(0, seconds, n)),
+        rng.integers(100, 2000, n),
+        rng.integers(20, 400, n),
+        rng.integers(0, 2, n),
+        (GRANITE, LLAMA),
+    )
 
 
-def observation(replicas: dict[str, int], running: int = 2, waiting: int = 0, kv: float = 0.1, completed: int = 120) -> Observation:
-    pods = {k: [ReplicaGauges(f"{k.split('/')[1]}-{i}", running, waiting, kv, True) for i in range(n)] for k, n in replicas.items()}
+def observation(
+    replicas: dict[str, int], running: int = 2, waiting: int = 0, kv: float = 0.1, completed: int = 120
+) -> Observation:
+    pods = {
+        k: [ReplicaGauges(f"{k.split('/')[1]}-{i}", running, waiting, kv, True) for i in range(n)]
+        for k, n in replicas.items()
+    }
     return Observation(
-        time_s=300.0, interval_s=60.0, replicas=replicas, ready=dict(replicas), pods=pods,
-        completed={LLAMA: completed, GRANITE: completed}, arrived={LLAMA: completed, GRANITE: completed},
+        time_s=300.0,
+        interval_s=60.0,
+        replicas=replicas,
+        ready=dict(replicas),
+        pods=pods,
+        completed={LLAMA: completed, GRANITE: completed},
+        arrived={LLAMA: completed, GRANITE: completed},
         prompt_tokens={LLAMA: 1000.0 * completed, GRANITE: 800.0 * completed},
         generated_tokens={LLAMA: 200.0 * completed, GRANITE: 150.0 * completed},
     )
@@ -71,7 +91,9 @@ def test_saturation_only_adds_the_cheapest_replica_when_kv_caches_fill(descripti
     decide, _ = make_policy("saturation-only", scenario)
     current = dict(zip(KEYS, [1, 1, 2, 1]))
     calm = decide(observation(current, kv=0.1))
-    assert calm[KEYS[0]] == 1 and calm[KEYS[1]] == 1  # granite unchanged (its override: a 2nd non-saturated pod is needed to scale down)
+    assert (
+        calm[KEYS[0]] == 1 and calm[KEYS[1]] == 1
+    )  # granite unchanged (its override: a 2nd non-saturated pod is needed to scale down)
     full = decide(observation(current, kv=0.95, waiting=8))
     assert full["llm-serving/llama-3-1-8b-a100"] == 3  # A100 (40/h) is cheaper than H100 (75/h)
     assert full["llm-serving/llama-3-1-8b-h100"] == 1
@@ -97,9 +119,11 @@ def test_static_peak_sizes_once_for_the_busiest_interval(description) -> None:
     times = np.concatenate([trace.arrival_s, np.linspace(600, 659, 300)])
     order = np.argsort(times, kind="stable")
     burst = Trace(
-        times[order], np.concatenate([trace.in_tokens, np.full(300, 500)])[order],
+        times[order],
+        np.concatenate([trace.in_tokens, np.full(300, 500)])[order],
         np.concatenate([trace.out_tokens, np.full(300, 100)])[order],
-        np.concatenate([trace.model_index, np.ones(300, dtype=np.int64)])[order], trace.models,
+        np.concatenate([trace.model_index, np.ones(300, dtype=np.int64)])[order],
+        trace.models,
     )
     scenario = build_scenario(description, burst, SimConfig())
     peak = peak_loads(scenario)[("llm-serving", "meta/llama-3.1-8b")]
@@ -125,7 +149,10 @@ def test_sizing_scale_changes_what_policies_size_for_not_what_is_judged(descript
     assert scenario.slos[LLAMA].ttft_ms == 500 and scenario.sizing_slo(LLAMA).ttft_ms == 250
     premium = scenario.description.service_classes[("service-classes-config", "premium.yaml")]
     assert premium.slo_for("meta/llama-3.1-8b").ttft_ms == 250
-    assert description.service_classes[("service-classes-config", "premium.yaml")].slo_for("meta/llama-3.1-8b").ttft_ms == 500
+    assert (
+        description.service_classes[("service-classes-config", "premium.yaml")].slo_for("meta/llama-3.1-8b").ttft_ms
+        == 500
+    )
 
 
 def test_a_variant_without_a_profile_cannot_be_simulated_and_says_which(description) -> None:
@@ -165,7 +192,9 @@ def test_modelplane_keeps_the_scale_down_window_state_between_cycles_as_the_flow
     held = [decide(dataclasses.replace(quiet, time_s=300.0 + 60.0 * i)) for i in range(4)]
     assert held[0] == held[1] == held[2] == current  # recommended at 300 s, held through 420 s
     assert sum(held[3].values()) < sum(current.values())  # 480 s: the window has passed
-    assert all(ANNOTATION_SCALE_DOWN_PENDING not in (v["metadata"].get("annotations") or {}) for v in description.variants)
+    assert all(
+        ANNOTATION_SCALE_DOWN_PENDING not in (v["metadata"].get("annotations") or {}) for v in description.variants
+    )
 
 
 def test_after_warmup_counts_only_later_requests_and_later_cost(description) -> None:
@@ -176,8 +205,16 @@ def test_after_warmup_counts_only_later_requests_and_later_cost(description) -> 
     assert not whole.after_warmup and later.attainment == whole.attainment
     # Static replicas live the whole replay: the cost from 300 s on is the share of the horizon after it.
     assert later.after_warmup["cost"] == pytest.approx(whole.cost * (result.horizon_s - 300.0) / result.horizon_s)
-    ttft_ok = result.ttft_s * 1000.0 <= np.array([scenario.slos[m].ttft_ms for m in scenario.trace.models])[scenario.trace.model_index]
-    itl_ok = (result.itl_s * 1000.0 <= np.array([scenario.slos[m].itl_ms for m in scenario.trace.models])[scenario.trace.model_index]) | (scenario.trace.out_tokens <= 1)
+    ttft_ok = (
+        result.ttft_s * 1000.0
+        <= np.array([scenario.slos[m].ttft_ms for m in scenario.trace.models])[scenario.trace.model_index]
+    )
+    itl_ok = (
+        result.itl_s * 1000.0
+        <= np.array([scenario.slos[m].itl_ms for m in scenario.trace.models])[scenario.trace.model_index]
+    ) | (scenario.trace.out_tokens <= 1)
     mask = scenario.trace.arrival_s >= 300.0
-    assert later.after_warmup["attainment"] == pytest.approx(float(np.mean((ttft_ok & itl_ok & result.completed)[mask])))
+    assert later.after_warmup["attainment"] == pytest.approx(
+        float(np.mean((ttft_ok & itl_ok & result.completed)[mask]))
+    )
     assert later.as_json()["after_warmup"]["warmup_s"] == 300.0

@@ -20,8 +20,13 @@ def variant(key: str, profile: PerfProfile, kv: int = 64 * 2048) -> VariantModel
 
 def test_least_load_sends_the_next_request_away_from_the_replica_whose_kv_cache_is_full() -> None:
     # r0 (10,000-token prompt) -> replica 0; r1 (10 tokens) -> replica 1; r2 sees one outstanding request on each.
-    trace = Trace(np.array([0.0, 0.001, 0.002]), np.array([10_000, 10, 10]), np.array([500, 500, 500]),
-                  np.zeros(3, dtype=np.int64), (MODEL,))
+    trace = Trace(
+        np.array([0.0, 0.001, 0.002]),
+        np.array([10_000, 10, 10]),
+        np.array([500, 500, 500]),
+        np.zeros(3, dtype=np.int64),
+        (MODEL,),
+    )
     pool = [variant("ns/a", FAST), variant("ns/b", FAST)]
     start = {"ns/a": 1, "ns/b": 1}
     balanced = simulate(pool, trace, SimConfig(horizon_s=1.0), start)
@@ -68,7 +73,9 @@ def test_the_cluster_says_which_router_a_model_is_behind() -> None:
     from tasks.simulate import read_description, routed_models
 
     granite, llama = "llm-serving/ibm/granite-13b", "llm-serving/meta/llama-3.1-8b"
-    description = read_description(str(pathlib.Path(__file__).resolve().parents[2] / "deployments" / "examples"), "modelplane-system")
+    description = read_description(
+        str(pathlib.Path(__file__).resolve().parents[2] / "deployments" / "examples"), "modelplane-system"
+    )
     trace = Trace(np.array([0.0, 1.0]), np.array([100, 100]), np.array([10, 10]), np.array([0, 1]), (granite, llama))
     plain = build_scenario(description, trace, SimConfig())
     assert plain.routing.router_of(granite) == plain.routing.router_of(llama) == "least-outstanding"
@@ -81,7 +88,10 @@ def test_the_cluster_says_which_router_a_model_is_behind() -> None:
     said = dataclasses.replace(description, variants=variants, routed_models=routed_models([route]))
     routing = build_scenario(said, trace, SimConfig()).routing
     assert (routing.router_of(granite), routing.router_of(llama)) == ("least-load", "least-latency")
-    assert build_scenario(said, trace, SimConfig(), router="least-outstanding").routing.router_of(granite) == "least-outstanding"
+    assert (
+        build_scenario(said, trace, SimConfig(), router="least-outstanding").routing.router_of(granite)
+        == "least-outstanding"
+    )
     llama_va["metadata"]["annotations"]["modelplane.io/router"] = "fastest"
     with pytest.raises(SpecError, match=r"VariantAutoscaling llm-serving/llama-3-1-8b-\S+: unknown router 'fastest'"):
         build_scenario(dataclasses.replace(said, variants=variants), trace, SimConfig())

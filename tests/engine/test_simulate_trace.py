@@ -24,7 +24,9 @@ def test_azure_rows_read_as_they_are_sorted_and_relative() -> None:
 
 
 def test_numeric_seconds_and_other_column_names() -> None:
-    t, prompts, outputs = parse_trace_rows([["arrival_s", "prompt_tokens", "output_tokens"], ["10.5", "5", "7"], ["12", "6", "8"], []])
+    t, prompts, outputs = parse_trace_rows(
+        [["arrival_s", "prompt_tokens", "output_tokens"], ["10.5", "5", "7"], ["12", "6", "8"], []]
+    )
     assert t.tolist() == [0.0, 1.5] and prompts.tolist() == [5, 6] and outputs.tolist() == [7, 8]
 
 

@@ -11,7 +11,6 @@ import pytest
 from engine.optimize.config import ServiceClass, parse_service_class
 from engine.optimize.cycle import ModelLoad, plan_variants
 from engine.perf.queueing import SLO, PerfProfile, Workload, max_rate
-from engine.simulate.replay import PROMPT_TOKEN_BUCKETS, SimConfig, Trace, VariantModel, simulate
 from engine.perf.tail_sizing import (
     ANNOTATION_TTFT_PERCENTILE,
     DEFAULT_TTFT_PERCENTILE,
@@ -24,6 +23,7 @@ from engine.perf.tail_sizing import (
     ttft_ceiling,
     ttft_percentile,
 )
+from engine.simulate.replay import PROMPT_TOKEN_BUCKETS, SimConfig, Trace, VariantModel, simulate
 from tests.engine.test_optimize import MODEL, NS, by_name, inputs, va
 from tests.factories import variant_autoscaling
 
@@ -169,7 +169,9 @@ def test_a_short_inventory_lowers_the_percentile_until_the_plan_fits() -> None:
     plain = by_name(plan_variants(inputs([va("a100")], {"a100": 1}, loads={(NS, MODEL): mean_only})))["a100"]
     assert unlimited.desired is not None and plain.desired is not None and unlimited.desired > plain.desired + 1
     short = {"A100": unlimited.desired - 1}
-    capped = by_name(plan_variants(inputs([va("a100")], {"a100": 1}, loads={(NS, MODEL): with_tail}, inventory=short)))["a100"]
+    capped = by_name(plan_variants(inputs([va("a100")], {"a100": 1}, loads={(NS, MODEL): with_tail}, inventory=short)))[
+        "a100"
+    ]
     assert capped.desired is not None and plain.desired <= capped.desired <= unlimited.desired - 1
     assert "the accelerator inventory cannot hold the configured TTFT percentile" in capped.message
     assert "unserved" not in capped.message
@@ -193,7 +195,9 @@ def test_recent_peak_sizes_for_the_highest_rate_of_the_start_up_window() -> None
 
 def test_the_shape_inside_buckets_is_fitted_to_the_observed_mean() -> None:
     """Prompts bunched just above 1,000 tokens: read as uniform the 1,000-2,000 bucket misplaces them; the mean says where they sit."""
-    prompts = np.concatenate([RNG.integers(1000, 1300, 800), RNG.integers(1300, 2000, 100), RNG.integers(3000, 4200, 100)])
+    prompts = np.concatenate(
+        [RNG.integers(1000, 1300, 800), RNG.integers(1300, 2000, 100), RNG.integers(3000, 4200, 100)]
+    )
     uniform = histogram(prompts)
     fitted = uniform.with_mean(float(prompts.mean()))
     assert uniform.shape == 0.0 and fitted.shape > 1.0
@@ -246,7 +250,9 @@ def test_a_short_inventory_is_used_whole_at_the_highest_percentile_it_holds() ->
     unlimited = by_name(plan_variants(inputs([at_p90], {"a100": 1}, loads={(NS, MODEL): with_tail})))["a100"]
     assert unlimited.desired is not None
     for held in range(unlimited.desired - 3, unlimited.desired):
-        capped = by_name(plan_variants(inputs([at_p90], {"a100": 1}, loads={(NS, MODEL): with_tail}, inventory={"A100": held})))["a100"]
+        capped = by_name(
+            plan_variants(inputs([at_p90], {"a100": 1}, loads={(NS, MODEL): with_tail}, inventory={"A100": held}))
+        )["a100"]
         # Within one replica of the inventory (a whole percentile point may be worth two replicas), not the
         # coarse ladder's next step down (p85 here).
         assert capped.desired is not None and held - 1 <= capped.desired <= held, capped.message
@@ -260,7 +266,8 @@ def premium_for_llama_and_granite() -> dict[tuple[str, str], ServiceClass]:
     """The service classes of the two-model tests: one Premium class with the same SLO for llama and granite."""
     premium = parse_service_class(
         f"name: Premium\npriority: 1\ndata:\n  - model: {MODEL}\n    slo-tpot: 24\n    slo-ttft: 500\n"
-        f"  - model: {GRANITE}\n    slo-tpot: 24\n    slo-ttft: 500\n", "slo/premium",
+        f"  - model: {GRANITE}\n    slo-tpot: 24\n    slo-ttft: 500\n",
+        "slo/premium",
     )
     assert isinstance(premium, ServiceClass)
     return {("slo", "premium"): premium}
@@ -278,8 +285,17 @@ def test_a_model_whose_accelerators_are_not_short_keeps_its_percentile() -> None
     loads = {(NS, MODEL): load, (NS, GRANITE): ModelLoad(30.0, float(PROMPTS.mean()), OUTPUTS, histogram(PROMPTS))}
 
     def plan(variants: list[dict], inventory: dict[str, int] | None) -> dict:
-        return by_name(plan_variants(inputs(variants, {"llama-a100": 1, "granite-h100": 1}, loads=loads, inventory=inventory,
-                                            service_classes=premium_for_llama_and_granite())))
+        return by_name(
+            plan_variants(
+                inputs(
+                    variants,
+                    {"llama-a100": 1, "granite-h100": 1},
+                    loads=loads,
+                    inventory=inventory,
+                    service_classes=premium_for_llama_and_granite(),
+                )
+            )
+        )
 
     alone = plan([va("llama-a100"), granite], None)
     full_granite = alone["granite-h100"].desired
@@ -310,10 +326,17 @@ def test_no_model_is_raised_when_every_accelerator_is_taken(monkeypatch: pytest.
         return original(specs, inputs_, result, caps)
 
     def plan(variants: list[dict], inventory: dict[str, int] | None) -> dict:
-        return by_name(plan_variants(inputs(
-            variants, {"llama-a100": 1, "granite-a100": 1}, loads={(NS, MODEL): load, (NS, GRANITE): load},
-            inventory=inventory, service_classes=premium_for_llama_and_granite(),
-        )))
+        return by_name(
+            plan_variants(
+                inputs(
+                    variants,
+                    {"llama-a100": 1, "granite-a100": 1},
+                    loads={(NS, MODEL): load, (NS, GRANITE): load},
+                    inventory=inventory,
+                    service_classes=premium_for_llama_and_granite(),
+                )
+            )
+        )
 
     mean = {ANNOTATION_TTFT_PERCENTILE: "mean"}
     at_mean = plan([va("llama-a100", annotations=mean), granite_va("granite-a100", "A100", annotations=mean)], None)

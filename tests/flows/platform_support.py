@@ -4,7 +4,8 @@ test server holding that cluster."""
 from __future__ import annotations
 
 import pathlib
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 import pytest
 import yaml
@@ -36,8 +37,9 @@ def cluster_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KubeSer
     server = start_kube_server(tmp_path_factory.mktemp("examples-kubeserver"))
     try:
         crd_files = sorted((REPO / "deployments" / "crds").glob("*.yaml"))
-        server.install_crds([doc for path in crd_files for doc in yaml.safe_load_all(path.read_text()) if doc]
-                            + list(upstream_crds()))
+        server.install_crds(
+            [doc for path in crd_files for doc in yaml.safe_load_all(path.read_text()) if doc] + list(upstream_crds())
+        )
         yield server
     finally:
         server.stop()
@@ -52,5 +54,3 @@ def load_example_cluster(server: KubeServer) -> None:
     objects = [doc for _, doc in documents if isinstance(doc, dict) and doc.get("kind")]
     for obj in sorted(objects, key=lambda o: o["kind"] != "Namespace"):
         cluster.create({k: v for k, v in obj.items() if k != "status"})
-
-

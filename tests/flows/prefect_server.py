@@ -9,7 +9,8 @@ import socket
 import subprocess
 import sys
 import time
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 import httpx
 import pytest
@@ -20,7 +21,6 @@ from tests.servers.processes import stop_process
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 TERMINAL = {"COMPLETED", "FAILED", "CRASHED", "CANCELLED"}
-
 
 
 def free_port() -> int:
@@ -58,15 +58,24 @@ class PrefectServer:
         """Start a process against this server (its output in <home>/<name>.log, ``env`` over the server's
         environment); stopped with the server."""
         log = open(self.home / f"{name}.log", "ab")
-        proc = subprocess.Popen(args, cwd=REPO, env={**self.env, **(env or {})}, stdout=log, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL)
+        proc = subprocess.Popen(
+            args,
+            cwd=REPO,
+            env={**self.env, **(env or {})},
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+        )
         log.close()
         self.processes.append(proc)
         return proc
 
     def start(self, timeout: float = 300) -> None:
         """Start the server and wait until /health answers (minutes on a machine shared by several test runs)."""
-        proc = self.spawn("server", [sys.executable, "-m", "prefect", "server", "start", "--host", "127.0.0.1", "--port", str(self.port)])
+        proc = self.spawn(
+            "server",
+            [sys.executable, "-m", "prefect", "server", "start", "--host", "127.0.0.1", "--port", str(self.port)],
+        )
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if proc.poll() is not None:
@@ -79,11 +88,13 @@ class PrefectServer:
             time.sleep(0.5)
         raise RuntimeError(f"prefect server not healthy in {timeout}s: {self.log('server')[-3000:]}")
 
-    def start_worker(self, pool: str, timeout: float = 60, worker_type: str = "process",
-                     env: dict[str, str] | None = None) -> None:
+    def start_worker(
+        self, pool: str, timeout: float = 60, worker_type: str = "process", env: dict[str, str] | None = None
+    ) -> None:
         """Start `prefect worker start --pool POOL --type TYPE` and wait until the pool is READY."""
-        proc = self.spawn("worker", [sys.executable, "-m", "prefect", "worker", "start", "--pool", pool, "--type", worker_type],
-                          env)
+        proc = self.spawn(
+            "worker", [sys.executable, "-m", "prefect", "worker", "start", "--pool", pool, "--type", worker_type], env
+        )
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if proc.poll() is not None:
@@ -146,7 +157,9 @@ class PrefectServer:
         return self.post(f"/deployments/{deployment_id}/create_flow_run", {"parameters": parameters})
 
     def runs(self, deployment_id: str) -> list[dict[str, Any]]:
-        return self.post("/flow_runs/filter", {"deployments": {"id": {"any_": [deployment_id]}}, "sort": "EXPECTED_START_TIME_DESC"})
+        return self.post(
+            "/flow_runs/filter", {"deployments": {"id": {"any_": [deployment_id]}}, "sort": "EXPECTED_START_TIME_DESC"}
+        )
 
     def wait_for_run(self, run_id: str, timeout: float = 240) -> dict[str, Any]:
         deadline = time.monotonic() + timeout
@@ -155,7 +168,9 @@ class PrefectServer:
             if run["state"] and run["state"]["type"] in TERMINAL:
                 return run
             time.sleep(0.5)
-        raise AssertionError(f"flow run {run_id} not finished in {timeout}s: {run['state']}\n{self.log('worker')[-3000:]}")
+        raise AssertionError(
+            f"flow run {run_id} not finished in {timeout}s: {run['state']}\n{self.log('worker')[-3000:]}"
+        )
 
     def run_logs(self, run_id: str) -> str:
         logs = self.post("/logs/filter", {"logs": {"flow_run_id": {"any_": [run_id]}}, "limit": 200})
@@ -175,8 +190,14 @@ class PrefectServer:
             "sys.exit(0 if e is not None else 1)"
         )
         args = [subject.api_version, subject.kind, subject.name, subject.namespace or ""]
-        result = subprocess.run([sys.executable, "-c", code, *args, transition], cwd=REPO, env=self.env,
-                                capture_output=True, text=True, timeout=60)
+        result = subprocess.run(
+            [sys.executable, "-c", code, *args, transition],
+            cwd=REPO,
+            env=self.env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         assert result.returncode == 0, result.stderr
 
 

@@ -13,8 +13,9 @@ from __future__ import annotations
 import base64
 import json
 import uuid
-from datetime import datetime, timedelta, timezone
-from typing import Any, Iterator
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pytest
 import yaml
@@ -32,12 +33,20 @@ from tests.upstream_crds import SKIP_REASON, upstream_crds
 
 GROUP, VERSION = "aim.silogen.ai", "v1alpha1"
 TEST_LABEL = "modelplane.io/test-namespace"
-GATEWAY = {"group": "gateway.networking.k8s.io", "kind": "Gateway", "name": "inference-gateway", "namespace": "gateway-system", "sectionName": "http"}
+GATEWAY = {
+    "group": "gateway.networking.k8s.io",
+    "kind": "Gateway",
+    "name": "inference-gateway",
+    "namespace": "gateway-system",
+    "sectionName": "http",
+}
 
 pytestmark = pytest.mark.skipif(not upstream_crds(), reason=SKIP_REASON)
 
 
-def aim_labels(canonical: str, deployments: str, source: str = "https://huggingface.co/meta-llama/Llama-3.1-8B-Instruct") -> dict[str, str]:
+def aim_labels(
+    canonical: str, deployments: str, source: str = "https://huggingface.co/meta-llama/Llama-3.1-8B-Instruct"
+) -> dict[str, str]:
     return {
         "com.amd.aim.model.canonicalName": canonical,
         "com.amd.aim.model.source": source,
@@ -47,8 +56,10 @@ def aim_labels(canonical: str, deployments: str, source: str = "https://huggingf
     }
 
 
-MI300X_PROFILES = ("{'gpuModel': 'MI300X', 'gpuCount': 1, 'precision': 'fp8', 'metric': 'latency', 'description': 'low latency'}, "
-                   "{'gpuModel': 'MI300X', 'gpuCount': 1, 'precision': 'fp8', 'metric': 'throughput', 'description': 'high throughput'}")
+MI300X_PROFILES = (
+    "{'gpuModel': 'MI300X', 'gpuCount': 1, 'precision': 'fp8', 'metric': 'latency', 'description': 'low latency'}, "
+    "{'gpuModel': 'MI300X', 'gpuCount': 1, 'precision': 'fp8', 'metric': 'throughput', 'description': 'high throughput'}"
+)
 
 
 class AimEnv:
@@ -72,40 +83,84 @@ class AimEnv:
         self.nodes.append(f"{self.ns}-{name}")
 
     def config(self, name: str = "default", pull_secrets: list[str] | None = None, gateway: bool = True) -> None:
-        spec: dict[str, Any] = {"routing": {"autoCreateRoute": True, **({"gateway": GATEWAY} if gateway else {})},
-                                "credentials": {"huggingFaceToken": {"name": "hf-token", "key": "token"}}}
+        spec: dict[str, Any] = {
+            "routing": {"autoCreateRoute": True, **({"gateway": GATEWAY} if gateway else {})},
+            "credentials": {"huggingFaceToken": {"name": "hf-token", "key": "token"}},
+        }
         if pull_secrets:
             spec["images"] = {"imagePullSecrets": pull_secrets}
-        self.custom.create_namespaced_custom_object(GROUP, VERSION, self.ns, "aimnamespaceconfigs",
-                                                    {"apiVersion": f"{GROUP}/{VERSION}", "kind": "AIMNamespaceConfig", "metadata": {"name": name}, "spec": spec})
+        self.custom.create_namespaced_custom_object(
+            GROUP,
+            VERSION,
+            self.ns,
+            "aimnamespaceconfigs",
+            {
+                "apiVersion": f"{GROUP}/{VERSION}",
+                "kind": "AIMNamespaceConfig",
+                "metadata": {"name": name},
+                "spec": spec,
+            },
+        )
 
     def pull_secret(self, name: str, registry: Any) -> None:
         data = base64.b64encode(registry.dockerconfigjson().encode()).decode()
-        self.core.create_namespaced_secret(self.ns, {"metadata": {"name": name}, "type": "kubernetes.io/dockerconfigjson", "data": {".dockerconfigjson": data}})
+        self.core.create_namespaced_secret(
+            self.ns,
+            {"metadata": {"name": name}, "type": "kubernetes.io/dockerconfigjson", "data": {".dockerconfigjson": data}},
+        )
 
     def model(self, suffix: str, image: str) -> str:
         name = f"{self.ns}-{suffix}"
-        self.custom.create_cluster_custom_object(GROUP, VERSION, "aimclustermodels", {
-            "apiVersion": f"{GROUP}/{VERSION}", "kind": "AIMClusterModel", "metadata": {"name": name, "labels": {TEST_LABEL: self.ns}},
-            "spec": {"name": f"{self.ns}/{suffix}:1.0", "image": image}})
+        self.custom.create_cluster_custom_object(
+            GROUP,
+            VERSION,
+            "aimclustermodels",
+            {
+                "apiVersion": f"{GROUP}/{VERSION}",
+                "kind": "AIMClusterModel",
+                "metadata": {"name": name, "labels": {TEST_LABEL: self.ns}},
+                "spec": {"name": f"{self.ns}/{suffix}:1.0", "image": image},
+            },
+        )
         self.models.append(name)
         return name
 
     def template(self, name: str, model: str, **spec: Any) -> None:
-        self.custom.create_namespaced_custom_object(GROUP, VERSION, self.ns, "aimservicetemplates", {
-            "apiVersion": f"{GROUP}/{VERSION}", "kind": "AIMServiceTemplate", "metadata": {"name": name}, "spec": {"model": model, **spec}})
+        self.custom.create_namespaced_custom_object(
+            GROUP,
+            VERSION,
+            self.ns,
+            "aimservicetemplates",
+            {
+                "apiVersion": f"{GROUP}/{VERSION}",
+                "kind": "AIMServiceTemplate",
+                "metadata": {"name": name},
+                "spec": {"model": model, **spec},
+            },
+        )
 
     def service(self, name: str, model: str, template: str | None, **spec: Any) -> None:
-        self.custom.create_namespaced_custom_object(GROUP, VERSION, self.ns, "aimservices", {
-            "apiVersion": f"{GROUP}/{VERSION}", "kind": "AIMService", "metadata": {"name": name},
-            "spec": {"model": model, **({"templateRef": template} if template else {}), **spec}})
+        self.custom.create_namespaced_custom_object(
+            GROUP,
+            VERSION,
+            self.ns,
+            "aimservices",
+            {
+                "apiVersion": f"{GROUP}/{VERSION}",
+                "kind": "AIMService",
+                "metadata": {"name": name},
+                "spec": {"model": model, **({"templateRef": template} if template else {}), **spec},
+            },
+        )
 
     # ---------------------------------------------------------------------------- flows
 
     def discover(self, **params: Any) -> Any:
         """discover-models over this test's models only (other tests leave models, e.g. with docker.io
         images, on the shared server: discovery must not try to reach them)."""
-        return discover_models(**{"namespaces": [self.ns], "cluster": self.cluster, "model_selector": f"{TEST_LABEL}={self.ns}", **params})
+        return discover_models(
+            **{"namespaces": [self.ns], "cluster": self.cluster, "model_selector": f"{TEST_LABEL}={self.ns}", **params}
+        )
 
     def resolve(self) -> Any:
         return resolve_templates(namespaces=[self.ns], cluster=self.cluster)
@@ -132,19 +187,65 @@ class AimEnv:
         """What the warm-caches flow reports once a cache is filled."""
         for cache in self.list("modelcaches"):
             name = cache["metadata"]["name"]
-            self.custom.patch_namespaced_custom_object_status(GROUP, VERSION, self.ns, "modelcaches", name,
-                                                              {"status": {"status": "Available", "persistentVolumeClaim": f"{name}-pvc"}})
+            self.custom.patch_namespaced_custom_object_status(
+                GROUP,
+                VERSION,
+                self.ns,
+                "modelcaches",
+                name,
+                {"status": {"status": "Available", "persistentVolumeClaim": f"{name}-pvc"}},
+            )
 
     def isvc_ready(self, name: str) -> None:
-        self.custom.patch_namespaced_custom_object_status("serving.kserve.io", "v1beta1", self.ns, "inferenceservices", name, {
-            "status": {"conditions": [{"type": "Ready", "status": "True", "lastTransitionTime": "2026-01-01T00:00:00Z"}]}})
+        self.custom.patch_namespaced_custom_object_status(
+            "serving.kserve.io",
+            "v1beta1",
+            self.ns,
+            "inferenceservices",
+            name,
+            {
+                "status": {
+                    "conditions": [{"type": "Ready", "status": "True", "lastTransitionTime": "2026-01-01T00:00:00Z"}]
+                }
+            },
+        )
 
     def route_accepted(self, name: str) -> None:
-        self.custom.patch_namespaced_custom_object_status("gateway.networking.k8s.io", "v1", self.ns, "httproutes", name, {
-            "status": {"parents": [{"parentRef": GATEWAY, "controllerName": "example.com/gateway-controller", "conditions": [
-                {"type": "Accepted", "status": "True", "reason": "Accepted", "message": "", "lastTransitionTime": "2026-01-01T00:00:00Z", "observedGeneration": 1},
-                {"type": "ResolvedRefs", "status": "True", "reason": "ResolvedRefs", "message": "", "lastTransitionTime": "2026-01-01T00:00:00Z", "observedGeneration": 1},
-            ]}]}})
+        self.custom.patch_namespaced_custom_object_status(
+            "gateway.networking.k8s.io",
+            "v1",
+            self.ns,
+            "httproutes",
+            name,
+            {
+                "status": {
+                    "parents": [
+                        {
+                            "parentRef": GATEWAY,
+                            "controllerName": "example.com/gateway-controller",
+                            "conditions": [
+                                {
+                                    "type": "Accepted",
+                                    "status": "True",
+                                    "reason": "Accepted",
+                                    "message": "",
+                                    "lastTransitionTime": "2026-01-01T00:00:00Z",
+                                    "observedGeneration": 1,
+                                },
+                                {
+                                    "type": "ResolvedRefs",
+                                    "status": "True",
+                                    "reason": "ResolvedRefs",
+                                    "message": "",
+                                    "lastTransitionTime": "2026-01-01T00:00:00Z",
+                                    "observedGeneration": 1,
+                                },
+                            ],
+                        }
+                    ]
+                }
+            },
+        )
 
     def cleanup(self) -> None:
         for name in self.nodes:
@@ -160,7 +261,9 @@ def aim_crds(kube_server: Any) -> None:
 
 
 @pytest.fixture()
-def env(kube_server: Any, kube_namespace: str, oci_registry: Any, aim_crds: None, prefect_harness: None) -> Iterator[AimEnv]:
+def env(
+    kube_server: Any, kube_namespace: str, oci_registry: Any, aim_crds: None, prefect_harness: None
+) -> Iterator[AimEnv]:
     environment = AimEnv(kube_server, kube_namespace, oci_registry)
     yield environment
     environment.cleanup()
@@ -188,15 +291,36 @@ def test_image_to_running_service(env: AimEnv, asserting_events_worker: EventsWo
     assert len(record["metadata"]["recommendedDeployments"]) == 2
     assert env.condition(stored, "MetadataExtracted")["reason"] == "MetadataExtracted"
     auto = {t["metadata"]["name"]: t for t in env.list("aimservicetemplates")}
-    latency = template_name(model, image, {"gpuModel": "MI300X", "gpuCount": 1, "metric": "latency", "precision": "fp8"})
-    assert set(auto) == {latency, template_name(model, image, {"gpuModel": "MI300X", "gpuCount": 1, "metric": "throughput", "precision": "fp8"})}
-    assert auto[latency]["spec"] == {"model": canonical, "metric": "latency", "precision": "fp8", "gpusPerReplica": 1, "gpuModel": "MI300X", "warmCache": False}
+    latency = template_name(
+        model, image, {"gpuModel": "MI300X", "gpuCount": 1, "metric": "latency", "precision": "fp8"}
+    )
+    assert set(auto) == {
+        latency,
+        template_name(model, image, {"gpuModel": "MI300X", "gpuCount": 1, "metric": "throughput", "precision": "fp8"}),
+    }
+    assert auto[latency]["spec"] == {
+        "model": canonical,
+        "metric": "latency",
+        "precision": "fp8",
+        "gpusPerReplica": 1,
+        "gpuModel": "MI300X",
+        "warmCache": False,
+    }
     assert auto[latency]["metadata"]["labels"]["aim.silogen.ai/origin"] == "auto-generated"
     assert auto[latency]["metadata"]["ownerReferences"][0]["uid"] == stored["metadata"]["uid"]
     assert report.registry_requests == {"manifest": 1, "config": 1}
 
     # A person's template with warmCache: its caches are requested, it is Available only when they are.
-    env.template("llama-warm", canonical, metric="latency", precision="auto", gpuModel="MI300X", gpusPerReplica=1, tensorParallelism=1, warmCache=True)
+    env.template(
+        "llama-warm",
+        canonical,
+        metric="latency",
+        precision="auto",
+        gpuModel="MI300X",
+        gpusPerReplica=1,
+        tensorParallelism=1,
+        warmCache=True,
+    )
     env.resolve()
     warm = env.get("aimservicetemplates", "llama-warm")
     assert warm["status"]["status"] == "Progressing"
@@ -233,7 +357,9 @@ def test_image_to_running_service(env: AimEnv, asserting_events_worker: EventsWo
     mounts = {m["mountPath"]: m for m in container["volumeMounts"]}
     assert mounts["/workspace/cache/meta-llama/Llama-3.1-8B-Instruct"]["readOnly"] is True and "/dev/shm" in mounts
     terms = predictor["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
-    assert {"key": "amd.com/gpu.device-id", "operator": "In", "values": ["74a1", "74a9", "74b5", "74bd"]} in [t["matchExpressions"][0] for t in terms]
+    assert {"key": "amd.com/gpu.device-id", "operator": "In", "values": ["74a1", "74a9", "74b5", "74bd"]} in [
+        t["matchExpressions"][0] for t in terms
+    ]
     assert isvc["metadata"]["ownerReferences"][0]["uid"] == service["metadata"]["uid"]
     rule = route["spec"]["rules"][0]
     assert rule["matches"][0]["path"] == {"type": "PathPrefix", "value": f"/{env.ns}/{service['metadata']['uid']}"}
@@ -275,7 +401,9 @@ def test_image_to_running_service(env: AimEnv, asserting_events_worker: EventsWo
 
 
 @pytest.mark.parametrize("registry_fixture", ["private_registry", "token_registry"])
-def test_private_registry_needs_the_namespace_pull_secret(env: AimEnv, request: pytest.FixtureRequest, registry_fixture: str) -> None:
+def test_private_registry_needs_the_namespace_pull_secret(
+    env: AimEnv, request: pytest.FixtureRequest, registry_fixture: str
+) -> None:
     registry = request.getfixturevalue(registry_fixture)
     repo = f"{env.ns}/private"
     registry.push_image(repo, "1", aim_labels("private/model", MI300X_PROFILES))
@@ -296,7 +424,12 @@ def test_private_registry_needs_the_namespace_pull_secret(env: AimEnv, request: 
     assert env.condition(stored, "MetadataExtracted")["reason"] == "MetadataExtracted"
     assert len(env.list("aimservicetemplates")) == 2
     # One manifest and one config fetch; the first request of the run is answered with the challenge.
-    assert report.registry_requests == {"challenge": 1, "manifest": 1, "config": 1, **({"token": 1} if registry.mode == "token" else {})}
+    assert report.registry_requests == {
+        "challenge": 1,
+        "manifest": 1,
+        "config": 1,
+        **({"token": 1} if registry.mode == "token" else {}),
+    }
     assert "s3cret" not in json.dumps(stored)
 
 
@@ -329,7 +462,11 @@ def test_missing_image_is_terminal_until_resync(env: AimEnv) -> None:
 
 def test_gpu_absent_then_added(env: AimEnv) -> None:
     repo = f"{env.ns}/big"
-    env.registry.push_image(repo, "1", aim_labels("big/model", "[{\"gpuModel\": \"MI355X\", \"gpuCount\": 8, \"precision\": \"fp4\", \"metric\": \"throughput\"}]"))
+    env.registry.push_image(
+        repo,
+        "1",
+        aim_labels("big/model", '[{"gpuModel": "MI355X", "gpuCount": 8, "precision": "fp4", "metric": "throughput"}]'),
+    )
     env.config()
     env.model("big", env.registry.image(repo, "1"))
     env.discover()
@@ -356,8 +493,15 @@ def test_gpu_absent_then_added(env: AimEnv) -> None:
 
 def test_nvidia_profile_and_template_of_another_model(env: AimEnv) -> None:
     repo = f"{env.ns}/nv"
-    env.registry.push_image(repo, "1", aim_labels("nv/model", "{'gpuModel': 'H100', 'gpuCount': 2, 'precision': 'bf16', 'metric': 'latency'}",
-                                                   source="hf://org/nv-model"))
+    env.registry.push_image(
+        repo,
+        "1",
+        aim_labels(
+            "nv/model",
+            "{'gpuModel': 'H100', 'gpuCount': 2, 'precision': 'bf16', 'metric': 'latency'}",
+            source="hf://org/nv-model",
+        ),
+    )
     env.node("h100", {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3", "nvidia.com/gpu.count": "8"})
     env.config()
     env.model("nv", env.registry.image(repo, "1"))
@@ -367,24 +511,38 @@ def test_nvidia_profile_and_template_of_another_model(env: AimEnv) -> None:
     env.resolve()
     assert env.get("aimservicetemplates", "nv-t")["status"]["status"] == "Available"
     other = env.get("aimservicetemplates", "other-t")
-    assert other["status"]["status"] == "Pending" and env.condition(other, "Discovered")["reason"] == "AwaitingDiscovery"
+    assert (
+        other["status"]["status"] == "Pending" and env.condition(other, "Discovered")["reason"] == "AwaitingDiscovery"
+    )
 
     env.service("wrong-template", f"{env.ns}/nv:1.0", "other-t", cacheModel=False)
     env.service("no-template", f"{env.ns}/nv:1.0", "missing-t", cacheModel=False)
     env.service("no-model", f"{env.ns}/gone:1.0", "nv-t", cacheModel=False)
     env.service("nv", f"{env.ns}/nv:1.0", "nv-t", cacheModel=False)
     env.rollout()
-    reasons = {name: (env.get("aimservices", name)["status"]["status"], env.condition(env.get("aimservices", name), "Failure")["reason"])
-               for name in ("wrong-template", "no-template", "no-model")}
-    assert reasons == {"wrong-template": ("Failed", "ValidationFailed"), "no-template": ("Failed", "TemplateNotFound"),
-                       "no-model": ("Failed", "ModelNotFound")}
+    reasons = {
+        name: (
+            env.get("aimservices", name)["status"]["status"],
+            env.condition(env.get("aimservices", name), "Failure")["reason"],
+        )
+        for name in ("wrong-template", "no-template", "no-model")
+    }
+    assert reasons == {
+        "wrong-template": ("Failed", "ValidationFailed"),
+        "no-template": ("Failed", "TemplateNotFound"),
+        "no-model": ("Failed", "ModelNotFound"),
+    }
     (isvc,) = env.list("inferenceservices", "serving.kserve.io", "v1beta1")
     container = isvc["spec"]["predictor"]["containers"][0]
     assert container["resources"]["limits"]["nvidia.com/gpu"] == "2"
     assert [v["name"] for v in isvc["spec"]["predictor"]["volumes"]] == ["dshm"]  # cacheModel false, no cache exists
     assert env.list("modelcaches") == []
-    terms = isvc["spec"]["predictor"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
-    assert terms == [{"matchExpressions": [{"key": "nvidia.com/gpu.product", "operator": "In", "values": ["NVIDIA-H100-80GB-HBM3"]}]}]
+    terms = isvc["spec"]["predictor"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
+        "nodeSelectorTerms"
+    ]
+    assert terms == [
+        {"matchExpressions": [{"key": "nvidia.com/gpu.product", "operator": "In", "values": ["NVIDIA-H100-80GB-HBM3"]}]}
+    ]
 
 
 def test_missing_namespace_config_fails_the_service(env: AimEnv) -> None:
@@ -415,8 +573,14 @@ def test_missing_namespace_config_fails_the_service(env: AimEnv) -> None:
 
 
 def test_index_unlabelled_and_malformed_images(env: AimEnv) -> None:
-    env.registry.push_index(f"{env.ns}/multi", "1", {"arm64": aim_labels("multi/arm", "{'gpuModel': 'MI300X', 'gpuCount': 4}"),
-                                                     "amd64": aim_labels("multi/amd", MI300X_PROFILES)})
+    env.registry.push_index(
+        f"{env.ns}/multi",
+        "1",
+        {
+            "arm64": aim_labels("multi/arm", "{'gpuModel': 'MI300X', 'gpuCount': 4}"),
+            "amd64": aim_labels("multi/amd", MI300X_PROFILES),
+        },
+    )
     env.registry.push_image(f"{env.ns}/plain", "1", None)
     env.registry.push_image(f"{env.ns}/broken", "1", aim_labels("broken/model", "{'gpuModel': 'MI300X', 'gpuCount': 1"))
     env.config()
@@ -445,14 +609,24 @@ def test_a_persons_template_with_the_auto_name_is_never_touched(env: AimEnv) -> 
     env.config()
     model = env.model("mine", image)
     taken = template_name(model, image, {"gpuModel": "MI300X", "gpuCount": 1, "metric": "latency", "precision": "fp8"})
-    env.template(taken, f"{env.ns}/mine:1.0", metric="latency", precision="bf16", gpuModel="MI300X", gpusPerReplica=1, warmCache=True)
+    env.template(
+        taken,
+        f"{env.ns}/mine:1.0",
+        metric="latency",
+        precision="bf16",
+        gpuModel="MI300X",
+        gpusPerReplica=1,
+        warmCache=True,
+    )
     report = env.discover()
     mine = env.get("aimservicetemplates", taken)
     assert mine["spec"]["precision"] == "bf16" and "labels" not in mine["metadata"]
     assert report.writes.created == 1 and any(taken in line for line in report.writes.skipped)
 
 
-def test_two_services_in_a_long_namespace_own_one_workload_each(kube_server: Any, oci_registry: Any, aim_crds: None, prefect_harness: None) -> None:
+def test_two_services_in_a_long_namespace_own_one_workload_each(
+    kube_server: Any, oci_registry: Any, aim_crds: None, prefect_harness: None
+) -> None:
     """Issue 22: in a 31-character namespace, llama-3-1-8b-chat and llama-3-1-8b-batch were cut to one
     InferenceService name and took turns owning it. Each now has its own workload and route, within
     the 63-character host label, and a second run writes nothing."""
@@ -475,7 +649,10 @@ def test_two_services_in_a_long_namespace_own_one_workload_each(kube_server: Any
         env.service("llama-3-1-8b-batch", canonical, "lat", replicas=4, cacheModel=False)
         report = env.rollout()
         assert report.writes.errors == []
-        isvcs = {i["metadata"]["labels"]["aim.silogen.ai/service"]: i for i in env.list("inferenceservices", "serving.kserve.io", "v1beta1")}
+        isvcs = {
+            i["metadata"]["labels"]["aim.silogen.ai/service"]: i
+            for i in env.list("inferenceservices", "serving.kserve.io", "v1beta1")
+        }
         assert set(isvcs) == {"llama-3-1-8b-chat", "llama-3-1-8b-batch"}
         assert isvcs["llama-3-1-8b-chat"]["spec"]["predictor"]["minReplicas"] == 1
         assert isvcs["llama-3-1-8b-batch"]["spec"]["predictor"]["minReplicas"] == 4
@@ -491,8 +668,12 @@ def test_two_services_in_a_long_namespace_own_one_workload_each(kube_server: Any
         # The shared name an earlier version gave both (llama-3-1-8b-7b83b555), last owned by the chat
         # service: retired once the chat service's own workload exists.
         old = json.loads(json.dumps(isvcs["llama-3-1-8b-chat"]))
-        old["metadata"] = {"name": "llama-3-1-8b-7b83b555", "namespace": namespace, "labels": old["metadata"]["labels"],
-                           "ownerReferences": old["metadata"]["ownerReferences"]}
+        old["metadata"] = {
+            "name": "llama-3-1-8b-7b83b555",
+            "namespace": namespace,
+            "labels": old["metadata"]["labels"],
+            "ownerReferences": old["metadata"]["ownerReferences"],
+        }
         old.pop("status", None)
         env.custom.create_namespaced_custom_object("serving.kserve.io", "v1beta1", namespace, "inferenceservices", old)
         assert env.rollout().writes.deleted == 1
@@ -517,11 +698,17 @@ def test_a_service_without_template_ref_gets_the_best_template_and_a_failed_cach
     env.resolve()
     env.rollout()
     service = env.get("aimservices", "picky")
-    latency = template_name(model, env.registry.image(repo, "1"), {"gpuModel": "MI300X", "gpuCount": 1, "metric": "latency", "precision": "fp8"})
+    latency = template_name(
+        model,
+        env.registry.image(repo, "1"),
+        {"gpuModel": "MI300X", "gpuCount": 1, "metric": "latency", "precision": "fp8"},
+    )
     assert latency in env.condition(service, "Resolved")["message"]
     assert env.condition(service, "CacheReady")["reason"] == "WaitingForCache"
     (cache,) = env.list("modelcaches")
-    env.custom.patch_namespaced_custom_object_status(GROUP, VERSION, env.ns, "modelcaches", cache["metadata"]["name"], {"status": {"status": "Failed"}})
+    env.custom.patch_namespaced_custom_object_status(
+        GROUP, VERSION, env.ns, "modelcaches", cache["metadata"]["name"], {"status": {"status": "Failed"}}
+    )
     env.rollout()
     service = env.get("aimservices", "picky")
     assert service["status"]["status"] == "Failed" and env.condition(service, "Failure")["reason"] == "CacheFailed"
@@ -538,7 +725,11 @@ def test_a_service_without_template_ref_gets_the_best_template_and_a_failed_cach
 def test_a_new_image_replaces_the_auto_templates_and_model_ready_follows_them(env: AimEnv) -> None:
     repo = f"{env.ns}/moving"
     env.registry.push_image(repo, "1", aim_labels("moving/model", MI300X_PROFILES))
-    env.registry.push_image(repo, "2", aim_labels("moving/model", "{'gpuModel': 'MI300X', 'gpuCount': 1, 'precision': 'fp8', 'metric': 'latency'}"))
+    env.registry.push_image(
+        repo,
+        "2",
+        aim_labels("moving/model", "{'gpuModel': 'MI300X', 'gpuCount': 1, 'precision': 'fp8', 'metric': 'latency'}"),
+    )
     env.node("mi300x", {"amd.com/gpu.device-id": "74a1", "amd.com/gpu.count": "8"})
     env.config()
     model = env.model("moving", env.registry.image(repo, "1"))
@@ -553,7 +744,9 @@ def test_a_new_image_replaces_the_auto_templates_and_model_ready_follows_them(en
     env.custom.patch_cluster_custom_object(GROUP, VERSION, "aimclustermodels", model, {"spec": {"image": image2}})
     report = env.discover()
     names = {t["metadata"]["name"] for t in env.list("aimservicetemplates")}
-    assert names == {template_name(model, image2, {"gpuModel": "MI300X", "gpuCount": 1, "metric": "latency", "precision": "fp8"})}
+    assert names == {
+        template_name(model, image2, {"gpuModel": "MI300X", "gpuCount": 1, "metric": "latency", "precision": "fp8"})
+    }
     assert not names & first and report.writes.deleted == 2
     env.resolve()
     assert env.condition(env.get("aimclustermodels", model), "Ready")["reason"] == "AllTemplatesReady"
@@ -569,9 +762,14 @@ def test_a_tag_pushed_after_a_404_is_read_within_the_backoff(env: AimEnv) -> Non
     # Six minutes later (the record's read time moved back): past the 5-minute step, far before the daily resync.
     stored = env.get("aimclustermodels", model)
     record = json.loads(stored["metadata"]["annotations"][METADATA_ANNOTATION])
-    record["readAt"] = (datetime.now(timezone.utc) - timedelta(minutes=6)).strftime("%Y-%m-%dT%H:%M:%SZ")
-    env.custom.patch_cluster_custom_object(GROUP, VERSION, "aimclustermodels", model,
-                                           {"metadata": {"annotations": {METADATA_ANNOTATION: json.dumps(record)}}})
+    record["readAt"] = (datetime.now(UTC) - timedelta(minutes=6)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    env.custom.patch_cluster_custom_object(
+        GROUP,
+        VERSION,
+        "aimclustermodels",
+        model,
+        {"metadata": {"annotations": {METADATA_ANNOTATION: json.dumps(record)}}},
+    )
     report = env.discover()
     assert report.registry_requests.get("manifest") == 1
     assert env.condition(env.get("aimclustermodels", model), "MetadataExtracted")["reason"] == "MetadataExtracted"

@@ -42,7 +42,9 @@ def test_demo_discovers_resolves_and_rolls_out_offline(example_cluster: pathlib.
 
 
 def test_a_malformed_mirror_is_one_line_and_exit_2(example_cluster: pathlib.Path) -> None:
-    result = CliRunner().invoke(app, ["discover-models", "--cluster", str(example_cluster), "--registry-mirror", "docker.io"])
+    result = CliRunner().invoke(
+        app, ["discover-models", "--cluster", str(example_cluster), "--registry-mirror", "docker.io"]
+    )
     assert result.exit_code == 2
     assert "expected HOST=MIRROR" in result.output and "Traceback" not in result.output
 
@@ -50,7 +52,11 @@ def test_a_malformed_mirror_is_one_line_and_exit_2(example_cluster: pathlib.Path
 def test_a_missing_cluster_path_is_one_line_and_exit_2(tmp_path: pathlib.Path) -> None:
     result = CliRunner().invoke(app, ["rollout-services", "--cluster", str(tmp_path / "nowhere")])
     assert result.exit_code == 2
-    assert result.output.strip().startswith("error:") and "does not exist" in result.output and "Traceback" not in result.output
+    assert (
+        result.output.strip().startswith("error:")
+        and "does not exist" in result.output
+        and "Traceback" not in result.output
+    )
 
 
 BAD_OBJECTS = """\
@@ -91,8 +97,12 @@ spec: {model: "meta/llama-3.1-8b-instruct:0.8.4", templateRef: docker-io-amdente
 def _volatile_removed(value: object) -> object:
     """An object without what differs between two runs: times and the discovery record's read time."""
     if isinstance(value, dict):
-        return {k: _volatile_removed(v) for k, v in value.items() if k not in ("lastTransitionTime", "lastUsed", "resourceVersion", "uid",
-                                                                                  "creationTimestamp", "ownerReferences")}
+        return {
+            k: _volatile_removed(v)
+            for k, v in value.items()
+            if k
+            not in ("lastTransitionTime", "lastUsed", "resourceVersion", "uid", "creationTimestamp", "ownerReferences")
+        }
     if isinstance(value, list):
         return [_volatile_removed(v) for v in value]
     if isinstance(value, str):
@@ -110,13 +120,16 @@ def _all_objects(cluster: pathlib.Path) -> dict[tuple[str, str, str], dict]:
     return found
 
 
-def test_invalid_objects_get_a_condition_naming_the_field_and_the_others_proceed(example_cluster: pathlib.Path, tmp_path: pathlib.Path,
-                                                                                  prefect_harness: None) -> None:
+def test_invalid_objects_get_a_condition_naming_the_field_and_the_others_proceed(
+    example_cluster: pathlib.Path, tmp_path: pathlib.Path, prefect_harness: None
+) -> None:
     clean = tmp_path / "clean"
     shutil.copytree(example_cluster, clean)
     (example_cluster / "99-bad.yaml").write_text(BAD_OBJECTS)
     baseline = CliRunner().invoke(app, ["aim", "--cluster", str(clean), "--registry-mirror", MIRROR])
-    assert baseline.exit_code == 3, baseline.output  # the example alone: a template waits for its cache, services not Running yet
+    assert baseline.exit_code == 3, (
+        baseline.output
+    )  # the example alone: a template waits for its cache, services not Running yet
     result = CliRunner().invoke(app, ["aim", "--cluster", str(example_cluster), "--registry-mirror", MIRROR])
     assert result.exit_code == 3, result.output
     assert "Traceback" not in result.output
@@ -138,7 +151,9 @@ def test_invalid_objects_get_a_condition_naming_the_field_and_the_others_proceed
     assert "spec.replicas" in failure("AIMService", "replicas-negative")
     for name in ("spec-string", "cache-no", "replicas-three", "replicas-negative"):
         assert objects[("AIMService", "llm-serving", name)]["status"]["status"] == "Failed"
-    assert [i["metadata"]["labels"]["aim.silogen.ai/service"] for i in _objects(example_cluster, "InferenceService")] == ["llama-batch"]
+    assert [
+        i["metadata"]["labels"]["aim.silogen.ai/service"] for i in _objects(example_cluster, "InferenceService")
+    ] == ["llama-batch"]
     # Every valid object ends as it does without the invalid ones.
     expected = {key: _volatile_removed(obj) for key, obj in _all_objects(clean).items()}
     after = {key: _volatile_removed(obj) for key, obj in objects.items() if key in expected}
@@ -153,8 +168,23 @@ def test_invalid_objects_get_a_condition_naming_the_field_and_the_others_proceed
 
 def test_aim_takes_the_discovery_options(example_cluster: pathlib.Path, prefect_harness: None) -> None:
     """``aim`` has ``-n``, ``--resync-seconds`` and ``--insecure-registry`` as ``discover-models`` has."""
-    result = CliRunner().invoke(app, ["aim", "--cluster", str(example_cluster), "--registry-mirror", MIRROR, "-n", "other-namespace",
-                                      "--resync-seconds", "3600", "--insecure-registry", "localhost:5000", "--json"])
+    result = CliRunner().invoke(
+        app,
+        [
+            "aim",
+            "--cluster",
+            str(example_cluster),
+            "--registry-mirror",
+            MIRROR,
+            "-n",
+            "other-namespace",
+            "--resync-seconds",
+            "3600",
+            "--insecure-registry",
+            "localhost:5000",
+            "--json",
+        ],
+    )
     assert result.exit_code == 0, result.output
     report = json.loads(result.stdout)
     # Templates are created, resolved and rolled out in -n only: none of the example's llm-serving objects is touched.

@@ -17,7 +17,9 @@ def test_fill_in_a_flow_reports_a_progress_artifact(prefect_harness, s3_server, 
 
     @flow(name="fill-one-cache")
     def fill() -> str:
-        manifest = fill_cache(f"s3://{bucket}/m", tmp_path, s3_server.credentials(), prefect_progress(f"s3://{bucket}/m"))
+        manifest = fill_cache(
+            f"s3://{bucket}/m", tmp_path, s3_server.credentials(), prefect_progress(f"s3://{bucket}/m")
+        )
         return manifest.source
 
     state = fill(return_state=True)
@@ -29,7 +31,9 @@ def test_fill_in_a_flow_reports_a_progress_artifact(prefect_harness, s3_server, 
         from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterFlowRunId
 
         async with get_client() as client:
-            return await client.read_artifacts(artifact_filter=ArtifactFilter(flow_run_id=ArtifactFilterFlowRunId(any_=[flow_run_id])))
+            return await client.read_artifacts(
+                artifact_filter=ArtifactFilter(flow_run_id=ArtifactFilterFlowRunId(any_=[flow_run_id]))
+            )
 
     found = asyncio.run(artifacts())
     progress = [a for a in found if a.type == "progress"]

@@ -9,7 +9,7 @@ import pathlib
 import shutil
 import subprocess
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 import numpy as np
@@ -17,8 +17,13 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from engine.simulate.calibrate import ANNOTATION_CALIBRATION, CONDITION_CALIBRATED, simulated_ramp, windows_from_aggregates
 from engine.perf.queueing import SLO, PerfProfile
+from engine.simulate.calibrate import (
+    ANNOTATION_CALIBRATION,
+    CONDITION_CALIBRATED,
+    simulated_ramp,
+    windows_from_aggregates,
+)
 from engine.simulate.replay import SimResult, window_aggregates
 from engine.simulate.trace import parse_trace_rows
 from flows.calibrate import calibrate
@@ -49,7 +54,8 @@ def ramp(profile: PerfProfile, slo: SLO, seed: int) -> SimResult:
 def documents(cluster: pathlib.Path) -> dict[str, dict[str, Any]]:
     return {
         d["metadata"]["name"]: d
-        for f in sorted(cluster.glob("*.yaml")) for d in yaml.safe_load_all(f.read_text())
+        for f in sorted(cluster.glob("*.yaml"))
+        for d in yaml.safe_load_all(f.read_text())
         if d and d.get("kind") == "VariantAutoscaling"
     }
 
@@ -71,7 +77,9 @@ def condition(va: dict[str, Any]) -> dict[str, Any]:
     return next(c for c in va["status"]["conditions"] if c["type"] == CONDITION_CALIBRATED)
 
 
-def test_windows_file_proposes_everywhere_and_writes_only_the_opted_in_spec(prefect_harness: None, example_cluster: pathlib.Path, tmp_path: pathlib.Path) -> None:
+def test_windows_file_proposes_everywhere_and_writes_only_the_opted_in_spec(
+    prefect_harness: None, example_cluster: pathlib.Path, tmp_path: pathlib.Path
+) -> None:
     windows = {
         (NAMESPACE, name): windows_from_aggregates(window_aggregates(ramp(profile, slo, seed), 300.0)["ns/v"], 300.0)
         for seed, (name, _, profile, slo) in enumerate(VARIANTS)
@@ -90,8 +98,12 @@ def test_windows_file_proposes_everywhere_and_writes_only_the_opted_in_spec(pref
     assert rows["llama-3-1-8b-a100"].spec_written
     decode = applied["spec"]["variantProfile"]["perfParms"]["decodeParms"]
     prefill = applied["spec"]["variantProfile"]["perfParms"]["prefillParms"]
-    assert float(decode["alpha"]) == pytest.approx(20.58, rel=0.1) and float(decode["beta"]) == pytest.approx(0.41, rel=0.1)
-    assert float(prefill["delta"]) == pytest.approx(0.1, rel=0.1) and float(prefill["gamma"]) == 5.2  # kept: undetermined
+    assert float(decode["alpha"]) == pytest.approx(20.58, rel=0.1) and float(decode["beta"]) == pytest.approx(
+        0.41, rel=0.1
+    )
+    assert (
+        float(prefill["delta"]) == pytest.approx(0.1, rel=0.1) and float(prefill["gamma"]) == 5.2
+    )  # kept: undetermined
     assert applied["spec"]["variantProfile"]["maxBatchSize"] == 256
     for name in ("llama-3-1-8b-h100", "granite-13b-a100"):
         assert condition(after[name])["reason"] == "ProfileProposed" and "alpha=" in condition(after[name])["message"]
@@ -119,16 +131,26 @@ def artifact_rows(key: str) -> list:
     assert artifacts, f"no {key} artifact"
     table = artifacts[-1].data
     rows = json.loads(table) if isinstance(table, str) else table
-    assert any(r["variant"] == "llama-3-1-8b-a100" and r["result"] == "ProfileApplied" and "[" in r["alpha"] for r in rows)
+    assert any(
+        r["variant"] == "llama-3-1-8b-a100" and r["result"] == "ProfileApplied" and "[" in r["alpha"] for r in rows
+    )
     return rows
 
 
-def test_cli_dry_run_writes_nothing_and_a_bad_file_is_one_line(prefect_harness: None, example_cluster: pathlib.Path, tmp_path: pathlib.Path) -> None:
+def test_cli_dry_run_writes_nothing_and_a_bad_file_is_one_line(
+    prefect_harness: None, example_cluster: pathlib.Path, tmp_path: pathlib.Path
+) -> None:
     name, _, profile, slo = VARIANTS[1]
     file = tmp_path / "windows.yaml"
-    write_windows_file(file, 300.0, {(NAMESPACE, name): windows_from_aggregates(window_aggregates(ramp(profile, slo, 5), 300.0)["ns/v"], 300.0)})
+    write_windows_file(
+        file,
+        300.0,
+        {(NAMESPACE, name): windows_from_aggregates(window_aggregates(ramp(profile, slo, 5), 300.0)["ns/v"], 300.0)},
+    )
     before = {f.name: f.read_text() for f in example_cluster.glob("*.yaml")}
-    result = CliRunner().invoke(app, ["calibrate", "--cluster", str(example_cluster), "--windows", str(file), "--dry-run"], terminal_width=250)
+    result = CliRunner().invoke(
+        app, ["calibrate", "--cluster", str(example_cluster), "--windows", str(file), "--dry-run"], terminal_width=250
+    )
     assert result.exit_code == 3, result.output  # degraded: the other three variants have no metrics
     assert "ProfileProposed" in result.stdout and name in result.stdout and "MetricsUnavailable" in result.stdout
     assert {f.name: f.read_text() for f in example_cluster.glob("*.yaml")} == before
@@ -163,11 +185,16 @@ def openmetrics(result: SimResult, labels: dict[str, str], start: float, step: f
     admitted = np.searchsorted(np.sort(result.admit_s[~np.isnan(result.admit_s)]), times, side="right")
     finished = np.searchsorted(np.sort(done[~np.isnan(done)]), times, side="right")
     lines += ["# TYPE vllm:num_requests_running gauge"]
-    lines += [f"vllm:num_requests_running{{{label_text}}} {a - f} {start + t:.3f}" for t, a, f in zip(times, admitted, finished)]
+    lines += [
+        f"vllm:num_requests_running{{{label_text}}} {a - f} {start + t:.3f}"
+        for t, a, f in zip(times, admitted, finished)
+    ]
     return "\n".join(lines) + "\n# EOF\n"
 
 
-def test_prometheus_range_queries_feed_the_fit(prefect_harness: None, example_cluster: pathlib.Path, tmp_path: pathlib.Path) -> None:
+def test_prometheus_range_queries_feed_the_fit(
+    prefect_harness: None, example_cluster: pathlib.Path, tmp_path: pathlib.Path
+) -> None:
     name, model, profile, slo = VARIANTS[0]
     result = ramp(profile, slo, seed=0)
     start = time.time() - result.horizon_s - 120.0
@@ -175,15 +202,20 @@ def test_prometheus_range_queries_feed_the_fit(prefect_harness: None, example_cl
     (tmp_path / "in.om").write_text(text)
     workdir = tmp_path / "prom"
     promtool = shutil.which("promtool") or "/usr/bin/promtool"
-    subprocess.run([promtool, "tsdb", "create-blocks-from", "openmetrics", str(tmp_path / "in.om"), str(workdir / "data")],
-                   check=True, capture_output=True, timeout=120)
+    subprocess.run(
+        [promtool, "tsdb", "create-blocks-from", "openmetrics", str(tmp_path / "in.om"), str(workdir / "data")],
+        check=True,
+        capture_output=True,
+        timeout=120,
+    )
     prometheus = PrometheusProcess(find_binary(), workdir, targets=[])
     prometheus.start()
     try:
         lookback = f"{int(result.horizon_s // 60)}m"
         report = calibrate(cluster=str(example_cluster), prometheus_url=prometheus.url, lookback=lookback, window="5m")
-        pods = prometheus_windows(PrometheusMetrics(prometheus.url), NAMESPACE, model, datetime.now(timezone.utc),
-                                  result.horizon_s, 300.0)
+        pods = prometheus_windows(
+            PrometheusMetrics(prometheus.url), NAMESPACE, model, datetime.now(UTC), result.horizon_s, 300.0
+        )
     finally:
         prometheus.stop()
     rows = {r.name: r for r in report.rows}
@@ -203,7 +235,9 @@ def test_prometheus_range_queries_feed_the_fit(prefect_harness: None, example_cl
     assert condition(va)["reason"] == "ProfileProposed"
 
 
-def test_writes_pass_the_crd_schema_on_the_kubernetes_api(prefect_harness: None, kube_server: Any, kube_namespace: str, tmp_path: pathlib.Path) -> None:
+def test_writes_pass_the_crd_schema_on_the_kubernetes_api(
+    prefect_harness: None, kube_server: Any, kube_namespace: str, tmp_path: pathlib.Path
+) -> None:
     """Against the Kubernetes API test server (official client, CRD validation, status subresource)."""
     from kubernetes import client as k8s
 
@@ -214,8 +248,8 @@ def test_writes_pass_the_crd_schema_on_the_kubernetes_api(prefect_harness: None,
     custom = k8s.CustomObjectsApi(kube_server.api_client())
     name, _, profile, slo = VARIANTS[1]
     parms = {"alpha": "12.4", "beta": "0.22", "gamma": "3.1", "delta": "0.06"}
-    for va, annotations in (("opted", {ANNOTATION_CALIBRATION: "apply"}), ("proposed", None)):
-        body = variant_autoscaling(va, kube_namespace, "meta/llama-3.1-8b", "H100", parms, annotations=annotations)
+    for va, va_annotations in (("opted", {ANNOTATION_CALIBRATION: "apply"}), ("proposed", None)):
+        body = variant_autoscaling(va, kube_namespace, "meta/llama-3.1-8b", "H100", parms, annotations=va_annotations)
         custom.create_namespaced_custom_object("llmd.ai", "v1alpha1", kube_namespace, "variantautoscalings", body)
     windows = windows_from_aggregates(window_aggregates(ramp(profile, slo, 2), 300.0)["ns/v"], 300.0)
     file = tmp_path / "windows.yaml"
@@ -229,13 +263,18 @@ def test_writes_pass_the_crd_schema_on_the_kubernetes_api(prefect_harness: None,
     opted, proposed = read("opted"), read("proposed")
     assert condition(opted)["reason"] == "ProfileApplied" and condition(proposed)["reason"] == "ProfileProposed"
     written = opted["spec"]["variantProfile"]["perfParms"]
-    assert float(written["decodeParms"]["beta"]) == pytest.approx(0.22, rel=0.1) and written["prefillParms"]["gamma"] == "3.1"
+    assert (
+        float(written["decodeParms"]["beta"]) == pytest.approx(0.22, rel=0.1)
+        and written["prefillParms"]["gamma"] == "3.1"
+    )
     assert opted["metadata"]["generation"] == 2  # a spec write
     assert proposed["spec"]["variantProfile"]["perfParms"]["decodeParms"] == {"alpha": "12.4", "beta": "0.22"}
     assert proposed["metadata"]["generation"] == 1
 
 
-def test_a_run_without_metrics_ends_completed_named_degraded(prefect_harness: None, example_cluster: pathlib.Path) -> None:
+def test_a_run_without_metrics_ends_completed_named_degraded(
+    prefect_harness: None, example_cluster: pathlib.Path
+) -> None:
     """No metrics source: every variant gets no profile, which the CLI exits 3 for; the run's final state is
     Completed named Degraded with those reasons, and a caller still gets the report."""
     state = calibrate(cluster=str(example_cluster), dry_run=True, return_state=True)

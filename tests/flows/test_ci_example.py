@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import os
 import pathlib
-import shutil
 import subprocess
 import sys
 from typing import Any
@@ -37,15 +36,26 @@ def run_pipeline(workdir: pathlib.Path, kubeconfig: str, **env_overrides: str) -
     spec = job()
     env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}
     env.update({k: str(v) for k, v in spec["env"].items()})
-    env.update(KUBECONFIG=kubeconfig, PREFECT_HOME=str(workdir / ".prefect"), PREFECT_SERVER_ANALYTICS_ENABLED="false",
-               PATH=f"{pathlib.Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}", **env_overrides)
+    env.update(
+        KUBECONFIG=kubeconfig,
+        PREFECT_HOME=str(workdir / ".prefect"),
+        PREFECT_SERVER_ANALYTICS_ENABLED="false",
+        PATH=f"{pathlib.Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}",
+        **env_overrides,
+    )
     results = []
     for step in spec["steps"]:
         if "run" not in step or step.get("id") in PROVIDED:
             continue
         assert step.get("shell", spec["defaults"]["run"]["shell"]) == "bash"
-        done = subprocess.run(["bash", "--noprofile", "--norc", "-eo", "pipefail", "-c", step["run"]], cwd=workdir, env=env,
-                              capture_output=True, text=True, timeout=300)
+        done = subprocess.run(
+            ["bash", "--noprofile", "--norc", "-eo", "pipefail", "-c", step["run"]],
+            cwd=workdir,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
         results.append((step["id"], done.returncode))
         (workdir / f"{step['id']}.log").write_text(done.stdout + done.stderr)
         if done.returncode != 0:
@@ -66,14 +76,21 @@ def example_server(cluster_server: KubeServer) -> KubeServer:  # noqa: F811
     return cluster_server
 
 
-def test_pipeline_previews_the_allocation_of_a_kubectl_snapshot(example_server: KubeServer, checkout: pathlib.Path) -> None:
+def test_pipeline_previews_the_allocation_of_a_kubectl_snapshot(
+    example_server: KubeServer, checkout: pathlib.Path
+) -> None:
     results = run_pipeline(checkout, example_server.kubeconfig)
-    assert results == [("snapshot", 0), ("validate", 0), ("preview", 0)], (results, (checkout / f"{results[-1][0]}.log").read_text())
+    assert results == [("snapshot", 0), ("validate", 0), ("preview", 0)], (
+        results,
+        (checkout / f"{results[-1][0]}.log").read_text(),
+    )
     snapshot = yaml.safe_load((checkout / "cluster-snapshot.yaml").read_text())
     assert snapshot["kind"] == "List" and any(item["kind"] == "VariantAutoscaling" for item in snapshot["items"])
     rows = {row["name"]: row for row in json.loads((checkout / "allocation.json").read_text())}
     assert rows["llama-3-1-8b-h100"]["desired"] == 3 and rows["llama-3-1-8b-h100"]["applied"] is False
-    assert "status" not in next(i for i in snapshot["items"] if i["kind"] == "VariantAutoscaling"), "kubectl saw no write"
+    assert "status" not in next(i for i in snapshot["items"] if i["kind"] == "VariantAutoscaling"), (
+        "kubectl saw no write"
+    )
 
 
 def test_pipeline_fails_on_a_degraded_cycle(example_server: KubeServer, checkout: pathlib.Path) -> None:

@@ -54,17 +54,29 @@ class FlowCommand:
 FLOW_COMMANDS: dict[str, FlowCommand] = {
     "optimize": FlowCommand(("--metrics", str(REPO / "deployments" / "example-metrics.yaml"))),
     "discover-models": FlowCommand(("--registry-mirror", MIRROR)),
-    "resolve-templates": FlowCommand(clean=ExitCode.DEGRADED, why_not_clean="its template waits for its cache (Progressing)"),
+    "resolve-templates": FlowCommand(
+        clean=ExitCode.DEGRADED, why_not_clean="its template waits for its cache (Progressing)"
+    ),
     "rollout-services": FlowCommand(clean=ExitCode.DEGRADED, why_not_clean="its services are not Running yet"),
-    "aim": FlowCommand(("--registry-mirror", MIRROR), clean=ExitCode.DEGRADED,
-                       why_not_clean="its template waits for its cache; its services are not Running yet"),
+    "aim": FlowCommand(
+        ("--registry-mirror", MIRROR),
+        clean=ExitCode.DEGRADED,
+        why_not_clean="its template waits for its cache; its services are not Running yet",
+    ),
     "rollout-models": FlowCommand(),
-    "serve-openmodel": FlowCommand(("qwen2-5-0-5b-instruct", "-n", "llm-serving"), clean=ExitCode.DEGRADED,
-                                   why_not_clean="its ModelCache is Pending until warm-caches fills it"),
+    "serve-openmodel": FlowCommand(
+        ("qwen2-5-0-5b-instruct", "-n", "llm-serving"),
+        clean=ExitCode.DEGRADED,
+        why_not_clean="its ModelCache is Pending until warm-caches fills it",
+    ),
     # cache-demo's ModelCache is filled from S3 at a closed local port: Failed, degraded, fast and offline.
-    "warm-caches": FlowCommand(("-n", "cache-demo"), clean=ExitCode.DEGRADED, why_not_clean="its S3 endpoint is not running"),
-    "simulate": FlowCommand(("--trace", str(REPO / "deployments" / "traces" / "azure-conv-2023-20min.csv"), "--duration", "60"),
-                            degradable=""),
+    "warm-caches": FlowCommand(
+        ("-n", "cache-demo"), clean=ExitCode.DEGRADED, why_not_clean="its S3 endpoint is not running"
+    ),
+    "simulate": FlowCommand(
+        ("--trace", str(REPO / "deployments" / "traces" / "azure-conv-2023-20min.csv"), "--duration", "60"),
+        degradable="",
+    ),
     "calibrate": FlowCommand(clean=ExitCode.DEGRADED, why_not_clean="no metrics to fit a profile from"),
     "watch-models": FlowCommand(("--watch-seconds", "1"), degradable=""),
 }
@@ -87,7 +99,8 @@ COMMANDS = sorted(FLOW_COMMANDS)
 def test_every_command_is_classified() -> None:
     commands = set(typer.main.get_command(app).commands)
     assert commands == set(FLOW_COMMANDS) | set(NOT_FLOWS), (
-        f"classify in FLOW_COMMANDS or NOT_FLOWS: {sorted(commands ^ (set(FLOW_COMMANDS) | set(NOT_FLOWS)))}")
+        f"classify in FLOW_COMMANDS or NOT_FLOWS: {sorted(commands ^ (set(FLOW_COMMANDS) | set(NOT_FLOWS)))}"
+    )
     assert {name for name, c in FLOW_COMMANDS.items() if not c.degradable} == set(NO_DEGRADED)
 
 
@@ -96,13 +109,21 @@ def server(prefect_server: PrefectServer) -> PrefectServer:
     return prefect_server
 
 
-def modelplane(server: PrefectServer, name: str, cluster: str, tmp_path: pathlib.Path) -> subprocess.CompletedProcess[str]:
+def modelplane(
+    server: PrefectServer, name: str, cluster: str, tmp_path: pathlib.Path
+) -> subprocess.CompletedProcess[str]:
     """`modelplane NAME ARGS --cluster CLUSTER --json`, as a CI job runs it (its own process, this server's API)."""
     spec = FLOW_COMMANDS[name]
     args = [*spec.args, *(("-o", str(tmp_path / "report")) if name == "simulate" else ())]
     env = {**server.env, "KUBECONFIG": str(tmp_path / "no-kubeconfig")}
-    return subprocess.run([sys.executable, "-m", "flows.cli", name, *args, "--cluster", cluster, "--json"],
-                          cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "flows.cli", name, *args, "--cluster", cluster, "--json"],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 def assert_json_on_stdout(result: subprocess.CompletedProcess[str]) -> Any:
@@ -138,9 +159,12 @@ def test_missing_cluster_path_is_one_line_and_exit_2(name: str, tmp_path: pathli
 
 
 # Commands whose example run is degraded already have shown (c) above.
-@pytest.mark.parametrize("name", [n for n in COMMANDS if FLOW_COMMANDS[n].degradable and FLOW_COMMANDS[n].clean == ExitCode.OK])
-def test_refused_writes_make_a_degraded_run_exit_3(name: str, server: PrefectServer, cluster_server: KubeServer,
-                                                   tmp_path: pathlib.Path) -> None:
+@pytest.mark.parametrize(
+    "name", [n for n in COMMANDS if FLOW_COMMANDS[n].degradable and FLOW_COMMANDS[n].clean == ExitCode.OK]
+)
+def test_refused_writes_make_a_degraded_run_exit_3(
+    name: str, server: PrefectServer, cluster_server: KubeServer, tmp_path: pathlib.Path
+) -> None:
     """The example cluster on the Kubernetes API test server, which answers every status write 422: the
     command still runs (JSON on stdout), says what failed on stderr and exits 3."""
     load_example_cluster(cluster_server)
@@ -153,7 +177,9 @@ def test_refused_writes_make_a_degraded_run_exit_3(name: str, server: PrefectSer
     assert_json_on_stdout(result)
     # The command ends on its own verdict, one line per problem (the run log above may show a task's failure).
     lines = result.stderr.strip().splitlines()
-    assert lines and lines[-1].startswith("degraded: ") and "refused by the test" in result.stderr, result.stderr[-2000:]
+    assert lines and lines[-1].startswith("degraded: ") and "refused by the test" in result.stderr, result.stderr[
+        -2000:
+    ]
 
 
 def tree_snapshot(root: pathlib.Path) -> dict[str, bytes]:
@@ -162,7 +188,9 @@ def tree_snapshot(root: pathlib.Path) -> dict[str, bytes]:
 
 
 @pytest.mark.parametrize("name", COMMANDS)
-def test_empty_cluster_is_never_the_working_directory(name: str, tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_empty_cluster_is_never_the_working_directory(
+    name: str, tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """`--cluster ""` with nothing configured (no $MODELPLANE_CLUSTER, no kubeconfig, not in a pod) is one
     `error:` line and exit 2; the working directory, here a copy of the example cluster a local run would
     happily rewrite, is left byte for byte as it was."""

@@ -13,17 +13,17 @@ import pathlib
 import re
 import types
 import typing
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import jsonschema
 import pytest
 from prefect.utilities.callables import parameter_schema
 
-from flows.parameters import PROMETHEUS_DURATION_PATTERN
 from flows.deployments import (
-    REPO,
     KUBERNETES_POOL,
     PREFECT_YAML,
+    REPO,
     SERVE_SUFFIX,
     deployment_entries,
     kubernetes_pool_template,
@@ -32,6 +32,7 @@ from flows.deployments import (
     runner_deployments,
     triggers_of,
 )
+from flows.parameters import PROMETHEUS_DURATION_PATTERN
 
 ENTRIES = deployment_entries()
 IDS = [entry["name"] for entry in ENTRIES]
@@ -46,13 +47,16 @@ def test_every_lifecycle_flow_is_a_deployment() -> None:
     assert "optimize" in IDS
     assert len(IDS) == len(set(IDS)), "deployment names must be unique"
 
+
 def test_the_pull_step_only_changes_into_the_images_workdir() -> None:
     """The code is baked into the image: a flow run changes into its WORKDIR ($MODELPLANE_HOME, read in the
     container at run time) and clones or downloads nothing; a process pool gets no pull step at all."""
     from tests.servers.kubeserver.jobs import modelplane_image
 
     config = load_prefect_yaml()
-    assert config["pull"] == [{"prefect.deployments.steps.set_working_directory": {"directory": "{{ $MODELPLANE_HOME }}"}}]
+    assert config["pull"] == [
+        {"prefect.deployments.steps.set_working_directory": {"directory": "{{ $MODELPLANE_HOME }}"}}
+    ]
     image = modelplane_image()
     assert image.env["MODELPLANE_HOME"] == image.workdir == "/opt/modelplane"
     assert all("pull" not in entry for entry in config["deployments"]), "one pull step for every deployment"
@@ -82,10 +86,20 @@ def test_one_image_reference_from_the_package_version() -> None:
     assert IMAGE == f"ghcr.io/modelplane/modelplane:{version}"
     assert all(entry["work_pool"]["job_variables"]["image"] == IMAGE for entry in ENTRIES)
     assert kubernetes_pool_template()["variables"]["properties"]["image"]["default"] == IMAGE
-    files = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard"], cwd=REPO, capture_output=True,
-                           text=True, check=True).stdout.split()
-    tagged = [name for name in files if not name.startswith(("tests/", "deployments/worker/")) and (REPO / name).is_file()
-              and re.search(r"ghcr\.io/modelplane/modelplane:[0-9]", (REPO / name).read_text(errors="ignore"))]
+    files = subprocess.run(
+        ["git", "ls-files", "--cached", "--others", "--exclude-standard"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
+    tagged = [
+        name
+        for name in files
+        if not name.startswith(("tests/", "deployments/worker/"))
+        and (REPO / name).is_file()
+        and re.search(r"ghcr\.io/modelplane/modelplane:[0-9]", (REPO / name).read_text(errors="ignore"))
+    ]
     assert not tagged, f"name the image through flows/image.py (or `modelplane image`), not with a tag: {tagged}"
 
 
@@ -102,7 +116,9 @@ def test_every_parameter_is_typed_and_described(entry: dict[str, Any]) -> None:
     schema = schema_of(entry)
     for name, prop in schema["properties"].items():
         assert prop.get("description"), f"{entry['name']}.{name}: document it in the flow's docstring (Args:)"
-        assert any(key in prop for key in ("type", "anyOf", "allOf", "$ref", "enum")), f"{entry['name']}.{name}: give it a type"
+        assert any(key in prop for key in ("type", "anyOf", "allOf", "$ref", "enum")), (
+            f"{entry['name']}.{name}: give it a type"
+        )
     # The entry's own parameters and every default satisfy the schema the server enforces.
     defaults = {name: prop["default"] for name, prop in schema["properties"].items() if "default" in prop}
     # (A parameter without default, e.g. serve-openmodel's model, is given by each run: not required here.)
@@ -111,7 +127,9 @@ def test_every_parameter_is_typed_and_described(entry: dict[str, Any]) -> None:
     assert not unknown, f"{entry['name']}: parameters the flow does not take: {unknown}"
 
 
-@pytest.mark.parametrize("entry", [e for e in ENTRIES if e.get("schedules")], ids=[e["name"] for e in ENTRIES if e.get("schedules")])
+@pytest.mark.parametrize(
+    "entry", [e for e in ENTRIES if e.get("schedules")], ids=[e["name"] for e in ENTRIES if e.get("schedules")]
+)
 def test_scheduled_entry_runs_one_at_a_time_and_ends_before_the_next(entry: dict[str, Any]) -> None:
     flow = load_entry_flow(entry)
     # Triggered work waits for the running pass (a chained run names work it may not cover); the rest cancel.
@@ -143,9 +161,13 @@ def test_triggers_parse_and_pass_parameters_the_flow_takes(entry: dict[str, Any]
         assert trigger.name and trigger.description, f"{entry['name']}: name and describe every trigger"
         assert trigger.expect and all(name.startswith("modelplane.") for name in trigger.expect)
         resource_id = trigger.match.root.get("prefect.resource.id")
-        assert isinstance(resource_id, str) and resource_id.startswith("modelplane."), "match on a modelplane resource id"
+        assert isinstance(resource_id, str) and resource_id.startswith("modelplane."), (
+            "match on a modelplane resource id"
+        )
         assert trigger.parameters, f"{entry['name']}: a chained run names its work through parameters"
-        assert set(trigger.parameters) <= set(properties), f"unknown parameters {set(trigger.parameters) - set(properties)}"
+        assert set(trigger.parameters) <= set(properties), (
+            f"unknown parameters {set(trigger.parameters) - set(properties)}"
+        )
 
 
 @pytest.mark.parametrize("entry", ENTRIES, ids=IDS)
@@ -161,8 +183,14 @@ def test_entry_runs_on_the_kubernetes_pool_with_known_job_variables(entry: dict[
 def test_optimize_schema_rejects_bad_values_before_a_run() -> None:
     schema = schema_of(next(e for e in ENTRIES if e["name"] == "optimize"))
     jsonschema.validate({"rate_window": "90s", "solver_time_limit_s": 0.5}, schema)
-    for bad in ({"rate_window": "abc"}, {"solver_time_limit_s": -5}, {"solver_time_limit_s": 0},
-                {"status_heartbeat_s": -1}, {"config_namespace": "Not_A_Namespace"}, {"namespaces": ["UPPER"]}):
+    for bad in (
+        {"rate_window": "abc"},
+        {"solver_time_limit_s": -5},
+        {"solver_time_limit_s": 0},
+        {"status_heartbeat_s": -1},
+        {"config_namespace": "Not_A_Namespace"},
+        {"namespaces": ["UPPER"]},
+    ):
         with pytest.raises(jsonschema.ValidationError):
             jsonschema.validate(bad, schema)
 
@@ -186,7 +214,11 @@ def test_served_deployments_register_under_their_own_names(prefect_harness: None
     assert optimize.concurrency_options.collision_strategy.value == "ENQUEUE"
     assert optimize.enforce_parameter_schema is True
     properties = optimize.parameter_openapi_schema["properties"]
-    assert optimize.parameters == {"config_namespace": "modelplane-system", "dry_run": False, "scale_down_stabilization_s": 180}
+    assert optimize.parameters == {
+        "config_namespace": "modelplane-system",
+        "dry_run": False,
+        "scale_down_stabilization_s": 180,
+    }
     # the constraints the UI form and the API enforce are in the schema Prefect stores
     window = properties["rate_window"]
     patterns = [window.get("pattern")] + [alt.get("pattern") for alt in window.get("anyOf", [])]
@@ -196,7 +228,9 @@ def test_served_deployments_register_under_their_own_names(prefect_harness: None
 
 
 @pytest.mark.parametrize("entry", ENTRIES, ids=IDS)
-def test_the_kubernetes_worker_accepts_the_pool_template_and_renders_a_valid_job(entry: dict[str, Any], prefect_harness: None) -> None:
+def test_the_kubernetes_worker_accepts_the_pool_template_and_renders_a_valid_job(
+    entry: dict[str, Any], prefect_harness: None
+) -> None:
     """prefect-kubernetes itself (the job configuration the worker builds from the pool's template and the entry's
     job variables, prepared for a flow run) accepts the template, and the Job it would create is a valid batch/v1
     Job running Modelplane's image as the modelplane service account."""
@@ -206,8 +240,11 @@ def test_the_kubernetes_worker_accepts_the_pool_template_and_renders_a_valid_job
     from prefect.client.schemas.objects import FlowRun
     from prefect_kubernetes.worker import KubernetesWorkerJobConfiguration
 
-    configuration = asyncio.run(KubernetesWorkerJobConfiguration.from_template_and_values(
-        kubernetes_pool_template(), entry["work_pool"]["job_variables"]))
+    configuration = asyncio.run(
+        KubernetesWorkerJobConfiguration.from_template_and_values(
+            kubernetes_pool_template(), entry["work_pool"]["job_variables"]
+        )
+    )
     configuration.prepare_for_flow_run(FlowRun(id=uuid.uuid4(), name="calm-otter", flow_id=uuid.uuid4()))
     job = json.loads(json.dumps(configuration.job_manifest))
     pod = job["spec"]["template"]["spec"]
@@ -240,8 +277,9 @@ def test_the_image_holds_every_entrypoint_and_runs_as_the_pool_user() -> None:
     assert {"pyproject.toml", "README.md"} <= copied
     for entry in ENTRIES:
         assert entry["entrypoint"].split("/")[0] in copied, entry["entrypoint"]
-    assert re.search(r'^RUN pip install "\.\[kubernetes\]"', dockerfile, re.M), \
+    assert re.search(r'^RUN pip install "\.\[kubernetes\]"', dockerfile, re.M), (
         "the image installs the package, its dependencies and prefect-kubernetes (it runs the worker too)"
+    )
     uid = re.search(r"^USER\s+(\d+)", dockerfile, re.M).group(1)
     pod = kubernetes_pool_template()["job_configuration"]["job_manifest"]["spec"]["template"]["spec"]
     assert str(pod["securityContext"]["runAsUser"]) == uid
@@ -283,10 +321,26 @@ BAD_VALUES: dict[str, list[dict[str, Any]]] = {
     "discover-models": [{"resync_interval_s": 30}, {"registry_timeout_s": 0}, {"namespaces": ["Team_A"]}],
     "serve-openmodel": [{"replicas": -1}, {"replicas": 1001}, {"namespace": "Bad_NS"}, {"model": ""}, {"image": ""}],
     "calibrate": [{"lookback": "1d"}, {"window": "5h"}, {"config_namespace": ""}],
-    "simulate": [{"rate_scale": 0}, {"compression": -1}, {"start_s": -1}, {"duration_s": 0}, {"interval_s": 0},
-                 {"kv_tokens_per_slot": 0}, {"hpa_target": 0}, {"policies": ["no-such-policy"]}, {"output_dir": ""}],
-    "warm-caches": [{"max_fill_attempts": 0}, {"retry_backoff_s": -1}, {"job_backoff_limit": -1}, {"job_ttl_s": -1},
-                    {"headroom_percent": -5}, {"image": ""}, {"openmodel_namespace": "Not Valid"}],
+    "simulate": [
+        {"rate_scale": 0},
+        {"compression": -1},
+        {"start_s": -1},
+        {"duration_s": 0},
+        {"interval_s": 0},
+        {"kv_tokens_per_slot": 0},
+        {"hpa_target": 0},
+        {"policies": ["no-such-policy"]},
+        {"output_dir": ""},
+    ],
+    "warm-caches": [
+        {"max_fill_attempts": 0},
+        {"retry_backoff_s": -1},
+        {"job_backoff_limit": -1},
+        {"job_ttl_s": -1},
+        {"headroom_percent": -5},
+        {"image": ""},
+        {"openmodel_namespace": "Not Valid"},
+    ],
     "rollout-models": [{"downloader_image": ""}, {"names": ["Bad Name"]}],
     "rollout-services": [{"namespaces": ["UPPER"]}],
     "resolve-templates": [{"namespaces": ["UPPER"]}],
@@ -304,7 +358,7 @@ def signature_rules(annotation: Any, wrap: Callable[[Any], Any] = lambda v: v) -
     if origin is typing.Annotated:
         rules = signature_rules(args[0], wrap)
         for meta in args[1:]:
-            for item in (meta.metadata if isinstance(meta, FieldInfo) else [meta]):
+            for item in meta.metadata if isinstance(meta, FieldInfo) else [meta]:
                 rules += _breaking(item, args[0], wrap, annotated_types)
         return rules
     if origin in (typing.Union, types.UnionType):
@@ -357,7 +411,9 @@ def test_every_rule_the_flow_enforces_is_in_the_deployment_schema(entry: dict[st
             with pytest.raises(ParameterTypeError, match=name):
                 flow.validate_parameters({**base, name: bad})
             errors = list(jsonschema.Draft202012Validator(schema).iter_errors({**base, name: bad}))
-            assert errors, f"{entry['name']}.{name}: the flow enforces {rule} ({bad!r} refused) but the deployment schema has no such rule"
+            assert errors, (
+                f"{entry['name']}.{name}: the flow enforces {rule} ({bad!r} refused) but the deployment schema has no such rule"
+            )
             assert all(error.path and error.path[0] == name for error in errors), [e.message for e in errors]
     assert checked, f"{entry['name']}: no parameter rules found (walker broken?)"
     for bad in BAD_VALUES.get(entry["name"], []):  # the documented bad values, whatever the walker finds
@@ -375,5 +431,9 @@ def test_every_deployment_has_bad_values_listed_and_no_flow_repeats_its_signatur
     assert set(BAD_VALUES) <= set(IDS) and set(IDS) - set(BAD_VALUES) == set()
     for entry in ENTRIES:
         module = importlib.import_module(entry["entrypoint"].split(":")[0].removesuffix(".py").replace("/", "."))
-        models = [n for n, v in vars(module).items() if isinstance(v, type) and issubclass(v, BaseModel) and v.__module__ == module.__name__]
+        models = [
+            n
+            for n, v in vars(module).items()
+            if isinstance(v, type) and issubclass(v, BaseModel) and v.__module__ == module.__name__
+        ]
         assert not models, f"{module.__name__}: parameters model(s) {models}: put the rules in the flow's signature"

@@ -25,8 +25,14 @@ def run(server: PrefectServer, tmp_path: pathlib.Path, *args: str) -> subprocess
     if not cluster.exists():
         shutil.copytree(EXAMPLES, cluster)
     env = {**server.env, "KUBECONFIG": str(tmp_path / "no-kubeconfig")}
-    return subprocess.run([sys.executable, "-m", "flows.cli", *args, "--cluster", str(cluster)],
-                          cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+    return subprocess.run(
+        [sys.executable, "-m", "flows.cli", *args, "--cluster", str(cluster)],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
 
 
 def assert_cannot_run_without_traceback(result: subprocess.CompletedProcess[str], fragment: str) -> None:
@@ -39,17 +45,23 @@ def assert_cannot_run_without_traceback(result: subprocess.CompletedProcess[str]
 
 
 def test_a_rejected_flow_parameter_is_one_line(prefect_server: PrefectServer, tmp_path: pathlib.Path) -> None:
-    assert_cannot_run_without_traceback(run(prefect_server, tmp_path, "discover-models", "--resync-seconds", "0"),
-                                        "resync_interval_s")
+    assert_cannot_run_without_traceback(
+        run(prefect_server, tmp_path, "discover-models", "--resync-seconds", "0"), "resync_interval_s"
+    )
 
 
 def test_an_unknown_flavor_is_one_line(prefect_server: PrefectServer, tmp_path: pathlib.Path) -> None:
     assert_cannot_run_without_traceback(
-        run(prefect_server, tmp_path, "serve-openmodel", "qwen2-5-0-5b-instruct", "-n", "llm-serving", "--flavor", "tpu"),
-        "flavor 'tpu'")
+        run(
+            prefect_server, tmp_path, "serve-openmodel", "qwen2-5-0-5b-instruct", "-n", "llm-serving", "--flavor", "tpu"
+        ),
+        "flavor 'tpu'",
+    )
 
 
-def test_images_that_cannot_be_read_make_discovery_degraded(prefect_server: PrefectServer, tmp_path: pathlib.Path) -> None:
+def test_images_that_cannot_be_read_make_discovery_degraded(
+    prefect_server: PrefectServer, tmp_path: pathlib.Path
+) -> None:
     # no --registry-mirror: docker.io is out of reach here, so the example's image cannot be read
     result = run(prefect_server, tmp_path, "discover-models", "--json")
     assert result.returncode == ExitCode.DEGRADED, result.stdout + result.stderr

@@ -59,8 +59,11 @@ class Command:
 COMMANDS: dict[str, Command] = {
     "optimize": Command(("VariantAutoscaling",), ("--metrics", str(REPO / "deployments" / "example-metrics.yaml"))),
     "calibrate": Command(("VariantAutoscaling",)),
-    "simulate": Command(("VariantAutoscaling",), ("--trace", str(REPO / "deployments" / "traces" / "azure-conv-2023-20min.csv"),
-                                                  "--duration", "60"), writes_status=False),
+    "simulate": Command(
+        ("VariantAutoscaling",),
+        ("--trace", str(REPO / "deployments" / "traces" / "azure-conv-2023-20min.csv"), "--duration", "60"),
+        writes_status=False,
+    ),
     "warm-caches": Command(("ModelCache",)),
     "discover-models": Command(("AIMClusterModel",), ("--registry-mirror", MIRROR)),
     "resolve-templates": Command(("AIMServiceTemplate",)),
@@ -83,7 +86,11 @@ def variants(kind: str) -> tuple[list[Variant], int, float]:
 
 
 def snapshot(root: pathlib.Path) -> dict[str, bytes]:
-    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file() and not p.name.startswith(".")}
+    return {
+        str(p.relative_to(root)): p.read_bytes()
+        for p in sorted(root.rglob("*"))
+        if p.is_file() and not p.name.startswith(".")
+    }
 
 
 def without_status(text: bytes) -> list[Any]:
@@ -93,7 +100,9 @@ def without_status(text: bytes) -> list[Any]:
         if isinstance(doc, dict):
             doc = {k: v for k, v in doc.items() if k != "status"}
             if isinstance(doc.get("items"), list):
-                doc["items"] = [{k: v for k, v in i.items() if k != "status"} if isinstance(i, dict) else i for i in doc["items"]]
+                doc["items"] = [
+                    {k: v for k, v in i.items() if k != "status"} if isinstance(i, dict) else i for i in doc["items"]
+                ]
         out.append(doc)
     return out
 
@@ -114,13 +123,21 @@ def run(name: str, cluster: pathlib.Path, tmp_path: pathlib.Path) -> tuple[int, 
     handler = Collect()
     root = logging.getLogger()
     root.addHandler(handler)
-    for logger in (logging.getLogger("prefect"), logging.getLogger("prefect.flow_runs"), logging.getLogger("prefect.task_runs")):
+    for logger in (
+        logging.getLogger("prefect"),
+        logging.getLogger("prefect.flow_runs"),
+        logging.getLogger("prefect.task_runs"),
+    ):
         logger.addHandler(handler)
     try:
         result = CliRunner().invoke(app, args, env={"KUBECONFIG": str(tmp_path / "none")})
     finally:
         root.removeHandler(handler)
-        for logger in (logging.getLogger("prefect"), logging.getLogger("prefect.flow_runs"), logging.getLogger("prefect.task_runs")):
+        for logger in (
+            logging.getLogger("prefect"),
+            logging.getLogger("prefect.flow_runs"),
+            logging.getLogger("prefect.task_runs"),
+        ):
             logger.removeHandler(handler)
     if result.exception is not None and not isinstance(result.exception, SystemExit):
         import traceback
@@ -135,7 +152,11 @@ def rows_of(stdout: str) -> list[Any]:
         data = json.loads(stdout)
     except ValueError:
         return [stdout]
-    return sorted((json.dumps(r, sort_keys=True, default=str) for r in _walk_rows(data) if "fuzz-" not in json.dumps(r, default=str)))
+    return sorted(
+        json.dumps(r, sort_keys=True, default=str)
+        for r in _walk_rows(data)
+        if "fuzz-" not in json.dumps(r, default=str)
+    )
 
 
 def _walk_rows(data: Any) -> list[Any]:
@@ -168,21 +189,29 @@ def condition_names_field(obj: dict[str, Any], field: str) -> bool:
 
 KNOWN = {
     "resolve-templates": "local backend: writing the status of an invalid object re-renders odd spec values "
-                         "(floats such as 2.5e-179, an empty-string key) differently: bytes outside status change",
+    "(floats such as 2.5e-179, an empty-string key) differently: bytes outside status change",
     "rollout-services": "local backend: writing the status of an invalid object re-renders odd spec values "
-                        "(floats such as 4.9e-273) differently: bytes outside status change",
+    "(floats such as 4.9e-273) differently: bytes outside status change",
     "aim": "as resolve-templates and rollout-services; and its valid rows differed from the baseline once "
-           "(not yet investigated)",
+    "(not yet investigated)",
 }
 """Open findings of the harness (docs/benchmarks.md): no crash and no traceback remain in them."""
 
 
-@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.xfail(reason=KNOWN[n], strict=False))
-                                  if n in KNOWN else n for n in sorted(COMMANDS)])
-def test_invalid_objects_never_stop_a_run(name: str, prefect_harness: None, tmp_path: pathlib.Path,
-                                          fuzz_report: dict[str, Any]) -> None:
+@pytest.mark.parametrize(
+    "name",
+    [
+        pytest.param(n, marks=pytest.mark.xfail(reason=KNOWN[n], strict=False)) if n in KNOWN else n
+        for n in sorted(COMMANDS)
+    ],
+)
+def test_invalid_objects_never_stop_a_run(
+    name: str, prefect_harness: None, tmp_path: pathlib.Path, fuzz_report: dict[str, Any]
+) -> None:
     if name in CI_SKIPS:
-        pytest.skip("MODELPLANE_FUZZ=ci leaves out aim (its three flows are fuzzed one by one); MODELPLANE_FUZZ=full runs it")
+        pytest.skip(
+            "MODELPLANE_FUZZ=ci leaves out aim (its three flows are fuzzed one by one); MODELPLANE_FUZZ=full runs it"
+        )
     command = COMMANDS[name]
     baseline_dir = tmp_path / "baseline"
     shutil.copytree(EXAMPLES, baseline_dir)
@@ -210,8 +239,14 @@ def test_invalid_objects_never_stop_a_run(name: str, prefect_harness: None, tmp_
         problems.append(f"exit {code}, expected 3: {err.strip().splitlines()[-3:] if err.strip() else out[-300:]}")
     if "Traceback" in err or traced:
         problems.append(f"traceback: {(err or traced[0].getMessage())[:300]}")
-    lost = [f for f in before if f in after and f not in written_anyway and before[f] != after[f]
-            and without_status(before[f]) != without_status(after[f])]
+    lost = [
+        f
+        for f in before
+        if f in after
+        and f not in written_anyway
+        and before[f] != after[f]
+        and without_status(before[f]) != without_status(after[f])
+    ]
     lost += [f for f in before if f not in after and f not in written_anyway]
     if lost:
         problems.append(f"{len(lost)} files changed outside status: {lost[:3]}")
@@ -222,14 +257,23 @@ def test_invalid_objects_never_stop_a_run(name: str, prefect_harness: None, tmp_
             if not docs or not condition_names_field(docs[0], variant.field):
                 unmarked.append(f"{variant.obj['metadata']['name']} ({variant.mutation}; rejected at {variant.field})")
         if unmarked:
-            problems.append(f"{len(unmarked)}/{len(placed)} invalid objects without a condition naming their field, "
-                            f"e.g. {unmarked[:2]}")
+            problems.append(
+                f"{len(unmarked)}/{len(placed)} invalid objects without a condition naming their field, "
+                f"e.g. {unmarked[:2]}"
+            )
     if base_code in (0, 3) and rows_of(out) != rows_of(base_out):
         problems.append("valid objects came out differently with the invalid ones present")
-    fuzz_report[name] = {"invalid_objects": len(placed), "seconds": round(elapsed, 1), "exit": code,
-                         "baseline_exit": base_code, "problems": problems,
-                         "generated": {k: {"invalid": len(variants(k)[0]), "tried": variants(k)[1],
-                                           "seconds": round(variants(k)[2], 1)} for k in command.kinds}}
+    fuzz_report[name] = {
+        "invalid_objects": len(placed),
+        "seconds": round(elapsed, 1),
+        "exit": code,
+        "baseline_exit": base_code,
+        "problems": problems,
+        "generated": {
+            k: {"invalid": len(variants(k)[0]), "tried": variants(k)[1], "seconds": round(variants(k)[2], 1)}
+            for k in command.kinds
+        },
+    }
     assert len(placed) >= COUNT * len(command.kinds) * 0.99
     assert not problems, "\n".join(problems)
 
@@ -240,5 +284,6 @@ def fuzz_report() -> Any:
     yield report
     target = os.environ.get("MODELPLANE_FUZZ_REPORT")
     if target:
-        pathlib.Path(target).write_text(json.dumps({"profile": PROFILE, "count": COUNT, "commands": report},
-                                                   indent=2) + "\n")
+        pathlib.Path(target).write_text(
+            json.dumps({"profile": PROFILE, "count": COUNT, "commands": report}, indent=2) + "\n"
+        )

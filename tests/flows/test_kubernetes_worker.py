@@ -17,14 +17,16 @@ import asyncio
 import subprocess
 import sys
 import time
-from typing import Any, Callable, Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import pytest
 from kubernetes import client as k8s
 
 from flows.deployments import KUBERNETES_POOL, ensure_work_pool
 from flows.image import IMAGE
-from flows.worker_manifests import NAME as WORKER, NAMESPACE, WORKER_RULES
+from flows.worker_manifests import NAME as WORKER
+from flows.worker_manifests import NAMESPACE, WORKER_RULES
 from tests.flows.platform_support import cluster_server, load_example_cluster  # noqa: F401
 from tests.flows.prefect_server import REPO, PrefectServer
 from tests.flows.test_rbac import Permission, permission_of, role_permissions
@@ -40,7 +42,11 @@ FLOW_USER = f"system:serviceaccount:{NAMESPACE}:modelplane"  # the work pool's s
 WORKER_RULES_ELSEWHERE: dict[Permission, str] = {
     ("batch", "jobs", "delete"): "cancelling a flow run deletes its Job (KubernetesWorker.kill_infrastructure)",
     ("batch", "jobs", "get"): "before calling a run crashed, the observer reads its Job back (observer._read_job_uid)",
-    ("", "pods/log", "get"): "a run that crashed before reaching the API gets its Pod's log (observer._fetch_crashed_pod_logs)",
+    (
+        "",
+        "pods/log",
+        "get",
+    ): "a run that crashed before reaching the API gets its Pod's log (observer._fetch_crashed_pod_logs)",
 }
 
 
@@ -49,7 +55,9 @@ def granted(rules: list[dict[str, list[str]]]) -> set[Permission]:
 
 
 @pytest.fixture(scope="module")
-def platform(prefect_server: PrefectServer, cluster_server: KubeServer) -> Iterator[tuple[PrefectServer, KubeServer, dict[str, Any]]]:  # noqa: F811
+def platform(
+    prefect_server: PrefectServer, cluster_server: KubeServer
+) -> Iterator[tuple[PrefectServer, KubeServer, dict[str, Any]]]:  # noqa: F811
     """The example cluster on the API test server, the Kubernetes pool, the optimize deployment and a worker."""
     load_example_cluster(cluster_server)
 
@@ -60,38 +68,68 @@ def platform(prefect_server: PrefectServer, cluster_server: KubeServer) -> Itera
             return await ensure_work_pool(prefect, KUBERNETES_POOL, "kubernetes")
 
     assert asyncio.run(create_pool()) is True
-    deploy = subprocess.run([sys.executable, "-m", "prefect", "--no-prompt", "deploy", "--prefect-file", "deployments/prefect.yaml",
-                             "--name", "optimize"], cwd=REPO, env=prefect_server.env, capture_output=True, text=True, timeout=300)
+    deploy = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "prefect",
+            "--no-prompt",
+            "deploy",
+            "--prefect-file",
+            "deployments/prefect.yaml",
+            "--name",
+            "optimize",
+        ],
+        cwd=REPO,
+        env=prefect_server.env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert deploy.returncode == 0, deploy.stdout + deploy.stderr
     deployment = prefect_server.get("/deployments/name/optimize/optimize")
     cluster_server.reset_stats()
-    prefect_server.start_worker(KUBERNETES_POOL, worker_type="kubernetes", env={
-        "KUBECONFIG": cluster_server.kubeconfig_as(WORKER_USER, NAMESPACE),
-        # As deployments/worker/worker.yaml and the Helm values set it: watch the Jobs' namespace only.
-        "PREFECT_INTEGRATIONS_KUBERNETES_OBSERVER_NAMESPACES": NAMESPACE,
-    })
+    prefect_server.start_worker(
+        KUBERNETES_POOL,
+        worker_type="kubernetes",
+        env={
+            "KUBECONFIG": cluster_server.kubeconfig_as(WORKER_USER, NAMESPACE),
+            # As deployments/worker/worker.yaml and the Helm values set it: watch the Jobs' namespace only.
+            "PREFECT_INTEGRATIONS_KUBERNETES_OBSERVER_NAMESPACES": NAMESPACE,
+        },
+    )
     yield prefect_server, cluster_server, deployment
 
 
-def test_the_deployment_runs_the_image_from_its_workdir(platform: tuple[PrefectServer, KubeServer, dict[str, Any]]) -> None:
+def test_the_deployment_runs_the_image_from_its_workdir(
+    platform: tuple[PrefectServer, KubeServer, dict[str, Any]],
+) -> None:
     _, _, deployment = platform
     assert deployment["work_pool_name"] == KUBERNETES_POOL
     assert deployment["job_variables"]["image"] == IMAGE
     assert deployment["pull_steps"] == [
-        {"prefect.deployments.steps.set_working_directory": {"directory": "{{ $MODELPLANE_HOME }}"}}]
+        {"prefect.deployments.steps.set_working_directory": {"directory": "{{ $MODELPLANE_HOME }}"}}
+    ]
 
 
-def test_a_flow_run_executes_in_the_job_the_worker_creates(platform: tuple[PrefectServer, KubeServer, dict[str, Any]]) -> None:
+def test_a_flow_run_executes_in_the_job_the_worker_creates(
+    platform: tuple[PrefectServer, KubeServer, dict[str, Any]],
+) -> None:
     prefect, kube, deployment = platform
     # Relative to the image's WORKDIR, where the pull step changes to; `cluster` is left to its default: the
     # Pod's in-cluster credentials.
     run = prefect.create_run(deployment["id"], {"metrics_file": "deployments/example-metrics.yaml"})
     final = prefect.wait_for_run(run["id"], timeout=180)
-    assert final["state"]["type"] == "COMPLETED", prefect.run_logs(run["id"]) + "\n--- kubeserver ---\n" + \
-        (kube.workdir / "kubeserver.log").read_text(errors="replace")[-3000:]
+    assert final["state"]["type"] == "COMPLETED", (
+        prefect.run_logs(run["id"])
+        + "\n--- kubeserver ---\n"
+        + (kube.workdir / "kubeserver.log").read_text(errors="replace")[-3000:]
+    )
     assert final["infrastructure_pid"].startswith(f"{NAMESPACE}:")
-    print(f"flow run: created -> running {seconds(run['created'], final['start_time']):.1f} s, "
-          f"running -> completed {seconds(final['start_time'], final['end_time']):.1f} s")
+    print(
+        f"flow run: created -> running {seconds(run['created'], final['start_time']):.1f} s, "
+        f"running -> completed {seconds(final['start_time'], final['end_time']):.1f} s"
+    )
 
     artifacts = prefect.post("/artifacts/filter", {"artifacts": {"flow_run_id": {"any_": [run["id"]]}}})
     assert [a["type"] for a in artifacts] == ["table"], artifacts
@@ -99,7 +137,11 @@ def test_a_flow_run_executes_in_the_job_the_worker_creates(platform: tuple[Prefe
     api = kube.api_client()
 
     def finished_jobs() -> list[Any]:  # the process reports the run Completed a moment before it exits
-        jobs = k8s.BatchV1Api(api).list_namespaced_job(NAMESPACE, label_selector=f"prefect.io/flow-run-id={run['id']}").items
+        jobs = (
+            k8s.BatchV1Api(api)
+            .list_namespaced_job(NAMESPACE, label_selector=f"prefect.io/flow-run-id={run['id']}")
+            .items
+        )
         return jobs if jobs and all(job.status.succeeded or job.status.failed for job in jobs) else []
 
     jobs = wait_for(finished_jobs, "the Job to finish")
@@ -107,8 +149,9 @@ def test_a_flow_run_executes_in_the_job_the_worker_creates(platform: tuple[Prefe
     container = jobs[0].spec.template.spec.containers[0]
     assert container.image == IMAGE and container.args == ["prefect", "flow-run", "execute"]
     assert jobs[0].spec.template.spec.service_account_name == "modelplane"
-    variant = k8s.CustomObjectsApi(api).get_namespaced_custom_object("llmd.ai", "v1alpha1", "llm-serving", "variantautoscalings",
-                                                                     "llama-3-1-8b-h100")
+    variant = k8s.CustomObjectsApi(api).get_namespaced_custom_object(
+        "llmd.ai", "v1alpha1", "llm-serving", "variantautoscalings", "llama-3-1-8b-h100"
+    )
     assert variant.get("status", {}).get("conditions"), "the flow run wrote the cycle's status through the API server"
 
     expected = {"prefect.kubernetes.pod.running", "prefect.kubernetes.pod.succeeded"}
@@ -121,7 +164,9 @@ def test_a_flow_run_executes_in_the_job_the_worker_creates(platform: tuple[Prefe
     assert any(c["verb"] == "watch" and "/pods" in c["path"] for c in worker_calls), "the observer watched the Pods"
     assert flow_calls, "the flow run used the Pod's service account"
     worker_used = {p for c in worker_calls if (p := permission_of(c)) is not None}
-    assert worker_used <= granted(WORKER_RULES), f"deployments/worker/worker.yaml must grant {worker_used - granted(WORKER_RULES)}"
+    assert worker_used <= granted(WORKER_RULES), (
+        f"deployments/worker/worker.yaml must grant {worker_used - granted(WORKER_RULES)}"
+    )
     unused = granted(WORKER_RULES) - worker_used - set(WORKER_RULES_ELSEWHERE)
     assert not unused, f"the worker's Role grants what it does not use (remove, or say where it is used): {unused}"
     outside = {c["path"] for c in worker_calls if permission_of(c) and f"/namespaces/{NAMESPACE}/" not in c["path"]}
@@ -147,4 +192,6 @@ def wait_for(probe: Callable[[], Any], what: str, timeout: float = 60) -> Any:
 def seconds(start: str, end: str) -> float:
     from datetime import datetime
 
-    return (datetime.fromisoformat(end.replace("Z", "+00:00")) - datetime.fromisoformat(start.replace("Z", "+00:00"))).total_seconds()
+    return (
+        datetime.fromisoformat(end.replace("Z", "+00:00")) - datetime.fromisoformat(start.replace("Z", "+00:00"))
+    ).total_seconds()

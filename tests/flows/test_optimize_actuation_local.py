@@ -28,10 +28,21 @@ def annotate(cluster: pathlib.Path, kind: str, name: str, annotations: dict[str,
 
 
 def test_configmap_default_metrics_scales_nothing_but_what_opts_back_in(
-    prefect_harness: None, example_cluster: pathlib.Path, example_metrics: pathlib.Path, pushgateway: Any,
+    prefect_harness: None,
+    example_cluster: pathlib.Path,
+    example_metrics: pathlib.Path,
+    pushgateway: Any,
 ) -> None:
-    add(example_cluster, "05-actuation.yaml", {"apiVersion": "v1", "kind": "ConfigMap",
-        "metadata": {"name": "modelplane-optimizer-config", "namespace": "modelplane-system"}, "data": {"actuation-mode": "metrics"}})
+    add(
+        example_cluster,
+        "05-actuation.yaml",
+        {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {"name": "modelplane-optimizer-config", "namespace": "modelplane-system"},
+            "data": {"actuation-mode": "metrics"},
+        },
+    )
     annotate(example_cluster, "VariantAutoscaling", "llama-3-1-8b-a100", {"modelplane.io/actuation": "both"})
     before = by_kind(example_cluster, "Deployment")
     report = optimize(cluster=str(example_cluster), metrics_file=str(example_metrics), pushgateway_url=pushgateway.url)
@@ -45,7 +56,9 @@ def test_configmap_default_metrics_scales_nothing_but_what_opts_back_in(
         if name == "llama-3-1-8b-a100":
             assert rows[name].mode == "both" and after[target]["spec"]["replicas"] == desired
         else:
-            assert rows[name].mode == "metrics" and after[target]["spec"]["replicas"] == before[target]["spec"]["replicas"]
+            assert (
+                rows[name].mode == "metrics" and after[target]["spec"]["replicas"] == before[target]["spec"]["replicas"]
+            )
     assert variants["llama-3-1-8b-h100"]["status"]["desiredOptimizedAlloc"]["numReplicas"] == 3
     # The binding target is published and left to its HPA: 3 desired, still 1 replica.
     assert after["qwen2-5-7b-instruct"]["spec"]["replicas"] == before["qwen2-5-7b-instruct"]["spec"]["replicas"]
@@ -53,17 +66,29 @@ def test_configmap_default_metrics_scales_nothing_but_what_opts_back_in(
     binding = by_kind(example_cluster, "AutoscalingPolicyBinding")["qwen2-5-7b-instruct"]
     assert binding["status"]["targets"][0]["actuation"] == {"applied": True}
     text = pushgateway.metrics()
-    assert any(line.startswith("wva_desired_replicas{") and 'variant_name="qwen2-5-7b-instruct"' in line and line.endswith(" 3")
-               for line in text.splitlines())
-    assert any(line.startswith("wva_desired_replicas{") and 'variant_name="llama-3-1-8b-h100"' in line and line.endswith(" 3")
-               for line in text.splitlines())
+    assert any(
+        line.startswith("wva_desired_replicas{")
+        and 'variant_name="qwen2-5-7b-instruct"' in line
+        and line.endswith(" 3")
+        for line in text.splitlines()
+    )
+    assert any(
+        line.startswith("wva_desired_replicas{") and 'variant_name="llama-3-1-8b-h100"' in line and line.endswith(" 3")
+        for line in text.splitlines()
+    )
     assert "modelplane_cycle_duration_seconds{" in text and 'stage="total"' in text
     assert report.exit_code == 0, report.summary
 
 
-def test_binding_target_override_and_a_malformed_mode(prefect_harness: None, example_cluster: pathlib.Path, example_metrics: pathlib.Path) -> None:
-    annotate(example_cluster, "AutoscalingPolicyBinding", "qwen2-5-7b-instruct",
-             {"modelplane.io/actuation": "scale", "modelplane.io/actuation-targets": '{"qwen2-5-7b-instruct": "recommend"}'})
+def test_binding_target_override_and_a_malformed_mode(
+    prefect_harness: None, example_cluster: pathlib.Path, example_metrics: pathlib.Path
+) -> None:
+    annotate(
+        example_cluster,
+        "AutoscalingPolicyBinding",
+        "qwen2-5-7b-instruct",
+        {"modelplane.io/actuation": "scale", "modelplane.io/actuation-targets": '{"qwen2-5-7b-instruct": "recommend"}'},
+    )
     annotate(example_cluster, "VariantAutoscaling", "llama-3-1-8b-h100", {"modelplane.io/actuation": "hpa"})
     before = by_kind(example_cluster, "Deployment")
     report = optimize(cluster=str(example_cluster), metrics_file=str(example_metrics))

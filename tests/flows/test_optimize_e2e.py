@@ -6,7 +6,8 @@ Each test uses its own namespace (and so its own model names), so they share the
 
 from __future__ import annotations
 
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 import pytest
 import yaml
@@ -40,7 +41,10 @@ class Env:
 
     def configure(self, slo_ttft: int = 500, slo_tpot: int = 24) -> None:
         """The WVA ConfigMaps: unit costs, one service class, default saturation thresholds."""
-        costs = {"A100": '{"device": "NVIDIA-A100", "cost": "40.00"}', "H100": '{"device": "NVIDIA-H100", "cost": "80.00"}'}
+        costs = {
+            "A100": '{"device": "NVIDIA-A100", "cost": "40.00"}',
+            "H100": '{"device": "NVIDIA-H100", "cost": "80.00"}',
+        }
         klass = f"name: Premium\npriority: 1\ndata:\n  - model: {self.model}\n    slo-tpot: {slo_tpot}\n    slo-ttft: {slo_ttft}\n"
         for name, data in (("accelerator-unit-costs", costs), ("service-classes-config", {"premium.yaml": klass})):
             self.core.create_namespaced_config_map(self.config_ns, {"metadata": {"name": name}, "data": data})
@@ -48,9 +52,13 @@ class Env:
     def deployment(self, name: str, replicas: int) -> None:
         """A Deployment with all its replicas ready."""
         self.apps.create_namespaced_deployment(self.ns, deployment(name, self.ns, replicas))
-        self.apps.patch_namespaced_deployment_status(name, self.ns, {"status": {"replicas": replicas, "readyReplicas": replicas}})
+        self.apps.patch_namespaced_deployment_status(
+            name, self.ns, {"status": {"replicas": replicas, "readyReplicas": replicas}}
+        )
 
-    def variant(self, name: str, accelerator: str, parms: dict[str, str], annotations: dict[str, str] | None = None) -> None:
+    def variant(
+        self, name: str, accelerator: str, parms: dict[str, str], annotations: dict[str, str] | None = None
+    ) -> None:
         """A VariantAutoscaling (both seed generations' fields) scaling the Deployment of the same name."""
         body = variant_autoscaling(name, self.ns, self.model, accelerator, parms, annotations=annotations)
         self.custom.create_namespaced_custom_object("llmd.ai", "v1alpha1", self.ns, "variantautoscalings", body)
@@ -60,27 +68,39 @@ class Env:
         self.exporter.set_load(self.model, self.ns, list(pods), rate_rps, 128, 256)
         for pod, kv in pods.items():
             self.exporter.set_pod(self.model, self.ns, pod, kv, waiting=queue)
-        query = f'sum(rate(vllm:request_success_total{{model_name="{self.model}",namespace="{self.ns}"}}[{RATE_WINDOW}]))'
+        query = (
+            f'sum(rate(vllm:request_success_total{{model_name="{self.model}",namespace="{self.ns}"}}[{RATE_WINDOW}]))'
+        )
         low, high = rate_rps * 0.92, rate_rps * 1.08 + 0.05
         self.prometheus.wait_for(query, lambda r: bool(r) and low <= float(r[0]["value"][1]) <= high, timeout=30)
         selector = f'model_name="{self.model}",namespace="{self.ns}"'
         for function, expected in (("max", max(pods.values())), ("min", min(pods.values()))):
             gauge = f"{function}(vllm:kv_cache_usage_perc{{{selector}}})"
-            self.prometheus.wait_for(gauge, lambda r, e=expected: bool(r) and abs(float(r[0]["value"][1]) - e) < 1e-9, timeout=30)
+            self.prometheus.wait_for(
+                gauge, lambda r, e=expected: bool(r) and abs(float(r[0]["value"][1]) - e) < 1e-9, timeout=30
+            )
         waiting = f"max(vllm:num_requests_waiting{{{selector}}})"
         self.prometheus.wait_for(waiting, lambda r: bool(r) and float(r[0]["value"][1]) == queue, timeout=30)
 
     def cycle(self, **overrides: Any) -> Any:
         """One optimize flow run scoped to this namespace."""
         params: dict[str, Any] = dict(
-            namespaces=[self.ns], config_namespace=self.config_ns, prometheus_url=self.prometheus.url,
-            cluster=f"kubeconfig:{self.server.kubeconfig}", rate_window=RATE_WINDOW,
+            namespaces=[self.ns],
+            config_namespace=self.config_ns,
+            prometheus_url=self.prometheus.url,
+            cluster=f"kubeconfig:{self.server.kubeconfig}",
+            rate_window=RATE_WINDOW,
         )
         params.update(overrides)
         return optimize(**params)
 
     def status(self, name: str) -> dict[str, Any]:
-        return self.custom.get_namespaced_custom_object("llmd.ai", "v1alpha1", self.ns, "variantautoscalings", name).get("status") or {}
+        return (
+            self.custom.get_namespaced_custom_object("llmd.ai", "v1alpha1", self.ns, "variantautoscalings", name).get(
+                "status"
+            )
+            or {}
+        )
 
     def replicas(self, name: str) -> int:
         return self.apps.read_namespaced_deployment(name, self.ns).spec.replicas
@@ -95,7 +115,14 @@ def installed_crds(kube_server: Any) -> None:
 
 
 @pytest.fixture()
-def env(kube_server: Any, kube_namespace: str, prometheus: Any, vllm_exporter: Any, installed_crds: None, prefect_harness: None) -> Iterator[Env]:
+def env(
+    kube_server: Any,
+    kube_namespace: str,
+    prometheus: Any,
+    vllm_exporter: Any,
+    installed_crds: None,
+    prefect_harness: None,
+) -> Iterator[Env]:
     environment = Env(kube_server, kube_namespace, prometheus, vllm_exporter)
     environment.configure()
     yield environment
@@ -120,7 +147,11 @@ def test_rising_load_scales_up_on_the_cheapest_accelerator(env: Env) -> None:
     ready = env.condition("h100", "OptimizationReady")
     assert ready["status"] == "True" and ready["reason"] == "OptimizationSucceeded"
     assert env.status("h100")["currentAlloc"] == {
-        "variantID": f"{env.model}-H100-1", "accelerator": "H100", "numReplicas": 1, "maxBatch": 256, "variantCost": "10.00",
+        "variantID": f"{env.model}-H100-1",
+        "accelerator": "H100",
+        "numReplicas": 1,
+        "maxBatch": 256,
+        "variantCost": "10.00",
     }
     rows = {r.name: r for r in report.rows}
     assert rows["h100"].desired == 2 and rows["h100"].accelerator == "H100"

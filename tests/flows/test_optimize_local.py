@@ -23,7 +23,9 @@ def by_kind(cluster: pathlib.Path, kind: str) -> dict[str, dict[str, Any]]:
     return {d["metadata"]["name"]: d for d in documents(cluster) if d.get("kind") == kind}
 
 
-def test_example_cluster_cycle_writes_status_and_scales(prefect_harness: None, example_cluster: pathlib.Path, example_metrics: pathlib.Path) -> None:
+def test_example_cluster_cycle_writes_status_and_scales(
+    prefect_harness: None, example_cluster: pathlib.Path, example_metrics: pathlib.Path
+) -> None:
     before = by_kind(example_cluster, "Deployment")
     report = optimize(cluster=str(example_cluster), metrics_file=str(example_metrics))
     variants = by_kind(example_cluster, "VariantAutoscaling")
@@ -36,12 +38,20 @@ def test_example_cluster_cycle_writes_status_and_scales(prefect_harness: None, e
         types = {c["type"]: c for c in status["conditions"]}
         assert types["MetricsAvailable"]["status"] == "True"
         assert types["OptimizationReady"]["status"] == "True"
-        assert types["OptimizationReady"]["reason"] in ("OptimizationSucceeded", "SaturationOnlyMode", "SaturationSafetyOverride")
+        assert types["OptimizationReady"]["reason"] in (
+            "OptimizationSucceeded",
+            "SaturationOnlyMode",
+            "SaturationSafetyOverride",
+        )
     deployments = by_kind(example_cluster, "Deployment")
     rows = {r.name: r for r in report.rows}
     for name, va in variants.items():
         target = va["spec"]["scaleTargetRef"]["name"]
-        assert deployments[target]["spec"]["replicas"] == va["status"]["desiredOptimizedAlloc"]["numReplicas"] == rows[name].desired
+        assert (
+            deployments[target]["spec"]["replicas"]
+            == va["status"]["desiredOptimizedAlloc"]["numReplicas"]
+            == rows[name].desired
+        )
         assert rows[name].current == before[target]["spec"]["replicas"]
     # Llama's 20 req/s: H100 serves ~7.9 req/s per replica within the SLO at 75/h, A100 ~1.2 at 40/h.
     assert variants["llama-3-1-8b-h100"]["status"]["desiredOptimizedAlloc"]["numReplicas"] == 3
@@ -50,10 +60,15 @@ def test_example_cluster_cycle_writes_status_and_scales(prefect_harness: None, e
     assert deployments["qwen2-5-7b-instruct"]["spec"]["replicas"] == 3
     assert binding["status"]["history"][-1]["recommended"] == 3 and binding["status"]["desiredReplicas"] == 3
     events = list(yaml.safe_load_all((example_cluster / ".modelplane-events.yaml").read_text()))
-    assert any(e and e["reason"] == "DesiredReplicasChanged" and e["involvedObject"]["name"] == "llama-3-1-8b-h100" for e in events)
+    assert any(
+        e and e["reason"] == "DesiredReplicasChanged" and e["involvedObject"]["name"] == "llama-3-1-8b-h100"
+        for e in events
+    )
 
 
-def test_an_unchanged_cluster_costs_no_writes(prefect_harness: None, example_cluster: pathlib.Path, example_metrics: pathlib.Path) -> None:
+def test_an_unchanged_cluster_costs_no_writes(
+    prefect_harness: None, example_cluster: pathlib.Path, example_metrics: pathlib.Path
+) -> None:
     optimize(cluster=str(example_cluster), metrics_file=str(example_metrics))  # scales some targets
     second = optimize(cluster=str(example_cluster), metrics_file=str(example_metrics))  # records the new currentAlloc
     assert not any(w.scaled for w in second.writes)
@@ -64,12 +79,16 @@ def test_an_unchanged_cluster_costs_no_writes(prefect_harness: None, example_clu
     # no Event. The Kthena binding records each evaluation in its window history, by design.
     assert not any(w.scaled or w.status_written or w.event for w in third.writes)
     after = {f.name: f.read_text() for f in example_cluster.iterdir() if f.is_file() and not f.name.startswith(".")}
-    assert {k: v for k, v in after.items() if k != "20-kthena.yaml"} == {k: v for k, v in files.items() if k != "20-kthena.yaml"}
+    assert {k: v for k, v in after.items() if k != "20-kthena.yaml"} == {
+        k: v for k, v in files.items() if k != "20-kthena.yaml"
+    }
     binding = by_kind(example_cluster, "AutoscalingPolicyBinding")["qwen2-5-7b-instruct"]
     assert len(binding["status"]["history"]) == history + 1
 
 
-def test_missing_metrics_file_model_holds(prefect_harness: None, example_cluster: pathlib.Path, tmp_path: pathlib.Path) -> None:
+def test_missing_metrics_file_model_holds(
+    prefect_harness: None, example_cluster: pathlib.Path, tmp_path: pathlib.Path
+) -> None:
     metrics = tmp_path / "metrics.yaml"
     metrics.write_text("models: []\n")
     before = {n: d["spec"]["replicas"] for n, d in by_kind(example_cluster, "Deployment").items()}
@@ -82,7 +101,9 @@ def test_missing_metrics_file_model_holds(prefect_harness: None, example_cluster
         assert va["status"]["actuation"] == {"applied": False}  # a hold applies nothing
 
 
-def test_malformed_metrics_file_is_reported_and_holds(prefect_harness: None, example_cluster: pathlib.Path, tmp_path: pathlib.Path) -> None:
+def test_malformed_metrics_file_is_reported_and_holds(
+    prefect_harness: None, example_cluster: pathlib.Path, tmp_path: pathlib.Path
+) -> None:
     metrics = tmp_path / "metrics.yaml"
     metrics.write_text("models:\n  - model: m\n    namespace: n\n    arrivalRate: lots\n")
     report = optimize(cluster=str(example_cluster), metrics_file=str(metrics))
@@ -90,14 +111,20 @@ def test_malformed_metrics_file_is_reported_and_holds(prefect_harness: None, exa
     assert all(row.desired == row.current for row in report.rows if row.kind == "VariantAutoscaling")
 
 
-def test_cli_json_preview_on_a_snapshot_file(prefect_harness: None, example_cluster: pathlib.Path, example_metrics: pathlib.Path, tmp_path: pathlib.Path) -> None:
+def test_cli_json_preview_on_a_snapshot_file(
+    prefect_harness: None, example_cluster: pathlib.Path, example_metrics: pathlib.Path, tmp_path: pathlib.Path
+) -> None:
     """CI previews allocation changes on a single-file snapshot (`kubectl get ... -o yaml` style)."""
     snapshot = tmp_path / "snapshot.yaml"
-    snapshot.write_text("---\n".join((example_cluster / f).read_text() for f in sorted(p.name for p in example_cluster.glob("*.yaml"))))
+    snapshot.write_text(
+        "---\n".join((example_cluster / f).read_text() for f in sorted(p.name for p in example_cluster.glob("*.yaml")))
+    )
     pristine = snapshot.read_text()
-    result = CliRunner().invoke(app, ["optimize", "--cluster", str(snapshot), "--metrics", str(example_metrics), "--json", "--dry-run"])
+    result = CliRunner().invoke(
+        app, ["optimize", "--cluster", str(snapshot), "--metrics", str(example_metrics), "--json", "--dry-run"]
+    )
     assert result.exit_code == 0, result.output
-    rows = json.loads(result.stdout[result.stdout.index("["):])
+    rows = json.loads(result.stdout[result.stdout.index("[") :])
     assert {"namespace", "name", "accelerator", "current", "desired", "reason"} <= set(rows[0])
     names = {r["name"] for r in rows}
     assert {"llama-3-1-8b-a100", "llama-3-1-8b-h100", "granite-13b-a100", "granite-13b-l40s"} <= names
@@ -111,7 +138,9 @@ def test_cli_table(prefect_harness: None, example_cluster: pathlib.Path, example
     assert "4 variants:" in result.stdout
 
 
-def test_cli_degraded_cycle_says_so_and_exits_3(prefect_harness: None, example_cluster: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_cli_degraded_cycle_says_so_and_exits_3(
+    prefect_harness: None, example_cluster: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.delenv("PROMETHEUS_URL", raising=False)
     result = CliRunner().invoke(app, ["optimize", "--cluster", str(example_cluster)], terminal_width=250)
     assert result.exit_code == 3, result.output
@@ -121,17 +150,33 @@ def test_cli_degraded_cycle_says_so_and_exits_3(prefect_harness: None, example_c
     assert result.exit_code == 3
 
 
-def test_namespace_selector_scopes_the_cycle(prefect_harness: None, example_cluster: pathlib.Path, example_metrics: pathlib.Path) -> None:
-    none = optimize(cluster=str(example_cluster), metrics_file=str(example_metrics), namespace_selector="team=nobody", dry_run=True)
+def test_namespace_selector_scopes_the_cycle(
+    prefect_harness: None, example_cluster: pathlib.Path, example_metrics: pathlib.Path
+) -> None:
+    none = optimize(
+        cluster=str(example_cluster), metrics_file=str(example_metrics), namespace_selector="team=nobody", dry_run=True
+    )
     assert none.rows == []
-    some = optimize(cluster=str(example_cluster), metrics_file=str(example_metrics), namespace_selector="app.kubernetes.io/part-of=modelplane", dry_run=True)
+    some = optimize(
+        cluster=str(example_cluster),
+        metrics_file=str(example_metrics),
+        namespace_selector="app.kubernetes.io/part-of=modelplane",
+        dry_run=True,
+    )
     assert {r.namespace for r in some.rows} == {"llm-serving"} and len(some.rows) == 5
-    both = optimize(cluster=str(example_cluster), metrics_file=str(example_metrics), namespaces=["other"],
-                    namespace_selector="app.kubernetes.io/part-of=modelplane", dry_run=True)
+    both = optimize(
+        cluster=str(example_cluster),
+        metrics_file=str(example_metrics),
+        namespaces=["other"],
+        namespace_selector="app.kubernetes.io/part-of=modelplane",
+        dry_run=True,
+    )
     assert both.rows == []
 
 
-def test_each_run_publishes_an_allocation_table_artifact(prefect_harness: None, example_cluster: pathlib.Path, example_metrics: pathlib.Path) -> None:
+def test_each_run_publishes_an_allocation_table_artifact(
+    prefect_harness: None, example_cluster: pathlib.Path, example_metrics: pathlib.Path
+) -> None:
     import asyncio
 
     from prefect.client.orchestration import get_client
@@ -142,17 +187,26 @@ def test_each_run_publishes_an_allocation_table_artifact(prefect_harness: None, 
 
     async def artifacts() -> list:
         async with get_client() as client:
-            found = await client.read_artifacts(artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=["optimize-allocation"])))
+            found = await client.read_artifacts(
+                artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=["optimize-allocation"]))
+            )
             return [a for a in found if a.flow_run_id == flow_run_id]
 
     (artifact,) = asyncio.run(artifacts())
     assert artifact.type == "table" and "4 variants" in artifact.description
     table = json.loads(artifact.data) if isinstance(artifact.data, str) else artifact.data
-    assert {row["variant"] for row in table} >= {"llama-3-1-8b-a100", "llama-3-1-8b-h100", "granite-13b-a100", "granite-13b-l40s"}
+    assert {row["variant"] for row in table} >= {
+        "llama-3-1-8b-a100",
+        "llama-3-1-8b-h100",
+        "granite-13b-a100",
+        "granite-13b-l40s",
+    }
     assert set(table[0]) == {"namespace", "variant", "model", "accelerator", "current", "desired", "cost", "reason"}
 
 
-def test_scale_down_window_state_lives_on_the_resource(prefect_harness: None, example_cluster: pathlib.Path, tmp_path: pathlib.Path) -> None:
+def test_scale_down_window_state_lives_on_the_resource(
+    prefect_harness: None, example_cluster: pathlib.Path, tmp_path: pathlib.Path
+) -> None:
     """A scale-down inside the stabilization window is held and its state written as an annotation, so the
     next run (a fresh process) continues the same window; without a window it scales down and clears it."""
     quiet = tmp_path / "quiet.yaml"
@@ -165,7 +219,12 @@ def test_scale_down_window_state_lives_on_the_resource(prefect_harness: None, ex
     from tasks.cluster import LocalCluster, ObjectRef
 
     LocalCluster(example_cluster).set_scale(ObjectRef("apps/v1", "Deployment", "granite-13b-a100", "llm-serving"), 3)
-    held = optimize(cluster=str(example_cluster), metrics_file=str(quiet), namespaces=["llm-serving"], scale_down_stabilization_s=3600)
+    held = optimize(
+        cluster=str(example_cluster),
+        metrics_file=str(quiet),
+        namespaces=["llm-serving"],
+        scale_down_stabilization_s=3600,
+    )
     row = next(r for r in held.rows if r.name == "granite-13b-a100")
     assert row.current == 3 and row.desired == 3 and "stabilization window" in row.message
     va = by_kind(example_cluster, "VariantAutoscaling")["granite-13b-a100"]
@@ -177,13 +236,17 @@ def test_scale_down_window_state_lives_on_the_resource(prefect_harness: None, ex
     assert "modelplane.io/scale-down-pending" not in (va["metadata"].get("annotations") or {})
 
 
-def test_binding_rows_show_the_model_and_the_accelerator(prefect_harness: None, example_cluster: pathlib.Path, example_metrics: pathlib.Path) -> None:
+def test_binding_rows_show_the_model_and_the_accelerator(
+    prefect_harness: None, example_cluster: pathlib.Path, example_metrics: pathlib.Path
+) -> None:
     """Issue 22: a binding row showed the policy's name under "model" and no accelerator. The model comes
     from the target Deployment's llm-d label, the accelerator from the GPU its pods request."""
     report = optimize(cluster=str(example_cluster), metrics_file=str(example_metrics), dry_run=True)
     (row,) = [r for r in report.rows if r.kind == "AutoscalingPolicyBinding"]
     assert row.name == "qwen2-5-7b-instruct/qwen2-5-7b-instruct"
     assert (row.model, row.accelerator) == ("qwen-qwen2.5-7b-instruct", "1x nvidia.com/gpu")
-    result = CliRunner().invoke(app, ["optimize", "--cluster", str(example_cluster), "--metrics", str(example_metrics), "--dry-run", "--json"])
+    result = CliRunner().invoke(
+        app, ["optimize", "--cluster", str(example_cluster), "--metrics", str(example_metrics), "--dry-run", "--json"]
+    )
     rows = [r for r in json.loads(result.stdout) if r["kind"] == "AutoscalingPolicyBinding"]
     assert (rows[0]["model"], rows[0]["accelerator"]) == ("qwen-qwen2.5-7b-instruct", "1x nvidia.com/gpu")

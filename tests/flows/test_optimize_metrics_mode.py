@@ -11,7 +11,8 @@ from __future__ import annotations
 import math
 import pathlib
 import re
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 import pytest
 import yaml
@@ -29,9 +30,12 @@ def keda_query(variant: str, namespace: str) -> str:
     query = shipped["spec"]["triggers"][0]["metadata"]["query"]
     example_variant = shipped["spec"]["scaleTargetRef"]["name"]
     example_namespace = shipped["metadata"]["namespace"]
-    assert query.count(f'variant_name="{example_variant}"') == 1 and query.count(f'namespace="{example_namespace}"') == 1
+    assert (
+        query.count(f'variant_name="{example_variant}"') == 1 and query.count(f'namespace="{example_namespace}"') == 1
+    )
     return query.replace(f'variant_name="{example_variant}"', f'variant_name="{variant}"').replace(
-        f'namespace="{example_namespace}"', f'namespace="{namespace}"')
+        f'namespace="{example_namespace}"', f'namespace="{namespace}"'
+    )
 
 
 def adapter_query(variant: str, namespace: str) -> str:
@@ -39,7 +43,9 @@ def adapter_query(variant: str, namespace: str) -> str:
     ``<<.Series>>`` is the series name, ``<<.LabelMatchers>>`` the HPA's selector plus the namespace."""
     rule = yaml.safe_load((AUTOSCALING / "prometheus-adapter-values.yaml").read_text())["rules"]["external"][0]
     series = rule["seriesQuery"].split("{", 1)[0]
-    namespace_label = next(label for label, target in rule["resources"]["overrides"].items() if target["resource"] == "namespace")
+    namespace_label = next(
+        label for label, target in rule["resources"]["overrides"].items() if target["resource"] == "namespace"
+    )
     matchers = f'variant_name="{variant}",{namespace_label}="{namespace}"'
     return rule["metricsQuery"].replace("<<.Series>>", series).replace("<<.LabelMatchers>>", matchers)
 
@@ -77,8 +83,15 @@ class HpaEquivalent:
 
 
 @pytest.fixture()
-def env(kube_server: Any, kube_namespace: str, prometheus_pushgateway: Any, vllm_exporter: Any, pushgateway: Any,
-        installed_crds: None, prefect_harness: None) -> Iterator[Env]:  # noqa: F811
+def env(
+    kube_server: Any,
+    kube_namespace: str,
+    prometheus_pushgateway: Any,
+    vllm_exporter: Any,
+    pushgateway: Any,
+    installed_crds: None,
+    prefect_harness: None,
+) -> Iterator[Env]:  # noqa: F811
     environment = Env(kube_server, kube_namespace, prometheus_pushgateway, vllm_exporter)
     environment.configure()
     environment.pushgateway = pushgateway  # type: ignore[attr-defined]
@@ -89,7 +102,7 @@ def env(kube_server: Any, kube_namespace: str, prometheus_pushgateway: Any, vllm
 
 def published(env: Env, name: str, metric: str = "wva_desired_replicas") -> float | None:
     """The value the Pushgateway serves for one variant of this test's namespace."""
-    pattern = re.compile(rf'^{metric}\{{(?P<labels>[^}}]*)\}} (?P<value>\S+)$', re.M)
+    pattern = re.compile(rf"^{metric}\{{(?P<labels>[^}}]*)\}} (?P<value>\S+)$", re.M)
     for match in pattern.finditer(env.pushgateway.metrics()):  # type: ignore[attr-defined]
         labels = match["labels"]
         if f'variant_name="{name}"' in labels and f'namespace="{env.ns}"' in labels:
@@ -99,7 +112,11 @@ def published(env: Env, name: str, metric: str = "wva_desired_replicas") -> floa
 
 def scale_writes(env: Env) -> list[dict[str, Any]]:
     """Writes to any scale subresource since the last reset (the test server's request log)."""
-    return [r for r in env.server.requests() if r["path"].split("?")[0].endswith("/scale") and r["method"] in ("PUT", "PATCH", "POST")]
+    return [
+        r
+        for r in env.server.requests()
+        if r["path"].split("?")[0].endswith("/scale") and r["method"] in ("PUT", "PATCH", "POST")
+    ]
 
 
 def test_metrics_mode_publishes_and_never_writes_the_scale(env: Env) -> None:
@@ -124,7 +141,9 @@ def test_metrics_mode_publishes_and_never_writes_the_scale(env: Env) -> None:
     assert rows["h100"].mode == "metrics" and rows["h100"].applied and not rows["h100"].scaled
     # Prometheus scrapes the gateway; the shipped queries give the desired replicas of each variant.
     for name, value in desired.items():
-        env.prometheus.wait_for(keda_query(name, env.ns), lambda r, v=value: len(r) == 1 and float(r[0]["value"][1]) == v, timeout=20)
+        env.prometheus.wait_for(
+            keda_query(name, env.ns), lambda r, v=value: len(r) == 1 and float(r[0]["value"][1]) == v, timeout=20
+        )
         assert query_value(env.prometheus, adapter_query(name, env.ns)) == value
     result = env.prometheus.query(f'wva_current_replicas{{namespace="{env.ns}",variant_name="h100"}}')
     assert result[0]["metric"]["accelerator_type"] == "H100" and result[0]["metric"]["job"] == "modelplane"
@@ -196,7 +215,9 @@ def test_an_hpa_reading_the_metric_never_sees_a_harmful_value(env: Env) -> None:
     gateway = env.pushgateway.url  # type: ignore[attr-defined]
     env.load(20.0, {"h100-0": 0.4})
     env.cycle(pushgateway_url=gateway)
-    env.prometheus.wait_for(keda_query("h100", env.ns), lambda r: len(r) == 1 and float(r[0]["value"][1]) == 3, timeout=20)
+    env.prometheus.wait_for(
+        keda_query("h100", env.ns), lambda r: len(r) == 1 and float(r[0]["value"][1]) == 3, timeout=20
+    )
     assert hpa.sync() == 3 and env.replicas("h100") == 3
     # 1. The model's metrics disappear: Modelplane holds (no scale-down on missing metrics) and publishes 3.
     env.exporter.remove_model(env.model, env.ns)
@@ -228,16 +249,32 @@ def test_the_cli_in_metrics_mode_writes_no_scale(env: Env) -> None:
 
     from flows.cli import app
 
-    env.core.create_namespaced_config_map(env.config_ns, {"metadata": {"name": "modelplane-optimizer-config"},
-                                                          "data": {"actuation-mode": "metrics"}})
+    env.core.create_namespaced_config_map(
+        env.config_ns, {"metadata": {"name": "modelplane-optimizer-config"}, "data": {"actuation-mode": "metrics"}}
+    )
     env.deployment("h100", 1)
     env.variant("h100", "H100", H100)
     env.load(20.0, {"h100-0": 0.4})
     env.server.reset_stats()
-    result = CliRunner().invoke(app, [
-        "optimize", "--cluster", f"kubeconfig:{env.server.kubeconfig}", "-n", env.ns, "--config-namespace", env.config_ns,
-        "--prometheus", env.prometheus.url, "--rate-window", "10s", "--pushgateway", env.pushgateway.url, "--json",  # type: ignore[attr-defined]
-    ])
+    result = CliRunner().invoke(
+        app,
+        [
+            "optimize",
+            "--cluster",
+            f"kubeconfig:{env.server.kubeconfig}",
+            "-n",
+            env.ns,
+            "--config-namespace",
+            env.config_ns,
+            "--prometheus",
+            env.prometheus.url,
+            "--rate-window",
+            "10s",
+            "--pushgateway",
+            env.pushgateway.url,
+            "--json",  # type: ignore[attr-defined]
+        ],
+    )
     assert result.exit_code == 0, result.output
     assert scale_writes(env) == [] and env.replicas("h100") == 1
     assert env.status("h100")["actuation"] == {"applied": True}

@@ -20,7 +20,8 @@ import shutil
 import subprocess
 import sys
 import time
-from typing import Any, Callable, Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import httpx
 import pytest
@@ -54,8 +55,14 @@ def platform(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PrefectServer
     server.client.timeout = httpx.Timeout(120)  # the machine is shared: a write may wait on SQLite for a while
     try:
         server.start()
-        result = subprocess.run([sys.executable, "-m", "flows.cli", "deploy", "--pool-type", "process"],
-                                cwd=REPO, env=server.env, capture_output=True, text=True, timeout=300)
+        result = subprocess.run(
+            [sys.executable, "-m", "flows.cli", "deploy", "--pool-type", "process"],
+            cwd=REPO,
+            env=server.env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
         assert result.returncode == 0, result.stdout + result.stderr
         server.start_worker(PROCESS_POOL)
         yield server
@@ -79,11 +86,14 @@ def wait_for(predicate: Callable[[], Any], timeout: float, what: str) -> Any:
     raise AssertionError(f"timed out after {timeout}s waiting for {what}")
 
 
-def run_deployment(platform: PrefectServer, name: str, parameters: dict[str, Any], job_variables: dict[str, Any] | None = None) -> dict[str, Any]:
+def run_deployment(
+    platform: PrefectServer, name: str, parameters: dict[str, Any], job_variables: dict[str, Any] | None = None
+) -> dict[str, Any]:
     """Create a run of deployment ``name`` and wait for its final state."""
     stored = platform.deployment(ENTRIES[name])
-    run = platform.post(f"/deployments/{stored['id']}/create_flow_run",
-                        {"parameters": parameters, "job_variables": job_variables or {}})
+    run = platform.post(
+        f"/deployments/{stored['id']}/create_flow_run", {"parameters": parameters, "job_variables": job_variables or {}}
+    )
     return platform.wait_for_run(run["id"])
 
 
@@ -91,16 +101,26 @@ def run_deployment(platform: PrefectServer, name: str, parameters: dict[str, Any
 
 
 @pytest.mark.parametrize("name", ["calibrate", "serve-openmodel"])
-def test_a_degraded_run_is_completed_named_degraded_with_its_reasons(platform: PrefectServer, name: str, tmp_path: pathlib.Path) -> None:
+def test_a_degraded_run_is_completed_named_degraded_with_its_reasons(
+    platform: PrefectServer, name: str, tmp_path: pathlib.Path
+) -> None:
     """calibrate with no metrics (every variant MetricsUnavailable) and serve-openmodel waiting for its cache:
     the CLI exits 3 on both; the run's state says Degraded and why, and an automation can match it."""
-    automation = platform.post("/automations/", {
-        "name": f"degraded-{name}", "trigger": {
-            "type": "event", "posture": "Reactive", "threshold": 1, "within": 0,
-            "match": {"prefect.resource.id": "prefect.flow-run.*"}, "expect": [f"prefect.flow-run.{DEGRADED_STATE}"],
+    automation = platform.post(
+        "/automations/",
+        {
+            "name": f"degraded-{name}",
+            "trigger": {
+                "type": "event",
+                "posture": "Reactive",
+                "threshold": 1,
+                "within": 0,
+                "match": {"prefect.resource.id": "prefect.flow-run.*"},
+                "expect": [f"prefect.flow-run.{DEGRADED_STATE}"],
+            },
+            "actions": [{"type": "do-nothing"}],
         },
-        "actions": [{"type": "do-nothing"}],
-    })
+    )
     parameters = {"cluster": str(example_cluster(tmp_path)), **LOCAL_RUN_PARAMETERS.get(name, {})}
     final = run_deployment(platform, name, parameters)
     state = final["state"]
@@ -110,15 +130,30 @@ def test_a_degraded_run_is_completed_named_degraded_with_its_reasons(platform: P
     assert expected in state["message"], state["message"]
 
     def degraded_event() -> list[dict[str, Any]]:
-        return platform.post("/events/filter", {"filter": {"event": {"name": [f"prefect.flow-run.{DEGRADED_STATE}"]},
-                                                           "resource": {"id": [f"prefect.flow-run.{final['id']}"]}}, "limit": 5})["events"]
+        return platform.post(
+            "/events/filter",
+            {
+                "filter": {
+                    "event": {"name": [f"prefect.flow-run.{DEGRADED_STATE}"]},
+                    "resource": {"id": [f"prefect.flow-run.{final['id']}"]},
+                },
+                "limit": 5,
+            },
+        )["events"]
 
     wait_for(degraded_event, 60, "the prefect.flow-run.Degraded event")
 
     def automation_fired() -> list[dict[str, Any]]:
-        return platform.post("/events/filter", {"filter": {"event": {"name": ["prefect.automation.triggered"]},
-                                                           "resource": {"id": [f"prefect.automation.{automation['id']}"]}},
-                                                "limit": 5})["events"]
+        return platform.post(
+            "/events/filter",
+            {
+                "filter": {
+                    "event": {"name": ["prefect.automation.triggered"]},
+                    "resource": {"id": [f"prefect.automation.{automation['id']}"]},
+                },
+                "limit": 5,
+            },
+        )["events"]
 
     wait_for(automation_fired, 60, "the automation matching prefect.flow-run.Degraded")
     platform.request("DELETE", f"/automations/{automation['id']}")
@@ -135,11 +170,18 @@ def test_a_clean_run_is_plainly_completed(platform: PrefectServer, tmp_path: pat
 
 def checkout_changes() -> str:
     """What differs in the checkout the process worker runs flows in (tracked changes and new files)."""
-    return subprocess.run(["git", "status", "--porcelain", "--untracked-files=all", "--", "deployments", "."],
-                          cwd=REPO, capture_output=True, text=True, check=True).stdout
+    return subprocess.run(
+        ["git", "status", "--porcelain", "--untracked-files=all", "--", "deployments", "."],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
 
 
-def test_empty_cluster_never_writes_under_the_working_directory(platform: PrefectServer, tmp_path: pathlib.Path) -> None:
+def test_empty_cluster_never_writes_under_the_working_directory(
+    platform: PrefectServer, tmp_path: pathlib.Path
+) -> None:
     """The process worker's working directory is this checkout (deployments/examples is a cluster a local
     run would rewrite). `cluster=""` with nothing configured fails saying what to set; with MODELPLANE_CLUSTER
     as a job variable the same run works on that directory. The checkout is untouched either way."""
@@ -165,15 +207,33 @@ def test_the_server_refuses_every_bad_value_naming_the_field(platform: PrefectSe
     for name, bad_values in BAD_VALUES.items():
         stored = platform.deployment(ENTRIES[name])
         for bad in bad_values:
-            response = platform.request("POST", f"/deployments/{stored['id']}/create_flow_run",
-                                        {"parameters": {**REQUIRED_SAMPLES.get(name, {}), **bad}})
+            response = platform.request(
+                "POST",
+                f"/deployments/{stored['id']}/create_flow_run",
+                {"parameters": {**REQUIRED_SAMPLES.get(name, {}), **bad}},
+            )
             assert response.status_code in (409, 422), (name, bad, response.status_code, response.text)
             assert list(bad)[0] in response.text, (name, bad, response.text)
 
 
 def test_prefect_deployment_run_refuses_a_bad_value_naming_the_field(platform: PrefectServer) -> None:
-    result = subprocess.run([sys.executable, "-m", "prefect", "deployment", "run", "discover-models/discover-models",
-                             "-p", "resync_interval_s=30"], cwd=REPO, env=platform.env, capture_output=True, text=True, timeout=120)
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "prefect",
+            "deployment",
+            "run",
+            "discover-models/discover-models",
+            "-p",
+            "resync_interval_s=30",
+        ],
+        cwd=REPO,
+        env=platform.env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert result.returncode != 0, result.stdout
     assert "resync_interval_s" in result.stdout + result.stderr, result.stdout + result.stderr
 
@@ -183,8 +243,12 @@ def test_prefect_deployment_run_refuses_a_bad_value_naming_the_field(platform: P
 
 def add_namespace_copy(cluster: pathlib.Path, namespace: str) -> None:
     """Copy the example's AIM objects (config, template, service, cache) and its Kthena Model into ``namespace``."""
-    documents = [doc for path in ("40-aim.yaml", "20-kthena.yaml")
-                 for doc in yaml.safe_load_all((cluster / path).read_text()) if doc]
+    documents = [
+        doc
+        for path in ("40-aim.yaml", "20-kthena.yaml")
+        for doc in yaml.safe_load_all((cluster / path).read_text())
+        if doc
+    ]
     wanted = {"AIMNamespaceConfig", "AIMServiceTemplate", "AIMService", "ModelCache", "Model"}
     copies: list[dict[str, Any]] = [{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}}]
     for doc in documents:
@@ -203,15 +267,23 @@ def emit_all(platform: PrefectServer, events: list[tuple[Subject, str]]) -> None
         "sys.exit(0 if all(sent) else 1)"
     )
     payload = json.dumps([[[s.api_version, s.kind, s.name, s.namespace], t] for s, t in events])
-    result = subprocess.run([sys.executable, "-c", code, payload], cwd=REPO, env=platform.env, capture_output=True, text=True, timeout=120)
+    result = subprocess.run(
+        [sys.executable, "-c", code, payload], cwd=REPO, env=platform.env, capture_output=True, text=True, timeout=120
+    )
     assert result.returncode == 0, result.stderr
 
 
 def failed_actions(platform: PrefectServer, ids: dict[str, str]) -> dict[str, int]:
     """How many run-deployment actions of each deployment's automations failed (``prefect.automation.action.failed``)."""
-    owner = {a["id"]: name for a in platform.post("/automations/filter", {}) for name, deployment_id in ids.items()
-             if any(action.get("deployment_id") == deployment_id for action in a["actions"])}
-    events = platform.post("/events/filter", {"filter": {"event": {"name": ["prefect.automation.action.failed"]}}, "limit": 50})["events"]
+    owner = {
+        a["id"]: name
+        for a in platform.post("/automations/filter", {})
+        for name, deployment_id in ids.items()
+        if any(action.get("deployment_id") == deployment_id for action in a["actions"])
+    }
+    events = platform.post(
+        "/events/filter", {"filter": {"event": {"name": ["prefect.automation.action.failed"]}}, "limit": 50}
+    )["events"]
     counts: dict[str, int] = {}
     for event in events:
         name = owner.get(event["resource"]["prefect.resource.id"].removeprefix("prefect.automation."))
@@ -229,11 +301,15 @@ def reconciled(cluster: pathlib.Path, namespaces: list[str]) -> dict[str, bool]:
             meta = obj["metadata"]
             if meta.get("namespace") in namespaces:
                 observed = (obj.get("status") or {}).get("observedGeneration")
-                result[f"{kind} {meta['namespace']}/{meta['name']}"] = observed is not None and observed == meta.get("generation")
+                result[f"{kind} {meta['namespace']}/{meta['name']}"] = observed is not None and observed == meta.get(
+                    "generation"
+                )
     return result
 
 
-def test_chained_events_across_namespaces_reconcile_everything_and_cancel_nothing(platform: PrefectServer, tmp_path: pathlib.Path) -> None:
+def test_chained_events_across_namespaces_reconcile_everything_and_cancel_nothing(
+    platform: PrefectServer, tmp_path: pathlib.Path
+) -> None:
     """N = 4 events across M = 2 namespaces, emitted back to back as resolve-templates and warm-caches would:
     a template.available per namespace (rollout-services) and a cache.available per namespace (rollout-services
     and rollout-models). Every AIMService and Model of both namespaces ends reconciled; no run is cancelled."""
@@ -246,17 +322,28 @@ def test_chained_events_across_namespaces_reconcile_everything_and_cancel_nothin
     chained = {"rollout-services", "rollout-models"}
     ids = {name: platform.deployment(ENTRIES[name])["id"] for name in chained}
     for name in chained:
-        platform.patch(f"/deployments/{ids[name]}", {"parameters": {**(ENTRIES[name].get("parameters") or {}), "cluster": str(cluster)}})
+        platform.patch(
+            f"/deployments/{ids[name]}",
+            {"parameters": {**(ENTRIES[name].get("parameters") or {}), "cluster": str(cluster)}},
+        )
     # Only the automations under test: the chained runs' own events must not start other deployments here.
     automations = platform.post("/automations/filter", {})
-    others = [a for a in automations if a["enabled"] and not any(x.get("deployment_id") in ids.values() for x in a["actions"])]
+    others = [
+        a for a in automations if a["enabled"] and not any(x.get("deployment_id") in ids.values() for x in a["actions"])
+    ]
     for automation in others:
         platform.patch(f"/automations/{automation['id']}", {"enabled": False})
     before = {run["id"] for name in chained for run in platform.runs(ids[name])}
     started = time.monotonic()
     try:
-        emit_all(platform, [(Subject(AIM, kind, f"chained-{kind.lower()}", namespace), "available")
-                            for namespace in namespaces for kind in ("AIMServiceTemplate", "ModelCache")])
+        emit_all(
+            platform,
+            [
+                (Subject(AIM, kind, f"chained-{kind.lower()}", namespace), "available")
+                for namespace in namespaces
+                for kind in ("AIMServiceTemplate", "ModelCache")
+            ],
+        )
         expected_runs = {"rollout-services": 2 * len(namespaces), "rollout-models": len(namespaces)}
 
         def all_runs_final() -> dict[str, list[dict[str, Any]]] | None:
@@ -274,8 +361,14 @@ def test_chained_events_across_namespaces_reconcile_everything_and_cancel_nothin
         try:
             runs = wait_for(all_runs_final, 1200, f"{expected_runs} chained runs to finish")
         except AssertionError:
-            seen = {name: [(r["state"]["name"], r["parameters"].get("namespaces")) for r in platform.runs(ids[name]) if r["id"] not in before]
-                    for name in chained}
+            seen = {
+                name: [
+                    (r["state"]["name"], r["parameters"].get("namespaces"))
+                    for r in platform.runs(ids[name])
+                    if r["id"] not in before
+                ]
+                for name in chained
+            }
             raise AssertionError(f"runs so far {seen}; failed actions {failed_actions(platform, ids)}") from None
         elapsed = time.monotonic() - started
     finally:
@@ -285,11 +378,15 @@ def test_chained_events_across_namespaces_reconcile_everything_and_cancel_nothin
             platform.patch(f"/deployments/{ids[name]}", {"parameters": ENTRIES[name].get("parameters") or {}})
     states = {name: sorted(r["state"]["type"] for r in rs) for name, rs in runs.items()}
     assert all(state == "COMPLETED" for s in states.values() for state in s), states
-    covered = {name: sorted({ns for r in rs for ns in r["parameters"].get("namespaces") or []}) for name, rs in runs.items()}
+    covered = {
+        name: sorted({ns for r in rs for ns in r["parameters"].get("namespaces") or []}) for name, rs in runs.items()
+    }
     outcome = reconciled(cluster, namespaces)
     lost = failed_actions(platform, ids)
-    print(f"\nchained: {sum(len(rs) for rs in runs.values())} runs from {2 * len(namespaces)} events over {len(namespaces)} namespaces "
-          f"({states}), 0 cancelled, in {elapsed:.0f} s (slot wait {SLOT_WAIT_S} s); server 503 on run-deployment: {lost}")
+    print(
+        f"\nchained: {sum(len(rs) for rs in runs.values())} runs from {2 * len(namespaces)} events over {len(namespaces)} namespaces "
+        f"({states}), 0 cancelled, in {elapsed:.0f} s (slot wait {SLOT_WAIT_S} s); server 503 on run-deployment: {lost}"
+    )
     assert all(outcome.values()), outcome
     if not lost:
         assert covered == {name: namespaces for name in chained}, covered

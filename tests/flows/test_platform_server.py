@@ -16,7 +16,8 @@ import shutil
 import subprocess
 import sys
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import pytest
 
@@ -41,7 +42,11 @@ def platform(prefect_server: PrefectServer, tmp_path_factory: pytest.TempPathFac
     """The server with every deployment registered by `modelplane deploy --pool-type process` and a worker."""
     result = subprocess.run(
         [sys.executable, "-m", "flows.cli", "deploy", "--pool-type", "process"],
-        cwd=REPO, env=prefect_server.env, capture_output=True, text=True, timeout=300,
+        cwd=REPO,
+        env=prefect_server.env,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert result.returncode == 0, result.stdout + result.stderr
     assert f"work pool '{PROCESS_POOL}' (process): created" in result.stderr
@@ -93,7 +98,9 @@ def test_server_rejects_parameters_outside_the_schema(platform: PrefectServer) -
     """What the UI form relies on: the stored schema has the constraints and the server enforces them."""
     stored = platform.deployment(next(e for e in ENTRIES if e["name"] == "optimize"))
     properties = stored["parameter_openapi_schema"]["properties"]
-    patterns = [branch.get("pattern") for branch in [properties["rate_window"], *properties["rate_window"].get("anyOf", [])]]
+    patterns = [
+        branch.get("pattern") for branch in [properties["rate_window"], *properties["rate_window"].get("anyOf", [])]
+    ]
     assert any(patterns) and properties["solver_time_limit_s"]["exclusiveMinimum"] == 0
     for bad in ({"rate_window": "abc"}, {"solver_time_limit_s": -5}):
         response = platform.request("POST", f"/deployments/{stored['id']}/create_flow_run", {"parameters": bad})
@@ -102,13 +109,15 @@ def test_server_rejects_parameters_outside_the_schema(platform: PrefectServer) -
 
 
 @pytest.mark.parametrize("entry", ENTRIES, ids=IDS)
-def test_a_run_of_each_flow_completes_on_a_local_cluster(platform: PrefectServer, entry: dict[str, Any], tmp_path: pathlib.Path) -> None:
+def test_a_run_of_each_flow_completes_on_a_local_cluster(
+    platform: PrefectServer, entry: dict[str, Any], tmp_path: pathlib.Path
+) -> None:
     stored = platform.deployment(entry)
     assert "cluster" in stored["parameter_openapi_schema"]["properties"], "every flow takes a `cluster` parameter"
     parameters = local_parameters(entry, example_cluster(tmp_path))
     # An earlier flow's event may chain into this deployment (discover-models -> resolve-templates, ...): with
     # CANCEL_NEW such a run, if its trigger fires just after we looked, cancels ours; then run again once idle.
-    for attempt in range(2):
+    for _attempt in range(2):
         wait_until_idle(platform, stored, entry)
         run = platform.create_run(stored["id"], parameters)
         final = platform.wait_for_run(run["id"])
@@ -118,7 +127,10 @@ def test_a_run_of_each_flow_completes_on_a_local_cluster(platform: PrefectServer
     if entry["name"] == "optimize":
         # The example cycle scales two variants and a binding target: one event each, related to this run.
         # Events reach the server asynchronously: wait until all three are there (or fail with what came).
-        expected_resources = {f"modelplane.llmd.variantautoscaling.llm-serving.{name}" for name in ("llama-3-1-8b-h100", "granite-13b-a100")}
+        expected_resources = {
+            f"modelplane.llmd.variantautoscaling.llm-serving.{name}"
+            for name in ("llama-3-1-8b-h100", "granite-13b-a100")
+        }
         expected_events = {"modelplane.llmd.variantautoscaling.scaled", "modelplane.kthena.binding.scaled"}
 
         def all_events() -> list[dict[str, Any]]:
@@ -129,29 +141,46 @@ def test_a_run_of_each_flow_completes_on_a_local_cluster(platform: PrefectServer
         wait_for(all_events, 30, f"optimize's events for {sorted(expected_resources)} and {sorted(expected_events)}")
     if entry["name"] == "watch-models":
         # The example's Kthena Model was never rolled out: the watch announces it (the event that triggers rollout-models).
-        events = wait_for(lambda: platform.events(prefix="modelplane.kthena.model.changed", related=f"prefect.flow-run.{run['id']}"),
-                          30, "watch-models' events")
-        assert {e["resource"]["prefect.resource.id"] for e in events} == {"modelplane.kthena.model.llm-serving.deepseek-r1-distill-qwen-7b"}
+        events = wait_for(
+            lambda: platform.events(prefix="modelplane.kthena.model.changed", related=f"prefect.flow-run.{run['id']}"),
+            30,
+            "watch-models' events",
+        )
+        assert {e["resource"]["prefect.resource.id"] for e in events} == {
+            "modelplane.kthena.model.llm-serving.deepseek-r1-distill-qwen-7b"
+        }
         assert events[0]["resource"]["modelplane.name"] == "deepseek-r1-distill-qwen-7b"
 
 
 def wait_until_idle(platform: PrefectServer, stored: dict[str, Any], entry: dict[str, Any]) -> None:
     """Let a run an earlier test's event chained into this deployment end first: with CANCEL_NEW it would
     otherwise cancel the run the test starts."""
-    wait_for(lambda: all((r.get("state") or {}).get("type") in TERMINAL for r in platform.runs(stored["id"])), 120, f"{entry['name']} idle")
+    wait_for(
+        lambda: all((r.get("state") or {}).get("type") in TERMINAL for r in platform.runs(stored["id"])),
+        120,
+        f"{entry['name']} idle",
+    )
 
 
 TRIGGERS = [(entry, trigger) for entry in ENTRIES for trigger in triggers_of(entry)]
 
 
 @pytest.mark.parametrize("entry,trigger", TRIGGERS, ids=[t.name for _, t in TRIGGERS])
-def test_an_emitted_event_triggers_the_next_flow(platform: PrefectServer, entry: dict[str, Any], trigger: Any, tmp_path: pathlib.Path) -> None:
+def test_an_emitted_event_triggers_the_next_flow(
+    platform: PrefectServer, entry: dict[str, Any], trigger: Any, tmp_path: pathlib.Path
+) -> None:
     """The event the upstream flow emits (through tasks.events, in another process) starts this deployment
     with the event's object as parameters, and the chained run completes."""
     stored = platform.deployment(entry)
-    platform.patch(f"/deployments/{stored['id']}", {"parameters": {**(entry.get("parameters") or {}), **local_parameters(entry, example_cluster(tmp_path))}})
-    automation = next(a for a in platform.post("/automations/filter", {})
-                      if a["name"] == trigger.name and a["actions"][0].get("deployment_id") == stored["id"])
+    platform.patch(
+        f"/deployments/{stored['id']}",
+        {"parameters": {**(entry.get("parameters") or {}), **local_parameters(entry, example_cluster(tmp_path))}},
+    )
+    automation = next(
+        a
+        for a in platform.post("/automations/filter", {})
+        if a["name"] == trigger.name and a["actions"][0].get("deployment_id") == stored["id"]
+    )
     # Another test's event may have started this deployment too (one event can trigger several deployments).
     wait_until_idle(platform, stored, entry)
     before = {r["id"] for r in platform.runs(stored["id"])}
@@ -159,11 +188,18 @@ def test_an_emitted_event_triggers_the_next_flow(platform: PrefectServer, entry:
     subject = subject_for(trigger.match.root["prefect.resource.id"], event_name)
     platform.emit(subject, event_name.rsplit(".", 1)[1])
 
-    def started_by_this_trigger(run: dict[str, Any]) -> bool:  # the automation's runs carry its id in their idempotency key
-        return run["id"] not in before and (run.get("idempotency_key") or "").startswith(f"automation {automation['id']}")
+    def started_by_this_trigger(
+        run: dict[str, Any],
+    ) -> bool:  # the automation's runs carry its id in their idempotency key
+        return run["id"] not in before and (run.get("idempotency_key") or "").startswith(
+            f"automation {automation['id']}"
+        )
 
-    run = wait_for(lambda: next((r for r in platform.runs(stored["id"]) if started_by_this_trigger(r)), None), 60,
-                   f"a run of {entry['name']} triggered by {event_name}")
+    run = wait_for(
+        lambda: next((r for r in platform.runs(stored["id"]) if started_by_this_trigger(r)), None),
+        60,
+        f"a run of {entry['name']} triggered by {event_name}",
+    )
     rendered = json.dumps(run["parameters"])
     for name, template in trigger.parameters.items():
         assert name in run["parameters"], (name, run["parameters"])
@@ -194,8 +230,11 @@ def test_cancel_new_cancels_an_overlapping_run(platform: PrefectServer, tmp_path
     parameters = {**local_parameters(entry, example_cluster(tmp_path)), "watch_seconds": 10}
     # A run chained by an earlier test's event would hold the one slot and cancel both runs below: switch
     # this deployment's automations (if any) off and let the slot free first.
-    chained = [a for a in platform.post("/automations/filter", {})
-               if a["enabled"] and any(action.get("deployment_id") == stored["id"] for action in a["actions"])]
+    chained = [
+        a
+        for a in platform.post("/automations/filter", {})
+        if a["enabled"] and any(action.get("deployment_id") == stored["id"] for action in a["actions"])
+    ]
     for automation in chained:
         platform.patch(f"/automations/{automation['id']}", {"enabled": False})
     try:
@@ -232,8 +271,14 @@ def test_ui_run_form_shows_every_parameter_with_its_description(
     properties = stored["parameter_openapi_schema"]["properties"]
     options = webdriver.ChromeOptions()
     options.binary_location = shutil.which("chromium") or "/usr/bin/chromium"
-    for flag in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-background-networking",
-                 "--disable-component-update", "--window-size=1400,4000"):
+    for flag in (
+        "--headless=new",
+        "--no-sandbox",
+        "--disable-dev-shm-usage",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--window-size=1400,4000",
+    ):
         options.add_argument(flag)
     driver = webdriver.Chrome(service=Service(shutil.which("chromedriver") or "/usr/bin/chromedriver"), options=options)
     try:
@@ -245,8 +290,10 @@ def test_ui_run_form_shows_every_parameter_with_its_description(
 
         def form_complete() -> bool:
             text = page_text()
-            return all(name in text and " ".join(prop["description"].split()[:6]) in " ".join(text.split())
-                       for name, prop in properties.items())
+            return all(
+                name in text and " ".join(prop["description"].split()[:6]) in " ".join(text.split())
+                for name, prop in properties.items()
+            )
 
         try:
             wait_for(form_complete, 60, "every parameter and its description on the run form")
@@ -260,12 +307,16 @@ def test_ui_run_form_shows_every_parameter_with_its_description(
         driver.quit()
 
 
-def test_served_deployments_run_beside_the_pool_without_colliding(platform: PrefectServer, tmp_path: pathlib.Path) -> None:
+def test_served_deployments_run_beside_the_pool_without_colliding(
+    platform: PrefectServer, tmp_path: pathlib.Path
+) -> None:
     """`modelplane serve` on the same server registers '<name>-local' deployments and runs their runs itself;
     the work-pool deployments keep their pool."""
     platform.spawn("serve", [sys.executable, "-m", "flows.cli", "serve"])
     entry = next(e for e in ENTRIES if e["name"] == "optimize")
-    served = wait_for(lambda: platform.find_deployment(entry, "optimize-local"), 120, "the served optimize-local deployment")
+    served = wait_for(
+        lambda: platform.find_deployment(entry, "optimize-local"), 120, "the served optimize-local deployment"
+    )
     assert served["work_pool_name"] is None and served["id"] != platform.deployment(entry)["id"]
     assert platform.deployment(entry)["work_pool_name"] == PROCESS_POOL
     run = platform.create_run(served["id"], local_parameters(entry, example_cluster(tmp_path)))
@@ -277,8 +328,14 @@ def test_served_deployments_run_beside_the_pool_without_colliding(platform: Pref
 def test_modelplane_deploy_creates_the_kubernetes_pool_from_the_template(platform: PrefectServer) -> None:
     """The default `modelplane deploy`: the Kubernetes pool from deployments/work-pool-template.json, then
     every deployment registered on it with its job variables (runs last: it moves the deployments)."""
-    result = subprocess.run([sys.executable, "-m", "flows.cli", "deploy"], cwd=REPO, env=platform.env,
-                            capture_output=True, text=True, timeout=300)
+    result = subprocess.run(
+        [sys.executable, "-m", "flows.cli", "deploy"],
+        cwd=REPO,
+        env=platform.env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert result.returncode == 0, result.stdout + result.stderr
     assert "work pool 'modelplane-kubernetes' (kubernetes): created" in result.stderr
     pool = platform.get("/work_pools/modelplane-kubernetes")
@@ -290,6 +347,12 @@ def test_modelplane_deploy_creates_the_kubernetes_pool_from_the_template(platfor
         stored = platform.deployment(entry)
         assert stored["work_pool_name"] == "modelplane-kubernetes"
         assert stored["job_variables"] == entry["work_pool"]["job_variables"]
-    again = subprocess.run([sys.executable, "-m", "flows.cli", "deploy"], cwd=REPO, env=platform.env,
-                           capture_output=True, text=True, timeout=300)
+    again = subprocess.run(
+        [sys.executable, "-m", "flows.cli", "deploy"],
+        cwd=REPO,
+        env=platform.env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert again.returncode == 0 and "(kubernetes): exists" in again.stderr, again.stderr

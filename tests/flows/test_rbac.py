@@ -30,32 +30,82 @@ Permission = tuple[str, str, str]  # (API group, resource or resource/subresourc
 # Further runs that reach other code paths: (flow, extra parameters, API failures to inject first as
 # (method, path regex, HTTP status)). A 409 on a status write makes the flow re-read and retry.
 EXTRA_RUNS: list[tuple[str, dict[str, Any], list[tuple[str, str, int]]]] = [
-    ("optimize", {"namespace_selector": "app.kubernetes.io/part-of=modelplane"},
-     [("PATCH", r"/variantautoscalings/[^/]+/status$", 409), ("PATCH", r"/autoscalingpolicybindings/[^/]+/status$", 409)]),
+    (
+        "optimize",
+        {"namespace_selector": "app.kubernetes.io/part-of=modelplane"},
+        [
+            ("PATCH", r"/variantautoscalings/[^/]+/status$", 409),
+            ("PATCH", r"/autoscalingpolicybindings/[^/]+/status$", 409),
+        ],
+    ),
 ]
 
 # Rules of the Role that the runs here do not reach, each with the code path that uses it.
 EXERCISED_ELSEWHERE: dict[Permission, str] = {
-    ("", "configmaps", "get"): "optimize: a sloClassRef ConfigMap kept in the variant's own namespace (tasks/optimize.py)",
+    (
+        "",
+        "configmaps",
+        "get",
+    ): "optimize: a sloClassRef ConfigMap kept in the variant's own namespace (tasks/optimize.py)",
     ("", "persistentvolumeclaims", "delete"): "warm-caches: opt-in garbage collection (tests/caches)",
     ("aim.silogen.ai", "modelcaches", "delete"): "warm-caches: opt-in garbage collection (tests/caches)",
-    ("aim.silogen.ai", "modelcaches", "create"): "warm-caches/resolve-templates when a consumer needs a cache no one made yet (tests/caches)",
-    **{("registry.volcano.sh", kind, verb): "rollout-models: a policy changed, or a backend removed (tests/flows/test_rollout_models.py)"
-       for kind in ("autoscalingpolicies", "autoscalingpolicybindings") for verb in ("patch", "delete")},
+    (
+        "aim.silogen.ai",
+        "modelcaches",
+        "create",
+    ): "warm-caches/resolve-templates when a consumer needs a cache no one made yet (tests/caches)",
+    **{
+        (
+            "registry.volcano.sh",
+            kind,
+            verb,
+        ): "rollout-models: a policy changed, or a backend removed (tests/flows/test_rollout_models.py)"
+        for kind in ("autoscalingpolicies", "autoscalingpolicybindings")
+        for verb in ("patch", "delete")
+    },
     ("apps", "deployments", "delete"): "rollout-models: a backend removed (tests/flows/test_rollout_models.py)",
     ("", "services", "delete"): "rollout-models: a backend removed (tests/flows/test_rollout_models.py)",
-    ("", "configmaps", "patch"): "rollout-models: a route weight or model match changed (tests/flows/test_rollout_models.py)",
+    (
+        "",
+        "configmaps",
+        "patch",
+    ): "rollout-models: a route weight or model match changed (tests/flows/test_rollout_models.py)",
     ("", "configmaps", "delete"): "rollout-models: a Model's routes removed (tests/flows/test_rollout_models.py)",
-    ("serving.kserve.io", "inferenceservices", "create"): "rollout-services once the service's caches are Available (tests/aim)",
-    ("serving.kserve.io", "inferenceservices", "patch"): "rollout-services on a replicas or template change (tests/aim)",
+    (
+        "serving.kserve.io",
+        "inferenceservices",
+        "create",
+    ): "rollout-services once the service's caches are Available (tests/aim)",
+    (
+        "serving.kserve.io",
+        "inferenceservices",
+        "patch",
+    ): "rollout-services on a replicas or template change (tests/aim)",
     ("gateway.networking.k8s.io", "httproutes", "create"): "rollout-services with a gateway set (tests/aim)",
     ("gateway.networking.k8s.io", "httproutes", "patch"): "rollout-services when the route changes (tests/aim)",
-    **{(group, kind, verb): "rollout-models on a cluster serving Kthena's CRDs (tests/flows/test_rollout_kthena_native.py)"
-       for group, kind in (("networking.serving.volcano.sh", "modelservers"), ("networking.serving.volcano.sh", "modelroutes"),
-                           ("workload.serving.volcano.sh", "modelservings"))
-       for verb in ("list", "create", "patch", "delete")},
-    ("workload.serving.volcano.sh", "modelservings/scale", "get"): "optimize on ModelServing targets (tests/flows/test_rollout_kthena_native.py)",
-    ("workload.serving.volcano.sh", "modelservings/scale", "patch"): "optimize on ModelServing targets (tests/flows/test_rollout_kthena_native.py)",
+    **{
+        (
+            group,
+            kind,
+            verb,
+        ): "rollout-models on a cluster serving Kthena's CRDs (tests/flows/test_rollout_kthena_native.py)"
+        for group, kind in (
+            ("networking.serving.volcano.sh", "modelservers"),
+            ("networking.serving.volcano.sh", "modelroutes"),
+            ("workload.serving.volcano.sh", "modelservings"),
+        )
+        for verb in ("list", "create", "patch", "delete")
+    },
+    (
+        "workload.serving.volcano.sh",
+        "modelservings/scale",
+        "get",
+    ): "optimize on ModelServing targets (tests/flows/test_rollout_kthena_native.py)",
+    (
+        "workload.serving.volcano.sh",
+        "modelservings/scale",
+        "patch",
+    ): "optimize on ModelServing targets (tests/flows/test_rollout_kthena_native.py)",
 }
 
 
@@ -87,13 +137,18 @@ def role_permissions() -> set[Permission]:
     role = next(doc for doc in yaml.safe_load_all(RBAC.read_text()) if doc and doc["kind"] == "ClusterRole")
     return {
         (group, resource, verb)
-        for rule in role["rules"] for group in rule["apiGroups"] for resource in rule["resources"] for verb in rule["verbs"]
+        for rule in role["rules"]
+        for group in rule["apiGroups"]
+        for resource in rule["resources"]
+        for verb in rule["verbs"]
     }
 
 
 def rule_text(missing: set[Permission]) -> str:
     """The rules to add, in rbac.yaml's form."""
-    return "\n".join(f'  - apiGroups: ["{g}"]\n    resources: ["{r}"]\n    verbs: ["{v}"]' for g, r, v in sorted(missing))
+    return "\n".join(
+        f'  - apiGroups: ["{g}"]\n    resources: ["{r}"]\n    verbs: ["{v}"]' for g, r, v in sorted(missing)
+    )
 
 
 @pytest.fixture(scope="module")
@@ -108,8 +163,12 @@ def used_permissions(cluster_server: KubeServer, prefect_harness: None) -> dict[
         cluster_server.reset_stats()
         for method, path, status in injections:
             cluster_server.inject(method, path, status)
-        parameters = {**(entry.get("parameters") or {}), **LOCAL_RUN_PARAMETERS.get(name, {}), **extra,
-                      "cluster": f"kubeconfig:{cluster_server.kubeconfig}"}
+        parameters = {
+            **(entry.get("parameters") or {}),
+            **LOCAL_RUN_PARAMETERS.get(name, {}),
+            **extra,
+            "cluster": f"kubeconfig:{cluster_server.kubeconfig}",
+        }
         load_entry_flow(entry)(**parameters)
         cluster_server.clear_injections()
         requests = cluster_server.requests(limit=0)
@@ -123,13 +182,19 @@ def used_permissions(cluster_server: KubeServer, prefect_harness: None) -> dict[
 
 def test_every_call_the_flows_make_is_granted(used_permissions: dict[Permission, set[str]]) -> None:
     missing = set(used_permissions) - role_permissions()
-    assert not missing, "deployments/rbac.yaml must grant (used by " + ", ".join(
-        sorted({flow for p in missing for flow in used_permissions[p]})) + "):\n" + rule_text(missing)
+    assert not missing, (
+        "deployments/rbac.yaml must grant (used by "
+        + ", ".join(sorted({flow for p in missing for flow in used_permissions[p]}))
+        + "):\n"
+        + rule_text(missing)
+    )
 
 
 def test_the_role_grants_nothing_the_flows_do_not_use(used_permissions: dict[Permission, set[str]]) -> None:
     unused = role_permissions() - set(used_permissions) - set(EXERCISED_ELSEWHERE) - needs_upstream_crds()
-    assert not unused, "deployments/rbac.yaml grants what no flow uses (remove, or list in EXERCISED_ELSEWHERE):\n" + rule_text(unused)
+    assert not unused, (
+        "deployments/rbac.yaml grants what no flow uses (remove, or list in EXERCISED_ELSEWHERE):\n" + rule_text(unused)
+    )
 
 
 def test_the_optimize_cycle_is_seen(used_permissions: dict[Permission, set[str]]) -> None:

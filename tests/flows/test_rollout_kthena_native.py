@@ -5,7 +5,8 @@ every object validated by the Kubernetes API test server against the upstream CR
 from __future__ import annotations
 
 import json
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 import pytest
 import yaml
@@ -14,8 +15,8 @@ from kubernetes import client as k8s
 from engine.api.crds import render_crds
 from flows.optimize import optimize
 from flows.rollout_models import rollout_models
-from tests.servers.kubeserver.fixture import KubeServer, start_kube_server
 from tests.rollout.models import backend, model, server_worker
+from tests.servers.kubeserver.fixture import KubeServer, start_kube_server
 from tests.upstream_crds import SKIP_REASON, kthena_crds
 
 pytestmark = pytest.mark.skipif(not kthena_crds(), reason=SKIP_REASON)
@@ -53,7 +54,10 @@ class Env:
         return {o["metadata"]["name"]: o for o in items}
 
     def deployments(self) -> dict[str, dict[str, Any]]:
-        return {d.metadata.name: self.apps.api_client.sanitize_for_serialization(d) for d in self.apps.list_namespaced_deployment(self.ns).items}
+        return {
+            d.metadata.name: self.apps.api_client.sanitize_for_serialization(d)
+            for d in self.apps.list_namespaced_deployment(self.ns).items
+        }
 
 
 @pytest.fixture()
@@ -70,7 +74,11 @@ def is_within(rendered: Any, stored: Any) -> bool:
     if isinstance(rendered, dict):
         return isinstance(stored, dict) and all(k in stored and is_within(v, stored[k]) for k, v in rendered.items())
     if isinstance(rendered, list):
-        return isinstance(stored, list) and len(rendered) == len(stored) and all(is_within(a, b) for a, b in zip(rendered, stored))
+        return (
+            isinstance(stored, list)
+            and len(rendered) == len(stored)
+            and all(is_within(a, b) for a, b in zip(rendered, stored))
+        )
     return rendered == stored
 
 
@@ -80,18 +88,45 @@ def assert_schema_kept_everything(objects: dict[str, dict[str, Any]]) -> None:
 
     for name, obj in objects.items():
         rendered = json.loads(obj["metadata"]["annotations"][ANNOTATION_LAST_APPLIED])
-        assert is_within(rendered["spec"], obj["spec"]), f"{obj['kind']}/{name}: the server dropped or changed rendered fields"
+        assert is_within(rendered["spec"], obj["spec"]), (
+            f"{obj['kind']}/{name}: the server dropped or changed rendered fields"
+        )
 
 
 def pd_model(ns: str) -> dict[str, Any]:
-    prefill = server_worker(type="prefill", replicas=2, config={"kv-transfer-config": {"kv_connector": "MooncakeConnectorV1", "kv_role": "kv_producer"}})
+    prefill = server_worker(
+        type="prefill",
+        replicas=2,
+        config={"kv-transfer-config": {"kv_connector": "MooncakeConnectorV1", "kv_role": "kv_producer"}},
+    )
     decode = server_worker(type="decode")
     runtime_env = [{"name": "RUNTIME_PORT", "value": "8100"}, {"name": "RUNTIME_METRICS_PATH", "value": "/metrics"}]
-    manifest = model("qwen", ns, [
-        backend("pd", type="vLLMDisaggregated", minReplicas=1, maxReplicas=3, scalingCost=30, workers=[prefill, decode], env=runtime_env),
-        backend("solo", minReplicas=1, maxReplicas=3, scalingCost=100, routeWeight=30,
-                loraAdapters=[{"name": "sql", "artifactURL": "pvc://adapters/sql"}]),
-    ], autoscalingPolicy=KTHENA_POLICY, costExpansionRatePercent=200, modelMatch={"body": {"model": "qwen"}})
+    manifest = model(
+        "qwen",
+        ns,
+        [
+            backend(
+                "pd",
+                type="vLLMDisaggregated",
+                minReplicas=1,
+                maxReplicas=3,
+                scalingCost=30,
+                workers=[prefill, decode],
+                env=runtime_env,
+            ),
+            backend(
+                "solo",
+                minReplicas=1,
+                maxReplicas=3,
+                scalingCost=100,
+                routeWeight=30,
+                loraAdapters=[{"name": "sql", "artifactURL": "pvc://adapters/sql"}],
+            ),
+        ],
+        autoscalingPolicy=KTHENA_POLICY,
+        costExpansionRatePercent=200,
+        modelMatch={"body": {"model": "qwen"}},
+    )
     manifest["spec"]["name"] = "qwen-display"  # Kthena still serves metadata.name
     return manifest
 
@@ -109,18 +144,33 @@ def test_model_server_route_and_runtime_sidecar_as_kthena_renders_them(env: Env,
     assert_schema_kept_everything(env.objects(NET, "modelroutes"))
     pd = servers["qwen-pd"]["spec"]
     assert pd["model"] == "qwen" and pd["inferenceEngine"] == "vLLM"  # metadata.name, not spec.name
-    assert pd["workloadSelector"]["matchLabels"] == {"registry.volcano.sh/model-uid": uid, "registry.volcano.sh/backend-name": "pd"}
+    assert pd["workloadSelector"]["matchLabels"] == {
+        "registry.volcano.sh/model-uid": uid,
+        "registry.volcano.sh/backend-name": "pd",
+    }
     assert pd["workloadSelector"]["pdGroup"]["prefillLabels"] == {"registry.volcano.sh/role": "prefill"}
     assert pd["workloadSelector"]["pdGroup"]["decodeLabels"] == {"registry.volcano.sh/role": "decode"}
-    assert pd["workloadPort"] == {"port": 8000, "protocol": "http"}  # protocol: the CRD's default, applied by the server
-    assert pd["trafficPolicy"]["retry"] == {"attempts": 5, "retryInterval": "0s"} and pd["kvConnector"] == {"type": "mooncake"}
+    assert pd["workloadPort"] == {
+        "port": 8000,
+        "protocol": "http",
+    }  # protocol: the CRD's default, applied by the server
+    assert pd["trafficPolicy"]["retry"] == {"attempts": 5, "retryInterval": "0s"} and pd["kvConnector"] == {
+        "type": "mooncake"
+    }
 
     # One ModelRoute named after the Model: default over both backends by routeWeight, a rule per adapter.
     route = env.objects(NET, "modelroutes")["qwen"]["spec"]
     assert route["modelName"] == "qwen" and route["loraAdapters"] == ["sql"]
-    assert route["rules"][0] == {"name": "default", "modelMatch": {"body": {"model": "qwen"}},
-                                 "targetModels": [{"modelServerName": "qwen-pd", "weight": 100}, {"modelServerName": "qwen-solo", "weight": 30}]}
-    assert route["rules"][1] == {"name": "lora-sql", "modelMatch": {"body": {"model": "sql"}}, "targetModels": [{"modelServerName": "qwen-solo", "weight": 30}]}
+    assert route["rules"][0] == {
+        "name": "default",
+        "modelMatch": {"body": {"model": "qwen"}},
+        "targetModels": [{"modelServerName": "qwen-pd", "weight": 100}, {"modelServerName": "qwen-solo", "weight": 30}],
+    }
+    assert route["rules"][1] == {
+        "name": "lora-sql",
+        "modelMatch": {"body": {"model": "sql"}},
+        "targetModels": [{"modelServerName": "qwen-solo", "weight": 30}],
+    }
 
     # Served under metadata.name; every serving pod carries the runtime sidecar on 8100.
     deployments = env.deployments()
@@ -133,37 +183,59 @@ def test_model_server_route_and_runtime_sidecar_as_kthena_renders_them(env: Env,
         runtime = containers["runtime"]
         assert runtime["image"] == "ghcr.io/volcano-sh/runtime:latest" and runtime["ports"][0]["containerPort"] == 8100
         args = runtime["args"]
-        assert args[args.index("--engine-base-url") + 1] == "http://localhost:8000" and args[args.index("--model") + 1] == "qwen"
+        assert (
+            args[args.index("--engine-base-url") + 1] == "http://localhost:8000"
+            and args[args.index("--model") + 1] == "qwen"
+        )
         assert template["metadata"]["annotations"]["prometheus.io/port"] == "8100"
         assert template["metadata"]["labels"]["registry.volcano.sh/model-uid"] == uid  # the ModelServer selects them
-    assert "qwen-route" not in {c.metadata.name for c in k8s.CoreV1Api(env.server.api_client()).list_namespaced_config_map(env.ns).items}
+    assert "qwen-route" not in {
+        c.metadata.name for c in k8s.CoreV1Api(env.server.api_client()).list_namespaced_config_map(env.ns).items
+    }
 
     # The binding reads the sidecar's port; a policy on kthena:num_requests_waiting gets samples and scales.
     binding = env.objects(REGISTRY, "autoscalingpolicybindings")["qwen"]
-    assert {p["target"]["metricEndpoint"]["port"] for p in binding["spec"]["optimizerConfiguration"]["params"]} == {8100}
+    assert {p["target"]["metricEndpoint"]["port"] for p in binding["spec"]["optimizerConfiguration"]["params"]} == {
+        8100
+    }
     metrics = tmp_path / "metrics.yaml"
-    metrics.write_text(yaml.safe_dump({"instances": [
-        {"namespace": env.ns, "pod": pod, "metrics": {"kthena:num_requests_waiting": 12}}
-        for pod in ("qwen-pd-prefill-1-a", "qwen-pd-prefill-1-b", "qwen-pd-decode-1-a", "qwen-solo-1-a")
-    ]}))
+    metrics.write_text(
+        yaml.safe_dump(
+            {
+                "instances": [
+                    {"namespace": env.ns, "pod": pod, "metrics": {"kthena:num_requests_waiting": 12}}
+                    for pod in ("qwen-pd-prefill-1-a", "qwen-pd-prefill-1-b", "qwen-pd-decode-1-a", "qwen-solo-1-a")
+                ]
+            }
+        )
+    )
     optimize(namespaces=[env.ns], metrics_file=str(metrics), cluster=env.cluster)
     binding = env.objects(REGISTRY, "autoscalingpolicybindings")["qwen"]
     ready = next(c for c in binding["status"]["conditions"] if c["type"] == "OptimizationReady")
     assert ready["status"] == "True", ready["message"]
-    prefill, decode = (env.apps.read_namespaced_deployment(n, env.ns).spec.replicas for n in ("qwen-pd-prefill", "qwen-pd-decode"))
+    prefill, decode = (
+        env.apps.read_namespaced_deployment(n, env.ns).spec.replicas for n in ("qwen-pd-prefill", "qwen-pd-decode")
+    )
     assert decode > 1 and prefill == 2 * decode
 
     # A second pass writes nothing.
     env.server.reset_stats()
     rollout_models(namespaces=[env.ns], cluster=env.cluster)
-    assert not [r for r in env.server.requests() if r["method"] in ("POST", "PUT", "PATCH") and f"/namespaces/{env.ns}/" in r["path"]
-                and "/models/" not in r["path"]]
+    assert not [
+        r
+        for r in env.server.requests()
+        if r["method"] in ("POST", "PUT", "PATCH")
+        and f"/namespaces/{env.ns}/" in r["path"]
+        and "/models/" not in r["path"]
+    ]
 
 
 def test_model_serving_instead_of_deployments(env: Env, tmp_path: Any) -> None:
     big = server_worker(pods=2, resources={"limits": {"nvidia.com/gpu": "8"}})
     env.custom.create_namespaced_custom_object(*REGISTRY, env.ns, "models", pd_model(env.ns))
-    env.custom.create_namespaced_custom_object(*REGISTRY, env.ns, "models", model("big", env.ns, [backend("ray", workers=[big])]))
+    env.custom.create_namespaced_custom_object(
+        *REGISTRY, env.ns, "models", model("big", env.ns, [backend("ray", workers=[big])])
+    )
     report = rollout_models(namespaces=[env.ns], cluster=env.cluster, workload="ModelServing")
     assert not report.failed, [m.result for m in report.models]
     assert env.deployments() == {}
@@ -172,12 +244,18 @@ def test_model_serving_instead_of_deployments(env: Env, tmp_path: Any) -> None:
     assert_schema_kept_everything(servings)
     pd = servings["qwen-pd"]["spec"]
     assert pd["replicas"] == 1 and pd["recoveryPolicy"] == "ServingGroupRecreate"
-    assert [(r["name"], r["replicas"], r["workerReplicas"]) for r in pd["template"]["roles"]] == [("prefill", 2, 0), ("decode", 1, 0)]
+    assert [(r["name"], r["replicas"], r["workerReplicas"]) for r in pd["template"]["roles"]] == [
+        ("prefill", 2, 0),
+        ("decode", 1, 0),
+    ]
     assert pd["template"]["gangPolicy"] == {"minRoleReplicas": {"prefill": 2, "decode": 1}}
     entry = {c["name"] for c in pd["template"]["roles"][0]["entryTemplate"]["spec"]["containers"]}
     assert entry == {"runtime", "engine"}
     # The router pairs P/D pods within a ModelServing group.
-    assert env.objects(NET, "modelservers")["qwen-pd"]["spec"]["workloadSelector"]["pdGroup"]["groupKey"] == "modelserving.volcano.sh/group-name"
+    assert (
+        env.objects(NET, "modelservers")["qwen-pd"]["spec"]["workloadSelector"]["pdGroup"]["groupKey"]
+        == "modelserving.volcano.sh/group-name"
+    )
     # Multi-node: a leader role with one ray worker joining the entry through ENTRY_ADDRESS.
     ray = servings["big-ray"]["spec"]["template"]["roles"][0]
     assert (ray["name"], ray["workerReplicas"]) == ("leader", 1)
@@ -186,18 +264,31 @@ def test_model_serving_instead_of_deployments(env: Env, tmp_path: Any) -> None:
     # The optimizer scales the ModelServing (its replicas are groups) through its scale subresource.
     binding = env.objects(REGISTRY, "autoscalingpolicybindings")["qwen"]
     refs = [p["target"]["targetRef"] for p in binding["spec"]["optimizerConfiguration"]["params"]]
-    assert refs == [{"apiVersion": "workload.serving.volcano.sh/v1alpha1", "kind": "ModelServing", "name": "qwen-pd"},
-                    {"apiVersion": "workload.serving.volcano.sh/v1alpha1", "kind": "ModelServing", "name": "qwen-solo"}]
+    assert refs == [
+        {"apiVersion": "workload.serving.volcano.sh/v1alpha1", "kind": "ModelServing", "name": "qwen-pd"},
+        {"apiVersion": "workload.serving.volcano.sh/v1alpha1", "kind": "ModelServing", "name": "qwen-solo"},
+    ]
     assert "modelplane.io/scale-groups" not in binding["metadata"].get("annotations", {})
     metrics = tmp_path / "metrics.yaml"
-    metrics.write_text(yaml.safe_dump({"instances": [
-        {"namespace": env.ns, "pod": pod, "metrics": {"kthena:num_requests_waiting": 12}} for pod in ("qwen-pd-0-prefill-0", "qwen-solo-0-leader-0")
-    ]}))
+    metrics.write_text(
+        yaml.safe_dump(
+            {
+                "instances": [
+                    {"namespace": env.ns, "pod": pod, "metrics": {"kthena:num_requests_waiting": 12}}
+                    for pod in ("qwen-pd-0-prefill-0", "qwen-solo-0-leader-0")
+                ]
+            }
+        )
+    )
     optimize(namespaces=[env.ns], metrics_file=str(metrics), cluster=env.cluster)
-    groups = {name: env.objects(WORKLOAD, "modelservings")[name]["spec"]["replicas"] for name in ("qwen-pd", "qwen-solo")}
+    groups = {
+        name: env.objects(WORKLOAD, "modelservings")[name]["spec"]["replicas"] for name in ("qwen-pd", "qwen-solo")
+    }
     assert groups["qwen-pd"] > 1 and sum(groups.values()) > 2, groups  # scaled through the scale subresource
     rollout_models(namespaces=[env.ns], cluster=env.cluster, workload="ModelServing")
-    assert {n: env.objects(WORKLOAD, "modelservings")[n]["spec"]["replicas"] for n in groups} == groups  # the optimizer's count survives
+    assert {
+        n: env.objects(WORKLOAD, "modelservings")[n]["spec"]["replicas"] for n in groups
+    } == groups  # the optimizer's count survives
 
 
 def test_off_keeps_plain_deployments_and_the_route_config_map(env: Env) -> None:

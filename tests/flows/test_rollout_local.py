@@ -21,10 +21,16 @@ DEPLOYMENT = "deepseek-r1-distill-qwen-7b-vllm-a100"
 
 
 def snapshot(directory: pathlib.Path) -> dict[str, str]:
-    return {str(p.relative_to(directory)): p.read_text() for p in sorted(directory.rglob("*.yaml")) if not p.name.startswith(".")}
+    return {
+        str(p.relative_to(directory)): p.read_text()
+        for p in sorted(directory.rglob("*.yaml"))
+        if not p.name.startswith(".")
+    }
 
 
-def test_demo_rolls_out_the_kthena_model_and_optimize_scales_it(example_cluster: pathlib.Path, example_metrics: pathlib.Path, prefect_harness: None) -> None:
+def test_demo_rolls_out_the_kthena_model_and_optimize_scales_it(
+    example_cluster: pathlib.Path, example_metrics: pathlib.Path, prefect_harness: None
+) -> None:
     result = CliRunner().invoke(app, ["rollout-models", "--cluster", str(example_cluster)], terminal_width=250)
     assert result.exit_code == 0, result.output
     assert f"+Deployment/{DEPLOYMENT}" in result.stdout and "0 failed" in result.stdout
@@ -32,7 +38,10 @@ def test_demo_rolls_out_the_kthena_model_and_optimize_scales_it(example_cluster:
     cluster = LocalCluster(str(example_cluster))
     pod = cluster.get("apps/v1", "Deployment", DEPLOYMENT, "llm-serving")["spec"]["template"]["spec"]
     assert pod["initContainers"][0]["command"][:3] == ["modelplane", "cache", "fill"]
-    assert pod["volumes"][0] == {"name": "cache", "hostPath": {"path": "/var/cache/models", "type": "DirectoryOrCreate"}}
+    assert pod["volumes"][0] == {
+        "name": "cache",
+        "hostPath": {"path": "/var/cache/models", "type": "DirectoryOrCreate"},
+    }
     model = cluster.get("registry.volcano.sh/v1alpha1", "Model", "deepseek-r1-distill-qwen-7b", "llm-serving")
     assert {c["type"]: c["status"] for c in model["status"]["conditions"]} == {"Initialized": "True", "Active": "False"}
 
@@ -52,12 +61,20 @@ def test_failed_model_exits_non_zero(example_cluster: pathlib.Path, prefect_harn
     assert result.exit_code == 3 and "spec.backends[0].scaleToZeroGracePeriod" in result.stdout
 
 
-def test_openmodel_waits_for_its_cache_and_a_missing_one_is_a_clear_error(example_cluster: pathlib.Path, prefect_harness: None) -> None:
+def test_openmodel_waits_for_its_cache_and_a_missing_one_is_a_clear_error(
+    example_cluster: pathlib.Path, prefect_harness: None
+) -> None:
     report = serve_openmodel(model="qwen2-5-0-5b-instruct", namespace="llm-serving", cluster=str(example_cluster))
     assert report.state == "WaitingForCache"
     caches = LocalCluster(str(example_cluster)).list("aim.silogen.ai/v1alpha1", "ModelCache", "llm-serving")
     assert any(c["spec"]["sourceUri"].startswith("hf://Qwen/Qwen2.5-0.5B-Instruct") for c in caches)
     with pytest.raises(ServeError, match="not found"):
         serve_openmodel(model="no-such-model", namespace="llm-serving", cluster=str(example_cluster))
-    result = CliRunner().invoke(app, ["serve-openmodel", "no-such-model", "-n", "llm-serving", "--cluster", str(example_cluster)])
-    assert result.exit_code == 2 and "OpenModel 'no-such-model' not found" in result.output and "Traceback" not in result.output
+    result = CliRunner().invoke(
+        app, ["serve-openmodel", "no-such-model", "-n", "llm-serving", "--cluster", str(example_cluster)]
+    )
+    assert (
+        result.exit_code == 2
+        and "OpenModel 'no-such-model' not found" in result.output
+        and "Traceback" not in result.output
+    )

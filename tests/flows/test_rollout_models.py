@@ -6,7 +6,8 @@ Each test has its own namespace; the flow runs scoped to it (one Prefect flow ru
 from __future__ import annotations
 
 import json
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 import kubernetes_validate
 import pytest
@@ -62,13 +63,23 @@ class Env:
 
     def mark_available(self, name: str, replicas: int = 1) -> None:
         """What the Deployment controller would report once the pods serve."""
-        status = {"replicas": replicas, "readyReplicas": replicas, "availableReplicas": replicas,
-                  "conditions": [{"type": "Available", "status": "True", "reason": "MinimumReplicasAvailable", "message": "ok"}]}
+        status = {
+            "replicas": replicas,
+            "readyReplicas": replicas,
+            "availableReplicas": replicas,
+            "conditions": [
+                {"type": "Available", "status": "True", "reason": "MinimumReplicasAvailable", "message": "ok"}
+            ],
+        }
         self.apps.patch_namespaced_deployment_status(name, self.ns, {"status": status})
 
     def writes(self) -> list[dict[str, Any]]:
         """API writes in this namespace since the last stats reset."""
-        return [r for r in self.server.requests() if r["method"] in ("POST", "PUT", "PATCH", "DELETE") and f"/namespaces/{self.ns}/" in r["path"]]
+        return [
+            r
+            for r in self.server.requests()
+            if r["method"] in ("POST", "PUT", "PATCH", "DELETE") and f"/namespaces/{self.ns}/" in r["path"]
+        ]
 
 
 @pytest.fixture(scope="module")
@@ -94,10 +105,21 @@ def assert_valid_k8s(obj: dict[str, Any]) -> None:
 def two_backend_model(ns: str) -> dict[str, Any]:
     """Two backends on different accelerators under one model-level policy; the A100 one is cheaper."""
     a100 = backend("a100", minReplicas=1, maxReplicas=6, scalingCost=40)
-    h100 = backend("h100", minReplicas=1, maxReplicas=6, scalingCost=100,
-                   workers=[server_worker(resources={"limits": {"nvidia.com/gpu": "1"}})])
-    return model("qwen", ns, [a100, h100], autoscalingPolicy=QUEUE_POLICY, costExpansionRatePercent=200,
-                 modelMatch={"body": {"model": "qwen"}})
+    h100 = backend(
+        "h100",
+        minReplicas=1,
+        maxReplicas=6,
+        scalingCost=100,
+        workers=[server_worker(resources={"limits": {"nvidia.com/gpu": "1"}})],
+    )
+    return model(
+        "qwen",
+        ns,
+        [a100, h100],
+        autoscalingPolicy=QUEUE_POLICY,
+        costExpansionRatePercent=200,
+        modelMatch={"body": {"model": "qwen"}},
+    )
 
 
 def test_two_backends_with_a_model_level_policy_are_scaled_by_cost(env: Env, tmp_path: Any) -> None:
@@ -123,20 +145,32 @@ def test_two_backends_with_a_model_level_policy_are_scaled_by_cost(env: Env, tmp
     assert set(policies) == {"qwen"} and set(bindings) == {"qwen"}
     optimizer = bindings["qwen"]["spec"]["optimizerConfiguration"]
     assert optimizer["costExpansionRatePercent"] == 200
-    assert [(p["target"]["targetRef"]["name"], p["cost"], p["minReplicas"], p["maxReplicas"]) for p in optimizer["params"]] == [
-        ("qwen-a100", 40, 1, 6), ("qwen-h100", 100, 1, 6),
+    assert [
+        (p["target"]["targetRef"]["name"], p["cost"], p["minReplicas"], p["maxReplicas"]) for p in optimizer["params"]
+    ] == [
+        ("qwen-a100", 40, 1, 6),
+        ("qwen-h100", 100, 1, 6),
     ]
     assert bindings["qwen"]["metadata"]["annotations"]["modelplane.io/scale-to-zero-grace-period"] == "30s"
     route = json.loads(env.core.read_namespaced_config_map("qwen-route", env.ns).data["route.json"])
     assert route["modelMatch"] == {"body": {"model": "qwen"}}
-    assert [(b["name"], b["weight"], b["service"]) for b in route["backends"]] == [("a100", 100, "qwen-a100"), ("h100", 100, "qwen-h100")]
+    assert [(b["name"], b["weight"], b["service"]) for b in route["backends"]] == [
+        ("a100", 100, "qwen-a100"),
+        ("h100", 100, "qwen-h100"),
+    ]
 
     # One optimize cycle: 15 waiting per pod against a target of 5 -> 6 replicas in all, poured by cost.
     metrics = tmp_path / "metrics.yaml"
-    metrics.write_text(yaml.safe_dump({"instances": [
-        {"namespace": env.ns, "pod": "qwen-a100-5d8f-0", "metrics": {"vllm:num_requests_waiting": 15}},
-        {"namespace": env.ns, "pod": "qwen-h100-7c9e-0", "metrics": {"vllm:num_requests_waiting": 15}},
-    ]}))
+    metrics.write_text(
+        yaml.safe_dump(
+            {
+                "instances": [
+                    {"namespace": env.ns, "pod": "qwen-a100-5d8f-0", "metrics": {"vllm:num_requests_waiting": 15}},
+                    {"namespace": env.ns, "pod": "qwen-h100-7c9e-0", "metrics": {"vllm:num_requests_waiting": 15}},
+                ]
+            }
+        )
+    )
     optimize(namespaces=[env.ns], metrics_file=str(metrics), cluster=env.cluster)
     a100, h100 = (env.apps.read_namespaced_deployment(n, env.ns).spec.replicas for n in ("qwen-a100", "qwen-h100"))
     assert a100 + h100 == 6 and a100 > h100 >= 1
@@ -149,7 +183,11 @@ def test_two_backends_with_a_model_level_policy_are_scaled_by_cost(env: Env, tmp
 
 
 def test_disaggregated_backend_becomes_prefill_and_decode(env: Env) -> None:
-    prefill = server_worker(type="prefill", replicas=2, config={"kv-transfer-config": {"kv_connector": "NixlConnector", "kv_role": "kv_both"}})
+    prefill = server_worker(
+        type="prefill",
+        replicas=2,
+        config={"kv-transfer-config": {"kv_connector": "NixlConnector", "kv_role": "kv_both"}},
+    )
     decode = server_worker(type="decode", config={"served-model-name": "qwen-pd"})
     env.create(model("pd", env.ns, [backend("pd", type="vLLMDisaggregated", workers=[prefill, decode])]))
     env.run()
@@ -167,7 +205,9 @@ def test_disaggregated_backend_becomes_prefill_and_decode(env: Env) -> None:
 
 def test_sglang_and_mindie(env: Env) -> None:
     sglang = backend("sgl", type="SGLang", workers=[server_worker(image="lmsysorg/sglang:v0.4.9", config={"tp": 1})])
-    mindie = backend("ascend", type="MindIE", workers=[server_worker(image="ascendhub.huawei.com/public-ascendhub/mindie:2.0")])
+    mindie = backend(
+        "ascend", type="MindIE", workers=[server_worker(image="ascendhub.huawei.com/public-ascendhub/mindie:2.0")]
+    )
     env.create(model("mixed", env.ns, [sglang, mindie]))
     env.run()
     deployments = env.deployments()
@@ -215,21 +255,60 @@ def test_each_webhook_rule_gives_its_condition(env: Env) -> None:
     cases = {
         "two-servers": ([backend("b", workers=[server_worker(), server_worker()])], {}, "spec.backends[0].workers"),
         "pd-server": ([backend("b", type="vLLMDisaggregated")], {}, "spec.backends[0].workers[0].type"),
-        "min-above-max": ([backend("b", minReplicas=3, maxReplicas=2, autoscalingPolicy=QUEUE_POLICY)], {}, "spec.backends[0].minReplicas"),
-        "both-policies": ([backend("b", scalingCost=1, autoscalingPolicy=QUEUE_POLICY, maxReplicas=2)], {"autoscalingPolicy": QUEUE_POLICY}, "spec.backends[0].autoscalingPolicy"),
+        "min-above-max": (
+            [backend("b", minReplicas=3, maxReplicas=2, autoscalingPolicy=QUEUE_POLICY)],
+            {},
+            "spec.backends[0].minReplicas",
+        ),
+        "both-policies": (
+            [backend("b", scalingCost=1, autoscalingPolicy=QUEUE_POLICY, maxReplicas=2)],
+            {"autoscalingPolicy": QUEUE_POLICY},
+            "spec.backends[0].autoscalingPolicy",
+        ),
         "no-cost": ([backend("b", maxReplicas=2)], {"autoscalingPolicy": QUEUE_POLICY}, "spec.backends[0].scalingCost"),
-        "grace-too-long": ([backend("b", scalingCost=1, maxReplicas=2, scaleToZeroGracePeriod="31m")], {"autoscalingPolicy": QUEUE_POLICY}, "spec.backends[0].scaleToZeroGracePeriod"),
+        "grace-too-long": (
+            [backend("b", scalingCost=1, maxReplicas=2, scaleToZeroGracePeriod="31m")],
+            {"autoscalingPolicy": QUEUE_POLICY},
+            "spec.backends[0].scaleToZeroGracePeriod",
+        ),
         "no-policy-range": ([backend("b", maxReplicas=3)], {}, "spec.backends[0].minReplicas"),
         "no-policy-cost": ([backend("b", scalingCost=5)], {}, "spec.backends[0].scalingCost"),
-        "backend-policy-min": ([backend("b", minReplicas=0, maxReplicas=2, autoscalingPolicy=QUEUE_POLICY)], {}, "spec.backends[0].minReplicas"),
-        "zero-sum-min": ([backend("b", minReplicas=0, maxReplicas=2, scalingCost=1)], {"autoscalingPolicy": QUEUE_POLICY}, "spec.backends"),
-        "bad-image": ([backend("b", workers=[server_worker(image="Not An Image")])], {}, "spec.backends[0].workers[0].image"),
-        "sum-max": ([backend("b", minReplicas=1, maxReplicas=1_000_000, autoscalingPolicy=QUEUE_POLICY), backend("c", minReplicas=1, maxReplicas=1, autoscalingPolicy=QUEUE_POLICY)], {}, "spec.backends"),
+        "backend-policy-min": (
+            [backend("b", minReplicas=0, maxReplicas=2, autoscalingPolicy=QUEUE_POLICY)],
+            {},
+            "spec.backends[0].minReplicas",
+        ),
+        "zero-sum-min": (
+            [backend("b", minReplicas=0, maxReplicas=2, scalingCost=1)],
+            {"autoscalingPolicy": QUEUE_POLICY},
+            "spec.backends",
+        ),
+        "bad-image": (
+            [backend("b", workers=[server_worker(image="Not An Image")])],
+            {},
+            "spec.backends[0].workers[0].image",
+        ),
+        "sum-max": (
+            [
+                backend("b", minReplicas=1, maxReplicas=1_000_000, autoscalingPolicy=QUEUE_POLICY),
+                backend("c", minReplicas=1, maxReplicas=1, autoscalingPolicy=QUEUE_POLICY),
+            ],
+            {},
+            "spec.backends",
+        ),
         "dup-name": ([backend("b"), backend("b")], {}, "spec.backends[1].name"),
         "no-model-uri": ([{k: v for k, v in backend("b").items() if k != "modelURI"}], {}, "spec.backends[0].modelURI"),
-        "pd-no-decode": ([backend("b", type="vLLMDisaggregated", workers=[server_worker(type="prefill")])], {}, "spec.backends[0].workers"),
+        "pd-no-decode": (
+            [backend("b", type="vLLMDisaggregated", workers=[server_worker(type="prefill")])],
+            {},
+            "spec.backends[0].workers",
+        ),
         "stray-expansion": ([backend("b")], {"costExpansionRatePercent": 150}, "spec.costExpansionRatePercent"),
-        "bad-lora": ([backend("b", loraAdapters=[{"name": "x", "artifactURL": "hf://a/b/c"}])], {}, "spec.backends[0].loraAdapters[0].artifactURL"),
+        "bad-lora": (
+            [backend("b", loraAdapters=[{"name": "x", "artifactURL": "hf://a/b/c"}])],
+            {},
+            "spec.backends[0].loraAdapters[0].artifactURL",
+        ),
     }
     for name, (backends, spec, _) in cases.items():
         env.create(model(name, env.ns, backends, **spec))
@@ -266,19 +345,28 @@ def test_weights_from_a_shared_managed_cache(env: Env) -> None:
     assert len(caches) == 1 and caches[0]["spec"]["sourceUri"].startswith("hf://Qwen/Qwen2.5-0.5B-Instruct")
     assert env.deployments() == {}
     active = env.condition("first", "Active")
-    assert active["status"] == "False" and f"waiting for ModelCache {caches[0]['metadata']['name']}" in active["message"]
+    assert (
+        active["status"] == "False" and f"waiting for ModelCache {caches[0]['metadata']['name']}" in active["message"]
+    )
 
     # The warm-caches flow fills it; the rollout then mounts its PVC read-only and serves from it.
     name = caches[0]["metadata"]["name"]
     env.custom.patch_namespaced_custom_object_status(
-        "aim.silogen.ai", "v1alpha1", env.ns, "modelcaches", name, {"status": {"status": "Available", "persistentVolumeClaim": f"{name}-pvc"}}
+        "aim.silogen.ai",
+        "v1alpha1",
+        env.ns,
+        "modelcaches",
+        name,
+        {"status": {"status": "Available", "persistentVolumeClaim": f"{name}-pvc"}},
     )
     env.create(model("second", env.ns, [backend("b", **hf)]))
     env.run()
     deployments = env.deployments()
     assert set(deployments) == {"first-b", "second-b"}
     pod = deployments["first-b"]["spec"]["template"]["spec"]
-    assert {"name": "weights", "persistentVolumeClaim": {"claimName": f"{name}-pvc", "readOnly": True}} in pod["volumes"]
+    assert {"name": "weights", "persistentVolumeClaim": {"claimName": f"{name}-pvc", "readOnly": True}} in pod[
+        "volumes"
+    ]
     args = pod["containers"][0]["args"]
     assert args[args.index("--model") + 1] == "/models"
     assert {"name": "HF_HUB_OFFLINE", "value": "1"} in pod["containers"][0]["env"]
@@ -314,7 +402,9 @@ class FakeVLLM:
                 self.wfile.write(data)
 
             def do_GET(self) -> None:
-                models = [{"id": "qwen", "object": "model"}] + [{"id": n, "object": "model", "parent": "qwen"} for n in sorted(fake.loaded)]
+                models = [{"id": "qwen", "object": "model"}] + [
+                    {"id": n, "object": "model", "parent": "qwen"} for n in sorted(fake.loaded)
+                ]
                 self._reply(200, {"object": "list", "data": models})
 
             def do_POST(self) -> None:
@@ -341,17 +431,41 @@ def test_lora_only_change_is_applied_at_runtime_without_a_rollout(env: Env) -> N
     try:
         runtime = [{"name": "VLLM_ALLOW_RUNTIME_LORA_UPDATING", "value": "true"}]
         lora_backend = dict(env=runtime, workers=[server_worker(config={"port": vllm.port})])
-        env.create(model("lora", env.ns, [backend("b", loraAdapters=[{"name": "sql", "artifactURL": "pvc://adapters/sql"}], **lora_backend)]))
+        env.create(
+            model(
+                "lora",
+                env.ns,
+                [backend("b", loraAdapters=[{"name": "sql", "artifactURL": "pvc://adapters/sql"}], **lora_backend)],
+            )
+        )
         env.run()
         deployment = env.deployments()["lora-b"]
         args = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
-        assert args[args.index("--enable-lora") + 1:args.index("--enable-lora") + 3] == ["--lora-modules", "sql=/loras/sql/sql"]
+        assert args[args.index("--enable-lora") + 1 : args.index("--enable-lora") + 3] == [
+            "--lora-modules",
+            "sql=/loras/sql/sql",
+        ]
         assert_valid_k8s(deployment)
         labels = deployment["spec"]["selector"]["matchLabels"]
-        env.core.create_namespaced_pod(env.ns, {"metadata": {"name": "lora-b-0", "labels": labels}, "spec": {"containers": [{"name": "engine", "image": "vllm/vllm-openai:v0.10.1"}]}})
-        env.core.patch_namespaced_pod_status("lora-b-0", env.ns, {"status": {"podIP": "127.0.0.1", "conditions": [{"type": "Ready", "status": "True"}]}})
+        env.core.create_namespaced_pod(
+            env.ns,
+            {
+                "metadata": {"name": "lora-b-0", "labels": labels},
+                "spec": {"containers": [{"name": "engine", "image": "vllm/vllm-openai:v0.10.1"}]},
+            },
+        )
+        env.core.patch_namespaced_pod_status(
+            "lora-b-0", env.ns, {"status": {"podIP": "127.0.0.1", "conditions": [{"type": "Ready", "status": "True"}]}}
+        )
 
-        env.patch_model("lora", {"backends": [backend("b", loraAdapters=[{"name": "chat", "artifactURL": "hf://acme/chat-lora"}], **lora_backend)]})
+        env.patch_model(
+            "lora",
+            {
+                "backends": [
+                    backend("b", loraAdapters=[{"name": "chat", "artifactURL": "hf://acme/chat-lora"}], **lora_backend)
+                ]
+            },
+        )
         env.server.reset_stats()
         report = env.run()
         assert vllm.calls == [
@@ -371,7 +485,11 @@ def test_lora_only_change_is_applied_at_runtime_without_a_rollout(env: Env) -> N
         env.server.reset_stats()
         env.run()
         failed = env.condition("lora", "Failed")
-        assert failed["status"] == "True" and failed["reason"] == "ModelAbnormal" and "runtime LoRA update on pod lora-b-0 failed" in failed["message"]
+        assert (
+            failed["status"] == "True"
+            and failed["reason"] == "ModelAbnormal"
+            and "runtime LoRA update on pod lora-b-0 failed" in failed["message"]
+        )
         assert not [w for w in env.writes() if "/deployments" in w["path"]]
     finally:
         vllm.stop()
@@ -393,21 +511,46 @@ def test_kthena_s3_endpoint_reaches_every_download(env: Env) -> None:
         {"name": "VLLM_LOGGING_LEVEL", "value": "INFO"},
     ]
     lora = [{"name": "sql", "artifactURL": "s3://aios_models/loras/sql"}]
-    env.create(model("s3m", env.ns, [
-        backend("direct", modelURI="s3://aios_models/qwen", cacheURI="pvc://cache", env=s3_env, loraAdapters=lora),
-        backend("shared", modelURI="s3://aios_models/qwen-small", env=s3_env),
-    ]))
+    env.create(
+        model(
+            "s3m",
+            env.ns,
+            [
+                backend(
+                    "direct", modelURI="s3://aios_models/qwen", cacheURI="pvc://cache", env=s3_env, loraAdapters=lora
+                ),
+                backend("shared", modelURI="s3://aios_models/qwen-small", env=s3_env),
+            ],
+        )
+    )
     env.run()
     assert "Failed" not in {c["type"] for c in env.status("s3m").get("conditions", []) if c["status"] == "True"}
     caches = env.custom.list_namespaced_custom_object("aim.silogen.ai", "v1alpha1", env.ns, "modelcaches")["items"]
-    assert sorted(c["spec"]["sourceUri"] for c in caches) == ["s3://aios_models/loras/sql", "s3://aios_models/qwen-small"]
+    assert sorted(c["spec"]["sourceUri"] for c in caches) == [
+        "s3://aios_models/loras/sql",
+        "s3://aios_models/qwen-small",
+    ]
     download = [e for e in s3_env if e["name"] != "VLLM_LOGGING_LEVEL"]
     for cache in caches:
         assert cache["spec"]["env"] == download
-        job = render_job(cache, cache["spec"]["sourceUri"], 0, download_env(cache["spec"]["env"], None).env, JobSettings("modelplane:test"))
-        assert [e for e in job["spec"]["template"]["spec"]["containers"][0]["env"] if e["name"] in ("ENDPOINT", "ACCESS_KEY", "SECRET_KEY")] == download
+        job = render_job(
+            cache,
+            cache["spec"]["sourceUri"],
+            0,
+            download_env(cache["spec"]["env"], None).env,
+            JobSettings("modelplane:test"),
+        )
+        assert [
+            e
+            for e in job["spec"]["template"]["spec"]["containers"][0]["env"]
+            if e["name"] in ("ENDPOINT", "ACCESS_KEY", "SECRET_KEY")
+        ] == download
         env.custom.patch_namespaced_custom_object_status(
-            "aim.silogen.ai", "v1alpha1", env.ns, "modelcaches", cache["metadata"]["name"],
+            "aim.silogen.ai",
+            "v1alpha1",
+            env.ns,
+            "modelcaches",
+            cache["metadata"]["name"],
             {"status": {"status": "Available", "persistentVolumeClaim": f"{cache['metadata']['name']}-pvc"}},
         )
     env.run()
@@ -426,25 +569,38 @@ def test_prefill_decode_keep_their_ratio_through_an_optimize_cycle(env: Env, tmp
     """A 2:1 P/D backend under a model-level policy is one scale unit: the optimizer pours groups, each
     2 prefill + 1 decode, and prices a group at the backend's scalingCost once."""
     prefill, decode = server_worker(type="prefill", replicas=2), server_worker(type="decode")
-    pd = backend("pd", type="vLLMDisaggregated", minReplicas=1, maxReplicas=4, scalingCost=30, workers=[prefill, decode])
+    pd = backend(
+        "pd", type="vLLMDisaggregated", minReplicas=1, maxReplicas=4, scalingCost=30, workers=[prefill, decode]
+    )
     plain = backend("plain", minReplicas=1, maxReplicas=4, scalingCost=100)
     env.create(model("pm", env.ns, [pd, plain], autoscalingPolicy=QUEUE_POLICY, costExpansionRatePercent=200))
     env.run()
     binding = env.custom_objects("autoscalingpolicybindings")["pm"]
     params = binding["spec"]["optimizerConfiguration"]["params"]
     assert [(p["target"]["targetRef"]["name"], p["minReplicas"], p["maxReplicas"], p["cost"]) for p in params] == [
-        ("pm-pd-prefill", 1, 4, 30), ("pm-plain", 1, 4, 100),
+        ("pm-pd-prefill", 1, 4, 30),
+        ("pm-plain", 1, 4, 100),
     ]
-    assert {d: env.apps.read_namespaced_deployment(d, env.ns).spec.replicas for d in ("pm-pd-prefill", "pm-pd-decode")} == {"pm-pd-prefill": 2, "pm-pd-decode": 1}
+    assert {
+        d: env.apps.read_namespaced_deployment(d, env.ns).spec.replicas for d in ("pm-pd-prefill", "pm-pd-decode")
+    } == {"pm-pd-prefill": 2, "pm-pd-decode": 1}
 
     for waiting, groups in ((11, 4), (6, 4)):  # 11 waiting against 5: 5 units, the cheap group first
         metrics = tmp_path / "metrics.yaml"
-        metrics.write_text(yaml.safe_dump({"instances": [
-            {"namespace": env.ns, "pod": pod, "metrics": {"vllm:num_requests_waiting": waiting}}
-            for pod in ("pm-pd-prefill-1-a", "pm-pd-prefill-1-b", "pm-pd-decode-1-a", "pm-plain-1-a")
-        ]}))
+        metrics.write_text(
+            yaml.safe_dump(
+                {
+                    "instances": [
+                        {"namespace": env.ns, "pod": pod, "metrics": {"vllm:num_requests_waiting": waiting}}
+                        for pod in ("pm-pd-prefill-1-a", "pm-pd-prefill-1-b", "pm-pd-decode-1-a", "pm-plain-1-a")
+                    ]
+                }
+            )
+        )
         optimize(namespaces=[env.ns], metrics_file=str(metrics), cluster=env.cluster)
-        prefill_n, decode_n = (env.apps.read_namespaced_deployment(n, env.ns).spec.replicas for n in ("pm-pd-prefill", "pm-pd-decode"))
+        prefill_n, decode_n = (
+            env.apps.read_namespaced_deployment(n, env.ns).spec.replicas for n in ("pm-pd-prefill", "pm-pd-decode")
+        )
         assert prefill_n == 2 * decode_n, (prefill_n, decode_n)
         assert decode_n == groups
         binding = env.custom_objects("autoscalingpolicybindings")["pm"]
@@ -462,8 +618,13 @@ def _start_fake_vllm(port: int, env: dict[str, str]) -> Any:
 
     from tests.servers.s3test.fixture import wait_for_port
 
-    process = subprocess.Popen([sys.executable, "-m", "tests.rollout.fake_vllm", str(port), "rt"], env=env,
-                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "tests.rollout.fake_vllm", str(port), "rt"],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     wait_for_port(port, process)
     return process
 
@@ -479,9 +640,14 @@ def test_runtime_lora_resolves_a_hub_adapter_as_vllm_does(env: Env, hf_server: A
     from tests.servers.s3test.fixture import free_port
 
     repo = hf_server.repos.new_repo_id("chat-lora")
-    hf_server.repos.commit(repo, {"adapter_config.json": b'{"r": 8, "peft_type": "LORA"}', "adapter_model.safetensors": b"\0" * 64})
+    hf_server.repos.commit(
+        repo, {"adapter_config.json": b'{"r": 8, "peft_type": "LORA"}', "adapter_model.safetensors": b"\0" * 64}
+    )
     port = free_port()
-    runtime = [{"name": "VLLM_ALLOW_RUNTIME_LORA_UPDATING", "value": "true"}, {"name": "HF_ENDPOINT", "value": hf_server.endpoint}]
+    runtime = [
+        {"name": "VLLM_ALLOW_RUNTIME_LORA_UPDATING", "value": "true"},
+        {"name": "HF_ENDPOINT", "value": hf_server.endpoint},
+    ]
     spec = dict(env=runtime, workers=[server_worker(config={"port": port})])
     env.create(model("rt", env.ns, [backend("b", loraAdapters=[], **spec)]))
     env.run()
@@ -490,7 +656,10 @@ def test_runtime_lora_resolves_a_hub_adapter_as_vllm_does(env: Env, hf_server: A
     container = pod["containers"][0]
     assert not any(e["name"] == "HF_HUB_OFFLINE" for e in container["env"])
     hf_home = next(e["value"] for e in container["env"] if e["name"] == "HF_HOME")
-    assert {"name": "hf-home", "mountPath": hf_home} in container["volumeMounts"] and {"name": "hf-home", "emptyDir": {}} in pod["volumes"]
+    assert {"name": "hf-home", "mountPath": hf_home} in container["volumeMounts"] and {
+        "name": "hf-home",
+        "emptyDir": {},
+    } in pod["volumes"]
     assert_valid_k8s(deployment)
 
     # The engine process: this machine's env without any HF_* setting, plus the container's env values
@@ -501,12 +670,23 @@ def test_runtime_lora_resolves_a_hub_adapter_as_vllm_does(env: Env, hf_server: A
     engine_env["PYTHONPATH"] = str(__import__("pathlib").Path(__file__).resolve().parents[2])
     vllm = _start_fake_vllm(port, engine_env)
     offline_port = free_port()
-    offline = _start_fake_vllm(offline_port, {**engine_env, "HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path / "offline")})
+    offline = _start_fake_vllm(
+        offline_port, {**engine_env, "HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path / "offline")}
+    )
     try:
-        env.core.create_namespaced_pod(env.ns, {"metadata": {"name": "rt-b-0", "labels": deployment["spec"]["selector"]["matchLabels"]},
-                                                "spec": {"containers": [{"name": "engine", "image": "vllm/vllm-openai:v0.10.1"}]}})
-        env.core.patch_namespaced_pod_status("rt-b-0", env.ns, {"status": {"podIP": "127.0.0.1", "conditions": [{"type": "Ready", "status": "True"}]}})
-        env.patch_model("rt", {"backends": [backend("b", loraAdapters=[{"name": "chat", "artifactURL": f"hf://{repo}"}], **spec)]})
+        env.core.create_namespaced_pod(
+            env.ns,
+            {
+                "metadata": {"name": "rt-b-0", "labels": deployment["spec"]["selector"]["matchLabels"]},
+                "spec": {"containers": [{"name": "engine", "image": "vllm/vllm-openai:v0.10.1"}]},
+            },
+        )
+        env.core.patch_namespaced_pod_status(
+            "rt-b-0", env.ns, {"status": {"podIP": "127.0.0.1", "conditions": [{"type": "Ready", "status": "True"}]}}
+        )
+        env.patch_model(
+            "rt", {"backends": [backend("b", loraAdapters=[{"name": "chat", "artifactURL": f"hf://{repo}"}], **spec)]}
+        )
         report = env.run()
         assert report.models[0].lora == ["rt-b-0: loaded chat"], report.models[0].result
         models = requests.get(f"http://127.0.0.1:{port}/v1/models", timeout=10).json()["data"]
@@ -515,7 +695,11 @@ def test_runtime_lora_resolves_a_hub_adapter_as_vllm_does(env: Env, hf_server: A
         assert "Failed" not in {c["type"] for c in env.status("rt").get("conditions", []) if c["status"] == "True"}
 
         # Under the offline switch the same load fails as it does in vLLM.
-        failed = requests.post(f"http://127.0.0.1:{offline_port}/v1/load_lora_adapter", json={"lora_name": "chat", "lora_path": repo}, timeout=30)
+        failed = requests.post(
+            f"http://127.0.0.1:{offline_port}/v1/load_lora_adapter",
+            json={"lora_name": "chat", "lora_path": repo},
+            timeout=30,
+        )
         assert failed.status_code == 400 and "LocalEntryNotFoundError" in failed.text
     finally:
         stop_process(vllm, timeout=10, group=True)

@@ -3,7 +3,8 @@ with fallback, the rendered vLLM Deployment + Service, and conditions on the Ope
 
 from __future__ import annotations
 
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 import pytest
 import yaml
@@ -33,8 +34,15 @@ class Env:
 
     def openmodel(self, name: str, source: dict[str, Any], flavors: list[dict[str, Any]]) -> None:
         body = {
-            "apiVersion": "llmaz.io/v1alpha1", "kind": "OpenModel", "metadata": {"name": name},
-            "spec": {"familyName": "qwen2", "ownedBy": "platform-team", "source": source, "inferenceConfig": {"flavors": flavors}},
+            "apiVersion": "llmaz.io/v1alpha1",
+            "kind": "OpenModel",
+            "metadata": {"name": name},
+            "spec": {
+                "familyName": "qwen2",
+                "ownedBy": "platform-team",
+                "source": source,
+                "inferenceConfig": {"flavors": flavors},
+            },
         }
         self.custom.create_cluster_custom_object("llmaz.io", "v1alpha1", "openmodels", body)
 
@@ -68,7 +76,13 @@ def env(kube_server: Any, kube_namespace: str, installed_crds: None, prefect_har
             pass
 
 
-HUB = {"modelHub": {"name": "Huggingface", "modelID": "Qwen/Qwen2.5-0.5B-Instruct", "allowPatterns": ["*.json", "*.safetensors"]}}
+HUB = {
+    "modelHub": {
+        "name": "Huggingface",
+        "modelID": "Qwen/Qwen2.5-0.5B-Instruct",
+        "allowPatterns": ["*.json", "*.safetensors"],
+    }
+}
 
 
 def test_served_from_its_cache_on_the_first_flavor_then_the_next_when_no_node_matches(env: Env) -> None:
@@ -76,10 +90,14 @@ def test_served_from_its_cache_on_the_first_flavor_then_the_next_when_no_node_ma
     l40s, a100 = f"l40s-{env.ns}", f"a100-{env.ns}"
     env.node(f"{env.ns}-n1", {"gpu.product": l40s})
     env.node(f"{env.ns}-n2", {"gpu.product": a100})
-    env.openmodel(name, HUB, [
-        {"name": "l40s", "limits": {"nvidia.com/gpu": 1}, "nodeSelector": {"gpu.product": l40s}},
-        {"name": "a100", "limits": {"nvidia.com/gpu": 2, "memory": "80Gi"}, "nodeSelector": {"gpu.product": a100}},
-    ])
+    env.openmodel(
+        name,
+        HUB,
+        [
+            {"name": "l40s", "limits": {"nvidia.com/gpu": 1}, "nodeSelector": {"gpu.product": l40s}},
+            {"name": "a100", "limits": {"nvidia.com/gpu": 2, "memory": "80Gi"}, "nodeSelector": {"gpu.product": a100}},
+        ],
+    )
 
     # First: the shared cache is created and nothing is served until it holds the weights.
     report = env.serve(name)
@@ -90,7 +108,9 @@ def test_served_from_its_cache_on_the_first_flavor_then_the_next_when_no_node_ma
     assert conditions["Validated"]["status"] == "True" and conditions["Validated"]["reason"] == "SourceValid"
     assert conditions["Cached"]["status"] == "False" and conditions["Cached"]["reason"] == "CachePending"
     cache = caches[0]["metadata"]["name"]
-    env.custom.patch_namespaced_custom_object_status(*AIM, env.ns, "modelcaches", cache, {"status": {"status": "Available", "persistentVolumeClaim": f"{cache}-pvc"}})
+    env.custom.patch_namespaced_custom_object_status(
+        *AIM, env.ns, "modelcaches", cache, {"status": {"status": "Available", "persistentVolumeClaim": f"{cache}-pvc"}}
+    )
 
     report = env.serve(name, replicas=2)
     assert report.state == "Serving" and report.flavor == "l40s" and "a Node matches" in report.message
@@ -105,7 +125,9 @@ def test_served_from_its_cache_on_the_first_flavor_then_the_next_when_no_node_ma
     assert {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "2Gi"}} in pod["volumes"]
     assert container["args"][:4] == ["--model", "/workspace/models", "--served-model-name", name]
     assert "--tensor-parallel-size" not in container["args"]  # one GPU
-    assert {"name": "model-volume", "persistentVolumeClaim": {"claimName": f"{cache}-pvc", "readOnly": True}} in pod["volumes"]
+    assert {"name": "model-volume", "persistentVolumeClaim": {"claimName": f"{cache}-pvc", "readOnly": True}} in pod[
+        "volumes"
+    ]
     labels = deployment["metadata"]["labels"]
     assert labels["llmaz.io/model-family-name"] == "qwen2" and labels["llmaz.io/owned-by"] == "platform-team"
     assert deployment["metadata"]["ownerReferences"][0]["kind"] == "OpenModel"
@@ -138,11 +160,19 @@ def test_served_from_its_cache_on_the_first_flavor_then_the_next_when_no_node_ma
 
 def test_invalid_source_and_unknown_flavor_are_clear_errors(env: Env) -> None:
     bad = f"bad-{env.ns}"
-    env.openmodel(bad, {"modelHub": {"modelID": "Qwen/Qwen2.5-0.5B-Instruct", "filename": "q.gguf", "allowPatterns": ["*.gguf"]}}, [{"name": "any"}])
+    env.openmodel(
+        bad,
+        {"modelHub": {"modelID": "Qwen/Qwen2.5-0.5B-Instruct", "filename": "q.gguf", "allowPatterns": ["*.gguf"]}},
+        [{"name": "any"}],
+    )
     with pytest.raises(ServeError, match="spec.source.modelHub"):
         env.serve(bad)
     validated = env.conditions(bad)["Validated"]
-    assert validated["status"] == "False" and validated["reason"] == "InvalidSource" and "spec.source.modelHub" in validated["message"]
+    assert (
+        validated["status"] == "False"
+        and validated["reason"] == "InvalidSource"
+        and "spec.source.modelHub" in validated["message"]
+    )
 
     good = f"good-{env.ns}"
     env.openmodel(good, {"uri": "host:///mnt/models/qwen"}, [{"name": "cpu"}])

@@ -22,7 +22,8 @@ PNG = b"\x89PNG\r\n\x1a\n"
 def test_cli_compares_every_policy_and_writes_the_report(prefect_harness: None, tmp_path: pathlib.Path) -> None:
     out = tmp_path / "report"
     result = CliRunner().invoke(
-        app, ["simulate", "--cluster", str(EXAMPLES), "--trace", str(TRACE), "--duration", "300", "--output", str(out)],
+        app,
+        ["simulate", "--cluster", str(EXAMPLES), "--trace", str(TRACE), "--duration", "300", "--output", str(out)],
         terminal_width=250,
     )
     assert result.exit_code == 0, result.output
@@ -35,7 +36,10 @@ def test_cli_compares_every_policy_and_writes_the_report(prefect_harness: None, 
     for policy in summary["policies"]:
         assert policy["requests"] == requests
         assert 0.0 <= policy["slo_attainment"] <= 1.0 and policy["cost"] > 0
-        assert set(policy["slo_attainment_by_model"]) == {"llm-serving/ibm/granite-13b", "llm-serving/meta/llama-3.1-8b"}
+        assert set(policy["slo_attainment_by_model"]) == {
+            "llm-serving/ibm/granite-13b",
+            "llm-serving/meta/llama-3.1-8b",
+        }
     static = next(p for p in summary["policies"] if p["policy"] == "static-peak")
     assert static["replica_changes"] == 0
     for name in ("frontier", "load_capacity", "replicas", "latency", "cost"):
@@ -49,7 +53,10 @@ def test_cli_compares_every_policy_and_writes_the_report(prefect_harness: None, 
     assert 0.9 < summary["attainment_ceiling"]["all"] <= 1.0
     oracle = [p for p in summary["frontier"] if p["policy"] == "oracle"]
     assert len(oracle) == 6 and {p["policy"] for p in summary["frontier"]} == set(POLICIES)
-    assert {p["setting"] for p in summary["frontier"] if p["policy"] == "modelplane"} >= {"as configured", "ttft-percentile 95"}
+    assert {p["setting"] for p in summary["frontier"] if p["policy"] == "modelplane"} >= {
+        "as configured",
+        "ttft-percentile 95",
+    }
     ratios = {p["policy"]: p["cost_vs_oracle"] for p in summary["policies"]}
     assert all(r is None or r > 0.5 for r in ratios.values()) and 0.999 <= ratios["oracle"] < 1.3
     assert "cost / oracle at equal attainment" in result.stdout and "attainment ceiling" in result.stdout
@@ -59,13 +66,21 @@ def test_flow_publishes_the_comparison_as_an_artifact(prefect_harness: None, tmp
     from prefect.client.orchestration import get_client
     from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey
 
-    report = simulate(cluster=str(EXAMPLES), trace=str(TRACE), duration_s=120, policies=["modelplane", "static-peak"],
-                      frontier=False, output_dir=str(tmp_path / "r"))
+    report = simulate(
+        cluster=str(EXAMPLES),
+        trace=str(TRACE),
+        duration_s=120,
+        policies=["modelplane", "static-peak"],
+        frontier=False,
+        output_dir=str(tmp_path / "r"),
+    )
     assert [o.policy for o in report.outcomes] == ["modelplane", "static-peak"]
 
     async def read() -> list:
         async with get_client() as client:
-            return await client.read_artifacts(artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=["simulate-report"])))
+            return await client.read_artifacts(
+                artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=["simulate-report"]))
+            )
 
     artifacts = asyncio.run(read())
     assert artifacts and "| modelplane |" in artifacts[-1].data and "data:image/png;base64," in artifacts[-1].data
@@ -89,13 +104,40 @@ def test_same_inputs_and_seed_give_the_same_report_byte_for_byte(prefect_harness
     def run(name: str, seed: int) -> dict[str, bytes]:
         out = tmp_path / name
         result = CliRunner().invoke(
-            app, ["simulate", "--cluster", str(EXAMPLES), "--trace", str(TRACE), "--duration", "180", "-p", "hpa", "-p", "static-peak",
-                  "-p", "oracle", "--seed", str(seed), "--output", str(out)], terminal_width=250,
+            app,
+            [
+                "simulate",
+                "--cluster",
+                str(EXAMPLES),
+                "--trace",
+                str(TRACE),
+                "--duration",
+                "180",
+                "-p",
+                "hpa",
+                "-p",
+                "static-peak",
+                "-p",
+                "oracle",
+                "--seed",
+                str(seed),
+                "--output",
+                str(out),
+            ],
+            terminal_width=250,
         )
         assert result.exit_code == 0, result.output
         return {f.name: f.read_bytes() for f in sorted(out.iterdir())}
 
     first, again, other = run("a", 0), run("b", 0), run("c", 7)
-    assert set(first) == {"summary.json", "report.html", "frontier.png", "load_capacity.png", "replicas.png", "latency.png", "cost.png"}
+    assert set(first) == {
+        "summary.json",
+        "report.html",
+        "frontier.png",
+        "load_capacity.png",
+        "replicas.png",
+        "latency.png",
+        "cost.png",
+    }
     assert first == again
     assert first["summary.json"] != other["summary.json"]  # the seed splits the trace between the models differently

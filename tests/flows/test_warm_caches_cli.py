@@ -13,9 +13,16 @@ from flows.cli import app
 def test_cli_reports_each_cache_and_rejects_a_bad_duration(prefect_harness: None, tmp_path: pathlib.Path) -> None:
     cluster = tmp_path / "cluster"
     cluster.mkdir()
-    (cluster / "cache.yaml").write_text(yaml.safe_dump({
-        "apiVersion": "aim.silogen.ai/v1alpha1", "kind": "ModelCache", "metadata": {"name": "bad", "namespace": "ns"},
-        "spec": {"sourceUri": "pvc://models/llama", "size": "1Gi"}}))
+    (cluster / "cache.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "aim.silogen.ai/v1alpha1",
+                "kind": "ModelCache",
+                "metadata": {"name": "bad", "namespace": "ns"},
+                "spec": {"sourceUri": "pvc://models/llama", "size": "1Gi"},
+            }
+        )
+    )
 
     # One flow run per process under CliRunner (Prefect's log handlers keep the first run's streams);
     # the JSON output is covered by the demo test, which runs the CLI as a subprocess.

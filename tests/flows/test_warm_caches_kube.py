@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import json
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import pytest
 import yaml
@@ -35,15 +36,41 @@ def seed(cluster: Cluster, ns: str, s3: S3Server, secret_key: str) -> str:
     bucket = s3.new_bucket()
     for key, body in FILES.items():
         s3.client().put_object(Bucket=bucket, Key=f"tiny/{key}", Body=body)
-    cluster.create({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "s3-creds", "namespace": ns},
-                    "stringData": {"id": s3.access_key, "secret": secret_key}})
-    cluster.create({"apiVersion": "aim.silogen.ai/v1alpha1", "kind": "AIMNamespaceConfig",
-                    "metadata": {"name": "default", "namespace": ns},
-                    "spec": {"credentials": {"s3": [{"endpointUrl": s3.endpoint, "accessKeyId": {"name": "s3-creds", "key": "id"},
-                                                      "secretAccessKey": {"name": "s3-creds", "key": "secret"}}]}}})
+    cluster.create(
+        {
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "metadata": {"name": "s3-creds", "namespace": ns},
+            "stringData": {"id": s3.access_key, "secret": secret_key},
+        }
+    )
+    cluster.create(
+        {
+            "apiVersion": "aim.silogen.ai/v1alpha1",
+            "kind": "AIMNamespaceConfig",
+            "metadata": {"name": "default", "namespace": ns},
+            "spec": {
+                "credentials": {
+                    "s3": [
+                        {
+                            "endpointUrl": s3.endpoint,
+                            "accessKeyId": {"name": "s3-creds", "key": "id"},
+                            "secretAccessKey": {"name": "s3-creds", "key": "secret"},
+                        }
+                    ]
+                }
+            },
+        }
+    )
     uri = f"s3://{bucket}/tiny"
-    cluster.create({"apiVersion": MC[0], "kind": MC[1], "metadata": {"name": "tiny", "namespace": ns},
-                    "spec": {"sourceUri": uri, "size": "1Gi"}})
+    cluster.create(
+        {
+            "apiVersion": MC[0],
+            "kind": MC[1],
+            "metadata": {"name": "tiny", "namespace": ns},
+            "spec": {"sourceUri": uri, "size": "1Gi"},
+        }
+    )
     return uri
 
 
@@ -76,13 +103,17 @@ def test_a_fill_job_fills_the_pvc_and_the_verified_marker_makes_the_cache_availa
     ns = kube_namespace
     uri = seed(cluster, ns, s3_server, s3_server.secret_key)
 
-    report = warm_caches(cluster=target, namespaces=[ns], image="ghcr.io/modelplane/modelplane:test", image_pull_secrets=["regcred"])
+    report = warm_caches(
+        cluster=target, namespaces=[ns], image="ghcr.io/modelplane/modelplane:test", image_pull_secrets=["regcred"]
+    )
     assert [r.action for r in report.rows] == ["started Job tiny-fill-1"]
     cache = cluster.get(*MC, "tiny", ns)
     assert cache["status"]["status"] == "Progressing"
     assert cache["status"]["persistentVolumeClaim"] == "tiny-cache"
     pvc = cluster.get("v1", "PersistentVolumeClaim", "tiny-cache", ns)
-    assert pvc["spec"]["accessModes"] == ["ReadWriteMany"] and pvc["spec"]["resources"]["requests"]["storage"] == "1Gi"  # spec.size as written, no headroom on top
+    assert (
+        pvc["spec"]["accessModes"] == ["ReadWriteMany"] and pvc["spec"]["resources"]["requests"]["storage"] == "1Gi"
+    )  # spec.size as written, no headroom on top
     assert pvc["metadata"]["ownerReferences"][0]["name"] == "tiny"
     job = cluster.get("batch/v1", "Job", "tiny-fill-1", ns)
     container = job["spec"]["template"]["spec"]["containers"][0]
@@ -116,15 +147,35 @@ def test_a_complete_job_without_a_verified_marker_is_not_available(
     ns = kube_namespace
     seed(cluster, ns, s3_server, s3_server.secret_key)
     # A Job of the first attempt that "completed" without running the fill (another image, status set by hand).
-    cluster.patch_spec(ObjectRef.of(cluster.get(*MC, "tiny", ns)), {"metadata": {"annotations": {"modelplane.io/fill-attempts": "1/1"}}})
-    cluster.create({"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": "tiny-cache", "namespace": ns,
-                    "labels": {"modelplane.io/cache": "tiny"}},
-                    "spec": {"accessModes": ["ReadWriteMany"], "resources": {"requests": {"storage": "2Gi"}}}})
-    job = cluster.create({"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "tiny-fill-1", "namespace": ns,
-                          "labels": {"modelplane.io/cache": "tiny"}},
-                          "spec": {"template": {"spec": {"restartPolicy": "Never", "containers": [{"name": "x", "image": "busybox"}]}}}})
-    cluster.patch_status(ObjectRef.of(job), {"succeeded": 1, "conditions": [
-        {"type": "Complete", "status": "True", "lastTransitionTime": "2026-01-01T00:00:00Z"}]})
+    cluster.patch_spec(
+        ObjectRef.of(cluster.get(*MC, "tiny", ns)),
+        {"metadata": {"annotations": {"modelplane.io/fill-attempts": "1/1"}}},
+    )
+    cluster.create(
+        {
+            "apiVersion": "v1",
+            "kind": "PersistentVolumeClaim",
+            "metadata": {"name": "tiny-cache", "namespace": ns, "labels": {"modelplane.io/cache": "tiny"}},
+            "spec": {"accessModes": ["ReadWriteMany"], "resources": {"requests": {"storage": "2Gi"}}},
+        }
+    )
+    job = cluster.create(
+        {
+            "apiVersion": "batch/v1",
+            "kind": "Job",
+            "metadata": {"name": "tiny-fill-1", "namespace": ns, "labels": {"modelplane.io/cache": "tiny"}},
+            "spec": {
+                "template": {"spec": {"restartPolicy": "Never", "containers": [{"name": "x", "image": "busybox"}]}}
+            },
+        }
+    )
+    cluster.patch_status(
+        ObjectRef.of(job),
+        {
+            "succeeded": 1,
+            "conditions": [{"type": "Complete", "status": "True", "lastTransitionTime": "2026-01-01T00:00:00Z"}],
+        },
+    )
 
     warm_caches(cluster=target, namespaces=[ns], image="ghcr.io/modelplane/modelplane:test", retry_backoff_s=3600)
 
@@ -142,8 +193,14 @@ def test_a_failing_job_is_reported_retried_with_backoff_and_not_recreated_foreve
     seed(cluster, ns, s3_server, wrong)
 
     def run(backoff: float) -> None:
-        warm_caches(cluster=target, namespaces=[ns], image="ghcr.io/modelplane/modelplane:test", max_fill_attempts=2,
-                    retry_backoff_s=backoff, job_backoff_limit=0)
+        warm_caches(
+            cluster=target,
+            namespaces=[ns],
+            image="ghcr.io/modelplane/modelplane:test",
+            max_fill_attempts=2,
+            retry_backoff_s=backoff,
+            job_backoff_limit=0,
+        )
 
     run(3600)
     assert wait_for(lambda: job_done(cluster, ns, "tiny-fill-1")) == "Failed"
@@ -172,7 +229,6 @@ def test_a_failing_job_is_reported_retried_with_backoff_and_not_recreated_foreve
     assert wrong not in json.dumps(cache)
 
 
-
 def test_a_fill_job_that_vanishes_is_reported_and_retried(
     prefect_harness: None, kube: tuple[KubeServer, Cluster, str], kube_namespace: str, s3_server: S3Server
 ) -> None:
@@ -183,9 +239,14 @@ def test_a_fill_job_that_vanishes_is_reported_and_retried(
     cache = cluster.get(*MC, "tiny", ns)
     cluster.patch_spec(ObjectRef.of(cache), {"metadata": {"annotations": {"modelplane.io/fill-attempts": "1/1"}}})
     cluster.patch_status(ObjectRef.of(cache), {"status": "Progressing"})
-    cluster.create({"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": "tiny-cache", "namespace": ns,
-                    "labels": {"modelplane.io/cache": "tiny"}},
-                    "spec": {"accessModes": ["ReadWriteMany"], "resources": {"requests": {"storage": "2Gi"}}}})
+    cluster.create(
+        {
+            "apiVersion": "v1",
+            "kind": "PersistentVolumeClaim",
+            "metadata": {"name": "tiny-cache", "namespace": ns, "labels": {"modelplane.io/cache": "tiny"}},
+            "spec": {"accessModes": ["ReadWriteMany"], "resources": {"requests": {"storage": "2Gi"}}},
+        }
+    )
 
     warm_caches(cluster=target, namespaces=[ns], image="ghcr.io/modelplane/modelplane:test", retry_backoff_s=3600)
     cache = cluster.get(*MC, "tiny", ns)

@@ -13,8 +13,8 @@ import yaml
 
 from engine.caches.identity import CACHE_MARKER
 from flows.warm_caches import warm_caches
-from tasks.warm_caches import local_volume
 from tasks.cluster import LocalCluster
+from tasks.warm_caches import local_volume
 from tests.servers.hftest.fixture import HfServer
 from tests.servers.s3test.fixture import S3Server
 
@@ -36,11 +36,24 @@ def s3_model(s3: S3Server) -> str:
     return f"s3://{bucket}/tiny"
 
 
-def namespace_config(s3: S3Server, secret: str = "s3-creds", storage_class: str | None = "shared") -> list[dict[str, Any]]:
+def namespace_config(
+    s3: S3Server, secret: str = "s3-creds", storage_class: str | None = "shared"
+) -> list[dict[str, Any]]:
     config: dict[str, Any] = {
-        "apiVersion": "aim.silogen.ai/v1alpha1", "kind": "AIMNamespaceConfig", "metadata": {"name": "default", "namespace": NS},
-        "spec": {"credentials": {"s3": [{"endpointUrl": s3.endpoint, "accessKeyId": {"name": secret, "key": "id"},
-                                          "secretAccessKey": {"name": secret, "key": "secret"}}]}},
+        "apiVersion": "aim.silogen.ai/v1alpha1",
+        "kind": "AIMNamespaceConfig",
+        "metadata": {"name": "default", "namespace": NS},
+        "spec": {
+            "credentials": {
+                "s3": [
+                    {
+                        "endpointUrl": s3.endpoint,
+                        "accessKeyId": {"name": secret, "key": "id"},
+                        "secretAccessKey": {"name": secret, "key": "secret"},
+                    }
+                ]
+            }
+        },
     }
     if storage_class:
         config["spec"]["cacheStorageClassName"] = storage_class
@@ -52,7 +65,12 @@ def secret(name: str, **values: str) -> dict[str, Any]:
 
 
 def model_cache(name: str, uri: str, **spec: Any) -> dict[str, Any]:
-    return {"apiVersion": MC[0], "kind": MC[1], "metadata": {"name": name, "namespace": NS}, "spec": {"sourceUri": uri, **spec}}
+    return {
+        "apiVersion": MC[0],
+        "kind": MC[1],
+        "metadata": {"name": name, "namespace": NS},
+        "spec": {"sourceUri": uri, **spec},
+    }
 
 
 def cache(cluster: pathlib.Path, name: str) -> dict[str, Any]:
@@ -93,10 +111,17 @@ def cluster_dir(tmp_path: pathlib.Path) -> pathlib.Path:
     return tmp_path / f"cluster-{uuid.uuid4().hex[:6]}"
 
 
-def test_an_s3_cache_is_sized_created_filled_and_verified(prefect_harness: None, s3_server: S3Server, cluster_dir: pathlib.Path) -> None:
+def test_an_s3_cache_is_sized_created_filled_and_verified(
+    prefect_harness: None, s3_server: S3Server, cluster_dir: pathlib.Path
+) -> None:
     uri = s3_model(s3_server)
-    write(cluster_dir, "cache.yaml", secret("s3-creds", id=s3_server.access_key, secret=s3_server.secret_key),
-          *namespace_config(s3_server), model_cache("tiny", uri))
+    write(
+        cluster_dir,
+        "cache.yaml",
+        secret("s3-creds", id=s3_server.access_key, secret=s3_server.secret_key),
+        *namespace_config(s3_server),
+        model_cache("tiny", uri),
+    )
 
     report = warm_caches(cluster=str(cluster_dir))
 
@@ -104,11 +129,18 @@ def test_an_s3_cache_is_sized_created_filled_and_verified(prefect_harness: None,
     assert stored["status"]["status"] == "Available", report
     assert stored["status"]["persistentVolumeClaim"] == "tiny-cache"
     assert stored["status"]["observedGeneration"] == stored["metadata"]["generation"]
-    assert conditions(stored) == {"StorageReady": ("True", "PVCBound"), "Ready": ("True", "Warm"),
-                                  "Progressing": ("False", "Warm"), "Failure": ("False", "NoFailure")}
+    assert conditions(stored) == {
+        "StorageReady": ("True", "PVCBound"),
+        "Ready": ("True", "Warm"),
+        "Progressing": ("False", "Warm"),
+        "Failure": ("False", "NoFailure"),
+    }
     pvc = LocalCluster(cluster_dir).get("v1", "PersistentVolumeClaim", "tiny-cache", NS)
-    assert pvc["spec"] == {"accessModes": ["ReadWriteMany"], "resources": {"requests": {"storage": "1Gi"}},
-                           "storageClassName": "shared"}
+    assert pvc["spec"] == {
+        "accessModes": ["ReadWriteMany"],
+        "resources": {"requests": {"storage": "1Gi"}},
+        "storageClassName": "shared",
+    }
     volume = local_volume(LocalCluster(cluster_dir), NS, "tiny-cache")
     assert str(volume).startswith(str(cluster_dir / ".modelplane-volumes"))
     for key, body in FILES.items():
@@ -118,7 +150,9 @@ def test_an_s3_cache_is_sized_created_filled_and_verified(prefect_harness: None,
     assert sorted(events(cluster_dir)) == ["CacheAvailable", "FillStarted"]
     assert [r.action for r in report.rows] == ["filled in-process (attempt 1)"]
 
-    assert "modelplane.aim.cache.available" in prefect_events("modelplane.aim.cache.", f"modelplane.aim.cache.{NS}.tiny")
+    assert "modelplane.aim.cache.available" in prefect_events(
+        "modelplane.aim.cache.", f"modelplane.aim.cache.{NS}.tiny"
+    )
 
     # A second pass finds it Available and does nothing.
     version = stored["metadata"]["resourceVersion"]
@@ -127,19 +161,31 @@ def test_an_s3_cache_is_sized_created_filled_and_verified(prefect_harness: None,
     assert cache(cluster_dir, "tiny")["metadata"]["resourceVersion"] == version
 
 
-def test_a_hugging_face_cache_with_a_mirror_in_spec_env(prefect_harness: None, hf_server: HfServer, cluster_dir: pathlib.Path) -> None:
+def test_a_hugging_face_cache_with_a_mirror_in_spec_env(
+    prefect_harness: None, hf_server: HfServer, cluster_dir: pathlib.Path
+) -> None:
     repo = hf_server.repos.new_repo_id("tiny")
     hf_server.repos.commit(repo, {"config.json": b"{}", "model.safetensors": b"x" * 200_000, "README.md": b"hi"})
-    write(cluster_dir, "cache.yaml", model_cache(
-        "tiny-hf", f"hf://{repo}?allow=*.json&allow=*.safetensors", size="1Gi",
-        env=[{"name": "HF_ENDPOINT", "value": hf_server.endpoint}]))
+    write(
+        cluster_dir,
+        "cache.yaml",
+        model_cache(
+            "tiny-hf",
+            f"hf://{repo}?allow=*.json&allow=*.safetensors",
+            size="1Gi",
+            env=[{"name": "HF_ENDPOINT", "value": hf_server.endpoint}],
+        ),
+    )
 
     warm_caches(cluster=str(cluster_dir))
 
     stored = cache(cluster_dir, "tiny-hf")
     assert stored["status"]["status"] == "Available"
     volume = local_volume(LocalCluster(cluster_dir), NS, "tiny-hf-cache")
-    assert sorted(p.name for p in volume.iterdir() if not p.name.startswith(".")) == ["config.json", "model.safetensors"]
+    assert sorted(p.name for p in volume.iterdir() if not p.name.startswith(".")) == [
+        "config.json",
+        "model.safetensors",
+    ]
     pvc = LocalCluster(cluster_dir).get("v1", "PersistentVolumeClaim", "tiny-hf-cache", NS)
     assert pvc["spec"]["resources"]["requests"]["storage"] == "1Gi"  # an explicit spec.size gets no headroom on top
     assert "storageClassName" not in pvc["spec"]  # no class anywhere: the cluster default
@@ -150,8 +196,13 @@ def test_a_wrong_key_fails_with_a_reason_no_secret_and_is_retried_then_given_up(
 ) -> None:
     uri = s3_model(s3_server)
     wrong = "WRONGsecretVALUE1234567890"
-    write(cluster_dir, "cache.yaml", secret("s3-creds", id=s3_server.access_key, secret=wrong),
-          *namespace_config(s3_server), model_cache("tiny", uri, size="1Gi"))
+    write(
+        cluster_dir,
+        "cache.yaml",
+        secret("s3-creds", id=s3_server.access_key, secret=wrong),
+        *namespace_config(s3_server),
+        model_cache("tiny", uri, size="1Gi"),
+    )
 
     report = warm_caches(cluster=str(cluster_dir), max_fill_attempts=2, retry_backoff_s=3600)
     stored = cache(cluster_dir, "tiny")
@@ -176,14 +227,25 @@ def test_a_wrong_key_fails_with_a_reason_no_secret_and_is_retried_then_given_up(
     assert "FillStarted" not in events(cluster_dir) and "AuthenticationFailed" in events(cluster_dir)
 
 
-def test_a_volume_too_small_fails_before_downloading(prefect_harness: None, s3_server: S3Server, cluster_dir: pathlib.Path) -> None:
+def test_a_volume_too_small_fails_before_downloading(
+    prefect_harness: None, s3_server: S3Server, cluster_dir: pathlib.Path
+) -> None:
     uri = s3_model(s3_server)
-    small = {"apiVersion": "v1", "kind": "PersistentVolumeClaim",
-             "metadata": {"name": "tiny-cache", "namespace": NS, "labels": {"modelplane.io/cache": "tiny"}},
-             "spec": {"accessModes": ["ReadWriteMany"], "resources": {"requests": {"storage": "512Ki"}}},
-             "status": {"phase": "Bound", "capacity": {"storage": "512Ki"}}}
-    write(cluster_dir, "cache.yaml", secret("s3-creds", id=s3_server.access_key, secret=s3_server.secret_key),
-          *namespace_config(s3_server), model_cache("tiny", uri, size="1Gi"), small)
+    small = {
+        "apiVersion": "v1",
+        "kind": "PersistentVolumeClaim",
+        "metadata": {"name": "tiny-cache", "namespace": NS, "labels": {"modelplane.io/cache": "tiny"}},
+        "spec": {"accessModes": ["ReadWriteMany"], "resources": {"requests": {"storage": "512Ki"}}},
+        "status": {"phase": "Bound", "capacity": {"storage": "512Ki"}},
+    }
+    write(
+        cluster_dir,
+        "cache.yaml",
+        secret("s3-creds", id=s3_server.access_key, secret=s3_server.secret_key),
+        *namespace_config(s3_server),
+        model_cache("tiny", uri, size="1Gi"),
+        small,
+    )
 
     warm_caches(cluster=str(cluster_dir))
 
@@ -201,42 +263,90 @@ def test_consumers_share_one_cache_and_a_persons_cache_is_adopted(
     prefect_harness: None, s3_server: S3Server, cluster_dir: pathlib.Path
 ) -> None:
     uri = s3_model(s3_server)
-    template = {"apiVersion": "aim.silogen.ai/v1alpha1", "kind": "AIMServiceTemplate", "metadata": {"name": "t", "namespace": NS},
-                "spec": {"model": "m", "warmCache": True}, "status": {"status": "Available", "modelSources": [uri]}}
-    service = {"apiVersion": "aim.silogen.ai/v1alpha1", "kind": "AIMService", "metadata": {"name": "chat", "namespace": NS},
-               "spec": {"model": "m", "templateRef": "t"}}
-    write(cluster_dir, "cache.yaml", secret("s3-creds", id=s3_server.access_key, secret=s3_server.secret_key),
-          *namespace_config(s3_server), template, service, model_cache("mine", uri, size="1Gi"))
+    template = {
+        "apiVersion": "aim.silogen.ai/v1alpha1",
+        "kind": "AIMServiceTemplate",
+        "metadata": {"name": "t", "namespace": NS},
+        "spec": {"model": "m", "warmCache": True},
+        "status": {"status": "Available", "modelSources": [uri]},
+    }
+    service = {
+        "apiVersion": "aim.silogen.ai/v1alpha1",
+        "kind": "AIMService",
+        "metadata": {"name": "chat", "namespace": NS},
+        "spec": {"model": "m", "templateRef": "t"},
+    }
+    write(
+        cluster_dir,
+        "cache.yaml",
+        secret("s3-creds", id=s3_server.access_key, secret=s3_server.secret_key),
+        *namespace_config(s3_server),
+        template,
+        service,
+        model_cache("mine", uri, size="1Gi"),
+    )
 
     report = warm_caches(cluster=str(cluster_dir))
 
     caches = LocalCluster(cluster_dir).list(*MC, NS)
     assert [c["metadata"]["name"] for c in caches] == ["mine"]
     assert caches[0]["metadata"]["annotations"]["modelplane.io/requested-by"] == (
-        "AIMService/models/chat,AIMServiceTemplate/models/t")
+        "AIMService/models/chat,AIMServiceTemplate/models/t"
+    )
     assert caches[0]["status"]["status"] == "Available"
-    assert sorted(report.ensured) == ["models/mine <- AIMService/models/chat", "models/mine <- AIMServiceTemplate/models/t"]
-    assert prefect_events("modelplane.aim.cache.requested", f"modelplane.aim.cache.{NS}.mine") == []  # adopted, not created
+    assert sorted(report.ensured) == [
+        "models/mine <- AIMService/models/chat",
+        "models/mine <- AIMServiceTemplate/models/t",
+    ]
+    assert (
+        prefect_events("modelplane.aim.cache.requested", f"modelplane.aim.cache.{NS}.mine") == []
+    )  # adopted, not created
 
 
 def test_gc_deletes_only_unused_and_unmounted_caches(prefect_harness: None, cluster_dir: pathlib.Path) -> None:
     def settled(name: str, last_used: str) -> dict[str, Any]:
-        return {**model_cache(name, f"s3://bucket/{name}", size="1Gi"),
-                "status": {"status": "Available", "persistentVolumeClaim": f"{name}-cache", "lastUsed": last_used}}
+        return {
+            **model_cache(name, f"s3://bucket/{name}", size="1Gi"),
+            "status": {"status": "Available", "persistentVolumeClaim": f"{name}-cache", "lastUsed": last_used},
+        }
 
     def claim(name: str) -> dict[str, Any]:
-        return {"apiVersion": "v1", "kind": "PersistentVolumeClaim",
-                "metadata": {"name": f"{name}-cache", "namespace": NS, "labels": {"modelplane.io/cache": name}},
-                "spec": {"accessModes": ["ReadWriteMany"], "resources": {"requests": {"storage": "2Gi"}}},
-                "status": {"phase": "Bound", "capacity": {"storage": "2Gi"}}}
+        return {
+            "apiVersion": "v1",
+            "kind": "PersistentVolumeClaim",
+            "metadata": {"name": f"{name}-cache", "namespace": NS, "labels": {"modelplane.io/cache": name}},
+            "spec": {"accessModes": ["ReadWriteMany"], "resources": {"requests": {"storage": "2Gi"}}},
+            "status": {"phase": "Bound", "capacity": {"storage": "2Gi"}},
+        }
 
-    mounting = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "server", "namespace": NS},
-                "spec": {"selector": {"matchLabels": {"app": "s"}}, "template": {"metadata": {"labels": {"app": "s"}}, "spec": {
+    mounting = {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": "server", "namespace": NS},
+        "spec": {
+            "selector": {"matchLabels": {"app": "s"}},
+            "template": {
+                "metadata": {"labels": {"app": "s"}},
+                "spec": {
                     "containers": [{"name": "vllm", "image": "vllm"}],
-                    "volumes": [{"name": "m", "persistentVolumeClaim": {"claimName": "mounted-cache", "readOnly": True}}]}}}}
-    write(cluster_dir, "caches.yaml", settled("stale", "2020-01-01T00:00:00Z"), claim("stale"),
-          settled("mounted", "2020-01-01T00:00:00Z"), claim("mounted"), mounting,
-          settled("fresh", "2999-01-01T00:00:00Z"), claim("fresh"))
+                    "volumes": [
+                        {"name": "m", "persistentVolumeClaim": {"claimName": "mounted-cache", "readOnly": True}}
+                    ],
+                },
+            },
+        },
+    }
+    write(
+        cluster_dir,
+        "caches.yaml",
+        settled("stale", "2020-01-01T00:00:00Z"),
+        claim("stale"),
+        settled("mounted", "2020-01-01T00:00:00Z"),
+        claim("mounted"),
+        mounting,
+        settled("fresh", "2999-01-01T00:00:00Z"),
+        claim("fresh"),
+    )
     volume = local_volume(LocalCluster(cluster_dir), NS, "stale-cache")
     volume.mkdir(parents=True)
     (volume / "weights").write_bytes(b"x")
@@ -250,13 +360,23 @@ def test_gc_deletes_only_unused_and_unmounted_caches(prefect_harness: None, clus
     claims = {p["metadata"]["name"] for p in LocalCluster(cluster_dir).list("v1", "PersistentVolumeClaim", NS)}
     assert claims == {"mounted-cache", "fresh-cache"}
     assert not volume.exists()
-    assert len(report.freed) == 1 and report.freed[0].startswith("models/stale (stale-cache, 2Gi): last used 2020-01-01")
+    assert len(report.freed) == 1 and report.freed[0].startswith(
+        "models/stale (stale-cache, 2Gi): last used 2020-01-01"
+    )
 
 
-def test_an_invalid_source_fails_with_the_field_and_others_proceed(prefect_harness: None, s3_server: S3Server, cluster_dir: pathlib.Path) -> None:
+def test_an_invalid_source_fails_with_the_field_and_others_proceed(
+    prefect_harness: None, s3_server: S3Server, cluster_dir: pathlib.Path
+) -> None:
     uri = s3_model(s3_server)
-    write(cluster_dir, "cache.yaml", secret("s3-creds", id=s3_server.access_key, secret=s3_server.secret_key),
-          *namespace_config(s3_server), model_cache("bad", "ftp://nowhere/model", size="1Gi"), model_cache("good", uri))
+    write(
+        cluster_dir,
+        "cache.yaml",
+        secret("s3-creds", id=s3_server.access_key, secret=s3_server.secret_key),
+        *namespace_config(s3_server),
+        model_cache("bad", "ftp://nowhere/model", size="1Gi"),
+        model_cache("good", uri),
+    )
 
     warm_caches(cluster=str(cluster_dir))
 
@@ -274,11 +394,30 @@ def test_a_kthena_backend_without_cache_uri_gets_a_new_shared_cache(
     from engine.caches.sources import parse_source
 
     uri = s3_model(s3_server)
-    model = {"apiVersion": "registry.volcano.sh/v1alpha1", "kind": "Model", "metadata": {"name": "tiny", "namespace": NS},
-             "spec": {"backends": [{"name": "vllm", "type": "vLLM", "modelURI": uri, "minReplicas": 1, "maxReplicas": 1,
-                                    "workers": [{"type": "server", "image": "vllm/vllm-openai:v0.10.1", "replicas": 1, "pods": 1}]}]}}
-    write(cluster_dir, "cache.yaml", secret("s3-creds", id=s3_server.access_key, secret=s3_server.secret_key),
-          *namespace_config(s3_server), model)
+    model = {
+        "apiVersion": "registry.volcano.sh/v1alpha1",
+        "kind": "Model",
+        "metadata": {"name": "tiny", "namespace": NS},
+        "spec": {
+            "backends": [
+                {
+                    "name": "vllm",
+                    "type": "vLLM",
+                    "modelURI": uri,
+                    "minReplicas": 1,
+                    "maxReplicas": 1,
+                    "workers": [{"type": "server", "image": "vllm/vllm-openai:v0.10.1", "replicas": 1, "pods": 1}],
+                }
+            ]
+        },
+    }
+    write(
+        cluster_dir,
+        "cache.yaml",
+        secret("s3-creds", id=s3_server.access_key, secret=s3_server.secret_key),
+        *namespace_config(s3_server),
+        model,
+    )
 
     report = warm_caches(cluster=str(cluster_dir))
 
@@ -288,4 +427,6 @@ def test_a_kthena_backend_without_cache_uri_gets_a_new_shared_cache(
     assert created["metadata"]["name"] == name
     assert created["metadata"]["annotations"]["modelplane.io/requested-by"] == "Model/models/tiny"
     assert created["status"]["status"] == "Available"
-    assert prefect_events("modelplane.aim.cache.requested", f"modelplane.aim.cache.{NS}.{name}") == ["modelplane.aim.cache.requested"]
+    assert prefect_events("modelplane.aim.cache.requested", f"modelplane.aim.cache.{NS}.{name}") == [
+        "modelplane.aim.cache.requested"
+    ]

@@ -32,10 +32,14 @@ def test_the_checked_in_files_are_generated() -> None:
     rendered = render_worker_manifests()
     assert sorted(p.name for p in WORKER_DIR.iterdir()) == sorted(rendered)
     for name, text in rendered.items():
-        assert (WORKER_DIR / name).read_text() == text, f"run `modelplane worker-manifests --write deployments/worker` ({name})"
+        assert (WORKER_DIR / name).read_text() == text, (
+            f"run `modelplane worker-manifests --write deployments/worker` ({name})"
+        )
 
 
-@pytest.mark.parametrize("path", [WORKER_DIR / "worker.yaml", REPO / "deployments" / "rbac.yaml"], ids=["worker", "rbac"])
+@pytest.mark.parametrize(
+    "path", [WORKER_DIR / "worker.yaml", REPO / "deployments" / "rbac.yaml"], ids=["worker", "rbac"]
+)
 def test_install_manifests_are_strictly_valid(path: pathlib.Path) -> None:
     docs = documents(path)
     assert docs
@@ -50,15 +54,32 @@ def test_the_worker_runs_modelplanes_image_against_the_pool_with_a_namespaced_ro
     pod = docs["Deployment"]["spec"]["template"]["spec"]
     container = pod["containers"][0]
     assert container["image"] == IMAGE and pod["serviceAccountName"] == NAME
-    assert container["command"] + container["args"][:6] == ["prefect", "worker", "start", "--pool", KUBERNETES_POOL, "--type", "kubernetes"]
+    assert container["command"] + container["args"][:6] == [
+        "prefect",
+        "worker",
+        "start",
+        "--pool",
+        KUBERNETES_POOL,
+        "--type",
+        "kubernetes",
+    ]
     env = {item["name"]: item.get("value") for item in container["env"]}
-    assert env["PREFECT_INTEGRATIONS_KUBERNETES_OBSERVER_NAMESPACES"] == NAMESPACE, "the observer must stay in the Role's namespace"
+    assert env["PREFECT_INTEGRATIONS_KUBERNETES_OBSERVER_NAMESPACES"] == NAMESPACE, (
+        "the observer must stay in the Role's namespace"
+    )
     assert "PREFECT_API_URL" in docs["ConfigMap"]["data"]
     assert docs["Role"]["rules"] == WORKER_RULES
     assert docs["RoleBinding"]["subjects"] == [{"kind": "ServiceAccount", "name": NAME, "namespace": NAMESPACE}]
-    assert pod["securityContext"]["runAsUser"] == kubernetes_pool_template()["job_configuration"]["job_manifest"]["spec"]["template"]["spec"]["securityContext"]["runAsUser"]
+    assert (
+        pod["securityContext"]["runAsUser"]
+        == kubernetes_pool_template()["job_configuration"]["job_manifest"]["spec"]["template"]["spec"][
+            "securityContext"
+        ]["runAsUser"]
+    )
     # Flow runs use their own service account (deployments/rbac.yaml), never the worker's.
-    assert kubernetes_pool_template()["variables"]["properties"]["service_account_name"]["default"] == "modelplane" != NAME
+    assert (
+        kubernetes_pool_template()["variables"]["properties"]["service_account_name"]["default"] == "modelplane" != NAME
+    )
 
 
 def test_helm_values_configure_the_official_chart() -> None:
@@ -72,16 +93,33 @@ def test_helm_values_configure_the_official_chart() -> None:
     assert args[:7] == ["prefect", "worker", "start", "--pool", KUBERNETES_POOL, "--type", "kubernetes"]
     assert args[args.index("--base-job-template") + 1] == "baseJobTemplate.json", "the file the chart mounts"
     # The chart copies these values into the worker's Pod as they are: a Pod made of them must be valid.
-    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "w"}, "spec": {
-        "securityContext": worker["podSecurityContext"],
-        "initContainers": [{"name": "sync", "image": IMAGE, "securityContext": worker["initContainer"]["containerSecurityContext"]}],
-        "containers": [{"name": "w", "image": IMAGE, "command": worker["command"], "args": worker["args"],
-                        "securityContext": worker["containerSecurityContext"]}]}}
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "w"},
+        "spec": {
+            "securityContext": worker["podSecurityContext"],
+            "initContainers": [
+                {"name": "sync", "image": IMAGE, "securityContext": worker["initContainer"]["containerSecurityContext"]}
+            ],
+            "containers": [
+                {
+                    "name": "w",
+                    "image": IMAGE,
+                    "command": worker["command"],
+                    "args": worker["args"],
+                    "securityContext": worker["containerSecurityContext"],
+                }
+            ],
+        },
+    }
     kubernetes_validate.validate(pod, "1.30", strict=True)
     assert values["serviceAccount"]["name"] == NAME
 
 
-def test_image_command_prints_the_reference_and_reports_a_missing_docker(monkeypatch: pytest.MonkeyPatch, tmp_path: pathlib.Path) -> None:
+def test_image_command_prints_the_reference_and_reports_a_missing_docker(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: pathlib.Path
+) -> None:
     runner = CliRunner()
     done = runner.invoke(app, ["image"])
     assert done.exit_code == 0 and done.stdout.strip() == IMAGE

@@ -52,7 +52,9 @@ class Handler(BaseHTTPRequestHandler):
     def do_GET(self) -> None:  # noqa: N802
         with LOCK:
             adapters = sorted(LOADED)
-        models = [{"id": self.base_model, "object": "model"}] + [{"id": n, "object": "model", "parent": self.base_model} for n in adapters]
+        models = [{"id": self.base_model, "object": "model"}] + [
+            {"id": n, "object": "model", "parent": self.base_model} for n in adapters
+        ]
         self._reply(200, {"object": "list", "data": models})
 
     def do_POST(self) -> None:  # noqa: N802
@@ -69,10 +71,26 @@ class Handler(BaseHTTPRequestHandler):
         try:
             path = resolve(str(body.get("lora_path", "")))
         except Exception as exc:  # vLLM reports any resolution failure as a failed load
-            self._reply(400, {"error": {"message": f"Loading lora {name} failed: {type(exc).__name__}: {exc}", "type": "BadRequestError"}})
+            self._reply(
+                400,
+                {
+                    "error": {
+                        "message": f"Loading lora {name} failed: {type(exc).__name__}: {exc}",
+                        "type": "BadRequestError",
+                    }
+                },
+            )
             return
         if not os.path.isfile(os.path.join(path, "adapter_config.json")):
-            self._reply(400, {"error": {"message": f"Loading lora {name} failed: No adapter found for {path}", "type": "BadRequestError"}})
+            self._reply(
+                400,
+                {
+                    "error": {
+                        "message": f"Loading lora {name} failed: No adapter found for {path}",
+                        "type": "BadRequestError",
+                    }
+                },
+            )
             return
         with LOCK:
             LOADED[name] = path

@@ -10,7 +10,10 @@ VLLM_IMAGE = "vllm/vllm-openai:v0.10.1"
 def server_worker(**extra: Any) -> dict[str, Any]:
     """One vLLM ``server`` worker with a GPU."""
     worker: dict[str, Any] = {
-        "type": "server", "image": VLLM_IMAGE, "replicas": 1, "pods": 1,
+        "type": "server",
+        "image": VLLM_IMAGE,
+        "replicas": 1,
+        "pods": 1,
         "resources": {"limits": {"nvidia.com/gpu": "1", "memory": "48Gi"}, "requests": {"cpu": "4"}},
         "config": {"max-model-len": 8192, "gpu-memory-utilization": 0.9},
     }
@@ -21,7 +24,11 @@ def server_worker(**extra: Any) -> dict[str, Any]:
 def backend(name: str, **extra: Any) -> dict[str, Any]:
     """A vLLM backend serving a pre-staged PVC (mounted directly), fixed at one replica."""
     spec: dict[str, Any] = {
-        "name": name, "type": "vLLM", "modelURI": "pvc://models/qwen2.5-7b", "minReplicas": 1, "maxReplicas": 1,
+        "name": name,
+        "type": "vLLM",
+        "modelURI": "pvc://models/qwen2.5-7b",
+        "minReplicas": 1,
+        "maxReplicas": 1,
         "workers": [server_worker()],
     }
     spec.update(extra)
@@ -31,7 +38,8 @@ def backend(name: str, **extra: Any) -> dict[str, Any]:
 def model(name: str, namespace: str, backends: list[dict[str, Any]], **spec: Any) -> dict[str, Any]:
     """A ``registry.volcano.sh/v1alpha1`` Model."""
     return {
-        "apiVersion": "registry.volcano.sh/v1alpha1", "kind": "Model",
+        "apiVersion": "registry.volcano.sh/v1alpha1",
+        "kind": "Model",
         "metadata": {"name": name, "namespace": namespace},
         "spec": {"backends": backends, **spec},
     }

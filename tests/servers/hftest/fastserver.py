@@ -45,10 +45,11 @@ import sys
 import threading
 import urllib.request
 import uuid
+from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Mapping
+from typing import Any
 from urllib.parse import parse_qs, quote, unquote, urlsplit
 
 from tests.servers.hftest.lfs import LFS_THRESHOLD, lfs_pointer
@@ -205,7 +206,7 @@ class Handler(BaseHTTPRequestHandler):
         if not path.startswith(REGISTER_PREFIX):
             self._send_error(HfError(404, None, "not found"), head=False)
             return
-        repo_id = unquote(path[len(REGISTER_PREFIX):]).strip("/")
+        repo_id = unquote(path[len(REGISTER_PREFIX) :]).strip("/")
         try:
             repo = self.registry.register(repo_id)
         except FileNotFoundError:
@@ -267,9 +268,20 @@ class Handler(BaseHTTPRequestHandler):
             siblings.append(sibling)
         org = repo.repo_id.split("/", 1)[0]
         return {
-            "_id": repo.commit[:24], "id": repo.repo_id, "modelId": repo.repo_id, "author": org, "sha": repo.commit,
-            "lastModified": LAST_MODIFIED, "createdAt": LAST_MODIFIED, "private": False, "gated": False,
-            "disabled": False, "downloads": 0, "likes": 0, "tags": [], "siblings": siblings,
+            "_id": repo.commit[:24],
+            "id": repo.repo_id,
+            "modelId": repo.repo_id,
+            "author": org,
+            "sha": repo.commit,
+            "lastModified": LAST_MODIFIED,
+            "createdAt": LAST_MODIFIED,
+            "private": False,
+            "gated": False,
+            "disabled": False,
+            "downloads": 0,
+            "likes": 0,
+            "tags": [],
+            "siblings": siblings,
         }
 
     def _tree(self, repo: Repo, folder: str, recursive: bool, query: dict[str, list[str]], head: bool) -> None:
@@ -280,18 +292,20 @@ class Handler(BaseHTTPRequestHandler):
         if folder and not entries:
             raise HfError(404, "EntryNotFound", f"no directory {folder}", repo.commit)
         if not recursive:
-            entries = [e for e in entries if "/" not in e["path"][len(prefix):]]
+            entries = [e for e in entries if "/" not in e["path"][len(prefix) :]]
         try:
             start = max(0, int(query.get("cursor", ["0"])[0]))
         except ValueError:
             raise HfError(400, None, "bad cursor") from None
-        page = entries[start:start + self.page_size]
+        page = entries[start : start + self.page_size]
         headers = {}
         if start + self.page_size < len(entries):
             host = self.headers.get("Host") or f"127.0.0.1:{self.server.server_address[1]}"
             params = {k: v[0] for k, v in query.items() if k != "cursor"}
             params["cursor"] = str(start + self.page_size)
-            url = f"http://{host}{urlsplit(self.path).path}?" + "&".join(f"{k}={quote(v, safe='')}" for k, v in params.items())
+            url = f"http://{host}{urlsplit(self.path).path}?" + "&".join(
+                f"{k}={quote(v, safe='')}" for k, v in params.items()
+            )
             headers["Link"] = f'<{url}>; rel="next"'
         self._send_json(page, head, headers)
 
@@ -344,11 +358,19 @@ class Handler(BaseHTTPRequestHandler):
 
     def _send_json(self, data: Any, head: bool, headers: Mapping[str, str] | None = None) -> None:
         body = json.dumps(data, separators=(",", ":")).encode()
-        self._send(200, {"Content-Type": "application/json", "Content-Length": str(len(body)), **(headers or {})}, b"" if head else body)
+        self._send(
+            200,
+            {"Content-Type": "application/json", "Content-Length": str(len(body)), **(headers or {})},
+            b"" if head else body,
+        )
 
     def _send_error(self, error: HfError, head: bool) -> None:
         body = json.dumps({"error": error.message}).encode()
-        headers = {"Content-Type": "application/json", "Content-Length": str(len(body)), "X-Error-Message": error.message}
+        headers = {
+            "Content-Type": "application/json",
+            "Content-Length": str(len(body)),
+            "X-Error-Message": error.message,
+        }
         if error.code:
             headers["X-Error-Code"] = error.code
         if error.commit:
@@ -432,8 +454,21 @@ def start_fast_hf(workdir: pathlib.Path, page_size: int = PAGE_SIZE) -> tuple[su
     port = free_port()
     log = open(workdir / "fastserver.log", "wb")
     process = subprocess.Popen(
-        [sys.executable, "-m", "tests.servers.hftest.fastserver", "--root", str(root), "--port", str(port), "--page-size", str(page_size)],
-        cwd=pathlib.Path(__file__).resolve().parents[3], stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+        [
+            sys.executable,
+            "-m",
+            "tests.servers.hftest.fastserver",
+            "--root",
+            str(root),
+            "--port",
+            str(port),
+            "--page-size",
+            str(page_size),
+        ],
+        cwd=pathlib.Path(__file__).resolve().parents[3],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
     )
     log.close()
     wait_for_port(port, process)
@@ -442,7 +477,9 @@ def start_fast_hf(workdir: pathlib.Path, page_size: int = PAGE_SIZE) -> tuple[su
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--root", type=pathlib.Path, required=True, help="the directory holding <org>/<name> repositories")
+    parser.add_argument(
+        "--root", type=pathlib.Path, required=True, help="the directory holding <org>/<name> repositories"
+    )
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--page-size", type=int, default=PAGE_SIZE)
     args = parser.parse_args(argv)

@@ -15,8 +15,8 @@ import pathlib
 import subprocess
 import textwrap
 import uuid
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from typing import Iterator, Mapping
 
 import pytest
 
@@ -94,7 +94,9 @@ class HfRepos:
 
     @staticmethod
     def _git(root: pathlib.Path, *args: str) -> str:
-        return subprocess.run(["git", *args], cwd=root, env={**os.environ, **GIT_ENV}, check=True, capture_output=True, text=True).stdout
+        return subprocess.run(
+            ["git", *args], cwd=root, env={**os.environ, **GIT_ENV}, check=True, capture_output=True, text=True
+        ).stdout
 
 
 @dataclass
@@ -118,7 +120,7 @@ def start_olah(workdir: pathlib.Path) -> tuple[subprocess.Popen, HfServer]:
             host = "127.0.0.1"
             port = {port}
             mirrors-path = ["{mirrors}"]
-            repos-path = "{workdir / 'repos'}"
+            repos-path = "{workdir / "repos"}"
             hf-url = "https://huggingface.co"
             hf-lfs-url = "https://cdn-lfs.huggingface.co"
             mirror-url = "http://127.0.0.1:{port}"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 import os
 import pathlib
-from typing import Iterator
+from collections.abc import Iterator
 
 import pytest
 import requests
@@ -81,9 +81,19 @@ def test_snapshot_download_is_byte_exact(fast_hf: FastHfServer, repo: tuple[str,
 def test_file_metadata_headers(fast_hf: FastHfServer, repo: tuple[str, str]) -> None:
     repo_id, commit = repo
     large = get_hf_file_metadata(hf_hub_url(repo_id, LARGE, endpoint=fast_hf.endpoint), token=False)
-    assert (large.commit_hash, large.etag, large.size) == (commit, hashlib.sha256(FILES[LARGE]).hexdigest(), len(FILES[LARGE]))
-    small = get_hf_file_metadata(hf_hub_url(repo_id, "config.json", revision=commit, endpoint=fast_hf.endpoint), token=False)
-    assert (small.commit_hash, small.etag, small.size) == (commit, git_blob_id(FILES["config.json"]), len(FILES["config.json"]))
+    assert (large.commit_hash, large.etag, large.size) == (
+        commit,
+        hashlib.sha256(FILES[LARGE]).hexdigest(),
+        len(FILES[LARGE]),
+    )
+    small = get_hf_file_metadata(
+        hf_hub_url(repo_id, "config.json", revision=commit, endpoint=fast_hf.endpoint), token=False
+    )
+    assert (small.commit_hash, small.etag, small.size) == (
+        commit,
+        git_blob_id(FILES["config.json"]),
+        len(FILES["config.json"]),
+    )
 
 
 def test_fill_cache_verifies(fast_hf: FastHfServer, repo: tuple[str, str], tmp_path: pathlib.Path) -> None:
@@ -101,7 +111,11 @@ def test_range_requests(fast_hf: FastHfServer, repo: tuple[str, str]) -> None:
     url = hf_hub_url(repo_id, LARGE, endpoint=fast_hf.endpoint)
     content, size = FILES[LARGE], len(FILES[LARGE])
     with requests.Session() as session:
-        for header, start, end in (("bytes=1000-1999", 1000, 2000), ("bytes=299990-", 299990, size), ("bytes=-10", size - 10, size)):
+        for header, start, end in (
+            ("bytes=1000-1999", 1000, 2000),
+            ("bytes=299990-", 299990, size),
+            ("bytes=-10", size - 10, size),
+        ):
             response = session.get(url, headers={"Range": header})
             assert response.status_code == 206, header
             assert response.headers["Content-Range"] == f"bytes {start}-{end - 1}/{size}"

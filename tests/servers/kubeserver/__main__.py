@@ -32,13 +32,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--port", type=int, default=0)
     parser.add_argument("--ready-file", help="write the bound port here once listening")
     parser.add_argument("--no-parent-watch", action="store_true", help="keep running if the parent exits")
-    parser.add_argument("--workdir", help="where the job runner keeps volumes and pods (default: the ready file's directory)")
+    parser.add_argument(
+        "--workdir", help="where the job runner keeps volumes and pods (default: the ready file's directory)"
+    )
     args = parser.parse_args(argv)
 
     server = serve(args.port, args.host)
     port = server.server_address[1]
     workdir = args.workdir or (os.path.dirname(os.path.abspath(args.ready_file)) if args.ready_file else os.getcwd())
-    start_job_runner(server.store, pathlib.Path(workdir), f"http://{args.host}:{port}")  # runs Modelplane's own Jobs (see jobs.py)
+    start_job_runner(
+        server.store, pathlib.Path(workdir), f"http://{args.host}:{port}"
+    )  # runs Modelplane's own Jobs (see jobs.py)
     if not args.no_parent_watch:
         threading.Thread(target=_watch_parent, args=(os.getppid(),), daemon=True).start()
 

@@ -22,7 +22,8 @@ import time
 import urllib.error
 import urllib.request
 import uuid
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -31,7 +32,6 @@ from tests.servers.kubeserver.server import USER_TOKEN_PREFIX
 from tests.servers.processes import stop_process
 
 REPO = pathlib.Path(__file__).resolve().parents[3]
-
 
 
 class KubeServer:
@@ -64,13 +64,16 @@ class KubeServer:
 
     def _call(self, method: str, path: str, body: Any = None) -> Any:
         data = None if body is None else json.dumps(body).encode()
-        req = urllib.request.Request(self.url + path, data=data, method=method,
-                                     headers={"Content-Type": "application/json"})
+        req = urllib.request.Request(
+            self.url + path, data=data, method=method, headers={"Content-Type": "application/json"}
+        )
         try:
             with urllib.request.urlopen(req, timeout=30) as resp:
                 raw = resp.read()
         except urllib.error.HTTPError as exc:
-            raise RuntimeError(f"kubeserver {method} {path} -> {exc.code}: {exc.read().decode(errors='replace')}") from None
+            raise RuntimeError(
+                f"kubeserver {method} {path} -> {exc.code}: {exc.read().decode(errors='replace')}"
+            ) from None
         return json.loads(raw) if raw else None
 
     # ----------------------------------------------------------------------------------- controls
@@ -87,8 +90,10 @@ class KubeServer:
         if resource is None and subresource is None:
             return int(st["by_verb"].get(verb, 0))
         return sum(
-            r["count"] for r in st["by_resource"]
-            if r["verb"] == verb and (resource is None or r["resource"] == resource)
+            r["count"]
+            for r in st["by_resource"]
+            if r["verb"] == verb
+            and (resource is None or r["resource"] == resource)
             and (subresource is None or r["subresource"] == subresource)
         )
 
@@ -105,8 +110,11 @@ class KubeServer:
         """Make the next ``times`` requests with ``method`` ("*" = any) whose path matches ``path_regex``
         (``re.search`` on the URL path, no query) fail with ``status`` and a proper ``Status`` body.
         ``extra`` may set ``message``, ``reason`` or ``retry_after``."""
-        self._call("POST", "/_test/inject", {"method": method, "path_regex": path_regex, "status": status,
-                                             "times": times, **extra})
+        self._call(
+            "POST",
+            "/_test/inject",
+            {"method": method, "path_regex": path_regex, "status": status, "times": times, **extra},
+        )
 
     def clear_injections(self) -> None:
         """Drop all pending injections."""
@@ -119,7 +127,9 @@ class KubeServer:
     def create_namespace(self, name: str) -> None:
         """Create a Namespace unless it exists (idempotent)."""
         try:
-            self._call("POST", "/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
+            self._call(
+                "POST", "/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}}
+            )
         except RuntimeError as exc:
             if "-> 409" not in str(exc):
                 raise
@@ -163,7 +173,11 @@ def start_kube_server(workdir: str | os.PathLike[str] | None = None, timeout: fl
     log = open(wd / "kubeserver.log", "ab")
     proc = subprocess.Popen(
         [sys.executable, "-m", "tests.servers.kubeserver", "--port", "0", "--ready-file", str(ready)],
-        cwd=str(REPO), env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+        cwd=str(REPO),
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        stdin=subprocess.DEVNULL,
     )
     log.close()
     deadline = time.monotonic() + timeout

@@ -40,7 +40,7 @@ import sys
 import threading
 import time
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 from .server import USER_TOKEN_PREFIX
@@ -96,7 +96,7 @@ def service_account_token(namespace: str, name: str) -> str:
 
 
 def _now() -> str:
-    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 @dataclass
@@ -122,8 +122,14 @@ class _Run:
 class JobRunner:
     """Polls the store and drives PVCs, Jobs and their Pods (see the module docs)."""
 
-    def __init__(self, store: Store, workdir: pathlib.Path, images: tuple[str, ...] = DEFAULT_IMAGES,
-                 api_url: str | None = None, image: Image | None = None) -> None:
+    def __init__(
+        self,
+        store: Store,
+        workdir: pathlib.Path,
+        images: tuple[str, ...] = DEFAULT_IMAGES,
+        api_url: str | None = None,
+        image: Image | None = None,
+    ) -> None:
         self.store = store
         self.workdir = workdir
         self.images = images
@@ -131,8 +137,15 @@ class JobRunner:
         self.image = image or modelplane_image()
         self.runs: dict[str, _Run] = {}
         self._stop = threading.Event()
-        self._types = {key: store.resolve(*key) for key in (("batch", "v1", "jobs"), ("", "v1", "pods"),
-                                                            ("", "v1", "persistentvolumeclaims"), ("", "v1", "secrets"))}
+        self._types = {
+            key: store.resolve(*key)
+            for key in (
+                ("batch", "v1", "jobs"),
+                ("", "v1", "pods"),
+                ("", "v1", "persistentvolumeclaims"),
+                ("", "v1", "secrets"),
+            )
+        }
 
     def start(self) -> threading.Thread:
         """Run the control loop in a daemon thread."""
@@ -170,8 +183,9 @@ class JobRunner:
                 continue
             run = self.runs.get(meta["uid"])
             if run is None:
-                run = self.runs[meta["uid"]] = _Run(meta["uid"], meta["namespace"], meta["name"],
-                                                    ttl=job["spec"].get("ttlSecondsAfterFinished"))
+                run = self.runs[meta["uid"]] = _Run(
+                    meta["uid"], meta["namespace"], meta["name"], ttl=job["spec"].get("ttlSecondsAfterFinished")
+                )
             self._drive(job, run)
         for uid in list(self.runs):
             if uid not in live:
@@ -190,9 +204,14 @@ class JobRunner:
             if (pvc.get("status") or {}).get("phase") == "Bound" or pvc["metadata"].get("deletionTimestamp"):
                 continue
             spec = pvc.get("spec") or {}
-            volume_path(self.workdir, pvc["metadata"]["namespace"], pvc["metadata"]["name"]).mkdir(parents=True, exist_ok=True)
-            status = {"phase": "Bound", "accessModes": spec.get("accessModes") or ["ReadWriteOnce"],
-                      "capacity": {"storage": ((spec.get("resources") or {}).get("requests") or {}).get("storage", "1Gi")}}
+            volume_path(self.workdir, pvc["metadata"]["namespace"], pvc["metadata"]["name"]).mkdir(
+                parents=True, exist_ok=True
+            )
+            status = {
+                "phase": "Bound",
+                "accessModes": spec.get("accessModes") or ["ReadWriteOnce"],
+                "capacity": {"storage": ((spec.get("resources") or {}).get("requests") or {}).get("storage", "1Gi")},
+            }
             self._patch_status(rt, pvc, status)
 
     def _patch_status(self, rt: Any, obj: Obj, status: Obj) -> None:
@@ -207,8 +226,10 @@ class JobRunner:
     def _drive(self, job: Obj, run: _Run) -> None:
         jobs_rt = self._types[("batch", "v1", "jobs")]
         status = job.get("status") or {}
-        if run.finished_at is not None or any(c.get("status") == "True" and c.get("type") in ("Complete", "Failed")
-                                              for c in status.get("conditions") or []):
+        if run.finished_at is not None or any(
+            c.get("status") == "True" and c.get("type") in ("Complete", "Failed")
+            for c in status.get("conditions") or []
+        ):
             if run.finished_at is None:
                 run.finished_at = time.monotonic()
             if run.ttl is not None and time.monotonic() - run.finished_at >= run.ttl:
@@ -232,14 +253,33 @@ class JobRunner:
         pods_rt = self._types[("", "v1", "pods")]
         if run.pod is None:
             run.pod = f"{run.name}-{''.join(secrets.choice('bcdfghjklmnpqrstvwxz2456789') for _ in range(5))}"
-            labels = {**((template.get("metadata") or {}).get("labels") or {}), "job-name": run.name,
-                      "batch.kubernetes.io/job-name": run.name, "controller-uid": run.uid,
-                      "batch.kubernetes.io/controller-uid": run.uid}
-            pod = {"apiVersion": "v1", "kind": "Pod",
-                   "metadata": {"name": run.pod, "namespace": run.namespace, "labels": labels,
-                                "ownerReferences": [{"apiVersion": "batch/v1", "kind": "Job", "name": run.name,
-                                                     "uid": run.uid, "controller": True, "blockOwnerDeletion": True}]},
-                   "spec": pod_spec}
+            labels = {
+                **((template.get("metadata") or {}).get("labels") or {}),
+                "job-name": run.name,
+                "batch.kubernetes.io/job-name": run.name,
+                "controller-uid": run.uid,
+                "batch.kubernetes.io/controller-uid": run.uid,
+            }
+            pod = {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {
+                    "name": run.pod,
+                    "namespace": run.namespace,
+                    "labels": labels,
+                    "ownerReferences": [
+                        {
+                            "apiVersion": "batch/v1",
+                            "kind": "Job",
+                            "name": run.name,
+                            "uid": run.uid,
+                            "controller": True,
+                            "blockOwnerDeletion": True,
+                        }
+                    ],
+                },
+                "spec": pod_spec,
+            }
             self.store.create(pods_rt, run.namespace, pod)
             self._job_status(job, {"active": 1, "startTime": job.get("status", {}).get("startTime") or _now()})
         run.pod_dir = self.workdir / "pods" / run.namespace / run.pod
@@ -255,10 +295,22 @@ class JobRunner:
         except LookupError as exc:
             if not run.waiting:
                 run.waiting = True
-                self._pod_status(run, {"phase": "Pending", "containerStatuses": [
-                    {"name": container["name"], "ready": False, "restartCount": 0, "image": container.get("image"),
-                     "imageID": _image_id(container),
-                     "state": {"waiting": {"reason": "CreateContainerConfigError", "message": str(exc)}}}]})
+                self._pod_status(
+                    run,
+                    {
+                        "phase": "Pending",
+                        "containerStatuses": [
+                            {
+                                "name": container["name"],
+                                "ready": False,
+                                "restartCount": 0,
+                                "image": container.get("image"),
+                                "imageID": _image_id(container),
+                                "state": {"waiting": {"reason": "CreateContainerConfigError", "message": str(exc)}},
+                            }
+                        ],
+                    },
+                )
             return
         run.waiting = False
         argv = [_map(arg, mounts) for arg in [*(container.get("command") or []), *(container.get("args") or [])]]
@@ -267,12 +319,31 @@ class JobRunner:
         run.fallback_to_logs = container.get("terminationMessagePolicy") == "FallbackToLogsOnError"
         run.log_path = run.pod_dir / "log"
         with open(run.log_path, "wb") as log:
-            run.proc = subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                        cwd=_map(container.get("workingDir") or self.image.workdir, mounts))
-        self._pod_status(run, {"phase": "Running", "startTime": _now(), "containerStatuses": [
-            {"name": container["name"], "ready": True, "restartCount": 0, "image": container.get("image"),
-                     "imageID": _image_id(container),
-             "state": {"running": {"startedAt": _now()}}}]})
+            run.proc = subprocess.Popen(
+                argv,
+                env=env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                cwd=_map(container.get("workingDir") or self.image.workdir, mounts),
+            )
+        self._pod_status(
+            run,
+            {
+                "phase": "Running",
+                "startTime": _now(),
+                "containerStatuses": [
+                    {
+                        "name": container["name"],
+                        "ready": True,
+                        "restartCount": 0,
+                        "image": container.get("image"),
+                        "imageID": _image_id(container),
+                        "state": {"running": {"startedAt": _now()}},
+                    }
+                ],
+            },
+        )
 
     def _finish_pod(self, job: Obj, run: _Run, code: int) -> None:
         container = job["spec"]["template"]["spec"]["containers"][0]
@@ -283,28 +354,77 @@ class JobRunner:
         terminated = {"exitCode": code, "reason": "Completed" if code == 0 else "Error", "finishedAt": _now()}
         if message:
             terminated["message"] = message
-        self._pod_status(run, {"phase": "Succeeded" if code == 0 else "Failed", "containerStatuses": [
-            {"name": container["name"], "ready": False, "restartCount": 0, "image": container.get("image"),
-                     "imageID": _image_id(container),
-             "state": {"terminated": terminated}}]})
+        self._pod_status(
+            run,
+            {
+                "phase": "Succeeded" if code == 0 else "Failed",
+                "containerStatuses": [
+                    {
+                        "name": container["name"],
+                        "ready": False,
+                        "restartCount": 0,
+                        "image": container.get("image"),
+                        "imageID": _image_id(container),
+                        "state": {"terminated": terminated},
+                    }
+                ],
+            },
+        )
         run.proc = None
         run.pod = None
         if code == 0:
-            self._job_status(job, {"active": 0, "succeeded": 1, "completionTime": _now(), "conditions": [
-                {"type": "SuccessCriteriaMet", "status": "True", "reason": "CompletionsReached",
-                 "message": "Reached expected number of succeeded pods", "lastTransitionTime": _now()},
-                {"type": "Complete", "status": "True", "reason": "CompletionsReached",
-                 "message": "Reached expected number of succeeded pods", "lastTransitionTime": _now()}]})
+            self._job_status(
+                job,
+                {
+                    "active": 0,
+                    "succeeded": 1,
+                    "completionTime": _now(),
+                    "conditions": [
+                        {
+                            "type": "SuccessCriteriaMet",
+                            "status": "True",
+                            "reason": "CompletionsReached",
+                            "message": "Reached expected number of succeeded pods",
+                            "lastTransitionTime": _now(),
+                        },
+                        {
+                            "type": "Complete",
+                            "status": "True",
+                            "reason": "CompletionsReached",
+                            "message": "Reached expected number of succeeded pods",
+                            "lastTransitionTime": _now(),
+                        },
+                    ],
+                },
+            )
             run.finished_at = time.monotonic()
             return
         run.failures += 1
         limit = job["spec"].get("backoffLimit", 6)
         if run.failures > limit:
-            self._job_status(job, {"active": 0, "failed": run.failures, "conditions": [
-                {"type": "FailureTarget", "status": "True", "reason": "BackoffLimitExceeded",
-                 "message": "Job has reached the specified backoff limit", "lastTransitionTime": _now()},
-                {"type": "Failed", "status": "True", "reason": "BackoffLimitExceeded",
-                 "message": "Job has reached the specified backoff limit", "lastTransitionTime": _now()}]})
+            self._job_status(
+                job,
+                {
+                    "active": 0,
+                    "failed": run.failures,
+                    "conditions": [
+                        {
+                            "type": "FailureTarget",
+                            "status": "True",
+                            "reason": "BackoffLimitExceeded",
+                            "message": "Job has reached the specified backoff limit",
+                            "lastTransitionTime": _now(),
+                        },
+                        {
+                            "type": "Failed",
+                            "status": "True",
+                            "reason": "BackoffLimitExceeded",
+                            "message": "Job has reached the specified backoff limit",
+                            "lastTransitionTime": _now(),
+                        },
+                    ],
+                },
+            )
             run.finished_at = time.monotonic()
         else:
             self._job_status(job, {"failed": run.failures})
@@ -386,7 +506,7 @@ def _map(value: str, mounts: list[tuple[str, str]]) -> str:
     """``value`` with a leading mount path replaced by its local directory."""
     for path, local in mounts:
         if value == path or value.startswith(path + "/"):
-            return local + value[len(path):]
+            return local + value[len(path) :]
     return value
 
 
@@ -403,15 +523,19 @@ def _executable(name: str) -> str:
 
 def kubeconfig(url: str, token: str, namespace: str = "default") -> str:
     """A kubeconfig for the server at ``url`` with a bearer ``token`` (context ``kubeserver``)."""
-    return (f"apiVersion: v1\nkind: Config\nclusters:\n- name: kubeserver\n  cluster:\n    server: {url}\n"
-            f"users:\n- name: kubeserver\n  user:\n    token: {token}\ncontexts:\n- name: kubeserver\n  context:\n"
-            f"    cluster: kubeserver\n    user: kubeserver\n    namespace: {namespace}\ncurrent-context: kubeserver\n")
+    return (
+        f"apiVersion: v1\nkind: Config\nclusters:\n- name: kubeserver\n  cluster:\n    server: {url}\n"
+        f"users:\n- name: kubeserver\n  user:\n    token: {token}\ncontexts:\n- name: kubeserver\n  context:\n"
+        f"    cluster: kubeserver\n    user: kubeserver\n    namespace: {namespace}\ncurrent-context: kubeserver\n"
+    )
 
 
 def start_job_runner(store: Store, workdir: pathlib.Path, api_url: str | None = None) -> JobRunner:
     """Start the runner for ``store`` with the images named by ``KUBESERVER_JOB_IMAGES``; ``api_url`` (the
     server's) gives Pods their service account's credentials."""
-    images = tuple(p.strip() for p in os.environ.get("KUBESERVER_JOB_IMAGES", "").split(",") if p.strip()) or DEFAULT_IMAGES
+    images = (
+        tuple(p.strip() for p in os.environ.get("KUBESERVER_JOB_IMAGES", "").split(",") if p.strip()) or DEFAULT_IMAGES
+    )
     runner = JobRunner(store, workdir, images, api_url)
     runner.start()
     return runner

@@ -80,13 +80,25 @@ class ResourceType:
         out = [main]
         if self.has_status:
             out.append(
-                {"name": f"{self.plural}/status", "singularName": "", "namespaced": self.namespaced,
-                 "kind": self.kind, "verbs": ["get", "patch", "update"]}
+                {
+                    "name": f"{self.plural}/status",
+                    "singularName": "",
+                    "namespaced": self.namespaced,
+                    "kind": self.kind,
+                    "verbs": ["get", "patch", "update"],
+                }
             )
         if self.scale is not None:
             out.append(
-                {"name": f"{self.plural}/scale", "singularName": "", "namespaced": self.namespaced,
-                 "group": "autoscaling", "version": "v1", "kind": "Scale", "verbs": ["get", "patch", "update"]}
+                {
+                    "name": f"{self.plural}/scale",
+                    "singularName": "",
+                    "namespaced": self.namespaced,
+                    "group": "autoscaling",
+                    "version": "v1",
+                    "kind": "Scale",
+                    "verbs": ["get", "patch", "update"],
+                }
             )
         return out
 
@@ -94,40 +106,156 @@ class ResourceType:
 _WORKLOAD_SCALE = ScaleSpec()
 
 BUILTINS: tuple[ResourceType, ...] = (
-    ResourceType("", "v1", "namespaces", "Namespace", namespaced=False, short_names=("ns",), has_status=True,
-                 field_labels=frozenset({"status.phase"})),
+    ResourceType(
+        "",
+        "v1",
+        "namespaces",
+        "Namespace",
+        namespaced=False,
+        short_names=("ns",),
+        has_status=True,
+        field_labels=frozenset({"status.phase"}),
+    ),
     ResourceType("", "v1", "configmaps", "ConfigMap", short_names=("cm",)),
     ResourceType("", "v1", "secrets", "Secret", field_labels=frozenset({"type"})),
     ResourceType("", "v1", "serviceaccounts", "ServiceAccount", short_names=("sa",)),
     ResourceType("", "v1", "persistentvolumeclaims", "PersistentVolumeClaim", short_names=("pvc",), has_status=True),
     ResourceType("", "v1", "services", "Service", short_names=("svc",), has_status=True),
     ResourceType("", "v1", "endpoints", "Endpoints", short_names=("ep",)),
-    ResourceType("", "v1", "events", "Event", short_names=("ev",), field_labels=frozenset({
-        "involvedObject.kind", "involvedObject.namespace", "involvedObject.name", "involvedObject.uid",
-        "involvedObject.apiVersion", "involvedObject.resourceVersion", "involvedObject.fieldPath",
-        "reason", "reportingComponent", "source", "type"})),
-    ResourceType("", "v1", "pods", "Pod", short_names=("po",), has_status=True, field_labels=frozenset({
-        "spec.nodeName", "spec.restartPolicy", "spec.schedulerName", "spec.serviceAccountName",
-        "spec.hostNetwork", "status.phase", "status.podIP", "status.nominatedNodeName"})),
-    ResourceType("", "v1", "nodes", "Node", namespaced=False, short_names=("no",), has_status=True,
-                 field_labels=frozenset({"spec.unschedulable"})),
-    ResourceType("apps", "v1", "deployments", "Deployment", short_names=("deploy",), has_status=True,
-                 scale=_WORKLOAD_SCALE, generation=True, categories=("all",)),
-    ResourceType("apps", "v1", "statefulsets", "StatefulSet", short_names=("sts",), has_status=True,
-                 scale=_WORKLOAD_SCALE, generation=True, categories=("all",)),
-    ResourceType("apps", "v1", "replicasets", "ReplicaSet", short_names=("rs",), has_status=True,
-                 scale=_WORKLOAD_SCALE, generation=True, categories=("all",)),
-    ResourceType("batch", "v1", "jobs", "Job", has_status=True, generation=True, categories=("all",),
-                 field_labels=frozenset({"status.successful"})),
+    ResourceType(
+        "",
+        "v1",
+        "events",
+        "Event",
+        short_names=("ev",),
+        field_labels=frozenset(
+            {
+                "involvedObject.kind",
+                "involvedObject.namespace",
+                "involvedObject.name",
+                "involvedObject.uid",
+                "involvedObject.apiVersion",
+                "involvedObject.resourceVersion",
+                "involvedObject.fieldPath",
+                "reason",
+                "reportingComponent",
+                "source",
+                "type",
+            }
+        ),
+    ),
+    ResourceType(
+        "",
+        "v1",
+        "pods",
+        "Pod",
+        short_names=("po",),
+        has_status=True,
+        field_labels=frozenset(
+            {
+                "spec.nodeName",
+                "spec.restartPolicy",
+                "spec.schedulerName",
+                "spec.serviceAccountName",
+                "spec.hostNetwork",
+                "status.phase",
+                "status.podIP",
+                "status.nominatedNodeName",
+            }
+        ),
+    ),
+    ResourceType(
+        "",
+        "v1",
+        "nodes",
+        "Node",
+        namespaced=False,
+        short_names=("no",),
+        has_status=True,
+        field_labels=frozenset({"spec.unschedulable"}),
+    ),
+    ResourceType(
+        "apps",
+        "v1",
+        "deployments",
+        "Deployment",
+        short_names=("deploy",),
+        has_status=True,
+        scale=_WORKLOAD_SCALE,
+        generation=True,
+        categories=("all",),
+    ),
+    ResourceType(
+        "apps",
+        "v1",
+        "statefulsets",
+        "StatefulSet",
+        short_names=("sts",),
+        has_status=True,
+        scale=_WORKLOAD_SCALE,
+        generation=True,
+        categories=("all",),
+    ),
+    ResourceType(
+        "apps",
+        "v1",
+        "replicasets",
+        "ReplicaSet",
+        short_names=("rs",),
+        has_status=True,
+        scale=_WORKLOAD_SCALE,
+        generation=True,
+        categories=("all",),
+    ),
+    ResourceType(
+        "batch",
+        "v1",
+        "jobs",
+        "Job",
+        has_status=True,
+        generation=True,
+        categories=("all",),
+        field_labels=frozenset({"status.successful"}),
+    ),
     ResourceType("batch", "v1", "cronjobs", "CronJob", short_names=("cj",), has_status=True, generation=True),
-    ResourceType("autoscaling", "v2", "horizontalpodautoscalers", "HorizontalPodAutoscaler", short_names=("hpa",),
-                 has_status=True, generation=True),
+    ResourceType(
+        "autoscaling",
+        "v2",
+        "horizontalpodautoscalers",
+        "HorizontalPodAutoscaler",
+        short_names=("hpa",),
+        has_status=True,
+        generation=True,
+    ),
     ResourceType("coordination.k8s.io", "v1", "leases", "Lease"),
-    ResourceType("events.k8s.io", "v1", "events", "Event", short_names=("ev",), field_labels=frozenset({
-        "regarding.kind", "regarding.namespace", "regarding.name", "regarding.uid", "reason", "type",
-        "reportingController"})),
-    ResourceType("apiextensions.k8s.io", "v1", "customresourcedefinitions", "CustomResourceDefinition",
-                 namespaced=False, short_names=("crd", "crds"), has_status=True, generation=True),
+    ResourceType(
+        "events.k8s.io",
+        "v1",
+        "events",
+        "Event",
+        short_names=("ev",),
+        field_labels=frozenset(
+            {
+                "regarding.kind",
+                "regarding.namespace",
+                "regarding.name",
+                "regarding.uid",
+                "reason",
+                "type",
+                "reportingController",
+            }
+        ),
+    ),
+    ResourceType(
+        "apiextensions.k8s.io",
+        "v1",
+        "customresourcedefinitions",
+        "CustomResourceDefinition",
+        namespaced=False,
+        short_names=("crd", "crds"),
+        has_status=True,
+        generation=True,
+    ),
 )
 
 CRD_TYPE: ResourceType = BUILTINS[-1]
@@ -151,10 +279,8 @@ def types_from_crd(crd: dict[str, Any]) -> list[ResourceType]:
                 s.get("statusReplicasPath", ".status.replicas"),
                 s.get("labelSelectorPath"),
             )
-        schema = ((ver.get("schema") or spec.get("validation") or {}).get("openAPIV3Schema"))
-        fields = frozenset(
-            f["jsonPath"].lstrip(".") for f in (ver.get("selectableFields") or ()) if f.get("jsonPath")
-        )
+        schema = (ver.get("schema") or spec.get("validation") or {}).get("openAPIV3Schema")
+        fields = frozenset(f["jsonPath"].lstrip(".") for f in (ver.get("selectableFields") or ()) if f.get("jsonPath"))
         out.append(
             ResourceType(
                 group=spec.get("group", ""),

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from functools import lru_cache
-from typing import Any, Callable
+from typing import Any
 
 Predicate = Callable[[dict[str, Any]], bool]
 
@@ -44,12 +45,16 @@ _LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
 def _check_value(key: str, value: str) -> None:
     """A selector value must be a valid label value (at most 63 characters of the label alphabet)."""
     if len(value) > 63:
-        raise SelectorError(f"unable to parse requirement: values[0][{key}]: Invalid value: {value!r}: "
-                            "must be no more than 63 characters")
+        raise SelectorError(
+            f"unable to parse requirement: values[0][{key}]: Invalid value: {value!r}: "
+            "must be no more than 63 characters"
+        )
     if not _LABEL_VALUE.match(value):
-        raise SelectorError(f"unable to parse requirement: values[0][{key}]: Invalid value: {value!r}: a valid label "
-                            "must be an empty string or consist of alphanumeric characters, '-', '_' or '.', and must "
-                            "start and end with an alphanumeric character")
+        raise SelectorError(
+            f"unable to parse requirement: values[0][{key}]: Invalid value: {value!r}: a valid label "
+            "must be an empty string or consist of alphanumeric characters, '-', '_' or '.', and must "
+            "start and end with an alphanumeric character"
+        )
 
 
 def _requirement(req: str) -> Callable[[dict[str, str]], bool]:
@@ -60,7 +65,7 @@ def _requirement(req: str) -> Callable[[dict[str, str]], bool]:
         key, op, raw = m.groups()
         values = frozenset(v.strip() for v in raw.split(",") if v.strip())
         if not values:  # labels.Parse: an empty set selects nothing meaningful and is rejected
-            raise SelectorError(f"unable to parse requirement: for 'in', 'notin' operators, values set can't be empty")
+            raise SelectorError("unable to parse requirement: for 'in', 'notin' operators, values set can't be empty")
         for value in sorted(values):
             _check_value(key, value)
         if op == "in":
@@ -119,7 +124,7 @@ def field_selector(selector: str, supported: frozenset[str]) -> Predicate | None
             raise SelectorError(f"invalid selector: {req!r}; can't understand {req!r}")
         key, op, value = m.groups()
         if key not in supported and key not in ("metadata.name", "metadata.namespace"):
-            raise SelectorError(f'field label not supported: {key}')
+            raise SelectorError(f"field label not supported: {key}")
         reqs.append((key, op == "!=", value.strip()))
     if not reqs:
         return None

@@ -16,8 +16,8 @@ from urllib.parse import parse_qs, unquote, urlsplit
 
 import yaml
 
-from .store import APPLY, RETURNS_DELETED_OBJECT, ApiError, Obj, Store
 from .resources import ResourceType
+from .store import APPLY, RETURNS_DELETED_OBJECT, ApiError, Obj, Store
 
 VERSION_INFO = {
     "major": "1",
@@ -32,7 +32,9 @@ VERSION_INFO = {
 }
 
 _DUMPS = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
-USER_TOKEN_PREFIX = "kubeserver-as:"  # a bearer token naming the user its requests are logged as (jobs.service_account_token)
+USER_TOKEN_PREFIX = (
+    "kubeserver-as:"  # a bearer token naming the user its requests are logged as (jobs.service_account_token)
+)
 
 
 @dataclass
@@ -78,8 +80,10 @@ class Controls:
                     {"verb": v, "resource": r, "subresource": s, "count": c}
                     for (v, r, s), c in sorted(self.by_resource.items())
                 ],
-                "by_key": {(f"{v} {r}" + (f"/{s}" if s else "")).strip(): c
-                           for (v, r, s), c in sorted(self.by_resource.items())},
+                "by_key": {
+                    (f"{v} {r}" + (f"/{s}" if s else "")).strip(): c
+                    for (v, r, s), c in sorted(self.by_resource.items())
+                },
             }
 
     def reset(self) -> None:
@@ -153,8 +157,8 @@ class Handler(BaseHTTPRequestHandler):
         job runner's Pods use ``system:serviceaccount:<namespace>:<name>``); any other token is ``admin``.
         Nothing is authorized by it: every token may do everything."""
         auth = self.headers.get("Authorization") or ""
-        token = auth[len("Bearer "):] if auth.startswith("Bearer ") else ""
-        return token[len(USER_TOKEN_PREFIX):] if token.startswith(USER_TOKEN_PREFIX) else "admin"
+        token = auth[len("Bearer ") :] if auth.startswith("Bearer ") else ""
+        return token[len(USER_TOKEN_PREFIX) :] if token.startswith(USER_TOKEN_PREFIX) else "admin"
 
     def _send(self, code: int, body: Any, headers: dict[str, str] | None = None) -> None:
         self._code = code
@@ -164,8 +168,12 @@ class Handler(BaseHTTPRequestHandler):
             phrase = HTTPStatus(code).phrase
         except ValueError:
             phrase = "Unknown"
-        head = [f"HTTP/1.1 {code} {phrase}", "Content-Type: application/json", f"Content-Length: {len(data)}",
-                "Cache-Control: no-cache, private"]
+        head = [
+            f"HTTP/1.1 {code} {phrase}",
+            "Content-Type: application/json",
+            f"Content-Length: {len(data)}",
+            "Cache-Control: no-cache, private",
+        ]
         for k, v in (headers or {}).items():
             head.append(f"{k}: {v}")
         self.wfile.write(("\r\n".join(head) + "\r\n\r\n").encode() + data)
@@ -285,11 +293,15 @@ class Handler(BaseHTTPRequestHandler):
         message = inj.message
         if message is None:
             if inj.status == 409:
-                message = (f'Operation cannot be fulfilled on {rt.qualified} "{name}": the object has been modified; '
-                           "please apply your changes to the latest version and try again")
+                message = (
+                    f'Operation cannot be fulfilled on {rt.qualified} "{name}": the object has been modified; '
+                    "please apply your changes to the latest version and try again"
+                )
             elif inj.status == 403:
-                message = (f'{rt.qualified} "{name}" is forbidden: User "system:serviceaccount:test:injected" cannot '
-                           f"{self.command.lower()} resource \"{rt.plural}\" in API group \"{rt.group}\"")
+                message = (
+                    f'{rt.qualified} "{name}" is forbidden: User "system:serviceaccount:test:injected" cannot '
+                    f'{self.command.lower()} resource "{rt.plural}" in API group "{rt.group}"'
+                )
             elif inj.status == 404:
                 message = f'{rt.qualified} "{name}" not found'
             else:
@@ -316,8 +328,12 @@ class Handler(BaseHTTPRequestHandler):
                 self._send(200, store.get(rt, ns, name))  # type: ignore[arg-type]
         elif verb == "list":
             limit = int(query.get("limit") or 0)
-            self._send(200, store.list(rt, ns, query.get("labelSelector"), query.get("fieldSelector"),
-                                       limit, query.get("continue") or None))
+            self._send(
+                200,
+                store.list(
+                    rt, ns, query.get("labelSelector"), query.get("fieldSelector"), limit, query.get("continue") or None
+                ),
+            )
         elif verb == "watch":
             self._watch(rt, ns, query)
         elif verb == "create":
@@ -356,23 +372,49 @@ class Handler(BaseHTTPRequestHandler):
             obj, gone = store.delete(rt, ns, name, options, dry_run)  # type: ignore[arg-type]
             if gone and (rt.group, rt.plural) not in RETURNS_DELETED_OBJECT:  # genericregistry's finalizeDelete
                 meta = obj["metadata"]
-                self._send(200, {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success",
-                                 "details": {k: v for k, v in (("name", meta["name"]), ("group", rt.group),
-                                                               ("kind", rt.plural), ("uid", meta.get("uid"))) if v}})
+                self._send(
+                    200,
+                    {
+                        "kind": "Status",
+                        "apiVersion": "v1",
+                        "metadata": {},
+                        "status": "Success",
+                        "details": {
+                            k: v
+                            for k, v in (
+                                ("name", meta["name"]),
+                                ("group", rt.group),
+                                ("kind", rt.plural),
+                                ("uid", meta.get("uid")),
+                            )
+                            if v
+                        },
+                    },
+                )
             else:
                 self._send(200, obj)
         elif verb == "deletecollection":
-            self._send(200, store.delete_collection(rt, ns, query.get("labelSelector"), query.get("fieldSelector"), dry_run))
+            self._send(
+                200, store.delete_collection(rt, ns, query.get("labelSelector"), query.get("fieldSelector"), dry_run)
+            )
 
     def _watch(self, rt: ResourceType, ns: str | None, query: dict[str, str]) -> None:
         timeout = float(query.get("timeoutSeconds") or 1800)
-        events = self.server.store.watch(rt, ns, query.get("labelSelector"), query.get("fieldSelector"),
-                                         query.get("resourceVersion"), timeout,
-                                         bookmarks=query.get("allowWatchBookmarks") == "true",
-                                         send_initial_events=query.get("sendInitialEvents") == "true")
+        events = self.server.store.watch(
+            rt,
+            ns,
+            query.get("labelSelector"),
+            query.get("fieldSelector"),
+            query.get("resourceVersion"),
+            timeout,
+            bookmarks=query.get("allowWatchBookmarks") == "true",
+            send_initial_events=query.get("sendInitialEvents") == "true",
+        )
         self._log_request()  # the stream is logged when it starts
-        self.wfile.write(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n"
-                         b"Cache-Control: no-cache, private\r\n\r\n")
+        self.wfile.write(
+            b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n"
+            b"Cache-Control: no-cache, private\r\n\r\n"
+        )
 
         def chunk(ev: Obj) -> None:
             data = _DUMPS(ev).encode() + b"\n"
@@ -413,8 +455,14 @@ class Handler(BaseHTTPRequestHandler):
             self._send(200, b"ok")
         elif n == 1 and segs[0] == "api":
             host = f"127.0.0.1:{self.server.server_address[1]}"
-            self._send(200, {"kind": "APIVersions", "versions": ["v1"],
-                             "serverAddressByClientCIDRs": [{"clientCIDR": "0.0.0.0/0", "serverAddress": host}]})
+            self._send(
+                200,
+                {
+                    "kind": "APIVersions",
+                    "versions": ["v1"],
+                    "serverAddressByClientCIDRs": [{"clientCIDR": "0.0.0.0/0", "serverAddress": host}],
+                },
+            )
         elif n == 2 and segs[0] == "api" and segs[1] == "v1":
             self._send(200, self._resource_list("", "v1"))
         elif n == 1 and segs[0] == "apis":
@@ -443,15 +491,19 @@ class Handler(BaseHTTPRequestHandler):
         resources = []
         for rt in sorted(self.server.store.resources(group, version), key=lambda r: r.plural):
             resources.extend(rt.discovery())
-        return {"kind": "APIResourceList", "apiVersion": "v1",
-                "groupVersion": f"{group}/{version}" if group else version, "resources": resources}
+        return {
+            "kind": "APIResourceList",
+            "apiVersion": "v1",
+            "groupVersion": f"{group}/{version}" if group else version,
+            "resources": resources,
+        }
 
     # --------------------------------------------------------------------------------------- admin
 
     def _admin(self, method: str, path: str, query: dict[str, str]) -> None:
         controls = self.server.controls
         body = self._body()
-        action = path[len("/_test/"):]
+        action = path[len("/_test/") :]
         if action == "stats" and method == "GET":
             self._send(200, controls.stats())
         elif action == "reset-stats" and method == "POST":

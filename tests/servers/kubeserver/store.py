@@ -16,15 +16,17 @@ import secrets
 import threading
 import time
 import uuid
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import datetime, timezone
-from typing import Any, Iterator
+from datetime import UTC, datetime
+from typing import Any
 
 from engine.api import schema as schema_mod
+
 from .patch import PatchError, clone, json_patch, merge_patch, strategic_merge_patch
-from .selectors import Predicate, SelectorError, field_selector, label_selector, selector_to_string
 from .resources import BUILTINS, CRD_TYPE, NAMESPACE_TYPE, ResourceType, ScaleSpec, types_from_crd
+from .selectors import Predicate, SelectorError, field_selector, label_selector, selector_to_string
 
 Obj = dict[str, Any]
 
@@ -34,9 +36,20 @@ STRATEGIC = "application/strategic-merge-patch+json"
 APPLY = "application/apply-patch+yaml"
 
 _REASONS = {
-    400: "BadRequest", 401: "Unauthorized", 403: "Forbidden", 404: "NotFound", 405: "MethodNotAllowed",
-    406: "NotAcceptable", 409: "Conflict", 410: "Expired", 415: "UnsupportedMediaType", 422: "Invalid",
-    429: "TooManyRequests", 500: "InternalError", 503: "ServiceUnavailable", 504: "Timeout",
+    400: "BadRequest",
+    401: "Unauthorized",
+    403: "Forbidden",
+    404: "NotFound",
+    405: "MethodNotAllowed",
+    406: "NotAcceptable",
+    409: "Conflict",
+    410: "Expired",
+    415: "UnsupportedMediaType",
+    422: "Invalid",
+    429: "TooManyRequests",
+    500: "InternalError",
+    503: "ServiceUnavailable",
+    504: "Timeout",
 }
 
 BUILTIN_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
@@ -88,13 +101,14 @@ def status_body(code: int, message: str, reason: str | None = None, details: dic
 
 def now() -> str:
     """RFC 3339 UTC timestamp with second precision."""
-    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def not_found(rt: ResourceType, name: str) -> ApiError:
     """404 for a named object."""
-    return ApiError(404, f'{rt.qualified} "{name}" not found', "NotFound",
-                    {"name": name, "group": rt.group, "kind": rt.plural})
+    return ApiError(
+        404, f'{rt.qualified} "{name}" not found', "NotFound", {"name": name, "group": rt.group, "kind": rt.plural}
+    )
 
 
 def conflict(rt: ResourceType, name: str) -> ApiError:
@@ -110,9 +124,15 @@ def conflict(rt: ResourceType, name: str) -> ApiError:
 
 def too_large_rv(wanted: int, current: int) -> ApiError:
     """504 for a read at a resourceVersion the store has not reached (storage.NewTooLargeResourceVersionError)."""
-    return ApiError(504, f"Too large resource version: {wanted}, current: {current}", "Timeout",
-                    {"causes": [{"reason": "ResourceVersionTooLarge", "message": "Too large resource version"}],
-                     "retryAfterSeconds": 1})
+    return ApiError(
+        504,
+        f"Too large resource version: {wanted}, current: {current}",
+        "Timeout",
+        {
+            "causes": [{"reason": "ResourceVersionTooLarge", "message": "Too large resource version"}],
+            "retryAfterSeconds": 1,
+        },
+    )
 
 
 def invalid(rt: ResourceType, name: str, errors: list[schema_mod.FieldError]) -> ApiError:
@@ -181,7 +201,7 @@ class _History:
             del self.rvs[:drop]
 
     def since(self, rv: int) -> list[Event]:
-        return self.events[bisect.bisect_right(self.rvs, rv):]
+        return self.events[bisect.bisect_right(self.rvs, rv) :]
 
 
 # ----------------------------------------------------------------------------------------- defaults
@@ -195,7 +215,9 @@ def _default_builtin(rt: ResourceType, obj: Obj) -> None:
         spec = obj.setdefault("spec", {})
         spec.setdefault("replicas", 1)
         if kind == "Deployment":
-            spec.setdefault("strategy", {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": "25%", "maxSurge": "25%"}})
+            spec.setdefault(
+                "strategy", {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": "25%", "maxSurge": "25%"}}
+            )
             spec.setdefault("revisionHistoryLimit", 10)
             spec.setdefault("progressDeadlineSeconds", 600)
     elif kind == "Job":
@@ -258,21 +280,40 @@ def _validate_builtin(rt: ResourceType, obj: Obj) -> list[schema_mod.FieldError]
             except SelectorError as exc:
                 return errors + [schema_mod.FieldError("spec.selector", "FieldValueInvalid", f"Invalid value: {exc}")]
             if pred is None:
-                errors.append(schema_mod.FieldError("spec.selector", "FieldValueInvalid",
-                                                    "Invalid value: {}: empty selector is invalid for deployment"))
+                errors.append(
+                    schema_mod.FieldError(
+                        "spec.selector",
+                        "FieldValueInvalid",
+                        "Invalid value: {}: empty selector is invalid for deployment",
+                    )
+                )
             elif not pred({"metadata": {"labels": labels}}):
-                errors.append(schema_mod.FieldError(
-                    "spec.template.metadata.labels", "FieldValueInvalid",
-                    f"Invalid value: {json.dumps(labels, sort_keys=True)}: `selector` does not match template `labels`"))
+                errors.append(
+                    schema_mod.FieldError(
+                        "spec.template.metadata.labels",
+                        "FieldValueInvalid",
+                        f"Invalid value: {json.dumps(labels, sort_keys=True)}: `selector` does not match template `labels`",
+                    )
+                )
         replicas = spec.get("replicas")
         if isinstance(replicas, int) and replicas < 0:
-            errors.append(schema_mod.FieldError("spec.replicas", "FieldValueInvalid",
-                                                f"Invalid value: {replicas}: must be greater than or equal to 0"))
+            errors.append(
+                schema_mod.FieldError(
+                    "spec.replicas",
+                    "FieldValueInvalid",
+                    f"Invalid value: {replicas}: must be greater than or equal to 0",
+                )
+            )
     if rt.kind == "ConfigMap" or rt.kind == "Secret":
         for key in obj.get("data") or {}:
             if not re.match(r"^[-._a-zA-Z0-9]+$", key):
-                errors.append(schema_mod.FieldError(f"data[{key}]", "FieldValueInvalid",
-                                                    f"Invalid value: {json.dumps(key)}: a valid config key must consist of alphanumeric characters, '-', '_' or '.'"))
+                errors.append(
+                    schema_mod.FieldError(
+                        f"data[{key}]",
+                        "FieldValueInvalid",
+                        f"Invalid value: {json.dumps(key)}: a valid config key must consist of alphanumeric characters, '-', '_' or '.'",
+                    )
+                )
     return errors
 
 
@@ -282,11 +323,25 @@ def _omit_empty(meta: Obj) -> None:
         del meta[key]
 
 
-OBJECT_META_FIELDS = frozenset({
-    "name", "generateName", "namespace", "selfLink", "uid", "resourceVersion", "generation", "creationTimestamp",
-    "deletionTimestamp", "deletionGracePeriodSeconds", "labels", "annotations", "ownerReferences", "finalizers",
-    "managedFields",
-})
+OBJECT_META_FIELDS = frozenset(
+    {
+        "name",
+        "generateName",
+        "namespace",
+        "selfLink",
+        "uid",
+        "resourceVersion",
+        "generation",
+        "creationTimestamp",
+        "deletionTimestamp",
+        "deletionGracePeriodSeconds",
+        "labels",
+        "annotations",
+        "ownerReferences",
+        "finalizers",
+        "managedFields",
+    }
+)
 """The fields of ``ObjectMeta``; anything else under ``metadata`` is dropped when decoded, as the real server does."""
 
 RETURNS_DELETED_OBJECT = frozenset({("", "pods"), ("", "services"), ("", "serviceaccounts"), ("", "namespaces")})
@@ -296,9 +351,11 @@ answers with a ``Status`` once the object is gone."""
 FOREGROUND = "foregroundDeletion"
 
 _LABEL_NAME = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$")
-_LABEL_VALUE_MSG = ("a valid label must be an empty string or consist of alphanumeric characters, '-', '_' or '.', "
-                    "and must start and end with an alphanumeric character (e.g. 'MyValue',  or 'my_value',  or "
-                    "'12345', regex used for validation is '(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?')")
+_LABEL_VALUE_MSG = (
+    "a valid label must be an empty string or consist of alphanumeric characters, '-', '_' or '.', "
+    "and must start and end with an alphanumeric character (e.g. 'MyValue',  or 'my_value',  or "
+    "'12345', regex used for validation is '(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?')"
+)
 
 
 def label_value_errors(value: Any) -> list[str]:
@@ -324,8 +381,10 @@ def label_key_errors(key: str) -> list[str]:
     elif len(name) > 63:
         errors.append("name part must be no more than 63 characters")
     elif not _LABEL_NAME.match(name):
-        errors.append("name part must consist of alphanumeric characters, '-', '_' or '.', and must start and end "
-                      "with an alphanumeric character")
+        errors.append(
+            "name part must consist of alphanumeric characters, '-', '_' or '.', and must start and end "
+            "with an alphanumeric character"
+        )
     return errors
 
 
@@ -336,15 +395,22 @@ def _validate_meta(obj: Obj) -> list[schema_mod.FieldError]:
     if labels is None:
         return errors
     if not isinstance(labels, dict):
-        return [schema_mod.FieldError("metadata.labels", "FieldValueTypeInvalid",
-                                      "Invalid value: must be a map of strings")]
+        return [
+            schema_mod.FieldError("metadata.labels", "FieldValueTypeInvalid", "Invalid value: must be a map of strings")
+        ]
     for key, value in labels.items():
         for why in label_key_errors(key):
-            errors.append(schema_mod.FieldError("metadata.labels", "FieldValueInvalid",
-                                                f"Invalid value: {json.dumps(key)}: {why}"))
+            errors.append(
+                schema_mod.FieldError(
+                    "metadata.labels", "FieldValueInvalid", f"Invalid value: {json.dumps(key)}: {why}"
+                )
+            )
         for why in label_value_errors(value):
-            errors.append(schema_mod.FieldError("metadata.labels", "FieldValueInvalid",
-                                                f"Invalid value: {json.dumps(value)}: {why}"))
+            errors.append(
+                schema_mod.FieldError(
+                    "metadata.labels", "FieldValueInvalid", f"Invalid value: {json.dumps(value)}: {why}"
+                )
+            )
     return errors
 
 
@@ -364,8 +430,9 @@ def _check_patched_identity(rt: ResourceType, ns: str, name: str, patched: Obj) 
     if meta.get("name") != name:
         raise ApiError(400, f"the name of the object ({meta.get('name')}) does not match the name on the URL ({name})")
     if rt.namespaced and meta.get("namespace") and meta["namespace"] != ns:
-        raise ApiError(400, f"the namespace of the object ({meta['namespace']}) does not match the namespace on "
-                            f"the URL ({ns})")
+        raise ApiError(
+            400, f"the namespace of the object ({meta['namespace']}) does not match the namespace on the URL ({ns})"
+        )
 
 
 def _generation_changes(rt: ResourceType, old: Obj, new: Obj) -> bool:
@@ -654,7 +721,9 @@ class Store:
             return
         mode = getattr(self._request, "mode", "Warn")
         if mode == "Strict":
-            raise ApiError(400, "strict decoding error: " + ", ".join(f'unknown field "{f}"' for f in dropped), "BadRequest")
+            raise ApiError(
+                400, "strict decoding error: " + ", ".join(f'unknown field "{f}"' for f in dropped), "BadRequest"
+            )
         if mode == "Warn" and hasattr(self._request, "warnings"):
             self._request.warnings.extend(f'unknown field "{f}"' for f in dropped)
 
@@ -670,17 +739,32 @@ class Store:
             if names and not names.get(f):
                 errors.append(schema_mod.FieldError(f"spec.names.{f}", "FieldValueRequired", "Required value"))
         if spec.get("scope") not in (None, "Namespaced", "Cluster"):
-            errors.append(schema_mod.FieldError("spec.scope", "FieldValueNotSupported",
-                                                f'Unsupported value: "{spec.get("scope")}": supported values: "Cluster", "Namespaced"'))
+            errors.append(
+                schema_mod.FieldError(
+                    "spec.scope",
+                    "FieldValueNotSupported",
+                    f'Unsupported value: "{spec.get("scope")}": supported values: "Cluster", "Namespaced"',
+                )
+            )
         want = f"{names.get('plural')}.{spec.get('group')}"
         name = obj["metadata"].get("name")
         if spec.get("group") and names.get("plural") and name != want:
-            errors.append(schema_mod.FieldError("metadata.name", "FieldValueInvalid",
-                                                f'Invalid value: "{name}": must be spec.names.plural+"."+spec.group'))
+            errors.append(
+                schema_mod.FieldError(
+                    "metadata.name",
+                    "FieldValueInvalid",
+                    f'Invalid value: "{name}": must be spec.names.plural+"."+spec.group',
+                )
+            )
         storage = [v for v in spec.get("versions") or () if v.get("storage")]
         if spec.get("versions") and len(storage) != 1:
-            errors.append(schema_mod.FieldError("spec.versions", "FieldValueInvalid",
-                                                "Invalid value: []: must have exactly one version marked as storage version"))
+            errors.append(
+                schema_mod.FieldError(
+                    "spec.versions",
+                    "FieldValueInvalid",
+                    "Invalid value: []: must have exactly one version marked as storage version",
+                )
+            )
         return errors
 
     @staticmethod
@@ -690,10 +774,20 @@ class Store:
         return {
             "acceptedNames": dict(spec.get("names") or {}),
             "conditions": [
-                {"type": "NamesAccepted", "status": "True", "reason": "NoConflicts",
-                 "message": "no conflicts found", "lastTransitionTime": ts},
-                {"type": "Established", "status": "True", "reason": "InitialNamesAccepted",
-                 "message": "the initial names have been accepted", "lastTransitionTime": ts},
+                {
+                    "type": "NamesAccepted",
+                    "status": "True",
+                    "reason": "NoConflicts",
+                    "message": "no conflicts found",
+                    "lastTransitionTime": ts,
+                },
+                {
+                    "type": "Established",
+                    "status": "True",
+                    "reason": "InitialNamesAccepted",
+                    "message": "the initial names have been accepted",
+                    "lastTransitionTime": ts,
+                },
             ],
             "storedVersions": [v["name"] for v in spec.get("versions") or () if v.get("storage")],
         }
@@ -712,30 +806,55 @@ class Store:
         if rt.namespaced:
             body_ns = meta.get("namespace")
             if body_ns and body_ns != ns:
-                raise ApiError(400, "the namespace of the provided object does not match the namespace sent on the request")
+                raise ApiError(
+                    400, "the namespace of the provided object does not match the namespace sent on the request"
+                )
             meta["namespace"] = ns
             if not dry_run and self.require_namespaces and ns not in self._bucket(NAMESPACE_TYPE, ""):
-                raise ApiError(404, f'namespaces "{ns}" not found', "NotFound",
-                               {"name": ns, "kind": "namespaces"})
+                raise ApiError(404, f'namespaces "{ns}" not found', "NotFound", {"name": ns, "kind": "namespaces"})
         else:
             meta.pop("namespace", None)
         if not meta.get("name"):
             if meta.get("generateName"):
-                meta["name"] = meta["generateName"] + "".join(secrets.choice("bcdfghjklmnpqrstvwxz2456789") for _ in range(5))
+                meta["name"] = meta["generateName"] + "".join(
+                    secrets.choice("bcdfghjklmnpqrstvwxz2456789") for _ in range(5)
+                )
             else:
-                raise invalid(rt, "", [schema_mod.FieldError("metadata.name", "FieldValueRequired",
-                                                              "Required value: name or generateName is required")])
+                raise invalid(
+                    rt,
+                    "",
+                    [
+                        schema_mod.FieldError(
+                            "metadata.name", "FieldValueRequired", "Required value: name or generateName is required"
+                        )
+                    ],
+                )
         name = meta["name"]
         if not isinstance(name, str) or len(name) > 253 or not _SUBDOMAIN.match(name):
-            raise invalid(rt, str(name), [schema_mod.FieldError("metadata.name", "FieldValueInvalid",
-                                                                 f"Invalid value: {json.dumps(name)}: {_SUBDOMAIN_MSG}")])
+            raise invalid(
+                rt,
+                str(name),
+                [
+                    schema_mod.FieldError(
+                        "metadata.name", "FieldValueInvalid", f"Invalid value: {json.dumps(name)}: {_SUBDOMAIN_MSG}"
+                    )
+                ],
+            )
         obj["apiVersion"] = rt.api_version
         obj["kind"] = rt.kind
         _omit_empty(meta)
         if meta.get("resourceVersion"):  # as genericregistry's Store.Create answers
             raise ApiError(500, "resourceVersion should not be set on objects to be created", "InternalError")
-        for k in ("resourceVersion", "uid", "creationTimestamp", "deletionTimestamp", "deletionGracePeriodSeconds",
-                  "generation", "managedFields", "selfLink"):
+        for k in (
+            "resourceVersion",
+            "uid",
+            "creationTimestamp",
+            "deletionTimestamp",
+            "deletionGracePeriodSeconds",
+            "generation",
+            "managedFields",
+            "selfLink",
+        ):
             meta.pop(k, None)
         if rt.has_status:
             obj.pop("status", None)
@@ -745,8 +864,12 @@ class Store:
         with self._lock:
             bucket = self._bucket(rt, ns)
             if name in bucket:
-                raise ApiError(409, f'{rt.qualified} "{name}" already exists', "AlreadyExists",
-                               {"name": name, "group": rt.group, "kind": rt.plural})
+                raise ApiError(
+                    409,
+                    f'{rt.qualified} "{name}" already exists',
+                    "AlreadyExists",
+                    {"name": name, "group": rt.group, "kind": rt.plural},
+                )
             if rt.key == CRD_TYPE.key:
                 obj["status"] = self._crd_status(obj)
             meta["uid"] = str(uuid.uuid4())
@@ -782,10 +905,26 @@ class Store:
             meta = result["metadata"] = {}
         old_meta = old["metadata"]
         if meta.get("uid") and meta["uid"] != old_meta.get("uid"):  # rest.BeforeUpdate: an empty uid keeps the old
-            raise invalid(rt, old_meta["name"], [schema_mod.FieldError(
-                "metadata.uid", "FieldValueInvalid", f"Invalid value: {json.dumps(meta['uid'])}: field is immutable")])
-        for k in ("name", "namespace", "uid", "creationTimestamp", "deletionTimestamp",
-                  "deletionGracePeriodSeconds", "generation"):
+            raise invalid(
+                rt,
+                old_meta["name"],
+                [
+                    schema_mod.FieldError(
+                        "metadata.uid",
+                        "FieldValueInvalid",
+                        f"Invalid value: {json.dumps(meta['uid'])}: field is immutable",
+                    )
+                ],
+            )
+        for k in (
+            "name",
+            "namespace",
+            "uid",
+            "creationTimestamp",
+            "deletionTimestamp",
+            "deletionGracePeriodSeconds",
+            "generation",
+        ):
             if k in old_meta:
                 meta[k] = old_meta[k]
             else:
@@ -800,18 +939,29 @@ class Store:
                 result.pop("status", None)
         return result
 
-    def _commit_update(self, rt: ResourceType, ns: str, name: str, old: Obj, result: Obj, dry_run: bool,
-                       subresource: str = "") -> Obj:
+    def _commit_update(
+        self, rt: ResourceType, ns: str, name: str, old: Obj, result: Obj, dry_run: bool, subresource: str = ""
+    ) -> Obj:
         """Validate, compute generation, store and emit; caller holds the lock."""
         self._check(rt, result, name, old, subresource)
         meta = result["metadata"]
         if old["metadata"].get("deletionTimestamp"):
             added = [f for f in meta.get("finalizers") or () if f not in (old["metadata"].get("finalizers") or ())]
             if added:
-                raise invalid(rt, name, [schema_mod.FieldError(
-                    "metadata.finalizers", "FieldValueForbidden",
-                    "Forbidden: no new finalizers can be added if the object is being deleted, found new finalizers "
-                    + "[]string{" + ", ".join(json.dumps(f) for f in added) + "}")])
+                raise invalid(
+                    rt,
+                    name,
+                    [
+                        schema_mod.FieldError(
+                            "metadata.finalizers",
+                            "FieldValueForbidden",
+                            "Forbidden: no new finalizers can be added if the object is being deleted, found new finalizers "
+                            + "[]string{"
+                            + ", ".join(json.dumps(f) for f in added)
+                            + "}",
+                        )
+                    ],
+                )
         meta["resourceVersion"] = old["metadata"]["resourceVersion"]
         if rt.generation and _generation_changes(rt, old, result):
             meta["generation"] = int(old["metadata"].get("generation", 0)) + 1
@@ -839,15 +989,18 @@ class Store:
         self._emit(rt, "MODIFIED", result, old)
         return self._present(rt, result)
 
-    def update(self, rt: ResourceType, ns: str | None, name: str, body: Any, subresource: str = "",
-               dry_run: bool = False) -> Obj:
+    def update(
+        self, rt: ResourceType, ns: str | None, name: str, body: Any, subresource: str = "", dry_run: bool = False
+    ) -> Obj:
         """PUT (replace) of the object or its ``status``; 409 on a stale resourceVersion."""
         if not isinstance(body, dict):
             raise ApiError(400, "the body of the request must be a JSON object")
         ns = self._ns(rt, ns)
         meta = body.get("metadata") or {}
         if meta.get("name") not in (None, name):
-            raise ApiError(400, f"the name of the object ({meta.get('name')}) does not match the name on the URL ({name})")
+            raise ApiError(
+                400, f"the name of the object ({meta.get('name')}) does not match the name on the URL ({name})"
+            )
         if rt.namespaced and meta.get("namespace") not in (None, "", ns):
             raise ApiError(400, "the namespace of the provided object does not match the namespace sent on the request")
         with self._lock:
@@ -856,25 +1009,47 @@ class Store:
                 raise not_found(rt, name)
             rv = meta.get("resourceVersion")
             if not rv and rt.custom:  # custom resources allow no unconditional update
-                raise invalid(rt, name, [schema_mod.FieldError(
-                    "metadata.resourceVersion", "FieldValueInvalid",
-                    "Invalid value: 0x0: must be specified for an update")])
+                raise invalid(
+                    rt,
+                    name,
+                    [
+                        schema_mod.FieldError(
+                            "metadata.resourceVersion",
+                            "FieldValueInvalid",
+                            "Invalid value: 0x0: must be specified for an update",
+                        )
+                    ],
+                )
             if rv and rv != old["metadata"]["resourceVersion"]:
                 raise conflict(rt, name)
             result = self._merge_update(rt, old, body, subresource)
             return self._commit_update(rt, ns, name, old, result, dry_run, subresource)
 
-    def patch(self, rt: ResourceType, ns: str | None, name: str, content_type: str, body: Any,
-              subresource: str = "", dry_run: bool = False) -> Obj:
+    def patch(
+        self,
+        rt: ResourceType,
+        ns: str | None,
+        name: str,
+        content_type: str,
+        body: Any,
+        subresource: str = "",
+        dry_run: bool = False,
+    ) -> Obj:
         """PATCH with merge, JSON or (built-ins only) strategic merge patch; a resourceVersion in the patch is a precondition."""
         ctype = content_type.split(";")[0].strip().lower()
         if ctype == STRATEGIC and rt.custom:
-            raise ApiError(415, "the body of the request was in an unknown format - accepted media types include: "
-                                "application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml")
+            raise ApiError(
+                415,
+                "the body of the request was in an unknown format - accepted media types include: "
+                "application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml",
+            )
         if ctype not in (MERGE, JSON_PATCH, STRATEGIC, APPLY):
-            raise ApiError(415, f"the body of the request was in an unknown format - accepted media types include: "
-                                f"application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml"
-                                f"{'' if rt.custom else ', application/strategic-merge-patch+json'}")
+            raise ApiError(
+                415,
+                f"the body of the request was in an unknown format - accepted media types include: "
+                f"application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml"
+                f"{'' if rt.custom else ', application/strategic-merge-patch+json'}",
+            )
         ns = self._ns(rt, ns)
         with self._lock:
             old = self._bucket(rt, ns).get(name)
@@ -940,8 +1115,9 @@ class Store:
                     if typ is not None:
                         self._emit(typ, "DELETED", gone, child)
 
-    def delete(self, rt: ResourceType, ns: str | None, name: str, options: Obj | None = None,
-               dry_run: bool = False) -> tuple[Obj, bool]:
+    def delete(
+        self, rt: ResourceType, ns: str | None, name: str, options: Obj | None = None, dry_run: bool = False
+    ) -> tuple[Obj, bool]:
         """DELETE; returns (object, gone). Objects with finalizers get a deletionTimestamp and stay."""
         ns = self._ns(rt, ns)
         pre = (options or {}).get("preconditions") or {}
@@ -953,12 +1129,20 @@ class Store:
                 raise not_found(rt, name)
             meta = old["metadata"]
             if pre.get("uid") and pre["uid"] != meta.get("uid"):
-                raise ApiError(409, f"Precondition failed: UID in precondition: {pre['uid']}, UID in object meta: {meta.get('uid')}",
-                               "Conflict", {"name": name, "group": rt.group, "kind": rt.plural})
+                raise ApiError(
+                    409,
+                    f"Precondition failed: UID in precondition: {pre['uid']}, UID in object meta: {meta.get('uid')}",
+                    "Conflict",
+                    {"name": name, "group": rt.group, "kind": rt.plural},
+                )
             if pre.get("resourceVersion") and pre["resourceVersion"] != meta.get("resourceVersion"):
-                raise ApiError(409, f"Precondition failed: ResourceVersion in precondition: {pre['resourceVersion']}, "
-                                    f"ResourceVersion in object meta: {meta.get('resourceVersion')}",
-                               "Conflict", {"name": name, "group": rt.group, "kind": rt.plural})
+                raise ApiError(
+                    409,
+                    f"Precondition failed: ResourceVersion in precondition: {pre['resourceVersion']}, "
+                    f"ResourceVersion in object meta: {meta.get('resourceVersion')}",
+                    "Conflict",
+                    {"name": name, "group": rt.group, "kind": rt.plural},
+                )
             if dry_run:
                 return self._present(rt, old), not meta.get("finalizers")
             if (options or {}).get("propagationPolicy") == "Foreground" and not meta.get("deletionTimestamp"):
@@ -967,8 +1151,9 @@ class Store:
                 if meta.get("deletionTimestamp"):
                     return self._present(rt, old), False
                 new = dict(old)
-                new["metadata"] = dict(meta, deletionTimestamp=now(), deletionGracePeriodSeconds=0,
-                                       resourceVersion=str(self._next_rv()))
+                new["metadata"] = dict(
+                    meta, deletionTimestamp=now(), deletionGracePeriodSeconds=0, resourceVersion=str(self._next_rv())
+                )
                 if rt.generation and "generation" in meta:
                     new["metadata"]["generation"] = int(meta["generation"]) + 1  # as the real server does
                 bucket[name] = new
@@ -994,8 +1179,13 @@ class Store:
         if FOREGROUND not in finalizers:
             finalizers.append(FOREGROUND)
         new = dict(old)
-        new["metadata"] = dict(meta, deletionTimestamp=now(), deletionGracePeriodSeconds=0, finalizers=finalizers,
-                               resourceVersion=str(self._next_rv()))
+        new["metadata"] = dict(
+            meta,
+            deletionTimestamp=now(),
+            deletionGracePeriodSeconds=0,
+            finalizers=finalizers,
+            resourceVersion=str(self._next_rv()),
+        )
         if rt.generation and "generation" in meta:
             new["metadata"]["generation"] = int(meta["generation"]) + 1
         self._bucket(rt, ns)[name] = new
@@ -1023,8 +1213,12 @@ class Store:
             dep = self._objs.get(key, {}).get(ns, {}).get(name)
             if dep is None:
                 continue
-            refs = [r for r in dep["metadata"].get("ownerReferences") or () if isinstance(r, dict) and r.get("uid") == uid]
-            if any(r.get("blockOwnerDeletion") for r in refs) and not ((self._owner_uids(dep) - {uid}) & self._live_uids):
+            refs = [
+                r for r in dep["metadata"].get("ownerReferences") or () if isinstance(r, dict) and r.get("uid") == uid
+            ]
+            if any(r.get("blockOwnerDeletion") for r in refs) and not (
+                (self._owner_uids(dep) - {uid}) & self._live_uids
+            ):
                 out.append((key, ns, name))
         return out
 
@@ -1047,8 +1241,9 @@ class Store:
             result["metadata"].pop("finalizers", None)
         self._commit_update(rt, ns, name, obj, result, False)
 
-    def delete_collection(self, rt: ResourceType, ns: str | None, labels: str | None, fields: str | None,
-                          dry_run: bool = False) -> Obj:
+    def delete_collection(
+        self, rt: ResourceType, ns: str | None, labels: str | None, fields: str | None, dry_run: bool = False
+    ) -> Obj:
         """DELETE on a collection path: deletes every matching object; returns the list of them."""
         listing = self.list(rt, ns, labels, fields)
         deleted = []
@@ -1089,8 +1284,15 @@ class Store:
             raise ApiError(404, "the server could not find the requested resource")
         return self._scale_of(rt, self.get(rt, ns, name))
 
-    def update_scale(self, rt: ResourceType, ns: str | None, name: str, body: Any, content_type: str | None = None,
-                     dry_run: bool = False) -> Obj:
+    def update_scale(
+        self,
+        rt: ResourceType,
+        ns: str | None,
+        name: str,
+        body: Any,
+        content_type: str | None = None,
+        dry_run: bool = False,
+    ) -> Obj:
         """PUT or PATCH .../scale: sets the replicas at the kind's spec replicas path."""
         if rt.scale is None:
             raise ApiError(404, "the server could not find the requested resource")
@@ -1120,11 +1322,24 @@ class Store:
                 raise conflict(rt, name)
             replicas = (new_scale.get("spec") or {}).get("replicas", 0)
             if not isinstance(replicas, int) or isinstance(replicas, bool) or replicas < 0:
-                raise ApiError(422, f'Scale.autoscaling "{name}" is invalid: spec.replicas: Invalid value: {json.dumps(replicas)}: '
-                                    "must be greater than or equal to 0", "Invalid",
-                               {"name": name, "group": "autoscaling", "kind": "Scale",
-                                "causes": [{"reason": "FieldValueInvalid", "field": "spec.replicas",
-                                            "message": f"Invalid value: {json.dumps(replicas)}: must be greater than or equal to 0"}]})
+                raise ApiError(
+                    422,
+                    f'Scale.autoscaling "{name}" is invalid: spec.replicas: Invalid value: {json.dumps(replicas)}: '
+                    "must be greater than or equal to 0",
+                    "Invalid",
+                    {
+                        "name": name,
+                        "group": "autoscaling",
+                        "kind": "Scale",
+                        "causes": [
+                            {
+                                "reason": "FieldValueInvalid",
+                                "field": "spec.replicas",
+                                "message": f"Invalid value: {json.dumps(replicas)}: must be greater than or equal to 0",
+                            }
+                        ],
+                    },
+                )
             result = clone(old)
             _set_path(result, rt.scale.spec_replicas_path, replicas)
             stored = self._commit_update(rt, ns, name, old, result, dry_run)
@@ -1166,9 +1381,18 @@ class Store:
             meta["annotations"] = {"k8s.io/initial-events-end": "true"}
         return {"type": "BOOKMARK", "object": {"kind": rt.kind, "apiVersion": rt.api_version, "metadata": meta}}
 
-    def _watch(self, rt: ResourceType, ns: str | None, preds: list[Predicate], labels: str | None,
-               fields: str | None, resource_version: str | None, timeout: float, bookmarks: bool,
-               send_initial_events: bool | None) -> Iterator[Obj | None]:
+    def _watch(
+        self,
+        rt: ResourceType,
+        ns: str | None,
+        preds: list[Predicate],
+        labels: str | None,
+        fields: str | None,
+        resource_version: str | None,
+        timeout: float,
+        bookmarks: bool,
+        send_initial_events: bool | None,
+    ) -> Iterator[Obj | None]:
         want_ns = self._ns(rt, ns) if (rt.namespaced and ns is not None) else None
 
         def match(obj: Obj | None) -> bool:
@@ -1195,8 +1419,12 @@ class Store:
                 if start < self._hist(rt).compacted:
                     initial = None
         if initial is None:
-            yield {"type": "ERROR", "object": status_body(
-                410, f"too old resource version: {resource_version} ({self._hist(rt).compacted + 1})", "Expired")}
+            yield {
+                "type": "ERROR",
+                "object": status_body(
+                    410, f"too old resource version: {resource_version} ({self._hist(rt).compacted + 1})", "Expired"
+                ),
+            }
             return
         for obj in initial:
             yield {"type": "ADDED", "object": obj}
@@ -1225,7 +1453,15 @@ class Store:
                 new_match = match(ev.obj)
                 old_match = match(ev.old) if ev.type != "ADDED" else False
                 if ev.type == "MODIFIED":
-                    typ = "MODIFIED" if new_match and old_match else "ADDED" if new_match else "DELETED" if old_match else None
+                    typ = (
+                        "MODIFIED"
+                        if new_match and old_match
+                        else "ADDED"
+                        if new_match
+                        else "DELETED"
+                        if old_match
+                        else None
+                    )
                 elif ev.type == "DELETED":
                     typ = "DELETED" if (new_match or old_match) else None
                 else:
@@ -1261,4 +1497,3 @@ class Store:
         """Number of stored objects per resource (for debugging)."""
         with self._lock:
             return {f"{p}.{g}" if g else p: sum(len(b) for b in by_ns.values()) for (g, p), by_ns in self._objs.items()}
-

@@ -97,7 +97,7 @@ class FakeVllmExporter(Collector):
 
     # -- lifecycle -------------------------------------------------------------------------------
 
-    def start(self) -> "FakeVllmExporter":
+    def start(self) -> FakeVllmExporter:
         """Start serving ``/metrics`` on a free port of ``host``."""
         if self._server is None:
             server = ThreadingHTTPServer((self._host, 0), _MetricsHandler)
@@ -251,7 +251,8 @@ def _labels_of(key: tuple[str, tuple[tuple[str, str], ...]], *names: str) -> tup
 
 def _load_families(loads: Mapping[PodKey, tuple[float, float, float]]) -> Iterator[Metric]:
     success = CounterMetricFamily(
-        "vllm:request_success", "Count of successfully processed requests.",
+        "vllm:request_success",
+        "Count of successfully processed requests.",
         labels=[*POD_LABELS, "finished_reason"],
     )
     prompt = Metric("vllm:request_prompt_tokens", "Number of prefill tokens processed.", "histogram")
@@ -267,7 +268,9 @@ def _load_families(loads: Mapping[PodKey, tuple[float, float, float]]) -> Iterat
 PROMPT_BUCKETS = (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000, 20000, 50000, 100000)
 
 
-def _add_histogram(family: Metric, labels: dict[str, str], total: float, count: float, bounds: Sequence[float] = ()) -> None:
+def _add_histogram(
+    family: Metric, labels: dict[str, str], total: float, count: float, bounds: Sequence[float] = ()
+) -> None:
     mean = total / count if count else 0.0
     for bound in bounds:
         family.add_sample(f"{family.name}_bucket", {**labels, "le": f"{float(bound)}"}, count if mean <= bound else 0.0)
@@ -277,12 +280,15 @@ def _add_histogram(family: Metric, labels: dict[str, str], total: float, count: 
 
 
 def _gauge_families(gauges: Mapping[PodKey, _PodGauges]) -> Iterator[Metric]:
-    kv = GaugeMetricFamily("vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.",
-                           labels=list(POD_LABELS))
-    waiting = GaugeMetricFamily("vllm:num_requests_waiting", "Number of requests waiting to be processed.",
-                                labels=list(POD_LABELS))
-    running = GaugeMetricFamily("vllm:num_requests_running", "Number of requests in model execution batches.",
-                                labels=list(POD_LABELS))
+    kv = GaugeMetricFamily(
+        "vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.", labels=list(POD_LABELS)
+    )
+    waiting = GaugeMetricFamily(
+        "vllm:num_requests_waiting", "Number of requests waiting to be processed.", labels=list(POD_LABELS)
+    )
+    running = GaugeMetricFamily(
+        "vllm:num_requests_running", "Number of requests in model execution batches.", labels=list(POD_LABELS)
+    )
     for key, pod in sorted(gauges.items()):
         kv.add_metric(list(key), pod.kv_cache_usage)
         waiting.add_metric(list(key), pod.waiting)

@@ -75,15 +75,19 @@ def free_port(host: str = "127.0.0.1") -> int:
         return int(sock.getsockname()[1])
 
 
-def write_config(path: pathlib.Path, targets: list[str], interval: str = "1s", extra_jobs: dict[str, str] | None = None) -> None:
+def write_config(
+    path: pathlib.Path, targets: list[str], interval: str = "1s", extra_jobs: dict[str, str] | None = None
+) -> None:
     """Write a Prometheus config with one job scraping ``targets`` every ``interval``, plus one job per
     ``extra_jobs`` entry (job name -> target, ``honor_labels: true`` as a Pushgateway needs)."""
     config = {
         "global": {"scrape_interval": interval, "evaluation_interval": interval, "scrape_timeout": interval},
         "scrape_configs": [
             {"job_name": JOB, "honor_labels": True, "static_configs": [{"targets": targets}]},
-            *({"job_name": name, "honor_labels": True, "static_configs": [{"targets": [target]}]}
-              for name, target in (extra_jobs or {}).items()),
+            *(
+                {"job_name": name, "honor_labels": True, "static_configs": [{"targets": [target]}]}
+                for name, target in (extra_jobs or {}).items()
+            ),
         ],
     }
     path.write_text(yaml.safe_dump(config, sort_keys=False))
@@ -93,7 +97,12 @@ class PrometheusProcess:
     """One Prometheus server process on 127.0.0.1 that can be stopped and restarted in place."""
 
     def __init__(
-        self, binary: str, workdir: pathlib.Path, targets: list[str], host: str = "127.0.0.1", extra_jobs: dict[str, str] | None = None,
+        self,
+        binary: str,
+        workdir: pathlib.Path,
+        targets: list[str],
+        host: str = "127.0.0.1",
+        extra_jobs: dict[str, str] | None = None,
     ) -> None:
         self.binary = binary
         self.workdir = workdir
@@ -146,8 +155,12 @@ class PrometheusProcess:
         log = self.log_path.open("ab")
         try:
             self._process = subprocess.Popen(
-                self.command(), stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                start_new_session=True, preexec_fn=_die_with_parent,
+                self.command(),
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+                preexec_fn=_die_with_parent,
             )
         finally:
             log.close()
@@ -274,7 +287,9 @@ def vllm_exporter() -> Iterator[FakeVllmExporter]:
 
 
 @pytest.fixture(scope="session")
-def prometheus(vllm_exporter: FakeVllmExporter, tmp_path_factory: pytest.TempPathFactory) -> Iterator[PrometheusProcess]:
+def prometheus(
+    vllm_exporter: FakeVllmExporter, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[PrometheusProcess]:
     """A real Prometheus scraping ``vllm_exporter`` every second; a test that stops it must restart it."""
     try:
         binary = find_binary()

@@ -36,10 +36,17 @@ DEFAULT_BINARY = "/usr/bin/prometheus-pushgateway"
 
 def find_pushgateway() -> str:
     """The Pushgateway binary: ``$PUSHGATEWAY_BIN``, Debian's path, or ``prometheus-pushgateway``/``pushgateway`` on PATH."""
-    for candidate in (os.environ.get("PUSHGATEWAY_BIN"), DEFAULT_BINARY, shutil.which("prometheus-pushgateway"), shutil.which("pushgateway")):
+    for candidate in (
+        os.environ.get("PUSHGATEWAY_BIN"),
+        DEFAULT_BINARY,
+        shutil.which("prometheus-pushgateway"),
+        shutil.which("pushgateway"),
+    ):
         if candidate and os.access(candidate, os.X_OK):
             return candidate
-    raise RuntimeError("Pushgateway binary not found; install it with `apt-get install prometheus-pushgateway` (dev.sh does)")
+    raise RuntimeError(
+        "Pushgateway binary not found; install it with `apt-get install prometheus-pushgateway` (dev.sh does)"
+    )
 
 
 class PushgatewayProcess:
@@ -74,16 +81,26 @@ class PushgatewayProcess:
         with self.log_path.open("ab") as log:
             self._process = subprocess.Popen(
                 # Debian's default persists to /var/lib/prometheus: an empty file name keeps it in memory.
-                [self.binary, f"--web.listen-address={self.address}", "--web.enable-admin-api", "--persistence.file=",
-                 "--log.level=warn"],
-                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
+                [
+                    self.binary,
+                    f"--web.listen-address={self.address}",
+                    "--web.enable-admin-api",
+                    "--persistence.file=",
+                    "--log.level=warn",
+                ],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
                 preexec_fn=_die_with_parent,
             )
         _live_processes[self._process.pid] = self._process  # type: ignore[assignment]
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self._process.poll() is not None:
-                raise RuntimeError(f"pushgateway exited with {self._process.returncode}: {self.log_path.read_text()[-2000:]}")
+                raise RuntimeError(
+                    f"pushgateway exited with {self._process.returncode}: {self.log_path.read_text()[-2000:]}"
+                )
             try:
                 if requests.get(f"{self.url}/-/ready", timeout=1).status_code == 200:
                     return
@@ -130,11 +147,17 @@ def pushgateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pushgatewa
 
 @pytest.fixture(scope="session")
 def prometheus_pushgateway(
-    vllm_exporter: FakeVllmExporter, pushgateway: PushgatewayProcess, tmp_path_factory: pytest.TempPathFactory,
+    vllm_exporter: FakeVllmExporter,
+    pushgateway: PushgatewayProcess,
+    tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[PrometheusProcess]:
     """A real Prometheus scraping the fake vLLM exporter and the Pushgateway every second."""
-    server = PrometheusProcess(find_binary(), tmp_path_factory.mktemp("prometheus-pgw"), [vllm_exporter.address],
-                               extra_jobs={"pushgateway": pushgateway.address})
+    server = PrometheusProcess(
+        find_binary(),
+        tmp_path_factory.mktemp("prometheus-pgw"),
+        [vllm_exporter.address],
+        extra_jobs={"pushgateway": pushgateway.address},
+    )
     try:
         server.start()
         yield server

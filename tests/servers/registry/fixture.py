@@ -10,7 +10,7 @@ fail (``./dev.sh`` installs it); they never skip silently.
 
 from __future__ import annotations
 
-from typing import Iterator
+from collections.abc import Iterator
 
 import pytest
 

@@ -65,10 +65,14 @@ class TokenService:
 
         self._key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
         name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "modelplane-test-token-signer")])
-        now = datetime.datetime.now(datetime.timezone.utc)
+        now = datetime.datetime.now(datetime.UTC)
         cert = (
-            x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(self._key.public_key())
-            .serial_number(x509.random_serial_number()).not_valid_before(now - datetime.timedelta(days=1))
+            x509.CertificateBuilder()
+            .subject_name(name)
+            .issuer_name(name)
+            .public_key(self._key.public_key())
+            .serial_number(x509.random_serial_number())
+            .not_valid_before(now - datetime.timedelta(days=1))
             .not_valid_after(now + datetime.timedelta(days=30))
             .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
             .add_extension(x509.KeyUsage(True, False, False, False, False, True, True, False, False), critical=True)
@@ -121,8 +125,16 @@ class TokenService:
 
         now = int(time.time())
         header = {"alg": "RS256", "typ": "JWT", "x5c": [self._x5c]}
-        claims = {"iss": ISSUER, "sub": USER, "aud": SERVICE, "exp": now + 300, "nbf": now - 10, "iat": now,
-                  "jti": uuid.uuid4().hex, "access": access}
+        claims = {
+            "iss": ISSUER,
+            "sub": USER,
+            "aud": SERVICE,
+            "exp": now + 300,
+            "nbf": now - 10,
+            "iat": now,
+            "jti": uuid.uuid4().hex,
+            "access": access,
+        }
         signing_input = f"{_b64url(json.dumps(header).encode())}.{_b64url(json.dumps(claims).encode())}"
         signature = self._key.sign(signing_input.encode(), padding.PKCS1v15(), hashes.SHA256())
         return f"{signing_input}.{_b64url(signature)}"
@@ -135,7 +147,9 @@ class TokenService:
 class Registry:
     """A running ``docker-registry`` and a client that pushes to it."""
 
-    def __init__(self, proc: subprocess.Popen[bytes], port: int, workdir: pathlib.Path, mode: str, tokens: TokenService | None) -> None:
+    def __init__(
+        self, proc: subprocess.Popen[bytes], port: int, workdir: pathlib.Path, mode: str, tokens: TokenService | None
+    ) -> None:
         self._proc = proc
         self.pid = proc.pid
         self.port = port
@@ -161,7 +175,10 @@ class Registry:
             return {"Authorization": "Basic " + base64.b64encode(f"{USER}:{PASSWORD}".encode()).decode()}
         if self.mode == "token" and self.tokens is not None:
             actions = ["pull", "push"] if push else ["pull"]
-            return {"Authorization": "Bearer " + self.tokens.sign([{"type": "repository", "name": repo, "actions": actions}])}
+            return {
+                "Authorization": "Bearer "
+                + self.tokens.sign([{"type": "repository", "name": repo, "actions": actions}])
+            }
         return {}
 
     # ------------------------------------------------------------------------------------ push
@@ -176,8 +193,12 @@ class Registry:
         if location.startswith("/"):
             location = self.url + location
         sep = "&" if "?" in location else "?"
-        done = self.session.put(f"{location}{sep}digest={digest}", data=data,
-                                headers={**headers, "Content-Type": "application/octet-stream"}, timeout=30)
+        done = self.session.put(
+            f"{location}{sep}digest={digest}",
+            data=data,
+            headers={**headers, "Content-Type": "application/octet-stream"},
+            timeout=30,
+        )
         if done.status_code != 201:
             raise RuntimeError(f"blob upload to {repo} -> {done.status_code}: {done.text}")
         return digest
@@ -185,24 +206,40 @@ class Registry:
     def push_manifest(self, repo: str, reference: str, manifest: dict[str, Any], media_type: str) -> str:
         """PUT a manifest under a tag (or digest); returns its digest."""
         body = json.dumps(manifest, separators=(",", ":")).encode()
-        response = self.session.put(f"{self.url}/v2/{repo}/manifests/{reference}", data=body,
-                                    headers={**self._headers(repo), "Content-Type": media_type}, timeout=30)
+        response = self.session.put(
+            f"{self.url}/v2/{repo}/manifests/{reference}",
+            data=body,
+            headers={**self._headers(repo), "Content-Type": media_type},
+            timeout=30,
+        )
         if response.status_code != 201:
             raise RuntimeError(f"manifest {repo}:{reference} -> {response.status_code}: {response.text}")
         return "sha256:" + hashlib.sha256(body).hexdigest()
 
-    def push_image(self, repo: str, tag: str | None, labels: dict[str, str] | None, *, arch: str = "amd64",
-                   layer: bytes | None = None) -> str:
+    def push_image(
+        self,
+        repo: str,
+        tag: str | None,
+        labels: dict[str, str] | None,
+        *,
+        arch: str = "amd64",
+        layer: bytes | None = None,
+    ) -> str:
         """An image whose config carries ``labels`` (one small layer); returns the manifest digest.
         ``tag=None`` pushes it untagged (by digest, e.g. for an index)."""
-        config = {"architecture": arch, "os": "linux", "config": {"Labels": labels} if labels is not None else {},
-                  "rootfs": {"type": "layers", "diff_ids": []}}
+        config = {
+            "architecture": arch,
+            "os": "linux",
+            "config": {"Labels": labels} if labels is not None else {},
+            "rootfs": {"type": "layers", "diff_ids": []},
+        }
         config_bytes = json.dumps(config, sort_keys=True).encode()
         config_digest = self.push_blob(repo, config_bytes)
         layer = layer if layer is not None else f"layer of {repo} {arch} {uuid.uuid4().hex}".encode()
         layer_digest = self.push_blob(repo, layer)
         manifest = {
-            "schemaVersion": 2, "mediaType": OCI_MANIFEST,
+            "schemaVersion": 2,
+            "mediaType": OCI_MANIFEST,
             "config": {"mediaType": OCI_CONFIG, "digest": config_digest, "size": len(config_bytes)},
             "layers": [{"mediaType": OCI_LAYER, "digest": layer_digest, "size": len(layer)}],
         }
@@ -215,9 +252,24 @@ class Registry:
         entries = []
         for arch, labels in per_arch_labels.items():
             digest = self.push_image(repo, None, labels, arch=arch)
-            size = len(self.session.get(f"{self.url}/v2/{repo}/manifests/{digest}", headers={**self._headers(repo), "Accept": OCI_MANIFEST}, timeout=30).content)
-            entries.append({"mediaType": OCI_MANIFEST, "digest": digest, "size": size, "platform": {"os": "linux", "architecture": arch}})
-        return self.push_manifest(repo, tag, {"schemaVersion": 2, "mediaType": OCI_INDEX, "manifests": entries}, OCI_INDEX)
+            size = len(
+                self.session.get(
+                    f"{self.url}/v2/{repo}/manifests/{digest}",
+                    headers={**self._headers(repo), "Accept": OCI_MANIFEST},
+                    timeout=30,
+                ).content
+            )
+            entries.append(
+                {
+                    "mediaType": OCI_MANIFEST,
+                    "digest": digest,
+                    "size": size,
+                    "platform": {"os": "linux", "architecture": arch},
+                }
+            )
+        return self.push_manifest(
+            repo, tag, {"schemaVersion": 2, "mediaType": OCI_INDEX, "manifests": entries}, OCI_INDEX
+        )
 
     def image(self, repo: str, tag: str) -> str:
         """The image reference of ``repo:tag`` on this registry."""
@@ -259,7 +311,9 @@ def registry_available() -> bool:
     return shutil.which("docker-registry") is not None
 
 
-def start_registry(workdir: str | os.PathLike[str] | None = None, mode: str = "plain", timeout: float = 15.0) -> Registry:
+def start_registry(
+    workdir: str | os.PathLike[str] | None = None, mode: str = "plain", timeout: float = 15.0
+) -> Registry:
     """Start ``docker-registry serve`` on a free 127.0.0.1 port in ``mode`` (plain, htpasswd, token)."""
     if mode not in ("plain", "htpasswd", "token"):
         raise ValueError(f"unknown registry mode {mode!r}")
@@ -277,19 +331,26 @@ def start_registry(workdir: str | os.PathLike[str] | None = None, mode: str = "p
         auth = f"auth:\n  htpasswd:\n    realm: modelplane-test\n    path: {htpasswd}\n"
     elif mode == "token":
         tokens = TokenService(wd)
-        auth = (f"auth:\n  token:\n    realm: {tokens.realm}\n    service: {SERVICE}\n    issuer: {ISSUER}\n"
-                f"    rootcertbundle: {tokens.cert_path}\n")
+        auth = (
+            f"auth:\n  token:\n    realm: {tokens.realm}\n    service: {SERVICE}\n    issuer: {ISSUER}\n"
+            f"    rootcertbundle: {tokens.cert_path}\n"
+        )
     config = wd / "config.yml"
     config.write_text(
         "version: 0.1\n"
         "log:\n  level: info\n  accesslog:\n    disabled: false\n"
         f"storage:\n  filesystem:\n    rootdirectory: {wd / 'data'}\n  delete:\n    enabled: true\n"
-        f"http:\n  addr: 127.0.0.1:{port}\n  secret: {uuid.uuid4().hex}\n"
-        + auth
+        f"http:\n  addr: 127.0.0.1:{port}\n  secret: {uuid.uuid4().hex}\n" + auth
     )
     log = open(wd / "registry.log", "ab")
-    proc = subprocess.Popen([binary, "serve", str(config)], cwd=str(wd), stdout=log, stderr=subprocess.STDOUT,
-                            stdin=subprocess.DEVNULL, env={"PATH": os.environ.get("PATH", "/usr/bin:/bin")})
+    proc = subprocess.Popen(
+        [binary, "serve", str(config)],
+        cwd=str(wd),
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        stdin=subprocess.DEVNULL,
+        env={"PATH": os.environ.get("PATH", "/usr/bin:/bin")},
+    )
     log.close()
     registry = Registry(proc, port, wd, mode, tokens)
     atexit.register(registry.stop)

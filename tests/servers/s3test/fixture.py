@@ -14,8 +14,9 @@ import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any, Iterator
+from typing import Any
 
 import boto3
 import pytest
@@ -105,7 +106,9 @@ def start_moto(auth: bool = True) -> tuple[subprocess.Popen, int]:
 
 
 def create_access_key(endpoint: str) -> tuple[str, str]:
-    iam = boto3.client("iam", endpoint_url=endpoint, region_name="us-east-1", aws_access_key_id="setup", aws_secret_access_key="setup")
+    iam = boto3.client(
+        "iam", endpoint_url=endpoint, region_name="us-east-1", aws_access_key_id="setup", aws_secret_access_key="setup"
+    )
     iam.create_user(UserName="modelplane")
     policy = {"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "*", "Resource": "*"}]}
     iam.put_user_policy(UserName="modelplane", PolicyName="all", PolicyDocument=json.dumps(policy))
