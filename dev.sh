@@ -78,7 +78,7 @@ case "${1:-}" in
     # 1. Fill the example model cache from a model the demo serves itself on 127.0.0.1 (no network).
     step "$VENV/bin/python" deployments/demo_models.py --cluster "$demo_dir" -- "$VENV/bin/modelplane" warm-caches --cluster "$demo_dir" -n cache-demo
     # 2. AIM: discovery (offline: the image's metadata is an OCI layout in the repository), templates, rollout.
-    step "$VENV/bin/modelplane" aim --cluster "$demo_dir" --registry-mirror docker.io=oci-layout:deployments/example-images
+    step "$VENV/bin/modelplane" reconcile-aim --cluster "$demo_dir" --registry-mirror docker.io=oci-layout:deployments/example-images
     # 3. Kthena: the example Model's backend becomes a vLLM Deployment + Service, its policy a binding.
     step "$VENV/bin/modelplane" rollout-models --cluster "$demo_dir"
     # 4. One optimization cycle over the VariantAutoscalings and the new binding.

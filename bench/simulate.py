@@ -36,6 +36,7 @@ from engine.simulate.policies import (
 )
 from engine.simulate.replay import ReplicaGauges, SimConfig, Trace, VariantModel, poisson_trace, simulate
 from engine.simulate.trace import TraceShape, parse_trace_rows
+from flows.parameters import SYSTEM_NAMESPACE
 from tasks.simulate import plot_cost, plot_latency, plot_load_capacity, plot_replicas, read_description, read_trace
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
@@ -49,7 +50,7 @@ EXAMPLES = REPO / "deployments" / "examples"
 def example_profiles() -> dict[str, tuple[PerfProfile, SLO]]:
     """The example cluster's variants (``llama-3.1-8b A100``, ``granite-13b 2xL40S``, ...): each one's
     performance profile and its service class's SLO, read from deployments/examples."""
-    description = read_description(str(EXAMPLES), "modelplane-system")
+    description = read_description(str(EXAMPLES), SYSTEM_NAMESPACE)
     profiles: dict[str, tuple[PerfProfile, SLO]] = {}
     for obj in description.variants:
         spec = parse_variant(obj)
@@ -82,7 +83,7 @@ def compare_policies(
     trace_path: str, compression: float
 ) -> tuple[list[PolicyOutcome], list[dict[str, Any]], Any, float]:
     """The five policies as configured, then the knobs that trade cost for attainment (the frontier)."""
-    description = read_description(str(EXAMPLES), "modelplane-system")
+    description = read_description(str(EXAMPLES), SYSTEM_NAMESPACE)
     models = sorted({f"{v['metadata']['namespace']}/{v['spec']['modelID']}" for v in description.variants})
     trace = read_trace(trace_path, TraceShape({m: 1.0 for m in models}, compression=compression))
     config = SimConfig(interval_s=60.0, startup_delay_s=120.0)
@@ -220,7 +221,7 @@ def simulation_scenario(
     percentile: str | None = None,
 ) -> Any:
     """The conversation trace (real pace) on deployments/simulation; reactive policies start from static peak's allocation."""
-    description = read_description(str(SIMULATION), "modelplane-system")
+    description = read_description(str(SIMULATION), SYSTEM_NAMESPACE)
     if percentile is not None:
         description = with_ttft_percentile(description, percentile)
     models = sorted({f"{v['metadata']['namespace']}/{v['spec']['modelID']}" for v in description.variants})

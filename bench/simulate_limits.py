@@ -23,6 +23,7 @@ from engine.simulate.oracle import attainment_ceiling
 from engine.simulate.policies import PolicyOutcome, Scenario, build_scenario, run_policy, summarize_outcome
 from engine.simulate.replay import ROUTERS, SimConfig
 from engine.simulate.trace import TraceShape
+from flows.parameters import SYSTEM_NAMESPACE
 from tasks.simulate import plot_frontier, read_description, read_trace
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
@@ -39,7 +40,7 @@ COMPARED = ("modelplane", "static-peak", "wva-greedy", "hpa")
 
 def scenario_for(cluster: pathlib.Path, trace_path: str, compression: float, rate: float, router: str) -> Scenario:
     """The cluster and the trace (split evenly between the models, default seed) with the given router."""
-    description = read_description(str(cluster), "modelplane-system")
+    description = read_description(str(cluster), SYSTEM_NAMESPACE)
     models = sorted({f"{v['metadata']['namespace']}/{v['spec']['modelID']}" for v in description.variants})
     trace = read_trace(trace_path, TraceShape({m: 1.0 for m in models}, compression=compression, rate_scale=rate))
     return build_scenario(description, trace, SimConfig(), router=router)

@@ -31,15 +31,12 @@ from engine.api.meta import parse_duration
 from engine.optimize.cycle import SpecError, parse_variant
 from engine.simulate.calibrate import ProfileFit, Unidentifiable, Window, calibration_outcome, fit_profile
 from flows.exitcodes import flow_result
-from flows.parameters import ClusterTarget, NamespaceName
+from flows.parameters import CALIBRATE_LOOKBACK, CALIBRATE_WINDOW, SYSTEM_NAMESPACE, ClusterTarget, NamespaceName
 from tasks.calibrate import prometheus_windows, read_windows_file, write_outcome
 from tasks.cluster import connect
 from tasks.cluster.errors import ClusterError
 from tasks.metrics import MetricsError, PrometheusMetrics
 from tasks.optimize import read_cluster_state
-
-DEFAULT_CONFIG_NAMESPACE = "modelplane-system"
-
 
 Lookback = Annotated[str, Field(pattern=r"^[0-9]+(m|h)$", examples=["24h", "90m"])]
 """How far back to read metrics: minutes or hours (``24h``)."""
@@ -143,12 +140,12 @@ def calibrate_variant(
 @flow(name="calibrate", log_prints=True)
 def calibrate(
     namespaces: list[NamespaceName] | None = None,
-    config_namespace: NamespaceName = DEFAULT_CONFIG_NAMESPACE,
+    config_namespace: NamespaceName = SYSTEM_NAMESPACE,
     cluster: ClusterTarget = None,
     prometheus_url: str | None = None,
     windows_file: str | None = None,
-    lookback: Lookback = "24h",
-    window: WindowLength = "5m",
+    lookback: Lookback = CALIBRATE_LOOKBACK,
+    window: WindowLength = CALIBRATE_WINDOW,
     dry_run: bool = False,
 ) -> CalibrationReport:
     """Fit every VariantAutoscaling's alpha/beta/gamma/delta from vLLM metrics; propose, and apply where opted in.

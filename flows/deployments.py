@@ -1,11 +1,11 @@
 """Modelplane's Prefect deployments, from ``deployments/prefect.yaml``: served locally or registered on a work pool.
 
-``modelplane serve`` and ``prefect deploy`` read the same file, so the served schedules, concurrency
+``modelplane serve-deployments`` and ``prefect deploy`` read the same file, so the served schedules, concurrency
 limits, triggers and default parameters cannot drift from the registered deployments. Served deployments
 are named ``<name>-local`` (:data:`SERVE_SUFFIX`): a deployment is identified by flow and name, so a served
 process and a work pool never share one and never pick up each other's runs.
 
-``modelplane deploy`` is the one-line install: it creates the work pool when it is missing (Kubernetes
+``modelplane register-deployments`` is the one-line install: it creates the work pool when it is missing (Kubernetes
 from ``deployments/work-pool-template.json``, or a local process pool whose working directory is this
 checkout) and then runs the documented ``prefect --no-prompt deploy --all --prefect-file ...`` command
 (for another pool than prefect.yaml's, on a generated copy naming that pool).
@@ -137,7 +137,7 @@ def load_entry_flow(config: dict[str, Any]) -> Any:
 
 
 def served_name(name: str) -> str:
-    """The name ``modelplane serve`` gives the deployment called ``name`` in prefect.yaml."""
+    """The name ``modelplane serve-deployments`` gives the deployment called ``name`` in prefect.yaml."""
     return f"{name}{SERVE_SUFFIX}"
 
 

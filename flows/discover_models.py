@@ -39,7 +39,7 @@ from engine.aim.discovery import (
 )
 from engine.api.aim import API_VERSION as AIM_API_VERSION
 from flows.exitcodes import flow_result
-from flows.parameters import ClusterTarget, NamespaceName
+from flows.parameters import DISCOVERY_RESYNC_S, ClusterTarget, NamespaceName
 from tasks.aim import (
     Keychain,
     WriteCounts,
@@ -96,7 +96,7 @@ class DiscoveryReport:
 @flow(name="discover-models", timeout_seconds=DEFAULT_INTERVAL_S - 300, log_prints=True)
 def discover_models(
     namespaces: list[NamespaceName] | None = None,
-    resync_interval_s: Annotated[int, Field(ge=60)] = 86400,
+    resync_interval_s: Annotated[int, Field(ge=60)] = DISCOVERY_RESYNC_S,
     registry_timeout_s: Annotated[float, Field(gt=0)] = 10.0,
     insecure_registries: list[str] | None = None,
     registry_mirrors: dict[str, str] | None = None,

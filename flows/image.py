@@ -4,10 +4,10 @@ The image (``deployments/Dockerfile``) runs every flow run of the Kubernetes wor
 warm-caches, the downloader init containers of rollout-models, and the worker itself. Its tag is the
 ``version`` of ``pyproject.toml`` and nothing else: the flows' defaults import :data:`IMAGE`,
 ``deployments/prefect.yaml`` takes it from the build step :func:`image_reference` (``{{ modelplane_image.image }}``),
-the work pool's ``image`` default is filled in when ``modelplane deploy`` creates the pool, and the worker
-manifests and Helm values are generated from it (``modelplane worker-manifests``).
+the work pool's ``image`` default is filled in when ``modelplane register-deployments`` creates the pool, and the worker
+manifests and Helm values are generated from it (``modelplane render-worker-manifests``).
 
-``modelplane image`` prints the reference; ``--build``/``--push`` run the docker commands of
+``modelplane build-image`` prints the reference; ``--build``/``--push`` run the docker commands of
 :func:`build_commands` from the repository root.
 """
 
@@ -42,7 +42,7 @@ IMAGE = image()
 def image_reference(tag: str | None = None) -> dict[str, str]:
     """A ``prefect deploy`` build step: ``{"image": ..., "tag": ...}`` for ``{{ modelplane_image.image }}`` in prefect.yaml.
 
-    It builds nothing (a deploy must not need docker); build and push with ``modelplane image --push``.
+    It builds nothing (a deploy must not need docker); build and push with ``modelplane build-image --push``.
     """
     reference = image(tag)
     return {"image": reference, "tag": reference.rsplit(":", 1)[1]}

@@ -43,7 +43,7 @@ from engine.perf.saturation import SaturationConfigSet
 from engine.perf.tail_sizing import PromptDistribution
 from flows.exitcodes import CannotRun, ExitCode, degraded_summary, exit_code, flow_result
 from flows.parameters import (
-    PROMETHEUS_DURATION_PATTERN,
+    SYSTEM_NAMESPACE,
     ClusterTarget,
     NamespaceName,
     NonNegativeSeconds,
@@ -72,9 +72,7 @@ from tasks.optimize import (
 from tasks.pushgateway import Pushgateway, push
 
 DEFAULT_INTERVAL_S = 60
-DEFAULT_CONFIG_NAMESPACE = "modelplane-system"
 DEFAULT_RATE_WINDOW = "1m"
-RATE_WINDOW_PATTERN = PROMETHEUS_DURATION_PATTERN
 
 RateWindow = PromDuration | None
 """A PromQL duration such as ``1m`` or ``30s``; ``None`` keeps ``PROMETHEUS_RATE_WINDOW`` (default 1m)."""
@@ -288,7 +286,7 @@ def report_rows(
 def optimize(
     namespaces: list[NamespaceName] | None = None,
     namespace_selector: str | None = None,
-    config_namespace: NamespaceName = DEFAULT_CONFIG_NAMESPACE,
+    config_namespace: NamespaceName = SYSTEM_NAMESPACE,
     prometheus_url: str | None = None,
     metrics_file: str | None = None,
     rate_window: RateWindow = None,

@@ -46,7 +46,51 @@ ClusterTarget = str | None
 directory/file. An empty value is never the working directory."""
 
 CLUSTER_HELP = (
-    "Empty = $MODELPLANE_CLUSTER, else kubeconfig or in-cluster; 'kubeconfig:PATH[#context]'; "
-    "or a manifests directory/file."
+    "A manifests directory or file, 'kubeconfig:PATH' or 'kubeconfig:PATH#CONTEXT'; absent or empty: "
+    "$MODELPLANE_CLUSTER, else the current kubeconfig or in-cluster config (never the working directory)."
 )
-"""The ``cluster`` parameter's description (flow docstrings and CLI help say the same)."""
+"""The ``cluster`` parameter's description (every ``--cluster`` option of the CLI says it)."""
+
+# ----------------------------------------------------------------------------------------------- defaults
+# Each default a flow signature and its CLI option share is written once, here: this module is light enough
+# for the CLI to import at start-up (the flow modules import Prefect and the engine), and the flow signature
+# that uses it is what Prefect turns into the deployment's parameter schema (its ``default``).
+
+SYSTEM_NAMESPACE = "modelplane-system"
+"""Modelplane's own namespace: the WVA ConfigMaps the optimizer, calibration and simulation read, the worker."""
+
+DISCOVERY_RESYNC_S = 86400
+"""discover-models reads an unchanged image's labels again after this many seconds (a day)."""
+
+CALIBRATE_LOOKBACK = "24h"
+"""How far back calibrate reads metrics (a day: gamma needs hours of varied load)."""
+
+CALIBRATE_WINDOW = "5m"
+"""The length of one metrics window calibrate fits on."""
+
+SIMULATE_INTERVAL_S = 60.0
+"""The simulated control interval (the optimize deployment's schedule)."""
+
+SIMULATE_STARTUP_DELAY_S = 120.0
+"""Seconds a simulated new replica takes to become ready."""
+
+SIMULATE_OUTPUT_DIR = "simulation-report"
+"""The directory simulate writes its report into."""
+
+WATCH_SECONDS = 45.0
+"""How long watch-models keeps its watch open (within its one-minute schedule)."""
+
+MAX_WATCH_S = 50
+"""The longest watch-models watch: the run must end before the next scheduled one starts."""
+
+MAX_FILL_ATTEMPTS = 4
+"""Fills per cache generation before warm-caches leaves the cache Failed."""
+
+FILL_RETRY_BACKOFF_S = 300.0
+"""warm-caches waits this long after a first failed fill (doubling after each further one)."""
+
+KTHENA_NETWORKING = "auto"
+"""rollout-models renders Kthena's networking objects when the cluster serves them (``off``: never)."""
+
+ROLLOUT_WORKLOAD = "Deployment"
+"""The workload rollout-models renders a Model as (``ModelServing``: Kthena's gang-scheduled one)."""

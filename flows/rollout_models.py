@@ -27,7 +27,7 @@ from engine.api.kthena import API_VERSION as KTHENA_API_VERSION
 from engine.rollout.kthena_native import RUNTIME_IMAGE
 from flows.exitcodes import flow_result
 from flows.image import IMAGE
-from flows.parameters import ClusterTarget, ImageRef, NamespaceName, ObjectName
+from flows.parameters import KTHENA_NETWORKING, ROLLOUT_WORKLOAD, ClusterTarget, ImageRef, NamespaceName, ObjectName
 from tasks.cluster import ClusterError, connect
 from tasks.events import Subject, emit_change
 from tasks.rollout_models import ModelOutcome, RolloutOptions, list_models, reconcile_model
@@ -59,8 +59,8 @@ def rollout_models(
     cluster: ClusterTarget = None,
     downloader_image: ImageRef = DEFAULT_DOWNLOADER_IMAGE,
     names: list[ObjectName] | None = None,
-    kthena_networking: Literal["auto", "off"] = "auto",
-    workload: Literal["Deployment", "ModelServing"] = "Deployment",
+    kthena_networking: Literal["auto", "off"] = KTHENA_NETWORKING,
+    workload: Literal["Deployment", "ModelServing"] = ROLLOUT_WORKLOAD,
     runtime_image: ImageRef = RUNTIME_IMAGE,
 ) -> RolloutReport:
     """Roll out every Kthena Model: backends become Deployments the optimize flow scales.

@@ -32,6 +32,7 @@ from pydantic import Field
 from engine.simulate.frontier import Limits, knob_settings, limits, with_oracle_curves
 from engine.simulate.policies import (
     POLICIES,
+    ROUTER_AUTO,
     PolicyOutcome,
     Scenario,
     build_scenario,
@@ -41,10 +42,18 @@ from engine.simulate.policies import (
 )
 from engine.simulate.replay import SimConfig
 from engine.simulate.trace import TraceShape
-from flows.parameters import NamespaceName, NonEmpty, NonNegativeSeconds, PositiveSeconds
+from flows.parameters import (
+    SIMULATE_INTERVAL_S,
+    SIMULATE_OUTPUT_DIR,
+    SIMULATE_STARTUP_DELAY_S,
+    SYSTEM_NAMESPACE,
+    NamespaceName,
+    NonEmpty,
+    NonNegativeSeconds,
+    PositiveSeconds,
+)
 from tasks.simulate import markdown_report, read_description, read_trace, write_report
 
-DEFAULT_CONFIG_NAMESPACE = "modelplane-system"
 # Literal types so the Prefect form offers the choices (kept equal to POLICIES and the simulated gauges).
 PolicyName = Literal["modelplane", "saturation-only", "wva-greedy", "hpa", "static-peak", "oracle"]
 RouterName = Literal["auto", "least-outstanding", "least-load", "least-latency"]
@@ -138,23 +147,23 @@ def sweep_knob(name: str, scenario: Scenario) -> list[tuple[str, str, PolicyOutc
 def simulate(
     cluster: NonEmpty,
     trace: NonEmpty,
-    config_namespace: NamespaceName = DEFAULT_CONFIG_NAMESPACE,
+    config_namespace: NamespaceName = SYSTEM_NAMESPACE,
     policies: list[PolicyName] | None = None,
     compression: PositiveFactor = 1.0,
     rate_scale: PositiveFactor = 1.0,
     start_s: NonNegativeSeconds = 0.0,
     duration_s: PositiveSeconds | None = None,
     model_shares: dict[str, float] | None = None,
-    interval_s: PositiveSeconds = 60.0,
-    startup_delay_s: NonNegativeSeconds = 120.0,
+    interval_s: PositiveSeconds = SIMULATE_INTERVAL_S,
+    startup_delay_s: NonNegativeSeconds = SIMULATE_STARTUP_DELAY_S,
     kv_tokens_per_slot: Annotated[int, Field(ge=1)] = 2048,
     sizing_ttft_scale: PositiveFactor = 1.0,
     hpa_metric: HpaMetric | None = None,
     hpa_target: PositiveFactor | None = None,
-    router: RouterName = "auto",
+    router: RouterName = ROUTER_AUTO,
     frontier: bool = True,
     seed: int = 0,
-    output_dir: NonEmpty = "simulation-report",
+    output_dir: NonEmpty = SIMULATE_OUTPUT_DIR,
 ) -> SimulationReport:
     """Replay a request trace against a cluster description and compare autoscaling policies.
 

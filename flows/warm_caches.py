@@ -73,7 +73,15 @@ from engine.caches.sources import ModelSource, parse_source
 from engine.cycle_metrics import MetricSet
 from flows.exitcodes import flow_result
 from flows.image import IMAGE
-from flows.parameters import ClusterTarget, ImageRef, NamespaceName, NonNegativeSeconds, ObjectName
+from flows.parameters import (
+    FILL_RETRY_BACKOFF_S,
+    MAX_FILL_ATTEMPTS,
+    ClusterTarget,
+    ImageRef,
+    NamespaceName,
+    NonNegativeSeconds,
+    ObjectName,
+)
 from tasks.caches import ensure_cache
 from tasks.cluster import Cluster, LocalCluster, connect
 from tasks.cluster.errors import ClusterError
@@ -458,8 +466,8 @@ def warm_caches(
     openmodel_namespace: NamespaceName | None = None,
     include_consumers: bool = True,
     gc_unused_after: timedelta | None = None,
-    max_fill_attempts: Annotated[int, Field(ge=1)] = 4,
-    retry_backoff_s: NonNegativeSeconds = 300.0,
+    max_fill_attempts: Annotated[int, Field(ge=1)] = MAX_FILL_ATTEMPTS,
+    retry_backoff_s: NonNegativeSeconds = FILL_RETRY_BACKOFF_S,
     job_backoff_limit: Annotated[int, Field(ge=0)] = 2,
     job_ttl_s: Annotated[int, Field(ge=0)] = 3600,
     headroom_percent: Annotated[float, Field(ge=0)] = 10.0,

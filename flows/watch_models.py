@@ -29,13 +29,11 @@ from pydantic import Field
 
 from engine.api.kthena import API_VERSION as KTHENA_API_VERSION
 from engine.changes import UnobservedChange, new_changes
-from flows.parameters import ClusterTarget, NamespaceName
+from flows.parameters import MAX_WATCH_S, WATCH_SECONDS, ClusterTarget, NamespaceName
 from tasks.cluster import connect
 from tasks.events import Subject, emit_change
 
 DEFAULT_INTERVAL_S = 60
-MAX_WATCH_S = 50
-"""The longest watch a run may open: it must end before the flow's timeout (55 s), below the interval."""
 
 
 @dataclass
@@ -65,7 +63,7 @@ class WatchReport:
 @flow(name="watch-models", timeout_seconds=DEFAULT_INTERVAL_S - 5, log_prints=True)
 def watch_models(
     namespaces: list[NamespaceName] | None = None,
-    watch_seconds: Annotated[float, Field(gt=0, le=MAX_WATCH_S)] = 45.0,
+    watch_seconds: Annotated[float, Field(gt=0, le=MAX_WATCH_S)] = WATCH_SECONDS,
     cluster: ClusterTarget = None,
 ) -> WatchReport:
     """Watch the Kthena Models and announce each spec change rollout-models has not rolled out yet.

@@ -88,7 +88,7 @@ class InvalidObject:
 
 def split_invalid(objects: Iterable[Manifest]) -> tuple[list[Manifest], list[InvalidObject]]:
     """The objects that parse as their kind's API model (the one the CRD is generated from, the
-    same check ``modelplane validate`` makes; status is not checked, the flows rewrite it), and the
+    same check ``modelplane validate-manifests`` makes; status is not checked, the flows rewrite it), and the
     others with the field that fails. One bad object never stops a run: the flows report the invalid
     ones with a condition naming the field and go on with the rest."""
     valid: list[Manifest] = []
@@ -505,18 +505,3 @@ def mark_caches_used(cluster: Cluster, caches: Iterable[Manifest], now: datetime
 def cache_state_map(views: Sequence[CacheView]) -> dict[str, str | None]:
     """``source -> cache status`` for :func:`engine.aim.templates.template_status`."""
     return {v.source: (v.state if not v.requested or v.state else None) for v in views}
-
-
-def cannot_run_reason(cluster: Cluster) -> str | None:
-    """Why the AIM flows cannot run on ``cluster`` at all (a local path that is missing, no API access,
-    the AIM CRDs not installed), or ``None``; checked by the CLI before Prefect starts."""
-    from tasks.optimize import local_path_problem
-
-    problem = local_path_problem(cluster)
-    if problem:
-        return problem
-    try:
-        cluster.list(API_VERSION, "AIMClusterModel")
-    except ClusterError as exc:
-        return f"cannot read AIMClusterModels: {exc.message}"
-    return None

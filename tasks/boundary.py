@@ -1,7 +1,7 @@
 """Parse once at the boundary: the tolerant reader every custom resource a flow lists passes through.
 
 Each Modelplane custom resource is parsed as the pydantic model that generates its CRD
-(:func:`engine.api.validate.parse_object`, the reader ``modelplane validate`` uses too, so the two never
+(:func:`engine.api.validate.parse_object`, the reader ``modelplane validate-manifests`` uses too, so the two never
 disagree). An object that does not parse is left out of what the flow sees, gets the failure status of
 its kind (a ``Ready=False`` condition with reason ``InvalidSpec`` naming the field path and the reason;
 ``status: Failed`` where the kind has a status enum) and is reported; the run goes on with the others.

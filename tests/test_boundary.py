@@ -1,5 +1,5 @@
 """The boundary reader (tasks/boundary.py): one invalid custom resource is marked and left out, the others
-pass; ``modelplane validate`` (engine.api.validate) and the flows judge with the same reader."""
+pass; ``modelplane validate-manifests`` (engine.api.validate) and the flows judge with the same reader."""
 
 from __future__ import annotations
 

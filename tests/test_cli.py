@@ -1,9 +1,10 @@
-"""The `modelplane` CLI's validation and CRD commands."""
+"""The `modelplane` CLI: its command names and earlier aliases, the validation and CRD commands."""
 
 from __future__ import annotations
 
 import pathlib
 import shutil
+from typing import Any
 
 import yaml
 from typer.testing import CliRunner
@@ -14,7 +15,7 @@ REPO = pathlib.Path(__file__).resolve().parents[1]
 
 
 def test_validate_accepts_the_example_cluster() -> None:
-    result = CliRunner().invoke(app, ["validate", "--cluster", str(REPO / "deployments" / "examples")])
+    result = CliRunner().invoke(app, ["validate-manifests", "--cluster", str(REPO / "deployments" / "examples")])
     assert result.exit_code == 0, result.output
     assert "0 invalid" in result.stdout and "VariantAutoscaling" in result.stdout
 
@@ -27,7 +28,7 @@ def test_validate_reports_each_bad_document_and_keeps_the_good(tmp_path: pathlib
     )
     shutil.copy(bad, tmp_path / "bad.yaml")
     (tmp_path / "broken.yaml").write_text("a: [\n")
-    result = CliRunner().invoke(app, ["validate", "--cluster", str(tmp_path)], terminal_width=250)
+    result = CliRunner().invoke(app, ["validate-manifests", "--cluster", str(tmp_path)], terminal_width=250)
     assert result.exit_code == 3  # ran, degraded: some resources are invalid (flows/exitcodes.py)
     assert "4 valid, 2 invalid" in result.stdout
     assert expected_path in result.stdout and "broken.yaml" in result.stdout
@@ -38,7 +39,7 @@ def test_validate_json_lists_every_resource_and_says_what_is_invalid(tmp_path: p
 
     shutil.copy(REPO / "deployments" / "examples" / "10-llama-3.1-8b.yaml", tmp_path)
     (tmp_path / "broken.yaml").write_text("a: [\n")
-    result = CliRunner().invoke(app, ["validate", "--cluster", str(tmp_path), "--json"])
+    result = CliRunner().invoke(app, ["validate-manifests", "--cluster", str(tmp_path), "--json"])
     assert result.exit_code == 3
     rows = json.loads(result.stdout)
     assert [r["result"] for r in rows].count("valid") == 4 and len(rows) == 5
@@ -50,7 +51,7 @@ def test_validate_json_lists_every_resource_and_says_what_is_invalid(tmp_path: p
 
 
 def test_crds_prints_every_checked_in_crd() -> None:
-    result = CliRunner().invoke(app, ["crds"])
+    result = CliRunner().invoke(app, ["render-crds"])
     assert result.exit_code == 0
     printed = [d for d in yaml.safe_load_all(result.stdout) if d]
     on_disk = [yaml.safe_load(p.read_text()) for p in sorted((REPO / "deployments" / "crds").glob("*.yaml"))]
@@ -68,7 +69,7 @@ def test_validate_checks_the_items_of_a_list(tmp_path: pathlib.Path) -> None:
     (tmp_path / "dump.yaml").write_text(
         yaml.safe_dump({"apiVersion": "v1", "kind": "List", "items": documents, "metadata": {}})
     )
-    result = CliRunner().invoke(app, ["validate", "--cluster", str(tmp_path)], terminal_width=250)
+    result = CliRunner().invoke(app, ["validate-manifests", "--cluster", str(tmp_path)], terminal_width=250)
     assert result.exit_code == 3, result.output
     assert "3 valid, 1 invalid" in result.stdout and "spec.variantProfile.maxBatchSize" in result.stdout
     assert "items[1]" in result.stdout
@@ -83,7 +84,7 @@ def test_unquoted_number_for_a_string_is_invalid_for_validate_and_optimize(tmp_p
     variant = next(d for d in documents if d["kind"] == "VariantAutoscaling")
     variant["spec"]["variantCost"] = 40  # unquoted: the CRD wants a string
     (tmp_path / "va.yaml").write_text(yaml.safe_dump(variant))
-    result = CliRunner().invoke(app, ["validate", "--cluster", str(tmp_path)], terminal_width=250)
+    result = CliRunner().invoke(app, ["validate-manifests", "--cluster", str(tmp_path)], terminal_width=250)
     assert result.exit_code == 3 and "spec.variantCost" in result.stdout
     try:
         parse_variant(variant)
@@ -91,3 +92,51 @@ def test_unquoted_number_for_a_string_is_invalid_for_validate_and_optimize(tmp_p
         assert exc.field == "spec.variantCost"
     else:
         raise AssertionError("the optimizer accepted what validate rejects")
+
+
+# Earlier command names -> the verb-noun command that replaced them (flows/cli/__init__.py).
+ALIASES = {
+    "crds": "render-crds",
+    "validate": "validate-manifests",
+    "image": "build-image",
+    "worker-manifests": "render-worker-manifests",
+    "deploy": "register-deployments",
+    "serve": "serve-deployments",
+    "aim": "reconcile-aim",
+}
+
+
+def test_every_visible_command_is_verb_noun_and_flow_commands_carry_the_flow_name() -> None:
+    import typer.main
+
+    from flows.deployments import load_prefect_yaml
+
+    commands = typer.main.get_command(app).commands
+    visible = {name for name, command in commands.items() if not command.hidden}
+    assert all("-" in name or name in {"optimize", "simulate", "calibrate"} for name in visible), visible
+    assert {entry["name"] for entry in load_prefect_yaml()["deployments"]} <= visible
+    assert not visible & set(ALIASES) and "cache" not in visible
+
+
+def test_earlier_names_run_the_same_command_hidden_from_help() -> None:
+    import typer.main
+
+    def same(a: Any, b: Any) -> bool:
+        """The same function: its docstring and parameters (typer wraps each registration's callback)."""
+        return a.help == b.help and [p.opts for p in a.params] == [p.opts for p in b.params]
+
+    commands = typer.main.get_command(app).commands
+    for old, new in ALIASES.items():
+        assert commands[old].hidden and not commands[new].hidden and same(commands[old], commands[new]), old
+    fill = commands["cache"].commands["fill"]  # type: ignore[attr-defined]
+    assert commands["cache"].hidden and same(fill, commands["fill-cache"])
+    help_text = CliRunner().invoke(app, ["--help"], terminal_width=250).stdout
+    listed = {line.split()[1] for line in help_text.splitlines() if line.startswith("│ ") and len(line.split()) > 1}
+    assert "reconcile-aim" in listed and "fill-cache" in listed and not listed & {*ALIASES, "cache"}
+
+
+def test_an_earlier_name_prints_what_the_new_one_prints() -> None:
+    old, new = CliRunner().invoke(app, ["crds"]), CliRunner().invoke(app, ["render-crds"])
+    assert old.exit_code == new.exit_code == 0 and old.stdout == new.stdout and "CustomResourceDefinition" in old.stdout
+    image = CliRunner().invoke(app, ["image"])
+    assert image.exit_code == 0 and image.stdout == CliRunner().invoke(app, ["build-image"]).stdout

@@ -31,7 +31,7 @@ from tests.test_exitcodes import EXAMPLES, assert_one_line_error, invoke, modelp
         (("discover-models", "--resync-seconds", "soon"), "--resync-seconds"),
         (("serve-openmodel",), "Missing argument"),
         (("no-such-command",), "No such command"),
-        (("cache", "fill", "hf://a/b"), "Missing argument"),
+        (("fill-cache", "hf://a/b"), "Missing argument"),
     ],
 )
 def test_usage_errors_are_one_line(args: tuple[str, ...], fragment: str) -> None:
@@ -93,10 +93,10 @@ def _as_json_directory(source: pathlib.Path, target: pathlib.Path) -> int:
 
 def test_a_directory_of_json_manifests_is_read(tmp_path: pathlib.Path) -> None:
     count = _as_json_directory(EXAMPLES, tmp_path / "json")
-    result = invoke("validate", "--cluster", str(tmp_path / "json"), "--json")
+    result = invoke("validate-manifests", "--cluster", str(tmp_path / "json"), "--json")
     rows = json.loads(result.stdout)
     assert len(rows) == count > 10 and result.returncode in (ExitCode.OK, ExitCode.DEGRADED)
-    yaml_rows = json.loads(invoke("validate", "--cluster", str(EXAMPLES), "--json").stdout)
+    yaml_rows = json.loads(invoke("validate-manifests", "--cluster", str(EXAMPLES), "--json").stdout)
     assert sorted(r["result"] == "valid" for r in rows) == sorted(r["result"] == "valid" for r in yaml_rows)
 
 

@@ -53,7 +53,7 @@ def test_convention() -> None:
     assert degraded_summary("4 variants", ["a", "b"]) == "4 variants — DEGRADED: a; b"
 
 
-@pytest.mark.parametrize("command", ["optimize", "validate"])
+@pytest.mark.parametrize("command", ["optimize", "validate-manifests"])
 def test_missing_cluster_path(command: str) -> None:
     assert_one_line_error(invoke(command, "--cluster", "/nonexistent"), "/nonexistent", "does not exist")
 
@@ -109,10 +109,11 @@ def test_bad_rate_window_is_a_usage_error() -> None:
 
 
 def test_deploy_without_a_server_is_one_line() -> None:
-    result = invoke_env({"PREFECT_API_URL": ""}, "deploy", "--pool-type", "process")
+    result = invoke_env({"PREFECT_API_URL": ""}, "register-deployments", "--pool-type", "process")
     assert_one_line_error(result, "PREFECT_API_URL is not set")
     assert_one_line_error(
-        invoke_env({"PREFECT_API_URL": "http://127.0.0.1:9/api"}, "deploy", "--pool-type", "laptop"), "--pool-type"
+        invoke_env({"PREFECT_API_URL": "http://127.0.0.1:9/api"}, "register-deployments", "--pool-type", "laptop"),
+        "--pool-type",
     )
 
 

@@ -1,4 +1,4 @@
-"""``modelplane cache fill``: env-only configuration, JSON manifest on success, one clear line on failure."""
+"""``modelplane fill-cache``: env-only configuration, JSON manifest on success, one clear line on failure."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ CLI = [sys.executable, "-c", "from flows.cli import main; main()"]
 
 def fill(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [*CLI, "cache", "fill", *args], env={**os.environ, **(env or {})}, capture_output=True, text=True, timeout=120
+        [*CLI, "fill-cache", *args], env={**os.environ, **(env or {})}, capture_output=True, text=True, timeout=120
     )
 
 
@@ -60,7 +60,7 @@ def test_fill_honours_kthenas_endpoint_and_keys(s3_server, tmp_path: pathlib.Pat
     s3_server.client().put_object(Bucket=bucket, Key="x/config.json", Body=b'{"a": 1}')
     kthena = {"ENDPOINT": s3_server.endpoint, "ACCESS_KEY": s3_server.access_key, "SECRET_KEY": s3_server.secret_key}
     result = subprocess.run(
-        [*CLI, "cache", "fill", f"s3://{bucket}/x", str(tmp_path), "--json"],
+        [*CLI, "fill-cache", f"s3://{bucket}/x", str(tmp_path), "--json"],
         env={**_without_aws(dict(os.environ)), **kthena},
         capture_output=True,
         text=True,
@@ -72,7 +72,7 @@ def test_fill_honours_kthenas_endpoint_and_keys(s3_server, tmp_path: pathlib.Pat
     # A wrong secret: one line naming both spellings of the key variables, never the secret itself.
     wrong = {**kthena, "SECRET_KEY": "kthena-wrong-secret-0123456789"}
     result = subprocess.run(
-        [*CLI, "cache", "fill", f"s3://{bucket}/x", str(tmp_path / "again")],
+        [*CLI, "fill-cache", f"s3://{bucket}/x", str(tmp_path / "again")],
         env={**_without_aws(dict(os.environ)), **wrong},
         capture_output=True,
         text=True,

@@ -1,4 +1,4 @@
-"""Kill ``modelplane cache fill`` mid-file, run it again: the cache completes, intact, complete files not refetched.
+"""Kill ``modelplane fill-cache`` mid-file, run it again: the cache completes, intact, complete files not refetched.
 
 The filler runs as the real CLI in a subprocess (as in a download Job) with env-only configuration, behind
 a counting proxy that slows transfers down so the kill lands while a file is partly on disk.
@@ -25,7 +25,7 @@ CLI = [sys.executable, "-c", "from flows.cli import main; main()"]
 
 def start_fill(source: str, dest: pathlib.Path, env: dict[str, str], *args: str) -> subprocess.Popen:
     return subprocess.Popen(
-        [*CLI, "cache", "fill", source, str(dest), *args],
+        [*CLI, "fill-cache", source, str(dest), *args],
         env={**os.environ, **env},
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -54,7 +54,7 @@ def partial_bytes(dest: pathlib.Path) -> int:
 
 def run_to_completion(source: str, dest: pathlib.Path, env: dict[str, str], *args: str) -> subprocess.CompletedProcess:
     result = subprocess.run(
-        [*CLI, "cache", "fill", source, str(dest), *args],
+        [*CLI, "fill-cache", source, str(dest), *args],
         env={**os.environ, **env},
         capture_output=True,
         text=True,

@@ -27,7 +27,7 @@ def _objects(cluster: pathlib.Path, kind: str) -> list[dict]:
 
 
 def test_demo_discovers_resolves_and_rolls_out_offline(example_cluster: pathlib.Path, prefect_harness: None) -> None:
-    result = CliRunner().invoke(app, ["aim", "--cluster", str(example_cluster), "--registry-mirror", MIRROR])
+    result = CliRunner().invoke(app, ["reconcile-aim", "--cluster", str(example_cluster), "--registry-mirror", MIRROR])
     assert result.exit_code == 3, result.output  # ran; a template waits for its cache, services not Running yet
     templates = {t["metadata"]["name"]: t for t in _objects(example_cluster, "AIMServiceTemplate")}
     auto = "docker-io-amdenterpriseai-aim-meta-llama-1x-mi300x-thr-fp8-8215"
@@ -126,11 +126,11 @@ def test_invalid_objects_get_a_condition_naming_the_field_and_the_others_proceed
     clean = tmp_path / "clean"
     shutil.copytree(example_cluster, clean)
     (example_cluster / "99-bad.yaml").write_text(BAD_OBJECTS)
-    baseline = CliRunner().invoke(app, ["aim", "--cluster", str(clean), "--registry-mirror", MIRROR])
+    baseline = CliRunner().invoke(app, ["reconcile-aim", "--cluster", str(clean), "--registry-mirror", MIRROR])
     assert baseline.exit_code == 3, (
         baseline.output
     )  # the example alone: a template waits for its cache, services not Running yet
-    result = CliRunner().invoke(app, ["aim", "--cluster", str(example_cluster), "--registry-mirror", MIRROR])
+    result = CliRunner().invoke(app, ["reconcile-aim", "--cluster", str(example_cluster), "--registry-mirror", MIRROR])
     assert result.exit_code == 3, result.output
     assert "Traceback" not in result.output
 
@@ -160,7 +160,7 @@ def test_invalid_objects_get_a_condition_naming_the_field_and_the_others_proceed
     assert after == expected
 
     # validate agrees with the flows: the string gpusPerReplica is not valid.
-    checked = CliRunner().invoke(app, ["validate", "--cluster", str(example_cluster), "--json"])
+    checked = CliRunner().invoke(app, ["validate-manifests", "--cluster", str(example_cluster), "--json"])
     assert checked.exit_code == 3
     invalid = {row["name"]: row["result"] for row in json.loads(checked.stdout) if row["result"] != "valid"}
     assert "spec.gpusPerReplica" in invalid["string-gpus"] and "spec.cacheModel" in invalid["cache-no"]
@@ -171,7 +171,7 @@ def test_aim_takes_the_discovery_options(example_cluster: pathlib.Path, prefect_
     result = CliRunner().invoke(
         app,
         [
-            "aim",
+            "reconcile-aim",
             "--cluster",
             str(example_cluster),
             "--registry-mirror",
@@ -192,5 +192,5 @@ def test_aim_takes_the_discovery_options(example_cluster: pathlib.Path, prefect_
     templates = _objects(example_cluster, "AIMServiceTemplate")
     assert {t["metadata"]["namespace"] for t in templates} == {"llm-serving", "other-namespace"}
     assert all("status" not in t for t in templates if t["metadata"]["namespace"] == "llm-serving")
-    short = CliRunner().invoke(app, ["aim", "--cluster", str(example_cluster), "--resync-seconds", "0"])
+    short = CliRunner().invoke(app, ["reconcile-aim", "--cluster", str(example_cluster), "--resync-seconds", "0"])
     assert short.exit_code == 2 and "Traceback" not in short.output

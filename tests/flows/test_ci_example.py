@@ -1,5 +1,5 @@
 """deployments/ci/preview-allocation.yml works as written: its shell steps run in order (real `kubectl get -o
-yaml` against a Kubernetes API test server holding the example cluster, then `modelplane validate` and
+yaml` against a Kubernetes API test server holding the example cluster, then `modelplane validate-manifests` and
 `modelplane optimize --dry-run --json` on the snapshot), pass on a clean cycle and fail on a degraded one
 with the documented exit code, leaving the allocation for the artifact step."""
 

@@ -58,7 +58,7 @@ FLOW_COMMANDS: dict[str, FlowCommand] = {
         clean=ExitCode.DEGRADED, why_not_clean="its template waits for its cache (Progressing)"
     ),
     "rollout-services": FlowCommand(clean=ExitCode.DEGRADED, why_not_clean="its services are not Running yet"),
-    "aim": FlowCommand(
+    "reconcile-aim": FlowCommand(
         ("--registry-mirror", MIRROR),
         clean=ExitCode.DEGRADED,
         why_not_clean="its template waits for its cache; its services are not Running yet",
@@ -85,19 +85,20 @@ NO_DEGRADED = {
     "watch-models": "reads only: a watch that ran is a clean run (0 or 2)",
 }
 NOT_FLOWS = {
-    "crds": "prints the generated CRDs",
-    "validate": "validates manifests without a flow; --json, 0/2/3 (tests/test_cli.py, tests/test_exitcodes.py)",
-    "serve": "serves the deployments until stopped",
-    "deploy": "registers the deployments on a Prefect server",
-    "image": "prints Modelplane's image reference, or runs docker build/push (tests/flows/test_worker_manifests.py)",
-    "worker-manifests": "prints/writes the worker's install files (tests/flows/test_worker_manifests.py)",
-    "cache": "`cache fill` runs inside a fill Job (exit 1 fill failed, 2 bad source; tests/downloader)",
+    "render-crds": "prints the generated CRDs",
+    "validate-manifests": "validates manifests without a flow; --json, 0/2/3 (tests/test_cli.py, tests/test_exitcodes.py)",
+    "serve-deployments": "serves the deployments until stopped",
+    "register-deployments": "registers the deployments on a Prefect server",
+    "build-image": "prints Modelplane's image reference, or runs docker build/push (tests/flows/test_worker_manifests.py)",
+    "render-worker-manifests": "prints/writes the worker's install files (tests/flows/test_worker_manifests.py)",
+    "fill-cache": "runs inside a fill Job (exit 1 fill failed, 2 bad source; tests/downloader)",
 }
 COMMANDS = sorted(FLOW_COMMANDS)
 
 
 def test_every_command_is_classified() -> None:
-    commands = set(typer.main.get_command(app).commands)
+    """Every visible command (the hidden ones are earlier names of these: tests/test_cli.py)."""
+    commands = {name for name, c in typer.main.get_command(app).commands.items() if not c.hidden}
     assert commands == set(FLOW_COMMANDS) | set(NOT_FLOWS), (
         f"classify in FLOW_COMMANDS or NOT_FLOWS: {sorted(commands ^ (set(FLOW_COMMANDS) | set(NOT_FLOWS)))}"
     )

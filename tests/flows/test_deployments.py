@@ -100,7 +100,7 @@ def test_one_image_reference_from_the_package_version() -> None:
         and (REPO / name).is_file()
         and re.search(r"ghcr\.io/modelplane/modelplane:[0-9]", (REPO / name).read_text(errors="ignore"))
     ]
-    assert not tagged, f"name the image through flows/image.py (or `modelplane image`), not with a tag: {tagged}"
+    assert not tagged, f"name the image through flows/image.py (or `modelplane build-image`), not with a tag: {tagged}"
 
 
 @pytest.mark.parametrize("entry", ENTRIES, ids=IDS)
@@ -294,7 +294,7 @@ def test_every_flow_has_a_cli_command_with_json_output(entry: dict[str, Any]) ->
     from flows.cli import app
 
     command = typer.main.get_command(app).commands.get(entry["name"])
-    assert command is not None, f"add `modelplane {entry['name']}` to flows/cli.py"
+    assert command is not None, f"add `modelplane {entry['name']}` to flows/cli/"
     options = {opt for param in command.params for opt in getattr(param, "opts", [])}
     assert "--json" in options, f"`modelplane {entry['name']}` needs --json"
 

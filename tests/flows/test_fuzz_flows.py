@@ -37,8 +37,8 @@ from tests.fuzzing import EXAMPLES, REPO, Variant, invalid_variants
 PROFILE = os.environ.get("MODELPLANE_FUZZ", "ci")
 LONG = PROFILE == "long"
 COUNT = int(os.environ.get("MODELPLANE_FUZZ_COUNT", "2000")) if LONG else 200 if PROFILE == "full" else 20
-CI_SKIPS = {"aim"} if PROFILE == "ci" else set()
-"""Left out of the CI profile: ``aim`` chains discover-models, resolve-templates and rollout-services, each
+CI_SKIPS = {"reconcile-aim"} if PROFILE == "ci" else set()
+"""Left out of the CI profile: ``reconcile-aim`` chains discover-models, resolve-templates and rollout-services, each
 fuzzed on its own, and alone took a third of the full profile's time."""
 MIRROR = f"docker.io=oci-layout:{REPO / 'deployments' / 'example-images'}"
 
@@ -68,7 +68,7 @@ COMMANDS: dict[str, Command] = {
     "discover-models": Command(("AIMClusterModel",), ("--registry-mirror", MIRROR)),
     "resolve-templates": Command(("AIMServiceTemplate",)),
     "rollout-services": Command(("AIMService",)),
-    "aim": Command(("AIMClusterModel", "AIMServiceTemplate", "AIMService"), ("--registry-mirror", MIRROR)),
+    "reconcile-aim": Command(("AIMClusterModel", "AIMServiceTemplate", "AIMService"), ("--registry-mirror", MIRROR)),
     "rollout-models": Command(("Model",)),
     "serve-openmodel": Command(("OpenModel",), ("qwen2-5-0-5b-instruct", "-n", "llm-serving"), writes_status=False),
 }
@@ -192,7 +192,7 @@ KNOWN = {
     "(floats such as 2.5e-179, an empty-string key) differently: bytes outside status change",
     "rollout-services": "local backend: writing the status of an invalid object re-renders odd spec values "
     "(floats such as 4.9e-273) differently: bytes outside status change",
-    "aim": "as resolve-templates and rollout-services; and its valid rows differed from the baseline once "
+    "reconcile-aim": "as resolve-templates and rollout-services; and its valid rows differed from the baseline once "
     "(not yet investigated)",
 }
 """Open findings of the harness (docs/benchmarks.md): no crash and no traceback remain in them."""

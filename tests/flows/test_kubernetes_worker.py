@@ -1,4 +1,4 @@
-"""The distributed path end to end: a real Prefect server, the work pool `modelplane deploy` creates from
+"""The distributed path end to end: a real Prefect server, the work pool `modelplane register-deployments` creates from
 deployments/work-pool-template.json, the optimize deployment registered by the documented `prefect deploy`, and
 the official worker (`prefect worker start --type kubernetes`, prefect-kubernetes) pointed at the Kubernetes API
 test server. The worker creates the flow run's Job; the test server's job runner runs it as Modelplane's image

@@ -1,5 +1,5 @@
 """Run states, `cluster`, parameter rules and chained work against the real thing: `prefect server start`,
-`modelplane deploy --pool-type process` and a process worker (issue 19).
+`modelplane register-deployments --pool-type process` and a process worker (issue 19).
 
 - a degraded run (what exits 3 on the CLI) ends `Completed` named `Degraded` with the reasons as its message,
   emits `prefect.flow-run.Degraded`, and an automation matching that event fires;
@@ -56,7 +56,7 @@ def platform(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PrefectServer
     try:
         server.start()
         result = subprocess.run(
-            [sys.executable, "-m", "flows.cli", "deploy", "--pool-type", "process"],
+            [sys.executable, "-m", "flows.cli", "register-deployments", "--pool-type", "process"],
             cwd=REPO,
             env=server.env,
             capture_output=True,

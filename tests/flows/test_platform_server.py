@@ -1,5 +1,5 @@
 """The platform against the real thing: `prefect server start` on 127.0.0.1 (random port, temporary home),
-`modelplane deploy --pool-type process` (work pool + the documented `prefect deploy`), and a process worker.
+`modelplane register-deployments --pool-type process` (work pool + the documented `prefect deploy`), and a process worker.
 
 One server, pool and worker for the module. Every entry of deployments/prefect.yaml is checked: registered
 with its schedule, constraints and triggers; a run of each flow against a copy of the example cluster
@@ -39,9 +39,9 @@ pytestmark = pytest.mark.timeout(600)
 
 @pytest.fixture(scope="module")
 def platform(prefect_server: PrefectServer, tmp_path_factory: pytest.TempPathFactory) -> PrefectServer:
-    """The server with every deployment registered by `modelplane deploy --pool-type process` and a worker."""
+    """The server with every deployment registered by `modelplane register-deployments --pool-type process` and a worker."""
     result = subprocess.run(
-        [sys.executable, "-m", "flows.cli", "deploy", "--pool-type", "process"],
+        [sys.executable, "-m", "flows.cli", "register-deployments", "--pool-type", "process"],
         cwd=REPO,
         env=prefect_server.env,
         capture_output=True,
@@ -310,9 +310,9 @@ def test_ui_run_form_shows_every_parameter_with_its_description(
 def test_served_deployments_run_beside_the_pool_without_colliding(
     platform: PrefectServer, tmp_path: pathlib.Path
 ) -> None:
-    """`modelplane serve` on the same server registers '<name>-local' deployments and runs their runs itself;
+    """`modelplane serve-deployments` on the same server registers '<name>-local' deployments and runs their runs itself;
     the work-pool deployments keep their pool."""
-    platform.spawn("serve", [sys.executable, "-m", "flows.cli", "serve"])
+    platform.spawn("serve", [sys.executable, "-m", "flows.cli", "serve-deployments"])
     entry = next(e for e in ENTRIES if e["name"] == "optimize")
     served = wait_for(
         lambda: platform.find_deployment(entry, "optimize-local"), 120, "the served optimize-local deployment"
@@ -326,10 +326,10 @@ def test_served_deployments_run_beside_the_pool_without_colliding(
 
 
 def test_modelplane_deploy_creates_the_kubernetes_pool_from_the_template(platform: PrefectServer) -> None:
-    """The default `modelplane deploy`: the Kubernetes pool from deployments/work-pool-template.json, then
+    """The default `modelplane register-deployments`: the Kubernetes pool from deployments/work-pool-template.json, then
     every deployment registered on it with its job variables (runs last: it moves the deployments)."""
     result = subprocess.run(
-        [sys.executable, "-m", "flows.cli", "deploy"],
+        [sys.executable, "-m", "flows.cli", "register-deployments"],
         cwd=REPO,
         env=platform.env,
         capture_output=True,
@@ -348,7 +348,7 @@ def test_modelplane_deploy_creates_the_kubernetes_pool_from_the_template(platfor
         assert stored["work_pool_name"] == "modelplane-kubernetes"
         assert stored["job_variables"] == entry["work_pool"]["job_variables"]
     again = subprocess.run(
-        [sys.executable, "-m", "flows.cli", "deploy"],
+        [sys.executable, "-m", "flows.cli", "register-deployments"],
         cwd=REPO,
         env=platform.env,
         capture_output=True,

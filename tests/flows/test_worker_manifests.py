@@ -33,7 +33,7 @@ def test_the_checked_in_files_are_generated() -> None:
     assert sorted(p.name for p in WORKER_DIR.iterdir()) == sorted(rendered)
     for name, text in rendered.items():
         assert (WORKER_DIR / name).read_text() == text, (
-            f"run `modelplane worker-manifests --write deployments/worker` ({name})"
+            f"run `modelplane render-worker-manifests --write deployments/worker` ({name})"
         )
 
 

@@ -1,0 +1,171 @@
+"""``fill-cache``: download one model source into a cache directory (a mounted PVC). The command a cache-fill
+Job runs in Modelplane's image (engine/caches/plan.py builds it), so it needs no Prefect and reads credentials
+from the environment only; its verdict also goes to the Job's termination log for warm-caches to read."""
+
+from __future__ import annotations
+
+import pathlib
+import sys
+import time
+from typing import TYPE_CHECKING
+
+import typer
+
+from flows.cli.common import app, command, console, err
+from tasks.downloader.fill import DEFAULT_CONCURRENCY, DEFAULT_PART_SIZE
+
+if TYPE_CHECKING:
+    from rich.progress import Progress, TaskID
+
+    from tasks.downloader.progress import ProgressSnapshot
+
+MiB = 1024 * 1024
+
+
+@command("fill-cache")
+def fill_cache(
+    source: str = typer.Argument(
+        ...,
+        help="Model source: hf://org/name@REV?allow=GLOB&ignore=GLOB&filename=F (all optional after the name) or s3://bucket/prefix.",
+    ),
+    dest: pathlib.Path = typer.Argument(..., help="Cache directory (the PVC mount); the model files land at its root."),
+    capacity: str | None = typer.Option(
+        None, "--capacity", help="Volume size (e.g. 11Gi) when the filesystem does not report it (shared filesystems)."
+    ),
+    concurrency: int = typer.Option(
+        DEFAULT_CONCURRENCY, "--concurrency", min=1, max=64, help="Parallel transfers (files or S3 parts)."
+    ),
+    part_size_mib: int = typer.Option(
+        DEFAULT_PART_SIZE // MiB, "--part-size-mib", min=5, help="S3 ranged part size in MiB."
+    ),
+    lock_timeout: float | None = typer.Option(
+        None, "--lock-timeout", help="Seconds to wait for another filler of the same cache (default: wait)."
+    ),
+    as_json: bool = typer.Option(False, "--json", help="Print the completion manifest as JSON."),
+    termination_log: pathlib.Path | None = typer.Option(
+        None,
+        "--termination-log",
+        help="Also write the verdict here as one JSON line (a Job's /dev/termination-log: the marker summary, or the failure's reason and message).",
+    ),
+) -> None:
+    """Download SOURCE into DEST: resumable, locked, verified; the marker .modelplane-cache.json is written last.
+
+    Credentials come from the environment only (HF_TOKEN, HF_ENDPOINT, AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY,
+    AWS_ENDPOINT_URL, AWS_REGION; Kthena's ENDPOINT, ACCESS_KEY, SECRET_KEY when the AWS names are unset), so a Kubernetes Job runs this same command with env from Secrets.
+    Exits 1 with one line naming the reason when the fill fails, 2 when SOURCE is not a valid source.
+    """
+    import json
+
+    from engine.caches.sources import parse_source
+    from engine.units import parse_quantity
+    from tasks.downloader import DownloadError
+    from tasks.downloader import fill_cache as fill
+
+    try:
+        parsed = parse_source(source)
+        capacity_bytes = int(parse_quantity(capacity)) if capacity else None
+    except ValueError as exc:
+        sys.stderr.write(f"cache fill: invalid argument: {exc}\n")
+        raise typer.Exit(2) from None
+    reporter = _CacheFillProgress(parsed.uri)
+    try:
+        with reporter:
+            manifest = fill(
+                parsed,
+                dest,
+                progress=reporter.update,
+                capacity_bytes=capacity_bytes,
+                concurrency=concurrency,
+                part_size=part_size_mib * MiB,
+                lock_timeout=lock_timeout,
+                on_wait=lambda holder: sys.stderr.write(f"waiting for another filler of {dest} ({holder})\n"),
+            )
+    except DownloadError as exc:
+        sys.stderr.write(f"cache fill failed ({exc.reason}): {exc.message}\n")
+        _write_fill_report(termination_log, reason=exc.reason, message=exc.message)
+        raise typer.Exit(1) from None
+    except OSError as exc:
+        message = f"{exc.strerror or exc} ({exc.filename or dest})"
+        sys.stderr.write(f"cache fill failed (FilesystemError): {message}\n")
+        _write_fill_report(termination_log, reason="FilesystemError", message=message)
+        raise typer.Exit(1) from None
+    _write_fill_report(termination_log, manifest.to_json())
+    if as_json:
+        sys.stdout.write(json.dumps(manifest.to_json(), indent=2) + "\n")
+        return
+    fetched = manifest.stats.get("bytesFetched", 0)
+    console.print(
+        f"cache {dest} complete: {len(manifest.files)} files, {manifest.total_bytes} bytes "
+        f"({fetched} fetched now) from {manifest.source}" + (f" at {manifest.revision}" if manifest.revision else ""),
+        markup=False,
+        highlight=False,
+    )
+
+
+# The earlier name `modelplane cache fill`, still what the fill Jobs and Kthena's init containers run.
+cache_app = typer.Typer(
+    no_args_is_help=True, help="Model caches: fill a directory (a mounted PVC) from a model source."
+)
+cache_app.command("fill")(fill_cache)
+app.add_typer(cache_app, name="cache", hidden=True)
+
+
+def _write_fill_report(path: pathlib.Path | None, marker: dict | None = None, **failure: str) -> None:
+    """The fill's verdict for the warm-caches flow (read back from the Job pod's termination message)."""
+    if path is None:
+        return
+    from engine.caches.plan import fill_report
+
+    try:
+        path.write_text(fill_report(marker, **failure))
+    except OSError as exc:
+        sys.stderr.write(f"cache fill: cannot write the termination log {path}: {exc.strerror or exc}\n")
+
+
+class _CacheFillProgress:
+    """A rich progress bar on a terminal; one log line every 10 s otherwise (Job logs)."""
+
+    def __init__(self, label: str) -> None:
+        self.label = label
+        self.interactive = err.is_terminal
+        self._last_line = 0.0
+        self._bar: Progress | None = None
+        self._task: TaskID | None = None
+
+    def __enter__(self) -> _CacheFillProgress:
+        if self.interactive:
+            from rich.progress import (
+                BarColumn,
+                DownloadColumn,
+                Progress,
+                TextColumn,
+                TimeRemainingColumn,
+                TransferSpeedColumn,
+            )
+
+            self._bar = Progress(
+                TextColumn("{task.description}"),
+                BarColumn(),
+                DownloadColumn(binary_units=True),
+                TransferSpeedColumn(),
+                TimeRemainingColumn(),
+                console=err,
+            )
+            self._bar.start()
+            self._task = self._bar.add_task(self.label, total=None)
+        return self
+
+    def update(self, snapshot: ProgressSnapshot) -> None:
+        """Show ``snapshot``: move the bar, or (off a terminal) log a line at most every 10 s and on each phase."""
+        if self._bar is not None and self._task is not None:
+            self._bar.update(self._task, completed=snapshot.bytes_done, total=snapshot.bytes_total or None)
+            return
+        now = time.monotonic()
+        if now - self._last_line >= 10 or snapshot.phase != "downloading":
+            self._last_line = now
+            sys.stderr.write(f"{self.label}: {snapshot.describe()}\n")
+            sys.stderr.flush()
+
+    def __exit__(self, *exc: object) -> None:
+        if self._bar is not None:
+            self._bar.stop()

@@ -1,0 +1,116 @@
+"""The model-cache lifecycle as a command: ``warm-caches`` runs one pass (PVCs, fill Jobs or in-process fills,
+garbage collection) and prints every ModelCache's state. Filling one cache is ``fill-cache`` (flows/cli/cache_fill.py)."""
+
+from __future__ import annotations
+
+import datetime
+import json
+import sys
+from typing import TYPE_CHECKING
+
+import typer
+
+from flows.cli.common import (
+    cluster_option,
+    command,
+    console,
+    exit_with_outcome,
+    json_option,
+    namespaces_option,
+    run_flow,
+)
+from flows.parameters import FILL_RETRY_BACKOFF_S, MAX_FILL_ATTEMPTS
+
+if TYPE_CHECKING:
+    from flows.warm_caches import WarmReport
+
+WARM_TIMEOUT_S = 86400.0
+"""``warm-caches --timeout-s``: a local pass fills in-process, so it may take as long as the downloads."""
+
+
+@command("warm-caches")
+def warm_caches(
+    cluster: str | None = cluster_option(),
+    namespace: list[str] = namespaces_option(),
+    image: str | None = typer.Option(None, "--image", help="Modelplane's image for the fill Jobs."),
+    openmodel_namespace: str | None = typer.Option(
+        None, "--openmodel-namespace", help="Cache llmaz OpenModels in this namespace."
+    ),
+    no_consumers: bool = typer.Option(
+        False, "--no-consumers", help="Only fill existing ModelCaches; create none for consumers."
+    ),
+    gc_unused_after: str | None = typer.Option(
+        None, "--gc-unused-after", help="Delete caches unused this long and unmounted, e.g. 7d, 12h."
+    ),
+    max_fill_attempts: int = typer.Option(
+        MAX_FILL_ATTEMPTS, "--max-fill-attempts", min=1, help="Fills per cache generation before it stays Failed."
+    ),
+    retry_backoff_s: float = typer.Option(
+        FILL_RETRY_BACKOFF_S, "--retry-backoff-s", min=0, help="Wait after the first failed fill (doubles)."
+    ),
+    timeout_s: float = typer.Option(
+        WARM_TIMEOUT_S, "--timeout-s", min=1, help="Stop the run after this long (local fills run in-process)."
+    ),
+    as_json: bool = json_option("JSON"),
+) -> None:
+    """Run one warm-caches pass: create PVCs, fill every ModelCache (Jobs in a cluster, in-process locally), report.
+
+    Exit codes (flows/exitcodes.py): 0 every cache reconciled; 2 could not run (cluster path missing, no
+    Kubernetes access, a bad argument), with one line on stderr; 3 ran degraded (a cache Failed, a consumer's
+    source invalid, an API error on one cache), as the summary says.
+    """
+    from flows.warm_caches import DEFAULT_IMAGE
+    from flows.warm_caches import warm_caches as warm_caches_flow
+
+    try:
+        unused_after = _duration(gc_unused_after) if gc_unused_after else None
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--gc-unused-after") from None
+    report = run_flow(
+        warm_caches_flow.with_options(timeout_seconds=timeout_s),
+        namespaces=namespace or None,
+        cluster=cluster,
+        image=image or DEFAULT_IMAGE,
+        openmodel_namespace=openmodel_namespace,
+        include_consumers=not no_consumers,
+        gc_unused_after=unused_after,
+        max_fill_attempts=max_fill_attempts,
+        retry_backoff_s=retry_backoff_s,
+    )
+    if as_json:
+        sys.stdout.write(json.dumps(report.as_json(), indent=2) + "\n")
+    else:
+        _print_caches(report)
+    exit_with_outcome(report.degraded)
+
+
+def _print_caches(report: WarmReport) -> None:
+    """The pass as a table of caches, then what it needs and freed, its notes and summary."""
+    from rich.table import Table
+
+    table = Table(title="Model caches")
+    for column in ("namespace", "name", "source", "status", "reason", "pvc", "action"):
+        table.add_column(column)
+    colours = {"Available": "green", "Failed": "red", "Progressing": "yellow"}
+    for row in report.rows:
+        status = f"[{colours.get(row.status, 'white')}]{row.status}[/]"
+        table.add_row(row.namespace, row.name, row.source, status, row.reason, row.pvc, row.action)
+    console.print(table)
+    lines = [
+        *(f"needs: {e}" for e in report.ensured),
+        *(f"freed: {f}" for f in report.freed),
+        *report.notes,
+    ]
+    for line in lines:
+        console.print(line, markup=False, highlight=False)
+    console.print(report.summary)
+
+
+def _duration(text: str) -> datetime.timedelta:
+    """``7d``, ``12h``, ``30m``, ``90s`` (or a Go duration such as ``1h30m``) as a timedelta."""
+    from engine.api.meta import parse_duration
+
+    text = text.strip()
+    if text.endswith("d") and text[:-1].replace(".", "", 1).isdigit():
+        return datetime.timedelta(days=float(text[:-1]))
+    return datetime.timedelta(seconds=parse_duration(text))

@@ -1,0 +1,199 @@
+"""What every ``modelplane`` command shares: the typer app, the consoles, and the one way a command runs a flow.
+
+:func:`run_flow` is the only flow runner: one pre-check (the cluster the ``cluster`` parameter names can be
+reached and holds what the flow needs, :data:`Check`) before Prefect starts, then the flow's own parameter
+validation (the deployment schema's rules), then the run, where an error that means "could not run" is one
+``error:`` line and exit 2 (flows/exitcodes.py) instead of a failed run's traceback.
+"""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import sys
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from flows.exitcodes import (
+    CannotRun,
+    ExitCode,
+    OneLineErrorGroup,
+    cli_errors,
+    exit_code,
+    one_line,
+    quiet_expected_failures,
+)
+from flows.parameters import CLUSTER_HELP
+
+if TYPE_CHECKING:
+    from tasks.cluster import Cluster
+
+# Local runs start an ephemeral Prefect API on the shared ~/.prefect database; its telemetry write is the
+# one statement that contends with another local Prefect process, and it reports nothing we need.
+os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+# Prefect's 20 s default for starting that ephemeral API is too short on a busy CI runner.
+os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "120")
+
+app = typer.Typer(
+    add_completion=False,
+    no_args_is_help=True,
+    cls=OneLineErrorGroup,
+    help="Modelplane: a control plane for serving LLMs on Kubernetes.",
+)
+# Off a terminal (CI logs, pipes) rich would wrap tables at 80 columns and cut names; use a wide page.
+console = Console(width=None if sys.stdout.isatty() else 200)
+err = Console(stderr=True)
+
+REPO = pathlib.Path(__file__).resolve().parents[2]
+PREFECT_YAML = REPO / "deployments" / "prefect.yaml"
+
+Check = Callable[["Cluster"], "str | None"]
+"""What a flow needs of its cluster beyond a readable path: the reason it cannot run there, or None."""
+
+
+def command(name: str, *aliases: str, **options: Any) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Register a ``modelplane NAME`` command; each of ``aliases`` (an earlier name) runs it too, hidden from
+    the help, so scripts and docs written for the old name keep working."""
+
+    def register(function: Callable[..., Any]) -> Callable[..., Any]:
+        app.command(name, **options)(function)
+        for alias in aliases:
+            app.command(alias, hidden=True, **options)(function)
+        return function
+
+    return register
+
+
+def cluster_option() -> Any:
+    """The ``--cluster`` option of every command that reads a cluster (:data:`flows.parameters.CLUSTER_HELP`)."""
+    return typer.Option(None, "--cluster", help=CLUSTER_HELP)
+
+
+def json_option(what: str = "a JSON list") -> Any:
+    """The ``--json`` option every flow command has."""
+    return typer.Option(False, "--json", help=f"Print {what} instead of a table.")
+
+
+def namespaces_option(help: str = "Limit to these namespaces (repeatable).") -> Any:
+    """The repeatable ``--namespace``/``-n`` option."""
+    return typer.Option([], "--namespace", "-n", help=help)
+
+
+def needs(api_version: str, kind: str) -> Check:
+    """A :data:`Check` that the cluster lets us list ``kind`` (API access, RBAC, the CRD installed)."""
+
+    def check(cluster: Cluster) -> str | None:
+        from tasks.cluster import ClusterError
+
+        try:
+            cluster.list(api_version, kind)
+        except ClusterError as exc:
+            return f"cannot read {kind}s: {exc.message}"
+        return None
+
+    return check
+
+
+def pre_check(cluster: str | None, check: Check | None = None) -> None:
+    """The one pre-check of every flow command, before Prefect starts: the cluster ``cluster`` names
+    (``tasks.cluster.connect``) is not a missing or unreadable path, and ``check`` finds nothing missing.
+    Prints one ``error:`` line and exits 2 otherwise."""
+    from tasks.cluster import connect
+    from tasks.optimize import local_path_problem
+
+    with cli_errors():
+        target = connect(cluster)
+        problem = local_path_problem(target) or (check(target) if check else None)
+        if problem:
+            raise CannotRun(problem)
+
+
+def run_flow(
+    flow: Any, *, check: Check | None = None, cannot_run: tuple[type[Exception], ...] = (), **parameters: Any
+) -> Any:
+    """Run ``flow`` in-process with ``parameters`` after :func:`pre_check` on its ``cluster`` parameter.
+
+    The flow's signature checks the parameters first (the rules of the deployment's schema) without a run;
+    when the flow cannot run (no cluster, bad parameter, missing file, or one of ``cannot_run``) the command
+    prints one ``error:`` line and exits 2. Anything else is a bug and keeps its traceback.
+    """
+    from prefect.exceptions import ParameterTypeError
+    from prefect.logging.loggers import disable_logger
+
+    from tasks.cluster.errors import ClusterError
+
+    pre_check(parameters.get("cluster"), check)
+    expected = (ParameterTypeError, CannotRun, ClusterError, OSError, ValueError, *cannot_run)
+    drain_rejections()  # this run's rejections only (several commands may run in one process)
+    try:
+        with quiet_expected_failures(expected):
+            with disable_logger("prefect.flows"):  # the deployment schema's checks, before any run or log line
+                flow.validate_parameters(parameters)
+            return flow(**parameters)
+    except (ParameterTypeError, CannotRun, ClusterError, *cannot_run) as exc:
+        reason = one_line(exc)
+    except (OSError, ValueError) as exc:
+        reason = f"{type(exc).__name__}: {one_line(exc)}"
+    except RuntimeError as exc:
+        if "Prefect API" not in str(exc):  # anything else is a bug: keep its traceback
+            raise
+        reason = one_line(exc)
+    sys.stderr.write(f"error: {flow.name} could not run: {reason}\n")
+    raise typer.Exit(ExitCode.CANNOT_RUN)
+
+
+def drain_rejections() -> list[str]:
+    """The objects the boundary reader (tasks/boundary.py) rejected since the last call, one line each."""
+    from tasks.boundary import drain_rejections as drain
+
+    return drain()
+
+
+def warn_degraded(problems: Sequence[str]) -> None:
+    """One ``degraded:`` line on stderr per problem."""
+    for problem in problems:
+        err.print(f"[yellow]degraded: {escape(problem)}[/yellow]", highlight=False, soft_wrap=True)
+
+
+def exit_with_outcome(problems: list[str], flow_ran: bool = True) -> None:
+    """Print a degraded run's problems (and, when ``flow_ran``, every object the boundary reader rejected
+    during it) on stderr and exit DEGRADED (3); exit OK (0) otherwise."""
+    problems = [*problems, *(drain_rejections() if flow_ran else [])]
+    warn_degraded(problems)
+    raise typer.Exit(int(exit_code(problems)))
+
+
+def table_of(title: str, columns: Sequence[str], rows: Sequence[Sequence[object]], right: Sequence[str] = ()) -> Table:
+    """A rich table of ``rows`` (each value as text); ``right`` names the right-justified columns."""
+    table = Table(title=title)
+    for column in columns:
+        table.add_column(column, justify="right" if column in right else "left")
+    for row in rows:
+        table.add_row(*(str(value) for value in row))
+    return table
+
+
+def write_or_print(
+    rendered: dict[str, str], write: pathlib.Path | None, separator: str, what: Callable[[dict[str, str]], str]
+) -> None:
+    """Generated files: one file each into ``write``, or all on stdout joined by ``separator``, in name order."""
+    if write is not None:
+        write.mkdir(parents=True, exist_ok=True)
+        for name, text in rendered.items():
+            (write / name).write_text(text)
+        err.print(f"wrote {what(rendered)} to {write}")
+        return
+    sys.stdout.write(separator.join(rendered[name] for name in sorted(rendered)))
+
+
+def manifests_path(cluster: str, option: str = "--cluster") -> pathlib.Path:
+    """A command that reads manifest files only (validate-manifests, simulate): ``cluster`` must name them;
+    an empty value is a one-line error, never the working directory."""
+    if not cluster.strip():
+        raise CannotRun(f"{option} is empty: name a manifests directory or file")
+    return pathlib.Path(cluster.strip())

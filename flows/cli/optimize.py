@@ -1,0 +1,304 @@
+"""The autoscaling commands: ``optimize`` (one cycle on a cluster), ``simulate`` (replay a trace against a cluster
+description and compare policies) and ``calibrate`` (fit performance profiles from metrics). All three read the
+WVA ConfigMaps in ``--config-namespace`` (default :data:`flows.parameters.SYSTEM_NAMESPACE`)."""
+
+from __future__ import annotations
+
+import json
+import pathlib
+import re
+import sys
+from typing import Any
+
+import typer
+
+from flows.cli.common import (
+    cluster_option,
+    command,
+    console,
+    err,
+    exit_with_outcome,
+    json_option,
+    manifests_path,
+    namespaces_option,
+    needs,
+    run_flow,
+    table_of,
+)
+from flows.exitcodes import CannotRun, cli_errors
+from flows.parameters import (
+    CALIBRATE_LOOKBACK,
+    CALIBRATE_WINDOW,
+    SIMULATE_INTERVAL_S,
+    SIMULATE_OUTPUT_DIR,
+    SIMULATE_STARTUP_DELAY_S,
+    SYSTEM_NAMESPACE,
+)
+
+
+def config_namespace_option() -> Any:
+    """``--config-namespace``: where the WVA ConfigMaps live."""
+    return typer.Option(SYSTEM_NAMESPACE, help="Namespace of the WVA ConfigMaps.")
+
+
+@command("optimize")
+def optimize(
+    cluster: str | None = cluster_option(),
+    metrics: pathlib.Path | None = typer.Option(
+        None, "--metrics", exists=True, dir_okay=False, help="Metrics YAML file (instead of Prometheus)."
+    ),
+    prometheus: str | None = typer.Option(None, "--prometheus", help="Prometheus base URL (default $PROMETHEUS_URL)."),
+    rate_window: str | None = typer.Option(
+        None,
+        "--rate-window",
+        help="PromQL window of the arrival-rate query, e.g. 1m or 30s (default $PROMETHEUS_RATE_WINDOW, else 1m).",
+    ),
+    namespace: list[str] = namespaces_option(),
+    namespace_selector: str | None = typer.Option(
+        None, "--namespace-selector", "-l", help="Label selector on Namespaces."
+    ),
+    config_namespace: str = config_namespace_option(),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Decide and print, write nothing."),
+    as_json: bool = json_option(),
+    pushgateway: str | None = typer.Option(
+        None,
+        "--pushgateway",
+        help="Prometheus Pushgateway URL to publish wva_desired_replicas and Modelplane's metrics to "
+        "(default $MODELPLANE_PUSHGATEWAY_URL; unset = off).",
+    ),
+) -> None:
+    """Run one optimization cycle and print the allocation table (writes status back unless --dry-run).
+
+    Exit codes (flows/exitcodes.py): 0 clean; 2 could not run (cluster path missing, no Kubernetes access,
+    configuration ConfigMap missing, a parameter rejected), with one line on stderr; 3 ran degraded
+    (metrics missing, resources invalid or not ready, write errors), as the summary line says.
+    """
+    from flows.optimize import optimize as optimize_flow
+    from flows.parameters import PROMETHEUS_DURATION_PATTERN
+    from tasks.optimize import cannot_run_reason
+
+    if rate_window is not None and not re.match(PROMETHEUS_DURATION_PATTERN, rate_window):
+        raise typer.BadParameter(
+            f"{rate_window!r} is not a PromQL duration such as 1m or 30s", param_hint="--rate-window"
+        )
+    report = run_flow(
+        optimize_flow,
+        check=lambda target: cannot_run_reason(target, config_namespace),
+        namespaces=namespace or None,
+        namespace_selector=namespace_selector,
+        config_namespace=config_namespace,
+        prometheus_url=prometheus,
+        metrics_file=str(metrics) if metrics else None,
+        rate_window=rate_window,
+        cluster=cluster,
+        dry_run=dry_run,
+        pushgateway_url=pushgateway,
+    )
+    if as_json:
+        sys.stdout.write(json.dumps(report.as_json(), indent=2) + "\n")
+        exit_with_outcome(report.degraded)
+    rows = []
+    for row in report.rows:
+        changed = row.desired is not None and row.current is not None and row.desired != row.current
+        desired = f"[bold]{row.desired}[/bold]" if changed else str(row.desired if row.desired is not None else "-")
+        current = row.current if row.current is not None else "-"
+        rows.append((row.namespace, row.name, row.model, row.accelerator, current, desired, row.cost, row.reason))
+    columns = ("namespace", "name", "model", "accelerator", "current", "desired", "cost", "reason")
+    console.print(table_of("Modelplane allocation", columns, rows, right=("current", "desired", "cost")))
+    console.print(report.summary)
+    if report.metrics_error:
+        err.print(f"[yellow]metrics unavailable: {report.metrics_error}[/yellow]")
+    exit_with_outcome(report.degraded)
+
+
+@command("simulate")
+def simulate(
+    cluster_option: str = typer.Option(
+        ..., "--cluster", help="Manifests directory/file: VariantAutoscalings, targets, WVA ConfigMaps (not empty)."
+    ),
+    trace: pathlib.Path = typer.Option(
+        ..., "--trace", help="Trace CSV (timestamp, prompt tokens, output tokens; Azure format as is)."
+    ),
+    policy: list[str] = typer.Option(
+        [], "--policy", "-p", help="Policy to compare (repeatable); default: all, the oracle included."
+    ),
+    compression: float = typer.Option(1.0, help="Divide inter-arrival times by this (time compression)."),
+    rate_scale: float = typer.Option(1.0, "--rate-scale", help="Multiply the number of requests."),
+    start: float = typer.Option(0.0, help="Slice start, seconds after the first request."),
+    duration: float | None = typer.Option(None, help="Slice length in seconds (before compression)."),
+    share: list[str] = typer.Option(
+        [], "--share", help="MODEL=WEIGHT share of a model ('namespace/modelID') in the trace (repeatable)."
+    ),
+    interval: float = typer.Option(SIMULATE_INTERVAL_S, help="Control interval in simulated seconds."),
+    startup_delay: float = typer.Option(
+        SIMULATE_STARTUP_DELAY_S, "--startup-delay", help="Seconds a new replica takes to become ready."
+    ),
+    sizing_ttft_scale: float = typer.Option(
+        1.0,
+        "--sizing-ttft-scale",
+        help="Policies size for the TTFT targets x this; attainment is judged against the targets.",
+    ),
+    hpa_metric: str | None = typer.Option(
+        None,
+        "--hpa-metric",
+        help="Per-replica metric of the HPA-style policy (default: the cluster's AutoscalingPolicy).",
+    ),
+    hpa_target: float | None = typer.Option(None, "--hpa-target", help="Target per replica of --hpa-metric."),
+    router: str | None = typer.Option(
+        None,
+        "--router",
+        help="Gateway router: least-outstanding, least-load (llm-d/Kthena: queue + KV), "
+        "least-latency (predicted TTFT/ITL vs SLO); auto (the default) = what the cluster says (docs/simulate.md).",
+    ),
+    frontier: bool = typer.Option(
+        True,
+        "--frontier/--no-frontier",
+        help="Also sweep each policy's knob and the oracle: "
+        "cost-attainment frontier, attainment ceiling, cost / oracle.",
+    ),
+    seed: int = typer.Option(0, help="Seed of every random draw."),
+    output: pathlib.Path = typer.Option(pathlib.Path(SIMULATE_OUTPUT_DIR), "--output", "-o", help="Report directory."),
+    config_namespace: str = config_namespace_option(),
+    as_json: bool = json_option("the JSON summary"),
+) -> None:
+    """Replay a trace against a cluster description and compare autoscaling policies (table, JSON, HTML report).
+
+    Exit codes (flows/exitcodes.py): 0 done; 2 could not run (missing cluster or trace, malformed trace,
+    unknown policy, a VariantAutoscaling that cannot be simulated), with one line on stderr.
+    """
+    from engine.optimize.cycle import SpecError
+    from engine.simulate.trace import TraceError
+    from flows.simulate import simulate as simulate_flow
+    from tasks.simulate import summary_table
+
+    with cli_errors():  # what can be checked before a flow run starts: bad input is one line, not a failed run's log
+        shares = _shares(share)
+        cluster = manifests_path(cluster_option)
+        if not cluster.exists():
+            raise CannotRun(f"cluster description {cluster} does not exist")
+        _check_simulation_input(policy, router, trace)
+    report = run_flow(
+        simulate_flow,
+        cannot_run=(TraceError, SpecError),
+        cluster=str(cluster),
+        trace=str(trace),
+        config_namespace=config_namespace,
+        policies=policy or None,
+        compression=compression,
+        rate_scale=rate_scale,
+        start_s=start,
+        duration_s=duration,
+        model_shares=shares or None,
+        interval_s=interval,
+        startup_delay_s=startup_delay,
+        sizing_ttft_scale=sizing_ttft_scale,
+        hpa_metric=hpa_metric,
+        hpa_target=hpa_target,
+        frontier=frontier,
+        seed=seed,
+        output_dir=str(output),
+        **({"router": router} if router is not None else {}),
+    )
+    if as_json:
+        sys.stdout.write(json.dumps(report.as_json(), indent=2) + "\n")
+        exit_with_outcome([])
+    rows = summary_table(report.outcomes, report.limits)
+    ceiling = f", attainment ceiling {report.limits.ceiling['all']:.1%}" if report.limits is not None else ""
+    title = f"Policies replayed on {trace.name} ({report.settings['requests']} requests{ceiling})"
+    numeric = [column for column in rows[0] if column != "policy"]
+    console.print(table_of(title, list(rows[0]), [list(row.values()) for row in rows], right=numeric))
+    console.print(f"report: {report.files['html']}  summary: {report.files['json']}")
+    exit_with_outcome([])  # 3 when the boundary reader left invalid VariantAutoscalings out
+
+
+def _shares(items: list[str]) -> dict[str, float]:
+    """``--share MODEL=WEIGHT`` options as a dict; a weight that is not a number is a one-line error."""
+    shares: dict[str, float] = {}
+    for item in items:
+        model, _, weight = item.rpartition("=")
+        try:
+            shares[model] = float(weight)
+        except ValueError:
+            raise CannotRun(f"--share {item!r}: expected MODEL=WEIGHT with a number") from None
+    return shares
+
+
+def _check_simulation_input(policy: list[str], router: str | None, trace: pathlib.Path) -> None:
+    """:class:`CannotRun` for an unknown policy or router, or a trace file that is missing or malformed."""
+    import csv
+
+    from engine.simulate.policies import POLICIES, ROUTER_AUTO
+    from engine.simulate.replay import ROUTERS
+    from engine.simulate.trace import TraceError, parse_trace_rows
+
+    unknown = [p for p in policy if p not in POLICIES]
+    if unknown:
+        raise CannotRun(f"unknown policy {', '.join(unknown)}; choose from {', '.join(POLICIES)}")
+    if router is not None and router != ROUTER_AUTO and router not in ROUTERS:
+        raise CannotRun(f"unknown router {router!r}; choose from {ROUTER_AUTO}, {', '.join(ROUTERS)}")
+    if not trace.is_file():
+        raise CannotRun(f"trace file {trace} does not exist")
+    try:
+        with trace.open(newline="") as handle:
+            parse_trace_rows(csv.reader(handle))
+    except (TraceError, UnicodeDecodeError) as exc:
+        raise CannotRun(f"{trace}: {exc}") from None
+
+
+@command("calibrate")
+def calibrate(
+    cluster: str | None = cluster_option(),
+    prometheus: str | None = typer.Option(None, "--prometheus", help="Prometheus base URL (default $PROMETHEUS_URL)."),
+    windows: pathlib.Path | None = typer.Option(None, "--windows", help="Windows YAML file (instead of Prometheus)."),
+    namespace: list[str] = namespaces_option(),
+    lookback: str = typer.Option(
+        CALIBRATE_LOOKBACK, help="How far back to read metrics (a day: gamma needs hours of varied load)."
+    ),
+    window: str = typer.Option(CALIBRATE_WINDOW, help="Length of one metrics window."),
+    config_namespace: str = config_namespace_option(),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Fit and print, write nothing."),
+    as_json: bool = json_option(),
+) -> None:
+    """Fit performance profiles (alpha, beta, gamma, delta) from vLLM metrics; write them only where opted in.
+
+    Exit codes (flows/exitcodes.py): 0 every variant got a profile; 2 could not run (bad windows file, no
+    Kubernetes access), with one line on stderr; 3 degraded: some variants got no profile (no metrics, data
+    that cannot determine it) or could not be written, as their rows say.
+    """
+    from engine.api.llmd import API_VERSION
+    from flows.calibrate import calibrate as calibrate_flow
+    from tasks.calibrate import WindowsFileError, read_windows_file
+
+    if windows is not None:
+        with cli_errors():
+            try:
+                read_windows_file(windows)  # before Prefect starts: a bad file is one line
+            except WindowsFileError as exc:
+                raise CannotRun(str(exc)) from None
+    report = run_flow(
+        calibrate_flow,
+        check=needs(API_VERSION, "VariantAutoscaling"),
+        namespaces=namespace or None,
+        config_namespace=config_namespace,
+        cluster=cluster,
+        prometheus_url=prometheus,
+        windows_file=str(windows) if windows else None,
+        lookback=lookback,
+        window=window,
+        dry_run=dry_run,
+    )
+    if as_json:
+        sys.stdout.write(json.dumps(report.as_json(), indent=2, default=str) + "\n")
+        exit_with_outcome(report.degraded)
+    rows = []
+    for row in report.rows:
+        values = [
+            f"{row.fit[n]['value']:.4g}" + ("*" if row.fit[n]["fixed"] else "") if row.fit else "-"
+            for n in ("alpha", "beta", "gamma", "delta")
+        ]
+        rows.append((row.namespace, row.name, row.reason, *values, "yes" if row.spec_written else "no"))
+    columns = ("namespace", "name", "result", "alpha", "beta", "gamma", "delta", "written")
+    console.print(table_of("Calibrated performance profiles", columns, rows))
+    for row in report.rows:
+        console.print(f"{row.namespace}/{row.name}: {row.message}", highlight=False)
+    exit_with_outcome(report.degraded)

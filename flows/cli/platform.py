@@ -1,0 +1,129 @@
+"""Commands that put Modelplane on a Prefect platform: ``build-image`` (the one image), ``render-worker-manifests``
+(the Kubernetes worker's install), ``register-deployments`` (work pool + deployments/prefect.yaml on a server)
+and ``serve-deployments`` (the same deployments served from this process)."""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import sys
+
+import typer
+
+from flows.cli.common import PREFECT_YAML, REPO, command, err, write_or_print
+from flows.exitcodes import ExitCode, one_line
+
+
+@command("build-image", "image")
+def build_image(
+    build: bool = typer.Option(
+        False, "--build", help="Build it: docker build -f deployments/Dockerfile -t REFERENCE ."
+    ),
+    push: bool = typer.Option(False, "--push", help="Build and push it (docker push REFERENCE)."),
+    tag: str | None = typer.Option(None, "--tag", help="Another tag than the package version (a test build)."),
+) -> None:
+    """Print Modelplane's image reference (its tag is the package version: flows/image.py); with --build or
+    --push, run the docker commands from the repository root, each printed first."""
+    import subprocess
+
+    from flows.image import build_commands, image
+
+    reference = image(tag)
+    if not (build or push):
+        sys.stdout.write(reference + "\n")
+        return
+    for step in build_commands(reference, push=push):
+        err.print("$ " + " ".join(step))
+        try:
+            done = subprocess.run(step, cwd=REPO, check=False)
+        except FileNotFoundError:
+            sys.stderr.write(
+                f"error: {step[0]} is not installed: build the image with it, or run the command above elsewhere\n"
+            )
+            raise typer.Exit(ExitCode.CANNOT_RUN) from None
+        if done.returncode != 0:
+            sys.stderr.write(f"error: {' '.join(step[:2])} failed with exit code {done.returncode}\n")
+            raise typer.Exit(ExitCode.CANNOT_RUN)
+    sys.stdout.write(reference + "\n")
+
+
+@command("render-worker-manifests", "worker-manifests")
+def render_worker_manifests(
+    write: pathlib.Path | None = typer.Option(None, help="Write the files into this directory (deployments/worker)."),
+) -> None:
+    """Print the Prefect Kubernetes worker's install: worker.yaml (ServiceAccount, Role, Deployment) and values for
+    Prefect's prefect-worker Helm chart, both with Modelplane's image of this version."""
+    from flows.worker_manifests import render_worker_manifests as render
+
+    write_or_print(render(), write, "\n", lambda rendered: ", ".join(sorted(rendered)))
+
+
+@command("serve-deployments", "serve")
+def serve_deployments() -> None:
+    """Serve every deployment of deployments/prefect.yaml from this process, named '<name>-local', with its
+    schedules and triggers (on the Prefect server of PREFECT_API_URL, else an ephemeral one)."""
+    from prefect import serve
+
+    from flows.deployments import runner_deployments
+
+    if not os.environ.get("PREFECT_API_URL"):
+        err.print("PREFECT_API_URL is not set: serving against an ephemeral Prefect API")
+    serve(*runner_deployments(PREFECT_YAML))
+
+
+@command("register-deployments", "deploy")
+def register_deployments(
+    pool_type: str = typer.Option(
+        "kubernetes",
+        "--pool-type",
+        help="'kubernetes' (deployments/work-pool-template.json) or 'process' (a local worker).",
+    ),
+    pool: str | None = typer.Option(
+        None, "--pool", help="Work pool name (default modelplane-kubernetes / modelplane-process)."
+    ),
+) -> None:
+    """Create the work pool if missing, then register every deployment of deployments/prefect.yaml on the
+    Prefect server of PREFECT_API_URL (runs 'prefect --no-prompt deploy --all --prefect-file deployments/prefect.yaml')."""
+    from flows.deployments import KUBERNETES_POOL, PROCESS_POOL, run_deploy
+
+    if pool_type not in ("kubernetes", "process"):
+        sys.stderr.write(f"error: --pool-type must be 'kubernetes' or 'process', not {pool_type!r}\n")
+        raise typer.Exit(ExitCode.CANNOT_RUN)
+    if not os.environ.get("PREFECT_API_URL"):
+        sys.stderr.write(
+            "error: PREFECT_API_URL is not set: point it at the Prefect server to deploy to (e.g. http://127.0.0.1:4200/api)\n"
+        )
+        raise typer.Exit(ExitCode.CANNOT_RUN)
+    name = pool or (KUBERNETES_POOL if pool_type == "kubernetes" else PROCESS_POOL)
+    created = _ensure_pool(name, pool_type)
+    err.print(f"work pool {name!r} ({pool_type}): {'created' if created else 'exists'}")
+    result = run_deploy(pool=None if name == KUBERNETES_POOL else name, pool_type=pool_type)
+    sys.stdout.write(result.stdout)
+    if result.returncode != 0:
+        sys.stderr.write(result.stderr)
+        sys.stderr.write(f"error: prefect deploy failed with exit code {result.returncode} (its output above)\n")
+        raise typer.Exit(ExitCode.CANNOT_RUN)
+    err.print(
+        f"registered the deployments of deployments/prefect.yaml on {name!r}; start a worker: prefect worker start --pool {name}"
+        + (" --type kubernetes" if pool_type == "kubernetes" else "")
+    )
+
+
+def _ensure_pool(name: str, pool_type: str) -> bool:
+    """Create the work pool ``name`` unless the server has it (True when created); one ``error:`` line and
+    exit 2 when the server is unreachable or refuses it."""
+    import asyncio
+
+    from prefect.client.orchestration import get_client
+
+    from flows.deployments import ensure_work_pool
+
+    async def create_pool() -> bool:
+        async with get_client() as client:
+            return await ensure_work_pool(client, name, pool_type)
+
+    try:
+        return asyncio.run(create_pool())
+    except Exception as exc:  # the server is unreachable or refuses the pool: one line, no traceback
+        sys.stderr.write(f"error: work pool {name!r}: {type(exc).__name__}: {one_line(exc)}\n")
+        raise typer.Exit(ExitCode.CANNOT_RUN) from None
