@@ -200,7 +200,7 @@ def render_worker_manifests() -> dict[str, str]:
     )
     values = (
         header
-        + "# helm install prefect-worker prefect/prefect-worker -n modelplane-system -f deployments/worker/helm-values.yaml\n"
+        + f"# helm install prefect-worker prefect/prefect-worker -n {NAMESPACE} -f deployments/worker/helm-values.yaml\n"
         + yaml.dump(helm_values(), Dumper=_Dumper, sort_keys=False, width=120)
     )
     return {"worker.yaml": worker, "helm-values.yaml": values}

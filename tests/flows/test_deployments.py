@@ -32,7 +32,7 @@ from flows.deployments import (
     runner_deployments,
     triggers_of,
 )
-from flows.parameters import PROMETHEUS_DURATION_PATTERN
+from flows.parameters import PROMETHEUS_DURATION_PATTERN, SYSTEM_NAMESPACE
 
 ENTRIES = deployment_entries()
 IDS = [entry["name"] for entry in ENTRIES]
@@ -125,6 +125,9 @@ def test_every_parameter_is_typed_and_described(entry: dict[str, Any]) -> None:
     jsonschema.validate({**defaults, **(entry.get("parameters") or {})}, {**schema, "required": []})
     unknown = set(entry.get("parameters") or {}) - set(schema["properties"])
     assert not unknown, f"{entry['name']}: parameters the flow does not take: {unknown}"
+    # A default is written once (the signature, flows/parameters.py): the entry names only what differs from it.
+    repeated = {n for n, v in (entry.get("parameters") or {}).items() if n in defaults and defaults[n] == v}
+    assert not repeated, f"{entry['name']}: parameters equal to the flow's default, drop them: {sorted(repeated)}"
 
 
 @pytest.mark.parametrize(
@@ -214,11 +217,10 @@ def test_served_deployments_register_under_their_own_names(prefect_harness: None
     assert optimize.concurrency_options.collision_strategy.value == "ENQUEUE"
     assert optimize.enforce_parameter_schema is True
     properties = optimize.parameter_openapi_schema["properties"]
-    assert optimize.parameters == {
-        "config_namespace": "modelplane-system",
-        "dry_run": False,
-        "scale_down_stabilization_s": 180,
-    }
+    assert optimize.parameters == {"scale_down_stabilization_s": 180}  # prefect.yaml names what differs only
+    # the defaults come from the signature (flows/parameters.py), into the schema the UI form pre-fills
+    assert properties["config_namespace"]["default"] == SYSTEM_NAMESPACE == "modelplane-system"
+    assert properties["dry_run"]["default"] is False
     # the constraints the UI form and the API enforce are in the schema Prefect stores
     window = properties["rate_window"]
     patterns = [window.get("pattern")] + [alt.get("pattern") for alt in window.get("anyOf", [])]
