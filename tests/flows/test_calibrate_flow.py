@@ -29,7 +29,7 @@ from engine.simulate.trace import parse_trace_rows
 from flows.calibrate import calibrate
 from flows.cli import app
 from tasks.calibrate import SERIES, prometheus_windows, write_windows_file
-from tasks.metrics import PrometheusMetrics
+from tasks.metrics.prometheus import PrometheusMetrics
 from tests.servers.promtest.fixture import PrometheusProcess, find_binary
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
