@@ -80,7 +80,7 @@ from tasks.metrics.snapshot import (
     from_epoch,
 )
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("tasks.metrics")  # one logger for every metrics source
 
 _DURATION = re.compile(r"^[0-9]+(ms|s|m|h|d)$")
 _ERRNO = re.compile(r"\[Errno -?\d+\] [^'\")\]]+")
