@@ -130,6 +130,7 @@ class Missing:
         self.by_model: dict[ModelKey, list[str]] = {}
 
     def add(self, message: str, key: ModelKey | None = None) -> None:
+        """Record why data is missing; against ``key`` too when it concerns one model."""
         self.lines.append(message)
         if key is not None:
             self.by_model.setdefault(key, []).append(message)
