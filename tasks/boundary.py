@@ -18,6 +18,8 @@ from collections.abc import Iterable
 from datetime import UTC, datetime
 from typing import Any
 
+from pydantic import BaseModel
+
 from engine.api.registry import kind_info
 from engine.api.validate import ManifestInvalid, parse_object
 from tasks.cluster import Cluster, ObjectRef
@@ -38,25 +40,37 @@ _rejections: list[str] = []
 def accept(cluster: Cluster, objects: Iterable[Manifest]) -> list[Manifest]:
     """``objects`` without the Modelplane custom resources that do not parse; each of those is marked
     (its failure status) and reported. Objects of other kinds pass unchanged."""
-    valid: list[Manifest] = []
+    return [obj for obj, _ in accept_parsed(cluster, objects)]
+
+
+def accept_parsed(cluster: Cluster, objects: Iterable[Manifest]) -> list[tuple[Manifest, BaseModel | None]]:
+    """As :func:`accept`, each object paired with its parsed API model (``None`` for kinds that are not
+    Modelplane's): the flows read specs from the typed model and write through the object as read."""
+    valid: list[tuple[Manifest, BaseModel | None]] = []
     for obj in objects:
-        problem = invalid_field(obj)
-        if problem is None:
-            valid.append(obj)
+        parsed = parse_resource(obj)
+        if isinstance(parsed, tuple):
+            reject(cluster, obj, *parsed)
         else:
-            reject(cluster, obj, *problem)
+            valid.append((obj, parsed))
     return valid
 
 
 def invalid_field(obj: Any) -> tuple[str, str] | None:
     """``(field path, reason)`` when ``obj`` is a Modelplane kind whose spec does not parse, else None."""
+    parsed = parse_resource(obj)
+    return parsed if isinstance(parsed, tuple) else None
+
+
+def parse_resource(obj: Any) -> BaseModel | tuple[str, str] | None:
+    """The API model of a Modelplane kind, ``(field path, reason)`` when it does not parse, ``None`` for
+    other kinds."""
     if not isinstance(obj, dict) or kind_info(str(obj.get("apiVersion")), str(obj.get("kind"))) is None:
         return None
     try:
-        parse_object({k: v for k, v in obj.items() if k != "status"})  # the status is ours to rewrite
+        return parse_object({k: v for k, v in obj.items() if k != "status"})  # the status is ours to rewrite
     except ManifestInvalid as exc:
         return exc.field_path or "spec", exc.message
-    return None
 
 
 def reject(cluster: Cluster, obj: Manifest, field: str, reason: str) -> None:
