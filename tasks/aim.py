@@ -1,5 +1,7 @@
-"""Prefect tasks of the three AIM lifecycles: read the cluster (one LIST per kind), read images from
-registries, and write what the engine decided (annotations, templates, workloads, status).
+"""Prefect tasks of the three AIM lifecycles: read the cluster (one LIST per kind, the custom resources
+through the boundary reader into their API models), read images from registries, and write the plans
+the engine decided (:func:`write_model_plan`, :func:`write_template_plan`, :func:`write_service_plan`:
+annotations, templates, caches, workloads, status).
 
 Writes happen only for changes: a status is patched when its merge-patch is not empty, a template or
 workload only when it is missing or differs from what is rendered. Status patches carry the read
