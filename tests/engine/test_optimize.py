@@ -9,18 +9,9 @@ from typing import Any
 import pytest
 
 from engine.optimize.config import AcceleratorCost, ConfigError, parse_service_class
-from engine.optimize.cycle import (
-    CycleInputs,
-    ModelLoad,
-    PodSample,
-    SpecError,
-    VariantDecision,
-    parse_variant,
-    plan_variants,
-    replica_cost,
-    status_patch,
-    variant_status,
-)
+from engine.optimize.plan import VariantDecision, plan_variants
+from engine.optimize.spec import CycleInputs, ModelLoad, PodSample, SpecError, parse_variant, replica_cost
+from engine.optimize.status import status_patch, variant_status
 from engine.perf.saturation import DEFAULT_VARIANT_COST, SaturationConfigSet
 from tests.factories import PROFILES, variant_autoscaling
 
@@ -300,7 +291,7 @@ def test_scale_down_stabilization_rides_out_a_flapping_recommendation() -> None:
     the replica stays until a scale-down has been recommended for the whole window; state in an annotation."""
     from datetime import timedelta
 
-    from engine.optimize.cycle import ANNOTATION_SCALE_DOWN_PENDING, stabilize_scale_down
+    from engine.optimize.plan import ANNOTATION_SCALE_DOWN_PENDING, stabilize_scale_down
 
     annotations: dict[str, str] = {}
     desired_seen = []
