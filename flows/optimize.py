@@ -368,18 +368,10 @@ def optimize(
     degraded = degraded_reasons(backend, state, plan, writes, binding_errors, metrics_error)
     degraded += actuation_problems(writes, plan.bindings, gateway, push_error, dry_run)
     timer.stages["total"] = time.time() - started
-    if gateway is not None:
-        final = dataclasses.replace(
-            facts,
-            stages=timer.stages,
-            writes=write_counts(writes, plan.bindings, binding_errors),
-            applied={(w.namespace, w.name): w.applied for w in writes},
-            degraded=tuple(degraded),
-        )
-        final_error = push(gateway, "optimize", optimize_cycle_metrics(plan.variants, plan.bindings, final))
-        if final_error and push_error is None:
-            push_error = final_error
-            degraded.append(f"metrics not published ({final_error})")
+    final_error = publish_outcome(gateway, plan, facts, writes, binding_errors, degraded)
+    if final_error and push_error is None:
+        push_error = final_error
+        degraded.append(f"metrics not published ({final_error})")
     details = describe_bindings(backend, quote(state.bindings)) if state.bindings else {}
     report = CycleReport(
         rows=report_rows(plan.variants, writes, plan.bindings, details),
@@ -424,6 +416,26 @@ def publish_plan(
         get_run_logger().error("publishing metrics: %s", push_error)
         return frozenset(), push_error
     return frozenset((t.namespace, t.variant_name) for t in wva_targets(plan.variants, plan.bindings)), None
+
+
+def publish_outcome(
+    gateway: Pushgateway | None,
+    plan: CyclePlan,
+    facts: CycleFacts,
+    writes: list[WriteOutcome],
+    binding_errors: list[str],
+    degraded: list[str],
+) -> str | None:
+    """Push the plan's metrics again with the writes' outcomes and the run's total time; why it failed, or None."""
+    if gateway is None:
+        return None
+    final = dataclasses.replace(
+        facts,
+        writes=write_counts(writes, plan.bindings, binding_errors),
+        applied={(w.namespace, w.name): w.applied for w in writes},
+        degraded=tuple(degraded),
+    )
+    return push(gateway, "optimize", optimize_cycle_metrics(plan.variants, plan.bindings, final))
 
 
 def write_counts(

@@ -99,6 +99,11 @@ class VariantDecision:
         return self.desired is not None and self.current is not None and self.desired != self.current
 
 
+# --------------------------------------------------------------------------------------------
+# Saturation targets
+# --------------------------------------------------------------------------------------------
+
+
 @dataclass(frozen=True)
 class _Saturation:
     """Saturation verdict of one model and its per-variant capacity targets."""
@@ -140,6 +145,11 @@ def _saturation_for_model(
         )
     targets = saturation_targets(analysis, states)
     return _Saturation(analysis, {spec.key: targets[spec.name] for spec in specs})
+
+
+# --------------------------------------------------------------------------------------------
+# One variant's decision: conditions, arbitration, safety rules
+# --------------------------------------------------------------------------------------------
 
 
 def _metrics_condition(spec: VariantSpec, inputs: CycleInputs) -> ConditionUpdate:
@@ -269,6 +279,11 @@ def _decide(
     return desired, decision.reason, message, True
 
 
+# --------------------------------------------------------------------------------------------
+# Scale-down stabilization
+# --------------------------------------------------------------------------------------------
+
+
 ANNOTATION_SCALE_DOWN_WINDOW = "modelplane.io/scale-down-stabilization-window"
 """VariantAutoscaling annotation: scale-down stabilization window (a Duration such as ``3m``)."""
 DEFAULT_SCALE_DOWN_WINDOW_S = 180.0
@@ -338,6 +353,11 @@ def _parse_pending(raw: str | None) -> tuple[datetime, int] | None:
         return parse_time(data["since"]), int(data["max"])
     except (ValueError, KeyError, TypeError):
         return None  # unreadable state: start a new window
+
+
+# --------------------------------------------------------------------------------------------
+# The cycle
+# --------------------------------------------------------------------------------------------
 
 
 def _decision(spec: VariantSpec, costs: Mapping[str, AcceleratorCost], **outcome: Any) -> VariantDecision:

@@ -319,3 +319,32 @@ def test_plan_variants_holds_a_scale_down_within_the_window() -> None:
     held = by_name(plan_variants(cycle))["a100"]
     assert held.desired == 4 and held.stabilization_changed and "stabilization window" in held.message
     assert held.stabilization is not None and '"max":' in held.stabilization
+
+
+def test_plan_cycle_decides_variants_and_bindings_in_one_call() -> None:
+    """The optimize flow's one engine call: the variants' and the bindings' decisions, what was sized for,
+    the service classes' targets and the summary line, nothing left for the flow to decide."""
+    from engine.optimize.bindings import BindingInputs, BindingTarget
+    from engine.optimize.plan import plan_cycle
+
+    policy = {"tolerancePercent": 10, "metrics": [{"metricName": "vllm:num_requests_waiting", "targetValue": "5"}]}
+    binding = BindingInputs(
+        namespace=NS,
+        name="b",
+        generation=1,
+        policy_name="p",
+        policy=policy,
+        heterogeneous=False,
+        targets=[BindingTarget("kthena", NS, "apps/v1", "Deployment", 2, 1, 10)],
+        instances=[{"vllm:num_requests_waiting": 10.0}, {"vllm:num_requests_waiting": 10.0}],
+    )
+    cycle = inputs([va("a100"), va("h100", "H100")], {"a100": 1, "h100": 1})
+    plan = plan_cycle(cycle, [binding])
+    assert [(d.name, d.desired) for d in plan.variants] == [(d.name, d.desired) for d in plan_variants(cycle)]
+    assert [t.desired for b in plan.bindings for t in b.targets] == [4]
+    assert plan.loads == {(NS, MODEL): (20.0, 128, 256)}
+    assert plan.slos == {(NS, MODEL): (500.0, 24.0)}
+    assert plan.summary.startswith("2 variants: 1 to scale, 0 not ready") and plan.summary.endswith(
+        "; 1 binding targets: 1 to scale"
+    )
+    assert plan_cycle(cycle).bindings == [] and "binding" not in plan_cycle(cycle).summary
