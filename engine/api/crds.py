@@ -4,7 +4,8 @@ The validation rules are written once, on the models; this module turns each mod
 a structural ``apiextensions.k8s.io/v1`` ``openAPIV3Schema``: ``$ref`` inlined, optional fields
 unwrapped from ``anyOf [X, null]``, titles dropped, ``additionalProperties: false`` removed (a CRD
 prunes unknown fields instead), ``const`` turned into a one-value ``enum``, ``metadata`` left as a
-plain object. Scope, names, short names, categories and subresources come from the kind registry.
+plain object. Scope, names, short names, categories, subresources and printer columns come from the kind
+registry.
 
 :func:`build_crd` and :func:`render_crds` are pure; writing files is left to the caller (the CLI, or
 ``tests/api/write_crds.py`` which refreshes ``deployments/crds/``).
