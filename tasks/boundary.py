@@ -4,7 +4,7 @@ Each Modelplane custom resource is parsed as the pydantic model that generates i
 (:func:`engine.api.validate.parse_object`, the reader ``modelplane validate`` uses too, so the two never
 disagree). An object that does not parse is left out of what the flow sees, gets the failure status of
 its kind (a ``Ready=False`` condition with reason ``InvalidSpec`` naming the field path and the reason;
-``status: Failed`` where the kind has a status enum) and is reported; the run goes on with the others.
+``status: Failed`` where the kind's status model has a ``status`` phase) and is reported; the run goes on with the others.
 
 Rejections are collected per process (:func:`drain_rejections`): the command line turns them into a
 degraded exit (3) after the flow returns.
@@ -30,8 +30,6 @@ log = logging.getLogger(__name__)
 Manifest = dict[str, Any]
 
 INVALID_REASON = "InvalidSpec"
-_STATUS_ENUM_KINDS = frozenset({"AIMClusterModel", "AIMServiceTemplate", "AIMService", "ModelCache"})
-"""Kinds whose status has a ``status`` field (Pending/.../Failed): an invalid one is ``Failed``."""
 
 _lock = threading.Lock()
 _rejections: list[str] = []
@@ -94,6 +92,8 @@ def reject(cluster: Cluster, obj: Manifest, field: str, reason: str) -> None:
 
 def failure_status(obj: Manifest, message: str) -> Manifest | None:
     """The status to merge-patch, or None when the object already carries exactly this failure."""
+    info = kind_info(str(obj.get("apiVersion")), str(obj.get("kind")))
+    has_phase = info is not None and info.has_status_phase()  # a status ``status`` enum: an invalid one is Failed
     current = obj.get("status") if isinstance(obj.get("status"), dict) else {}
     conditions = [c for c in current.get("conditions") or () if isinstance(c, dict)]
     ready = next((c for c in conditions if c.get("type") == "Ready"), None)
@@ -101,7 +101,7 @@ def failure_status(obj: Manifest, message: str) -> Manifest | None:
         ready
         and ready.get("reason") == INVALID_REASON
         and ready.get("message") == message
-        and (obj.get("kind") not in _STATUS_ENUM_KINDS or current.get("status") == "Failed")
+        and (not has_phase or current.get("status") == "Failed")
     ):
         return None
     now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
@@ -116,7 +116,7 @@ def failure_status(obj: Manifest, message: str) -> Manifest | None:
     if isinstance(generation, int):
         condition["observedGeneration"] = generation
     status: Manifest = {"conditions": [c for c in conditions if c.get("type") != "Ready"] + [condition]}
-    if obj.get("kind") in _STATUS_ENUM_KINDS:
+    if has_phase:
         status["status"] = "Failed"
     return status
 

@@ -29,10 +29,11 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from engine.api.meta import format_time, parse_time
+from engine.api.registry import AIM_API, AIM_GROUP
 from engine.status import ConditionUpdate
 
-API_VERSION = "aim.silogen.ai/v1alpha1"
-DOMAIN = "aim.silogen.ai"
+API_VERSION = AIM_API
+DOMAIN = AIM_GROUP
 METADATA_ANNOTATION = f"{DOMAIN}/image-metadata"
 """Annotation on an AIMClusterModel holding the JSON :class:`DiscoveryRecord` of its image."""
 MODEL_LABEL = f"{DOMAIN}/model"
