@@ -59,6 +59,7 @@ from engine.optimize.scaling import (
     recommend,
     tolerance_from_percent,
 )
+from engine.perf.load_hold import hold_rate
 from engine.perf.load_peak import peak_window_s, recent_peak
 from engine.perf.queueing import Workload
 from engine.perf.saturation import SaturationConfigSet
@@ -263,6 +264,15 @@ def modelplane_policy(scenario: Scenario, saturation_only: bool = False, load_sh
 
     history: dict[tuple[str, str], list[float]] = {}
     window = peak_window_s(scenario.config.startup_delay_s, scenario.config.interval_s)
+    horizon = max(int(math.ceil(window / scenario.config.interval_s - 1e-9)), 1)
+
+    def held(rates: list[float], interval_s: float) -> float | None:
+        """The rate the cycle holds capacity for: the variability hold when configured and known, else the recent peak."""
+        if scenario.hold_quantile is not None:
+            rate = hold_rate(rates, horizon, scenario.hold_quantile)
+            if rate is not None:
+                return rate
+        return recent_peak(rates, interval_s, window)
 
     shapes: list[Observation] = []
 
@@ -287,7 +297,7 @@ def modelplane_policy(scenario: Scenario, saturation_only: bool = False, load_sh
                 avg_in_tokens=tokens.avg_in_tokens or load.avg_in_tokens,
                 avg_out_tokens=tokens.avg_out_tokens or load.avg_out_tokens,
                 prompt_tokens=tokens.prompt_tokens,
-                recent_peak_rps=recent_peak(rates, obs.interval_s, window),
+                recent_peak_rps=held(rates, obs.interval_s),
             )
         decisions = plan_variants(dataclasses.replace(inputs, loads=loads))
         persist_stabilization(variants, decisions)

@@ -115,6 +115,10 @@ class Scenario:
     sizing_slos: dict[str, SLO] = field(default_factory=dict)  # what the policies size for (default: slos)
     scale_down_window_s: float = DEFAULT_SCALE_DOWN_WINDOW_S
     """The optimize flow's ``scale_down_stabilization_s`` for the Modelplane policies (the annotation overrides it)."""
+    hold_quantile: float | None = None
+    """With a value: the Modelplane policies hold capacity for the rate :func:`engine.perf.load_hold.hold_rate`
+    gives at this quantile (the trace's own variability over the start-up horizon) instead of the recent
+    peak plus the fixed ``scale_down_window_s`` (which is then not applied)."""
     start_from_static: bool = False
     """Whether the reactive policies start from static peak's allocation instead of the scale targets' current
     replicas: the replay then asks what switching a policy on does to a statically provisioned service,
