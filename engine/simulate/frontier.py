@@ -30,7 +30,7 @@ from engine.simulate.scenario import Scenario, scaled_ttft, with_hpa_metric, wit
 __all__ = ["FrontierPoint", "Limits", "KNOBS", "knob_settings", "limits", "with_oracle_curves"]
 
 KNOBS: dict[str, tuple[str, tuple[Any, ...]]] = {
-    "modelplane": ("modelplane.io/ttft-percentile", ("85", "90", "95")),
+    "modelplane": ("modelplane.io/ttft-percentile", ("70", "85", "90", "95")),
     "saturation-only": ("modelplane.io/ttft-percentile", ()),
     "hpa": ("vllm:num_requests_running target", (2.0, 3.0, 4.0, 6.0)),
     "wva-greedy": ("sized for TTFT x", (0.75, 0.5)),
