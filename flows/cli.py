@@ -962,7 +962,7 @@ def simulate(
     """
     import csv
 
-    from engine.optimize.cycle import SpecError
+    from engine.optimize.spec import SpecError
     from engine.simulate.policies import POLICIES
     from engine.simulate.records import ROUTERS
     from engine.simulate.scenario import ROUTER_AUTO

@@ -19,7 +19,8 @@ from datetime import UTC, datetime
 from typing import Any, TypeVar
 
 from engine.optimize.config import AcceleratorCost, ConfigError, ModelSLO, ServiceClass
-from engine.optimize.cycle import DEFAULT_SCALE_DOWN_WINDOW_S, SpecError, VariantSpec, parse_variant
+from engine.optimize.plan import DEFAULT_SCALE_DOWN_WINDOW_S
+from engine.optimize.spec import SpecError, VariantSpec, parse_variant
 from engine.perf.queueing import SLO
 from engine.perf.tail_sizing import ANNOTATION_TTFT_PERCENTILE
 from engine.simulate.records import ROUTERS, ReplicaGauges, Routing, SimConfig, Trace, VariantModel
