@@ -963,8 +963,9 @@ def simulate(
     import csv
 
     from engine.optimize.spec import SpecError
-    from engine.simulate.policies import POLICIES, ROUTER_AUTO
-    from engine.simulate.replay import ROUTERS
+    from engine.simulate.policies import POLICIES
+    from engine.simulate.records import ROUTERS
+    from engine.simulate.scenario import ROUTER_AUTO
     from engine.simulate.trace import TraceError, parse_trace_rows
     from flows.simulate import simulate as simulate_flow
     from tasks.simulate import summary_table
