@@ -19,6 +19,7 @@ from typing import Any
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
+from engine.api.registry import KTHENA_GROUP, group_of
 from engine.optimize.actuation import RECOMMEND, ActuationModeError, resource_mode, target_modes
 from engine.optimize.bindings import (
     ANNOTATION_SCALE_TO_ZERO_GRACE,
@@ -321,7 +322,7 @@ def binding_grace_period(cluster: Cluster, binding: dict[str, Any]) -> float | N
             (
                 r
                 for r in meta.get("ownerReferences") or ()
-                if r.get("kind") == "Model" and str(r.get("apiVersion", "")).startswith("registry.volcano.sh/")
+                if r.get("kind") == "Model" and group_of(str(r.get("apiVersion", ""))) == KTHENA_GROUP
             ),
             None,
         )

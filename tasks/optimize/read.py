@@ -20,6 +20,7 @@ from typing import Any
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
+from engine.api.registry import KTHENA_API, LLMD_API
 from engine.optimize.actuation import OPTIMIZER_CONFIGMAP, SCALE, default_mode
 from engine.optimize.config import (
     ACCELERATOR_COSTS_CONFIGMAP,
@@ -40,8 +41,6 @@ from tasks.metrics.snapshot import MetricsError, MetricsSnapshot, MetricsSource,
 log = logging.getLogger("modelplane.optimize")
 
 
-VA_API = "llmd.ai/v1alpha1"
-KTHENA_API = "registry.volcano.sh/v1alpha1"
 # Scale targets whose replicas can be read from one LIST instead of one scale GET per target.
 LISTABLE_TARGETS = {("apps/v1", "Deployment"), ("apps/v1", "StatefulSet")}
 
@@ -130,7 +129,7 @@ def read_cluster_state(
 ) -> ClusterState:
     """LIST every kind the cycle needs (all namespaces, filtered client-side) and parse the ConfigMaps."""
     scope = namespace_scope(cluster, namespaces, namespace_selector)
-    variants = [va for va in list_optional(cluster, VA_API, "VariantAutoscaling") if _in_scope(va, scope)]
+    variants = [va for va in list_optional(cluster, LLMD_API, "VariantAutoscaling") if _in_scope(va, scope)]
     bindings = [b for b in list_optional(cluster, KTHENA_API, "AutoscalingPolicyBinding") if _in_scope(b, scope)]
     policies = {
         (p["metadata"].get("namespace", "default"), p["metadata"]["name"]): p
@@ -199,7 +198,7 @@ def cannot_run_reason(cluster: Cluster, config_namespace: str) -> str | None:
         return problem
     try:
         config_maps = {cm["metadata"]["name"] for cm in cluster.list("v1", "ConfigMap", namespace=config_namespace)}
-        has_variants = bool(list_optional(cluster, VA_API, "VariantAutoscaling"))
+        has_variants = bool(list_optional(cluster, LLMD_API, "VariantAutoscaling"))
     except ClusterError as exc:
         return f"cannot read the cluster: {exc.message}"
     return missing_configuration(config_maps, has_variants, config_namespace)

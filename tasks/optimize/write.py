@@ -21,7 +21,8 @@ from prefect.cache_policies import NO_CACHE
 
 from engine.optimize.actuation import RECOMMEND, SCALE, Actuation, ActuationModeError, resource_mode, scales
 from engine.optimize.bindings import REASON_NO_METRICS, BindingDecision, binding_status
-from engine.optimize.cycle import ANNOTATION_SCALE_DOWN_PENDING, VariantDecision, status_patch, variant_status
+from engine.optimize.plan import ANNOTATION_SCALE_DOWN_PENDING, VariantDecision
+from engine.optimize.status import status_patch, variant_status
 from engine.status import REASON_INVALID, changed_fields
 from tasks.cluster import Cluster, ObjectRef
 from tasks.cluster.errors import ClusterError, Conflict
