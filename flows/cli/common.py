@@ -104,7 +104,7 @@ def pre_check(cluster: str | None, check: Check | None = None) -> None:
     (``tasks.cluster.connect``) is not a missing or unreadable path, and ``check`` finds nothing missing.
     Prints one ``error:`` line and exits 2 otherwise."""
     from tasks.cluster import connect
-    from tasks.optimize import local_path_problem
+    from tasks.optimize.read import local_path_problem
 
     with cli_errors():
         target = connect(cluster)

@@ -75,7 +75,7 @@ def optimize(
     """
     from flows.optimize import optimize as optimize_flow
     from flows.parameters import PROMETHEUS_DURATION_PATTERN
-    from tasks.optimize import cannot_run_reason
+    from tasks.optimize.read import cannot_run_reason
 
     if rate_window is not None and not re.match(PROMETHEUS_DURATION_PATTERN, rate_window):
         raise typer.BadParameter(
@@ -166,7 +166,7 @@ def simulate(
     Exit codes (flows/exitcodes.py): 0 done; 2 could not run (missing cluster or trace, malformed trace,
     unknown policy, a VariantAutoscaling that cannot be simulated), with one line on stderr.
     """
-    from engine.optimize.cycle import SpecError
+    from engine.optimize.spec import SpecError
     from engine.simulate.trace import TraceError
     from flows.simulate import simulate as simulate_flow
     from tasks.simulate import summary_table
@@ -227,8 +227,9 @@ def _check_simulation_input(policy: list[str], router: str | None, trace: pathli
     """:class:`CannotRun` for an unknown policy or router, or a trace file that is missing or malformed."""
     import csv
 
-    from engine.simulate.policies import POLICIES, ROUTER_AUTO
-    from engine.simulate.replay import ROUTERS
+    from engine.simulate.policies import POLICIES
+    from engine.simulate.records import ROUTERS
+    from engine.simulate.scenario import ROUTER_AUTO
     from engine.simulate.trace import TraceError, parse_trace_rows
 
     unknown = [p for p in policy if p not in POLICIES]
@@ -265,7 +266,7 @@ def calibrate(
     Kubernetes access), with one line on stderr; 3 degraded: some variants got no profile (no metrics, data
     that cannot determine it) or could not be written, as their rows say.
     """
-    from engine.api.llmd import API_VERSION
+    from engine.api.registry import LLMD_API
     from flows.calibrate import calibrate as calibrate_flow
     from tasks.calibrate import WindowsFileError, read_windows_file
 
@@ -277,7 +278,7 @@ def calibrate(
                 raise CannotRun(str(exc)) from None
     report = run_flow(
         calibrate_flow,
-        check=needs(API_VERSION, "VariantAutoscaling"),
+        check=needs(LLMD_API, "VariantAutoscaling"),
         namespaces=namespace or None,
         config_namespace=config_namespace,
         cluster=cluster,
