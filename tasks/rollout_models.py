@@ -1,8 +1,9 @@
 """I/O of the ``rollout-models`` flow: read Models and their children, resolve caches, write workloads and
 autoscaling objects, update LoRA adapters on running vLLM pods, write the Model's status.
 
-The decisions are in :mod:`engine.rollout.kthena`; this module only gathers what they need and carries
-out what they decide. Children are found by the label ``registry.volcano.sh/model-uid`` (one LIST per
+The decisions are in :mod:`engine.rollout.kthena` and its ``kthena_*`` siblings (validation, weights,
+workloads, autoscaling, status); this module only gathers what they need and carries out what they decide.
+Children are found by the label ``registry.volcano.sh/model-uid`` (one LIST per
 kind and Model), so a backend removed from the spec is seen and deleted.
 """
 
@@ -20,40 +21,8 @@ from prefect.cache_policies import NO_CACHE
 
 from engine.api.kthena import API_VERSION, Model, ModelBackend
 from engine.caches.sources import ModelSource, from_lora_url
-from engine.rollout.kthena import (
-    LABEL_MODEL_UID,
-    REASON_ABNORMAL,
-    REASON_CACHE_FAILED,
-    REASON_INVALID,
-    REASON_NOT_SUPPORTED,
-    BackendState,
-    Failure,
-    LoraChange,
-    ModelRef,
-    Mount,
-    backend_name,
-    deployment_available,
-    desired_replicas,
-    direct_weights,
-    downloader_env,
-    failure_of,
-    is_autoscaled,
-    lora_mount,
-    managed_weights,
-    model_status,
-    needs_managed_cache,
-    ray_service_name,
-    render_autoscaling,
-    render_ray_service,
-    render_route,
-    render_service,
-    render_workload,
-    runtime_lora_change,
-    selector_labels,
-    unsupported_backends,
-    validate_model,
-    workloads_of,
-)
+from engine.rollout.kthena import LABEL_MODEL_UID, ModelRef, backend_name, selector_labels, workloads_of
+from engine.rollout.kthena_autoscaling import desired_replicas, is_autoscaled, render_autoscaling
 from engine.rollout.kthena_native import (
     ENTRY_ADDRESS,
     NETWORKING_API,
@@ -67,6 +36,35 @@ from engine.rollout.kthena_native import (
     render_model_serving,
     scale_workload,
     with_runtime,
+)
+from engine.rollout.kthena_status import (
+    REASON_ABNORMAL,
+    REASON_CACHE_FAILED,
+    REASON_INVALID,
+    REASON_NOT_SUPPORTED,
+    BackendState,
+    Failure,
+    deployment_available,
+    failure_of,
+    model_status,
+)
+from engine.rollout.kthena_validation import unsupported_backends, validate_model
+from engine.rollout.kthena_weights import (
+    Mount,
+    direct_weights,
+    downloader_env,
+    lora_mount,
+    managed_weights,
+    needs_managed_cache,
+)
+from engine.rollout.kthena_workloads import (
+    LoraChange,
+    ray_service_name,
+    render_ray_service,
+    render_route,
+    render_service,
+    render_workload,
+    runtime_lora_change,
 )
 from engine.rollout.workloads import revision, stamp
 from engine.status import changed_fields
