@@ -34,6 +34,15 @@ from prefect.context import FlowRunContext
 from prefect.utilities.annotations import quote
 from pydantic import Field
 
+from engine.caches.fill import (
+    JobSettings,
+    download_env,
+    pvc_request,
+    quantity_bytes,
+    storage_class_for,
+    volume_too_small,
+)
+from engine.caches.gc import GcVerdict, gc_verdict
 from engine.caches.plan import (
     DOWNLOADING,
     FILL_JOB_MISSING,
@@ -42,24 +51,16 @@ from engine.caches.plan import (
     SIZE_UNKNOWN,
     Failure,
     FillState,
-    GcVerdict,
-    JobSettings,
     Observation,
     RetryPolicy,
     Step,
     cache_status,
-    download_env,
     failure_of,
-    gc_verdict,
     job_name,
     next_step,
     parse_attempts,
     pvc_name,
-    pvc_request,
-    quantity_bytes,
-    storage_class_for,
     storage_failure,
-    volume_too_small,
 )
 from engine.caches.requests import (
     CacheRequest,

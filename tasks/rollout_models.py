@@ -20,7 +20,8 @@ from prefect import task
 from prefect.cache_policies import NO_CACHE
 
 from engine.api.kthena import API_VERSION, Model, ModelBackend
-from engine.caches.sources import ModelSource, from_lora_url
+from engine.caches.source_fields import from_lora_url
+from engine.caches.sources import ModelSource
 from engine.rollout.kthena import LABEL_MODEL_UID, ModelRef, backend_name, selector_labels, workloads_of
 from engine.rollout.kthena_autoscaling import desired_replicas, is_autoscaled, render_autoscaling
 from engine.rollout.kthena_native import (

@@ -15,7 +15,8 @@ from typing import Any
 from engine.api.kthena import MAX_REPLICAS, Model, ModelBackend
 from engine.api.meta import parse_duration
 from engine.api.validate import ManifestInvalid, parse_object
-from engine.caches.sources import SourceError, from_kthena_uri, from_lora_url
+from engine.caches.source_fields import from_kthena_uri, from_lora_url
+from engine.caches.sources import SourceError
 from engine.rollout.kthena import UNSUPPORTED_TYPES
 from engine.rollout.kthena_weights import cache_mount
 from engine.rollout.workloads import FieldError

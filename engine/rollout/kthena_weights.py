@@ -13,7 +13,8 @@ from dataclasses import dataclass
 
 from engine.api.kthena import ModelBackend
 from engine.caches.requests import is_download_env
-from engine.caches.sources import ModelSource, from_kthena_uri
+from engine.caches.source_fields import from_kthena_uri
+from engine.caches.sources import ModelSource
 from engine.rollout.kthena import Manifest, dump_list, prune
 
 MODEL_MOUNT = "/models"

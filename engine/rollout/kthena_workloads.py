@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from engine.api.kthena import Model, ModelBackend, ModelWorker
-from engine.caches.sources import from_lora_url
+from engine.caches.source_fields import from_lora_url
 from engine.rollout.kthena import (
     UNSUPPORTED_TYPES,
     Manifest,

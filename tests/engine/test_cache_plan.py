@@ -1,4 +1,5 @@
-"""engine.caches.plan: status machine, retries, credentials env, manifests, fill reports, GC verdicts."""
+"""engine.caches.plan (status machine, retries), engine.caches.fill (credentials env, manifests, fill reports) and
+engine.caches.gc (GC verdicts)."""
 
 from __future__ import annotations
 
@@ -7,31 +8,33 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from engine.caches.plan import (
-    Failure,
-    FillState,
+from engine.caches.fill import (
     JobSettings,
-    Observation,
-    RetryPolicy,
-    Step,
-    attempts_annotation,
-    cache_status,
     download_env,
-    failure_of,
     fill_report,
-    gc_verdict,
-    job_name,
     job_state,
-    next_step,
-    parse_attempts,
-    pvc_name,
     pvc_request,
     read_fill_report,
     render_job,
     render_pvc,
     storage_class_for,
-    storage_failure,
     volume_too_small,
+)
+from engine.caches.gc import gc_verdict
+from engine.caches.plan import (
+    Failure,
+    FillState,
+    Observation,
+    RetryPolicy,
+    Step,
+    attempts_annotation,
+    cache_status,
+    failure_of,
+    job_name,
+    next_step,
+    parse_attempts,
+    pvc_name,
+    storage_failure,
     with_requester,
 )
 
