@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from typing import NamedTuple
 
 from engine.allocation.problem import UNSERVED_TOL, Prepared, VariantOption
-from engine.perf.queueing import replicas_needed
+from engine.perf.sizing import replicas_needed
 
 NODE_LIMIT = 5_000
 """Default node budget of one search (beyond it the answer is the best found, not proven)."""

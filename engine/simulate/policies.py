@@ -63,8 +63,9 @@ from engine.optimize.scaling import (
     tolerance_from_percent,
 )
 from engine.perf.load_peak import peak_window_s, recent_peak
-from engine.perf.queueing import SLO, Workload, max_rates
+from engine.perf.queueing import SLO, Workload
 from engine.perf.saturation import SaturationConfigSet
+from engine.perf.sizing import max_rates
 from engine.perf.tail_sizing import ANNOTATION_TTFT_PERCENTILE, PromptDistribution
 from engine.simulate.replay import (
     PROMPT_TOKEN_BUCKETS,
