@@ -18,8 +18,10 @@ from engine.caches.identity import pvc_size
 from engine.caches.plan import (
     CACHE_LABEL,
     DOWNLOAD_FAILED,
+    INVALID_SIZE,
     MANAGED_BY,
     MODELCACHE_API_VERSION,
+    SIZE_UNKNOWN,
     VERIFICATION_FAILED,
     VOLUME_TOO_SMALL,
     Failure,
@@ -57,6 +59,19 @@ def pvc_request(spec_size: str | int | float | None, source_bytes: int | None, h
         quantity_bytes(spec_size)
         return str(spec_size)
     return pvc_size([source_bytes], headroom_percent)
+
+
+def pvc_size_for(
+    spec: Mapping[str, Any], source_bytes: int | None, headroom_percent: float
+) -> tuple[str, Failure | None]:
+    """:func:`pvc_request` for a ModelCache ``spec``, or the failure naming what is wrong: an invalid
+    ``spec.size`` (:data:`INVALID_SIZE`) or a source whose size is unknown (:data:`SIZE_UNKNOWN`)."""
+    try:
+        return pvc_request(spec.get("size"), source_bytes, headroom_percent), None
+    except ValueError as exc:
+        if spec.get("size"):
+            return "", Failure(INVALID_SIZE, f"spec.size: {exc}")
+        return "", Failure(SIZE_UNKNOWN, f"the source's size: {exc}")
 
 
 def volume_too_small(capacity: str | None, source_bytes: int | None) -> Failure | None:

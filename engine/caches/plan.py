@@ -17,12 +17,13 @@ from __future__ import annotations
 import hashlib
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from enum import Enum
 from typing import Any
 
 from engine.api.meta import format_time, parse_time
+from engine.caches.sources import ModelSource, parse_source
 from engine.status import ConditionUpdate, set_conditions
 
 MODELCACHE_API_VERSION = "aim.silogen.ai/v1alpha1"
@@ -185,6 +186,90 @@ def with_requester(annotations: Mapping[str, str] | None, consumer: str) -> dict
 
 
 # ---------------------------------------------------------------------------------------- decide
+
+
+def source_of(spec: Mapping[str, Any]) -> tuple[ModelSource, Failure | None]:
+    """The source a ModelCache holds (``spec.sourceUri``), or the :data:`INVALID_SOURCE` failure naming the field:
+    unparseable, or a source that is mounted directly and never downloaded."""
+    uri = str(spec.get("sourceUri") or "")
+    try:
+        source = parse_source(uri)
+    except ValueError as exc:
+        return ModelSource(scheme="hf"), Failure(INVALID_SOURCE, f"spec.sourceUri: {exc}")
+    if not source.downloadable:
+        return source, Failure(
+            INVALID_SOURCE,
+            f"spec.sourceUri: {uri} is mounted directly, not downloaded; a ModelCache needs hf:// or s3://",
+        )
+    return source, None
+
+
+def pvc_phase(pvc: Mapping[str, Any] | None) -> str | None:
+    """A PVC's phase (``Pending`` until the API server reports one); ``None`` without a PVC."""
+    if pvc is None:
+        return None
+    phase: str = (pvc.get("status") or {}).get("phase") or "Pending"
+    return phase
+
+
+def initial_observation(cache: Mapping[str, Any], pvc: Mapping[str, Any] | None) -> Observation:
+    """What a cache's own record says before this pass reads its fill: the PVC's phase, the fills started
+    for this generation, and the failure recorded for it (a failure of an older generation is forgotten)."""
+    meta, previous = cache["metadata"], cache.get("status") or {}
+    generation = meta.get("generation")
+    attempts = parse_attempts(meta.get("annotations"), generation)
+    failure, failed_at = failure_of(previous) if previous.get("observedGeneration") == generation else (None, None)
+    return Observation(generation, pvc_name(meta["name"]), pvc_phase(pvc), FillState.NONE, attempts, failure, failed_at)
+
+
+def observe_fill(
+    cache: Mapping[str, Any],
+    obs: Observation,
+    still_filled: bool,
+    job: tuple[FillState, Failure | None] | None,
+    now: datetime,
+) -> Observation:
+    """``obs`` with what the fill reported this pass, then what the PVC decides (:func:`storage_failure`).
+
+    ``still_filled``: an Available cache whose volume still holds its verified marker; ``job``: the verdict
+    of the current attempt's fill Job (cluster backend, once a fill was started). A Job gone before its
+    result was read counts as a failed fill (:data:`FILL_JOB_MISSING`), so Jobs that keep vanishing
+    cannot be recreated forever.
+    """
+    if still_filled:
+        obs = replace(obs, fill=FillState.SUCCEEDED, failure=None)
+    elif job is not None:
+        state, reported = job
+        if state == FillState.FAILED and reported is not None:
+            same = obs.failure is not None and obs.failure.reason == reported.reason
+            obs = replace(obs, fill=state, failure=reported, failed_at=obs.failed_at if same else now)
+        elif state in (FillState.RUNNING, FillState.SUCCEEDED):
+            obs = replace(obs, fill=state, failure=None)
+        elif (
+            state == FillState.NONE
+            and obs.failure is None
+            and (cache.get("status") or {}).get("status") == "Progressing"
+        ):
+            name = job_name(cache["metadata"]["name"], obs.attempts)
+            obs = replace(
+                obs,
+                fill=FillState.FAILED,
+                failed_at=now,
+                failure=Failure(
+                    FILL_JOB_MISSING,
+                    f"the fill Job {name} is gone before its result was read "
+                    "(deleted, or ttlSecondsAfterFinished shorter than the warm-caches interval); it is retried",
+                ),
+            )
+    decided, storage = storage_failure(obs.pvc_phase, obs.pvc_name, obs.failure)
+    if decided:
+        obs = replace(
+            obs,
+            failure=storage,
+            fill=FillState.FAILED if storage else FillState.NONE,
+            failed_at=(obs.failed_at or now) if storage else None,
+        )
+    return obs
 
 
 def storage_failure(pvc_phase: str | None, pvc: str, previous: Failure | None) -> tuple[bool, Failure | None]:
