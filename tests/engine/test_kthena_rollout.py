@@ -403,3 +403,47 @@ def test_runtime_sidecar_follows_the_seed_env_and_the_binding_reads_its_port() -
         "uri": "/metrics",
         "port": 9100,
     }
+
+
+def test_the_plan_renders_every_child_of_a_backend_and_reads_its_state() -> None:
+    """kthena_plan: a multi-pod backend renders its leader, followers, Services; it owns exactly what it
+    renders (and its ModelServing/ModelServer names); its state comes from what the Deployments report."""
+    from engine.rollout.kthena_native import NativeMode
+    from engine.rollout.kthena_plan import backend_states, model_children, owned_children, render_backend
+
+    m = parsed(backend("big", minReplicas=2, maxReplicas=2, workers=[server_worker(pods=3)]))
+    ref, b = ModelRef.of(m), m.spec.backends[0]
+    weights = direct_weights(b, "img")
+    assert weights is not None
+    rendered = render_backend(m, ref, b, weights, {}, {}, NativeMode())
+    keys = {(o["kind"], o["metadata"]["name"]) for o in rendered.objects}
+    assert keys == {
+        ("Deployment", "m-big"),
+        ("Deployment", "m-big-worker"),
+        ("Service", "m-big"),
+        ("Service", "m-big-ray"),
+    }
+    assert keys <= owned_children(ref, b) and owned_children(ref, b) - keys == {
+        ("Service", "m-big-worker"),
+        ("ModelServing", "m-big"),
+        ("ModelServer", "m-big"),
+    }
+    replicas = {o["metadata"]["name"]: o["spec"].get("replicas") for o in rendered.objects if o["kind"] == "Deployment"}
+    assert replicas == {"m-big": 2, "m-big-worker": 4} and rendered.workloads == [
+        "Deployment/m-big",
+        "Deployment/m-big-worker",
+    ]
+    assert all("modelplane.io/revision" in o["metadata"]["annotations"] for o in rendered.objects)
+    assert [o["kind"] for o in model_children(m, ref, NativeMode())] == ["ConfigMap"]  # fixed size: no policy
+
+    ready = {"status": {"replicas": 2, "conditions": [{"type": "Available", "status": "True"}]}}
+    objects = {
+        ("Deployment", "m-big"): ready,
+        ("Deployment", "m-big-worker"): {**ready, "status": {**ready["status"], "replicas": 4}},
+    }
+    (state,) = backend_states(m, objects, {})
+    assert (state.replicas, state.available, state.waiting) == (6, True, None)
+    (waiting,) = backend_states(m, objects, {"big": "waiting for ModelCache x"})
+    assert not waiting.available and waiting.waiting == "waiting for ModelCache x"
+    (partial,) = backend_states(m, {("Deployment", "m-big"): ready}, {})
+    assert not partial.available
