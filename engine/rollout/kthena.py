@@ -22,6 +22,8 @@ it live beside it, one concern each:
 * :mod:`engine.rollout.kthena_workloads`: the Deployments, Services and route, and runtime LoRA changes;
 * :mod:`engine.rollout.kthena_autoscaling`: the AutoscalingPolicy/Binding objects and replica ownership;
 * :mod:`engine.rollout.kthena_status`: the Model's status.
+* :mod:`engine.rollout.kthena_plan`: every child of a backend and of the Model, and the backend states, in one
+  call each (what :mod:`tasks.rollout_models` asks once it has read the cluster).
 
 Everything here is deterministic: the I/O (cluster, caches, the vLLM HTTP API) is in
 :mod:`tasks.rollout_models`, which passes in what it read.
