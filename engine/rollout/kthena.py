@@ -21,7 +21,7 @@ it live beside it, one concern each:
 * :mod:`engine.rollout.kthena_weights`: where a backend's weights come from in the pod;
 * :mod:`engine.rollout.kthena_workloads`: the Deployments, Services and route, and runtime LoRA changes;
 * :mod:`engine.rollout.kthena_autoscaling`: the AutoscalingPolicy/Binding objects and replica ownership;
-* :mod:`engine.rollout.kthena_status`: the Model's status.
+* :mod:`engine.rollout.kthena_status`: the Model's status;
 * :mod:`engine.rollout.kthena_plan`: every child of a backend and of the Model, and the backend states, in one
   call each (what :mod:`tasks.rollout_models` asks once it has read the cluster).
 
