@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from bench.engine import machine, write_section
-from engine.optimize.cycle import parse_variant
+from engine.optimize.spec import parse_variant
 from engine.perf.queueing import SLO, PerfProfile, Workload, analyze
 from engine.simulate.calibrate import Unidentifiable, fit_profile, ramp_windows
 from engine.simulate.policies import (

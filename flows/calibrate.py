@@ -28,7 +28,7 @@ from prefect.context import FlowRunContext
 from pydantic import Field
 
 from engine.api.meta import parse_duration
-from engine.optimize.cycle import SpecError, parse_variant
+from engine.optimize.spec import SpecError, parse_variant
 from engine.simulate.calibrate import ProfileFit, Unidentifiable, Window, calibration_outcome, fit_profile
 from flows.exitcodes import flow_result
 from flows.parameters import ClusterTarget, NamespaceName

@@ -962,7 +962,7 @@ def simulate(
     """
     import csv
 
-    from engine.optimize.cycle import SpecError
+    from engine.optimize.spec import SpecError
     from engine.simulate.policies import POLICIES, ROUTER_AUTO
     from engine.simulate.replay import ROUTERS
     from engine.simulate.trace import TraceError, parse_trace_rows

@@ -54,7 +54,8 @@ from engine.optimize.config import (
     parse_inventory,
     parse_service_class,
 )
-from engine.optimize.cycle import ANNOTATION_SCALE_DOWN_PENDING, VariantDecision, status_patch, variant_status
+from engine.optimize.plan import ANNOTATION_SCALE_DOWN_PENDING, VariantDecision
+from engine.optimize.status import status_patch, variant_status
 from engine.status import REASON_INVALID, changed_fields
 from tasks.boundary import accept
 from tasks.cluster import Cluster, ObjectRef

@@ -2,9 +2,9 @@
 
 Five policies see the same simulated metrics every cycle and answer with replicas per variant:
 
-* ``modelplane`` -- :func:`engine.optimize.cycle.plan_variants`, exactly what the optimize flow runs
+* ``modelplane`` -- :func:`engine.optimize.plan.plan_variants`, exactly what the optimize flow runs
   (model-based MILP allocation + saturation analysis + hybrid arbitration + safety rules), fed a
-  :class:`engine.optimize.cycle.CycleInputs` built from the cluster's manifests and the simulated
+  :class:`engine.optimize.spec.CycleInputs` built from the cluster's manifests and the simulated
   vLLM metrics (arrival rate = completed requests over the interval, as
   ``rate(vllm:request_success_total[1m])``; mean prompt and output tokens of those requests;
   per-pod ``kv_cache_usage_perc`` and ``num_requests_waiting``).
@@ -13,9 +13,9 @@ Five policies see the same simulated metrics every cycle and answer with replica
 * ``wva-greedy`` -- per-variant sizing with the queueing model and :func:`engine.allocation.greedy`
   (models in priority order, cheapest variant first), no saturation safety net.
 * ``hpa`` -- Kthena's HPA-style recommendation on a per-replica metric
-  (:func:`engine.optimize.scaling.recommend`), its behaviour correction (:func:`engine.optimize.scaling.correct`:
+  (:func:`engine.optimize.scaling.recommendation.recommend`), its behaviour correction (:func:`engine.optimize.scaling.behavior.correct`:
   stabilization windows, rate limits, panic mode) and cost-ordered distribution over the
-  model's variants (:func:`engine.optimize.scaling.distribute`), configured by an AutoscalingPolicy spec.
+  model's variants (:func:`engine.optimize.scaling.distribution.distribute`), configured by an AutoscalingPolicy spec.
 * ``static-peak`` -- the optimizer's allocation for the trace's peak load (per-interval peak
   arrival rate of each model, times ``1 + static_headroom``), provisioned from the start and never changed.
 * ``oracle`` -- the clairvoyant limit (:mod:`engine.simulate.oracle`): knows every interval's arrivals
@@ -41,27 +41,16 @@ import numpy as np
 
 from engine.allocation import AllocationProblem, ModelDemand, VariantOption, greedy, solve
 from engine.optimize.config import AcceleratorCost, ConfigError, ModelSLO, ServiceClass
-from engine.optimize.cycle import (
+from engine.optimize.plan import (
     ANNOTATION_SCALE_DOWN_PENDING,
     DEFAULT_SCALE_DOWN_WINDOW_S,
-    CycleInputs,
-    ModelLoad,
-    PodSample,
-    SpecError,
     VariantDecision,
-    VariantSpec,
-    parse_variant,
     plan_variants,
 )
-from engine.optimize.scaling import (
-    Behavior,
-    Group,
-    ScalingState,
-    correct,
-    distribute,
-    recommend,
-    tolerance_from_percent,
-)
+from engine.optimize.scaling.behavior import Behavior, ScalingState, correct
+from engine.optimize.scaling.distribution import Group, distribute
+from engine.optimize.scaling.recommendation import recommend, tolerance_from_percent
+from engine.optimize.spec import CycleInputs, ModelLoad, PodSample, SpecError, VariantSpec, parse_variant
 from engine.perf.load_peak import peak_window_s, recent_peak
 from engine.perf.queueing import SLO, Workload
 from engine.perf.saturation import SaturationConfigSet

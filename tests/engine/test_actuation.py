@@ -20,7 +20,8 @@ from engine.optimize.actuation import (
     target_modes,
 )
 from engine.optimize.bindings import BindingDecision, TargetDecision
-from engine.optimize.cycle import SpecError, parse_variant, plan_variants
+from engine.optimize.plan import plan_variants
+from engine.optimize.spec import SpecError, parse_variant
 from tests.engine.test_optimize import NS, inputs, va
 
 

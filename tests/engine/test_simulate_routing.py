@@ -68,7 +68,7 @@ def test_the_cluster_says_which_router_a_model_is_behind() -> None:
     import dataclasses
     import pathlib
 
-    from engine.optimize.cycle import SpecError
+    from engine.optimize.spec import SpecError
     from engine.simulate.policies import build_scenario
     from tasks.simulate import read_description, routed_models
 
