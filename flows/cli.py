@@ -963,8 +963,9 @@ def simulate(
     import csv
 
     from engine.optimize.spec import SpecError
-    from engine.simulate.policies import POLICIES, ROUTER_AUTO
-    from engine.simulate.replay import ROUTERS
+    from engine.simulate.policies import POLICIES
+    from engine.simulate.records import ROUTERS
+    from engine.simulate.scenario import ROUTER_AUTO
     from engine.simulate.trace import TraceError, parse_trace_rows
     from flows.simulate import simulate as simulate_flow
     from tasks.simulate import summary_table
@@ -1050,6 +1051,7 @@ def calibrate(
     Kubernetes access), with one line on stderr; 3 degraded: some variants got no profile (no metrics, data
     that cannot determine it) or could not be written, as their rows say.
     """
+    from engine.api.registry import LLMD_API
     from flows.calibrate import calibrate as calibrate_flow
     from tasks.calibrate import WindowsFileError, read_windows_file
 
@@ -1059,7 +1061,7 @@ def calibrate(
                 read_windows_file(windows)  # before Prefect starts: a bad file is one line
             except WindowsFileError as exc:
                 raise CannotRun(str(exc)) from None
-        require_cluster(cluster, "llmd.ai/v1alpha1", "VariantAutoscaling")
+        require_cluster(cluster, LLMD_API, "VariantAutoscaling")
         drain_rejections()
         report = calibrate_flow(
             namespaces=namespace or None,

@@ -36,6 +36,7 @@ from prefect.cache_policies import NO_CACHE
 from prefect.context import FlowRunContext
 from prefect.utilities.annotations import quote
 
+from engine.api.registry import KTHENA_API, LLMD_API
 from engine.cycle_metrics import CycleFacts, optimize_cycle_metrics, wva_targets
 from engine.optimize.actuation import publishes
 from engine.optimize.bindings import BindingDecision, BindingInputs
@@ -517,11 +518,11 @@ def emit_scaling_events(report: CycleReport) -> None:
             "reason": row.reason,
         }
         if row.kind == "VariantAutoscaling":
-            emit_change(Subject("llmd.ai/v1alpha1", "VariantAutoscaling", row.name, row.namespace), "scaled", payload)
+            emit_change(Subject(LLMD_API, "VariantAutoscaling", row.name, row.namespace), "scaled", payload)
         else:
             binding, _, target = row.name.partition("/")
             emit_change(
-                Subject("registry.volcano.sh/v1alpha1", "AutoscalingPolicyBinding", binding, row.namespace),
+                Subject(KTHENA_API, "AutoscalingPolicyBinding", binding, row.namespace),
                 "scaled",
                 {**payload, "target": target},
             )

@@ -19,6 +19,7 @@ from typing import Any, TypeVar
 from prefect import get_run_logger, task
 from prefect.cache_policies import NO_CACHE
 
+from engine.api.registry import KTHENA_API, KTHENA_GROUP, LLMD_API, group_of
 from engine.optimize.actuation import (
     OPTIMIZER_CONFIGMAP,
     RECOMMEND,
@@ -65,8 +66,6 @@ from tasks.metrics import MetricsError, MetricsSnapshot, MetricsSource, ModelKey
 
 log = logging.getLogger("modelplane.optimize")
 
-VA_API = "llmd.ai/v1alpha1"
-KTHENA_API = "registry.volcano.sh/v1alpha1"
 # Scale targets whose replicas can be read from one LIST instead of one scale GET per target.
 LISTABLE_TARGETS = {("apps/v1", "Deployment"), ("apps/v1", "StatefulSet")}
 WRITE_WORKERS = 8
@@ -158,7 +157,7 @@ def read_cluster_state(
 ) -> ClusterState:
     """LIST every kind the cycle needs (all namespaces, filtered client-side) and parse the ConfigMaps."""
     scope = namespace_scope(cluster, namespaces, namespace_selector)
-    variants = [va for va in _list_optional(cluster, VA_API, "VariantAutoscaling") if _in_scope(va, scope)]
+    variants = [va for va in _list_optional(cluster, LLMD_API, "VariantAutoscaling") if _in_scope(va, scope)]
     bindings = [b for b in _list_optional(cluster, KTHENA_API, "AutoscalingPolicyBinding") if _in_scope(b, scope)]
     policies = {
         (p["metadata"].get("namespace", "default"), p["metadata"]["name"]): p
@@ -227,7 +226,7 @@ def cannot_run_reason(cluster: Cluster, config_namespace: str) -> str | None:
         return problem
     try:
         config_maps = {cm["metadata"]["name"] for cm in cluster.list("v1", "ConfigMap", namespace=config_namespace)}
-        has_variants = bool(_list_optional(cluster, VA_API, "VariantAutoscaling"))
+        has_variants = bool(_list_optional(cluster, LLMD_API, "VariantAutoscaling"))
     except ClusterError as exc:
         return f"cannot read the cluster: {exc.message}"
     return missing_configuration(config_maps, has_variants, config_namespace)
@@ -785,7 +784,7 @@ def binding_grace_period(cluster: Cluster, binding: dict[str, Any]) -> float | N
             (
                 r
                 for r in meta.get("ownerReferences") or ()
-                if r.get("kind") == "Model" and str(r.get("apiVersion", "")).startswith("registry.volcano.sh/")
+                if r.get("kind") == "Model" and group_of(str(r.get("apiVersion", ""))) == KTHENA_GROUP
             ),
             None,
         )

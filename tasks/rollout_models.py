@@ -20,6 +20,7 @@ from prefect import task
 from prefect.cache_policies import NO_CACHE
 
 from engine.api.kthena import API_VERSION, Model, ModelBackend
+from engine.caches.lookup import cache_available, cache_pvc
 from engine.caches.source_fields import from_lora_url
 from engine.caches.sources import ModelSource
 from engine.rollout.kthena import LABEL_MODEL_UID, ModelRef
@@ -52,7 +53,7 @@ from engine.rollout.kthena_weights import (
 )
 from engine.rollout.kthena_workloads import LoraChange
 from engine.status import changed_fields
-from tasks.caches import cache_available, cache_pvc, ensure_cache, mark_used
+from tasks.caches import ensure_cache, mark_used
 from tasks.cluster import Cluster, ObjectRef
 from tasks.cluster.errors import ClusterError, NotFound
 from tasks.optimize import write_status

@@ -17,8 +17,9 @@ from typing import Any
 
 from engine.rollout.kthena_native import NETWORKING_API as KTHENA_NETWORKING_API
 from engine.simulate.frontier import Limits
-from engine.simulate.policies import DEFAULT_HPA_POLICY, ClusterDescription, PolicyOutcome, Scenario
-from engine.simulate.replay import Trace
+from engine.simulate.outcome import PolicyOutcome
+from engine.simulate.records import Trace
+from engine.simulate.scenario import DEFAULT_HPA_POLICY, ClusterDescription, Scenario
 from engine.simulate.trace import TraceError, TraceShape, parse_trace_rows, shape_trace
 from tasks.cluster import connect
 from tasks.optimize import _list_optional, read_cluster_state, read_current_replicas, scale_targets_of

@@ -16,6 +16,7 @@ from typing import Any
 
 from engine.api.kthena import API_VERSION, Model, ModelBackend
 from engine.api.meta import parse_duration
+from engine.api.registry import KTHENA_WORKLOAD_API
 from engine.optimize.bindings import ANNOTATION_SCALE_GROUPS
 from engine.rollout.kthena import (
     UNSUPPORTED_TYPES,
@@ -31,7 +32,7 @@ from engine.rollout.kthena_validation import DEFAULT_COST_EXPANSION
 
 ANNOTATION_SCALE_TO_ZERO = "modelplane.io/scale-to-zero-grace-period"
 """On a binding: how long the recommendation must stay at 0 before its targets reach 0."""
-MODEL_SERVING_API = "workload.serving.volcano.sh/v1alpha1"
+MODEL_SERVING_API = KTHENA_WORKLOAD_API
 KTHENA_RUNTIME_PORT = 8100
 """The Kthena runtime sidecar's default port (seed 003's ``RUNTIME_PORT``, MetricEndpoint's default)."""
 

@@ -11,17 +11,10 @@ import pytest
 
 from engine.optimize.plan import plan_variants
 from engine.optimize.spec import SpecError
-from engine.simulate.policies import (
-    POLICIES,
-    build_scenario,
-    cycle_inputs,
-    make_policy,
-    peak_loads,
-    run_policy,
-    summarize_outcome,
-    with_hpa_metric,
-)
-from engine.simulate.replay import Observation, ReplicaGauges, SimConfig, Trace
+from engine.simulate.outcome import summarize_outcome
+from engine.simulate.policies import POLICIES, cycle_inputs, make_policy, peak_loads, run_policy
+from engine.simulate.records import Observation, ReplicaGauges, SimConfig, Trace
+from engine.simulate.scenario import build_scenario, with_hpa_metric
 from tasks.simulate import read_description
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
@@ -168,11 +161,11 @@ def test_a_variant_without_a_profile_cannot_be_simulated_and_says_which(descript
 def test_the_flow_form_offers_exactly_the_simulated_choices() -> None:
     from typing import get_args
 
-    from engine.simulate.policies import _GAUGES
+    from engine.simulate.scenario import HPA_GAUGES
     from flows.simulate import HpaMetric, PolicyName
 
     assert get_args(PolicyName) == POLICIES
-    assert set(get_args(HpaMetric)) == set(_GAUGES)
+    assert set(get_args(HpaMetric)) == set(HPA_GAUGES)
 
 
 def test_modelplane_keeps_the_scale_down_window_state_between_cycles_as_the_flow_does(description) -> None:

@@ -25,7 +25,9 @@ from engine.perf.tail_sizing import (
     ttft_ceiling,
     ttft_percentile,
 )
-from engine.simulate.replay import PROMPT_TOKEN_BUCKETS, SimConfig, Trace, VariantModel, simulate
+from engine.simulate.records import SimConfig, Trace, VariantModel
+from engine.simulate.replay import simulate
+from engine.simulate.windows import PROMPT_TOKEN_BUCKETS
 from tests.engine.test_optimize import MODEL, NS, by_name, inputs, va
 from tests.factories import variant_autoscaling
 
