@@ -35,8 +35,9 @@ from flows.parameters import ClusterTarget, NamespaceName
 from tasks.calibrate import prometheus_windows, read_windows_file, write_outcome
 from tasks.cluster import connect
 from tasks.cluster.errors import ClusterError
-from tasks.metrics import MetricsError, PrometheusMetrics
-from tasks.optimize import read_cluster_state
+from tasks.metrics.prometheus import PrometheusMetrics
+from tasks.metrics.snapshot import MetricsError
+from tasks.optimize.read import read_cluster_state
 
 DEFAULT_CONFIG_NAMESPACE = "modelplane-system"
 

@@ -230,7 +230,7 @@ def optimize(
     from flows.optimize import RATE_WINDOW_PATTERN
     from flows.optimize import optimize as optimize_flow
     from tasks.cluster import connect
-    from tasks.optimize import cannot_run_reason
+    from tasks.optimize.read import cannot_run_reason
 
     if rate_window is not None and not re.match(RATE_WINDOW_PATTERN, rate_window):
         raise typer.BadParameter(
@@ -1147,7 +1147,7 @@ def require_local_path(cluster: str | None) -> Any:
     """The cluster ``cluster`` names (``tasks.cluster.connect``: absent or empty = $MODELPLANE_CLUSTER, else
     kubeconfig); :class:`CannotRun` when it is a local path that does not exist or cannot be read."""
     from tasks.cluster import connect
-    from tasks.optimize import local_path_problem
+    from tasks.optimize.read import local_path_problem
 
     target = connect(cluster)
     problem = local_path_problem(target)

@@ -56,22 +56,20 @@ from flows.parameters import (
 from tasks.cluster import Cluster, LocalCluster, connect
 from tasks.cluster.errors import ClusterError
 from tasks.events import Subject, emit_change
-from tasks.metrics import FileMetrics, MetricsSnapshot, MetricsSource, PrometheusMetrics
-from tasks.optimize import (
-    BindingRowDetails,
+from tasks.metrics.file import FileMetrics
+from tasks.metrics.prometheus import PrometheusMetrics
+from tasks.metrics.snapshot import MetricsSnapshot, MetricsSource
+from tasks.optimize.bindings import BindingRowDetails, describe_bindings, read_binding_inputs
+from tasks.optimize.read import (
     ClusterState,
     TargetReplicas,
-    WriteOutcome,
-    apply_binding,
-    apply_decisions,
     collect_metrics,
-    describe_bindings,
     local_path_problem,
-    read_binding_inputs,
     read_cluster_state,
     read_current_replicas,
     scale_targets_of,
 )
+from tasks.optimize.write import WriteOutcome, apply_binding, apply_decisions
 from tasks.pushgateway import Pushgateway, push
 
 DEFAULT_INTERVAL_S = 60

@@ -512,7 +512,7 @@ def _count(counts: WriteCounts, action: str) -> None:
 def cannot_run_reason(cluster: Cluster) -> str | None:
     """Why the AIM flows cannot run on ``cluster`` at all (a local path that is missing, no API access,
     the AIM CRDs not installed), or ``None``; checked by the CLI before Prefect starts."""
-    from tasks.optimize import local_path_problem
+    from tasks.optimize.read import local_path_problem
 
     problem = local_path_problem(cluster)
     if problem:

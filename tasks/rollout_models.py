@@ -56,7 +56,7 @@ from engine.status import changed_fields
 from tasks.caches import ensure_cache, mark_used
 from tasks.cluster import Cluster, ObjectRef
 from tasks.cluster.errors import ClusterError, NotFound
-from tasks.optimize import write_status
+from tasks.optimize.write import write_status
 from tasks.workloads import WriteLog, write_object
 
 log = logging.getLogger(__name__)

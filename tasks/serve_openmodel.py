@@ -25,7 +25,7 @@ from engine.status import ConditionUpdate, changed_fields, set_conditions
 from tasks.caches import ensure_cache
 from tasks.cluster import Cluster, ObjectRef
 from tasks.cluster.errors import ClusterError, Forbidden, NotFound
-from tasks.optimize import write_status
+from tasks.optimize.write import write_status
 
 log = logging.getLogger(__name__)
 

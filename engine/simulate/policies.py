@@ -173,7 +173,7 @@ def persist_stabilization(variants: list[dict[str, Any]], decisions: Sequence[Va
     """Write each decision's scale-down window state onto its VariantAutoscaling, as the optimize flow does.
 
     The flow patches ``modelplane.io/scale-down-pending`` on the resource whenever the window's state
-    changes (``tasks.optimize``); the next cycle reads it back.  Without this the simulated policy
+    changes (``tasks.optimize.write``); the next cycle reads it back.  Without this the simulated policy
     would start a new window every cycle and never scale down at all.
     """
     by_key = {

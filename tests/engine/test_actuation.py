@@ -124,7 +124,7 @@ def test_unknown_metric_names_are_refused() -> None:
 
 
 def test_serving_group_members_take_their_group_targets_mode() -> None:
-    from tasks.optimize import binding_modes
+    from tasks.optimize.bindings import binding_modes
 
     binding = {
         "metadata": {
