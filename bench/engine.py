@@ -26,7 +26,8 @@ from importlib import metadata
 import numpy as np
 
 from engine.allocation import AllocationProblem, ModelDemand, VariantOption, greedy, solve
-from engine.perf.queueing import SLO, PerfProfile, Workload, size_arrays
+from engine.perf.queueing import SLO, PerfProfile, Workload
+from engine.perf.sizing import size_arrays
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 DOC = REPO / "docs" / "benchmarks.md"
@@ -332,7 +333,7 @@ def render(command: str, sizing: dict, alloc_rows: list[dict], alternatives: lis
         "",
         "## Sizing",
         "",
-        "`engine.perf.queueing.size_arrays` (the batched `max_rates`): per-replica max request rate under TTFT",
+        "`engine.perf.sizing.size_arrays` (the batched `max_rates`): per-replica max request rate under TTFT",
         "and ITL SLOs with the WVA queueing model, for random (variant, workload, SLO) triples with max",
         "batch 4..512 (state space up to 5,633 states each), all bisected together.  Target < 2 s.",
         "",

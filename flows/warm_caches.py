@@ -34,32 +34,30 @@ from prefect.context import FlowRunContext
 from prefect.utilities.annotations import quote
 from pydantic import Field
 
+from engine.caches.fill import (
+    JobSettings,
+    download_env,
+    pvc_size_for,
+    quantity_bytes,
+    storage_class_for,
+    volume_too_small,
+)
+from engine.caches.gc import GcVerdict, gc_verdict
 from engine.caches.plan import (
     DOWNLOADING,
-    FILL_JOB_MISSING,
-    INVALID_SIZE,
-    INVALID_SOURCE,
-    SIZE_UNKNOWN,
     Failure,
     FillState,
-    GcVerdict,
-    JobSettings,
     Observation,
     RetryPolicy,
     Step,
     cache_status,
-    download_env,
-    failure_of,
-    gc_verdict,
+    initial_observation,
     job_name,
     next_step,
-    parse_attempts,
+    observe_fill,
     pvc_name,
-    pvc_request,
-    quantity_bytes,
-    storage_class_for,
-    storage_failure,
-    volume_too_small,
+    pvc_phase,
+    source_of,
 )
 from engine.caches.requests import (
     CacheRequest,
@@ -69,7 +67,7 @@ from engine.caches.requests import (
     service_requests,
     template_requests,
 )
-from engine.caches.sources import ModelSource, parse_source
+from engine.caches.sources import ModelSource
 from engine.cycle_metrics import MetricSet
 from flows.exitcodes import flow_result
 from flows.image import IMAGE
@@ -213,61 +211,32 @@ def ensure_consumer_caches(cluster: Cluster, requests: list[CacheRequest]) -> tu
 def reconcile_cache(
     cluster: Cluster, cache: dict[str, Any], world: CacheWorld, settings: PassSettings, now: datetime
 ) -> CacheRow:
-    """Drive one ModelCache one step (or, with the local backend, through its whole fill)."""
+    """Drive one ModelCache one step (or, with the local backend, through its whole fill): read what its fill
+    and PVC report, let the engine decide the observation and the next step, carry the step out."""
     meta, spec, previous = cache["metadata"], cache.get("spec") or {}, cache.get("status") or {}
     namespace, name, generation = meta["namespace"], meta["name"], meta.get("generation")
-    claim = pvc_name(name)
-    attempts = parse_attempts(meta.get("annotations"), generation)
-    failure, failed_at = failure_of(previous) if previous.get("observedGeneration") == generation else (None, None)
-    pvc = world.pvcs.get((namespace, claim))
-    obs = Observation(generation, claim, _phase(pvc), FillState.NONE, attempts, failure, failed_at)
+    pvc = world.pvcs.get((namespace, pvc_name(name)))
+    obs = initial_observation(cache, pvc)
     action = "none"
 
-    source, invalid = _source_of(spec)
+    source, invalid = source_of(spec)
     if invalid is not None:
         return _finish(
             cluster, cache, obs, invalid, settings, now, "invalid source", source_uri=spec.get("sourceUri", "")
         )
-    config = world.configs.get(namespace)
-    env = download_env(spec.get("env"), config)
+    env = download_env(spec.get("env"), world.configs.get(namespace))
     notes = "; ".join(env.notes)
 
     # What the fill reported so far.
-    if (
+    still_filled = (
         previous.get("status") == "Available"
         and pvc is not None
-        and _still_filled(cluster, namespace, claim, source, settings)
-    ):
-        obs = _with(obs, fill=FillState.SUCCEEDED, failure=None)
-    elif not settings.local and attempts:
-        job = world.jobs.get((namespace, job_name(name, attempts)))
-        state, reported = job_result(job, world.pods, source.uri)
-        if state == FillState.FAILED and reported is not None:
-            same = failure is not None and failure.reason == reported.reason
-            obs = _with(obs, fill=state, failure=reported, failed_at=failed_at if same else now)
-        elif state in (FillState.RUNNING, FillState.SUCCEEDED):
-            obs = _with(obs, fill=state, failure=None)
-        elif state == FillState.NONE and failure is None and previous.get("status") == "Progressing":
-            # Counted like a failed fill, so Jobs that keep vanishing cannot be recreated forever.
-            obs = _with(
-                obs,
-                fill=FillState.FAILED,
-                failed_at=now,
-                failure=Failure(
-                    FILL_JOB_MISSING,
-                    f"the fill Job {job_name(name, attempts)} is gone before its result was read "
-                    "(deleted, or ttlSecondsAfterFinished shorter than the warm-caches interval); it is retried",
-                ),
-            )
-
-    decided, storage = storage_failure(obs.pvc_phase, claim, obs.failure)
-    if decided:
-        obs = _with(
-            obs,
-            failure=storage,
-            fill=FillState.FAILED if storage else FillState.NONE,
-            failed_at=(obs.failed_at or now) if storage else None,
-        )
+        and _still_filled(cluster, namespace, obs.pvc_name, source, settings)
+    )
+    job = None
+    if not settings.local and obs.attempts:
+        job = job_result(world.jobs.get((namespace, job_name(name, obs.attempts))), world.pods, source.uri)
+    obs = observe_fill(cache, obs, still_filled, job, now)
 
     step = next_step(obs, settings.policy, now)
     if step in (Step.CREATE_PVC, Step.START_FILL):
@@ -306,13 +275,13 @@ def attempt_fill(
         if missing is not None:
             return _failed(obs, missing, now), "size check failed"
     if pvc is None:
-        size, size_failure = _size(spec, source_bytes, settings.headroom_percent)
+        size, size_failure = pvc_size_for(spec, source_bytes, settings.headroom_percent)
         if size_failure is not None:
             return _failed(obs, size_failure, now), "invalid size"
         config_spec = (world.configs.get(namespace) or {}).get("spec") or {}
         storage_class = storage_class_for(spec.get("storageClassName"), config_spec.get("cacheStorageClassName"))
         pvc = create_pvc(cluster, cache, size, storage_class)
-        obs = _with(obs, pvc_phase=_phase(pvc))
+        obs = _with(obs, pvc_phase=pvc_phase(pvc))
     too_small = volume_too_small(pvc_capacity(pvc), source_bytes)
     if too_small is not None:
         return _failed(obs, too_small, now), "volume too small"
@@ -329,20 +298,6 @@ def attempt_fill(
     return _with(obs, fill=FillState.SUCCEEDED), f"filled in-process (attempt {obs.attempts})"
 
 
-def _source_of(spec: dict[str, Any]) -> tuple[ModelSource, Failure | None]:
-    uri = str(spec.get("sourceUri") or "")
-    try:
-        source = parse_source(uri)
-    except ValueError as exc:
-        return ModelSource(scheme="hf"), Failure(INVALID_SOURCE, f"spec.sourceUri: {exc}")
-    if not source.downloadable:
-        return source, Failure(
-            INVALID_SOURCE,
-            f"spec.sourceUri: {uri} is mounted directly, not downloaded; a ModelCache needs hf:// or s3://",
-        )
-    return source, None
-
-
 def _measure(source: ModelSource, env: dict[str, str]) -> tuple[int | None, Failure | None]:
     """The source's size, or the typed failure that prevented measuring it."""
     from tasks.downloader import DownloadError
@@ -353,27 +308,11 @@ def _measure(source: ModelSource, env: dict[str, str]) -> tuple[int | None, Fail
         return None, Failure(exc.reason, exc.message)
 
 
-def _size(spec: dict[str, Any], source_bytes: int | None, headroom: float) -> tuple[str, Failure | None]:
-    """``spec.size`` as written when set, else what the source reports plus the headroom (``pvc_request``)."""
-    try:
-        return pvc_request(spec.get("size"), source_bytes, headroom), None
-    except ValueError as exc:
-        if spec.get("size"):
-            return "", Failure(INVALID_SIZE, f"spec.size: {exc}")
-        return "", Failure(SIZE_UNKNOWN, f"the source's size: {exc}")
-
-
 def _still_filled(cluster: Cluster, namespace: str, claim: str, source: ModelSource, settings: PassSettings) -> bool:
     """An Available cache stays so while (locally) its marker is still there; in a cluster the verdict stands."""
     if not settings.local:
         return True
     return local_marker_ok(local_volume(cluster, namespace, claim), source.uri)  # type: ignore[arg-type]
-
-
-def _phase(pvc: dict[str, Any] | None) -> str | None:
-    if pvc is None:
-        return None
-    return (pvc.get("status") or {}).get("phase") or "Pending"
 
 
 def _with(obs: Observation, **changes: Any) -> Observation:

@@ -1,9 +1,10 @@
 """I/O of the ``rollout-models`` flow: read Models and their children, resolve caches, write workloads and
 autoscaling objects, update LoRA adapters on running vLLM pods, write the Model's status.
 
-The decisions are in :mod:`engine.rollout.kthena`; this module only gathers what they need and carries
-out what they decide. Children are found by the label ``registry.volcano.sh/model-uid`` (one LIST per
-kind and Model), so a backend removed from the spec is seen and deleted.
+The decisions are in :mod:`engine.rollout.kthena` and its ``kthena_*`` siblings (validation, weights, and per
+backend and Model the children and states of :mod:`engine.rollout.kthena_plan`); this module only gathers what
+they need and carries out what they decide. Children are found by the label ``registry.volcano.sh/model-uid``
+(one LIST per kind and Model), so a backend removed from the spec is seen and deleted.
 """
 
 from __future__ import annotations
@@ -20,56 +21,37 @@ from prefect.cache_policies import NO_CACHE
 
 from engine.api.kthena import API_VERSION, Model, ModelBackend
 from engine.caches.lookup import cache_available, cache_pvc
-from engine.caches.sources import ModelSource, from_lora_url
-from engine.rollout.kthena import (
-    LABEL_MODEL_UID,
+from engine.caches.source_fields import from_lora_url
+from engine.caches.sources import ModelSource
+from engine.rollout.kthena import LABEL_MODEL_UID, ModelRef
+from engine.rollout.kthena_native import (
+    NETWORKING_API,
+    RUNTIME_IMAGE,
+    WORKLOAD_API,
+    NativeMode,
+    native_ref,
+)
+from engine.rollout.kthena_plan import backend_states, model_children, owned_children, render_backend, runtime_lora_plan
+from engine.rollout.kthena_status import (
     REASON_ABNORMAL,
     REASON_CACHE_FAILED,
     REASON_INVALID,
     REASON_NOT_SUPPORTED,
     BackendState,
     Failure,
-    LoraChange,
-    ModelRef,
+    failure_of,
+    model_status,
+)
+from engine.rollout.kthena_validation import unsupported_backends, validate_model
+from engine.rollout.kthena_weights import (
     Mount,
-    backend_name,
-    deployment_available,
-    desired_replicas,
     direct_weights,
     downloader_env,
-    failure_of,
-    is_autoscaled,
     lora_mount,
     managed_weights,
-    model_status,
     needs_managed_cache,
-    ray_service_name,
-    render_autoscaling,
-    render_ray_service,
-    render_route,
-    render_service,
-    render_workload,
-    runtime_lora_change,
-    selector_labels,
-    unsupported_backends,
-    validate_model,
-    workloads_of,
 )
-from engine.rollout.kthena_native import (
-    ENTRY_ADDRESS,
-    NETWORKING_API,
-    RUNTIME_IMAGE,
-    WORKLOAD_API,
-    NativeMode,
-    model_serving_available,
-    native_ref,
-    render_model_route,
-    render_model_server,
-    render_model_serving,
-    scale_workload,
-    with_runtime,
-)
-from engine.rollout.workloads import revision, stamp
+from engine.rollout.kthena_workloads import LoraChange
 from engine.status import changed_fields
 from tasks.caches import ensure_cache, mark_used
 from tasks.cluster import Cluster, ObjectRef
@@ -283,7 +265,7 @@ def reconcile_model(
         if model is None or errors:
             failure = failure_of(errors, REASON_INVALID)
             if model is not None:  # report what runs now; change nothing until the spec is fixed
-                backends = _observed(model, list_children(cluster, namespace, meta.get("uid") or ""), {})
+                backends = backend_states(model, list_children(cluster, namespace, meta.get("uid") or ""), {})
         else:
             failure, backends = _roll_out(
                 cluster, model, now, downloader_image, outcome, lora_session, options or RolloutOptions()
@@ -328,11 +310,7 @@ def _roll_out(
         if backend.type in ("MindIE", "MindIEDisaggregated"):
             continue
         results[backend.name] = _plan_backend(cluster, model, ref, backend, live, image, lora_session, outcome, mode)
-    desired = [obj for result in results.values() for obj in result.objects]
-    desired += [
-        stamp(obj) for obj in render_autoscaling(model, ref, model_serving=mode.model_serving, runtime=mode.networking)
-    ]
-    desired.append(stamp(render_model_route(model, ref) if mode.networking else render_route(model, ref)))
+    desired = [obj for result in results.values() for obj in result.objects] + model_children(model, ref, mode)
     written: dict[tuple[str, str], dict[str, Any]] = {}
     for obj in desired:
         key = (obj["kind"], obj["metadata"]["name"])
@@ -353,37 +331,7 @@ def _roll_out(
     failure = Failure(failures[0].reason, "; ".join(f.message for f in failures)) if failures else None
     state = {**live, **written}
     waiting = {n: r.waiting for n, r in results.items() if r.waiting}
-    return failure, _observed(model, state, waiting, mode.model_serving)
-
-
-def _observed(
-    model: Model,
-    objects: Mapping[tuple[str, str], dict[str, Any]],
-    waiting: Mapping[str, str],
-    model_serving: bool = False,
-) -> list[BackendState]:
-    """Per backend: replicas the Deployments (or its ModelServing) report, and whether all are available."""
-    ref = ModelRef.of(model)
-    states = []
-    for backend in model.spec.backends:
-        if model_serving:
-            serving = objects.get(("ModelServing", backend_name(ref, backend)))
-            replicas = int(((serving or {}).get("status") or {}).get("replicas") or 0)
-            available = serving is not None and model_serving_available(serving)
-            states.append(
-                BackendState(
-                    backend.name, replicas, available and backend.name not in waiting, waiting.get(backend.name)
-                )
-            )
-            continue
-        deployments = [objects.get(("Deployment", w.name)) for w in workloads_of(ref, backend)]
-        present = [d for d in deployments if d is not None]
-        replicas = sum(int((d.get("status") or {}).get("replicas") or 0) for d in present)
-        available = bool(present) and len(present) == len(deployments) and all(deployment_available(d) for d in present)
-        states.append(
-            BackendState(backend.name, replicas, available and backend.name not in waiting, waiting.get(backend.name))
-        )
-    return states
+    return failure, backend_states(model, state, waiting, mode.model_serving)
 
 
 def _plan_backend(
@@ -397,20 +345,13 @@ def _plan_backend(
     outcome: ModelOutcome,
     mode: NativeMode | None = None,
 ) -> _BackendResult:
-    """Render one backend's workloads and Services (or its ModelServing; its ModelServer with Kthena's
-    networking), or keep its live objects while its caches fill."""
+    """Resolve one backend's weights and adapters (creating or adopting their caches), apply a LoRA-only
+    change on running pods, or let the engine render its children (:func:`render_backend`); keep its live
+    objects while its caches fill."""
     mode = mode or NativeMode()
     result = _BackendResult()
     requested_by = f"Model/{ref.namespace}/{ref.name}"
-    owned = {("Deployment", w.name) for w in workloads_of(ref, backend)} | {
-        ("Service", w.name) for w in workloads_of(ref, backend)
-    }
-    owned |= {
-        ("Service", ray_service_name(w.name))
-        for w in workloads_of(ref, backend)
-        if w.scaled and (w.worker.pods or 1) > 1
-    }
-    owned |= {("ModelServing", backend_name(ref, backend)), ("ModelServer", backend_name(ref, backend))}
+    owned = owned_children(ref, backend)
     weights = direct_weights(backend, image)
     if weights is None:
         source = needs_managed_cache(backend)
@@ -420,22 +361,15 @@ def _plan_backend(
             return _waiting(result, owned, live, resolution)
         weights = managed_weights(resolution.pvc)
         result.caches.append(resolution.cache or {})
-    workloads = workloads_of(ref, backend)
-    primary = workloads[0]
-    base = render_workload(ref, backend, primary, weights, {}, 0)
-    base_revision = revision(base)
-    change = (
-        None
-        if mode.model_serving
-        else runtime_lora_change(backend, live.get(("Deployment", primary.name)), base_revision)
-    )
-    if change is not None:
-        port = int(base["spec"]["template"]["spec"]["containers"][0]["ports"][0]["containerPort"])
-        pods = ready_pods(cluster, ref.namespace, selector_labels(ref, backend, primary))
+    lora_plan = runtime_lora_plan(ref, backend, weights, live, mode)
+    if lora_plan is not None:
+        pods = ready_pods(cluster, ref.namespace, lora_plan.selector)
         if pods:  # with no pod running there is nothing to update at runtime: roll out instead
             result.keep |= owned
             try:
-                outcome.lora += apply_lora_change(pods, port, change, lora_session() if lora_session else None)
+                outcome.lora += apply_lora_change(
+                    pods, lora_plan.port, lora_plan.change, lora_session() if lora_session else None
+                )
             except RuntimeError as exc:  # reported on the Model and retried next pass; the rest proceeds
                 result.failure = Failure(REASON_ABNORMAL, f"backend {backend.name}: {exc}")
                 result.waiting = str(exc)
@@ -453,48 +387,8 @@ def _plan_backend(
             return _waiting(result, owned, live, resolution)
         loras[adapter.name] = lora_mount(adapter.name, resolution.pvc)
         result.caches.append(resolution.cache or {})
-    if mode.networking:
-        result.objects.append(stamp(render_model_server(ref, backend, mode)))
-    if mode.model_serving:
-        templates = {}
-        for workload in workloads:
-            follower = not workload.scaled
-            rendered = render_workload(
-                ref, backend, workload, weights, loras, 0, leader_service=ENTRY_ADDRESS if follower else None
-            )
-            template = rendered["spec"]["template"]
-            templates[workload.role] = (
-                template
-                if follower or not mode.networking
-                else with_runtime(template, ref, backend, workload.worker, mode.runtime_image)
-            )
-        unit = scale_workload(ref, backend)
-        replicas = desired_replicas(unit, live.get(("ModelServing", unit.name)), is_autoscaled(model, backend))
-        result.objects.append(stamp(render_model_serving(ref, backend, templates, replicas, mode)))
-        result.deployments.append(f"ModelServing/{unit.name}")
-        return result
-    leader_replicas: dict[str, int] = {}
-    for workload in workloads:
-        live_obj = live.get(("Deployment", workload.name))
-        if workload.scaled:
-            replicas = desired_replicas(workload, live_obj, is_autoscaled(model, backend))
-            leader_replicas[workload.role] = replicas
-        else:  # ray followers: (pods - 1) per leader replica, whatever the optimizer made of the leader
-            leader_role = workload.role.removesuffix("-worker")
-            replicas = leader_replicas.get(leader_role, 0) * ((workload.worker.pods or 1) - 1)
-        leader = ray_service_name(workload.name.removesuffix("-worker")) if not workload.scaled else None
-        deployment = render_workload(ref, backend, workload, weights, loras, replicas, leader_service=leader)
-        if mode.networking and workload.scaled:  # Kthena's runtime sidecar: kthena:* metrics on RUNTIME_PORT
-            deployment["spec"]["template"] = with_runtime(
-                deployment["spec"]["template"], ref, backend, workload.worker, mode.runtime_image
-            )
-        base_rev = revision(render_workload(ref, backend, workload, weights, {}, 0, leader_service=leader))
-        result.objects.append(stamp(deployment, base_rev))
-        result.deployments.append(f"Deployment/{workload.name}")
-        if workload.scaled:
-            result.objects.append(stamp(render_service(ref, backend, workload)))
-            if (workload.worker.pods or 1) > 1:
-                result.objects.append(stamp(render_ray_service(ref, backend, workload)))
+    rendered = render_backend(model, ref, backend, weights, loras, live, mode)
+    result.objects, result.deployments = rendered.objects, rendered.workloads
     return result
 
 

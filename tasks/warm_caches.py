@@ -1,7 +1,8 @@
 """The warm-caches flow's I/O: read what caches exist and who needs them, create PVCs and fill Jobs,
 run the downloader in-process for the local backend, read fill results, write status, collect garbage.
 
-Decisions (names, manifests, status, retries, GC verdicts) come from :mod:`engine.caches.plan`; the
+Decisions come from the engine: names, next steps, status and retries from :mod:`engine.caches.plan`, the PVC
+and fill Job manifests and fill reports from :mod:`engine.caches.fill`, GC verdicts from :mod:`engine.caches.gc`; the
 downloader is :mod:`tasks.downloader` (one implementation for the Job and the local fill).
 """
 
@@ -16,6 +17,16 @@ from pathlib import Path
 from typing import Any
 
 from engine.api.registry import AIM_API, KTHENA_API, LLMAZ_API
+from engine.caches.fill import (
+    JobSettings,
+    job_failure_message,
+    job_state,
+    quantity_bytes,
+    read_fill_report,
+    render_job,
+    render_pvc,
+)
+from engine.caches.gc import claims_mounted_by
 from engine.caches.plan import (
     ATTEMPTS_ANNOTATION,
     CACHE_LABEL,
@@ -24,15 +35,7 @@ from engine.caches.plan import (
     VERIFICATION_FAILED,
     Failure,
     FillState,
-    JobSettings,
     attempts_annotation,
-    claims_mounted_by,
-    job_failure_message,
-    job_state,
-    quantity_bytes,
-    read_fill_report,
-    render_job,
-    render_pvc,
 )
 from engine.caches.sources import ModelSource
 from tasks.boundary import accept

@@ -35,7 +35,7 @@ How the package reads, stage by stage:
 
 Decisions worth knowing:
 
-* Variants whose SLO cannot be met (:class:`engine.perf.queueing.Infeasible`), whose model is unknown or whose
+* Variants whose SLO cannot be met (:class:`engine.perf.sizing.Infeasible`), whose model is unknown or whose
   accelerator has no unit cost are *excluded* from serving and reported in ``infeasible_variants``;
   they are held at their ``min_replicas`` (a floor the operator asked for) with no serving capacity.
 * An accelerator type missing from ``inventory`` (or ``inventory=None``) is unlimited.

@@ -18,7 +18,7 @@ from engine.allocation.problem import (
     prepare,
     served_capacity,
 )
-from engine.perf.queueing import replicas_needed
+from engine.perf.sizing import replicas_needed
 
 
 def greedy(problem: AllocationProblem) -> Allocation:

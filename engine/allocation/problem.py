@@ -3,7 +3,7 @@
 Everything the solver stages share lives here: the input dataclasses (:class:`ModelDemand`,
 :class:`VariantOption`, :class:`AllocationProblem`), the result (:class:`Allocation`), the batched
 per-replica rate of every usable variant (:func:`variant_rates`, WVA's queueing model through
-:func:`engine.perf.queueing.size_arrays`), and :class:`Prepared`, the validated, name-sorted view every stage
+:func:`engine.perf.sizing.size_arrays`), and :class:`Prepared`, the validated, name-sorted view every stage
 works on (sorting by name is what makes the result independent of the input order).
 """
 
@@ -13,7 +13,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Literal
 
-from engine.perf.queueing import SLO, PerfProfile, Workload, size_arrays
+from engine.perf.queueing import SLO, PerfProfile, Workload
+from engine.perf.sizing import size_arrays
 
 Status = Literal["optimal", "feasible", "infeasible"]
 
@@ -143,7 +144,7 @@ class Prepared:
 def variant_rates(problem: AllocationProblem) -> tuple[dict[str, float], dict[str, str]]:
     """Per-replica sustainable rate (req/s) of every usable variant, and why the others are excluded.
 
-    Rates come from :func:`engine.perf.queueing.size_arrays` in one batched call (or ``max_rate`` overrides).
+    Rates come from :func:`engine.perf.sizing.size_arrays` in one batched call (or ``max_rate`` overrides).
     """
     models = {m.name: m for m in problem.models}
     rates: dict[str, float] = {}

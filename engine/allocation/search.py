@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, NamedTuple
 
 from engine.allocation.problem import UNSERVED_TOL, Prepared, VariantOption
-from engine.perf.queueing import replicas_needed
+from engine.perf.sizing import replicas_needed
 
 if TYPE_CHECKING:
     import numpy as np

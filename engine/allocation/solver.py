@@ -26,7 +26,7 @@ from engine.allocation.problem import (
     prepare,
 )
 from engine.allocation.search import size_alone
-from engine.perf.queueing import replicas_needed
+from engine.perf.sizing import replicas_needed
 
 FIRST_STAGES_SHARE = 0.7
 """Share of what is left of the time limit an unserved-load stage may use (cost gets the rest)."""

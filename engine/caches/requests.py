@@ -11,7 +11,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from engine.caches.sources import ModelSource, from_kthena_uri, from_openmodel_source, parse_source
+from engine.caches.source_fields import from_kthena_uri, from_openmodel_source
+from engine.caches.sources import ModelSource, parse_source
 
 CREDENTIAL_ENV_PREFIXES = ("HF_", "HUGGING_FACE_", "AWS_")
 """A Kthena backend's env entries a download needs (its other variables are for the server)."""

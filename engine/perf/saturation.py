@@ -24,7 +24,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
 import yaml
 
@@ -76,9 +76,9 @@ REASON_SAFETY_OVERRIDE = "SaturationSafetyOverride"
 REASON_METRICS_AVAILABLE = "MetricsAvailable"
 REASON_METRICS_UNAVAILABLE = "MetricsUnavailable"
 
-ACTION_SCALE_UP = "scale-up"
-ACTION_SCALE_DOWN = "scale-down"
-ACTION_NO_CHANGE = "no-change"
+ACTION_SCALE_UP: Final = "scale-up"
+ACTION_SCALE_DOWN: Final = "scale-down"
+ACTION_NO_CHANGE: Final = "no-change"
 
 Action = Literal["scale-up", "scale-down", "no-change"]
 
@@ -410,6 +410,12 @@ def _has_desired(state: VariantState) -> bool:
     return bool(state.desired_replicas) and state.desired_replicas != state.current_replicas
 
 
+def _converging_to(state: VariantState) -> int:
+    """The replicas a variant is converging to: its desired count while it differs, else the current one."""
+    desired = state.desired_replicas
+    return desired if desired and desired != state.current_replicas else state.current_replicas
+
+
 def _in_transition(states: Sequence[VariantState]) -> bool:
     """A variant still converging (desired != current, or pending replicas) blocks the whole model."""
     return any(_has_desired(s) or s.pending_replicas > 0 for s in states)
@@ -441,7 +447,7 @@ def saturation_targets(analysis: ModelAnalysis, variants: Iterable[VariantState]
     if analysis.total_replicas == 0:
         return {s.name: s.current_replicas for s in states}
     if _in_transition(states):
-        return {s.name: s.desired_replicas if _has_desired(s) else s.current_replicas for s in states}
+        return {s.name: _converging_to(s) for s in states}
     targets = {s.name: s.current_replicas for s in states}
     if analysis.should_scale_up:
         grow = [s for s in states if s.pending_replicas <= 0]

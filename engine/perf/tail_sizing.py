@@ -1,10 +1,11 @@
 """Tail-aware sizing: the per-replica rate at which a target share of requests meets the TTFT objective.
 
-Why: WVA's queueing model (:mod:`engine.perf.queueing`) sizes a replica so that the *mean* request's TTFT meets
-the class target.  TTFT grows with the request's own prompt (``gamma + delta * prompt * batch``), and
-real prompts are heavy-tailed (the Azure conversation trace: median 1,020 tokens, mean 1,155, p90
-2,700), so a replica sized for the mean leaves 30-40 % of requests above the target.  Operators read
-"TTFT 500 ms" as "almost every request within 500 ms", and SLO attainment counts requests.
+Why: WVA's queueing model (:mod:`engine.perf.queueing`, searched by :mod:`engine.perf.sizing`) sizes a replica
+so that the *mean* request's TTFT meets the class target.  TTFT grows with the request's own prompt
+(``gamma + delta * prompt * batch``), and real prompts are heavy-tailed (the Azure conversation trace:
+median 1,020 tokens, mean 1,155, p90 2,700), so a replica sized for the mean leaves 30-40 % of requests
+above the target.  Operators read "TTFT 500 ms" as "almost every request within 500 ms", and SLO
+attainment counts requests.
 
 The model stays WVA's: the same birth-death chain over the number of requests in a replica (service
 rate ``mu(n) = n / (prefill(n) + (out - 1) * decode(n))`` at the mean request, ``K = B + 10 B``
@@ -39,7 +40,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from engine.perf.queueing import QUEUE_TO_BATCH_RATIO, RATE_EPSILON, SLO, Infeasible, PerfProfile, Workload, max_rate
+from engine.perf.queueing import QUEUE_TO_BATCH_RATIO, SLO, FloatArray, PerfProfile, Workload
+from engine.perf.sizing import RATE_EPSILON, Infeasible, max_rate
 
 __all__ = [
     "ANNOTATION_TTFT_PERCENTILE",
@@ -184,14 +186,16 @@ def _fitted_shape(prompts: PromptDistribution) -> float:
     def implied(a: float) -> float:
         return float(masses @ _segment_means(xs[:-1], xs[1:], a) + beyond * xs[-1])
 
+    mean = prompts.mean
+    assert mean is not None  # PromptDistribution.shape fits only a histogram with a mean
     low, high = _SHAPE_RANGE
-    if implied(low) <= prompts.mean:
+    if implied(low) <= mean:
         return low
-    if implied(high) >= prompts.mean:
+    if implied(high) >= mean:
         return high
     for _ in range(_SHAPE_ITERATIONS):
         mid = 0.5 * (low + high)
-        if implied(mid) > prompts.mean:
+        if implied(mid) > mean:
             low = mid
         else:
             high = mid
@@ -211,7 +215,7 @@ def _segment_mean(lo: float, hi: float, shape: float) -> float:
     return _power_integral(lo, hi, 1.0 - shape) / _power_integral(lo, hi, -shape)
 
 
-def _power_integrals(lo: np.ndarray, hi: np.ndarray, exponent: float) -> np.ndarray:
+def _power_integrals(lo: FloatArray, hi: FloatArray, exponent: float) -> FloatArray:
     """:func:`_power_integral` over arrays of bounds (``lo > 0``)."""
     power = exponent + 1.0
     if abs(power) < 1e-9:
@@ -228,7 +232,7 @@ def _segment_means(lo: np.ndarray, hi: np.ndarray, shape: float) -> np.ndarray:
     return np.where(positive, tilted, 0.5 * (lo + hi))
 
 
-def _segment_share(x: np.ndarray, lo: np.ndarray, hi: np.ndarray, shape: float) -> np.ndarray:
+def _segment_share(x: FloatArray, lo: FloatArray, hi: FloatArray, shape: float) -> FloatArray:
     """Share of a bucket's mass below ``x`` (``lo <= x <= hi``) for the density ``x ** -shape``."""
     with np.errstate(divide="ignore", invalid="ignore"):
         uniform = (x - lo) / (hi - lo)
@@ -348,7 +352,7 @@ def _log_rates(profile: PerfProfile, workload: Workload, replicas: int) -> np.nd
     return np.concatenate([[0.0], np.cumsum(np.log(total))])
 
 
-def _stationary(log_rates: np.ndarray, replicas: int, rate_rps: float) -> np.ndarray:
+def _stationary(log_rates: FloatArray, replicas: int, rate_rps: float) -> FloatArray:
     """The chain's stationary probabilities at ``rate_rps`` per replica, from :func:`_log_rates`."""
     if rate_rps <= 0:
         p = np.zeros(len(log_rates))
@@ -358,7 +362,7 @@ def _stationary(log_rates: np.ndarray, replicas: int, rate_rps: float) -> np.nda
     logp = np.arange(len(log_rates)) * math.log(lam) - log_rates
     logp -= logp.max()
     p = np.exp(logp)
-    return p / p.sum()
+    return p / float(p.sum())
 
 
 def queue_distribution(profile: PerfProfile, workload: Workload, rate_rps: float, pool: int = 1) -> np.ndarray:

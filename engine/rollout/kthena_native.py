@@ -34,20 +34,19 @@ from typing import Any
 from engine.api.kthena import Model, ModelBackend, ModelWorker
 from engine.api.registry import KTHENA_NETWORKING_API, KTHENA_WORKLOAD_API
 from engine.rollout.kthena import (
-    _UNSUPPORTED_TYPES,
-    KTHENA_RUNTIME_PORT,
     LABEL_BACKEND,
     LABEL_MODEL_UID,
     LABEL_ROLE,
+    UNSUPPORTED_TYPES,
     ModelRef,
     Workload,
     backend_name,
     child_labels,
     engine_port,
-    runtime_port,
     served_model_name,
     workloads_of,
 )
+from engine.rollout.kthena_autoscaling import KTHENA_RUNTIME_PORT, runtime_port
 
 Manifest = dict[str, Any]
 
@@ -217,13 +216,9 @@ def render_model_server(ref: ModelRef, backend: ModelBackend, mode: NativeMode) 
 def render_model_route(model: Model, ref: ModelRef) -> Manifest:
     """The ModelRoute named after the Model: ``default`` over every backend by ``routeWeight``, a rule
     per LoRA adapter over the backends carrying it, and the adapters' names."""
-    backends = [b for b in model.spec.backends if b.type not in _UNSUPPORTED_TYPES]
-    raw = model.spec.model_match
-    match = (
-        raw.model_dump(by_alias=True, exclude_none=True, mode="json")
-        if hasattr(raw, "model_dump")
-        else (dict(raw) if raw else None)
-    )
+    backends = [b for b in model.spec.backends if b.type not in UNSUPPORTED_TYPES]
+    raw = model.spec.model_match  # a JSON object (engine.api.kthena.ModelMatch)
+    match = dict(raw) if raw else None
     default: Manifest = {"name": "default", "targetModels": [_target(ref, b) for b in backends]}
     if match:
         default["modelMatch"] = match
@@ -274,7 +269,7 @@ def render_model_serving(
     """One ModelServing for a backend: ``replicas`` groups; a role per worker (``leader`` for a server,
     else ``prefill``/``decode``) with the worker's ``replicas`` entry pods and ``pods - 1`` ray workers.
     ``templates`` maps each workload's role (``server``, ``prefill``, ``server-worker``...) to its pod
-    template, as :func:`engine.rollout.kthena.render_workload` renders it."""
+    template, as :func:`engine.rollout.kthena_workloads.render_workload` renders it."""
     roles = []
     gang: dict[str, int] = {}
     for worker in backend.workers:

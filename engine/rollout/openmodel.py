@@ -2,7 +2,7 @@
 
 An OpenModel is a cluster-scoped catalog entry (seed 002). llmaz's own controller sets nothing on it and
 re-downloads the weights into an emptyDir on every pod start (its issue #119 asks for a reusable cache).
-Modelplane validates the source as llmaz's webhook does (through :func:`engine.caches.sources.from_openmodel_source`),
+Modelplane validates the source as llmaz's webhook does (through :func:`engine.caches.source_fields.from_openmodel_source`),
 warms it once into a shared ModelCache per namespace, and serves it on request (llmaz's Playground role):
 a vLLM Deployment + Service from the cache, placed by the model's flavors in order, falling back to the
 next flavor when no Node matches one (llmaz only does this in a scheduler plugin).
@@ -20,7 +20,8 @@ from typing import Any
 
 from engine.api.llmaz import API_VERSION, FAMILY_NAME_LABEL, Flavor, OpenModel
 from engine.api.validate import ManifestInvalid, parse_object
-from engine.caches.sources import ModelSource, SourceError, from_openmodel_source
+from engine.caches.source_fields import from_openmodel_source
+from engine.caches.sources import ModelSource, SourceError
 from engine.rollout.workloads import FieldError, drain_script, probe
 from engine.units import parse_quantity
 

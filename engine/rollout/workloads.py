@@ -70,7 +70,7 @@ _SYSTEM_FIELDS = ("apiVersion", "kind", "metadata", "status")
 
 def rendered_body(obj: Mapping[str, Any]) -> Manifest:
     """The non-metadata part of a rendered object (``spec``, ``data``, ...) without ``spec.replicas``."""
-    body = json.loads(json.dumps({k: v for k, v in obj.items() if k not in _SYSTEM_FIELDS}, sort_keys=True))
+    body: Manifest = json.loads(json.dumps({k: v for k, v in obj.items() if k not in _SYSTEM_FIELDS}, sort_keys=True))
     if isinstance(body.get("spec"), dict):
         body["spec"].pop("replicas", None)
     return body

@@ -56,7 +56,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from engine.perf.queueing import SLO, PerfProfile, Workload, max_rate
+from engine.perf.queueing import SLO, PerfProfile, Workload
+from engine.perf.sizing import max_rate
 from engine.simulate.records import SimConfig, SimResult, Trace, VariantModel
 from engine.simulate.replay import simulate
 from engine.simulate.windows import window_aggregates

@@ -16,7 +16,8 @@ from typing import Any
 
 import numpy as np
 
-from engine.perf.queueing import Workload, max_rates
+from engine.perf.queueing import Workload
+from engine.perf.sizing import max_rates
 from engine.simulate.policies import POLICIES, run_policy
 from engine.simulate.records import SimResult
 from engine.simulate.scenario import Scenario

@@ -17,7 +17,8 @@ from engine.allocation import (
     solve,
     status_from_solution,
 )
-from engine.perf.queueing import SLO, PerfProfile, Workload, max_rate, replicas_needed
+from engine.perf.queueing import SLO, PerfProfile, Workload
+from engine.perf.sizing import max_rate, replicas_needed
 
 A100 = PerfProfile(alpha=20.58, beta=0.41, gamma=5.2, delta=0.1, max_batch=256)
 SLOW = PerfProfile(alpha=30.0, beta=0.6, gamma=8.0, delta=0.15, max_batch=128)

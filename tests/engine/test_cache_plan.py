@@ -1,4 +1,5 @@
-"""engine.caches.plan: status machine, retries, credentials env, manifests, fill reports, GC verdicts."""
+"""engine.caches.plan (status machine, retries), engine.caches.fill (credentials env, manifests, fill reports) and
+engine.caches.gc (GC verdicts)."""
 
 from __future__ import annotations
 
@@ -7,31 +8,38 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from engine.caches.fill import (
+    JobSettings,
+    download_env,
+    fill_report,
+    job_state,
+    pvc_request,
+    pvc_size_for,
+    read_fill_report,
+    render_job,
+    render_pvc,
+    storage_class_for,
+    volume_too_small,
+)
+from engine.caches.gc import gc_verdict
 from engine.caches.plan import (
     Failure,
     FillState,
-    JobSettings,
     Observation,
     RetryPolicy,
     Step,
     attempts_annotation,
     cache_status,
-    download_env,
     failure_of,
-    fill_report,
-    gc_verdict,
+    initial_observation,
     job_name,
-    job_state,
     next_step,
+    observe_fill,
     parse_attempts,
     pvc_name,
-    pvc_request,
-    read_fill_report,
-    render_job,
-    render_pvc,
-    storage_class_for,
+    pvc_phase,
+    source_of,
     storage_failure,
-    volume_too_small,
     with_requester,
 )
 
@@ -264,3 +272,58 @@ def test_an_explicit_size_is_the_pvc_request_without_headroom() -> None:
         pvc_request("-1Gi", None, 10)
     with pytest.raises(ValueError):
         pvc_request(None, None, 10)
+
+
+def test_the_observation_starts_from_the_caches_record() -> None:
+    """Attempts and the recorded failure count for the current generation only; no PVC means no phase."""
+    failed = cache_status(
+        None, obs(attempts=1, fill=FillState.FAILED, failure=Failure("SourceNotFound", "gone")), POLICY, NOW
+    )
+    cache = {**CACHE, "metadata": {**CACHE["metadata"], **{"annotations": attempts_annotation(2, 1)}}, "status": failed}
+    start = initial_observation(cache, {"status": {"phase": "Bound"}})
+    assert (start.pvc_name, start.pvc_phase, start.attempts) == ("llama-cache", "Bound", 1)
+    assert start.failure == Failure("SourceNotFound", "gone") and start.fill == FillState.NONE
+    newer = {**cache, "metadata": {**cache["metadata"], "generation": 3}}
+    assert initial_observation(newer, None) == Observation(3, "llama-cache", None, FillState.NONE, 0, None, None)
+    assert pvc_phase({}) == "Pending"
+
+
+def test_observe_fill_reads_the_jobs_verdict_and_a_vanished_job() -> None:
+    running = observe_fill(CACHE, obs(attempts=1), False, (FillState.RUNNING, None), NOW)
+    assert running.fill == FillState.RUNNING and running.failure is None
+    verdict = Failure("AuthenticationFailed", "401")
+    failed = observe_fill(CACHE, obs(attempts=1), False, (FillState.FAILED, verdict), NOW)
+    assert (failed.fill, failed.failure, failed.failed_at) == (FillState.FAILED, verdict, NOW)
+    progressing = {**CACHE, "status": {"status": "Progressing"}}
+    gone = observe_fill(progressing, obs(attempts=2), False, (FillState.NONE, None), NOW)
+    assert (
+        gone.failure is not None and gone.failure.reason == "FillJobMissing" and "llama-fill-2" in gone.failure.message
+    )
+    assert observe_fill(CACHE, obs(attempts=2), False, (FillState.NONE, None), NOW).failure is None  # never started
+    kept = observe_fill(CACHE, obs(attempts=1, failure=verdict), True, (FillState.FAILED, verdict), NOW)
+    assert kept.fill == FillState.SUCCEEDED and kept.failure is None  # an Available cache whose marker still holds
+    lost = observe_fill(CACHE, obs(pvc_phase="Lost"), False, None, NOW)
+    assert lost.failure is not None and lost.failure.reason == "PVCLost"
+
+
+def test_a_cache_source_must_be_downloadable() -> None:
+    assert source_of({"sourceUri": "hf://org/llama"})[1] is None
+    assert source_of({"sourceUri": "pvc://claim/m"})[1] == Failure(
+        "InvalidSource",
+        "spec.sourceUri: pvc://claim/m is mounted directly, not downloaded; a ModelCache needs hf:// or s3://",
+    )
+    bad = source_of({})[1]
+    assert bad is not None and bad.reason == "InvalidSource" and bad.message.startswith("spec.sourceUri: ")
+
+
+def test_pvc_size_for_names_the_field_at_fault() -> None:
+    assert pvc_size_for({"size": "100Mi"}, None, 10) == ("100Mi", None)
+    size, failure = pvc_size_for({"size": "-1Gi"}, None, 10)
+    assert (
+        size == ""
+        and failure is not None
+        and failure.reason == "InvalidSize"
+        and failure.message.startswith("spec.size: ")
+    )
+    size, failure = pvc_size_for({}, None, 10)
+    assert failure is not None and failure.reason == "SizeUnknown"

@@ -8,7 +8,8 @@ from decimal import Decimal
 import pytest
 
 from engine.caches.identity import CACHE_IDENTITY_LABEL, cache_identity, cache_name, pvc_size
-from engine.caches.sources import from_openmodel_source, parse_source
+from engine.caches.source_fields import from_openmodel_source
+from engine.caches.sources import parse_source
 
 GI = 1024**3
 MI = 1024**2

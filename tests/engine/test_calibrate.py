@@ -15,7 +15,8 @@ import pathlib
 import numpy as np
 import pytest
 
-from engine.perf.queueing import SLO, PerfProfile, Workload, max_rate
+from engine.perf.queueing import SLO, PerfProfile, Workload
+from engine.perf.sizing import max_rate
 from engine.simulate.calibrate import (
     ANNOTATION_CALIBRATION,
     REASON_APPLIED,

@@ -13,22 +13,19 @@ import pytest
 
 from engine.api.kthena import Model
 from engine.api.llmaz import OpenModel
-from engine.rollout.kthena import (
-    ANNOTATION_BASE_REVISION,
+from engine.rollout.kthena import ModelRef, workloads_of
+from engine.rollout.kthena_validation import validate_model
+from engine.rollout.kthena_weights import cache_mount, direct_weights
+from engine.rollout.kthena_workloads import (
     ANNOTATION_LORA,
-    ModelRef,
-    cache_mount,
     config_flags,
-    direct_weights,
     render_ray_service,
     render_service,
     render_workload,
     runtime_lora_change,
-    validate_model,
-    workloads_of,
 )
 from engine.rollout.openmodel import choose_flavor
-from engine.rollout.workloads import merge_diff, revision, stamp, update_patch
+from engine.rollout.workloads import ANNOTATION_BASE_REVISION, merge_diff, revision, stamp, update_patch
 from tests.rollout.models import backend, model, server_worker
 
 
@@ -202,7 +199,7 @@ def test_sglang_serves_loras_with_its_own_flags() -> None:
         )
     )
     ref, b = ModelRef.of(m), m.spec.backends[0]
-    from engine.rollout.kthena import lora_mount
+    from engine.rollout.kthena_weights import lora_mount
 
     weights = direct_weights(b, "img")
     assert weights is not None
@@ -304,7 +301,7 @@ def test_openmodel_parallelism_and_resources_come_from_the_flavor() -> None:
 
 
 def test_backend_level_policy_gives_a_policy_and_a_binding_per_backend_scaling_its_group() -> None:
-    from engine.rollout.kthena import ANNOTATION_SCALE_TO_ZERO, render_autoscaling
+    from engine.rollout.kthena_autoscaling import ANNOTATION_SCALE_TO_ZERO, render_autoscaling
     from tests.rollout.models import QUEUE_POLICY
 
     prefill, decode = server_worker(type="prefill", replicas=2), server_worker(type="decode")
@@ -350,7 +347,7 @@ def test_backend_level_policy_gives_a_policy_and_a_binding_per_backend_scaling_i
 def test_status_conditions_follow_the_backends_and_failures() -> None:
     from datetime import datetime
 
-    from engine.rollout.kthena import BackendState, Failure, model_status
+    from engine.rollout.kthena_status import BackendState, Failure, model_status
 
     t0, t1 = datetime(2026, 1, 1, tzinfo=UTC), datetime(2026, 1, 1, 0, 5, tzinfo=UTC)
     first = model_status(
@@ -376,7 +373,7 @@ def test_status_conditions_follow_the_backends_and_failures() -> None:
 
 
 def test_runtime_sidecar_follows_the_seed_env_and_the_binding_reads_its_port() -> None:
-    from engine.rollout.kthena import render_autoscaling
+    from engine.rollout.kthena_autoscaling import render_autoscaling
     from engine.rollout.kthena_native import native_ref, runtime_container, with_runtime
     from tests.rollout.models import QUEUE_POLICY
 
@@ -406,3 +403,47 @@ def test_runtime_sidecar_follows_the_seed_env_and_the_binding_reads_its_port() -
         "uri": "/metrics",
         "port": 9100,
     }
+
+
+def test_the_plan_renders_every_child_of_a_backend_and_reads_its_state() -> None:
+    """kthena_plan: a multi-pod backend renders its leader, followers, Services; it owns exactly what it
+    renders (and its ModelServing/ModelServer names); its state comes from what the Deployments report."""
+    from engine.rollout.kthena_native import NativeMode
+    from engine.rollout.kthena_plan import backend_states, model_children, owned_children, render_backend
+
+    m = parsed(backend("big", minReplicas=2, maxReplicas=2, workers=[server_worker(pods=3)]))
+    ref, b = ModelRef.of(m), m.spec.backends[0]
+    weights = direct_weights(b, "img")
+    assert weights is not None
+    rendered = render_backend(m, ref, b, weights, {}, {}, NativeMode())
+    keys = {(o["kind"], o["metadata"]["name"]) for o in rendered.objects}
+    assert keys == {
+        ("Deployment", "m-big"),
+        ("Deployment", "m-big-worker"),
+        ("Service", "m-big"),
+        ("Service", "m-big-ray"),
+    }
+    assert keys <= owned_children(ref, b) and owned_children(ref, b) - keys == {
+        ("Service", "m-big-worker"),
+        ("ModelServing", "m-big"),
+        ("ModelServer", "m-big"),
+    }
+    replicas = {o["metadata"]["name"]: o["spec"].get("replicas") for o in rendered.objects if o["kind"] == "Deployment"}
+    assert replicas == {"m-big": 2, "m-big-worker": 4} and rendered.workloads == [
+        "Deployment/m-big",
+        "Deployment/m-big-worker",
+    ]
+    assert all("modelplane.io/revision" in o["metadata"]["annotations"] for o in rendered.objects)
+    assert [o["kind"] for o in model_children(m, ref, NativeMode())] == ["ConfigMap"]  # fixed size: no policy
+
+    ready = {"status": {"replicas": 2, "conditions": [{"type": "Available", "status": "True"}]}}
+    objects = {
+        ("Deployment", "m-big"): ready,
+        ("Deployment", "m-big-worker"): {**ready, "status": {**ready["status"], "replicas": 4}},
+    }
+    (state,) = backend_states(m, objects, {})
+    assert (state.replicas, state.available, state.waiting) == (6, True, None)
+    (waiting,) = backend_states(m, objects, {"big": "waiting for ModelCache x"})
+    assert not waiting.available and waiting.waiting == "waiting for ModelCache x"
+    (partial,) = backend_states(m, {("Deployment", "m-big"): ready}, {})
+    assert not partial.available

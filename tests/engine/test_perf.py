@@ -1,4 +1,4 @@
-"""Tests of the WVA queueing model and per-replica sizing (engine.perf.queueing)."""
+"""Tests of the WVA queueing model and per-replica sizing (engine.perf.queueing, engine.perf.sizing)."""
 
 from __future__ import annotations
 
@@ -7,18 +7,8 @@ import math
 import numpy as np
 import pytest
 
-from engine.perf.queueing import (
-    SLO,
-    Analysis,
-    Infeasible,
-    PerfProfile,
-    Workload,
-    analyze,
-    max_rate,
-    max_rates,
-    replicas_needed,
-    size_arrays,
-)
+from engine.perf.queueing import SLO, Analysis, PerfProfile, Workload, analyze
+from engine.perf.sizing import Infeasible, max_rate, max_rates, replicas_needed, size_arrays
 
 A100 = PerfProfile(alpha=20.58, beta=0.41, gamma=5.2, delta=0.1, max_batch=256)
 CHAT = Workload(in_tokens=128, out_tokens=256)

@@ -4,14 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from engine.caches.sources import (
-    ModelSource,
-    SourceError,
-    from_kthena_uri,
-    from_lora_url,
-    from_openmodel_source,
-    parse_source,
-)
+from engine.caches.source_fields import from_kthena_uri, from_lora_url, from_openmodel_source
+from engine.caches.sources import ModelSource, SourceError, parse_source
 
 # ------------------------------------------------------------------------------------------ every form parses
 

@@ -11,7 +11,8 @@ import pytest
 from engine.optimize.config import ServiceClass, parse_service_class
 from engine.optimize.plan import plan_variants
 from engine.optimize.spec import ModelLoad
-from engine.perf.queueing import SLO, PerfProfile, Workload, max_rate
+from engine.perf.queueing import SLO, PerfProfile, Workload
+from engine.perf.sizing import max_rate
 from engine.perf.tail_sizing import (
     ANNOTATION_TTFT_PERCENTILE,
     DEFAULT_TTFT_PERCENTILE,

@@ -502,7 +502,7 @@ def test_kthena_s3_endpoint_reaches_every_download(env: Env) -> None:
     """Seed 003: ``ENDPOINT`` must be set for s3://. It reaches the cacheURI init container, the shared
     model cache and the LoRA cache (so their fill Jobs); the keys stay Secret references; ``aios_models``
     (Kthena's example bucket) is accepted."""
-    from engine.caches.plan import JobSettings, download_env, render_job
+    from engine.caches.fill import JobSettings, download_env, render_job
 
     s3_env = [
         {"name": "ENDPOINT", "value": "http://minio.storage:9000"},

@@ -1,0 +1,336 @@
+"""The PVC and fill Job a ModelCache needs, pure: size, storage class, credentials, manifests, the fill's report.
+
+Decides how large a cache's PVC is (an explicit ``spec.size`` as written, else the measured source plus
+headroom), which storage class it uses, the download credentials a fill gets (secret references, never
+values), the ``batch/v1`` Job running Modelplane's downloader into the PVC, how a Job's state reads, and
+the one-line report a fill leaves as its termination message, so the flow learns whether the completion
+marker was verified without reading the volume.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from engine.caches.identity import pvc_size
+from engine.caches.plan import (
+    CACHE_LABEL,
+    DOWNLOAD_FAILED,
+    INVALID_SIZE,
+    MANAGED_BY,
+    MODELCACHE_API_VERSION,
+    SIZE_UNKNOWN,
+    VERIFICATION_FAILED,
+    VOLUME_TOO_SMALL,
+    Failure,
+    FillState,
+    job_name,
+    pvc_name,
+)
+from engine.units import parse_quantity
+
+CACHE_MOUNT_PATH = "/cache"
+TERMINATION_LOG = "/dev/termination-log"
+GiB = 1024**3
+
+
+def storage_class_for(cache_class: str | None, namespace_config_class: str | None) -> str | None:
+    """The cache's own class, else the namespace's AIMNamespaceConfig ``cacheStorageClassName``, else
+    ``None`` (the cluster default: the PVC omits ``storageClassName``)."""
+    return cache_class or namespace_config_class or None
+
+
+def quantity_bytes(value: str | int | float) -> int:
+    """Bytes in a Kubernetes quantity (``"40Gi"``); ``ValueError`` naming the value otherwise."""
+    amount = parse_quantity(value)
+    if amount <= 0:
+        raise ValueError(f"size must be positive, got {value!r}")
+    return int(amount)
+
+
+def pvc_request(spec_size: str | int | float | None, source_bytes: int | None, headroom_percent: float) -> str:
+    """The storage a cache's PVC requests: an explicit ``spec.size`` exactly as written (the person
+    chose it; adding headroom again turned 100Mi into 1Gi and 40Gi into 44Gi), else the measured
+    source plus the headroom, rounded up to whole Gi (:func:`engine.caches.identity.pvc_size`).
+    ``ValueError`` for a size that is not a positive quantity or an unknown source size."""
+    if spec_size:
+        quantity_bytes(spec_size)
+        return str(spec_size)
+    return pvc_size([source_bytes], headroom_percent)
+
+
+def pvc_size_for(
+    spec: Mapping[str, Any], source_bytes: int | None, headroom_percent: float
+) -> tuple[str, Failure | None]:
+    """:func:`pvc_request` for a ModelCache ``spec``, or the failure naming what is wrong: an invalid
+    ``spec.size`` (:data:`INVALID_SIZE`) or a source whose size is unknown (:data:`SIZE_UNKNOWN`)."""
+    try:
+        return pvc_request(spec.get("size"), source_bytes, headroom_percent), None
+    except ValueError as exc:
+        if spec.get("size"):
+            return "", Failure(INVALID_SIZE, f"spec.size: {exc}")
+        return "", Failure(SIZE_UNKNOWN, f"the source's size: {exc}")
+
+
+def volume_too_small(capacity: str | None, source_bytes: int | None) -> Failure | None:
+    """A :data:`VOLUME_TOO_SMALL` failure when the source does not fit the PVC's capacity."""
+    if capacity is None or source_bytes is None:
+        return None
+    try:
+        capacity_bytes = quantity_bytes(capacity)
+    except ValueError:
+        return None
+    if source_bytes <= capacity_bytes:
+        return None
+    return Failure(
+        VOLUME_TOO_SMALL,
+        f"the source holds {_human(source_bytes)} but the cache volume has {capacity} ({_human(capacity_bytes)}); "
+        "PVCs are never resized: delete this ModelCache and create it with a larger spec.size",
+    )
+
+
+def _human(size: int) -> str:
+    for unit, scale in (("GiB", GiB), ("MiB", 1024**2), ("KiB", 1024)):
+        if size >= scale:
+            return f"{size / scale:.1f} {unit}"
+    return f"{size} B"
+
+
+# ------------------------------------------------------------------------------------ credentials
+
+
+@dataclass(frozen=True)
+class DownloadEnv:
+    """The fill's environment: env vars in API shape (``secretKeyRef``s kept as references) and notes
+    about choices a person should know of (e.g. which of several S3 credentials was used)."""
+
+    env: list[dict[str, Any]]
+    notes: list[str] = field(default_factory=list)
+
+
+def _secret_env(name: str, selector: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    if not selector or not selector.get("name") or not selector.get("key"):
+        return None
+    return {"name": name, "valueFrom": {"secretKeyRef": {"name": selector["name"], "key": selector["key"]}}}
+
+
+def download_env(
+    cache_env: Iterable[Mapping[str, Any]] | None, namespace_config: Mapping[str, Any] | None
+) -> DownloadEnv:
+    """The env of a cache's fill: the namespace's AIMNamespaceConfig credentials as ``secretKeyRef``s
+    (``HF_TOKEN``; ``AWS_ACCESS_KEY_ID``/``AWS_SECRET_ACCESS_KEY`` with ``AWS_ENDPOINT_URL``, else
+    ``AWS_REGION``/``AWS_DEFAULT_REGION``; the first S3 credential when several are listed), overridden
+    by the cache's own ``spec.env`` (by name)."""
+    notes: list[str] = []
+    base: list[dict[str, Any]] = []
+    spec = (namespace_config or {}).get("spec") or {}
+    config_name = ((namespace_config or {}).get("metadata") or {}).get("name", "default")
+    credentials = spec.get("credentials") or {}
+    token = _secret_env("HF_TOKEN", credentials.get("huggingFaceToken"))
+    if token:
+        base.append(token)
+    s3 = credentials.get("s3") or []
+    if s3:
+        chosen = s3[0] or {}
+        if len(s3) > 1:
+            where = chosen.get("endpointUrl") or chosen.get("region") or "no endpoint or region"
+            notes.append(
+                f"AIMNamespaceConfig {config_name} lists {len(s3)} S3 credentials; the first ({where}) is used"
+            )
+        for env_name, key in (("AWS_ACCESS_KEY_ID", "accessKeyId"), ("AWS_SECRET_ACCESS_KEY", "secretAccessKey")):
+            ref = _secret_env(env_name, chosen.get(key))
+            if ref:
+                base.append(ref)
+        if chosen.get("endpointUrl"):
+            base.append({"name": "AWS_ENDPOINT_URL", "value": chosen["endpointUrl"]})
+        elif chosen.get("region"):
+            base.append({"name": "AWS_REGION", "value": chosen["region"]})
+            base.append({"name": "AWS_DEFAULT_REGION", "value": chosen["region"]})
+    own = [dict(item) for item in cache_env or [] if item.get("name")]
+    overridden = {item["name"] for item in own}
+    return DownloadEnv([item for item in base if item["name"] not in overridden] + own, notes)
+
+
+# ------------------------------------------------------------------------------------- manifests
+
+
+def owner_reference(cache: Mapping[str, Any]) -> dict[str, Any]:
+    """An ownerReference to the ModelCache (PVC and Jobs go away with it)."""
+    meta = cache["metadata"]
+    return {
+        "apiVersion": MODELCACHE_API_VERSION,
+        "kind": "ModelCache",
+        "name": meta["name"],
+        "uid": meta.get("uid", ""),
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
+
+
+def render_pvc(cache: Mapping[str, Any], size: str, storage_class: str | None) -> dict[str, Any]:
+    """The cache's PVC: ReadWriteMany, ``size``, the storage class or the cluster default (omitted)."""
+    meta = cache["metadata"]
+    spec: dict[str, Any] = {"accessModes": ["ReadWriteMany"], "resources": {"requests": {"storage": size}}}
+    if storage_class:
+        spec["storageClassName"] = storage_class
+    owner = [owner_reference(cache)] if meta.get("uid") else []
+    return {
+        "apiVersion": "v1",
+        "kind": "PersistentVolumeClaim",
+        "metadata": {
+            "name": pvc_name(meta["name"]),
+            "namespace": meta["namespace"],
+            "labels": {CACHE_LABEL: meta["name"], **MANAGED_BY},
+            **({"ownerReferences": owner} if owner else {}),
+        },
+        "spec": spec,
+    }
+
+
+@dataclass(frozen=True)
+class JobSettings:
+    """How fill Jobs run: Modelplane's image, retries inside Kubernetes, cleanup, pull secrets."""
+
+    image: str
+    backoff_limit: int = 2
+    ttl_seconds_after_finished: int = 3600
+    image_pull_secrets: tuple[str, ...] = ()
+    service_account: str | None = None
+
+
+def fill_command(source_uri: str) -> list[str]:
+    """The fill container's command: Modelplane's downloader into the mounted PVC, reporting its verdict
+    (the completion marker's summary, or the typed error) through the termination message."""
+    return ["modelplane", "cache", "fill", source_uri, CACHE_MOUNT_PATH, "--termination-log", TERMINATION_LOG]
+
+
+def render_job(
+    cache: Mapping[str, Any], source_uri: str, attempt: int, env: list[dict[str, Any]], settings: JobSettings
+) -> dict[str, Any]:
+    """The ``batch/v1`` Job filling the cache's PVC: one pod, ``restartPolicy: Never``, the PVC at
+    :data:`CACHE_MOUNT_PATH`, an emptyDir ``/tmp``, owned by the ModelCache."""
+    meta = cache["metadata"]
+    labels = {CACHE_LABEL: meta["name"], **MANAGED_BY}
+    container: dict[str, Any] = {
+        "name": "fill",
+        "image": settings.image,
+        "command": fill_command(source_uri),
+        "env": [*env, {"name": "HOME", "value": "/tmp"}, {"name": "HF_HUB_DISABLE_TELEMETRY", "value": "1"}],
+        "volumeMounts": [{"name": "cache", "mountPath": CACHE_MOUNT_PATH}, {"name": "tmp", "mountPath": "/tmp"}],
+        "terminationMessagePath": TERMINATION_LOG,
+        "terminationMessagePolicy": "FallbackToLogsOnError",
+    }
+    pod_spec: dict[str, Any] = {
+        "restartPolicy": "Never",
+        # Modelplane's image runs as uid 10001 (deployments/Dockerfile); fsGroup makes the PVC writable.
+        "securityContext": {"runAsNonRoot": True, "runAsUser": 10001, "runAsGroup": 10001, "fsGroup": 10001},
+        "containers": [container],
+        "volumes": [
+            {"name": "cache", "persistentVolumeClaim": {"claimName": pvc_name(meta["name"])}},
+            {"name": "tmp", "emptyDir": {}},
+        ],
+    }
+    if settings.image_pull_secrets:
+        pod_spec["imagePullSecrets"] = [{"name": name} for name in settings.image_pull_secrets]
+    if settings.service_account:
+        pod_spec["serviceAccountName"] = settings.service_account
+    owner = [owner_reference(cache)] if meta.get("uid") else []
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {
+            "name": job_name(meta["name"], attempt),
+            "namespace": meta["namespace"],
+            "labels": {**labels, "modelplane.io/fill-attempt": str(attempt)},
+            **({"ownerReferences": owner} if owner else {}),
+        },
+        "spec": {
+            "backoffLimit": settings.backoff_limit,
+            "ttlSecondsAfterFinished": settings.ttl_seconds_after_finished,
+            "template": {"metadata": {"labels": labels}, "spec": pod_spec},
+        },
+    }
+
+
+def job_state(job: Mapping[str, Any] | None) -> FillState:
+    """A Job's state as a kubelet and the job controller report it (conditions first, then counters)."""
+    if not job:
+        return FillState.NONE
+    status = job.get("status") or {}
+    for condition in status.get("conditions") or []:
+        if condition.get("status") != "True":
+            continue
+        if condition.get("type") in ("Complete", "SuccessCriteriaMet"):
+            return FillState.SUCCEEDED
+        if condition.get("type") in ("Failed", "FailureTarget"):
+            return FillState.FAILED
+    return FillState.RUNNING
+
+
+def job_failure_message(job: Mapping[str, Any]) -> str:
+    """The Job's own Failed condition (e.g. ``BackoffLimitExceeded: Job has reached the specified backoff limit``)."""
+    for condition in (job.get("status") or {}).get("conditions") or []:
+        if condition.get("type") == "Failed" and condition.get("status") == "True":
+            return ": ".join(part for part in (condition.get("reason"), condition.get("message")) if part)
+    return "the fill Job failed"
+
+
+# ----------------------------------------------------------------------------------- fill report
+
+REPORT_LIMIT = 4000
+"""Kubernetes keeps at most 4096 bytes of a termination message."""
+
+
+def fill_report(marker: Mapping[str, Any] | None = None, *, reason: str | None = None, message: str = "") -> str:
+    """The one-line JSON a fill writes as its container's termination message: a summary of the
+    completion marker it wrote (``complete``, ``source``, ``revision``, ``files``, ``bytes``), or the
+    typed error (``reason``, ``message``) when it failed. The flow reads it from the Pod's status."""
+    import json
+
+    if marker is not None:
+        files = marker.get("files") or []
+        total = sum(int(f.get("size") or 0) for f in files if isinstance(f, Mapping))
+        body: dict[str, Any] = {
+            "complete": True,
+            "source": marker.get("source"),
+            "revision": marker.get("revision"),
+            "files": len(files),
+            "bytes": marker.get("totalBytes", total),
+        }
+    else:
+        body = {"complete": False, "reason": reason or DOWNLOAD_FAILED, "message": message[: REPORT_LIMIT // 2]}
+    return json.dumps(body, separators=(",", ":"))[:REPORT_LIMIT]
+
+
+def read_fill_report(text: str | None, source_uri: str) -> tuple[FillState, Failure | None]:
+    """What a finished fill reported: ``SUCCEEDED`` only for a complete marker of this very source;
+    a typed failure as it was reported; anything else (no report, a log tail) as a failure naming it."""
+    import json
+
+    text = (text or "").strip()
+    try:
+        body = json.loads(text) if text.startswith("{") else None
+    except ValueError:
+        body = None
+    if isinstance(body, dict) and body.get("complete") is True:
+        if body.get("source") != source_uri:
+            return FillState.FAILED, Failure(
+                VERIFICATION_FAILED, f"the completion marker is for {body.get('source')!r}, not {source_uri!r}"
+            )
+        return FillState.SUCCEEDED, None
+    if isinstance(body, dict) and body.get("reason"):
+        return FillState.FAILED, Failure(str(body["reason"]), str(body.get("message") or "the fill failed"))
+    if not text:
+        return FillState.FAILED, Failure(
+            VERIFICATION_FAILED, "the fill finished without reporting a verified completion marker"
+        )
+    last = text.splitlines()[-1][:500]
+    typed = _TYPED_FAILURE_LINE.match(last)  # the CLI's one-line failure, from a log tail
+    if typed:
+        return FillState.FAILED, Failure(typed.group(1), typed.group(2))
+    return FillState.FAILED, Failure(DOWNLOAD_FAILED, f"the fill failed: {last}")
+
+
+_TYPED_FAILURE_LINE = re.compile(r"^cache fill failed \(([A-Za-z]+)\): (.+)$")

@@ -1,0 +1,63 @@
+"""Which ModelCaches garbage collection may delete, pure.
+
+Decides, per cache, whether it is unused (no workload used it for a while: ``status.lastUsed``, else its
+creation time) and unmounted (no Pod, workload template or KServe InferenceService mounts its PVC now);
+a cache being filled is never collected. The verdict carries its reason for the flow's report.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from engine.api.meta import format_time, parse_time
+from engine.caches.plan import pvc_name
+
+
+def claims_mounted_by(obj: Mapping[str, Any]) -> set[str]:
+    """PVC names a Pod, a workload's pod template or a KServe InferenceService's components mount."""
+    spec = obj.get("spec") or {}
+    pod_specs: list[Mapping[str, Any]] = []
+    kind = obj.get("kind")
+    if kind == "Pod":
+        pod_specs.append(spec)
+    elif kind == "InferenceService":
+        pod_specs.extend(spec.get(part) or {} for part in ("predictor", "transformer", "explainer"))
+    else:
+        pod_specs.append(((spec.get("template") or {}).get("spec")) or {})
+    claims: set[str] = set()
+    for pod_spec in pod_specs:
+        for volume in pod_spec.get("volumes") or []:
+            claim = (volume.get("persistentVolumeClaim") or {}).get("claimName")
+            if claim:
+                claims.add(claim)
+    return claims
+
+
+@dataclass(frozen=True)
+class GcVerdict:
+    """Whether a cache may be garbage-collected, and why (for the report)."""
+
+    delete: bool
+    reason: str
+
+
+def gc_verdict(cache: Mapping[str, Any], mounted_claims: set[str], unused_after: timedelta, now: datetime) -> GcVerdict:
+    """A cache is deleted when no workload used it for ``unused_after`` (``status.lastUsed``, else its
+    creation time) and nothing mounts its PVC now; a fill in progress is never collected."""
+    status = cache.get("status") or {}
+    claim = status.get("persistentVolumeClaim") or pvc_name(cache["metadata"]["name"])
+    if claim in mounted_claims:
+        return GcVerdict(False, f"PVC {claim} is mounted")
+    if status.get("status") == "Progressing":
+        return GcVerdict(False, "being filled")
+    stamp = status.get("lastUsed") or cache["metadata"].get("creationTimestamp")
+    if not stamp:
+        return GcVerdict(False, "no lastUsed or creation time")
+    last = parse_time(stamp)
+    if now - last < unused_after:
+        return GcVerdict(False, f"used {format_time(last)}")
+    what = "last used" if status.get("lastUsed") else "never used; created"
+    return GcVerdict(True, f"{what} {format_time(last)}, not mounted")
