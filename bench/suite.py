@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import os
 import pathlib
+import resource
 import subprocess
 import sys
 import tempfile
@@ -38,6 +39,7 @@ class Run:
     label: str
     command: str
     wall_s: float | None
+    cpu_s: float | None
     summed_s: float
     passed: int
     failed: int
@@ -62,6 +64,13 @@ def read_junit(path: pathlib.Path) -> tuple[float, int, int, int, list[tuple[flo
     return sum(t for t, _ in times), len(cases) - failed - skipped, failed, skipped, sorted(times, reverse=True)
 
 
+def children_cpu() -> float:
+    """User + system CPU seconds of every finished child process (the tier's workers and servers included):
+    unlike wall time, it hardly depends on what else the machine runs."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
 def load() -> str:
     """The 1- and 5-minute load averages."""
     one, five, _ = os.getloadavg()
@@ -74,13 +83,14 @@ def run_tier(label: str, extra: list[str]) -> Run:
         report = pathlib.Path(scratch) / "junit.xml"
         command = [*TIERS[label], *extra, f"--junitxml={report}"]
         before = load()
+        cpu_before = children_cpu()
         start = time.monotonic()
         subprocess.run(command, cwd=REPO, check=False)
         wall = time.monotonic() - start
+        cpu = children_cpu() - cpu_before
         summed, passed, failed, skipped, times = read_junit(report)
-    return Run(
-        label, " ".join(TIERS[label] + extra), wall, summed, passed, failed, skipped, f"{before} → {load()}", times
-    )
+    command_line = " ".join(TIERS[label] + extra)
+    return Run(label, command_line, wall, cpu, summed, passed, failed, skipped, f"{before} → {load()}", times)
 
 
 def from_junit(spec: str) -> Run:
@@ -90,7 +100,7 @@ def from_junit(spec: str) -> Run:
     suite = ET.parse(path).getroot()
     suite = suite if suite.tag == "testsuite" else suite.find("testsuite") or suite
     wall = float(suite.get("time") or 0) or None
-    return Run(label, "(JUnit report)", wall, summed, passed, failed, skipped, rest[0] if rest else "?", times)
+    return Run(label, "(JUnit report)", wall, None, summed, passed, failed, skipped, rest[0] if rest else "?", times)
 
 
 def minutes(seconds: float | None) -> str:
@@ -107,14 +117,16 @@ def render(runs: list[Run]) -> str:
         "",
         f"`python -m bench.suite` on {machine(('pytest', 'pytest-xdist', 'prefect'))}.",
         "Wall time is the tier's whole run (setup, collection on every worker, teardown); summed is the tests'",
-        "own time added up (what one process spends in them); load is the 1/5-minute load average before → after.",
+        "own time added up (what one process spends in them); CPU is user + system of every process the tier",
+        "started (workers, servers, subprocesses); load is the 1/5-minute load average before → after.",
         "",
-        "| tier | command | wall | summed test time | passed | failed | skipped | load |",
-        "|---|---|---|---|---|---|---|---|",
+        "| tier | command | wall | CPU | summed test time | passed | failed | skipped | load |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for run in runs:
         lines.append(
-            f"| {run.label} | `{run.command}` | {minutes(run.wall_s)} | {minutes(run.summed_s)} | {run.passed} | "
+            f"| {run.label} | `{run.command}` | {minutes(run.wall_s)} | {minutes(run.cpu_s)} | {minutes(run.summed_s)} | "
+            f"{run.passed} | "
             f"{run.failed} | {run.skipped} | {run.load} |"
         )
     for run in runs:
