@@ -25,6 +25,7 @@ from typing import Any
 import yaml
 
 from bench.engine import machine, write_section
+from engine.api.registry import AIM_API
 
 START, END = "<!-- aim-bench:start -->", "<!-- aim-bench:end -->"
 NAMESPACE = "bench-aim"
@@ -58,7 +59,7 @@ def populate(server: Any, registry: Any, models: int) -> None:
         )
     cluster.create(
         {
-            "apiVersion": "aim.silogen.ai/v1alpha1",
+            "apiVersion": AIM_API,
             "kind": "AIMNamespaceConfig",
             "metadata": {"name": "default", "namespace": NAMESPACE},
             "spec": {"routing": {"gateway": GATEWAY}},
@@ -76,7 +77,7 @@ def populate(server: Any, registry: Any, models: int) -> None:
     def one(i: int) -> None:
         cluster.create(
             {
-                "apiVersion": "aim.silogen.ai/v1alpha1",
+                "apiVersion": AIM_API,
                 "kind": "AIMClusterModel",
                 "metadata": {"name": f"model-{i:04d}"},
                 "spec": {"name": f"org/model-{i:04d}:1.0", "image": registry.image(f"aim/model-{i:04d}", "1.0")},
@@ -84,7 +85,7 @@ def populate(server: Any, registry: Any, models: int) -> None:
         )
         cluster.create(
             {
-                "apiVersion": "aim.silogen.ai/v1alpha1",
+                "apiVersion": AIM_API,
                 "kind": "AIMService",
                 "metadata": {"name": f"svc-{i:04d}", "namespace": NAMESPACE},
                 "spec": {

@@ -21,20 +21,14 @@ from typing import Any
 import numpy as np
 
 from bench.engine import machine, write_section
-from engine.optimize.cycle import parse_variant
+from engine.optimize.spec import parse_variant
 from engine.perf.queueing import SLO, PerfProfile, Workload, analyze
 from engine.simulate.calibrate import Unidentifiable, fit_profile, ramp_windows
-from engine.simulate.policies import (
-    POLICIES,
-    PolicyOutcome,
-    build_scenario,
-    model_slo,
-    run_policy,
-    summarize_outcome,
-    with_hpa_metric,
-    with_ttft_percentile,
-)
-from engine.simulate.replay import ReplicaGauges, SimConfig, Trace, VariantModel, poisson_trace, simulate
+from engine.simulate.outcome import PolicyOutcome, summarize_outcome
+from engine.simulate.policies import POLICIES, run_policy
+from engine.simulate.records import ReplicaGauges, SimConfig, Trace, VariantModel, poisson_trace
+from engine.simulate.replay import simulate
+from engine.simulate.scenario import build_scenario, model_slo, with_hpa_metric, with_ttft_percentile
 from engine.simulate.trace import TraceShape, parse_trace_rows
 from tasks.simulate import plot_cost, plot_latency, plot_load_capacity, plot_replicas, read_description, read_trace
 

@@ -20,8 +20,10 @@ from typing import Any
 from bench.engine import machine, write_section
 from engine.simulate.frontier import Limits, knob_settings, limits, with_oracle_curves
 from engine.simulate.oracle import attainment_ceiling
-from engine.simulate.policies import PolicyOutcome, Scenario, build_scenario, run_policy, summarize_outcome
-from engine.simulate.replay import ROUTERS, SimConfig
+from engine.simulate.outcome import PolicyOutcome, summarize_outcome
+from engine.simulate.policies import run_policy
+from engine.simulate.records import ROUTERS, SimConfig
+from engine.simulate.scenario import Scenario, build_scenario
 from engine.simulate.trace import TraceShape
 from tasks.simulate import plot_frontier, read_description, read_trace
 

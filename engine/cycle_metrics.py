@@ -19,16 +19,15 @@ variant's series goes away.
 
 from __future__ import annotations
 
+import builtins
 import math
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
 from engine.optimize.actuation import desired_ratio
 from engine.optimize.bindings import BindingDecision
-from engine.optimize.config import ConfigError, ServiceClass
-from engine.optimize.cycle import VariantDecision
+from engine.optimize.plan import VariantDecision
 
 WVA_LABELS = ("variant_name", "namespace", "accelerator_type")
 
@@ -83,10 +82,10 @@ class MetricSet:
             return
         self.samples[(name, tuple(sorted((k, str(v)) for k, v in labels.items())))] = float(value)
 
-    def __iter__(self) -> Iterable[Sample]:  # type: ignore[override]
+    def __iter__(self) -> Iterator[Sample]:
         return iter(Sample(name, labels, value) for (name, labels), value in self.samples.items())
 
-    def names(self) -> set[str]:
+    def names(self) -> builtins.set[str]:
         """The metric names with at least one sample."""
         return {name for name, _ in self.samples}
 
@@ -234,25 +233,3 @@ def optimize_cycle_metrics(
         if itl is not None:
             metrics.set("modelplane_model_slo_itl_ms", itl, namespace=namespace, model=model)
     return metrics
-
-
-def model_slos(
-    variants: Iterable[Mapping[str, Any]], service_classes: Mapping[tuple[str, str], ServiceClass | ConfigError]
-) -> dict[tuple[str, str], tuple[float | None, float | None]]:
-    """(namespace, model) -> its (TTFT, ITL) targets, from each VariantAutoscaling's ``sloClassRef``;
-    the highest-priority class wins when a model's variants point at several."""
-    chosen: dict[tuple[str, str], tuple[int, float | None, float | None]] = {}
-    for va in variants:
-        spec = va.get("spec") or {}
-        ref = spec.get("sloClassRef") or {}
-        entry = service_classes.get((ref.get("name", ""), ref.get("key", "")))
-        model = spec.get("modelID")
-        if not isinstance(entry, ServiceClass) or not isinstance(model, str):
-            continue
-        slo = entry.slo_for(model)
-        if slo is None:
-            continue
-        key = ((va.get("metadata") or {}).get("namespace") or "default", model)
-        if key not in chosen or entry.priority < chosen[key][0]:
-            chosen[key] = (entry.priority, slo.ttft_ms, slo.itl_ms)
-    return {key: (ttft, itl) for key, (_, ttft, itl) in chosen.items()}

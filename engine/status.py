@@ -12,12 +12,24 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from engine.api.meta import set_condition
+from engine.api.meta import ConditionStatus, set_condition
 
 # OptimizationReady=False reasons shared by VariantAutoscalings and AutoscalingPolicyBindings (the seed's
 # own reasons and MetricsAvailable/MetricsUnavailable live in engine.perf.saturation).
 REASON_INVALID = "InvalidConfiguration"
 REASON_TARGET_MISSING = "TargetNotFound"
+
+
+_CONDITION_STATUSES: dict[str, ConditionStatus] = {"True": "True", "False": "False", "Unknown": "Unknown"}
+"""A condition's ``status`` as written (``ConditionUpdate.status``) -> the API's enum value."""
+
+
+def _condition_status(value: str) -> ConditionStatus:
+    """``value`` as the API's condition status; ``ValueError`` for any other string (as the API model raises)."""
+    found = _CONDITION_STATUSES.get(value)
+    if found is None:
+        raise ValueError(f"condition status {value!r} is not one of True, False, Unknown")
+    return found
 
 
 @dataclass(frozen=True)
@@ -38,9 +50,9 @@ def set_conditions(
     current = list(conditions)
     for update in updates:
         updated = set_condition(
-            current,
+            [*current],
             update.type,
-            update.status,
+            _condition_status(update.status),
             update.reason,
             update.message,
             now,

@@ -28,15 +28,16 @@ from prefect.context import FlowRunContext
 from pydantic import Field
 
 from engine.api.meta import parse_duration
-from engine.optimize.cycle import SpecError, parse_variant
+from engine.optimize.spec import SpecError, parse_variant
 from engine.simulate.calibrate import ProfileFit, Unidentifiable, Window, calibration_outcome, fit_profile
 from flows.exitcodes import flow_result
 from flows.parameters import ClusterTarget, NamespaceName
 from tasks.calibrate import prometheus_windows, read_windows_file, write_outcome
 from tasks.cluster import connect
 from tasks.cluster.errors import ClusterError
-from tasks.metrics import MetricsError, PrometheusMetrics
-from tasks.optimize import read_cluster_state
+from tasks.metrics.prometheus import PrometheusMetrics
+from tasks.metrics.snapshot import MetricsError
+from tasks.optimize.read import read_cluster_state
 
 DEFAULT_CONFIG_NAMESPACE = "modelplane-system"
 

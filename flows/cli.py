@@ -230,7 +230,7 @@ def optimize(
     from flows.optimize import RATE_WINDOW_PATTERN
     from flows.optimize import optimize as optimize_flow
     from tasks.cluster import connect
-    from tasks.optimize import cannot_run_reason
+    from tasks.optimize.read import cannot_run_reason
 
     if rate_window is not None and not re.match(RATE_WINDOW_PATTERN, rate_window):
         raise typer.BadParameter(
@@ -962,9 +962,10 @@ def simulate(
     """
     import csv
 
-    from engine.optimize.cycle import SpecError
-    from engine.simulate.policies import POLICIES, ROUTER_AUTO
-    from engine.simulate.replay import ROUTERS
+    from engine.optimize.spec import SpecError
+    from engine.simulate.policies import POLICIES
+    from engine.simulate.records import ROUTERS
+    from engine.simulate.scenario import ROUTER_AUTO
     from engine.simulate.trace import TraceError, parse_trace_rows
     from flows.simulate import simulate as simulate_flow
     from tasks.simulate import summary_table
@@ -1050,6 +1051,7 @@ def calibrate(
     Kubernetes access), with one line on stderr; 3 degraded: some variants got no profile (no metrics, data
     that cannot determine it) or could not be written, as their rows say.
     """
+    from engine.api.registry import LLMD_API
     from flows.calibrate import calibrate as calibrate_flow
     from tasks.calibrate import WindowsFileError, read_windows_file
 
@@ -1059,7 +1061,7 @@ def calibrate(
                 read_windows_file(windows)  # before Prefect starts: a bad file is one line
             except WindowsFileError as exc:
                 raise CannotRun(str(exc)) from None
-        require_cluster(cluster, "llmd.ai/v1alpha1", "VariantAutoscaling")
+        require_cluster(cluster, LLMD_API, "VariantAutoscaling")
         drain_rejections()
         report = calibrate_flow(
             namespaces=namespace or None,
@@ -1145,7 +1147,7 @@ def require_local_path(cluster: str | None) -> Any:
     """The cluster ``cluster`` names (``tasks.cluster.connect``: absent or empty = $MODELPLANE_CLUSTER, else
     kubeconfig); :class:`CannotRun` when it is a local path that does not exist or cannot be read."""
     from tasks.cluster import connect
-    from tasks.optimize import local_path_problem
+    from tasks.optimize.read import local_path_problem
 
     target = connect(cluster)
     problem = local_path_problem(target)

@@ -1,18 +1,21 @@
 """The ``discover-models`` flow: AIMClusterModel image -> labels -> recommended deployments -> templates.
 
-Lifecycle, top to bottom:
+Read -> plan -> write:
 
-1. read the cluster: one LIST each of AIMClusterModels, AIMNamespaceConfigs and AIMServiceTemplates;
-2. decide which images must be read: never read, ``spec.image`` changed, a transient failure last
-   time, or older than the resync interval (what was read is persisted in the model's
-   ``aim.silogen.ai/image-metadata`` annotation, so later runs and flows never fetch it again);
-3. read those images' config labels from their registries (manifest + config blob, no layers), with
-   the pull secrets AIMNamespaceConfigs name, each distinct image once;
-4. persist the records and create one AIMServiceTemplate per recommended deployment in every
-   namespace that has an AIMNamespaceConfig (or the namespaces given), never touching a template a
-   person wrote; auto-created templates the current image no longer wants are deleted;
-5. write each model's ``MetadataExtracted`` and ``Ready`` conditions (a model whose spec does not
-   parse gets them False ``ValidationFailed`` naming the field), and publish a summary.
+1. read (:func:`tasks.aim.read_aim_state`): one LIST each of AIMClusterModels, AIMNamespaceConfigs and
+   AIMServiceTemplates, the custom resources parsed into their API models by the boundary reader (a
+   model that does not parse is marked Failed ``InvalidSpec`` naming the field, left out, and the run
+   exits 3); then the images :func:`engine.aim.discovery_plan.images_to_read` names (never read,
+   ``spec.image`` changed, a transient failure last time, or older than the resync interval), each
+   distinct image once, config labels only (manifest + config blob, no layers), with the pull secrets
+   AIMNamespaceConfigs name;
+2. plan (:func:`engine.aim.discovery_plan.plan_model`, pure), per model: the record to persist in its
+   ``aim.silogen.ai/image-metadata`` annotation (so later runs and flows never fetch it again), one
+   AIMServiceTemplate per recommended deployment in every namespace that has an AIMNamespaceConfig (or
+   the namespaces given), never over a template a person wrote, the auto-created templates the current
+   image no longer wants, and the model's ``MetadataExtracted`` and ``Ready`` conditions;
+3. write (:func:`tasks.aim.write_model_plan`): record, new templates, deletions, conditions; then
+   publish a summary.
 """
 
 from __future__ import annotations
@@ -27,35 +30,23 @@ from prefect.context import FlowRunContext
 from prefect.utilities.annotations import quote
 from pydantic import Field
 
-from engine.aim.discovery import (
-    MODEL_LABEL,
-    DiscoveryRecord,
-    auto_templates,
-    invalid_model_conditions,
-    is_auto_template,
-    metadata_condition,
-    needs_fetch,
-    ready_condition,
-)
+from engine.aim.discovery import DiscoveryRecord
+from engine.aim.discovery_plan import DiscoveryWorld, ModelPlan, images_to_read, plan_model, previous_record
 from engine.api.aim import API_VERSION as AIM_API_VERSION
+from engine.api.aim import AIMClusterModel, AIMNamespaceConfig
 from flows.exitcodes import flow_result
 from flows.parameters import ClusterTarget, NamespaceName
 from tasks.aim import (
     Keychain,
     WriteCounts,
-    create_missing,
-    delete_stale,
     for_each,
     inspect_images,
-    new_status,
+    pull_secrets,
     read_aim_state,
     read_keychain,
-    split_invalid,
-    write_invalid,
-    write_record,
-    write_status,
+    write_model_plan,
 )
-from tasks.cluster import Cluster, connect
+from tasks.cluster import Manifest, connect
 from tasks.cluster.errors import ClusterError
 from tasks.events import Subject, emit_change
 from tasks.oci import RegistryClient
@@ -121,64 +112,34 @@ def discover_models(
     now = datetime.now(UTC).replace(microsecond=0)
     cluster_api = connect(cluster)
     state = read_aim_state(cluster_api, ["models", "configs", "templates"], model_selector)
-    config_namespaces = sorted({c["metadata"]["namespace"] for c in state.configs})
-    state.models, invalid_models = split_invalid(state.models)
-    state.configs, invalid_configs = split_invalid(state.configs)
+    models = [(m, state.typed(m, AIMClusterModel)) for m in state.models]
+    configs = state.typed_all(state.configs, AIMNamespaceConfig)
 
-    # Which images must be asked about (each distinct image once).
-    resync = timedelta(seconds=resync_interval_s)
-    previous = {
-        m["metadata"]["name"]: DiscoveryRecord.from_annotations(m["metadata"].get("annotations")) for m in state.models
-    }
-    wanted: dict[str, DiscoveryRecord | None] = {}
-    for model in state.models:
-        image = model["spec"]["image"]
-        if needs_fetch(previous[model["metadata"]["name"]], image, now, resync):
-            wanted.setdefault(image, previous[model["metadata"]["name"]])
-
+    wanted = images_to_read(models, now, timedelta(seconds=resync_interval_s))
     client = RegistryClient(
         insecure=tuple(insecure_registries or ()), timeout=registry_timeout_s, mirrors=registry_mirrors or {}
     )
     records: dict[str, DiscoveryRecord] = {}
     if wanted:
-        keychain = (
-            read_keychain(cluster_api, quote(state.configs))
-            if any(((c.get("spec") or {}).get("images") or {}).get("imagePullSecrets") for c in state.configs)
-            else Keychain()
-        )
+        keychain = read_keychain(cluster_api, quote(configs)) if any(pull_secrets(c) for c in configs) else Keychain()
         records = inspect_images(client, wanted, keychain, now)
 
-    target_namespaces = namespaces or config_namespaces
-    existing = {(t["metadata"]["namespace"], t["metadata"]["name"]): t for t in state.templates}
-    auto_by_model: dict[str, list[dict]] = {}
-    for template in state.templates:
-        if is_auto_template(template):
-            auto_by_model.setdefault((template["metadata"].get("labels") or {}).get(MODEL_LABEL, ""), []).append(
-                template
-            )
+    world = DiscoveryWorld.of(state.templates, namespaces or sorted({c.metadata.namespace or "" for c in configs}))
     report = DiscoveryReport(fetched=len(wanted), registry_requests=dict(client.requests_made))
 
-    def reconcile(model: dict, counts: WriteCounts) -> ModelRow | None:
-        return reconcile_model(
-            cluster_api,
-            model,
-            records.get(model["spec"]["image"]) or previous[model["metadata"]["name"]],
-            model["spec"]["image"] in records,
-            target_namespaces,
-            existing,
-            auto_by_model,
-            now,
-            counts,
-        )
+    def reconcile(item: tuple[Manifest, AIMClusterModel], counts: WriteCounts) -> ModelRow | None:
+        obj, model = item
+        read_now = model.spec.image in records
+        plan = plan_model(obj, model, records[model.spec.image] if read_now else previous_record(obj), read_now, world)
+        try:
+            write_model_plan(cluster_api, obj, plan, now, counts)
+        except ClusterError as exc:  # one model's API failure must not stop the others
+            counts.errors.append(f"AIMClusterModel {plan.name}: {exc.message}")
+            return None
+        return row_of(plan)
 
-    rows = for_each(sorted(state.models, key=lambda m: m["metadata"]["name"]), reconcile, report.writes)
-    report.rows = [row for row in rows if row is not None]
-    for bad in invalid_models:  # one bad object never stops the run: it gets a condition naming the field
-        write_invalid(cluster_api, bad, invalid_model_conditions(bad.problem), now, None, report.writes)
-        spec = bad.obj.get("spec")
-        image = spec.get("image") if isinstance(spec, dict) else None
-        report.rows.append(ModelRow(bad.name, image if isinstance(image, str) else "", f"invalid: {bad.problem}", 0, 0))
-    report.writes.errors += [f"AIMNamespaceConfig {bad.name}: invalid: {bad.problem}" for bad in invalid_configs]
+    ordered = sorted(models, key=lambda item: item[0]["metadata"]["name"])
+    report.rows = [row for row in for_each(ordered, reconcile, report.writes) if row is not None]
     for line in report.writes.errors:
         logger.error("%s", line)
     for line in report.writes.skipped:
@@ -201,59 +162,9 @@ def discover_models(
     return flow_result(report, report.degraded)
 
 
-def reconcile_model(
-    cluster_api: Cluster,
-    model: dict,
-    record: DiscoveryRecord | None,
-    read_now: bool,
-    namespaces: list[str],
-    existing: dict[tuple[str, str], dict],
-    auto_by_model: dict[str, list[dict]],
-    now: datetime,
-    counts: WriteCounts,
-) -> ModelRow | None:
-    """Persist one model's record, create its missing templates, write its conditions."""
-    name, image = model["metadata"]["name"], model["spec"]["image"]
-    try:
-        if read_now and record is not None:
-            model = write_record(cluster_api, model, record)
-        current = record is not None and record.ok and record.metadata is not None and record.image == image
-        plan = (
-            auto_templates(model, record.metadata, namespaces)
-            if current and record is not None and record.metadata
-            else None
-        )
-        ours = auto_by_model.get(name, [])
-        if plan is not None:
-            create_missing(cluster_api, plan.templates, existing, is_auto_template, counts)
-            counts.skipped += [f"{name}: {why}" for why in plan.skipped]
-            # Templates of an earlier image (or a deployment the image no longer recommends) go: their
-            # names hash the image, so the new image's templates replace them.
-            wanted = {(t["metadata"]["namespace"], t["metadata"]["name"]) for t in plan.templates}
-            stale = [
-                t
-                for t in ours
-                if t["metadata"]["namespace"] in namespaces
-                and (t["metadata"]["namespace"], t["metadata"]["name"]) not in wanted
-            ]
-            delete_stale(cluster_api, stale, counts)
-            ours = [t for t in ours if t not in stale]
-        states = [(t.get("status") or {}).get("status") or "Pending" for t in ours]
-        if plan is not None and len(ours) < len(plan.templates):
-            states += ["Pending"] * (len(plan.templates) - len(ours))
-        status = new_status(
-            model, [metadata_condition(record), ready_condition(record, states, bool(plan and plan.templates))], now
-        )
-        if write_status(cluster_api, model, status):
-            counts.statuses += 1
-    except ClusterError as exc:  # one model's API failure must not stop the others
-        counts.errors.append(f"AIMClusterModel {name}: {exc.message}")
-        return None
-    result = "ok" if record is not None and record.ok else (record.reason if record is not None else "not read")
-    deployments = (
-        len(record.metadata.recommended_deployments) if record is not None and record.ok and record.metadata else 0
-    )
-    return ModelRow(name, image, result or "", deployments, len(plan.templates) if plan else 0)
+def row_of(plan: ModelPlan) -> ModelRow:
+    """The table line of a written plan."""
+    return ModelRow(plan.name, plan.image, plan.result, plan.deployments, plan.templates)
 
 
 def publish(report: DiscoveryReport) -> None:

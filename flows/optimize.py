@@ -1,12 +1,12 @@
 """The ``optimize`` flow: one allocation cycle for every VariantAutoscaling and AutoscalingPolicyBinding.
 
-Lifecycle, top to bottom:
+Lifecycle, top to bottom (read with ``tasks``, one ``engine`` plan, write with ``tasks``):
 
 1. read the cluster: one LIST per kind, the WVA ConfigMaps of the Modelplane namespace;
 2. read the current replicas of every scale target;
-3. collect metrics (Prometheus, or a metrics file for local/CI runs);
-4. decide (pure, in ``engine``): model-based MILP allocation, saturation analysis, hybrid arbitration,
-   safety rules; Kthena recommendations with behaviour correction for bindings;
+3. collect metrics (Prometheus, or a metrics file for local/CI runs) and each binding's targets and instances;
+4. plan, one pure call (:func:`engine.optimize.plan.plan_cycle`): model-based MILP allocation, saturation
+   analysis, hybrid arbitration, safety rules; Kthena recommendations with behaviour correction for bindings;
 5. publish (when a Pushgateway is configured): WVA's ``wva_desired_replicas`` family and Modelplane's
    operational gauges, before any write, so ``status.actuation`` of a ``metrics``-mode target says
    whether its desired replicas reached the HPA's source (``tasks/pushgateway.py``, ``engine/optimize/actuation.py``);
@@ -21,6 +21,7 @@ resources' status.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import time
 from collections.abc import Iterator
@@ -35,10 +36,12 @@ from prefect.cache_policies import NO_CACHE
 from prefect.context import FlowRunContext
 from prefect.utilities.annotations import quote
 
-from engine.cycle_metrics import CycleFacts, model_slos, optimize_cycle_metrics, wva_targets
+from engine.api.registry import KTHENA_API, LLMD_API
+from engine.cycle_metrics import CycleFacts, optimize_cycle_metrics, wva_targets
 from engine.optimize.actuation import publishes
-from engine.optimize.bindings import BindingDecision, plan_binding
-from engine.optimize.cycle import CycleInputs, ModelLoad, PodSample, VariantDecision, plan_variants, summarize
+from engine.optimize.bindings import BindingDecision, BindingInputs
+from engine.optimize.plan import CyclePlan, VariantDecision, plan_cycle
+from engine.optimize.spec import CycleInputs, ModelLoad, PodSample
 from engine.perf.saturation import SaturationConfigSet
 from engine.perf.tail_sizing import PromptDistribution
 from flows.exitcodes import CannotRun, ExitCode, degraded_summary, exit_code, flow_result
@@ -53,22 +56,20 @@ from flows.parameters import (
 from tasks.cluster import Cluster, LocalCluster, connect
 from tasks.cluster.errors import ClusterError
 from tasks.events import Subject, emit_change
-from tasks.metrics import FileMetrics, MetricsSnapshot, MetricsSource, PrometheusMetrics
-from tasks.optimize import (
-    BindingRowDetails,
+from tasks.metrics.file import FileMetrics
+from tasks.metrics.prometheus import PrometheusMetrics
+from tasks.metrics.snapshot import MetricsSnapshot, MetricsSource
+from tasks.optimize.bindings import BindingRowDetails, describe_bindings, read_binding_inputs
+from tasks.optimize.read import (
     ClusterState,
     TargetReplicas,
-    WriteOutcome,
-    apply_binding,
-    apply_decisions,
     collect_metrics,
-    describe_bindings,
     local_path_problem,
-    read_binding_inputs,
     read_cluster_state,
     read_current_replicas,
     scale_targets_of,
 )
+from tasks.optimize.write import WriteOutcome, apply_binding, apply_decisions
 from tasks.pushgateway import Pushgateway, push
 
 DEFAULT_INTERVAL_S = 60
@@ -186,31 +187,28 @@ def cycle_inputs(
 BindingPlan = tuple[dict[str, Any], BindingDecision]
 
 
-@task(name="plan-bindings", cache_policy=NO_CACHE)
-def plan_bindings(
+@task(name="read-bindings", cache_policy=NO_CACHE)
+def read_bindings(
     cluster: Cluster,
     state: ClusterState,
     snapshot: MetricsSnapshot | None,
     metrics_error: str | None,
-    now: datetime,
-) -> tuple[list[BindingPlan], list[str]]:
-    """Kthena bindings: recommendation + behaviour correction (+ distribution), nothing written yet.
+) -> tuple[list[tuple[dict[str, Any], BindingInputs]], list[str]]:
+    """What each Kthena binding is decided from (policy, targets, instances' metrics), nothing decided yet.
 
-    Returns (binding, decision) pairs and the API failures of single bindings (the others proceed).
+    Returns (binding, inputs) pairs and the API failures of single bindings (the others proceed).
     """
     logger = get_run_logger()
-    plans: list[BindingPlan] = []
+    read: list[tuple[dict[str, Any], BindingInputs]] = []
     errors: list[str] = []
     for binding in state.bindings:
         name = f"{binding['metadata'].get('namespace', 'default')}/{binding['metadata']['name']}"
         try:
-            inputs = read_binding_inputs(cluster, binding, quote(state), quote(snapshot), metrics_error)
+            read.append((binding, read_binding_inputs(cluster, binding, quote(state), quote(snapshot), metrics_error)))
         except ClusterError as exc:  # one binding's API failure must not stop the others
             logger.error("AutoscalingPolicyBinding %s: %s", name, exc.message)
             errors.append(f"{name}: {exc.message}")
-            continue
-        plans.append((binding, plan_binding(inputs, now)))
-    return plans, errors
+    return read, errors
 
 
 @task(name="apply-bindings", cache_policy=NO_CACHE)
@@ -325,82 +323,58 @@ def optimize(
     logger = get_run_logger()
     now = datetime.now(UTC).replace(microsecond=0)
     started, timer = time.time(), StageTimer()
-    cluster = connect(cluster)  # from here on the connected cluster
-    problem = local_path_problem(cluster)
+    backend = connect(cluster)  # the parameter names the cluster; this is the connection to it
+    problem = local_path_problem(backend)
     if problem:
         raise CannotRun(problem)
 
-    # Task inputs holding every object of the cycle are passed with quote(): Prefect would otherwise
+    # Read. Task inputs holding every object of the cycle are passed with quote(): Prefect would otherwise
     # walk each of their nodes looking for futures, which costs seconds at 1,000 variants.
     with timer.stage("read"):
-        state = read_cluster_state(cluster, namespaces or None, config_namespace, namespace_selector)
+        state = read_cluster_state(backend, namespaces or None, config_namespace, namespace_selector)
         if state.missing_configuration:
             raise CannotRun(state.missing_configuration)
         for error in state.config_errors:
             logger.warning("configuration: %s", error)
-        replicas = read_current_replicas(cluster, scale_targets_of(state))
-
+        replicas = read_current_replicas(backend, scale_targets_of(state))
     with timer.stage("metrics"):
         source = metrics_source(metrics_file, prometheus_url, rate_window)
         snapshot, metrics_error = collect_metrics(source, quote(state))
     if metrics_error:
         logger.warning("metrics unavailable, holding every variant: %s", metrics_error)
+    with timer.stage("read"):
+        bindings_read, binding_errors = read_bindings(backend, quote(state), quote(snapshot), metrics_error)
 
+    # Plan: one pure call decides every VariantAutoscaling and binding.
     with timer.stage("decide"):
         inputs = cycle_inputs(
             state, replicas, snapshot, metrics_error, now, solver_time_limit_s, scale_down_stabilization_s
         )
-        decisions = plan_variants(inputs)
-        plans, binding_errors = plan_bindings(cluster, quote(state), quote(snapshot), metrics_error, now)
-    bindings = [decision for _, decision in plans]
+        plan = plan_cycle(inputs, [binding_inputs for _, binding_inputs in bindings_read])
 
-    # Publish before any write: status.actuation of a metrics-mode target says whether its desired
-    # replicas reached the HPA's source (engine.optimize.actuation). A dry run publishes nothing (an HPA would act on it).
+    # Write: publish first (status.actuation of a metrics-mode target says whether its desired replicas
+    # reached the HPA's source; a dry run publishes nothing, an HPA would act on it), then scale and status.
     gateway = None if dry_run else Pushgateway.configured(pushgateway_url)
-    facts = CycleFacts(
-        started=started,
-        stages=timer.stages,
-        loads=cycle_loads(inputs),
-        slos=model_slos(state.variants, state.service_classes),
-    )
-    published: frozenset[tuple[str, str]] = frozenset()
-    push_error = None
-    if gateway is not None:
-        with timer.stage("publish"):
-            push_error = push(gateway, "optimize", optimize_cycle_metrics(decisions, bindings, facts))
-        if push_error is None:
-            published = frozenset((t.namespace, t.variant_name) for t in wva_targets(decisions, bindings))
-        else:
-            logger.error("publishing metrics: %s", push_error)
-
+    facts = CycleFacts(started=started, stages=timer.stages, loads=plan.loads, slos=plan.slos)
+    published, push_error = publish_plan(gateway, plan, facts, timer)
     writes: list[WriteOutcome] = []
     if not dry_run:
         with timer.stage("write"):
-            writes = apply_decisions(cluster, quote(state), quote(decisions), now, status_heartbeat_s, published)
-            binding_errors += apply_bindings(cluster, quote(plans), now, state.actuation_mode, published)
+            writes = apply_decisions(backend, quote(state), quote(plan.variants), now, status_heartbeat_s, published)
+            binding_plans = [(binding, decision) for (binding, _), decision in zip(bindings_read, plan.bindings)]
+            binding_errors += apply_bindings(backend, quote(binding_plans), now, state.actuation_mode, published)
 
-    degraded = degraded_reasons(cluster, state, decisions, writes, bindings, binding_errors, metrics_error)
-    degraded += actuation_problems(writes, bindings, gateway, push_error, dry_run)
+    degraded = degraded_reasons(backend, state, plan, writes, binding_errors, metrics_error)
+    degraded += actuation_problems(writes, plan.bindings, gateway, push_error, dry_run)
     timer.stages["total"] = time.time() - started
-    if gateway is not None:
-        final = CycleFacts(
-            started=started,
-            stages=timer.stages,
-            loads=facts.loads,
-            slos=facts.slos,
-            writes=write_counts(writes, bindings, binding_errors),
-            applied={(w.namespace, w.name): w.applied for w in writes},
-            degraded=tuple(degraded),
-        )
-        final_error = push(gateway, "optimize", optimize_cycle_metrics(decisions, bindings, final))
-        if final_error and push_error is None:
-            push_error = final_error
-            degraded.append(f"metrics not published ({final_error})")
-    summary = degraded_summary(summarize(decisions) + binding_summary(bindings), degraded)
-    details = describe_bindings(cluster, quote(state.bindings)) if state.bindings else {}
+    final_error = publish_outcome(gateway, plan, facts, writes, binding_errors, degraded)
+    if final_error and push_error is None:
+        push_error = final_error
+        degraded.append(f"metrics not published ({final_error})")
+    details = describe_bindings(backend, quote(state.bindings)) if state.bindings else {}
     report = CycleReport(
-        rows=report_rows(decisions, writes, bindings, details),
-        summary=summary,
+        rows=report_rows(plan.variants, writes, plan.bindings, details),
+        summary=degraded_summary(plan.summary, degraded),
         metrics_error=metrics_error,
         writes=writes,
         degraded=degraded,
@@ -428,9 +402,39 @@ class StageTimer:
             self.stages[name] = self.stages.get(name, 0.0) + time.monotonic() - begin
 
 
-def cycle_loads(inputs: Any) -> dict[tuple[str, str], tuple[float, float, float]]:
-    """(namespace, model) -> (arrival rate, average input tokens, average output tokens) the cycle sized for."""
-    return {key: (load.arrival_rate_rps, load.avg_in_tokens, load.avg_out_tokens) for key, load in inputs.loads.items()}
+def publish_plan(
+    gateway: Pushgateway | None, plan: CyclePlan, facts: CycleFacts, timer: StageTimer
+) -> tuple[frozenset[tuple[str, str]], str | None]:
+    """Push the plan's metrics before any write: the (namespace, name) of every target whose desired
+    replicas reached the Pushgateway, and why the push failed (None: pushed, or no Pushgateway)."""
+    if gateway is None:
+        return frozenset(), None
+    with timer.stage("publish"):
+        push_error = push(gateway, "optimize", optimize_cycle_metrics(plan.variants, plan.bindings, facts))
+    if push_error is not None:
+        get_run_logger().error("publishing metrics: %s", push_error)
+        return frozenset(), push_error
+    return frozenset((t.namespace, t.variant_name) for t in wva_targets(plan.variants, plan.bindings)), None
+
+
+def publish_outcome(
+    gateway: Pushgateway | None,
+    plan: CyclePlan,
+    facts: CycleFacts,
+    writes: list[WriteOutcome],
+    binding_errors: list[str],
+    degraded: list[str],
+) -> str | None:
+    """Push the plan's metrics again with the writes' outcomes and the run's total time; why it failed, or None."""
+    if gateway is None:
+        return None
+    final = dataclasses.replace(
+        facts,
+        writes=write_counts(writes, plan.bindings, binding_errors),
+        applied={(w.namespace, w.name): w.applied for w in writes},
+        degraded=tuple(degraded),
+    )
+    return push(gateway, "optimize", optimize_cycle_metrics(plan.variants, plan.bindings, final))
 
 
 def write_counts(
@@ -474,21 +478,11 @@ def actuation_problems(
     return []
 
 
-def binding_summary(bindings: list[BindingDecision]) -> str:
-    """The bindings' part of the summary line: how many targets, how many to scale."""
-    targets = [t for b in bindings for t in b.targets]
-    if not targets:
-        return ""
-    changing = sum(1 for t in targets if t.desired is not None and t.current is not None and t.desired != t.current)
-    return f"; {len(targets)} binding targets: {changing} to scale"
-
-
 def degraded_reasons(
     cluster: Cluster,
     state: ClusterState,
-    decisions: list[VariantDecision],
+    plan: CyclePlan,
     writes: list[WriteOutcome],
-    bindings: list[BindingDecision],
     binding_errors: list[str],
     metrics_error: str | None,
 ) -> list[str]:
@@ -498,7 +492,7 @@ def degraded_reasons(
         reasons.append(f"metrics unavailable ({metrics_error})")
     if state.config_errors:
         reasons.append(f"{len(state.config_errors)} configuration errors")
-    not_ready = sum(1 for d in decisions if not d.ready) + sum(1 for b in bindings if not b.ready)
+    not_ready = sum(1 for d in plan.variants if not d.ready) + sum(1 for b in plan.bindings if not b.ready)
     if not_ready:
         reasons.append(f"{not_ready} resources not ready")
     failed_writes = sum(1 for w in writes if w.error) + len(binding_errors)
@@ -522,11 +516,11 @@ def emit_scaling_events(report: CycleReport) -> None:
             "reason": row.reason,
         }
         if row.kind == "VariantAutoscaling":
-            emit_change(Subject("llmd.ai/v1alpha1", "VariantAutoscaling", row.name, row.namespace), "scaled", payload)
+            emit_change(Subject(LLMD_API, "VariantAutoscaling", row.name, row.namespace), "scaled", payload)
         else:
             binding, _, target = row.name.partition("/")
             emit_change(
-                Subject("registry.volcano.sh/v1alpha1", "AutoscalingPolicyBinding", binding, row.namespace),
+                Subject(KTHENA_API, "AutoscalingPolicyBinding", binding, row.namespace),
                 "scaled",
                 {**payload, "target": target},
             )

@@ -1,23 +1,24 @@
 """The ``resolve-templates`` flow: AIMServiceTemplate -> profile, GPU availability, model sources, caches.
 
-Lifecycle, top to bottom:
+Read -> plan -> write, per template:
 
-1. read the cluster: one LIST each of AIMServiceTemplates, AIMClusterModels, AIMNamespaceConfigs,
-   ModelCaches and Nodes;
-2. per template, decide (pure, :mod:`engine.aim.templates`): its model (by canonical name) and what
-   discovery read from the image, whether its GPU is in the cluster (AMD and NVIDIA node labels), and
-   which recommended deployment it selects; ``status.modelSources`` is the model's source, normalised;
-3. when ``warmCache`` is set, request a ModelCache per model source (created or adopted through
-   ``tasks.caches``; the warm-caches flow fills them) and wait for them: the template is Available
-   only when they are;
-4. write ``status.status``, ``status.modelSources`` and the seed's conditions where they changed
-   (a template whose spec does not parse is Failed with a condition naming the field);
-5. write each model's ``Ready`` from its auto-created templates as this run left them.
+1. read (:func:`tasks.aim.read_aim_state`): one LIST each of AIMServiceTemplates, AIMClusterModels,
+   AIMNamespaceConfigs, ModelCaches and Nodes, the custom resources parsed into their API models by
+   the boundary reader (a template that does not parse is marked Failed ``InvalidSpec`` naming the
+   field, left out, and the run exits 3);
+2. plan (:func:`engine.aim.template_plan.plan_template`, pure): its model (by canonical name) and what
+   discovery read from the image, whether its GPU is in the cluster (AMD and NVIDIA node labels),
+   which recommended deployment it selects, ``status.modelSources`` (the model's source, normalised),
+   and with ``warmCache`` a ModelCache per model source to request and wait for (the warm-caches flow
+   fills them): the template is Available only when they are;
+3. write (:func:`tasks.aim.write_template_plan`): the requested caches (created or adopted through
+   ``tasks.caches``), then ``status.status``, ``status.modelSources`` and the seed's conditions where
+   they changed; last, each model's ``Ready`` from its auto-created templates as this run left them
+   (:func:`engine.aim.template_plan.plan_model_readiness`).
 """
 
 from __future__ import annotations
 
-import threading
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
@@ -25,25 +26,22 @@ from prefect import flow, get_run_logger
 from prefect.artifacts import create_table_artifact
 from prefect.context import FlowRunContext
 
-from engine.aim.discovery import MODEL_LABEL, is_auto_template, ready_condition
-from engine.aim.templates import ModelCatalog, cluster_gpus, invalid_template_outcome, resolve_profile, template_status
+from engine.aim.template_plan import ResolvePlan, TemplateWorld, plan_model_readiness, plan_template
 from engine.api.aim import API_VERSION as AIM_API_VERSION
+from engine.api.aim import AIMNamespaceConfig, AIMServiceTemplate
+from engine.status import ConditionUpdate
 from flows.exitcodes import flow_result
 from flows.parameters import ClusterTarget, NamespaceName
 from tasks.aim import (
-    AimState,
+    SharedCaches,
     WriteCounts,
-    by_namespace,
-    cache_state_map,
-    caches_for,
     for_each,
     new_status,
     read_aim_state,
-    split_invalid,
-    write_invalid,
     write_status,
+    write_template_plan,
 )
-from tasks.cluster import Cluster, connect
+from tasks.cluster import Cluster, Manifest, connect
 from tasks.cluster.errors import ClusterError
 from tasks.events import Subject, emit_change
 
@@ -96,75 +94,37 @@ def resolve_templates(namespaces: list[NamespaceName] | None = None, cluster: Cl
     now = datetime.now(UTC).replace(microsecond=0)
     cluster_api = connect(cluster)
     state = read_aim_state(cluster_api, ["templates", "models", "configs", "caches", "nodes"])
-    state.templates, invalid_templates = split_invalid(state.templates)
-    state.models, invalid_models = split_invalid(state.models)
-    state.configs, _ = split_invalid(state.configs)  # discover-models and rollout-services report them
-    inventory = cluster_gpus(state.nodes)
-    catalog = ModelCatalog(
-        state.models,
-        invalid={name: bad.problem for bad in invalid_models if isinstance(name := _spec_name(bad.obj), str)},
+    world = TemplateWorld.of(
+        models=state.models,
+        configs=state.typed_all(state.configs, AIMNamespaceConfig),
+        caches=state.caches,
+        nodes=state.nodes,
     )
-    configs = by_namespace(state.configs)
-    caches = {ns: list(items.values()) for ns, items in by_namespace(state.caches).items()}
+    caches = SharedCaches(state.caches)
     scope = set(namespaces or ()) or None
-    cache_lock = threading.Lock()
-
-    report = ResolveReport()
     templates = [
         t
         for t in sorted(state.templates, key=lambda t: (t["metadata"]["namespace"], t["metadata"]["name"]))
         if scope is None or t["metadata"]["namespace"] in scope
     ]
 
-    def one(template: dict, counts: WriteCounts) -> TemplateRow | None:
-        namespace, name = template["metadata"]["namespace"], template["metadata"]["name"]
+    def one(template: Manifest, counts: WriteCounts) -> TemplateRow | None:
         try:
-            profile = resolve_profile(template, catalog, inventory)
-            warm = bool((template.get("spec") or {}).get("warmCache"))
-            cache_states: dict[str, str | None] = {}
-            if profile.discovered and warm:
-                config = (configs.get(namespace) or {}).get("default")
-                storage_class = ((config or {}).get("spec") or {}).get("cacheStorageClassName")
-                with cache_lock:  # templates of one namespace share caches: request each once
-                    views = caches_for(
-                        cluster_api,
-                        namespace,
-                        profile.model_sources,
-                        caches.get(namespace, []),
-                        storage_class=storage_class,
-                        request=True,
-                        requested_by=f"AIMServiceTemplate/{namespace}/{name}",
-                    )
-                    caches.setdefault(namespace, []).extend(v.cache for v in views if v.requested and v.cache)
-                counts.created += sum(1 for v in views if v.requested)
-                cache_states = cache_state_map(views)
-            outcome = template_status(profile, warm, cache_states)
-            status = new_status(
-                template, outcome.conditions, now, {"status": outcome.status, "modelSources": outcome.model_sources}
-            )
-            if write_status(cluster_api, template, status):
-                counts.statuses += 1
+            plan = plan_template(template, state.typed(template, AIMServiceTemplate), world)
+            write_template_plan(cluster_api, template, plan, caches, now, counts)
         except (ClusterError, ValueError) as exc:  # one template's failure must not stop the others
-            counts.errors.append(f"AIMServiceTemplate {namespace}/{name}: {getattr(exc, 'message', None) or exc}")
+            meta = template["metadata"]
+            counts.errors.append(
+                f"AIMServiceTemplate {meta['namespace']}/{meta['name']}: {getattr(exc, 'message', None) or exc}"
+            )
             return None
-        ready = next((c for c in outcome.conditions if c.type == "Ready"), None)
-        return TemplateRow(
-            namespace, name, outcome.status, ready.reason if ready else "", ready.message if ready else ""
-        )
+        return row_of(plan)
 
+    report = ResolveReport()
     report.rows = [row for row in for_each(templates, one, report.writes) if row is not None]
-    for bad in invalid_templates:  # one bad object never stops the run: it gets a condition naming the field
-        namespace, name = bad.obj["metadata"]["namespace"], bad.obj["metadata"]["name"]
-        if scope is not None and namespace not in scope:
-            continue
-        outcome = invalid_template_outcome(bad.problem)
-        write_invalid(
-            cluster_api, bad, outcome.conditions, now, {"status": outcome.status, "modelSources": []}, report.writes
-        )
-        report.rows.append(
-            TemplateRow(namespace, name, outcome.status, "ValidationFailed", outcome.conditions[0].message)
-        )
-    update_model_readiness(cluster_api, state, catalog, report, now)
+    resolved = {(r.namespace, r.name): r.status for r in report.rows}
+    for model, ready in plan_model_readiness(state.models, state.templates, resolved, world.catalog):
+        write_model_ready(cluster_api, model, ready, now, report.writes)
     report.caches_requested = report.writes.created
     for line in report.writes.errors:
         logger.error("%s", line)
@@ -190,40 +150,23 @@ def resolve_templates(namespaces: list[NamespaceName] | None = None, cluster: Cl
     return flow_result(report, report.degraded)
 
 
-def _spec_name(obj: dict) -> object:
-    spec = obj.get("spec")
-    return spec.get("name") if isinstance(spec, dict) else None
+def row_of(plan: ResolvePlan) -> TemplateRow:
+    """The table line of a written plan."""
+    ready = next((c for c in plan.outcome.conditions if c.type == "Ready"), None)
+    return TemplateRow(
+        plan.namespace, plan.name, plan.outcome.status, ready.reason if ready else "", ready.message if ready else ""
+    )
 
 
-def update_model_readiness(
-    cluster_api: Cluster, state: AimState, catalog: ModelCatalog, report: ResolveReport, now: datetime
+def write_model_ready(
+    cluster_api: Cluster, model: Manifest, ready: ConditionUpdate, now: datetime, writes: WriteCounts
 ) -> None:
-    """Each model's ``Ready`` from its auto-created templates as this run left them, so a model turns
-    Ready when its templates do (not on the next discovery run). Models without auto-created templates
-    keep what discover-models wrote."""
-    resolved = {(r.namespace, r.name): r.status for r in report.rows}
-    states: dict[str, list[str]] = {}
-    for template in state.templates:
-        if not is_auto_template(template):
-            continue
-        meta = template["metadata"]
-        owner = (meta.get("labels") or {}).get(MODEL_LABEL, "")
-        status = (
-            resolved.get((meta["namespace"], meta["name"])) or (template.get("status") or {}).get("status") or "Pending"
-        )
-        states.setdefault(owner, []).append(status)
-    for model in state.models:
-        name = model["metadata"]["name"]
-        if name not in states:
-            continue
-        record = catalog.record(model)
-        if record is None or record.image != model["spec"]["image"]:
-            continue
-        try:
-            if write_status(cluster_api, model, new_status(model, [ready_condition(record, states[name], True)], now)):
-                report.writes.statuses += 1
-        except ClusterError as exc:
-            report.writes.errors.append(f"AIMClusterModel {name}: {exc.message}")
+    """Write a model's ``Ready`` as :func:`engine.aim.template_plan.plan_model_readiness` decided it."""
+    try:
+        if write_status(cluster_api, model, new_status(model, [ready], now)):
+            writes.statuses += 1
+    except ClusterError as exc:
+        writes.errors.append(f"AIMClusterModel {model['metadata']['name']}: {exc.message}")
 
 
 def publish(report: ResolveReport) -> None:

@@ -23,11 +23,12 @@ from prefect.context import FlowRunContext
 from pydantic import Field
 
 from engine.api.llmaz import API_VERSION as LLMAZ_API_VERSION
+from engine.caches.lookup import cache_available, cache_pvc
 from engine.rollout.openmodel import DEFAULT_IMAGE, check_flavor, choose_flavor, render_openmodel, validate_openmodel
 from engine.rollout.workloads import stamp
 from flows.exitcodes import flow_result
 from flows.parameters import ClusterTarget, ImageRef, NamespaceName, ObjectName
-from tasks.caches import cache_available, cache_pvc, mark_used
+from tasks.caches import mark_used
 from tasks.cluster import connect
 from tasks.cluster.errors import NotFound
 from tasks.events import Subject, emit_change

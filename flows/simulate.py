@@ -30,16 +30,10 @@ from prefect.utilities.annotations import quote
 from pydantic import Field
 
 from engine.simulate.frontier import Limits, knob_settings, limits, with_oracle_curves
-from engine.simulate.policies import (
-    POLICIES,
-    PolicyOutcome,
-    Scenario,
-    build_scenario,
-    run_policy,
-    summarize_outcome,
-    with_hpa_metric,
-)
-from engine.simulate.replay import SimConfig
+from engine.simulate.outcome import PolicyOutcome, summarize_outcome
+from engine.simulate.policies import POLICIES, run_policy
+from engine.simulate.records import SimConfig
+from engine.simulate.scenario import Scenario, build_scenario, with_hpa_metric
 from engine.simulate.trace import TraceShape
 from flows.parameters import NamespaceName, NonEmpty, NonNegativeSeconds, PositiveSeconds
 from tasks.simulate import markdown_report, read_description, read_trace, write_report

@@ -1,5 +1,7 @@
-"""Prefect tasks of the three AIM lifecycles: read the cluster (one LIST per kind), read images from
-registries, and write what the engine decided (annotations, templates, workloads, status).
+"""Prefect tasks of the three AIM lifecycles: read the cluster (one LIST per kind, the custom resources
+through the boundary reader into their API models), read images from registries, and write the plans
+the engine decided (:func:`write_model_plan`, :func:`write_template_plan`, :func:`write_service_plan`:
+annotations, templates, caches, workloads, status).
 
 Writes happen only for changes: a status is patched when its merge-patch is not empty, a template or
 workload only when it is missing or differs from what is rendered. Status patches carry the read
@@ -10,6 +12,7 @@ from __future__ import annotations
 
 import base64
 import logging
+import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -18,6 +21,7 @@ from typing import Any, TypeVar
 
 from prefect import task
 from prefect.cache_policies import NO_CACHE
+from pydantic import BaseModel
 
 from engine.aim.discovery import (
     API_VERSION,
@@ -32,11 +36,15 @@ from engine.aim.discovery import (
     LabelError,
     parse_image_labels,
 )
-from engine.api.validate import ManifestInvalid, parse_object
+from engine.aim.discovery_plan import ModelPlan
+from engine.aim.service_plan import ServicePlan
+from engine.aim.template_plan import ResolvePlan
+from engine.api.aim import AIMNamespaceConfig
+from engine.caches.lookup import CacheRequest, find_cache
 from engine.caches.sources import parse_source
 from engine.status import ConditionUpdate, changed_fields, set_conditions
-from tasks.boundary import accept
-from tasks.caches import ensure_cache, find_cache, mark_used
+from tasks.boundary import accept_parsed
+from tasks.caches import ensure_cache, mark_used
 from tasks.cluster import Cluster, Manifest, ObjectRef
 from tasks.cluster.errors import ClusterError, Conflict, NotFound
 from tasks.oci import Credential, RegistryClient, RegistryError, credential_for, parse_dockerconfigjson, parse_reference
@@ -55,10 +63,14 @@ WORKERS = 8
 # --------------------------------------------------------------------------------------------------
 
 
-def list_kind(cluster: Cluster, api_version: str, kind: str, *, optional: bool = False) -> list[Manifest]:
-    """One LIST of a kind across all namespaces; a kind the cluster does not serve is empty when ``optional``."""
+def list_kind(
+    cluster: Cluster, api_version: str, kind: str, *, optional: bool = False, label_selector: str | None = None
+) -> list[tuple[Manifest, BaseModel | None]]:
+    """One LIST of a kind across all namespaces through the boundary reader (invalid custom resources
+    are marked and left out), each object with its parsed API model; a kind the cluster does not serve
+    is empty when ``optional``."""
     try:
-        return accept(cluster, cluster.list(api_version, kind))  # invalid custom resources: marked, left out
+        return accept_parsed(cluster, cluster.list(api_version, kind, label_selector=label_selector))
     except NotFound:
         if not optional:
             raise
@@ -66,74 +78,20 @@ def list_kind(cluster: Cluster, api_version: str, kind: str, *, optional: bool =
         return []
 
 
-@dataclass(frozen=True)
-class InvalidObject:
-    """An object that does not satisfy its kind's schema: the object as read and the first bad field."""
-
-    obj: Manifest
-    field_path: str
-    message: str
-
-    @property
-    def name(self) -> str:
-        """``namespace/name`` (or the name of a cluster-scoped object)."""
-        meta = self.obj.get("metadata") or {}
-        return f"{meta['namespace']}/{meta.get('name')}" if meta.get("namespace") else str(meta.get("name"))
-
-    @property
-    def problem(self) -> str:
-        """``spec.replicas: Input should be a valid integer``: the field and why."""
-        return f"{self.field_path}: {self.message}" if self.field_path else self.message
+M = TypeVar("M", bound=BaseModel)
 
 
-def split_invalid(objects: Iterable[Manifest]) -> tuple[list[Manifest], list[InvalidObject]]:
-    """The objects that parse as their kind's API model (the one the CRD is generated from, the
-    same check ``modelplane validate`` makes; status is not checked, the flows rewrite it), and the
-    others with the field that fails. One bad object never stops a run: the flows report the invalid
-    ones with a condition naming the field and go on with the rest."""
-    valid: list[Manifest] = []
-    invalid: list[InvalidObject] = []
-    for obj in objects:
-        try:
-            parse_object({key: value for key, value in obj.items() if key != "status"})
-        except ManifestInvalid as exc:
-            invalid.append(InvalidObject(obj, exc.field_path, exc.message))
-            continue
-        valid.append(obj)
-    return valid, invalid
-
-
-def write_invalid(
-    cluster: Cluster,
-    invalid: InvalidObject,
-    updates: Sequence[ConditionUpdate],
-    now: datetime,
-    extra: Mapping[str, Any] | None,
-    counts: WriteCounts,
-) -> None:
-    """Report an invalid object: its conditions (and ``extra`` status fields) where the API server
-    takes them, and one line in the run's errors (the run is degraded)."""
-    kind = invalid.obj.get("kind", "object")
-    counts.errors.append(f"{kind} {invalid.name}: invalid: {invalid.problem}")
-    try:
-        if write_status(cluster, invalid.obj, new_status(invalid.obj, updates, now, extra)):
-            counts.statuses += 1
-    except ClusterError as exc:
-        log.warning("%s %s: cannot write the invalid object's status: %s", kind, invalid.name, exc.message)
-
-
-def by_namespace(items: Iterable[Manifest]) -> dict[str, dict[str, Manifest]]:
-    """``namespace -> name -> object``."""
-    result: dict[str, dict[str, Manifest]] = {}
-    for item in items:
-        meta = item["metadata"]
-        result.setdefault(meta.get("namespace") or "", {})[meta["name"]] = item
-    return result
+def object_key(obj: Manifest) -> tuple[str, str, str]:
+    """``(kind, namespace, name)`` of an object as read."""
+    meta = obj["metadata"]
+    return str(obj.get("kind")), meta.get("namespace") or "", meta["name"]
 
 
 @dataclass
 class AimState:
-    """Everything one AIM flow run reads, one LIST per kind."""
+    """Everything one AIM flow run reads, one LIST per kind: the objects as read (their metadata and
+    status are what writes patch) and, for the AIM kinds, their parsed API models (what the flows and
+    the engine read specs from)."""
 
     models: list[Manifest] = field(default_factory=list)
     configs: list[Manifest] = field(default_factory=list)
@@ -143,15 +101,29 @@ class AimState:
     nodes: list[Manifest] = field(default_factory=list)
     isvcs: list[Manifest] = field(default_factory=list)
     routes: list[Manifest] = field(default_factory=list)
+    parsed: dict[tuple[str, str, str], BaseModel] = field(default_factory=dict)
+    """``(kind, namespace, name)`` -> the API model the boundary reader parsed the object into."""
+
+    def typed(self, obj: Manifest, model: type[M]) -> M:
+        """The parsed API model of ``obj`` (one this state read); ``TypeError`` if it is another kind."""
+        found = self.parsed.get(object_key(obj))
+        if not isinstance(found, model):
+            raise TypeError(f"{object_key(obj)} was not read as {model.__name__}")
+        return found
+
+    def typed_all(self, objects: Iterable[Manifest], model: type[M]) -> list[M]:
+        """:meth:`typed` of each object, in order."""
+        return [self.typed(obj, model) for obj in objects]
 
 
 @task(name="read-aim-state", cache_policy=NO_CACHE, retries=2, retry_delay_seconds=2)
 def read_aim_state(cluster: Cluster, kinds: Sequence[str], model_selector: str | None = None) -> AimState:
     """LIST the kinds a flow needs (``models``, ``configs``, ``templates``, ``services``, ``caches``,
     ``nodes``, ``isvcs``, ``routes``), each once across all namespaces; ``model_selector`` is a label
-    selector on the AIMClusterModels."""
-    sources: dict[str, Callable[[], list[Manifest]]] = {
-        "models": lambda: accept(cluster, cluster.list(API_VERSION, "AIMClusterModel", label_selector=model_selector)),
+    selector on the AIMClusterModels. Custom resources that do not parse are marked invalid by the
+    boundary reader and left out."""
+    sources: dict[str, Callable[[], list[tuple[Manifest, BaseModel | None]]]] = {
+        "models": lambda: list_kind(cluster, API_VERSION, "AIMClusterModel", label_selector=model_selector),
         "configs": lambda: list_kind(cluster, API_VERSION, "AIMNamespaceConfig"),
         "templates": lambda: list_kind(cluster, API_VERSION, "AIMServiceTemplate"),
         "services": lambda: list_kind(cluster, API_VERSION, "AIMService"),
@@ -162,7 +134,9 @@ def read_aim_state(cluster: Cluster, kinds: Sequence[str], model_selector: str |
     }
     state = AimState()
     for kind in kinds:
-        setattr(state, kind, sources[kind]())
+        read = sources[kind]()
+        setattr(state, kind, [obj for obj, _ in read])
+        state.parsed.update((object_key(obj), model) for obj, model in read if model is not None)
     return state
 
 
@@ -181,15 +155,15 @@ class Keychain:
 
 
 @task(name="read-pull-secrets", cache_policy=NO_CACHE, retries=2, retry_delay_seconds=2)
-def read_keychain(cluster: Cluster, configs: Sequence[Manifest]) -> Keychain:
+def read_keychain(cluster: Cluster, configs: Sequence[AIMNamespaceConfig]) -> Keychain:
     """Credentials from every ``images.imagePullSecrets`` Secret (``kubernetes.io/dockerconfigjson``)
     named by an AIMNamespaceConfig, read from the config's namespace; the first one for a registry
     (by namespace and name order) wins."""
     keychain = Keychain()
     wanted: list[tuple[str, str]] = []
-    for config in sorted(configs, key=lambda c: (c["metadata"].get("namespace", ""), c["metadata"]["name"])):
-        namespace = config["metadata"].get("namespace", "default")
-        for name in ((config.get("spec") or {}).get("images") or {}).get("imagePullSecrets") or []:
+    for config in sorted(configs, key=lambda c: (c.metadata.namespace or "", c.metadata.name or "")):
+        namespace = config.metadata.namespace or "default"
+        for name in pull_secrets(config):
             if (namespace, name) not in wanted:
                 wanted.append((namespace, name))
     for namespace, name in wanted:
@@ -210,6 +184,11 @@ def read_keychain(cluster: Cluster, configs: Sequence[Manifest]) -> Keychain:
         for host, credential in found.items():
             keychain.credentials.setdefault(host, credential)
     return keychain
+
+
+def pull_secrets(config: AIMNamespaceConfig) -> list[str]:
+    """The ``images.imagePullSecrets`` an AIMNamespaceConfig names."""
+    return list(config.spec.images.image_pull_secrets or []) if config.spec.images else []
 
 
 def failure_record(
@@ -381,32 +360,18 @@ def for_each(
     return [result for result, _ in results]
 
 
-def create_missing(
-    cluster: Cluster,
-    desired: Sequence[Manifest],
-    existing: Mapping[tuple[str, str], Manifest],
-    is_ours: Callable[[Manifest], bool],
-    counts: WriteCounts,
-) -> None:
-    """Create every desired object that does not exist; an existing one that is not ours (a person's
-    template of the same name) is left alone and reported."""
-    for obj in desired:
+def create_objects(cluster: Cluster, objects: Sequence[Manifest], counts: WriteCounts) -> None:
+    """Create each object (the engine decided they are missing); one created concurrently by someone
+    else is reported as skipped, another failure as an error of the run."""
+    for obj in objects:
         meta = obj["metadata"]
-        key = (meta["namespace"], meta["name"])
-        found = existing.get(key)
-        if found is not None:
-            if not is_ours(found):
-                counts.skipped.append(
-                    f"{key[0]}/{key[1]}: a template not created by discovery has this name; left as it is"
-                )
-            continue
         try:
             cluster.create(obj)
             counts.created += 1
         except Conflict:
-            counts.skipped.append(f"{key[0]}/{key[1]}: created concurrently")
+            counts.skipped.append(f"{meta['namespace']}/{meta['name']}: created concurrently")
         except ClusterError as exc:
-            counts.errors.append(f"{obj['kind']} {key[0]}/{key[1]}: {exc.message}")
+            counts.errors.append(f"{obj['kind']} {meta['namespace']}/{meta['name']}: {exc.message}")
 
 
 def delete_stale(cluster: Cluster, stale: Sequence[Manifest], counts: WriteCounts) -> None:
@@ -446,46 +411,37 @@ def apply_object(
 # --------------------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class CacheView:
-    """One model source's cache in a namespace, as a consumer sees it."""
+class SharedCaches:
+    """The ModelCaches of each namespace as this run knows them (the LIST plus the ones requested
+    since), shared by the run's workers: objects of one namespace request each cache once."""
 
-    source: str
-    cache: Manifest | None
-    requested: bool = False
+    def __init__(self, caches: Iterable[Manifest]) -> None:
+        self._by_namespace: dict[str, list[Manifest]] = {}
+        for cache in caches:
+            self._by_namespace.setdefault(cache["metadata"].get("namespace") or "", []).append(cache)
+        self._lock = threading.Lock()
 
-    @property
-    def state(self) -> str | None:
-        """``status.status`` of the cache (``None`` when just requested or absent)."""
-        return ((self.cache or {}).get("status") or {}).get("status") if self.cache else None
-
-
-def caches_for(
-    cluster: Cluster,
-    namespace: str,
-    sources: Sequence[str],
-    caches_in_namespace: Sequence[Manifest],
-    *,
-    storage_class: str | None,
-    request: bool,
-    requested_by: str,
-) -> list[CacheView]:
-    """The cache of each source: found in the namespace's LIST, or (``request``) created/adopted via
-    :func:`tasks.caches.ensure_cache`. Sources no cache can hold are reported as absent."""
-    views: list[CacheView] = []
-    for text in sources:
-        try:
-            source = parse_source(text)
-        except ValueError:
-            views.append(CacheView(text, None))
-            continue
-        found = find_cache(caches_in_namespace, source, storage_class)
-        if found is None and request and source.downloadable:
-            found = ensure_cache(cluster, namespace, source, storage_class=storage_class, requested_by=requested_by)
-            views.append(CacheView(text, found, requested=True))
-            continue
-        views.append(CacheView(text, found))
-    return views
+    def request(self, cluster: Cluster, namespace: str, requests: Sequence[CacheRequest]) -> int:
+        """Create (or adopt, :func:`tasks.caches.ensure_cache`) the cache of each request that no cache
+        of the namespace holds yet; returns how many were requested from the cluster."""
+        requested = 0
+        with self._lock:
+            known = self._by_namespace.setdefault(namespace, [])
+            for request in requests:
+                source = parse_source(request.source)
+                if find_cache(known, source, request.storage_class) is not None:
+                    continue
+                known.append(
+                    ensure_cache(
+                        cluster,
+                        namespace,
+                        source,
+                        storage_class=request.storage_class,
+                        requested_by=request.requested_by,
+                    )
+                )
+                requested += 1
+        return requested
 
 
 def mark_caches_used(cluster: Cluster, caches: Iterable[Manifest], now: datetime) -> None:
@@ -502,15 +458,61 @@ def mark_caches_used(cluster: Cluster, caches: Iterable[Manifest], now: datetime
             )
 
 
-def cache_state_map(views: Sequence[CacheView]) -> dict[str, str | None]:
-    """``source -> cache status`` for :func:`engine.aim.templates.template_status`."""
-    return {v.source: (v.state if not v.requested or v.state else None) for v in views}
+def write_service_plan(
+    cluster: Cluster, service: Manifest, plan: ServicePlan, caches: SharedCaches, now: datetime, counts: WriteCounts
+) -> None:
+    """Write what :func:`engine.aim.service_plan.plan_service` decided, in order: the requested caches,
+    the InferenceService (and ``lastUsed`` on the caches it mounts), the HTTPRoute, the objects the
+    service controls under an older name, then the status (not written when a write before it fails)."""
+    if plan.cache_requests:
+        caches.request(cluster, plan.namespace, plan.cache_requests)
+    if plan.isvc is not None:
+        _count(counts, apply_object(cluster, plan.isvc.desired, plan.isvc.existing, plan.isvc.patch))
+        if plan.mounted:
+            mark_caches_used(cluster, plan.mounted, now)
+    if plan.route is not None:
+        _count(counts, apply_object(cluster, plan.route.desired, plan.route.existing, plan.route.patch))
+    if plan.retire:
+        delete_stale(cluster, plan.retire, counts)
+    status = new_status(service, plan.outcome.conditions, now, {"status": plan.outcome.status})
+    if write_status(cluster, service, status):
+        counts.statuses += 1
+
+
+def write_model_plan(cluster: Cluster, model: Manifest, plan: ModelPlan, now: datetime, counts: WriteCounts) -> None:
+    """Write what :func:`engine.aim.discovery_plan.plan_model` decided, in order: the record read now
+    (the model's annotation), the missing templates, the deletion of stale ones, the model's conditions."""
+    if plan.persist is not None:
+        model = write_record(cluster, model, plan.persist)
+    create_objects(cluster, plan.create, counts)
+    counts.skipped += plan.skipped
+    delete_stale(cluster, plan.stale, counts)
+    if write_status(cluster, model, new_status(model, plan.conditions, now)):
+        counts.statuses += 1
+
+
+def write_template_plan(
+    cluster: Cluster, template: Manifest, plan: ResolvePlan, caches: SharedCaches, now: datetime, counts: WriteCounts
+) -> None:
+    """Write what :func:`engine.aim.template_plan.plan_template` decided: the requested caches (each
+    one requested from the cluster counts as created), then the status where it changed."""
+    if plan.cache_requests:
+        counts.created += caches.request(cluster, plan.namespace, plan.cache_requests)
+    if write_status(cluster, template, new_status(template, plan.outcome.conditions, now, plan.status_fields)):
+        counts.statuses += 1
+
+
+def _count(counts: WriteCounts, action: str) -> None:
+    if action == "created":
+        counts.created += 1
+    elif action == "updated":
+        counts.updated += 1
 
 
 def cannot_run_reason(cluster: Cluster) -> str | None:
     """Why the AIM flows cannot run on ``cluster`` at all (a local path that is missing, no API access,
     the AIM CRDs not installed), or ``None``; checked by the CLI before Prefect starts."""
-    from tasks.optimize import local_path_problem
+    from tasks.optimize.read import local_path_problem
 
     problem = local_path_problem(cluster)
     if problem:

@@ -4,7 +4,7 @@ Each Modelplane custom resource is parsed as the pydantic model that generates i
 (:func:`engine.api.validate.parse_object`, the reader ``modelplane validate`` uses too, so the two never
 disagree). An object that does not parse is left out of what the flow sees, gets the failure status of
 its kind (a ``Ready=False`` condition with reason ``InvalidSpec`` naming the field path and the reason;
-``status: Failed`` where the kind has a status enum) and is reported; the run goes on with the others.
+``status: Failed`` where the kind's status model has a ``status`` phase) and is reported; the run goes on with the others.
 
 Rejections are collected per process (:func:`drain_rejections`): the command line turns them into a
 degraded exit (3) after the flow returns.
@@ -18,6 +18,8 @@ from collections.abc import Iterable
 from datetime import UTC, datetime
 from typing import Any
 
+from pydantic import BaseModel
+
 from engine.api.registry import kind_info
 from engine.api.validate import ManifestInvalid, parse_object
 from tasks.cluster import Cluster, ObjectRef
@@ -28,8 +30,6 @@ log = logging.getLogger(__name__)
 Manifest = dict[str, Any]
 
 INVALID_REASON = "InvalidSpec"
-_STATUS_ENUM_KINDS = frozenset({"AIMClusterModel", "AIMServiceTemplate", "AIMService", "ModelCache"})
-"""Kinds whose status has a ``status`` field (Pending/.../Failed): an invalid one is ``Failed``."""
 
 _lock = threading.Lock()
 _rejections: list[str] = []
@@ -38,25 +38,37 @@ _rejections: list[str] = []
 def accept(cluster: Cluster, objects: Iterable[Manifest]) -> list[Manifest]:
     """``objects`` without the Modelplane custom resources that do not parse; each of those is marked
     (its failure status) and reported. Objects of other kinds pass unchanged."""
-    valid: list[Manifest] = []
+    return [obj for obj, _ in accept_parsed(cluster, objects)]
+
+
+def accept_parsed(cluster: Cluster, objects: Iterable[Manifest]) -> list[tuple[Manifest, BaseModel | None]]:
+    """As :func:`accept`, each object paired with its parsed API model (``None`` for kinds that are not
+    Modelplane's): the flows read specs from the typed model and write through the object as read."""
+    valid: list[tuple[Manifest, BaseModel | None]] = []
     for obj in objects:
-        problem = invalid_field(obj)
-        if problem is None:
-            valid.append(obj)
+        parsed = parse_resource(obj)
+        if isinstance(parsed, tuple):
+            reject(cluster, obj, *parsed)
         else:
-            reject(cluster, obj, *problem)
+            valid.append((obj, parsed))
     return valid
 
 
 def invalid_field(obj: Any) -> tuple[str, str] | None:
     """``(field path, reason)`` when ``obj`` is a Modelplane kind whose spec does not parse, else None."""
+    parsed = parse_resource(obj)
+    return parsed if isinstance(parsed, tuple) else None
+
+
+def parse_resource(obj: Any) -> BaseModel | tuple[str, str] | None:
+    """The API model of a Modelplane kind, ``(field path, reason)`` when it does not parse, ``None`` for
+    other kinds."""
     if not isinstance(obj, dict) or kind_info(str(obj.get("apiVersion")), str(obj.get("kind"))) is None:
         return None
     try:
-        parse_object({k: v for k, v in obj.items() if k != "status"})  # the status is ours to rewrite
+        return parse_object({k: v for k, v in obj.items() if k != "status"})  # the status is ours to rewrite
     except ManifestInvalid as exc:
         return exc.field_path or "spec", exc.message
-    return None
 
 
 def reject(cluster: Cluster, obj: Manifest, field: str, reason: str) -> None:
@@ -80,6 +92,8 @@ def reject(cluster: Cluster, obj: Manifest, field: str, reason: str) -> None:
 
 def failure_status(obj: Manifest, message: str) -> Manifest | None:
     """The status to merge-patch, or None when the object already carries exactly this failure."""
+    info = kind_info(str(obj.get("apiVersion")), str(obj.get("kind")))
+    has_phase = info is not None and info.has_status_phase()  # a status ``status`` enum: an invalid one is Failed
     current = obj.get("status") if isinstance(obj.get("status"), dict) else {}
     conditions = [c for c in current.get("conditions") or () if isinstance(c, dict)]
     ready = next((c for c in conditions if c.get("type") == "Ready"), None)
@@ -87,7 +101,7 @@ def failure_status(obj: Manifest, message: str) -> Manifest | None:
         ready
         and ready.get("reason") == INVALID_REASON
         and ready.get("message") == message
-        and (obj.get("kind") not in _STATUS_ENUM_KINDS or current.get("status") == "Failed")
+        and (not has_phase or current.get("status") == "Failed")
     ):
         return None
     now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
@@ -102,7 +116,7 @@ def failure_status(obj: Manifest, message: str) -> Manifest | None:
     if isinstance(generation, int):
         condition["observedGeneration"] = generation
     status: Manifest = {"conditions": [c for c in conditions if c.get("type") != "Ready"] + [condition]}
-    if obj.get("kind") in _STATUS_ENUM_KINDS:
+    if has_phase:
         status["status"] = "Failed"
     return status
 

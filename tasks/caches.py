@@ -11,67 +11,19 @@ every ModelCache. A ModelCache a person created for the same identity (its ``sou
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Mapping
 from datetime import datetime
 from typing import Any
 
 from engine.api.meta import format_time
 from engine.caches.identity import CACHE_IDENTITY_LABEL, cache_identity, cache_name
+from engine.caches.lookup import find_cache, identity_of
 from engine.caches.plan import MANAGED_BY, MODELCACHE_API_VERSION, with_requester
-from engine.caches.sources import ModelSource, parse_source
+from engine.caches.sources import ModelSource
 from tasks.cluster import Cluster, Conflict, Manifest, ObjectRef
 
 log = logging.getLogger(__name__)
 
 KIND = "ModelCache"
-_STATUS_RANK = {"Available": 0, "Progressing": 1, "Pending": 2, None: 3, "Failed": 4}
-
-
-def identity_of(cache: Mapping[str, Any]) -> tuple[ModelSource, str | None] | None:
-    """The source and storage class a ModelCache holds, or ``None`` when its ``sourceUri`` does not parse."""
-    spec = cache.get("spec") or {}
-    try:
-        return parse_source(str(spec.get("sourceUri") or "")), spec.get("storageClassName") or None
-    except ValueError:
-        return None
-
-
-def find_cache(caches: Iterable[Manifest], source: ModelSource, storage_class: str | None = None) -> Manifest | None:
-    """The cache in ``caches`` (one LIST of a namespace) that holds ``source``.
-
-    An exact identity (source and storage class) wins. A consumer that names no storage class shares any
-    cache of the same source; one that names a class also shares a cache that names none (the cluster's
-    choice), as AIM does. Among several, the best status first (Available, Progressing, Pending, Failed).
-    """
-    wanted = cache_identity(source, storage_class)
-    wanted_source = cache_identity(source, None)
-    exact: list[Manifest] = []
-    compatible: list[Manifest] = []
-    for cache in caches:
-        held = identity_of(cache)
-        if held is None:
-            continue
-        held_source, held_class = held
-        if cache_identity(held_source, held_class) == wanted:
-            exact.append(cache)
-        elif cache_identity(held_source, None) == wanted_source and (storage_class is None or held_class is None):
-            compatible.append(cache)
-    for group in (exact, compatible):
-        if group:
-            return min(
-                group, key=lambda c: (_STATUS_RANK.get((c.get("status") or {}).get("status"), 3), c["metadata"]["name"])
-            )
-    return None
-
-
-def cache_available(cache: Mapping[str, Any] | None) -> bool:
-    """Whether the cache is filled and verified (``status.status == "Available"``)."""
-    return bool(cache) and (cache.get("status") or {}).get("status") == "Available"  # type: ignore[union-attr]
-
-
-def cache_pvc(cache: Mapping[str, Any] | None) -> str | None:
-    """The PVC holding the cache's files (``status.persistentVolumeClaim``), once the flow created it."""
-    return ((cache or {}).get("status") or {}).get("persistentVolumeClaim") or None
 
 
 def new_cache(

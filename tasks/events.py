@@ -22,29 +22,12 @@ from typing import Any
 
 from prefect.events import Event, emit_event
 
+from engine.api.registry import family_of, group_of, kind_info
+
 PREFIX = "modelplane"
 
-# apiVersion group -> family, and Kubernetes kind -> short kind, for the resource ids.
-FAMILIES: dict[str, str] = {
-    "aim.silogen.ai": "aim",
-    "registry.volcano.sh": "kthena",
-    "llmd.ai": "llmd",
-    "llmaz.io": "llmaz",
-    "apps": "apps",
-    "": "core",
-}
-SHORT_KINDS: dict[str, str] = {
-    "AIMClusterModel": "model",
-    "AIMServiceTemplate": "template",
-    "AIMService": "service",
-    "AIMNamespaceConfig": "namespaceconfig",
-    "ModelCache": "cache",
-    "Model": "model",
-    "AutoscalingPolicy": "policy",
-    "AutoscalingPolicyBinding": "binding",
-    "VariantAutoscaling": "variantautoscaling",
-    "OpenModel": "openmodel",
-}
+BUILTIN_FAMILIES: dict[str, str] = {"apps": "apps", "": "core"}
+"""Families of built-in API groups; Modelplane's groups and kinds come from the kind registry."""
 
 # The lifecycle events (docs/platform.md, "Events and triggers").
 MODEL_DISCOVERED = "modelplane.aim.model.discovered"
@@ -77,13 +60,14 @@ class Subject:
     @property
     def family(self) -> str:
         """The API family in the resource id (``aim``, ``kthena``, ``llmd``, ``llmaz``, ...)."""
-        group = self.api_version.rpartition("/")[0]
-        return FAMILIES.get(group, group.split(".")[0] or "core")
+        group = group_of(self.api_version)
+        return family_of(group) or BUILTIN_FAMILIES.get(group, group.split(".")[0] or "core")
 
     @property
     def short_kind(self) -> str:
         """The kind in the resource id (``template``, ``cache``, ``binding``, ...)."""
-        return SHORT_KINDS.get(self.kind, self.kind.lower())
+        info = kind_info(self.api_version, self.kind)
+        return info.short_kind if info is not None else self.kind.lower()
 
     @property
     def resource_id(self) -> str:

@@ -50,3 +50,12 @@ def fsync_dir(directory: Path) -> None:
         pass
     finally:
         os.close(fd)
+
+
+def fsync_file(path: Path) -> None:
+    """Force ``path``'s data to disk (before a journal vouches for it, or a marker lists it)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

@@ -6,7 +6,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from tasks.cluster.local import manifest_paths
+from tasks.cluster.local_store import manifest_paths
 from tasks.cluster.yamlfile import read_file
 
 

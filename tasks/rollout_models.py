@@ -19,6 +19,7 @@ from prefect import task
 from prefect.cache_policies import NO_CACHE
 
 from engine.api.kthena import API_VERSION, Model, ModelBackend
+from engine.caches.lookup import cache_available, cache_pvc
 from engine.caches.sources import ModelSource, from_lora_url
 from engine.rollout.kthena import (
     LABEL_MODEL_UID,
@@ -70,10 +71,10 @@ from engine.rollout.kthena_native import (
 )
 from engine.rollout.workloads import revision, stamp
 from engine.status import changed_fields
-from tasks.caches import cache_available, cache_pvc, ensure_cache, mark_used
+from tasks.caches import ensure_cache, mark_used
 from tasks.cluster import Cluster, ObjectRef
 from tasks.cluster.errors import ClusterError, NotFound
-from tasks.optimize import write_status
+from tasks.optimize.write import write_status
 from tasks.workloads import WriteLog, write_object
 
 log = logging.getLogger(__name__)

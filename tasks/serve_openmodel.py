@@ -9,6 +9,7 @@ from datetime import datetime
 from typing import Any
 
 from engine.api.llmaz import API_VERSION
+from engine.caches.lookup import cache_available, cache_pvc
 from engine.caches.sources import ModelSource
 from engine.rollout.openmodel import (
     CONDITION_CACHED,
@@ -21,10 +22,10 @@ from engine.rollout.openmodel import (
 )
 from engine.rollout.workloads import FieldError
 from engine.status import ConditionUpdate, changed_fields, set_conditions
-from tasks.caches import cache_available, cache_pvc, ensure_cache
+from tasks.caches import ensure_cache
 from tasks.cluster import Cluster, ObjectRef
 from tasks.cluster.errors import ClusterError, Forbidden, NotFound
-from tasks.optimize import write_status
+from tasks.optimize.write import write_status
 
 log = logging.getLogger(__name__)
 

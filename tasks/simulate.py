@@ -17,11 +17,12 @@ from typing import Any
 
 from engine.rollout.kthena_native import NETWORKING_API as KTHENA_NETWORKING_API
 from engine.simulate.frontier import Limits
-from engine.simulate.policies import DEFAULT_HPA_POLICY, ClusterDescription, PolicyOutcome, Scenario
-from engine.simulate.replay import Trace
+from engine.simulate.outcome import PolicyOutcome
+from engine.simulate.records import Trace
+from engine.simulate.scenario import DEFAULT_HPA_POLICY, ClusterDescription, Scenario
 from engine.simulate.trace import TraceError, TraceShape, parse_trace_rows, shape_trace
 from tasks.cluster import connect
-from tasks.optimize import _list_optional, read_cluster_state, read_current_replicas, scale_targets_of
+from tasks.optimize.read import list_optional, read_cluster_state, read_current_replicas, scale_targets_of
 
 
 def read_trace(path: str | pathlib.Path, shape: TraceShape) -> Trace:
@@ -49,7 +50,7 @@ def read_description(cluster: str, config_namespace: str, namespaces: list[str] 
         saturation_data=state.saturation_data,
         inventory=state.inventory,
         hpa_policy=(hpa[1].get("spec") or DEFAULT_HPA_POLICY) if hpa else DEFAULT_HPA_POLICY,
-        routed_models=routed_models(_list_optional(conn, KTHENA_NETWORKING_API, "ModelRoute")),
+        routed_models=routed_models(list_optional(conn, KTHENA_NETWORKING_API, "ModelRoute")),
     )
 
 

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from engine.api.registry import AIM_API, KTHENA_API, LLMAZ_API
 from engine.caches.plan import (
     ATTEMPTS_ANNOTATION,
     CACHE_LABEL,
@@ -40,7 +41,7 @@ from tasks.cluster.errors import ClusterError
 
 log = logging.getLogger(__name__)
 
-AIM = "aim.silogen.ai/v1alpha1"
+AIM = AIM_API
 VOLUMES_DIR = ".modelplane-volumes"
 """With the local backend, PVC ``<claim>`` of ``<namespace>`` is ``<state dir>/.modelplane-volumes/<namespace>/<claim>``."""
 
@@ -95,8 +96,8 @@ def read_world(cluster: Cluster, namespaces: Iterable[str] | None = None) -> Cac
         },
         templates=_list(cluster, AIM, "AIMServiceTemplate", wanted),
         services=_list(cluster, AIM, "AIMService", wanted),
-        models=_list(cluster, "registry.volcano.sh/v1alpha1", "Model", wanted),
-        openmodels=_list(cluster, "llmaz.io/v1alpha1", "OpenModel", None),
+        models=_list(cluster, KTHENA_API, "Model", wanted),
+        openmodels=_list(cluster, LLMAZ_API, "OpenModel", None),
         pvcs={_key(p): p for p in _list(cluster, "v1", "PersistentVolumeClaim", wanted, CACHE_LABEL)},
         jobs={_key(j): j for j in _list(cluster, "batch/v1", "Job", wanted, CACHE_LABEL)},
         pods=_list(cluster, "v1", "Pod", wanted, CACHE_LABEL),

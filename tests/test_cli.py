@@ -75,7 +75,7 @@ def test_validate_checks_the_items_of_a_list(tmp_path: pathlib.Path) -> None:
 
 
 def test_unquoted_number_for_a_string_is_invalid_for_validate_and_optimize(tmp_path: pathlib.Path) -> None:
-    from engine.optimize.cycle import SpecError, parse_variant
+    from engine.optimize.spec import SpecError, parse_variant
 
     documents = [
         d for d in yaml.safe_load_all((REPO / "deployments" / "examples" / "10-llama-3.1-8b.yaml").read_text()) if d

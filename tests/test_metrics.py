@@ -24,9 +24,10 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 import requests
 
-from tasks import metrics as metrics_module
-from tasks.metrics import (
-    FileMetrics,
+from tasks.metrics import file as metrics_file_module
+from tasks.metrics.file import FileMetrics, write_metrics_file
+from tasks.metrics.prometheus import PrometheusMetrics
+from tasks.metrics.snapshot import (
     MetricsFileError,
     MetricsSnapshot,
     MetricsSource,
@@ -34,8 +35,6 @@ from tasks.metrics import (
     ModelKey,
     ModelLoad,
     PodMetrics,
-    PrometheusMetrics,
-    write_metrics_file,
 )
 from tests.servers.promtest import fixture as promtest_fixture
 from tests.servers.promtest.exporter import FakeVllmExporter
@@ -555,7 +554,7 @@ instances:
 
 
 def test_the_documented_example_file_parses(tmp_path: pathlib.Path) -> None:
-    doc = metrics_module.__doc__ or ""
+    doc = metrics_file_module.__doc__ or ""
     lines = doc.split("Metrics file format", 1)[1].splitlines()[2:]
     example = textwrap.dedent("\n".join(itertools.takewhile(lambda line: not line or line.startswith("    "), lines)))
     path = tmp_path / "example.yaml"

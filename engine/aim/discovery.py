@@ -29,10 +29,11 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from engine.api.meta import format_time, parse_time
+from engine.api.registry import AIM_API, AIM_GROUP
 from engine.status import ConditionUpdate
 
-API_VERSION = "aim.silogen.ai/v1alpha1"
-DOMAIN = "aim.silogen.ai"
+API_VERSION = AIM_API
+DOMAIN = AIM_GROUP
 METADATA_ANNOTATION = f"{DOMAIN}/image-metadata"
 """Annotation on an AIMClusterModel holding the JSON :class:`DiscoveryRecord` of its image."""
 MODEL_LABEL = f"{DOMAIN}/model"
@@ -69,7 +70,6 @@ REASON_AUTH_FAILED = "ImagePullAuthFailure"
 REASON_SECRET_NOT_FOUND = "SecretNotFound"
 REASON_REGISTRY_UNAVAILABLE = "RegistryUnavailable"
 REASON_INVALID_IMAGE = "InvalidImageReference"
-REASON_VALIDATION_FAILED = "ValidationFailed"
 TERMINAL_REASONS = frozenset({REASON_IMAGE_NOT_FOUND, REASON_EXTRACTION_FAILED, REASON_INVALID_IMAGE})
 """Failures that asking the registry again cannot fix until ``spec.image`` (or the image) changes:
 they are retried only on the resync interval. Every other failure is retried on the next run."""
@@ -328,7 +328,7 @@ def retry_after(record: DiscoveryRecord, resync: timedelta) -> timedelta:
     if record.reason != REASON_IMAGE_NOT_FOUND:
         return resync
     doublings = min(max(record.attempts, 1) - 1, 20)
-    return min(resync, NOT_FOUND_RETRY * (2**doublings))
+    return min(resync, NOT_FOUND_RETRY * (1 << doublings))
 
 
 def needs_fetch(record: DiscoveryRecord | None, image: str, now: datetime, resync: timedelta) -> bool:
@@ -528,16 +528,6 @@ def metadata_condition(record: DiscoveryRecord | None) -> ConditionUpdate:
             "the image is reachable but carries no AIM labels; no templates are created",
         )
     return ConditionUpdate(COND_METADATA, "False", record.reason or REASON_EXTRACTION_FAILED, record.message)
-
-
-def invalid_model_conditions(problem: str) -> list[ConditionUpdate]:
-    """``MetadataExtracted`` and ``Ready`` of a model whose spec does not parse (``problem`` names the
-    field): nothing is read or created for it until it is fixed."""
-    message = f"invalid AIMClusterModel: {problem}"
-    return [
-        ConditionUpdate(COND_METADATA, "False", REASON_VALIDATION_FAILED, message),
-        ConditionUpdate(COND_READY, "False", REASON_VALIDATION_FAILED, message),
-    ]
 
 
 def ready_condition(record: DiscoveryRecord | None, template_states: Sequence[str], expected: bool) -> ConditionUpdate:

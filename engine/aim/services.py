@@ -1,12 +1,11 @@
-"""AIMService rollout, decided without I/O: references, workload names, InferenceService, HTTPRoute, status.
+"""AIMService workloads, decided without I/O: names, InferenceService, HTTPRoute and status.
 
-An AIMService binds a canonical model (an AIMClusterModel's ``spec.name``) to an AIMServiceTemplate of
-its namespace; the namespace's AIMNamespaceConfig (``configRef``, default ``default``) brings pull
-secrets and routing. :func:`resolve_references` checks them in the order aim-engine/kaiwo do and
-gives each missing or mismatched one its seed status and reason. :func:`render_inference_service`
-and :func:`render_http_route` build the KServe ``serving.kserve.io/v1beta1`` InferenceService (raw
-deployment, inline ``kserve-container``) and the Gateway API ``gateway.networking.k8s.io/v1``
-HTTPRoute, owned by the service. :func:`service_status` reads what the cluster reports back.
+Given a service whose references resolved (:mod:`engine.aim.references`),
+:func:`render_inference_service` and :func:`render_http_route` build the KServe
+``serving.kserve.io/v1beta1`` InferenceService (raw deployment, inline ``kserve-container``) and the
+Gateway API ``gateway.networking.k8s.io/v1`` HTTPRoute, owned by the service, under names unique per
+(namespace, service). :func:`service_status` reads what the cluster reports back;
+:func:`blocked_status` is the status of a service whose references stop the rollout.
 """
 
 from __future__ import annotations
@@ -17,19 +16,16 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from engine.aim.discovery import DNS_LABEL_MAX, DOMAIN, REASON_IMAGE_NOT_FOUND, derived, owner_reference
-from engine.aim.templates import (
-    METRIC_PREFERENCE,
-    PRECISION_PREFERENCE,
-    GpuInventory,
-    ModelCatalog,
-    gpu_resource_name,
-    match_profile,
-    models_named,
-    node_affinity,
-    normalize_gpu_model,
-    preference_rank,
-    record_of,
+from engine.aim.references import (
+    STATUS_DEGRADED,
+    STATUS_FAILED,
+    STATUS_PENDING,
+    STATUS_RUNNING,
+    STATUS_STARTING,
+    Resolution,
+    condition_of,
 )
+from engine.aim.templates import GpuInventory, gpu_resource_name, node_affinity
 from engine.caches.sources import parse_source
 from engine.status import ConditionUpdate
 
@@ -46,13 +42,6 @@ SERVICE_LABEL, TEMPLATE_LABEL, MODEL_LABEL = f"{DOMAIN}/service", f"{DOMAIN}/tem
 METRIC_LABEL, PRECISION_LABEL = f"{DOMAIN}/metric", f"{DOMAIN}/precision"
 MANAGED_BY = {"app.kubernetes.io/managed-by": "modelplane"}
 
-STATUS_PENDING, STATUS_STARTING, STATUS_RUNNING, STATUS_FAILED, STATUS_DEGRADED = (
-    "Pending",
-    "Starting",
-    "Running",
-    "Failed",
-    "Degraded",
-)
 COND_RESOLVED, COND_CACHE_READY, COND_RUNTIME_READY, COND_ROUTING_READY = (
     "Resolved",
     "CacheReady",
@@ -116,290 +105,6 @@ def route_path(namespace: str, uid: str) -> str:
 
 
 # --------------------------------------------------------------------------------------------------
-# References
-# --------------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Resolution:
-    """A service's references: either all found (model, template, profile, config) or the status,
-    reason and message that stop the rollout, and whether an existing workload is kept."""
-
-    status: str | None = None
-    reason: str = ""
-    message: str = ""
-    model: Mapping[str, Any] | None = None
-    template: Mapping[str, Any] | None = None
-    config: Mapping[str, Any] | None = None
-    deployment: Mapping[str, Any] | None = None
-    sources: tuple[str, ...] = ()
-    selected: str = ""
-    """How the template was chosen when the service names none (empty with ``templateRef``)."""
-
-    @property
-    def blocked(self) -> bool:
-        """Whether a reference stops the rollout."""
-        return self.status is not None
-
-
-def _condition(obj: Mapping[str, Any] | None, type_: str) -> Mapping[str, Any] | None:
-    for cond in ((obj or {}).get("status") or {}).get("conditions") or []:
-        if cond.get("type") == type_:
-            return cond
-    return None
-
-
-GPU_PREFERENCE = ("MI325X", "MI300X", "MI250X", "MI210")
-"""aim-engine's GPU generation order for template selection (newest first); other models rank after."""
-PROFILE_TYPE_PREFERENCE = ("optimized", "preview", "unoptimized")
-
-
-@dataclass(frozen=True)
-class Selection:
-    """The outcome of choosing a template for a service without ``templateRef``: the template, or the
-    status, reason and message that stop the rollout; ``ranked`` names the candidates in rank order."""
-
-    template: Mapping[str, Any] | None = None
-    status: str | None = None
-    reason: str = ""
-    message: str = ""
-    ranked: tuple[str, ...] = ()
-
-
-def _template_profile(template: Mapping[str, Any], deployments: Sequence[Mapping[str, Any]]) -> Mapping[str, Any]:
-    """The recommended deployment a template selects (its "status profile"), or ``{}``."""
-    return match_profile(template.get("spec") or {}, deployments) or {}
-
-
-def select_template(
-    service_spec: Mapping[str, Any],
-    templates: Mapping[str, Mapping[str, Any]],
-    deployments: Sequence[Mapping[str, Any]],
-    inventory: GpuInventory,
-) -> Selection:
-    """Choose the template of a service that names none, as aim-engine does.
-
-    Filter (each step explains what it removed): the namespace's templates of ``spec.model``; status
-    Available; profile type ``optimized`` unless ``spec.allowUnoptimized`` (a recommended deployment
-    without a ``type`` is optimized: the image recommends it); its GPU present in the cluster (templates
-    without a GPU pass). Only namespaced templates exist in the seed, so aim-engine's "namespace
-    templates before cluster templates" step has nothing to drop. Rank, lexicographically: profile type
-    (optimized < preview < unoptimized), GPU (MI325X < MI300X < MI250X < MI210), metric (latency <
-    throughput), precision (fp4 < ... < fp32); unknown values rank last. A tie at the best rank is
-    ambiguous: nothing is chosen (``TemplateSelectionAmbiguous``, Failed until ``templateRef`` is set
-    or a template goes away). No template of the model yet, or none Available yet: Pending
-    (``TemplateNotFound`` / ``TemplateNotReady``); all filtered out: Failed ``TemplateNotFound``.
-    """
-    canonical = service_spec.get("model", "")
-    candidates = sorted(
-        (t for t in templates.values() if (t.get("spec") or {}).get("model") == canonical),
-        key=lambda t: t["metadata"]["name"],
-    )
-    if not candidates:
-        return Selection(
-            status=STATUS_PENDING,
-            reason="TemplateNotFound",
-            message=f"no AIMServiceTemplate in this namespace serves {canonical!r} yet (spec.templateRef is not set)",
-        )
-    ready = [t for t in candidates if (t.get("status") or {}).get("status") == "Available"]
-    if not ready:
-        names = ", ".join(t["metadata"]["name"] for t in candidates)
-        return Selection(
-            status=STATUS_PENDING,
-            reason="TemplateNotReady",
-            message=f"templates of {canonical!r} exist but none is Available yet: {names}",
-        )
-    allow_unoptimized = service_spec.get("allowUnoptimized") is True
-    rejected: list[str] = []
-    kept: list[tuple[Mapping[str, Any], Mapping[str, Any]]] = []
-    for template in ready:
-        name, spec = template["metadata"]["name"], template.get("spec") or {}
-        profile = _template_profile(template, deployments)
-        kind = str(profile.get("type") or "optimized") if profile else "unoptimized"
-        if kind != "optimized" and not allow_unoptimized:
-            rejected.append(f"{name}: UnoptimizedTemplateFiltered ({kind})")
-            continue
-        gpu = spec.get("gpuModel") or profile.get("gpuModel")
-        if gpu and not inventory.of(str(gpu)):
-            rejected.append(f"{name}: RequiredGPUNotInCluster ({gpu})")
-            continue
-        kept.append((template, profile))
-    if not kept:
-        return Selection(
-            status=STATUS_FAILED,
-            reason="TemplateNotFound",
-            message=f"no Available template of {canonical!r} can be used: {'; '.join(rejected)}",
-        )
-
-    def rank(item: tuple[Mapping[str, Any], Mapping[str, Any]]) -> tuple[int, int, int, int]:
-        template, profile = item
-        spec = template.get("spec") or {}
-        gpu = normalize_gpu_model(str(spec.get("gpuModel") or profile.get("gpuModel") or ""))
-        precision = profile.get("precision") or (spec.get("precision") if spec.get("precision") != "auto" else None)
-        return (
-            preference_rank(str(profile.get("type") or "optimized"), PROFILE_TYPE_PREFERENCE),
-            preference_rank(gpu, GPU_PREFERENCE),
-            preference_rank(profile.get("metric") or spec.get("metric"), METRIC_PREFERENCE),
-            preference_rank(precision, PRECISION_PREFERENCE),
-        )
-
-    ordered = sorted(kept, key=lambda item: (rank(item), item[0]["metadata"]["name"]))
-    names = tuple(t["metadata"]["name"] for t, _ in ordered)
-    best = rank(ordered[0])
-    tied = [t["metadata"]["name"] for t, p in ordered if rank((t, p)) == best]
-    if len(tied) > 1:
-        return Selection(
-            status=STATUS_FAILED,
-            reason="TemplateSelectionAmbiguous",
-            message=f"{len(tied)} templates of {canonical!r} rank equally ({', '.join(tied)}); set spec.templateRef",
-            ranked=names,
-        )
-    return Selection(
-        template=ordered[0][0],
-        reason="BestMatch",
-        message=f"template {names[0]!r} selected (best of {len(names)})",
-        ranked=names,
-    )
-
-
-def resolve_references(
-    service: Mapping[str, Any],
-    models: Sequence[Mapping[str, Any]] | ModelCatalog,
-    templates: Mapping[str, Mapping[str, Any]],
-    configs: Mapping[str, Mapping[str, Any]],
-    inventory: GpuInventory | None = None,
-    invalid: Mapping[tuple[str, str], str] | None = None,
-) -> Resolution:
-    """Model, template and namespace config of a service, checked in kaiwo's order.
-
-    Missing model or template, or a template of another model: Failed (``ModelNotFound``,
-    ``TemplateNotFound``, ``ValidationFailed``). Without ``templateRef`` the template is chosen by
-    :func:`select_template` (needs ``inventory``). Missing namespace config: Failed
-    ``RuntimeConfigMissing`` (as aim-engine reports a missing reference). Model image missing: Degraded
-    ``ImageNotFound``. Template Failed: Failed; not yet Available: Pending ``TemplateNotAvailable``;
-    Available without model sources: Degraded ``NoModelSources``. ``templates``/``configs`` are the
-    service namespace's, by name; ``invalid`` holds the namespace's objects that do not parse (``(kind,
-    name)`` -> problem): referring to one is Failed ``ValidationFailed``.
-    """
-    invalid = invalid or {}
-    spec = service.get("spec") or {}
-    canonical = spec.get("model", "")
-    named = models_named(models, canonical)
-    if not named and isinstance(models, ModelCatalog) and canonical in models.invalid:
-        return Resolution(
-            STATUS_FAILED,
-            "ValidationFailed",
-            f"the AIMClusterModel with spec.name {canonical!r} is invalid: {models.invalid[canonical]}",
-        )
-    if not named:
-        return Resolution(
-            STATUS_FAILED, "ModelNotFound", f"no AIMClusterModel has spec.name {canonical!r} (spec.model)"
-        )
-    if len(named) > 1:
-        return Resolution(
-            STATUS_FAILED, "ValidationFailed", f"several AIMClusterModels have spec.name {canonical!r} (spec.model)"
-        )
-    model = named[0]
-    record = record_of(models, model)
-    metadata = record.metadata if record is not None and record.ok else None
-    template_ref = spec.get("templateRef") or ""
-    selection: Selection | None = None
-    if not template_ref:
-        selection = select_template(
-            spec, templates, metadata.recommended_deployments if metadata else (), inventory or GpuInventory()
-        )
-        if selection.template is None:
-            return Resolution(selection.status, selection.reason, selection.message, model=model)
-        template_ref = selection.template["metadata"]["name"]
-    template = templates.get(template_ref)
-    if template is None and ("AIMServiceTemplate", template_ref) in invalid:
-        return Resolution(
-            STATUS_FAILED,
-            "ValidationFailed",
-            f"AIMServiceTemplate {template_ref!r} is invalid: {invalid['AIMServiceTemplate', template_ref]}",
-            model=model,
-        )
-    if template is None:
-        return Resolution(
-            STATUS_FAILED,
-            "TemplateNotFound",
-            f"AIMServiceTemplate {template_ref!r} not found (spec.templateRef)",
-            model=model,
-        )
-    if (template.get("spec") or {}).get("model") != canonical:
-        return Resolution(
-            STATUS_FAILED,
-            "ValidationFailed",
-            f"template {template_ref!r} serves {(template.get('spec') or {}).get('model')!r}, not spec.model {canonical!r}",
-            model=model,
-            template=template,
-        )
-    config_ref = spec.get("configRef") or "default"
-    config = configs.get(config_ref)
-    if config is None and ("AIMNamespaceConfig", config_ref) in invalid:
-        return Resolution(
-            STATUS_FAILED,
-            "ValidationFailed",
-            f"AIMNamespaceConfig {config_ref!r} is invalid: {invalid['AIMNamespaceConfig', config_ref]}",
-            model=model,
-            template=template,
-        )
-    if config is None:
-        return Resolution(
-            STATUS_FAILED,
-            "RuntimeConfigMissing",
-            f"AIMNamespaceConfig {config_ref!r} not found (spec.configRef)",
-            model=model,
-            template=template,
-        )
-    if record is not None and record.reason == REASON_IMAGE_NOT_FOUND and record.image == model["spec"].get("image"):
-        return Resolution(
-            STATUS_DEGRADED, REASON_IMAGE_NOT_FOUND, record.message, model=model, template=template, config=config
-        )
-    template_status = (template.get("status") or {}).get("status")
-    if template_status == "Failed":
-        failure = _condition(template, "Failure") or {}
-        return Resolution(
-            STATUS_FAILED,
-            failure.get("reason") or "TemplateFailed",
-            f"template {template_ref!r} failed: {failure.get('message', '')}".rstrip(": "),
-            model=model,
-            template=template,
-            config=config,
-        )
-    if template_status != "Available":
-        ready = _condition(template, "Ready") or {}
-        detail = ready.get("message") or f"status {template_status or 'Pending'}"
-        return Resolution(
-            STATUS_PENDING,
-            "TemplateNotAvailable",
-            f"waiting for template {template_ref!r}: {detail}",
-            model=model,
-            template=template,
-            config=config,
-        )
-    sources = tuple((template.get("status") or {}).get("modelSources") or ())
-    if not sources:
-        return Resolution(
-            STATUS_DEGRADED,
-            "NoModelSources",
-            f"template {template_ref!r} lists no model sources",
-            model=model,
-            template=template,
-            config=config,
-        )
-    deployment = match_profile(template.get("spec") or {}, metadata.recommended_deployments) if metadata else None
-    return Resolution(
-        model=model,
-        template=template,
-        config=config,
-        deployment=deployment or {},
-        sources=sources,
-        selected=selection.message if selection else "",
-    )
-
-
-# --------------------------------------------------------------------------------------------------
 # Caches of a service
 # --------------------------------------------------------------------------------------------------
 
@@ -455,7 +160,8 @@ def render_inference_service(
     precision = deployment.get("precision") or (
         tspec.get("precision") if tspec.get("precision") not in (None, "auto") else None
     )
-    replicas = int(spec.get("replicas") if spec.get("replicas") is not None else 1)
+    wanted_replicas = spec.get("replicas")
+    replicas = int(wanted_replicas) if wanted_replicas is not None else 1
     env = {"AIM_CACHE_PATH": CACHE_ROOT, "VLLM_ENABLE_METRICS": "true"}
     if deployment.get("profileId"):
         env["AIM_PROFILE_ID"] = deployment["profileId"]
@@ -598,7 +304,7 @@ def contains(existing: Any, desired: Any) -> bool:
             and len(existing) == len(desired)
             and all(contains(e, d) for e, d in zip(existing, desired))
         )
-    return existing == desired
+    return bool(existing == desired)
 
 
 def update_patch(
@@ -648,7 +354,7 @@ def _ready_of(isvc: Mapping[str, Any] | None) -> tuple[bool, str, str]:
     failure = (status.get("modelStatus") or {}).get("lastFailureInfo") or {}
     if failure.get("message") or failure.get("reason"):
         return False, "RuntimeFailed", str(failure.get("message") or failure.get("reason"))
-    ready = _condition(isvc, "Ready")
+    ready = condition_of(isvc, "Ready")
     if ready and ready.get("status") == "True":
         return True, "RuntimeReady", "InferenceService is ready"
     return False, "CreatingRuntime", (ready or {}).get("message") or "waiting for the InferenceService to become ready"

@@ -326,15 +326,13 @@ class Profile:
 
 class ModelCatalog:
     """The AIMClusterModels of a run, looked up by canonical name (``spec.name``), each model's
-    discovery record parsed once. ``invalid`` maps the canonical name of a model whose spec does not
-    parse (when its ``spec.name`` can be read) to the problem, so its users can say why."""
+    discovery record parsed once."""
 
-    def __init__(self, models: Iterable[Mapping[str, Any]], invalid: Mapping[str, str] | None = None) -> None:
+    def __init__(self, models: Iterable[Mapping[str, Any]]) -> None:
         self._by_canonical: dict[str, list[Mapping[str, Any]]] = {}
         for model in models:
             self._by_canonical.setdefault((model.get("spec") or {}).get("name", ""), []).append(model)
         self._records: dict[str, DiscoveryRecord | None] = {}
-        self.invalid: dict[str, str] = dict(invalid or {})
 
     def named(self, canonical: str) -> list[Mapping[str, Any]]:
         """The models whose ``spec.name`` is ``canonical``."""
@@ -369,13 +367,6 @@ def resolve_profile(
     spec = template.get("spec") or {}
     canonical = spec.get("model", "")
     named = models_named(models, canonical)
-    if not named and isinstance(models, ModelCatalog) and canonical in models.invalid:
-        return Profile(
-            STATUS_FAILED,
-            REASON_DISCOVERY_FAILED,
-            f"the AIMClusterModel with spec.name {canonical!r} is invalid: {models.invalid[canonical]}",
-            failure_reason="ValidationFailed",
-        )
     if not named:
         return Profile(STATUS_PENDING, REASON_AWAITING, f"no AIMClusterModel has spec.name {canonical!r}")
     if len(named) > 1:
@@ -471,22 +462,6 @@ class TemplateOutcome:
     status: str
     model_sources: list[str]
     conditions: list[ConditionUpdate] = field(default_factory=list)
-
-
-def invalid_template_outcome(problem: str) -> TemplateOutcome:
-    """Status of a template whose spec does not parse (``problem`` names the field): Failed, nothing
-    resolved or cached for it until it is fixed."""
-    message = f"invalid AIMServiceTemplate: {problem}"
-    return TemplateOutcome(
-        STATUS_FAILED,
-        [],
-        [
-            ConditionUpdate(COND_DISCOVERED, "False", "ValidationFailed", message),
-            ConditionUpdate(COND_READY, "False", "ValidationFailed", message),
-            ConditionUpdate(COND_PROGRESSING, "False", "ValidationFailed", message),
-            ConditionUpdate(COND_FAILURE, "True", "ValidationFailed", message),
-        ],
-    )
 
 
 def template_status(profile: Profile, warm_cache: bool, cache_states: Mapping[str, str | None]) -> TemplateOutcome:

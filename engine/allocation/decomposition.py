@@ -30,6 +30,7 @@ to the time limit at a fixed rate, so it is accounted for deterministically.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
@@ -79,13 +80,21 @@ class Budget:
     seconds: float
     solver: float = 0.0
     nodes: list[int] = field(default_factory=lambda: [0])
-    searches: int = 0
+    searches: float = 0
 
     def spent(self) -> float:
         return self.solver + self.nodes[0] * SECONDS_PER_NODE + self.searches * SECONDS_PER_SEARCH
 
     def left(self) -> float:
         return max(self.seconds - self.spent(), 0.0)
+
+
+StaticRow = tuple[float, float, int, int, int, int, int]
+"""A variant as the master sees it: (rate, cost per replica, limited-type index or -1, accelerators per
+replica, current replicas, floor, ceiling)."""
+
+Duals = tuple[float, np.ndarray, np.ndarray, np.ndarray]
+"""The master LP's value and prices: (value, pi per model, lam per type >= 0, mu per frozen level >= 0)."""
 
 
 @dataclass
@@ -151,7 +160,7 @@ class Decomposition:
                 fixed[tix[v.accelerator]] += v.accelerators_per_replica * v.min_replicas
         self.capacity = np.array([float(prep.inventory[t]) for t in self.types]) - fixed
         self.variants = [list(prep.usable[m.name]) for m in coupled]
-        self.static: list[list[tuple]] = []
+        self.static: list[list[StaticRow]] = []
         for m, vs in zip(coupled, self.variants):
             self.static.append(
                 [
@@ -186,7 +195,7 @@ class Decomposition:
 
     # -- patterns ------------------------------------------------------------------------------------
 
-    def column(self, j: int, counts) -> Column:
+    def column(self, j: int, counts: Sequence[int]) -> Column:
         """The (pooled) column of model j with these counts."""
         key = tuple(int(k) for k in counts)
         col = self.pool[j].get(key)
@@ -201,7 +210,7 @@ class Decomposition:
             col = self.pool[j][key] = Column(key, use, cost, unserved_load(self.models[j].load_rps, capacity))
         return col
 
-    def items(self, j: int, lam, sigma: float) -> list[Item]:
+    def items(self, j: int, lam: np.ndarray, sigma: float) -> list[Item]:
         """Model j's variants priced at ``lam`` per accelerator and ``sigma`` per unit of cost."""
         st = sigma * self.tau
         return [
@@ -209,7 +218,9 @@ class Decomposition:
             for r, c, t, a, cur, lo, hi in self.static[j]
         ]
 
-    def search(self, j: int, lam, weight: float, ucap: float, sigma: float, room=None) -> Pattern:
+    def search(
+        self, j: int, lam: np.ndarray, weight: float, ucap: float, sigma: float, room: np.ndarray | None = None
+    ) -> Pattern:
         """Model j's best pattern at prices ``lam`` (within ``room`` when given)."""
         self.budget.searches += 1
         return best_pattern(
@@ -227,8 +238,8 @@ class Decomposition:
         for j in range(len(self.models)):
             for col in self.pool[j].values():
                 master.add(j, col)
-        chosen = [master.add(j, self.column(j, counts), force=True) for j, counts in enumerate(incumbent)]
-        best_value = sum(master.obj[i] for i in chosen)
+        chosen = [master.include(j, self.column(j, counts)) for j, counts in enumerate(incumbent)]
+        best_value: float = sum(master.obj[i] for i in chosen)
         deadline = self.budget.spent() + seconds
         bound = -math.inf
 
@@ -248,7 +259,7 @@ class Decomposition:
             for alpha in (SMOOTHING, 0.0) if center is not None and SMOOTHING > 0 else (0.0,):
                 at = (
                     (lam, mu)
-                    if alpha == 0.0
+                    if alpha == 0.0 or center is None
                     else (alpha * center[0] + (1 - alpha) * lam, alpha * center[1] + (1 - alpha) * mu)
                 )
                 round_bound, found = self.lagrangian(stage, *at)
@@ -274,7 +285,9 @@ class Decomposition:
                     chosen, best_value = picked, value
         return stage.result([master.cols[i][1].counts for i in chosen], best_value, bound)
 
-    def _add_priced(self, master: _Master, found: list[Pattern], pi, lam, mu) -> int:
+    def _add_priced(
+        self, master: _Master, found: list[Pattern], pi: np.ndarray, lam: np.ndarray, mu: np.ndarray
+    ) -> int:
         """Add the patterns whose reduced cost at the master's prices is negative; returns how many."""
         added = 0
         for j, pattern in enumerate(found):
@@ -285,7 +298,7 @@ class Decomposition:
                 added += master.add(j, col) is not None
         return added
 
-    def lagrangian(self, stage: Stage, lam, mu) -> tuple[float, list[Pattern]]:
+    def lagrangian(self, stage: Stage, lam: np.ndarray, mu: np.ndarray) -> tuple[float, list[Pattern]]:
         """The Lagrangian bound of the stage at prices ``lam`` (per type) and ``mu`` (per frozen level),
         both >= 0, and every model's best pattern at those prices.
 
@@ -353,14 +366,24 @@ class _Master:
         self.pending: list[tuple[float, list[int], list[float]]] = []
         self.runtime = 0.0
 
-    def add(self, j: int, col: Column, force: bool = False) -> int | None:
-        """Add model j's column unless present or (``force`` aside) inadmissible; returns its index."""
+    def add(self, j: int, col: Column) -> int | None:
+        """Add model j's column unless present or inadmissible (more unserved than the stage allows);
+        returns its index, or None when inadmissible."""
         key = (j, col.counts)
         if key in self.index:
             return self.index[key]
         cap = float(self.stage.ucap[j])
-        if col.unserved > cap + 1e-9 * max(1.0, cap) and not force:
+        if col.unserved > cap + 1e-9 * max(1.0, cap):
             return None
+        return self._insert(j, col)
+
+    def include(self, j: int, col: Column) -> int:
+        """Add model j's column even when inadmissible (the incumbent's own); returns its index."""
+        found = self.index.get((j, col.counts))
+        return found if found is not None else self._insert(j, col)
+
+    def _insert(self, j: int, col: Column) -> int:
+        key = (j, col.counts)
         idx = [j]
         val = [1.0]
         for t in np.flatnonzero(col.use):
@@ -404,7 +427,7 @@ class _Master:
         n = len(self.cols)
         self.h.changeColsIntegrality(n, np.arange(n, dtype=np.int32), np.full(n, 1 if integer else 0, dtype=np.uint8))
 
-    def solve_lp(self):
+    def solve_lp(self) -> Duals | None:
         """(LP value, pi per model, lam per type >= 0, mu per frozen level >= 0), or None."""
         self._integrality(False)
         self._run(max(self.dec.budget.left(), 0.05))
@@ -415,10 +438,10 @@ class _Master:
         value = float(self.h.getInfo().objective_function_value)
         return value, dual[:n], np.maximum(-dual[n : n + t], 0.0), np.maximum(-dual[n + t :], 0.0)
 
-    def reduced_cost(self, j: int, col: Column, pi, lam, mu) -> float:
+    def reduced_cost(self, j: int, col: Column, pi: np.ndarray, lam: np.ndarray, mu: np.ndarray) -> float:
         """Objective of the column minus what it is worth at the master's prices."""
         q = self.level_of.get(j)
-        worth = pi[j] - float(lam @ col.use) - (float(mu[q]) * col.unserved if q is not None else 0.0)
+        worth = float(pi[j]) - float(lam @ col.use) - (float(mu[q]) * col.unserved if q is not None else 0.0)
         return self.dec.objective(self.stage, j, col) - worth
 
     def solve_ip(self, start: list[int], target: float, incumbent: float, seconds: float) -> list[int] | None:

@@ -15,13 +15,19 @@ Its status comes from PuLP's *solution* status, so a time-limited run is never c
 from __future__ import annotations
 
 import math
-from typing import Any
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 from engine.allocation.problem import AllocationProblem, ModelDemand, Prepared, Status
 from engine.allocation.search import replica_ceiling
 
+if TYPE_CHECKING:
+    import numpy as np
+
 SOLVER_NAMES = {"HiGHS": "highs", "PULP_CBC_CMD": "cbc"}
 FREEZE_SLACK = 1e-9
+Term = tuple[Any, float]
+"""One term of a linear row: (a pulp variable, its coefficient); pulp ships no type information."""
 """Relative slack on a frozen level total (solver tolerances)."""
 
 
@@ -71,9 +77,9 @@ class CompactMilp:
         self.coupled = coupled
         coupled_names = {m.name for m in coupled}
         loads = {m.name: m.load_rps for m in prep.models}
-        cap_terms: dict[str, list] = {m.name: [] for m in coupled}
-        inv_terms: dict[str, list] = {t: [] for t in prep.limited}
-        cost_terms: list = []
+        cap_terms: dict[str, list[Term]] = {m.name: [] for m in coupled}
+        inv_terms: dict[str, list[Term]] = {t: [] for t in prep.limited}
+        cost_terms: list[Term] = []
         for i, v in enumerate(prep.variants):
             serving = v.name in prep.rate and v.model in coupled_names
             fixed = v.name not in prep.rate and v.accelerator in prep.limited
@@ -108,7 +114,7 @@ class CompactMilp:
                 prob += pulp.LpAffineExpression(inv_terms[t]) <= prep.inventory[t], f"inv{k}"
         self.cost = pulp.LpAffineExpression(cost_terms)
         # the stages' objectives: missing floors (only when they cannot all fit), then each level
-        self.levels: list[tuple[str, list]] = []
+        self.levels: list[tuple[str, list[Any]]] = []
         if self.s:
             self.levels.append(("floors", list(self.s.values())))
         for p in sorted({m.priority for m in coupled}):
@@ -125,7 +131,7 @@ class CompactMilp:
             self.u[m.name].setInitialValue(min(max(m.load_rps - cap, 0.0), m.load_rps))
 
 
-def mir_cuts(terms: list, u: Any, load: float) -> list[tuple[list, float]]:
+def mir_cuts(terms: list[Term], u: Any, load: float) -> list[tuple[list[Term], float]]:
     """Mixed-integer rounding cuts of a demand row ``sum_v r_v x_v + u >= L`` (x integer >= 0).
 
     Dividing by each variant's rate r_w and rounding gives
@@ -133,13 +139,13 @@ def mir_cuts(terms: list, u: Any, load: float) -> list[tuple[list, float]]:
     ``g_v = ceil(a_v) - max(0, f0 - frac(a_v)) / f0`` (``a_v = r_v/r_w``; ``g_v = a_v`` when integral).
     They make the LP relaxation pay for the last, partly used replica of a fully served model.
     """
-    cuts = []
+    cuts: list[tuple[list[Term], float]] = []
     for _, r_w in terms:
         b = load / r_w
         f0 = b - math.floor(b)
         if f0 < 1e-6 or f0 > 1 - 1e-6:
             continue
-        cut = []
+        cut: list[Term] = []
         for x, r_v in terms:
             a = r_v / r_w
             fa = a - math.floor(a)
@@ -296,7 +302,13 @@ class HighsStage:
         )
 
     def run(
-        self, weight, sigma: float, ucap, start: dict[str, int], target: float, seconds: float
+        self,
+        weight: Sequence[float] | np.ndarray,
+        sigma: float,
+        ucap: Sequence[float] | np.ndarray,
+        start: dict[str, int],
+        target: float,
+        seconds: float,
     ) -> tuple[dict[str, int] | None, float]:
         """Minimise ``sum_j weight_j u_j + sigma * (cost + penalty)`` with ``u_j <= ucap_j``, warm-started
         from ``start`` and stopping at ``target`` or after ``seconds`` (HiGHS's run time).

@@ -12,10 +12,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 from engine.allocation.problem import UNSERVED_TOL, Prepared, VariantOption
 from engine.perf.queueing import replicas_needed
+
+if TYPE_CHECKING:
+    import numpy as np
 
 NODE_LIMIT = 5_000
 """Default node budget of one search (beyond it the answer is the best found, not proven)."""
@@ -54,7 +57,7 @@ def best_pattern(
     ucap: float,
     weight: float,
     items: Sequence[Item],
-    room: Sequence[float] | None = None,
+    room: Sequence[float] | np.ndarray | None = None,
     node_limit: int = NODE_LIMIT,
     work: list[int] | None = None,
 ) -> Pattern:
@@ -176,11 +179,11 @@ def size_alone(
     If even every variant at its max cannot cover the load, all are at max (as much load served as
     possible).  Returns the counts and whether the search proved them optimal.
     """
-    top = [v.max_replicas for v in variants]
-    if all(t is not None for t in top) and sum(
+    top = [v.max_replicas for v in variants if v.max_replicas is not None]
+    if len(top) == len(variants) and sum(
         t * prep.rate[v.name] for t, v in zip(top, variants)
     ) < load - UNSERVED_TOL * max(load, 1.0):
-        return {v.name: int(t) for v, t in zip(variants, top)}, True  # type: ignore[arg-type]
+        return {v.name: int(t) for v, t in zip(variants, top)}, True
     items = [
         Item(
             prep.rate[v.name],

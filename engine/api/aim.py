@@ -14,7 +14,7 @@ list printed under the AIMPrecision type.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Final, Literal
 
 from pydantic import Field
 
@@ -29,8 +29,10 @@ from engine.api.meta import (
     SecretKeySelector,
     Time,
 )
+from engine.api.registry import AIM_API, AimApiVersion
 
-API_VERSION = "aim.silogen.ai/v1alpha1"
+API_VERSION: Final[AimApiVersion] = AIM_API
+"""The apiVersion of this module's kinds (spelled in :mod:`engine.api.registry`)."""
 
 AIMMetric = Literal["latency", "throughput"]
 AIMPrecision = Literal["auto", "fp4", "fp8", "fp16", "fp32", "bf16", "int4", "int8"]
@@ -65,7 +67,7 @@ class AIMClusterModelStatus(KubeModel):
 class AIMClusterModel(KubeModel):
     """AIMClusterModel is the Schema for cluster-scoped AIM model catalog entries."""
 
-    api_version: Literal["aim.silogen.ai/v1alpha1"] = Field(API_VERSION, alias="apiVersion")
+    api_version: AimApiVersion = Field(API_VERSION, alias="apiVersion")
     kind: Literal["AIMClusterModel"] = "AIMClusterModel"
     metadata: ObjectMeta = Field(default_factory=ObjectMeta)
     spec: AIMClusterModelSpec
@@ -75,7 +77,7 @@ class AIMClusterModel(KubeModel):
 class AIMClusterModelList(KubeModel):
     """AIMClusterModelList contains a list of AIMClusterModel."""
 
-    api_version: Literal["aim.silogen.ai/v1alpha1"] = Field(API_VERSION, alias="apiVersion")
+    api_version: AimApiVersion = Field(API_VERSION, alias="apiVersion")
     kind: Literal["AIMClusterModelList"] = "AIMClusterModelList"
     metadata: ListMeta = Field(default_factory=ListMeta)
     items: list[AIMClusterModel] = Field(default_factory=list)
@@ -140,7 +142,7 @@ class AIMNamespaceConfigSpec(KubeModel):
 class AIMNamespaceConfig(KubeModel):
     """AIMNamespaceConfig configures credentials and routing for a namespace."""
 
-    api_version: Literal["aim.silogen.ai/v1alpha1"] = Field(API_VERSION, alias="apiVersion")
+    api_version: AimApiVersion = Field(API_VERSION, alias="apiVersion")
     kind: Literal["AIMNamespaceConfig"] = "AIMNamespaceConfig"
     metadata: ObjectMeta = Field(default_factory=ObjectMeta)
     spec: AIMNamespaceConfigSpec
@@ -149,7 +151,7 @@ class AIMNamespaceConfig(KubeModel):
 class AIMNamespaceConfigList(KubeModel):
     """AIMNamespaceConfigList contains a list of AIMNamespaceConfig."""
 
-    api_version: Literal["aim.silogen.ai/v1alpha1"] = Field(API_VERSION, alias="apiVersion")
+    api_version: AimApiVersion = Field(API_VERSION, alias="apiVersion")
     kind: Literal["AIMNamespaceConfigList"] = "AIMNamespaceConfigList"
     metadata: ListMeta = Field(default_factory=ListMeta)
     items: list[AIMNamespaceConfig] = Field(default_factory=list)
@@ -195,7 +197,7 @@ class AIMServiceTemplateStatus(KubeModel):
 class AIMServiceTemplate(KubeModel):
     """AIMServiceTemplate selects the runtime profile and GPU parameters of AIM services."""
 
-    api_version: Literal["aim.silogen.ai/v1alpha1"] = Field(API_VERSION, alias="apiVersion")
+    api_version: AimApiVersion = Field(API_VERSION, alias="apiVersion")
     kind: Literal["AIMServiceTemplate"] = "AIMServiceTemplate"
     metadata: ObjectMeta = Field(default_factory=ObjectMeta)
     spec: AIMServiceTemplateSpec
@@ -205,7 +207,7 @@ class AIMServiceTemplate(KubeModel):
 class AIMServiceTemplateList(KubeModel):
     """AIMServiceTemplateList contains a list of AIMServiceTemplate."""
 
-    api_version: Literal["aim.silogen.ai/v1alpha1"] = Field(API_VERSION, alias="apiVersion")
+    api_version: AimApiVersion = Field(API_VERSION, alias="apiVersion")
     kind: Literal["AIMServiceTemplateList"] = "AIMServiceTemplateList"
     metadata: ListMeta = Field(default_factory=ListMeta)
     items: list[AIMServiceTemplate] = Field(default_factory=list)
@@ -247,7 +249,7 @@ class AIMServiceStatus(KubeModel):
 class AIMService(KubeModel):
     """AIMService manages a KServe-based AIM inference service for the selected model and template."""
 
-    api_version: Literal["aim.silogen.ai/v1alpha1"] = Field(API_VERSION, alias="apiVersion")
+    api_version: AimApiVersion = Field(API_VERSION, alias="apiVersion")
     kind: Literal["AIMService"] = "AIMService"
     metadata: ObjectMeta = Field(default_factory=ObjectMeta)
     spec: AIMServiceSpec
@@ -257,7 +259,7 @@ class AIMService(KubeModel):
 class AIMServiceList(KubeModel):
     """AIMServiceList contains a list of AIMService."""
 
-    api_version: Literal["aim.silogen.ai/v1alpha1"] = Field(API_VERSION, alias="apiVersion")
+    api_version: AimApiVersion = Field(API_VERSION, alias="apiVersion")
     kind: Literal["AIMServiceList"] = "AIMServiceList"
     metadata: ListMeta = Field(default_factory=ListMeta)
     items: list[AIMService] = Field(default_factory=list)
@@ -299,7 +301,7 @@ class ModelCacheStatus(KubeModel):
 class ModelCache(KubeModel):
     """ModelCache is the Schema for the modelcaches API."""
 
-    api_version: Literal["aim.silogen.ai/v1alpha1"] = Field(API_VERSION, alias="apiVersion")
+    api_version: AimApiVersion = Field(API_VERSION, alias="apiVersion")
     kind: Literal["ModelCache"] = "ModelCache"
     metadata: ObjectMeta = Field(default_factory=ObjectMeta)
     spec: ModelCacheSpec
@@ -309,7 +311,7 @@ class ModelCache(KubeModel):
 class ModelCacheList(KubeModel):
     """ModelCacheList contains a list of ModelCache."""
 
-    api_version: Literal["aim.silogen.ai/v1alpha1"] = Field(API_VERSION, alias="apiVersion")
+    api_version: AimApiVersion = Field(API_VERSION, alias="apiVersion")
     kind: Literal["ModelCacheList"] = "ModelCacheList"
     metadata: ListMeta = Field(default_factory=ListMeta)
     items: list[ModelCache] = Field(default_factory=list)

@@ -4,7 +4,8 @@ The validation rules are written once, on the models; this module turns each mod
 a structural ``apiextensions.k8s.io/v1`` ``openAPIV3Schema``: ``$ref`` inlined, optional fields
 unwrapped from ``anyOf [X, null]``, titles dropped, ``additionalProperties: false`` removed (a CRD
 prunes unknown fields instead), ``const`` turned into a one-value ``enum``, ``metadata`` left as a
-plain object. Scope, names, short names, categories and subresources come from the kind registry.
+plain object. Scope, names, short names, categories, subresources and printer columns come from the kind
+registry.
 
 :func:`build_crd` and :func:`render_crds` are pure; writing files is left to the caller (the CLI, or
 ``tests/api/write_crds.py`` which refreshes ``deployments/crds/``).
@@ -17,96 +18,9 @@ from typing import Any
 
 import yaml
 
-from engine.api.registry import KINDS, KindInfo
+from engine.api.registry import KindInfo, kinds
 
-__all__ = ["PRINTER_COLUMNS", "build_crd", "crd_file_name", "openapi_schema", "render_crds"]
-
-_AGE = {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"}
-
-
-def _col(name: str, json_path: str, type_: str = "string", priority: int = 0) -> dict[str, Any]:
-    column: dict[str, Any] = {"name": name, "type": type_, "jsonPath": json_path}
-    if priority:
-        column["priority"] = priority
-    return column
-
-
-def _condition(type_: str) -> str:
-    return f'.status.conditions[?(@.type=="{type_}")].status'
-
-
-PRINTER_COLUMNS: dict[str, list[dict[str, Any]]] = {
-    "VariantAutoscaling": [
-        _col("Model", ".spec.modelID"),
-        _col("Accelerator", ".status.currentAlloc.accelerator"),
-        _col("CurrentReplicas", ".status.currentAlloc.numReplicas", "integer"),
-        _col("Optimized", ".status.desiredOptimizedAlloc.numReplicas", "integer"),
-        _col("MetricsReady", _condition("MetricsAvailable")),
-        _AGE,
-        _col("Variant", ".spec.variantID", priority=1),
-        _col("Target", ".spec.scaleTargetRef.name", priority=1),
-        _col("OptimizationReady", _condition("OptimizationReady"), priority=1),
-    ],
-    "OpenModel": [
-        _col("Family", ".spec.familyName"),
-        _col("ModelID", ".spec.source.modelHub.modelID"),
-        _col("URI", ".spec.source.uri", priority=1),
-        _AGE,
-    ],
-    "Model": [
-        _col("ModelName", ".spec.name"),
-        _col("Backends", ".spec.backends[*].name"),
-        _col("Owner", ".spec.owner", priority=1),
-        _AGE,
-    ],
-    "AutoscalingPolicy": [
-        _col("Tolerance", ".spec.tolerancePercent", "integer"),
-        _col("Metrics", ".spec.metrics[*].metricName"),
-        _AGE,
-    ],
-    "AutoscalingPolicyBinding": [
-        _col("Policy", ".spec.policyRef.name"),
-        _col("Target", ".spec.scalingConfiguration.target.targetRef.name"),
-        _col("Current", ".status.currentReplicas", "integer"),
-        _col("Desired", ".status.desiredReplicas", "integer"),
-        _col("LastScale", ".status.lastScaleTime", "date", priority=1),
-        _AGE,
-    ],
-    "AIMClusterModel": [
-        _col("Name", ".spec.name"),
-        _col("Image", ".spec.image"),
-        _col("Ready", _condition("Ready")),
-        _AGE,
-    ],
-    "AIMNamespaceConfig": [
-        _col("Gateway", ".spec.routing.gateway.name"),
-        _col("StorageClass", ".spec.cacheStorageClassName"),
-        _AGE,
-    ],
-    "AIMServiceTemplate": [
-        _col("Model", ".spec.model"),
-        _col("GPU", ".spec.gpuModel"),
-        _col("GPUs", ".spec.gpusPerReplica", "integer"),
-        _col("Metric", ".spec.metric"),
-        _col("Precision", ".spec.precision"),
-        _col("Status", ".status.status"),
-        _AGE,
-    ],
-    "AIMService": [
-        _col("Model", ".spec.model"),
-        _col("Template", ".spec.templateRef"),
-        _col("Replicas", ".spec.replicas", "integer", priority=1),
-        _col("Status", ".status.status"),
-        _AGE,
-    ],
-    "ModelCache": [
-        _col("Source", ".spec.sourceUri"),
-        _col("Size", ".spec.size", priority=1),
-        _col("Status", ".status.status"),
-        _col("PVC", ".status.persistentVolumeClaim"),
-        _AGE,
-    ],
-}
+__all__ = ["build_crd", "crd_file_name", "openapi_schema", "render_crds"]
 
 _DROP = {"title"}
 
@@ -196,18 +110,14 @@ def build_crd(info: KindInfo) -> dict[str, Any]:
     if info.has_status:
         subresources["status"] = {}
     if info.has_scale:
-        scale = {
-            "specReplicasPath": info.extra.get("spec_replicas_path", ".spec.replicas"),
-            "statusReplicasPath": info.extra.get("status_replicas_path", ".status.replicas"),
-        }
-        if "label_selector_path" in info.extra:
-            scale["labelSelectorPath"] = info.extra["label_selector_path"]
+        scale = {"specReplicasPath": info.spec_replicas_path, "statusReplicasPath": info.status_replicas_path}
+        if info.label_selector_path:
+            scale["labelSelectorPath"] = info.label_selector_path
         subresources["scale"] = scale
     if subresources:
         version["subresources"] = subresources
-    columns = PRINTER_COLUMNS.get(info.kind)
-    if columns:
-        version["additionalPrinterColumns"] = copy.deepcopy(columns)
+    if info.printer_columns:
+        version["additionalPrinterColumns"] = [column.to_dict() for column in info.printer_columns]
     names: dict[str, Any] = {
         "kind": info.kind,
         "listKind": info.list_kind,
@@ -240,7 +150,7 @@ def crd_file_name(info: KindInfo) -> str:
 
 
 def render_crds() -> dict[str, str]:
-    """Every CRD as one YAML document by file name, in registry order; byte-for-byte deterministic.
+    """Every registry kind's CRD as one YAML document by file name, in registry order; byte-for-byte deterministic.
 
     The texts carry no ``---`` separator, so callers printing them all join them with ``---\n``.
     """
@@ -248,5 +158,5 @@ def render_crds() -> dict[str, str]:
         crd_file_name(info): yaml.safe_dump(
             build_crd(info), sort_keys=True, default_flow_style=False, allow_unicode=True, width=100
         )
-        for info in KINDS
+        for info in kinds()
     }

@@ -12,7 +12,7 @@ for stabilization, the panic-mode end, the time replicas reached zero and the la
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Final, Literal
 
 from pydantic import Field, model_validator
 
@@ -32,8 +32,10 @@ from engine.api.meta import (
     ResourceRequirements,
     Time,
 )
+from engine.api.registry import KTHENA_API, KthenaApiVersion
 
-API_VERSION = "registry.volcano.sh/v1alpha1"
+API_VERSION: Final[KthenaApiVersion] = KTHENA_API
+"""The apiVersion of this module's kinds (spelled in :mod:`engine.api.registry`)."""
 
 DNS_LABEL_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
 MODEL_URI_PATTERN = r"^(hf://|s3://|pvc://).+"
@@ -123,7 +125,7 @@ class AutoscalingPolicyStatus(KubeModel):
 class AutoscalingPolicy(KubeModel):
     """AutoscalingPolicy is the Schema for the autoscalingpolicies API."""
 
-    api_version: Literal["registry.volcano.sh/v1alpha1"] = Field(API_VERSION, alias="apiVersion")
+    api_version: KthenaApiVersion = Field(API_VERSION, alias="apiVersion")
     kind: Literal["AutoscalingPolicy"] = "AutoscalingPolicy"
     metadata: ObjectMeta = Field(default_factory=ObjectMeta)
     spec: AutoscalingPolicySpec
@@ -133,7 +135,7 @@ class AutoscalingPolicy(KubeModel):
 class AutoscalingPolicyList(KubeModel):
     """AutoscalingPolicyList contains a list of AutoscalingPolicy."""
 
-    api_version: Literal["registry.volcano.sh/v1alpha1"] = Field(API_VERSION, alias="apiVersion")
+    api_version: KthenaApiVersion = Field(API_VERSION, alias="apiVersion")
     kind: Literal["AutoscalingPolicyList"] = "AutoscalingPolicyList"
     metadata: ListMeta = Field(default_factory=ListMeta)
     items: list[AutoscalingPolicy] = Field(default_factory=list)
@@ -277,7 +279,7 @@ class AutoscalingPolicyBindingStatus(KubeModel):
 class AutoscalingPolicyBinding(KubeModel):
     """AutoscalingPolicyBinding binds a policy to the targets it scales."""
 
-    api_version: Literal["registry.volcano.sh/v1alpha1"] = Field(API_VERSION, alias="apiVersion")
+    api_version: KthenaApiVersion = Field(API_VERSION, alias="apiVersion")
     kind: Literal["AutoscalingPolicyBinding"] = "AutoscalingPolicyBinding"
     metadata: ObjectMeta = Field(default_factory=ObjectMeta)
     spec: AutoscalingPolicyBindingSpec
@@ -287,7 +289,7 @@ class AutoscalingPolicyBinding(KubeModel):
 class AutoscalingPolicyBindingList(KubeModel):
     """AutoscalingPolicyBindingList contains a list of AutoscalingPolicyBinding."""
 
-    api_version: Literal["registry.volcano.sh/v1alpha1"] = Field(API_VERSION, alias="apiVersion")
+    api_version: KthenaApiVersion = Field(API_VERSION, alias="apiVersion")
     kind: Literal["AutoscalingPolicyBindingList"] = "AutoscalingPolicyBindingList"
     metadata: ListMeta = Field(default_factory=ListMeta)
     items: list[AutoscalingPolicyBinding] = Field(default_factory=list)
@@ -403,7 +405,7 @@ class ModelStatus(KubeModel):
 class Model(KubeModel):
     """Model is the Schema for the models API."""
 
-    api_version: Literal["registry.volcano.sh/v1alpha1"] = Field(API_VERSION, alias="apiVersion")
+    api_version: KthenaApiVersion = Field(API_VERSION, alias="apiVersion")
     kind: Literal["Model"] = "Model"
     metadata: ObjectMeta = Field(default_factory=ObjectMeta)
     spec: ModelSpec
@@ -413,7 +415,7 @@ class Model(KubeModel):
 class ModelList(KubeModel):
     """ModelList contains a list of Model."""
 
-    api_version: Literal["registry.volcano.sh/v1alpha1"] = Field(API_VERSION, alias="apiVersion")
+    api_version: KthenaApiVersion = Field(API_VERSION, alias="apiVersion")
     kind: Literal["ModelList"] = "ModelList"
     metadata: ListMeta = Field(default_factory=ListMeta)
     items: list[Model] = Field(default_factory=list)

@@ -8,13 +8,15 @@ description says "once filename is set", i.e. it is optional).
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Final, Literal
 
 from pydantic import Field
 
 from engine.api.meta import Conditions, KubeModel, ListMeta, ObjectMeta, Quantity, Time
+from engine.api.registry import LLMAZ_API, LlmazApiVersion
 
-API_VERSION = "llmaz.io/v1alpha1"
+API_VERSION: Final[LlmazApiVersion] = LLMAZ_API
+"""The apiVersion of this module's kinds (spelled in :mod:`engine.api.registry`)."""
 
 FAMILY_NAME_LABEL = "llmaz.io/model-family-name"
 
@@ -104,7 +106,7 @@ class ModelStatus(KubeModel):
 class OpenModel(KubeModel):
     """OpenModel is the Schema for the open models API."""
 
-    api_version: Literal["llmaz.io/v1alpha1"] = Field(API_VERSION, alias="apiVersion")
+    api_version: LlmazApiVersion = Field(API_VERSION, alias="apiVersion")
     kind: Literal["OpenModel"] = "OpenModel"
     metadata: ObjectMeta = Field(default_factory=ObjectMeta)
     spec: ModelSpec
@@ -114,7 +116,7 @@ class OpenModel(KubeModel):
 class OpenModelList(KubeModel):
     """OpenModelList contains a list of OpenModel."""
 
-    api_version: Literal["llmaz.io/v1alpha1"] = Field(API_VERSION, alias="apiVersion")
+    api_version: LlmazApiVersion = Field(API_VERSION, alias="apiVersion")
     kind: Literal["OpenModelList"] = "OpenModelList"
     metadata: ListMeta = Field(default_factory=ListMeta)
     items: list[OpenModel] = Field(default_factory=list)

@@ -14,13 +14,15 @@ scale-to-zero decisions are representable.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Final, Literal
 
 from pydantic import Field
 
 from engine.api.meta import Conditions, CrossVersionObjectReference, KubeModel, ListMeta, ObjectMeta, Time
+from engine.api.registry import LLMD_API, LlmdApiVersion
 
-API_VERSION = "llmd.ai/v1alpha1"
+API_VERSION: Final[LlmdApiVersion] = LLMD_API
+"""The apiVersion of this module's kinds (spelled in :mod:`engine.api.registry`)."""
 
 VARIANT_ID_PATTERN = r"^.+-[A-Za-z0-9]+-[1-9][0-9]*$"
 COST_PATTERN = r"^\d+(\.\d+)?$"
@@ -134,7 +136,7 @@ class VariantAutoscalingStatus(KubeModel):
 class VariantAutoscaling(KubeModel):
     """VariantAutoscaling represents the autoscaling configuration and status for a model variant."""
 
-    api_version: Literal["llmd.ai/v1alpha1"] = Field(API_VERSION, alias="apiVersion")
+    api_version: LlmdApiVersion = Field(API_VERSION, alias="apiVersion")
     kind: Literal["VariantAutoscaling"] = "VariantAutoscaling"
     metadata: ObjectMeta = Field(default_factory=ObjectMeta)
     spec: VariantAutoscalingSpec
@@ -146,7 +148,7 @@ class VariantAutoscaling(KubeModel):
 class VariantAutoscalingList(KubeModel):
     """VariantAutoscalingList contains a list of VariantAutoscaling resources."""
 
-    api_version: Literal["llmd.ai/v1alpha1"] = Field(API_VERSION, alias="apiVersion")
+    api_version: LlmdApiVersion = Field(API_VERSION, alias="apiVersion")
     kind: Literal["VariantAutoscalingList"] = "VariantAutoscalingList"
     metadata: ListMeta = Field(default_factory=ListMeta)
     items: list[VariantAutoscaling] = Field(default_factory=list)

@@ -35,10 +35,12 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    GetJsonSchemaHandler,
     PlainSerializer,
     WithJsonSchema,
 )
 from pydantic.json_schema import JsonSchemaValue
+from pydantic_core import CoreSchema
 
 __all__ = [
     "Affinity",
@@ -81,7 +83,7 @@ class KubeModel(BaseModel):
     )
 
     @classmethod
-    def __get_pydantic_json_schema__(cls, core_schema: Any, handler: Any) -> JsonSchemaValue:
+    def __get_pydantic_json_schema__(cls, core_schema: CoreSchema, handler: GetJsonSchemaHandler) -> JsonSchemaValue:
         """The model's JSON schema with each field's attribute docstring as its description (the CRDs)."""
         schema = handler(core_schema)
         properties = handler.resolve_ref_schema(schema).get("properties", {})
@@ -127,7 +129,7 @@ def attribute_docstrings(cls: type[BaseModel]) -> dict[str, str]:
         if cls not in _DOCSTRINGS:
             docs: dict[str, str] = {}
             for klass in reversed(cls.__mro__):
-                if isinstance(klass, type) and issubclass(klass, BaseModel) and klass.__module__.startswith("engine."):
+                if isinstance(klass, type) and issubclass(klass, BaseModel) and klass is not BaseModel:
                     docs.update(extract_docstrings_from_cls(klass, use_inspect=True))
             _DOCSTRINGS[cls] = docs
         return _DOCSTRINGS[cls]

@@ -21,7 +21,7 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from engine.api import schema as schema_mod
-from engine.api.registry import kind_info
+from engine.api.registry import KindInfo, kind_info
 
 __all__ = ["LoadReport", "ManifestInvalid", "format_path", "is_modelplane_kind", "load_documents", "parse_object"]
 
@@ -90,7 +90,9 @@ def _data_path(manifest: Any, loc: Sequence[str | int]) -> list[str | int]:
 def _identity(manifest: Any) -> tuple[str | None, str | None, str | None]:
     if not isinstance(manifest, dict):
         return None, None, None
-    meta = manifest.get("metadata") if isinstance(manifest.get("metadata"), dict) else {}
+    meta = manifest.get("metadata")
+    if not isinstance(meta, dict):
+        meta = {}
     kind = manifest.get("kind") if isinstance(manifest.get("kind"), str) else None
     return kind, meta.get("name"), meta.get("namespace")
 
@@ -117,7 +119,7 @@ def parse_object(manifest: dict[str, Any]) -> BaseModel:
             kind, name, namespace, "kind", f"{manifest['apiVersion']}/{manifest['kind']} is not a Modelplane kind"
         )
     try:
-        parsed = info.model().model_validate(manifest)
+        parsed: BaseModel = info.model().model_validate(manifest)
     except ValidationError as exc:
         errors = [(format_path(_data_path(manifest, err["loc"])), err["msg"]) for err in exc.errors()]
         first_path, first_message = errors[0]
@@ -130,20 +132,20 @@ def parse_object(manifest: dict[str, Any]) -> BaseModel:
 
 
 @cache
-def _crd_schema(api_version: str, kind: str) -> dict[str, Any]:
+def _crd_schema(info: KindInfo) -> dict[str, Any]:
     """The kind's generated CRD schema (the one deployments/crds holds, without its descriptions), built once."""
     from engine.api.crds import openapi_schema
     from engine.api.meta import schema_without_descriptions
 
     with schema_without_descriptions():
-        return openapi_schema(kind_info(api_version, kind))  # type: ignore[arg-type]
+        return openapi_schema(info)
 
 
-def _crd_schema_errors(info: Any, manifest: dict[str, Any]) -> list[Any]:
+def _crd_schema_errors(info: KindInfo, manifest: dict[str, Any]) -> list[schema_mod.FieldError]:
     """Errors of the manifest's ``spec`` against its CRD schema (types, enums, ranges, patterns, required)."""
     if "spec" not in manifest:
         return []
-    spec_schema = (_crd_schema(info.api_version, info.kind).get("properties") or {}).get("spec")
+    spec_schema = (_crd_schema(info).get("properties") or {}).get("spec")
     if not isinstance(spec_schema, dict):
         return []
     return schema_mod.validate(manifest["spec"], spec_schema, "spec")

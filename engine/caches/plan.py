@@ -20,11 +20,12 @@ from enum import Enum
 from typing import Any
 
 from engine.api.meta import format_time, parse_time
+from engine.api.registry import AIM_API
 from engine.caches.identity import pvc_size
 from engine.status import ConditionUpdate, set_conditions
 from engine.units import parse_quantity
 
-MODELCACHE_API_VERSION = "aim.silogen.ai/v1alpha1"
+MODELCACHE_API_VERSION = AIM_API
 CACHE_LABEL = "modelplane.io/cache"
 """On the PVC and fill Jobs: the name of the ModelCache they belong to."""
 MANAGED_BY = {"app.kubernetes.io/managed-by": "modelplane"}

@@ -3,7 +3,7 @@
 Homogeneous bindings (``scalingConfiguration``) scale one target: the policy's HPA-style
 recommendation over the target's instances, then behaviour correction (stable windows, rate limits,
 panic mode). Heterogeneous bindings (``optimizerConfiguration``) compute the same recommendation for
-the total over all groups, then :func:`engine.optimize.scaling.distribute` pours it into the groups by cost.
+the total over all groups, then :func:`engine.optimize.scaling.distribution.distribute` pours it into the groups by cost.
 
 The scaling window state travels in ``status`` (``history``, ``panicModeEnd``): each run is a fresh
 process, so :func:`plan_binding` reads it from the old status and returns the new one.
@@ -18,16 +18,9 @@ from datetime import datetime
 from typing import Any
 
 from engine.api.meta import format_time
-from engine.optimize.scaling import (
-    Behavior,
-    Group,
-    ScalingState,
-    apply_scale_to_zero,
-    correct,
-    distribute,
-    parse_duration,
-    recommend,
-)
+from engine.optimize.scaling.behavior import Behavior, ScalingState, apply_scale_to_zero, correct, parse_duration
+from engine.optimize.scaling.distribution import Group, distribute
+from engine.optimize.scaling.recommendation import recommend
 from engine.perf.saturation import REASON_METRICS_AVAILABLE as METRICS_AVAILABLE
 from engine.perf.saturation import REASON_METRICS_UNAVAILABLE as METRICS_UNAVAILABLE
 from engine.perf.saturation import REASON_OPTIMIZATION_SUCCEEDED as REASON_SUCCEEDED

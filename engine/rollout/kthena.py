@@ -28,6 +28,7 @@ from typing import Any
 
 from engine.api.kthena import API_VERSION, MAX_REPLICAS, Model, ModelBackend, ModelWorker
 from engine.api.meta import parse_duration
+from engine.api.registry import KTHENA_WORKLOAD_API
 from engine.api.validate import ManifestInvalid, parse_object
 from engine.caches.requests import is_download_env
 from engine.caches.sources import ModelSource, SourceError, from_kthena_uri, from_lora_url
@@ -747,7 +748,7 @@ def _lora_urls(backend: ModelBackend) -> dict[str, str]:
 # --------------------------------------------------------------------------------------- autoscaling
 
 
-MODEL_SERVING_API = "workload.serving.volcano.sh/v1alpha1"
+MODEL_SERVING_API = KTHENA_WORKLOAD_API
 KTHENA_RUNTIME_PORT = 8100
 """The Kthena runtime sidecar's default port (seed 003's ``RUNTIME_PORT``, MetricEndpoint's default)."""
 

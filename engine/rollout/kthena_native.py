@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from engine.api.kthena import Model, ModelBackend, ModelWorker
+from engine.api.registry import KTHENA_NETWORKING_API, KTHENA_WORKLOAD_API
 from engine.rollout.kthena import (
     _UNSUPPORTED_TYPES,
     KTHENA_RUNTIME_PORT,
@@ -50,8 +51,8 @@ from engine.rollout.kthena import (
 
 Manifest = dict[str, Any]
 
-NETWORKING_API = "networking.serving.volcano.sh/v1alpha1"
-WORKLOAD_API = "workload.serving.volcano.sh/v1alpha1"
+NETWORKING_API = KTHENA_NETWORKING_API
+WORKLOAD_API = KTHENA_WORKLOAD_API
 RUNTIME_IMAGE = "ghcr.io/volcano-sh/runtime:latest"
 RUNTIME_PORT = KTHENA_RUNTIME_PORT
 RUNTIME_METRICS_PATH = "/metrics"

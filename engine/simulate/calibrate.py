@@ -57,7 +57,9 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from engine.perf.queueing import SLO, PerfProfile, Workload, max_rate
-from engine.simulate.replay import SimConfig, SimResult, Trace, VariantModel, simulate, window_aggregates
+from engine.simulate.records import SimConfig, SimResult, Trace, VariantModel
+from engine.simulate.replay import simulate
+from engine.simulate.windows import window_aggregates
 
 __all__ = [
     "Window",
@@ -207,7 +209,7 @@ class ProfileFit:
 
 
 def windows_from_aggregates(aggregates: Mapping[str, np.ndarray], window_s: float) -> list[Window]:
-    """Windows from :func:`engine.simulate.replay.window_aggregates` (one variant; consecutive windows)."""
+    """Windows from :func:`engine.simulate.windows.window_aggregates` (one variant; consecutive windows)."""
     running = [float(r) for r in aggregates["running_avg"]]
     return [
         Window(
@@ -432,8 +434,13 @@ class CalibrationOutcome:
 
 def opted_in(obj: Mapping[str, object]) -> bool:
     """Whether the VariantAutoscaling asks for calibrated profiles to be written into its spec."""
-    annotations = (obj.get("metadata") or {}).get("annotations") or {}  # type: ignore[union-attr]
-    return str(annotations.get(ANNOTATION_CALIBRATION, "")).strip().lower() == "apply"  # type: ignore[union-attr]
+    annotations = _mapping(_mapping(obj.get("metadata")).get("annotations"))
+    return str(annotations.get(ANNOTATION_CALIBRATION, "")).strip().lower() == "apply"
+
+
+def _mapping(value: object) -> Mapping[str, object]:
+    """``value`` when it is a mapping (a manifest's object field), else empty: absent or malformed reads as unset."""
+    return value if isinstance(value, Mapping) else {}
 
 
 def calibration_outcome(obj: Mapping[str, object], fit: ProfileFit | None, error: str | None) -> CalibrationOutcome:
@@ -459,8 +466,7 @@ def calibration_outcome(obj: Mapping[str, object], fit: ProfileFit | None, error
             REASON_PROPOSED,
             f"Proposed profile {text}; not written: annotate {ANNOTATION_CALIBRATION}=apply to let the calibrate flow write it",
         )
-    spec = obj.get("spec") or {}
-    profile = dict(spec.get("variantProfile") or {})  # type: ignore[union-attr]
+    profile = dict(_mapping(_mapping(obj.get("spec")).get("variantProfile")))
     if "maxBatchSize" not in profile:
         return CalibrationOutcome(
             "True",

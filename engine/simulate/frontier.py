@@ -24,12 +24,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from engine.simulate.oracle import ORACLE_TARGETS, attainment_ceiling, measure_capacity, oracle_cost_at
-from engine.simulate.policies import PolicyOutcome, Scenario, _scaled_ttft, with_hpa_metric, with_ttft_percentile
+from engine.simulate.outcome import PolicyOutcome
+from engine.simulate.scenario import Scenario, scaled_ttft, with_hpa_metric, with_ttft_percentile
 
 __all__ = ["FrontierPoint", "Limits", "KNOBS", "knob_settings", "limits", "with_oracle_curves"]
 
 KNOBS: dict[str, tuple[str, tuple[Any, ...]]] = {
-    "modelplane": ("modelplane.io/ttft-percentile", ("85", "90", "95")),
+    "modelplane": ("modelplane.io/ttft-percentile", ("70", "85", "90", "95")),
     "saturation-only": ("modelplane.io/ttft-percentile", ()),
     "hpa": ("vllm:num_requests_running target", (2.0, 3.0, 4.0, 6.0)),
     "wva-greedy": ("sized for TTFT x", (0.75, 0.5)),
@@ -103,7 +104,7 @@ def knob_settings(scenario: Scenario, policy: str) -> list[tuple[str, Scenario]]
             )
         elif policy == "wva-greedy":
             tuned = dataclasses.replace(
-                scenario, sizing_slos={m: _scaled_ttft(s, value) for m, s in scenario.sizing_slos.items()}
+                scenario, sizing_slos={m: scaled_ttft(s, value) for m, s in scenario.sizing_slos.items()}
             )
         elif policy == "static-peak":
             tuned = dataclasses.replace(scenario, static_headroom=value)

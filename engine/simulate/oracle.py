@@ -31,8 +31,10 @@ from typing import Any
 
 import numpy as np
 
-from engine.simulate.policies import Policy, Scenario
-from engine.simulate.replay import Observation, SimConfig, Trace, VariantModel, simulate
+from engine.simulate.policies import Policy
+from engine.simulate.records import Observation, SimConfig, Trace, VariantModel
+from engine.simulate.replay import simulate
+from engine.simulate.scenario import Scenario
 
 __all__ = [
     "ORACLE_TARGETS",
@@ -158,7 +160,7 @@ def measure_capacity(scenario: Scenario, seed: int | None = None) -> dict[str, C
         process; the same draws serve every rate (common random numbers, so
         the curve is smooth); the first tenth of the replay is left out as warm-up.  The sweep stops at the first
     rate attaining less than :data:`STOP_BELOW`.  Attainment is judged as
-        :func:`engine.simulate.policies.summarize_outcome` judges it, against the model's configured SLO.
+        :func:`engine.simulate.outcome.summarize_outcome` judges it, against the model's configured SLO.
     """
     trace = scenario.trace
     rng = np.random.default_rng(scenario.config.seed if seed is None else seed)
@@ -286,11 +288,11 @@ def oracle_schedule(
         for k in range(intervals):
             terms = [(r[i, k], capacity[v.key]) for i, v in enumerate(variants) if v.model == model]
             prob += pulp.LpAffineExpression(terms + [(short[m, k], 1.0)]) >= float(rates[m, k])
-    for (m, limit), beyond in tails.items():
+    for (m, longest), beyond in tails.items():
         able = [
             (i, v)
             for i, v in enumerate(variants)
-            if v.model == models[m] and prompt_limit(v, scenario.slos[models[m]]) > limit
+            if v.model == models[m] and prompt_limit(v, scenario.slos[models[m]]) > longest
         ]
         for k in range(intervals):
             if beyond[k] > 0:

@@ -18,7 +18,7 @@ from datetime import UTC, datetime
 
 import numpy as np
 
-from engine.simulate.replay import Trace
+from engine.simulate.records import Trace
 
 __all__ = ["TraceError", "TraceShape", "parse_trace_rows", "shape_trace"]
 

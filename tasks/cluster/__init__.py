@@ -20,7 +20,8 @@ from typing import TYPE_CHECKING
 
 from tasks.cluster.base import Cluster, Manifest, Mutation, ObjectRef, Scale, WatchEvent
 from tasks.cluster.errors import ClusterError, Conflict, Forbidden, Invalid, NotFound, Unavailable
-from tasks.cluster.local import LoadError, LocalCluster
+from tasks.cluster.local import LocalCluster
+from tasks.cluster.local_store import LoadError
 from tasks.cluster.resources import ResourceInfo, register, resource_for
 from tasks.cluster.retry import retry_on_conflict, retry_unavailable
 

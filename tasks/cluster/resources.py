@@ -2,8 +2,10 @@
 
 Both backends need the same facts: the kube backend to build request paths, the local backend to
 know the scope of a kind and whether it has ``/status`` and ``/scale`` subresources (which decide
-status isolation and scale semantics). Built-in kinds are listed here; Modelplane's custom kinds come
-from :data:`engine.api.registry.KINDS` so the CRDs and the backends cannot disagree.
+status isolation and scale semantics). Built-in kinds (and the third-party kinds Modelplane renders
+without owning a model for them) are listed here; Modelplane's custom kinds are looked up in the kind
+registry (:func:`engine.api.registry.kind_info`) at call time, so the CRDs and the backends cannot
+disagree and a kind added to the registry is served with no edit here.
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass
 
-from engine.api.registry import KINDS
+from engine.api.registry import KindInfo, kind_info, kinds
 from tasks.cluster.errors import NotFound
 
 
@@ -79,12 +81,17 @@ BUILTIN_KINDS: tuple[ResourceInfo, ...] = (
     _builtin("gateway.networking.k8s.io/v1", "HTTPRoute", "httproutes"),
 )
 
-CUSTOM_KINDS: tuple[ResourceInfo, ...] = tuple(
-    ResourceInfo(k.group, k.version, k.kind, k.plural, k.namespaced, k.has_status, k.has_scale) for k in KINDS
-)
+
+def custom_resource(info: KindInfo) -> ResourceInfo:
+    """The REST resource of a kind-registry kind."""
+    return ResourceInfo(
+        info.group, info.version, info.kind, info.plural, info.namespaced, info.has_status, info.has_scale
+    )
+
 
 _lock = threading.Lock()
-_table: dict[tuple[str, str], ResourceInfo] = {(r.api_version, r.kind): r for r in BUILTIN_KINDS + CUSTOM_KINDS}
+_table: dict[tuple[str, str], ResourceInfo] = {(r.api_version, r.kind): r for r in BUILTIN_KINDS}
+"""Built-in kinds and those registered at run time (:func:`register`); they win over the kind registry."""
 
 
 def register(info: ResourceInfo) -> ResourceInfo:
@@ -96,7 +103,12 @@ def register(info: ResourceInfo) -> ResourceInfo:
 
 def lookup(api_version: str, kind: str) -> ResourceInfo | None:
     """The resource serving ``apiVersion``/``kind``, or ``None`` if it is not known here."""
-    return _table.get((api_version, kind))
+    with _lock:
+        found = _table.get((api_version, kind))
+    if found is not None:
+        return found
+    info = kind_info(api_version, kind)
+    return custom_resource(info) if info is not None else None
 
 
 def resource_for(api_version: str, kind: str) -> ResourceInfo:
@@ -105,12 +117,16 @@ def resource_for(api_version: str, kind: str) -> ResourceInfo:
     if info is None:
         raise NotFound(
             f"unknown kind {kind!r} in {api_version!r}: not a built-in kind Modelplane uses nor one of "
-            f"engine.api.registry.KINDS (register it with tasks.cluster.resources.register)",
+            f"the kind registry engine.api.registry (register it with tasks.cluster.resources.register)",
             reason="UnknownKind",
         )
     return info
 
 
 def known_kinds() -> list[ResourceInfo]:
-    """Every kind currently in the table."""
-    return list(_table.values())
+    """Every kind currently known: built-in, registered at run time and the kind registry's."""
+    with _lock:
+        table = dict(_table)
+    for info in kinds():
+        table.setdefault((info.api_version, info.kind), custom_resource(info))
+    return list(table.values())

@@ -5,9 +5,10 @@ server, which calls the same code): unknown fields are pruned, ``default`` value
 invalid writes rejected with ``Invalid`` naming the field. The rules live once in
 :mod:`engine.api.schema`; this module only keeps the table of schemas by ``(apiVersion, kind)``:
 
-* Modelplane's kinds: the ``openAPIV3Schema`` of the CRDs in ``deployments/crds/``, which
-  ``engine.api.crds`` renders from the models (the drift test keeps the files equal to the rendering,
-  so they are taken from the renderer and need no file access at run time);
+* Modelplane's kinds (the kind registry, :func:`engine.api.registry.kind_info`): the ``openAPIV3Schema``
+  of the CRDs in ``deployments/crds/``, which ``engine.api.crds`` renders from the models (the drift
+  test keeps the files equal to the rendering, so they are taken from the renderer and need no file
+  access at run time);
 * any other CustomResourceDefinition registered with :func:`register_crd` (KServe, Gateway API, ...),
   which also makes its kind known to both backends (:func:`tasks.cluster.resources.register`).
 """
@@ -21,7 +22,7 @@ from typing import Any
 
 from engine.api import schema as rules
 from engine.api.crds import openapi_schema
-from engine.api.registry import KINDS
+from engine.api.registry import KindInfo, kind_info
 from tasks.cluster.base import Manifest
 from tasks.cluster.errors import Invalid
 from tasks.cluster.resources import ResourceInfo, register
@@ -31,15 +32,18 @@ _registered: dict[tuple[str, str], dict[str, Any]] = {}
 
 
 @cache
-def _modelplane_schemas() -> dict[tuple[str, str], dict[str, Any]]:
-    return {(k.api_version, k.kind): openapi_schema(k) for k in KINDS}
+def _modelplane_schema(info: KindInfo) -> dict[str, Any]:
+    return openapi_schema(info)
 
 
 def schema_for(api_version: str, kind: str) -> dict[str, Any] | None:
     """The structural schema of a custom kind, or None (built-in kinds have none here)."""
     with _lock:
         found = _registered.get((api_version, kind))
-    return found if found is not None else _modelplane_schemas().get((api_version, kind))
+    if found is not None:
+        return found
+    info = kind_info(api_version, kind)
+    return _modelplane_schema(info) if info is not None else None
 
 
 def register_crd(crd: Manifest) -> list[ResourceInfo]:

@@ -1,4 +1,4 @@
-"""engine.aim.templates and engine.aim.services: GPUs from node labels, profile matching, template
+"""engine.aim.templates, engine.aim.references and engine.aim.services: GPUs from node labels, profile matching, template
 status, references, names and the rendered InferenceService/HTTPRoute."""
 
 from __future__ import annotations
@@ -8,13 +8,13 @@ from datetime import UTC, datetime
 import pytest
 
 from engine.aim.discovery import DiscoveryRecord, parse_image_labels
+from engine.aim.references import resolve_references
 from engine.aim.services import (
     CacheMount,
     blocked_status,
     contains,
     render_http_route,
     render_inference_service,
-    resolve_references,
     route_name,
     route_path,
     service_status,

@@ -8,7 +8,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from engine.api.crds import PRINTER_COLUMNS, build_crd, crd_file_name, render_crds
+from engine.api.crds import build_crd, crd_file_name, render_crds
 from engine.api.registry import KINDS, KindInfo, kind_info
 from tests.api.helpers import (
     CRD_DIR,
@@ -81,7 +81,7 @@ def test_crd_metadata_follows_registry(info: KindInfo) -> None:
     assert ("status" in subresources) == info.has_status
     assert ("scale" in subresources) == info.has_scale
     assert ("status" in version["schema"]["openAPIV3Schema"]["properties"]) == info.has_status
-    assert version["additionalPrinterColumns"] == PRINTER_COLUMNS[info.kind]
+    assert version["additionalPrinterColumns"] == [c.to_dict() for c in info.printer_columns]
     assert any(c["name"] == "Age" for c in version["additionalPrinterColumns"])
 
 

@@ -24,8 +24,8 @@ EXAMPLES = custom_resource_examples()
 def test_registry_resolves_model_and_list(info: KindInfo) -> None:
     model = info.model()
     assert model.__name__ == info.kind
-    module = importlib.import_module(f"engine.api.{info.module}")
-    list_model = getattr(module, info.list_kind)
+    list_model = info.list_model()
+    assert list_model is getattr(importlib.import_module(info.module), info.list_kind)
     empty = list_model()
     assert empty.to_dict()["kind"] == info.list_kind
     assert empty.to_dict()["apiVersion"] == info.api_version

@@ -8,8 +8,9 @@ from datetime import UTC, datetime
 import pytest
 
 from engine.caches.identity import CACHE_IDENTITY_LABEL, cache_identity, cache_name
+from engine.caches.lookup import cache_available, cache_pvc, find_cache
 from engine.caches.sources import parse_source
-from tasks.caches import cache_available, cache_pvc, ensure_cache, find_cache, mark_used
+from tasks.caches import ensure_cache, mark_used
 from tasks.cluster import Cluster, ObjectRef
 
 MC = ("aim.silogen.ai/v1alpha1", "ModelCache")

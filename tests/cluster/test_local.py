@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from tasks.cluster import Conflict, Invalid, LocalCluster, NotFound, ObjectRef, Unavailable, retry_on_conflict
-from tasks.cluster.local import DIR_EVENTS_FILE
+from tasks.cluster.local_store import DIR_EVENTS_FILE
 from tasks.cluster.yamlfile import split_documents
 
 VA = ("llmd.ai/v1alpha1", "VariantAutoscaling")

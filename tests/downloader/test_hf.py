@@ -52,9 +52,10 @@ def model_files(root: pathlib.Path) -> dict[str, bytes]:
 @pytest.mark.parametrize("background_hash", [False, True], ids=["hashed-inline", "hashed-on-a-helper-thread"])
 def test_full_download_at_main(hf_server, repo, tmp_path: pathlib.Path, monkeypatch, background_hash: bool) -> None:  # type: ignore[no-untyped-def]
     if background_hash:  # large files are hashed on a helper thread: make every file large
-        monkeypatch.setattr("tasks.downloader.fill.BACKGROUND_HASH_BYTES", 0)
+        monkeypatch.setattr("tasks.downloader.transfer.BACKGROUND_HASH_BYTES", 0)
     monkeypatch.setattr(
-        "tasks.downloader.fill._hash_file", lambda *a: pytest.fail("a file was read back: the streamed hash was lost")
+        "tasks.downloader.transfer.hash_file",
+        lambda *a: pytest.fail("a file was read back: the streamed hash was lost"),
     )
     repo_id, _v1, main = repo
     snapshots = []
@@ -142,7 +143,7 @@ def test_checksum_mismatch_on_the_server_is_detected(
     hf_server, tmp_path: pathlib.Path, monkeypatch, background_hash: bool
 ) -> None:  # type: ignore[no-untyped-def]
     if background_hash:  # large files are hashed on a helper thread: make every file large
-        monkeypatch.setattr("tasks.downloader.fill.BACKGROUND_HASH_BYTES", 0)
+        monkeypatch.setattr("tasks.downloader.transfer.BACKGROUND_HASH_BYTES", 0)
     repo_id = hf_server.repos.new_repo_id("rotten")
     weights = os.urandom(200_000)
     hf_server.repos.commit(repo_id, {"config.json": b"{}", "model.safetensors": weights})

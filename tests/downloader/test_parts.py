@@ -107,15 +107,15 @@ def test_progress_reports_rate_eta_and_final_state() -> None:
 
 def test_stream_hash_follows_a_rewind_to_the_start_and_gives_up_on_any_other(tmp_path: pathlib.Path) -> None:
     """A client that restarts a file (server ignored Range) is hashed afresh; a rewind elsewhere falls back to reading."""
-    from tasks.downloader.fill import _HashingFile, _StreamHash
+    from tasks.downloader.hashing import HashingFile, StreamHash
 
     body = b"0123456789" * 1000
     remote = RemoteFile(path="a.bin", size=len(body), sha256=hashlib.sha256(body).hexdigest())
     path = tmp_path / "a.part"
     path.write_bytes(b"stale-prefix")
-    hasher = _StreamHash.of_prefix(path, remote, 12)
+    hasher = StreamHash.of_prefix(path, remote, 12)
     with open(path, "ab") as handle:
-        hashing = _HashingFile(handle, hasher)
+        hashing = HashingFile(handle, hasher)
         hashing.write(b"more")
         hashing.seek(0)
         hashing.truncate()
@@ -124,9 +124,9 @@ def test_stream_hash_follows_a_rewind_to_the_start_and_gives_up_on_any_other(tmp
     assert path.read_bytes() == body
     assert hasher.digests(len(body)) == {"sha256": remote.sha256}
 
-    hasher = _StreamHash(remote)
+    hasher = StreamHash(remote)
     with open(path, "ab") as handle:
-        hashing = _HashingFile(handle, hasher)
+        hashing = HashingFile(handle, hasher)
         hashing.seek(5)
         hashing.write(b"x")
     assert hasher.digests(hasher.position) is None
@@ -139,15 +139,15 @@ def test_background_hash_gives_the_stream_hash_digests_in_order_and_leaves_no_th
     import threading
     import time
 
-    from tasks.downloader.fill import _BackgroundHash, _HashingFile, _StreamHash
+    from tasks.downloader.hashing import BackgroundHash, HashingFile, StreamHash
 
-    monkeypatch.setattr(_BackgroundHash, "IDLE_SECONDS", 0.05)
+    monkeypatch.setattr(BackgroundHash, "IDLE_SECONDS", 0.05)
     body = bytes(range(256)) * 40_000
     remote = RemoteFile(path="a.bin", size=len(body), sha256=hashlib.sha256(body).hexdigest())
     path = tmp_path / "a.part"
-    hasher = _BackgroundHash(_StreamHash(remote))
+    hasher = BackgroundHash(StreamHash(remote))
     with open(path, "ab") as handle:
-        hashing = _HashingFile(handle, hasher)
+        hashing = HashingFile(handle, hasher)
         hashing.write(b"wrong start")
         hashing.seek(0)  # a server that ignored Range: the client starts over
         hashing.truncate()
@@ -155,7 +155,7 @@ def test_background_hash_gives_the_stream_hash_digests_in_order_and_leaves_no_th
             hashing.write(memoryview(body)[start : start + 65_536])  # a buffer the caller could reuse: copied
     assert hasher.digests(len(body)) == {"sha256": remote.sha256}
 
-    hasher = _BackgroundHash(_StreamHash(remote))
+    hasher = BackgroundHash(StreamHash(remote))
     hasher.update(0, body[:10])
     hasher.update(20, body[20:30])  # out of order: the file will be read back instead
     assert hasher.digests(30) is None
@@ -164,6 +164,6 @@ def test_background_hash_gives_the_stream_hash_digests_in_order_and_leaves_no_th
     while any(t.name == "modelplane-hash" for t in threading.enumerate()) and time.monotonic() < deadline:
         time.sleep(0.01)
     assert not any(t.name == "modelplane-hash" for t in threading.enumerate())
-    hasher2 = _BackgroundHash(_StreamHash(remote))  # and a hasher whose thread ended starts one again
+    hasher2 = BackgroundHash(StreamHash(remote))  # and a hasher whose thread ended starts one again
     hasher2.update(0, body)
     assert hasher2.digests(len(body)) == {"sha256": remote.sha256}

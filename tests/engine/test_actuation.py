@@ -20,7 +20,8 @@ from engine.optimize.actuation import (
     target_modes,
 )
 from engine.optimize.bindings import BindingDecision, TargetDecision
-from engine.optimize.cycle import SpecError, parse_variant, plan_variants
+from engine.optimize.plan import plan_variants
+from engine.optimize.spec import SpecError, parse_variant
 from tests.engine.test_optimize import NS, inputs, va
 
 
@@ -123,7 +124,7 @@ def test_unknown_metric_names_are_refused() -> None:
 
 
 def test_serving_group_members_take_their_group_targets_mode() -> None:
-    from tasks.optimize import binding_modes
+    from tasks.optimize.bindings import binding_modes
 
     binding = {
         "metadata": {

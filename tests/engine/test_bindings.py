@@ -17,7 +17,7 @@ from engine.optimize.bindings import (
     parse_scale_groups,
     plan_binding,
 )
-from engine.optimize.scaling import ScalingState
+from engine.optimize.scaling.behavior import ScalingState
 
 NOW = datetime(2026, 11, 22, 12, 0, 0, tzinfo=UTC)
 POLICY = {

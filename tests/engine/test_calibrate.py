@@ -27,8 +27,10 @@ from engine.simulate.calibrate import (
     ramp_windows,
     windows_from_aggregates,
 )
-from engine.simulate.replay import SimConfig, Trace, VariantModel, simulate, window_aggregates
+from engine.simulate.records import SimConfig, Trace, VariantModel
+from engine.simulate.replay import simulate
 from engine.simulate.trace import parse_trace_rows
+from engine.simulate.windows import window_aggregates
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 TRACE = REPO / "deployments" / "traces" / "azure-conv-2023-20min.csv"

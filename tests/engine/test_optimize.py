@@ -9,18 +9,9 @@ from typing import Any
 import pytest
 
 from engine.optimize.config import AcceleratorCost, ConfigError, parse_service_class
-from engine.optimize.cycle import (
-    CycleInputs,
-    ModelLoad,
-    PodSample,
-    SpecError,
-    VariantDecision,
-    parse_variant,
-    plan_variants,
-    replica_cost,
-    status_patch,
-    variant_status,
-)
+from engine.optimize.plan import VariantDecision, plan_variants
+from engine.optimize.spec import CycleInputs, ModelLoad, PodSample, SpecError, parse_variant, replica_cost
+from engine.optimize.status import status_patch, variant_status
 from engine.perf.saturation import DEFAULT_VARIANT_COST, SaturationConfigSet
 from tests.factories import PROFILES, variant_autoscaling
 
@@ -300,7 +291,7 @@ def test_scale_down_stabilization_rides_out_a_flapping_recommendation() -> None:
     the replica stays until a scale-down has been recommended for the whole window; state in an annotation."""
     from datetime import timedelta
 
-    from engine.optimize.cycle import ANNOTATION_SCALE_DOWN_PENDING, stabilize_scale_down
+    from engine.optimize.plan import ANNOTATION_SCALE_DOWN_PENDING, stabilize_scale_down
 
     annotations: dict[str, str] = {}
     desired_seen = []
@@ -328,3 +319,32 @@ def test_plan_variants_holds_a_scale_down_within_the_window() -> None:
     held = by_name(plan_variants(cycle))["a100"]
     assert held.desired == 4 and held.stabilization_changed and "stabilization window" in held.message
     assert held.stabilization is not None and '"max":' in held.stabilization
+
+
+def test_plan_cycle_decides_variants_and_bindings_in_one_call() -> None:
+    """The optimize flow's one engine call: the variants' and the bindings' decisions, what was sized for,
+    the service classes' targets and the summary line, nothing left for the flow to decide."""
+    from engine.optimize.bindings import BindingInputs, BindingTarget
+    from engine.optimize.plan import plan_cycle
+
+    policy = {"tolerancePercent": 10, "metrics": [{"metricName": "vllm:num_requests_waiting", "targetValue": "5"}]}
+    binding = BindingInputs(
+        namespace=NS,
+        name="b",
+        generation=1,
+        policy_name="p",
+        policy=policy,
+        heterogeneous=False,
+        targets=[BindingTarget("kthena", NS, "apps/v1", "Deployment", 2, 1, 10)],
+        instances=[{"vllm:num_requests_waiting": 10.0}, {"vllm:num_requests_waiting": 10.0}],
+    )
+    cycle = inputs([va("a100"), va("h100", "H100")], {"a100": 1, "h100": 1})
+    plan = plan_cycle(cycle, [binding])
+    assert [(d.name, d.desired) for d in plan.variants] == [(d.name, d.desired) for d in plan_variants(cycle)]
+    assert [t.desired for b in plan.bindings for t in b.targets] == [4]
+    assert plan.loads == {(NS, MODEL): (20.0, 128, 256)}
+    assert plan.slos == {(NS, MODEL): (500.0, 24.0)}
+    assert plan.summary.startswith("2 variants: 1 to scale, 0 not ready") and plan.summary.endswith(
+        "; 1 binding targets: 1 to scale"
+    )
+    assert plan_cycle(cycle).bindings == [] and "binding" not in plan_cycle(cycle).summary

@@ -1,4 +1,4 @@
-"""Tests for engine.optimize.scaling: Kthena recommendation, behaviour correction, distribution, scale to zero.
+"""Tests for engine.optimize.scaling (recommendation, behavior, distribution): Kthena recommendation, behaviour correction, distribution, scale to zero.
 
 The parametrized tables are ports of Kthena's own tests
 (pkg/autoscaler/algorithm/recommendation_test.go, revision_test.go,
@@ -11,26 +11,22 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from engine.optimize.scaling import (
-    MAX_RECOMMENDATION,
+from engine.api.meta import parse_time
+from engine.optimize.scaling.behavior import (
     Behavior,
-    Group,
     PanicPolicy,
     Sample,
     ScalingState,
     StablePolicy,
     apply_scale_to_zero,
     correct,
-    distribute,
     format_time,
     initialize_state,
     is_panic,
     parse_duration,
-    parse_time,
-    recommend,
-    scaling_blocks,
-    tolerance_from_percent,
 )
+from engine.optimize.scaling.distribution import Group, distribute, scaling_blocks
+from engine.optimize.scaling.recommendation import MAX_RECOMMENDATION, recommend, tolerance_from_percent
 
 T0 = datetime(2026, 1, 1, 12, 0, 0, tzinfo=UTC)
 

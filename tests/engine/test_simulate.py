@@ -7,15 +7,9 @@ import numpy as np
 import pytest
 
 from engine.perf.queueing import PerfProfile
-from engine.simulate.replay import (
-    Observation,
-    SimConfig,
-    Trace,
-    VariantModel,
-    poisson_trace,
-    simulate,
-    window_aggregates,
-)
+from engine.simulate.records import Observation, SimConfig, Trace, VariantModel, poisson_trace
+from engine.simulate.replay import simulate
+from engine.simulate.windows import window_aggregates
 
 PROFILE = PerfProfile(alpha=20.0, beta=0.4, gamma=5.0, delta=0.1, max_batch=16)
 

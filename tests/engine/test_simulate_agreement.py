@@ -16,7 +16,8 @@ import numpy as np
 import pytest
 
 from engine.perf.queueing import PerfProfile, Workload, analyze
-from engine.simulate.replay import SimConfig, VariantModel, poisson_trace, simulate
+from engine.simulate.records import SimConfig, VariantModel, poisson_trace
+from engine.simulate.replay import simulate
 
 IN, OUT = 1000, 200
 REQUESTS = 20000

@@ -13,8 +13,10 @@ import pathlib
 
 import pytest
 
-from engine.simulate.policies import build_scenario, run_policy, summarize_outcome, with_ttft_percentile
-from engine.simulate.replay import SimConfig
+from engine.simulate.outcome import summarize_outcome
+from engine.simulate.policies import run_policy
+from engine.simulate.records import SimConfig
+from engine.simulate.scenario import build_scenario, with_ttft_percentile
 from engine.simulate.trace import TraceShape
 from tasks.simulate import read_description, read_trace
 

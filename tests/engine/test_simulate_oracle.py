@@ -17,8 +17,11 @@ from engine.simulate.oracle import (
     oracle_policy,
     oracle_schedule,
 )
-from engine.simulate.policies import ClusterDescription, Scenario, build_scenario, run_policy, summarize_outcome
-from engine.simulate.replay import SimConfig, Trace, VariantModel, simulate
+from engine.simulate.outcome import summarize_outcome
+from engine.simulate.policies import run_policy
+from engine.simulate.records import SimConfig, Trace, VariantModel
+from engine.simulate.replay import simulate
+from engine.simulate.scenario import ClusterDescription, Scenario, build_scenario
 from tasks.simulate import read_description
 
 REPO = pathlib.Path(__file__).resolve().parents[2]

@@ -9,18 +9,12 @@ import pathlib
 import numpy as np
 import pytest
 
-from engine.optimize.cycle import SpecError, plan_variants
-from engine.simulate.policies import (
-    POLICIES,
-    build_scenario,
-    cycle_inputs,
-    make_policy,
-    peak_loads,
-    run_policy,
-    summarize_outcome,
-    with_hpa_metric,
-)
-from engine.simulate.replay import Observation, ReplicaGauges, SimConfig, Trace
+from engine.optimize.plan import plan_variants
+from engine.optimize.spec import SpecError
+from engine.simulate.outcome import summarize_outcome
+from engine.simulate.policies import POLICIES, cycle_inputs, make_policy, peak_loads, run_policy
+from engine.simulate.records import Observation, ReplicaGauges, SimConfig, Trace
+from engine.simulate.scenario import build_scenario, with_hpa_metric
 from tasks.simulate import read_description
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
@@ -167,22 +161,22 @@ def test_a_variant_without_a_profile_cannot_be_simulated_and_says_which(descript
 def test_the_flow_form_offers_exactly_the_simulated_choices() -> None:
     from typing import get_args
 
-    from engine.simulate.policies import _GAUGES
+    from engine.simulate.scenario import HPA_GAUGES
     from flows.simulate import HpaMetric, PolicyName
 
     assert get_args(PolicyName) == POLICIES
-    assert set(get_args(HpaMetric)) == set(_GAUGES)
+    assert set(get_args(HpaMetric)) == set(HPA_GAUGES)
 
 
 def test_modelplane_keeps_the_scale_down_window_state_between_cycles_as_the_flow_does(description) -> None:
     """The flow writes modelplane.io/scale-down-pending back; the simulated policy must too, or it never scales down."""
     import dataclasses
 
-    from engine.optimize.cycle import ANNOTATION_SCALE_DOWN_PENDING
+    from engine.optimize.plan import ANNOTATION_SCALE_DOWN_PENDING
 
     current = dict(zip(KEYS, [7, 4, 1, 3]))
     quiet = observation(current, completed=20)
-    from engine.optimize.cycle import DEFAULT_SCALE_DOWN_WINDOW_S
+    from engine.optimize.plan import DEFAULT_SCALE_DOWN_WINDOW_S
 
     scenario = build_scenario(description, small_trace(), SimConfig())
     assert scenario.scale_down_window_s == DEFAULT_SCALE_DOWN_WINDOW_S == 180.0  # the optimize flow's default

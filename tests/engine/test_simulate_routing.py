@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 
 from engine.perf.queueing import PerfProfile
-from engine.simulate.replay import Routing, SimConfig, Trace, VariantModel, poisson_trace, simulate
+from engine.simulate.records import Routing, SimConfig, Trace, VariantModel, poisson_trace
+from engine.simulate.replay import simulate
 
 FAST = PerfProfile(alpha=12.0, beta=0.2, gamma=3.0, delta=0.06, max_batch=64)
 SLOW = PerfProfile(alpha=20.0, beta=0.4, gamma=5.0, delta=0.18, max_batch=64)
@@ -68,8 +69,8 @@ def test_the_cluster_says_which_router_a_model_is_behind() -> None:
     import dataclasses
     import pathlib
 
-    from engine.optimize.cycle import SpecError
-    from engine.simulate.policies import build_scenario
+    from engine.optimize.spec import SpecError
+    from engine.simulate.scenario import build_scenario
     from tasks.simulate import read_description, routed_models
 
     granite, llama = "llm-serving/ibm/granite-13b", "llm-serving/meta/llama-3.1-8b"

@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 from engine.optimize.config import ServiceClass, parse_service_class
-from engine.optimize.cycle import ModelLoad, plan_variants
+from engine.optimize.plan import plan_variants
+from engine.optimize.spec import ModelLoad
 from engine.perf.queueing import SLO, PerfProfile, Workload, max_rate
 from engine.perf.tail_sizing import (
     ANNOTATION_TTFT_PERCENTILE,
@@ -23,7 +24,9 @@ from engine.perf.tail_sizing import (
     ttft_ceiling,
     ttft_percentile,
 )
-from engine.simulate.replay import PROMPT_TOKEN_BUCKETS, SimConfig, Trace, VariantModel, simulate
+from engine.simulate.records import SimConfig, Trace, VariantModel
+from engine.simulate.replay import simulate
+from engine.simulate.windows import PROMPT_TOKEN_BUCKETS
 from tests.engine.test_optimize import MODEL, NS, by_name, inputs, va
 from tests.factories import variant_autoscaling
 
@@ -314,12 +317,12 @@ def test_a_model_whose_accelerators_are_not_short_keeps_its_percentile() -> None
 
 def test_no_model_is_raised_when_every_accelerator_is_taken(monkeypatch: pytest.MonkeyPatch) -> None:
     """Raising costs MILP solves: only models with an accelerator that has room left are tried."""
-    import engine.optimize.cycle as optimize
+    import engine.optimize.model_based as model_based
 
     granite = granite_va("granite-a100", "A100")
     load = ModelLoad(6.0, float(PROMPTS.mean()), OUTPUTS, histogram(PROMPTS))
     seen: list[dict] = []
-    original = optimize._model_based_candidates
+    original = model_based._model_based_candidates
 
     def spy(specs, inputs_, result, caps=None):
         seen.append(dict(caps or {}))
@@ -343,7 +346,7 @@ def test_no_model_is_raised_when_every_accelerator_is_taken(monkeypatch: pytest.
     at_p90 = plan([va("llama-a100"), granite], None)
     low, high = (sum(d.desired or 0 for d in p.values()) for p in (at_mean, at_p90))
     assert high > low + 4
-    monkeypatch.setattr(optimize, "_model_based_candidates", spy)
+    monkeypatch.setattr(model_based, "_model_based_candidates", spy)
     decisions = plan([va("llama-a100"), granite], {"A100": (low + high) // 2})
     assert sum(d.desired or 0 for d in decisions.values()) >= (low + high) // 2 - 2
     assert all("sized for p" in d.message for d in decisions.values()), [d.message for d in decisions.values()]

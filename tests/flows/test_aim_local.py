@@ -139,7 +139,7 @@ def test_invalid_objects_get_a_condition_naming_the_field_and_the_others_proceed
     def failure(kind: str, name: str, namespace: str = "llm-serving") -> str:
         obj = objects[(kind, namespace, name)]
         # The boundary reader (tasks/boundary.py) marks what does not parse: Ready=False, reason InvalidSpec.
-        [cond] = [c for c in obj["status"]["conditions"] if c["reason"] in ("InvalidSpec", "ValidationFailed")]
+        [cond] = [c for c in obj["status"]["conditions"] if c["reason"] == "InvalidSpec"]
         return cond["message"]
 
     assert "spec.image" in failure("AIMClusterModel", "no-image", "")

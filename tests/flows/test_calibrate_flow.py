@@ -24,12 +24,13 @@ from engine.simulate.calibrate import (
     simulated_ramp,
     windows_from_aggregates,
 )
-from engine.simulate.replay import SimResult, window_aggregates
+from engine.simulate.records import SimResult
 from engine.simulate.trace import parse_trace_rows
+from engine.simulate.windows import window_aggregates
 from flows.calibrate import calibrate
 from flows.cli import app
 from tasks.calibrate import SERIES, prometheus_windows, write_windows_file
-from tasks.metrics import PrometheusMetrics
+from tasks.metrics.prometheus import PrometheusMetrics
 from tests.servers.promtest.fixture import PrometheusProcess, find_binary
 
 REPO = pathlib.Path(__file__).resolve().parents[2]

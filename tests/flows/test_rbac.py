@@ -46,7 +46,7 @@ EXERCISED_ELSEWHERE: dict[Permission, str] = {
         "",
         "configmaps",
         "get",
-    ): "optimize: a sloClassRef ConfigMap kept in the variant's own namespace (tasks/optimize.py)",
+    ): "optimize: a sloClassRef ConfigMap kept in the variant's own namespace (tasks/optimize/read.py)",
     ("", "persistentvolumeclaims", "delete"): "warm-caches: opt-in garbage collection (tests/caches)",
     ("aim.silogen.ai", "modelcaches", "delete"): "warm-caches: opt-in garbage collection (tests/caches)",
     (

@@ -1,67 +1,26 @@
-"""Kthena-style metric autoscaling: recommendation, behaviour correction, cost-ordered distribution.
+"""Behaviour correction: how far a target's replicas may move now, given what was recommended before.
 
-Why: Kthena's AutoscalingPolicy (seed 003) scales a model's backends from per-instance
-metrics the way the Kubernetes HPA does, then smooths the result with a stable policy
-(stabilization windows and rate limits) and a panic mode for sudden surges.  With
-heterogeneous hardware the total is poured into the backends cheapest-first.  This module
-re-implements that behaviour as pure functions over explicit, serializable state (the flow
-keeps :class:`ScalingState` in ``AutoscalingPolicyBinding.status``):
+Decides the corrected replica count from a recommendation and the target's history, as Kthena does:
 
-* :func:`recommend` -- ``pkg/autoscaler/algorithm/recommendation.go`` (GetRecommendedInstances);
-* :func:`correct` -- ``pkg/autoscaler/algorithm/revision.go`` (GetCorrectedInstances), the
-  panic bookkeeping of ``pkg/autoscaler/autoscaler/scaler.go``/``status.go`` and the sliding
-  windows of ``pkg/autoscaler/datastructure/sliding_window.go``;
-* :func:`distribute` -- ``pkg/autoscaler/autoscaler/optimizer.go`` (NewOptimizerMeta and
-  RestoreReplicasOfEachBackend);
+* :func:`correct` -- ``pkg/autoscaler/algorithm/revision.go`` (GetCorrectedInstances), the panic
+  bookkeeping of ``pkg/autoscaler/autoscaler/scaler.go``/``status.go`` and the sliding windows of
+  ``pkg/autoscaler/datastructure/sliding_window.go``;
 * :func:`apply_scale_to_zero` -- ``ModelBackend.scaleToZeroGracePeriod``.
 
-No I/O and no clock: time is always passed in as ``now`` (a tz-aware UTC datetime).
+Why explicit state: each flow run is a fresh process, so the windows live in :class:`ScalingState`,
+which the flow keeps in ``AutoscalingPolicyBinding.status`` (:meth:`ScalingState.to_dict`).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, NamedTuple
 
 from engine.api.meta import parse_duration as parse_go_duration
 from engine.api.meta import parse_time
-
-__all__ = [
-    "DEFAULT_COST_EXPANSION_RATE_PERCENT",
-    "DEFAULT_TOLERANCE_PERCENT",
-    "MAX_RECOMMENDATION",
-    "SELECT_AND",
-    "SELECT_OR",
-    "Behavior",
-    "Group",
-    "PanicPolicy",
-    "Sample",
-    "ScalingState",
-    "StablePolicy",
-    "apply_scale_to_zero",
-    "correct",
-    "distribute",
-    "format_time",
-    "initialize_state",
-    "is_panic",
-    "parse_duration",
-    "parse_time",
-    "recommend",
-    "scaling_blocks",
-    "tolerance_from_percent",
-]
-
-MAX_RECOMMENDATION = 1_000_000_000
-"""Upper cap of a single-metric recommendation (Kthena's int32 guard against infinite ratios)."""
-
-DEFAULT_TOLERANCE_PERCENT = 10
-"""``AutoscalingPolicySpec.tolerancePercent`` default."""
-
-DEFAULT_COST_EXPANSION_RATE_PERCENT = 200
-"""``OptimizerConfiguration.costExpansionRatePercent`` default."""
 
 SELECT_OR = "Or"
 SELECT_AND = "And"
@@ -98,156 +57,6 @@ def format_time(moment: datetime) -> str:
     if moment.microsecond:
         return moment.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
     return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-# --------------------------------------------------------------------------------------------
-# Recommendation (HPA-style)
-# --------------------------------------------------------------------------------------------
-
-
-def tolerance_from_percent(tolerance_percent: int | float | None) -> float:
-    """``tolerancePercent`` (10) -> the fraction :func:`recommend` expects (0.1); ``None`` -> default."""
-    if tolerance_percent is None:
-        tolerance_percent = DEFAULT_TOLERANCE_PERCENT
-    return float(tolerance_percent) * 0.01
-
-
-def _div(numerator: float, denominator: float) -> float:
-    """IEEE-754 division as in Go: x/0 is +-Inf, 0/0 is NaN -- never an exception."""
-    if denominator == 0:
-        if numerator == 0 or math.isnan(numerator):
-            return math.nan
-        return math.copysign(math.inf, numerator) * math.copysign(1.0, denominator)
-    return numerator / denominator
-
-
-def _ceil_instances(value: float) -> int:
-    """``ceil`` into [0, MAX_RECOMMENDATION]; NaN -> 0 and +Inf -> the cap (getCeilDesiredInstances)."""
-    if math.isnan(value):
-        return 0
-    if value >= MAX_RECOMMENDATION:
-        return MAX_RECOMMENDATION
-    return max(0, math.ceil(value))
-
-
-def _direction(ratio: float) -> int:
-    """+1 when usage is at or above target (ratio >= 1, scale-up side), else -1 (NaN counts as -1)."""
-    return 1 if ratio >= 1.0 else -1
-
-
-def _within_tolerance(ratio: float, tolerance: float) -> bool:
-    """``|ratio - 1| <= tolerance`` (inclusive band; NaN is never within)."""
-    return abs(ratio - 1.0) <= tolerance
-
-
-def _external_desired(current: int, tolerance: float, target: float, value: float) -> int:
-    """External (aggregate) metric: desired = value / target; keep current inside the band."""
-    desired = _div(value, target)
-    if _within_tolerance(_div(desired, current), tolerance):
-        return current
-    return _ceil_instances(desired)
-
-
-def _instance_desired(
-    current: int,
-    tolerance: float,
-    name: str,
-    target: float,
-    unready: int,
-    instances: Sequence[Mapping[str, float]],
-    reporter_counts: Mapping[str, int] | None,
-    metric_unready_counts: Mapping[str, int] | None,
-) -> int | None:
-    """Per-instance metric: HPA's ratio with missing/unready instance handling; None = no data."""
-    values = [inst[name] for inst in instances if name in inst]
-    total = float(sum(values))
-    count = len(values)
-    missing = len(instances) - count
-    unready_count = unready
-    if reporter_counts is not None and name in reporter_counts:
-        # Metric aggregated upstream: the count of reporters is known, not the instances.
-        unready_count = (metric_unready_counts or {}).get(name, 0)
-        count = reporter_counts[name]
-        missing = max(current - unready_count - count, 0)
-    if count == 0:
-        return None
-    ratio = _div(_div(total, count), target)
-    add_unready = unready_count > 0 and _direction(ratio) > 0
-    if not add_unready and missing == 0:
-        if _within_tolerance(ratio, tolerance):
-            return current
-        return _ceil_instances(ratio * count)
-    # Conservative re-estimate: missing instances at 100% of target when scaling down
-    # (0 when scaling up), unready instances at 0 when scaling up.
-    count += missing
-    if _direction(ratio) < 0:
-        total += missing * target
-    if add_unready:
-        count += unready_count
-    new_ratio = _div(_div(total, count), target)
-    if _within_tolerance(new_ratio, tolerance) or _direction(ratio) != _direction(new_ratio):
-        return current
-    desired = _ceil_instances(new_ratio * count)
-    if (_direction(new_ratio) < 0 and desired > current) or (_direction(new_ratio) > 0 and desired < current):
-        return current
-    return desired
-
-
-def recommend(
-    current: int,
-    min_replicas: int,
-    max_replicas: int,
-    tolerance: float,
-    targets: Mapping[str, float],
-    instances: Sequence[Mapping[str, float]],
-    unready: int = 0,
-    external: Mapping[str, float] | None = None,
-    *,
-    reporter_counts: Mapping[str, int] | None = None,
-    metric_unready_counts: Mapping[str, int] | None = None,
-) -> int | None:
-    """Recommended replica count from metrics, or ``None`` when no metric has data (skip).
-
-    ``tolerance`` is a FRACTION (Kthena passes ``tolerancePercent * 0.01``; use
-    :func:`tolerance_from_percent`).  ``targets`` maps metric name -> target value per
-    instance; ``instances`` holds one dict per READY instance (a missing key = that instance
-    did not report the metric); ``unready`` counts instances not ready; ``external`` maps a
-    metric name -> one aggregate value (desired = value / target, compared with current).
-
-    Rules (Kthena GetRecommendedInstances, HPA semantics):
-
-    * ``current < min`` -> ``min`` and ``current > max`` -> ``max``, before looking at metrics;
-    * per metric ``ratio = mean / target`` over the instances that have it; inside the band
-      ``|ratio - 1| <= tolerance`` the metric recommends ``current``, else ``ceil(ratio * n)``;
-    * with missing or (on the scale-up side) unready instances, the ratio is recomputed with
-      missing at 100% of target when scaling down / 0 when scaling up, unready at 0 when
-      scaling up; if that lands in the band, flips direction, or would move against the
-      original direction, the metric recommends ``current``;
-    * the maximum over metrics, clamped to ``[min, max]``; a target of 0 or an infinite ratio
-      caps at ``MAX_RECOMMENDATION`` before the clamp.
-
-    ``reporter_counts``/``metric_unready_counts`` (optional) describe metrics whose instances
-    were aggregated upstream: the number of reporters and of unready instances per metric.
-    """
-    if current < min_replicas:
-        return min_replicas
-    if current > max_replicas:
-        return max_replicas
-    external = external or {}
-    best: int | None = None
-    for name, target in targets.items():
-        target = float(target)
-        if name in external:
-            desired: int | None = _external_desired(current, tolerance, target, float(external[name]))
-        else:
-            desired = _instance_desired(
-                current, tolerance, name, target, unready, instances, reporter_counts, metric_unready_counts
-            )
-        if desired is not None:
-            best = desired if best is None else max(best, desired)
-    if best is None:
-        return None
-    return min(max(best, min_replicas), max_replicas)
 
 
 # --------------------------------------------------------------------------------------------
@@ -660,92 +469,3 @@ def apply_scale_to_zero(
     if current == 0 or grace <= 0 or _seconds(now - since) >= grace:
         return 0, with_zero(since)
     return 1, with_zero(since)
-
-
-# --------------------------------------------------------------------------------------------
-# Heterogeneous distribution (OptimizerConfiguration)
-# --------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Group:
-    """One backend of an OptimizerConfiguration: cost per replica and its replica bounds."""
-
-    cost: float
-    min_replicas: int
-    max_replicas: int
-
-
-def _as_group(item: Any) -> Group:
-    """Accept a Group, an object with ``cost``/``min_replicas``/``max_replicas``, a dict or a tuple."""
-    if isinstance(item, Group):
-        return item
-    if isinstance(item, Mapping):
-        return Group(
-            item["cost"],
-            int(item.get("min_replicas", item.get("minReplicas", 0))),
-            int(item.get("max_replicas", item.get("maxReplicas", 0))),
-        )
-    if hasattr(item, "cost"):
-        return Group(item.cost, int(item.min_replicas), int(item.max_replicas))
-    cost, low, high = item
-    return Group(cost, int(low), int(high))
-
-
-class _Block(NamedTuple):
-    cost: float
-    index: int
-    replicas: int
-
-
-def scaling_blocks(
-    groups: Iterable[Any], cost_expansion_rate_percent: int = DEFAULT_COST_EXPANSION_RATE_PERCENT
-) -> list[tuple[int, int, float]]:
-    """The fill order as ``(group_index, replicas, block_cost)``, cheapest first (ties: group order).
-
-    Each group's capacity above its minimum is cut into blocks of 1, P, P^2, ... replicas
-    (P = rate / 100, sizes truncated to integers and at least 1, the last one cut to what is
-    left) costing ``cost * size``.  With rate 100 the whole capacity is a single block at the
-    group's unit ``cost``; with rate < 100 every block is one replica.
-    """
-    blocks: list[_Block] = []
-    factor = float(cost_expansion_rate_percent) / 100.0
-    for index, group in enumerate(_as_group(g) for g in groups):
-        left = group.max_replicas - group.min_replicas
-        if left <= 0:
-            continue
-        if cost_expansion_rate_percent == 100:
-            blocks.append(_Block(group.cost, index, left))
-            continue
-        size = 1.0
-        while left > 0:
-            take = min(left, max(int(min(size, left)), 1))
-            blocks.append(_Block(group.cost * take, index, take))
-            left -= take
-            size *= factor
-    blocks.sort(key=lambda b: (b.cost, b.index))
-    return [(b.index, b.replicas, b.cost) for b in blocks]
-
-
-def distribute(
-    groups: Sequence[Any],
-    total: int,
-    cost_expansion_rate_percent: int = DEFAULT_COST_EXPANSION_RATE_PERCENT,
-) -> list[int]:
-    """Split ``total`` replicas over the groups, cheapest blocks first; one count per group, in order.
-
-    Every group gets its minimum; ``total`` is clamped to ``[sum of minima, sum of maxima]``
-    and the rest is poured into :func:`scaling_blocks` in order.
-    """
-    parsed = [_as_group(g) for g in groups]
-    counts = [g.min_replicas for g in parsed]
-    low = sum(counts)
-    high = sum(g.max_replicas for g in parsed)
-    left = max(min(int(total), high), low) - low
-    for index, replicas, _cost in scaling_blocks(parsed, cost_expansion_rate_percent):
-        if left <= 0:
-            break
-        take = min(left, replicas)
-        counts[index] += take
-        left -= take
-    return counts

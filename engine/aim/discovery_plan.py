@@ -1,0 +1,150 @@
+"""The discovery of one AIMClusterModel, decided without I/O: what discover-models writes for it.
+
+:func:`images_to_read` decides which images the run reads (each distinct image once, with the record
+persisted on the model that asks first). After the reads, :func:`plan_model` takes a model (as read and
+as its parsed API model), its discovery record and :class:`DiscoveryWorld` (the templates the run read,
+the target namespaces), and decides everything: the record to persist in the model's annotation, the
+auto-created templates to create (never over a template a person wrote), the auto-created templates the
+current image no longer wants (to delete), and the model's ``MetadataExtracted`` and ``Ready``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from engine.aim.discovery import (
+    MODEL_LABEL,
+    DiscoveryRecord,
+    auto_templates,
+    is_auto_template,
+    metadata_condition,
+    needs_fetch,
+    ready_condition,
+)
+from engine.api.aim import AIMClusterModel
+from engine.status import ConditionUpdate
+
+Manifest = dict[str, Any]
+
+
+def previous_record(model: Manifest) -> DiscoveryRecord | None:
+    """What discovery persisted on the model (its ``aim.silogen.ai/image-metadata`` annotation)."""
+    return DiscoveryRecord.from_annotations(model["metadata"].get("annotations"))
+
+
+def images_to_read(
+    models: Sequence[tuple[Manifest, AIMClusterModel]], now: datetime, resync: timedelta
+) -> dict[str, DiscoveryRecord | None]:
+    """``image -> previous record`` of every image to read now: never read, ``spec.image`` changed, a
+    transient failure last time, or older than ``resync``. Each distinct image once."""
+    wanted: dict[str, DiscoveryRecord | None] = {}
+    for obj, model in models:
+        previous = previous_record(obj)
+        if needs_fetch(previous, model.spec.image, now, resync):
+            wanted.setdefault(model.spec.image, previous)
+    return wanted
+
+
+@dataclass(frozen=True)
+class DiscoveryWorld:
+    """What one discover-models run read about templates, and where it creates them."""
+
+    namespaces: Sequence[str]
+    existing: Mapping[tuple[str, str], Manifest]
+    """``(namespace, name)`` -> every AIMServiceTemplate."""
+    auto_by_model: Mapping[str, Sequence[Manifest]]
+    """model name -> the templates discovery created for it."""
+
+    @classmethod
+    def of(cls, templates: Sequence[Manifest], namespaces: Sequence[str]) -> DiscoveryWorld:
+        """Index the templates by namespace and name, and the auto-created ones by model."""
+        auto_by_model: dict[str, list[Manifest]] = {}
+        for template in templates:
+            if is_auto_template(template):
+                owner = (template["metadata"].get("labels") or {}).get(MODEL_LABEL, "")
+                auto_by_model.setdefault(owner, []).append(template)
+        existing = {(t["metadata"]["namespace"], t["metadata"]["name"]): t for t in templates}
+        return cls(list(namespaces), existing, auto_by_model)
+
+
+@dataclass(frozen=True)
+class ModelPlan:
+    """Everything discover-models writes for one model, and the line it reports."""
+
+    name: str
+    image: str
+    persist: DiscoveryRecord | None
+    """The record to store in the model's annotation (read in this run), else None."""
+    create: tuple[Manifest, ...]
+    skipped: tuple[str, ...]
+    stale: tuple[Manifest, ...]
+    conditions: tuple[ConditionUpdate, ...]
+    result: str
+    """``ok``, the failure reason, or ``not read``."""
+    deployments: int
+    templates: int
+
+
+def _to_create(
+    desired: Sequence[Manifest], existing: Mapping[tuple[str, str], Manifest]
+) -> tuple[list[Manifest], list[str]]:
+    """The desired templates that do not exist, and why the others are left alone (an existing one
+    that is not discovery's is a person's template of the same name)."""
+    create: list[Manifest] = []
+    skipped: list[str] = []
+    for obj in desired:
+        key = (obj["metadata"]["namespace"], obj["metadata"]["name"])
+        found = existing.get(key)
+        if found is None:
+            create.append(obj)
+        elif not is_auto_template(found):
+            skipped.append(f"{key[0]}/{key[1]}: a template not created by discovery has this name; left as it is")
+    return create, skipped
+
+
+def plan_model(
+    obj: Manifest, model: AIMClusterModel, record: DiscoveryRecord | None, read_now: bool, world: DiscoveryWorld
+) -> ModelPlan:
+    """Decide one model's discovery: record to persist, templates to create and delete, conditions.
+
+    ``record`` is this run's read of the model's image (``read_now``) or the persisted one."""
+    name, image = obj["metadata"]["name"], model.spec.image
+    current = record is not None and record.ok and record.metadata is not None and record.image == image
+    plan = auto_templates(obj, record.metadata, world.namespaces) if current and record and record.metadata else None
+    ours = list(world.auto_by_model.get(name, []))
+    create: list[Manifest] = []
+    skipped: list[str] = []
+    stale: list[Manifest] = []
+    if plan is not None:
+        create, skipped = _to_create(plan.templates, world.existing)
+        skipped += [f"{name}: {why}" for why in plan.skipped]
+        # Templates of an earlier image (or a deployment the image no longer recommends) go: their
+        # names hash the image, so the new image's templates replace them.
+        wanted = {(t["metadata"]["namespace"], t["metadata"]["name"]) for t in plan.templates}
+        stale = [
+            t
+            for t in ours
+            if t["metadata"]["namespace"] in world.namespaces
+            and (t["metadata"]["namespace"], t["metadata"]["name"]) not in wanted
+        ]
+        ours = [t for t in ours if t not in stale]
+    states = [(t.get("status") or {}).get("status") or "Pending" for t in ours]
+    if plan is not None and len(ours) < len(plan.templates):
+        states += ["Pending"] * (len(plan.templates) - len(ours))
+    conditions = (metadata_condition(record), ready_condition(record, states, bool(plan and plan.templates)))
+    ok = record is not None and record.ok
+    return ModelPlan(
+        name=name,
+        image=image,
+        persist=record if read_now and record is not None else None,
+        create=tuple(create),
+        skipped=tuple(skipped),
+        stale=tuple(stale),
+        conditions=conditions,
+        result="ok" if ok else ((record.reason or "") if record is not None else "not read"),
+        deployments=len(record.metadata.recommended_deployments) if ok and record and record.metadata else 0,
+        templates=len(plan.templates) if plan else 0,
+    )

@@ -1,0 +1,326 @@
+"""The rollout of one AIMService, decided at once without I/O: what rollout-services writes for it.
+
+:func:`plan_service` takes the service (as read and as its parsed API model) and :class:`ServiceWorld`,
+what the flow read from the cluster indexed by namespace, and decides everything: its references
+(:func:`engine.aim.references.resolve_references`), the workload and route names (unique per namespace
+and service, never taking over an InferenceService another object controls), the caches it mounts and
+the ones to request, the rendered InferenceService and HTTPRoute with the merge-patches that bring
+existing ones to them, the objects it controls under an older name (to delete), and its status. The
+flow writes the :class:`ServicePlan` in order: requested caches, the InferenceService, ``lastUsed`` on
+the mounted caches, the HTTPRoute, the retired objects, the status.
+
+A cache the plan requests is not Available by definition (it is created now and filled by
+warm-caches), so the status needs no answer from the write.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from engine.aim.references import STATUS_FAILED, Resolution, resolve_references
+from engine.aim.services import (
+    COND_READY,
+    CacheMount,
+    ServiceOutcome,
+    blocked_status,
+    render_http_route,
+    render_inference_service,
+    routing_of,
+    service_status,
+    update_patch,
+    workload_name,
+)
+from engine.aim.templates import GpuInventory, ModelCatalog, cluster_gpus
+from engine.api.aim import AIMNamespaceConfig, AIMService
+from engine.caches.lookup import CacheRequest, cache_available, cache_pvc, find_cache
+from engine.caches.sources import parse_source
+
+Manifest = dict[str, Any]
+
+MANAGED_PREDICTOR_KEYS = ("imagePullSecrets", "affinity")
+"""Predictor keys Modelplane renders and removes again when the rendering no longer has them."""
+
+
+def by_namespace(items: Sequence[Manifest]) -> dict[str, dict[str, Manifest]]:
+    """``namespace -> name -> object``."""
+    result: dict[str, dict[str, Manifest]] = {}
+    for item in items:
+        meta = item["metadata"]
+        result.setdefault(meta.get("namespace") or "", {})[meta["name"]] = item
+    return result
+
+
+def controller_uid(obj: Mapping[str, Any] | None) -> str | None:
+    """The uid of the object's controller (its ``ownerReferences`` entry with ``controller: true``)."""
+    for ref in ((obj or {}).get("metadata") or {}).get("ownerReferences") or []:
+        if ref.get("controller"):
+            uid = ref.get("uid")
+            return str(uid) if uid is not None else None
+    return None
+
+
+@dataclass(frozen=True)
+class ServiceWorld:
+    """What one rollout-services run read, indexed for per-service planning."""
+
+    catalog: ModelCatalog
+    templates: Mapping[str, Mapping[str, Manifest]]
+    configs: Mapping[str, Mapping[str, Manifest]]
+    config_models: Mapping[tuple[str, str], AIMNamespaceConfig]
+    """``(namespace, name)`` -> the namespace config as its API model."""
+    caches: Mapping[str, Sequence[Manifest]]
+    isvcs: Mapping[str, Mapping[str, Manifest]]
+    routes: Mapping[str, Mapping[str, Manifest]]
+    inventory: GpuInventory
+    controlled: Mapping[str, Sequence[Manifest]] = field(default_factory=dict)
+    """controller uid -> the InferenceServices and HTTPRoutes it controls."""
+
+    @classmethod
+    def of(
+        cls,
+        *,
+        models: Sequence[Manifest],
+        templates: Sequence[Manifest],
+        configs: Sequence[tuple[Manifest, AIMNamespaceConfig]],
+        caches: Sequence[Manifest],
+        nodes: Sequence[Manifest],
+        isvcs: Sequence[Manifest],
+        routes: Sequence[Manifest],
+    ) -> ServiceWorld:
+        """Index what the flow read (configs as read with their API models) by namespace and name."""
+        controlled: dict[str, list[Manifest]] = {}
+        for obj in [*isvcs, *routes]:
+            uid = controller_uid(obj)
+            if uid:
+                controlled.setdefault(uid, []).append(obj)
+        return cls(
+            catalog=ModelCatalog(models),
+            templates=by_namespace(templates),
+            configs=by_namespace([obj for obj, _ in configs]),
+            config_models={(obj["metadata"]["namespace"], obj["metadata"]["name"]): model for obj, model in configs},
+            caches={ns: list(items.values()) for ns, items in by_namespace(caches).items()},
+            isvcs=by_namespace(isvcs),
+            routes=by_namespace(routes),
+            inventory=cluster_gpus(nodes),
+            controlled=controlled,
+        )
+
+
+@dataclass(frozen=True)
+class ObjectWrite:
+    """One rendered object: created when ``existing`` is None, merge-patched with ``patch`` when given."""
+
+    desired: Manifest
+    existing: Manifest | None
+    patch: Mapping[str, Any] | None
+
+    @property
+    def action(self) -> str:
+        """``created``, ``updated`` or ``unchanged``."""
+        if self.existing is None:
+            return "created"
+        return "unchanged" if self.patch is None else "updated"
+
+
+@dataclass(frozen=True)
+class ServicePlan:
+    """Everything rollout-services writes for one AIMService, and the line it reports."""
+
+    namespace: str
+    name: str
+    outcome: ServiceOutcome
+    workload: str
+    """The InferenceService name reported (the existing one of a blocked service, else the desired one)."""
+    reason: str
+    blocked: bool = False
+    """Whether a reference (or a name) stops the rollout: only the status is written."""
+    cache_requests: tuple[CacheRequest, ...] = ()
+    isvc: ObjectWrite | None = None
+    route: ObjectWrite | None = None
+    mounted: tuple[Manifest, ...] = ()
+    """The Available caches the InferenceService mounts (their ``lastUsed`` is set when it is written)."""
+    retire: tuple[Manifest, ...] = ()
+    """InferenceServices and HTTPRoutes the service controls under another name."""
+
+    @property
+    def action(self) -> str:
+        """What happened to the workload: ``none`` when blocked, else the InferenceService's action, or the
+        HTTPRoute's when the InferenceService is unchanged."""
+        if self.blocked:
+            return "none"
+        action = self.isvc.action if self.isvc else "unchanged"
+        return self.route.action if action == "unchanged" and self.route is not None else action
+
+
+@dataclass(frozen=True)
+class _Caches:
+    """The caches of a resolved service: their readiness condition, mounts, and what to request."""
+
+    ready: bool
+    reason: str
+    message: str
+    mounts: tuple[CacheMount, ...]
+    mounted: tuple[Manifest, ...]
+    requests: tuple[CacheRequest, ...]
+
+
+def _plan_caches(
+    sources: Sequence[str], caches: Sequence[Manifest], storage_class: str | None, request: bool, requested_by: str
+) -> _Caches:
+    """Each source's cache from the namespace's LIST; with ``request`` a missing downloadable one is
+    requested (and not Available yet). Existing Available caches are mounted even when not requested."""
+    found: list[tuple[str, Manifest | None]] = []
+    requests: list[CacheRequest] = []
+    for text in sources:
+        try:
+            source = parse_source(text)
+        except ValueError:
+            found.append((text, None))
+            continue
+        cache = find_cache(caches, source, storage_class)
+        if cache is None and request and source.downloadable:
+            requests.append(CacheRequest(text, storage_class, requested_by))
+        found.append((text, cache))
+    available = [
+        (text, cache) for text, cache in found if cache is not None and cache_available(cache) and cache_pvc(cache)
+    ]
+    failed = [text for text, cache in found if ((cache or {}).get("status") or {}).get("status") == "Failed"]
+    if failed:
+        ready, reason, message = False, "CacheFailed", f"cache of {', '.join(failed)} failed"
+    elif request and len(available) < len(found):
+        ready, reason, message = False, "WaitingForCache", f"{len(available)} of {len(found)} model caches available"
+    else:
+        ready, reason = True, "CacheWarm"
+        message = (
+            f"{len(available)} model caches mounted"
+            if available
+            else "caching not requested; the runtime downloads the model"
+        )
+    mounts = tuple(CacheMount(text, cache["metadata"]["name"], cache_pvc(cache) or "") for text, cache in available)
+    return _Caches(ready, reason, message, mounts, tuple(cache for _, cache in available), tuple(requests))
+
+
+def _blocking(
+    service: Manifest, resolution: Resolution, isvc_name: str | None, existing: Manifest | None
+) -> tuple[Resolution, Manifest | None]:
+    """The resolution and the service's existing InferenceService, or what else stops the rollout: a
+    namespace too long for KServe's host label, or an InferenceService of the wanted name that another
+    object controls (it is then not this service's workload)."""
+    if resolution.blocked:
+        return resolution, existing
+    namespace = service["metadata"]["namespace"]
+    if isvc_name is None:
+        return Resolution(
+            STATUS_FAILED,
+            "ValidationFailed",
+            f"namespace {namespace!r} is too long for KServe's 63-character host label {{isvc}}-predictor-{{namespace}}",
+        ), existing
+    other = controller_uid(existing)
+    if existing is not None and other not in (None, service["metadata"].get("uid")):
+        return Resolution(
+            STATUS_FAILED,
+            "ValidationFailed",
+            f"InferenceService {isvc_name!r} exists and is controlled by another object (uid {other}); it is left alone",
+        ), None
+    return resolution, existing
+
+
+def _after_write(isvc: ObjectWrite) -> Manifest | None:
+    """The InferenceService as the cluster holds it once written: the rendered spec on the existing
+    object (its status stays until the controller reports again)."""
+    if isvc.existing is None:
+        return isvc.desired
+    return isvc.existing if isvc.patch is None else {**isvc.existing, "spec": isvc.desired["spec"]}
+
+
+def _workload_name(service: Manifest) -> str | None:
+    try:
+        return workload_name(service["metadata"]["name"], service["metadata"]["namespace"])
+    except ValueError:
+        return None
+
+
+def _retired(service: Manifest, world: ServiceWorld, isvc_name: str, route_name: str | None) -> tuple[Manifest, ...]:
+    """The InferenceServices and HTTPRoutes this service controls under another name (a name an earlier
+    version gave it, e.g. before names hashed the service too); routes only once the current one exists."""
+    uid = service["metadata"].get("uid")
+    if not uid:
+        return ()
+    owned = world.controlled.get(uid, [])
+    stale = [o for o in owned if o["kind"] == "InferenceService" and o["metadata"]["name"] != isvc_name]
+    if route_name is not None:
+        stale += [o for o in owned if o["kind"] == "HTTPRoute" and o["metadata"]["name"] != route_name]
+    return tuple(stale)
+
+
+def plan_service(service: Manifest, model: AIMService, world: ServiceWorld) -> ServicePlan:
+    """Decide one service's rollout: references, names, caches, rendered children, retired objects, status."""
+    namespace, name = service["metadata"]["namespace"], service["metadata"]["name"]
+    resolution = resolve_references(
+        service,
+        world.catalog,
+        world.templates.get(namespace, {}),
+        world.configs.get(namespace, {}),
+        world.inventory,
+    )
+    isvc_name = _workload_name(service)
+    existing = world.isvcs.get(namespace, {}).get(isvc_name) if isvc_name else None
+    resolution, existing = _blocking(service, resolution, isvc_name, existing)
+    if resolution.blocked or isvc_name is None:
+        outcome = blocked_status(resolution, existing is not None)
+        workload = existing["metadata"]["name"] if existing else ""
+        return ServicePlan(namespace, name, outcome, workload, resolution.reason, blocked=True)
+
+    config = resolution.config or {}
+    config_model = world.config_models.get((namespace, str((config.get("metadata") or {}).get("name"))))
+    storage_class = config_model.spec.cache_storage_class_name if config_model else None
+    caches = _plan_caches(
+        resolution.sources,
+        world.caches.get(namespace, []),
+        storage_class,
+        model.spec.cache_model is not False,
+        f"AIMService/{namespace}/{name}",
+    )
+    enabled, gateway = routing_of(config)
+    routing_problem = (
+        None
+        if gateway or not enabled
+        else "routing.autoCreateRoute is true but the AIMNamespaceConfig names no routing.gateway"
+    )
+    isvc = route = None
+    retire: tuple[Manifest, ...] = ()
+    if caches.ready:
+        desired = render_inference_service(service, resolution, world.inventory, caches.mounts)
+        isvc = ObjectWrite(
+            desired, existing, update_patch(existing, desired, MANAGED_PREDICTOR_KEYS) if existing else None
+        )
+        if enabled and gateway:
+            desired_route = render_http_route(service, gateway, desired["metadata"]["name"])
+            old_route = world.routes.get(namespace, {}).get(desired_route["metadata"]["name"])
+            route = ObjectWrite(desired_route, old_route, update_patch(old_route, desired_route) if old_route else None)
+        retire = _retired(service, world, isvc_name, route.desired["metadata"]["name"] if route else None)
+    outcome = service_status(
+        caches.ready,
+        caches.reason,
+        caches.message,
+        _after_write(isvc) if isvc else existing,
+        (route.existing if route.action == "unchanged" else route.desired) if route else None,
+        enabled,
+        routing_problem,
+        resolution.selected,
+    )
+    ready = next((c for c in outcome.conditions if c.type == COND_READY), None)
+    return ServicePlan(
+        namespace,
+        name,
+        outcome,
+        isvc_name,
+        ready.reason if ready else "",
+        cache_requests=caches.requests,
+        isvc=isvc,
+        route=route,
+        mounted=caches.mounted if isvc and isvc.action != "unchanged" else (),
+        retire=retire,
+    )

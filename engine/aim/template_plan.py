@@ -1,0 +1,153 @@
+"""The resolution of one AIMServiceTemplate, and its model's readiness, decided without I/O: what
+resolve-templates writes.
+
+:func:`plan_template` takes the template (as read and as its parsed API model) and
+:class:`TemplateWorld`, what the flow read indexed by namespace, and decides its profile
+(:func:`engine.aim.templates.resolve_profile`), the caches to request when ``warmCache`` is set (the
+namespace's ``default`` AIMNamespaceConfig names their storage class) and its status. A cache the plan
+requests is not there yet (state ``None``: ``WarmRequested``), so the status needs no answer from the
+write. :func:`plan_model_readiness` then gives each model whose templates discovery created its
+``Ready`` from those templates as this run left them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from engine.aim.discovery import MODEL_LABEL, is_auto_template, ready_condition
+from engine.aim.service_plan import by_namespace
+from engine.aim.templates import (
+    GpuInventory,
+    ModelCatalog,
+    TemplateOutcome,
+    cluster_gpus,
+    resolve_profile,
+    template_status,
+)
+from engine.api.aim import AIMNamespaceConfig, AIMServiceTemplate
+from engine.caches.lookup import CacheRequest, find_cache
+from engine.caches.sources import parse_source
+from engine.status import ConditionUpdate
+
+Manifest = dict[str, Any]
+
+DEFAULT_CONFIG = "default"
+"""The AIMNamespaceConfig whose ``cacheStorageClassName`` a template's caches use."""
+
+
+@dataclass(frozen=True)
+class TemplateWorld:
+    """What one resolve-templates run read, indexed for per-template planning."""
+
+    catalog: ModelCatalog
+    inventory: GpuInventory
+    caches: Mapping[str, Sequence[Manifest]]
+    storage_classes: Mapping[str, str | None]
+    """namespace -> ``cacheStorageClassName`` of its ``default`` AIMNamespaceConfig."""
+
+    @classmethod
+    def of(
+        cls,
+        *,
+        models: Sequence[Manifest],
+        configs: Sequence[AIMNamespaceConfig],
+        caches: Sequence[Manifest],
+        nodes: Sequence[Manifest],
+    ) -> TemplateWorld:
+        """Index what the flow read (namespace configs as API models)."""
+        return cls(
+            catalog=ModelCatalog(models),
+            inventory=cluster_gpus(nodes),
+            caches={ns: list(items.values()) for ns, items in by_namespace(caches).items()},
+            storage_classes={
+                c.metadata.namespace or "": c.spec.cache_storage_class_name
+                for c in configs
+                if c.metadata.name == DEFAULT_CONFIG
+            },
+        )
+
+
+@dataclass(frozen=True)
+class ResolvePlan:
+    """What resolve-templates writes for one template: caches to request, then its status."""
+
+    namespace: str
+    name: str
+    outcome: TemplateOutcome
+    cache_requests: tuple[CacheRequest, ...] = ()
+
+    @property
+    def status_fields(self) -> dict[str, Any]:
+        """``status.status`` and ``status.modelSources`` (the conditions are applied separately)."""
+        return {"status": self.outcome.status, "modelSources": self.outcome.model_sources}
+
+
+def _cache_states(
+    sources: Sequence[str], caches: Sequence[Manifest], storage_class: str | None, requested_by: str
+) -> tuple[dict[str, str | None], tuple[CacheRequest, ...]]:
+    """``source -> status.status`` of its cache (``None`` when one is requested now), and the requests."""
+    states: dict[str, str | None] = {}
+    requests: list[CacheRequest] = []
+    for text in sources:
+        try:
+            source = parse_source(text)
+        except ValueError:
+            states[text] = None
+            continue
+        cache = find_cache(caches, source, storage_class)
+        if cache is None and source.downloadable:
+            requests.append(CacheRequest(text, storage_class, requested_by))
+        status = (cache.get("status") or {}).get("status") if cache is not None else None
+        states[text] = str(status) if status is not None else None
+    return states, tuple(requests)
+
+
+def plan_template(template: Manifest, model: AIMServiceTemplate, world: TemplateWorld) -> ResolvePlan:
+    """Decide one template's resolution: profile, GPU, caches to request (``warmCache``), status."""
+    namespace, name = template["metadata"]["namespace"], template["metadata"]["name"]
+    profile = resolve_profile(template, world.catalog, world.inventory)
+    warm = bool(model.spec.warm_cache)
+    states: dict[str, str | None] = {}
+    requests: tuple[CacheRequest, ...] = ()
+    if profile.discovered and warm:
+        states, requests = _cache_states(
+            profile.model_sources,
+            world.caches.get(namespace, []),
+            world.storage_classes.get(namespace),
+            f"AIMServiceTemplate/{namespace}/{name}",
+        )
+    return ResolvePlan(namespace, name, template_status(profile, warm, states), requests)
+
+
+def plan_model_readiness(
+    models: Sequence[Manifest],
+    templates: Sequence[Manifest],
+    resolved: Mapping[tuple[str, str], str],
+    catalog: ModelCatalog,
+) -> list[tuple[Manifest, ConditionUpdate]]:
+    """Each model's ``Ready`` from its auto-created templates (``resolved``: ``(namespace, name) ->
+    status`` this run wrote; others as read), so a model turns Ready when its templates do, not on the
+    next discovery run. Models without auto-created templates, or whose record is of another image,
+    keep what discover-models wrote."""
+    states: dict[str, list[str]] = {}
+    for template in templates:
+        if not is_auto_template(template):
+            continue
+        meta = template["metadata"]
+        owner = (meta.get("labels") or {}).get(MODEL_LABEL, "")
+        status = (
+            resolved.get((meta["namespace"], meta["name"])) or (template.get("status") or {}).get("status") or "Pending"
+        )
+        states.setdefault(owner, []).append(status)
+    plans: list[tuple[Manifest, ConditionUpdate]] = []
+    for model in models:
+        name = model["metadata"]["name"]
+        if name not in states:
+            continue
+        record = catalog.record(model)
+        if record is None or record.image != model["spec"]["image"]:
+            continue
+        plans.append((model, ready_condition(record, states[name], True)))
+    return plans

@@ -1,0 +1,291 @@
+"""Model-based targets: how many replicas of which variant serve each model's load within its SLO.
+
+Decides, for every variant with a performance profile, an SLO (its ``sloClassRef``) and a priced
+accelerator, its replicas in one allocation over the whole cycle (:func:`engine.allocation.solve`: the
+accelerator inventory is shared, higher-priority service classes first, then cost). The per-replica
+rate is the queueing model's at the mean request, or the rate that keeps the configured TTFT
+percentile within target (:mod:`engine.perf.tail_sizing`) when a prompt histogram is collected; the
+load is the start-up-aware planning rate (:mod:`engine.perf.load_peak`). When the tail-sized plan does
+not fit the inventory, the shortage ladder lowers the percentiles as little as it must. A variant that
+cannot be sized gets a reason (invalid, SLO infeasible) instead of a target; the plan
+(:mod:`engine.optimize.plan`) then holds it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+
+from engine.allocation import Allocation, AllocationProblem, ModelDemand, VariantOption, solve
+from engine.optimize.config import ConfigError
+from engine.optimize.spec import CycleInputs, ModelLoad, SpecError, VariantSpec
+from engine.perf.load_peak import planning_rate
+from engine.perf.queueing import SLO, Workload
+from engine.perf.tail_sizing import capped_percentile, describe_cap, refine_cap, shortage_caps, tail_max_rate
+from engine.status import REASON_INVALID
+
+# OptimizationReady=False reason of a VariantAutoscaling whose SLO no replica can meet.
+REASON_INFEASIBLE = "SLOInfeasible"
+
+
+@dataclass
+class ModelBasedTargets:
+    """Per-variant model-based result: a target, or why there is none."""
+
+    targets: dict[tuple[str, str], int] = field(default_factory=dict)
+    errors: dict[tuple[str, str], tuple[str, str]] = field(default_factory=dict)  # key -> (reason, message)
+    unserved: dict[tuple[str, str], float] = field(default_factory=dict)
+    status: str = "optimal"
+    gap: float | None = None
+    stage_gaps: dict[str, float | None] = field(default_factory=dict)
+    """The solve's proven gap per stage (``"priority 1"``, ..., ``"cost"``), as ``Allocation.stage_gaps``."""
+    notes: dict[tuple[str, str], str] = field(default_factory=dict)
+    """Per (namespace, modelID): what the shortage ladder did to its sizing (appended to its variants' messages)."""
+
+
+def _slo_for(spec: VariantSpec, inputs: CycleInputs) -> tuple[SLO, int]:
+    """The variant's SLO and priority from its ``sloClassRef``; raises SpecError when unusable."""
+    assert spec.slo_ref is not None
+    entry = inputs.service_classes.get(spec.slo_ref)
+    name, key = spec.slo_ref
+    if entry is None:
+        raise SpecError("spec.sloClassRef", f"ConfigMap {name!r} has no key {key!r} (or the ConfigMap is missing)")
+    if isinstance(entry, ConfigError):
+        raise SpecError("spec.sloClassRef", str(entry))
+    model_slo = entry.slo_for(spec.model_id)
+    if model_slo is None:
+        raise SpecError(
+            "spec.sloClassRef", f"service class {entry.name!r} ({name}/{key}) has no SLO for model {spec.model_id!r}"
+        )
+    return SLO(ttft_ms=model_slo.ttft_ms, itl_ms=model_slo.itl_ms, tps=model_slo.tps), entry.priority
+
+
+def _model_based_candidates(
+    specs: list[VariantSpec],
+    inputs: CycleInputs,
+    result: ModelBasedTargets,
+    caps: Mapping[tuple[str, str], float] | None = None,
+) -> tuple[list[ModelDemand], list[VariantOption]]:
+    """Build the allocation problem from every variant that has a profile, an SLO and a cost.
+
+    Per-replica capacities are left to :func:`engine.allocation.solve`, which sizes every variant in
+    one vectorized batch and reports the ones whose SLO is infeasible.
+    """
+    demands: dict[tuple[str, str], ModelDemand] = {}
+    options: list[VariantOption] = []
+    pools = model_pools(specs, inputs)
+    for spec in specs:
+        if spec.profile is None or spec.slo_ref is None:
+            continue  # saturation-only variant
+        load = inputs.loads.get(spec.model_key)
+        if load is None:
+            continue  # no load metrics: hold (decided later)
+        try:
+            if not spec.accelerator:
+                raise SpecError("spec.accelerator", "required for model-based optimization")
+            if spec.accelerator not in inputs.accelerator_costs:
+                raise SpecError(
+                    "spec.accelerator",
+                    f"unknown accelerator {spec.accelerator!r}: not in the accelerator-unit-costs ConfigMap",
+                )
+            slo, priority = _slo_for(spec, inputs)
+        except SpecError as exc:
+            result.errors[spec.key] = (REASON_INVALID, str(exc))
+            continue
+        workload = Workload(in_tokens=load.avg_in_tokens, out_tokens=max(load.avg_out_tokens, 1.0))
+        demand = demands.get(spec.model_key)
+        if demand is None or priority < demand.priority:
+            demands[spec.model_key] = ModelDemand(
+                name=_qualified(spec.model_key),
+                load_rps=planning_rate(load.arrival_rate_rps, load.recent_peak_rps),
+                workload=workload,
+                slo=slo,
+                priority=priority,
+            )
+        current = inputs.current_replicas.get(spec.target_key, 0)
+        options.append(
+            VariantOption(
+                name=_qualified(spec.key),
+                model=_qualified(spec.model_key),
+                accelerator=spec.accelerator,
+                accelerators_per_replica=spec.accelerator_count,
+                profile=spec.profile,
+                min_replicas=spec.min_replicas,
+                max_replicas=spec.max_replicas,
+                current_replicas=current,
+                max_rate=_tail_rate(spec, load, workload, slo, (caps or {}).get(spec.model_key), pools[spec.model_key]),
+            )
+        )
+    return list(demands.values()), options
+
+
+def model_pools(specs: Iterable[VariantSpec], inputs: CycleInputs) -> dict[tuple[str, str], int]:
+    """Per (namespace, modelID): the replicas its variants run now (at least 1).
+
+    The gateway balances a model's requests over all of its replicas; tail sizing models that pool
+    (:func:`engine.perf.tail_sizing.queue_distribution`).  The current count stands for the next one: the
+    gain from balancing is flat beyond a few replicas, and while a model grows from fewer replicas the
+    estimate errs on the side of more capacity.
+    """
+    pools: dict[tuple[str, str], int] = defaultdict(int)
+    for spec in specs:
+        pools[spec.model_key] += inputs.current_replicas.get(spec.target_key, 0)
+    return {key: max(count, 1) for key, count in pools.items()}
+
+
+def _tail_rate(
+    spec: VariantSpec, load: ModelLoad, workload: Workload, slo: SLO, cap: float | None, pool: int = 1
+) -> float | None:
+    """Per-replica rate sized for the variant's TTFT percentile (engine.perf.tail_sizing), or None for WVA's mean sizing.
+
+    The prompt histogram's shape inside its buckets is fitted to the observed mean prompt
+    (``workload.in_tokens``, from ``vllm:request_prompt_tokens_sum / _count``) unless it carries its own.
+    """
+    percentile = capped_percentile(spec.ttft_percentile, cap)
+    if percentile is None or load.prompt_tokens is None or spec.profile is None:
+        return None
+    prompts = (
+        load.prompt_tokens if load.prompt_tokens.mean is not None else load.prompt_tokens.with_mean(workload.in_tokens)
+    )
+    return tail_max_rate(spec.profile, workload, slo, prompts, percentile, pool)
+
+
+def _qualified(key: tuple[str, str]) -> str:
+    """``namespace/name``: the solver's unique name for a model or a variant key."""
+    return f"{key[0]}/{key[1]}"
+
+
+def model_based_targets(specs: list[VariantSpec], inputs: CycleInputs) -> ModelBasedTargets:
+    """Solve one allocation over every model-based variant of the cycle (shared inventory)."""
+    result = ModelBasedTargets()
+    demands, options = _model_based_candidates(specs, inputs, result)
+    if not options:
+        return result
+    problem = AllocationProblem(
+        models=demands,
+        variants=options,
+        unit_costs={name: cost.cost for name, cost in inputs.accelerator_costs.items()},
+        inventory=dict(inputs.inventory) if inputs.inventory else None,
+        time_limit_s=inputs.time_limit_s,
+    )
+    allocation = solve(problem)
+    if any(option.max_rate is not None for option in options):
+        allocation, caps = _shortage_allocation(specs, inputs, problem, allocation)
+        for model_key, cap in caps.items():
+            result.notes[model_key] = (
+                f"; sized for {describe_cap(cap)}: the accelerator inventory cannot hold the configured TTFT percentile"
+            )
+    result.status, result.gap, result.stage_gaps = allocation.status, allocation.gap, dict(allocation.stage_gaps)
+    by_name = {_qualified(spec.key): spec for spec in specs}
+    for name, replicas in allocation.replicas.items():
+        result.targets[by_name[name].key] = replicas
+    for name, reason in allocation.infeasible_variants.items():
+        if name in by_name:
+            result.errors[by_name[name].key] = (REASON_INFEASIBLE, f"variant {by_name[name].variant_id}: {reason}")
+    for spec in specs:
+        unserved = allocation.unserved_rps.get(_qualified(spec.model_key), 0.0)
+        if unserved > 1e-9:
+            result.unserved[spec.model_key] = unserved
+    return result
+
+
+def _shortage_allocation(
+    specs: list[VariantSpec], inputs: CycleInputs, problem: AllocationProblem, allocation: Allocation
+) -> tuple[Allocation, dict[tuple[str, str], float]]:
+    """When the tail-sized plan leaves load unserved: the plan for the highest percentile caps the inventory holds.
+
+    1. One cap for every model: the coarse ladder (:data:`engine.perf.tail_sizing.SHORTAGE_PERCENTILES`)
+       finds the first that fits, then :func:`engine.perf.tail_sizing.refine_cap` bisects between it and the
+       last that did not, to one percentile point.  Why: the ladder's steps are 5-10 points apart, and
+       the step below the inventory's limit left up to a third of it idle (granite's L40S replicas went
+       4 -> 2 -> 4 on the trace) while requests missed their target.
+    2. Each model in priority order is then raised back towards its configured percentile as far as
+       the plan still fits with the others at their caps.  Why: a shortage of one accelerator type
+       capped every model, and llama left an idle H100 while its requests missed the target because
+       granite had run out of A100s.  A raise never takes capacity another model needs at its cap (the
+       plan must still serve every model).
+    Returns the allocation and the caps (percent; 0 = the mean request) of the models that got one.
+    """
+    percentiles = [spec.ttft_percentile for spec in specs]
+    uniform = shortage_caps(allocation.total_unserved_rps, percentiles)
+    if not uniform:
+        return allocation, {}
+    models = _models_by_priority(specs, inputs)
+    plans: dict[tuple[tuple[tuple[str, str], float], ...], Allocation] = {}
+
+    def solved(caps: Mapping[tuple[str, str], float]) -> Allocation:
+        key = tuple(sorted(caps.items()))
+        if key not in plans:
+            demands, options = _model_based_candidates(specs, inputs, ModelBasedTargets(), caps)
+            plans[key] = solve(dataclasses.replace(problem, models=demands, variants=options))
+        return plans[key]
+
+    def fits(caps: Mapping[tuple[str, str], float]) -> bool:
+        return solved(caps).total_unserved_rps <= 1e-9
+
+    def fits_raised(model: tuple[str, str]) -> Callable[[float], bool]:
+        """Whether the plan fits with ``model`` at a cap and the others at theirs (``caps`` as it stands)."""
+        return lambda cap: fits({**caps, model: cap})
+
+    too_high = max(p for p in percentiles if p is not None)
+    common: float | None = None
+    for cap in uniform:
+        if fits({m: cap for m in models}):
+            common = refine_cap(cap, too_high, lambda c: fits({m: c for m in models}))
+            break
+        too_high = cap
+    if common is None:  # even the mean leaves load unserved: the inventory is short whatever the sizing
+        caps = {m: uniform[-1] for m in models}
+        return solved(caps), caps
+    caps = {m: common for m in models}
+    # Each model's configured percentile (its highest across variants; 0 = the mean request).
+    configured = {m: max((s.ttft_percentile or 0.0) for s in specs if s.model_key == m) for m in models}
+    spare = _spare_accelerators(specs, inputs, solved(caps))
+    for model in models:
+        if configured[model] <= caps[model]:
+            continue
+        if not any(spare(s) for s in specs if s.model_key == model):
+            continue  # every accelerator it can run on is taken: raising it would only be refused
+        if fits({**caps, model: configured[model]}):
+            caps[model] = configured[model]
+        elif common >= 50.0:
+            caps[model] = refine_cap(common, configured[model], fits_raised(model))
+    return solved(caps), {m: c for m, c in caps.items() if c < configured[m]}
+
+
+def _spare_accelerators(
+    specs: list[VariantSpec], inputs: CycleInputs, plan: Allocation
+) -> Callable[[VariantSpec], bool]:
+    """Whether the plan leaves room in the inventory for one more replica of a variant (always, without inventory).
+
+    Why: raising a model's percentile costs a few MILP solves; on a large cluster only the models that
+    can run on an accelerator with room left are worth them.
+    """
+    if not inputs.inventory:
+        return lambda spec: True
+    used: dict[str, int] = defaultdict(int)
+    for spec in specs:
+        used[spec.accelerator or ""] += plan.replicas.get(_qualified(spec.key), 0) * spec.accelerator_count
+    inventory = inputs.inventory
+
+    def has_room(spec: VariantSpec) -> bool:
+        accelerator = spec.accelerator or ""
+        return accelerator in inventory and inventory[accelerator] - used[accelerator] >= spec.accelerator_count
+
+    return has_room
+
+
+def _models_by_priority(specs: list[VariantSpec], inputs: CycleInputs) -> list[tuple[str, str]]:
+    """The models of the cycle's tail-sized variants, highest priority (lowest number) first, then by name."""
+    priority: dict[tuple[str, str], int] = {}
+    for spec in specs:
+        if spec.profile is None or spec.slo_ref is None or spec.model_key not in inputs.loads:
+            continue
+        try:
+            _, level = _slo_for(spec, inputs)
+        except SpecError:
+            continue
+        priority[spec.model_key] = min(level, priority.get(spec.model_key, level))
+    return sorted(priority, key=lambda m: (priority[m], m))

@@ -1,0 +1,327 @@
+"""What the optimizer reads: VariantAutoscalings and the cycle's gathered inputs, parsed into typed values.
+
+Decides whether a VariantAutoscaling can be optimized as written and what it asks for: its model,
+variant, accelerator, performance profile, SLO reference, scale target, replica bounds (the
+``modelplane.io/min-replicas``, ``max-replicas`` and ``scale-to-zero`` annotations), TTFT percentile
+and actuation opt-in; and the one cost of one of its replicas. A resource that cannot be optimized
+raises :class:`SpecError` naming the field, so the cycle gives it its own condition and the others
+proceed (:mod:`engine.optimize.plan`). :class:`CycleInputs` is everything one cycle decides from,
+gathered by the optimize flow's tasks.
+
+The checks are the CRD schema's (the API server's rules, whichever backend the object came from)
+plus what the schema cannot say (a profile whose decode parameters are both 0, max below min).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from functools import cache
+from typing import Any
+
+from engine.api import schema as crd_schema
+from engine.api.crds import openapi_schema
+from engine.api.registry import kind_info
+from engine.optimize.actuation import RECOMMEND, ActuationModeError, resource_mode
+from engine.optimize.config import AcceleratorCost, ConfigError, ServiceClass
+from engine.perf.queueing import PerfProfile
+from engine.perf.saturation import DEFAULT_VARIANT_COST, SaturationConfigSet
+from engine.perf.tail_sizing import (
+    ANNOTATION_TTFT_PERCENTILE,
+    DEFAULT_TTFT_PERCENTILE,
+    PromptDistribution,
+    TailSizingError,
+    ttft_percentile,
+)
+
+ANNOTATION_MIN_REPLICAS = "modelplane.io/min-replicas"
+ANNOTATION_MAX_REPLICAS = "modelplane.io/max-replicas"
+ANNOTATION_SCALE_TO_ZERO = "modelplane.io/scale-to-zero"
+# WVA's label for the accelerator of a VariantAutoscaling that does not carry spec.accelerator (seed 001).
+ACCELERATOR_LABEL = "inference.optimization/acceleratorName"
+
+
+class SpecError(ValueError):
+    """A VariantAutoscaling cannot be optimized as written; ``field`` names the offending path."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(f"{field}: {message}")
+        self.field = field
+        self.detail = message
+
+
+@dataclass(frozen=True)
+class ModelLoad:
+    """Observed load of one model in one namespace: arrival rate (req/s) and token averages."""
+
+    arrival_rate_rps: float
+    avg_in_tokens: float
+    avg_out_tokens: float
+    prompt_tokens: PromptDistribution | None = None
+    """Prompt-length histogram (``vllm:request_prompt_tokens_bucket``) for tail-aware sizing, when collected."""
+    recent_peak_rps: float | None = None
+    """Highest 1-minute arrival rate over the last start-up delay (see :mod:`engine.perf.load_peak`), when collected."""
+
+
+@dataclass(frozen=True)
+class PodSample:
+    """Saturation gauges of one serving pod."""
+
+    pod: str
+    kv_cache_usage: float
+    queue_length: float
+
+
+@dataclass(frozen=True)
+class VariantSpec:
+    """What the optimizer needs from one VariantAutoscaling, parsed and checked."""
+
+    namespace: str
+    name: str
+    model_id: str
+    variant_id: str
+    accelerator: str | None
+    accelerator_count: int
+    max_batch: int | None
+    profile: PerfProfile | None
+    slo_ref: tuple[str, str] | None
+    variant_cost: float | None
+    """``spec.variantCost`` as declared (None when the resource does not declare one): see :func:`replica_cost`."""
+    target_api_version: str
+    target_kind: str
+    target_name: str
+    min_replicas: int
+    max_replicas: int | None
+    actuate: bool
+    ttft_percentile: float | None = DEFAULT_TTFT_PERCENTILE
+    """Share of requests (%) sized to meet the TTFT target (``modelplane.io/ttft-percentile``); None: the mean."""
+    annotations: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def key(self) -> tuple[str, str]:
+        """(namespace, name) of the VariantAutoscaling."""
+        return (self.namespace, self.name)
+
+    @property
+    def model_key(self) -> tuple[str, str]:
+        """(namespace, modelID): variants of one model in one namespace share its load."""
+        return (self.namespace, self.model_id)
+
+    @property
+    def target_key(self) -> tuple[str, str, str]:
+        """(namespace, kind, name) of the scale target."""
+        return (self.namespace, self.target_kind, self.target_name)
+
+
+@dataclass(frozen=True)
+class CycleInputs:
+    """Everything one cycle decides from. Keys of ``loads``/``pods`` are (namespace, modelID)."""
+
+    now: datetime
+    variants: list[dict[str, Any]]
+    current_replicas: Mapping[tuple[str, str, str], int]
+    accelerator_costs: Mapping[str, AcceleratorCost]
+    service_classes: Mapping[tuple[str, str], ServiceClass | ConfigError]
+    saturation: SaturationConfigSet
+    inventory: Mapping[str, int] | None = None
+    ready_replicas: Mapping[tuple[str, str, str], int] = field(default_factory=dict)
+    loads: Mapping[tuple[str, str], ModelLoad] = field(default_factory=dict)
+    pods: Mapping[tuple[str, str], list[PodSample]] = field(default_factory=dict)
+    metrics_error: str | None = None  # set when the metrics backend itself failed
+    missing_metrics: Mapping[tuple[str, str], str] = field(default_factory=dict)
+    time_limit_s: float = 10.0
+    scale_down_window_s: float = 0.0
+    """Default scale-down stabilization window (seconds); a VariantAutoscaling may set its own with the
+    ``modelplane.io/scale-down-stabilization-window`` annotation. 0: scale down at once."""
+
+
+def _number(params: Mapping[str, Any], key: str, path: str) -> float:
+    if key not in params:
+        raise SpecError(f"{path}.{key}", "missing")
+    try:
+        value = float(params[key])
+    except (TypeError, ValueError):
+        raise SpecError(f"{path}.{key}", f"must be a number, got {params[key]!r}") from None
+    if not math.isfinite(value) or value < 0:
+        raise SpecError(f"{path}.{key}", f"must be a finite non-negative number, got {params[key]!r}")
+    return value
+
+
+def parse_profile(spec: Mapping[str, Any]) -> tuple[PerfProfile | None, int | None]:
+    """The variant's performance profile, or ``(None, None)`` when it has none (saturation-only)."""
+    profile = spec.get("variantProfile")
+    if not profile:
+        return None, None
+    base = "spec.variantProfile"
+    max_batch = profile.get("maxBatchSize")
+    if not isinstance(max_batch, int) or isinstance(max_batch, bool) or max_batch < 1:
+        raise SpecError(f"{base}.maxBatchSize", f"must be an integer >= 1, got {max_batch!r}")
+    parms = profile.get("perfParms") or {}
+    decode = parms.get("decodeParms") or {}
+    prefill = parms.get("prefillParms") or {}
+    alpha = _number(decode, "alpha", f"{base}.perfParms.decodeParms")
+    beta = _number(decode, "beta", f"{base}.perfParms.decodeParms")
+    gamma = _number(prefill, "gamma", f"{base}.perfParms.prefillParms")
+    delta = _number(prefill, "delta", f"{base}.perfParms.prefillParms")
+    if alpha + beta == 0:
+        raise SpecError(f"{base}.perfParms.decodeParms", "alpha and beta cannot both be 0")
+    return PerfProfile(alpha=alpha, beta=beta, gamma=gamma, delta=delta, max_batch=max_batch), max_batch
+
+
+def _annotation_int(annotations: Mapping[str, str], key: str, minimum: int) -> int | None:
+    if key not in annotations:
+        return None
+    try:
+        value = int(str(annotations[key]).strip())
+    except ValueError:
+        raise SpecError(f"metadata.annotations[{key}]", f"must be an integer, got {annotations[key]!r}") from None
+    if value < minimum:
+        raise SpecError(f"metadata.annotations[{key}]", f"must be >= {minimum}, got {value}")
+    return value
+
+
+@cache
+def _spec_schema(api_version: str, kind: str) -> dict[str, Any] | None:
+    info = kind_info(api_version, kind)
+    return (openapi_schema(info).get("properties") or {}).get("spec") if info is not None else None
+
+
+def _spec_schema_error(obj: Mapping[str, Any]) -> SpecError | None:
+    """The first violation of the CRD schema in ``spec``, as a :class:`SpecError`, or None.
+
+    The same rules as the API server (and ``modelplane validate``): an object a cluster would have
+    rejected, e.g. an unquoted number where a string is required, is invalid here too, whichever
+    backend it was read from.
+    """
+    schema = _spec_schema(str(obj.get("apiVersion")), str(obj.get("kind")))
+    if schema is None or not isinstance(obj.get("spec"), dict):
+        return None
+    errors = crd_schema.validate_quiet(obj["spec"], schema, "spec")
+    return SpecError(errors[0].field, errors[0].detail) if errors else None
+
+
+def parse_variant(obj: Mapping[str, Any]) -> VariantSpec:
+    """Reduce a VariantAutoscaling manifest (either seed generation) to a :class:`VariantSpec`.
+
+    Raises :class:`SpecError` naming the field when the resource cannot be optimized at all.
+    """
+    meta = obj.get("metadata") or {}
+    spec = obj.get("spec") or {}
+    annotations = meta.get("annotations") or {}
+    schema_error = _spec_schema_error(obj)
+    if schema_error is not None:
+        raise schema_error
+    model_id = spec.get("modelID")
+    if not isinstance(model_id, str) or not model_id:
+        raise SpecError("spec.modelID", "required")
+    target = spec.get("scaleTargetRef") or {}
+    if not target.get("name"):
+        raise SpecError(
+            "spec.scaleTargetRef.name", "required: Modelplane scales the target through its scale subresource"
+        )
+    profile, max_batch = parse_profile(spec)
+    labels = meta.get("labels") or {}
+    accelerator = spec.get("accelerator") or labels.get(ACCELERATOR_LABEL) or None
+    count = spec.get("acceleratorCount", 1)
+    if not isinstance(count, int) or isinstance(count, bool) or count < 1:
+        raise SpecError("spec.acceleratorCount", f"must be an integer >= 1, got {count!r}")
+    try:
+        variant_cost = float(spec["variantCost"]) if spec.get("variantCost") is not None else None
+    except (TypeError, ValueError):
+        raise SpecError("spec.variantCost", f"must be a decimal string, got {spec.get('variantCost')!r}") from None
+    slo = spec.get("sloClassRef") or None
+    slo_ref = (slo["name"], slo["key"]) if slo and slo.get("name") and slo.get("key") else None
+    scale_to_zero = str(annotations.get(ANNOTATION_SCALE_TO_ZERO, "false")).lower() == "true"
+    minimum = _annotation_int(annotations, ANNOTATION_MIN_REPLICAS, 0)
+    if minimum is None:
+        minimum = 0 if scale_to_zero else 1
+    maximum = _annotation_int(annotations, ANNOTATION_MAX_REPLICAS, 1)
+    if maximum is not None and maximum < minimum:
+        raise SpecError(
+            f"metadata.annotations[{ANNOTATION_MAX_REPLICAS}]", f"{maximum} is below min replicas {minimum}"
+        )
+    variant_id = spec.get("variantID") or f"{model_id}-{accelerator or 'unknown'}-{count}"
+    try:
+        percentile = ttft_percentile(annotations)
+    except TailSizingError as exc:
+        raise SpecError(f"metadata.annotations[{ANNOTATION_TTFT_PERCENTILE}]", str(exc)) from None
+    try:
+        actuate = actuation_enabled(annotations)
+    except ActuationModeError as exc:
+        raise SpecError(exc.field, str(exc).split(": ", 1)[1]) from None
+    return VariantSpec(
+        namespace=meta.get("namespace") or "default",
+        name=meta["name"],
+        model_id=model_id,
+        variant_id=variant_id,
+        accelerator=accelerator,
+        accelerator_count=count,
+        max_batch=max_batch,
+        profile=profile,
+        slo_ref=slo_ref,
+        variant_cost=variant_cost,
+        target_api_version=target.get("apiVersion") or "apps/v1",
+        target_kind=target.get("kind") or "Deployment",
+        target_name=target["name"],
+        min_replicas=minimum,
+        max_replicas=maximum,
+        actuate=actuate,
+        ttft_percentile=percentile,
+        annotations=dict(annotations),
+    )
+
+
+def actuation_enabled(annotations: Mapping[str, str]) -> bool:
+    """False when the resource asks only for recommendations (``modelplane.io/actuation: recommend``).
+
+    Whether the target is scaled or its desired replicas published is the actuation mode's business
+    (:mod:`engine.optimize.actuation`); raises :class:`~engine.optimize.actuation.ActuationModeError` on an unknown value.
+    """
+    return resource_mode(annotations) != RECOMMEND
+
+
+def clamp(value: int, spec: VariantSpec) -> int:
+    """Clamp a replica count to the variant's [min, max]."""
+    value = max(value, spec.min_replicas)
+    return min(value, spec.max_replicas) if spec.max_replicas is not None else value
+
+
+def replica_cost(spec: VariantSpec, accelerator_costs: Mapping[str, AcceleratorCost]) -> float:
+    """The one cost of one replica of a variant, used everywhere a cost appears.
+
+    ``spec.variantCost`` when the resource declares it; otherwise the accelerator's unit cost
+    (``accelerator-unit-costs``) times ``acceleratorCount``; WVA's default 10.0 only when neither is
+    known. ``status.currentAlloc.variantCost`` reports it, the saturation analysis picks the cheapest
+    variant to grow by it, and the cycle's table and summary price ``replicas x`` it. The allocation
+    MILP prices options with the unit costs, which is the same number unless a resource declares its own.
+    """
+    if spec.variant_cost is not None:
+        return spec.variant_cost
+    unit = accelerator_costs.get(spec.accelerator or "")
+    if unit is not None:
+        return unit.cost * spec.accelerator_count
+    return DEFAULT_VARIANT_COST
+
+
+def model_slos(
+    variants: Iterable[Mapping[str, Any]], service_classes: Mapping[tuple[str, str], ServiceClass | ConfigError]
+) -> dict[tuple[str, str], tuple[float | None, float | None]]:
+    """(namespace, model) -> its (TTFT, ITL) targets, from each VariantAutoscaling's ``sloClassRef``;
+    the highest-priority class wins when a model's variants point at several."""
+    chosen: dict[tuple[str, str], tuple[int, float | None, float | None]] = {}
+    for va in variants:
+        spec = va.get("spec") or {}
+        ref = spec.get("sloClassRef") or {}
+        entry = service_classes.get((ref.get("name", ""), ref.get("key", "")))
+        model = spec.get("modelID")
+        if not isinstance(entry, ServiceClass) or not isinstance(model, str):
+            continue
+        slo = entry.slo_for(model)
+        if slo is None:
+            continue
+        key = ((va.get("metadata") or {}).get("namespace") or "default", model)
+        if key not in chosen or entry.priority < chosen[key][0]:
+            chosen[key] = (entry.priority, slo.ttft_ms, slo.itl_ms)
+    return {key: (ttft, itl) for key, (_, ttft, itl) in chosen.items()}

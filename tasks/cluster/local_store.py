@@ -1,0 +1,490 @@
+"""Where the local backend keeps its objects: YAML files on disk, an index of them, and the locks around both.
+
+:class:`LocalStore` is the storage half of :class:`tasks.cluster.local.LocalCluster` (which adds the API
+server's semantics on top): it loads the files into an index keyed by (apiVersion, kind, namespace, name),
+fills in in memory what the API server would have set (uid, creationTimestamp, resourceVersion,
+generation) without rewriting a file just for loading, keeps the resourceVersion counter (one per store,
+started above the highest numeric ``resourceVersion`` on disk, with :mod:`tasks.cluster.bookkeeping`
+persisting it), and writes one changed document back at a time.
+
+Layout on disk. Directory mode loads every ``*.yaml``/``*.yml``/``*.json`` below the directory (hidden files and
+directories are skipped), including ``kind: List`` documents as written by ``kubectl get -o yaml``.
+New objects go to ``<dir>/<namespace>/<kind>-<name>.yaml`` (``<dir>/_cluster/...`` when
+cluster-scoped). Single-file mode appends new objects to the file. Events never go into the
+manifests: they are kept in ``<dir>/.modelplane-events.yaml``, or ``<stem>.events.yaml`` next to a
+single file, and are listed like any other object (the newest ``max_events`` are kept).
+
+Writes are atomic (temp file + fsync + ``os.replace``) and rewrite only the changed document: the
+other documents of the file keep their exact text and order, other files are untouched. A file that
+does not parse is reported in :attr:`LocalStore.load_errors` (with its name) and never written;
+everything else still loads. Changes made to the files by another process are picked up before the
+next operation, and writes from several processes are serialised with an ``flock`` on a hidden lock
+file (``.modelplane.lock`` in a directory, ``.<file>.lock`` beside a single file), so concurrent
+flows get ``Conflict`` exactly as they would from an API server. With ``write_back=False`` the files
+are a read-only snapshot: writes happen in memory only (handy to preview what a flow would do to a
+``kubectl get -o yaml`` dump).
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+import os
+import threading
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import IO, Any
+
+try:
+    import fcntl
+except ImportError:  # pragma: no cover - not POSIX: thread safety only
+    fcntl = None  # type: ignore[assignment]
+
+from tasks.cluster.base import Manifest, ObjectRef
+from tasks.cluster.bookkeeping import Bookkeeping
+from tasks.cluster.errors import Invalid, NotFound, Unavailable
+from tasks.cluster.objects import apply_builtin_defaults
+from tasks.cluster.resources import ResourceInfo, lookup, resource_for
+from tasks.cluster.schema import normalised
+from tasks.cluster.yamlfile import Document, YamlFile, atomic_write, file_stamp, read_file
+
+log = logging.getLogger("tasks.cluster.local")  # one logger for the whole local backend
+
+DIR_EVENTS_FILE = ".modelplane-events.yaml"
+"""Name of the Event sink inside a state directory."""
+
+
+_UID_NAMESPACE = uuid.UUID("6f1c1f4e-7d0b-4c55-9b7e-4d6f2a1b9c3e")
+
+Key = tuple[str, str, str, str]  # apiVersion, kind, namespace ("" if cluster-scoped), name
+
+
+@dataclass(frozen=True)
+class LoadError:
+    """A file that could not be loaded (it is left alone and never written)."""
+
+    path: Path
+    message: str
+
+
+@dataclass
+class _Entry:
+    """Where an object lives: its file, its document and, inside a ``List`` document, its index."""
+
+    obj: Manifest
+    file: YamlFile
+    doc: Document
+    item: int | None = None
+
+
+class LocalStore:
+    """The files, the index and the locks of a local cluster state (see module docs); no API semantics."""
+
+    def __init__(
+        self, path: str | Path, *, write_back: bool = True, strict: bool = False, max_events: int = 1000
+    ) -> None:
+        """Load ``path`` (a directory, or a ``.yaml``/``.yml`` file; created on first write if missing).
+
+        ``strict`` raises ``Invalid`` naming the file when any file fails to parse, instead of only
+        recording it in :attr:`load_errors`. The Event sink keeps the newest ``max_events`` Events
+        (the API server expires Events too), so a scheduled flow cannot grow it without bound.
+        """
+        self.path = Path(path)
+        self.write_back = write_back
+        self.strict = strict
+        self.max_events = max_events
+        self.single_file = self.path.is_file() or (not self.path.exists() and self.path.suffix in MANIFEST_SUFFIXES)
+        self._lock = threading.RLock()
+        self._write_depth = 0
+        self._rv = 0
+        self._files: dict[Path, YamlFile] = {}
+        self._index: dict[Key, _Entry] = {}
+        self._stamps: dict[str, tuple[int, int, int] | None] = {}
+        self.load_errors: list[LoadError] = []
+        self._book = Bookkeeping(self.state_path, persist=write_back)
+        self._load()
+
+    # ------------------------------------------------------------------ loading
+
+    @property
+    def state_path(self) -> Path:
+        """The hidden bookkeeping sidecar (see :mod:`tasks.cluster.bookkeeping`)."""
+        if self.single_file:
+            return self.path.with_name(f".{self.path.name}.state.json")
+        return self.path / ".modelplane-state.json"
+
+    @property
+    def events_path(self) -> Path:
+        """Where posted (and created) Events are stored."""
+        if self.single_file:
+            return self.path.with_name(f"{self.path.stem}.events{self.path.suffix or '.yaml'}")
+        return self.path / DIR_EVENTS_FILE
+
+    def _discover(self) -> dict[str, tuple[int, int, int]]:
+        """The files that make up the state, by path string, with their stamps.
+
+        One ``scandir`` pass with one ``stat`` per file and no ``Path`` objects: this runs before
+        every operation, so it must stay cheap for thousands of files.
+        """
+        found: dict[str, tuple[int, int, int]] = {}
+        if self.single_file:
+            _stat_into(found, self.path)
+        elif self.path.is_dir():
+            found.update(_scan_manifests(str(self.path)))
+        _stat_into(found, self.events_path)
+        return found
+
+    def _load(self) -> None:
+        """(Re)read every file and rebuild the index; the resourceVersion counter never goes back.
+
+        On a reload, an object whose content did not change keeps the resourceVersion (and
+        creationTimestamp) it had in memory, and one that changed under an unchanged
+        resourceVersion (a hand edit) gets a new one, so stale writers still get ``Conflict``.
+        """
+        previous = self._index
+        events = str(self.events_path)
+        order = sorted(self._discover(), key=lambda p: (p == events, p))  # stable; the Event sink last
+        files = [read_file(Path(p)) for p in order]
+        self._files = {f.path: f for f in files}
+        self._stamps = {str(f.path): f.stamp for f in files}
+        self._index = {}
+        self.load_errors = [LoadError(f.path, f.error) for f in files if f.error]
+        self.load_errors += [LoadError(f.path, message) for f in files for message in f.doc_errors]
+        for err in self.load_errors:
+            log.warning("local cluster: skipping %s", err.message)
+        if self.strict and self.load_errors:
+            raise Invalid("; ".join(e.message for e in self.load_errors), reason="InvalidYAML")
+        entries = [e for f in files if not f.error for e in self._entries_of(f)]
+        self._book.load()
+        self._rv = max([self._rv, self._book.counter] + [_numeric_rv(e.obj) for e in entries])
+        for entry in entries:
+            self._normalise(entry)
+            key = key_of(entry.obj)
+            if key in self._index:
+                self.load_errors.append(LoadError(entry.file.path, f"{entry.file.path}: duplicate object {key}"))
+                continue
+            if key in previous:
+                self._carry_over(previous[key].obj, entry.obj)
+            self._index[key] = entry
+
+    def _carry_over(self, before: Manifest, after: Manifest) -> None:
+        """Keep bookkeeping stable across a reload: same content, same version; new content, new one."""
+        volatile = ("resourceVersion", "creationTimestamp")
+        old_meta, new_meta = before["metadata"], after["metadata"]
+        if _without(before, volatile) == _without(after, volatile):
+            for key in volatile:
+                new_meta[key] = old_meta[key]
+        elif new_meta["resourceVersion"] == old_meta["resourceVersion"]:
+            new_meta["resourceVersion"] = self._next_rv()
+
+    def _entries_of(self, yfile: YamlFile) -> Iterator[_Entry]:
+        """Every object of a file: plain documents and the items of ``kind: *List`` documents."""
+        for doc in yfile.docs:
+            data = doc.data
+            if not isinstance(data, dict):
+                continue
+            if str(data.get("kind", "")).endswith("List") and isinstance(data.get("items"), list):
+                for i, item in enumerate(data["items"]):
+                    if _is_object(item):
+                        yield _Entry(item, yfile, doc, i)
+            elif _is_object(data):
+                yield _Entry(data, yfile, doc)
+
+    def _normalise(self, entry: _Entry) -> None:
+        """Fill in what the API server would have set, in memory only (the document stays clean)."""
+        obj = normalised(apply_builtin_defaults(entry.obj))
+        meta = obj.setdefault("metadata", {})
+        info = lookup(obj["apiVersion"], obj["kind"])
+        if info is not None and info.namespaced:
+            meta.setdefault("namespace", "default")
+        elif info is not None:
+            meta.pop("namespace", None)
+        if meta.get("resourceVersion") in (None, ""):
+            self._book.restore("/".join(key_of(obj)), obj, self._next_rv)
+        if "uid" not in meta:
+            meta["uid"] = str(uuid.uuid5(_UID_NAMESPACE, "/".join(key_of(obj))))
+        if "creationTimestamp" not in meta:
+            stamp = entry.file.stamp[0] / 1e9 if entry.file.stamp else datetime.now(UTC).timestamp()
+            meta["creationTimestamp"] = datetime.fromtimestamp(stamp, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        if meta.get("resourceVersion") in (None, ""):
+            meta["resourceVersion"] = self._next_rv()
+        meta["resourceVersion"] = str(meta["resourceVersion"])  # hand-written files may say 5, not "5"
+        if info is None or info.has_generation:
+            meta.setdefault("generation", 1)
+
+    def _refresh(self) -> None:
+        """Reload when another process changed, added or removed a file since we last looked."""
+        if not self.write_back:
+            return
+        if self._discover() != self._stamps:
+            self._load()
+
+    @contextmanager
+    def _reading(self) -> Iterator[None]:
+        """Hold the thread lock and look at the files first (reads need no inter-process lock:
+        files are replaced atomically, so they are always whole)."""
+        with self._lock:
+            self._refresh()
+            yield
+
+    @contextmanager
+    def _writing(self) -> Iterator[None]:
+        """Hold the thread lock and, across processes, an exclusive ``flock`` on the lock file for
+        the whole read-check-write, so another process's concurrent write is either seen (and a
+        stale ``resourceVersion`` conflicts) or waits. Re-entrant within one LocalCluster."""
+        with self._lock:
+            handle = self._acquire_file_lock() if self._write_depth == 0 else None
+            self._write_depth += 1
+            try:
+                self._refresh()
+                yield
+            finally:
+                self._write_depth -= 1
+                if handle is not None:
+                    handle.close()  # closing the descriptor releases the flock
+
+    @property
+    def lock_path(self) -> Path:
+        """The inter-process lock file (hidden, so the loader never reads it)."""
+        if self.single_file:
+            return self.path.with_name(f".{self.path.name}.lock")
+        return self.path / ".modelplane.lock"
+
+    def _acquire_file_lock(self) -> IO[bytes] | None:
+        if not self.write_back or fcntl is None:
+            return None
+        try:
+            self.lock_path.parent.mkdir(parents=True, exist_ok=True)
+            handle = open(self.lock_path, "ab")  # noqa: SIM115 - closed by _writing
+        except OSError as exc:
+            raise Unavailable(f"cannot open lock file {self.lock_path}: {exc.strerror or exc}") from None
+        fcntl.flock(handle.fileno(), fcntl.LOCK_EX)
+        return handle
+
+    def _next_rv(self) -> str:
+        self._rv = max(self._rv, self._book.counter) + 1
+        self._book.counter = self._rv
+        return str(self._rv)
+
+    # ------------------------------------------------------------------ lookups
+
+    def _find(self, info: ResourceInfo, name: str, namespace: str | None) -> _Entry:
+        entry = self._index.get(_key(info, name, namespace))
+        if entry is None:
+            where = f" in namespace {_ns(info, namespace)!r}" if info.namespaced else ""
+            raise NotFound(f'{info.plural}.{info.group or "core"} "{name}" not found{where}')
+        return entry
+
+    def _find_ref(self, ref: ObjectRef) -> tuple[ResourceInfo, _Entry]:
+        info = resource_for(ref.api_version, ref.kind)
+        return info, self._find(info, ref.name, ref.namespace)
+
+    # ------------------------------------------------------------------ writes
+
+    def _update(self, entry: _Entry, new: Manifest, force: bool = False) -> Manifest:
+        """Store a changed object under a new resourceVersion; a no-op write stores nothing."""
+        if new == entry.obj and not force:
+            return copy.deepcopy(entry.obj)
+        _refuse_malformed(entry.file, new)
+        new = copy.deepcopy(new)
+        new["metadata"]["resourceVersion"] = self._next_rv()
+        old, was_dirty = entry.obj, entry.doc.dirty
+        self._place(entry, new)
+        try:
+            self._flush(entry.file)
+        except OSError as exc:
+            self._place(entry, old)
+            entry.doc.dirty = was_dirty
+            raise Unavailable(f"cannot write {entry.file.path}: {exc.strerror or exc}") from None
+        self._book.remember("/".join(key_of(new)), new)
+        self._save_book()
+        return copy.deepcopy(new)
+
+    def _place(self, entry: _Entry, obj: Manifest) -> None:
+        """Put ``obj`` where ``entry`` lives (its document, or its slot in a List document); only the
+        fields that differ from the stored object are rewritten in the file."""
+        entry.doc.update(entry.obj, obj, entry.item)
+        entry.obj = obj
+
+    def _insert(self, info: ResourceInfo, obj: Manifest) -> None:
+        """Add a new object to the file it belongs in, and to the index."""
+        yfile = self._target_file(info, obj)
+        _refuse_malformed(yfile, obj)
+        doc = yfile.append(obj)
+        if yfile.path == self.events_path:
+            self._prune_events(yfile)
+        try:
+            self._flush(yfile)
+        except OSError as exc:
+            yfile.docs.remove(doc)
+            raise Unavailable(f"cannot write {yfile.path}: {exc.strerror or exc}") from None
+        self._files[yfile.path] = yfile
+        self._index[key_of(obj)] = _Entry(obj, yfile, doc)
+        self._save_book()
+
+    def _prune_events(self, sink: YamlFile) -> None:
+        """Drop the oldest Events (by resourceVersion) beyond ``max_events`` from the sink."""
+        events = [e for e in self._index.values() if e.file is sink and e.item is None]
+        excess = len(events) + 1 - self.max_events  # +1: the Event being added is not indexed yet
+        for entry in sorted(events, key=lambda e: _numeric_rv(e.obj))[: max(excess, 0)]:
+            sink.docs.remove(entry.doc)
+            self._index.pop(key_of(entry.obj), None)
+
+    def _target_file(self, info: ResourceInfo, obj: Manifest) -> YamlFile:
+        """The file a new object goes to (Events: the sink; directory: one file per object)."""
+        if obj["kind"] == "Event" and info.is_core:
+            path = self.events_path
+        elif self.single_file:
+            path = self.path
+        else:
+            folder = obj["metadata"].get("namespace") or "_cluster"
+            path = self.path / folder / f"{obj['kind'].lower()}-{obj['metadata']['name']}.yaml"
+        return self._files.get(path) or YamlFile(path=path)
+
+    def _remove(self, entry: _Entry) -> None:
+        """Drop an object from its file (the file goes too in directory mode when nothing is left)."""
+        yfile, doc = entry.file, entry.doc
+        _refuse_malformed(yfile, entry.obj)
+        if entry.item is None:
+            yfile.docs.remove(doc)
+        else:
+            doc.remove_item(entry.item)
+            for other in self._index.values():
+                if other.doc is doc and other.item is not None and other.item > entry.item:
+                    other.item -= 1
+        self._index.pop(key_of(entry.obj), None)
+        try:
+            self._flush(yfile)
+        except OSError as exc:
+            self._load()
+            raise Unavailable(f"cannot write {yfile.path}: {exc.strerror or exc}") from None
+        self._book.forget("/".join(key_of(entry.obj)))
+        self._save_book()
+
+    def _save_book(self) -> None:
+        """Persist the counter and records (a failure only costs bookkeeping, never the write)."""
+        if not self.write_back:
+            return
+        try:
+            self._book.save()
+        except OSError as exc:
+            log.warning("local cluster: cannot write %s: %s", self.state_path, exc.strerror or exc)
+
+    def _flush(self, yfile: YamlFile) -> None:
+        """Write one file back atomically (or, in snapshot mode, not at all)."""
+        if not self.write_back:
+            return
+        if yfile.is_empty() and not self.single_file:
+            yfile.path.unlink(missing_ok=True)
+            self._files.pop(yfile.path, None)
+            self._stamps.pop(str(yfile.path), None)
+            return
+        yfile.stamp = atomic_write(yfile.path, yfile.render())
+        self._stamps[str(yfile.path)] = yfile.stamp
+        for doc in yfile.docs:
+            doc.written()
+
+
+def _refuse_malformed(yfile: YamlFile, obj: Manifest) -> None:
+    """``Invalid`` when ``yfile`` must not be written (unreadable, or holding a malformed document):
+    rewriting it could lose what the operator is in the middle of fixing."""
+    problem = yfile.writable_error
+    if problem:
+        meta = obj.get("metadata") or {}
+        raise Invalid(f"cannot write {obj.get('kind')} {meta.get('name')!r} into {problem}", reason="InvalidYAML")
+
+
+def _stat_into(found: dict[str, tuple[int, int, int]], path: Path) -> None:
+    """Add ``path`` with its stamp when it is an existing file."""
+    stamp = file_stamp(path)
+    if stamp is not None and path.is_file():
+        found[str(path)] = stamp
+
+
+MANIFEST_SUFFIXES = (".yaml", ".yml", ".json")
+"""Manifest files a directory is read from: YAML, and JSON (a YAML subset: ``kubectl get -o json`` dumps)."""
+
+
+def manifest_paths(path: Path) -> list[Path]:
+    """The manifest files of a state, sorted: the file itself, or every ``*.yaml``/``*.yml``/``*.json`` below a
+    directory with hidden entries (such as the Event sink) left out, as :class:`LocalCluster` reads them."""
+    if path.is_file():
+        return [path]
+    if not path.is_dir():
+        return []
+    return sorted(Path(found) for found, _ in _scan_manifests(str(path)))
+
+
+def _scan_manifests(root: str) -> Iterator[tuple[str, tuple[int, int, int]]]:
+    """Every manifest file (:data:`MANIFEST_SUFFIXES`) below ``root`` with its stamp, skipping hidden entries."""
+    stack = [root]
+    while stack:
+        directory = stack.pop()
+        try:
+            entries = list(os.scandir(directory))
+        except OSError:
+            continue
+        for entry in entries:
+            if entry.name.startswith("."):
+                continue
+            if entry.is_dir(follow_symlinks=True):
+                stack.append(entry.path)
+            elif (
+                entry.name.endswith(MANIFEST_SUFFIXES)
+                and entry.is_file(follow_symlinks=True)
+                and (not entry.name.endswith(".json") or _looks_like_manifest(entry.path))
+            ):
+                st = entry.stat()
+                yield entry.path, (st.st_mtime_ns, st.st_size, st.st_ino)
+
+
+def _looks_like_manifest(path: str) -> bool:
+    """Whether a ``.json`` file is a Kubernetes manifest (an ``apiVersion`` near its start), not some other
+    JSON that lives beside the manifests (a model's ``config.json``, a tokenizer)."""
+    try:
+        with open(path, "rb") as handle:
+            return b'"apiVersion"' in handle.read(4096)
+    except OSError:
+        return False
+
+
+def _without(obj: Manifest, meta_keys: tuple[str, ...]) -> Manifest:
+    """``obj`` minus some metadata keys (for comparing content across reloads)."""
+    return {**obj, "metadata": {k: v for k, v in obj["metadata"].items() if k not in meta_keys}}
+
+
+def _is_object(data: Any) -> bool:
+    """A document that is a Kubernetes object (has apiVersion, kind and metadata.name)."""
+    return (
+        isinstance(data, dict)
+        and isinstance(data.get("apiVersion"), str)
+        and isinstance(data.get("kind"), str)
+        and isinstance(data.get("metadata"), dict)
+        and bool(data["metadata"].get("name"))
+    )
+
+
+def _ns(info: ResourceInfo, namespace: str | None) -> str:
+    return (namespace or "default") if info.namespaced else ""
+
+
+def _key(info: ResourceInfo, name: str, namespace: str | None) -> Key:
+    return (info.api_version, info.kind, _ns(info, namespace), name)
+
+
+def key_of(obj: Manifest) -> Key:
+    """The index key of a stored object (its namespace is already normalised)."""
+    meta = obj["metadata"]
+    return (obj["apiVersion"], obj["kind"], meta.get("namespace") or "", meta["name"])
+
+
+def _numeric_rv(obj: Manifest) -> int:
+    value = str((obj.get("metadata") or {}).get("resourceVersion") or "")
+    return int(value) if value.isdigit() else 0
+
+
+__all__ = ["DIR_EVENTS_FILE", "MANIFEST_SUFFIXES", "Key", "LoadError", "LocalStore", "key_of", "manifest_paths"]

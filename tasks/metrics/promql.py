@@ -1,0 +1,175 @@
+"""The PromQL the Prometheus source asks, and how its answers are taken apart (text only, no HTTP).
+
+One :meth:`~tasks.metrics.prometheus.PrometheusMetrics.collect` costs two queries however many models are
+asked for (three with instance metrics): :func:`load_query` for the loads grouped ``by (model_name,
+namespace)``, :func:`pod_query` for the pods grouped ``by (model_name, namespace, pod)``, and
+:func:`instance_query` for Kthena policy metrics summed per pod. Each is a union of tagged
+sub-expressions (``label_replace(..., "mp_field", "<tag>", "", "")``), so values and sample timestamps come
+back together in one answer; :func:`tagged_rows` sorts the rows back by tag. Namespaces and pods are
+matched with an anchored RE2 alternation (:func:`regex_union`) of the escaped names.
+
+What is measured (the WVA conventions, vLLM metric names):
+
+- arrival rate: ``sum by (model_name, namespace) (rate(vllm:request_success_total[1m]))``.
+- average tokens per request: ``sum(rate(vllm:request_prompt_tokens_sum[1m])) /
+  sum(rate(vllm:request_prompt_tokens_count[1m]))`` (same for ``vllm:request_generation_tokens``). With no
+  request in the window the ratio is undefined, so it falls back to ``increase`` over a longer window (5m).
+- shape of the load: the highest 1-minute arrival rate over the last ``peak_window`` (3m: a replica's
+  start-up plus one cycle), ``max_over_time(sum by (...) (rate(...[1m]))[3m:1m])``, and the prompt-token
+  histogram over the fallback window, ``sum by (..., le) (increase(vllm:request_prompt_tokens_bucket[5m]))``.
+- per pod: ``vllm:kv_cache_usage_perc`` (max over a pod's series; for a pod that only exposes the pre-0.10
+  name ``vllm:gpu_cache_usage_perc``, that one) and ``vllm:num_requests_waiting`` (summed).
+- instance metrics (Kthena AutoscalingPolicy ``spec.metrics``): any metric name, summed per pod.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+REQUEST_SUCCESS = "vllm:request_success_total"
+PROMPT_TOKENS = "vllm:request_prompt_tokens"
+GENERATION_TOKENS = "vllm:request_generation_tokens"
+KV_CACHE_USAGE = "vllm:kv_cache_usage_perc"
+KV_CACHE_USAGE_LEGACY = "vllm:gpu_cache_usage_perc"
+"""The same gauge under its name before vLLM 0.10; read for a pod only when the new name is absent."""
+REQUESTS_WAITING = "vllm:num_requests_waiting"
+
+
+MODEL_LABELS = ("model_name", "namespace")
+POD_LABELS = ("model_name", "namespace", "pod")
+LOAD_TAGS = ("rate", "seen", "in", "out", "peak")
+POD_TAGS = ("kv", "kv_seen", "waiting", "waiting_seen")
+TAG = "mp_field"
+"""The label that tells the sub-expressions of one union query apart."""
+METRIC_TAG = "mp_metric"
+"""The label that carries the metric name of an instance-metric row."""
+_REGEX_SPECIAL = re.compile(r"([\\.+*?()|\[\]{}^$])")
+
+
+def load_query(selector: str, rate_window: str, fallback_window: str, peak_window: str) -> str:
+    """Arrival rate, its newest sample time, mean tokens in and out, recent peak rate and prompt histogram."""
+    by = "model_name, namespace"
+    return union(
+        {
+            "rate": f"sum by ({by}) (rate({REQUEST_SUCCESS}{{{selector}}}[{rate_window}]))",
+            "seen": f"max by ({by}) (timestamp({REQUEST_SUCCESS}{{{selector}}}))",
+            "in": _tokens_expr(PROMPT_TOKENS, selector, by, rate_window, fallback_window),
+            "out": _tokens_expr(GENERATION_TOKENS, selector, by, rate_window, fallback_window),
+            # Start-up-aware sizing (engine.perf.load_peak) and tail-aware sizing (engine.perf.tail_sizing).
+            "peak": f"max_over_time((sum by ({by}) (rate({REQUEST_SUCCESS}{{{selector}}}[{rate_window}])))"
+            f"[{peak_window}:{rate_window}])",
+            "bucket": f"sum by ({by}, le) (increase({PROMPT_TOKENS}_bucket{{{selector}}}[{fallback_window}]))",
+        }
+    )
+
+
+def _tokens_expr(histogram: str, selector: str, by: str, rate_window: str, fallback_window: str) -> str:
+    """Mean tokens per request over ``rate_window``, else (no request in it) over ``fallback_window``."""
+
+    def ratio(function: str, window: str) -> str:
+        total = f"sum by ({by}) ({function}({histogram}_sum{{{selector}}}[{window}]))"
+        count = f"sum by ({by}) ({function}({histogram}_count{{{selector}}}[{window}]))"
+        return f"({total} / ({count} > 0))"
+
+    return f"{ratio('rate', rate_window)} or {ratio('increase', fallback_window)}"
+
+
+def pod_query(selector: str) -> str:
+    """KV-cache usage and waiting requests per pod, each with its newest sample time."""
+    by = "model_name, namespace, pod"
+    return union(
+        {
+            # vLLM < 0.10 named the gauge vllm:gpu_cache_usage_perc: used per pod where the new name is absent
+            "kv": f"(max by ({by}) ({KV_CACHE_USAGE}{{{selector}}}) or max by ({by}) ({KV_CACHE_USAGE_LEGACY}{{{selector}}}))",
+            "kv_seen": f"(max by ({by}) (timestamp({KV_CACHE_USAGE}{{{selector}}}))"
+            f" or max by ({by}) (timestamp({KV_CACHE_USAGE_LEGACY}{{{selector}}})))",
+            "waiting": f"sum by ({by}) ({REQUESTS_WAITING}{{{selector}}})",
+            "waiting_seen": f"max by ({by}) (timestamp({REQUESTS_WAITING}{{{selector}}}))",
+        }
+    )
+
+
+def instance_query(names: list[str], selector: str) -> str:
+    """Each metric of ``names`` summed per (namespace, pod), with its newest sample time."""
+    parts = []
+    for name in names:
+        value = f"sum by (namespace, pod) ({name}{{{selector}}})"
+        seen = f"max by (namespace, pod) (timestamp({name}{{{selector}}}))"
+        parts.append(tag(tag(value, TAG, "value"), METRIC_TAG, name))
+        parts.append(tag(tag(seen, TAG, "seen"), METRIC_TAG, name))
+    return " or ".join(parts)
+
+
+def instance_rows(
+    rows: list[dict[str, Any]],
+) -> tuple[dict[tuple[str, str, str], float], dict[tuple[str, str, str], float]]:
+    """The values and sample times of an :func:`instance_query` answer, keyed by (namespace, pod, metric)."""
+    values: dict[tuple[str, str, str], float] = {}
+    seen: dict[tuple[str, str, str], float] = {}
+    for row in rows:
+        labels = row.get("metric", {})
+        key = (labels.get("namespace", ""), labels.get("pod", ""), labels.get(METRIC_TAG, ""))
+        target = values if labels.get(TAG) == "value" else seen
+        target[key] = sample_value(row)
+    return values, seen
+
+
+def quote(value: str) -> str:
+    """A PromQL double-quoted string literal."""
+    escaped = value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+    return f'"{escaped}"'
+
+
+def regex_union(values: Iterable[str]) -> str:
+    """An RE2 alternation matching exactly ``values`` (Prometheus anchors label regexes)."""
+    return "|".join(_REGEX_SPECIAL.sub(r"\\\1", value) for value in values)
+
+
+def tag(expr: str, label: str, value: str) -> str:
+    """``expr`` with the constant label ``label="value"`` added (``label_replace`` on an empty source)."""
+    return f'label_replace({expr}, "{label}", {quote(value)}, "", "")'
+
+
+def union(parts: Mapping[str, str]) -> str:
+    """One query returning every part, each tagged with ``mp_field=<tag>`` so the rows can be told apart."""
+    return " or ".join(tag(expr, TAG, name) for name, expr in parts.items())
+
+
+def tagged_rows(
+    rows: list[dict[str, Any]], labels: tuple[str, ...], tags: Iterable[str]
+) -> dict[str, dict[tuple[str, ...], float]]:
+    """``{tag: {label values: sample value}}`` from the answer of a :func:`union` query."""
+    grouped: dict[str, dict[tuple[str, ...], float]] = {tag: {} for tag in tags}
+    for row in rows:
+        metric = row.get("metric", {})
+        key = tuple(metric.get(label, "") for label in labels)
+        grouped.setdefault(metric.get(TAG, ""), {})[key] = sample_value(row)
+    return grouped
+
+
+def prompt_buckets(rows: list[dict[str, Any]]) -> dict[tuple[str, str], tuple[tuple[float, float], ...]]:
+    """Per (model_name, namespace): the prompt-token histogram's ``(le, count)`` pairs, by increasing ``le``."""
+    buckets: dict[tuple[str, str], list[tuple[float, float]]] = {}
+    for row in rows:
+        metric = row.get("metric", {})
+        if metric.get(TAG) != "bucket":
+            continue
+        try:
+            bound = float(metric.get("le", ""))
+        except ValueError:
+            continue
+        value = sample_value(row)
+        if not math.isnan(value):
+            buckets.setdefault((metric.get("model_name", ""), metric.get("namespace", "")), []).append((bound, value))
+    return {key: tuple(sorted(pairs)) for key, pairs in buckets.items()}
+
+
+def sample_value(row: Mapping[str, Any]) -> float:
+    """The value of one instant-vector row; NaN when it has none."""
+    try:
+        return float(row["value"][1])
+    except (KeyError, IndexError, TypeError, ValueError):
+        return math.nan

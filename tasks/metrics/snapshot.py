@@ -1,0 +1,174 @@
+"""What one metrics collection returns, and the contract both metrics sources keep.
+
+The optimizer reads live load through :class:`MetricsSource`, implemented by
+:class:`tasks.metrics.prometheus.PrometheusMetrics` (vLLM metrics in Prometheus) and
+:class:`tasks.metrics.file.FileMetrics` (a YAML file, for local and CI runs). Both answer with a
+:class:`MetricsSnapshot`, so the flow and the planner never know which one was used.
+
+Missing data is not an exception. A requested model without usable samples is absent from
+``snapshot.loads`` (or ``snapshot.pods``), never reported as zero, and a sentence saying why is appended to
+``snapshot.missing`` (and to ``snapshot.missing_by_model[key]``, so callers need not match model names
+inside the text). Only a source that cannot answer at all raises a :class:`MetricsError`:
+:class:`MetricsUnavailable` for an unreachable or failing Prometheus, :class:`MetricsFileError` for an
+unreadable or malformed file.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Protocol, runtime_checkable
+
+InstanceKey = tuple[str, str]  # (namespace, pod)
+
+METRIC_NAME = re.compile(r"^[a-zA-Z_:][a-zA-Z0-9_:]*$")
+"""A valid Prometheus metric name (instance metric names are checked against it before any query)."""
+
+
+# -- errors ----------------------------------------------------------------------------------------
+
+
+class MetricsError(Exception):
+    """Base class of the metrics errors."""
+
+
+class MetricsUnavailable(MetricsError):
+    """Prometheus could not be reached or refused the query; the flow must not act on missing load."""
+
+    def __init__(self, url: str, reason: str) -> None:
+        super().__init__(f"Prometheus at {url}: {reason}")
+        self.url = url
+        self.reason = reason
+
+
+class MetricsFileError(MetricsError, ValueError):
+    """A metrics file is unreadable or malformed; ``field`` is the offending path inside it."""
+
+    def __init__(self, path: str | os.PathLike[str], field: str, problem: str) -> None:
+        location = f"{path}: {field}" if field else str(path)
+        super().__init__(f"{location}: {problem}")
+        self.path = str(path)
+        self.field = field
+        self.problem = problem
+
+
+# -- data types ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, order=True)
+class ModelKey:
+    """One served model: the vLLM ``model_name`` label and the namespace of its pods."""
+
+    model_id: str
+    namespace: str
+
+    def __str__(self) -> str:
+        return f"{self.model_id} in {self.namespace}"
+
+
+@dataclass(frozen=True)
+class ModelLoad:
+    """The load on one model: arrival rate in **requests per second** and mean tokens per request.
+
+    ``sampled_at`` is the timestamp of the newest sample behind it (not part of equality).
+    """
+
+    arrival_rate_rps: float
+    avg_in_tokens: float
+    avg_out_tokens: float
+    sampled_at: dt.datetime | None = field(default=None, compare=False)
+    prompt_buckets: tuple[tuple[float, float], ...] | None = field(default=None, compare=False)
+    """``(le, requests)`` of ``vllm:request_prompt_tokens_bucket`` over the fallback window, for tail-aware sizing."""
+    recent_peak_rps: float | None = field(default=None, compare=False)
+    """Highest ``rate_window`` arrival rate over the last ``peak_window`` (start-up-aware sizing)."""
+
+    @property
+    def arrival_rate_rpm(self) -> float:
+        """The arrival rate in requests per minute, the unit WVA and its Prometheus queries use."""
+        return self.arrival_rate_rps * 60.0
+
+
+@dataclass(frozen=True)
+class PodMetrics:
+    """Saturation of one vLLM pod: KV-cache usage (0..1) and requests waiting in its queue."""
+
+    pod: str
+    kv_cache_usage: float
+    queue_length: float
+    sampled_at: dt.datetime | None = field(default=None, compare=False)
+
+
+@dataclass(frozen=True)
+class MetricsSnapshot:
+    """Everything one optimization cycle reads, taken at ``collected_at`` (UTC).
+
+    ``missing`` explains every requested model (or pod) that has no usable data; such a model is
+    absent from ``loads`` (respectively ``pods``), never reported as zero. ``missing_by_model`` holds
+    the same sentences keyed by model, so callers need not match model names inside the text.
+    """
+
+    loads: dict[ModelKey, ModelLoad]
+    pods: dict[ModelKey, list[PodMetrics]]
+    instance_metrics: dict[InstanceKey, dict[str, float]]
+    collected_at: dt.datetime
+    missing: list[str]
+    missing_by_model: dict[ModelKey, list[str]] = field(default_factory=dict)
+
+    def missing_for(self, key: ModelKey) -> list[str]:
+        """Why ``key`` has no load or pod data (empty when everything was found)."""
+        return list(self.missing_by_model.get(key, []))
+
+
+class Missing:
+    """Collects the "missing data" sentences of one snapshot, in order and per model."""
+
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+        self.by_model: dict[ModelKey, list[str]] = {}
+
+    def add(self, message: str, key: ModelKey | None = None) -> None:
+        """Record why data is missing; against ``key`` too when it concerns one model."""
+        self.lines.append(message)
+        if key is not None:
+            self.by_model.setdefault(key, []).append(message)
+
+
+@runtime_checkable
+class MetricsSource(Protocol):
+    """Where the optimizer gets live load: :class:`PrometheusMetrics` or :class:`FileMetrics`."""
+
+    def collect(
+        self,
+        models: Iterable[ModelKey],
+        instance_metric_names: Iterable[str] = (),
+        instance_namespaces: Iterable[str] | None = None,
+    ) -> MetricsSnapshot:
+        """Loads and pod saturation of ``models``; plus, when ``instance_metric_names`` is given, those
+        metrics for every pod of ``instance_namespaces`` (default: the models' namespaces)."""
+        ...
+
+    def instance_metrics(
+        self, metric_names: Iterable[str], namespace: str, pods: Iterable[str]
+    ) -> dict[str, dict[str, float]]:
+        """Per-pod values of arbitrary metrics (Kthena policy metrics): ``{pod: {metric: value}}``.
+
+        Pods (or metrics) without fresh data are absent from the answer.
+        """
+        ...
+
+
+def checked_metric_names(names: Iterable[str]) -> list[str]:
+    """``names`` sorted and deduplicated; ``ValueError`` naming every one that is not a metric name."""
+    checked = sorted(set(names))
+    bad = [name for name in checked if not METRIC_NAME.match(name)]
+    if bad:
+        raise ValueError(f"invalid metric names: {', '.join(map(repr, bad))}")
+    return checked
+
+
+def from_epoch(epoch: float) -> dt.datetime:
+    """A UTC datetime from a Unix timestamp (Prometheus sample times, file mtimes)."""
+    return dt.datetime.fromtimestamp(epoch, dt.UTC)

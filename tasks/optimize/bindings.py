@@ -1,0 +1,362 @@
+"""What the optimize cycle reads about one Kthena AutoscalingPolicyBinding, and how its targets are named.
+
+A binding's targets come from ``spec.optimizerConfiguration`` (heterogeneous) or ``spec.scalingConfiguration``
+(:func:`binding_targets`). :func:`read_binding_inputs` reads, per binding, the current replicas through the
+scale subresource (of each member, for a serving group), the targets' ready pods and their policy metrics
+from the cycle's snapshot, into the :class:`~engine.optimize.bindings.BindingInputs` the planner decides on.
+:func:`describe_bindings` adds what the allocation table shows (the model, each target's accelerator),
+:func:`binding_grace_period` the scale-to-zero grace period, and :func:`binding_modes` each target's
+actuation mode (engine.optimize.actuation).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from prefect import task
+from prefect.cache_policies import NO_CACHE
+
+from engine.api.registry import KTHENA_GROUP, group_of
+from engine.optimize.actuation import RECOMMEND, ActuationModeError, resource_mode, target_modes
+from engine.optimize.bindings import (
+    ANNOTATION_SCALE_TO_ZERO_GRACE,
+    BindingInputs,
+    BindingTarget,
+    GroupMember,
+    group_count,
+    group_instances,
+    parse_scale_groups,
+    scale_to_zero_grace,
+)
+from tasks.cluster import Cluster, ObjectRef
+from tasks.cluster.errors import ClusterError, NotFound
+from tasks.optimize.read import ClusterState
+
+log = logging.getLogger("modelplane.optimize")
+
+
+def target_ref(target: Mapping[str, Any], namespace: str) -> ObjectRef:
+    """The ObjectRef of a binding's ``target.targetRef`` (defaults: apps/v1 Deployment, binding namespace)."""
+    ref = target.get("targetRef") or {}
+    return ObjectRef(
+        ref.get("apiVersion") or "apps/v1",
+        ref.get("kind") or "Deployment",
+        ref.get("name", ""),
+        ref.get("namespace") or namespace,
+    )
+
+
+BINDING_MODEL_LABELS = ("registry.volcano.sh/model-name", "llm-d.ai/model")
+"""Labels naming the model a binding (or its target workload) serves: Kthena's, then llm-d's."""
+ACCELERATOR_LABEL = "inference.optimization/acceleratorName"
+GPU_NODE_LABELS = (
+    "nvidia.com/gpu.product",
+    "cloud.google.com/gke-accelerator",
+    "amd.com/gpu.product-name",
+    "amd.com/gpu.family",
+)
+"""Node labels whose value names a GPU model, as a workload's nodeSelector or node affinity uses them."""
+
+
+@dataclass(frozen=True)
+class BindingRowDetails:
+    """What the allocation table shows for a binding besides replicas: the model it scales and, per
+    target name, the accelerator the target's pods run on."""
+
+    model: str = ""
+    accelerators: dict[str, str] = field(default_factory=dict)
+
+
+def _pod_spec(workload: Mapping[str, Any]) -> Mapping[str, Any]:
+    """The pod spec of a workload (Deployment/StatefulSet ``spec.template``, LeaderWorkerSet's worker template)."""
+    spec = workload.get("spec") or {}
+    template = spec.get("template") or (spec.get("leaderWorkerTemplate") or {}).get("workerTemplate") or {}
+    return template.get("spec") or {}
+
+
+def workload_accelerator(workload: Mapping[str, Any]) -> str:
+    """The accelerator a workload's pods run on: its ``inference.optimization/acceleratorName`` label, a
+    GPU model its nodeSelector or required node affinity names, else the GPU resource it requests
+    (``1x nvidia.com/gpu``); empty for a CPU workload."""
+    labels = (workload.get("metadata") or {}).get("labels") or {}
+    if labels.get(ACCELERATOR_LABEL):
+        return str(labels[ACCELERATOR_LABEL])
+    pod = _pod_spec(workload)
+    selector = pod.get("nodeSelector") or {}
+    for key in GPU_NODE_LABELS:
+        if selector.get(key):
+            return str(selector[key])
+    required = ((pod.get("affinity") or {}).get("nodeAffinity") or {}).get(
+        "requiredDuringSchedulingIgnoredDuringExecution"
+    ) or {}
+    for term in required.get("nodeSelectorTerms") or []:
+        for expression in term.get("matchExpressions") or []:
+            if (
+                expression.get("key") in GPU_NODE_LABELS
+                and expression.get("operator") == "In"
+                and expression.get("values")
+            ):
+                return ",".join(str(v) for v in expression["values"])
+    for container in pod.get("containers") or []:
+        resources = container.get("resources") or {}
+        for key, value in {**(resources.get("requests") or {}), **(resources.get("limits") or {})}.items():
+            if key.endswith("/gpu"):
+                return f"{value}x {key}"
+    return ""
+
+
+def binding_model(binding: Mapping[str, Any], workloads: Iterable[Mapping[str, Any]]) -> str:
+    """The model a binding scales: its own model label, else its targets' (Kthena's, then llm-d's),
+    else the Kthena Model that owns it; empty when nothing says (never the policy's name)."""
+    sources = [binding, *workloads]
+    for label in BINDING_MODEL_LABELS:
+        for obj in sources:
+            value = ((obj.get("metadata") or {}).get("labels") or {}).get(label)
+            if value:
+                return str(value)
+    for owner in (binding.get("metadata") or {}).get("ownerReferences") or []:
+        if owner.get("kind") == "Model":
+            return str(owner.get("name") or "")
+    return ""
+
+
+@task(name="describe-bindings", cache_policy=NO_CACHE)
+def describe_bindings(cluster: Cluster, bindings: list[dict[str, Any]]) -> dict[tuple[str, str], BindingRowDetails]:
+    """Model and per-target accelerator of each binding, for the allocation table and artifact (one GET
+    per target; a target that cannot be read shows no accelerator)."""
+    details: dict[tuple[str, str], BindingRowDetails] = {}
+    for binding in bindings:
+        namespace = binding["metadata"].get("namespace", "default")
+        workloads: dict[str, Mapping[str, Any]] = {}
+        for target, _, _, _ in binding_targets(binding):
+            ref = target_ref(target, namespace)
+            try:
+                workloads[ref.name] = cluster.get(ref.api_version, ref.kind, ref.name, ref.namespace)
+            except ClusterError:
+                continue
+        details[(namespace, binding["metadata"]["name"])] = BindingRowDetails(
+            binding_model(binding, workloads.values()), {name: workload_accelerator(w) for name, w in workloads.items()}
+        )
+    return details
+
+
+def _pod_ready(pod: Mapping[str, Any]) -> bool:
+    conditions = (pod.get("status") or {}).get("conditions") or []
+    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
+
+
+def _selector(scale_selector: str | None, additional: Mapping[str, str] | None) -> str | None:
+    parts = [scale_selector] if scale_selector else []
+    parts += [f"{key}={value}" for key, value in sorted((additional or {}).items())]
+    return ",".join(parts) or None
+
+
+def binding_targets(binding: Mapping[str, Any]) -> list[tuple[Mapping[str, Any], int, int, float]]:
+    """(target, minReplicas, maxReplicas, cost) for each target of a binding, in spec order."""
+    spec = binding.get("spec") or {}
+    if spec.get("optimizerConfiguration"):
+        return [
+            (p.get("target") or {}, int(p.get("minReplicas", 0)), int(p.get("maxReplicas", 1)), float(p.get("cost", 0)))
+            for p in spec["optimizerConfiguration"].get("params") or []
+        ]
+    scaling = spec.get("scalingConfiguration") or {}
+    if scaling:
+        return [
+            (scaling.get("target") or {}, int(scaling.get("minReplicas", 0)), int(scaling.get("maxReplicas", 1)), 0.0)
+        ]
+    return []
+
+
+def _instances_from_snapshot(
+    snapshot: Any, namespace: str, pods: list[str], names: list[str], have_pod_objects: bool
+) -> list[dict[str, float]]:
+    """Per-pod policy metrics of a target's ready pods.
+
+    A manifest snapshot usually carries no Pod objects; then the pods are the ones the metrics name
+    after the target's workloads (``<name>-...``), as a Deployment names its pods.
+    """
+    metrics: Mapping[tuple[str, str], dict[str, float]] = snapshot.instance_metrics if snapshot is not None else {}
+    if have_pod_objects:
+        return [dict(metrics.get((namespace, pod), {})) for pod in pods]
+    prefixes = tuple(f"{name}-" for name in names)
+    return [
+        dict(values) for (ns, pod), values in sorted(metrics.items()) if ns == namespace and pod.startswith(prefixes)
+    ]
+
+
+@dataclass
+class _TargetPods:
+    """One binding target's pods: ready ones by name, how many are not ready, and the metric instances."""
+
+    ready: list[str] = field(default_factory=list)
+    unready: int = 0
+    listed: bool = False
+
+
+def _target_pods(cluster: Cluster, ref: ObjectRef, selector: str | None) -> _TargetPods:
+    if not selector:
+        return _TargetPods()
+    pods = cluster.list("v1", "Pod", namespace=ref.namespace, label_selector=selector)
+    ready = [p["metadata"]["name"] for p in pods if _pod_ready(p)]
+    return _TargetPods(ready, len(pods) - len(ready), bool(pods))
+
+
+@dataclass
+class _ReadTarget:
+    """What one binding target is now: its replicas (or its group's members'), and its serving pods."""
+
+    ref: ObjectRef
+    current: int | None
+    group: tuple[GroupMember, ...] | None
+    serving_names: list[str]
+    pods: _TargetPods
+
+
+def _read_target(
+    cluster: Cluster, target: Mapping[str, Any], namespace: str, group: list[tuple[str, int, bool]] | None
+) -> _ReadTarget:
+    """The scale of the target (of each member of its group) and the pods of its serving workloads."""
+    ref = target_ref(target, namespace)
+    members = [
+        (ObjectRef(ref.api_version, ref.kind, name, ref.namespace), per, serves) for name, per, serves in group or []
+    ] or [(ref, 1, True)]
+    scales: list[int | None] = []
+    pods = _TargetPods()
+    for member_ref, _per, serves in members:
+        try:
+            scale_now = cluster.get_scale(member_ref)
+        except NotFound:
+            scales.append(None)
+            continue
+        scales.append(scale_now.replicas)
+        if serves:
+            got = _target_pods(cluster, member_ref, _selector(scale_now.selector, target.get("additionalMatchLabels")))
+            pods.ready += got.ready
+            pods.unready += got.unready
+            pods.listed = pods.listed or got.listed
+    serving = [m.name for m, _, serves in members if serves]
+    if not group:
+        return _ReadTarget(ref, scales[0], None, serving, pods)
+    members_now = tuple(
+        GroupMember(m.name, m.api_version, m.kind, per, current, serves)
+        for (m, per, serves), current in zip(members, scales)
+    )
+    return _ReadTarget(ref, None, members_now, serving, pods)
+
+
+@task(name="read-binding-inputs", cache_policy=NO_CACHE, retries=1, retry_delay_seconds=1)
+def read_binding_inputs(
+    cluster: Cluster, binding: dict[str, Any], state: ClusterState, snapshot: Any, metrics_error: str | None
+) -> BindingInputs:
+    """Current replicas (scale subresource), the targets' pods, and their policy metrics from the snapshot.
+
+    A target named in the binding's :data:`engine.optimize.bindings.ANNOTATION_SCALE_GROUPS` is a serving group:
+    its members' replicas are read, its current count is whole groups, and its serving pods' metrics
+    become one instance per group."""
+    meta = binding["metadata"]
+    namespace = meta.get("namespace", "default")
+    spec = binding.get("spec") or {}
+    policy_name = (spec.get("policyRef") or {}).get("name")
+    policy = state.policies.get((namespace, policy_name or ""))
+    try:
+        groups = parse_scale_groups(meta.get("annotations") or {})
+    except ValueError as exc:
+        log.warning("AutoscalingPolicyBinding %s: scaling its targets one by one: %s", meta.get("name"), exc)
+        groups = {}
+    read = [
+        _read_target(cluster, target, namespace, groups.get(target_ref(target, namespace).name))
+        for target, *_ in binding_targets(binding)
+    ]
+    have_pod_objects = any(r.pods.listed for r in read)
+    targets: list[BindingTarget] = []
+    instances: list[dict[str, float]] = []
+    unready = 0
+    for r, (_, low, high, cost) in zip(read, binding_targets(binding)):
+        ref = r.ref
+        pod_instances = _instances_from_snapshot(snapshot, namespace, r.pods.ready, r.serving_names, have_pod_objects)
+        if r.group is None:
+            targets.append(
+                BindingTarget(ref.name, ref.namespace, ref.api_version, ref.kind, r.current, low, high, cost)
+            )
+            instances += pod_instances
+            unready += r.pods.unready
+            continue
+        current_groups = group_count(r.group)
+        targets.append(
+            BindingTarget(ref.name, ref.namespace, ref.api_version, ref.kind, current_groups, low, high, cost, r.group)
+        )
+        if current_groups is not None:
+            serving_per_group = sum(m.per_group for m in r.group if m.serves) or 1
+            instances += group_instances(pod_instances, current_groups)
+            unready += -(-r.pods.unready // serving_per_group)
+    optimizer = spec.get("optimizerConfiguration") or {}
+    return BindingInputs(
+        namespace=namespace,
+        name=meta["name"],
+        generation=meta.get("generation"),
+        policy_name=policy_name,
+        policy=(policy or {}).get("spec") if policy else None,
+        heterogeneous=bool(optimizer),
+        targets=targets,
+        instances=instances,
+        unready=unready,
+        metrics_error=metrics_error,
+        cost_expansion_rate_percent=int(optimizer.get("costExpansionRatePercent", 200)),
+        old_status=binding.get("status") or {},
+        scale_to_zero_grace_s=binding_grace_period(cluster, binding),
+    )
+
+
+def binding_grace_period(cluster: Cluster, binding: dict[str, Any]) -> float | None:
+    """The binding's scale-to-zero grace period (seconds): its annotation, else the Kthena Model that
+    owns it (one GET, only for a binding without the annotation). A malformed value is logged and means
+    no grace period (the policy's own windows still apply)."""
+    meta = binding.get("metadata") or {}
+    annotations = meta.get("annotations") or {}
+    model_spec = None
+    if not annotations.get(ANNOTATION_SCALE_TO_ZERO_GRACE):
+        owner = next(
+            (
+                r
+                for r in meta.get("ownerReferences") or ()
+                if r.get("kind") == "Model" and group_of(str(r.get("apiVersion", ""))) == KTHENA_GROUP
+            ),
+            None,
+        )
+        if owner is not None:
+            try:
+                model_spec = cluster.get(owner["apiVersion"], "Model", owner["name"], meta.get("namespace")).get("spec")
+            except NotFound:
+                model_spec = None
+    try:
+        return scale_to_zero_grace(annotations, model_spec)
+    except ValueError as exc:
+        log.warning("AutoscalingPolicyBinding %s: ignoring scale-to-zero grace period: %s", meta.get("name"), exc)
+        return None
+
+
+def binding_modes(binding: Mapping[str, Any], default: str) -> tuple[dict[str, str], str, str | None]:
+    """Each target's actuation mode (per-target overrides, else the binding's annotation, else ``default``),
+    the binding's own mode, and the error of a malformed annotation (then everything is ``recommend``).
+
+    The members of a serving group (``modelplane.io/scale-groups``) take their group target's mode.
+    """
+    annotations = (binding.get("metadata") or {}).get("annotations") or {}
+    names = [target_ref(target, "").name for target, *_ in binding_targets(binding)]
+    try:
+        mode = resource_mode(annotations, default)
+        overrides = target_modes(annotations, mode)
+    except ActuationModeError as exc:
+        return {name: RECOMMEND for name in names}, RECOMMEND, str(exc)
+    modes = {name: overrides.get(name, mode) for name in names}
+    try:
+        groups = parse_scale_groups(annotations)
+    except ValueError:
+        groups = {}  # reported by the planner; members then take the binding's mode
+    for group, members in groups.items():
+        for member, *_ in members:
+            modes.setdefault(member, modes.get(group, mode))
+    return modes, mode, None

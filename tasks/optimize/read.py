@@ -1,0 +1,292 @@
+"""What the optimize cycle reads: cluster state, scale targets' replicas and the cycle's metrics.
+
+Reads are batched: one LIST per kind per cycle (VariantAutoscalings, AutoscalingPolicyBindings,
+AutoscalingPolicies, ConfigMaps of the Modelplane namespace, Deployments), never one GET per
+object. :func:`read_cluster_state` gathers them into a :class:`ClusterState` (configuration parsed by
+:mod:`engine.optimize.config`); :func:`read_current_replicas` reads the scale targets (one LIST per
+listable kind, the scale subresource otherwise); :func:`collect_metrics` asks the metrics source once for
+every model and every bound policy's metric. The pre-checks a CLI run makes before starting Prefect
+(:func:`cannot_run_reason`) live here too, as they read the same things.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from prefect import task
+from prefect.cache_policies import NO_CACHE
+
+from engine.api.registry import KTHENA_API, LLMD_API
+from engine.optimize.actuation import OPTIMIZER_CONFIGMAP, SCALE, default_mode
+from engine.optimize.config import (
+    ACCELERATOR_COSTS_CONFIGMAP,
+    INVENTORY_CONFIGMAP,
+    SATURATION_CONFIGMAP,
+    AcceleratorCost,
+    ConfigError,
+    ServiceClass,
+    parse_accelerator_costs,
+    parse_inventory,
+    parse_service_class,
+)
+from tasks.boundary import accept
+from tasks.cluster import Cluster, ObjectRef
+from tasks.cluster.errors import ClusterError, NotFound
+from tasks.metrics.snapshot import MetricsError, MetricsSnapshot, MetricsSource, ModelKey
+
+log = logging.getLogger("modelplane.optimize")
+
+
+# Scale targets whose replicas can be read from one LIST instead of one scale GET per target.
+LISTABLE_TARGETS = {("apps/v1", "Deployment"), ("apps/v1", "StatefulSet")}
+
+
+@dataclass
+class ClusterState:
+    """Everything the optimize cycle reads from the cluster, gathered with one LIST per kind."""
+
+    variants: list[dict[str, Any]]
+    bindings: list[dict[str, Any]]
+    policies: dict[tuple[str, str], dict[str, Any]]
+    accelerator_costs: dict[str, AcceleratorCost]
+    service_classes: dict[tuple[str, str], ServiceClass | ConfigError]
+    saturation_data: dict[str, str]
+    inventory: dict[str, int] | None
+    config_errors: list[ConfigError] = field(default_factory=list)
+    missing_configuration: str | None = None
+    """Why the cycle cannot run on this configuration (the cost ConfigMap is missing), or None."""
+    actuation_mode: str = SCALE
+    """The default actuation mode (``modelplane-optimizer-config``, key ``actuation-mode``; engine.optimize.actuation)."""
+
+
+def _in_scope(obj: Mapping[str, Any], namespaces: set[str] | None) -> bool:
+    return namespaces is None or (obj.get("metadata") or {}).get("namespace") in namespaces
+
+
+def _by_name(items: Iterable[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    return {item["metadata"]["name"]: item for item in items}
+
+
+def list_optional(cluster: Cluster, api_version: str, kind: str, namespace: str | None = None) -> list[dict[str, Any]]:
+    """LIST a kind whose CRD may not be installed: a missing kind is an empty list."""
+    try:
+        return accept(cluster, cluster.list(api_version, kind, namespace=namespace))  # invalid ones: marked, left out
+    except NotFound:
+        log.info("%s/%s is not served by this cluster; skipping", api_version, kind)
+        return []
+
+
+def _service_classes(
+    cluster: Cluster, variants: list[dict[str, Any]], config_maps: dict[str, dict[str, Any]]
+) -> dict[tuple[str, str], ServiceClass | ConfigError]:
+    """Parse every (ConfigMap, key) a VariantAutoscaling's sloClassRef points at.
+
+    The ConfigMap is looked up in the Modelplane namespace (where WVA keeps its service classes), then
+    in the variant's own namespace (one GET per distinct name, only when it is not found there).
+    """
+    refs: set[tuple[str, str, str]] = set()
+    for va in variants:
+        ref = (va.get("spec") or {}).get("sloClassRef") or {}
+        if ref.get("name") and ref.get("key"):
+            refs.add((va["metadata"].get("namespace", "default"), ref["name"], ref["key"]))
+    local_maps: dict[tuple[str, str], dict[str, Any] | None] = {}
+    classes: dict[tuple[str, str], ServiceClass | ConfigError] = {}
+    for namespace, name, key in sorted(refs):
+        cm = config_maps.get(name)
+        if cm is None or key not in (cm.get("data") or {}):
+            if (namespace, name) not in local_maps:
+                try:
+                    local_maps[(namespace, name)] = cluster.get("v1", "ConfigMap", name, namespace)
+                except NotFound:
+                    local_maps[(namespace, name)] = None
+            cm = local_maps[(namespace, name)] or cm
+        data = (cm or {}).get("data") or {}
+        if key in data:
+            try:
+                classes[(name, key)] = parse_service_class(data[key], f"{name}/{key}")
+            except ConfigError as exc:
+                classes[(name, key)] = exc
+    return classes
+
+
+def namespace_scope(cluster: Cluster, namespaces: list[str] | None, selector: str | None) -> set[str] | None:
+    """The namespaces a cycle covers: the named ones, those whose labels match ``selector`` (one LIST of
+    Namespaces), their intersection when both are given, or ``None`` for every namespace."""
+    scope = set(namespaces) if namespaces else None
+    if selector:
+        selected = {ns["metadata"]["name"] for ns in cluster.list("v1", "Namespace", label_selector=selector)}
+        scope = selected if scope is None else scope & selected
+    return scope
+
+
+@task(name="read-cluster-state", cache_policy=NO_CACHE, retries=2, retry_delay_seconds=2)
+def read_cluster_state(
+    cluster: Cluster, namespaces: list[str] | None, config_namespace: str, namespace_selector: str | None = None
+) -> ClusterState:
+    """LIST every kind the cycle needs (all namespaces, filtered client-side) and parse the ConfigMaps."""
+    scope = namespace_scope(cluster, namespaces, namespace_selector)
+    variants = [va for va in list_optional(cluster, LLMD_API, "VariantAutoscaling") if _in_scope(va, scope)]
+    bindings = [b for b in list_optional(cluster, KTHENA_API, "AutoscalingPolicyBinding") if _in_scope(b, scope)]
+    policies = {
+        (p["metadata"].get("namespace", "default"), p["metadata"]["name"]): p
+        for p in list_optional(cluster, KTHENA_API, "AutoscalingPolicy")
+        if _in_scope(p, scope)
+    }
+    config_maps = _by_name(cluster.list("v1", "ConfigMap", namespace=config_namespace))
+    errors: list[ConfigError] = []
+    costs, cost_errors = parse_accelerator_costs((config_maps.get(ACCELERATOR_COSTS_CONFIGMAP) or {}).get("data") or {})
+    errors += cost_errors
+    inventory: dict[str, int] | None = None
+    if INVENTORY_CONFIGMAP in config_maps:
+        inventory, inventory_errors = parse_inventory(config_maps[INVENTORY_CONFIGMAP].get("data") or {})
+        errors += inventory_errors
+    missing = missing_configuration(set(config_maps), bool(variants), config_namespace)
+    mode, mode_error = default_mode((config_maps.get(OPTIMIZER_CONFIGMAP) or {}).get("data"))
+    if mode_error:
+        errors.append(ConfigError(OPTIMIZER_CONFIGMAP, mode_error.split(": ", 1)[1]))
+    return ClusterState(
+        variants=variants,
+        bindings=bindings,
+        policies=policies,
+        accelerator_costs=costs,
+        service_classes=_service_classes(cluster, variants, config_maps),
+        saturation_data=(config_maps.get(SATURATION_CONFIGMAP) or {}).get("data") or {},
+        inventory=inventory,
+        config_errors=errors,
+        missing_configuration=missing,
+        actuation_mode=mode,
+    )
+
+
+def missing_configuration(config_maps: set[str], has_variants: bool, config_namespace: str) -> str | None:
+    """Why VariantAutoscalings cannot be optimized with the ConfigMaps found, or None.
+
+    Without ``accelerator-unit-costs`` no variant can be priced: that is reported once, as what it is
+    (usually a wrong ``--config-namespace``), rather than as an unknown accelerator on every resource.
+    A cluster with only Kthena bindings needs no WVA configuration.
+    """
+    if has_variants and ACCELERATOR_COSTS_CONFIGMAP not in config_maps:
+        return (
+            f"configuration ConfigMap {ACCELERATOR_COSTS_CONFIGMAP!r} not found in namespace {config_namespace!r} "
+            "(is the config namespace right?)"
+        )
+    return None
+
+
+def local_path_problem(cluster: Cluster) -> str | None:
+    """Why a local-manifests cluster cannot be used (its path does not exist or is unreadable), or None."""
+    from tasks.cluster import LocalCluster
+
+    if not isinstance(cluster, LocalCluster):
+        return None
+    if not cluster.path.exists():
+        return f"cluster path {cluster.path} does not exist"
+    if not os.access(cluster.path, os.R_OK):
+        return f"cluster path {cluster.path} is not readable"
+    return None
+
+
+def cannot_run_reason(cluster: Cluster, config_namespace: str) -> str | None:
+    """Why an optimize cycle cannot run on ``cluster`` at all, or None (checked before a CLI run starts
+    Prefect, so a wrong path, no API access or a missing configuration is one line, not a flow crash)."""
+    problem = local_path_problem(cluster)
+    if problem:
+        return problem
+    try:
+        config_maps = {cm["metadata"]["name"] for cm in cluster.list("v1", "ConfigMap", namespace=config_namespace)}
+        has_variants = bool(list_optional(cluster, LLMD_API, "VariantAutoscaling"))
+    except ClusterError as exc:
+        return f"cannot read the cluster: {exc.message}"
+    return missing_configuration(config_maps, has_variants, config_namespace)
+
+
+def scale_targets_of(state: ClusterState) -> set[tuple[str, str, str, str]]:
+    """(namespace, apiVersion, kind, name) of every scale target the cycle must read."""
+    targets: set[tuple[str, str, str, str]] = set()
+    for va in state.variants:
+        ref = (va.get("spec") or {}).get("scaleTargetRef") or {}
+        if ref.get("name"):
+            namespace = va["metadata"].get("namespace", "default")
+            targets.add((namespace, ref.get("apiVersion") or "apps/v1", ref.get("kind") or "Deployment", ref["name"]))
+    return targets
+
+
+@dataclass
+class TargetReplicas:
+    """Replicas of the scale targets, keyed by (namespace, kind, name): desired (spec) and ready."""
+
+    current: dict[tuple[str, str, str], int] = field(default_factory=dict)
+    ready: dict[tuple[str, str, str], int] = field(default_factory=dict)
+
+
+@task(name="read-current-replicas", cache_policy=NO_CACHE, retries=2, retry_delay_seconds=2)
+def read_current_replicas(cluster: Cluster, targets: set[tuple[str, str, str, str]]) -> TargetReplicas:
+    """Current replicas of every target: one LIST per listable kind, the scale subresource otherwise.
+
+    Targets that do not exist are absent from the result (the planner reports them).
+    """
+    wanted = {(namespace, kind, name) for namespace, _, kind, name in targets}
+    result = TargetReplicas()
+    listable = {(api, kind) for _, api, kind, _ in targets if (api, kind) in LISTABLE_TARGETS}
+    for api_version, kind in sorted(listable):
+        for obj in cluster.list(api_version, kind):
+            meta = obj["metadata"]
+            key = (meta.get("namespace", "default"), kind, meta["name"])
+            if key in wanted:
+                result.current[key] = int((obj.get("spec") or {}).get("replicas", 1))
+                ready = (obj.get("status") or {}).get("readyReplicas")
+                if ready is not None:
+                    result.ready[key] = int(ready)
+    for namespace, api_version, kind, name in sorted(targets):
+        if (api_version, kind) in LISTABLE_TARGETS:
+            continue
+        try:
+            scale_now = cluster.get_scale(ObjectRef(api_version, kind, name, namespace))
+        except NotFound:
+            continue
+        result.current[(namespace, kind, name)] = scale_now.replicas
+        if scale_now.status_replicas is not None:
+            result.ready[(namespace, kind, name)] = scale_now.status_replicas
+    return result
+
+
+def policy_metric_names(state: ClusterState) -> list[str]:
+    """Every metric name the bound AutoscalingPolicies scale on (fetched in the cycle's one collect)."""
+    names: set[str] = set()
+    for binding in state.bindings:
+        namespace = binding["metadata"].get("namespace", "default")
+        policy_name = ((binding.get("spec") or {}).get("policyRef") or {}).get("name", "")
+        policy = state.policies.get((namespace, policy_name)) or {}
+        names.update(m["metricName"] for m in (policy.get("spec") or {}).get("metrics") or [] if m.get("metricName"))
+    return sorted(names)
+
+
+@task(name="collect-metrics", cache_policy=NO_CACHE)
+def collect_metrics(source: MetricsSource | None, state: ClusterState) -> tuple[MetricsSnapshot | None, str | None]:
+    """One batched collection for the cycle: model loads, pod saturation, and the bound policies' metrics.
+
+    A failing backend is reported (never swallowed) as an error string; the planner then holds.
+    """
+    if source is None:
+        return None, "no metrics source configured (set prometheus_url or metrics_file)"
+    keys = sorted(
+        {
+            ModelKey(
+                model_id=(va.get("spec") or {}).get("modelID", ""), namespace=va["metadata"].get("namespace", "default")
+            )
+            for va in state.variants
+            if (va.get("spec") or {}).get("modelID")
+        },
+        key=lambda k: (k.namespace, k.model_id),
+    )
+    namespaces = sorted({b["metadata"].get("namespace", "default") for b in state.bindings})
+    try:
+        return source.collect(
+            keys, instance_metric_names=policy_metric_names(state), instance_namespaces=namespaces
+        ), None
+    except MetricsError as exc:  # backend down, or a malformed metrics file: hold everything, say why
+        return None, str(exc)

@@ -1,0 +1,255 @@
+"""What the optimize cycle writes back: scale, status and Events for each VariantAutoscaling and binding.
+
+Each object is written independently (:func:`parallel_map`: they are I/O bound), so one failure is that
+object's error and the others proceed. Writes go through the scale subresource and the ``/status``
+subresource; a status write that hits a stale resourceVersion re-reads the object and re-applies the change
+(:func:`write_status`, also used by the rollout flows). Whether a target is scaled at all is its actuation
+mode (engine.optimize.actuation); an Event is posted when the desired replicas change.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, TypeVar
+
+from prefect import get_run_logger, task
+from prefect.cache_policies import NO_CACHE
+
+from engine.optimize.actuation import RECOMMEND, SCALE, Actuation, ActuationModeError, resource_mode, scales
+from engine.optimize.bindings import REASON_NO_METRICS, BindingDecision, binding_status
+from engine.optimize.plan import ANNOTATION_SCALE_DOWN_PENDING, VariantDecision
+from engine.optimize.status import status_patch, variant_status
+from engine.status import REASON_INVALID, changed_fields
+from tasks.cluster import Cluster, ObjectRef
+from tasks.cluster.errors import ClusterError, Conflict
+from tasks.cluster.retry import retry_on_conflict
+from tasks.optimize.bindings import binding_modes
+from tasks.optimize.read import ClusterState
+
+log = logging.getLogger("modelplane.optimize")
+
+WRITE_WORKERS = 8
+
+T = TypeVar("T")
+
+
+@dataclass
+class WriteOutcome:
+    """What happened when one object's decision was written back."""
+
+    namespace: str
+    name: str
+    scaled: bool = False
+    applied: bool = False
+    status_written: bool = False
+    event: bool = False
+    error: str | None = None
+    mode: str = SCALE
+    """The actuation mode this object was applied in (engine.optimize.actuation)."""
+    published: bool = False
+    """Its desired replicas reached the Pushgateway this cycle."""
+
+
+def parallel_map(fn: Callable[[T], WriteOutcome], items: list[T], workers: int = WRITE_WORKERS) -> list[WriteOutcome]:
+    """Run independent per-object writes concurrently (they are I/O bound), preserving order."""
+    if len(items) <= 1:
+        return [fn(item) for item in items]
+    with ThreadPoolExecutor(max_workers=min(workers, len(items))) as pool:
+        return list(pool.map(fn, items))
+
+
+def write_status(
+    cluster: Cluster,
+    listed: Mapping[str, Any],
+    build_patch: Callable[[dict[str, Any]], dict[str, Any] | None],
+) -> bool:
+    """Patch the status computed from the object; on a conflict re-read, recompute and retry.
+
+    The first attempt uses the object as the cycle LISTed it (its resourceVersion is the
+    precondition), so an uncontended cycle costs one PATCH per changed object and no GET.
+    ``build_patch`` returns the status merge-patch or ``None`` when nothing needs writing.
+    Returns whether a write happened.
+    """
+    ref = ObjectRef.of(dict(listed))
+    patch = build_patch(dict(listed))
+    if patch is None:
+        return False
+    try:
+        cluster.patch_status(ref, patch, resource_version=(listed.get("metadata") or {}).get("resourceVersion"))
+        return True
+    except Conflict:
+        log.info("conflict writing status of %s/%s; re-reading", ref.namespace, ref.name)
+    written = False
+
+    def mutate(obj: dict[str, Any]) -> dict[str, Any] | None:
+        nonlocal written
+        retry_patch = build_patch(obj)
+        written = retry_patch is not None
+        return retry_patch
+
+    retry_on_conflict(cluster, ref, mutate, write="status")
+    return written
+
+
+def post_event(cluster: Cluster, obj: Mapping[str, Any], reason: str, message: str, event_type: str = "Normal") -> bool:
+    """Record an Event; failure to record one is logged, never fatal to the cycle."""
+    try:
+        cluster.post_event(dict(obj), reason, message, event_type)
+        return True
+    except ClusterError as exc:
+        log.warning("could not record event %s on %s: %s", reason, obj.get("metadata", {}).get("name"), exc.message)
+        return False
+
+
+def variant_mode(obj: Mapping[str, Any], default: str) -> str:
+    """The actuation mode of a VariantAutoscaling; ``recommend`` when its annotation is malformed (the
+    planner has already made it invalid, with a condition naming the annotation)."""
+    try:
+        return resource_mode((obj.get("metadata") or {}).get("annotations"), default)
+    except ActuationModeError:
+        return RECOMMEND
+
+
+def apply_variant(
+    cluster: Cluster,
+    decision: VariantDecision,
+    obj: dict[str, Any],
+    now: datetime,
+    heartbeat_s: float,
+    default_mode: str = SCALE,
+    published: bool = False,
+) -> WriteOutcome:
+    """Scale the target when its actuation mode scales, then write status (``actuation.applied`` as WVA
+    means it for that mode, engine.optimize.actuation) and an Event when desired changed.
+
+    ``published``: the decision's desired replicas reached the Pushgateway this cycle.
+    """
+    mode = variant_mode(obj, default_mode) if decision.actuate else RECOMMEND
+    outcome = WriteOutcome(
+        decision.namespace, decision.name, mode=mode, published=published and decision.desired is not None
+    )
+    scale_ok = False
+    if decision.desired is not None and decision.target is not None:
+        if not scales(mode) or not decision.ready:
+            pass  # metrics/recommend mode never writes the scale; a hold on bad input or missing data applies nothing
+        elif decision.changes_replicas:
+            api_version, kind, name = decision.target
+            try:
+                cluster.set_scale(ObjectRef(api_version, kind, name, decision.namespace), decision.desired)
+                outcome.scaled = scale_ok = True
+            except ClusterError as exc:
+                outcome.error = f"scale {kind}/{name}: {exc.message}"
+                decision.ready = False
+                decision.message += f"; scaling failed: {exc.message}"
+        else:
+            scale_ok = True
+    outcome.applied = Actuation(mode, scale_ok, outcome.published).applied
+    if decision.stabilization_changed:
+        try:  # the scale-down window's state: an annotation (the seed's status has no field for it)
+            cluster.patch_spec(
+                ObjectRef.of(obj),
+                {"metadata": {"annotations": {ANNOTATION_SCALE_DOWN_PENDING: decision.stabilization}}},
+            )
+        except ClusterError as exc:
+            outcome.error = (outcome.error + "; " if outcome.error else "") + f"scale-down window state: {exc.message}"
+    generation = (obj.get("metadata") or {}).get("generation")
+
+    def build(current: dict[str, Any]) -> dict[str, Any] | None:
+        old = current.get("status") or {}
+        new = variant_status(decision, old, now, outcome.applied, generation)
+        return status_patch(old, new, now, heartbeat_s)
+
+    try:
+        outcome.status_written = write_status(cluster, obj, build)
+    except ClusterError as exc:
+        outcome.error = (outcome.error + "; " if outcome.error else "") + f"status: {exc.message}"
+    previous = ((obj.get("status") or {}).get("desiredOptimizedAlloc") or {}).get("numReplicas")
+    if decision.desired is not None and previous != decision.desired:
+        outcome.event = post_event(
+            cluster,
+            obj,
+            "DesiredReplicasChanged",
+            f"Desired replicas {previous if previous is not None else 'unset'} -> {decision.desired} "
+            f"({decision.reason}): {decision.message}",
+        )
+    return outcome
+
+
+@task(name="apply-decisions", cache_policy=NO_CACHE)
+def apply_decisions(
+    cluster: Cluster,
+    state: ClusterState,
+    decisions: list[VariantDecision],
+    now: datetime,
+    heartbeat_s: float,
+    published: frozenset[tuple[str, str]] = frozenset(),
+) -> list[WriteOutcome]:
+    """Write every variant's decision back (concurrently; each object independently).
+
+    ``published``: (namespace, name) of the variants whose desired replicas reached the Pushgateway.
+    """
+    objects = {(va["metadata"].get("namespace", "default"), va["metadata"]["name"]): va for va in state.variants}
+    outcomes = parallel_map(
+        lambda d: apply_variant(
+            cluster,
+            d,
+            objects[(d.namespace, d.name)],
+            now,
+            heartbeat_s,
+            state.actuation_mode,
+            (d.namespace, d.name) in published,
+        ),
+        decisions,
+    )
+    logger = get_run_logger()
+    for outcome in outcomes:
+        if outcome.error:
+            logger.error("VariantAutoscaling %s/%s: %s", outcome.namespace, outcome.name, outcome.error)
+    return outcomes
+
+
+def apply_binding(
+    cluster: Cluster,
+    binding: dict[str, Any],
+    decision: BindingDecision,
+    now: datetime,
+    default_mode: str = SCALE,
+    published: frozenset[tuple[str, str]] = frozenset(),
+) -> None:
+    """Scale each changed target whose mode scales, persist window state in status, post an Event.
+
+    ``published``: (namespace, target name) of the targets whose desired replicas reached the Pushgateway.
+    """
+    modes, binding_mode, mode_error = binding_modes(binding, default_mode)
+    if mode_error:
+        decision.ready, decision.reason, decision.message = False, REASON_INVALID, mode_error
+    for target in decision.targets:
+        target.mode = modes.get(target.name, binding_mode)
+        scale_ok = False
+        if scales(target.mode) and target.changes_replicas:
+            try:
+                cluster.set_scale(
+                    ObjectRef(target.api_version, target.kind, target.name, target.namespace), target.desired
+                )
+                target.scaled = scale_ok = True
+            except ClusterError as exc:
+                decision.ready = False
+                decision.message += f"; scaling {target.kind}/{target.name} failed: {exc.message}"
+        elif scales(target.mode) and decision.ready:
+            scale_ok = True
+        target.applied = Actuation(target.mode, scale_ok, (target.namespace, target.name) in published).applied
+    metrics_ok = decision.reason != REASON_NO_METRICS
+    metrics_message = "Policy metrics are available" if metrics_ok else decision.message
+    generation = (binding.get("metadata") or {}).get("generation")
+
+    def build(current: dict[str, Any]) -> dict[str, Any] | None:
+        old = current.get("status") or {}
+        return changed_fields(old, binding_status(decision, old, now, generation, metrics_ok, metrics_message))
+
+    write_status(cluster, binding, build)
+    if any(t.changes_replicas for t in decision.targets):
+        post_event(cluster, binding, "DesiredReplicasChanged", decision.message)
