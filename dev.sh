@@ -2,11 +2,23 @@
 # Modelplane developer entry point: sets up what it needs, then runs one job.
 #   ./dev.sh demo   on a fresh copy of the bundled example cluster, offline (no cluster, no Prefect server): fill the
 #                   example model cache, run the AIM lifecycles, roll out the Kthena Model, then one optimization cycle
-#   ./dev.sh test   install the test services (Debian packages) and run the test suite
+#   ./dev.sh test   install the test services (Debian packages) and run the full test suite (what CI runs), on
+#                   $MODELPLANE_TEST_WORKERS pytest-xdist workers (default 4; `-n 0` runs it in one process)
+#   ./dev.sh test-fast   the fast tier: engine and unit tests, no servers, no flow runs (2 workers)
 set -euo pipefail
 cd "$(dirname "$0")"
 
 VENV="${MODELPLANE_VENV:-.venv}"
+
+# The fast tier: the engine's tests and the unit tests of the API models, AIM resolution, the cluster helpers and
+# the downloader's parts; no test server, no Prefect API, no flow run (README.md, "Tests").
+FAST_TESTS=(
+  tests/engine
+  tests/api/test_meta.py tests/api/test_models.py tests/api/test_crds.py tests/api/test_bad_inputs.py
+  tests/api/test_docstring_parse.py
+  tests/aim/test_resolution.py tests/aim/test_discovery.py
+  tests/cluster/test_helpers.py tests/downloader/test_parts.py tests/test_boundary.py
+)
 
 setup_python() {
   if [ ! -x "$VENV/bin/python" ]; then
@@ -91,15 +103,23 @@ case "${1:-}" in
     setup_olah
     shift
     set +e
-    "$VENV/bin/python" -m pytest "$@"
+    # Tests mostly wait on servers and subprocesses, so more workers than cores pay off; tests of a module
+    # that shares a module-scoped server stay on one worker (tests/conftest.py marks them, loadgroup keeps them).
+    "$VENV/bin/python" -m pytest -n "${MODELPLANE_TEST_WORKERS:-4}" --dist loadgroup "$@"
     rc=$?
     set -e
     # pytest exits 5 when nothing was collected; a missing test suite is a failure here.
     if [ "$rc" = 5 ]; then echo "no tests were collected" >&2; exit 1; fi
     exit "$rc"
     ;;
+  test-fast)
+    setup_python
+    shift
+    # Two workers (one per core of the CI machine): these tests compute, they do not wait.
+    exec "$VENV/bin/python" -m pytest -n "${MODELPLANE_TEST_WORKERS:-2}" "${FAST_TESTS[@]}" "$@"
+    ;;
   *)
-    sed -n '2,5p' "$0"
+    sed -n '2,7p' "$0"
     exit 2
     ;;
 esac

@@ -14,10 +14,12 @@ EXAMPLES = REPO / "deployments" / "examples"
 
 @pytest.fixture(scope="session")
 def prefect_harness() -> Iterator[None]:
-    """A temporary Prefect API for every flow run of the session (the first start takes ~10 s)."""
+    """A temporary Prefect API for every flow run of the session (the first start takes ~10 s; under
+    pytest-xdist each worker starts its own, at the same time, so the wait allows for a loaded machine as
+    tests/flows/prefect_server.py does)."""
     from prefect.testing.utilities import prefect_test_harness
 
-    with prefect_test_harness(server_startup_timeout=120):
+    with prefect_test_harness(server_startup_timeout=300):
         yield
 
 
