@@ -114,7 +114,7 @@ def _write_fill_report(path: pathlib.Path | None, marker: dict | None = None, **
     """The fill's verdict for the warm-caches flow (read back from the Job pod's termination message)."""
     if path is None:
         return
-    from engine.caches.plan import fill_report
+    from engine.caches.fill import fill_report
 
     try:
         path.write_text(fill_report(marker, **failure))
