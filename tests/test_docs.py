@@ -7,6 +7,7 @@ starts its own ephemeral API, as on a laptop)."""
 
 from __future__ import annotations
 
+import itertools
 import os
 import pathlib
 import re
@@ -102,3 +103,27 @@ def test_the_trigger_shown_in_platform_md_is_one_prefect_yaml_registers() -> Non
         for trigger in document["triggers"]:
             assert trigger["name"] in registered, f"{trigger['name']} is not a trigger of prefect.yaml"
             assert trigger == registered[trigger["name"]], (trigger, registered[trigger["name"]])
+
+
+def _map_cell_paths(cell: str) -> list[str]:
+    """The paths one cell of the README's layer map names: ``dir/`` (``a.py``, ``b.py``) means dir/a.py, dir/b.py."""
+    paths: list[str] = []
+    for outer, inner in re.findall(r"`([^`]+)`(?:\s*\(([^)]*)\))?", cell):
+        paths.append(outer)
+        paths.extend(outer + name for name in re.findall(r"`([^`]+)`", inner or "") if outer.endswith("/"))
+    return paths
+
+
+def test_the_readme_layer_map_names_files_that_exist() -> None:
+    """Every file and package the README's "where each lifecycle lives" table names exists in its layer."""
+    lines = (REPO / "README.md").read_text().splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("| lifecycle (command) |"))
+    rows = list(itertools.takewhile(lambda line: line.startswith("|"), lines[start + 2 :]))
+    missing = []
+    for row in rows:
+        cells = [cell.strip() for cell in row.strip("|").split("|")]
+        for layer, cell in zip(("flows", "tasks", "engine"), cells[1:]):
+            for name in _map_cell_paths(cell):
+                if not any((REPO / layer).glob(name.rstrip("/"))):
+                    missing.append(f"{layer}/{name}")
+    assert len(rows) >= 10 and not missing, missing
