@@ -25,7 +25,7 @@ from typing import Any
 import yaml
 
 from bench.engine import machine, write_section
-from engine.api.registry import AIM_API
+from engine.api.registry import AIM_API, AIM_CLUSTER_MODEL, AIM_NAMESPACE_CONFIG, AIM_SERVICE
 
 START, END = "<!-- aim-bench:start -->", "<!-- aim-bench:end -->"
 NAMESPACE = "bench-aim"
@@ -60,7 +60,7 @@ def populate(server: Any, registry: Any, models: int) -> None:
     cluster.create(
         {
             "apiVersion": AIM_API,
-            "kind": "AIMNamespaceConfig",
+            "kind": AIM_NAMESPACE_CONFIG,
             "metadata": {"name": "default", "namespace": NAMESPACE},
             "spec": {"routing": {"gateway": GATEWAY}},
         }
@@ -78,7 +78,7 @@ def populate(server: Any, registry: Any, models: int) -> None:
         cluster.create(
             {
                 "apiVersion": AIM_API,
-                "kind": "AIMClusterModel",
+                "kind": AIM_CLUSTER_MODEL,
                 "metadata": {"name": f"model-{i:04d}"},
                 "spec": {"name": f"org/model-{i:04d}:1.0", "image": registry.image(f"aim/model-{i:04d}", "1.0")},
             }
@@ -86,7 +86,7 @@ def populate(server: Any, registry: Any, models: int) -> None:
         cluster.create(
             {
                 "apiVersion": AIM_API,
-                "kind": "AIMService",
+                "kind": AIM_SERVICE,
                 "metadata": {"name": f"svc-{i:04d}", "namespace": NAMESPACE},
                 "spec": {
                     "model": f"org/model-{i:04d}:1.0",

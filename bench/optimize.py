@@ -24,7 +24,7 @@ from typing import Any
 import yaml
 
 from bench.engine import machine, write_section
-from engine.api.registry import LLMD_API
+from engine.api.registry import LLMD_API, VARIANT_AUTOSCALING
 from tests.factories import deployment, variant_autoscaling
 
 START, END = "<!-- flow-bench:start -->", "<!-- flow-bench:end -->"
@@ -114,7 +114,7 @@ def populate(server: Any, models: int) -> None:
 
     with ThreadPoolExecutor(max_workers=8) as pool:
         list(pool.map(one, [(i, acc) for i in range(models) for acc in ("A100", "H100")]))
-    assert len(cluster.list(LLMD_API, "VariantAutoscaling", NAMESPACE)) == 2 * models
+    assert len(cluster.list(LLMD_API, VARIANT_AUTOSCALING, NAMESPACE)) == 2 * models
 
 
 def peak_rss_mib() -> float:

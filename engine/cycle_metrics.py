@@ -25,6 +25,7 @@ from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 
+from engine.api.registry import AUTOSCALING_POLICY_BINDING, VARIANT_AUTOSCALING
 from engine.optimize.actuation import desired_ratio
 from engine.optimize.bindings import BindingDecision
 from engine.optimize.plan import VariantDecision
@@ -207,8 +208,8 @@ def optimize_cycle_metrics(
     solved = next((d for d in decisions if d.solver_status is not None), None)
     if solved is not None:
         add_solver(metrics, solved.solver_status, solved.solver_stage_gaps)
-    reasons = [{"kind": "VariantAutoscaling", "reason": d.reason} for d in decisions]
-    reasons += [{"kind": "AutoscalingPolicyBinding", "reason": b.reason} for b in bindings]
+    reasons = [{"kind": VARIANT_AUTOSCALING, "reason": d.reason} for d in decisions]
+    reasons += [{"kind": AUTOSCALING_POLICY_BINDING, "reason": b.reason} for b in bindings]
     add_counts(metrics, "modelplane_decisions", count_by(reasons))
     add_counts(metrics, "modelplane_writes", {(("kind", k), ("outcome", o)): n for (k, o), n in facts.writes.items()})
     unserved: dict[tuple[str, str], float] = {}

@@ -34,6 +34,7 @@ from engine.aim.discovery import DiscoveryRecord
 from engine.aim.discovery_plan import DiscoveryWorld, ModelPlan, images_to_read, plan_model, previous_record
 from engine.api.aim import API_VERSION as AIM_API_VERSION
 from engine.api.aim import AIMClusterModel, AIMNamespaceConfig
+from engine.api.registry import AIM_CLUSTER_MODEL
 from flows.exitcodes import flow_result
 from flows.parameters import DISCOVERY_RESYNC_S, ClusterTarget, NamespaceName
 from tasks.aim import (
@@ -153,7 +154,7 @@ def discover_models(
     for row in report.rows:  # one event per model whose image was read now: resolve-templates follows
         if row.result == "ok" and row.image in records:
             emit_change(
-                Subject(AIM_API_VERSION, "AIMClusterModel", row.name),
+                Subject(AIM_API_VERSION, AIM_CLUSTER_MODEL, row.name),
                 "discovered",
                 {"image": row.image, "deployments": row.deployments, "templates": row.templates},
             )

@@ -36,7 +36,7 @@ from prefect.cache_policies import NO_CACHE
 from prefect.context import FlowRunContext
 from prefect.utilities.annotations import quote
 
-from engine.api.registry import KTHENA_API, LLMD_API
+from engine.api.registry import AUTOSCALING_POLICY_BINDING, KTHENA_API, LLMD_API, VARIANT_AUTOSCALING
 from engine.cycle_metrics import CycleFacts, optimize_cycle_metrics, wva_targets
 from engine.optimize.actuation import publishes
 from engine.optimize.bindings import BindingDecision, BindingInputs
@@ -243,7 +243,7 @@ def report_rows(
         CycleRow(
             namespace=d.namespace,
             name=d.name,
-            kind="VariantAutoscaling",
+            kind=VARIANT_AUTOSCALING,
             model=d.model_id or "",
             accelerator=d.accelerator or "",
             current=d.current,
@@ -264,7 +264,7 @@ def report_rows(
                 CycleRow(
                     namespace=b.namespace,
                     name=f"{b.name}/{target.name}",
-                    kind="AutoscalingPolicyBinding",
+                    kind=AUTOSCALING_POLICY_BINDING,
                     model=details.model,
                     accelerator=details.accelerators.get(target.name, ""),
                     current=target.current,
@@ -444,11 +444,11 @@ def write_counts(
     def add(kind: str, outcome: str, n: int) -> None:
         counts[(kind, outcome)] = counts.get((kind, outcome), 0) + n
 
-    add("VariantAutoscaling", "scaled", sum(1 for w in writes if w.scaled))
-    add("VariantAutoscaling", "status_written", sum(1 for w in writes if w.status_written))
-    add("VariantAutoscaling", "error", sum(1 for w in writes if w.error))
-    add("AutoscalingPolicyBinding", "scaled", sum(1 for b in bindings for t in b.targets if t.scaled))
-    add("AutoscalingPolicyBinding", "error", len(binding_errors))
+    add(VARIANT_AUTOSCALING, "scaled", sum(1 for w in writes if w.scaled))
+    add(VARIANT_AUTOSCALING, "status_written", sum(1 for w in writes if w.status_written))
+    add(VARIANT_AUTOSCALING, "error", sum(1 for w in writes if w.error))
+    add(AUTOSCALING_POLICY_BINDING, "scaled", sum(1 for b in bindings for t in b.targets if t.scaled))
+    add(AUTOSCALING_POLICY_BINDING, "error", len(binding_errors))
     return counts
 
 
@@ -513,12 +513,12 @@ def emit_scaling_events(report: CycleReport) -> None:
             "model": row.model,
             "reason": row.reason,
         }
-        if row.kind == "VariantAutoscaling":
-            emit_change(Subject(LLMD_API, "VariantAutoscaling", row.name, row.namespace), "scaled", payload)
+        if row.kind == VARIANT_AUTOSCALING:
+            emit_change(Subject(LLMD_API, VARIANT_AUTOSCALING, row.name, row.namespace), "scaled", payload)
         else:
             binding, _, target = row.name.partition("/")
             emit_change(
-                Subject(KTHENA_API, "AutoscalingPolicyBinding", binding, row.namespace),
+                Subject(KTHENA_API, AUTOSCALING_POLICY_BINDING, binding, row.namespace),
                 "scaled",
                 {**payload, "target": target},
             )

@@ -29,6 +29,7 @@ from prefect.context import FlowRunContext
 from engine.aim.template_plan import ResolvePlan, TemplateWorld, plan_model_readiness, plan_template
 from engine.api.aim import API_VERSION as AIM_API_VERSION
 from engine.api.aim import AIMNamespaceConfig, AIMServiceTemplate
+from engine.api.registry import AIM_SERVICE_TEMPLATE
 from engine.status import ConditionUpdate
 from flows.exitcodes import flow_result
 from flows.parameters import ClusterTarget, NamespaceName
@@ -141,7 +142,7 @@ def resolve_templates(namespaces: list[NamespaceName] | None = None, cluster: Cl
         for row in report.rows:
             if row.status == "Available":
                 emit_change(
-                    Subject(AIM_API_VERSION, "AIMServiceTemplate", row.name, row.namespace),
+                    Subject(AIM_API_VERSION, AIM_SERVICE_TEMPLATE, row.name, row.namespace),
                     "available",
                     {"reason": row.reason},
                 )

@@ -24,6 +24,7 @@ from prefect.artifacts import create_table_artifact
 from prefect.context import FlowRunContext
 
 from engine.api.kthena import API_VERSION as KTHENA_API_VERSION
+from engine.api.registry import MODEL
 from engine.rollout.kthena_native import RUNTIME_IMAGE
 from flows.exitcodes import flow_result
 from flows.image import IMAGE
@@ -113,7 +114,7 @@ def rollout_models(
 def announce(outcome: ModelOutcome) -> None:
     """A Prefect event per Model whose workloads changed, for automations and triggers to chain on."""
     emit_change(
-        Subject(KTHENA_API_VERSION, "Model", outcome.name, outcome.namespace),
+        Subject(KTHENA_API_VERSION, MODEL, outcome.name, outcome.namespace),
         "rolled-out",
         {"created": outcome.created, "updated": outcome.updated, "deleted": outcome.deleted, "result": outcome.result},
     )

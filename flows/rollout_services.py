@@ -31,6 +31,7 @@ from prefect.context import FlowRunContext
 from engine.aim.service_plan import ServicePlan, ServiceWorld, plan_service
 from engine.api.aim import API_VERSION as AIM_API_VERSION
 from engine.api.aim import AIMNamespaceConfig, AIMService
+from engine.api.registry import AIM_SERVICE
 from flows.exitcodes import flow_result
 from flows.parameters import ClusterTarget, NamespaceName
 from tasks.aim import AimState, SharedCaches, WriteCounts, for_each, read_aim_state, write_service_plan
@@ -134,7 +135,7 @@ def announce(row: ServiceRow) -> None:
     """``modelplane.aim.service.rolled-out`` (tasks.events.SERVICE_ROLLED_OUT) for a service whose
     InferenceService or HTTPRoute this run created or updated, for automations to chain on."""
     emit_change(
-        Subject(AIM_API_VERSION, "AIMService", row.name, row.namespace),
+        Subject(AIM_API_VERSION, AIM_SERVICE, row.name, row.namespace),
         "rolled-out",
         {"action": row.action, "status": row.status, "workload": row.workload},
     )

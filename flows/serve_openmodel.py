@@ -23,6 +23,7 @@ from prefect.context import FlowRunContext
 from pydantic import Field
 
 from engine.api.llmaz import API_VERSION as LLMAZ_API_VERSION
+from engine.api.registry import OPEN_MODEL
 from engine.caches.lookup import cache_available, cache_pvc
 from engine.rollout.openmodel import DEFAULT_IMAGE, check_flavor, choose_flavor, render_openmodel, validate_openmodel
 from engine.rollout.workloads import stamp
@@ -139,7 +140,7 @@ def serve_openmodel(
         if cache is not None:
             mark_used(target, cache, now)
         emit_change(
-            Subject(LLMAZ_API_VERSION, "OpenModel", model),
+            Subject(LLMAZ_API_VERSION, OPEN_MODEL, model),
             "served",
             {"namespace": namespace, "flavor": report.flavor, "reason": report.message},
         )

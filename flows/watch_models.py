@@ -28,6 +28,7 @@ from prefect.context import FlowRunContext
 from pydantic import Field
 
 from engine.api.kthena import API_VERSION as KTHENA_API_VERSION
+from engine.api.registry import MODEL
 from engine.changes import UnobservedChange, new_changes
 from flows.parameters import MAX_WATCH_S, WATCH_SECONDS, ClusterTarget, NamespaceName
 from tasks.cluster import connect
@@ -80,7 +81,7 @@ def watch_models(
     only = next(iter(scope)) if len(scope) == 1 else None  # one namespace: a namespaced watch (and RBAC)
     report = WatchReport()
     announced: set[tuple[str, int]] = set()
-    for event in connect(cluster).watch(KTHENA_API_VERSION, "Model", namespace=only, timeout_s=watch_seconds):
+    for event in connect(cluster).watch(KTHENA_API_VERSION, MODEL, namespace=only, timeout_s=watch_seconds):
         report.events += 1
         if event.type == "DELETED" or (scope and event.object["metadata"].get("namespace") not in scope):
             continue  # a deleted Model's workloads go with it (owner references)
@@ -106,7 +107,7 @@ def watch_models(
 def announce(change: UnobservedChange, seen_as: str) -> None:
     """``modelplane.kthena.model.changed`` about the Model, which triggers its rollout."""
     emit_change(
-        Subject(KTHENA_API_VERSION, "Model", change.name, change.namespace),
+        Subject(KTHENA_API_VERSION, MODEL, change.name, change.namespace),
         "changed",
         {"generation": change.generation, "observedGeneration": change.observed_generation, "seenAs": seen_as},
     )

@@ -40,6 +40,7 @@ from engine.aim.discovery_plan import ModelPlan
 from engine.aim.service_plan import ServicePlan
 from engine.aim.template_plan import ResolvePlan
 from engine.api.aim import AIMNamespaceConfig
+from engine.api.registry import AIM_CLUSTER_MODEL, AIM_NAMESPACE_CONFIG, AIM_SERVICE, AIM_SERVICE_TEMPLATE, MODEL_CACHE
 from engine.caches.lookup import CacheRequest, find_cache
 from engine.caches.sources import parse_source
 from engine.status import ConditionUpdate, changed_fields, set_conditions
@@ -123,11 +124,11 @@ def read_aim_state(cluster: Cluster, kinds: Sequence[str], model_selector: str |
     selector on the AIMClusterModels. Custom resources that do not parse are marked invalid by the
     boundary reader and left out."""
     sources: dict[str, Callable[[], list[tuple[Manifest, BaseModel | None]]]] = {
-        "models": lambda: list_kind(cluster, API_VERSION, "AIMClusterModel", label_selector=model_selector),
-        "configs": lambda: list_kind(cluster, API_VERSION, "AIMNamespaceConfig"),
-        "templates": lambda: list_kind(cluster, API_VERSION, "AIMServiceTemplate"),
-        "services": lambda: list_kind(cluster, API_VERSION, "AIMService"),
-        "caches": lambda: list_kind(cluster, API_VERSION, "ModelCache"),
+        "models": lambda: list_kind(cluster, API_VERSION, AIM_CLUSTER_MODEL, label_selector=model_selector),
+        "configs": lambda: list_kind(cluster, API_VERSION, AIM_NAMESPACE_CONFIG),
+        "templates": lambda: list_kind(cluster, API_VERSION, AIM_SERVICE_TEMPLATE),
+        "services": lambda: list_kind(cluster, API_VERSION, AIM_SERVICE),
+        "caches": lambda: list_kind(cluster, API_VERSION, MODEL_CACHE),
         "nodes": lambda: list_kind(cluster, NODE_API, "Node", optional=True),
         "isvcs": lambda: list_kind(cluster, KSERVE_API, "InferenceService", optional=True),
         "routes": lambda: list_kind(cluster, GATEWAY_API, "HTTPRoute", optional=True),

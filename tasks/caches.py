@@ -15,6 +15,7 @@ from datetime import datetime
 from typing import Any
 
 from engine.api.meta import format_time
+from engine.api.registry import MODEL_CACHE
 from engine.caches.identity import CACHE_IDENTITY_LABEL, cache_identity, cache_name
 from engine.caches.lookup import find_cache, identity_of
 from engine.caches.plan import MANAGED_BY, MODELCACHE_API_VERSION, with_requester
@@ -23,7 +24,7 @@ from tasks.cluster import Cluster, Conflict, Manifest, ObjectRef
 
 log = logging.getLogger(__name__)
 
-KIND = "ModelCache"
+KIND = MODEL_CACHE
 
 
 def new_cache(

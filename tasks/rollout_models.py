@@ -20,6 +20,7 @@ from prefect import task
 from prefect.cache_policies import NO_CACHE
 
 from engine.api.kthena import API_VERSION, Model, ModelBackend
+from engine.api.registry import AUTOSCALING_POLICY, AUTOSCALING_POLICY_BINDING, MODEL
 from engine.caches.lookup import cache_available, cache_pvc
 from engine.caches.source_fields import from_lora_url
 from engine.caches.sources import ModelSource
@@ -65,8 +66,8 @@ CHILD_KINDS: tuple[tuple[str, str], ...] = (
     ("apps/v1", "Deployment"),
     ("v1", "Service"),
     ("v1", "ConfigMap"),
-    (API_VERSION, "AutoscalingPolicy"),
-    (API_VERSION, "AutoscalingPolicyBinding"),
+    (API_VERSION, AUTOSCALING_POLICY),
+    (API_VERSION, AUTOSCALING_POLICY_BINDING),
     (NETWORKING_API, "ModelServer"),
     (NETWORKING_API, "ModelRoute"),
     (WORKLOAD_API, "ModelServing"),
@@ -95,8 +96,8 @@ class ModelOutcome(WriteLog):
 def list_models(cluster: Cluster, namespaces: list[str] | None) -> list[dict[str, Any]]:
     """Every Model in the namespaces (all when empty), one LIST per namespace."""
     if not namespaces:
-        return cluster.list(API_VERSION, "Model")
-    return [m for ns in namespaces for m in cluster.list(API_VERSION, "Model", namespace=ns)]
+        return cluster.list(API_VERSION, MODEL)
+    return [m for ns in namespaces for m in cluster.list(API_VERSION, MODEL, namespace=ns)]
 
 
 def list_children(

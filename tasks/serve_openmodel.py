@@ -9,6 +9,7 @@ from datetime import datetime
 from typing import Any
 
 from engine.api.llmaz import API_VERSION
+from engine.api.registry import OPEN_MODEL
 from engine.caches.lookup import cache_available, cache_pvc
 from engine.caches.sources import ModelSource
 from engine.rollout.openmodel import (
@@ -32,7 +33,7 @@ log = logging.getLogger(__name__)
 
 def read_openmodel(cluster: Cluster, name: str) -> dict[str, Any]:
     """The cluster-scoped OpenModel ``name`` (``NotFound`` when there is none)."""
-    return cluster.get(API_VERSION, "OpenModel", name)
+    return cluster.get(API_VERSION, OPEN_MODEL, name)
 
 
 def node_labels(cluster: Cluster) -> list[Mapping[str, str]] | None:

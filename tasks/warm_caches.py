@@ -16,7 +16,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from engine.api.registry import AIM_API, KTHENA_API, LLMAZ_API
+from engine.api.registry import (
+    AIM_API,
+    AIM_NAMESPACE_CONFIG,
+    AIM_SERVICE,
+    AIM_SERVICE_TEMPLATE,
+    KTHENA_API,
+    LLMAZ_API,
+    MODEL,
+    MODEL_CACHE,
+    OPEN_MODEL,
+)
 from engine.caches.fill import (
     JobSettings,
     job_failure_message,
@@ -90,17 +100,17 @@ def read_world(cluster: Cluster, namespaces: Iterable[str] | None = None) -> Cac
     """Caches, their consumers, namespace configs, and the PVCs, Jobs and Pods the flow made."""
     wanted = sorted(set(namespaces)) if namespaces else None
     return CacheWorld(
-        caches=_list(cluster, MODELCACHE_API_VERSION, "ModelCache", wanted),
+        caches=_list(cluster, MODELCACHE_API_VERSION, MODEL_CACHE, wanted),
         configs={
             ns: cfg
-            for cfg in _list(cluster, AIM, "AIMNamespaceConfig", wanted)
+            for cfg in _list(cluster, AIM, AIM_NAMESPACE_CONFIG, wanted)
             for ns, name in [_key(cfg)]
             if name == "default"
         },
-        templates=_list(cluster, AIM, "AIMServiceTemplate", wanted),
-        services=_list(cluster, AIM, "AIMService", wanted),
-        models=_list(cluster, KTHENA_API, "Model", wanted),
-        openmodels=_list(cluster, LLMAZ_API, "OpenModel", None),
+        templates=_list(cluster, AIM, AIM_SERVICE_TEMPLATE, wanted),
+        services=_list(cluster, AIM, AIM_SERVICE, wanted),
+        models=_list(cluster, KTHENA_API, MODEL, wanted),
+        openmodels=_list(cluster, LLMAZ_API, OPEN_MODEL, None),
         pvcs={_key(p): p for p in _list(cluster, "v1", "PersistentVolumeClaim", wanted, CACHE_LABEL)},
         jobs={_key(j): j for j in _list(cluster, "batch/v1", "Job", wanted, CACHE_LABEL)},
         pods=_list(cluster, "v1", "Pod", wanted, CACHE_LABEL),

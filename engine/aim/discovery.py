@@ -29,7 +29,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from engine.api.meta import format_time, parse_time
-from engine.api.registry import AIM_API, AIM_GROUP
+from engine.api.registry import AIM_API, AIM_GROUP, AIM_SERVICE_TEMPLATE
 from engine.status import ConditionUpdate
 
 API_VERSION = AIM_API
@@ -494,7 +494,7 @@ def auto_templates(model: Mapping[str, Any], metadata: ImageMetadata, namespaces
             }
             if annotations:
                 meta["annotations"] = dict(annotations)
-            templates.append({"apiVersion": API_VERSION, "kind": "AIMServiceTemplate", "metadata": meta, "spec": spec})
+            templates.append({"apiVersion": API_VERSION, "kind": AIM_SERVICE_TEMPLATE, "metadata": meta, "spec": spec})
     return TemplatePlan(templates, skipped)
 
 

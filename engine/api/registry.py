@@ -81,6 +81,18 @@ AIM_GROUP: Final = group_of(AIM_API)
 KTHENA_WORKLOAD_GROUP: Final = group_of(KTHENA_WORKLOAD_API)
 KTHENA_NETWORKING_GROUP: Final = group_of(KTHENA_NETWORKING_API)
 
+# The kinds Modelplane serves: the one place each kind's name is spelled (the entries below use them).
+VARIANT_AUTOSCALING: Final = "VariantAutoscaling"
+OPEN_MODEL: Final = "OpenModel"
+MODEL: Final = "Model"
+AUTOSCALING_POLICY: Final = "AutoscalingPolicy"
+AUTOSCALING_POLICY_BINDING: Final = "AutoscalingPolicyBinding"
+AIM_CLUSTER_MODEL: Final = "AIMClusterModel"
+AIM_NAMESPACE_CONFIG: Final = "AIMNamespaceConfig"
+AIM_SERVICE_TEMPLATE: Final = "AIMServiceTemplate"
+AIM_SERVICE: Final = "AIMService"
+MODEL_CACHE: Final = "ModelCache"
+
 _FAMILIES: Final[dict[str, str]] = {AIM_GROUP: "aim", KTHENA_GROUP: "kthena", LLMD_GROUP: "llmd", LLMAZ_GROUP: "llmaz"}
 
 
@@ -192,7 +204,7 @@ class KindInfo:
 KINDS: Final[tuple[KindInfo, ...]] = (
     KindInfo(
         LLMD_API,
-        "VariantAutoscaling",
+        VARIANT_AUTOSCALING,
         "variantautoscalings",
         "engine.api.llmd",
         short_names=("va",),
@@ -210,7 +222,7 @@ KINDS: Final[tuple[KindInfo, ...]] = (
     ),
     KindInfo(
         LLMAZ_API,
-        "OpenModel",
+        OPEN_MODEL,
         "openmodels",
         "engine.api.llmaz",
         namespaced=False,
@@ -224,7 +236,7 @@ KINDS: Final[tuple[KindInfo, ...]] = (
     ),
     KindInfo(
         KTHENA_API,
-        "Model",
+        MODEL,
         "models",
         "engine.api.kthena",
         short_names=("km",),
@@ -238,7 +250,7 @@ KINDS: Final[tuple[KindInfo, ...]] = (
     ),
     KindInfo(
         KTHENA_API,
-        "AutoscalingPolicy",
+        AUTOSCALING_POLICY,
         "autoscalingpolicies",
         "engine.api.kthena",
         short_names=("asp",),
@@ -251,7 +263,7 @@ KINDS: Final[tuple[KindInfo, ...]] = (
     ),
     KindInfo(
         KTHENA_API,
-        "AutoscalingPolicyBinding",
+        AUTOSCALING_POLICY_BINDING,
         "autoscalingpolicybindings",
         "engine.api.kthena",
         short_names=("aspb",),
@@ -267,7 +279,7 @@ KINDS: Final[tuple[KindInfo, ...]] = (
     ),
     KindInfo(
         AIM_API,
-        "AIMClusterModel",
+        AIM_CLUSTER_MODEL,
         "aimclustermodels",
         "engine.api.aim",
         namespaced=False,
@@ -282,7 +294,7 @@ KINDS: Final[tuple[KindInfo, ...]] = (
     ),
     KindInfo(
         AIM_API,
-        "AIMNamespaceConfig",
+        AIM_NAMESPACE_CONFIG,
         "aimnamespaceconfigs",
         "engine.api.aim",
         has_status=False,
@@ -296,7 +308,7 @@ KINDS: Final[tuple[KindInfo, ...]] = (
     ),
     KindInfo(
         AIM_API,
-        "AIMServiceTemplate",
+        AIM_SERVICE_TEMPLATE,
         "aimservicetemplates",
         "engine.api.aim",
         short_names=("aimst",),
@@ -313,7 +325,7 @@ KINDS: Final[tuple[KindInfo, ...]] = (
     ),
     KindInfo(
         AIM_API,
-        "AIMService",
+        AIM_SERVICE,
         "aimservices",
         "engine.api.aim",
         short_names=("aimsvc",),
@@ -328,7 +340,7 @@ KINDS: Final[tuple[KindInfo, ...]] = (
     ),
     KindInfo(
         AIM_API,
-        "ModelCache",
+        MODEL_CACHE,
         "modelcaches",
         "engine.api.aim",
         short_names=("mc",),

@@ -14,6 +14,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from engine.api.registry import MODEL_CACHE
 from engine.caches.identity import pvc_size
 from engine.caches.plan import (
     CACHE_LABEL,
@@ -161,7 +162,7 @@ def owner_reference(cache: Mapping[str, Any]) -> dict[str, Any]:
     meta = cache["metadata"]
     return {
         "apiVersion": MODELCACHE_API_VERSION,
-        "kind": "ModelCache",
+        "kind": MODEL_CACHE,
         "name": meta["name"],
         "uid": meta.get("uid", ""),
         "controller": True,

@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from engine.api.kthena import API_VERSION, Model, ModelBackend, ModelWorker
+from engine.api.registry import MODEL
 
 Manifest = dict[str, Any]
 
@@ -70,7 +71,7 @@ class ModelRef:
         """A controller owner reference to the Model (garbage collection deletes the children with it)."""
         return {
             "apiVersion": API_VERSION,
-            "kind": "Model",
+            "kind": MODEL,
             "name": self.name,
             "uid": self.uid,
             "controller": True,

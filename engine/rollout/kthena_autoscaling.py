@@ -16,7 +16,7 @@ from typing import Any
 
 from engine.api.kthena import API_VERSION, Model, ModelBackend
 from engine.api.meta import parse_duration
-from engine.api.registry import KTHENA_WORKLOAD_API
+from engine.api.registry import AUTOSCALING_POLICY, AUTOSCALING_POLICY_BINDING, KTHENA_WORKLOAD_API
 from engine.optimize.bindings import ANNOTATION_SCALE_GROUPS
 from engine.rollout.kthena import (
     UNSUPPORTED_TYPES,
@@ -178,7 +178,7 @@ def render_autoscaling(
 def _policy(ref: ModelRef, name: str, spec: Manifest, backend: ModelBackend | None) -> Manifest:
     return {
         "apiVersion": API_VERSION,
-        "kind": "AutoscalingPolicy",
+        "kind": AUTOSCALING_POLICY,
         "metadata": {
             "name": name,
             "namespace": ref.namespace,
@@ -207,7 +207,7 @@ def _binding(
     }
     if annotations:
         meta["annotations"] = annotations
-    return {"apiVersion": API_VERSION, "kind": "AutoscalingPolicyBinding", "metadata": meta, "spec": spec}
+    return {"apiVersion": API_VERSION, "kind": AUTOSCALING_POLICY_BINDING, "metadata": meta, "spec": spec}
 
 
 def desired_replicas(workload: Workload, live: Mapping[str, Any] | None, autoscaled: bool) -> int:

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from engine.api.llmaz import API_VERSION, FAMILY_NAME_LABEL, Flavor, OpenModel
+from engine.api.registry import OPEN_MODEL
 from engine.api.validate import ManifestInvalid, parse_object
 from engine.caches.source_fields import from_openmodel_source
 from engine.caches.sources import ModelSource, SourceError
@@ -254,7 +255,7 @@ def render_openmodel(
         pod_spec["nodeSelector"] = dict(flavor.node_selector)
     owner = {
         "apiVersion": API_VERSION,
-        "kind": "OpenModel",
+        "kind": OPEN_MODEL,
         "name": name,
         "uid": model.metadata.uid or "",
         "blockOwnerDeletion": True,

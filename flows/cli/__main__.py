@@ -2,4 +2,5 @@
 
 from flows.cli import main
 
-main()
+if __name__ == "__main__":  # importing the package's modules (tests walk them all) must not run the CLI
+    main()

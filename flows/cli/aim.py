@@ -10,6 +10,7 @@ from typing import Any
 
 import typer
 
+from engine.api.registry import AIM_CLUSTER_MODEL
 from flows.cli.common import (
     Check,
     cluster_option,
@@ -35,7 +36,7 @@ def aim_check() -> Check:
     from engine.api.aim import API_VERSION
     from flows.cli.common import needs
 
-    return needs(API_VERSION, "AIMClusterModel")
+    return needs(API_VERSION, AIM_CLUSTER_MODEL)
 
 
 def _print_aim(

@@ -12,6 +12,7 @@ from typing import Any
 
 import typer
 
+from engine.api.registry import VARIANT_AUTOSCALING
 from flows.cli.common import (
     cluster_option,
     command,
@@ -278,7 +279,7 @@ def calibrate(
                 raise CannotRun(str(exc)) from None
     report = run_flow(
         calibrate_flow,
-        check=needs(LLMD_API, "VariantAutoscaling"),
+        check=needs(LLMD_API, VARIANT_AUTOSCALING),
         namespaces=namespace or None,
         config_namespace=config_namespace,
         cluster=cluster,

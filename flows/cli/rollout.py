@@ -10,6 +10,7 @@ import sys
 
 import typer
 
+from engine.api.registry import MODEL, OPEN_MODEL
 from flows.cli.common import (
     cluster_option,
     command,
@@ -54,7 +55,7 @@ def rollout_models_command(
 
     report = run_flow(
         rollout_models,
-        check=needs(API_VERSION, "Model"),
+        check=needs(API_VERSION, MODEL),
         namespaces=namespace or None,
         names=name or None,
         cluster=cluster,
@@ -102,7 +103,7 @@ def watch_models_command(
 
     report = run_flow(
         watch_models,
-        check=needs(API_VERSION, "Model"),
+        check=needs(API_VERSION, MODEL),
         namespaces=namespace or None,
         watch_seconds=watch_seconds,
         cluster=cluster,
@@ -146,7 +147,7 @@ def serve_openmodel_command(
 
     report = run_flow(
         serve_openmodel,
-        check=needs(API_VERSION, "OpenModel"),
+        check=needs(API_VERSION, OPEN_MODEL),
         cannot_run=(ServeError,),
         model=model,
         namespace=namespace,

@@ -19,7 +19,7 @@ from typing import Any
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
-from engine.api.registry import KTHENA_GROUP, group_of
+from engine.api.registry import KTHENA_GROUP, MODEL, group_of
 from engine.optimize.actuation import RECOMMEND, ActuationModeError, resource_mode, target_modes
 from engine.optimize.bindings import (
     ANNOTATION_SCALE_TO_ZERO_GRACE,
@@ -118,7 +118,7 @@ def binding_model(binding: Mapping[str, Any], workloads: Iterable[Mapping[str, A
             if value:
                 return str(value)
     for owner in (binding.get("metadata") or {}).get("ownerReferences") or []:
-        if owner.get("kind") == "Model":
+        if owner.get("kind") == MODEL:
             return str(owner.get("name") or "")
     return ""
 
@@ -322,13 +322,13 @@ def binding_grace_period(cluster: Cluster, binding: dict[str, Any]) -> float | N
             (
                 r
                 for r in meta.get("ownerReferences") or ()
-                if r.get("kind") == "Model" and group_of(str(r.get("apiVersion", ""))) == KTHENA_GROUP
+                if r.get("kind") == MODEL and group_of(str(r.get("apiVersion", ""))) == KTHENA_GROUP
             ),
             None,
         )
         if owner is not None:
             try:
-                model_spec = cluster.get(owner["apiVersion"], "Model", owner["name"], meta.get("namespace")).get("spec")
+                model_spec = cluster.get(owner["apiVersion"], MODEL, owner["name"], meta.get("namespace")).get("spec")
             except NotFound:
                 model_spec = None
     try:

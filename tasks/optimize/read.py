@@ -20,7 +20,13 @@ from typing import Any
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
-from engine.api.registry import KTHENA_API, LLMD_API
+from engine.api.registry import (
+    AUTOSCALING_POLICY,
+    AUTOSCALING_POLICY_BINDING,
+    KTHENA_API,
+    LLMD_API,
+    VARIANT_AUTOSCALING,
+)
 from engine.optimize.actuation import OPTIMIZER_CONFIGMAP, SCALE, default_mode
 from engine.optimize.config import (
     ACCELERATOR_COSTS_CONFIGMAP,
@@ -129,11 +135,11 @@ def read_cluster_state(
 ) -> ClusterState:
     """LIST every kind the cycle needs (all namespaces, filtered client-side) and parse the ConfigMaps."""
     scope = namespace_scope(cluster, namespaces, namespace_selector)
-    variants = [va for va in list_optional(cluster, LLMD_API, "VariantAutoscaling") if _in_scope(va, scope)]
-    bindings = [b for b in list_optional(cluster, KTHENA_API, "AutoscalingPolicyBinding") if _in_scope(b, scope)]
+    variants = [va for va in list_optional(cluster, LLMD_API, VARIANT_AUTOSCALING) if _in_scope(va, scope)]
+    bindings = [b for b in list_optional(cluster, KTHENA_API, AUTOSCALING_POLICY_BINDING) if _in_scope(b, scope)]
     policies = {
         (p["metadata"].get("namespace", "default"), p["metadata"]["name"]): p
-        for p in list_optional(cluster, KTHENA_API, "AutoscalingPolicy")
+        for p in list_optional(cluster, KTHENA_API, AUTOSCALING_POLICY)
         if _in_scope(p, scope)
     }
     config_maps = _by_name(cluster.list("v1", "ConfigMap", namespace=config_namespace))
@@ -198,7 +204,7 @@ def cannot_run_reason(cluster: Cluster, config_namespace: str) -> str | None:
         return problem
     try:
         config_maps = {cm["metadata"]["name"] for cm in cluster.list("v1", "ConfigMap", namespace=config_namespace)}
-        has_variants = bool(list_optional(cluster, LLMD_API, "VariantAutoscaling"))
+        has_variants = bool(list_optional(cluster, LLMD_API, VARIANT_AUTOSCALING))
     except ClusterError as exc:
         return f"cannot read the cluster: {exc.message}"
     return missing_configuration(config_maps, has_variants, config_namespace)

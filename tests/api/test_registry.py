@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import pathlib
 import re
 import typing
@@ -70,3 +71,35 @@ def test_registered_adds_for_the_block_and_restores() -> None:
     assert kinds() == KINDS and kind_info("example.test/v1", "Thing") is None
     with pytest.raises(TypeError, match="not a KubeModel"):
         extra.model()  # engine.api.llmd has no model named Thing
+
+
+def _string_literals(tree: ast.AST) -> list[ast.Constant]:
+    """Every string constant of a module except its docstrings."""
+    docstrings = {
+        id(node.body[0].value)
+        for node in ast.walk(tree)
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+        and node.body
+        and isinstance(node.body[0], ast.Expr)
+        and isinstance(node.body[0].value, ast.Constant)
+    }
+    return [
+        n
+        for n in ast.walk(tree)
+        if isinstance(n, ast.Constant) and isinstance(n.value, str) and id(n) not in docstrings
+    ]
+
+
+def test_no_product_module_spells_a_kind_of_ours() -> None:
+    """A kind's name is spelled once, in the registry; call sites use its constant (``MODEL_CACHE``, ...)."""
+    names = {info.kind for info in registry.KINDS}
+    found = [
+        f"{path.relative_to(REPO)}:{node.lineno}: {node.value!r}"
+        for top in ("engine", "tasks", "flows", "bench")
+        for path in sorted((REPO / top).rglob("*.py"))
+        # engine/api is the registry and the models, whose `kind` Literal is the wire value they validate
+        if not path.is_relative_to(REPO / "engine" / "api")
+        for node in _string_literals(ast.parse(path.read_text()))
+        if node.value in names
+    ]
+    assert not found, "use the kind constants of engine/api/registry.py:\n" + "\n".join(found)
