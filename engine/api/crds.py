@@ -14,13 +14,15 @@ registry.
 from __future__ import annotations
 
 import copy
+from functools import cache
 from typing import Any
 
 import yaml
 
+from engine.api.meta import schema_without_descriptions
 from engine.api.registry import KindInfo, kinds
 
-__all__ = ["build_crd", "crd_file_name", "openapi_schema", "render_crds"]
+__all__ = ["build_crd", "crd_file_name", "openapi_schema", "render_crds", "structural_schema"]
 
 _DROP = {"title"}
 
@@ -96,6 +98,15 @@ def openapi_schema(info: KindInfo) -> dict[str, Any]:
     if not result["required"]:
         del result["required"]
     return result
+
+
+@cache
+def structural_schema(info: KindInfo) -> dict[str, Any]:
+    """The kind's ``openAPIV3Schema`` without descriptions, built once per kind: what validation, pruning and
+    defaulting need. It never reads attribute docstrings from source, so building it inside a flow run (where
+    task threads may build ASTs at the same time) is safe; :mod:`engine.api.meta` explains gh-106905."""
+    with schema_without_descriptions():
+        return openapi_schema(info)
 
 
 def build_crd(info: KindInfo) -> dict[str, Any]:

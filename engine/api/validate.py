@@ -15,12 +15,12 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from functools import cache
 from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
 from engine.api import schema as schema_mod
+from engine.api.crds import structural_schema
 from engine.api.registry import KindInfo, kind_info
 
 __all__ = ["LoadReport", "ManifestInvalid", "format_path", "is_modelplane_kind", "load_documents", "parse_object"]
@@ -131,21 +131,11 @@ def parse_object(manifest: dict[str, Any]) -> BaseModel:
     return parsed
 
 
-@cache
-def _crd_schema(info: KindInfo) -> dict[str, Any]:
-    """The kind's generated CRD schema (the one deployments/crds holds, without its descriptions), built once."""
-    from engine.api.crds import openapi_schema
-    from engine.api.meta import schema_without_descriptions
-
-    with schema_without_descriptions():
-        return openapi_schema(info)
-
-
 def _crd_schema_errors(info: KindInfo, manifest: dict[str, Any]) -> list[schema_mod.FieldError]:
     """Errors of the manifest's ``spec`` against its CRD schema (types, enums, ranges, patterns, required)."""
     if "spec" not in manifest:
         return []
-    spec_schema = (_crd_schema(info).get("properties") or {}).get("spec")
+    spec_schema = (structural_schema(info).get("properties") or {}).get("spec")
     if not isinstance(spec_schema, dict):
         return []
     return schema_mod.validate(manifest["spec"], spec_schema, "spec")

@@ -22,7 +22,7 @@ from functools import cache
 from typing import Any
 
 from engine.api import schema as crd_schema
-from engine.api.crds import openapi_schema
+from engine.api.crds import structural_schema
 from engine.api.registry import kind_info
 from engine.optimize.actuation import RECOMMEND, ActuationModeError, resource_mode
 from engine.optimize.config import AcceleratorCost, ConfigError, ServiceClass
@@ -185,7 +185,7 @@ def _annotation_int(annotations: Mapping[str, str], key: str, minimum: int) -> i
 @cache
 def _spec_schema(api_version: str, kind: str) -> dict[str, Any] | None:
     info = kind_info(api_version, kind)
-    return (openapi_schema(info).get("properties") or {}).get("spec") if info is not None else None
+    return (structural_schema(info).get("properties") or {}).get("spec") if info is not None else None
 
 
 def _spec_schema_error(obj: Mapping[str, Any]) -> SpecError | None:

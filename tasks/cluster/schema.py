@@ -17,23 +17,17 @@ from __future__ import annotations
 
 import copy
 import threading
-from functools import cache
 from typing import Any
 
 from engine.api import schema as rules
-from engine.api.crds import openapi_schema
-from engine.api.registry import KindInfo, kind_info
+from engine.api.crds import structural_schema
+from engine.api.registry import kind_info
 from tasks.cluster.base import Manifest
 from tasks.cluster.errors import Invalid
 from tasks.cluster.resources import ResourceInfo, register
 
 _lock = threading.Lock()
 _registered: dict[tuple[str, str], dict[str, Any]] = {}
-
-
-@cache
-def _modelplane_schema(info: KindInfo) -> dict[str, Any]:
-    return openapi_schema(info)
 
 
 def schema_for(api_version: str, kind: str) -> dict[str, Any] | None:
@@ -43,7 +37,7 @@ def schema_for(api_version: str, kind: str) -> dict[str, Any] | None:
     if found is not None:
         return found
     info = kind_info(api_version, kind)
-    return _modelplane_schema(info) if info is not None else None
+    return structural_schema(info) if info is not None else None
 
 
 def register_crd(crd: Manifest) -> list[ResourceInfo]:

@@ -37,6 +37,7 @@ _PROBE = textwrap.dedent(
         root = importlib.import_module(package)
         for info in pkgutil.walk_packages(root.__path__, package + "."):
             importlib.import_module(info.name)
+    from engine.api import registry
     from engine.api.validate import load_documents
     from tasks.manifests import read_manifest_documents
 
@@ -44,6 +45,9 @@ _PROBE = textwrap.dedent(
     with ThreadPoolExecutor(4) as pool:
         reports = list(pool.map(lambda _: load_documents(documents), range(4)))
     assert all(report.valid for report in reports)
+    from tasks.cluster import connect  # the local backend prunes and defaults with the same schemas
+
+    assert connect(sys.argv[1]).list(registry.LLMD_API, registry.VARIANT_AUTOSCALING)
     before = len(calls)
 
     from pydantic import BaseModel, ConfigDict
