@@ -7,6 +7,8 @@ import pathlib
 import subprocess
 import sys
 
+import pytest
+
 REPO = pathlib.Path(__file__).resolve().parents[1]
 EXAMPLES = REPO / "deployments" / "examples"
 
@@ -18,10 +20,11 @@ def snapshot(root: pathlib.Path) -> dict[str, bytes]:
 def run_demo(demo_dir: pathlib.Path) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "MODELPLANE_VENV": sys.prefix, "MODELPLANE_DEMO_DIR": str(demo_dir)}
     return subprocess.run(
-        [str(REPO / "dev.sh"), "demo"], cwd=REPO, env=env, capture_output=True, text=True, timeout=300
+        [str(REPO / "dev.sh"), "demo"], cwd=REPO, env=env, capture_output=True, text=True, timeout=600
     )
 
 
+@pytest.mark.timeout(1500)  # two demos, each starting ephemeral Prefect APIs, on a CI runner shared by 4 workers
 def test_demo_twice_leaves_the_examples_untouched(tmp_path: pathlib.Path) -> None:
     before = snapshot(EXAMPLES)
     demo_dir = tmp_path / "demo"
