@@ -40,7 +40,7 @@ def splice_status(text: str, old: Any, new: Any, load: Any) -> str | None:
     if not changed <= {"status", "metadata"}:
         return None
     try:
-        root = yaml.compose(text, Loader=_Loader)  # noqa: S506 - safe loader: nodes and marks only
+        root: Any = yaml.compose(text, Loader=_Loader)  # noqa: S506 - safe loader: nodes and marks only
     except yaml.YAMLError:
         return None
     if not _block_mapping_at_column_0(root):
@@ -105,7 +105,7 @@ def _status_edit(text: str, root: yaml.MappingNode, status: Any) -> tuple[int, i
 def _dump_status(status: Any) -> str | None:
     """``status:`` and its block as the backend writes new documents; None when it cannot be dumped."""
     try:
-        return yaml.dump(  # type: ignore[no-any-return]
+        return yaml.dump(
             {"status": status},
             Dumper=_Dumper,
             sort_keys=False,
