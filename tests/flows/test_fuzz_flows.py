@@ -8,11 +8,12 @@ invalid objects of the kinds it reads added, one file each. Asserted per command
 * every valid object comes out as in the baseline (same rows in ``--json``);
 * every file changed by the run differs from what was read only in ``status`` (no other byte lost).
 
-Profiles: ``MODELPLANE_FUZZ=ci`` (default, what CI runs) generates 20 invalid objects per kind and leaves out
-``aim`` (the three AIM flows it chains are each fuzzed on their own); ``MODELPLANE_FUZZ=full`` is the
-acceptance profile, 200 per kind and every command; ``MODELPLANE_FUZZ=long`` generates
-``MODELPLANE_FUZZ_COUNT`` (default 2000). Counts and timings go to
-``$MODELPLANE_FUZZ_REPORT`` when set (docs/benchmarks.md quotes them).
+Profiles: ``MODELPLANE_FUZZ=ci`` (the default, what CI runs; ``full`` is the same) generates 200 invalid
+objects per kind (once per session, shared by the commands that read the kind) and runs every command;
+``MODELPLANE_FUZZ=long`` generates ``MODELPLANE_FUZZ_COUNT`` per kind (default 2000), on demand. The tests
+share one pytest-xdist worker (``xdist_group``), so a kind is generated once and one Prefect test server
+serves them. Counts and CPU/wall seconds per phase go to ``$MODELPLANE_FUZZ_REPORT`` when set
+(docs/benchmarks.md quotes them).
 """
 
 from __future__ import annotations
@@ -36,17 +37,18 @@ from tests.fuzzing import EXAMPLES, REPO, Variant, invalid_variants
 
 PROFILE = os.environ.get("MODELPLANE_FUZZ", "ci")
 LONG = PROFILE == "long"
-COUNT = int(os.environ.get("MODELPLANE_FUZZ_COUNT", "2000")) if LONG else 200 if PROFILE == "full" else 20
-CI_SKIPS = {"reconcile-aim"} if PROFILE == "ci" else set()
-"""Left out of the CI profile: ``reconcile-aim`` chains discover-models, resolve-templates and rollout-services, each
-fuzzed on its own, and alone took a third of the full profile's time."""
+COUNT = int(os.environ.get("MODELPLANE_FUZZ_COUNT", "2000")) if LONG else 200
+"""Invalid objects per kind: 200 in CI (``ci``, the default; ``full`` is the same), every command."""
 _Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 _Dumper = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
 """libyaml's safe loader and dumper: the harness reads and writes hundreds of documents with 100 000-character
 strings, and PyYAML's pure-Python ones spent more time on that than the flows did."""
 MIRROR = f"docker.io=oci-layout:{REPO / 'deployments' / 'example-images'}"
 
-pytestmark = pytest.mark.timeout(3600 if LONG else 900)
+pytestmark = [
+    pytest.mark.timeout(3600 if LONG else 900),
+    pytest.mark.xdist_group("fuzz"),  # one worker: each kind generated once, one Prefect test server
+]
 
 
 @dataclass(frozen=True)
@@ -230,31 +232,10 @@ def condition_names_field(obj: dict[str, Any], field: str) -> bool:
     return any(field in t or (last and last in t) for t in texts if "alse" in t or "ailed" in t or "nvalid" in t)
 
 
-KNOWN = {
-    "resolve-templates": "local backend: writing the status of an invalid object re-renders odd spec values "
-    "(floats such as 2.5e-179, an empty-string key) differently: bytes outside status change",
-    "rollout-services": "local backend: writing the status of an invalid object re-renders odd spec values "
-    "(floats such as 4.9e-273) differently: bytes outside status change",
-    "reconcile-aim": "as resolve-templates and rollout-services; and its valid rows differed from the baseline once "
-    "(not yet investigated)",
-}
-"""Open findings of the harness (docs/benchmarks.md): no crash and no traceback remain in them."""
-
-
-@pytest.mark.parametrize(
-    "name",
-    [
-        pytest.param(n, marks=pytest.mark.xfail(reason=KNOWN[n], strict=False)) if n in KNOWN else n
-        for n in sorted(COMMANDS)
-    ],
-)
+@pytest.mark.parametrize("name", sorted(COMMANDS))
 def test_invalid_objects_never_stop_a_run(
     name: str, prefect_harness: None, tmp_path: pathlib.Path, fuzz_report: dict[str, Any]
 ) -> None:
-    if name in CI_SKIPS:
-        pytest.skip(
-            "MODELPLANE_FUZZ=ci leaves out aim (its three flows are fuzzed one by one); MODELPLANE_FUZZ=full runs it"
-        )
     command = COMMANDS[name]
     clock = Clock()
     for kind in command.kinds:
