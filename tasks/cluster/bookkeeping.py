@@ -21,7 +21,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -89,8 +89,11 @@ class Bookkeeping:
         """Write the sidecar atomically (no-op in snapshot mode)."""
         if self.path is None or not self.persist:
             return
-        body = {"resourceVersion": self.counter, "objects": {k: asdict(r) for k, r in sorted(self.records.items())}}
-        atomic_write(self.path, json.dumps(body, indent=0, sort_keys=True) + "\n")
+        # One line per record through the C encoder: the sidecar is rewritten on every write, so for a directory of
+        # hundreds of objects json's pure-Python indenting encoder and ``asdict`` cost more than the write itself.
+        lines = [f"{json.dumps(k)}:{json.dumps(vars(r), sort_keys=True)}" for k, r in sorted(self.records.items())]
+        body = ",\n".join(lines)
+        atomic_write(self.path, f'{{"objects":{{\n{body}\n}},\n"resourceVersion":{self.counter}}}\n')
 
     def remember(self, key: str, obj: Manifest) -> None:
         """Record ``obj`` as just written."""
