@@ -2,9 +2,11 @@
 
 The local backend must rewrite only what changed: an operator's hand-written manifests keep their
 comments, ordering, indentation and quoting everywhere except in the fields Modelplane changed. So a
-file is kept as a list of :class:`Document` chunks, each holding its original text; a changed chunk is
-loaded once with ``ruamel.yaml``'s round-trip parser and only the changed fields are edited in that
-tree (:func:`apply_changes`), which is then dumped with the chunk's own indentation style. Reading uses
+file is kept as a list of :class:`Document` chunks, each holding its original text. A status write is
+spliced into the chunk's text, every byte outside ``status`` kept (:mod:`tasks.cluster.yamlsplice`); for
+any other change the chunk is loaded once with ``ruamel.yaml``'s round-trip parser and only the changed
+fields are edited in that tree (:func:`apply_changes`), which is then dumped with the chunk's own
+indentation style. Reading uses
 the fast safe loader; timestamps stay strings (as in API-server JSON) rather than becoming ``datetime``.
 
 A chunk that does not parse is kept as it is and reported with its file and line
