@@ -176,8 +176,7 @@ class Document:
 
     def _tree(self) -> Any:
         if self._rt is None:
-            base = self._spliced if self._spliced is not None else self.text
-            self._rt, self._node = load_round_trip(base, self.has_marker)
+            self._rt, self._node = load_round_trip(self._current_text(), self.has_marker)
             self._spliced = None  # the tree now holds it
         return self._node
 
@@ -203,7 +202,11 @@ class Document:
         is all that changed and no round-trip edit is pending; else None."""
         if self.dirty and self._spliced is None:
             return None  # a round-trip edit not yet written: keep editing that tree
-        return splice_status(self._spliced if self._spliced is not None else self.text, old, new, load_text)
+        return splice_status(self._current_text(), old, new, load_text)
+
+    def _current_text(self) -> str:
+        """The text as edited so far: a splice not yet written, else the text read (or last written)."""
+        return self._spliced if self.dirty and self._spliced is not None else self.text
 
     def remove_item(self, item: int) -> None:
         """Drop item ``item`` of this List document (the other items keep their text)."""

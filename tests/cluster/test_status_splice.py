@@ -50,7 +50,7 @@ def test_status_write_keeps_odd_floats_and_an_empty_key_byte_for_byte(tmp_path: 
 
 
 HAND_WRITTEN = """\
-# a template someone wrote by hand
+# a template someone wrote by hand — für den Fall 🚀
 apiVersion: aim.silogen.ai/v1alpha1
 kind: AIMServiceTemplate
 metadata:
