@@ -1,78 +1,35 @@
-"""The platform against the real thing: `prefect server start` on 127.0.0.1 (random port, temporary home),
-`modelplane register-deployments --pool-type process` (work pool + the documented `prefect deploy`), and a process worker.
-
-One server, pool and worker for the module. Every entry of deployments/prefect.yaml is checked: registered
-with its schedule, constraints and triggers; a run of each flow against a copy of the example cluster
-completes; every trigger fires its deployment from an event emitted with the flows' own helper and passes
-the event's object as parameters; CANCEL_NEW cancels an overlapping run of an untriggered deployment. Last, Debian's chromium
-(headless, through selenium) finds every optimize parameter with its description on the UI's run form.
+"""The platform against the real thing (tests/flows/platform_deployed.py): every entry of
+deployments/prefect.yaml is registered with its schedule, constraints and triggers; the server enforces the
+parameter schema; Debian's chromium (headless, through selenium) finds every optimize parameter with its
+description on the UI's run form; served deployments run beside the pool; `modelplane deploy` creates the
+Kubernetes pool from the template. Runs of each flow are in test_platform_flow_runs.py, triggers and
+CANCEL_NEW in test_platform_events.py (each module has its own server, so they run in parallel).
 """
 
 from __future__ import annotations
 
-import json
 import pathlib
 import shutil
 import subprocess
 import sys
-import time
-from collections.abc import Callable
 from typing import Any
 
 import pytest
 
-from engine.api.registry import KINDS
-from flows.deployments import PROCESS_POOL, deployment_entries, kubernetes_pool_template, triggers_of
+from flows.deployments import PROCESS_POOL, kubernetes_pool_template, triggers_of
 from flows.image import IMAGE
-from tasks.events import Subject
-from tests.flows.platform_support import LOCAL_RUN_PARAMETERS
+from tests.flows.platform_deployed import (
+    ENTRIES,
+    IDS,
+    REPO,
+    example_cluster,
+    local_parameters,
+    platform,  # noqa: F401  (the module's deployed platform)
+    wait_for,
+)
 from tests.flows.prefect_server import PrefectServer
 
-REPO = pathlib.Path(__file__).resolve().parents[2]
-ENTRIES = deployment_entries()
-IDS = [e["name"] for e in ENTRIES]
-TERMINAL = {"COMPLETED", "FAILED", "CRASHED", "CANCELLED"}
-
-
 pytestmark = pytest.mark.timeout(600)
-
-
-@pytest.fixture(scope="module")
-def platform(prefect_server: PrefectServer, tmp_path_factory: pytest.TempPathFactory) -> PrefectServer:
-    """The server with every deployment registered by `modelplane register-deployments --pool-type process` and a worker."""
-    result = subprocess.run(
-        [sys.executable, "-m", "flows.cli", "register-deployments", "--pool-type", "process"],
-        cwd=REPO,
-        env=prefect_server.env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert result.returncode == 0, result.stdout + result.stderr
-    assert f"work pool '{PROCESS_POOL}' (process): created" in result.stderr
-    prefect_server.start_worker(PROCESS_POOL)
-    return prefect_server
-
-
-def local_parameters(entry: dict[str, Any], cluster: pathlib.Path) -> dict[str, Any]:
-    """Parameters that point a flow at a private copy of the example cluster."""
-    return {"cluster": str(cluster), **LOCAL_RUN_PARAMETERS.get(entry["name"], {})}
-
-
-def example_cluster(tmp_path: pathlib.Path) -> pathlib.Path:
-    target = tmp_path / "cluster"
-    shutil.copytree(REPO / "deployments" / "examples", target)
-    return target
-
-
-def wait_for(predicate: Callable[[], Any], timeout: float, what: str) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.5)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
 
 
 @pytest.mark.parametrize("entry", ENTRIES, ids=IDS)
@@ -106,155 +63,6 @@ def test_server_rejects_parameters_outside_the_schema(platform: PrefectServer) -
         response = platform.request("POST", f"/deployments/{stored['id']}/create_flow_run", {"parameters": bad})
         assert response.status_code in (409, 422), (bad, response.status_code, response.text)
         assert list(bad)[0] in response.text
-
-
-@pytest.mark.parametrize("entry", ENTRIES, ids=IDS)
-def test_a_run_of_each_flow_completes_on_a_local_cluster(
-    platform: PrefectServer, entry: dict[str, Any], tmp_path: pathlib.Path
-) -> None:
-    stored = platform.deployment(entry)
-    assert "cluster" in stored["parameter_openapi_schema"]["properties"], "every flow takes a `cluster` parameter"
-    parameters = local_parameters(entry, example_cluster(tmp_path))
-    # An earlier flow's event may chain into this deployment (discover-models -> resolve-templates, ...): with
-    # CANCEL_NEW such a run, if its trigger fires just after we looked, cancels ours; then run again once idle.
-    for _attempt in range(2):
-        wait_until_idle(platform, stored, entry)
-        run = platform.create_run(stored["id"], parameters)
-        final = platform.wait_for_run(run["id"])
-        if final["state"]["type"] != "CANCELLED":
-            break
-    assert final["state"]["type"] == "COMPLETED", platform.run_logs(run["id"])
-    if entry["name"] == "optimize":
-        # The example cycle scales two variants and a binding target: one event each, related to this run.
-        # Events reach the server asynchronously: wait until all three are there (or fail with what came).
-        expected_resources = {
-            f"modelplane.llmd.variantautoscaling.llm-serving.{name}"
-            for name in ("llama-3-1-8b-h100", "granite-13b-a100")
-        }
-        expected_events = {"modelplane.llmd.variantautoscaling.scaled", "modelplane.kthena.binding.scaled"}
-
-        def all_events() -> list[dict[str, Any]]:
-            events = platform.events(prefix="modelplane.", related=f"prefect.flow-run.{run['id']}")
-            resources = {e["resource"]["prefect.resource.id"] for e in events}
-            return events if resources >= expected_resources and {e["event"] for e in events} >= expected_events else []
-
-        wait_for(all_events, 30, f"optimize's events for {sorted(expected_resources)} and {sorted(expected_events)}")
-    if entry["name"] == "watch-models":
-        # The example's Kthena Model was never rolled out: the watch announces it (the event that triggers rollout-models).
-        events = wait_for(
-            lambda: platform.events(prefix="modelplane.kthena.model.changed", related=f"prefect.flow-run.{run['id']}"),
-            30,
-            "watch-models' events",
-        )
-        assert {e["resource"]["prefect.resource.id"] for e in events} == {
-            "modelplane.kthena.model.llm-serving.deepseek-r1-distill-qwen-7b"
-        }
-        assert events[0]["resource"]["modelplane.name"] == "deepseek-r1-distill-qwen-7b"
-
-
-def wait_until_idle(platform: PrefectServer, stored: dict[str, Any], entry: dict[str, Any]) -> None:
-    """Let a run an earlier test's event chained into this deployment end first: with CANCEL_NEW it would
-    otherwise cancel the run the test starts."""
-    wait_for(
-        lambda: all((r.get("state") or {}).get("type") in TERMINAL for r in platform.runs(stored["id"])),
-        120,
-        f"{entry['name']} idle",
-    )
-
-
-TRIGGERS = [(entry, trigger) for entry in ENTRIES for trigger in triggers_of(entry)]
-
-
-@pytest.mark.parametrize("entry,trigger", TRIGGERS, ids=[t.name for _, t in TRIGGERS])
-def test_an_emitted_event_triggers_the_next_flow(
-    platform: PrefectServer, entry: dict[str, Any], trigger: Any, tmp_path: pathlib.Path
-) -> None:
-    """The event the upstream flow emits (through tasks.events, in another process) starts this deployment
-    with the event's object as parameters, and the chained run completes."""
-    stored = platform.deployment(entry)
-    platform.patch(
-        f"/deployments/{stored['id']}",
-        {"parameters": {**(entry.get("parameters") or {}), **local_parameters(entry, example_cluster(tmp_path))}},
-    )
-    automation = next(
-        a
-        for a in platform.post("/automations/filter", {})
-        if a["name"] == trigger.name and a["actions"][0].get("deployment_id") == stored["id"]
-    )
-    # Another test's event may have started this deployment too (one event can trigger several deployments).
-    wait_until_idle(platform, stored, entry)
-    before = {r["id"] for r in platform.runs(stored["id"])}
-    event_name = sorted(trigger.expect)[0]
-    subject = subject_for(trigger.match.root["prefect.resource.id"], event_name)
-    platform.emit(subject, event_name.rsplit(".", 1)[1])
-
-    def started_by_this_trigger(
-        run: dict[str, Any],
-    ) -> bool:  # the automation's runs carry its id in their idempotency key
-        return run["id"] not in before and (run.get("idempotency_key") or "").startswith(
-            f"automation {automation['id']}"
-        )
-
-    run = wait_for(
-        lambda: next((r for r in platform.runs(stored["id"]) if started_by_this_trigger(r)), None),
-        60,
-        f"a run of {entry['name']} triggered by {event_name}",
-    )
-    rendered = json.dumps(run["parameters"])
-    for name, template in trigger.parameters.items():
-        assert name in run["parameters"], (name, run["parameters"])
-        if "'modelplane.namespace'" in json.dumps(template):
-            assert subject.namespace in json.dumps(run["parameters"][name]), rendered
-        if "'modelplane.name'" in json.dumps(template):
-            assert subject.name in json.dumps(run["parameters"][name]), rendered
-    final = platform.wait_for_run(run["id"])
-    assert final["state"]["type"] == "COMPLETED", platform.run_logs(run["id"])
-
-
-def subject_for(resource_pattern: str, event_name: str) -> Subject:
-    """A Subject of the kind the trigger matches (``modelplane.<family>.<kind>.*``), in the example namespace."""
-    prefix = event_name.rsplit(".", 1)[0]
-    for info in KINDS:
-        subject = Subject(info.api_version, info.kind, "triggered-object", "llm-serving" if info.namespaced else None)
-        if subject.event_name("x").rsplit(".", 1)[0] == prefix:
-            assert resource_pattern.rstrip("*").rstrip(".") == prefix
-            return subject
-    raise AssertionError(f"no Modelplane kind emits {event_name}")
-
-
-def test_cancel_new_cancels_an_overlapping_run(platform: PrefectServer, tmp_path: pathlib.Path) -> None:
-    """watch-models (no triggers: CANCEL_NEW) holds its slot for its 10 s watch; a second run is cancelled."""
-    entry = next(e for e in ENTRIES if e["name"] == "watch-models")
-    assert entry["concurrency_limit"]["collision_strategy"] == "CANCEL_NEW"
-    stored = platform.deployment(entry)
-    parameters = {**local_parameters(entry, example_cluster(tmp_path)), "watch_seconds": 10}
-    # A run chained by an earlier test's event would hold the one slot and cancel both runs below: switch
-    # this deployment's automations (if any) off and let the slot free first.
-    chained = [
-        a
-        for a in platform.post("/automations/filter", {})
-        if a["enabled"] and any(action.get("deployment_id") == stored["id"] for action in a["actions"])
-    ]
-    for automation in chained:
-        platform.patch(f"/automations/{automation['id']}", {"enabled": False})
-    try:
-        wait_until_idle(platform, stored, entry)
-        wait_for(lambda: active_slots(platform, entry) == 0, 120, f"{entry['name']}'s concurrency slot released")
-        first = platform.create_run(stored["id"], parameters)
-        second = platform.create_run(stored["id"], parameters)
-        states = {run["id"]: platform.wait_for_run(run["id"])["state"]["type"] for run in (first, second)}
-    finally:
-        for automation in chained:
-            platform.patch(f"/automations/{automation['id']}", {"enabled": True})
-    # Whichever the worker submits first takes the one slot; the other is cancelled, not queued.
-    assert sorted(states.values()) == ["CANCELLED", "COMPLETED"], states
-
-
-def active_slots(platform: PrefectServer, entry: dict[str, Any]) -> int:
-    """Slots held on the deployment's concurrency limit (``concurrency_limit: 1`` in prefect.yaml)."""
-    limit = platform.deployment(entry).get("global_concurrency_limit")
-    assert limit is not None, f"the {entry['name']} deployment has no concurrency limit"
-    return int(limit["active_slots"])
 
 
 def test_ui_run_form_shows_every_parameter_with_its_description(
