@@ -15,8 +15,9 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Iterable
+from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from pydantic import BaseModel
 
@@ -33,6 +34,28 @@ INVALID_REASON = "InvalidSpec"
 
 _lock = threading.Lock()
 _rejections: list[str] = []
+
+M = TypeVar("M", bound=BaseModel)
+
+
+@dataclass(frozen=True)
+class Accepted(Generic[M]):
+    """One custom resource that passed the boundary: ``model`` is what the flow reads (its parsed API
+    model), ``obj`` the object as the cluster returned it, which writes go through (its metadata,
+    resourceVersion and status are patched as read)."""
+
+    obj: Manifest
+    model: M
+
+    @property
+    def namespace(self) -> str:
+        """The object's namespace (``default`` when it has none)."""
+        return self.model.metadata.namespace or "default"  # type: ignore[attr-defined]
+
+    @property
+    def name(self) -> str:
+        """The object's name."""
+        return str(self.model.metadata.name)  # type: ignore[attr-defined]
 
 
 def accept(cluster: Cluster, objects: Iterable[Manifest]) -> list[Manifest]:
@@ -52,6 +75,11 @@ def accept_parsed(cluster: Cluster, objects: Iterable[Manifest]) -> list[tuple[M
         else:
             valid.append((obj, parsed))
     return valid
+
+
+def accept_as(cluster: Cluster, objects: Iterable[Manifest], model: type[M]) -> list[Accepted[M]]:
+    """As :func:`accept` for objects of one Modelplane kind, each with its parsed ``model``."""
+    return [Accepted(obj, parsed) for obj, parsed in accept_parsed(cluster, objects) if isinstance(parsed, model)]
 
 
 def invalid_field(obj: Any) -> tuple[str, str] | None:

@@ -4,6 +4,7 @@ pass; ``modelplane validate-manifests`` (engine.api.validate) and the flows judg
 from __future__ import annotations
 
 import pathlib
+import re
 
 import yaml
 
@@ -57,3 +58,19 @@ def test_other_kinds_pass_unchanged(tmp_path: pathlib.Path) -> None:
     cm = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c", "namespace": "ns"}, "data": {"a": "b"}}
     cluster = connect(str(write(tmp_path, cm)))
     assert accept(cluster, cluster.list("v1", "ConfigMap"))[0]["data"] == {"a": "b"}
+
+
+def test_flows_and_tasks_read_no_spec_through_dict_chains() -> None:
+    """Issue 22's acceptance, ``grep -rn '.get("spec")' flows tasks`` finds nothing: custom resources are read
+    as their API models through the boundary reader, other kinds through the typed views of engine.api.views."""
+    root = pathlib.Path(__file__).resolve().parent.parent
+    pattern = re.compile(r'.get\("spec"\)')
+    found = [
+        f"{path.relative_to(root)}:{number}: {line.strip()}"
+        for layer in ("flows", "tasks")
+        for path in sorted((root / layer).rglob("*"))
+        if path.is_file() and "__pycache__" not in path.parts
+        for number, line in enumerate(path.read_text(errors="replace").splitlines(), 1)
+        if pattern.search(line)
+    ]
+    assert found == []

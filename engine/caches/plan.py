@@ -22,6 +22,7 @@ from datetime import datetime, timedelta
 from enum import Enum
 from typing import Any
 
+from engine.api.aim import ModelCacheSpec
 from engine.api.meta import format_time, parse_time
 from engine.api.registry import AIM_API
 from engine.caches.sources import ModelSource, parse_source
@@ -189,10 +190,10 @@ def with_requester(annotations: Mapping[str, str] | None, consumer: str) -> dict
 # ---------------------------------------------------------------------------------------- decide
 
 
-def source_of(spec: Mapping[str, Any]) -> tuple[ModelSource, Failure | None]:
+def source_of(spec: ModelCacheSpec) -> tuple[ModelSource, Failure | None]:
     """The source a ModelCache holds (``spec.sourceUri``), or the :data:`INVALID_SOURCE` failure naming the field:
     unparseable, or a source that is mounted directly and never downloaded."""
-    uri = str(spec.get("sourceUri") or "")
+    uri = spec.source_uri
     try:
         source = parse_source(uri)
     except ValueError as exc:
