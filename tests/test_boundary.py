@@ -3,13 +3,16 @@ pass; ``modelplane validate-manifests`` (engine.api.validate) and the flows judg
 
 from __future__ import annotations
 
+import contextvars
 import pathlib
 import re
+import threading
+from concurrent.futures import ThreadPoolExecutor
 
 import yaml
 
 from engine.api.validate import load_documents
-from tasks.boundary import accept, drain_rejections, invalid_field
+from tasks.boundary import accept, collecting, drain_rejections, invalid_field, start_run
 from tasks.cluster import connect
 
 SERVICE = {
@@ -29,10 +32,9 @@ def test_an_invalid_object_is_marked_and_left_out(tmp_path: pathlib.Path) -> Non
     bad = dict(SERVICE, metadata={"name": "bad", "namespace": "ns"}, spec=dict(SERVICE["spec"], cacheModel="no"))
     shape = dict(SERVICE, metadata={"name": "shape", "namespace": "ns"}, spec="a string")
     cluster = connect(str(write(tmp_path, SERVICE, bad, shape)))
-    drain_rejections()
-    kept = accept(cluster, cluster.list("aim.silogen.ai/v1alpha1", "AIMService"))
+    with collecting() as rejected:
+        kept = accept(cluster, cluster.list("aim.silogen.ai/v1alpha1", "AIMService"))
     assert [o["metadata"]["name"] for o in kept] == ["ok"]
-    rejected = drain_rejections()
     assert len(rejected) == 2 and any("spec.cacheModel" in line for line in rejected)
     marked = cluster.get("aim.silogen.ai/v1alpha1", "AIMService", "bad", "ns")["status"]
     assert marked["status"] == "Failed"
@@ -74,3 +76,34 @@ def test_flows_and_tasks_read_no_spec_through_dict_chains() -> None:
         if pattern.search(line)
     ]
     assert found == []
+
+
+def test_each_run_collects_its_own_rejections(tmp_path: pathlib.Path) -> None:
+    """Two runs at once (threads, as a serving process runs flows) each report only their own invalid objects;
+    a run's undrained rejections never reach the context that started it, nor the next run."""
+    clusters = {}
+    for name in ("first", "second"):
+        bad = dict(SERVICE, metadata={"name": name, "namespace": "ns"}, spec=dict(SERVICE["spec"], replicas=-2))
+        (tmp_path / name).mkdir()
+        clusters[name] = connect(str(write(tmp_path / name, bad)))
+    barrier = threading.Barrier(2)
+
+    def run(name: str) -> list[str]:
+        start_run()
+        barrier.wait()
+        accept(clusters[name], clusters[name].list("aim.silogen.ai/v1alpha1", "AIMService"))
+        barrier.wait()  # both have rejected theirs before either drains
+        return drain_rejections()
+
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        futures = {name: pool.submit(contextvars.copy_context().run, run, name) for name in clusters}
+    for name, future in futures.items():
+        lines = future.result()
+        assert len(lines) == 1 and f"ns/{name}: invalid: spec.replicas" in lines[0]
+
+    def leave_undrained() -> None:
+        start_run()
+        accept(clusters["first"], clusters["first"].list("aim.silogen.ai/v1alpha1", "AIMService"))
+
+    contextvars.copy_context().run(leave_undrained)
+    assert drain_rejections() == []  # no run here: nothing collected, nothing leaked
