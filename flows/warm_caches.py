@@ -45,17 +45,18 @@ from engine.caches.fill import (
 )
 from engine.caches.gc import GcVerdict, gc_verdict
 from engine.caches.plan import (
-    DOWNLOADING,
     Failure,
     FillState,
     Observation,
     RetryPolicy,
     Step,
     cache_status,
+    failed,
     initial_observation,
     job_name,
     next_step,
     observe_fill,
+    pass_outcome,
     pvc_name,
     pvc_phase,
     source_of,
@@ -274,11 +275,11 @@ def attempt_fill(
         if missing is None:
             source_bytes, missing = _measure(source, resolved)
         if missing is not None:
-            return _failed(obs, missing, now), "size check failed"
+            return failed(obs, missing, now), "size check failed"
     if pvc is None:
         size, size_failure = pvc_size_for(spec, source_bytes, settings.headroom_percent)
         if size_failure is not None:
-            return _failed(obs, size_failure, now), "invalid size"
+            return failed(obs, size_failure, now), "invalid size"
         config = world.configs.get(namespace)
         storage_class = storage_class_for(
             spec.storage_class_name, config.spec.cache_storage_class_name if config else None
@@ -287,7 +288,7 @@ def attempt_fill(
         obs = _with(obs, pvc_phase=pvc_phase(pvc))
     too_small = volume_too_small(pvc_capacity(pvc), source_bytes)
     if too_small is not None:
-        return _failed(obs, too_small, now), "volume too small"
+        return failed(obs, too_small, now), "volume too small"
     post_event(cluster, cache, "FillStarted", f"fill attempt {obs.attempts} of {source.uri} into PVC {obs.pvc_name}")
     obs = _with(obs, fill=FillState.RUNNING)
     if not settings.local:
@@ -297,7 +298,7 @@ def attempt_fill(
     cache = write_status(cluster, cache, cache_status(cache.get("status"), obs, settings.policy, now))
     failure = fill_local(source, local_volume(cluster, namespace, obs.pvc_name), resolved, pvc_capacity(pvc))  # type: ignore[arg-type]
     if failure is not None:
-        return _failed(obs, failure, now), f"fill attempt {obs.attempts} failed"
+        return failed(obs, failure, now), f"fill attempt {obs.attempts} failed"
     return _with(obs, fill=FillState.SUCCEEDED), f"filled in-process (attempt {obs.attempts})"
 
 
@@ -324,10 +325,6 @@ def _with(obs: Observation, **changes: Any) -> Observation:
     return replace(obs, **changes)
 
 
-def _failed(obs: Observation, failure: Failure, now: datetime) -> Observation:
-    return _with(obs, fill=FillState.FAILED, failure=failure, failed_at=now)
-
-
 def _finish(
     cluster: Cluster,
     cache: dict[str, Any],
@@ -339,38 +336,24 @@ def _finish(
     source_uri: str,
     notes: str = "",
 ) -> CacheRow:
-    """Write the status for ``obs`` (or ``failure``), record an Event on a transition, return the row."""
-    if failure is not None:
-        obs = (
-            _failed(obs, failure, obs.failed_at or now)
-            if obs.failure is None or obs.failure.reason != failure.reason
-            else obs
-        )
-    previous = cache.get("status") or {}
-    status = cache_status(previous, obs, settings.policy, now)
-    written = write_status(cluster, cache, status)
-    if status["status"] != previous.get("status"):
-        if status["status"] == "Available":
-            post_event(cluster, written, "CacheAvailable", f"{source_uri} is in PVC {obs.pvc_name}")
-        elif status["status"] == "Failed" and obs.failure is not None:
-            post_event(cluster, written, obs.failure.reason, obs.failure.message, warning=True)
-    reason = next(
-        (c["reason"] for c in status["conditions"] if c["type"] == ("Failure" if obs.failure else "Progressing")),
-        DOWNLOADING,
-    )
-    if status["status"] != previous.get("status"):
-        emit_cache_event(written, status["status"], reason, source_uri, obs.pvc_name)
-    message = obs.failure.message if obs.failure else notes
+    """Write what the engine concludes for ``obs`` (or ``failure``): the status, an Event on a transition, and
+    the row of the report."""
+    outcome = pass_outcome(cache.get("status"), obs, failure, settings.policy, now, source_uri, notes)
+    written = write_status(cluster, cache, outcome.status)
+    for event in outcome.events:
+        post_event(cluster, written, event.reason, event.message, warning=event.warning)
+    if outcome.changed:
+        emit_cache_event(written, outcome.status["status"], outcome.reason, source_uri, outcome.obs.pvc_name)
     return CacheRow(
         namespace=cache["metadata"]["namespace"],
         name=cache["metadata"]["name"],
         source=source_uri,
-        status=status["status"],
-        reason=reason,
-        pvc=obs.pvc_name,
-        attempts=obs.attempts,
+        status=outcome.status["status"],
+        reason=outcome.reason,
+        pvc=outcome.obs.pvc_name,
+        attempts=outcome.obs.attempts,
         action=action,
-        message=message,
+        message=outcome.message,
     )
 
 

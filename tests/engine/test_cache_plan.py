@@ -25,6 +25,7 @@ from engine.caches.fill import (
 )
 from engine.caches.gc import gc_verdict
 from engine.caches.plan import (
+    CacheEvent,
     Failure,
     FillState,
     Observation,
@@ -38,6 +39,7 @@ from engine.caches.plan import (
     next_step,
     observe_fill,
     parse_attempts,
+    pass_outcome,
     pvc_name,
     pvc_phase,
     source_of,
@@ -332,3 +334,25 @@ def test_pvc_size_for_names_the_field_at_fault() -> None:
     )
     size, failure = pvc_size_for(ModelCacheSpec(sourceUri=uri), None, 10)
     assert failure is not None and failure.reason == "SizeUnknown"
+
+
+def test_a_pass_ends_with_the_status_its_transition_events_and_its_row() -> None:
+    """engine.caches.plan.pass_outcome decides what the warm-caches flow writes at the end of a pass."""
+    broke = Failure("DownloadFailed", "403 from the hub")
+    outcome = pass_outcome({"status": "Progressing"}, obs(attempts=1), broke, POLICY, NOW, "hf://org/llama")
+    assert outcome.changed and outcome.status["status"] == "Failed" and outcome.obs.failed_at == NOW
+    assert outcome.events == (CacheEvent("DownloadFailed", "403 from the hub", warning=True),)
+    assert (outcome.reason, outcome.message) == ("DownloadFailed", "403 from the hub")
+    again = pass_outcome(outcome.status, outcome.obs, broke, POLICY, NOW + timedelta(minutes=1), "hf://org/llama")
+    assert not again.changed and again.events == () and again.obs.failed_at == NOW  # the same failure: no new time
+    warm = pass_outcome(
+        outcome.status,
+        obs(attempts=1, fill=FillState.SUCCEEDED, pvc_phase="Bound"),
+        None,
+        POLICY,
+        NOW,
+        "hf://org/llama",
+        "notes",
+    )
+    assert warm.changed and warm.status["status"] == "Available" and warm.message == "notes"
+    assert warm.events == (CacheEvent("CacheAvailable", f"hf://org/llama is in PVC {warm.obs.pvc_name}"),)
