@@ -23,6 +23,7 @@ __all__ = [
     "ModelRoute",
     "PersistentVolumeClaim",
     "PodSpec",
+    "Scalable",
     "Scale",
     "Workload",
 ]
@@ -143,26 +144,37 @@ class LeaderWorkerTemplate(View):
     worker_template: PodTemplate | None = Field(None, alias="workerTemplate")
 
 
-class WorkloadSpec(View):
+class ScalableSpec(View):
     """The spec of a scalable workload (Deployment, StatefulSet, LeaderWorkerSet, Kthena ModelServing)."""
 
     replicas: int | None = None
-    template: PodTemplate | None = None
-    leader_worker_template: LeaderWorkerTemplate | None = Field(None, alias="leaderWorkerTemplate")
 
 
-class WorkloadStatus(View):
+class ScalableStatus(View):
     """The status of a scalable workload."""
 
     ready_replicas: int | None = Field(None, alias="readyReplicas")
 
 
-class Workload(View):
-    """A scalable workload: its replicas and the pod template its pods are made from."""
+class Scalable(View):
+    """A scalable workload, as far as its replicas go (desired and ready)."""
 
     metadata: MetaView = Field(default_factory=MetaView)
+    spec: ScalableSpec = Field(default_factory=ScalableSpec)
+    status: ScalableStatus = Field(default_factory=ScalableStatus)
+
+
+class WorkloadSpec(ScalableSpec):
+    """A scalable workload's spec with the pod template its pods are made from."""
+
+    template: PodTemplate | None = None
+    leader_worker_template: LeaderWorkerTemplate | None = Field(None, alias="leaderWorkerTemplate")
+
+
+class Workload(Scalable):
+    """A scalable workload: its replicas and the pod template its pods are made from."""
+
     spec: WorkloadSpec = Field(default_factory=WorkloadSpec)
-    status: WorkloadStatus = Field(default_factory=WorkloadStatus)
 
     def pod_spec(self) -> PodSpec:
         """The pod spec of its pods (``spec.template``, a LeaderWorkerSet's worker template)."""

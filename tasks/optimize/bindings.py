@@ -121,7 +121,7 @@ def describe_bindings(
                 workloads[ref.name] = Workload.model_validate(
                     cluster.get(ref.api_version, ref.kind, ref.name, ref.namespace)
                 )
-            except ClusterError:
+            except (ClusterError, ValueError):  # not readable, or not shaped as a workload: no accelerator shown
                 continue
         details[(binding.namespace, binding.name)] = BindingRowDetails(
             binding_model(binding.model.metadata, workloads.values()),

@@ -30,7 +30,7 @@ from engine.api.registry import (
     LLMD_API,
     VARIANT_AUTOSCALING,
 )
-from engine.api.views import Workload
+from engine.api.views import Scalable
 from engine.optimize.actuation import OPTIMIZER_CONFIGMAP, SCALE, default_mode
 from engine.optimize.config import (
     ACCELERATOR_COSTS_CONFIGMAP,
@@ -264,7 +264,7 @@ def read_current_replicas(cluster: Cluster, targets: set[tuple[str, str, str, st
     listable = {(api, kind) for _, api, kind, _ in targets if (api, kind) in LISTABLE_TARGETS}
     for api_version, kind in sorted(listable):
         for obj in cluster.list(api_version, kind):
-            workload = Workload.model_validate(obj)
+            workload = Scalable.model_validate(obj)
             key = (workload.metadata.namespace or "default", kind, str(workload.metadata.name))
             if key in wanted:
                 replicas = workload.spec.replicas
