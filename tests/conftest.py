@@ -31,6 +31,8 @@ os.environ["PREFECT_HOME"] = _private_prefect_home()
 
 # The Kubernetes API test server and the Prometheus + fake vLLM exporter fixtures,
 pytest_plugins = [
+    # Under pytest-xdist, the tests of a module that shares a module-scoped fixture stay on one worker.
+    "tests.grouping",
     "tests.servers.kubeserver.fixture",
     "tests.servers.promtest.fixture",
     # A real Prometheus Pushgateway (metrics actuation), and a Prometheus scraping it.
@@ -50,25 +52,3 @@ EXAMPLES = REPO / "deployments" / "examples"
 def repo_root() -> pathlib.Path:
     """The repository root."""
     return REPO
-
-
-@pytest.hookimpl(tryfirst=True)
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Under ``pytest -n N --dist loadgroup`` (./dev.sh test), keep every test of a module that uses a
-    module- or class-scoped fixture (a Prefect server, a private API server, a deployed pool) on one
-    worker, so the fixture starts once, as in a serial run; the other tests spread one by one.
-
-    Runs before pytest-xdist's own hook, which reads the ``xdist_group`` marks."""
-    for item in items:
-        if item.get_closest_marker("xdist_group") is not None:
-            continue
-        fixture_info = getattr(item, "_fixtureinfo", None)
-        if fixture_info is None:
-            continue
-        shares = any(
-            definition.scope in ("module", "class", "package")
-            for definitions in fixture_info.name2fixturedefs.values()
-            for definition in definitions
-        )
-        if shares:
-            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::")[0]))

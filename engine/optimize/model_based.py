@@ -22,8 +22,21 @@ from engine.allocation import Allocation, AllocationProblem, ModelDemand, Varian
 from engine.optimize.config import ConfigError
 from engine.optimize.spec import CycleInputs, ModelLoad, SpecError, VariantSpec
 from engine.perf.load_peak import planning_rate
+from engine.perf.prompt_split import (
+    ANNOTATION_PROMPT_SPLIT,
+    long_prompt_floor,
+    prompt_limit_tokens,
+    prompt_split_enabled,
+)
 from engine.perf.queueing import SLO, Workload
-from engine.perf.tail_sizing import capped_percentile, describe_cap, refine_cap, shortage_caps, tail_max_rate
+from engine.perf.tail_sizing import (
+    PromptDistribution,
+    capped_percentile,
+    describe_cap,
+    refine_cap,
+    shortage_caps,
+    tail_max_rate,
+)
 from engine.status import REASON_INVALID
 
 # OptimizationReady=False reason of a VariantAutoscaling whose SLO no replica can meet.
@@ -75,6 +88,7 @@ def _model_based_candidates(
     """
     demands: dict[tuple[str, str], ModelDemand] = {}
     options: list[VariantOption] = []
+    split: dict[str, list[tuple[int, VariantSpec]]] = defaultdict(list)  # model -> its options' indices and specs
     pools = model_pools(specs, inputs)
     for spec in specs:
         if spec.profile is None or spec.slo_ref is None:
@@ -91,6 +105,11 @@ def _model_based_candidates(
                     f"unknown accelerator {spec.accelerator!r}: not in the accelerator-unit-costs ConfigMap",
                 )
             slo, priority = _slo_for(spec, inputs)
+            try:
+                if prompt_split_enabled(spec.annotations):
+                    split[_qualified(spec.model_key)].append((len(options), spec))
+            except ValueError as exc:
+                raise SpecError(f"metadata.annotations[{ANNOTATION_PROMPT_SPLIT}]", str(exc)) from None
         except SpecError as exc:
             result.errors[spec.key] = (REASON_INVALID, str(exc))
             continue
@@ -118,7 +137,54 @@ def _model_based_candidates(
                 max_rate=_tail_rate(spec, load, workload, slo, (caps or {}).get(spec.model_key), pools[spec.model_key]),
             )
         )
+    for model, members in split.items():
+        _long_prompt_floor(options, demands, inputs, model, members)
     return list(demands.values()), options
+
+
+def _long_prompt_floor(
+    options: list[VariantOption],
+    demands: Mapping[tuple[str, str], ModelDemand],
+    inputs: CycleInputs,
+    model: str,
+    members: list[tuple[int, VariantSpec]],
+) -> None:
+    """Heterogeneous, prompt-aware sizing (:mod:`engine.perf.prompt_split`): when the model's tail-sized variants
+    differ in the longest prompt they serve in time, a floor on the cheapest (per request) of the variants with
+    the longer limit for the prompts beyond the shorter one.  Updates ``options`` in place."""
+    spec = members[0][1]
+    load = inputs.loads.get(spec.model_key)
+    demand = demands.get(spec.model_key)
+    sized = [(i, options[i]) for i, _ in members if options[i].max_rate is not None]
+    if load is None or load.prompt_tokens is None or demand is None or not demand.slo.ttft_ms or len(sized) < 2:
+        return
+    limits = {i: prompt_limit_tokens(option.profile, demand.slo.ttft_ms) for i, option in sized}
+    shorter = min(limits.values())
+    able = [(i, option) for i, option in sized if limits[i] > shorter]
+    if not able:
+        return
+
+    def cost_per_request(entry: tuple[int, VariantOption]) -> float:
+        option = entry[1]
+        unit = inputs.accelerator_costs[option.accelerator].cost * option.accelerators_per_replica
+        return unit / (option.max_rate or 1.0)
+
+    i, carrier = min(able, key=cost_per_request)
+    prompts = _prompts(load, demand.workload)
+    floor = long_prompt_floor(demand.load_rps, prompts, shorter, carrier.max_rate or 0.0)
+    if carrier.max_replicas is not None:
+        floor = min(floor, carrier.max_replicas)  # the variant's own bound holds
+    if floor > carrier.min_replicas:
+        options[i] = dataclasses.replace(carrier, min_replicas=floor)
+
+
+def _prompts(load: ModelLoad, workload: Workload) -> PromptDistribution:
+    """The model's prompt histogram, its shape inside the buckets fitted to the observed mean prompt unless it
+    carries its own (``workload.in_tokens``, from ``vllm:request_prompt_tokens_sum / _count``)."""
+    assert load.prompt_tokens is not None
+    if load.prompt_tokens.mean is not None:
+        return load.prompt_tokens
+    return load.prompt_tokens.with_mean(workload.in_tokens)
 
 
 def model_pools(specs: Iterable[VariantSpec], inputs: CycleInputs) -> dict[tuple[str, str], int]:
@@ -146,10 +212,7 @@ def _tail_rate(
     percentile = capped_percentile(spec.ttft_percentile, cap)
     if percentile is None or load.prompt_tokens is None or spec.profile is None:
         return None
-    prompts = (
-        load.prompt_tokens if load.prompt_tokens.mean is not None else load.prompt_tokens.with_mean(workload.in_tokens)
-    )
-    return tail_max_rate(spec.profile, workload, slo, prompts, percentile, pool)
+    return tail_max_rate(spec.profile, workload, slo, _prompts(load, workload), percentile, pool)
 
 
 def _qualified(key: tuple[str, str]) -> str:

@@ -44,6 +44,8 @@ __all__ = [
     "oracle_cost_at",
     "oracle_policy",
     "oracle_schedule",
+    "solve_schedule",
+    "ScheduleSolve",
     "interval_rates",
 ]
 
@@ -60,6 +62,11 @@ RATE_FRACTIONS = (0.03, 0.06, 0.1, 0.15, 0.2, 0.3, 0.4, 0.55, 0.7, 0.85, 1.0, 1.
 MEASURED_REQUESTS = 2400
 STOP_BELOW = 0.4
 """The sweep stops at the first rate attaining less than this (below every target the frontier uses)."""
+MIP_REL_GAP = 1e-6
+"""The schedule's integer program stops at this relative gap (every measured solve reaches it, docs/simulate.md)."""
+MIP_MAX_NODES = 20_000
+"""...and after at most this many branch-and-bound nodes: a deterministic bound on the solve (about 25x the most
+any measured scenario needed), where a time limit made the schedule depend on the machine's load."""
 SHORTAGE_PENALTY = 1e6
 """Cost per unit of unserved request rate in the schedule: load is served whenever the inventory allows."""
 
@@ -236,11 +243,26 @@ def tail_rates(scenario: Scenario) -> dict[tuple[int, float], np.ndarray]:
     return out
 
 
+@dataclass(frozen=True)
+class ScheduleSolve:
+    """How the schedule's integer program ended: HiGHS's model status, branch-and-bound nodes, relative gap."""
+
+    status: str
+    nodes: int
+    gap: float
+
+    @property
+    def optimal(self) -> bool:
+        """Proven optimal within :data:`MIP_REL_GAP` (else the node limit stopped it at its best schedule)."""
+        return self.status == "Optimal"
+
+
 def oracle_schedule(
     scenario: Scenario,
     capacity: Mapping[str, float],
     rates: np.ndarray | None = None,
     tails: Mapping[tuple[int, float], np.ndarray] | None = None,
+    max_nodes: int = MIP_MAX_NODES,
 ) -> list[dict[str, int]]:
     """Replicas per variant key alive in each control interval: the minimum-cost schedule that carries every
     interval's arrivals (``rates``, default :func:`interval_rates`) at ``capacity`` req/s per replica.
@@ -254,84 +276,165 @@ def oracle_schedule(
     (``tails``, default :func:`tail_rates` with the trace's own rates) are carried by the variants that can
     (heterogeneous accelerators: the cheaper one for the base load, the faster one for the long prompts,
     as a latency-aware router splits them); per accelerator and interval the inventory holds; the cost is
-    the alive replicas' cost per interval.  Variants' ``minReplicas`` do not bind the oracle.
+    the alive replicas' cost per interval.  Variants' ``minReplicas`` do not bind the oracle.  Solved as
+    :func:`solve_schedule` solves it (deterministic limits only).
     """
-    import pulp
+    return solve_schedule(scenario, capacity, rates, tails, max_nodes)[0]
 
+
+def solve_schedule(
+    scenario: Scenario,
+    capacity: Mapping[str, float],
+    rates: np.ndarray | None = None,
+    tails: Mapping[tuple[int, float], np.ndarray] | None = None,
+    max_nodes: int = MIP_MAX_NODES,
+) -> tuple[list[dict[str, int]], ScheduleSolve]:
+    """:func:`oracle_schedule` and how its solve ended.
+
+    HiGHS on one thread, seed 0, stopping at a relative gap of :data:`MIP_REL_GAP` or after ``max_nodes``
+    branch-and-bound nodes, never on the clock: a time limit made the schedule depend on the machine's load
+    (the same replay cost 689.6 or 652.1), a node limit stops at the same incumbent on any machine.
+    """
     if rates is None:
         rates = interval_rates(scenario)
         tails = tail_rates(scenario) if tails is None else tails
-    tails = tails or {}
-    models = list(scenario.trace.models)
-    intervals = rates.shape[1]
-    lead = int(math.ceil(scenario.config.startup_delay_s / scenario.config.interval_s - 1e-9))
-    inventory = dict(scenario.description.inventory or {})
     variants = [v for v in scenario.variants if capacity.get(v.key, 0.0) > 0]
-    prob = pulp.LpProblem("oracle", pulp.LpMinimize)
-    x: dict[tuple[int, int], pulp.LpVariable] = {}
-    r: dict[tuple[int, int], pulp.LpVariable] = {}
-    for i, v in enumerate(variants):
-        limit = inventory.get(v.accelerator)
-        upper = limit // v.accelerators_per_replica if limit is not None else None
-        for k in range(intervals):
-            x[i, k] = pulp.LpVariable(f"x_{i}_{k}", lowBound=0, upBound=upper, cat=pulp.LpInteger)
-            r[i, k] = pulp.LpVariable(f"r_{i}_{k}", lowBound=0, upBound=upper)
-    short = {(m, k): pulp.LpVariable(f"s_{m}_{k}", lowBound=0) for m in range(len(models)) for k in range(intervals)}
-    cost = [(x[i, k], v.replica_cost_per_hour) for i, v in enumerate(variants) for k in range(intervals)]
-    cost += [(s, SHORTAGE_PENALTY / max(scenario.priorities.get(models[m], 1), 1)) for (m, k), s in short.items()]
-    prob += pulp.LpAffineExpression(cost)
-    for i in range(len(variants)):
-        for k in range(intervals):
-            for a in range(lead + 1):
-                prob += r[i, k] <= x[i, max(k - a, 0)]
-    for m, model in enumerate(models):
-        for k in range(intervals):
-            terms = [(r[i, k], capacity[v.key]) for i, v in enumerate(variants) if v.model == model]
-            prob += pulp.LpAffineExpression(terms + [(short[m, k], 1.0)]) >= float(rates[m, k])
-    for (m, longest), beyond in tails.items():
-        able = [
-            (i, v)
-            for i, v in enumerate(variants)
-            if v.model == models[m] and prompt_limit(v, scenario.slos[models[m]]) > longest
+    model = _ScheduleModel(scenario, variants, rates.shape[1])
+    model.add_rows(scenario, capacity, rates, tails or {})
+    counts, solve = model.solve(max_nodes)
+    schedule = [
+        {v.key: int(round(counts[i, k])) for i, v in enumerate(variants)}
+        | {v.key: 0 for v in scenario.variants if capacity.get(v.key, 0.0) <= 0}
+        for k in range(rates.shape[1])
+    ]
+    return schedule, solve
+
+
+class _ScheduleModel:
+    """The schedule's integer program in HiGHS: columns ``x`` (alive, integer), ``r`` (ready), ``s`` (shortfall)
+    per variant / model and interval, rows added as sparse (index, value) lists."""
+
+    def __init__(self, scenario: Scenario, variants: Sequence[VariantModel], intervals: int) -> None:
+        models = list(scenario.trace.models)
+        self.variants, self.intervals, self.models = variants, intervals, models
+        self.inventory = dict(scenario.description.inventory or {})
+        n, k = len(variants), intervals
+        self.x0, self.r0, self.s0 = 0, n * k, 2 * n * k
+        upper = [
+            self.inventory[v.accelerator] // v.accelerators_per_replica if v.accelerator in self.inventory else math.inf
+            for v in variants
         ]
-        for k in range(intervals):
-            if beyond[k] > 0:
-                terms = [(r[i, k], capacity[v.key]) for i, v in able]
-                prob += pulp.LpAffineExpression(terms + [(short[m, k], 1.0)]) >= float(beyond[k])
-    for accelerator, limit in inventory.items():
-        members = [(i, v) for i, v in enumerate(variants) if v.accelerator == accelerator]
-        if members:
-            for k in range(intervals):
-                prob += pulp.LpAffineExpression([(x[i, k], v.accelerators_per_replica) for i, v in members]) <= limit
-    prob.solve(pulp.HiGHS(msg=False, threads=1, gapRel=1e-6, timeLimit=60))
-    schedule = []
-    for k in range(intervals):
-        schedule.append(
-            {v.key: int(round(x[i, k].value() or 0.0)) for i, v in enumerate(variants)}
-            | {v.key: 0 for v in scenario.variants if capacity.get(v.key, 0.0) <= 0}
+        self.upper = np.concatenate([np.repeat(upper, k), np.repeat(upper, k), np.full(len(models) * k, math.inf)])
+        penalty = [SHORTAGE_PENALTY / max(scenario.priorities.get(m, 1), 1) for m in models]
+        self.cost = np.concatenate(
+            [np.repeat([v.replica_cost_per_hour for v in variants], k), np.zeros(n * k), np.repeat(penalty, k)]
         )
-    return schedule
+        self.rows: list[tuple[float, float, list[int], list[float]]] = []
+
+    def x(self, i: int, k: int) -> int:
+        return self.x0 + i * self.intervals + k
+
+    def r(self, i: int, k: int) -> int:
+        return self.r0 + i * self.intervals + k
+
+    def s(self, m: int, k: int) -> int:
+        return self.s0 + m * self.intervals + k
+
+    def add_rows(
+        self,
+        scenario: Scenario,
+        capacity: Mapping[str, float],
+        rates: np.ndarray,
+        tails: Mapping[tuple[int, float], np.ndarray],
+    ) -> None:
+        """Readiness after start-up, demand per model and per long-prompt tail, inventory per accelerator."""
+        lead = int(math.ceil(scenario.config.startup_delay_s / scenario.config.interval_s - 1e-9))
+        variants, models, inf = self.variants, self.models, math.inf
+        for i in range(len(variants)):
+            for k in range(self.intervals):
+                for back in sorted({max(k - a, 0) for a in range(lead + 1)}):
+                    self.rows.append((-inf, 0.0, [self.r(i, k), self.x(i, back)], [1.0, -1.0]))
+        for m, name in enumerate(models):
+            own = [(i, capacity[v.key]) for i, v in enumerate(variants) if v.model == name]
+            for k in range(self.intervals):
+                self._demand(own, m, k, float(rates[m, k]))
+        for (m, longest), beyond in tails.items():
+            slo = scenario.slos[models[m]]
+            able = [
+                (i, capacity[v.key])
+                for i, v in enumerate(variants)
+                if v.model == models[m] and prompt_limit(v, slo) > longest
+            ]
+            for k in range(self.intervals):
+                if beyond[k] > 0:
+                    self._demand(able, m, k, float(beyond[k]))
+        for accelerator, limit in self.inventory.items():
+            members = [(i, v.accelerators_per_replica) for i, v in enumerate(variants) if v.accelerator == accelerator]
+            if members:
+                for k in range(self.intervals):
+                    self.rows.append(
+                        (-inf, float(limit), [self.x(i, k) for i, _ in members], [float(a) for _, a in members])
+                    )
+
+    def _demand(self, carriers: Sequence[tuple[int, float]], m: int, k: int, rate: float) -> None:
+        index = [self.r(i, k) for i, _ in carriers] + [self.s(m, k)]
+        self.rows.append((rate, math.inf, index, [c for _, c in carriers] + [1.0]))
+
+    def solve(self, max_nodes: int) -> tuple[np.ndarray, ScheduleSolve]:
+        """The alive replicas per (variant, interval) of the best schedule found, and how the solve ended."""
+        import highspy
+
+        h = highspy.Highs()
+        for option, setting in (
+            ("output_flag", False),
+            ("threads", 1),
+            ("random_seed", 0),
+            ("mip_rel_gap", MIP_REL_GAP),
+            ("mip_max_nodes", max_nodes),
+        ):
+            h.setOptionValue(option, setting)
+        columns = len(self.cost)
+        inf = highspy.kHighsInf
+        h.addVars(columns, np.zeros(columns), np.minimum(self.upper, inf))
+        h.changeColsCost(columns, np.arange(columns, dtype=np.int32), self.cost)
+        alive = self.r0
+        h.changeColsIntegrality(alive, np.arange(alive, dtype=np.int32), np.ones(alive, dtype=np.uint8))
+        lower = np.array([max(lo, -inf) for lo, _, _, _ in self.rows])
+        upper = np.array([min(hi, inf) for _, hi, _, _ in self.rows])
+        starts = np.cumsum([0] + [len(idx) for _, _, idx, _ in self.rows[:-1]]).astype(np.int32)
+        index = np.fromiter((j for _, _, idx, _ in self.rows for j in idx), dtype=np.int32)
+        value = np.fromiter((c for _, _, _, val in self.rows for c in val), dtype=float)
+        h.addRows(len(self.rows), lower, upper, len(index), starts, index, value)
+        h.run()
+        status = h.modelStatusToString(h.getModelStatus())
+        info = h.getInfo()
+        if info.primal_solution_status != 2:  # kSolutionStatusFeasible: with shortfall columns one always exists
+            raise RuntimeError(f"the oracle's schedule found no feasible solution (HiGHS: {status})")
+        values = np.asarray(h.getSolution().col_value, dtype=float)[: self.r0]
+        solve = ScheduleSolve(status, int(info.mip_node_count), float(info.mip_gap))
+        return values.reshape(len(self.variants), self.intervals), solve
 
 
 @dataclass
 class OracleRun:
-    """The oracle's controller, the replicas it starts with and the schedule it follows."""
+    """The oracle's controller, the replicas it starts with, the schedule it follows and how its solve ended."""
 
     controller: Policy
     initial: dict[str, int]
     schedule: list[dict[str, int]] = field(default_factory=list)
+    solve: ScheduleSolve | None = None
 
 
 def oracle_policy(scenario: Scenario, capacity: Mapping[str, float]) -> OracleRun:
     """The oracle as a controller: at the cycle at ``k x interval`` it asks for the schedule's interval ``k``."""
-    schedule = oracle_schedule(scenario, capacity)
+    schedule, solve = solve_schedule(scenario, capacity)
     interval = scenario.config.interval_s
 
     def decide(obs: Observation) -> dict[str, int]:
         k = min(int(round(obs.time_s / interval)), len(schedule) - 1)
         return dict(schedule[k])
 
-    return OracleRun(decide, dict(schedule[0]), schedule)
+    return OracleRun(decide, dict(schedule[0]), schedule, solve)
 
 
 def oracle_capacity(curves: Mapping[str, CapacityCurve], target: float) -> dict[str, float]:

@@ -21,12 +21,12 @@ from typing import Any, TypeVar
 from engine.optimize.config import AcceleratorCost, ConfigError, ModelSLO, ServiceClass
 from engine.optimize.plan import DEFAULT_SCALE_DOWN_WINDOW_S
 from engine.optimize.spec import SpecError, VariantSpec, parse_variant
+from engine.perf.prompt_split import ANNOTATION_ROUTER
 from engine.perf.queueing import SLO
 from engine.perf.tail_sizing import ANNOTATION_TTFT_PERCENTILE
 from engine.simulate.records import ROUTERS, ReplicaGauges, Routing, SimConfig, Trace, VariantModel
 
 __all__ = [
-    "ANNOTATION_ROUTER",
     "ClusterDescription",
     "DEFAULT_HPA_POLICY",
     "EPOCH",
@@ -45,8 +45,6 @@ __all__ = [
     "with_ttft_percentile",
 ]
 
-ANNOTATION_ROUTER = "modelplane.io/router"
-"""On a VariantAutoscaling: the router the gateway in front of its model uses (one of engine.simulate.records.ROUTERS)."""
 ROUTER_AUTO = "auto"
 _SloT = TypeVar("_SloT", SLO, ModelSLO)
 EPOCH = datetime(2026, 1, 1, tzinfo=UTC)

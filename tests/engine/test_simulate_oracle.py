@@ -4,6 +4,8 @@ per-replica capacity, the oracle frontier, and the attainment ceiling of a trace
 from __future__ import annotations
 
 import pathlib
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -16,6 +18,7 @@ from engine.simulate.oracle import (
     oracle_cost_at,
     oracle_policy,
     oracle_schedule,
+    solve_schedule,
 )
 from engine.simulate.outcome import summarize_outcome
 from engine.simulate.policies import run_policy
@@ -92,6 +95,37 @@ def test_prompts_too_long_for_the_cheap_variant_are_carried_by_the_fast_one() ->
     assert oracle_schedule(scenario, capacity, np.array([[3.0]]), {(0, 4950.0): np.array([1.0])}) == [
         {"ns/a": 2, "ns/b": 1}
     ]
+
+
+def test_the_same_schedule_is_solved_under_any_cpu_load() -> None:
+    """The solve stops on a gap or a node count, never on the clock: the schedule (and where the solve stopped)
+    is the same on an idle machine and on one whose CPUs are busy, proven optimal or cut short by the node limit."""
+    a = VariantModel("ns/a", MODEL, "a", "A100", 1, 40.0, PROFILE, 10**9)
+    b = VariantModel("ns/b", MODEL, "b", "H100", 1, 75.0, PROFILE, 10**9)
+    c = VariantModel("ns/c", MODEL, "c", "L40S", 2, 44.0, PROFILE, 10**9)
+    config = SimConfig(interval_s=60.0, startup_delay_s=120.0)
+    scenario = scenario_of([a, b, c], step_trace(), config, inventory={"A100": 6, "H100": 4, "L40S": 8})
+    rng = np.random.default_rng(2)
+    rates = (np.abs(np.cumsum(rng.normal(0, 1.0, 45))) + rng.uniform(0.5, 3, 45))[
+        None, :
+    ]  # a random walk, 0.5-5.4 req/s
+    capacity = {"ns/a": 0.93, "ns/b": 1.87, "ns/c": 1.21}  # fractional: the LP relaxation needs branching
+
+    def solves() -> list[tuple[list[dict[str, int]], object]]:
+        return [solve_schedule(scenario, capacity, rates, {}, nodes) for nodes in (20_000, 3)]
+
+    idle = solves()
+    (_, proven), (_, stopped) = idle
+    assert proven.optimal and proven.nodes > 3  # non-trivial: it branched
+    assert not stopped.optimal and stopped.nodes == 3  # the node limit cut this one short, its gap unproven
+    burners = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(3)]
+    try:
+        loaded = solves()
+    finally:
+        for burner in burners:
+            burner.kill()
+            burner.wait()
+    assert loaded == idle
 
 
 def test_capacity_is_read_off_a_measured_curve() -> None:

@@ -1,0 +1,67 @@
+"""Heterogeneous, prompt-aware sizing (engine.perf.prompt_split): a floor on the variant that serves the long
+prompts in time, when the cheaper variant cannot, and only where the gateway routes by predicted latency."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from engine.optimize.plan import plan_variants
+from engine.optimize.spec import ModelLoad
+from engine.perf.prompt_split import (
+    ANNOTATION_PROMPT_SPLIT,
+    ANNOTATION_ROUTER,
+    long_prompt_floor,
+    prompt_limit_tokens,
+    prompt_split_enabled,
+)
+from engine.perf.queueing import PerfProfile
+from tests.engine.test_optimize import MODEL, NS, by_name, inputs, va
+from tests.engine.test_tail_sizing import OUTPUTS, histogram
+
+# 9 in 10 prompts at 600-1,300 tokens, 1 in 10 at 5,000-6,000: beyond the A100's 4,948-token limit at 500 ms.
+RNG = np.random.default_rng(11)
+PROMPTS = np.concatenate([RNG.integers(600, 1300, 900), RNG.integers(5000, 6000, 100)])
+# Slower to decode than the A100 but quicker to prefill (limit 9,800 tokens), at twice its cost: the optimizer
+# never picks it on cost.
+LONG_PARMS = {"alpha": "22.0", "beta": "0.45", "gamma": "10.0", "delta": "0.05"}
+
+
+def test_the_limit_and_the_floor() -> None:
+    assert prompt_limit_tokens(PerfProfile(20.58, 0.41, 5.2, 0.1, 256), 500.0) == pytest.approx(4948.0)
+    assert prompt_limit_tokens(PerfProfile(20.58, 0.41, 600.0, 0.1, 256), 500.0) == 0.0
+    prompts = histogram(PROMPTS)
+    # 10 req/s, a tenth beyond 4,948 tokens (the histogram's 5,000-10,000 bucket): 1 req/s, 0.4 per replica -> 3.
+    assert long_prompt_floor(10.0, prompts, 4948.0, 0.4) == 3
+    assert long_prompt_floor(10.0, prompts, 20000.0, 0.4) == 0  # no prompt is longer
+    assert long_prompt_floor(0.0, prompts, 4948.0, 0.4) == 0
+
+
+def test_switch_defaults_off_and_follows_the_router_on_auto() -> None:
+    assert not prompt_split_enabled({})
+    assert not prompt_split_enabled({ANNOTATION_ROUTER: "least-latency"})
+    assert prompt_split_enabled({ANNOTATION_PROMPT_SPLIT: "auto", ANNOTATION_ROUTER: "least-latency"})
+    assert not prompt_split_enabled({ANNOTATION_PROMPT_SPLIT: "auto", ANNOTATION_ROUTER: "least-outstanding"})
+    assert prompt_split_enabled({ANNOTATION_PROMPT_SPLIT: "true"})
+    with pytest.raises(ValueError, match="auto, true or false"):
+        prompt_split_enabled({ANNOTATION_PROMPT_SPLIT: "yes"})
+
+
+def plan(split: str | None) -> dict:
+    notes = {"modelplane.io/min-replicas": "0"} | ({ANNOTATION_PROMPT_SPLIT: split} if split else {})
+    variants = [va("a100", annotations=notes), va("long", "H100", LONG_PARMS, annotations=notes)]
+    load = ModelLoad(6.0, float(PROMPTS.mean()), OUTPUTS, histogram(PROMPTS))
+    return by_name(plan_variants(inputs(variants, {"a100": 4, "long": 0}, loads={(NS, MODEL): load})))
+
+
+def test_the_long_prompts_get_a_replica_that_serves_them_in_time() -> None:
+    without, split = plan(None), plan("true")
+    assert without["long"].desired == 0 and without["a100"].desired  # on cost alone: A100s only
+    assert split["long"].desired is not None and split["long"].desired >= 1
+    assert split["a100"].desired is not None and split["a100"].desired <= without["a100"].desired
+
+
+def test_an_invalid_switch_is_reported_on_that_resource() -> None:
+    decisions = plan("maybe")
+    assert decisions["a100"].reason == "InvalidConfiguration"
+    assert f"metadata.annotations[{ANNOTATION_PROMPT_SPLIT}]" in decisions["a100"].message

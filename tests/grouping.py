@@ -1,0 +1,27 @@
+"""One worker per shared fixture: under ``pytest -n N --dist loadgroup`` (./dev.sh test), every test of a module that
+uses a module-, class- or package-scoped fixture (a Prefect server, a private API server, a deployed pool) is
+marked ``xdist_group`` by its module, so the fixture starts once, as in a serial run; the other tests spread
+one by one. tests/test_grouping.py checks that pytest-xdist honours the marks with the installed pytest."""
+
+from __future__ import annotations
+
+import pytest
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark every test whose fixtures include a module-, class- or package-scoped one with its module as
+    ``xdist_group``; runs before pytest-xdist's own hook, which reads the marks."""
+    for item in items:
+        if item.get_closest_marker("xdist_group") is not None:
+            continue
+        fixture_info = getattr(item, "_fixtureinfo", None)
+        if fixture_info is None:
+            continue
+        shares = any(
+            definition.scope in ("module", "class", "package")
+            for definitions in fixture_info.name2fixturedefs.values()
+            for definition in definitions
+        )
+        if shares:
+            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::")[0]))
