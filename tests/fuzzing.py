@@ -12,6 +12,8 @@ CRD schema rejects are kept, each with the field path the rejection names. Gener
 from __future__ import annotations
 
 import copy
+import functools
+import json
 import pathlib
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -32,6 +34,8 @@ CRDS = REPO / "deployments" / "crds"
 Obj = dict[str, Any]
 Path = tuple[str | int, ...]
 
+_Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
 
 @dataclass(frozen=True)
 class Variant:
@@ -46,18 +50,24 @@ def crd_schema(api_version: str, kind: str) -> Obj:
     """The openAPIV3Schema of ``kind`` from the generated CRD in deployments/crds."""
     info = kind_info(api_version, kind)
     assert info is not None, kind
-    crd = yaml.safe_load((CRDS / f"{info.group}_{info.plural}.yaml").read_text())
-    return crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    crd = yaml.load((CRDS / f"{info.group}_{info.plural}.yaml").read_text(), Loader=_Loader)  # noqa: S506
+    return crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]  # type: ignore[no-any-return]
+
+
+@functools.cache
+def _example_documents() -> tuple[Obj, ...]:
+    """Every document of the example cluster, read once (the C loader: the files are read per kind)."""
+    return tuple(
+        doc
+        for path in sorted(EXAMPLES.glob("*.yaml"))
+        for doc in yaml.load_all(path.read_text(), Loader=_Loader)  # noqa: S506 - a safe loader
+        if isinstance(doc, dict)
+    )
 
 
 def example_object(kind: str, index: int = 0) -> Obj:
     """The ``index``-th object of ``kind`` in the example cluster."""
-    found = [
-        doc
-        for path in sorted(EXAMPLES.glob("*.yaml"))
-        for doc in yaml.safe_load_all(path.read_text())
-        if isinstance(doc, dict) and doc.get("kind") == kind
-    ]
+    found = [doc for doc in _example_documents() if doc.get("kind") == kind]
     return copy.deepcopy(found[index])
 
 
@@ -229,7 +239,7 @@ def invalid_variants(
         if len(found) >= count:
             return
         obj, mutation = candidate
-        key = yaml.safe_dump(obj, sort_keys=True)
+        key = json.dumps(obj, sort_keys=True, default=repr)  # C-fast; 100 000-character strings are common
         if key in seen:
             return
         field = rejection(obj, schema)

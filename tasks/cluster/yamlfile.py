@@ -2,9 +2,11 @@
 
 The local backend must rewrite only what changed: an operator's hand-written manifests keep their
 comments, ordering, indentation and quoting everywhere except in the fields Modelplane changed. So a
-file is kept as a list of :class:`Document` chunks, each holding its original text; a changed chunk is
-loaded once with ``ruamel.yaml``'s round-trip parser and only the changed fields are edited in that
-tree (:func:`apply_changes`), which is then dumped with the chunk's own indentation style. Reading uses
+file is kept as a list of :class:`Document` chunks, each holding its original text. A status write is
+spliced into the chunk's text, every byte outside ``status`` kept (:mod:`tasks.cluster.yamlsplice`); for
+any other change the chunk is loaded once with ``ruamel.yaml``'s round-trip parser and only the changed
+fields are edited in that tree (:func:`apply_changes`), which is then dumped with the chunk's own
+indentation style. Reading uses
 the fast safe loader; timestamps stay strings (as in API-server JSON) rather than becoming ``datetime``.
 
 A chunk that does not parse is kept as it is and reported with its file and line
@@ -24,6 +26,7 @@ import yaml
 from ruamel.yaml import YAML
 from ruamel.yaml.scalarstring import DoubleQuotedScalarString
 
+from tasks.cluster.yamlsplice import splice_status
 from tasks.files import write_atomically
 
 _BaseLoader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
@@ -158,7 +161,8 @@ _MISSING = object()
 @dataclass
 class Document:
     """One ``---``-separated chunk of a file: its original ``text``, its parsed ``data`` and, once
-    edited, its round-trip tree. ``line`` is the 1-based line where the chunk starts in the file."""
+    edited, its round-trip tree or (a status write, :mod:`tasks.cluster.yamlsplice`) its spliced text.
+    ``line`` is the 1-based line where the chunk starts in the file."""
 
     text: str
     data: Any
@@ -167,10 +171,13 @@ class Document:
     line: int = 1
     _rt: Any = field(default=None, repr=False, compare=False)
     _node: Any = field(default=None, repr=False, compare=False)
+    _spliced: str | None = field(default=None, repr=False, compare=False)
+    _rendered: str | None = field(default=None, repr=False, compare=False)
 
     def _tree(self) -> Any:
         if self._rt is None:
-            self._rt, self._node = load_round_trip(self.text, self.has_marker)
+            self._rt, self._node = load_round_trip(self._current_text(), self.has_marker)
+            self._spliced = None  # the tree now holds it
         return self._node
 
     def update(self, old: Any, new: Any, item: int | None = None) -> None:
@@ -180,14 +187,31 @@ class Document:
             self.data = new
         else:
             self.data["items"][item] = new
+        self._rendered = None
         if self.text:
-            tree = self._tree()
-            apply_changes(tree if item is None else tree["items"][item], old, new)
+            spliced = self._splice(old, new) if item is None else None
+            if spliced is not None:
+                self._spliced, self._rt, self._node = spliced, None, None
+            else:
+                tree = self._tree()
+                apply_changes(tree if item is None else tree["items"][item], old, new)
         self.dirty = True
+
+    def _splice(self, old: Any, new: Any) -> str | None:
+        """The text with only the status written (:func:`~tasks.cluster.yamlsplice.splice_status`), when that
+        is all that changed and no round-trip edit is pending; else None."""
+        if self.dirty and self._spliced is None:
+            return None  # a round-trip edit not yet written: keep editing that tree
+        return splice_status(self._current_text(), old, new, load_text)
+
+    def _current_text(self) -> str:
+        """The text as edited so far: a splice not yet written, else the text read (or last written)."""
+        return self._spliced if self.dirty and self._spliced is not None else self.text
 
     def remove_item(self, item: int) -> None:
         """Drop item ``item`` of this List document (the other items keep their text)."""
         del self.data["items"][item]
+        self._rendered = None
         if self.text:
             del self._tree()["items"][item]
         self.dirty = True
@@ -196,13 +220,20 @@ class Document:
         """The chunk's text: the original when unchanged, the edited tree or a fresh dump otherwise."""
         if not self.dirty:
             return self.text
-        if self.text:
-            return _rt_dump(self._rt, self._node)
-        return ("---\n" if self.has_marker else "") + dump(self.data)
+        if self._rendered is None:
+            if self._spliced is not None:
+                self._rendered = self._spliced
+            elif self.text:
+                self._rendered = _rt_dump(self._rt, self._node)
+            else:
+                self._rendered = ("---\n" if self.has_marker else "") + dump(self.data)
+        return self._rendered
 
     def plain(self) -> Any:
         """The document as it is to be written, as plain data: the edited round-trip tree (only the changed
         fields differ from the text read), else the data of a new document or the text as read."""
+        if self.dirty and self._spliced is not None:
+            return load_text(self._spliced)
         if self.dirty and self.text:
             self._tree()
             return self._node
@@ -214,6 +245,7 @@ class Document:
         """The rendered text is now what the file holds."""
         if self.dirty:
             self.text, self.dirty = self.render(), False
+            self._spliced = self._rendered = None
 
 
 @dataclass
