@@ -44,6 +44,11 @@ os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "120")
 # task-run events cancelled mid-flush, with a traceback) is not the command's outcome, which the exit code and
 # the command's own lines report. Only a server this process starts reads this; a configured API is untouched.
 os.environ.setdefault("PREFECT_SERVER_LOGGING_LEVEL", "CRITICAL")
+if not os.environ.get("PREFECT_API_URL"):
+    # That level covers Prefect's server loggers only: the API's database pool logs its own error, with a
+    # traceback, through the root logger when the API stops mid-flush. The ephemeral API inherits this process's
+    # environment, so its root logger (and this process's) reports only what is critical.
+    os.environ.setdefault("PREFECT_LOGGING_ROOT_LEVEL", "CRITICAL")
 
 app = typer.Typer(
     add_completion=False,
