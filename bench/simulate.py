@@ -28,7 +28,7 @@ from engine.simulate.outcome import PolicyOutcome, summarize_outcome
 from engine.simulate.policies import POLICIES, run_policy
 from engine.simulate.records import ReplicaGauges, SimConfig, Trace, VariantModel, poisson_trace
 from engine.simulate.replay import simulate
-from engine.simulate.scenario import build_scenario, model_slo, with_hpa_metric, with_ttft_percentile
+from engine.simulate.scenario import build_scenario, model_slo, served_models, with_hpa_metric, with_ttft_percentile
 from engine.simulate.trace import TraceShape, parse_trace_rows
 from flows.parameters import SYSTEM_NAMESPACE
 from tasks.simulate import plot_cost, plot_latency, plot_load_capacity, plot_replicas, read_description, read_trace
@@ -78,7 +78,7 @@ def compare_policies(
 ) -> tuple[list[PolicyOutcome], list[dict[str, Any]], Any, float]:
     """The five policies as configured, then the knobs that trade cost for attainment (the frontier)."""
     description = read_description(str(EXAMPLES), SYSTEM_NAMESPACE)
-    models = sorted({f"{v['metadata']['namespace']}/{v['spec']['modelID']}" for v in description.variants})
+    models = served_models(description)
     trace = read_trace(trace_path, TraceShape({m: 1.0 for m in models}, compression=compression))
     config = SimConfig(interval_s=60.0, startup_delay_s=120.0)
     scenario = build_scenario(description, trace, config)
@@ -218,7 +218,7 @@ def simulation_scenario(
     description = read_description(str(SIMULATION), SYSTEM_NAMESPACE)
     if percentile is not None:
         description = with_ttft_percentile(description, percentile)
-    models = sorted({f"{v['metadata']['namespace']}/{v['spec']['modelID']}" for v in description.variants})
+    models = served_models(description)
     trace = read_trace(
         trace_path,
         TraceShape({m: 1.0 for m in models}, start_s=start_s, duration_s=duration_s, rate_scale=rate_scale, seed=seed),

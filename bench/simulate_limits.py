@@ -23,7 +23,7 @@ from engine.simulate.oracle import attainment_ceiling
 from engine.simulate.outcome import PolicyOutcome, summarize_outcome
 from engine.simulate.policies import run_policy
 from engine.simulate.records import ROUTERS, SimConfig
-from engine.simulate.scenario import Scenario, build_scenario
+from engine.simulate.scenario import Scenario, build_scenario, served_models
 from engine.simulate.trace import TraceShape
 from flows.parameters import SYSTEM_NAMESPACE
 from tasks.simulate import plot_frontier, read_description, read_trace
@@ -43,7 +43,7 @@ COMPARED = ("modelplane", "static-peak", "wva-greedy", "hpa")
 def scenario_for(cluster: pathlib.Path, trace_path: str, compression: float, rate: float, router: str) -> Scenario:
     """The cluster and the trace (split evenly between the models, default seed) with the given router."""
     description = read_description(str(cluster), SYSTEM_NAMESPACE)
-    models = sorted({f"{v['metadata']['namespace']}/{v['spec']['modelID']}" for v in description.variants})
+    models = served_models(description)
     trace = read_trace(trace_path, TraceShape({m: 1.0 for m in models}, compression=compression, rate_scale=rate))
     return build_scenario(description, trace, SimConfig(), router=router)
 

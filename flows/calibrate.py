@@ -27,11 +27,13 @@ from prefect.cache_policies import NO_CACHE
 from prefect.context import FlowRunContext
 from pydantic import Field
 
+from engine.api.llmd import VariantAutoscaling
 from engine.api.meta import parse_duration
 from engine.optimize.spec import SpecError, parse_variant
 from engine.simulate.calibrate import ProfileFit, Unidentifiable, Window, calibration_outcome, fit_profile
 from flows.exitcodes import flow_result
 from flows.parameters import CALIBRATE_LOOKBACK, CALIBRATE_WINDOW, SYSTEM_NAMESPACE, ClusterTarget, NamespaceName
+from tasks.boundary import Accepted
 from tasks.calibrate import prometheus_windows, read_windows_file, write_outcome
 from tasks.cluster import connect
 from tasks.cluster.errors import ClusterError
@@ -77,7 +79,7 @@ class CalibrationReport:
 
 @task(name="collect-windows", cache_policy=NO_CACHE)
 def collect_windows(
-    variants: list[dict[str, Any]],
+    variants: list[Accepted[VariantAutoscaling]],
     windows_file: str | None,
     prometheus_url: str | None,
     lookback_text: str,
@@ -96,16 +98,15 @@ def collect_windows(
     result: dict[tuple[str, str], list[Window]] = {}
     by_model: dict[tuple[str, str], dict[str, list[Window]]] = {}
     try:
-        for obj in variants:
-            meta, spec = obj.get("metadata") or {}, obj.get("spec") or {}
-            namespace, model = meta.get("namespace") or "default", spec.get("modelID")
-            target = (spec.get("scaleTargetRef") or {}).get("name")
-            if not model or not target:
+        for va in variants:
+            namespace, model, ref = va.namespace, va.model.spec.model_id, va.model.spec.scale_target_ref
+            if ref is None:
                 continue
+            target = ref.name
             if (namespace, model) not in by_model:
                 by_model[(namespace, model)] = prometheus_windows(client, namespace, model, now, lookback, window)
             pods = by_model[(namespace, model)]
-            result[(namespace, meta["name"])] = [
+            result[(namespace, va.name)] = [
                 w for pod, ws in sorted(pods.items()) if pod.startswith(target + "-") for w in ws
             ]
     except MetricsError as exc:
@@ -171,9 +172,8 @@ def calibrate(
         logger.warning("metrics: %s", metrics_error)
 
     report = CalibrationReport()
-    for obj in state.variants:
-        meta = obj.get("metadata") or {}
-        key = (meta.get("namespace") or "default", meta.get("name", ""))
+    for va in state.variants:
+        obj, key = va.obj, (va.namespace, va.name)
         fit, why = calibrate_variant(obj, windows.get(key), metrics_error)
         outcome = calibration_outcome(obj, fit, why)
         row = CalibrationRow(

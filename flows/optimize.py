@@ -36,6 +36,7 @@ from prefect.cache_policies import NO_CACHE
 from prefect.context import FlowRunContext
 from prefect.utilities.annotations import quote
 
+from engine.api.kthena import AutoscalingPolicyBinding
 from engine.api.registry import AUTOSCALING_POLICY_BINDING, KTHENA_API, LLMD_API, VARIANT_AUTOSCALING
 from engine.cycle_metrics import CycleFacts, optimize_cycle_metrics, wva_targets
 from engine.optimize.actuation import publishes
@@ -53,6 +54,7 @@ from flows.parameters import (
     PositiveSeconds,
     PromDuration,
 )
+from tasks.boundary import Accepted
 from tasks.cluster import Cluster, LocalCluster, connect
 from tasks.cluster.errors import ClusterError
 from tasks.events import Subject, emit_change
@@ -166,7 +168,7 @@ def cycle_inputs(
             missing[(key.namespace, key.model_id)] = "; ".join(lines)
     return CycleInputs(
         now=now,
-        variants=state.variants,
+        variants=state.variant_objects(),
         current_replicas=replicas.current,
         ready_replicas=replicas.ready,
         accelerator_costs=state.accelerator_costs,
@@ -182,7 +184,7 @@ def cycle_inputs(
     )
 
 
-BindingPlan = tuple[dict[str, Any], BindingDecision]
+BindingPlan = tuple[Accepted[AutoscalingPolicyBinding], BindingDecision]
 
 
 @task(name="read-bindings", cache_policy=NO_CACHE)
@@ -191,16 +193,16 @@ def read_bindings(
     state: ClusterState,
     snapshot: MetricsSnapshot | None,
     metrics_error: str | None,
-) -> tuple[list[tuple[dict[str, Any], BindingInputs]], list[str]]:
+) -> tuple[list[tuple[Accepted[AutoscalingPolicyBinding], BindingInputs]], list[str]]:
     """What each Kthena binding is decided from (policy, targets, instances' metrics), nothing decided yet.
 
     Returns (binding, inputs) pairs and the API failures of single bindings (the others proceed).
     """
     logger = get_run_logger()
-    read: list[tuple[dict[str, Any], BindingInputs]] = []
+    read: list[tuple[Accepted[AutoscalingPolicyBinding], BindingInputs]] = []
     errors: list[str] = []
     for binding in state.bindings:
-        name = f"{binding['metadata'].get('namespace', 'default')}/{binding['metadata']['name']}"
+        name = f"{binding.namespace}/{binding.name}"
         try:
             read.append((binding, read_binding_inputs(cluster, binding, quote(state), quote(snapshot), metrics_error)))
         except ClusterError as exc:  # one binding's API failure must not stop the others

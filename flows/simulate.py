@@ -33,7 +33,7 @@ from engine.simulate.frontier import Limits, knob_settings, limits, with_oracle_
 from engine.simulate.outcome import PolicyOutcome, summarize_outcome
 from engine.simulate.policies import POLICIES, run_policy
 from engine.simulate.records import SimConfig
-from engine.simulate.scenario import ROUTER_AUTO, Scenario, build_scenario, with_hpa_metric
+from engine.simulate.scenario import ROUTER_AUTO, Scenario, build_scenario, served_models, with_hpa_metric
 from engine.simulate.trace import TraceShape
 from flows.parameters import (
     SIMULATE_INTERVAL_S,
@@ -103,13 +103,7 @@ def read_inputs(
         if not (hpa_metric and hpa_target):
             raise ValueError("hpa_metric and hpa_target go together")
         description = with_hpa_metric(description, hpa_metric, hpa_target)
-    models = sorted(
-        {
-            f"{(v.get('metadata') or {}).get('namespace') or 'default'}/{(v.get('spec') or {}).get('modelID')}"
-            for v in description.variants
-            if (v.get("spec") or {}).get("modelID")
-        }
-    )
+    models = served_models(description)
     if not models:
         raise ValueError(f"no VariantAutoscaling found in {cluster}: nothing to simulate")
     shares = model_shares or {m: 1.0 for m in models}

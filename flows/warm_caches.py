@@ -34,6 +34,7 @@ from prefect.context import FlowRunContext
 from prefect.utilities.annotations import quote
 from pydantic import Field
 
+from engine.api.aim import ModelCache, ModelCacheSpec
 from engine.caches.fill import (
     JobSettings,
     download_env,
@@ -44,17 +45,18 @@ from engine.caches.fill import (
 )
 from engine.caches.gc import GcVerdict, gc_verdict
 from engine.caches.plan import (
-    DOWNLOADING,
     Failure,
     FillState,
     Observation,
     RetryPolicy,
     Step,
     cache_status,
+    failed,
     initial_observation,
     job_name,
     next_step,
     observe_fill,
+    pass_outcome,
     pvc_name,
     pvc_phase,
     source_of,
@@ -80,6 +82,7 @@ from flows.parameters import (
     NonNegativeSeconds,
     ObjectName,
 )
+from tasks.boundary import Accepted
 from tasks.caches import ensure_cache
 from tasks.cluster import Cluster, LocalCluster, connect
 from tasks.cluster.errors import ClusterError
@@ -209,11 +212,12 @@ def ensure_consumer_caches(cluster: Cluster, requests: list[CacheRequest]) -> tu
 
 @task(name="reconcile-cache", cache_policy=NO_CACHE)
 def reconcile_cache(
-    cluster: Cluster, cache: dict[str, Any], world: CacheWorld, settings: PassSettings, now: datetime
+    cluster: Cluster, accepted: Accepted[ModelCache], world: CacheWorld, settings: PassSettings, now: datetime
 ) -> CacheRow:
     """Drive one ModelCache one step (or, with the local backend, through its whole fill): read what its fill
     and PVC report, let the engine decide the observation and the next step, carry the step out."""
-    meta, spec, previous = cache["metadata"], cache.get("spec") or {}, cache.get("status") or {}
+    cache, spec = accepted.obj, accepted.model.spec
+    meta, previous = cache["metadata"], cache.get("status") or {}
     namespace, name, generation = meta["namespace"], meta["name"], meta.get("generation")
     pvc = world.pvcs.get((namespace, pvc_name(name)))
     obs = initial_observation(cache, pvc)
@@ -221,10 +225,8 @@ def reconcile_cache(
 
     source, invalid = source_of(spec)
     if invalid is not None:
-        return _finish(
-            cluster, cache, obs, invalid, settings, now, "invalid source", source_uri=spec.get("sourceUri", "")
-        )
-    env = download_env(spec.get("env"), world.configs.get(namespace))
+        return _finish(cluster, cache, obs, invalid, settings, now, "invalid source", source_uri=spec.source_uri)
+    env = download_env(spec.env, world.configs.get(namespace))
     notes = "; ".join(env.notes)
 
     # What the fill reported so far.
@@ -243,7 +245,7 @@ def reconcile_cache(
         attempt = obs.attempts + 1  # every try counts, so a failing size check cannot loop forever either
         cache = record_attempt(cluster, cache, generation, attempt)
         obs = _with(obs, attempts=attempt, failure=None, failed_at=None, fill=FillState.NONE)
-        obs, action = attempt_fill(cluster, cache, obs, source, pvc, env.env, world, settings, now)
+        obs, action = attempt_fill(cluster, cache, spec, obs, source, pvc, env.env, world, settings, now)
     elif step == Step.WAIT:
         action = "waiting" if obs.failure is None else "backing off"
     elif step == Step.GIVE_UP:
@@ -254,6 +256,7 @@ def reconcile_cache(
 def attempt_fill(
     cluster: Cluster,
     cache: dict[str, Any],
+    spec: ModelCacheSpec,
     obs: Observation,
     source: ModelSource,
     pvc: dict[str, Any] | None,
@@ -264,27 +267,28 @@ def attempt_fill(
 ) -> tuple[Observation, str]:
     """One fill attempt: size the source when needed, create the PVC once, refuse a volume too small,
     then start the fill Job (cluster) or run the downloader here (local backend)."""
-    meta, spec = cache["metadata"], cache.get("spec") or {}
-    namespace, name = meta["namespace"], meta["name"]
+    namespace, name = cache["metadata"]["namespace"], cache["metadata"]["name"]
     source_bytes: int | None = None
     resolved: dict[str, str] = {}
-    if settings.local or (pvc is None and not spec.get("size")):
+    if settings.local or (pvc is None and not spec.size):
         resolved, missing = resolve_env(cluster, namespace, env)
         if missing is None:
             source_bytes, missing = _measure(source, resolved)
         if missing is not None:
-            return _failed(obs, missing, now), "size check failed"
+            return failed(obs, missing, now), "size check failed"
     if pvc is None:
         size, size_failure = pvc_size_for(spec, source_bytes, settings.headroom_percent)
         if size_failure is not None:
-            return _failed(obs, size_failure, now), "invalid size"
-        config_spec = (world.configs.get(namespace) or {}).get("spec") or {}
-        storage_class = storage_class_for(spec.get("storageClassName"), config_spec.get("cacheStorageClassName"))
+            return failed(obs, size_failure, now), "invalid size"
+        config = world.configs.get(namespace)
+        storage_class = storage_class_for(
+            spec.storage_class_name, config.spec.cache_storage_class_name if config else None
+        )
         pvc = create_pvc(cluster, cache, size, storage_class)
         obs = _with(obs, pvc_phase=pvc_phase(pvc))
     too_small = volume_too_small(pvc_capacity(pvc), source_bytes)
     if too_small is not None:
-        return _failed(obs, too_small, now), "volume too small"
+        return failed(obs, too_small, now), "volume too small"
     post_event(cluster, cache, "FillStarted", f"fill attempt {obs.attempts} of {source.uri} into PVC {obs.pvc_name}")
     obs = _with(obs, fill=FillState.RUNNING)
     if not settings.local:
@@ -294,7 +298,7 @@ def attempt_fill(
     cache = write_status(cluster, cache, cache_status(cache.get("status"), obs, settings.policy, now))
     failure = fill_local(source, local_volume(cluster, namespace, obs.pvc_name), resolved, pvc_capacity(pvc))  # type: ignore[arg-type]
     if failure is not None:
-        return _failed(obs, failure, now), f"fill attempt {obs.attempts} failed"
+        return failed(obs, failure, now), f"fill attempt {obs.attempts} failed"
     return _with(obs, fill=FillState.SUCCEEDED), f"filled in-process (attempt {obs.attempts})"
 
 
@@ -321,10 +325,6 @@ def _with(obs: Observation, **changes: Any) -> Observation:
     return replace(obs, **changes)
 
 
-def _failed(obs: Observation, failure: Failure, now: datetime) -> Observation:
-    return _with(obs, fill=FillState.FAILED, failure=failure, failed_at=now)
-
-
 def _finish(
     cluster: Cluster,
     cache: dict[str, Any],
@@ -336,38 +336,24 @@ def _finish(
     source_uri: str,
     notes: str = "",
 ) -> CacheRow:
-    """Write the status for ``obs`` (or ``failure``), record an Event on a transition, return the row."""
-    if failure is not None:
-        obs = (
-            _failed(obs, failure, obs.failed_at or now)
-            if obs.failure is None or obs.failure.reason != failure.reason
-            else obs
-        )
-    previous = cache.get("status") or {}
-    status = cache_status(previous, obs, settings.policy, now)
-    written = write_status(cluster, cache, status)
-    if status["status"] != previous.get("status"):
-        if status["status"] == "Available":
-            post_event(cluster, written, "CacheAvailable", f"{source_uri} is in PVC {obs.pvc_name}")
-        elif status["status"] == "Failed" and obs.failure is not None:
-            post_event(cluster, written, obs.failure.reason, obs.failure.message, warning=True)
-    reason = next(
-        (c["reason"] for c in status["conditions"] if c["type"] == ("Failure" if obs.failure else "Progressing")),
-        DOWNLOADING,
-    )
-    if status["status"] != previous.get("status"):
-        emit_cache_event(written, status["status"], reason, source_uri, obs.pvc_name)
-    message = obs.failure.message if obs.failure else notes
+    """Write what the engine concludes for ``obs`` (or ``failure``): the status, an Event on a transition, and
+    the row of the report."""
+    outcome = pass_outcome(cache.get("status"), obs, failure, settings.policy, now, source_uri, notes)
+    written = write_status(cluster, cache, outcome.status)
+    for event in outcome.events:
+        post_event(cluster, written, event.reason, event.message, warning=event.warning)
+    if outcome.changed:
+        emit_cache_event(written, outcome.status["status"], outcome.reason, source_uri, outcome.obs.pvc_name)
     return CacheRow(
         namespace=cache["metadata"]["namespace"],
         name=cache["metadata"]["name"],
         source=source_uri,
-        status=status["status"],
-        reason=reason,
-        pvc=obs.pvc_name,
-        attempts=obs.attempts,
+        status=outcome.status["status"],
+        reason=outcome.reason,
+        pvc=outcome.obs.pvc_name,
+        attempts=outcome.obs.attempts,
         action=action,
-        message=message,
+        message=outcome.message,
     )
 
 
@@ -379,7 +365,7 @@ def collect_unused_caches(cluster: Cluster, world: CacheWorld, unused_after: tim
     """Delete caches no workload used for ``unused_after`` and none mounts now; report what was freed."""
     freed: list[str] = []
     by_namespace: dict[str, set[str]] = {}
-    for cache in world.caches:
+    for cache in (accepted.obj for accepted in world.caches):
         namespace = cache["metadata"]["namespace"]
         if namespace not in by_namespace:
             by_namespace[namespace] = mounted_claims(cluster, namespace)
@@ -461,10 +447,8 @@ def warm_caches(
         try:
             row = reconcile_cache(target, cache, quote(world), settings, now)
         except ClusterError as exc:  # one cache's API failure must not stop the others
-            logger.error("ModelCache %s/%s: %s", cache["metadata"]["namespace"], cache["metadata"]["name"], exc.message)
-            report.problems.append(
-                f"ModelCache {cache['metadata']['namespace']}/{cache['metadata']['name']}: {exc.message}"
-            )
+            logger.error("ModelCache %s/%s: %s", cache.namespace, cache.name, exc.message)
+            report.problems.append(f"ModelCache {cache.namespace}/{cache.name}: {exc.message}")
             continue
         report.rows.append(row)
         if row.message and row.status != "Failed":

@@ -6,17 +6,23 @@ disagree). An object that does not parse is left out of what the flow sees, gets
 its kind (a ``Ready=False`` condition with reason ``InvalidSpec`` naming the field path and the reason;
 ``status: Failed`` where the kind's status model has a ``status`` phase) and is reported; the run goes on with the others.
 
-Rejections are collected per process (:func:`drain_rejections`): the command line turns them into a
-degraded exit (3) after the flow returns.
+Rejections are collected per run (:func:`start_run`, :func:`drain_rejections`): the command line starts a
+collector for each flow it runs and turns what it collected into a degraded exit (3) after the flow returns.
+The collector lives in a context variable, which Prefect carries into the threads it runs tasks in, so
+one command's rejections never reach another's; outside a collecting run (a deployment's flow run) a
+rejection is logged and written to the object's status only.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
+from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from pydantic import BaseModel
 
@@ -32,7 +38,30 @@ Manifest = dict[str, Any]
 INVALID_REASON = "InvalidSpec"
 
 _lock = threading.Lock()
-_rejections: list[str] = []
+_rejections: ContextVar[list[str] | None] = ContextVar("modelplane_boundary_rejections", default=None)
+"""The current run's rejections (one line each), or None when no run collects them."""
+
+M = TypeVar("M", bound=BaseModel)
+
+
+@dataclass(frozen=True)
+class Accepted(Generic[M]):
+    """One custom resource that passed the boundary: ``model`` is what the flow reads (its parsed API
+    model), ``obj`` the object as the cluster returned it, which writes go through (its metadata,
+    resourceVersion and status are patched as read)."""
+
+    obj: Manifest
+    model: M
+
+    @property
+    def namespace(self) -> str:
+        """The object's namespace (``default`` when it has none)."""
+        return self.model.metadata.namespace or "default"  # type: ignore[attr-defined]
+
+    @property
+    def name(self) -> str:
+        """The object's name."""
+        return str(self.model.metadata.name)  # type: ignore[attr-defined]
 
 
 def accept(cluster: Cluster, objects: Iterable[Manifest]) -> list[Manifest]:
@@ -52,6 +81,11 @@ def accept_parsed(cluster: Cluster, objects: Iterable[Manifest]) -> list[tuple[M
         else:
             valid.append((obj, parsed))
     return valid
+
+
+def accept_as(cluster: Cluster, objects: Iterable[Manifest], model: type[M]) -> list[Accepted[M]]:
+    """As :func:`accept` for objects of one Modelplane kind, each with its parsed ``model``."""
+    return [Accepted(obj, parsed) for obj, parsed in accept_parsed(cluster, objects) if isinstance(parsed, model)]
 
 
 def invalid_field(obj: Any) -> tuple[str, str] | None:
@@ -76,8 +110,13 @@ def reject(cluster: Cluster, obj: Manifest, field: str, reason: str) -> None:
     meta = obj.get("metadata") if isinstance(obj.get("metadata"), dict) else {}
     where = f"{meta.get('namespace')}/{meta.get('name')}" if meta.get("namespace") else str(meta.get("name"))
     message = f"{field}: {reason}"
-    with _lock:
-        _rejections.append(f"{obj.get('kind')} {where}: invalid: {message}")
+    line = f"{obj.get('kind')} {where}: invalid: {message}"
+    collector = _rejections.get()
+    if collector is None:
+        log.warning("%s", line)
+    else:
+        with _lock:  # task threads of one run share its collector
+            collector.append(line)
     info = kind_info(str(obj.get("apiVersion")), str(obj.get("kind")))
     if info is None or not info.has_status:
         return
@@ -121,9 +160,30 @@ def failure_status(obj: Manifest, message: str) -> Manifest | None:
     return status
 
 
+@contextmanager
+def collecting() -> Iterator[list[str]]:
+    """Collect the rejections made inside the block (and in the tasks it starts) into the list it yields."""
+    collector: list[str] = []
+    token = _rejections.set(collector)
+    try:
+        yield collector
+    finally:
+        _rejections.reset(token)
+
+
+def start_run() -> None:
+    """Collect the rejections of a new run, in this context and the tasks it starts (the previous run's,
+    if any, are dropped with its collector)."""
+    _rejections.set([])
+
+
 def drain_rejections() -> list[str]:
-    """The rejections recorded since the last call (one line each), and forget them."""
+    """The rejections the current run recorded since the last call (one line each), and forget them;
+    empty outside a collecting run."""
+    collector = _rejections.get()
+    if collector is None:
+        return []
     with _lock:
-        taken = list(_rejections)
-        _rejections.clear()
+        taken = list(collector)
+        collector.clear()
     return taken

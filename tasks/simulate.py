@@ -15,6 +15,7 @@ import pathlib
 from collections.abc import Sequence
 from typing import Any
 
+from engine.api.views import ModelRoute
 from engine.rollout.kthena_native import NETWORKING_API as KTHENA_NETWORKING_API
 from engine.simulate.frontier import Limits
 from engine.simulate.outcome import PolicyOutcome
@@ -43,13 +44,13 @@ def read_description(cluster: str, config_namespace: str, namespaces: list[str] 
     replicas = read_current_replicas.fn(conn, scale_targets_of(state))
     hpa = next(iter(sorted(state.policies.items())), None)
     return ClusterDescription(
-        variants=state.variants,
+        variants=state.variant_objects(),
         current_replicas=replicas.current,
         accelerator_costs=state.accelerator_costs,
         service_classes=state.service_classes,
         saturation_data=state.saturation_data,
         inventory=state.inventory,
-        hpa_policy=(hpa[1].get("spec") or DEFAULT_HPA_POLICY) if hpa else DEFAULT_HPA_POLICY,
+        hpa_policy=hpa[1].obj["spec"] if hpa else DEFAULT_HPA_POLICY,  # as read: it passed the boundary reader
         routed_models=routed_models(list_optional(conn, KTHENA_NETWORKING_API, "ModelRoute")),
     )
 
@@ -57,12 +58,10 @@ def read_description(cluster: str, config_namespace: str, namespaces: list[str] 
 def routed_models(routes: list[dict[str, Any]]) -> dict[str, str]:
     """Per served model (``namespace/modelName``) routed by a Kthena ModelRoute: the route that says so."""
     models: dict[str, str] = {}
-    for route in routes:
-        meta, spec = route.get("metadata") or {}, route.get("spec") or {}
-        if spec.get("modelName"):
-            models[f"{meta.get('namespace') or 'default'}/{spec['modelName']}"] = (
-                f"ModelRoute {meta.get('namespace') or 'default'}/{meta.get('name')}"
-            )
+    for route in (ModelRoute.model_validate(obj) for obj in routes):
+        namespace = route.metadata.namespace or "default"
+        if route.spec.model_name:
+            models[f"{namespace}/{route.spec.model_name}"] = f"ModelRoute {namespace}/{route.metadata.name}"
     return models
 
 

@@ -14,8 +14,11 @@ import shutil
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
+from pydantic import BaseModel
+
+from engine.api.aim import AIMNamespaceConfig, ModelCache
 from engine.api.registry import (
     AIM_API,
     AIM_NAMESPACE_CONFIG,
@@ -27,6 +30,7 @@ from engine.api.registry import (
     MODEL_CACHE,
     OPEN_MODEL,
 )
+from engine.api.views import PersistentVolumeClaim
 from engine.caches.fill import (
     JobSettings,
     job_failure_message,
@@ -48,11 +52,13 @@ from engine.caches.plan import (
     attempts_annotation,
 )
 from engine.caches.sources import ModelSource
-from tasks.boundary import accept
+from tasks.boundary import Accepted, accept, accept_as
 from tasks.cluster import Cluster, Conflict, LocalCluster, Manifest, NotFound, ObjectRef
 from tasks.cluster.errors import ClusterError
 
 log = logging.getLogger(__name__)
+
+M = TypeVar("M", bound=BaseModel)
 
 AIM = AIM_API
 VOLUMES_DIR = ".modelplane-volumes"
@@ -66,8 +72,8 @@ VOLUMES_DIR = ".modelplane-volumes"
 class CacheWorld:
     """Everything one warm-caches pass reads: one LIST per kind (per namespace when limited)."""
 
-    caches: list[Manifest]
-    configs: dict[str, Manifest]  # namespace -> its AIMNamespaceConfig "default"
+    caches: list[Accepted[ModelCache]]
+    configs: dict[str, AIMNamespaceConfig]  # namespace -> its AIMNamespaceConfig "default"
     templates: list[Manifest]
     services: list[Manifest]
     models: list[Manifest]
@@ -96,16 +102,28 @@ def _list(
     return items
 
 
+def _list_typed(
+    cluster: Cluster, api_version: str, kind: str, namespaces: list[str] | None, model: type[M]
+) -> list[Accepted[M]]:
+    """:func:`_list` of a Modelplane kind, each object with its parsed API ``model``."""
+    items: list[Accepted[M]] = []
+    for namespace in namespaces or [None]:  # type: ignore[list-item]
+        try:
+            items.extend(accept_as(cluster, cluster.list(api_version, kind, namespace), model))
+        except NotFound:
+            return []
+    return items
+
+
 def read_world(cluster: Cluster, namespaces: Iterable[str] | None = None) -> CacheWorld:
     """Caches, their consumers, namespace configs, and the PVCs, Jobs and Pods the flow made."""
     wanted = sorted(set(namespaces)) if namespaces else None
     return CacheWorld(
-        caches=_list(cluster, MODELCACHE_API_VERSION, MODEL_CACHE, wanted),
+        caches=_list_typed(cluster, MODELCACHE_API_VERSION, MODEL_CACHE, wanted, ModelCache),
         configs={
-            ns: cfg
-            for cfg in _list(cluster, AIM, AIM_NAMESPACE_CONFIG, wanted)
-            for ns, name in [_key(cfg)]
-            if name == "default"
+            cfg.namespace: cfg.model
+            for cfg in _list_typed(cluster, AIM, AIM_NAMESPACE_CONFIG, wanted, AIMNamespaceConfig)
+            if cfg.name == "default"
         },
         templates=_list(cluster, AIM, AIM_SERVICE_TEMPLATE, wanted),
         services=_list(cluster, AIM, AIM_SERVICE, wanted),
@@ -194,8 +212,7 @@ def pvc_capacity(pvc: Manifest | None) -> str | None:
     """What the PVC holds: its bound capacity, else its request."""
     if not pvc:
         return None
-    capacity = ((pvc.get("status") or {}).get("capacity") or {}).get("storage")
-    return capacity or (((pvc.get("spec") or {}).get("resources") or {}).get("requests") or {}).get("storage")
+    return PersistentVolumeClaim.model_validate(pvc).capacity()
 
 
 # ------------------------------------------------------------------------------------------- jobs

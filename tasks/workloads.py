@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from engine.api.views import Scalable
 from engine.rollout.workloads import ANNOTATION_REVISION, annotation, update_patch
 from tasks.cluster import Cluster, Conflict, ObjectRef
 from tasks.cluster.errors import ClusterError, NotFound
@@ -39,12 +40,10 @@ def write_object(
         stored = cluster.patch_spec(ref, update_patch(live, desired), resource_version=version)
         log.updated.append(label)
         return stored
-    wanted = (desired.get("spec") or {}).get("replicas")
-    if (
-        desired["kind"] in ("Deployment", "ModelServing")
-        and wanted is not None
-        and (live.get("spec") or {}).get("replicas") != wanted
-    ):
+    if desired["kind"] not in ("Deployment", "ModelServing"):
+        return live
+    wanted = Scalable.model_validate(desired).spec.replicas
+    if wanted is not None and Scalable.model_validate(live).spec.replicas != wanted:
         stored = cluster.patch_spec(ref, {"spec": {"replicas": wanted}}, resource_version=version)
         log.updated.append(f"{label} (replicas {wanted})")
         return stored

@@ -283,7 +283,7 @@ def plan_service(service: Manifest, model: AIMService, world: ServiceWorld) -> S
         model.spec.cache_model is not False,
         f"AIMService/{namespace}/{name}",
     )
-    enabled, gateway = routing_of(config)
+    enabled, gateway = routing_of(config_model)
     routing_problem = (
         None
         if gateway or not enabled
@@ -292,7 +292,7 @@ def plan_service(service: Manifest, model: AIMService, world: ServiceWorld) -> S
     isvc = route = None
     retire: tuple[Manifest, ...] = ()
     if caches.ready:
-        desired = render_inference_service(service, resolution, world.inventory, caches.mounts)
+        desired = render_inference_service(service, resolution, world.inventory, caches.mounts, config_model)
         isvc = ObjectWrite(
             desired, existing, update_patch(existing, desired, MANAGED_PREDICTOR_KEYS) if existing else None
         )

@@ -26,6 +26,7 @@ from engine.aim.references import (
     condition_of,
 )
 from engine.aim.templates import GpuInventory, gpu_resource_name, node_affinity
+from engine.api.aim import AIMNamespaceConfig
 from engine.caches.sources import parse_source
 from engine.status import ConditionUpdate
 
@@ -147,11 +148,15 @@ def render_inference_service(
     resolution: Resolution,
     inventory: GpuInventory,
     mounts: Sequence[CacheMount],
+    config: AIMNamespaceConfig | None,
 ) -> dict[str, Any]:
-    """The KServe InferenceService of a resolved service (raw deployment, inline container)."""
+    """The KServe InferenceService of a resolved service (raw deployment, inline container); ``config`` is the
+    namespace's AIMNamespaceConfig the resolution found (its HF token and image pull secrets)."""
     meta, spec = service["metadata"], service.get("spec") or {}
     namespace = meta["namespace"]
-    model, template, config = resolution.model or {}, resolution.template or {}, resolution.config or {}
+    model, template = resolution.model or {}, resolution.template or {}
+    credentials = config.spec.credentials if config is not None else None
+    images = config.spec.images if config is not None else None
     tspec = template.get("spec") or {}
     deployment = resolution.deployment or {}
     gpu_model = tspec.get("gpuModel") or deployment.get("gpuModel")
@@ -176,11 +181,9 @@ def render_inference_service(
     if tspec.get("tensorParallelism"):
         env["AIM_TENSOR_PARALLEL_SIZE"] = str(tspec["tensorParallelism"])
     env_list: list[dict[str, Any]] = [{"name": k, "value": v} for k, v in env.items()]
-    token = ((config.get("spec") or {}).get("credentials") or {}).get("huggingFaceToken")
-    if token and token.get("name") and token.get("key"):
-        env_list.append(
-            {"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": token["name"], "key": token["key"]}}}
-        )
+    token = credentials.hugging_face_token if credentials is not None else None
+    if token is not None:
+        env_list.append({"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": token.name, "key": token.key}}})
     env_list.sort(key=lambda e: e["name"])
     resources: dict[str, Any] = {"requests": {}, "limits": {}}
     if gpus:
@@ -208,7 +211,7 @@ def render_inference_service(
         "containers": [container],
         "volumes": volumes,
     }
-    secrets = ((config.get("spec") or {}).get("images") or {}).get("imagePullSecrets") or []
+    secrets = (images.image_pull_secrets if images is not None else None) or []
     if secrets:
         predictor["imagePullSecrets"] = [{"name": s} for s in secrets]
     affinity = node_affinity(gpu_model, inventory) if gpu_model else None
@@ -242,11 +245,14 @@ def render_inference_service(
     }
 
 
-def routing_of(config: Mapping[str, Any] | None) -> tuple[bool, Mapping[str, Any] | None]:
-    """``(enabled, gateway parentRef)`` of a namespace config (``autoCreateRoute`` defaults to true)."""
-    routing = ((config or {}).get("spec") or {}).get("routing") or {}
-    enabled = routing.get("autoCreateRoute")
-    return (True if enabled is None else bool(enabled)), routing.get("gateway")
+def routing_of(config: AIMNamespaceConfig | None) -> tuple[bool, Mapping[str, Any] | None]:
+    """``(enabled, gateway parentRef as written)`` of a namespace config (``autoCreateRoute`` defaults to true)."""
+    routing = config.spec.routing if config is not None else None
+    if routing is None:
+        return True, None
+    enabled = routing.auto_create_route
+    gateway = routing.gateway.model_dump(by_alias=True, exclude_unset=True) if routing.gateway else None
+    return (True if enabled is None else bool(enabled)), gateway
 
 
 def render_http_route(service: Mapping[str, Any], gateway: Mapping[str, Any], isvc_name: str) -> dict[str, Any]:

@@ -10,10 +10,12 @@ marker was verified without reading the volume.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from engine.api.aim import AIMNamespaceConfig, ModelCacheSpec
+from engine.api.meta import EnvVar, SecretKeySelector
 from engine.api.registry import MODEL_CACHE
 from engine.caches.identity import pvc_size
 from engine.caches.plan import (
@@ -62,15 +64,13 @@ def pvc_request(spec_size: str | int | float | None, source_bytes: int | None, h
     return pvc_size([source_bytes], headroom_percent)
 
 
-def pvc_size_for(
-    spec: Mapping[str, Any], source_bytes: int | None, headroom_percent: float
-) -> tuple[str, Failure | None]:
+def pvc_size_for(spec: ModelCacheSpec, source_bytes: int | None, headroom_percent: float) -> tuple[str, Failure | None]:
     """:func:`pvc_request` for a ModelCache ``spec``, or the failure naming what is wrong: an invalid
     ``spec.size`` (:data:`INVALID_SIZE`) or a source whose size is unknown (:data:`SIZE_UNKNOWN`)."""
     try:
-        return pvc_request(spec.get("size"), source_bytes, headroom_percent), None
+        return pvc_request(spec.size, source_bytes, headroom_percent), None
     except ValueError as exc:
-        if spec.get("size"):
+        if spec.size:
             return "", Failure(INVALID_SIZE, f"spec.size: {exc}")
         return "", Failure(SIZE_UNKNOWN, f"the source's size: {exc}")
 
@@ -111,45 +111,45 @@ class DownloadEnv:
     notes: list[str] = field(default_factory=list)
 
 
-def _secret_env(name: str, selector: Mapping[str, Any] | None) -> dict[str, Any] | None:
-    if not selector or not selector.get("name") or not selector.get("key"):
+def _secret_env(name: str, selector: SecretKeySelector | None) -> dict[str, Any] | None:
+    if selector is None:
         return None
-    return {"name": name, "valueFrom": {"secretKeyRef": {"name": selector["name"], "key": selector["key"]}}}
+    return {"name": name, "valueFrom": {"secretKeyRef": {"name": selector.name, "key": selector.key}}}
 
 
-def download_env(
-    cache_env: Iterable[Mapping[str, Any]] | None, namespace_config: Mapping[str, Any] | None
-) -> DownloadEnv:
+def download_env(cache_env: Sequence[EnvVar] | None, namespace_config: AIMNamespaceConfig | None) -> DownloadEnv:
     """The env of a cache's fill: the namespace's AIMNamespaceConfig credentials as ``secretKeyRef``s
     (``HF_TOKEN``; ``AWS_ACCESS_KEY_ID``/``AWS_SECRET_ACCESS_KEY`` with ``AWS_ENDPOINT_URL``, else
     ``AWS_REGION``/``AWS_DEFAULT_REGION``; the first S3 credential when several are listed), overridden
     by the cache's own ``spec.env`` (by name)."""
     notes: list[str] = []
     base: list[dict[str, Any]] = []
-    spec = (namespace_config or {}).get("spec") or {}
-    config_name = ((namespace_config or {}).get("metadata") or {}).get("name", "default")
-    credentials = spec.get("credentials") or {}
-    token = _secret_env("HF_TOKEN", credentials.get("huggingFaceToken"))
+    config_name = (namespace_config.metadata.name if namespace_config else None) or "default"
+    credentials = namespace_config.spec.credentials if namespace_config else None
+    token = _secret_env("HF_TOKEN", credentials.hugging_face_token if credentials else None)
     if token:
         base.append(token)
-    s3 = credentials.get("s3") or []
+    s3 = (credentials.s3 if credentials else None) or []
     if s3:
-        chosen = s3[0] or {}
+        chosen = s3[0]
         if len(s3) > 1:
-            where = chosen.get("endpointUrl") or chosen.get("region") or "no endpoint or region"
+            where = chosen.endpoint_url or chosen.region or "no endpoint or region"
             notes.append(
                 f"AIMNamespaceConfig {config_name} lists {len(s3)} S3 credentials; the first ({where}) is used"
             )
-        for env_name, key in (("AWS_ACCESS_KEY_ID", "accessKeyId"), ("AWS_SECRET_ACCESS_KEY", "secretAccessKey")):
-            ref = _secret_env(env_name, chosen.get(key))
+        for env_name, selector in (
+            ("AWS_ACCESS_KEY_ID", chosen.access_key_id),
+            ("AWS_SECRET_ACCESS_KEY", chosen.secret_access_key),
+        ):
+            ref = _secret_env(env_name, selector)
             if ref:
                 base.append(ref)
-        if chosen.get("endpointUrl"):
-            base.append({"name": "AWS_ENDPOINT_URL", "value": chosen["endpointUrl"]})
-        elif chosen.get("region"):
-            base.append({"name": "AWS_REGION", "value": chosen["region"]})
-            base.append({"name": "AWS_DEFAULT_REGION", "value": chosen["region"]})
-    own = [dict(item) for item in cache_env or [] if item.get("name")]
+        if chosen.endpoint_url:
+            base.append({"name": "AWS_ENDPOINT_URL", "value": chosen.endpoint_url})
+        elif chosen.region:
+            base.append({"name": "AWS_REGION", "value": chosen.region})
+            base.append({"name": "AWS_DEFAULT_REGION", "value": chosen.region})
+    own = [item.to_dict() for item in cache_env or []]
     overridden = {item["name"] for item in own}
     return DownloadEnv([item for item in base if item["name"] not in overridden] + own, notes)
 

@@ -22,6 +22,7 @@ from datetime import datetime, timedelta
 from enum import Enum
 from typing import Any
 
+from engine.api.aim import ModelCacheSpec
 from engine.api.meta import format_time, parse_time
 from engine.api.registry import AIM_API
 from engine.caches.sources import ModelSource, parse_source
@@ -189,10 +190,10 @@ def with_requester(annotations: Mapping[str, str] | None, consumer: str) -> dict
 # ---------------------------------------------------------------------------------------- decide
 
 
-def source_of(spec: Mapping[str, Any]) -> tuple[ModelSource, Failure | None]:
+def source_of(spec: ModelCacheSpec) -> tuple[ModelSource, Failure | None]:
     """The source a ModelCache holds (``spec.sourceUri``), or the :data:`INVALID_SOURCE` failure naming the field:
     unparseable, or a source that is mounted directly and never downloaded."""
-    uri = str(spec.get("sourceUri") or "")
+    uri = spec.source_uri
     try:
         source = parse_source(uri)
     except ValueError as exc:
@@ -387,6 +388,60 @@ def cache_status(
     if previous.get("lastUsed"):
         status["lastUsed"] = previous["lastUsed"]
     return status
+
+
+def failed(obs: Observation, failure: Failure, now: datetime) -> Observation:
+    """``obs`` after a fill attempt that failed with ``failure`` at ``now``."""
+    return replace(obs, fill=FillState.FAILED, failure=failure, failed_at=now)
+
+
+@dataclass(frozen=True)
+class CacheEvent:
+    """A Kubernetes Event to post on the cache."""
+
+    reason: str
+    message: str
+    warning: bool = False
+
+
+@dataclass(frozen=True)
+class PassOutcome:
+    """What one pass concludes for a cache, for the flow to write: the status, the Events of its transition,
+    whether its ``status`` changed (a Prefect event then), and the reason and message its report row shows."""
+
+    obs: Observation
+    status: dict[str, Any]
+    events: tuple[CacheEvent, ...]
+    changed: bool
+    reason: str
+    message: str
+
+
+def pass_outcome(
+    previous: Mapping[str, Any] | None,
+    obs: Observation,
+    failure: Failure | None,
+    policy: RetryPolicy,
+    now: datetime,
+    source_uri: str,
+    notes: str = "",
+) -> PassOutcome:
+    """The end of a pass over one cache: ``obs`` (failed with ``failure`` unless it already failed for the
+    same reason) as a status, an Event when the cache became Available or Failed, and its row's reason
+    (the ``Failure`` condition's when it failed, else the ``Progressing`` one's) and message."""
+    if failure is not None and (obs.failure is None or obs.failure.reason != failure.reason):
+        obs = failed(obs, failure, obs.failed_at or now)
+    previous = previous or {}
+    status = cache_status(previous, obs, policy, now)
+    changed = status["status"] != previous.get("status")
+    events: tuple[CacheEvent, ...] = ()
+    if changed and status["status"] == "Available":
+        events = (CacheEvent("CacheAvailable", f"{source_uri} is in PVC {obs.pvc_name}"),)
+    elif changed and status["status"] == "Failed" and obs.failure is not None:
+        events = (CacheEvent(obs.failure.reason, obs.failure.message, warning=True),)
+    wanted = FAILURE if obs.failure else PROGRESSING
+    reason = next((c["reason"] for c in status["conditions"] if c["type"] == wanted), DOWNLOADING)
+    return PassOutcome(obs, status, events, changed, reason, obs.failure.message if obs.failure else notes)
 
 
 def failure_of(status: Mapping[str, Any] | None) -> tuple[Failure | None, datetime | None]:

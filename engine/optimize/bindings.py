@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from engine.api.kthena import AutoscalingPolicySpec, ModelSpec
 from engine.api.meta import format_time
 from engine.optimize.scaling.behavior import Behavior, ScalingState, apply_scale_to_zero, correct, parse_duration
 from engine.optimize.scaling.distribution import Group, distribute
@@ -124,7 +125,7 @@ class BindingInputs:
     name: str
     generation: int | None
     policy_name: str | None
-    policy: Mapping[str, Any] | None  # the AutoscalingPolicy spec, None when it does not exist
+    policy: AutoscalingPolicySpec | None  # the AutoscalingPolicy spec, None when it does not exist
     heterogeneous: bool
     targets: list[BindingTarget]
     instances: list[dict[str, float]]
@@ -175,19 +176,15 @@ class BindingDecision:
     state: ScalingState | None = None
 
 
-def _metric_targets(policy: Mapping[str, Any]) -> dict[str, float]:
-    """metricName -> target value (Quantity) of the policy."""
+def _metric_targets(policy: AutoscalingPolicySpec) -> dict[str, float]:
+    """metricName -> target value (Quantity) of the policy (the API model requires at least one metric,
+    each named)."""
     targets: dict[str, float] = {}
-    for index, metric in enumerate(policy.get("metrics") or []):
-        name = metric.get("metricName")
-        if not name:
-            raise ValueError(f"spec.metrics[{index}].metricName: required")
+    for index, metric in enumerate(policy.metrics):
         try:
-            targets[name] = float(parse_quantity(metric.get("targetValue", 0)))
+            targets[metric.metric_name] = float(parse_quantity(metric.target_value))
         except ValueError as exc:
             raise ValueError(f"spec.metrics[{index}].targetValue: {exc}") from None
-    if not targets:
-        raise ValueError("spec.metrics: at least one metric is required")
     return targets
 
 
@@ -231,7 +228,7 @@ def plan_binding(inputs: BindingInputs, now: datetime) -> BindingDecision:
         return _hold(inputs, REASON_TARGET_MISSING, f"scale target(s) not found: {what}")
     try:
         metric_targets = _metric_targets(inputs.policy)
-        behavior = Behavior.from_spec(inputs.policy.get("behavior") or {})
+        behavior = Behavior.from_model(inputs.policy.behavior)
     except ValueError as exc:
         return _hold(inputs, REASON_INVALID, f"AutoscalingPolicy {inputs.policy_name}: {exc}")
     if inputs.metrics_error:
@@ -240,7 +237,7 @@ def plan_binding(inputs: BindingInputs, now: datetime) -> BindingDecision:
     current = sum(t.current or 0 for t in inputs.targets)
     low = sum(t.min_replicas for t in inputs.targets)
     high = sum(t.max_replicas for t in inputs.targets)
-    tolerance = float(inputs.policy.get("tolerancePercent", 10)) / 100.0
+    tolerance = float(10 if inputs.policy.tolerance_percent is None else inputs.policy.tolerance_percent) / 100.0
     recommended = recommend(current, low, high, tolerance, metric_targets, inputs.instances, unready=inputs.unready)
     if recommended is None:
         return _hold(
@@ -275,16 +272,16 @@ def plan_binding(inputs: BindingInputs, now: datetime) -> BindingDecision:
     )
 
 
-def scale_to_zero_grace(annotations: Mapping[str, str], model_spec: Mapping[str, Any] | None) -> float | None:
+def scale_to_zero_grace(annotations: Mapping[str, str], model_spec: ModelSpec | None) -> float | None:
     """The scale-to-zero grace period of a binding, in seconds: its annotation
     (:data:`ANNOTATION_SCALE_TO_ZERO_GRACE`) when set, else the longest ``scaleToZeroGracePeriod`` of the
     backends of the Kthena Model that owns it, else None. ``ValueError`` for a malformed duration."""
     if annotations.get(ANNOTATION_SCALE_TO_ZERO_GRACE):
         return parse_duration(annotations[ANNOTATION_SCALE_TO_ZERO_GRACE])
     graces = [
-        parse_duration(backend["scaleToZeroGracePeriod"])
-        for backend in (model_spec or {}).get("backends") or ()
-        if isinstance(backend, Mapping) and backend.get("scaleToZeroGracePeriod")
+        parse_duration(backend.scale_to_zero_grace_period)
+        for backend in (model_spec.backends if model_spec is not None else ())
+        if backend.scale_to_zero_grace_period
     ]
     return max(graces) if graces else None
 

@@ -38,6 +38,7 @@ __all__ = [
     "joined_key",
     "model_slo",
     "scaled_ttft",
+    "served_models",
     "with_hpa_metric",
     "with_scenario_variants",
     "with_sizing_ttft_scale",
@@ -182,6 +183,16 @@ def with_sizing_ttft_scale(description: ClusterDescription, scale: float) -> Clu
 def scaled_ttft(slo: _SloT, scale: float) -> _SloT:
     """An SLO (a service class's or the queueing model's) with its TTFT target, when it has one, times ``scale``."""
     return dataclasses.replace(slo, ttft_ms=slo.ttft_ms * scale) if slo.ttft_ms else slo
+
+
+def served_models(description: ClusterDescription) -> list[str]:
+    """The models the described cluster serves (``namespace/modelID`` of its VariantAutoscalings), sorted."""
+    models: set[str] = set()
+    for obj in description.variants:
+        model_id = obj["spec"].get("modelID")  # the variants passed the boundary reader: spec is a mapping
+        if model_id:
+            models.add(f"{obj['metadata'].get('namespace') or 'default'}/{model_id}")
+    return sorted(models)
 
 
 def with_ttft_percentile(description: ClusterDescription, percentile: str) -> ClusterDescription:

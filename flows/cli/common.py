@@ -8,6 +8,8 @@ validation (the deployment schema's rules), then the run, where an error that me
 
 from __future__ import annotations
 
+import contextvars
+import functools
 import os
 import pathlib
 import sys
@@ -67,12 +69,20 @@ Check = Callable[["Cluster"], "str | None"]
 
 def command(name: str, *aliases: str, **options: Any) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Register a ``modelplane NAME`` command; each of ``aliases`` (an earlier name) runs it too, hidden from
-    the help, so scripts and docs written for the old name keep working."""
+    the help, so scripts and docs written for the old name keep working.
+
+    Each invocation runs in a copy of the context: what one command sets there (the boundary reader's
+    rejection collector, tasks/boundary.py) is gone when it ends, so it can never reach the next command
+    run in the same process."""
 
     def register(function: Callable[..., Any]) -> Callable[..., Any]:
-        app.command(name, **options)(function)
+        @functools.wraps(function)
+        def isolated(*args: Any, **kwargs: Any) -> Any:
+            return contextvars.copy_context().run(function, *args, **kwargs)
+
+        app.command(name, **options)(isolated)
         for alias in aliases:
-            app.command(alias, hidden=True, **options)(function)
+            app.command(alias, hidden=True, **options)(isolated)
         return function
 
     return register
@@ -138,7 +148,7 @@ def run_flow(
 
     pre_check(parameters.get("cluster"), check)
     expected = (ParameterTypeError, CannotRun, ClusterError, OSError, ValueError, *cannot_run)
-    drain_rejections()  # this run's rejections only (several commands may run in one process)
+    start_boundary_run()  # this run's rejections only, in a collector of its own (tasks/boundary.py)
     try:
         with quiet_expected_failures(expected):
             with disable_logger("prefect.flows"):  # the deployment schema's checks, before any run or log line
@@ -156,8 +166,16 @@ def run_flow(
     raise typer.Exit(ExitCode.CANNOT_RUN)
 
 
+def start_boundary_run() -> None:
+    """Give the next flow run a rejection collector of its own (tasks/boundary.py)."""
+    from tasks.boundary import start_run
+
+    start_run()
+
+
 def drain_rejections() -> list[str]:
-    """The objects the boundary reader (tasks/boundary.py) rejected since the last call, one line each."""
+    """The objects the boundary reader (tasks/boundary.py) rejected during the current run since the last
+    call, one line each."""
     from tasks.boundary import drain_rejections as drain
 
     return drain()
@@ -169,10 +187,10 @@ def warn_degraded(problems: Sequence[str]) -> None:
         err.print(f"[yellow]degraded: {escape(problem)}[/yellow]", highlight=False, soft_wrap=True)
 
 
-def exit_with_outcome(problems: list[str], flow_ran: bool = True) -> None:
-    """Print a degraded run's problems (and, when ``flow_ran``, every object the boundary reader rejected
-    during it) on stderr and exit DEGRADED (3); exit OK (0) otherwise."""
-    problems = [*problems, *(drain_rejections() if flow_ran else [])]
+def exit_with_outcome(problems: list[str]) -> None:
+    """Print a degraded run's problems (and every object the boundary reader rejected during the command's
+    flow run, if it ran one) on stderr and exit DEGRADED (3); exit OK (0) otherwise."""
+    problems = [*problems, *drain_rejections()]
     warn_degraded(problems)
     raise typer.Exit(int(exit_code(problems)))
 

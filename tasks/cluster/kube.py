@@ -32,6 +32,7 @@ from kubernetes import client, config
 from kubernetes import watch as kube_watch
 from kubernetes.client.exceptions import ApiException
 
+from engine.api.views import Scale as ScaleView
 from tasks.cluster.base import Manifest, ObjectRef, Scale, WatchEvent
 from tasks.cluster.errors import ClusterError, Conflict, Forbidden, Invalid, NotFound, Unavailable
 from tasks.cluster.objects import apply_patch_of, build_event, json_shape
@@ -456,12 +457,12 @@ def _decode(response: Any) -> Manifest:
 
 def _scale_from(scale: Manifest) -> Scale:
     """An ``autoscaling/v1`` Scale object as a :class:`Scale`."""
-    spec, status = scale.get("spec") or {}, scale.get("status") or {}
+    view = ScaleView.model_validate(scale)
     return Scale(
-        replicas=int(spec.get("replicas") or 0),
-        status_replicas=status.get("replicas"),
-        selector=status.get("selector"),
-        resource_version=(scale.get("metadata") or {}).get("resourceVersion"),
+        replicas=int(view.spec.replicas or 0),
+        status_replicas=view.status.replicas,
+        selector=view.status.selector,
+        resource_version=view.metadata.resource_version,
     )
 
 

@@ -22,6 +22,7 @@ from typing import Any
 from engine.api import schema as rules
 from engine.api.crds import structural_schema
 from engine.api.registry import kind_info
+from engine.api.views import CustomResourceDefinition
 from tasks.cluster.base import Manifest
 from tasks.cluster.errors import Invalid
 from tasks.cluster.resources import ResourceInfo, register
@@ -42,26 +43,24 @@ def schema_for(api_version: str, kind: str) -> dict[str, Any] | None:
 
 def register_crd(crd: Manifest) -> list[ResourceInfo]:
     """Make every served version of a CustomResourceDefinition known: scope, subresources and schema."""
-    spec = crd.get("spec") or {}
-    names = spec.get("names") or {}
+    spec = CustomResourceDefinition.model_validate(crd).spec
     infos = []
-    for version in spec.get("versions") or ():
-        if not version.get("served", True):
+    for version in spec.versions:
+        if not version.served:
             continue
-        sub = version.get("subresources") or {}
         info = register(
             ResourceInfo(
-                spec["group"],
-                version["name"],
-                names["kind"],
-                names["plural"],
-                namespaced=spec.get("scope", "Namespaced") == "Namespaced",
-                has_status="status" in sub,
-                has_scale="scale" in sub,
+                spec.group,
+                version.name,
+                spec.names.kind,
+                spec.names.plural,
+                namespaced=spec.scope == "Namespaced",
+                has_status="status" in version.subresources,
+                has_scale="scale" in version.subresources,
             )
         )
-        schema = (version.get("schema") or {}).get("openAPIV3Schema")
-        if isinstance(schema, dict):
+        schema = version.schema_.open_api_v3_schema
+        if schema is not None:
             with _lock:
                 _registered[(info.api_version, info.kind)] = copy.deepcopy(schema)
         infos.append(info)

@@ -19,7 +19,11 @@ from typing import Any
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
+from engine.api.kthena import AutoscalingPolicyBinding, AutoscalingPolicyBindingSpec, Target
+from engine.api.kthena import Model as KthenaModel
+from engine.api.meta import ObjectMeta
 from engine.api.registry import KTHENA_GROUP, MODEL, group_of
+from engine.api.views import Workload
 from engine.optimize.actuation import RECOMMEND, ActuationModeError, resource_mode, target_modes
 from engine.optimize.bindings import (
     ANNOTATION_SCALE_TO_ZERO_GRACE,
@@ -31,6 +35,7 @@ from engine.optimize.bindings import (
     parse_scale_groups,
     scale_to_zero_grace,
 )
+from tasks.boundary import Accepted, parse_resource
 from tasks.cluster import Cluster, ObjectRef
 from tasks.cluster.errors import ClusterError, NotFound
 from tasks.optimize.read import ClusterState
@@ -38,15 +43,10 @@ from tasks.optimize.read import ClusterState
 log = logging.getLogger("modelplane.optimize")
 
 
-def target_ref(target: Mapping[str, Any], namespace: str) -> ObjectRef:
+def target_ref(target: Target, namespace: str) -> ObjectRef:
     """The ObjectRef of a binding's ``target.targetRef`` (defaults: apps/v1 Deployment, binding namespace)."""
-    ref = target.get("targetRef") or {}
-    return ObjectRef(
-        ref.get("apiVersion") or "apps/v1",
-        ref.get("kind") or "Deployment",
-        ref.get("name", ""),
-        ref.get("namespace") or namespace,
-    )
+    ref = target.target_ref
+    return ObjectRef(ref.api_version or "apps/v1", ref.kind or "Deployment", ref.name or "", ref.namespace or namespace)
 
 
 BINDING_MODEL_LABELS = ("registry.volcano.sh/model-name", "llm-d.ai/model")
@@ -70,75 +70,62 @@ class BindingRowDetails:
     accelerators: dict[str, str] = field(default_factory=dict)
 
 
-def _pod_spec(workload: Mapping[str, Any]) -> Mapping[str, Any]:
-    """The pod spec of a workload (Deployment/StatefulSet ``spec.template``, LeaderWorkerSet's worker template)."""
-    spec = workload.get("spec") or {}
-    template = spec.get("template") or (spec.get("leaderWorkerTemplate") or {}).get("workerTemplate") or {}
-    return template.get("spec") or {}
-
-
-def workload_accelerator(workload: Mapping[str, Any]) -> str:
+def workload_accelerator(workload: Workload) -> str:
     """The accelerator a workload's pods run on: its ``inference.optimization/acceleratorName`` label, a
     GPU model its nodeSelector or required node affinity names, else the GPU resource it requests
     (``1x nvidia.com/gpu``); empty for a CPU workload."""
-    labels = (workload.get("metadata") or {}).get("labels") or {}
+    labels = workload.metadata.labels
     if labels.get(ACCELERATOR_LABEL):
         return str(labels[ACCELERATOR_LABEL])
-    pod = _pod_spec(workload)
-    selector = pod.get("nodeSelector") or {}
+    pod = workload.pod_spec()
     for key in GPU_NODE_LABELS:
-        if selector.get(key):
-            return str(selector[key])
-    required = ((pod.get("affinity") or {}).get("nodeAffinity") or {}).get(
-        "requiredDuringSchedulingIgnoredDuringExecution"
-    ) or {}
-    for term in required.get("nodeSelectorTerms") or []:
-        for expression in term.get("matchExpressions") or []:
-            if (
-                expression.get("key") in GPU_NODE_LABELS
-                and expression.get("operator") == "In"
-                and expression.get("values")
-            ):
-                return ",".join(str(v) for v in expression["values"])
-    for container in pod.get("containers") or []:
-        resources = container.get("resources") or {}
-        for key, value in {**(resources.get("requests") or {}), **(resources.get("limits") or {})}.items():
+        if pod.node_selector.get(key):
+            return str(pod.node_selector[key])
+    for term in pod.affinity.node_affinity.required.node_selector_terms:
+        for expression in term.match_expressions:
+            if expression.key in GPU_NODE_LABELS and expression.operator == "In" and expression.values:
+                return ",".join(str(v) for v in expression.values)
+    for container in pod.containers:
+        for key, value in {**container.resources.requests, **container.resources.limits}.items():
             if key.endswith("/gpu"):
                 return f"{value}x {key}"
     return ""
 
 
-def binding_model(binding: Mapping[str, Any], workloads: Iterable[Mapping[str, Any]]) -> str:
-    """The model a binding scales: its own model label, else its targets' (Kthena's, then llm-d's),
-    else the Kthena Model that owns it; empty when nothing says (never the policy's name)."""
-    sources = [binding, *workloads]
+def binding_model(binding: ObjectMeta, workloads: Iterable[Workload]) -> str:
+    """The model a binding (its ``metadata``) scales: its own model label, else its targets' (Kthena's, then
+    llm-d's), else the Kthena Model that owns it; empty when nothing says (never the policy's name)."""
+    sources: list[Mapping[str, Any]] = [binding.labels, *(w.metadata.labels for w in workloads)]
     for label in BINDING_MODEL_LABELS:
-        for obj in sources:
-            value = ((obj.get("metadata") or {}).get("labels") or {}).get(label)
-            if value:
-                return str(value)
-    for owner in (binding.get("metadata") or {}).get("ownerReferences") or []:
+        for labels in sources:
+            if labels.get(label):
+                return str(labels[label])
+    for owner in binding.owner_references:
         if owner.get("kind") == MODEL:
             return str(owner.get("name") or "")
     return ""
 
 
 @task(name="describe-bindings", cache_policy=NO_CACHE)
-def describe_bindings(cluster: Cluster, bindings: list[dict[str, Any]]) -> dict[tuple[str, str], BindingRowDetails]:
+def describe_bindings(
+    cluster: Cluster, bindings: list[Accepted[AutoscalingPolicyBinding]]
+) -> dict[tuple[str, str], BindingRowDetails]:
     """Model and per-target accelerator of each binding, for the allocation table and artifact (one GET
     per target; a target that cannot be read shows no accelerator)."""
     details: dict[tuple[str, str], BindingRowDetails] = {}
     for binding in bindings:
-        namespace = binding["metadata"].get("namespace", "default")
-        workloads: dict[str, Mapping[str, Any]] = {}
-        for target, _, _, _ in binding_targets(binding):
-            ref = target_ref(target, namespace)
+        workloads: dict[str, Workload] = {}
+        for target, _, _, _ in binding_targets(binding.model.spec):
+            ref = target_ref(target, binding.namespace)
             try:
-                workloads[ref.name] = cluster.get(ref.api_version, ref.kind, ref.name, ref.namespace)
-            except ClusterError:
+                workloads[ref.name] = Workload.model_validate(
+                    cluster.get(ref.api_version, ref.kind, ref.name, ref.namespace)
+                )
+            except (ClusterError, ValueError):  # not readable, or not shaped as a workload: no accelerator shown
                 continue
-        details[(namespace, binding["metadata"]["name"])] = BindingRowDetails(
-            binding_model(binding, workloads.values()), {name: workload_accelerator(w) for name, w in workloads.items()}
+        details[(binding.namespace, binding.name)] = BindingRowDetails(
+            binding_model(binding.model.metadata, workloads.values()),
+            {name: workload_accelerator(w) for name, w in workloads.items()},
         )
     return details
 
@@ -154,19 +141,21 @@ def _selector(scale_selector: str | None, additional: Mapping[str, str] | None) 
     return ",".join(parts) or None
 
 
-def binding_targets(binding: Mapping[str, Any]) -> list[tuple[Mapping[str, Any], int, int, float]]:
+def _bounds(low: int | None, high: int | None) -> tuple[int, int]:
+    """A target's (minReplicas, maxReplicas): 0 and 1 when not set."""
+    return (0 if low is None else low), (1 if high is None else high)
+
+
+def binding_targets(spec: AutoscalingPolicyBindingSpec) -> list[tuple[Target, int, int, float]]:
     """(target, minReplicas, maxReplicas, cost) for each target of a binding, in spec order."""
-    spec = binding.get("spec") or {}
-    if spec.get("optimizerConfiguration"):
+    if spec.optimizer_configuration is not None:
         return [
-            (p.get("target") or {}, int(p.get("minReplicas", 0)), int(p.get("maxReplicas", 1)), float(p.get("cost", 0)))
-            for p in spec["optimizerConfiguration"].get("params") or []
+            (p.target, *_bounds(p.min_replicas, p.max_replicas), float(p.cost or 0))
+            for p in spec.optimizer_configuration.params
         ]
-    scaling = spec.get("scalingConfiguration") or {}
-    if scaling:
-        return [
-            (scaling.get("target") or {}, int(scaling.get("minReplicas", 0)), int(scaling.get("maxReplicas", 1)), 0.0)
-        ]
+    scaling = spec.scaling_configuration
+    if scaling is not None:
+        return [(scaling.target, *_bounds(scaling.min_replicas, scaling.max_replicas), 0.0)]
     return []
 
 
@@ -216,7 +205,7 @@ class _ReadTarget:
 
 
 def _read_target(
-    cluster: Cluster, target: Mapping[str, Any], namespace: str, group: list[tuple[str, int, bool]] | None
+    cluster: Cluster, target: Target, namespace: str, group: list[tuple[str, int, bool]] | None
 ) -> _ReadTarget:
     """The scale of the target (of each member of its group) and the pods of its serving workloads."""
     ref = target_ref(target, namespace)
@@ -233,7 +222,7 @@ def _read_target(
             continue
         scales.append(scale_now.replicas)
         if serves:
-            got = _target_pods(cluster, member_ref, _selector(scale_now.selector, target.get("additionalMatchLabels")))
+            got = _target_pods(cluster, member_ref, _selector(scale_now.selector, target.additional_match_labels))
             pods.ready += got.ready
             pods.unready += got.unready
             pods.listed = pods.listed or got.listed
@@ -249,32 +238,34 @@ def _read_target(
 
 @task(name="read-binding-inputs", cache_policy=NO_CACHE, retries=1, retry_delay_seconds=1)
 def read_binding_inputs(
-    cluster: Cluster, binding: dict[str, Any], state: ClusterState, snapshot: Any, metrics_error: str | None
+    cluster: Cluster,
+    binding: Accepted[AutoscalingPolicyBinding],
+    state: ClusterState,
+    snapshot: Any,
+    metrics_error: str | None,
 ) -> BindingInputs:
     """Current replicas (scale subresource), the targets' pods, and their policy metrics from the snapshot.
 
     A target named in the binding's :data:`engine.optimize.bindings.ANNOTATION_SCALE_GROUPS` is a serving group:
     its members' replicas are read, its current count is whole groups, and its serving pods' metrics
     become one instance per group."""
-    meta = binding["metadata"]
-    namespace = meta.get("namespace", "default")
-    spec = binding.get("spec") or {}
-    policy_name = (spec.get("policyRef") or {}).get("name")
-    policy = state.policies.get((namespace, policy_name or ""))
+    meta, spec, namespace = binding.model.metadata, binding.model.spec, binding.namespace
+    policy_name = spec.policy_ref.name
+    policy = state.policies.get((namespace, policy_name))
     try:
-        groups = parse_scale_groups(meta.get("annotations") or {})
+        groups = parse_scale_groups(meta.annotations)
     except ValueError as exc:
-        log.warning("AutoscalingPolicyBinding %s: scaling its targets one by one: %s", meta.get("name"), exc)
+        log.warning("AutoscalingPolicyBinding %s: scaling its targets one by one: %s", meta.name, exc)
         groups = {}
     read = [
         _read_target(cluster, target, namespace, groups.get(target_ref(target, namespace).name))
-        for target, *_ in binding_targets(binding)
+        for target, *_ in binding_targets(spec)
     ]
     have_pod_objects = any(r.pods.listed for r in read)
     targets: list[BindingTarget] = []
     instances: list[dict[str, float]] = []
     unready = 0
-    for r, (_, low, high, cost) in zip(read, binding_targets(binding)):
+    for r, (_, low, high, cost) in zip(read, binding_targets(spec)):
         ref = r.ref
         pod_instances = _instances_from_snapshot(snapshot, namespace, r.pods.ready, r.serving_names, have_pod_objects)
         if r.group is None:
@@ -292,60 +283,62 @@ def read_binding_inputs(
             serving_per_group = sum(m.per_group for m in r.group if m.serves) or 1
             instances += group_instances(pod_instances, current_groups)
             unready += -(-r.pods.unready // serving_per_group)
-    optimizer = spec.get("optimizerConfiguration") or {}
+    optimizer = spec.optimizer_configuration
+    expansion = optimizer.cost_expansion_rate_percent if optimizer is not None else None
     return BindingInputs(
         namespace=namespace,
-        name=meta["name"],
-        generation=meta.get("generation"),
+        name=binding.name,
+        generation=meta.generation,
         policy_name=policy_name,
-        policy=(policy or {}).get("spec") if policy else None,
-        heterogeneous=bool(optimizer),
+        policy=policy.model.spec if policy is not None else None,
+        heterogeneous=optimizer is not None,
         targets=targets,
         instances=instances,
         unready=unready,
         metrics_error=metrics_error,
-        cost_expansion_rate_percent=int(optimizer.get("costExpansionRatePercent", 200)),
-        old_status=binding.get("status") or {},
-        scale_to_zero_grace_s=binding_grace_period(cluster, binding),
+        cost_expansion_rate_percent=200 if expansion is None else expansion,
+        old_status=binding.obj.get("status") or {},
+        scale_to_zero_grace_s=binding_grace_period(cluster, meta),
     )
 
 
-def binding_grace_period(cluster: Cluster, binding: dict[str, Any]) -> float | None:
-    """The binding's scale-to-zero grace period (seconds): its annotation, else the Kthena Model that
-    owns it (one GET, only for a binding without the annotation). A malformed value is logged and means
+def binding_grace_period(cluster: Cluster, meta: ObjectMeta) -> float | None:
+    """The scale-to-zero grace period (seconds) of the binding with metadata ``meta``: its annotation, else
+    the Kthena Model that owns it (one GET, only for a binding without the annotation; read through the
+    boundary reader, so a Model that does not parse gives none). A malformed value is logged and means
     no grace period (the policy's own windows still apply)."""
-    meta = binding.get("metadata") or {}
-    annotations = meta.get("annotations") or {}
-    model_spec = None
+    annotations = meta.annotations
+    model: KthenaModel | None = None
     if not annotations.get(ANNOTATION_SCALE_TO_ZERO_GRACE):
         owner = next(
             (
                 r
-                for r in meta.get("ownerReferences") or ()
+                for r in meta.owner_references
                 if r.get("kind") == MODEL and group_of(str(r.get("apiVersion", ""))) == KTHENA_GROUP
             ),
             None,
         )
         if owner is not None:
             try:
-                model_spec = cluster.get(owner["apiVersion"], MODEL, owner["name"], meta.get("namespace")).get("spec")
+                parsed = parse_resource(cluster.get(owner["apiVersion"], MODEL, owner["name"], meta.namespace))
             except NotFound:
-                model_spec = None
+                parsed = None
+            model = parsed if isinstance(parsed, KthenaModel) else None
     try:
-        return scale_to_zero_grace(annotations, model_spec)
+        return scale_to_zero_grace(annotations, model.spec if model is not None else None)
     except ValueError as exc:
-        log.warning("AutoscalingPolicyBinding %s: ignoring scale-to-zero grace period: %s", meta.get("name"), exc)
+        log.warning("AutoscalingPolicyBinding %s: ignoring scale-to-zero grace period: %s", meta.name, exc)
         return None
 
 
-def binding_modes(binding: Mapping[str, Any], default: str) -> tuple[dict[str, str], str, str | None]:
+def binding_modes(binding: AutoscalingPolicyBinding, default: str) -> tuple[dict[str, str], str, str | None]:
     """Each target's actuation mode (per-target overrides, else the binding's annotation, else ``default``),
     the binding's own mode, and the error of a malformed annotation (then everything is ``recommend``).
 
     The members of a serving group (``modelplane.io/scale-groups``) take their group target's mode.
     """
-    annotations = (binding.get("metadata") or {}).get("annotations") or {}
-    names = [target_ref(target, "").name for target, *_ in binding_targets(binding)]
+    annotations = binding.metadata.annotations
+    names = [target_ref(target, "").name for target, *_ in binding_targets(binding.spec)]
     try:
         mode = resource_mode(annotations, default)
         overrides = target_modes(annotations, mode)

@@ -13,13 +13,16 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from prefect import task
 from prefect.cache_policies import NO_CACHE
+from pydantic import BaseModel
 
+from engine.api.kthena import AutoscalingPolicy, AutoscalingPolicyBinding
+from engine.api.llmd import VariantAutoscaling
 from engine.api.registry import (
     AUTOSCALING_POLICY,
     AUTOSCALING_POLICY_BINDING,
@@ -27,6 +30,7 @@ from engine.api.registry import (
     LLMD_API,
     VARIANT_AUTOSCALING,
 )
+from engine.api.views import Scalable
 from engine.optimize.actuation import OPTIMIZER_CONFIGMAP, SCALE, default_mode
 from engine.optimize.config import (
     ACCELERATOR_COSTS_CONFIGMAP,
@@ -39,12 +43,14 @@ from engine.optimize.config import (
     parse_inventory,
     parse_service_class,
 )
-from tasks.boundary import accept
+from tasks.boundary import Accepted, accept, accept_as
 from tasks.cluster import Cluster, ObjectRef
 from tasks.cluster.errors import ClusterError, NotFound
 from tasks.metrics.snapshot import MetricsError, MetricsSnapshot, MetricsSource, ModelKey
 
 log = logging.getLogger("modelplane.optimize")
+
+M = TypeVar("M", bound=BaseModel)
 
 
 # Scale targets whose replicas can be read from one LIST instead of one scale GET per target.
@@ -55,9 +61,9 @@ LISTABLE_TARGETS = {("apps/v1", "Deployment"), ("apps/v1", "StatefulSet")}
 class ClusterState:
     """Everything the optimize cycle reads from the cluster, gathered with one LIST per kind."""
 
-    variants: list[dict[str, Any]]
-    bindings: list[dict[str, Any]]
-    policies: dict[tuple[str, str], dict[str, Any]]
+    variants: list[Accepted[VariantAutoscaling]]
+    bindings: list[Accepted[AutoscalingPolicyBinding]]
+    policies: dict[tuple[str, str], Accepted[AutoscalingPolicy]]
     accelerator_costs: dict[str, AcceleratorCost]
     service_classes: dict[tuple[str, str], ServiceClass | ConfigError]
     saturation_data: dict[str, str]
@@ -68,9 +74,13 @@ class ClusterState:
     actuation_mode: str = SCALE
     """The default actuation mode (``modelplane-optimizer-config``, key ``actuation-mode``; engine.optimize.actuation)."""
 
+    def variant_objects(self) -> list[dict[str, Any]]:
+        """The VariantAutoscalings as read (the engine's cycle input; writes patch them)."""
+        return [va.obj for va in self.variants]
 
-def _in_scope(obj: Mapping[str, Any], namespaces: set[str] | None) -> bool:
-    return namespaces is None or (obj.get("metadata") or {}).get("namespace") in namespaces
+
+def _in_scope(obj: Accepted[Any], namespaces: set[str] | None) -> bool:
+    return namespaces is None or obj.model.metadata.namespace in namespaces
 
 
 def _by_name(items: Iterable[dict[str, Any]]) -> dict[str, dict[str, Any]]:
@@ -86,8 +96,17 @@ def list_optional(cluster: Cluster, api_version: str, kind: str, namespace: str 
         return []
 
 
+def list_typed(cluster: Cluster, api_version: str, kind: str, model: type[M]) -> list[Accepted[M]]:
+    """:func:`list_optional` of a Modelplane kind, each object with its parsed API ``model``."""
+    try:
+        return accept_as(cluster, cluster.list(api_version, kind), model)  # invalid ones: marked, left out
+    except NotFound:
+        log.info("%s/%s is not served by this cluster; skipping", api_version, kind)
+        return []
+
+
 def _service_classes(
-    cluster: Cluster, variants: list[dict[str, Any]], config_maps: dict[str, dict[str, Any]]
+    cluster: Cluster, variants: list[Accepted[VariantAutoscaling]], config_maps: dict[str, dict[str, Any]]
 ) -> dict[tuple[str, str], ServiceClass | ConfigError]:
     """Parse every (ConfigMap, key) a VariantAutoscaling's sloClassRef points at.
 
@@ -96,9 +115,9 @@ def _service_classes(
     """
     refs: set[tuple[str, str, str]] = set()
     for va in variants:
-        ref = (va.get("spec") or {}).get("sloClassRef") or {}
-        if ref.get("name") and ref.get("key"):
-            refs.add((va["metadata"].get("namespace", "default"), ref["name"], ref["key"]))
+        ref = va.model.spec.slo_class_ref
+        if ref is not None:
+            refs.add((va.namespace, ref.name, ref.key))
     local_maps: dict[tuple[str, str], dict[str, Any] | None] = {}
     classes: dict[tuple[str, str], ServiceClass | ConfigError] = {}
     for namespace, name, key in sorted(refs):
@@ -135,11 +154,17 @@ def read_cluster_state(
 ) -> ClusterState:
     """LIST every kind the cycle needs (all namespaces, filtered client-side) and parse the ConfigMaps."""
     scope = namespace_scope(cluster, namespaces, namespace_selector)
-    variants = [va for va in list_optional(cluster, LLMD_API, VARIANT_AUTOSCALING) if _in_scope(va, scope)]
-    bindings = [b for b in list_optional(cluster, KTHENA_API, AUTOSCALING_POLICY_BINDING) if _in_scope(b, scope)]
+    variants = [
+        va for va in list_typed(cluster, LLMD_API, VARIANT_AUTOSCALING, VariantAutoscaling) if _in_scope(va, scope)
+    ]
+    bindings = [
+        b
+        for b in list_typed(cluster, KTHENA_API, AUTOSCALING_POLICY_BINDING, AutoscalingPolicyBinding)
+        if _in_scope(b, scope)
+    ]
     policies = {
-        (p["metadata"].get("namespace", "default"), p["metadata"]["name"]): p
-        for p in list_optional(cluster, KTHENA_API, AUTOSCALING_POLICY)
+        (p.namespace, p.name): p
+        for p in list_typed(cluster, KTHENA_API, AUTOSCALING_POLICY, AutoscalingPolicy)
         if _in_scope(p, scope)
     }
     config_maps = _by_name(cluster.list("v1", "ConfigMap", namespace=config_namespace))
@@ -214,10 +239,9 @@ def scale_targets_of(state: ClusterState) -> set[tuple[str, str, str, str]]:
     """(namespace, apiVersion, kind, name) of every scale target the cycle must read."""
     targets: set[tuple[str, str, str, str]] = set()
     for va in state.variants:
-        ref = (va.get("spec") or {}).get("scaleTargetRef") or {}
-        if ref.get("name"):
-            namespace = va["metadata"].get("namespace", "default")
-            targets.add((namespace, ref.get("apiVersion") or "apps/v1", ref.get("kind") or "Deployment", ref["name"]))
+        ref = va.model.spec.scale_target_ref
+        if ref is not None:
+            targets.add((va.namespace, ref.api_version or "apps/v1", ref.kind, ref.name))
     return targets
 
 
@@ -240,13 +264,13 @@ def read_current_replicas(cluster: Cluster, targets: set[tuple[str, str, str, st
     listable = {(api, kind) for _, api, kind, _ in targets if (api, kind) in LISTABLE_TARGETS}
     for api_version, kind in sorted(listable):
         for obj in cluster.list(api_version, kind):
-            meta = obj["metadata"]
-            key = (meta.get("namespace", "default"), kind, meta["name"])
+            workload = Scalable.model_validate(obj)
+            key = (workload.metadata.namespace or "default", kind, str(workload.metadata.name))
             if key in wanted:
-                result.current[key] = int((obj.get("spec") or {}).get("replicas", 1))
-                ready = (obj.get("status") or {}).get("readyReplicas")
-                if ready is not None:
-                    result.ready[key] = int(ready)
+                replicas = workload.spec.replicas
+                result.current[key] = 1 if replicas is None else replicas  # the API server's default
+                if workload.status.ready_replicas is not None:
+                    result.ready[key] = workload.status.ready_replicas
     for namespace, api_version, kind, name in sorted(targets):
         if (api_version, kind) in LISTABLE_TARGETS:
             continue
@@ -264,10 +288,9 @@ def policy_metric_names(state: ClusterState) -> list[str]:
     """Every metric name the bound AutoscalingPolicies scale on (fetched in the cycle's one collect)."""
     names: set[str] = set()
     for binding in state.bindings:
-        namespace = binding["metadata"].get("namespace", "default")
-        policy_name = ((binding.get("spec") or {}).get("policyRef") or {}).get("name", "")
-        policy = state.policies.get((namespace, policy_name)) or {}
-        names.update(m["metricName"] for m in (policy.get("spec") or {}).get("metrics") or [] if m.get("metricName"))
+        policy = state.policies.get((binding.namespace, binding.model.spec.policy_ref.name))
+        if policy is not None:
+            names.update(m.metric_name for m in policy.model.spec.metrics)
     return sorted(names)
 
 
@@ -280,16 +303,10 @@ def collect_metrics(source: MetricsSource | None, state: ClusterState) -> tuple[
     if source is None:
         return None, "no metrics source configured (set prometheus_url or metrics_file)"
     keys = sorted(
-        {
-            ModelKey(
-                model_id=(va.get("spec") or {}).get("modelID", ""), namespace=va["metadata"].get("namespace", "default")
-            )
-            for va in state.variants
-            if (va.get("spec") or {}).get("modelID")
-        },
+        {ModelKey(model_id=va.model.spec.model_id, namespace=va.namespace) for va in state.variants},
         key=lambda k: (k.namespace, k.model_id),
     )
-    namespaces = sorted({b["metadata"].get("namespace", "default") for b in state.bindings})
+    namespaces = sorted({b.namespace for b in state.bindings})
     try:
         return source.collect(
             keys, instance_metric_names=policy_metric_names(state), instance_namespaces=namespaces

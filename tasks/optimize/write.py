@@ -19,11 +19,13 @@ from typing import Any, TypeVar
 from prefect import get_run_logger, task
 from prefect.cache_policies import NO_CACHE
 
+from engine.api.kthena import AutoscalingPolicyBinding
 from engine.optimize.actuation import RECOMMEND, SCALE, Actuation, ActuationModeError, resource_mode, scales
 from engine.optimize.bindings import REASON_NO_METRICS, BindingDecision, binding_status
 from engine.optimize.plan import ANNOTATION_SCALE_DOWN_PENDING, VariantDecision
 from engine.optimize.status import status_patch, variant_status
 from engine.status import REASON_INVALID, changed_fields
+from tasks.boundary import Accepted
 from tasks.cluster import Cluster, ObjectRef
 from tasks.cluster.errors import ClusterError, Conflict
 from tasks.cluster.retry import retry_on_conflict
@@ -192,7 +194,7 @@ def apply_decisions(
 
     ``published``: (namespace, name) of the variants whose desired replicas reached the Pushgateway.
     """
-    objects = {(va["metadata"].get("namespace", "default"), va["metadata"]["name"]): va for va in state.variants}
+    objects = {(va.namespace, va.name): va.obj for va in state.variants}
     outcomes = parallel_map(
         lambda d: apply_variant(
             cluster,
@@ -214,7 +216,7 @@ def apply_decisions(
 
 def apply_binding(
     cluster: Cluster,
-    binding: dict[str, Any],
+    binding: Accepted[AutoscalingPolicyBinding],
     decision: BindingDecision,
     now: datetime,
     default_mode: str = SCALE,
@@ -224,7 +226,7 @@ def apply_binding(
 
     ``published``: (namespace, target name) of the targets whose desired replicas reached the Pushgateway.
     """
-    modes, binding_mode, mode_error = binding_modes(binding, default_mode)
+    modes, binding_mode, mode_error = binding_modes(binding.model, default_mode)
     if mode_error:
         decision.ready, decision.reason, decision.message = False, REASON_INVALID, mode_error
     for target in decision.targets:
@@ -244,12 +246,12 @@ def apply_binding(
         target.applied = Actuation(target.mode, scale_ok, (target.namespace, target.name) in published).applied
     metrics_ok = decision.reason != REASON_NO_METRICS
     metrics_message = "Policy metrics are available" if metrics_ok else decision.message
-    generation = (binding.get("metadata") or {}).get("generation")
+    generation = binding.model.metadata.generation
 
     def build(current: dict[str, Any]) -> dict[str, Any] | None:
         old = current.get("status") or {}
         return changed_fields(old, binding_status(decision, old, now, generation, metrics_ok, metrics_message))
 
-    write_status(cluster, binding, build)
+    write_status(cluster, binding.obj, build)
     if any(t.changes_replicas for t in decision.targets):
-        post_event(cluster, binding, "DesiredReplicasChanged", decision.message)
+        post_event(cluster, binding.obj, "DesiredReplicasChanged", decision.message)

@@ -30,6 +30,7 @@ from engine.aim.templates import (
     resolve_profile,
     template_status,
 )
+from engine.api.aim import AIMNamespaceConfig
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 DEPLOYMENTS = "{'gpuModel': 'MI300X', 'gpuCount': 1, 'precision': 'fp8', 'metric': 'latency'}, {'gpuModel': 'MI300X', 'gpuCount': 1, 'precision': 'bf16', 'metric': 'latency'}, {'gpuModel': 'MI300X', 'gpuCount': 2, 'precision': 'fp16', 'metric': 'throughput'}"
@@ -168,7 +169,11 @@ def test_rendered_workload_and_references() -> None:
     assert not resolution.blocked and resolution.deployment["precision"] == "fp8"
     gpus = cluster_gpus([node("a", **{"amd.com/gpu.device-id": "74a1"})])
     isvc = render_inference_service(
-        service, resolution, gpus, [CacheMount("hf://meta-llama/Llama-3.1-8B-Instruct", "c1", "c1-pvc")]
+        service,
+        resolution,
+        gpus,
+        [CacheMount("hf://meta-llama/Llama-3.1-8B-Instruct", "c1", "c1-pvc")],
+        AIMNamespaceConfig.model_validate(config),
     )
     predictor = isvc["spec"]["predictor"]
     assert predictor["imagePullSecrets"] == [{"name": "reg"}] and predictor["minReplicas"] == 2

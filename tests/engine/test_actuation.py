@@ -124,6 +124,7 @@ def test_unknown_metric_names_are_refused() -> None:
 
 
 def test_serving_group_members_take_their_group_targets_mode() -> None:
+    from engine.api.kthena import AutoscalingPolicyBinding
     from tasks.optimize.bindings import binding_modes
 
     binding = {
@@ -138,8 +139,11 @@ def test_serving_group_members_take_their_group_targets_mode() -> None:
                 ),
             },
         },
-        "spec": {"scalingConfiguration": {"target": {"targetRef": {"name": "pd"}}, "minReplicas": 1, "maxReplicas": 4}},
+        "spec": {
+            "policyRef": {"name": "p"},
+            "scalingConfiguration": {"target": {"targetRef": {"name": "pd"}}, "minReplicas": 1, "maxReplicas": 4},
+        },
     }
-    modes, binding_mode, error = binding_modes(binding, SCALE)
+    modes, binding_mode, error = binding_modes(AutoscalingPolicyBinding.model_validate(binding), SCALE)
     assert error is None and binding_mode == METRICS
     assert modes == {"pd": BOTH, "prefill": BOTH, "decode": BOTH}

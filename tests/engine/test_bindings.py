@@ -6,6 +6,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from engine.api.kthena import AutoscalingPolicyMetric, AutoscalingPolicySpec, ModelSpec
 from engine.optimize.bindings import (
     ANNOTATION_SCALE_GROUPS,
     BindingInputs,
@@ -20,11 +21,18 @@ from engine.optimize.bindings import (
 from engine.optimize.scaling.behavior import ScalingState
 
 NOW = datetime(2026, 11, 22, 12, 0, 0, tzinfo=UTC)
-POLICY = {
-    "tolerancePercent": 10,
-    "metrics": [{"metricName": "vllm:num_requests_waiting", "targetValue": "5"}],
-    "behavior": {"scaleUp": {"stablePolicy": {"instances": 10, "percent": 1000, "period": "15s"}}},
-}
+POLICY = AutoscalingPolicySpec.model_validate(
+    {
+        "tolerancePercent": 10,
+        "metrics": [{"metricName": "vllm:num_requests_waiting", "targetValue": "5"}],
+        "behavior": {"scaleUp": {"stablePolicy": {"instances": 10, "percent": 1000, "period": "15s"}}},
+    }
+)
+
+
+def with_behavior(behavior: dict) -> AutoscalingPolicySpec:
+    """POLICY with another ``behavior``."""
+    return AutoscalingPolicySpec.model_validate({**POLICY.to_dict(), "behavior": behavior})
 
 
 def target(
@@ -85,7 +93,9 @@ def test_missing_target_holds() -> None:
 
 
 def test_bad_target_value_is_reported_with_field() -> None:
-    policy = dict(POLICY, metrics=[{"metricName": "m", "targetValue": "lots"}])
+    # The boundary reader refuses such a policy; the planner still names the field if one gets through.
+    bad = AutoscalingPolicyMetric.model_construct(metric_name="m", target_value="lots")
+    policy = POLICY.model_copy(update={"metrics": [bad]})
     decision = plan_binding(inputs(policy=policy), NOW)
     assert decision.reason == "InvalidConfiguration" and "spec.metrics[0].targetValue" in decision.message
 
@@ -116,7 +126,7 @@ def test_status_persists_window_state_and_conditions() -> None:
             targets=[target(current=4)],
             instances=[{"vllm:num_requests_waiting": 1.0}] * 4,
             old_status=status,
-            policy=dict(POLICY, behavior={"scaleDown": {"stabilizationWindow": "5m", "period": "15s"}}),
+            policy=with_behavior({"scaleDown": {"stabilizationWindow": "5m", "period": "15s"}}),
         ),
         NOW + timedelta(seconds=60),
     )
@@ -128,15 +138,7 @@ def test_scale_to_zero_waits_for_the_grace_period_with_state_in_status() -> None
     clock survives between cycles in status (each cycle is a fresh process)."""
     from engine.api.meta import format_time
 
-    policy = {
-        **POLICY,
-        "behavior": {
-            "scaleDown": {
-                "stablePolicy": {"instances": 100, "percent": 100, "period": "1s"},
-                "stabilizationWindow": "0s",
-            }
-        },
-    }
+    policy = with_behavior({"scaleDown": {"stabilizationWindow": "0s"}})
     idle = [{"vllm:num_requests_waiting": 0.0}]
     status: dict = {}
     replicas = []
@@ -163,13 +165,16 @@ def test_scale_to_zero_waits_for_the_grace_period_with_state_in_status() -> None
 def test_grace_period_from_annotation_or_owning_model() -> None:
     from engine.optimize.bindings import ANNOTATION_SCALE_TO_ZERO_GRACE, scale_to_zero_grace
 
-    model = {
-        "backends": [
-            {"name": "a", "scaleToZeroGracePeriod": "30s"},
-            {"name": "b", "scaleToZeroGracePeriod": "2m"},
-            {"name": "c"},
-        ]
-    }
+    workers = [{"type": "server"}]
+    model = ModelSpec.model_validate(
+        {
+            "backends": [
+                {"name": "a", "type": "vLLM", "workers": workers, "scaleToZeroGracePeriod": "30s"},
+                {"name": "b", "type": "vLLM", "workers": workers, "scaleToZeroGracePeriod": "2m"},
+                {"name": "c", "type": "vLLM", "workers": workers},
+            ]
+        }
+    )
     assert scale_to_zero_grace({ANNOTATION_SCALE_TO_ZERO_GRACE: "45s"}, model) == 45.0
     assert scale_to_zero_grace({}, model) == 120.0
     assert scale_to_zero_grace({}, None) is None

@@ -8,6 +8,8 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from engine.api.aim import AIMNamespaceConfig, ModelCacheSpec
+from engine.api.meta import EnvVar
 from engine.caches.fill import (
     JobSettings,
     download_env,
@@ -23,6 +25,7 @@ from engine.caches.fill import (
 )
 from engine.caches.gc import gc_verdict
 from engine.caches.plan import (
+    CacheEvent,
     Failure,
     FillState,
     Observation,
@@ -36,6 +39,7 @@ from engine.caches.plan import (
     next_step,
     observe_fill,
     parse_attempts,
+    pass_outcome,
     pvc_name,
     pvc_phase,
     source_of,
@@ -148,14 +152,16 @@ def test_credentials_come_from_the_namespace_config_and_spec_env_wins() -> None:
             }
         },
     }
-    env = download_env([{"name": "HF_TOKEN", "value": "from-spec"}], config)
+    env = download_env([EnvVar(name="HF_TOKEN", value="from-spec")], AIMNamespaceConfig.model_validate(config))
     by_name = {e["name"]: e for e in env.env}
     assert by_name["HF_TOKEN"] == {"name": "HF_TOKEN", "value": "from-spec"}
     assert by_name["AWS_ACCESS_KEY_ID"]["valueFrom"]["secretKeyRef"] == {"name": "s3", "key": "id"}
     assert by_name["AWS_ENDPOINT_URL"]["value"] == "http://minio:9000"
     assert "AWS_REGION" not in by_name
     assert env.notes == ["AIMNamespaceConfig default lists 2 S3 credentials; the first (http://minio:9000) is used"]
-    region = download_env(None, {"spec": {"credentials": {"s3": [{"region": "eu-west-1"}]}}})
+    region = download_env(
+        None, AIMNamespaceConfig.model_validate({"spec": {"credentials": {"s3": [{"region": "eu-west-1"}]}}})
+    )
     assert {e["name"]: e.get("value") for e in region.env} == {
         "AWS_REGION": "eu-west-1",
         "AWS_DEFAULT_REGION": "eu-west-1",
@@ -307,23 +313,46 @@ def test_observe_fill_reads_the_jobs_verdict_and_a_vanished_job() -> None:
 
 
 def test_a_cache_source_must_be_downloadable() -> None:
-    assert source_of({"sourceUri": "hf://org/llama"})[1] is None
-    assert source_of({"sourceUri": "pvc://claim/m"})[1] == Failure(
+    assert source_of(ModelCacheSpec(sourceUri="hf://org/llama"))[1] is None
+    assert source_of(ModelCacheSpec(sourceUri="pvc://claim/m"))[1] == Failure(
         "InvalidSource",
         "spec.sourceUri: pvc://claim/m is mounted directly, not downloaded; a ModelCache needs hf:// or s3://",
     )
-    bad = source_of({})[1]
+    bad = source_of(ModelCacheSpec(sourceUri="not a source"))[1]
     assert bad is not None and bad.reason == "InvalidSource" and bad.message.startswith("spec.sourceUri: ")
 
 
 def test_pvc_size_for_names_the_field_at_fault() -> None:
-    assert pvc_size_for({"size": "100Mi"}, None, 10) == ("100Mi", None)
-    size, failure = pvc_size_for({"size": "-1Gi"}, None, 10)
+    uri = "hf://org/llama"
+    assert pvc_size_for(ModelCacheSpec(sourceUri=uri, size="100Mi"), None, 10) == ("100Mi", None)
+    size, failure = pvc_size_for(ModelCacheSpec(sourceUri=uri, size="-1Gi"), None, 10)
     assert (
         size == ""
         and failure is not None
         and failure.reason == "InvalidSize"
         and failure.message.startswith("spec.size: ")
     )
-    size, failure = pvc_size_for({}, None, 10)
+    size, failure = pvc_size_for(ModelCacheSpec(sourceUri=uri), None, 10)
     assert failure is not None and failure.reason == "SizeUnknown"
+
+
+def test_a_pass_ends_with_the_status_its_transition_events_and_its_row() -> None:
+    """engine.caches.plan.pass_outcome decides what the warm-caches flow writes at the end of a pass."""
+    broke = Failure("DownloadFailed", "403 from the hub")
+    outcome = pass_outcome({"status": "Progressing"}, obs(attempts=1), broke, POLICY, NOW, "hf://org/llama")
+    assert outcome.changed and outcome.status["status"] == "Failed" and outcome.obs.failed_at == NOW
+    assert outcome.events == (CacheEvent("DownloadFailed", "403 from the hub", warning=True),)
+    assert (outcome.reason, outcome.message) == ("DownloadFailed", "403 from the hub")
+    again = pass_outcome(outcome.status, outcome.obs, broke, POLICY, NOW + timedelta(minutes=1), "hf://org/llama")
+    assert not again.changed and again.events == () and again.obs.failed_at == NOW  # the same failure: no new time
+    warm = pass_outcome(
+        outcome.status,
+        obs(attempts=1, fill=FillState.SUCCEEDED, pvc_phase="Bound"),
+        None,
+        POLICY,
+        NOW,
+        "hf://org/llama",
+        "notes",
+    )
+    assert warm.changed and warm.status["status"] == "Available" and warm.message == "notes"
+    assert warm.events == (CacheEvent("CacheAvailable", f"hf://org/llama is in PVC {warm.obs.pvc_name}"),)

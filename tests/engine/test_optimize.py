@@ -324,10 +324,13 @@ def test_plan_variants_holds_a_scale_down_within_the_window() -> None:
 def test_plan_cycle_decides_variants_and_bindings_in_one_call() -> None:
     """The optimize flow's one engine call: the variants' and the bindings' decisions, what was sized for,
     the service classes' targets and the summary line, nothing left for the flow to decide."""
+    from engine.api.kthena import AutoscalingPolicySpec
     from engine.optimize.bindings import BindingInputs, BindingTarget
     from engine.optimize.plan import plan_cycle
 
-    policy = {"tolerancePercent": 10, "metrics": [{"metricName": "vllm:num_requests_waiting", "targetValue": "5"}]}
+    policy = AutoscalingPolicySpec.model_validate(
+        {"tolerancePercent": 10, "metrics": [{"metricName": "vllm:num_requests_waiting", "targetValue": "5"}]}
+    )
     binding = BindingInputs(
         namespace=NS,
         name="b",

@@ -41,6 +41,7 @@ def test_summary_counts_binding_targets(
 
 
 def test_binding_grace_period_comes_from_its_annotation_or_owning_model(tmp_path: pathlib.Path) -> None:
+    from engine.api.meta import ObjectMeta
     from tasks.cluster import LocalCluster
     from tasks.optimize.bindings import binding_grace_period
 
@@ -79,12 +80,12 @@ def test_binding_grace_period_comes_from_its_annotation_or_owning_model(tmp_path
             ],
         }
     }
-    assert binding_grace_period(cluster, owned) == 90.0
+    assert binding_grace_period(cluster, ObjectMeta.model_validate(owned["metadata"])) == 90.0
     annotated = {
         "metadata": {"name": "b", "namespace": "ns", "annotations": {"modelplane.io/scale-to-zero-grace-period": "5m"}}
     }
-    assert binding_grace_period(cluster, annotated) == 300.0
-    assert binding_grace_period(cluster, {"metadata": {"name": "b", "namespace": "ns"}}) is None
+    assert binding_grace_period(cluster, ObjectMeta.model_validate(annotated["metadata"])) == 300.0
+    assert binding_grace_period(cluster, ObjectMeta(name="b", namespace="ns")) is None
     bad = {
         "metadata": {
             "name": "b",
@@ -92,4 +93,4 @@ def test_binding_grace_period_comes_from_its_annotation_or_owning_model(tmp_path
             "annotations": {"modelplane.io/scale-to-zero-grace-period": "soon"},
         }
     }
-    assert binding_grace_period(cluster, bad) is None
+    assert binding_grace_period(cluster, ObjectMeta.model_validate(bad["metadata"])) is None

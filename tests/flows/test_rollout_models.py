@@ -502,6 +502,7 @@ def test_kthena_s3_endpoint_reaches_every_download(env: Env) -> None:
     """Seed 003: ``ENDPOINT`` must be set for s3://. It reaches the cacheURI init container, the shared
     model cache and the LoRA cache (so their fill Jobs); the keys stay Secret references; ``aios_models``
     (Kthena's example bucket) is accepted."""
+    from engine.api.aim import ModelCache
     from engine.caches.fill import JobSettings, download_env, render_job
 
     s3_env = [
@@ -537,7 +538,7 @@ def test_kthena_s3_endpoint_reaches_every_download(env: Env) -> None:
             cache,
             cache["spec"]["sourceUri"],
             0,
-            download_env(cache["spec"]["env"], None).env,
+            download_env(ModelCache.model_validate(cache).spec.env, None).env,
             JobSettings("modelplane:test"),
         )
         assert [

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, NamedTuple
 
+from engine.api.kthena import AutoscalingPolicyBehavior, AutoscalingPolicyPanicPolicy, AutoscalingPolicyStablePolicy
 from engine.api.meta import parse_duration as parse_go_duration
 from engine.api.meta import parse_time
 
@@ -100,6 +101,21 @@ class StablePolicy:
             stabilization_window=parse_duration(_get(spec, "stabilizationWindow", default_window)),
         )
 
+    @classmethod
+    def from_model(cls, policy: AutoscalingPolicyStablePolicy | None, default_window: float = 0.0) -> StablePolicy:
+        """Build from the API model, applying the CRD defaults to absent fields."""
+        if policy is None:
+            return cls(stabilization_window=default_window)
+        return cls(
+            instances=1 if policy.instances is None else policy.instances,
+            percent=100 if policy.percent is None else policy.percent,
+            period=15.0 if policy.period is None else parse_duration(policy.period),
+            select_policy=SELECT_OR if policy.select_policy is None else policy.select_policy,
+            stabilization_window=(
+                default_window if policy.stabilization_window is None else parse_duration(policy.stabilization_window)
+            ),
+        )
+
     from_dict = from_spec
 
 
@@ -129,6 +145,18 @@ class PanicPolicy:
             panic_mode_hold=parse_duration(_get(spec, "panicModeHold", 60.0)),
         )
 
+    @classmethod
+    def from_model(cls, policy: AutoscalingPolicyPanicPolicy | None) -> PanicPolicy:
+        """Build from the API model, applying the CRD defaults to absent fields."""
+        if policy is None:
+            return cls()
+        return cls(
+            percent=1000 if policy.percent is None else policy.percent,
+            period=0.0 if policy.period is None else parse_duration(policy.period),
+            panic_threshold_percent=200 if policy.panic_threshold_percent is None else policy.panic_threshold_percent,
+            panic_mode_hold=60.0 if policy.panic_mode_hold is None else parse_duration(policy.panic_mode_hold),
+        )
+
     from_dict = from_spec
 
 
@@ -154,6 +182,16 @@ class Behavior:
             scale_up=StablePolicy.from_spec(scale_up.get("stablePolicy"), default_window=0.0),
             scale_down=StablePolicy.from_spec(spec.get("scaleDown"), default_window=300.0),
             panic=PanicPolicy.from_spec(scale_up.get("panicPolicy")),
+        )
+
+    @classmethod
+    def from_model(cls, behavior: AutoscalingPolicyBehavior | None) -> Behavior:
+        """Build from an AutoscalingPolicy's ``spec.behavior`` as its API model."""
+        scale_up = behavior.scale_up if behavior is not None else None
+        return cls(
+            scale_up=StablePolicy.from_model(scale_up.stable_policy if scale_up else None, default_window=0.0),
+            scale_down=StablePolicy.from_model(behavior.scale_down if behavior else None, default_window=300.0),
+            panic=PanicPolicy.from_model(scale_up.panic_policy if scale_up else None),
         )
 
     from_dict = from_spec

@@ -1,0 +1,270 @@
+"""Typed views of the Kubernetes built-in and upstream objects Modelplane reads but does not define.
+
+Modelplane's own kinds are read as the pydantic models that generate their CRDs (:mod:`engine.api.validate`,
+through the boundary reader ``tasks/boundary.py``). The other objects a flow reads -- a ``Scale``, a
+Deployment's replicas and pod template, a PersistentVolumeClaim's size, a CustomResourceDefinition
+document, a Kthena ModelRoute -- are read through the views here: each declares only the fields
+Modelplane reads, ignores the rest, and treats an absent or ``null`` field as its default (what the
+API server's defaulting means for these kinds). The views are read-only: writes go through the object
+as the cluster returned it.
+
+One place for them, beside the boundary reader, so no flow or task walks a manifest with
+``obj.get("spec") or {}`` chains.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+__all__ = [
+    "CustomResourceDefinition",
+    "ModelRoute",
+    "PersistentVolumeClaim",
+    "PodSpec",
+    "Scalable",
+    "Scale",
+    "Workload",
+]
+
+
+class View(BaseModel):
+    """Base of every view: camelCase aliases, unknown fields ignored, ``null`` read as absent."""
+
+    model_config = ConfigDict(populate_by_name=True, extra="ignore", frozen=True)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _null_is_absent(cls, data: Any) -> Any:
+        """``{"spec": null}`` reads as no ``spec``: the field's default, as ``obj.get("spec") or {}`` did."""
+        if isinstance(data, dict):
+            return {key: value for key, value in data.items() if value is not None}
+        return data
+
+
+class MetaView(View):
+    """The parts of ``metav1.ObjectMeta`` the views read."""
+
+    name: str | None = None
+    namespace: str | None = None
+    labels: dict[str, Any] = Field(default_factory=dict)
+    resource_version: str | None = Field(None, alias="resourceVersion")
+
+
+# ---------------------------------------------------------------------------------------------- Scale
+
+
+class ScaleSpec(View):
+    """``autoscaling/v1`` ScaleSpec."""
+
+    replicas: int | None = None
+
+
+class ScaleStatus(View):
+    """``autoscaling/v1`` ScaleStatus: the observed replicas and the pods' label selector."""
+
+    replicas: int | None = None
+    selector: str | None = None
+
+
+class Scale(View):
+    """An ``autoscaling/v1`` Scale (the scale subresource of any scalable kind)."""
+
+    metadata: MetaView = Field(default_factory=MetaView)
+    spec: ScaleSpec = Field(default_factory=ScaleSpec)
+    status: ScaleStatus = Field(default_factory=ScaleStatus)
+
+
+# --------------------------------------------------------------------------------------- workloads
+
+
+class ResourceList(View):
+    """A container's resource requests and limits (resource name -> quantity)."""
+
+    requests: dict[str, Any] = Field(default_factory=dict)
+    limits: dict[str, Any] = Field(default_factory=dict)
+
+
+class Container(View):
+    """The parts of a container a workload's accelerator is read from."""
+
+    resources: ResourceList = Field(default_factory=ResourceList)
+
+
+class MatchExpression(View):
+    """One node selector requirement (``key``, ``operator``, ``values``)."""
+
+    key: str | None = None
+    operator: str | None = None
+    values: list[Any] = Field(default_factory=list)
+
+
+class NodeSelectorTerm(View):
+    """One term of a required node affinity."""
+
+    match_expressions: list[MatchExpression] = Field(default_factory=list, alias="matchExpressions")
+
+
+class NodeSelector(View):
+    """A required node affinity: its terms."""
+
+    node_selector_terms: list[NodeSelectorTerm] = Field(default_factory=list, alias="nodeSelectorTerms")
+
+
+class NodeAffinity(View):
+    """A pod's node affinity (only the required part is read)."""
+
+    required: NodeSelector = Field(default_factory=NodeSelector, alias="requiredDuringSchedulingIgnoredDuringExecution")
+
+
+class Affinity(View):
+    """A pod's affinity."""
+
+    node_affinity: NodeAffinity = Field(default_factory=NodeAffinity, alias="nodeAffinity")
+
+
+class PodSpec(View):
+    """The parts of a pod spec that say which accelerator its pods run on."""
+
+    node_selector: dict[str, Any] = Field(default_factory=dict, alias="nodeSelector")
+    affinity: Affinity = Field(default_factory=Affinity)
+    containers: list[Container] = Field(default_factory=list)
+
+
+class PodTemplate(View):
+    """A pod template."""
+
+    spec: PodSpec = Field(default_factory=PodSpec)
+
+
+class LeaderWorkerTemplate(View):
+    """A LeaderWorkerSet's templates (only the workers' is read)."""
+
+    worker_template: PodTemplate | None = Field(None, alias="workerTemplate")
+
+
+class ScalableSpec(View):
+    """The spec of a scalable workload (Deployment, StatefulSet, LeaderWorkerSet, Kthena ModelServing)."""
+
+    replicas: int | None = None
+
+
+class ScalableStatus(View):
+    """The status of a scalable workload."""
+
+    ready_replicas: int | None = Field(None, alias="readyReplicas")
+
+
+class Scalable(View):
+    """A scalable workload, as far as its replicas go (desired and ready)."""
+
+    metadata: MetaView = Field(default_factory=MetaView)
+    spec: ScalableSpec = Field(default_factory=ScalableSpec)
+    status: ScalableStatus = Field(default_factory=ScalableStatus)
+
+
+class WorkloadSpec(ScalableSpec):
+    """A scalable workload's spec with the pod template its pods are made from."""
+
+    template: PodTemplate | None = None
+    leader_worker_template: LeaderWorkerTemplate | None = Field(None, alias="leaderWorkerTemplate")
+
+
+class Workload(Scalable):
+    """A scalable workload: its replicas and the pod template its pods are made from."""
+
+    spec: WorkloadSpec = Field(default_factory=WorkloadSpec)
+
+    def pod_spec(self) -> PodSpec:
+        """The pod spec of its pods (``spec.template``, a LeaderWorkerSet's worker template)."""
+        lws = self.spec.leader_worker_template
+        template = self.spec.template or (lws.worker_template if lws else None)
+        return template.spec if template else PodSpec()
+
+
+# --------------------------------------------------------------------------------- volumes and CRDs
+
+
+class ClaimResources(View):
+    """A PersistentVolumeClaim's requested resources."""
+
+    requests: dict[str, Any] = Field(default_factory=dict)
+
+
+class ClaimSpec(View):
+    """A PersistentVolumeClaim's spec (only its request is read)."""
+
+    resources: ClaimResources = Field(default_factory=ClaimResources)
+
+
+class ClaimStatus(View):
+    """A PersistentVolumeClaim's status: phase and bound capacity."""
+
+    phase: str | None = None
+    capacity: dict[str, Any] = Field(default_factory=dict)
+
+
+class PersistentVolumeClaim(View):
+    """A ``v1`` PersistentVolumeClaim."""
+
+    metadata: MetaView = Field(default_factory=MetaView)
+    spec: ClaimSpec = Field(default_factory=ClaimSpec)
+    status: ClaimStatus = Field(default_factory=ClaimStatus)
+
+    def capacity(self) -> str | None:
+        """What the claim holds: its bound capacity, else its request."""
+        return self.status.capacity.get("storage") or self.spec.resources.requests.get("storage")
+
+
+class CrdNames(View):
+    """A CustomResourceDefinition's names."""
+
+    kind: str
+    plural: str
+
+
+class CrdValidation(View):
+    """A served version's schema."""
+
+    open_api_v3_schema: dict[str, Any] | None = Field(None, alias="openAPIV3Schema")
+
+
+class CrdVersion(View):
+    """One version of a CustomResourceDefinition."""
+
+    name: str
+    served: bool = True
+    subresources: dict[str, Any] = Field(default_factory=dict)
+    schema_: CrdValidation = Field(default_factory=CrdValidation, alias="schema")
+
+
+class CrdSpec(View):
+    """A CustomResourceDefinition's spec."""
+
+    group: str
+    names: CrdNames
+    scope: str = "Namespaced"
+    versions: list[CrdVersion] = Field(default_factory=list)
+
+
+class CustomResourceDefinition(View):
+    """An ``apiextensions.k8s.io/v1`` CustomResourceDefinition document."""
+
+    spec: CrdSpec
+
+
+# ------------------------------------------------------------------------------------------ Kthena
+
+
+class ModelRouteSpec(View):
+    """A Kthena ModelRoute's spec: the model its router serves."""
+
+    model_name: str | None = Field(None, alias="modelName")
+
+
+class ModelRoute(View):
+    """A Kthena ``networking.serving.volcano.sh`` ModelRoute (Kthena's CRD, not generated here)."""
+
+    metadata: MetaView = Field(default_factory=MetaView)
+    spec: ModelRouteSpec = Field(default_factory=ModelRouteSpec)
