@@ -25,6 +25,7 @@ __all__ = [
     "PodSpec",
     "Scalable",
     "Scale",
+    "ScaleTarget",
     "Workload",
 ]
 
@@ -162,6 +163,42 @@ class Scalable(View):
     metadata: MetaView = Field(default_factory=MetaView)
     spec: ScalableSpec = Field(default_factory=ScalableSpec)
     status: ScalableStatus = Field(default_factory=ScalableStatus)
+
+
+class LabelSelector(View):
+    """A ``metav1.LabelSelector``'s ``matchLabels`` (the part a Scale's selector string is made of)."""
+
+    match_labels: dict[str, str] = Field(default_factory=dict, alias="matchLabels")
+
+
+class ScaleTargetSpec(View):
+    """What a scalable object's spec says of its Scale: the desired replicas and the pods' selector (a
+    LabelSelector, or a string on kinds that keep it as one)."""
+
+    replicas: int | None = None
+    selector: LabelSelector | str | None = None
+
+
+class ScaleTargetStatus(View):
+    """What a scalable object's status says of its Scale: observed replicas and the selector string."""
+
+    replicas: int | None = None
+    selector: str | None = None
+
+
+class ScaleTarget(View):
+    """Any object with a scale subresource, read as the API server reads it to answer ``GET .../scale``."""
+
+    metadata: MetaView = Field(default_factory=MetaView)
+    spec: ScaleTargetSpec = Field(default_factory=ScaleTargetSpec)
+    status: ScaleTargetStatus = Field(default_factory=ScaleTargetStatus)
+
+    def selector(self) -> str | None:
+        """The Scale's label selector: the status's string, else one made of the spec's ``matchLabels``."""
+        if self.status.selector is not None:
+            return self.status.selector
+        labels = self.spec.selector.match_labels if isinstance(self.spec.selector, LabelSelector) else {}
+        return ",".join(f"{k}={v}" for k, v in labels.items()) or None
 
 
 class WorkloadSpec(ScalableSpec):

@@ -28,6 +28,7 @@ import time
 import uuid
 from collections.abc import Iterator
 
+from engine.api.views import ScaleTarget
 from tasks.cluster.base import Manifest, ObjectRef, Scale, WatchEvent
 from tasks.cluster.errors import Conflict, Invalid, NotFound
 from tasks.cluster.local_store import Key, LocalStore, key_of
@@ -283,16 +284,12 @@ def _require_scale(info: ResourceInfo) -> None:
 
 def _scale_of(info: ResourceInfo, obj: Manifest) -> Scale:
     """The Scale view of an object: desired replicas, observed replicas and label selector."""
-    spec, status = obj.get("spec") or {}, obj.get("status") or {}
+    target = ScaleTarget.model_validate(obj)
     default = 1 if info.group == "apps" else 0
-    selector = status.get("selector")
-    match_labels = (spec.get("selector") or {}).get("matchLabels") if isinstance(spec.get("selector"), dict) else None
-    if selector is None and match_labels:
-        selector = ",".join(f"{k}={v}" for k, v in match_labels.items())
     return Scale(
-        replicas=int(spec.get("replicas", default)),
-        status_replicas=int(status.get("replicas") or 0),  # the API server's Scale always reports it
-        selector=selector,
+        replicas=target.spec.replicas if target.spec.replicas is not None else default,
+        status_replicas=target.status.replicas or 0,  # the API server's Scale always reports it
+        selector=target.selector(),
         resource_version=obj["metadata"]["resourceVersion"],
     )
 
