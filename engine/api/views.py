@@ -171,27 +171,18 @@ class LabelSelector(View):
     match_labels: dict[str, str] = Field(default_factory=dict, alias="matchLabels")
 
 
-class ScaleTargetSpec(View):
+class ScaleTargetSpec(ScaleSpec):
     """What a scalable object's spec says of its Scale: the desired replicas and the pods' selector (a
     LabelSelector, or a string on kinds that keep it as one)."""
 
-    replicas: int | None = None
     selector: LabelSelector | str | None = None
 
 
-class ScaleTargetStatus(View):
-    """What a scalable object's status says of its Scale: observed replicas and the selector string."""
+class ScaleTarget(Scale):
+    """Any object with a scale subresource, read as the API server reads it to answer ``GET .../scale``: its
+    status is the Scale's status, its spec adds the selector the Scale's is made of."""
 
-    replicas: int | None = None
-    selector: str | None = None
-
-
-class ScaleTarget(View):
-    """Any object with a scale subresource, read as the API server reads it to answer ``GET .../scale``."""
-
-    metadata: MetaView = Field(default_factory=MetaView)
     spec: ScaleTargetSpec = Field(default_factory=ScaleTargetSpec)
-    status: ScaleTargetStatus = Field(default_factory=ScaleTargetStatus)
 
     def selector(self) -> str | None:
         """The Scale's label selector: the status's string, else one made of the spec's ``matchLabels``."""

@@ -16,11 +16,10 @@ from __future__ import annotations
 import copy
 import json
 import pathlib
-import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import httpx
@@ -31,6 +30,7 @@ from flows.deployments import PROCESS_POOL, deployment_entries
 from flows.exitcodes import DEGRADED_STATE
 from tasks.cluster import LocalCluster
 from tasks.events import Subject
+from tests.flows.platform_deployed import example_cluster, wait_for
 from tests.flows.platform_support import LOCAL_RUN_PARAMETERS
 from tests.flows.prefect_server import PrefectServer
 from tests.flows.test_deployments import BAD_VALUES, REQUIRED_SAMPLES
@@ -68,22 +68,6 @@ def platform(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PrefectServer
         yield server
     finally:
         server.stop()
-
-
-def example_cluster(tmp_path: pathlib.Path) -> pathlib.Path:
-    target = tmp_path / "cluster"
-    shutil.copytree(REPO / "deployments" / "examples", target)
-    return target
-
-
-def wait_for(predicate: Callable[[], Any], timeout: float, what: str) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.5)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
 
 
 def run_deployment(
