@@ -13,7 +13,9 @@ import io
 import threading
 import time
 from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
+
+from tests.servers.quiet import QuietThreadingHTTPServer
 
 HOP_HEADERS = {
     "connection",
@@ -50,7 +52,7 @@ class CountingProxy:
         self._lock = threading.Lock()
         self._idle = threading.Condition(self._lock)
         self._in_flight = 0
-        self._server: ThreadingHTTPServer | None = None
+        self._server: QuietThreadingHTTPServer | None = None
 
     def start(self) -> str:
         proxy = self
@@ -124,7 +126,7 @@ class CountingProxy:
 
             do_GET = do_HEAD = do_PUT = do_POST = do_DELETE = _forward
 
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server = QuietThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self._server.daemon_threads = True
         threading.Thread(target=self._server.serve_forever, daemon=True).start()
         return f"http://127.0.0.1:{self._server.server_address[1]}"

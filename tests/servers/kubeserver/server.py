@@ -10,11 +10,13 @@ import threading
 from collections import Counter, deque
 from dataclasses import dataclass
 from http import HTTPStatus
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
 import yaml
+
+from tests.servers.quiet import QuietThreadingHTTPServer
 
 from .resources import ResourceType
 from .store import APPLY, RETURNS_DELETED_OBJECT, ApiError, Obj, Store
@@ -103,7 +105,7 @@ class Controls:
         return None
 
 
-class KubeHTTPServer(ThreadingHTTPServer):
+class KubeHTTPServer(QuietThreadingHTTPServer):
     """Threaded HTTP server holding the store and the test controls."""
 
     daemon_threads = True

@@ -31,12 +31,14 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
 from prometheus_client.registry import Collector
+
+from tests.servers.quiet import QuietThreadingHTTPServer
 
 POD_LABELS = ("model_name", "namespace", "pod")
 _METRIC_NAME = re.compile(r"^[a-zA-Z_:][a-zA-Z0-9_:]*$")
@@ -92,7 +94,7 @@ class FakeVllmExporter(Collector):
         self._custom: dict[tuple[str, tuple[tuple[str, str], ...]], float] = {}
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(self)
-        self._server: ThreadingHTTPServer | None = None
+        self._server: QuietThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
 
     # -- lifecycle -------------------------------------------------------------------------------
@@ -100,7 +102,7 @@ class FakeVllmExporter(Collector):
     def start(self) -> FakeVllmExporter:
         """Start serving ``/metrics`` on a free port of ``host``."""
         if self._server is None:
-            server = ThreadingHTTPServer((self._host, 0), _MetricsHandler)
+            server = QuietThreadingHTTPServer((self._host, 0), _MetricsHandler)
             server.daemon_threads = True
             server.registry = self.registry  # type: ignore[attr-defined]
             self._thread = threading.Thread(target=server.serve_forever, name="fake-vllm-exporter", daemon=True)

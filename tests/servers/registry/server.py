@@ -35,6 +35,7 @@ from typing import Any
 import requests
 
 from tests.servers.processes import stop_process
+from tests.servers.quiet import QuietThreadingHTTPServer
 
 USER, PASSWORD = "modelplane", "s3cret-pass"
 OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
@@ -91,7 +92,7 @@ class TokenService:
             def log_message(self, *_: Any) -> None:
                 return
 
-        self._server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server = QuietThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.port = self._server.server_address[1]
         self.realm = f"http://127.0.0.1:{self.port}/token"
         threading.Thread(target=self._server.serve_forever, daemon=True).start()
