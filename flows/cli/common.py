@@ -44,11 +44,37 @@ os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "120")
 # task-run events cancelled mid-flush, with a traceback) is not the command's outcome, which the exit code and
 # the command's own lines report. Only a server this process starts reads this; a configured API is untouched.
 os.environ.setdefault("PREFECT_SERVER_LOGGING_LEVEL", "CRITICAL")
-if not os.environ.get("PREFECT_API_URL"):
-    # That level covers Prefect's server loggers only: the API's database pool logs its own error, with a
-    # traceback, through the root logger when the API stops mid-flush. The ephemeral API inherits this process's
-    # environment, so its root logger (and this process's) reports only what is critical.
-    os.environ.setdefault("PREFECT_LOGGING_ROOT_LEVEL", "CRITICAL")
+
+
+def quiet_ephemeral_database_logs() -> None:
+    """Point Prefect at its own logging configuration plus one logger: ``sqlalchemy`` at CRITICAL.
+
+    ``PREFECT_SERVER_LOGGING_LEVEL`` covers Prefect's server loggers only. The ephemeral API's database pool
+    logs through SQLAlchemy's loggers, which SQLAlchemy sets to WARNING itself, so when the API stops mid-flush
+    at the command's exit its "Exception during reset" error and traceback reached the command's stderr (CI:
+    a docs block, twice). The API is a subprocess that inherits this environment; this process uses no database.
+    Nothing changes when an API is configured or a logging configuration of the person's own is set."""
+    if os.environ.get("PREFECT_API_URL") or os.environ.get("PREFECT_LOGGING_SETTINGS_PATH"):
+        return
+    import atexit
+    import importlib.util
+    import tempfile
+
+    import yaml
+
+    spec = importlib.util.find_spec("prefect")
+    if spec is None or not spec.submodule_search_locations:
+        return
+    default = pathlib.Path(next(iter(spec.submodule_search_locations))) / "logging" / "logging.yml"
+    config = yaml.safe_load(default.read_text())
+    config.setdefault("loggers", {})["sqlalchemy"] = {"level": "CRITICAL"}
+    with tempfile.NamedTemporaryFile("w", prefix="modelplane-logging-", suffix=".yml", delete=False) as file:
+        yaml.safe_dump(config, file, sort_keys=False)
+    atexit.register(pathlib.Path(file.name).unlink, missing_ok=True)
+    os.environ["PREFECT_LOGGING_SETTINGS_PATH"] = file.name
+
+
+quiet_ephemeral_database_logs()
 
 app = typer.Typer(
     add_completion=False,
