@@ -119,16 +119,17 @@ class PrefectServer:
         """One API call; 503 (SQLite busy under load) is retried, as Prefect's own client does, and so is a
         read (GET, ``*/filter``) that timed out while the server's SQLite was busy on a loaded machine."""
         is_read = method == "GET" or path.endswith("/filter")
-        for attempt in range(6):
+        attempts = 10  # 503s span up to ~30 s of SQLite contention when four test workers share two cores
+        for attempt in range(attempts):
             try:
                 response = self.client.request(method, path, json=body)
             except httpx.TimeoutException:
-                if not is_read or attempt == 5:
+                if not is_read or attempt == attempts - 1:
                     raise
                 continue
             if response.status_code != 503:
                 break
-            time.sleep(0.5 * (attempt + 1))
+            time.sleep(min(0.5 * (attempt + 1), 5.0))
         return response
 
     def get(self, path: str) -> Any:
