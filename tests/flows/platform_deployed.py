@@ -26,20 +26,26 @@ IDS = [e["name"] for e in ENTRIES]
 TERMINAL = {"COMPLETED", "FAILED", "CRASHED", "CANCELLED"}
 
 
-@pytest.fixture(scope="module")
-def platform(prefect_server: PrefectServer, tmp_path_factory: pytest.TempPathFactory) -> PrefectServer:
-    """The server with every deployment registered by `modelplane register-deployments --pool-type process` and a worker."""
+def deploy_on_process_pool(server: PrefectServer) -> None:
+    """Register every deployment with `modelplane register-deployments --pool-type process` (it creates the pool)
+    and start a process worker on it."""
     result = subprocess.run(
         [sys.executable, "-m", "flows.cli", "register-deployments", "--pool-type", "process"],
         cwd=REPO,
-        env=prefect_server.env,
+        env=server.env,
         capture_output=True,
         text=True,
         timeout=300,
     )
     assert result.returncode == 0, result.stdout + result.stderr
     assert f"work pool '{PROCESS_POOL}' (process): created" in result.stderr
-    prefect_server.start_worker(PROCESS_POOL)
+    server.start_worker(PROCESS_POOL)
+
+
+@pytest.fixture(scope="module")
+def platform(prefect_server: PrefectServer, tmp_path_factory: pytest.TempPathFactory) -> PrefectServer:
+    """The server with every deployment registered by `modelplane register-deployments --pool-type process` and a worker."""
+    deploy_on_process_pool(prefect_server)
     return prefect_server
 
 

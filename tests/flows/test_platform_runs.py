@@ -26,11 +26,11 @@ import httpx
 import pytest
 import yaml
 
-from flows.deployments import PROCESS_POOL, deployment_entries
+from flows.deployments import deployment_entries
 from flows.exitcodes import DEGRADED_STATE
 from tasks.cluster import LocalCluster
 from tasks.events import Subject
-from tests.flows.platform_deployed import example_cluster, wait_for
+from tests.flows.platform_deployed import deploy_on_process_pool, example_cluster, wait_for
 from tests.flows.platform_support import LOCAL_RUN_PARAMETERS
 from tests.flows.prefect_server import PrefectServer
 from tests.flows.test_deployments import BAD_VALUES, REQUIRED_SAMPLES
@@ -55,16 +55,7 @@ def platform(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PrefectServer
     server.client.timeout = httpx.Timeout(120)  # the machine is shared: a write may wait on SQLite for a while
     try:
         server.start()
-        result = subprocess.run(
-            [sys.executable, "-m", "flows.cli", "register-deployments", "--pool-type", "process"],
-            cwd=REPO,
-            env=server.env,
-            capture_output=True,
-            text=True,
-            timeout=300,
-        )
-        assert result.returncode == 0, result.stdout + result.stderr
-        server.start_worker(PROCESS_POOL)
+        deploy_on_process_pool(server)
         yield server
     finally:
         server.stop()
