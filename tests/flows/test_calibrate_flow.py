@@ -31,6 +31,7 @@ from flows.calibrate import calibrate
 from flows.cli import app
 from tasks.calibrate import SERIES, prometheus_windows, write_windows_file
 from tasks.metrics.prometheus import PrometheusMetrics
+from tests.flows.artifacts import newest_artifact, table_rows
 from tests.servers.promtest.fixture import PrometheusProcess, find_binary
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
@@ -117,21 +118,9 @@ def test_windows_file_proposes_everywhere_and_writes_only_the_opted_in_spec(
     assert artifact_rows("calibrate-profiles")[-1]  # the proposals are published
 
 
-def artifact_rows(key: str) -> list:
-    import asyncio
-    import json
-
-    from prefect.client.orchestration import get_client
-    from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey
-
-    async def read() -> list:
-        async with get_client() as client:
-            return await client.read_artifacts(artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=[key])))
-
-    artifacts = asyncio.run(read())
-    assert artifacts, f"no {key} artifact"
-    table = artifacts[-1].data
-    rows = json.loads(table) if isinstance(table, str) else table
+def artifact_rows(key: str) -> list[dict[str, Any]]:
+    """The newest `key` table's rows, which must show the opted-in variant's applied profile with its interval."""
+    rows = table_rows(newest_artifact(key))
     assert any(
         r["variant"] == "llama-3-1-8b-a100" and r["result"] == "ProfileApplied" and "[" in r["alpha"] for r in rows
     )

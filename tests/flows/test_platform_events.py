@@ -88,11 +88,15 @@ def subject_for(resource_pattern: str, event_name: str) -> Subject:
 
 
 def test_cancel_new_cancels_an_overlapping_run(platform: PrefectServer, tmp_path: pathlib.Path) -> None:
-    """watch-models (no triggers: CANCEL_NEW) holds its slot for its 10 s watch; a second run is cancelled."""
+    """watch-models (no triggers: CANCEL_NEW) holds its slot from submission to its end; a second run is cancelled.
+
+    The watch is 3 s: the slot is held while the run's process starts too (seconds), far longer than the 1 s
+    between the worker's polls, and the flow's 55 s timeout keeps its margin on a loaded CI machine (a 10 s
+    watch once ended FlowRunTimeoutError there)."""
     entry = next(e for e in ENTRIES if e["name"] == "watch-models")
     assert entry["concurrency_limit"]["collision_strategy"] == "CANCEL_NEW"
     stored = platform.deployment(entry)
-    parameters = {**local_parameters(entry, example_cluster(tmp_path)), "watch_seconds": 10}
+    parameters = {**local_parameters(entry, example_cluster(tmp_path)), "watch_seconds": 3}
     # A run chained by an earlier test's event would hold the one slot and cancel both runs below: switch
     # this deployment's automations (if any) off and let the slot free first.
     chained = [

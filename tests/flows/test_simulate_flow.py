@@ -3,7 +3,6 @@ the JSON summary, the PNG plots, the HTML report and the Prefect artifact; bad i
 
 from __future__ import annotations
 
-import asyncio
 import json
 import pathlib
 
@@ -12,6 +11,7 @@ from typer.testing import CliRunner
 from engine.simulate.policies import POLICIES
 from flows.cli import app
 from flows.simulate import simulate
+from tests.flows.artifacts import newest_artifact
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 EXAMPLES = REPO / "deployments" / "examples"
@@ -63,9 +63,6 @@ def test_cli_compares_every_policy_and_writes_the_report(prefect_harness: None, 
 
 
 def test_flow_publishes_the_comparison_as_an_artifact(prefect_harness: None, tmp_path: pathlib.Path) -> None:
-    from prefect.client.orchestration import get_client
-    from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey
-
     report = simulate(
         cluster=str(EXAMPLES),
         trace=str(TRACE),
@@ -76,14 +73,8 @@ def test_flow_publishes_the_comparison_as_an_artifact(prefect_harness: None, tmp
     )
     assert [o.policy for o in report.outcomes] == ["modelplane", "static-peak"]
 
-    async def read() -> list:
-        async with get_client() as client:
-            return await client.read_artifacts(
-                artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=["simulate-report"]))
-            )
-
-    artifacts = asyncio.run(read())
-    assert artifacts and "| modelplane |" in artifacts[-1].data and "data:image/png;base64," in artifacts[-1].data
+    report_artifact = newest_artifact("simulate-report")
+    assert "| modelplane |" in report_artifact.data and "data:image/png;base64," in report_artifact.data
 
 
 def test_cli_bad_input_exits_with_one_line(prefect_harness: None, tmp_path: pathlib.Path) -> None:
