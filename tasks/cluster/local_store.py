@@ -17,8 +17,11 @@ single file, and are listed like any other object (the newest ``max_events`` are
 Writes are atomic (temp file + fsync + ``os.replace``) and rewrite only the changed document: the
 other documents of the file keep their exact text and order, other files are untouched. A file that
 does not parse is reported in :attr:`LocalStore.load_errors` (with its name) and never written;
-everything else still loads. Changes made to the files by another process are picked up before the
-next operation, and writes from several processes are serialised with an ``flock`` on a hidden lock
+everything else still loads. Changes made to the files by another process (or by hand) are picked up before
+the next operation: in directory mode the kernel reports which files changed (:mod:`tasks.cluster.dirwatch`)
+and only those are read again, so an operation costs O(objects it touches), not O(files); where that cannot
+be followed (no inotify, symbolic links in the tree, a directory added or removed) every file is ``stat``-ed
+before each operation and all are read again when one changed. In both cases and writes from several processes are serialised with an ``flock`` on a hidden lock
 file (``.modelplane.lock`` in a directory, ``.<file>.lock`` beside a single file), so concurrent
 flows get ``Conflict`` exactly as they would from an API server. With ``write_back=False`` the files
 are a read-only snapshot: writes happen in memory only (handy to preview what a flow would do to a
@@ -46,6 +49,7 @@ except ImportError:  # pragma: no cover - not POSIX: thread safety only
 
 from tasks.cluster.base import Manifest, ObjectRef
 from tasks.cluster.bookkeeping import Bookkeeping
+from tasks.cluster.dirwatch import DirectoryWatch, open_watch
 from tasks.cluster.errors import Invalid, NotFound, Unavailable
 from tasks.cluster.objects import apply_builtin_defaults
 from tasks.cluster.resources import ResourceInfo, lookup, resource_for
@@ -103,7 +107,10 @@ class LocalStore:
         self._rv = 0
         self._files: dict[Path, YamlFile] = {}
         self._index: dict[Key, _Entry] = {}
+        self._keys: dict[Path, set[Key]] = {}  # the objects of each file, to re-read one file alone
         self._stamps: dict[str, tuple[int, int, int] | None] = {}
+        self._watch: DirectoryWatch | None = None
+        self._watch_tried = False
         self.load_errors: list[LoadError] = []
         self._book = Bookkeeping(self.state_path, persist=write_back)
         self._load()
@@ -146,12 +153,14 @@ class LocalStore:
         resourceVersion (a hand edit) gets a new one, so stale writers still get ``Conflict``.
         """
         previous = self._index
+        self._open_watch()  # before reading: a change made while the files are read is reported next time
         events = str(self.events_path)
         order = sorted(self._discover(), key=lambda p: (p == events, p))  # stable; the Event sink last
         files = [read_file(Path(p)) for p in order]
         self._files = {f.path: f for f in files}
         self._stamps = {str(f.path): f.stamp for f in files}
         self._index = {}
+        self._keys = {}
         self.load_errors = [LoadError(f.path, f.error) for f in files if f.error]
         self.load_errors += [LoadError(f.path, message) for f in files for message in f.doc_errors]
         for err in self.load_errors:
@@ -170,6 +179,7 @@ class LocalStore:
             if key in previous:
                 self._carry_over(previous[key].obj, entry.obj)
             self._index[key] = entry
+            self._keys.setdefault(entry.file.path, set()).add(key)
 
     def _carry_over(self, before: Manifest, after: Manifest) -> None:
         """Keep bookkeeping stable across a reload: same content, same version; new content, new one."""
@@ -217,11 +227,86 @@ class LocalStore:
             meta.setdefault("generation", 1)
 
     def _refresh(self) -> None:
-        """Reload when another process changed, added or removed a file since we last looked."""
+        """Catch up with what another process (or a person) changed, added or removed since we last looked:
+        re-read only the files the directory watch names, or, without a watch, every file when any changed."""
         if not self.write_back:
             return
-        if self._discover() != self._stamps:
+        if self._watch is None:
+            if (not self._watch_tried and not self.single_file and self.path.is_dir()) or (
+                self._discover() != self._stamps
+            ):
+                self._load()
+            return
+        changed = self._watch.changes()
+        paths = None if changed is None else self._manifest_changes(changed)
+        if paths is None:
             self._load()
+            return
+        if self._book.changed_on_disk():
+            self._book.load()
+        dirty = sorted(p for p in paths if file_stamp(Path(p)) != self._stamps.get(p))
+        if dirty:
+            self._reload(dirty)
+
+    def _open_watch(self) -> None:
+        """(Re)start watching the directory tree (directory mode, written back; see :mod:`tasks.cluster.dirwatch`)."""
+        if self._watch is not None:
+            self._watch.close()
+            self._watch = None
+        if self.write_back and not self.single_file and self.path.is_dir():
+            self._watch_tried = True
+            self._watch = open_watch(str(self.path), lambda name: name.endswith(MANIFEST_SUFFIXES))
+
+    def _manifest_changes(self, changed: set[str]) -> set[str] | None:
+        """The changed paths that may be manifests (or the Event sink); None when one is a file the loader would
+        not skip and this backend did not write (a hidden file other than its own), so everything is rescanned."""
+        own = {self.state_path.name, self.lock_path.name, self.state_path.with_suffix(".journal").name}
+        events = str(self.events_path)
+        paths = set()
+        for path in changed:
+            name = os.path.basename(path)
+            if path == events or (name.endswith(MANIFEST_SUFFIXES) and not name.startswith(".")):
+                paths.add(path)
+            elif name.startswith(".") and not (name.endswith(".tmp") or name in own):
+                return None
+        return paths
+
+    def _reload(self, paths: list[str]) -> None:
+        """Re-read only ``paths`` (changed, added or removed by someone else) and update the index as a full
+        :meth:`_load` would: unchanged objects keep their bookkeeping, changed ones get a new resourceVersion.
+        A duplicate object (which copy wins depends on every file's name) makes it a full :meth:`_load`."""
+        if any("duplicate object" in err.message for err in self.load_errors):
+            self._load()
+            return
+        events = str(self.events_path)
+        files = [read_file(Path(p)) for p in sorted(paths, key=lambda p: (p == events, p)) if _is_manifest(p)]
+        previous: dict[Key, _Entry] = {}
+        for p in paths:
+            for key in self._keys.pop(Path(p), set()):
+                previous[key] = self._index.pop(key)
+            self._files.pop(Path(p), None)
+            self._stamps.pop(p, None)
+        self.load_errors = [err for err in self.load_errors if str(err.path) not in paths]
+        for f in files:
+            self._files[f.path], self._stamps[str(f.path)] = f, f.stamp
+            errors = [LoadError(f.path, f.error)] if f.error else []
+            for err in errors + [LoadError(f.path, message) for message in f.doc_errors]:
+                log.warning("local cluster: skipping %s", err.message)
+                self.load_errors.append(err)
+        if self.strict and self.load_errors:
+            raise Invalid("; ".join(e.message for e in self.load_errors), reason="InvalidYAML")
+        entries = [e for f in files if not f.error for e in self._entries_of(f)]
+        self._rv = max([self._rv, self._book.counter] + [_numeric_rv(e.obj) for e in entries])
+        for entry in entries:
+            self._normalise(entry)
+            key = key_of(entry.obj)
+            if key in self._index:
+                self._load()
+                return
+            if key in previous:
+                self._carry_over(previous[key].obj, entry.obj)
+            self._index[key] = entry
+            self._keys.setdefault(entry.file.path, set()).add(key)
 
     @contextmanager
     def _reading(self) -> Iterator[None]:
@@ -324,15 +409,20 @@ class LocalStore:
             raise Unavailable(f"cannot write {yfile.path}: {exc.strerror or exc}") from None
         self._files[yfile.path] = yfile
         self._index[key_of(obj)] = _Entry(obj, yfile, doc)
+        self._keys.setdefault(yfile.path, set()).add(key_of(obj))
         self._save_book()
 
     def _prune_events(self, sink: YamlFile) -> None:
         """Drop the oldest Events (by resourceVersion) beyond ``max_events`` from the sink."""
-        events = [e for e in self._index.values() if e.file is sink and e.item is None]
+        in_sink = self._keys.get(sink.path, set())
+        if len(in_sink) + 1 <= self.max_events:  # the sink's objects only: O(1) per Event until it is full
+            return
+        events = [e for e in (self._index[key] for key in in_sink) if e.file is sink and e.item is None]
         excess = len(events) + 1 - self.max_events  # +1: the Event being added is not indexed yet
         for entry in sorted(events, key=lambda e: _numeric_rv(e.obj))[: max(excess, 0)]:
             sink.docs.remove(entry.doc)
             self._index.pop(key_of(entry.obj), None)
+            self._keys.get(sink.path, set()).discard(key_of(entry.obj))
 
     def _target_file(self, info: ResourceInfo, obj: Manifest) -> YamlFile:
         """The file a new object goes to (Events: the sink; directory: one file per object)."""
@@ -357,6 +447,7 @@ class LocalStore:
                 if other.doc is doc and other.item is not None and other.item > entry.item:
                     other.item -= 1
         self._index.pop(key_of(entry.obj), None)
+        self._keys.get(yfile.path, set()).discard(key_of(entry.obj))
         try:
             self._flush(yfile)
         except OSError as exc:
@@ -382,9 +473,18 @@ class LocalStore:
             yfile.path.unlink(missing_ok=True)
             self._files.pop(yfile.path, None)
             self._stamps.pop(str(yfile.path), None)
+            self._keys.pop(yfile.path, None)
             return
+        created = _missing_parents(yfile.path, self.path)
         yfile.stamp = atomic_write(yfile.path, yfile.render())
         self._stamps[str(yfile.path)] = yfile.stamp
+        if created and self._watch is not None:
+            try:
+                for directory in created:
+                    self._watch.add(str(directory))
+            except OSError:
+                self._watch.close()  # cannot follow it: back to rescanning
+                self._watch = None
         for doc in yfile.docs:
             doc.written()
 
@@ -440,6 +540,21 @@ def _scan_manifests(root: str) -> Iterator[tuple[str, tuple[int, int, int]]]:
             ):
                 st = entry.stat()
                 yield entry.path, (st.st_mtime_ns, st.st_size, st.st_ino)
+
+
+def _missing_parents(path: Path, root: Path) -> list[Path]:
+    """The directories between ``root`` and ``path`` that do not exist yet (a write creates them), outermost first."""
+    missing: list[Path] = []
+    parent = path.parent
+    while parent != root and root in parent.parents and not parent.is_dir():
+        missing.insert(0, parent)
+        parent = parent.parent
+    return missing
+
+
+def _is_manifest(path: str) -> bool:
+    """Whether ``path`` is (still) a file the loader reads: it exists, and a ``.json`` one is a manifest."""
+    return os.path.isfile(path) and (not path.endswith(".json") or _looks_like_manifest(path))
 
 
 def _looks_like_manifest(path: str) -> bool:
