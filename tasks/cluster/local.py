@@ -31,7 +31,8 @@ from collections.abc import Iterator
 from engine.api.views import ScaleTarget
 from tasks.cluster.base import Manifest, ObjectRef, Scale, WatchEvent
 from tasks.cluster.errors import Conflict, Invalid, NotFound
-from tasks.cluster.local_store import Key, LocalStore, key_of
+from tasks.cluster.local_index import Key, key_of
+from tasks.cluster.local_store import LocalStore
 from tasks.cluster.objects import (
     apply_builtin_defaults,
     apply_patch_of,
@@ -81,14 +82,13 @@ class LocalCluster(LocalStore):
         info = resource_for(api_version, kind)
         requirements = parse_selector(label_selector)
         with self._reading():
-            found = [
-                copy.deepcopy(entry.obj)
-                for (av, k, ns, _), entry in sorted(self._index.items())
-                if av == api_version
-                and k == kind
-                and (namespace is None or not info.namespaced or ns == namespace)
-                and selector_matches(requirements, entry.obj["metadata"].get("labels"))
-            ]
+            found = []
+            for key in self._index.candidates(api_version, kind, requirements):
+                obj = self._index[key].obj
+                if (namespace is None or not info.namespaced or key[2] == namespace) and selector_matches(
+                    requirements, obj["metadata"].get("labels")
+                ):
+                    found.append(copy.deepcopy(obj))
         return found
 
     def watch(

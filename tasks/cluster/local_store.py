@@ -51,10 +51,11 @@ from tasks.cluster.base import Manifest, ObjectRef
 from tasks.cluster.bookkeeping import Bookkeeping
 from tasks.cluster.dirwatch import DirectoryWatch, open_watch
 from tasks.cluster.errors import Invalid, NotFound, Unavailable
+from tasks.cluster.local_index import Entry, Index, Key, key_of
 from tasks.cluster.objects import apply_builtin_defaults
 from tasks.cluster.resources import ResourceInfo, lookup, resource_for
 from tasks.cluster.schema import normalised
-from tasks.cluster.yamlfile import Document, YamlFile, atomic_write, file_stamp, read_file
+from tasks.cluster.yamlfile import YamlFile, atomic_write, file_stamp, read_file
 
 log = logging.getLogger("tasks.cluster.local")  # one logger for the whole local backend
 
@@ -64,8 +65,6 @@ DIR_EVENTS_FILE = ".modelplane-events.yaml"
 
 _UID_NAMESPACE = uuid.UUID("6f1c1f4e-7d0b-4c55-9b7e-4d6f2a1b9c3e")
 
-Key = tuple[str, str, str, str]  # apiVersion, kind, namespace ("" if cluster-scoped), name
-
 
 @dataclass(frozen=True)
 class LoadError:
@@ -73,16 +72,6 @@ class LoadError:
 
     path: Path
     message: str
-
-
-@dataclass
-class _Entry:
-    """Where an object lives: its file, its document and, inside a ``List`` document, its index."""
-
-    obj: Manifest
-    file: YamlFile
-    doc: Document
-    item: int | None = None
 
 
 class LocalStore:
@@ -106,8 +95,7 @@ class LocalStore:
         self._write_depth = 0
         self._rv = 0
         self._files: dict[Path, YamlFile] = {}
-        self._index: dict[Key, _Entry] = {}
-        self._keys: dict[Path, set[Key]] = {}  # the objects of each file, to re-read one file alone
+        self._index = Index()
         self._stamps: dict[str, tuple[int, int, int] | None] = {}
         self._watch: DirectoryWatch | None = None
         self._watch_tried = False
@@ -159,8 +147,7 @@ class LocalStore:
         files = [read_file(Path(p)) for p in order]
         self._files = {f.path: f for f in files}
         self._stamps = {str(f.path): f.stamp for f in files}
-        self._index = {}
-        self._keys = {}
+        self._index = Index()
         self.load_errors = [LoadError(f.path, f.error) for f in files if f.error]
         self.load_errors += [LoadError(f.path, message) for f in files for message in f.doc_errors]
         for err in self.load_errors:
@@ -178,8 +165,7 @@ class LocalStore:
                 continue
             if key in previous:
                 self._carry_over(previous[key].obj, entry.obj)
-            self._index[key] = entry
-            self._keys.setdefault(entry.file.path, set()).add(key)
+            self._index.add(key, entry)
 
     def _carry_over(self, before: Manifest, after: Manifest) -> None:
         """Keep bookkeeping stable across a reload: same content, same version; new content, new one."""
@@ -191,7 +177,7 @@ class LocalStore:
         elif new_meta["resourceVersion"] == old_meta["resourceVersion"]:
             new_meta["resourceVersion"] = self._next_rv()
 
-    def _entries_of(self, yfile: YamlFile) -> Iterator[_Entry]:
+    def _entries_of(self, yfile: YamlFile) -> Iterator[Entry]:
         """Every object of a file: plain documents and the items of ``kind: *List`` documents."""
         for doc in yfile.docs:
             data = doc.data
@@ -200,11 +186,11 @@ class LocalStore:
             if str(data.get("kind", "")).endswith("List") and isinstance(data.get("items"), list):
                 for i, item in enumerate(data["items"]):
                     if _is_object(item):
-                        yield _Entry(item, yfile, doc, i)
+                        yield Entry(item, yfile, doc, i)
             elif _is_object(data):
-                yield _Entry(data, yfile, doc)
+                yield Entry(data, yfile, doc)
 
-    def _normalise(self, entry: _Entry) -> None:
+    def _normalise(self, entry: Entry) -> None:
         """Fill in what the API server would have set, in memory only (the document stays clean)."""
         obj = normalised(apply_builtin_defaults(entry.obj))
         meta = obj.setdefault("metadata", {})
@@ -280,10 +266,11 @@ class LocalStore:
             return
         events = str(self.events_path)
         files = [read_file(Path(p)) for p in sorted(paths, key=lambda p: (p == events, p)) if _is_manifest(p)]
-        previous: dict[Key, _Entry] = {}
+        previous: dict[Key, Entry] = {}
         for p in paths:
-            for key in self._keys.pop(Path(p), set()):
-                previous[key] = self._index.pop(key)
+            for key in self._index.of_file(Path(p)):
+                previous[key] = self._index[key]
+                self._index.drop(key)
             self._files.pop(Path(p), None)
             self._stamps.pop(p, None)
         self.load_errors = [err for err in self.load_errors if str(err.path) not in paths]
@@ -305,8 +292,7 @@ class LocalStore:
                 return
             if key in previous:
                 self._carry_over(previous[key].obj, entry.obj)
-            self._index[key] = entry
-            self._keys.setdefault(entry.file.path, set()).add(key)
+            self._index.add(key, entry)
 
     @contextmanager
     def _reading(self) -> Iterator[None]:
@@ -357,20 +343,20 @@ class LocalStore:
 
     # ------------------------------------------------------------------ lookups
 
-    def _find(self, info: ResourceInfo, name: str, namespace: str | None) -> _Entry:
+    def _find(self, info: ResourceInfo, name: str, namespace: str | None) -> Entry:
         entry = self._index.get(_key(info, name, namespace))
         if entry is None:
             where = f" in namespace {_ns(info, namespace)!r}" if info.namespaced else ""
             raise NotFound(f'{info.plural}.{info.group or "core"} "{name}" not found{where}')
         return entry
 
-    def _find_ref(self, ref: ObjectRef) -> tuple[ResourceInfo, _Entry]:
+    def _find_ref(self, ref: ObjectRef) -> tuple[ResourceInfo, Entry]:
         info = resource_for(ref.api_version, ref.kind)
         return info, self._find(info, ref.name, ref.namespace)
 
     # ------------------------------------------------------------------ writes
 
-    def _update(self, entry: _Entry, new: Manifest, force: bool = False) -> Manifest:
+    def _update(self, entry: Entry, new: Manifest, force: bool = False) -> Manifest:
         """Store a changed object under a new resourceVersion; a no-op write stores nothing."""
         if new == entry.obj and not force:
             return copy.deepcopy(entry.obj)
@@ -389,10 +375,11 @@ class LocalStore:
         self._save_book()
         return copy.deepcopy(new)
 
-    def _place(self, entry: _Entry, obj: Manifest) -> None:
+    def _place(self, entry: Entry, obj: Manifest) -> None:
         """Put ``obj`` where ``entry`` lives (its document, or its slot in a List document); only the
         fields that differ from the stored object are rewritten in the file."""
         entry.doc.update(entry.obj, obj, entry.item)
+        self._index.relabel(key_of(obj), entry.obj, obj)
         entry.obj = obj
 
     def _insert(self, info: ResourceInfo, obj: Manifest) -> None:
@@ -408,21 +395,19 @@ class LocalStore:
             yfile.docs.remove(doc)
             raise Unavailable(f"cannot write {yfile.path}: {exc.strerror or exc}") from None
         self._files[yfile.path] = yfile
-        self._index[key_of(obj)] = _Entry(obj, yfile, doc)
-        self._keys.setdefault(yfile.path, set()).add(key_of(obj))
+        self._index.add(key_of(obj), Entry(obj, yfile, doc))
         self._save_book()
 
     def _prune_events(self, sink: YamlFile) -> None:
         """Drop the oldest Events (by resourceVersion) beyond ``max_events`` from the sink."""
-        in_sink = self._keys.get(sink.path, set())
+        in_sink = self._index.of_file(sink.path)
         if len(in_sink) + 1 <= self.max_events:  # the sink's objects only: O(1) per Event until it is full
             return
         events = [e for e in (self._index[key] for key in in_sink) if e.file is sink and e.item is None]
         excess = len(events) + 1 - self.max_events  # +1: the Event being added is not indexed yet
         for entry in sorted(events, key=lambda e: _numeric_rv(e.obj))[: max(excess, 0)]:
             sink.docs.remove(entry.doc)
-            self._index.pop(key_of(entry.obj), None)
-            self._keys.get(sink.path, set()).discard(key_of(entry.obj))
+            self._index.drop(key_of(entry.obj))
 
     def _target_file(self, info: ResourceInfo, obj: Manifest) -> YamlFile:
         """The file a new object goes to (Events: the sink; directory: one file per object)."""
@@ -435,7 +420,7 @@ class LocalStore:
             path = self.path / folder / f"{obj['kind'].lower()}-{obj['metadata']['name']}.yaml"
         return self._files.get(path) or YamlFile(path=path)
 
-    def _remove(self, entry: _Entry) -> None:
+    def _remove(self, entry: Entry) -> None:
         """Drop an object from its file (the file goes too in directory mode when nothing is left)."""
         yfile, doc = entry.file, entry.doc
         _refuse_malformed(yfile, entry.obj)
@@ -446,8 +431,7 @@ class LocalStore:
             for other in self._index.values():
                 if other.doc is doc and other.item is not None and other.item > entry.item:
                     other.item -= 1
-        self._index.pop(key_of(entry.obj), None)
-        self._keys.get(yfile.path, set()).discard(key_of(entry.obj))
+        self._index.drop(key_of(entry.obj))
         try:
             self._flush(yfile)
         except OSError as exc:
@@ -473,7 +457,6 @@ class LocalStore:
             yfile.path.unlink(missing_ok=True)
             self._files.pop(yfile.path, None)
             self._stamps.pop(str(yfile.path), None)
-            self._keys.pop(yfile.path, None)
             return
         created = _missing_parents(yfile.path, self.path)
         yfile.stamp = atomic_write(yfile.path, yfile.render())
@@ -591,15 +574,9 @@ def _key(info: ResourceInfo, name: str, namespace: str | None) -> Key:
     return (info.api_version, info.kind, _ns(info, namespace), name)
 
 
-def key_of(obj: Manifest) -> Key:
-    """The index key of a stored object (its namespace is already normalised)."""
-    meta = obj["metadata"]
-    return (obj["apiVersion"], obj["kind"], meta.get("namespace") or "", meta["name"])
-
-
 def _numeric_rv(obj: Manifest) -> int:
     value = str((obj.get("metadata") or {}).get("resourceVersion") or "")
     return int(value) if value.isdigit() else 0
 
 
-__all__ = ["DIR_EVENTS_FILE", "MANIFEST_SUFFIXES", "Key", "LoadError", "LocalStore", "key_of", "manifest_paths"]
+__all__ = ["DIR_EVENTS_FILE", "MANIFEST_SUFFIXES", "LoadError", "LocalStore", "manifest_paths"]

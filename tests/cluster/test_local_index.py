@@ -184,3 +184,22 @@ def test_bookkeeping_is_journalled_compacted_and_survives_a_torn_line(tmp_path: 
     assert len(journal.read_text().splitlines()) < COMPACT_AFTER
     assert json.loads(sidecar.read_text())["resourceVersion"] >= COMPACT_AFTER
     assert LocalCluster(tmp_path).get("v1", "ConfigMap", "c", "n")["metadata"] == last["metadata"]
+
+
+def test_a_selector_list_follows_label_changes(state: Path) -> None:
+    cluster = LocalCluster(state)
+    for name in ("cm-01", "cm-02"):
+        cluster.patch_spec(cm_ref(name), {"metadata": {"labels": {"owner": "a"}}})
+    assert [o["metadata"]["name"] for o in cluster.list("v1", "ConfigMap", "n", "owner=a")] == ["cm-01", "cm-02"]
+    cluster.patch_spec(cm_ref("cm-01"), {"metadata": {"labels": {"owner": "b"}}})
+    (state / "cm-03.yaml").write_text(
+        config_map("cm-03").replace("  namespace: n\n", "  namespace: n\n  labels: {owner: a}\n")
+    )
+    assert [o["metadata"]["name"] for o in cluster.list("v1", "ConfigMap", "n", "owner in (a),owner!=c")] == [
+        "cm-02",
+        "cm-03",
+    ]
+    assert [o["metadata"]["name"] for o in cluster.list("v1", "ConfigMap", None, "owner=b")] == ["cm-01"]
+    cluster.delete(cm_ref("cm-02"))
+    assert len(cluster.list("v1", "ConfigMap", label_selector="owner")) == 2
+    assert cluster.list("v1", "ConfigMap", "other", "owner=a") == []
