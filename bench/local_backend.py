@@ -143,7 +143,13 @@ def run_tree(tree: pathlib.Path, sizes: list[int], profile: str | None) -> list[
     raise SystemExit(f"error: measuring {tree} failed: {out.stderr.strip().splitlines()[-3:]}")
 
 
-def render(sizes: list[int], after: list[dict[str, Any]], before: list[dict[str, Any]] | None, label: str) -> str:
+def render(
+    sizes: list[int],
+    after: list[dict[str, Any]],
+    before: list[dict[str, Any]] | None,
+    label: str,
+    profiled: bool = False,
+) -> str:
     """The docs/benchmarks.md section: one row per size and command."""
     sys.path.insert(0, str(REPO))
     from bench.engine import machine
@@ -157,14 +163,21 @@ def render(sizes: list[int], after: list[dict[str, Any]], before: list[dict[str,
         "## Local backend at scale (`--cluster DIR`)",
         "",
         f"Command: `python -m bench.local_backend --sizes {' '.join(map(str, sizes))}"
-        + (f" --before {label}`" if before else "`")
+        + (f" --before {label}" if before else "")
+        + (" --profile DIR`" if profiled else "`")
         + f" on {machine(('prefect', 'ruamel.yaml', 'PyYAML'))}.",
         "",
         "The example cluster plus N Kthena Models and N VariantAutoscalings (each with its Deployment), one object",
         "per file; `rollout-models` then `optimize --metrics deployments/example-metrics.yaml` on it. CPU seconds of",
         "the process running the command (the backend runs in it; the Prefect test server's process not counted);",
         "files: manifests in the directory after the command. The machine is shared (2 cores, other sessions):",
-        "CPU time, not wall time, is the measure.",
+        "CPU time, not wall time, is the measure."
+        + (
+            " Measured under cProfile (the profiles say where the time went), which inflates CPU time"
+            if profiled
+            else ""
+        ),
+        *(["about twofold for both trees alike."] if profiled else []),
         "",
         "| N per kind | command | files after | summary | CPU before (s) | CPU after (s) | speed-up |"
         if before
@@ -194,13 +207,26 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--before", type=pathlib.Path, help="another checkout (with .venv) to measure first")
     parser.add_argument("--profile", help="write a cProfile of each command into this directory")
     parser.add_argument("--no-write", action="store_true", help="print only; leave docs/benchmarks.md alone")
+    parser.add_argument("--rows", type=pathlib.Path, nargs=2, metavar=("BEFORE", "AFTER"), help="render saved rows")
+    parser.add_argument("--save", type=pathlib.Path, help="also write the measured rows to this JSON file")
     args = parser.parse_args(argv)
+    if args.rows:
+        before_rows, after_rows = (json.loads(path.read_text()) for path in args.rows)
+        section = render(args.sizes, after_rows, before_rows, str(args.before or "main"), bool(args.profile))
+        print(section)
+        if not args.no_write:
+            from bench.engine import write_section
+
+            write_section(section, START, END)
+        return 0
     if args.profile:
         for sub in ("before", "after"):
             pathlib.Path(args.profile, sub).mkdir(parents=True, exist_ok=True)
     before = run_tree(args.before, args.sizes, args.profile and f"{args.profile}/before") if args.before else None
     after = run_tree(REPO, args.sizes, args.profile and f"{args.profile}/after")
-    section = render(args.sizes, after, before, str(args.before) if args.before else "")
+    if args.save:
+        args.save.write_text(json.dumps({"before": before, "after": after}, indent=1))
+    section = render(args.sizes, after, before, str(args.before) if args.before else "", bool(args.profile))
     print(section)
     if not args.no_write:
         from bench.engine import write_section
