@@ -172,12 +172,8 @@ def render(
         "the process running the command (the backend runs in it; the Prefect test server's process not counted);",
         "files: manifests in the directory after the command. The machine is shared (2 cores, other sessions):",
         "CPU time, not wall time, is the measure."
-        + (
-            " Measured under cProfile (the profiles say where the time went), which inflates CPU time"
-            if profiled
-            else ""
-        ),
-        *(["about twofold for both trees alike."] if profiled else []),
+        + (" Measured under cProfile (the profiles say where the time went): it inflates" if profiled else ""),
+        *(["CPU time, for both trees alike."] if profiled else []),
         "",
         "| N per kind | command | files after | summary | CPU before (s) | CPU after (s) | speed-up |"
         if before
