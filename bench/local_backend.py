@@ -115,6 +115,9 @@ def measure(sizes: list[int], profile: str | None) -> list[dict[str, Any]]:
                 summary = str(getattr(report, "summary", ""))
                 rows.append({"size": size, "command": command, "cpu_s": round(cpu, 2), "files": files})
                 rows[-1]["summary"] = summary
+                if partial := os.environ.get("LOCAL_BENCH_PARTIAL"):  # each row as it is measured (long runs)
+                    with open(partial, "a") as handle:
+                        handle.write(json.dumps(rows[-1]) + "\n")
     return rows
 
 
