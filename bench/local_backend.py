@@ -152,6 +152,7 @@ def render(
     before: list[dict[str, Any]] | None,
     label: str,
     profiled: bool = False,
+    note: str = "",
 ) -> str:
     """The docs/benchmarks.md section: one row per size and command."""
     sys.path.insert(0, str(REPO))
@@ -178,25 +179,26 @@ def render(
         + (" Measured under cProfile (the profiles say where the time went): it inflates" if profiled else ""),
         *(["CPU time, for both trees alike."] if profiled else []),
         "",
-        "| N per kind | command | files after | summary | CPU before (s) | CPU after (s) | speed-up |"
+        "| N per kind | command | files after | summary | CPU before (s) | CPU after (s) | speed-up | after, ms per N |"
         if before
-        else "| N per kind | command | files after | summary | CPU (s) |",
-        "|---|---|---|---|---|---|---|" if before else "|---|---|---|---|---|",
+        else "| N per kind | command | files after | summary | CPU (s) | ms per N |",
+        "|---|---|---|---|---|---|---|---|" if before else "|---|---|---|---|---|---|",
     ]
     for size in sizes:
         for command in COMMANDS:
             now, old = cell(after, size, command), cell(before, size, command)
             if now is None:
                 continue
-            row = f"| {size} | {command} | {now['files']} | {now['summary']} |"
+            summary = now["summary"].split(";")[0].split(" — ")[0]
+            row = f"| {size} | {command} | {now['files']} | {summary} |"
             if before:
                 was = f"{old['cpu_s']:.2f}" if old else "-"
                 gain = f"x{old['cpu_s'] / max(now['cpu_s'], 0.01):.1f}" if old else "-"
-                row += f" {was} | {now['cpu_s']:.2f} | {gain} |"
+                row += f" {was} | {now['cpu_s']:.2f} | {gain} | {1000 * now['cpu_s'] / size:.0f} |"
             else:
-                row += f" {now['cpu_s']:.2f} |"
+                row += f" {now['cpu_s']:.2f} | {1000 * now['cpu_s'] / size:.0f} |"
             lines.append(row)
-    lines += ["", END, ""]
+    lines += [*([""] + note.splitlines() if note else []), "", END, ""]
     return "\n".join(lines)
 
 
@@ -208,10 +210,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-write", action="store_true", help="print only; leave docs/benchmarks.md alone")
     parser.add_argument("--rows", type=pathlib.Path, nargs=2, metavar=("BEFORE", "AFTER"), help="render saved rows")
     parser.add_argument("--save", type=pathlib.Path, help="also write the measured rows to this JSON file")
+    parser.add_argument("--note", default="", help="a paragraph to print under the table")
     args = parser.parse_args(argv)
     if args.rows:
         before_rows, after_rows = (json.loads(path.read_text()) for path in args.rows)
-        section = render(args.sizes, after_rows, before_rows, str(args.before or "main"), bool(args.profile))
+        label = str(args.before or "main")
+        section = render(args.sizes, after_rows, before_rows, label, bool(args.profile), args.note)
         print(section)
         if not args.no_write:
             from bench.engine import write_section
@@ -225,7 +229,8 @@ def main(argv: list[str] | None = None) -> int:
     after = run_tree(REPO, args.sizes, args.profile and f"{args.profile}/after")
     if args.save:
         args.save.write_text(json.dumps({"before": before, "after": after}, indent=1))
-    section = render(args.sizes, after, before, str(args.before) if args.before else "", bool(args.profile))
+    label = str(args.before) if args.before else ""
+    section = render(args.sizes, after, before, label, bool(args.profile), args.note)
     print(section)
     if not args.no_write:
         from bench.engine import write_section
