@@ -30,10 +30,11 @@ from flows.deployments import deployment_entries
 from flows.exitcodes import DEGRADED_STATE
 from tasks.cluster import LocalCluster
 from tasks.events import Subject
-from tests.flows.platform_deployed import deploy_on_process_pool, example_cluster, wait_for
+from tests.flows.platform_deployed import deploy_on_process_pool, example_cluster
 from tests.flows.platform_support import LOCAL_RUN_PARAMETERS
 from tests.flows.prefect_server import PrefectServer
 from tests.flows.test_deployments import BAD_VALUES, REQUIRED_SAMPLES
+from tests.waiting import wait_for
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 ENTRIES = {entry["name"]: entry for entry in deployment_entries()}
