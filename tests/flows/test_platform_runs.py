@@ -22,7 +22,6 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-import httpx
 import pytest
 import yaml
 
@@ -53,7 +52,6 @@ def platform(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PrefectServer
     server = PrefectServer(tmp_path_factory.mktemp("prefect-home"))
     server.env["PREFECT_SERVER_DEPLOYMENTS_CONCURRENCY_SLOT_WAIT_SECONDS"] = str(SLOT_WAIT_S)
     server.env.pop("MODELPLANE_CLUSTER", None)
-    server.client.timeout = httpx.Timeout(120)  # the machine is shared: a write may wait on SQLite for a while
     try:
         server.start()
         deploy_on_process_pool(server)
