@@ -44,7 +44,7 @@ def read_description(cluster: str, config_namespace: str, namespaces: list[str] 
     replicas = read_current_replicas.fn(conn, scale_targets_of(state))
     hpa = next(iter(sorted(state.policies.items())), None)
     return ClusterDescription(
-        variants=state.variant_objects(),
+        variants=state.variant_models(),
         current_replicas=replicas.current,
         accelerator_costs=state.accelerator_costs,
         service_classes=state.service_classes,
