@@ -12,7 +12,7 @@ import base64
 import logging
 import shutil
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -50,7 +50,12 @@ from engine.caches.plan import (
     Failure,
     FillState,
     attempts_annotation,
+    fill_attempts,
+    job_name,
+    pvc_name,
+    source_of,
 )
+from engine.caches.reconcile import CacheFacts
 from engine.caches.sources import ModelSource
 from tasks.boundary import Accepted, accept, accept_as
 from tasks.cluster import Cluster, Conflict, LocalCluster, Manifest, NotFound, ObjectRef
@@ -119,7 +124,7 @@ def read_world(cluster: Cluster, namespaces: Iterable[str] | None = None) -> Cac
     """Caches, their consumers, namespace configs, and the PVCs, Jobs and Pods the flow made."""
     wanted = sorted(set(namespaces)) if namespaces else None
     return CacheWorld(
-        caches=_list_typed(cluster, MODELCACHE_API_VERSION, MODEL_CACHE, wanted, ModelCache),
+        caches=_list_typed(cluster, MODELCACHE_API_VERSION, MODEL_CACHE, wanted, ModelCache),  # status included
         configs={
             cfg.namespace: cfg.model
             for cfg in _list_typed(cluster, AIM, AIM_NAMESPACE_CONFIG, wanted, AIMNamespaceConfig)
@@ -133,6 +138,28 @@ def read_world(cluster: Cluster, namespaces: Iterable[str] | None = None) -> Cac
         jobs={_key(j): j for j in _list(cluster, "batch/v1", "Job", wanted, CACHE_LABEL)},
         pods=_list(cluster, "v1", "Pod", wanted, CACHE_LABEL),
     )
+
+
+def read_cache_facts(cluster: Cluster, cache: ModelCache, world: CacheWorld) -> CacheFacts:
+    """What the engine's plan of one cache (:func:`engine.caches.reconcile.plan_cache`) needs, read: its PVC and
+    namespace config from ``world``, the verdict of its current fill Job (cluster backend, once a fill was
+    started), and with the local backend whether an Available cache's completion marker is still in place."""
+    namespace, name = cache.metadata.namespace or "", cache.metadata.name or ""
+    raw = world.pvcs.get((namespace, pvc_name(name)))
+    facts = CacheFacts(
+        PersistentVolumeClaim.model_validate(raw) if raw is not None else None, world.configs.get(namespace)
+    )
+    source, invalid = source_of(cache.spec)
+    if invalid is not None:
+        return facts  # nothing more to read for a source the pass only reports
+    if not isinstance(cluster, LocalCluster):
+        attempts = fill_attempts(cache)
+        job = world.jobs.get((namespace, job_name(name, attempts))) if attempts else None
+        return replace(facts, job=job_result(job, world.pods, source.uri) if attempts else None)
+    available = cache.status is not None and cache.status.status == "Available"
+    if available and facts.pvc is not None:
+        return replace(facts, marker_ok=local_marker_ok(local_volume(cluster, namespace, pvc_name(name)), source.uri))
+    return facts
 
 
 # --------------------------------------------------------------------------------------- secrets
@@ -186,7 +213,7 @@ def local_volume(cluster: LocalCluster, namespace: str, claim: str) -> Path:
     return root / VOLUMES_DIR / namespace / claim
 
 
-def create_pvc(cluster: Cluster, cache: Manifest, size: str, storage_class: str | None) -> Manifest:
+def create_pvc(cluster: Cluster, cache: ModelCache, size: str, storage_class: str | None) -> Manifest:
     """Create the cache's PVC once (never patched: no resize, no class change). The local backend acts
     as its own provisioner: the claim is bound at once to a directory under the state directory."""
     pvc = render_pvc(cache, size, storage_class)
@@ -220,7 +247,7 @@ def pvc_capacity(pvc: Manifest | None) -> str | None:
 
 def start_job(
     cluster: Cluster,
-    cache: Manifest,
+    cache: ModelCache,
     source_uri: str,
     attempt: int,
     env: list[dict[str, Any]],

@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from engine.api.aim import AIMNamespaceConfig, ModelCacheSpec
+from engine.api.aim import AIMNamespaceConfig, ModelCache, ModelCacheSpec
 from engine.api.meta import EnvVar, SecretKeySelector
 from engine.api.registry import MODEL_CACHE
 from engine.caches.identity import pvc_size
@@ -157,33 +157,32 @@ def download_env(cache_env: Sequence[EnvVar] | None, namespace_config: AIMNamesp
 # ------------------------------------------------------------------------------------- manifests
 
 
-def owner_reference(cache: Mapping[str, Any]) -> dict[str, Any]:
+def owner_reference(cache: ModelCache) -> dict[str, Any]:
     """An ownerReference to the ModelCache (PVC and Jobs go away with it)."""
-    meta = cache["metadata"]
     return {
         "apiVersion": MODELCACHE_API_VERSION,
         "kind": MODEL_CACHE,
-        "name": meta["name"],
-        "uid": meta.get("uid", ""),
+        "name": cache.metadata.name,
+        "uid": cache.metadata.uid or "",
         "controller": True,
         "blockOwnerDeletion": True,
     }
 
 
-def render_pvc(cache: Mapping[str, Any], size: str, storage_class: str | None) -> dict[str, Any]:
+def render_pvc(cache: ModelCache, size: str, storage_class: str | None) -> dict[str, Any]:
     """The cache's PVC: ReadWriteMany, ``size``, the storage class or the cluster default (omitted)."""
-    meta = cache["metadata"]
+    name = cache.metadata.name or ""
     spec: dict[str, Any] = {"accessModes": ["ReadWriteMany"], "resources": {"requests": {"storage": size}}}
     if storage_class:
         spec["storageClassName"] = storage_class
-    owner = [owner_reference(cache)] if meta.get("uid") else []
+    owner = [owner_reference(cache)] if cache.metadata.uid else []
     return {
         "apiVersion": "v1",
         "kind": "PersistentVolumeClaim",
         "metadata": {
-            "name": pvc_name(meta["name"]),
-            "namespace": meta["namespace"],
-            "labels": {CACHE_LABEL: meta["name"], **MANAGED_BY},
+            "name": pvc_name(name),
+            "namespace": cache.metadata.namespace,
+            "labels": {CACHE_LABEL: name, **MANAGED_BY},
             **({"ownerReferences": owner} if owner else {}),
         },
         "spec": spec,
@@ -208,12 +207,12 @@ def fill_command(source_uri: str) -> list[str]:
 
 
 def render_job(
-    cache: Mapping[str, Any], source_uri: str, attempt: int, env: list[dict[str, Any]], settings: JobSettings
+    cache: ModelCache, source_uri: str, attempt: int, env: list[dict[str, Any]], settings: JobSettings
 ) -> dict[str, Any]:
     """The ``batch/v1`` Job filling the cache's PVC: one pod, ``restartPolicy: Never``, the PVC at
     :data:`CACHE_MOUNT_PATH`, an emptyDir ``/tmp``, owned by the ModelCache."""
-    meta = cache["metadata"]
-    labels = {CACHE_LABEL: meta["name"], **MANAGED_BY}
+    name = cache.metadata.name or ""
+    labels = {CACHE_LABEL: name, **MANAGED_BY}
     container: dict[str, Any] = {
         "name": "fill",
         "image": settings.image,
@@ -229,7 +228,7 @@ def render_job(
         "securityContext": {"runAsNonRoot": True, "runAsUser": 10001, "runAsGroup": 10001, "fsGroup": 10001},
         "containers": [container],
         "volumes": [
-            {"name": "cache", "persistentVolumeClaim": {"claimName": pvc_name(meta["name"])}},
+            {"name": "cache", "persistentVolumeClaim": {"claimName": pvc_name(name)}},
             {"name": "tmp", "emptyDir": {}},
         ],
     }
@@ -237,13 +236,13 @@ def render_job(
         pod_spec["imagePullSecrets"] = [{"name": name} for name in settings.image_pull_secrets]
     if settings.service_account:
         pod_spec["serviceAccountName"] = settings.service_account
-    owner = [owner_reference(cache)] if meta.get("uid") else []
+    owner = [owner_reference(cache)] if cache.metadata.uid else []
     return {
         "apiVersion": "batch/v1",
         "kind": "Job",
         "metadata": {
-            "name": job_name(meta["name"], attempt),
-            "namespace": meta["namespace"],
+            "name": job_name(name, attempt),
+            "namespace": cache.metadata.namespace,
             "labels": {**labels, "modelplane.io/fill-attempt": str(attempt)},
             **({"ownerReferences": owner} if owner else {}),
         },

@@ -303,14 +303,14 @@ def greedy_policy(scenario: Scenario) -> Policy:
 def hpa_policy(scenario: Scenario) -> Policy:
     """Kthena: HPA-style recommendation per model, behaviour correction, cost-ordered distribution."""
     spec = scenario.description.hpa_policy
-    targets = {m["metricName"]: float(m["targetValue"]) for m in spec.get("metrics") or []}
+    targets = {m.metric_name: float(m.target_value) for m in spec.metrics}
     unknown = sorted(set(targets) - set(HPA_GAUGES))
     if unknown:
         raise ValueError(
             f"hpa policy metric(s) {', '.join(unknown)} are not simulated; use one of {', '.join(sorted(HPA_GAUGES))}"
         )
-    tolerance = tolerance_from_percent(spec.get("tolerancePercent", 10))
-    behavior = Behavior.from_spec(spec.get("behavior"))
+    tolerance = tolerance_from_percent(10 if spec.tolerance_percent is None else spec.tolerance_percent)
+    behavior = Behavior.from_model(spec.behavior)
     inventory = scenario.description.inventory or {}
     models: dict[str, list[VariantSpec]] = {}
     for s in scenario.specs:

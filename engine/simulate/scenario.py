@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
+from engine.api.kthena import AutoscalingPolicyMetric, AutoscalingPolicySpec
 from engine.api.llmd import VariantAutoscaling
 from engine.optimize.config import AcceleratorCost, ConfigError, ModelSLO, ServiceClass
 from engine.optimize.plan import DEFAULT_SCALE_DOWN_WINDOW_S
@@ -50,29 +51,31 @@ _SloT = TypeVar("_SloT", SLO, ModelSLO)
 EPOCH = datetime(2026, 1, 1, tzinfo=UTC)
 DEFAULT_KV_TOKENS_PER_SLOT = 2048
 # Kthena's example policy (deployments/examples/20-kthena.yaml): 5 waiting requests per pod.
-DEFAULT_HPA_POLICY: dict[str, Any] = {
-    "tolerancePercent": 10,
-    "metrics": [{"metricName": "vllm:num_requests_waiting", "targetValue": "5"}],
-    "behavior": {
-        "scaleUp": {
-            "stablePolicy": {
-                "instances": 2,
-                "percent": 100,
-                "period": "15s",
-                "selectPolicy": "Or",
-                "stabilizationWindow": "1m",
+DEFAULT_HPA_POLICY = AutoscalingPolicySpec.model_validate(
+    {
+        "tolerancePercent": 10,
+        "metrics": [{"metricName": "vllm:num_requests_waiting", "targetValue": "5"}],
+        "behavior": {
+            "scaleUp": {
+                "stablePolicy": {
+                    "instances": 2,
+                    "percent": 100,
+                    "period": "15s",
+                    "selectPolicy": "Or",
+                    "stabilizationWindow": "1m",
+                },
+                "panicPolicy": {"percent": 1000, "period": "15s", "panicThresholdPercent": 200, "panicModeHold": "60s"},
             },
-            "panicPolicy": {"percent": 1000, "period": "15s", "panicThresholdPercent": 200, "panicModeHold": "60s"},
+            "scaleDown": {
+                "instances": 1,
+                "percent": 50,
+                "period": "30s",
+                "selectPolicy": "And",
+                "stabilizationWindow": "5m",
+            },
         },
-        "scaleDown": {
-            "instances": 1,
-            "percent": 50,
-            "period": "30s",
-            "selectPolicy": "And",
-            "stabilizationWindow": "5m",
-        },
-    },
-}
+    }
+)
 HPA_GAUGES: dict[str, Callable[[ReplicaGauges], float]] = {
     # The per-replica gauges an HPA-style policy can scale on (what the simulator exports per pod).
     "vllm:num_requests_waiting": lambda g: float(g.waiting),
@@ -96,7 +99,7 @@ class ClusterDescription:
     service_classes: Mapping[tuple[str, str], ServiceClass | ConfigError]
     saturation_data: Mapping[str, Any]
     inventory: Mapping[str, int] | None
-    hpa_policy: Mapping[str, Any] = field(default_factory=lambda: DEFAULT_HPA_POLICY)
+    hpa_policy: AutoscalingPolicySpec = field(default_factory=lambda: DEFAULT_HPA_POLICY)
     kv_tokens_per_slot: int = DEFAULT_KV_TOKENS_PER_SLOT
     routed_models: Mapping[str, str] = field(default_factory=dict)
     """Models (``namespace/modelID``) behind a load-aware router in the cluster, and why (e.g. a Kthena ModelRoute)."""
@@ -209,8 +212,8 @@ def with_hpa_metric(description: ClusterDescription, metric: str, target: float)
         raise ValueError(f"hpa metric {metric!r} is not simulated; use one of {', '.join(sorted(HPA_GAUGES))}")
     if not target > 0:
         raise ValueError(f"hpa target must be > 0, got {target!r}")
-    policy = {**description.hpa_policy, "metrics": [{"metricName": metric, "targetValue": str(target)}]}
-    return dataclasses.replace(description, hpa_policy=policy)
+    metrics = [AutoscalingPolicyMetric(metric_name=metric, target_value=str(target))]
+    return dataclasses.replace(description, hpa_policy=description.hpa_policy.model_copy(update={"metrics": metrics}))
 
 
 def cluster_routing(description: ClusterDescription, router: str, slos: Mapping[str, SLO]) -> Routing:
