@@ -12,7 +12,7 @@ import base64
 import logging
 import shutil
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -30,13 +30,10 @@ from engine.api.registry import (
     MODEL_CACHE,
     OPEN_MODEL,
 )
-from engine.api.views import PersistentVolumeClaim
+from engine.api.views import Job, PersistentVolumeClaim, Pod
 from engine.caches.fill import (
     JobSettings,
-    job_failure_message,
-    job_state,
     quantity_bytes,
-    read_fill_report,
     render_job,
     render_pvc,
 )
@@ -48,7 +45,6 @@ from engine.caches.plan import (
     MODELCACHE_API_VERSION,
     VERIFICATION_FAILED,
     Failure,
-    FillState,
     attempts_annotation,
     fill_attempts,
     job_name,
@@ -85,7 +81,7 @@ class CacheWorld:
     openmodels: list[Manifest]
     pvcs: dict[tuple[str, str], Manifest]
     jobs: dict[tuple[str, str], Manifest]
-    pods: list[Manifest]
+    pods: list[Pod]  # the fill Jobs' pods, as views (what their fills reported)
 
 
 def _key(obj: Manifest) -> tuple[str, str]:
@@ -136,7 +132,7 @@ def read_world(cluster: Cluster, namespaces: Iterable[str] | None = None) -> Cac
         openmodels=_list(cluster, LLMAZ_API, OPEN_MODEL, None),
         pvcs={_key(p): p for p in _list(cluster, "v1", "PersistentVolumeClaim", wanted, CACHE_LABEL)},
         jobs={_key(j): j for j in _list(cluster, "batch/v1", "Job", wanted, CACHE_LABEL)},
-        pods=_list(cluster, "v1", "Pod", wanted, CACHE_LABEL),
+        pods=[Pod.model_validate(p) for p in _list(cluster, "v1", "Pod", wanted, CACHE_LABEL)],
     )
 
 
@@ -146,20 +142,18 @@ def read_cache_facts(cluster: Cluster, cache: ModelCache, world: CacheWorld) -> 
     started), and with the local backend whether an Available cache's completion marker is still in place."""
     namespace, name = cache.metadata.namespace or "", cache.metadata.name or ""
     raw = world.pvcs.get((namespace, pvc_name(name)))
-    facts = CacheFacts(
-        PersistentVolumeClaim.model_validate(raw) if raw is not None else None, world.configs.get(namespace)
-    )
-    source, invalid = source_of(cache.spec)
-    if invalid is not None:
-        return facts  # nothing more to read for a source the pass only reports
+    pvc = PersistentVolumeClaim.model_validate(raw) if raw is not None else None
+    config = world.configs.get(namespace)
     if not isinstance(cluster, LocalCluster):
         attempts = fill_attempts(cache)
         job = world.jobs.get((namespace, job_name(name, attempts))) if attempts else None
-        return replace(facts, job=job_result(job, world.pods, source.uri) if attempts else None)
+        return CacheFacts(pvc, config, Job.model_validate(job) if job is not None else None, tuple(world.pods))
+    source, invalid = source_of(cache.spec)
     available = cache.status is not None and cache.status.status == "Available"
-    if available and facts.pvc is not None:
-        return replace(facts, marker_ok=local_marker_ok(local_volume(cluster, namespace, pvc_name(name)), source.uri))
-    return facts
+    if invalid is None and available and pvc is not None:  # is the verified marker still in place?
+        marker_ok = local_marker_ok(local_volume(cluster, namespace, pvc_name(name)), source.uri)
+        return CacheFacts(pvc, config, fills_in_cluster=False, marker_ok=marker_ok)
+    return CacheFacts(pvc, config, fills_in_cluster=False)
 
 
 # --------------------------------------------------------------------------------------- secrets
@@ -265,33 +259,6 @@ def start_job(
         return cluster.create(job)
     except Conflict:
         return cluster.get("batch/v1", "Job", job["metadata"]["name"], job["metadata"]["namespace"])
-
-
-def job_result(job: Manifest | None, pods: Iterable[Manifest], source_uri: str) -> tuple[FillState, Failure | None]:
-    """A Job's outcome: running, or finished with the verdict its last pod's termination message reports.
-    "Complete" alone is not enough: the report must be a verified completion marker of this source."""
-    state = job_state(job)
-    if state in (FillState.NONE, FillState.RUNNING) or job is None:
-        return state, None
-    name = job["metadata"]["name"]
-    mine = [p for p in pods if (p.get("metadata") or {}).get("labels", {}).get("job-name") == name]
-    wanted_phase = "Succeeded" if state == FillState.SUCCEEDED else "Failed"
-    finished = [p for p in mine if (p.get("status") or {}).get("phase") == wanted_phase] or mine
-    message = None
-    for pod in sorted(finished, key=lambda p: p["metadata"].get("creationTimestamp") or "", reverse=True):
-        for status in (pod.get("status") or {}).get("containerStatuses") or []:
-            terminated = (status.get("state") or {}).get("terminated") or {}
-            if terminated.get("message"):
-                message = terminated["message"]
-                break
-        if message:
-            break
-    verdict, failure = read_fill_report(message, source_uri)
-    if state == FillState.FAILED and verdict == FillState.SUCCEEDED:  # a report without success of the Job
-        return FillState.FAILED, Failure("DownloadFailed", "the fill Job failed after reporting a complete cache")
-    if state == FillState.FAILED and failure is not None and failure.reason == "VerificationFailed":
-        return FillState.FAILED, Failure("DownloadFailed", f"the fill Job failed ({job_failure_message(job)})")
-    return verdict, failure
 
 
 # ------------------------------------------------------------------------------------------ status

@@ -10,13 +10,14 @@ marker was verified without reading the volume.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from engine.api.aim import AIMNamespaceConfig, ModelCache, ModelCacheSpec
 from engine.api.meta import EnvVar, SecretKeySelector
 from engine.api.registry import MODEL_CACHE
+from engine.api.views import ContainerStatus, Job, Pod
 from engine.caches.identity import pvc_size
 from engine.caches.plan import (
     CACHE_LABEL,
@@ -254,27 +255,54 @@ def render_job(
     }
 
 
-def job_state(job: Mapping[str, Any] | None) -> FillState:
+def job_state(job: Job | None) -> FillState:
     """A Job's state as a kubelet and the job controller report it (conditions first, then counters)."""
-    if not job:
+    if job is None:
         return FillState.NONE
-    status = job.get("status") or {}
-    for condition in status.get("conditions") or []:
-        if condition.get("status") != "True":
+    for condition in job.status.conditions:
+        if condition.status != "True":
             continue
-        if condition.get("type") in ("Complete", "SuccessCriteriaMet"):
+        if condition.type in ("Complete", "SuccessCriteriaMet"):
             return FillState.SUCCEEDED
-        if condition.get("type") in ("Failed", "FailureTarget"):
+        if condition.type in ("Failed", "FailureTarget"):
             return FillState.FAILED
     return FillState.RUNNING
 
 
-def job_failure_message(job: Mapping[str, Any]) -> str:
+def job_failure_message(job: Job) -> str:
     """The Job's own Failed condition (e.g. ``BackoffLimitExceeded: Job has reached the specified backoff limit``)."""
-    for condition in (job.get("status") or {}).get("conditions") or []:
-        if condition.get("type") == "Failed" and condition.get("status") == "True":
-            return ": ".join(part for part in (condition.get("reason"), condition.get("message")) if part)
+    for condition in job.status.conditions:
+        if condition.type == "Failed" and condition.status == "True":
+            return ": ".join(part for part in (condition.reason, condition.message) if part)
     return "the fill Job failed"
+
+
+def fill_job_verdict(job: Job | None, pods: Iterable[Pod], source_uri: str) -> tuple[FillState, Failure | None]:
+    """A fill Job's outcome: running, or finished with the verdict its last pod's termination message reports
+    (:func:`read_fill_report`). "Complete" alone is not enough: the report must be a verified completion
+    marker of this source."""
+    state = job_state(job)
+    if state in (FillState.NONE, FillState.RUNNING) or job is None:
+        return state, None
+    mine = [p for p in pods if p.metadata.labels.get("job-name") == job.metadata.name]
+    wanted_phase = "Succeeded" if state == FillState.SUCCEEDED else "Failed"
+    finished = [p for p in mine if p.status.phase == wanted_phase] or mine
+    message = None
+    for pod in sorted(finished, key=lambda p: p.metadata.creation_timestamp or "", reverse=True):
+        message = next(filter(None, (_termination_message(s) for s in pod.status.container_statuses)), None)
+        if message:
+            break
+    verdict, failure = read_fill_report(message, source_uri)
+    if state == FillState.FAILED and verdict == FillState.SUCCEEDED:  # a report without success of the Job
+        return FillState.FAILED, Failure(DOWNLOAD_FAILED, "the fill Job failed after reporting a complete cache")
+    if state == FillState.FAILED and failure is not None and failure.reason == VERIFICATION_FAILED:
+        return FillState.FAILED, Failure(DOWNLOAD_FAILED, f"the fill Job failed ({job_failure_message(job)})")
+    return verdict, failure
+
+
+def _termination_message(status: ContainerStatus) -> str | None:
+    """The message a container left when it ended, if any."""
+    return status.state.terminated.message if status.state.terminated is not None else None
 
 
 # ----------------------------------------------------------------------------------- fill report

@@ -15,11 +15,10 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from engine.api.aim import AIMNamespaceConfig, ModelCache
-from engine.api.views import PersistentVolumeClaim
-from engine.caches.fill import DownloadEnv, download_env
+from engine.api.views import Job, PersistentVolumeClaim, Pod
+from engine.caches.fill import DownloadEnv, download_env, fill_job_verdict
 from engine.caches.plan import (
     Failure,
-    FillState,
     Observation,
     RetryPolicy,
     Step,
@@ -39,8 +38,12 @@ class CacheFacts:
     """The cache's PVC, when it exists."""
     namespace_config: AIMNamespaceConfig | None
     """The namespace's AIMNamespaceConfig ``default`` (credentials, storage class), when there is one."""
-    job: tuple[FillState, Failure | None] | None = None
-    """The verdict of the current attempt's fill Job (cluster backend, once a fill was started)."""
+    job: Job | None = None
+    """The current attempt's fill Job (cluster backend, once a fill was started), when it still exists."""
+    pods: tuple[Pod, ...] = ()
+    """The fill Jobs' pods (their termination messages carry the fills' reports)."""
+    fills_in_cluster: bool = True
+    """Whether fills run as Jobs (cluster backend); False: in the flow's process (local backend)."""
     marker_ok: bool = True
     """Whether the volume still holds the verified completion marker (read locally; in a cluster the verdict stands)."""
 
@@ -69,5 +72,6 @@ def plan_cache(cache: ModelCache, facts: CacheFacts, policy: RetryPolicy, now: d
         return CachePlan(source, invalid, env, obs, Step.GIVE_UP)
     available = cache.status is not None and cache.status.status == "Available"
     still_filled = available and facts.pvc is not None and facts.marker_ok
-    obs = observe_fill(cache, obs, still_filled, facts.job, now)
+    job = fill_job_verdict(facts.job, facts.pods, source.uri) if facts.fills_in_cluster and obs.attempts else None
+    obs = observe_fill(cache, obs, still_filled, job, now)
     return CachePlan(source, None, env, obs, next_step(obs, policy, now))

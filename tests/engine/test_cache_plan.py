@@ -10,10 +10,11 @@ import pytest
 
 from engine.api.aim import AIMNamespaceConfig, ModelCache, ModelCacheSpec, ModelCacheStatus
 from engine.api.meta import EnvVar
-from engine.api.views import PersistentVolumeClaim
+from engine.api.views import Job, PersistentVolumeClaim, Pod
 from engine.caches.fill import (
     JobSettings,
     download_env,
+    fill_job_verdict,
     fill_report,
     job_state,
     pvc_request,
@@ -215,9 +216,44 @@ def test_pvc_and_job_manifests() -> None:
 
 def test_job_state_follows_the_job_controller() -> None:
     assert job_state(None) == FillState.NONE
-    assert job_state({"status": {"active": 1}}) == FillState.RUNNING
-    assert job_state({"status": {"conditions": [{"type": "Complete", "status": "True"}]}}) == FillState.SUCCEEDED
-    assert job_state({"status": {"conditions": [{"type": "Failed", "status": "True"}]}}) == FillState.FAILED
+    assert job_state(Job.model_validate({"status": {"active": 1}})) == FillState.RUNNING
+    complete = {"status": {"conditions": [{"type": "Complete", "status": "True"}]}}
+    assert job_state(Job.model_validate(complete)) == FillState.SUCCEEDED
+    failed = {"status": {"conditions": [{"type": "Failed", "status": "True"}]}}
+    assert job_state(Job.model_validate(failed)) == FillState.FAILED
+
+
+def test_a_fill_jobs_verdict_is_its_pods_report() -> None:
+    """Complete alone is not enough: the newest finished pod's termination message must be this source's marker."""
+    job = Job.model_validate(
+        {"metadata": {"name": "llama-fill-1"}, "status": {"conditions": [{"type": "Complete", "status": "True"}]}}
+    )
+
+    def pod(name: str, created: str, message: str | None, phase: str = "Succeeded") -> Pod:
+        terminated = {"terminated": {"message": message}} if message else {}
+        return Pod.model_validate(
+            {
+                "metadata": {"name": name, "labels": {"job-name": "llama-fill-1"}, "creationTimestamp": created},
+                "status": {"phase": phase, "containerStatuses": [{"state": terminated}]},
+            }
+        )
+
+    report = fill_report({"source": "hf://org/llama", "files": []})
+    older = pod("a", "2026-11-23T09:00:00Z", fill_report(reason="AuthenticationFailed", message="401"))
+    newer = pod("b", "2026-11-23T09:30:00Z", report)
+    assert fill_job_verdict(job, [older, newer], "hf://org/llama") == (FillState.SUCCEEDED, None)
+    state, failure = fill_job_verdict(job, [newer], "hf://org/other")
+    assert state == FillState.FAILED and failure is not None and failure.reason == "VerificationFailed"
+    assert fill_job_verdict(job, [], "hf://org/llama")[0] == FillState.FAILED  # no report at all
+    assert fill_job_verdict(None, [newer], "hf://org/llama") == (FillState.NONE, None)
+    failed_job = Job.model_validate(
+        {
+            "metadata": {"name": "llama-fill-1"},
+            "status": {"conditions": [{"type": "Failed", "status": "True", "reason": "BackoffLimitExceeded"}]},
+        }
+    )
+    gave_up = fill_job_verdict(failed_job, [pod("c", "2026-11-23T09:40:00Z", None, "Failed")], "hf://org/llama")
+    assert gave_up == (FillState.FAILED, Failure("DownloadFailed", "the fill Job failed (BackoffLimitExceeded)"))
 
 
 def test_fill_reports_round_trip_and_complete_alone_is_not_enough() -> None:
@@ -389,7 +425,8 @@ def test_plan_cache_is_the_one_decision_of_a_pass() -> None:
         None,
     )
     started = typed({**CACHE, "metadata": {**CACHE["metadata"], "annotations": attempts_annotation(2, 1)}})
-    running = plan_cache(started, CacheFacts(bound, None, job=(FillState.RUNNING, None)), POLICY, NOW)
+    job = Job.model_validate({"metadata": {"name": "llama-fill-1"}, "status": {"active": 1}})
+    running = plan_cache(started, CacheFacts(bound, None, job=job), POLICY, NOW)
     assert (running.step, running.obs.attempts, running.obs.fill) == (Step.WAIT, 1, FillState.RUNNING)
     available = typed({**CACHE, "status": {"status": "Available"}})
     assert plan_cache(available, CacheFacts(bound, None), POLICY, NOW).step == Step.DONE
