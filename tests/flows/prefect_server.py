@@ -50,7 +50,8 @@ class PrefectServer:
             "PYTHONPATH": str(REPO),
         }
         self.processes: list[subprocess.Popen[bytes]] = []
-        self.client = httpx.Client(base_url=self.api_url, timeout=30)
+        # A write waits behind the SQLite lock on a loaded machine (CI: a create_flow_run took over 30 s).
+        self.client = httpx.Client(base_url=self.api_url, timeout=120)
 
     # ------------------------------------------------------------------------------ processes
 
