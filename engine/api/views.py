@@ -245,6 +245,66 @@ class PersistentVolumeClaim(View):
         return self.status.capacity.get("storage") or self.spec.resources.requests.get("storage")
 
 
+class JobCondition(View):
+    """One ``batch/v1`` JobCondition (``Complete``, ``Failed``, ``SuccessCriteriaMet``, ``FailureTarget``)."""
+
+    type: str | None = None
+    status: str | None = None
+    reason: str | None = None
+    message: str | None = None
+
+
+class JobStatus(View):
+    """A Job's status, as far as how it ended goes."""
+
+    conditions: list[JobCondition] = Field(default_factory=list)
+
+
+class Job(View):
+    """A ``batch/v1`` Job (a cache's fill): its name and how the job controller says it ended."""
+
+    metadata: MetaView = Field(default_factory=MetaView)
+    status: JobStatus = Field(default_factory=JobStatus)
+
+
+class PodMeta(MetaView):
+    """A Pod's metadata: the views' fields and when it was created (as written, for ordering)."""
+
+    creation_timestamp: str | None = Field(None, alias="creationTimestamp")
+
+
+class TerminatedState(View):
+    """How a container ended: its termination message (a fill's report)."""
+
+    message: str | None = None
+
+
+class ContainerState(View):
+    """A container's state (only a terminated one is read)."""
+
+    terminated: TerminatedState | None = None
+
+
+class ContainerStatus(View):
+    """One container's status in a Pod."""
+
+    state: ContainerState = Field(default_factory=ContainerState)
+
+
+class PodStatus(View):
+    """A Pod's phase and its containers' states."""
+
+    phase: str | None = None
+    container_statuses: list[ContainerStatus] = Field(default_factory=list, alias="containerStatuses")
+
+
+class Pod(View):
+    """A ``v1`` Pod, as far as a fill Job's pod reports: labels (``job-name``), phase, termination messages."""
+
+    metadata: PodMeta = Field(default_factory=PodMeta)
+    status: PodStatus = Field(default_factory=PodStatus)
+
+
 class CrdNames(View):
     """A CustomResourceDefinition's names."""
 
