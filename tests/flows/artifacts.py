@@ -22,7 +22,9 @@ def newest_artifact(key: str) -> Artifact:
     async def read() -> list[Artifact]:
         async with get_client() as client:
             return await client.read_artifacts(
-                artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=[key])), sort=ArtifactSort.CREATED_DESC, limit=1
+                artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=[key])),
+                sort=ArtifactSort.CREATED_DESC,
+                limit=1,
             )
 
     found = asyncio.run(read())
