@@ -1,9 +1,8 @@
 """Prefect tasks of the three AIM lifecycles: read the cluster into typed objects (one LIST per kind, the
 custom resources through the boundary reader into their API models, with their status; Nodes,
 InferenceServices and HTTPRoutes into the views of ``engine.api.views``), read images from registries, and
-write the plans
-the engine decided (:func:`write_model_plan`, :func:`write_template_plan`, :func:`write_service_plan`:
-annotations, templates, caches, workloads, status).
+write the plans the engine decided through the objects as read (:func:`write_model_plan`,
+:func:`write_template_plan`, :func:`write_service_plan`: annotations, templates, caches, workloads, status).
 
 Writes happen only for changes: a status is patched when its merge-patch is not empty, a template or
 workload only when it is missing or differs from what is rendered. Status patches carry the read
@@ -129,7 +128,7 @@ def read_aim_state(cluster: Cluster, kinds: Sequence[str], model_selector: str |
         ],
         "routes": lambda: [HTTPRoute.read(o) for o in list_kind(cluster, GATEWAY_API, "HTTPRoute", optional=True)],
     }
-    state: AimState = AimState()
+    state = AimState()
     for kind in kinds:
         setattr(state, kind, sources[kind]())
     return state
