@@ -46,9 +46,9 @@ M = TypeVar("M", bound=BaseModel)
 
 @dataclass(frozen=True)
 class Accepted(Generic[M]):
-    """One custom resource that passed the boundary: ``model`` is what the flow reads (its parsed API
-    model), ``obj`` the object as the cluster returned it, which writes go through (its metadata,
-    resourceVersion and status are patched as read)."""
+    """One custom resource that passed the boundary: ``model`` is what the flow and the engine read (its
+    parsed API model: metadata, spec and the previous status), ``obj`` the object as the cluster returned
+    it, which writes go through (its metadata, resourceVersion and status are patched as read)."""
 
     obj: Manifest
     model: M
