@@ -110,7 +110,7 @@ def parse_resource(obj: Any) -> BaseModel | tuple[str, str] | None:
         return exc.field_path or "spec", exc.message
     typed, dropped = with_status(parsed, obj.get("status"))
     if dropped:
-        meta = obj.get("metadata") if isinstance(obj.get("metadata"), dict) else {}
+        meta: Manifest = obj.get("metadata") or {}  # parsed: a mapping when present
         log.warning(
             "%s %s/%s: status parts that do not parse are read as absent: %s",
             obj.get("kind"),
