@@ -46,9 +46,9 @@ M = TypeVar("M", bound=BaseModel)
 
 @dataclass(frozen=True)
 class Accepted(Generic[M]):
-    """One custom resource that passed the boundary: ``model`` is what the flow and the engine read (its
-    parsed API model: metadata, spec and the previous status), ``obj`` the object as the cluster returned
-    it, which writes go through (its metadata, resourceVersion and status are patched as read)."""
+    """One custom resource that passed the boundary: ``model`` is what the flow reads (its parsed API
+    model), ``obj`` the object as the cluster returned it, which writes go through (its metadata,
+    resourceVersion and status are patched as read)."""
 
     obj: Manifest
     model: M
@@ -110,7 +110,7 @@ def parse_resource(obj: Any) -> BaseModel | tuple[str, str] | None:
         return exc.field_path or "spec", exc.message
     typed, dropped = with_status(parsed, obj.get("status"))
     if dropped:
-        meta: Manifest = obj.get("metadata") or {}  # parsed: a mapping when present
+        meta = obj.get("metadata") if isinstance(obj.get("metadata"), dict) else {}
         log.warning(
             "%s %s/%s: status parts that do not parse are read as absent: %s",
             obj.get("kind"),
