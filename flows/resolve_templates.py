@@ -98,9 +98,9 @@ def resolve_templates(namespaces: list[NamespaceName] | None = None, cluster: Cl
     cluster_api = connect(cluster)
     state = read_aim_state(cluster_api, ["templates", "models", "configs", "caches", "nodes"])
     world = TemplateWorld.of(
-        models=typed(state.models), configs=typed(state.configs), caches=state.caches, nodes=state.nodes
+        models=typed(state.models), configs=typed(state.configs), caches=typed(state.caches), nodes=state.nodes
     )
-    caches = SharedCaches(state.caches)
+    caches = SharedCaches([c.obj for c in state.caches])
     scope = set(namespaces or ()) or None
     templates = [
         t for t in sorted(state.templates, key=lambda t: (t.namespace, t.name)) if scope is None or t.namespace in scope

@@ -93,7 +93,7 @@ def rollout_services(namespaces: list[NamespaceName] | None = None, cluster: Clu
     )
     scope = set(namespaces or ()) or None
     world = service_world(state)
-    caches = SharedCaches(state.caches)
+    caches = SharedCaches([c.obj for c in state.caches])
     services = [
         s for s in sorted(state.services, key=lambda s: (s.namespace, s.name)) if scope is None or s.namespace in scope
     ]
@@ -144,7 +144,7 @@ def service_world(state: AimState) -> ServiceWorld:
         models=typed(state.models),
         templates=typed(state.templates),
         configs=typed(state.configs),
-        caches=state.caches,
+        caches=typed(state.caches),
         nodes=state.nodes,
         isvcs=state.isvcs,
         routes=state.routes,

@@ -39,7 +39,7 @@ from engine.aim.discovery import (
 from engine.aim.discovery_plan import ModelPlan
 from engine.aim.service_plan import ServicePlan
 from engine.aim.template_plan import ResolvePlan
-from engine.api.aim import AIMClusterModel, AIMNamespaceConfig, AIMService, AIMServiceTemplate
+from engine.api.aim import AIMClusterModel, AIMNamespaceConfig, AIMService, AIMServiceTemplate, ModelCache
 from engine.api.meta import KubeModel
 from engine.api.registry import AIM_CLUSTER_MODEL, AIM_NAMESPACE_CONFIG, AIM_SERVICE, AIM_SERVICE_TEMPLATE, MODEL_CACHE
 from engine.api.views import HTTPRoute, InferenceService, Node, Observed
@@ -87,14 +87,13 @@ M = TypeVar("M", bound=KubeModel)
 class AimState:
     """Everything one AIM flow run reads, one LIST per kind, typed: our custom resources as
     :class:`tasks.boundary.Accepted` (the API model with its status, which the engine decides from, and
-    the object as read, which writes go through); the ModelCaches as read (``engine.caches.lookup``
-    reads them so); Nodes, InferenceServices and HTTPRoutes as views."""
+    the object as read, which writes go through); Nodes, InferenceServices and HTTPRoutes as views."""
 
     models: list[Accepted[AIMClusterModel]] = field(default_factory=list)
     configs: list[Accepted[AIMNamespaceConfig]] = field(default_factory=list)
     templates: list[Accepted[AIMServiceTemplate]] = field(default_factory=list)
     services: list[Accepted[AIMService]] = field(default_factory=list)
-    caches: list[Manifest] = field(default_factory=list)
+    caches: list[Accepted[ModelCache]] = field(default_factory=list)
     nodes: list[Node] = field(default_factory=list)
     isvcs: list[InferenceService] = field(default_factory=list)
     routes: list[HTTPRoute] = field(default_factory=list)
@@ -121,7 +120,7 @@ def read_aim_state(cluster: Cluster, kinds: Sequence[str], model_selector: str |
         "configs": lambda: _accepted(cluster, AIM_NAMESPACE_CONFIG, AIMNamespaceConfig),
         "templates": lambda: _accepted(cluster, AIM_SERVICE_TEMPLATE, AIMServiceTemplate),
         "services": lambda: _accepted(cluster, AIM_SERVICE, AIMService),
-        "caches": lambda: list_kind(cluster, API_VERSION, MODEL_CACHE),
+        "caches": lambda: _accepted(cluster, MODEL_CACHE, ModelCache),
         "nodes": lambda: [Node.model_validate(n) for n in list_kind(cluster, NODE_API, "Node", optional=True)],
         "isvcs": lambda: [
             InferenceService.read(o) for o in list_kind(cluster, KSERVE_API, "InferenceService", optional=True)
@@ -417,6 +416,12 @@ class SharedCaches:
             self._by_namespace.setdefault(cache["metadata"].get("namespace") or "", []).append(cache)
         self._lock = threading.Lock()
 
+    def as_read(self, cache: ModelCache) -> Manifest | None:
+        """The object as read (or as requested) behind a ModelCache the engine decided on."""
+        namespace, name = cache.metadata.namespace or "", cache.metadata.name
+        with self._lock:
+            return next((c for c in self._by_namespace.get(namespace, []) if c["metadata"]["name"] == name), None)
+
     def request(self, cluster: Cluster, namespace: str, requests: Sequence[CacheRequest]) -> int:
         """Create (or adopt, :func:`tasks.caches.ensure_cache`) the cache of each request that no cache
         of the namespace holds yet; returns how many were requested from the cluster."""
@@ -465,7 +470,7 @@ def write_service_plan(
     if plan.isvc is not None:
         _count(counts, apply_object(cluster, plan.isvc.desired, _as_read(plan.isvc.existing), plan.isvc.patch))
         if plan.mounted:
-            mark_caches_used(cluster, plan.mounted, now)
+            mark_caches_used(cluster, [c for c in map(caches.as_read, plan.mounted) if c is not None], now)
     if plan.route is not None:
         _count(counts, apply_object(cluster, plan.route.desired, _as_read(plan.route.existing), plan.route.patch))
     if plan.retire:

@@ -101,24 +101,11 @@ KIND_PARAMETERS = frozenset(
 )
 """Parameter names that carry one of our custom resources (or its spec) or a core object the AIM engine
 reads (issues 22/23: parse once at the boundary, the engine receives typed objects)."""
-DICT_PARAMETERS = {
-    **dict.fromkeys(
-        (
-            "engine.aim.service_plan._plan_caches.caches",
-            "engine.aim.service_plan.caches_by_namespace.caches",
-            "engine.aim.service_plan.ServiceWorld.of.caches",
-            "engine.aim.template_plan._cache_states.caches",
-            "engine.aim.template_plan.TemplateWorld.of.caches",
-        ),
-        "ModelCaches are read as the cluster returns them by engine.caches.lookup, shared with warm-caches "
-        "and the Kthena/llmaz/openmodel rollouts",
-    ),
-    **dict.fromkeys(
-        ("engine.aim.services.update_patch.existing", "engine.aim.services.contains.existing"),
-        "a merge-patch diff over the whole object as read (InferenceService/HTTPRoute.object): a view declares "
-        "only the fields the engine reads",
-    ),
-}
+DICT_PARAMETERS = dict.fromkeys(
+    ("engine.aim.services.update_patch.existing", "engine.aim.services.contains.existing"),
+    "a merge-patch diff over the whole object as read (InferenceService/HTTPRoute.object): a view declares "
+    "only the fields the engine reads",
+)
 """Kind-named parameters that still take dicts, and why (the report of issue 22 lists them)."""
 
 

@@ -33,9 +33,9 @@ from engine.aim.services import (
     workload_name,
 )
 from engine.aim.templates import GpuInventory, ModelCatalog, cluster_gpus
-from engine.api.aim import AIMClusterModel, AIMNamespaceConfig, AIMService, AIMServiceTemplate
+from engine.api.aim import AIMClusterModel, AIMNamespaceConfig, AIMService, AIMServiceTemplate, ModelCache
 from engine.api.views import HTTPRoute, InferenceService, Node, Observed
-from engine.caches.lookup import CacheRequest, cache_available, cache_pvc, find_cache
+from engine.caches.lookup import CacheRequest, find_model_cache, model_cache_pvc, model_cache_status
 from engine.caches.sources import parse_source
 
 Manifest = dict[str, Any]
@@ -68,11 +68,11 @@ def by_namespace(items: Iterable[N]) -> dict[str, dict[str, N]]:
     return result
 
 
-def caches_by_namespace(caches: Iterable[Manifest]) -> dict[str, list[Manifest]]:
-    """``namespace -> ModelCaches`` as read (engine.caches.lookup reads them as the cluster returns them)."""
-    result: dict[str, list[Manifest]] = {}
+def caches_by_namespace(caches: Iterable[ModelCache]) -> dict[str, list[ModelCache]]:
+    """``namespace -> its ModelCaches``, in the order read."""
+    result: dict[str, list[ModelCache]] = {}
     for cache in caches:
-        result.setdefault(cache["metadata"].get("namespace") or "", []).append(cache)
+        result.setdefault(cache.metadata.namespace or "", []).append(cache)
     return result
 
 
@@ -83,8 +83,8 @@ class ServiceWorld:
     catalog: ModelCatalog
     templates: Mapping[str, Mapping[str, AIMServiceTemplate]]
     configs: Mapping[str, Mapping[str, AIMNamespaceConfig]]
-    caches: Mapping[str, Sequence[Manifest]]
-    """namespace -> its ModelCaches as read."""
+    caches: Mapping[str, Sequence[ModelCache]]
+    """namespace -> its ModelCaches."""
     isvcs: Mapping[str, Mapping[str, InferenceService]]
     routes: Mapping[str, Mapping[str, HTTPRoute]]
     inventory: GpuInventory
@@ -98,7 +98,7 @@ class ServiceWorld:
         models: Sequence[AIMClusterModel],
         templates: Sequence[AIMServiceTemplate],
         configs: Sequence[AIMNamespaceConfig],
-        caches: Sequence[Manifest],
+        caches: Sequence[ModelCache],
         nodes: Sequence[Node],
         isvcs: Sequence[InferenceService],
         routes: Sequence[HTTPRoute],
@@ -154,7 +154,7 @@ class ServicePlan:
     cache_requests: tuple[CacheRequest, ...] = ()
     isvc: ObjectWrite | None = None
     route: ObjectWrite | None = None
-    mounted: tuple[Manifest, ...] = ()
+    mounted: tuple[ModelCache, ...] = ()
     """The Available caches the InferenceService mounts (their ``lastUsed`` is set when it is written)."""
     retire: tuple[InferenceService | HTTPRoute, ...] = ()
     """InferenceServices and HTTPRoutes the service controls under another name."""
@@ -177,16 +177,16 @@ class _Caches:
     reason: str
     message: str
     mounts: tuple[CacheMount, ...]
-    mounted: tuple[Manifest, ...]
+    mounted: tuple[ModelCache, ...]
     requests: tuple[CacheRequest, ...]
 
 
 def _plan_caches(
-    sources: Sequence[str], caches: Sequence[Manifest], storage_class: str | None, request: bool, requested_by: str
+    sources: Sequence[str], caches: Sequence[ModelCache], storage_class: str | None, request: bool, requested_by: str
 ) -> _Caches:
     """Each source's cache from the namespace's LIST; with ``request`` a missing downloadable one is
     requested (and not Available yet). Existing Available caches are mounted even when not requested."""
-    found: list[tuple[str, Manifest | None]] = []
+    found: list[tuple[str, ModelCache | None]] = []
     requests: list[CacheRequest] = []
     for text in sources:
         try:
@@ -194,14 +194,12 @@ def _plan_caches(
         except ValueError:
             found.append((text, None))
             continue
-        cache = find_cache(caches, source, storage_class)
+        cache = find_model_cache(caches, source, storage_class)
         if cache is None and request and source.downloadable:
             requests.append(CacheRequest(text, storage_class, requested_by))
         found.append((text, cache))
-    available = [
-        (text, cache) for text, cache in found if cache is not None and cache_available(cache) and cache_pvc(cache)
-    ]
-    failed = [text for text, cache in found if ((cache or {}).get("status") or {}).get("status") == "Failed"]
+    available = [(text, cache) for text, cache in found if cache is not None and model_cache_pvc(cache)]
+    failed = [text for text, cache in found if cache is not None and model_cache_status(cache) == "Failed"]
     if failed:
         ready, reason, message = False, "CacheFailed", f"cache of {', '.join(failed)} failed"
     elif request and len(available) < len(found):
@@ -213,7 +211,9 @@ def _plan_caches(
             if available
             else "caching not requested; the runtime downloads the model"
         )
-    mounts = tuple(CacheMount(text, cache["metadata"]["name"], cache_pvc(cache) or "") for text, cache in available)
+    mounts = tuple(
+        CacheMount(text, cache.metadata.name or "", model_cache_pvc(cache) or "") for text, cache in available
+    )
     return _Caches(ready, reason, message, mounts, tuple(cache for _, cache in available), tuple(requests))
 
 

@@ -26,13 +26,11 @@ from engine.aim.templates import (
     resolve_profile,
     template_status,
 )
-from engine.api.aim import AIMClusterModel, AIMNamespaceConfig, AIMServiceTemplate
+from engine.api.aim import AIMClusterModel, AIMNamespaceConfig, AIMServiceTemplate, ModelCache
 from engine.api.views import Node
-from engine.caches.lookup import CacheRequest, find_cache
+from engine.caches.lookup import CacheRequest, find_model_cache, model_cache_status
 from engine.caches.sources import parse_source
 from engine.status import ConditionUpdate
-
-Manifest = dict[str, Any]
 
 DEFAULT_CONFIG = "default"
 """The AIMNamespaceConfig whose ``cacheStorageClassName`` a template's caches use."""
@@ -44,7 +42,7 @@ class TemplateWorld:
 
     catalog: ModelCatalog
     inventory: GpuInventory
-    caches: Mapping[str, Sequence[Manifest]]
+    caches: Mapping[str, Sequence[ModelCache]]
     storage_classes: Mapping[str, str | None]
     """namespace -> ``cacheStorageClassName`` of its ``default`` AIMNamespaceConfig."""
 
@@ -54,10 +52,10 @@ class TemplateWorld:
         *,
         models: Sequence[AIMClusterModel],
         configs: Sequence[AIMNamespaceConfig],
-        caches: Sequence[Manifest],
+        caches: Sequence[ModelCache],
         nodes: Sequence[Node],
     ) -> TemplateWorld:
-        """Index what the flow read (ModelCaches as read, the rest typed)."""
+        """Index what the flow read."""
         return cls(
             catalog=ModelCatalog(models),
             inventory=cluster_gpus(nodes),
@@ -87,7 +85,7 @@ class ResolvePlan:
 
 
 def _cache_states(
-    sources: Sequence[str], caches: Sequence[Manifest], storage_class: str | None, requested_by: str
+    sources: Sequence[str], caches: Sequence[ModelCache], storage_class: str | None, requested_by: str
 ) -> tuple[dict[str, str | None], tuple[CacheRequest, ...]]:
     """``source -> status.status`` of its cache (``None`` when one is requested now), and the requests."""
     states: dict[str, str | None] = {}
@@ -98,11 +96,10 @@ def _cache_states(
         except ValueError:
             states[text] = None
             continue
-        cache = find_cache(caches, source, storage_class)
+        cache = find_model_cache(caches, source, storage_class)
         if cache is None and source.downloadable:
             requests.append(CacheRequest(text, storage_class, requested_by))
-        status = (cache.get("status") or {}).get("status") if cache is not None else None
-        states[text] = str(status) if status is not None else None
+        states[text] = model_cache_status(cache) if cache is not None else None
     return states, tuple(requests)
 
 

@@ -59,7 +59,7 @@ def world(caches: list[dict[str, Any]], isvcs: list[dict[str, Any]] | None = Non
         models=[typed(model())],
         templates=[typed(template())],
         configs=[typed(config())],
-        caches=caches,
+        caches=[typed(c) for c in caches],
         nodes=[node("a", **{"amd.com/gpu.device-id": "74a1"})],
         isvcs=[InferenceService.read(i) for i in isvcs or []],
         routes=[],
@@ -95,7 +95,7 @@ def test_a_ready_service_renders_its_children_mounts_its_cache_and_retires_old_n
     predictor = plan.isvc.desired["spec"]["predictor"]
     assert predictor["minReplicas"] == 2
     assert [v["persistentVolumeClaim"]["claimName"] for v in predictor["volumes"][1:]] == ["c1-pvc"]
-    assert [c["metadata"]["name"] for c in plan.mounted] == ["c1"] and [r.object for r in plan.retire] == [old]
+    assert [c.metadata.name for c in plan.mounted] == ["c1"] and [r.object for r in plan.retire] == [old]
     assert (plan.outcome.status, plan.reason, plan.action) == ("Starting", "CreatingRuntime", "created")
     assert plan.route.desired["spec"]["parentRefs"] == [GATEWAY]
     # Written as rendered, the next plan changes nothing.
