@@ -46,8 +46,8 @@ def example_profiles() -> dict[str, tuple[PerfProfile, SLO]]:
     performance profile and its service class's SLO, read from deployments/examples."""
     description = read_description(str(EXAMPLES), SYSTEM_NAMESPACE)
     profiles: dict[str, tuple[PerfProfile, SLO]] = {}
-    for obj in description.variants:
-        spec = parse_variant(obj)
+    for va in description.variants:
+        spec = parse_variant(va)
         assert spec.profile is not None, f"example variant {spec.name} has no profile"
         count = f"{spec.accelerator_count}x" if spec.accelerator_count > 1 else ""
         profiles[f"{spec.model_id.rsplit('/', 1)[-1]} {count}{spec.accelerator}"] = (

@@ -114,9 +114,9 @@ def collect_windows(
     return result, None
 
 
-def _current(obj: dict[str, Any]) -> dict[str, float] | None:
+def _current(va: VariantAutoscaling) -> dict[str, float] | None:
     try:
-        profile = parse_variant(obj).profile
+        profile = parse_variant(va).profile
     except SpecError:
         return None
     return (
@@ -127,12 +127,12 @@ def _current(obj: dict[str, Any]) -> dict[str, float] | None:
 
 
 def calibrate_variant(
-    obj: dict[str, Any], windows: list[Window] | None, metrics_error: str | None
+    va: VariantAutoscaling, windows: list[Window] | None, metrics_error: str | None
 ) -> tuple[ProfileFit | None, str | None]:
     """Fit one variant, or the reason there is no fit."""
     if windows is None or not windows:
         return None, f"no metrics for this variant's pods{': ' + metrics_error if metrics_error else ''}"
-    current = _current(obj)
+    current = _current(va)
     try:
         return fit_profile(windows, gamma_prior=current["gamma"] if current else None), None
     except Unidentifiable as exc:
@@ -174,14 +174,14 @@ def calibrate(
     report = CalibrationReport()
     for va in state.variants:
         obj, key = va.obj, (va.namespace, va.name)
-        fit, why = calibrate_variant(obj, windows.get(key), metrics_error)
-        outcome = calibration_outcome(obj, fit, why)
+        fit, why = calibrate_variant(va.model, windows.get(key), metrics_error)
+        outcome = calibration_outcome(va.model, fit, why)
         row = CalibrationRow(
             key[0],
             key[1],
             outcome.reason,
             outcome.message,
-            current=_current(obj),
+            current=_current(va.model),
             fit={n: getattr(fit, n).as_dict() for n in ("alpha", "beta", "gamma", "delta")} | {"windows": fit.windows}
             if fit
             else None,

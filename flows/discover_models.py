@@ -33,7 +33,7 @@ from pydantic import Field
 from engine.aim.discovery import DiscoveryRecord
 from engine.aim.discovery_plan import DiscoveryWorld, ModelPlan, images_to_read, plan_model, previous_record
 from engine.api.aim import API_VERSION as AIM_API_VERSION
-from engine.api.aim import AIMClusterModel, AIMNamespaceConfig
+from engine.api.aim import AIMClusterModel
 from engine.api.registry import AIM_CLUSTER_MODEL
 from flows.exitcodes import flow_result
 from flows.parameters import DISCOVERY_RESYNC_S, ClusterTarget, NamespaceName
@@ -45,9 +45,11 @@ from tasks.aim import (
     pull_secrets,
     read_aim_state,
     read_keychain,
+    typed,
     write_model_plan,
 )
-from tasks.cluster import Manifest, connect
+from tasks.boundary import Accepted
+from tasks.cluster import connect
 from tasks.cluster.errors import ClusterError
 from tasks.events import Subject, emit_change
 from tasks.oci import RegistryClient
@@ -113,10 +115,9 @@ def discover_models(
     now = datetime.now(UTC).replace(microsecond=0)
     cluster_api = connect(cluster)
     state = read_aim_state(cluster_api, ["models", "configs", "templates"], model_selector)
-    models = [(m, state.typed(m, AIMClusterModel)) for m in state.models]
-    configs = state.typed_all(state.configs, AIMNamespaceConfig)
+    configs = typed(state.configs)
 
-    wanted = images_to_read(models, now, timedelta(seconds=resync_interval_s))
+    wanted = images_to_read(typed(state.models), now, timedelta(seconds=resync_interval_s))
     client = RegistryClient(
         insecure=tuple(insecure_registries or ()), timeout=registry_timeout_s, mirrors=registry_mirrors or {}
     )
@@ -125,21 +126,23 @@ def discover_models(
         keychain = read_keychain(cluster_api, quote(configs)) if any(pull_secrets(c) for c in configs) else Keychain()
         records = inspect_images(client, wanted, keychain, now)
 
-    world = DiscoveryWorld.of(state.templates, namespaces or sorted({c.metadata.namespace or "" for c in configs}))
+    world = DiscoveryWorld.of(
+        typed(state.templates), namespaces or sorted({c.metadata.namespace or "" for c in configs})
+    )
     report = DiscoveryReport(fetched=len(wanted), registry_requests=dict(client.requests_made))
 
-    def reconcile(item: tuple[Manifest, AIMClusterModel], counts: WriteCounts) -> ModelRow | None:
-        obj, model = item
+    def reconcile(item: Accepted[AIMClusterModel], counts: WriteCounts) -> ModelRow | None:
+        model = item.model
         read_now = model.spec.image in records
-        plan = plan_model(obj, model, records[model.spec.image] if read_now else previous_record(obj), read_now, world)
+        plan = plan_model(model, records[model.spec.image] if read_now else previous_record(model), read_now, world)
         try:
-            write_model_plan(cluster_api, obj, plan, now, counts)
+            write_model_plan(cluster_api, item.obj, plan, now, counts)
         except ClusterError as exc:  # one model's API failure must not stop the others
             counts.errors.append(f"AIMClusterModel {plan.name}: {exc.message}")
             return None
         return row_of(plan)
 
-    ordered = sorted(models, key=lambda item: item[0]["metadata"]["name"])
+    ordered = sorted(state.models, key=lambda item: item.name)
     report.rows = [row for row in for_each(ordered, reconcile, report.writes) if row is not None]
     for line in report.writes.errors:
         logger.error("%s", line)

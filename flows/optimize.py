@@ -168,7 +168,7 @@ def cycle_inputs(
             missing[(key.namespace, key.model_id)] = "; ".join(lines)
     return CycleInputs(
         now=now,
-        variants=state.variant_objects(),
+        variants=state.variant_models(),
         current_replicas=replicas.current,
         ready_replicas=replicas.ready,
         accelerator_costs=state.accelerator_costs,

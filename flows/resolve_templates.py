@@ -28,7 +28,7 @@ from prefect.context import FlowRunContext
 
 from engine.aim.template_plan import ResolvePlan, TemplateWorld, plan_model_readiness, plan_template
 from engine.api.aim import API_VERSION as AIM_API_VERSION
-from engine.api.aim import AIMNamespaceConfig, AIMServiceTemplate
+from engine.api.aim import AIMServiceTemplate
 from engine.api.registry import AIM_SERVICE_TEMPLATE
 from engine.status import ConditionUpdate
 from flows.exitcodes import flow_result
@@ -39,9 +39,11 @@ from tasks.aim import (
     for_each,
     new_status,
     read_aim_state,
+    typed,
     write_status,
     write_template_plan,
 )
+from tasks.boundary import Accepted
 from tasks.cluster import Cluster, Manifest, connect
 from tasks.cluster.errors import ClusterError
 from tasks.events import Subject, emit_change
@@ -96,27 +98,21 @@ def resolve_templates(namespaces: list[NamespaceName] | None = None, cluster: Cl
     cluster_api = connect(cluster)
     state = read_aim_state(cluster_api, ["templates", "models", "configs", "caches", "nodes"])
     world = TemplateWorld.of(
-        models=state.models,
-        configs=state.typed_all(state.configs, AIMNamespaceConfig),
-        caches=state.caches,
-        nodes=state.nodes,
+        models=typed(state.models), configs=typed(state.configs), caches=typed(state.caches), nodes=state.nodes
     )
-    caches = SharedCaches(state.caches)
+    caches = SharedCaches([c.obj for c in state.caches])
     scope = set(namespaces or ()) or None
     templates = [
-        t
-        for t in sorted(state.templates, key=lambda t: (t["metadata"]["namespace"], t["metadata"]["name"]))
-        if scope is None or t["metadata"]["namespace"] in scope
+        t for t in sorted(state.templates, key=lambda t: (t.namespace, t.name)) if scope is None or t.namespace in scope
     ]
 
-    def one(template: Manifest, counts: WriteCounts) -> TemplateRow | None:
+    def one(template: Accepted[AIMServiceTemplate], counts: WriteCounts) -> TemplateRow | None:
         try:
-            plan = plan_template(template, state.typed(template, AIMServiceTemplate), world)
-            write_template_plan(cluster_api, template, plan, caches, now, counts)
+            plan = plan_template(template.model, world)
+            write_template_plan(cluster_api, template.obj, plan, caches, now, counts)
         except (ClusterError, ValueError) as exc:  # one template's failure must not stop the others
-            meta = template["metadata"]
             counts.errors.append(
-                f"AIMServiceTemplate {meta['namespace']}/{meta['name']}: {getattr(exc, 'message', None) or exc}"
+                f"AIMServiceTemplate {template.namespace}/{template.name}: {getattr(exc, 'message', None) or exc}"
             )
             return None
         return row_of(plan)
@@ -124,8 +120,9 @@ def resolve_templates(namespaces: list[NamespaceName] | None = None, cluster: Cl
     report = ResolveReport()
     report.rows = [row for row in for_each(templates, one, report.writes) if row is not None]
     resolved = {(r.namespace, r.name): r.status for r in report.rows}
-    for model, ready in plan_model_readiness(state.models, state.templates, resolved, world.catalog):
-        write_model_ready(cluster_api, model, ready, now, report.writes)
+    as_read = {m.name: m.obj for m in state.models}
+    for model, ready in plan_model_readiness(typed(state.models), typed(state.templates), resolved, world.catalog):
+        write_model_ready(cluster_api, as_read[str(model.metadata.name)], ready, now, report.writes)
     report.caches_requested = report.writes.created
     for line in report.writes.errors:
         logger.error("%s", line)

@@ -30,12 +30,13 @@ from prefect.context import FlowRunContext
 
 from engine.aim.service_plan import ServicePlan, ServiceWorld, plan_service
 from engine.api.aim import API_VERSION as AIM_API_VERSION
-from engine.api.aim import AIMNamespaceConfig, AIMService
+from engine.api.aim import AIMService
 from engine.api.registry import AIM_SERVICE
 from flows.exitcodes import flow_result
 from flows.parameters import ClusterTarget, NamespaceName
-from tasks.aim import AimState, SharedCaches, WriteCounts, for_each, read_aim_state, write_service_plan
-from tasks.cluster import Manifest, connect
+from tasks.aim import AimState, SharedCaches, WriteCounts, for_each, read_aim_state, typed, write_service_plan
+from tasks.boundary import Accepted
+from tasks.cluster import connect
 from tasks.cluster.errors import ClusterError
 from tasks.events import Subject, emit_change
 
@@ -92,22 +93,18 @@ def rollout_services(namespaces: list[NamespaceName] | None = None, cluster: Clu
     )
     scope = set(namespaces or ()) or None
     world = service_world(state)
-    caches = SharedCaches(state.caches)
+    caches = SharedCaches([c.obj for c in state.caches])
     services = [
-        s
-        for s in sorted(state.services, key=lambda s: (s["metadata"]["namespace"], s["metadata"]["name"]))
-        if scope is None or s["metadata"]["namespace"] in scope
+        s for s in sorted(state.services, key=lambda s: (s.namespace, s.name)) if scope is None or s.namespace in scope
     ]
 
-    def one(service: Manifest, counts: WriteCounts) -> ServiceRow | None:
+    def one(service: Accepted[AIMService], counts: WriteCounts) -> ServiceRow | None:
         try:
-            plan = plan_service(service, state.typed(service, AIMService), world)
-            write_service_plan(cluster_api, service, plan, caches, now, counts)
+            plan = plan_service(service.model, world)
+            write_service_plan(cluster_api, service.obj, plan, caches, now, counts)
         except (ClusterError, ValueError) as exc:  # one service's failure must not stop the others
             message = getattr(exc, "message", None) or str(exc)
-            counts.errors.append(
-                f"AIMService {service['metadata']['namespace']}/{service['metadata']['name']}: {message}"
-            )
+            counts.errors.append(f"AIMService {service.namespace}/{service.name}: {message}")
             return None
         return row_of(plan)
 
@@ -144,10 +141,10 @@ def announce(row: ServiceRow) -> None:
 def service_world(state: AimState) -> ServiceWorld:
     """What the run read, indexed for :func:`engine.aim.service_plan.plan_service`."""
     return ServiceWorld.of(
-        models=state.models,
-        templates=state.templates,
-        configs=[(c, state.typed(c, AIMNamespaceConfig)) for c in state.configs],
-        caches=state.caches,
+        models=typed(state.models),
+        templates=typed(state.templates),
+        configs=typed(state.configs),
+        caches=typed(state.caches),
         nodes=state.nodes,
         isvcs=state.isvcs,
         routes=state.routes,

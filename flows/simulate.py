@@ -243,7 +243,7 @@ def simulate(
         "startup_delay_s": startup_delay_s,
         "seed": seed,
         "sizing_ttft_scale": sizing_ttft_scale,
-        "hpa": scenario.description.hpa_policy.get("metrics"),
+        "hpa": [metric.to_dict() for metric in scenario.description.hpa_policy.metrics],
         "router": router,
     }
     files = write_report(outcomes, scenario, pathlib.Path(output_dir), "Modelplane policy comparison", settings, bounds)

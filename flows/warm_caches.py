@@ -34,10 +34,10 @@ from prefect.context import FlowRunContext
 from prefect.utilities.annotations import quote
 from pydantic import Field
 
-from engine.api.aim import ModelCache, ModelCacheSpec
+from engine.api.aim import ModelCache
+from engine.api.views import PersistentVolumeClaim
 from engine.caches.fill import (
     JobSettings,
-    download_env,
     pvc_size_for,
     quantity_bytes,
     storage_class_for,
@@ -52,15 +52,11 @@ from engine.caches.plan import (
     Step,
     cache_status,
     failed,
-    initial_observation,
     job_name,
-    next_step,
-    observe_fill,
     pass_outcome,
-    pvc_name,
     pvc_phase,
-    source_of,
 )
+from engine.caches.reconcile import CachePlan, plan_cache
 from engine.caches.requests import (
     CacheRequest,
     RequestProblem,
@@ -93,13 +89,12 @@ from tasks.warm_caches import (
     delete_cache,
     emit_cache_event,
     fill_local,
-    job_result,
-    local_marker_ok,
     local_volume,
     measure_source,
     mounted_claims,
     post_event,
     pvc_capacity,
+    read_cache_facts,
     read_world,
     record_attempt,
     resolve_env,
@@ -214,60 +209,43 @@ def ensure_consumer_caches(cluster: Cluster, requests: list[CacheRequest]) -> tu
 def reconcile_cache(
     cluster: Cluster, accepted: Accepted[ModelCache], world: CacheWorld, settings: PassSettings, now: datetime
 ) -> CacheRow:
-    """Drive one ModelCache one step (or, with the local backend, through its whole fill): read what its fill
-    and PVC report, let the engine decide the observation and the next step, carry the step out."""
-    cache, spec = accepted.obj, accepted.model.spec
-    meta, previous = cache["metadata"], cache.get("status") or {}
-    namespace, name, generation = meta["namespace"], meta["name"], meta.get("generation")
-    pvc = world.pvcs.get((namespace, pvc_name(name)))
-    obs = initial_observation(cache, pvc)
-    action = "none"
-
-    source, invalid = source_of(spec)
-    if invalid is not None:
-        return _finish(cluster, cache, obs, invalid, settings, now, "invalid source", source_uri=spec.source_uri)
-    env = download_env(spec.env, world.configs.get(namespace))
-    notes = "; ".join(env.notes)
-
-    # What the fill reported so far.
-    still_filled = (
-        previous.get("status") == "Available"
-        and pvc is not None
-        and _still_filled(cluster, namespace, obs.pvc_name, source, settings)
-    )
-    job = None
-    if not settings.local and obs.attempts:
-        job = job_result(world.jobs.get((namespace, job_name(name, obs.attempts))), world.pods, source.uri)
-    obs = observe_fill(cache, obs, still_filled, job, now)
-
-    step = next_step(obs, settings.policy, now)
-    if step in (Step.CREATE_PVC, Step.START_FILL):
+    """Drive one ModelCache one step (or, with the local backend, through its whole fill): read what its PVC and
+    fill report, let the engine decide once (:func:`engine.caches.reconcile.plan_cache`), write what it decided."""
+    facts = read_cache_facts(cluster, accepted.model, world)
+    plan = plan_cache(accepted.model, facts, settings.policy, now)
+    cache, obs, action = accepted.obj, plan.obs, "none"
+    if plan.invalid is not None:
+        source_uri = accepted.model.spec.source_uri
+        return _finish(cluster, cache, obs, plan.invalid, settings, now, "invalid source", source_uri=source_uri)
+    if plan.step in (Step.CREATE_PVC, Step.START_FILL):
         attempt = obs.attempts + 1  # every try counts, so a failing size check cannot loop forever either
-        cache = record_attempt(cluster, cache, generation, attempt)
+        cache = record_attempt(cluster, cache, obs.generation, attempt)
         obs = _with(obs, attempts=attempt, failure=None, failed_at=None, fill=FillState.NONE)
-        obs, action = attempt_fill(cluster, cache, spec, obs, source, pvc, env.env, world, settings, now)
-    elif step == Step.WAIT:
+        obs, action = attempt_fill(cluster, cache, accepted.model, obs, plan, facts.pvc, world, settings, now)
+    elif plan.step == Step.WAIT:
         action = "waiting" if obs.failure is None else "backing off"
-    elif step == Step.GIVE_UP:
+    elif plan.step == Step.GIVE_UP:
         action = "gave up"
-    return _finish(cluster, cache, obs, None, settings, now, action, source.uri, notes)
+    return _finish(cluster, cache, obs, None, settings, now, action, plan.source.uri, "; ".join(plan.env.notes))
 
 
 def attempt_fill(
     cluster: Cluster,
     cache: dict[str, Any],
-    spec: ModelCacheSpec,
+    model: ModelCache,
     obs: Observation,
-    source: ModelSource,
-    pvc: dict[str, Any] | None,
-    env: list[dict[str, Any]],
+    plan: CachePlan,
+    pvc: PersistentVolumeClaim | None,
     world: CacheWorld,
     settings: PassSettings,
     now: datetime,
 ) -> tuple[Observation, str]:
     """One fill attempt: size the source when needed, create the PVC once, refuse a volume too small,
-    then start the fill Job (cluster) or run the downloader here (local backend)."""
-    namespace, name = cache["metadata"]["namespace"], cache["metadata"]["name"]
+    then start the fill Job (cluster) or run the downloader here (local backend).
+
+    ``cache`` is the object as last written (status writes merge onto it), ``model`` its parsed form."""
+    namespace, name = model.metadata.namespace or "", model.metadata.name or ""
+    spec, source, env = model.spec, plan.source, plan.env.env
     source_bytes: int | None = None
     resolved: dict[str, str] = {}
     if settings.local or (pvc is None and not spec.size):
@@ -284,19 +262,19 @@ def attempt_fill(
         storage_class = storage_class_for(
             spec.storage_class_name, config.spec.cache_storage_class_name if config else None
         )
-        pvc = create_pvc(cluster, cache, size, storage_class)
+        pvc = PersistentVolumeClaim.model_validate(create_pvc(cluster, model, size, storage_class))
         obs = _with(obs, pvc_phase=pvc_phase(pvc))
-    too_small = volume_too_small(pvc_capacity(pvc), source_bytes)
+    too_small = volume_too_small(pvc.capacity(), source_bytes)
     if too_small is not None:
         return failed(obs, too_small, now), "volume too small"
     post_event(cluster, cache, "FillStarted", f"fill attempt {obs.attempts} of {source.uri} into PVC {obs.pvc_name}")
     obs = _with(obs, fill=FillState.RUNNING)
     if not settings.local:
         previous_job = world.jobs.get((namespace, job_name(name, obs.attempts - 1))) if obs.attempts > 1 else None
-        start_job(cluster, cache, source.uri, obs.attempts, env, settings.job, previous_job)
+        start_job(cluster, model, source.uri, obs.attempts, env, settings.job, previous_job)
         return obs, f"started Job {job_name(name, obs.attempts)}"
     cache = write_status(cluster, cache, cache_status(cache.get("status"), obs, settings.policy, now))
-    failure = fill_local(source, local_volume(cluster, namespace, obs.pvc_name), resolved, pvc_capacity(pvc))  # type: ignore[arg-type]
+    failure = fill_local(source, local_volume(cluster, namespace, obs.pvc_name), resolved, pvc.capacity())  # type: ignore[arg-type]
     if failure is not None:
         return failed(obs, failure, now), f"fill attempt {obs.attempts} failed"
     return _with(obs, fill=FillState.SUCCEEDED), f"filled in-process (attempt {obs.attempts})"
@@ -310,13 +288,6 @@ def _measure(source: ModelSource, env: dict[str, str]) -> tuple[int | None, Fail
         return measure_source(source, env), None
     except DownloadError as exc:
         return None, Failure(exc.reason, exc.message)
-
-
-def _still_filled(cluster: Cluster, namespace: str, claim: str, source: ModelSource, settings: PassSettings) -> bool:
-    """An Available cache stays so while (locally) its marker is still there; in a cluster the verdict stands."""
-    if not settings.local:
-        return True
-    return local_marker_ok(local_volume(cluster, namespace, claim), source.uri)  # type: ignore[arg-type]
 
 
 def _with(obs: Observation, **changes: Any) -> Observation:
@@ -365,17 +336,18 @@ def collect_unused_caches(cluster: Cluster, world: CacheWorld, unused_after: tim
     """Delete caches no workload used for ``unused_after`` and none mounts now; report what was freed."""
     freed: list[str] = []
     by_namespace: dict[str, set[str]] = {}
-    for cache in (accepted.obj for accepted in world.caches):
-        namespace = cache["metadata"]["namespace"]
+    for accepted in world.caches:
+        cache = accepted.model
+        namespace = cache.metadata.namespace or ""
         if namespace not in by_namespace:
             by_namespace[namespace] = mounted_claims(cluster, namespace)
         verdict: GcVerdict = gc_verdict(cache, by_namespace[namespace], unused_after, now)
         if not verdict.delete:
             continue
-        claim = (cache.get("status") or {}).get("persistentVolumeClaim") or ""
+        claim = (cache.status.persistent_volume_claim if cache.status else None) or ""
         size = pvc_capacity(world.pvcs.get((namespace, claim))) or "no PVC"
-        delete_cache(cluster, cache, world)
-        freed.append(f"{namespace}/{cache['metadata']['name']} ({claim or 'no PVC'}, {size}): {verdict.reason}")
+        delete_cache(cluster, accepted.obj, world)
+        freed.append(f"{namespace}/{cache.metadata.name} ({claim or 'no PVC'}, {size}): {verdict.reason}")
     return freed
 
 

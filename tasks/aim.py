@@ -1,7 +1,8 @@
-"""Prefect tasks of the three AIM lifecycles: read the cluster (one LIST per kind, the custom resources
-through the boundary reader into their API models), read images from registries, and write the plans
-the engine decided (:func:`write_model_plan`, :func:`write_template_plan`, :func:`write_service_plan`:
-annotations, templates, caches, workloads, status).
+"""Prefect tasks of the three AIM lifecycles: read the cluster into typed objects (one LIST per kind, the
+custom resources through the boundary reader into their API models, with their status; Nodes,
+InferenceServices and HTTPRoutes into the views of ``engine.api.views``), read images from registries, and
+write the plans the engine decided through the objects as read (:func:`write_model_plan`,
+:func:`write_template_plan`, :func:`write_service_plan`: annotations, templates, caches, workloads, status).
 
 Writes happen only for changes: a status is patched when its merge-patch is not empty, a template or
 workload only when it is missing or differs from what is rendered. Status patches carry the read
@@ -21,7 +22,6 @@ from typing import Any, TypeVar
 
 from prefect import task
 from prefect.cache_policies import NO_CACHE
-from pydantic import BaseModel
 
 from engine.aim.discovery import (
     API_VERSION,
@@ -39,12 +39,14 @@ from engine.aim.discovery import (
 from engine.aim.discovery_plan import ModelPlan
 from engine.aim.service_plan import ServicePlan
 from engine.aim.template_plan import ResolvePlan
-from engine.api.aim import AIMNamespaceConfig
+from engine.api.aim import AIMClusterModel, AIMNamespaceConfig, AIMService, AIMServiceTemplate, ModelCache
+from engine.api.meta import KubeModel
 from engine.api.registry import AIM_CLUSTER_MODEL, AIM_NAMESPACE_CONFIG, AIM_SERVICE, AIM_SERVICE_TEMPLATE, MODEL_CACHE
+from engine.api.views import HTTPRoute, InferenceService, Node, Observed
 from engine.caches.lookup import CacheRequest, find_cache
 from engine.caches.sources import parse_source
 from engine.status import ConditionUpdate, changed_fields, set_conditions
-from tasks.boundary import accept_parsed
+from tasks.boundary import Accepted, accept, accept_as
 from tasks.caches import ensure_cache, mark_used
 from tasks.cluster import Cluster, Manifest, ObjectRef
 from tasks.cluster.errors import ClusterError, Conflict, NotFound
@@ -66,12 +68,11 @@ WORKERS = 8
 
 def list_kind(
     cluster: Cluster, api_version: str, kind: str, *, optional: bool = False, label_selector: str | None = None
-) -> list[tuple[Manifest, BaseModel | None]]:
+) -> list[Manifest]:
     """One LIST of a kind across all namespaces through the boundary reader (invalid custom resources
-    are marked and left out), each object with its parsed API model; a kind the cluster does not serve
-    is empty when ``optional``."""
+    are marked and left out); a kind the cluster does not serve is empty when ``optional``."""
     try:
-        return accept_parsed(cluster, cluster.list(api_version, kind, label_selector=label_selector))
+        return accept(cluster, cluster.list(api_version, kind, label_selector=label_selector))
     except NotFound:
         if not optional:
             raise
@@ -79,42 +80,33 @@ def list_kind(
         return []
 
 
-M = TypeVar("M", bound=BaseModel)
-
-
-def object_key(obj: Manifest) -> tuple[str, str, str]:
-    """``(kind, namespace, name)`` of an object as read."""
-    meta = obj["metadata"]
-    return str(obj.get("kind")), meta.get("namespace") or "", meta["name"]
+M = TypeVar("M", bound=KubeModel)
 
 
 @dataclass
 class AimState:
-    """Everything one AIM flow run reads, one LIST per kind: the objects as read (their metadata and
-    status are what writes patch) and, for the AIM kinds, their parsed API models (what the flows and
-    the engine read specs from)."""
+    """Everything one AIM flow run reads, one LIST per kind, typed: our custom resources as
+    :class:`tasks.boundary.Accepted` (the API model with its status, which the engine decides from, and
+    the object as read, which writes go through); Nodes, InferenceServices and HTTPRoutes as views."""
 
-    models: list[Manifest] = field(default_factory=list)
-    configs: list[Manifest] = field(default_factory=list)
-    templates: list[Manifest] = field(default_factory=list)
-    services: list[Manifest] = field(default_factory=list)
-    caches: list[Manifest] = field(default_factory=list)
-    nodes: list[Manifest] = field(default_factory=list)
-    isvcs: list[Manifest] = field(default_factory=list)
-    routes: list[Manifest] = field(default_factory=list)
-    parsed: dict[tuple[str, str, str], BaseModel] = field(default_factory=dict)
-    """``(kind, namespace, name)`` -> the API model the boundary reader parsed the object into."""
+    models: list[Accepted[AIMClusterModel]] = field(default_factory=list)
+    configs: list[Accepted[AIMNamespaceConfig]] = field(default_factory=list)
+    templates: list[Accepted[AIMServiceTemplate]] = field(default_factory=list)
+    services: list[Accepted[AIMService]] = field(default_factory=list)
+    caches: list[Accepted[ModelCache]] = field(default_factory=list)
+    nodes: list[Node] = field(default_factory=list)
+    isvcs: list[InferenceService] = field(default_factory=list)
+    routes: list[HTTPRoute] = field(default_factory=list)
 
-    def typed(self, obj: Manifest, model: type[M]) -> M:
-        """The parsed API model of ``obj`` (one this state read); ``TypeError`` if it is another kind."""
-        found = self.parsed.get(object_key(obj))
-        if not isinstance(found, model):
-            raise TypeError(f"{object_key(obj)} was not read as {model.__name__}")
-        return found
 
-    def typed_all(self, objects: Iterable[Manifest], model: type[M]) -> list[M]:
-        """:meth:`typed` of each object, in order."""
-        return [self.typed(obj, model) for obj in objects]
+def typed(items: Iterable[Accepted[M]]) -> list[M]:
+    """The API models of accepted objects, in order."""
+    return [item.model for item in items]
+
+
+def _accepted(cluster: Cluster, kind: str, model: type[M], label_selector: str | None = None) -> list[Accepted[M]]:
+    """One LIST of an AIM kind through the boundary reader, each object with its API model."""
+    return accept_as(cluster, cluster.list(API_VERSION, kind, label_selector=label_selector), model)
 
 
 @task(name="read-aim-state", cache_policy=NO_CACHE, retries=2, retry_delay_seconds=2)
@@ -123,21 +115,21 @@ def read_aim_state(cluster: Cluster, kinds: Sequence[str], model_selector: str |
     ``nodes``, ``isvcs``, ``routes``), each once across all namespaces; ``model_selector`` is a label
     selector on the AIMClusterModels. Custom resources that do not parse are marked invalid by the
     boundary reader and left out."""
-    sources: dict[str, Callable[[], list[tuple[Manifest, BaseModel | None]]]] = {
-        "models": lambda: list_kind(cluster, API_VERSION, AIM_CLUSTER_MODEL, label_selector=model_selector),
-        "configs": lambda: list_kind(cluster, API_VERSION, AIM_NAMESPACE_CONFIG),
-        "templates": lambda: list_kind(cluster, API_VERSION, AIM_SERVICE_TEMPLATE),
-        "services": lambda: list_kind(cluster, API_VERSION, AIM_SERVICE),
-        "caches": lambda: list_kind(cluster, API_VERSION, MODEL_CACHE),
-        "nodes": lambda: list_kind(cluster, NODE_API, "Node", optional=True),
-        "isvcs": lambda: list_kind(cluster, KSERVE_API, "InferenceService", optional=True),
-        "routes": lambda: list_kind(cluster, GATEWAY_API, "HTTPRoute", optional=True),
+    sources: dict[str, Callable[[], list[Any]]] = {
+        "models": lambda: _accepted(cluster, AIM_CLUSTER_MODEL, AIMClusterModel, model_selector),
+        "configs": lambda: _accepted(cluster, AIM_NAMESPACE_CONFIG, AIMNamespaceConfig),
+        "templates": lambda: _accepted(cluster, AIM_SERVICE_TEMPLATE, AIMServiceTemplate),
+        "services": lambda: _accepted(cluster, AIM_SERVICE, AIMService),
+        "caches": lambda: _accepted(cluster, MODEL_CACHE, ModelCache),
+        "nodes": lambda: [Node.model_validate(n) for n in list_kind(cluster, NODE_API, "Node", optional=True)],
+        "isvcs": lambda: [
+            InferenceService.read(o) for o in list_kind(cluster, KSERVE_API, "InferenceService", optional=True)
+        ],
+        "routes": lambda: [HTTPRoute.read(o) for o in list_kind(cluster, GATEWAY_API, "HTTPRoute", optional=True)],
     }
     state = AimState()
     for kind in kinds:
-        read = sources[kind]()
-        setattr(state, kind, [obj for obj, _ in read])
-        state.parsed.update((object_key(obj), model) for obj, model in read if model is not None)
+        setattr(state, kind, sources[kind]())
     return state
 
 
@@ -375,20 +367,22 @@ def create_objects(cluster: Cluster, objects: Sequence[Manifest], counts: WriteC
             counts.errors.append(f"{obj['kind']} {meta['namespace']}/{meta['name']}: {exc.message}")
 
 
-def delete_stale(cluster: Cluster, stale: Sequence[Manifest], counts: WriteCounts) -> None:
+def ref_of(obj: AIMServiceTemplate) -> ObjectRef:
+    """The reference of a typed custom resource."""
+    return ObjectRef(obj.api_version, obj.kind, str(obj.metadata.name), obj.metadata.namespace)
+
+
+def delete_stale(cluster: Cluster, stale: Sequence[ObjectRef], counts: WriteCounts) -> None:
     """Delete objects this flow created that are no longer wanted (auto-created templates of an image
-    the model no longer names); one that is already gone is fine."""
-    for obj in stale:
-        meta = obj["metadata"]
+    the model no longer names, workloads under a retired name); one that is already gone is fine."""
+    for ref in stale:
         try:
-            cluster.delete(ObjectRef.of(obj))
+            cluster.delete(ref)
             counts.deleted += 1
         except NotFound:
             pass
         except ClusterError as exc:
-            counts.errors.append(
-                f"{obj.get('kind')} {meta.get('namespace')}/{meta['name']}: cannot delete: {exc.message}"
-            )
+            counts.errors.append(f"{ref.kind} {ref.namespace}/{ref.name}: cannot delete: {exc.message}")
 
 
 def apply_object(
@@ -421,6 +415,12 @@ class SharedCaches:
         for cache in caches:
             self._by_namespace.setdefault(cache["metadata"].get("namespace") or "", []).append(cache)
         self._lock = threading.Lock()
+
+    def as_read(self, cache: ModelCache) -> Manifest | None:
+        """The object as read (or as requested) behind a ModelCache the engine decided on."""
+        namespace, name = cache.metadata.namespace or "", cache.metadata.name
+        with self._lock:
+            return next((c for c in self._by_namespace.get(namespace, []) if c["metadata"]["name"] == name), None)
 
     def request(self, cluster: Cluster, namespace: str, requests: Sequence[CacheRequest]) -> int:
         """Create (or adopt, :func:`tasks.caches.ensure_cache`) the cache of each request that no cache
@@ -468,13 +468,13 @@ def write_service_plan(
     if plan.cache_requests:
         caches.request(cluster, plan.namespace, plan.cache_requests)
     if plan.isvc is not None:
-        _count(counts, apply_object(cluster, plan.isvc.desired, plan.isvc.existing, plan.isvc.patch))
+        _count(counts, apply_object(cluster, plan.isvc.desired, _as_read(plan.isvc.existing), plan.isvc.patch))
         if plan.mounted:
-            mark_caches_used(cluster, plan.mounted, now)
+            mark_caches_used(cluster, [c for c in map(caches.as_read, plan.mounted) if c is not None], now)
     if plan.route is not None:
-        _count(counts, apply_object(cluster, plan.route.desired, plan.route.existing, plan.route.patch))
+        _count(counts, apply_object(cluster, plan.route.desired, _as_read(plan.route.existing), plan.route.patch))
     if plan.retire:
-        delete_stale(cluster, plan.retire, counts)
+        delete_stale(cluster, [ObjectRef.of(obj.object) for obj in plan.retire], counts)
     status = new_status(service, plan.outcome.conditions, now, {"status": plan.outcome.status})
     if write_status(cluster, service, status):
         counts.statuses += 1
@@ -487,7 +487,7 @@ def write_model_plan(cluster: Cluster, model: Manifest, plan: ModelPlan, now: da
         model = write_record(cluster, model, plan.persist)
     create_objects(cluster, plan.create, counts)
     counts.skipped += plan.skipped
-    delete_stale(cluster, plan.stale, counts)
+    delete_stale(cluster, [ref_of(t) for t in plan.stale], counts)
     if write_status(cluster, model, new_status(model, plan.conditions, now)):
         counts.statuses += 1
 
@@ -501,6 +501,11 @@ def write_template_plan(
         counts.created += caches.request(cluster, plan.namespace, plan.cache_requests)
     if write_status(cluster, template, new_status(template, plan.outcome.conditions, now, plan.status_fields)):
         counts.statuses += 1
+
+
+def _as_read(view: Observed | None) -> Manifest | None:
+    """The object as read behind a view (what a write goes through), or None."""
+    return view.object if view is not None else None
 
 
 def _count(counts: WriteCounts, action: str) -> None:

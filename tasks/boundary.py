@@ -27,7 +27,7 @@ from typing import Any, Generic, TypeVar
 from pydantic import BaseModel
 
 from engine.api.registry import kind_info
-from engine.api.validate import ManifestInvalid, parse_object
+from engine.api.validate import ManifestInvalid, parse_object, with_status
 from tasks.cluster import Cluster, ObjectRef
 from tasks.cluster.errors import ClusterError
 
@@ -96,13 +96,29 @@ def invalid_field(obj: Any) -> tuple[str, str] | None:
 
 def parse_resource(obj: Any) -> BaseModel | tuple[str, str] | None:
     """The API model of a Modelplane kind, ``(field path, reason)`` when it does not parse, ``None`` for
-    other kinds."""
+    other kinds.
+
+    Metadata and spec decide whether the object is valid; the status never does (it is ours to
+    rewrite): it is read tolerantly into the model (:func:`engine.api.validate.with_status`), the parts
+    that do not parse left out with a warning, so one typed object carries metadata, spec and the
+    previous status the engine decides from."""
     if not isinstance(obj, dict) or kind_info(str(obj.get("apiVersion")), str(obj.get("kind"))) is None:
         return None
     try:
-        return parse_object({k: v for k, v in obj.items() if k != "status"})  # the status is ours to rewrite
+        parsed = parse_object({k: v for k, v in obj.items() if k != "status"})
     except ManifestInvalid as exc:
         return exc.field_path or "spec", exc.message
+    typed, dropped = with_status(parsed, obj.get("status"))
+    if dropped:
+        meta = obj.get("metadata") if isinstance(obj.get("metadata"), dict) else {}
+        log.warning(
+            "%s %s/%s: status parts that do not parse are read as absent: %s",
+            obj.get("kind"),
+            meta.get("namespace") or "",
+            meta.get("name"),
+            ", ".join(dropped),
+        )
+    return typed
 
 
 def reject(cluster: Cluster, obj: Manifest, field: str, reason: str) -> None:

@@ -233,7 +233,8 @@ def write_outcome(cluster: Cluster, obj: dict[str, Any], outcome: CalibrationOut
 
         def mutate_spec(current: dict[str, Any]) -> dict[str, Any] | None:
             nonlocal wrote_spec
-            wrote_spec = opted_in(current)
+            meta = current.get("metadata")  # re-read as the API returns it: the opt-in may be gone meanwhile
+            wrote_spec = opted_in((meta.get("annotations") if isinstance(meta, dict) else None) or {})
             return {"spec": outcome.spec_patch} if wrote_spec else None
 
         retry_on_conflict(cluster, ref, mutate_spec, write="spec")

@@ -44,13 +44,13 @@ def read_description(cluster: str, config_namespace: str, namespaces: list[str] 
     replicas = read_current_replicas.fn(conn, scale_targets_of(state))
     hpa = next(iter(sorted(state.policies.items())), None)
     return ClusterDescription(
-        variants=state.variant_objects(),
+        variants=state.variant_models(),
         current_replicas=replicas.current,
         accelerator_costs=state.accelerator_costs,
         service_classes=state.service_classes,
         saturation_data=state.saturation_data,
         inventory=state.inventory,
-        hpa_policy=hpa[1].obj["spec"] if hpa else DEFAULT_HPA_POLICY,  # as read: it passed the boundary reader
+        hpa_policy=hpa[1].model.spec if hpa else DEFAULT_HPA_POLICY,
         routed_models=routed_models(list_optional(conn, KTHENA_NETWORKING_API, "ModelRoute")),
     )
 

@@ -30,13 +30,10 @@ from engine.api.registry import (
     MODEL_CACHE,
     OPEN_MODEL,
 )
-from engine.api.views import PersistentVolumeClaim
+from engine.api.views import Job, PersistentVolumeClaim, Pod
 from engine.caches.fill import (
     JobSettings,
-    job_failure_message,
-    job_state,
     quantity_bytes,
-    read_fill_report,
     render_job,
     render_pvc,
 )
@@ -48,9 +45,13 @@ from engine.caches.plan import (
     MODELCACHE_API_VERSION,
     VERIFICATION_FAILED,
     Failure,
-    FillState,
     attempts_annotation,
+    fill_attempts,
+    job_name,
+    pvc_name,
+    source_of,
 )
+from engine.caches.reconcile import CacheFacts
 from engine.caches.sources import ModelSource
 from tasks.boundary import Accepted, accept, accept_as
 from tasks.cluster import Cluster, Conflict, LocalCluster, Manifest, NotFound, ObjectRef
@@ -80,7 +81,7 @@ class CacheWorld:
     openmodels: list[Manifest]
     pvcs: dict[tuple[str, str], Manifest]
     jobs: dict[tuple[str, str], Manifest]
-    pods: list[Manifest]
+    pods: list[Pod]  # the fill Jobs' pods, as views (what their fills reported)
 
 
 def _key(obj: Manifest) -> tuple[str, str]:
@@ -119,7 +120,7 @@ def read_world(cluster: Cluster, namespaces: Iterable[str] | None = None) -> Cac
     """Caches, their consumers, namespace configs, and the PVCs, Jobs and Pods the flow made."""
     wanted = sorted(set(namespaces)) if namespaces else None
     return CacheWorld(
-        caches=_list_typed(cluster, MODELCACHE_API_VERSION, MODEL_CACHE, wanted, ModelCache),
+        caches=_list_typed(cluster, MODELCACHE_API_VERSION, MODEL_CACHE, wanted, ModelCache),  # status included
         configs={
             cfg.namespace: cfg.model
             for cfg in _list_typed(cluster, AIM, AIM_NAMESPACE_CONFIG, wanted, AIMNamespaceConfig)
@@ -131,8 +132,28 @@ def read_world(cluster: Cluster, namespaces: Iterable[str] | None = None) -> Cac
         openmodels=_list(cluster, LLMAZ_API, OPEN_MODEL, None),
         pvcs={_key(p): p for p in _list(cluster, "v1", "PersistentVolumeClaim", wanted, CACHE_LABEL)},
         jobs={_key(j): j for j in _list(cluster, "batch/v1", "Job", wanted, CACHE_LABEL)},
-        pods=_list(cluster, "v1", "Pod", wanted, CACHE_LABEL),
+        pods=[Pod.model_validate(p) for p in _list(cluster, "v1", "Pod", wanted, CACHE_LABEL)],
     )
+
+
+def read_cache_facts(cluster: Cluster, cache: ModelCache, world: CacheWorld) -> CacheFacts:
+    """What the engine's plan of one cache (:func:`engine.caches.reconcile.plan_cache`) needs, read: its PVC and
+    namespace config from ``world``, the verdict of its current fill Job (cluster backend, once a fill was
+    started), and with the local backend whether an Available cache's completion marker is still in place."""
+    namespace, name = cache.metadata.namespace or "", cache.metadata.name or ""
+    raw = world.pvcs.get((namespace, pvc_name(name)))
+    pvc = PersistentVolumeClaim.model_validate(raw) if raw is not None else None
+    config = world.configs.get(namespace)
+    if not isinstance(cluster, LocalCluster):
+        attempts = fill_attempts(cache)
+        job = world.jobs.get((namespace, job_name(name, attempts))) if attempts else None
+        return CacheFacts(pvc, config, Job.model_validate(job) if job is not None else None, tuple(world.pods))
+    source, invalid = source_of(cache.spec)
+    available = cache.status is not None and cache.status.status == "Available"
+    if invalid is None and available and pvc is not None:  # is the verified marker still in place?
+        marker_ok = local_marker_ok(local_volume(cluster, namespace, pvc_name(name)), source.uri)
+        return CacheFacts(pvc, config, fills_in_cluster=False, marker_ok=marker_ok)
+    return CacheFacts(pvc, config, fills_in_cluster=False)
 
 
 # --------------------------------------------------------------------------------------- secrets
@@ -186,7 +207,7 @@ def local_volume(cluster: LocalCluster, namespace: str, claim: str) -> Path:
     return root / VOLUMES_DIR / namespace / claim
 
 
-def create_pvc(cluster: Cluster, cache: Manifest, size: str, storage_class: str | None) -> Manifest:
+def create_pvc(cluster: Cluster, cache: ModelCache, size: str, storage_class: str | None) -> Manifest:
     """Create the cache's PVC once (never patched: no resize, no class change). The local backend acts
     as its own provisioner: the claim is bound at once to a directory under the state directory."""
     pvc = render_pvc(cache, size, storage_class)
@@ -220,7 +241,7 @@ def pvc_capacity(pvc: Manifest | None) -> str | None:
 
 def start_job(
     cluster: Cluster,
-    cache: Manifest,
+    cache: ModelCache,
     source_uri: str,
     attempt: int,
     env: list[dict[str, Any]],
@@ -238,33 +259,6 @@ def start_job(
         return cluster.create(job)
     except Conflict:
         return cluster.get("batch/v1", "Job", job["metadata"]["name"], job["metadata"]["namespace"])
-
-
-def job_result(job: Manifest | None, pods: Iterable[Manifest], source_uri: str) -> tuple[FillState, Failure | None]:
-    """A Job's outcome: running, or finished with the verdict its last pod's termination message reports.
-    "Complete" alone is not enough: the report must be a verified completion marker of this source."""
-    state = job_state(job)
-    if state in (FillState.NONE, FillState.RUNNING) or job is None:
-        return state, None
-    name = job["metadata"]["name"]
-    mine = [p for p in pods if (p.get("metadata") or {}).get("labels", {}).get("job-name") == name]
-    wanted_phase = "Succeeded" if state == FillState.SUCCEEDED else "Failed"
-    finished = [p for p in mine if (p.get("status") or {}).get("phase") == wanted_phase] or mine
-    message = None
-    for pod in sorted(finished, key=lambda p: p["metadata"].get("creationTimestamp") or "", reverse=True):
-        for status in (pod.get("status") or {}).get("containerStatuses") or []:
-            terminated = (status.get("state") or {}).get("terminated") or {}
-            if terminated.get("message"):
-                message = terminated["message"]
-                break
-        if message:
-            break
-    verdict, failure = read_fill_report(message, source_uri)
-    if state == FillState.FAILED and verdict == FillState.SUCCEEDED:  # a report without success of the Job
-        return FillState.FAILED, Failure("DownloadFailed", "the fill Job failed after reporting a complete cache")
-    if state == FillState.FAILED and failure is not None and failure.reason == "VerificationFailed":
-        return FillState.FAILED, Failure("DownloadFailed", f"the fill Job failed ({job_failure_message(job)})")
-    return verdict, failure
 
 
 # ------------------------------------------------------------------------------------------ status

@@ -48,6 +48,15 @@ REPO = pathlib.Path(__file__).resolve().parents[1]
 EXAMPLES = REPO / "deployments" / "examples"
 
 
+@pytest.fixture(scope="session", autouse=True)
+def migrated_prefect_home() -> pathlib.Path:
+    """This worker's Prefect home holds the migrated database before any command starts an ephemeral API on it
+    (tests/prefect_db.py: the migration is made once per machine, not once per home)."""
+    from tests.prefect_db import seed_prefect_home
+
+    return seed_prefect_home(pathlib.Path(os.environ["PREFECT_HOME"]))
+
+
 @pytest.fixture(scope="session")
 def repo_root() -> pathlib.Path:
     """The repository root."""

@@ -3,13 +3,22 @@ and the Deployments they scale, with published performance profiles."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
+
+from engine.api.llmd import VariantAutoscaling
+from engine.api.validate import parse_object
 
 # Decode (alpha + beta x batch) and prefill (gamma + delta x tokens x batch) parameters in ms.
 PROFILES: dict[str, dict[str, str]] = {
     "A100": {"alpha": "20.58", "beta": "0.41", "gamma": "5.2", "delta": "0.1"},
     "H100": {"alpha": "12.4", "beta": "0.22", "gamma": "3.1", "delta": "0.06"},
 }
+
+
+def parsed_variant(obj: dict[str, Any]) -> VariantAutoscaling:
+    """A VariantAutoscaling manifest as the boundary reader (``tasks/boundary.py``) hands it to the engine:
+    parsed against its API model and CRD schema, the status left out; raises ManifestInvalid like the boundary."""
+    return cast(VariantAutoscaling, parse_object({k: v for k, v in obj.items() if k != "status"}))
 
 
 def variant_autoscaling(

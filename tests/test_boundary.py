@@ -4,15 +4,18 @@ pass; ``modelplane validate-manifests`` (engine.api.validate) and the flows judg
 from __future__ import annotations
 
 import contextvars
+import logging
 import pathlib
 import re
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
+import pytest
 import yaml
 
+from engine.api.aim import AIMService
 from engine.api.validate import load_documents
-from tasks.boundary import accept, collecting, drain_rejections, invalid_field, start_run
+from tasks.boundary import accept, accept_as, collecting, drain_rejections, invalid_field, parse_resource, start_run
 from tasks.cluster import connect
 
 SERVICE = {
@@ -107,3 +110,44 @@ def test_each_run_collects_its_own_rejections(tmp_path: pathlib.Path) -> None:
 
     contextvars.copy_context().run(leave_undrained)
     assert drain_rejections() == []  # no run here: nothing collected, nothing leaked
+
+
+READY = {
+    "type": "Ready",
+    "status": "True",
+    "reason": "RuntimeReady",
+    "message": "the service is running",
+    "lastTransitionTime": "2026-01-01T00:00:00Z",
+}
+
+
+def test_the_typed_object_carries_its_status_read_tolerantly(caplog: pytest.LogCaptureFixture) -> None:
+    """One typed object carries metadata, spec and the previous status (what the engine decides from). The
+    status is ours to rewrite, so it never rejects an object: a part that does not parse (a condition, a
+    field) is read as absent with a warning, the rest is kept; a status that is not a mapping is none."""
+    whole = parse_resource(dict(SERVICE, status={"status": "Running", "observedGeneration": 3, "conditions": [READY]}))
+    assert isinstance(whole, AIMService) and whole.status is not None
+    assert (whole.status.status, whole.status.observed_generation) == ("Running", 3)
+    assert [c.reason for c in whole.status.conditions or []] == ["RuntimeReady"]
+    torn = {"type": "Failure", "status": "maybe"}  # no reason, message or time, and not a condition status
+    with caplog.at_level(logging.WARNING, logger="tasks.boundary"):
+        partial = parse_resource(dict(SERVICE, status={"status": "Exploded", "conditions": [torn, READY]}))
+    assert isinstance(partial, AIMService) and partial.status is not None
+    assert [c.type for c in partial.status.conditions or []] == ["Ready"]
+    assert partial.status.status == "Pending"  # the unknown phase is left out: the model's default
+    assert "status.conditions[0]" in caplog.text and "status.status" in caplog.text
+    garbage = parse_resource(dict(SERVICE, status="a string"))
+    assert isinstance(garbage, AIMService) and garbage.status is None
+    # The spec still decides validity, status or not.
+    assert parse_resource(dict(SERVICE, spec=dict(SERVICE["spec"], replicas=-2), status={"status": "Running"})) == (
+        "spec.replicas",
+        "Input should be greater than or equal to 0",
+    )
+
+
+def test_accepted_objects_keep_what_was_read(tmp_path: pathlib.Path) -> None:
+    """``accept_as`` pairs the typed object (status included) with the object as read, which writes go through."""
+    cluster = connect(str(write(tmp_path, dict(SERVICE, status={"status": "Running", "conditions": [READY]}))))
+    [accepted] = accept_as(cluster, cluster.list("aim.silogen.ai/v1alpha1", "AIMService"), AIMService)
+    assert accepted.model.status is not None and accepted.model.status.status == "Running"
+    assert accepted.obj["status"]["conditions"] == [READY]

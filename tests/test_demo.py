@@ -9,6 +9,8 @@ import sys
 
 import pytest
 
+from tests.flows.prefect_server import PrefectServer
+
 REPO = pathlib.Path(__file__).resolve().parents[1]
 EXAMPLES = REPO / "deployments" / "examples"
 
@@ -17,8 +19,12 @@ def snapshot(root: pathlib.Path) -> dict[str, bytes]:
     return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
 
 
-def run_demo(demo_dir: pathlib.Path) -> subprocess.CompletedProcess[str]:
+def run_demo(demo_dir: pathlib.Path, prefect_api: str | None = None) -> subprocess.CompletedProcess[str]:
+    """``./dev.sh demo`` into ``demo_dir``: with no Prefect API configured (each command starts an ephemeral
+    one, as on a laptop), or against ``prefect_api``."""
     env = {**os.environ, "MODELPLANE_VENV": sys.prefix, "MODELPLANE_DEMO_DIR": str(demo_dir)}
+    if prefect_api:
+        env["PREFECT_API_URL"] = prefect_api
     return subprocess.run(
         [str(REPO / "dev.sh"), "demo"], cwd=REPO, env=env, capture_output=True, text=True, timeout=600
     )
@@ -33,7 +39,14 @@ def test_demo_twice_leaves_the_examples_untouched(tmp_path: pathlib.Path) -> Non
     assert "Modelplane allocation" in first.stdout
     written = snapshot(demo_dir)
     assert written != {k: v for k, v in before.items()} | {".modelplane-demo": b""}  # the demo wrote status
-    second = run_demo(demo_dir)
+    # The second demo runs against a Prefect server, as for a person who started one: the same allocation,
+    # and its commands start no ephemeral API each (the first demo proved that path).
+    server = PrefectServer(tmp_path / "prefect-home")
+    try:
+        server.start()
+        second = run_demo(demo_dir, server.api_url)
+    finally:
+        server.stop()
     assert "Modelplane allocation" in second.stdout, second.stdout + second.stderr
     assert (
         first.stdout.split("Modelplane allocation")[1] == second.stdout.split("Modelplane allocation")[1]

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -11,18 +10,9 @@ from kubernetes import client
 
 from tests.servers.kubeserver.fixture import KubeServer
 from tests.servers.kubeserver.jobs import volume_path
+from tests.waiting import wait_for
 
 IMAGE = "ghcr.io/modelplane/modelplane:test"
-
-
-def wait_for(probe: Callable[[], Any], timeout: float = 20.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = probe()
-        if value:
-            return value
-        time.sleep(0.1)
-    raise AssertionError("timed out waiting")
 
 
 def job(

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
+from engine.api.aim import AIMClusterModel, AIMService, AIMServiceTemplate
 from engine.api.meta import format_time, parse_time
 from engine.api.registry import AIM_API, AIM_GROUP, AIM_SERVICE_TEMPLATE
 from engine.status import ConditionUpdate
@@ -458,24 +459,23 @@ def template_spec_of(canonical_name: str, deployment: Mapping[str, Any]) -> tupl
     return spec, None
 
 
-def owner_reference(obj: Mapping[str, Any], controller: bool = True) -> dict[str, Any]:
+def owner_reference(obj: AIMClusterModel | AIMService, controller: bool = True) -> dict[str, Any]:
     """An ownerReference to ``obj`` (a stored object: it has a uid)."""
-    meta = obj["metadata"]
     return {
-        "apiVersion": obj["apiVersion"],
-        "kind": obj["kind"],
-        "name": meta["name"],
-        "uid": meta["uid"],
+        "apiVersion": obj.api_version,
+        "kind": obj.kind,
+        "name": obj.metadata.name,
+        "uid": obj.metadata.uid,
         "controller": controller,
         "blockOwnerDeletion": True,
     }
 
 
-def auto_templates(model: Mapping[str, Any], metadata: ImageMetadata, namespaces: Iterable[str]) -> TemplatePlan:
+def auto_templates(model: AIMClusterModel, metadata: ImageMetadata, namespaces: Iterable[str]) -> TemplatePlan:
     """One AIMServiceTemplate per recommended deployment in each namespace, owned by the model and
     labelled ``aim.silogen.ai/origin=auto-generated``. The canonical name is the model's ``spec.name``."""
-    name, image = model["metadata"]["name"], model["spec"]["image"]
-    canonical = model["spec"]["name"]
+    name, image = str(model.metadata.name), model.spec.image
+    canonical = model.spec.name
     templates: list[dict[str, Any]] = []
     skipped: list[str] = []
     for index, deployment in enumerate(metadata.recommended_deployments):
@@ -498,9 +498,9 @@ def auto_templates(model: Mapping[str, Any], metadata: ImageMetadata, namespaces
     return TemplatePlan(templates, skipped)
 
 
-def is_auto_template(template: Mapping[str, Any]) -> bool:
+def is_auto_template(template: AIMServiceTemplate) -> bool:
     """Whether discovery created this template (a person's template is never touched)."""
-    return ((template.get("metadata") or {}).get("labels") or {}).get(ORIGIN_LABEL) == ORIGIN_AUTO
+    return template.metadata.labels.get(ORIGIN_LABEL) == ORIGIN_AUTO
 
 
 # --------------------------------------------------------------------------------------------------

@@ -1,8 +1,8 @@
 """The discovery of one AIMClusterModel, decided without I/O: what discover-models writes for it.
 
 :func:`images_to_read` decides which images the run reads (each distinct image once, with the record
-persisted on the model that asks first). After the reads, :func:`plan_model` takes a model (as read and
-as its parsed API model), its discovery record and :class:`DiscoveryWorld` (the templates the run read,
+persisted on the model that asks first). After the reads, :func:`plan_model` takes a model (its API
+model, as the boundary reader parsed it), its discovery record and :class:`DiscoveryWorld` (the templates the run read,
 the target namespaces), and decides everything: the record to persist in the model's annotation, the
 auto-created templates to create (never over a template a person wrote), the auto-created templates the
 current image no longer wants (to delete), and the model's ``MetadataExtracted`` and ``Ready``.
@@ -24,25 +24,25 @@ from engine.aim.discovery import (
     needs_fetch,
     ready_condition,
 )
-from engine.api.aim import AIMClusterModel
+from engine.api.aim import AIMClusterModel, AIMServiceTemplate
 from engine.status import ConditionUpdate
 
 Manifest = dict[str, Any]
 
 
-def previous_record(model: Manifest) -> DiscoveryRecord | None:
+def previous_record(model: AIMClusterModel) -> DiscoveryRecord | None:
     """What discovery persisted on the model (its ``aim.silogen.ai/image-metadata`` annotation)."""
-    return DiscoveryRecord.from_annotations(model["metadata"].get("annotations"))
+    return DiscoveryRecord.from_annotations(model.metadata.annotations)
 
 
 def images_to_read(
-    models: Sequence[tuple[Manifest, AIMClusterModel]], now: datetime, resync: timedelta
+    models: Sequence[AIMClusterModel], now: datetime, resync: timedelta
 ) -> dict[str, DiscoveryRecord | None]:
     """``image -> previous record`` of every image to read now: never read, ``spec.image`` changed, a
     transient failure last time, or older than ``resync``. Each distinct image once."""
     wanted: dict[str, DiscoveryRecord | None] = {}
-    for obj, model in models:
-        previous = previous_record(obj)
+    for model in models:
+        previous = previous_record(model)
         if needs_fetch(previous, model.spec.image, now, resync):
             wanted.setdefault(model.spec.image, previous)
     return wanted
@@ -53,20 +53,20 @@ class DiscoveryWorld:
     """What one discover-models run read about templates, and where it creates them."""
 
     namespaces: Sequence[str]
-    existing: Mapping[tuple[str, str], Manifest]
+    existing: Mapping[tuple[str, str], AIMServiceTemplate]
     """``(namespace, name)`` -> every AIMServiceTemplate."""
-    auto_by_model: Mapping[str, Sequence[Manifest]]
+    auto_by_model: Mapping[str, Sequence[AIMServiceTemplate]]
     """model name -> the templates discovery created for it."""
 
     @classmethod
-    def of(cls, templates: Sequence[Manifest], namespaces: Sequence[str]) -> DiscoveryWorld:
+    def of(cls, templates: Sequence[AIMServiceTemplate], namespaces: Sequence[str]) -> DiscoveryWorld:
         """Index the templates by namespace and name, and the auto-created ones by model."""
-        auto_by_model: dict[str, list[Manifest]] = {}
+        auto_by_model: dict[str, list[AIMServiceTemplate]] = {}
         for template in templates:
             if is_auto_template(template):
-                owner = (template["metadata"].get("labels") or {}).get(MODEL_LABEL, "")
+                owner = template.metadata.labels.get(MODEL_LABEL, "")
                 auto_by_model.setdefault(owner, []).append(template)
-        existing = {(t["metadata"]["namespace"], t["metadata"]["name"]): t for t in templates}
+        existing = {_key(t): t for t in templates}
         return cls(list(namespaces), existing, auto_by_model)
 
 
@@ -79,8 +79,10 @@ class ModelPlan:
     persist: DiscoveryRecord | None
     """The record to store in the model's annotation (read in this run), else None."""
     create: tuple[Manifest, ...]
+    """The templates to create (rendered)."""
     skipped: tuple[str, ...]
-    stale: tuple[Manifest, ...]
+    stale: tuple[AIMServiceTemplate, ...]
+    """The auto-created templates the current image no longer wants (to delete)."""
     conditions: tuple[ConditionUpdate, ...]
     result: str
     """``ok``, the failure reason, or ``not read``."""
@@ -88,8 +90,13 @@ class ModelPlan:
     templates: int
 
 
+def _key(template: AIMServiceTemplate) -> tuple[str, str]:
+    """``(namespace, name)`` of a template."""
+    return template.metadata.namespace or "", template.metadata.name or ""
+
+
 def _to_create(
-    desired: Sequence[Manifest], existing: Mapping[tuple[str, str], Manifest]
+    desired: Sequence[Manifest], existing: Mapping[tuple[str, str], AIMServiceTemplate]
 ) -> tuple[list[Manifest], list[str]]:
     """The desired templates that do not exist, and why the others are left alone (an existing one
     that is not discovery's is a person's template of the same name)."""
@@ -106,32 +113,27 @@ def _to_create(
 
 
 def plan_model(
-    obj: Manifest, model: AIMClusterModel, record: DiscoveryRecord | None, read_now: bool, world: DiscoveryWorld
+    model: AIMClusterModel, record: DiscoveryRecord | None, read_now: bool, world: DiscoveryWorld
 ) -> ModelPlan:
     """Decide one model's discovery: record to persist, templates to create and delete, conditions.
 
     ``record`` is this run's read of the model's image (``read_now``) or the persisted one."""
-    name, image = obj["metadata"]["name"], model.spec.image
+    name, image = str(model.metadata.name), model.spec.image
     current = record is not None and record.ok and record.metadata is not None and record.image == image
-    plan = auto_templates(obj, record.metadata, world.namespaces) if current and record and record.metadata else None
+    plan = auto_templates(model, record.metadata, world.namespaces) if current and record and record.metadata else None
     ours = list(world.auto_by_model.get(name, []))
     create: list[Manifest] = []
     skipped: list[str] = []
-    stale: list[Manifest] = []
+    stale: list[AIMServiceTemplate] = []
     if plan is not None:
         create, skipped = _to_create(plan.templates, world.existing)
         skipped += [f"{name}: {why}" for why in plan.skipped]
         # Templates of an earlier image (or a deployment the image no longer recommends) go: their
         # names hash the image, so the new image's templates replace them.
         wanted = {(t["metadata"]["namespace"], t["metadata"]["name"]) for t in plan.templates}
-        stale = [
-            t
-            for t in ours
-            if t["metadata"]["namespace"] in world.namespaces
-            and (t["metadata"]["namespace"], t["metadata"]["name"]) not in wanted
-        ]
+        stale = [t for t in ours if _key(t)[0] in world.namespaces and _key(t) not in wanted]
         ours = [t for t in ours if t not in stale]
-    states = [(t.get("status") or {}).get("status") or "Pending" for t in ours]
+    states = [(t.status.status if t.status else None) or "Pending" for t in ours]
     if plan is not None and len(ours) < len(plan.templates):
         states += ["Pending"] * (len(plan.templates) - len(ours))
     conditions = (metadata_condition(record), ready_condition(record, states, bool(plan and plan.templates)))

@@ -9,9 +9,9 @@ template of a service that names none, with aim-engine's filter and ranking.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
 from engine.aim.discovery import REASON_IMAGE_NOT_FOUND
 from engine.aim.templates import (
@@ -25,6 +25,8 @@ from engine.aim.templates import (
     preference_rank,
     record_of,
 )
+from engine.api.aim import AIMClusterModel, AIMNamespaceConfig, AIMService, AIMServiceSpec, AIMServiceTemplate
+from engine.api.meta import Condition
 
 STATUS_PENDING, STATUS_STARTING, STATUS_RUNNING, STATUS_FAILED, STATUS_DEGRADED = (
     "Pending",
@@ -43,9 +45,9 @@ class Resolution:
     status: str | None = None
     reason: str = ""
     message: str = ""
-    model: Mapping[str, Any] | None = None
-    template: Mapping[str, Any] | None = None
-    config: Mapping[str, Any] | None = None
+    model: AIMClusterModel | None = None
+    template: AIMServiceTemplate | None = None
+    config: AIMNamespaceConfig | None = None
     deployment: Mapping[str, Any] | None = None
     sources: tuple[str, ...] = ()
     selected: str = ""
@@ -57,12 +59,31 @@ class Resolution:
         return self.status is not None
 
 
-def condition_of(obj: Mapping[str, Any] | None, type_: str) -> Mapping[str, Any] | None:
-    """The condition of ``type_`` in the object's ``status.conditions``, or None."""
-    for cond in ((obj or {}).get("status") or {}).get("conditions") or []:
-        if isinstance(cond, Mapping) and cond.get("type") == type_:
-            return cond
-    return None
+class Typed(Protocol):
+    """A status condition, typed (our kinds' ``Condition``, a view's ``ConditionView``)."""
+
+    @property
+    def type(self) -> str | None:
+        """The condition's type."""
+        ...
+
+
+C = TypeVar("C", bound=Typed)
+
+
+def condition_of(conditions: Iterable[C] | None, type_: str) -> C | None:
+    """The condition of ``type_`` among a status's ``conditions``, or None."""
+    return next((cond for cond in conditions or () if cond.type == type_), None)
+
+
+def template_conditions(template: AIMServiceTemplate) -> list[Condition]:
+    """The template's previous ``status.conditions`` (none when it has no status yet)."""
+    return list(template.status.conditions or []) if template.status else []
+
+
+def template_phase(template: AIMServiceTemplate) -> str | None:
+    """The template's previous ``status.status`` (None when it has no status yet)."""
+    return template.status.status if template.status else None
 
 
 GPU_PREFERENCE = ("MI325X", "MI300X", "MI250X", "MI210")
@@ -75,21 +96,21 @@ class Selection:
     """The outcome of choosing a template for a service without ``templateRef``: the template, or the
     status, reason and message that stop the rollout; ``ranked`` names the candidates in rank order."""
 
-    template: Mapping[str, Any] | None = None
+    template: AIMServiceTemplate | None = None
     status: str | None = None
     reason: str = ""
     message: str = ""
     ranked: tuple[str, ...] = ()
 
 
-def _template_profile(template: Mapping[str, Any], deployments: Sequence[Mapping[str, Any]]) -> Mapping[str, Any]:
+def _template_profile(template: AIMServiceTemplate, deployments: Sequence[Mapping[str, Any]]) -> Mapping[str, Any]:
     """The recommended deployment a template selects (its "status profile"), or ``{}``."""
-    return match_profile(template.get("spec") or {}, deployments) or {}
+    return match_profile(template.spec, deployments) or {}
 
 
 def select_template(
-    service_spec: Mapping[str, Any],
-    templates: Mapping[str, Mapping[str, Any]],
+    service_spec: AIMServiceSpec,
+    templates: Mapping[str, AIMServiceTemplate],
     deployments: Sequence[Mapping[str, Any]],
     inventory: GpuInventory,
 ) -> Selection:
@@ -106,10 +127,10 @@ def select_template(
     or a template goes away). No template of the model yet, or none Available yet: Pending
     (``TemplateNotFound`` / ``TemplateNotReady``); all filtered out: Failed ``TemplateNotFound``.
     """
-    canonical = service_spec.get("model", "")
+    canonical = service_spec.model
     candidates = sorted(
-        (t for t in templates.values() if (t.get("spec") or {}).get("model") == canonical),
-        key=lambda t: t["metadata"]["name"],
+        (t for t in templates.values() if t.spec.model == canonical),
+        key=lambda t: t.metadata.name or "",
     )
     if not candidates:
         return Selection(
@@ -117,25 +138,25 @@ def select_template(
             reason="TemplateNotFound",
             message=f"no AIMServiceTemplate in this namespace serves {canonical!r} yet (spec.templateRef is not set)",
         )
-    ready = [t for t in candidates if (t.get("status") or {}).get("status") == "Available"]
+    ready = [t for t in candidates if template_phase(t) == "Available"]
     if not ready:
-        names = ", ".join(t["metadata"]["name"] for t in candidates)
+        names = ", ".join(t.metadata.name or "" for t in candidates)
         return Selection(
             status=STATUS_PENDING,
             reason="TemplateNotReady",
             message=f"templates of {canonical!r} exist but none is Available yet: {names}",
         )
-    allow_unoptimized = service_spec.get("allowUnoptimized") is True
+    allow_unoptimized = service_spec.allow_unoptimized is True
     rejected: list[str] = []
-    kept: list[tuple[Mapping[str, Any], Mapping[str, Any]]] = []
+    kept: list[tuple[AIMServiceTemplate, Mapping[str, Any]]] = []
     for template in ready:
-        name, spec = template["metadata"]["name"], template.get("spec") or {}
+        name, spec = template.metadata.name, template.spec
         profile = _template_profile(template, deployments)
         kind = str(profile.get("type") or "optimized") if profile else "unoptimized"
         if kind != "optimized" and not allow_unoptimized:
             rejected.append(f"{name}: UnoptimizedTemplateFiltered ({kind})")
             continue
-        gpu = spec.get("gpuModel") or profile.get("gpuModel")
+        gpu = spec.gpu_model or profile.get("gpuModel")
         if gpu and not inventory.of(str(gpu)):
             rejected.append(f"{name}: RequiredGPUNotInCluster ({gpu})")
             continue
@@ -147,22 +168,22 @@ def select_template(
             message=f"no Available template of {canonical!r} can be used: {'; '.join(rejected)}",
         )
 
-    def rank(item: tuple[Mapping[str, Any], Mapping[str, Any]]) -> tuple[int, int, int, int]:
+    def rank(item: tuple[AIMServiceTemplate, Mapping[str, Any]]) -> tuple[int, int, int, int]:
         template, profile = item
-        spec = template.get("spec") or {}
-        gpu = normalize_gpu_model(str(spec.get("gpuModel") or profile.get("gpuModel") or ""))
-        precision = profile.get("precision") or (spec.get("precision") if spec.get("precision") != "auto" else None)
+        spec = template.spec
+        gpu = normalize_gpu_model(str(spec.gpu_model or profile.get("gpuModel") or ""))
+        precision = profile.get("precision") or (spec.precision if spec.precision != "auto" else None)
         return (
             preference_rank(str(profile.get("type") or "optimized"), PROFILE_TYPE_PREFERENCE),
             preference_rank(gpu, GPU_PREFERENCE),
-            preference_rank(profile.get("metric") or spec.get("metric"), METRIC_PREFERENCE),
+            preference_rank(profile.get("metric") or spec.metric, METRIC_PREFERENCE),
             preference_rank(precision, PRECISION_PREFERENCE),
         )
 
-    ordered = sorted(kept, key=lambda item: (rank(item), item[0]["metadata"]["name"]))
-    ranked = tuple(str(t["metadata"]["name"]) for t, _ in ordered)
+    ordered = sorted(kept, key=lambda item: (rank(item), item[0].metadata.name or ""))
+    ranked = tuple(str(t.metadata.name) for t, _ in ordered)
     best = rank(ordered[0])
-    tied = [t["metadata"]["name"] for t, p in ordered if rank((t, p)) == best]
+    tied = [str(t.metadata.name) for t, p in ordered if rank((t, p)) == best]
     if len(tied) > 1:
         return Selection(
             status=STATUS_FAILED,
@@ -179,10 +200,10 @@ def select_template(
 
 
 def resolve_references(
-    service: Mapping[str, Any],
-    models: Sequence[Mapping[str, Any]] | ModelCatalog,
-    templates: Mapping[str, Mapping[str, Any]],
-    configs: Mapping[str, Mapping[str, Any]],
+    service: AIMService,
+    models: Sequence[AIMClusterModel] | ModelCatalog,
+    templates: Mapping[str, AIMServiceTemplate],
+    configs: Mapping[str, AIMNamespaceConfig],
     inventory: GpuInventory | None = None,
 ) -> Resolution:
     """Model, template and namespace config of a service, checked in kaiwo's order.
@@ -196,8 +217,8 @@ def resolve_references(
     service namespace's, by name (objects that do not parse never get here: the boundary reader marks
     them, so referring to one is ``TemplateNotFound`` / ``RuntimeConfigMissing``).
     """
-    spec = service.get("spec") or {}
-    canonical = spec.get("model", "")
+    spec = service.spec
+    canonical = spec.model
     named = models_named(models, canonical)
     if not named:
         return Resolution(
@@ -210,7 +231,7 @@ def resolve_references(
     model = named[0]
     record = record_of(models, model)
     metadata = record.metadata if record is not None and record.ok else None
-    template_ref = spec.get("templateRef") or ""
+    template_ref = spec.template_ref or ""
     selection: Selection | None = None
     if not template_ref:
         selection = select_template(
@@ -218,7 +239,7 @@ def resolve_references(
         )
         if selection.template is None:
             return Resolution(selection.status, selection.reason, selection.message, model=model)
-        template_ref = selection.template["metadata"]["name"]
+        template_ref = str(selection.template.metadata.name)
     template = templates.get(template_ref)
     if template is None:
         return Resolution(
@@ -227,15 +248,15 @@ def resolve_references(
             f"AIMServiceTemplate {template_ref!r} not found (spec.templateRef)",
             model=model,
         )
-    if (template.get("spec") or {}).get("model") != canonical:
+    if template.spec.model != canonical:
         return Resolution(
             STATUS_FAILED,
             "ValidationFailed",
-            f"template {template_ref!r} serves {(template.get('spec') or {}).get('model')!r}, not spec.model {canonical!r}",
+            f"template {template_ref!r} serves {template.spec.model!r}, not spec.model {canonical!r}",
             model=model,
             template=template,
         )
-    config_ref = spec.get("configRef") or "default"
+    config_ref = spec.config_ref or "default"
     config = configs.get(config_ref)
     if config is None:
         return Resolution(
@@ -245,24 +266,24 @@ def resolve_references(
             model=model,
             template=template,
         )
-    if record is not None and record.reason == REASON_IMAGE_NOT_FOUND and record.image == model["spec"].get("image"):
+    if record is not None and record.reason == REASON_IMAGE_NOT_FOUND and record.image == model.spec.image:
         return Resolution(
             STATUS_DEGRADED, REASON_IMAGE_NOT_FOUND, record.message, model=model, template=template, config=config
         )
-    template_status = (template.get("status") or {}).get("status")
+    template_status = template_phase(template)
     if template_status == "Failed":
-        failure = condition_of(template, "Failure") or {}
+        failure = condition_of(template_conditions(template), "Failure")
         return Resolution(
             STATUS_FAILED,
-            failure.get("reason") or "TemplateFailed",
-            f"template {template_ref!r} failed: {failure.get('message', '')}".rstrip(": "),
+            (failure.reason if failure else None) or "TemplateFailed",
+            f"template {template_ref!r} failed: {failure.message if failure else ''}".rstrip(": "),
             model=model,
             template=template,
             config=config,
         )
     if template_status != "Available":
-        ready = condition_of(template, "Ready") or {}
-        detail = ready.get("message") or f"status {template_status or 'Pending'}"
+        ready = condition_of(template_conditions(template), "Ready")
+        detail = (ready.message if ready else None) or f"status {template_status or 'Pending'}"
         return Resolution(
             STATUS_PENDING,
             "TemplateNotAvailable",
@@ -271,7 +292,7 @@ def resolve_references(
             template=template,
             config=config,
         )
-    sources = tuple((template.get("status") or {}).get("modelSources") or ())
+    sources = tuple((template.status.model_sources if template.status else None) or ())
     if not sources:
         return Resolution(
             STATUS_DEGRADED,
@@ -281,7 +302,7 @@ def resolve_references(
             template=template,
             config=config,
         )
-    deployment = match_profile(template.get("spec") or {}, metadata.recommended_deployments) if metadata else None
+    deployment = match_profile(template.spec, metadata.recommended_deployments) if metadata else None
     return Resolution(
         model=model,
         template=template,

@@ -1,7 +1,7 @@
 """The rollout of one AIMService, decided at once without I/O: what rollout-services writes for it.
 
-:func:`plan_service` takes the service (as read and as its parsed API model) and :class:`ServiceWorld`,
-what the flow read from the cluster indexed by namespace, and decides everything: its references
+:func:`plan_service` takes the service (its API model, with the status it had) and :class:`ServiceWorld`,
+what the flow read from the cluster, typed and indexed by namespace, and decides everything: its references
 (:func:`engine.aim.references.resolve_references`), the workload and route names (unique per namespace
 and service, never taking over an InferenceService another object controls), the caches it mounts and
 the ones to request, the rendered InferenceService and HTTPRoute with the merge-patches that bring
@@ -15,9 +15,9 @@ warm-caches), so the status needs no answer from the write.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
 from engine.aim.references import STATUS_FAILED, Resolution, resolve_references
 from engine.aim.services import (
@@ -33,8 +33,9 @@ from engine.aim.services import (
     workload_name,
 )
 from engine.aim.templates import GpuInventory, ModelCatalog, cluster_gpus
-from engine.api.aim import AIMNamespaceConfig, AIMService
-from engine.caches.lookup import CacheRequest, cache_available, cache_pvc, find_cache
+from engine.api.aim import AIMClusterModel, AIMNamespaceConfig, AIMService, AIMServiceTemplate, ModelCache
+from engine.api.views import HTTPRoute, InferenceService, Node, Observed
+from engine.caches.lookup import CacheRequest, find_model_cache, model_cache_pvc, model_cache_status
 from engine.caches.sources import parse_source
 
 Manifest = dict[str, Any]
@@ -43,22 +44,36 @@ MANAGED_PREDICTOR_KEYS = ("imagePullSecrets", "affinity")
 """Predictor keys Modelplane renders and removes again when the rendering no longer has them."""
 
 
-def by_namespace(items: Sequence[Manifest]) -> dict[str, dict[str, Manifest]]:
-    """``namespace -> name -> object``."""
-    result: dict[str, dict[str, Manifest]] = {}
+class _Meta(Protocol):
+    @property
+    def name(self) -> str | None: ...
+
+    @property
+    def namespace(self) -> str | None: ...
+
+
+class _Named(Protocol):
+    @property
+    def metadata(self) -> _Meta: ...
+
+
+N = TypeVar("N", bound=_Named)
+
+
+def by_namespace(items: Iterable[N]) -> dict[str, dict[str, N]]:
+    """``namespace -> name -> object`` of typed objects (our kinds' models, views of the others)."""
+    result: dict[str, dict[str, N]] = {}
     for item in items:
-        meta = item["metadata"]
-        result.setdefault(meta.get("namespace") or "", {})[meta["name"]] = item
+        result.setdefault(item.metadata.namespace or "", {})[item.metadata.name or ""] = item
     return result
 
 
-def controller_uid(obj: Mapping[str, Any] | None) -> str | None:
-    """The uid of the object's controller (its ``ownerReferences`` entry with ``controller: true``)."""
-    for ref in ((obj or {}).get("metadata") or {}).get("ownerReferences") or []:
-        if ref.get("controller"):
-            uid = ref.get("uid")
-            return str(uid) if uid is not None else None
-    return None
+def caches_by_namespace(caches: Iterable[ModelCache]) -> dict[str, list[ModelCache]]:
+    """``namespace -> its ModelCaches``, in the order read."""
+    result: dict[str, list[ModelCache]] = {}
+    for cache in caches:
+        result.setdefault(cache.metadata.namespace or "", []).append(cache)
+    return result
 
 
 @dataclass(frozen=True)
@@ -66,41 +81,40 @@ class ServiceWorld:
     """What one rollout-services run read, indexed for per-service planning."""
 
     catalog: ModelCatalog
-    templates: Mapping[str, Mapping[str, Manifest]]
-    configs: Mapping[str, Mapping[str, Manifest]]
-    config_models: Mapping[tuple[str, str], AIMNamespaceConfig]
-    """``(namespace, name)`` -> the namespace config as its API model."""
-    caches: Mapping[str, Sequence[Manifest]]
-    isvcs: Mapping[str, Mapping[str, Manifest]]
-    routes: Mapping[str, Mapping[str, Manifest]]
+    templates: Mapping[str, Mapping[str, AIMServiceTemplate]]
+    configs: Mapping[str, Mapping[str, AIMNamespaceConfig]]
+    caches: Mapping[str, Sequence[ModelCache]]
+    """namespace -> its ModelCaches."""
+    isvcs: Mapping[str, Mapping[str, InferenceService]]
+    routes: Mapping[str, Mapping[str, HTTPRoute]]
     inventory: GpuInventory
-    controlled: Mapping[str, Sequence[Manifest]] = field(default_factory=dict)
+    controlled: Mapping[str, Sequence[InferenceService | HTTPRoute]] = field(default_factory=dict)
     """controller uid -> the InferenceServices and HTTPRoutes it controls."""
 
     @classmethod
     def of(
         cls,
         *,
-        models: Sequence[Manifest],
-        templates: Sequence[Manifest],
-        configs: Sequence[tuple[Manifest, AIMNamespaceConfig]],
-        caches: Sequence[Manifest],
-        nodes: Sequence[Manifest],
-        isvcs: Sequence[Manifest],
-        routes: Sequence[Manifest],
+        models: Sequence[AIMClusterModel],
+        templates: Sequence[AIMServiceTemplate],
+        configs: Sequence[AIMNamespaceConfig],
+        caches: Sequence[ModelCache],
+        nodes: Sequence[Node],
+        isvcs: Sequence[InferenceService],
+        routes: Sequence[HTTPRoute],
     ) -> ServiceWorld:
-        """Index what the flow read (configs as read with their API models) by namespace and name."""
-        controlled: dict[str, list[Manifest]] = {}
-        for obj in [*isvcs, *routes]:
-            uid = controller_uid(obj)
+        """Index what the flow read by namespace and name."""
+        controlled: dict[str, list[InferenceService | HTTPRoute]] = {}
+        children: list[InferenceService | HTTPRoute] = [*isvcs, *routes]
+        for obj in children:
+            uid = obj.metadata.controller_uid()
             if uid:
                 controlled.setdefault(uid, []).append(obj)
         return cls(
             catalog=ModelCatalog(models),
             templates=by_namespace(templates),
-            configs=by_namespace([obj for obj, _ in configs]),
-            config_models={(obj["metadata"]["namespace"], obj["metadata"]["name"]): model for obj, model in configs},
-            caches={ns: list(items.values()) for ns, items in by_namespace(caches).items()},
+            configs=by_namespace(configs),
+            caches=caches_by_namespace(caches),
             isvcs=by_namespace(isvcs),
             routes=by_namespace(routes),
             inventory=cluster_gpus(nodes),
@@ -110,10 +124,11 @@ class ServiceWorld:
 
 @dataclass(frozen=True)
 class ObjectWrite:
-    """One rendered object: created when ``existing`` is None, merge-patched with ``patch`` when given."""
+    """One rendered object: created when ``existing`` is None, merge-patched with ``patch`` when given
+    (``existing`` keeps the object as read, which the write goes through)."""
 
     desired: Manifest
-    existing: Manifest | None
+    existing: Observed | None
     patch: Mapping[str, Any] | None
 
     @property
@@ -139,9 +154,9 @@ class ServicePlan:
     cache_requests: tuple[CacheRequest, ...] = ()
     isvc: ObjectWrite | None = None
     route: ObjectWrite | None = None
-    mounted: tuple[Manifest, ...] = ()
+    mounted: tuple[ModelCache, ...] = ()
     """The Available caches the InferenceService mounts (their ``lastUsed`` is set when it is written)."""
-    retire: tuple[Manifest, ...] = ()
+    retire: tuple[InferenceService | HTTPRoute, ...] = ()
     """InferenceServices and HTTPRoutes the service controls under another name."""
 
     @property
@@ -162,16 +177,16 @@ class _Caches:
     reason: str
     message: str
     mounts: tuple[CacheMount, ...]
-    mounted: tuple[Manifest, ...]
+    mounted: tuple[ModelCache, ...]
     requests: tuple[CacheRequest, ...]
 
 
 def _plan_caches(
-    sources: Sequence[str], caches: Sequence[Manifest], storage_class: str | None, request: bool, requested_by: str
+    sources: Sequence[str], caches: Sequence[ModelCache], storage_class: str | None, request: bool, requested_by: str
 ) -> _Caches:
     """Each source's cache from the namespace's LIST; with ``request`` a missing downloadable one is
     requested (and not Available yet). Existing Available caches are mounted even when not requested."""
-    found: list[tuple[str, Manifest | None]] = []
+    found: list[tuple[str, ModelCache | None]] = []
     requests: list[CacheRequest] = []
     for text in sources:
         try:
@@ -179,14 +194,12 @@ def _plan_caches(
         except ValueError:
             found.append((text, None))
             continue
-        cache = find_cache(caches, source, storage_class)
+        cache = find_model_cache(caches, source, storage_class)
         if cache is None and request and source.downloadable:
             requests.append(CacheRequest(text, storage_class, requested_by))
         found.append((text, cache))
-    available = [
-        (text, cache) for text, cache in found if cache is not None and cache_available(cache) and cache_pvc(cache)
-    ]
-    failed = [text for text, cache in found if ((cache or {}).get("status") or {}).get("status") == "Failed"]
+    available = [(text, cache) for text, cache in found if cache is not None and model_cache_pvc(cache)]
+    failed = [text for text, cache in found if cache is not None and model_cache_status(cache) == "Failed"]
     if failed:
         ready, reason, message = False, "CacheFailed", f"cache of {', '.join(failed)} failed"
     elif request and len(available) < len(found):
@@ -198,27 +211,29 @@ def _plan_caches(
             if available
             else "caching not requested; the runtime downloads the model"
         )
-    mounts = tuple(CacheMount(text, cache["metadata"]["name"], cache_pvc(cache) or "") for text, cache in available)
+    mounts = tuple(
+        CacheMount(text, cache.metadata.name or "", model_cache_pvc(cache) or "") for text, cache in available
+    )
     return _Caches(ready, reason, message, mounts, tuple(cache for _, cache in available), tuple(requests))
 
 
 def _blocking(
-    service: Manifest, resolution: Resolution, isvc_name: str | None, existing: Manifest | None
-) -> tuple[Resolution, Manifest | None]:
+    service: AIMService, resolution: Resolution, isvc_name: str | None, existing: InferenceService | None
+) -> tuple[Resolution, InferenceService | None]:
     """The resolution and the service's existing InferenceService, or what else stops the rollout: a
     namespace too long for KServe's host label, or an InferenceService of the wanted name that another
     object controls (it is then not this service's workload)."""
     if resolution.blocked:
         return resolution, existing
-    namespace = service["metadata"]["namespace"]
+    namespace = service.metadata.namespace
     if isvc_name is None:
         return Resolution(
             STATUS_FAILED,
             "ValidationFailed",
             f"namespace {namespace!r} is too long for KServe's 63-character host label {{isvc}}-predictor-{{namespace}}",
         ), existing
-    other = controller_uid(existing)
-    if existing is not None and other not in (None, service["metadata"].get("uid")):
+    other = existing.metadata.controller_uid() if existing is not None else None
+    if existing is not None and other not in (None, service.metadata.uid):
         return Resolution(
             STATUS_FAILED,
             "ValidationFailed",
@@ -227,37 +242,45 @@ def _blocking(
     return resolution, existing
 
 
-def _after_write(isvc: ObjectWrite) -> Manifest | None:
-    """The InferenceService as the cluster holds it once written: the rendered spec on the existing
-    object (its status stays until the controller reports again)."""
-    if isvc.existing is None:
-        return isvc.desired
-    return isvc.existing if isvc.patch is None else {**isvc.existing, "spec": isvc.desired["spec"]}
+def _after_write(isvc: ObjectWrite) -> InferenceService:
+    """The InferenceService's status once written: a new one has none yet; an existing one keeps its
+    status (the rendered spec changes it only when the controller reports again)."""
+    return isvc.existing if isinstance(isvc.existing, InferenceService) else InferenceService()
 
 
-def _workload_name(service: Manifest) -> str | None:
+def _route_after_write(route: ObjectWrite) -> HTTPRoute:
+    """The HTTPRoute's status once written: a new or changed route has no Gateway's report on it yet."""
+    return route.existing if route.action == "unchanged" and isinstance(route.existing, HTTPRoute) else HTTPRoute()
+
+
+def _workload_name(service: AIMService) -> str | None:
+    """The service's InferenceService name, or None when its namespace is too long for one."""
     try:
-        return workload_name(service["metadata"]["name"], service["metadata"]["namespace"])
+        return workload_name(str(service.metadata.name), str(service.metadata.namespace))
     except ValueError:
         return None
 
 
-def _retired(service: Manifest, world: ServiceWorld, isvc_name: str, route_name: str | None) -> tuple[Manifest, ...]:
+def _retired(
+    service: AIMService, world: ServiceWorld, isvc_name: str, route_name: str | None
+) -> tuple[InferenceService | HTTPRoute, ...]:
     """The InferenceServices and HTTPRoutes this service controls under another name (a name an earlier
     version gave it, e.g. before names hashed the service too); routes only once the current one exists."""
-    uid = service["metadata"].get("uid")
+    uid = service.metadata.uid
     if not uid:
         return ()
     owned = world.controlled.get(uid, [])
-    stale = [o for o in owned if o["kind"] == "InferenceService" and o["metadata"]["name"] != isvc_name]
+    stale: list[InferenceService | HTTPRoute] = [
+        o for o in owned if isinstance(o, InferenceService) and o.metadata.name != isvc_name
+    ]
     if route_name is not None:
-        stale += [o for o in owned if o["kind"] == "HTTPRoute" and o["metadata"]["name"] != route_name]
+        stale += [o for o in owned if isinstance(o, HTTPRoute) and o.metadata.name != route_name]
     return tuple(stale)
 
 
-def plan_service(service: Manifest, model: AIMService, world: ServiceWorld) -> ServicePlan:
+def plan_service(service: AIMService, world: ServiceWorld) -> ServicePlan:
     """Decide one service's rollout: references, names, caches, rendered children, retired objects, status."""
-    namespace, name = service["metadata"]["namespace"], service["metadata"]["name"]
+    namespace, name = service.metadata.namespace or "", str(service.metadata.name)
     resolution = resolve_references(
         service,
         world.catalog,
@@ -270,43 +293,44 @@ def plan_service(service: Manifest, model: AIMService, world: ServiceWorld) -> S
     resolution, existing = _blocking(service, resolution, isvc_name, existing)
     if resolution.blocked or isvc_name is None:
         outcome = blocked_status(resolution, existing is not None)
-        workload = existing["metadata"]["name"] if existing else ""
+        workload = (existing.metadata.name or "") if existing else ""
         return ServicePlan(namespace, name, outcome, workload, resolution.reason, blocked=True)
 
-    config = resolution.config or {}
-    config_model = world.config_models.get((namespace, str((config.get("metadata") or {}).get("name"))))
-    storage_class = config_model.spec.cache_storage_class_name if config_model else None
+    config = resolution.config
+    storage_class = config.spec.cache_storage_class_name if config else None
     caches = _plan_caches(
         resolution.sources,
         world.caches.get(namespace, []),
         storage_class,
-        model.spec.cache_model is not False,
+        service.spec.cache_model is not False,
         f"AIMService/{namespace}/{name}",
     )
-    enabled, gateway = routing_of(config_model)
+    enabled, gateway = routing_of(config)
     routing_problem = (
         None
         if gateway or not enabled
         else "routing.autoCreateRoute is true but the AIMNamespaceConfig names no routing.gateway"
     )
     isvc = route = None
-    retire: tuple[Manifest, ...] = ()
+    retire: tuple[InferenceService | HTTPRoute, ...] = ()
     if caches.ready:
-        desired = render_inference_service(service, resolution, world.inventory, caches.mounts, config_model)
+        desired = render_inference_service(service, resolution, world.inventory, caches.mounts, config)
         isvc = ObjectWrite(
-            desired, existing, update_patch(existing, desired, MANAGED_PREDICTOR_KEYS) if existing else None
+            desired, existing, update_patch(existing.object, desired, MANAGED_PREDICTOR_KEYS) if existing else None
         )
         if enabled and gateway:
             desired_route = render_http_route(service, gateway, desired["metadata"]["name"])
             old_route = world.routes.get(namespace, {}).get(desired_route["metadata"]["name"])
-            route = ObjectWrite(desired_route, old_route, update_patch(old_route, desired_route) if old_route else None)
+            route = ObjectWrite(
+                desired_route, old_route, update_patch(old_route.object, desired_route) if old_route else None
+            )
         retire = _retired(service, world, isvc_name, route.desired["metadata"]["name"] if route else None)
     outcome = service_status(
         caches.ready,
         caches.reason,
         caches.message,
         _after_write(isvc) if isvc else existing,
-        (route.existing if route.action == "unchanged" else route.desired) if route else None,
+        _route_after_write(route) if route else None,
         enabled,
         routing_problem,
         resolution.selected,

@@ -26,7 +26,8 @@ from engine.aim.references import (
     condition_of,
 )
 from engine.aim.templates import GpuInventory, gpu_resource_name, node_affinity
-from engine.api.aim import AIMNamespaceConfig
+from engine.api.aim import AIMNamespaceConfig, AIMService
+from engine.api.views import HTTPRoute, InferenceService
 from engine.caches.sources import parse_source
 from engine.status import ConditionUpdate
 
@@ -144,7 +145,7 @@ def _quantity_gi(value: int) -> str:
 
 
 def render_inference_service(
-    service: Mapping[str, Any],
+    service: AIMService,
     resolution: Resolution,
     inventory: GpuInventory,
     mounts: Sequence[CacheMount],
@@ -152,20 +153,19 @@ def render_inference_service(
 ) -> dict[str, Any]:
     """The KServe InferenceService of a resolved service (raw deployment, inline container); ``config`` is the
     namespace's AIMNamespaceConfig the resolution found (its HF token and image pull secrets)."""
-    meta, spec = service["metadata"], service.get("spec") or {}
-    namespace = meta["namespace"]
-    model, template = resolution.model or {}, resolution.template or {}
+    name, namespace = str(service.metadata.name), str(service.metadata.namespace)
+    model, template = resolution.model, resolution.template
     credentials = config.spec.credentials if config is not None else None
     images = config.spec.images if config is not None else None
-    tspec = template.get("spec") or {}
+    tspec = template.spec if template is not None else None
     deployment = resolution.deployment or {}
-    gpu_model = tspec.get("gpuModel") or deployment.get("gpuModel")
-    gpus = int(tspec.get("gpusPerReplica") or deployment.get("gpuCount") or 0)
-    metric = tspec.get("metric") or deployment.get("metric")
+    gpu_model = (tspec.gpu_model if tspec else None) or deployment.get("gpuModel")
+    gpus = int((tspec.gpus_per_replica if tspec else None) or deployment.get("gpuCount") or 0)
+    metric = (tspec.metric if tspec else None) or deployment.get("metric")
     precision = deployment.get("precision") or (
-        tspec.get("precision") if tspec.get("precision") not in (None, "auto") else None
+        tspec.precision if tspec is not None and tspec.precision not in (None, "auto") else None
     )
-    wanted_replicas = spec.get("replicas")
+    wanted_replicas = service.spec.replicas
     replicas = int(wanted_replicas) if wanted_replicas is not None else 1
     env = {"AIM_CACHE_PATH": CACHE_ROOT, "VLLM_ENABLE_METRICS": "true"}
     if deployment.get("profileId"):
@@ -178,8 +178,8 @@ def render_inference_service(
         env["AIM_GPU_MODEL"] = gpu_model
     if gpus:
         env["AIM_GPU_COUNT"] = str(gpus)
-    if tspec.get("tensorParallelism"):
-        env["AIM_TENSOR_PARALLEL_SIZE"] = str(tspec["tensorParallelism"])
+    if tspec is not None and tspec.tensor_parallelism:
+        env["AIM_TENSOR_PARALLEL_SIZE"] = str(tspec.tensor_parallelism)
     env_list: list[dict[str, Any]] = [{"name": k, "value": v} for k, v in env.items()]
     token = credentials.hugging_face_token if credentials is not None else None
     if token is not None:
@@ -199,7 +199,7 @@ def render_inference_service(
         volume_mounts.append({"name": mount.volume, "mountPath": mount.mount_path, "readOnly": True})
     container = {
         "name": CONTAINER_NAME,
-        "image": model.get("spec", {}).get("image"),
+        "image": model.spec.image if model is not None else None,
         "ports": [{"containerPort": CONTAINER_PORT, "name": "http", "protocol": "TCP"}],
         "env": env_list,
         "resources": resources,
@@ -220,9 +220,9 @@ def render_inference_service(
     labels = {
         "app.kubernetes.io/component": "inference",
         **MANAGED_BY,
-        SERVICE_LABEL: label_value(meta["name"]),
-        TEMPLATE_LABEL: label_value(template.get("metadata", {}).get("name", "")),
-        MODEL_LABEL: label_value(model.get("metadata", {}).get("name", "")),
+        SERVICE_LABEL: label_value(name),
+        TEMPLATE_LABEL: label_value((template.metadata.name if template is not None else None) or ""),
+        MODEL_LABEL: label_value((model.metadata.name if model is not None else None) or ""),
     }
     if metric:
         labels[METRIC_LABEL] = label_value(metric)
@@ -232,7 +232,7 @@ def render_inference_service(
         "apiVersion": KSERVE_API,
         "kind": "InferenceService",
         "metadata": {
-            "name": workload_name(meta["name"], namespace),
+            "name": workload_name(name, namespace),
             "namespace": namespace,
             "labels": labels,
             "annotations": {
@@ -255,20 +255,20 @@ def routing_of(config: AIMNamespaceConfig | None) -> tuple[bool, Mapping[str, An
     return (True if enabled is None else bool(enabled)), gateway
 
 
-def render_http_route(service: Mapping[str, Any], gateway: Mapping[str, Any], isvc_name: str) -> dict[str, Any]:
-    """The HTTPRoute exposing the service under ``/<namespace>/<uid>`` on the namespace's Gateway."""
-    meta = service["metadata"]
-    namespace = meta["namespace"]
+def render_http_route(service: AIMService, gateway: Mapping[str, Any], isvc_name: str) -> dict[str, Any]:
+    """The HTTPRoute exposing the service under ``/<namespace>/<uid>`` on the namespace's Gateway
+    (``gateway``: the parentRef as the namespace config writes it)."""
+    name, namespace, uid = str(service.metadata.name), str(service.metadata.namespace), service.metadata.uid
     return {
         "apiVersion": GATEWAY_API,
         "kind": "HTTPRoute",
         "metadata": {
-            "name": route_name(meta["name"], namespace),
+            "name": route_name(name, namespace),
             "namespace": namespace,
             "labels": {
                 "app.kubernetes.io/component": "routing",
                 **MANAGED_BY,
-                SERVICE_LABEL: label_value(meta["name"]),
+                SERVICE_LABEL: label_value(name),
             },
             "ownerReferences": [owner_reference(service)],
         },
@@ -277,7 +277,12 @@ def render_http_route(service: Mapping[str, Any], gateway: Mapping[str, Any], is
             "rules": [
                 {
                     "matches": [
-                        {"path": {"type": "PathPrefix", "value": route_path(namespace, meta.get("uid", meta["name"]))}}
+                        {
+                            "path": {
+                                "type": "PathPrefix",
+                                "value": route_path(namespace, uid if uid is not None else name),
+                            }
+                        }
                     ],
                     "filters": [
                         {
@@ -353,32 +358,35 @@ class ServiceOutcome:
     conditions: list[ConditionUpdate] = field(default_factory=list)
 
 
-def _ready_of(isvc: Mapping[str, Any] | None) -> tuple[bool, str, str]:
+def _ready_of(isvc: InferenceService | None) -> tuple[bool, str, str]:
+    """Whether the InferenceService is ready, with the reason and message its status gives."""
     if isvc is None:
         return False, "CreatingRuntime", "InferenceService not created yet"
-    status = isvc.get("status") or {}
-    failure = (status.get("modelStatus") or {}).get("lastFailureInfo") or {}
-    if failure.get("message") or failure.get("reason"):
-        return False, "RuntimeFailed", str(failure.get("message") or failure.get("reason"))
-    ready = condition_of(isvc, "Ready")
-    if ready and ready.get("status") == "True":
+    failure = isvc.status.model_status.last_failure_info
+    if failure.message or failure.reason:
+        return False, "RuntimeFailed", str(failure.message or failure.reason)
+    ready = condition_of(isvc.status.conditions, "Ready")
+    if ready and ready.status == "True":
         return True, "RuntimeReady", "InferenceService is ready"
-    return False, "CreatingRuntime", (ready or {}).get("message") or "waiting for the InferenceService to become ready"
+    return (
+        False,
+        "CreatingRuntime",
+        (ready.message if ready else None) or "waiting for the InferenceService to become ready",
+    )
 
 
-def _route_of(route: Mapping[str, Any] | None) -> tuple[bool, str, str]:
+def _route_of(route: HTTPRoute | None) -> tuple[bool, str, str]:
+    """Whether the HTTPRoute's Gateways accepted it, with the reason and message they give."""
     if route is None:
         return False, "ConfiguringRoute", "HTTPRoute not created yet"
-    parents = ((route.get("status") or {}).get("parents")) or []
+    parents = route.status.parents
     if not parents:
         return False, "ConfiguringRoute", "no Gateway has reported on the HTTPRoute yet"
     for parent in parents:
-        for cond in parent.get("conditions") or []:
-            if cond.get("status") == "False":
-                return False, cond.get("reason") or "RouteFailed", cond.get("message") or f"{cond.get('type')} is False"
-    accepted = any(
-        c.get("type") == "Accepted" and c.get("status") == "True" for p in parents for c in p.get("conditions") or []
-    )
+        for cond in parent.conditions:
+            if cond.status == "False":
+                return False, cond.reason or "RouteFailed", cond.message or f"{cond.type} is False"
+    accepted = any(c.type == "Accepted" and c.status == "True" for p in parents for c in p.conditions)
     if not accepted:
         return False, "ConfiguringRoute", "the Gateway has not accepted the HTTPRoute yet"
     return True, "RouteReady", "HTTPRoute accepted by its Gateway"
@@ -422,8 +430,8 @@ def service_status(
     caches_ready: bool,
     cache_reason: str,
     cache_message: str,
-    isvc: Mapping[str, Any] | None,
-    route: Mapping[str, Any] | None,
+    isvc: InferenceService | None,
+    route: HTTPRoute | None,
     routing_enabled: bool,
     routing_problem: str | None,
     selected: str = "",

@@ -1,7 +1,7 @@
 """The resolution of one AIMServiceTemplate, and its model's readiness, decided without I/O: what
 resolve-templates writes.
 
-:func:`plan_template` takes the template (as read and as its parsed API model) and
+:func:`plan_template` takes the template (its API model, with the status it had) and
 :class:`TemplateWorld`, what the flow read indexed by namespace, and decides its profile
 (:func:`engine.aim.templates.resolve_profile`), the caches to request when ``warmCache`` is set (the
 namespace's ``default`` AIMNamespaceConfig names their storage class) and its status. A cache the plan
@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from engine.aim.discovery import MODEL_LABEL, is_auto_template, ready_condition
-from engine.aim.service_plan import by_namespace
+from engine.aim.service_plan import by_namespace, caches_by_namespace
 from engine.aim.templates import (
     GpuInventory,
     ModelCatalog,
@@ -26,12 +26,11 @@ from engine.aim.templates import (
     resolve_profile,
     template_status,
 )
-from engine.api.aim import AIMNamespaceConfig, AIMServiceTemplate
-from engine.caches.lookup import CacheRequest, find_cache
+from engine.api.aim import AIMClusterModel, AIMNamespaceConfig, AIMServiceTemplate, ModelCache
+from engine.api.views import Node
+from engine.caches.lookup import CacheRequest, find_model_cache, model_cache_status
 from engine.caches.sources import parse_source
 from engine.status import ConditionUpdate
-
-Manifest = dict[str, Any]
 
 DEFAULT_CONFIG = "default"
 """The AIMNamespaceConfig whose ``cacheStorageClassName`` a template's caches use."""
@@ -43,7 +42,7 @@ class TemplateWorld:
 
     catalog: ModelCatalog
     inventory: GpuInventory
-    caches: Mapping[str, Sequence[Manifest]]
+    caches: Mapping[str, Sequence[ModelCache]]
     storage_classes: Mapping[str, str | None]
     """namespace -> ``cacheStorageClassName`` of its ``default`` AIMNamespaceConfig."""
 
@@ -51,20 +50,21 @@ class TemplateWorld:
     def of(
         cls,
         *,
-        models: Sequence[Manifest],
+        models: Sequence[AIMClusterModel],
         configs: Sequence[AIMNamespaceConfig],
-        caches: Sequence[Manifest],
-        nodes: Sequence[Manifest],
+        caches: Sequence[ModelCache],
+        nodes: Sequence[Node],
     ) -> TemplateWorld:
-        """Index what the flow read (namespace configs as API models)."""
+        """Index what the flow read."""
         return cls(
             catalog=ModelCatalog(models),
             inventory=cluster_gpus(nodes),
-            caches={ns: list(items.values()) for ns, items in by_namespace(caches).items()},
+            caches=caches_by_namespace(caches),
             storage_classes={
-                c.metadata.namespace or "": c.spec.cache_storage_class_name
-                for c in configs
-                if c.metadata.name == DEFAULT_CONFIG
+                ns: config.spec.cache_storage_class_name
+                for ns, named in by_namespace(configs).items()
+                for name, config in named.items()
+                if name == DEFAULT_CONFIG
             },
         )
 
@@ -85,7 +85,7 @@ class ResolvePlan:
 
 
 def _cache_states(
-    sources: Sequence[str], caches: Sequence[Manifest], storage_class: str | None, requested_by: str
+    sources: Sequence[str], caches: Sequence[ModelCache], storage_class: str | None, requested_by: str
 ) -> tuple[dict[str, str | None], tuple[CacheRequest, ...]]:
     """``source -> status.status`` of its cache (``None`` when one is requested now), and the requests."""
     states: dict[str, str | None] = {}
@@ -96,19 +96,18 @@ def _cache_states(
         except ValueError:
             states[text] = None
             continue
-        cache = find_cache(caches, source, storage_class)
+        cache = find_model_cache(caches, source, storage_class)
         if cache is None and source.downloadable:
             requests.append(CacheRequest(text, storage_class, requested_by))
-        status = (cache.get("status") or {}).get("status") if cache is not None else None
-        states[text] = str(status) if status is not None else None
+        states[text] = model_cache_status(cache) if cache is not None else None
     return states, tuple(requests)
 
 
-def plan_template(template: Manifest, model: AIMServiceTemplate, world: TemplateWorld) -> ResolvePlan:
+def plan_template(template: AIMServiceTemplate, world: TemplateWorld) -> ResolvePlan:
     """Decide one template's resolution: profile, GPU, caches to request (``warmCache``), status."""
-    namespace, name = template["metadata"]["namespace"], template["metadata"]["name"]
+    namespace, name = template.metadata.namespace or "", str(template.metadata.name)
     profile = resolve_profile(template, world.catalog, world.inventory)
-    warm = bool(model.spec.warm_cache)
+    warm = bool(template.spec.warm_cache)
     states: dict[str, str | None] = {}
     requests: tuple[CacheRequest, ...] = ()
     if profile.discovered and warm:
@@ -122,11 +121,11 @@ def plan_template(template: Manifest, model: AIMServiceTemplate, world: Template
 
 
 def plan_model_readiness(
-    models: Sequence[Manifest],
-    templates: Sequence[Manifest],
+    models: Sequence[AIMClusterModel],
+    templates: Sequence[AIMServiceTemplate],
     resolved: Mapping[tuple[str, str], str],
     catalog: ModelCatalog,
-) -> list[tuple[Manifest, ConditionUpdate]]:
+) -> list[tuple[AIMClusterModel, ConditionUpdate]]:
     """Each model's ``Ready`` from its auto-created templates (``resolved``: ``(namespace, name) ->
     status`` this run wrote; others as read), so a model turns Ready when its templates do, not on the
     next discovery run. Models without auto-created templates, or whose record is of another image,
@@ -135,19 +134,21 @@ def plan_model_readiness(
     for template in templates:
         if not is_auto_template(template):
             continue
-        meta = template["metadata"]
-        owner = (meta.get("labels") or {}).get(MODEL_LABEL, "")
+        meta = template.metadata
+        owner = meta.labels.get(MODEL_LABEL, "")
         status = (
-            resolved.get((meta["namespace"], meta["name"])) or (template.get("status") or {}).get("status") or "Pending"
+            resolved.get((meta.namespace or "", meta.name or ""))
+            or (template.status.status if template.status else None)
+            or "Pending"
         )
         states.setdefault(owner, []).append(status)
-    plans: list[tuple[Manifest, ConditionUpdate]] = []
+    plans: list[tuple[AIMClusterModel, ConditionUpdate]] = []
     for model in models:
-        name = model["metadata"]["name"]
+        name = model.metadata.name or ""
         if name not in states:
             continue
         record = catalog.record(model)
-        if record is None or record.image != model["spec"]["image"]:
+        if record is None or record.image != model.spec.image:
             continue
         plans.append((model, ready_condition(record, states[name], True)))
     return plans

@@ -21,6 +21,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from engine.aim.discovery import REASON_IMAGE_NOT_FOUND, DiscoveryRecord, ImageMetadata
+from engine.api.aim import AIMClusterModel, AIMServiceTemplate, AIMServiceTemplateSpec
+from engine.api.views import Node
 from engine.caches.sources import parse_source
 from engine.status import ConditionUpdate
 
@@ -100,12 +102,11 @@ def _amd_device_model(device_id: str) -> str:
     return AMD_DEVICE_IDS.get(key, f"AMD-{key.upper()}")
 
 
-def node_gpu(node: Mapping[str, Any]) -> NodeGPU | None:
+def node_gpu(node: Node) -> NodeGPU | None:
     """The GPU of a node from its labels (AMD device id, count-encoded ids, family; then NVIDIA
     product), or ``None`` when no model can be determined (such nodes are ignored, as upstream)."""
-    meta = node.get("metadata") or {}
-    labels: Mapping[str, str] = meta.get("labels") or {}
-    name = meta.get("name", "")
+    labels: Mapping[str, str] = node.metadata.labels
+    name = node.metadata.name or ""
     amd_count = _int(labels.get(AMD_COUNT_LABEL))
     for key in AMD_DEVICE_LABELS:
         if labels.get(key):
@@ -161,7 +162,7 @@ class GpuInventory:
         return [n for n in self.nodes if n.model == wanted]
 
 
-def cluster_gpus(nodes: Iterable[Mapping[str, Any]]) -> GpuInventory:
+def cluster_gpus(nodes: Iterable[Node]) -> GpuInventory:
     """The GPU inventory of a Node list."""
     return GpuInventory(tuple(gpu for gpu in (node_gpu(n) for n in nodes) if gpu is not None))
 
@@ -232,7 +233,7 @@ def preference_rank(value: str | None, order: Sequence[str]) -> int:
     return order.index(value) if value in order else 1000
 
 
-def match_profile(spec: Mapping[str, Any], deployments: Sequence[Mapping[str, Any]]) -> Mapping[str, Any] | None:
+def match_profile(spec: AIMServiceTemplateSpec, deployments: Sequence[Mapping[str, Any]]) -> Mapping[str, Any] | None:
     """The recommended deployment a template selects, or ``None``.
 
     GPU model equal after normalising, ``gpusPerReplica == gpuCount``, metric equal (a template
@@ -240,10 +241,10 @@ def match_profile(spec: Mapping[str, Any], deployments: Sequence[Mapping[str, An
     aim-engine's order: metric first (latency < throughput), then precision (fp4 < int4 < fp8 < int8 <
     fp16 < bf16 < fp32).
     """
-    gpu = spec.get("gpuModel")
-    count = spec.get("gpusPerReplica")
-    metric = spec.get("metric")
-    precision = spec.get("precision") or "auto"
+    gpu = spec.gpu_model
+    count = spec.gpus_per_replica
+    metric = spec.metric
+    precision = spec.precision or "auto"
     candidates = []
     for deployment in deployments:
         if gpu and normalize_gpu_model(str(deployment.get("gpuModel") or "")) != normalize_gpu_model(gpu):
@@ -266,12 +267,13 @@ def match_profile(spec: Mapping[str, Any], deployments: Sequence[Mapping[str, An
     )
 
 
-def describe_wanted(spec: Mapping[str, Any]) -> str:
+def describe_wanted(spec: AIMServiceTemplateSpec) -> str:
     """The template's selection knobs in one phrase, for messages."""
+    count = "?" if spec.gpus_per_replica is None else spec.gpus_per_replica
     parts = [
-        f"{spec.get('gpusPerReplica', '?')} x {spec.get('gpuModel', 'any GPU')}",
-        spec.get("metric") or "any metric",
-        spec.get("precision") or "auto",
+        f"{count} x {spec.gpu_model or 'any GPU'}",
+        spec.metric or "any metric",
+        spec.precision or "auto",
     ]
     return ", ".join(str(p) for p in parts)
 
@@ -312,7 +314,7 @@ class Profile:
     status: str
     reason: str
     message: str
-    model: Mapping[str, Any] | None = None
+    model: AIMClusterModel | None = None
     metadata: ImageMetadata | None = None
     deployment: Mapping[str, Any] | None = None
     model_sources: tuple[str, ...] = ()
@@ -328,49 +330,49 @@ class ModelCatalog:
     """The AIMClusterModels of a run, looked up by canonical name (``spec.name``), each model's
     discovery record parsed once."""
 
-    def __init__(self, models: Iterable[Mapping[str, Any]]) -> None:
-        self._by_canonical: dict[str, list[Mapping[str, Any]]] = {}
+    def __init__(self, models: Iterable[AIMClusterModel]) -> None:
+        self._by_canonical: dict[str, list[AIMClusterModel]] = {}
         for model in models:
-            self._by_canonical.setdefault((model.get("spec") or {}).get("name", ""), []).append(model)
+            self._by_canonical.setdefault(model.spec.name, []).append(model)
         self._records: dict[str, DiscoveryRecord | None] = {}
 
-    def named(self, canonical: str) -> list[Mapping[str, Any]]:
+    def named(self, canonical: str) -> list[AIMClusterModel]:
         """The models whose ``spec.name`` is ``canonical``."""
         return self._by_canonical.get(canonical, [])
 
-    def record(self, model: Mapping[str, Any]) -> DiscoveryRecord | None:
+    def record(self, model: AIMClusterModel) -> DiscoveryRecord | None:
         """What discovery persisted on ``model``."""
-        name = model["metadata"]["name"]
+        name = model.metadata.name or ""
         if name not in self._records:
-            self._records[name] = DiscoveryRecord.from_annotations(model["metadata"].get("annotations"))
+            self._records[name] = DiscoveryRecord.from_annotations(model.metadata.annotations)
         return self._records[name]
 
 
-def models_named(models: Iterable[Mapping[str, Any]] | ModelCatalog, canonical: str) -> list[Mapping[str, Any]]:
+def models_named(models: Iterable[AIMClusterModel] | ModelCatalog, canonical: str) -> list[AIMClusterModel]:
     """The AIMClusterModels whose ``spec.name`` is ``canonical``."""
     if isinstance(models, ModelCatalog):
         return models.named(canonical)
-    return [m for m in models if (m.get("spec") or {}).get("name") == canonical]
+    return [m for m in models if m.spec.name == canonical]
 
 
-def record_of(models: Iterable[Mapping[str, Any]] | ModelCatalog, model: Mapping[str, Any]) -> DiscoveryRecord | None:
+def record_of(models: Iterable[AIMClusterModel] | ModelCatalog, model: AIMClusterModel) -> DiscoveryRecord | None:
     """The discovery record of ``model`` (parsed once when ``models`` is a catalog)."""
     if isinstance(models, ModelCatalog):
         return models.record(model)
-    return DiscoveryRecord.from_annotations(model["metadata"].get("annotations"))
+    return DiscoveryRecord.from_annotations(model.metadata.annotations)
 
 
 def resolve_profile(
-    template: Mapping[str, Any], models: Sequence[Mapping[str, Any]] | ModelCatalog, inventory: GpuInventory
+    template: AIMServiceTemplate, models: Sequence[AIMClusterModel] | ModelCatalog, inventory: GpuInventory
 ) -> Profile:
     """Model, GPU availability and profile of a template (in this order: each gate explains itself)."""
-    spec = template.get("spec") or {}
-    canonical = spec.get("model", "")
+    spec = template.spec
+    canonical = spec.model
     named = models_named(models, canonical)
     if not named:
         return Profile(STATUS_PENDING, REASON_AWAITING, f"no AIMClusterModel has spec.name {canonical!r}")
     if len(named) > 1:
-        names = ", ".join(sorted(m["metadata"]["name"] for m in named))
+        names = ", ".join(sorted(m.metadata.name or "" for m in named))
         return Profile(
             STATUS_FAILED,
             REASON_DISCOVERY_FAILED,
@@ -379,7 +381,7 @@ def resolve_profile(
         )
     model = named[0]
     record = record_of(models, model)
-    image = model["spec"].get("image")
+    image = model.spec.image
     if record is None or record.image != image:
         return Profile(STATUS_PENDING, REASON_AWAITING, f"waiting for discovery of {image}", model=model)
     if not record.ok:
@@ -403,7 +405,7 @@ def resolve_profile(
         )
     metadata = record.metadata
     assert metadata is not None
-    tp, per_replica = spec.get("tensorParallelism"), spec.get("gpusPerReplica")
+    tp, per_replica = spec.tensor_parallelism, spec.gpus_per_replica
     if tp is not None and per_replica is not None and tp > per_replica:
         return Profile(
             STATUS_FAILED,
@@ -413,8 +415,8 @@ def resolve_profile(
             metadata=metadata,
             failure_reason="ValidationFailed",
         )
-    if spec.get("gpuModel"):
-        missing = gpu_unavailable(spec["gpuModel"], per_replica, inventory)
+    if spec.gpu_model:
+        missing = gpu_unavailable(spec.gpu_model, per_replica, inventory)
         if missing:
             return Profile(STATUS_PENDING, REASON_GPU_NOT_AVAILABLE, missing, model=model, metadata=metadata)
     deployment = match_profile(spec, metadata.recommended_deployments)

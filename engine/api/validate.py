@@ -12,18 +12,27 @@ and keeps every valid one even when a neighbour is invalid. Kinds that are not M
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from engine.api import schema as schema_mod
 from engine.api.crds import structural_schema
 from engine.api.registry import KindInfo, kind_info
 
-__all__ = ["LoadReport", "ManifestInvalid", "format_path", "is_modelplane_kind", "load_documents", "parse_object"]
+__all__ = [
+    "LoadReport",
+    "ManifestInvalid",
+    "format_path",
+    "is_modelplane_kind",
+    "load_documents",
+    "parse_object",
+    "with_status",
+]
 
 _SIMPLE_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]*$")
 
@@ -129,6 +138,57 @@ def parse_object(manifest: dict[str, Any]) -> BaseModel:
         errors = [(e.field, e.detail) for e in schema_errors]
         raise ManifestInvalid(kind, name, namespace, errors[0][0], errors[0][1], errors)
     return parsed
+
+
+STATUS_REPAIRS = 20
+"""How many invalid parts of a status :func:`with_status` drops before it reads the status as empty."""
+
+
+@functools.cache
+def _status_adapter(model: type[BaseModel]) -> TypeAdapter[Any] | None:
+    """The validator of a kind's ``status`` field (``None`` for kinds without one), built once per kind."""
+    field = model.model_fields.get("status")
+    return TypeAdapter(field.annotation) if field is not None and field.annotation is not None else None
+
+
+def _drop(status: dict[str, Any], loc: Sequence[str | int]) -> str:
+    """Remove the part of ``status`` an error points at: one condition of the list, else the top-level
+    field; returns its path."""
+    key = loc[0] if loc else None
+    if key == "conditions" and len(loc) > 1 and isinstance(loc[1], int) and isinstance(status.get(key), list):
+        status[key] = [c for i, c in enumerate(status[key]) if i != loc[1]]
+        return f"status.conditions[{loc[1]}]"
+    if isinstance(key, str) and key in status:
+        del status[key]
+        return f"status.{key}"
+    status.clear()
+    return "status"
+
+
+def with_status(parsed: BaseModel, status: Any) -> tuple[BaseModel, list[str]]:
+    """``parsed`` (a kind parsed without its status) carrying ``status`` read tolerantly, and the paths of
+    the parts left out.
+
+    The status is ours to rewrite, so it never rejects an object: each part that does not parse (one
+    condition, or a top-level field) is left out and the rest is read; a status that is not a mapping
+    is read as none. The engine reads the previous status (conditions, ``observedGeneration``, phase)
+    from the typed object this returns.
+    """
+    adapter = _status_adapter(type(parsed))
+    if adapter is None or status is None:
+        return parsed, []
+    if not isinstance(status, dict):
+        return parsed, ["status"]
+    data = dict(status)
+    dropped: list[str] = []
+    for _ in range(STATUS_REPAIRS):
+        try:
+            value = adapter.validate_python(data)
+        except ValidationError as exc:
+            dropped.append(_drop(data, exc.errors()[0]["loc"]))
+            continue
+        return parsed.model_copy(update={"status": value}), dropped
+    return parsed, [*dropped, "status"]
 
 
 def _crd_schema_errors(info: KindInfo, manifest: dict[str, Any]) -> list[schema_mod.FieldError]:

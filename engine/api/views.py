@@ -9,18 +9,24 @@ API server's defaulting means for these kinds). The views are read-only: writes 
 as the cluster returned it.
 
 One place for them, beside the boundary reader, so no flow or task walks a manifest with
-``obj.get("spec") or {}`` chains.
+``obj.get("spec") or {}`` chains. An :class:`Observed` view also keeps the object as the cluster returned
+it (:attr:`Observed.object`): the engine reads the view's fields and diffs or writes through the object,
+so a view never has to declare what it does not read.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Self
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, model_validator
 
 __all__ = [
     "CustomResourceDefinition",
+    "HTTPRoute",
+    "InferenceService",
     "ModelRoute",
+    "Node",
+    "Observed",
     "PersistentVolumeClaim",
     "PodSpec",
     "Scalable",
@@ -245,6 +251,66 @@ class PersistentVolumeClaim(View):
         return self.status.capacity.get("storage") or self.spec.resources.requests.get("storage")
 
 
+class JobCondition(View):
+    """One ``batch/v1`` JobCondition (``Complete``, ``Failed``, ``SuccessCriteriaMet``, ``FailureTarget``)."""
+
+    type: str | None = None
+    status: str | None = None
+    reason: str | None = None
+    message: str | None = None
+
+
+class JobStatus(View):
+    """A Job's status, as far as how it ended goes."""
+
+    conditions: list[JobCondition] = Field(default_factory=list)
+
+
+class Job(View):
+    """A ``batch/v1`` Job (a cache's fill): its name and how the job controller says it ended."""
+
+    metadata: MetaView = Field(default_factory=MetaView)
+    status: JobStatus = Field(default_factory=JobStatus)
+
+
+class PodMeta(MetaView):
+    """A Pod's metadata: the views' fields and when it was created (as written, for ordering)."""
+
+    creation_timestamp: str | None = Field(None, alias="creationTimestamp")
+
+
+class TerminatedState(View):
+    """How a container ended: its termination message (a fill's report)."""
+
+    message: str | None = None
+
+
+class ContainerState(View):
+    """A container's state (only a terminated one is read)."""
+
+    terminated: TerminatedState | None = None
+
+
+class ContainerStatus(View):
+    """One container's status in a Pod."""
+
+    state: ContainerState = Field(default_factory=ContainerState)
+
+
+class PodStatus(View):
+    """A Pod's phase and its containers' states."""
+
+    phase: str | None = None
+    container_statuses: list[ContainerStatus] = Field(default_factory=list, alias="containerStatuses")
+
+
+class Pod(View):
+    """A ``v1`` Pod, as far as a fill Job's pod reports: labels (``job-name``), phase, termination messages."""
+
+    metadata: PodMeta = Field(default_factory=PodMeta)
+    status: PodStatus = Field(default_factory=PodStatus)
+
+
 class CrdNames(View):
     """A CustomResourceDefinition's names."""
 
@@ -296,3 +362,109 @@ class ModelRoute(View):
 
     metadata: MetaView = Field(default_factory=MetaView)
     spec: ModelRouteSpec = Field(default_factory=ModelRouteSpec)
+
+
+# ------------------------------------------------------------------------------ nodes and AIM children
+
+
+class Node(View):
+    """A ``v1`` Node, as far as its labels go (which GPUs it carries)."""
+
+    metadata: MetaView = Field(default_factory=MetaView)
+
+
+class OwnerReference(View):
+    """One ``metav1.OwnerReference``."""
+
+    api_version: str | None = Field(None, alias="apiVersion")
+    kind: str | None = None
+    name: str | None = None
+    uid: str | None = None
+    controller: bool | None = None
+
+
+class OwnedMeta(MetaView):
+    """Object metadata with the uid and owner references (who controls the object)."""
+
+    uid: str | None = None
+    owner_references: list[OwnerReference] = Field(default_factory=list, alias="ownerReferences")
+
+    def controller_uid(self) -> str | None:
+        """The uid of the object's controller (its ``ownerReferences`` entry with ``controller: true``)."""
+        for ref in self.owner_references:
+            if ref.controller:
+                return ref.uid
+        return None
+
+
+class ConditionView(View):
+    """A status condition as a controller reports it (any field may be absent)."""
+
+    type: str | None = None
+    status: str | None = None
+    reason: str | None = None
+    message: str | None = None
+
+
+class Observed(View):
+    """A view of an object another controller owns the status of, keeping the object as read: the
+    engine reads the fields and diffs and writes through :attr:`object`."""
+
+    metadata: OwnedMeta = Field(default_factory=OwnedMeta)
+    _object: dict[str, Any] = PrivateAttr(default_factory=dict)
+
+    @classmethod
+    def read(cls, obj: dict[str, Any]) -> Self:
+        """The view of ``obj``, keeping ``obj`` itself."""
+        view = cls.model_validate(obj)
+        view._object = obj
+        return view
+
+    @property
+    def object(self) -> dict[str, Any]:
+        """The object as the cluster returned it (empty for a view built without one)."""
+        return self._object
+
+
+class FailureInfo(View):
+    """KServe's ``modelStatus.lastFailureInfo``."""
+
+    reason: str | None = None
+    message: str | None = None
+
+
+class ModelStatus(View):
+    """KServe's ``status.modelStatus`` (only the last failure is read)."""
+
+    last_failure_info: FailureInfo = Field(default_factory=FailureInfo, alias="lastFailureInfo")
+
+
+class InferenceServiceStatus(View):
+    """A KServe InferenceService's status: its conditions and the model's last failure."""
+
+    conditions: list[ConditionView] = Field(default_factory=list)
+    model_status: ModelStatus = Field(default_factory=ModelStatus, alias="modelStatus")
+
+
+class InferenceService(Observed):
+    """A KServe ``serving.kserve.io/v1beta1`` InferenceService (KServe's CRD, not generated here)."""
+
+    status: InferenceServiceStatus = Field(default_factory=InferenceServiceStatus)
+
+
+class RouteParentStatus(View):
+    """What one Gateway reports on an HTTPRoute."""
+
+    conditions: list[ConditionView] = Field(default_factory=list)
+
+
+class HTTPRouteStatus(View):
+    """A Gateway API HTTPRoute's status: one entry per parent Gateway."""
+
+    parents: list[RouteParentStatus] = Field(default_factory=list)
+
+
+class HTTPRoute(Observed):
+    """A Gateway API ``gateway.networking.k8s.io/v1`` HTTPRoute."""
+
+    status: HTTPRouteStatus = Field(default_factory=HTTPRouteStatus)

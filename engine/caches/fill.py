@@ -10,13 +10,14 @@ marker was verified without reading the volume.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from engine.api.aim import AIMNamespaceConfig, ModelCacheSpec
+from engine.api.aim import AIMNamespaceConfig, ModelCache, ModelCacheSpec
 from engine.api.meta import EnvVar, SecretKeySelector
 from engine.api.registry import MODEL_CACHE
+from engine.api.views import ContainerStatus, Job, Pod
 from engine.caches.identity import pvc_size
 from engine.caches.plan import (
     CACHE_LABEL,
@@ -157,33 +158,32 @@ def download_env(cache_env: Sequence[EnvVar] | None, namespace_config: AIMNamesp
 # ------------------------------------------------------------------------------------- manifests
 
 
-def owner_reference(cache: Mapping[str, Any]) -> dict[str, Any]:
+def owner_reference(cache: ModelCache) -> dict[str, Any]:
     """An ownerReference to the ModelCache (PVC and Jobs go away with it)."""
-    meta = cache["metadata"]
     return {
         "apiVersion": MODELCACHE_API_VERSION,
         "kind": MODEL_CACHE,
-        "name": meta["name"],
-        "uid": meta.get("uid", ""),
+        "name": cache.metadata.name,
+        "uid": cache.metadata.uid or "",
         "controller": True,
         "blockOwnerDeletion": True,
     }
 
 
-def render_pvc(cache: Mapping[str, Any], size: str, storage_class: str | None) -> dict[str, Any]:
+def render_pvc(cache: ModelCache, size: str, storage_class: str | None) -> dict[str, Any]:
     """The cache's PVC: ReadWriteMany, ``size``, the storage class or the cluster default (omitted)."""
-    meta = cache["metadata"]
+    name = cache.metadata.name or ""
     spec: dict[str, Any] = {"accessModes": ["ReadWriteMany"], "resources": {"requests": {"storage": size}}}
     if storage_class:
         spec["storageClassName"] = storage_class
-    owner = [owner_reference(cache)] if meta.get("uid") else []
+    owner = [owner_reference(cache)] if cache.metadata.uid else []
     return {
         "apiVersion": "v1",
         "kind": "PersistentVolumeClaim",
         "metadata": {
-            "name": pvc_name(meta["name"]),
-            "namespace": meta["namespace"],
-            "labels": {CACHE_LABEL: meta["name"], **MANAGED_BY},
+            "name": pvc_name(name),
+            "namespace": cache.metadata.namespace,
+            "labels": {CACHE_LABEL: name, **MANAGED_BY},
             **({"ownerReferences": owner} if owner else {}),
         },
         "spec": spec,
@@ -208,12 +208,12 @@ def fill_command(source_uri: str) -> list[str]:
 
 
 def render_job(
-    cache: Mapping[str, Any], source_uri: str, attempt: int, env: list[dict[str, Any]], settings: JobSettings
+    cache: ModelCache, source_uri: str, attempt: int, env: list[dict[str, Any]], settings: JobSettings
 ) -> dict[str, Any]:
     """The ``batch/v1`` Job filling the cache's PVC: one pod, ``restartPolicy: Never``, the PVC at
     :data:`CACHE_MOUNT_PATH`, an emptyDir ``/tmp``, owned by the ModelCache."""
-    meta = cache["metadata"]
-    labels = {CACHE_LABEL: meta["name"], **MANAGED_BY}
+    name = cache.metadata.name or ""
+    labels = {CACHE_LABEL: name, **MANAGED_BY}
     container: dict[str, Any] = {
         "name": "fill",
         "image": settings.image,
@@ -229,7 +229,7 @@ def render_job(
         "securityContext": {"runAsNonRoot": True, "runAsUser": 10001, "runAsGroup": 10001, "fsGroup": 10001},
         "containers": [container],
         "volumes": [
-            {"name": "cache", "persistentVolumeClaim": {"claimName": pvc_name(meta["name"])}},
+            {"name": "cache", "persistentVolumeClaim": {"claimName": pvc_name(name)}},
             {"name": "tmp", "emptyDir": {}},
         ],
     }
@@ -237,13 +237,13 @@ def render_job(
         pod_spec["imagePullSecrets"] = [{"name": name} for name in settings.image_pull_secrets]
     if settings.service_account:
         pod_spec["serviceAccountName"] = settings.service_account
-    owner = [owner_reference(cache)] if meta.get("uid") else []
+    owner = [owner_reference(cache)] if cache.metadata.uid else []
     return {
         "apiVersion": "batch/v1",
         "kind": "Job",
         "metadata": {
-            "name": job_name(meta["name"], attempt),
-            "namespace": meta["namespace"],
+            "name": job_name(name, attempt),
+            "namespace": cache.metadata.namespace,
             "labels": {**labels, "modelplane.io/fill-attempt": str(attempt)},
             **({"ownerReferences": owner} if owner else {}),
         },
@@ -255,27 +255,54 @@ def render_job(
     }
 
 
-def job_state(job: Mapping[str, Any] | None) -> FillState:
+def job_state(job: Job | None) -> FillState:
     """A Job's state as a kubelet and the job controller report it (conditions first, then counters)."""
-    if not job:
+    if job is None:
         return FillState.NONE
-    status = job.get("status") or {}
-    for condition in status.get("conditions") or []:
-        if condition.get("status") != "True":
+    for condition in job.status.conditions:
+        if condition.status != "True":
             continue
-        if condition.get("type") in ("Complete", "SuccessCriteriaMet"):
+        if condition.type in ("Complete", "SuccessCriteriaMet"):
             return FillState.SUCCEEDED
-        if condition.get("type") in ("Failed", "FailureTarget"):
+        if condition.type in ("Failed", "FailureTarget"):
             return FillState.FAILED
     return FillState.RUNNING
 
 
-def job_failure_message(job: Mapping[str, Any]) -> str:
+def job_failure_message(job: Job) -> str:
     """The Job's own Failed condition (e.g. ``BackoffLimitExceeded: Job has reached the specified backoff limit``)."""
-    for condition in (job.get("status") or {}).get("conditions") or []:
-        if condition.get("type") == "Failed" and condition.get("status") == "True":
-            return ": ".join(part for part in (condition.get("reason"), condition.get("message")) if part)
+    for condition in job.status.conditions:
+        if condition.type == "Failed" and condition.status == "True":
+            return ": ".join(part for part in (condition.reason, condition.message) if part)
     return "the fill Job failed"
+
+
+def fill_job_verdict(job: Job | None, pods: Iterable[Pod], source_uri: str) -> tuple[FillState, Failure | None]:
+    """A fill Job's outcome: running, or finished with the verdict its last pod's termination message reports
+    (:func:`read_fill_report`). "Complete" alone is not enough: the report must be a verified completion
+    marker of this source."""
+    state = job_state(job)
+    if state in (FillState.NONE, FillState.RUNNING) or job is None:
+        return state, None
+    mine = [p for p in pods if p.metadata.labels.get("job-name") == job.metadata.name]
+    wanted_phase = "Succeeded" if state == FillState.SUCCEEDED else "Failed"
+    finished = [p for p in mine if p.status.phase == wanted_phase] or mine
+    message = None
+    for pod in sorted(finished, key=lambda p: p.metadata.creation_timestamp or "", reverse=True):
+        message = next(filter(None, (_termination_message(s) for s in pod.status.container_statuses)), None)
+        if message:
+            break
+    verdict, failure = read_fill_report(message, source_uri)
+    if state == FillState.FAILED and verdict == FillState.SUCCEEDED:  # a report without success of the Job
+        return FillState.FAILED, Failure(DOWNLOAD_FAILED, "the fill Job failed after reporting a complete cache")
+    if state == FillState.FAILED and failure is not None and failure.reason == VERIFICATION_FAILED:
+        return FillState.FAILED, Failure(DOWNLOAD_FAILED, f"the fill Job failed ({job_failure_message(job)})")
+    return verdict, failure
+
+
+def _termination_message(status: ContainerStatus) -> str | None:
+    """The message a container left when it ended, if any."""
+    return status.state.terminated.message if status.state.terminated is not None else None
 
 
 # ----------------------------------------------------------------------------------- fill report

@@ -12,7 +12,8 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from engine.api.meta import format_time, parse_time
+from engine.api.aim import ModelCache, ModelCacheStatus
+from engine.api.meta import format_time
 from engine.caches.plan import pvc_name
 
 
@@ -44,20 +45,19 @@ class GcVerdict:
     reason: str
 
 
-def gc_verdict(cache: Mapping[str, Any], mounted_claims: set[str], unused_after: timedelta, now: datetime) -> GcVerdict:
+def gc_verdict(cache: ModelCache, mounted_claims: set[str], unused_after: timedelta, now: datetime) -> GcVerdict:
     """A cache is deleted when no workload used it for ``unused_after`` (``status.lastUsed``, else its
     creation time) and nothing mounts its PVC now; a fill in progress is never collected."""
-    status = cache.get("status") or {}
-    claim = status.get("persistentVolumeClaim") or pvc_name(cache["metadata"]["name"])
+    status = cache.status or ModelCacheStatus()
+    claim = status.persistent_volume_claim or pvc_name(cache.metadata.name or "")
     if claim in mounted_claims:
         return GcVerdict(False, f"PVC {claim} is mounted")
-    if status.get("status") == "Progressing":
+    if status.status == "Progressing":
         return GcVerdict(False, "being filled")
-    stamp = status.get("lastUsed") or cache["metadata"].get("creationTimestamp")
-    if not stamp:
+    last = status.last_used or cache.metadata.creation_timestamp
+    if last is None:
         return GcVerdict(False, "no lastUsed or creation time")
-    last = parse_time(stamp)
     if now - last < unused_after:
         return GcVerdict(False, f"used {format_time(last)}")
-    what = "last used" if status.get("lastUsed") else "never used; created"
+    what = "last used" if status.last_used else "never used; created"
     return GcVerdict(True, f"{what} {format_time(last)}, not mounted")

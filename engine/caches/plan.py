@@ -22,9 +22,10 @@ from datetime import datetime, timedelta
 from enum import Enum
 from typing import Any
 
-from engine.api.aim import ModelCacheSpec
-from engine.api.meta import format_time, parse_time
+from engine.api.aim import ModelCache, ModelCacheSpec, ModelCacheStatus
+from engine.api.meta import format_time
 from engine.api.registry import AIM_API
+from engine.api.views import PersistentVolumeClaim
 from engine.caches.sources import ModelSource, parse_source
 from engine.status import ConditionUpdate, set_conditions
 
@@ -206,26 +207,32 @@ def source_of(spec: ModelCacheSpec) -> tuple[ModelSource, Failure | None]:
     return source, None
 
 
-def pvc_phase(pvc: Mapping[str, Any] | None) -> str | None:
+def pvc_phase(pvc: PersistentVolumeClaim | None) -> str | None:
     """A PVC's phase (``Pending`` until the API server reports one); ``None`` without a PVC."""
     if pvc is None:
         return None
-    phase: str = (pvc.get("status") or {}).get("phase") or "Pending"
-    return phase
+    return pvc.status.phase or "Pending"
 
 
-def initial_observation(cache: Mapping[str, Any], pvc: Mapping[str, Any] | None) -> Observation:
+def fill_attempts(cache: ModelCache) -> int:
+    """Fills started for the cache's current generation (its :data:`ATTEMPTS_ANNOTATION`)."""
+    return parse_attempts(cache.metadata.annotations, cache.metadata.generation)
+
+
+def initial_observation(cache: ModelCache, pvc: PersistentVolumeClaim | None) -> Observation:
     """What a cache's own record says before this pass reads its fill: the PVC's phase, the fills started
     for this generation, and the failure recorded for it (a failure of an older generation is forgotten)."""
-    meta, previous = cache["metadata"], cache.get("status") or {}
-    generation = meta.get("generation")
-    attempts = parse_attempts(meta.get("annotations"), generation)
-    failure, failed_at = failure_of(previous) if previous.get("observedGeneration") == generation else (None, None)
-    return Observation(generation, pvc_name(meta["name"]), pvc_phase(pvc), FillState.NONE, attempts, failure, failed_at)
+    generation, previous = cache.metadata.generation, cache.status
+    current = previous is not None and previous.observed_generation == generation
+    failure, failed_at = failure_of(previous) if current else (None, None)
+    name = cache.metadata.name or ""
+    return Observation(
+        generation, pvc_name(name), pvc_phase(pvc), FillState.NONE, fill_attempts(cache), failure, failed_at
+    )
 
 
 def observe_fill(
-    cache: Mapping[str, Any],
+    cache: ModelCache,
     obs: Observation,
     still_filled: bool,
     job: tuple[FillState, Failure | None] | None,
@@ -247,12 +254,8 @@ def observe_fill(
             obs = replace(obs, fill=state, failure=reported, failed_at=obs.failed_at if same else now)
         elif state in (FillState.RUNNING, FillState.SUCCEEDED):
             obs = replace(obs, fill=state, failure=None)
-        elif (
-            state == FillState.NONE
-            and obs.failure is None
-            and (cache.get("status") or {}).get("status") == "Progressing"
-        ):
-            name = job_name(cache["metadata"]["name"], obs.attempts)
+        elif state == FillState.NONE and obs.failure is None and cache.status and cache.status.status == "Progressing":
+            name = job_name(cache.metadata.name or "", obs.attempts)
             obs = replace(
                 obs,
                 fill=FillState.FAILED,
@@ -444,12 +447,9 @@ def pass_outcome(
     return PassOutcome(obs, status, events, changed, reason, obs.failure.message if obs.failure else notes)
 
 
-def failure_of(status: Mapping[str, Any] | None) -> tuple[Failure | None, datetime | None]:
+def failure_of(status: ModelCacheStatus | None) -> tuple[Failure | None, datetime | None]:
     """The failure a previous pass recorded (the ``Failure`` condition when True), with its time."""
-    for condition in (status or {}).get("conditions") or []:
-        if condition.get("type") == FAILURE and condition.get("status") == "True":
-            when = condition.get("lastTransitionTime")
-            return Failure(condition.get("reason") or DOWNLOAD_FAILED, condition.get("message") or ""), (
-                parse_time(when) if when else None
-            )
+    for condition in (status.conditions if status is not None else None) or []:
+        if condition.type == FAILURE and condition.status == "True":
+            return Failure(condition.reason or DOWNLOAD_FAILED, condition.message or ""), condition.last_transition_time
     return None, None

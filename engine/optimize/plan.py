@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from engine.api.llmd import VariantAutoscaling
 from engine.api.meta import format_time, parse_duration, parse_time
 from engine.optimize.bindings import BindingDecision, BindingInputs, plan_binding
 from engine.optimize.config import AcceleratorCost
@@ -179,23 +180,18 @@ def _metrics_condition(spec: VariantSpec, inputs: CycleInputs) -> ConditionUpdat
 
 
 def _invalid_decision(
-    obj: Mapping[str, Any], message: str, current_replicas: Mapping[tuple[str, str, str], int]
+    va: VariantAutoscaling, message: str, current_replicas: Mapping[tuple[str, str, str], int]
 ) -> VariantDecision:
     """The decision for a resource that cannot be optimized as written: nothing to scale, its own
     condition, and (when its scale target exists) the replicas it runs now, so ``currentAlloc`` stays true."""
-    meta = obj.get("metadata") or {}
-    spec = obj.get("spec") or {}
-    ref = spec.get("scaleTargetRef")
-    target: Mapping[str, Any] = ref if isinstance(ref, dict) else {}
-    namespace = meta.get("namespace") or "default"
-    current = current_replicas.get((namespace, target.get("kind") or "Deployment", str(target.get("name") or "")))
-    accelerator = (
-        spec.get("accelerator") if isinstance(spec.get("accelerator"), str) and len(spec["accelerator"]) >= 2 else None
-    )
+    spec, ref = va.spec, va.spec.scale_target_ref
+    namespace = va.metadata.namespace or "default"
+    current = current_replicas.get((namespace, ref.kind if ref else "Deployment", ref.name if ref else ""))
+    accelerator = spec.accelerator if spec.accelerator is not None and len(spec.accelerator) >= 2 else None
     return VariantDecision(
-        namespace=meta.get("namespace") or "default",
-        name=meta.get("name", ""),
-        model_id=spec.get("modelID") if isinstance(spec.get("modelID"), str) else None,
+        namespace=namespace,
+        name=va.metadata.name or "",
+        model_id=spec.model_id,
         variant_id=None,  # may be what is invalid; the status must stay writable to carry the condition
         accelerator=accelerator,
         max_batch=None,
@@ -379,14 +375,13 @@ def plan_variants(inputs: CycleInputs) -> list[VariantDecision]:
     specs: list[VariantSpec] = []
     decisions: dict[tuple[str, str], VariantDecision] = {}
     order: list[tuple[str, str]] = []
-    for obj in inputs.variants:
-        meta = obj.get("metadata") or {}
-        key = (meta.get("namespace") or "default", meta.get("name", ""))
+    for va in inputs.variants:
+        key = (va.metadata.namespace or "default", va.metadata.name or "")
         order.append(key)
         try:
-            specs.append(parse_variant(obj))
+            specs.append(parse_variant(va))
         except SpecError as exc:
-            decisions[key] = _invalid_decision(obj, str(exc), inputs.current_replicas)
+            decisions[key] = _invalid_decision(va, str(exc), inputs.current_replicas)
 
     readable: list[VariantSpec] = []
     for spec in specs:

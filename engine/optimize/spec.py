@@ -8,8 +8,11 @@ raises :class:`SpecError` naming the field, so the cycle gives it its own condit
 proceed (:mod:`engine.optimize.plan`). :class:`CycleInputs` is everything one cycle decides from,
 gathered by the optimize flow's tasks.
 
-The checks are the CRD schema's (the API server's rules, whichever backend the object came from)
-plus what the schema cannot say (a profile whose decode parameters are both 0, max below min).
+The engine receives the VariantAutoscaling already parsed as its API model
+(:class:`engine.api.llmd.VariantAutoscaling`) by the tasks layer's boundary reader
+(``tasks/boundary.py``, :func:`engine.api.validate.parse_object`), which applied the CRD schema (the API
+server's rules, whichever backend the object came from); the checks here are what the schema cannot
+say (a profile whose decode parameters are both 0 or not numbers, max below min, a missing scale target).
 """
 
 from __future__ import annotations
@@ -18,12 +21,9 @@ import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
-from functools import cache
 from typing import Any
 
-from engine.api import schema as crd_schema
-from engine.api.crds import structural_schema
-from engine.api.registry import kind_info
+from engine.api.llmd import VariantAutoscaling, VariantProfile
 from engine.optimize.actuation import RECOMMEND, ActuationModeError, resource_mode
 from engine.optimize.config import AcceleratorCost, ConfigError, ServiceClass
 from engine.perf.queueing import PerfProfile
@@ -120,7 +120,8 @@ class CycleInputs:
     """Everything one cycle decides from. Keys of ``loads``/``pods`` are (namespace, modelID)."""
 
     now: datetime
-    variants: list[dict[str, Any]]
+    variants: list[VariantAutoscaling]
+    """The VariantAutoscalings as the boundary parsed them (metadata and spec; the status is the writer's)."""
     current_replicas: Mapping[tuple[str, str, str], int]
     accelerator_costs: Mapping[str, AcceleratorCost]
     service_classes: Mapping[tuple[str, str], ServiceClass | ConfigError]
@@ -149,18 +150,16 @@ def _number(params: Mapping[str, Any], key: str, path: str) -> float:
     return value
 
 
-def parse_profile(spec: Mapping[str, Any]) -> tuple[PerfProfile | None, int | None]:
+def parse_profile(profile: VariantProfile | None) -> tuple[PerfProfile | None, int | None]:
     """The variant's performance profile, or ``(None, None)`` when it has none (saturation-only)."""
-    profile = spec.get("variantProfile")
-    if not profile:
+    if profile is None:
         return None, None
     base = "spec.variantProfile"
-    max_batch = profile.get("maxBatchSize")
-    if not isinstance(max_batch, int) or isinstance(max_batch, bool) or max_batch < 1:
+    max_batch = profile.max_batch_size
+    if max_batch < 1:  # the schema says so too; a model built in code skips the schema
         raise SpecError(f"{base}.maxBatchSize", f"must be an integer >= 1, got {max_batch!r}")
-    parms = profile.get("perfParms") or {}
-    decode = parms.get("decodeParms") or {}
-    prefill = parms.get("prefillParms") or {}
+    decode = profile.perf_parms.decode_parms or {}
+    prefill = profile.perf_parms.prefill_parms or {}
     alpha = _number(decode, "alpha", f"{base}.perfParms.decodeParms")
     beta = _number(decode, "beta", f"{base}.perfParms.decodeParms")
     gamma = _number(prefill, "gamma", f"{base}.perfParms.prefillParms")
@@ -182,57 +181,35 @@ def _annotation_int(annotations: Mapping[str, str], key: str, minimum: int) -> i
     return value
 
 
-@cache
-def _spec_schema(api_version: str, kind: str) -> dict[str, Any] | None:
-    info = kind_info(api_version, kind)
-    return (structural_schema(info).get("properties") or {}).get("spec") if info is not None else None
-
-
-def _spec_schema_error(obj: Mapping[str, Any]) -> SpecError | None:
-    """The first violation of the CRD schema in ``spec``, as a :class:`SpecError`, or None.
-
-    The same rules as the API server (and ``modelplane validate``): an object a cluster would have
-    rejected, e.g. an unquoted number where a string is required, is invalid here too, whichever
-    backend it was read from.
-    """
-    schema = _spec_schema(str(obj.get("apiVersion")), str(obj.get("kind")))
-    if schema is None or not isinstance(obj.get("spec"), dict):
-        return None
-    errors = crd_schema.validate_quiet(obj["spec"], schema, "spec")
-    return SpecError(errors[0].field, errors[0].detail) if errors else None
-
-
-def parse_variant(obj: Mapping[str, Any]) -> VariantSpec:
-    """Reduce a VariantAutoscaling manifest (either seed generation) to a :class:`VariantSpec`.
+def parse_variant(va: VariantAutoscaling) -> VariantSpec:
+    """Reduce a parsed VariantAutoscaling (either seed generation) to a :class:`VariantSpec`.
 
     Raises :class:`SpecError` naming the field when the resource cannot be optimized at all.
     """
-    meta = obj.get("metadata") or {}
-    spec = obj.get("spec") or {}
-    annotations = meta.get("annotations") or {}
-    schema_error = _spec_schema_error(obj)
-    if schema_error is not None:
-        raise schema_error
-    model_id = spec.get("modelID")
-    if not isinstance(model_id, str) or not model_id:
+    meta, spec = va.metadata, va.spec
+    annotations = meta.annotations
+    model_id = spec.model_id
+    if not model_id:
         raise SpecError("spec.modelID", "required")
-    target = spec.get("scaleTargetRef") or {}
-    if not target.get("name"):
+    target = spec.scale_target_ref
+    if target is None or not target.name:
         raise SpecError(
             "spec.scaleTargetRef.name", "required: Modelplane scales the target through its scale subresource"
         )
-    profile, max_batch = parse_profile(spec)
-    labels = meta.get("labels") or {}
-    accelerator = spec.get("accelerator") or labels.get(ACCELERATOR_LABEL) or None
-    count = spec.get("acceleratorCount", 1)
-    if not isinstance(count, int) or isinstance(count, bool) or count < 1:
+    profile, max_batch = parse_profile(spec.variant_profile)
+    accelerator = spec.accelerator or meta.labels.get(ACCELERATOR_LABEL) or None
+    count = spec.accelerator_count if spec.accelerator_count is not None else 1
+    if count < 1:
         raise SpecError("spec.acceleratorCount", f"must be an integer >= 1, got {count!r}")
+    declared_cost = (
+        spec.variant_cost if "variant_cost" in spec.model_fields_set else None
+    )  # the model's default is not a declaration
     try:
-        variant_cost = float(spec["variantCost"]) if spec.get("variantCost") is not None else None
-    except (TypeError, ValueError):
-        raise SpecError("spec.variantCost", f"must be a decimal string, got {spec.get('variantCost')!r}") from None
-    slo = spec.get("sloClassRef") or None
-    slo_ref = (slo["name"], slo["key"]) if slo and slo.get("name") and slo.get("key") else None
+        variant_cost = float(declared_cost) if declared_cost is not None else None
+    except ValueError:
+        raise SpecError("spec.variantCost", f"must be a decimal string, got {declared_cost!r}") from None
+    slo = spec.slo_class_ref
+    slo_ref = (slo.name, slo.key) if slo is not None and slo.name and slo.key else None
     scale_to_zero = str(annotations.get(ANNOTATION_SCALE_TO_ZERO, "false")).lower() == "true"
     minimum = _annotation_int(annotations, ANNOTATION_MIN_REPLICAS, 0)
     if minimum is None:
@@ -242,7 +219,7 @@ def parse_variant(obj: Mapping[str, Any]) -> VariantSpec:
         raise SpecError(
             f"metadata.annotations[{ANNOTATION_MAX_REPLICAS}]", f"{maximum} is below min replicas {minimum}"
         )
-    variant_id = spec.get("variantID") or f"{model_id}-{accelerator or 'unknown'}-{count}"
+    variant_id = spec.variant_id or f"{model_id}-{accelerator or 'unknown'}-{count}"
     try:
         percentile = ttft_percentile(annotations)
     except TailSizingError as exc:
@@ -252,8 +229,8 @@ def parse_variant(obj: Mapping[str, Any]) -> VariantSpec:
     except ActuationModeError as exc:
         raise SpecError(exc.field, str(exc).split(": ", 1)[1]) from None
     return VariantSpec(
-        namespace=meta.get("namespace") or "default",
-        name=meta["name"],
+        namespace=meta.namespace or "default",
+        name=meta.name or "",
         model_id=model_id,
         variant_id=variant_id,
         accelerator=accelerator,
@@ -262,9 +239,9 @@ def parse_variant(obj: Mapping[str, Any]) -> VariantSpec:
         profile=profile,
         slo_ref=slo_ref,
         variant_cost=variant_cost,
-        target_api_version=target.get("apiVersion") or "apps/v1",
-        target_kind=target.get("kind") or "Deployment",
-        target_name=target["name"],
+        target_api_version=target.api_version or "apps/v1",
+        target_kind=target.kind or "Deployment",
+        target_name=target.name,
         min_replicas=minimum,
         max_replicas=maximum,
         actuate=actuate,
@@ -306,22 +283,21 @@ def replica_cost(spec: VariantSpec, accelerator_costs: Mapping[str, AcceleratorC
 
 
 def model_slos(
-    variants: Iterable[Mapping[str, Any]], service_classes: Mapping[tuple[str, str], ServiceClass | ConfigError]
+    variants: Iterable[VariantAutoscaling], service_classes: Mapping[tuple[str, str], ServiceClass | ConfigError]
 ) -> dict[tuple[str, str], tuple[float | None, float | None]]:
     """(namespace, model) -> its (TTFT, ITL) targets, from each VariantAutoscaling's ``sloClassRef``;
     the highest-priority class wins when a model's variants point at several."""
     chosen: dict[tuple[str, str], tuple[int, float | None, float | None]] = {}
     for va in variants:
-        spec = va.get("spec") or {}
-        ref = spec.get("sloClassRef") or {}
-        entry = service_classes.get((ref.get("name", ""), ref.get("key", "")))
-        model = spec.get("modelID")
-        if not isinstance(entry, ServiceClass) or not isinstance(model, str):
+        ref = va.spec.slo_class_ref
+        entry = service_classes.get((ref.name, ref.key) if ref is not None else ("", ""))
+        model = va.spec.model_id
+        if not isinstance(entry, ServiceClass):
             continue
         slo = entry.slo_for(model)
         if slo is None:
             continue
-        key = ((va.get("metadata") or {}).get("namespace") or "default", model)
+        key = (va.metadata.namespace or "default", model)
         if key not in chosen or entry.priority < chosen[key][0]:
             chosen[key] = (entry.priority, slo.ttft_ms, slo.itl_ms)
     return {key: (ttft, itl) for key, (_, ttft, itl) in chosen.items()}

@@ -56,6 +56,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from engine.api.llmd import VariantAutoscaling
 from engine.perf.queueing import SLO, PerfProfile, Workload
 from engine.perf.sizing import max_rate
 from engine.simulate.records import SimConfig, SimResult, Trace, VariantModel
@@ -433,18 +434,12 @@ class CalibrationOutcome:
     spec_patch: dict[str, object] | None = None
 
 
-def opted_in(obj: Mapping[str, object]) -> bool:
-    """Whether the VariantAutoscaling asks for calibrated profiles to be written into its spec."""
-    annotations = _mapping(_mapping(obj.get("metadata")).get("annotations"))
+def opted_in(annotations: Mapping[str, object]) -> bool:
+    """Whether a VariantAutoscaling's ``annotations`` ask for calibrated profiles to be written into its spec."""
     return str(annotations.get(ANNOTATION_CALIBRATION, "")).strip().lower() == "apply"
 
 
-def _mapping(value: object) -> Mapping[str, object]:
-    """``value`` when it is a mapping (a manifest's object field), else empty: absent or malformed reads as unset."""
-    return value if isinstance(value, Mapping) else {}
-
-
-def calibration_outcome(obj: Mapping[str, object], fit: ProfileFit | None, error: str | None) -> CalibrationOutcome:
+def calibration_outcome(va: VariantAutoscaling, fit: ProfileFit | None, error: str | None) -> CalibrationOutcome:
     """Turn a fit (or the reason there is none) into the resource's condition and, if opted in, a spec patch.
 
     A profile is written only when the resource carries ``modelplane.io/calibration: apply`` and every
@@ -461,18 +456,17 @@ def calibration_outcome(obj: Mapping[str, object], fit: ProfileFit | None, error
     )
     if fit.notes:
         text += "; " + "; ".join(fit.notes)
-    if not opted_in(obj):
+    if not opted_in(va.metadata.annotations):
         return CalibrationOutcome(
             "True",
             REASON_PROPOSED,
             f"Proposed profile {text}; not written: annotate {ANNOTATION_CALIBRATION}=apply to let the calibrate flow write it",
         )
-    profile = dict(_mapping(_mapping(obj.get("spec")).get("variantProfile")))
-    if "maxBatchSize" not in profile:
+    if va.spec.variant_profile is None:  # maxBatchSize is required in a profile
         return CalibrationOutcome(
             "True",
             REASON_PROPOSED,
             f"Proposed profile {text}; not written: spec.variantProfile.maxBatchSize is not set (the server's --max-num-seqs)",
         )
-    profile["perfParms"] = proposal
+    profile = {"maxBatchSize": va.spec.variant_profile.max_batch_size, "perfParms": proposal}
     return CalibrationOutcome("True", REASON_APPLIED, f"Applied profile {text}", {"variantProfile": profile})

@@ -31,16 +31,15 @@ Pure: no I/O, no clock (cycle times are derived from a fixed epoch plus simulate
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import math
 from collections.abc import Callable, Mapping, Sequence
 from datetime import timedelta
-from typing import Any
 
 import numpy as np
 
 from engine.allocation import AllocationProblem, ModelDemand, VariantOption, greedy, solve
+from engine.api.llmd import VariantAutoscaling
 from engine.optimize.plan import ANNOTATION_SCALE_DOWN_PENDING, VariantDecision, plan_variants
 from engine.optimize.scaling.behavior import Behavior, ScalingState, correct
 from engine.optimize.scaling.distribution import Group, distribute
@@ -149,7 +148,7 @@ def observed_pods(scenario: Scenario, obs: Observation) -> dict[tuple[str, str],
     return pods
 
 
-def cycle_inputs(scenario: Scenario, obs: Observation, variants: list[dict[str, Any]] | None = None) -> CycleInputs:
+def cycle_inputs(scenario: Scenario, obs: Observation, variants: list[VariantAutoscaling] | None = None) -> CycleInputs:
     """The optimize flow's :class:`CycleInputs` for one simulated cycle (with the flow's scale-down window)."""
     desc = scenario.description
     current = {s.target_key: obs.replicas[joined_key(s.key)] for s in scenario.specs}
@@ -169,22 +168,19 @@ def cycle_inputs(scenario: Scenario, obs: Observation, variants: list[dict[str, 
     )
 
 
-def persist_stabilization(variants: list[dict[str, Any]], decisions: Sequence[VariantDecision]) -> None:
+def persist_stabilization(variants: list[VariantAutoscaling], decisions: Sequence[VariantDecision]) -> None:
     """Write each decision's scale-down window state onto its VariantAutoscaling, as the optimize flow does.
 
     The flow patches ``modelplane.io/scale-down-pending`` on the resource whenever the window's state
     changes (``tasks.optimize.write``); the next cycle reads it back.  Without this the simulated policy
     would start a new window every cycle and never scale down at all.
     """
-    by_key = {
-        ((o.get("metadata") or {}).get("namespace") or "default", (o.get("metadata") or {}).get("name")): o
-        for o in variants
-    }
+    by_key = {(va.metadata.namespace or "default", va.metadata.name): va for va in variants}
     for decision in decisions:
-        obj = by_key.get((decision.namespace, decision.name))
-        if obj is None or not decision.stabilization_changed:
+        va = by_key.get((decision.namespace, decision.name))
+        if va is None or not decision.stabilization_changed:
             continue
-        annotations = obj.setdefault("metadata", {}).setdefault("annotations", {})
+        annotations = va.metadata.annotations
         if decision.stabilization is None:
             annotations.pop(ANNOTATION_SCALE_DOWN_PENDING, None)
         else:
@@ -244,10 +240,11 @@ def modelplane_policy(scenario: Scenario, saturation_only: bool = False, load_sh
     last :data:`SHAPE_WINDOWS` intervals; without it, only the last interval (as before tail- and
     start-up-aware sizing, kept for the before/after comparison).
     """
-    variants = copy.deepcopy(scenario.description.variants)  # the policy's own copy: it writes annotations
+    # The policy's own copy: it writes annotations.
+    variants = [va.model_copy(deep=True) for va in scenario.description.variants]
     if saturation_only:
-        for obj in variants:
-            obj.get("spec", {}).pop("variantProfile", None)
+        for va in variants:
+            va.spec.variant_profile = None
 
     history: dict[tuple[str, str], list[float]] = {}
     window = peak_window_s(scenario.config.startup_delay_s, scenario.config.interval_s)
@@ -306,14 +303,14 @@ def greedy_policy(scenario: Scenario) -> Policy:
 def hpa_policy(scenario: Scenario) -> Policy:
     """Kthena: HPA-style recommendation per model, behaviour correction, cost-ordered distribution."""
     spec = scenario.description.hpa_policy
-    targets = {m["metricName"]: float(m["targetValue"]) for m in spec.get("metrics") or []}
+    targets = {m.metric_name: float(m.target_value) for m in spec.metrics}
     unknown = sorted(set(targets) - set(HPA_GAUGES))
     if unknown:
         raise ValueError(
             f"hpa policy metric(s) {', '.join(unknown)} are not simulated; use one of {', '.join(sorted(HPA_GAUGES))}"
         )
-    tolerance = tolerance_from_percent(spec.get("tolerancePercent", 10))
-    behavior = Behavior.from_spec(spec.get("behavior"))
+    tolerance = tolerance_from_percent(10 if spec.tolerance_percent is None else spec.tolerance_percent)
+    behavior = Behavior.from_model(spec.behavior)
     inventory = scenario.description.inventory or {}
     models: dict[str, list[VariantSpec]] = {}
     for s in scenario.specs:

@@ -11,13 +11,14 @@ Pure: no I/O, no clock.
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
+from engine.api.kthena import AutoscalingPolicyMetric, AutoscalingPolicySpec
+from engine.api.llmd import VariantAutoscaling
 from engine.optimize.config import AcceleratorCost, ConfigError, ModelSLO, ServiceClass
 from engine.optimize.plan import DEFAULT_SCALE_DOWN_WINDOW_S
 from engine.optimize.spec import SpecError, VariantSpec, parse_variant
@@ -50,29 +51,31 @@ _SloT = TypeVar("_SloT", SLO, ModelSLO)
 EPOCH = datetime(2026, 1, 1, tzinfo=UTC)
 DEFAULT_KV_TOKENS_PER_SLOT = 2048
 # Kthena's example policy (deployments/examples/20-kthena.yaml): 5 waiting requests per pod.
-DEFAULT_HPA_POLICY: dict[str, Any] = {
-    "tolerancePercent": 10,
-    "metrics": [{"metricName": "vllm:num_requests_waiting", "targetValue": "5"}],
-    "behavior": {
-        "scaleUp": {
-            "stablePolicy": {
-                "instances": 2,
-                "percent": 100,
-                "period": "15s",
-                "selectPolicy": "Or",
-                "stabilizationWindow": "1m",
+DEFAULT_HPA_POLICY = AutoscalingPolicySpec.model_validate(
+    {
+        "tolerancePercent": 10,
+        "metrics": [{"metricName": "vllm:num_requests_waiting", "targetValue": "5"}],
+        "behavior": {
+            "scaleUp": {
+                "stablePolicy": {
+                    "instances": 2,
+                    "percent": 100,
+                    "period": "15s",
+                    "selectPolicy": "Or",
+                    "stabilizationWindow": "1m",
+                },
+                "panicPolicy": {"percent": 1000, "period": "15s", "panicThresholdPercent": 200, "panicModeHold": "60s"},
             },
-            "panicPolicy": {"percent": 1000, "period": "15s", "panicThresholdPercent": 200, "panicModeHold": "60s"},
+            "scaleDown": {
+                "instances": 1,
+                "percent": 50,
+                "period": "30s",
+                "selectPolicy": "And",
+                "stabilizationWindow": "5m",
+            },
         },
-        "scaleDown": {
-            "instances": 1,
-            "percent": 50,
-            "period": "30s",
-            "selectPolicy": "And",
-            "stabilizationWindow": "5m",
-        },
-    },
-}
+    }
+)
 HPA_GAUGES: dict[str, Callable[[ReplicaGauges], float]] = {
     # The per-replica gauges an HPA-style policy can scale on (what the simulator exports per pod).
     "vllm:num_requests_waiting": lambda g: float(g.waiting),
@@ -89,13 +92,14 @@ class ClusterDescription:
     ``hpa_policy`` is the AutoscalingPolicy spec the ``hpa`` policy uses.
     """
 
-    variants: list[dict[str, Any]]
+    variants: list[VariantAutoscaling]
+    """As the boundary reader parsed them (``tasks.optimize.read``): metadata and spec."""
     current_replicas: Mapping[tuple[str, str, str], int]
     accelerator_costs: Mapping[str, AcceleratorCost]
     service_classes: Mapping[tuple[str, str], ServiceClass | ConfigError]
     saturation_data: Mapping[str, Any]
     inventory: Mapping[str, int] | None
-    hpa_policy: Mapping[str, Any] = field(default_factory=lambda: DEFAULT_HPA_POLICY)
+    hpa_policy: AutoscalingPolicySpec = field(default_factory=lambda: DEFAULT_HPA_POLICY)
     kv_tokens_per_slot: int = DEFAULT_KV_TOKENS_PER_SLOT
     routed_models: Mapping[str, str] = field(default_factory=dict)
     """Models (``namespace/modelID``) behind a load-aware router in the cluster, and why (e.g. a Kthena ModelRoute)."""
@@ -188,18 +192,17 @@ def scaled_ttft(slo: _SloT, scale: float) -> _SloT:
 def served_models(description: ClusterDescription) -> list[str]:
     """The models the described cluster serves (``namespace/modelID`` of its VariantAutoscalings), sorted."""
     models: set[str] = set()
-    for obj in description.variants:
-        model_id = obj["spec"].get("modelID")  # the variants passed the boundary reader: spec is a mapping
-        if model_id:
-            models.add(f"{obj['metadata'].get('namespace') or 'default'}/{model_id}")
+    for va in description.variants:
+        if va.spec.model_id:
+            models.add(f"{va.metadata.namespace or 'default'}/{va.spec.model_id}")
     return sorted(models)
 
 
 def with_ttft_percentile(description: ClusterDescription, percentile: str) -> ClusterDescription:
     """The description with every VariantAutoscaling annotated ``modelplane.io/ttft-percentile: <percentile>``."""
-    variants = copy.deepcopy(description.variants)
-    for obj in variants:
-        obj.setdefault("metadata", {}).setdefault("annotations", {})[ANNOTATION_TTFT_PERCENTILE] = percentile
+    variants = [va.model_copy(deep=True) for va in description.variants]
+    for va in variants:
+        va.metadata.annotations[ANNOTATION_TTFT_PERCENTILE] = percentile
     return dataclasses.replace(description, variants=variants)
 
 
@@ -209,8 +212,8 @@ def with_hpa_metric(description: ClusterDescription, metric: str, target: float)
         raise ValueError(f"hpa metric {metric!r} is not simulated; use one of {', '.join(sorted(HPA_GAUGES))}")
     if not target > 0:
         raise ValueError(f"hpa target must be > 0, got {target!r}")
-    policy = {**description.hpa_policy, "metrics": [{"metricName": metric, "targetValue": str(target)}]}
-    return dataclasses.replace(description, hpa_policy=policy)
+    metrics = [AutoscalingPolicyMetric(metric_name=metric, target_value=str(target))]
+    return dataclasses.replace(description, hpa_policy=description.hpa_policy.model_copy(update={"metrics": metrics}))
 
 
 def cluster_routing(description: ClusterDescription, router: str, slos: Mapping[str, SLO]) -> Routing:
@@ -228,19 +231,23 @@ def cluster_routing(description: ClusterDescription, router: str, slos: Mapping[
             raise ValueError(f"unknown router {router!r}; choose from {ROUTER_AUTO}, {', '.join(ROUTERS)}")
         return Routing(router, slo_s=slo_s)
     per_model = {m: "least-load" for m in description.routed_models}
-    for obj in description.variants:
-        meta, spec = obj.get("metadata") or {}, obj.get("spec") or {}
-        named = (meta.get("annotations") or {}).get(ANNOTATION_ROUTER)
-        if named is None or not spec.get("modelID"):
+    for va in description.variants:
+        meta = va.metadata
+        named = meta.annotations.get(ANNOTATION_ROUTER)
+        if named is None or not va.spec.model_id:
             continue
         if named not in ROUTERS:
             raise SpecError(
                 f"metadata.annotations[{ANNOTATION_ROUTER}]",
-                f"VariantAutoscaling {meta.get('namespace', 'default')}/{meta.get('name', '?')}: "
-                f"unknown router {named!r}; choose from {', '.join(ROUTERS)}",
+                f"VariantAutoscaling {_where(va)}: unknown router {named!r}; choose from {', '.join(ROUTERS)}",
             )
-        per_model[f"{meta.get('namespace') or 'default'}/{spec['modelID']}"] = named
+        per_model[f"{meta.namespace or 'default'}/{va.spec.model_id}"] = named
     return Routing(per_model=per_model, slo_s=slo_s)
+
+
+def _where(va: VariantAutoscaling) -> str:
+    """``namespace/name`` of a VariantAutoscaling for a message (``default``/``?`` when unset)."""
+    return f"{va.metadata.namespace if va.metadata.namespace is not None else 'default'}/{va.metadata.name or '?'}"
 
 
 def build_scenario(
@@ -262,11 +269,10 @@ def build_scenario(
     variants: list[VariantModel] = []
     slos: dict[str, SLO] = {}
     priorities: dict[str, int] = {}
-    for obj in description.variants:
-        meta = obj.get("metadata") or {}
-        where = f"VariantAutoscaling {meta.get('namespace', 'default')}/{meta.get('name', '?')}"
+    for va in description.variants:
+        where = f"VariantAutoscaling {_where(va)}"
         try:
-            spec = parse_variant(obj)
+            spec = parse_variant(va)
             if spec.profile is None:
                 raise SpecError(
                     "spec.variantProfile", "required: the simulator serves requests with the variant's profile"

@@ -74,8 +74,6 @@ def quiet_ephemeral_database_logs() -> None:
     os.environ["PREFECT_LOGGING_SETTINGS_PATH"] = file.name
 
 
-quiet_ephemeral_database_logs()
-
 app = typer.Typer(
     add_completion=False,
     no_args_is_help=True,
@@ -173,6 +171,7 @@ def run_flow(
     from tasks.cluster.errors import ClusterError
 
     pre_check(parameters.get("cluster"), check)
+    quiet_ephemeral_database_logs()  # before the run starts the ephemeral API, which reads it
     expected = (ParameterTypeError, CannotRun, ClusterError, OSError, ValueError, *cannot_run)
     start_boundary_run()  # this run's rejections only, in a collector of its own (tasks/boundary.py)
     try:

@@ -74,9 +74,9 @@ class ClusterState:
     actuation_mode: str = SCALE
     """The default actuation mode (``modelplane-optimizer-config``, key ``actuation-mode``; engine.optimize.actuation)."""
 
-    def variant_objects(self) -> list[dict[str, Any]]:
-        """The VariantAutoscalings as read (the engine's cycle input; writes patch them)."""
-        return [va.obj for va in self.variants]
+    def variant_models(self) -> list[VariantAutoscaling]:
+        """The VariantAutoscalings as parsed at the boundary: the engine's cycle input (writes patch ``obj``)."""
+        return [va.model for va in self.variants]
 
 
 def _in_scope(obj: Accepted[Any], namespaces: set[str] | None) -> bool:

@@ -20,6 +20,7 @@ from engine.aim.discovery import (
     retry_after,
     template_name,
 )
+from engine.api.aim import AIMClusterModel
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 REAL = (
@@ -164,12 +165,14 @@ def test_derived_names_match_aim_engine() -> None:
 
 
 def test_auto_templates_one_per_deployment_and_namespace() -> None:
-    model = {
-        "apiVersion": "aim.silogen.ai/v1alpha1",
-        "kind": "AIMClusterModel",
-        "metadata": {"name": "llama", "uid": "u-1"},
-        "spec": {"name": "meta/llama:1", "image": "r.io/llama:1"},
-    }
+    model = AIMClusterModel.model_validate(
+        {
+            "apiVersion": "aim.silogen.ai/v1alpha1",
+            "kind": "AIMClusterModel",
+            "metadata": {"name": "llama", "uid": "u-1"},
+            "spec": {"name": "meta/llama:1", "image": "r.io/llama:1"},
+        }
+    )
     meta = ImageMetadata(
         recommended_deployments=(
             {"gpuModel": "MI300X", "gpuCount": 1, "metric": "latency", "precision": "fp8", "profileId": "p1"},

@@ -9,18 +9,11 @@ from typing import Any
 from engine.aim.discovery_plan import DiscoveryWorld, images_to_read, plan_model, previous_record
 from engine.aim.service_plan import ServiceWorld, plan_service
 from engine.aim.template_plan import TemplateWorld, plan_model_readiness, plan_template
-from engine.api.aim import AIMClusterModel, AIMNamespaceConfig, AIMService, AIMServiceTemplate
-from engine.api.validate import parse_object
-from tests.aim.test_resolution import NOW, model, node
+from engine.api.views import InferenceService
+from tests.aim.test_resolution import NOW, model, node, typed
 
 SOURCE = "hf://meta-llama/Llama-3.1-8B-Instruct"
 GATEWAY = {"name": "gw", "namespace": "gw-ns"}
-
-
-def _typed(obj: dict[str, Any], kind: type[Any]) -> Any:
-    parsed = parse_object({k: v for k, v in obj.items() if k != "status"})
-    assert isinstance(parsed, kind)
-    return parsed
 
 
 def service(**spec: object) -> dict[str, Any]:
@@ -62,21 +55,20 @@ def cache(status: str, name: str = "c1") -> dict[str, Any]:
 
 
 def world(caches: list[dict[str, Any]], isvcs: list[dict[str, Any]] | None = None) -> ServiceWorld:
-    cfg = config()
     return ServiceWorld.of(
-        models=[model()],
-        templates=[template()],
-        configs=[(cfg, _typed(cfg, AIMNamespaceConfig))],
-        caches=caches,
+        models=[typed(model())],
+        templates=[typed(template())],
+        configs=[typed(config())],
+        caches=[typed(c) for c in caches],
         nodes=[node("a", **{"amd.com/gpu.device-id": "74a1"})],
-        isvcs=isvcs or [],
+        isvcs=[InferenceService.read(i) for i in isvcs or []],
         routes=[],
     )
 
 
 def test_a_service_without_its_cache_requests_it_and_waits() -> None:
     svc = service()
-    plan = plan_service(svc, _typed(svc, AIMService), world([]))
+    plan = plan_service(typed(svc), world([]))
     assert [r.source for r in plan.cache_requests] == [SOURCE]
     assert plan.cache_requests[0].requested_by == "AIMService/ns/chat"
     assert (plan.outcome.status, plan.reason, plan.isvc, plan.action) == (
@@ -87,7 +79,7 @@ def test_a_service_without_its_cache_requests_it_and_waits() -> None:
     )
     # cacheModel: false downloads at runtime instead: nothing requested, the workload is rendered at once.
     svc = service(cacheModel=False)
-    plan = plan_service(svc, _typed(svc, AIMService), world([]))
+    plan = plan_service(typed(svc), world([]))
     assert plan.cache_requests == () and plan.isvc is not None and plan.action == "created"
 
 
@@ -98,31 +90,31 @@ def test_a_ready_service_renders_its_children_mounts_its_cache_and_retires_old_n
         "kind": "InferenceService",
         "metadata": {"name": "chat-old", "namespace": "ns", "ownerReferences": [{"controller": True, "uid": "s-1"}]},
     }
-    plan = plan_service(svc, _typed(svc, AIMService), world([cache("Available")], [old]))
+    plan = plan_service(typed(svc), world([cache("Available")], [old]))
     assert plan.isvc is not None and plan.route is not None and plan.cache_requests == ()
     predictor = plan.isvc.desired["spec"]["predictor"]
     assert predictor["minReplicas"] == 2
     assert [v["persistentVolumeClaim"]["claimName"] for v in predictor["volumes"][1:]] == ["c1-pvc"]
-    assert [c["metadata"]["name"] for c in plan.mounted] == ["c1"] and plan.retire == (old,)
+    assert [c.metadata.name for c in plan.mounted] == ["c1"] and [r.object for r in plan.retire] == [old]
     assert (plan.outcome.status, plan.reason, plan.action) == ("Starting", "CreatingRuntime", "created")
     assert plan.route.desired["spec"]["parentRefs"] == [GATEWAY]
     # Written as rendered, the next plan changes nothing.
     again = world([cache("Available")], [{**plan.isvc.desired, "status": {}}])
-    replan = plan_service(svc, _typed(svc, AIMService), again)
+    replan = plan_service(typed(svc), again)
     assert replan.isvc is not None and replan.isvc.patch is None and replan.mounted == ()
 
 
 def test_a_failed_cache_fails_the_service_and_another_controller_blocks_it() -> None:
     svc = service()
-    plan = plan_service(svc, _typed(svc, AIMService), world([cache("Failed")]))
+    plan = plan_service(typed(svc), world([cache("Failed")]))
     assert (plan.outcome.status, plan.reason, plan.isvc) == ("Failed", "CacheFailed", None)
-    name = plan_service(svc, _typed(svc, AIMService), world([cache("Available")])).workload
+    name = plan_service(typed(svc), world([cache("Available")])).workload
     foreign = {
         "apiVersion": "serving.kserve.io/v1beta1",
         "kind": "InferenceService",
         "metadata": {"name": name, "namespace": "ns", "ownerReferences": [{"controller": True, "uid": "other"}]},
     }
-    blocked = plan_service(svc, _typed(svc, AIMService), world([cache("Available")], [foreign]))
+    blocked = plan_service(typed(svc), world([cache("Available")], [foreign]))
     assert blocked.blocked and (blocked.outcome.status, blocked.reason, blocked.action) == (
         "Failed",
         "ValidationFailed",
@@ -134,21 +126,21 @@ def test_a_failed_cache_fails_the_service_and_another_controller_blocks_it() -> 
 def test_a_warm_template_requests_caches_in_its_default_configs_storage_class() -> None:
     cfg = config(cacheStorageClassName="fast")
     tworld = TemplateWorld.of(
-        models=[model()],
-        configs=[_typed(cfg, AIMNamespaceConfig)],
+        models=[typed(model())],
+        configs=[typed(cfg)],
         caches=[],
         nodes=[node("a", **{"amd.com/gpu.device-id": "74a1"})],
     )
     tmpl = template(status="Pending", warmCache=True)
-    plan = plan_template(tmpl, _typed(tmpl, AIMServiceTemplate), tworld)
+    plan = plan_template(typed(tmpl), tworld)
     assert [(r.source, r.storage_class) for r in plan.cache_requests] == [(SOURCE, "fast")]
     assert plan.status_fields == {"status": "Progressing", "modelSources": [SOURCE]}
     cold = template(status="Pending")
-    assert plan_template(cold, _typed(cold, AIMServiceTemplate), tworld).outcome.status == "Available"
+    assert plan_template(typed(cold), tworld).outcome.status == "Available"
 
 
 def test_model_readiness_follows_its_auto_templates() -> None:
-    mdl = model()
+    mdl = typed(model())
     auto = {
         **template(),
         "metadata": {
@@ -158,25 +150,25 @@ def test_model_readiness_follows_its_auto_templates() -> None:
         },
     }
     tworld = TemplateWorld.of(models=[mdl], configs=[], caches=[], nodes=[])
-    [(obj, ready)] = plan_model_readiness([mdl], [auto], {("ns", "t"): "Available"}, tworld.catalog)
+    [(obj, ready)] = plan_model_readiness([mdl], [typed(auto)], {("ns", "t"): "Available"}, tworld.catalog)
     assert obj is mdl and ready.status == "True"
-    [(_, waiting)] = plan_model_readiness([mdl], [auto], {("ns", "t"): "Progressing"}, tworld.catalog)
+    [(_, waiting)] = plan_model_readiness([mdl], [typed(auto)], {("ns", "t"): "Progressing"}, tworld.catalog)
     assert waiting.status == "False"
 
 
 def test_discovery_creates_the_missing_templates_and_leaves_a_persons_alone() -> None:
     mdl = model()
-    typed = _typed(mdl, AIMClusterModel)
-    plan = plan_model(mdl, typed, None, False, DiscoveryWorld.of([], ["ns"]))
+    llama = typed(mdl)
+    plan = plan_model(llama, None, False, DiscoveryWorld.of([], ["ns"]))
     assert (plan.result, plan.create, plan.persist) == ("not read", (), None)  # never read: nothing to create
-    found = previous_record(mdl)
+    found = previous_record(llama)
     assert found is not None
-    plan = plan_model(mdl, typed, found, True, DiscoveryWorld.of([], ["ns"]))
+    plan = plan_model(llama, found, True, DiscoveryWorld.of([], ["ns"]))
     assert plan.result == "ok" and plan.persist is found and len(plan.create) == plan.templates == 3
     persons = {**plan.create[0], "metadata": {**plan.create[0]["metadata"], "labels": {}}}
-    again = plan_model(mdl, typed, found, False, DiscoveryWorld.of([persons], ["ns"]))
+    again = plan_model(llama, found, False, DiscoveryWorld.of([typed(persons)], ["ns"]))
     assert len(again.create) == 2 and len(again.skipped) == 1 and "not created by discovery" in again.skipped[0]
     # An image read a moment ago is not read again; a changed spec.image is.
-    assert images_to_read([(mdl, typed)], NOW + timedelta(minutes=1), timedelta(days=1)) == {}
+    assert images_to_read([llama], NOW + timedelta(minutes=1), timedelta(days=1)) == {}
     moved = {**mdl, "spec": {**mdl["spec"], "image": "r.io/llama:2"}}
-    assert list(images_to_read([(moved, _typed(moved, AIMClusterModel))], NOW, timedelta(days=1))) == ["r.io/llama:2"]
+    assert list(images_to_read([typed(moved)], NOW, timedelta(days=1))) == ["r.io/llama:2"]

@@ -4,8 +4,10 @@ status, references, names and the rendered InferenceService/HTTPRoute."""
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from typing import Any
 
 import pytest
+from pydantic import BaseModel
 
 from engine.aim.discovery import DiscoveryRecord, parse_image_labels
 from engine.aim.references import resolve_references
@@ -30,14 +32,28 @@ from engine.aim.templates import (
     resolve_profile,
     template_status,
 )
-from engine.api.aim import AIMNamespaceConfig
+from engine.api.aim import AIMServiceTemplateSpec
+from engine.api.views import HTTPRoute, InferenceService, Node
+from tasks.boundary import parse_resource
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 DEPLOYMENTS = "{'gpuModel': 'MI300X', 'gpuCount': 1, 'precision': 'fp8', 'metric': 'latency'}, {'gpuModel': 'MI300X', 'gpuCount': 1, 'precision': 'bf16', 'metric': 'latency'}, {'gpuModel': 'MI300X', 'gpuCount': 2, 'precision': 'fp16', 'metric': 'throughput'}"
 
 
-def node(name: str, **labels: str) -> dict:
-    return {"metadata": {"name": name, "labels": labels}}
+def typed(obj: dict) -> Any:
+    """The object as the boundary reader hands it to the engine: its API model, status included."""
+    parsed = parse_resource(obj)
+    assert isinstance(parsed, BaseModel), parsed
+    return parsed
+
+
+def wanted(**spec: object) -> AIMServiceTemplateSpec:
+    """A template spec with the selection knobs ``spec`` (its model is irrelevant to matching)."""
+    return AIMServiceTemplateSpec.model_validate({"model": "m", **spec})
+
+
+def node(name: str, **labels: str) -> Node:
+    return Node.model_validate({"metadata": {"name": name, "labels": labels}})
 
 
 def model(image: str = "r.io/llama:1", source: str = "https://huggingface.co/meta-llama/Llama-3.1-8B-Instruct") -> dict:
@@ -52,7 +68,12 @@ def model(image: str = "r.io/llama:1", source: str = "https://huggingface.co/met
 
 
 def template(**spec: object) -> dict:
-    return {"metadata": {"name": "t", "namespace": "ns"}, "spec": {"model": "meta/llama:1", **spec}}
+    return {
+        "apiVersion": "aim.silogen.ai/v1alpha1",
+        "kind": "AIMServiceTemplate",
+        "metadata": {"name": "t", "namespace": "ns"},
+        "spec": {"model": "meta/llama:1", **spec},
+    }
 
 
 @pytest.mark.parametrize(
@@ -104,27 +125,27 @@ def test_amd_and_nvidia_nodes() -> None:
 def test_profile_matching() -> None:
     deployments = parse_image_labels({"com.amd.aim.model.recommendedDeployments": DEPLOYMENTS}).recommended_deployments
     assert (
-        match_profile(
-            {"gpuModel": "mi300x", "gpusPerReplica": 1, "metric": "latency", "precision": "auto"}, deployments
-        )["precision"]
+        match_profile(wanted(gpuModel="mi300x", gpusPerReplica=1, metric="latency", precision="auto"), deployments)[
+            "precision"
+        ]
         == "fp8"
     )
     assert (
-        match_profile(
-            {"gpuModel": "MI300X", "gpusPerReplica": 1, "metric": "latency", "precision": "bf16"}, deployments
-        )["precision"]
+        match_profile(wanted(gpuModel="MI300X", gpusPerReplica=1, metric="latency", precision="bf16"), deployments)[
+            "precision"
+        ]
         == "bf16"
     )
-    assert match_profile({"gpuModel": "MI300X", "gpusPerReplica": 2, "metric": "latency"}, deployments) is None
+    assert match_profile(wanted(gpuModel="MI300X", gpusPerReplica=2, metric="latency"), deployments) is None
     assert (
-        match_profile({"gpuModel": "MI300X", "gpusPerReplica": 2, "metric": "throughput"}, deployments)["precision"]
+        match_profile(wanted(gpuModel="MI300X", gpusPerReplica=2, metric="throughput"), deployments)["precision"]
         == "fp16"
     )
 
 
 def test_template_resolution_states() -> None:
     gpus = cluster_gpus([node("a", **{"amd.com/gpu.device-id": "74a1"})])
-    ok = resolve_profile(template(gpuModel="MI300X", gpusPerReplica=1, metric="latency"), [model()], gpus)
+    ok = resolve_profile(typed(template(gpuModel="MI300X", gpusPerReplica=1, metric="latency")), [typed(model())], gpus)
     assert ok.discovered and ok.model_sources == ("hf://meta-llama/Llama-3.1-8B-Instruct",)
     assert template_status(ok, False, {}).status == "Available"
     assert template_status(ok, True, {"hf://meta-llama/Llama-3.1-8B-Instruct": None}).status == "Progressing"
@@ -133,13 +154,17 @@ def test_template_resolution_states() -> None:
     failed = template_status(ok, True, {"hf://meta-llama/Llama-3.1-8B-Instruct": "Failed"})
     assert (failed.status, failed.conditions[1].reason) == ("Failed", "WarmFailed")
     assert template_status(ok, True, {"hf://meta-llama/Llama-3.1-8B-Instruct": "Available"}).status == "Available"
-    no_gpu = resolve_profile(template(gpuModel="MI300X", gpusPerReplica=1), [model()], cluster_gpus([]))
+    no_gpu = resolve_profile(typed(template(gpuModel="MI300X", gpusPerReplica=1)), [typed(model())], cluster_gpus([]))
     assert (no_gpu.status, no_gpu.reason) == ("Pending", "GpuNotAvailable")
-    tp = resolve_profile(template(gpuModel="MI300X", gpusPerReplica=1, tensorParallelism=2), [model()], gpus)
+    tp = resolve_profile(
+        typed(template(gpuModel="MI300X", gpusPerReplica=1, tensorParallelism=2)), [typed(model())], gpus
+    )
     assert tp.status == "Failed" and "spec.tensorParallelism" in tp.message
-    missing = resolve_profile(template(gpuModel="MI300X", gpusPerReplica=1, model="x/y"), [model()], gpus)
+    missing = resolve_profile(typed(template(gpuModel="MI300X", gpusPerReplica=1, model="x/y")), [typed(model())], gpus)
     assert (missing.status, missing.reason) == ("Pending", "AwaitingDiscovery")
-    dupes = resolve_profile(template(gpuModel="MI300X", gpusPerReplica=1), [model(), model()], gpus)
+    dupes = resolve_profile(
+        typed(template(gpuModel="MI300X", gpusPerReplica=1)), [typed(model()), typed(model())], gpus
+    )
     assert dupes.status == "Failed" and "several" in dupes.message
 
 
@@ -154,18 +179,27 @@ def test_workload_names_fit_the_kserve_host_label() -> None:
 
 
 def test_rendered_workload_and_references() -> None:
-    service = {
-        "apiVersion": "aim.silogen.ai/v1alpha1",
-        "kind": "AIMService",
-        "metadata": {"name": "chat", "namespace": "ns", "uid": "s-1"},
-        "spec": {"model": "meta/llama:1", "templateRef": "t", "replicas": 2},
-    }
-    tmpl = {
+    service = typed(
+        {
+            "apiVersion": "aim.silogen.ai/v1alpha1",
+            "kind": "AIMService",
+            "metadata": {"name": "chat", "namespace": "ns", "uid": "s-1"},
+            "spec": {"model": "meta/llama:1", "templateRef": "t", "replicas": 2},
+        }
+    )
+    as_read = {
         **template(gpuModel="MI300X", gpusPerReplica=1, metric="latency"),
         "status": {"status": "Available", "modelSources": ["hf://meta-llama/Llama-3.1-8B-Instruct"]},
     }
-    config = {"metadata": {"name": "default"}, "spec": {"images": {"imagePullSecrets": ["reg"]}}}
-    resolution = resolve_references(service, [model()], {"t": tmpl}, {"default": config})
+    tmpl = typed(as_read)
+    config = {
+        "apiVersion": "aim.silogen.ai/v1alpha1",
+        "kind": "AIMNamespaceConfig",
+        "metadata": {"name": "default", "namespace": "ns"},
+        "spec": {"images": {"imagePullSecrets": ["reg"]}},
+    }
+    config = typed(config)
+    resolution = resolve_references(service, [typed(model())], {"t": tmpl}, {"default": config})
     assert not resolution.blocked and resolution.deployment["precision"] == "fp8"
     gpus = cluster_gpus([node("a", **{"amd.com/gpu.device-id": "74a1"})])
     isvc = render_inference_service(
@@ -173,7 +207,7 @@ def test_rendered_workload_and_references() -> None:
         resolution,
         gpus,
         [CacheMount("hf://meta-llama/Llama-3.1-8B-Instruct", "c1", "c1-pvc")],
-        AIMNamespaceConfig.model_validate(config),
+        config,
     )
     predictor = isvc["spec"]["predictor"]
     assert predictor["imagePullSecrets"] == [{"name": "reg"}] and predictor["minReplicas"] == 2
@@ -190,35 +224,45 @@ def test_rendered_workload_and_references() -> None:
     assert route["spec"]["rules"][0]["matches"][0]["path"]["value"] == "/ns/s-1"
     # Missing or mismatched references.
     assert resolve_references(service, [], {"t": tmpl}, {"default": config}).reason == "ModelNotFound"
-    assert resolve_references(service, [model()], {}, {"default": config}).reason == "TemplateNotFound"
-    no_config = resolve_references(service, [model()], {"t": tmpl}, {})
+    assert resolve_references(service, [typed(model())], {}, {"default": config}).reason == "TemplateNotFound"
+    no_config = resolve_references(service, [typed(model())], {"t": tmpl}, {})
     assert (no_config.status, no_config.reason) == (
         "Failed",
         "RuntimeConfigMissing",
     )  # aim-engine: a missing reference is Failed
-    pending = {**tmpl, "status": {"status": "Progressing"}}
-    assert (resolve_references(service, [model()], {"t": pending}, {"default": config}).status) == "Pending"
-    blocked = blocked_status(resolve_references(service, [model()], {}, {"default": config}), False)
+    pending = typed({**as_read, "status": {"status": "Progressing"}})
+    assert (resolve_references(service, [typed(model())], {"t": pending}, {"default": config}).status) == "Pending"
+    blocked = blocked_status(resolve_references(service, [typed(model())], {}, {"default": config}), False)
     assert (
         blocked.status == "Failed" and {c.type: c.reason for c in blocked.conditions}["Failure"] == "TemplateNotFound"
     )
 
 
 def test_service_status_from_what_the_cluster_reports() -> None:
-    ready_isvc = {"status": {"conditions": [{"type": "Ready", "status": "True"}]}}
-    accepted = {"status": {"parents": [{"conditions": [{"type": "Accepted", "status": "True"}]}]}}
+    ready_isvc = InferenceService.read({"status": {"conditions": [{"type": "Ready", "status": "True"}]}})
+    accepted = HTTPRoute.read({"status": {"parents": [{"conditions": [{"type": "Accepted", "status": "True"}]}]}})
     assert service_status(True, "CacheWarm", "", ready_isvc, accepted, True, None).status == "Running"
-    assert service_status(True, "CacheWarm", "", ready_isvc, {"status": {}}, True, None).status == "Starting"
-    assert service_status(True, "CacheWarm", "", {"status": {}}, accepted, True, None).status == "Starting"
+    assert (
+        service_status(True, "CacheWarm", "", ready_isvc, HTTPRoute.read({"status": {}}), True, None).status
+        == "Starting"
+    )
+    assert (
+        service_status(True, "CacheWarm", "", InferenceService.read({"status": {}}), accepted, True, None).status
+        == "Starting"
+    )
     assert service_status(False, "WaitingForCache", "", None, None, True, None).status == "Starting"
     assert (
         service_status(False, "CacheFailed", "", None, None, True, None).status == "Failed"
     )  # as aim-engine reports it
-    refused = {
-        "status": {
-            "parents": [{"conditions": [{"type": "Accepted", "status": "False", "reason": "NotAllowedByListeners"}]}]
+    refused = HTTPRoute.read(
+        {
+            "status": {
+                "parents": [
+                    {"conditions": [{"type": "Accepted", "status": "False", "reason": "NotAllowedByListeners"}]}
+                ]
+            }
         }
-    }
+    )
     degraded = service_status(True, "CacheWarm", "", ready_isvc, refused, True, None)
     assert (
         degraded.status == "Degraded"
@@ -236,7 +280,7 @@ def test_profile_choice_ranks_metric_before_precision() -> None:
             "{'gpuModel': 'MI300X', 'gpuCount': 1, 'precision': 'bf16', 'metric': 'latency'}"
         }
     ).recommended_deployments
-    chosen = match_profile({"gpuModel": "MI300X", "gpusPerReplica": 1, "precision": "auto"}, deployments)
+    chosen = match_profile(wanted(gpuModel="MI300X", gpusPerReplica=1, precision="auto"), deployments)
     assert (chosen["metric"], chosen["precision"]) == ("latency", "bf16")
 
 
@@ -262,17 +306,21 @@ def test_workload_names_are_unique_and_stable_per_namespace_and_service() -> Non
     assert workload_name("llama-chat", "team-a") == "llama-chat-e204f50a"  # unchanged where nothing is cut
 
 
-def _service(**spec: object) -> dict:
-    return {
-        "apiVersion": "aim.silogen.ai/v1alpha1",
-        "kind": "AIMService",
-        "metadata": {"name": "auto", "namespace": "ns", "uid": "s-2"},
-        "spec": {"model": "meta/llama:1", **spec},
-    }
+def _service(**spec: object) -> Any:
+    return typed(
+        {
+            "apiVersion": "aim.silogen.ai/v1alpha1",
+            "kind": "AIMService",
+            "metadata": {"name": "auto", "namespace": "ns", "uid": "s-2"},
+            "spec": {"model": "meta/llama:1", **spec},
+        }
+    )
 
 
 def _available(name: str, **spec: object) -> dict:
     return {
+        "apiVersion": "aim.silogen.ai/v1alpha1",
+        "kind": "AIMServiceTemplate",
         "metadata": {"name": name, "namespace": "ns"},
         "spec": {"model": "meta/llama:1", **spec},
         "status": {"status": "Available", "modelSources": ["hf://meta-llama/Llama-3.1-8B-Instruct"]},
@@ -301,8 +349,17 @@ def test_template_auto_selection_filters_and_ranks_as_aim_engine() -> None:
         "{'gpuModel': 'MI210', 'gpuCount': 1, 'precision': 'fp8', 'metric': 'latency', 'type': 'preview'}, "
         "{'gpuModel': 'H100', 'gpuCount': 1, 'precision': 'fp8', 'metric': 'latency'}"
     )
-    models = [_model_with(deployments)]
-    config = {"default": {"metadata": {"name": "default"}, "spec": {}}}
+    models = [typed(_model_with(deployments))]
+    config = {
+        "default": typed(
+            {
+                "apiVersion": "aim.silogen.ai/v1alpha1",
+                "kind": "AIMNamespaceConfig",
+                "metadata": {"name": "default", "namespace": "ns"},
+                "spec": {},
+            }
+        )
+    }
     gpus = cluster_gpus(
         [
             node("a", **{"amd.com/gpu.device-id": "74a1"}),
@@ -310,7 +367,7 @@ def test_template_auto_selection_filters_and_ranks_as_aim_engine() -> None:
             node("c", **{"amd.com/gpu.device-id": "740f"}),
         ]
     )
-    templates = {
+    as_read = {
         "thr-fp8": _available("thr-fp8", gpuModel="MI300X", gpusPerReplica=1, metric="throughput", precision="fp8"),
         "lat-bf16": _available("lat-bf16", gpuModel="MI300X", gpusPerReplica=1, metric="latency", precision="bf16"),
         "preview": _available("preview", gpuModel="MI210", gpusPerReplica=1, metric="latency", precision="fp8"),
@@ -324,20 +381,21 @@ def test_template_auto_selection_filters_and_ranks_as_aim_engine() -> None:
             "status": {"status": "Progressing"},
         },
     }
+    templates = {name: typed(obj) for name, obj in as_read.items()}
     # Among Available, optimized templates whose GPU is in the cluster, MI300X ranks before MI210 (preview is
     # dropped anyway) and H100 is absent: metric decides between the MI300X ones, latency first.
     chosen = resolve_references(_service(), models, templates, config, gpus)
-    assert not chosen.blocked and chosen.template["metadata"]["name"] == "lat-bf16"
+    assert not chosen.blocked and chosen.template.metadata.name == "lat-bf16"
     assert "lat-bf16" in chosen.selected
     # GPU generation outranks metric: an MI325X template wins over every MI300X one.
-    templates["mi325x"] = _available(
-        "mi325x", gpuModel="MI325X", gpusPerReplica=1, metric="throughput", precision="fp16"
+    templates["mi325x"] = typed(
+        _available("mi325x", gpuModel="MI325X", gpusPerReplica=1, metric="throughput", precision="fp16")
     )
-    assert resolve_references(_service(), models, templates, config, gpus).template["metadata"]["name"] == "mi325x"
+    assert resolve_references(_service(), models, templates, config, gpus).template.metadata.name == "mi325x"
     del templates["mi325x"]
     # A tie is reported, nothing is guessed.
-    templates["lat-bf16-copy"] = _available(
-        "lat-bf16-copy", gpuModel="MI300X", gpusPerReplica=1, metric="latency", precision="bf16"
+    templates["lat-bf16-copy"] = typed(
+        _available("lat-bf16-copy", gpuModel="MI300X", gpusPerReplica=1, metric="latency", precision="bf16")
     )
     tie = resolve_references(_service(), models, templates, config, gpus)
     assert (tie.status, tie.reason) == (
@@ -348,9 +406,7 @@ def test_template_auto_selection_filters_and_ranks_as_aim_engine() -> None:
     assert {c.type: c.reason for c in outcome.conditions}["Resolved"] == "TemplateSelectionAmbiguous"
     # An explicit templateRef still wins over selection.
     assert (
-        resolve_references(_service(templateRef="thr-fp8"), models, templates, config, gpus).template["metadata"][
-            "name"
-        ]
+        resolve_references(_service(templateRef="thr-fp8"), models, templates, config, gpus).template.metadata.name
         == "thr-fp8"
     )
     # Unoptimized (preview) profiles only when allowed; with only those and no GPU for the others:
@@ -359,7 +415,7 @@ def test_template_auto_selection_filters_and_ranks_as_aim_engine() -> None:
     assert (refused.status, refused.reason) == ("Failed", "TemplateNotFound")
     assert "UnoptimizedTemplateFiltered" in refused.message and "RequiredGPUNotInCluster" in refused.message
     allowed = resolve_references(_service(allowUnoptimized=True), models, only_preview, config, gpus)
-    assert allowed.template["metadata"]["name"] == "preview"
+    assert allowed.template.metadata.name == "preview"
     # Templates exist but none is Available yet; or none of the model at all: Pending.
     waiting = resolve_references(_service(), models, {"pending": templates["pending"]}, config, gpus)
     assert (waiting.status, waiting.reason) == ("Pending", "TemplateNotReady")

@@ -8,8 +8,9 @@ from datetime import UTC, datetime
 import pytest
 
 from engine.caches.identity import CACHE_IDENTITY_LABEL, cache_identity, cache_name
-from engine.caches.lookup import cache_available, cache_pvc, find_cache
+from engine.caches.lookup import cache_available, cache_pvc, find_cache, find_model_cache
 from engine.caches.sources import parse_source
+from tasks.boundary import parse_resource
 from tasks.caches import ensure_cache, mark_used
 from tasks.cluster import Cluster, ObjectRef
 
@@ -91,6 +92,11 @@ def test_find_cache_prefers_the_exact_identity_then_the_best_status() -> None:
     assert find_cache(caches, LLAMA, "fast")["metadata"]["name"] == "other"
     assert find_cache(caches, LLAMA, "slow")["metadata"]["name"] == "ready"  # a class-less cache is shared
     assert find_cache(caches, parse_source("s3://bucket/model")) is None
+    # The AIM engine looks the same caches up as their API models (the boundary reader's): the same choice.
+    models = [parse_resource(c) for c in caches]
+    for args in ((LLAMA,), (LLAMA, "fast"), (LLAMA, "slow"), (parse_source("s3://bucket/model"),)):
+        raw, typed = find_cache(caches, *args), find_model_cache(models, *args)
+        assert (typed.metadata.name if typed else None) == (raw["metadata"]["name"] if raw else None)
 
 
 def test_sources_mounted_directly_are_not_cached(any_cluster: Cluster, ns: str) -> None:

@@ -23,6 +23,7 @@ from engine.optimize.bindings import BindingDecision, TargetDecision
 from engine.optimize.plan import plan_variants
 from engine.optimize.spec import SpecError, parse_variant
 from tests.engine.test_optimize import NS, inputs, va
+from tests.factories import parsed_variant
 
 
 @pytest.mark.parametrize(
@@ -67,7 +68,7 @@ def test_a_variant_with_an_unknown_mode_is_invalid_naming_the_annotation() -> No
     variant = va("a100")
     variant["metadata"]["annotations"] = {"modelplane.io/actuation": "hpa"}
     with pytest.raises(SpecError) as raised:
-        parse_variant(variant)
+        parse_variant(parsed_variant(variant))
     assert raised.value.field == "metadata.annotations[modelplane.io/actuation]"
     decision = plan_variants(inputs([variant], {"a100": 2}))[0]
     assert decision.desired is None and decision.reason == "InvalidConfiguration"

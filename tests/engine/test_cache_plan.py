@@ -8,11 +8,13 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from engine.api.aim import AIMNamespaceConfig, ModelCacheSpec
+from engine.api.aim import AIMNamespaceConfig, ModelCache, ModelCacheSpec, ModelCacheStatus
 from engine.api.meta import EnvVar
+from engine.api.views import Job, PersistentVolumeClaim, Pod
 from engine.caches.fill import (
     JobSettings,
     download_env,
+    fill_job_verdict,
     fill_report,
     job_state,
     pvc_request,
@@ -55,6 +57,11 @@ CACHE = {
     "metadata": {"name": "llama", "namespace": "ns", "uid": "u-1", "generation": 2},
     "spec": {"sourceUri": "hf://org/llama"},
 }
+
+
+def typed(cache: dict) -> ModelCache:
+    """A ModelCache as the warm-caches flow hands it to the engine (the boundary's model, with its status)."""
+    return ModelCache.model_validate(cache)
 
 
 def obs(**changes: object) -> Observation:
@@ -121,9 +128,9 @@ def test_first_steps() -> None:
 def test_failure_of_reads_back_what_was_written() -> None:
     failed = obs(attempts=1, failure=Failure("SourceNotFound", "no such repo"), failed_at=NOW)
     status = cache_status(None, failed, POLICY, NOW)
-    failure, when = failure_of(status)
+    failure, when = failure_of(ModelCacheStatus.model_validate(status))
     assert failure == Failure("SourceNotFound", "no such repo") and when == NOW
-    assert failure_of(cache_status(None, obs(), POLICY, NOW)) == (None, None)
+    assert failure_of(ModelCacheStatus.model_validate(cache_status(None, obs(), POLICY, NOW))) == (None, None)
 
 
 def test_attempts_are_per_generation() -> None:
@@ -175,13 +182,17 @@ def test_storage_class_order() -> None:
 
 
 def test_pvc_and_job_manifests() -> None:
-    pvc = render_pvc(CACHE, "11Gi", None)
+    pvc = render_pvc(typed(CACHE), "11Gi", None)
     assert pvc["spec"] == {"accessModes": ["ReadWriteMany"], "resources": {"requests": {"storage": "11Gi"}}}
     assert pvc["metadata"]["name"] == pvc_name("llama") == "llama-cache"
     assert pvc["metadata"]["ownerReferences"][0]["uid"] == "u-1"
     env = [{"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": "hf", "key": "token"}}}]
     job = render_job(
-        CACHE, "hf://org/llama", 2, env, JobSettings(image="img:1", backoff_limit=1, ttl_seconds_after_finished=60)
+        typed(CACHE),
+        "hf://org/llama",
+        2,
+        env,
+        JobSettings(image="img:1", backoff_limit=1, ttl_seconds_after_finished=60),
     )
     assert job["metadata"]["name"] == job_name("llama", 2) == "llama-fill-2"
     assert job["spec"]["backoffLimit"] == 1 and job["spec"]["ttlSecondsAfterFinished"] == 60
@@ -205,9 +216,44 @@ def test_pvc_and_job_manifests() -> None:
 
 def test_job_state_follows_the_job_controller() -> None:
     assert job_state(None) == FillState.NONE
-    assert job_state({"status": {"active": 1}}) == FillState.RUNNING
-    assert job_state({"status": {"conditions": [{"type": "Complete", "status": "True"}]}}) == FillState.SUCCEEDED
-    assert job_state({"status": {"conditions": [{"type": "Failed", "status": "True"}]}}) == FillState.FAILED
+    assert job_state(Job.model_validate({"status": {"active": 1}})) == FillState.RUNNING
+    complete = {"status": {"conditions": [{"type": "Complete", "status": "True"}]}}
+    assert job_state(Job.model_validate(complete)) == FillState.SUCCEEDED
+    failed = {"status": {"conditions": [{"type": "Failed", "status": "True"}]}}
+    assert job_state(Job.model_validate(failed)) == FillState.FAILED
+
+
+def test_a_fill_jobs_verdict_is_its_pods_report() -> None:
+    """Complete alone is not enough: the newest finished pod's termination message must be this source's marker."""
+    job = Job.model_validate(
+        {"metadata": {"name": "llama-fill-1"}, "status": {"conditions": [{"type": "Complete", "status": "True"}]}}
+    )
+
+    def pod(name: str, created: str, message: str | None, phase: str = "Succeeded") -> Pod:
+        terminated = {"terminated": {"message": message}} if message else {}
+        return Pod.model_validate(
+            {
+                "metadata": {"name": name, "labels": {"job-name": "llama-fill-1"}, "creationTimestamp": created},
+                "status": {"phase": phase, "containerStatuses": [{"state": terminated}]},
+            }
+        )
+
+    report = fill_report({"source": "hf://org/llama", "files": []})
+    older = pod("a", "2026-11-23T09:00:00Z", fill_report(reason="AuthenticationFailed", message="401"))
+    newer = pod("b", "2026-11-23T09:30:00Z", report)
+    assert fill_job_verdict(job, [older, newer], "hf://org/llama") == (FillState.SUCCEEDED, None)
+    state, failure = fill_job_verdict(job, [newer], "hf://org/other")
+    assert state == FillState.FAILED and failure is not None and failure.reason == "VerificationFailed"
+    assert fill_job_verdict(job, [], "hf://org/llama")[0] == FillState.FAILED  # no report at all
+    assert fill_job_verdict(None, [newer], "hf://org/llama") == (FillState.NONE, None)
+    failed_job = Job.model_validate(
+        {
+            "metadata": {"name": "llama-fill-1"},
+            "status": {"conditions": [{"type": "Failed", "status": "True", "reason": "BackoffLimitExceeded"}]},
+        }
+    )
+    gave_up = fill_job_verdict(failed_job, [pod("c", "2026-11-23T09:40:00Z", None, "Failed")], "hf://org/llama")
+    assert gave_up == (FillState.FAILED, Failure("DownloadFailed", "the fill Job failed (BackoffLimitExceeded)"))
 
 
 def test_fill_reports_round_trip_and_complete_alone_is_not_enough() -> None:
@@ -245,8 +291,14 @@ def test_requesters_are_recorded_once() -> None:
 
 
 def test_gc_deletes_only_unused_unmounted_settled_caches() -> None:
-    def cache(status: dict, created: str = "2026-10-01T00:00:00Z") -> dict:
-        return {"metadata": {"name": "llama", "namespace": "ns", "creationTimestamp": created}, "status": status}
+    def cache(status: dict, created: str = "2026-10-01T00:00:00Z") -> ModelCache:
+        return typed(
+            {
+                **CACHE,
+                "metadata": {"name": "llama", "namespace": "ns", "creationTimestamp": created},
+                "status": status,
+            }
+        )
 
     week = timedelta(days=7)
     old = {"status": "Available", "persistentVolumeClaim": "llama-cache", "lastUsed": "2026-11-01T00:00:00Z"}
@@ -286,29 +338,31 @@ def test_the_observation_starts_from_the_caches_record() -> None:
         None, obs(attempts=1, fill=FillState.FAILED, failure=Failure("SourceNotFound", "gone")), POLICY, NOW
     )
     cache = {**CACHE, "metadata": {**CACHE["metadata"], **{"annotations": attempts_annotation(2, 1)}}, "status": failed}
-    start = initial_observation(cache, {"status": {"phase": "Bound"}})
+    start = initial_observation(typed(cache), PersistentVolumeClaim.model_validate({"status": {"phase": "Bound"}}))
     assert (start.pvc_name, start.pvc_phase, start.attempts) == ("llama-cache", "Bound", 1)
     assert start.failure == Failure("SourceNotFound", "gone") and start.fill == FillState.NONE
     newer = {**cache, "metadata": {**cache["metadata"], "generation": 3}}
-    assert initial_observation(newer, None) == Observation(3, "llama-cache", None, FillState.NONE, 0, None, None)
-    assert pvc_phase({}) == "Pending"
+    assert initial_observation(typed(newer), None) == Observation(3, "llama-cache", None, FillState.NONE, 0, None, None)
+    assert pvc_phase(PersistentVolumeClaim()) == "Pending"
 
 
 def test_observe_fill_reads_the_jobs_verdict_and_a_vanished_job() -> None:
-    running = observe_fill(CACHE, obs(attempts=1), False, (FillState.RUNNING, None), NOW)
+    running = observe_fill(typed(CACHE), obs(attempts=1), False, (FillState.RUNNING, None), NOW)
     assert running.fill == FillState.RUNNING and running.failure is None
     verdict = Failure("AuthenticationFailed", "401")
-    failed = observe_fill(CACHE, obs(attempts=1), False, (FillState.FAILED, verdict), NOW)
+    failed = observe_fill(typed(CACHE), obs(attempts=1), False, (FillState.FAILED, verdict), NOW)
     assert (failed.fill, failed.failure, failed.failed_at) == (FillState.FAILED, verdict, NOW)
-    progressing = {**CACHE, "status": {"status": "Progressing"}}
+    progressing = typed({**CACHE, "status": {"status": "Progressing"}})
     gone = observe_fill(progressing, obs(attempts=2), False, (FillState.NONE, None), NOW)
     assert (
         gone.failure is not None and gone.failure.reason == "FillJobMissing" and "llama-fill-2" in gone.failure.message
     )
-    assert observe_fill(CACHE, obs(attempts=2), False, (FillState.NONE, None), NOW).failure is None  # never started
-    kept = observe_fill(CACHE, obs(attempts=1, failure=verdict), True, (FillState.FAILED, verdict), NOW)
+    assert (
+        observe_fill(typed(CACHE), obs(attempts=2), False, (FillState.NONE, None), NOW).failure is None
+    )  # never started
+    kept = observe_fill(typed(CACHE), obs(attempts=1, failure=verdict), True, (FillState.FAILED, verdict), NOW)
     assert kept.fill == FillState.SUCCEEDED and kept.failure is None  # an Available cache whose marker still holds
-    lost = observe_fill(CACHE, obs(pvc_phase="Lost"), False, None, NOW)
+    lost = observe_fill(typed(CACHE), obs(pvc_phase="Lost"), False, None, NOW)
     assert lost.failure is not None and lost.failure.reason == "PVCLost"
 
 
@@ -356,3 +410,28 @@ def test_a_pass_ends_with_the_status_its_transition_events_and_its_row() -> None
     )
     assert warm.changed and warm.status["status"] == "Available" and warm.message == "notes"
     assert warm.events == (CacheEvent("CacheAvailable", f"hf://org/llama is in PVC {warm.obs.pvc_name}"),)
+
+
+def test_plan_cache_is_the_one_decision_of_a_pass() -> None:
+    """engine.caches.reconcile.plan_cache: observation, source check, credentials and next step in one call."""
+    from engine.caches.reconcile import CacheFacts, plan_cache
+
+    bound = PersistentVolumeClaim.model_validate({"status": {"phase": "Bound", "capacity": {"storage": "11Gi"}}})
+    fresh = plan_cache(typed(CACHE), CacheFacts(None, None), POLICY, NOW)
+    assert (fresh.step, fresh.invalid, fresh.source.uri, fresh.obs.pvc_phase) == (
+        Step.CREATE_PVC,
+        None,
+        "hf://org/llama",
+        None,
+    )
+    started = typed({**CACHE, "metadata": {**CACHE["metadata"], "annotations": attempts_annotation(2, 1)}})
+    job = Job.model_validate({"metadata": {"name": "llama-fill-1"}, "status": {"active": 1}})
+    running = plan_cache(started, CacheFacts(bound, None, job=job), POLICY, NOW)
+    assert (running.step, running.obs.attempts, running.obs.fill) == (Step.WAIT, 1, FillState.RUNNING)
+    available = typed({**CACHE, "status": {"status": "Available"}})
+    assert plan_cache(available, CacheFacts(bound, None), POLICY, NOW).step == Step.DONE
+    gone = plan_cache(available, CacheFacts(bound, None, marker_ok=False), POLICY, NOW)
+    assert gone.step == Step.START_FILL  # the marker vanished from the volume: fill again
+    mounted = typed({**CACHE, "spec": {"sourceUri": "pvc://claim/llama"}})
+    invalid = plan_cache(mounted, CacheFacts(None, None), POLICY, NOW)
+    assert invalid.invalid is not None and invalid.invalid.message.startswith("spec.sourceUri")

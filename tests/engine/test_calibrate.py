@@ -15,6 +15,7 @@ import pathlib
 import numpy as np
 import pytest
 
+from engine.api.llmd import VariantAutoscaling
 from engine.perf.queueing import SLO, PerfProfile, Workload
 from engine.perf.sizing import max_rate
 from engine.simulate.calibrate import (
@@ -32,6 +33,7 @@ from engine.simulate.records import SimConfig, Trace, VariantModel
 from engine.simulate.replay import simulate
 from engine.simulate.trace import parse_trace_rows
 from engine.simulate.windows import window_aggregates
+from tests.factories import parsed_variant
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 TRACE = REPO / "deployments" / "traces" / "azure-conv-2023-20min.csv"
@@ -135,14 +137,17 @@ def test_idle_windows_are_not_enough(tokens) -> None:
         fit_profile(windows[:5])
 
 
-def va(annotations: dict[str, str] | None = None, profile: bool = True) -> dict:
-    spec: dict = {"modelID": "m", "scaleTargetRef": {"name": "d"}}
+def va(annotations: dict[str, str] | None = None, profile: bool = True) -> VariantAutoscaling:
+    spec: dict = {"modelID": "m", "scaleTargetRef": {"kind": "Deployment", "name": "d"}}
     if profile:
         spec["variantProfile"] = {
             "maxBatchSize": 256,
             "perfParms": {"decodeParms": {"alpha": "1", "beta": "1"}, "prefillParms": {"gamma": "1", "delta": "1"}},
         }
-    return {"metadata": {"name": "v", "namespace": "ns", "annotations": annotations or {}}, "spec": spec}
+    metadata = {"name": "v", "namespace": "ns", "annotations": annotations or {}}
+    return parsed_variant(
+        {"apiVersion": "llmd.ai/v1alpha1", "kind": "VariantAutoscaling", "metadata": metadata, "spec": spec}
+    )
 
 
 def test_profile_is_written_only_when_the_resource_opts_in(tokens) -> None:

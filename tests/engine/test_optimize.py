@@ -13,8 +13,9 @@ from engine.optimize.plan import VariantDecision, plan_variants
 from engine.optimize.spec import CycleInputs, ModelLoad, PodSample, SpecError, parse_variant, replica_cost
 from engine.optimize.status import status_patch, variant_status
 from engine.perf.saturation import DEFAULT_VARIANT_COST, SaturationConfigSet
-from tests.factories import PROFILES, variant_autoscaling
+from tests.factories import PROFILES, parsed_variant, variant_autoscaling
 
+KIND = {"apiVersion": "llmd.ai/v1alpha1", "kind": "VariantAutoscaling"}
 NOW = datetime(2026, 11, 22, 12, 0, 0, tzinfo=UTC)
 NS = "llm"
 MODEL = "meta/llama-3.1-8b"
@@ -44,7 +45,7 @@ def pods(count: int, kv: float = 0.3, queue: float = 0.0, prefix: str = "a100") 
 def inputs(variants: list[dict[str, Any]], current: dict[str, int], **overrides: Any) -> CycleInputs:
     values: dict[str, Any] = dict(
         now=NOW,
-        variants=variants,
+        variants=[parsed_variant(v) for v in variants],
         current_replicas={(NS, "Deployment", name): replicas for name, replicas in current.items()},
         accelerator_costs=COSTS,
         service_classes={("slo", "premium"): PREMIUM},
@@ -201,17 +202,28 @@ def test_missing_target_is_reported_without_actuation() -> None:
 
 def test_parse_variant_accepts_the_second_generation() -> None:
     spec = parse_variant(
-        {
-            "metadata": {"name": "v", "namespace": NS, "labels": {"inference.optimization/acceleratorName": "H100"}},
-            "spec": {"modelID": MODEL, "scaleTargetRef": {"kind": "Deployment", "name": "v"}, "variantCost": "25.5"},
-        }
+        parsed_variant(
+            {
+                **KIND,
+                "metadata": {
+                    "name": "v",
+                    "namespace": NS,
+                    "labels": {"inference.optimization/acceleratorName": "H100"},
+                },
+                "spec": {
+                    "modelID": MODEL,
+                    "scaleTargetRef": {"kind": "Deployment", "name": "v"},
+                    "variantCost": "25.5",
+                },
+            }
+        )
     )
     assert spec.accelerator == "H100" and spec.profile is None and spec.variant_cost == 25.5 and spec.min_replicas == 1
 
 
 def test_parse_variant_requires_a_scale_target() -> None:
     with pytest.raises(SpecError) as info:
-        parse_variant({"metadata": {"name": "v"}, "spec": {"modelID": MODEL}})
+        parse_variant(parsed_variant({**KIND, "metadata": {"name": "v"}, "spec": {"modelID": MODEL}}))
     assert info.value.field == "spec.scaleTargetRef.name"
 
 
@@ -247,14 +259,13 @@ def test_one_cost_per_replica_everywhere() -> None:
     assert decisions["h100x2"].cost == pytest.approx(2 * h100 * decisions["h100x2"].desired)
     assert decisions["declared"].variant_cost == 12.5
     assert decisions["declared"].cost == pytest.approx(12.5 * decisions["declared"].desired)
-    specs = {n: parse_variant(v) for n, v in (("h100x2", two_h100), ("declared", declared))}
+    specs = {n: parse_variant(parsed_variant(v)) for n, v in (("h100x2", two_h100), ("declared", declared))}
     assert replica_cost(specs["h100x2"], COSTS) == 2 * h100 and replica_cost(specs["declared"], COSTS) == 12.5
     assert replica_cost(specs["h100x2"], {}) == DEFAULT_VARIANT_COST
 
 
 def test_invalid_resource_still_reports_its_current_allocation() -> None:
-    broken = va("broken")
-    broken["spec"]["variantProfile"]["maxBatchSize"] = 0
+    broken = va("broken", parms={"alpha": "fast", "beta": "0.4", "gamma": "5", "delta": "0.1"})  # schema-valid strings
     decision = plan_variants(inputs([broken], {"broken": 3}))[0]
     assert decision.reason == "InvalidSpec" or not decision.ready
     assert decision.desired is None and decision.current == 3

@@ -27,7 +27,7 @@ TRACE = REPO / "deployments" / "traces" / "azure-conv-2023-20min.csv"
 @pytest.mark.parametrize("prompt_scale", [1, 3])
 def test_attainment_never_falls_as_the_percentile_rises(prompt_scale: int) -> None:
     description = read_description(str(REPO / "deployments" / "simulation"), "modelplane-system")
-    models = {f"{v['metadata']['namespace']}/{v['spec']['modelID']}": 1.0 for v in description.variants}
+    models = {f"{v.metadata.namespace}/{v.spec.model_id}": 1.0 for v in description.variants}
     trace = read_trace(str(TRACE), TraceShape(models, duration_s=600.0))
     trace = dataclasses.replace(trace, in_tokens=trace.in_tokens * prompt_scale)
     attained = []

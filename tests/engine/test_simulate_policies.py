@@ -91,7 +91,7 @@ def test_saturation_only_adds_the_cheapest_replica_when_kv_caches_fill(descripti
     full = decide(observation(current, kv=0.95, waiting=8))
     assert full["llm-serving/llama-3-1-8b-a100"] == 3  # A100 (40/h) is cheaper than H100 (75/h)
     assert full["llm-serving/llama-3-1-8b-h100"] == 1
-    assert description.variants[0]["spec"].get("variantProfile"), "the scenario's manifests are not modified"
+    assert description.variants[0].spec.variant_profile, "the scenario's manifests are not modified"
 
 
 def test_hpa_recommends_from_the_per_replica_metric_and_fills_the_cheapest_group(description) -> None:
@@ -151,7 +151,7 @@ def test_sizing_scale_changes_what_policies_size_for_not_what_is_judged(descript
 
 def test_a_variant_without_a_profile_cannot_be_simulated_and_says_which(description) -> None:
     broken = copy.deepcopy(description.variants)
-    del broken[1]["spec"]["variantProfile"]
+    broken[1].spec.variant_profile = None
     from dataclasses import replace
 
     with pytest.raises(SpecError, match=r"VariantAutoscaling llm-serving/\S+: required: the simulator serves requests"):
@@ -186,9 +186,7 @@ def test_modelplane_keeps_the_scale_down_window_state_between_cycles_as_the_flow
     held = [decide(dataclasses.replace(quiet, time_s=300.0 + 60.0 * i)) for i in range(4)]
     assert held[0] == held[1] == held[2] == current  # recommended at 300 s, held through 420 s
     assert sum(held[3].values()) < sum(current.values())  # 480 s: the window has passed
-    assert all(
-        ANNOTATION_SCALE_DOWN_PENDING not in (v["metadata"].get("annotations") or {}) for v in description.variants
-    )
+    assert all(ANNOTATION_SCALE_DOWN_PENDING not in v.metadata.annotations for v in description.variants)
 
 
 def test_after_warmup_counts_only_later_requests_and_later_cost(description) -> None:

@@ -84,8 +84,8 @@ def test_the_cluster_says_which_router_a_model_is_behind() -> None:
     # A Kthena ModelRoute for granite puts it behind Kthena's router; an annotation names llama's.
     route = {"metadata": {"namespace": "llm-serving", "name": "granite"}, "spec": {"modelName": "ibm/granite-13b"}}
     variants = copy.deepcopy(description.variants)
-    llama_va = next(v for v in variants if v["spec"]["modelID"] == "meta/llama-3.1-8b")
-    llama_va["metadata"].setdefault("annotations", {})["modelplane.io/router"] = "least-latency"
+    llama_va = next(v for v in variants if v.spec.model_id == "meta/llama-3.1-8b")
+    llama_va.metadata.annotations["modelplane.io/router"] = "least-latency"
     said = dataclasses.replace(description, variants=variants, routed_models=routed_models([route]))
     routing = build_scenario(said, trace, SimConfig()).routing
     assert (routing.router_of(granite), routing.router_of(llama)) == ("least-load", "least-latency")
@@ -93,6 +93,6 @@ def test_the_cluster_says_which_router_a_model_is_behind() -> None:
         build_scenario(said, trace, SimConfig(), router="least-outstanding").routing.router_of(granite)
         == "least-outstanding"
     )
-    llama_va["metadata"]["annotations"]["modelplane.io/router"] = "fastest"
+    llama_va.metadata.annotations["modelplane.io/router"] = "fastest"
     with pytest.raises(SpecError, match=r"VariantAutoscaling llm-serving/llama-3-1-8b-\S+: unknown router 'fastest'"):
         build_scenario(dataclasses.replace(said, variants=variants), trace, SimConfig())

@@ -10,8 +10,6 @@ import pathlib
 import shutil
 import subprocess
 import sys
-import time
-from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -19,6 +17,7 @@ import pytest
 from flows.deployments import PROCESS_POOL, deployment_entries
 from tests.flows.platform_support import LOCAL_RUN_PARAMETERS
 from tests.flows.prefect_server import PrefectServer
+from tests.waiting import wait_for
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 ENTRIES = deployment_entries()
@@ -58,16 +57,6 @@ def example_cluster(tmp_path: pathlib.Path) -> pathlib.Path:
     target = tmp_path / "cluster"
     shutil.copytree(REPO / "deployments" / "examples", target)
     return target
-
-
-def wait_for(predicate: Callable[[], Any], timeout: float, what: str) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.5)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
 
 
 def wait_until_idle(platform: PrefectServer, stored: dict[str, Any], entry: dict[str, Any]) -> None:

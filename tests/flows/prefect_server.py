@@ -17,6 +17,7 @@ import pytest
 
 from flows.deployments import load_entry_flow
 from tasks.events import Subject
+from tests.prefect_db import seed_prefect_home
 from tests.servers.processes import stop_process
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
@@ -73,6 +74,7 @@ class PrefectServer:
 
     def start(self, timeout: float = 300) -> None:
         """Start the server and wait until /health answers (minutes on a machine shared by several test runs)."""
+        seed_prefect_home(self.home)
         proc = self.spawn(
             "server",
             [sys.executable, "-m", "prefect", "server", "start", "--host", "127.0.0.1", "--port", str(self.port)],

@@ -17,6 +17,7 @@ import yaml
 
 from flows.exitcodes import ExitCode
 from tests.flows.platform_support import cluster_server, load_example_cluster  # noqa: F401
+from tests.prefect_db import seed_prefect_home
 from tests.servers.kubeserver.fixture import KubeServer
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
@@ -38,7 +39,7 @@ def run_pipeline(workdir: pathlib.Path, kubeconfig: str, **env_overrides: str) -
     env.update({k: str(v) for k, v in spec["env"].items()})
     env.update(
         KUBECONFIG=kubeconfig,
-        PREFECT_HOME=str(workdir / ".prefect"),
+        PREFECT_HOME=str(seed_prefect_home(workdir / ".prefect")),
         PREFECT_SERVER_ANALYTICS_ENABLED="false",
         PATH=f"{pathlib.Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}",
         **env_overrides,

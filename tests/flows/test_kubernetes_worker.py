@@ -16,8 +16,7 @@ from __future__ import annotations
 import asyncio
 import subprocess
 import sys
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -31,6 +30,7 @@ from tests.flows.platform_support import cluster_server, load_example_cluster  #
 from tests.flows.prefect_server import REPO, PrefectServer
 from tests.flows.test_rbac import Permission, permission_of, role_permissions
 from tests.servers.kubeserver.fixture import KubeServer
+from tests.waiting import wait_for
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -144,7 +144,7 @@ def test_a_flow_run_executes_in_the_job_the_worker_creates(
         )
         return jobs if jobs and all(job.status.succeeded or job.status.failed for job in jobs) else []
 
-    jobs = wait_for(finished_jobs, "the Job to finish")
+    jobs = wait_for(finished_jobs, 60, "the Job to finish")
     assert len(jobs) == 1 and jobs[0].status.succeeded == 1
     container = jobs[0].spec.template.spec.containers[0]
     assert container.image == IMAGE and container.args == ["prefect", "flow-run", "execute"]
@@ -155,7 +155,7 @@ def test_a_flow_run_executes_in_the_job_the_worker_creates(
     assert variant.get("status", {}).get("conditions"), "the flow run wrote the cycle's status through the API server"
 
     expected = {"prefect.kubernetes.pod.running", "prefect.kubernetes.pod.succeeded"}
-    wait_for(lambda: expected <= pod_events(prefect, run["id"]), f"the observer's events {expected}")
+    wait_for(lambda: expected <= pod_events(prefect, run["id"]), 60, f"the observer's events {expected}")
 
     calls = kube.requests(limit=0)
     worker_calls = [c for c in calls if c["user"] == WORKER_USER]
@@ -178,15 +178,6 @@ def test_a_flow_run_executes_in_the_job_the_worker_creates(
 def pod_events(prefect: PrefectServer, run_id: str) -> set[str]:
     """The names of the prefect.kubernetes.pod.* events related to the flow run."""
     return {e["event"] for e in prefect.events("prefect.kubernetes.pod.", related=f"prefect.flow-run.{run_id}")}
-
-
-def wait_for(probe: Callable[[], Any], what: str, timeout: float = 60) -> Any:
-    deadline = time.monotonic() + timeout
-    while not (value := probe()):
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(0.5)
-    return value
 
 
 def seconds(start: str, end: str) -> float:

@@ -19,10 +19,10 @@ from tests.flows.platform_deployed import (
     example_cluster,
     local_parameters,
     platform,  # noqa: F401  (the module's deployed platform)
-    wait_for,
     wait_until_idle,
 )
 from tests.flows.prefect_server import PrefectServer
+from tests.waiting import wait_for
 
 pytestmark = pytest.mark.timeout(600)
 

@@ -22,7 +22,6 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-import httpx
 import pytest
 import yaml
 
@@ -30,10 +29,11 @@ from flows.deployments import deployment_entries
 from flows.exitcodes import DEGRADED_STATE
 from tasks.cluster import LocalCluster
 from tasks.events import Subject
-from tests.flows.platform_deployed import deploy_on_process_pool, example_cluster, wait_for
+from tests.flows.platform_deployed import deploy_on_process_pool, example_cluster
 from tests.flows.platform_support import LOCAL_RUN_PARAMETERS
 from tests.flows.prefect_server import PrefectServer
 from tests.flows.test_deployments import BAD_VALUES, REQUIRED_SAMPLES
+from tests.waiting import wait_for
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 ENTRIES = {entry["name"]: entry for entry in deployment_entries()}
@@ -52,7 +52,6 @@ def platform(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PrefectServer
     server = PrefectServer(tmp_path_factory.mktemp("prefect-home"))
     server.env["PREFECT_SERVER_DEPLOYMENTS_CONCURRENCY_SLOT_WAIT_SECONDS"] = str(SLOT_WAIT_S)
     server.env.pop("MODELPLANE_CLUSTER", None)
-    server.client.timeout = httpx.Timeout(120)  # the machine is shared: a write may wait on SQLite for a while
     try:
         server.start()
         deploy_on_process_pool(server)

@@ -25,9 +25,9 @@ from tests.flows.platform_deployed import (
     example_cluster,
     local_parameters,
     platform,  # noqa: F401  (the module's deployed platform)
-    wait_for,
 )
 from tests.flows.prefect_server import PrefectServer
+from tests.waiting import wait_for
 
 pytestmark = pytest.mark.timeout(600)
 

@@ -534,11 +534,12 @@ def test_kthena_s3_endpoint_reaches_every_download(env: Env) -> None:
     download = [e for e in s3_env if e["name"] != "VLLM_LOGGING_LEVEL"]
     for cache in caches:
         assert cache["spec"]["env"] == download
+        parsed = ModelCache.model_validate(cache)
         job = render_job(
-            cache,
+            parsed,
             cache["spec"]["sourceUri"],
             0,
-            download_env(ModelCache.model_validate(cache).spec.env, None).env,
+            download_env(parsed.spec.env, None).env,
             JobSettings("modelplane:test"),
         )
         assert [

@@ -10,6 +10,8 @@ import sys
 
 import yaml
 
+from tests.prefect_db import seed_prefect_home
+
 REPO = pathlib.Path(__file__).resolve().parents[2]
 
 
@@ -36,7 +38,7 @@ def test_the_demo_fills_the_example_cache_without_network(example_cluster: pathl
         env={
             "PATH": "/usr/bin:/bin",
             "HOME": str(example_cluster.parent),
-            "PREFECT_HOME": str(example_cluster.parent / ".prefect"),
+            "PREFECT_HOME": str(seed_prefect_home(example_cluster.parent / ".prefect")),
             "HF_HUB_OFFLINE": "1",
             "NO_PROXY": "*",
         },

@@ -5,8 +5,6 @@ local processes with the PVC as a directory and the Secrets resolved; S3 is moto
 from __future__ import annotations
 
 import json
-import time
-from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -18,6 +16,7 @@ from tasks.cluster import Cluster, ObjectRef
 from tests.servers.kubeserver.fixture import KubeServer
 from tests.servers.kubeserver.jobs import volume_path
 from tests.servers.s3test.fixture import S3Server
+from tests.waiting import wait_for
 
 MC = ("aim.silogen.ai/v1alpha1", "ModelCache")
 FILES = {"config.json": b'{"model_type": "llama"}', "model.safetensors": bytes(range(256)) * 2048}
@@ -72,16 +71,6 @@ def seed(cluster: Cluster, ns: str, s3: S3Server, secret_key: str) -> str:
         }
     )
     return uri
-
-
-def wait_for(probe: Callable[[], Any], timeout: float = 60.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = probe()
-        if value:
-            return value
-        time.sleep(0.2)
-    raise AssertionError("timed out")
 
 
 def job_done(cluster: Cluster, ns: str, name: str) -> str | None:

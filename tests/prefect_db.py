@@ -1,0 +1,83 @@
+"""One migrated Prefect database for every Prefect home the tests create.
+
+A Prefect server, or a command's ephemeral API, migrates a new SQLite database to the installed Prefect's
+schema the first time it starts on a home: about 15 s of CPU on this 2-core machine, paid again by every
+fresh home (each pytest-xdist worker's own home, each test Prefect server, each CI-pipeline and demo test).
+The tests instead migrate one database per Prefect version, once for all workers and test runs of the
+machine, and copy it into each new home, where Prefect finds it at its head revision and starts at once.
+What the migration itself does is Prefect's to test; what is tested here starts from the same schema.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import pathlib
+import shutil
+import sqlite3
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator
+from importlib.metadata import version
+
+DATABASE = "prefect.db"
+
+
+def template_dir() -> pathlib.Path:
+    """Where this machine keeps the migrated database of the installed Prefect (one per Prefect version)."""
+    return pathlib.Path(tempfile.gettempdir()) / f"modelplane-tests-prefect-db-{version('prefect')}-{os.getuid()}"
+
+
+@contextlib.contextmanager
+def _locked(directory: pathlib.Path) -> Iterator[None]:
+    """Hold the directory's lock: one process migrates while the others wait for its result."""
+    directory.mkdir(parents=True, exist_ok=True)
+    with open(directory / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def migrated_database() -> pathlib.Path:
+    """The migrated database, made by ``prefect server database upgrade`` the first time it is asked for.
+
+    It is migrated under another name and renamed when complete, so an interrupted migration never leaves a
+    half-made template; its write-ahead log is folded into the file so that a plain copy is the whole database.
+    """
+    directory = template_dir()
+    template = directory / DATABASE
+    with _locked(directory):
+        if not template.exists():
+            partial = directory / f"{DATABASE}.partial"
+            partial.unlink(missing_ok=True)
+            env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}
+            env.update(
+                PREFECT_HOME=str(directory / "home"),
+                PREFECT_API_DATABASE_CONNECTION_URL=f"sqlite+aiosqlite:///{partial}",
+                PREFECT_SERVER_ANALYTICS_ENABLED="false",
+            )
+            subprocess.run(
+                [sys.executable, "-m", "prefect", "server", "database", "upgrade", "-y"],
+                env=env,
+                check=True,
+                capture_output=True,
+                timeout=600,
+            )
+            with contextlib.closing(sqlite3.connect(partial)) as db:
+                db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+                db.execute("PRAGMA journal_mode = DELETE")
+            partial.rename(template)
+    return template
+
+
+def seed_prefect_home(home: pathlib.Path) -> pathlib.Path:
+    """Give a new Prefect home the migrated database (a home that already has one keeps it); returns ``home``."""
+    home.mkdir(parents=True, exist_ok=True)
+    target = home / DATABASE
+    if not target.exists():
+        shutil.copyfile(migrated_database(), target)
+    return home
