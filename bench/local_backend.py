@@ -29,6 +29,8 @@ import sys
 import tempfile
 from typing import Any
 
+from engine.api.registry import MODEL, VARIANT_AUTOSCALING
+
 REPO = pathlib.Path(__file__).resolve().parents[1]
 START, END = "<!-- local-backend-bench:start -->", "<!-- local-backend-bench:end -->"
 COMMANDS = ("rollout-models", "optimize")
@@ -45,11 +47,11 @@ def populate(target: pathlib.Path, examples: pathlib.Path, count: int) -> None:
     one object per file, each a renamed copy of the example's own."""
 
     shutil.copytree(examples, target)
-    model = next(d for d in _documents(examples / "20-kthena.yaml") if d["kind"] == "Model")
+    model = next(d for d in _documents(examples / "20-kthena.yaml") if d["kind"] == MODEL)
     pair = [
-        d for d in _documents(examples / "10-llama-3.1-8b.yaml") if d["kind"] in ("Deployment", "VariantAutoscaling")
+        d for d in _documents(examples / "10-llama-3.1-8b.yaml") if d["kind"] in ("Deployment", VARIANT_AUTOSCALING)
     ]
-    deployment, variant = pair[0], next(d for d in pair if d["kind"] == "VariantAutoscaling")
+    deployment, variant = pair[0], next(d for d in pair if d["kind"] == VARIANT_AUTOSCALING)
     for i in range(count):
         name = f"bench-{i:04d}"
         m = json.loads(json.dumps(model))

@@ -48,6 +48,9 @@ class PrefectServer:
             "PREFECT_SERVER_SERVICES_SCHEDULER_ENABLED": "false",
             "PREFECT_WORKER_QUERY_SECONDS": "1",
             "PREFECT_WORKER_PREFETCH_SECONDS": "2",
+            # The worker and the runs retry a 503 (this server's SQLite busy on a loaded 2-core machine) 10
+            # times, not Prefect's 5: CI saw a worker give up submitting a run after 5 (reported CRASHED).
+            "PREFECT_CLIENT_MAX_RETRIES": "10",
             "PYTHONPATH": str(REPO),
         }
         self.processes: list[subprocess.Popen[bytes]] = []
