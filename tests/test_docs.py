@@ -2,8 +2,9 @@
 is marked either ```sh runnable (executed here, must exit 0) or ```sh not-runnable: <why> (needs a real
 cluster, docker, Prometheus...). A runnable block runs with bash -euo pipefail in a scratch directory holding a
 copy of deployments/ (the commands' relative paths resolve there, and whatever they write lands there, never
-in the checkout), with this virtualenv's `modelplane` first on PATH and no Prefect server (each command
-starts its own ephemeral API, as on a laptop)."""
+in the checkout), with this virtualenv's `modelplane` first on PATH and this test worker's Prefect API
+(``prefect_api``: a command with none configured starts an ephemeral API of its own, the laptop path
+tests/test_demo.py runs; here it would cost about 17 s of CPU per command)."""
 
 from __future__ import annotations
 
@@ -88,9 +89,10 @@ def test_every_shell_block_says_whether_it_runs() -> None:
 
 @pytest.mark.timeout(900)
 @pytest.mark.parametrize("block", DISTINCT, ids=[b.id for b in DISTINCT])
-def test_runnable_block_runs(block: Block, tmp_path: pathlib.Path) -> None:
+def test_runnable_block_runs(block: Block, prefect_api: str, tmp_path: pathlib.Path) -> None:
     shutil.copytree(REPO / "deployments", tmp_path / "deployments")
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PREFECT_API", "MODELPLANE_", "KUBE"))}
+    env["PREFECT_API_URL"] = prefect_api
     env["PATH"] = f"{pathlib.Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
     env["HOME"] = os.environ.get("HOME", str(tmp_path))
     result = subprocess.run(

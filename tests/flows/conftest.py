@@ -1,10 +1,9 @@
-"""Flow tests run against a temporary Prefect server (``prefect_test_harness``), shared by the session."""
+"""Flow tests run against this worker's Prefect API (``prefect_api``), shared by the session."""
 
 from __future__ import annotations
 
 import pathlib
 import shutil
-from collections.abc import Iterator
 
 import pytest
 
@@ -13,14 +12,10 @@ EXAMPLES = REPO / "deployments" / "examples"
 
 
 @pytest.fixture(scope="session")
-def prefect_harness() -> Iterator[None]:
-    """A temporary Prefect API for every flow run of the session (the first start takes ~10 s; under
-    pytest-xdist each worker starts its own, at the same time, so the wait allows for a loaded machine as
-    tests/flows/prefect_server.py does)."""
-    from prefect.testing.utilities import prefect_test_harness
-
-    with prefect_test_harness(server_startup_timeout=300):
-        yield
+def prefect_harness(prefect_api: str) -> None:
+    """A Prefect API for every flow run of the session: this worker's (``prefect_api`` in tests/conftest.py,
+    Prefect's ephemeral server on the worker's already migrated database; ``prefect_test_harness`` migrated a
+    new database of its own beside the one every command of the worker uses)."""
 
 
 @pytest.fixture()

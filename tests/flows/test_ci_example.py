@@ -17,7 +17,6 @@ import yaml
 
 from flows.exitcodes import ExitCode
 from tests.flows.platform_support import cluster_server, load_example_cluster  # noqa: F401
-from tests.prefect_db import seed_prefect_home
 from tests.servers.kubeserver.fixture import KubeServer
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
@@ -31,15 +30,19 @@ def job() -> dict[str, Any]:
     return yaml.safe_load(PIPELINE.read_text())["jobs"]["preview"]
 
 
-def run_pipeline(workdir: pathlib.Path, kubeconfig: str, **env_overrides: str) -> list[tuple[str, int]]:
+def run_pipeline(
+    workdir: pathlib.Path, kubeconfig: str, prefect_api: str, **env_overrides: str
+) -> list[tuple[str, int]]:
     """Run the job's `run` steps like the CI runner (bash -eo pipefail, the job's env, stop at the first
-    failure); returns (step id, exit code) of each step that ran."""
+    failure) against ``prefect_api`` (without one each command would start an ephemeral API, the laptop
+    path tests/test_demo.py runs); returns (step id, exit code) of each step that ran."""
     spec = job()
     env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_")}
     env.update({k: str(v) for k, v in spec["env"].items()})
     env.update(
         KUBECONFIG=kubeconfig,
-        PREFECT_HOME=str(seed_prefect_home(workdir / ".prefect")),
+        PREFECT_HOME=str(workdir / ".prefect"),
+        PREFECT_API_URL=prefect_api,
         PREFECT_SERVER_ANALYTICS_ENABLED="false",
         PATH=f"{pathlib.Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}",
         **env_overrides,
@@ -78,9 +81,9 @@ def example_server(cluster_server: KubeServer) -> KubeServer:  # noqa: F811
 
 
 def test_pipeline_previews_the_allocation_of_a_kubectl_snapshot(
-    example_server: KubeServer, checkout: pathlib.Path
+    example_server: KubeServer, prefect_api: str, checkout: pathlib.Path
 ) -> None:
-    results = run_pipeline(checkout, example_server.kubeconfig)
+    results = run_pipeline(checkout, example_server.kubeconfig, prefect_api)
     assert results == [("snapshot", 0), ("validate", 0), ("preview", 0)], (
         results,
         (checkout / f"{results[-1][0]}.log").read_text(),
@@ -94,18 +97,20 @@ def test_pipeline_previews_the_allocation_of_a_kubectl_snapshot(
     )
 
 
-def test_pipeline_fails_on_a_degraded_cycle(example_server: KubeServer, checkout: pathlib.Path) -> None:
+def test_pipeline_fails_on_a_degraded_cycle(
+    example_server: KubeServer, prefect_api: str, checkout: pathlib.Path
+) -> None:
     metrics = checkout / "no-load.yaml"
     metrics.write_text("collectedAt: 2026-11-22T12:00:00Z\nmodels: []\n")
-    results = run_pipeline(checkout, example_server.kubeconfig, METRICS_FILE=str(metrics))
+    results = run_pipeline(checkout, example_server.kubeconfig, prefect_api, METRICS_FILE=str(metrics))
     assert results[-1] == ("preview", int(ExitCode.DEGRADED)), (results, (checkout / "preview.log").read_text())
     log = (checkout / "preview.log").read_text()
     assert "degraded:" in log and "Traceback" not in log
     assert json.loads((checkout / "allocation.json").read_text()), "the preview is still there for the artifact step"
 
 
-def test_pipeline_cannot_run_without_the_cluster(checkout: pathlib.Path) -> None:
+def test_pipeline_cannot_run_without_the_cluster(prefect_api: str, checkout: pathlib.Path) -> None:
     """No snapshot (kubectl failed): the job stops at the snapshot step, before any preview."""
     missing = checkout / "missing-kubeconfig"
-    results = run_pipeline(checkout, str(missing))
+    results = run_pipeline(checkout, str(missing), prefect_api)
     assert results[0][0] == "snapshot" and results[0][1] != 0 and len(results) == 1

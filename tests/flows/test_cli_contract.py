@@ -7,13 +7,14 @@
 
 The commands are enumerated from the typer app: each is either in FLOW_COMMANDS (how to run it on the
 example cluster) or in NOT_FLOWS (with the reason), so a new command fails here until it is classified.
-Runs (a) and (c) use the real entry point in a subprocess (what a CI job sees) against one Prefect server
-for the module; (b) exits before Prefect starts, so it runs in-process.
+Runs (a) and (c) use the real entry point in a subprocess (what a CI job sees) against this test worker's
+Prefect API (``prefect_api``); (b) exits before Prefect starts, so it runs in-process.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import pathlib
 import shutil
 import subprocess
@@ -28,7 +29,6 @@ from typer.testing import CliRunner
 from flows.cli import app
 from flows.exitcodes import ExitCode
 from tests.flows.platform_support import cluster_server, load_example_cluster  # noqa: F401
-from tests.flows.prefect_server import PrefectServer
 from tests.servers.kubeserver.fixture import KubeServer
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
@@ -112,18 +112,11 @@ def test_every_command_is_classified() -> None:
     assert {name for name, c in FLOW_COMMANDS.items() if not c.degradable} == set(NO_DEGRADED)
 
 
-@pytest.fixture(scope="module")
-def server(prefect_server: PrefectServer) -> PrefectServer:
-    return prefect_server
-
-
-def modelplane(
-    server: PrefectServer, name: str, cluster: str, tmp_path: pathlib.Path
-) -> subprocess.CompletedProcess[str]:
-    """`modelplane NAME ARGS --cluster CLUSTER --json`, as a CI job runs it (its own process, this server's API)."""
+def modelplane(prefect_api: str, name: str, cluster: str, tmp_path: pathlib.Path) -> subprocess.CompletedProcess[str]:
+    """`modelplane NAME ARGS --cluster CLUSTER --json`, as a CI job runs it (its own process, a Prefect API)."""
     spec = FLOW_COMMANDS[name]
     args = [*spec.args, *(("-o", str(tmp_path / "report")) if name == "simulate" else ())]
-    env = {**server.env, "KUBECONFIG": str(tmp_path / "no-kubeconfig")}
+    env = {**os.environ, "PREFECT_API_URL": prefect_api, "KUBECONFIG": str(tmp_path / "no-kubeconfig")}
     return subprocess.run(
         [sys.executable, "-m", "flows.cli", name, *args, "--cluster", cluster, "--json"],
         cwd=REPO,
@@ -142,10 +135,10 @@ def assert_json_on_stdout(result: subprocess.CompletedProcess[str]) -> Any:
 
 
 @pytest.mark.parametrize("name", COMMANDS)
-def test_json_on_the_example_cluster(name: str, server: PrefectServer, tmp_path: pathlib.Path) -> None:
+def test_json_on_the_example_cluster(name: str, prefect_api: str, tmp_path: pathlib.Path) -> None:
     cluster = tmp_path / "cluster"
     shutil.copytree(EXAMPLES, cluster)
-    result = modelplane(server, name, str(cluster), tmp_path)
+    result = modelplane(prefect_api, name, str(cluster), tmp_path)
     spec = FLOW_COMMANDS[name]
     assert result.returncode == spec.clean, f"exit {result.returncode}:\n{result.stderr[-3000:]}"
     assert_json_on_stdout(result)
@@ -171,14 +164,14 @@ def test_missing_cluster_path_is_one_line_and_exit_2(name: str, tmp_path: pathli
     "name", [n for n in COMMANDS if FLOW_COMMANDS[n].degradable and FLOW_COMMANDS[n].clean == ExitCode.OK]
 )
 def test_refused_writes_make_a_degraded_run_exit_3(
-    name: str, server: PrefectServer, cluster_server: KubeServer, tmp_path: pathlib.Path
+    name: str, prefect_api: str, cluster_server: KubeServer, tmp_path: pathlib.Path
 ) -> None:
     """The example cluster on the Kubernetes API test server, which answers every status write 422: the
     command still runs (JSON on stdout), says what failed on stderr and exits 3."""
     load_example_cluster(cluster_server)
     cluster_server.inject("PATCH", r"/status$", 422, times=10_000, message="refused by the test")
     try:
-        result = modelplane(server, name, f"kubeconfig:{cluster_server.kubeconfig}", tmp_path)
+        result = modelplane(prefect_api, name, f"kubeconfig:{cluster_server.kubeconfig}", tmp_path)
     finally:
         cluster_server.clear_injections()
     assert result.returncode == ExitCode.DEGRADED, f"exit {result.returncode}:\n{result.stderr[-3000:]}"

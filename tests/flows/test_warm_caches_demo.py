@@ -10,12 +10,10 @@ import sys
 
 import yaml
 
-from tests.prefect_db import seed_prefect_home
-
 REPO = pathlib.Path(__file__).resolve().parents[2]
 
 
-def test_the_demo_fills_the_example_cache_without_network(example_cluster: pathlib.Path) -> None:
+def test_the_demo_fills_the_example_cache_without_network(example_cluster: pathlib.Path, prefect_api: str) -> None:
     modelplane = pathlib.Path(sys.executable).with_name("modelplane")
     result = subprocess.run(
         [
@@ -38,7 +36,8 @@ def test_the_demo_fills_the_example_cache_without_network(example_cluster: pathl
         env={
             "PATH": "/usr/bin:/bin",
             "HOME": str(example_cluster.parent),
-            "PREFECT_HOME": str(seed_prefect_home(example_cluster.parent / ".prefect")),
+            "PREFECT_HOME": str(example_cluster.parent / ".prefect"),
+            "PREFECT_API_URL": prefect_api,
             "HF_HUB_OFFLINE": "1",
             "NO_PROXY": "*",
         },
