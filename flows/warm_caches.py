@@ -198,7 +198,7 @@ def ensure_consumer_caches(cluster: Cluster, requests: list[CacheRequest]) -> tu
         except (ClusterError, ValueError) as exc:
             problems.append(f"{request.requested_by}: cache for {request.source.uri}: {getattr(exc, 'message', exc)}")
             continue
-        ensured.append(f"{request.namespace}/{cache['metadata']['name']} <- {request.requested_by}")
+        ensured.append(f"{request.namespace}/{cache.name} <- {request.requested_by}")
     return ensured, problems
 
 
