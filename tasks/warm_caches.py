@@ -244,7 +244,7 @@ def create_pvc(cluster: Cluster, cache: ModelCache, size: str, storage_class: st
         created = cluster.create(pvc)
     except Conflict:
         created = cluster.get("v1", "PersistentVolumeClaim", meta["name"], meta["namespace"])
-    if isinstance(cluster, LocalCluster) and (created.get("status") or {}).get("phase") != "Bound":
+    if isinstance(cluster, LocalCluster) and PersistentVolumeClaim.model_validate(created).status.phase != "Bound":
         local_volume(cluster, meta["namespace"], meta["name"]).mkdir(parents=True, exist_ok=True)
         created = cluster.patch_status(
             ObjectRef.of(created),
@@ -352,17 +352,17 @@ def mounted_claims(cluster: Cluster, namespace: str) -> set[str]:
     return claims
 
 
-def delete_cache(cluster: Cluster, cache: Manifest, world: CacheWorld) -> None:
+def delete_cache(cluster: Cluster, cache: Accepted[ModelCache], world: CacheWorld) -> None:
     """Delete a cache with its fill Jobs and PVC (and, locally, the volume directory)."""
-    namespace, name = _key(cache)
+    namespace, name = cache.model.metadata.namespace or "", cache.name
     for (ns, _), job in world.jobs.items():
         if ns == namespace and job["metadata"].get("labels", {}).get(CACHE_LABEL) == name:
             _delete(cluster, job)
-    claim = (cache.get("status") or {}).get("persistentVolumeClaim")
+    claim = cache.model.status.persistent_volume_claim if cache.model.status is not None else None
     pvc = world.pvcs.get((namespace, claim or ""))
     if pvc is not None:
         _delete(cluster, pvc)
-    _delete(cluster, cache)
+    _delete(cluster, cache.obj)
     if isinstance(cluster, LocalCluster) and claim:
         shutil.rmtree(local_volume(cluster, namespace, claim), ignore_errors=True)
 
