@@ -100,7 +100,7 @@ def resolve_templates(namespaces: list[NamespaceName] | None = None, cluster: Cl
     world = TemplateWorld.of(
         models=typed(state.models), configs=typed(state.configs), caches=typed(state.caches), nodes=state.nodes
     )
-    caches = SharedCaches([c.obj for c in state.caches])
+    caches = SharedCaches(state.caches)
     scope = set(namespaces or ()) or None
     templates = [
         t for t in sorted(state.templates, key=lambda t: (t.namespace, t.name)) if scope is None or t.namespace in scope

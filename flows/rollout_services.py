@@ -93,7 +93,7 @@ def rollout_services(namespaces: list[NamespaceName] | None = None, cluster: Clu
     )
     scope = set(namespaces or ()) or None
     world = service_world(state)
-    caches = SharedCaches([c.obj for c in state.caches])
+    caches = SharedCaches(state.caches)
     services = [
         s for s in sorted(state.services, key=lambda s: (s.namespace, s.name)) if scope is None or s.namespace in scope
     ]

@@ -24,7 +24,7 @@ from pydantic import Field
 
 from engine.api.llmaz import API_VERSION as LLMAZ_API_VERSION
 from engine.api.registry import OPEN_MODEL
-from engine.caches.lookup import cache_available, cache_pvc
+from engine.caches.lookup import model_cache_pvc
 from engine.rollout.openmodel import DEFAULT_IMAGE, check_flavor, choose_flavor, render_openmodel, validate_openmodel
 from engine.rollout.workloads import stamp
 from flows.exitcodes import flow_result
@@ -102,14 +102,10 @@ def serve_openmodel(
             cache = warm_cache(target, namespace, source, requested_by=f"OpenModel/{model}")
         except NotFound as exc:  # most often the namespace itself does not exist
             raise ServeError(f"OpenModel {model}: cannot keep its cache in namespace {namespace!r}: {exc}") from None
-        write_conditions(target, obj, [], cache_condition(cache, namespace), now)
-        if not (cache_available(cache) and cache_pvc(cache)):
+        write_conditions(target, obj, [], cache_condition(cache.model, namespace), now)
+        if model_cache_pvc(cache.model) is None:
             report = ServeReport(
-                model,
-                namespace,
-                "WaitingForCache",
-                cache_condition(cache, namespace).message,
-                cache=cache["metadata"]["name"],
+                model, namespace, "WaitingForCache", cache_condition(cache.model, namespace).message, cache=cache.name
             )
             publish(report)
             logger.warning("serve-openmodel: %s", report.message)
@@ -130,9 +126,9 @@ def serve_openmodel(
         "Serving",
         placement.message,
         flavor=placement.flavor.name if placement.flavor else None,
-        cache=cache["metadata"]["name"] if cache else None,
+        cache=cache.name if cache else None,
     )
-    pvc = cache_pvc(cache) if cache else None
+    pvc = model_cache_pvc(cache.model) if cache else None
     for desired in render_openmodel(openmodel, source, pvc, namespace, replicas, placement, image):
         live = read_live(target, desired)
         write_object(target, stamp(desired), live, report.writes)

@@ -198,7 +198,7 @@ def ensure_consumer_caches(cluster: Cluster, requests: list[CacheRequest]) -> tu
         except (ClusterError, ValueError) as exc:
             problems.append(f"{request.requested_by}: cache for {request.source.uri}: {getattr(exc, 'message', exc)}")
             continue
-        ensured.append(f"{request.namespace}/{cache['metadata']['name']} <- {request.requested_by}")
+        ensured.append(f"{request.namespace}/{cache.name} <- {request.requested_by}")
     return ensured, problems
 
 
@@ -346,7 +346,7 @@ def collect_unused_caches(cluster: Cluster, world: CacheWorld, unused_after: tim
             continue
         claim = (cache.status.persistent_volume_claim if cache.status else None) or ""
         size = pvc_capacity(world.pvcs.get((namespace, claim))) or "no PVC"
-        delete_cache(cluster, accepted.obj, world)
+        delete_cache(cluster, accepted, world)
         freed.append(f"{namespace}/{cache.metadata.name} ({claim or 'no PVC'}, {size}): {verdict.reason}")
     return freed
 

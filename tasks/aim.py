@@ -43,7 +43,7 @@ from engine.api.aim import AIMClusterModel, AIMNamespaceConfig, AIMService, AIMS
 from engine.api.meta import KubeModel
 from engine.api.registry import AIM_CLUSTER_MODEL, AIM_NAMESPACE_CONFIG, AIM_SERVICE, AIM_SERVICE_TEMPLATE, MODEL_CACHE
 from engine.api.views import HTTPRoute, InferenceService, Node, Observed
-from engine.caches.lookup import CacheRequest, find_cache
+from engine.caches.lookup import CacheRequest, find_model_cache
 from engine.caches.sources import parse_source
 from engine.status import ConditionUpdate, changed_fields, set_conditions
 from tasks.boundary import Accepted, accept, accept_as
@@ -410,17 +410,17 @@ class SharedCaches:
     """The ModelCaches of each namespace as this run knows them (the LIST plus the ones requested
     since), shared by the run's workers: objects of one namespace request each cache once."""
 
-    def __init__(self, caches: Iterable[Manifest]) -> None:
-        self._by_namespace: dict[str, list[Manifest]] = {}
+    def __init__(self, caches: Iterable[Accepted[ModelCache]]) -> None:
+        self._by_namespace: dict[str, list[Accepted[ModelCache]]] = {}
         for cache in caches:
-            self._by_namespace.setdefault(cache["metadata"].get("namespace") or "", []).append(cache)
+            self._by_namespace.setdefault(cache.model.metadata.namespace or "", []).append(cache)
         self._lock = threading.Lock()
 
-    def as_read(self, cache: ModelCache) -> Manifest | None:
+    def as_read(self, cache: ModelCache) -> Accepted[ModelCache] | None:
         """The object as read (or as requested) behind a ModelCache the engine decided on."""
         namespace, name = cache.metadata.namespace or "", cache.metadata.name
         with self._lock:
-            return next((c for c in self._by_namespace.get(namespace, []) if c["metadata"]["name"] == name), None)
+            return next((c for c in self._by_namespace.get(namespace, []) if c.model.metadata.name == name), None)
 
     def request(self, cluster: Cluster, namespace: str, requests: Sequence[CacheRequest]) -> int:
         """Create (or adopt, :func:`tasks.caches.ensure_cache`) the cache of each request that no cache
@@ -430,7 +430,7 @@ class SharedCaches:
             known = self._by_namespace.setdefault(namespace, [])
             for request in requests:
                 source = parse_source(request.source)
-                if find_cache(known, source, request.storage_class) is not None:
+                if find_model_cache([c.model for c in known], source, request.storage_class) is not None:
                     continue
                 known.append(
                     ensure_cache(
@@ -445,18 +445,13 @@ class SharedCaches:
         return requested
 
 
-def mark_caches_used(cluster: Cluster, caches: Iterable[Manifest], now: datetime) -> None:
+def mark_caches_used(cluster: Cluster, caches: Iterable[Accepted[ModelCache]], now: datetime) -> None:
     """``status.lastUsed = now`` on every cache a rolled-out workload mounts."""
     for cache in caches:
         try:
             mark_used(cluster, cache, now)
         except ClusterError as exc:
-            log.warning(
-                "ModelCache %s/%s: cannot write lastUsed: %s",
-                cache["metadata"].get("namespace"),
-                cache["metadata"]["name"],
-                exc.message,
-            )
+            log.warning("ModelCache %s/%s: cannot write lastUsed: %s", cache.namespace, cache.name, exc.message)
 
 
 def write_service_plan(

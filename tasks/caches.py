@@ -2,24 +2,31 @@
 cache identity per namespace (see ``CACHE-CONTRACT``).
 
 Consumers (template resolution, AIM/Kthena/llmaz rollouts) call :func:`ensure_cache` with the source
-they need and mount ``cache_pvc(cache)`` read-only once :func:`cache_available`; rollouts call
-:func:`mark_used` whenever they roll out a workload that mounts the cache. The warm-caches flow fills
-every ModelCache. A ModelCache a person created for the same identity (its ``sourceUri`` plus
+they need and mount ``model_cache_pvc(cache.model)`` read-only once it is set (the cache is Available);
+rollouts call :func:`mark_used` whenever they roll out a workload that mounts the cache. The warm-caches
+flow fills every ModelCache. A ModelCache a person created for the same identity (its ``sourceUri`` plus
 ``storageClassName``) is adopted, never duplicated.
+
+Caches are looked up as their API model (:func:`read_caches`, the boundary reader's parse): a ModelCache
+that does not parse is skipped by the lookup, never adopted and never a crash; it is marked invalid by
+its own lifecycle (warm-caches), not by its consumers.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterable
 from datetime import datetime
 from typing import Any
 
+from engine.api.aim import ModelCache
 from engine.api.meta import format_time
 from engine.api.registry import MODEL_CACHE
 from engine.caches.identity import CACHE_IDENTITY_LABEL, cache_identity, cache_name
-from engine.caches.lookup import find_cache, identity_of
+from engine.caches.lookup import find_model_cache, model_identity_of
 from engine.caches.plan import MANAGED_BY, MODELCACHE_API_VERSION, with_requester
 from engine.caches.sources import ModelSource
+from tasks.boundary import Accepted, parse_resource
 from tasks.cluster import Cluster, Conflict, Manifest, ObjectRef
 
 log = logging.getLogger(__name__)
@@ -57,6 +64,31 @@ def new_cache(
     }
 
 
+def read_caches(objects: Iterable[Manifest]) -> list[Accepted[ModelCache]]:
+    """The ModelCaches among ``objects`` (one LIST) that parse, each with its API model; one that does not
+    parse is left out without a write (its own lifecycle, warm-caches, marks it invalid)."""
+    return [Accepted(obj, parsed) for obj in objects if isinstance(parsed := parse_resource(obj), ModelCache)]
+
+
+def _typed(obj: Manifest) -> Accepted[ModelCache]:
+    """A ModelCache the cluster returned after a write of ours, with its API model; ``ValueError`` naming
+    the field if it does not parse (the cluster changed it past its schema)."""
+    parsed = parse_resource(obj)
+    if isinstance(parsed, ModelCache):
+        return Accepted(obj, parsed)
+    field, reason = parsed if isinstance(parsed, tuple) else ("kind", f"{obj.get('kind')} is not a ModelCache")
+    raise ValueError(f"ModelCache {ObjectRef.of(obj).name}: {field}: {reason}")
+
+
+def _find(
+    cluster: Cluster, namespace: str, source: ModelSource, storage_class: str | None
+) -> Accepted[ModelCache] | None:
+    """The cache of ``namespace`` that holds ``source`` (:func:`engine.caches.lookup.find_model_cache`), as read."""
+    caches = read_caches(cluster.list(MODELCACHE_API_VERSION, KIND, namespace))
+    found = find_model_cache([c.model for c in caches], source, storage_class)
+    return next((c for c in caches if c.model is found), None)
+
+
 def ensure_cache(
     cluster: Cluster,
     namespace: str,
@@ -66,7 +98,7 @@ def ensure_cache(
     size: str | None = None,
     env: list[dict[str, Any]] | None = None,
     requested_by: str,
-) -> Manifest:
+) -> Accepted[ModelCache]:
     """The ModelCache holding ``source`` in ``namespace``: adopted if one exists (a person's or another
     consumer's), created otherwise. ``requested_by`` (``Kind/namespace/name``) is recorded on it.
 
@@ -75,7 +107,7 @@ def ensure_cache(
     """
     if not source.downloadable:
         raise ValueError(f"{source.uri} is mounted directly, not cached (only downloadable sources are)")
-    existing = find_cache(cluster.list(MODELCACHE_API_VERSION, KIND, namespace), source, storage_class)
+    existing = _find(cluster, namespace, source, storage_class)
     if existing is None:
         try:
             created = cluster.create(
@@ -85,13 +117,13 @@ def ensure_cache(
                 "created ModelCache %s/%s for %s (%s)", namespace, created["metadata"]["name"], requested_by, source.uri
             )
             _emit_requested(created, requested_by)
-            return created
+            return _typed(created)
         except Conflict:
             # Another consumer created it in between (or a cache of another identity holds the name).
-            existing = find_cache(cluster.list(MODELCACHE_API_VERSION, KIND, namespace), source, storage_class)
+            existing = _find(cluster, namespace, source, storage_class)
             if existing is None:
                 raise
-    return adopt(cluster, existing, source, requested_by)
+    return adopt(cluster, existing, requested_by)
 
 
 def _emit_requested(cache: Manifest, requested_by: str) -> None:
@@ -102,26 +134,27 @@ def _emit_requested(cache: Manifest, requested_by: str) -> None:
     emit_change(Subject.of(cache), "requested", {"requestedBy": requested_by, "source": cache["spec"]["sourceUri"]})
 
 
-def adopt(cluster: Cluster, cache: Manifest, source: ModelSource, requested_by: str) -> Manifest:
+def adopt(cluster: Cluster, cache: Accepted[ModelCache], requested_by: str) -> Accepted[ModelCache]:
     """Record ``requested_by`` on an existing cache (and its identity label, for a person's cache)."""
-    meta = cache["metadata"]
-    held = identity_of(cache)
+    meta = cache.model.metadata
+    held = model_identity_of(cache.model)
     patch_meta: dict[str, Any] = {}
-    annotations = with_requester(meta.get("annotations"), requested_by)
+    annotations = with_requester(meta.annotations, requested_by)
     if annotations:
         patch_meta["annotations"] = annotations
     if held is not None:
         identity = cache_identity(*held)
-        if (meta.get("labels") or {}).get(CACHE_IDENTITY_LABEL) != identity:
+        if meta.labels.get(CACHE_IDENTITY_LABEL) != identity:
             patch_meta["labels"] = {CACHE_IDENTITY_LABEL: identity}
     if not patch_meta:
         return cache
-    return cluster.patch_spec(ObjectRef.of(cache), {"metadata": patch_meta})
+    return _typed(cluster.patch_spec(ObjectRef.of(cache.obj), {"metadata": patch_meta}))
 
 
-def mark_used(cluster: Cluster, cache: Manifest, now: datetime) -> Manifest:
+def mark_used(cluster: Cluster, cache: Accepted[ModelCache], now: datetime) -> Accepted[ModelCache]:
     """Write ``status.lastUsed = now`` (a workload mounting the cache was rolled out); no write when equal."""
     stamp = format_time(now)
-    if (cache.get("status") or {}).get("lastUsed") == stamp:
+    status = cache.model.status
+    if status is not None and status.last_used is not None and format_time(status.last_used) == stamp:
         return cache
-    return cluster.patch_status(ObjectRef.of(cache), {"lastUsed": stamp})
+    return _typed(cluster.patch_status(ObjectRef.of(cache.obj), {"lastUsed": stamp}))

@@ -19,9 +19,10 @@ import requests
 from prefect import task
 from prefect.cache_policies import NO_CACHE
 
+from engine.api.aim import ModelCache
 from engine.api.kthena import API_VERSION, Model, ModelBackend
 from engine.api.registry import AUTOSCALING_POLICY, AUTOSCALING_POLICY_BINDING, MODEL
-from engine.caches.lookup import cache_available, cache_pvc
+from engine.caches.lookup import model_cache_pvc, model_cache_status
 from engine.caches.source_fields import from_lora_url
 from engine.caches.sources import ModelSource
 from engine.rollout.kthena import LABEL_MODEL_UID, ModelRef
@@ -54,6 +55,7 @@ from engine.rollout.kthena_weights import (
 )
 from engine.rollout.kthena_workloads import LoraChange
 from engine.status import changed_fields
+from tasks.boundary import Accepted
 from tasks.caches import ensure_cache, mark_used
 from tasks.cluster import Cluster, ObjectRef
 from tasks.cluster.errors import ClusterError, NotFound
@@ -125,7 +127,7 @@ class CacheResolution:
     """A cache-backed mount, or why it is not usable yet (``failed``: it will not become usable)."""
 
     pvc: str | None = None
-    cache: dict[str, Any] | None = None
+    cache: Accepted[ModelCache] | None = None
     waiting: str | None = None
     failed: bool = False
 
@@ -135,13 +137,14 @@ def resolve_cache(
 ) -> CacheResolution:
     """Create or adopt the shared ModelCache of ``source`` and tell whether its PVC can be mounted."""
     cache = ensure_cache(cluster, namespace, source, env=env or None, requested_by=requested_by)
-    name = cache["metadata"]["name"]
-    state = (cache.get("status") or {}).get("status") or "Pending"
+    state = model_cache_status(cache.model) or "Pending"
     if state == "Failed":
-        return CacheResolution(cache=cache, waiting=f"ModelCache {name} for {source.uri} failed", failed=True)
-    pvc = cache_pvc(cache)
-    if not cache_available(cache) or not pvc:
-        return CacheResolution(cache=cache, waiting=f"waiting for ModelCache {name} ({state}) to hold {source.uri}")
+        return CacheResolution(cache=cache, waiting=f"ModelCache {cache.name} for {source.uri} failed", failed=True)
+    pvc = model_cache_pvc(cache.model)
+    if pvc is None:
+        return CacheResolution(
+            cache=cache, waiting=f"waiting for ModelCache {cache.name} ({state}) to hold {source.uri}"
+        )
     return CacheResolution(pvc=pvc, cache=cache)
 
 
@@ -238,7 +241,7 @@ def native_mode(options: RolloutOptions, served: set[str]) -> NativeMode:
 class _BackendResult:
     objects: list[dict[str, Any]] = field(default_factory=list)
     keep: set[tuple[str, str]] = field(default_factory=set)  # live objects left as they are
-    caches: list[dict[str, Any]] = field(default_factory=list)  # mounted by this backend's workloads
+    caches: list[Accepted[ModelCache]] = field(default_factory=list)  # mounted by this backend's workloads
     deployments: list[str] = field(default_factory=list)
     waiting: str | None = None
     failure: Failure | None = None
@@ -361,7 +364,8 @@ def _plan_backend(
         if resolution.pvc is None:
             return _waiting(result, owned, live, resolution)
         weights = managed_weights(resolution.pvc)
-        result.caches.append(resolution.cache or {})
+        if resolution.cache is not None:
+            result.caches.append(resolution.cache)
     lora_plan = runtime_lora_plan(ref, backend, weights, live, mode)
     if lora_plan is not None:
         pods = ready_pods(cluster, ref.namespace, lora_plan.selector)
@@ -387,7 +391,8 @@ def _plan_backend(
         if resolution.pvc is None:
             return _waiting(result, owned, live, resolution)
         loras[adapter.name] = lora_mount(adapter.name, resolution.pvc)
-        result.caches.append(resolution.cache or {})
+        if resolution.cache is not None:
+            result.caches.append(resolution.cache)
     rendered = render_backend(model, ref, backend, weights, loras, live, mode)
     result.objects, result.deployments = rendered.objects, rendered.workloads
     return result

@@ -8,9 +8,10 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
+from engine.api.aim import ModelCache
 from engine.api.llmaz import API_VERSION
 from engine.api.registry import OPEN_MODEL
-from engine.caches.lookup import cache_available, cache_pvc
+from engine.caches.lookup import model_cache_pvc, model_cache_status
 from engine.caches.sources import ModelSource
 from engine.rollout.openmodel import (
     CONDITION_CACHED,
@@ -23,6 +24,7 @@ from engine.rollout.openmodel import (
 )
 from engine.rollout.workloads import FieldError
 from engine.status import ConditionUpdate, changed_fields, set_conditions
+from tasks.boundary import Accepted
 from tasks.caches import ensure_cache
 from tasks.cluster import Cluster, ObjectRef
 from tasks.cluster.errors import ClusterError, Forbidden, NotFound
@@ -51,23 +53,21 @@ def node_labels(cluster: Cluster) -> list[Mapping[str, str]] | None:
     return [(n.get("metadata") or {}).get("labels") or {} for n in nodes]
 
 
-def warm_cache(cluster: Cluster, namespace: str, source: ModelSource, requested_by: str) -> dict[str, Any]:
+def warm_cache(cluster: Cluster, namespace: str, source: ModelSource, requested_by: str) -> Accepted[ModelCache]:
     """Create or adopt the namespace's ModelCache for ``source`` (every rollout of the model shares it)."""
     return ensure_cache(cluster, namespace, source, requested_by=requested_by)
 
 
-def cache_condition(cache: Mapping[str, Any] | None, namespace: str) -> ConditionUpdate:
+def cache_condition(cache: ModelCache | None, namespace: str) -> ConditionUpdate:
     """The ``Cached`` condition from the ModelCache's state."""
     if cache is None:
         return ConditionUpdate(CONDITION_CACHED, "False", REASON_CACHE_PENDING, "no cache yet")
-    name = cache["metadata"]["name"]
-    state = (cache.get("status") or {}).get("status") or "Pending"
-    if cache_available(cache) and cache_pvc(cache):
+    name = cache.metadata.name
+    state = model_cache_status(cache) or "Pending"
+    pvc = model_cache_pvc(cache)
+    if pvc is not None:
         return ConditionUpdate(
-            CONDITION_CACHED,
-            "True",
-            REASON_CACHE_AVAILABLE,
-            f"weights in ModelCache {namespace}/{name} (PVC {cache_pvc(cache)})",
+            CONDITION_CACHED, "True", REASON_CACHE_AVAILABLE, f"weights in ModelCache {namespace}/{name} (PVC {pvc})"
         )
     if state == "Failed":
         return ConditionUpdate(CONDITION_CACHED, "False", REASON_CACHE_FAILED, f"ModelCache {namespace}/{name} failed")

@@ -18,7 +18,15 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel
 
-from engine.api.aim import AIMNamespaceConfig, ModelCache
+from engine.api.aim import (
+    AIMNamespaceConfig,
+    AIMService,
+    AIMServiceTemplate,
+    AIMServiceTemplateStatus,
+    ModelCache,
+)
+from engine.api.kthena import Model
+from engine.api.llmaz import OpenModel
 from engine.api.registry import (
     AIM_API,
     AIM_NAMESPACE_CONFIG,
@@ -75,10 +83,10 @@ class CacheWorld:
 
     caches: list[Accepted[ModelCache]]
     configs: dict[str, AIMNamespaceConfig]  # namespace -> its AIMNamespaceConfig "default"
-    templates: list[Manifest]
-    services: list[Manifest]
-    models: list[Manifest]
-    openmodels: list[Manifest]
+    templates: list[AIMServiceTemplate]  # status.modelSources as written (see _with_written_sources)
+    services: list[AIMService]
+    models: list[Model]  # Kthena's
+    openmodels: list[OpenModel]
     pvcs: dict[tuple[str, str], Manifest]
     jobs: dict[tuple[str, str], Manifest]
     pods: list[Pod]  # the fill Jobs' pods, as views (what their fills reported)
@@ -126,14 +134,34 @@ def read_world(cluster: Cluster, namespaces: Iterable[str] | None = None) -> Cac
             for cfg in _list_typed(cluster, AIM, AIM_NAMESPACE_CONFIG, wanted, AIMNamespaceConfig)
             if cfg.name == "default"
         },
-        templates=_list(cluster, AIM, AIM_SERVICE_TEMPLATE, wanted),
-        services=_list(cluster, AIM, AIM_SERVICE, wanted),
-        models=_list(cluster, KTHENA_API, MODEL, wanted),
-        openmodels=_list(cluster, LLMAZ_API, OPEN_MODEL, None),
+        templates=[
+            _with_written_sources(t)
+            for t in _list_typed(cluster, AIM, AIM_SERVICE_TEMPLATE, wanted, AIMServiceTemplate)
+        ],
+        services=[s.model for s in _list_typed(cluster, AIM, AIM_SERVICE, wanted, AIMService)],
+        models=[m.model for m in _list_typed(cluster, KTHENA_API, MODEL, wanted, Model)],
+        openmodels=[m.model for m in _list_typed(cluster, LLMAZ_API, OPEN_MODEL, None, OpenModel)],
         pvcs={_key(p): p for p in _list(cluster, "v1", "PersistentVolumeClaim", wanted, CACHE_LABEL)},
         jobs={_key(j): j for j in _list(cluster, "batch/v1", "Job", wanted, CACHE_LABEL)},
         pods=[Pod.model_validate(p) for p in _list(cluster, "v1", "Pod", wanted, CACHE_LABEL)],
     )
+
+
+def _with_written_sources(template: Accepted[AIMServiceTemplate]) -> AIMServiceTemplate:
+    """The template's API model, its ``status.modelSources`` read entry by entry as text when the list as a
+    whole did not parse (the boundary reads such a status field as absent): an entry that is not a source
+    is then reported naming ``status.modelSources[i]`` and the other entries are still cached, as this flow
+    has always read them. The status is rewritten by resolve-templates; the spec decided acceptance."""
+    status = template.model.status
+    if status is not None and status.model_sources is not None:
+        return template.model
+    written = template.obj.get("status")
+    entries = written.get("modelSources") if isinstance(written, dict) else None
+    if not isinstance(entries, list):
+        return template.model
+    sources = [str(entry) for entry in entries]
+    repaired = (status or AIMServiceTemplateStatus()).model_copy(update={"model_sources": sources})
+    return template.model.model_copy(update={"status": repaired})
 
 
 def read_cache_facts(cluster: Cluster, cache: ModelCache, world: CacheWorld) -> CacheFacts:
@@ -216,7 +244,7 @@ def create_pvc(cluster: Cluster, cache: ModelCache, size: str, storage_class: st
         created = cluster.create(pvc)
     except Conflict:
         created = cluster.get("v1", "PersistentVolumeClaim", meta["name"], meta["namespace"])
-    if isinstance(cluster, LocalCluster) and (created.get("status") or {}).get("phase") != "Bound":
+    if isinstance(cluster, LocalCluster) and PersistentVolumeClaim.model_validate(created).status.phase != "Bound":
         local_volume(cluster, meta["namespace"], meta["name"]).mkdir(parents=True, exist_ok=True)
         created = cluster.patch_status(
             ObjectRef.of(created),
@@ -324,17 +352,17 @@ def mounted_claims(cluster: Cluster, namespace: str) -> set[str]:
     return claims
 
 
-def delete_cache(cluster: Cluster, cache: Manifest, world: CacheWorld) -> None:
+def delete_cache(cluster: Cluster, cache: Accepted[ModelCache], world: CacheWorld) -> None:
     """Delete a cache with its fill Jobs and PVC (and, locally, the volume directory)."""
-    namespace, name = _key(cache)
+    namespace, name = cache.model.metadata.namespace or "", cache.name
     for (ns, _), job in world.jobs.items():
         if ns == namespace and job["metadata"].get("labels", {}).get(CACHE_LABEL) == name:
             _delete(cluster, job)
-    claim = (cache.get("status") or {}).get("persistentVolumeClaim")
+    claim = cache.model.status.persistent_volume_claim if cache.model.status is not None else None
     pvc = world.pvcs.get((namespace, claim or ""))
     if pvc is not None:
         _delete(cluster, pvc)
-    _delete(cluster, cache)
+    _delete(cluster, cache.obj)
     if isinstance(cluster, LocalCluster) and claim:
         shutil.rmtree(local_volume(cluster, namespace, claim), ignore_errors=True)
 

@@ -1,8 +1,11 @@
 """Which caches other resources need, pure: the sources of AIM templates that warm their cache, AIM
 services that cache their model, Kthena Model backends that download their model, and llmaz OpenModels.
 
-Each need is a :class:`CacheRequest` (namespace, source, who asks, download env); a resource whose
-source cannot be parsed becomes a :class:`RequestProblem` naming the field, and the others proceed.
+Each resource arrives as its API model, parsed once at the boundary (``tasks.boundary``): a spec that does
+not parse (``cacheModel: "no"``, a string spec, a ``backends`` that is not a list) never reaches these
+rules, its own reader reports it naming the field. Each need is a :class:`CacheRequest` (namespace,
+source, who asks, download env); a resource whose source cannot be parsed as a model source becomes a
+:class:`RequestProblem` naming the field, and the others proceed.
 """
 
 from __future__ import annotations
@@ -11,6 +14,10 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from engine.api.aim import AIMService, AIMServiceTemplate
+from engine.api.kthena import Model, ModelBackend
+from engine.api.llmaz import OpenModel
+from engine.api.meta import ObjectMeta
 from engine.caches.source_fields import from_kthena_uri, from_openmodel_source
 from engine.caches.sources import ModelSource, parse_source
 
@@ -44,83 +51,61 @@ class RequestProblem:
     message: str
 
 
-def _meta(obj: Mapping[str, Any]) -> tuple[str, str]:
-    meta = obj.get("metadata") or {}
-    return meta.get("namespace") or "", meta.get("name") or ""
+Consumer = AIMServiceTemplate | AIMService | Model | OpenModel
+"""The kinds whose cache needs are decided here."""
 
 
-def _consumer(obj: Mapping[str, Any]) -> str:
-    namespace, name = _meta(obj)
-    return "/".join(part for part in (obj.get("kind", ""), namespace, name) if part)
+def _namespace(meta: ObjectMeta) -> str:
+    return meta.namespace or ""
+
+
+def _consumer(obj: Consumer) -> str:
+    """``Kind/namespace/name`` (``Kind/name`` when cluster-scoped): who asks, as recorded on the cache."""
+    meta = obj.metadata
+    return "/".join(part for part in (obj.kind, meta.namespace or "", meta.name or "") if part)
 
 
 def _sources_of_template(
-    template: Mapping[str, Any], consumer: str, problems: list[RequestProblem]
+    template: AIMServiceTemplate, consumer: str, problems: list[RequestProblem]
 ) -> list[ModelSource]:
+    """The template's resolved ``status.modelSources`` as sources; an entry that does not parse is a problem."""
     sources = []
-    for index, uri in enumerate((template.get("status") or {}).get("modelSources") or []):
+    written = (template.status.model_sources if template.status is not None else None) or []
+    for index, uri in enumerate(written):
         try:
-            sources.append(parse_source(str(uri)))
+            sources.append(parse_source(uri))
         except ValueError as exc:
             problems.append(RequestProblem(consumer, f"status.modelSources[{index}]", str(exc)))
     return sources
 
 
-def _spec(obj: Mapping[str, Any], problems: list[RequestProblem]) -> Mapping[str, Any] | None:
-    """The object's ``spec`` when it is an object (absent: empty); otherwise a problem naming ``spec``."""
-    spec = obj.get("spec")
-    if spec is None:
-        return {}
-    if not isinstance(spec, Mapping):
-        problems.append(RequestProblem(_consumer(obj), "spec", f"must be an object, not {type(spec).__name__}"))
-        return None
-    return spec
-
-
-def _flag(
-    obj: Mapping[str, Any], spec: Mapping[str, Any], key: str, default: bool, problems: list[RequestProblem]
-) -> bool | None:
-    """A boolean field of ``spec`` (absent: ``default``); any other value (``"no"``) is a problem naming
-    the field and ``None``: no cache is requested on a guess (the API schema is boolean)."""
-    value = spec.get(key, default)
-    if value is None:
-        return default
-    if not isinstance(value, bool):
-        problems.append(RequestProblem(_consumer(obj), f"spec.{key}", f"must be true or false, not {value!r}"))
-        return None
-    return value
-
-
-def template_requests(templates: Iterable[Mapping[str, Any]], problems: list[RequestProblem]) -> list[CacheRequest]:
+def template_requests(templates: Iterable[AIMServiceTemplate], problems: list[RequestProblem]) -> list[CacheRequest]:
     """AIMServiceTemplates with ``warmCache: true``: every resolved ``status.modelSources`` entry."""
     requests = []
     for template in templates:
-        spec = _spec(template, problems)
-        if spec is None or not _flag(template, spec, "warmCache", False, problems):
+        if not template.spec.warm_cache:
             continue
         consumer = _consumer(template)
-        namespace, _ = _meta(template)
         for source in _sources_of_template(template, consumer, problems):
             if source.downloadable:
-                requests.append(CacheRequest(namespace, source, consumer))
+                requests.append(CacheRequest(_namespace(template.metadata), source, consumer))
     return requests
 
 
 def service_requests(
-    services: Iterable[Mapping[str, Any]], templates: Iterable[Mapping[str, Any]], problems: list[RequestProblem]
+    services: Iterable[AIMService], templates: Iterable[AIMServiceTemplate], problems: list[RequestProblem]
 ) -> list[CacheRequest]:
     """AIMServices with ``cacheModel`` (default true): the model sources of their template, once resolved.
 
     A service without ``templateRef`` is left to rollout-services, which selects its template and
-    requests its caches itself; a ``cacheModel`` that is not a boolean requests nothing (a problem)."""
-    by_name = {_meta(t): t for t in templates}
+    requests its caches itself."""
+    by_name = {(_namespace(t.metadata), t.metadata.name or ""): t for t in templates}
     requests = []
     for service in services:
-        spec = _spec(service, problems)
-        if spec is None or not _flag(service, spec, "cacheModel", True, problems):
+        if service.spec.cache_model is False:  # absent (None) is the default, true
             continue
-        namespace, _ = _meta(service)
-        template = by_name.get((namespace, spec.get("templateRef") or ""))
+        namespace = _namespace(service.metadata)
+        template = by_name.get((namespace, service.spec.template_ref or ""))
         if template is None:
             continue  # the rollout reports a missing template (or selects one); nothing to cache until it exists
         consumer = _consumer(service)
@@ -130,31 +115,38 @@ def service_requests(
     return requests
 
 
-def kthena_requests(models: Iterable[Mapping[str, Any]], problems: list[RequestProblem]) -> list[CacheRequest]:
+def _download_env(backend: ModelBackend) -> tuple[Mapping[str, Any], ...]:
+    """The backend's env entries a download needs, as written (secrets stay references, never values)."""
+    return tuple(
+        item.model_dump(by_alias=True, exclude_none=True, mode="json")
+        for item in backend.env or []
+        if is_download_env(item.name)
+    )
+
+
+def kthena_requests(models: Iterable[Model], problems: list[RequestProblem]) -> list[CacheRequest]:
     """Kthena Model backends with a downloadable ``modelURI`` and no ``cacheURI`` (an emptyDir otherwise,
     re-downloaded by every pod): one shared cache instead."""
     requests = []
     for model in models:
-        namespace, _ = _meta(model)
+        namespace = _namespace(model.metadata)
         consumer = _consumer(model)
-        for index, backend in enumerate((model.get("spec") or {}).get("backends") or []):
-            uri = backend.get("modelURI")
-            if not uri or backend.get("cacheURI"):
+        for index, backend in enumerate(model.spec.backends):
+            if not backend.model_uri or backend.cache_uri:
                 continue
             path = f"spec.backends[{index}].modelURI"
             try:
-                source = from_kthena_uri(uri, path)
+                source = from_kthena_uri(backend.model_uri, path)
             except ValueError as exc:
                 problems.append(RequestProblem(consumer, path, str(exc)))
                 continue
             if source.downloadable:
-                env = tuple(item for item in backend.get("env") or [] if is_download_env(str(item.get("name", ""))))
-                requests.append(CacheRequest(namespace, source, consumer, env))
+                requests.append(CacheRequest(namespace, source, consumer, _download_env(backend)))
     return requests
 
 
 def openmodel_requests(
-    openmodels: Iterable[Mapping[str, Any]], namespace: str | None, problems: list[RequestProblem]
+    openmodels: Iterable[OpenModel], namespace: str | None, problems: list[RequestProblem]
 ) -> list[CacheRequest]:
     """llmaz OpenModels (cluster-scoped) with a downloadable source, cached in ``namespace`` (none: skipped)."""
     if not namespace:
@@ -163,7 +155,7 @@ def openmodel_requests(
     for model in openmodels:
         consumer = _consumer(model)
         try:
-            source = from_openmodel_source((model.get("spec") or {}).get("source"))
+            source = from_openmodel_source(model.spec.source.model_dump(by_alias=True, exclude_none=True))
         except ValueError as exc:
             problems.append(RequestProblem(consumer, getattr(exc, "field", None) or "spec.source", str(exc)))
             continue

@@ -8,10 +8,9 @@ from datetime import UTC, datetime
 import pytest
 
 from engine.caches.identity import CACHE_IDENTITY_LABEL, cache_identity, cache_name
-from engine.caches.lookup import cache_available, cache_pvc, find_cache, find_model_cache
+from engine.caches.lookup import find_model_cache, model_cache_pvc, model_cache_status
 from engine.caches.sources import parse_source
-from tasks.boundary import parse_resource
-from tasks.caches import ensure_cache, mark_used
+from tasks.caches import ensure_cache, mark_used, read_caches
 from tasks.cluster import Cluster, ObjectRef
 
 MC = ("aim.silogen.ai/v1alpha1", "ModelCache")
@@ -34,12 +33,12 @@ def person_cache(ns: str, name: str, uri: str, storage_class: str | None = None)
 
 def test_first_consumer_creates_the_cache_named_and_labelled_by_identity(any_cluster: Cluster, ns: str) -> None:
     cache = ensure_cache(any_cluster, ns, LLAMA, requested_by="AIMService/x/chat")
-    meta = cache["metadata"]
-    assert meta["name"] == cache_name(LLAMA)
+    meta = cache.obj["metadata"]
+    assert meta["name"] == cache_name(LLAMA) == cache.name
     assert meta["labels"][CACHE_IDENTITY_LABEL] == cache_identity(LLAMA)
     assert meta["annotations"]["modelplane.io/requested-by"] == "AIMService/x/chat"
-    assert cache["spec"] == {"sourceUri": LLAMA.uri}
-    assert not cache_available(cache) and cache_pvc(cache) is None
+    assert cache.obj["spec"] == {"sourceUri": LLAMA.uri}
+    assert model_cache_status(cache.model) is None and model_cache_pvc(cache.model) is None
 
 
 def test_a_second_consumer_adopts_the_existing_cache(any_cluster: Cluster, ns: str) -> None:
@@ -48,19 +47,19 @@ def test_a_second_consumer_adopts_the_existing_cache(any_cluster: Cluster, ns: s
     second = ensure_cache(
         any_cluster, ns, parse_source("hf://meta-llama/Llama-3.1-8B-Instruct@main"), requested_by="Model/x/llama"
     )
-    assert second["metadata"]["name"] == first["metadata"]["name"]
+    assert second.name == first.name
     assert len(any_cluster.list(*MC, namespace=ns)) == 1
-    assert second["metadata"]["annotations"]["modelplane.io/requested-by"] == "AIMService/x/chat,Model/x/llama"
+    assert second.obj["metadata"]["annotations"]["modelplane.io/requested-by"] == "AIMService/x/chat,Model/x/llama"
     # Asking again records nothing new and writes nothing.
     again = ensure_cache(any_cluster, ns, LLAMA, requested_by="Model/x/llama")
-    assert again["metadata"]["resourceVersion"] == second["metadata"]["resourceVersion"]
+    assert again.obj["metadata"]["resourceVersion"] == second.obj["metadata"]["resourceVersion"]
 
 
 def test_a_persons_cache_of_the_same_source_is_adopted_not_duplicated(any_cluster: Cluster, ns: str) -> None:
     any_cluster.create(person_cache(ns, "my-llama", "hf://meta-llama/Llama-3.1-8B-Instruct", "fast"))
     cache = ensure_cache(any_cluster, ns, LLAMA, requested_by="AIMService/x/chat")
-    assert cache["metadata"]["name"] == "my-llama"
-    assert cache["metadata"]["labels"][CACHE_IDENTITY_LABEL] == cache_identity(LLAMA, "fast")
+    assert cache.name == "my-llama"
+    assert cache.obj["metadata"]["labels"][CACHE_IDENTITY_LABEL] == cache_identity(LLAMA, "fast")
     assert [c["metadata"]["name"] for c in any_cluster.list(*MC, namespace=ns)] == ["my-llama"]
 
 
@@ -71,8 +70,8 @@ def test_another_storage_class_or_another_revision_gets_its_own_cache(any_cluste
         any_cluster, ns, parse_source("hf://meta-llama/Llama-3.1-8B-Instruct@v2"), requested_by="a/b/c"
     )
     names = {c["metadata"]["name"] for c in any_cluster.list(*MC, namespace=ns)}
-    assert names == {"my-llama", other_class["metadata"]["name"], other_rev["metadata"]["name"]}
-    assert other_class["spec"]["storageClassName"] == "slow"
+    assert names == {"my-llama", other_class.name, other_rev.name}
+    assert other_class.model.spec.storage_class_name == "slow"
 
 
 def test_find_cache_prefers_the_exact_identity_then_the_best_status() -> None:
@@ -83,20 +82,48 @@ def test_find_cache_prefers_the_exact_identity_then_the_best_status() -> None:
         return obj
 
     caches = [
-        cache("failed", None, "Failed"),
-        cache("ready", None, "Available"),
-        cache("other", "fast", "Available"),
-        person_cache("n", "broken", "ftp://nope"),
+        m.model
+        for m in read_caches(
+            [
+                cache("failed", None, "Failed"),
+                cache("ready", None, "Available"),
+                cache("other", "fast", "Available"),
+                person_cache("n", "broken", "ftp://nope"),
+            ]
+        )
     ]
-    assert find_cache(caches, LLAMA)["metadata"]["name"] == "ready"
-    assert find_cache(caches, LLAMA, "fast")["metadata"]["name"] == "other"
-    assert find_cache(caches, LLAMA, "slow")["metadata"]["name"] == "ready"  # a class-less cache is shared
-    assert find_cache(caches, parse_source("s3://bucket/model")) is None
-    # The AIM engine looks the same caches up as their API models (the boundary reader's): the same choice.
-    models = [parse_resource(c) for c in caches]
-    for args in ((LLAMA,), (LLAMA, "fast"), (LLAMA, "slow"), (parse_source("s3://bucket/model"),)):
-        raw, typed = find_cache(caches, *args), find_model_cache(models, *args)
-        assert (typed.metadata.name if typed else None) == (raw["metadata"]["name"] if raw else None)
+
+    def found(*args: object) -> str | None:
+        chosen = find_model_cache(caches, *args)  # type: ignore[arg-type]
+        return chosen.metadata.name if chosen else None
+
+    assert found(LLAMA) == "ready"
+    assert found(LLAMA, "fast") == "other"
+    assert found(LLAMA, "slow") == "ready"  # a class-less cache is shared
+    assert found(parse_source("s3://bucket/model")) is None
+
+
+def test_a_cache_that_does_not_parse_is_skipped_and_a_malformed_status_is_read_as_none() -> None:
+    """Every consumer looks caches up as their API model: a ModelCache whose spec does not parse is skipped
+    (never adopted, never a crash; warm-caches marks it), one whose status does not parse is read without
+    it: not mountable, and a status that is not a mapping never preferred to a good one."""
+    unparsed = person_cache("n", "a-unparsed", LLAMA.uri)
+    unparsed["spec"]["size"] = {"huge": True}
+    odd_status = dict(person_cache("n", "b-odd-status", LLAMA.uri), status="Available")
+    odd_pvc = dict(
+        person_cache("n", "c-odd-pvc", LLAMA.uri), status={"status": "Available", "persistentVolumeClaim": 7}
+    )
+    good = dict(person_cache("n", "d-good", LLAMA.uri), status={"status": "Available", "persistentVolumeClaim": "p"})
+    no_kind = {"kind": "ConfigMap", "metadata": {"name": "cm", "namespace": "n"}}
+    read = read_caches([unparsed, odd_status, odd_pvc, good, no_kind])
+    assert [c.name for c in read] == ["b-odd-status", "c-odd-pvc", "d-good"]
+    models = [c.model for c in read]
+    chosen = find_model_cache([models[0], models[2]], LLAMA)
+    assert chosen is not None and chosen.metadata.name == "d-good" and model_cache_pvc(chosen) == "p"
+    assert [model_cache_pvc(m) for m in models] == [None, None, "p"]  # a PVC name that is no string is not mounted
+    alone = find_model_cache(models[:1], LLAMA)
+    assert alone is not None and alone.metadata.name == "b-odd-status" and model_cache_pvc(alone) is None
+    assert find_model_cache([], LLAMA) is None and read_caches([unparsed]) == []
 
 
 def test_sources_mounted_directly_are_not_cached(any_cluster: Cluster, ns: str) -> None:
@@ -108,9 +135,10 @@ def test_mark_used_writes_last_used_through_status(any_cluster: Cluster, ns: str
     cache = ensure_cache(any_cluster, ns, LLAMA, requested_by="a/b/c")
     now = datetime(2026, 11, 23, 10, 0, 5, 123, tzinfo=UTC)
     updated = mark_used(any_cluster, cache, now)
-    assert updated["status"]["lastUsed"] == "2026-11-23T10:00:05Z"
-    assert mark_used(any_cluster, updated, now)["metadata"]["resourceVersion"] == updated["metadata"]["resourceVersion"]
-    stored = any_cluster.get(*MC, cache["metadata"]["name"], ns)
+    assert updated.obj["status"]["lastUsed"] == "2026-11-23T10:00:05Z"
+    again = mark_used(any_cluster, updated, now)
+    assert again.obj["metadata"]["resourceVersion"] == updated.obj["metadata"]["resourceVersion"]
+    stored = any_cluster.get(*MC, cache.name, ns)
     assert stored["status"]["lastUsed"] == "2026-11-23T10:00:05Z"
-    assert stored["metadata"]["generation"] == cache["metadata"]["generation"]
-    assert ObjectRef.of(stored).name == cache["metadata"]["name"]
+    assert stored["metadata"]["generation"] == cache.obj["metadata"]["generation"]
+    assert ObjectRef.of(stored).name == cache.name

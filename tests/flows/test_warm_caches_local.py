@@ -430,3 +430,63 @@ def test_a_kthena_backend_without_cache_uri_gets_a_new_shared_cache(
     assert prefect_events("modelplane.aim.cache.requested", f"modelplane.aim.cache.{NS}.{name}") == [
         "modelplane.aim.cache.requested"
     ]
+
+
+def test_consumers_are_read_as_api_models_and_an_invalid_one_is_reported_by_its_field(
+    prefect_harness: None, s3_server: S3Server, cluster_dir: pathlib.Path
+) -> None:
+    """Issue 22: the consumers are parsed once at the boundary. ``cacheModel: "no"`` and a Kthena ``backends``
+    that is not a list are refused naming the field (the AIMService marked InvalidSpec, as before) and request
+    nothing; a template's ``modelSources`` entry that is not a source is a problem naming it, its other
+    entries are still cached; the valid consumers are served as without them."""
+    from tasks.boundary import collecting
+
+    uri = s3_model(s3_server)
+    aim = "aim.silogen.ai/v1alpha1"
+    template = {
+        "apiVersion": aim,
+        "kind": "AIMServiceTemplate",
+        "metadata": {"name": "t", "namespace": NS},
+        "spec": {"model": "m", "warmCache": True},
+        "status": {"status": "Available", "modelSources": [42, uri]},
+    }
+    good = {"apiVersion": aim, "kind": "AIMService", "metadata": {"name": "chat", "namespace": NS}}
+    good["spec"] = {"model": "m", "templateRef": "t"}
+    no = {"apiVersion": aim, "kind": "AIMService", "metadata": {"name": "no", "namespace": NS}}
+    no["spec"] = {"model": "m", "templateRef": "t", "cacheModel": "no"}
+    kthena = {
+        "apiVersion": "registry.volcano.sh/v1alpha1",
+        "kind": "Model",
+        "metadata": {"name": "odd", "namespace": NS},
+        "spec": {"backends": {"name": "vllm", "type": "vLLM", "modelURI": "hf://org/other"}},
+    }
+    write(
+        cluster_dir,
+        "cache.yaml",
+        secret("s3-creds", id=s3_server.access_key, secret=s3_server.secret_key),
+        *namespace_config(s3_server),
+        template,
+        good,
+        no,
+        kthena,
+    )
+
+    with collecting() as rejected:
+        report = warm_caches(cluster=str(cluster_dir))
+
+    assert sorted({line.split(": invalid: ")[1].split(":")[0] for line in rejected}) == [
+        "spec.backends",
+        "spec.cacheModel",
+    ]
+    assert [p.split(": ")[:2] for p in report.problems] == [  # the service caches what its template lists
+        ["AIMServiceTemplate/models/t", "status.modelSources[0]"],
+        ["AIMService/models/chat", "status.modelSources[0]"],
+    ]
+    [created] = LocalCluster(cluster_dir).list(*MC, NS)
+    assert created["spec"]["sourceUri"] == uri and created["status"]["status"] == "Available"
+    assert created["metadata"]["annotations"]["modelplane.io/requested-by"] == (
+        "AIMService/models/chat,AIMServiceTemplate/models/t"
+    )
+    marked = LocalCluster(cluster_dir).get(aim, "AIMService", "no", NS)["status"]
+    assert marked["status"] == "Failed" and marked["conditions"][-1]["reason"] == "InvalidSpec"
+    assert marked["conditions"][-1]["message"].startswith("spec.cacheModel")
