@@ -7,12 +7,12 @@ is needed at all.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from engine.api.meta import ConditionStatus, set_condition
+from engine.api.meta import Condition, ConditionStatus, set_condition
 
 # OptimizationReady=False reasons shared by VariantAutoscalings and AutoscalingPolicyBindings (the seed's
 # own reasons and MetricsAvailable/MetricsUnavailable live in engine.perf.saturation).
@@ -43,11 +43,15 @@ class ConditionUpdate:
 
 
 def set_conditions(
-    conditions: list[dict[str, Any]], updates: Iterable[ConditionUpdate], now: datetime, observed_generation: int | None
+    conditions: Sequence[Condition | dict[str, Any]],
+    updates: Iterable[ConditionUpdate],
+    now: datetime,
+    observed_generation: int | None,
 ) -> list[dict[str, Any]]:
     """Apply ``updates`` with :func:`engine.api.meta.set_condition` (``lastTransitionTime`` moves only
-    when a status changes) and return the conditions as dicts in API JSON shape."""
-    current = list(conditions)
+    when a status changes) and return the conditions as dicts in API JSON shape. ``conditions`` are the
+    previous ones, typed (a parsed status) or as written."""
+    current: list[Condition | dict[str, Any]] = list(conditions)
     for update in updates:
         updated = set_condition(
             [*current],
@@ -58,8 +62,15 @@ def set_conditions(
             now,
             observed_generation=observed_generation,
         )
-        current = [c.model_dump(by_alias=True, exclude_none=True, mode="json") for c in updated]
-    return current
+        current = [_as_json(c) for c in updated]
+    return [_as_json(c) for c in current]
+
+
+def _as_json(condition: Condition | dict[str, Any]) -> dict[str, Any]:
+    """A condition in API JSON shape (one already in that shape is returned as it is)."""
+    if isinstance(condition, dict):
+        return condition
+    return condition.model_dump(by_alias=True, exclude_none=True, mode="json")
 
 
 def changed_fields(old: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, Any] | None:

@@ -78,7 +78,7 @@ from flows.parameters import (
     NonNegativeSeconds,
     ObjectName,
 )
-from tasks.boundary import Accepted
+from tasks.boundary import Accepted, with_written_status
 from tasks.caches import ensure_cache
 from tasks.cluster import Cluster, LocalCluster, connect
 from tasks.cluster.errors import ClusterError
@@ -213,15 +213,15 @@ def reconcile_cache(
     fill report, let the engine decide once (:func:`engine.caches.reconcile.plan_cache`), write what it decided."""
     facts = read_cache_facts(cluster, accepted.model, world)
     plan = plan_cache(accepted.model, facts, settings.policy, now)
-    cache, obs, action = accepted.obj, plan.obs, "none"
+    cache, obs, action = accepted, plan.obs, "none"
     if plan.invalid is not None:
         source_uri = accepted.model.spec.source_uri
         return _finish(cluster, cache, obs, plan.invalid, settings, now, "invalid source", source_uri=source_uri)
     if plan.step in (Step.CREATE_PVC, Step.START_FILL):
         attempt = obs.attempts + 1  # every try counts, so a failing size check cannot loop forever either
-        cache = record_attempt(cluster, cache, obs.generation, attempt)
+        cache = with_written_status(accepted, record_attempt(cluster, accepted.obj, obs.generation, attempt))
         obs = _with(obs, attempts=attempt, failure=None, failed_at=None, fill=FillState.NONE)
-        obs, action = attempt_fill(cluster, cache, accepted.model, obs, plan, facts.pvc, world, settings, now)
+        obs, action, cache = attempt_fill(cluster, cache, obs, plan, facts.pvc, world, settings, now)
     elif plan.step == Step.WAIT:
         action = "waiting" if obs.failure is None else "backing off"
     elif plan.step == Step.GIVE_UP:
@@ -231,19 +231,21 @@ def reconcile_cache(
 
 def attempt_fill(
     cluster: Cluster,
-    cache: dict[str, Any],
-    model: ModelCache,
+    cache: Accepted[ModelCache],
     obs: Observation,
     plan: CachePlan,
     pvc: PersistentVolumeClaim | None,
     world: CacheWorld,
     settings: PassSettings,
     now: datetime,
-) -> tuple[Observation, str]:
+) -> tuple[Observation, str, Accepted[ModelCache]]:
     """One fill attempt: size the source when needed, create the PVC once, refuse a volume too small,
-    then start the fill Job (cluster) or run the downloader here (local backend).
+    then start the fill Job (cluster) or run the downloader here (local backend), and the cache as last
+    written (the local backend writes Progressing before it downloads).
 
-    ``cache`` is the object as last written (status writes merge onto it), ``model`` its parsed form."""
+    ``cache`` is the object as last written (status writes merge onto it) with its parsed form, whose status
+    is the one last written."""
+    model = cache.model
     namespace, name = model.metadata.namespace or "", model.metadata.name or ""
     spec, source, env = model.spec, plan.source, plan.env.env
     source_bytes: int | None = None
@@ -253,11 +255,11 @@ def attempt_fill(
         if missing is None:
             source_bytes, missing = _measure(source, resolved)
         if missing is not None:
-            return failed(obs, missing, now), "size check failed"
+            return failed(obs, missing, now), "size check failed", cache
     if pvc is None:
         size, size_failure = pvc_size_for(spec, source_bytes, settings.headroom_percent)
         if size_failure is not None:
-            return failed(obs, size_failure, now), "invalid size"
+            return failed(obs, size_failure, now), "invalid size", cache
         config = world.configs.get(namespace)
         storage_class = storage_class_for(
             spec.storage_class_name, config.spec.cache_storage_class_name if config else None
@@ -266,18 +268,21 @@ def attempt_fill(
         obs = _with(obs, pvc_phase=pvc_phase(pvc))
     too_small = volume_too_small(pvc.capacity(), source_bytes)
     if too_small is not None:
-        return failed(obs, too_small, now), "volume too small"
-    post_event(cluster, cache, "FillStarted", f"fill attempt {obs.attempts} of {source.uri} into PVC {obs.pvc_name}")
+        return failed(obs, too_small, now), "volume too small", cache
+    post_event(
+        cluster, cache.obj, "FillStarted", f"fill attempt {obs.attempts} of {source.uri} into PVC {obs.pvc_name}"
+    )
     obs = _with(obs, fill=FillState.RUNNING)
     if not settings.local:
         previous_job = world.jobs.get((namespace, job_name(name, obs.attempts - 1))) if obs.attempts > 1 else None
         start_job(cluster, model, source.uri, obs.attempts, env, settings.job, previous_job)
-        return obs, f"started Job {job_name(name, obs.attempts)}"
-    cache = write_status(cluster, cache, cache_status(cache.get("status"), obs, settings.policy, now))
+        return obs, f"started Job {job_name(name, obs.attempts)}", cache
+    written = write_status(cluster, cache.obj, cache_status(model.status, obs, settings.policy, now))
+    cache = with_written_status(cache, written)  # the pass ends from Progressing, as the cluster now has it
     failure = fill_local(source, local_volume(cluster, namespace, obs.pvc_name), resolved, pvc.capacity())  # type: ignore[arg-type]
     if failure is not None:
-        return failed(obs, failure, now), f"fill attempt {obs.attempts} failed"
-    return _with(obs, fill=FillState.SUCCEEDED), f"filled in-process (attempt {obs.attempts})"
+        return failed(obs, failure, now), f"fill attempt {obs.attempts} failed", cache
+    return _with(obs, fill=FillState.SUCCEEDED), f"filled in-process (attempt {obs.attempts})", cache
 
 
 def _measure(source: ModelSource, env: dict[str, str]) -> tuple[int | None, Failure | None]:
@@ -298,7 +303,7 @@ def _with(obs: Observation, **changes: Any) -> Observation:
 
 def _finish(
     cluster: Cluster,
-    cache: dict[str, Any],
+    cache: Accepted[ModelCache],
     obs: Observation,
     failure: Failure | None,
     settings: PassSettings,
@@ -308,16 +313,17 @@ def _finish(
     notes: str = "",
 ) -> CacheRow:
     """Write what the engine concludes for ``obs`` (or ``failure``): the status, an Event on a transition, and
-    the row of the report."""
-    outcome = pass_outcome(cache.get("status"), obs, failure, settings.policy, now, source_uri, notes)
-    written = write_status(cluster, cache, outcome.status)
+    the row of the report. ``cache`` is the object as last written, with its parsed form (its status the one
+    last written)."""
+    outcome = pass_outcome(cache.model.status, obs, failure, settings.policy, now, source_uri, notes)
+    written = write_status(cluster, cache.obj, outcome.status)
     for event in outcome.events:
         post_event(cluster, written, event.reason, event.message, warning=event.warning)
     if outcome.changed:
         emit_cache_event(written, outcome.status["status"], outcome.reason, source_uri, outcome.obs.pvc_name)
     return CacheRow(
-        namespace=cache["metadata"]["namespace"],
-        name=cache["metadata"]["name"],
+        namespace=cache.obj["metadata"]["namespace"],
+        name=cache.obj["metadata"]["name"],
         source=source_uri,
         status=outcome.status["status"],
         reason=outcome.reason,

@@ -22,7 +22,7 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, TypeVar, cast
 
 from pydantic import BaseModel
 
@@ -108,6 +108,22 @@ def parse_resource(obj: Any) -> BaseModel | tuple[str, str] | None:
         parsed = parse_object({k: v for k, v in obj.items() if k != "status"})
     except ManifestInvalid as exc:
         return exc.field_path or "spec", exc.message
+    return _read_status(parsed, obj)
+
+
+def with_written_status(accepted: Accepted[M], written: Manifest) -> Accepted[M]:
+    """``accepted`` after a write of this pass returned ``written``: writes go through ``written`` and the
+    model carries the status ``written`` holds, read tolerantly as the boundary reads a status (so the
+    engine decides from the status as last written). Spec and metadata stay as parsed; the status and
+    annotation writes of a pass change neither the spec nor what the engine reads of the metadata."""
+    if written is accepted.obj:
+        return accepted
+    return Accepted(written, cast(M, _read_status(accepted.model, written)))
+
+
+def _read_status(parsed: BaseModel, obj: Manifest) -> BaseModel:
+    """``parsed`` carrying ``obj``'s status (:func:`engine.api.validate.with_status`); the parts that do not
+    parse are read as absent, with a warning naming them."""
     typed, dropped = with_status(parsed, obj.get("status"))
     if dropped:
         meta = obj.get("metadata") if isinstance(obj.get("metadata"), dict) else {}

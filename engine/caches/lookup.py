@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from engine.api.aim import ModelCache
+from engine.api.aim import ModelCache, ModelCacheStatus
 from engine.caches.identity import cache_identity
 from engine.caches.sources import ModelSource, parse_source
 
@@ -30,7 +30,13 @@ def model_identity_of(cache: ModelCache) -> tuple[ModelSource, str | None] | Non
 
 def model_cache_status(cache: ModelCache) -> str | None:
     """The cache's ``status.status`` as written (None when it has none yet, not the model's default)."""
-    return cache.status.status if cache.status is not None and "status" in cache.status.model_fields_set else None
+    return recorded_state(cache.status)
+
+
+def recorded_state(status: ModelCacheStatus | None) -> str | None:
+    """``status.status`` as written (None when the status has none, not the model's default ``Pending``:
+    a status holding only ``lastUsed`` or conditions records no state yet)."""
+    return status.status if status is not None and "status" in status.model_fields_set else None
 
 
 def model_cache_pvc(cache: ModelCache) -> str | None:

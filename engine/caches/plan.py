@@ -26,6 +26,7 @@ from engine.api.aim import ModelCache, ModelCacheSpec, ModelCacheStatus
 from engine.api.meta import format_time
 from engine.api.registry import AIM_API
 from engine.api.views import PersistentVolumeClaim
+from engine.caches.lookup import recorded_state
 from engine.caches.sources import ModelSource, parse_source
 from engine.status import ConditionUpdate, set_conditions
 
@@ -158,7 +159,7 @@ def job_name(cache_name: str, attempt: int) -> str:
 # -------------------------------------------------------------------------------------- attempts
 
 
-def parse_attempts(annotations: Mapping[str, Any] | None, generation: int | None) -> int:
+def parse_attempts(annotations: Mapping[str, object] | None, generation: int | None) -> int:
     """Fills started for ``generation`` (0 when the annotation is missing, malformed, or for an older generation)."""
     raw = str((annotations or {}).get(ATTEMPTS_ANNOTATION, ""))
     gen, _, count = raw.replace(":", "/").partition("/")
@@ -333,11 +334,13 @@ def _storage_condition(phase: str | None, pvc: str) -> ConditionUpdate:
 
 
 def cache_status(
-    previous: Mapping[str, Any] | None, obs: Observation, policy: RetryPolicy, now: datetime
+    previous: ModelCacheStatus | None, obs: Observation, policy: RetryPolicy, now: datetime
 ) -> dict[str, Any]:
-    """The ModelCache status for ``obs``: ``status`` enum, the four conditions, ``persistentVolumeClaim``
-    and ``observedGeneration``; ``lastUsed`` is kept as it was."""
-    previous = dict(previous or {})
+    """The ModelCache status to write for ``obs`` (API JSON shape): ``status`` enum, the four conditions,
+    ``persistentVolumeClaim`` and ``observedGeneration``.
+
+    ``previous`` is the status the cache carries (as the boundary read it): an unchanged condition keeps
+    its ``lastTransitionTime`` and ``lastUsed`` is kept as it was."""
     storage = _storage_condition(obs.pvc_phase, obs.pvc_name)
     if obs.fill == FillState.SUCCEEDED:
         state = "Available"
@@ -379,17 +382,16 @@ def cache_status(
             state = "Pending"
             ready = ConditionUpdate(READY, "False", WAITING_FOR_PVC, "waiting for the cache volume")
             progressing = ConditionUpdate(PROGRESSING, "True", WAITING_FOR_PVC, "the cache volume is not ready")
-    conditions = set_conditions(
-        previous.get("conditions") or [], [storage, ready, progressing, failure], now, obs.generation
-    )
+    held = (previous.conditions if previous is not None else None) or []
+    conditions = set_conditions(held, [storage, ready, progressing, failure], now, obs.generation)
     status: dict[str, Any] = {
         "status": state,
         "conditions": conditions,
         "persistentVolumeClaim": obs.pvc_name,
         "observedGeneration": obs.generation,
     }
-    if previous.get("lastUsed"):
-        status["lastUsed"] = previous["lastUsed"]
+    if previous is not None and previous.last_used is not None:
+        status["lastUsed"] = format_time(previous.last_used)
     return status
 
 
@@ -421,7 +423,7 @@ class PassOutcome:
 
 
 def pass_outcome(
-    previous: Mapping[str, Any] | None,
+    previous: ModelCacheStatus | None,
     obs: Observation,
     failure: Failure | None,
     policy: RetryPolicy,
@@ -430,13 +432,13 @@ def pass_outcome(
     notes: str = "",
 ) -> PassOutcome:
     """The end of a pass over one cache: ``obs`` (failed with ``failure`` unless it already failed for the
-    same reason) as a status, an Event when the cache became Available or Failed, and its row's reason
-    (the ``Failure`` condition's when it failed, else the ``Progressing`` one's) and message."""
+    same reason) as a status, an Event when the cache became Available or Failed (a change from the
+    ``status`` recorded in ``previous``), and its row's reason (the ``Failure`` condition's when it failed,
+    else the ``Progressing`` one's) and message."""
     if failure is not None and (obs.failure is None or obs.failure.reason != failure.reason):
         obs = failed(obs, failure, obs.failed_at or now)
-    previous = previous or {}
     status = cache_status(previous, obs, policy, now)
-    changed = status["status"] != previous.get("status")
+    changed = status["status"] != recorded_state(previous)
     events: tuple[CacheEvent, ...] = ()
     if changed and status["status"] == "Available":
         events = (CacheEvent("CacheAvailable", f"{source_uri} is in PVC {obs.pvc_name}"),)

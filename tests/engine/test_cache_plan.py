@@ -64,6 +64,11 @@ def typed(cache: dict) -> ModelCache:
     return ModelCache.model_validate(cache)
 
 
+def previous(status: dict) -> ModelCacheStatus | None:
+    """A status as the warm-caches flow hands it to the engine: read tolerantly by the boundary."""
+    return typed({**CACHE, "status": status}).status
+
+
 def obs(**changes: object) -> Observation:
     base = dict(generation=2, pvc_name="llama-cache", pvc_phase="Bound", fill=FillState.NONE, attempts=0)
     base.update(changes)
@@ -81,16 +86,75 @@ def test_status_goes_pending_progressing_available() -> None:
     assert conditions(pending)["StorageReady"] == ("False", "PVCPending")
     assert conditions(pending)["Failure"] == ("False", "NoFailure")
 
-    running = cache_status(pending, obs(fill=FillState.RUNNING, attempts=1), POLICY, NOW + timedelta(seconds=5))
+    running = cache_status(
+        previous(pending), obs(fill=FillState.RUNNING, attempts=1), POLICY, NOW + timedelta(seconds=5)
+    )
     assert running["status"] == "Progressing"
     assert conditions(running)["Ready"] == ("False", "Downloading")
     assert conditions(running)["StorageReady"] == ("True", "PVCBound")
 
     done = cache_status(
-        {**running, "lastUsed": "2026-11-01T00:00:00Z"}, obs(fill=FillState.SUCCEEDED, attempts=1), POLICY, NOW
+        previous({**running, "lastUsed": "2026-11-01T00:00:00Z"}),
+        obs(fill=FillState.SUCCEEDED, attempts=1),
+        POLICY,
+        NOW,
     )
     assert done["status"] == "Available" and done["lastUsed"] == "2026-11-01T00:00:00Z"
     assert conditions(done)["Ready"] == ("True", "Warm")
+
+
+def test_the_typed_previous_status_keeps_transition_times_and_last_used() -> None:
+    """cache_status reads the previous status as the boundary parsed it: a condition whose status does not
+    change keeps its lastTransitionTime (as written, to the second), the others move to now, lastUsed is
+    kept; a condition that does not parse is read as absent (it is set anew), not a crash."""
+    from engine.api.validate import with_status
+
+    old = "2026-01-02T03:04:05Z"
+    written = {
+        "status": "Progressing",
+        "lastUsed": "2026-11-01T00:00:00Z",
+        "conditions": [
+            {"type": "StorageReady", "status": "True", "reason": "PVCBound", "message": "m", "lastTransitionTime": old},
+            {"type": "Ready", "status": "False", "reason": "Downloading", "message": "m", "lastTransitionTime": old},
+            {
+                "type": "Progressing",
+                "status": "True",
+                "reason": "Downloading",
+                "message": "m",
+                "lastTransitionTime": old,
+            },
+            {"type": "Failure", "status": "False", "reason": "NoFailure", "message": "m", "lastTransitionTime": old},
+        ],
+    }
+    parsed, dropped = with_status(typed(CACHE), written)
+    assert dropped == [] and isinstance(parsed, ModelCache)
+    done = cache_status(parsed.status, obs(fill=FillState.SUCCEEDED, attempts=1), POLICY, NOW)
+    times = {c["type"]: c["lastTransitionTime"] for c in done["conditions"]}
+    assert times == {
+        "StorageReady": old,
+        "Ready": "2026-11-23T10:00:00Z",
+        "Progressing": "2026-11-23T10:00:00Z",
+        "Failure": old,
+    }
+    assert [c["type"] for c in done["conditions"]] == ["StorageReady", "Ready", "Progressing", "Failure"]
+    assert done["lastUsed"] == "2026-11-01T00:00:00Z"
+
+    broken = {**written, "conditions": [{**written["conditions"][0], "status": "Maybe"}, *written["conditions"][1:]]}
+    parsed, dropped = with_status(typed(CACHE), broken)
+    assert dropped == ["status.conditions[0]"] and isinstance(parsed, ModelCache)
+    again = cache_status(parsed.status, obs(fill=FillState.SUCCEEDED, attempts=1), POLICY, NOW)
+    assert {c["type"]: c["lastTransitionTime"] for c in again["conditions"]}["Failure"] == old
+    assert {c["type"]: c["lastTransitionTime"] for c in again["conditions"]}["StorageReady"] == "2026-11-23T10:00:00Z"
+
+
+def test_a_status_without_a_recorded_state_is_not_read_as_pending() -> None:
+    """A status holding only lastUsed (a rollout wrote it before any pass) records no state: the first pass's
+    Pending is a change (a Prefect event), not the API model's default ``Pending``."""
+    first = pass_outcome(previous({"lastUsed": "2026-11-01T00:00:00Z"}), obs(pvc_phase=None), None, POLICY, NOW, "u")
+    assert first.status["status"] == "Pending" and first.changed
+    assert first.status["lastUsed"] == "2026-11-01T00:00:00Z"
+    assert not pass_outcome(previous(first.status), obs(pvc_phase=None), None, POLICY, NOW, "u").changed
+    assert pass_outcome(None, obs(pvc_phase=None), None, POLICY, NOW, "u").changed
 
 
 def test_a_failure_is_retried_with_backoff_then_given_up() -> None:
@@ -393,14 +457,16 @@ def test_pvc_size_for_names_the_field_at_fault() -> None:
 def test_a_pass_ends_with_the_status_its_transition_events_and_its_row() -> None:
     """engine.caches.plan.pass_outcome decides what the warm-caches flow writes at the end of a pass."""
     broke = Failure("DownloadFailed", "403 from the hub")
-    outcome = pass_outcome({"status": "Progressing"}, obs(attempts=1), broke, POLICY, NOW, "hf://org/llama")
+    outcome = pass_outcome(previous({"status": "Progressing"}), obs(attempts=1), broke, POLICY, NOW, "hf://org/llama")
     assert outcome.changed and outcome.status["status"] == "Failed" and outcome.obs.failed_at == NOW
     assert outcome.events == (CacheEvent("DownloadFailed", "403 from the hub", warning=True),)
     assert (outcome.reason, outcome.message) == ("DownloadFailed", "403 from the hub")
-    again = pass_outcome(outcome.status, outcome.obs, broke, POLICY, NOW + timedelta(minutes=1), "hf://org/llama")
+    again = pass_outcome(
+        previous(outcome.status), outcome.obs, broke, POLICY, NOW + timedelta(minutes=1), "hf://org/llama"
+    )
     assert not again.changed and again.events == () and again.obs.failed_at == NOW  # the same failure: no new time
     warm = pass_outcome(
-        outcome.status,
+        previous(outcome.status),
         obs(attempts=1, fill=FillState.SUCCEEDED, pvc_phase="Bound"),
         None,
         POLICY,

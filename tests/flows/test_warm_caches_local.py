@@ -13,7 +13,7 @@ import yaml
 
 from engine.caches.identity import CACHE_MARKER
 from flows.warm_caches import warm_caches
-from tasks.cluster import LocalCluster
+from tasks.cluster import LocalCluster, ObjectRef
 from tasks.warm_caches import local_volume
 from tests.servers.hftest.fixture import HfServer
 from tests.servers.s3test.fixture import S3Server
@@ -490,3 +490,37 @@ def test_consumers_are_read_as_api_models_and_an_invalid_one_is_reported_by_its_
     marked = LocalCluster(cluster_dir).get(aim, "AIMService", "no", NS)["status"]
     assert marked["status"] == "Failed" and marked["conditions"][-1]["reason"] == "InvalidSpec"
     assert marked["conditions"][-1]["message"].startswith("spec.cacheModel")
+
+
+def test_a_refill_keeps_unchanged_transition_times_and_last_used(
+    prefect_harness: None, s3_server: S3Server, cluster_dir: pathlib.Path
+) -> None:
+    """The engine decides from the typed previous status (as read, then as the pass's own writes returned it):
+    a condition whose status does not change keeps its lastTransitionTime and lastUsed is kept, through a
+    pass that writes the cache twice (its fill count, then Progressing) before it is Available again."""
+    uri = s3_model(s3_server)
+    write(
+        cluster_dir,
+        "cache.yaml",
+        secret("s3-creds", id=s3_server.access_key, secret=s3_server.secret_key),
+        *namespace_config(s3_server),
+        model_cache("tiny", uri),
+    )
+    warm_caches(cluster=str(cluster_dir))
+    local = LocalCluster(cluster_dir)
+    filled = cache(cluster_dir, "tiny")
+    old = "2020-01-01T00:00:00Z"
+    aged = [{**c, "lastTransitionTime": old} for c in filled["status"]["conditions"]]
+    local.patch_status(
+        ObjectRef.of(filled), {"conditions": aged, "lastUsed": "2026-01-02T03:04:05Z"}
+    )  # as a rollout and earlier passes left it
+    (local_volume(local, NS, "tiny-cache") / CACHE_MARKER).unlink()  # the files must be fetched again
+
+    report = warm_caches(cluster=str(cluster_dir))
+
+    stored = cache(cluster_dir, "tiny")
+    assert [r.action for r in report.rows] == ["filled in-process (attempt 2)"]
+    assert stored["status"]["status"] == "Available" and stored["status"]["lastUsed"] == "2026-01-02T03:04:05Z"
+    times = {c["type"]: c["lastTransitionTime"] for c in stored["status"]["conditions"]}
+    assert times["StorageReady"] == old and times["Failure"] == old  # unchanged through the whole pass
+    assert times["Ready"] != old and times["Progressing"] != old  # they went through Progressing
