@@ -28,6 +28,13 @@ def write(cluster: pathlib.Path, name: str, *docs: dict[str, Any]) -> None:
     (cluster / name).write_text(yaml.safe_dump_all(docs, sort_keys=False))
 
 
+def write_with_s3(cluster: pathlib.Path, s3: S3Server, *docs: dict[str, Any]) -> None:
+    """``cache.yaml``: the S3 credentials Secret and the namespace's S3 endpoint config, then ``docs``."""
+    write(
+        cluster, "cache.yaml", secret("s3-creds", id=s3.access_key, secret=s3.secret_key), *namespace_config(s3), *docs
+    )
+
+
 def s3_model(s3: S3Server) -> str:
     bucket = s3.new_bucket()
     client = s3.client()
@@ -115,13 +122,7 @@ def test_an_s3_cache_is_sized_created_filled_and_verified(
     prefect_harness: None, s3_server: S3Server, cluster_dir: pathlib.Path
 ) -> None:
     uri = s3_model(s3_server)
-    write(
-        cluster_dir,
-        "cache.yaml",
-        secret("s3-creds", id=s3_server.access_key, secret=s3_server.secret_key),
-        *namespace_config(s3_server),
-        model_cache("tiny", uri),
-    )
+    write_with_s3(cluster_dir, s3_server, model_cache("tiny", uri))
 
     report = warm_caches(cluster=str(cluster_dir))
 
@@ -238,14 +239,7 @@ def test_a_volume_too_small_fails_before_downloading(
         "spec": {"accessModes": ["ReadWriteMany"], "resources": {"requests": {"storage": "512Ki"}}},
         "status": {"phase": "Bound", "capacity": {"storage": "512Ki"}},
     }
-    write(
-        cluster_dir,
-        "cache.yaml",
-        secret("s3-creds", id=s3_server.access_key, secret=s3_server.secret_key),
-        *namespace_config(s3_server),
-        model_cache("tiny", uri, size="1Gi"),
-        small,
-    )
+    write_with_s3(cluster_dir, s3_server, model_cache("tiny", uri, size="1Gi"), small)
 
     warm_caches(cluster=str(cluster_dir))
 
@@ -276,15 +270,7 @@ def test_consumers_share_one_cache_and_a_persons_cache_is_adopted(
         "metadata": {"name": "chat", "namespace": NS},
         "spec": {"model": "m", "templateRef": "t"},
     }
-    write(
-        cluster_dir,
-        "cache.yaml",
-        secret("s3-creds", id=s3_server.access_key, secret=s3_server.secret_key),
-        *namespace_config(s3_server),
-        template,
-        service,
-        model_cache("mine", uri, size="1Gi"),
-    )
+    write_with_s3(cluster_dir, s3_server, template, service, model_cache("mine", uri, size="1Gi"))
 
     report = warm_caches(cluster=str(cluster_dir))
 
@@ -369,13 +355,8 @@ def test_an_invalid_source_fails_with_the_field_and_others_proceed(
     prefect_harness: None, s3_server: S3Server, cluster_dir: pathlib.Path
 ) -> None:
     uri = s3_model(s3_server)
-    write(
-        cluster_dir,
-        "cache.yaml",
-        secret("s3-creds", id=s3_server.access_key, secret=s3_server.secret_key),
-        *namespace_config(s3_server),
-        model_cache("bad", "ftp://nowhere/model", size="1Gi"),
-        model_cache("good", uri),
+    write_with_s3(
+        cluster_dir, s3_server, model_cache("bad", "ftp://nowhere/model", size="1Gi"), model_cache("good", uri)
     )
 
     warm_caches(cluster=str(cluster_dir))
@@ -411,13 +392,7 @@ def test_a_kthena_backend_without_cache_uri_gets_a_new_shared_cache(
             ]
         },
     }
-    write(
-        cluster_dir,
-        "cache.yaml",
-        secret("s3-creds", id=s3_server.access_key, secret=s3_server.secret_key),
-        *namespace_config(s3_server),
-        model,
-    )
+    write_with_s3(cluster_dir, s3_server, model)
 
     report = warm_caches(cluster=str(cluster_dir))
 
@@ -460,16 +435,7 @@ def test_consumers_are_read_as_api_models_and_an_invalid_one_is_reported_by_its_
         "metadata": {"name": "odd", "namespace": NS},
         "spec": {"backends": {"name": "vllm", "type": "vLLM", "modelURI": "hf://org/other"}},
     }
-    write(
-        cluster_dir,
-        "cache.yaml",
-        secret("s3-creds", id=s3_server.access_key, secret=s3_server.secret_key),
-        *namespace_config(s3_server),
-        template,
-        good,
-        no,
-        kthena,
-    )
+    write_with_s3(cluster_dir, s3_server, template, good, no, kthena)
 
     with collecting() as rejected:
         report = warm_caches(cluster=str(cluster_dir))
@@ -499,13 +465,7 @@ def test_a_refill_keeps_unchanged_transition_times_and_last_used(
     a condition whose status does not change keeps its lastTransitionTime and lastUsed is kept, through a
     pass that writes the cache twice (its fill count, then Progressing) before it is Available again."""
     uri = s3_model(s3_server)
-    write(
-        cluster_dir,
-        "cache.yaml",
-        secret("s3-creds", id=s3_server.access_key, secret=s3_server.secret_key),
-        *namespace_config(s3_server),
-        model_cache("tiny", uri),
-    )
+    write_with_s3(cluster_dir, s3_server, model_cache("tiny", uri))
     warm_caches(cluster=str(cluster_dir))
     local = LocalCluster(cluster_dir)
     filled = cache(cluster_dir, "tiny")
