@@ -1,7 +1,12 @@
 """One worker per shared fixture: under ``pytest -n N --dist loadgroup`` (./dev.sh test), every test of a module that
 uses a module-, class- or package-scoped fixture (a Prefect server, a private API server, a deployed pool) is
 marked ``xdist_group`` by its module, so the fixture starts once, as in a serial run; the other tests spread
-one by one. tests/test_grouping.py checks that pytest-xdist honours the marks with the installed pytest."""
+one by one. tests/test_grouping.py checks that pytest-xdist honours the marks with the installed pytest.
+
+pytest-xdist hands out the groups first (the largest first) and then the single tests in collection order, so a
+long test collected last ends the run alone on one worker while the others idle. Single tests that run a flow
+or start a command (they use the worker's Prefect API) take seconds to minutes; the pure ones take
+milliseconds. The flow tests are therefore collected first and the pure ones fill the gaps at the end."""
 
 from __future__ import annotations
 
@@ -25,3 +30,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         )
         if shares:
             item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::")[0]))
+    items.sort(key=lambda item: not runs_flows(item))  # stable: each part keeps its collection order
+
+
+def runs_flows(item: pytest.Item) -> bool:
+    """Whether the test runs a flow or starts a command: it uses the worker's Prefect API."""
+    return bool({"prefect_api", "prefect_harness"} & set(getattr(item, "fixturenames", ())))
