@@ -53,16 +53,17 @@ def set_conditions(
     previous ones, typed (a parsed status) or as written."""
     current: list[Condition | dict[str, Any]] = list(conditions)
     for update in updates:
-        updated = set_condition(
-            [*current],
-            update.type,
-            _condition_status(update.status),
-            update.reason,
-            update.message,
-            now,
-            observed_generation=observed_generation,
-        )
-        current = [_as_json(c) for c in updated]
+        current = [
+            *set_condition(
+                current,
+                update.type,
+                _condition_status(update.status),
+                update.reason,
+                update.message,
+                now,
+                observed_generation=observed_generation,
+            )
+        ]
     return [_as_json(c) for c in current]
 
 

@@ -251,8 +251,9 @@ class PersistentVolumeClaim(View):
         return self.status.capacity.get("storage") or self.spec.resources.requests.get("storage")
 
 
-class JobCondition(View):
-    """One ``batch/v1`` JobCondition (``Complete``, ``Failed``, ``SuccessCriteriaMet``, ``FailureTarget``)."""
+class ConditionView(View):
+    """A status condition as a controller reports it (any field may be absent): a Job's (``Complete``,
+    ``Failed``, ``SuccessCriteriaMet``, ``FailureTarget``), an InferenceService's, an HTTPRoute parent's."""
 
     type: str | None = None
     status: str | None = None
@@ -263,7 +264,7 @@ class JobCondition(View):
 class JobStatus(View):
     """A Job's status, as far as how it ended goes."""
 
-    conditions: list[JobCondition] = Field(default_factory=list)
+    conditions: list[ConditionView] = Field(default_factory=list)
 
 
 class Job(View):
@@ -395,15 +396,6 @@ class OwnedMeta(MetaView):
             if ref.controller:
                 return ref.uid
         return None
-
-
-class ConditionView(View):
-    """A status condition as a controller reports it (any field may be absent)."""
-
-    type: str | None = None
-    status: str | None = None
-    reason: str | None = None
-    message: str | None = None
 
 
 class Observed(View):
