@@ -1,4 +1,5 @@
-"""Request traces for the simulator: parsing CSV rows, slicing, time compression, rate scaling, model split.
+"""Request traces for the simulator: parsing CSV rows, slicing, time compression, rate scaling, a day-shaped
+envelope, model split.
 
 A trace is a CSV with a header and one row per request: an arrival timestamp, prompt tokens and
 output tokens.  The Azure LLM inference trace reads as it is (``TIMESTAMP,ContextTokens,
@@ -20,7 +21,7 @@ import numpy as np
 
 from engine.simulate.records import Trace
 
-__all__ = ["TraceError", "TraceShape", "parse_trace_rows", "shape_trace"]
+__all__ = ["TraceError", "TraceShape", "parse_trace_rows", "shape_trace", "wave_envelope"]
 
 _COLUMNS = {
     "time": ("timestamp", "time", "arrival", "arrival_time", "arrival_s"),
@@ -41,6 +42,15 @@ class TraceShape:
     ``compression`` divides inter-arrival times (2 = twice as fast); ``rate_scale`` multiplies the
     number of requests (below 1 by thinning, above 1 by adding jittered copies); ``model_shares``
     maps each model key to its weight (requests are assigned at random with these weights).
+
+    ``wave_floor`` gives the replay a day's shape: requests are kept with probability
+    ``floor + (1 - floor) * (1 - cos(2 pi t / period)) / 2`` (``t`` seconds from the slice's start as
+    replayed), so the rate goes from ``floor`` of the recorded one up to all of it at half the period and
+    back. 1.0 (the default) replays the trace as recorded.  ``wave_period_s`` is the period in replayed
+    seconds, ``None`` = the slice's length.  Why: a recorded hour varies little (the conversation trace's
+    per-minute CV is 0.22), so no policy that follows the load can save much over static provisioning
+    on it; a day's swing is where following the load pays, and thinning a real trace keeps its
+    request sizes and burst structure.
     """
 
     model_shares: Mapping[str, float]
@@ -49,6 +59,8 @@ class TraceShape:
     compression: float = 1.0
     rate_scale: float = 1.0
     seed: int = 0
+    wave_floor: float = 1.0
+    wave_period_s: float | None = None
 
     def __post_init__(self) -> None:
         if not self.model_shares or any(not (w > 0) for w in self.model_shares.values()):
@@ -57,6 +69,17 @@ class TraceShape:
             raise TraceError("compression and rate_scale must be > 0")
         if self.start_s < 0 or (self.duration_s is not None and not self.duration_s > 0):
             raise TraceError("start must be >= 0 and duration > 0")
+        if not 0 < self.wave_floor <= 1:
+            raise TraceError(
+                f"wave_floor must be > 0 and <= 1 (the low rate's share of the high), got {self.wave_floor}"
+            )
+        if self.wave_period_s is not None and not self.wave_period_s > 0:
+            raise TraceError(f"wave_period_s must be > 0, got {self.wave_period_s}")
+
+
+def wave_envelope(t: np.ndarray, floor: float, period_s: float) -> np.ndarray:
+    """The share of requests kept at replayed time ``t``: ``floor`` at 0 and at each full period, 1 at half of it."""
+    return floor + (1.0 - floor) * 0.5 * (1.0 - np.cos(2.0 * np.pi * t / period_s))
 
 
 def _column(header: Sequence[str], kind: str) -> int:
@@ -121,12 +144,14 @@ def parse_trace_rows(rows: Iterable[Sequence[str]]) -> tuple[np.ndarray, np.ndar
 
 
 def shape_trace(arrival_s: np.ndarray, in_tokens: np.ndarray, out_tokens: np.ndarray, shape: TraceShape) -> Trace:
-    """Slice, compress, scale and split a parsed trace into the simulator's :class:`Trace`."""
+    """Slice, compress, scale, thin to the day-shaped envelope and split a parsed trace into the simulator's
+    :class:`Trace` (each step drawn from one generator seeded by ``shape.seed``, so a seed gives one trace)."""
     rng = np.random.default_rng(shape.seed)
     end = math.inf if shape.duration_s is None else shape.start_s + shape.duration_s
     keep = (arrival_s >= shape.start_s) & (arrival_s < end)
     t = (arrival_s[keep] - shape.start_s) / shape.compression
     p, o = in_tokens[keep], out_tokens[keep]
+    length = shape.duration_s / shape.compression if shape.duration_s is not None else float(t.max(initial=0.0))
     if shape.rate_scale != 1.0:
         copies = np.floor(shape.rate_scale).astype(int)
         extra = rng.random(len(t)) < (shape.rate_scale - copies)
@@ -138,6 +163,10 @@ def shape_trace(arrival_s: np.ndarray, in_tokens: np.ndarray, out_tokens: np.nda
         first = np.zeros(len(t), dtype=bool)
         first[starts[repeat > 0]] = True
         t = t + np.where(first, 0.0, rng.uniform(0.0, gap, len(t)))
+    period = shape.wave_period_s if shape.wave_period_s is not None else length
+    if shape.wave_floor < 1.0 and period > 0:
+        kept = rng.random(len(t)) < wave_envelope(t, shape.wave_floor, period)
+        t, p, o = t[kept], p[kept], o[kept]
     if len(t) == 0:
         raise TraceError("the selected slice of the trace holds no requests")
     order = np.argsort(t, kind="stable")

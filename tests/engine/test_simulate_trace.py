@@ -1,12 +1,12 @@
 """Trace parsing and shaping: the Azure format as it is, other column spellings, slicing, compression,
-rate scaling, the model split, and errors that name the row or column."""
+rate scaling, the day-shaped envelope, the model split, and errors that name the row or column."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from engine.simulate.trace import TraceError, TraceShape, parse_trace_rows, shape_trace
+from engine.simulate.trace import TraceError, TraceShape, parse_trace_rows, shape_trace, wave_envelope
 
 AZURE = [
     ["TIMESTAMP", "ContextTokens", "GeneratedTokens"],
@@ -83,3 +83,58 @@ def test_shape_rejects_nonsense() -> None:
     t, p, o = arrays(10)
     with pytest.raises(TraceError, match="no requests"):
         shape_trace(t, p, o, TraceShape({"ns/m": 1.0}, start_s=100.0))
+
+
+def test_wave_keeps_the_envelope_share_per_interval() -> None:
+    t, p, o = arrays(60000)  # one request a second for 1,000 minutes
+    shape = TraceShape({"ns/m": 1.0}, wave_floor=0.2, wave_period_s=30000.0, seed=3)
+    trace = shape_trace(t, p, o, shape)
+    counts = np.bincount((trace.arrival_s // 600).astype(int), minlength=100)
+    middles = np.arange(100) * 600 + 300.0
+    expected = 600 * wave_envelope(middles, 0.2, 30000.0)
+    assert np.all(np.abs(counts - expected) < 5 * np.sqrt(expected) + 0.02 * expected)
+    assert counts[0] < 0.25 * 600 and counts[25] > 0.97 * 600  # the low point, then all kept at half the period
+
+
+def test_wave_period_defaults_to_the_slice_and_is_deterministic() -> None:
+    t, p, o = arrays(36000)
+    shape = TraceShape({"ns/m": 1.0}, start_s=6000.0, duration_s=24000.0, compression=2.0, wave_floor=0.3, seed=7)
+    first, second = shape_trace(t, p, o, shape), shape_trace(t, p, o, shape)
+    assert np.array_equal(first.arrival_s, second.arrival_s)
+    assert np.array_equal(first.model_index, second.model_index)
+    other = shape_trace(
+        t, p, o, TraceShape({"ns/m": 1.0}, start_s=6000.0, duration_s=24000.0, compression=2.0, wave_floor=0.3, seed=8)
+    )
+    assert not np.array_equal(first.arrival_s, other.arrival_s)
+    # period = the replayed slice, 12,000 s: low at both ends, everything kept in the middle
+    counts = np.bincount((first.arrival_s // 1200).astype(int), minlength=10)  # 2,400 requests per bin before thinning
+    assert counts[0] < 0.45 * 2400 and counts[-1] < 0.45 * 2400
+    assert counts[4] > 0.93 * 2400 and counts[5] > 0.93 * 2400
+
+
+@pytest.mark.parametrize("rate_scale", [1.0, 0.5, 2.5])
+def test_wave_floor_one_replays_as_recorded(rate_scale: float) -> None:
+    t, p, o = arrays(5000)
+    plain = shape_trace(t, p, o, TraceShape({"ns/a": 1.0, "ns/b": 2.0}, rate_scale=rate_scale, seed=2))
+    flat = shape_trace(
+        t,
+        p,
+        o,
+        TraceShape({"ns/a": 1.0, "ns/b": 2.0}, rate_scale=rate_scale, seed=2, wave_floor=1.0, wave_period_s=99.0),
+    )
+    for name in ("arrival_s", "in_tokens", "out_tokens", "model_index"):
+        assert np.array_equal(getattr(plain, name), getattr(flat, name))
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"wave_floor": 0.0}, "wave_floor must be > 0 and <= 1"),
+        ({"wave_floor": 1.5}, "wave_floor must be > 0 and <= 1"),
+        ({"wave_floor": float("nan")}, "wave_floor"),
+        ({"wave_floor": 0.5, "wave_period_s": 0.0}, "wave_period_s must be > 0"),
+    ],
+)
+def test_wave_rejects_nonsense(kwargs: dict[str, float], message: str) -> None:
+    with pytest.raises(TraceError, match=message):
+        TraceShape({"ns/m": 1.0}, **kwargs)
