@@ -52,6 +52,8 @@ PolicyName = Literal["modelplane", "saturation-only", "wva-greedy", "hpa", "stat
 RouterName = Literal["auto", "least-outstanding", "least-load", "least-latency"]
 PositiveFactor = Annotated[float, Field(gt=0)]
 """A multiplier that must be above zero."""
+ShareOfPeak = Annotated[float, Field(gt=0, le=1)]
+"""A share of the high rate: above zero, at most one."""
 HpaMetric = Literal["vllm:num_requests_waiting", "vllm:num_requests_running", "vllm:kv_cache_usage_perc"]
 
 
@@ -140,6 +142,8 @@ def simulate(
     rate_scale: PositiveFactor = 1.0,
     start_s: NonNegativeSeconds = 0.0,
     duration_s: PositiveSeconds | None = None,
+    wave_floor: ShareOfPeak = 1.0,
+    wave_period_s: PositiveSeconds | None = None,
     model_shares: dict[str, float] | None = None,
     interval_s: PositiveSeconds = SIMULATE_INTERVAL_S,
     startup_delay_s: NonNegativeSeconds = SIMULATE_STARTUP_DELAY_S,
@@ -164,6 +168,9 @@ def simulate(
         rate_scale: Multiply the number of requests (below 1 thins, above 1 adds jittered copies).
         start_s: Start of the trace slice, seconds after the first request.
         duration_s: Length of the slice in seconds (before compression); empty = to the end.
+        wave_floor: A day's shape: requests are thinned so the rate goes from this share of the recorded one up to
+            all of it and back (1 = as recorded); see docs/simulate.md.
+        wave_period_s: Period of that wave in replayed seconds; empty = the slice's length.
         model_shares: Weight of each model ('namespace/modelID') in the trace; empty = equal shares.
         interval_s: Control interval of every policy in simulated seconds (WVA's GLOBAL_OPT_INTERVAL: 60).
         startup_delay_s: Seconds a new replica takes to become ready (model load).
@@ -191,6 +198,8 @@ def simulate(
         "compression": compression,
         "rate_scale": rate_scale,
         "seed": seed,
+        "wave_floor": wave_floor,
+        "wave_period_s": wave_period_s,
     }
     config = SimConfig(interval_s=interval_s, startup_delay_s=startup_delay_s, seed=seed)
     scenario = read_inputs(
@@ -239,6 +248,8 @@ def simulate(
         "duration_s": round(scenario.trace.duration_s, 1),
         "compression": compression,
         "rate_scale": rate_scale,
+        "wave_floor": wave_floor,
+        "wave_period_s": wave_period_s,
         "interval_s": interval_s,
         "startup_delay_s": startup_delay_s,
         "seed": seed,

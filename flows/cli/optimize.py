@@ -127,6 +127,15 @@ def simulate(
     rate_scale: float = typer.Option(1.0, "--rate-scale", help="Multiply the number of requests."),
     start: float = typer.Option(0.0, help="Slice start, seconds after the first request."),
     duration: float | None = typer.Option(None, help="Slice length in seconds (before compression)."),
+    wave_floor: float = typer.Option(
+        1.0,
+        "--wave-floor",
+        help="A day's shape: thin the trace so its rate goes from this share of the recorded one to all of it "
+        "and back (0 < floor <= 1; 1 = as recorded).",
+    ),
+    wave_period: float | None = typer.Option(
+        None, "--wave-period", help="Period of the --wave-floor wave in replayed seconds (default: the slice's length)."
+    ),
     share: list[str] = typer.Option(
         [], "--share", help="MODEL=WEIGHT share of a model ('namespace/modelID') in the trace (repeatable)."
     ),
@@ -189,6 +198,8 @@ def simulate(
         rate_scale=rate_scale,
         start_s=start,
         duration_s=duration,
+        wave_floor=wave_floor,
+        wave_period_s=wave_period,
         model_shares=shares or None,
         interval_s=interval,
         startup_delay_s=startup_delay,

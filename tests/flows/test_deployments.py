@@ -325,6 +325,9 @@ BAD_VALUES: dict[str, list[dict[str, Any]]] = {
     "calibrate": [{"lookback": "1d"}, {"window": "5h"}, {"config_namespace": ""}],
     "simulate": [
         {"rate_scale": 0},
+        {"wave_floor": 0},
+        {"wave_floor": 1.5},
+        {"wave_period_s": 0},
         {"compression": -1},
         {"start_s": -1},
         {"duration_s": 0},

@@ -90,6 +90,25 @@ def test_cli_bad_input_exits_with_one_line(prefect_harness: None, tmp_path: path
     policy = CliRunner().invoke(app, ["simulate", "--cluster", str(EXAMPLES), "--trace", str(TRACE), "-p", "magic"])
     assert policy.exit_code == 2 and "unknown policy magic" in policy.output
 
+    wave = CliRunner().invoke(
+        app, ["simulate", "--cluster", str(EXAMPLES), "--trace", str(TRACE), "--wave-floor", "1.5", "--no-frontier"]
+    )
+    assert wave.exit_code == 2 and "wave_floor" in wave.output and "Traceback" not in wave.output
+
+
+def test_cli_wave_floor_gives_the_trace_a_days_shape(prefect_harness: None, tmp_path: pathlib.Path) -> None:
+    def requests(*extra: str) -> dict[str, object]:
+        out = tmp_path / f"r{len(extra)}"
+        args = ["simulate", "--cluster", str(EXAMPLES), "--trace", str(TRACE), "--duration", "240", "-p", "static-peak"]
+        result = CliRunner().invoke(app, [*args, "--no-frontier", "--output", str(out), *extra])
+        assert result.exit_code == 0, result.output
+        return json.loads((out / "summary.json").read_text())["settings"]
+
+    recorded, shaped = requests(), requests("--wave-floor", "0.3")
+    assert recorded["wave_floor"] == 1.0 and shaped["wave_floor"] == 0.3 and shaped["wave_period_s"] is None
+    # Kept on average 0.3 + 0.7 / 2 = 65 % of the requests over one period (the slice).
+    assert 0.55 * recorded["requests"] < shaped["requests"] < 0.75 * recorded["requests"]
+
 
 def test_same_inputs_and_seed_give_the_same_report_byte_for_byte(prefect_harness: None, tmp_path: pathlib.Path) -> None:
     def run(name: str, seed: int) -> dict[str, bytes]:
