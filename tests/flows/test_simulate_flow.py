@@ -108,6 +108,8 @@ def test_cli_wave_floor_gives_the_trace_a_days_shape(prefect_harness: None, tmp_
     assert recorded["wave_floor"] == 1.0 and shaped["wave_floor"] == 0.3 and shaped["wave_period_s"] is None
     # Kept on average 0.3 + 0.7 / 2 = 65 % of the requests over one period (the slice).
     assert 0.55 * recorded["requests"] < shaped["requests"] < 0.75 * recorded["requests"]
+    # The day's swing is what a load follower can save on: the bound falls with it.
+    assert 0.0 < shaped["follower_bound"] < recorded["follower_bound"] <= 1.0
 
 
 def test_same_inputs_and_seed_give_the_same_report_byte_for_byte(prefect_harness: None, tmp_path: pathlib.Path) -> None:
