@@ -12,7 +12,9 @@ that holds ``c`` requests per replica in every interval has weighted load ``c``,
 static's is ``mean(r)^2 / mean(r^2) = 1 / (1 + CV^2)``.  Ignored, each in the follower's favour: the
 start-up delay (it knows each interval's arrivals in time), whole replicas (it may run 2.4), and
 within-interval bursts.  A real policy therefore costs more than this; a trace whose bound is above
-0.85 cannot meet the 0.85x bar with any load follower.
+0.85 cannot meet the 0.85x bar with any load follower.  It is an estimate, not a proof: where attainment
+is not linear in the load (or static provisioning sits at an unusually cheap point), a schedule can come
+in slightly below it (docs/simulate.md measures it against the clairvoyant oracle).
 
 Pure: no I/O, no clock.
 """
