@@ -438,7 +438,7 @@ def render_acceptance(command: str, trace_path: str, result: dict[str, Any]) -> 
         "`floor + (1 - floor) (1 - cos(2 pi t / T)) / 2`, T = the slice's length, so the rate goes from `floor` of the "
         "recorded one up to all of it at mid-slice and back, then scaled as named (the copies before the thinning). "
         "Follower bound = `mean(r)^2 / mean(r^2)` of the arrivals per 60 s (`engine.simulate.follower`): what an ideal "
-        "load follower costs against static provisioning at equal attainment; above 0.85 no load follower meets the bar.",
+        "load follower costs against static provisioning at equal attainment (an estimate); above 0.85 no load follower is expected to meet the bar.",
         "",
         "| trace | seed | requests | follower bound | Modelplane attainment | static peak attainment | difference (points) | Modelplane cost | static peak cost | cost ratio | bar | oracle at the bar's attainment / static |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|",
