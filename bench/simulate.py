@@ -371,6 +371,15 @@ def _curve(outcomes: list[PolicyOutcome]) -> str:
     return "; ".join(f"{o.attainment:.1%} at {o.cost:.1f}" for o in sorted(outcomes, key=lambda o: o.cost))
 
 
+def _pair_cells(row: dict[str, Any]) -> str:
+    """The cells every acceptance table shares: requests, follower bound, Modelplane against static peak, the verdict."""
+    mp, st = row["modelplane"], row["static"]
+    return (
+        f"{row['requests']:,} | {row['bound']:.3f} | {mp.attainment:.1%} | {st.attainment:.1%} | "
+        f"{100 * (mp.attainment - st.attainment):+.1f} | {mp.cost:.1f} | {st.cost:.1f} | {mp.cost / st.cost:.2f} | {_verdict(mp, st)}"
+    )
+
+
 def render_acceptance(command: str, trace_path: str, result: dict[str, Any]) -> str:
     """The acceptance section (written to docs/simulate.md and docs/benchmarks.md)."""
     lines = [
@@ -412,11 +421,7 @@ def render_acceptance(command: str, trace_path: str, result: dict[str, Any]) -> 
         "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in result["rows"]:
-        mp, st = r["modelplane"], r["static"]
-        lines.append(
-            f"| {r['rate']:g}x | {r['seed']} | {r['requests']:,} | {r['bound']:.3f} | {mp.attainment:.1%} | {st.attainment:.1%} | "
-            f"{100 * (mp.attainment - st.attainment):+.1f} | {mp.cost:.1f} | {st.cost:.1f} | {mp.cost / st.cost:.2f} | {_verdict(mp, st)} |"
-        )
+        lines.append(f"| {r['rate']:g}x | {r['seed']} | {_pair_cells(r)} |")
     lines += [
         "",
         "### Tuning slice and held-out variants (seed 0; defaults chosen on the tuning slice only)",
@@ -425,11 +430,7 @@ def render_acceptance(command: str, trace_path: str, result: dict[str, Any]) -> 
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in result["held"]:
-        mp, st = r["modelplane"], r["static"]
-        lines.append(
-            f"| {r['trace']} | {r['requests']:,} | {r['bound']:.3f} | {mp.attainment:.1%} | {st.attainment:.1%} | {100 * (mp.attainment - st.attainment):+.1f} | "
-            f"{mp.cost:.1f} | {st.cost:.1f} | {mp.cost / st.cost:.2f} | {_verdict(mp, st)} |"
-        )
+        lines.append(f"| {r['trace']} | {_pair_cells(r)} |")
     lines += [
         "",
         "### Day-shaped variants (seeds 0, 1, 2; fixed before any was replayed, held-out rows never choose a default)",
@@ -444,11 +445,8 @@ def render_acceptance(command: str, trace_path: str, result: dict[str, Any]) -> 
         "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in result["day"]:
-        mp, st = r["modelplane"], r["static"]
         lines.append(
-            f"| {r['trace']} | {r['seed']} | {r['requests']:,} | {r['bound']:.3f} | {mp.attainment:.1%} | {st.attainment:.1%} | "
-            f"{100 * (mp.attainment - st.attainment):+.1f} | {mp.cost:.1f} | {st.cost:.1f} | {mp.cost / st.cost:.2f} | {_verdict(mp, st)} | "
-            f"{_ratio(cost_at_bar(r['oracle'], st), st)} |"
+            f"| {r['trace']} | {r['seed']} | {_pair_cells(r)} | {_ratio(cost_at_bar(r['oracle'], r['static']), r['static'])} |"
         )
     lines += [
         "",
