@@ -59,11 +59,45 @@ def example_cluster(tmp_path: pathlib.Path) -> pathlib.Path:
     return target
 
 
-def wait_until_idle(platform: PrefectServer, stored: dict[str, Any], entry: dict[str, Any]) -> None:
-    """Let a run an earlier test's event chained into this deployment end first: with CANCEL_NEW it would
-    otherwise cancel the run the test starts."""
+def wait_until_idle(platform: PrefectServer, deployment_id: str, timeout: float = 120) -> None:
+    """Wait until every run of the deployment has ended: a run still going (a chained run, a queued one) holds
+    the deployment's one concurrency slot, and with CANCEL_NEW it would cancel the run a test starts next."""
     wait_for(
-        lambda: all((r.get("state") or {}).get("type") in TERMINAL for r in platform.runs(stored["id"])),
-        120,
-        f"{entry['name']} idle",
+        lambda: all((r.get("state") or {}).get("type") in TERMINAL for r in platform.runs(deployment_id)),
+        timeout,
+        f"the runs of deployment {deployment_id} to end",
     )
+
+
+def run_when_idle(
+    platform: PrefectServer,
+    deployment_id: str,
+    parameters: dict[str, Any],
+    attempts: int = 2,
+    idle_timeout: float = 120,
+    run_timeout: float = 240,
+) -> dict[str, Any]:
+    """Create a run of the deployment once it is idle and return the run in its final state. A run cancelled
+    because another one took the slot meanwhile (a slot still being released, a chained run arriving just after
+    we looked) is started again, up to ``attempts`` runs in all."""
+    for _attempt in range(attempts):
+        wait_until_idle(platform, deployment_id, idle_timeout)
+        run = platform.wait_for_run(platform.create_run(deployment_id, parameters)["id"], run_timeout)
+        if run["state"]["type"] != "CANCELLED":
+            break
+    return run
+
+
+def switch_automations(platform: PrefectServer, automations: list[dict[str, Any]], enabled: bool) -> None:
+    """Switch the given automations on or off (the server reloads its triggers when one changes)."""
+    for automation in automations:
+        platform.patch(f"/automations/{automation['id']}", {"enabled": enabled})
+
+
+def automations_of(platform: PrefectServer, deployment_id: str) -> list[dict[str, Any]]:
+    """The automations whose action runs the deployment (its prefect.yaml triggers)."""
+    return [
+        a
+        for a in platform.post("/automations/filter", {})
+        if any(action.get("deployment_id") == deployment_id for action in a["actions"])
+    ]

@@ -29,7 +29,7 @@ from flows.deployments import deployment_entries
 from flows.exitcodes import DEGRADED_STATE
 from tasks.cluster import LocalCluster
 from tasks.events import Subject
-from tests.flows.platform_deployed import deploy_on_process_pool, example_cluster
+from tests.flows.platform_deployed import deploy_on_process_pool, example_cluster, run_when_idle, switch_automations
 from tests.flows.platform_support import LOCAL_RUN_PARAMETERS
 from tests.flows.prefect_server import PrefectServer
 from tests.flows.test_deployments import BAD_VALUES, REQUIRED_SAMPLES
@@ -276,21 +276,6 @@ def not_submitted(run: dict[str, Any]) -> bool:
     )
 
 
-def catch_up_run(platform: PrefectServer, deployment_id: str, namespaces: list[str]) -> dict[str, Any]:
-    """One run over ``namespaces``, as the deployment's schedule starts when a chained run was lost, once the
-    chained runs have ended (a run cancelled because a slot was still being released is started again)."""
-    for _attempt in range(3):
-        wait_for(
-            lambda: all((r.get("state") or {}).get("type") in TERMINAL for r in platform.runs(deployment_id)),
-            300,
-            "the chained runs to end",
-        )
-        run = platform.wait_for_run(platform.create_run(deployment_id, {"namespaces": namespaces})["id"], 600)
-        if run["state"]["type"] != "CANCELLED":
-            return run
-    return run
-
-
 def reconciled(cluster: pathlib.Path, namespaces: list[str]) -> dict[str, bool]:
     """For every AIMService and Model in ``namespaces``: whether its status observed its generation."""
     view = LocalCluster(str(cluster))
@@ -330,8 +315,7 @@ def test_chained_events_across_namespaces_reconcile_everything_and_cancel_nothin
     others = [
         a for a in automations if a["enabled"] and not any(x.get("deployment_id") in ids.values() for x in a["actions"])
     ]
-    for automation in others:
-        platform.patch(f"/automations/{automation['id']}", {"enabled": False})
+    switch_automations(platform, others, enabled=False)
     before = {run["id"] for name in chained for run in platform.runs(ids[name])}
     started = time.monotonic()
     try:
@@ -375,10 +359,11 @@ def test_chained_events_across_namespaces_reconcile_everything_and_cancel_nothin
         for name in chained:  # what the deployment's schedule does next (this server's scheduler is off)
             runs[name] = [r for r in runs[name] if r not in unsubmitted[name]]
             if lost.get(name) or unsubmitted[name]:
-                runs[name].append(catch_up_run(platform, ids[name], namespaces))
+                # One run over the namespaces once the chained runs have ended, as the schedule would start.
+                catch_up = run_when_idle(platform, ids[name], {"namespaces": namespaces}, 3, 300, 600)
+                runs[name].append(catch_up)
     finally:
-        for automation in others:
-            platform.patch(f"/automations/{automation['id']}", {"enabled": True})
+        switch_automations(platform, others, enabled=True)
         for name in chained:
             platform.patch(f"/deployments/{ids[name]}", {"parameters": ENTRIES[name].get("parameters") or {}})
     states = {name: sorted(r["state"]["type"] for r in rs) for name, rs in runs.items()}

@@ -2,8 +2,8 @@
 deployments/prefect.yaml is registered with its schedule, constraints and triggers; the server enforces the
 parameter schema; Debian's chromium (headless, through selenium) finds every optimize parameter with its
 description on the UI's run form; served deployments run beside the pool; `modelplane deploy` creates the
-Kubernetes pool from the template. Runs of each flow are in test_platform_flow_runs.py, triggers and
-CANCEL_NEW in test_platform_events.py (each module has its own server, so they run in parallel).
+Kubernetes pool from the template. Runs of each flow, triggers and CANCEL_NEW are in test_platform_flow_runs.py
+(each module has its own server, so they run in parallel).
 """
 
 from __future__ import annotations
