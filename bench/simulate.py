@@ -24,7 +24,7 @@ from bench.engine import machine, write_section
 from engine.optimize.spec import parse_variant
 from engine.perf.queueing import SLO, PerfProfile, Workload, analyze
 from engine.simulate.calibrate import Unidentifiable, fit_profile, ramp_windows
-from engine.simulate.follower import arrival_counts, follower_bound
+from engine.simulate.follower import trace_follower_bound
 from engine.simulate.frontier import knob_settings, with_oracle_curves
 from engine.simulate.oracle import ORACLE_TARGETS, oracle_cost_at
 from engine.simulate.outcome import PolicyOutcome, summarize_outcome
@@ -348,7 +348,7 @@ def cost_at_bar(curve: list[PolicyOutcome], static: PolicyOutcome) -> float | No
 
 def trace_bound(scenario: Any) -> float:
     """The follower bound of a scenario's trace at its cycle length (engine.simulate.follower)."""
-    return follower_bound(arrival_counts(scenario.trace.arrival_s, scenario.config.interval_s))
+    return trace_follower_bound(scenario.trace, scenario.config.interval_s)
 
 
 def _verdict(mp: PolicyOutcome, static: PolicyOutcome) -> str:

@@ -29,7 +29,7 @@ from prefect.context import FlowRunContext
 from prefect.utilities.annotations import quote
 from pydantic import Field
 
-from engine.simulate.follower import arrival_counts, follower_bound
+from engine.simulate.follower import trace_follower_bound
 from engine.simulate.frontier import Limits, knob_settings, limits, with_oracle_curves
 from engine.simulate.outcome import PolicyOutcome, summarize_outcome
 from engine.simulate.policies import POLICIES, run_policy
@@ -252,7 +252,7 @@ def simulate(
         "wave_floor": wave_floor,
         "wave_period_s": wave_period_s,
         # What an ideal load follower could cost against static provisioning on this trace (docs/simulate.md).
-        "follower_bound": round(follower_bound(arrival_counts(scenario.trace.arrival_s, interval_s)), 3),
+        "follower_bound": round(trace_follower_bound(scenario.trace, interval_s), 3),
         "interval_s": interval_s,
         "startup_delay_s": startup_delay_s,
         "seed": seed,

@@ -23,7 +23,9 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["arrival_counts", "follower_bound"]
+from engine.simulate.records import Trace
+
+__all__ = ["arrival_counts", "follower_bound", "trace_follower_bound"]
 
 
 def arrival_counts(arrival_s: np.ndarray, interval_s: float) -> np.ndarray:
@@ -45,3 +47,9 @@ def follower_bound(counts: np.ndarray) -> float:
     x = np.asarray(counts, dtype=float)
     second = float(np.mean(x * x)) if len(x) else 0.0
     return 1.0 if second == 0.0 else float(np.mean(x)) ** 2 / second
+
+
+def trace_follower_bound(trace: Trace, interval_s: float) -> float:
+    """The follower bound of a replayed trace at the policies' control interval (what the report and the
+    benchmark print for it)."""
+    return follower_bound(arrival_counts(trace.arrival_s, interval_s))
