@@ -169,3 +169,43 @@ print(json.dumps({"imported": imported, "path": path, "loggers": loggers}))
     assert local["loggers"]["sqlalchemy"] == {"level": "CRITICAL"} and "prefect" in local["loggers"]
     assert run(PREFECT_API_URL="http://127.0.0.1:1/api")["path"] is None
     assert run(PREFECT_LOGGING_SETTINGS_PATH="mine.yml")["path"] == "mine.yml"
+
+
+def test_queued_events_reach_the_api_before_the_verdict(prefect_api: str) -> None:
+    """`exit_with_outcome` sends what Prefect's background workers hold before it prints the outcome: the
+    event emitted just before is stored by the API when the call returns, and the queue is empty (nothing is
+    left for the interpreter's exit, whose "Still processing items" warning came after the verdict)."""
+    import uuid
+
+    from prefect.client.orchestration import get_client
+    from prefect.events import emit_event
+    from prefect.events.filters import EventFilter, EventNameFilter, EventResourceFilter
+    from prefect.events.worker import EventsWorker
+
+    from flows.cli.common import send_queued_events_and_logs
+
+    resource = f"modelplane.test.{uuid.uuid4()}"
+    assert emit_event("modelplane.test.verdict", resource={"prefect.resource.id": resource}) is not None
+    running = list(EventsWorker._instances.values())  # noqa: SLF001  (the workers holding the event)
+    assert running
+    send_queued_events_and_logs()
+    assert all(worker._stopped and worker._queue.empty() for worker in running)  # noqa: SLF001
+
+    def stored() -> list[Any]:
+        with get_client(sync_client=True) as client:
+            page = client.request(
+                "POST",
+                "/events/filter",
+                json={
+                    "filter": EventFilter(
+                        event=EventNameFilter(name=["modelplane.test.verdict"]),
+                        resource=EventResourceFilter(id=[resource]),
+                    ).model_dump(mode="json"),
+                    "limit": 1,
+                },
+            ).json()
+        return page["events"]
+
+    from tests.waiting import wait_for
+
+    wait_for(stored, 30, "the event in the API")  # the API's event persister writes in batches

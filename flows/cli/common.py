@@ -212,10 +212,25 @@ def warn_degraded(problems: Sequence[str]) -> None:
         err.print(f"[yellow]degraded: {escape(problem)}[/yellow]", highlight=False, soft_wrap=True)
 
 
+def send_queued_events_and_logs() -> None:
+    """Send what the run queued for the Prefect API (events, then log lines) before the command's verdict.
+
+    Prefect's background workers otherwise send them at interpreter exit, after the verdict; on a loaded
+    machine their "Still processing items: N items remaining..." warning then became the command's last line
+    of stderr, where a person and a CI log look for the outcome."""
+    from prefect.events.worker import EventsWorker
+    from prefect.logging.handlers import APILogWorker
+
+    EventsWorker.drain_all(at_exit=False)
+    APILogWorker.drain_all(at_exit=False)
+
+
 def exit_with_outcome(problems: list[str]) -> None:
     """Print a degraded run's problems (and every object the boundary reader rejected during the command's
-    flow run, if it ran one) on stderr and exit DEGRADED (3); exit OK (0) otherwise."""
+    flow run, if it ran one) on stderr and exit DEGRADED (3); exit OK (0) otherwise. What the run queued for
+    the Prefect API is sent first, so the outcome is the last line."""
     problems = [*problems, *drain_rejections()]
+    send_queued_events_and_logs()
     warn_degraded(problems)
     raise typer.Exit(int(exit_code(problems)))
 
