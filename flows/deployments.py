@@ -17,6 +17,7 @@ import copy
 import datetime
 import json
 import pathlib
+import shlex
 import subprocess
 import sys
 import tempfile
@@ -178,13 +179,22 @@ def kubernetes_pool_template(path: pathlib.Path = WORK_POOL_TEMPLATE, image: str
     return template
 
 
-def process_pool_template(working_dir: pathlib.Path = REPO) -> dict[str, Any]:
+def process_pool_template(working_dir: pathlib.Path = REPO, python: str = sys.executable) -> dict[str, Any]:
     """Prefect's process-worker template with ``working_dir`` defaulting to this checkout, where the
-    prefect.yaml entrypoints resolve (the process pool's copy of prefect.yaml has no pull step)."""
+    prefect.yaml entrypoints resolve (the process pool's copy of prefect.yaml has no pull step), and the
+    flow-run command defaulting to Prefect's engine under ``python``, the interpreter Modelplane is installed in.
+
+    With no command, Prefect 3.8's process worker starts each run through its workspace supervisor, which
+    prepares a workspace (a ``uv run`` of the project when ``PREFECT_RUNNER_AUTO_INSTALL_DEPENDENCIES`` is on)
+    and then execs the same ``-m prefect.engine``: one more import of Prefect per run, about 2 s of CPU, for a
+    preparation this pool never uses (its runs are runs of this installation, in this checkout). A job
+    variable ``command`` still overrides it per deployment or run.
+    """
     from prefect.workers.process import ProcessWorker
 
     template = ProcessWorker.get_default_base_job_template()
     template["variables"]["properties"]["working_dir"]["default"] = str(working_dir)
+    template["variables"]["properties"]["command"]["default"] = f"{shlex.quote(python)} -m prefect.engine"
     return template
 
 

@@ -28,6 +28,9 @@ LOCAL_RUN_PARAMETERS: dict[str, dict[str, Any]] = {
     "discover-models": {"registry_mirrors": {"docker.io": f"oci-layout:{REPO / 'deployments' / 'example-images'}"}},
     # A short watch: the example's Models are announced from the watch's initial state.
     "watch-models": {"watch_seconds": 2},
+    # Five minutes of the trace and no knob sweep: these runs prove the deployment runs and what it may call;
+    # the replay itself and the frontier are tests/flows/test_simulate_flow.py's (about 11 s of CPU less a run).
+    "simulate": {"duration_s": 300, "frontier": False},
 }
 
 

@@ -73,6 +73,27 @@ def test_a_process_pool_copy_has_no_pull_step(tmp_path: pathlib.Path) -> None:
     assert other["pull"] == load_prefect_yaml()["pull"]
 
 
+def test_a_process_pool_runs_flows_with_the_installed_python_in_this_checkout() -> None:
+    """The process pool's template renders the engine command under this interpreter and this checkout as the
+    working directory: Prefect's process worker then starts the run directly, not through its workspace
+    supervisor (one more process importing Prefect per run; flows.deployments.process_pool_template)."""
+    import asyncio
+    import shlex
+    import sys
+
+    from prefect.workers.process import ProcessJobConfiguration
+
+    from flows.deployments import REPO, process_pool_template
+
+    rendered = asyncio.run(ProcessJobConfiguration.from_template_and_values(process_pool_template(), {}))
+    assert shlex.split(rendered.command or "") == [sys.executable, "-m", "prefect.engine"]
+    assert rendered.working_dir == REPO
+    overridden = asyncio.run(
+        ProcessJobConfiguration.from_template_and_values(process_pool_template(), {"command": "python -m x"})
+    )
+    assert overridden.command == "python -m x"
+
+
 def test_one_image_reference_from_the_package_version() -> None:
     """The image is named once (flows/image.py, tag = pyproject's version): prefect.yaml's job variable comes from
     its build step, the flows' defaults import it, and no other file names a tag of it (generated ones aside)."""
