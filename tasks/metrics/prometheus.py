@@ -165,7 +165,8 @@ class PrometheusMetrics:
         ``url`` (else ``PROMETHEUS_URL``); ``PROMETHEUS_TOKEN`` or ``PROMETHEUS_TOKEN_FILE`` (re-read on
         every query, as projected service-account tokens rotate); ``PROMETHEUS_CA_BUNDLE`` or
         ``PROMETHEUS_TLS_INSECURE=true``; ``PROMETHEUS_TIMEOUT_S``, ``PROMETHEUS_RETRIES``,
-        ``PROMETHEUS_BACKOFF_S``, ``PROMETHEUS_RATE_WINDOW``, ``PROMETHEUS_FALLBACK_WINDOW`` and
+        ``PROMETHEUS_BACKOFF_S``, ``PROMETHEUS_RATE_WINDOW``, ``PROMETHEUS_FALLBACK_WINDOW``,
+        ``PROMETHEUS_PEAK_WINDOW``, ``PROMETHEUS_CHANGE_WINDOW``, ``PROMETHEUS_NOISE_WINDOW`` and
         ``PROMETHEUS_MAX_AGE_S`` override the defaults (tests use ``PROMETHEUS_RATE_WINDOW=5s``).
         """
         env = os.environ if environ is None else environ
