@@ -31,7 +31,14 @@ from engine.simulate.outcome import PolicyOutcome, summarize_outcome
 from engine.simulate.policies import POLICIES, run_policy
 from engine.simulate.records import ReplicaGauges, SimConfig, Trace, VariantModel, poisson_trace
 from engine.simulate.replay import simulate
-from engine.simulate.scenario import build_scenario, model_slo, served_models, with_hpa_metric, with_ttft_percentile
+from engine.simulate.scenario import (
+    ROUTER_AUTO,
+    build_scenario,
+    model_slo,
+    served_models,
+    with_hpa_metric,
+    with_ttft_percentile,
+)
 from engine.simulate.trace import TraceShape, parse_trace_rows
 from flows.parameters import SYSTEM_NAMESPACE
 from tasks.simulate import plot_cost, plot_latency, plot_load_capacity, plot_replicas, read_description, read_trace
@@ -231,8 +238,12 @@ def simulation_scenario(
     prompt_scale: int = 1,
     percentile: str | None = None,
     wave_floor: float = 1.0,
+    router: str = ROUTER_AUTO,
 ) -> Any:
-    """The conversation trace (real pace) on deployments/simulation; reactive policies start from static peak's allocation."""
+    """The conversation trace (real pace) on deployments/simulation; reactive policies start from static peak's allocation.
+
+    The one scenario convention of the acceptance rows; bench.simulate_limits replays the same (with a router).
+    """
     description = read_description(str(SIMULATION), SYSTEM_NAMESPACE)
     if percentile is not None:
         description = with_ttft_percentile(description, percentile)
@@ -250,7 +261,8 @@ def simulation_scenario(
     )
     if prompt_scale != 1:
         trace = dataclasses.replace(trace, in_tokens=trace.in_tokens * prompt_scale)
-    scenario = build_scenario(description, trace, SimConfig(interval_s=60.0, startup_delay_s=120.0, seed=seed))
+    config = SimConfig(interval_s=60.0, startup_delay_s=120.0, seed=seed)
+    scenario = build_scenario(description, trace, config, router=router)
     return dataclasses.replace(scenario, start_from_static=True)
 
 

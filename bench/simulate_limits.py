@@ -6,6 +6,11 @@ attainment, and how much of the gap the gateway's router closes.
 
 Writes its section of docs/benchmarks.md (between the simulate-limits-bench markers) and the frontier plot
 docs/simulate/limits_frontier.png, and prints the tables.
+
+The simulation-cluster rows replay bench.simulate's scenario (``simulation_scenario``: the shipped defaults,
+seed 0, reactive policies starting from static peak's allocation), so their figures are the acceptance
+block's under the least-outstanding router. The inventory-short example cluster keeps the cold start from
+the manifests' replicas, as bench.simulate's five-policy comparison on it does.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ import time
 from typing import Any
 
 from bench.engine import machine, write_section
+from bench.simulate import simulation_scenario
 from engine.simulate.frontier import Limits, knob_settings, limits, with_oracle_curves
 from engine.simulate.oracle import attainment_ceiling
 from engine.simulate.outcome import PolicyOutcome, summarize_outcome
@@ -32,20 +38,27 @@ REPO = pathlib.Path(__file__).resolve().parents[1]
 PLOTS = REPO / "docs" / "simulate"
 START, END = "<!-- simulate-limits-bench:start -->", "<!-- simulate-limits-bench:end -->"
 DEFAULT_TRACE = "/work/shared/data/azure-llm-inference-2023-conv.csv"
+SIMULATION = REPO / "deployments" / "simulation"
 SCENARIOS = (
-    ("deployments/simulation, full trace at 1x", REPO / "deployments" / "simulation", 1.0, 1.0),
-    ("deployments/simulation, full trace at 2x rate", REPO / "deployments" / "simulation", 1.0, 2.0),
+    ("deployments/simulation, full trace at 1x", SIMULATION, 1.0, 1.0),
+    ("deployments/simulation, full trace at 2x rate", SIMULATION, 1.0, 2.0),
     ("deployments/examples (inventory-short), full trace compressed x1.2", REPO / "deployments" / "examples", 1.2, 1.0),
 )
 COMPARED = ("modelplane", "static-peak", "wva-greedy", "hpa")
 
 
 def scenario_for(cluster: pathlib.Path, trace_path: str, compression: float, rate: float, router: str) -> Scenario:
-    """The cluster and the trace (split evenly between the models, default seed) with the given router."""
+    """The cluster and the trace (split evenly between the models, seed 0) with the given router.
+
+    On the simulation cluster it is the acceptance rows' scenario (warm start from static peak); on the
+    example cluster the cold start from the manifests' replicas, as in bench.simulate's comparison there.
+    """
+    if cluster == SIMULATION and compression == 1.0:
+        return simulation_scenario(trace_path, rate_scale=rate, router=router)
     description = read_description(str(cluster), SYSTEM_NAMESPACE)
     models = served_models(description)
     trace = read_trace(trace_path, TraceShape({m: 1.0 for m in models}, compression=compression, rate_scale=rate))
-    return build_scenario(description, trace, SimConfig(), router=router)
+    return build_scenario(description, trace, SimConfig(interval_s=60.0, startup_delay_s=120.0), router=router)
 
 
 def replay(name: str, scenario: Scenario) -> tuple[PolicyOutcome, float]:
@@ -97,7 +110,7 @@ def frontier_of(cluster: pathlib.Path, trace_path: str, router: str) -> tuple[Li
 
 def long_prompt_ceiling(trace_path: str) -> dict[str, float]:
     """The ceiling of the long-prompt variant (every prompt x3) on the simulation cluster."""
-    scenario = scenario_for(REPO / "deployments" / "simulation", trace_path, 1.0, 1.0, "auto")
+    scenario = scenario_for(SIMULATION, trace_path, 1.0, 1.0, "auto")
     longer = dataclasses.replace(scenario.trace, in_tokens=scenario.trace.in_tokens * 3)
     return attainment_ceiling(dataclasses.replace(scenario, trace=longer))
 
@@ -123,7 +136,11 @@ def render(
         "the oracle's at the same attainment, interpolated on the oracle's frontier (targets 60-95 %); `outside` = "
         "the attainment is outside the range the oracle's points span. Routers (docs/simulate.md): "
         "`least-outstanding` (the gateway until now), `least-load` (llm-d / Kthena: queue + KV-cache utilisation), "
-        "`least-latency` (predicted TTFT/ITL against the SLO). Default settings, seed 0; the oracle sized for 90 %.",
+        "`least-latency` (predicted TTFT/ITL against the SLO). Default settings (Modelplane p80 of the achievable "
+        "requests), seed 0; the oracle sized for 90 %. On `deployments/simulation` every reactive policy starts "
+        "from static peak's allocation (`Scenario.start_from_static`), as in the acceptance rows below, so the "
+        "least-outstanding row repeats their seed-0 figures; on `deployments/examples` every policy starts cold "
+        "from the manifests' replicas (the inventory-short scenario of the five-policy comparison).",
         "",
     ]
     for block in measured:
@@ -186,7 +203,7 @@ def main(argv: list[str] | None = None) -> int:
     measured = [
         measure(label, cluster, args.trace, compression, rate) for label, cluster, compression, rate in SCENARIOS
     ]
-    frontier, frontier_s = frontier_of(REPO / "deployments" / "simulation", args.trace, "least-outstanding")
+    frontier, frontier_s = frontier_of(SIMULATION, args.trace, "least-outstanding")
     section = render(command, measured, frontier, frontier_s, long_prompt_ceiling(args.trace))
     print(section)
     if not args.no_write:

@@ -161,6 +161,8 @@ def cycle_inputs(
                 load.avg_out_tokens,
                 PromptDistribution.from_buckets(load.prompt_buckets) if load.prompt_buckets else None,
                 load.recent_peak_rps,
+                load.recent_change_rps,
+                load.change_noise_rps,
             )
         for key, samples in snapshot.pods.items():
             pods[(key.namespace, key.model_id)] = [PodSample(p.pod, p.kv_cache_usage, p.queue_length) for p in samples]

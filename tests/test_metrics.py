@@ -194,6 +194,49 @@ def test_collect_returns_the_prompt_histogram_and_the_recent_peak_rate(
     assert llama.recent_peak_rps == pytest.approx(8.0, rel=2 * TOLERANCE)
 
 
+def test_collect_returns_the_rates_recent_change_and_noise(
+    vllm_exporter: FakeVllmExporter, prometheus: PrometheusProcess
+) -> None:
+    """A rate falling step by step after a flat stretch is a sustained fall (engine.perf.load_trend); once it
+    is flat again it is not. The windows are the production ones scaled to the 5 s rate window."""
+    from engine.perf.load_trend import sustained_fall
+
+    client = PrometheusMetrics(
+        prometheus.url,
+        timeout_s=2,
+        retries=2,
+        backoff_s=0.05,
+        rate_window=RATE_WINDOW,
+        fallback_window=FALLBACK_WINDOW,
+        change_window="10s",
+        noise_window="60s",
+    )
+    falling = ModelKey("mt/falling", "mt-fall")
+
+    def falls(snapshot: MetricsSnapshot) -> bool:
+        load = snapshot.loads.get(falling)
+        return load is not None and sustained_fall(load.recent_change_rps, load.change_noise_rps)
+
+    try:
+        _set(vllm_exporter, falling, ["falling-0"], 24.0, 10, 10)
+        prometheus.wait_for_history('vllm:request_success_total{namespace="mt-fall"}', 6, timeout=20)
+        time.sleep(15)  # a flat stretch: the noise window sees changes near 0
+        for rate in (18.0, 12.0, 6.0):
+            _set(vllm_exporter, falling, ["falling-0"], rate, 10, 10)
+            time.sleep(5)
+        fell = _collect_until(client, [falling], falls, timeout=10).loads[falling]
+        assert fell.recent_change_rps is not None and fell.change_noise_rps is not None
+        assert fell.recent_change_rps < -2.0, fell
+        assert sustained_fall(fell.recent_change_rps, fell.change_noise_rps)
+
+        time.sleep(15)  # flat again at 6 req/s: the last changes are noise around 0
+        flat = client.collect([falling]).loads[falling]
+        assert flat.recent_change_rps is not None and abs(flat.recent_change_rps) < 1.5, flat
+        assert not sustained_fall(flat.recent_change_rps, flat.change_noise_rps)
+    finally:
+        vllm_exporter.remove_model(falling.model_id, falling.namespace)
+
+
 def test_pod_gauges_are_returned_per_pod(loaded: FakeVllmExporter, metrics: PrometheusMetrics) -> None:
     snapshot = metrics.collect([LLAMA, GRANITE])
 
@@ -311,6 +354,7 @@ def test_query_count_is_constant_and_defaults_follow_wva(
     assert with_instances == 3
     body = urllib.parse.unquote_plus(str(sent[0].body))
     assert "rate(vllm:request_success_total{" in body and "[1m]" in body and "[5m]" in body
+    assert "[3m:1m]" in body and "offset 1m" in body and "[2m:1m]" in body and "[30m:1m]" in body
     assert 'namespace=~"mt-a"' in body
     assert all(request.headers["Authorization"] == "Bearer tok-123" for request in sent)
 

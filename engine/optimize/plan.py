@@ -38,6 +38,7 @@ from engine.optimize.spec import (
     parse_variant,
     replica_cost,
 )
+from engine.perf.load_trend import sustained_fall
 from engine.perf.saturation import REASON_METRICS_AVAILABLE as METRICS_AVAILABLE
 from engine.perf.saturation import REASON_METRICS_UNAVAILABLE as METRICS_UNAVAILABLE
 from engine.perf.saturation import REASON_OPTIMIZATION_SUCCEEDED as REASON_SUCCEEDED
@@ -307,7 +308,12 @@ class Stabilized:
 
 
 def stabilize_scale_down(
-    desired: int, current: int, annotations: Mapping[str, str], default_window_s: float, now: datetime
+    desired: int,
+    current: int,
+    annotations: Mapping[str, str],
+    default_window_s: float,
+    now: datetime,
+    falling: bool = False,
 ) -> Stabilized:
     """Hold a scale-down until it has been recommended for a whole window (HPA's scale-down stabilization).
 
@@ -315,7 +321,9 @@ def stabilize_scale_down(
     the window and holds ``current``; once the window has passed, the target goes to the highest
     replica count recommended during it, so a recommendation flapping with the lag of ``rate()`` (2 -> 1
     -> 2 -> 1) never removes a replica it needs again a cycle later. The state is the
-    :data:`ANNOTATION_SCALE_DOWN_PENDING` annotation; ``changed`` says when it must be written.
+    :data:`ANNOTATION_SCALE_DOWN_PENDING` annotation; ``changed`` says when it must be written. With
+    ``falling`` (the model's rate is in a sustained fall, :func:`engine.perf.load_trend.sustained_fall`) the
+    scale-down passes at once: the window guards against noise, and the fall is not noise.
     """
     raw_pending = annotations.get(ANNOTATION_SCALE_DOWN_PENDING)
     pending = _parse_pending(raw_pending)
@@ -327,6 +335,9 @@ def stabilize_scale_down(
             window = default_window_s
     if desired >= current or window <= 0:
         return Stabilized(desired, "", None, raw_pending is not None)
+    if falling:
+        note = "; scale-down window skipped: the arrival rate fell beyond its noise in each recent interval"
+        return Stabilized(desired, note, None, raw_pending is not None)
     if pending is None:
         since, highest = now, desired
     else:
@@ -429,7 +440,10 @@ def plan_variants(inputs: CycleInputs) -> list[VariantDecision]:
             desired, reason, message, ready = _decide(
                 spec, current, model_based, saturation, metrics, idle, elsewhere, need
             )
-            stable = stabilize_scale_down(desired, current, spec.annotations, inputs.scale_down_window_s, inputs.now)
+            falling = load is not None and sustained_fall(load.recent_change_rps, load.change_noise_rps)
+            stable = stabilize_scale_down(
+                desired, current, spec.annotations, inputs.scale_down_window_s, inputs.now, falling
+            )
             if ready:
                 desired, message = stable.desired, message + stable.note
             cost = replica_cost(spec, inputs.accelerator_costs) * desired

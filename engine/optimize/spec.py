@@ -63,6 +63,11 @@ class ModelLoad:
     """Prompt-length histogram (``vllm:request_prompt_tokens_bucket``) for tail-aware sizing, when collected."""
     recent_peak_rps: float | None = None
     """Highest 1-minute arrival rate over the last start-up delay (see :mod:`engine.perf.load_peak`), when collected."""
+    recent_change_rps: float | None = None
+    """Largest 1-minute change of the arrival rate over the last intervals (negative: it fell in each; see
+    :mod:`engine.perf.load_trend`), when collected."""
+    change_noise_rps: float | None = None
+    """Median absolute 1-minute change of the arrival rate over the last half hour (the rate's noise), when collected."""
 
 
 @dataclass(frozen=True)

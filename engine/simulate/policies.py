@@ -47,6 +47,7 @@ from engine.optimize.scaling.recommendation import recommend, tolerance_from_per
 from engine.optimize.spec import CycleInputs, ModelLoad, PodSample, VariantSpec
 from engine.perf.load_hold import hold_rate
 from engine.perf.load_peak import peak_window_s, recent_peak
+from engine.perf.load_trend import rate_changes
 from engine.perf.queueing import Workload
 from engine.perf.saturation import SaturationConfigSet
 from engine.perf.tail_sizing import PromptDistribution
@@ -275,6 +276,8 @@ def modelplane_policy(scenario: Scenario, saturation_only: bool = False, load_sh
             # What max_over_time(rate(vllm:request_success_total[1m])[W:1m]) returns from Prometheus.
             rates = history.setdefault(key, [])
             rates.append(load.arrival_rate_rps)
+            # What the flow's max_over_time / quantile_over_time subqueries of the rate's changes return.
+            change, noise = rate_changes(rates)
             tokens = shape[key]
             loads[key] = dataclasses.replace(
                 load,
@@ -282,6 +285,8 @@ def modelplane_policy(scenario: Scenario, saturation_only: bool = False, load_sh
                 avg_out_tokens=tokens.avg_out_tokens or load.avg_out_tokens,
                 prompt_tokens=tokens.prompt_tokens,
                 recent_peak_rps=held(rates, obs.interval_s),
+                recent_change_rps=change,
+                change_noise_rps=noise,
             )
         decisions = plan_variants(dataclasses.replace(inputs, loads=loads))
         persist_stabilization(variants, decisions)

@@ -114,6 +114,8 @@ class PrometheusMetrics:
         rate_window: str = "1m",
         fallback_window: str = "5m",
         peak_window: str = "3m",
+        change_window: str = "2m",
+        noise_window: str = "30m",
         max_age_s: float = 120.0,
         session: requests.Session | None = None,
         clock: Callable[[], dt.datetime] = _utcnow,
@@ -123,6 +125,8 @@ class PrometheusMetrics:
             ("rate_window", rate_window),
             ("fallback_window", fallback_window),
             ("peak_window", peak_window),
+            ("change_window", change_window),
+            ("noise_window", noise_window),
         ):
             if not _DURATION.match(window):
                 raise ValueError(f"{name} must be a PromQL duration such as 1m or 30s, got {window!r}")
@@ -138,6 +142,8 @@ class PrometheusMetrics:
         self.rate_window = rate_window
         self.fallback_window = fallback_window
         self.peak_window = peak_window
+        self.change_window = change_window
+        self.noise_window = noise_window
         self.max_age_s = max_age_s
         self.session = session or requests.Session()
         self._token = bearer_token
@@ -159,7 +165,8 @@ class PrometheusMetrics:
         ``url`` (else ``PROMETHEUS_URL``); ``PROMETHEUS_TOKEN`` or ``PROMETHEUS_TOKEN_FILE`` (re-read on
         every query, as projected service-account tokens rotate); ``PROMETHEUS_CA_BUNDLE`` or
         ``PROMETHEUS_TLS_INSECURE=true``; ``PROMETHEUS_TIMEOUT_S``, ``PROMETHEUS_RETRIES``,
-        ``PROMETHEUS_BACKOFF_S``, ``PROMETHEUS_RATE_WINDOW``, ``PROMETHEUS_FALLBACK_WINDOW`` and
+        ``PROMETHEUS_BACKOFF_S``, ``PROMETHEUS_RATE_WINDOW``, ``PROMETHEUS_FALLBACK_WINDOW``,
+        ``PROMETHEUS_PEAK_WINDOW``, ``PROMETHEUS_CHANGE_WINDOW``, ``PROMETHEUS_NOISE_WINDOW`` and
         ``PROMETHEUS_MAX_AGE_S`` override the defaults (tests use ``PROMETHEUS_RATE_WINDOW=5s``).
         """
         env = os.environ if environ is None else environ
@@ -200,11 +207,19 @@ class PrometheusMetrics:
         pods: dict[ModelKey, list[PodMetrics]] = {}
         if keys:
             selector = f"namespace=~{quote(regex_union(namespaces))}"
-            raw_loads = self._query(load_query(selector, self.rate_window, self.fallback_window, self.peak_window), now)
+            query = load_query(
+                selector,
+                self.rate_window,
+                self.fallback_window,
+                self.peak_window,
+                self.change_window,
+                self.noise_window,
+            )
+            raw_loads = self._query(query, now)
             load_rows = tagged_rows(raw_loads, MODEL_LABELS, LOAD_TAGS)
             pod_rows = tagged_rows(self._query(pod_query(selector), now), POD_LABELS, POD_TAGS)
             loads = _with_shape(
-                self._assemble_loads(keys, load_rows, now, missing), load_rows["peak"], prompt_buckets(raw_loads)
+                self._assemble_loads(keys, load_rows, now, missing), load_rows, prompt_buckets(raw_loads)
             )
             pods = self._assemble_pods(keys, pod_rows, now, missing)
         instances: dict[InstanceKey, dict[str, float]] = {}
@@ -406,6 +421,8 @@ _ENV_OPTIONS: tuple[tuple[str, str, type], ...] = (
     ("PROMETHEUS_RATE_WINDOW", "rate_window", str),
     ("PROMETHEUS_FALLBACK_WINDOW", "fallback_window", str),
     ("PROMETHEUS_PEAK_WINDOW", "peak_window", str),
+    ("PROMETHEUS_CHANGE_WINDOW", "change_window", str),
+    ("PROMETHEUS_NOISE_WINDOW", "noise_window", str),
     ("PROMETHEUS_MAX_AGE_S", "max_age_s", float),
 )
 
@@ -419,21 +436,28 @@ def _env_value(name: str, raw: str, kind: type) -> Any:
 
 def _with_shape(
     loads: dict[ModelKey, ModelLoad],
-    peaks: Mapping[tuple[str, ...], float],
+    rows: Mapping[str, Mapping[tuple[str, ...], float]],
     buckets: Mapping[tuple[str, str], tuple[tuple[float, float], ...]],
 ) -> dict[ModelKey, ModelLoad]:
-    """The loads with their recent peak rate and prompt histogram, where Prometheus has them."""
+    """The loads with their recent peak rate, the rate's recent change and noise, and the prompt histogram,
+    where Prometheus has them."""
     shaped: dict[ModelKey, ModelLoad] = {}
     for key, load in loads.items():
         label_key = (key.model_id, key.namespace)
-        peak = peaks.get(label_key)
         histogram = buckets.get(label_key)
         shaped[key] = dataclasses.replace(
             load,
-            recent_peak_rps=peak if peak is not None and math.isfinite(peak) else None,
+            recent_peak_rps=_finite(rows["peak"].get(label_key)),
+            recent_change_rps=_finite(rows["change"].get(label_key)),
+            change_noise_rps=_finite(rows["noise"].get(label_key)),
             prompt_buckets=histogram if histogram and histogram[-1][1] > 0 else None,
         )
     return shaped
+
+
+def _finite(value: float | None) -> float | None:
+    """The value when it is a finite number, else None (absent series, NaN of an empty window)."""
+    return value if value is not None and math.isfinite(value) else None
 
 
 def _age(now: dt.datetime, epoch: float | None) -> float | None:

@@ -17,6 +17,9 @@ What is measured (the WVA conventions, vLLM metric names):
 - shape of the load: the highest 1-minute arrival rate over the last ``peak_window`` (3m: a replica's
   start-up plus one cycle), ``max_over_time(sum by (...) (rate(...[1m]))[3m:1m])``, and the prompt-token
   histogram over the fallback window, ``sum by (..., le) (increase(vllm:request_prompt_tokens_bucket[5m]))``.
+- the rate's trend (a sustained fall skips the scale-down window, :mod:`engine.perf.load_trend`): with ``D`` the
+  change of the 1-minute rate from one minute to the next, ``max_over_time(D[2m:1m])`` (the largest of the last
+  two changes: negative when the rate fell in both) and ``quantile_over_time(0.5, abs(D)[30m:1m])`` (its noise).
 - per pod: ``vllm:kv_cache_usage_perc`` (max over a pod's series; for a pod that only exposes the pre-0.10
   name ``vllm:gpu_cache_usage_perc``, that one) and ``vllm:num_requests_waiting`` (summed).
 - instance metrics (Kthena AutoscalingPolicy ``spec.metrics``): any metric name, summed per pod.
@@ -40,7 +43,7 @@ REQUESTS_WAITING = "vllm:num_requests_waiting"
 
 MODEL_LABELS = ("model_name", "namespace")
 POD_LABELS = ("model_name", "namespace", "pod")
-LOAD_TAGS = ("rate", "seen", "in", "out", "peak")
+LOAD_TAGS = ("rate", "seen", "in", "out", "peak", "change", "noise")
 POD_TAGS = ("kv", "kv_seen", "waiting", "waiting_seen")
 TAG = "mp_field"
 """The label that tells the sub-expressions of one union query apart."""
@@ -49,9 +52,20 @@ METRIC_TAG = "mp_metric"
 _REGEX_SPECIAL = re.compile(r"([\\.+*?()|\[\]{}^$])")
 
 
-def load_query(selector: str, rate_window: str, fallback_window: str, peak_window: str) -> str:
-    """Arrival rate, its newest sample time, mean tokens in and out, recent peak rate and prompt histogram."""
+def load_query(
+    selector: str,
+    rate_window: str,
+    fallback_window: str,
+    peak_window: str,
+    change_window: str = "2m",
+    noise_window: str = "30m",
+) -> str:
+    """Arrival rate, its newest sample time, mean tokens in and out, recent peak rate, the rate's recent
+    changes and noise, and the prompt histogram."""
     by = "model_name, namespace"
+    rate = f"sum by ({by}) (rate({REQUEST_SUCCESS}{{{selector}}}[{rate_window}]))"
+    before = f"sum by ({by}) (rate({REQUEST_SUCCESS}{{{selector}}}[{rate_window}] offset {rate_window}))"
+    change = f"({rate} - {before})"
     return union(
         {
             "rate": f"sum by ({by}) (rate({REQUEST_SUCCESS}{{{selector}}}[{rate_window}]))",
@@ -61,6 +75,9 @@ def load_query(selector: str, rate_window: str, fallback_window: str, peak_windo
             # Start-up-aware sizing (engine.perf.load_peak) and tail-aware sizing (engine.perf.tail_sizing).
             "peak": f"max_over_time((sum by ({by}) (rate({REQUEST_SUCCESS}{{{selector}}}[{rate_window}])))"
             f"[{peak_window}:{rate_window}])",
+            # Sustained fall (engine.perf.load_trend): the largest recent change and the changes' median size.
+            "change": f"max_over_time({change}[{change_window}:{rate_window}])",
+            "noise": f"quantile_over_time(0.5, abs({change})[{noise_window}:{rate_window}])",
             "bucket": f"sum by ({by}, le) (increase({PROMPT_TOKENS}_bucket{{{selector}}}[{fallback_window}]))",
         }
     )

@@ -84,6 +84,10 @@ class ModelLoad:
     """``(le, requests)`` of ``vllm:request_prompt_tokens_bucket`` over the fallback window, for tail-aware sizing."""
     recent_peak_rps: float | None = field(default=None, compare=False)
     """Highest ``rate_window`` arrival rate over the last ``peak_window`` (start-up-aware sizing)."""
+    recent_change_rps: float | None = field(default=None, compare=False)
+    """Largest change of the ``rate_window`` arrival rate from one step to the next over the last ``change_window``."""
+    change_noise_rps: float | None = field(default=None, compare=False)
+    """Median absolute step-to-step change of the arrival rate over the last ``noise_window`` (its noise)."""
 
     @property
     def arrival_rate_rpm(self) -> float:

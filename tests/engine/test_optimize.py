@@ -332,6 +332,29 @@ def test_plan_variants_holds_a_scale_down_within_the_window() -> None:
     assert held.stabilization is not None and '"max":' in held.stabilization
 
 
+def test_plan_variants_skips_the_window_on_a_sustained_fall() -> None:
+    """A rate that fell in each recent interval beyond its noise (engine.perf.load_trend) is not noise: the
+    scale-down passes at once and a pending window is cleared; a fall within the noise is still held."""
+    from engine.optimize.plan import ANNOTATION_SCALE_DOWN_PENDING
+
+    pending = {ANNOTATION_SCALE_DOWN_PENDING: '{"since":"2026-01-01T00:00:00Z","max":4}'}
+
+    def decide(change: float, noise: float, annotations: dict[str, str] | None = None):
+        quiet = {(NS, MODEL): ModelLoad(0.5, 128, 256, recent_change_rps=change, change_noise_rps=noise)}
+        variant = va("a100")
+        variant["metadata"].setdefault("annotations", {}).update(annotations or {})
+        cycle = inputs(
+            [variant], {"a100": 4}, loads=quiet, pods={(NS, MODEL): pods(4, kv=0.1)}, scale_down_window_s=120.0
+        )
+        return by_name(plan_variants(cycle))["a100"]
+
+    fell = decide(-1.0, 0.4, pending)
+    assert fell.desired < 4 and "window skipped" in fell.message
+    assert fell.stabilization is None and fell.stabilization_changed
+    assert decide(-0.1, 0.4).desired == 4  # a fall smaller than half the noise: held by the window
+    assert decide(0.2, 0.4).desired == 4  # not a fall
+
+
 def test_plan_cycle_decides_variants_and_bindings_in_one_call() -> None:
     """The optimize flow's one engine call: the variants' and the bindings' decisions, what was sized for,
     the service classes' targets and the summary line, nothing left for the flow to decide."""

@@ -210,3 +210,33 @@ def test_after_warmup_counts_only_later_requests_and_later_cost(description) -> 
         float(np.mean((ttft_ok & itl_ok & result.completed)[mask]))
     )
     assert later.as_json()["after_warmup"]["warmup_s"] == 300.0
+
+
+def test_modelplane_hands_the_rates_change_and_noise_to_plan_variants(description, monkeypatch) -> None:
+    """The simulated policy gives plan_variants what the flow reads from Prometheus: the largest of the last two
+    minute-to-minute changes of the exported rate and their median size (engine.perf.load_trend), so a sustained
+    fall skips the scale-down window in both the same way."""
+    import dataclasses
+
+    import engine.simulate.policies as policies
+    from engine.perf.load_trend import rate_changes, sustained_fall
+
+    seen = []
+
+    def spy(inputs):
+        seen.append(inputs.loads[("llm-serving", "meta/llama-3.1-8b")])
+        return plan_variants(inputs)
+
+    monkeypatch.setattr(policies, "plan_variants", spy)
+    scenario = build_scenario(description, small_trace(), SimConfig())
+    decide, _ = make_policy("modelplane", scenario)
+    current = dict(zip(KEYS, [7, 4, 1, 3]))
+    completions = [120, 123, 123, 120, 120, 90, 60]
+    for i, done in enumerate(completions):
+        decide(dataclasses.replace(observation(current, completed=done), time_s=60.0 * (i + 1)))
+    rates = [c / 60.0 for c in completions]
+    assert [(load.recent_change_rps, load.change_noise_rps) for load in seen] == [
+        rate_changes(rates[: i + 1]) for i in range(len(rates))
+    ]
+    assert sustained_fall(seen[-1].recent_change_rps, seen[-1].change_noise_rps)  # -30 twice, noise 3 a minute
+    assert not any(sustained_fall(load.recent_change_rps, load.change_noise_rps) for load in seen[:-1])
