@@ -88,9 +88,8 @@ def loaded(vllm_exporter: FakeVllmExporter, prometheus: PrometheusProcess) -> It
         exp.remove_pod(LLAMA.model_id, LLAMA.namespace, pod)
 
 
-@pytest.fixture
-def metrics(prometheus: PrometheusProcess) -> PrometheusMetrics:
-    """A client with the short test windows and quick failure."""
+def short_window_client(prometheus: PrometheusProcess, **windows: str) -> PrometheusMetrics:
+    """A client with the short test windows (and any other ``windows``) and quick failure."""
     return PrometheusMetrics(
         prometheus.url,
         timeout_s=2,
@@ -98,7 +97,14 @@ def metrics(prometheus: PrometheusProcess) -> PrometheusMetrics:
         backoff_s=0.05,
         rate_window=RATE_WINDOW,
         fallback_window=FALLBACK_WINDOW,
+        **windows,
     )
+
+
+@pytest.fixture
+def metrics(prometheus: PrometheusProcess) -> PrometheusMetrics:
+    """A client with the short test windows and quick failure."""
+    return short_window_client(prometheus)
 
 
 def _collect_until(
@@ -201,16 +207,7 @@ def test_collect_returns_the_rates_recent_change_and_noise(
     is flat again it is not. The windows are the production ones scaled to the 5 s rate window."""
     from engine.perf.load_trend import sustained_fall
 
-    client = PrometheusMetrics(
-        prometheus.url,
-        timeout_s=2,
-        retries=2,
-        backoff_s=0.05,
-        rate_window=RATE_WINDOW,
-        fallback_window=FALLBACK_WINDOW,
-        change_window="10s",
-        noise_window="60s",
-    )
+    client = short_window_client(prometheus, change_window="10s", noise_window="60s")
     falling = ModelKey("mt/falling", "mt-fall")
 
     def falls(snapshot: MetricsSnapshot) -> bool:
