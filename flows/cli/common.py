@@ -163,7 +163,9 @@ def run_flow(
 
     The flow's signature checks the parameters first (the rules of the deployment's schema) without a run;
     when the flow cannot run (no cluster, bad parameter, missing file, or one of ``cannot_run``) the command
-    prints one ``error:`` line and exits 2. Anything else is a bug and keeps its traceback.
+    prints one ``error:`` line and exits 2. Anything else is a bug and keeps its traceback. Whatever the
+    outcome, what the run queued for the Prefect API is sent before this returns, so the command's own
+    verdict (:func:`exit_with_outcome`, the ``error:`` line) is the last thing it prints.
     """
     from prefect.exceptions import ParameterTypeError
     from prefect.logging.loggers import disable_logger
@@ -187,6 +189,8 @@ def run_flow(
         if "Prefect API" not in str(exc):  # anything else is a bug: keep its traceback
             raise
         reason = one_line(exc)
+    finally:
+        send_queued_events_and_logs()
     sys.stderr.write(f"error: {flow.name} could not run: {reason}\n")
     raise typer.Exit(ExitCode.CANNOT_RUN)
 
@@ -213,11 +217,11 @@ def warn_degraded(problems: Sequence[str]) -> None:
 
 
 def send_queued_events_and_logs() -> None:
-    """Send what the run queued for the Prefect API (events, then log lines) before the command's verdict.
+    """Send what a flow run queued for the Prefect API (events, then log lines) before the command's verdict.
 
     Prefect's background workers otherwise send them at interpreter exit, after the verdict; on a loaded
     machine their "Still processing items: N items remaining..." warning then became the command's last line
-    of stderr, where a person and a CI log look for the outcome."""
+    of stderr, where a person and a CI log look for the outcome. A later run starts new workers."""
     from prefect.events.worker import EventsWorker
     from prefect.logging.handlers import APILogWorker
 
@@ -227,10 +231,8 @@ def send_queued_events_and_logs() -> None:
 
 def exit_with_outcome(problems: list[str]) -> None:
     """Print a degraded run's problems (and every object the boundary reader rejected during the command's
-    flow run, if it ran one) on stderr and exit DEGRADED (3); exit OK (0) otherwise. What the run queued for
-    the Prefect API is sent first, so the outcome is the last line."""
+    flow run, if it ran one) on stderr and exit DEGRADED (3); exit OK (0) otherwise."""
     problems = [*problems, *drain_rejections()]
-    send_queued_events_and_logs()
     warn_degraded(problems)
     raise typer.Exit(int(exit_code(problems)))
 
