@@ -46,7 +46,8 @@ def rate_changes(
     return. None where the history is too short."""
     if fall_intervals < 1 or noise_intervals < 1:
         raise ValueError("fall_intervals and noise_intervals must be >= 1")
-    changes = [after - before for before, after in zip(rates, rates[1:], strict=False)]
+    tail = rates[-(max(fall_intervals, noise_intervals) + 1) :]  # the only rates either figure reads
+    changes = [after - before for before, after in zip(tail, tail[1:], strict=False)]
     largest = max(changes[-fall_intervals:]) if len(changes) >= fall_intervals else None
     recent = changes[-noise_intervals:]
     noise = statistics.median(abs(c) for c in recent) if len(recent) >= MIN_NOISE_CHANGES else None

@@ -63,18 +63,20 @@ def load_query(
     """Arrival rate, its newest sample time, mean tokens in and out, recent peak rate, the rate's recent
     changes and noise, and the prompt histogram."""
     by = "model_name, namespace"
-    rate = f"sum by ({by}) (rate({REQUEST_SUCCESS}{{{selector}}}[{rate_window}]))"
-    before = f"sum by ({by}) (rate({REQUEST_SUCCESS}{{{selector}}}[{rate_window}] offset {rate_window}))"
-    change = f"({rate} - {before})"
+
+    def arrival_rate(offset: str = "") -> str:
+        return f"sum by ({by}) (rate({REQUEST_SUCCESS}{{{selector}}}[{rate_window}]{offset}))"
+
+    rate = arrival_rate()
+    change = f"({rate} - {arrival_rate(f' offset {rate_window}')})"
     return union(
         {
-            "rate": f"sum by ({by}) (rate({REQUEST_SUCCESS}{{{selector}}}[{rate_window}]))",
+            "rate": rate,
             "seen": f"max by ({by}) (timestamp({REQUEST_SUCCESS}{{{selector}}}))",
             "in": _tokens_expr(PROMPT_TOKENS, selector, by, rate_window, fallback_window),
             "out": _tokens_expr(GENERATION_TOKENS, selector, by, rate_window, fallback_window),
             # Start-up-aware sizing (engine.perf.load_peak) and tail-aware sizing (engine.perf.tail_sizing).
-            "peak": f"max_over_time((sum by ({by}) (rate({REQUEST_SUCCESS}{{{selector}}}[{rate_window}])))"
-            f"[{peak_window}:{rate_window}])",
+            "peak": f"max_over_time(({rate})[{peak_window}:{rate_window}])",
             # Sustained fall (engine.perf.load_trend): the largest recent change and the changes' median size.
             "change": f"max_over_time({change}[{change_window}:{rate_window}])",
             "noise": f"quantile_over_time(0.5, abs({change})[{noise_window}:{rate_window}])",
