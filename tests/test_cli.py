@@ -172,17 +172,17 @@ print(json.dumps({"imported": imported, "path": path, "loggers": loggers}))
 
 
 def test_queued_events_reach_the_api_before_the_verdict(prefect_api: str) -> None:
-    """`exit_with_outcome` sends what Prefect's background workers hold before it prints the outcome: the
-    event emitted just before is stored by the API when the call returns, and the queue is empty (nothing is
-    left for the interpreter's exit, whose "Still processing items" warning came after the verdict)."""
+    """`run_flow` sends what Prefect's background workers hold before the command prints its outcome: the
+    workers holding an event emitted just before are stopped with empty queues when the call returns (nothing
+    is left for the interpreter's exit, whose "Still processing items" warning came after the verdict), and the
+    API stored the event."""
     import uuid
 
-    from prefect.client.orchestration import get_client
     from prefect.events import emit_event
-    from prefect.events.filters import EventFilter, EventNameFilter, EventResourceFilter
     from prefect.events.worker import EventsWorker
 
     from flows.cli.common import send_queued_events_and_logs
+    from tests.flows.artifacts import prefect_events
 
     resource = f"modelplane.test.{uuid.uuid4()}"
     assert emit_event("modelplane.test.verdict", resource={"prefect.resource.id": resource}) is not None
@@ -190,22 +190,4 @@ def test_queued_events_reach_the_api_before_the_verdict(prefect_api: str) -> Non
     assert running
     send_queued_events_and_logs()
     assert all(worker._stopped and worker._queue.empty() for worker in running)  # noqa: SLF001
-
-    def stored() -> list[Any]:
-        with get_client(sync_client=True) as client:
-            page = client.request(
-                "POST",
-                "/events/filter",
-                json={
-                    "filter": EventFilter(
-                        event=EventNameFilter(name=["modelplane.test.verdict"]),
-                        resource=EventResourceFilter(id=[resource]),
-                    ).model_dump(mode="json"),
-                    "limit": 1,
-                },
-            ).json()
-        return page["events"]
-
-    from tests.waiting import wait_for
-
-    wait_for(stored, 30, "the event in the API")  # the API's event persister writes in batches
+    assert prefect_events("modelplane.test.verdict", resource) == ["modelplane.test.verdict"]

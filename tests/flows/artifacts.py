@@ -35,3 +35,24 @@ def newest_artifact(key: str) -> Artifact:
 def table_rows(artifact: Artifact) -> list[dict[str, Any]]:
     """A table artifact's rows (the API returns them as JSON text or already decoded)."""
     return json.loads(artifact.data) if isinstance(artifact.data, str) else artifact.data
+
+
+def prefect_events(prefix: str, resource_id: str) -> list[str]:
+    """Names of the Prefect events about ``resource_id`` the test server stored (waits for delivery: up to 20 s
+    for the first one, then ``[]``)."""
+    import time
+
+    from prefect.events.filters import EventFilter, EventNameFilter, EventResourceFilter
+    from prefect.events.worker import EventsWorker
+
+    EventsWorker.drain_all()
+    event_filter = EventFilter(event=EventNameFilter(prefix=[prefix]), resource=EventResourceFilter(id=[resource_id]))
+    deadline = time.monotonic() + 20
+    names: list[str] = []
+    while time.monotonic() < deadline:
+        with get_client(sync_client=True) as client:
+            names = [e.event for e in client.read_events(event_filter, limit=50).events]
+        if names:
+            break
+        time.sleep(0.5)
+    return names

@@ -15,6 +15,7 @@ from engine.caches.identity import CACHE_MARKER
 from flows.warm_caches import warm_caches
 from tasks.cluster import LocalCluster, ObjectRef
 from tasks.warm_caches import local_volume
+from tests.flows.artifacts import prefect_events
 from tests.servers.hftest.fixture import HfServer
 from tests.servers.s3test.fixture import S3Server
 
@@ -90,27 +91,6 @@ def conditions(obj: dict[str, Any]) -> dict[str, tuple[str, str]]:
 
 def events(cluster: pathlib.Path) -> list[str]:
     return [e["reason"] for e in LocalCluster(cluster).list("v1", "Event", NS)]
-
-
-def prefect_events(prefix: str, resource_id: str) -> list[str]:
-    """Names of the Prefect events about ``resource_id`` the test server stored (waits for delivery)."""
-    import time
-
-    from prefect.client.orchestration import get_client
-    from prefect.events.filters import EventFilter, EventNameFilter, EventResourceFilter
-    from prefect.events.worker import EventsWorker
-
-    EventsWorker.drain_all()
-    event_filter = EventFilter(event=EventNameFilter(prefix=[prefix]), resource=EventResourceFilter(id=[resource_id]))
-    deadline = time.monotonic() + 20
-    names: list[str] = []
-    while time.monotonic() < deadline:
-        with get_client(sync_client=True) as client:
-            names = [e.event for e in client.read_events(event_filter, limit=50).events]
-        if names:
-            break
-        time.sleep(0.5)
-    return names
 
 
 @pytest.fixture()
