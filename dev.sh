@@ -69,6 +69,46 @@ setup_services() {
   if command -v systemctl >/dev/null 2>&1; then systemctl stop docker-registry 2>/dev/null || true; fi
 }
 
+keep_bytecode() {
+  # The suite starts a few hundred Python processes (commands, flow runs, workers, servers). With bytecode
+  # writing off (PYTHONDONTWRITEBYTECODE, set in some CI and container images) each of them compiled the
+  # project's modules again (about 0.7 s of CPU for a flow command) and every pytest-xdist worker rewrote the
+  # asserts of every test module at collection (7 s of its 20 s). The caches are __pycache__ directories,
+  # which git ignores.
+  unset PYTHONDONTWRITEBYTECODE
+}
+
+start_demo_api() {
+  # One Prefect API on 127.0.0.1 for the demo's commands (`prefect server start`, its log beside the demo copy),
+  # exported as PREFECT_API_URL and stopped when the demo exits, whatever its outcome.
+  local log="$1.prefect-api.log" port
+  port=$("$VENV/bin/python" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+  PREFECT_SERVER_ANALYTICS_ENABLED=false "$VENV/bin/prefect" server start --host 127.0.0.1 --port "$port" --no-ui \
+    >"$log" 2>&1 &
+  demo_api_pid=$!
+  trap 'kill "$demo_api_pid" 2>/dev/null || true; wait "$demo_api_pid" 2>/dev/null || true' EXIT
+  export PREFECT_API_URL="http://127.0.0.1:$port/api"
+  if ! "$VENV/bin/python" - "$PREFECT_API_URL/health" "$demo_api_pid" <<'PY'; then
+import os, sys, time, urllib.request
+url, pid = sys.argv[1], int(sys.argv[2])
+deadline = time.monotonic() + 180  # minutes on a loaded machine; seconds on a laptop
+while time.monotonic() < deadline:
+    try:
+        with urllib.request.urlopen(url, timeout=5) as response:
+            sys.exit(0 if response.status == 200 else 1)
+    except OSError:
+        try:
+            os.kill(pid, 0)
+        except OSError:
+            sys.exit(1)  # the server exited
+        time.sleep(0.5)
+sys.exit(1)
+PY
+    echo "error: the demo's Prefect API did not start (its log: $log)" >&2
+    exit 1
+  fi
+}
+
 case "${1:-}" in
   demo)
     setup_python
@@ -85,6 +125,9 @@ case "${1:-}" in
     cp -R deployments/examples/. "$demo_dir/"
     touch "$demo_dir/.modelplane-demo"
     echo "demo cluster: a copy of deployments/examples in $demo_dir (the checked-in examples are not touched)"
+    # With no Prefect API configured, each command would start a temporary API of its own (about 15 s of CPU
+    # each): the demo starts one for its four commands and stops it when it ends.
+    [ -n "${PREFECT_API_URL:-}" ] || start_demo_api "$demo_dir"
     # Each step is a modelplane command; exit code 3 (ran degraded) is shown and the demo goes on.
     step() { "$@" || { rc=$?; [ "$rc" = 3 ] || exit "$rc"; }; }
     # 1. Fill the example model cache from a model the demo serves itself on 127.0.0.1 (no network).
@@ -94,14 +137,14 @@ case "${1:-}" in
     # 3. Kthena: the example Model's backend becomes a vLLM Deployment + Service, its policy a binding.
     step "$VENV/bin/modelplane" rollout-models --cluster "$demo_dir"
     # 4. One optimization cycle over the VariantAutoscalings and the new binding.
-    exec "$VENV/bin/modelplane" optimize --cluster "$demo_dir" \
-      --metrics deployments/example-metrics.yaml "$@"
+    "$VENV/bin/modelplane" optimize --cluster "$demo_dir" --metrics deployments/example-metrics.yaml "$@"
     ;;
   test)
     setup_python
     setup_services
     setup_olah
     shift
+    keep_bytecode
     set +e
     # Tests mostly wait on servers and subprocesses, so more workers than cores pay off; tests of a module
     # that shares a module-scoped server stay on one worker (tests/conftest.py marks them, loadgroup keeps them).
@@ -115,6 +158,7 @@ case "${1:-}" in
   test-fast)
     setup_python
     shift
+    keep_bytecode
     # Two workers (one per core of the CI machine): these tests compute, they do not wait.
     exec "$VENV/bin/python" -m pytest -n "${MODELPLANE_TEST_WORKERS:-2}" "${FAST_TESTS[@]}" "$@"
     ;;

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import pathlib
 import shutil
+import sqlite3
 import subprocess
 import sys
 from typing import Any
@@ -191,3 +193,32 @@ def test_queued_events_reach_the_api_before_the_verdict(prefect_api: str) -> Non
     send_queued_events_and_logs()
     assert all(worker._stopped and worker._queue.empty() for worker in running)  # noqa: SLF001
     assert prefect_events("modelplane.test.verdict", resource) == ["modelplane.test.verdict"]
+
+
+def test_a_command_with_no_api_configured_runs_on_an_ephemeral_api_of_its_own(tmp_path: pathlib.Path) -> None:
+    """The laptop path: with no ``PREFECT_API_URL``, a flow command starts Prefect's ephemeral API for its run
+    (on the Prefect home's database) and says nothing of it: the allocation, none of Prefect's temporary-server
+    lines, and the command's own last line. (``./dev.sh demo`` starts one API for its commands instead.)"""
+    from tests.prefect_db import seed_prefect_home
+
+    cluster = tmp_path / "cluster"
+    shutil.copytree(REPO / "deployments" / "examples", cluster)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PREFECT_API", "PREFECT_LOGGING"))}
+    env["PREFECT_HOME"] = str(seed_prefect_home(tmp_path / "prefect-home"))
+    metrics = str(REPO / "deployments" / "example-metrics.yaml")
+    result = subprocess.run(
+        [sys.executable, "-m", "flows.cli", "optimize", "--cluster", str(cluster), "--metrics", metrics, "--dry-run"],
+        env=env,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "Modelplane allocation" in result.stdout
+    output = result.stdout + result.stderr
+    assert "docs.prefect.io" not in output and "temporary server" not in output.lower(), output
+    assert "Traceback" not in output, output
+    with contextlib.closing(sqlite3.connect(tmp_path / "prefect-home" / "prefect.db")) as db:
+        runs = db.execute("SELECT flow.name FROM flow_run JOIN flow ON flow.id = flow_run.flow_id").fetchall()
+    assert runs == [("optimize",)]  # the run's API was the ephemeral one, on this home's database
