@@ -12,6 +12,7 @@ import subprocess
 import sys
 from typing import Any
 
+import pytest
 import yaml
 from typer.testing import CliRunner
 
@@ -195,6 +196,7 @@ def test_queued_events_reach_the_api_before_the_verdict(prefect_api: str) -> Non
     assert prefect_events("modelplane.test.verdict", resource) == ["modelplane.test.verdict"]
 
 
+@pytest.mark.long_wall  # the ephemeral API's start: half a minute under load (tests/grouping.py)
 def test_a_command_with_no_api_configured_runs_on_an_ephemeral_api_of_its_own(tmp_path: pathlib.Path) -> None:
     """The laptop path: with no ``PREFECT_API_URL``, a flow command starts Prefect's ephemeral API for its run
     (on the Prefect home's database) and says nothing of it: the allocation, none of Prefect's temporary-server

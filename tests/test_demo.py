@@ -42,6 +42,7 @@ def api_address(log: pathlib.Path) -> tuple[str, int]:
     return found.group(1), int(found.group(2))
 
 
+@pytest.mark.long_wall  # about 2 minutes (tests/grouping.py)
 @pytest.mark.timeout(1500)  # three demos on a runner shared by 4 workers
 def test_demo_twice_leaves_the_examples_untouched(prefect_api: str, tmp_path: pathlib.Path) -> None:
     before = snapshot(EXAMPLES)

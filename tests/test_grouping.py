@@ -58,3 +58,39 @@ def test_a_module_scoped_fixture_starts_once(tmp_path: pathlib.Path) -> None:
     assert len({worker for _, worker in shared}) == 1, f"the module's tests ran on several workers: {shared}"
     assert all(fixture_worker == worker for fixture_worker, worker in shared)
     assert all((out / f"spread-{n}").exists() for n in range(6))  # where they run depends on the machine's load
+
+
+ORDERED = """
+import pytest
+
+@pytest.fixture
+def prefect_api():
+    return "http://127.0.0.1:1/api"
+
+def test_pure():
+    pass
+
+def test_flow(prefect_api):
+    pass
+
+@pytest.mark.long_wall
+def test_long():
+    pass
+"""
+
+
+def test_long_wall_tests_come_first_then_flow_tests_then_the_rest(tmp_path: pathlib.Path) -> None:
+    """The order single tests are handed out in: ``long_wall`` first, then those using the Prefect API."""
+    (tmp_path / "test_order.py").write_text(ORDERED)
+    result = subprocess.run(
+        [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", "-p", "tests.grouping"]
+        + ["--rootdir", str(tmp_path), str(tmp_path)],
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    collected = [line.split("::")[1] for line in result.stdout.splitlines() if "::" in line]
+    assert collected == ["test_long", "test_flow", "test_pure"]

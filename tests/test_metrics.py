@@ -200,6 +200,7 @@ def test_collect_returns_the_prompt_histogram_and_the_recent_peak_rate(
     assert llama.recent_peak_rps == pytest.approx(8.0, rel=2 * TOLERANCE)
 
 
+@pytest.mark.long_wall  # about a minute of Prometheus's clock (tests/grouping.py)
 def test_collect_returns_the_rates_recent_change_and_noise(
     vllm_exporter: FakeVllmExporter, prometheus: PrometheusProcess
 ) -> None:
