@@ -23,9 +23,21 @@ def _private_prefect_home() -> str:
     wrote the same SQLite file, and a server starting while another held it failed ("database is locked").
     The subprocesses the tests start inherit it."""
     worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
-    home = tempfile.mkdtemp(prefix=f"modelplane-tests-prefect-{worker}-")
+    home = tempfile.mkdtemp(prefix=f"modelplane-tests-prefect-{worker}-", dir=memory_backed_directory())
     atexit.register(shutil.rmtree, home, ignore_errors=True)
     return home
+
+
+def memory_backed_directory() -> str | None:
+    """``/dev/shm`` when the machine has it writable, else None (the default temporary directory).
+
+    The worker's Prefect API keeps its SQLite database in the Prefect home: every commit and WAL checkpoint
+    fsyncs, and on this machine /tmp is the disk the whole suite writes to. Twice in about ten full runs an
+    in-process flow run waited out its 50 s timeout on one API write while the API's SQLite lock was held; in
+    memory a writer holds the lock for no fsync at all (whether fsync latency caused those waits is not
+    established)."""
+    shm = pathlib.Path("/dev/shm")
+    return str(shm) if shm.is_dir() and os.access(shm, os.W_OK) else None
 
 
 os.environ["PREFECT_HOME"] = _private_prefect_home()
