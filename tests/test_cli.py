@@ -21,6 +21,12 @@ from flows.cli import app
 REPO = pathlib.Path(__file__).resolve().parents[1]
 
 
+def laptop_environment() -> dict[str, str]:
+    """This process's environment without a Prefect API or logging configuration: what a command sees on a
+    laptop where nobody configured Prefect."""
+    return {k: v for k, v in os.environ.items() if not k.startswith(("PREFECT_API", "PREFECT_LOGGING"))}
+
+
 def test_validate_accepts_the_example_cluster() -> None:
     result = CliRunner().invoke(app, ["validate-manifests", "--cluster", str(REPO / "deployments" / "examples")])
     assert result.exit_code == 0, result.output
@@ -159,7 +165,7 @@ path = os.environ.get("PREFECT_LOGGING_SETTINGS_PATH")
 loggers = yaml.safe_load(open(path))["loggers"] if path and path.startswith("/") else {}
 print(json.dumps({"imported": imported, "path": path, "loggers": loggers}))
 """
-    base = {k: v for k, v in os.environ.items() if not k.startswith(("PREFECT_API", "PREFECT_LOGGING"))}
+    base = laptop_environment()
 
     def run(**env: str) -> dict[str, Any]:
         done = subprocess.run(
@@ -205,7 +211,7 @@ def test_a_command_with_no_api_configured_runs_on_an_ephemeral_api_of_its_own(tm
 
     cluster = tmp_path / "cluster"
     shutil.copytree(REPO / "deployments" / "examples", cluster)
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PREFECT_API", "PREFECT_LOGGING"))}
+    env = laptop_environment()
     env["PREFECT_HOME"] = str(seed_prefect_home(tmp_path / "prefect-home"))
     metrics = str(REPO / "deployments" / "example-metrics.yaml")
     result = subprocess.run(
