@@ -105,7 +105,7 @@ while time.monotonic() < deadline:
 sys.exit(1)
 PY
     echo "error: the demo's Prefect API did not start (its log: $log)" >&2
-    exit 1
+    exit 2  # could not run (flows/exitcodes.py), as the demo's refusal to replace a directory
   fi
 }
 
