@@ -74,20 +74,24 @@ def migrated_prefect_home() -> pathlib.Path:
 def prefect_api(migrated_prefect_home: pathlib.Path) -> Iterator[str]:
     """This worker's Prefect API, for its in-process flow runs and every command its tests start.
 
-    Prefect's own ephemeral server (its singleton, so in-process runs find it running) on this worker's
-    migrated database, set as the API of this process and exported as ``PREFECT_API_URL`` to the commands
+    Prefect's ephemeral server on this worker's migrated database (tests/servers/prefectapi.py; its log is
+    ``api.log`` in the home), set as the API of this process and exported as ``PREFECT_API_URL`` to the commands
     started from now on. A command started with no API configured starts an ephemeral API of its own: about
     17 s of CPU each on this machine (importing the server, building the app, checking the migrations), where
     the same ``modelplane optimize --dry-run`` against a running API takes 5 s. The laptop path (no API
-    configured) keeps its own test, ``tests/test_demo.py``'s first demo."""
-    from prefect.server.api.server import SubprocessASGIServer
+    configured) keeps its own test in tests/test_cli.py."""
     from prefect.settings import PREFECT_API_URL, temporary_settings
 
-    server = SubprocessASGIServer()
-    server.start(timeout=300)  # four workers start theirs at once on a 2-core machine
+    from tests.servers.prefectapi import PrefectApi
+
+    server = PrefectApi(migrated_prefect_home)
+    server.start()
     os.environ["PREFECT_API_URL"] = server.api_url
-    with temporary_settings(updates={PREFECT_API_URL: server.api_url}):
-        yield server.api_url
+    try:
+        with temporary_settings(updates={PREFECT_API_URL: server.api_url}):
+            yield server.api_url
+    finally:
+        server.stop()
 
 
 @pytest.fixture(scope="session")

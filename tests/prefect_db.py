@@ -6,6 +6,11 @@ fresh home (each pytest-xdist worker's own home, each test Prefect server, each 
 The tests instead migrate one database per Prefect version, once for all workers and test runs of the
 machine, and copy it into each new home, where Prefect finds it at its head revision and starts at once.
 What the migration itself does is Prefect's to test; what is tested here starts from the same schema.
+
+The same goes for the block types a server registers when it starts (``PREFECT_API_BLOCKS_REGISTER_ON_START``):
+about 2 s of CPU per server start, a dozen starts per test run, and the same rows every time. The template is
+registered once, and the tests' servers start with the setting off (:data:`SERVER_ENV`): their databases hold
+what a registering start would have written.
 """
 
 from __future__ import annotations
@@ -23,11 +28,33 @@ from collections.abc import Iterator
 from importlib.metadata import version
 
 DATABASE = "prefect.db"
+SERVER_ENV = {"PREFECT_API_BLOCKS_REGISTER_ON_START": "false"}
+"""Settings for every Prefect server or ephemeral API the tests start on a seeded home: the block types are
+in the template already."""
+REGISTER_BLOCKS = """
+import asyncio
+
+import prefect.plugins
+from prefect.server.database import provide_database_interface
+from prefect.server.models.block_registration import run_block_auto_registration
+
+
+async def register() -> None:
+    prefect.plugins.load_prefect_collections()  # as a starting server does: the installed collections' blocks
+    session = await provide_database_interface().session()
+    async with session:
+        await run_block_auto_registration(session=session)
+        await session.commit()
+
+
+asyncio.run(register())
+"""
 
 
 def template_dir() -> pathlib.Path:
     """Where this machine keeps the migrated database of the installed Prefect (one per Prefect version)."""
-    return pathlib.Path(tempfile.gettempdir()) / f"modelplane-tests-prefect-db-{version('prefect')}-{os.getuid()}"
+    name = f"modelplane-tests-prefect-db-{version('prefect')}-blocks-{os.getuid()}"
+    return pathlib.Path(tempfile.gettempdir()) / name
 
 
 @contextlib.contextmanager
@@ -43,7 +70,8 @@ def _locked(directory: pathlib.Path) -> Iterator[None]:
 
 
 def migrated_database() -> pathlib.Path:
-    """The migrated database, made by ``prefect server database upgrade`` the first time it is asked for.
+    """The migrated database, made by ``prefect server database upgrade`` and Prefect's block registration the
+    first time it is asked for.
 
     It is migrated under another name and renamed when complete, so an interrupted migration never leaves a
     half-made template; its write-ahead log is folded into the file so that a plain copy is the whole database.
@@ -60,13 +88,8 @@ def migrated_database() -> pathlib.Path:
                 PREFECT_API_DATABASE_CONNECTION_URL=f"sqlite+aiosqlite:///{partial}",
                 PREFECT_SERVER_ANALYTICS_ENABLED="false",
             )
-            subprocess.run(
-                [sys.executable, "-m", "prefect", "server", "database", "upgrade", "-y"],
-                env=env,
-                check=True,
-                capture_output=True,
-                timeout=600,
-            )
+            for command in (["-m", "prefect", "server", "database", "upgrade", "-y"], ["-c", REGISTER_BLOCKS]):
+                subprocess.run([sys.executable, *command], env=env, check=True, capture_output=True, timeout=600)
             with contextlib.closing(sqlite3.connect(partial)) as db:
                 db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
                 db.execute("PRAGMA journal_mode = DELETE")

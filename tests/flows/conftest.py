@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import pathlib
 import shutil
+from collections.abc import Iterator
 
 import pytest
+from prefect.events.clients import AssertingEventsClient
+from prefect.events.worker import EventsWorker
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 EXAMPLES = REPO / "deployments" / "examples"
@@ -16,6 +19,19 @@ def prefect_harness(prefect_api: str) -> None:
     """A Prefect API for every flow run of the session: this worker's (``prefect_api`` in tests/conftest.py,
     Prefect's ephemeral server on the worker's already migrated database; ``prefect_test_harness`` migrated a
     new database of its own beside the one every command of the worker uses)."""
+
+
+@pytest.fixture()
+def asserting_events_worker(monkeypatch: pytest.MonkeyPatch) -> Iterator[EventsWorker]:
+    """An events worker whose client keeps every event the test's flows emit (``worker._client.events``), as
+    Prefect's fixture of the same name does; defined here because importing ``prefect.testing.fixtures`` imports
+    the whole Prefect server (3 s of CPU in every pytest-xdist worker that collects the module)."""
+    worker = EventsWorker.instance(AssertingEventsClient)
+    monkeypatch.setattr(EventsWorker, "instance", lambda *_args, **_kwargs: worker)
+    try:
+        yield worker
+    finally:
+        worker.drain()
 
 
 @pytest.fixture()

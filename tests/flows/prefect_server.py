@@ -17,7 +17,7 @@ import pytest
 
 from flows.deployments import load_entry_flow
 from tasks.events import Subject
-from tests.prefect_db import seed_prefect_home
+from tests.prefect_db import SERVER_ENV, seed_prefect_home
 from tests.servers.processes import stop_process
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
@@ -52,6 +52,7 @@ class PrefectServer:
             # times, not Prefect's 5: CI saw a worker give up submitting a run after 5 (reported CRASHED).
             "PREFECT_CLIENT_MAX_RETRIES": "10",
             "PYTHONPATH": str(REPO),
+            **SERVER_ENV,  # the seeded home holds the block types (tests/prefect_db.py)
         }
         self.processes: list[subprocess.Popen[bytes]] = []
         # A write waits behind the SQLite lock on a loaded machine (CI: a create_flow_run took over 30 s).

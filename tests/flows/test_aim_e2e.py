@@ -21,7 +21,6 @@ import pytest
 import yaml
 from kubernetes import client as k8s
 from prefect.events.worker import EventsWorker
-from prefect.testing.fixtures import asserting_events_worker  # noqa: F401  (the fixture)
 
 from engine.aim.discovery import METADATA_ANNOTATION, template_name
 from engine.api.crds import render_crds
@@ -29,7 +28,7 @@ from flows.discover_models import discover_models
 from flows.resolve_templates import resolve_templates
 from flows.rollout_services import rollout_services
 from tasks.events import SERVICE_ROLLED_OUT
-from tests.upstream_crds import SKIP_REASON, upstream_crds
+from tests.upstream_crds import SKIP_REASON, upstream_crds, upstream_crds_dir
 
 GROUP, VERSION = "aim.silogen.ai", "v1alpha1"
 TEST_LABEL = "modelplane.io/test-namespace"
@@ -41,7 +40,7 @@ GATEWAY = {
     "sectionName": "http",
 }
 
-pytestmark = pytest.mark.skipif(not upstream_crds(), reason=SKIP_REASON)
+pytestmark = pytest.mark.skipif(upstream_crds_dir() is None, reason=SKIP_REASON)
 
 
 def aim_labels(
@@ -275,7 +274,7 @@ def rolled_out(worker: EventsWorker) -> list[tuple[str, str]]:
     return [(e.resource.id, e.payload["action"]) for e in worker._client.events if e.event == SERVICE_ROLLED_OUT]
 
 
-def test_image_to_running_service(env: AimEnv, asserting_events_worker: EventsWorker) -> None:  # noqa: F811
+def test_image_to_running_service(env: AimEnv, asserting_events_worker: EventsWorker) -> None:
     image = env.registry.image(f"{env.ns}/llama", "0.8.4")
     env.registry.push_image(f"{env.ns}/llama", "0.8.4", aim_labels("meta/llama-3.1-8b", MI300X_PROFILES))
     env.node("mi300x", {"amd.com/gpu.device-id": "74a1", "amd.com/gpu.count": "8"})

@@ -17,9 +17,9 @@ from flows.optimize import optimize
 from flows.rollout_models import rollout_models
 from tests.rollout.models import backend, model, server_worker
 from tests.servers.kubeserver.fixture import KubeServer, start_kube_server
-from tests.upstream_crds import SKIP_REASON, kthena_crds
+from tests.upstream_crds import SKIP_REASON, kthena_crds, kthena_crds_present
 
-pytestmark = pytest.mark.skipif(not kthena_crds(), reason=SKIP_REASON)
+pytestmark = pytest.mark.skipif(not kthena_crds_present(), reason=SKIP_REASON)
 
 NET = ("networking.serving.volcano.sh", "v1alpha1")
 WORKLOAD = ("workload.serving.volcano.sh", "v1alpha1")

@@ -17,7 +17,6 @@ import pytest
 import yaml
 from kubernetes import client as k8s
 from prefect.events.worker import EventsWorker
-from prefect.testing.fixtures import asserting_events_worker  # noqa: F401  (the fixture)
 
 from engine.api.crds import render_crds
 from engine.changes import new_changes, unobserved_change
@@ -73,7 +72,7 @@ def test_a_change_made_while_the_watch_is_open_is_announced_once(
     models: k8s.CustomObjectsApi,
     kube_server: Any,
     kube_namespace: str,
-    asserting_events_worker: EventsWorker,  # noqa: F811
+    asserting_events_worker: EventsWorker,
 ) -> None:
     ns = kube_namespace
     for name in ("fresh", "settled"):

@@ -1,0 +1,88 @@
+"""A test process's own Prefect API: Prefect's ephemeral server app under uvicorn on 127.0.0.1, in a subprocess.
+
+It is what ``prefect.server.api.server.SubprocessASGIServer`` starts (the same app factory and the same
+ephemeral-server settings), started here without importing ``prefect.server`` into the test process: that
+import costs about 3 s of CPU, paid by every pytest-xdist worker for a class whose work is one ``Popen``. The
+server's output goes to ``api.log`` in the Prefect home, where a test that waited on the API can read it.
+"""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+
+import prefect
+
+from tests.prefect_db import SERVER_ENV
+from tests.servers.processes import stop_process
+
+# What SubprocessASGIServer sets: no UI, the ephemeral server's set of services.
+EPHEMERAL_SERVER_ENV = {"PREFECT_UI_ENABLED": "0", "PREFECT__SERVER_EPHEMERAL": "1", "PREFECT__SERVER_FINAL": "1"}
+
+
+class PrefectApi:
+    """A running ephemeral Prefect API on a free port of 127.0.0.1, its database in ``home`` (seeded by
+    tests/prefect_db.py, so it starts without registering block types)."""
+
+    def __init__(self, home: pathlib.Path) -> None:
+        self.home = home
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            self.port = int(sock.getsockname()[1])
+        self.api_url = f"http://127.0.0.1:{self.port}/api"
+        self.log_path = home / "api.log"
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def start(self, timeout: float = 300) -> None:
+        """Start the server and wait until ``/health`` answers (minutes when four workers start theirs at once
+        on a 2-core machine)."""
+        with open(self.log_path, "ab") as log:
+            self.process = subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "uvicorn",
+                    "--app-dir",
+                    str(pathlib.Path(prefect.__file__).parent.parent),
+                    "--factory",
+                    "prefect.server.api.server:create_app",
+                    "--host",
+                    "127.0.0.1",
+                    "--port",
+                    str(self.port),
+                    "--log-level",
+                    "error",
+                    "--lifespan",
+                    "on",
+                ],
+                env={**os.environ, "PREFECT_HOME": str(self.home), **EPHEMERAL_SERVER_ENV, **SERVER_ENV},
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+            )
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"the Prefect API exited {self.process.returncode}: {self.log()[-3000:]}")
+            try:
+                with urllib.request.urlopen(f"{self.api_url}/health", timeout=5) as response:
+                    if response.status == 200:
+                        return
+            except (urllib.error.URLError, OSError):
+                pass
+            time.sleep(0.25)
+        self.stop()
+        raise RuntimeError(f"the Prefect API did not answer in {timeout} s: {self.log()[-3000:]}")
+
+    def stop(self) -> None:
+        if self.process is not None:
+            stop_process(self.process, timeout=10)
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
