@@ -8,8 +8,12 @@ import pathlib
 import shutil
 import tempfile
 from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 import pytest
+
+if TYPE_CHECKING:  # imported in the fixture: Prefect must not be imported before PREFECT_HOME is set below
+    from tests.servers.prefectapi import PrefectApi
 
 # Test Prefect servers report no telemetry (and so never contend on its database write).
 os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
@@ -70,6 +74,22 @@ def migrated_prefect_home() -> pathlib.Path:
     return seed_prefect_home(pathlib.Path(os.environ["PREFECT_HOME"]))
 
 
+_APIS: list[PrefectApi] = []
+"""This process's Prefect API once a test asked for it (at most one)."""
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+    """A failed test that used this worker's Prefect API shows what the API logged (errors only: a database
+    locked, a request it could not serve), so a run that waited on the API says why."""
+    outcome = yield
+    report = outcome.get_result()
+    if report.failed and _APIS and "prefect_api" in getattr(item, "fixturenames", ()):
+        logged = _APIS[0].log()
+        if logged.strip():
+            report.sections.append(("Prefect API log (last 5,000 characters)", logged[-5000:]))
+
+
 @pytest.fixture(scope="session")
 def prefect_api(migrated_prefect_home: pathlib.Path) -> Iterator[str]:
     """This worker's Prefect API, for its in-process flow runs and every command its tests start.
@@ -80,18 +100,24 @@ def prefect_api(migrated_prefect_home: pathlib.Path) -> Iterator[str]:
     17 s of CPU each on this machine (importing the server, building the app, checking the migrations), where
     the same ``modelplane optimize --dry-run`` against a running API takes 5 s. The laptop path (no API
     configured) keeps its own test in tests/test_cli.py."""
+    from prefect.context import refresh_global_settings_context
     from prefect.settings import PREFECT_API_URL, temporary_settings
 
     from tests.servers.prefectapi import PrefectApi
 
     server = PrefectApi(migrated_prefect_home)
     server.start()
+    _APIS.append(server)
+    # Stopped at exit, after Prefect's own exit handlers (registered later, so run earlier) have sent the events
+    # and logs its background workers still hold.
+    atexit.register(server.stop)
     os.environ["PREFECT_API_URL"] = server.api_url
-    try:
-        with temporary_settings(updates={PREFECT_API_URL: server.api_url}):
-            yield server.api_url
-    finally:
-        server.stop()
+    # Threads that do not inherit the test's context (a watch, an executor's worker) read Prefect's process-wide
+    # settings, made at import from an environment with no API: Prefect would start an ephemeral server of its
+    # own for them, a second writer on this home's SQLite database.
+    refresh_global_settings_context()
+    with temporary_settings(updates={PREFECT_API_URL: server.api_url}):
+        yield server.api_url
 
 
 @pytest.fixture(scope="session")
