@@ -124,14 +124,21 @@ class PrefectServer:
 
     def request(self, method: str, path: str, body: Any = None) -> httpx.Response:
         """One API call; 503 (SQLite busy under load) is retried, as Prefect's own client does, and so is a
-        read (GET, ``*/filter``) that timed out while the server's SQLite was busy on a loaded machine."""
+        read (GET, ``*/filter``) that timed out while the server's SQLite was busy on a loaded machine, and a
+        call that changes nothing when repeated (a read, PATCH, PUT, DELETE) whose kept-alive connection the
+        server reset (a full run: a PATCH of an automation failed with "Connection reset by peer")."""
         is_read = method == "GET" or path.endswith("/filter")
+        repeatable = is_read or method in ("PATCH", "PUT", "DELETE")
         attempts = 10  # 503s span up to ~30 s of SQLite contention when four test workers share two cores
         for attempt in range(attempts):
             try:
                 response = self.client.request(method, path, json=body)
             except httpx.TimeoutException:
                 if not is_read or attempt == attempts - 1:
+                    raise
+                continue
+            except (httpx.ReadError, httpx.RemoteProtocolError):
+                if not repeatable or attempt == attempts - 1:
                     raise
                 continue
             if response.status_code != 503:
