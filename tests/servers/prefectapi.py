@@ -13,7 +13,6 @@ import pathlib
 import socket
 import subprocess
 import sys
-import time
 import urllib.error
 import urllib.request
 
@@ -21,6 +20,7 @@ import prefect
 
 from tests.prefect_db import SERVER_ENV
 from tests.servers.processes import stop_process
+from tests.waiting import wait_for
 
 # What SubprocessASGIServer sets: no UI, the ephemeral server's set of services.
 EPHEMERAL_SERVER_ENV = {"PREFECT_UI_ENABLED": "0", "PREFECT__SERVER_EPHEMERAL": "1", "PREFECT__SERVER_FINAL": "1"}
@@ -66,19 +66,22 @@ class PrefectApi:
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
             )
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                raise RuntimeError(f"the Prefect API exited {self.process.returncode}: {self.log()[-3000:]}")
-            try:
-                with urllib.request.urlopen(f"{self.api_url}/health", timeout=5) as response:
-                    if response.status == 200:
-                        return
-            except (urllib.error.URLError, OSError):
-                pass
-            time.sleep(0.25)
-        self.stop()
-        raise RuntimeError(f"the Prefect API did not answer in {timeout} s: {self.log()[-3000:]}")
+        try:
+            wait_for(self._answers, timeout, "the Prefect API to answer", interval=0.25)
+        except AssertionError:
+            self.stop()
+            raise RuntimeError(f"the Prefect API did not answer in {timeout} s: {self.log()[-3000:]}") from None
+
+    def _answers(self) -> bool:
+        """Whether ``/health`` answers; a RuntimeError with the log's tail if the server has exited."""
+        assert self.process is not None
+        if self.process.poll() is not None:
+            raise RuntimeError(f"the Prefect API exited {self.process.returncode}: {self.log()[-3000:]}")
+        try:
+            with urllib.request.urlopen(f"{self.api_url}/health", timeout=5) as response:
+                return response.status == 200
+        except (urllib.error.URLError, OSError):
+            return False
 
     def stop(self) -> None:
         if self.process is not None:
