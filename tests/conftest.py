@@ -36,10 +36,10 @@ def memory_backed_directory() -> str | None:
     """``/dev/shm`` when the machine has it writable, else None (the default temporary directory).
 
     The worker's Prefect API keeps its SQLite database in the Prefect home: every commit and WAL checkpoint
-    fsyncs, and on this machine /tmp is the disk the whole suite writes to. Twice in about ten full runs an
-    in-process flow run waited out its 50 s timeout on one API write while the API's SQLite lock was held; in
-    memory a writer holds the lock for no fsync at all (whether fsync latency caused those waits is not
-    established)."""
+    fsyncs, and on this machine /tmp is the disk the whole suite writes to; in memory a writer holds the lock
+    for no fsync at all. It was tried against the in-process flow runs that waited out their 50 s timeout on
+    one API write (three in about fifteen full runs): one such wait recurred with the database here, so fsync
+    latency is not their cause, which is not established (the API's log is shown under a failed test)."""
     shm = pathlib.Path("/dev/shm")
     return str(shm) if shm.is_dir() and os.access(shm, os.W_OK) else None
 
@@ -80,8 +80,9 @@ _APIS: list[PrefectApi] = []
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
-    """A failed test that used this worker's Prefect API shows what the API logged (errors only: a database
-    locked, a request it could not serve), so a run that waited on the API says why."""
+    """A failed test that used this worker's Prefect API shows what the API logged (uvicorn's errors, Prefect's
+    warnings and errors: a database locked, a request it could not serve), so a run that waited on the API says
+    why."""
     outcome = yield
     report = outcome.get_result()
     if report.failed and _APIS and "prefect_api" in getattr(item, "fixturenames", ()):
