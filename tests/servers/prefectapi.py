@@ -3,7 +3,8 @@
 It is what ``prefect.server.api.server.SubprocessASGIServer`` starts (the same app factory and the same
 ephemeral-server settings), started here without importing ``prefect.server`` into the test process: that
 import costs about 3 s of CPU, paid by every pytest-xdist worker for a class whose work is one ``Popen``. The
-server's output goes to ``api.log`` in the Prefect home, where a test that waited on the API can read it.
+app is wrapped in a watch that reports a request held for 20 s (tests/servers/prefectapi_app.py). The server's
+output goes to ``api.log`` in the Prefect home, shown under a failed test that used the API.
 """
 
 from __future__ import annotations
@@ -16,12 +17,11 @@ import sys
 import urllib.error
 import urllib.request
 
-import prefect
-
 from tests.prefect_db import SERVER_ENV
 from tests.servers.processes import stop_process
 from tests.waiting import wait_for
 
+REPO = pathlib.Path(__file__).resolve().parents[2]
 # What SubprocessASGIServer sets: no UI, the ephemeral server's set of services.
 EPHEMERAL_SERVER_ENV = {"PREFECT_UI_ENABLED": "0", "PREFECT__SERVER_EPHEMERAL": "1", "PREFECT__SERVER_FINAL": "1"}
 
@@ -49,9 +49,9 @@ class PrefectApi:
                     "-m",
                     "uvicorn",
                     "--app-dir",
-                    str(pathlib.Path(prefect.__file__).parent.parent),
+                    str(REPO),
                     "--factory",
-                    "prefect.server.api.server:create_app",
+                    "tests.servers.prefectapi_app:create_app",
                     "--host",
                     "127.0.0.1",
                     "--port",
