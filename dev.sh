@@ -141,8 +141,15 @@ case "${1:-}" in
     ;;
   test)
     setup_python
+    # The tests' migrated Prefect database (tests/prefect_db.py: about 20 s of CPU, once per machine and Prefect
+    # version) is made while the services and olah install, not by the first worker while the others wait on it.
+    template_log="$(mktemp)"
+    "$VENV/bin/python" -m tests.prefect_db >/dev/null 2>"$template_log" &
+    template=$!
     setup_services
     setup_olah
+    wait "$template" || echo "the Prefect database template was not made ahead (the tests try again): $(tail -n 1 "$template_log")" >&2
+    rm -f "$template_log"
     shift
     keep_bytecode
     set +e
