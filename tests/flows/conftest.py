@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
 import pathlib
 import shutil
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import pytest
 from prefect.events.clients import AssertingEventsClient
@@ -32,6 +34,38 @@ def asserting_events_worker(monkeypatch: pytest.MonkeyPatch) -> Iterator[EventsW
         yield worker
     finally:
         worker.drain()
+
+
+@pytest.fixture()
+def apply_deployments(prefect_harness: None) -> Iterator[Callable[[list[Any]], list[Any]]]:
+    """Apply runner deployments to this worker's API and return them as stored; removed at the end of the test,
+    with the automations their triggers made.
+
+    Left on the API, those automations fired on the events of every later test of the worker: Prefect's actions
+    service created runs of '-local' deployments that nothing serves (seen under a 24 s request in a full run)."""
+    from prefect.client.orchestration import get_client
+
+    applied: list[Any] = []
+
+    async def apply(deployments: list[Any]) -> list[Any]:
+        async with get_client() as client:
+            stored = []
+            for deployment in deployments:
+                deployment_id = await deployment.apply()
+                applied.append(deployment_id)
+                stored.append(await client.read_deployment(deployment_id))
+            return stored
+
+    async def remove() -> list[Any]:
+        async with get_client() as client:
+            for deployment_id in applied:
+                await client.delete_resource_owned_automations(f"prefect.deployment.{deployment_id}")
+                await client.delete_deployment(deployment_id)
+            return await client.read_automations()
+
+    yield lambda deployments: asyncio.run(apply(deployments))
+    left = {automation.name for automation in asyncio.run(remove())}
+    assert not left, f"automations left on the worker's API: {sorted(left)}"
 
 
 @pytest.fixture()

@@ -219,18 +219,13 @@ def test_optimize_schema_rejects_bad_values_before_a_run() -> None:
             jsonschema.validate(bad, schema)
 
 
-def test_served_deployments_register_under_their_own_names(prefect_harness: None) -> None:
-    from prefect.client.orchestration import get_client
-
+def test_served_deployments_register_under_their_own_names(
+    apply_deployments: Callable[[list[Any]], list[Any]],
+) -> None:
     deployments = runner_deployments(PREFECT_YAML)
     assert {d.name for d in deployments} == {f"{name}{SERVE_SUFFIX}" for name in IDS}
 
-    async def register_and_read() -> list:
-        ids = [await deployment.apply() for deployment in deployments]
-        async with get_client() as client:
-            return [await client.read_deployment(i) for i in ids]
-
-    stored = {d.name: d for d in asyncio.run(register_and_read())}
+    stored = {d.name: d for d in apply_deployments(deployments)}
     optimize = stored["optimize-local"]
     assert [s.slug for s in optimize.schedules] == ["optimize-every-60s"]
     assert optimize.schedules[0].schedule.interval.total_seconds() == 60

@@ -2,27 +2,22 @@
 
 from __future__ import annotations
 
-import asyncio
 import pathlib
+from collections.abc import Callable
+from typing import Any
 
 from flows.deployments import runner_deployments
 
 PREFECT_YAML = pathlib.Path(__file__).resolve().parents[2] / "deployments" / "prefect.yaml"
 
 
-def test_warm_caches_deployment_registers_with_a_typed_form(prefect_harness: None) -> None:
-    from prefect.client.orchestration import get_client
-
+def test_warm_caches_deployment_registers_with_a_typed_form(
+    apply_deployments: Callable[[list[Any]], list[Any]],
+) -> None:
     from flows.deployments import served_name
 
     [deployment] = [d for d in runner_deployments(PREFECT_YAML) if d.name == served_name("warm-caches")]
-
-    async def register_and_read():  # type: ignore[no-untyped-def]
-        deployment_id = await deployment.apply()
-        async with get_client() as client:
-            return await client.read_deployment(deployment_id)
-
-    stored = asyncio.run(register_and_read())
+    [stored] = apply_deployments([deployment])
     assert [s.slug for s in stored.schedules] == ["warm-caches-every-10m"]
     assert stored.schedules[0].schedule.interval.total_seconds() == 600
     assert stored.global_concurrency_limit is not None and stored.global_concurrency_limit.limit == 1
