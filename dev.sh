@@ -20,9 +20,35 @@ FAST_TESTS=(
   tests/cluster/test_helpers.py tests/downloader/test_parts.py tests/test_boundary.py
 )
 
+# The interpreter the virtualenvs are made from: $MODELPLANE_PYTHON, else the distribution's Python 3.11 when it
+# can make a virtualenv (Debian's python3.11-venv), else the first python3.11 or python3 on PATH. Debian's
+# /usr/bin/python3.11 is a static, PGO- and LTO-built interpreter; a python3.11 a version manager built on PATH
+# (pyenv's, on this project's machines) is a shared-library build without either, and the suite's few hundred
+# Python processes (commands, flow runs, servers, workers) took about 15 % more CPU on it (docs/benchmarks.md,
+# footnote 14).
+venv_python() {
+  if [ -n "${MODELPLANE_PYTHON:-}" ]; then
+    "$MODELPLANE_PYTHON" -c 'import ensurepip' 2>/dev/null \
+      || { echo "error: MODELPLANE_PYTHON=$MODELPLANE_PYTHON cannot make a virtualenv" >&2; return 1; }
+    echo "$MODELPLANE_PYTHON"
+    return
+  fi
+  local candidate
+  for candidate in /usr/bin/python3.11 python3.11 python3; do
+    if command -v "$candidate" >/dev/null 2>&1 && "$candidate" -c 'import ensurepip' 2>/dev/null; then
+      echo "$candidate"
+      return
+    fi
+  done
+  echo "error: no Python 3 that can make a virtualenv (install python3.11-venv or set MODELPLANE_PYTHON)" >&2
+  return 1
+}
+
 setup_python() {
   if [ ! -x "$VENV/bin/python" ]; then
-    python3.11 -m venv "$VENV" 2>/dev/null || python3 -m venv "$VENV"
+    local python
+    python="$(venv_python)"
+    "$python" -m venv "$VENV"
   fi
   # Re-install only when pyproject.toml changed since the last install.
   local stamp="$VENV/.modelplane-installed"
@@ -37,7 +63,9 @@ setup_olah() {
   # olah (the tests' Hugging Face protocol server) needs a newer fastapi than Prefect allows: its own venv.
   local venv="${MODELPLANE_OLAH_VENV:-.venv-olah}"
   if [ ! -x "$venv/bin/olah-cli" ]; then
-    python3.11 -m venv "$venv" 2>/dev/null || python3 -m venv "$venv"
+    local python
+    python="$(venv_python)"
+    "$python" -m venv "$venv"
     "$venv/bin/python" -m pip install -q olah==0.5.4
   fi
 }
