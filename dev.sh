@@ -23,9 +23,9 @@ FAST_TESTS=(
 # The interpreter the virtualenvs are made from: $MODELPLANE_PYTHON, else the distribution's Python 3.11 when it
 # can make a virtualenv (Debian's python3.11-venv), else the first python3.11 or python3 on PATH. Debian's
 # /usr/bin/python3.11 is a static, PGO- and LTO-built interpreter; a python3.11 a version manager built on PATH
-# (pyenv's, on this project's machines) is a shared-library build without either, and the suite's few hundred
-# Python processes (commands, flow runs, servers, workers) took about 15 % more CPU on it (docs/benchmarks.md,
-# footnote 14).
+# (pyenv's, on this project's machines) is a shared-library build without either. The suite starts a few hundred
+# Python processes (commands, flow runs, servers, workers) and took about 18 % less CPU on Debian's
+# (docs/benchmarks.md, footnote 14).
 venv_python() {
   if [ -n "${MODELPLANE_PYTHON:-}" ]; then
     "$MODELPLANE_PYTHON" -c 'import ensurepip' 2>/dev/null \
