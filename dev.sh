@@ -44,11 +44,15 @@ venv_python() {
   return 1
 }
 
+make_venv() {  # make_venv DIR: a virtualenv in DIR from venv_python's interpreter
+  local python
+  python="$(venv_python)"
+  "$python" -m venv "$1"
+}
+
 setup_python() {
   if [ ! -x "$VENV/bin/python" ]; then
-    local python
-    python="$(venv_python)"
-    "$python" -m venv "$VENV"
+    make_venv "$VENV"
   fi
   # Re-install only when pyproject.toml changed since the last install.
   local stamp="$VENV/.modelplane-installed"
@@ -63,9 +67,7 @@ setup_olah() {
   # olah (the tests' Hugging Face protocol server) needs a newer fastapi than Prefect allows: its own venv.
   local venv="${MODELPLANE_OLAH_VENV:-.venv-olah}"
   if [ ! -x "$venv/bin/olah-cli" ]; then
-    local python
-    python="$(venv_python)"
-    "$python" -m venv "$venv"
+    make_venv "$venv"
     "$venv/bin/python" -m pip install -q olah==0.5.4
   fi
 }
