@@ -12,11 +12,16 @@ from typing import TYPE_CHECKING
 
 import pytest
 
+from tests.prefect_db import client_env, seed_prefect_home
+
 if TYPE_CHECKING:  # imported in the fixture: Prefect must not be imported before PREFECT_HOME is set below
     from tests.servers.prefectapi import PrefectApi
 
 # Test Prefect servers report no telemetry (and so never contend on its database write).
 os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+# Their clients load a CA bundle of one certificate, not certifi's 140 (tests/prefect_db.py).
+for _name, _value in client_env().items():
+    os.environ.setdefault(_name, _value)
 
 
 def _private_prefect_home() -> str:
@@ -69,8 +74,6 @@ EXAMPLES = REPO / "deployments" / "examples"
 def migrated_prefect_home() -> pathlib.Path:
     """This worker's Prefect home holds the migrated database before any command starts an ephemeral API on it
     (tests/prefect_db.py: the migration is made once per machine, not once per home)."""
-    from tests.prefect_db import seed_prefect_home
-
     return seed_prefect_home(pathlib.Path(os.environ["PREFECT_HOME"]))
 
 
