@@ -12,16 +12,15 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from tests.prefect_db import client_env, seed_prefect_home
+from tests.prefect_db import seed_prefect_home, trust_env
 
 if TYPE_CHECKING:  # imported in the fixture: Prefect must not be imported before PREFECT_HOME is set below
     from tests.servers.prefectapi import PrefectApi
 
 # Test Prefect servers report no telemetry (and so never contend on its database write).
 os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
-# Their clients load a CA bundle of one certificate, not certifi's 140 (tests/prefect_db.py).
-for _name, _value in client_env().items():
-    os.environ.setdefault(_name, _value)
+# No test connects over TLS: the processes trust one certificate, not 140 loaded by every client (tests/prefect_db.py).
+os.environ.update(trust_env())
 
 
 def _private_prefect_home() -> str:

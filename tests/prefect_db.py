@@ -12,8 +12,8 @@ about 2 s of CPU per server start, a dozen starts per test run, and the same row
 registered once, and the tests' servers start with the setting off (:data:`SERVER_ENV`): their databases hold
 what a registering start would have written.
 
-And every Prefect client the tests' processes make loads a certificate bundle it never uses
-(:func:`client_env`).
+And every Prefect client the tests' processes make loads a certificate bundle it never uses: they trust one
+certificate (:func:`trust_env`).
 """
 
 from __future__ import annotations
@@ -124,17 +124,19 @@ def one_certificate_bundle() -> pathlib.Path:
     return bundle
 
 
-def client_env() -> dict[str, str]:
-    """Settings for every Prefect client the tests' processes make: ``PREFECT_API_SSL_CERT_FILE`` names a
-    bundle of one certificate.
+def trust_env() -> dict[str, str]:
+    """The trust store of every process the tests start: one certificate (``SSL_CERT_FILE`` and Prefect's own
+    ``PREFECT_API_SSL_CERT_FILE``).
 
     Prefect 3.8 builds an SSL context from its CA bundle for every client it makes (``get_client``, the sync
-    client, the version check), whatever the API's scheme: 35 ms of CPU each for certifi's 140 certificates.
-    A full run of the suite made about 1,400 of them (54 s of CPU: the commands, flow-run processes,
-    ``prefect deploy``, workers and the pytest-xdist workers' in-process flows). Every Prefect API the tests
-    start is plain HTTP on 127.0.0.1, so no client ever uses the bundle: one certificate loads in 0.4 ms and
-    changes nothing the tests observe."""
-    return {"PREFECT_API_SSL_CERT_FILE": str(one_certificate_bundle())}
+    client, the version check), whatever the API's scheme, and importing ``prefect.blocks`` builds two more for
+    httpx transports (from ``SSL_CERT_FILE`` when set, else certifi): 35 ms of CPU each for a bundle of 140
+    certificates. A full run of the suite made about 1,400 of them (54 s of CPU, in the commands, flow-run
+    processes, ``prefect deploy``, workers, servers and the pytest-xdist workers' in-process flows). No test
+    connects over TLS (every server the tests start is plain HTTP on 127.0.0.1), so no context is ever used to
+    verify anything: one certificate loads in 0.4 ms and changes nothing the tests observe."""
+    bundle = str(one_certificate_bundle())
+    return {"SSL_CERT_FILE": bundle, "PREFECT_API_SSL_CERT_FILE": bundle}
 
 
 def seed_prefect_home(home: pathlib.Path) -> pathlib.Path:

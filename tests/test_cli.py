@@ -17,16 +17,16 @@ import yaml
 from typer.testing import CliRunner
 
 from flows.cli import app
-from tests.prefect_db import client_env
+from tests.prefect_db import trust_env
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 
 
 def laptop_environment() -> dict[str, str]:
     """This process's environment without a Prefect API or logging configuration: what a command sees on a
-    laptop where nobody configured Prefect (the tests' one-certificate CA bundle kept: tests/prefect_db.py)."""
+    laptop where nobody configured Prefect (the tests' trust store of one certificate kept: tests/prefect_db.py)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PREFECT_API", "PREFECT_LOGGING"))}
-    return {**env, **client_env()}
+    return {**env, **trust_env()}
 
 
 def test_validate_accepts_the_example_cluster() -> None:

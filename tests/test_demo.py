@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from tests.prefect_db import client_env, seed_prefect_home
+from tests.prefect_db import seed_prefect_home, trust_env
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 EXAMPLES = REPO / "deployments" / "examples"
@@ -25,7 +25,7 @@ def run_demo(demo_dir: pathlib.Path, prefect_api: str | None = None) -> subproce
     """``./dev.sh demo`` into ``demo_dir``: with no Prefect API configured (the demo starts one for its commands
     on a Prefect home of its own, as on a laptop), or against ``prefect_api``."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_API")}
-    env.update(client_env(), MODELPLANE_VENV=sys.prefix, MODELPLANE_DEMO_DIR=str(demo_dir))
+    env.update(trust_env(), MODELPLANE_VENV=sys.prefix, MODELPLANE_DEMO_DIR=str(demo_dir))
     if prefect_api:
         env["PREFECT_API_URL"] = prefect_api
     else:

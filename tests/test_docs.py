@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import pytest
 import yaml
 
-from tests.prefect_db import client_env
+from tests.prefect_db import trust_env
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 DOCS = sorted([REPO / "README.md", *(REPO / "docs").rglob("*.md"), *(REPO / "deployments").rglob("README.md")])
@@ -94,7 +94,7 @@ def test_every_shell_block_says_whether_it_runs() -> None:
 def test_runnable_block_runs(block: Block, prefect_api: str, tmp_path: pathlib.Path) -> None:
     shutil.copytree(REPO / "deployments", tmp_path / "deployments")
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PREFECT_API", "MODELPLANE_", "KUBE"))}
-    env.update(client_env(), PREFECT_API_URL=prefect_api)
+    env.update(trust_env(), PREFECT_API_URL=prefect_api)
     env["PATH"] = f"{pathlib.Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
     env["HOME"] = os.environ.get("HOME", str(tmp_path))
     result = subprocess.run(

@@ -1,4 +1,4 @@
-"""The Prefect settings every test process shares (tests/prefect_db.py): its clients' one-certificate CA bundle."""
+"""What every test process shares from tests/prefect_db.py: a trust store of one certificate."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import Any
 import certifi
 import pytest
 
-from tests.prefect_db import client_env, one_certificate_bundle
+from tests.prefect_db import one_certificate_bundle, trust_env
 
 
 def test_the_bundle_holds_one_certificate_of_certifis() -> None:
@@ -20,10 +20,17 @@ def test_the_bundle_holds_one_certificate_of_certifis() -> None:
     assert len(everything) > 100 and loaded[0] in everything
 
 
-def test_a_prefect_client_of_a_test_process_loads_the_one_certificate_bundle(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_prefect_clients_and_httpx_transports_of_a_test_process_load_only_that_bundle(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import httpx
     from prefect.client.orchestration import get_client
 
-    assert os.environ["PREFECT_API_SSL_CERT_FILE"] == client_env()["PREFECT_API_SSL_CERT_FILE"]
+    bundle = str(one_certificate_bundle())
+    assert {name: os.environ[name] for name in trust_env()} == {
+        "SSL_CERT_FILE": bundle,
+        "PREFECT_API_SSL_CERT_FILE": bundle,
+    }
     made: list[Any] = []
     original = ssl.create_default_context
 
@@ -34,4 +41,5 @@ def test_a_prefect_client_of_a_test_process_loads_the_one_certificate_bundle(mon
     monkeypatch.setattr(ssl, "create_default_context", recording)
     with get_client(sync_client=True):
         pass
-    assert str(one_certificate_bundle()) in made and certifi.where() not in made
+    httpx.HTTPTransport()  # what importing prefect.blocks makes twice
+    assert len(made) >= 2 and set(made) == {bundle}

@@ -17,7 +17,7 @@ import pytest
 
 from flows.deployments import load_entry_flow
 from tasks.events import Subject
-from tests.prefect_db import SERVER_ENV, client_env, seed_prefect_home
+from tests.prefect_db import SERVER_ENV, seed_prefect_home, trust_env
 from tests.servers.processes import stop_process
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
@@ -53,7 +53,7 @@ class PrefectServer:
             "PREFECT_CLIENT_MAX_RETRIES": "10",
             "PYTHONPATH": str(REPO),
             **SERVER_ENV,  # the seeded home holds the block types (tests/prefect_db.py)
-            **client_env(),  # and its clients load a bundle of one certificate
+            **trust_env(),  # its clients trust one certificate (plain HTTP throughout)
         }
         self.processes: list[subprocess.Popen[bytes]] = []
         # A write waits behind the SQLite lock on a loaded machine (CI: a create_flow_run took over 30 s).
