@@ -48,8 +48,17 @@ def kill_when(process: subprocess.Popen, condition: Callable[[], bool], timeout:
 
 
 def partial_bytes(dest: pathlib.Path) -> int:
+    """Bytes in the staging directory's part files now; a part the filler completes and moves into place
+    between the listing and its ``stat`` counts as none (a full run saw that race end a test)."""
     staging = dest / STAGING_DIR
-    return sum(p.stat().st_size for p in staging.glob("*.part")) if staging.exists() else 0
+    return sum(size_or_zero(p) for p in staging.glob("*.part")) if staging.exists() else 0
+
+
+def size_or_zero(path: pathlib.Path) -> int:
+    try:
+        return path.stat().st_size
+    except FileNotFoundError:
+        return 0
 
 
 def run_to_completion(source: str, dest: pathlib.Path, env: dict[str, str], *args: str) -> subprocess.CompletedProcess:
