@@ -1,15 +1,18 @@
-"""S3 (and S3-compatible stores) through boto3: paginated listing, ranged concurrent GETs pinned to the ETag."""
+"""S3 (and S3-compatible stores) through botocore: paginated listing, ranged concurrent GETs pinned to the ETag."""
 
 from __future__ import annotations
 
+import functools
 import re
 import threading
 from collections.abc import Callable
 from typing import Any
 
-import boto3
+import botocore.session
+from botocore.client import BaseClient
 from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError, EndpointConnectionError
+from botocore.loaders import Loader
 
 from engine.caches.sources import ModelSource
 from tasks.downloader.credentials import Credentials
@@ -22,6 +25,24 @@ AUTH_CODES = frozenset(
 NOT_FOUND_CODES = frozenset({"NoSuchBucket", "NoSuchKey", "404"})
 _MD5 = re.compile(r"^[0-9a-f]{32}$")
 CHUNK = 1024 * 1024
+
+
+@functools.cache
+def service_data() -> Loader:
+    """botocore's loader of its packaged service data (the S3 model, endpoint rules, partitions), one per process.
+
+    Every botocore session builds a loader of its own and parses those JSON files again: about 70 ms of CPU per
+    client, and warm-caches makes two clients per S3 cache (sizing, then the fill). Sharing the loader between
+    sessions is botocore's documented way to load them once (boto/botocore#3078); each client still gets a
+    session of its own, so credentials and configuration are resolved per client as before."""
+    return botocore.session.get_session().get_component("data_loader")
+
+
+def s3_client(**kwargs: Any) -> BaseClient:
+    """An S3 client on a new botocore session that shares :func:`service_data`."""
+    session = botocore.session.get_session()
+    session.register_component("data_loader", service_data())
+    return session.create_client("s3", **kwargs)
 
 
 class StreamBroken(TransferFailed):
@@ -39,8 +60,7 @@ class S3Backend:
         endpoint = source.endpoint or credentials.aws_endpoint_url
         if endpoint and not endpoint.startswith(("http://", "https://")):
             endpoint = "https://" + endpoint
-        self.client = boto3.session.Session().client(
-            "s3",
+        self.client = s3_client(
             endpoint_url=endpoint,
             region_name=credentials.aws_region or ("us-east-1" if endpoint else None),
             aws_access_key_id=credentials.aws_access_key_id,

@@ -9,6 +9,7 @@ import time
 import uuid
 
 import pytest
+from botocore.loaders import JSONFileLoader
 
 from engine.caches.identity import CACHE_MARKER
 from tasks.downloader import (
@@ -82,6 +83,24 @@ def test_source_size_lists_without_downloading(s3_server, model) -> None:  # typ
     assert sorted(source_size(f"s3://{bucket}/llama", s3_server.credentials())) == sorted(
         len(v) for v in expected.values()
     )
+
+
+def test_a_second_client_parses_no_botocore_data_again(s3_server, model, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
+    """Each S3 client has a botocore session of its own (its credentials) and they share the loaded service data:
+    the S3 model and endpoint rules are parsed once per process, not once per client."""
+    bucket, expected = model
+    source_size(f"s3://{bucket}/llama", s3_server.credentials())
+    read: list[str] = []
+    original = JSONFileLoader.load_file
+
+    def recording(self: JSONFileLoader, file_path: str) -> object:
+        read.append(file_path)
+        return original(self, file_path)
+
+    monkeypatch.setattr(JSONFileLoader, "load_file", recording)
+    again = source_size(f"s3://{bucket}/llama", s3_server.credentials())
+    assert sorted(again) == sorted(len(v) for v in expected.values())
+    assert read == []
 
 
 def test_single_object_source(s3_server, model, tmp_path: pathlib.Path) -> None:  # type: ignore[no-untyped-def]
