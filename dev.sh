@@ -26,16 +26,20 @@ FAST_TESTS=(
 # (pyenv's, on this project's machines) is a shared-library build without either. The suite starts a few hundred
 # Python processes (commands, flow runs, servers, workers) and took about 18 % less CPU on Debian's
 # (docs/benchmarks.md, footnote 14).
+can_make_venv() {  # can_make_venv PYTHON: whether PYTHON exists and has venv's ensurepip
+  command -v "$1" >/dev/null 2>&1 && "$1" -c 'import ensurepip' 2>/dev/null
+}
+
 venv_python() {
   if [ -n "${MODELPLANE_PYTHON:-}" ]; then
-    "$MODELPLANE_PYTHON" -c 'import ensurepip' 2>/dev/null \
+    can_make_venv "$MODELPLANE_PYTHON" \
       || { echo "error: MODELPLANE_PYTHON=$MODELPLANE_PYTHON cannot make a virtualenv" >&2; return 1; }
     echo "$MODELPLANE_PYTHON"
     return
   fi
   local candidate
   for candidate in /usr/bin/python3.11 python3.11 python3; do
-    if command -v "$candidate" >/dev/null 2>&1 && "$candidate" -c 'import ensurepip' 2>/dev/null; then
+    if can_make_venv "$candidate"; then
       echo "$candidate"
       return
     fi

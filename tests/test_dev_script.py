@@ -14,8 +14,10 @@ DISTRIBUTION_PYTHON = pathlib.Path("/usr/bin/python3.11")
 
 
 def venv_python(env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    """Run dev.sh's ``venv_python`` function alone (sourced from the script, so nothing is installed)."""
-    script = f"set -euo pipefail; source <(sed -n '/^venv_python() {{/,/^}}/p' {REPO / 'dev.sh'}); venv_python"
+    """Run dev.sh's ``venv_python`` function alone, with the check it calls (sourced from the script, so nothing
+    is installed)."""
+    functions = "/^can_make_venv() {/,/^}/p; /^venv_python() {/,/^}/p"
+    script = f"set -euo pipefail; source <(sed -n '{functions}' {REPO / 'dev.sh'}); venv_python"
     return subprocess.run(["bash", "-c", script], env=env, capture_output=True, text=True, timeout=60)
 
 
