@@ -1,0 +1,180 @@
+"""The attainment loop: a per-model correction of the sizing percentile so that measured SLO attainment meets its target.
+
+Why: model-based sizing (:mod:`engine.optimize.model_based`, :mod:`engine.perf.tail_sizing`) answers "how many
+replicas keep this share of requests inside the TTFT target at this rate", under the queueing model's assumptions
+(Poisson arrivals at the recent rate, the profile's laws, capacity there when asked for).  Real traffic breaks them
+in ways the model cannot see -- bursts inside a minute, silences then a crowd, a ramp that outruns a start-up -- so
+one sizing percentile attains 90 % on one trace and 57 % on another.  An operator states an attainment over a
+window; this loop reads what was attained (:mod:`engine.slo.measure`, from vLLM's latency histograms) and moves
+one number, the TTFT percentile the model sizes for, until the measurement meets the target.  The model stays the
+feed-forward part (it follows the load at once); the loop corrects its bias slowly.
+
+Why the percentile and not a multiplier on the rate: tail sizing spends capacity where the misses are (the long
+prompts at the queue's busy moments).  On the conversation traces the same attainment cost 10-25 % less when
+reached by raising the percentile than by multiplying the sized rate (docs/benchmarks.md, "Attainment loop").
+
+The law (an integral controller in velocity form, on the percentile's log-odds, so a step near 99 % is small)::
+
+    setpoint   = target + budget_weight * (target - window_attained)    clipped to target +- setpoint_band
+    error      = setpoint - recent_attained                             (recent: the last few intervals)
+    logit(p')  = logit(p) + gain * error * confidence(requests)
+    p'         = clamp(p', min_percentile, max_percentile)
+
+* the *setpoint* pays back an error budget already spent in the evaluation window (or spends a surplus), so the
+  window's attainment, not only the last minutes', converges on the target;
+* ``confidence = requests / (requests + half_confidence)`` weighs a measurement by its size;
+* anti-windup: the percentile is the loop's only state and is clamped; the loop does not push upwards while
+  replicas it already asked for are still starting (their effect is not measured yet: the dead time of a
+  start-up), nor while the allocation could not grow (inventory, ``max-replicas``), nor downwards while every
+  variant of the model is at its minimum;
+* it never acts on a missing measurement: the percentile holds and the message says why.
+
+Pure and deterministic: the caller passes the measurement and the previous percentile (kept in the resource's
+status between cycles).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+__all__ = [
+    "DEFAULT_SETTINGS",
+    "AttainmentSample",
+    "ControllerSettings",
+    "ControllerStep",
+    "feed_forward_percentile",
+    "step",
+]
+
+
+@dataclass(frozen=True)
+class ControllerSettings:
+    """The loop's constants. The defaults were chosen on the tuning traces only (docs/benchmarks.md)."""
+
+    gain: float = 1.0
+    """Change of the percentile's log-odds per unit of attainment error, weighted by confidence."""
+    budget_weight: float = 0.5
+    """How strongly the evaluation window's deficit (or surplus) moves the setpoint."""
+    setpoint_band: float = 0.05
+    """The setpoint stays within the target +- this: a window far off target is not paid back at any cost."""
+    min_percentile: float = 50.0
+    max_percentile: float = 99.5
+    half_confidence: float = 50.0
+    """Requests in the recent range at which a measurement counts half."""
+    feed_forward_offset: float = 5.0
+    """A model without a loop state starts at ``100 x target - offset``: the tail-sized plan's own margins
+    (whole replicas, the recent-peak hold) attain a few points above the percentile on steady traffic."""
+
+    def __post_init__(self) -> None:
+        if not 0.0 < self.min_percentile <= self.max_percentile < 100.0:
+            raise ValueError("percentile bounds must satisfy 0 < min <= max < 100")
+        if min(self.gain, self.budget_weight, self.setpoint_band, self.half_confidence) < 0:
+            raise ValueError("gain, weight, band and confidence must be >= 0")
+
+
+DEFAULT_SETTINGS = ControllerSettings()
+
+RECENT_INTERVALS = 5
+"""The recent range the loop reads, in control intervals (5 minutes at the 60 s default)."""
+
+
+@dataclass(frozen=True)
+class AttainmentSample:
+    """What was measured for one model this cycle (None: unknown)."""
+
+    recent: float | None
+    """Share of requests within both targets over the recent range."""
+    recent_requests: float
+    window: float | None = None
+    """Share within both targets over the evaluation window so far."""
+    window_requests: float = 0.0
+
+
+@dataclass(frozen=True)
+class ControllerStep:
+    """The percentile to size with next, whether it moved, and what the loop did in words."""
+
+    percentile: float
+    changed: bool
+    message: str
+
+
+def feed_forward_percentile(target: float, settings: ControllerSettings = DEFAULT_SETTINGS) -> float:
+    """Where a model's loop starts: the target less the plan's usual margin, within the bounds."""
+    return _clamp(100.0 * target - settings.feed_forward_offset, settings)
+
+
+def step(
+    percentile: float | None,
+    target: float,
+    sample: AttainmentSample | None,
+    settings: ControllerSettings = DEFAULT_SETTINGS,
+    *,
+    pending: bool = False,
+    capped_up: bool = False,
+    at_minimum: bool = False,
+) -> ControllerStep:
+    """One cycle of the loop for one model.
+
+    Args:
+        percentile: the percentile the model was sized for last cycle (None or invalid: the feed-forward start).
+        target: the attainment target, a fraction in (0, 1).
+        sample: the measured attainment (None: not measured this cycle).
+        pending: replicas asked for are still starting, so a shortfall is not yet the plan's.
+        capped_up: the allocation could not give the model what it asked for (inventory, ``max-replicas``).
+        at_minimum: every variant of the model sits at its ``min-replicas``.
+
+    Returns:
+        the next percentile and a message for the model's condition.
+    """
+    valid = percentile is not None and math.isfinite(percentile) and 0.0 < percentile < 100.0
+    previous = (
+        _clamp(percentile, settings) if valid and percentile is not None else feed_forward_percentile(target, settings)
+    )
+    held = f"sizing percentile held at p{previous:.1f}"
+    if sample is None or sample.recent is None or not math.isfinite(sample.recent):
+        return ControllerStep(previous, False, f"{held}: attainment not measured")
+    if sample.recent_requests <= 0:
+        return ControllerStep(previous, False, f"{held}: no requests in the recent range")
+    setpoint = _setpoint(target, sample, settings)
+    error = setpoint - sample.recent
+    measured = f"attained {_pct(sample.recent)} over the recent range ({sample.recent_requests:.0f} requests)"
+    if error > 0 and pending:
+        return ControllerStep(previous, False, f"{held}: {measured}, below {_pct(setpoint)}, while replicas start")
+    if error > 0 and capped_up:
+        return ControllerStep(
+            previous, False, f"{held}: {measured}, below {_pct(setpoint)}, and the allocation cannot grow"
+        )
+    if error < 0 and at_minimum:
+        return ControllerStep(
+            previous, False, f"{held}: {measured}, above {_pct(setpoint)}, every variant at its minimum"
+        )
+    confidence = sample.recent_requests / (sample.recent_requests + settings.half_confidence)
+    logit = math.log(previous / (100.0 - previous)) + settings.gain * error * confidence
+    new = _clamp(100.0 / (1.0 + math.exp(-logit)), settings)
+    direction = "raised" if new > previous else "lowered" if new < previous else "held"
+    bound = " (at its bound)" if new in (settings.min_percentile, settings.max_percentile) else ""
+    window = f", window {_pct(sample.window)}" if sample.window is not None else ""
+    return ControllerStep(
+        new,
+        abs(new - previous) > 1e-9,
+        f"sizing percentile {direction} p{previous:.1f} -> p{new:.1f}{bound}: {measured} against a setpoint of "
+        f"{_pct(setpoint)} (target {_pct(target)}{window})",
+    )
+
+
+def _setpoint(target: float, sample: AttainmentSample, settings: ControllerSettings) -> float:
+    """The target, moved to pay back the evaluation window's deficit (or spend its surplus), within the band."""
+    if sample.window is None or not math.isfinite(sample.window) or sample.window_requests <= 0:
+        return target
+    shifted = target + settings.budget_weight * (target - sample.window)
+    return min(max(shifted, target - settings.setpoint_band), min(target + settings.setpoint_band, 0.999))
+
+
+def _clamp(value: float, settings: ControllerSettings) -> float:
+    return min(max(value, settings.min_percentile), settings.max_percentile)
+
+
+def _pct(value: float | None) -> str:
+    return "unknown" if value is None else f"{value * 100:.1f} %"

@@ -1,0 +1,127 @@
+"""The attainment loop (engine.slo.controller): step response, anti-windup, holds on missing metrics."""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+
+import pytest
+
+from engine.slo.controller import (
+    DEFAULT_SETTINGS,
+    RECENT_INTERVALS,
+    AttainmentSample,
+    ControllerSettings,
+    feed_forward_percentile,
+    step,
+)
+
+
+def replay_plant(
+    target: float, shift: float, cycles: int, dead_time: int = 3, requests: int = 200
+) -> list[tuple[float, float]]:
+    """A synthetic model of one service: sized for percentile p it attains ``expit(logit(p/100) + shift)`` (the
+    queueing model's bias on this traffic), seen ``dead_time`` cycles later (a start-up plus a cycle), measured
+    over the loop's recent range.
+
+    Returns (percentile, attainment measured over the recent range) per cycle.
+    """
+    percentile = None
+    applied: deque[float] = deque([feed_forward_percentile(target)] * dead_time, maxlen=dead_time)
+    recent: deque[float] = deque(maxlen=RECENT_INTERVALS)
+    window: list[float] = []
+    history = []
+    for _ in range(cycles):
+        attained = 1.0 / (1.0 + math.exp(-(math.log(applied[0] / (100.0 - applied[0])) + shift)))
+        recent.append(attained)
+        window.append(attained)
+        sample = AttainmentSample(
+            sum(recent) / len(recent),
+            requests * len(recent),
+            sum(window[-60:]) / len(window[-60:]),
+            requests * len(window[-60:]),
+        )
+        result = step(percentile, target, sample)
+        percentile = result.percentile
+        applied.append(percentile)
+        history.append((percentile, sample.recent))
+    return history
+
+
+def percentile_reversals(history: list[tuple[float, float]]) -> int:
+    """How often the percentile changed direction (moves under 0.05 points ignored)."""
+    percentiles = [p for p, _ in history]
+    moves = [b - a for a, b in zip(percentiles, percentiles[1:]) if abs(b - a) > 0.05]
+    return sum(1 for a, b in zip(moves, moves[1:]) if a * b < 0)
+
+
+def test_on_steady_traffic_the_loop_settles_within_ten_cycles() -> None:
+    """Traffic on which the percentile attains about 4 points more than it says: from the tenth cycle on the
+    measured attainment stays within 1 point of 90 %, and the percentile settles where the plant meets it."""
+    history = replay_plant(0.90, 0.5, cycles=60)
+    assert all(abs(a - 0.90) <= 0.01 for _, a in history[10:])
+    assert percentile_reversals(history) <= 1
+    assert history[-1][0] == pytest.approx(100.0 / (1.0 + math.exp(-(math.log(9.0) - 0.5))), abs=0.5)
+
+
+def test_on_bursty_traffic_the_loop_pays_back_the_window() -> None:
+    """Traffic on which the percentile attains about 15 points less than it says (as on bursty traces): the
+    recent attainment reaches the target within 12 cycles, the one-hour window (60 cycles) ends within 1.5
+    points of it, and the percentile rises then eases back once, never oscillating."""
+    history = replay_plant(0.90, -0.8, cycles=60)
+    reached = next(i for i, (_, a) in enumerate(history) if a >= 0.90)
+    assert reached <= 12, f"reached the target after {reached} cycles"
+    window = sum(a for _, a in history) / len(history)
+    assert abs(window - 0.90) <= 0.015, window
+    assert percentile_reversals(history) <= 1
+    assert max(a for _, a in history) <= 0.90 + DEFAULT_SETTINGS.setpoint_band
+
+
+def test_a_missing_measurement_holds_the_percentile() -> None:
+    for sample in (None, AttainmentSample(None, 0), AttainmentSample(float("nan"), 10), AttainmentSample(0.5, 0)):
+        result = step(85.0, 0.9, sample)
+        assert result.percentile == 85.0 and not result.changed
+        assert "held" in result.message
+
+
+def test_no_push_up_while_replicas_start_or_the_allocation_cannot_grow() -> None:
+    short = AttainmentSample(0.70, 500)
+    assert step(85.0, 0.9, short).percentile > 85.0
+    for kwargs in ({"pending": True}, {"capped_up": True}):
+        result = step(85.0, 0.9, short, **kwargs)
+        assert result.percentile == 85.0 and not result.changed, kwargs
+    # A surplus still lowers it while replicas start: the loop only refuses to wind up.
+    assert step(85.0, 0.9, AttainmentSample(0.99, 500), pending=True).percentile < 85.0
+    assert step(85.0, 0.9, AttainmentSample(0.99, 500), at_minimum=True).percentile == 85.0
+
+
+def test_the_percentile_stays_within_its_bounds() -> None:
+    settings = ControllerSettings(gain=50.0)
+    assert step(99.0, 0.95, AttainmentSample(0.0, 10_000), settings).percentile == settings.max_percentile
+    assert step(55.0, 0.5, AttainmentSample(1.0, 10_000), settings).percentile == settings.min_percentile
+    assert "at its bound" in step(99.0, 0.95, AttainmentSample(0.0, 10_000), settings).message
+
+
+def test_the_window_deficit_raises_the_setpoint_within_the_band() -> None:
+    """The recent range meets the target, but the window is 10 points short: the loop still raises the percentile
+    (it pays the budget back), and by no more than the band allows."""
+    met_recently = AttainmentSample(0.90, 300, window=0.80, window_requests=3_000)
+    raised = step(85.0, 0.9, met_recently)
+    assert raised.percentile > 85.0 and "setpoint of 95.0 %" in raised.message
+    alone = step(85.0, 0.9, AttainmentSample(0.90, 300))
+    assert alone.percentile == pytest.approx(85.0)
+
+
+def test_a_small_sample_moves_the_percentile_less() -> None:
+    few = step(85.0, 0.9, AttainmentSample(0.80, 5)).percentile
+    many = step(85.0, 0.9, AttainmentSample(0.80, 5_000)).percentile
+    assert 85.0 < few < many
+
+
+def test_the_feed_forward_start_and_invalid_state() -> None:
+    assert feed_forward_percentile(0.9) == pytest.approx(85.0)
+    for bad in (None, float("nan"), -3.0, 100.0, 250.0):
+        assert step(bad, 0.9, None).percentile == pytest.approx(85.0)
+    with pytest.raises(ValueError):
+        ControllerSettings(min_percentile=90.0, max_percentile=80.0)
+    assert DEFAULT_SETTINGS.min_percentile <= feed_forward_percentile(0.5) <= DEFAULT_SETTINGS.max_percentile
