@@ -8,7 +8,9 @@ Formats (as the Workload Variant Autoscaler uses them):
 
 * ``accelerator-unit-costs``: key = accelerator name, value = JSON ``{"device": "...", "cost": "40.00"}``.
 * service classes (``service-classes-config``): key = class file (e.g. ``premium.yaml``), value = YAML
-  ``{name, priority, data: [{model, slo-tpot, slo-ttft, slo-tps?}]}``; priority 1 is the highest.
+  ``{name, priority, data: [{model, slo-tpot, slo-ttft, slo-tps?, slo-attainment?}]}``; priority 1 is the
+  highest. ``slo-attainment`` (Modelplane's own) is the share of the model's requests that must meet the
+  targets, a fraction within 0.5..0.999 (:mod:`engine.slo.target`).
 * ``accelerator-inventory`` (optional, Modelplane's own): key = accelerator name, value = count.
 """
 
@@ -20,6 +22,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import yaml
+
+from engine.slo.target import SERVICE_CLASS_KEY, check_attainment
 
 ACCELERATOR_COSTS_CONFIGMAP = "accelerator-unit-costs"
 SERVICE_CLASSES_CONFIGMAP = "service-classes-config"
@@ -53,6 +57,8 @@ class ModelSLO:
     ttft_ms: float | None = None
     itl_ms: float | None = None
     tps: float | None = None
+    attainment: float | None = None
+    """Share of requests that must meet the targets (``slo-attainment``); None: not set by this class."""
 
 
 @dataclass(frozen=True)
@@ -126,6 +132,7 @@ def parse_service_class(value: str, source: str) -> ServiceClass:
             ttft_ms=_optional_number(entry, "slo-ttft", where),
             itl_ms=_optional_number(entry, "slo-tpot", where),
             tps=_optional_number(entry, "slo-tps", where),
+            attainment=_optional_attainment(entry, where),
         )
     return ServiceClass(name=name, priority=priority, slos=slos)
 
@@ -137,6 +144,15 @@ def _optional_number(entry: Mapping[str, Any], key: str, source: str) -> float |
     if value == 0:
         raise ConfigError(source, f"{key} must be greater than 0")
     return value
+
+
+def _optional_attainment(entry: Mapping[str, Any], source: str) -> float | None:
+    if entry.get(SERVICE_CLASS_KEY) is None:
+        return None
+    try:
+        return check_attainment(entry[SERVICE_CLASS_KEY])
+    except ValueError as exc:
+        raise ConfigError(source, f"{SERVICE_CLASS_KEY} {exc}") from None
 
 
 def parse_service_classes(

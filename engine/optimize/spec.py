@@ -2,8 +2,8 @@
 
 Decides whether a VariantAutoscaling can be optimized as written and what it asks for: its model,
 variant, accelerator, performance profile, SLO reference, scale target, replica bounds (the
-``modelplane.io/min-replicas``, ``max-replicas`` and ``scale-to-zero`` annotations), TTFT percentile
-and actuation opt-in; and the one cost of one of its replicas. A resource that cannot be optimized
+``modelplane.io/min-replicas``, ``max-replicas`` and ``scale-to-zero`` annotations), TTFT percentile,
+actuation opt-in and SLO attainment target (``modelplane.io/slo-attainment``, ``slo-window``); and the one cost of one of its replicas. A resource that cannot be optimized
 raises :class:`SpecError` naming the field, so the cycle gives it its own condition and the others
 proceed (:mod:`engine.optimize.plan`). :class:`CycleInputs` is everything one cycle decides from,
 gathered by the optimize flow's tasks.
@@ -35,6 +35,7 @@ from engine.perf.tail_sizing import (
     TailSizingError,
     ttft_percentile,
 )
+from engine.slo.target import AttainmentTarget, TargetError, annotated, resolve_target
 
 ANNOTATION_MIN_REPLICAS = "modelplane.io/min-replicas"
 ANNOTATION_MAX_REPLICAS = "modelplane.io/max-replicas"
@@ -103,6 +104,11 @@ class VariantSpec:
     ttft_percentile: float | None = DEFAULT_TTFT_PERCENTILE
     """Share of requests (%) sized to meet the TTFT target (``modelplane.io/ttft-percentile``); None: the mean."""
     annotations: Mapping[str, str] = field(default_factory=dict)
+    slo_attainment: float | None = None
+    """The attainment this resource's ``modelplane.io/slo-attainment`` asks for (None: not annotated); the
+    model's target is :func:`model_targets`."""
+    slo_window_s: float | None = None
+    """The evaluation window its ``modelplane.io/slo-window`` sets, in seconds (None: not annotated)."""
 
     @property
     def key(self) -> tuple[str, str]:
@@ -230,6 +236,10 @@ def parse_variant(va: VariantAutoscaling) -> VariantSpec:
     except TailSizingError as exc:
         raise SpecError(f"metadata.annotations[{ANNOTATION_TTFT_PERCENTILE}]", str(exc)) from None
     try:
+        attainment, window_s = annotated(annotations)
+    except TargetError as exc:
+        raise SpecError(exc.field, exc.detail) from None
+    try:
         actuate = actuation_enabled(annotations)
     except ActuationModeError as exc:
         raise SpecError(exc.field, str(exc).split(": ", 1)[1]) from None
@@ -252,6 +262,8 @@ def parse_variant(va: VariantAutoscaling) -> VariantSpec:
         actuate=actuate,
         ttft_percentile=percentile,
         annotations=dict(annotations),
+        slo_attainment=attainment,
+        slo_window_s=window_s,
     )
 
 
@@ -306,3 +318,45 @@ def model_slos(
         if key not in chosen or entry.priority < chosen[key][0]:
             chosen[key] = (entry.priority, slo.ttft_ms, slo.itl_ms)
     return {key: (ttft, itl) for key, (_, ttft, itl) in chosen.items()}
+
+
+def model_targets(
+    variants: Iterable[VariantAutoscaling], service_classes: Mapping[tuple[str, str], ServiceClass | ConfigError]
+) -> dict[tuple[str, str], AttainmentTarget]:
+    """(namespace, model) -> its SLO attainment target (:mod:`engine.slo.target`): the variants' annotations,
+    else the ``slo-attainment`` of the highest-priority service class they point at, else the default.
+
+    A variant whose annotations are invalid is left out here (it is reported invalid by :func:`parse_variant`).
+    """
+    attainments: dict[tuple[str, str], list[float]] = {}
+    windows: dict[tuple[str, str], list[float]] = {}
+    classes: dict[tuple[str, str], tuple[int, ServiceClass]] = {}
+    for va in variants:
+        key = (va.metadata.namespace or "default", va.spec.model_id)
+        attainments.setdefault(key, [])
+        windows.setdefault(key, [])
+        try:
+            attainment, window_s = annotated(va.metadata.annotations)
+        except TargetError:
+            continue
+        if attainment is not None:
+            attainments[key].append(attainment)
+        if window_s is not None:
+            windows[key].append(window_s)
+        ref = va.spec.slo_class_ref
+        entry = service_classes.get((ref.name, ref.key) if ref is not None else ("", ""))
+        slo = entry.slo_for(va.spec.model_id) if isinstance(entry, ServiceClass) else None
+        if isinstance(entry, ServiceClass) and slo is not None and slo.attainment is not None:
+            if key not in classes or entry.priority < classes[key][0]:
+                classes[key] = (entry.priority, entry)
+    targets: dict[tuple[str, str], AttainmentTarget] = {}
+    for key in attainments:
+        chosen = classes.get(key)
+        slo = chosen[1].slo_for(key[1]) if chosen else None
+        targets[key] = resolve_target(
+            attainments[key],
+            windows[key],
+            slo.attainment if slo is not None else None,
+            chosen[1].name if chosen else None,
+        )
+    return targets

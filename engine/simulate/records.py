@@ -175,6 +175,14 @@ class Observation:
     prompt_buckets: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
     """Per model, the completed requests of the interval per :data:`PROMPT_TOKEN_BUCKETS` bound, cumulative
     (``increase(vllm:request_prompt_tokens_bucket[1m])``); the last entry is the ``+Inf`` bucket."""
+    ttft_buckets: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
+    """Per model, the requests whose first token came in the interval per
+    :data:`~engine.simulate.windows.TTFT_BUCKETS_S` bound, cumulative, ``+Inf`` last
+    (``increase(vllm:time_to_first_token_seconds_bucket[1m])``: vLLM observes TTFT at the first token)."""
+    itl_buckets: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
+    """Per model, the requests completed in the interval per :data:`~engine.simulate.windows.ITL_BUCKETS_S`
+    bound by their mean inter-token latency (0 for a single output token), cumulative, ``+Inf`` last
+    (``increase(vllm:request_time_per_output_token_seconds_bucket[1m])``, observed at completion)."""
 
 
 Controller = Callable[[Observation], Mapping[str, int]]

@@ -41,6 +41,7 @@ drawn from a ``numpy`` generator seeded by ``SimConfig.seed``.
 
 from __future__ import annotations
 
+import bisect
 import heapq
 import math
 from collections import deque
@@ -60,7 +61,7 @@ from engine.simulate.records import (
     Trace,
     VariantModel,
 )
-from engine.simulate.windows import PROMPT_TOKEN_BUCKETS
+from engine.simulate.windows import ITL_BUCKETS_S, PROMPT_TOKEN_BUCKETS, TTFT_BUCKETS_S
 
 __all__ = ["simulate"]
 
@@ -187,6 +188,7 @@ class _Run:
         self.window_prompt = [0.0] * len(trace.models)
         self.window_generated = [0.0] * len(trace.models)
         self.window_buckets = [[0] * (len(PROMPT_TOKEN_BUCKETS) + 1) for _ in trace.models]
+        self.window_ttft, self.window_itl = _latency_counts(len(trace.models))
         self.prompt_bucket = np.searchsorted(
             np.asarray(PROMPT_TOKEN_BUCKETS, dtype=float), trace.in_tokens, side="left"
         ).tolist()
@@ -341,6 +343,9 @@ class _Run:
         self.window_prompt[model] += self.inp[request]
         self.window_generated[model] += self.out[request]
         self.window_buckets[model][self.prompt_bucket[request]] += 1
+        gaps = self.out[request] - 1
+        itl = (t - self.first[request]) / gaps if gaps > 0 else 0.0
+        self.window_itl[model][bisect.bisect_left(ITL_BUCKETS_S, itl)] += 1
 
     def _replica_event(self, replica: _Replica, t: float) -> None:
         replica.advance(t)
@@ -354,6 +359,8 @@ class _Run:
         while prefill and prefill[0][0] <= t + _EPS:
             _, request = heapq.heappop(prefill)
             self.first[request] = t
+            ttft_bucket = bisect.bisect_left(TTFT_BUCKETS_S, t - self.arr[request])
+            self.window_ttft[self.req_model[request]][ttft_bucket] += 1
             if self.out[request] <= 1:
                 self._complete(replica, request, t)
                 continue
@@ -395,6 +402,8 @@ class _Run:
             prompt_tokens=dict(zip(models, self.window_prompt)),
             generated_tokens=dict(zip(models, self.window_generated)),
             prompt_buckets={m: tuple(int(c) for c in np.cumsum(b)) for m, b in zip(models, self.window_buckets)},
+            ttft_buckets={m: tuple(int(c) for c in np.cumsum(b)) for m, b in zip(models, self.window_ttft)},
+            itl_buckets={m: tuple(int(c) for c in np.cumsum(b)) for m, b in zip(models, self.window_itl)},
         )
 
     def _cycle(self, t: float, controller: Controller | None) -> None:
@@ -414,6 +423,7 @@ class _Run:
         self.window_completed, self.window_arrived = list(zero), list(zero)
         self.window_prompt, self.window_generated = [0.0] * len(zero), [0.0] * len(zero)
         self.window_buckets = [[0] * (len(PROMPT_TOKEN_BUCKETS) + 1) for _ in zero]
+        self.window_ttft, self.window_itl = _latency_counts(len(zero))
         if t + self.config.interval_s <= self.horizon + _EPS:
             self._push(t + self.config.interval_s, 3, 0)
 
@@ -468,6 +478,14 @@ class _Run:
             cycles=self.cycles,
             max_running_seen={r.id: r.max_n for r in rs},
         )
+
+
+def _latency_counts(models: int) -> tuple[list[list[int]], list[list[int]]]:
+    """Empty per-model TTFT and request-ITL bucket counts (one per bound, then +Inf) for a new interval."""
+    return (
+        [[0] * (len(TTFT_BUCKETS_S) + 1) for _ in range(models)],
+        [[0] * (len(ITL_BUCKETS_S) + 1) for _ in range(models)],
+    )
 
 
 def _outstanding(replica: _Replica) -> int:

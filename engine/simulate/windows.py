@@ -16,7 +16,9 @@ from engine.simulate.records import SimResult
 
 __all__ = ["TTFT_BUCKETS_S", "ITL_BUCKETS_S", "PROMPT_TOKEN_BUCKETS", "window_aggregates"]
 
-# vLLM's histogram buckets (seconds) for time to first token and time per output token.
+# vLLM's histogram buckets (seconds) for time to first token and for inter-token latency (vllm/v1/metrics/loggers.py:
+# vllm:time_to_first_token_seconds; vllm:inter_token_latency_seconds, its older name
+# vllm:time_per_output_token_seconds and the per-request vllm:request_time_per_output_token_seconds share ITL's).
 TTFT_BUCKETS_S = (
     0.001,
     0.005,

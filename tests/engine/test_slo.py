@@ -1,0 +1,171 @@
+"""The SLO attainment target (annotations, service class, default) and its measurement from vLLM's histograms."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from engine.optimize.config import ConfigError, parse_service_class
+from engine.optimize.spec import SpecError, model_targets, parse_variant
+from engine.slo.measure import (
+    LEGACY_TOKEN_ITL_HISTOGRAM,
+    MeasuredAttainment,
+    burn_rate,
+    error_budget_remaining,
+    measure_attainment,
+    share_within,
+)
+from engine.slo.target import (
+    ANNOTATION_SLO_ATTAINMENT,
+    ANNOTATION_SLO_WINDOW,
+    AttainmentTarget,
+    format_window,
+    parse_window,
+)
+from tests.factories import parsed_variant, variant_autoscaling
+
+MODEL = "meta/llama-3.1-8b"
+ITL = [(0.01, 10.0), (0.025, 40.0), (0.05, 90.0), (math.inf, 100.0)]
+
+
+def va(name: str = "v", annotations: dict[str, str] | None = None, key: str = "premium.yaml"):
+    return parsed_variant(variant_autoscaling(name, "ns", MODEL, "A100", annotations=annotations, slo_key=key))
+
+
+def service_class(name: str, priority: int, attainment: str | None) -> object:
+    extra = f"\n    slo-attainment: {attainment}" if attainment is not None else ""
+    return parse_service_class(
+        f"name: {name}\npriority: {priority}\ndata:\n  - model: {MODEL}\n    slo-ttft: 500\n    slo-tpot: 24{extra}",
+        f"service-classes-config/{name}.yaml",
+    )
+
+
+# -- the target ------------------------------------------------------------------------------------
+
+
+def test_annotations_are_parsed_onto_the_spec() -> None:
+    spec = parse_variant(va(annotations={ANNOTATION_SLO_ATTAINMENT: "0.95", ANNOTATION_SLO_WINDOW: "30m"}))
+    assert spec.slo_attainment == 0.95 and spec.slo_window_s == 1800.0
+    plain = parse_variant(va())
+    assert plain.slo_attainment is None and plain.slo_window_s is None
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "fragment"),
+    [
+        (ANNOTATION_SLO_ATTAINMENT, "90", "between 0.5 and 0.999"),
+        (ANNOTATION_SLO_ATTAINMENT, "0.4999", "between 0.5 and 0.999"),
+        (ANNOTATION_SLO_ATTAINMENT, "0.9999", "between 0.5 and 0.999"),
+        (ANNOTATION_SLO_ATTAINMENT, "ninety", "decimal fraction"),
+        (ANNOTATION_SLO_ATTAINMENT, "nan", "decimal fraction"),
+        (ANNOTATION_SLO_WINDOW, "4m", "between 5m and 30d"),
+        (ANNOTATION_SLO_WINDOW, "31d", "between 5m and 30d"),
+        (ANNOTATION_SLO_WINDOW, "an hour", "duration such as"),
+        (ANNOTATION_SLO_WINDOW, "1w", "duration such as"),
+    ],
+)
+def test_each_invalid_annotation_is_a_spec_error_naming_it(key: str, value: str, fragment: str) -> None:
+    with pytest.raises(SpecError) as info:
+        parse_variant(va(annotations={key: value}))
+    assert info.value.field == f"metadata.annotations[{key}]" and fragment in info.value.detail
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds", "shown"),
+    [
+        ("90m", 5400, "90m"),
+        ("1h", 3600, "1h"),
+        ("7d", 604800, "7d"),
+        ("300s", 300, "5m"),
+        ("1h30m", 5400, "90m"),
+        ("30d", 2592000, "30d"),
+    ],
+)
+def test_windows_parse_and_format(text: str, seconds: float, shown: str) -> None:
+    assert parse_window(text) == seconds and format_window(seconds) == shown
+
+
+def test_the_annotation_wins_over_the_service_class_which_wins_over_the_default() -> None:
+    classes = {("service-classes-config", "premium.yaml"): service_class("premium", 1, "0.95")}
+    both = model_targets([va(annotations={ANNOTATION_SLO_ATTAINMENT: "0.99"})], classes)
+    assert both[("ns", MODEL)] == AttainmentTarget(0.99, 3600.0, "annotation")
+    assert model_targets([va()], classes)[("ns", MODEL)] == AttainmentTarget(0.95, 3600.0, "service class premium")
+    assert model_targets([va()], {})[("ns", MODEL)] == AttainmentTarget(0.90, 3600.0, "default")
+
+
+def test_variants_that_disagree_get_the_strictest_reading_and_the_highest_priority_class() -> None:
+    variants = [
+        va("a", {ANNOTATION_SLO_ATTAINMENT: "0.9", ANNOTATION_SLO_WINDOW: "2h"}),
+        va("b", {ANNOTATION_SLO_ATTAINMENT: "0.97", ANNOTATION_SLO_WINDOW: "30m"}),
+        va("bad", {ANNOTATION_SLO_ATTAINMENT: "2"}),  # invalid: reported by parse_variant, left out here
+    ]
+    assert model_targets(variants, {})[("ns", MODEL)] == AttainmentTarget(0.97, 1800.0, "annotation")
+    classes = {
+        ("service-classes-config", "premium.yaml"): service_class("premium", 1, "0.95"),
+        ("service-classes-config", "bronze.yaml"): service_class("bronze", 3, "0.8"),
+    }
+    mixed = [va("a", key="bronze.yaml"), va("b", key="premium.yaml")]
+    assert model_targets(mixed, classes)[("ns", MODEL)].source == "service class premium"
+
+
+@pytest.mark.parametrize("value", ["1.5", "0.2", "high", "true"])
+def test_a_service_class_with_a_bad_attainment_names_the_key(value: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        service_class("premium", 1, value)
+    assert "slo-attainment" in str(info.value) and "data[0]" in info.value.source
+    assert service_class("premium", 1, "0.9").slo_for(MODEL).attainment == 0.9  # type: ignore[attr-defined]
+
+
+# -- interpolation ---------------------------------------------------------------------------------
+
+
+def test_a_target_on_a_bucket_edge_is_read_exactly() -> None:
+    share = share_within(ITL, 0.025, "ITL target")
+    assert share.share == 0.40 and share.note == "" and share.total == 100.0
+
+
+def test_a_target_inside_a_coarse_bucket_is_interpolated_and_said_so() -> None:
+    share = share_within(ITL, 0.024, "ITL target")
+    assert share.share == pytest.approx((10 + 30 * 14 / 15) / 100)  # 0.38
+    assert share.note == "ITL target 24 ms lies between buckets 10 ms and 25 ms: interpolated"
+
+
+def test_below_the_lowest_bucket_interpolates_from_zero_and_above_the_highest_is_a_lower_bound() -> None:
+    assert share_within(ITL, 0.005, "ITL target").share == pytest.approx(0.05)
+    above = share_within(ITL, 0.2, "ITL target")
+    assert above.share == 0.9 and "above the highest bucket 50 ms" in above.note and "lower bound" in above.note
+
+
+def test_counts_that_cross_after_increase_are_made_monotone() -> None:
+    crossed = [(0.01, 10.2), (0.025, 9.9), (0.05, 90.0), (math.inf, 100.0)]
+    assert share_within(crossed, 0.025, "ITL target").share == pytest.approx(0.102)
+
+
+def test_attainment_joins_the_two_shares_and_counts_the_requests() -> None:
+    ttft = [(0.25, 50.0), (0.5, 80.0), (math.inf, 100.0)]
+    measured = measure_attainment(ttft, ITL, 500.0, 25.0)
+    assert measured == MeasuredAttainment(0.40, 0.80, 0.40, 100.0, "")
+    only_ttft = measure_attainment(ttft, None, 500.0, None)
+    assert only_ttft.attained == 0.8 and only_ttft.requests == 100.0
+
+
+def test_unknown_attainment_says_why() -> None:
+    ttft = [(0.5, 0.0), (math.inf, 0.0)]
+    assert measure_attainment(ttft, ITL, 500.0, 24.0).note == "no requests in the range"
+    missing = measure_attainment([(0.5, 8.0), (math.inf, 10.0)], None, 500.0, 24.0)
+    assert missing.attained is None and "vllm:request_time_per_output_token_seconds_bucket" in missing.note
+    assert measure_attainment(None, None, None, None).note.startswith("no latency target")
+
+
+def test_per_token_itl_is_said_to_be_per_token() -> None:
+    ttft = [(0.5, 90.0), (math.inf, 100.0)]
+    tokens = [(0.025, 4000.0), (math.inf, 5000.0)]
+    measured = measure_attainment(ttft, tokens, 500.0, 25.0, LEGACY_TOKEN_ITL_HISTOGRAM)
+    assert measured.attained == 0.8 and measured.requests == 100.0 and "per token" in measured.note
+
+
+def test_error_budget_and_burn_rate() -> None:
+    assert error_budget_remaining(0.95, 0.90) == pytest.approx(0.5)
+    assert error_budget_remaining(0.80, 0.90) == pytest.approx(-1.0)  # twice the allowed misses: negative
+    assert burn_rate(0.80, 0.90) == pytest.approx(2.0) and burn_rate(1.0, 0.9) == 0.0
