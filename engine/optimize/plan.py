@@ -17,6 +17,7 @@ here does I/O or reads the clock; ``now`` is an input.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
@@ -26,6 +27,7 @@ from typing import Any
 
 from engine.api.llmd import VariantAutoscaling
 from engine.api.meta import format_time, parse_duration, parse_time
+from engine.optimize.attainment import loop_steps
 from engine.optimize.bindings import BindingDecision, BindingInputs, plan_binding
 from engine.optimize.config import AcceleratorCost
 from engine.optimize.model_based import ModelBasedTargets, model_based_targets
@@ -51,6 +53,7 @@ from engine.perf.saturation import (
     arbitrate,
     saturation_targets,
 )
+from engine.slo.controller import ControllerStep
 from engine.status import REASON_INVALID, REASON_TARGET_MISSING, ConditionUpdate
 
 # OptimizationReady=False reason beyond the shared ones in engine.status and engine.optimize.model_based.
@@ -89,6 +92,10 @@ class VariantDecision:
     """That solve's proven gap per stage (``"priority 1"``, ..., ``"cost"``)."""
     unserved_rps: float = 0.0
     """Load of this variant's model (req/s) the plan leaves unserved (accelerator inventory exhausted)."""
+    sizing_percentile: float | None = None
+    """The TTFT percentile the attainment loop sized this variant's model for this cycle (None: the loop is off)."""
+    loop_message: str | None = None
+    """What the attainment loop did for the model this cycle, and why (None: the loop is off)."""
 
     @property
     def optimization(self) -> ConditionUpdate:
@@ -394,6 +401,11 @@ def plan_variants(inputs: CycleInputs) -> list[VariantDecision]:
         except SpecError as exc:
             decisions[key] = _invalid_decision(va, str(exc), inputs.current_replicas)
 
+    steps = loop_steps(inputs, specs)
+    specs = [
+        dataclasses.replace(spec, ttft_percentile=steps[spec.model_key].percentile) if spec.model_key in steps else spec
+        for spec in specs
+    ]
     readable: list[VariantSpec] = []
     for spec in specs:
         if spec.target_key not in inputs.current_replicas:
@@ -466,7 +478,15 @@ def plan_variants(inputs: CycleInputs) -> list[VariantDecision]:
                 solver_stage_gaps=model_based.stage_gaps if spec.key in model_based.targets else {},
                 unserved_rps=model_based.unserved.get(spec.model_key, 0.0),
             )
-    return [decisions[key] for key in order]
+    return [_with_loop(decisions[key], steps) for key in order]
+
+
+def _with_loop(decision: VariantDecision, steps: Mapping[tuple[str, str], ControllerStep]) -> VariantDecision:
+    """The decision with its model's attainment-loop step (unchanged when the loop is off for the model)."""
+    loop = steps.get((decision.namespace, decision.model_id or ""))
+    if loop is None:
+        return decision
+    return dataclasses.replace(decision, sizing_percentile=loop.percentile, loop_message=loop.message)
 
 
 def summarize(decisions: Iterable[VariantDecision]) -> str:

@@ -35,6 +35,7 @@ from engine.perf.tail_sizing import (
     TailSizingError,
     ttft_percentile,
 )
+from engine.slo.measure import ModelAttainment
 from engine.slo.target import AttainmentTarget, TargetError, annotated, resolve_target
 
 ANNOTATION_MIN_REPLICAS = "modelplane.io/min-replicas"
@@ -144,6 +145,12 @@ class CycleInputs:
     metrics_error: str | None = None  # set when the metrics backend itself failed
     missing_metrics: Mapping[tuple[str, str], str] = field(default_factory=dict)
     time_limit_s: float = 10.0
+    attainment: Mapping[tuple[str, str], ModelAttainment] = field(default_factory=dict)
+    """Per (namespace, modelID): its SLO attainment measured from vLLM's latency histograms this cycle (absent:
+    not measured; the attainment loop then holds, :mod:`engine.optimize.attainment`)."""
+    loop_percentiles: Mapping[tuple[str, str], float] = field(default_factory=dict)
+    """Per (namespace, modelID): the TTFT percentile the attainment loop sized it for last cycle
+    (``status.slo.sizingPercentile``); absent: the loop starts from the target (see :mod:`engine.optimize.attainment`)."""
     scale_down_window_s: float = 0.0
     """Default scale-down stabilization window (seconds); a VariantAutoscaling may set its own with the
     ``modelplane.io/scale-down-stabilization-window`` annotation. 0: scale down at once."""

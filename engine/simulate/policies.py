@@ -44,7 +44,7 @@ from engine.optimize.plan import ANNOTATION_SCALE_DOWN_PENDING, VariantDecision,
 from engine.optimize.scaling.behavior import Behavior, ScalingState, correct
 from engine.optimize.scaling.distribution import Group, distribute
 from engine.optimize.scaling.recommendation import recommend, tolerance_from_percent
-from engine.optimize.spec import CycleInputs, ModelLoad, PodSample, VariantSpec
+from engine.optimize.spec import CycleInputs, ModelLoad, PodSample, VariantSpec, model_targets
 from engine.perf.load_hold import hold_rate
 from engine.perf.load_peak import peak_window_s, recent_peak
 from engine.perf.load_trend import rate_changes
@@ -54,7 +54,8 @@ from engine.perf.tail_sizing import PromptDistribution
 from engine.simulate.records import Observation, SimResult
 from engine.simulate.replay import simulate
 from engine.simulate.scenario import EPOCH, HPA_GAUGES, Scenario, joined_key, with_ttft_percentile
-from engine.simulate.windows import PROMPT_TOKEN_BUCKETS
+from engine.simulate.windows import ITL_BUCKETS_S, PROMPT_TOKEN_BUCKETS, TTFT_BUCKETS_S
+from engine.slo.measure import RECENT_WINDOW_S, LatencyHistograms, ModelAttainment, model_attainment
 
 __all__ = [
     "POLICIES",
@@ -260,9 +261,13 @@ def modelplane_policy(scenario: Scenario, saturation_only: bool = False, load_sh
         return recent_peak(rates, interval_s, window)
 
     shapes: list[Observation] = []
+    measure = attainment_meter(scenario, variants)
+    loop: dict[tuple[str, str], float] = {}
 
     def decide(obs: Observation) -> dict[str, int]:
-        inputs = cycle_inputs(scenario, obs, variants)
+        inputs = dataclasses.replace(
+            cycle_inputs(scenario, obs, variants), attainment=measure(obs), loop_percentiles=dict(loop)
+        )
         if not load_shape:
             last_minute = {k: dataclasses.replace(v, prompt_tokens=None) for k, v in inputs.loads.items()}
             decisions = plan_variants(dataclasses.replace(inputs, loads=last_minute))
@@ -290,9 +295,66 @@ def modelplane_policy(scenario: Scenario, saturation_only: bool = False, load_sh
             )
         decisions = plan_variants(dataclasses.replace(inputs, loads=loads))
         persist_stabilization(variants, decisions)
+        loop.update({(d.namespace, d.model_id or ""): d.sizing_percentile for d in decisions if d.sizing_percentile})
         return {f"{d.namespace}/{d.name}": d.desired for d in decisions if d.desired is not None}
 
     return decide
+
+
+def attainment_meter(
+    scenario: Scenario, variants: list[VariantAutoscaling]
+) -> Callable[[Observation], dict[tuple[str, str], ModelAttainment]]:
+    """What the optimize flow reads from Prometheus for the attainment loop, from the simulated histograms.
+
+    Per model, every cycle: the TTFT and request-ITL bucket increases (:attr:`Observation.ttft_buckets`,
+    :attr:`Observation.itl_buckets`) summed over the model's evaluation window and over the loop's recent range
+    (:data:`engine.slo.measure.RECENT_WINDOW_S`), turned into attainment by :func:`engine.slo.measure.model_attainment`
+    against the model's SLO -- the same arithmetic, interpolation inside buckets included, as on a cluster.
+    """
+    targets = model_targets(variants, scenario.description.service_classes)
+    interval = scenario.config.interval_s
+    history: dict[str, list[tuple[tuple[int, ...], tuple[int, ...], float, float]]] = {}
+    recent_n = max(int(round(RECENT_WINDOW_S / interval)), 1)
+
+    def summed(rows: list[tuple[int, ...]], bounds: tuple[float, ...]) -> list[tuple[float, float]] | None:
+        if not rows:
+            return None
+        return list(zip((*bounds, math.inf), (float(sum(c)) for c in zip(*rows))))
+
+    def measure(obs: Observation) -> dict[tuple[str, str], ModelAttainment]:
+        measured: dict[tuple[str, str], ModelAttainment] = {}
+        for key, target in targets.items():
+            model = joined_key(key)
+            if model not in scenario.slos:
+                continue
+            rows = history.setdefault(model, [])
+            if model in obs.ttft_buckets and model in obs.itl_buckets:
+                rows.append(
+                    (
+                        obs.ttft_buckets[model],
+                        obs.itl_buckets[model],
+                        obs.ttft_sum.get(model, 0.0),
+                        obs.itl_sum.get(model, 0.0),
+                    )
+                )
+            window_n = max(int(math.ceil(target.window_s / interval - 1e-9)), 1)
+            del rows[:-window_n]
+            window, recent = rows, rows[-recent_n:]
+            histograms = LatencyHistograms(
+                ttft_window=summed([r[0] for r in window], TTFT_BUCKETS_S),
+                ttft_recent=summed([r[0] for r in recent], TTFT_BUCKETS_S),
+                itl_window=summed([r[1] for r in window], ITL_BUCKETS_S),
+                itl_recent=summed([r[1] for r in recent], ITL_BUCKETS_S),
+                ttft_window_sum=sum(r[2] for r in window),
+                ttft_recent_sum=sum(r[2] for r in recent),
+                itl_window_sum=sum(r[3] for r in window),
+                itl_recent_sum=sum(r[3] for r in recent),
+            )
+            slo = scenario.slos[model]
+            measured[key] = model_attainment(target, histograms, slo.ttft_ms or None, slo.itl_ms or None)
+        return measured
+
+    return measure
 
 
 def greedy_policy(scenario: Scenario) -> Policy:

@@ -183,6 +183,10 @@ class Observation:
     """Per model, the requests completed in the interval per :data:`~engine.simulate.windows.ITL_BUCKETS_S`
     bound by their mean inter-token latency (0 for a single output token), cumulative, ``+Inf`` last
     (``increase(vllm:request_time_per_output_token_seconds_bucket[1m])``, observed at completion)."""
+    ttft_sum: Mapping[str, float] = field(default_factory=dict)
+    """Per model, the sum of those TTFTs in seconds (``increase(vllm:time_to_first_token_seconds_sum[1m])``)."""
+    itl_sum: Mapping[str, float] = field(default_factory=dict)
+    """Per model, the sum of those mean ITLs in seconds (``..._request_time_per_output_token_seconds_sum``)."""
 
 
 Controller = Callable[[Observation], Mapping[str, int]]

@@ -189,6 +189,7 @@ class _Run:
         self.window_generated = [0.0] * len(trace.models)
         self.window_buckets = [[0] * (len(PROMPT_TOKEN_BUCKETS) + 1) for _ in trace.models]
         self.window_ttft, self.window_itl = _latency_counts(len(trace.models))
+        self.window_ttft_sum, self.window_itl_sum = [0.0] * len(trace.models), [0.0] * len(trace.models)
         self.prompt_bucket = np.searchsorted(
             np.asarray(PROMPT_TOKEN_BUCKETS, dtype=float), trace.in_tokens, side="left"
         ).tolist()
@@ -346,6 +347,7 @@ class _Run:
         gaps = self.out[request] - 1
         itl = (t - self.first[request]) / gaps if gaps > 0 else 0.0
         self.window_itl[model][bisect.bisect_left(ITL_BUCKETS_S, itl)] += 1
+        self.window_itl_sum[model] += itl
 
     def _replica_event(self, replica: _Replica, t: float) -> None:
         replica.advance(t)
@@ -361,6 +363,7 @@ class _Run:
             self.first[request] = t
             ttft_bucket = bisect.bisect_left(TTFT_BUCKETS_S, t - self.arr[request])
             self.window_ttft[self.req_model[request]][ttft_bucket] += 1
+            self.window_ttft_sum[self.req_model[request]] += t - self.arr[request]
             if self.out[request] <= 1:
                 self._complete(replica, request, t)
                 continue
@@ -404,6 +407,8 @@ class _Run:
             prompt_buckets={m: tuple(int(c) for c in np.cumsum(b)) for m, b in zip(models, self.window_buckets)},
             ttft_buckets={m: tuple(int(c) for c in np.cumsum(b)) for m, b in zip(models, self.window_ttft)},
             itl_buckets={m: tuple(int(c) for c in np.cumsum(b)) for m, b in zip(models, self.window_itl)},
+            ttft_sum=dict(zip(models, self.window_ttft_sum)),
+            itl_sum=dict(zip(models, self.window_itl_sum)),
         )
 
     def _cycle(self, t: float, controller: Controller | None) -> None:
@@ -424,6 +429,7 @@ class _Run:
         self.window_prompt, self.window_generated = [0.0] * len(zero), [0.0] * len(zero)
         self.window_buckets = [[0] * (len(PROMPT_TOKEN_BUCKETS) + 1) for _ in zero]
         self.window_ttft, self.window_itl = _latency_counts(len(zero))
+        self.window_ttft_sum, self.window_itl_sum = [0.0] * len(zero), [0.0] * len(zero)
         if t + self.config.interval_s <= self.horizon + _EPS:
             self._push(t + self.config.interval_s, 3, 0)
 

@@ -26,6 +26,7 @@ from engine.perf.prompt_split import ANNOTATION_ROUTER
 from engine.perf.queueing import SLO
 from engine.perf.tail_sizing import ANNOTATION_TTFT_PERCENTILE
 from engine.simulate.records import ROUTERS, ReplicaGauges, Routing, SimConfig, Trace, VariantModel
+from engine.slo.target import ANNOTATION_SLO_ATTAINMENT, check_attainment
 
 __all__ = [
     "ClusterDescription",
@@ -43,6 +44,7 @@ __all__ = [
     "with_hpa_metric",
     "with_scenario_variants",
     "with_sizing_ttft_scale",
+    "with_slo_attainment",
     "with_ttft_percentile",
 ]
 
@@ -203,6 +205,16 @@ def with_ttft_percentile(description: ClusterDescription, percentile: str) -> Cl
     variants = [va.model_copy(deep=True) for va in description.variants]
     for va in variants:
         va.metadata.annotations[ANNOTATION_TTFT_PERCENTILE] = percentile
+    return dataclasses.replace(description, variants=variants)
+
+
+def with_slo_attainment(description: ClusterDescription, attainment: float) -> ClusterDescription:
+    """The description with every VariantAutoscaling annotated ``modelplane.io/slo-attainment: <attainment>``
+    (every model's target; checked as the annotation is)."""
+    value = f"{check_attainment(attainment):g}"
+    variants = [va.model_copy(deep=True) for va in description.variants]
+    for va in variants:
+        va.metadata.annotations[ANNOTATION_SLO_ATTAINMENT] = value
     return dataclasses.replace(description, variants=variants)
 
 

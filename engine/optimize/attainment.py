@@ -1,0 +1,106 @@
+"""The attainment loop inside one optimize cycle: which percentile each model is sized for, and why.
+
+Each model whose variants are sized by the tail-aware model (:mod:`engine.perf.tail_sizing`) gets one step of the
+loop (:func:`engine.slo.controller.step`) from its SLO attainment target (:func:`engine.optimize.spec.model_targets`),
+the attainment measured this cycle (:class:`engine.slo.measure.ModelAttainment`, read by the flow from vLLM's
+histograms) and the percentile the loop chose last cycle (kept in the VariantAutoscalings' ``status.slo``).
+
+When the loop is off for a model, and why:
+
+* a variant of the model pins ``modelplane.io/ttft-percentile`` (the operator chose the sizing by hand), or sizes
+  the mean request (``"mean"``): the pinned setting stands;
+* the cycle has no measurement for the model: the percentile holds (the last one, else the configured one), and
+  the message says so -- the loop never acts on missing metrics.
+
+Where a model starts: the last cycle's percentile; else, when its target was stated (annotation or service class),
+the feed-forward start for that target (:func:`engine.slo.controller.feed_forward_percentile`); else the
+configured percentile (80 by default), so a cluster that states nothing starts where it always did.
+
+Pure: no I/O, no clock.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
+
+from engine.optimize.spec import CycleInputs, VariantSpec, model_targets
+from engine.perf.tail_sizing import ANNOTATION_TTFT_PERCENTILE
+from engine.slo.controller import AttainmentSample, ControllerStep, feed_forward_percentile, step
+from engine.slo.measure import ModelAttainment
+from engine.slo.target import SOURCE_DEFAULT
+
+__all__ = ["loop_steps", "sample_of"]
+
+
+def sample_of(attainment: ModelAttainment | None) -> AttainmentSample | None:
+    """The controller's view of a model's measurement (None: nothing measured)."""
+    if attainment is None or attainment.recent.attained is None:
+        return None
+    return AttainmentSample(
+        recent=attainment.recent.attained,
+        recent_requests=attainment.recent.requests or 0.0,
+        window=attainment.window.attained,
+        window_requests=attainment.window.requests or 0.0,
+    )
+
+
+def loop_steps(inputs: CycleInputs, specs: Sequence[VariantSpec]) -> dict[tuple[str, str], ControllerStep]:
+    """Per (namespace, modelID) under the loop: the percentile to size with this cycle and the loop's message."""
+    by_model: dict[tuple[str, str], list[VariantSpec]] = defaultdict(list)
+    for spec in specs:
+        by_model[spec.model_key].append(spec)
+    targets = model_targets(inputs.variants, inputs.service_classes)
+    steps: dict[tuple[str, str], ControllerStep] = {}
+    for model, members in by_model.items():
+        if not _loop_applies(members):
+            continue
+        target = targets.get(model)
+        if target is None:
+            continue
+        previous = inputs.loop_percentiles.get(model)
+        if previous is None:
+            previous = (
+                max(s.ttft_percentile or 0.0 for s in members)
+                if target.source == SOURCE_DEFAULT
+                else feed_forward_percentile(target.attainment)
+            )
+        steps[model] = step(
+            previous,
+            target.attainment,
+            sample_of(inputs.attainment.get(model)),
+            pending=_starting(members, inputs),
+            capped_up=_at_maximum(members, inputs),
+            at_minimum=_at_minimum(members, inputs),
+        )
+    return steps
+
+
+def _loop_applies(members: Sequence[VariantSpec]) -> bool:
+    """Tail-sized (a profile and a percentile, not the mean) and no variant pins the percentile by hand."""
+    return all(
+        s.profile is not None and s.ttft_percentile is not None and ANNOTATION_TTFT_PERCENTILE not in s.annotations
+        for s in members
+    )
+
+
+def _starting(members: Sequence[VariantSpec], inputs: CycleInputs) -> bool:
+    """Whether replicas of the model are still starting (scaled to, not ready): a shortfall is not yet the plan's."""
+    return any(
+        _count(inputs.current_replicas, s) > _count(inputs.ready_replicas, s, _count(inputs.current_replicas, s))
+        for s in members
+    )
+
+
+def _at_maximum(members: Sequence[VariantSpec], inputs: CycleInputs) -> bool:
+    """Every variant of the model at its ``max-replicas``: the allocation cannot grow it."""
+    return all(s.max_replicas is not None and _count(inputs.current_replicas, s) >= s.max_replicas for s in members)
+
+
+def _at_minimum(members: Sequence[VariantSpec], inputs: CycleInputs) -> bool:
+    """Every variant of the model at its ``min-replicas``: the allocation cannot shrink it."""
+    return all(_count(inputs.current_replicas, s) <= s.min_replicas for s in members)
+
+
+def _count(replicas: Mapping[tuple[str, str, str], int], spec: VariantSpec, default: int = 0) -> int:
+    return int(replicas.get(spec.target_key, default))
