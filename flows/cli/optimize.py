@@ -136,6 +136,12 @@ def simulate(
     wave_period: float | None = typer.Option(
         None, "--wave-period", help="Period of the --wave-floor wave in replayed seconds (default: the slice's length)."
     ),
+    bursty: str | None = typer.Option(
+        None,
+        "--bursty",
+        help="Replay a named bursty variant (silent minutes, bursts, sub-minute clusters) filled with the trace's "
+        "requests: tune-a, tune-b, tune-c (tuning), held-long-silences, held-sharp-clusters, held-2x-rate (held out).",
+    ),
     share: list[str] = typer.Option(
         [], "--share", help="MODEL=WEIGHT share of a model ('namespace/modelID') in the trace (repeatable)."
     ),
@@ -186,7 +192,7 @@ def simulate(
         cluster = manifests_path(cluster_option)
         if not cluster.exists():
             raise CannotRun(f"cluster description {cluster} does not exist")
-        _check_simulation_input(policy, router, trace)
+        _check_simulation_input(policy, router, trace, bursty)
     report = run_flow(
         simulate_flow,
         cannot_run=(TraceError, SpecError),
@@ -200,6 +206,7 @@ def simulate(
         duration_s=duration,
         wave_floor=wave_floor,
         wave_period_s=wave_period,
+        bursty=bursty,
         model_shares=shares or None,
         interval_s=interval,
         startup_delay_s=startup_delay,
@@ -235,10 +242,11 @@ def _shares(items: list[str]) -> dict[str, float]:
     return shares
 
 
-def _check_simulation_input(policy: list[str], router: str | None, trace: pathlib.Path) -> None:
-    """:class:`CannotRun` for an unknown policy or router, or a trace file that is missing or malformed."""
+def _check_simulation_input(policy: list[str], router: str | None, trace: pathlib.Path, bursty: str | None) -> None:
+    """:class:`CannotRun` for an unknown policy, router or bursty variant, or a trace file that is missing or malformed."""
     import csv
 
+    from engine.simulate.bursts import BURSTY_VARIANTS
     from engine.simulate.policies import POLICIES
     from engine.simulate.records import ROUTERS
     from engine.simulate.scenario import ROUTER_AUTO
@@ -249,6 +257,8 @@ def _check_simulation_input(policy: list[str], router: str | None, trace: pathli
         raise CannotRun(f"unknown policy {', '.join(unknown)}; choose from {', '.join(POLICIES)}")
     if router is not None and router != ROUTER_AUTO and router not in ROUTERS:
         raise CannotRun(f"unknown router {router!r}; choose from {ROUTER_AUTO}, {', '.join(ROUTERS)}")
+    if bursty is not None and bursty not in BURSTY_VARIANTS:
+        raise CannotRun(f"unknown bursty variant {bursty!r}; choose from {', '.join(BURSTY_VARIANTS)}")
     if not trace.is_file():
         raise CannotRun(f"trace file {trace} does not exist")
     try:

@@ -112,6 +112,26 @@ def test_cli_wave_floor_gives_the_trace_a_days_shape(prefect_harness: None, tmp_
     assert 0.0 < shaped["follower_bound"] < recorded["follower_bound"] <= 1.0
 
 
+def test_cli_bursty_replays_a_named_variant_with_the_traces_requests(
+    prefect_harness: None, tmp_path: pathlib.Path
+) -> None:
+    out = tmp_path / "bursty"
+    args = ["simulate", "--cluster", str(EXAMPLES), "--trace", str(TRACE), "--bursty", "tune-a", "-p", "static-peak"]
+    result = CliRunner().invoke(app, [*args, "--no-frontier", "--output", str(out)])
+    assert result.exit_code == 0, result.output
+    settings = json.loads((out / "summary.json").read_text())["settings"]
+    assert settings["bursty"] == "tune-a" and settings["requests"] == 8801
+    burstiness = settings["burstiness"]
+    assert burstiness["minutes"] == 57 and burstiness["minute_cv"] > 0.7 and burstiness["silent_minutes"] > 0
+    assert burstiness["second_dispersion"] > 8
+
+    unknown = CliRunner().invoke(app, [*args[:5], "--bursty", "tune-z"])
+    assert unknown.exit_code == 2 and "unknown bursty variant 'tune-z'" in unknown.output
+    mixed = CliRunner().invoke(app, [*args, "--rate-scale", "2", "--no-frontier", "--output", str(out)])
+    assert mixed.exit_code == 2 and "rate_scale cannot be combined with burst" in mixed.output
+    assert "Traceback" not in unknown.output + mixed.output
+
+
 def test_same_inputs_and_seed_give_the_same_report_byte_for_byte(prefect_harness: None, tmp_path: pathlib.Path) -> None:
     def run(name: str, seed: int) -> dict[str, bytes]:
         out = tmp_path / name
