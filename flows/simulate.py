@@ -60,6 +60,8 @@ ShareOfPeak = Annotated[float, Field(gt=0, le=1)]
 BurstyName = Literal[
     "tune-a", "tune-b", "tune-c", "held-long-silences", "held-sharp-clusters", "held-2x-rate"
 ]  # kept equal to engine.simulate.bursts.BURSTY_VARIANTS
+StartFrom = Literal["manifests", "static"]
+"""Where the reactive policies start: the scale targets' replicas in the manifests, or static peak's allocation."""
 HpaMetric = Literal["vllm:num_requests_waiting", "vllm:num_requests_running", "vllm:kv_cache_usage_perc"]
 
 
@@ -102,10 +104,12 @@ def read_inputs(
     sizing_ttft_scale: float,
     router: str,
     oracle_curves: bool,
+    start: str = "manifests",
 ) -> Scenario:
     """The cluster description and the trace, shaped by ``shape`` (:class:`TraceShape`'s other fields) over
     ``model_shares`` (empty: equal shares of the models served), parsed into a scenario (with the oracle's
-    curves when ``oracle_curves``)."""
+    curves when ``oracle_curves``; the reactive policies starting from static peak's allocation when ``start``
+    is ``static``)."""
     description = replace(read_description(cluster, config_namespace), kv_tokens_per_slot=kv_tokens_per_slot)
     if hpa_metric or hpa_target:
         if not (hpa_metric and hpa_target):
@@ -120,6 +124,7 @@ def read_inputs(
         raise ValueError(f"model_shares names {', '.join(unknown)}, not served here (models: {', '.join(models)})")
     trace = read_trace(trace_path, TraceShape(shares, **shape))
     scenario = build_scenario(description, trace, config, sizing_ttft_scale=sizing_ttft_scale, router=router)
+    scenario = replace(scenario, start_from_static=start == "static")
     return with_oracle_curves(scenario) if oracle_curves else scenario
 
 
@@ -159,6 +164,7 @@ def simulate(
     hpa_metric: HpaMetric | None = None,
     hpa_target: PositiveFactor | None = None,
     router: RouterName = ROUTER_AUTO,
+    start: StartFrom = "manifests",
     frontier: bool = True,
     seed: int = 0,
     output_dir: NonEmpty = SIMULATE_OUTPUT_DIR,
@@ -195,6 +201,9 @@ def simulate(
             least-latency (lowest predicted TTFT/ITL against the SLO); auto = what the cluster says (a
             modelplane.io/router annotation on a model's VariantAutoscaling, else least-load for a model behind a
             Kthena ModelRoute, else least-outstanding).
+        start: Where the reactive policies start: manifests = the scale targets' replicas (a cold start),
+            static = static peak's allocation (what switching a policy on does to a statically provisioned
+            service; the scenario of the benchmark's acceptance rows, docs/simulate.md).
         frontier: Also replay each policy over its own knob and the clairvoyant oracle, for the cost-attainment
             frontier, the attainment ceiling and each cost's ratio to the oracle's.
         seed: Seed of every random draw (model split, rate scaling): same inputs, same results.
@@ -226,6 +235,7 @@ def simulate(
         sizing_ttft_scale=sizing_ttft_scale,
         router=router,
         oracle_curves=frontier or "oracle" in policies,
+        start=start,
     )
     logger.info(
         "replaying %d requests over %.0f s against %d variants",
@@ -272,6 +282,7 @@ def simulate(
         "sizing_ttft_scale": sizing_ttft_scale,
         "hpa": [metric.to_dict() for metric in scenario.description.hpa_policy.metrics],
         "router": router,
+        "start": start,
     }
     files = write_report(outcomes, scenario, pathlib.Path(output_dir), "Modelplane policy comparison", settings, bounds)
     report = SimulationReport(outcomes, {k: str(v) for k, v in files.items()}, settings, bounds)

@@ -8,7 +8,7 @@ import json
 import pathlib
 import re
 import sys
-from typing import Any
+from typing import Any, get_args
 
 import typer
 
@@ -125,7 +125,7 @@ def simulate(
     ),
     compression: float = typer.Option(1.0, help="Divide inter-arrival times by this (time compression)."),
     rate_scale: float = typer.Option(1.0, "--rate-scale", help="Multiply the number of requests."),
-    start: float = typer.Option(0.0, help="Slice start, seconds after the first request."),
+    slice_start: float = typer.Option(0.0, "--slice-start", help="Slice start, seconds after the first request."),
     duration: float | None = typer.Option(None, help="Slice length in seconds (before compression)."),
     wave_floor: float = typer.Option(
         1.0,
@@ -166,6 +166,12 @@ def simulate(
         help="Gateway router: least-outstanding, least-load (llm-d/Kthena: queue + KV), "
         "least-latency (predicted TTFT/ITL vs SLO); auto (the default) = what the cluster says (docs/simulate.md).",
     ),
+    start: str = typer.Option(
+        "manifests",
+        "--start",
+        help="Where the reactive policies start: manifests (the scale targets' replicas, a cold start) or static "
+        "(static peak's allocation, as the benchmark's acceptance rows).",
+    ),
     frontier: bool = typer.Option(
         True,
         "--frontier/--no-frontier",
@@ -184,6 +190,7 @@ def simulate(
     """
     from engine.optimize.spec import SpecError
     from engine.simulate.trace import TraceError
+    from flows.simulate import StartFrom
     from flows.simulate import simulate as simulate_flow
     from tasks.simulate import summary_table
 
@@ -193,6 +200,9 @@ def simulate(
         if not cluster.exists():
             raise CannotRun(f"cluster description {cluster} does not exist")
         _check_simulation_input(policy, router, trace, bursty)
+        if start not in get_args(StartFrom):
+            choices = " or ".join(get_args(StartFrom))
+            raise CannotRun(f"--start {start!r}: choose {choices} (the slice's start is --slice-start)")
     report = run_flow(
         simulate_flow,
         cannot_run=(TraceError, SpecError),
@@ -202,7 +212,7 @@ def simulate(
         policies=policy or None,
         compression=compression,
         rate_scale=rate_scale,
-        start_s=start,
+        start_s=slice_start,
         duration_s=duration,
         wave_floor=wave_floor,
         wave_period_s=wave_period,
@@ -213,6 +223,7 @@ def simulate(
         sizing_ttft_scale=sizing_ttft_scale,
         hpa_metric=hpa_metric,
         hpa_target=hpa_target,
+        start=start,
         frontier=frontier,
         seed=seed,
         output_dir=str(output),
