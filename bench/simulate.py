@@ -23,6 +23,7 @@ import numpy as np
 from bench.engine import machine, write_section
 from engine.optimize.spec import parse_variant
 from engine.perf.queueing import SLO, PerfProfile, Workload, analyze
+from engine.simulate.bursts import BURSTY_HELD_OUT, BURSTY_TUNING, BURSTY_VARIANTS, burst_statistics
 from engine.simulate.calibrate import Unidentifiable, fit_profile, ramp_windows
 from engine.simulate.follower import trace_follower_bound
 from engine.simulate.frontier import knob_settings, with_oracle_curves
@@ -221,6 +222,11 @@ DAY_SHAPED = (
 """Day-shaped variants (`TraceShape.wave_floor`: the rate from `floor` of the recorded one up to all of it and back over
 the slice), fixed before any was replayed; the held-out ones never choose a default, the tuning one is where a
 policy change may be tried (docs/simulate.md)."""
+BURSTY = tuple((name, {"bursty": name}) for name in (*BURSTY_TUNING, *BURSTY_HELD_OUT))
+"""Bursty variants (`engine.simulate.bursts.BURSTY_VARIANTS`: silent minutes, bursts, sub-minute clusters, the
+conversation trace's requests resampled toward longer prompts), fixed before any policy was tuned on them: the tune-*
+ones stand in for a held-out bursty code-assistant trace and are where a policy change may be tried, the held-* ones
+(longer silences, sharper clusters, twice the rate) never choose a default (docs/simulate.md)."""
 MONOTONE_TRACES = (
     ("full trace, 1x", {}),
     ("full trace, 2x", {"rate_scale": 2.0}),
@@ -239,10 +245,12 @@ def simulation_scenario(
     percentile: str | None = None,
     wave_floor: float = 1.0,
     router: str = ROUTER_AUTO,
+    bursty: str | None = None,
 ) -> Any:
     """The conversation trace (real pace) on deployments/simulation; reactive policies start from static peak's allocation.
 
     The one scenario convention of the acceptance rows; bench.simulate_limits replays the same (with a router).
+    ``bursty`` names a variant of ``BURSTY_VARIANTS``: its arrivals replace the trace's (filled with its requests).
     """
     description = read_description(str(SIMULATION), SYSTEM_NAMESPACE)
     if percentile is not None:
@@ -257,6 +265,7 @@ def simulation_scenario(
             rate_scale=rate_scale,
             seed=seed,
             wave_floor=wave_floor,
+            burst=BURSTY_VARIANTS[bursty] if bursty is not None else None,
         ),
     )
     if prompt_scale != 1:
@@ -327,6 +336,7 @@ def bench_acceptance(trace_path: str) -> dict[str, Any]:
                 entry["modelplane_curve"] = [entry["modelplane"], *knob_curve("modelplane", scenario, run, False)]
                 entry["static_curve"] = [entry["static"], *knob_curve("static-peak", scenario, run, False)]
             day.append(entry)
+    bursty = bench_bursty(trace_path, run)
     monotone = []
     for label, shape in MONOTONE_TRACES:
         attained = {}
@@ -342,8 +352,58 @@ def bench_acceptance(trace_path: str) -> dict[str, Any]:
         "rows": rows,
         "held": held,
         "day": day,
+        "bursty": bursty,
         "monotone": monotone,
     }
+
+
+def bench_bursty(trace_path: str, run: Any) -> list[dict[str, Any]]:
+    """Each bursty variant (seed 0): its statistics, Modelplane, WVA-greedy, HPA and static peak."""
+    rows = []
+    for label, shape in BURSTY:
+        scenario = simulation_scenario(trace_path, **shape)
+        rows.append(
+            {
+                "trace": label,
+                "held_out": label in BURSTY_HELD_OUT,
+                "statistics": burst_statistics(scenario.trace.arrival_s, scenario.trace.in_tokens),
+                "requests": len(scenario.trace),
+                "bound": trace_bound(scenario),
+                **{name: run(name, scenario) for name in ("modelplane", "wva-greedy", "hpa")},
+                "static": run("static-peak", scenario),
+            }
+        )
+    return rows
+
+
+def render_bursty(rows: list[dict[str, Any]]) -> list[str]:
+    """The bursty variants' table: each variant's statistics and four policies' attainment and cost."""
+    lines = [
+        "",
+        "### Bursty variants (seed 0; fixed before any was replayed, held-out rows never choose a default)",
+        "",
+        "Arrivals from `engine.simulate.bursts` (silent minutes, bursts decaying minute by minute, sub-minute clusters) "
+        "filled with the conversation trace's requests resampled toward longer prompts (weight prompt^0.37, prompts "
+        "x1.36); `modelplane simulate --bursty NAME` replays the same. Statistics per whole minute / second of the 57 "
+        "minutes: per-minute CV, peak minute / mean, per-second variance / mean, busiest second, silent minutes, prompt "
+        "median / mean.",
+        "",
+        "| variant | requests | minute CV | peak / mean | second var / mean | max / s | silent min | prompt median / mean "
+        "| follower bound | Modelplane | WVA-greedy | HPA | static peak | Modelplane cost / static |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        st = r["statistics"]
+        cells = " | ".join(
+            f"{r[n].attainment:.1%} at {r[n].cost:.1f}" for n in ("modelplane", "wva-greedy", "hpa", "static")
+        )
+        lines.append(
+            f"| {r['trace']}{' (held out)' if r['held_out'] else ''} | {r['requests']:,} | {st.minute_cv:.2f} | "
+            f"{st.peak_to_mean:.1f} | {st.second_dispersion:.1f} | {st.max_per_second} | {st.silent_minutes} | "
+            f"{st.prompt_median:,.0f} / {st.prompt_mean:,.0f} | {r['bound']:.3f} | {cells} | "
+            f"{r['modelplane'].cost / r['static'].cost:.2f} |"
+        )
+    return lines
 
 
 def knob_curve(policy: str, scenario: Any, run: Any, configured: bool = True) -> list[PolicyOutcome]:
@@ -402,8 +462,8 @@ def render_acceptance(command: str, trace_path: str, result: dict[str, Any]) -> 
         f"`{pathlib.Path(trace_path).name}` (Azure LLM inference trace 2023, conversation; Patel et al., ISCA 2024, CC-BY 4.0) "
         "at its real pace on `deployments/simulation` (inventory 32 A100, 16 H100, 32 L40S; any variant may be empty), "
         "requests split evenly between llama-3.1-8b and granite-13b, 60 s cycles, 120 s start-up. Every reactive policy "
-        "starts from static peak's allocation (`Scenario.start_from_static`: what switching the policy on does to a "
-        "statically provisioned service; the cold start is measured on `deployments/examples` above). Modelplane runs "
+        "starts from static peak's allocation (`Scenario.start_from_static`, `modelplane simulate --start static`: what "
+        "switching the policy on does to a statically provisioned service; the cold start is measured on `deployments/examples` above). Modelplane runs "
         "its defaults (p80 of the achievable requests, recent-peak rate, 180 s scale-down window). Attainment = share of "
         "requests with TTFT and mean ITL within the Premium targets (llama 500 ms / 24 ms, granite 800 ms / 40 ms); cost = "
         "accelerator-hours x unit cost per hour (A100 40, H100 75, L40S 22). The bar (issue 18): attainment >= static "
@@ -481,6 +541,7 @@ def render_acceptance(command: str, trace_path: str, result: dict[str, Any]) -> 
             f"{'n/a' if mp_cost is None or oracle_cost is None else f'{mp_cost / oracle_cost:.2f}'} | "
             f"{_curve(r['modelplane_curve'])} | {_curve(r['static_curve'])} |"
         )
+    lines += render_bursty(result["bursty"])
     lines += [
         "",
         "### Attainment against the sizing percentile (`modelplane.io/ttft-percentile`; seed 0)",

@@ -4,7 +4,8 @@ Lifecycle, top to bottom:
 
 1. read the cluster description with the optimize flow's own tasks (VariantAutoscalings, current
    replicas, WVA ConfigMaps, the first Kthena AutoscalingPolicy for the HPA-style policy);
-2. read and shape the trace (slice, time compression, rate scaling, split over the models);
+2. read and shape the trace (slice, time compression, rate scaling, or a named bursty replay of its requests;
+   split over the models);
 3. replay it once per policy in the discrete-event simulator (``engine.simulate.replay``), the decisions made
    every interval by the policy's code (``engine.simulate.policies``: Modelplane's is ``plan_variants``);
 4. summarize each run (SLO attainment per model, cost, replica changes, unserved requests);
@@ -29,6 +30,7 @@ from prefect.context import FlowRunContext
 from prefect.utilities.annotations import quote
 from pydantic import Field
 
+from engine.simulate.bursts import BURSTY_VARIANTS, burst_statistics
 from engine.simulate.follower import trace_follower_bound
 from engine.simulate.frontier import Limits, knob_settings, limits, with_oracle_curves
 from engine.simulate.outcome import PolicyOutcome, summarize_outcome
@@ -55,6 +57,11 @@ PositiveFactor = Annotated[float, Field(gt=0)]
 """A multiplier that must be above zero."""
 ShareOfPeak = Annotated[float, Field(gt=0, le=1)]
 """A share of the high rate: above zero, at most one."""
+BurstyName = Literal[
+    "tune-a", "tune-b", "tune-c", "held-long-silences", "held-sharp-clusters", "held-2x-rate"
+]  # kept equal to engine.simulate.bursts.BURSTY_VARIANTS
+StartFrom = Literal["manifests", "static"]
+"""Where the reactive policies start: the scale targets' replicas in the manifests, or static peak's allocation."""
 HpaMetric = Literal["vllm:num_requests_waiting", "vllm:num_requests_running", "vllm:kv_cache_usage_perc"]
 
 
@@ -97,10 +104,12 @@ def read_inputs(
     sizing_ttft_scale: float,
     router: str,
     oracle_curves: bool,
+    start: str = "manifests",
 ) -> Scenario:
     """The cluster description and the trace, shaped by ``shape`` (:class:`TraceShape`'s other fields) over
     ``model_shares`` (empty: equal shares of the models served), parsed into a scenario (with the oracle's
-    curves when ``oracle_curves``)."""
+    curves when ``oracle_curves``; the reactive policies starting from static peak's allocation when ``start``
+    is ``static``)."""
     description = replace(read_description(cluster, config_namespace), kv_tokens_per_slot=kv_tokens_per_slot)
     if hpa_metric or hpa_target:
         if not (hpa_metric and hpa_target):
@@ -115,6 +124,7 @@ def read_inputs(
         raise ValueError(f"model_shares names {', '.join(unknown)}, not served here (models: {', '.join(models)})")
     trace = read_trace(trace_path, TraceShape(shares, **shape))
     scenario = build_scenario(description, trace, config, sizing_ttft_scale=sizing_ttft_scale, router=router)
+    scenario = replace(scenario, start_from_static=start == "static")
     return with_oracle_curves(scenario) if oracle_curves else scenario
 
 
@@ -145,6 +155,7 @@ def simulate(
     duration_s: PositiveSeconds | None = None,
     wave_floor: ShareOfPeak = 1.0,
     wave_period_s: PositiveSeconds | None = None,
+    bursty: BurstyName | None = None,
     model_shares: dict[str, float] | None = None,
     interval_s: PositiveSeconds = SIMULATE_INTERVAL_S,
     startup_delay_s: NonNegativeSeconds = SIMULATE_STARTUP_DELAY_S,
@@ -153,6 +164,7 @@ def simulate(
     hpa_metric: HpaMetric | None = None,
     hpa_target: PositiveFactor | None = None,
     router: RouterName = ROUTER_AUTO,
+    start: StartFrom = "manifests",
     frontier: bool = True,
     seed: int = 0,
     output_dir: NonEmpty = SIMULATE_OUTPUT_DIR,
@@ -172,6 +184,9 @@ def simulate(
         wave_floor: A day's shape: requests are thinned so the rate goes from this share of the recorded one up to
             all of it and back (1 = as recorded); see docs/simulate.md.
         wave_period_s: Period of that wave in replayed seconds; empty = the slice's length.
+        bursty: Replace the trace's arrival times by a named bursty replay (engine.simulate.bursts: silent minutes,
+            bursts, sub-minute clusters) filled with the trace's requests; not combined with the slice, compression,
+            rate or wave settings. tune-* are the tuning variants, held-* the held-out ones (docs/simulate.md).
         model_shares: Weight of each model ('namespace/modelID') in the trace; empty = equal shares.
         interval_s: Control interval of every policy in simulated seconds (WVA's GLOBAL_OPT_INTERVAL: 60).
         startup_delay_s: Seconds a new replica takes to become ready (model load).
@@ -186,6 +201,9 @@ def simulate(
             least-latency (lowest predicted TTFT/ITL against the SLO); auto = what the cluster says (a
             modelplane.io/router annotation on a model's VariantAutoscaling, else least-load for a model behind a
             Kthena ModelRoute, else least-outstanding).
+        start: Where the reactive policies start: manifests = the scale targets' replicas (a cold start),
+            static = static peak's allocation (what switching a policy on does to a statically provisioned
+            service; the scenario of the benchmark's acceptance rows, docs/simulate.md).
         frontier: Also replay each policy over its own knob and the clairvoyant oracle, for the cost-attainment
             frontier, the attainment ceiling and each cost's ratio to the oracle's.
         seed: Seed of every random draw (model split, rate scaling): same inputs, same results.
@@ -201,6 +219,7 @@ def simulate(
         "seed": seed,
         "wave_floor": wave_floor,
         "wave_period_s": wave_period_s,
+        "burst": BURSTY_VARIANTS[bursty] if bursty is not None else None,
     }
     config = SimConfig(interval_s=interval_s, startup_delay_s=startup_delay_s, seed=seed)
     scenario = read_inputs(
@@ -216,6 +235,7 @@ def simulate(
         sizing_ttft_scale=sizing_ttft_scale,
         router=router,
         oracle_curves=frontier or "oracle" in policies,
+        start=start,
     )
     logger.info(
         "replaying %d requests over %.0f s against %d variants",
@@ -251,6 +271,9 @@ def simulate(
         "rate_scale": rate_scale,
         "wave_floor": wave_floor,
         "wave_period_s": wave_period_s,
+        "bursty": bursty,
+        # How bursty the replayed arrivals are (engine.simulate.bursts.burst_statistics).
+        "burstiness": burst_statistics(scenario.trace.arrival_s, scenario.trace.in_tokens).as_dict(),
         # What an ideal load follower could cost against static provisioning on this trace (docs/simulate.md).
         "follower_bound": round(trace_follower_bound(scenario.trace, interval_s), 3),
         "interval_s": interval_s,
@@ -259,6 +282,7 @@ def simulate(
         "sizing_ttft_scale": sizing_ttft_scale,
         "hpa": [metric.to_dict() for metric in scenario.description.hpa_policy.metrics],
         "router": router,
+        "start": start,
     }
     files = write_report(outcomes, scenario, pathlib.Path(output_dir), "Modelplane policy comparison", settings, bounds)
     report = SimulationReport(outcomes, {k: str(v) for k, v in files.items()}, settings, bounds)

@@ -1,5 +1,5 @@
 """Request traces for the simulator: parsing CSV rows, slicing, time compression, rate scaling, a day-shaped
-envelope, model split.
+envelope, bursty replays (engine.simulate.bursts), model split.
 
 A trace is a CSV with a header and one row per request: an arrival timestamp, prompt tokens and
 output tokens.  The Azure LLM inference trace reads as it is (``TIMESTAMP,ContextTokens,
@@ -19,9 +19,10 @@ from datetime import UTC, datetime
 
 import numpy as np
 
+from engine.simulate.bursts import BurstShape, bursty_requests
 from engine.simulate.records import Trace
 
-__all__ = ["TraceError", "TraceShape", "parse_trace_rows", "shape_trace", "wave_envelope"]
+__all__ = ["TraceError", "TraceShape", "parse_trace_rows", "shape_trace", "split_models", "wave_envelope"]
 
 _COLUMNS = {
     "time": ("timestamp", "time", "arrival", "arrival_time", "arrival_s"),
@@ -51,6 +52,11 @@ class TraceShape:
     per-minute CV is 0.22), so no policy that follows the load can save much over static provisioning
     on it; a day's swing is where following the load pays, and thinning a real trace keeps its
     request sizes and burst structure.
+
+    ``burst`` replaces the recorded arrivals by a bursty replay (:class:`BurstShape`: silent minutes, bursts,
+    sub-minute clusters) filled with the recorded requests resampled toward longer prompts; the recorded times
+    are not used, so it goes with none of the slicing, compression, rate or wave fields (the burst's own
+    ``requests_per_min`` and ``duration_min`` set the rate and length).  ``None`` (the default): as recorded.
     """
 
     model_shares: Mapping[str, float]
@@ -61,6 +67,7 @@ class TraceShape:
     seed: int = 0
     wave_floor: float = 1.0
     wave_period_s: float | None = None
+    burst: BurstShape | None = None
 
     def __post_init__(self) -> None:
         if not self.model_shares or any(not (w > 0) for w in self.model_shares.values()):
@@ -75,6 +82,13 @@ class TraceShape:
             )
         if self.wave_period_s is not None and not self.wave_period_s > 0:
             raise TraceError(f"wave_period_s must be > 0, got {self.wave_period_s}")
+        if self.burst is not None:
+            recorded = ("start_s", "duration_s", "compression", "rate_scale", "wave_floor", "wave_period_s")
+            changed = [name for name in recorded if getattr(self, name) != getattr(TraceShape, name)]
+            if changed:
+                raise TraceError(
+                    f"a bursty replay sets its own length and rate: {', '.join(changed)} cannot be combined with burst"
+                )
 
 
 def wave_envelope(t: np.ndarray, floor: float, period_s: float) -> np.ndarray:
@@ -144,9 +158,13 @@ def parse_trace_rows(rows: Iterable[Sequence[str]]) -> tuple[np.ndarray, np.ndar
 
 
 def shape_trace(arrival_s: np.ndarray, in_tokens: np.ndarray, out_tokens: np.ndarray, shape: TraceShape) -> Trace:
-    """Slice, compress, scale, thin to the day-shaped envelope and split a parsed trace into the simulator's
-    :class:`Trace` (each step drawn from one generator seeded by ``shape.seed``, so a seed gives one trace)."""
+    """Slice, compress, scale, thin to the day-shaped envelope (or replace the arrivals by a bursty replay) and
+    split a parsed trace into the simulator's :class:`Trace` (each step drawn from one generator seeded by
+    ``shape.seed``, so a seed gives one trace)."""
     rng = np.random.default_rng(shape.seed)
+    if shape.burst is not None:
+        t, p, o = bursty_requests(in_tokens, out_tokens, shape.burst, rng)
+        return split_models(t, p, o, shape.model_shares, rng)
     end = math.inf if shape.duration_s is None else shape.start_s + shape.duration_s
     keep = (arrival_s >= shape.start_s) & (arrival_s < end)
     t = (arrival_s[keep] - shape.start_s) / shape.compression
@@ -171,7 +189,14 @@ def shape_trace(arrival_s: np.ndarray, in_tokens: np.ndarray, out_tokens: np.nda
         raise TraceError("the selected slice of the trace holds no requests")
     order = np.argsort(t, kind="stable")
     t, p, o = t[order], p[order], o[order]
-    models = tuple(sorted(shape.model_shares))
-    weights = np.asarray([shape.model_shares[m] for m in models], dtype=float)
+    return split_models(t - t[0] if shape.start_s > 0 else t, p, o, shape.model_shares, rng)
+
+
+def split_models(
+    t: np.ndarray, p: np.ndarray, o: np.ndarray, model_shares: Mapping[str, float], rng: np.random.Generator
+) -> Trace:
+    """Sorted requests as a :class:`Trace`, each assigned to a model at random with ``model_shares``' weights."""
+    models = tuple(sorted(model_shares))
+    weights = np.asarray([model_shares[m] for m in models], dtype=float)
     index = rng.choice(len(models), size=len(t), p=weights / weights.sum())
-    return Trace(t - t[0] if shape.start_s > 0 else t, p, o, index.astype(np.int64), models)
+    return Trace(t, p, o, index.astype(np.int64), models)

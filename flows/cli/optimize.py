@@ -8,7 +8,7 @@ import json
 import pathlib
 import re
 import sys
-from typing import Any
+from typing import Any, get_args
 
 import typer
 
@@ -125,7 +125,7 @@ def simulate(
     ),
     compression: float = typer.Option(1.0, help="Divide inter-arrival times by this (time compression)."),
     rate_scale: float = typer.Option(1.0, "--rate-scale", help="Multiply the number of requests."),
-    start: float = typer.Option(0.0, help="Slice start, seconds after the first request."),
+    slice_start: float = typer.Option(0.0, "--slice-start", help="Slice start, seconds after the first request."),
     duration: float | None = typer.Option(None, help="Slice length in seconds (before compression)."),
     wave_floor: float = typer.Option(
         1.0,
@@ -135,6 +135,12 @@ def simulate(
     ),
     wave_period: float | None = typer.Option(
         None, "--wave-period", help="Period of the --wave-floor wave in replayed seconds (default: the slice's length)."
+    ),
+    bursty: str | None = typer.Option(
+        None,
+        "--bursty",
+        help="Replay a named bursty variant (silent minutes, bursts, sub-minute clusters) filled with the trace's "
+        "requests: tune-a, tune-b, tune-c (tuning), held-long-silences, held-sharp-clusters, held-2x-rate (held out).",
     ),
     share: list[str] = typer.Option(
         [], "--share", help="MODEL=WEIGHT share of a model ('namespace/modelID') in the trace (repeatable)."
@@ -160,6 +166,12 @@ def simulate(
         help="Gateway router: least-outstanding, least-load (llm-d/Kthena: queue + KV), "
         "least-latency (predicted TTFT/ITL vs SLO); auto (the default) = what the cluster says (docs/simulate.md).",
     ),
+    start: str = typer.Option(
+        "manifests",
+        "--start",
+        help="Where the reactive policies start: manifests (the scale targets' replicas, a cold start) or static "
+        "(static peak's allocation, as the benchmark's acceptance rows).",
+    ),
     frontier: bool = typer.Option(
         True,
         "--frontier/--no-frontier",
@@ -178,6 +190,7 @@ def simulate(
     """
     from engine.optimize.spec import SpecError
     from engine.simulate.trace import TraceError
+    from flows.simulate import StartFrom
     from flows.simulate import simulate as simulate_flow
     from tasks.simulate import summary_table
 
@@ -186,7 +199,10 @@ def simulate(
         cluster = manifests_path(cluster_option)
         if not cluster.exists():
             raise CannotRun(f"cluster description {cluster} does not exist")
-        _check_simulation_input(policy, router, trace)
+        _check_simulation_input(policy, router, trace, bursty)
+        if start not in get_args(StartFrom):
+            choices = " or ".join(get_args(StartFrom))
+            raise CannotRun(f"--start {start!r}: choose {choices} (the slice's start is --slice-start)")
     report = run_flow(
         simulate_flow,
         cannot_run=(TraceError, SpecError),
@@ -196,16 +212,18 @@ def simulate(
         policies=policy or None,
         compression=compression,
         rate_scale=rate_scale,
-        start_s=start,
+        start_s=slice_start,
         duration_s=duration,
         wave_floor=wave_floor,
         wave_period_s=wave_period,
+        bursty=bursty,
         model_shares=shares or None,
         interval_s=interval,
         startup_delay_s=startup_delay,
         sizing_ttft_scale=sizing_ttft_scale,
         hpa_metric=hpa_metric,
         hpa_target=hpa_target,
+        start=start,
         frontier=frontier,
         seed=seed,
         output_dir=str(output),
@@ -235,10 +253,11 @@ def _shares(items: list[str]) -> dict[str, float]:
     return shares
 
 
-def _check_simulation_input(policy: list[str], router: str | None, trace: pathlib.Path) -> None:
-    """:class:`CannotRun` for an unknown policy or router, or a trace file that is missing or malformed."""
+def _check_simulation_input(policy: list[str], router: str | None, trace: pathlib.Path, bursty: str | None) -> None:
+    """:class:`CannotRun` for an unknown policy, router or bursty variant, or a trace file that is missing or malformed."""
     import csv
 
+    from engine.simulate.bursts import BURSTY_VARIANTS
     from engine.simulate.policies import POLICIES
     from engine.simulate.records import ROUTERS
     from engine.simulate.scenario import ROUTER_AUTO
@@ -249,6 +268,8 @@ def _check_simulation_input(policy: list[str], router: str | None, trace: pathli
         raise CannotRun(f"unknown policy {', '.join(unknown)}; choose from {', '.join(POLICIES)}")
     if router is not None and router != ROUTER_AUTO and router not in ROUTERS:
         raise CannotRun(f"unknown router {router!r}; choose from {ROUTER_AUTO}, {', '.join(ROUTERS)}")
+    if bursty is not None and bursty not in BURSTY_VARIANTS:
+        raise CannotRun(f"unknown bursty variant {bursty!r}; choose from {', '.join(BURSTY_VARIANTS)}")
     if not trace.is_file():
         raise CannotRun(f"trace file {trace} does not exist")
     try:

@@ -161,11 +161,13 @@ def test_a_variant_without_a_profile_cannot_be_simulated_and_says_which(descript
 def test_the_flow_form_offers_exactly_the_simulated_choices() -> None:
     from typing import get_args
 
+    from engine.simulate.bursts import BURSTY_VARIANTS
     from engine.simulate.scenario import HPA_GAUGES
-    from flows.simulate import HpaMetric, PolicyName
+    from flows.simulate import BurstyName, HpaMetric, PolicyName
 
     assert get_args(PolicyName) == POLICIES
     assert set(get_args(HpaMetric)) == set(HPA_GAUGES)
+    assert get_args(BurstyName) == tuple(BURSTY_VARIANTS)
 
 
 def test_modelplane_keeps_the_scale_down_window_state_between_cycles_as_the_flow_does(description) -> None:

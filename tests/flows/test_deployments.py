@@ -344,6 +344,8 @@ BAD_VALUES: dict[str, list[dict[str, Any]]] = {
         {"wave_floor": 0},
         {"wave_floor": 1.5},
         {"wave_period_s": 0},
+        {"bursty": "no-such-variant"},
+        {"start": "warm"},
         {"compression": -1},
         {"start_s": -1},
         {"duration_s": 0},

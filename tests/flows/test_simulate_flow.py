@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import pathlib
+import re
+import shlex
 
 from typer.testing import CliRunner
 
@@ -15,6 +17,8 @@ from tests.flows.artifacts import newest_artifact
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 EXAMPLES = REPO / "deployments" / "examples"
+SIMULATION = REPO / "deployments" / "simulation"
+DOCS = REPO / "docs" / "simulate.md"
 TRACE = REPO / "deployments" / "traces" / "azure-conv-2023-20min.csv"
 PNG = b"\x89PNG\r\n\x1a\n"
 
@@ -112,6 +116,26 @@ def test_cli_wave_floor_gives_the_trace_a_days_shape(prefect_harness: None, tmp_
     assert 0.0 < shaped["follower_bound"] < recorded["follower_bound"] <= 1.0
 
 
+def test_cli_bursty_replays_a_named_variant_with_the_traces_requests(
+    prefect_harness: None, tmp_path: pathlib.Path
+) -> None:
+    out = tmp_path / "bursty"
+    args = ["simulate", "--cluster", str(EXAMPLES), "--trace", str(TRACE), "--bursty", "tune-a", "-p", "static-peak"]
+    result = CliRunner().invoke(app, [*args, "--no-frontier", "--output", str(out)])
+    assert result.exit_code == 0, result.output
+    settings = json.loads((out / "summary.json").read_text())["settings"]
+    assert settings["bursty"] == "tune-a" and settings["requests"] == 8801
+    burstiness = settings["burstiness"]
+    assert burstiness["minutes"] == 57 and burstiness["minute_cv"] > 0.7 and burstiness["silent_minutes"] > 0
+    assert burstiness["second_dispersion"] > 8
+
+    unknown = CliRunner().invoke(app, [*args[:5], "--bursty", "tune-z"])
+    assert unknown.exit_code == 2 and "unknown bursty variant 'tune-z'" in unknown.output
+    mixed = CliRunner().invoke(app, [*args, "--rate-scale", "2", "--no-frontier", "--output", str(out)])
+    assert mixed.exit_code == 2 and "rate_scale cannot be combined with burst" in mixed.output
+    assert "Traceback" not in unknown.output + mixed.output
+
+
 def test_same_inputs_and_seed_give_the_same_report_byte_for_byte(prefect_harness: None, tmp_path: pathlib.Path) -> None:
     def run(name: str, seed: int) -> dict[str, bytes]:
         out = tmp_path / name
@@ -153,3 +177,100 @@ def test_same_inputs_and_seed_give_the_same_report_byte_for_byte(prefect_harness
     }
     assert first == again
     assert first["summary.json"] != other["summary.json"]  # the seed splits the trace between the models differently
+
+
+def docs_command_and_table() -> tuple[list[str], list[str]]:
+    """The command docs/simulate.md shows for the benchmark's scenario and the table it says the command gives."""
+    text = DOCS.read_text()
+    block = text[text.index("<!-- simulate-cli:start -->") : text.index("<!-- simulate-cli:end -->")]
+    command = re.search(r"```sh [^\n]*\n(modelplane simulate .*)\n```", block)
+    assert command is not None, "docs/simulate.md shows the command between the simulate-cli markers"
+    return shlex.split(command.group(1))[1:], [line for line in block.splitlines() if line.startswith("| ")][1:]
+
+
+def policy_rows(policies: list[dict[str, object]]) -> list[str]:
+    """summary.json's policies as the docs' table rows: attainment, cost, cost / static peak, changes, unserved."""
+    static = next(p for p in policies if p["policy"] == "static-peak")
+    return [
+        f"| {p['policy']} | {p['slo_attainment']:.1%} | {p['cost']:.1f} | {p['cost'] / static['cost']:.2f} | "  # type: ignore[operator]
+        f"{p['replica_changes']} | {p['unserved_requests']} |"
+        for p in policies
+    ]
+
+
+def test_the_docs_command_reproduces_the_docs_table(prefect_harness: None, tmp_path: pathlib.Path) -> None:
+    args, table = docs_command_and_table()
+    assert "--start" in args and args[args.index("--start") + 1] == "static"
+    args[args.index("-o") + 1] = str(tmp_path / "report")
+    args = [str(REPO / a) if a.startswith("deployments/") else a for a in args]
+    result = CliRunner().invoke(app, args, terminal_width=250)
+    assert result.exit_code == 0, result.output
+    summary = json.loads((tmp_path / "report" / "summary.json").read_text())
+    assert summary["settings"]["start"] == "static"
+    produced = policy_rows(summary["policies"])
+    assert produced == table, "docs/simulate.md's table is not what its command gives; it gives:\n" + "\n".join(
+        produced
+    )
+
+
+def test_the_benchmark_and_the_command_replay_one_scenario() -> None:
+    """bench.simulate's simulation_scenario is what `modelplane simulate --start static` on deployments/simulation
+    replays: the same requests, the same starting replicas, the same outcome."""
+    from bench.simulate import simulation_scenario
+    from engine.simulate.outcome import summarize_outcome
+    from engine.simulate.policies import initial_replicas, run_policy
+    from engine.simulate.records import SimConfig
+    from flows.parameters import SIMULATE_INTERVAL_S, SIMULATE_STARTUP_DELAY_S, SYSTEM_NAMESPACE
+    from flows.simulate import read_inputs
+
+    shape = {"duration_s": 480.0, "seed": 1}
+    flow = read_inputs.fn(
+        str(SIMULATION),
+        str(TRACE),
+        SYSTEM_NAMESPACE,
+        None,
+        shape,
+        SimConfig(interval_s=SIMULATE_INTERVAL_S, startup_delay_s=SIMULATE_STARTUP_DELAY_S, seed=1),
+        kv_tokens_per_slot=2048,
+        hpa_metric=None,
+        hpa_target=None,
+        sizing_ttft_scale=1.0,
+        router="auto",
+        oracle_curves=False,
+        start="static",
+    )
+    bench = simulation_scenario(str(TRACE), **shape)  # type: ignore[arg-type]
+    assert flow.start_from_static and bench.start_from_static
+    assert initial_replicas(flow) == initial_replicas(bench)
+    assert (flow.trace.arrival_s == bench.trace.arrival_s).all() and flow.trace.models == bench.trace.models
+    for policy in ("modelplane", "wva-greedy"):
+        a = summarize_outcome(policy, flow, run_policy(policy, flow))
+        b = summarize_outcome(policy, bench, run_policy(policy, bench))
+        assert a.as_json() == b.as_json()
+
+
+def test_cli_start_chooses_where_reactive_policies_start(prefect_harness: None, tmp_path: pathlib.Path) -> None:
+    def replicas_changed(start: str) -> dict[str, object]:
+        out = tmp_path / start
+        args = [
+            "simulate",
+            "--cluster",
+            str(SIMULATION),
+            "--trace",
+            str(TRACE),
+            "--duration",
+            "180",
+            "-p",
+            "modelplane",
+        ]
+        result = CliRunner().invoke(app, [*args, "--start", start, "--no-frontier", "--output", str(out)])
+        assert result.exit_code == 0, result.output
+        summary = json.loads((out / "summary.json").read_text())
+        assert summary["settings"]["start"] == start
+        return summary["policies"][0]
+
+    cold, warm = replicas_changed("manifests"), replicas_changed("static")
+    # From the manifests' 1-2 replicas the first minutes miss what static peak's allocation serves.
+    assert warm["slo_attainment"] > cold["slo_attainment"] + 0.05  # type: ignore[operator]
+    bad = CliRunner().invoke(app, ["simulate", "--cluster", str(SIMULATION), "--trace", str(TRACE), "--start", "300"])
+    assert bad.exit_code == 2 and "--start '300': choose manifests or static" in bad.output
