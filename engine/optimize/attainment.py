@@ -21,16 +21,22 @@ Pure: no I/O, no clock.
 
 from __future__ import annotations
 
+import dataclasses
+import math
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 
-from engine.optimize.spec import CycleInputs, VariantSpec, model_targets
+import numpy as np
+
+from engine.optimize.spec import CycleInputs, ModelLoad, VariantSpec, model_slos, model_targets
+from engine.perf.load_peak import held_peak
+from engine.perf.prompt_split import prompt_limit_tokens
 from engine.perf.tail_sizing import ANNOTATION_TTFT_PERCENTILE
 from engine.slo.controller import AttainmentSample, ControllerStep, feed_forward_percentile, step
 from engine.slo.measure import ModelAttainment
 from engine.slo.target import SOURCE_DEFAULT
 
-__all__ = ["loop_steps", "sample_of"]
+__all__ = ["held_loads", "loop_steps", "sample_of"]
 
 
 def sample_of(attainment: ModelAttainment | None) -> AttainmentSample | None:
@@ -51,6 +57,7 @@ def loop_steps(inputs: CycleInputs, specs: Sequence[VariantSpec]) -> dict[tuple[
     for spec in specs:
         by_model[spec.model_key].append(spec)
     targets = model_targets(inputs.variants, inputs.service_classes)
+    slos = model_slos(inputs.variants, inputs.service_classes)
     steps: dict[tuple[str, str], ControllerStep] = {}
     for model, members in by_model.items():
         if not _loop_applies(members):
@@ -65,15 +72,36 @@ def loop_steps(inputs: CycleInputs, specs: Sequence[VariantSpec]) -> dict[tuple[
                 if target.source == SOURCE_DEFAULT
                 else feed_forward_percentile(target.attainment)
             )
+        load = inputs.loads.get(model)
+        peaks = load.peaks_rps if load is not None else None
         steps[model] = step(
             previous,
             target.attainment,
             sample_of(inputs.attainment.get(model)),
+            hold_s=inputs.loop_holds.get(model),
+            hold_range_s=(min(peaks), min(max(peaks), target.window_s)) if peaks else None,
+            ceiling=_ceiling(members, load, slos.get(model, (None, None))[0]),
             pending=_starting(members, inputs),
             capped_up=_at_maximum(members, inputs),
             at_minimum=_at_minimum(members, inputs),
         )
     return steps
+
+
+def _ceiling(members: Sequence[VariantSpec], load: ModelLoad | None, ttft_ms: float | None) -> float | None:
+    """The share of the model's prompts that its fastest-prefilling variant serves within the TTFT target alone on
+    an idle replica (:func:`engine.perf.prompt_split.prompt_limit_tokens`): no sizing attains more. None without a
+    prompt histogram or a TTFT target."""
+    if load is None or load.prompt_tokens is None or not ttft_ms or load.prompt_tokens.total <= 0:
+        return None
+    limits = [prompt_limit_tokens(s.profile, ttft_ms) for s in members if s.profile is not None]
+    if not limits:
+        return None
+    prompts = (
+        load.prompt_tokens.with_mean(load.avg_in_tokens) if load.prompt_tokens.mean is None else load.prompt_tokens
+    )
+    longest = max(limits)
+    return 1.0 if math.isinf(longest) else float(prompts.cdf(np.asarray([longest]))[0])
 
 
 def _loop_applies(members: Sequence[VariantSpec]) -> bool:
@@ -104,3 +132,18 @@ def _at_minimum(members: Sequence[VariantSpec], inputs: CycleInputs) -> bool:
 
 def _count(replicas: Mapping[tuple[str, str, str], int], spec: VariantSpec, default: int = 0) -> int:
     return int(replicas.get(spec.target_key, default))
+
+
+def held_loads(
+    loads: Mapping[tuple[str, str], ModelLoad], steps: Mapping[tuple[str, str], ControllerStep]
+) -> dict[tuple[str, str], ModelLoad]:
+    """The loads with each model's recent peak reaching back as far as its loop's hold (never lower than read)."""
+    held = dict(loads)
+    for model, loop in steps.items():
+        load = loads.get(model)
+        if load is None or loop.hold_s is None:
+            continue
+        peak = held_peak(load.peaks_rps, loop.hold_s)
+        if peak is not None and (load.recent_peak_rps is None or peak > load.recent_peak_rps):
+            held[model] = dataclasses.replace(load, recent_peak_rps=peak)
+    return held

@@ -27,7 +27,7 @@ from typing import Any
 
 from engine.api.llmd import VariantAutoscaling
 from engine.api.meta import format_time, parse_duration, parse_time
-from engine.optimize.attainment import loop_steps
+from engine.optimize.attainment import held_loads, loop_steps
 from engine.optimize.bindings import BindingDecision, BindingInputs, plan_binding
 from engine.optimize.config import AcceleratorCost
 from engine.optimize.model_based import ModelBasedTargets, model_based_targets
@@ -94,6 +94,8 @@ class VariantDecision:
     """Load of this variant's model (req/s) the plan leaves unserved (accelerator inventory exhausted)."""
     sizing_percentile: float | None = None
     """The TTFT percentile the attainment loop sized this variant's model for this cycle (None: the loop is off)."""
+    peak_hold_s: float | None = None
+    """How far back the recent peak the model was sized for reached (None: the loop is off or has no hold)."""
     loop_message: str | None = None
     """What the attainment loop did for the model this cycle, and why (None: the loop is off)."""
 
@@ -402,6 +404,7 @@ def plan_variants(inputs: CycleInputs) -> list[VariantDecision]:
             decisions[key] = _invalid_decision(va, str(exc), inputs.current_replicas)
 
     steps = loop_steps(inputs, specs)
+    inputs = dataclasses.replace(inputs, loads=held_loads(inputs.loads, steps))
     specs = [
         dataclasses.replace(spec, ttft_percentile=steps[spec.model_key].percentile) if spec.model_key in steps else spec
         for spec in specs
@@ -486,7 +489,9 @@ def _with_loop(decision: VariantDecision, steps: Mapping[tuple[str, str], Contro
     loop = steps.get((decision.namespace, decision.model_id or ""))
     if loop is None:
         return decision
-    return dataclasses.replace(decision, sizing_percentile=loop.percentile, loop_message=loop.message)
+    return dataclasses.replace(
+        decision, sizing_percentile=loop.percentile, peak_hold_s=loop.hold_s, loop_message=loop.message
+    )
 
 
 def summarize(decisions: Iterable[VariantDecision]) -> str:

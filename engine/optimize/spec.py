@@ -70,6 +70,9 @@ class ModelLoad:
     :mod:`engine.perf.load_trend`), when collected."""
     change_noise_rps: float | None = None
     """Median absolute 1-minute change of the arrival rate over the last half hour (the rate's noise), when collected."""
+    peaks_rps: dict[float, float] | None = None
+    """Highest 1-minute arrival rate per look-back in seconds (:data:`engine.perf.load_peak.HOLD_WINDOWS_S`), for
+    the attainment loop's peak hold, when collected."""
 
 
 @dataclass(frozen=True)
@@ -148,6 +151,8 @@ class CycleInputs:
     attainment: Mapping[tuple[str, str], ModelAttainment] = field(default_factory=dict)
     """Per (namespace, modelID): its SLO attainment measured from vLLM's latency histograms this cycle (absent:
     not measured; the attainment loop then holds, :mod:`engine.optimize.attainment`)."""
+    loop_holds: Mapping[tuple[str, str], float] = field(default_factory=dict)
+    """Per (namespace, modelID): the attainment loop's peak hold last cycle, in seconds (``status.slo.peakHold``)."""
     loop_percentiles: Mapping[tuple[str, str], float] = field(default_factory=dict)
     """Per (namespace, modelID): the TTFT percentile the attainment loop sized it for last cycle
     (``status.slo.sizingPercentile``); absent: the loop starts from the target (see :mod:`engine.optimize.attainment`)."""

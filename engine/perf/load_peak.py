@@ -19,7 +19,12 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-__all__ = ["peak_window_s", "planning_rate", "recent_peak"]
+__all__ = ["HOLD_WINDOWS_S", "held_peak", "peak_window_s", "planning_rate", "recent_peak"]
+
+HOLD_WINDOWS_S = (180.0, 300.0, 600.0, 900.0, 1800.0, 3600.0)
+"""The look-backs over which the highest 1-minute rate is read besides the start-up window, for the attainment
+loop's peak hold (:mod:`engine.slo.controller`): one ``max_over_time`` subquery each, so the hold can reach an
+hour without reading the rate's whole history."""
 
 
 def peak_window_s(startup_delay_s: float, interval_s: float) -> float:
@@ -42,3 +47,12 @@ def planning_rate(current_rps: float, peak_rps: float | None) -> float:
     if peak_rps is None or not math.isfinite(peak_rps):
         return current_rps
     return max(current_rps, peak_rps)
+
+
+def held_peak(peaks: dict[float, float] | None, hold_s: float) -> float | None:
+    """The highest rate over at least ``hold_s``: the peak of the shortest look-back that covers it (the longest
+    when none does); None without peaks."""
+    if not peaks:
+        return None
+    covering = [window for window in peaks if window >= hold_s - 1e-9]
+    return peaks[min(covering)] if covering else peaks[max(peaks)]

@@ -46,7 +46,7 @@ from engine.optimize.scaling.distribution import Group, distribute
 from engine.optimize.scaling.recommendation import recommend, tolerance_from_percent
 from engine.optimize.spec import CycleInputs, ModelLoad, PodSample, VariantSpec, model_targets
 from engine.perf.load_hold import hold_rate
-from engine.perf.load_peak import peak_window_s, recent_peak
+from engine.perf.load_peak import HOLD_WINDOWS_S, peak_window_s, recent_peak
 from engine.perf.load_trend import rate_changes
 from engine.perf.queueing import Workload
 from engine.perf.saturation import SaturationConfigSet
@@ -263,10 +263,14 @@ def modelplane_policy(scenario: Scenario, saturation_only: bool = False, load_sh
     shapes: list[Observation] = []
     measure = attainment_meter(scenario, variants)
     loop: dict[tuple[str, str], float] = {}
+    holds: dict[tuple[str, str], float] = {}
 
     def decide(obs: Observation) -> dict[str, int]:
         inputs = dataclasses.replace(
-            cycle_inputs(scenario, obs, variants), attainment=measure(obs), loop_percentiles=dict(loop)
+            cycle_inputs(scenario, obs, variants),
+            attainment=measure(obs),
+            loop_percentiles=dict(loop),
+            loop_holds=dict(holds),
         )
         if not load_shape:
             last_minute = {k: dataclasses.replace(v, prompt_tokens=None) for k, v in inputs.loads.items()}
@@ -290,12 +294,14 @@ def modelplane_policy(scenario: Scenario, saturation_only: bool = False, load_sh
                 avg_out_tokens=tokens.avg_out_tokens or load.avg_out_tokens,
                 prompt_tokens=tokens.prompt_tokens,
                 recent_peak_rps=held(rates, obs.interval_s),
+                peaks_rps={w: recent_peak(rates, obs.interval_s, w) or 0.0 for w in HOLD_WINDOWS_S if w >= window},
                 recent_change_rps=change,
                 change_noise_rps=noise,
             )
         decisions = plan_variants(dataclasses.replace(inputs, loads=loads))
         persist_stabilization(variants, decisions)
         loop.update({(d.namespace, d.model_id or ""): d.sizing_percentile for d in decisions if d.sizing_percentile})
+        holds.update({(d.namespace, d.model_id or ""): d.peak_hold_s for d in decisions if d.peak_hold_s})
         return {f"{d.namespace}/{d.name}": d.desired for d in decisions if d.desired is not None}
 
     return decide

@@ -62,6 +62,11 @@ class ControllerSettings:
     max_percentile: float = 99.5
     half_confidence: float = 50.0
     """Requests in the recent range at which a measurement counts half."""
+    hold_gain: float = 10.0
+    """Change of the hold's log-length per unit of attainment error (see :func:`step`)."""
+    ceiling_margin: float = 0.03
+    """The setpoint stays this far below the model's attainment ceiling (the share of requests whose prompt any
+    of its variants can prefill within the TTFT target at all): a target above it is out of reach at any cost."""
     feed_forward_offset: float = 5.0
     """A model without a loop state starts at ``100 x target - offset``: the tail-sized plan's own margins
     (whole replicas, the recent-peak hold) attain a few points above the percentile on steady traffic."""
@@ -93,11 +98,14 @@ class AttainmentSample:
 
 @dataclass(frozen=True)
 class ControllerStep:
-    """The percentile to size with next, whether it moved, and what the loop did in words."""
+    """The percentile to size with next, how long to hold a peak's capacity, whether either moved, and what the
+    loop did in words."""
 
     percentile: float
     changed: bool
     message: str
+    hold_s: float | None = None
+    """How far back the recent peak the model is sized for reaches (None: the plan's start-up window)."""
 
 
 def feed_forward_percentile(target: float, settings: ControllerSettings = DEFAULT_SETTINGS) -> float:
@@ -111,57 +119,121 @@ def step(
     sample: AttainmentSample | None,
     settings: ControllerSettings = DEFAULT_SETTINGS,
     *,
+    hold_s: float | None = None,
+    hold_range_s: tuple[float, float] | None = None,
+    ceiling: float | None = None,
     pending: bool = False,
     capped_up: bool = False,
     at_minimum: bool = False,
 ) -> ControllerStep:
     """One cycle of the loop for one model.
 
+    Two actuators, each for the error it can correct:
+
+    * a shortfall measured while replicas the plan asked for were still starting is capacity that came too late
+      (a burst, a ramp outrunning a start-up): more of the same sizing would come late again, so the loop holds
+      each peak's capacity for longer (``hold_s``, up to the evaluation window: static peak, in the limit);
+    * a shortfall with the capacity in place is the sizing's: the percentile rises;
+    * a surplus first shortens the hold back towards the start-up window, then lowers the percentile.
+
     Args:
         percentile: the percentile the model was sized for last cycle (None or invalid: the feed-forward start).
         target: the attainment target, a fraction in (0, 1).
         sample: the measured attainment (None: not measured this cycle).
-        pending: replicas asked for are still starting, so a shortfall is not yet the plan's.
+        hold_s: how far back the recent peak reached last cycle (None: the shortest of ``hold_range_s``).
+        hold_range_s: (shortest, longest) hold; None: the loop does not move the hold.
+        ceiling: the share of the model's requests that can meet the SLO at all (None: unknown).
+        pending: replicas asked for are still starting.
         capped_up: the allocation could not give the model what it asked for (inventory, ``max-replicas``).
         at_minimum: every variant of the model sits at its ``min-replicas``.
 
     Returns:
-        the next percentile and a message for the model's condition.
+        the next percentile and hold, and a message for the model's condition.
     """
     valid = percentile is not None and math.isfinite(percentile) and 0.0 < percentile < 100.0
     previous = (
         _clamp(percentile, settings) if valid and percentile is not None else feed_forward_percentile(target, settings)
     )
-    held = f"sizing percentile held at p{previous:.1f}"
-    if sample is None or sample.recent is None or not math.isfinite(sample.recent):
-        return ControllerStep(previous, False, f"{held}: attainment not measured")
-    if sample.recent_requests <= 0:
-        return ControllerStep(previous, False, f"{held}: no requests in the recent range")
+    measured = sample is not None and sample.recent is not None and sample.recent_requests > 0
+    hold = _hold(hold_s, hold_range_s, measured)
+    held = f"sizing percentile held at p{previous:.1f}{_held_for(hold)}"
+
+    def unchanged(why: str) -> ControllerStep:
+        return ControllerStep(previous, False, f"{held}: {why}", hold)
+
+    if sample is None or sample.recent is None or not math.isfinite(sample.recent) or sample.recent_requests <= 0:
+        why = (
+            "no requests in the recent range" if sample is not None and sample.recent_requests <= 0 else "not measured"
+        )
+        # Nothing learnt: a hold the loop has not chosen yet stays unchosen (the plan's start-up window).
+        kept = hold if hold_s is not None else None
+        return ControllerStep(previous, False, f"{held}: attainment {why}", kept)
     setpoint = _setpoint(target, sample, settings)
+    reachable = ""
+    if ceiling is not None and math.isfinite(ceiling) and setpoint > ceiling - settings.ceiling_margin:
+        setpoint = max(ceiling - settings.ceiling_margin, 0.0)
+        reachable = f", capped below the ceiling {_pct(ceiling)}: longer prompts cannot meet the TTFT target"
     error = setpoint - sample.recent
+    confidence = sample.recent_requests / (sample.recent_requests + settings.half_confidence)
     measured = f"attained {_pct(sample.recent)} over the recent range ({sample.recent_requests:.0f} requests)"
-    if error > 0 and pending:
-        return ControllerStep(previous, False, f"{held}: {measured}, below {_pct(setpoint)}, while replicas start")
+    against = (
+        f"against a setpoint of {_pct(setpoint)} (target {_pct(target)}"
+        + (f", window {_pct(sample.window)}" if sample.window is not None else "")
+        + f"{reachable})"
+    )
     if error > 0 and capped_up:
+        return unchanged(f"{measured}, below {_pct(setpoint)}, and the allocation cannot grow")
+    if error > 0 and pending:
+        if hold is None or hold_range_s is None or hold >= hold_range_s[1]:
+            return unchanged(f"{measured}, below {_pct(setpoint)}, while replicas start")
+        longer = min(hold * math.exp(settings.hold_gain * error * confidence), hold_range_s[1])
         return ControllerStep(
-            previous, False, f"{held}: {measured}, below {_pct(setpoint)}, and the allocation cannot grow"
+            previous,
+            True,
+            f"peak hold lengthened {_duration(hold)} -> {_duration(longer)}: {measured} while replicas started, "
+            f"{against}",
+            longer,
         )
     if error < 0 and at_minimum:
+        return unchanged(f"{measured}, above {_pct(setpoint)}, every variant at its minimum")
+    if error < 0 and hold is not None and hold_range_s is not None and hold > hold_range_s[0]:
+        shorter = max(hold * math.exp(settings.hold_gain * error * confidence), hold_range_s[0])
         return ControllerStep(
-            previous, False, f"{held}: {measured}, above {_pct(setpoint)}, every variant at its minimum"
+            previous,
+            True,
+            f"peak hold shortened {_duration(hold)} -> {_duration(shorter)}: {measured} {against}",
+            shorter,
         )
-    confidence = sample.recent_requests / (sample.recent_requests + settings.half_confidence)
     logit = math.log(previous / (100.0 - previous)) + settings.gain * error * confidence
     new = _clamp(100.0 / (1.0 + math.exp(-logit)), settings)
     direction = "raised" if new > previous else "lowered" if new < previous else "held"
     bound = " (at its bound)" if new in (settings.min_percentile, settings.max_percentile) else ""
-    window = f", window {_pct(sample.window)}" if sample.window is not None else ""
     return ControllerStep(
         new,
         abs(new - previous) > 1e-9,
-        f"sizing percentile {direction} p{previous:.1f} -> p{new:.1f}{bound}: {measured} against a setpoint of "
-        f"{_pct(setpoint)} (target {_pct(target)}{window})",
+        f"sizing percentile {direction} p{previous:.1f} -> p{new:.1f}{bound}: {measured} {against}",
+        hold,
     )
+
+
+def _hold(hold_s: float | None, hold_range_s: tuple[float, float] | None, measured: bool) -> float | None:
+    """The hold to start from: the last one within the range; a model the loop has not held yet starts at the
+    longest once its attainment is measured (it gives capacity back as the measurement shows a surplus, the safe
+    direction), at the shortest (the plan's start-up window, as without a loop) while it is not."""
+    if hold_range_s is None:
+        return None
+    shortest, longest = hold_range_s
+    if hold_s is None or not math.isfinite(hold_s):
+        return longest if measured else shortest
+    return min(max(hold_s, shortest), longest)
+
+
+def _held_for(hold: float | None) -> str:
+    return "" if hold is None else f", peak hold {_duration(hold)}"
+
+
+def _duration(seconds: float) -> str:
+    return f"{seconds / 60.0:.0f}m" if seconds >= 120 else f"{seconds:.0f}s"
 
 
 def _setpoint(target: float, sample: AttainmentSample, settings: ControllerSettings) -> float:
