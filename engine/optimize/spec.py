@@ -70,6 +70,10 @@ class ModelLoad:
     :mod:`engine.perf.load_trend`), when collected."""
     change_noise_rps: float | None = None
     """Median absolute 1-minute change of the arrival rate over the last half hour (the rate's noise), when collected."""
+    burst_rps: float | None = None
+    """The Poisson rate that explains the highest sub-minute arrival count over the start-up horizon
+    (:func:`engine.perf.load_burst.burst_rate`), when collected: about the arrival rate on Poisson traffic, a
+    multiple of it on clustered traffic."""
     peaks_rps: dict[float, float] | None = None
     """Highest 1-minute arrival rate per look-back in seconds (:data:`engine.perf.load_peak.HOLD_WINDOWS_S`), for
     the attainment loop's peak hold, when collected."""

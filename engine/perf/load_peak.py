@@ -42,11 +42,11 @@ def recent_peak(rates: Sequence[float], interval_s: float, window_s: float) -> f
     return max(rates[-count:])
 
 
-def planning_rate(current_rps: float, peak_rps: float | None) -> float:
-    """The arrival rate a cycle sizes for: the recent peak when known, never below the current rate."""
-    if peak_rps is None or not math.isfinite(peak_rps):
-        return current_rps
-    return max(current_rps, peak_rps)
+def planning_rate(current_rps: float, peak_rps: float | None, burst_rps: float | None = None) -> float:
+    """The arrival rate a cycle sizes for: the recent peak when known, the burst rate when known and higher
+    (:mod:`engine.perf.load_burst`), never below the current rate."""
+    known = [r for r in (peak_rps, burst_rps) if r is not None and math.isfinite(r)]
+    return max([current_rps, *known])
 
 
 def held_peak(peaks: dict[float, float] | None, hold_s: float) -> float | None:

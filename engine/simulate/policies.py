@@ -45,13 +45,14 @@ from engine.optimize.scaling.behavior import Behavior, ScalingState, correct
 from engine.optimize.scaling.distribution import Group, distribute
 from engine.optimize.scaling.recommendation import recommend, tolerance_from_percent
 from engine.optimize.spec import CycleInputs, ModelLoad, PodSample, VariantSpec, model_targets
+from engine.perf.load_burst import burst_rate
 from engine.perf.load_hold import hold_rate
 from engine.perf.load_peak import HOLD_WINDOWS_S, peak_window_s, recent_peak
 from engine.perf.load_trend import rate_changes
 from engine.perf.queueing import Workload
 from engine.perf.saturation import SaturationConfigSet
 from engine.perf.tail_sizing import PromptDistribution
-from engine.simulate.records import Observation, SimResult
+from engine.simulate.records import SCRAPE_S, Observation, SimResult
 from engine.simulate.replay import simulate
 from engine.simulate.scenario import EPOCH, HPA_GAUGES, Scenario, joined_key, with_ttft_percentile
 from engine.simulate.windows import ITL_BUCKETS_S, PROMPT_TOKEN_BUCKETS, TTFT_BUCKETS_S
@@ -261,6 +262,8 @@ def modelplane_policy(scenario: Scenario, saturation_only: bool = False, load_sh
         return recent_peak(rates, interval_s, window)
 
     shapes: list[Observation] = []
+    bursts: dict[tuple[str, str], list[int]] = {}
+    scrape_bins = max(int(math.ceil(scenario.config.interval_s / SCRAPE_S - 1e-9)), 1)
     measure = attainment_meter(scenario, variants)
     loop: dict[tuple[str, str], float] = {}
     holds: dict[tuple[str, str], float] = {}
@@ -287,6 +290,10 @@ def modelplane_policy(scenario: Scenario, saturation_only: bool = False, load_sh
             rates.append(load.arrival_rate_rps)
             # What the flow's max_over_time / quantile_over_time subqueries of the rate's changes return.
             change, noise = rate_changes(rates)
+            # What max_over_time(increase(vllm:request_success_total[15s])[W:15s]) returns at a 15 s scrape.
+            peaks = bursts.setdefault(key, [])
+            peaks.append(obs.arrival_peak.get(joined_key(key), 0))
+            del peaks[:-horizon]
             tokens = shape[key]
             loads[key] = dataclasses.replace(
                 load,
@@ -294,6 +301,7 @@ def modelplane_policy(scenario: Scenario, saturation_only: bool = False, load_sh
                 avg_out_tokens=tokens.avg_out_tokens or load.avg_out_tokens,
                 prompt_tokens=tokens.prompt_tokens,
                 recent_peak_rps=held(rates, obs.interval_s),
+                burst_rps=burst_rate(max(peaks), SCRAPE_S, scrape_bins * len(peaks)) if scenario.burst_aware else None,
                 peaks_rps={w: recent_peak(rates, obs.interval_s, w) or 0.0 for w in HOLD_WINDOWS_S if w >= window},
                 recent_change_rps=change,
                 change_noise_rps=noise,

@@ -142,6 +142,10 @@ class SimConfig:
             raise ValueError("SimConfig: delays, timeout and jitter must be >= 0")
 
 
+SCRAPE_S = 15.0
+"""The scrape interval the simulated Prometheus resolves sub-minute arrival peaks at (a common scrape interval)."""
+
+
 @dataclass(frozen=True)
 class ReplicaGauges:
     """vLLM's gauges of one replica at a cycle: pod name, running, waiting, KV-cache usage (0..1), ready."""
@@ -183,6 +187,9 @@ class Observation:
     """Per model, the requests completed in the interval per :data:`~engine.simulate.windows.ITL_BUCKETS_S`
     bound by their mean inter-token latency (0 for a single output token), cumulative, ``+Inf`` last
     (``increase(vllm:request_time_per_output_token_seconds_bucket[1m])``, observed at completion)."""
+    arrival_peak: Mapping[str, int] = field(default_factory=dict)
+    """Per model, the most requests that arrived within one :data:`SCRAPE_S` scrape of the interval (what
+    ``max_over_time(increase(...[15s])[1m:15s])`` shows at a 15 s scrape: the interval's sub-minute peak)."""
     ttft_sum: Mapping[str, float] = field(default_factory=dict)
     """Per model, the sum of those TTFTs in seconds (``increase(vllm:time_to_first_token_seconds_sum[1m])``)."""
     itl_sum: Mapping[str, float] = field(default_factory=dict)

@@ -51,6 +51,7 @@ import numpy as np
 
 from engine.simulate.records import (
     ROUTERS,
+    SCRAPE_S,
     Controller,
     CycleRecord,
     Observation,
@@ -185,6 +186,9 @@ class _Run:
         self.horizon = config.horizon_s if config.horizon_s is not None else trace.duration_s
         self.window_completed = [0] * len(trace.models)
         self.window_arrived = [0] * len(trace.models)
+        self.window_start = 0.0
+        self.scrape_bins = max(int(math.ceil(config.interval_s / SCRAPE_S - 1e-9)), 1)
+        self.window_scrape = [[0] * self.scrape_bins for _ in trace.models]
         self.window_prompt = [0.0] * len(trace.models)
         self.window_generated = [0.0] * len(trace.models)
         self.window_buckets = [[0] * (len(PROMPT_TOKEN_BUCKETS) + 1) for _ in trace.models]
@@ -402,6 +406,7 @@ class _Run:
             pods=pods,
             completed=dict(zip(models, self.window_completed)),
             arrived=dict(zip(models, self.window_arrived)),
+            arrival_peak={m: max(bins) for m, bins in zip(models, self.window_scrape)},
             prompt_tokens=dict(zip(models, self.window_prompt)),
             generated_tokens=dict(zip(models, self.window_generated)),
             prompt_buckets={m: tuple(int(c) for c in np.cumsum(b)) for m, b in zip(models, self.window_buckets)},
@@ -426,6 +431,8 @@ class _Run:
         self._scale(desired, t)
         zero = [0] * len(self.trace.models)
         self.window_completed, self.window_arrived = list(zero), list(zero)
+        self.window_start = t
+        self.window_scrape = [[0] * self.scrape_bins for _ in zero]
         self.window_prompt, self.window_generated = [0.0] * len(zero), [0.0] * len(zero)
         self.window_buckets = [[0] * (len(PROMPT_TOKEN_BUCKETS) + 1) for _ in zero]
         self.window_ttft, self.window_itl = _latency_counts(len(zero))
@@ -445,6 +452,8 @@ class _Run:
             if nxt < total and (not heap or arrivals[nxt] <= heap[0][0]):
                 t = arrivals[nxt]
                 self.window_arrived[self.req_model[nxt]] += 1
+                scrape = min(int((t - self.window_start) / SCRAPE_S), self.scrape_bins - 1)
+                self.window_scrape[self.req_model[nxt]][max(scrape, 0)] += 1
                 self._route(nxt, t)
                 nxt += 1
                 continue
