@@ -67,6 +67,7 @@ __all__ = [
     "peak_loads",
     "run_policy",
     "static_allocation",
+    "variants_by_model",
 ]
 
 POLICIES = ("modelplane", "saturation-only", "wva-greedy", "hpa", "static-peak", "oracle")
@@ -295,12 +296,34 @@ def modelplane_policy(scenario: Scenario, saturation_only: bool = False, load_sh
     return decide
 
 
+def variants_by_model(scenario: Scenario) -> dict[str, list[VariantSpec]]:
+    """Each model key ("ns/modelID") with the specs of the variants that serve it, in the scenario's order."""
+    models: dict[str, list[VariantSpec]] = {}
+    for s in scenario.specs:
+        models.setdefault(joined_key(s.model_key), []).append(s)
+    return models
+
+
 def greedy_policy(scenario: Scenario) -> Policy:
-    """WVA-style: size each variant from the queueing model, greedy cheapest-first, no saturation check."""
+    """WVA-style: size each variant from the queueing model, greedy cheapest-first, no saturation check.
+
+    As WVA does around its optimizer: a model with no ready replica exports no vLLM metric, so the
+    optimizer skips it (its variants keep their replicas; WVA logs "no metrics available"); and WVA's
+    scale-from-zero engine scales every variant at zero replicas of a model with requests waiting in the
+    gateway's flow-control queue to one replica (all of them, not only the cheapest, as WVA does today).
+    WVA polls that queue every 100 ms; the simulated policy reads it at its cycle, up to one interval later.
+    """
+    models = {model: [joined_key(s.key) for s in specs] for model, specs in variants_by_model(scenario).items()}
 
     def decide(obs: Observation) -> dict[str, int]:
         problem = allocation_problem(scenario, observed_loads(scenario, obs), obs.replicas)
-        return dict(greedy(problem).replicas)
+        desired = dict(greedy(problem).replicas)
+        for model, keys in models.items():
+            if not any(obs.ready.get(k, 0) for k in keys):
+                desired.update({k: obs.replicas[k] for k in keys})
+            if obs.gateway_waiting.get(model, 0) > 0:
+                desired.update({k: 1 for k in keys if obs.replicas[k] == 0})
+        return desired
 
     return decide
 
@@ -317,9 +340,7 @@ def hpa_policy(scenario: Scenario) -> Policy:
     tolerance = tolerance_from_percent(10 if spec.tolerance_percent is None else spec.tolerance_percent)
     behavior = Behavior.from_model(spec.behavior)
     inventory = scenario.description.inventory or {}
-    models: dict[str, list[VariantSpec]] = {}
-    for s in scenario.specs:
-        models.setdefault(joined_key(s.model_key), []).append(s)
+    models = variants_by_model(scenario)
     states: dict[str, ScalingState] = {}
 
     def bound(s: VariantSpec) -> int:

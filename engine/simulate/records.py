@@ -160,7 +160,10 @@ class Observation:
     ``replicas``: per variant key, the replicas it is scaled to (starting + ready, draining excluded);
     ``ready``: of those, how many are ready; ``pods``: per variant the gauges of its ready replicas;
     per model over the last interval: ``completed`` (vllm:request_success_total increase),
-    ``arrived``, ``prompt_tokens`` and ``generated_tokens`` of the completed requests.
+    ``arrived``, ``prompt_tokens`` and ``generated_tokens`` of the completed requests; per model now:
+    ``gateway_waiting``, the requests held at the gateway because the model has no ready replica (the
+    inference scheduler's flow-control queue, ``inference_extension_flow_control_queue_size``: what WVA's
+    scale-from-zero engine reads, since a model at zero replicas exports no vLLM metric).
     """
 
     time_s: float
@@ -175,6 +178,7 @@ class Observation:
     prompt_buckets: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
     """Per model, the completed requests of the interval per :data:`PROMPT_TOKEN_BUCKETS` bound, cumulative
     (``increase(vllm:request_prompt_tokens_bucket[1m])``); the last entry is the ``+Inf`` bucket."""
+    gateway_waiting: Mapping[str, int] = field(default_factory=dict)
 
 
 Controller = Callable[[Observation], Mapping[str, int]]

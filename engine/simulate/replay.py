@@ -24,7 +24,8 @@ The replica model (times in ms inside a profile, in seconds everywhere else):
   ``least-load`` (llm-d's inference scheduler / Kthena's router: queue depth and KV-cache
   utilisation scored per endpoint) or ``least-latency`` (the replica whose profile predicts the
   lowest TTFT and ITL for this request, relative to the model's SLO); with no ready replica the
-  request waits at the gateway and is dropped (unserved) after ``gateway_timeout_s``.
+  request waits at the gateway (counted in ``Observation.gateway_waiting``) and is dropped (unserved) after
+  ``gateway_timeout_s``.
 * Replicas added by a controller become ready ``startup_delay_s`` later (model load); removed ones
   stop receiving requests and drain: they leave once their batch and queue are empty.  A replica
   still starting when removed leaves at once.  A replica costs from creation until it leaves.
@@ -395,7 +396,15 @@ class _Run:
             prompt_tokens=dict(zip(models, self.window_prompt)),
             generated_tokens=dict(zip(models, self.window_generated)),
             prompt_buckets={m: tuple(int(c) for c in np.cumsum(b)) for m, b in zip(models, self.window_buckets)},
+            gateway_waiting={m: self._waiting_at_gateway(i, t) for i, m in enumerate(models)},
         )
+
+    def _waiting_at_gateway(self, model: int, t: float) -> int:
+        """Requests of ``model`` held at the gateway at ``t``; those past the gateway timeout are dropped first."""
+        pending = self.pending[model]
+        while pending and t - self.arr[pending[0]] > self.config.gateway_timeout_s:
+            self.dropped[pending.popleft()] = True
+        return len(pending)
 
     def _cycle(self, t: float, controller: Controller | None) -> None:
         observation = self._observe(t)
