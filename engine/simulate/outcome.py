@@ -116,7 +116,7 @@ def summarize_outcome(name: str, scenario: Scenario, result: SimResult, warmup_s
             **_percentiles(ttft[served], "ttft"),
             **_percentiles(itl[served & (trace.out_tokens > 1)], "itl"),
         }
-    changes = sum(abs(c.desired[k] - c.replicas[k]) for c in result.cycles for k in c.replicas)
+    changes = sum(abs(c.desired[k] - c.replicas[k]) for c in (*result.cycles, *result.wakes) for k in c.replicas)
     unserved = int((~ok).sum())
     outcome = PolicyOutcome(
         policy=name,

@@ -134,12 +134,15 @@ class SimConfig:
     prefill_jitter: float = 0.0
     seed: int = 0
     horizon_s: float | None = None  # controller cycles and cost stop here; default: the trace's end
+    gateway_poll_s: float = 0.1
+    """How soon a gateway hook sees a request waiting for a model with a variant at zero replicas (WVA's
+    scale-from-zero engine polls the inference gateway's queue every 100 ms)."""
 
     def __post_init__(self) -> None:
         if not self.interval_s > 0:
             raise ValueError("SimConfig.interval_s must be > 0")
-        if self.startup_delay_s < 0 or self.gateway_timeout_s < 0 or self.prefill_jitter < 0:
-            raise ValueError("SimConfig: delays, timeout and jitter must be >= 0")
+        if self.startup_delay_s < 0 or self.gateway_timeout_s < 0 or self.prefill_jitter < 0 or self.gateway_poll_s < 0:
+            raise ValueError("SimConfig: delays, timeout, poll and jitter must be >= 0")
 
 
 @dataclass(frozen=True)
@@ -215,6 +218,7 @@ class SimResult:
     replica_removed_s: np.ndarray  # NaN when alive at the end
     replica_pod: list[str] = field(default_factory=list)  # pod name of each replica
     cycles: list[CycleRecord] = field(default_factory=list)
+    wakes: list[CycleRecord] = field(default_factory=list)  # scalings by the gateway hook between cycles
     max_running_seen: dict[int, int] = field(default_factory=dict)  # replica -> max batch observed
 
     @property

@@ -130,9 +130,16 @@ def test_wva_greedy_scales_from_zero_on_requests_waiting_at_the_gateway() -> Non
     after = result.arrival_s >= 900.0
     assert after.sum() > 400
     assert not result.dropped[after].any() and result.completed[after].all()
-    # From zero it starts one replica of every variant of each model (WVA scales all inactive variants).
-    woken = next(c for c in result.cycles if c.time_s > 900.0)
-    assert all(woken.desired[k] >= 1 for k in woken.replicas if woken.replicas[k] == 0)
+    # From zero it starts one replica of every variant of the model (WVA scales all inactive variants), 0.1 s
+    # after the first request waits (WVA polls the gateway's queue every 100 ms), not at the next cycle.
+    first = {m: trace.arrival_s[after & (trace.model_index == i)].min() for i, m in enumerate(trace.models)}
+    for model, arrived in first.items():
+        woken = next(w for w in result.wakes if w.time_s >= arrived)
+        assert woken.time_s == pytest.approx(arrived + 0.1)
+        keys = [v.key for v in scenario.variants if v.model == model]
+        assert keys and all(woken.desired[k] == 1 for k in keys if woken.replicas[k] == 0)
+    waited = result.first_s[after] - result.arrival_s[after]
+    assert waited.max() < 120.0 + 0.1 + 5.0  # start-up + poll + prefill: no request waits for a cycle
 
 
 def test_wva_greedy_leaves_a_model_without_ready_replicas_as_it_is(description) -> None:
