@@ -375,7 +375,9 @@ def bench_bursty(trace_path: str, run: Any) -> list[dict[str, Any]]:
             {
                 "trace": label,
                 "held_out": label in BURSTY_HELD_OUT,
-                "statistics": burst_statistics(scenario.trace.arrival_s, scenario.trace.in_tokens),
+                "statistics": burst_statistics(
+                    scenario.trace.arrival_s, scenario.trace.in_tokens, 60.0 * BURSTY_VARIANTS[label].duration_min
+                ),
                 "requests": len(scenario.trace),
                 "bound": trace_bound(scenario),
                 **{name: run(name, scenario) for name in ("modelplane", "wva-greedy", "hpa")},

@@ -274,7 +274,11 @@ def simulate(
         "wave_period_s": wave_period_s,
         "bursty": bursty,
         # How bursty the replayed arrivals are (engine.simulate.bursts.burst_statistics).
-        "burstiness": burst_statistics(scenario.trace.arrival_s, scenario.trace.in_tokens).as_dict(),
+        "burstiness": burst_statistics(
+            scenario.trace.arrival_s,
+            scenario.trace.in_tokens,
+            60.0 * BURSTY_VARIANTS[bursty].duration_min if bursty is not None else None,
+        ).as_dict(),
         # What an ideal load follower could cost against static provisioning on this trace (docs/simulate.md).
         "follower_bound": round(trace_follower_bound(scenario.trace, interval_s), 3),
         "interval_s": interval_s,
