@@ -1,6 +1,6 @@
 """Benchmark: the limits the policy comparison is judged against (issue 18) -- the attainment ceiling of the
-trace, the clairvoyant oracle's cost-attainment frontier, each policy's cost as a ratio to the oracle's at equal
-attainment, and how much of the gap the gateway's router closes.
+trace, the clairvoyant schedule's cost-attainment curve (policy ``oracle``), each policy's cost as a ratio to the
+schedule's at equal attainment, and how much of the gap the gateway's router closes.
 
     python -m bench.simulate_limits [--trace /work/shared/data/azure-llm-inference-2023-conv.csv] [--no-write]
 
@@ -32,7 +32,7 @@ from engine.simulate.records import ROUTERS, SimConfig
 from engine.simulate.scenario import Scenario, build_scenario, served_models
 from engine.simulate.trace import TraceShape
 from flows.parameters import SYSTEM_NAMESPACE
-from tasks.simulate import plot_frontier, read_description, read_trace
+from tasks.simulate import plot_frontier, policy_label, read_description, read_trace
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 PLOTS = REPO / "docs" / "simulate"
@@ -128,16 +128,18 @@ def render(
         "",
         f"Produced by `{command}` on {machine(('numpy', 'PuLP', 'highspy', 'matplotlib'))}.",
         "",
-        "## Limits: attainment ceiling, the clairvoyant oracle, routers",
+        "## Limits: attainment ceiling, the clairvoyant schedule, routers",
         "",
         "Attainment = share of requests with TTFT and mean ITL within their model's Premium targets (llama 500 ms / "
         "24 ms, granite 800 ms / 40 ms). Ceiling = share that can meet them at all (fastest variant, batch 1). "
-        "Cost = accelerator-hours x unit cost (A100 40, H100 75, L40S 22 per hour). `cost / oracle` = the cost over "
-        "the oracle's at the same attainment, interpolated on the oracle's frontier (targets 60-95 %); `outside` = "
-        "the attainment is outside the range the oracle's points span. Routers (docs/simulate.md): "
+        "Cost = accelerator-hours x unit cost (A100 40, H100 75, L40S 22 per hour). `cost / clairvoyant` = the cost over "
+        "the clairvoyant schedule's (policy `oracle`) at the same attainment, interpolated between its points (targets "
+        "60-95 %); `outside` = the attainment is outside the range its points span. The clairvoyant schedule is a "
+        "reference, not a lower bound: its per-replica capacities are measured on single-variant pools under Poisson "
+        "arrivals, so a policy can cost less than it (a ratio below 1). Routers (docs/simulate.md): "
         "`least-outstanding` (the gateway until now), `least-load` (llm-d / Kthena: queue + KV-cache utilisation), "
         "`least-latency` (predicted TTFT/ITL against the SLO). Default settings (Modelplane p80 of the achievable "
-        "requests), seed 0; the oracle sized for 90 %. On `deployments/simulation` every reactive policy starts "
+        "requests), seed 0; the clairvoyant schedule sized for 90 %. On `deployments/simulation` every reactive policy starts "
         "from static peak's allocation (`Scenario.start_from_static`), as in the acceptance rows below, so the "
         "least-outstanding row repeats their seed-0 figures; on `deployments/examples` every policy starts cold "
         "from the manifests' replicas (the inventory-short scenario of the five-policy comparison).",
@@ -153,8 +155,8 @@ def render(
             + ").",
             "",
             "| router | "
-            + " | ".join(f"{p} attainment / cost / cost vs oracle" for p in COMPARED)
-            + " | oracle (90 %) attainment / cost | oracle frontier (attainment: cost) |",
+            + " | ".join(f"{p} attainment / cost / cost vs clairvoyant" for p in COMPARED)
+            + " | clairvoyant schedule (90 %) attainment / cost | clairvoyant schedule's points (attainment: cost) |",
             "|---|" + "---|" * (len(COMPARED) + 2),
         ]
         for router, data in block["routers"].items():
@@ -169,7 +171,7 @@ def render(
             "",
             "Seconds per replay (least-outstanding): "
             + ", ".join(f"{p} {s:.1f}" for p, s in block["routers"]["least-outstanding"]["seconds"].items())
-            + f"; the oracle's capacity measurement {block['routers']['least-outstanding']['curves_s']:.1f} s.",
+            + f"; the clairvoyant schedule's capacity measurement {block['routers']['least-outstanding']['curves_s']:.1f} s.",
             "",
         ]
     lines += [
@@ -181,16 +183,21 @@ def render(
         "",
         f"All {len(frontier.frontier)} replays took {frontier_s:.0f} s.",
         "",
-        "| policy | setting | SLO attainment | cost | cost / oracle | replica changes |",
+        "| policy | setting | SLO attainment | cost | cost / clairvoyant | replica changes |",
         "|---|---|---|---|---|---|",
     ]
     for p in sorted(frontier.frontier, key=lambda p: (p.policy, p.attainment)):
         value = frontier.cost_ratio(p.attainment, p.cost)
         lines.append(
-            f"| {p.policy} | {p.setting} | {p.attainment:.1%} | {p.cost:.1f} | "
+            f"| {policy_label(p.policy)} | {p.setting} | {p.attainment:.1%} | {p.cost:.1f} | "
             f"{f'{value:.2f}x' if value is not None else 'outside'} | {p.replica_changes} |"
         )
-    lines += ["", "![frontier with the oracle](simulate/limits_frontier.png)", "", END]
+    lines += [
+        "",
+        "![cost against attainment, the clairvoyant schedule among the curves](simulate/limits_frontier.png)",
+        "",
+        END,
+    ]
     return "\n".join(lines)
 
 

@@ -9,9 +9,9 @@ Lifecycle, top to bottom:
 3. replay it once per policy in the discrete-event simulator (``engine.simulate.replay``), the decisions made
    every interval by the policy's code (``engine.simulate.policies``: Modelplane's is ``plan_variants``);
 4. summarize each run (SLO attainment per model, cost, replica changes, unserved requests);
-5. with ``frontier``, replay each policy over its own knob and the clairvoyant oracle over its target
-   attainment (``engine.simulate.frontier``): the cost-attainment frontier, the trace's attainment
-   ceiling and every cost as a ratio to the oracle's at equal attainment;
+5. with ``frontier``, replay each policy over its own knob and the clairvoyant schedule (policy ``oracle``)
+   over its target attainment (``engine.simulate.frontier``): the cost-attainment curves, the trace's
+   attainment ceiling and every cost as a ratio to the clairvoyant schedule's at equal attainment;
 6. write the report (JSON summary, PNG plots, one HTML page) and publish it as a Prefect artifact.
 
 Nothing is written to the cluster: a simulation only reads it.
@@ -176,7 +176,8 @@ def simulate(
             their scale targets and the WVA ConfigMaps; only read.
         trace: CSV with a timestamp, prompt tokens and output tokens per request (the Azure LLM trace format reads as is).
         config_namespace: Namespace of the WVA ConfigMaps (costs, service classes, saturation, inventory).
-        policies: Policies to compare (modelplane, saturation-only, wva-greedy, hpa, static-peak); empty = all.
+        policies: Policies to compare (modelplane, saturation-only, wva-greedy, hpa, static-peak, oracle = the
+            clairvoyant schedule); empty = all.
         compression: Divide inter-arrival times by this (2 = the trace replayed twice as fast).
         rate_scale: Multiply the number of requests (below 1 thins, above 1 adds jittered copies).
         start_s: Start of the trace slice, seconds after the first request.
@@ -204,8 +205,8 @@ def simulate(
         start: Where the reactive policies start: manifests = the scale targets' replicas (a cold start),
             static = static peak's allocation (what switching a policy on does to a statically provisioned
             service; the scenario of the benchmark's acceptance rows, docs/simulate.md).
-        frontier: Also replay each policy over its own knob and the clairvoyant oracle, for the cost-attainment
-            frontier, the attainment ceiling and each cost's ratio to the oracle's.
+        frontier: Also replay each policy over its own knob and the clairvoyant schedule (policy oracle), for the
+            cost-attainment curves, the attainment ceiling and each cost's ratio to the clairvoyant schedule's.
         seed: Seed of every random draw (model split, rate scaling): same inputs, same results.
         output_dir: Directory for summary.json, the PNG plots and report.html.
     """
@@ -273,7 +274,11 @@ def simulate(
         "wave_period_s": wave_period_s,
         "bursty": bursty,
         # How bursty the replayed arrivals are (engine.simulate.bursts.burst_statistics).
-        "burstiness": burst_statistics(scenario.trace.arrival_s, scenario.trace.in_tokens).as_dict(),
+        "burstiness": burst_statistics(
+            scenario.trace.arrival_s,
+            scenario.trace.in_tokens,
+            60.0 * BURSTY_VARIANTS[bursty].duration_min if bursty is not None else None,
+        ).as_dict(),
         # What an ideal load follower could cost against static provisioning on this trace (docs/simulate.md).
         "follower_bound": round(trace_follower_bound(scenario.trace, interval_s), 3),
         "interval_s": interval_s,

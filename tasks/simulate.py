@@ -88,6 +88,16 @@ _POLICY_STYLES: dict[str, dict[str, Any]] = {
 _LEGEND_OUTSIDE = {"loc": "upper left", "bbox_to_anchor": (1.01, 1.0), "borderaxespad": 0.0, "fontsize": 8}
 
 
+CLAIRVOYANT = "clairvoyant schedule"
+"""How reports name the policy ``oracle``: a schedule computed with the trace's future arrivals, not a lower bound
+on cost (its capacities are measured on single-variant pools under Poisson arrivals, so a policy may cost less)."""
+
+
+def policy_label(policy: str) -> str:
+    """A policy's name in tables and legends (``oracle`` reads as the clairvoyant schedule it is)."""
+    return f"{CLAIRVOYANT} (oracle)" if policy == "oracle" else policy
+
+
 def policy_style(policy: str, markevery: int | None = None, order: int = 0) -> dict[str, Any]:
     """Matplotlib keywords of a policy's line (colour, dash pattern, marker).
 
@@ -121,7 +131,7 @@ def plot_load_capacity(outcomes: Sequence[PolicyOutcome], scenario: Scenario, pa
             ax.step(
                 [t / 60 for t in o.series["time_s"]],
                 o.series["capacity_rps"][model],
-                label=o.policy,
+                label=policy_label(o.policy),
                 where="pre",
                 **policy_style(o.policy, markevery=max(len(o.series["time_s"]) // 12, 1), order=order),
             )
@@ -142,7 +152,7 @@ def plot_replicas(outcomes: Sequence[PolicyOutcome], path: pathlib.Path) -> path
         # Distinct styles: types with equal counts would otherwise hide each other.
         for (accelerator, counts), style in zip(o.series["accelerators"].items(), _STYLES):
             ax.step(minutes, counts, label=accelerator, **style)
-        ax.set_title(o.policy, fontsize=9)
+        ax.set_title(policy_label(o.policy), fontsize=9)
         ax.set_ylabel("accelerators")
     axes[0, 0].legend(**_LEGEND_OUTSIDE)
     axes[-1, 0].set_xlabel("minutes")
@@ -151,13 +161,16 @@ def plot_replicas(outcomes: Sequence[PolicyOutcome], path: pathlib.Path) -> path
 
 
 def plot_latency(outcomes: Sequence[PolicyOutcome], scenario: Scenario, path: pathlib.Path) -> pathlib.Path:
-    """TTFT and ITL percentiles per policy and model, against the SLO (dashed)."""
+    """TTFT and ITL percentiles per policy and model, against the SLO (dashed).
+
+    The percentiles are of the requests that were served; a request dropped at the gateway has no latency, so
+    each policy's label says how many of the model's requests it left unserved (left out of its bars)."""
     plt = _pyplot()
     models = list(scenario.trace.models)
-    fig, axes = plt.subplots(len(models), 2, figsize=(9, 2.6 * len(models)), squeeze=False)
-    names = [o.policy for o in outcomes]
+    fig, axes = plt.subplots(len(models), 2, figsize=(9, 2.9 * len(models)), squeeze=False)
     for row, model in enumerate(models):
         slo = scenario.slos[model]
+        names = [_latency_label(o, model) for o in outcomes]
         for col, (metric, target) in enumerate((("ttft", slo.ttft_ms), ("itl", slo.itl_ms))):
             ax = axes[row, col]
             for offset, q in enumerate((50, 90, 99)):
@@ -166,11 +179,20 @@ def plot_latency(outcomes: Sequence[PolicyOutcome], scenario: Scenario, path: pa
             if target:
                 ax.axhline(target, color="black", ls="--", lw=1, label="SLO")
             ax.set_yscale("log")
-            ax.set_xticks(range(len(names)), names, fontsize=7, rotation=15)
-            ax.set_title(f"{model} {metric.upper()} (ms)", fontsize=9)
+            ax.set_xticks(range(len(names)), names, fontsize=6, rotation=15)
+            ax.set_title(f"{model} {metric.upper()} (ms), served requests only", fontsize=9)
     axes[0, 0].legend(fontsize=7)
+    fig.suptitle(
+        "Latency percentiles of the served requests; unserved requests are left out (counted per label)", fontsize=9
+    )
     fig.tight_layout()
     return _save(fig, plt, path)
+
+
+def _latency_label(outcome: PolicyOutcome, model: str) -> str:
+    """The policy's tick label in the latency plot, with the model's unserved requests when there are any."""
+    unserved = outcome.unserved_by_model.get(model, 0)
+    return f"{policy_label(outcome.policy)}\n{unserved} unserved" if unserved else policy_label(outcome.policy)
 
 
 def plot_cost(outcomes: Sequence[PolicyOutcome], path: pathlib.Path) -> pathlib.Path:
@@ -188,7 +210,7 @@ def plot_cost(outcomes: Sequence[PolicyOutcome], path: pathlib.Path) -> pathlib.
         ax.plot(
             [t / 60 for t in times],
             cumulative,
-            label=o.policy,
+            label=policy_label(o.policy),
             **policy_style(o.policy, markevery=max(len(times) // 12, 1), order=order),
         )
     ax.set_xlabel("minutes")
@@ -199,33 +221,18 @@ def plot_cost(outcomes: Sequence[PolicyOutcome], path: pathlib.Path) -> pathlib.
 
 
 def plot_frontier(limits: Limits, path: pathlib.Path) -> pathlib.Path:
-    """SLO attainment against cost: every policy's curve over its own knob, the oracle as the limit.
+    """SLO attainment against cost: every policy's curve over its own knob, joined in attainment order.
 
-    The region cheaper than the oracle at the same attainment (below-right of its envelope) is shaded
-    unreachable; the attainment ceiling is a horizontal line; the policies as configured are ringed.
+    The clairvoyant schedule (policy ``oracle``) is one more curve, not a bound: nothing is shaded as
+    unreachable.  The attainment ceiling is a horizontal line; the policies as configured are ringed.
     """
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(10.5, 5.0))
     policies = list(dict.fromkeys(p.policy for p in limits.frontier))
-    oracle = sorted(limits.oracle_points())
-    if oracle:
-        envelope = _envelope(oracle)
-        costs = [c for _, c in envelope]
-        attained = [100 * a for a, _ in envelope]
-        low = min(p.cost for p in limits.frontier) * 0.9
-        ax.fill_betweenx(
-            attained,
-            [low] * len(costs),
-            costs,
-            color="#dddddd",
-            hatch="//",
-            edgecolor="#bbbbbb",
-            lw=0,
-            label="cheaper than the oracle: unreachable",
-        )
+    curves = frontier_curves(limits)
     for order, policy in enumerate(policies):
-        points = sorted((p.attainment, p.cost) for p in limits.frontier if p.policy == policy)
-        label = "oracle (clairvoyant limit)" if policy == "oracle" else policy
+        points = curves[policy]
+        label = policy_label(policy)
         # Later policies draw smaller markers on top: a point two policies share shows both.
         ax.plot(
             [c for _, c in points],
@@ -267,13 +274,13 @@ def plot_frontier(limits: Limits, path: pathlib.Path) -> pathlib.Path:
     return _save(fig, plt, path)
 
 
-def _envelope(points: list[tuple[float, float]]) -> list[tuple[float, float]]:
-    """The (attainment, cost) points no other point beats on both (cheaper and attaining at least as much)."""
-    envelope: list[tuple[float, float]] = []
-    for a, c in sorted(points, reverse=True):
-        if not envelope or c < envelope[-1][1]:
-            envelope.append((a, c))
-    return sorted(envelope)
+def frontier_curves(limits: Limits) -> dict[str, list[tuple[float, float]]]:
+    """Per policy, its (attainment, cost) points in the order its curve joins them: by attainment (then cost), since
+    a knob moves attainment and cost need not follow it monotonically."""
+    curves: dict[str, list[tuple[float, float]]] = {}
+    for p in limits.frontier:
+        curves.setdefault(p.policy, []).append((p.attainment, p.cost))
+    return {policy: sorted(points) for policy, points in curves.items()}
 
 
 def _save(fig: Any, plt: Any, path: pathlib.Path) -> pathlib.Path:
@@ -284,18 +291,18 @@ def _save(fig: Any, plt: Any, path: pathlib.Path) -> pathlib.Path:
 
 
 def summary_table(outcomes: Sequence[PolicyOutcome], limits: Limits | None = None) -> list[dict[str, Any]]:
-    """One row per policy: attainment, per-model attainment, cost, its ratio to the oracle's at equal
-    attainment (with ``limits``), replica changes, unserved requests."""
+    """One row per policy: attainment, per-model attainment, cost, its ratio to the clairvoyant schedule's at
+    equal attainment (with ``limits``), replica changes, unserved requests."""
     rows = []
     for o in outcomes:
-        row: dict[str, Any] = {"policy": o.policy, "SLO attainment": f"{o.attainment:.1%}"}
+        row: dict[str, Any] = {"policy": policy_label(o.policy), "SLO attainment": f"{o.attainment:.1%}"}
         for model, value in o.attainment_by_model.items():
             row[f"attainment {model}"] = f"{value:.1%}"
         row["cost"] = f"{o.cost:.1f}"
         if limits is not None:
             ratio = limits.cost_ratio(o.attainment, o.cost)
-            row["cost / oracle at equal attainment"] = (
-                f"{ratio:.2f}x" if ratio is not None else "outside the oracle's frontier"
+            row[f"cost / {CLAIRVOYANT} at equal attainment"] = (
+                f"{ratio:.2f}x" if ratio is not None else f"outside the {CLAIRVOYANT}'s curve"
             )
         row.update({"replica changes": o.replica_changes, "unserved": f"{o.unserved} ({o.unserved_share:.1%})"})
         rows.append(row)
@@ -313,11 +320,12 @@ CEILING_DEFINITION = (
     "prefill alone exceeds the TTFT target miss under any policy."
 )
 ORACLE_DEFINITION = (
-    "Oracle = a clairvoyant controller: it knows each model's arrivals per control interval and provisions the "
-    "minimum-cost replicas that carry them (what one replica carries at a target attainment is measured in this "
-    "simulator), under the same inventory, start-up delay, control interval and router; swept over its target "
-    "attainment it is the cost limit. 'cost / oracle' divides a policy's cost by the oracle's at the same "
-    "attainment (interpolated on the oracle's frontier)."
+    "Clairvoyant schedule (policy 'oracle') = a controller that knows each model's arrivals per control interval and "
+    "provisions the minimum-cost replicas that carry them, under the same inventory, start-up delay, control interval "
+    "and router; what one replica carries at a target attainment is measured in this simulator on single-variant "
+    "pools under Poisson arrivals, so it is not a lower bound: a policy may cost less at the same attainment (a ratio "
+    "below 1). 'cost / clairvoyant schedule' divides a policy's cost by the schedule's at the same attainment, "
+    "interpolated between the schedule's points over its target attainment (none outside their range)."
 )
 
 

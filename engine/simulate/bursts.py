@@ -104,10 +104,10 @@ class BurstShape:
 
 
 BURSTY_VARIANTS: Mapping[str, BurstShape] = {
-    # Tuning: the reference parameters under three seeds' worth of shapes (the seed is the trace's).
+    # Tuning: the reference parameters and two neighbours, each within the targets at seed 0 (the seed is the trace's).
     "tune-a": BurstShape(),
     "tune-b": BurstShape(silence_mean_min=1.4, burst_mean_min=3.5, decay=0.6, head_sigma=0.35),
-    "tune-c": BurstShape(burst_mean_min=4.5, decay=0.75, cluster_size=35.0, cluster_spread_s=0.8),
+    "tune-c": BurstShape(silence_mean_min=1.0, burst_mean_min=3.0, decay=0.65, cluster_size=30.0, cluster_spread_s=0.7),
     # Held out: never used to choose a default.
     "held-long-silences": BurstShape(silence_mean_min=3.0, burst_mean_min=3.0),
     "held-sharp-clusters": BurstShape(cluster_share=0.85, cluster_size=70.0, cluster_spread_s=0.35),

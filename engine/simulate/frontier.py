@@ -1,4 +1,5 @@
-"""Each policy's cost-attainment curve over its own knob, the oracle as the limit, and cost ratios to it.
+"""Each policy's cost-attainment curve over its own knob, the clairvoyant schedule (policy ``oracle``) among them,
+and cost ratios to that schedule.
 
 Why: one run per policy is one point; a cheaper policy that attains less is neither better nor worse
 until the reader sees what the other policies cost at that attainment.  Every policy has a knob that
@@ -12,7 +13,8 @@ trades cost for attainment:
 * ``oracle``: the attainment each replica's load is sized for (:mod:`engine.simulate.oracle`).
 
 :func:`knob_settings` lists the scenarios, :func:`limits` turns the outcomes into the frontier and
-the ratio of each cost to the oracle's at equal attainment.  Pure: the caller runs the replays.
+the ratio of each cost to the clairvoyant schedule's at equal attainment (a reference, not a lower bound: see
+:mod:`engine.simulate.oracle`).  Pure: the caller runs the replays.
 """
 
 from __future__ import annotations
@@ -34,11 +36,13 @@ KNOBS: dict[str, tuple[str, tuple[Any, ...]]] = {
     "saturation-only": ("modelplane.io/ttft-percentile", ()),
     "hpa": ("vllm:num_requests_running target", (2.0, 3.0, 4.0, 6.0)),
     "wva-greedy": ("sized for TTFT x", (0.75, 0.5)),
-    "static-peak": ("headroom over the peak rate", (-0.2, -0.1, 0.2)),
+    "static-peak": ("headroom over the peak rate", (-0.2, -0.1, 0.2, 0.5, 1.0)),
     "oracle": ("attainment target", ORACLE_TARGETS),
 }
 """Per policy: the knob's name and the values the frontier sweeps besides the configured setting (the shipped
-percentile p80, TTFT x 1, headroom 0, the cluster's HPA metric; the oracle's configured target is skipped)."""
+percentile p80, TTFT x 1, headroom 0, the cluster's HPA metric; the oracle's configured target is skipped).  Static
+peak's headroom reaches +100 % so its curve spans the attainments the other policies reach (a cost compared at an
+attainment is interpolated on a curve, never extrapolated beyond it)."""
 
 
 @dataclass(frozen=True)

@@ -1,11 +1,12 @@
-"""The limits a policy is judged against: a clairvoyant oracle and the attainment ceiling of a trace.
+"""The references a policy is judged against: a clairvoyant schedule (policy ``oracle``) and the attainment
+ceiling of a trace.
 
 Why: a policy's cost and SLO attainment mean little alone.  Two references make them readable:
 
 * the **attainment ceiling**: the share of requests that can meet their SLO at all, on the fastest
   variant of their model running them alone (batch 1, no queue).  A long prompt whose prefill takes
   longer than the TTFT target on every accelerator misses under any policy;
-* the **oracle**: a controller that knows the future arrivals of every model per control interval
+* the **clairvoyant schedule** (the policy named ``oracle``): a controller that knows the future arrivals of every model per control interval
   and provisions the minimum-cost replicas that carry them, under the same inventory, start-up delay,
   control interval and gateway routing as every other policy.  Its schedule is one integer program
   over the whole replay (:func:`oracle_schedule`): a replica ready in an interval must have been paid
@@ -15,8 +16,14 @@ Why: a policy's cost and SLO attainment mean little alone.  Two references make 
 What one replica carries at a given attainment is measured, not modelled (:func:`measure_capacity`):
 a pool of replicas of the variant is replayed in the simulator at increasing per-replica rates with the
 model's own prompt and output lengths, and the capacity at attainment ``q`` is the highest rate whose
-share of requests within the SLO is at least ``q``.  The oracle's knob is that target ``q``: swept, it
-draws the cost-attainment frontier every other policy's cost is divided by (:func:`oracle_cost_at`).
+share of requests within the SLO is at least ``q``.  The schedule's knob is that target ``q``: swept, it
+draws the cost-attainment curve every other policy's cost is divided by (:func:`oracle_cost_at`).
+
+It is a reference, not a lower bound on cost: the capacities are measured on pools of one variant under
+Poisson arrivals, while the replay serves the trace's own within-minute arrivals on pools of the sizes the
+schedule picks (and, under a latency router, of mixed variants).  A policy can therefore attain as much for
+less (a cost ratio below 1), and nothing is cheaper than it "by necessity"; reports call it the clairvoyant
+schedule and shade no region as unreachable.
 
 Pure and deterministic: no I/O, no clock; the measurement's draws come from a generator seeded by the
 scenario's seed.

@@ -40,6 +40,8 @@ class PolicyOutcome:
     unserved_share: float
     latency_ms: dict[str, dict[str, float]]  # model -> {ttft_p50, ttft_p90, ttft_p99, itl_p50, ...}
     series: dict[str, Any] = field(default_factory=dict)
+    unserved_by_model: dict[str, int] = field(default_factory=dict)
+    """Per model: its requests never served (dropped at the gateway); they have no latency."""
     after_warmup: dict[str, float] = field(default_factory=dict)
     """With a warm-up: ``warmup_s``, ``attainment`` of the requests arriving after it and ``cost`` from it on."""
 
@@ -55,6 +57,7 @@ class PolicyOutcome:
             "replica_changes": self.replica_changes,
             "unserved_requests": self.unserved,
             "unserved_share": round(self.unserved_share, 4),
+            "unserved_by_model": dict(self.unserved_by_model),
             "latency_ms": {m: {k: round(v, 1) for k, v in d.items()} for m, d in self.latency_ms.items()},
             **({"after_warmup": {k: round(v, 4) for k, v in self.after_warmup.items()}} if self.after_warmup else {}),
         }
@@ -113,7 +116,7 @@ def summarize_outcome(name: str, scenario: Scenario, result: SimResult, warmup_s
             **_percentiles(ttft[served], "ttft"),
             **_percentiles(itl[served & (trace.out_tokens > 1)], "itl"),
         }
-    changes = sum(abs(c.desired[k] - c.replicas[k]) for c in result.cycles for k in c.replicas)
+    changes = sum(abs(c.desired[k] - c.replicas[k]) for c in (*result.cycles, *result.wakes) for k in c.replicas)
     unserved = int((~ok).sum())
     outcome = PolicyOutcome(
         policy=name,
@@ -126,6 +129,7 @@ def summarize_outcome(name: str, scenario: Scenario, result: SimResult, warmup_s
         unserved=unserved,
         unserved_share=unserved / len(trace) if len(trace) else 0.0,
         latency_ms=latency,
+        unserved_by_model={m: int((~ok & (trace.model_index == i)).sum()) for i, m in enumerate(trace.models)},
     )
     outcome.series = time_series(scenario, result)
     if warmup_s > 0:

@@ -61,6 +61,8 @@ from engine.slo.measure import RECENT_WINDOW_S, LatencyHistograms, ModelAttainme
 __all__ = [
     "POLICIES",
     "Policy",
+    "gateway_hook",
+    "scale_from_zero",
     "allocation_problem",
     "initial_replicas",
     "make_policy",
@@ -69,6 +71,7 @@ __all__ = [
     "peak_loads",
     "run_policy",
     "static_allocation",
+    "variants_by_model",
 ]
 
 POLICIES = ("modelplane", "saturation-only", "wva-greedy", "hpa", "static-peak", "oracle")
@@ -371,14 +374,62 @@ def attainment_meter(
     return measure
 
 
+def variants_by_model(scenario: Scenario) -> dict[str, list[VariantSpec]]:
+    """Each model key ("ns/modelID") with the specs of the variants that serve it, in the scenario's order."""
+    models: dict[str, list[VariantSpec]] = {}
+    for s in scenario.specs:
+        models.setdefault(joined_key(s.model_key), []).append(s)
+    return models
+
+
+def scale_from_zero(models: Mapping[str, list[str]], obs: Observation) -> dict[str, int]:
+    """WVA's scale-from-zero engine: every variant at zero replicas of a model with requests waiting in the
+    gateway's flow-control queue is scaled to one replica (all of them, not only the cheapest, as WVA does today).
+
+    ``models`` maps each model key to its variant keys."""
+    return {
+        key: 1
+        for model, keys in models.items()
+        if obs.gateway_waiting.get(model, 0) > 0
+        for key in keys
+        if obs.replicas[key] == 0
+    }
+
+
 def greedy_policy(scenario: Scenario) -> Policy:
-    """WVA-style: size each variant from the queueing model, greedy cheapest-first, no saturation check."""
+    """WVA-style: size each variant from the queueing model, greedy cheapest-first, no saturation check.
+
+    As WVA does around its optimizer: a model with no ready replica exports no vLLM metric, so the
+    optimizer skips it (its variants keep their replicas; WVA logs "no metrics available"); and
+    :func:`scale_from_zero` runs at every cycle and, between cycles, as the replay's gateway hook
+    (:func:`gateway_hook`), as WVA's engine polls the gateway's queue every 100 ms.
+    """
+    models = greedy_models(scenario)
 
     def decide(obs: Observation) -> dict[str, int]:
         problem = allocation_problem(scenario, observed_loads(scenario, obs), obs.replicas)
-        return dict(greedy(problem).replicas)
+        desired = dict(greedy(problem).replicas)
+        for keys in models.values():
+            if not any(obs.ready.get(k, 0) for k in keys):
+                desired.update({k: obs.replicas[k] for k in keys})
+        desired.update(scale_from_zero(models, obs))
+        return desired
 
     return decide
+
+
+def greedy_models(scenario: Scenario) -> dict[str, list[str]]:
+    """Each model key with its variant keys (what :func:`scale_from_zero` reads)."""
+    return {model: [joined_key(s.key) for s in specs] for model, specs in variants_by_model(scenario).items()}
+
+
+def gateway_hook(name: str, scenario: Scenario) -> Policy | None:
+    """What a policy does between its cycles when requests wait at the gateway for a variant at zero replicas:
+    WVA-greedy scales from zero as WVA's engine does (:func:`scale_from_zero`); the others wait for their cycle."""
+    if name == "wva-greedy":
+        models = greedy_models(scenario)
+        return lambda obs: scale_from_zero(models, obs)
+    return None
 
 
 def hpa_policy(scenario: Scenario) -> Policy:
@@ -393,9 +444,7 @@ def hpa_policy(scenario: Scenario) -> Policy:
     tolerance = tolerance_from_percent(10 if spec.tolerance_percent is None else spec.tolerance_percent)
     behavior = Behavior.from_model(spec.behavior)
     inventory = scenario.description.inventory or {}
-    models: dict[str, list[VariantSpec]] = {}
-    for s in scenario.specs:
-        models.setdefault(joined_key(s.model_key), []).append(s)
+    models = variants_by_model(scenario)
     states: dict[str, ScalingState] = {}
 
     def bound(s: VariantSpec) -> int:
@@ -487,4 +536,12 @@ def make_policy(name: str, scenario: Scenario) -> tuple[Policy, dict[str, int]]:
 def run_policy(name: str, scenario: Scenario) -> SimResult:
     """Replay the scenario's trace under one policy."""
     controller, start = make_policy(name, scenario)
-    return simulate(scenario.variants, scenario.trace, scenario.config, start, controller, routing=scenario.routing)
+    return simulate(
+        scenario.variants,
+        scenario.trace,
+        scenario.config,
+        start,
+        controller,
+        routing=scenario.routing,
+        gateway_hook=gateway_hook(name, scenario),
+    )

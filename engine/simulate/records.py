@@ -134,12 +134,15 @@ class SimConfig:
     prefill_jitter: float = 0.0
     seed: int = 0
     horizon_s: float | None = None  # controller cycles and cost stop here; default: the trace's end
+    gateway_poll_s: float = 0.1
+    """How soon a gateway hook sees a request waiting for a model with a variant at zero replicas (WVA's
+    scale-from-zero engine polls the inference gateway's queue every 100 ms)."""
 
     def __post_init__(self) -> None:
         if not self.interval_s > 0:
             raise ValueError("SimConfig.interval_s must be > 0")
-        if self.startup_delay_s < 0 or self.gateway_timeout_s < 0 or self.prefill_jitter < 0:
-            raise ValueError("SimConfig: delays, timeout and jitter must be >= 0")
+        if self.startup_delay_s < 0 or self.gateway_timeout_s < 0 or self.prefill_jitter < 0 or self.gateway_poll_s < 0:
+            raise ValueError("SimConfig: delays, timeout, poll and jitter must be >= 0")
 
 
 SCRAPE_S = 15.0
@@ -164,7 +167,10 @@ class Observation:
     ``replicas``: per variant key, the replicas it is scaled to (starting + ready, draining excluded);
     ``ready``: of those, how many are ready; ``pods``: per variant the gauges of its ready replicas;
     per model over the last interval: ``completed`` (vllm:request_success_total increase),
-    ``arrived``, ``prompt_tokens`` and ``generated_tokens`` of the completed requests.
+    ``arrived``, ``prompt_tokens`` and ``generated_tokens`` of the completed requests; per model now:
+    ``gateway_waiting``, the requests held at the gateway because the model has no ready replica (the
+    inference scheduler's flow-control queue, ``inference_extension_flow_control_queue_size``: what WVA's
+    scale-from-zero engine reads, since a model at zero replicas exports no vLLM metric).
     """
 
     time_s: float
@@ -194,6 +200,7 @@ class Observation:
     """Per model, the sum of those TTFTs in seconds (``increase(vllm:time_to_first_token_seconds_sum[1m])``)."""
     itl_sum: Mapping[str, float] = field(default_factory=dict)
     """Per model, the sum of those mean ITLs in seconds (``..._request_time_per_output_token_seconds_sum``)."""
+    gateway_waiting: Mapping[str, int] = field(default_factory=dict)
 
 
 Controller = Callable[[Observation], Mapping[str, int]]
@@ -230,6 +237,7 @@ class SimResult:
     replica_removed_s: np.ndarray  # NaN when alive at the end
     replica_pod: list[str] = field(default_factory=list)  # pod name of each replica
     cycles: list[CycleRecord] = field(default_factory=list)
+    wakes: list[CycleRecord] = field(default_factory=list)  # scalings by the gateway hook between cycles
     max_running_seen: dict[int, int] = field(default_factory=dict)  # replica -> max batch observed
 
     @property

@@ -24,7 +24,8 @@ The replica model (times in ms inside a profile, in seconds everywhere else):
   ``least-load`` (llm-d's inference scheduler / Kthena's router: queue depth and KV-cache
   utilisation scored per endpoint) or ``least-latency`` (the replica whose profile predicts the
   lowest TTFT and ITL for this request, relative to the model's SLO); with no ready replica the
-  request waits at the gateway and is dropped (unserved) after ``gateway_timeout_s``.
+  request waits at the gateway (counted in ``Observation.gateway_waiting``) and is dropped (unserved) after
+  ``gateway_timeout_s``.
 * Replicas added by a controller become ready ``startup_delay_s`` later (model load); removed ones
   stop receiving requests and drain: they leave once their batch and queue are empty.  A replica
   still starting when removed leaves at once.  A replica costs from creation until it leaves.
@@ -154,8 +155,10 @@ class _Run:
         config: SimConfig,
         initial: Mapping[str, int],
         routing: Routing,
+        gateway_hook: Controller | None = None,
     ) -> None:
         self.variants = list(variants)
+        self.gateway_hook = gateway_hook
         self.router = [ROUTERS.index(routing.router_of(m)) for m in trace.models]
         self.slo = [routing.slo_s.get(m, (0.0, 0.0)) for m in trace.models]
         self.trace = trace
@@ -198,6 +201,12 @@ class _Run:
             np.asarray(PROMPT_TOKEN_BUCKETS, dtype=float), trace.in_tokens, side="left"
         ).tolist()
         self.cycles: list[CycleRecord] = []
+        self.wakes: list[CycleRecord] = []
+        self.alive = [0] * len(self.variants)  # replicas starting or ready, per variant
+        self.variants_of_model = [
+            [i for i, m in enumerate(self.model_of_variant) if m == model] for model in range(len(trace.models))
+        ]
+        self.poll_armed = [False] * len(trace.models)
         self.counters = [0] * len(self.variants)
         for index, variant in enumerate(self.variants):
             for _ in range(int(initial.get(variant.key, 0))):
@@ -223,6 +232,7 @@ class _Run:
         self.counters[variant_index] += 1
         replica = _Replica(len(self.replicas), variant_index, variant, pod, t)
         self.replicas.append(replica)
+        self.alive[variant_index] += 1
         if ready_now:
             self._make_ready(replica, t)
         else:
@@ -247,6 +257,8 @@ class _Run:
 
     def _remove_replica(self, replica: _Replica, t: float) -> None:
         model = self.model_of_variant[replica.variant]
+        if replica.state in (_STARTING, _READY):
+            self.alive[replica.variant] -= 1
         if replica.state == _STARTING:
             replica.state, replica.removed = _GONE, t
             return
@@ -282,6 +294,7 @@ class _Run:
         pool = self.routable[model]
         if not pool:
             self.pending[model].append(request)
+            self._arm_gateway_poll(model, t)
             return
         replica = pool[0] if len(pool) == 1 else self._pick(model, pool, request, t)
         replica.advance(t)
@@ -414,7 +427,43 @@ class _Run:
             itl_buckets={m: tuple(int(c) for c in np.cumsum(b)) for m, b in zip(models, self.window_itl)},
             ttft_sum=dict(zip(models, self.window_ttft_sum)),
             itl_sum=dict(zip(models, self.window_itl_sum)),
+            gateway_waiting={m: self._waiting_at_gateway(i, t) for i, m in enumerate(models)},
         )
+
+    def _waiting_at_gateway(self, model: int, t: float) -> int:
+        """Requests of ``model`` held at the gateway at ``t``; those past the gateway timeout are dropped first."""
+        pending = self.pending[model]
+        while pending and t - self.arr[pending[0]] > self.config.gateway_timeout_s:
+            self.dropped[pending.popleft()] = True
+        return len(pending)
+
+    def _arm_gateway_poll(self, model: int, t: float) -> None:
+        """With a gateway hook: poll it ``gateway_poll_s`` after a request starts waiting for a model one of whose
+        variants has no replica (WVA's scale-from-zero engine polls the gateway's queue every 100 ms)."""
+        if self.gateway_hook is None or self.poll_armed[model]:
+            return
+        if any(self.alive[v] == 0 for v in self.variants_of_model[model]):
+            self.poll_armed[model] = True
+            self._push(t + self.config.gateway_poll_s, 4, model)
+
+    def _poll_gateway(self, model: int, t: float) -> None:
+        """The gateway hook sees the cluster now and may scale (recorded in ``wakes``, not as a cycle)."""
+        self.poll_armed[model] = False
+        assert self.gateway_hook is not None
+        observation = self._observe(t)
+        desired = dict(self.gateway_hook(observation))
+        if not desired:
+            return
+        self.wakes.append(
+            CycleRecord(
+                t,
+                dict(observation.replicas),
+                {k: int(desired.get(k, v)) for k, v in observation.replicas.items()},
+                dict(observation.ready),
+                {},
+            )
+        )
+        self._scale(desired, t)
 
     def _cycle(self, t: float, controller: Controller | None) -> None:
         observation = self._observe(t)
@@ -464,6 +513,8 @@ class _Run:
                     self._replica_event(replica, t)
             elif kind == 2:
                 self._make_ready(self.replicas[a], t)
+            elif kind == 4:
+                self._poll_gateway(a, t)
             elif kind == 3:
                 if nxt < total or any(r.outstanding for r in self.replicas) or t <= self.horizon + _EPS:
                     self._cycle(t, controller)
@@ -491,6 +542,7 @@ class _Run:
             replica_removed_s=np.asarray([r.removed for r in rs], dtype=float),
             replica_pod=[r.pod for r in rs],
             cycles=self.cycles,
+            wakes=self.wakes,
             max_running_seen={r.id: r.max_n for r in rs},
         )
 
@@ -529,15 +581,18 @@ def simulate(
     initial: Mapping[str, int],
     controller: Controller | None = None,
     routing: Routing | None = None,
+    gateway_hook: Controller | None = None,
 ) -> SimResult:
     """Replay ``trace`` against replicas of ``variants``, starting from ``initial`` ready replicas per variant.
 
     Every ``config.interval_s`` the ``controller`` (if any) sees an :class:`Observation` and returns the
     desired replicas per variant key; variants it leaves out keep their replicas.  Controller cycles run
     until the horizon; afterwards the simulation only drains the requests still in flight.  ``routing``
-    chooses the gateway's endpoint picker per model (default: least outstanding requests).
+    chooses the gateway's endpoint picker per model (default: least outstanding requests).  ``gateway_hook``
+    (if any) also sees an observation ``config.gateway_poll_s`` after a request starts waiting at the gateway for
+    a model one of whose variants has no replica, and may scale at once (a scale-from-zero engine).
     """
     keys = [v.key for v in variants]
     if len(set(keys)) != len(keys):
         raise ValueError("variant keys must be unique")
-    return _Run(variants, trace, config, initial, routing or Routing()).run(controller)
+    return _Run(variants, trace, config, initial, routing or Routing(), gateway_hook).run(controller)

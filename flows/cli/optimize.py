@@ -121,7 +121,10 @@ def simulate(
         ..., "--trace", help="Trace CSV (timestamp, prompt tokens, output tokens; Azure format as is)."
     ),
     policy: list[str] = typer.Option(
-        [], "--policy", "-p", help="Policy to compare (repeatable); default: all, the oracle included."
+        [],
+        "--policy",
+        "-p",
+        help="Policy to compare (repeatable); default: all, the clairvoyant schedule (oracle) included.",
     ),
     compression: float = typer.Option(1.0, help="Divide inter-arrival times by this (time compression)."),
     rate_scale: float = typer.Option(1.0, "--rate-scale", help="Multiply the number of requests."),
@@ -175,8 +178,8 @@ def simulate(
     frontier: bool = typer.Option(
         True,
         "--frontier/--no-frontier",
-        help="Also sweep each policy's knob and the oracle: "
-        "cost-attainment frontier, attainment ceiling, cost / oracle.",
+        help="Also sweep each policy's knob and the clairvoyant schedule: "
+        "cost-attainment curves, attainment ceiling, cost / clairvoyant schedule.",
     ),
     seed: int = typer.Option(0, help="Seed of every random draw."),
     output: pathlib.Path = typer.Option(pathlib.Path(SIMULATE_OUTPUT_DIR), "--output", "-o", help="Report directory."),

@@ -117,6 +117,44 @@ def test_without_a_ready_replica_requests_wait_at_the_gateway_then_time_out() ->
     assert np.all(result.admit_s[waited] >= ready) and result.admit_s[waited].min() == ready
 
 
+def test_the_controller_sees_the_requests_waiting_at_the_gateway() -> None:
+    trace = poisson_trace(1.0, 600, 100, 20, seed=5)
+    seen: list[Observation] = []
+
+    def controller(obs: Observation) -> dict[str, int]:
+        seen.append(obs)
+        return {"ns/a": 1} if obs.time_s >= 300 else {}
+
+    config = SimConfig(interval_s=100.0, startup_delay_s=150.0, gateway_timeout_s=120.0, horizon_s=600)
+    result = simulate([variant()], trace, config, {"ns/a": 0}, controller)
+    arrivals = result.arrival_s
+    for obs in seen:
+        t = obs.time_s
+        # With no ready replica: what arrived within the timeout; with the replica ready (t >= 450): nothing.
+        held = ((arrivals <= t) & (arrivals >= t - 120.0)).sum() if t < 450 else 0
+        assert obs.gateway_waiting == {"default/model": held}, t
+    assert [o.gateway_waiting["default/model"] > 0 for o in seen] == [True, True, True, True, False, False]
+
+
+def test_a_gateway_hook_scales_from_zero_between_cycles() -> None:
+    """The hook sees the cluster gateway_poll_s after a request starts waiting for a model with a variant at zero;
+    once that variant has a replica (starting), waiting requests do not call it again."""
+    trace = poisson_trace(1.0, 600, 100, 20, seed=5)
+    seen: list[float] = []
+
+    def hook(obs: Observation) -> dict[str, int]:
+        seen.append(obs.time_s)
+        return {"ns/a": 1} if obs.replicas["ns/a"] == 0 and obs.gateway_waiting["default/model"] else {}
+
+    config = SimConfig(interval_s=300.0, startup_delay_s=30.0, horizon_s=600, gateway_poll_s=0.1)
+    result = simulate([variant()], trace, config, {"ns/a": 0}, controller=lambda obs: {}, gateway_hook=hook)
+    first = float(result.arrival_s[0])
+    assert seen == [pytest.approx(first + 0.1)]
+    assert [(w.time_s, w.replicas, w.desired) for w in result.wakes] == [(seen[0], {"ns/a": 0}, {"ns/a": 1})]
+    assert result.replica_ready_s.tolist() == [pytest.approx(first + 30.1)]
+    assert not result.dropped.any() and result.completed.all()
+
+
 def test_same_seed_same_result_and_jitter_changes_it() -> None:
     trace = varied_trace(3.0, 300)
     config = SimConfig(horizon_s=300, prefill_jitter=0.1, seed=7)

@@ -4,6 +4,7 @@ simulated metrics, saturation-only, Kthena's HPA-style policy, static peak, and 
 from __future__ import annotations
 
 import copy
+import dataclasses
 import pathlib
 
 import numpy as np
@@ -105,6 +106,56 @@ def test_hpa_recommends_from_the_per_replica_metric_and_fills_the_cheapest_group
     assert busy["llm-serving/granite-13b-a100"] + busy["llm-serving/granite-13b-l40s"] == 4
     with pytest.raises(ValueError, match="not simulated"):
         with_hpa_metric(description, "vllm:gpu_cache_usage", 1.0)
+
+
+def test_wva_greedy_scales_from_zero_on_requests_waiting_at_the_gateway() -> None:
+    """deployments/simulation (every variant min-replicas 0): 5 minutes of traffic, 10 silent minutes in which
+    WVA-greedy scales to zero, then 5 minutes of traffic that it must serve (as WVA's scale-from-zero engine
+    does: the gateway's queue brings each variant at zero to one replica, the optimizer sizes it from there)."""
+    description = read_description(str(REPO / "deployments" / "simulation"), "modelplane-system")
+    busy = small_trace(rate=2.0, seconds=300.0, seed=4)
+    later = small_trace(rate=2.0, seconds=300.0, seed=5)
+    trace = Trace(
+        np.concatenate([busy.arrival_s, later.arrival_s + 900.0]),
+        np.concatenate([busy.in_tokens, later.in_tokens]),
+        np.concatenate([busy.out_tokens, later.out_tokens]),
+        np.concatenate([busy.model_index, later.model_index]),
+        busy.models,
+    )
+    scenario = build_scenario(description, trace, SimConfig(interval_s=60.0, startup_delay_s=120.0))
+    assert all(s.min_replicas == 0 for s in scenario.specs)
+    result = run_policy("wva-greedy", scenario)
+    silent = [c for c in result.cycles if 420.0 <= c.time_s <= 900.0]
+    assert any(sum(c.desired.values()) == 0 for c in silent), "the silence takes WVA-greedy to zero replicas"
+    after = result.arrival_s >= 900.0
+    assert after.sum() > 400
+    assert not result.dropped[after].any() and result.completed[after].all()
+    # From zero it starts one replica of every variant of the model (WVA scales all inactive variants), 0.1 s
+    # after the first request waits (WVA polls the gateway's queue every 100 ms), not at the next cycle.
+    first = {m: trace.arrival_s[after & (trace.model_index == i)].min() for i, m in enumerate(trace.models)}
+    for model, arrived in first.items():
+        woken = next(w for w in result.wakes if w.time_s >= arrived)
+        assert woken.time_s == pytest.approx(arrived + 0.1)
+        keys = [v.key for v in scenario.variants if v.model == model]
+        assert keys and all(woken.desired[k] == 1 for k in keys if woken.replicas[k] == 0)
+    waited = result.first_s[after] - result.arrival_s[after]
+    assert waited.max() < 120.0 + 0.1 + 5.0  # start-up + poll + prefill: no request waits for a cycle
+
+
+def test_wva_greedy_leaves_a_model_without_ready_replicas_as_it_is(description) -> None:
+    """No ready replica, no vLLM metrics: WVA skips the model, so starting replicas are not taken away."""
+    scenario = build_scenario(description, small_trace(), SimConfig())
+    decide, _ = make_policy("wva-greedy", scenario)
+    current = dict(zip(KEYS, [1, 1, 2, 1]))
+    starting = observation(current, completed=0)
+    llama = [k for k in KEYS if "llama" in k]
+    starting = dataclasses.replace(
+        starting,
+        ready={k: (0 if k in llama else v) for k, v in current.items()},
+        pods={k: ([] if k in llama else p) for k, p in starting.pods.items()},
+    )
+    decided = decide(starting)
+    assert all(decided[k] == current[k] for k in llama)
 
 
 def test_static_peak_sizes_once_for_the_busiest_interval(description) -> None:

@@ -13,6 +13,7 @@ from typer.testing import CliRunner
 from engine.simulate.policies import POLICIES
 from flows.cli import app
 from flows.simulate import simulate
+from tasks.simulate import policy_label
 from tests.flows.artifacts import newest_artifact
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
@@ -63,7 +64,12 @@ def test_cli_compares_every_policy_and_writes_the_report(prefect_harness: None, 
     }
     ratios = {p["policy"]: p["cost_vs_oracle"] for p in summary["policies"]}
     assert all(r is None or r > 0.5 for r in ratios.values()) and 0.999 <= ratios["oracle"] < 1.3
-    assert "cost / oracle at equal attainment" in result.stdout and "attainment ceiling" in result.stdout
+    assert "cost / clairvoyant schedule at equal attainment" in html and "attainment ceiling" in result.stdout
+    assert "clairvoyant schedule (oracle)" in html and "clairvoyant" in result.stdout and "unreachable" not in html
+    # Static peak's headroom (up to +100 %) spans the attainments the reactive policies reach: no extrapolation.
+    static_best = max(p["slo_attainment"] for p in summary["frontier"] if p["policy"] == "static-peak")
+    reactive = [p["slo_attainment"] for p in summary["policies"] if p["policy"] not in ("static-peak", "oracle")]
+    assert static_best >= max(reactive)
 
 
 def test_flow_publishes_the_comparison_as_an_artifact(prefect_harness: None, tmp_path: pathlib.Path) -> None:
@@ -189,10 +195,11 @@ def docs_command_and_table() -> tuple[list[str], list[str]]:
 
 
 def policy_rows(policies: list[dict[str, object]]) -> list[str]:
-    """summary.json's policies as the docs' table rows: attainment, cost, cost / static peak, changes, unserved."""
+    """summary.json's policies as the docs' table rows: attainment, cost, cost / static peak, changes, unserved
+    (each policy named as the reports name it)."""
     static = next(p for p in policies if p["policy"] == "static-peak")
     return [
-        f"| {p['policy']} | {p['slo_attainment']:.1%} | {p['cost']:.1f} | {p['cost'] / static['cost']:.2f} | "  # type: ignore[operator]
+        f"| {policy_label(str(p['policy']))} | {p['slo_attainment']:.1%} | {p['cost']:.1f} | {p['cost'] / static['cost']:.2f} | "  # type: ignore[operator]
         f"{p['replica_changes']} | {p['unserved_requests']} |"
         for p in policies
     ]
@@ -274,3 +281,43 @@ def test_cli_start_chooses_where_reactive_policies_start(prefect_harness: None, 
     assert warm["slo_attainment"] > cold["slo_attainment"] + 0.05  # type: ignore[operator]
     bad = CliRunner().invoke(app, ["simulate", "--cluster", str(SIMULATION), "--trace", str(TRACE), "--start", "300"])
     assert bad.exit_code == 2 and "--start '300': choose manifests or static" in bad.output
+
+
+def test_frontier_curves_join_points_in_attainment_order() -> None:
+    from engine.simulate.frontier import FrontierPoint, Limits
+    from tasks.simulate import frontier_curves
+
+    # A knob whose costlier setting attains less (a scale-down window, a noisy replay): cost order would zigzag.
+    points = [
+        FrontierPoint("hpa", "as configured", 0.80, 100.0),
+        FrontierPoint("hpa", "target 2", 0.90, 95.0),
+        FrontierPoint("hpa", "target 6", 0.60, 70.0),
+        FrontierPoint("oracle", "as configured", 0.92, 120.0),
+    ]
+    curves = frontier_curves(Limits({"all": 0.99}, points))
+    assert curves["hpa"] == [(0.60, 70.0), (0.80, 100.0), (0.90, 95.0)]
+    assert curves["oracle"] == [(0.92, 120.0)]
+
+
+def test_the_latency_plot_says_which_requests_it_leaves_out() -> None:
+    """Unserved requests have no latency: the plot's labels count them per model, the outcome records them."""
+    from engine.simulate.outcome import summarize_outcome
+    from engine.simulate.records import SimConfig
+    from engine.simulate.replay import simulate as replay
+    from engine.simulate.scenario import build_scenario
+    from engine.simulate.trace import TraceShape
+    from tasks.simulate import _latency_label, read_description, read_trace
+
+    description = read_description(str(SIMULATION), "modelplane-system")
+    trace = read_trace(
+        TRACE, TraceShape({"llm-serving/meta/llama-3.1-8b": 1.0, "llm-serving/ibm/granite-13b": 1.0}, duration_s=120.0)
+    )
+    scenario = build_scenario(description, trace, SimConfig(interval_s=60.0, startup_delay_s=120.0))
+    granite = [v.key for v in scenario.variants if "granite" in v.key]
+    start = {v.key: (0 if v.key in granite else 2) for v in scenario.variants}
+    outcome = summarize_outcome("static", scenario, replay(scenario.variants, trace, scenario.config, start))
+    dropped = int((trace.model_index == trace.models.index("llm-serving/ibm/granite-13b")).sum())
+    assert outcome.unserved_by_model == {"llm-serving/ibm/granite-13b": dropped, "llm-serving/meta/llama-3.1-8b": 0}
+    assert _latency_label(outcome, "llm-serving/ibm/granite-13b") == f"static\n{dropped} unserved"
+    assert _latency_label(outcome, "llm-serving/meta/llama-3.1-8b") == "static"
+    assert outcome.as_json()["unserved_by_model"]["llm-serving/ibm/granite-13b"] == dropped
