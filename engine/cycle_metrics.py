@@ -29,6 +29,7 @@ from engine.api.registry import AUTOSCALING_POLICY_BINDING, VARIANT_AUTOSCALING
 from engine.optimize.actuation import desired_ratio
 from engine.optimize.bindings import BindingDecision
 from engine.optimize.plan import VariantDecision
+from engine.slo.measure import ModelAttainment
 
 WVA_LABELS = ("variant_name", "namespace", "accelerator_type")
 
@@ -52,6 +53,10 @@ HELP: dict[str, str] = {
     "modelplane_model_avg_output_tokens": "Average generated tokens per request of a model in the last run",
     "modelplane_model_slo_ttft_ms": "TTFT target (ms) of a model's service class",
     "modelplane_model_slo_itl_ms": "Inter-token latency target (ms) of a model's service class",
+    "modelplane_slo_attainment": "Share of a model's requests within its TTFT and ITL targets over its SLO window (absent while unknown)",
+    "modelplane_slo_attainment_target": "Share of a model's requests that must meet its latency targets (the SLO's attainment target)",
+    "modelplane_slo_error_budget_remaining": "1 - (1 - attained) / (1 - target) over the SLO window; negative once the misses exceed the allowance",
+    "modelplane_slo_burn_rate": "(1 - attained over the last 5 minutes) / (1 - target): 1 spends the error budget exactly at the target's pace",
     "modelplane_cache_fills": "Cache fills of the last warm-caches run by outcome (filled, started, failed)",
     "modelplane_cache_bytes": "Capacity in bytes of each model cache's volume seen by the last warm-caches run",
 }
@@ -192,6 +197,8 @@ class CycleFacts:
     """(namespace, VariantAutoscaling) -> status.actuation.applied; empty before the writes."""
     degraded: tuple[str, ...] | None = None
     """Why the run was degraded; None before it is known."""
+    attainment: Mapping[tuple[str, str], ModelAttainment] = field(default_factory=dict)
+    """(namespace, model) -> its SLO target and measured attainment."""
 
 
 def optimize_cycle_metrics(
@@ -233,4 +240,19 @@ def optimize_cycle_metrics(
             metrics.set("modelplane_model_slo_ttft_ms", ttft, namespace=namespace, model=model)
         if itl is not None:
             metrics.set("modelplane_model_slo_itl_ms", itl, namespace=namespace, model=model)
+    add_attainment(metrics, facts.attainment)
     return metrics
+
+
+def add_attainment(metrics: MetricSet, attainment: Mapping[tuple[str, str], ModelAttainment]) -> None:
+    """``modelplane_slo_*{namespace, model}``: the target always; attainment, error budget and burn rate where known."""
+    for (namespace, model), measured in sorted(attainment.items()):
+        labels = {"namespace": namespace, "model": model}
+        metrics.set("modelplane_slo_attainment_target", measured.target.attainment, **labels)
+        for name, value in (
+            ("modelplane_slo_attainment", measured.window.attained),
+            ("modelplane_slo_error_budget_remaining", measured.error_budget_remaining),
+            ("modelplane_slo_burn_rate", measured.burn_rate),
+        ):
+            if value is not None:
+                metrics.set(name, value, **labels)

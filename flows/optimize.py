@@ -4,7 +4,8 @@ Lifecycle, top to bottom (read with ``tasks``, one ``engine`` plan, write with `
 
 1. read the cluster: one LIST per kind, the WVA ConfigMaps of the Modelplane namespace;
 2. read the current replicas of every scale target;
-3. collect metrics (Prometheus, or a metrics file for local/CI runs) and each binding's targets and instances;
+3. collect metrics (Prometheus, or a metrics file for local/CI runs) and each binding's targets and instances,
+   with each model's latency histograms over its SLO window and the last five minutes (SLO attainment);
 4. plan, one pure call (:func:`engine.optimize.plan.plan_cycle`): model-based MILP allocation, saturation
    analysis, hybrid arbitration, safety rules; Kthena recommendations with behaviour correction for bindings;
 5. publish (when a Pushgateway is configured): WVA's ``wva_desired_replicas`` family and Modelplane's
@@ -45,6 +46,7 @@ from engine.optimize.plan import CyclePlan, VariantDecision, plan_cycle
 from engine.optimize.spec import CycleInputs, ModelLoad, PodSample
 from engine.perf.saturation import SaturationConfigSet
 from engine.perf.tail_sizing import PromptDistribution
+from engine.slo.measure import LatencyHistograms
 from flows.exitcodes import CannotRun, ExitCode, degraded_summary, exit_code, flow_result
 from flows.parameters import (
     SYSTEM_NAMESPACE,
@@ -153,6 +155,8 @@ def cycle_inputs(
     loads: dict[tuple[str, str], ModelLoad] = {}
     pods: dict[tuple[str, str], list[PodSample]] = {}
     missing: dict[tuple[str, str], str] = {}
+    latency: dict[tuple[str, str], LatencyHistograms] = {}
+    latency_missing: dict[tuple[str, str], str] = {}
     if snapshot is not None:
         for key, load in snapshot.loads.items():
             loads[(key.namespace, key.model_id)] = ModelLoad(
@@ -168,6 +172,8 @@ def cycle_inputs(
             pods[(key.namespace, key.model_id)] = [PodSample(p.pod, p.kv_cache_usage, p.queue_length) for p in samples]
         for key, lines in snapshot.missing_by_model.items():
             missing[(key.namespace, key.model_id)] = "; ".join(lines)
+        latency = {(key.namespace, key.model_id): histograms for key, histograms in snapshot.latency.items()}
+        latency_missing = {(key.namespace, key.model_id): why for key, why in snapshot.latency_missing.items()}
     return CycleInputs(
         now=now,
         variants=state.variant_models(),
@@ -181,6 +187,8 @@ def cycle_inputs(
         pods=pods,
         metrics_error=metrics_error,
         missing_metrics=missing,
+        latency=latency,
+        latency_missing=latency_missing,
         time_limit_s=time_limit_s,
         scale_down_window_s=scale_down_window_s,
     )
@@ -357,7 +365,9 @@ def optimize(
     # Write: publish first (status.actuation of a metrics-mode target says whether its desired replicas
     # reached the HPA's source; a dry run publishes nothing, an HPA would act on it), then scale and status.
     gateway = None if dry_run else Pushgateway.configured(pushgateway_url)
-    facts = CycleFacts(started=started, stages=timer.stages, loads=plan.loads, slos=plan.slos)
+    facts = CycleFacts(
+        started=started, stages=timer.stages, loads=plan.loads, slos=plan.slos, attainment=plan.attainment
+    )
     published, push_error = publish_plan(gateway, plan, facts, timer)
     writes: list[WriteOutcome] = []
     if not dry_run:

@@ -200,5 +200,8 @@ def test_the_dashboard_names_only_metrics_modelplane_publishes() -> None:
         "modelplane_model_arrival_rate_rps",
         "modelplane_solver_gap_ratio",
         "modelplane_cycle_duration_seconds",
+        "modelplane_slo_attainment",
+        "modelplane_slo_attainment_target",
+        "modelplane_slo_burn_rate",
     ):
         assert required in named

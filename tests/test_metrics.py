@@ -52,7 +52,9 @@ VANISH = ModelKey("mt/vanish", "mt-b")
 UNREQUESTED_SAME_NS = ModelKey("mt/unrequested", "mt-a")
 UNREQUESTED_OTHER_NS = ModelKey("mt/elsewhere", "mt-other")
 GHOST = ModelKey("mt/ghost", "mt-a")
-ALL_LOADED = [LLAMA, GRANITE, BURST, IDLE, VANISH, UNREQUESTED_SAME_NS, UNREQUESTED_OTHER_NS]
+SLO = ModelKey("mt/slo", "mt-a")
+SLO_PER_TOKEN = ModelKey("mt/slo-tokens", "mt-b")
+ALL_LOADED = [LLAMA, GRANITE, BURST, IDLE, VANISH, UNREQUESTED_SAME_NS, UNREQUESTED_OTHER_NS, SLO, SLO_PER_TOKEN]
 
 
 def _set(exporter: FakeVllmExporter, key: ModelKey, pods: list[str], rps: float, tin: float, tout: float) -> None:
@@ -78,6 +80,16 @@ def loaded(vllm_exporter: FakeVllmExporter, prometheus: PrometheusProcess) -> It
     exp.set_gauge("kthena:queue_depth", {"namespace": "mt-a", "pod": "llama-a100-0"}, 7)
     exp.set_gauge("kthena:queue_depth", {"namespace": "mt-a", "pod": "llama-a100-1"}, 3)
     exp.set_gauge("tokens_per_second", {"namespace": "mt-a", "pod": "llama-a100-0"}, 1500)
+    # Latency histograms: half the requests fast (TTFT 0.1 s, ITL 20 ms), half slow (0.7 s, 40 ms).
+    _set(exp, SLO, ["slo-0", "slo-1"], 4.0, 100, 11)
+    exp.set_latency(SLO.model_id, SLO.namespace, "slo-0", ttft_s=0.1, itl_s=0.02)
+    exp.set_latency(SLO.model_id, SLO.namespace, "slo-1", ttft_s=0.7, itl_s=0.04)
+    for pod in ("slo-0", "slo-1"):
+        exp.set_pod(SLO.model_id, SLO.namespace, pod, kv_cache_usage=0.2)
+    _set(exp, SLO_PER_TOKEN, ["slo-tokens-0"], 2.0, 100, 11)
+    exp.set_latency(
+        SLO_PER_TOKEN.model_id, SLO_PER_TOKEN.namespace, "slo-tokens-0", 0.1, 0.02, "vllm:time_per_output_token_seconds"
+    )
     # Samples spanning more than the 5 s window for every series: then rate() is no longer ramping up.
     prometheus.wait_for_history('vllm:request_success_total{namespace=~"mt-.*"}', 6, timeout=20)
     _set(exp, BURST, ["burst-0"], 0.0, 100, 50)  # from now on only the fallback window sees its tokens
@@ -357,6 +369,41 @@ def test_query_count_is_constant_and_defaults_follow_wva(
     assert all(request.headers["Authorization"] == "Bearer tok-123" for request in sent)
 
 
+def test_latency_histograms_over_the_window_and_the_recent_range(
+    loaded: FakeVllmExporter, prometheus: PrometheusProcess
+) -> None:
+    """The attainment inputs: one query per distinct SLO window, the TTFT and ITL bucket increases per model."""
+    from engine.slo.measure import measure_attainment
+
+    client = short_window_client(prometheus)
+    sent: list[requests.PreparedRequest] = []
+    client.session.hooks["response"].append(lambda response, *args, **kwargs: sent.append(response.request))
+    snapshot = client.collect(
+        [LLAMA, SLO, SLO_PER_TOKEN, GHOST], latency_windows={SLO: 3600.0, SLO_PER_TOKEN: 1800.0, GHOST: 3600.0}
+    )
+    assert len(sent) == 2 + 2  # loads, pods, and one latency query per distinct window (1h, 30m)
+    bodies = [urllib.parse.unquote_plus(str(r.body)) for r in sent[2:]]
+    assert any("increase(vllm:time_to_first_token_seconds_bucket{" in b and "[1h]" in b and "[5m]" in b for b in bodies)
+    assert any("[30m]" in b for b in bodies)
+
+    slo = snapshot.latency[SLO]
+    assert slo.itl_metric == "vllm:request_time_per_output_token_seconds" and not slo.itl_per_token
+    for ttft, itl in ((slo.ttft_window, slo.itl_window), (slo.ttft_recent, slo.itl_recent)):
+        measured = measure_attainment(ttft, itl, 500.0, 25.0)  # bounds of vLLM's buckets: exact
+        assert (measured.ttft_share, measured.itl_share, measured.attained) == (
+            pytest.approx(0.5, abs=0.02),
+            pytest.approx(0.5, abs=0.02),
+            pytest.approx(0.5, abs=0.02),
+        )
+        assert measured.requests is not None and measured.requests > 0
+    tokens = snapshot.latency[SLO_PER_TOKEN]
+    assert tokens.itl_metric == "vllm:time_per_output_token_seconds" and tokens.itl_per_token
+    assert "per token" in measure_attainment(tokens.ttft_window, tokens.itl_window, 500.0, 25.0, tokens.itl_metric).note
+    assert set(snapshot.latency_missing) == {GHOST} and "mt/ghost" in snapshot.latency_missing[GHOST]
+    assert not any("time_to_first_token" in line for line in snapshot.missing)  # apart: it never changes a decision
+    assert client.collect([SLO]).latency == {}  # no window asked, no latency query
+
+
 def test_label_values_are_escaped(loaded: FakeVllmExporter, metrics: PrometheusMetrics) -> None:
     odd = ModelKey('mt/odd"model\\', "mt.a")  # a '.' must not match the '-' of mt-a
     snapshot = metrics.collect([odd, ModelKey(LLAMA.model_id, "mt.a")])
@@ -524,14 +571,19 @@ def test_both_sources_implement_the_protocol(tmp_path: pathlib.Path) -> None:
 def test_file_round_trip_of_a_live_snapshot(
     loaded: FakeVllmExporter, metrics: PrometheusMetrics, tmp_path: pathlib.Path
 ) -> None:
-    live = metrics.collect([LLAMA, GRANITE], instance_metric_names=["kthena:queue_depth"])
+    windows = {SLO: 3600.0}
+    live = metrics.collect([LLAMA, GRANITE, SLO], instance_metric_names=["kthena:queue_depth"], latency_windows=windows)
     path = tmp_path / "captured.yaml"
 
     write_metrics_file(path, live)
-    replay = FileMetrics(path).collect([LLAMA, GRANITE], instance_metric_names=["kthena:queue_depth"])
+    replay = FileMetrics(path).collect(
+        [LLAMA, GRANITE, SLO], instance_metric_names=["kthena:queue_depth"], latency_windows=windows
+    )
+    assert SLO in replay.latency
 
     assert replay.loads == live.loads
     assert replay.pods == live.pods
+    assert replay.latency == live.latency
     assert replay.instance_metrics == live.instance_metrics
     assert replay.collected_at == live.collected_at
     assert replay.missing == []
@@ -603,11 +655,29 @@ def test_the_documented_example_file_parses(tmp_path: pathlib.Path) -> None:
     path.write_text(example)
     key = ModelKey("meta/llama-3.1-8b", "llm-serving")
 
-    snapshot = FileMetrics(path).collect([key], ["vllm:num_requests_waiting"])
+    snapshot = FileMetrics(path).collect([key], ["vllm:num_requests_waiting"], latency_windows={key: 3600.0})
 
     assert snapshot.loads == {key: ModelLoad(20.0, 128.0, 256.0)}
     assert snapshot.instance_metrics == {("llm-serving", "llama-8b-a100-0"): {"vllm:num_requests_waiting": 3.0}}
-    assert snapshot.missing == []
+    assert snapshot.missing == [] and snapshot.latency_missing == {}
+    latency = snapshot.latency[key]
+    assert latency.ttft_window == ((0.25, 950.0), (0.5, 1140.0), (1.0, 1190.0), (math.inf, 1200.0))
+    assert latency.itl_recent == ((0.025, 97.0), (math.inf, 100.0)) and not latency.itl_per_token
+
+
+def test_file_latency_is_read_only_for_models_asked_and_missing_is_said(tmp_path: pathlib.Path) -> None:
+    path = tmp_path / "metrics.yaml"
+    path.write_text(
+        "models:\n  - model: m\n    namespace: n\n    latency:\n"
+        "      itlHistogram: vllm:inter_token_latency_seconds\n"
+        "      window: {ttft: {0.5: 8, Inf: 10}}\n"
+    )
+    asked, other = ModelKey("m", "n"), ModelKey("x", "n")
+    snapshot = FileMetrics(path).collect([asked, other], latency_windows={asked: 3600.0, other: 3600.0})
+    assert snapshot.latency[asked].ttft_window == ((0.5, 8.0), (math.inf, 10.0))
+    assert snapshot.latency[asked].itl_window is None and snapshot.latency[asked].itl_per_token
+    assert snapshot.latency_missing == {other: f"no latency histograms for x in n in {path}"}
+    assert FileMetrics(path).collect([asked]).latency == {}
 
 
 def test_empty_file_means_everything_missing(tmp_path: pathlib.Path) -> None:
@@ -647,6 +717,26 @@ MODEL = "- {model: m, namespace: n, arrivalRate: 60, avgInputTokens: 1, avgOutpu
         ("models:\n  - {model: m, namespace: n, avgInputTokens: 1}", "models[0].avgInputTokens: needs arrivalRate"),
         (f"models:\n  {MODEL}, arrivalRateRps: 1}}", "models[0]: give arrivalRate (req/min) or arrivalRateRps"),
         (f"models:\n  {MODEL}, avgInputToken: 1}}", "models[0].avgInputToken: unknown field"),
+        (
+            "models:\n  - {model: m, namespace: n, latency: {window: {ttft: {0.5: 3}}}}",
+            "models[0].latency.window.ttft: a histogram needs its +Inf bucket",
+        ),
+        (
+            "models:\n  - {model: m, namespace: n, latency: {window: {ttft: {fast: 3, +Inf: 4}}}}",
+            "models[0].latency.window.ttft['fast']: expected a bucket bound",
+        ),
+        (
+            "models:\n  - {model: m, namespace: n, latency: {window: {ttft: {0.5: -3, +Inf: 4}}}}",
+            "models[0].latency.window.ttft[0.5]: expected a number >= 0, got -3",
+        ),
+        (
+            "models:\n  - {model: m, namespace: n, latency: {itlHistogram: vllm:foo}}",
+            "models[0].latency.itlHistogram: expected one of vllm:request_time_per_output_token_seconds",
+        ),
+        (
+            "models:\n  - {model: m, namespace: n, latency: {window: {tpot: {}}}}",
+            "models[0].latency.window.tpot: unknown",
+        ),
         (
             f"models:\n  {MODEL}, pods: [{{name: p, kvCacheUsage: 1.5, queueLength: 0}}]}}",
             "models[0].pods[0].kvCacheUsage: expected a number within 0..1, got 1.5",

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from engine.cycle_metrics import MetricSet
 from tasks.pushgateway import Pushgateway, push
 
@@ -66,3 +68,40 @@ def test_warm_caches_publishes_fills_by_outcome_and_volume_bytes() -> None:
     metrics = cache_metrics(report, world)
     assert [metrics.value("modelplane_cache_fills", outcome=o) for o in ("filled", "started", "failed")] == [1, 1, 1]
     assert metrics.value("modelplane_cache_bytes", namespace="ns", cache="llama") == 2 * 1024**3
+
+
+def test_optimize_pushes_each_models_slo_attainment_target_budget_and_burn_rate(pushgateway: Any) -> None:
+    import math
+
+    from engine.cycle_metrics import CycleFacts, optimize_cycle_metrics
+    from engine.slo.measure import LatencyHistograms, model_attainment
+    from engine.slo.target import AttainmentTarget
+
+    target = AttainmentTarget(0.9, 3600.0, "annotation")
+    histograms = LatencyHistograms(
+        ttft_window=[(0.5, 95.0), (math.inf, 100.0)],
+        ttft_recent=[(0.5, 16.0), (math.inf, 20.0)],
+        itl_window=None,
+        itl_recent=None,
+    )
+    attainment = {
+        ("ns", "llama"): model_attainment(target, histograms, 500.0, None),
+        ("ns", "granite"): model_attainment(target, None, 500.0, 40.0, "no TTFT samples"),
+    }
+    metrics = optimize_cycle_metrics([], [], CycleFacts(started=0.0, stages={}, attainment=attainment))
+    llama, granite = {"namespace": "ns", "model": "llama"}, {"namespace": "ns", "model": "granite"}
+    assert metrics.value("modelplane_slo_attainment", **llama) == 0.95
+    assert metrics.value("modelplane_slo_attainment_target", **llama) == 0.9
+    assert metrics.value("modelplane_slo_error_budget_remaining", **llama) == pytest.approx(0.5)
+    assert metrics.value("modelplane_slo_burn_rate", **llama) == pytest.approx(2.0)  # 80 % over the last 5 minutes
+    # Unknown attainment: the target is published, no attainment, budget or burn rate (never a made-up 0).
+    assert metrics.value("modelplane_slo_attainment_target", **granite) == 0.9
+    assert metrics.value("modelplane_slo_attainment", **granite) is None
+    assert metrics.value("modelplane_slo_burn_rate", **granite) is None
+
+    assert push(Pushgateway(pushgateway.url, cluster="c-slo"), "optimize", metrics) is None
+    lines = [line for line in pushgateway.metrics().splitlines() if 'cluster="c-slo"' in line]
+    burn = next(line for line in lines if line.startswith("modelplane_slo_burn_rate{"))
+    assert 'model="llama"' in burn and 'namespace="ns"' in burn and 'job="modelplane"' in burn
+    assert float(burn.rsplit(" ", 1)[1]) == pytest.approx(2.0)
+    assert not any(line.startswith("modelplane_slo_attainment{") and 'model="granite"' in line for line in lines)

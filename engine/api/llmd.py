@@ -120,6 +120,38 @@ class ActuationStatus(KubeModel):
     """Applied indicates whether the actuation was successfully applied."""
 
 
+class SloStatus(KubeModel):
+    """SloStatus is the model's SLO attainment as the last optimize cycle measured it, and what the SLO controller
+    last did about it. Attainment is per model: every VariantAutoscaling of the model in the namespace shows the same."""
+
+    target: float = Field(ge=0, le=1)
+    """Target is the share of requests that must meet the latency targets (modelplane.io/slo-attainment, the service
+    class's slo-attainment, else 0.90)."""
+    attained: float | None = Field(None, ge=0, le=1)
+    """Attained is the share of requests within the TTFT and ITL targets over the window, from vLLM's histograms;
+    absent while unknown (no histograms, no requests), the message says why."""
+    window: str = Field(min_length=1)
+    """Window is the evaluation window, a duration such as 1h (modelplane.io/slo-window)."""
+    error_budget_remaining: float | None = Field(None, alias="errorBudgetRemaining")
+    """ErrorBudgetRemaining is 1 - (1 - attained) / (1 - target): 1 with no miss, 0 with exactly the misses the target
+    allows, negative once more requests missed (-1: twice the allowance); absent while attained is unknown."""
+    requests: int | None = Field(None, ge=0)
+    """Requests is how many requests the window holds (TTFT observations)."""
+    measured_at: Time | None = Field(None, alias="measuredAt")
+    """MeasuredAt is when the attainment was read."""
+    message: str | None = None
+    """Message says where the target comes from and how the attainment was read (a target inside a coarse histogram
+    bucket is interpolated; a per-token ITL histogram counts tokens), or why it is unknown."""
+    sizing_percentile: float | None = Field(None, alias="sizingPercentile", gt=0, lt=100)
+    """SizingPercentile is the TTFT percentile the attainment loop sizes the model for (it moves it so that attained
+    meets target); absent while the loop is off (a pinned modelplane.io/ttft-percentile, or mean sizing)."""
+    peak_hold: str | None = Field(None, alias="peakHold")
+    """PeakHold is how far back the recent peak the model is sized for reaches, a duration such as 3m: the loop
+    lengthens it when requests miss while replicas start (bursts, ramps) and shortens it on a surplus."""
+    controller: str | None = None
+    """Controller says what the attainment loop last changed and why."""
+
+
 class VariantAutoscalingStatus(KubeModel):
     """VariantAutoscalingStatus represents the current status of autoscaling for a variant."""
 
@@ -131,6 +163,8 @@ class VariantAutoscalingStatus(KubeModel):
     """Actuation provides details about the actuation process and its current status."""
     conditions: Conditions | None = None
     """Conditions represent the latest available observations of the VariantAutoscaling's state."""
+    slo: SloStatus | None = None
+    """Slo is the model's SLO attainment target, what was measured against it and the SLO controller's adjustment."""
 
 
 class VariantAutoscaling(KubeModel):

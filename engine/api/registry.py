@@ -214,6 +214,8 @@ KINDS: Final[tuple[KindInfo, ...]] = (
             PrinterColumn("CurrentReplicas", ".status.currentAlloc.numReplicas", "integer"),
             PrinterColumn("Optimized", ".status.desiredOptimizedAlloc.numReplicas", "integer"),
             PrinterColumn("MetricsReady", _condition("MetricsAvailable")),
+            PrinterColumn("Attained", ".status.slo.attained", "number"),
+            PrinterColumn("SLO", ".status.slo.target", "number"),
             _AGE,
             PrinterColumn("Variant", ".spec.variantID", priority=1),
             PrinterColumn("Target", ".spec.scaleTargetRef.name", priority=1),

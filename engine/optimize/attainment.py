@@ -28,6 +28,7 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
+from engine.api.meta import parse_duration
 from engine.optimize.spec import CycleInputs, ModelLoad, VariantSpec, model_slos, model_targets
 from engine.perf.load_peak import held_peak
 from engine.perf.prompt_split import prompt_limit_tokens
@@ -65,7 +66,8 @@ def loop_steps(inputs: CycleInputs, specs: Sequence[VariantSpec]) -> dict[tuple[
         target = targets.get(model)
         if target is None:
             continue
-        previous = inputs.loop_percentiles.get(model)
+        remembered_percentile, remembered_hold = _remembered(inputs, model)
+        previous = inputs.loop_percentiles.get(model, remembered_percentile)
         if previous is None:
             previous = (
                 max(s.ttft_percentile or 0.0 for s in members)
@@ -78,7 +80,7 @@ def loop_steps(inputs: CycleInputs, specs: Sequence[VariantSpec]) -> dict[tuple[
             previous,
             target.attainment,
             sample_of(inputs.attainment.get(model)),
-            hold_s=inputs.loop_holds.get(model),
+            hold_s=inputs.loop_holds.get(model, remembered_hold),
             hold_range_s=(min(peaks), min(max(peaks), target.window_s)) if peaks else None,
             ceiling=_ceiling(members, load, slos.get(model, (None, None))[0]),
             pending=_starting(members, inputs),
@@ -102,6 +104,30 @@ def _ceiling(members: Sequence[VariantSpec], load: ModelLoad | None, ttft_ms: fl
     )
     longest = max(limits)
     return 1.0 if math.isinf(longest) else float(prompts.cdf(np.asarray([longest]))[0])
+
+
+def _remembered(inputs: CycleInputs, model: tuple[str, str]) -> tuple[float | None, float | None]:
+    """The loop's state as the model's VariantAutoscalings last recorded it (``status.slo.sizingPercentile``,
+    ``peakHold``): each scheduled run is a fresh process, so the state lives in the resources. Variants that
+    disagree (one was just added) give the highest percentile and the longest hold, the safe reading."""
+    percentiles: list[float] = []
+    holds: list[float] = []
+    for va in inputs.variants:
+        if (
+            (va.metadata.namespace or "default", va.spec.model_id) != model
+            or va.status is None
+            or va.status.slo is None
+        ):
+            continue
+        slo = va.status.slo
+        if slo.sizing_percentile is not None:
+            percentiles.append(slo.sizing_percentile)
+        if slo.peak_hold:
+            try:
+                holds.append(parse_duration(slo.peak_hold))
+            except ValueError:
+                continue  # a hold this loop did not write: start afresh
+    return (max(percentiles) if percentiles else None, max(holds) if holds else None)
 
 
 def _loop_applies(members: Sequence[VariantSpec]) -> bool:

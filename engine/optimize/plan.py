@@ -10,6 +10,10 @@ target (KV-cache and queue headroom, :mod:`engine.perf.saturation`), their arbit
 * min/max replicas and scale-to-zero settings are respected;
 * a scale-down waits out the stabilization window (state in an annotation, since each cycle is a fresh process).
 
+Beside the decisions, the plan carries each model's SLO attainment (:mod:`engine.slo`): its target and what vLLM's
+histograms say was attained over the window and recently, for ``status.slo`` and the pushed gauges. A model whose
+attainment is unknown says why; nothing here acts on it.
+
 :func:`plan_cycle` is the one call of the optimize flow: the VariantAutoscalings' decisions and the
 Kthena bindings' (:mod:`engine.optimize.bindings`) together, with what the cycle sized for. Nothing
 here does I/O or reads the clock; ``now`` is an input.
@@ -37,6 +41,7 @@ from engine.optimize.spec import (
     VariantSpec,
     clamp,
     model_slos,
+    model_targets,
     parse_variant,
     replica_cost,
 )
@@ -54,6 +59,7 @@ from engine.perf.saturation import (
     saturation_targets,
 )
 from engine.slo.controller import ControllerStep
+from engine.slo.measure import ModelAttainment, model_attainment
 from engine.status import REASON_INVALID, REASON_TARGET_MISSING, ConditionUpdate
 
 # OptimizationReady=False reason beyond the shared ones in engine.status and engine.optimize.model_based.
@@ -98,6 +104,8 @@ class VariantDecision:
     """How far back the recent peak the model was sized for reached (None: the loop is off or has no hold)."""
     loop_message: str | None = None
     """What the attainment loop did for the model this cycle, and why (None: the loop is off)."""
+    slo: ModelAttainment | None = None
+    """Its model's SLO target and measured attainment (``status.slo``); None for a resource that is invalid."""
 
     @property
     def optimization(self) -> ConditionUpdate:
@@ -524,6 +532,8 @@ class CyclePlan:
     """(namespace, model) -> (arrival rate req/s, average input tokens, average output tokens) it sized for."""
     slos: dict[tuple[str, str], tuple[float | None, float | None]]
     """(namespace, model) -> (TTFT target ms, ITL target ms) of its service class."""
+    attainment: dict[tuple[str, str], ModelAttainment] = field(default_factory=dict)
+    """(namespace, model) -> its SLO attainment target and what was measured over the window and recently."""
 
     @property
     def summary(self) -> str:
@@ -538,11 +548,33 @@ def plan_cycle(inputs: CycleInputs, bindings: Sequence[BindingInputs] = ()) -> C
     Why one call: the flow reads, calls this once and writes what it returns; no decision is left to
     the flow to stitch together.
     """
+    slos = model_slos(inputs.variants, inputs.service_classes)
+    attainment = measured_attainment(inputs, slos)
+    variants = plan_variants(dataclasses.replace(inputs, attainment=dict(inputs.attainment) or attainment))
+    for decision in variants:
+        if decision.reason != REASON_INVALID and decision.model_id:
+            decision.slo = attainment.get((decision.namespace, decision.model_id))
     return CyclePlan(
-        variants=plan_variants(inputs),
+        variants=variants,
         bindings=[plan_binding(binding, inputs.now) for binding in bindings],
         loads={
             key: (load.arrival_rate_rps, load.avg_in_tokens, load.avg_out_tokens) for key, load in inputs.loads.items()
         },
-        slos=model_slos(inputs.variants, inputs.service_classes),
+        slos=slos,
+        attainment=attainment,
     )
+
+
+def measured_attainment(
+    inputs: CycleInputs, slos: Mapping[tuple[str, str], tuple[float | None, float | None]]
+) -> dict[tuple[str, str], ModelAttainment]:
+    """Every model's SLO target (:func:`engine.optimize.spec.model_targets`) and its attainment from the cycle's
+    latency histograms against its service class's TTFT and ITL targets; unknown, with the reason, without them."""
+    result: dict[tuple[str, str], ModelAttainment] = {}
+    for key, target in model_targets(inputs.variants, inputs.service_classes).items():
+        ttft_ms, itl_ms = slos.get(key, (None, None))
+        reason = inputs.latency_missing.get(key)
+        if inputs.metrics_error:
+            reason = f"metrics backend unavailable: {inputs.metrics_error}"
+        result[key] = model_attainment(target, inputs.latency.get(key), ttft_ms, itl_ms, reason)
+    return result

@@ -35,7 +35,7 @@ from engine.perf.tail_sizing import (
     TailSizingError,
     ttft_percentile,
 )
-from engine.slo.measure import ModelAttainment
+from engine.slo.measure import LatencyHistograms, ModelAttainment
 from engine.slo.target import AttainmentTarget, TargetError, annotated, resolve_target
 
 ANNOTATION_MIN_REPLICAS = "modelplane.io/min-replicas"
@@ -151,6 +151,10 @@ class CycleInputs:
     pods: Mapping[tuple[str, str], list[PodSample]] = field(default_factory=dict)
     metrics_error: str | None = None  # set when the metrics backend itself failed
     missing_metrics: Mapping[tuple[str, str], str] = field(default_factory=dict)
+    latency: Mapping[tuple[str, str], LatencyHistograms] = field(default_factory=dict)
+    """Per model: its TTFT and ITL bucket increases over its SLO window and the recent range (SLO attainment)."""
+    latency_missing: Mapping[tuple[str, str], str] = field(default_factory=dict)
+    """Per model without latency histograms: why (its attainment is then unknown; no decision depends on it)."""
     time_limit_s: float = 10.0
     attainment: Mapping[tuple[str, str], ModelAttainment] = field(default_factory=dict)
     """Per (namespace, modelID): its SLO attainment measured from vLLM's latency histograms this cycle (absent:

@@ -1,9 +1,10 @@
 """What a cycle writes back to a VariantAutoscaling's status, and whether it is worth a write.
 
 Decides the new status (``currentAlloc``, ``desiredOptimizedAlloc``, ``actuation``, the
-MetricsAvailable and OptimizationReady conditions; fields of both seed generations) from a
+MetricsAvailable and OptimizationReady conditions; fields of both seed generations; Modelplane's ``slo``) from a
 :class:`~engine.optimize.plan.VariantDecision`, and the merge-patch that turns the old status into
-it, or none when only the heartbeat timestamp moved recently (no write storm at 1,000 variants).
+it, or none when only the heartbeat timestamp (and the SLO's measurement time and small drift) moved recently
+(no write storm at 1,000 variants).
 """
 
 from __future__ import annotations
@@ -14,6 +15,8 @@ from typing import Any
 
 from engine.api.meta import format_time, parse_time
 from engine.optimize.plan import VariantDecision
+from engine.slo.measure import ModelAttainment
+from engine.slo.target import format_window
 from engine.status import changed_fields, set_conditions
 
 
@@ -55,14 +58,70 @@ def variant_status(
     status["conditions"] = set_conditions(
         list(old.get("conditions") or []), (decision.metrics, decision.optimization), now, generation
     )
+    if decision.slo is not None:
+        status["slo"] = slo_status(
+            decision.slo,
+            old.get("slo") or {},
+            now,
+            decision.sizing_percentile,
+            decision.peak_hold_s,
+            decision.loop_message,
+        )
     return status
 
 
+def slo_status(
+    measured: ModelAttainment,
+    old: Mapping[str, Any],
+    now: datetime,
+    sizing_percentile: float | None = None,
+    peak_hold_s: float | None = None,
+    controller: str | None = None,
+) -> dict[str, Any]:
+    """``status.slo``: the target, the attainment over the window (None while unknown, so a merge-patch removes an
+    old value), the error budget, the requests counted, when, and the message; the attainment loop's state
+    (``sizingPercentile``, ``peakHold``) and ``controller`` message as it set them this cycle, else as they were."""
+    window = measured.window
+    target = measured.target
+    if window.attained is not None:
+        message = f"target {target.attainment:g} from {target.source}" + (f"; {window.note}" if window.note else "")
+    else:
+        message = f"attainment unknown: {window.note}"
+    budget = measured.error_budget_remaining
+    status: dict[str, Any] = {
+        "target": target.attainment,
+        "attained": round(window.attained, 4) if window.attained is not None else None,
+        "window": target.window,
+        "errorBudgetRemaining": round(budget, 4) if budget is not None else None,
+        "requests": int(round(window.requests)) if window.requests is not None else None,
+        "measuredAt": format_time(now),
+        "message": message,
+        "sizingPercentile": round(sizing_percentile, 2)
+        if sizing_percentile is not None
+        else old.get("sizingPercentile"),
+        "peakHold": format_window(peak_hold_s) if peak_hold_s is not None else old.get("peakHold"),
+        "controller": controller if controller is not None else old.get("controller"),
+    }
+    return status
+
+
+SLO_DRIFT_DIGITS = 3
+"""Attainment and error budget changes below this many decimals (0.1 point) alone do not make a status write."""
+
+
 def _without_run_time(status: Mapping[str, Any]) -> dict[str, Any]:
+    """The status without what moves every cycle: ``lastRunTime``, the SLO's ``measuredAt`` and request count, and
+    drift of its attainment below a tenth of a point (rewritten with the heartbeat, or with any real change)."""
     trimmed = dict(status)
     if isinstance(trimmed.get("desiredOptimizedAlloc"), dict):
         trimmed["desiredOptimizedAlloc"] = {
             k: v for k, v in trimmed["desiredOptimizedAlloc"].items() if k != "lastRunTime"
+        }
+    if isinstance(trimmed.get("slo"), dict):
+        trimmed["slo"] = {
+            k: round(v, SLO_DRIFT_DIGITS) if k in ("attained", "errorBudgetRemaining") else v
+            for k, v in trimmed["slo"].items()
+            if v is not None and k not in ("measuredAt", "requests")
         }
     return trimmed
 

@@ -17,6 +17,14 @@ Metrics file format (YAML; ``models``, ``instances`` and ``collectedAt`` may eac
         avgOutputTokens: 256              # required with an arrival rate
         pods:                             # saturation inputs, one entry per vLLM pod
           - {name: llama-8b-a100-0, kvCacheUsage: 0.42, queueLength: 1}
+        latency:                          # SLO attainment: vLLM's latency bucket increases, {le: count}
+          itlHistogram: vllm:request_time_per_output_token_seconds   # the default; or a per-token one
+          window:                         # over the SLO window (modelplane.io/slo-window)
+            ttft: {0.25: 950, 0.5: 1140, 1.0: 1190, +Inf: 1200}
+            itl: {0.025: 1130, 0.05: 1190, +Inf: 1200}
+          recent:                         # over the last 5 minutes
+            ttft: {0.25: 80, 0.5: 96, +Inf: 100}
+            itl: {0.025: 97, +Inf: 100}
     instances:                            # Kthena policy metrics per pod
       - namespace: llm-serving
         pod: llama-8b-a100-0
@@ -26,7 +34,11 @@ A model entry needs ``model`` and ``namespace``; a pod entry all three of its ke
 ``namespace``, ``pod`` and ``metrics``. Numbers must be non-negative (``kvCacheUsage`` within 0..1;
 instance metric values may be any number); unknown keys, duplicate models and wrong
 types are rejected with :class:`~tasks.metrics.snapshot.MetricsFileError` naming the file and the field
-(``metrics.yaml: models[0].avgInputTokens: expected a number >= 0, got 'abc'``).
+(``metrics.yaml: models[0].avgInputTokens: expected a number >= 0, got 'abc'``). In ``latency``, each range
+(``window``, ``recent``) and each histogram in it may be left out; a histogram needs its ``+Inf`` bucket
+(``+Inf``, ``Inf`` or ``.inf``); ``itlHistogram`` is one of ``vllm:request_time_per_output_token_seconds``
+(per request), ``vllm:inter_token_latency_seconds`` or ``vllm:time_per_output_token_seconds`` (per token). The
+file states the increases as they are: the window they cover is whatever it was captured over.
 """
 
 from __future__ import annotations
@@ -41,6 +53,7 @@ from typing import Any
 
 import yaml
 
+from engine.slo.measure import ITL_HISTOGRAMS, REQUEST_ITL_HISTOGRAM, Buckets, LatencyHistograms
 from tasks.files import write_atomically
 from tasks.metrics.snapshot import (
     METRIC_NAME,
@@ -64,6 +77,7 @@ class _FileModel:
     key: ModelKey
     load: ModelLoad | None
     pods: list[PodMetrics]
+    latency: LatencyHistograms | None = None
 
 
 @dataclass(frozen=True)
@@ -87,6 +101,7 @@ class FileMetrics:
         models: Iterable[ModelKey],
         instance_metric_names: Iterable[str] = (),
         instance_namespaces: Iterable[str] | None = None,
+        latency_windows: Mapping[ModelKey, float] | None = None,
     ) -> MetricsSnapshot:
         """The file's loads and pods for ``models``; see :class:`MetricsSource`."""
         document = self.read()
@@ -111,7 +126,17 @@ class FileMetrics:
             for key, values in document.instances.items()
             if key[0] in namespaces and (picked := {n: v for n, v in values.items() if n in names})
         }
-        return MetricsSnapshot(loads, pods, instances, document.collected_at, missing.lines, missing.by_model)
+        latency: dict[ModelKey, LatencyHistograms] = {}
+        latency_missing: dict[ModelKey, str] = {}
+        for key in sorted(latency_windows or {}):
+            entry = document.models.get(key)
+            if entry is not None and entry.latency is not None:
+                latency[key] = entry.latency
+            else:
+                latency_missing[key] = f"no latency histograms for {key} in {self.path}"
+        return MetricsSnapshot(
+            loads, pods, instances, document.collected_at, missing.lines, missing.by_model, latency, latency_missing
+        )
 
     def instance_metrics(
         self, metric_names: Iterable[str], namespace: str, pods: Iterable[str]
@@ -172,7 +197,7 @@ class _FileParser:
             raw,
             where,
             required=("model", "namespace"),
-            optional=("arrivalRate", "arrivalRateRps", "avgInputTokens", "avgOutputTokens", "pods"),
+            optional=("arrivalRate", "arrivalRateRps", "avgInputTokens", "avgOutputTokens", "pods", "latency"),
         )
         key = ModelKey(self.text(item["model"], f"{where}.model"), self.text(item["namespace"], f"{where}.namespace"))
         pods = [
@@ -182,7 +207,40 @@ class _FileParser:
         names = [pod.pod for pod in pods]
         if len(set(names)) != len(names):
             raise self.fail(f"{where}.pods", "duplicate pod names")
-        return _FileModel(key, self.load(item, where, collected_at), pods)
+        latency = self.latency(item["latency"], f"{where}.latency") if "latency" in item else None
+        return _FileModel(key, self.load(item, where, collected_at), pods, latency)
+
+    def latency(self, raw: Any, where: str) -> LatencyHistograms:
+        item = self.mapping(raw, where, required=(), optional=("itlHistogram", "window", "recent"))
+        itl_metric = item.get("itlHistogram", REQUEST_ITL_HISTOGRAM)
+        if itl_metric not in ITL_HISTOGRAMS:
+            raise self.fail(f"{where}.itlHistogram", f"expected one of {', '.join(ITL_HISTOGRAMS)}, got {itl_metric!r}")
+        ranges: dict[str, dict[str, Buckets]] = {}
+        for name in ("window", "recent"):
+            spans = self.mapping(item.get(name, {}), f"{where}.{name}", required=(), optional=("ttft", "itl"))
+            ranges[name] = {h: self.buckets(spans[h], f"{where}.{name}.{h}") for h in ("ttft", "itl") if h in spans}
+        return LatencyHistograms(
+            ranges["window"].get("ttft"),
+            ranges["recent"].get("ttft"),
+            ranges["window"].get("itl"),
+            ranges["recent"].get("itl"),
+            itl_metric,
+        )
+
+    def buckets(self, raw: Any, where: str) -> Buckets:
+        """``{le: count}`` as ``((le, count), ...)`` by increasing ``le``; the ``+Inf`` bucket is required."""
+        pairs = []
+        for bound, count in self.mapping(raw, where, required=(), optional=None).items():
+            try:
+                le = float(bound) if not isinstance(bound, bool) else math.nan
+            except ValueError:
+                le = math.nan
+            if math.isnan(le) or le < 0:
+                raise self.fail(f"{where}[{bound!r}]", "expected a bucket bound (a number >= 0 or +Inf)")
+            pairs.append((le, self.number(count, f"{where}[{bound!r}]")))
+        if not pairs or not math.isinf(max(pairs)[0]):
+            raise self.fail(where, "a histogram needs its +Inf bucket (the total)")
+        return tuple(sorted(pairs))
 
     def load(self, item: Mapping[str, Any], where: str, collected_at: dt.datetime) -> ModelLoad | None:
         if "arrivalRate" in item and "arrivalRateRps" in item:
@@ -281,7 +339,7 @@ def _bounds(minimum: float, maximum: float) -> str:
 
 def snapshot_document(snapshot: MetricsSnapshot) -> dict[str, Any]:
     """A snapshot in the metrics file format (rates as ``arrivalRateRps``, exact)."""
-    keys = sorted(set(snapshot.loads) | set(snapshot.pods))
+    keys = sorted(set(snapshot.loads) | set(snapshot.pods) | set(snapshot.latency))
     models = []
     for key in keys:
         entry: dict[str, Any] = {"model": key.model_id, "namespace": key.namespace}
@@ -292,6 +350,8 @@ def snapshot_document(snapshot: MetricsSnapshot) -> dict[str, Any]:
                 avgInputTokens=load.avg_in_tokens,
                 avgOutputTokens=load.avg_out_tokens,
             )
+        if key in snapshot.latency:
+            entry["latency"] = _latency_document(snapshot.latency[key])
         if snapshot.pods.get(key):
             entry["pods"] = [
                 {"name": p.pod, "kvCacheUsage": p.kv_cache_usage, "queueLength": p.queue_length}
@@ -303,6 +363,19 @@ def snapshot_document(snapshot: MetricsSnapshot) -> dict[str, Any]:
         for (ns, pod), values in sorted(snapshot.instance_metrics.items())
     ]
     return {"collectedAt": snapshot.collected_at.isoformat(), "models": models, "instances": instances}
+
+
+def _latency_document(histograms: LatencyHistograms) -> dict[str, Any]:
+    """Latency histograms in the metrics file format (``+Inf`` as ``.inf``, which YAML reads back as infinity)."""
+    document: dict[str, Any] = {"itlHistogram": histograms.itl_metric}
+    for name, ttft, itl in (
+        ("window", histograms.ttft_window, histograms.itl_window),
+        ("recent", histograms.ttft_recent, histograms.itl_recent),
+    ):
+        spans = {h: {float(le): float(c) for le, c in b} for h, b in (("ttft", ttft), ("itl", itl)) if b is not None}
+        if spans:
+            document[name] = spans
+    return document
 
 
 def write_metrics_file(path: str | os.PathLike[str], snapshot: MetricsSnapshot) -> None:

@@ -13,6 +13,9 @@ namespaces and evaluated at the same instant; this module runs them and assemble
   sizing then falls back to the last minute and the mean request).
 - per pod: KV-cache usage (0..1) and requests waiting as :class:`~tasks.metrics.snapshot.PodMetrics`.
 - instance metrics (Kthena AutoscalingPolicy ``spec.metrics``): any metric name, summed per pod.
+- latency histograms (SLO attainment): with ``latency_windows``, the TTFT and ITL bucket increases of those
+  models over their window and over the recent 5 minutes, one more query per distinct window, as
+  ``snapshot.latency``; a model without them is in ``snapshot.latency_missing`` with the reason.
 
 The Prometheus contract (what the scrape configuration must deliver): every vLLM series carries
 ``model_name`` (the served model name = VariantAutoscaling ``spec.modelID``) and ``namespace`` (the
@@ -49,6 +52,8 @@ from urllib.parse import urlsplit, urlunsplit
 
 import requests
 
+from engine.slo.measure import RECENT_WINDOW_S, TTFT_HISTOGRAM, LatencyHistograms
+from engine.slo.target import format_window
 from tasks.metrics.promql import (
     GENERATION_TOKENS,
     KV_CACHE_USAGE,
@@ -61,11 +66,14 @@ from tasks.metrics.promql import (
     REQUESTS_WAITING,
     instance_query,
     instance_rows,
+    latency_histograms,
+    latency_query,
     load_query,
     pod_query,
     prompt_buckets,
     quote,
     regex_union,
+    tagged_buckets,
     tagged_rows,
 )
 from tasks.metrics.snapshot import (
@@ -195,6 +203,7 @@ class PrometheusMetrics:
         models: Iterable[ModelKey],
         instance_metric_names: Iterable[str] = (),
         instance_namespaces: Iterable[str] | None = None,
+        latency_windows: Mapping[ModelKey, float] | None = None,
     ) -> MetricsSnapshot:
         """Loads and pod saturation of ``models`` in a constant number of queries (see the module doc)."""
         keys = sorted(set(models))
@@ -226,7 +235,32 @@ class PrometheusMetrics:
         if names and instance_ns:
             selector = f"namespace=~{quote(regex_union(instance_ns))}"
             instances = self._instances(names, selector, now, missing)
-        return MetricsSnapshot(loads, pods, instances, now, missing.lines, missing.by_model)
+        latency, latency_missing = self._latency(latency_windows or {}, now)
+        return MetricsSnapshot(loads, pods, instances, now, missing.lines, missing.by_model, latency, latency_missing)
+
+    def _latency(
+        self, windows: Mapping[ModelKey, float], now: dt.datetime
+    ) -> tuple[dict[ModelKey, LatencyHistograms], dict[ModelKey, str]]:
+        """The latency histograms of every model of ``windows``: one query per distinct window."""
+        by_window: dict[str, list[ModelKey]] = {}
+        for key, seconds in sorted(windows.items()):
+            by_window.setdefault(format_window(seconds), []).append(key)
+        found: dict[ModelKey, LatencyHistograms] = {}
+        absent: dict[ModelKey, str] = {}
+        recent = format_window(RECENT_WINDOW_S)
+        for window, keys in sorted(by_window.items()):
+            selector = (
+                f"namespace=~{quote(regex_union(sorted({k.namespace for k in keys})))}, "
+                f"model_name=~{quote(regex_union(sorted({k.model_id for k in keys})))}"
+            )
+            buckets = tagged_buckets(self._query(latency_query(selector, window, recent), now))
+            for key in keys:
+                histograms = latency_histograms(buckets.get((key.model_id, key.namespace), {}))
+                if histograms is None:
+                    absent[key] = f"no {TTFT_HISTOGRAM}_bucket or ITL histogram samples for {key} in the last {window}"
+                else:
+                    found[key] = histograms
+        return found, absent
 
     def instance_metrics(
         self, metric_names: Iterable[str], namespace: str, pods: Iterable[str]

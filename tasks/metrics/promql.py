@@ -23,6 +23,9 @@ What is measured (the WVA conventions, vLLM metric names):
 - per pod: ``vllm:kv_cache_usage_perc`` (max over a pod's series; for a pod that only exposes the pre-0.10
   name ``vllm:gpu_cache_usage_perc``, that one) and ``vllm:num_requests_waiting`` (summed).
 - instance metrics (Kthena AutoscalingPolicy ``spec.metrics``): any metric name, summed per pod.
+- SLO attainment (:mod:`engine.slo.measure`), :func:`latency_query`: the bucket increases of the TTFT histogram
+  and of each ITL histogram vLLM may export, ``sum by (model_name, namespace, le) (increase(..._bucket[W]))``, over
+  the SLO's evaluation window ``W`` and over the recent 5 minutes, in one query per distinct window.
 """
 
 from __future__ import annotations
@@ -31,6 +34,8 @@ import math
 import re
 from collections.abc import Iterable, Mapping
 from typing import Any
+
+from engine.slo.measure import ITL_HISTOGRAMS, REQUEST_ITL_HISTOGRAM, TTFT_HISTOGRAM, LatencyHistograms
 
 REQUEST_SUCCESS = "vllm:request_success_total"
 PROMPT_TOKENS = "vllm:request_prompt_tokens"
@@ -45,6 +50,10 @@ MODEL_LABELS = ("model_name", "namespace")
 POD_LABELS = ("model_name", "namespace", "pod")
 LOAD_TAGS = ("rate", "seen", "in", "out", "peak", "change", "noise")
 POD_TAGS = ("kv", "kv_seen", "waiting", "waiting_seen")
+LATENCY_LABELS = ("model_name", "namespace")
+LATENCY_HISTOGRAMS = (TTFT_HISTOGRAM, *ITL_HISTOGRAMS)
+"""The histograms :func:`latency_query` reads: TTFT, then the ITL ones in order of preference."""
+LATENCY_RANGES = ("window", "recent")
 TAG = "mp_field"
 """The label that tells the sub-expressions of one union query apart."""
 METRIC_TAG = "mp_metric"
@@ -82,6 +91,45 @@ def load_query(
             "noise": f"quantile_over_time(0.5, abs({change})[{noise_window}:{rate_window}])",
             "bucket": f"sum by ({by}, le) (increase({PROMPT_TOKENS}_bucket{{{selector}}}[{fallback_window}]))",
         }
+    )
+
+
+def latency_query(selector: str, window: str, recent: str) -> str:
+    """The bucket increases of every latency histogram over ``window`` and ``recent``, tagged
+    ``<histogram>|<range>`` (read back with :func:`latency_buckets`)."""
+    by = "model_name, namespace, le"
+    return union(
+        {
+            latency_tag(histogram, name): f"sum by ({by}) (increase({histogram}_bucket{{{selector}}}[{span}]))"
+            for histogram in LATENCY_HISTOGRAMS
+            for name, span in zip(LATENCY_RANGES, (window, recent))
+        }
+    )
+
+
+def latency_tag(histogram: str, range_name: str) -> str:
+    """The tag of one histogram over one range in :func:`latency_query`."""
+    return f"{histogram}|{range_name}"
+
+
+def latency_histograms(by_tag: Mapping[str, tuple[tuple[float, float], ...]]) -> LatencyHistograms | None:
+    """One model's histograms from its :func:`tagged_buckets` of a :func:`latency_query` answer: TTFT, and the
+    first ITL histogram of :data:`~engine.slo.measure.ITL_HISTOGRAMS` it has; None when it has none of them."""
+
+    def over(histogram: str, range_name: str) -> tuple[tuple[float, float], ...] | None:
+        pairs = by_tag.get(latency_tag(histogram, range_name))
+        return pairs if pairs and math.isinf(pairs[-1][0]) else None  # a histogram without +Inf is not one
+
+    itl = next((h for h in ITL_HISTOGRAMS if over(h, "window") or over(h, "recent")), None)
+    ttft_window, ttft_recent = over(TTFT_HISTOGRAM, "window"), over(TTFT_HISTOGRAM, "recent")
+    if ttft_window is None and ttft_recent is None and itl is None:
+        return None
+    return LatencyHistograms(
+        ttft_window,
+        ttft_recent,
+        over(itl, "window") if itl else None,
+        over(itl, "recent") if itl else None,
+        itl or REQUEST_ITL_HISTOGRAM,
     )
 
 
@@ -171,19 +219,28 @@ def tagged_rows(
 
 def prompt_buckets(rows: list[dict[str, Any]]) -> dict[tuple[str, str], tuple[tuple[float, float], ...]]:
     """Per (model_name, namespace): the prompt-token histogram's ``(le, count)`` pairs, by increasing ``le``."""
-    buckets: dict[tuple[str, str], list[tuple[float, float]]] = {}
+    return {key: by_tag["bucket"] for key, by_tag in tagged_buckets(rows).items() if "bucket" in by_tag}
+
+
+def tagged_buckets(
+    rows: list[dict[str, Any]],
+) -> dict[tuple[str, str], dict[str, tuple[tuple[float, float], ...]]]:
+    """Per (model_name, namespace) and tag: the ``(le, count)`` pairs of the rows that carry ``le``, by increasing ``le``."""
+    buckets: dict[tuple[tuple[str, str], str], list[tuple[float, float]]] = {}
     for row in rows:
         metric = row.get("metric", {})
-        if metric.get(TAG) != "bucket":
-            continue
         try:
             bound = float(metric.get("le", ""))
         except ValueError:
             continue
         value = sample_value(row)
         if not math.isnan(value):
-            buckets.setdefault((metric.get("model_name", ""), metric.get("namespace", "")), []).append((bound, value))
-    return {key: tuple(sorted(pairs)) for key, pairs in buckets.items()}
+            key = (metric.get("model_name", ""), metric.get("namespace", ""))
+            buckets.setdefault((key, metric.get(TAG, "")), []).append((bound, value))
+    result: dict[tuple[str, str], dict[str, tuple[tuple[float, float], ...]]] = {}
+    for (key, tag_name), pairs in buckets.items():
+        result.setdefault(key, {})[tag_name] = tuple(sorted(pairs))
+    return result
 
 
 def sample_value(row: Mapping[str, Any]) -> float:

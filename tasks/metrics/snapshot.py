@@ -18,9 +18,11 @@ from __future__ import annotations
 import datetime as dt
 import os
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
+
+from engine.slo.measure import LatencyHistograms
 
 InstanceKey = tuple[str, str]  # (namespace, pod)
 
@@ -120,6 +122,11 @@ class MetricsSnapshot:
     collected_at: dt.datetime
     missing: list[str]
     missing_by_model: dict[ModelKey, list[str]] = field(default_factory=dict)
+    latency: dict[ModelKey, LatencyHistograms] = field(default_factory=dict)
+    """Per model asked with a latency window: its TTFT and ITL bucket increases over that window and recently."""
+    latency_missing: dict[ModelKey, str] = field(default_factory=dict)
+    """Why a model asked with a latency window has no histograms (its attainment is then unknown; kept apart
+    from ``missing``, which is about the load and saturation data decisions are made from)."""
 
     def missing_for(self, key: ModelKey) -> list[str]:
         """Why ``key`` has no load or pod data (empty when everything was found)."""
@@ -149,9 +156,12 @@ class MetricsSource(Protocol):
         models: Iterable[ModelKey],
         instance_metric_names: Iterable[str] = (),
         instance_namespaces: Iterable[str] | None = None,
+        latency_windows: Mapping[ModelKey, float] | None = None,
     ) -> MetricsSnapshot:
         """Loads and pod saturation of ``models``; plus, when ``instance_metric_names`` is given, those
-        metrics for every pod of ``instance_namespaces`` (default: the models' namespaces)."""
+        metrics for every pod of ``instance_namespaces`` (default: the models' namespaces); plus, for every model
+        of ``latency_windows``, its latency histograms over that window (seconds) and over the recent range
+        (:data:`engine.slo.measure.RECENT_WINDOW_S`)."""
         ...
 
     def instance_metrics(

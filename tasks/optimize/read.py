@@ -43,6 +43,7 @@ from engine.optimize.config import (
     parse_inventory,
     parse_service_class,
 )
+from engine.optimize.spec import model_targets
 from tasks.boundary import Accepted, accept, accept_as
 from tasks.cluster import Cluster, ObjectRef
 from tasks.cluster.errors import ClusterError, NotFound
@@ -296,7 +297,8 @@ def policy_metric_names(state: ClusterState) -> list[str]:
 
 @task(name="collect-metrics", cache_policy=NO_CACHE)
 def collect_metrics(source: MetricsSource | None, state: ClusterState) -> tuple[MetricsSnapshot | None, str | None]:
-    """One batched collection for the cycle: model loads, pod saturation, and the bound policies' metrics.
+    """One batched collection for the cycle: model loads, pod saturation, the bound policies' metrics, and each
+    model's latency histograms over its SLO window (:func:`engine.optimize.spec.model_targets`) and recently.
 
     A failing backend is reported (never swallowed) as an error string; the planner then holds.
     """
@@ -307,9 +309,14 @@ def collect_metrics(source: MetricsSource | None, state: ClusterState) -> tuple[
         key=lambda k: (k.namespace, k.model_id),
     )
     namespaces = sorted({b.namespace for b in state.bindings})
+    targets = model_targets(state.variant_models(), state.service_classes)
+    windows = {ModelKey(model_id=model, namespace=ns): target.window_s for (ns, model), target in targets.items()}
     try:
         return source.collect(
-            keys, instance_metric_names=policy_metric_names(state), instance_namespaces=namespaces
+            keys,
+            instance_metric_names=policy_metric_names(state),
+            instance_namespaces=namespaces,
+            latency_windows=windows,
         ), None
     except MetricsError as exc:  # backend down, or a malformed metrics file: hold everything, say why
         return None, str(exc)

@@ -3,13 +3,18 @@
 from __future__ import annotations
 
 import math
+from datetime import timedelta
 
 import pytest
 
+from engine.api.llmd import VariantAutoscalingStatus
 from engine.optimize.config import ConfigError, parse_service_class
+from engine.optimize.plan import CyclePlan, plan_cycle
 from engine.optimize.spec import SpecError, model_targets, parse_variant
+from engine.optimize.status import status_patch, variant_status
 from engine.slo.measure import (
     LEGACY_TOKEN_ITL_HISTOGRAM,
+    LatencyHistograms,
     MeasuredAttainment,
     burn_rate,
     error_budget_remaining,
@@ -23,6 +28,8 @@ from engine.slo.target import (
     format_window,
     parse_window,
 )
+from tests.engine.test_optimize import NOW, NS
+from tests.engine.test_optimize import inputs as optimize_inputs
 from tests.factories import parsed_variant, variant_autoscaling
 
 MODEL = "meta/llama-3.1-8b"
@@ -169,3 +176,102 @@ def test_error_budget_and_burn_rate() -> None:
     assert error_budget_remaining(0.95, 0.90) == pytest.approx(0.5)
     assert error_budget_remaining(0.80, 0.90) == pytest.approx(-1.0)  # twice the allowed misses: negative
     assert burn_rate(0.80, 0.90) == pytest.approx(2.0) and burn_rate(1.0, 0.9) == 0.0
+
+
+# -- the plan and status.slo -----------------------------------------------------------------------
+
+LATENCY = LatencyHistograms(
+    ttft_window=[(0.5, 950.0), (math.inf, 1000.0)],
+    ttft_recent=[(0.5, 80.0), (math.inf, 100.0)],
+    itl_window=[(0.01, 980.0), (0.025, 980.0), (math.inf, 1000.0)],
+    itl_recent=[(0.01, 100.0), (0.025, 100.0), (math.inf, 100.0)],
+)
+ITL_NOTE = "ITL target 24 ms lies between buckets 10 ms and 25 ms: interpolated"
+
+
+def cycle(latency: dict | None = None, annotations: dict[str, str] | None = None, **overrides: object) -> CyclePlan:
+    return plan_cycle(
+        optimize_inputs(
+            [
+                variant_autoscaling(
+                    "a100", NS, MODEL, "A100", annotations=annotations, sloClassRef={"name": "slo", "key": "premium"}
+                )
+            ],
+            {"a100": 2},
+            latency={(NS, MODEL): LATENCY} if latency is None else latency,
+            **overrides,
+        )
+    )
+
+
+def test_the_plan_carries_each_models_attainment_on_its_decisions() -> None:
+    plan = cycle(annotations={ANNOTATION_SLO_ATTAINMENT: "0.9", ANNOTATION_SLO_WINDOW: "2h"})
+    measured = plan.attainment[(NS, MODEL)]
+    assert measured.target == AttainmentTarget(0.9, 7200.0, "annotation")
+    assert measured.window.attained == pytest.approx(0.95) and measured.window.requests == 1000.0
+    assert measured.recent.attained == pytest.approx(0.8)
+    assert measured.error_budget_remaining == pytest.approx(0.5) and measured.burn_rate == pytest.approx(2.0)
+    assert plan.variants[0].slo is measured
+
+
+def test_missing_histograms_leave_attainment_unknown_and_change_no_decision() -> None:
+    known = cycle()
+    missing = cycle(latency={}, latency_missing={(NS, MODEL): "no histograms for the model"})
+    measured = missing.attainment[(NS, MODEL)]
+    assert measured.window.attained is None and measured.window.note == "no histograms for the model"
+    assert measured.error_budget_remaining is None and measured.burn_rate is None
+    assert [(d.desired, d.reason, d.message) for d in missing.variants] == [
+        (d.desired, d.reason, d.message) for d in known.variants
+    ]
+    down = cycle(latency={}, metrics_error="connection refused").attainment[(NS, MODEL)]
+    assert down.window.attained is None and "connection refused" in down.window.note
+
+
+def test_an_invalid_resource_gets_no_slo_and_says_which_annotation() -> None:
+    decision = cycle(annotations={ANNOTATION_SLO_ATTAINMENT: "95%"}).variants[0]
+    assert decision.reason == "InvalidConfiguration" and decision.slo is None
+    assert f"metadata.annotations[{ANNOTATION_SLO_ATTAINMENT}]" in decision.message
+
+
+def test_status_slo_fields_and_what_the_controller_set_passes_through() -> None:
+    decision = cycle().variants[0]
+    status = variant_status(decision, {}, NOW, applied=True, generation=1)
+    assert status["slo"] == {
+        "target": 0.9,
+        "attained": 0.95,
+        "window": "1h",
+        "errorBudgetRemaining": 0.5,
+        "requests": 1000,
+        "measuredAt": "2026-11-22T12:00:00Z",
+        "message": f"target 0.9 from default; {ITL_NOTE}",
+        "sizingPercentile": decision.sizing_percentile and round(decision.sizing_percentile, 2),
+        "peakHold": None,
+        "controller": decision.loop_message,
+    }
+    VariantAutoscalingStatus.model_validate(status)  # the API model (and so the CRD) accepts it
+    previous = {**status["slo"], "sizingPercentile": 91.5, "peakHold": "10m", "controller": "raised: burn rate 2.0"}
+    decision.sizing_percentile = decision.peak_hold_s = decision.loop_message = None  # the loop set nothing
+    kept = variant_status(decision, {"slo": previous}, NOW, applied=True, generation=1)["slo"]
+    assert (kept["sizingPercentile"], kept["peakHold"], kept["controller"]) == (91.5, "10m", "raised: burn rate 2.0")
+    decision.sizing_percentile, decision.peak_hold_s, decision.loop_message = 88.0, 180.0, "lowered"
+    new = variant_status(decision, {"slo": previous}, NOW, applied=True, generation=1)["slo"]
+    assert (new["sizingPercentile"], new["peakHold"], new["controller"]) == (88.0, "3m", "lowered")
+
+
+def test_unknown_attainment_removes_the_old_value_and_says_why() -> None:
+    decision = cycle(latency={}, latency_missing={(NS, MODEL): "no TTFT samples"}).variants[0]
+    old = {"slo": {"target": 0.9, "attained": 0.95, "window": "1h", "errorBudgetRemaining": 0.5}}
+    slo = variant_status(decision, old, NOW, applied=True, generation=1)["slo"]
+    assert slo["attained"] is None and slo["errorBudgetRemaining"] is None  # null in a merge-patch: removed
+    assert slo["message"] == "attainment unknown: no TTFT samples"
+
+
+def test_only_measuredAt_or_small_drift_is_not_worth_a_write_before_the_heartbeat() -> None:  # noqa: N802
+    decision = cycle().variants[0]
+    old = variant_status(decision, {}, NOW, applied=True, generation=1)
+    later = NOW + timedelta(seconds=60)
+    drift = {**old["slo"], "attained": 0.9502, "requests": 1010, "measuredAt": "2026-11-22T12:01:00Z"}
+    assert status_patch(old, {**old, "slo": drift}, later) is None
+    moved = {**old["slo"], "attained": 0.94, "errorBudgetRemaining": 0.4}
+    assert status_patch(old, {**old, "slo": moved}, later) == {"slo": moved}
+    assert status_patch(old, {**old, "slo": drift}, NOW + timedelta(seconds=301)) is not None  # the heartbeat

@@ -250,3 +250,24 @@ def test_binding_rows_show_the_model_and_the_accelerator(
     )
     rows = [r for r in json.loads(result.stdout) if r["kind"] == "AutoscalingPolicyBinding"]
     assert (rows[0]["model"], rows[0]["accelerator"]) == ("qwen-qwen2.5-7b-instruct", "1x nvidia.com/gpu")
+
+
+def test_status_slo_shows_the_attainment_from_the_metrics_files_histograms(
+    prefect_harness: None, example_cluster: pathlib.Path, example_metrics: pathlib.Path
+) -> None:
+    """The example metrics file carries Llama's latency histograms (not Granite's): status.slo on every variant."""
+    optimize(cluster=str(example_cluster), metrics_file=str(example_metrics))
+    variants = by_kind(example_cluster, "VariantAutoscaling")
+    llama = variants["llama-3-1-8b-h100"]["status"]["slo"]
+    # TTFT within 500 ms: 69,500 of 72,000; ITL within 24 ms: 3,000 + 68,500 x 14/15 interpolated in 10-25 ms.
+    assert llama["attained"] == pytest.approx(round((3000 + 68500 * 14 / 15) / 72000, 4))
+    assert llama["target"] == 0.9 and llama["window"] == "1h" and llama["requests"] == 72000
+    assert llama["errorBudgetRemaining"] == pytest.approx(1 - (1 - llama["attained"]) / 0.1, abs=1e-3)
+    assert llama["message"] == (
+        "target 0.9 from service class Premium; ITL target 24 ms lies between buckets 10 ms and 25 ms: interpolated"
+    )
+    assert variants["llama-3-1-8b-a100"]["status"]["slo"]["attained"] == llama["attained"]  # one per model
+    granite = variants["granite-13b-a100"]["status"]["slo"]
+    assert "attained" not in granite and "errorBudgetRemaining" not in granite
+    assert granite["message"].startswith("attainment unknown: no latency histograms for ibm/granite-13b")
+    assert granite["target"] == 0.9 and granite["window"] == "1h"

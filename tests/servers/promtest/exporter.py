@@ -15,6 +15,9 @@ Series exposed:
 - ``vllm:request_prompt_tokens`` / ``vllm:request_generation_tokens`` (histograms: ``_sum``,
   ``_count`` and a ``+Inf`` bucket; the prompt histogram also has vLLM's finite buckets, every
   request counted at the pod's mean prompt size)
+- ``vllm:time_to_first_token_seconds`` and one ITL histogram (by default the per-request
+  ``vllm:request_time_per_output_token_seconds``; or a per-token one), with vLLM's bucket bounds, for a pod
+  given :meth:`FakeVllmExporter.set_latency`: every request the pod counted at its TTFT and ITL
 - ``vllm:kv_cache_usage_perc`` (gauge 0..1), ``vllm:num_requests_waiting``,
   ``vllm:num_requests_running`` (gauges)
 - any gauge set with :meth:`FakeVllmExporter.set_gauge` (Kthena policy metrics)
@@ -38,6 +41,8 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
 from prometheus_client.registry import Collector
 
+from engine.simulate.windows import ITL_BUCKETS_S, TTFT_BUCKETS_S
+from engine.slo.measure import ITL_HISTOGRAMS, REQUEST_ITL_HISTOGRAM, TTFT_HISTOGRAM
 from tests.servers.quiet import QuietThreadingHTTPServer
 
 POD_LABELS = ("model_name", "namespace", "pod")
@@ -75,6 +80,15 @@ class _PodLoad:
         self.rate_rps, self.in_tokens, self.out_tokens = rate_rps, in_tokens, out_tokens
 
 
+@dataclass(frozen=True)
+class _PodLatency:
+    """The TTFT and ITL (seconds) every request of a pod is counted at, and which ITL histogram is exported."""
+
+    ttft_s: float
+    itl_s: float
+    itl_histogram: str
+
+
 @dataclass
 class _PodGauges:
     kv_cache_usage: float = 0.0
@@ -91,6 +105,7 @@ class FakeVllmExporter(Collector):
         self._lock = threading.Lock()
         self._loads: dict[PodKey, _PodLoad] = {}
         self._gauges: dict[PodKey, _PodGauges] = {}
+        self._latency: dict[PodKey, _PodLatency] = {}
         self._custom: dict[tuple[str, tuple[tuple[str, str], ...]], float] = {}
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(self)
@@ -179,18 +194,36 @@ class FakeVllmExporter(Collector):
         with self._lock:
             self._gauges[(model, namespace, pod)] = _PodGauges(kv_cache_usage, waiting, running)
 
+    def set_latency(
+        self,
+        model: str,
+        namespace: str,
+        pod: str,
+        ttft_s: float,
+        itl_s: float,
+        itl_histogram: str = REQUEST_ITL_HISTOGRAM,
+    ) -> None:
+        """Export the latency histograms of one pod (which :meth:`set_load` must count requests for): every request
+        it has counted at ``ttft_s`` and ``itl_s``; ``itl_histogram`` is the ITL histogram exported (a per-token one
+        counts each generated token after the first)."""
+        if itl_histogram not in ITL_HISTOGRAMS:
+            raise ValueError(f"itl_histogram must be one of {ITL_HISTOGRAMS}")
+        with self._lock:
+            self._latency[(model, namespace, pod)] = _PodLatency(ttft_s, itl_s, itl_histogram)
+
     def remove_pod(self, model: str, namespace: str, pod: str) -> None:
         """Drop every series of one pod, its :meth:`set_gauge` gauges included (Prometheus marks them stale)."""
         with self._lock:
             self._loads.pop((model, namespace, pod), None)
             self._gauges.pop((model, namespace, pod), None)
+            self._latency.pop((model, namespace, pod), None)
             for key in [key for key in self._custom if _labels_of(key, "namespace", "pod") == (namespace, pod)]:
                 del self._custom[key]
 
     def remove_model(self, model: str, namespace: str) -> None:
         """Drop every vLLM series of ``model`` in ``namespace``."""
         with self._lock:
-            for table in (self._loads, self._gauges):
+            for table in (self._loads, self._gauges, self._latency):
                 for key in [k for k in table if k[:2] == (model, namespace)]:
                     del table[key]
 
@@ -213,7 +246,9 @@ class FakeVllmExporter(Collector):
             loads = {key: load.values(now) for key, load in self._loads.items()}
             gauges = dict(self._gauges)
             custom = dict(self._custom)
+            latency = dict(self._latency)
         yield from _load_families(loads)
+        yield from _latency_families(loads, latency)
         yield from _gauge_families(gauges)
         yield from _custom_families(custom)
 
@@ -279,6 +314,21 @@ def _add_histogram(
     family.add_sample(f"{family.name}_bucket", {**labels, "le": "+Inf"}, count)
     family.add_sample(f"{family.name}_count", labels, count)
     family.add_sample(f"{family.name}_sum", labels, total)
+
+
+def _latency_families(
+    loads: Mapping[PodKey, tuple[float, float, float]], latency: Mapping[PodKey, _PodLatency]
+) -> Iterator[Metric]:
+    ttft = Metric(TTFT_HISTOGRAM, "Histogram of time to first token in seconds.", "histogram")
+    itl = {name: Metric(name, "Histogram of inter-token latency in seconds.", "histogram") for name in ITL_HISTOGRAMS}
+    for key, pod in sorted(latency.items()):
+        requests, _, generated = loads.get(key, (0.0, 0.0, 0.0))
+        labels = dict(zip(POD_LABELS, key))
+        _add_histogram(ttft, labels, pod.ttft_s * requests, requests, TTFT_BUCKETS_S)
+        per_token = pod.itl_histogram != REQUEST_ITL_HISTOGRAM
+        observed = max(generated - requests, 0.0) if per_token else requests
+        _add_histogram(itl[pod.itl_histogram], labels, pod.itl_s * observed, observed, ITL_BUCKETS_S)
+    yield from (family for family in (ttft, *itl.values()) if family.samples)
 
 
 def _gauge_families(gauges: Mapping[PodKey, _PodGauges]) -> Iterator[Metric]:
