@@ -76,10 +76,11 @@ def loop_steps(inputs: CycleInputs, specs: Sequence[VariantSpec]) -> dict[tuple[
             )
         load = inputs.loads.get(model)
         peaks = load.peaks_rps if load is not None else None
+        measured = inputs.attainment.get(model)
         steps[model] = step(
             previous,
             target.attainment,
-            sample_of(inputs.attainment.get(model)),
+            None if _already_acted_on(inputs, model, measured) else sample_of(measured),
             hold_s=inputs.loop_holds.get(model, remembered_hold),
             hold_range_s=(min(peaks), min(max(peaks), target.window_s)) if peaks else None,
             ceiling=_ceiling(members, load, slos.get(model, (None, None))[0]),
@@ -104,6 +105,23 @@ def _ceiling(members: Sequence[VariantSpec], load: ModelLoad | None, ttft_ms: fl
     )
     longest = max(limits)
     return 1.0 if math.isinf(longest) else float(prompts.cdf(np.asarray([longest]))[0])
+
+
+def _already_acted_on(inputs: CycleInputs, model: tuple[str, str], measured: ModelAttainment | None) -> bool:
+    """Whether this cycle's window measurement is the one the model's status already records (same attainment,
+    same request count): a metrics snapshot read twice, or no request since the last cycle. The loop then holds,
+    so a repeated run on the same snapshot decides the same and writes nothing."""
+    if measured is None or measured.window.attained is None or measured.window.requests is None:
+        return False
+    attained, requests = round(measured.window.attained, 4), int(round(measured.window.requests))
+    return any(
+        va.status is not None
+        and va.status.slo is not None
+        and va.status.slo.attained == attained
+        and va.status.slo.requests == requests
+        for va in inputs.variants
+        if (va.metadata.namespace or "default", va.spec.model_id) == model
+    )
 
 
 def _remembered(inputs: CycleInputs, model: tuple[str, str]) -> tuple[float | None, float | None]:

@@ -1,0 +1,121 @@
+"""The attainment loop inside an optimize cycle (engine.optimize.attainment): which percentile and hold each
+model is sized with, where its state comes from, and when it holds."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import pytest
+
+from engine.api.validate import with_status
+from engine.optimize.plan import plan_cycle
+from engine.optimize.spec import ModelLoad
+from engine.perf.tail_sizing import ANNOTATION_TTFT_PERCENTILE, PromptDistribution
+from engine.slo.measure import LatencyHistograms
+from engine.slo.target import ANNOTATION_SLO_ATTAINMENT
+from tests.engine.test_optimize import NS
+from tests.engine.test_optimize import inputs as optimize_inputs
+from tests.factories import variant_autoscaling
+
+MODEL = "meta/llama-3.1-8b"
+PROMPTS = PromptDistribution.from_buckets([(128.0, 300.0), (512.0, 700.0), (2048.0, 950.0), (math.inf, 1000.0)])
+
+
+def histograms(window_within: float, recent_within: float, requests: float = 1000.0) -> LatencyHistograms:
+    """TTFT histograms with the given shares within 500 ms (every request's ITL within 10 ms)."""
+    recent = requests / 10
+    return LatencyHistograms(
+        ttft_window=[(0.5, window_within * requests), (math.inf, requests)],
+        ttft_recent=[(0.5, recent_within * recent), (math.inf, recent)],
+        itl_window=[(0.01, requests), (math.inf, requests)],
+        itl_recent=[(0.01, recent), (math.inf, recent)],
+    )
+
+
+def cycle(histogram: LatencyHistograms, *, status: dict | None = None, annotations: dict | None = None, **overrides):
+    """One cycle of one H100 variant at 2 replicas (2 ready) serving 20 req/s with a prompt histogram."""
+    va = variant_autoscaling(
+        "h100",
+        NS,
+        MODEL,
+        "H100",
+        annotations={ANNOTATION_SLO_ATTAINMENT: "0.9", **(annotations or {})},
+        sloClassRef={"name": "slo", "key": "premium"},
+    )
+    values = dict(
+        latency={(NS, MODEL): histogram},
+        loads={(NS, MODEL): ModelLoad(20.0, 700, 256, prompt_tokens=PROMPTS)},
+        ready_replicas={(NS, "Deployment", "h100"): 2},
+    )
+    values.update(overrides)
+    inputs = optimize_inputs([va], {"h100": 2}, **values)
+    if status is not None:  # as the boundary reader hands it over: the previous status read into the model
+        inputs = dataclasses.replace(inputs, variants=[with_status(inputs.variants[0], status)[0]])
+    return plan_cycle(inputs).variants[0]
+
+
+def test_a_shortfall_raises_the_percentile_and_a_surplus_lowers_it() -> None:
+    """Target 0.9 stated by annotation: the loop starts at the feed-forward p85 and moves with the measurement."""
+    short = cycle(histograms(0.85, 0.80))
+    ample = cycle(histograms(0.95, 0.99))
+    assert short.sizing_percentile is not None and short.sizing_percentile > 85.0
+    assert ample.sizing_percentile is not None and ample.sizing_percentile < 85.0
+    assert "raised" in (short.loop_message or "") and "lowered" in (ample.loop_message or "")
+    # The percentile is what tail sizing uses: the short model gets at least as many replicas.
+    assert (short.desired or 0) >= (ample.desired or 0)
+
+
+def test_a_pinned_percentile_turns_the_loop_off() -> None:
+    decision = cycle(histograms(0.85, 0.80), annotations={ANNOTATION_TTFT_PERCENTILE: "90"})
+    assert decision.sizing_percentile is None and decision.loop_message is None
+
+
+def test_the_state_is_remembered_from_status_and_a_repeated_measurement_holds() -> None:
+    """Each run is a fresh process: the last percentile and hold come from status.slo. The same window
+    measurement as the status records (a snapshot read twice) moves nothing."""
+    previous = {"slo": {"target": 0.9, "window": "1h", "sizingPercentile": 93.0, "peakHold": "10m"}}
+    moved = cycle(histograms(0.85, 0.80), status=previous)
+    assert moved.sizing_percentile is not None and moved.sizing_percentile > 93.0
+    seen = {"slo": {**previous["slo"], "attained": 0.85, "requests": 1000}}
+    held = cycle(histograms(0.85, 0.80), status=seen)
+    assert held.sizing_percentile == pytest.approx(93.0) and not_moved(held.loop_message)
+
+
+def not_moved(message: str | None) -> bool:
+    return message is not None and message.startswith("sizing percentile held")
+
+
+def test_missing_latency_histograms_hold_the_loop() -> None:
+    decision = cycle(histograms(0.85, 0.80), latency_missing={(NS, MODEL): "no TTFT samples"}, **{"latency": {}})
+    assert decision.sizing_percentile == pytest.approx(85.0) and "not measured" in (decision.loop_message or "")
+
+
+def test_a_shortfall_while_replicas_start_lengthens_the_peak_hold_and_sizes_for_its_peak() -> None:
+    """Two of four replicas still starting: the shortfall is capacity that came late, so the loop holds the
+    peak longer (within the peaks the metrics read) and the plan sizes for the longer look-back's peak."""
+    peaks = {180.0: 20.0, 600.0: 30.0, 3600.0: 45.0}
+    load = ModelLoad(20.0, 700, 256, prompt_tokens=PROMPTS, recent_peak_rps=20.0, peaks_rps=peaks)
+    status = {"slo": {"target": 0.9, "window": "1h", "sizingPercentile": 85.0, "peakHold": "3m"}}
+    starting = cycle(
+        histograms(0.80, 0.60),
+        status=status,
+        loads={(NS, MODEL): load},
+        ready_replicas={(NS, "Deployment", "h100"): 1},
+    )
+    assert starting.peak_hold_s is not None and starting.peak_hold_s > 180.0
+    assert starting.sizing_percentile == pytest.approx(85.0)
+    assert "peak hold lengthened" in (starting.loop_message or "")
+    steady = cycle(histograms(0.80, 0.60), status=status, loads={(NS, MODEL): load})
+    assert (starting.desired or 0) > (steady.desired or 0)
+
+
+def test_a_target_above_the_ceiling_is_not_chased() -> None:
+    """Half the prompts are too long for the TTFT target on any variant: the setpoint stays below the ceiling."""
+    long_prompts = PromptDistribution.from_buckets([(1024.0, 500.0), (65536.0, 600.0), (math.inf, 1000.0)])
+    decision = cycle(
+        histograms(0.50, 0.45),
+        annotations={ANNOTATION_SLO_ATTAINMENT: "0.95"},
+        loads={(NS, MODEL): ModelLoad(20.0, 3000, 256, prompt_tokens=long_prompts)},
+    )
+    assert "below the ceiling" in (decision.loop_message or "")
