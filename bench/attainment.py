@@ -1,6 +1,6 @@
 """Benchmark: does Modelplane attain the SLO attainment the operator states, and at what cost against static peak?
 
-    python -m bench.attainment [--trace /work/shared/data/azure-llm-inference-2023-conv.csv] [--start manifests|static]
+    python -m bench.attainment [--trace /work/shared/data/azure-llm-inference-2023-conv.csv] [--start static|manifests]
                                [--seeds 0 1 2] [--workers 2] [--no-write]
 
 For every trace below, seed and target (``modelplane simulate --slo-attainment X``, which annotates every
@@ -123,7 +123,7 @@ def render(rows: list[dict[str, Any]], command: str, seeds: Sequence[int], start
         "## Attainment tracking (the attainment loop against static peak)",
         "",
         f"`{command}` ({machine()}; {elapsed_s:.0f} s). deployments/simulation, seeds {', '.join(map(str, seeds))}, "
-        f"the reactive policies starting from {'the manifests replicas (the CLI default)' if start == 'manifests' else 'static peak'}; "
+        f"the reactive policies starting from {'static peak (the CLI default)' if start == 'static' else 'the manifests replicas'}; "
         "each target set on every VariantAutoscaling (`modelplane simulate --slo-attainment X`). "
         "*Attained* and *cost* (accelerator cost of the replay) are means over the seeds; *static at equal attainment* "
         "is static peak's cost interpolated on its headroom curve (-30 % to +100 %) at the attainment Modelplane reached, "
@@ -151,12 +151,12 @@ def render(rows: list[dict[str, Any]], command: str, seeds: Sequence[int], start
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--trace", default=DEFAULT_TRACE)
-    parser.add_argument("--start", choices=("manifests", "static"), default="manifests")
+    parser.add_argument("--start", choices=("static", "manifests"), default="static")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--no-write", action="store_true", help="print only")
     args = parser.parse_args(argv)
-    command = "python -m bench.attainment" + (f" --start {args.start}" if args.start != "manifests" else "")
+    command = "python -m bench.attainment" + (f" --start {args.start}" if args.start != "static" else "")
     if args.seeds != [0, 1, 2]:
         command += " --seeds " + " ".join(map(str, args.seeds))
     started = time.perf_counter()

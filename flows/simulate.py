@@ -36,8 +36,16 @@ from engine.simulate.frontier import Limits, knob_settings, limits, with_oracle_
 from engine.simulate.outcome import PolicyOutcome, summarize_outcome
 from engine.simulate.policies import POLICIES, run_policy
 from engine.simulate.records import SimConfig
-from engine.simulate.scenario import ROUTER_AUTO, Scenario, build_scenario, served_models, with_hpa_metric
+from engine.simulate.scenario import (
+    ROUTER_AUTO,
+    Scenario,
+    build_scenario,
+    served_models,
+    with_hpa_metric,
+    with_slo_attainment,
+)
 from engine.simulate.trace import TraceShape
+from engine.slo.target import MAX_ATTAINMENT, MIN_ATTAINMENT
 from flows.parameters import (
     SIMULATE_INTERVAL_S,
     SIMULATE_OUTPUT_DIR,
@@ -60,8 +68,10 @@ ShareOfPeak = Annotated[float, Field(gt=0, le=1)]
 BurstyName = Literal[
     "tune-a", "tune-b", "tune-c", "held-long-silences", "held-sharp-clusters", "held-2x-rate"
 ]  # kept equal to engine.simulate.bursts.BURSTY_VARIANTS
-StartFrom = Literal["manifests", "static"]
-"""Where the reactive policies start: the scale targets' replicas in the manifests, or static peak's allocation."""
+StartFrom = Literal["static", "manifests"]
+"""Where the reactive policies start: static peak's allocation, or the scale targets' replicas in the manifests."""
+SloAttainment = Annotated[float, Field(ge=MIN_ATTAINMENT, le=MAX_ATTAINMENT)]
+"""An SLO attainment target, as ``modelplane.io/slo-attainment`` takes it."""
 HpaMetric = Literal["vllm:num_requests_waiting", "vllm:num_requests_running", "vllm:kv_cache_usage_perc"]
 
 
@@ -104,7 +114,8 @@ def read_inputs(
     sizing_ttft_scale: float,
     router: str,
     oracle_curves: bool,
-    start: str = "manifests",
+    start: str = "static",
+    slo_attainment: float | None = None,
 ) -> Scenario:
     """The cluster description and the trace, shaped by ``shape`` (:class:`TraceShape`'s other fields) over
     ``model_shares`` (empty: equal shares of the models served), parsed into a scenario (with the oracle's
@@ -115,6 +126,8 @@ def read_inputs(
         if not (hpa_metric and hpa_target):
             raise ValueError("hpa_metric and hpa_target go together")
         description = with_hpa_metric(description, hpa_metric, hpa_target)
+    if slo_attainment is not None:
+        description = with_slo_attainment(description, slo_attainment)
     models = served_models(description)
     if not models:
         raise ValueError(f"no VariantAutoscaling found in {cluster}: nothing to simulate")
@@ -164,7 +177,8 @@ def simulate(
     hpa_metric: HpaMetric | None = None,
     hpa_target: PositiveFactor | None = None,
     router: RouterName = ROUTER_AUTO,
-    start: StartFrom = "manifests",
+    start: StartFrom = "static",
+    slo_attainment: SloAttainment | None = None,
     frontier: bool = True,
     seed: int = 0,
     output_dir: NonEmpty = SIMULATE_OUTPUT_DIR,
@@ -202,9 +216,11 @@ def simulate(
             least-latency (lowest predicted TTFT/ITL against the SLO); auto = what the cluster says (a
             modelplane.io/router annotation on a model's VariantAutoscaling, else least-load for a model behind a
             Kthena ModelRoute, else least-outstanding).
-        start: Where the reactive policies start: manifests = the scale targets' replicas (a cold start),
-            static = static peak's allocation (what switching a policy on does to a statically provisioned
-            service; the scenario of the benchmark's acceptance rows, docs/simulate.md).
+        start: Where the reactive policies start: static = static peak's allocation (the default: what switching a
+            policy on does to a statically provisioned service; the benchmarks' scenario, docs/simulate.md),
+            manifests = the scale targets' replicas (a cold start).
+        slo_attainment: Every model's SLO attainment target (modelplane.io/slo-attainment on every
+            VariantAutoscaling), which Modelplane's attainment loop sizes for; unset: what the manifests say.
         frontier: Also replay each policy over its own knob and the clairvoyant schedule (policy oracle), for the
             cost-attainment curves, the attainment ceiling and each cost's ratio to the clairvoyant schedule's.
         seed: Seed of every random draw (model split, rate scaling): same inputs, same results.
@@ -237,6 +253,7 @@ def simulate(
         router=router,
         oracle_curves=frontier or "oracle" in policies,
         start=start,
+        slo_attainment=slo_attainment,
     )
     logger.info(
         "replaying %d requests over %.0f s against %d variants",

@@ -85,6 +85,7 @@ def loop_steps(inputs: CycleInputs, specs: Sequence[VariantSpec]) -> dict[tuple[
             hold_range_s=(min(peaks), min(max(peaks), target.window_s)) if peaks else None,
             ceiling=_ceiling(members, load, slos.get(model, (None, None))[0]),
             pending=_starting(members, inputs),
+            given_back=_given_back(load, inputs.loop_holds.get(model, remembered_hold)),
             capped_up=_at_maximum(members, inputs),
             at_minimum=_at_minimum(members, inputs),
         )
@@ -154,6 +155,15 @@ def _loop_applies(members: Sequence[VariantSpec]) -> bool:
         s.profile is not None and s.ttft_percentile is not None and ANNOTATION_TTFT_PERCENTILE not in s.annotations
         for s in members
     )
+
+
+def _given_back(load: ModelLoad | None, hold_s: float | None) -> bool:
+    """Whether the load was more than 5 % higher earlier in the longest look-back than over the current hold."""
+    if load is None or not load.peaks_rps:
+        return False
+    hold = hold_s if hold_s is not None else min(load.peaks_rps)
+    held, longest = held_peak(load.peaks_rps, hold), load.peaks_rps[max(load.peaks_rps)]
+    return held is not None and longest > 1.05 * held
 
 
 def _starting(members: Sequence[VariantSpec], inputs: CycleInputs) -> bool:

@@ -54,7 +54,7 @@ class ControllerSettings:
 
     gain: float = 1.0
     """Change of the percentile's log-odds per unit of attainment error, weighted by confidence."""
-    budget_weight: float = 0.5
+    budget_weight: float = 1.0
     """How strongly the evaluation window's deficit (or surplus) moves the setpoint."""
     setpoint_band: float = 0.05
     """The setpoint stays within the target +- this: a window far off target is not paid back at any cost."""
@@ -67,7 +67,7 @@ class ControllerSettings:
     ceiling_margin: float = 0.03
     """The setpoint stays this far below the model's attainment ceiling (the share of requests whose prompt any
     of its variants can prefill within the TTFT target at all): a target above it is out of reach at any cost."""
-    feed_forward_offset: float = 5.0
+    feed_forward_offset: float = 2.0
     """A model without a loop state starts at ``100 x target - offset``: the tail-sized plan's own margins
     (whole replicas, the recent-peak hold) attain a few points above the percentile on steady traffic."""
 
@@ -123,6 +123,7 @@ def step(
     hold_range_s: tuple[float, float] | None = None,
     ceiling: float | None = None,
     pending: bool = False,
+    given_back: bool = False,
     capped_up: bool = False,
     at_minimum: bool = False,
 ) -> ControllerStep:
@@ -130,9 +131,11 @@ def step(
 
     Two actuators, each for the error it can correct:
 
-    * a shortfall measured while replicas the plan asked for were still starting is capacity that came too late
-      (a burst, a ramp outrunning a start-up): more of the same sizing would come late again, so the loop holds
-      each peak's capacity for longer (``hold_s``, up to the evaluation window: static peak, in the limit);
+    * a shortfall measured while replicas the plan asked for were still starting, after the load was higher
+      earlier in the window (``given_back``: a burst after a lull), is capacity that was given back and came back
+      too late: the loop holds each peak's capacity for longer (``hold_s``, up to the evaluation window: static
+      peak, in the limit). A shortfall while a cold start or a ramp to a new high catches up is not lengthened
+      for: no hold would have kept capacity that was never there;
     * a shortfall with the capacity in place is the sizing's: the percentile rises;
     * a surplus first shortens the hold back towards the start-up window, then lowers the percentile.
 
@@ -144,6 +147,8 @@ def step(
         hold_range_s: (shortest, longest) hold; None: the loop does not move the hold.
         ceiling: the share of the model's requests that can meet the SLO at all (None: unknown).
         pending: replicas asked for are still starting.
+        given_back: the load was higher earlier in the window than over the current hold, so capacity the
+            model needs again was given back (a lull between bursts), and a longer hold would have kept it.
         capped_up: the allocation could not give the model what it asked for (inventory, ``max-replicas``).
         at_minimum: every variant of the model sits at its ``min-replicas``.
 
@@ -184,7 +189,7 @@ def step(
     if error > 0 and capped_up:
         return unchanged(f"{measured}, below {_pct(setpoint)}, and the allocation cannot grow")
     if error > 0 and pending:
-        if hold is None or hold_range_s is None or hold >= hold_range_s[1]:
+        if hold is None or hold_range_s is None or hold >= hold_range_s[1] or not given_back:
             return unchanged(f"{measured}, below {_pct(setpoint)}, while replicas start")
         longer = min(hold * math.exp(settings.hold_gain * error * confidence), hold_range_s[1])
         return ControllerStep(
@@ -224,7 +229,7 @@ def _hold(hold_s: float | None, hold_range_s: tuple[float, float] | None, measur
         return None
     shortest, longest = hold_range_s
     if hold_s is None or not math.isfinite(hold_s):
-        return longest if measured else shortest
+        return shortest
     return min(max(hold_s, shortest), longest)
 
 

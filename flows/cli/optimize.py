@@ -13,6 +13,7 @@ from typing import Any, get_args
 import typer
 
 from engine.api.registry import VARIANT_AUTOSCALING
+from engine.slo.target import check_attainment
 from flows.cli.common import (
     cluster_option,
     command,
@@ -170,10 +171,16 @@ def simulate(
         "least-latency (predicted TTFT/ITL vs SLO); auto (the default) = what the cluster says (docs/simulate.md).",
     ),
     start: str = typer.Option(
-        "manifests",
+        "static",
         "--start",
-        help="Where the reactive policies start: manifests (the scale targets' replicas, a cold start) or static "
-        "(static peak's allocation, as the benchmark's acceptance rows).",
+        help="Where the reactive policies start: static (static peak's allocation, the default, as the benchmarks) "
+        "or manifests (the scale targets' replicas, a cold start).",
+    ),
+    slo_attainment: float | None = typer.Option(
+        None,
+        "--slo-attainment",
+        help="Every model's SLO attainment target (0.5-0.999), as modelplane.io/slo-attainment on every "
+        "VariantAutoscaling; Modelplane's attainment loop sizes for it. Default: what the manifests say.",
     ),
     frontier: bool = typer.Option(
         True,
@@ -206,6 +213,11 @@ def simulate(
         if start not in get_args(StartFrom):
             choices = " or ".join(get_args(StartFrom))
             raise CannotRun(f"--start {start!r}: choose {choices} (the slice's start is --slice-start)")
+        if slo_attainment is not None:
+            try:
+                check_attainment(slo_attainment)
+            except ValueError as exc:
+                raise CannotRun(f"--slo-attainment: {exc}") from None
     report = run_flow(
         simulate_flow,
         cannot_run=(TraceError, SpecError),
@@ -227,6 +239,7 @@ def simulate(
         hpa_metric=hpa_metric,
         hpa_target=hpa_target,
         start=start,
+        slo_attainment=slo_attainment,
         frontier=frontier,
         seed=seed,
         output_dir=str(output),

@@ -57,9 +57,11 @@ def percentile_reversals(history: list[tuple[float, float]]) -> int:
 
 def test_on_steady_traffic_the_loop_settles_within_ten_cycles() -> None:
     """Traffic on which the percentile attains about 4 points more than it says: from the tenth cycle on the
-    measured attainment stays within 1 point of 90 %, and the percentile settles where the plant meets it."""
+    measured attainment stays within 1.5 points of 90 % (it spends the window's early surplus, then returns), the
+    one-hour window ends within half a point of it, and the percentile settles where the plant meets it."""
     history = replay_plant(0.90, 0.5, cycles=60)
-    assert all(abs(a - 0.90) <= 0.01 for _, a in history[10:])
+    assert all(abs(a - 0.90) <= 0.015 for _, a in history[10:])
+    assert abs(sum(a for _, a in history) / len(history) - 0.90) <= 0.005
     assert percentile_reversals(history) <= 1
     assert history[-1][0] == pytest.approx(100.0 / (1.0 + math.exp(-(math.log(9.0) - 0.5))), abs=0.5)
 
@@ -119,9 +121,9 @@ def test_a_small_sample_moves_the_percentile_less() -> None:
 
 
 def test_the_feed_forward_start_and_invalid_state() -> None:
-    assert feed_forward_percentile(0.9) == pytest.approx(85.0)
+    assert feed_forward_percentile(0.9) == pytest.approx(88.0)
     for bad in (None, float("nan"), -3.0, 100.0, 250.0):
-        assert step(bad, 0.9, None).percentile == pytest.approx(85.0)
+        assert step(bad, 0.9, None).percentile == pytest.approx(88.0)
     with pytest.raises(ValueError):
         ControllerSettings(min_percentile=90.0, max_percentile=80.0)
     assert DEFAULT_SETTINGS.min_percentile <= feed_forward_percentile(0.5) <= DEFAULT_SETTINGS.max_percentile
