@@ -55,7 +55,7 @@ from engine.rollout.kthena_weights import (
 )
 from engine.rollout.kthena_workloads import LoraChange
 from engine.status import changed_fields
-from tasks.boundary import Accepted
+from tasks.boundary import Accepted, accept_identity
 from tasks.caches import ensure_cache, mark_used
 from tasks.cluster import Cluster, ObjectRef
 from tasks.cluster.errors import ClusterError, NotFound
@@ -96,10 +96,11 @@ class ModelOutcome(WriteLog):
 
 
 def list_models(cluster: Cluster, namespaces: list[str] | None) -> list[dict[str, Any]]:
-    """Every Model in the namespaces (all when empty), one LIST per namespace."""
+    """Every Model in the namespaces (all when empty), one LIST per namespace; a Model whose name, namespace,
+    labels or annotations the API server would refuse is reported and left out (:func:`accept_identity`)."""
     if not namespaces:
-        return cluster.list(API_VERSION, MODEL)
-    return [m for ns in namespaces for m in cluster.list(API_VERSION, MODEL, namespace=ns)]
+        return accept_identity(cluster, cluster.list(API_VERSION, MODEL))
+    return accept_identity(cluster, [m for ns in namespaces for m in cluster.list(API_VERSION, MODEL, namespace=ns)])
 
 
 def list_children(

@@ -32,6 +32,7 @@ from kubernetes import client, config
 from kubernetes import watch as kube_watch
 from kubernetes.client.exceptions import ApiException
 
+from engine.api.identity import address_error, identity_errors
 from engine.api.views import Scale as ScaleView
 from tasks.cluster.base import Manifest, ObjectRef, Scale, WatchEvent
 from tasks.cluster.errors import ClusterError, Conflict, Forbidden, Invalid, NotFound, Unavailable
@@ -193,6 +194,9 @@ class KubeCluster:
         for owned in _SERVER_OWNED:  # e.g. a manifest from a snapshot: the API server rejects these on create
             meta.pop(owned, None)
         namespace = _ns(info, meta.get("namespace"))
+        errors = identity_errors({**obj, "metadata": {**meta, "namespace": namespace}})
+        if errors:  # refused here as the API server would, and never put into a request path
+            raise Invalid(f"{errors[0][0]}: Invalid value: {errors[0][1]}", field=errors[0][0])
         what = f"create {_describe(info, namespace, meta.get('name') or meta.get('generateName', ''))}"
         if info.is_core:
             return self._call(what, info, lambda: self._rest("POST", info.path(namespace), body=obj, query=_FM))
@@ -248,6 +252,7 @@ class KubeCluster:
         """DELETE the object (the server keeps it until its finalizers are gone)."""
         info = self._resource(ref.api_version, ref.kind)
         namespace = _ns(info, ref.namespace)
+        _check_address(info, namespace, ref.name)
         what = f"delete {_describe(info, namespace, ref.name)}"
         if info.is_core:
             self._call(what, info, lambda: self._rest("DELETE", info.path(namespace, ref.name)))
@@ -264,6 +269,7 @@ class KubeCluster:
     # ------------------------------------------------------------------ requests
 
     def _read(self, info: ResourceInfo, namespace: str | None, name: str, sub: str | None = None) -> Manifest:
+        _check_address(info, namespace, name)
         what = f"get {_describe(info, namespace, name)}{'/' + sub if sub else ''}"
         if info.is_core:
             return self._call(what, info, lambda: self._rest("GET", info.path(namespace, name, sub)))
@@ -273,6 +279,7 @@ class KubeCluster:
         )
 
     def _patch(self, info: ResourceInfo, namespace: str | None, name: str, body: Manifest, sub: str | None) -> Manifest:
+        _check_address(info, namespace, name)
         what = f"patch {_describe(info, namespace, name)}{'/' + sub if sub else ''}"
         if info.is_core:
             return self._call(
@@ -420,6 +427,14 @@ _FM = [("fieldManager", FIELD_MANAGER)]
 def _ns(info: ResourceInfo, namespace: str | None) -> str | None:
     """The namespace a request addresses: ``default`` for namespaced kinds, none for cluster ones."""
     return (namespace or "default") if info.namespaced else None
+
+
+def _check_address(info: ResourceInfo, namespace: str | None, name: str) -> None:
+    """``Invalid`` when ``name``/``namespace`` are not ones the API server accepts
+    (:func:`engine.api.identity.address_error`): they never become part of a request path."""
+    problem = address_error(info.api_version, info.kind, name, namespace)
+    if problem:
+        raise Invalid(f"{problem[0]}: Invalid value: {problem[1]}", field=problem[0])
 
 
 def _describe(info: ResourceInfo, namespace: str | None, name: str) -> str:

@@ -78,3 +78,50 @@ def test_openmodel_waits_for_its_cache_and_a_missing_one_is_a_clear_error(
         and "OpenModel 'no-such-model' not found" in result.output
         and "Traceback" not in result.output
     )
+
+
+HOSTILE_MODEL = """
+---
+apiVersion: registry.volcano.sh/v1alpha1
+kind: Model
+metadata:
+  name: {name}
+  namespace: llm-serving
+spec:
+  backends:
+    - name: b
+      type: vLLM
+      modelURI: hf://org/m
+      minReplicas: 1
+      maxReplicas: 1
+      workers:
+        - type: server
+          image: vllm/vllm-openai:v0.10.1
+          replicas: 1
+          pods: 1
+"""
+
+
+def files_beside(cluster: pathlib.Path) -> set[pathlib.Path]:
+    """Every path below the cluster folder's parent that is not in the cluster folder."""
+    return {p for p in cluster.parent.rglob("*") if cluster not in (p, *p.parents)}
+
+
+def test_a_hostile_model_name_writes_nothing_outside_and_the_others_roll_out(
+    example_cluster: pathlib.Path, prefect_harness: None
+) -> None:
+    outside = example_cluster.parent / "outside"
+    outside.mkdir()
+    name = "zz/" + "../" * 40 + str(outside).lstrip("/") + "/escaped"  # ../ up to / then down to `outside`
+    (example_cluster / "20-kthena.yaml").open("a").write(HOSTILE_MODEL.format(name=name))
+    around = files_beside(example_cluster)
+    result = CliRunner().invoke(app, ["rollout-models", "--cluster", str(example_cluster)], terminal_width=250)
+    assert result.exit_code == 3, result.output
+    assert list(outside.iterdir()) == []  # before the fix: outside/escaped-route.yaml
+    assert files_beside(example_cluster) == around
+    assert "20-kthena.yaml:" in result.output and "invalid: metadata.name" in result.output
+    assert f"Model llm-serving/{name}" in result.output
+    assert f"+Deployment/{DEPLOYMENT}" in result.stdout  # the valid Model still rolled out
+    assert "escaped" not in "".join(p.name for p in example_cluster.rglob("*"))
+    hostile = LocalCluster(str(example_cluster)).get("registry.volcano.sh/v1alpha1", "Model", name, "llm-serving")
+    assert "status" not in hostile  # never addressed, not even to be marked
