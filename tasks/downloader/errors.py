@@ -55,6 +55,14 @@ class PathTraversal(DownloadError):
     retryable = False
 
 
+class EndpointNotAllowed(DownloadError):
+    """The source URI names an S3 endpoint other than the one the credentials in use are configured for:
+    nothing is sent there (no connection, no access key id, no signed request)."""
+
+    reason = "EndpointNotAllowed"
+    retryable = False
+
+
 class UnsupportedSource(DownloadError):
     """The source is not one the downloader fetches (only hf:// and s3:// are)."""
 
