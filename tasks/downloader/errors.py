@@ -1,13 +1,11 @@
 """Typed download failures: each carries a ``reason`` a flow copies into a ModelCache condition.
 
 Messages are written for the person who reads the condition: what failed and what to do. They never
-contain a secret: every message passes through :func:`redact` with the credentials in use, and
+contain a secret: every message passes through :func:`tasks.redaction.redact` with the credentials in use, and
 exceptions from the client libraries are re-raised without their chain (their text could echo a header).
 """
 
 from __future__ import annotations
-
-from collections.abc import Iterable
 
 
 class DownloadError(Exception):
@@ -87,11 +85,3 @@ class TransferFailed(DownloadError):
     """The source could not be reached or broke off (network, server error) after retries."""
 
     reason = "TransferFailed"
-
-
-def redact(text: str, secrets: Iterable[str | None]) -> str:
-    """``text`` with every secret value (at least 4 characters long) replaced by ``***``."""
-    for secret in secrets:
-        if secret and len(secret) >= 4:
-            text = text.replace(secret, "***")
-    return text

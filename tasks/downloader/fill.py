@@ -33,7 +33,6 @@ from tasks.downloader.errors import (
     DownloadError,
     InsufficientSpace,
     UnsupportedSource,
-    redact,
 )
 from tasks.downloader.hashing import MiB, checksum_problem, has_checksum, hash_file
 from tasks.downloader.lock import DEFAULT_HEARTBEAT, DEFAULT_STALE_AFTER, CacheLock
@@ -57,6 +56,7 @@ from tasks.downloader.plan import (
 from tasks.downloader.progress import ProgressCallback, ProgressTracker, human_bytes
 from tasks.downloader.transfer import plan_transfer, run_transfers
 from tasks.files import fsync_dir, fsync_file
+from tasks.redaction import redact
 
 log = logging.getLogger("modelplane.downloader")
 

@@ -28,8 +28,9 @@ from huggingface_hub.utils import build_hf_headers, filter_repo_objects
 
 from engine.caches.sources import ModelSource
 from tasks.downloader.credentials import Credentials
-from tasks.downloader.errors import AuthenticationFailed, DownloadError, SourceNotFound, TransferFailed, redact
+from tasks.downloader.errors import AuthenticationFailed, DownloadError, SourceNotFound, TransferFailed
 from tasks.downloader.plan import Listing, RemoteFile
+from tasks.redaction import redact
 
 DEFAULT_ENDPOINT = "https://huggingface.co"
 

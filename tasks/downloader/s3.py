@@ -22,9 +22,9 @@ from tasks.downloader.errors import (
     EndpointNotAllowed,
     SourceNotFound,
     TransferFailed,
-    redact,
 )
 from tasks.downloader.plan import Listing, RemoteFile
+from tasks.redaction import redact
 
 AUTH_CODES = frozenset(
     {"InvalidAccessKeyId", "SignatureDoesNotMatch", "AccessDenied", "InvalidToken", "ExpiredToken", "403"}
@@ -173,14 +173,17 @@ class S3Backend:
     def translate(self, exc: ClientError, where: str) -> DownloadError:
         """A boto error as a typed download error with a message that carries no secret."""
         code = _code(exc)
-        message = self._redact(str(exc.response.get("Error", {}).get("Message") or code))
+        message = str(exc.response.get("Error", {}).get("Message") or code)
         if code in AUTH_CODES:
             return AuthenticationFailed(
-                f"S3 rejected the credentials for {where} ({code}): {message}; check AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY (or ACCESS_KEY/SECRET_KEY)"
+                self._redact(
+                    f"S3 rejected the credentials for {where} ({code}): {message}; "
+                    "check AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY (or ACCESS_KEY/SECRET_KEY)"
+                )
             )
         if code in NOT_FOUND_CODES:
-            return SourceNotFound(f"{where} does not exist ({code})")
-        return TransferFailed(f"S3 error for {where} ({code}): {message}")
+            return SourceNotFound(self._redact(f"{where} does not exist ({code})"))
+        return TransferFailed(self._redact(f"S3 error for {where} ({code}): {message}"))
 
     def _redact(self, text: str) -> str:
         return redact(text, self.credentials.secrets)

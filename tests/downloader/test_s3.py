@@ -262,3 +262,12 @@ def test_an_endpoint_in_the_uri_equal_to_the_configured_one_is_used(s3_server, m
     uri = f"s3://{bucket}/llama?endpoint={s3_server.endpoint}"
     manifest = fill_cache(uri, tmp_path, s3_server.credentials())
     assert sorted(f.path for f in manifest.files) == sorted(expected)
+
+
+def test_a_short_key_does_not_mangle_the_message(s3_server, tmp_path: pathlib.Path) -> None:  # type: ignore[no-untyped-def]
+    bucket = s3_server.new_bucket("demo")  # the example's old key, "demo", is part of the bucket's name
+    upload(s3_server, bucket, {"tiny/config.json": b"{}"})
+    with pytest.raises(AuthenticationFailed) as caught:
+        fill_cache(f"s3://{bucket}/tiny", tmp_path, s3_server.credentials(aws_access_key_id="demo"))
+    assert f"s3://{bucket}/tiny" in caught.value.message  # before: s3://***-.../tiny, which told the key away
+    assert "***" not in caught.value.message
