@@ -44,7 +44,12 @@ from engine.rollout.kthena_status import (
     failure_of,
     model_status,
 )
-from engine.rollout.kthena_validation import unsupported_backends, validate_model
+from engine.rollout.kthena_validation import (
+    PLAIN_CREDENTIAL_REASON,
+    plain_credentials,
+    unsupported_backends,
+    validate_model,
+)
 from engine.rollout.kthena_weights import (
     Mount,
     direct_weights,
@@ -275,6 +280,8 @@ def reconcile_model(
             failure, backends = _roll_out(
                 cluster, model, now, downloader_image, outcome, lora_session, options or RolloutOptions()
             )
+            if outcome.created or outcome.updated:
+                warn_plain_credentials(cluster, manifest, model)
     except ClusterError as exc:
         failure = Failure(REASON_ABNORMAL, exc.message)
     except RuntimeError as exc:
@@ -292,6 +299,17 @@ def reconcile_model(
         else ("Active" if backends and all(b.available for b in backends) else "Progressing")
     )
     return outcome
+
+
+def warn_plain_credentials(cluster: Cluster, manifest: dict[str, Any], model: Model) -> None:
+    """A Warning Event on the Model (and a log line) per credential its backends give as a plain env value, when
+    this pass rendered it into a workload; the variable is named, the value never."""
+    for problem in plain_credentials(model):
+        log.warning("Model %s/%s: %s", model.metadata.namespace, model.metadata.name, problem)
+        try:
+            cluster.post_event(manifest, PLAIN_CREDENTIAL_REASON, str(problem), "Warning")
+        except ClusterError as exc:  # a warning that cannot be posted is logged, never stops the rollout
+            log.warning("cannot post %s on Model %s: %s", PLAIN_CREDENTIAL_REASON, model.metadata.name, exc.message)
 
 
 def _roll_out(

@@ -6,11 +6,13 @@ out, the optimize cycle scales its backend through the binding, and a second rol
 
 from __future__ import annotations
 
+import json
 import pathlib
 
 import pytest
 from typer.testing import CliRunner
 
+from engine.rollout.workloads import ANNOTATION_LAST_APPLIED, value_digest
 from flows.cli import app
 from flows.optimize import optimize
 from flows.rollout_models import rollout_models
@@ -125,3 +127,49 @@ def test_a_hostile_model_name_writes_nothing_outside_and_the_others_roll_out(
     assert "escaped" not in "".join(p.name for p in example_cluster.rglob("*"))
     hostile = LocalCluster(str(example_cluster)).get("registry.volcano.sh/v1alpha1", "Model", name, "llm-serving")
     assert "status" not in hostile  # never addressed, not even to be marked
+
+
+def annotations_of_every_object(cluster: LocalCluster) -> str:
+    kinds = [
+        ("apps/v1", "Deployment"),
+        ("v1", "Service"),
+        ("v1", "ConfigMap"),
+        ("aim.silogen.ai/v1alpha1", "ModelCache"),
+    ]
+    kinds += [("registry.volcano.sh/v1alpha1", k) for k in ("AutoscalingPolicy", "AutoscalingPolicyBinding")]
+    return json.dumps([o["metadata"].get("annotations") for kind in kinds for o in cluster.list(*kind)])
+
+
+def test_a_plain_credential_in_a_model_env_never_reaches_annotations(
+    example_cluster: pathlib.Path, prefect_harness: None
+) -> None:
+    token, secret = "hf_plainTokenValue0123456789", "plain/aws+secret/value/0123456789"
+    manifest = example_cluster / "20-kthena.yaml"
+    plain = f"""        - name: HF_TOKEN
+          value: {token}
+        - name: AWS_SECRET_ACCESS_KEY
+          value: {secret}
+      minReplicas: 1"""
+    manifest.write_text(manifest.read_text().replace("      minReplicas: 1", plain, 1))
+
+    assert rollout_models(cluster=str(example_cluster)).summary == "1 models, 1 changed, 0 failed"
+    cluster = LocalCluster(str(example_cluster))
+    deployment = cluster.get("apps/v1", "Deployment", DEPLOYMENT, "llm-serving")
+    env = {e["name"]: e.get("value") for e in deployment["spec"]["template"]["spec"]["containers"][0]["env"]}
+    assert env["HF_TOKEN"] == token  # the workload runs with what the Model says, as Kthena's would
+    annotations = annotations_of_every_object(cluster)
+    assert token not in annotations and secret not in annotations  # before: in modelplane.io/last-applied
+    assert value_digest("HF_TOKEN", token) in deployment["metadata"]["annotations"][ANNOTATION_LAST_APPLIED]
+    warnings = [e for e in cluster.list("v1", "Event", "llm-serving") if e["reason"] == "PlainTextCredential"]
+    assert {e["involvedObject"]["kind"] for e in warnings} == {"Model"} and {e["type"] for e in warnings} == {"Warning"}
+    messages = " ".join(e["message"] for e in warnings)
+    assert "HF_TOKEN" in messages and "AWS_SECRET_ACCESS_KEY" in messages and "HF_ENDPOINT" not in messages
+    assert token not in messages and secret not in messages
+
+    manifest.write_text(manifest.read_text().replace(token, token + "-rotated"))  # a changed value still rolls out
+    assert rollout_models(cluster=str(example_cluster)).summary == "1 models, 1 changed, 0 failed"
+    rotated = LocalCluster(str(example_cluster)).get("apps/v1", "Deployment", DEPLOYMENT, "llm-serving")
+    env = {e["name"]: e.get("value") for e in rotated["spec"]["template"]["spec"]["containers"][0]["env"]}
+    assert env["HF_TOKEN"] == token + "-rotated"
+    assert value_digest("HF_TOKEN", token + "-rotated") in rotated["metadata"]["annotations"][ANNOTATION_LAST_APPLIED]
+    assert token not in annotations_of_every_object(LocalCluster(str(example_cluster)))
