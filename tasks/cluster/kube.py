@@ -87,10 +87,14 @@ class KubeCluster:
         context: str | None = None,
         *,
         request_timeout: float | tuple[float, float] = 30.0,
+        dry_run: bool = False,
     ) -> None:
-        """Use ``api_client`` if given, else load one (see :func:`load_api_client`)."""
+        """Use ``api_client`` if given, else load one (see :func:`load_api_client`). With ``dry_run`` every write
+        is sent with ``dryRun=All``: the API server validates it and answers as if it were stored, and stores
+        nothing (a flow's ``--dry-run``)."""
         self.api_client = api_client if api_client is not None else load_api_client(kubeconfig, context)
         self.request_timeout = request_timeout
+        self.dry_run = dry_run
         self._custom = client.CustomObjectsApi(self.api_client)
         self._discovered: dict[tuple[str, str], ResourceInfo] = {}
         self._discovery_lock = threading.Lock()
@@ -199,13 +203,13 @@ class KubeCluster:
             raise Invalid(f"{errors[0][0]}: Invalid value: {errors[0][1]}", field=errors[0][0])
         what = f"create {_describe(info, namespace, meta.get('name') or meta.get('generateName', ''))}"
         if info.is_core:
-            return self._call(what, info, lambda: self._rest("POST", info.path(namespace), body=obj, query=_FM))
+            return self._call(what, info, lambda: self._rest("POST", info.path(namespace), body=obj, query=self._fm()))
         args = _custom_args(info, namespace)
         method = "create_namespaced_custom_object" if info.namespaced else "create_cluster_custom_object"
         return self._call(
             what,
             info,
-            lambda: getattr(self._custom, method)(*args, body=obj, field_manager=FIELD_MANAGER, **self._raw()),
+            lambda: getattr(self._custom, method)(*args, body=obj, field_manager=FIELD_MANAGER, **self._write()),
         )
 
     def apply(self, obj: Manifest) -> Manifest:
@@ -255,11 +259,11 @@ class KubeCluster:
         _check_address(info, namespace, ref.name)
         what = f"delete {_describe(info, namespace, ref.name)}"
         if info.is_core:
-            self._call(what, info, lambda: self._rest("DELETE", info.path(namespace, ref.name)))
+            self._call(what, info, lambda: self._rest("DELETE", info.path(namespace, ref.name), query=self._dry()))
             return
         method = "delete_namespaced_custom_object" if info.namespaced else "delete_cluster_custom_object"
         self._call(
-            what, info, lambda: getattr(self._custom, method)(*_custom_args(info, namespace), ref.name, **self._raw())
+            what, info, lambda: getattr(self._custom, method)(*_custom_args(info, namespace), ref.name, **self._write())
         )
 
     def post_event(self, obj: Manifest, reason: str, message: str, event_type: str = "Normal") -> Manifest:
@@ -286,7 +290,7 @@ class KubeCluster:
                 what,
                 info,
                 lambda: self._rest(
-                    "PATCH", info.path(namespace, name, sub), body=body, content_type=MERGE_PATCH, query=_FM
+                    "PATCH", info.path(namespace, name, sub), body=body, content_type=MERGE_PATCH, query=self._fm()
                 ),
             )
         method = _custom_method("patch", info, sub)
@@ -299,7 +303,7 @@ class KubeCluster:
                 body,
                 field_manager=FIELD_MANAGER,
                 _content_type=MERGE_PATCH,
-                **self._raw(),
+                **self._write(),
             ),
         )
 
@@ -340,6 +344,18 @@ class KubeCluster:
     def _raw(self) -> dict[str, Any]:
         """Options that make a typed call return the raw response, with our timeout."""
         return {"_preload_content": False, "_request_timeout": self.request_timeout}
+
+    def _write(self) -> dict[str, Any]:
+        """:meth:`_raw` for a typed write call, with ``dry_run="All"`` in a dry run."""
+        return {**self._raw(), **({"dry_run": "All"} if self.dry_run else {})}
+
+    def _dry(self) -> list[tuple[str, Any]]:
+        """The query of a raw write: ``dryRun=All`` in a dry run."""
+        return [("dryRun", "All")] if self.dry_run else []
+
+    def _fm(self) -> list[tuple[str, Any]]:
+        """The query of a raw create or patch: the field manager, and ``dryRun=All`` in a dry run."""
+        return _FM + self._dry()
 
     def _rest(
         self,

@@ -337,3 +337,19 @@ def test_a_hostile_name_is_never_sent_to_the_api_server(kube: Any, ns: str, monk
     with pytest.raises(Invalid, match="metadata.name"):
         kube.delete(ObjectRef("v1", "ConfigMap", hostile, ns))
     assert seen == []
+
+
+def test_a_dry_run_client_changes_nothing_on_the_server(kube: Any, server: Any, ns: str) -> None:
+    from tasks.cluster.kube import KubeCluster
+
+    kube.create(va_manifest("va", ns))
+    before = kube.get(*VA, "va", ns)
+    dry = KubeCluster(api_client=server.api_client(), dry_run=True)
+    created = dry.create({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "cm", "namespace": ns}})
+    assert created["metadata"]["name"] == "cm"  # answered as if stored
+    dry.patch_status(ObjectRef(*VA, "va", ns), {"actuation": {"applied": True}})
+    dry.patch_spec(ObjectRef(*VA, "va", ns), {"spec": {"variantCost": "9"}})
+    dry.delete(ObjectRef(*VA, "va", ns))
+    with pytest.raises(NotFound):
+        kube.get("v1", "ConfigMap", "cm", ns)
+    assert kube.get(*VA, "va", ns) == before
