@@ -43,37 +43,40 @@ _QUALIFIED_PART = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$")
 _RBAC_GROUP = "rbac.authorization.k8s.io"
 
 
+_DNS1123_LABEL_RULE = (
+    _DNS1123_LABEL,
+    DNS1123_LABEL_MAX,
+    "a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', "
+    "and must start and end with an alphanumeric character (e.g. 'my-name' or '123-abc')",
+)
+_DNS1123_SUBDOMAIN_RULE = (
+    _DNS1123_SUBDOMAIN,
+    DNS1123_SUBDOMAIN_MAX,
+    "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', "
+    "and must start and end with an alphanumeric character (e.g. 'example.com')",
+)
+_DNS1035_LABEL_RULE = (
+    _DNS1035_LABEL,
+    DNS1123_LABEL_MAX,
+    "a DNS-1035 label must consist of lower case alphanumeric characters or '-', start with an "
+    "alphabetic character, and end with an alphanumeric character (e.g. 'my-name' or 'abc-123')",
+)
+
+
+def _pattern_error(value: str, rule: tuple[re.Pattern[str], int, str]) -> str | None:
+    """Why ``value`` breaks a name rule ``(pattern, longest, what it must look like)``, or None."""
+    pattern, limit, explanation = rule
+    if len(value) > limit:
+        return f"must be no more than {limit} characters"
+    return None if pattern.match(value) else explanation
+
+
 def _dns1123_label(value: str) -> str | None:
-    if len(value) > DNS1123_LABEL_MAX:
-        return f"must be no more than {DNS1123_LABEL_MAX} characters"
-    if not _DNS1123_LABEL.match(value):
-        return (
-            "a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', "
-            "and must start and end with an alphanumeric character (e.g. 'my-name' or '123-abc')"
-        )
-    return None
+    return _pattern_error(value, _DNS1123_LABEL_RULE)
 
 
 def _dns1123_subdomain(value: str) -> str | None:
-    if len(value) > DNS1123_SUBDOMAIN_MAX:
-        return f"must be no more than {DNS1123_SUBDOMAIN_MAX} characters"
-    if not _DNS1123_SUBDOMAIN.match(value):
-        return (
-            "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', "
-            "and must start and end with an alphanumeric character (e.g. 'example.com')"
-        )
-    return None
-
-
-def _dns1035_label(value: str) -> str | None:
-    if len(value) > DNS1123_LABEL_MAX:
-        return f"must be no more than {DNS1123_LABEL_MAX} characters"
-    if not _DNS1035_LABEL.match(value):
-        return (
-            "a DNS-1035 label must consist of lower case alphanumeric characters or '-', start with an "
-            "alphabetic character, and end with an alphanumeric character (e.g. 'my-name' or 'abc-123')"
-        )
-    return None
+    return _pattern_error(value, _DNS1123_SUBDOMAIN_RULE)
 
 
 def _path_segment(value: str) -> str | None:
@@ -123,7 +126,7 @@ def name_error(api_version: str, kind: str, name: str) -> str | None:
     if group == "" and kind == "Namespace":
         return _dns1123_label(name)
     if group == "" and kind == "Service":
-        return _dns1035_label(name)
+        return _pattern_error(name, _DNS1035_LABEL_RULE)
     if group == _RBAC_GROUP:
         return _path_segment(name)
     return _dns1123_subdomain(name)
@@ -179,42 +182,38 @@ def _name_errors(api_version: str, kind: str, meta: Mapping[str, Any]) -> list[t
     return [problem] if problem else []
 
 
-def _label_errors(labels: Any) -> list[tuple[str, str]]:
-    if labels is None:
-        return []
-    if not isinstance(labels, Mapping):
-        return [("metadata.labels", "must be a mapping of strings")]
-    errors: list[tuple[str, str]] = []
-    for key, value in labels.items():
-        where = f'metadata.labels["{key}"]'
-        if not isinstance(key, str) or not isinstance(value, str):
+def _string_pairs(field: str, mapping: Any) -> tuple[list[tuple[str, str, str]], list[tuple[str, str]]]:
+    """``(path, key, value)`` of each string entry of a labels/annotations mapping, and the errors of the rest."""
+    if mapping is None:
+        return [], []
+    if not isinstance(mapping, Mapping):
+        return [], [(field, "must be a mapping of strings")]
+    pairs, errors = [], []
+    for key, value in mapping.items():
+        where = f'{field}["{key}"]'
+        if isinstance(key, str) and isinstance(value, str):
+            pairs.append((where, key, value))
+        else:
             errors.append((where, "keys and values must be strings"))
-            continue
-        problem = _qualified_name(key)
-        if problem:
-            errors.append((where, f"invalid label key: {problem}"))
-        problem = _label_value(value)
-        if problem:
-            errors.append((where, f"invalid label value: {problem}"))
+    return pairs, errors
+
+
+def _label_errors(labels: Any) -> list[tuple[str, str]]:
+    pairs, errors = _string_pairs("metadata.labels", labels)
+    for where, key, value in pairs:
+        for what, problem in (("key", _qualified_name(key)), ("value", _label_value(value))):
+            if problem:
+                errors.append((where, f"invalid label {what}: {problem}"))
     return errors
 
 
 def _annotation_errors(annotations: Any) -> list[tuple[str, str]]:
-    if annotations is None:
-        return []
-    if not isinstance(annotations, Mapping):
-        return [("metadata.annotations", "must be a mapping of strings")]
-    errors: list[tuple[str, str]] = []
-    size = 0
-    for key, value in annotations.items():
-        where = f'metadata.annotations["{key}"]'
-        if not isinstance(key, str) or not isinstance(value, str):
-            errors.append((where, "keys and values must be strings"))
-            continue
+    pairs, errors = _string_pairs("metadata.annotations", annotations)
+    for where, key, _ in pairs:
         problem = _qualified_name(key.lower())
         if problem:
             errors.append((where, f"invalid annotation key: {problem}"))
-        size += len(key.encode()) + len(value.encode())
+    size = sum(len(key.encode()) + len(value.encode()) for _, key, value in pairs)
     if size > TOTAL_ANNOTATION_SIZE:
         errors.append(("metadata.annotations", f"Too long: must have at most {TOTAL_ANNOTATION_SIZE} bytes"))
     return errors
