@@ -7,6 +7,10 @@ exceptions from the client libraries are re-raised without their chain (their te
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
+from tasks.redaction import redact
+
 
 class DownloadError(Exception):
     """A cache could not be filled; ``reason`` is a CamelCase condition reason."""
@@ -17,6 +21,12 @@ class DownloadError(Exception):
     def __init__(self, message: str) -> None:
         self.message = message
         super().__init__(message)
+
+    def redacted(self, secrets: Iterable[str | None]) -> DownloadError:
+        """This error with its whole message passed through :func:`tasks.redaction.redact` (returns itself)."""
+        self.message = redact(self.message, secrets)
+        self.args = (self.message,)
+        return self
 
 
 class AuthenticationFailed(DownloadError):

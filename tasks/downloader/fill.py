@@ -56,7 +56,6 @@ from tasks.downloader.plan import (
 from tasks.downloader.progress import ProgressCallback, ProgressTracker, human_bytes
 from tasks.downloader.transfer import plan_transfer, run_transfers
 from tasks.files import fsync_dir, fsync_file
-from tasks.redaction import redact
 
 log = logging.getLogger("modelplane.downloader")
 
@@ -108,8 +107,7 @@ def fill_cache(
         try:
             return _fill_locked(parsed, root, creds, progress, lock, capacity_bytes, concurrency, part_size)
         except DownloadError as exc:
-            exc.message = redact(exc.message, creds.secrets)
-            exc.args = (exc.message,)
+            exc.redacted(creds.secrets)  # its whole message, in place
             raise
 
 

@@ -158,7 +158,10 @@ class HfBackend:
             raise self.translate(exc, where) from None
 
     def translate(self, exc: BaseException, where: str) -> DownloadError:
-        """A client error as a typed download error; the token never appears in the message."""
+        """A client error as a typed download error; the token never appears in the message (redacted whole)."""
+        return self._typed(exc, where).redacted(self.credentials.secrets)
+
+    def _typed(self, exc: BaseException, where: str) -> DownloadError:
         text = self._first_line(exc)
         if isinstance(exc, (RepositoryNotFoundError, GatedRepoError)) and not isinstance(exc, RevisionNotFoundError):
             hint = (

@@ -175,15 +175,15 @@ class S3Backend:
         code = _code(exc)
         message = str(exc.response.get("Error", {}).get("Message") or code)
         if code in AUTH_CODES:
-            return AuthenticationFailed(
-                self._redact(
-                    f"S3 rejected the credentials for {where} ({code}): {message}; "
-                    "check AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY (or ACCESS_KEY/SECRET_KEY)"
-                )
+            error: DownloadError = AuthenticationFailed(
+                f"S3 rejected the credentials for {where} ({code}): {message}; "
+                "check AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY (or ACCESS_KEY/SECRET_KEY)"
             )
-        if code in NOT_FOUND_CODES:
-            return SourceNotFound(self._redact(f"{where} does not exist ({code})"))
-        return TransferFailed(self._redact(f"S3 error for {where} ({code}): {message}"))
+        elif code in NOT_FOUND_CODES:
+            error = SourceNotFound(f"{where} does not exist ({code})")
+        else:
+            error = TransferFailed(f"S3 error for {where} ({code}): {message}")
+        return error.redacted(self.credentials.secrets)
 
     def _redact(self, text: str) -> str:
         return redact(text, self.credentials.secrets)
