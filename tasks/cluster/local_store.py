@@ -421,7 +421,7 @@ class LocalStore:
         return self._files.get(path) or YamlFile(path=self._inside(path))
 
     def _inside(self, path: Path) -> Path:
-        """``path`` when it resolves (symbolic links followed) inside the state's directory; ``Invalid``
+        """``path`` when it resolves (symbolic links followed) inside the state's directory; ``Forbidden``
         otherwise. A new file's path is built from an object's namespace and name: however those came to be,
         this backend never writes outside the folder it was given."""
         root = (self.path.parent if self.single_file else self.path).resolve()
