@@ -57,8 +57,12 @@ def upload(endpoint: str) -> int:
     """Put every model file into the bucket; returns the number of files."""
     import boto3
 
-    s3 = boto3.client(
-        "s3", endpoint_url=endpoint, region_name="us-east-1", aws_access_key_id="demo", aws_secret_access_key="demo"
+    s3 = boto3.client(  # the demo store takes any keys; these are the example Secret's (50-model-cache.yaml)
+        "s3",
+        endpoint_url=endpoint,
+        region_name="us-east-1",
+        aws_access_key_id="MPDEMOACCESSKEY7Q2XK4",
+        aws_secret_access_key="mpDemoSecret/7f3c9a1e5b2d4c8e9f0a6b1c3d5e7f9a0b2c4d6e",
     )
     s3.create_bucket(Bucket=BUCKET)
     count = 0

@@ -165,7 +165,9 @@ def calibrate(
     """
     logger = get_run_logger()
     now = datetime.now(UTC).replace(microsecond=0)
-    conn = connect(cluster)
+    conn = connect(
+        cluster, dry_run=dry_run
+    )  # a dry run's writes (the boundary marking an invalid object) change nothing
     state = read_cluster_state(conn, namespaces or None, config_namespace)
     windows, metrics_error = collect_windows(state.variants, windows_file, prometheus_url, lookback, window)
     if metrics_error:

@@ -333,7 +333,7 @@ def optimize(
     logger = get_run_logger()
     now = datetime.now(UTC).replace(microsecond=0)
     started, timer = time.time(), StageTimer()
-    backend = connect(cluster)  # the parameter names the cluster; this is the connection to it
+    backend = connect(cluster, dry_run=dry_run)  # the parameter names the cluster; a dry run's writes change nothing
     problem = local_path_problem(backend)
     if problem:
         raise CannotRun(problem)

@@ -26,9 +26,10 @@ from typing import Any, Generic, TypeVar, cast
 
 from pydantic import BaseModel
 
+from engine.api.identity import identity_errors
 from engine.api.registry import kind_info
-from engine.api.validate import ManifestInvalid, parse_object, with_status
-from tasks.cluster import Cluster, ObjectRef
+from engine.api.validate import ManifestInvalid, check_identity, parse_object, with_status
+from tasks.cluster import Cluster, LocalCluster, ObjectRef
 from tasks.cluster.errors import ClusterError
 
 log = logging.getLogger(__name__)
@@ -83,6 +84,20 @@ def accept_parsed(cluster: Cluster, objects: Iterable[Manifest]) -> list[tuple[M
     return valid
 
 
+def accept_identity(cluster: Cluster, objects: Iterable[Manifest]) -> list[Manifest]:
+    """``objects`` without those whose identity (name, namespace, labels, annotations) the API server would
+    refuse, each of those reported (:func:`reject`); for a flow that validates the specs itself (rollout-models
+    and Kthena's own conditions) but must never build a path or an object from a hostile name."""
+    sound: list[Manifest] = []
+    for obj in objects:
+        errors = identity_errors(obj)
+        if errors:
+            reject(cluster, obj, *errors[0])
+        else:
+            sound.append(obj)
+    return sound
+
+
 def accept_as(cluster: Cluster, objects: Iterable[Manifest], model: type[M]) -> list[Accepted[M]]:
     """As :func:`accept` for objects of one Modelplane kind, each with its parsed ``model``."""
     return [Accepted(obj, parsed) for obj, parsed in accept_parsed(cluster, objects) if isinstance(parsed, model)]
@@ -95,16 +110,18 @@ def invalid_field(obj: Any) -> tuple[str, str] | None:
 
 
 def parse_resource(obj: Any) -> BaseModel | tuple[str, str] | None:
-    """The API model of a Modelplane kind, ``(field path, reason)`` when it does not parse, ``None`` for
-    other kinds.
+    """The API model of a Modelplane kind, ``(field path, reason)`` when it does not parse or its identity
+    (name, namespace, labels, annotations: :func:`engine.api.validate.check_identity`) is one the API server
+    would refuse, ``None`` for other kinds whose identity is sound.
 
     Metadata and spec decide whether the object is valid; the status never does (it is ours to
     rewrite): it is read tolerantly into the model (:func:`engine.api.validate.with_status`), the parts
     that do not parse left out with a warning, so one typed object carries metadata, spec and the
     previous status the engine decides from."""
-    if not isinstance(obj, dict) or kind_info(str(obj.get("apiVersion")), str(obj.get("kind"))) is None:
-        return None
     try:
+        if not isinstance(obj, dict) or kind_info(str(obj.get("apiVersion")), str(obj.get("kind"))) is None:
+            check_identity(obj)  # another kind: only its identity is ours to check
+            return None
         parsed = parse_object({k: v for k, v in obj.items() if k != "status"})
     except ManifestInvalid as exc:
         return exc.field_path or "spec", exc.message
@@ -142,7 +159,8 @@ def reject(cluster: Cluster, obj: Manifest, field: str, reason: str) -> None:
     meta = obj.get("metadata") if isinstance(obj.get("metadata"), dict) else {}
     where = f"{meta.get('namespace')}/{meta.get('name')}" if meta.get("namespace") else str(meta.get("name"))
     message = f"{field}: {reason}"
-    line = f"{obj.get('kind')} {where}: invalid: {message}"
+    source = cluster.source_of(obj) if isinstance(cluster, LocalCluster) else None
+    line = f"{source + ': ' if source else ''}{obj.get('kind')} {where}: invalid: {message}"
     collector = _rejections.get()
     if collector is None:
         log.warning("%s", line)
@@ -150,8 +168,8 @@ def reject(cluster: Cluster, obj: Manifest, field: str, reason: str) -> None:
         with _lock:  # task threads of one run share its collector
             collector.append(line)
     info = kind_info(str(obj.get("apiVersion")), str(obj.get("kind")))
-    if info is None or not info.has_status:
-        return
+    if info is None or not info.has_status or identity_errors(obj):
+        return  # an object the API server would refuse is never addressed, not even to mark it
     status = failure_status(obj, message)
     if status is None:
         return

@@ -44,7 +44,12 @@ from engine.rollout.kthena_status import (
     failure_of,
     model_status,
 )
-from engine.rollout.kthena_validation import unsupported_backends, validate_model
+from engine.rollout.kthena_validation import (
+    PLAIN_CREDENTIAL_REASON,
+    plain_credentials,
+    unsupported_backends,
+    validate_model,
+)
 from engine.rollout.kthena_weights import (
     Mount,
     direct_weights,
@@ -55,7 +60,7 @@ from engine.rollout.kthena_weights import (
 )
 from engine.rollout.kthena_workloads import LoraChange
 from engine.status import changed_fields
-from tasks.boundary import Accepted
+from tasks.boundary import Accepted, accept_identity
 from tasks.caches import ensure_cache, mark_used
 from tasks.cluster import Cluster, ObjectRef
 from tasks.cluster.errors import ClusterError, NotFound
@@ -96,10 +101,11 @@ class ModelOutcome(WriteLog):
 
 
 def list_models(cluster: Cluster, namespaces: list[str] | None) -> list[dict[str, Any]]:
-    """Every Model in the namespaces (all when empty), one LIST per namespace."""
+    """Every Model in the namespaces (all when empty), one LIST per namespace; a Model whose name, namespace,
+    labels or annotations the API server would refuse is reported and left out (:func:`accept_identity`)."""
     if not namespaces:
-        return cluster.list(API_VERSION, MODEL)
-    return [m for ns in namespaces for m in cluster.list(API_VERSION, MODEL, namespace=ns)]
+        return accept_identity(cluster, cluster.list(API_VERSION, MODEL))
+    return accept_identity(cluster, [m for ns in namespaces for m in cluster.list(API_VERSION, MODEL, namespace=ns)])
 
 
 def list_children(
@@ -274,6 +280,8 @@ def reconcile_model(
             failure, backends = _roll_out(
                 cluster, model, now, downloader_image, outcome, lora_session, options or RolloutOptions()
             )
+            if outcome.created or outcome.updated:
+                warn_plain_credentials(cluster, manifest, model)
     except ClusterError as exc:
         failure = Failure(REASON_ABNORMAL, exc.message)
     except RuntimeError as exc:
@@ -291,6 +299,17 @@ def reconcile_model(
         else ("Active" if backends and all(b.available for b in backends) else "Progressing")
     )
     return outcome
+
+
+def warn_plain_credentials(cluster: Cluster, manifest: dict[str, Any], model: Model) -> None:
+    """A Warning Event on the Model (and a log line) per credential its backends give as a plain env value, when
+    this pass rendered it into a workload; the variable is named, the value never."""
+    for problem in plain_credentials(model):
+        log.warning("Model %s/%s: %s", model.metadata.namespace, model.metadata.name, problem)
+        try:
+            cluster.post_event(manifest, PLAIN_CREDENTIAL_REASON, str(problem), "Warning")
+        except ClusterError as exc:  # a warning that cannot be posted is logged, never stops the rollout
+            log.warning("cannot post %s on Model %s: %s", PLAIN_CREDENTIAL_REASON, model.metadata.name, exc.message)
 
 
 def _roll_out(

@@ -22,11 +22,13 @@ from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from engine.api import schema as schema_mod
 from engine.api.crds import structural_schema
+from engine.api.identity import identity_errors
 from engine.api.registry import KindInfo, kind_info
 
 __all__ = [
     "LoadReport",
     "ManifestInvalid",
+    "check_identity",
     "format_path",
     "is_modelplane_kind",
     "load_documents",
@@ -111,17 +113,31 @@ def is_modelplane_kind(manifest: dict[str, Any]) -> bool:
     return kind_info(str(manifest.get("apiVersion")), str(manifest.get("kind"))) is not None
 
 
+def check_identity(manifest: Any) -> None:
+    """Raise :class:`ManifestInvalid` naming the field when ``manifest``'s identity (apiVersion, kind, metadata:
+    name, namespace, labels, annotations) is one the API server would refuse (:mod:`engine.api.identity`).
+
+    The one identity check of every object that enters: ``validate-manifests`` (:func:`load_documents`), the
+    flows' boundary reader (:func:`parse_object`, and ``tasks/boundary.py`` for the other kinds)."""
+    errors = identity_errors(manifest)
+    if errors:
+        kind, name, namespace = _identity(manifest)
+        raise ManifestInvalid(kind, _text(name), _text(namespace), errors[0][0], errors[0][1], errors)
+
+
+def _text(value: Any) -> str | None:
+    """A metadata value as text for a message (a name that is not a string is still shown)."""
+    return None if value is None else str(value)
+
+
 def parse_object(manifest: dict[str, Any]) -> BaseModel:
     """The manifest as its pydantic model; raises :class:`ManifestInvalid` naming the bad field.
 
-    Only Modelplane kinds are accepted; anything else raises ``ManifestInvalid`` on ``kind``.
+    Only Modelplane kinds are accepted; anything else raises ``ManifestInvalid`` on ``kind``. The identity
+    is checked first (:func:`check_identity`): an object the API server would refuse is never parsed.
     """
     kind, name, namespace = _identity(manifest)
-    if not isinstance(manifest, dict):
-        raise ManifestInvalid(None, None, None, "", "a manifest must be a mapping")
-    for required in ("apiVersion", "kind"):
-        if not isinstance(manifest.get(required), str) or not manifest.get(required):
-            raise ManifestInvalid(kind, name, namespace, required, "Field required")
+    check_identity(manifest)
     info = kind_info(manifest["apiVersion"], manifest["kind"])
     if info is None:
         raise ManifestInvalid(
@@ -232,7 +248,7 @@ def load_documents(docs: Iterable[tuple[str, Any]]) -> LoadReport:
     """Validate ``(source label, manifest)`` pairs; one invalid document never hides a valid one.
 
     Empty documents (``None``, as YAML yields for a trailing ``---``) are skipped. A document that is
-    not a mapping or lacks apiVersion/kind is invalid. Non-Modelplane kinds pass through unchanged.
+    not a mapping or whose identity the API server would refuse (:func:`check_identity`) is invalid. Non-Modelplane kinds pass through unchanged.
     """
     report = LoadReport()
     for source, manifest in docs:
@@ -241,15 +257,11 @@ def load_documents(docs: Iterable[tuple[str, Any]]) -> LoadReport:
         if not isinstance(manifest, dict):
             report.invalid.append((source, ManifestInvalid(None, None, None, "", "a manifest must be a mapping")))
             continue
-        kind, name, namespace = _identity(manifest)
-        missing = [key for key in ("apiVersion", "kind") if not isinstance(manifest.get(key), str)]
-        if missing:
-            report.invalid.append((source, ManifestInvalid(kind, name, namespace, missing[0], "Field required")))
-            continue
-        if not is_modelplane_kind(manifest):
-            report.valid.append((source, manifest))
-            continue
         try:
+            check_identity(manifest)
+            if not is_modelplane_kind(manifest):
+                report.valid.append((source, manifest))
+                continue
             report.valid.append((source, parse_object(manifest)))
         except ManifestInvalid as exc:
             report.invalid.append((source, exc))

@@ -33,6 +33,7 @@ from engine.caches.plan import (
     job_name,
     pvc_name,
 )
+from engine.caches.sources import ModelSource, same_endpoint
 from engine.units import parse_quantity
 
 CACHE_MOUNT_PATH = "/cache"
@@ -153,6 +154,37 @@ def download_env(cache_env: Sequence[EnvVar] | None, namespace_config: AIMNamesp
     own = [item.to_dict() for item in cache_env or []]
     overridden = {item["name"] for item in own}
     return DownloadEnv([item for item in base if item["name"] not in overridden] + own, notes)
+
+
+S3_CREDENTIAL_ENV = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "ACCESS_KEY", "SECRET_KEY")
+"""The env names that carry S3 credentials (the AWS names and Kthena's)."""
+S3_ENDPOINT_ENV = ("AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL", "ENDPOINT")
+"""The env names of the S3 endpoint those credentials are for, in the downloader's order of precedence."""
+
+
+def endpoint_refusal(
+    source: ModelSource, env: Sequence[Mapping[str, Any]], field: str = "spec.sourceUri"
+) -> str | None:
+    """Why ``source`` may not be filled with ``env``, naming ``field``, or None.
+
+    An ``?endpoint=`` in a source URI overrides where the download goes. When S3 credentials apply (the
+    namespace's, or the cache's own env), they must never be sent to a server the URI names: the endpoint is
+    refused unless it is the one configured with them (an endpoint read from a Secret cannot be compared, so
+    it refuses too). Without credentials an endpoint in the URI is an anonymous download and allowed."""
+    if source.endpoint is None:
+        return None
+    names = {str(item.get("name")): item for item in env}
+    if not any(name in names for name in S3_CREDENTIAL_ENV):
+        return None
+    configured = next((names[name] for name in S3_ENDPOINT_ENV if name in names), None)
+    value = configured.get("value") if configured is not None else None
+    if isinstance(value, str) and same_endpoint(source.endpoint, value):
+        return None
+    where = f"the configured endpoint {value}" if isinstance(value, str) else "no endpoint given in plain text"
+    return (
+        f"{field}: endpoint {source.endpoint} is not where the S3 credentials in use may be sent ({where}); "
+        "remove ?endpoint= from the URI or make it equal the configured endpoint"
+    )
 
 
 # ------------------------------------------------------------------------------------- manifests

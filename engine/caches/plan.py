@@ -65,10 +65,13 @@ SOURCE_NOT_FOUND = "SourceNotFound"
 VERIFICATION_FAILED = "VerificationFailed"
 CREDENTIALS_MISSING = "CredentialsMissing"
 FILL_JOB_MISSING = "FillJobMissing"
+ENDPOINT_NOT_ALLOWED = "EndpointNotAllowed"
+"""A source URI names an S3 endpoint other than the one the credentials in use are configured for."""
 
 TERMINAL_REASONS = frozenset(
     {
         INVALID_SOURCE,
+        ENDPOINT_NOT_ALLOWED,
         INVALID_SIZE,
         VOLUME_TOO_SMALL,
         PVC_LOST,

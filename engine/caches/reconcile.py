@@ -11,13 +11,17 @@ previous one wrote.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
 
+from pydantic import BaseModel
+
 from engine.api.aim import AIMNamespaceConfig, ModelCache
 from engine.api.views import Job, PersistentVolumeClaim, Pod
-from engine.caches.fill import DownloadEnv, download_env, fill_job_verdict
+from engine.caches.fill import DownloadEnv, download_env, endpoint_refusal, fill_job_verdict
 from engine.caches.plan import (
+    ENDPOINT_NOT_ALLOWED,
     Failure,
     Observation,
     RetryPolicy,
@@ -68,6 +72,9 @@ def plan_cache(cache: ModelCache, facts: CacheFacts, policy: RetryPolicy, now: d
     obs = initial_observation(cache, facts.pvc)
     source, invalid = source_of(cache.spec)
     env = download_env(cache.spec.env, facts.namespace_config)
+    refusal = None if invalid is not None else endpoint_refusal(source, env.env)
+    if refusal is not None:
+        invalid = Failure(ENDPOINT_NOT_ALLOWED, refusal)
     if invalid is not None:
         return CachePlan(source, invalid, env, obs, Step.GIVE_UP)
     available = cache.status is not None and cache.status.status == "Available"
@@ -75,3 +82,26 @@ def plan_cache(cache: ModelCache, facts: CacheFacts, policy: RetryPolicy, now: d
     job = fill_job_verdict(facts.job, facts.pods, source.uri) if facts.fills_in_cluster and obs.attempts else None
     obs = observe_fill(cache, obs, still_filled, job, now)
     return CachePlan(source, None, env, obs, next_step(obs, policy, now))
+
+
+def endpoint_refusals(resources: Iterable[tuple[str, BaseModel]]) -> list[tuple[str, ModelCache, str]]:
+    """``(source, cache, message)`` for each ModelCache among ``resources`` (as ``validate-manifests`` reads a
+    directory) that :func:`plan_cache` would fail with ``EndpointNotAllowed``: its source URI names an S3
+    endpoint other than the one its credentials (its namespace's AIMNamespaceConfig ``default``, its own env)
+    are configured for. The message is the condition's."""
+    resources = list(resources)
+    configs = {
+        cfg.metadata.namespace or "default": cfg
+        for _, cfg in resources
+        if isinstance(cfg, AIMNamespaceConfig) and cfg.metadata.name == "default"
+    }
+    refused = []
+    for source, cache in resources:
+        if not isinstance(cache, ModelCache):
+            continue
+        parsed, invalid = source_of(cache.spec)
+        env = download_env(cache.spec.env, configs.get(cache.metadata.namespace or "default"))
+        message = None if invalid is not None else endpoint_refusal(parsed, env.env)
+        if message is not None:
+            refused.append((source, cache, message))
+    return refused

@@ -404,6 +404,27 @@ def _validate_object_store(source: ModelSource, field: str | None) -> None:
         raise SourceError(f"endpoint {source.endpoint!r} is not a host[:port] or http(s) URL", field)
 
 
+def endpoint_key(endpoint: str) -> tuple[str, str, int, str]:
+    """An S3 endpoint (``host[:port]`` or an http(s) URL) as ``(scheme, host, port, path)``, for comparing two
+    spellings of one endpoint: no scheme means https (as the downloader reads it), the port defaults to the
+    scheme's, the host is case-insensitive, a trailing ``/`` does not count."""
+    text = endpoint.strip()
+    scheme, sep, rest = text.partition("://")
+    if not sep:
+        scheme, rest = "https", text
+    hostport, _, path = rest.partition("/")
+    host, colon, port = hostport.rpartition(":") if ":" in hostport else (hostport, "", "")
+    default = 443 if scheme.lower() == "https" else 80
+    return scheme.lower(), host.lower(), int(port) if colon and port.isdigit() else default, path.strip("/")
+
+
+def same_endpoint(first: str | None, second: str | None) -> bool:
+    """Whether two S3 endpoints name the same server (:func:`endpoint_key`); two missing ones are the same."""
+    if first is None or second is None:
+        return first is None and second is None
+    return endpoint_key(first) == endpoint_key(second)
+
+
 def _validate_pvc(source: ModelSource, field: str | None) -> None:
     claim = source.claim or ""
     if not claim:

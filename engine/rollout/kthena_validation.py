@@ -19,7 +19,7 @@ from engine.caches.source_fields import from_kthena_uri, from_lora_url
 from engine.caches.sources import SourceError
 from engine.rollout.kthena import UNSUPPORTED_TYPES
 from engine.rollout.kthena_weights import cache_mount
-from engine.rollout.workloads import FieldError
+from engine.rollout.workloads import FieldError, is_credential_name
 
 MAX_GRACE_PERIOD_S = 1800
 DEFAULT_SCALE_TO_ZERO = "30s"
@@ -216,4 +216,23 @@ def unsupported_backends(model: Model) -> list[FieldError]:
         )
         for i, b in enumerate(model.spec.backends)
         if b.type in UNSUPPORTED_TYPES
+    ]
+
+
+PLAIN_CREDENTIAL_REASON = "PlainTextCredential"
+"""The reason of the Warning Event a Model gets for a credential given as a plain env value."""
+
+
+def plain_credentials(model: Model) -> list[FieldError]:
+    """Each backend env entry that holds a credential (:func:`~engine.rollout.workloads.is_credential_name`) as a
+    plain ``value``, naming the variable and never the value. It is rendered into the workload's env as Kthena
+    does (annotations keep only its hash); the Model gets a warning to move it into a Secret."""
+    return [
+        FieldError(
+            f"spec.backends[{i}].env[{j}]",
+            f"{item.name} holds a credential as a plain value: put it in a Secret and use valueFrom.secretKeyRef",
+        )
+        for i, backend in enumerate(model.spec.backends)
+        for j, item in enumerate(backend.env or [])
+        if item.value and is_credential_name(item.name)
     ]

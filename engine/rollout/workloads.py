@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -20,7 +21,8 @@ ANNOTATION_REVISION = "modelplane.io/revision"
 ANNOTATION_BASE_REVISION = "modelplane.io/base-revision"
 """Hash of a workload rendered without LoRA adapters: equal while only the adapters change."""
 ANNOTATION_LAST_APPLIED = "modelplane.io/last-applied"
-"""The non-metadata part last rendered (JSON), so an update removes only what Modelplane rendered before."""
+"""The non-metadata part last rendered (JSON), so an update removes only what Modelplane rendered before; a
+credential's plain env value is kept there as its hash (:func:`without_credential_values`)."""
 
 
 @dataclass(frozen=True)
@@ -67,6 +69,40 @@ def probe(path: str, port: int, period: int, failures: int) -> Manifest:
 
 _SYSTEM_FIELDS = ("apiVersion", "kind", "metadata", "status")
 
+_CREDENTIAL_NAME = re.compile(r"(^|_)KEY$|SECRET|TOKEN|PASSWORD|PASSWD|CREDENTIAL|^AWS_")
+_NOT_CREDENTIALS = frozenset({"AWS_REGION", "AWS_DEFAULT_REGION", "AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3"})
+
+
+def is_credential_name(name: str) -> bool:
+    """Whether an env variable's name says it holds a credential: ``*_KEY``, ``*SECRET*``, ``*TOKEN*``,
+    ``*PASSWORD*``, ``*CREDENTIAL*`` and the ``AWS_*`` names (but the region and endpoint), any case."""
+    upper = name.upper()
+    return upper not in _NOT_CREDENTIALS and bool(_CREDENTIAL_NAME.search(upper))
+
+
+def value_digest(name: str, value: str) -> str:
+    """What stands for a credential's value where it must not be copied: a hash, so a change still shows."""
+    return "sha256:" + hashlib.sha256(f"{name}\0{value}".encode()).hexdigest()[:16]
+
+
+def without_credential_values(node: Any) -> Any:
+    """``node`` (a rendered body) with the plain ``value`` of every ``env`` entry whose name is a credential's
+    (:func:`is_credential_name`) replaced by its :func:`value_digest`: what is kept in annotations."""
+    if isinstance(node, list):
+        return [without_credential_values(item) for item in node]
+    if not isinstance(node, dict):
+        return node
+    out = {key: without_credential_values(value) for key, value in node.items()}
+    if isinstance(node.get("env"), list):
+        out["env"] = [_masked_env(item) for item in node["env"]]
+    return out
+
+
+def _masked_env(item: Any) -> Any:
+    if isinstance(item, dict) and isinstance(item.get("value"), str) and is_credential_name(str(item.get("name"))):
+        return {**item, "value": value_digest(str(item["name"]), item["value"])}
+    return item
+
 
 def rendered_body(obj: Mapping[str, Any]) -> Manifest:
     """The non-metadata part of a rendered object (``spec``, ``data``, ...) without ``spec.replicas``."""
@@ -94,7 +130,8 @@ def stamp(obj: Manifest, base_revision: str | None = None) -> Manifest:
     meta = obj.setdefault("metadata", {})
     annotations = dict(meta.get("annotations") or {})
     annotations[ANNOTATION_REVISION] = revision(obj)
-    annotations[ANNOTATION_LAST_APPLIED] = json.dumps(rendered_body(obj), sort_keys=True, separators=(",", ":"))
+    last_applied = without_credential_values(rendered_body(obj))  # a credential's value never goes into metadata
+    annotations[ANNOTATION_LAST_APPLIED] = json.dumps(last_applied, sort_keys=True, separators=(",", ":"))
     if base_revision is not None:
         annotations[ANNOTATION_BASE_REVISION] = base_revision
     meta["annotations"] = annotations

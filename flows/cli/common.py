@@ -150,7 +150,7 @@ def pre_check(cluster: str | None, check: Check | None = None) -> None:
     from tasks.optimize.read import local_path_problem
 
     with cli_errors():
-        target = connect(cluster)
+        target = connect(cluster, dry_run=True)  # a check changes nothing (not even an invalid object's status)
         problem = local_path_problem(target) or (check(target) if check else None)
         if problem:
             raise CannotRun(problem)

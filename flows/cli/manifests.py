@@ -39,6 +39,7 @@ def validate_manifests(
     Exit codes (flows/exitcodes.py): 0 all valid, 2 the path does not exist, 3 some resources are invalid.
     """
     from engine.api.validate import load_documents
+    from engine.caches.reconcile import endpoint_refusals
     from tasks.manifests import read_manifest_documents
 
     with cli_errors():
@@ -52,10 +53,21 @@ def validate_manifests(
     def short(source: str) -> str:
         return source.removeprefix(base)
 
+    refused = {source: message for source, _, message in endpoint_refusals(report.resources)}
     rows: list[tuple[str, str, str, str, str, bool]] = []  # source, kind, namespace, name, result, valid
     for source, obj in report.valid:
         meta = _meta_of(obj)
-        rows.append((short(source), _kind_of(obj), meta.get("namespace") or "", meta.get("name") or "", "valid", True))
+        result = refused.get(source, "valid")  # a cache whose URI would send the credentials elsewhere
+        rows.append(
+            (
+                short(source),
+                _kind_of(obj),
+                meta.get("namespace") or "",
+                meta.get("name") or "",
+                result,
+                result == "valid",
+            )
+        )
     for source, error in report.invalid:
         rows.append(
             (
@@ -84,7 +96,7 @@ def validate_manifests(
     for source, kind, namespace, name, result, ok in rows:
         table.add_row(source, kind, namespace, name, "[green]valid[/green]" if ok else f"[red]{escape(result)}[/red]")
     console.print(table)
-    console.print(f"{len(report.valid)} valid, {len(invalid)} invalid")
+    console.print(f"{len(report.valid) - len(refused)} valid, {len(invalid)} invalid")
     raise typer.Exit(exit_code(invalid))
 
 

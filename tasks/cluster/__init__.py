@@ -56,8 +56,12 @@ def default_kube_configured() -> bool:
     return pathlib.Path("~/.kube/config").expanduser().is_file()
 
 
-def connect(target: str | None = None) -> Cluster:
+def connect(target: str | None = None, *, dry_run: bool = False) -> Cluster:
     """The cluster named by ``target`` (see the module docs for the accepted forms).
+
+    ``dry_run`` (a flow's ``--dry-run``) gives a cluster whose writes change nothing: the local backend keeps
+    them in memory (not one byte of its folder changes: manifests, bookkeeping, lock), the real cluster receives
+    them with ``dryRun=All``. A flow reads its own writes back as it would in a real run.
 
     Raises :class:`ClusterError` (one line, reason ``NoCluster``) when nothing names a cluster and no
     default Kubernetes configuration exists.
@@ -66,20 +70,20 @@ def connect(target: str | None = None) -> Cluster:
     if resolved is None:
         if not default_kube_configured():
             raise ClusterError(NO_CLUSTER_MESSAGE, reason="NoCluster")
-        return _kube()
+        return _kube(dry_run=dry_run)
     if resolved in _KUBE_TARGETS:
-        return _kube()
+        return _kube(dry_run=dry_run)
     if resolved.startswith(_KUBECONFIG_PREFIX):
         path, _, context = resolved[len(_KUBECONFIG_PREFIX) :].partition("#")
-        return _kube(path or None, context or None)
-    return LocalCluster(resolved)
+        return _kube(path or None, context or None, dry_run=dry_run)
+    return LocalCluster(resolved, write_back=not dry_run)
 
 
-def _kube(kubeconfig: str | None = None, context: str | None = None) -> KubeCluster:
+def _kube(kubeconfig: str | None = None, context: str | None = None, *, dry_run: bool = False) -> KubeCluster:
     """A :class:`KubeCluster` (imported lazily: the local backend must not need the client loaded)."""
     from tasks.cluster.kube import KubeCluster
 
-    return KubeCluster(kubeconfig=kubeconfig, context=context)
+    return KubeCluster(kubeconfig=kubeconfig, context=context, dry_run=dry_run)
 
 
 def __getattr__(name: str) -> object:

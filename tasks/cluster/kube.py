@@ -32,6 +32,7 @@ from kubernetes import client, config
 from kubernetes import watch as kube_watch
 from kubernetes.client.exceptions import ApiException
 
+from engine.api.identity import address_error, identity_errors
 from engine.api.views import Scale as ScaleView
 from tasks.cluster.base import Manifest, ObjectRef, Scale, WatchEvent
 from tasks.cluster.errors import ClusterError, Conflict, Forbidden, Invalid, NotFound, Unavailable
@@ -86,10 +87,14 @@ class KubeCluster:
         context: str | None = None,
         *,
         request_timeout: float | tuple[float, float] = 30.0,
+        dry_run: bool = False,
     ) -> None:
-        """Use ``api_client`` if given, else load one (see :func:`load_api_client`)."""
+        """Use ``api_client`` if given, else load one (see :func:`load_api_client`). With ``dry_run`` every write
+        is sent with ``dryRun=All``: the API server validates it and answers as if it were stored, and stores
+        nothing (a flow's ``--dry-run``)."""
         self.api_client = api_client if api_client is not None else load_api_client(kubeconfig, context)
         self.request_timeout = request_timeout
+        self.dry_run = dry_run
         self._custom = client.CustomObjectsApi(self.api_client)
         self._discovered: dict[tuple[str, str], ResourceInfo] = {}
         self._discovery_lock = threading.Lock()
@@ -193,15 +198,18 @@ class KubeCluster:
         for owned in _SERVER_OWNED:  # e.g. a manifest from a snapshot: the API server rejects these on create
             meta.pop(owned, None)
         namespace = _ns(info, meta.get("namespace"))
+        errors = identity_errors({**obj, "metadata": {**meta, "namespace": namespace}})
+        if errors:  # refused here as the API server would, and never put into a request path
+            raise Invalid(f"{errors[0][0]}: Invalid value: {errors[0][1]}", field=errors[0][0])
         what = f"create {_describe(info, namespace, meta.get('name') or meta.get('generateName', ''))}"
         if info.is_core:
-            return self._call(what, info, lambda: self._rest("POST", info.path(namespace), body=obj, query=_FM))
+            return self._call(what, info, lambda: self._rest("POST", info.path(namespace), body=obj, query=self._fm()))
         args = _custom_args(info, namespace)
         method = "create_namespaced_custom_object" if info.namespaced else "create_cluster_custom_object"
         return self._call(
             what,
             info,
-            lambda: getattr(self._custom, method)(*args, body=obj, field_manager=FIELD_MANAGER, **self._raw()),
+            lambda: getattr(self._custom, method)(*args, body=obj, field_manager=FIELD_MANAGER, **self._write()),
         )
 
     def apply(self, obj: Manifest) -> Manifest:
@@ -248,13 +256,14 @@ class KubeCluster:
         """DELETE the object (the server keeps it until its finalizers are gone)."""
         info = self._resource(ref.api_version, ref.kind)
         namespace = _ns(info, ref.namespace)
+        _check_address(info, namespace, ref.name)
         what = f"delete {_describe(info, namespace, ref.name)}"
         if info.is_core:
-            self._call(what, info, lambda: self._rest("DELETE", info.path(namespace, ref.name)))
+            self._call(what, info, lambda: self._rest("DELETE", info.path(namespace, ref.name), query=self._dry()))
             return
         method = "delete_namespaced_custom_object" if info.namespaced else "delete_cluster_custom_object"
         self._call(
-            what, info, lambda: getattr(self._custom, method)(*_custom_args(info, namespace), ref.name, **self._raw())
+            what, info, lambda: getattr(self._custom, method)(*_custom_args(info, namespace), ref.name, **self._write())
         )
 
     def post_event(self, obj: Manifest, reason: str, message: str, event_type: str = "Normal") -> Manifest:
@@ -264,6 +273,7 @@ class KubeCluster:
     # ------------------------------------------------------------------ requests
 
     def _read(self, info: ResourceInfo, namespace: str | None, name: str, sub: str | None = None) -> Manifest:
+        _check_address(info, namespace, name)
         what = f"get {_describe(info, namespace, name)}{'/' + sub if sub else ''}"
         if info.is_core:
             return self._call(what, info, lambda: self._rest("GET", info.path(namespace, name, sub)))
@@ -273,13 +283,14 @@ class KubeCluster:
         )
 
     def _patch(self, info: ResourceInfo, namespace: str | None, name: str, body: Manifest, sub: str | None) -> Manifest:
+        _check_address(info, namespace, name)
         what = f"patch {_describe(info, namespace, name)}{'/' + sub if sub else ''}"
         if info.is_core:
             return self._call(
                 what,
                 info,
                 lambda: self._rest(
-                    "PATCH", info.path(namespace, name, sub), body=body, content_type=MERGE_PATCH, query=_FM
+                    "PATCH", info.path(namespace, name, sub), body=body, content_type=MERGE_PATCH, query=self._fm()
                 ),
             )
         method = _custom_method("patch", info, sub)
@@ -292,7 +303,7 @@ class KubeCluster:
                 body,
                 field_manager=FIELD_MANAGER,
                 _content_type=MERGE_PATCH,
-                **self._raw(),
+                **self._write(),
             ),
         )
 
@@ -333,6 +344,18 @@ class KubeCluster:
     def _raw(self) -> dict[str, Any]:
         """Options that make a typed call return the raw response, with our timeout."""
         return {"_preload_content": False, "_request_timeout": self.request_timeout}
+
+    def _write(self) -> dict[str, Any]:
+        """:meth:`_raw` for a typed write call, with ``dry_run="All"`` in a dry run."""
+        return {**self._raw(), **({"dry_run": "All"} if self.dry_run else {})}
+
+    def _dry(self) -> list[tuple[str, Any]]:
+        """The query of a raw write: ``dryRun=All`` in a dry run."""
+        return [("dryRun", "All")] if self.dry_run else []
+
+    def _fm(self) -> list[tuple[str, Any]]:
+        """The query of a raw create or patch: the field manager, and ``dryRun=All`` in a dry run."""
+        return _FM + self._dry()
 
     def _rest(
         self,
@@ -420,6 +443,14 @@ _FM = [("fieldManager", FIELD_MANAGER)]
 def _ns(info: ResourceInfo, namespace: str | None) -> str | None:
     """The namespace a request addresses: ``default`` for namespaced kinds, none for cluster ones."""
     return (namespace or "default") if info.namespaced else None
+
+
+def _check_address(info: ResourceInfo, namespace: str | None, name: str) -> None:
+    """``Invalid`` when ``name``/``namespace`` are not ones the API server accepts
+    (:func:`engine.api.identity.address_error`): they never become part of a request path."""
+    problem = address_error(info.api_version, info.kind, name, namespace)
+    if problem:
+        raise Invalid(f"{problem[0]}: Invalid value: {problem[1]}", field=problem[0])
 
 
 def _describe(info: ResourceInfo, namespace: str | None, name: str) -> str:

@@ -28,6 +28,7 @@ import time
 import uuid
 from collections.abc import Iterator
 
+from engine.api.identity import identity_errors
 from engine.api.views import ScaleTarget
 from tasks.cluster.base import Manifest, ObjectRef, Scale, WatchEvent
 from tasks.cluster.errors import Conflict, Invalid, NotFound
@@ -202,6 +203,18 @@ class LocalCluster(LocalStore):
         """Record a core/v1 Event about ``obj`` in the Event sink (never in the manifests)."""
         return self.create(build_event(obj, reason, message, event_type))
 
+    def source_of(self, obj: Manifest) -> str | None:
+        """Where a stored object was read from, ``<file>:<line>`` (None when it is not stored here): what a
+        report about an object points the person at."""
+        meta = obj.get("metadata") if isinstance(obj.get("metadata"), dict) else {}
+        try:
+            key = key_of({"apiVersion": obj.get("apiVersion"), "kind": obj.get("kind"), "metadata": meta})
+        except (KeyError, TypeError):
+            return None
+        with self._lock:
+            entry = self._index.get(key)
+        return None if entry is None else f"{entry.file.path}:{entry.doc.line}"
+
     # ------------------------------------------------------------------ writes
 
     def _prepare_create(self, info: ResourceInfo, obj: Manifest) -> Manifest:
@@ -216,6 +229,10 @@ class LocalCluster(LocalStore):
             meta["namespace"] = meta.get("namespace") or "default"
         else:
             meta.pop("namespace", None)
+        errors = identity_errors(new)  # as the API server validates metadata on create
+        if errors:
+            field, reason = errors[0]
+            raise Invalid(f"{field}: Invalid value: {reason}", field=field)
         for system in ("resourceVersion", "deletionTimestamp"):
             meta.pop(system, None)
         meta["uid"] = str(uuid.uuid4())

@@ -50,7 +50,7 @@ except ImportError:  # pragma: no cover - not POSIX: thread safety only
 from tasks.cluster.base import Manifest, ObjectRef
 from tasks.cluster.bookkeeping import Bookkeeping
 from tasks.cluster.dirwatch import DirectoryWatch, open_watch
-from tasks.cluster.errors import Invalid, NotFound, Unavailable
+from tasks.cluster.errors import Forbidden, Invalid, NotFound, Unavailable
 from tasks.cluster.local_index import Entry, Index, Key, key_of
 from tasks.cluster.objects import apply_builtin_defaults
 from tasks.cluster.resources import ResourceInfo, lookup, resource_for
@@ -418,7 +418,17 @@ class LocalStore:
         else:
             folder = obj["metadata"].get("namespace") or "_cluster"
             path = self.path / folder / f"{obj['kind'].lower()}-{obj['metadata']['name']}.yaml"
-        return self._files.get(path) or YamlFile(path=path)
+        return self._files.get(path) or YamlFile(path=self._inside(path))
+
+    def _inside(self, path: Path) -> Path:
+        """``path`` when it resolves (symbolic links followed) inside the state's directory; ``Forbidden``
+        otherwise. A new file's path is built from an object's namespace and name: however those came to be,
+        this backend never writes outside the folder it was given."""
+        root = (self.path.parent if self.single_file else self.path).resolve()
+        resolved = path.resolve()
+        if resolved != root and root not in resolved.parents:
+            raise Forbidden(f"refusing to write {path}: it resolves to {resolved}, outside {root}")
+        return path
 
     def _remove(self, entry: Entry) -> None:
         """Drop an object from its file (the file goes too in directory mode when nothing is left)."""
@@ -556,13 +566,16 @@ def _without(obj: Manifest, meta_keys: tuple[str, ...]) -> Manifest:
 
 
 def _is_object(data: Any) -> bool:
-    """A document that is a Kubernetes object (has apiVersion, kind and metadata.name)."""
+    """A document that is a Kubernetes object (has apiVersion, kind and metadata.name, a namespace if any, as
+    strings). Whether the name is one the API server accepts is the boundary's check (``tasks/boundary.py``)."""
     return (
         isinstance(data, dict)
         and isinstance(data.get("apiVersion"), str)
         and isinstance(data.get("kind"), str)
         and isinstance(data.get("metadata"), dict)
-        and bool(data["metadata"].get("name"))
+        and isinstance(data["metadata"].get("name"), str)
+        and bool(data["metadata"]["name"])
+        and isinstance(data["metadata"].get("namespace") or "", str)
     )
 
 

@@ -1,13 +1,15 @@
 """Typed download failures: each carries a ``reason`` a flow copies into a ModelCache condition.
 
 Messages are written for the person who reads the condition: what failed and what to do. They never
-contain a secret: every message passes through :func:`redact` with the credentials in use, and
+contain a secret: every message passes through :func:`tasks.redaction.redact` with the credentials in use, and
 exceptions from the client libraries are re-raised without their chain (their text could echo a header).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
+
+from tasks.redaction import redact
 
 
 class DownloadError(Exception):
@@ -19,6 +21,12 @@ class DownloadError(Exception):
     def __init__(self, message: str) -> None:
         self.message = message
         super().__init__(message)
+
+    def redacted(self, secrets: Iterable[str | None]) -> DownloadError:
+        """This error with its whole message passed through :func:`tasks.redaction.redact` (returns itself)."""
+        self.message = redact(self.message, secrets)
+        self.args = (self.message,)
+        return self
 
 
 class AuthenticationFailed(DownloadError):
@@ -55,6 +63,14 @@ class PathTraversal(DownloadError):
     retryable = False
 
 
+class EndpointNotAllowed(DownloadError):
+    """The source URI names an S3 endpoint other than the one the credentials in use are configured for:
+    nothing is sent there (no connection, no access key id, no signed request)."""
+
+    reason = "EndpointNotAllowed"
+    retryable = False
+
+
 class UnsupportedSource(DownloadError):
     """The source is not one the downloader fetches (only hf:// and s3:// are)."""
 
@@ -79,11 +95,3 @@ class TransferFailed(DownloadError):
     """The source could not be reached or broke off (network, server error) after retries."""
 
     reason = "TransferFailed"
-
-
-def redact(text: str, secrets: Iterable[str | None]) -> str:
-    """``text`` with every secret value (at least 4 characters long) replaced by ``***``."""
-    for secret in secrets:
-        if secret and len(secret) >= 4:
-            text = text.replace(secret, "***")
-    return text

@@ -33,7 +33,6 @@ from tasks.downloader.errors import (
     DownloadError,
     InsufficientSpace,
     UnsupportedSource,
-    redact,
 )
 from tasks.downloader.hashing import MiB, checksum_problem, has_checksum, hash_file
 from tasks.downloader.lock import DEFAULT_HEARTBEAT, DEFAULT_STALE_AFTER, CacheLock
@@ -108,8 +107,7 @@ def fill_cache(
         try:
             return _fill_locked(parsed, root, creds, progress, lock, capacity_bytes, concurrency, part_size)
         except DownloadError as exc:
-            exc.message = redact(exc.message, creds.secrets)
-            exc.args = (exc.message,)
+            exc.redacted(creds.secrets)  # its whole message, in place
             raise
 
 

@@ -28,8 +28,9 @@ from huggingface_hub.utils import build_hf_headers, filter_repo_objects
 
 from engine.caches.sources import ModelSource
 from tasks.downloader.credentials import Credentials
-from tasks.downloader.errors import AuthenticationFailed, DownloadError, SourceNotFound, TransferFailed, redact
+from tasks.downloader.errors import AuthenticationFailed, DownloadError, SourceNotFound, TransferFailed
 from tasks.downloader.plan import Listing, RemoteFile
+from tasks.redaction import redact
 
 DEFAULT_ENDPOINT = "https://huggingface.co"
 
@@ -157,7 +158,10 @@ class HfBackend:
             raise self.translate(exc, where) from None
 
     def translate(self, exc: BaseException, where: str) -> DownloadError:
-        """A client error as a typed download error; the token never appears in the message."""
+        """A client error as a typed download error; the token never appears in the message (redacted whole)."""
+        return self._typed(exc, where).redacted(self.credentials.secrets)
+
+    def _typed(self, exc: BaseException, where: str) -> DownloadError:
         text = self._first_line(exc)
         if isinstance(exc, (RepositoryNotFoundError, GatedRepoError)) and not isinstance(exc, RevisionNotFoundError):
             hint = (

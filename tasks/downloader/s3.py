@@ -14,10 +14,17 @@ from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError, EndpointConnectionError
 from botocore.loaders import Loader
 
-from engine.caches.sources import ModelSource
+from engine.caches.sources import ModelSource, same_endpoint
 from tasks.downloader.credentials import Credentials
-from tasks.downloader.errors import AuthenticationFailed, DownloadError, SourceNotFound, TransferFailed, redact
+from tasks.downloader.errors import (
+    AuthenticationFailed,
+    DownloadError,
+    EndpointNotAllowed,
+    SourceNotFound,
+    TransferFailed,
+)
 from tasks.downloader.plan import Listing, RemoteFile
+from tasks.redaction import redact
 
 AUTH_CODES = frozenset(
     {"InvalidAccessKeyId", "SignatureDoesNotMatch", "AccessDenied", "InvalidToken", "ExpiredToken", "403"}
@@ -57,6 +64,7 @@ class S3Backend:
     def __init__(self, source: ModelSource, credentials: Credentials, max_connections: int = 16) -> None:
         self.source = source
         self.credentials = credentials
+        _refuse_foreign_endpoint(source, credentials)
         endpoint = source.endpoint or credentials.aws_endpoint_url
         if endpoint and not endpoint.startswith(("http://", "https://")):
             endpoint = "https://" + endpoint
@@ -165,17 +173,34 @@ class S3Backend:
     def translate(self, exc: ClientError, where: str) -> DownloadError:
         """A boto error as a typed download error with a message that carries no secret."""
         code = _code(exc)
-        message = self._redact(str(exc.response.get("Error", {}).get("Message") or code))
+        message = str(exc.response.get("Error", {}).get("Message") or code)
         if code in AUTH_CODES:
-            return AuthenticationFailed(
-                f"S3 rejected the credentials for {where} ({code}): {message}; check AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY (or ACCESS_KEY/SECRET_KEY)"
+            error: DownloadError = AuthenticationFailed(
+                f"S3 rejected the credentials for {where} ({code}): {message}; "
+                "check AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY (or ACCESS_KEY/SECRET_KEY)"
             )
-        if code in NOT_FOUND_CODES:
-            return SourceNotFound(f"{where} does not exist ({code})")
-        return TransferFailed(f"S3 error for {where} ({code}): {message}")
+        elif code in NOT_FOUND_CODES:
+            error = SourceNotFound(f"{where} does not exist ({code})")
+        else:
+            error = TransferFailed(f"S3 error for {where} ({code}): {message}")
+        return error.redacted(self.credentials.secrets)
 
     def _redact(self, text: str) -> str:
         return redact(text, self.credentials.secrets)
+
+
+def _refuse_foreign_endpoint(source: ModelSource, credentials: Credentials) -> None:
+    """:class:`EndpointNotAllowed` when the source URI's ``?endpoint=`` would take configured credentials to
+    another server than the configured endpoint (the same rule as :func:`engine.caches.fill.endpoint_refusal`,
+    checked again here, where requests are signed, whatever started the fill)."""
+    keys = (credentials.aws_access_key_id, credentials.aws_secret_access_key, credentials.aws_session_token)
+    if source.endpoint is None or not any(keys) or same_endpoint(source.endpoint, credentials.aws_endpoint_url):
+        return
+    configured = credentials.aws_endpoint_url or "none"
+    raise EndpointNotAllowed(
+        f"sourceUri: endpoint {source.endpoint} is not where the S3 credentials in use may be sent "
+        f"(the configured endpoint is {configured}); remove ?endpoint= from the URI or make it equal the configured endpoint"
+    )
 
 
 def _code(exc: ClientError) -> str:

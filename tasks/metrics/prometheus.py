@@ -87,6 +87,7 @@ from tasks.metrics.snapshot import (
     checked_metric_names,
     from_epoch,
 )
+from tasks.redaction import redact
 
 log = logging.getLogger("tasks.metrics")  # one logger for every metrics source
 
@@ -445,7 +446,7 @@ class PrometheusMetrics:
         return self._redact(match.group(0) if match else type(exc).__name__)
 
     def _redact(self, text: str) -> str:
-        return text.replace(self._token, "***") if self._token else text
+        return redact(text, (self._token,))
 
 
 _ENV_OPTIONS: tuple[tuple[str, str, type], ...] = (

@@ -323,3 +323,33 @@ def test_event_satisfies_api_server_event_validation(kube: Any, ns: str) -> None
     assert len(event["message"].encode()) <= 1024 and event["message"] == "é" * 512
     assert event["reportingComponent"] == "modelplane" and event["reportingInstance"]
     assert event["eventTime"].endswith("Z") and "." in event["eventTime"]
+
+
+def test_a_hostile_name_is_never_sent_to_the_api_server(kube: Any, ns: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    seen = record_requests(kube, monkeypatch)
+    hostile = "zz/../../configmaps/other"
+    with pytest.raises(Invalid, match="metadata.name"):
+        kube.create({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": hostile, "namespace": ns}})
+    with pytest.raises(Invalid, match="metadata.name"):
+        kube.patch_status(ObjectRef(*VA, hostile, ns), {"actuation": {"applied": True}})
+    with pytest.raises(Invalid, match="metadata.namespace"):
+        kube.get("v1", "ConfigMap", "cm", "../kube-system")
+    with pytest.raises(Invalid, match="metadata.name"):
+        kube.delete(ObjectRef("v1", "ConfigMap", hostile, ns))
+    assert seen == []
+
+
+def test_a_dry_run_client_changes_nothing_on_the_server(kube: Any, server: Any, ns: str) -> None:
+    from tasks.cluster.kube import KubeCluster
+
+    kube.create(va_manifest("va", ns))
+    before = kube.get(*VA, "va", ns)
+    dry = KubeCluster(api_client=server.api_client(), dry_run=True)
+    created = dry.create({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "cm", "namespace": ns}})
+    assert created["metadata"]["name"] == "cm"  # answered as if stored
+    dry.patch_status(ObjectRef(*VA, "va", ns), {"actuation": {"applied": True}})
+    dry.patch_spec(ObjectRef(*VA, "va", ns), {"spec": {"variantCost": "9"}})
+    dry.delete(ObjectRef(*VA, "va", ns))
+    with pytest.raises(NotFound):
+        kube.get("v1", "ConfigMap", "cm", ns)
+    assert kube.get(*VA, "va", ns) == before

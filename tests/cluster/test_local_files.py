@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tasks.cluster import Conflict, Invalid, LocalCluster, ObjectRef
+from tasks.cluster import Conflict, Forbidden, Invalid, LocalCluster, ObjectRef
 from tasks.cluster.resources import lookup
 
 REPO = Path(__file__).resolve().parents[2]
@@ -227,3 +227,41 @@ def test_written_strings_read_back_as_strings_in_yaml_1_1(tmp_path: Path) -> Non
     assert loaded["metadata"]["annotations"] == tricky and loaded["data"] == {"a": "off"}
     assert "plain: hello" in path.read_text()
     assert LocalCluster(path).get("v1", "ConfigMap", "c", "ns")["metadata"]["annotations"] == tricky
+
+
+def tree(root: Path) -> dict[str, bytes]:
+    """Every file below ``root`` (links followed) with its bytes."""
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def test_a_new_object_is_never_written_outside_the_folder_through_a_symlink(tmp_path: Path) -> None:
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    state = tmp_path / "state"
+    state.mkdir()
+    (state / "ns").symlink_to(outside, target_is_directory=True)  # the namespace's folder points elsewhere
+    cluster = LocalCluster(state)
+    before = tree(tmp_path)
+    with pytest.raises(Forbidden, match="outside"):
+        cluster.create({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "cm", "namespace": "ns"}})
+    assert list(outside.iterdir()) == []
+    assert {k: v for k, v in tree(tmp_path).items() if not k.startswith("state/.")} == before
+    cluster.create({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "cm", "namespace": "other"}})
+    assert (state / "other" / "configmap-cm.yaml").is_file()  # inside the folder: written as always
+
+
+@pytest.mark.parametrize(
+    ("meta", "field"),
+    [
+        ({"name": "zz/../../../escaped", "namespace": "ns"}, "metadata.name"),
+        ({"name": "cm", "namespace": "../../escaped"}, "metadata.namespace"),
+        ({"name": "..", "namespace": "ns"}, "metadata.name"),
+    ],
+)
+def test_create_refuses_a_name_the_api_server_would_refuse(tmp_path: Path, meta: dict[str, str], field: str) -> None:
+    state = tmp_path / "state"
+    state.mkdir()
+    with pytest.raises(Invalid) as caught:
+        LocalCluster(state).create({"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta})
+    assert caught.value.field == field
+    assert sorted(p.name for p in tmp_path.rglob("*") if not p.name.startswith(".")) == ["state"]

@@ -9,9 +9,9 @@ import pytest
 
 from engine.caches.identity import CACHE_MARKER
 from tasks.downloader import Credentials, PathTraversal, ProgressTracker, is_complete, read_manifest, safe_relative_path
-from tasks.downloader.errors import redact
 from tasks.downloader.manifest import CacheManifest, ManifestFile, write_manifest
 from tasks.downloader.plan import Listing, RemoteFile, check_listing
+from tasks.redaction import WITHHELD, redact
 
 
 @pytest.mark.parametrize("name", ["config.json", "a/b/c.bin", "weird name (1).json", "..hidden", "x..y"])
@@ -167,3 +167,35 @@ def test_background_hash_gives_the_stream_hash_digests_in_order_and_leaves_no_th
     hasher2 = BackgroundHash(StreamHash(remote))  # and a hasher whose thread ended starts one again
     hasher2.update(0, body)
     assert hasher2.digests(len(body)) == {"sha256": remote.sha256}
+
+
+@pytest.mark.parametrize(
+    ("text", "secret"),
+    [
+        ("fetching s3://demo-models/tiny-llama", "demo"),  # inside a longer word: ordinary text, kept
+        ("fetching s3://bucket/demonstration", "demo"),
+        ("the passwords field is empty", "password"),  # inside a longer word: kept
+        ("minioadmin-bucket is missing", "minioadmin"),
+    ],
+)
+def test_a_short_secret_never_rewrites_ordinary_text(text: str, secret: str) -> None:
+    assert redact(text, [secret]) == text
+
+
+@pytest.mark.parametrize(
+    ("text", "secret"),
+    [
+        ("access key demo was rejected", "demo"),
+        ("http://user:demo@minio:9000/bucket", "demo"),
+        ("token=demo&x=1", "demo"),
+        ("wrong password: minioadmin.", "minioadmin"),
+        ("key x9 refused", "x9"),
+    ],
+)
+def test_a_short_secret_as_a_whole_token_withholds_the_whole_output(text: str, secret: str) -> None:
+    assert redact(text, [secret, "a-long-secret-value-0123"]) == WITHHELD
+
+
+def test_a_long_or_mixed_secret_is_replaced_where_it_occurs() -> None:
+    text = "signed with wJalrXUtnFEMI/K7MDENG and s3cr3t99 in s3://bucket-wJalrXUtnFEMI/K7MDENG"
+    assert redact(text, ["wJalrXUtnFEMI/K7MDENG", "s3cr3t99", None, ""]) == "signed with *** and *** in s3://bucket-***"

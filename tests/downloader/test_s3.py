@@ -15,6 +15,7 @@ from engine.caches.identity import CACHE_MARKER
 from tasks.downloader import (
     AuthenticationFailed,
     ChecksumMismatch,
+    EndpointNotAllowed,
     InsufficientSpace,
     PathTraversal,
     SourceNotFound,
@@ -25,6 +26,7 @@ from tasks.downloader import (
 )
 from tasks.downloader.plan import STAGING_DIR, RemoteFile
 from tests.downloader.conftest import sha256, tree
+from tests.servers.capture import captured_listener
 
 MiB = 1024 * 1024
 
@@ -240,3 +242,32 @@ def test_kthena_env_names_fill_from_a_non_default_endpoint(s3_server, tmp_path: 
         "aws",
         s3_server.secret_key,
     )
+
+
+def test_an_endpoint_in_the_uri_never_receives_the_configured_credentials(s3_server, model, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    bucket, _ = model
+    creds = s3_server.credentials()
+    with captured_listener() as listener:
+        uri = f"s3://{bucket}/llama?endpoint={listener.url}"
+        with pytest.raises(EndpointNotAllowed, match=r"sourceUri: endpoint http://127\.0\.0\.1:\d+ is not where"):
+            fill_cache(uri, tmp_path / "a", creds)
+        with pytest.raises(EndpointNotAllowed):
+            source_size(uri, creds)
+    assert listener.connections == []  # no connection, so no access key id and no signed request
+    assert creds.aws_access_key_id.encode() not in listener.received
+
+
+def test_an_endpoint_in_the_uri_equal_to_the_configured_one_is_used(s3_server, model, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    bucket, expected = model
+    uri = f"s3://{bucket}/llama?endpoint={s3_server.endpoint}"
+    manifest = fill_cache(uri, tmp_path, s3_server.credentials())
+    assert sorted(f.path for f in manifest.files) == sorted(expected)
+
+
+def test_a_short_key_does_not_mangle_the_message(s3_server, tmp_path: pathlib.Path) -> None:  # type: ignore[no-untyped-def]
+    bucket = s3_server.new_bucket("demo")  # the example's old key, "demo", is part of the bucket's name
+    upload(s3_server, bucket, {"tiny/config.json": b"{}"})
+    with pytest.raises(AuthenticationFailed) as caught:
+        fill_cache(f"s3://{bucket}/tiny", tmp_path, s3_server.credentials(aws_access_key_id="demo"))
+    assert f"s3://{bucket}/tiny" in caught.value.message  # before: s3://***-.../tiny, which told the key away
+    assert "***" not in caught.value.message

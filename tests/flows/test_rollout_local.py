@@ -6,11 +6,13 @@ out, the optimize cycle scales its backend through the binding, and a second rol
 
 from __future__ import annotations
 
+import json
 import pathlib
 
 import pytest
 from typer.testing import CliRunner
 
+from engine.rollout.workloads import ANNOTATION_LAST_APPLIED, value_digest
 from flows.cli import app
 from flows.optimize import optimize
 from flows.rollout_models import rollout_models
@@ -78,3 +80,96 @@ def test_openmodel_waits_for_its_cache_and_a_missing_one_is_a_clear_error(
         and "OpenModel 'no-such-model' not found" in result.output
         and "Traceback" not in result.output
     )
+
+
+HOSTILE_MODEL = """
+---
+apiVersion: registry.volcano.sh/v1alpha1
+kind: Model
+metadata:
+  name: {name}
+  namespace: llm-serving
+spec:
+  backends:
+    - name: b
+      type: vLLM
+      modelURI: hf://org/m
+      minReplicas: 1
+      maxReplicas: 1
+      workers:
+        - type: server
+          image: vllm/vllm-openai:v0.10.1
+          replicas: 1
+          pods: 1
+"""
+
+
+def files_beside(cluster: pathlib.Path) -> set[pathlib.Path]:
+    """Every path below the cluster folder's parent that is not in the cluster folder."""
+    return {p for p in cluster.parent.rglob("*") if cluster not in (p, *p.parents)}
+
+
+def test_a_hostile_model_name_writes_nothing_outside_and_the_others_roll_out(
+    example_cluster: pathlib.Path, prefect_harness: None
+) -> None:
+    outside = example_cluster.parent / "outside"
+    outside.mkdir()
+    name = "zz/" + "../" * 40 + str(outside).lstrip("/") + "/escaped"  # ../ up to / then down to `outside`
+    (example_cluster / "20-kthena.yaml").open("a").write(HOSTILE_MODEL.format(name=name))
+    around = files_beside(example_cluster)
+    result = CliRunner().invoke(app, ["rollout-models", "--cluster", str(example_cluster)], terminal_width=250)
+    assert result.exit_code == 3, result.output
+    assert list(outside.iterdir()) == []  # before the fix: outside/escaped-route.yaml
+    assert files_beside(example_cluster) == around
+    assert "20-kthena.yaml:" in result.output and "invalid: metadata.name" in result.output
+    assert f"Model llm-serving/{name}" in result.output
+    assert f"+Deployment/{DEPLOYMENT}" in result.stdout  # the valid Model still rolled out
+    assert "escaped" not in "".join(p.name for p in example_cluster.rglob("*"))
+    hostile = LocalCluster(str(example_cluster)).get("registry.volcano.sh/v1alpha1", "Model", name, "llm-serving")
+    assert "status" not in hostile  # never addressed, not even to be marked
+
+
+def annotations_of_every_object(cluster: LocalCluster) -> str:
+    kinds = [
+        ("apps/v1", "Deployment"),
+        ("v1", "Service"),
+        ("v1", "ConfigMap"),
+        ("aim.silogen.ai/v1alpha1", "ModelCache"),
+    ]
+    kinds += [("registry.volcano.sh/v1alpha1", k) for k in ("AutoscalingPolicy", "AutoscalingPolicyBinding")]
+    return json.dumps([o["metadata"].get("annotations") for kind in kinds for o in cluster.list(*kind)])
+
+
+def test_a_plain_credential_in_a_model_env_never_reaches_annotations(
+    example_cluster: pathlib.Path, prefect_harness: None
+) -> None:
+    token, secret = "hf_plainTokenValue0123456789", "plain/aws+secret/value/0123456789"
+    manifest = example_cluster / "20-kthena.yaml"
+    plain = f"""        - name: HF_TOKEN
+          value: {token}
+        - name: AWS_SECRET_ACCESS_KEY
+          value: {secret}
+      minReplicas: 1"""
+    manifest.write_text(manifest.read_text().replace("      minReplicas: 1", plain, 1))
+
+    assert rollout_models(cluster=str(example_cluster)).summary == "1 models, 1 changed, 0 failed"
+    cluster = LocalCluster(str(example_cluster))
+    deployment = cluster.get("apps/v1", "Deployment", DEPLOYMENT, "llm-serving")
+    env = {e["name"]: e.get("value") for e in deployment["spec"]["template"]["spec"]["containers"][0]["env"]}
+    assert env["HF_TOKEN"] == token  # the workload runs with what the Model says, as Kthena's would
+    annotations = annotations_of_every_object(cluster)
+    assert token not in annotations and secret not in annotations  # before: in modelplane.io/last-applied
+    assert value_digest("HF_TOKEN", token) in deployment["metadata"]["annotations"][ANNOTATION_LAST_APPLIED]
+    warnings = [e for e in cluster.list("v1", "Event", "llm-serving") if e["reason"] == "PlainTextCredential"]
+    assert {e["involvedObject"]["kind"] for e in warnings} == {"Model"} and {e["type"] for e in warnings} == {"Warning"}
+    messages = " ".join(e["message"] for e in warnings)
+    assert "HF_TOKEN" in messages and "AWS_SECRET_ACCESS_KEY" in messages and "HF_ENDPOINT" not in messages
+    assert token not in messages and secret not in messages
+
+    manifest.write_text(manifest.read_text().replace(token, token + "-rotated"))  # a changed value still rolls out
+    assert rollout_models(cluster=str(example_cluster)).summary == "1 models, 1 changed, 0 failed"
+    rotated = LocalCluster(str(example_cluster)).get("apps/v1", "Deployment", DEPLOYMENT, "llm-serving")
+    env = {e["name"]: e.get("value") for e in rotated["spec"]["template"]["spec"]["containers"][0]["env"]}
+    assert env["HF_TOKEN"] == token + "-rotated"
+    assert value_digest("HF_TOKEN", token + "-rotated") in rotated["metadata"]["annotations"][ANNOTATION_LAST_APPLIED]
+    assert token not in annotations_of_every_object(LocalCluster(str(example_cluster)))

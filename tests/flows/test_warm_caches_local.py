@@ -10,12 +10,15 @@ from typing import Any
 
 import pytest
 import yaml
+from typer.testing import CliRunner
 
 from engine.caches.identity import CACHE_MARKER
+from flows.cli import app
 from flows.warm_caches import warm_caches
 from tasks.cluster import LocalCluster, ObjectRef
 from tasks.warm_caches import local_volume
 from tests.flows.artifacts import prefect_events
+from tests.servers.capture import captured_listener
 from tests.servers.hftest.fixture import HfServer
 from tests.servers.s3test.fixture import S3Server
 
@@ -464,3 +467,32 @@ def test_a_refill_keeps_unchanged_transition_times_and_last_used(
     times = {c["type"]: c["lastTransitionTime"] for c in stored["status"]["conditions"]}
     assert times["StorageReady"] == old and times["Failure"] == old  # unchanged through the whole pass
     assert times["Ready"] != old and times["Progressing"] != old  # they went through Progressing
+
+
+def test_an_endpoint_in_the_uri_never_receives_the_namespace_credentials(
+    prefect_harness: None, s3_server: S3Server, cluster_dir: pathlib.Path
+) -> None:
+    uri = s3_model(s3_server)
+    with captured_listener() as listener:
+        write_with_s3(
+            cluster_dir,
+            s3_server,
+            model_cache("redirected", f"{uri}?endpoint={listener.url}", size="1Gi"),
+            model_cache("same-endpoint", f"{uri}?endpoint={s3_server.endpoint}"),
+        )
+        report = warm_caches(cluster=str(cluster_dir))
+        validated = CliRunner().invoke(app, ["validate-manifests", "--cluster", str(cluster_dir), "--json"])
+    assert listener.connections == []  # no connection: no access key id, no signed request
+    assert s3_server.access_key.encode() not in listener.received
+    redirected = cache(cluster_dir, "redirected")
+    failure = {c["type"]: c for c in redirected["status"]["conditions"]}["Failure"]
+    assert redirected["status"]["status"] == "Failed"
+    assert (failure["status"], failure["reason"]) == ("True", "EndpointNotAllowed")
+    assert failure["message"].startswith(f"spec.sourceUri: endpoint {listener.url} is not where the S3 credentials")
+    assert s3_server.access_key not in failure["message"] and s3_server.secret_key not in failure["message"]
+    assert cache(cluster_dir, "same-endpoint")["status"]["status"] == "Available"  # the configured endpoint: fine
+    rows = {r.name: r for r in report.rows}
+    assert rows["redirected"].reason == "EndpointNotAllowed"
+    assert validated.exit_code == 3, validated.output
+    results = {row["name"]: row["result"] for row in json.loads(validated.stdout)}
+    assert results["redirected"] == failure["message"] and results["same-endpoint"] == "valid"

@@ -1,0 +1,219 @@
+"""An object's identity checked as the Kubernetes API server checks it, before anything is built from it.
+
+An object's name and namespace become file paths (the local backend), REST paths (the real cluster) and the
+names of the objects a rollout renders. The API server refuses an object whose identity breaks apimachinery's
+rules; manifest files and hand-made dumps are not so guarded, so every object that enters Modelplane passes
+:func:`identity_errors` first (``validate-manifests`` and the flows' boundary reader through
+:func:`engine.api.validate.check_identity`, both backends before they address an object), and one that fails is
+reported and never used.
+
+The rules are apimachinery's (``k8s.io/apimachinery/pkg/api/validation`` and ``pkg/util/validation``):
+
+* ``apiVersion`` and ``kind`` non-empty strings, ``metadata`` a mapping;
+* ``metadata.name`` (or ``generateName``) present; a DNS-1123 subdomain (at most 253 characters) for most kinds,
+  a DNS-1123 label (63) for a Namespace, a DNS-1035 label (63) for a Service, a path segment (no ``/``, ``%``,
+  not ``.`` or ``..``) for the RBAC kinds;
+* ``metadata.namespace`` a DNS-1123 label (63);
+* label keys qualified names (an optional DNS-1123 subdomain prefix and ``/``, then at most 63 characters),
+  label values at most 63 characters of the same alphabet; annotation keys qualified names and all annotations
+  together at most 256 KiB.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any
+
+__all__ = ["address_error", "identity_errors", "name_error"]
+
+DNS1123_LABEL_MAX = 63
+DNS1123_SUBDOMAIN_MAX = 253
+QUALIFIED_NAME_MAX = 63
+LABEL_VALUE_MAX = 63
+TOTAL_ANNOTATION_SIZE = 256 * 1024
+"""apimachinery's ``TotalAnnotationSizeLimitB``: keys and values of all annotations together, in bytes."""
+
+_LABEL = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"
+_DNS1123_LABEL = re.compile(rf"^{_LABEL}$")
+_DNS1123_SUBDOMAIN = re.compile(rf"^{_LABEL}(\.{_LABEL})*$")
+_DNS1035_LABEL = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
+_QUALIFIED_PART = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$")
+
+_RBAC_GROUP = "rbac.authorization.k8s.io"
+
+
+_DNS1123_LABEL_RULE = (
+    _DNS1123_LABEL,
+    DNS1123_LABEL_MAX,
+    "a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', "
+    "and must start and end with an alphanumeric character (e.g. 'my-name' or '123-abc')",
+)
+_DNS1123_SUBDOMAIN_RULE = (
+    _DNS1123_SUBDOMAIN,
+    DNS1123_SUBDOMAIN_MAX,
+    "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', "
+    "and must start and end with an alphanumeric character (e.g. 'example.com')",
+)
+_DNS1035_LABEL_RULE = (
+    _DNS1035_LABEL,
+    DNS1123_LABEL_MAX,
+    "a DNS-1035 label must consist of lower case alphanumeric characters or '-', start with an "
+    "alphabetic character, and end with an alphanumeric character (e.g. 'my-name' or 'abc-123')",
+)
+
+
+def _pattern_error(value: str, rule: tuple[re.Pattern[str], int, str]) -> str | None:
+    """Why ``value`` breaks a name rule ``(pattern, longest, what it must look like)``, or None."""
+    pattern, limit, explanation = rule
+    if len(value) > limit:
+        return f"must be no more than {limit} characters"
+    return None if pattern.match(value) else explanation
+
+
+def _dns1123_label(value: str) -> str | None:
+    return _pattern_error(value, _DNS1123_LABEL_RULE)
+
+
+def _dns1123_subdomain(value: str) -> str | None:
+    return _pattern_error(value, _DNS1123_SUBDOMAIN_RULE)
+
+
+def _path_segment(value: str) -> str | None:
+    if value in (".", ".."):
+        return f"may not be '{value}'"
+    for forbidden in ("/", "%"):
+        if forbidden in value:
+            return f"may not contain '{forbidden}'"
+    return None
+
+
+def _qualified_name(value: str) -> str | None:
+    prefix, slash, name = value.rpartition("/")
+    if slash:
+        if not prefix:
+            return "prefix part must be non-empty"
+        problem = _dns1123_subdomain(prefix)
+        if problem:
+            return f"prefix part {problem}"
+    if not name:
+        return "name part must be non-empty"
+    if len(name) > QUALIFIED_NAME_MAX:
+        return f"name part must be no more than {QUALIFIED_NAME_MAX} characters"
+    if not _QUALIFIED_PART.match(name):
+        return (
+            "name part must consist of alphanumeric characters, '-', '_' or '.', and must start and end with "
+            "an alphanumeric character (e.g. 'MyName', 'my.name' or '123-abc'), with an optional DNS subdomain "
+            "prefix and '/' (e.g. 'example.com/MyName')"
+        )
+    return None
+
+
+def _label_value(value: str) -> str | None:
+    if len(value) > LABEL_VALUE_MAX:
+        return f"must be no more than {LABEL_VALUE_MAX} characters"
+    if value and not _QUALIFIED_PART.match(value):
+        return (
+            "a valid label value must be an empty string or consist of alphanumeric characters, '-', '_' or '.', "
+            "and must start and end with an alphanumeric character"
+        )
+    return None
+
+
+def name_error(api_version: str, kind: str, name: str) -> str | None:
+    """Why ``name`` is not a valid name for an object of ``kind``, or None (the rule of that kind, see module docs)."""
+    group = api_version.rpartition("/")[0]
+    if group == "" and kind == "Namespace":
+        return _dns1123_label(name)
+    if group == "" and kind == "Service":
+        return _pattern_error(name, _DNS1035_LABEL_RULE)
+    if group == _RBAC_GROUP:
+        return _path_segment(name)
+    return _dns1123_subdomain(name)
+
+
+def address_error(api_version: str, kind: str, name: str | None, namespace: str | None) -> tuple[str, str] | None:
+    """``(field, reason)`` when an object cannot be addressed by this name and namespace, else None: what a
+    backend checks before it turns them into a file or REST path."""
+    if namespace is not None:
+        if not isinstance(namespace, str):
+            return "metadata.namespace", "must be a string"
+        problem = _dns1123_label(namespace) if namespace else None
+        if problem:
+            return "metadata.namespace", problem
+    if name is not None:
+        if not isinstance(name, str):
+            return "metadata.name", "must be a string"
+        problem = name_error(api_version, kind, name) if name else "Required value: name is required"
+        if problem:
+            return "metadata.name", problem
+    return None
+
+
+def identity_errors(manifest: Any) -> list[tuple[str, str]]:
+    """Every ``(field path, reason)`` that makes ``manifest``'s identity one the API server would refuse
+    (see module docs); empty when it is sound."""
+    if not isinstance(manifest, Mapping):
+        return [("", "a manifest must be a mapping")]
+    errors: list[tuple[str, str]] = []
+    for key in ("apiVersion", "kind"):
+        value = manifest.get(key)
+        if not isinstance(value, str) or not value:
+            errors.append((key, "Required value" if value in (None, "") else "must be a string"))
+    meta = manifest.get("metadata")
+    if not isinstance(meta, Mapping):
+        errors.append(("metadata", "Required value" if meta is None else "must be a mapping"))
+        return errors
+    if errors:
+        return errors
+    errors += _name_errors(manifest["apiVersion"], manifest["kind"], meta)
+    errors += _label_errors(meta.get("labels"))
+    errors += _annotation_errors(meta.get("annotations"))
+    return errors
+
+
+def _name_errors(api_version: str, kind: str, meta: Mapping[str, Any]) -> list[tuple[str, str]]:
+    name, generate_name = meta.get("name"), meta.get("generateName")
+    if name in (None, "") and generate_name in (None, ""):
+        return [("metadata.name", "Required value: name or generateName is required")]
+    if generate_name not in (None, "") and not isinstance(generate_name, str):
+        return [("metadata.generateName", "must be a string")]
+    problem = address_error(api_version, kind, None if name in (None, "") else name, meta.get("namespace"))
+    return [problem] if problem else []
+
+
+def _string_pairs(field: str, mapping: Any) -> tuple[list[tuple[str, str, str]], list[tuple[str, str]]]:
+    """``(path, key, value)`` of each string entry of a labels/annotations mapping, and the errors of the rest."""
+    if mapping is None:
+        return [], []
+    if not isinstance(mapping, Mapping):
+        return [], [(field, "must be a mapping of strings")]
+    pairs, errors = [], []
+    for key, value in mapping.items():
+        where = f'{field}["{key}"]'
+        if isinstance(key, str) and isinstance(value, str):
+            pairs.append((where, key, value))
+        else:
+            errors.append((where, "keys and values must be strings"))
+    return pairs, errors
+
+
+def _label_errors(labels: Any) -> list[tuple[str, str]]:
+    pairs, errors = _string_pairs("metadata.labels", labels)
+    for where, key, value in pairs:
+        for what, problem in (("key", _qualified_name(key)), ("value", _label_value(value))):
+            if problem:
+                errors.append((where, f"invalid label {what}: {problem}"))
+    return errors
+
+
+def _annotation_errors(annotations: Any) -> list[tuple[str, str]]:
+    pairs, errors = _string_pairs("metadata.annotations", annotations)
+    for where, key, _ in pairs:
+        problem = _qualified_name(key.lower())
+        if problem:
+            errors.append((where, f"invalid annotation key: {problem}"))
+    size = sum(len(key.encode()) + len(value.encode()) for _, key, value in pairs)
+    if size > TOTAL_ANNOTATION_SIZE:
+        errors.append(("metadata.annotations", f"Too long: must have at most {TOTAL_ANNOTATION_SIZE} bytes"))
+    return errors

@@ -1,0 +1,54 @@
+"""Keeping credentials out of what Modelplane writes: messages, log lines, statuses, artifacts.
+
+:func:`redact` is the one helper every output that might echo a credential passes through (the downloader's
+errors, the Prometheus client's). It never rewrites ordinary text, and never gives a short secret away:
+
+* A secret that is safe to search for (:func:`searchable`: at least 12 characters, or at least 8 that are not
+  all letters) is replaced by ``***`` wherever it occurs, as before: such a string does not occur by chance in a
+  bucket name, a path or a sentence.
+* A shorter or letters-only secret (``demo``, ``password``, ``minioadmin``) does occur by chance: replacing it
+  everywhere rewrote ordinary text (``s3://***-models/...`` for the secret ``demo``) and, by marking where it
+  was, told the reader the secret. It is never used for substring replacement. Instead, an output holding it
+  as a whole token (not inside a longer word: bounded by anything but a letter, digit, ``_`` or ``-``) is
+  withheld as a whole (:data:`WITHHELD`).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+
+__all__ = ["MASK", "WITHHELD", "redact", "searchable"]
+
+MASK = "***"
+"""What a searchable secret is replaced by."""
+WITHHELD = "<message withheld: it contained a credential>"
+"""What an output that holds a short or letters-only secret as a whole token becomes."""
+
+SEARCHABLE_LENGTH = 12
+"""A secret this long is searched for and replaced, whatever its characters."""
+SEARCHABLE_MIXED_LENGTH = 8
+"""A secret this long is searched for when it is not made of letters only (digits or symbols in it)."""
+
+_WORD = "A-Za-z0-9_-"
+"""The characters a token is made of: a short secret inside a longer run of them is another word."""
+
+
+def searchable(secret: str) -> bool:
+    """Whether ``secret`` is long and varied enough to be searched for and replaced (see module docs)."""
+    return len(secret) >= SEARCHABLE_LENGTH or (len(secret) >= SEARCHABLE_MIXED_LENGTH and not secret.isalpha())
+
+
+def _as_token(secret: str) -> re.Pattern[str]:
+    return re.compile(rf"(?<![{_WORD}]){re.escape(secret)}(?![{_WORD}])")
+
+
+def redact(text: str, secrets: Iterable[str | None]) -> str:
+    """``text`` with every searchable secret replaced by :data:`MASK`; :data:`WITHHELD` instead of the whole of
+    ``text`` when it holds any other secret as a whole token. Empty secrets are ignored."""
+    values = [secret for secret in secrets if secret and secret.strip()]
+    if any(not searchable(secret) and _as_token(secret).search(text) for secret in values):
+        return WITHHELD
+    for secret in sorted((s for s in values if searchable(s)), key=len, reverse=True):
+        text = text.replace(secret, MASK)
+    return text
