@@ -210,6 +210,11 @@ def test_collect_returns_the_prompt_histogram_and_the_recent_peak_rate(
     assert 100.0 < PromptDistribution.from_buckets(llama.prompt_buckets).quantile(0.9) <= 200.0
     assert llama.recent_peak_rps is not None and llama.recent_peak_rps >= llama.arrival_rate_rps * (1 - TOLERANCE)
     assert llama.recent_peak_rps == pytest.approx(8.0, rel=2 * TOLERANCE)
+    # The attainment loop's peak hold reads the same peak over every longer look-back, each at least the shortest's.
+    from engine.perf.load_peak import HOLD_WINDOWS_S
+
+    assert llama.peaks_rps is not None and set(llama.peaks_rps) == set(HOLD_WINDOWS_S)
+    assert all(peak >= llama.recent_peak_rps * (1 - TOLERANCE) for peak in llama.peaks_rps.values())
 
 
 @pytest.mark.long_wall  # about a minute of Prometheus's clock (tests/grouping.py)

@@ -52,10 +52,12 @@ from urllib.parse import urlsplit, urlunsplit
 
 import requests
 
+from engine.perf.load_peak import HOLD_WINDOWS_S
 from engine.slo.measure import RECENT_WINDOW_S, TTFT_HISTOGRAM, LatencyHistograms
 from engine.slo.target import format_window
 from tasks.metrics.promql import (
     GENERATION_TOKENS,
+    HOLD_TAGS,
     KV_CACHE_USAGE,
     LOAD_TAGS,
     MODEL_LABELS,
@@ -485,9 +487,22 @@ def _with_shape(
             recent_peak_rps=_finite(rows["peak"].get(label_key)),
             recent_change_rps=_finite(rows["change"].get(label_key)),
             change_noise_rps=_finite(rows["noise"].get(label_key)),
+            peaks_rps=_peaks(rows, label_key),
             prompt_buckets=histogram if histogram and histogram[-1][1] > 0 else None,
         )
     return shaped
+
+
+def _peaks(
+    rows: Mapping[str, Mapping[tuple[str, ...], float]], label_key: tuple[str, str]
+) -> dict[float, float] | None:
+    """The peak rate per look-back that Prometheus has (None when it has none)."""
+    peaks = {
+        window: value
+        for window, tag in zip(HOLD_WINDOWS_S, HOLD_TAGS)
+        if (value := _finite(rows.get(tag, {}).get(label_key))) is not None
+    }
+    return peaks or None
 
 
 def _finite(value: float | None) -> float | None:

@@ -35,6 +35,7 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from engine.perf.load_peak import HOLD_WINDOWS_S
 from engine.slo.measure import ITL_HISTOGRAMS, REQUEST_ITL_HISTOGRAM, TTFT_HISTOGRAM, LatencyHistograms
 
 REQUEST_SUCCESS = "vllm:request_success_total"
@@ -48,7 +49,9 @@ REQUESTS_WAITING = "vllm:num_requests_waiting"
 
 MODEL_LABELS = ("model_name", "namespace")
 POD_LABELS = ("model_name", "namespace", "pod")
-LOAD_TAGS = ("rate", "seen", "in", "out", "peak", "change", "noise")
+HOLD_TAGS = tuple(f"peak_{int(window)}s" for window in HOLD_WINDOWS_S)
+"""One tag per look-back of the attainment loop's peak hold (:data:`engine.perf.load_peak.HOLD_WINDOWS_S`)."""
+LOAD_TAGS = ("rate", "seen", "in", "out", "peak", "change", "noise", *HOLD_TAGS)
 POD_TAGS = ("kv", "kv_seen", "waiting", "waiting_seen")
 LATENCY_LABELS = ("model_name", "namespace")
 LATENCY_HISTOGRAMS = (TTFT_HISTOGRAM, *ITL_HISTOGRAMS)
@@ -86,6 +89,11 @@ def load_query(
             "out": _tokens_expr(GENERATION_TOKENS, selector, by, rate_window, fallback_window),
             # Start-up-aware sizing (engine.perf.load_peak) and tail-aware sizing (engine.perf.tail_sizing).
             "peak": f"max_over_time(({rate})[{peak_window}:{rate_window}])",
+            # The attainment loop's peak hold (engine.slo.controller): the same peak over longer look-backs.
+            **{
+                tag: f"max_over_time(({rate})[{int(window)}s:{rate_window}])"
+                for tag, window in zip(HOLD_TAGS, HOLD_WINDOWS_S)
+            },
             # Sustained fall (engine.perf.load_trend): the largest recent change and the changes' median size.
             "change": f"max_over_time({change}[{change_window}:{rate_window}])",
             "noise": f"quantile_over_time(0.5, abs({change})[{noise_window}:{rate_window}])",

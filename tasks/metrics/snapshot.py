@@ -90,6 +90,8 @@ class ModelLoad:
     """Largest change of the ``rate_window`` arrival rate from one step to the next over the last ``change_window``."""
     change_noise_rps: float | None = field(default=None, compare=False)
     """Median absolute step-to-step change of the arrival rate over the last ``noise_window`` (its noise)."""
+    peaks_rps: dict[float, float] | None = field(default=None, compare=False)
+    """Highest ``rate_window`` arrival rate per look-back in seconds (the attainment loop's peak hold)."""
 
     @property
     def arrival_rate_rpm(self) -> float:
