@@ -8,9 +8,10 @@ as Kthena's model controller does (``../shared/anchors/wave2.md`` B, upstream ``
   ``workloadSelector`` by the Model's uid and the backend (plus ``pdGroup`` for prefill/decode),
   ``workloadPort`` = the engine port, retry 5 attempts at a 0 s interval, ``kvConnector`` from the worker
   config's ``kv-transfer-config.kv_connector``;
-* one **ModelRoute** named after the Model: rule ``default`` (the Model's ``modelMatch``) over every
-  backend's ModelServer with its ``routeWeight``, one rule per LoRA adapter over the backends that carry
-  it, and the adapters in ``loraAdapters``;
+* one **ModelRoute** named after the Model: rule ``default`` over every backend's ModelServer with its
+  ``routeWeight``, one rule per LoRA adapter over the backends that carry it, each with the Model's
+  ``modelMatch`` and (with several backends) the ``body.model`` it serves, and the adapters in
+  ``loraAdapters`` (:func:`render_model_route`);
 * the **runtime sidecar** in every serving pod (container ``runtime``, Kthena's image, port
   ``RUNTIME_PORT`` = 8100, ``RUNTIME_URL``, ``RUNTIME_METRICS_PATH`` from the backend env as seed 003 lists
   them): it re-exports the engine's metrics as ``kthena:*`` on 8100, where the bindings' ``metricEndpoint``
@@ -67,7 +68,8 @@ KV_CONNECTORS = {
     "LMCacheConnector": "lmcache",
     "NixlConnector": "nixl",
 }
-MAX_ROUTE_RULES = 16
+MAX_LORA_ADAPTERS = 10
+"""The ModelRoute CRD's ``loraAdapters`` maxItems (its 16 rules hold ``default`` and one per adapter)."""
 
 
 @dataclass(frozen=True)
@@ -214,28 +216,49 @@ def render_model_server(ref: ModelRef, backend: ModelBackend, mode: NativeMode) 
 
 
 def render_model_route(model: Model, ref: ModelRef) -> Manifest:
-    """The ModelRoute named after the Model: ``default`` over every backend by ``routeWeight``, a rule
-    per LoRA adapter over the backends carrying it, and the adapters' names."""
+    """The ModelRoute named after the Model, its rules as Kthena's model controller builds them
+    (registry-era ``convert/model_route.go``, ``getRulesAndLoraAdapters``) so that kthena-router, which
+    takes the first rule that matches, sends each request where its model is served:
+
+    * one backend: rule ``default`` with the Model's ``modelMatch`` over that backend (every adapter is
+      on it);
+    * more backends: rule ``default`` with the Model's ``modelMatch`` plus ``body.model`` = the served
+      name, over every backend by ``routeWeight``; then, per LoRA adapter in name order, a rule named
+      after it with the Model's ``modelMatch`` plus ``body.model`` = the adapter, over the backends
+      carrying it (a rule without ``body.model`` would match the adapter's requests too and send them to
+      backends without it).
+
+    One deviation: a single backend whose ``modelMatch`` pins ``body.model`` gets the per-adapter rules
+    too, where upstream's one rule would turn its adapters' requests away."""
     backends = [b for b in model.spec.backends if b.type not in UNSUPPORTED_TYPES]
-    raw = model.spec.model_match  # a JSON object (engine.api.kthena.ModelMatch)
-    match = dict(raw) if raw else None
-    default: Manifest = {"name": "default", "targetModels": [_target(ref, b) for b in backends]}
-    if match:
-        default["modelMatch"] = match
-    rules = [default]
-    adapters = sorted({a.name for b in backends for a in b.lora_adapters or []})
-    for adapter in adapters[: MAX_ROUTE_RULES - 1]:
-        carriers = [b for b in backends if any(a.name == adapter for a in b.lora_adapters or [])]
-        rules.append(
+    match = dict(model.spec.model_match) if model.spec.model_match else None  # engine.api.kthena.ModelMatch
+    adapters = sorted({a.name for b in backends for a in b.lora_adapters or []})[:MAX_LORA_ADAPTERS]
+    pinned = bool(match and isinstance(match.get("body"), dict) and "model" in match["body"])
+    if len(backends) == 1 and not (pinned and adapters):
+        default: Manifest = {"name": "default", "targetModels": [_target(ref, backends[0])]}
+        if match:
+            default["modelMatch"] = match
+        rules = [default]
+    else:
+        rules = [
             {
-                "name": f"lora-{adapter}",
-                "modelMatch": {"body": {"model": adapter}},
-                "targetModels": [_target(ref, b) for b in carriers],
+                "name": "default",
+                "modelMatch": _match_model(match, ref.served_name),
+                "targetModels": [_target(ref, b) for b in backends],
             }
-        )
+        ]
+        for adapter in adapters:
+            carriers = [b for b in backends if any(a.name == adapter for a in b.lora_adapters or [])]
+            rules.append(
+                {
+                    "name": adapter,
+                    "modelMatch": _match_model(match, adapter),
+                    "targetModels": [_target(ref, b) for b in carriers],
+                }
+            )
     spec: Manifest = {"modelName": ref.served_name, "rules": rules}
     if adapters:
-        spec["loraAdapters"] = adapters[:10]
+        spec["loraAdapters"] = adapters
     return {
         "apiVersion": NETWORKING_API,
         "kind": "ModelRoute",
@@ -247,6 +270,15 @@ def render_model_route(model: Model, ref: ModelRef) -> Manifest:
         },
         "spec": spec,
     }
+
+
+def _match_model(match: Manifest | None, name: str) -> Manifest:
+    """The Model's ``modelMatch`` (headers, uri) with ``body.model`` set to ``name``: upstream's
+    ``getModelMatchWithBody``."""
+    result = copy.deepcopy(match) if match else {}
+    body = result.get("body") if isinstance(result.get("body"), dict) else {}
+    result["body"] = {**body, "model": name}
+    return result
 
 
 def _target(ref: ModelRef, backend: ModelBackend) -> Manifest:

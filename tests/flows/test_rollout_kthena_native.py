@@ -5,6 +5,7 @@ every object validated by the Kubernetes API test server against the upstream CR
 from __future__ import annotations
 
 import json
+import random
 from collections.abc import Iterator
 from typing import Any
 
@@ -15,6 +16,7 @@ from kubernetes import client as k8s
 from engine.api.crds import render_crds
 from flows.optimize import optimize
 from flows.rollout_models import rollout_models
+from tests.rollout.kthena_router import NoRoute, Request, route
 from tests.rollout.models import backend, model, server_worker
 from tests.servers.kubeserver.fixture import KubeServer, start_kube_server
 from tests.upstream_crds import SKIP_REASON, kthena_crds, kthena_crds_present
@@ -167,7 +169,7 @@ def test_model_server_route_and_runtime_sidecar_as_kthena_renders_them(env: Env,
         "targetModels": [{"modelServerName": "qwen-pd", "weight": 100}, {"modelServerName": "qwen-solo", "weight": 30}],
     }
     assert route["rules"][1] == {
-        "name": "lora-sql",
+        "name": "sql",
         "modelMatch": {"body": {"model": "sql"}},
         "targetModels": [{"modelServerName": "qwen-solo", "weight": 30}],
     }
@@ -227,6 +229,52 @@ def test_model_server_route_and_runtime_sidecar_as_kthena_renders_them(env: Env,
         if r["method"] in ("POST", "PUT", "PATCH")
         and f"/namespaces/{env.ns}/" in r["path"]
         and "/models/" not in r["path"]
+    ]
+
+
+TENANT_MATCH = {"headers": {"x-tenant": {"exact": "gold"}}}
+
+
+def landings(routes: list[dict[str, Any]], request: Request, draws: int = 400) -> dict[str, int] | str:
+    """Where kthena-router sends ``draws`` copies of a request (ModelServer name -> count), or "404"."""
+    rng, counts = random.Random(7), {}  # type: ignore[var-annotated]
+    for _ in range(draws):
+        try:
+            server, _ = route(routes, request, rng)
+        except NoRoute:
+            return "404"
+        counts[server] = counts.get(server, 0) + 1
+    return counts
+
+
+@pytest.mark.parametrize("model_match", [None, TENANT_MATCH], ids=["no-modelMatch", "header-modelMatch"])
+def test_lora_requests_reach_only_the_backends_carrying_the_adapter(env: Env, model_match: Any) -> None:
+    """Two backends at weight 50, adapter ``sql`` on ``a`` only: kthena-router (its rule selection ported in
+    tests/rollout/kthena_router.py) sends the model's requests to both and the adapter's to ``a`` alone,
+    with the Model's header match on every rule."""
+    extra = {"modelMatch": model_match} if model_match else {}
+    adapter = [{"name": "sql", "artifactURL": "pvc://adapters/sql"}]
+    backends = [backend("a", routeWeight=50, loraAdapters=adapter), backend("b", routeWeight=50)]
+    env.custom.create_namespaced_custom_object(*REGISTRY, env.ns, "models", model("chat", env.ns, backends, **extra))
+    report = rollout_models(namespaces=[env.ns], cluster=env.cluster)
+    assert not report.failed, report.models[0].result
+    stored = env.objects(NET, "modelroutes")
+    assert_schema_kept_everything(stored)  # accepted by the upstream CRD, nothing pruned
+    routes = [stored["chat"]]
+    gold = {"X-Tenant": "gold"} if model_match else {}
+    base = landings(routes, Request("chat", gold))
+    assert isinstance(base, dict) and set(base) == {"chat-a", "chat-b"} and min(base.values()) > 150, base
+    assert landings(routes, Request("sql", gold)) == {"chat-a": 400}
+    assert route(routes, Request("sql", gold), random.Random(1))[1] is True  # a LoRA request
+    assert landings(routes, Request("other", gold)) == "404"
+    if model_match:  # the header match is kept on the adapter's rule too
+        for name in ("chat", "sql"):
+            assert landings(routes, Request(name)) == "404"
+            assert landings(routes, Request(name, {"x-tenant": "silver"})) == "404"
+    # As Kthena's model controller orders them: default first, then one rule per adapter.
+    assert [(r["name"], r["modelMatch"]["body"]) for r in routes[0]["spec"]["rules"]] == [
+        ("default", {"model": "chat"}),
+        ("sql", {"model": "sql"}),
     ]
 
 
