@@ -31,7 +31,6 @@ from engine.rollout.kthena_native import (
     RUNTIME_IMAGE,
     WORKLOAD_API,
     NativeMode,
-    native_ref,
 )
 from engine.rollout.kthena_plan import backend_states, model_children, owned_children, render_backend, runtime_lora_plan
 from engine.rollout.kthena_status import (
@@ -306,8 +305,6 @@ def _roll_out(
     served: set[str] = set()
     live = list_children(cluster, ref.namespace, ref.uid, served)
     mode = native_mode(options, served)
-    if mode.networking:
-        ref = native_ref(ref)
     unsupported = unsupported_backends(model)
     results: dict[str, _BackendResult] = {}
     for backend in model.spec.backends:

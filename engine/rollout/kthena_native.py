@@ -17,8 +17,13 @@ as Kthena's model controller does (``../shared/anchors/wave2.md`` B, upstream ``
   them): it re-exports the engine's metrics as ``kthena:*`` on 8100, where the bindings' ``metricEndpoint``
   (and Prometheus, through the usual ``prometheus.io/*`` pod annotations) read them.
 
-The model is served under ``metadata.name`` (Kthena's name; ``spec.name`` only when a worker config sets
-``served-model-name``). Where the ModelServing CRD (``workload.serving.volcano.sh``) is served too, a backend
+Clients ask for ``spec.name`` (else ``metadata.name``): the ModelRoute's ``modelName``, the key kthena-router
+looks a request's ``model`` up by, is that name as Kthena's current controller sets it (HEAD
+``model-booster-controller/convert/model_route.go``, ``modelRequestName``). The engine serves the same name
+(``--served-model-name``) and the ModelServer's ``model``, which the router writes into a request before
+forwarding it, names it too, unless a worker config sets ``served-model-name`` (then the engine serves that and
+the ModelServer says so, as upstream's ``getServedModelName``). Deployments without Kthena's networking serve
+the same names, so switching modes changes nothing for clients. Where the ModelServing CRD (``workload.serving.volcano.sh``) is served too, a backend
 can become one **ModelServing** (gang-scheduled groups: roles ``leader`` or ``prefill``/``decode``, with
 ``workerReplicas = pods - 1``) instead of Deployments; its ``replicas`` are groups, so the optimizer scales
 it directly.
@@ -80,11 +85,6 @@ class NativeMode:
     networking: bool = False
     model_serving: bool = False
     runtime_image: str = RUNTIME_IMAGE
-
-
-def native_ref(ref: ModelRef) -> ModelRef:
-    """The Model served under ``metadata.name``, as Kthena serves it."""
-    return ModelRef(ref.name, ref.namespace, ref.uid, ref.name)
 
 
 # ------------------------------------------------------------------------------------- runtime sidecar

@@ -17,6 +17,8 @@ single file, and are listed like any other object (the newest ``max_events`` are
 Writes are atomic (temp file + fsync + ``os.replace``) and rewrite only the changed document: the
 other documents of the file keep their exact text and order, other files are untouched. A file that
 does not parse is reported in :attr:`LocalStore.load_errors` (with its name) and never written;
+CustomResourceDefinition documents in the files serve their kinds in this store, as installing them serves them
+on a cluster (scope, subresources and schema; the built-in kinds and Modelplane's own keep theirs);
 everything else still loads. Changes made to the files by another process (or by hand) are picked up before
 the next operation: in directory mode the kernel reports which files changed (:mod:`tasks.cluster.dirwatch`)
 and only those are read again, so an operation costs O(objects it touches), not O(files); where that cannot
@@ -47,6 +49,8 @@ try:
 except ImportError:  # pragma: no cover - not POSIX: thread safety only
     fcntl = None  # type: ignore[assignment]
 
+from pydantic import ValidationError
+
 from tasks.cluster.base import Manifest, ObjectRef
 from tasks.cluster.bookkeeping import Bookkeeping
 from tasks.cluster.dirwatch import DirectoryWatch, open_watch
@@ -54,11 +58,12 @@ from tasks.cluster.errors import Invalid, NotFound, Unavailable
 from tasks.cluster.local_index import Entry, Index, Key, key_of
 from tasks.cluster.objects import apply_builtin_defaults
 from tasks.cluster.resources import ResourceInfo, lookup, resource_for
-from tasks.cluster.schema import normalised
+from tasks.cluster.schema import ServedVersion, normalised, served_versions
 from tasks.cluster.yamlfile import YamlFile, atomic_write, file_stamp, read_file
 
 log = logging.getLogger("tasks.cluster.local")  # one logger for the whole local backend
 
+CRD_KIND = "CustomResourceDefinition"
 DIR_EVENTS_FILE = ".modelplane-events.yaml"
 """Name of the Event sink inside a state directory."""
 
@@ -100,6 +105,7 @@ class LocalStore:
         self._watch: DirectoryWatch | None = None
         self._watch_tried = False
         self.load_errors: list[LoadError] = []
+        self._crd_kinds: dict[tuple[str, str], ServedVersion] = {}
         self._book = Bookkeeping(self.state_path, persist=write_back)
         self._load()
 
@@ -155,6 +161,7 @@ class LocalStore:
         if self.strict and self.load_errors:
             raise Invalid("; ".join(e.message for e in self.load_errors), reason="InvalidYAML")
         entries = [e for f in files if not f.error for e in self._entries_of(f)]
+        self._crd_kinds = self._served_kinds([e for e in entries if _is_crd(e.obj)])
         self._book.load()
         self._rv = max([self._rv, self._book.counter] + [_numeric_rv(e.obj) for e in entries])
         for entry in entries:
@@ -190,11 +197,51 @@ class LocalStore:
             elif _is_object(data):
                 yield Entry(data, yfile, doc)
 
+    def _served_kinds(self, crds: list[Entry]) -> dict[tuple[str, str], ServedVersion]:
+        """The kinds the CustomResourceDefinition documents serve that no built-in or Modelplane kind already
+        is (those keep their facts and schema); a document that is not a valid CRD is reported in
+        :attr:`load_errors` and serves nothing."""
+        served: dict[tuple[str, str], ServedVersion] = {}
+        for entry in crds:
+            try:
+                versions = served_versions(entry.obj)
+            except ValidationError as exc:
+                name = (entry.obj.get("metadata") or {}).get("name")
+                error = LoadError(entry.file.path, f"{entry.file.path}: CustomResourceDefinition {name!r}: {exc}")
+                log.warning("local cluster: skipping %s", error.message)
+                self.load_errors.append(error)
+                continue
+            served.update(
+                {
+                    (v.info.api_version, v.info.kind): v
+                    for v in versions
+                    if lookup(v.info.api_version, v.info.kind) is None
+                }
+            )
+        return served
+
+    def _lookup(self, api_version: str, kind: str) -> ResourceInfo | None:
+        """The resource serving a kind: a built-in or Modelplane kind, else one a CRD document here serves."""
+        info = lookup(api_version, kind)
+        if info is None and (api_version, kind) in self._crd_kinds:
+            info = self._crd_kinds[(api_version, kind)].info
+        return info
+
+    def _resource(self, api_version: str, kind: str) -> ResourceInfo:
+        """:meth:`_lookup`, or ``NotFound`` (reason ``UnknownKind``) for a kind nothing here serves."""
+        info = self._lookup(api_version, kind)
+        return info if info is not None else resource_for(api_version, kind)
+
+    def _schema(self, obj: Manifest) -> dict[str, Any] | None:
+        """The schema of a CRD document here for the object's kind (``None``: the process-wide one applies)."""
+        served = self._crd_kinds.get((str(obj.get("apiVersion")), str(obj.get("kind"))))
+        return served.schema if served is not None else None
+
     def _normalise(self, entry: Entry) -> None:
         """Fill in what the API server would have set, in memory only (the document stays clean)."""
-        obj = normalised(apply_builtin_defaults(entry.obj))
+        obj = normalised(apply_builtin_defaults(entry.obj), self._schema(entry.obj))
         meta = obj.setdefault("metadata", {})
-        info = lookup(obj["apiVersion"], obj["kind"])
+        info = self._lookup(obj["apiVersion"], obj["kind"])
         if info is not None and info.namespaced:
             meta.setdefault("namespace", "default")
         elif info is not None:
@@ -283,6 +330,9 @@ class LocalStore:
         if self.strict and self.load_errors:
             raise Invalid("; ".join(e.message for e in self.load_errors), reason="InvalidYAML")
         entries = [e for f in files if not f.error for e in self._entries_of(f)]
+        if any(_is_crd(e.obj) for e in entries) or any(key[1] == CRD_KIND for key in previous):
+            self._load()  # a kind starts or stops being served: every object of it reads differently
+            return
         self._rv = max([self._rv, self._book.counter] + [_numeric_rv(e.obj) for e in entries])
         for entry in entries:
             self._normalise(entry)
@@ -351,7 +401,7 @@ class LocalStore:
         return entry
 
     def _find_ref(self, ref: ObjectRef) -> tuple[ResourceInfo, Entry]:
-        info = resource_for(ref.api_version, ref.kind)
+        info = self._resource(ref.api_version, ref.kind)
         return info, self._find(info, ref.name, ref.namespace)
 
     # ------------------------------------------------------------------ writes
@@ -479,6 +529,10 @@ def _refuse_malformed(yfile: YamlFile, obj: Manifest) -> None:
     if problem:
         meta = obj.get("metadata") or {}
         raise Invalid(f"cannot write {obj.get('kind')} {meta.get('name')!r} into {problem}", reason="InvalidYAML")
+
+
+def _is_crd(obj: Manifest) -> bool:
+    return obj.get("kind") == CRD_KIND and str(obj.get("apiVersion", "")).startswith("apiextensions.k8s.io/")
 
 
 def _stat_into(found: dict[str, tuple[int, int, int]], path: Path) -> None:

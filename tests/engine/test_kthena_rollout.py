@@ -374,7 +374,7 @@ def test_status_conditions_follow_the_backends_and_failures() -> None:
 
 def test_runtime_sidecar_follows_the_seed_env_and_the_binding_reads_its_port() -> None:
     from engine.rollout.kthena_autoscaling import render_autoscaling
-    from engine.rollout.kthena_native import native_ref, runtime_container, with_runtime
+    from engine.rollout.kthena_native import runtime_container, with_runtime
     from tests.rollout.models import QUEUE_POLICY
 
     env = [
@@ -383,7 +383,7 @@ def test_runtime_sidecar_follows_the_seed_env_and_the_binding_reads_its_port() -
         {"name": "RUNTIME_METRICS_PATH", "value": "/engine-metrics"},
     ]
     m = parsed(backend("b", minReplicas=1, maxReplicas=4, scalingCost=10, env=env), autoscalingPolicy=QUEUE_POLICY)
-    ref, b = native_ref(ModelRef.of(m)), m.spec.backends[0]
+    ref, b = ModelRef.of(m), m.spec.backends[0]
     sidecar = runtime_container(ref, b, b.workers[0], "ghcr.io/volcano-sh/runtime:latest")
     args = sidecar["args"]
     assert (

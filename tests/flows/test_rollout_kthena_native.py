@@ -127,9 +127,9 @@ def pd_model(ns: str) -> dict[str, Any]:
         ],
         autoscalingPolicy=KTHENA_POLICY,
         costExpansionRatePercent=200,
-        modelMatch={"body": {"model": "qwen"}},
+        modelMatch={"body": {"model": "qwen-display"}},
     )
-    manifest["spec"]["name"] = "qwen-display"  # Kthena still serves metadata.name
+    manifest["spec"]["name"] = "qwen-display"  # what clients ask for (Kthena's ModelRoute key)
     return manifest
 
 
@@ -145,7 +145,7 @@ def test_model_server_route_and_runtime_sidecar_as_kthena_renders_them(env: Env,
     assert_schema_kept_everything(servers)
     assert_schema_kept_everything(env.objects(NET, "modelroutes"))
     pd = servers["qwen-pd"]["spec"]
-    assert pd["model"] == "qwen" and pd["inferenceEngine"] == "vLLM"  # metadata.name, not spec.name
+    assert pd["model"] == "qwen-display" and pd["inferenceEngine"] == "vLLM"  # spec.name, what the engine serves
     assert pd["workloadSelector"]["matchLabels"] == {
         "registry.volcano.sh/model-uid": uid,
         "registry.volcano.sh/backend-name": "pd",
@@ -162,10 +162,10 @@ def test_model_server_route_and_runtime_sidecar_as_kthena_renders_them(env: Env,
 
     # One ModelRoute named after the Model: default over both backends by routeWeight, a rule per adapter.
     route = env.objects(NET, "modelroutes")["qwen"]["spec"]
-    assert route["modelName"] == "qwen" and route["loraAdapters"] == ["sql"]
+    assert route["modelName"] == "qwen-display" and route["loraAdapters"] == ["sql"]
     assert route["rules"][0] == {
         "name": "default",
-        "modelMatch": {"body": {"model": "qwen"}},
+        "modelMatch": {"body": {"model": "qwen-display"}},
         "targetModels": [{"modelServerName": "qwen-pd", "weight": 100}, {"modelServerName": "qwen-solo", "weight": 30}],
     }
     assert route["rules"][1] == {
@@ -174,20 +174,20 @@ def test_model_server_route_and_runtime_sidecar_as_kthena_renders_them(env: Env,
         "targetModels": [{"modelServerName": "qwen-solo", "weight": 30}],
     }
 
-    # Served under metadata.name; every serving pod carries the runtime sidecar on 8100.
+    # Served under spec.name; every serving pod carries the runtime sidecar on 8100.
     deployments = env.deployments()
     for name in ("qwen-pd-prefill", "qwen-pd-decode", "qwen-solo"):
         template = deployments[name]["spec"]["template"]
         containers = {c["name"]: c for c in template["spec"]["containers"]}
         assert set(containers) == {"runtime", "engine"}
         engine_args = containers["engine"]["args"]
-        assert engine_args[engine_args.index("--served-model-name") + 1] == "qwen"
+        assert engine_args[engine_args.index("--served-model-name") + 1] == "qwen-display"
         runtime = containers["runtime"]
         assert runtime["image"] == "ghcr.io/volcano-sh/runtime:latest" and runtime["ports"][0]["containerPort"] == 8100
         args = runtime["args"]
         assert (
             args[args.index("--engine-base-url") + 1] == "http://localhost:8000"
-            and args[args.index("--model") + 1] == "qwen"
+            and args[args.index("--model") + 1] == "qwen-display"
         )
         assert template["metadata"]["annotations"]["prometheus.io/port"] == "8100"
         assert template["metadata"]["labels"]["registry.volcano.sh/model-uid"] == uid  # the ModelServer selects them
@@ -345,3 +345,49 @@ def test_off_keeps_plain_deployments_and_the_route_config_map(env: Env) -> None:
     assert env.objects(NET, "modelservers") == {} and env.objects(NET, "modelroutes") == {}
     containers = env.deployments()["plain-b"]["spec"]["template"]["spec"]["containers"]
     assert [c["name"] for c in containers] == ["engine"]
+
+
+def test_a_manifests_folder_with_kthenas_crds_renders_the_native_objects(
+    kthena_server: KubeServer, tmp_path: Any, prefect_harness: None
+) -> None:
+    """A local folder serves the kinds its CustomResourceDefinition documents define, as a cluster does: with
+    Kthena's networking CRDs in it the rollout renders ModelServer and ModelRoute (served under ``spec.name``,
+    Kthena's current route key), and the API test server accepts both under the upstream CRDs unchanged."""
+    from engine.rollout.workloads import ANNOTATION_LAST_APPLIED
+    from tasks.cluster import LocalCluster
+    from tests.upstream_crds import upstream_crds_dir
+
+    folder = tmp_path / "cluster"
+    folder.mkdir()
+    crds = upstream_crds_dir()
+    assert crds is not None
+    for name in ("modelservers", "modelroutes"):
+        (folder / f"crd-{name}.yaml").write_text(
+            (crds / f"kthena/networking.serving.volcano.sh_{name}.yaml").read_text()
+        )
+    adapter = [{"name": "sql", "artifactURL": "pvc://adapters/sql"}]
+    manifest = model("chat", "team", [backend("a", loraAdapters=adapter), backend("b")], modelMatch=TENANT_MATCH)
+    manifest["spec"]["name"] = "chat-7b"
+    (folder / "model.yaml").write_text(yaml.safe_dump(manifest))
+
+    report = rollout_models(namespaces=["team"], cluster=str(folder))
+    assert not report.failed, report.models[0].result
+    local = LocalCluster(str(folder))
+    servers = {o["metadata"]["name"]: o for o in local.list(f"{NET[0]}/{NET[1]}", "ModelServer", "team")}
+    routes = local.list(f"{NET[0]}/{NET[1]}", "ModelRoute", "team")
+    assert set(servers) == {"chat-a", "chat-b"} and [r["metadata"]["name"] for r in routes] == ["chat"]
+    assert {s["spec"]["model"] for s in servers.values()} == {"chat-7b"} and routes[0]["spec"]["modelName"] == "chat-7b"
+    args = local.get("apps/v1", "Deployment", "chat-a", "team")["spec"]["template"]["spec"]["containers"]
+    engine = next(c for c in args if c["name"] == "engine")["args"]
+    assert engine[engine.index("--served-model-name") + 1] == "chat-7b"
+    assert local.list("v1", "ConfigMap", "team", label_selector="registry.volcano.sh/model-name=chat") == []
+
+    namespace = f"local-{tmp_path.name[-8:].lower().replace('_', '-')}"
+    kthena_server.create_namespace(namespace)
+    custom = k8s.CustomObjectsApi(kthena_server.api_client())
+    for obj, plural in [(o, "modelservers") for o in servers.values()] + [(routes[0], "modelroutes")]:
+        rendered = json.loads(obj["metadata"]["annotations"][ANNOTATION_LAST_APPLIED])
+        assert is_within(rendered["spec"], obj["spec"])  # the local folder's CRD schema pruned nothing
+        meta = {"name": obj["metadata"]["name"], "namespace": namespace}
+        stored = custom.create_namespaced_custom_object(*NET, namespace, plural, {**rendered, "metadata": meta})
+        assert is_within(rendered["spec"], stored["spec"]), f"{obj['kind']}: the upstream CRD changed it"
