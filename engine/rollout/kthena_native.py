@@ -46,6 +46,7 @@ from engine.rollout.kthena import (
     UNSUPPORTED_TYPES,
     ModelRef,
     Workload,
+    backend_bounds,
     backend_name,
     child_labels,
     engine_port,
@@ -319,9 +320,8 @@ def render_model_serving(
             item["workerTemplate"] = _role_template(templates[f"{role}-worker"], ref, backend, f"{role}-worker")
         roles.append(item)
         gang[name] = per_group
-    template: Manifest = {"roles": roles}
-    if backend.type == "vLLMDisaggregated":
-        template["gangPolicy"] = {"minRoleReplicas": gang}
+    # Every role's pods of a group are scheduled together, as Kthena's templates (vllm.yaml, vllm-pd.yaml) ask.
+    template: Manifest = {"gangPolicy": {"minRoleReplicas": gang}, "roles": roles}
     return {
         "apiVersion": WORKLOAD_API,
         "kind": "ModelServing",
@@ -353,8 +353,8 @@ def _role_template(template: Manifest, ref: ModelRef, backend: ModelBackend, rol
 def scale_workload(ref: ModelRef, backend: ModelBackend) -> Workload:
     """The ModelServing as a scale unit: the backend's bounds, in groups."""
     first = workloads_of(ref, backend)[0]
-    low, high = backend.min_replicas or 0, backend.max_replicas or max(backend.min_replicas or 1, 1)
-    return Workload(backend_name(ref, backend), "group", first.worker, low, max(high, 1))
+    low, high = backend_bounds(backend)
+    return Workload(backend_name(ref, backend), "group", first.worker, low, high)
 
 
 def model_serving_available(serving: Mapping[str, Any]) -> bool:

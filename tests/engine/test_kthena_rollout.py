@@ -13,7 +13,7 @@ import pytest
 
 from engine.api.kthena import Model
 from engine.api.llmaz import OpenModel
-from engine.rollout.kthena import ModelRef, workloads_of
+from engine.rollout.kthena import ModelRef, multi_node_hold, workloads_of
 from engine.rollout.kthena_validation import validate_model
 from engine.rollout.kthena_weights import cache_mount, direct_weights
 from engine.rollout.kthena_workloads import (
@@ -144,15 +144,17 @@ def test_multi_pod_worker_becomes_a_leader_and_ray_followers() -> None:
     m = parsed(backend("big", minReplicas=2, maxReplicas=2, workers=[worker]))
     ref, b = ModelRef.of(m), m.spec.backends[0]
     workloads = workloads_of(ref, b)
-    assert [(w.name, w.role, w.min_replicas, w.scaled) for w in workloads] == [
-        ("m-big", "server", 2, True),
-        ("m-big-worker", "server-worker", 4, False),
+    # Deployments run one ray group (a head + 2 workers) whatever the bounds: a second head would split them.
+    assert [(w.name, w.role, w.min_replicas, w.max_replicas, w.scaled) for w in workloads] == [
+        ("m-big", "server", 1, 1, True),
+        ("m-big-worker", "server-worker", 2, 2, False),
     ]
+    assert "held at one serving group" in (multi_node_hold(b) or "")
     weights = direct_weights(b, "img")
     assert weights is not None
     ray = render_ray_service(ref, b, workloads[0])
-    leader = render_workload(ref, b, workloads[0], weights, {}, 2)
-    follower = render_workload(ref, b, workloads[1], weights, {}, 4, leader_service=ray["metadata"]["name"])
+    leader = render_workload(ref, b, workloads[0], weights, {}, 1)
+    follower = render_workload(ref, b, workloads[1], weights, {}, 2, leader_service=ray["metadata"]["name"])
     script = leader["spec"]["template"]["spec"]["containers"][0]["args"][1]
     assert " && python3 -m vllm.entrypoints.openai.api_server" in script and script.endswith(
         "--distributed-executor-backend ray"
@@ -429,20 +431,21 @@ def test_the_plan_renders_every_child_of_a_backend_and_reads_its_state() -> None
         ("ModelServer", "m-big"),
     }
     replicas = {o["metadata"]["name"]: o["spec"].get("replicas") for o in rendered.objects if o["kind"] == "Deployment"}
-    assert replicas == {"m-big": 2, "m-big-worker": 4} and rendered.workloads == [
+    assert replicas == {"m-big": 1, "m-big-worker": 2} and rendered.workloads == [
         "Deployment/m-big",
         "Deployment/m-big-worker",
     ]
     assert all("modelplane.io/revision" in o["metadata"]["annotations"] for o in rendered.objects)
     assert [o["kind"] for o in model_children(m, ref, NativeMode())] == ["ConfigMap"]  # fixed size: no policy
 
-    ready = {"status": {"replicas": 2, "conditions": [{"type": "Available", "status": "True"}]}}
+    ready = {"status": {"replicas": 1, "conditions": [{"type": "Available", "status": "True"}]}}
     objects = {
         ("Deployment", "m-big"): ready,
-        ("Deployment", "m-big-worker"): {**ready, "status": {**ready["status"], "replicas": 4}},
+        ("Deployment", "m-big-worker"): {**ready, "status": {**ready["status"], "replicas": 2}},
     }
     (state,) = backend_states(m, objects, {})
-    assert (state.replicas, state.available, state.waiting) == (6, True, None)
+    assert (state.replicas, state.available, state.waiting) == (3, True, None) and state.held
+    assert backend_states(m, {}, {}, model_serving=True)[0].held is None  # a ModelServing scales groups
     (waiting,) = backend_states(m, objects, {"big": "waiting for ModelCache x"})
     assert not waiting.available and waiting.waiting == "waiting for ModelCache x"
     (partial,) = backend_states(m, {("Deployment", "m-big"): ready}, {})

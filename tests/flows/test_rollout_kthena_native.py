@@ -307,6 +307,7 @@ def test_model_serving_instead_of_deployments(env: Env, tmp_path: Any) -> None:
     # Multi-node: a leader role with one ray worker joining the entry through ENTRY_ADDRESS.
     ray = servings["big-ray"]["spec"]["template"]["roles"][0]
     assert (ray["name"], ray["workerReplicas"]) == ("leader", 1)
+    assert servings["big-ray"]["spec"]["template"]["gangPolicy"] == {"minRoleReplicas": {"leader": 1}}  # vllm.yaml
     worker_script = ray["workerTemplate"]["spec"]["containers"][0]["args"][-1]
     assert "worker --ray_address=$ENTRY_ADDRESS --ray_port=6379" in worker_script
     # The optimizer scales the ModelServing (its replicas are groups) through its scale subresource.
