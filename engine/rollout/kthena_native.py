@@ -276,9 +276,9 @@ def render_model_route(model: Model, ref: ModelRef) -> Manifest:
 def _match_model(match: Manifest | None, name: str) -> Manifest:
     """The Model's ``modelMatch`` (headers, uri) with ``body.model`` set to ``name``: upstream's
     ``getModelMatchWithBody``."""
-    result = copy.deepcopy(match) if match else {}
-    body = result.get("body") if isinstance(result.get("body"), dict) else {}
-    result["body"] = {**body, "model": name}
+    result: Manifest = copy.deepcopy(match) if match else {}
+    body = result.get("body")
+    result["body"] = {**(body if isinstance(body, dict) else {}), "model": name}
     return result
 
 

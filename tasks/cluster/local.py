@@ -69,7 +69,7 @@ class LocalCluster(LocalStore):
     def get(self, api_version: str, kind: str, name: str, namespace: str | None = None) -> Manifest:
         """Read one object (a deep copy)."""
         with self._reading():
-            return copy.deepcopy(self._find(self._resource(api_version, kind), name, namespace).obj)
+            return copy.deepcopy(self._find(self._kinds.resource(api_version, kind), name, namespace).obj)
 
     def list(
         self,
@@ -81,7 +81,7 @@ class LocalCluster(LocalStore):
         """Objects of a kind, by namespace then name; ``namespace=None`` means all namespaces."""
         requirements = parse_selector(label_selector)
         with self._reading():
-            info = self._resource(api_version, kind)  # after the files were looked at: a CRD may have come
+            info = self._kinds.resource(api_version, kind)  # after the files were looked at: a CRD may have come
             found = []
             for key in self._index.candidates(api_version, kind, requirements):
                 obj = self._index[key].obj
@@ -123,7 +123,7 @@ class LocalCluster(LocalStore):
     def create(self, obj: Manifest) -> Manifest:
         """Store a new object; ``Conflict`` if it exists. Returns it as stored."""
         with self._writing():
-            info = self._resource(obj.get("apiVersion", ""), obj.get("kind", ""))
+            info = self._kinds.resource(obj.get("apiVersion", ""), obj.get("kind", ""))
             new = self._prepare_create(info, obj)
             if key_of(new) in self._index:
                 raise Conflict(
@@ -167,7 +167,7 @@ class LocalCluster(LocalStore):
                 new["status"] = merged
             else:
                 new.pop("status", None)
-            return self._update(entry, check_write(new, entry.obj, status_only=True, schema=self._schema(new)))
+            return self._update(entry, check_write(new, entry.obj, status_only=True, schema=self._kinds.schema(new)))
 
     def get_scale(self, ref: ObjectRef) -> Scale:
         """``spec.replicas`` and ``status.replicas`` (0 until a status reports one) of a scalable kind."""
@@ -227,7 +227,7 @@ class LocalCluster(LocalStore):
         meta["resourceVersion"] = self._next_rv()
         if info.has_status:
             new.pop("status", None)
-        return check_write(apply_builtin_defaults(new), None, schema=self._schema(new))
+        return check_write(apply_builtin_defaults(new), None, schema=self._kinds.schema(new))
 
     def _patched_main(self, info: ResourceInfo, current: Manifest, patch: Manifest) -> Manifest:
         """``current`` merge-patched through the main resource: system metadata and status protected."""
@@ -241,7 +241,9 @@ class LocalCluster(LocalStore):
         patch.pop("kind", None)
         if info.has_status:
             patch.pop("status", None)
-        new = check_write(apply_builtin_defaults(merge_patch(current, patch)), current, schema=self._schema(current))
+        new = check_write(
+            apply_builtin_defaults(merge_patch(current, patch)), current, schema=self._kinds.schema(current)
+        )
         for key in _IMMUTABLE_META:
             if key in current["metadata"]:
                 new["metadata"][key] = current["metadata"][key]

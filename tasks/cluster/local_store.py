@@ -49,21 +49,19 @@ try:
 except ImportError:  # pragma: no cover - not POSIX: thread safety only
     fcntl = None  # type: ignore[assignment]
 
-from pydantic import ValidationError
-
 from tasks.cluster.base import Manifest, ObjectRef
 from tasks.cluster.bookkeeping import Bookkeeping
 from tasks.cluster.dirwatch import DirectoryWatch, open_watch
 from tasks.cluster.errors import Invalid, NotFound, Unavailable
 from tasks.cluster.local_index import Entry, Index, Key, key_of
+from tasks.cluster.local_kinds import CRD_KIND, FolderKinds, is_crd
 from tasks.cluster.objects import apply_builtin_defaults
-from tasks.cluster.resources import ResourceInfo, lookup, resource_for
-from tasks.cluster.schema import ServedVersion, normalised, served_versions
+from tasks.cluster.resources import ResourceInfo
+from tasks.cluster.schema import normalised
 from tasks.cluster.yamlfile import YamlFile, atomic_write, file_stamp, read_file
 
 log = logging.getLogger("tasks.cluster.local")  # one logger for the whole local backend
 
-CRD_KIND = "CustomResourceDefinition"
 DIR_EVENTS_FILE = ".modelplane-events.yaml"
 """Name of the Event sink inside a state directory."""
 
@@ -105,7 +103,7 @@ class LocalStore:
         self._watch: DirectoryWatch | None = None
         self._watch_tried = False
         self.load_errors: list[LoadError] = []
-        self._crd_kinds: dict[tuple[str, str], ServedVersion] = {}
+        self._kinds = FolderKinds()
         self._book = Bookkeeping(self.state_path, persist=write_back)
         self._load()
 
@@ -161,7 +159,9 @@ class LocalStore:
         if self.strict and self.load_errors:
             raise Invalid("; ".join(e.message for e in self.load_errors), reason="InvalidYAML")
         entries = [e for f in files if not f.error for e in self._entries_of(f)]
-        self._crd_kinds = self._served_kinds([e for e in entries if _is_crd(e.obj)])
+        for path, message in self._kinds.rebuild((e.obj, e.file.path) for e in entries):
+            log.warning("local cluster: skipping %s", message)
+            self.load_errors.append(LoadError(path, message))
         self._book.load()
         self._rv = max([self._rv, self._book.counter] + [_numeric_rv(e.obj) for e in entries])
         for entry in entries:
@@ -197,51 +197,11 @@ class LocalStore:
             elif _is_object(data):
                 yield Entry(data, yfile, doc)
 
-    def _served_kinds(self, crds: list[Entry]) -> dict[tuple[str, str], ServedVersion]:
-        """The kinds the CustomResourceDefinition documents serve that no built-in or Modelplane kind already
-        is (those keep their facts and schema); a document that is not a valid CRD is reported in
-        :attr:`load_errors` and serves nothing."""
-        served: dict[tuple[str, str], ServedVersion] = {}
-        for entry in crds:
-            try:
-                versions = served_versions(entry.obj)
-            except ValidationError as exc:
-                name = (entry.obj.get("metadata") or {}).get("name")
-                error = LoadError(entry.file.path, f"{entry.file.path}: CustomResourceDefinition {name!r}: {exc}")
-                log.warning("local cluster: skipping %s", error.message)
-                self.load_errors.append(error)
-                continue
-            served.update(
-                {
-                    (v.info.api_version, v.info.kind): v
-                    for v in versions
-                    if lookup(v.info.api_version, v.info.kind) is None
-                }
-            )
-        return served
-
-    def _lookup(self, api_version: str, kind: str) -> ResourceInfo | None:
-        """The resource serving a kind: a built-in or Modelplane kind, else one a CRD document here serves."""
-        info = lookup(api_version, kind)
-        if info is None and (api_version, kind) in self._crd_kinds:
-            info = self._crd_kinds[(api_version, kind)].info
-        return info
-
-    def _resource(self, api_version: str, kind: str) -> ResourceInfo:
-        """:meth:`_lookup`, or ``NotFound`` (reason ``UnknownKind``) for a kind nothing here serves."""
-        info = self._lookup(api_version, kind)
-        return info if info is not None else resource_for(api_version, kind)
-
-    def _schema(self, obj: Manifest) -> dict[str, Any] | None:
-        """The schema of a CRD document here for the object's kind (``None``: the process-wide one applies)."""
-        served = self._crd_kinds.get((str(obj.get("apiVersion")), str(obj.get("kind"))))
-        return served.schema if served is not None else None
-
     def _normalise(self, entry: Entry) -> None:
         """Fill in what the API server would have set, in memory only (the document stays clean)."""
-        obj = normalised(apply_builtin_defaults(entry.obj), self._schema(entry.obj))
+        obj = normalised(apply_builtin_defaults(entry.obj), self._kinds.schema(entry.obj))
         meta = obj.setdefault("metadata", {})
-        info = self._lookup(obj["apiVersion"], obj["kind"])
+        info = self._kinds.lookup(obj["apiVersion"], obj["kind"])
         if info is not None and info.namespaced:
             meta.setdefault("namespace", "default")
         elif info is not None:
@@ -330,7 +290,7 @@ class LocalStore:
         if self.strict and self.load_errors:
             raise Invalid("; ".join(e.message for e in self.load_errors), reason="InvalidYAML")
         entries = [e for f in files if not f.error for e in self._entries_of(f)]
-        if any(_is_crd(e.obj) for e in entries) or any(key[1] == CRD_KIND for key in previous):
+        if any(is_crd(e.obj) for e in entries) or any(key[1] == CRD_KIND for key in previous):
             self._load()  # a kind starts or stops being served: every object of it reads differently
             return
         self._rv = max([self._rv, self._book.counter] + [_numeric_rv(e.obj) for e in entries])
@@ -401,7 +361,7 @@ class LocalStore:
         return entry
 
     def _find_ref(self, ref: ObjectRef) -> tuple[ResourceInfo, Entry]:
-        info = self._resource(ref.api_version, ref.kind)
+        info = self._kinds.resource(ref.api_version, ref.kind)
         return info, self._find(info, ref.name, ref.namespace)
 
     # ------------------------------------------------------------------ writes
@@ -529,10 +489,6 @@ def _refuse_malformed(yfile: YamlFile, obj: Manifest) -> None:
     if problem:
         meta = obj.get("metadata") or {}
         raise Invalid(f"cannot write {obj.get('kind')} {meta.get('name')!r} into {problem}", reason="InvalidYAML")
-
-
-def _is_crd(obj: Manifest) -> bool:
-    return obj.get("kind") == CRD_KIND and str(obj.get("apiVersion", "")).startswith("apiextensions.k8s.io/")
 
 
 def _stat_into(found: dict[str, tuple[int, int, int]], path: Path) -> None:
