@@ -54,6 +54,7 @@ from engine.rollout.kthena import (
     workloads_of,
 )
 from engine.rollout.kthena_autoscaling import KTHENA_RUNTIME_PORT, runtime_port
+from engine.rollout.workloads import FieldError
 
 Manifest = dict[str, Any]
 
@@ -271,6 +272,23 @@ def render_model_route(model: Model, ref: ModelRef) -> Manifest:
         },
         "spec": spec,
     }
+
+
+def route_errors(model: Model) -> list[FieldError]:
+    """What the ModelRoute cannot hold: more distinct LoRA adapters than its ``loraAdapters`` (maxItems 10)
+    takes, so kthena-router would not know the others; the first 10 by name are routed."""
+    names = sorted(
+        {a.name for b in model.spec.backends if b.type not in UNSUPPORTED_TYPES for a in b.lora_adapters or []}
+    )
+    if len(names) <= MAX_LORA_ADAPTERS:
+        return []
+    return [
+        FieldError(
+            "spec.backends[].loraAdapters",
+            f"{len(names)} distinct adapters; Kthena's ModelRoute lists at most {MAX_LORA_ADAPTERS}, so kthena-router "
+            f"does not route {', '.join(names[MAX_LORA_ADAPTERS:])}",
+        )
+    ]
 
 
 def _match_model(match: Manifest | None, name: str) -> Manifest:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import json
+import random
 import shlex
 from datetime import UTC
 from typing import Any
@@ -450,3 +451,34 @@ def test_the_plan_renders_every_child_of_a_backend_and_reads_its_state() -> None
     assert not waiting.available and waiting.waiting == "waiting for ModelCache x"
     (partial,) = backend_states(m, {("Deployment", "m-big"): ready}, {})
     assert not partial.available
+
+
+def test_model_route_shapes_by_backend_count_and_the_adapter_limit() -> None:
+    """Registry-era ``convert/model_route.go`` ``getRulesAndLoraAdapters``: one backend gets one rule with the
+    Model's ``modelMatch`` as written (every adapter is on it); a pinned ``body.model`` there would turn the
+    adapters' requests away, so that case gets the per-adapter rules. The route lists at most 10 adapters
+    (the CRD's maxItems) and says which it cannot route."""
+    from engine.rollout.kthena_native import render_model_route, route_errors
+    from tests.rollout.kthena_router import NoRoute, Request, route
+
+    sql = [{"name": "sql", "artifactURL": "pvc://adapters/sql"}]
+    header = {"headers": {"x-tenant": {"prefix": "gold"}}}
+    m = parsed(backend("a", loraAdapters=sql), modelMatch=header)
+    rules = render_model_route(m, ModelRef.of(m))["spec"]["rules"]
+    assert rules == [
+        {"name": "default", "modelMatch": header, "targetModels": [{"modelServerName": "m-a", "weight": 100}]}
+    ]
+    pinned = parsed(backend("a", loraAdapters=sql), modelMatch={"body": {"model": "m"}})
+    obj = render_model_route(pinned, ModelRef.of(pinned))
+    assert [r["name"] for r in obj["spec"]["rules"]] == ["default", "sql"]
+    assert route([obj], Request("sql"), random.Random(0)) == ("m-a", True)
+    with pytest.raises(NoRoute):
+        route([obj], Request("other"), random.Random(0))
+
+    many = [{"name": f"ad{i:02d}", "artifactURL": f"pvc://adapters/{i}"} for i in range(12)]
+    wide = parsed(backend("a", loraAdapters=many), backend("b"))
+    spec = render_model_route(wide, ModelRef.of(wide))["spec"]
+    assert len(spec["loraAdapters"]) == 10 and len(spec["rules"]) == 11
+    (error,) = route_errors(wide)
+    assert error.field == "spec.backends[].loraAdapters" and "ad10, ad11" in error.message
+    assert route_errors(m) == []

@@ -278,6 +278,23 @@ def test_lora_requests_reach_only_the_backends_carrying_the_adapter(env: Env, mo
     ]
 
 
+def test_more_adapters_than_a_model_route_holds_fail_the_model_and_route_the_first_ten(env: Env) -> None:
+    adapters = [{"name": f"ad{i:02d}", "artifactURL": f"pvc://adapters/{i}"} for i in range(11)]
+    manifest = model("wide", env.ns, [backend("a", loraAdapters=adapters), backend("b")])
+    env.custom.create_namespaced_custom_object(*REGISTRY, env.ns, "models", manifest)
+    report = rollout_models(namespaces=[env.ns], cluster=env.cluster)
+    assert report.failed
+    status = env.custom.get_namespaced_custom_object(*REGISTRY, env.ns, "models", "wide")["status"]
+    failed = next(c for c in status["conditions"] if c["type"] == "Failed")
+    assert (failed["status"], failed["reason"]) == ("True", "InvalidModel")
+    assert (
+        failed["message"].startswith("spec.backends[].loraAdapters: 11 distinct adapters")
+        and "ad10" in failed["message"]
+    )
+    route_spec = env.objects(NET, "modelroutes")["wide"]["spec"]
+    assert route_spec["loraAdapters"] == [f"ad{i:02d}" for i in range(10)] and len(route_spec["rules"]) == 11
+
+
 def test_model_serving_instead_of_deployments(env: Env, tmp_path: Any) -> None:
     big = server_worker(pods=2, resources={"limits": {"nvidia.com/gpu": "8"}})
     env.custom.create_namespaced_custom_object(*REGISTRY, env.ns, "models", pd_model(env.ns))
