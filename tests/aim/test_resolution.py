@@ -341,15 +341,8 @@ def _model_with(deployments: str) -> dict:
     }
 
 
-def test_template_auto_selection_filters_and_ranks_as_aim_engine() -> None:
-    deployments = (
-        "{'gpuModel': 'MI300X', 'gpuCount': 1, 'precision': 'fp8', 'metric': 'throughput'}, "
-        "{'gpuModel': 'MI300X', 'gpuCount': 1, 'precision': 'bf16', 'metric': 'latency'}, "
-        "{'gpuModel': 'MI325X', 'gpuCount': 1, 'precision': 'fp16', 'metric': 'throughput'}, "
-        "{'gpuModel': 'MI210', 'gpuCount': 1, 'precision': 'fp8', 'metric': 'latency', 'type': 'preview'}, "
-        "{'gpuModel': 'H100', 'gpuCount': 1, 'precision': 'fp8', 'metric': 'latency'}"
-    )
-    models = [typed(_model_with(deployments))]
+def _selection_fixture(deployments: str, *nodes: Node) -> tuple[list[Any], dict[str, Any], Any]:
+    """The model (with its image's recommended deployments), the namespace config and the GPUs of ``nodes``."""
     config = {
         "default": typed(
             {
@@ -360,12 +353,22 @@ def test_template_auto_selection_filters_and_ranks_as_aim_engine() -> None:
             }
         )
     }
-    gpus = cluster_gpus(
-        [
-            node("a", **{"amd.com/gpu.device-id": "74a1"}),
-            node("b", **{"amd.com/gpu.device-id": "74a5"}),
-            node("c", **{"amd.com/gpu.device-id": "740f"}),
-        ]
+    return [typed(_model_with(deployments))], config, cluster_gpus(nodes)
+
+
+def test_template_auto_selection_filters_and_ranks_as_aim_engine() -> None:
+    deployments = (
+        "{'gpuModel': 'MI300X', 'gpuCount': 1, 'precision': 'fp8', 'metric': 'throughput'}, "
+        "{'gpuModel': 'MI300X', 'gpuCount': 1, 'precision': 'bf16', 'metric': 'latency'}, "
+        "{'gpuModel': 'MI325X', 'gpuCount': 1, 'precision': 'fp16', 'metric': 'throughput'}, "
+        "{'gpuModel': 'MI210', 'gpuCount': 1, 'precision': 'fp8', 'metric': 'latency', 'type': 'preview'}, "
+        "{'gpuModel': 'H100', 'gpuCount': 1, 'precision': 'fp8', 'metric': 'latency'}"
+    )
+    models, config, gpus = _selection_fixture(
+        deployments,
+        node("a", **{"amd.com/gpu.device-id": "74a1"}),
+        node("b", **{"amd.com/gpu.device-id": "74a5"}),
+        node("c", **{"amd.com/gpu.device-id": "740f"}),
     )
     as_read = {
         "thr-fp8": _available("thr-fp8", gpuModel="MI300X", gpusPerReplica=1, metric="throughput", precision="fp8"),
@@ -420,21 +423,6 @@ def test_template_auto_selection_filters_and_ranks_as_aim_engine() -> None:
     waiting = resolve_references(_service(), models, {"pending": templates["pending"]}, config, gpus)
     assert (waiting.status, waiting.reason) == ("Pending", "TemplateNotReady")
     assert resolve_references(_service(), models, {}, config, gpus).status == "Pending"
-
-
-def _selection_fixture(deployments: str, *nodes: Node) -> tuple[list[Any], dict[str, Any], Any]:
-    """The model (with its image's recommended deployments), the namespace config and the GPUs of ``nodes``."""
-    config = {
-        "default": typed(
-            {
-                "apiVersion": "aim.silogen.ai/v1alpha1",
-                "kind": "AIMNamespaceConfig",
-                "metadata": {"name": "default", "namespace": "ns"},
-                "spec": {},
-            }
-        )
-    }
-    return [typed(_model_with(deployments))], config, cluster_gpus(nodes)
 
 
 def _auto(name: str, **spec: object) -> dict:
