@@ -31,7 +31,7 @@ from engine.rollout.kthena_native import (
     RUNTIME_IMAGE,
     WORKLOAD_API,
     NativeMode,
-    native_ref,
+    route_errors,
 )
 from engine.rollout.kthena_plan import backend_states, model_children, owned_children, render_backend, runtime_lora_plan
 from engine.rollout.kthena_status import (
@@ -325,8 +325,6 @@ def _roll_out(
     served: set[str] = set()
     live = list_children(cluster, ref.namespace, ref.uid, served)
     mode = native_mode(options, served)
-    if mode.networking:
-        ref = native_ref(ref)
     unsupported = unsupported_backends(model)
     results: dict[str, _BackendResult] = {}
     for backend in model.spec.backends:
@@ -351,6 +349,8 @@ def _roll_out(
     failures = [r.failure for r in results.values() if r.failure]
     if unsupported:
         failures.insert(0, failure_of(unsupported, REASON_NOT_SUPPORTED))
+    if mode.networking and (unroutable := route_errors(model)):
+        failures.append(failure_of(unroutable, REASON_INVALID))
     failure = Failure(failures[0].reason, "; ".join(f.message for f in failures)) if failures else None
     state = {**live, **written}
     waiting = {n: r.waiting for n, r in results.items() if r.waiting}

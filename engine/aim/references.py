@@ -13,7 +13,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
-from engine.aim.discovery import REASON_IMAGE_NOT_FOUND
+from engine.aim.discovery import REASON_IMAGE_NOT_FOUND, is_auto_template
 from engine.aim.templates import (
     METRIC_PREFERENCE,
     PRECISION_PREFERENCE,
@@ -86,8 +86,16 @@ def template_phase(template: AIMServiceTemplate) -> str | None:
     return template.status.status if template.status else None
 
 
-GPU_PREFERENCE = ("MI325X", "MI300X", "MI250X", "MI210")
-"""aim-engine's GPU generation order for template selection (newest first); other models rank after."""
+AMD_GPU_PREFERENCE = ("MI325X", "MI300X", "MI250X", "MI210")
+"""aim-engine's GPU generation order for template selection, newest first (``internal/aimservice/selection.go``,
+``gpuPreferenceOrder``)."""
+NVIDIA_GPU_PREFERENCE = ("B300", "GB200", "B200", "H200", "GH200", "H100", "H800", "A100", "A800", "L40S", "L40", "L4")
+"""NVIDIA data-centre GPUs, newest first, by the names :func:`engine.aim.templates.normalize_gpu_model` gives GPU
+feature discovery's ``nvidia.com/gpu.product`` (``NVIDIA-H100-80GB-HBM3`` -> ``H100``). aim-engine has no NVIDIA
+order (every NVIDIA GPU scores as unknown, so an A100 and an H100 template tie); Modelplane ranks them after AMD's,
+where upstream ranks every unknown GPU, so AMD's choices stay upstream's."""
+GPU_PREFERENCE = AMD_GPU_PREFERENCE + NVIDIA_GPU_PREFERENCE
+"""The GPU order of template selection: AMD's (aim-engine's), then NVIDIA's; other models rank after."""
 PROFILE_TYPE_PREFERENCE = ("optimized", "preview", "unoptimized")
 
 
@@ -108,6 +116,17 @@ def _template_profile(template: AIMServiceTemplate, deployments: Sequence[Mappin
     return match_profile(template.spec, deployments) or {}
 
 
+def prefer_namespace_templates(
+    candidates: list[tuple[AIMServiceTemplate, Mapping[str, Any]]],
+) -> list[tuple[AIMServiceTemplate, Mapping[str, Any]]]:
+    """A person's templates before discovery's: aim-engine's ``preferNamespaceTemplates``
+    (``internal/aimservice/selection.go``) keeps only namespace-scoped candidates when there is one, and
+    its auto-created templates are cluster-scoped; here they are the ones labelled
+    ``aim.silogen.ai/origin=auto-generated``."""
+    own = [c for c in candidates if not is_auto_template(c[0])]
+    return own or candidates
+
+
 def select_template(
     service_spec: AIMServiceSpec,
     templates: Mapping[str, AIMServiceTemplate],
@@ -119,10 +138,14 @@ def select_template(
     Filter (each step explains what it removed): the namespace's templates of ``spec.model``; status
     Available; profile type ``optimized`` unless ``spec.allowUnoptimized`` (a recommended deployment
     without a ``type`` is optimized: the image recommends it); its GPU present in the cluster (templates
-    without a GPU pass). Only namespaced templates exist in the seed, so aim-engine's "namespace
-    templates before cluster templates" step has nothing to drop. Rank, lexicographically: profile type
-    (optimized < preview < unoptimized), GPU (MI325X < MI300X < MI250X < MI210), metric (latency <
-    throughput), precision (fp4 < ... < fp32); unknown values rank last. A tie at the best rank is
+    without a GPU pass); then, when a person's template is left, the auto-generated ones (label
+    ``aim.silogen.ai/origin=auto-generated``) go: aim-engine creates those cluster-scoped and prefers
+    namespace templates (``internal/aimservice/selection.go``, ``preferNamespaceTemplates``, stage 5, before
+    ranking), and the seed has only namespaced templates, so the label marks what upstream's scope does.
+    Rank, lexicographically (``choosePreferredTemplate``): profile type (optimized < preview < unoptimized),
+    GPU (:data:`GPU_PREFERENCE`: AMD's MI325X < MI300X < MI250X < MI210, then NVIDIA's B300 < ... < H100 <
+    A100 < ...), metric (latency < throughput), precision (fp4 < ... < fp32); unknown values rank last. A tie
+    at the best rank is
     ambiguous: nothing is chosen (``TemplateSelectionAmbiguous``, Failed until ``templateRef`` is set
     or a template goes away). No template of the model yet, or none Available yet: Pending
     (``TemplateNotFound`` / ``TemplateNotReady``); all filtered out: Failed ``TemplateNotFound``.
@@ -167,6 +190,7 @@ def select_template(
             reason="TemplateNotFound",
             message=f"no Available template of {canonical!r} can be used: {'; '.join(rejected)}",
         )
+    kept = prefer_namespace_templates(kept)
 
     def rank(item: tuple[AIMServiceTemplate, Mapping[str, Any]]) -> tuple[int, int, int, int]:
         template, profile = item

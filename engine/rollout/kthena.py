@@ -89,6 +89,7 @@ class Workload:
     min_replicas: int
     max_replicas: int
     scaled: bool = True  # a scale target of the optimizer (multi-pod worker Deployments follow their leader)
+    per_group: int = 1  # pods per serving group
 
 
 def backend_name(model: ModelRef, backend: ModelBackend) -> str:
@@ -96,28 +97,82 @@ def backend_name(model: ModelRef, backend: ModelBackend) -> str:
     return f"{model.name}-{backend.name}" if backend.name else model.name
 
 
+def backend_bounds(backend: ModelBackend) -> tuple[int, int]:
+    """The backend's ``minReplicas``..``maxReplicas`` in serving groups (``maxReplicas`` defaults to the
+    minimum, at least 1)."""
+    low = backend.min_replicas or 0
+    return low, max(backend.max_replicas or max(low, 1), 1)
+
+
+def is_multi_node(backend: ModelBackend) -> bool:
+    """Whether a worker of the backend spans several pods (a ray head and ``pods - 1`` ray workers)."""
+    return any((w.pods or 1) > 1 for w in backend.workers)
+
+
+def deployment_bounds(backend: ModelBackend) -> tuple[int, int]:
+    """The backend's bounds in groups as Deployments run it: a multi-node backend is held at one group.
+
+    Its ray workers find their head through one headless Service in front of the leader Deployment, so a
+    second head (a second group, or a worker's ``replicas > 1``) would split the ray workers between heads
+    that each wait for the whole group (``--ray_cluster_size``). A ModelServing has one entry address per
+    group and scales groups instead (:func:`multi_node_hold`)."""
+    low, high = backend_bounds(backend)
+    return (min(low, 1), 1) if is_multi_node(backend) else (low, high)
+
+
+def multi_node_hold(backend: ModelBackend) -> str | None:
+    """Why Deployments run fewer groups (or heads) than the backend asks for, or ``None``."""
+    if not is_multi_node(backend):
+        return None
+    low, high = backend_bounds(backend)
+    heads = max((w.replicas if w.replicas is not None else 1) for w in backend.workers if (w.pods or 1) > 1)
+    if high <= 1 and heads <= 1:
+        return None
+    return (
+        f"backend {backend.name}: held at one serving group of one ray head (minReplicas {low}, maxReplicas "
+        f"{high}, {heads} head(s) per group asked): with Deployments every ray worker joins the head behind one "
+        "Service, so a second head would split them; --workload ModelServing scales multi-node groups"
+    )
+
+
 def workloads_of(model: ModelRef, backend: ModelBackend) -> list[Workload]:
     """The Deployments a backend becomes: one ``server`` (vLLM, SGLang), or ``prefill`` + ``decode``.
 
     A backend replica is one serving group; a worker with ``replicas: r`` puts ``r`` pods of its role in
     every group, so its Deployment's bounds are the backend's times ``r``. A worker with ``pods > 1``
-    adds a ``-worker`` Deployment of ray workers joining the leader's ray head through its Service.
+    adds a ``-worker`` Deployment of ray workers joining the leader's ray head through its Service; such a
+    backend runs one group with one head (:func:`deployment_bounds`).
     """
     base = backend_name(model, backend)
-    low, high = backend.min_replicas or 0, backend.max_replicas or max(backend.min_replicas or 1, 1)
+    low, high = deployment_bounds(backend)
     result: list[Workload] = []
     for worker in backend.workers:
-        per_group = worker.replicas if worker.replicas is not None else 1
+        per_group = _per_group(backend, worker)
         name = base if worker.type == "server" else f"{base}-{worker.type}"
-        result.append(Workload(name, worker.type or "server", worker, low * per_group, high * per_group))
+        result.append(
+            Workload(name, worker.type or "server", worker, low * per_group, high * per_group, per_group=per_group)
+        )
         if (worker.pods or 1) > 1:
             followers = ((worker.pods or 1) - 1) * per_group
             result.append(
                 Workload(
-                    f"{name}-worker", f"{worker.type}-worker", worker, low * followers, high * followers, scaled=False
+                    f"{name}-worker",
+                    f"{worker.type}-worker",
+                    worker,
+                    low * followers,
+                    high * followers,
+                    scaled=False,
+                    per_group=followers,
                 )
             )
     return result
+
+
+def _per_group(backend: ModelBackend, worker: ModelWorker) -> int:
+    """Pods of a worker's role per group as Deployments run it: its ``replicas``, one head if multi-node."""
+    if is_multi_node(backend) and (worker.pods or 1) > 1:
+        return 1
+    return worker.replicas if worker.replicas is not None else 1
 
 
 def engine_port(backend: ModelBackend, worker: ModelWorker) -> int:

@@ -23,8 +23,10 @@ from engine.rollout.kthena import (
     Manifest,
     ModelRef,
     Workload,
+    backend_bounds,
     backend_name,
     child_labels,
+    deployment_bounds,
     engine_port,
     workloads_of,
 )
@@ -75,22 +77,19 @@ def scale_units(
     if model_serving or runtime:
         port = runtime_port(backend) if runtime else engine_port(backend, workloads[0].worker)
         if model_serving:
-            low, high = backend.min_replicas or 0, backend.max_replicas or max(backend.min_replicas or 1, 1)
-            unit = Workload(backend_name(ref, backend), "group", workloads[0].worker, low, max(high, 1))
-            return [ScaleUnit(unit, port, low, max(high, 1))]
+            low, high = backend_bounds(backend)
+            unit = Workload(backend_name(ref, backend), "group", workloads[0].worker, low, high)
+            return [ScaleUnit(unit, port, low, high)]
         return [ScaleUnit(u.target, port, u.min_replicas, u.max_replicas, u.members) for u in scale_units(ref, backend)]
     if len(workloads) == 1:
         w = workloads[0]
         return [ScaleUnit(w, engine_port(backend, w.worker), w.min_replicas, max(w.max_replicas, 1))]
-    low, high = backend.min_replicas or 0, backend.max_replicas or max(backend.min_replicas or 1, 1)
+    low, high = deployment_bounds(backend)  # a multi-node backend: one group
     members = []
     for w in workloads:
-        per_group = w.worker.replicas if w.worker.replicas is not None else 1
-        if not w.scaled:
-            per_group *= (w.worker.pods or 1) - 1
-        members.append((w.name, max(per_group, 1), w.scaled))
+        members.append((w.name, max(w.per_group, 1), w.scaled))
     first = workloads[0]
-    return [ScaleUnit(first, engine_port(backend, first.worker), low, max(high, 1), tuple(members))]
+    return [ScaleUnit(first, engine_port(backend, first.worker), low, high, tuple(members))]
 
 
 def _groups_annotation(units: Iterable[ScaleUnit]) -> dict[str, str]:

@@ -8,16 +8,22 @@ as Kthena's model controller does (``../shared/anchors/wave2.md`` B, upstream ``
   ``workloadSelector`` by the Model's uid and the backend (plus ``pdGroup`` for prefill/decode),
   ``workloadPort`` = the engine port, retry 5 attempts at a 0 s interval, ``kvConnector`` from the worker
   config's ``kv-transfer-config.kv_connector``;
-* one **ModelRoute** named after the Model: rule ``default`` (the Model's ``modelMatch``) over every
-  backend's ModelServer with its ``routeWeight``, one rule per LoRA adapter over the backends that carry
-  it, and the adapters in ``loraAdapters``;
+* one **ModelRoute** named after the Model: rule ``default`` over every backend's ModelServer with its
+  ``routeWeight``, one rule per LoRA adapter over the backends that carry it, each with the Model's
+  ``modelMatch`` and (with several backends) the ``body.model`` it serves, and the adapters in
+  ``loraAdapters`` (:func:`render_model_route`);
 * the **runtime sidecar** in every serving pod (container ``runtime``, Kthena's image, port
   ``RUNTIME_PORT`` = 8100, ``RUNTIME_URL``, ``RUNTIME_METRICS_PATH`` from the backend env as seed 003 lists
   them): it re-exports the engine's metrics as ``kthena:*`` on 8100, where the bindings' ``metricEndpoint``
   (and Prometheus, through the usual ``prometheus.io/*`` pod annotations) read them.
 
-The model is served under ``metadata.name`` (Kthena's name; ``spec.name`` only when a worker config sets
-``served-model-name``). Where the ModelServing CRD (``workload.serving.volcano.sh``) is served too, a backend
+Clients ask for ``spec.name`` (else ``metadata.name``): the ModelRoute's ``modelName``, the key kthena-router
+looks a request's ``model`` up by, is that name as Kthena's current controller sets it (HEAD
+``model-booster-controller/convert/model_route.go``, ``modelRequestName``). The engine serves the same name
+(``--served-model-name``) and the ModelServer's ``model``, which the router writes into a request before
+forwarding it, names it too, unless a worker config sets ``served-model-name`` (then the engine serves that and
+the ModelServer says so, as upstream's ``getServedModelName``). Deployments without Kthena's networking serve
+the same names, so switching modes changes nothing for clients. Where the ModelServing CRD (``workload.serving.volcano.sh``) is served too, a backend
 can become one **ModelServing** (gang-scheduled groups: roles ``leader`` or ``prefill``/``decode``, with
 ``workerReplicas = pods - 1``) instead of Deployments; its ``replicas`` are groups, so the optimizer scales
 it directly.
@@ -40,6 +46,7 @@ from engine.rollout.kthena import (
     UNSUPPORTED_TYPES,
     ModelRef,
     Workload,
+    backend_bounds,
     backend_name,
     child_labels,
     engine_port,
@@ -47,6 +54,7 @@ from engine.rollout.kthena import (
     workloads_of,
 )
 from engine.rollout.kthena_autoscaling import KTHENA_RUNTIME_PORT, runtime_port
+from engine.rollout.workloads import FieldError
 
 Manifest = dict[str, Any]
 
@@ -67,7 +75,8 @@ KV_CONNECTORS = {
     "LMCacheConnector": "lmcache",
     "NixlConnector": "nixl",
 }
-MAX_ROUTE_RULES = 16
+MAX_LORA_ADAPTERS = 10
+"""The ModelRoute CRD's ``loraAdapters`` maxItems (its 16 rules hold ``default`` and one per adapter)."""
 
 
 @dataclass(frozen=True)
@@ -78,11 +87,6 @@ class NativeMode:
     networking: bool = False
     model_serving: bool = False
     runtime_image: str = RUNTIME_IMAGE
-
-
-def native_ref(ref: ModelRef) -> ModelRef:
-    """The Model served under ``metadata.name``, as Kthena serves it."""
-    return ModelRef(ref.name, ref.namespace, ref.uid, ref.name)
 
 
 # ------------------------------------------------------------------------------------- runtime sidecar
@@ -214,28 +218,49 @@ def render_model_server(ref: ModelRef, backend: ModelBackend, mode: NativeMode) 
 
 
 def render_model_route(model: Model, ref: ModelRef) -> Manifest:
-    """The ModelRoute named after the Model: ``default`` over every backend by ``routeWeight``, a rule
-    per LoRA adapter over the backends carrying it, and the adapters' names."""
+    """The ModelRoute named after the Model, its rules as Kthena's model controller builds them
+    (registry-era ``convert/model_route.go``, ``getRulesAndLoraAdapters``) so that kthena-router, which
+    takes the first rule that matches, sends each request where its model is served:
+
+    * one backend: rule ``default`` with the Model's ``modelMatch`` over that backend (every adapter is
+      on it);
+    * more backends: rule ``default`` with the Model's ``modelMatch`` plus ``body.model`` = the served
+      name, over every backend by ``routeWeight``; then, per LoRA adapter in name order, a rule named
+      after it with the Model's ``modelMatch`` plus ``body.model`` = the adapter, over the backends
+      carrying it (a rule without ``body.model`` would match the adapter's requests too and send them to
+      backends without it).
+
+    One deviation: a single backend whose ``modelMatch`` pins ``body.model`` gets the per-adapter rules
+    too, where upstream's one rule would turn its adapters' requests away."""
     backends = [b for b in model.spec.backends if b.type not in UNSUPPORTED_TYPES]
-    raw = model.spec.model_match  # a JSON object (engine.api.kthena.ModelMatch)
-    match = dict(raw) if raw else None
-    default: Manifest = {"name": "default", "targetModels": [_target(ref, b) for b in backends]}
-    if match:
-        default["modelMatch"] = match
-    rules = [default]
-    adapters = sorted({a.name for b in backends for a in b.lora_adapters or []})
-    for adapter in adapters[: MAX_ROUTE_RULES - 1]:
-        carriers = [b for b in backends if any(a.name == adapter for a in b.lora_adapters or [])]
-        rules.append(
+    match = dict(model.spec.model_match) if model.spec.model_match else None  # engine.api.kthena.ModelMatch
+    adapters = sorted({a.name for b in backends for a in b.lora_adapters or []})[:MAX_LORA_ADAPTERS]
+    pinned = bool(match and isinstance(match.get("body"), dict) and "model" in match["body"])
+    if len(backends) == 1 and not (pinned and adapters):
+        default: Manifest = {"name": "default", "targetModels": [_target(ref, backends[0])]}
+        if match:
+            default["modelMatch"] = match
+        rules = [default]
+    else:
+        rules = [
             {
-                "name": f"lora-{adapter}",
-                "modelMatch": {"body": {"model": adapter}},
-                "targetModels": [_target(ref, b) for b in carriers],
+                "name": "default",
+                "modelMatch": _match_model(match, ref.served_name),
+                "targetModels": [_target(ref, b) for b in backends],
             }
-        )
+        ]
+        for adapter in adapters:
+            carriers = [b for b in backends if any(a.name == adapter for a in b.lora_adapters or [])]
+            rules.append(
+                {
+                    "name": adapter,
+                    "modelMatch": _match_model(match, adapter),
+                    "targetModels": [_target(ref, b) for b in carriers],
+                }
+            )
     spec: Manifest = {"modelName": ref.served_name, "rules": rules}
     if adapters:
-        spec["loraAdapters"] = adapters[:10]
+        spec["loraAdapters"] = adapters
     return {
         "apiVersion": NETWORKING_API,
         "kind": "ModelRoute",
@@ -247,6 +272,32 @@ def render_model_route(model: Model, ref: ModelRef) -> Manifest:
         },
         "spec": spec,
     }
+
+
+def route_errors(model: Model) -> list[FieldError]:
+    """What the ModelRoute cannot hold: more distinct LoRA adapters than its ``loraAdapters`` (maxItems 10)
+    takes, so kthena-router would not know the others; the first 10 by name are routed."""
+    names = sorted(
+        {a.name for b in model.spec.backends if b.type not in UNSUPPORTED_TYPES for a in b.lora_adapters or []}
+    )
+    if len(names) <= MAX_LORA_ADAPTERS:
+        return []
+    return [
+        FieldError(
+            "spec.backends[].loraAdapters",
+            f"{len(names)} distinct adapters; Kthena's ModelRoute lists at most {MAX_LORA_ADAPTERS}, so kthena-router "
+            f"does not route {', '.join(names[MAX_LORA_ADAPTERS:])}",
+        )
+    ]
+
+
+def _match_model(match: Manifest | None, name: str) -> Manifest:
+    """The Model's ``modelMatch`` (headers, uri) with ``body.model`` set to ``name``: upstream's
+    ``getModelMatchWithBody``."""
+    result: Manifest = copy.deepcopy(match) if match else {}
+    body = result.get("body")
+    result["body"] = {**(body if isinstance(body, dict) else {}), "model": name}
+    return result
 
 
 def _target(ref: ModelRef, backend: ModelBackend) -> Manifest:
@@ -287,9 +338,8 @@ def render_model_serving(
             item["workerTemplate"] = _role_template(templates[f"{role}-worker"], ref, backend, f"{role}-worker")
         roles.append(item)
         gang[name] = per_group
-    template: Manifest = {"roles": roles}
-    if backend.type == "vLLMDisaggregated":
-        template["gangPolicy"] = {"minRoleReplicas": gang}
+    # Every role's pods of a group are scheduled together, as Kthena's templates (vllm.yaml, vllm-pd.yaml) ask.
+    template: Manifest = {"gangPolicy": {"minRoleReplicas": gang}, "roles": roles}
     return {
         "apiVersion": WORKLOAD_API,
         "kind": "ModelServing",
@@ -321,8 +371,8 @@ def _role_template(template: Manifest, ref: ModelRef, backend: ModelBackend, rol
 def scale_workload(ref: ModelRef, backend: ModelBackend) -> Workload:
     """The ModelServing as a scale unit: the backend's bounds, in groups."""
     first = workloads_of(ref, backend)[0]
-    low, high = backend.min_replicas or 0, backend.max_replicas or max(backend.min_replicas or 1, 1)
-    return Workload(backend_name(ref, backend), "group", first.worker, low, max(high, 1))
+    low, high = backend_bounds(backend)
+    return Workload(backend_name(ref, backend), "group", first.worker, low, high)
 
 
 def model_serving_available(serving: Mapping[str, Any]) -> bool:

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from engine.api.kthena import Model, ModelBackend
-from engine.rollout.kthena import Manifest, ModelRef, backend_name, selector_labels, workloads_of
+from engine.rollout.kthena import Manifest, ModelRef, backend_name, multi_node_hold, selector_labels, workloads_of
 from engine.rollout.kthena_autoscaling import desired_replicas, is_autoscaled, render_autoscaling
 from engine.rollout.kthena_native import (
     ENTRY_ADDRESS,
@@ -169,7 +169,8 @@ def backend_states(
     model_serving: bool = False,
 ) -> list[BackendState]:
     """Per backend: replicas the Deployments (or its ModelServing) report, and whether all are available
-    (a backend waiting for a cache is not, whatever runs)."""
+    (a backend waiting for a cache is not, whatever runs), and why Deployments hold a multi-node backend at
+    one group (:func:`engine.rollout.kthena.multi_node_hold`)."""
     ref = ModelRef.of(model)
     states = []
     for backend in model.spec.backends:
@@ -188,6 +189,12 @@ def backend_states(
         replicas = sum(int((d.get("status") or {}).get("replicas") or 0) for d in present)
         available = bool(present) and len(present) == len(deployments) and all(deployment_available(d) for d in present)
         states.append(
-            BackendState(backend.name, replicas, available and backend.name not in waiting, waiting.get(backend.name))
+            BackendState(
+                backend.name,
+                replicas,
+                available and backend.name not in waiting,
+                waiting.get(backend.name),
+                held=multi_node_hold(backend),
+            )
         )
     return states

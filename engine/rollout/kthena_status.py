@@ -1,6 +1,7 @@
 """The status of a Kthena ``Model``, as Kthena's model controller writes it, with its gap closed.
 
-Decides the ``Initialized`` (set once), ``Active`` (every backend available) and ``Failed`` conditions, the
+Decides the ``Initialized`` (set once), ``Active`` (every backend available) and ``Failed`` conditions (and
+Modelplane's ``ScalingLimited``, :data:`CONDITION_SCALING_LIMITED`), the
 ``backendStatuses`` and ``observedGeneration``. ``Failed`` is set back to False once its cause is fixed
 (upstream never clears it), so a Model's status always says whether it serves now.
 """
@@ -18,6 +19,8 @@ from engine.status import ConditionUpdate, set_conditions
 CONDITION_INITIALIZED = "Initialized"
 CONDITION_ACTIVE = "Active"
 CONDITION_FAILED = "Failed"
+CONDITION_SCALING_LIMITED = "ScalingLimited"
+"""Modelplane's: a backend runs fewer serving groups than its bounds allow, and why (absent until it first does)."""
 REASON_CREATING = "ModelCreating"
 REASON_PROCESSING = "ModelProcessing"
 REASON_AVAILABLE = "ModelAvailable"
@@ -26,6 +29,8 @@ REASON_INVALID = "InvalidModel"
 REASON_NOT_SUPPORTED = "BackendNotSupported"
 REASON_CACHE_FAILED = "CacheFailed"
 REASON_HEALTHY = "ModelHealthy"
+REASON_MULTI_NODE_HELD = "MultiNodeGroupHeld"
+REASON_NOT_LIMITED = "NotLimited"
 
 
 @dataclass
@@ -36,6 +41,7 @@ class BackendState:
     replicas: int = 0
     available: bool = False
     waiting: str | None = None
+    held: str | None = None  # why it runs fewer groups than its bounds allow
 
 
 @dataclass
@@ -58,8 +64,8 @@ def model_status(
     failure: Failure | None,
 ) -> dict[str, Any]:
     """The Model's status: ``Initialized`` once, ``Active`` when every backend is available, ``Failed``
-    with its reason (set back to False once the cause is fixed), ``backendStatuses`` and
-    ``observedGeneration``."""
+    with its reason (set back to False once the cause is fixed), ``ScalingLimited`` while a backend is held
+    below its bounds (then False), ``backendStatuses`` and ``observedGeneration``."""
     conditions = list(old.get("conditions") or [])
     updates = [ConditionUpdate(CONDITION_INITIALIZED, "True", REASON_CREATING, "Model initialized")]
     if failure is not None:
@@ -77,6 +83,15 @@ def model_status(
                     CONDITION_ACTIVE, "False", REASON_PROCESSING, "Model not ready yet: " + "; ".join(waiting)
                 )
             )
+    held = [b.held for b in backends if b.held]
+    if held:
+        updates.append(ConditionUpdate(CONDITION_SCALING_LIMITED, "True", REASON_MULTI_NODE_HELD, "; ".join(held)))
+    elif any(c.get("type") == CONDITION_SCALING_LIMITED for c in conditions):
+        updates.append(
+            ConditionUpdate(
+                CONDITION_SCALING_LIMITED, "False", REASON_NOT_LIMITED, "Every backend scales in its bounds"
+            )
+        )
     initialized = next((c for c in conditions if c.get("type") == CONDITION_INITIALIZED), None)
     if initialized is not None:
         updates = updates[1:]  # Initialized is set once and then left alone

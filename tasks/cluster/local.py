@@ -45,7 +45,7 @@ from tasks.cluster.objects import (
     selector_matches,
     spec_part,
 )
-from tasks.cluster.resources import ResourceInfo, resource_for
+from tasks.cluster.resources import ResourceInfo
 from tasks.cluster.schema import check_write
 
 _IMMUTABLE_META = (
@@ -70,7 +70,7 @@ class LocalCluster(LocalStore):
     def get(self, api_version: str, kind: str, name: str, namespace: str | None = None) -> Manifest:
         """Read one object (a deep copy)."""
         with self._reading():
-            return copy.deepcopy(self._find(resource_for(api_version, kind), name, namespace).obj)
+            return copy.deepcopy(self._find(self._kinds.resource(api_version, kind), name, namespace).obj)
 
     def list(
         self,
@@ -80,9 +80,9 @@ class LocalCluster(LocalStore):
         label_selector: str | None = None,
     ) -> list[Manifest]:
         """Objects of a kind, by namespace then name; ``namespace=None`` means all namespaces."""
-        info = resource_for(api_version, kind)
         requirements = parse_selector(label_selector)
         with self._reading():
+            info = self._kinds.resource(api_version, kind)  # after the files were looked at: a CRD may have come
             found = []
             for key in self._index.candidates(api_version, kind, requirements):
                 obj = self._index[key].obj
@@ -123,8 +123,8 @@ class LocalCluster(LocalStore):
 
     def create(self, obj: Manifest) -> Manifest:
         """Store a new object; ``Conflict`` if it exists. Returns it as stored."""
-        info = resource_for(obj.get("apiVersion", ""), obj.get("kind", ""))
         with self._writing():
+            info = self._kinds.resource(obj.get("apiVersion", ""), obj.get("kind", ""))
             new = self._prepare_create(info, obj)
             if key_of(new) in self._index:
                 raise Conflict(
@@ -168,7 +168,7 @@ class LocalCluster(LocalStore):
                 new["status"] = merged
             else:
                 new.pop("status", None)
-            return self._update(entry, check_write(new, entry.obj, status_only=True))
+            return self._update(entry, check_write(new, entry.obj, status_only=True, schema=self._kinds.schema(new)))
 
     def get_scale(self, ref: ObjectRef) -> Scale:
         """``spec.replicas`` and ``status.replicas`` (0 until a status reports one) of a scalable kind."""
@@ -244,7 +244,7 @@ class LocalCluster(LocalStore):
         meta["resourceVersion"] = self._next_rv()
         if info.has_status:
             new.pop("status", None)
-        return check_write(apply_builtin_defaults(new), None)
+        return check_write(apply_builtin_defaults(new), None, schema=self._kinds.schema(new))
 
     def _patched_main(self, info: ResourceInfo, current: Manifest, patch: Manifest) -> Manifest:
         """``current`` merge-patched through the main resource: system metadata and status protected."""
@@ -258,7 +258,9 @@ class LocalCluster(LocalStore):
         patch.pop("kind", None)
         if info.has_status:
             patch.pop("status", None)
-        new = check_write(apply_builtin_defaults(merge_patch(current, patch)), current)
+        new = check_write(
+            apply_builtin_defaults(merge_patch(current, patch)), current, schema=self._kinds.schema(current)
+        )
         for key in _IMMUTABLE_META:
             if key in current["metadata"]:
                 new["metadata"][key] = current["metadata"][key]

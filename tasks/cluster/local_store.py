@@ -17,6 +17,8 @@ single file, and are listed like any other object (the newest ``max_events`` are
 Writes are atomic (temp file + fsync + ``os.replace``) and rewrite only the changed document: the
 other documents of the file keep their exact text and order, other files are untouched. A file that
 does not parse is reported in :attr:`LocalStore.load_errors` (with its name) and never written;
+CustomResourceDefinition documents in the files serve their kinds in this store, as installing them serves them
+on a cluster (scope, subresources and schema; the built-in kinds and Modelplane's own keep theirs);
 everything else still loads. Changes made to the files by another process (or by hand) are picked up before
 the next operation: in directory mode the kernel reports which files changed (:mod:`tasks.cluster.dirwatch`)
 and only those are read again, so an operation costs O(objects it touches), not O(files); where that cannot
@@ -52,8 +54,9 @@ from tasks.cluster.bookkeeping import Bookkeeping
 from tasks.cluster.dirwatch import DirectoryWatch, open_watch
 from tasks.cluster.errors import Forbidden, Invalid, NotFound, Unavailable
 from tasks.cluster.local_index import Entry, Index, Key, key_of
+from tasks.cluster.local_kinds import CRD_KIND, FolderKinds, is_crd
 from tasks.cluster.objects import apply_builtin_defaults
-from tasks.cluster.resources import ResourceInfo, lookup, resource_for
+from tasks.cluster.resources import ResourceInfo
 from tasks.cluster.schema import normalised
 from tasks.cluster.yamlfile import YamlFile, atomic_write, file_stamp, read_file
 
@@ -100,6 +103,7 @@ class LocalStore:
         self._watch: DirectoryWatch | None = None
         self._watch_tried = False
         self.load_errors: list[LoadError] = []
+        self._kinds = FolderKinds()
         self._book = Bookkeeping(self.state_path, persist=write_back)
         self._load()
 
@@ -155,6 +159,9 @@ class LocalStore:
         if self.strict and self.load_errors:
             raise Invalid("; ".join(e.message for e in self.load_errors), reason="InvalidYAML")
         entries = [e for f in files if not f.error for e in self._entries_of(f)]
+        for path, message in self._kinds.rebuild((e.obj, e.file.path) for e in entries):
+            log.warning("local cluster: skipping %s", message)
+            self.load_errors.append(LoadError(path, message))
         self._book.load()
         self._rv = max([self._rv, self._book.counter] + [_numeric_rv(e.obj) for e in entries])
         for entry in entries:
@@ -192,9 +199,9 @@ class LocalStore:
 
     def _normalise(self, entry: Entry) -> None:
         """Fill in what the API server would have set, in memory only (the document stays clean)."""
-        obj = normalised(apply_builtin_defaults(entry.obj))
+        obj = normalised(apply_builtin_defaults(entry.obj), self._kinds.schema(entry.obj))
         meta = obj.setdefault("metadata", {})
-        info = lookup(obj["apiVersion"], obj["kind"])
+        info = self._kinds.lookup(obj["apiVersion"], obj["kind"])
         if info is not None and info.namespaced:
             meta.setdefault("namespace", "default")
         elif info is not None:
@@ -283,6 +290,9 @@ class LocalStore:
         if self.strict and self.load_errors:
             raise Invalid("; ".join(e.message for e in self.load_errors), reason="InvalidYAML")
         entries = [e for f in files if not f.error for e in self._entries_of(f)]
+        if any(is_crd(e.obj) for e in entries) or any(key[1] == CRD_KIND for key in previous):
+            self._load()  # a kind starts or stops being served: every object of it reads differently
+            return
         self._rv = max([self._rv, self._book.counter] + [_numeric_rv(e.obj) for e in entries])
         for entry in entries:
             self._normalise(entry)
@@ -351,7 +361,7 @@ class LocalStore:
         return entry
 
     def _find_ref(self, ref: ObjectRef) -> tuple[ResourceInfo, Entry]:
-        info = resource_for(ref.api_version, ref.kind)
+        info = self._kinds.resource(ref.api_version, ref.kind)
         return info, self._find(info, ref.name, ref.namespace)
 
     # ------------------------------------------------------------------ writes

@@ -341,15 +341,8 @@ def _model_with(deployments: str) -> dict:
     }
 
 
-def test_template_auto_selection_filters_and_ranks_as_aim_engine() -> None:
-    deployments = (
-        "{'gpuModel': 'MI300X', 'gpuCount': 1, 'precision': 'fp8', 'metric': 'throughput'}, "
-        "{'gpuModel': 'MI300X', 'gpuCount': 1, 'precision': 'bf16', 'metric': 'latency'}, "
-        "{'gpuModel': 'MI325X', 'gpuCount': 1, 'precision': 'fp16', 'metric': 'throughput'}, "
-        "{'gpuModel': 'MI210', 'gpuCount': 1, 'precision': 'fp8', 'metric': 'latency', 'type': 'preview'}, "
-        "{'gpuModel': 'H100', 'gpuCount': 1, 'precision': 'fp8', 'metric': 'latency'}"
-    )
-    models = [typed(_model_with(deployments))]
+def _selection_fixture(deployments: str, *nodes: Node) -> tuple[list[Any], dict[str, Any], Any]:
+    """The model (with its image's recommended deployments), the namespace config and the GPUs of ``nodes``."""
     config = {
         "default": typed(
             {
@@ -360,12 +353,22 @@ def test_template_auto_selection_filters_and_ranks_as_aim_engine() -> None:
             }
         )
     }
-    gpus = cluster_gpus(
-        [
-            node("a", **{"amd.com/gpu.device-id": "74a1"}),
-            node("b", **{"amd.com/gpu.device-id": "74a5"}),
-            node("c", **{"amd.com/gpu.device-id": "740f"}),
-        ]
+    return [typed(_model_with(deployments))], config, cluster_gpus(nodes)
+
+
+def test_template_auto_selection_filters_and_ranks_as_aim_engine() -> None:
+    deployments = (
+        "{'gpuModel': 'MI300X', 'gpuCount': 1, 'precision': 'fp8', 'metric': 'throughput'}, "
+        "{'gpuModel': 'MI300X', 'gpuCount': 1, 'precision': 'bf16', 'metric': 'latency'}, "
+        "{'gpuModel': 'MI325X', 'gpuCount': 1, 'precision': 'fp16', 'metric': 'throughput'}, "
+        "{'gpuModel': 'MI210', 'gpuCount': 1, 'precision': 'fp8', 'metric': 'latency', 'type': 'preview'}, "
+        "{'gpuModel': 'H100', 'gpuCount': 1, 'precision': 'fp8', 'metric': 'latency'}"
+    )
+    models, config, gpus = _selection_fixture(
+        deployments,
+        node("a", **{"amd.com/gpu.device-id": "74a1"}),
+        node("b", **{"amd.com/gpu.device-id": "74a5"}),
+        node("c", **{"amd.com/gpu.device-id": "740f"}),
     )
     as_read = {
         "thr-fp8": _available("thr-fp8", gpuModel="MI300X", gpusPerReplica=1, metric="throughput", precision="fp8"),
@@ -420,3 +423,60 @@ def test_template_auto_selection_filters_and_ranks_as_aim_engine() -> None:
     waiting = resolve_references(_service(), models, {"pending": templates["pending"]}, config, gpus)
     assert (waiting.status, waiting.reason) == ("Pending", "TemplateNotReady")
     assert resolve_references(_service(), models, {}, config, gpus).status == "Pending"
+
+
+def _auto(name: str, **spec: object) -> dict:
+    """A template discovery created (upstream: a cluster-scoped AIMClusterServiceTemplate)."""
+    template = _available(name, **spec)
+    template["metadata"]["labels"] = {"aim.silogen.ai/origin": "auto-generated"}
+    return template
+
+
+def test_a_persons_template_wins_over_the_auto_generated_ones() -> None:
+    """aim-engine ``internal/aimservice/selection.go``, ``preferNamespaceTemplates`` (stage 5, before
+    ``choosePreferredTemplate`` ranks): its auto-created templates are cluster-scoped, and once a namespace
+    template is a candidate the cluster ones are dropped, so a user's copy of an auto template is no tie and
+    a user's template wins even where an auto one would rank higher."""
+    models, config, gpus = _selection_fixture(
+        "{'gpuModel': 'MI300X', 'gpuCount': 1, 'precision': 'fp8', 'metric': 'latency'}, "
+        "{'gpuModel': 'MI300X', 'gpuCount': 1, 'precision': 'fp8', 'metric': 'throughput'}",
+        node("a", **{"amd.com/gpu.device-id": "74a1"}),
+    )
+    lat = {"gpuModel": "MI300X", "gpusPerReplica": 1, "metric": "latency", "precision": "fp8"}
+    auto = {"auto-lat": typed(_auto("auto-lat", **lat))}
+    mine = {"mine": typed(_available("mine", **lat))}
+    chosen = resolve_references(_service(), models, {**auto, **mine}, config, gpus)
+    assert not chosen.blocked and chosen.template.metadata.name == "mine", chosen.message
+    thr = {"gpuModel": "MI300X", "gpusPerReplica": 1, "metric": "throughput", "precision": "fp8"}
+    ranked_lower = {**auto, "mine-thr": typed(_available("mine-thr", **thr))}
+    assert resolve_references(_service(), models, ranked_lower, config, gpus).template.metadata.name == "mine-thr"
+    # Among discovery's templates alone, or among a person's, an equal rank is still a tie.
+    tie = resolve_references(_service(), models, {**auto, "auto-copy": typed(_auto("auto-copy", **lat))}, config, gpus)
+    assert (tie.status, tie.reason) == ("Failed", "TemplateSelectionAmbiguous")
+    both = {**auto, **mine, "mine-copy": typed(_available("mine-copy", **lat))}
+    tie = resolve_references(_service(), models, both, config, gpus)
+    assert tie.reason == "TemplateSelectionAmbiguous" and "mine, mine-copy" in tie.message
+    # A person's template whose GPU is absent is filtered first (stage 4): discovery's template is used.
+    absent = {**auto, "mine-h100": typed(_available("mine-h100", gpuModel="H100", gpusPerReplica=1, metric="latency"))}
+    assert resolve_references(_service(), models, absent, config, gpus).template.metadata.name == "auto-lat"
+
+
+def test_nvidia_gpus_rank_newest_first_after_amds() -> None:
+    """aim-engine ``choosePreferredTemplate`` ranks GPUs by ``gpuPreferenceOrder`` (``internal/aimservice/
+    selection.go``: MI325X, MI300X, MI250X, MI210) and scores every other GPU as unknown, so an A100 and an
+    H100 template of the same metric and precision tie there. Modelplane appends an NVIDIA order
+    (engine.aim.references.NVIDIA_GPU_PREFERENCE) after AMD's: the H100 wins, and AMD's choices are upstream's."""
+    models, config, gpus = _selection_fixture(
+        "{'gpuModel': 'A100', 'gpuCount': 1, 'precision': 'fp8', 'metric': 'latency'}, "
+        "{'gpuModel': 'H100', 'gpuCount': 1, 'precision': 'fp8', 'metric': 'latency'}, "
+        "{'gpuModel': 'MI210', 'gpuCount': 1, 'precision': 'fp8', 'metric': 'latency'}",
+        node("a", **{"nvidia.com/gpu.product": "NVIDIA-A100-SXM4-80GB"}),
+        node("h", **{"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}),
+        node("m", **{"amd.com/gpu.device-id": "740f"}),
+    )
+    spec = {"gpusPerReplica": 1, "metric": "latency", "precision": "fp8"}
+    templates = {n: typed(_available(n, gpuModel=g, **spec)) for n, g in (("a100", "A100"), ("h100", "H100"))}
+    chosen = resolve_references(_service(), models, templates, config, gpus)
+    assert not chosen.blocked and chosen.template.metadata.name == "h100", chosen.message
+    templates["mi210"] = typed(_available("mi210", gpuModel="MI210", **spec))
+    assert resolve_references(_service(), models, templates, config, gpus).template.metadata.name == "mi210"

@@ -296,6 +296,54 @@ def test_unknown_kind_and_bad_selector(tmp_path: Path) -> None:
         cluster.list("v1", "ConfigMap", label_selector="a in (b")
 
 
+WIDGET_CRD = """\
+apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata: {name: widgets.example.com}
+spec:
+  group: example.com
+  names: {kind: Widget, plural: widgets}
+  scope: Namespaced
+  versions:
+  - name: v1
+    served: true
+    storage: true
+    subresources: {status: {}, scale: {specReplicasPath: .spec.replicas, statusReplicasPath: .status.replicas}}
+    schema:
+      openAPIV3Schema:
+        type: object
+        properties:
+          spec:
+            type: object
+            properties:
+              replicas: {type: integer, minimum: 0}
+              size: {type: string, default: small}
+"""
+
+
+def test_crd_documents_in_the_folder_serve_their_kinds(tmp_path: Path) -> None:
+    """As installing a CRD serves its kind on a cluster: a CRD document in the folder (also one added later)
+    makes its kind listable and writable here, with its scope, subresources and schema; other folders do not
+    see it, and removing the document stops serving it."""
+    widget = {"apiVersion": "example.com/v1", "kind": "Widget", "metadata": {"name": "w"}, "spec": {"replicas": 1}}
+    cluster = LocalCluster(tmp_path)
+    with pytest.raises(NotFound, match="unknown kind"):
+        cluster.list("example.com/v1", "Widget", "default")
+    (tmp_path / "crd.yaml").write_text(WIDGET_CRD)  # by hand, after the cluster was opened
+    made = cluster.create({**widget, "spec": {"replicas": 1, "unknown": True}})
+    assert made["metadata"]["namespace"] == "default" and made["spec"] == {"replicas": 1, "size": "small"}
+    with pytest.raises(Invalid) as info:
+        cluster.patch_spec(ObjectRef.of(made), {"spec": {"replicas": -1}})
+    assert info.value.field == "spec.replicas"
+    assert cluster.set_scale(ObjectRef.of(made), 3).replicas == 3  # the scale subresource
+    assert [w["metadata"]["name"] for w in LocalCluster(tmp_path).list("example.com/v1", "Widget")] == ["w"]
+    with pytest.raises(NotFound, match="unknown kind"):
+        LocalCluster(tmp_path / "elsewhere").list("example.com/v1", "Widget")
+    (tmp_path / "crd.yaml").unlink()
+    with pytest.raises(NotFound, match="unknown kind"):
+        cluster.list("example.com/v1", "Widget")
+
+
 def test_concurrent_read_modify_write_loses_nothing(state: Path) -> None:
     cluster = LocalCluster(state)
     threads, per_thread = 6, 5

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import json
+import random
 import shlex
 from datetime import UTC
 from typing import Any
@@ -13,7 +14,7 @@ import pytest
 
 from engine.api.kthena import Model
 from engine.api.llmaz import OpenModel
-from engine.rollout.kthena import ModelRef, workloads_of
+from engine.rollout.kthena import ModelRef, multi_node_hold, workloads_of
 from engine.rollout.kthena_validation import validate_model
 from engine.rollout.kthena_weights import cache_mount, direct_weights
 from engine.rollout.kthena_workloads import (
@@ -144,15 +145,17 @@ def test_multi_pod_worker_becomes_a_leader_and_ray_followers() -> None:
     m = parsed(backend("big", minReplicas=2, maxReplicas=2, workers=[worker]))
     ref, b = ModelRef.of(m), m.spec.backends[0]
     workloads = workloads_of(ref, b)
-    assert [(w.name, w.role, w.min_replicas, w.scaled) for w in workloads] == [
-        ("m-big", "server", 2, True),
-        ("m-big-worker", "server-worker", 4, False),
+    # Deployments run one ray group (a head + 2 workers) whatever the bounds: a second head would split them.
+    assert [(w.name, w.role, w.min_replicas, w.max_replicas, w.scaled) for w in workloads] == [
+        ("m-big", "server", 1, 1, True),
+        ("m-big-worker", "server-worker", 2, 2, False),
     ]
+    assert "held at one serving group" in (multi_node_hold(b) or "")
     weights = direct_weights(b, "img")
     assert weights is not None
     ray = render_ray_service(ref, b, workloads[0])
-    leader = render_workload(ref, b, workloads[0], weights, {}, 2)
-    follower = render_workload(ref, b, workloads[1], weights, {}, 4, leader_service=ray["metadata"]["name"])
+    leader = render_workload(ref, b, workloads[0], weights, {}, 1)
+    follower = render_workload(ref, b, workloads[1], weights, {}, 2, leader_service=ray["metadata"]["name"])
     script = leader["spec"]["template"]["spec"]["containers"][0]["args"][1]
     assert " && python3 -m vllm.entrypoints.openai.api_server" in script and script.endswith(
         "--distributed-executor-backend ray"
@@ -374,7 +377,7 @@ def test_status_conditions_follow_the_backends_and_failures() -> None:
 
 def test_runtime_sidecar_follows_the_seed_env_and_the_binding_reads_its_port() -> None:
     from engine.rollout.kthena_autoscaling import render_autoscaling
-    from engine.rollout.kthena_native import native_ref, runtime_container, with_runtime
+    from engine.rollout.kthena_native import runtime_container, with_runtime
     from tests.rollout.models import QUEUE_POLICY
 
     env = [
@@ -383,7 +386,7 @@ def test_runtime_sidecar_follows_the_seed_env_and_the_binding_reads_its_port() -
         {"name": "RUNTIME_METRICS_PATH", "value": "/engine-metrics"},
     ]
     m = parsed(backend("b", minReplicas=1, maxReplicas=4, scalingCost=10, env=env), autoscalingPolicy=QUEUE_POLICY)
-    ref, b = native_ref(ModelRef.of(m)), m.spec.backends[0]
+    ref, b = ModelRef.of(m), m.spec.backends[0]
     sidecar = runtime_container(ref, b, b.workers[0], "ghcr.io/volcano-sh/runtime:latest")
     args = sidecar["args"]
     assert (
@@ -429,21 +432,53 @@ def test_the_plan_renders_every_child_of_a_backend_and_reads_its_state() -> None
         ("ModelServer", "m-big"),
     }
     replicas = {o["metadata"]["name"]: o["spec"].get("replicas") for o in rendered.objects if o["kind"] == "Deployment"}
-    assert replicas == {"m-big": 2, "m-big-worker": 4} and rendered.workloads == [
+    assert replicas == {"m-big": 1, "m-big-worker": 2} and rendered.workloads == [
         "Deployment/m-big",
         "Deployment/m-big-worker",
     ]
     assert all("modelplane.io/revision" in o["metadata"]["annotations"] for o in rendered.objects)
     assert [o["kind"] for o in model_children(m, ref, NativeMode())] == ["ConfigMap"]  # fixed size: no policy
 
-    ready = {"status": {"replicas": 2, "conditions": [{"type": "Available", "status": "True"}]}}
+    ready = {"status": {"replicas": 1, "conditions": [{"type": "Available", "status": "True"}]}}
     objects = {
         ("Deployment", "m-big"): ready,
-        ("Deployment", "m-big-worker"): {**ready, "status": {**ready["status"], "replicas": 4}},
+        ("Deployment", "m-big-worker"): {**ready, "status": {**ready["status"], "replicas": 2}},
     }
     (state,) = backend_states(m, objects, {})
-    assert (state.replicas, state.available, state.waiting) == (6, True, None)
+    assert (state.replicas, state.available, state.waiting) == (3, True, None) and state.held
+    assert backend_states(m, {}, {}, model_serving=True)[0].held is None  # a ModelServing scales groups
     (waiting,) = backend_states(m, objects, {"big": "waiting for ModelCache x"})
     assert not waiting.available and waiting.waiting == "waiting for ModelCache x"
     (partial,) = backend_states(m, {("Deployment", "m-big"): ready}, {})
     assert not partial.available
+
+
+def test_model_route_shapes_by_backend_count_and_the_adapter_limit() -> None:
+    """Registry-era ``convert/model_route.go`` ``getRulesAndLoraAdapters``: one backend gets one rule with the
+    Model's ``modelMatch`` as written (every adapter is on it); a pinned ``body.model`` there would turn the
+    adapters' requests away, so that case gets the per-adapter rules. The route lists at most 10 adapters
+    (the CRD's maxItems) and says which it cannot route."""
+    from engine.rollout.kthena_native import render_model_route, route_errors
+    from tests.rollout.kthena_router import NoRoute, Request, route
+
+    sql = [{"name": "sql", "artifactURL": "pvc://adapters/sql"}]
+    header = {"headers": {"x-tenant": {"prefix": "gold"}}}
+    m = parsed(backend("a", loraAdapters=sql), modelMatch=header)
+    rules = render_model_route(m, ModelRef.of(m))["spec"]["rules"]
+    assert rules == [
+        {"name": "default", "modelMatch": header, "targetModels": [{"modelServerName": "m-a", "weight": 100}]}
+    ]
+    pinned = parsed(backend("a", loraAdapters=sql), modelMatch={"body": {"model": "m"}})
+    obj = render_model_route(pinned, ModelRef.of(pinned))
+    assert [r["name"] for r in obj["spec"]["rules"]] == ["default", "sql"]
+    assert route([obj], Request("sql"), random.Random(0)) == ("m-a", True)
+    with pytest.raises(NoRoute):
+        route([obj], Request("other"), random.Random(0))
+
+    many = [{"name": f"ad{i:02d}", "artifactURL": f"pvc://adapters/{i}"} for i in range(12)]
+    wide = parsed(backend("a", loraAdapters=many), backend("b"))
+    spec = render_model_route(wide, ModelRef.of(wide))["spec"]
+    assert len(spec["loraAdapters"]) == 10 and len(spec["rules"]) == 11
+    (error,) = route_errors(wide)
+    assert error.field == "spec.backends[].loraAdapters" and "ad10, ad11" in error.message
+    assert route_errors(m) == []

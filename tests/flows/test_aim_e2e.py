@@ -711,14 +711,21 @@ def test_a_service_without_template_ref_gets_the_best_template_and_a_failed_cach
     env.rollout()
     service = env.get("aimservices", "picky")
     assert service["status"]["status"] == "Failed" and env.condition(service, "Failure")["reason"] == "CacheFailed"
-    # A second template ranking the same as the chosen one makes the choice ambiguous: reported, not guessed.
+    # A person's template ranking the same as discovery's chosen one is no tie: aim-engine prefers namespace
+    # templates to its auto-created (cluster) ones (selection.go, preferNamespaceTemplates).
     env.template("copy", canonical, metric="latency", precision="fp8", gpuModel="MI300X", gpusPerReplica=1)
+    env.resolve()
+    env.rollout()
+    service = env.get("aimservices", "picky")
+    assert "template 'copy' selected" in env.condition(service, "Resolved")["message"]
+    # A second one ranking the same makes the choice ambiguous: reported, not guessed.
+    env.template("copy-2", canonical, metric="latency", precision="fp8", gpuModel="MI300X", gpusPerReplica=1)
     env.resolve()
     env.rollout()
     service = env.get("aimservices", "picky")
     assert service["status"]["status"] == "Failed"
     assert env.condition(service, "Resolved")["reason"] == "TemplateSelectionAmbiguous"
-    assert "copy" in env.condition(service, "Resolved")["message"]
+    assert "copy, copy-2" in env.condition(service, "Resolved")["message"]
 
 
 def test_a_new_image_replaces_the_auto_templates_and_model_ready_follows_them(env: AimEnv) -> None:

@@ -5,6 +5,7 @@ every object validated by the Kubernetes API test server against the upstream CR
 from __future__ import annotations
 
 import json
+import random
 from collections.abc import Iterator
 from typing import Any
 
@@ -15,6 +16,7 @@ from kubernetes import client as k8s
 from engine.api.crds import render_crds
 from flows.optimize import optimize
 from flows.rollout_models import rollout_models
+from tests.rollout.kthena_router import NoRoute, Request, route
 from tests.rollout.models import backend, model, server_worker
 from tests.servers.kubeserver.fixture import KubeServer, start_kube_server
 from tests.upstream_crds import SKIP_REASON, kthena_crds, kthena_crds_present
@@ -125,9 +127,9 @@ def pd_model(ns: str) -> dict[str, Any]:
         ],
         autoscalingPolicy=KTHENA_POLICY,
         costExpansionRatePercent=200,
-        modelMatch={"body": {"model": "qwen"}},
+        modelMatch={"body": {"model": "qwen-display"}},
     )
-    manifest["spec"]["name"] = "qwen-display"  # Kthena still serves metadata.name
+    manifest["spec"]["name"] = "qwen-display"  # what clients ask for (Kthena's ModelRoute key)
     return manifest
 
 
@@ -143,7 +145,7 @@ def test_model_server_route_and_runtime_sidecar_as_kthena_renders_them(env: Env,
     assert_schema_kept_everything(servers)
     assert_schema_kept_everything(env.objects(NET, "modelroutes"))
     pd = servers["qwen-pd"]["spec"]
-    assert pd["model"] == "qwen" and pd["inferenceEngine"] == "vLLM"  # metadata.name, not spec.name
+    assert pd["model"] == "qwen-display" and pd["inferenceEngine"] == "vLLM"  # spec.name, what the engine serves
     assert pd["workloadSelector"]["matchLabels"] == {
         "registry.volcano.sh/model-uid": uid,
         "registry.volcano.sh/backend-name": "pd",
@@ -160,32 +162,32 @@ def test_model_server_route_and_runtime_sidecar_as_kthena_renders_them(env: Env,
 
     # One ModelRoute named after the Model: default over both backends by routeWeight, a rule per adapter.
     route = env.objects(NET, "modelroutes")["qwen"]["spec"]
-    assert route["modelName"] == "qwen" and route["loraAdapters"] == ["sql"]
+    assert route["modelName"] == "qwen-display" and route["loraAdapters"] == ["sql"]
     assert route["rules"][0] == {
         "name": "default",
-        "modelMatch": {"body": {"model": "qwen"}},
+        "modelMatch": {"body": {"model": "qwen-display"}},
         "targetModels": [{"modelServerName": "qwen-pd", "weight": 100}, {"modelServerName": "qwen-solo", "weight": 30}],
     }
     assert route["rules"][1] == {
-        "name": "lora-sql",
+        "name": "sql",
         "modelMatch": {"body": {"model": "sql"}},
         "targetModels": [{"modelServerName": "qwen-solo", "weight": 30}],
     }
 
-    # Served under metadata.name; every serving pod carries the runtime sidecar on 8100.
+    # Served under spec.name; every serving pod carries the runtime sidecar on 8100.
     deployments = env.deployments()
     for name in ("qwen-pd-prefill", "qwen-pd-decode", "qwen-solo"):
         template = deployments[name]["spec"]["template"]
         containers = {c["name"]: c for c in template["spec"]["containers"]}
         assert set(containers) == {"runtime", "engine"}
         engine_args = containers["engine"]["args"]
-        assert engine_args[engine_args.index("--served-model-name") + 1] == "qwen"
+        assert engine_args[engine_args.index("--served-model-name") + 1] == "qwen-display"
         runtime = containers["runtime"]
         assert runtime["image"] == "ghcr.io/volcano-sh/runtime:latest" and runtime["ports"][0]["containerPort"] == 8100
         args = runtime["args"]
         assert (
             args[args.index("--engine-base-url") + 1] == "http://localhost:8000"
-            and args[args.index("--model") + 1] == "qwen"
+            and args[args.index("--model") + 1] == "qwen-display"
         )
         assert template["metadata"]["annotations"]["prometheus.io/port"] == "8100"
         assert template["metadata"]["labels"]["registry.volcano.sh/model-uid"] == uid  # the ModelServer selects them
@@ -230,6 +232,69 @@ def test_model_server_route_and_runtime_sidecar_as_kthena_renders_them(env: Env,
     ]
 
 
+TENANT_MATCH = {"headers": {"x-tenant": {"exact": "gold"}}}
+
+
+def landings(routes: list[dict[str, Any]], request: Request, draws: int = 400) -> dict[str, int] | str:
+    """Where kthena-router sends ``draws`` copies of a request (ModelServer name -> count), or "404"."""
+    rng, counts = random.Random(7), {}  # type: ignore[var-annotated]
+    for _ in range(draws):
+        try:
+            server, _ = route(routes, request, rng)
+        except NoRoute:
+            return "404"
+        counts[server] = counts.get(server, 0) + 1
+    return counts
+
+
+@pytest.mark.parametrize("model_match", [None, TENANT_MATCH], ids=["no-modelMatch", "header-modelMatch"])
+def test_lora_requests_reach_only_the_backends_carrying_the_adapter(env: Env, model_match: Any) -> None:
+    """Two backends at weight 50, adapter ``sql`` on ``a`` only: kthena-router (its rule selection ported in
+    tests/rollout/kthena_router.py) sends the model's requests to both and the adapter's to ``a`` alone,
+    with the Model's header match on every rule."""
+    extra = {"modelMatch": model_match} if model_match else {}
+    adapter = [{"name": "sql", "artifactURL": "pvc://adapters/sql"}]
+    backends = [backend("a", routeWeight=50, loraAdapters=adapter), backend("b", routeWeight=50)]
+    env.custom.create_namespaced_custom_object(*REGISTRY, env.ns, "models", model("chat", env.ns, backends, **extra))
+    report = rollout_models(namespaces=[env.ns], cluster=env.cluster)
+    assert not report.failed, report.models[0].result
+    stored = env.objects(NET, "modelroutes")
+    assert_schema_kept_everything(stored)  # accepted by the upstream CRD, nothing pruned
+    routes = [stored["chat"]]
+    gold = {"X-Tenant": "gold"} if model_match else {}
+    base = landings(routes, Request("chat", gold))
+    assert isinstance(base, dict) and set(base) == {"chat-a", "chat-b"} and min(base.values()) > 150, base
+    assert landings(routes, Request("sql", gold)) == {"chat-a": 400}
+    assert route(routes, Request("sql", gold), random.Random(1))[1] is True  # a LoRA request
+    assert landings(routes, Request("other", gold)) == "404"
+    if model_match:  # the header match is kept on the adapter's rule too
+        for name in ("chat", "sql"):
+            assert landings(routes, Request(name)) == "404"
+            assert landings(routes, Request(name, {"x-tenant": "silver"})) == "404"
+    # As Kthena's model controller orders them: default first, then one rule per adapter.
+    assert [(r["name"], r["modelMatch"]["body"]) for r in routes[0]["spec"]["rules"]] == [
+        ("default", {"model": "chat"}),
+        ("sql", {"model": "sql"}),
+    ]
+
+
+def test_more_adapters_than_a_model_route_holds_fail_the_model_and_route_the_first_ten(env: Env) -> None:
+    adapters = [{"name": f"ad{i:02d}", "artifactURL": f"pvc://adapters/{i}"} for i in range(11)]
+    manifest = model("wide", env.ns, [backend("a", loraAdapters=adapters), backend("b")])
+    env.custom.create_namespaced_custom_object(*REGISTRY, env.ns, "models", manifest)
+    report = rollout_models(namespaces=[env.ns], cluster=env.cluster)
+    assert report.failed
+    status = env.custom.get_namespaced_custom_object(*REGISTRY, env.ns, "models", "wide")["status"]
+    failed = next(c for c in status["conditions"] if c["type"] == "Failed")
+    assert (failed["status"], failed["reason"]) == ("True", "InvalidModel")
+    assert (
+        failed["message"].startswith("spec.backends[].loraAdapters: 11 distinct adapters")
+        and "ad10" in failed["message"]
+    )
+    route_spec = env.objects(NET, "modelroutes")["wide"]["spec"]
+    assert route_spec["loraAdapters"] == [f"ad{i:02d}" for i in range(10)] and len(route_spec["rules"]) == 11
+
+
 def test_model_serving_instead_of_deployments(env: Env, tmp_path: Any) -> None:
     big = server_worker(pods=2, resources={"limits": {"nvidia.com/gpu": "8"}})
     env.custom.create_namespaced_custom_object(*REGISTRY, env.ns, "models", pd_model(env.ns))
@@ -259,6 +324,7 @@ def test_model_serving_instead_of_deployments(env: Env, tmp_path: Any) -> None:
     # Multi-node: a leader role with one ray worker joining the entry through ENTRY_ADDRESS.
     ray = servings["big-ray"]["spec"]["template"]["roles"][0]
     assert (ray["name"], ray["workerReplicas"]) == ("leader", 1)
+    assert servings["big-ray"]["spec"]["template"]["gangPolicy"] == {"minRoleReplicas": {"leader": 1}}  # vllm.yaml
     worker_script = ray["workerTemplate"]["spec"]["containers"][0]["args"][-1]
     assert "worker --ray_address=$ENTRY_ADDRESS --ray_port=6379" in worker_script
     # The optimizer scales the ModelServing (its replicas are groups) through its scale subresource.
@@ -297,3 +363,49 @@ def test_off_keeps_plain_deployments_and_the_route_config_map(env: Env) -> None:
     assert env.objects(NET, "modelservers") == {} and env.objects(NET, "modelroutes") == {}
     containers = env.deployments()["plain-b"]["spec"]["template"]["spec"]["containers"]
     assert [c["name"] for c in containers] == ["engine"]
+
+
+def test_a_manifests_folder_with_kthenas_crds_renders_the_native_objects(
+    kthena_server: KubeServer, tmp_path: Any, prefect_harness: None
+) -> None:
+    """A local folder serves the kinds its CustomResourceDefinition documents define, as a cluster does: with
+    Kthena's networking CRDs in it the rollout renders ModelServer and ModelRoute (served under ``spec.name``,
+    Kthena's current route key), and the API test server accepts both under the upstream CRDs unchanged."""
+    from engine.rollout.workloads import ANNOTATION_LAST_APPLIED
+    from tasks.cluster import LocalCluster
+    from tests.upstream_crds import upstream_crds_dir
+
+    folder = tmp_path / "cluster"
+    folder.mkdir()
+    crds = upstream_crds_dir()
+    assert crds is not None
+    for name in ("modelservers", "modelroutes"):
+        (folder / f"crd-{name}.yaml").write_text(
+            (crds / f"kthena/networking.serving.volcano.sh_{name}.yaml").read_text()
+        )
+    adapter = [{"name": "sql", "artifactURL": "pvc://adapters/sql"}]
+    manifest = model("chat", "team", [backend("a", loraAdapters=adapter), backend("b")], modelMatch=TENANT_MATCH)
+    manifest["spec"]["name"] = "chat-7b"
+    (folder / "model.yaml").write_text(yaml.safe_dump(manifest))
+
+    report = rollout_models(namespaces=["team"], cluster=str(folder))
+    assert not report.failed, report.models[0].result
+    local = LocalCluster(str(folder))
+    servers = {o["metadata"]["name"]: o for o in local.list(f"{NET[0]}/{NET[1]}", "ModelServer", "team")}
+    routes = local.list(f"{NET[0]}/{NET[1]}", "ModelRoute", "team")
+    assert set(servers) == {"chat-a", "chat-b"} and [r["metadata"]["name"] for r in routes] == ["chat"]
+    assert {s["spec"]["model"] for s in servers.values()} == {"chat-7b"} and routes[0]["spec"]["modelName"] == "chat-7b"
+    args = local.get("apps/v1", "Deployment", "chat-a", "team")["spec"]["template"]["spec"]["containers"]
+    engine = next(c for c in args if c["name"] == "engine")["args"]
+    assert engine[engine.index("--served-model-name") + 1] == "chat-7b"
+    assert local.list("v1", "ConfigMap", "team", label_selector="registry.volcano.sh/model-name=chat") == []
+
+    namespace = f"local-{tmp_path.name[-8:].lower().replace('_', '-')}"
+    kthena_server.create_namespace(namespace)
+    custom = k8s.CustomObjectsApi(kthena_server.api_client())
+    for obj, plural in [(o, "modelservers") for o in servers.values()] + [(routes[0], "modelroutes")]:
+        rendered = json.loads(obj["metadata"]["annotations"][ANNOTATION_LAST_APPLIED])
+        assert is_within(rendered["spec"], obj["spec"])  # the local folder's CRD schema pruned nothing
+        meta = {"name": obj["metadata"]["name"], "namespace": namespace}
+        stored = custom.create_namespaced_custom_object(*NET, namespace, plural, {**rendered, "metadata": meta})
+        assert is_within(rendered["spec"], stored["spec"]), f"{obj['kind']}: the upstream CRD changed it"

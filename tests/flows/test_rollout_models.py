@@ -614,6 +614,41 @@ def test_prefill_decode_keep_their_ratio_through_an_optimize_cycle(env: Env, tmp
     assert not [w for w in env.writes() if "/deployments/" in w["path"]]
 
 
+def test_a_multi_node_backend_runs_one_ray_group_with_deployments(env: Env, tmp_path: Any) -> None:
+    """``pods: 3`` up to 3 groups: with Deployments every ray worker joins the head behind one headless Service,
+    so a second head would split them. The backend is held at one group (a head and 2 ray workers), whatever
+    the optimizer wants or a previous rollout left, and the Model says why."""
+    worker = server_worker(pods=3, resources={"limits": {"nvidia.com/gpu": "8"}})
+    mn = backend("ray", minReplicas=1, maxReplicas=3, scalingCost=10, workers=[worker])
+    env.create(model("mn", env.ns, [mn], autoscalingPolicy=QUEUE_POLICY))
+    env.run()
+    replicas = {n: d["spec"]["replicas"] for n, d in env.deployments().items()}
+    assert replicas == {"mn-ray": 1, "mn-ray-worker": 2}
+    (param,) = env.custom_objects("autoscalingpolicybindings")["mn"]["spec"]["optimizerConfiguration"]["params"]
+    assert (param["target"]["targetRef"]["name"], param["minReplicas"], param["maxReplicas"]) == ("mn-ray", 1, 1)
+    limited = env.condition("mn", "ScalingLimited")
+    assert (limited["status"], limited["reason"]) == ("True", "MultiNodeGroupHeld")
+    assert "backend ray" in limited["message"] and "maxReplicas 3" in limited["message"]
+
+    metrics = tmp_path / "metrics.yaml"
+    metrics.write_text(
+        yaml.safe_dump(
+            {"instances": [{"namespace": env.ns, "pod": "mn-ray-1-a", "metrics": {"vllm:num_requests_waiting": 40}}]}
+        )
+    )
+    optimize(namespaces=[env.ns], metrics_file=str(metrics), cluster=env.cluster)
+    assert {n: d["spec"]["replicas"] for n, d in env.deployments().items()} == replicas  # 40 waiting: still one
+
+    env.apps.patch_namespaced_deployment_scale("mn-ray", env.ns, {"spec": {"replicas": 3}})  # an older rollout's
+    env.run()
+    assert {n: d["spec"]["replicas"] for n, d in env.deployments().items()} == replicas
+
+    env.patch_model("mn", {"backends": [{**mn, "maxReplicas": 1}]})
+    env.run()
+    limited = env.condition("mn", "ScalingLimited")
+    assert (limited["status"], limited["reason"]) == ("False", "NotLimited")
+
+
 def _start_fake_vllm(port: int, env: dict[str, str]) -> Any:
     import subprocess
     import sys

@@ -280,7 +280,7 @@ def test_cli_start_chooses_where_reactive_policies_start(prefect_harness: None, 
     # From the manifests' 1-2 replicas the first minutes miss what static peak's allocation serves.
     assert warm["slo_attainment"] > cold["slo_attainment"] + 0.05  # type: ignore[operator]
     bad = CliRunner().invoke(app, ["simulate", "--cluster", str(SIMULATION), "--trace", str(TRACE), "--start", "300"])
-    assert bad.exit_code == 2 and "--start '300': choose manifests or static" in bad.output
+    assert bad.exit_code == 2 and "--start '300': choose static or manifests" in bad.output
 
 
 def test_frontier_curves_join_points_in_attainment_order() -> None:
