@@ -159,8 +159,7 @@ def step(
     previous = (
         _clamp(percentile, settings) if valid and percentile is not None else feed_forward_percentile(target, settings)
     )
-    measured = sample is not None and sample.recent is not None and sample.recent_requests > 0
-    hold = _hold(hold_s, hold_range_s, measured)
+    hold = _hold(hold_s, hold_range_s)
     held = f"sizing percentile held at p{previous:.1f}{_held_for(hold)}"
 
     def unchanged(why: str) -> ControllerStep:
@@ -221,10 +220,8 @@ def step(
     )
 
 
-def _hold(hold_s: float | None, hold_range_s: tuple[float, float] | None, measured: bool) -> float | None:
-    """The hold to start from: the last one within the range; a model the loop has not held yet starts at the
-    longest once its attainment is measured (it gives capacity back as the measurement shows a surplus, the safe
-    direction), at the shortest (the plan's start-up window, as without a loop) while it is not."""
+def _hold(hold_s: float | None, hold_range_s: tuple[float, float] | None) -> float | None:
+    """The hold to start from: the last one within the range, else the shortest (the plan's start-up window)."""
     if hold_range_s is None:
         return None
     shortest, longest = hold_range_s

@@ -55,6 +55,14 @@ from tasks.cluster.dirwatch import DirectoryWatch, open_watch
 from tasks.cluster.errors import Forbidden, Invalid, NotFound, Unavailable
 from tasks.cluster.local_index import Entry, Index, Key, key_of
 from tasks.cluster.local_kinds import CRD_KIND, FolderKinds, is_crd
+from tasks.cluster.local_paths import (
+    MANIFEST_SUFFIXES,
+    is_manifest,
+    manifest_paths,
+    missing_parents,
+    stat_into,
+)
+from tasks.cluster.local_paths import scan_manifests as _scan_manifests
 from tasks.cluster.objects import apply_builtin_defaults
 from tasks.cluster.resources import ResourceInfo
 from tasks.cluster.schema import normalised
@@ -131,10 +139,10 @@ class LocalStore:
         """
         found: dict[str, tuple[int, int, int]] = {}
         if self.single_file:
-            _stat_into(found, self.path)
+            stat_into(found, self.path)
         elif self.path.is_dir():
             found.update(_scan_manifests(str(self.path)))
-        _stat_into(found, self.events_path)
+        stat_into(found, self.events_path)
         return found
 
     def _load(self) -> None:
@@ -272,7 +280,7 @@ class LocalStore:
             self._load()
             return
         events = str(self.events_path)
-        files = [read_file(Path(p)) for p in sorted(paths, key=lambda p: (p == events, p)) if _is_manifest(p)]
+        files = [read_file(Path(p)) for p in sorted(paths, key=lambda p: (p == events, p)) if is_manifest(p)]
         previous: dict[Key, Entry] = {}
         for p in paths:
             for key in self._index.of_file(Path(p)):
@@ -478,7 +486,7 @@ class LocalStore:
             self._files.pop(yfile.path, None)
             self._stamps.pop(str(yfile.path), None)
             return
-        created = _missing_parents(yfile.path, self.path)
+        created = missing_parents(yfile.path, self.path)
         yfile.stamp = atomic_write(yfile.path, yfile.render())
         self._stamps[str(yfile.path)] = yfile.stamp
         if created and self._watch is not None:
@@ -499,75 +507,6 @@ def _refuse_malformed(yfile: YamlFile, obj: Manifest) -> None:
     if problem:
         meta = obj.get("metadata") or {}
         raise Invalid(f"cannot write {obj.get('kind')} {meta.get('name')!r} into {problem}", reason="InvalidYAML")
-
-
-def _stat_into(found: dict[str, tuple[int, int, int]], path: Path) -> None:
-    """Add ``path`` with its stamp when it is an existing file."""
-    stamp = file_stamp(path)
-    if stamp is not None and path.is_file():
-        found[str(path)] = stamp
-
-
-MANIFEST_SUFFIXES = (".yaml", ".yml", ".json")
-"""Manifest files a directory is read from: YAML, and JSON (a YAML subset: ``kubectl get -o json`` dumps)."""
-
-
-def manifest_paths(path: Path) -> list[Path]:
-    """The manifest files of a state, sorted: the file itself, or every ``*.yaml``/``*.yml``/``*.json`` below a
-    directory with hidden entries (such as the Event sink) left out, as :class:`LocalCluster` reads them."""
-    if path.is_file():
-        return [path]
-    if not path.is_dir():
-        return []
-    return sorted(Path(found) for found, _ in _scan_manifests(str(path)))
-
-
-def _scan_manifests(root: str) -> Iterator[tuple[str, tuple[int, int, int]]]:
-    """Every manifest file (:data:`MANIFEST_SUFFIXES`) below ``root`` with its stamp, skipping hidden entries."""
-    stack = [root]
-    while stack:
-        directory = stack.pop()
-        try:
-            entries = list(os.scandir(directory))
-        except OSError:
-            continue
-        for entry in entries:
-            if entry.name.startswith("."):
-                continue
-            if entry.is_dir(follow_symlinks=True):
-                stack.append(entry.path)
-            elif (
-                entry.name.endswith(MANIFEST_SUFFIXES)
-                and entry.is_file(follow_symlinks=True)
-                and (not entry.name.endswith(".json") or _looks_like_manifest(entry.path))
-            ):
-                st = entry.stat()
-                yield entry.path, (st.st_mtime_ns, st.st_size, st.st_ino)
-
-
-def _missing_parents(path: Path, root: Path) -> list[Path]:
-    """The directories between ``root`` and ``path`` that do not exist yet (a write creates them), outermost first."""
-    missing: list[Path] = []
-    parent = path.parent
-    while parent != root and root in parent.parents and not parent.is_dir():
-        missing.insert(0, parent)
-        parent = parent.parent
-    return missing
-
-
-def _is_manifest(path: str) -> bool:
-    """Whether ``path`` is (still) a file the loader reads: it exists, and a ``.json`` one is a manifest."""
-    return os.path.isfile(path) and (not path.endswith(".json") or _looks_like_manifest(path))
-
-
-def _looks_like_manifest(path: str) -> bool:
-    """Whether a ``.json`` file is a Kubernetes manifest (an ``apiVersion`` near its start), not some other
-    JSON that lives beside the manifests (a model's ``config.json``, a tokenizer)."""
-    try:
-        with open(path, "rb") as handle:
-            return b'"apiVersion"' in handle.read(4096)
-    except OSError:
-        return False
 
 
 def _without(obj: Manifest, meta_keys: tuple[str, ...]) -> Manifest:
