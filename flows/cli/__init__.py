@@ -4,7 +4,7 @@
 |---|---|
 | ``manifests`` | ``render-crds``, ``validate-manifests`` |
 | ``platform`` | ``build-image``, ``render-worker-manifests``, ``register-deployments``, ``serve-deployments`` |
-| ``optimize`` | ``optimize``, ``simulate``, ``calibrate`` |
+| ``optimize`` | ``optimize``, ``simulate``, ``tune``, ``calibrate`` |
 | ``aim`` | ``discover-models``, ``resolve-templates``, ``rollout-services``, ``reconcile-aim`` |
 | ``rollout`` | ``rollout-models``, ``watch-models``, ``serve-openmodel`` |
 | ``caches`` | ``warm-caches`` |

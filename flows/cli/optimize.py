@@ -295,6 +295,74 @@ def _check_simulation_input(policy: list[str], router: str | None, trace: pathli
         raise CannotRun(f"{trace}: {exc}") from None
 
 
+@command("tune")
+def tune(
+    cluster_option: str = typer.Option(
+        ..., "--cluster", help="Manifests directory/file (or kubeconfig:PATH): the VariantAutoscalings to tune."
+    ),
+    trace: pathlib.Path = typer.Option(
+        ..., "--trace", help="The window's request log (trace CSV: timestamp, prompt tokens, output tokens)."
+    ),
+    slo_attainment: float | None = typer.Option(
+        None, "--slo-attainment", help="Every model's target (0.5-0.999). Default: what the VariantAutoscalings say."
+    ),
+    config_namespace: str = config_namespace_option(),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Replay and choose, write nothing."),
+    seed: int = typer.Option(0, help="Seed of the replay's random draws."),
+    as_json: bool = json_option(),
+) -> None:
+    """Choose per model the cheapest sizing setting that meets its SLO attainment target on a window's traffic.
+
+    Replays the attainment loop, pinned percentiles and static-peak floors on the request log and writes the
+    choice (annotations and modelplane.io/tuned) on each model's VariantAutoscalings. Exit codes: 0 every model's
+    target met and written; 2 could not run, with one line on stderr; 3 degraded: a model's target was met by no
+    candidate (the closest was chosen) or a write failed.
+    """
+    from engine.optimize.spec import SpecError
+    from engine.simulate.trace import TraceError
+    from flows.tune import tune as tune_flow
+
+    with cli_errors():
+        cluster = manifests_path(cluster_option)
+        _check_simulation_input([], None, trace, None)
+        if slo_attainment is not None:
+            try:
+                check_attainment(slo_attainment)
+            except ValueError as exc:
+                raise CannotRun(f"--slo-attainment: {exc}") from None
+    report = run_flow(
+        tune_flow,
+        cannot_run=(TraceError, SpecError),
+        cluster=str(cluster),
+        trace=str(trace),
+        config_namespace=config_namespace,
+        slo_attainment=slo_attainment,
+        dry_run=dry_run,
+        seed=seed,
+    )
+    problems = [f"{c.model}: no candidate met {c.target:.1%}; chose the closest" for c in report.choices if not c.met]
+    problems += [f"not written: {failure}" for failure in report.failed]
+    if as_json:
+        sys.stdout.write(json.dumps(report.as_json(), indent=2) + "\n")
+        exit_with_outcome(problems)
+    rows = [
+        (
+            c.model,
+            f"{c.target:.1%}",
+            r.candidate.name,
+            f"{r.attainment:.1%}",
+            f"{r.cost:,.1f}",
+            "<- chosen" if r is c.chosen else "",
+        )
+        for c in report.choices
+        for r in c.rows
+    ]
+    columns = ("model", "target", "candidate", "attainment", "cost", "")
+    console.print(table_of(f"Candidates replayed on {trace.name}", columns, rows, right=("attainment", "cost")))
+    console.print("dry run: nothing was written" if dry_run else f"written: {len(report.written)} VariantAutoscalings")
+    exit_with_outcome(problems)
+
+
 @command("calibrate")
 def calibrate(
     cluster: str | None = cluster_option(),

@@ -333,12 +333,14 @@ def test_the_scheduled_optimize_loop_holds_scale_downs_as_the_simulated_policy_d
 REQUIRED_SAMPLES: dict[str, dict[str, Any]] = {
     "serve-openmodel": {"model": "qwen2-5-0-5b-instruct", "namespace": "llm-serving"},
     "simulate": {"cluster": "deployments/examples", "trace": "deployments/traces/azure-conv-2023-20min.csv"},
+    "tune": {"cluster": "deployments/simulation", "trace": "deployments/traces/azure-conv-2023-20min.csv"},
 }
 # The values issue 19 found the server accepting and the run then dying on (point 5), plus one per kind of rule.
 BAD_VALUES: dict[str, list[dict[str, Any]]] = {
     "discover-models": [{"resync_interval_s": 30}, {"registry_timeout_s": 0}, {"namespaces": ["Team_A"]}],
     "serve-openmodel": [{"replicas": -1}, {"replicas": 1001}, {"namespace": "Bad_NS"}, {"model": ""}, {"image": ""}],
     "calibrate": [{"lookback": "1d"}, {"window": "5h"}, {"config_namespace": ""}],
+    "tune": [{"slo_attainment": 0.3}, {"slo_attainment": 1.0}, {"cluster": ""}, {"trace": ""}],
     "simulate": [
         {"rate_scale": 0},
         {"wave_floor": 0},

@@ -1,0 +1,147 @@
+"""Tuning on the cluster's own traffic: replay candidate settings, keep per model the cheapest that meets its target.
+
+Why: the attainment loop (:mod:`engine.slo.controller`) corrects the sizing while traffic flows, but it can only
+correct what its actuators reach, and it learns from misses it has already paid for.  A replay of the last window's
+traffic against the cluster's own VariantAutoscalings answers, before the next window, which setting would have met
+each model's target at the lowest cost.  The candidates span the ways Modelplane can be told to size:
+
+* ``attainment loop`` -- the shipped default: the loop moves the percentile and the peak hold;
+* ``percentile pNN`` -- the loop off, tail sizing pinned at a percentile (``modelplane.io/ttft-percentile``);
+* ``static floor xH`` -- the loop on top of a floor of static peak's allocation for the window's peak at headroom
+  ``H`` (``modelplane.io/min-replicas`` per variant): static provisioning is among the candidates, so on the window
+  it tunes on the choice is never costlier than static peak at the same attainment.
+
+Each candidate is one replay of the whole cluster (models share the accelerator inventory); the choice is made per
+model from its own attainment and cost in that replay.  Pure and deterministic: the replays are
+:func:`engine.simulate.policies.run_policy`'s.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from engine.optimize.spec import ANNOTATION_MIN_REPLICAS, model_targets
+from engine.perf.tail_sizing import ANNOTATION_TTFT_PERCENTILE
+from engine.simulate.outcome import PolicyOutcome
+from engine.simulate.policies import static_allocation
+from engine.simulate.scenario import Scenario, joined_key
+from engine.slo.target import DEFAULT_ATTAINMENT
+
+__all__ = [
+    "ANNOTATION_TUNED",
+    "Candidate",
+    "ModelChoice",
+    "TuneRow",
+    "candidates",
+    "choose",
+    "model_rows",
+    "with_candidate",
+]
+
+ANNOTATION_TUNED = "modelplane.io/tuned"
+"""VariantAutoscaling annotation the tune flow writes: the candidate chosen for the model, the attainment and cost
+its replay reached, the target, and when (JSON)."""
+PINNED_PERCENTILES = (70.0, 80.0, 90.0, 95.0)
+STATIC_HEADROOMS = (-0.2, 0.0, 0.2)
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One setting to replay: annotations set on every VariantAutoscaling of every model, and per-variant floors."""
+
+    name: str
+    annotations: Mapping[str, str] = field(default_factory=dict)
+    """Set on every VariantAutoscaling (the ``ttft-percentile`` pin)."""
+    floors: Mapping[str, int] = field(default_factory=dict)
+    """Variant key (``namespace/name``) -> ``modelplane.io/min-replicas``."""
+
+    def settings_for(self, variant_key: str) -> dict[str, str]:
+        """The annotations this candidate gives one VariantAutoscaling."""
+        settings = dict(self.annotations)
+        if variant_key in self.floors:
+            settings[ANNOTATION_MIN_REPLICAS] = str(self.floors[variant_key])
+        return settings
+
+
+@dataclass(frozen=True)
+class TuneRow:
+    """One candidate's replay, seen from one model."""
+
+    candidate: Candidate
+    attainment: float
+    cost: float
+    meets: bool
+
+
+@dataclass(frozen=True)
+class ModelChoice:
+    """A model's target, the rows it chose from (its frontier), and the chosen one."""
+
+    model: str
+    target: float
+    rows: list[TuneRow]
+    chosen: TuneRow
+
+    @property
+    def met(self) -> bool:
+        """Whether any candidate met the target (else the chosen one is the highest attainment)."""
+        return self.chosen.meets
+
+
+def candidates(scenario: Scenario) -> list[Candidate]:
+    """The loop, pinned percentiles, and static-peak floors at a few headrooms (see the module doc)."""
+    found = [Candidate("attainment loop")]
+    found += [
+        Candidate(f"percentile p{p:g}", annotations={ANNOTATION_TTFT_PERCENTILE: f"{p:g}"}) for p in PINNED_PERCENTILES
+    ]
+    for headroom in STATIC_HEADROOMS:
+        floors = static_allocation(dataclasses.replace(scenario, static_headroom=headroom))
+        found.append(Candidate(f"static floor x{1 + headroom:.1f}", floors={k: int(v) for k, v in floors.items()}))
+    return found
+
+
+def with_candidate(scenario: Scenario, candidate: Candidate) -> Scenario:
+    """The scenario with the candidate's annotations on its VariantAutoscalings (the Modelplane policy reads them)."""
+    variants = [va.model_copy(deep=True) for va in scenario.description.variants]
+    for va in variants:
+        key = joined_key((va.metadata.namespace or "default", va.metadata.name or ""))
+        va.metadata.annotations.update(candidate.settings_for(key))
+    return dataclasses.replace(scenario, description=dataclasses.replace(scenario.description, variants=variants))
+
+
+def model_rows(
+    scenario: Scenario, replays: Sequence[tuple[Candidate, PolicyOutcome]]
+) -> dict[str, list[tuple[Candidate, float, float]]]:
+    """Per model (``namespace/modelID``): each candidate's attainment and cost (accelerator cost of its variants)."""
+    rows: dict[str, list[tuple[Candidate, float, float]]] = {}
+    for candidate, outcome in replays:
+        for model, attained in outcome.attainment_by_model.items():
+            cost = sum(
+                outcome.accelerator_hours.get(v.key, 0.0) * v.unit_cost for v in scenario.variants if v.model == model
+            )
+            rows.setdefault(model, []).append((candidate, attained, cost))
+    return rows
+
+
+def choose(scenario: Scenario, replays: Sequence[tuple[Candidate, PolicyOutcome]]) -> list[ModelChoice]:
+    """Per model: the cheapest candidate whose replay met the model's target; when none did, the one that came
+    closest (highest attainment, then cheapest)."""
+    description = scenario.description
+    targets = {
+        joined_key(k): t.attainment for k, t in model_targets(description.variants, description.service_classes).items()
+    }
+    choices = []
+    for model, rows in sorted(model_rows(scenario, replays).items()):
+        target = targets.get(model, DEFAULT_ATTAINMENT)
+        table = [TuneRow(c, a, cost, not math.isnan(a) and a >= target) for c, a, cost in rows]
+        meeting = [r for r in table if r.meets]
+        chosen = (
+            min(meeting, key=lambda r: (r.cost, -r.attainment))
+            if meeting
+            else max(table, key=lambda r: (r.attainment, -r.cost))
+        )
+        choices.append(ModelChoice(model, target, sorted(table, key=lambda r: r.attainment), chosen))
+    return choices

@@ -1,0 +1,69 @@
+"""The tune flow end to end on a manifests folder: replay, choose per model, write the choice (or not, dry run)."""
+
+from __future__ import annotations
+
+import json
+import pathlib
+import shutil
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from engine.simulate.tune import ANNOTATION_TUNED
+from flows.cli import app
+
+REPO = pathlib.Path(__file__).resolve().parents[2]
+SIMULATION = REPO / "deployments" / "simulation"
+TRACE = REPO / "deployments" / "traces" / "azure-conv-2023-20min.csv"
+
+
+def short_log(tmp_path: pathlib.Path, rows: int = 1500) -> pathlib.Path:
+    """The first rows of the shipped 20-minute request log (a few minutes of traffic)."""
+    lines = TRACE.read_text().splitlines()
+    path = tmp_path / "requests.csv"
+    path.write_text("\n".join(lines[: rows + 1]) + "\n")
+    return path
+
+
+def annotations(folder: pathlib.Path) -> dict[str, dict[str, str]]:
+    found = {}
+    for path in folder.glob("*.yaml"):
+        for doc in yaml.safe_load_all(path.read_text()):
+            if isinstance(doc, dict) and doc.get("kind") == "VariantAutoscaling":
+                found[doc["metadata"]["name"]] = dict(doc["metadata"].get("annotations") or {})
+    return found
+
+
+@pytest.mark.usefixtures("prefect_harness")
+def test_tune_writes_each_models_choice_and_a_dry_run_writes_nothing(tmp_path: pathlib.Path) -> None:
+    cluster = tmp_path / "cluster"
+    shutil.copytree(SIMULATION, cluster)
+    log = short_log(tmp_path)
+    before = {p.name: p.read_bytes() for p in cluster.iterdir() if p.is_file()}
+    dry = CliRunner().invoke(
+        app, ["tune", "--cluster", str(cluster), "--trace", str(log), "--slo-attainment", "0.85", "--dry-run", "--json"]
+    )
+    assert dry.exit_code in (0, 3), dry.output
+    report = json.loads(dry.output[dry.output.index("{") :])
+    assert report["dry_run"] and not report["written"]
+    assert {p.name: p.read_bytes() for p in cluster.iterdir() if p.is_file()} == before
+    for model in report["models"]:
+        costs = [row["cost"] for row in model["frontier"] if row["attainment"] >= 0.85]
+        if model["met"]:  # the cheapest candidate that met the target
+            assert model["cost"] == min(costs) and model["attainment"] >= 0.85
+    real = CliRunner().invoke(app, ["tune", "--cluster", str(cluster), "--trace", str(log), "--slo-attainment", "0.85"])
+    assert real.exit_code in (0, 3), real.output
+    written = annotations(cluster)
+    assert written and all(ANNOTATION_TUNED in a for a in written.values())
+    record = json.loads(next(iter(written.values()))[ANNOTATION_TUNED])
+    assert {"candidate", "attainment", "cost", "target", "at"} <= set(record) and record["target"] == 0.85
+
+
+def test_tune_refuses_a_bad_target_and_a_missing_log_in_one_line(tmp_path: pathlib.Path) -> None:
+    bad = CliRunner().invoke(
+        app, ["tune", "--cluster", str(SIMULATION), "--trace", str(TRACE), "--slo-attainment", "1.5"]
+    )
+    assert bad.exit_code == 2 and "--slo-attainment" in bad.output
+    missing = CliRunner().invoke(app, ["tune", "--cluster", str(SIMULATION), "--trace", str(tmp_path / "none.csv")])
+    assert missing.exit_code == 2 and "does not exist" in missing.output
