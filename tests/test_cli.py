@@ -125,7 +125,7 @@ def test_every_visible_command_is_verb_noun_and_flow_commands_carry_the_flow_nam
 
     commands = typer.main.get_command(app).commands
     visible = {name for name, command in commands.items() if not command.hidden}
-    assert all("-" in name or name in {"optimize", "simulate", "calibrate"} for name in visible), visible
+    assert all("-" in name or name in {"optimize", "simulate", "tune", "calibrate"} for name in visible), visible
     assert {entry["name"] for entry in load_prefect_yaml()["deployments"]} <= visible
     assert not visible & set(ALIASES) and "cache" not in visible
 

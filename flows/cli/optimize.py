@@ -306,6 +306,7 @@ def tune(
     slo_attainment: float | None = typer.Option(
         None, "--slo-attainment", help="Every model's target (0.5-0.999). Default: what the VariantAutoscalings say."
     ),
+    duration: float | None = typer.Option(None, help="Replay only the log's first SECONDS (default: all of it)."),
     config_namespace: str = config_namespace_option(),
     dry_run: bool = typer.Option(False, "--dry-run", help="Replay and choose, write nothing."),
     seed: int = typer.Option(0, help="Seed of the replay's random draws."),
@@ -314,9 +315,9 @@ def tune(
     """Choose per model the cheapest sizing setting that meets its SLO attainment target on a window's traffic.
 
     Replays the attainment loop, pinned percentiles and static-peak floors on the request log and writes the
-    choice (annotations and modelplane.io/tuned) on each model's VariantAutoscalings. Exit codes: 0 every model's
-    target met and written; 2 could not run, with one line on stderr; 3 degraded: a model's target was met by no
-    candidate (the closest was chosen) or a write failed.
+    choice (annotations and modelplane.io/tuned) on each model's VariantAutoscalings; a model whose target no
+    candidate met gets the closest, and the output says so. Exit codes: 0 every choice written; 2 could not run,
+    with one line on stderr; 3 degraded: a write failed.
     """
     from engine.optimize.spec import SpecError
     from engine.simulate.trace import TraceError
@@ -337,11 +338,12 @@ def tune(
         trace=str(trace),
         config_namespace=config_namespace,
         slo_attainment=slo_attainment,
+        duration_s=duration,
         dry_run=dry_run,
         seed=seed,
     )
-    problems = [f"{c.model}: no candidate met {c.target:.1%}; chose the closest" for c in report.choices if not c.met]
-    problems += [f"not written: {failure}" for failure in report.failed]
+    problems = [f"not written: {failure}" for failure in report.failed]
+    unmet = [f"{c.model}: no candidate met {c.target:.1%}; the closest was chosen" for c in report.choices if not c.met]
     if as_json:
         sys.stdout.write(json.dumps(report.as_json(), indent=2) + "\n")
         exit_with_outcome(problems)
@@ -359,6 +361,8 @@ def tune(
     ]
     columns = ("model", "target", "candidate", "attainment", "cost", "")
     console.print(table_of(f"Candidates replayed on {trace.name}", columns, rows, right=("attainment", "cost")))
+    for line in unmet:
+        console.print(line, highlight=False)
     console.print("dry run: nothing was written" if dry_run else f"written: {len(report.written)} VariantAutoscalings")
     exit_with_outcome(problems)
 

@@ -84,12 +84,17 @@ FLOW_COMMANDS: dict[str, FlowCommand] = {
         ),
         degradable="",
     ),
+    "tune": FlowCommand(
+        ("--trace", str(REPO / "deployments" / "traces" / "azure-conv-2023-20min.csv"), "--duration", "60"),
+        degradable="",
+    ),
     "calibrate": FlowCommand(clean=ExitCode.DEGRADED, why_not_clean="no metrics to fit a profile from"),
     "watch-models": FlowCommand(("--watch-seconds", "1"), degradable=""),
 }
 NO_DEGRADED = {
     "simulate": "replays a trace against a copy of the cluster description in memory: no cluster writes (0 or 2)",
     "watch-models": "reads only: a watch that ran is a clean run (0 or 2)",
+    "tune": "writes annotations (metadata patches), never status: a refused status write cannot degrade it",
 }
 NOT_FLOWS = {
     "render-crds": "prints the generated CRDs",
@@ -207,9 +212,10 @@ def test_empty_cluster_is_never_the_working_directory(
     assert result.exit_code == ExitCode.CANNOT_RUN, (result.exit_code, result.stdout, result.stderr, result.exception)
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr
-    expected = "--cluster is empty" if name == "simulate" else "no cluster configured"
+    describes = name in {"simulate", "tune"}  # they read a cluster description: empty is an error, no default applies
+    expected = "--cluster is empty" if describes else "no cluster configured"
     assert expected in lines[0], lines[0]
-    if name != "simulate":  # simulate reads a cluster description: empty is an error, no default applies
+    if not describes:
         assert "MODELPLANE_CLUSTER" in lines[0], lines[0]
     assert result.stdout == ""
     assert tree_snapshot(workdir) == before, "the working directory was written"
