@@ -35,7 +35,7 @@ from prefect.schedules import Cron, Interval, Schedule
 from prefect.utilities.templating import apply_values
 from pydantic import TypeAdapter
 
-from flows.image import IMAGE
+from flows.image import image as modelplane_image
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 PREFECT_YAML = REPO / "deployments" / "prefect.yaml"
@@ -165,9 +165,10 @@ def runner_deployments(path: pathlib.Path = PREFECT_YAML) -> list[RunnerDeployme
 # ------------------------------------------------------------------------------------------ work pools
 
 
-def kubernetes_pool_template(path: pathlib.Path = WORK_POOL_TEMPLATE, image: str = IMAGE) -> dict[str, Any]:
+def kubernetes_pool_template(path: pathlib.Path = WORK_POOL_TEMPLATE, image: str | None = None) -> dict[str, Any]:
     """The Kubernetes work pool's base job template (service account, cache volumes, resources), its ``image``
-    variable defaulting to ``image`` (the file names no tag: flows/image.py is the one place for it).
+    variable defaulting to ``image``, else Modelplane's (the file names no tag: flows/image.py is the one place
+    for it, ``$MODELPLANE_IMAGE`` included).
 
     The Job manifest sets ``parallelism``/``completions`` twice: in the Job spec, where Kubernetes reads them,
     and in the pod template's spec, because prefect-kubernetes (0.8) rejects a template without
@@ -175,7 +176,7 @@ def kubernetes_pool_template(path: pathlib.Path = WORK_POOL_TEMPLATE, image: str
     two unknown pod fields with a warning).
     """
     template = json.loads(path.read_text())
-    template["variables"]["properties"]["image"]["default"] = image
+    template["variables"]["properties"]["image"]["default"] = image or modelplane_image()
     return template
 
 

@@ -23,7 +23,7 @@ from typing import Any
 import yaml
 
 from flows.deployments import KUBERNETES_POOL, kubernetes_pool_template
-from flows.image import IMAGE, REPOSITORY, version
+from flows.image import image, split_reference
 from flows.parameters import SYSTEM_NAMESPACE
 
 NAMESPACE = SYSTEM_NAMESPACE  # flows/parameters.py
@@ -74,8 +74,9 @@ def _container_security() -> dict[str, Any]:
     }
 
 
-def worker_objects(image: str = IMAGE, api_url: str = DEFAULT_API_URL) -> list[dict[str, Any]]:
-    """ConfigMap, ServiceAccount, Role, RoleBinding and Deployment of the worker in ``modelplane-system``."""
+def worker_objects(reference: str | None = None, api_url: str = DEFAULT_API_URL) -> list[dict[str, Any]]:
+    """ConfigMap, ServiceAccount, Role, RoleBinding and Deployment of the worker in ``modelplane-system``, running
+    image ``reference`` (default: Modelplane's, flows/image.py)."""
     meta = {"name": NAME, "namespace": NAMESPACE, "labels": LABELS}
     env = [
         # The observer watches the Jobs' namespace only, so the Role above is enough (no cluster-wide watch).
@@ -90,7 +91,7 @@ def worker_objects(image: str = IMAGE, api_url: str = DEFAULT_API_URL) -> list[d
     ]
     container = {
         "name": NAME,
-        "image": image,
+        "image": reference or image(),
         "imagePullPolicy": "IfNotPresent",
         "command": ["prefect"],
         "args": WORKER_ARGS,
@@ -144,16 +145,19 @@ def worker_objects(image: str = IMAGE, api_url: str = DEFAULT_API_URL) -> list[d
     ]
 
 
-def helm_values(tag: str | None = None, api_url: str = DEFAULT_API_URL) -> dict[str, Any]:
-    """Values for Prefect's ``prefect-worker`` chart: Modelplane's image and the same worker as worker.yaml.
+def helm_values(reference: str | None = None, api_url: str = DEFAULT_API_URL) -> dict[str, Any]:
+    """Values for Prefect's ``prefect-worker`` chart: image ``reference`` (default: Modelplane's, flows/image.py)
+    and the same worker as worker.yaml.
 
     The chart mounts the base job template at ``baseJobTemplate.json`` in the worker's working directory and
     syncs it into an existing pool; the chart's own Role (jobs, pods, pods/log, events) covers WORKER_RULES.
     """
-    template = kubernetes_pool_template(image=f"{REPOSITORY}:{tag or version()}")
+    reference = reference or image()
+    repository, tag = split_reference(reference)
+    template = kubernetes_pool_template(image=reference)
     return {
         "worker": {
-            "image": {"repository": REPOSITORY, "prefectTag": tag or version(), "pullPolicy": "IfNotPresent"},
+            "image": {"repository": repository, "prefectTag": tag, "pullPolicy": "IfNotPresent"},
             # Modelplane's image has no /opt/prefect/entrypoint.sh: run the CLI directly.
             "command": ["prefect"],
             "args": [*WORKER_ARGS, "--base-job-template", "baseJobTemplate.json"],

@@ -124,6 +124,17 @@ def test_one_image_reference_from_the_package_version() -> None:
     assert not tagged, f"name the image through flows/image.py (or `modelplane build-image`), not with a tag: {tagged}"
 
 
+def test_modelplane_image_is_what_the_deployments_and_the_pool_run(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With ``MODELPLANE_IMAGE`` set, ``register-deployments`` registers that image: the build step's output in every
+    entry's job variables (and passed on to the run, whose own image defaults follow it) and the pool's default."""
+    own = "registry.example.org/team/modelplane:1.2"
+    monkeypatch.setenv("MODELPLANE_IMAGE", own)
+    for entry in deployment_entries():
+        job_variables = entry["work_pool"]["job_variables"]
+        assert job_variables["image"] == job_variables["env"]["MODELPLANE_IMAGE"] == own, entry["name"]
+    assert kubernetes_pool_template()["variables"]["properties"]["image"]["default"] == own
+
+
 @pytest.mark.parametrize("entry", ENTRIES, ids=IDS)
 def test_entry_is_described_tagged_and_enforces_its_schema(entry: dict[str, Any]) -> None:
     assert entry.get("description", "").strip(), "a description the UI shows"
