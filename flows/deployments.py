@@ -16,6 +16,7 @@ from __future__ import annotations
 import copy
 import datetime
 import json
+import os
 import pathlib
 import shlex
 import subprocess
@@ -36,6 +37,7 @@ from prefect.utilities.templating import apply_values
 from pydantic import TypeAdapter
 
 from flows.image import image as modelplane_image
+from flows.parameters import IN_CLUSTER_PROMETHEUS_URL
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 PREFECT_YAML = REPO / "deployments" / "prefect.yaml"
@@ -74,6 +76,16 @@ def build_outputs(config: dict[str, Any]) -> dict[str, Any]:
             outputs[inputs["id"]] = result
         outputs.update(result)  # as Prefect's run_steps: the output's keys also on their own (they may shadow an id)
     return outputs
+
+
+def run_settings() -> dict[str, str]:
+    """A ``prefect deploy`` build step: the settings the Kubernetes pool's runs get as environment, read from the
+    registering environment (``{{ modelplane_settings.prometheus_url }}`` in prefect.yaml).
+
+    ``PROMETHEUS_URL`` as set there (empty: the runs have no Prometheus), else the in-cluster default. A process
+    pool's deployments do not carry it: their runs inherit the worker's environment (:func:`prefect_yaml_for_pool`).
+    """
+    return {"prometheus_url": os.environ.get("PROMETHEUS_URL", IN_CLUSTER_PROMETHEUS_URL)}
 
 
 def deployment_entries(path: pathlib.Path = PREFECT_YAML) -> list[dict[str, Any]]:

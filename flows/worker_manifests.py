@@ -31,6 +31,9 @@ NAME = "prefect-worker"
 UID = 10001  # deployments/Dockerfile's USER
 # A Prefect server installed with Prefect's `prefect-server` chart in namespace `prefect`: edit for yours.
 DEFAULT_API_URL = "http://prefect-server.prefect.svc.cluster.local:4200/api"
+# Prefect Cloud's API key, optional: `kubectl create secret generic prefect-api-key -n modelplane-system --from-literal=key=...`
+API_KEY_SECRET = "prefect-api-key"
+API_KEY_SECRET_KEY = "key"
 LABELS = {
     "app.kubernetes.io/name": NAME,
     "app.kubernetes.io/part-of": "modelplane",
@@ -60,11 +63,11 @@ WORKER_ARGS = [
 ]
 
 
-def _pod_security() -> dict[str, Any]:
+def pod_security() -> dict[str, Any]:
     return {"runAsNonRoot": True, "runAsUser": UID, "fsGroup": UID, "seccompProfile": {"type": "RuntimeDefault"}}
 
 
-def _container_security() -> dict[str, Any]:
+def container_security() -> dict[str, Any]:
     return {
         "runAsNonRoot": True,
         "runAsUser": UID,
@@ -74,20 +77,31 @@ def _container_security() -> dict[str, Any]:
     }
 
 
-def worker_objects(reference: str | None = None, api_url: str = DEFAULT_API_URL) -> list[dict[str, Any]]:
-    """ConfigMap, ServiceAccount, Role, RoleBinding and Deployment of the worker in ``modelplane-system``, running
-    image ``reference`` (default: Modelplane's, flows/image.py)."""
-    meta = {"name": NAME, "namespace": NAMESPACE, "labels": LABELS}
-    env = [
-        # The observer watches the Jobs' namespace only, so the Role above is enough (no cluster-wide watch).
-        {"name": "PREFECT_INTEGRATIONS_KUBERNETES_OBSERVER_NAMESPACES", "value": NAMESPACE},
+def prefect_client_env() -> list[dict[str, Any]]:
+    """The environment of a Prefect client in Modelplane's image (read-only root filesystem, ``/tmp`` writable),
+    with the API key of the optional Secret ``prefect-api-key``."""
+    return [
         {"name": "PREFECT_HOME", "value": "/tmp/prefect"},
         {"name": "HOME", "value": "/tmp"},
         # Prefect Cloud: create the Secret `prefect-api-key` (key `key`); a self-hosted server needs none.
         {
             "name": "PREFECT_API_KEY",
-            "valueFrom": {"secretKeyRef": {"name": "prefect-api-key", "key": "key", "optional": True}},
+            "valueFrom": {"secretKeyRef": {"name": API_KEY_SECRET, "key": API_KEY_SECRET_KEY, "optional": True}},
         },
+    ]
+
+
+def worker_objects(
+    reference: str | None = None, api_url: str = DEFAULT_API_URL, settings: str | None = None
+) -> list[dict[str, Any]]:
+    """ConfigMap, ServiceAccount, Role, RoleBinding and Deployment of the worker in ``modelplane-system``, running
+    image ``reference`` (default: Modelplane's, flows/image.py). With ``settings`` (the install's ConfigMap
+    ``modelplane``) the worker reads ``PREFECT_API_URL`` from that ConfigMap instead of its own."""
+    meta = {"name": NAME, "namespace": NAMESPACE, "labels": LABELS}
+    env = [
+        # The observer watches the Jobs' namespace only, so the Role above is enough (no cluster-wide watch).
+        {"name": "PREFECT_INTEGRATIONS_KUBERNETES_OBSERVER_NAMESPACES", "value": NAMESPACE},
+        *prefect_client_env(),
     ]
     container = {
         "name": NAME,
@@ -95,10 +109,10 @@ def worker_objects(reference: str | None = None, api_url: str = DEFAULT_API_URL)
         "imagePullPolicy": "IfNotPresent",
         "command": ["prefect"],
         "args": WORKER_ARGS,
-        "envFrom": [{"configMapRef": {"name": NAME}}],
+        "envFrom": [{"configMapRef": {"name": name}} for name in (NAME, settings) if name],
         "env": env,
         "resources": {"requests": {"cpu": "100m", "memory": "256Mi"}, "limits": {"memory": "1Gi"}},
-        "securityContext": _container_security(),
+        "securityContext": container_security(),
         "livenessProbe": {"httpGet": {"path": "/health", "port": 8080}, "initialDelaySeconds": 30, "periodSeconds": 30},
         "volumeMounts": [{"name": "tmp", "mountPath": "/tmp"}],
     }
@@ -114,7 +128,7 @@ def worker_objects(reference: str | None = None, api_url: str = DEFAULT_API_URL)
                 "metadata": {"labels": LABELS},
                 "spec": {
                     "serviceAccountName": NAME,
-                    "securityContext": _pod_security(),
+                    "securityContext": pod_security(),
                     "containers": [container],
                     "volumes": [{"name": "tmp", "emptyDir": {}}],
                 },
@@ -127,7 +141,7 @@ def worker_objects(reference: str | None = None, api_url: str = DEFAULT_API_URL)
             "kind": "ConfigMap",
             "metadata": meta,
             "data": {
-                "PREFECT_API_URL": api_url,
+                **({} if settings else {"PREFECT_API_URL": api_url}),
                 "PREFECT_WORKER_QUERY_SECONDS": "5",
                 "PREFECT_WORKER_PREFETCH_SECONDS": "10",
             },
@@ -171,9 +185,9 @@ def helm_values(reference: str | None = None, api_url: str = DEFAULT_API_URL) ->
                 "baseJobTemplate": {"configuration": json.dumps(template, indent=2)},
             },
             "livenessProbe": {"enabled": True},
-            "podSecurityContext": _pod_security(),
-            "containerSecurityContext": _container_security(),
-            "initContainer": {"containerSecurityContext": _container_security()},
+            "podSecurityContext": pod_security(),
+            "containerSecurityContext": container_security(),
+            "initContainer": {"containerSecurityContext": container_security()},
         },
         "serviceAccount": {"create": True, "name": NAME},
         "role": {"create": True},
@@ -181,14 +195,14 @@ def helm_values(reference: str | None = None, api_url: str = DEFAULT_API_URL) ->
     }
 
 
-class _Dumper(yaml.SafeDumper):
+class Dumper(yaml.SafeDumper):
     """Plain YAML for people: no anchors for repeated objects, multi-line strings as literal blocks."""
 
     def ignore_aliases(self, data: Any) -> bool:
         return True
 
 
-_Dumper.add_representer(
+Dumper.add_representer(
     str,
     lambda dumper, text: dumper.represent_scalar("tag:yaml.org,2002:str", text, style="|" if "\n" in text else None),
 )
@@ -200,11 +214,11 @@ def render_worker_manifests() -> dict[str, str]:
     worker = (
         header
         + "# kubectl apply -f deployments/worker/worker.yaml (after deployments/rbac.yaml); edit PREFECT_API_URL.\n"
-        + yaml.dump_all(worker_objects(), Dumper=_Dumper, sort_keys=False)
+        + yaml.dump_all(worker_objects(), Dumper=Dumper, sort_keys=False)
     )
     values = (
         header
         + f"# helm install prefect-worker prefect/prefect-worker -n {NAMESPACE} -f deployments/worker/helm-values.yaml\n"
-        + yaml.dump(helm_values(), Dumper=_Dumper, sort_keys=False, width=120)
+        + yaml.dump(helm_values(), Dumper=Dumper, sort_keys=False, width=120)
     )
     return {"worker.yaml": worker, "helm-values.yaml": values}
