@@ -77,6 +77,15 @@ def container_security() -> dict[str, Any]:
     }
 
 
+# prefect-kubernetes copies the worker's PREFECT_API_KEY into every flow-run Job: as a plain env value unless these
+# name a Secret in the Jobs' namespace, in which case the Job refers to it (secretKeyRef) and the key appears in no
+# Job manifest. The worker's own key comes from the same Secret (prefect_client_env), so they cannot differ.
+API_KEY_FROM_SECRET = [
+    {"name": "PREFECT_INTEGRATIONS_KUBERNETES_WORKER_API_KEY_SECRET_NAME", "value": API_KEY_SECRET},
+    {"name": "PREFECT_INTEGRATIONS_KUBERNETES_WORKER_API_KEY_SECRET_KEY", "value": API_KEY_SECRET_KEY},
+]
+
+
 def prefect_client_env() -> list[dict[str, Any]]:
     """The environment of a Prefect client in Modelplane's image (read-only root filesystem, ``/tmp`` writable),
     with the API key of the optional Secret ``prefect-api-key``."""
@@ -102,6 +111,7 @@ def worker_objects(
         # The observer watches the Jobs' namespace only, so the Role above is enough (no cluster-wide watch).
         {"name": "PREFECT_INTEGRATIONS_KUBERNETES_OBSERVER_NAMESPACES", "value": NAMESPACE},
         *prefect_client_env(),
+        *API_KEY_FROM_SECRET,
     ]
     container = {
         "name": NAME,
@@ -184,6 +194,9 @@ def helm_values(reference: str | None = None, api_url: str = DEFAULT_API_URL) ->
                 "jobNamespace": NAMESPACE,
                 "baseJobTemplate": {"configuration": json.dumps(template, indent=2)},
             },
+            # With `apiConfig: cloud` the chart reads the worker's key from its Secret `prefect-api-key` (key `key`,
+            # `worker.cloudApiConfig`): the flow-run Jobs then refer to that Secret instead of carrying the key.
+            "extraEnvVars": API_KEY_FROM_SECRET,
             "livenessProbe": {"enabled": True},
             "podSecurityContext": pod_security(),
             "containerSecurityContext": container_security(),

@@ -82,6 +82,25 @@ def test_the_worker_runs_modelplanes_image_against_the_pool_with_a_namespaced_ro
     )
 
 
+def test_flow_run_jobs_refer_to_the_api_key_secret_instead_of_copying_the_key() -> None:
+    """prefect-kubernetes copies the worker's PREFECT_API_KEY into every Job as a plain value unless its
+    API_KEY_SECRET_NAME/KEY settings name the Secret: the worker reads its key from that same Secret."""
+    for env in (
+        next(doc for doc in documents(WORKER_DIR / "worker.yaml") if doc["kind"] == "Deployment")["spec"]["template"][
+            "spec"
+        ]["containers"][0]["env"],
+        yaml.safe_load((WORKER_DIR / "helm-values.yaml").read_text())["worker"]["extraEnvVars"],
+    ):
+        values = {item["name"]: item.get("value") for item in env}
+        assert values["PREFECT_INTEGRATIONS_KUBERNETES_WORKER_API_KEY_SECRET_NAME"] == "prefect-api-key"
+        assert values["PREFECT_INTEGRATIONS_KUBERNETES_WORKER_API_KEY_SECRET_KEY"] == "key"
+    container = next(doc for doc in documents(WORKER_DIR / "worker.yaml") if doc["kind"] == "Deployment")["spec"][
+        "template"
+    ]["spec"]["containers"][0]
+    (key,) = [item for item in container["env"] if item["name"] == "PREFECT_API_KEY"]
+    assert key["valueFrom"]["secretKeyRef"] == {"name": "prefect-api-key", "key": "key", "optional": True}
+
+
 def test_helm_values_configure_the_official_chart() -> None:
     values = yaml.safe_load((WORKER_DIR / "helm-values.yaml").read_text())
     worker = values["worker"]
