@@ -45,6 +45,8 @@ WORK_POOL_TEMPLATE = REPO / "deployments" / "work-pool-template.json"
 SERVE_SUFFIX = "-local"
 KUBERNETES_POOL = "modelplane-kubernetes"
 PROCESS_POOL = "modelplane-process"
+# What a process pool's runs take from the worker's environment instead of the deployment (prefect_yaml_for_pool).
+INHERITED = ("PROMETHEUS_URL",)
 
 _TRIGGERS: TypeAdapter[DeploymentTriggerTypes] = TypeAdapter(DeploymentTriggerTypes)
 
@@ -249,15 +251,27 @@ def prefect_yaml_for_pool(
 
     ``prefect deploy --all --pool NAME`` ignores ``--pool`` as soon as there are several deployments, so
     another pool (e.g. a local process pool) is named in a generated file instead. A process pool has no
-    pull step: its runs start in the pool's ``working_dir``, this checkout (the image's WORKDIR is not there).
+    pull step: its runs start in the pool's ``working_dir``, this checkout (the image's WORKDIR is not there),
+    and no ``PROMETHEUS_URL``: its runs inherit the worker's (:func:`inherited_environment`).
     """
     config = load_prefect_yaml(source)
     if pool_type != "kubernetes":
         config["pull"] = []
     for entry in config["deployments"]:
-        entry["work_pool"] = {**(entry.get("work_pool") or {}), "name": pool}
+        work_pool = {**(entry.get("work_pool") or {}), "name": pool}
+        if pool_type != "kubernetes":
+            work_pool["job_variables"] = inherited_environment(work_pool.get("job_variables") or {})
+        entry["work_pool"] = work_pool
     target.write_text(yaml.safe_dump(config, sort_keys=False))
     return target
+
+
+def inherited_environment(job_variables: dict[str, Any]) -> dict[str, Any]:
+    """A process pool's job variables: without the settings a process worker passes on from its own environment
+    (``PROMETHEUS_URL``), so its runs use the worker's Prometheus, or none (as the CLI), never a cluster address
+    baked in at registration."""
+    env = {key: value for key, value in (job_variables.get("env") or {}).items() if key not in INHERITED}
+    return {**job_variables, "env": env}
 
 
 def run_deploy(
