@@ -220,3 +220,22 @@ def test_the_dashboard_names_only_metrics_modelplane_publishes() -> None:
     ):
         assert required in named
 
+
+def test_grafanas_import_asks_for_the_prometheus_data_source() -> None:
+    """Grafana's import dialog asks for a data source only for an ``__inputs`` entry, and replaces ``${NAME}`` with
+    the chosen one's uid: every data source the dashboard names (panels, their queries, query variables) is it."""
+    dashboard = json.loads(DASHBOARD.read_text())
+    (datasource,) = dashboard["__inputs"]
+    assert (datasource["type"], datasource["pluginId"]) == ("datasource", "prometheus")
+    expected = {"type": "prometheus", "uid": "${" + datasource["name"] + "}"}
+    named = [
+        *(panel["datasource"] for panel in dashboard["panels"] if "datasource" in panel),
+        *(
+            target["datasource"]
+            for panel in dashboard["panels"]
+            for target in panel.get("targets", [])
+            if "datasource" in target
+        ),
+        *(variable["datasource"] for variable in dashboard["templating"]["list"] if "datasource" in variable),
+    ]
+    assert named and all(source == expected for source in named), [s for s in named if s != expected]
