@@ -455,11 +455,7 @@ class JobRunner:
         later source wins), then its ``env`` with ConfigMap and Secret references resolved, as the kubelet does."""
         env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LANG": "C.UTF-8"}
         for source in container.get("envFrom") or []:
-            kind, ref = (
-                ("configmaps", source["configMapRef"])
-                if "configMapRef" in source
-                else ("secrets", source.get("secretRef"))
-            )
+            kind, ref = _reference(source, "configMapRef", "secretRef")
             if not ref:
                 continue
             data = self._referenced_data(kind, namespace, ref["name"], bool(ref.get("optional")))
@@ -469,11 +465,7 @@ class JobRunner:
                 env[item["name"]] = str(item["value"])
                 continue
             value_from = item.get("valueFrom") or {}
-            kind, ref = (
-                ("configmaps", value_from["configMapKeyRef"])
-                if "configMapKeyRef" in value_from
-                else ("secrets", value_from.get("secretKeyRef"))
-            )
+            kind, ref = _reference(value_from, "configMapKeyRef", "secretKeyRef")
             if not ref:
                 continue
             optional = bool(ref.get("optional"))
@@ -520,6 +512,13 @@ class JobRunner:
 
     def _job_status(self, job: Obj, status: Obj) -> None:
         self._patch_status(self._types[("batch", "v1", "jobs")], job, status)
+
+
+def _reference(spec: Obj, config_map_field: str, secret_field: str) -> tuple[str, Obj | None]:
+    """``(plural, reference)`` of an ``envFrom`` source or a ``valueFrom``: the ConfigMap's or the Secret's."""
+    if config_map_field in spec:
+        return "configmaps", spec[config_map_field]
+    return "secrets", spec.get(secret_field)
 
 
 def _image_id(container: Obj) -> str:
