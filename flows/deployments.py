@@ -16,6 +16,7 @@ from __future__ import annotations
 import copy
 import datetime
 import json
+import os
 import pathlib
 import shlex
 import subprocess
@@ -35,7 +36,8 @@ from prefect.schedules import Cron, Interval, Schedule
 from prefect.utilities.templating import apply_values
 from pydantic import TypeAdapter
 
-from flows.image import IMAGE
+from flows.image import image as modelplane_image
+from flows.parameters import IN_CLUSTER_PROMETHEUS_URL
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 PREFECT_YAML = REPO / "deployments" / "prefect.yaml"
@@ -43,6 +45,8 @@ WORK_POOL_TEMPLATE = REPO / "deployments" / "work-pool-template.json"
 SERVE_SUFFIX = "-local"
 KUBERNETES_POOL = "modelplane-kubernetes"
 PROCESS_POOL = "modelplane-process"
+# What a process pool's runs take from the worker's environment instead of the deployment (prefect_yaml_for_pool).
+INHERITED = ("PROMETHEUS_URL",)
 
 _TRIGGERS: TypeAdapter[DeploymentTriggerTypes] = TypeAdapter(DeploymentTriggerTypes)
 
@@ -74,6 +78,16 @@ def build_outputs(config: dict[str, Any]) -> dict[str, Any]:
             outputs[inputs["id"]] = result
         outputs.update(result)  # as Prefect's run_steps: the output's keys also on their own (they may shadow an id)
     return outputs
+
+
+def run_settings() -> dict[str, str]:
+    """A ``prefect deploy`` build step: the settings the Kubernetes pool's runs get as environment, read from the
+    registering environment (``{{ modelplane_settings.prometheus_url }}`` in prefect.yaml).
+
+    ``PROMETHEUS_URL`` as set there (empty: the runs have no Prometheus), else the in-cluster default. A process
+    pool's deployments do not carry it: their runs inherit the worker's environment (:func:`prefect_yaml_for_pool`).
+    """
+    return {"prometheus_url": os.environ.get("PROMETHEUS_URL", IN_CLUSTER_PROMETHEUS_URL)}
 
 
 def deployment_entries(path: pathlib.Path = PREFECT_YAML) -> list[dict[str, Any]]:
@@ -165,9 +179,10 @@ def runner_deployments(path: pathlib.Path = PREFECT_YAML) -> list[RunnerDeployme
 # ------------------------------------------------------------------------------------------ work pools
 
 
-def kubernetes_pool_template(path: pathlib.Path = WORK_POOL_TEMPLATE, image: str = IMAGE) -> dict[str, Any]:
+def kubernetes_pool_template(path: pathlib.Path = WORK_POOL_TEMPLATE, image: str | None = None) -> dict[str, Any]:
     """The Kubernetes work pool's base job template (service account, cache volumes, resources), its ``image``
-    variable defaulting to ``image`` (the file names no tag: flows/image.py is the one place for it).
+    variable defaulting to ``image``, else Modelplane's (the file names no tag: flows/image.py is the one place
+    for it, ``$MODELPLANE_IMAGE`` included).
 
     The Job manifest sets ``parallelism``/``completions`` twice: in the Job spec, where Kubernetes reads them,
     and in the pod template's spec, because prefect-kubernetes (0.8) rejects a template without
@@ -175,7 +190,7 @@ def kubernetes_pool_template(path: pathlib.Path = WORK_POOL_TEMPLATE, image: str
     two unknown pod fields with a warning).
     """
     template = json.loads(path.read_text())
-    template["variables"]["properties"]["image"]["default"] = image
+    template["variables"]["properties"]["image"]["default"] = image or modelplane_image()
     return template
 
 
@@ -236,15 +251,27 @@ def prefect_yaml_for_pool(
 
     ``prefect deploy --all --pool NAME`` ignores ``--pool`` as soon as there are several deployments, so
     another pool (e.g. a local process pool) is named in a generated file instead. A process pool has no
-    pull step: its runs start in the pool's ``working_dir``, this checkout (the image's WORKDIR is not there).
+    pull step: its runs start in the pool's ``working_dir``, this checkout (the image's WORKDIR is not there),
+    and no ``PROMETHEUS_URL``: its runs inherit the worker's (:func:`inherited_environment`).
     """
     config = load_prefect_yaml(source)
     if pool_type != "kubernetes":
         config["pull"] = []
     for entry in config["deployments"]:
-        entry["work_pool"] = {**(entry.get("work_pool") or {}), "name": pool}
+        work_pool = {**(entry.get("work_pool") or {}), "name": pool}
+        if pool_type != "kubernetes":
+            work_pool["job_variables"] = inherited_environment(work_pool.get("job_variables") or {})
+        entry["work_pool"] = work_pool
     target.write_text(yaml.safe_dump(config, sort_keys=False))
     return target
+
+
+def inherited_environment(job_variables: dict[str, Any]) -> dict[str, Any]:
+    """A process pool's job variables: without the settings a process worker passes on from its own environment
+    (``PROMETHEUS_URL``), so its runs use the worker's Prometheus, or none (as the CLI), never a cluster address
+    baked in at registration."""
+    env = {key: value for key, value in (job_variables.get("env") or {}).items() if key not in INHERITED}
+    return {**job_variables, "env": env}
 
 
 def run_deploy(

@@ -59,6 +59,10 @@ CLUSTER_HELP = (
 SYSTEM_NAMESPACE = "modelplane-system"
 """Modelplane's own namespace: the WVA ConfigMaps the optimizer, calibration and simulation read, the worker."""
 
+IN_CLUSTER_PROMETHEUS_URL = "http://prometheus-operated.monitoring.svc:9090"
+"""The Prometheus of the prometheus-operator (kube-prometheus-stack) in namespace ``monitoring``: what the
+Kubernetes work pool's runs and the install use when no ``PROMETHEUS_URL`` is set."""
+
 DISCOVERY_RESYNC_S = 86400
 """discover-models reads an unchanged image's labels again after this many seconds (a day)."""
 

@@ -23,7 +23,7 @@ from typing import Any
 import yaml
 
 from flows.deployments import KUBERNETES_POOL, kubernetes_pool_template
-from flows.image import IMAGE, REPOSITORY, version
+from flows.image import image, split_reference
 from flows.parameters import SYSTEM_NAMESPACE
 
 NAMESPACE = SYSTEM_NAMESPACE  # flows/parameters.py
@@ -31,6 +31,9 @@ NAME = "prefect-worker"
 UID = 10001  # deployments/Dockerfile's USER
 # A Prefect server installed with Prefect's `prefect-server` chart in namespace `prefect`: edit for yours.
 DEFAULT_API_URL = "http://prefect-server.prefect.svc.cluster.local:4200/api"
+# Prefect Cloud's API key, optional: `kubectl create secret generic prefect-api-key -n modelplane-system --from-literal=key=...`
+API_KEY_SECRET = "prefect-api-key"
+API_KEY_SECRET_KEY = "key"
 LABELS = {
     "app.kubernetes.io/name": NAME,
     "app.kubernetes.io/part-of": "modelplane",
@@ -60,11 +63,11 @@ WORKER_ARGS = [
 ]
 
 
-def _pod_security() -> dict[str, Any]:
+def pod_security() -> dict[str, Any]:
     return {"runAsNonRoot": True, "runAsUser": UID, "fsGroup": UID, "seccompProfile": {"type": "RuntimeDefault"}}
 
 
-def _container_security() -> dict[str, Any]:
+def container_security() -> dict[str, Any]:
     return {
         "runAsNonRoot": True,
         "runAsUser": UID,
@@ -74,30 +77,52 @@ def _container_security() -> dict[str, Any]:
     }
 
 
-def worker_objects(image: str = IMAGE, api_url: str = DEFAULT_API_URL) -> list[dict[str, Any]]:
-    """ConfigMap, ServiceAccount, Role, RoleBinding and Deployment of the worker in ``modelplane-system``."""
-    meta = {"name": NAME, "namespace": NAMESPACE, "labels": LABELS}
-    env = [
-        # The observer watches the Jobs' namespace only, so the Role above is enough (no cluster-wide watch).
-        {"name": "PREFECT_INTEGRATIONS_KUBERNETES_OBSERVER_NAMESPACES", "value": NAMESPACE},
+# prefect-kubernetes copies the worker's PREFECT_API_KEY into every flow-run Job: as a plain env value unless these
+# name a Secret in the Jobs' namespace, in which case the Job refers to it (secretKeyRef) and the key appears in no
+# Job manifest. The worker's own key comes from the same Secret (prefect_client_env), so they cannot differ.
+API_KEY_FROM_SECRET = [
+    {"name": "PREFECT_INTEGRATIONS_KUBERNETES_WORKER_API_KEY_SECRET_NAME", "value": API_KEY_SECRET},
+    {"name": "PREFECT_INTEGRATIONS_KUBERNETES_WORKER_API_KEY_SECRET_KEY", "value": API_KEY_SECRET_KEY},
+]
+
+
+def prefect_client_env() -> list[dict[str, Any]]:
+    """The environment of a Prefect client in Modelplane's image (read-only root filesystem, ``/tmp`` writable),
+    with the API key of the optional Secret ``prefect-api-key``."""
+    return [
         {"name": "PREFECT_HOME", "value": "/tmp/prefect"},
         {"name": "HOME", "value": "/tmp"},
         # Prefect Cloud: create the Secret `prefect-api-key` (key `key`); a self-hosted server needs none.
         {
             "name": "PREFECT_API_KEY",
-            "valueFrom": {"secretKeyRef": {"name": "prefect-api-key", "key": "key", "optional": True}},
+            "valueFrom": {"secretKeyRef": {"name": API_KEY_SECRET, "key": API_KEY_SECRET_KEY, "optional": True}},
         },
+    ]
+
+
+def worker_objects(
+    reference: str | None = None, api_url: str = DEFAULT_API_URL, settings: str | None = None
+) -> list[dict[str, Any]]:
+    """ConfigMap, ServiceAccount, Role, RoleBinding and Deployment of the worker in ``modelplane-system``, running
+    image ``reference`` (default: Modelplane's, flows/image.py). With ``settings`` (the install's ConfigMap
+    ``modelplane``) the worker reads ``PREFECT_API_URL`` from that ConfigMap instead of its own."""
+    meta = {"name": NAME, "namespace": NAMESPACE, "labels": LABELS}
+    env = [
+        # The observer watches the Jobs' namespace only, so the Role above is enough (no cluster-wide watch).
+        {"name": "PREFECT_INTEGRATIONS_KUBERNETES_OBSERVER_NAMESPACES", "value": NAMESPACE},
+        *prefect_client_env(),
+        *API_KEY_FROM_SECRET,
     ]
     container = {
         "name": NAME,
-        "image": image,
+        "image": reference or image(),
         "imagePullPolicy": "IfNotPresent",
         "command": ["prefect"],
         "args": WORKER_ARGS,
-        "envFrom": [{"configMapRef": {"name": NAME}}],
+        "envFrom": [{"configMapRef": {"name": name}} for name in (NAME, settings) if name],
         "env": env,
         "resources": {"requests": {"cpu": "100m", "memory": "256Mi"}, "limits": {"memory": "1Gi"}},
-        "securityContext": _container_security(),
+        "securityContext": container_security(),
         "livenessProbe": {"httpGet": {"path": "/health", "port": 8080}, "initialDelaySeconds": 30, "periodSeconds": 30},
         "volumeMounts": [{"name": "tmp", "mountPath": "/tmp"}],
     }
@@ -113,7 +138,7 @@ def worker_objects(image: str = IMAGE, api_url: str = DEFAULT_API_URL) -> list[d
                 "metadata": {"labels": LABELS},
                 "spec": {
                     "serviceAccountName": NAME,
-                    "securityContext": _pod_security(),
+                    "securityContext": pod_security(),
                     "containers": [container],
                     "volumes": [{"name": "tmp", "emptyDir": {}}],
                 },
@@ -126,7 +151,7 @@ def worker_objects(image: str = IMAGE, api_url: str = DEFAULT_API_URL) -> list[d
             "kind": "ConfigMap",
             "metadata": meta,
             "data": {
-                "PREFECT_API_URL": api_url,
+                **({} if settings else {"PREFECT_API_URL": api_url}),
                 "PREFECT_WORKER_QUERY_SECONDS": "5",
                 "PREFECT_WORKER_PREFETCH_SECONDS": "10",
             },
@@ -144,16 +169,19 @@ def worker_objects(image: str = IMAGE, api_url: str = DEFAULT_API_URL) -> list[d
     ]
 
 
-def helm_values(tag: str | None = None, api_url: str = DEFAULT_API_URL) -> dict[str, Any]:
-    """Values for Prefect's ``prefect-worker`` chart: Modelplane's image and the same worker as worker.yaml.
+def helm_values(reference: str | None = None, api_url: str = DEFAULT_API_URL) -> dict[str, Any]:
+    """Values for Prefect's ``prefect-worker`` chart: image ``reference`` (default: Modelplane's, flows/image.py)
+    and the same worker as worker.yaml.
 
     The chart mounts the base job template at ``baseJobTemplate.json`` in the worker's working directory and
     syncs it into an existing pool; the chart's own Role (jobs, pods, pods/log, events) covers WORKER_RULES.
     """
-    template = kubernetes_pool_template(image=f"{REPOSITORY}:{tag or version()}")
+    reference = reference or image()
+    repository, tag = split_reference(reference)
+    template = kubernetes_pool_template(image=reference)
     return {
         "worker": {
-            "image": {"repository": REPOSITORY, "prefectTag": tag or version(), "pullPolicy": "IfNotPresent"},
+            "image": {"repository": repository, "prefectTag": tag, "pullPolicy": "IfNotPresent"},
             # Modelplane's image has no /opt/prefect/entrypoint.sh: run the CLI directly.
             "command": ["prefect"],
             "args": [*WORKER_ARGS, "--base-job-template", "baseJobTemplate.json"],
@@ -166,10 +194,13 @@ def helm_values(tag: str | None = None, api_url: str = DEFAULT_API_URL) -> dict[
                 "jobNamespace": NAMESPACE,
                 "baseJobTemplate": {"configuration": json.dumps(template, indent=2)},
             },
+            # With `apiConfig: cloud` the chart reads the worker's key from its Secret `prefect-api-key` (key `key`,
+            # `worker.cloudApiConfig`): the flow-run Jobs then refer to that Secret instead of carrying the key.
+            "extraEnvVars": API_KEY_FROM_SECRET,
             "livenessProbe": {"enabled": True},
-            "podSecurityContext": _pod_security(),
-            "containerSecurityContext": _container_security(),
-            "initContainer": {"containerSecurityContext": _container_security()},
+            "podSecurityContext": pod_security(),
+            "containerSecurityContext": container_security(),
+            "initContainer": {"containerSecurityContext": container_security()},
         },
         "serviceAccount": {"create": True, "name": NAME},
         "role": {"create": True},
@@ -177,14 +208,14 @@ def helm_values(tag: str | None = None, api_url: str = DEFAULT_API_URL) -> dict[
     }
 
 
-class _Dumper(yaml.SafeDumper):
+class Dumper(yaml.SafeDumper):
     """Plain YAML for people: no anchors for repeated objects, multi-line strings as literal blocks."""
 
     def ignore_aliases(self, data: Any) -> bool:
         return True
 
 
-_Dumper.add_representer(
+Dumper.add_representer(
     str,
     lambda dumper, text: dumper.represent_scalar("tag:yaml.org,2002:str", text, style="|" if "\n" in text else None),
 )
@@ -196,11 +227,11 @@ def render_worker_manifests() -> dict[str, str]:
     worker = (
         header
         + "# kubectl apply -f deployments/worker/worker.yaml (after deployments/rbac.yaml); edit PREFECT_API_URL.\n"
-        + yaml.dump_all(worker_objects(), Dumper=_Dumper, sort_keys=False)
+        + yaml.dump_all(worker_objects(), Dumper=Dumper, sort_keys=False)
     )
     values = (
         header
         + f"# helm install prefect-worker prefect/prefect-worker -n {NAMESPACE} -f deployments/worker/helm-values.yaml\n"
-        + yaml.dump(helm_values(), Dumper=_Dumper, sort_keys=False, width=120)
+        + yaml.dump(helm_values(), Dumper=Dumper, sort_keys=False, width=120)
     )
     return {"worker.yaml": worker, "helm-values.yaml": values}

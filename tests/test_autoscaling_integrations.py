@@ -150,6 +150,23 @@ def test_keda_scaled_object_is_valid_against_keda_schema(tmp_path: pathlib.Path)
     assert variant["spec"]["scaleTargetRef"]["name"] == spec["scaleTargetRef"]["name"]
 
 
+def test_keda_reads_the_prometheus_the_kustomization_sets(tmp_path: pathlib.Path) -> None:
+    """The Prometheus address is one setting (PROMETHEUS_URL in deployments/autoscaling/Kustomization): what
+    `kubectl apply -k` applies is the ScaledObject alone, every prometheus trigger reading that address."""
+    copy = tmp_path / "autoscaling"
+    shutil.copytree(AUTOSCALING, copy)
+    kustomization = (copy / "Kustomization").read_text()
+    default = "PROMETHEUS_URL=http://prometheus-operated.monitoring.svc:9090"
+    assert default in kustomization
+    (copy / "Kustomization").write_text(kustomization.replace(default, "PROMETHEUS_URL=https://prometheus.example.org"))
+    done = subprocess.run(["kubectl", "kustomize", str(copy)], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    (scaled,) = [doc for doc in yaml.safe_load_all(done.stdout) if doc]
+    jsonschema.validate(scaled, KEDA_SCHEMA)
+    addresses = {t["metadata"]["serverAddress"] for t in scaled["spec"]["triggers"] if t["type"] == "prometheus"}
+    assert addresses == {"https://prometheus.example.org"}
+
+
 def test_the_keda_schema_rejects_what_keda_rejects() -> None:
     scaled = yaml.safe_load((AUTOSCALING / "keda-scaledobject.yaml").read_text())
     for breaks in (
@@ -205,3 +222,23 @@ def test_the_dashboard_names_only_metrics_modelplane_publishes() -> None:
         "modelplane_slo_burn_rate",
     ):
         assert required in named
+
+
+def test_grafanas_import_asks_for_the_prometheus_data_source() -> None:
+    """Grafana's import dialog asks for a data source only for an ``__inputs`` entry, and replaces ``${NAME}`` with
+    the chosen one's uid: every data source the dashboard names (panels, their queries, query variables) is it."""
+    dashboard = json.loads(DASHBOARD.read_text())
+    (datasource,) = dashboard["__inputs"]
+    assert (datasource["type"], datasource["pluginId"]) == ("datasource", "prometheus")
+    expected = {"type": "prometheus", "uid": "${" + datasource["name"] + "}"}
+    named = [
+        *(panel["datasource"] for panel in dashboard["panels"] if "datasource" in panel),
+        *(
+            target["datasource"]
+            for panel in dashboard["panels"]
+            for target in panel.get("targets", [])
+            if "datasource" in target
+        ),
+        *(variable["datasource"] for variable in dashboard["templating"]["list"] if "datasource" in variable),
+    ]
+    assert named and all(source == expected for source in named), [s for s in named if s != expected]

@@ -127,6 +127,39 @@ def test_the_trigger_shown_in_platform_md_is_one_prefect_yaml_registers() -> Non
             assert trigger == registered[trigger["name"]], (trigger, registered[trigger["name"]])
 
 
+def test_the_concurrency_policy_the_docs_state_is_prefect_yamls() -> None:
+    """Where README.md, DESIGN.md and docs/platform.md state the deployments' collision strategy (a paragraph that
+    names `concurrency_limit` or `collision_strategy` and a strategy), they state both prefect.yaml uses (ENQUEUE
+    for the deployments with triggers, CANCEL_NEW for the others; the rule itself is tests/flows/test_deployments.py's),
+    and every list of deployments they name there is exactly prefect.yaml's CANCEL_NEW ones."""
+    from flows.deployments import deployment_entries
+
+    entries = deployment_entries()
+    strategies = {
+        e["name"]: e["concurrency_limit"]["collision_strategy"] for e in entries if e.get("concurrency_limit")
+    }
+    cancel_new = {name for name, strategy in strategies.items() if strategy == "CANCEL_NEW"}
+    assert cancel_new and set(strategies.values()) == {"ENQUEUE", "CANCEL_NEW"}
+    name = r"[a-z]+(?:-[a-z]+)+"
+    lists = 0
+    for path in (REPO / "README.md", REPO / "DESIGN.md", REPO / "docs" / "platform.md"):
+        for paragraph in re.split(r"\n\s*\n", path.read_text()):
+            if not re.search(r"concurrency_limit|collision_strategy", paragraph) or not re.search(
+                r"ENQUEUE|CANCEL_NEW", paragraph
+            ):
+                continue
+            where = f"{path.relative_to(REPO)}: {paragraph.strip()[:120]}..."
+            assert "ENQUEUE" in paragraph and "CANCEL_NEW" in paragraph, f"state both strategies: {where}"
+            for listed in re.findall(rf"\(({name}(?:, {name})*)[:)]", paragraph):
+                named = set(listed.split(", "))
+                if named <= set(strategies):
+                    lists += 1
+                    assert named == cancel_new, (
+                        f"prefect.yaml's CANCEL_NEW deployments are {sorted(cancel_new)}: {where}"
+                    )
+    assert lists >= 3, "README.md, DESIGN.md and docs/platform.md each name the deployments that keep CANCEL_NEW"
+
+
 def _map_cell_paths(cell: str) -> list[str]:
     """The paths one cell of the README's layer map names: ``dir/`` (``a.py``, ``b.py``) means dir/a.py, dir/b.py."""
     paths: list[str] = []

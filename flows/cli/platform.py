@@ -21,14 +21,18 @@ def build_image(
     ),
     push: bool = typer.Option(False, "--push", help="Build and push it (docker push REFERENCE)."),
     tag: str | None = typer.Option(None, "--tag", help="Another tag than the package version (a test build)."),
+    repository: str | None = typer.Option(
+        None, "--repository", help="Your registry's repository, e.g. registry.example.org/team/modelplane."
+    ),
 ) -> None:
-    """Print Modelplane's image reference (its tag is the package version: flows/image.py); with --build or
+    """Print Modelplane's image reference ($MODELPLANE_IMAGE when set, else ghcr.io/modelplane/modelplane tagged
+    with the package version: flows/image.py); --repository and --tag replace its parts; with --build or
     --push, run the docker commands from the repository root, each printed first."""
     import subprocess
 
-    from flows.image import build_commands, image
+    from flows.image import build_commands
 
-    reference = image(tag)
+    reference = checked_image(tag, repository)
     if not (build or push):
         sys.stdout.write(reference + "\n")
         return
@@ -52,9 +56,10 @@ def render_worker_manifests(
     write: pathlib.Path | None = typer.Option(None, help="Write the files into this directory (deployments/worker)."),
 ) -> None:
     """Print the Prefect Kubernetes worker's install: worker.yaml (ServiceAccount, Role, Deployment) and values for
-    Prefect's prefect-worker Helm chart, both with Modelplane's image of this version."""
+    Prefect's prefect-worker Helm chart, both with Modelplane's image ($MODELPLANE_IMAGE, else this version's)."""
     from flows.worker_manifests import render_worker_manifests as render
 
+    checked_image()
     write_or_print(render(), write, "\n", lambda rendered: ", ".join(sorted(rendered)))
 
 
@@ -94,6 +99,7 @@ def register_deployments(
             "error: PREFECT_API_URL is not set: point it at the Prefect server to deploy to (e.g. http://127.0.0.1:4200/api)\n"
         )
         raise typer.Exit(ExitCode.CANNOT_RUN)
+    checked_image()
     name = pool or (KUBERNETES_POOL if pool_type == "kubernetes" else PROCESS_POOL)
     created = _ensure_pool(name, pool_type)
     err.print(f"work pool {name!r} ({pool_type}): {'created' if created else 'exists'}")
@@ -107,6 +113,18 @@ def register_deployments(
         f"registered the deployments of deployments/prefect.yaml on {name!r}; start a worker: prefect worker start --pool {name}"
         + (" --type kubernetes" if pool_type == "kubernetes" else "")
     )
+
+
+def checked_image(tag: str | None = None, repository: str | None = None) -> str:
+    """Modelplane's image reference (flows/image.py); a malformed ``$MODELPLANE_IMAGE``, ``--repository`` or
+    ``--tag`` is one ``error:`` line and exit 2."""
+    from flows.image import image
+
+    try:
+        return image(tag, repository)
+    except ValueError as exc:
+        sys.stderr.write(f"error: {exc}\n")
+        raise typer.Exit(ExitCode.CANNOT_RUN) from None
 
 
 def _ensure_pool(name: str, pool_type: str) -> bool:

@@ -117,11 +117,48 @@ def test_one_image_reference_from_the_package_version() -> None:
     tagged = [
         name
         for name in files
-        if not name.startswith(("tests/", "deployments/worker/"))
+        if not name.startswith(("tests/", "deployments/worker/", "deployments/install/base/"))
         and (REPO / name).is_file()
         and re.search(r"ghcr\.io/modelplane/modelplane:[0-9]", (REPO / name).read_text(errors="ignore"))
     ]
     assert not tagged, f"name the image through flows/image.py (or `modelplane build-image`), not with a tag: {tagged}"
+
+
+def test_prometheus_comes_from_the_registering_environment_or_the_process_worker(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: pathlib.Path
+) -> None:
+    """The Kubernetes pool's runs get $PROMETHEUS_URL as registered (empty: none; unset: the in-cluster one); a
+    process pool's get none from the deployment, so they inherit the worker's environment (a laptop with no
+    Prometheus runs as the CLI does, instead of every run failing to reach a cluster address)."""
+    from flows.deployments import load_prefect_yaml, prefect_yaml_for_pool
+    from flows.parameters import IN_CLUSTER_PROMETHEUS_URL
+
+    def prometheus(entries: list[dict[str, Any]]) -> set[str | None]:
+        return {entry["work_pool"]["job_variables"]["env"].get("PROMETHEUS_URL") for entry in entries}
+
+    monkeypatch.delenv("PROMETHEUS_URL", raising=False)
+    assert prometheus(deployment_entries()) == {IN_CLUSTER_PROMETHEUS_URL}
+    monkeypatch.setenv("PROMETHEUS_URL", "http://prometheus.example.org:9090")
+    assert prometheus(deployment_entries()) == {"http://prometheus.example.org:9090"}
+    monkeypatch.setenv("PROMETHEUS_URL", "")
+    assert prometheus(deployment_entries()) == {""}
+    process = prefect_yaml_for_pool("modelplane-process", tmp_path / "prefect.yaml", pool_type="process")
+    assert prometheus(deployment_entries(process)) == {None}
+    entries = load_prefect_yaml(process)["deployments"]
+    assert {entry["work_pool"]["job_variables"]["env"]["MODELPLANE_IMAGE"] for entry in entries} == {
+        "{{ modelplane_image.image }}"
+    }
+
+
+def test_modelplane_image_is_what_the_deployments_and_the_pool_run(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With ``MODELPLANE_IMAGE`` set, ``register-deployments`` registers that image: the build step's output in every
+    entry's job variables (and passed on to the run, whose own image defaults follow it) and the pool's default."""
+    own = "registry.example.org/team/modelplane:1.2"
+    monkeypatch.setenv("MODELPLANE_IMAGE", own)
+    for entry in deployment_entries():
+        job_variables = entry["work_pool"]["job_variables"]
+        assert job_variables["image"] == job_variables["env"]["MODELPLANE_IMAGE"] == own, entry["name"]
+    assert kubernetes_pool_template()["variables"]["properties"]["image"]["default"] == own
 
 
 @pytest.mark.parametrize("entry", ENTRIES, ids=IDS)

@@ -14,6 +14,7 @@ checked against the Role of deployments/worker/worker.yaml, the flow run's again
 from __future__ import annotations
 
 import asyncio
+import json
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -24,8 +25,8 @@ from kubernetes import client as k8s
 
 from flows.deployments import KUBERNETES_POOL, ensure_work_pool
 from flows.image import IMAGE
+from flows.worker_manifests import API_KEY_SECRET, API_KEY_SECRET_KEY, NAMESPACE, WORKER_RULES, worker_objects
 from flows.worker_manifests import NAME as WORKER
-from flows.worker_manifests import NAMESPACE, WORKER_RULES
 from tests.flows.platform_support import cluster_server, load_example_cluster  # noqa: F401
 from tests.flows.prefect_server import REPO, PrefectServer
 from tests.flows.test_rbac import Permission, permission_of, role_permissions
@@ -34,6 +35,7 @@ from tests.waiting import wait_for
 
 pytestmark = pytest.mark.timeout(300)
 
+API_KEY = "pnu_modelplane-test-key-0123456789"
 WORKER_USER = f"system:serviceaccount:{NAMESPACE}:{WORKER}"
 FLOW_USER = f"system:serviceaccount:{NAMESPACE}:modelplane"  # the work pool's service_account_name
 
@@ -88,14 +90,23 @@ def platform(
     )
     assert deploy.returncode == 0, deploy.stdout + deploy.stderr
     deployment = prefect_server.get("/deployments/name/optimize/optimize")
+    # An API key, as Prefect Cloud's: the worker reads it from the Secret, the flow-run Job must only refer to it.
+    k8s.CoreV1Api(cluster_server.api_client()).create_namespaced_secret(
+        NAMESPACE,
+        {"metadata": {"name": API_KEY_SECRET}, "stringData": {API_KEY_SECRET_KEY: API_KEY}},
+    )
     cluster_server.reset_stats()
     prefect_server.start_worker(
         KUBERNETES_POOL,
         worker_type="kubernetes",
         env={
             "KUBECONFIG": cluster_server.kubeconfig_as(WORKER_USER, NAMESPACE),
-            # As deployments/worker/worker.yaml and the Helm values set it: watch the Jobs' namespace only.
-            "PREFECT_INTEGRATIONS_KUBERNETES_OBSERVER_NAMESPACES": NAMESPACE,
+            "PREFECT_API_KEY": API_KEY,
+            # deployments/worker/worker.yaml's settings: the observer watches the Jobs' namespace only, and the
+            # Jobs get the API key from the Secret.
+            **{
+                item["name"]: item["value"] for item in worker_env() if item["name"].startswith("PREFECT_INTEGRATIONS_")
+            },
         },
     )
     yield prefect_server, cluster_server, deployment
@@ -149,6 +160,12 @@ def test_a_flow_run_executes_in_the_job_the_worker_creates(
     container = jobs[0].spec.template.spec.containers[0]
     assert container.image == IMAGE and container.args == ["prefect", "flow-run", "execute"]
     assert jobs[0].spec.template.spec.service_account_name == "modelplane"
+    keys = [item for item in container.env if item.name == "PREFECT_API_KEY"]
+    assert [
+        (item.value, item.value_from and (item.value_from.secret_key_ref.name, item.value_from.secret_key_ref.key))
+        for item in keys
+    ] == [(None, (API_KEY_SECRET, API_KEY_SECRET_KEY))], "the Job refers to the Secret"
+    assert API_KEY not in json.dumps(api.sanitize_for_serialization(jobs[0])), "the key itself is in no Job"
     variant = k8s.CustomObjectsApi(api).get_namespaced_custom_object(
         "llmd.ai", "v1alpha1", "llm-serving", "variantautoscalings", "llama-3-1-8b-h100"
     )
@@ -173,6 +190,12 @@ def test_a_flow_run_executes_in_the_job_the_worker_creates(
     assert not outside, f"the worker's Role is namespaced: calls outside {NAMESPACE}: {outside}"
     flow_used = {p for c in flow_calls if (p := permission_of(c)) is not None}
     assert flow_used <= role_permissions(), f"deployments/rbac.yaml must grant {flow_used - role_permissions()}"
+
+
+def worker_env() -> list[dict[str, Any]]:
+    """The env of the worker's container in deployments/worker/worker.yaml."""
+    (deployment,) = [obj for obj in worker_objects() if obj["kind"] == "Deployment"]
+    return list(deployment["spec"]["template"]["spec"]["containers"][0]["env"])
 
 
 def pod_events(prefect: PrefectServer, run_id: str) -> set[str]:

@@ -39,6 +39,7 @@ def test_deployment_is_registered_as_prefect_yaml_says(platform: PrefectServer, 
     assert stored["description"] and set(entry["tags"]) <= set(stored["tags"])
     assert stored["enforce_parameter_schema"] is True
     assert stored["pull_steps"] in (None, [])
+    assert "PROMETHEUS_URL" not in stored["job_variables"]["env"], "a process pool's runs inherit the worker's"
     assert [s["slug"] for s in stored["schedules"]] == [s["slug"] for s in entry.get("schedules") or []]
     for stored_schedule, declared in zip(stored["schedules"], entry.get("schedules") or []):
         assert stored_schedule["schedule"]["interval"] == float(declared["interval"])

@@ -14,8 +14,8 @@ in-cluster cache fill is tested end to end with the real downloader:
   default ``default``) whose token makes the server log its requests as
   ``system:serviceaccount:<namespace>:<name>`` (see server.py), so a test can check them against RBAC.
 * A Job gets one Pod at a time (labels ``job-name``/``batch.kubernetes.io/job-name``/``controller-uid``,
-  owned by the Job). Its first container runs with ``command`` + ``args``; ``env`` values and
-  ``secretKeyRef``s are resolved from Secrets (a missing Secret or key leaves the Pod ``Pending`` with
+  owned by the Job). Its first container runs with ``command`` + ``args``; ``envFrom`` and ``env`` are
+  resolved from ConfigMaps and Secrets (a missing one or key, unless optional, leaves the Pod ``Pending`` with
   ``CreateContainerConfigError``, as the kubelet does). Mount paths of PVC and emptyDir volumes, and the
   ``terminationMessagePath``, are mapped to directories under the workdir: every argument or env value
   equal to a mount path or below it is rewritten. ``modelplane`` and ``python`` resolve to this venv.
@@ -144,6 +144,7 @@ class JobRunner:
                 ("", "v1", "pods"),
                 ("", "v1", "persistentvolumeclaims"),
                 ("", "v1", "secrets"),
+                ("", "v1", "configmaps"),
             )
         }
 
@@ -450,29 +451,47 @@ class JobRunner:
         return sorted(mounts, key=lambda m: -len(m[0]))
 
     def _env(self, container: Obj, namespace: str) -> dict[str, str]:
-        """The process environment: a minimal base plus the container's env with Secrets resolved."""
+        """The process environment: a minimal base, then the container's ``envFrom`` ConfigMaps and Secrets (a
+        later source wins), then its ``env`` with ConfigMap and Secret references resolved, as the kubelet does."""
         env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LANG": "C.UTF-8"}
-        secrets_rt = self._types[("", "v1", "secrets")]
+        for source in container.get("envFrom") or []:
+            kind, ref = _reference(source, "configMapRef", "secretRef")
+            if not ref:
+                continue
+            data = self._referenced_data(kind, namespace, ref["name"], bool(ref.get("optional")))
+            env.update({source.get("prefix", "") + key: value for key, value in (data or {}).items()})
         for item in container.get("env") or []:
             if "value" in item:
                 env[item["name"]] = str(item["value"])
                 continue
-            ref = (item.get("valueFrom") or {}).get("secretKeyRef")
+            value_from = item.get("valueFrom") or {}
+            kind, ref = _reference(value_from, "configMapKeyRef", "secretKeyRef")
             if not ref:
                 continue
-            try:
-                secret = self.store.get(secrets_rt, namespace, ref["name"])
-            except ApiError:
-                if ref.get("optional"):
-                    continue
-                raise LookupError(f'secret "{ref["name"]}" not found') from None
-            data = secret.get("data") or {}
+            optional = bool(ref.get("optional"))
+            data = self._referenced_data(kind, namespace, ref["name"], optional)
+            if data is None:
+                continue
             if ref["key"] not in data:
-                if ref.get("optional"):
+                if optional:
                     continue
-                raise LookupError(f"couldn't find key {ref['key']} in Secret {namespace}/{ref['name']}")
-            env[item["name"]] = base64.b64decode(data[ref["key"]]).decode()
+                what = "ConfigMap" if kind == "configmaps" else "Secret"
+                raise LookupError(f"couldn't find key {ref['key']} in {what} {namespace}/{ref['name']}")
+            env[item["name"]] = data[ref["key"]]
         return env
+
+    def _referenced_data(self, kind: str, namespace: str, name: str, optional: bool) -> dict[str, str] | None:
+        """The data of ConfigMap or Secret (``kind`` = its plural) ``name``, Secrets decoded; None when it is
+        missing and optional (LookupError, the kubelet's CreateContainerConfigError, when it is not)."""
+        try:
+            obj = self.store.get(self._types[("", "v1", kind)], namespace, name)
+        except ApiError:
+            if optional:
+                return None
+            raise LookupError(f'{"configmap" if kind == "configmaps" else "secret"} "{name}" not found') from None
+        if kind == "configmaps":
+            return {key: str(value) for key, value in (obj.get("data") or {}).items()}
+        return {key: base64.b64decode(value).decode() for key, value in (obj.get("data") or {}).items()}
 
     def _credentials(self, pod_spec: Obj, namespace: str, env: dict[str, str]) -> dict[str, str]:
         """``KUBECONFIG`` for the Pod's service account: what the kubelet's token mount gives a real Pod."""
@@ -493,6 +512,13 @@ class JobRunner:
 
     def _job_status(self, job: Obj, status: Obj) -> None:
         self._patch_status(self._types[("batch", "v1", "jobs")], job, status)
+
+
+def _reference(spec: Obj, config_map_field: str, secret_field: str) -> tuple[str, Obj | None]:
+    """``(plural, reference)`` of an ``envFrom`` source or a ``valueFrom``: the ConfigMap's or the Secret's."""
+    if config_map_field in spec:
+        return "configmaps", spec[config_map_field]
+    return "secrets", spec.get(secret_field)
 
 
 def _image_id(container: Obj) -> str:

@@ -228,6 +228,11 @@ BUILTINS: tuple[ResourceType, ...] = (
         generation=True,
     ),
     ResourceType("coordination.k8s.io", "v1", "leases", "Lease"),
+    # RBAC objects are stored and served (an install applies them); nothing is authorized by them.
+    ResourceType("rbac.authorization.k8s.io", "v1", "roles", "Role"),
+    ResourceType("rbac.authorization.k8s.io", "v1", "rolebindings", "RoleBinding"),
+    ResourceType("rbac.authorization.k8s.io", "v1", "clusterroles", "ClusterRole", namespaced=False),
+    ResourceType("rbac.authorization.k8s.io", "v1", "clusterrolebindings", "ClusterRoleBinding", namespaced=False),
     ResourceType(
         "events.k8s.io",
         "v1",
