@@ -142,7 +142,7 @@ class SloStatus(KubeModel):
     message: str | None = None
     """Message says where the target comes from and how the attainment was read (a target inside a coarse histogram
     bucket is interpolated; a per-token ITL histogram counts tokens), or why it is unknown."""
-    sizing_percentile: float | None = Field(None, alias="sizingPercentile", gt=0, lt=100)
+    sizing_percentile: float | None = Field(None, alias="sizingPercentile", ge=0, le=100)
     """SizingPercentile is the TTFT percentile the attainment loop sizes the model for (it moves it so that attained
     meets target); absent while the loop is off (a pinned modelplane.io/ttft-percentile, or mean sizing)."""
     peak_hold: str | None = Field(None, alias="peakHold")
