@@ -116,12 +116,15 @@ def read_inputs(
     oracle_curves: bool,
     start: str = "static",
     slo_attainment: float | None = None,
+    dry_run: bool = False,
 ) -> Scenario:
     """The cluster description and the trace, shaped by ``shape`` (:class:`TraceShape`'s other fields) over
     ``model_shares`` (empty: equal shares of the models served), parsed into a scenario (with the oracle's
     curves when ``oracle_curves``; the reactive policies starting from static peak's allocation when ``start``
     is ``static``)."""
-    description = replace(read_description(cluster, config_namespace), kv_tokens_per_slot=kv_tokens_per_slot)
+    description = replace(
+        read_description(cluster, config_namespace, dry_run=dry_run), kv_tokens_per_slot=kv_tokens_per_slot
+    )
     if hpa_metric or hpa_target:
         if not (hpa_metric and hpa_target):
             raise ValueError("hpa_metric and hpa_target go together")

@@ -29,6 +29,7 @@ from prefect.artifacts import create_table_artifact
 from prefect.cache_policies import NO_CACHE
 from prefect.task_runners import ThreadPoolTaskRunner
 
+from engine.api.registry import VARIANT_AUTOSCALING
 from engine.optimize.spec import ANNOTATION_MIN_REPLICAS
 from engine.perf.tail_sizing import ANNOTATION_TTFT_PERCENTILE
 from engine.simulate.outcome import PolicyOutcome, summarize_outcome
@@ -122,7 +123,7 @@ def write_choice(cluster: str, scenario: Scenario, choice: ModelChoice, now: dat
         settings[ANNOTATION_TUNED] = record
         try:
             backend.patch_spec(
-                ObjectRef(va.api_version, "VariantAutoscaling", name, namespace),
+                ObjectRef(va.api_version, VARIANT_AUTOSCALING, name, namespace),
                 {"metadata": {"annotations": settings}},
             )
             written.append(f"{namespace}/{name}")
@@ -175,6 +176,7 @@ def tune(
         oracle_curves=False,
         start="static",
         slo_attainment=slo_attainment,
+        dry_run=dry_run,
     )
     settings = candidates(scenario)
     logger.info("replaying %d requests under %d candidate settings", len(scenario.trace), len(settings))

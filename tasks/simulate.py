@@ -36,10 +36,13 @@ def read_trace(path: str | pathlib.Path, shape: TraceShape) -> Trace:
     return shape_trace(arrival, prompt, output, shape)
 
 
-def read_description(cluster: str, config_namespace: str, namespaces: list[str] | None = None) -> ClusterDescription:
+def read_description(
+    cluster: str, config_namespace: str, namespaces: list[str] | None = None, dry_run: bool = False
+) -> ClusterDescription:
     """The VariantAutoscalings, current replicas, WVA ConfigMaps, the first AutoscalingPolicy of a cluster and
-    the models its Kthena ModelRoutes send through Kthena's router (which picks endpoints by queue and KV load)."""
-    conn = connect(cluster)
+    the models its Kthena ModelRoutes send through Kthena's router (which picks endpoints by queue and KV load).
+    ``dry_run``: the boundary reader's failure statuses (and the local backend's bookkeeping) change nothing."""
+    conn = connect(cluster, dry_run=dry_run)
     state = read_cluster_state.fn(conn, namespaces, config_namespace)
     replicas = read_current_replicas.fn(conn, scale_targets_of(state))
     hpa = next(iter(sorted(state.policies.items())), None)

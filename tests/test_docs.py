@@ -140,7 +140,7 @@ def test_the_concurrency_policy_the_docs_state_is_prefect_yamls() -> None:
     }
     cancel_new = {name for name, strategy in strategies.items() if strategy == "CANCEL_NEW"}
     assert cancel_new and set(strategies.values()) == {"ENQUEUE", "CANCEL_NEW"}
-    name = r"[a-z]+(?:-[a-z]+)+"
+    name = r"[a-z]+(?:-[a-z]+)*"
     lists = 0
     for path in (REPO / "README.md", REPO / "DESIGN.md", REPO / "docs" / "platform.md"):
         for paragraph in re.split(r"\n\s*\n", path.read_text()):

@@ -274,4 +274,4 @@ def test_status_slo_is_measured_from_prometheus_and_written_to_the_api_server(en
     assert slo["requests"] > 0 and slo["message"] == (
         "target 0.95 from annotation; ITL target 24 ms lies between buckets 10 ms and 25 ms: interpolated"
     )
-    assert "measuredAt" in slo and "headroom" not in slo and "controller" not in slo
+    assert "measuredAt" in slo and slo["controller"].startswith("sizing percentile") and "sizingPercentile" in slo
