@@ -34,7 +34,7 @@ from datetime import datetime
 from typing import Any, Generic, TypeVar
 
 from tasks.cluster.base import Cluster, Manifest, ObjectRef
-from tasks.cluster.errors import NotFound
+from tasks.cluster.errors import ClusterError, NotFound
 from tasks.cluster.objects import EVENT_SOURCE, build_event, now_rfc3339
 
 log = logging.getLogger(__name__)
@@ -260,3 +260,15 @@ class EventRecorder:
                 else:
                     similar.messages.add(event.get("message", ""))
                 self._similar.put(aggregate_key(event), similar)
+
+
+def record_event(cluster: Cluster, obj: Manifest, reason: str, message: str, event_type: str = "Normal") -> bool:
+    """Post an Event about ``obj``; a failure to record one is logged, never fatal to the run (an Event reports
+    a decision, nothing waits on it). False when it could not be recorded."""
+    try:
+        cluster.post_event(obj, reason, message, event_type)
+        return True
+    except ClusterError as exc:
+        name = (obj.get("metadata") or {}).get("name")
+        log.warning("could not record Event %s on %s %s: %s", reason, obj.get("kind"), name, exc.message)
+        return False
