@@ -514,11 +514,13 @@ def write_template_plan(
     if write_status(cluster, template, new_status(template, plan.outcome.conditions, now, plan.status_fields)):
         counts.statuses += 1
         requested = ", ".join(r.source for r in plan.cache_requests)
+        sources = ", ".join(plan.outcome.model_sources)
         post_status_event(
             cluster,
             template,
             plan.outcome.status,
             plan.outcome.conditions,
+            f"model sources {sources}" if sources else "",
             f"caches requested for {requested}" if requested else "",
         )
 
@@ -531,15 +533,16 @@ WARNING_STATUSES = frozenset({"Failed", "Degraded"})
 
 
 def post_status_event(
-    cluster: Cluster, obj: Manifest, status: str, conditions: Sequence[ConditionUpdate], detail: str = ""
+    cluster: Cluster, obj: Manifest, status: str, conditions: Sequence[ConditionUpdate], *details: str
 ) -> None:
     """An Event on ``obj`` saying what its status, just written, decided and why: the reason and message of its
-    first condition that is not True (else of ``Ready``), a Warning when the status is Failed or Degraded."""
-    cause = next((c for c in conditions if c.status != "True"), None) or next(
-        (c for c in conditions if c.type == "Ready"), None
+    ``Ready`` condition (else of its first condition that is not True), a Warning when the status is Failed or
+    Degraded."""
+    cause = next((c for c in conditions if c.type == "Ready"), None) or next(
+        (c for c in conditions if c.status != "True"), None
     )
     reason = cause.reason if cause is not None and cause.reason else status
-    message = "; ".join(p for p in (f"{status}", cause.message if cause is not None else "", detail) if p)
+    message = "; ".join(p for p in (status, cause.message if cause is not None else "", *details) if p)
     record_event(cluster, obj, reason, message, "Warning" if status in WARNING_STATUSES else "Normal")
 
 
