@@ -236,12 +236,15 @@ class EventRecorder:
         )
 
     def _seed(self, namespace: str) -> None:
-        """Learn this source's Events in ``namespace`` from the cluster (once per namespace)."""
-        stored = [
-            e
-            for e in self.cluster.list("v1", "Event", namespace)
-            if (e.get("source") or {}).get("component") == EVENT_SOURCE
-        ]
+        """Learn this source's Events in ``namespace`` from the cluster (once per namespace). Where they cannot be
+        listed (e.g. a role without ``list`` on events) the Events are still recorded, only not correlated with
+        the earlier runs' ones."""
+        try:
+            listed = self.cluster.list("v1", "Event", namespace)
+        except ClusterError as exc:
+            log.warning("cannot list the Events of %s to aggregate with them: %s", namespace, exc.message)
+            listed = []
+        stored = [e for e in listed if (e.get("source") or {}).get("component") == EVENT_SOURCE]
         now = self.clock()
         with self._lock:
             if namespace in self._seeded:

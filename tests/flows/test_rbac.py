@@ -48,6 +48,7 @@ EXERCISED_ELSEWHERE: dict[Permission, str] = {
         "get",
     ): "optimize: a sloClassRef ConfigMap kept in the variant's own namespace (tasks/optimize/read.py)",
     ("", "persistentvolumeclaims", "delete"): "warm-caches: opt-in garbage collection (tests/caches)",
+    ("", "events", "patch"): "a repeated Event bumps the recorded one (tests/flows/test_rollout_events.py)",
     ("aim.silogen.ai", "modelcaches", "delete"): "warm-caches: opt-in garbage collection (tests/caches)",
     (
         "aim.silogen.ai",
