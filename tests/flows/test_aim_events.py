@@ -27,7 +27,7 @@ def described(env: AimEnv, kind: str, name: str, namespace: str | None = None) -
     ).items
     return [
         {"type": e.type, "reason": e.reason, "message": e.message, "count": e.count}
-        for e in sorted(items, key=lambda e: e.metadata.resource_version)
+        for e in sorted(items, key=lambda e: int(e.metadata.resource_version))
     ]
 
 
