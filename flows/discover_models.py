@@ -51,6 +51,7 @@ from tasks.aim import (
 from tasks.boundary import Accepted
 from tasks.cluster import connect
 from tasks.cluster.errors import ClusterError
+from tasks.cluster.recorder import record_event
 from tasks.events import Subject, emit_change
 from tasks.oci import RegistryClient
 
@@ -139,6 +140,7 @@ def discover_models(
             write_model_plan(cluster_api, item.obj, plan, now, counts)
         except ClusterError as exc:  # one model's API failure must not stop the others
             counts.errors.append(f"AIMClusterModel {plan.name}: {exc.message}")
+            record_event(cluster_api, item.obj, "DiscoveryFailed", exc.message, "Warning")
             return None
         return row_of(plan)
 

@@ -46,6 +46,7 @@ from tasks.aim import (
 from tasks.boundary import Accepted
 from tasks.cluster import Cluster, Manifest, connect
 from tasks.cluster.errors import ClusterError
+from tasks.cluster.recorder import record_event
 from tasks.events import Subject, emit_change
 
 DEFAULT_INTERVAL_S = 300
@@ -111,9 +112,9 @@ def resolve_templates(namespaces: list[NamespaceName] | None = None, cluster: Cl
             plan = plan_template(template.model, world)
             write_template_plan(cluster_api, template.obj, plan, caches, now, counts)
         except (ClusterError, ValueError) as exc:  # one template's failure must not stop the others
-            counts.errors.append(
-                f"AIMServiceTemplate {template.namespace}/{template.name}: {getattr(exc, 'message', None) or exc}"
-            )
+            message = getattr(exc, "message", None) or str(exc)
+            counts.errors.append(f"AIMServiceTemplate {template.namespace}/{template.name}: {message}")
+            record_event(cluster_api, template.obj, "ResolveFailed", message, "Warning")
             return None
         return row_of(plan)
 

@@ -30,6 +30,7 @@ from flows.exitcodes import flow_result
 from flows.image import IMAGE
 from flows.parameters import KTHENA_NETWORKING, ROLLOUT_WORKLOAD, ClusterTarget, ImageRef, NamespaceName, ObjectName
 from tasks.cluster import ClusterError, connect
+from tasks.cluster.recorder import record_event
 from tasks.events import Subject, emit_change
 from tasks.rollout_models import ModelOutcome, RolloutOptions, list_models, reconcile_model
 
@@ -99,6 +100,7 @@ def rollout_models(
                 name=meta.get("name", ""),
                 result=f"Failed: {exc.reason}: {exc.message}",
             )
+            record_event(target, manifest, "RolloutFailed", exc.message, "Warning")
         logger.info("Model %s/%s: %s (%d writes)", outcome.namespace, outcome.name, outcome.result, outcome.writes)
         report.models.append(outcome)
         if outcome.created or outcome.updated or outcome.deleted:

@@ -38,6 +38,7 @@ from tasks.aim import AimState, SharedCaches, WriteCounts, for_each, read_aim_st
 from tasks.boundary import Accepted
 from tasks.cluster import connect
 from tasks.cluster.errors import ClusterError
+from tasks.cluster.recorder import record_event
 from tasks.events import Subject, emit_change
 
 DEFAULT_INTERVAL_S = 300
@@ -105,6 +106,7 @@ def rollout_services(namespaces: list[NamespaceName] | None = None, cluster: Clu
         except (ClusterError, ValueError) as exc:  # one service's failure must not stop the others
             message = getattr(exc, "message", None) or str(exc)
             counts.errors.append(f"AIMService {service.namespace}/{service.name}: {message}")
+            record_event(cluster_api, service.obj, "RolloutFailed", message, "Warning")
             return None
         return row_of(plan)
 

@@ -30,8 +30,9 @@ from engine.rollout.workloads import stamp
 from flows.exitcodes import flow_result
 from flows.parameters import ClusterTarget, ImageRef, NamespaceName, ObjectName
 from tasks.caches import mark_used
-from tasks.cluster import connect
+from tasks.cluster import Cluster, Manifest, connect
 from tasks.cluster.errors import NotFound
+from tasks.cluster.recorder import record_event
 from tasks.events import Subject, emit_change
 from tasks.serve_openmodel import cache_condition, node_labels, read_openmodel, warm_cache, write_conditions
 from tasks.workloads import WriteLog, read_live, write_object
@@ -90,23 +91,25 @@ def serve_openmodel(
     openmodel, source, errors = validate_openmodel(obj)
     if openmodel is None or source is None or errors:
         write_conditions(target, obj, errors, None, now)
-        raise ServeError(f"OpenModel {model}: " + "; ".join(str(e) for e in errors))
+        raise refused(target, obj, f"OpenModel {model}: " + "; ".join(str(e) for e in errors))
     try:
         check_flavor(openmodel, flavor)  # a flavor it does not have: nothing to cache or place
     except ValueError as exc:
-        raise ServeError(f"OpenModel {model}: {exc}") from None
+        raise refused(target, obj, f"OpenModel {model}: {exc}") from None
 
     cache = None
     if source.downloadable:
         try:
             cache = warm_cache(target, namespace, source, requested_by=f"OpenModel/{model}")
         except NotFound as exc:  # most often the namespace itself does not exist
-            raise ServeError(f"OpenModel {model}: cannot keep its cache in namespace {namespace!r}: {exc}") from None
+            message = f"OpenModel {model}: cannot keep its cache in namespace {namespace!r}: {exc}"
+            raise refused(target, obj, message) from None
         write_conditions(target, obj, [], cache_condition(cache.model, namespace), now)
         if model_cache_pvc(cache.model) is None:
             report = ServeReport(
                 model, namespace, "WaitingForCache", cache_condition(cache.model, namespace).message, cache=cache.name
             )
+            record_event(target, obj, "WaitingForCache", f"in {namespace}: {report.message}")
             publish(report)
             logger.warning("serve-openmodel: %s", report.message)
             return flow_result(report, report.degraded)
@@ -116,9 +119,9 @@ def serve_openmodel(
     try:
         placement = choose_flavor(openmodel, flavor or None, node_labels(target))
     except ValueError as exc:
-        raise ServeError(f"OpenModel {model}: {exc}") from None
+        raise refused(target, obj, f"OpenModel {model}: {exc}") from None
     if placement.checked and placement.flavor is None and openmodel.spec.inference_config.flavors:
-        raise ServeError(f"OpenModel {model}: {placement.message}")
+        raise refused(target, obj, f"OpenModel {model}: {placement.message}")
 
     report = ServeReport(
         model,
@@ -133,6 +136,7 @@ def serve_openmodel(
         live = read_live(target, desired)
         write_object(target, stamp(desired), live, report.writes)
     if report.writes.created or report.writes.updated:
+        record_event(target, obj, "Served", f"in {namespace}: {report.writes.summary()}; {placement.message}")
         if cache is not None:
             mark_used(target, cache, now)
         emit_change(
@@ -143,6 +147,12 @@ def serve_openmodel(
     publish(report)
     logger.info("serve-openmodel: %s in %s on %s", model, namespace, placement.message)
     return flow_result(report, report.degraded)
+
+
+def refused(cluster: Cluster, obj: Manifest, message: str) -> ServeError:
+    """The error ending the run, also recorded as a Warning Event on the OpenModel (what ``kubectl describe`` shows)."""
+    record_event(cluster, obj, "ServeFailed", message, "Warning")
+    return ServeError(message)
 
 
 def publish(report: ServeReport) -> None:

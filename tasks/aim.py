@@ -50,6 +50,7 @@ from tasks.boundary import Accepted, accept, accept_as
 from tasks.caches import ensure_cache, mark_used
 from tasks.cluster import Cluster, Manifest, ObjectRef
 from tasks.cluster.errors import ClusterError, Conflict, NotFound
+from tasks.cluster.recorder import record_event
 from tasks.oci import Credential, RegistryClient, RegistryError, credential_for, parse_dockerconfigjson, parse_reference
 
 log = logging.getLogger("modelplane.aim")
@@ -462,17 +463,27 @@ def write_service_plan(
     service controls under an older name, then the status (not written when a write before it fails)."""
     if plan.cache_requests:
         caches.request(cluster, plan.namespace, plan.cache_requests)
+    rendered: list[str] = []
     if plan.isvc is not None:
-        _count(counts, apply_object(cluster, plan.isvc.desired, _as_read(plan.isvc.existing), plan.isvc.patch))
+        action = apply_object(cluster, plan.isvc.desired, _as_read(plan.isvc.existing), plan.isvc.patch)
+        _count(counts, action)
+        rendered += (
+            [f"InferenceService {describe_rendered(plan.isvc.desired)} {action}"] if action != "unchanged" else []
+        )
         if plan.mounted:
             mark_caches_used(cluster, [c for c in map(caches.as_read, plan.mounted) if c is not None], now)
     if plan.route is not None:
-        _count(counts, apply_object(cluster, plan.route.desired, _as_read(plan.route.existing), plan.route.patch))
+        action = apply_object(cluster, plan.route.desired, _as_read(plan.route.existing), plan.route.patch)
+        _count(counts, action)
+        rendered += [f"HTTPRoute {plan.route.desired['metadata']['name']} {action}"] if action != "unchanged" else []
+    if rendered:
+        record_event(cluster, service, ROLLED_OUT_REASON, "; ".join(rendered))
     if plan.retire:
         delete_stale(cluster, [ObjectRef.of(obj.object) for obj in plan.retire], counts)
     status = new_status(service, plan.outcome.conditions, now, {"status": plan.outcome.status})
     if write_status(cluster, service, status):
         counts.statuses += 1
+        post_status_event(cluster, service, plan.outcome.status, plan.outcome.conditions)
 
 
 def write_model_plan(cluster: Cluster, model: Manifest, plan: ModelPlan, now: datetime, counts: WriteCounts) -> None:
@@ -485,6 +496,12 @@ def write_model_plan(cluster: Cluster, model: Manifest, plan: ModelPlan, now: da
     delete_stale(cluster, [ref_of(t) for t in plan.stale], counts)
     if write_status(cluster, model, new_status(model, plan.conditions, now)):
         counts.statuses += 1
+        if plan.result == "ok":
+            created = ", ".join(str(t["metadata"]["name"]) for t in plan.create)
+            message = f"image {plan.image}: {plan.deployments} recommended deployments, {plan.templates} templates"
+            record_event(cluster, model, DISCOVERED_REASON, message + (f"; created {created}" if created else ""))
+        else:
+            post_status_event(cluster, model, "Failed", plan.conditions)
 
 
 def write_template_plan(
@@ -496,6 +513,44 @@ def write_template_plan(
         counts.created += caches.request(cluster, plan.namespace, plan.cache_requests)
     if write_status(cluster, template, new_status(template, plan.outcome.conditions, now, plan.status_fields)):
         counts.statuses += 1
+        requested = ", ".join(r.source for r in plan.cache_requests)
+        sources = ", ".join(plan.outcome.model_sources)
+        post_status_event(
+            cluster,
+            template,
+            plan.outcome.status,
+            plan.outcome.conditions,
+            f"model sources {sources}" if sources else "",
+            f"caches requested for {requested}" if requested else "",
+        )
+
+
+ROLLED_OUT_REASON = "RolledOut"
+"""Event reason: the objects a service or model renders were created or updated."""
+DISCOVERED_REASON = "ModelDiscovered"
+"""Event reason: a model's image was read and its templates follow from it."""
+WARNING_STATUSES = frozenset({"Failed", "Degraded"})
+
+
+def post_status_event(
+    cluster: Cluster, obj: Manifest, status: str, conditions: Sequence[ConditionUpdate], *details: str
+) -> None:
+    """An Event on ``obj`` saying what its status, just written, decided and why: the reason and message of its
+    ``Ready`` condition (else of its first condition that is not True), a Warning when the status is Failed or
+    Degraded."""
+    cause = next((c for c in conditions if c.type == "Ready"), None) or next(
+        (c for c in conditions if c.status != "True"), None
+    )
+    reason = cause.reason if cause is not None and cause.reason else status
+    message = "; ".join(p for p in (status, cause.message if cause is not None else "", *details) if p)
+    record_event(cluster, obj, reason, message, "Warning" if status in WARNING_STATUSES else "Normal")
+
+
+def describe_rendered(obj: Manifest) -> str:
+    """``name`` of a rendered InferenceService, with the image of its first predictor container when it has one."""
+    containers = ((obj.get("spec") or {}).get("predictor") or {}).get("containers") or [{}]
+    image = containers[0].get("image") if isinstance(containers[0], dict) else None
+    return f"{obj['metadata']['name']}" + (f" (image {image})" if image else "")
 
 
 def _as_read(view: Observed | None) -> Manifest | None:

@@ -64,6 +64,7 @@ from tasks.boundary import Accepted, accept_identity
 from tasks.caches import ensure_cache, mark_used
 from tasks.cluster import Cluster, ObjectRef
 from tasks.cluster.errors import ClusterError, NotFound
+from tasks.cluster.recorder import record_event
 from tasks.optimize.write import write_status
 from tasks.workloads import WriteLog, write_object
 
@@ -293,6 +294,7 @@ def reconcile_model(
         return changed_fields(old, model_status(old, generation, now, backends, failure))
 
     outcome.status_written = write_status(cluster, manifest, build)
+    post_rollout_events(cluster, manifest, outcome, failure)
     outcome.result = (
         f"Failed: {failure.reason}: {failure.message}"
         if failure
@@ -301,15 +303,24 @@ def reconcile_model(
     return outcome
 
 
+def post_rollout_events(
+    cluster: Cluster, manifest: dict[str, Any], outcome: ModelOutcome, failure: Failure | None
+) -> None:
+    """Events on the Model for what this pass decided: the workloads it created, updated or deleted (Normal
+    ``RolledOut``), and a failure (Warning, the status reason) when it is new on the status or the API failed
+    (repeated failures bump one Event's count)."""
+    if outcome.created or outcome.updated or outcome.deleted:
+        record_event(cluster, manifest, "RolledOut", outcome.summary())
+    if failure is not None and (outcome.status_written or failure.reason == REASON_ABNORMAL):
+        record_event(cluster, manifest, failure.reason, failure.message, "Warning")
+
+
 def warn_plain_credentials(cluster: Cluster, manifest: dict[str, Any], model: Model) -> None:
     """A Warning Event on the Model (and a log line) per credential its backends give as a plain env value, when
     this pass rendered it into a workload; the variable is named, the value never."""
     for problem in plain_credentials(model):
         log.warning("Model %s/%s: %s", model.metadata.namespace, model.metadata.name, problem)
-        try:
-            cluster.post_event(manifest, PLAIN_CREDENTIAL_REASON, str(problem), "Warning")
-        except ClusterError as exc:  # a warning that cannot be posted is logged, never stops the rollout
-            log.warning("cannot post %s on Model %s: %s", PLAIN_CREDENTIAL_REASON, model.metadata.name, exc.message)
+        record_event(cluster, manifest, PLAIN_CREDENTIAL_REASON, str(problem), "Warning")
 
 
 def _roll_out(

@@ -63,7 +63,7 @@ from engine.caches.reconcile import CacheFacts
 from engine.caches.sources import ModelSource
 from tasks.boundary import Accepted, accept, accept_as
 from tasks.cluster import Cluster, Conflict, LocalCluster, Manifest, NotFound, ObjectRef
-from tasks.cluster.errors import ClusterError
+from tasks.cluster.recorder import record_event
 
 log = logging.getLogger(__name__)
 
@@ -312,10 +312,7 @@ def record_attempt(cluster: Cluster, cache: Manifest, generation: int | None, at
 
 def post_event(cluster: Cluster, cache: Manifest, reason: str, message: str, warning: bool = False) -> None:
     """An Event on the cache; a failure to record it is logged, never fatal."""
-    try:
-        cluster.post_event(cache, reason, message, "Warning" if warning else "Normal")
-    except ClusterError as exc:
-        log.warning("could not record Event %s on ModelCache %s: %s", reason, cache["metadata"]["name"], exc.message)
+    record_event(cluster, cache, reason, message, "Warning" if warning else "Normal")
 
 
 def emit_cache_event(cache: Manifest, status: str, reason: str, source_uri: str, pvc: str) -> None:

@@ -19,6 +19,11 @@ class WriteLog:
     updated: list[str] = field(default_factory=list)
     deleted: list[str] = field(default_factory=list)
 
+    def summary(self) -> str:
+        """``created Kind/a, Kind/b; updated ...; deleted ...`` (the non-empty ones), e.g. for an Event."""
+        lists = (("created", self.created), ("updated", self.updated), ("deleted", self.deleted))
+        return "; ".join(f"{what} {', '.join(names)}" for what, names in lists if names)
+
 
 def write_object(
     cluster: Cluster, desired: dict[str, Any], live: dict[str, Any] | None, log: WriteLog

@@ -64,16 +64,53 @@ def render_worker_manifests(
 
 
 @command("serve-deployments", "serve")
-def serve_deployments() -> None:
+def serve_deployments(
+    leader_elect: bool = typer.Option(
+        False, "--leader-elect", help="Serve only while this replica holds the Lease (replicas in a cluster)."
+    ),
+    lease_name: str = typer.Option("modelplane-serve", "--lease-name", help="The coordination.k8s.io/v1 Lease."),
+    lease_namespace: str | None = typer.Option(
+        None, "--lease-namespace", help="Its namespace (default: $POD_NAMESPACE, else 'default')."
+    ),
+    identity: str | None = typer.Option(
+        None, "--identity", help="This replica's holder identity (default: $POD_NAME, else the host name)."
+    ),
+    health_port: int | None = typer.Option(
+        None, "--health-port", help="Serve /healthz and /readyz (200 while leading) on this port."
+    ),
+    cluster: str | None = typer.Option(
+        None, "--cluster", help="Where the Lease lives (see the cluster parameter); default: in-cluster or kubeconfig."
+    ),
+) -> None:
     """Serve every deployment of deployments/prefect.yaml from this process, named '<name>-local', with its
-    schedules and triggers (on the Prefect server of PREFECT_API_URL, else an ephemeral one)."""
+    schedules and triggers (on the Prefect server of PREFECT_API_URL, else an ephemeral one). With --leader-elect,
+    only the replica holding the Lease serves; a standby takes over within 17 s of the leader's loss, SIGTERM
+    releases the Lease."""
     from prefect import serve
 
     from flows.deployments import runner_deployments
 
     if not os.environ.get("PREFECT_API_URL"):
         err.print("PREFECT_API_URL is not set: serving against an ephemeral Prefect API")
-    serve(*runner_deployments(PREFECT_YAML))
+    if not leader_elect:
+        serve(*runner_deployments(PREFECT_YAML))
+        return
+    import socket
+
+    from flows.leading import run_elected
+    from tasks.cluster import ClusterError, connect
+    from tasks.leader import LeaseConfig
+
+    config = LeaseConfig(
+        lease_name,
+        lease_namespace or os.environ.get("POD_NAMESPACE") or "default",
+        identity or os.environ.get("POD_NAME") or socket.gethostname(),
+    )
+    try:
+        run_elected(lambda: serve(*runner_deployments(PREFECT_YAML)), connect(cluster), config, health_port)
+    except ClusterError as exc:
+        sys.stderr.write(f"error: leader election on Lease {config.namespace}/{config.name}: {exc.message}\n")
+        raise typer.Exit(ExitCode.CANNOT_RUN) from None
 
 
 @command("register-deployments", "deploy")

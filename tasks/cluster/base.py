@@ -109,8 +109,9 @@ class Cluster(Protocol):
         """Delete an object (honouring finalizers where the backend has them)."""
         ...
 
-    def post_event(self, obj: Manifest, reason: str, message: str, event_type: str = "Normal") -> Manifest:
-        """Record a core/v1 Event whose involvedObject is ``obj``."""
+    def post_event(self, obj: Manifest, reason: str, message: str, event_type: str = "Normal") -> Manifest | None:
+        """Record a core/v1 Event whose involvedObject is ``obj``: a new Event, a bump of the identical one
+        already recorded, or None when the object's Event budget is spent (:mod:`tasks.cluster.recorder`)."""
         ...
 
 

@@ -36,7 +36,8 @@ from engine.api.identity import address_error, identity_errors
 from engine.api.views import Scale as ScaleView
 from tasks.cluster.base import Manifest, ObjectRef, Scale, WatchEvent
 from tasks.cluster.errors import ClusterError, Conflict, Forbidden, Invalid, NotFound, Unavailable
-from tasks.cluster.objects import apply_patch_of, build_event, json_shape
+from tasks.cluster.objects import apply_patch_of, json_shape
+from tasks.cluster.recorder import EventRecorder
 from tasks.cluster.resources import ResourceInfo, lookup, resource_for
 
 log = logging.getLogger(__name__)
@@ -98,6 +99,7 @@ class KubeCluster:
         self._custom = client.CustomObjectsApi(self.api_client)
         self._discovered: dict[tuple[str, str], ResourceInfo] = {}
         self._discovery_lock = threading.Lock()
+        self.events = EventRecorder(self)
 
     # ------------------------------------------------------------------ Cluster API
 
@@ -266,9 +268,9 @@ class KubeCluster:
             what, info, lambda: getattr(self._custom, method)(*_custom_args(info, namespace), ref.name, **self._write())
         )
 
-    def post_event(self, obj: Manifest, reason: str, message: str, event_type: str = "Normal") -> Manifest:
-        """Create a core/v1 Event whose involvedObject is ``obj``."""
-        return self.create(build_event(obj, reason, message, event_type))
+    def post_event(self, obj: Manifest, reason: str, message: str, event_type: str = "Normal") -> Manifest | None:
+        """Record a core/v1 Event whose involvedObject is ``obj``, aggregated (:mod:`tasks.cluster.recorder`)."""
+        return self.events.record(obj, reason, message, event_type)
 
     # ------------------------------------------------------------------ requests
 

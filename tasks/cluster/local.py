@@ -24,6 +24,7 @@ this module decides what each call does to an object, as the API server would.
 from __future__ import annotations
 
 import copy
+import functools
 import time
 import uuid
 from collections.abc import Iterator
@@ -37,7 +38,6 @@ from tasks.cluster.local_store import LocalStore
 from tasks.cluster.objects import (
     apply_builtin_defaults,
     apply_patch_of,
-    build_event,
     json_shape,
     merge_patch,
     now_rfc3339,
@@ -45,6 +45,7 @@ from tasks.cluster.objects import (
     selector_matches,
     spec_part,
 )
+from tasks.cluster.recorder import EventRecorder
 from tasks.cluster.resources import ResourceInfo
 from tasks.cluster.schema import check_write
 
@@ -199,9 +200,15 @@ class LocalCluster(LocalStore):
                 new["metadata"]["deletionTimestamp"] = now_rfc3339()
                 self._update(entry, new, force=True)
 
-    def post_event(self, obj: Manifest, reason: str, message: str, event_type: str = "Normal") -> Manifest:
-        """Record a core/v1 Event about ``obj`` in the Event sink (never in the manifests)."""
-        return self.create(build_event(obj, reason, message, event_type))
+    @functools.cached_property
+    def events(self) -> EventRecorder:
+        """This cluster's Event recorder (created on first use, kept for the cluster's lifetime)."""
+        return EventRecorder(self)
+
+    def post_event(self, obj: Manifest, reason: str, message: str, event_type: str = "Normal") -> Manifest | None:
+        """Record a core/v1 Event about ``obj`` in the Event sink (never in the manifests), aggregated as on a
+        cluster (:mod:`tasks.cluster.recorder`)."""
+        return self.events.record(obj, reason, message, event_type)
 
     def source_of(self, obj: Manifest) -> str | None:
         """Where a stored object was read from, ``<file>:<line>`` (None when it is not stored here): what a

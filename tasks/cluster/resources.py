@@ -77,6 +77,7 @@ BUILTIN_KINDS: tuple[ResourceInfo, ...] = (
     _builtin("apps/v1", "DaemonSet", "daemonsets"),
     _builtin("batch/v1", "Job", "jobs"),
     _builtin("batch/v1", "CronJob", "cronjobs"),
+    _builtin("coordination.k8s.io/v1", "Lease", "leases", has_status=False, has_generation=False),
     _builtin("serving.kserve.io/v1beta1", "InferenceService", "inferenceservices"),
     _builtin("gateway.networking.k8s.io/v1", "HTTPRoute", "httproutes"),
 )

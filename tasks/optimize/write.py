@@ -9,6 +9,7 @@ mode (engine.optimize.actuation); an Event is posted when the desired replicas c
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
@@ -28,6 +29,7 @@ from engine.status import REASON_INVALID, changed_fields
 from tasks.boundary import Accepted
 from tasks.cluster import Cluster, ObjectRef
 from tasks.cluster.errors import ClusterError, Conflict
+from tasks.cluster.recorder import record_event
 from tasks.cluster.retry import retry_on_conflict
 from tasks.optimize.bindings import binding_modes
 from tasks.optimize.read import ClusterState
@@ -97,14 +99,13 @@ def write_status(
     return written
 
 
-def post_event(cluster: Cluster, obj: Mapping[str, Any], reason: str, message: str, event_type: str = "Normal") -> bool:
-    """Record an Event; failure to record one is logged, never fatal to the cycle."""
-    try:
-        cluster.post_event(dict(obj), reason, message, event_type)
-        return True
-    except ClusterError as exc:
-        log.warning("could not record event %s on %s: %s", reason, obj.get("metadata", {}).get("name"), exc.message)
-        return False
+def scale_down_held(decision: VariantDecision) -> str:
+    """What a held scale-down waits for: the replicas now, the highest recommended since the window started."""
+    pending = json.loads(decision.stabilization or "{}")
+    return (
+        f"Scale-down from {decision.current} to {pending.get('max')} replicas held by the stabilization window "
+        f"(recommended since {pending.get('since')}); {decision.reason}"
+    )
 
 
 def variant_mode(obj: Mapping[str, Any], default: str) -> str:
@@ -156,6 +157,8 @@ def apply_variant(
                 ObjectRef.of(obj),
                 {"metadata": {"annotations": {ANNOTATION_SCALE_DOWN_PENDING: decision.stabilization}}},
             )
+            if decision.stabilization is not None:
+                record_event(cluster, obj, "ScaleDownHeld", scale_down_held(decision))
         except ClusterError as exc:
             outcome.error = (outcome.error + "; " if outcome.error else "") + f"scale-down window state: {exc.message}"
     generation = (obj.get("metadata") or {}).get("generation")
@@ -171,7 +174,7 @@ def apply_variant(
         outcome.error = (outcome.error + "; " if outcome.error else "") + f"status: {exc.message}"
     previous = ((obj.get("status") or {}).get("desiredOptimizedAlloc") or {}).get("numReplicas")
     if decision.desired is not None and previous != decision.desired:
-        outcome.event = post_event(
+        outcome.event = record_event(
             cluster,
             obj,
             "DesiredReplicasChanged",
@@ -254,4 +257,4 @@ def apply_binding(
 
     write_status(cluster, binding.obj, build)
     if any(t.changes_replicas for t in decision.targets):
-        post_event(cluster, binding.obj, "DesiredReplicasChanged", decision.message)
+        record_event(cluster, binding.obj, "DesiredReplicasChanged", decision.message)

@@ -229,6 +229,9 @@ def test_scale_down_window_state_lives_on_the_resource(
     assert row.current == 3 and row.desired == 3 and "stabilization window" in row.message
     va = by_kind(example_cluster, "VariantAutoscaling")["granite-13b-a100"]
     assert "modelplane.io/scale-down-pending" in va["metadata"]["annotations"]
+    [held_event] = [e for e in LocalCluster(example_cluster).list("v1", "Event") if e["reason"] == "ScaleDownHeld"]
+    assert held_event["involvedObject"]["name"] == "granite-13b-a100" and held_event["type"] == "Normal"
+    assert held_event["message"].startswith("Scale-down from 3 to ") and "stabilization window" in held_event["message"]
     released = optimize(cluster=str(example_cluster), metrics_file=str(quiet), namespaces=["llm-serving"])
     row = next(r for r in released.rows if r.name == "granite-13b-a100")
     assert row.desired < 3

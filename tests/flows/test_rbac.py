@@ -48,6 +48,11 @@ EXERCISED_ELSEWHERE: dict[Permission, str] = {
         "get",
     ): "optimize: a sloClassRef ConfigMap kept in the variant's own namespace (tasks/optimize/read.py)",
     ("", "persistentvolumeclaims", "delete"): "warm-caches: opt-in garbage collection (tests/caches)",
+    **{
+        ("coordination.k8s.io", "leases", verb): "serve-deployments --leader-elect (tests/test_leader_election.py)"
+        for verb in ("get", "create", "patch")
+    },
+    ("", "events", "patch"): "a repeated Event bumps the recorded one (tests/flows/test_rollout_events.py)",
     ("aim.silogen.ai", "modelcaches", "delete"): "warm-caches: opt-in garbage collection (tests/caches)",
     (
         "aim.silogen.ai",

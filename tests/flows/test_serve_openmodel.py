@@ -59,6 +59,14 @@ class Env:
     def deployment(self, name: str) -> dict[str, Any]:
         return self.apps.api_client.sanitize_for_serialization(self.apps.read_namespaced_deployment(name, self.ns))
 
+    def described(self, name: str) -> list[dict[str, Any]]:
+        """The Events of ``kubectl describe openmodel NAME`` (cluster-scoped: in ``default``), oldest first."""
+        items = self.core.list_namespaced_event(
+            "default", field_selector=f"involvedObject.kind=OpenModel,involvedObject.name={name}"
+        ).items
+        ordered = sorted(items, key=lambda e: int(e.metadata.resource_version))
+        return [{"type": e.type, "reason": e.reason, "message": e.message, "count": e.count} for e in ordered]
+
 
 @pytest.fixture(scope="module")
 def installed_crds(kube_server: Any) -> None:
@@ -176,11 +184,22 @@ def test_invalid_source_and_unknown_flavor_are_clear_errors(env: Env) -> None:
 
     good = f"good-{env.ns}"
     env.openmodel(good, {"uri": "host:///mnt/models/qwen"}, [{"name": "cpu"}])
-    with pytest.raises(ServeError, match="flavor 'gpu' is not one of the OpenModel's flavors"):
-        env.serve(good, flavor="gpu")
+    for _ in range(2):
+        with pytest.raises(ServeError, match="flavor 'gpu' is not one of the OpenModel's flavors"):
+            env.serve(good, flavor="gpu")
     env.node(f"cpu-node-{env.ns}", {})  # the flavor asks for no labels: any Node fits (with none, nothing fits)
     report = env.serve(good)
     assert report.state == "Serving" and env.caches() == []  # a host path is mounted, not cached
+    # kubectl describe openmodel: why a run stopped (the same failure twice: one Event, count 2), what was served.
+    [refused] = env.described(bad)
+    assert (refused["type"], refused["reason"]) == ("Warning", "ServeFailed")
+    assert "spec.source.modelHub" in refused["message"]
+    events = env.described(good)
+    assert [(e["type"], e["reason"], e["count"]) for e in events] == [
+        ("Warning", "ServeFailed", 2),
+        ("Normal", "Served", 1),
+    ]
+    assert "flavor 'gpu'" in events[0]["message"] and f"in {env.ns}: created Deployment/{good}" in events[1]["message"]
     pod = env.deployment(good)["spec"]["template"]["spec"]
     assert pod["volumes"][0] == {"name": "model-volume", "hostPath": {"path": "/mnt/models/qwen", "type": "Directory"}}
 

@@ -1,0 +1,123 @@
+"""Leader election on a coordination.k8s.io/v1 Lease (tasks/leader.py, flows/leading.py) against the Kubernetes
+API test server: two replica processes, the leader killed, the standby takes over; SIGTERM releases the Lease."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from kubernetes import client as k8s
+
+from tasks.cluster.kube import KubeCluster
+from tasks.leader import LeaderElector, LeaseConfig
+from tests.servers.s3test.fixture import free_port
+
+REPLICA = (
+    "import sys, time; from flows.leading import run_elected; from tasks.cluster import connect; "
+    "from tasks.leader import LeaseConfig; "
+    "run_elected(lambda: time.sleep(3600), connect(sys.argv[1]), LeaseConfig('serve', sys.argv[2], sys.argv[3]), "
+    "int(sys.argv[4]))"
+)
+
+
+class Replica:
+    """One replica process: its identity, health port and process."""
+
+    def __init__(self, server: Any, namespace: str, identity: str) -> None:
+        self.identity, self.port = identity, free_port()
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", REPLICA, f"kubeconfig:{server.kubeconfig}", namespace, identity, str(self.port)],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+        )
+
+    def probe(self, path: str) -> int:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.port}{path}", timeout=2) as answer:
+                return int(answer.status)
+        except urllib.error.HTTPError as exc:
+            return int(exc.code)
+        except OSError:
+            return 0
+
+
+@pytest.fixture()
+def replicas(kube_server: Any, kube_namespace: str) -> Iterator[list[Replica]]:
+    started: list[Replica] = []
+    yield started
+    for replica in started:
+        if replica.proc.poll() is None:
+            replica.proc.kill()
+        replica.proc.wait(10)
+
+
+def lease(server: Any, namespace: str) -> dict[str, Any]:
+    api = k8s.CoordinationV1Api(server.api_client())
+    obj = api.read_namespaced_lease("serve", namespace)
+    return dict(api.api_client.sanitize_for_serialization(obj)["spec"])
+
+
+def wait_for(check: Any, timeout: float, what: str) -> float:
+    start = time.monotonic()
+    while time.monotonic() - start < timeout:
+        if check():
+            return time.monotonic() - start
+        time.sleep(0.2)
+    raise AssertionError(f"not within {timeout}s: {what}")
+
+
+def holder(server: Any, namespace: str) -> str | None:
+    try:
+        return lease(server, namespace).get("holderIdentity")
+    except k8s.ApiException:
+        return None
+
+
+def test_a_standby_takes_over_within_30s_of_the_leaders_loss(
+    kube_server: Any, kube_namespace: str, replicas: list[Replica]
+) -> None:
+    first = Replica(kube_server, kube_namespace, "replica-a")
+    replicas.append(first)
+    wait_for(lambda: holder(kube_server, kube_namespace) == "replica-a", 30, "replica-a leads")
+    wait_for(lambda: first.probe("/readyz") == 200, 10, "the leader is ready")
+    second = Replica(kube_server, kube_namespace, "replica-b")
+    replicas.append(second)
+    wait_for(lambda: second.probe("/healthz") == 200, 30, "the standby is alive")
+    time.sleep(3)  # a few retry periods: the standby keeps away from a renewed Lease
+    assert holder(kube_server, kube_namespace) == "replica-a" and second.probe("/readyz") == 503
+
+    first.proc.send_signal(signal.SIGKILL)  # no release: the standby must wait for the Lease to expire
+    took = wait_for(lambda: holder(kube_server, kube_namespace) == "replica-b", 30, "replica-b takes over")
+    assert took < 30
+    spec = lease(kube_server, kube_namespace)
+    assert spec["leaseTransitions"] == 1 and spec["leaseDurationSeconds"] == 15
+    assert spec["acquireTime"] and spec["renewTime"]
+    wait_for(lambda: second.probe("/readyz") == 200, 10, "the new leader is ready")
+
+    second.proc.send_signal(signal.SIGTERM)  # graceful: the Lease is released
+    assert second.proc.wait(15) == 0, second.proc.stderr.read().decode() if second.proc.stderr else ""
+    assert holder(kube_server, kube_namespace) in (None, "")
+
+
+def test_of_two_standbys_racing_for_an_expired_lease_one_wins(kube_server: Any, kube_namespace: str) -> None:
+    now = [0.0]
+    cluster = KubeCluster(api_client=kube_server.api_client())
+    gone = LeaderElector(cluster, LeaseConfig("serve", kube_namespace, "gone"), clock=lambda: now[0])
+    assert gone.try_acquire_or_renew()
+    a, b = (LeaderElector(cluster, LeaseConfig("serve", kube_namespace, n), clock=lambda: now[0]) for n in "ab")
+    assert not a.try_acquire_or_renew() and not b.try_acquire_or_renew()  # held and fresh
+    now[0] += 16  # no renewal seen for longer than the lease duration
+    record = cluster.get("coordination.k8s.io/v1", "Lease", "serve", kube_namespace)
+    original_get = cluster.get
+    cluster.get = lambda *args, **kwargs: record  # type: ignore[method-assign]  # both read the same version
+    won = [a.try_acquire_or_renew(), b.try_acquire_or_renew()]
+    cluster.get = original_get  # type: ignore[method-assign]
+    assert won == [True, False]
+    assert lease(kube_server, kube_namespace)["holderIdentity"] == "a" and a.is_leader and not b.is_leader
