@@ -180,6 +180,7 @@ def cycle_inputs(
         variants=state.variant_models(),
         current_replicas=replicas.current,
         ready_replicas=replicas.ready,
+        invalid_targets=replicas.invalid,
         accelerator_costs=state.accelerator_costs,
         service_classes=state.service_classes,
         saturation=SaturationConfigSet.from_configmap(state.saturation_data),

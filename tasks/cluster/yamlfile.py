@@ -34,13 +34,68 @@ _BaseDumper = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
 _TIMESTAMP_TAG = "tag:yaml.org,2002:timestamp"
 
 
+_MERGE_TAG = "tag:yaml.org,2002:merge"
+
+
 class Loader(_BaseLoader):  # type: ignore[misc, valid-type]
-    """A safe loader that keeps ``2024-01-01T00:00:00Z`` as a string, as the API server's JSON does."""
+    """A safe loader that keeps ``2024-01-01T00:00:00Z`` as a string, as the API server's JSON does, and
+    refuses what the API server refuses: a mapping with the same key twice (kubectl: "mapping key already
+    defined"; PyYAML would keep the last value silently) and an alias inside its own anchor (``&r {x: *r}``,
+    a document that is no JSON object; it would loop every comparison and copy of it)."""
 
     yaml_implicit_resolvers = {
         first: [(tag, regexp) for tag, regexp in resolvers if tag != _TIMESTAMP_TAG]
         for first, resolvers in _BaseLoader.yaml_implicit_resolvers.items()
     }
+
+    def construct_document(self, node: yaml.Node) -> Any:
+        """Check the composed document (:func:`check_node_graph`) before constructing it."""
+        check_node_graph(node)
+        return super().construct_document(node)
+
+
+def check_node_graph(root: yaml.Node) -> None:
+    """Raise a :class:`yaml.constructor.ConstructorError` at the offending line for a duplicate mapping key
+    or a recursive alias. Iterative, and each shared (aliased) node is checked once, so neither depth nor
+    an alias bomb costs more than the nodes written."""
+    on_path: set[int] = set()
+    done: set[int] = set()
+    stack: list[tuple[yaml.Node, bool]] = [(root, False)]
+    while stack:
+        node, leaving = stack.pop()
+        if leaving:
+            on_path.discard(id(node))
+            done.add(id(node))
+            continue
+        if id(node) in done:
+            continue
+        if id(node) in on_path:
+            raise yaml.constructor.ConstructorError(
+                None, None, "recursive alias: a node refers to itself (not representable as JSON)", node.start_mark
+            )
+        if isinstance(node, yaml.ScalarNode):
+            continue
+        on_path.add(id(node))
+        stack.append((node, True))
+        if isinstance(node, yaml.MappingNode):
+            _check_keys(node)
+            children = [child for pair in node.value for child in pair]
+        else:
+            children = list(node.value)
+        stack.extend((child, False) for child in reversed(children))
+
+
+def _check_keys(node: yaml.MappingNode) -> None:
+    """Refuse a scalar key written twice in one mapping (merge keys ``<<`` aside)."""
+    seen: set[tuple[str, str]] = set()
+    for key, _ in node.value:
+        if not isinstance(key, yaml.ScalarNode) or key.tag == _MERGE_TAG:
+            continue
+        if (key.tag, key.value) in seen:
+            raise yaml.constructor.ConstructorError(
+                None, None, f"duplicate key {key.value!r} (the last value would silently win)", key.start_mark
+            )
+        seen.add((key.tag, key.value))
 
 
 _MARKER_RE = re.compile(r"^---(?:[ \t].*)?$")

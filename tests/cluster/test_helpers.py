@@ -65,6 +65,32 @@ def test_yaml_errors_name_the_file_but_quote_no_content(tmp_path: Path) -> None:
     assert "hunter2" not in message and "hunter2" not in (loaded.writable_error or "")
 
 
+@pytest.mark.parametrize(
+    ("text", "line", "problem"),
+    [
+        ("kind: ConfigMap\ndata:\n  a: '1'\n  a: '2'\n", 4, "duplicate key 'a'"),
+        ("kind: ConfigMap\nmetadata:\n  annotations: &r {x: *r}\n", 3, "recursive alias"),
+        ("kind: ConfigMap\ndata: &l [1, [*l]]\n", 2, "recursive alias"),
+    ],
+)
+def test_duplicate_keys_and_recursive_aliases_are_refused_with_file_and_line(
+    tmp_path: Path, text: str, line: int, problem: str
+) -> None:
+    path = tmp_path / "hostile.yaml"
+    path.write_text("kind: Namespace\nmetadata: {name: ok}\n---\n" + text)
+    loaded = read_file(path)
+    assert [d.data["kind"] for d in loaded.docs if d.data] == ["Namespace"]  # the valid document still loads
+    (message,) = loaded.doc_errors
+    assert f"hostile.yaml: document at line 4: invalid YAML at line {line + 3}" in message and problem in message
+
+
+def test_shared_aliases_and_merge_keys_still_load(tmp_path: Path) -> None:
+    path = tmp_path / "aliases.yaml"
+    path.write_text("a: &x {y: 1}\nb: *x\nc: {<<: *x, z: 2}\nd: [*x, *x]\n")
+    (doc,) = read_file(path).docs
+    assert doc.data == {"a": {"y": 1}, "b": {"y": 1}, "c": {"y": 1, "z": 2}, "d": [{"y": 1}, {"y": 1}]}
+
+
 def test_resource_table() -> None:
     deploy = resource_for("apps/v1", "Deployment")
     assert (deploy.plural, deploy.has_status, deploy.has_scale) == ("deployments", True, True)

@@ -1,0 +1,135 @@
+"""Hostile manifests in the optimize flow: one bad object is reported naming its field, the others are written.
+
+Each case edits one document of the bundled example cluster and runs ``modelplane optimize`` on it: never a
+traceback, never a whole-run failure for one object's value.
+"""
+
+from __future__ import annotations
+
+import pathlib
+from collections.abc import Callable
+
+import pytest
+from typer.testing import CliRunner
+
+from flows.cli import app
+from tests.flows.test_optimize_local import by_kind
+
+LLAMA = "10-llama-3.1-8b.yaml"
+A100_VA = "kind: VariantAutoscaling\nmetadata:\n  name: llama-3-1-8b-a100\n"
+A100_DEPLOYMENT = "kind: Deployment\nmetadata:\n  name: llama-3-1-8b-a100\n"
+
+
+def edit(cluster: pathlib.Path, name: str, old: str, new: str) -> None:
+    """Replace the first ``old`` in the cluster file ``name`` with ``new``."""
+    path = cluster / name
+    text = path.read_text()
+    assert old in text, old
+    path.write_text(text.replace(old, new, 1))
+
+
+def run(cluster: pathlib.Path, metrics: pathlib.Path, *extra: str) -> tuple[int, str]:
+    result = CliRunner().invoke(
+        app, ["optimize", "--cluster", str(cluster), "--metrics", str(metrics), *extra], terminal_width=250
+    )
+    assert "Traceback" not in result.output, result.output
+    assert result.exception is None or isinstance(result.exception, SystemExit), result.exception
+    return result.exit_code, " ".join(result.output.split())
+
+
+def a100_refusal(cluster: pathlib.Path, field: str) -> dict[str, str]:
+    """The False condition of the A100 VariantAutoscaling naming ``field`` (the boundary's ``Ready``/``InvalidSpec``
+    or the planner's ``OptimizationReady``/``InvalidConfiguration``)."""
+    status = by_kind(cluster, "VariantAutoscaling")["llama-3-1-8b-a100"]["status"]
+    refusals = [c for c in status["conditions"] if c["status"] == "False" and field in c["message"]]
+    assert refusals and refusals[0]["reason"] in ("InvalidSpec", "InvalidConfiguration"), status
+    return refusals[0]
+
+
+def others_written(cluster: pathlib.Path) -> None:
+    variants = by_kind(cluster, "VariantAutoscaling")
+    for name in ("llama-3-1-8b-h100", "granite-13b-a100", "granite-13b-l40s"):
+        conditions = {c["type"]: c for c in variants[name]["status"]["conditions"]}
+        assert conditions["OptimizationReady"]["status"] == "True", name
+
+
+VALUE_CASES: dict[str, tuple[Callable[[pathlib.Path], None], str]] = {
+    "acceleratorCount beyond the solver": (
+        lambda c: edit(c, LLAMA, "acceleratorCount: 1\n", "acceleratorCount: 1000000000000000000000000000000\n"),
+        "spec.acceleratorCount",
+    ),
+    "maxBatchSize beyond memory": (
+        lambda c: edit(c, LLAMA, "maxBatchSize: 256\n", "maxBatchSize: 100000000\n"),
+        "spec.variantProfile.maxBatchSize",
+    ),
+    "profile overflowing to inf": (
+        lambda c: edit(c, LLAMA, 'alpha: "20.58"\n        beta: "0.41"', 'alpha: "1e308"\n        beta: "1e308"'),
+        "spec.variantProfile.perfParms.decodeParms.alpha",
+    ),
+    "profile underflowing to a denormal": (
+        lambda c: edit(c, LLAMA, 'beta: "0.41"', 'beta: "1e-320"'),
+        "spec.variantProfile.perfParms.decodeParms.beta",
+    ),
+    "target replicas negative": (
+        lambda c: edit(c, LLAMA, "replicas: 2\n", "replicas: -1\n"),
+        "spec.replicas",
+    ),
+    "target replicas a word": (
+        lambda c: edit(c, LLAMA, "replicas: 2\n", 'replicas: "two"\n'),
+        "spec.replicas",
+    ),
+    "target replicas beyond any cluster": (
+        lambda c: edit(c, LLAMA, "replicas: 2\n", "replicas: 100000000000000000000000000000\n"),
+        "spec.replicas",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(VALUE_CASES))
+def test_an_out_of_range_value_invalidates_its_variant_only(
+    prefect_harness: None, example_cluster: pathlib.Path, example_metrics: pathlib.Path, case: str
+) -> None:
+    make, field = VALUE_CASES[case]
+    make(example_cluster)
+    code, _ = run(example_cluster, example_metrics, "--dry-run")
+    assert code == 3
+    code, output = run(example_cluster, example_metrics)
+    assert code == 3, output
+    a100_refusal(example_cluster, field)
+    others_written(example_cluster)
+
+
+def test_a_status_conditions_scalar_is_replaced(
+    prefect_harness: None, example_cluster: pathlib.Path, example_metrics: pathlib.Path
+) -> None:
+    edit(
+        example_cluster,
+        "20-kthena.yaml",
+        "kind: AutoscalingPolicyBinding\nmetadata:\n  name: qwen2-5-7b-instruct\n  namespace: llm-serving\n",
+        "kind: AutoscalingPolicyBinding\nmetadata:\n  name: qwen2-5-7b-instruct\n  namespace: llm-serving\n"
+        "status:\n  conditions: 5\n",
+    )
+    code, output = run(example_cluster, example_metrics)
+    assert code == 0, output
+    binding = by_kind(example_cluster, "AutoscalingPolicyBinding")["qwen2-5-7b-instruct"]
+    assert {c["type"] for c in binding["status"]["conditions"]} == {"MetricsAvailable", "OptimizationReady"}
+    assert binding["status"]["desiredReplicas"] == 3
+
+
+def test_a_recursive_alias_is_refused_with_file_and_line(
+    prefect_harness: None,
+    example_cluster: pathlib.Path,
+    example_metrics: pathlib.Path,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    edit(example_cluster, LLAMA, A100_DEPLOYMENT, A100_DEPLOYMENT + "  annotations: &r {x: *r}\n")
+    line = next(
+        i for i, text in enumerate((example_cluster / LLAMA).read_text().splitlines(), 1) if "&r {x: *r}" in text
+    )
+    code, output = run(example_cluster, example_metrics)
+    assert code == 3, output
+    said = output + " ".join(r.getMessage() for r in caplog.records)
+    assert f"{LLAMA}: document at line" in said and f"at line {line}, column" in said and "recursive alias" in said
+    assert "&r" in (example_cluster / LLAMA).read_text()  # the file is left as written
+    others = by_kind(example_cluster, "VariantAutoscaling")
+    assert others["granite-13b-a100"]["status"]["conditions"]
