@@ -49,6 +49,7 @@ try:
 except ImportError:  # pragma: no cover - not POSIX: thread safety only
     fcntl = None  # type: ignore[assignment]
 
+from engine.api.identity import identity_errors
 from tasks.cluster.base import Manifest, ObjectRef
 from tasks.cluster.bookkeeping import Bookkeeping
 from tasks.cluster.dirwatch import DirectoryWatch, open_watch
@@ -66,7 +67,7 @@ from tasks.cluster.local_paths import scan_manifests as _scan_manifests
 from tasks.cluster.objects import apply_builtin_defaults
 from tasks.cluster.resources import ResourceInfo
 from tasks.cluster.schema import normalised
-from tasks.cluster.yamlfile import YamlFile, atomic_write, file_stamp, read_file
+from tasks.cluster.yamlfile import Document, YamlFile, atomic_write, file_stamp, read_file
 
 log = logging.getLogger("tasks.cluster.local")  # one logger for the whole local backend
 
@@ -176,7 +177,14 @@ class LocalStore:
             self._normalise(entry)
             key = key_of(entry.obj)
             if key in self._index:
-                self.load_errors.append(LoadError(entry.file.path, f"{entry.file.path}: duplicate object {key}"))
+                first = self._index[key]
+                self.load_errors.append(
+                    LoadError(
+                        entry.file.path,
+                        f"{entry.file.path}: document at line {_first_line(entry.doc)}: duplicate object {'/'.join(key)}, "
+                        f"also in {first.file.path} (document at line {_first_line(first.doc)}): the first is used",
+                    )
+                )
                 continue
             if key in previous:
                 self._carry_over(previous[key].obj, entry.obj)
@@ -196,14 +204,31 @@ class LocalStore:
         """Every object of a file: plain documents and the items of ``kind: *List`` documents."""
         for doc in yfile.docs:
             data = doc.data
-            if not isinstance(data, dict):
-                continue
-            if str(data.get("kind", "")).endswith("List") and isinstance(data.get("items"), list):
+            if data is None:
+                continue  # an empty document (a trailing ``---``)
+            if (
+                isinstance(data, dict)
+                and str(data.get("kind", "")).endswith("List")
+                and isinstance(data.get("items"), list)
+            ):
                 for i, item in enumerate(data["items"]):
                     if _is_object(item):
                         yield Entry(item, yfile, doc, i)
+                    else:
+                        self._not_an_object(yfile, _first_line(doc), item, f"items[{i}]")
             elif _is_object(data):
                 yield Entry(data, yfile, doc)
+            else:
+                self._not_an_object(yfile, _first_line(doc), data)
+
+    def _not_an_object(self, yfile: YamlFile, line: int, data: Any, where: str = "") -> None:
+        """Report a document that is no Kubernetes object (a list, a scalar, no apiVersion, kind, metadata or
+        name) with its file, line and field, as ``modelplane validate-manifests`` does: never silently dropped."""
+        field, reason = (identity_errors(data) or [("metadata.namespace", "must be a string")])[0]
+        field = ".".join(part for part in (where, field) if part)
+        message = f"{yfile.path}: document at line {line}: {field or 'document'}: {reason}"
+        log.warning("local cluster: skipping %s", message)
+        self.load_errors.append(LoadError(yfile.path, message))
 
     def _normalise(self, entry: Entry) -> None:
         """Fill in what the API server would have set, in memory only (the document stays clean)."""
@@ -512,6 +537,11 @@ def _refuse_malformed(yfile: YamlFile, obj: Manifest) -> None:
 def _without(obj: Manifest, meta_keys: tuple[str, ...]) -> Manifest:
     """``obj`` minus some metadata keys (for comparing content across reloads)."""
     return {**obj, "metadata": {k: v for k, v in obj["metadata"].items() if k not in meta_keys}}
+
+
+def _first_line(doc: Document) -> int:
+    """The file line a document's content starts on (after its ``---``), as parse errors count it."""
+    return doc.line + 1 if doc.has_marker else doc.line
 
 
 def _is_object(data: Any) -> bool:

@@ -133,3 +133,99 @@ def test_a_recursive_alias_is_refused_with_file_and_line(
     assert "&r" in (example_cluster / LLAMA).read_text()  # the file is left as written
     others = by_kind(example_cluster, "VariantAutoscaling")
     assert others["granite-13b-a100"]["status"]["conditions"]
+
+
+NOT_OBJECTS = """kind: VariantAutoscaling
+metadata: {name: no-api, namespace: llm-serving}
+spec: {modelID: m}
+---
+apiVersion: llmd.ai/v1alpha1
+kind: VariantAutoscaling
+spec: {modelID: m}
+---
+apiVersion: llmd.ai/v1alpha1
+kind: VariantAutoscaling
+metadata: "oops"
+spec: {modelID: m}
+---
+apiVersion: llmd.ai/v1alpha1
+kind: VariantAutoscaling
+metadata: {namespace: llm-serving}
+spec: {modelID: m}
+---
+- a
+- b
+---
+just a scalar
+---
+apiVersion: 123
+kind: VariantAutoscaling
+metadata: {name: num-api, namespace: llm-serving}
+spec: {modelID: m}
+"""
+NOT_OBJECT_LINES = {
+    1: "apiVersion: Required value",
+    5: "metadata: Required value",
+    9: "metadata: must be a mapping",
+    14: "metadata.name: Required value",
+    19: "a manifest must be a mapping",
+    22: "a manifest must be a mapping",
+    24: "apiVersion: must be a string",
+}
+
+
+@pytest.mark.parametrize(
+    "command",
+    [["optimize", "--dry-run"], ["rollout-models"], ["reconcile-aim"], ["validate-manifests"]],
+    ids=lambda c: c[0],
+)
+def test_documents_that_are_no_object_are_reported_by_every_flow(
+    prefect_harness: None, example_cluster: pathlib.Path, example_metrics: pathlib.Path, command: list[str]
+) -> None:
+    (example_cluster / "90-bad.yaml").write_text(NOT_OBJECTS)
+    extra = ["--metrics", str(example_metrics)] if command[0] == "optimize" else []
+    result = CliRunner().invoke(app, [*command, "--cluster", str(example_cluster), *extra], terminal_width=400)
+    assert result.exit_code == 3, result.output
+    assert "Traceback" not in result.output
+    lines = result.output.splitlines()
+    for line, problem in NOT_OBJECT_LINES.items():
+        if command[0] == "validate-manifests":  # its table: file#document and the reason
+            assert any("90-bad.yaml#" in text and problem.split(": ")[-1] in text for text in lines), problem
+        else:
+            assert any(f"90-bad.yaml: document at line {line}: " in t and problem in t for t in lines), (
+                line,
+                result.output,
+            )
+
+
+@pytest.mark.parametrize(
+    "command", [["optimize", "--dry-run"], ["rollout-models"], ["warm-caches"], ["reconcile-aim"]], ids=lambda c: c[0]
+)
+def test_an_unreadable_manifest_fails_every_flow_naming_the_file(
+    prefect_harness: None, example_cluster: pathlib.Path, example_metrics: pathlib.Path, command: list[str]
+) -> None:
+    (example_cluster / "91-broken.yaml").write_text(
+        "apiVersion: workload.serving.volcano.sh/v1alpha1\nkind: Model\nmetadata: {name: broken, namespace: llm-serving}\n"
+        "spec: {backends: [\n"
+    )
+    extra = ["--metrics", str(example_metrics)] if command[0] == "optimize" else []
+    result = CliRunner().invoke(app, [*command, "--cluster", str(example_cluster), *extra], terminal_width=400)
+    assert result.exit_code == 3, result.output
+    assert any(
+        "degraded: " in t and "91-broken.yaml: document at line 1: invalid YAML at line 5" in t
+        for t in result.output.splitlines()
+    ), result.output
+
+
+def test_the_same_object_in_two_files_names_both(
+    prefect_harness: None, example_cluster: pathlib.Path, example_metrics: pathlib.Path
+) -> None:
+    (example_cluster / "92-copy.yaml").write_text("# a copy\n" + (example_cluster / "00-namespaces.yaml").read_text())
+    result = CliRunner().invoke(app, ["rollout-models", "--cluster", str(example_cluster)], terminal_width=400)
+    assert result.exit_code == 3, result.output
+    said = " ".join(result.output.split())
+    assert (
+        "92-copy.yaml: document at line" in said
+        and "duplicate object" in said
+        and "00-namespaces.yaml (document at line" in said
+    )
