@@ -229,3 +229,16 @@ def test_the_same_object_in_two_files_names_both(
         and "duplicate object" in said
         and "00-namespaces.yaml (document at line" in said
     )
+
+
+def test_a_broken_saturation_configmap_degrades_the_run_naming_the_defaults_used(
+    prefect_harness: None, example_cluster: pathlib.Path, example_metrics: pathlib.Path
+) -> None:
+    edit(example_cluster, "01-optimizer-config.yaml", "    kvCacheThreshold: 0.80\n", "    kvCacheThreshold: 5\n")
+    edit(example_cluster, "01-optimizer-config.yaml", "    kvCacheThreshold: 0.75\n", "    kvCacheThreshold: [oops]\n")
+    code, output = run(example_cluster, example_metrics, "--dry-run")
+    assert code == 3, output
+    assert "ConfigMap saturation-scaling-config: default: kv_cache_threshold must be between 0 and 1, got 5" in output
+    assert "using the built-in defaults kvCacheThreshold=0.8, queueLengthThreshold=5, kvSpareTrigger=0.1" in output
+    assert "ConfigMap saturation-scaling-config: granite-13b: kvCacheThreshold must be a number" in output
+    assert "that override is skipped" in output
