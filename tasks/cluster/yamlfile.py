@@ -404,9 +404,23 @@ def file_stamp(path: Path) -> tuple[int, int, int] | None:
     return (st.st_mtime_ns, st.st_size, st.st_ino)
 
 
+MAX_FILE_BYTES = 16 * 1024 * 1024
+"""The largest manifest file read (16 MiB, about 1,500 VariantAutoscalings with their Deployments); a larger
+one is refused whole, before it is read, with its size: split it into several files."""
+MAX_DOCUMENTS_PER_FILE = 10_000
+"""The most YAML documents one manifest file may hold; a file with more is refused whole."""
+
+
 def read_file(path: Path) -> YamlFile:
-    """Read and parse a file document by document; a parse error is kept in ``error`` (with the name)."""
+    """Read and parse a file document by document; a parse error is kept in ``error`` (with the name), as is
+    a file beyond :data:`MAX_FILE_BYTES` or :data:`MAX_DOCUMENTS_PER_FILE` (never written then either)."""
     result = YamlFile(path=path, stamp=file_stamp(path))
+    if result.stamp is not None and result.stamp[1] > MAX_FILE_BYTES:
+        result.error = (
+            f"{path}: {result.stamp[1]} bytes, more than the {MAX_FILE_BYTES} bytes a manifest file may hold: "
+            "split it into several files"
+        )
+        return result
     try:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
@@ -414,7 +428,14 @@ def read_file(path: Path) -> YamlFile:
         return result
     docs: list[Document] = []
     failures: list[str] = []
-    for chunk, marker, line in _split_with_lines(text):
+    chunks = _split_with_lines(text)
+    if len(chunks) > MAX_DOCUMENTS_PER_FILE:
+        result.error = (
+            f"{path}: {len(chunks)} documents, more than the {MAX_DOCUMENTS_PER_FILE} a manifest file may hold: "
+            "split it into several files"
+        )
+        return result
+    for chunk, marker, line in chunks:
         try:
             docs.append(Document(text=chunk, data=load_text(chunk), has_marker=marker, line=line))
         except yaml.YAMLError as exc:

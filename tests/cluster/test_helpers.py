@@ -91,6 +91,24 @@ def test_shared_aliases_and_merge_keys_still_load(tmp_path: Path) -> None:
     assert doc.data == {"a": {"y": 1}, "b": {"y": 1}, "c": {"y": 1, "z": 2}, "d": [{"y": 1}, {"y": 1}]}
 
 
+def test_a_file_beyond_the_size_limits_is_refused_whole_before_parsing(tmp_path: Path) -> None:
+    from tasks.cluster import yamlfile
+
+    many = tmp_path / "many.yaml"
+    many.write_text(
+        "---\n".join(f"kind: ConfigMap\nmetadata: {{name: c{i}}}\n" for i in range(yamlfile.MAX_DOCUMENTS_PER_FILE + 1))
+    )
+    loaded = read_file(many)
+    assert loaded.docs == [] and loaded.error is not None
+    assert f"many.yaml: {yamlfile.MAX_DOCUMENTS_PER_FILE + 1} documents, more than the" in loaded.error
+    assert loaded.writable_error == loaded.error  # never written either
+    big = tmp_path / "big.yaml"
+    with big.open("w") as handle:
+        handle.truncate(yamlfile.MAX_FILE_BYTES + 1)
+    loaded = read_file(big)
+    assert loaded.error is not None and f"big.yaml: {yamlfile.MAX_FILE_BYTES + 1} bytes, more than the" in loaded.error
+
+
 def test_resource_table() -> None:
     deploy = resource_for("apps/v1", "Deployment")
     assert (deploy.plural, deploy.has_status, deploy.has_scale) == ("deployments", True, True)
