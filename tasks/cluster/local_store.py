@@ -69,6 +69,11 @@ from tasks.cluster.resources import ResourceInfo
 from tasks.cluster.schema import normalised
 from tasks.cluster.yamlfile import Document, YamlFile, atomic_write, file_stamp, read_file
 
+MAX_TOTAL_BYTES = 256 * 1024 * 1024
+"""The most bytes the manifest files of one local cluster folder may hold together (each file at most
+:data:`tasks.cluster.yamlfile.MAX_FILE_BYTES`); beyond it every operation fails with one error saying so,
+rather than a run that reads for minutes and takes gigabytes."""
+
 log = logging.getLogger("tasks.cluster.local")  # one logger for the whole local backend
 
 DIR_EVENTS_FILE = ".modelplane-events.yaml"
@@ -156,7 +161,15 @@ class LocalStore:
         previous = self._index
         self._open_watch()  # before reading: a change made while the files are read is reported next time
         events = str(self.events_path)
-        order = sorted(self._discover(), key=lambda p: (p == events, p))  # stable; the Event sink last
+        found = self._discover()
+        total = sum(stamp[1] for stamp in found.values())
+        if total > MAX_TOTAL_BYTES:
+            raise Invalid(
+                f"{self.path}: its manifest files hold {total} bytes, more than the {MAX_TOTAL_BYTES} bytes a local "
+                "cluster folder may hold: use a Kubernetes API server for a cluster this large",
+                reason="TooLarge",
+            )
+        order = sorted(found, key=lambda p: (p == events, p))  # stable; the Event sink last
         files = [read_file(Path(p)) for p in order]
         self._files = {f.path: f for f in files}
         self._stamps = {str(f.path): f.stamp for f in files}
