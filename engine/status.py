@@ -43,15 +43,16 @@ class ConditionUpdate:
 
 
 def set_conditions(
-    conditions: Sequence[Condition | dict[str, Any]],
+    conditions: Sequence[Condition | dict[str, Any]] | object,
     updates: Iterable[ConditionUpdate],
     now: datetime,
     observed_generation: int | None,
 ) -> list[dict[str, Any]]:
     """Apply ``updates`` with :func:`engine.api.meta.set_condition` (``lastTransitionTime`` moves only
     when a status changes) and return the conditions as dicts in API JSON shape. ``conditions`` are the
-    previous ones, typed (a parsed status) or as written."""
-    current: list[Condition | dict[str, Any]] = list(conditions)
+    previous ones, typed (a parsed status) or as written; what is not a condition there (``conditions: 5``,
+    an entry without a ``type``) is dropped, so a hand-written status is replaced, never a crash."""
+    current = previous_conditions(conditions)
     for update in updates:
         current = [
             *set_condition(
@@ -65,6 +66,15 @@ def set_conditions(
             )
         ]
     return [_as_json(c) for c in current]
+
+
+def previous_conditions(conditions: object) -> list[Condition | dict[str, Any]]:
+    """The conditions of ``conditions`` as read: typed ones and dicts with a string ``type``; nothing else."""
+    if not isinstance(conditions, (list, tuple)):
+        return []
+    return [
+        c for c in conditions if isinstance(c, Condition) or (isinstance(c, dict) and isinstance(c.get("type"), str))
+    ]
 
 
 def _as_json(condition: Condition | dict[str, Any]) -> dict[str, Any]:

@@ -180,6 +180,7 @@ def cycle_inputs(
         variants=state.variant_models(),
         current_replicas=replicas.current,
         ready_replicas=replicas.ready,
+        invalid_targets=replicas.invalid,
         accelerator_costs=state.accelerator_costs,
         service_classes=state.service_classes,
         saturation=SaturationConfigSet.from_configmap(state.saturation_data),
@@ -505,6 +506,7 @@ def degraded_reasons(
         reasons.append(f"metrics unavailable ({metrics_error})")
     if state.config_errors:
         reasons.append(f"{len(state.config_errors)} configuration errors")
+    reasons += SaturationConfigSet.from_configmap(state.saturation_data).problems()
     not_ready = sum(1 for d in plan.variants if not d.ready) + sum(1 for b in plan.bindings if not b.ready)
     if not_ready:
         reasons.append(f"{not_ready} resources not ready")

@@ -75,6 +75,7 @@ def accept_parsed(cluster: Cluster, objects: Iterable[Manifest]) -> list[tuple[M
     """As :func:`accept`, each object paired with its parsed API model (``None`` for kinds that are not
     Modelplane's): the flows read specs from the typed model and write through the object as read."""
     valid: list[tuple[Manifest, BaseModel | None]] = []
+    record_unreadable(cluster)
     for obj in objects:
         parsed = parse_resource(obj)
         if isinstance(parsed, tuple):
@@ -89,6 +90,7 @@ def accept_identity(cluster: Cluster, objects: Iterable[Manifest]) -> list[Manif
     refuse, each of those reported (:func:`reject`); for a flow that validates the specs itself (rollout-models
     and Kthena's own conditions) but must never build a path or an object from a hostile name."""
     sound: list[Manifest] = []
+    record_unreadable(cluster)
     for obj in objects:
         errors = identity_errors(obj)
         if errors:
@@ -160,13 +162,7 @@ def reject(cluster: Cluster, obj: Manifest, field: str, reason: str) -> None:
     where = f"{meta.get('namespace')}/{meta.get('name')}" if meta.get("namespace") else str(meta.get("name"))
     message = f"{field}: {reason}"
     source = cluster.source_of(obj) if isinstance(cluster, LocalCluster) else None
-    line = f"{source + ': ' if source else ''}{obj.get('kind')} {where}: invalid: {message}"
-    collector = _rejections.get()
-    if collector is None:
-        log.warning("%s", line)
-    else:
-        with _lock:  # task threads of one run share its collector
-            collector.append(line)
+    _record(f"{source + ': ' if source else ''}{obj.get('kind')} {where}: invalid: {message}")
     info = kind_info(str(obj.get("apiVersion")), str(obj.get("kind")))
     if info is None or not info.has_status or identity_errors(obj):
         return  # an object the API server would refuse is never addressed, not even to mark it
@@ -177,6 +173,26 @@ def reject(cluster: Cluster, obj: Manifest, field: str, reason: str) -> None:
         cluster.patch_status(ObjectRef.of(obj), status)
     except (ClusterError, ValueError, KeyError, TypeError) as exc:  # one object's write never stops the run
         log.warning("cannot mark %s %s invalid: %s", obj.get("kind"), where, exc)
+
+
+def record_unreadable(cluster: Cluster) -> None:
+    """Report every file or document of a local cluster that could not be read (invalid YAML, a duplicate key,
+    a document that is no object: each with its file and line), so no flow that reads the folder treats it as
+    absent; once per run, however many kinds the flow lists."""
+    if isinstance(cluster, LocalCluster):
+        for error in cluster.load_errors:
+            _record(f"{error.message}: left out, unreadable")
+
+
+def _record(line: str) -> None:
+    """Add ``line`` to the current run's rejections (once), or log it outside a collecting run."""
+    collector = _rejections.get()
+    if collector is None:
+        log.warning("%s", line)
+        return
+    with _lock:  # task threads of one run share its collector
+        if line not in collector:
+            collector.append(line)
 
 
 def failure_status(obj: Manifest, message: str) -> Manifest | None:

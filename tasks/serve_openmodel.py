@@ -98,7 +98,7 @@ def write_conditions(
     def build(current: dict[str, Any]) -> dict[str, Any] | None:
         old = current.get("status") or {}
         return changed_fields(
-            old, {**old, "conditions": set_conditions(list(old.get("conditions") or []), updates, now, generation)}
+            old, {**old, "conditions": set_conditions(old.get("conditions"), updates, now, generation)}
         )
 
     try:

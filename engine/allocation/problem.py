@@ -176,8 +176,11 @@ def variant_rates(problem: AllocationProblem) -> tuple[dict[str, float], dict[st
             tps=[m.slo.tps for m in ms],
         )
         for i, (v, m) in enumerate(zip(todo, ms)):
-            if res.feasible[i]:
-                rates[v.name] = float(res.rate_rps[i])
+            rate = float(res.rate_rps[i])
+            if res.feasible[i] and not (rate > 0 and math.isfinite(rate)):
+                reasons[v.name] = f"the profile gives no finite positive rate (got {rate!r}): its latencies overflow"
+            elif res.feasible[i]:
+                rates[v.name] = rate
             else:
                 which = "TTFT" if res.violated[i] == 1 else "ITL"
                 target = m.slo.ttft_ms if which == "TTFT" else m.slo.itl_ms

@@ -27,6 +27,14 @@ API_VERSION: Final[LlmdApiVersion] = LLMD_API
 VARIANT_ID_PATTERN = r"^.+-[A-Za-z0-9]+-[1-9][0-9]*$"
 COST_PATTERN = r"^\d+(\.\d+)?$"
 
+MAX_ACCELERATOR_COUNT: Final = 1024
+"""The most accelerator units one replica may declare (``spec.acceleratorCount``): a multi-node replica of
+128 nodes of 8 GPUs. Larger values are refused where the resource is read, so no count reaches the solver
+beyond what its integer arithmetic holds."""
+MAX_BATCH_SIZE: Final = 65536
+"""The largest ``spec.variantProfile.maxBatchSize``: the queueing model keeps one state per batch slot, so
+the bound keeps a cycle's memory and time bounded (vLLM's ``--max-num-seqs`` is in the hundreds)."""
+
 # Condition types and reasons of seed 001.
 METRICS_AVAILABLE = "MetricsAvailable"
 OPTIMIZATION_READY = "OptimizationReady"
@@ -60,7 +68,7 @@ class VariantProfile(KubeModel):
 
     perf_parms: PerfParms = Field(alias="perfParms")
     """PerfParms specifies the prefill and decode parameters for TTFT and ITL models."""
-    max_batch_size: int = Field(alias="maxBatchSize", ge=1)
+    max_batch_size: int = Field(alias="maxBatchSize", ge=1, le=MAX_BATCH_SIZE)
     """MaxBatchSize is the maximum batch size supported by this variant."""
 
 
@@ -73,7 +81,7 @@ class VariantAutoscalingSpec(KubeModel):
     """Business identifier of the variant, {modelID}-{accelerator}-{acceleratorCount}, e.g. meta/llama-3.1-8b-A100-4."""
     accelerator: str | None = Field(None, min_length=1)
     """Accelerator type of this variant, e.g. A100 or L40S."""
-    accelerator_count: int | None = Field(None, alias="acceleratorCount", ge=1)
+    accelerator_count: int | None = Field(None, alias="acceleratorCount", ge=1, le=MAX_ACCELERATOR_COUNT)
     """Number of accelerator units per replica."""
     slo_class_ref: ConfigMapKeyRef | None = Field(None, alias="sloClassRef")
     """The ConfigMap key holding the service class (SLO) configuration."""

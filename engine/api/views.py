@@ -171,6 +171,29 @@ class Scalable(View):
     status: ScalableStatus = Field(default_factory=ScalableStatus)
 
 
+class ScalableAsWritten(View):
+    """A scalable workload's replicas as written (``-1``, ``"two"`` included), for a reader that reports a value
+    that is no replica count on the object that points at the workload instead of failing on the workload."""
+
+    metadata: MetaView = Field(default_factory=MetaView)
+    spec: Any = None
+    status: Any = None
+
+    @property
+    def replicas(self) -> object:
+        """``spec.replicas`` as written; 1 when absent (the API server's default); the spec itself when it is
+        no mapping (then it is no count either)."""
+        if not isinstance(self.spec, dict):
+            return 1 if self.spec is None else self.spec
+        value = self.spec.get("replicas")
+        return 1 if value is None else value
+
+    @property
+    def ready_replicas(self) -> object:
+        """``status.readyReplicas`` as written, or None."""
+        return self.status.get("readyReplicas") if isinstance(self.status, dict) else None
+
+
 class LabelSelector(View):
     """A ``metav1.LabelSelector``'s ``matchLabels`` (the part a Scale's selector string is made of)."""
 

@@ -324,5 +324,5 @@ def binding_status(
     ready = ConditionUpdate(
         "OptimizationReady", "True" if decision.ready else "False", decision.reason, decision.message
     )
-    status["conditions"] = set_conditions(list(old.get("conditions") or []), (metrics, ready), now, generation)
+    status["conditions"] = set_conditions(old.get("conditions"), (metrics, ready), now, generation)
     return status

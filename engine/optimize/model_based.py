@@ -114,6 +114,11 @@ def _model_based_candidates(
             result.errors[spec.key] = (REASON_INVALID, str(exc))
             continue
         workload = Workload(in_tokens=load.avg_in_tokens, out_tokens=max(load.avg_out_tokens, 1.0))
+        try:
+            max_rate = _tail_rate(spec, load, workload, slo, (caps or {}).get(spec.model_key), pools[spec.model_key])
+        except (ValueError, ArithmeticError) as exc:  # a profile whose latencies overflow: this variant, not the cycle
+            result.errors[spec.key] = (REASON_INVALID, f"spec.variantProfile: no finite sizing: {exc}")
+            continue
         demand = demands.get(spec.model_key)
         if demand is None or priority < demand.priority:
             demands[spec.model_key] = ModelDemand(
@@ -134,7 +139,7 @@ def _model_based_candidates(
                 min_replicas=spec.min_replicas,
                 max_replicas=spec.max_replicas,
                 current_replicas=current,
-                max_rate=_tail_rate(spec, load, workload, slo, (caps or {}).get(spec.model_key), pools[spec.model_key]),
+                max_rate=max_rate,
             )
         )
     for model, members in split.items():

@@ -398,13 +398,18 @@ def _decision(spec: VariantSpec, costs: Mapping[str, AcceleratorCost], **outcome
     )
 
 
+def _va_key(va: VariantAutoscaling) -> tuple[str, str]:
+    """(namespace, name) of a VariantAutoscaling, as :attr:`VariantSpec.key`."""
+    return (va.metadata.namespace or "default", va.metadata.name or "")
+
+
 def plan_variants(inputs: CycleInputs) -> list[VariantDecision]:
     """Decide the desired replicas of every VariantAutoscaling of the cycle, in input order."""
     specs: list[VariantSpec] = []
     decisions: dict[tuple[str, str], VariantDecision] = {}
     order: list[tuple[str, str]] = []
     for va in inputs.variants:
-        key = (va.metadata.namespace or "default", va.metadata.name or "")
+        key = _va_key(va)
         order.append(key)
         try:
             specs.append(parse_variant(va))
@@ -419,7 +424,13 @@ def plan_variants(inputs: CycleInputs) -> list[VariantDecision]:
     ]
     readable: list[VariantSpec] = []
     for spec in specs:
-        if spec.target_key not in inputs.current_replicas:
+        if spec.target_key in inputs.invalid_targets:
+            decisions[spec.key] = _invalid_decision(
+                next(va for va in inputs.variants if _va_key(va) == spec.key),
+                f"spec.scaleTargetRef: {inputs.invalid_targets[spec.target_key]}",
+                inputs.current_replicas,
+            )
+        elif spec.target_key not in inputs.current_replicas:
             decisions[spec.key] = _decision(
                 spec,
                 inputs.accelerator_costs,

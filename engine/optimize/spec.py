@@ -21,9 +21,9 @@ import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, Final
 
-from engine.api.llmd import VariantAutoscaling, VariantProfile
+from engine.api.llmd import MAX_ACCELERATOR_COUNT, MAX_BATCH_SIZE, VariantAutoscaling, VariantProfile
 from engine.optimize.actuation import RECOMMEND, ActuationModeError, resource_mode
 from engine.optimize.config import AcceleratorCost, ConfigError, ServiceClass
 from engine.perf.queueing import PerfProfile
@@ -147,6 +147,8 @@ class CycleInputs:
     saturation: SaturationConfigSet
     inventory: Mapping[str, int] | None = None
     ready_replicas: Mapping[tuple[str, str, str], int] = field(default_factory=dict)
+    invalid_targets: Mapping[tuple[str, str, str], str] = field(default_factory=dict)
+    """Scale targets whose replicas are not a count, keyed as ``current_replicas``: why (their variants are invalid)."""
     loads: Mapping[tuple[str, str], ModelLoad] = field(default_factory=dict)
     pods: Mapping[tuple[str, str], list[PodSample]] = field(default_factory=dict)
     metrics_error: str | None = None  # set when the metrics backend itself failed
@@ -169,7 +171,21 @@ class CycleInputs:
     ``modelplane.io/scale-down-stabilization-window`` annotation. 0: scale down at once."""
 
 
+PROFILE_PARAMETER_MIN: Final = 1e-6
+"""The smallest non-zero profile parameter (alpha, beta, gamma, delta, in ms): below it a parameter is 0 to
+any measurement, and a value near the float's underflow (``1e-320``) would turn its inverse into infinity."""
+PROFILE_PARAMETER_MAX: Final = 1e6
+"""The largest profile parameter (ms): 1000 s per token or per batch slot is no serving engine; larger
+values (``1e308``) overflow the latency model to infinity."""
+MAX_REPLICAS: Final = 1_000_000
+"""The most replicas a scale target may have or a ``modelplane.io/max-replicas`` annotation may ask for
+(Kthena's replica bound): a target beyond it is reported, never priced or scaled."""
+MAX_VARIANT_COST: Final = 1e9
+"""The largest ``spec.variantCost`` (and per-replica cost); a cycle's total stays a readable number."""
+
+
 def _number(params: Mapping[str, Any], key: str, path: str) -> float:
+    """Profile parameter ``key``: 0 or within [:data:`PROFILE_PARAMETER_MIN`, :data:`PROFILE_PARAMETER_MAX`]."""
     if key not in params:
         raise SpecError(f"{path}.{key}", "missing")
     try:
@@ -178,6 +194,11 @@ def _number(params: Mapping[str, Any], key: str, path: str) -> float:
         raise SpecError(f"{path}.{key}", f"must be a number, got {params[key]!r}") from None
     if not math.isfinite(value) or value < 0:
         raise SpecError(f"{path}.{key}", f"must be a finite non-negative number, got {params[key]!r}")
+    if value != 0 and not PROFILE_PARAMETER_MIN <= value <= PROFILE_PARAMETER_MAX:
+        raise SpecError(
+            f"{path}.{key}",
+            f"must be 0 or between {PROFILE_PARAMETER_MIN:g} and {PROFILE_PARAMETER_MAX:g} (ms), got {params[key]!r}",
+        )
     return value
 
 
@@ -187,8 +208,8 @@ def parse_profile(profile: VariantProfile | None) -> tuple[PerfProfile | None, i
         return None, None
     base = "spec.variantProfile"
     max_batch = profile.max_batch_size
-    if max_batch < 1:  # the schema says so too; a model built in code skips the schema
-        raise SpecError(f"{base}.maxBatchSize", f"must be an integer >= 1, got {max_batch!r}")
+    if not 1 <= max_batch <= MAX_BATCH_SIZE:  # the schema says so too; a model built in code skips the schema
+        raise SpecError(f"{base}.maxBatchSize", f"must be an integer from 1 to {MAX_BATCH_SIZE}, got {max_batch!r}")
     decode = profile.perf_parms.decode_parms or {}
     prefill = profile.perf_parms.prefill_parms or {}
     alpha = _number(decode, "alpha", f"{base}.perfParms.decodeParms")
@@ -201,14 +222,15 @@ def parse_profile(profile: VariantProfile | None) -> tuple[PerfProfile | None, i
 
 
 def _annotation_int(annotations: Mapping[str, str], key: str, minimum: int) -> int | None:
+    """A replica-count annotation: an integer from ``minimum`` to :data:`MAX_REPLICAS`, or None when absent."""
     if key not in annotations:
         return None
     try:
         value = int(str(annotations[key]).strip())
     except ValueError:
         raise SpecError(f"metadata.annotations[{key}]", f"must be an integer, got {annotations[key]!r}") from None
-    if value < minimum:
-        raise SpecError(f"metadata.annotations[{key}]", f"must be >= {minimum}, got {value}")
+    if not minimum <= value <= MAX_REPLICAS:
+        raise SpecError(f"metadata.annotations[{key}]", f"must be from {minimum} to {MAX_REPLICAS}, got {value}")
     return value
 
 
@@ -230,8 +252,8 @@ def parse_variant(va: VariantAutoscaling) -> VariantSpec:
     profile, max_batch = parse_profile(spec.variant_profile)
     accelerator = spec.accelerator or meta.labels.get(ACCELERATOR_LABEL) or None
     count = spec.accelerator_count if spec.accelerator_count is not None else 1
-    if count < 1:
-        raise SpecError("spec.acceleratorCount", f"must be an integer >= 1, got {count!r}")
+    if not 1 <= count <= MAX_ACCELERATOR_COUNT:  # the schema says so too; a model built in code skips the schema
+        raise SpecError("spec.acceleratorCount", f"must be an integer from 1 to {MAX_ACCELERATOR_COUNT}, got {count!r}")
     declared_cost = (
         spec.variant_cost if "variant_cost" in spec.model_fields_set else None
     )  # the model's default is not a declaration
@@ -239,6 +261,8 @@ def parse_variant(va: VariantAutoscaling) -> VariantSpec:
         variant_cost = float(declared_cost) if declared_cost is not None else None
     except ValueError:
         raise SpecError("spec.variantCost", f"must be a decimal string, got {declared_cost!r}") from None
+    if variant_cost is not None and not variant_cost <= MAX_VARIANT_COST:
+        raise SpecError("spec.variantCost", f"must be at most {MAX_VARIANT_COST:g}, got {declared_cost!r}")
     slo = spec.slo_class_ref
     slo_ref = (slo.name, slo.key) if slo is not None and slo.name and slo.key else None
     scale_to_zero = str(annotations.get(ANNOTATION_SCALE_TO_ZERO, "false")).lower() == "true"

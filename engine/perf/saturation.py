@@ -128,6 +128,10 @@ class SaturationConfig:
                 f"kvCacheThreshold ({self.kv_cache_threshold}) must be >= kvSpareTrigger ({self.kv_spare_trigger})"
             )
 
+    def described(self) -> str:
+        """The thresholds as the ConfigMap spells them: ``kvCacheThreshold=0.8, queueLengthThreshold=5, ...``."""
+        return ", ".join(f"{key}={getattr(self, name):g}" for key, name in _CONFIG_KEYS.items())
+
     def merged(self, values: Mapping[str, Any]) -> SaturationConfig:
         """Return a copy with the camelCase (or snake_case) keys present in ``values`` replaced.
 
@@ -160,6 +164,20 @@ class SaturationConfigSet:
     default: SaturationConfig = field(default_factory=SaturationConfig)
     overrides: Mapping[tuple[str, str], SaturationConfig] = field(default_factory=dict)
     errors: tuple[str, ...] = ()
+
+    def problems(self) -> list[str]:
+        """One line per error of the ConfigMap, each naming the thresholds used instead (the run is degraded
+        by them: a threshold a person set and Modelplane ignored is never silent)."""
+        defaults = self.default.described()
+        lines = []
+        for error in self.errors:
+            used = (
+                f"using the built-in defaults {defaults}"
+                if error.startswith("default:")
+                else f"that override is skipped: its model uses the default {defaults}"
+            )
+            lines.append(f"ConfigMap {CONFIGMAP_NAME}: {error}; {used}")
+        return lines
 
     def config_for(self, model: str, namespace: str) -> SaturationConfig:
         """Configuration for ``model`` in ``namespace``: its override if any, else the default."""

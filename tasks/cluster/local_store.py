@@ -49,6 +49,7 @@ try:
 except ImportError:  # pragma: no cover - not POSIX: thread safety only
     fcntl = None  # type: ignore[assignment]
 
+from engine.api.identity import identity_errors
 from tasks.cluster.base import Manifest, ObjectRef
 from tasks.cluster.bookkeeping import Bookkeeping
 from tasks.cluster.dirwatch import DirectoryWatch, open_watch
@@ -66,7 +67,12 @@ from tasks.cluster.local_paths import scan_manifests as _scan_manifests
 from tasks.cluster.objects import apply_builtin_defaults
 from tasks.cluster.resources import ResourceInfo
 from tasks.cluster.schema import normalised
-from tasks.cluster.yamlfile import YamlFile, atomic_write, file_stamp, read_file
+from tasks.cluster.yamlfile import Document, YamlFile, atomic_write, file_stamp, read_file
+
+MAX_TOTAL_BYTES = 256 * 1024 * 1024
+"""The most bytes the manifest files of one local cluster folder may hold together (each file at most
+:data:`tasks.cluster.yamlfile.MAX_FILE_BYTES`); beyond it every operation fails with one error saying so,
+rather than a run that reads for minutes and takes gigabytes."""
 
 log = logging.getLogger("tasks.cluster.local")  # one logger for the whole local backend
 
@@ -155,7 +161,15 @@ class LocalStore:
         previous = self._index
         self._open_watch()  # before reading: a change made while the files are read is reported next time
         events = str(self.events_path)
-        order = sorted(self._discover(), key=lambda p: (p == events, p))  # stable; the Event sink last
+        found = self._discover()
+        total = sum(stamp[1] for stamp in found.values())
+        if total > MAX_TOTAL_BYTES:
+            raise Invalid(
+                f"{self.path}: its manifest files hold {total} bytes, more than the {MAX_TOTAL_BYTES} bytes a local "
+                "cluster folder may hold: use a Kubernetes API server for a cluster this large",
+                reason="TooLarge",
+            )
+        order = sorted(found, key=lambda p: (p == events, p))  # stable; the Event sink last
         files = [read_file(Path(p)) for p in order]
         self._files = {f.path: f for f in files}
         self._stamps = {str(f.path): f.stamp for f in files}
@@ -176,7 +190,14 @@ class LocalStore:
             self._normalise(entry)
             key = key_of(entry.obj)
             if key in self._index:
-                self.load_errors.append(LoadError(entry.file.path, f"{entry.file.path}: duplicate object {key}"))
+                first = self._index[key]
+                self.load_errors.append(
+                    LoadError(
+                        entry.file.path,
+                        f"{entry.file.path}: document at line {_first_line(entry.doc)}: duplicate object {'/'.join(key)}, "
+                        f"also in {first.file.path} (document at line {_first_line(first.doc)}): the first is used",
+                    )
+                )
                 continue
             if key in previous:
                 self._carry_over(previous[key].obj, entry.obj)
@@ -196,14 +217,31 @@ class LocalStore:
         """Every object of a file: plain documents and the items of ``kind: *List`` documents."""
         for doc in yfile.docs:
             data = doc.data
-            if not isinstance(data, dict):
-                continue
-            if str(data.get("kind", "")).endswith("List") and isinstance(data.get("items"), list):
+            if data is None:
+                continue  # an empty document (a trailing ``---``)
+            if (
+                isinstance(data, dict)
+                and str(data.get("kind", "")).endswith("List")
+                and isinstance(data.get("items"), list)
+            ):
                 for i, item in enumerate(data["items"]):
                     if _is_object(item):
                         yield Entry(item, yfile, doc, i)
+                    else:
+                        self._not_an_object(yfile, _first_line(doc), item, f"items[{i}]")
             elif _is_object(data):
                 yield Entry(data, yfile, doc)
+            else:
+                self._not_an_object(yfile, _first_line(doc), data)
+
+    def _not_an_object(self, yfile: YamlFile, line: int, data: Any, where: str = "") -> None:
+        """Report a document that is no Kubernetes object (a list, a scalar, no apiVersion, kind, metadata or
+        name) with its file, line and field, as ``modelplane validate-manifests`` does: never silently dropped."""
+        field, reason = (identity_errors(data) or [("metadata.namespace", "must be a string")])[0]
+        field = ".".join(part for part in (where, field) if part)
+        message = f"{yfile.path}: document at line {line}: {field or 'document'}: {reason}"
+        log.warning("local cluster: skipping %s", message)
+        self.load_errors.append(LoadError(yfile.path, message))
 
     def _normalise(self, entry: Entry) -> None:
         """Fill in what the API server would have set, in memory only (the document stays clean)."""
@@ -512,6 +550,11 @@ def _refuse_malformed(yfile: YamlFile, obj: Manifest) -> None:
 def _without(obj: Manifest, meta_keys: tuple[str, ...]) -> Manifest:
     """``obj`` minus some metadata keys (for comparing content across reloads)."""
     return {**obj, "metadata": {k: v for k, v in obj["metadata"].items() if k not in meta_keys}}
+
+
+def _first_line(doc: Document) -> int:
+    """The file line a document's content starts on (after its ``---``), as parse errors count it."""
+    return doc.line + 1 if doc.has_marker else doc.line
 
 
 def _is_object(data: Any) -> bool:

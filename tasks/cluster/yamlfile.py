@@ -34,13 +34,68 @@ _BaseDumper = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
 _TIMESTAMP_TAG = "tag:yaml.org,2002:timestamp"
 
 
+_MERGE_TAG = "tag:yaml.org,2002:merge"
+
+
 class Loader(_BaseLoader):  # type: ignore[misc, valid-type]
-    """A safe loader that keeps ``2024-01-01T00:00:00Z`` as a string, as the API server's JSON does."""
+    """A safe loader that keeps ``2024-01-01T00:00:00Z`` as a string, as the API server's JSON does, and
+    refuses what the API server refuses: a mapping with the same key twice (kubectl: "mapping key already
+    defined"; PyYAML would keep the last value silently) and an alias inside its own anchor (``&r {x: *r}``,
+    a document that is no JSON object; it would loop every comparison and copy of it)."""
 
     yaml_implicit_resolvers = {
         first: [(tag, regexp) for tag, regexp in resolvers if tag != _TIMESTAMP_TAG]
         for first, resolvers in _BaseLoader.yaml_implicit_resolvers.items()
     }
+
+    def construct_document(self, node: yaml.Node) -> Any:
+        """Check the composed document (:func:`check_node_graph`) before constructing it."""
+        check_node_graph(node)
+        return super().construct_document(node)
+
+
+def check_node_graph(root: yaml.Node) -> None:
+    """Raise a :class:`yaml.constructor.ConstructorError` at the offending line for a duplicate mapping key
+    or a recursive alias. Iterative, and each shared (aliased) node is checked once, so neither depth nor
+    an alias bomb costs more than the nodes written."""
+    on_path: set[int] = set()
+    done: set[int] = set()
+    stack: list[tuple[yaml.Node, bool]] = [(root, False)]
+    while stack:
+        node, leaving = stack.pop()
+        if leaving:
+            on_path.discard(id(node))
+            done.add(id(node))
+            continue
+        if id(node) in done:
+            continue
+        if id(node) in on_path:
+            raise yaml.constructor.ConstructorError(
+                None, None, "recursive alias: a node refers to itself (not representable as JSON)", node.start_mark
+            )
+        if isinstance(node, yaml.ScalarNode):
+            continue
+        on_path.add(id(node))
+        stack.append((node, True))
+        if isinstance(node, yaml.MappingNode):
+            _check_keys(node)
+            children = [child for pair in node.value for child in pair]
+        else:
+            children = list(node.value)
+        stack.extend((child, False) for child in reversed(children))
+
+
+def _check_keys(node: yaml.MappingNode) -> None:
+    """Refuse a scalar key written twice in one mapping (merge keys ``<<`` aside)."""
+    seen: set[tuple[str, str]] = set()
+    for key, _ in node.value:
+        if not isinstance(key, yaml.ScalarNode) or key.tag == _MERGE_TAG:
+            continue
+        if (key.tag, key.value) in seen:
+            raise yaml.constructor.ConstructorError(
+                None, None, f"duplicate key {key.value!r} (the last value would silently win)", key.start_mark
+            )
+        seen.add((key.tag, key.value))
 
 
 _MARKER_RE = re.compile(r"^---(?:[ \t].*)?$")
@@ -349,9 +404,23 @@ def file_stamp(path: Path) -> tuple[int, int, int] | None:
     return (st.st_mtime_ns, st.st_size, st.st_ino)
 
 
+MAX_FILE_BYTES = 16 * 1024 * 1024
+"""The largest manifest file read (16 MiB, about 1,500 VariantAutoscalings with their Deployments); a larger
+one is refused whole, before it is read, with its size: split it into several files."""
+MAX_DOCUMENTS_PER_FILE = 10_000
+"""The most YAML documents one manifest file may hold; a file with more is refused whole."""
+
+
 def read_file(path: Path) -> YamlFile:
-    """Read and parse a file document by document; a parse error is kept in ``error`` (with the name)."""
+    """Read and parse a file document by document; a parse error is kept in ``error`` (with the name), as is
+    a file beyond :data:`MAX_FILE_BYTES` or :data:`MAX_DOCUMENTS_PER_FILE` (never written then either)."""
     result = YamlFile(path=path, stamp=file_stamp(path))
+    if result.stamp is not None and result.stamp[1] > MAX_FILE_BYTES:
+        result.error = (
+            f"{path}: {result.stamp[1]} bytes, more than the {MAX_FILE_BYTES} bytes a manifest file may hold: "
+            "split it into several files"
+        )
+        return result
     try:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
@@ -359,7 +428,14 @@ def read_file(path: Path) -> YamlFile:
         return result
     docs: list[Document] = []
     failures: list[str] = []
-    for chunk, marker, line in _split_with_lines(text):
+    chunks = _split_with_lines(text)
+    if len(chunks) > MAX_DOCUMENTS_PER_FILE:
+        result.error = (
+            f"{path}: {len(chunks)} documents, more than the {MAX_DOCUMENTS_PER_FILE} a manifest file may hold: "
+            "split it into several files"
+        )
+        return result
+    for chunk, marker, line in chunks:
         try:
             docs.append(Document(text=chunk, data=load_text(chunk), has_marker=marker, line=line))
         except yaml.YAMLError as exc:

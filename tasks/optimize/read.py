@@ -15,7 +15,7 @@ import logging
 import os
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from prefect import task
 from prefect.cache_policies import NO_CACHE
@@ -30,7 +30,7 @@ from engine.api.registry import (
     LLMD_API,
     VARIANT_AUTOSCALING,
 )
-from engine.api.views import Scalable
+from engine.api.views import ScalableAsWritten
 from engine.optimize.actuation import OPTIMIZER_CONFIGMAP, SCALE, default_mode
 from engine.optimize.config import (
     ACCELERATOR_COSTS_CONFIGMAP,
@@ -43,7 +43,7 @@ from engine.optimize.config import (
     parse_inventory,
     parse_service_class,
 )
-from engine.optimize.spec import model_targets
+from engine.optimize.spec import MAX_REPLICAS, model_targets
 from tasks.boundary import Accepted, accept, accept_as
 from tasks.cluster import Cluster, ObjectRef
 from tasks.cluster.errors import ClusterError, NotFound
@@ -248,10 +248,34 @@ def scale_targets_of(state: ClusterState) -> set[tuple[str, str, str, str]]:
 
 @dataclass
 class TargetReplicas:
-    """Replicas of the scale targets, keyed by (namespace, kind, name): desired (spec) and ready."""
+    """Replicas of the scale targets, keyed by (namespace, kind, name): desired (spec) and ready.
+
+    A target whose replicas are not a count (``-1``, ``"two"``, beyond :data:`MAX_REPLICAS`) is in ``invalid``
+    with the reason naming the field, not in ``current``: its variant is reported, the others are planned.
+    """
 
     current: dict[tuple[str, str, str], int] = field(default_factory=dict)
     ready: dict[tuple[str, str, str], int] = field(default_factory=dict)
+    invalid: dict[tuple[str, str, str], str] = field(default_factory=dict)
+
+    def record(self, key: tuple[str, str, str], replicas: object, ready: object) -> None:
+        """Keep the target's desired replicas (``spec.replicas``) and its ready ones when they are counts."""
+        problem = replica_count_problem(replicas)
+        if problem:
+            self.invalid[key] = f"{key[1]} {key[0]}/{key[2]}: spec.replicas {problem}"
+            return
+        self.current[key] = cast(int, replicas)
+        if ready is not None and replica_count_problem(ready) is None:
+            self.ready[key] = cast(int, ready)
+
+
+def replica_count_problem(value: object) -> str | None:
+    """Why ``value`` is not a replica count (an integer from 0 to :data:`MAX_REPLICAS`), or None."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        return f"must be an integer, got {value!r}"
+    if not 0 <= value <= MAX_REPLICAS:
+        return f"must be from 0 to {MAX_REPLICAS}, got {value}"
+    return None
 
 
 @task(name="read-current-replicas", cache_policy=NO_CACHE, retries=2, retry_delay_seconds=2)
@@ -265,13 +289,10 @@ def read_current_replicas(cluster: Cluster, targets: set[tuple[str, str, str, st
     listable = {(api, kind) for _, api, kind, _ in targets if (api, kind) in LISTABLE_TARGETS}
     for api_version, kind in sorted(listable):
         for obj in cluster.list(api_version, kind):
-            workload = Scalable.model_validate(obj)
+            workload = ScalableAsWritten.model_validate(obj)
             key = (workload.metadata.namespace or "default", kind, str(workload.metadata.name))
             if key in wanted:
-                replicas = workload.spec.replicas
-                result.current[key] = 1 if replicas is None else replicas  # the API server's default
-                if workload.status.ready_replicas is not None:
-                    result.ready[key] = workload.status.ready_replicas
+                result.record(key, workload.replicas, workload.ready_replicas)
     for namespace, api_version, kind, name in sorted(targets):
         if (api_version, kind) in LISTABLE_TARGETS:
             continue
@@ -279,9 +300,7 @@ def read_current_replicas(cluster: Cluster, targets: set[tuple[str, str, str, st
             scale_now = cluster.get_scale(ObjectRef(api_version, kind, name, namespace))
         except NotFound:
             continue
-        result.current[(namespace, kind, name)] = scale_now.replicas
-        if scale_now.status_replicas is not None:
-            result.ready[(namespace, kind, name)] = scale_now.status_replicas
+        result.record((namespace, kind, name), scale_now.replicas, scale_now.status_replicas)
     return result
 
 

@@ -65,6 +65,50 @@ def test_yaml_errors_name_the_file_but_quote_no_content(tmp_path: Path) -> None:
     assert "hunter2" not in message and "hunter2" not in (loaded.writable_error or "")
 
 
+@pytest.mark.parametrize(
+    ("text", "line", "problem"),
+    [
+        ("kind: ConfigMap\ndata:\n  a: '1'\n  a: '2'\n", 4, "duplicate key 'a'"),
+        ("kind: ConfigMap\nmetadata:\n  annotations: &r {x: *r}\n", 3, "recursive alias"),
+        ("kind: ConfigMap\ndata: &l [1, [*l]]\n", 2, "recursive alias"),
+    ],
+)
+def test_duplicate_keys_and_recursive_aliases_are_refused_with_file_and_line(
+    tmp_path: Path, text: str, line: int, problem: str
+) -> None:
+    path = tmp_path / "hostile.yaml"
+    path.write_text("kind: Namespace\nmetadata: {name: ok}\n---\n" + text)
+    loaded = read_file(path)
+    assert [d.data["kind"] for d in loaded.docs if d.data] == ["Namespace"]  # the valid document still loads
+    (message,) = loaded.doc_errors
+    assert f"hostile.yaml: document at line 4: invalid YAML at line {line + 3}" in message and problem in message
+
+
+def test_shared_aliases_and_merge_keys_still_load(tmp_path: Path) -> None:
+    path = tmp_path / "aliases.yaml"
+    path.write_text("a: &x {y: 1}\nb: *x\nc: {<<: *x, z: 2}\nd: [*x, *x]\n")
+    (doc,) = read_file(path).docs
+    assert doc.data == {"a": {"y": 1}, "b": {"y": 1}, "c": {"y": 1, "z": 2}, "d": [{"y": 1}, {"y": 1}]}
+
+
+def test_a_file_beyond_the_size_limits_is_refused_whole_before_parsing(tmp_path: Path) -> None:
+    from tasks.cluster import yamlfile
+
+    many = tmp_path / "many.yaml"
+    many.write_text(
+        "---\n".join(f"kind: ConfigMap\nmetadata: {{name: c{i}}}\n" for i in range(yamlfile.MAX_DOCUMENTS_PER_FILE + 1))
+    )
+    loaded = read_file(many)
+    assert loaded.docs == [] and loaded.error is not None
+    assert f"many.yaml: {yamlfile.MAX_DOCUMENTS_PER_FILE + 1} documents, more than the" in loaded.error
+    assert loaded.writable_error == loaded.error  # never written either
+    big = tmp_path / "big.yaml"
+    with big.open("w") as handle:
+        handle.truncate(yamlfile.MAX_FILE_BYTES + 1)
+    loaded = read_file(big)
+    assert loaded.error is not None and f"big.yaml: {yamlfile.MAX_FILE_BYTES + 1} bytes, more than the" in loaded.error
+
+
 def test_resource_table() -> None:
     deploy = resource_for("apps/v1", "Deployment")
     assert (deploy.plural, deploy.has_status, deploy.has_scale) == ("deployments", True, True)

@@ -265,3 +265,15 @@ def test_create_refuses_a_name_the_api_server_would_refuse(tmp_path: Path, meta:
         LocalCluster(state).create({"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta})
     assert caught.value.field == field
     assert sorted(p.name for p in tmp_path.rglob("*") if not p.name.startswith(".")) == ["state"]
+
+
+def test_a_folder_beyond_the_total_size_limit_is_refused_with_one_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tasks.cluster import local_store
+
+    (tmp_path / "a.yaml").write_text("apiVersion: v1\nkind: Namespace\nmetadata: {name: a}\n")
+    (tmp_path / "b.yaml").write_text("apiVersion: v1\nkind: Namespace\nmetadata: {name: b}\n")
+    monkeypatch.setattr(local_store, "MAX_TOTAL_BYTES", (tmp_path / "a.yaml").stat().st_size + 1)
+    with pytest.raises(Invalid, match="bytes a local cluster folder may hold"):
+        LocalCluster(tmp_path).list("v1", "Namespace")
