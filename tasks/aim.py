@@ -548,7 +548,7 @@ def post_status_event(
 
 def describe_rendered(obj: Manifest) -> str:
     """``name`` of a rendered InferenceService, with the image of its first predictor container when it has one."""
-    containers = ((obj.get("spec") or {}).get("predictor") or {}).get("containers") or [{}]
+    containers = (obj["spec"].get("predictor") or {}).get("containers") or [{}]  # rendered by engine.aim: has a spec
     image = containers[0].get("image") if isinstance(containers[0], dict) else None
     return f"{obj['metadata']['name']}" + (f" (image {image})" if image else "")
 

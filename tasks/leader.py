@@ -19,6 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from engine.api.views import Lease
 from tasks.cluster import Cluster, ClusterError, Conflict, NotFound, ObjectRef
 from tasks.cluster.objects import now_rfc3339
 
@@ -70,7 +71,7 @@ class LeaderElector:
             lease = self.cluster.get(LEASE_API_VERSION, "Lease", self.config.name, self.config.namespace)
         except NotFound:
             return self._write(None, {"holderIdentity": me, "acquireTime": stamp, "leaseTransitions": 0}, stamp)
-        spec = lease.get("spec") or {}
+        spec = Lease.model_validate(lease).record
         self._observe(spec)
         holder = spec.get("holderIdentity") or ""
         with self._lock:
@@ -92,7 +93,7 @@ class LeaderElector:
             return
         try:
             lease = self.cluster.get(LEASE_API_VERSION, "Lease", self.config.name, self.config.namespace)
-            if (lease.get("spec") or {}).get("holderIdentity") == self.config.identity:
+            if Lease.model_validate(lease).spec.holder_identity == self.config.identity:
                 spec = {"holderIdentity": "", "leaseDurationSeconds": 1, "renewTime": now_rfc3339(micro=True)}
                 self.cluster.patch_spec(self.config.ref, {"spec": spec}, lease["metadata"]["resourceVersion"])
                 log.info("released Lease %s/%s", self.config.namespace, self.config.name)
@@ -134,7 +135,7 @@ class LeaderElector:
                 self._observed, self._observed_at = dict(spec), self.clock()
 
     def _write(self, lease: dict[str, Any] | None, change: dict[str, Any], stamp: str) -> bool:
-        spec = {**((lease or {}).get("spec") or {}), **change}
+        spec = {**(Lease.model_validate(lease).record if lease is not None else {}), **change}
         spec |= {"renewTime": stamp, "leaseDurationSeconds": self.config.lease_s}
         try:
             if lease is None:

@@ -83,6 +83,31 @@ class Scale(View):
     status: ScaleStatus = Field(default_factory=ScaleStatus)
 
 
+# ------------------------------------------------------------------------------------------- Lease
+
+
+class LeaseSpec(View):
+    """``coordination.k8s.io/v1`` LeaseSpec: the leader-election record (client-go's LeaderElectionRecord)."""
+
+    holder_identity: str | None = Field(None, alias="holderIdentity")
+    lease_duration_seconds: int | None = Field(None, alias="leaseDurationSeconds")
+    acquire_time: str | None = Field(None, alias="acquireTime")
+    renew_time: str | None = Field(None, alias="renewTime")
+    lease_transitions: int | None = Field(None, alias="leaseTransitions")
+
+
+class Lease(View):
+    """A ``coordination.k8s.io/v1`` Lease."""
+
+    metadata: MetaView = Field(default_factory=MetaView)
+    spec: LeaseSpec = Field(default_factory=LeaseSpec)
+
+    @property
+    def record(self) -> dict[str, Any]:
+        """The spec as written (camelCase keys, absent fields left out), for comparing and rewriting it."""
+        return self.spec.model_dump(by_alias=True, exclude_none=True)
+
+
 # --------------------------------------------------------------------------------------- workloads
 
 

@@ -213,11 +213,7 @@ def simulate(
         if start not in get_args(StartFrom):
             choices = " or ".join(get_args(StartFrom))
             raise CannotRun(f"--start {start!r}: choose {choices} (the slice's start is --slice-start)")
-        if slo_attainment is not None:
-            try:
-                check_attainment(slo_attainment)
-            except ValueError as exc:
-                raise CannotRun(f"--slo-attainment: {exc}") from None
+        _check_slo_attainment(slo_attainment)
     report = run_flow(
         simulate_flow,
         cannot_run=(TraceError, SpecError),
@@ -267,6 +263,15 @@ def _shares(items: list[str]) -> dict[str, float]:
         except ValueError:
             raise CannotRun(f"--share {item!r}: expected MODEL=WEIGHT with a number") from None
     return shares
+
+
+def _check_slo_attainment(value: float | None) -> None:
+    """:class:`CannotRun` for an ``--slo-attainment`` the annotation would refuse."""
+    if value is not None:
+        try:
+            check_attainment(value)
+        except ValueError as exc:
+            raise CannotRun(f"--slo-attainment: {exc}") from None
 
 
 def _check_simulation_input(policy: list[str], router: str | None, trace: pathlib.Path, bursty: str | None) -> None:
@@ -326,11 +331,7 @@ def tune(
     with cli_errors():
         cluster = manifests_path(cluster_option)
         _check_simulation_input([], None, trace, None)
-        if slo_attainment is not None:
-            try:
-                check_attainment(slo_attainment)
-            except ValueError as exc:
-                raise CannotRun(f"--slo-attainment: {exc}") from None
+        _check_slo_attainment(slo_attainment)
     report = run_flow(
         tune_flow,
         cannot_run=(TraceError, SpecError),
