@@ -28,6 +28,7 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
+from engine.api.llmd import SloStatus
 from engine.api.meta import parse_duration
 from engine.optimize.spec import CycleInputs, ModelLoad, VariantSpec, model_slos, model_targets
 from engine.perf.load_peak import held_peak
@@ -77,15 +78,16 @@ def loop_steps(inputs: CycleInputs, specs: Sequence[VariantSpec]) -> dict[tuple[
         load = inputs.loads.get(model)
         peaks = load.peaks_rps if load is not None else None
         measured = inputs.attainment.get(model)
+        hold_s = inputs.loop_holds.get(model, remembered_hold)
         steps[model] = step(
             previous,
             target.attainment,
             None if _already_acted_on(inputs, model, measured) else sample_of(measured),
-            hold_s=inputs.loop_holds.get(model, remembered_hold),
+            hold_s=hold_s,
             hold_range_s=(min(peaks), min(max(peaks), target.window_s)) if peaks else None,
             ceiling=_ceiling(members, load, slos.get(model, (None, None))[0]),
             pending=_starting(members, inputs),
-            given_back=_given_back(load, inputs.loop_holds.get(model, remembered_hold)),
+            given_back=_given_back(load, hold_s),
             capped_up=_at_maximum(members, inputs),
             at_minimum=_at_minimum(members, inputs),
         )
@@ -115,14 +117,7 @@ def _already_acted_on(inputs: CycleInputs, model: tuple[str, str], measured: Mod
     if measured is None or measured.window.attained is None or measured.window.requests is None:
         return False
     attained, requests = round(measured.window.attained, 4), int(round(measured.window.requests))
-    return any(
-        va.status is not None
-        and va.status.slo is not None
-        and va.status.slo.attained == attained
-        and va.status.slo.requests == requests
-        for va in inputs.variants
-        if (va.metadata.namespace or "default", va.spec.model_id) == model
-    )
+    return any(slo.attained == attained and slo.requests == requests for slo in _recorded(inputs, model))
 
 
 def _remembered(inputs: CycleInputs, model: tuple[str, str]) -> tuple[float | None, float | None]:
@@ -131,14 +126,7 @@ def _remembered(inputs: CycleInputs, model: tuple[str, str]) -> tuple[float | No
     disagree (one was just added) give the highest percentile and the longest hold, the safe reading."""
     percentiles: list[float] = []
     holds: list[float] = []
-    for va in inputs.variants:
-        if (
-            (va.metadata.namespace or "default", va.spec.model_id) != model
-            or va.status is None
-            or va.status.slo is None
-        ):
-            continue
-        slo = va.status.slo
+    for slo in _recorded(inputs, model):
         if slo.sizing_percentile is not None:
             percentiles.append(slo.sizing_percentile)
         if slo.peak_hold:
@@ -147,6 +135,17 @@ def _remembered(inputs: CycleInputs, model: tuple[str, str]) -> tuple[float | No
             except ValueError:
                 continue  # a hold this loop did not write: start afresh
     return (max(percentiles) if percentiles else None, max(holds) if holds else None)
+
+
+def _recorded(inputs: CycleInputs, model: tuple[str, str]) -> list[SloStatus]:
+    """The ``status.slo`` each of the model's VariantAutoscalings carries (those with one)."""
+    return [
+        va.status.slo
+        for va in inputs.variants
+        if (va.metadata.namespace or "default", va.spec.model_id) == model
+        and va.status is not None
+        and va.status.slo is not None
+    ]
 
 
 def _loop_applies(members: Sequence[VariantSpec]) -> bool:
@@ -169,7 +168,7 @@ def _given_back(load: ModelLoad | None, hold_s: float | None) -> bool:
 def _starting(members: Sequence[VariantSpec], inputs: CycleInputs) -> bool:
     """Whether replicas of the model are still starting (scaled to, not ready): a shortfall is not yet the plan's."""
     return any(
-        _count(inputs.current_replicas, s) > _count(inputs.ready_replicas, s, _count(inputs.current_replicas, s))
+        _count(inputs.current_replicas, s) > inputs.ready_replicas.get(s.target_key, _count(inputs.current_replicas, s))
         for s in members
     )
 
@@ -184,8 +183,8 @@ def _at_minimum(members: Sequence[VariantSpec], inputs: CycleInputs) -> bool:
     return all(_count(inputs.current_replicas, s) <= s.min_replicas for s in members)
 
 
-def _count(replicas: Mapping[tuple[str, str, str], int], spec: VariantSpec, default: int = 0) -> int:
-    return int(replicas.get(spec.target_key, default))
+def _count(replicas: Mapping[tuple[str, str, str], int], spec: VariantSpec) -> int:
+    return int(replicas.get(spec.target_key, 0))
 
 
 def held_loads(

@@ -11,8 +11,9 @@ target (KV-cache and queue headroom, :mod:`engine.perf.saturation`), their arbit
 * a scale-down waits out the stabilization window (state in an annotation, since each cycle is a fresh process).
 
 Beside the decisions, the plan carries each model's SLO attainment (:mod:`engine.slo`): its target and what vLLM's
-histograms say was attained over the window and recently, for ``status.slo`` and the pushed gauges. A model whose
-attainment is unknown says why; nothing here acts on it.
+histograms say was attained over the window and recently, for ``status.slo`` and the pushed gauges, and the
+attainment loop's step (:mod:`engine.optimize.attainment`), which sets the TTFT percentile and peak hold the model
+is sized with. A model whose attainment is unknown says why, and the loop holds for it.
 
 :func:`plan_cycle` is the one call of the optimize flow: the VariantAutoscalings' decisions and the
 Kthena bindings' (:mod:`engine.optimize.bindings`) together, with what the cycle sized for. Nothing
