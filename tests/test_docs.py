@@ -1,4 +1,4 @@
-"""The documentation's commands run: every fenced shell block in README.md, docs/ and deployments/**/README.md
+"""The documentation's commands run: every fenced shell block in README.md, CONTRIBUTING.md, DESIGN.md, docs/ and deployments/**/README.md
 is marked either ```sh runnable (executed here, must exit 0) or ```sh not-runnable: <why> (needs a real
 cluster, docker, Prometheus...). A runnable block runs with bash -euo pipefail in a scratch directory holding a
 copy of deployments/ (the commands' relative paths resolve there, and whatever they write lands there, never
@@ -23,7 +23,15 @@ import yaml
 from tests.prefect_db import trust_env
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
-DOCS = sorted([REPO / "README.md", *(REPO / "docs").rglob("*.md"), *(REPO / "deployments").rglob("README.md")])
+DOCS = sorted(
+    [
+        REPO / "README.md",
+        REPO / "CONTRIBUTING.md",
+        REPO / "DESIGN.md",
+        *(REPO / "docs").rglob("*.md"),
+        *(REPO / "deployments").rglob("README.md"),
+    ]
+)
 SHELLS = {"sh", "bash", "shell", "console"}
 FENCE = re.compile(r"^```(\S*)(.*)$")
 
@@ -128,7 +136,7 @@ def test_the_trigger_shown_in_platform_md_is_one_prefect_yaml_registers() -> Non
 
 
 def test_the_concurrency_policy_the_docs_state_is_prefect_yamls() -> None:
-    """Where README.md, DESIGN.md and docs/platform.md state the deployments' collision strategy (a paragraph that
+    """Where README.md, DESIGN.md, CONTRIBUTING.md or a page of docs/ states the deployments' collision strategy (a paragraph that
     names `concurrency_limit` or `collision_strategy` and a strategy), they state both prefect.yaml uses (ENQUEUE
     for the deployments with triggers, CANCEL_NEW for the others; the rule itself is tests/flows/test_deployments.py's),
     and every list of deployments they name there is exactly prefect.yaml's CANCEL_NEW ones."""
@@ -142,7 +150,12 @@ def test_the_concurrency_policy_the_docs_state_is_prefect_yamls() -> None:
     assert cancel_new and set(strategies.values()) == {"ENQUEUE", "CANCEL_NEW"}
     name = r"[a-z]+(?:-[a-z]+)*"
     lists = 0
-    for path in (REPO / "README.md", REPO / "DESIGN.md", REPO / "docs" / "platform.md"):
+    for path in (
+        REPO / "README.md",
+        REPO / "DESIGN.md",
+        REPO / "CONTRIBUTING.md",
+        *sorted((REPO / "docs").rglob("*.md")),
+    ):
         for paragraph in re.split(r"\n\s*\n", path.read_text()):
             if not re.search(r"concurrency_limit|collision_strategy", paragraph) or not re.search(
                 r"ENQUEUE|CANCEL_NEW", paragraph
@@ -157,11 +170,11 @@ def test_the_concurrency_policy_the_docs_state_is_prefect_yamls() -> None:
                     assert named == cancel_new, (
                         f"prefect.yaml's CANCEL_NEW deployments are {sorted(cancel_new)}: {where}"
                     )
-    assert lists >= 3, "README.md, DESIGN.md and docs/platform.md each name the deployments that keep CANCEL_NEW"
+    assert lists >= 2, "DESIGN.md and docs/platform.md each name the deployments that keep CANCEL_NEW"
 
 
 def _map_cell_paths(cell: str) -> list[str]:
-    """The paths one cell of the README's layer map names: ``dir/`` (``a.py``, ``b.py``) means dir/a.py, dir/b.py."""
+    """The paths one cell of DESIGN.md's layer map names: ``dir/`` (``a.py``, ``b.py``) means dir/a.py, dir/b.py."""
     paths: list[str] = []
     for outer, inner in re.findall(r"`([^`]+)`(?:\s*\(([^)]*)\))?", cell):
         paths.append(outer)
@@ -169,9 +182,9 @@ def _map_cell_paths(cell: str) -> list[str]:
     return paths
 
 
-def test_the_readme_layer_map_names_files_that_exist() -> None:
-    """Every file and package the README's "where each lifecycle lives" table names exists in its layer."""
-    lines = (REPO / "README.md").read_text().splitlines()
+def test_the_design_layer_map_names_files_that_exist() -> None:
+    """Every file and package DESIGN.md's "where each lifecycle lives" table names exists in its layer."""
+    lines = (REPO / "DESIGN.md").read_text().splitlines()
     start = next(i for i, line in enumerate(lines) if line.startswith("| lifecycle (command) |"))
     rows = list(itertools.takewhile(lambda line: line.startswith("|"), lines[start + 2 :]))
     missing = []
@@ -182,3 +195,12 @@ def test_the_readme_layer_map_names_files_that_exist() -> None:
                 if not any((REPO / layer).glob(name.rstrip("/"))):
                     missing.append(f"{layer}/{name}")
     assert len(rows) >= 10 and not missing, missing
+
+
+def test_the_readme_test_command_is_what_ci_runs() -> None:
+    """The README's test command is the one `.ci/run` executes (CI may add pytest options after it), so a reader
+    who runs the README's command runs what CI runs."""
+    readme = [commands(b) for b in blocks(REPO / "README.md") if b.language in SHELLS and "./dev.sh test" in b.text]
+    ci = re.search(r"^exec (\./dev\.sh test)(?: -\S+)*$", (REPO / ".ci" / "run").read_text(), re.MULTILINE)
+    assert ci is not None, ".ci/run runs ./dev.sh test"
+    assert readme == [ci.group(1)], f"README.md's test command {readme} is not .ci/run's {ci.group(1)!r}"
