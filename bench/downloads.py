@@ -5,8 +5,9 @@
 Sources, both on 127.0.0.1, each holding one large object (1 GiB) and 1,000 objects of 1 MiB: a moto[server]
 S3 API, and the benchmark's own Hugging Face protocol server (``tests/servers/hftest/fastserver.py``: metadata computed
 once per repository, bodies sent with ``sendfile``, Range honoured), so that the HF rows measure the clients.
-Earlier runs used olah (the tests' HF server), whose CPU per GET set the pace of every HF row (see
-``PREVIOUS_RUNS``). For each case the raw client runs first and the downloader second, into fresh directories:
+olah (the tests' HF server) spends 35 to 52 ms of CPU per 1 MiB GET, which would set the pace of every HF row
+(``WHAT_BOUNDS_THE_ROWS`` says what bounds each row). For each case the raw client runs first and the downloader
+second, into fresh directories:
 
 - S3: boto3 ``download_file`` per object (its own multipart threads for the large one) vs ``fill_cache``;
 - HF: ``huggingface_hub.snapshot_download(local_dir=...)`` (its defaults, 8 workers) vs ``fill_cache``.
@@ -451,58 +452,20 @@ def main(argv: list[str] | None = None) -> int:
     return 0 if large_ok and small_ok and kill.get("refetched", 0) <= kill.get("bound", 0) else 1
 
 
-PREVIOUS_RUNS = """
-Earlier runs against this HF server, before files of 64 MiB or more were hashed on a helper thread (the
-HF 1 GiB file was hashed in its receiving thread), measured in four `--no-write` runs (load 1.1 to 3.4 before
-the cases) S3 1 GiB 2.01x, 2.42x, 2.00x, 1.72x; S3 1,000 x 1 MiB 1.76x, 2.48x, 2.12x, 2.47x; HF 1 GiB 0.84x (3.32 /
-3.94 s), 0.97x (3.37 / 3.47 s), 0.73x (3.36 / 4.58 s), 0.82x (3.38 / 4.12 s); HF 1,000 x 1 MiB 1.65x (6.20 /
-3.75 s), 1.59x (7.73 / 4.87 s), 2.20x (10.28 / 4.67 s), 2.32x (9.95 / 4.29 s) against bare GET loops of 1.67,
-3.71, 3.22 and 3.30 s; kill at 50 %: 0.0, 15.0, 0.0, 0.0 MiB re-fetched; and in a full run after them
-(load 1.0 to 1.6) 1.95x (101.51 / 52.01 s), 2.40x (13.83 / 5.77 s), 0.86x (3.23 / 3.76 s) and 2.24x (8.13 /
-3.64 s), kill at 50 %: 0.0 MiB re-fetched.
-Both HF clients are bound by their own CPU there (the server spent 0.5 to 1.2 ms per file): per 1 MiB file,
-snapshot_download spent 6.1 to 12.6 ms of client CPU, the downloader 3.4 to 6.2 ms, the bare loop 1.6 to 4.0 ms,
-about half of it system time. Measured single-threaded against this server: a GET through huggingface_hub's `http_get` into a
-file 2.2 ms per MiB (a bare httpx GET 2.0 to 2.2 ms; `http.client` reading into a buffer 0.2 to 0.3 ms), a HEAD
-0.5 ms, SHA-256 0.6 ms per MiB, write + fsync + rename 0.5 ms; in all, snapshot_download 6.5 ms per file (a
-HEAD, three file locks, a metadata file, about 30 stat and 26 lstat calls) and the downloader 4.6 ms (its own
-bookkeeping, listing to marker, under 0.5 ms), 1.4x. With 8 threads both spend more per file, snapshot_download
-the most (it makes more system calls per file, and the GIL changes hands around each), hence 1.59x to 2.32x; the GET through `http_get`, SHA-256 and the write alone
-take 3.3 ms per file, so the downloader reaches 2x only when the raw client spends twice its CPU. The large HF
-row is one stream in both clients at 220 to 410 MiB/s, bound by the client's CPU; the downloader also hashed
-it in the receiving thread (0.6 s per GiB) and fsyncs it (0.3 to 0.5 s), which snapshot_download does not:
-hence the helper thread, which moved that row from 0.73x-0.97x to 1.32x.
-Earlier runs had olah 0.5.4 offline as the Hugging Face server. The last of them (the downloader and the S3
-side as now; load 1.2 to 1.6) measured S3 1 GiB 2.03x (94.58 s raw / 46.64 s), S3 1,000 x 1 MiB 1.98x
-(11.47 / 5.80 s), HF 1 GiB 1.14x (47.17 / 41.39 s) and HF 1,000 x 1 MiB 1.42x (71.15 / 50.16 s) against a
-bare GET loop of 56.19 s (olah 52 ms of CPU per GET; raw / loop 1.27x); kill at 50 %: 0.0 MiB re-fetched.
-The run before it (same code, other jobs on the machine, load 2.6 to 3.7) measured 1.92x (83.4 / 43.4 s),
-1.46x (13.8 / 9.5 s), 1.12x (38.1 / 34.1 s) and 1.33x (64.1 / 48.0 s) against a bare GET loop of 46.0 s
-(ceiling 1.39x); kill at 50 %: 0.0 MiB re-fetched.
-Earlier runs of the same command (before the downloader hashed while streaming and fsynced every file before
-the marker; machine shared with other jobs throughout): load 9 to 16: S3 1 GiB 1.34x (321.8 s raw / 240.9 s),
-S3 1,000 x 1 MiB 1.76x (54.6 / 31.0 s), HF 1 GiB 2.21x (173.5 / 78.4 s), HF 1,000 x 1 MiB 1.68x (90.4 / 53.9 s),
-kill at 50 %: 0.0 MiB re-fetched; an hour later, load 8 to 11: 1.77x (231.1 / 130.8 s), 1.97x (34.0 / 17.2 s),
-0.88x (146.4 / 167.1 s), 1.84x (226.2 / 122.8 s), 15.0 MiB re-fetched; with `--no-write`, load about 5: 2.65x,
-3.31x, 1.24x, 1.42x (76.3 / 53.8 s). The single-stream HF large-file row (one GET per file in both clients
-against olah, which ignores Range) swung from 0.88x to 2.21x between those runs: it measured the contention,
-not the clients. The HF many-small-files row never reached the 2x target against olah (1.33x to 1.84x), and it
-could not: profiled with 1,000 x 1 MiB at load 3 to 4, a bare GET loop took 45.2 s and 44.6 s,
-snapshot_download 70.3 s and 64.0 s, the downloader 48.6 s and 42.6 s; olah spent 35 to 36 s of CPU on the
-1,000 GETs alone (46 to 49 s when each GET follows a HEAD, as in snapshot_download), so its single process,
-not the client, set the pace, and the ceiling raw / bare loop was 1.43x to 1.56x. The downloader's threads
-spent over 95 % of their time in `recv` waiting for olah; the requests reused 8 keep-alive connections
-(9 TCP connections for 203 requests), and listing the 1,000 files took 0.7 s. The S3 1,000 x 1 MiB row
-ranged from 1.46x to 3.31x across those runs (1.98x in the last of them, on a quiet machine) for another
-reason: it is bound by the client's own CPU (measured
-alone at load 2 to 3: 6.1 s wall, 6.4 s of downloader CPU for 1,000 objects; botocore per request plus MD5 at
-1.4 ms and SHA-256 at 0.6 ms per MiB, both checked for every byte), while boto3 download_file's sequential
-time swings with the load. Fsyncing each file costs nothing measurable there (6.07, 6.18, 6.14 s with it;
-5.90, 6.23, 6.69 s without, alternating runs), and the downloader before and after that change took
-5.20 to 5.92 s and 5.45 to 6.04 s (alternating, load 2.6 to 3.8). The first full run after the change, 20
-minutes before the load 2.6 to 3.7 run above (load 1.6 to 3.9), measured 1.80x (76.5 / 42.4 s), 1.85x
-(14.9 / 8.1 s), 0.98x (36.5 / 37.2 s) and HF 1,000 x 1 MiB 1.34x (66.5 / 49.8 s) against a bare GET loop of
-49.0 s (ceiling 1.36x; olah 40 ms of CPU per GET); kill at 50 %: 0.0 MiB re-fetched.
+WHAT_BOUNDS_THE_ROWS = """
+What bounds each row. Both HF clients are bound by their own CPU (the HF server spends 0.5 to 1.2 ms per file).
+Measured single-threaded against this server: a GET through huggingface_hub's `http_get` into a file 2.2 ms per
+MiB (a bare httpx GET 2.0 to 2.2 ms; `http.client` reading into a buffer 0.2 to 0.3 ms), a HEAD 0.5 ms, SHA-256
+0.6 ms per MiB, write + fsync + rename 0.5 ms; in all, snapshot_download 6.5 ms per file (a HEAD, three file
+locks, a metadata file, about 30 stat and 26 lstat calls) and the downloader 4.6 ms (its own bookkeeping, listing
+to marker, under 0.5 ms). With 8 threads both spend more per file, snapshot_download the most (it makes more
+system calls per file, and the GIL changes hands between them); the GET through `http_get`, SHA-256 and the write
+alone take 3.3 ms per file, so the downloader reaches 2x only when the raw client spends twice its CPU. The large
+HF row is one stream in both clients at 220 to 410 MiB/s, bound by the client's CPU; the downloader hashes it on
+a helper thread and fsyncs it (0.3 to 0.5 s), which snapshot_download does not. The S3 many-small-objects row is
+bound by the client's own CPU too (botocore per request, plus MD5 at 1.4 ms and SHA-256 at 0.6 ms per MiB, both
+checked for every byte), while boto3 download_file's sequential time swings with the machine's load; fsyncing
+each file costs nothing measurable there.
 """
 
 
@@ -527,8 +490,8 @@ def render(
         "with one GET (ranged parts are for S3 objects), so the HF large-object row is one stream in both clients;",
         "it hashes files of 64 MiB or more on a helper thread, overlapping the receive.",
         "The HF server computes each repository's metadata once, when it is registered, and sends bodies with",
-        "`sendfile`; the HF rows of earlier runs (below) were served by olah 0.5.4 offline, the tests' HF server,",
-        "whose 35 to 52 ms of CPU per 1 MiB GET set their pace. Everything runs on the same 2 shared cores:",
+        "`sendfile`, so the rows measure the clients (olah, the tests' HF server, spends 35 to 52 ms of CPU per",
+        "1 MiB GET, which would set their pace). Everything runs on the same 2 shared cores:",
         "client CPU is what the benchmark's own process (the client under test, all its threads) spent on each",
         "side, server CPU what the server process (moto or the HF server) spent serving it; where one of them comes",
         "close to the wall time (or exceeds it: threads on both cores), that process's CPU bounds the row. The",
@@ -584,7 +547,7 @@ def render(
             f"{kill['bound'] / MiB:,.0f} MiB). Parts record their progress every 0.2 s, so a part in flight",
             "resumes near where it stopped rather than from its start.",
         ]
-    lines += ["", *PREVIOUS_RUNS.strip().splitlines(), "", END, ""]
+    lines += ["", *WHAT_BOUNDS_THE_ROWS.strip().splitlines(), "", END, ""]
     return "\n".join(lines)
 
 

@@ -130,7 +130,7 @@ def compare_policies(
     frontier.append(
         {
             "policy": "modelplane",
-            "setting": "before tail/start-up-aware sizing (mean request, last minute, no window)",
+            "setting": "WVA's sizing (mean request, last minute, no window)",
             "outcome": outcome("modelplane", "modelplane-before", scenario),
         }
     )
@@ -229,7 +229,7 @@ DAY_SHAPED = (
     ),
 )
 """Day-shaped variants (`TraceShape.wave_floor`: the rate from `floor` of the recorded one up to all of it and back over
-the slice), fixed before any was replayed; the held-out ones never choose a default, the tuning one is where a
+the slice); the held-out ones never choose a default, the tuning one is where a
 policy change may be tried (docs/simulate.md)."""
 BURSTY = tuple((name, {"bursty": name}) for name in (*BURSTY_TUNING, *BURSTY_HELD_OUT))
 """Bursty variants (`engine.simulate.bursts.BURSTY_VARIANTS`: silent minutes, bursts, sub-minute clusters, the
@@ -391,7 +391,7 @@ def render_bursty(rows: list[dict[str, Any]]) -> list[str]:
     """The bursty variants' table: each variant's statistics and four policies' attainment and cost."""
     lines = [
         "",
-        "### Bursty variants (seed 0; fixed before any was replayed, held-out rows never choose a default)",
+        "### Bursty variants (seed 0; held-out rows never choose a default)",
         "",
         "Arrivals from `engine.simulate.bursts` (silent minutes, bursts decaying minute by minute, sub-minute clusters) "
         "filled with the conversation trace's requests resampled toward longer prompts (weight prompt^0.37, prompts "
@@ -464,7 +464,7 @@ def _pair_cells(row: dict[str, Any]) -> str:
 
 
 def render_acceptance(command: str, trace_path: str, result: dict[str, Any]) -> str:
-    """The acceptance section (written to docs/simulate.md and docs/benchmarks.md)."""
+    """The acceptance section of docs/benchmarks.md."""
     lines = [
         ACCEPT_START,
         "",
@@ -477,7 +477,7 @@ def render_acceptance(command: str, trace_path: str, result: dict[str, Any]) -> 
         "switching the policy on does to a statically provisioned service; the cold start is measured on `deployments/examples` above). Modelplane runs "
         "its defaults (p80 of the achievable requests, recent-peak rate, 180 s scale-down window). Attainment = share of "
         "requests with TTFT and mean ITL within the Premium targets (llama 500 ms / 24 ms, granite 800 ms / 40 ms); cost = "
-        "accelerator-hours x unit cost per hour (A100 40, H100 75, L40S 22). The bar (issue 18): attainment >= static "
+        "accelerator-hours x unit cost per hour (A100 40, H100 75, L40S 22). The bar each row is checked against: attainment >= static "
         "peak's - 0.5 points **and** cost <= 0.85x static peak's.",
         "",
         f"All five policies on the full trace at 1x (seed 0), the first replays of the process, took **{result['five_cpu_s']:.1f} s "
@@ -517,7 +517,7 @@ def render_acceptance(command: str, trace_path: str, result: dict[str, Any]) -> 
         lines.append(f"| {r['trace']} | {_pair_cells(r)} |")
     lines += [
         "",
-        "### Day-shaped variants (seeds 0, 1, 2; fixed before any was replayed, held-out rows never choose a default)",
+        "### Day-shaped variants (seeds 0, 1, 2; held-out rows never choose a default)",
         "",
         "The trace thinned to a day's shape (`TraceShape.wave_floor`): each request kept with probability "
         "`floor + (1 - floor) (1 - cos(2 pi t / T)) / 2`, T = the slice's length, so the rate goes from `floor` of the "
@@ -791,9 +791,9 @@ def render(
         "### The knobs: cost against attainment",
         "",
         "The same replay with the settings an operator would turn: Modelplane sized for another share of requests within "
-        "the TTFT target (the `modelplane.io/ttft-percentile` annotation; the default is p90) and without the optimize "
-        "deployment's 180 s scale-down stabilization window; for the before/after comparison, Modelplane as it was before "
-        "tail- and start-up-aware sizing (the mean request, the last minute's load, no window); WVA-greedy and static peak "
+        "the TTFT target (the `modelplane.io/ttft-percentile` annotation; the default is p80) and without the optimize "
+        "deployment's 180 s scale-down stabilization window; Modelplane sized as WVA sizes "
+        "(the mean request, the last minute's load, no window); WVA-greedy and static peak "
         "sized for a tighter TTFT target than the one attainment is judged against (`--sizing-ttft-scale`); the HPA-style "
         "policy on `vllm:num_requests_running` per replica instead of the example policy's `vllm:num_requests_waiting` "
         "(`--hpa-metric/--hpa-target`).",
@@ -829,7 +829,7 @@ def render(
         "",
         "One replica, Poisson arrivals, 1,000-token prompts, 200 output tokens, llama A100 profile with the given "
         "max batch; load as a fraction of mu(B); 40,000 requests per point, the first 10 % as warm-up. Each cell is "
-        "simulated / analytic. `queued` = share of requests that waited for a batch slot. See docs/simulate.md for "
+        "simulated / analytic. `queued` = share of requests that waited for a batch slot. See [the simulator](simulate.md#where-it-differs-from-the-analytic-model-and-why) for "
         "why the TTFT columns part once requests queue.",
         "",
         "| max batch | load | queued | throughput (req/s) | TTFT (ms) | ITL (ms) |",
@@ -875,7 +875,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--compression", type=float, default=1.2)
     parser.add_argument("--no-write", action="store_true", help="print only")
     parser.add_argument(
-        "--acceptance-only", action="store_true", help="only the issue-18 section on deployments/simulation"
+        "--acceptance-only", action="store_true", help="only the acceptance section on deployments/simulation"
     )
     args = parser.parse_args(argv)
     command = (
@@ -890,7 +890,6 @@ def main(argv: list[str] | None = None) -> int:
     print(acceptance)
     if not args.no_write:
         write_section(acceptance, ACCEPT_START, ACCEPT_END)
-        write_section(acceptance, ACCEPT_START, ACCEPT_END, DOCS / "simulate.md")
     if args.acceptance_only:
         return 0
     outcomes, frontier, scenario, compare_s = compare_policies(args.trace, args.compression)

@@ -1,4 +1,4 @@
-"""Benchmark: the limits the policy comparison is judged against (issue 18) -- the attainment ceiling of the
+"""Benchmark: the limits the policy comparison is judged against -- the attainment ceiling of the
 trace, the clairvoyant schedule's cost-attainment curve (policy ``oracle``), each policy's cost as a ratio to the
 schedule's at equal attainment, and how much of the gap the gateway's router closes.
 
@@ -136,8 +136,8 @@ def render(
         "the clairvoyant schedule's (policy `oracle`) at the same attainment, interpolated between its points (targets "
         "60-95 %); `outside` = the attainment is outside the range its points span. The clairvoyant schedule is a "
         "reference, not a lower bound: its per-replica capacities are measured on single-variant pools under Poisson "
-        "arrivals, so a policy can cost less than it (a ratio below 1). Routers (docs/simulate.md): "
-        "`least-outstanding` (the gateway until now), `least-load` (llm-d / Kthena: queue + KV-cache utilisation), "
+        "arrivals, so a policy can cost less than it (a ratio below 1). Routers ([the simulator](simulate.md#routers)): "
+        "`least-outstanding` (fewest requests running and queued), `least-load` (llm-d / Kthena: queue + KV-cache utilisation), "
         "`least-latency` (predicted TTFT/ITL against the SLO). Default settings (Modelplane p80 of the achievable "
         "requests), seed 0; the clairvoyant schedule sized for 90 %. On `deployments/simulation` every reactive policy starts "
         "from static peak's allocation (`Scenario.start_from_static`), as in the acceptance rows below, so the "
