@@ -11,7 +11,7 @@ cd "$(dirname "$0")"
 VENV="${MODELPLANE_VENV:-.venv}"
 
 # The fast tier: the engine's tests and the unit tests of the API models, AIM resolution, the cluster helpers and
-# the downloader's parts; no test server, no Prefect API, no flow run (README.md, "Tests").
+# the downloader's parts; no test server, no Prefect API, no flow run (CONTRIBUTING.md, "Tests").
 FAST_TESTS=(
   tests/engine
   tests/api/test_meta.py tests/api/test_models.py tests/api/test_crds.py tests/api/test_bad_inputs.py
@@ -25,7 +25,7 @@ FAST_TESTS=(
 # /usr/bin/python3.11 is a static, PGO- and LTO-built interpreter; a python3.11 a version manager built on PATH
 # (pyenv's, on this project's machines) is a shared-library build without either. The suite starts a few hundred
 # Python processes (commands, flow runs, servers, workers) and took about 18 % less CPU on Debian's
-# (docs/benchmarks.md, footnote 14).
+# (docs/benchmarks.md, "The interpreter").
 can_make_venv() {  # can_make_venv PYTHON: whether PYTHON exists and has venv's ensurepip
   command -v "$1" >/dev/null 2>&1 && "$1" -c 'import ensurepip' 2>/dev/null
 }

@@ -1,4 +1,4 @@
-"""``./dev.sh``'s choice of interpreter for the virtualenvs it makes (README.md, "Tests"): ``$MODELPLANE_PYTHON``,
+"""``./dev.sh``'s choice of interpreter for the virtualenvs it makes (CONTRIBUTING.md, "Set up"): ``$MODELPLANE_PYTHON``,
 else the distribution's Python 3.11 when it can make a virtualenv, else the first ``python3.11`` on ``PATH``."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The exit-code contract (README "Exit codes", flows/exitcodes.py) on the paths that broke it:
+"""The exit-code contract (docs/platform.md "Exit codes", flows/exitcodes.py) on the paths that broke it:
 
 usage errors are one ``error:`` line (no click box); the AIM commands count failed images, templates not
 Available and services not Running as a degraded run; a directory of ``.json`` manifests is read (and

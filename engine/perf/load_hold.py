@@ -19,7 +19,7 @@ rule (the recent peak) stands.  The ratio makes the rule independent of the rate
 traffic at twice the rate holds twice the rate); Poisson noise, relatively smaller at higher rates, is
 part of what the history measures.
 
-Measured on the conversation trace (docs/simulate.md, ablation): it does not beat the fixed rule, so
+Measured on the conversation trace (the benchmark's tuning slice): it does not beat the fixed rule, so
 the simulator offers it as a knob (``Scenario.hold_quantile``) and the shipped policy keeps the window.
 
 Pure: the caller passes the history of per-interval rates (oldest first).  No I/O, no clock.

@@ -44,8 +44,8 @@ __all__ = [
 
 ANNOTATION_PROMPT_SPLIT = "modelplane.io/prompt-split"
 DEFAULT_PROMPT_SPLIT = "false"
-"""Off unless asked for: on the tuning slice it changed nothing, with either router (docs/simulate.md, ablation
-row 13), so it did not earn a default."""
+"""Off unless asked for: on the benchmark's clusters it changed nothing, with either router (the variant that
+serves long prompts in time is also the cheaper per request there), so it did not earn a default."""
 ANNOTATION_ROUTER = "modelplane.io/router"
 """On a VariantAutoscaling: the router the gateway in front of its model uses (the simulator's routers)."""
 LATENCY_ROUTERS = frozenset({"least-latency"})

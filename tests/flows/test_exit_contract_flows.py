@@ -1,4 +1,4 @@
-"""The exit-code contract on runs that start a flow (README "Exit codes"): a parameter the flow rejects or
+"""The exit-code contract on runs that start a flow (docs/platform.md, "Exit codes"): a parameter the flow rejects or
 an unknown flavor is exit 2 with no traceback anywhere in the output; images that cannot be read make
 discover-models exit 3. Each runs the real entry point against a Prefect API (this test worker's), as a CI job would."""
 
