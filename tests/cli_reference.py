@@ -1,22 +1,27 @@
-"""docs/reference/cli.md, generated from the ``modelplane`` command line's own definitions (the typer app of
-``flows.cli``): every command the help lists, its description, usage and options, as ``--help`` states them.
+"""The generated reference pages: docs/reference/cli.md from the ``modelplane`` command line's own definitions
+(the typer app of ``flows.cli``: every command the help lists, its description, usage and options, as ``--help``
+states them), and docs/reference/flow-parameters.md from the flows' signatures (the parameter schema Prefect
+stores for each deployment of ``deployments/prefect.yaml``, what the UI's run form shows).
 
-    python -m tests.cli_reference            # rewrite docs/reference/cli.md
-    python -m tests.cli_reference --check    # exit 1 when the page differs from the definitions
+    python -m tests.cli_reference            # rewrite both pages
+    python -m tests.cli_reference --check    # exit 1 when a page differs from the definitions
 
-tests/test_docs_site.py fails when the checked-in page is not what this renders, so a changed option or help
-text is a regeneration away, never a hand edit.
+tests/test_docs_site.py fails when a checked-in page is not what this renders, so a changed option, parameter or
+help text is a regeneration away, never a hand edit.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
+import json
 import pathlib
 import sys
 from typing import Any
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 PAGE = REPO / "docs" / "reference" / "cli.md"
+PARAMETERS_PAGE = REPO / "docs" / "reference" / "flow-parameters.md"
 HEADER = """# Command line
 
 Every `modelplane` command, as its `--help` describes it. Each flow command runs one Prefect flow on the cluster
@@ -30,9 +35,15 @@ by hand.
 """
 
 
+IMAGE_NAME = "Modelplane's image (`modelplane build-image` prints it)"
+"""How the pages name Modelplane's own image: by what it is, never by its versioned tag (flows/image.py names it)."""
+
+
 def _cell(text: str) -> str:
-    """One Markdown table cell: a single line, pipes escaped."""
-    return " ".join(text.split()).replace("|", "\\|")
+    """One Markdown table cell: a single line, pipes escaped, Modelplane's image by name."""
+    from flows.image import IMAGE
+
+    return " ".join(text.split()).replace("|", "\\|").replace(IMAGE, IMAGE_NAME)
 
 
 def _paragraphs(text: str) -> str:
@@ -88,18 +99,119 @@ def render() -> str:
     return "\n".join(lines).rstrip() + "\n"
 
 
+PARAMETERS_HEADER = """# Flow parameters
+
+Every Prefect deployment of `deployments/prefect.yaml` and its parameters, as the Prefect UI's run form and
+`prefect deployment run NAME -p key=value` take them. The defaults are the flow's; a deployment's own values in
+`prefect.yaml` are listed under it. The server checks every value against these types and constraints before a run
+exists. The `modelplane` command of the same name takes the same settings as options
+([Command line](cli.md)).
+
+This page is generated from the flows' signatures (`python -m tests.cli_reference`); do not edit it by hand.
+"""
+
+_JSON_TYPES = {"string": "text", "integer": "integer", "number": "number", "boolean": "true/false", "object": "mapping"}
+
+
+def _schema_type(schema: dict[str, Any]) -> str:
+    """A parameter's JSON schema as a person reads its type: ``text``, ``integer``, ``one of a, b``, ``list of text``,
+    with ``or none`` where null is allowed."""
+    if "enum" in schema:
+        return "one of " + ", ".join(f"`{value}`" for value in schema["enum"])
+    if "anyOf" in schema:
+        kinds = [_schema_type(option) for option in schema["anyOf"] if option.get("type") != "null"]
+        nullable = any(option.get("type") == "null" for option in schema["anyOf"])
+        return " or ".join(dict.fromkeys(kinds)) + (" or none" if nullable else "")
+    if schema.get("type") == "array":
+        return "list of " + _schema_type(schema.get("items") or {})
+    if "$ref" in schema:
+        return schema["$ref"].rsplit("/", 1)[-1]
+    return _JSON_TYPES.get(str(schema.get("type")), str(schema.get("type", "any")))
+
+
+def _constraints(schema: dict[str, Any]) -> str:
+    """The bounds a parameter's schema states (``>= 1``, ``<= 3600``, a pattern)."""
+    parts: list[str] = []
+    for option in [schema, *schema.get("anyOf", [])]:
+        for key, sign in (("minimum", ">="), ("exclusiveMinimum", ">"), ("maximum", "<="), ("exclusiveMaximum", "<")):
+            if key in option:
+                parts.append(f"{sign} {option[key]}")
+        if "pattern" in option:
+            parts.append(f"matches `{option['pattern']}`")
+        if option.get("minLength") == 1:
+            parts.append("not empty")
+        elif option.get("minLength", 0) > 1:
+            parts.append(f"at least {option['minLength']} characters")
+    return ", ".join(dict.fromkeys(parts))
+
+
+def _default(schema: dict[str, Any], required: bool) -> str:
+    """A parameter's default as the page shows it; Modelplane's own image by name, not by its versioned tag (the
+    image is named in one place, flows/image.py)."""
+    from flows.image import IMAGE
+
+    if required:
+        return "required"
+    if "default" not in schema:
+        return ""
+    if schema["default"] == IMAGE:
+        return IMAGE_NAME
+    return f"`{json.dumps(schema['default'])}`"
+
+
+def render_parameters() -> str:
+    """The flow-parameters page: one section per deployment, one row per parameter."""
+    from prefect.utilities.callables import parameter_schema
+
+    from flows.deployments import deployment_entries
+
+    lines = [PARAMETERS_HEADER]
+    for entry in deployment_entries():
+        module, function = entry["entrypoint"].split(":")
+        flow = getattr(importlib.import_module(module.removesuffix(".py").replace("/", ".")), function)
+        schema = parameter_schema(flow).model_dump_for_openapi()
+        lines += [f"## `{entry['name']}`", ""]
+        if entry.get("description"):
+            lines += [" ".join(str(entry["description"]).split()), ""]
+        intervals = [schedule["interval"] for schedule in entry.get("schedules") or [] if "interval" in schedule]
+        if intervals:
+            lines += ["Scheduled every " + ", ".join(f"{interval:g} s" for interval in intervals) + ".", ""]
+        if entry.get("parameters"):
+            given = ", ".join(f"`{key}`: `{json.dumps(value)}`" for key, value in entry["parameters"].items())
+            lines += [f"The deployment sets {given}.", ""]
+        lines += ["| parameter | type | default | constraints | description |", "|---|---|---|---|---|"]
+        required = set(schema.get("required") or [])
+        properties = sorted(schema.get("properties", {}).items(), key=lambda item: item[1].get("position", 0))
+        for name, prop in properties:
+            lines.append(
+                f"| `{name}` | {_cell(_schema_type(prop))} | {_cell(_default(prop, name in required))} | "
+                f"{_cell(_constraints(prop))} | {_cell(str(prop.get('description', '')))} |"
+            )
+        lines.append("")
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def pages() -> dict[pathlib.Path, str]:
+    """Every generated page and what it should hold."""
+    return {PAGE: render(), PARAMETERS_PAGE: render_parameters()}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    parser.add_argument("--check", action="store_true", help="exit 1 when the page differs; write nothing")
+    parser.add_argument("--check", action="store_true", help="exit 1 when a page differs; write nothing")
     args = parser.parse_args(argv)
-    page = render()
-    if args.check:
-        same = PAGE.exists() and PAGE.read_text() == page
-        if not same:
-            print(f"{PAGE.relative_to(REPO)} is out of date: run python -m tests.cli_reference", file=sys.stderr)
-        return 0 if same else 1
-    PAGE.write_text(page)
-    print(f"wrote {PAGE.relative_to(REPO)}", file=sys.stderr)
+    stale = []
+    for path, text in pages().items():
+        if path.exists() and path.read_text() == text:
+            continue
+        stale.append(path)
+        if not args.check:
+            path.write_text(text)
+            print(f"wrote {path.relative_to(REPO)}", file=sys.stderr)
+    if args.check and stale:
+        names = ", ".join(str(path.relative_to(REPO)) for path in stale)
+        print(f"out of date: {names}: run python -m tests.cli_reference", file=sys.stderr)
+        return 1
     return 0
 
 

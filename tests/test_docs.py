@@ -81,7 +81,8 @@ def commands(block: Block) -> str:
 
 def first_of_each(blocks: list[Block]) -> list[Block]:
     """The first block of each distinct command text: a command shown on several pages runs once, and what
-    that run proves holds for every copy (the README's and docs/simulate.md's simulate line are one)."""
+    that run proves holds for every copy (deployments/traces/README.md's and docs/how-to/replay-traffic.md's simulate
+    line are one)."""
     first: dict[str, Block] = {}
     for block in blocks:
         first.setdefault(commands(block), block)
