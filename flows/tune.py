@@ -4,14 +4,17 @@ on the cluster's own recent traffic.
 Lifecycle, top to bottom:
 
 1. read the cluster's VariantAutoscalings and configuration (the simulate flow's reader) and the window's traffic:
-   a request log in the trace CSV format (``timestamp, input tokens, output tokens`` per request; docs/simulate.md);
+   a request log in the trace CSV format (``timestamp, input tokens, output tokens`` per request; docs/simulate.md),
+   or, without one, the last ``window`` of each model's traffic rebuilt from Prometheus (requests per minute and
+   the token histograms, :mod:`engine.simulate.rebuild`); a model without traffic in the window keeps its settings;
 2. replay every candidate setting (:func:`engine.simulate.tune.candidates`: the attainment loop, pinned
    percentiles, static-peak floors) in parallel, one Prefect task each;
 3. per model, the cheapest candidate whose replay met the model's target, else the closest
    (:func:`engine.simulate.tune.choose`);
 4. unless ``dry_run``, write the choice on every VariantAutoscaling of the model: the candidate's annotations
    (``modelplane.io/ttft-percentile``, ``modelplane.io/min-replicas``; the ones another candidate would set are
-   removed) and ``modelplane.io/tuned`` (what was chosen, its attainment and cost, the target, when);
+   removed) and ``modelplane.io/tuned`` (what was chosen, its attainment and cost, the target, when), and the same
+   record as ``status.tuning``;
 5. publish the frontier each model chose from as a table artifact.
 
 One VariantAutoscaling's failed write does not stop the others; the run is then degraded.
@@ -19,6 +22,7 @@ One VariantAutoscaling's failed write does not stop the others; the run is then 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -29,13 +33,21 @@ from prefect.artifacts import create_table_artifact
 from prefect.cache_policies import NO_CACHE
 from prefect.task_runners import ThreadPoolTaskRunner
 
+from engine.api.llmd import TuningStatus
+from engine.api.meta import parse_duration
 from engine.api.registry import VARIANT_AUTOSCALING
 from engine.optimize.spec import ANNOTATION_MIN_REPLICAS
 from engine.perf.tail_sizing import ANNOTATION_TTFT_PERCENTILE
 from engine.simulate.outcome import PolicyOutcome, summarize_outcome
 from engine.simulate.policies import run_policy
+from engine.simulate.rebuild import ModelTraffic, rebuild_trace
 from engine.simulate.records import SimConfig
-from engine.simulate.scenario import Scenario, joined_key
+from engine.simulate.scenario import (
+    Scenario,
+    build_scenario,
+    joined_key,
+    with_slo_attainment,
+)
 from engine.simulate.tune import ANNOTATION_TUNED, Candidate, ModelChoice, candidates, choose, with_candidate
 from flows.parameters import (
     SIMULATE_INTERVAL_S,
@@ -44,9 +56,14 @@ from flows.parameters import (
     NamespaceName,
     NonEmpty,
     PositiveSeconds,
+    PromDuration,
 )
 from flows.simulate import SloAttainment, read_inputs
 from tasks.cluster import ClusterError, ObjectRef, connect
+from tasks.metrics.prometheus import PrometheusMetrics
+from tasks.metrics.snapshot import ModelKey
+from tasks.metrics.traffic import read_traffic
+from tasks.simulate import read_description
 
 TUNED_ANNOTATIONS = (ANNOTATION_TTFT_PERCENTILE, ANNOTATION_MIN_REPLICAS)
 """The annotations a candidate may set; writing a choice removes the ones it does not set."""
@@ -98,9 +115,23 @@ def replay_candidate(scenario: Scenario, candidate: Candidate) -> PolicyOutcome:
 
 
 @task(name="write-choice", cache_policy=NO_CACHE)
-def write_choice(cluster: str, scenario: Scenario, choice: ModelChoice, now: datetime) -> tuple[list[str], list[str]]:
-    """The chosen candidate's annotations and ``modelplane.io/tuned`` on every VariantAutoscaling of the model."""
+def write_choice(
+    cluster: str, scenario: Scenario, choice: ModelChoice, now: datetime, source: str
+) -> tuple[list[str], list[str]]:
+    """The chosen candidate's annotations and ``modelplane.io/tuned`` on every VariantAutoscaling of the model, and
+    the same record as ``status.tuning`` (``source``: what traffic was replayed)."""
     backend = connect(cluster)
+    status = TuningStatus.model_validate(
+        {
+            "candidate": choice.chosen.candidate.name,
+            "attained": round(choice.chosen.attainment, 4),
+            "target": choice.target,
+            "met": choice.met,
+            "cost": round(choice.chosen.cost, 2),
+            "traffic": source,
+            "tunedAt": now,
+        }
+    ).model_dump(mode="json", by_alias=True, exclude_none=True)
     written: list[str] = []
     failed: list[str] = []
     record = json.dumps(
@@ -121,11 +152,10 @@ def write_choice(cluster: str, scenario: Scenario, choice: ModelChoice, now: dat
         settings: dict[str, str | None] = {key: None for key in TUNED_ANNOTATIONS}
         settings.update(choice.chosen.candidate.settings_for(joined_key((namespace, name))))
         settings[ANNOTATION_TUNED] = record
+        ref = ObjectRef(va.api_version, VARIANT_AUTOSCALING, name, namespace)
         try:
-            backend.patch_spec(
-                ObjectRef(va.api_version, VARIANT_AUTOSCALING, name, namespace),
-                {"metadata": {"annotations": settings}},
-            )
+            backend.patch_spec(ref, {"metadata": {"annotations": settings}})
+            backend.patch_status(ref, {"tuning": status})
             written.append(f"{namespace}/{name}")
         except ClusterError as exc:
             failed.append(f"{namespace}/{name}: {exc.message}")
@@ -136,15 +166,23 @@ TUNE_TIMEOUT_S = 3 * 3600.0
 """A nightly run's limit: the replays of one model-day take minutes per candidate (docs/benchmarks.md)."""
 
 
+DEFAULT_WINDOW = "24h"
+"""How much of the cluster's recent traffic a tune run without a request log replays (a day: the nightly run)."""
+TRAFFIC_STEP_S = 60.0
+"""The resolution of the traffic rebuilt from Prometheus: requests per minute (the optimize cycle's)."""
+
+
 @flow(name="tune", log_prints=True, task_runner=ThreadPoolTaskRunner(max_workers=2), timeout_seconds=TUNE_TIMEOUT_S)
 def tune(
     cluster: NonEmpty,
-    trace: NonEmpty,
+    trace: NonEmpty | None = None,
     config_namespace: NamespaceName = SYSTEM_NAMESPACE,
     slo_attainment: SloAttainment | None = None,
     duration_s: PositiveSeconds | None = None,
     dry_run: bool = False,
     seed: int = 0,
+    prometheus_url: str | None = None,
+    window: PromDuration = DEFAULT_WINDOW,
 ) -> TuneReport:
     """Choose per model the cheapest setting that meets its SLO attainment target on the window's traffic.
 
@@ -152,37 +190,47 @@ def tune(
         cluster: Manifests directory/file (or 'kubeconfig:PATH[#context]') holding the VariantAutoscalings,
             service classes and accelerator costs; the choice is written there.
         trace: The window's request log, in the trace CSV format (one request per row: timestamp, input and
-            output tokens).
+            output tokens). Without it, the last `window` of traffic is rebuilt from Prometheus.
         config_namespace: Namespace of the WVA ConfigMaps.
         slo_attainment: Every model's target for this tuning (default: what the VariantAutoscalings say).
         duration_s: Replay only the log's first seconds (default: all of it).
         dry_run: Replay and choose, write nothing.
-        seed: Seed of the replay's random draws (the model split of the log): same inputs, same choice.
+        seed: Seed of the replay's random draws (the model split of the log, the rebuilt arrivals): same inputs,
+            same choice.
+        prometheus_url: Prometheus base URL to rebuild the traffic from when no request log is given; defaults
+            to $PROMETHEUS_URL.
+        window: How much recent traffic to rebuild from Prometheus, a duration such as 24h or 90m.
     """
     logger = get_run_logger()
     config = SimConfig(interval_s=SIMULATE_INTERVAL_S, startup_delay_s=SIMULATE_STARTUP_DELAY_S, seed=seed)
-    scenario = read_inputs(
-        cluster,
-        trace,
-        config_namespace,
-        None,
-        {"seed": seed, "duration_s": duration_s},
-        config,
-        kv_tokens_per_slot=2048,
-        hpa_metric=None,
-        hpa_target=None,
-        sizing_ttft_scale=1.0,
-        router="auto",
-        oracle_curves=False,
-        start="static",
-        slo_attainment=slo_attainment,
-        dry_run=dry_run,
-    )
+    if trace is not None:
+        scenario = read_inputs(
+            cluster,
+            trace,
+            config_namespace,
+            None,
+            {"seed": seed, "duration_s": duration_s},
+            config,
+            kv_tokens_per_slot=2048,
+            hpa_metric=None,
+            hpa_target=None,
+            sizing_ttft_scale=1.0,
+            router="auto",
+            oracle_curves=False,
+            start="static",
+            slo_attainment=slo_attainment,
+            dry_run=dry_run,
+        )
+        source = "request log"
+    else:
+        scenario = prometheus_window(cluster, config_namespace, config, prometheus_url, window, slo_attainment, dry_run)
+        source = f"{window} from Prometheus"
     settings = candidates(scenario)
-    logger.info("replaying %d requests under %d candidate settings", len(scenario.trace), len(settings))
+    logger.info("replaying %d requests (%s) under %d candidate settings", len(scenario.trace), source, len(settings))
     futures = [replay_candidate.submit(scenario, candidate) for candidate in settings]
     replays = [(candidate, future.result()) for candidate, future in zip(settings, futures)]
-    report = TuneReport(choose(scenario, replays), dry_run=dry_run)
+    replayed = {scenario.trace.models[i] for i in set(scenario.trace.model_index.tolist())}
+    report = TuneReport([c for c in choose(scenario, replays) if c.model in replayed], dry_run=dry_run)
     now = datetime.now(UTC)
     for choice in report.choices:
         logger.info(
@@ -194,11 +242,54 @@ def tune(
             choice.chosen.cost,
         )
         if not dry_run:
-            written, failed = write_choice(cluster, scenario, choice, now)
+            written, failed = write_choice(cluster, scenario, choice, now, source)
             report.written += written
             report.failed += failed
     publish(report)
     return report
+
+
+def prometheus_window(
+    cluster: str,
+    config_namespace: str,
+    config: SimConfig,
+    prometheus_url: str | None,
+    window: str,
+    slo_attainment: float | None,
+    dry_run: bool,
+) -> Scenario:
+    """The cluster's description and the last ``window`` of its models' traffic rebuilt from Prometheus (models
+    without a request in the window are replayed with none and not tuned: they keep their settings, and the log
+    says so).
+
+    Raises:
+        ValueError: no Prometheus URL, a window that is not a whole number of minutes.
+        TrafficError: no request in the window, or requests without token histograms.
+        MetricsUnavailable: Prometheus cannot be read.
+    """
+    logger = get_run_logger()
+    metrics = PrometheusMetrics.from_env(prometheus_url)
+    if metrics is None:
+        raise ValueError("no traffic to replay: give a request log (trace) or a Prometheus URL ($PROMETHEUS_URL)")
+    description = read_description(cluster, config_namespace, dry_run=dry_run)
+    if slo_attainment is not None:
+        description = with_slo_attainment(description, slo_attainment)
+    keys = {ModelKey(va.spec.model_id, va.metadata.namespace or "default") for va in description.variants}
+    end = datetime.now(UTC).replace(second=0, microsecond=0)
+    traffic = read_traffic(metrics, keys, parse_duration(window), end, TRAFFIC_STEP_S)
+    quiet = ModelTraffic((), TRAFFIC_STEP_S, None, None)
+    by_model = {joined_key((key.namespace, key.model_id)): traffic.get(key, quiet) for key in keys}
+    for model in sorted(m for m, record in by_model.items() if record.requests == 0):
+        logger.warning("%s: no request in the last %s in Prometheus: not tuned, its settings stay", model, window)
+    trace = rebuild_trace(by_model, seed=config.seed)
+    logger.info(
+        "rebuilt %d requests of %d model(s) over %s (Poisson arrivals inside each minute: sub-minute bursts are "
+        "not in Prometheus' counters)",
+        len(trace),
+        len(trace.models),
+        window,
+    )
+    return dataclasses.replace(build_scenario(description, trace, config), start_from_static=True)
 
 
 def publish(report: TuneReport) -> None:

@@ -160,6 +160,28 @@ class SloStatus(KubeModel):
     """Controller says what the attainment loop last changed and why."""
 
 
+class TuningStatus(KubeModel):
+    """TuningStatus is what the last tune run chose for the model: the setting whose replay of the window's traffic
+    met the SLO attainment target at the lowest cost (modelplane tune; the annotations it set carry the setting)."""
+
+    candidate: str = Field(min_length=1)
+    """Candidate names the chosen setting: the attainment loop, a pinned percentile (percentile p90), or a
+    static-peak floor (static floor x1.0)."""
+    attained: float = Field(ge=0, le=1)
+    """Attained is the share of the model's requests within its latency targets in the chosen replay."""
+    target: float = Field(ge=0, le=1)
+    """Target is the attainment the choice was made for."""
+    met: bool
+    """Met says whether any candidate reached the target; when none did, the chosen one came closest."""
+    cost: float = Field(ge=0)
+    """Cost is the accelerator cost of the model's variants over the replay (unit cost x accelerator hours)."""
+    traffic: str = Field(min_length=1)
+    """Traffic says what was replayed: a request log, or the window rebuilt from Prometheus (e.g. 24h from
+    Prometheus)."""
+    tuned_at: Time = Field(alias="tunedAt")
+    """TunedAt is when the choice was made."""
+
+
 class VariantAutoscalingStatus(KubeModel):
     """VariantAutoscalingStatus represents the current status of autoscaling for a variant."""
 
@@ -173,6 +195,8 @@ class VariantAutoscalingStatus(KubeModel):
     """Conditions represent the latest available observations of the VariantAutoscaling's state."""
     slo: SloStatus | None = None
     """Slo is the model's SLO attainment target, what was measured against it and the SLO controller's adjustment."""
+    tuning: TuningStatus | None = None
+    """Tuning is what the last tune run chose for the model and what its replay attained."""
 
 
 class VariantAutoscaling(KubeModel):

@@ -305,9 +305,16 @@ def tune(
     cluster_option: str = typer.Option(
         ..., "--cluster", help="Manifests directory/file (or kubeconfig:PATH): the VariantAutoscalings to tune."
     ),
-    trace: pathlib.Path = typer.Option(
-        ..., "--trace", help="The window's request log (trace CSV: timestamp, prompt tokens, output tokens)."
+    trace: pathlib.Path | None = typer.Option(
+        None,
+        "--trace",
+        help="The window's request log (trace CSV: timestamp, prompt tokens, output tokens). Without it, the last "
+        "--window of traffic is rebuilt from Prometheus.",
     ),
+    prometheus_url: str | None = typer.Option(
+        None, "--prometheus-url", help="Prometheus to rebuild the traffic from (default: $PROMETHEUS_URL)."
+    ),
+    window: str = typer.Option("24h", help="How much recent traffic to rebuild from Prometheus (e.g. 24h, 90m)."),
     slo_attainment: float | None = typer.Option(
         None, "--slo-attainment", help="Every model's target (0.5-0.999). Default: what the VariantAutoscalings say."
     ),
@@ -319,24 +326,30 @@ def tune(
 ) -> None:
     """Choose per model the cheapest sizing setting that meets its SLO attainment target on a window's traffic.
 
-    Replays the attainment loop, pinned percentiles and static-peak floors on the request log and writes the
-    choice (annotations and modelplane.io/tuned) on each model's VariantAutoscalings; a model whose target no
+    Replays the attainment loop, pinned percentiles and static-peak floors on the request log (or on the last
+    window of traffic rebuilt from Prometheus) and writes the choice (annotations and modelplane.io/tuned, and
+    status.tuning) on each model's VariantAutoscalings; a model whose target no
     candidate met gets the closest, and the output says so. Exit codes: 0 every choice written; 2 could not run,
     with one line on stderr; 3 degraded: a write failed.
     """
     from engine.optimize.spec import SpecError
+    from engine.simulate.rebuild import TrafficError
     from engine.simulate.trace import TraceError
     from flows.tune import tune as tune_flow
+    from tasks.metrics.snapshot import MetricsUnavailable
 
     with cli_errors():
         cluster = manifests_path(cluster_option)
-        _check_simulation_input([], None, trace, None)
+        if trace is not None:
+            _check_simulation_input([], None, trace, None)
         _check_slo_attainment(slo_attainment)
     report = run_flow(
         tune_flow,
-        cannot_run=(TraceError, SpecError),
+        cannot_run=(TraceError, SpecError, TrafficError, MetricsUnavailable),
         cluster=str(cluster),
-        trace=str(trace),
+        trace=None if trace is None else str(trace),
+        prometheus_url=prometheus_url,
+        window=window,
         config_namespace=config_namespace,
         slo_attainment=slo_attainment,
         duration_s=duration,
@@ -361,7 +374,8 @@ def tune(
         for r in c.rows
     ]
     columns = ("model", "target", "candidate", "attainment", "cost", "")
-    console.print(table_of(f"Candidates replayed on {trace.name}", columns, rows, right=("attainment", "cost")))
+    replayed = trace.name if trace is not None else f"the last {window} of traffic"
+    console.print(table_of(f"Candidates replayed on {replayed}", columns, rows, right=("attainment", "cost")))
     for line in unmet:
         console.print(line, highlight=False)
     console.print("dry run: nothing was written" if dry_run else f"written: {len(report.written)} VariantAutoscalings")

@@ -376,8 +376,13 @@ class PrometheusMetrics:
 
     # -- HTTP --------------------------------------------------------------------------------------
 
-    def _query(self, promql: str, at: dt.datetime) -> list[dict[str, Any]]:
-        """Run one instant query at ``at`` with retries; return ``data.result`` (a vector)."""
+    def query(self, promql: str, at: dt.datetime, result_type: str = "vector") -> list[dict[str, Any]]:
+        """Run one instant query at ``at`` (retries, credentials and errors as every query of this client);
+        ``data.result``, which must be of ``result_type`` (``matrix`` for a subquery)."""
+        return self._query(promql, at, result_type)
+
+    def _query(self, promql: str, at: dt.datetime, result_type: str = "vector") -> list[dict[str, Any]]:
+        """Run one instant query at ``at`` with retries; return ``data.result`` (a vector unless told otherwise)."""
         data = {"query": promql, "time": f"{at.timestamp():.3f}"}
         token = self._bearer_token()
         headers = {"Authorization": f"Bearer {token}"} if token else {}
@@ -404,11 +409,11 @@ class PrometheusMetrics:
             if response.status_code >= 500 or response.status_code == 429:
                 failure = f"HTTP {response.status_code} {response.reason}"
                 continue
-            return self._decode(response)
+            return self._decode(response, result_type)
         attempts = self.retries + 1
         raise self._unavailable(f"{failure} ({attempts} attempt{'s' if attempts > 1 else ''})")
 
-    def _decode(self, response: requests.Response) -> list[dict[str, Any]]:
+    def _decode(self, response: requests.Response, result_type: str = "vector") -> list[dict[str, Any]]:
         if response.status_code in (401, 403):
             raise self._unavailable(f"HTTP {response.status_code} {response.reason}: check the credentials")
         try:
@@ -425,8 +430,8 @@ class PrometheusMetrics:
             kind = body.get("errorType", "error") if isinstance(body, dict) else "error"
             raise self._unavailable(f"query failed ({kind}: {self._redact(str(error))})")
         result = body.get("data") or {}
-        if result.get("resultType") != "vector" or not isinstance(result.get("result"), list):
-            raise self._unavailable(f"expected a vector result, got {result.get('resultType')!r}")
+        if result.get("resultType") != result_type or not isinstance(result.get("result"), list):
+            raise self._unavailable(f"expected a {result_type} result, got {result.get('resultType')!r}")
         return list(result["result"])
 
     def _bearer_token(self) -> str | None:

@@ -152,6 +152,29 @@ def _tokens_expr(histogram: str, selector: str, by: str, rate_window: str, fallb
     return f"{ratio('rate', rate_window)} or {ratio('increase', fallback_window)}"
 
 
+def traffic_counts_query(selector: str, window: str, step: str) -> str:
+    """Requests finished per ``step`` over the last ``window``, per model: a subquery, so the answer is a matrix
+    (one sample per step) from one instant query."""
+    by = "model_name, namespace"
+    return f"(sum by ({by}) (increase({REQUEST_SUCCESS}{{{selector}}}[{step}])))[{window}:{step}]"
+
+
+TRAFFIC_TAGS = ("prompt", "prompt_sum", "prompt_count", "output", "output_sum", "output_count")
+
+
+def traffic_tokens_query(selector: str, window: str) -> str:
+    """The prompt- and output-token histograms over the last ``window``, per model, with their sums and counts
+    (the means that shape a bucket's inside): tagged ``prompt``, ``prompt_sum``, ... (:data:`TRAFFIC_TAGS`)."""
+    parts: dict[str, str] = {}
+    for name, histogram in (("prompt", PROMPT_TOKENS), ("output", GENERATION_TOKENS)):
+        parts[name] = f"sum by (model_name, namespace, le) (increase({histogram}_bucket{{{selector}}}[{window}]))"
+        for suffix in ("sum", "count"):
+            parts[f"{name}_{suffix}"] = (
+                f"sum by (model_name, namespace) (increase({histogram}_{suffix}{{{selector}}}[{window}]))"
+            )
+    return union(parts)
+
+
 def pod_query(selector: str) -> str:
     """KV-cache usage and waiting requests per pod, each with its newest sample time."""
     by = "model_name, namespace, pod"

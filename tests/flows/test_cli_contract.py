@@ -85,8 +85,7 @@ FLOW_COMMANDS: dict[str, FlowCommand] = {
         degradable="",
     ),
     "tune": FlowCommand(
-        ("--trace", str(REPO / "deployments" / "traces" / "azure-conv-2023-20min.csv"), "--duration", "60"),
-        degradable="",
+        ("--trace", str(REPO / "deployments" / "traces" / "azure-conv-2023-20min.csv"), "--duration", "60")
     ),
     "calibrate": FlowCommand(clean=ExitCode.DEGRADED, why_not_clean="no metrics to fit a profile from"),
     "watch-models": FlowCommand(("--watch-seconds", "1"), degradable=""),
@@ -94,7 +93,6 @@ FLOW_COMMANDS: dict[str, FlowCommand] = {
 NO_DEGRADED = {
     "simulate": "replays a trace against a copy of the cluster description in memory: no cluster writes (0 or 2)",
     "watch-models": "reads only: a watch that ran is a clean run (0 or 2)",
-    "tune": "writes annotations (metadata patches), never status: a refused status write cannot degrade it",
 }
 NOT_FLOWS = {
     "render-crds": "prints the generated CRDs",

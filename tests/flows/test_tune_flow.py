@@ -5,13 +5,16 @@ from __future__ import annotations
 import json
 import pathlib
 import shutil
+import time
 
+import numpy as np
 import pytest
 import yaml
 from typer.testing import CliRunner
 
 from engine.simulate.tune import ANNOTATION_TUNED
 from flows.cli import app
+from tests.servers.promtest.backfill import ModelHistory, backfilled_prometheus, openmetrics
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 SIMULATION = REPO / "deployments" / "simulation"
@@ -67,3 +70,56 @@ def test_tune_refuses_a_bad_target_and_a_missing_log_in_one_line(tmp_path: pathl
     assert bad.exit_code == 2 and "--slo-attainment" in bad.output
     missing = CliRunner().invoke(app, ["tune", "--cluster", str(SIMULATION), "--trace", str(tmp_path / "none.csv")])
     assert missing.exit_code == 2 and "does not exist" in missing.output
+
+
+def statuses(folder: pathlib.Path) -> dict[str, dict[str, object]]:
+    found = {}
+    for path in folder.glob("*.yaml"):
+        for doc in yaml.safe_load_all(path.read_text()):
+            if isinstance(doc, dict) and doc.get("kind") == "VariantAutoscaling":
+                found[doc["metadata"]["name"]] = dict(doc.get("status") or {})
+    return found
+
+
+@pytest.mark.usefixtures("prefect_harness")
+def test_tune_without_a_log_rebuilds_the_window_from_prometheus(tmp_path: pathlib.Path) -> None:
+    """Twenty minutes of granite's traffic in Prometheus (backfilled), none of llama's: granite is tuned on its
+    rebuilt window (annotations and status.tuning), llama keeps its settings."""
+    cluster = tmp_path / "cluster"
+    shutil.copytree(SIMULATION, cluster)
+    rng = np.random.default_rng(0)
+    granite = ModelHistory(
+        "ibm/granite-13b",
+        "llm-serving",
+        per_minute=[int(c) for c in rng.poisson(90, 20)],
+        prompt_tokens=[int(x) for x in rng.lognormal(6.8, 0.9, 2200)],
+        output_tokens=[int(x) + 1 for x in rng.lognormal(5.0, 0.8, 2200)],
+    )
+    end = int(time.time() // 60) * 60 - 60
+    process = backfilled_prometheus(tmp_path / "prometheus", openmetrics([granite], end - 20 * 60))
+    try:
+        result = CliRunner().invoke(
+            app,
+            ["tune", "--cluster", str(cluster), "--prometheus-url", process.url, "--window", "20m", "--json"],
+        )
+    finally:
+        process.stop()
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.output[result.output.index("{") :])
+    assert [m["model"] for m in report["models"]] == ["llm-serving/ibm/granite-13b"]
+    written, status = annotations(cluster), statuses(cluster)
+    tuned = {name for name, a in written.items() if ANNOTATION_TUNED in a}
+    assert tuned == {name for name in written if name.startswith("granite")} and tuned
+    for name in tuned:
+        tuning = status[name]["tuning"]
+        assert tuning["candidate"] == report["models"][0]["chosen"] and tuning["traffic"] == "20m from Prometheus"
+        assert tuning["attained"] == report["models"][0]["attainment"] and "tunedAt" in tuning
+    assert all("tuning" not in status[name] for name in written if name not in tuned)
+
+
+def test_tune_without_a_log_or_a_prometheus_is_one_line(
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("PROMETHEUS_URL", raising=False)
+    result = CliRunner().invoke(app, ["tune", "--cluster", str(SIMULATION)])
+    assert result.exit_code == 2 and "give a request log" in result.output

@@ -1,0 +1,108 @@
+"""A window's traffic rebuilt from what Prometheus keeps of it, as a trace the simulator can replay.
+
+Why: the tune flow (:mod:`engine.simulate.tune`) replays candidate settings on the cluster's own recent traffic.
+A cluster rarely keeps a request log, but every vLLM server exports what a replay needs in aggregate: how many
+requests each model finished per minute (``vllm:request_success_total``) and how long their prompts and outputs
+were (``vllm:request_prompt_tokens``, ``vllm:request_generation_tokens`` histograms).  This module turns those into
+one :class:`~engine.simulate.records.Trace`:
+
+* per model and per step, as many requests as the counter grew (fractional increases, which Prometheus
+  extrapolates, are rounded so that the running total is kept: no request is lost or invented over the window);
+* arrival times spread uniformly at random inside their step (the arrivals of a Poisson process given their
+  count): what happens inside a minute is not in the counter, so sub-minute bursts are not rebuilt -- the replay
+  is as smooth as Poisson traffic at each minute's rate, which the report says;
+* prompt and output lengths drawn from the window's histograms (inverse transform sampling through
+  :class:`~engine.perf.tail_sizing.PromptDistribution`, whose in-bucket shape is fitted to the histogram's mean
+  when ``_sum`` is known); a length in the ``+Inf`` bucket is placed at the last finite bound.
+
+Pure and deterministic: a seed gives one trace.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from engine.perf.tail_sizing import PromptDistribution
+from engine.simulate.records import Trace
+
+__all__ = ["ModelTraffic", "TrafficError", "rebuild_trace", "whole_counts"]
+
+
+class TrafficError(ValueError):
+    """The window's traffic cannot be rebuilt (the message says which model and why)."""
+
+
+@dataclass(frozen=True)
+class ModelTraffic:
+    """One model's traffic over a window as Prometheus keeps it."""
+
+    counts: tuple[float, ...]
+    """Requests finished in each step, oldest first (``increase(vllm:request_success_total[step])``)."""
+    step_s: float
+    """Length of one step in seconds."""
+    prompt_tokens: PromptDistribution | None
+    """The window's prompt-length histogram (None: no observation)."""
+    output_tokens: PromptDistribution | None
+    """The window's output-length histogram (None: no observation)."""
+
+    @property
+    def requests(self) -> int:
+        """Requests in the window (the rounded running total)."""
+        return int(whole_counts(self.counts).sum())
+
+
+def whole_counts(counts: Sequence[float]) -> np.ndarray:
+    """Whole requests per step whose running total follows the fractional one (a missing or negative step is 0)."""
+    values = np.asarray([c if np.isfinite(c) and c > 0 else 0.0 for c in counts], dtype=float)
+    running = np.rint(np.cumsum(values))
+    return np.diff(np.concatenate([[0.0], running])).astype(int)
+
+
+def rebuild_trace(traffic: Mapping[str, ModelTraffic], seed: int = 0) -> Trace:
+    """The requests of every model's window as one trace (models named ``namespace/modelID``; a model without a
+    request in the window is one of the trace's models, with no request), time 0 at the window's start.
+
+    Raises:
+        TrafficError: a model with requests but no token histogram, or steps of different lengths, or no
+            request at all in the window.
+    """
+    rng = np.random.default_rng(seed)
+    steps = {record.step_s for record in traffic.values()}
+    if len(steps) > 1:
+        raise TrafficError(f"models were read at different steps ({', '.join(f'{s:g}s' for s in sorted(steps))})")
+    models = tuple(sorted(traffic))
+    parts: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []
+    for index, model in enumerate(models):
+        record = traffic[model]
+        per_step = whole_counts(record.counts)
+        total = int(per_step.sum())
+        if total == 0:
+            continue
+        if record.prompt_tokens is None or record.output_tokens is None:
+            missing = "prompt" if record.prompt_tokens is None else "output"
+            raise TrafficError(f"{model}: {total} requests in the window but no {missing}-token histogram")
+        starts = np.repeat(np.arange(len(per_step), dtype=float) * record.step_s, per_step)
+        arrivals = starts + rng.uniform(0.0, record.step_s, total)
+        prompts = _draw(record.prompt_tokens, total, rng, minimum=0)
+        outputs = _draw(record.output_tokens, total, rng, minimum=1)
+        parts.append((arrivals, prompts, outputs, np.full(total, index)))
+    if not parts:
+        raise TrafficError("no request in the window: nothing to replay")
+    arrival, prompt, output, model_index = (np.concatenate(column) for column in zip(*parts))
+    order = np.argsort(arrival, kind="stable")
+    return Trace(arrival[order], prompt[order], output[order], model_index[order], models)
+
+
+def _draw(lengths: PromptDistribution, size: int, rng: np.random.Generator, minimum: int) -> np.ndarray:
+    """``size`` lengths with the histogram's distribution (whole tokens, at least ``minimum``)."""
+    if lengths.total <= 0:
+        raise TrafficError("a token histogram without observations")
+    # The inverse distribution at 1,001 shares, interpolated between them: far finer than any histogram's buckets.
+    grid = np.linspace(0.0, 1.0, 1001)
+    table = np.asarray([lengths.quantile(float(share)) for share in grid])
+    drawn = np.interp(rng.uniform(0.0, 1.0, size), grid, table)
+    whole: np.ndarray = np.maximum(np.rint(drawn), minimum).astype(int)
+    return whole

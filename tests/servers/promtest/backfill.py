@@ -1,0 +1,102 @@
+"""A Prometheus holding vLLM history that no exporter lived through: OpenMetrics written here, turned into TSDB
+blocks by ``promtool tsdb create-blocks-from openmetrics`` (Prometheus' own backfill), served by a Prometheus with
+no scrape target.
+
+Why: the tune flow reads the last hours of each model's traffic; a test cannot wait hours for a scrape.
+"""
+
+from __future__ import annotations
+
+import pathlib
+import shutil
+import subprocess
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from tests.servers.promtest.fixture import PrometheusError, PrometheusProcess, find_binary
+
+PROMPT_BOUNDS = (1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0, 200.0, 500.0, 1000.0, 2000.0, 5000.0, 10000.0)
+"""vLLM's token histogram buckets (``vllm:request_prompt_tokens``, ``vllm:request_generation_tokens``)."""
+
+
+@dataclass(frozen=True)
+class ModelHistory:
+    """One model's finished requests per minute and the prompt and output length of every request."""
+
+    model_name: str
+    namespace: str
+    per_minute: Sequence[int]
+    prompt_tokens: Sequence[int]
+    output_tokens: Sequence[int]
+
+
+def find_promtool() -> str:
+    """``promtool`` beside the Prometheus binary, else on PATH."""
+    beside = pathlib.Path(find_binary()).with_name("promtool")
+    found = str(beside) if beside.exists() else shutil.which("promtool")
+    if not found:
+        raise PrometheusError("promtool not found (Debian's prometheus package ships it)")
+    return found
+
+
+def openmetrics(histories: Sequence[ModelHistory], start_s: float) -> str:
+    """The counters and histograms vLLM would have exported, one sample a minute from ``start_s`` (the first
+    sample, all zero) to one minute after each model's last minute; requests of minute ``i`` take their prompt and
+    output lengths in order."""
+    lines: list[str] = ["# TYPE vllm:request_success counter"]
+    for history in histories:
+        total = 0
+        lines.append(_sample("vllm:request_success_total", history, {}, 0, start_s))
+        for minute, count in enumerate(history.per_minute, start=1):
+            total += count
+            lines.append(_sample("vllm:request_success_total", history, {}, total, start_s + 60 * minute))
+    for family, field in (
+        ("vllm:request_prompt_tokens", "prompt_tokens"),
+        ("vllm:request_generation_tokens", "output_tokens"),
+    ):
+        lines.append(f"# TYPE {family} histogram")
+        for history in histories:
+            lengths: Sequence[int] = getattr(history, field)
+            lines += _histogram(family, history, lengths, start_s)
+    return "\n".join(lines) + "\n# EOF\n"
+
+
+def _histogram(family: str, history: ModelHistory, lengths: Sequence[int], start_s: float) -> list[str]:
+    """One model's histogram series (buckets, sum, count), each sample a minute, series after series."""
+    cumulative: list[list[float]] = []  # per minute: the bucket counts, then the sum, then the count
+    seen: list[int] = []
+    done = 0
+    for count in [0, *history.per_minute]:
+        seen += list(lengths[done : done + count])
+        done += count
+        cumulative.append([sum(1 for x in seen if x <= b) for b in PROMPT_BOUNDS] + [len(seen), sum(seen), len(seen)])
+    series = [(f"{family}_bucket", {"le": f"{b:g}"}) for b in PROMPT_BOUNDS]
+    series += [(f"{family}_bucket", {"le": "+Inf"}), (f"{family}_sum", {}), (f"{family}_count", {})]
+    lines = []
+    for column, (name, extra) in enumerate(series):
+        for minute, row in enumerate(cumulative):
+            lines.append(_sample(name, history, extra, row[column], start_s + 60 * minute))
+    return lines
+
+
+def _sample(name: str, history: ModelHistory, extra: Mapping[str, str], value: float, at_s: float) -> str:
+    labels = {"model_name": history.model_name, "namespace": history.namespace, **extra}
+    text = ",".join(f'{k}="{v}"' for k, v in labels.items())
+    return f"{name}{{{text}}} {value:g} {at_s:.3f}"
+
+
+def backfilled_prometheus(workdir: pathlib.Path, text: str) -> PrometheusProcess:
+    """A started Prometheus (no scrape target) whose storage holds ``text``'s samples."""
+    process = PrometheusProcess(find_binary(), workdir, targets=[])
+    source = workdir / "history.om"
+    source.write_text(text)
+    result = subprocess.run(
+        [find_promtool(), "tsdb", "create-blocks-from", "openmetrics", str(source), str(process.data_dir)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    if result.returncode != 0:
+        raise PrometheusError(f"promtool backfill failed: {result.stderr.strip()[-500:]}")
+    process.start()
+    return process
