@@ -390,8 +390,15 @@ def test_latency_histograms_over_the_window_and_the_recent_range(
     bodies = [urllib.parse.unquote_plus(str(r.body)) for r in sent[2:]]
     assert any("increase(vllm:time_to_first_token_seconds_bucket{" in b and "[1h]" in b and "[5m]" in b for b in bodies)
     assert any("[30m]" in b for b in bodies)
+    assert all("increase(vllm:time_to_first_token_seconds_sum{" in b for b in bodies)
 
     slo = snapshot.latency[SLO]
+    # The _sum increases come back beside the buckets: half the requests at 0.1 s, half at 0.7 s, a 0.4 s mean
+    # (within what increase()'s per-series extrapolation allows), which shapes a target inside a coarse bucket.
+    for total, buckets in ((slo.ttft_window_sum, slo.ttft_window), (slo.itl_window_sum, slo.itl_window)):
+        assert total is not None and buckets is not None and buckets[-1][1] > 0
+    assert slo.ttft_window_sum is not None and slo.ttft_window is not None
+    assert 0.25 < slo.ttft_window_sum / slo.ttft_window[-1][1] < 0.55
     assert slo.itl_metric == "vllm:request_time_per_output_token_seconds" and not slo.itl_per_token
     for ttft, itl in ((slo.ttft_window, slo.itl_window), (slo.ttft_recent, slo.itl_recent)):
         measured = measure_attainment(ttft, itl, 500.0, 25.0)  # bounds of vLLM's buckets: no interpolation

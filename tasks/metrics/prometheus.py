@@ -59,6 +59,8 @@ from tasks.metrics.promql import (
     GENERATION_TOKENS,
     HOLD_TAGS,
     KV_CACHE_USAGE,
+    LATENCY_LABELS,
+    LATENCY_SUM_TAGS,
     LOAD_TAGS,
     MODEL_LABELS,
     POD_LABELS,
@@ -256,9 +258,14 @@ class PrometheusMetrics:
                 f"namespace=~{quote(regex_union(sorted({k.namespace for k in keys})))}, "
                 f"model_name=~{quote(regex_union(sorted({k.model_id for k in keys})))}"
             )
-            buckets = tagged_buckets(self._query(latency_query(selector, window, recent), now))
+            rows = self._query(latency_query(selector, window, recent), now)
+            buckets, sums = tagged_buckets(rows), tagged_rows(rows, LATENCY_LABELS, LATENCY_SUM_TAGS)
             for key in keys:
-                histograms = latency_histograms(buckets.get((key.model_id, key.namespace), {}))
+                labels = (key.model_id, key.namespace)
+                histograms = latency_histograms(
+                    buckets.get(labels, {}),
+                    {tag: by_model[labels] for tag, by_model in sums.items() if labels in by_model},
+                )
                 if histograms is None:
                     absent[key] = f"no {TTFT_HISTOGRAM}_bucket or ITL histogram samples for {key} in the last {window}"
                 else:

@@ -25,7 +25,8 @@ What is measured (the WVA conventions, vLLM metric names):
 - instance metrics (Kthena AutoscalingPolicy ``spec.metrics``): any metric name, summed per pod.
 - SLO attainment (:mod:`engine.slo.measure`), :func:`latency_query`: the bucket increases of the TTFT histogram
   and of each ITL histogram vLLM may export, ``sum by (model_name, namespace, le) (increase(..._bucket[W]))``, over
-  the SLO's evaluation window ``W`` and over the recent 5 minutes, in one query per distinct window.
+  the SLO's evaluation window ``W`` and over the recent 5 minutes, with the increases of each histogram's ``_sum``
+  (where inside a coarse bucket the observations sit), in one query per distinct window.
 """
 
 from __future__ import annotations
@@ -57,6 +58,7 @@ LATENCY_LABELS = ("model_name", "namespace")
 LATENCY_HISTOGRAMS = (TTFT_HISTOGRAM, *ITL_HISTOGRAMS)
 """The histograms :func:`latency_query` reads: TTFT, then the ITL ones in order of preference."""
 LATENCY_RANGES = ("window", "recent")
+LATENCY_BY = "model_name, namespace"
 TAG = "mp_field"
 """The label that tells the sub-expressions of one union query apart."""
 METRIC_TAG = "mp_metric"
@@ -104,15 +106,15 @@ def load_query(
 
 def latency_query(selector: str, window: str, recent: str) -> str:
     """The bucket increases of every latency histogram over ``window`` and ``recent``, tagged
-    ``<histogram>|<range>`` (read back with :func:`latency_buckets`)."""
-    by = "model_name, namespace, le"
-    return union(
-        {
-            latency_tag(histogram, name): f"sum by ({by}) (increase({histogram}_bucket{{{selector}}}[{span}]))"
-            for histogram in LATENCY_HISTOGRAMS
-            for name, span in zip(LATENCY_RANGES, (window, recent))
-        }
-    )
+    ``<histogram>|<range>`` (read back with :func:`latency_buckets`), and the increases of their ``_sum``, tagged
+    ``<histogram>|<range>|sum``: the sum says where inside a coarse bucket the observations sit."""
+    parts: dict[str, str] = {}
+    for histogram in LATENCY_HISTOGRAMS:
+        for name, span in zip(LATENCY_RANGES, (window, recent)):
+            tag_name = latency_tag(histogram, name)
+            parts[tag_name] = f"sum by ({LATENCY_BY}, le) (increase({histogram}_bucket{{{selector}}}[{span}]))"
+            parts[f"{tag_name}|sum"] = f"sum by ({LATENCY_BY}) (increase({histogram}_sum{{{selector}}}[{span}]))"
+    return union(parts)
 
 
 def latency_tag(histogram: str, range_name: str) -> str:
@@ -120,13 +122,25 @@ def latency_tag(histogram: str, range_name: str) -> str:
     return f"{histogram}|{range_name}"
 
 
-def latency_histograms(by_tag: Mapping[str, tuple[tuple[float, float], ...]]) -> LatencyHistograms | None:
+LATENCY_SUM_TAGS = tuple(f"{latency_tag(h, r)}|sum" for h in LATENCY_HISTOGRAMS for r in LATENCY_RANGES)
+"""The tags of the ``_sum`` rows of a :func:`latency_query` answer (read with :func:`tagged_rows`)."""
+
+
+def latency_histograms(
+    by_tag: Mapping[str, tuple[tuple[float, float], ...]], sums: Mapping[str, float] | None = None
+) -> LatencyHistograms | None:
     """One model's histograms from its :func:`tagged_buckets` of a :func:`latency_query` answer: TTFT, and the
-    first ITL histogram of :data:`~engine.slo.measure.ITL_HISTOGRAMS` it has; None when it has none of them."""
+    first ITL histogram of :data:`~engine.slo.measure.ITL_HISTOGRAMS` it has, with the ``_sum`` increases
+    (``sums``: tag -> value) where they were read; None when it has none of the histograms."""
+    sums = sums or {}
 
     def over(histogram: str, range_name: str) -> tuple[tuple[float, float], ...] | None:
         pairs = by_tag.get(latency_tag(histogram, range_name))
         return pairs if pairs and math.isinf(pairs[-1][0]) else None  # a histogram without +Inf is not one
+
+    def total(histogram: str | None, range_name: str) -> float | None:
+        value = sums.get(f"{latency_tag(histogram, range_name)}|sum") if histogram else None
+        return value if value is not None and math.isfinite(value) and value >= 0 else None
 
     itl = next((h for h in ITL_HISTOGRAMS if over(h, "window") or over(h, "recent")), None)
     ttft_window, ttft_recent = over(TTFT_HISTOGRAM, "window"), over(TTFT_HISTOGRAM, "recent")
@@ -138,6 +152,10 @@ def latency_histograms(by_tag: Mapping[str, tuple[tuple[float, float], ...]]) ->
         over(itl, "window") if itl else None,
         over(itl, "recent") if itl else None,
         itl or REQUEST_ITL_HISTOGRAM,
+        ttft_window_sum=total(TTFT_HISTOGRAM, "window"),
+        ttft_recent_sum=total(TTFT_HISTOGRAM, "recent"),
+        itl_window_sum=total(itl, "window"),
+        itl_recent_sum=total(itl, "recent"),
     )
 
 
