@@ -14,14 +14,13 @@ from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
 from engine.aim.discovery import REASON_IMAGE_NOT_FOUND, is_auto_template
+from engine.aim.gpus import GpuInventory, normalize_gpu_model
 from engine.aim.templates import (
     METRIC_PREFERENCE,
     PRECISION_PREFERENCE,
-    GpuInventory,
     ModelCatalog,
     match_profile,
     models_named,
-    normalize_gpu_model,
     preference_rank,
     record_of,
 )

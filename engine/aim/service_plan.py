@@ -19,6 +19,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
+from engine.aim.gpus import GpuInventory, cluster_gpus
 from engine.aim.references import STATUS_FAILED, Resolution, resolve_references
 from engine.aim.services import (
     COND_READY,
@@ -32,7 +33,7 @@ from engine.aim.services import (
     update_patch,
     workload_name,
 )
-from engine.aim.templates import GpuInventory, ModelCatalog, cluster_gpus
+from engine.aim.templates import ModelCatalog
 from engine.api.aim import AIMClusterModel, AIMNamespaceConfig, AIMService, AIMServiceTemplate, ModelCache
 from engine.api.views import HTTPRoute, InferenceService, Node, Observed
 from engine.caches.lookup import CacheRequest, find_model_cache, model_cache_pvc, model_cache_status

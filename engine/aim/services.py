@@ -15,7 +15,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from engine.aim.discovery import DNS_LABEL_MAX, DOMAIN, REASON_IMAGE_NOT_FOUND, derived, owner_reference
+from engine.aim.discovery import DOMAIN, REASON_IMAGE_NOT_FOUND
+from engine.aim.gpus import GpuInventory, gpu_resource_name, node_affinity
+from engine.aim.names import DNS_LABEL_MAX, derived, owner_reference
 from engine.aim.references import (
     STATUS_DEGRADED,
     STATUS_FAILED,
@@ -25,7 +27,6 @@ from engine.aim.references import (
     Resolution,
     condition_of,
 )
-from engine.aim.templates import GpuInventory, gpu_resource_name, node_affinity
 from engine.api.aim import AIMNamespaceConfig, AIMService
 from engine.api.views import HTTPRoute, InferenceService
 from engine.caches.sources import parse_source

@@ -17,15 +17,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from engine.aim.discovery import MODEL_LABEL, is_auto_template, ready_condition
+from engine.aim.gpus import GpuInventory, cluster_gpus
 from engine.aim.service_plan import by_namespace, caches_by_namespace
-from engine.aim.templates import (
-    GpuInventory,
-    ModelCatalog,
-    TemplateOutcome,
-    cluster_gpus,
-    resolve_profile,
-    template_status,
-)
+from engine.aim.templates import ModelCatalog, TemplateOutcome, resolve_profile, template_status
 from engine.api.aim import AIMClusterModel, AIMNamespaceConfig, AIMServiceTemplate, ModelCache
 from engine.api.views import Node
 from engine.caches.lookup import CacheRequest, find_model_cache, model_cache_status

@@ -23,6 +23,7 @@ from typing import Any
 
 import yaml
 
+from engine.errors import InputError
 from engine.slo.target import SERVICE_CLASS_KEY, check_attainment
 
 ACCELERATOR_COSTS_CONFIGMAP = "accelerator-unit-costs"
@@ -31,13 +32,13 @@ SATURATION_CONFIGMAP = "saturation-scaling-config"
 INVENTORY_CONFIGMAP = "accelerator-inventory"
 
 
-class ConfigError(ValueError):
+class ConfigError(InputError):
     """A ConfigMap entry could not be parsed; ``source`` names ``<configmap>/<key>``."""
 
-    def __init__(self, source: str, message: str) -> None:
-        super().__init__(f"{source}: {message}")
-        self.source = source
-        self.detail = message
+    @property
+    def source(self) -> str:
+        """The entry: ``<configmap>/<key>``."""
+        return self.where
 
 
 @dataclass(frozen=True)

@@ -24,6 +24,7 @@ from datetime import datetime
 from typing import Any, Final
 
 from engine.api.llmd import MAX_ACCELERATOR_COUNT, MAX_BATCH_SIZE, VariantAutoscaling, VariantProfile
+from engine.errors import InputError
 from engine.optimize.actuation import RECOMMEND, ActuationModeError, resource_mode
 from engine.optimize.config import AcceleratorCost, ConfigError, ServiceClass
 from engine.perf.queueing import PerfProfile
@@ -45,13 +46,13 @@ ANNOTATION_SCALE_TO_ZERO = "modelplane.io/scale-to-zero"
 ACCELERATOR_LABEL = "inference.optimization/acceleratorName"
 
 
-class SpecError(ValueError):
+class SpecError(InputError):
     """A VariantAutoscaling cannot be optimized as written; ``field`` names the offending path."""
 
-    def __init__(self, field: str, message: str) -> None:
-        super().__init__(f"{field}: {message}")
-        self.field = field
-        self.detail = message
+    @property
+    def field(self) -> str:
+        """The offending path (``spec.variantProfile``, an annotation)."""
+        return self.where
 
 
 @dataclass(frozen=True)

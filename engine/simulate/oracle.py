@@ -38,8 +38,7 @@ from typing import Any
 
 import numpy as np
 
-from engine.simulate.policies import Policy
-from engine.simulate.records import Observation, SimConfig, Trace, VariantModel
+from engine.simulate.records import Controller, Observation, SimConfig, Trace, VariantModel
 from engine.simulate.replay import simulate
 from engine.simulate.scenario import Scenario
 
@@ -426,7 +425,7 @@ class _ScheduleModel:
 class OracleRun:
     """The oracle's controller, the replicas it starts with, the schedule it follows and how its solve ended."""
 
-    controller: Policy
+    controller: Controller
     initial: dict[str, int]
     schedule: list[dict[str, int]] = field(default_factory=list)
     solve: ScheduleSolve | None = None

@@ -52,7 +52,8 @@ from engine.perf.load_trend import rate_changes
 from engine.perf.queueing import Workload
 from engine.perf.saturation import SaturationConfigSet
 from engine.perf.tail_sizing import PromptDistribution
-from engine.simulate.records import SCRAPE_S, Observation, SimResult
+from engine.simulate.oracle import measure_capacity, oracle_capacity, oracle_policy
+from engine.simulate.records import SCRAPE_S, Controller, Observation, SimResult
 from engine.simulate.replay import simulate
 from engine.simulate.scenario import EPOCH, HPA_GAUGES, Scenario, joined_key, with_ttft_percentile
 from engine.simulate.windows import ITL_BUCKETS_S, PROMPT_TOKEN_BUCKETS, TTFT_BUCKETS_S
@@ -235,7 +236,8 @@ def allocation_problem(
 # --------------------------------------------------------------------------------------------
 
 
-Policy = Callable[[Observation], Mapping[str, int]]
+Policy = Controller
+"""What a policy is: the simulator's controller (an observation in, replicas per variant out)."""
 
 
 def modelplane_policy(scenario: Scenario, saturation_only: bool = False, load_shape: bool = True) -> Policy:
@@ -525,8 +527,6 @@ def make_policy(name: str, scenario: Scenario) -> tuple[Policy, dict[str, int]]:
         fixed = static_allocation(scenario)
         return (lambda obs: fixed), fixed
     if name == "oracle":
-        from engine.simulate.oracle import measure_capacity, oracle_capacity, oracle_policy
-
         curves = scenario.oracle_curves if scenario.oracle_curves is not None else measure_capacity(scenario)
         run = oracle_policy(scenario, oracle_capacity(curves, scenario.oracle_target))
         return run.controller, run.initial

@@ -11,7 +11,6 @@ from engine.aim.discovery import (
     ImageMetadata,
     LabelError,
     auto_templates,
-    derived,
     metadata_condition,
     needs_fetch,
     parse_image_labels,
@@ -20,6 +19,7 @@ from engine.aim.discovery import (
     retry_after,
     template_name,
 )
+from engine.aim.names import derived
 from engine.api.aim import AIMClusterModel
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)

@@ -10,6 +10,7 @@ import pytest
 from pydantic import BaseModel
 
 from engine.aim.discovery import DiscoveryRecord, parse_image_labels
+from engine.aim.gpus import cluster_gpus, gpu_unavailable, node_affinity, normalize_gpu_model
 from engine.aim.references import resolve_references
 from engine.aim.services import (
     CacheMount,
@@ -23,15 +24,7 @@ from engine.aim.services import (
     update_patch,
     workload_name,
 )
-from engine.aim.templates import (
-    cluster_gpus,
-    gpu_unavailable,
-    match_profile,
-    node_affinity,
-    normalize_gpu_model,
-    resolve_profile,
-    template_status,
-)
+from engine.aim.templates import match_profile, resolve_profile, template_status
 from engine.api.aim import AIMServiceTemplateSpec
 from engine.api.views import HTTPRoute, InferenceService, Node
 from tasks.boundary import parse_resource
