@@ -87,3 +87,38 @@ def _as_json(condition: Condition | dict[str, Any]) -> dict[str, Any]:
 def changed_fields(old: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, Any] | None:
     """The top-level status fields of ``new`` that differ from ``old`` (a merge-patch), or ``None``."""
     return {key: value for key, value in new.items() if old.get(key) != value} or None
+
+
+def conditions_hold(
+    conditions: Sequence[Mapping[str, Any]], updates: Sequence[ConditionUpdate], generation: int | None
+) -> bool:
+    """Whether every update is already recorded as it is (the common case of an unchanged run)."""
+    by_type = {c.get("type"): c for c in conditions}
+    for update in updates:
+        held = by_type.get(update.type)
+        if held is None or (held.get("status"), held.get("reason"), held.get("message") or "") != (
+            update.status,
+            update.reason,
+            update.message,
+        ):
+            return False
+        if generation is not None and held.get("observedGeneration") != generation:
+            return False
+    return True
+
+
+def status_with_conditions(
+    obj: Mapping[str, Any], updates: Sequence[ConditionUpdate], now: datetime, extra: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
+    """The object's status with ``updates`` applied and ``observedGeneration`` set."""
+    old = obj.get("status") or {}
+    generation = (obj.get("metadata") or {}).get("generation")
+    status: dict[str, Any] = dict(old)
+    status.update(extra or {})
+    held = old.get("conditions") or []
+    status["conditions"] = (
+        held if conditions_hold(held, updates, generation) else set_conditions(held, updates, now, generation)
+    )
+    if generation is not None:
+        status["observedGeneration"] = generation
+    return status

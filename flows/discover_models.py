@@ -2,7 +2,7 @@
 
 Read -> plan -> write:
 
-1. read (:func:`tasks.aim.read_aim_state`): one LIST each of AIMClusterModels, AIMNamespaceConfigs and
+1. read (:func:`tasks.aim.read.read_aim_state`): one LIST each of AIMClusterModels, AIMNamespaceConfigs and
    AIMServiceTemplates, the custom resources parsed into their API models by the boundary reader (a
    model that does not parse is marked Failed ``InvalidSpec`` naming the field, left out, and the run
    exits 3); then the images :func:`engine.aim.discovery_plan.images_to_read` names (never read,
@@ -14,7 +14,7 @@ Read -> plan -> write:
    AIMServiceTemplate per recommended deployment in every namespace that has an AIMNamespaceConfig (or
    the namespaces given), never over a template a person wrote, the auto-created templates the current
    image no longer wants, and the model's ``MetadataExtracted`` and ``Ready`` conditions;
-3. write (:func:`tasks.aim.write_model_plan`): record, new templates, deletions, conditions; then
+3. write (:func:`tasks.aim.discover.write_model_plan`): record, new templates, deletions, conditions; then
    publish a summary.
 """
 
@@ -37,17 +37,10 @@ from engine.api.aim import AIMClusterModel
 from engine.api.registry import AIM_CLUSTER_MODEL
 from flows.exitcodes import flow_result
 from flows.parameters import DISCOVERY_RESYNC_S, ClusterTarget, NamespaceName
-from tasks.aim import (
-    Keychain,
-    WriteCounts,
-    for_each,
-    inspect_images,
-    pull_secrets,
-    read_aim_state,
-    read_keychain,
-    typed,
-    write_model_plan,
-)
+from tasks.aim.discover import write_model_plan
+from tasks.aim.images import Keychain, inspect_images, pull_secrets, read_keychain
+from tasks.aim.read import read_aim_state, typed
+from tasks.aim.writes import WriteCounts, for_each
 from tasks.boundary import Accepted
 from tasks.cluster import connect
 from tasks.cluster.errors import ClusterError

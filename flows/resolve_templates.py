@@ -2,7 +2,7 @@
 
 Read -> plan -> write, per template:
 
-1. read (:func:`tasks.aim.read_aim_state`): one LIST each of AIMServiceTemplates, AIMClusterModels,
+1. read (:func:`tasks.aim.read.read_aim_state`): one LIST each of AIMServiceTemplates, AIMClusterModels,
    AIMNamespaceConfigs, ModelCaches and Nodes, the custom resources parsed into their API models by
    the boundary reader (a template that does not parse is marked Failed ``InvalidSpec`` naming the
    field, left out, and the run exits 3);
@@ -11,7 +11,7 @@ Read -> plan -> write, per template:
    which recommended deployment it selects, ``status.modelSources`` (the model's source, normalised),
    and with ``warmCache`` a ModelCache per model source to request and wait for (the warm-caches flow
    fills them): the template is Available only when they are;
-3. write (:func:`tasks.aim.write_template_plan`): the requested caches (created or adopted through
+3. write (:func:`tasks.aim.resolve.write_template_plan`): the requested caches (created or adopted through
    ``tasks.caches``), then ``status.status``, ``status.modelSources`` and the seed's conditions where
    they changed; last, each model's ``Ready`` from its auto-created templates as this run left them
    (:func:`engine.aim.template_plan.plan_model_readiness`).
@@ -30,19 +30,13 @@ from engine.aim.template_plan import ResolvePlan, TemplateWorld, plan_model_read
 from engine.api.aim import API_VERSION as AIM_API_VERSION
 from engine.api.aim import AIMServiceTemplate
 from engine.api.registry import AIM_SERVICE_TEMPLATE
-from engine.status import ConditionUpdate
+from engine.status import ConditionUpdate, status_with_conditions
 from flows.exitcodes import flow_result
 from flows.parameters import ClusterTarget, NamespaceName
-from tasks.aim import (
-    SharedCaches,
-    WriteCounts,
-    for_each,
-    new_status,
-    read_aim_state,
-    typed,
-    write_status,
-    write_template_plan,
-)
+from tasks.aim.caches import SharedCaches
+from tasks.aim.read import read_aim_state, typed
+from tasks.aim.resolve import write_template_plan
+from tasks.aim.writes import WriteCounts, for_each, write_status
 from tasks.boundary import Accepted
 from tasks.cluster import Cluster, Manifest, connect
 from tasks.cluster.errors import ClusterError
@@ -162,7 +156,7 @@ def write_model_ready(
 ) -> None:
     """Write a model's ``Ready`` as :func:`engine.aim.template_plan.plan_model_readiness` decided it."""
     try:
-        if write_status(cluster_api, model, new_status(model, [ready], now)):
+        if write_status(cluster_api, model, status_with_conditions(model, [ready], now)):
             writes.statuses += 1
     except ClusterError as exc:
         writes.errors.append(f"AIMClusterModel {model['metadata']['name']}: {exc.message}")

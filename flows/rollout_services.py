@@ -2,7 +2,7 @@
 
 Read -> plan -> write, per service:
 
-1. read (:func:`tasks.aim.read_aim_state`): one LIST each of AIMServices, AIMServiceTemplates,
+1. read (:func:`tasks.aim.read.read_aim_state`): one LIST each of AIMServices, AIMServiceTemplates,
    AIMClusterModels, AIMNamespaceConfigs, ModelCaches, Nodes, InferenceServices and HTTPRoutes, the
    custom resources parsed into their API models by the boundary reader (one that does not parse is
    marked Failed ``InvalidSpec`` naming the field, left out, and the run exits 3);
@@ -14,7 +14,7 @@ Read -> plan -> write, per service:
    requested), the rendered InferenceService and HTTPRoute with the patches that bring existing ones
    to them, and the status (Starting until the InferenceService is Ready and the route accepted by its
    Gateway, then Running);
-3. write (:func:`tasks.aim.write_service_plan`): requested caches, changed objects only, ``lastUsed``
+3. write (:func:`tasks.aim.rollout.write_service_plan`): requested caches, changed objects only, ``lastUsed``
    on every cache a rolled-out workload mounts, objects retired from an older name, the status when
    it changed.
 """
@@ -34,7 +34,10 @@ from engine.api.aim import AIMService
 from engine.api.registry import AIM_SERVICE
 from flows.exitcodes import flow_result
 from flows.parameters import ClusterTarget, NamespaceName
-from tasks.aim import AimState, SharedCaches, WriteCounts, for_each, read_aim_state, typed, write_service_plan
+from tasks.aim.caches import SharedCaches
+from tasks.aim.read import AimState, read_aim_state, typed
+from tasks.aim.rollout import write_service_plan
+from tasks.aim.writes import WriteCounts, for_each
 from tasks.boundary import Accepted
 from tasks.cluster import connect
 from tasks.cluster.errors import ClusterError

@@ -316,6 +316,15 @@ NOT_FOUND_RETRY = timedelta(minutes=5)
 """First re-read of an image that was not found; doubled per consecutive miss, up to the resync."""
 
 
+def failed_record(
+    image: str, now: datetime, reason: str, message: str, previous: DiscoveryRecord | None
+) -> DiscoveryRecord:
+    """The record of a failed read of ``image`` (``reason``: the condition reason the error gives), attempts counted
+    up while the image stays the same and keeps failing (they space the retries, :func:`retry_after`)."""
+    attempts = previous.attempts + 1 if previous is not None and previous.image == image and previous.reason else 1
+    return DiscoveryRecord(image=image, read_at=now, reason=reason, message=message, attempts=attempts)
+
+
 def retry_after(record: DiscoveryRecord, resync: timedelta) -> timedelta:
     """How long a terminal failure waits before the registry is asked again.
 

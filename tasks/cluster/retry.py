@@ -45,8 +45,12 @@ def retry_on_conflict(
     write: Literal["status", "spec"] = "status",
     backoff: Backoff | None = None,
     sleep: Callable[[float], None] = time.sleep,
+    read: Manifest | None = None,
 ) -> Manifest:
     """Read ``ref``, apply ``mutate`` and write the result with the read resourceVersion.
+
+    ``read`` is the object as this run already read it: the first attempt computes from it without a GET (a run
+    reads once), and only a conflict goes back to the cluster for a fresh copy.
 
     ``mutate`` gets a private copy of the object and returns the status to merge (``write="status"``)
     or the merge-patch of the main resource (``write="spec"``), or ``None`` when nothing needs
@@ -60,7 +64,11 @@ def retry_on_conflict(
         raise ValueError(f"write must be 'status' or 'spec', not {write!r}")
     backoff = backoff or exponential_backoff()
     for attempt in range(1, attempts + 1):
-        current = cluster.get(ref.api_version, ref.kind, ref.name, ref.namespace)
+        current = (
+            read
+            if attempt == 1 and read is not None
+            else cluster.get(ref.api_version, ref.kind, ref.name, ref.namespace)
+        )
         change = mutate(copy.deepcopy(current))
         if change is None:
             return current

@@ -1,0 +1,131 @@
+"""Registry credentials from the pull secrets AIMNamespaceConfigs name, and image reads: each image's labels
+(or the confirmation that its digest is unchanged) as a :class:`~engine.aim.discovery.DiscoveryRecord`, a failed
+read as the record of its reason.
+"""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from prefect import task
+from prefect.cache_policies import NO_CACHE
+
+from engine.aim.discovery import (
+    REASON_AUTH_FAILED,
+    REASON_EXTRACTION_FAILED,
+    REASON_IMAGE_NOT_FOUND,
+    REASON_INVALID_IMAGE,
+    REASON_REGISTRY_UNAVAILABLE,
+    REASON_SECRET_NOT_FOUND,
+    DiscoveryRecord,
+    LabelError,
+    failed_record,
+    parse_image_labels,
+)
+from engine.api.aim import AIMNamespaceConfig
+from tasks.aim.writes import WORKERS
+from tasks.cluster import Cluster
+from tasks.cluster.errors import NotFound
+from tasks.oci import Credential, RegistryClient, RegistryError, credential_for, parse_dockerconfigjson, parse_reference
+
+DOCKERCONFIG_TYPE = "kubernetes.io/dockerconfigjson"
+
+
+@dataclass
+class Keychain:
+    """Registry credentials from the pull secrets AIMNamespaceConfigs name, and the secrets that are
+    missing or unusable (``namespace/name: why``)."""
+
+    credentials: dict[str, Credential] = field(default_factory=dict)
+    problems: list[str] = field(default_factory=list)
+
+
+@task(name="read-pull-secrets", cache_policy=NO_CACHE, retries=2, retry_delay_seconds=2)
+def read_keychain(cluster: Cluster, configs: Sequence[AIMNamespaceConfig]) -> Keychain:
+    """Credentials from every ``images.imagePullSecrets`` Secret (``kubernetes.io/dockerconfigjson``)
+    named by an AIMNamespaceConfig, read from the config's namespace; the first one for a registry
+    (by namespace and name order) wins."""
+    keychain = Keychain()
+    wanted: list[tuple[str, str]] = []
+    for config in sorted(configs, key=lambda c: (c.metadata.namespace or "", c.metadata.name or "")):
+        namespace = config.metadata.namespace or "default"
+        for name in pull_secrets(config):
+            if (namespace, name) not in wanted:
+                wanted.append((namespace, name))
+    for namespace, name in wanted:
+        try:
+            secret = cluster.get("v1", "Secret", name, namespace)
+        except NotFound:
+            keychain.problems.append(f"{namespace}/{name}: Secret not found")
+            continue
+        if secret.get("type") != DOCKERCONFIG_TYPE:
+            keychain.problems.append(f"{namespace}/{name}: type is {secret.get('type')!r}, not {DOCKERCONFIG_TYPE}")
+            continue
+        raw = (secret.get("data") or {}).get(".dockerconfigjson")
+        try:
+            found = parse_dockerconfigjson(base64.b64decode(raw or ""))
+        except ValueError as exc:
+            keychain.problems.append(f"{namespace}/{name}: {exc}")
+            continue
+        for host, credential in found.items():
+            keychain.credentials.setdefault(host, credential)
+    return keychain
+
+
+def pull_secrets(config: AIMNamespaceConfig) -> list[str]:
+    """The ``images.imagePullSecrets`` an AIMNamespaceConfig names."""
+    return list(config.spec.images.image_pull_secrets or []) if config.spec.images else []
+
+
+def failure_reason(error: Exception, keychain: Keychain) -> tuple[str, str]:
+    """The condition reason and message of a failed image read, from the error's class: 401/403 auth (or the pull
+    secrets that were missing), 404 not found, an invalid reference, an unparsable label, else unavailable."""
+    if isinstance(error, LabelError):
+        return REASON_EXTRACTION_FAILED, str(error)
+    if isinstance(error, RegistryError) and error.kind == "not-found":
+        return REASON_IMAGE_NOT_FOUND, error.message
+    if isinstance(error, RegistryError) and error.kind == "auth":
+        if keychain.problems:
+            return REASON_SECRET_NOT_FOUND, f"{error.message}; pull secrets: {'; '.join(keychain.problems)}"
+        return REASON_AUTH_FAILED, error.message
+    if isinstance(error, RegistryError) and error.kind == "invalid" and "not a valid image reference" in error.message:
+        return REASON_INVALID_IMAGE, f"spec.image: {error.message}"
+    if isinstance(error, RegistryError) and error.kind == "invalid":
+        return REASON_EXTRACTION_FAILED, error.message
+    return REASON_REGISTRY_UNAVAILABLE, getattr(error, "message", None) or type(error).__name__
+
+
+def inspect_image(
+    client: RegistryClient, image: str, keychain: Keychain, previous: DiscoveryRecord | None, now: datetime
+) -> DiscoveryRecord:
+    """Read one image's labels (or confirm its digest is unchanged) into a :class:`DiscoveryRecord`."""
+    try:
+        credential = credential_for(parse_reference(image), keychain.credentials)
+        known = previous.digest if previous is not None and previous.ok and previous.image == image else None
+        config = client.read_config(image, credential, known_digest=known)
+        if config.unchanged and previous is not None:
+            return DiscoveryRecord(image=image, read_at=now, digest=previous.digest, metadata=previous.metadata)
+        return DiscoveryRecord(
+            image=image, read_at=now, digest=config.digest, metadata=parse_image_labels(config.labels)
+        )
+    except (RegistryError, LabelError) as exc:
+        reason, message = failure_reason(exc, keychain)
+        return failed_record(image, now, reason, message, previous)
+
+
+@task(name="inspect-images", cache_policy=NO_CACHE)
+def inspect_images(
+    client: RegistryClient,
+    wanted: Mapping[str, DiscoveryRecord | None],
+    keychain: Keychain,
+    now: datetime,
+) -> dict[str, DiscoveryRecord]:
+    """Read every image in ``wanted`` (image -> previous record) once, in parallel."""
+    images = sorted(wanted)
+    with ThreadPoolExecutor(max_workers=WORKERS) as pool:
+        records = list(pool.map(lambda image: inspect_image(client, image, keychain, wanted[image], now), images))
+    return dict(zip(images, records))

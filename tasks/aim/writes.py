@@ -1,0 +1,168 @@
+"""Writing through the objects as read: a status is patched only where it changed (with the read
+``resourceVersion``, recomputed over a fresh copy on a conflict), an object created, applied or deleted only when
+the engine decided so; what a run wrote is counted (:class:`WriteCounts`) and a status written is an Event.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+from engine.api.aim import AIMServiceTemplate
+from engine.api.views import Observed
+from engine.status import ConditionUpdate, changed_fields
+from tasks.cluster import Cluster, Manifest, ObjectRef
+from tasks.cluster.errors import ClusterError, Conflict, NotFound
+from tasks.cluster.recorder import record_event
+from tasks.cluster.retry import retry_on_conflict
+
+WORKERS = 8
+"""Threads a run reads and writes its objects on (the per-object API calls are independent)."""
+
+
+def write_status(cluster: Cluster, obj: Manifest, status: Mapping[str, Any]) -> bool:
+    """Patch the status fields that differ (with the read resourceVersion); ``False`` when none do.
+    On a conflict the object is re-read and the fields that still differ are written over the fresh copy
+    (:func:`tasks.cluster.retry.retry_on_conflict`)."""
+    wanted = dict(status)
+    if changed_fields(obj.get("status") or {}, wanted) is None:
+        return False
+
+    def still_different(current: Manifest) -> dict[str, Any] | None:
+        return changed_fields(current.get("status") or {}, wanted)
+
+    retry_on_conflict(cluster, ObjectRef.of(obj), still_different, write="status", read=obj)
+    return True
+
+
+@dataclass
+class WriteCounts:
+    """What a run wrote, for the summary."""
+
+    created: int = 0
+    updated: int = 0
+    deleted: int = 0
+    statuses: int = 0
+    skipped: list[str] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+
+    def merge(self, other: WriteCounts) -> None:
+        """Add another worker's counts to these."""
+        self.created += other.created
+        self.updated += other.updated
+        self.deleted += other.deleted
+        self.statuses += other.statuses
+        self.skipped += other.skipped
+        self.errors += other.errors
+
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+
+def for_each(
+    items: Sequence[T], work: Callable[[T, WriteCounts], R], writes: WriteCounts, workers: int = WORKERS
+) -> list[R]:
+    """Run ``work(item, counts)`` for every item on a small thread pool (the per-object reads and
+    writes are independent API calls), in order; each call counts into its own :class:`WriteCounts`,
+    merged into ``writes`` afterwards."""
+
+    def one(item: T) -> tuple[R, WriteCounts]:
+        counts = WriteCounts()
+        return work(item, counts), counts
+
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        results = list(pool.map(one, items))
+    for _, counts in results:
+        writes.merge(counts)
+    return [result for result, _ in results]
+
+
+def create_objects(cluster: Cluster, objects: Sequence[Manifest], counts: WriteCounts) -> None:
+    """Create each object (the engine decided they are missing); one created concurrently by someone
+    else is reported as skipped, another failure as an error of the run."""
+    for obj in objects:
+        meta = obj["metadata"]
+        try:
+            cluster.create(obj)
+            counts.created += 1
+        except Conflict:
+            counts.skipped.append(f"{meta['namespace']}/{meta['name']}: created concurrently")
+        except ClusterError as exc:
+            counts.errors.append(f"{obj['kind']} {meta['namespace']}/{meta['name']}: {exc.message}")
+
+
+def ref_of(obj: AIMServiceTemplate) -> ObjectRef:
+    """The reference of a typed custom resource."""
+    return ObjectRef(obj.api_version, obj.kind, str(obj.metadata.name), obj.metadata.namespace)
+
+
+def delete_stale(cluster: Cluster, stale: Sequence[ObjectRef], counts: WriteCounts) -> None:
+    """Delete objects this flow created that are no longer wanted (auto-created templates of an image
+    the model no longer names, workloads under a retired name); one that is already gone is fine."""
+    for ref in stale:
+        try:
+            cluster.delete(ref)
+            counts.deleted += 1
+        except NotFound:
+            pass
+        except ClusterError as exc:
+            counts.errors.append(f"{ref.kind} {ref.namespace}/{ref.name}: cannot delete: {exc.message}")
+
+
+def apply_object(
+    cluster: Cluster, desired: Manifest, existing: Manifest | None, patch: Mapping[str, Any] | None
+) -> str:
+    """Create ``desired`` when absent, merge-patch ``existing`` with ``patch`` when given; returns
+    ``created``, ``updated`` or ``unchanged``."""
+    if existing is None:
+        cluster.create(desired)
+        return "created"
+    if patch is None:
+        return "unchanged"
+    cluster.patch_spec(
+        ObjectRef.of(existing), dict(patch), resource_version=existing["metadata"].get("resourceVersion")
+    )
+    return "updated"
+
+
+ROLLED_OUT_REASON = "RolledOut"
+"""Event reason: the objects a service or model renders were created or updated."""
+DISCOVERED_REASON = "ModelDiscovered"
+"""Event reason: a model's image was read and its templates follow from it."""
+WARNING_STATUSES = frozenset({"Failed", "Degraded"})
+
+
+def post_status_event(
+    cluster: Cluster, obj: Manifest, status: str, conditions: Sequence[ConditionUpdate], *details: str
+) -> None:
+    """An Event on ``obj`` saying what its status, just written, decided and why: the reason and message of its
+    ``Ready`` condition (else of its first condition that is not True), a Warning when the status is Failed or
+    Degraded."""
+    cause = next((c for c in conditions if c.type == "Ready"), None) or next(
+        (c for c in conditions if c.status != "True"), None
+    )
+    reason = cause.reason if cause is not None and cause.reason else status
+    message = "; ".join(p for p in (status, cause.message if cause is not None else "", *details) if p)
+    record_event(cluster, obj, reason, message, "Warning" if status in WARNING_STATUSES else "Normal")
+
+
+def describe_rendered(obj: Manifest) -> str:
+    """``name`` of a rendered InferenceService, with the image of its first predictor container when it has one."""
+    containers = (obj["spec"].get("predictor") or {}).get("containers") or [{}]  # rendered by engine.aim: has a spec
+    image = containers[0].get("image") if isinstance(containers[0], dict) else None
+    return f"{obj['metadata']['name']}" + (f" (image {image})" if image else "")
+
+
+def as_read(view: Observed | None) -> Manifest | None:
+    """The object as read behind a view (what a write goes through), or None."""
+    return view.object if view is not None else None
+
+
+def count_action(counts: WriteCounts, action: str) -> None:
+    if action == "created":
+        counts.created += 1
+    elif action == "updated":
+        counts.updated += 1
