@@ -24,11 +24,6 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from prefect import flow, get_run_logger, task
-from prefect.artifacts import create_table_artifact
-from prefect.cache_policies import NO_CACHE
-from prefect.task_runners import ThreadPoolTaskRunner
-
 from engine.api.registry import VARIANT_AUTOSCALING
 from engine.optimize.spec import ANNOTATION_MIN_REPLICAS
 from engine.perf.tail_sizing import ANNOTATION_TTFT_PERCENTILE
@@ -45,8 +40,11 @@ from flows.parameters import (
     NonEmpty,
     PositiveSeconds,
 )
+from flows.runs import flow
 from flows.simulate import SloAttainment, read_inputs
 from tasks.cluster import ClusterError, ObjectRef, connect
+from tasks.progress import step
+from tasks.tracking import run_logger, table_artifact, task
 
 TUNED_ANNOTATIONS = (ANNOTATION_TTFT_PERCENTILE, ANNOTATION_MIN_REPLICAS)
 """The annotations a candidate may set; writing a choice removes the ones it does not set."""
@@ -90,14 +88,14 @@ class TuneReport:
         }
 
 
-@task(name="replay-candidate", cache_policy=NO_CACHE, task_run_name="replay {candidate.name}")
+@task(name="replay-candidate", task_run_name="replay {candidate.name}")
 def replay_candidate(scenario: Scenario, candidate: Candidate) -> PolicyOutcome:
     """The Modelplane policy replayed on the window's traffic with one candidate's settings."""
     tuned = with_candidate(scenario, candidate)
     return summarize_outcome("modelplane", tuned, run_policy("modelplane", tuned))
 
 
-@task(name="write-choice", cache_policy=NO_CACHE)
+@task(name="write-choice")
 def write_choice(cluster: str, scenario: Scenario, choice: ModelChoice, now: datetime) -> tuple[list[str], list[str]]:
     """The chosen candidate's annotations and ``modelplane.io/tuned`` on every VariantAutoscaling of the model."""
     backend = connect(cluster)
@@ -136,7 +134,7 @@ TUNE_TIMEOUT_S = 3 * 3600.0
 """A nightly run's limit: the replays of one model-day take minutes per candidate (docs/benchmarks.md)."""
 
 
-@flow(name="tune", log_prints=True, task_runner=ThreadPoolTaskRunner(max_workers=2), timeout_seconds=TUNE_TIMEOUT_S)
+@flow(name="tune", log_prints=True, max_workers=2, timeout_seconds=TUNE_TIMEOUT_S)
 def tune(
     cluster: NonEmpty,
     trace: NonEmpty,
@@ -159,7 +157,7 @@ def tune(
         dry_run: Replay and choose, write nothing.
         seed: Seed of the replay's random draws (the model split of the log): same inputs, same choice.
     """
-    logger = get_run_logger()
+    logger = run_logger()
     config = SimConfig(interval_s=SIMULATE_INTERVAL_S, startup_delay_s=SIMULATE_STARTUP_DELAY_S, seed=seed)
     scenario = read_inputs(
         cluster,
@@ -181,7 +179,11 @@ def tune(
     settings = candidates(scenario)
     logger.info("replaying %d requests under %d candidate settings", len(scenario.trace), len(settings))
     futures = [replay_candidate.submit(scenario, candidate) for candidate in settings]
-    replays = [(candidate, future.result()) for candidate, future in zip(settings, futures)]
+    replays = []
+    with step("tune", total=len(settings), unit="replays") as progress:
+        for candidate, future in zip(settings, futures):
+            replays.append((candidate, future.result()))
+            progress.advance(note=candidate.name)
     report = TuneReport(choose(scenario, replays), dry_run=dry_run)
     now = datetime.now(UTC)
     for choice in report.choices:
@@ -215,4 +217,4 @@ def publish(report: TuneReport) -> None:
         for choice in report.choices
         for row in choice.rows
     ]
-    create_table_artifact(key="tune-frontier", table=rows, description="Candidates replayed on the window's traffic")
+    table_artifact(key="tune-frontier", table=rows, description="Candidates replayed on the window's traffic")

@@ -20,9 +20,6 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, TypeVar
 
-from prefect import task
-from prefect.cache_policies import NO_CACHE
-
 from engine.aim.discovery import (
     API_VERSION,
     METADATA_ANNOTATION,
@@ -52,6 +49,7 @@ from tasks.cluster import Cluster, Manifest, ObjectRef
 from tasks.cluster.errors import ClusterError, Conflict, NotFound
 from tasks.cluster.recorder import record_event
 from tasks.oci import Credential, RegistryClient, RegistryError, credential_for, parse_dockerconfigjson, parse_reference
+from tasks.tracking import task
 
 log = logging.getLogger("modelplane.aim")
 
@@ -110,7 +108,7 @@ def _accepted(cluster: Cluster, kind: str, model: type[M], label_selector: str |
     return accept_as(cluster, cluster.list(API_VERSION, kind, label_selector=label_selector), model)
 
 
-@task(name="read-aim-state", cache_policy=NO_CACHE, retries=2, retry_delay_seconds=2)
+@task(name="read-aim-state", retries=2, retry_delay_seconds=2)
 def read_aim_state(cluster: Cluster, kinds: Sequence[str], model_selector: str | None = None) -> AimState:
     """LIST the kinds a flow needs (``models``, ``configs``, ``templates``, ``services``, ``caches``,
     ``nodes``, ``isvcs``, ``routes``), each once across all namespaces; ``model_selector`` is a label
@@ -148,7 +146,7 @@ class Keychain:
     problems: list[str] = field(default_factory=list)
 
 
-@task(name="read-pull-secrets", cache_policy=NO_CACHE, retries=2, retry_delay_seconds=2)
+@task(name="read-pull-secrets", retries=2, retry_delay_seconds=2)
 def read_keychain(cluster: Cluster, configs: Sequence[AIMNamespaceConfig]) -> Keychain:
     """Credentials from every ``images.imagePullSecrets`` Secret (``kubernetes.io/dockerconfigjson``)
     named by an AIMNamespaceConfig, read from the config's namespace; the first one for a registry
@@ -228,7 +226,7 @@ def inspect_image(
         return failure_record(image, now, exc, previous, keychain)
 
 
-@task(name="inspect-images", cache_policy=NO_CACHE)
+@task(name="inspect-images")
 def inspect_images(
     client: RegistryClient,
     wanted: Mapping[str, DiscoveryRecord | None],

@@ -115,6 +115,10 @@ ALIASES = {
     "deploy": "register-deployments",
     "serve": "serve-deployments",
     "aim": "reconcile-aim",
+    "optimize": "optimize-allocation",
+    "simulate": "simulate-policies",
+    "tune": "tune-sizing",
+    "calibrate": "calibrate-profiles",
 }
 
 
@@ -125,8 +129,9 @@ def test_every_visible_command_is_verb_noun_and_flow_commands_carry_the_flow_nam
 
     commands = typer.main.get_command(app).commands
     visible = {name for name, command in commands.items() if not command.hidden}
-    assert all("-" in name or name in {"optimize", "simulate", "tune", "calibrate"} for name in visible), visible
-    assert {entry["name"] for entry in load_prefect_yaml()["deployments"]} <= visible
+    assert all("-" in name for name in visible), visible
+    for flow in (entry["name"] for entry in load_prefect_yaml()["deployments"]):  # its name, or its name as a verb-noun
+        assert flow in visible or ALIASES.get(flow, "").startswith(f"{flow}-"), flow
     assert not visible & set(ALIASES) and "cache" not in visible
 
 
@@ -205,8 +210,8 @@ def test_queued_events_reach_the_api_before_the_verdict(prefect_api: str) -> Non
 
 
 @pytest.mark.long_wall  # the ephemeral API's start: half a minute under load (tests/grouping.py)
-def test_a_command_with_no_api_configured_runs_on_an_ephemeral_api_of_its_own(tmp_path: pathlib.Path) -> None:
-    """The laptop path: with no ``PREFECT_API_URL``, a flow command starts Prefect's ephemeral API for its run
+def test_a_tracked_command_with_no_api_configured_runs_on_an_ephemeral_api_of_its_own(tmp_path: pathlib.Path) -> None:
+    """``--track`` with no ``PREFECT_API_URL``: the flow command starts Prefect's ephemeral API for its run
     (on the Prefect home's database) and says nothing of it: the allocation, none of Prefect's temporary-server
     lines, and the command's own last line. (``./dev.sh demo`` starts one API for its commands instead.)"""
     from tests.prefect_db import seed_prefect_home
@@ -216,8 +221,9 @@ def test_a_command_with_no_api_configured_runs_on_an_ephemeral_api_of_its_own(tm
     env = laptop_environment()
     env["PREFECT_HOME"] = str(seed_prefect_home(tmp_path / "prefect-home"))
     metrics = str(REPO / "deployments" / "example-metrics.yaml")
+    command = ["optimize", "--cluster", str(cluster), "--metrics", metrics, "--dry-run", "--track"]
     result = subprocess.run(
-        [sys.executable, "-m", "flows.cli", "optimize", "--cluster", str(cluster), "--metrics", metrics, "--dry-run"],
+        [sys.executable, "-m", "flows.cli", *command],
         env=env,
         cwd=REPO,
         capture_output=True,
@@ -232,3 +238,30 @@ def test_a_command_with_no_api_configured_runs_on_an_ephemeral_api_of_its_own(tm
     with contextlib.closing(sqlite3.connect(tmp_path / "prefect-home" / "prefect.db")) as db:
         runs = db.execute("SELECT flow.name FROM flow_run JOIN flow ON flow.id = flow_run.flow_id").fetchall()
     assert runs == [("optimize",)]  # the run's API was the ephemeral one, on this home's database
+
+
+def test_a_local_dry_run_needs_no_prefect_api_and_does_not_import_prefect(tmp_path: pathlib.Path) -> None:
+    """The laptop path: a dry run on a manifests directory with no ``PREFECT_API_URL`` runs the flow untracked
+    (tasks/tracking.py): Prefect is never imported (``-X importtime`` lists every module the process loaded), no
+    Prefect database is created, and the command prints the same allocation as a tracked run, with its
+    first line saying the run is not recorded."""
+    cluster = tmp_path / "cluster"
+    shutil.copytree(REPO / "deployments" / "examples", cluster)
+    env = {**laptop_environment(), "PREFECT_HOME": str(tmp_path / "prefect-home")}
+    metrics = str(REPO / "deployments" / "example-metrics.yaml")
+    command = ["optimize", "--cluster", str(cluster), "--metrics", metrics, "--dry-run"]
+    result = subprocess.run(
+        [sys.executable, "-X", "importtime", "-m", "flows.cli", *command],
+        env=env,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "Modelplane allocation" in result.stdout
+    imported = [line.split("|")[-1].strip() for line in result.stderr.splitlines() if line.startswith("import time:")]
+    assert "engine.optimize.plan" in imported and not [m for m in imported if m.split(".")[0] == "prefect"]
+    assert not (tmp_path / "prefect-home" / "prefect.db").exists()
+    said = [line for line in result.stderr.splitlines() if not line.startswith("import time:")]
+    assert said[0].startswith(f"optimize on {cluster}") and "not recorded in Prefect" in said[0], said

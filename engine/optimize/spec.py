@@ -45,6 +45,12 @@ ANNOTATION_SCALE_TO_ZERO = "modelplane.io/scale-to-zero"
 ACCELERATOR_LABEL = "inference.optimization/acceleratorName"
 
 
+def accelerator_text(name: str, count: int = 1) -> str:
+    """How a table names what one replica runs on: ``1x A100``, ``2x H100``, ``1x nvidia.com/gpu`` (the GPU
+    resource, where nothing names the accelerator type); empty for none."""
+    return f"{count}x {name}" if name else ""
+
+
 class SpecError(ValueError):
     """A VariantAutoscaling cannot be optimized as written; ``field`` names the offending path."""
 
