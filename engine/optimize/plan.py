@@ -37,6 +37,7 @@ from engine.optimize.bindings import BindingDecision, BindingInputs, plan_bindin
 from engine.optimize.config import AcceleratorCost
 from engine.optimize.model_based import ModelBasedTargets, model_based_targets
 from engine.optimize.spec import (
+    COST_UNIT,
     CycleInputs,
     SpecError,
     VariantSpec,
@@ -518,11 +519,6 @@ def _with_loop(decision: VariantDecision, steps: Mapping[tuple[str, str], Contro
     return dataclasses.replace(
         decision, sizing_percentile=loop.percentile, peak_hold_s=loop.hold_s, loop_message=loop.message
     )
-
-
-COST_UNIT = "per hour"
-"""What a cost figure of the optimizer means: accelerator-unit-costs give each accelerator's cost per hour (WVA's
-unit cost), so a variant's cost (unit cost x accelerators per replica x replicas) is per hour of its allocation."""
 
 
 def summarize(decisions: Iterable[VariantDecision], bindings: Iterable[BindingDecision] = ()) -> str:
