@@ -6,6 +6,7 @@ import contextlib
 import json
 import os
 import pathlib
+import re
 import shutil
 import sqlite3
 import subprocess
@@ -265,3 +266,112 @@ def test_a_local_dry_run_needs_no_prefect_api_and_does_not_import_prefect(tmp_pa
     assert not (tmp_path / "prefect-home" / "prefect.db").exists()
     said = [line for line in result.stderr.splitlines() if not line.startswith("import time:")]
     assert said[0].startswith(f"optimize on {cluster}") and "not recorded in Prefect" in said[0], said
+
+
+def visible_commands() -> dict[str, Any]:
+    import typer.main
+
+    return {name: c for name, c in typer.main.get_command(app).commands.items() if not c.hidden}  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("name", sorted(visible_commands()))
+def test_help_reads_as_text_for_a_person(name: str) -> None:
+    """Every command's help names values as a person would (PATH, N, DURATION, choices), never a Python type
+    (``<bool>``, ``<list[str]>``, ``<int range> [x>=1]``), no source file path, no line break inside a sentence."""
+    result = CliRunner().invoke(app, [name, "--help"], terminal_width=250)
+    assert result.exit_code == 0, result.output
+    text = result.stdout
+    assert not re.search(r"<(bool|str|int|float|list\[\w+\]|\w+ range|Path)>|\[x[<>]=", text), text
+    assert not re.search(r"\((?:see )?(?:flows|tasks|engine)/\w+", text), text
+    command = visible_commands()[name]
+    for paragraph in (command.help or "").split("\n\n"):  # the terminal wraps a paragraph, not the docstring
+        assert "\n" not in paragraph, f"a paragraph broken mid-sentence: {paragraph!r}"
+    for param in command.params:
+        assert "\n" not in (param.help or ""), param.opts
+
+
+def test_one_duration_syntax_everywhere() -> None:
+    """Every option that takes a duration takes ``90s``, ``5m``, ``7d`` (and the plain seconds it took before),
+    and its help says DURATION."""
+    from flows.cli.common import parse_duration_text
+
+    assert [parse_duration_text(t) for t in ("90s", "5m", "7d", "1h30m", "1d12h", "600")] == [
+        90.0,
+        300.0,
+        604800.0,
+        5400.0,
+        129600.0,
+        600.0,
+    ]
+    with pytest.raises(ValueError, match="not a duration"):
+        parse_duration_text("soon")
+    durations = {
+        "optimize-allocation": ["--scale-down-stabilization"],
+        "simulate-policies": ["--slice-start", "--duration", "--wave-period", "--interval", "--startup-delay"],
+        "tune-sizing": ["--duration"],
+        "warm-caches": ["--gc-unused-after", "--retry-backoff", "--timeout"],
+        "discover-models": ["--resync-interval"],
+        "reconcile-aim": ["--resync-interval"],
+        "watch-models": ["--watch"],
+        "fill-cache": ["--lock-timeout"],
+    }
+    commands = visible_commands()
+    for name, flags in durations.items():
+        options = {opt: p for p in commands[name].params for opt in p.opts}
+        for flag in flags:
+            assert options[flag].metavar == "DURATION", (name, flag)
+
+
+def test_earlier_flag_spellings_still_work(tmp_path: pathlib.Path) -> None:
+    """A script written for the earlier flags runs the same command: ``--metrics`` is ``--metrics-file``,
+    ``--timeout-s 600`` is ``--timeout 10m``; the help shows only the current names."""
+    cluster = tmp_path / "cluster"
+    shutil.copytree(REPO / "deployments" / "examples", cluster)
+    metrics = str(REPO / "deployments" / "example-metrics.yaml")
+    runs = [
+        CliRunner().invoke(app, [*args, "--cluster", str(cluster), "--dry-run", "--json"], terminal_width=250)
+        for args in (["optimize", "--metrics", metrics], ["optimize-allocation", "--metrics-file", metrics])
+    ]
+    assert [r.exit_code for r in runs] == [0, 0], [r.output for r in runs]
+    assert json.loads(runs[0].stdout) == json.loads(runs[1].stdout)
+    help_text = CliRunner().invoke(app, ["optimize-allocation", "--help"], terminal_width=250).stdout
+    assert "--metrics-file" in help_text and "--metrics " not in help_text
+
+
+def test_the_cli_decides_with_the_deployments_defaults() -> None:
+    """``modelplane optimize-allocation`` holds a scale-down as the scheduled deployment does: its default for
+    each parameter the deployment sets is the deployment's value."""
+    from flows.deployments import load_prefect_yaml
+
+    entry = next(e for e in load_prefect_yaml()["deployments"] if e["name"] == "optimize")
+    options = {p.name: p for p in visible_commands()["optimize-allocation"].params}
+    cli_defaults = {"scale_down_stabilization_s": options["scale_down_stabilization"].default}
+    assert set(entry["parameters"]) <= set(cli_defaults), "a deployment parameter the CLI does not set"
+    assert {k: float(v) for k, v in entry["parameters"].items()} == {k: cli_defaults[k] for k in entry["parameters"]}
+
+
+def test_a_held_scale_down_reads_as_a_reason_and_costs_add_up(tmp_path: pathlib.Path) -> None:
+    """On the examples the deployment's 180 s window holds llama-3-1-8b-a100's scale-down: its row says so; every
+    cost is a number per hour in JSON, the unpriced binding target is null, and the summary's total is the
+    sum of the priced rows; a dry run ends by saying nothing was written."""
+    cluster = tmp_path / "cluster"
+    shutil.copytree(REPO / "deployments" / "examples", cluster)
+    args = [
+        "optimize-allocation",
+        "--cluster",
+        str(cluster),
+        "--metrics-file",
+        str(REPO / "deployments" / "example-metrics.yaml"),
+        "--dry-run",
+    ]
+    table = CliRunner().invoke(app, args, terminal_width=300)
+    assert table.exit_code == 0, table.output
+    assert "OptimizationSucceeded: scale-down to 1 held" in table.stdout  # in the reason column (its cell wraps)
+    assert "cost/h" in table.stdout and table.stdout.rstrip().endswith("dry run: nothing was written")
+    rows = json.loads(CliRunner().invoke(app, [*args, "--json"]).stdout)
+    held = {r["name"]: r["held"] for r in rows if r["held"]}
+    assert held == {"llama-3-1-8b-a100": "scale-down to 1 held by the 180s stabilization window (0s so far)"}
+    priced = [r["cost"] for r in rows if r["cost"] is not None]
+    assert all(isinstance(c, (int, float)) for c in priced) and [r["name"] for r in rows if r["cost"] is None]
+    assert f"total cost {sum(priced):.2f} per hour" in table.stdout
+    assert all(re.fullmatch(r"\d+x \S+", r["accelerator"]) for r in rows), [r["accelerator"] for r in rows]

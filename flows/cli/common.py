@@ -121,6 +121,10 @@ class ModelplaneCommand(typer.core.TyperCommand):
         for param in self.params:
             if isinstance(param, typer.core.TyperOption):
                 describe_value(param)
+            elif isinstance(param, typer.core.TyperArgument):
+                param.help = readable(param.help)
+                param.metavar = param.metavar or (param.name or "").upper()
+                param.display_type_rich = lambda ctx: None  # type: ignore[method-assign]  # its name says it
 
     def get_help_option(self, ctx: Any) -> Any:
         option = super().get_help_option(ctx)
