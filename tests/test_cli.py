@@ -375,3 +375,38 @@ def test_a_held_scale_down_reads_as_a_reason_and_costs_add_up(tmp_path: pathlib.
     assert all(isinstance(c, (int, float)) for c in priced) and [r["name"] for r in rows if r["cost"] is None]
     assert f"total cost {sum(priced):.2f} per hour" in table.stdout
     assert all(re.fullmatch(r"\d+x \S+", r["accelerator"]) for r in rows), [r["accelerator"] for r in rows]
+
+
+def test_a_long_command_says_how_far_it_is_in_plain_lines_off_a_terminal(tmp_path: pathlib.Path) -> None:
+    """Off a terminal (a CI log) simulate prints its progress as plain lines on stderr: the replays as they
+    finish, the report's plots, each step's end with its time; its stdout stays the table."""
+    command = [
+        "simulate-policies",
+        "--cluster",
+        str(REPO / "deployments" / "examples"),
+        "--trace",
+        str(REPO / "deployments" / "traces" / "azure-conv-2023-20min.csv"),
+        "--duration",
+        "1m",
+        "--policy",
+        "modelplane",
+        "--policy",
+        "hpa",
+        "--no-frontier",
+        "--output-dir",
+        str(tmp_path / "report"),
+    ]
+    result = subprocess.run(
+        [sys.executable, "-m", "flows.cli", *command],
+        env=laptop_environment(),
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr
+    lines = result.stderr.splitlines()
+    assert "simulate: 0/2 replays - started" in lines, lines
+    assert any(re.fullmatch(r"simulate: 2/2 replays \(hpa\) - done in \d+ s", line) for line in lines), lines
+    assert any(line.startswith(f"report {tmp_path / 'report'}: 4/4 plots") for line in lines), lines
+    assert "Policies replayed" in result.stdout and "replays" not in result.stdout
