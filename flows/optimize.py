@@ -487,7 +487,7 @@ def actuation_problems(
         if waiting:
             return [
                 f"{waiting} targets in metrics/both actuation mode but no Pushgateway configured "
-                "(pushgateway_url, --pushgateway or $MODELPLANE_PUSHGATEWAY_URL)"
+                "(--pushgateway-url, parameter pushgateway_url, or $MODELPLANE_PUSHGATEWAY_URL)"
             ]
     return []
 

@@ -88,10 +88,8 @@ def _discover(
     track: bool,
 ) -> Any:
     """One discover-models run (the report)."""
-    from flows.discover_models import discover_models
-
     return run_flow(
-        discover_models,
+        "flows.discover_models:discover_models",
         track=track,
         check=aim_check(),
         namespaces=namespaces,
@@ -143,9 +141,13 @@ def resolve_templates_command(
     as_json: bool = json_option(),
 ) -> None:
     """Resolve every AIMServiceTemplate to a runtime profile, check GPUs, request caches when warmCache."""
-    from flows.resolve_templates import resolve_templates
-
-    report = run_flow(resolve_templates, track=track, check=aim_check(), namespaces=namespace or None, cluster=cluster)
+    report = run_flow(
+        "flows.resolve_templates:resolve_templates",
+        track=track,
+        check=aim_check(),
+        namespaces=namespace or None,
+        cluster=cluster,
+    )
     _print_aim(
         "AIM templates",
         ("namespace", "template", "status", "reason", "message"),
@@ -164,9 +166,13 @@ def rollout_services_command(
     as_json: bool = json_option(),
 ) -> None:
     """Roll out every AIMService as a KServe InferenceService and Gateway HTTPRoute and report its status."""
-    from flows.rollout_services import rollout_services
-
-    report = run_flow(rollout_services, track=track, check=aim_check(), namespaces=namespace or None, cluster=cluster)
+    report = run_flow(
+        "flows.rollout_services:rollout_services",
+        track=track,
+        check=aim_check(),
+        namespaces=namespace or None,
+        cluster=cluster,
+    )
     _print_aim("AIM services", SERVICE_COLUMNS, _service_rows(report), report.summary, report.degraded, as_json=as_json)
 
 
@@ -193,13 +199,22 @@ def reconcile_aim(
     Exit codes: 0 clean; 2 could not run (cluster path missing, no Kubernetes access,
     AIM CRDs not installed), with one line on stderr; 3 ran degraded (writes failed), one line per error.
     """
-    from flows.resolve_templates import resolve_templates
-    from flows.rollout_services import rollout_services
-
     namespaces = namespace or None
     found = _discover(cluster, namespaces, resync, insecure_registry, registry_mirror, track)
-    resolved = run_flow(resolve_templates, track=track, check=aim_check(), namespaces=namespaces, cluster=cluster)
-    rolled = run_flow(rollout_services, track=track, check=aim_check(), namespaces=namespaces, cluster=cluster)
+    resolved = run_flow(
+        "flows.resolve_templates:resolve_templates",
+        track=track,
+        check=aim_check(),
+        namespaces=namespaces,
+        cluster=cluster,
+    )
+    rolled = run_flow(
+        "flows.rollout_services:rollout_services",
+        track=track,
+        check=aim_check(),
+        namespaces=namespaces,
+        cluster=cluster,
+    )
     errors = found.degraded + resolved.degraded + rolled.degraded
     if as_json:
         document = {

@@ -383,14 +383,13 @@ def tune(
     """
     from engine.optimize.spec import SpecError
     from engine.simulate.trace import TraceError
-    from flows.tune import tune as tune_flow
 
     with cli_errors():
         cluster = manifests_path(cluster_option)
         _check_simulation_input([], None, trace, None)
         _check_slo_attainment(slo_attainment)
     report = run_flow(
-        tune_flow,
+        "flows.tune:tune",
         track=track,
         cannot_run=(TraceError, SpecError),
         cluster=str(cluster),
@@ -458,7 +457,6 @@ def calibrate(
     that cannot determine it) or could not be written, as their rows say.
     """
     from engine.api.registry import LLMD_API, VARIANT_AUTOSCALING
-    from flows.calibrate import calibrate as calibrate_flow
     from tasks.calibrate import WindowsFileError, read_windows_file
 
     if windows is not None:
@@ -468,7 +466,7 @@ def calibrate(
             except WindowsFileError as exc:
                 raise CannotRun(str(exc)) from None
     report = run_flow(
-        calibrate_flow,
+        "flows.calibrate:calibrate",
         track=track,
         check=needs(LLMD_API, VARIANT_AUTOSCALING),
         namespaces=namespace or None,

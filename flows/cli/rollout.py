@@ -54,10 +54,9 @@ def rollout_models_command(
     """
     from engine.api.kthena import API_VERSION
     from engine.api.registry import MODEL
-    from flows.rollout_models import rollout_models
 
     report = run_flow(
-        rollout_models,
+        "flows.rollout_models:rollout_models",
         track=track,
         check=needs(API_VERSION, MODEL),
         namespaces=namespace or None,
@@ -105,10 +104,9 @@ def watch_models_command(
     """
     from engine.api.kthena import API_VERSION
     from engine.api.registry import MODEL
-    from flows.watch_models import watch_models
 
     report = run_flow(
-        watch_models,
+        "flows.watch_models:watch_models",
         track=track,
         check=needs(API_VERSION, MODEL),
         namespaces=namespace or None,
