@@ -100,6 +100,11 @@ def _discover(
     )
 
 
+def _run_aim(flow: str, namespaces: list[str] | None, cluster: str | None, track: bool) -> Any:
+    """One run of the AIM flow ``flow`` (its module's name) on ``namespaces`` (the report)."""
+    return run_flow(f"flows.{flow}:{flow}", track=track, check=aim_check(), namespaces=namespaces, cluster=cluster)
+
+
 def _model_rows(report: Any) -> list[tuple[object, ...]]:
     return [(r.name, r.image, r.result, r.deployments, r.templates) for r in report.rows]
 
@@ -141,13 +146,7 @@ def resolve_templates_command(
     as_json: bool = json_option(),
 ) -> None:
     """Resolve every AIMServiceTemplate to a runtime profile, check GPUs, request caches when warmCache."""
-    report = run_flow(
-        "flows.resolve_templates:resolve_templates",
-        track=track,
-        check=aim_check(),
-        namespaces=namespace or None,
-        cluster=cluster,
-    )
+    report = _run_aim("resolve_templates", namespace or None, cluster, track)
     _print_aim(
         "AIM templates",
         ("namespace", "template", "status", "reason", "message"),
@@ -166,13 +165,7 @@ def rollout_services_command(
     as_json: bool = json_option(),
 ) -> None:
     """Roll out every AIMService as a KServe InferenceService and Gateway HTTPRoute and report its status."""
-    report = run_flow(
-        "flows.rollout_services:rollout_services",
-        track=track,
-        check=aim_check(),
-        namespaces=namespace or None,
-        cluster=cluster,
-    )
+    report = _run_aim("rollout_services", namespace or None, cluster, track)
     _print_aim("AIM services", SERVICE_COLUMNS, _service_rows(report), report.summary, report.degraded, as_json=as_json)
 
 
@@ -201,20 +194,8 @@ def reconcile_aim(
     """
     namespaces = namespace or None
     found = _discover(cluster, namespaces, resync, insecure_registry, registry_mirror, track)
-    resolved = run_flow(
-        "flows.resolve_templates:resolve_templates",
-        track=track,
-        check=aim_check(),
-        namespaces=namespaces,
-        cluster=cluster,
-    )
-    rolled = run_flow(
-        "flows.rollout_services:rollout_services",
-        track=track,
-        check=aim_check(),
-        namespaces=namespaces,
-        cluster=cluster,
-    )
+    resolved = _run_aim("resolve_templates", namespaces, cluster, track)
+    rolled = _run_aim("rollout_services", namespaces, cluster, track)
     errors = found.degraded + resolved.degraded + rolled.degraded
     if as_json:
         document = {
