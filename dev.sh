@@ -139,7 +139,7 @@ case "${1:-}" in
     # 3. Kthena: the example Model's backend becomes a vLLM Deployment + Service, its policy a binding.
     step "$VENV/bin/modelplane" rollout-models --cluster "$demo_dir"
     # 4. One optimization cycle over the VariantAutoscalings and the new binding.
-    "$VENV/bin/modelplane" optimize --cluster "$demo_dir" --metrics deployments/example-metrics.yaml "$@"
+    "$VENV/bin/modelplane" optimize-allocation --cluster "$demo_dir" --metrics-file deployments/example-metrics.yaml "$@"
     ;;
   test)
     setup_python
