@@ -293,7 +293,7 @@ def test_help_reads_as_text_for_a_person(name: str) -> None:
 def test_one_duration_syntax_everywhere() -> None:
     """Every option that takes a duration takes ``90s``, ``5m``, ``7d`` (and the plain seconds it took before),
     and its help says DURATION."""
-    from flows.cli.common import parse_duration_text
+    from flows.cli.options import parse_duration_text
 
     assert [parse_duration_text(t) for t in ("90s", "5m", "7d", "1h30m", "1d12h", "600")] == [
         90.0,

@@ -16,7 +16,6 @@ from flows.cli.common import (
     command,
     console,
     drain_rejections,
-    duration_option,
     exit_with_outcome,
     json_option,
     namespaces_option,
@@ -25,6 +24,7 @@ from flows.cli.common import (
     track_option,
     warn_degraded,
 )
+from flows.cli.options import duration_option
 from flows.exitcodes import degraded_summary, exit_code
 from flows.parameters import DISCOVERY_RESYNC_S
 

@@ -11,7 +11,8 @@ from typing import TYPE_CHECKING
 
 import typer
 
-from flows.cli.common import ModelplaneCommand, app, command, console, duration_option, err
+from flows.cli.common import app, command, console, err
+from flows.cli.options import ModelplaneCommand, duration_option
 from tasks.downloader.fill import DEFAULT_CONCURRENCY, DEFAULT_PART_SIZE
 
 if TYPE_CHECKING:

@@ -14,13 +14,13 @@ from flows.cli.common import (
     cluster_option,
     command,
     console,
-    duration_option,
     exit_with_outcome,
     json_option,
     namespaces_option,
     run_flow,
     track_option,
 )
+from flows.cli.options import duration_option
 from flows.parameters import FILL_RETRY_BACKOFF_S, MAX_FILL_ATTEMPTS
 
 if TYPE_CHECKING:

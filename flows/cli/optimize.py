@@ -16,7 +16,6 @@ from flows.cli.common import (
     cluster_option,
     command,
     console,
-    duration_option,
     err,
     exit_with_outcome,
     json_option,
@@ -27,6 +26,7 @@ from flows.cli.common import (
     table_of,
     track_option,
 )
+from flows.cli.options import duration_option
 from flows.exitcodes import CannotRun, cli_errors
 from flows.parameters import (
     CALIBRATE_LOOKBACK,

@@ -14,7 +14,6 @@ from flows.cli.common import (
     cluster_option,
     command,
     console,
-    duration_option,
     exit_with_outcome,
     json_option,
     namespaces_option,
@@ -23,6 +22,7 @@ from flows.cli.common import (
     table_of,
     track_option,
 )
+from flows.cli.options import duration_option
 from flows.image import IMAGE
 from flows.parameters import KTHENA_NETWORKING, MAX_WATCH_S, ROLLOUT_WORKLOAD, WATCH_SECONDS
 
