@@ -400,9 +400,8 @@ def write_report(
     plots = {}
     with step(f"report {directory}", total=len(drawings), unit="plots") as drawn:
         for name, draw in drawings.items():
-            drawn.update(drawn.step.completed, note=name)
             plots[name] = draw()
-            drawn.advance()
+            drawn.advance(note=name)
     summary: dict[str, Any] = {
         "settings": settings,
         "slos": {m: {"ttft_ms": s.ttft_ms, "itl_ms": s.itl_ms} for m, s in scenario.slos.items()},
