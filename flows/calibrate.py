@@ -88,7 +88,10 @@ def collect_windows(
         return read_windows_file(windows_file), None
     url = prometheus_url or os.environ.get("PROMETHEUS_URL")
     if not url:
-        return {}, "no metrics source configured (--prometheus-url or --windows-file; parameters prometheus_url, windows_file)"
+        return (
+            {},
+            "no metrics source configured (--prometheus-url or --windows-file; parameters prometheus_url, windows_file)",
+        )
     client = PrometheusMetrics.from_env(url)
     assert client is not None
     now = datetime.now(UTC)

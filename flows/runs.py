@@ -22,6 +22,8 @@ import threading
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar, cast
 
+from tasks.tracking import untracked_run
+
 if TYPE_CHECKING:
     from prefect import Flow
 
@@ -137,7 +139,7 @@ def run_untracked(flow: Any, parameters: dict[str, Any]) -> Any:
 def call_validated(flow: Any, validated: dict[str, Any]) -> Any:
     """The flow's function on parameters :func:`validate_parameters` returned, within the flow's timeout; its
     return value (a degraded run's report too: :func:`flows.exitcodes.flow_result` returns the report untracked)."""
-    with time_limit(flow.name, getattr(flow, "timeout_seconds", None)):
+    with untracked_run(), time_limit(flow.name, getattr(flow, "timeout_seconds", None)):
         return flow.fn(**validated)
 
 

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from engine.api.registry import family_of, group_of, kind_info
-from tasks.tracking import tracked
+from tasks.tracking import in_untracked_run
 
 if TYPE_CHECKING:
     from prefect.events import Event
@@ -102,10 +102,10 @@ def emit_change(
 
     Inside a flow run Prefect relates the event to the run, its flow and deployment. ``related`` names
     other objects involved (e.g. the template a cache serves), each with the role ``modelplane-object``.
-    Returns the event, or None where no Prefect API is configured to receive it, and outside a tracked run
-    (tasks/tracking.py: a command on a manifests directory or a dry run has no API to send it to).
+    Returns the event, or None where no Prefect API is configured to receive it, and in an untracked run
+    (tasks/tracking.py: a command on a manifests directory has no API to send it to).
     """
-    if not tracked():
+    if in_untracked_run():
         return None
     from prefect.events import emit_event
 

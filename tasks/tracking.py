@@ -21,8 +21,10 @@ import functools
 import logging
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future
+from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any, Generic, ParamSpec, Protocol, TypeVar
 
 if TYPE_CHECKING:
@@ -43,6 +45,25 @@ def tracked() -> bool:
     if context is None:  # Prefect is not even imported: no run can be active
         return False
     return context.FlowRunContext.get() is not None or context.TaskRunContext.get() is not None
+
+
+_UNTRACKED_RUN: ContextVar[bool] = ContextVar("modelplane_untracked_run", default=False)
+
+
+@contextmanager
+def untracked_run() -> Iterator[None]:
+    """Mark the block as a flow run with no Prefect API (flows/runs.py): what it would send to one (events, a
+    run state) it leaves out."""
+    token = _UNTRACKED_RUN.set(True)
+    try:
+        yield
+    finally:
+        _UNTRACKED_RUN.reset(token)
+
+
+def in_untracked_run() -> bool:
+    """Whether the caller runs inside :func:`untracked_run`."""
+    return _UNTRACKED_RUN.get()
 
 
 def run_logger() -> logging.Logger | logging.LoggerAdapter[logging.Logger]:

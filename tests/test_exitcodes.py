@@ -123,20 +123,18 @@ def invoke_env(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[s
     return subprocess.CompletedProcess(list(args), result.exit_code, result.stdout, result.stderr)
 
 
-def test_a_degraded_flow_result_is_a_completed_state_named_degraded_with_the_reasons(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """Inside a tracked run (a Prefect flow run) a degraded result is a ``Degraded`` state; an untracked run has
-    no run state and returns the report itself, whose ``degraded`` list gives the command its exit code."""
+def test_a_degraded_flow_result_is_a_completed_state_named_degraded_with_the_reasons() -> None:
+    """A degraded result is a ``Degraded`` state; an untracked run (tasks/tracking.py) has no run state and gets
+    the report itself, whose ``degraded`` list gives the command its exit code."""
     from prefect.states import State
 
-    import tasks.tracking
     from flows.exitcodes import DEGRADED_STATE, MAX_STATE_REASONS, flow_result
+    from tasks.tracking import untracked_run
 
     report = object()
     reasons = [f"ns/model-{i}: MetricsUnavailable" for i in range(MAX_STATE_REASONS + 3)]
-    assert flow_result(report, reasons) is report  # untracked
-    monkeypatch.setattr(tasks.tracking, "tracked", lambda: True)
+    with untracked_run():
+        assert flow_result(report, reasons) is report
     assert flow_result(report, []) is report
     state = flow_result(report, reasons)
     assert isinstance(state, State) and state.is_completed() and state.name == DEGRADED_STATE

@@ -279,7 +279,10 @@ def collect_metrics(source: MetricsSource | None, state: ClusterState) -> tuple[
     A failing backend is reported (never swallowed) as an error string; the planner then holds.
     """
     if source is None:
-        return None, "no metrics source configured (--prometheus-url or --metrics-file; parameters prometheus_url, metrics_file)"
+        return (
+            None,
+            "no metrics source configured (--prometheus-url or --metrics-file; parameters prometheus_url, metrics_file)",
+        )
     keys = sorted(
         {ModelKey(model_id=va.model.spec.model_id, namespace=va.namespace) for va in state.variants},
         key=lambda k: (k.namespace, k.model_id),

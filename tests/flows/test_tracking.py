@@ -78,3 +78,17 @@ def test_inside_a_prefect_flow_run_the_same_task_is_a_prefect_task_run(prefect_h
 
     assert run() == (True, True)
     assert where() is False  # the same task outside a run: a plain call
+
+
+def test_an_untracked_run_sends_no_event_and_has_no_run_state() -> None:
+    """Inside an untracked run there is no API to send an event to, and no run state to name Degraded: the
+    flow's report says it all. Outside one (a helper emitting for a test, a Prefect run) both are as before."""
+    from flows.exitcodes import flow_result
+    from tasks.events import Subject, emit_change
+    from tasks.tracking import untracked_run
+
+    report = object()
+    with untracked_run():
+        assert emit_change(Subject("v1", "ConfigMap", "x", "ns"), "changed") is None
+        assert flow_result(report, ["metrics missing"]) is report
+    assert flow_result(report, ["metrics missing"]) is not report
