@@ -112,37 +112,6 @@ keep_bytecode() {
   unset PYTHONDONTWRITEBYTECODE
 }
 
-start_demo_api() {
-  # One Prefect API on 127.0.0.1 for the demo's commands (`prefect server start`, its log beside the demo copy),
-  # exported as PREFECT_API_URL and stopped when the demo exits, whatever its outcome.
-  local log="$1.prefect-api.log" port
-  port=$("$VENV/bin/python" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
-  PREFECT_SERVER_ANALYTICS_ENABLED=false "$VENV/bin/prefect" server start --host 127.0.0.1 --port "$port" --no-ui \
-    >"$log" 2>&1 &
-  demo_api_pid=$!
-  trap 'kill "$demo_api_pid" 2>/dev/null || true; wait "$demo_api_pid" 2>/dev/null || true' EXIT
-  export PREFECT_API_URL="http://127.0.0.1:$port/api"
-  if ! "$VENV/bin/python" - "$PREFECT_API_URL/health" "$demo_api_pid" <<'PY'; then
-import os, sys, time, urllib.request
-url, pid = sys.argv[1], int(sys.argv[2])
-deadline = time.monotonic() + 180  # minutes on a loaded machine; seconds on a laptop
-while time.monotonic() < deadline:
-    try:
-        with urllib.request.urlopen(url, timeout=5) as response:
-            sys.exit(0 if response.status == 200 else 1)
-    except OSError:
-        try:
-            os.kill(pid, 0)
-        except OSError:
-            sys.exit(1)  # the server exited
-        time.sleep(0.5)
-sys.exit(1)
-PY
-    echo "error: the demo's Prefect API did not start (its log: $log)" >&2
-    exit 2  # could not run (flows/exitcodes.py), as the demo's refusal to replace a directory
-  fi
-}
-
 case "${1:-}" in
   demo)
     setup_python
@@ -159,9 +128,8 @@ case "${1:-}" in
     cp -R deployments/examples/. "$demo_dir/"
     touch "$demo_dir/.modelplane-demo"
     echo "demo cluster: a copy of deployments/examples in $demo_dir (the checked-in examples are not touched)"
-    # With no Prefect API configured, each command would start a temporary API of its own (about 15 s of CPU
-    # each): the demo starts one for its four commands and stops it when it ends.
-    [ -n "${PREFECT_API_URL:-}" ] || start_demo_api "$demo_dir"
+    # On a manifests directory the commands need no Prefect API (they run untracked); with PREFECT_API_URL set,
+    # every run is recorded there.
     # Each step is a modelplane command; exit code 3 (ran degraded) is shown and the demo goes on.
     step() { "$@" || { rc=$?; [ "$rc" = 3 ] || exit "$rc"; }; }
     # 1. Fill the example model cache from a model the demo serves itself on 127.0.0.1 (no network).
@@ -171,7 +139,7 @@ case "${1:-}" in
     # 3. Kthena: the example Model's backend becomes a vLLM Deployment + Service, its policy a binding.
     step "$VENV/bin/modelplane" rollout-models --cluster "$demo_dir"
     # 4. One optimization cycle over the VariantAutoscalings and the new binding.
-    "$VENV/bin/modelplane" optimize --cluster "$demo_dir" --metrics deployments/example-metrics.yaml "$@"
+    "$VENV/bin/modelplane" optimize-allocation --cluster "$demo_dir" --metrics-file deployments/example-metrics.yaml "$@"
     ;;
   test)
     setup_python

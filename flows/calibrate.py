@@ -21,10 +21,6 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Annotated, Any
 
-from prefect import flow, get_run_logger, task
-from prefect.artifacts import create_table_artifact
-from prefect.cache_policies import NO_CACHE
-from prefect.context import FlowRunContext
 from pydantic import Field
 
 from engine.api.llmd import VariantAutoscaling
@@ -33,6 +29,7 @@ from engine.optimize.spec import SpecError, parse_variant
 from engine.simulate.calibrate import ProfileFit, Unidentifiable, Window, calibration_outcome, fit_profile
 from flows.exitcodes import flow_result
 from flows.parameters import CALIBRATE_LOOKBACK, CALIBRATE_WINDOW, SYSTEM_NAMESPACE, ClusterTarget, NamespaceName
+from flows.runs import flow
 from tasks.boundary import Accepted
 from tasks.calibrate import prometheus_windows, read_windows_file, write_outcome
 from tasks.cluster import connect
@@ -40,6 +37,7 @@ from tasks.cluster.errors import ClusterError
 from tasks.metrics.prometheus import PrometheusMetrics
 from tasks.metrics.snapshot import MetricsError
 from tasks.optimize.read import read_cluster_state
+from tasks.tracking import run_logger, table_artifact, task, tracked
 
 Lookback = Annotated[str, Field(pattern=r"^[0-9]+(m|h)$", examples=["24h", "90m"])]
 """How far back to read metrics: minutes or hours (``24h``)."""
@@ -77,7 +75,7 @@ class CalibrationReport:
         return [row.__dict__ for row in self.rows]
 
 
-@task(name="collect-windows", cache_policy=NO_CACHE)
+@task(name="collect-windows")
 def collect_windows(
     variants: list[Accepted[VariantAutoscaling]],
     windows_file: str | None,
@@ -90,7 +88,10 @@ def collect_windows(
         return read_windows_file(windows_file), None
     url = prometheus_url or os.environ.get("PROMETHEUS_URL")
     if not url:
-        return {}, "no metrics source configured (set prometheus_url or windows_file)"
+        return (
+            {},
+            "no metrics source configured (--prometheus-url or --windows-file; parameters prometheus_url, windows_file)",
+        )
     client = PrometheusMetrics.from_env(url)
     assert client is not None
     now = datetime.now(UTC)
@@ -163,7 +164,7 @@ def calibrate(
         window: Length of one window (PromQL increase range and step), e.g. 5m.
         dry_run: Fit and report, write nothing (no condition, no spec).
     """
-    logger = get_run_logger()
+    logger = run_logger()
     now = datetime.now(UTC).replace(microsecond=0)
     conn = connect(
         cluster, dry_run=dry_run
@@ -202,7 +203,7 @@ def calibrate(
 
 def publish(report: CalibrationReport) -> None:
     """Publish the proposals as a Prefect table artifact (only inside a flow run)."""
-    if FlowRunContext.get() is None:
+    if not tracked():
         return
 
     def cell(row: CalibrationRow, name: str) -> str:
@@ -213,7 +214,7 @@ def publish(report: CalibrationReport) -> None:
         kept = " kept" if e["fixed"] else f" [{e['ci95'][0]:.4g}, {e['ci95'][1]:.4g}]"
         return f"{e['value']:.4g}{kept}{now}"
 
-    create_table_artifact(
+    table_artifact(
         key="calibrate-profiles",
         table=[
             {

@@ -18,10 +18,13 @@ import datetime
 import json
 import os
 import pathlib
+import re
 import shlex
 import subprocess
 import sys
 import tempfile
+import threading
+from collections.abc import Callable
 from typing import Any
 
 import yaml
@@ -275,14 +278,47 @@ def inherited_environment(job_variables: dict[str, Any]) -> dict[str, Any]:
 
 
 def run_deploy(
-    pool: str | None = None, env: dict[str, str] | None = None, pool_type: str = "kubernetes"
+    pool: str | None = None,
+    env: dict[str, str] | None = None,
+    pool_type: str = "kubernetes",
+    on_line: Callable[[str], None] | None = None,
 ) -> subprocess.CompletedProcess[str]:
-    """Run :func:`deploy_command` from the repository root, capturing its output; ``pool`` other than the
-    Kubernetes pool of prefect.yaml deploys a generated copy naming that pool."""
+    """Run :func:`deploy_command` from the repository root, capturing its output (each stdout line also given to
+    ``on_line`` as it comes, for progress); ``pool`` other than the Kubernetes pool of prefect.yaml deploys a
+    generated copy naming that pool."""
     if (pool is None or pool == KUBERNETES_POOL) and pool_type == "kubernetes":
-        return subprocess.run(deploy_command(), cwd=REPO, env=env, capture_output=True, text=True, check=False)
+        return run_streaming(deploy_command(), env, on_line)
     with tempfile.TemporaryDirectory(prefix="modelplane-deploy-") as tmp:
         generated = prefect_yaml_for_pool(
             pool or KUBERNETES_POOL, pathlib.Path(tmp) / "prefect.yaml", pool_type=pool_type
         )
-        return subprocess.run(deploy_command(generated), cwd=REPO, env=env, capture_output=True, text=True, check=False)
+        return run_streaming(deploy_command(generated), env, on_line)
+
+
+REGISTERED = re.compile(r"Deployment '([^'/]+/[^']+)'")
+"""What ``prefect deploy`` prints once per deployment it registered (in a panel: ``Deployment 'flow/name'
+successfully created with id ...``)."""
+
+
+def run_streaming(
+    command: list[str], env: dict[str, str] | None, on_line: Callable[[str], None] | None
+) -> subprocess.CompletedProcess[str]:
+    """``command`` from the repository root, its output captured as ``subprocess.run`` does, and each stdout line
+    handed to ``on_line`` as it is printed (stderr read beside it, so neither pipe fills). Its console is wide,
+    so a panel's line is not wrapped."""
+    environment = {**(env if env is not None else os.environ), "COLUMNS": "200"}
+    process = subprocess.Popen(
+        command, cwd=REPO, env=environment, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    assert process.stdout is not None and process.stderr is not None
+    errors: list[str] = []
+    reader = threading.Thread(target=lambda: errors.extend(process.stderr), daemon=True)  # type: ignore[union-attr]
+    reader.start()
+    lines = []
+    for line in process.stdout:
+        lines.append(line)
+        if on_line is not None:
+            on_line(line)
+    code = process.wait()
+    reader.join()
+    return subprocess.CompletedProcess(command, code, "".join(lines), "".join(errors))

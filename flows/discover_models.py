@@ -24,10 +24,6 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Annotated
 
-from prefect import flow, get_run_logger
-from prefect.artifacts import create_table_artifact
-from prefect.context import FlowRunContext
-from prefect.utilities.annotations import quote
 from pydantic import Field
 
 from engine.aim.discovery import DiscoveryRecord
@@ -37,6 +33,7 @@ from engine.api.aim import AIMClusterModel
 from engine.api.registry import AIM_CLUSTER_MODEL
 from flows.exitcodes import flow_result
 from flows.parameters import DISCOVERY_RESYNC_S, ClusterTarget, NamespaceName
+from flows.runs import flow
 from tasks.aim.discover import write_model_plan
 from tasks.aim.images import Keychain, inspect_images, pull_secrets, read_keychain
 from tasks.aim.read import read_aim_state, typed
@@ -47,6 +44,7 @@ from tasks.cluster.errors import ClusterError
 from tasks.cluster.recorder import record_event
 from tasks.events import Subject, emit_change
 from tasks.oci import RegistryClient
+from tasks.tracking import quote, run_logger, table_artifact, tracked
 
 DEFAULT_INTERVAL_S = 3600
 
@@ -105,7 +103,7 @@ def discover_models(
         cluster: Empty = $MODELPLANE_CLUSTER, else kubeconfig or in-cluster; 'kubeconfig:PATH[#context]'; or a
             manifests directory/file.
     """
-    logger = get_run_logger()
+    logger = run_logger()
     now = datetime.now(UTC).replace(microsecond=0)
     cluster_api = connect(cluster)
     state = read_aim_state(cluster_api, ["models", "configs", "templates"], model_selector)
@@ -168,9 +166,9 @@ def row_of(plan: ModelPlan) -> ModelRow:
 
 def publish(report: DiscoveryReport) -> None:
     """The discovery table as a Prefect artifact (only inside a flow run)."""
-    if FlowRunContext.get() is None:
+    if not tracked():
         return
-    create_table_artifact(
+    table_artifact(
         key="aim-discovery",
         table=[
             {

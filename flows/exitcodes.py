@@ -86,7 +86,9 @@ def flow_result(report: Report, degraded: Sequence[str]) -> Report:
     wrote what it could (retries would redo it, failure alerts would fire every cycle metrics are missing);
     "could not run" (exit 2) is the flow raising, which Prefect makes ``Failed``.
     """
-    if not degraded:
+    from tasks.tracking import in_untracked_run
+
+    if not degraded or in_untracked_run():  # untracked (tasks/tracking.py): no run state, the report says it all
         return report
     from prefect.states import Completed
 

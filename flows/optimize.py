@@ -31,19 +31,13 @@ from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from prefect import flow, get_run_logger, task
-from prefect.artifacts import create_table_artifact
-from prefect.cache_policies import NO_CACHE
-from prefect.context import FlowRunContext
-from prefect.utilities.annotations import quote
-
 from engine.api.kthena import AutoscalingPolicyBinding
 from engine.api.registry import AUTOSCALING_POLICY_BINDING, KTHENA_API, LLMD_API, VARIANT_AUTOSCALING
 from engine.cycle_metrics import CycleFacts, optimize_cycle_metrics, wva_targets
 from engine.optimize.actuation import publishes
 from engine.optimize.bindings import BindingDecision, BindingInputs
 from engine.optimize.plan import CyclePlan, VariantDecision, plan_cycle
-from engine.optimize.spec import CycleInputs, ModelLoad, PodSample
+from engine.optimize.spec import CycleInputs, ModelLoad, PodSample, accelerator_text
 from engine.perf.saturation import SaturationConfigSet
 from engine.perf.tail_sizing import PromptDistribution
 from engine.slo.measure import LatencyHistograms
@@ -56,8 +50,9 @@ from flows.parameters import (
     PositiveSeconds,
     PromDuration,
 )
+from flows.runs import flow
 from tasks.boundary import Accepted
-from tasks.cluster import Cluster, LocalCluster, connect
+from tasks.cluster import Cluster, LocalCluster, connect, local_path_problem
 from tasks.cluster.errors import ClusterError
 from tasks.events import Subject, emit_change
 from tasks.metrics.file import FileMetrics
@@ -68,13 +63,13 @@ from tasks.optimize.read import (
     ClusterState,
     TargetReplicas,
     collect_metrics,
-    local_path_problem,
     read_cluster_state,
     read_current_replicas,
     scale_targets_of,
 )
 from tasks.optimize.write import WriteOutcome, apply_binding, apply_decisions
 from tasks.pushgateway import Pushgateway, push
+from tasks.tracking import quote, run_logger, table_artifact, task, tracked
 
 DEFAULT_INTERVAL_S = 60
 DEFAULT_RATE_WINDOW = "1m"
@@ -94,12 +89,16 @@ class CycleRow:
     accelerator: str
     current: int | None
     desired: int | None
-    cost: str
+    cost: float | None
+    """Per hour (:data:`engine.optimize.plan.COST_UNIT`) of the desired replicas; None: unpriced (a binding
+    target whose binding gives no cost)."""
     reason: str
     applied: bool = False
     message: str = ""
     scaled: bool = False
     mode: str = "scale"
+    held: str = ""
+    """Why a scale-down of this row waits (the stabilization window), empty when none does."""
 
 
 @dataclass
@@ -199,7 +198,7 @@ def cycle_inputs(
 BindingPlan = tuple[Accepted[AutoscalingPolicyBinding], BindingDecision]
 
 
-@task(name="read-bindings", cache_policy=NO_CACHE)
+@task(name="read-bindings")
 def read_bindings(
     cluster: Cluster,
     state: ClusterState,
@@ -210,7 +209,7 @@ def read_bindings(
 
     Returns (binding, inputs) pairs and the API failures of single bindings (the others proceed).
     """
-    logger = get_run_logger()
+    logger = run_logger()
     read: list[tuple[Accepted[AutoscalingPolicyBinding], BindingInputs]] = []
     errors: list[str] = []
     for binding in state.bindings:
@@ -223,7 +222,7 @@ def read_bindings(
     return read, errors
 
 
-@task(name="apply-bindings", cache_policy=NO_CACHE)
+@task(name="apply-bindings")
 def apply_bindings(
     cluster: Cluster,
     plans: list[BindingPlan],
@@ -232,7 +231,7 @@ def apply_bindings(
     published: frozenset[tuple[str, str]],
 ) -> list[str]:
     """Scale the targets whose mode scales and persist each binding's state; returns single bindings' API failures."""
-    logger = get_run_logger()
+    logger = run_logger()
     errors: list[str] = []
     for binding, decision in plans:
         try:
@@ -259,15 +258,16 @@ def report_rows(
             name=d.name,
             kind=VARIANT_AUTOSCALING,
             model=d.model_id or "",
-            accelerator=d.accelerator or "",
+            accelerator=accelerator_text(d.accelerator or "", d.accelerator_count),
             current=d.current,
             desired=d.desired,
-            cost=f"{d.cost:.2f}",
+            cost=round(d.cost, 2),
             reason=d.reason,
             applied=outcomes[(d.namespace, d.name)].applied if (d.namespace, d.name) in outcomes else False,
             message=d.message,
             scaled=outcomes[(d.namespace, d.name)].scaled if (d.namespace, d.name) in outcomes else False,
             mode=outcomes[(d.namespace, d.name)].mode if (d.namespace, d.name) in outcomes else "scale",
+            held=d.held,
         )
         for d in decisions
     ]
@@ -283,7 +283,7 @@ def report_rows(
                     accelerator=details.accelerators.get(target.name, ""),
                     current=target.current,
                     desired=target.desired,
-                    cost=f"{target.cost:.2f}",
+                    cost=round(target.cost, 2) if target.priced else None,
                     reason=b.reason,
                     applied=target.applied,
                     message=b.message,
@@ -332,7 +332,7 @@ def optimize(
         pushgateway_url: Prometheus Pushgateway to publish WVA's wva_desired_replicas family and Modelplane's own
             metrics to (HPA/KEDA actuation, dashboards); empty = $MODELPLANE_PUSHGATEWAY_URL, else off.
     """
-    logger = get_run_logger()
+    logger = run_logger()
     now = datetime.now(UTC).replace(microsecond=0)
     started, timer = time.time(), StageTimer()
     backend = connect(cluster, dry_run=dry_run)  # the parameter names the cluster; a dry run's writes change nothing
@@ -426,7 +426,7 @@ def publish_plan(
     with timer.stage("publish"):
         push_error = push(gateway, "optimize", optimize_cycle_metrics(plan.variants, plan.bindings, facts))
     if push_error is not None:
-        get_run_logger().error("publishing metrics: %s", push_error)
+        run_logger().error("publishing metrics: %s", push_error)
         return frozenset(), push_error
     return frozenset((t.namespace, t.variant_name) for t in wva_targets(plan.variants, plan.bindings)), None
 
@@ -487,7 +487,7 @@ def actuation_problems(
         if waiting:
             return [
                 f"{waiting} targets in metrics/both actuation mode but no Pushgateway configured "
-                "(pushgateway_url, --pushgateway or $MODELPLANE_PUSHGATEWAY_URL)"
+                "(--pushgateway-url, parameter pushgateway_url, or $MODELPLANE_PUSHGATEWAY_URL)"
             ]
     return []
 
@@ -543,9 +543,9 @@ def emit_scaling_events(report: CycleReport) -> None:
 
 def publish(report: CycleReport) -> None:
     """Publish the allocation table as a Prefect artifact (only inside a flow run)."""
-    if FlowRunContext.get() is None:
+    if not tracked():
         return
-    create_table_artifact(
+    table_artifact(
         key="optimize-allocation",
         table=[
             {
@@ -555,8 +555,8 @@ def publish(report: CycleReport) -> None:
                 "accelerator": r.accelerator,
                 "current": r.current,
                 "desired": r.desired,
-                "cost": r.cost,
-                "reason": r.reason,
+                "cost": "unpriced" if r.cost is None else f"{r.cost:.2f}/h",
+                "reason": f"{r.reason}: {r.held}" if r.held else r.reason,
             }
             for r in report.rows
         ],

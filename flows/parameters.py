@@ -66,6 +66,11 @@ Kubernetes work pool's runs and the install use when no ``PROMETHEUS_URL`` is se
 DISCOVERY_RESYNC_S = 86400
 """discover-models reads an unchanged image's labels again after this many seconds (a day)."""
 
+SCALE_DOWN_STABILIZATION_S = 180.0
+"""How long the optimize deployment (deployments/prefect.yaml) and ``modelplane optimize`` hold a scale-down
+(a replica's start-up plus one cycle: engine.optimize.plan.DEFAULT_SCALE_DOWN_WINDOW_S); the flow's own default
+is 0, as WVA's."""
+
 CALIBRATE_LOOKBACK = "24h"
 """How far back calibrate reads metrics (a day: gamma needs hours of varied load)."""
 

@@ -22,10 +22,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
-from prefect import flow, get_run_logger
-from prefect.artifacts import create_table_artifact
-from prefect.context import FlowRunContext
-
 from engine.aim.template_plan import ResolvePlan, TemplateWorld, plan_model_readiness, plan_template
 from engine.api.aim import API_VERSION as AIM_API_VERSION
 from engine.api.aim import AIMServiceTemplate
@@ -33,6 +29,7 @@ from engine.api.registry import AIM_SERVICE_TEMPLATE
 from engine.status import ConditionUpdate, status_with_conditions
 from flows.exitcodes import flow_result
 from flows.parameters import ClusterTarget, NamespaceName
+from flows.runs import flow
 from tasks.aim.caches import SharedCaches
 from tasks.aim.read import read_aim_state, typed
 from tasks.aim.resolve import write_template_plan
@@ -42,6 +39,7 @@ from tasks.cluster import Cluster, Manifest, connect
 from tasks.cluster.errors import ClusterError
 from tasks.cluster.recorder import record_event
 from tasks.events import Subject, emit_change
+from tasks.tracking import run_logger, table_artifact, tracked
 
 DEFAULT_INTERVAL_S = 300
 
@@ -88,7 +86,7 @@ def resolve_templates(namespaces: list[NamespaceName] | None = None, cluster: Cl
         cluster: Empty = $MODELPLANE_CLUSTER, else kubeconfig or in-cluster; 'kubeconfig:PATH[#context]'; or a
             manifests directory/file.
     """
-    logger = get_run_logger()
+    logger = run_logger()
     now = datetime.now(UTC).replace(microsecond=0)
     cluster_api = connect(cluster)
     state = read_aim_state(cluster_api, ["templates", "models", "configs", "caches", "nodes"])
@@ -164,9 +162,9 @@ def write_model_ready(
 
 def publish(report: ResolveReport) -> None:
     """The resolution table as a Prefect artifact (only inside a flow run)."""
-    if FlowRunContext.get() is None:
+    if not tracked():
         return
-    create_table_artifact(
+    table_artifact(
         key="aim-templates",
         table=[
             {"namespace": r.namespace, "template": r.name, "status": r.status, "reason": r.reason, "message": r.message}

@@ -19,20 +19,18 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Literal
 
-from prefect import flow, get_run_logger
-from prefect.artifacts import create_table_artifact
-from prefect.context import FlowRunContext
-
 from engine.api.kthena import API_VERSION as KTHENA_API_VERSION
 from engine.api.registry import MODEL
 from engine.rollout.kthena_native import RUNTIME_IMAGE
 from flows.exitcodes import flow_result
 from flows.image import IMAGE
 from flows.parameters import KTHENA_NETWORKING, ROLLOUT_WORKLOAD, ClusterTarget, ImageRef, NamespaceName, ObjectName
+from flows.runs import flow
 from tasks.cluster import ClusterError, connect
 from tasks.cluster.recorder import record_event
 from tasks.events import Subject, emit_change
 from tasks.rollout_models import ModelOutcome, RolloutOptions, list_models, reconcile_model
+from tasks.tracking import run_logger, table_artifact, tracked
 
 DEFAULT_INTERVAL_S = 300
 DEFAULT_DOWNLOADER_IMAGE = IMAGE  # flows/image.py
@@ -83,7 +81,7 @@ def rollout_models(
         runtime_image: Kthena's runtime sidecar image (with Kthena networking).
     """
     options = RolloutOptions(kthena_networking, workload, runtime_image)
-    logger = get_run_logger()
+    logger = run_logger()
     now = datetime.now(UTC).replace(microsecond=0)
     target = connect(cluster)
 
@@ -124,9 +122,9 @@ def announce(outcome: ModelOutcome) -> None:
 
 def publish(report: RolloutReport) -> None:
     """The per-Model table as a Prefect artifact (only inside a flow run)."""
-    if FlowRunContext.get() is None:
+    if not tracked():
         return
-    create_table_artifact(
+    table_artifact(
         key="rollout-models",
         table=[
             {

@@ -24,16 +24,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
-from prefect import flow, get_run_logger
-from prefect.artifacts import create_table_artifact
-from prefect.context import FlowRunContext
-
 from engine.aim.service_plan import ServicePlan, ServiceWorld, plan_service
 from engine.api.aim import API_VERSION as AIM_API_VERSION
 from engine.api.aim import AIMService
 from engine.api.registry import AIM_SERVICE
 from flows.exitcodes import flow_result
 from flows.parameters import ClusterTarget, NamespaceName
+from flows.runs import flow
 from tasks.aim.caches import SharedCaches
 from tasks.aim.read import AimState, read_aim_state, typed
 from tasks.aim.rollout import write_service_plan
@@ -43,6 +40,7 @@ from tasks.cluster import connect
 from tasks.cluster.errors import ClusterError
 from tasks.cluster.recorder import record_event
 from tasks.events import Subject, emit_change
+from tasks.tracking import run_logger, table_artifact, tracked
 
 DEFAULT_INTERVAL_S = 300
 
@@ -89,7 +87,7 @@ def rollout_services(namespaces: list[NamespaceName] | None = None, cluster: Clu
         cluster: Empty = $MODELPLANE_CLUSTER, else kubeconfig or in-cluster; 'kubeconfig:PATH[#context]'; or a
             manifests directory/file.
     """
-    logger = get_run_logger()
+    logger = run_logger()
     now = datetime.now(UTC).replace(microsecond=0)
     cluster_api = connect(cluster)
     state = read_aim_state(
@@ -163,9 +161,9 @@ def row_of(plan: ServicePlan) -> ServiceRow:
 
 def publish(report: RolloutReport) -> None:
     """The rollout table as a Prefect artifact (only inside a flow run)."""
-    if FlowRunContext.get() is None:
+    if not tracked():
         return
-    create_table_artifact(
+    table_artifact(
         key="aim-services",
         table=[
             {

@@ -17,9 +17,6 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Annotated
 
-from prefect import flow, get_run_logger
-from prefect.artifacts import create_markdown_artifact
-from prefect.context import FlowRunContext
 from pydantic import Field
 
 from engine.api.llmaz import API_VERSION as LLMAZ_API_VERSION
@@ -29,12 +26,14 @@ from engine.rollout.openmodel import DEFAULT_IMAGE, check_flavor, choose_flavor,
 from engine.rollout.workloads import stamp
 from flows.exitcodes import flow_result
 from flows.parameters import ClusterTarget, ImageRef, NamespaceName, ObjectName
+from flows.runs import flow
 from tasks.caches import mark_used
 from tasks.cluster import Cluster, Manifest, connect
 from tasks.cluster.errors import NotFound
 from tasks.cluster.recorder import record_event
 from tasks.events import Subject, emit_change
 from tasks.serve_openmodel import cache_condition, node_labels, read_openmodel, warm_cache, write_conditions
+from tasks.tracking import markdown_artifact, run_logger, tracked
 from tasks.workloads import WriteLog, read_live, write_object
 
 
@@ -80,7 +79,7 @@ def serve_openmodel(
             manifests directory/file.
         image: The vLLM image.
     """
-    logger = get_run_logger()
+    logger = run_logger()
     now = datetime.now(UTC).replace(microsecond=0)
     target = connect(cluster)
 
@@ -157,10 +156,10 @@ def refused(cluster: Cluster, obj: Manifest, message: str) -> ServeError:
 
 def publish(report: ServeReport) -> None:
     """A markdown summary artifact (only inside a flow run)."""
-    if FlowRunContext.get() is None:
+    if not tracked():
         return
     changes = ", ".join(report.writes.created + report.writes.updated) or "nothing changed"
-    create_markdown_artifact(
+    markdown_artifact(
         key="serve-openmodel",
         markdown=f"**{report.model}** in `{report.namespace}`: {report.state}\n\n- {report.message}\n- cache: {report.cache or '-'}\n- writes: {changes}\n",
         description=f"serve-openmodel {report.model}",

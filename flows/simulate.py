@@ -23,11 +23,6 @@ import pathlib
 from dataclasses import dataclass, field, replace
 from typing import Annotated, Any, Literal
 
-from prefect import flow, get_run_logger, task
-from prefect.artifacts import create_markdown_artifact
-from prefect.cache_policies import NO_CACHE
-from prefect.context import FlowRunContext
-from prefect.utilities.annotations import quote
 from pydantic import Field
 
 from engine.simulate.bursts import BURSTY_VARIANTS, burst_statistics
@@ -56,7 +51,10 @@ from flows.parameters import (
     NonNegativeSeconds,
     PositiveSeconds,
 )
+from flows.runs import flow
+from tasks.progress import step
 from tasks.simulate import markdown_report, read_description, read_trace, write_report
+from tasks.tracking import markdown_artifact, quote, run_logger, task, tracked
 
 # Literal types so the Prefect form offers the choices (kept equal to POLICIES and the simulated gauges).
 PolicyName = Literal["modelplane", "saturation-only", "wva-greedy", "hpa", "static-peak", "oracle"]
@@ -99,7 +97,7 @@ class SimulationReport:
         }
 
 
-@task(name="read-simulation-inputs", cache_policy=NO_CACHE)
+@task(name="read-simulation-inputs")
 def read_inputs(
     cluster: str,
     trace_path: str,
@@ -144,13 +142,13 @@ def read_inputs(
     return with_oracle_curves(scenario) if oracle_curves else scenario
 
 
-@task(name="simulate-policy", cache_policy=NO_CACHE)
+@task(name="simulate-policy")
 def simulate_policy(name: str, scenario: Scenario) -> PolicyOutcome:
     """Replay the trace under one policy and summarize the run."""
     return summarize_outcome(name, scenario, run_policy(name, scenario))
 
 
-@task(name="sweep-policy-knob", cache_policy=NO_CACHE)
+@task(name="sweep-policy-knob")
 def sweep_knob(name: str, scenario: Scenario) -> list[tuple[str, str, PolicyOutcome]]:
     """Replay the trace under one policy at each setting of its knob (one task per policy, not per replay)."""
     return [
@@ -230,7 +228,7 @@ def simulate(
         output_dir: Directory for summary.json, the PNG plots and report.html.
     """
     policies = policies or list(POLICIES)
-    logger = get_run_logger()
+    logger = run_logger()
     shape = {
         "start_s": start_s,
         "duration_s": duration_s,
@@ -265,7 +263,17 @@ def simulate(
         len(scenario.variants),
     )
 
-    outcomes = [simulate_policy(name, quote(scenario)) for name in policies]
+    swept_policies = list(dict.fromkeys([*policies, "oracle"])) if frontier else []
+    sweeps = {name: len(knob_settings(scenario, name)) for name in swept_policies}
+    with step("simulate", total=len(policies) + sum(sweeps.values()), unit="replays") as replays:
+        outcomes = []
+        for name in policies:
+            outcomes.append(simulate_policy(name, quote(scenario)))
+            replays.advance(note=name)
+        swept = []
+        for name in swept_policies:
+            swept += sweep_knob(name, quote(scenario))
+            replays.advance(sweeps[name], note=f"{name} knob")
     for o in outcomes:
         logger.info(
             "%s: SLO attainment %.1f%%, cost %.1f, %d replica changes, %d unserved",
@@ -278,7 +286,6 @@ def simulate(
 
     bounds: Limits | None = None
     if frontier:
-        swept = [point for name in dict.fromkeys([*policies, "oracle"]) for point in sweep_knob(name, quote(scenario))]
         bounds = limits(scenario, outcomes, swept)
         logger.info(
             "attainment ceiling %.1f%%; frontier of %d replays", 100 * bounds.ceiling["all"], len(bounds.frontier)
@@ -317,9 +324,9 @@ def simulate(
 
 def publish(report: SimulationReport, files: dict[str, pathlib.Path]) -> None:
     """Publish the comparison (table + plots) as a Prefect markdown artifact (only inside a flow run)."""
-    if FlowRunContext.get() is None:
+    if not tracked():
         return
-    create_markdown_artifact(
+    markdown_artifact(
         key="simulate-report",
         markdown=markdown_report(report.outcomes, files, report.settings, report.limits),
         description="Autoscaling policies replayed against the cluster description",

@@ -28,11 +28,6 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from prefect import flow, get_run_logger, task
-from prefect.artifacts import create_table_artifact
-from prefect.cache_policies import NO_CACHE
-from prefect.task_runners import ThreadPoolTaskRunner
-
 from engine.api.llmd import TuningStatus
 from engine.api.meta import parse_duration
 from engine.api.registry import VARIANT_AUTOSCALING
@@ -58,12 +53,15 @@ from flows.parameters import (
     PositiveSeconds,
     PromDuration,
 )
+from flows.runs import flow
 from flows.simulate import SloAttainment, read_inputs
 from tasks.cluster import ClusterError, ObjectRef, connect
 from tasks.metrics.prometheus import PrometheusMetrics
 from tasks.metrics.snapshot import ModelKey
 from tasks.metrics.traffic import read_traffic
+from tasks.progress import step
 from tasks.simulate import read_description
+from tasks.tracking import run_logger, table_artifact, task
 
 TUNED_ANNOTATIONS = (ANNOTATION_TTFT_PERCENTILE, ANNOTATION_MIN_REPLICAS)
 """The annotations a candidate may set; writing a choice removes the ones it does not set."""
@@ -107,14 +105,14 @@ class TuneReport:
         }
 
 
-@task(name="replay-candidate", cache_policy=NO_CACHE, task_run_name="replay {candidate.name}")
+@task(name="replay-candidate", task_run_name="replay {candidate.name}")
 def replay_candidate(scenario: Scenario, candidate: Candidate) -> PolicyOutcome:
     """The Modelplane policy replayed on the window's traffic with one candidate's settings."""
     tuned = with_candidate(scenario, candidate)
     return summarize_outcome("modelplane", tuned, run_policy("modelplane", tuned))
 
 
-@task(name="write-choice", cache_policy=NO_CACHE)
+@task(name="write-choice")
 def write_choice(
     cluster: str, scenario: Scenario, choice: ModelChoice, now: datetime, source: str
 ) -> tuple[list[str], list[str]]:
@@ -172,7 +170,7 @@ TRAFFIC_STEP_S = 60.0
 """The resolution of the traffic rebuilt from Prometheus: requests per minute (the optimize cycle's)."""
 
 
-@flow(name="tune", log_prints=True, task_runner=ThreadPoolTaskRunner(max_workers=2), timeout_seconds=TUNE_TIMEOUT_S)
+@flow(name="tune", log_prints=True, max_workers=2, timeout_seconds=TUNE_TIMEOUT_S)
 def tune(
     cluster: NonEmpty,
     trace: NonEmpty | None = None,
@@ -201,7 +199,7 @@ def tune(
             to $PROMETHEUS_URL.
         window: How much recent traffic to rebuild from Prometheus, a duration such as 24h or 90m.
     """
-    logger = get_run_logger()
+    logger = run_logger()
     config = SimConfig(interval_s=SIMULATE_INTERVAL_S, startup_delay_s=SIMULATE_STARTUP_DELAY_S, seed=seed)
     if trace is not None:
         scenario = read_inputs(
@@ -228,7 +226,11 @@ def tune(
     settings = candidates(scenario)
     logger.info("replaying %d requests (%s) under %d candidate settings", len(scenario.trace), source, len(settings))
     futures = [replay_candidate.submit(scenario, candidate) for candidate in settings]
-    replays = [(candidate, future.result()) for candidate, future in zip(settings, futures)]
+    replays = []
+    with step("tune", total=len(settings), unit="replays") as progress:
+        for candidate, future in zip(settings, futures):
+            replays.append((candidate, future.result()))
+            progress.advance(note=candidate.name)
     replayed = {scenario.trace.models[i] for i in set(scenario.trace.model_index.tolist())}
     report = TuneReport([c for c in choose(scenario, replays) if c.model in replayed], dry_run=dry_run)
     now = datetime.now(UTC)
@@ -267,7 +269,7 @@ def prometheus_window(
         TrafficError: no request in the window, or requests without token histograms.
         MetricsUnavailable: Prometheus cannot be read.
     """
-    logger = get_run_logger()
+    logger = run_logger()
     metrics = PrometheusMetrics.from_env(prometheus_url)
     if metrics is None:
         raise ValueError("no traffic to replay: give a request log (trace) or a Prometheus URL ($PROMETHEUS_URL)")
@@ -306,4 +308,4 @@ def publish(report: TuneReport) -> None:
         for choice in report.choices
         for row in choice.rows
     ]
-    create_table_artifact(key="tune-frontier", table=rows, description="Candidates replayed on the window's traffic")
+    table_artifact(key="tune-frontier", table=rows, description="Candidates replayed on the window's traffic")

@@ -27,11 +27,6 @@ from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Annotated, Any
 
-from prefect import flow, get_run_logger, task
-from prefect.artifacts import create_table_artifact
-from prefect.cache_policies import NO_CACHE
-from prefect.context import FlowRunContext
-from prefect.utilities.annotations import quote
 from pydantic import Field
 
 from engine.api.aim import ModelCache
@@ -78,11 +73,13 @@ from flows.parameters import (
     NonNegativeSeconds,
     ObjectName,
 )
+from flows.runs import flow
 from tasks.boundary import Accepted, with_written_status
 from tasks.caches import ensure_cache
 from tasks.cluster import Cluster, LocalCluster, connect
 from tasks.cluster.errors import ClusterError
 from tasks.pushgateway import Pushgateway, push
+from tasks.tracking import quote, run_logger, table_artifact, task, tracked
 from tasks.warm_caches import (
     CacheWorld,
     create_pvc,
@@ -182,7 +179,7 @@ def cache_requests(
     return requests, problems
 
 
-@task(name="ensure-consumer-caches", cache_policy=NO_CACHE)
+@task(name="ensure-consumer-caches")
 def ensure_consumer_caches(cluster: Cluster, requests: list[CacheRequest]) -> tuple[list[str], list[str]]:
     """``ensure_cache`` for each request; a failing one is reported and the others proceed."""
     ensured, problems = [], []
@@ -205,7 +202,7 @@ def ensure_consumer_caches(cluster: Cluster, requests: list[CacheRequest]) -> tu
 # ------------------------------------------------------------------------------------ one cache
 
 
-@task(name="reconcile-cache", cache_policy=NO_CACHE)
+@task(name="reconcile-cache")
 def reconcile_cache(
     cluster: Cluster, accepted: Accepted[ModelCache], world: CacheWorld, settings: PassSettings, now: datetime
 ) -> CacheRow:
@@ -337,7 +334,7 @@ def _finish(
 # --------------------------------------------------------------------------------------------- GC
 
 
-@task(name="collect-unused-caches", cache_policy=NO_CACHE)
+@task(name="collect-unused-caches")
 def collect_unused_caches(cluster: Cluster, world: CacheWorld, unused_after: timedelta, now: datetime) -> list[str]:
     """Delete caches no workload used for ``unused_after`` and none mounts now; report what was freed."""
     freed: list[str] = []
@@ -396,7 +393,7 @@ def warm_caches(
         pushgateway_url: Prometheus Pushgateway for the pass's cache metrics (fills by outcome, bytes per cache);
             empty = $MODELPLANE_PUSHGATEWAY_URL, else off.
     """
-    logger = get_run_logger()
+    logger = run_logger()
     now = datetime.now(UTC).replace(microsecond=0)
     target = connect(cluster)
     report = WarmReport()
@@ -492,9 +489,9 @@ def summarize(report: WarmReport) -> str:
 
 def publish(report: WarmReport) -> None:
     """The cache table as a Prefect artifact (only inside a flow run)."""
-    if FlowRunContext.get() is None:
+    if not tracked():
         return
-    create_table_artifact(
+    table_artifact(
         key="warm-caches",
         table=[
             {

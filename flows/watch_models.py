@@ -22,17 +22,16 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Annotated, Any
 
-from prefect import flow, get_run_logger
-from prefect.artifacts import create_table_artifact
-from prefect.context import FlowRunContext
 from pydantic import Field
 
 from engine.api.kthena import API_VERSION as KTHENA_API_VERSION
 from engine.api.registry import MODEL
 from engine.changes import UnobservedChange, new_changes
 from flows.parameters import MAX_WATCH_S, WATCH_SECONDS, ClusterTarget, NamespaceName
+from flows.runs import flow
 from tasks.cluster import connect
 from tasks.events import Subject, emit_change
+from tasks.tracking import run_logger, table_artifact, tracked
 
 DEFAULT_INTERVAL_S = 60
 
@@ -76,7 +75,7 @@ def watch_models(
         cluster: Empty = $MODELPLANE_CLUSTER, else kubeconfig or in-cluster; 'kubeconfig:PATH[#context]'; or a
             manifests directory/file.
     """
-    logger = get_run_logger()
+    logger = run_logger()
     scope = set(namespaces or [])
     only = next(iter(scope)) if len(scope) == 1 else None  # one namespace: a namespaced watch (and RBAC)
     report = WatchReport()
@@ -115,9 +114,9 @@ def announce(change: UnobservedChange, seen_as: str) -> None:
 
 def publish(report: WatchReport) -> None:
     """The announced changes as a Prefect table artifact (only inside a flow run)."""
-    if FlowRunContext.get() is None:
+    if not tracked():
         return
-    create_table_artifact(
+    table_artifact(
         key="watch-models",
         table=[asdict(row) for row in report.changes],
         description=f"watch-models: {report.summary}",

@@ -18,11 +18,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
-
-from prefect.events import Event, emit_event
+from typing import TYPE_CHECKING, Any
 
 from engine.api.registry import family_of, group_of, kind_info
+from tasks.tracking import in_untracked_run
+
+if TYPE_CHECKING:
+    from prefect.events import Event
 
 PREFIX = "modelplane"
 
@@ -100,8 +102,13 @@ def emit_change(
 
     Inside a flow run Prefect relates the event to the run, its flow and deployment. ``related`` names
     other objects involved (e.g. the template a cache serves), each with the role ``modelplane-object``.
-    Returns the event, or None where no Prefect API is configured to receive it.
+    Returns the event, or None where no Prefect API is configured to receive it, and in an untracked run
+    (tasks/tracking.py: a command on a manifests directory has no API to send it to).
     """
+    if in_untracked_run():
+        return None
+    from prefect.events import emit_event
+
     return emit_event(
         event=subject.event_name(transition),
         resource=subject.resource(),

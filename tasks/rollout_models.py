@@ -16,8 +16,6 @@ from datetime import datetime
 from typing import Any
 
 import requests
-from prefect import task
-from prefect.cache_policies import NO_CACHE
 
 from engine.api.aim import ModelCache
 from engine.api.kthena import API_VERSION, Model, ModelBackend
@@ -66,6 +64,7 @@ from tasks.cluster import Cluster, ObjectRef
 from tasks.cluster.errors import ClusterError, NotFound
 from tasks.cluster.recorder import record_event
 from tasks.optimize.write import write_status
+from tasks.tracking import task
 from tasks.workloads import WriteLog, write_object
 
 log = logging.getLogger(__name__)
@@ -254,7 +253,7 @@ class _BackendResult:
     failure: Failure | None = None
 
 
-@task(name="reconcile-model", cache_policy=NO_CACHE)
+@task(name="reconcile-model")
 def reconcile_model(
     cluster: Cluster,
     manifest: dict[str, Any],

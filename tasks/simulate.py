@@ -12,7 +12,7 @@ import csv
 import html
 import json
 import pathlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from engine.api.views import ModelRoute
@@ -24,6 +24,7 @@ from engine.simulate.scenario import DEFAULT_HPA_POLICY, ClusterDescription, Sce
 from engine.simulate.trace import TraceError, TraceShape, parse_trace_rows, shape_trace
 from tasks.cluster import connect
 from tasks.optimize.read import list_optional, read_cluster_state, read_current_replicas, scale_targets_of
+from tasks.progress import step
 
 
 def read_trace(path: str | pathlib.Path, shape: TraceShape) -> Trace:
@@ -301,7 +302,7 @@ def summary_table(outcomes: Sequence[PolicyOutcome], limits: Limits | None = Non
         row: dict[str, Any] = {"policy": policy_label(o.policy), "SLO attainment": f"{o.attainment:.1%}"}
         for model, value in o.attainment_by_model.items():
             row[f"attainment {model}"] = f"{value:.1%}"
-        row["cost"] = f"{o.cost:.1f}"
+        row["cost/replay"] = f"{o.cost:.1f}"
         if limits is not None:
             ratio = limits.cost_ratio(o.attainment, o.cost)
             row[f"cost / {CLAIRVOYANT} at equal attainment"] = (
@@ -384,17 +385,23 @@ def write_report(
     to the oracle's and the cost-attainment frontier.  Same inputs, same bytes (no time stamps).
     """
     directory.mkdir(parents=True, exist_ok=True)
-    plots = {}
+    drawings: dict[str, Callable[[], pathlib.Path]] = {}
     if limits is not None and limits.frontier:
-        plots["frontier"] = plot_frontier(limits, directory / "frontier.png")
-    plots.update(
+        bounds: Limits = limits
+        drawings["frontier"] = lambda: plot_frontier(bounds, directory / "frontier.png")
+    drawings.update(
         {
-            "load_capacity": plot_load_capacity(outcomes, scenario, directory / "load_capacity.png"),
-            "replicas": plot_replicas(outcomes, directory / "replicas.png"),
-            "latency": plot_latency(outcomes, scenario, directory / "latency.png"),
-            "cost": plot_cost(outcomes, directory / "cost.png"),
+            "load_capacity": lambda: plot_load_capacity(outcomes, scenario, directory / "load_capacity.png"),
+            "replicas": lambda: plot_replicas(outcomes, directory / "replicas.png"),
+            "latency": lambda: plot_latency(outcomes, scenario, directory / "latency.png"),
+            "cost": lambda: plot_cost(outcomes, directory / "cost.png"),
         }
     )
+    plots = {}
+    with step(f"report {directory}", total=len(drawings), unit="plots") as drawn:
+        for name, draw in drawings.items():
+            plots[name] = draw()
+            drawn.advance(note=name)
     summary: dict[str, Any] = {
         "settings": settings,
         "slos": {m: {"ttft_ms": s.ttft_ms, "itl_ms": s.itl_ms} for m, s in scenario.slos.items()},

@@ -64,6 +64,8 @@ from engine.caches.sources import ModelSource
 from tasks.boundary import Accepted, accept, accept_as
 from tasks.cluster import Cluster, Conflict, LocalCluster, Manifest, NotFound, ObjectRef
 from tasks.cluster.recorder import record_event
+from tasks.progress import step
+from tasks.tracking import tracked
 
 log = logging.getLogger(__name__)
 
@@ -384,23 +386,28 @@ def measure_source(source: ModelSource, env: Mapping[str, str]) -> int:
 def fill_local(source: ModelSource, volume: Path, env: Mapping[str, str], capacity: str | None) -> Failure | None:
     """Run the downloader in this process into the local volume (bounded by the PVC's capacity, since a
     directory has no size of its own); ``None`` when the completion marker is written and the files are in
-    place, else the typed failure (its message already free of secrets). Progress goes to a Prefect
-    artifact inside a flow run."""
-    from prefect.context import FlowRunContext
+    place, else the typed failure (its message already free of secrets). Progress is a step (tasks/progress.py:
+    a bar or lines in a command, log lines in a run) and, inside a tracked run, a Prefect progress artifact."""
+    from tasks.downloader import Credentials, DownloadError, ProgressSnapshot, fill_cache, is_complete, prefect_progress
 
-    from tasks.downloader import Credentials, DownloadError, fill_cache, is_complete, prefect_progress
+    artifact = prefect_progress(f"Filling {volume.name} from {source.uri}") if tracked() else None
+    with step(f"fill {volume.name}", total=100, unit="%") as shown:
 
-    progress = prefect_progress(f"Filling {volume.name} from {source.uri}") if FlowRunContext.get() else None
-    try:
-        fill_cache(
-            source,
-            volume,
-            Credentials.from_env(env),
-            progress,
-            capacity_bytes=quantity_bytes(capacity) if capacity else None,
-        )
-    except DownloadError as exc:
-        return Failure(exc.reason, exc.message)
+        def progress(snapshot: ProgressSnapshot) -> None:
+            shown.update(round(100 * snapshot.fraction, 1), note=snapshot.describe())
+            if artifact is not None:
+                artifact(snapshot)
+
+        try:
+            fill_cache(
+                source,
+                volume,
+                Credentials.from_env(env),
+                progress,
+                capacity_bytes=quantity_bytes(capacity) if capacity else None,
+            )
+        except DownloadError as exc:
+            return Failure(exc.reason, exc.message)
     if not is_complete(volume, source.uri):
         return Failure(
             VERIFICATION_FAILED, f"no complete cache of {source.uri} after the fill (marker missing or files changed)"

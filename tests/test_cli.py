@@ -6,6 +6,7 @@ import contextlib
 import json
 import os
 import pathlib
+import re
 import shutil
 import sqlite3
 import subprocess
@@ -115,6 +116,10 @@ ALIASES = {
     "deploy": "register-deployments",
     "serve": "serve-deployments",
     "aim": "reconcile-aim",
+    "optimize": "optimize-allocation",
+    "simulate": "simulate-policies",
+    "tune": "tune-sizing",
+    "calibrate": "calibrate-profiles",
 }
 
 
@@ -125,8 +130,9 @@ def test_every_visible_command_is_verb_noun_and_flow_commands_carry_the_flow_nam
 
     commands = typer.main.get_command(app).commands
     visible = {name for name, command in commands.items() if not command.hidden}
-    assert all("-" in name or name in {"optimize", "simulate", "tune", "calibrate"} for name in visible), visible
-    assert {entry["name"] for entry in load_prefect_yaml()["deployments"]} <= visible
+    assert all("-" in name for name in visible), visible
+    for flow in (entry["name"] for entry in load_prefect_yaml()["deployments"]):  # its name, or its name as a verb-noun
+        assert flow in visible or ALIASES.get(flow, "").startswith(f"{flow}-"), flow
     assert not visible & set(ALIASES) and "cache" not in visible
 
 
@@ -205,8 +211,8 @@ def test_queued_events_reach_the_api_before_the_verdict(prefect_api: str) -> Non
 
 
 @pytest.mark.long_wall  # the ephemeral API's start: half a minute under load (tests/grouping.py)
-def test_a_command_with_no_api_configured_runs_on_an_ephemeral_api_of_its_own(tmp_path: pathlib.Path) -> None:
-    """The laptop path: with no ``PREFECT_API_URL``, a flow command starts Prefect's ephemeral API for its run
+def test_a_tracked_command_with_no_api_configured_runs_on_an_ephemeral_api_of_its_own(tmp_path: pathlib.Path) -> None:
+    """``--track`` with no ``PREFECT_API_URL``: the flow command starts Prefect's ephemeral API for its run
     (on the Prefect home's database) and says nothing of it: the allocation, none of Prefect's temporary-server
     lines, and the command's own last line. (``./dev.sh demo`` starts one API for its commands instead.)"""
     from tests.prefect_db import seed_prefect_home
@@ -216,8 +222,9 @@ def test_a_command_with_no_api_configured_runs_on_an_ephemeral_api_of_its_own(tm
     env = laptop_environment()
     env["PREFECT_HOME"] = str(seed_prefect_home(tmp_path / "prefect-home"))
     metrics = str(REPO / "deployments" / "example-metrics.yaml")
+    command = ["optimize", "--cluster", str(cluster), "--metrics", metrics, "--dry-run", "--track"]
     result = subprocess.run(
-        [sys.executable, "-m", "flows.cli", "optimize", "--cluster", str(cluster), "--metrics", metrics, "--dry-run"],
+        [sys.executable, "-m", "flows.cli", *command],
         env=env,
         cwd=REPO,
         capture_output=True,
@@ -232,3 +239,174 @@ def test_a_command_with_no_api_configured_runs_on_an_ephemeral_api_of_its_own(tm
     with contextlib.closing(sqlite3.connect(tmp_path / "prefect-home" / "prefect.db")) as db:
         runs = db.execute("SELECT flow.name FROM flow_run JOIN flow ON flow.id = flow_run.flow_id").fetchall()
     assert runs == [("optimize",)]  # the run's API was the ephemeral one, on this home's database
+
+
+def test_a_local_dry_run_needs_no_prefect_api_and_does_not_import_prefect(tmp_path: pathlib.Path) -> None:
+    """The laptop path: a dry run on a manifests directory with no ``PREFECT_API_URL`` runs the flow untracked
+    (tasks/tracking.py): Prefect is never imported (``-X importtime`` lists every module the process loaded), no
+    Prefect database is created, and the command prints the same allocation as a tracked run, with its
+    first line saying the run is not recorded."""
+    cluster = tmp_path / "cluster"
+    shutil.copytree(REPO / "deployments" / "examples", cluster)
+    env = {**laptop_environment(), "PREFECT_HOME": str(tmp_path / "prefect-home")}
+    metrics = str(REPO / "deployments" / "example-metrics.yaml")
+    command = ["optimize", "--cluster", str(cluster), "--metrics", metrics, "--dry-run"]
+    result = subprocess.run(
+        [sys.executable, "-X", "importtime", "-m", "flows.cli", *command],
+        env=env,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "Modelplane allocation" in result.stdout
+    imported = [line.split("|")[-1].strip() for line in result.stderr.splitlines() if line.startswith("import time:")]
+    assert "engine.optimize.plan" in imported and not [m for m in imported if m.split(".")[0] == "prefect"]
+    assert not (tmp_path / "prefect-home" / "prefect.db").exists()
+    said = [line for line in result.stderr.splitlines() if not line.startswith("import time:")]
+    assert said[0].startswith(f"optimize on {cluster}") and "not recorded in Prefect" in said[0], said
+
+
+def visible_commands() -> dict[str, Any]:
+    import typer.main
+
+    return {name: c for name, c in typer.main.get_command(app).commands.items() if not c.hidden}  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("name", sorted(visible_commands()))
+def test_help_reads_as_text_for_a_person(name: str) -> None:
+    """Every command's help names values as a person would (PATH, N, DURATION, choices), never a Python type
+    (``<bool>``, ``<list[str]>``, ``<int range> [x>=1]``), no source file path, no line break inside a sentence."""
+    result = CliRunner().invoke(app, [name, "--help"], terminal_width=250)
+    assert result.exit_code == 0, result.output
+    text = result.stdout
+    assert not re.search(r"<(bool|str|int|float|list\[\w+\]|\w+ range|Path)>|\[x[<>]=", text), text
+    assert not re.search(r"\((?:see )?(?:flows|tasks|engine)/\w+", text), text
+    command = visible_commands()[name]
+    for paragraph in (command.help or "").split("\n\n"):  # the terminal wraps a paragraph, not the docstring
+        assert "\n" not in paragraph, f"a paragraph broken mid-sentence: {paragraph!r}"
+    for param in command.params:
+        assert "\n" not in (param.help or ""), param.opts
+
+
+def test_one_duration_syntax_everywhere() -> None:
+    """Every option that takes a duration takes ``90s``, ``5m``, ``7d`` (and the plain seconds it took before),
+    and its help says DURATION."""
+    from flows.cli.options import parse_duration_text
+
+    assert [parse_duration_text(t) for t in ("90s", "5m", "7d", "1h30m", "1d12h", "600")] == [
+        90.0,
+        300.0,
+        604800.0,
+        5400.0,
+        129600.0,
+        600.0,
+    ]
+    with pytest.raises(ValueError, match="not a duration"):
+        parse_duration_text("soon")
+    durations = {
+        "optimize-allocation": ["--scale-down-stabilization"],
+        "simulate-policies": ["--slice-start", "--duration", "--wave-period", "--interval", "--startup-delay"],
+        "tune-sizing": ["--duration"],
+        "warm-caches": ["--gc-unused-after", "--retry-backoff", "--timeout"],
+        "discover-models": ["--resync-interval"],
+        "reconcile-aim": ["--resync-interval"],
+        "watch-models": ["--watch"],
+        "fill-cache": ["--lock-timeout"],
+    }
+    commands = visible_commands()
+    for name, flags in durations.items():
+        options = {opt: p for p in commands[name].params for opt in p.opts}
+        for flag in flags:
+            assert options[flag].metavar == "DURATION", (name, flag)
+
+
+def test_earlier_flag_spellings_still_work(tmp_path: pathlib.Path) -> None:
+    """A script written for the earlier flags runs the same command: ``--metrics`` is ``--metrics-file``,
+    ``--timeout-s 600`` is ``--timeout 10m``; the help shows only the current names."""
+    cluster = tmp_path / "cluster"
+    shutil.copytree(REPO / "deployments" / "examples", cluster)
+    metrics = str(REPO / "deployments" / "example-metrics.yaml")
+    runs = [
+        CliRunner().invoke(app, [*args, "--cluster", str(cluster), "--dry-run", "--json"], terminal_width=250)
+        for args in (["optimize", "--metrics", metrics], ["optimize-allocation", "--metrics-file", metrics])
+    ]
+    assert [r.exit_code for r in runs] == [0, 0], [r.output for r in runs]
+    assert json.loads(runs[0].stdout) == json.loads(runs[1].stdout)
+    help_text = CliRunner().invoke(app, ["optimize-allocation", "--help"], terminal_width=250).stdout
+    assert "--metrics-file" in help_text and "--metrics " not in help_text
+
+
+def test_the_cli_decides_with_the_deployments_defaults() -> None:
+    """``modelplane optimize-allocation`` holds a scale-down as the scheduled deployment does: its default for
+    each parameter the deployment sets is the deployment's value."""
+    from flows.deployments import load_prefect_yaml
+
+    entry = next(e for e in load_prefect_yaml()["deployments"] if e["name"] == "optimize")
+    options = {p.name: p for p in visible_commands()["optimize-allocation"].params}
+    cli_defaults = {"scale_down_stabilization_s": options["scale_down_stabilization"].default}
+    assert set(entry["parameters"]) <= set(cli_defaults), "a deployment parameter the CLI does not set"
+    assert {k: float(v) for k, v in entry["parameters"].items()} == {k: cli_defaults[k] for k in entry["parameters"]}
+
+
+def test_a_held_scale_down_reads_as_a_reason_and_costs_add_up(tmp_path: pathlib.Path) -> None:
+    """On the examples the deployment's 180 s window holds llama-3-1-8b-a100's scale-down: its row says so; every
+    cost is a number per hour in JSON, the unpriced binding target is null, and the summary's total is the
+    sum of the priced rows; a dry run ends by saying nothing was written."""
+    cluster = tmp_path / "cluster"
+    shutil.copytree(REPO / "deployments" / "examples", cluster)
+    args = [
+        "optimize-allocation",
+        "--cluster",
+        str(cluster),
+        "--metrics-file",
+        str(REPO / "deployments" / "example-metrics.yaml"),
+        "--dry-run",
+    ]
+    table = CliRunner().invoke(app, args, terminal_width=300)
+    assert table.exit_code == 0, table.output
+    assert "OptimizationSucceeded: scale-down to 1 held" in table.stdout  # in the reason column (its cell wraps)
+    assert "cost/h" in table.stdout and table.stdout.rstrip().endswith("dry run: nothing was written")
+    rows = json.loads(CliRunner().invoke(app, [*args, "--json"]).stdout)
+    held = {r["name"]: r["held"] for r in rows if r["held"]}
+    assert held == {"llama-3-1-8b-a100": "scale-down to 1 held by the 180s stabilization window (0s so far)"}
+    priced = [r["cost"] for r in rows if r["cost"] is not None]
+    assert all(isinstance(c, (int, float)) for c in priced) and [r["name"] for r in rows if r["cost"] is None]
+    assert f"total cost {sum(priced):.2f} per hour" in table.stdout
+    assert all(re.fullmatch(r"\d+x \S+", r["accelerator"]) for r in rows), [r["accelerator"] for r in rows]
+
+
+def test_a_long_command_says_how_far_it_is_in_plain_lines_off_a_terminal(tmp_path: pathlib.Path) -> None:
+    """Off a terminal (a CI log) simulate prints its progress as plain lines on stderr: the replays as they
+    finish, the report's plots, each step's end with its time; its stdout stays the table."""
+    command = [
+        "simulate-policies",
+        "--cluster",
+        str(REPO / "deployments" / "examples"),
+        "--trace",
+        str(REPO / "deployments" / "traces" / "azure-conv-2023-20min.csv"),
+        "--duration",
+        "1m",
+        "--policy",
+        "modelplane",
+        "--policy",
+        "hpa",
+        "--no-frontier",
+        "--output-dir",
+        str(tmp_path / "report"),
+    ]
+    result = subprocess.run(
+        [sys.executable, "-m", "flows.cli", *command],
+        env=laptop_environment(),
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr
+    lines = result.stderr.splitlines()
+    assert "simulate: 0/2 replays - started" in lines, lines
+    assert any(re.fullmatch(r"simulate: 2/2 replays \(hpa\) - done in \d+ s", line) for line in lines), lines
+    assert any(line.startswith(f"report {tmp_path / 'report'}: 4/4 plots") for line in lines), lines
+    assert "Policies replayed" in result.stdout and "replays" not in result.stdout

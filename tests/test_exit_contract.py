@@ -28,7 +28,7 @@ from tests.test_exitcodes import EXAMPLES, assert_one_line_error, invoke, modelp
     "args, fragment",
     [
         (("optimize", "--bogus"), "No such option: --bogus"),
-        (("discover-models", "--resync-seconds", "soon"), "--resync-seconds"),
+        (("discover-models", "--resync-seconds", "soon"), "--resync-interval"),
         (("serve-openmodel",), "Missing argument"),
         (("no-such-command",), "No such command"),
         (("fill-cache", "hf://a/b"), "Missing argument"),
@@ -48,7 +48,7 @@ def test_usage_error_from_the_real_entry_point_is_one_line() -> None:
 
 def test_help_still_exits_zero() -> None:
     result = CliRunner().invoke(app, ["discover-models", "--help"])
-    assert result.exit_code == 0 and "--resync-seconds" in result.stdout
+    assert result.exit_code == 0 and "--resync-interval" in result.stdout and "DURATION" in result.stdout
 
 
 def test_aim_rows_that_are_not_ok_make_a_degraded_run() -> None:

@@ -124,13 +124,18 @@ def invoke_env(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[s
 
 
 def test_a_degraded_flow_result_is_a_completed_state_named_degraded_with_the_reasons() -> None:
+    """A degraded result is a ``Degraded`` state; an untracked run (tasks/tracking.py) has no run state and gets
+    the report itself, whose ``degraded`` list gives the command its exit code."""
     from prefect.states import State
 
     from flows.exitcodes import DEGRADED_STATE, MAX_STATE_REASONS, flow_result
+    from tasks.tracking import untracked_run
 
     report = object()
-    assert flow_result(report, []) is report
     reasons = [f"ns/model-{i}: MetricsUnavailable" for i in range(MAX_STATE_REASONS + 3)]
+    with untracked_run():
+        assert flow_result(report, reasons) is report
+    assert flow_result(report, []) is report
     state = flow_result(report, reasons)
     assert isinstance(state, State) and state.is_completed() and state.name == DEGRADED_STATE
     assert state.message.startswith(f"DEGRADED ({len(reasons)}): ns/model-0: MetricsUnavailable;")

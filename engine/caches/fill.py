@@ -393,4 +393,4 @@ def read_fill_report(text: str | None, source_uri: str) -> tuple[FillState, Fail
     return FillState.FAILED, Failure(DOWNLOAD_FAILED, f"the fill failed: {last}")
 
 
-_TYPED_FAILURE_LINE = re.compile(r"^cache fill failed \(([A-Za-z]+)\): (.+)$")
+_TYPED_FAILURE_LINE = re.compile(r"^(?:error: )?cache fill failed \(([A-Za-z]+)\): (.+)$")

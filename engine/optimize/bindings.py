@@ -70,6 +70,9 @@ class BindingTarget:
     max_replicas: int
     cost: float = 0.0
     members: tuple[GroupMember, ...] = ()
+    priced: bool = True
+    """Whether the binding gives this target a cost (a homogeneous binding, or a param without ``cost``, does
+    not: its cost is unknown, not zero)."""
 
 
 def parse_scale_groups(annotations: Mapping[str, str]) -> dict[str, list[tuple[str, int, bool]]]:
@@ -150,6 +153,8 @@ class TargetDecision:
     cost: float = 0.0
     applied: bool = False
     """``actuation.applied`` as WVA means it, for this target's mode (:mod:`engine.optimize.actuation`)."""
+    priced: bool = True
+    """Whether ``cost`` is known (:attr:`BindingTarget.priced`)."""
     scaled: bool = False
     """Modelplane wrote the target's scale subresource this cycle."""
     mode: str = "scale"
@@ -195,7 +200,14 @@ def _decisions(target: BindingTarget, replicas: int | None, hold: bool = False) 
         cost = target.cost if hold else target.cost * (replicas or 0)
         return [
             TargetDecision(
-                target.name, target.namespace, target.api_version, target.kind, target.current, replicas, cost
+                target.name,
+                target.namespace,
+                target.api_version,
+                target.kind,
+                target.current,
+                replicas,
+                cost,
+                priced=target.priced,
             )
         ]
     decisions = []
@@ -204,7 +216,14 @@ def _decisions(target: BindingTarget, replicas: int | None, hold: bool = False) 
         cost = 0.0 if index else (target.cost if hold else target.cost * (replicas or 0))
         decisions.append(
             TargetDecision(
-                member.name, target.namespace, member.api_version, member.kind, member.current, desired, cost
+                member.name,
+                target.namespace,
+                member.api_version,
+                member.kind,
+                member.current,
+                desired,
+                cost,
+                priced=target.priced,
             )
         )
     return decisions

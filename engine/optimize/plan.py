@@ -37,6 +37,7 @@ from engine.optimize.bindings import BindingDecision, BindingInputs, plan_bindin
 from engine.optimize.config import AcceleratorCost
 from engine.optimize.model_based import ModelBasedTargets, model_based_targets
 from engine.optimize.spec import (
+    COST_UNIT,
     CycleInputs,
     SpecError,
     VariantSpec,
@@ -107,6 +108,10 @@ class VariantDecision:
     """What the attainment loop did for the model this cycle, and why (None: the loop is off)."""
     slo: ModelAttainment | None = None
     """Its model's SLO target and measured attainment (``status.slo``); None for a resource that is invalid."""
+    accelerator_count: int = 1
+    """Accelerators per replica (``spec.acceleratorCount``)."""
+    held: str = ""
+    """Why a scale-down waits (the stabilization window holds it), for a person: empty when none waits."""
 
     @property
     def optimization(self) -> ConditionUpdate:
@@ -393,6 +398,7 @@ def _decision(spec: VariantSpec, costs: Mapping[str, AcceleratorCost], **outcome
         model_id=spec.model_id,
         variant_id=spec.variant_id,
         accelerator=spec.accelerator,
+        accelerator_count=spec.accelerator_count,
         max_batch=spec.max_batch,
         variant_cost=replica_cost(spec, costs),
         **outcome,
@@ -495,6 +501,7 @@ def plan_variants(inputs: CycleInputs) -> list[VariantDecision]:
                 target=(spec.target_api_version, spec.target_kind, spec.target_name),
                 cost=cost,
                 stabilization=stable.pending,
+                held=stable.note.removeprefix("; ") if ready and stable.pending is not None else "",
                 stabilization_changed=ready and stable.changed,
                 solver_status=model_based.status if spec.key in model_based.targets else None,
                 solver_gap=model_based.gap if spec.key in model_based.targets else None,
@@ -514,22 +521,20 @@ def _with_loop(decision: VariantDecision, steps: Mapping[tuple[str, str], Contro
     )
 
 
-def summarize(decisions: Iterable[VariantDecision]) -> str:
-    """One line for the logs: how many variants, how many change, how many failed, total cost."""
+def summarize(decisions: Iterable[VariantDecision], bindings: Iterable[BindingDecision] = ()) -> str:
+    """One line for the logs: how many variants and binding targets, how many change, how many are not ready,
+    and the total cost per hour of every row (binding targets whose binding gives no cost said as unpriced)."""
     decisions = list(decisions)
+    targets = [t for b in bindings for t in b.targets]
     changed = sum(1 for d in decisions if d.changes_replicas)
     failed = sum(1 for d in decisions if not d.ready)
-    cost = sum(d.cost for d in decisions)
-    return f"{len(decisions)} variants: {changed} to scale, {failed} not ready, total cost {cost:.2f}"
-
-
-def binding_summary(bindings: list[BindingDecision]) -> str:
-    """The bindings' part of the summary line: how many targets, how many to scale."""
-    targets = [t for b in bindings for t in b.targets]
-    if not targets:
-        return ""
-    changing = sum(1 for t in targets if t.desired is not None and t.current is not None and t.desired != t.current)
-    return f"; {len(targets)} binding targets: {changing} to scale"
+    line = f"{len(decisions)} variants: {changed} to scale, {failed} not ready"
+    if targets:
+        line += f"; {len(targets)} binding targets: {sum(1 for t in targets if t.changes_replicas)} to scale"
+    cost = sum(d.cost for d in decisions) + sum(t.cost for t in targets if t.priced)
+    unpriced = sum(1 for t in targets if not t.priced)
+    line += f"; total cost {cost:.2f} {COST_UNIT}"
+    return line + (f" ({unpriced} binding targets unpriced: their binding gives no cost)" if unpriced else "")
 
 
 @dataclass(frozen=True)
@@ -550,7 +555,7 @@ class CyclePlan:
     @property
     def summary(self) -> str:
         """One line for the logs: the variants' counts and cost, then the bindings' targets."""
-        return summarize(self.variants) + binding_summary(self.bindings)
+        return summarize(self.variants, self.bindings)
 
 
 def plan_cycle(inputs: CycleInputs, bindings: Sequence[BindingInputs] = ()) -> CyclePlan:

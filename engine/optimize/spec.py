@@ -46,6 +46,17 @@ ANNOTATION_SCALE_TO_ZERO = "modelplane.io/scale-to-zero"
 ACCELERATOR_LABEL = "inference.optimization/acceleratorName"
 
 
+COST_UNIT = "per hour"
+"""What a cost figure of the optimizer means: accelerator-unit-costs give each accelerator's cost per hour (WVA's
+unit cost), so a variant's cost (unit cost x accelerators per replica x replicas) is per hour of its allocation."""
+
+
+def accelerator_text(name: str, count: int = 1) -> str:
+    """How a table names what one replica runs on: ``1x A100``, ``2x H100``, ``1x nvidia.com/gpu`` (the GPU
+    resource, where nothing names the accelerator type); empty for none."""
+    return f"{count}x {name}" if name else ""
+
+
 class SpecError(InputError):
     """A VariantAutoscaling cannot be optimized as written; ``field`` names the offending path."""
 

@@ -10,7 +10,6 @@ from typing import Any
 
 import typer
 
-from engine.api.registry import AIM_CLUSTER_MODEL
 from flows.cli.common import (
     Check,
     cluster_option,
@@ -22,8 +21,10 @@ from flows.cli.common import (
     namespaces_option,
     run_flow,
     table_of,
+    track_option,
     warn_degraded,
 )
+from flows.cli.options import duration_option
 from flows.exitcodes import degraded_summary, exit_code
 from flows.parameters import DISCOVERY_RESYNC_S
 
@@ -34,6 +35,7 @@ SERVICE_COLUMNS = ("namespace", "service", "status", "reason", "workload", "acti
 def aim_check() -> Check:
     """The AIM flows' pre-check: the cluster serves AIMClusterModels (API access, the AIM CRDs installed)."""
     from engine.api.aim import API_VERSION
+    from engine.api.registry import AIM_CLUSTER_MODEL
     from flows.cli.common import needs
 
     return needs(API_VERSION, AIM_CLUSTER_MODEL)
@@ -78,20 +80,29 @@ def _mirrors(pairs: list[str]) -> dict[str, str]:
 
 
 def _discover(
-    cluster: str | None, namespaces: list[str] | None, resync: int, insecure: list[str], mirrors: list[str]
+    cluster: str | None,
+    namespaces: list[str] | None,
+    resync: float,
+    insecure: list[str],
+    mirrors: list[str],
+    track: bool,
 ) -> Any:
     """One discover-models run (the report)."""
-    from flows.discover_models import discover_models
-
     return run_flow(
-        discover_models,
+        "flows.discover_models:discover_models",
+        track=track,
         check=aim_check(),
         namespaces=namespaces,
-        resync_interval_s=resync,
+        resync_interval_s=int(resync),
         insecure_registries=insecure or None,
         registry_mirrors=_mirrors(mirrors),
         cluster=cluster,
     )
+
+
+def _run_aim(flow: str, namespaces: list[str] | None, cluster: str | None, track: bool) -> Any:
+    """One run of the AIM flow ``flow`` (its module's name) on ``namespaces`` (the report)."""
+    return run_flow(f"flows.{flow}:{flow}", track=track, check=aim_check(), namespaces=namespaces, cluster=cluster)
 
 
 def _model_rows(report: Any) -> list[tuple[object, ...]]:
@@ -102,25 +113,26 @@ def _service_rows(report: Any) -> list[tuple[object, ...]]:
     return [(r.namespace, r.name, r.status, r.reason, r.workload, r.action) for r in report.rows]
 
 
-@command("discover-models")
+@command("discover-models", renamed={"--resync-seconds": "--resync-interval"})
 def discover_models_command(
     cluster: str | None = cluster_option(),
     namespace: list[str] = namespaces_option(
         "Create templates in these namespaces (default: every namespace with an AIMNamespaceConfig)."
     ),
-    resync: int = typer.Option(
-        DISCOVERY_RESYNC_S, "--resync-seconds", help="Read unchanged images again after this many seconds."
+    resync: float = duration_option(
+        DISCOVERY_RESYNC_S, "--resync-interval", help="Read unchanged images again after this long.", minimum=60
     ),
     insecure_registry: list[str] = typer.Option(
-        [], "--insecure-registry", help="Registry host spoken to over plain HTTP (repeatable)."
+        [], "--insecure-registry", metavar="HOST", help="Registry host spoken to over plain HTTP (repeatable)."
     ),
     registry_mirror: list[str] = typer.Option(
-        [], "--registry-mirror", help="HOST=MIRROR or HOST=oci-layout:DIR (repeatable)."
+        [], "--registry-mirror", metavar="HOST=MIRROR", help="HOST=MIRROR or HOST=oci-layout:DIR (repeatable)."
     ),
+    track: bool = track_option(),
     as_json: bool = json_option(),
 ) -> None:
     """Read every AIMClusterModel's image labels and create its recommended AIMServiceTemplates."""
-    report = _discover(cluster, namespace or None, resync, insecure_registry, registry_mirror)
+    report = _discover(cluster, namespace or None, resync, insecure_registry, registry_mirror, track)
     _print_aim(
         "AIM model discovery", MODEL_COLUMNS, _model_rows(report), report.summary, report.degraded, as_json=as_json
     )
@@ -128,12 +140,13 @@ def discover_models_command(
 
 @command("resolve-templates")
 def resolve_templates_command(
-    cluster: str | None = cluster_option(), namespace: list[str] = namespaces_option(), as_json: bool = json_option()
+    cluster: str | None = cluster_option(),
+    namespace: list[str] = namespaces_option(),
+    track: bool = track_option(),
+    as_json: bool = json_option(),
 ) -> None:
     """Resolve every AIMServiceTemplate to a runtime profile, check GPUs, request caches when warmCache."""
-    from flows.resolve_templates import resolve_templates
-
-    report = run_flow(resolve_templates, check=aim_check(), namespaces=namespace or None, cluster=cluster)
+    report = _run_aim("resolve_templates", namespace or None, cluster, track)
     _print_aim(
         "AIM templates",
         ("namespace", "template", "status", "reason", "message"),
@@ -146,47 +159,43 @@ def resolve_templates_command(
 
 @command("rollout-services")
 def rollout_services_command(
-    cluster: str | None = cluster_option(), namespace: list[str] = namespaces_option(), as_json: bool = json_option()
+    cluster: str | None = cluster_option(),
+    namespace: list[str] = namespaces_option(),
+    track: bool = track_option(),
+    as_json: bool = json_option(),
 ) -> None:
     """Roll out every AIMService as a KServe InferenceService and Gateway HTTPRoute and report its status."""
-    from flows.rollout_services import rollout_services
-
-    report = run_flow(rollout_services, check=aim_check(), namespaces=namespace or None, cluster=cluster)
+    report = _run_aim("rollout_services", namespace or None, cluster, track)
     _print_aim("AIM services", SERVICE_COLUMNS, _service_rows(report), report.summary, report.degraded, as_json=as_json)
 
 
-@command("reconcile-aim", "aim")
+@command("reconcile-aim", "aim", renamed={"--resync-seconds": "--resync-interval"})
 def reconcile_aim(
     cluster: str | None = cluster_option(),
     namespace: list[str] = namespaces_option(
         "Create templates, resolve and roll out in these namespaces only (repeatable; default: all)."
     ),
-    resync: int = typer.Option(
-        DISCOVERY_RESYNC_S,
-        "--resync-seconds",
-        min=60,
-        help="Read unchanged images again after this many seconds (at least 60).",
+    resync: float = duration_option(
+        DISCOVERY_RESYNC_S, "--resync-interval", help="Read unchanged images again after this long.", minimum=60
     ),
     insecure_registry: list[str] = typer.Option(
-        [], "--insecure-registry", help="Registry host spoken to over plain HTTP (repeatable)."
+        [], "--insecure-registry", metavar="HOST", help="Registry host spoken to over plain HTTP (repeatable)."
     ),
     registry_mirror: list[str] = typer.Option(
-        [], "--registry-mirror", help="HOST=MIRROR or HOST=oci-layout:DIR (repeatable)."
+        [], "--registry-mirror", metavar="HOST=MIRROR", help="HOST=MIRROR or HOST=oci-layout:DIR (repeatable)."
     ),
+    track: bool = track_option(),
     as_json: bool = json_option("one JSON object (models, templates, services)"),
 ) -> None:
     """The three AIM lifecycles in one process: discover-models, resolve-templates, rollout-services.
 
-    Exit codes (flows/exitcodes.py): 0 clean; 2 could not run (cluster path missing, no Kubernetes access,
+    Exit codes: 0 clean; 2 could not run (cluster path missing, no Kubernetes access,
     AIM CRDs not installed), with one line on stderr; 3 ran degraded (writes failed), one line per error.
     """
-    from flows.resolve_templates import resolve_templates
-    from flows.rollout_services import rollout_services
-
     namespaces = namespace or None
-    found = _discover(cluster, namespaces, resync, insecure_registry, registry_mirror)
-    resolved = run_flow(resolve_templates, check=aim_check(), namespaces=namespaces, cluster=cluster)
-    rolled = run_flow(rollout_services, check=aim_check(), namespaces=namespaces, cluster=cluster)
+    found = _discover(cluster, namespaces, resync, insecure_registry, registry_mirror, track)
+    resolved = _run_aim("resolve_templates", namespaces, cluster, track)
+    rolled = _run_aim("rollout_services", namespaces, cluster, track)
     errors = found.degraded + resolved.degraded + rolled.degraded
     if as_json:
         document = {

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 import typer
 
 from flows.cli.common import app, command, console, err
+from flows.cli.options import ModelplaneCommand, duration_option
 from tasks.downloader.fill import DEFAULT_CONCURRENCY, DEFAULT_PART_SIZE
 
 if TYPE_CHECKING:
@@ -38,8 +39,10 @@ def fill_cache(
     part_size_mib: int = typer.Option(
         DEFAULT_PART_SIZE // MiB, "--part-size-mib", min=5, help="S3 ranged part size in MiB."
     ),
-    lock_timeout: float | None = typer.Option(
-        None, "--lock-timeout", help="Seconds to wait for another filler of the same cache (default: wait)."
+    lock_timeout: float | None = duration_option(
+        None,
+        "--lock-timeout",
+        help="How long to wait for another filler of the same cache (default: as long as it takes).",
     ),
     as_json: bool = typer.Option(False, "--json", help="Print the completion manifest as JSON."),
     termination_log: pathlib.Path | None = typer.Option(
@@ -65,7 +68,7 @@ def fill_cache(
         parsed = parse_source(source)
         capacity_bytes = int(parse_quantity(capacity)) if capacity else None
     except ValueError as exc:
-        sys.stderr.write(f"cache fill: invalid argument: {exc}\n")
+        sys.stderr.write(f"error: fill-cache: invalid source or capacity: {exc}\n")
         raise typer.Exit(2) from None
     reporter = _CacheFillProgress(parsed.uri)
     try:
@@ -81,12 +84,12 @@ def fill_cache(
                 on_wait=lambda holder: sys.stderr.write(f"waiting for another filler of {dest} ({holder})\n"),
             )
     except DownloadError as exc:
-        sys.stderr.write(f"cache fill failed ({exc.reason}): {exc.message}\n")
+        sys.stderr.write(f"error: cache fill failed ({exc.reason}): {exc.message}\n")
         _write_fill_report(termination_log, reason=exc.reason, message=exc.message)
         raise typer.Exit(1) from None
     except OSError as exc:
         message = f"{exc.strerror or exc} ({exc.filename or dest})"
-        sys.stderr.write(f"cache fill failed (FilesystemError): {message}\n")
+        sys.stderr.write(f"error: cache fill failed (FilesystemError): {message}\n")
         _write_fill_report(termination_log, reason="FilesystemError", message=message)
         raise typer.Exit(1) from None
     _write_fill_report(termination_log, manifest.to_json())
@@ -106,7 +109,7 @@ def fill_cache(
 cache_app = typer.Typer(
     no_args_is_help=True, help="Model caches: fill a directory (a mounted PVC) from a model source."
 )
-cache_app.command("fill")(fill_cache)
+cache_app.command("fill", cls=ModelplaneCommand)(fill_cache)
 app.add_typer(cache_app, name="cache", hidden=True)
 
 
@@ -119,7 +122,7 @@ def _write_fill_report(path: pathlib.Path | None, marker: dict | None = None, **
     try:
         path.write_text(fill_report(marker, **failure))
     except OSError as exc:
-        sys.stderr.write(f"cache fill: cannot write the termination log {path}: {exc.strerror or exc}\n")
+        sys.stderr.write(f"error: cannot write the termination log {path}: {exc.strerror or exc}\n")
 
 
 class _CacheFillProgress:

@@ -18,7 +18,9 @@ from flows.cli.common import (
     json_option,
     namespaces_option,
     run_flow,
+    track_option,
 )
+from flows.cli.options import duration_option
 from flows.parameters import FILL_RETRY_BACKOFF_S, MAX_FILL_ATTEMPTS
 
 if TYPE_CHECKING:
@@ -28,7 +30,7 @@ WARM_TIMEOUT_S = 86400.0
 """``warm-caches --timeout-s``: a local pass fills in-process, so it may take as long as the downloads."""
 
 
-@command("warm-caches")
+@command("warm-caches", renamed={"--retry-backoff-s": "--retry-backoff", "--timeout-s": "--timeout"})
 def warm_caches(
     cluster: str | None = cluster_option(),
     namespace: list[str] = namespaces_option(),
@@ -39,35 +41,34 @@ def warm_caches(
     no_consumers: bool = typer.Option(
         False, "--no-consumers", help="Only fill existing ModelCaches; create none for consumers."
     ),
-    gc_unused_after: str | None = typer.Option(
-        None, "--gc-unused-after", help="Delete caches unused this long and unmounted, e.g. 7d, 12h."
+    gc_unused_after: float | None = duration_option(
+        None, "--gc-unused-after", help="Delete caches unused this long and unmounted, e.g. 7d, 12h (default: never)."
     ),
     max_fill_attempts: int = typer.Option(
         MAX_FILL_ATTEMPTS, "--max-fill-attempts", min=1, help="Fills per cache generation before it stays Failed."
     ),
-    retry_backoff_s: float = typer.Option(
-        FILL_RETRY_BACKOFF_S, "--retry-backoff-s", min=0, help="Wait after the first failed fill (doubles)."
+    retry_backoff_s: float = duration_option(
+        FILL_RETRY_BACKOFF_S, "--retry-backoff", help="Wait after the first failed fill (doubles).", minimum=0
     ),
-    timeout_s: float = typer.Option(
-        WARM_TIMEOUT_S, "--timeout-s", min=1, help="Stop the run after this long (local fills run in-process)."
+    timeout_s: float = duration_option(
+        WARM_TIMEOUT_S, "--timeout", help="Stop the run after this long (local fills run in-process).", minimum=1
     ),
+    track: bool = track_option(),
     as_json: bool = json_option("JSON"),
 ) -> None:
     """Run one warm-caches pass: create PVCs, fill every ModelCache (Jobs in a cluster, in-process locally), report.
 
-    Exit codes (flows/exitcodes.py): 0 every cache reconciled; 2 could not run (cluster path missing, no
+    Exit codes: 0 every cache reconciled; 2 could not run (cluster path missing, no
     Kubernetes access, a bad argument), with one line on stderr; 3 ran degraded (a cache Failed, a consumer's
     source invalid, an API error on one cache), as the summary says.
     """
     from flows.warm_caches import DEFAULT_IMAGE
     from flows.warm_caches import warm_caches as warm_caches_flow
 
-    try:
-        unused_after = _duration(gc_unused_after) if gc_unused_after else None
-    except ValueError as exc:
-        raise typer.BadParameter(str(exc), param_hint="--gc-unused-after") from None
+    unused_after = datetime.timedelta(seconds=gc_unused_after) if gc_unused_after else None
     report = run_flow(
         warm_caches_flow.with_options(timeout_seconds=timeout_s),
+        track=track,
         namespaces=namespace or None,
         cluster=cluster,
         image=image or DEFAULT_IMAGE,
@@ -104,13 +105,3 @@ def _print_caches(report: WarmReport) -> None:
     for line in lines:
         console.print(line, markup=False, highlight=False)
     console.print(report.summary)
-
-
-def _duration(text: str) -> datetime.timedelta:
-    """``7d``, ``12h``, ``30m``, ``90s`` (or a Go duration such as ``1h30m``) as a timedelta."""
-    from engine.api.meta import parse_duration
-
-    text = text.strip()
-    if text.endswith("d") and text[:-1].replace(".", "", 1).isdigit():
-        return datetime.timedelta(days=float(text[:-1]))
-    return datetime.timedelta(seconds=parse_duration(text))

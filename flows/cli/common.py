@@ -8,19 +8,24 @@ validation (the deployment schema's rules), then the run, where an error that me
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import functools
+import logging
 import os
 import pathlib
 import sys
-from collections.abc import Callable, Sequence
+import time
+from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 import typer
+import typer.core
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from flows.cli.options import ModelplaneCommand
 from flows.exitcodes import (
     CannotRun,
     ExitCode,
@@ -91,22 +96,26 @@ Check = Callable[["Cluster"], "str | None"]
 """What a flow needs of its cluster beyond a readable path: the reason it cannot run there, or None."""
 
 
-def command(name: str, *aliases: str, **options: Any) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-    """Register a ``modelplane NAME`` command; each of ``aliases`` (an earlier name) runs it too, hidden from
-    the help, so scripts and docs written for the old name keep working.
+def command(
+    name: str, *aliases: str, renamed: dict[str, str] | None = None, **options: Any
+) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Register a ``modelplane NAME`` command (:class:`ModelplaneCommand`); each of ``aliases`` (an earlier name)
+    runs it too, hidden from the help, and each key of ``renamed`` (an earlier flag spelling) is read as its
+    value, so scripts and docs written for the old names keep working.
 
     Each invocation runs in a copy of the context: what one command sets there (the boundary reader's
     rejection collector, tasks/boundary.py) is gone when it ends, so it can never reach the next command
     run in the same process."""
+    cls = type(f"{name.title()}Command", (ModelplaneCommand,), {"renamed": dict(renamed or {})})
 
     def register(function: Callable[..., Any]) -> Callable[..., Any]:
         @functools.wraps(function)
         def isolated(*args: Any, **kwargs: Any) -> Any:
             return contextvars.copy_context().run(function, *args, **kwargs)
 
-        app.command(name, **options)(isolated)
+        app.command(name, cls=cls, **options)(isolated)
         for alias in aliases:
-            app.command(alias, hidden=True, **options)(isolated)
+            app.command(alias, cls=cls, hidden=True, **options)(isolated)
         return function
 
     return register
@@ -114,7 +123,7 @@ def command(name: str, *aliases: str, **options: Any) -> Callable[[Callable[...,
 
 def cluster_option() -> Any:
     """The ``--cluster`` option of every command that reads a cluster (:data:`flows.parameters.CLUSTER_HELP`)."""
-    return typer.Option(None, "--cluster", help=CLUSTER_HELP)
+    return typer.Option(None, "--cluster", metavar="CLUSTER", help=CLUSTER_HELP)
 
 
 def json_option(what: str = "a JSON list") -> Any:
@@ -124,7 +133,7 @@ def json_option(what: str = "a JSON list") -> Any:
 
 def namespaces_option(help: str = "Limit to these namespaces (repeatable).") -> Any:
     """The repeatable ``--namespace``/``-n`` option."""
-    return typer.Option([], "--namespace", "-n", help=help)
+    return typer.Option([], "--namespace", "-n", metavar="NAME", help=help)
 
 
 def needs(api_version: str, kind: str) -> Check:
@@ -146,8 +155,7 @@ def pre_check(cluster: str | None, check: Check | None = None) -> None:
     """The one pre-check of every flow command, before Prefect starts: the cluster ``cluster`` names
     (``tasks.cluster.connect``) is not a missing or unreadable path, and ``check`` finds nothing missing.
     Prints one ``error:`` line and exits 2 otherwise."""
-    from tasks.cluster import connect
-    from tasks.optimize.read import local_path_problem
+    from tasks.cluster import connect, local_path_problem
 
     with cli_errors():
         target = connect(cluster, dry_run=True)  # a check changes nothing (not even an invalid object's status)
@@ -156,32 +164,67 @@ def pre_check(cluster: str | None, check: Check | None = None) -> None:
             raise CannotRun(problem)
 
 
+def track_option() -> Any:
+    """The ``--track`` option of every flow command: run through Prefect even where no API is needed."""
+    return typer.Option(
+        False,
+        "--track",
+        help="Record the run in Prefect (run, task runs, logs, artifacts, events). Default: only when the run "
+        "writes to a Kubernetes cluster or PREFECT_API_URL is set; a run on a manifests directory, or a dry "
+        "run, needs no Prefect API.",
+    )
+
+
+def tracking_wanted(track: bool, cluster: str | None, dry_run: bool) -> bool:
+    """Whether a command runs its flow through Prefect: when asked (``--track``), when a Prefect API is
+    configured (``PREFECT_API_URL``), or when it writes to a Kubernetes cluster. A manifests directory or a dry
+    run runs untracked (tasks/tracking.py): no API, no Prefect import, the same flow code and report."""
+    from tasks.cluster import is_manifests_target
+
+    if track or os.environ.get("PREFECT_API_URL"):
+        return True
+    return not (dry_run or is_manifests_target(cluster))
+
+
 def run_flow(
-    flow: Any, *, check: Check | None = None, cannot_run: tuple[type[Exception], ...] = (), **parameters: Any
+    flow: Any,
+    *,
+    track: bool = False,
+    check: Check | None = None,
+    cannot_run: tuple[type[Exception], ...] = (),
+    **parameters: Any,
 ) -> Any:
     """Run ``flow`` in-process with ``parameters`` after :func:`pre_check` on its ``cluster`` parameter.
 
-    The flow's signature checks the parameters first (the rules of the deployment's schema) without a run;
-    when the flow cannot run (no cluster, bad parameter, missing file, or one of ``cannot_run``) the command
-    prints one ``error:`` line and exits 2. Anything else is a bug and keeps its traceback. Whatever the
-    outcome, what the run queued for the Prefect API is sent before this returns, so the command's own
-    verdict (:func:`exit_with_outcome`, the ``error:`` line) is the last thing it prints.
+    ``flow`` is a flow, or its entrypoint ``"module:name"`` (``"flows.optimize:optimize"``): imported only
+    after the pre-check and the command's first line (:func:`announce`), so a person sees both within a second.
+    Tracked or not (:func:`tracking_wanted`), the flow's signature checks the parameters first (the rules of
+    the deployment's schema) without a run; when the flow cannot run (no cluster, bad parameter, missing file,
+    or one of ``cannot_run``) the command prints one ``error:`` line and exits 2. Anything else is a bug and
+    keeps its traceback. A tracked run sends what it queued for the Prefect API before this returns, so the
+    command's own verdict (:func:`exit_with_outcome`, the ``error:`` line) is the last thing it prints.
     """
-    from prefect.exceptions import ParameterTypeError
-    from prefect.logging.loggers import disable_logger
-
+    from flows.runs import ParameterError, validate_parameters
     from tasks.cluster.errors import ClusterError
 
+    name = flow.rpartition(":")[2].replace("_", "-") if isinstance(flow, str) else flow.name
     pre_check(parameters.get("cluster"), check)
-    quiet_ephemeral_database_logs()  # before the run starts the ephemeral API, which reads it
-    expected = (ParameterTypeError, CannotRun, ClusterError, OSError, ValueError, *cannot_run)
+    tracked = tracking_wanted(track, parameters.get("cluster"), bool(parameters.get("dry_run")))
+    expected = (CannotRun, ClusterError, OSError, ValueError, *cannot_run)
     start_boundary_run()  # this run's rejections only, in a collector of its own (tasks/boundary.py)
+    announced = isinstance(flow, str)
     try:
-        with quiet_expected_failures(expected):
-            with disable_logger("prefect.flows"):  # the deployment schema's checks, before any run or log line
-                flow.validate_parameters(parameters)
-            return flow(**parameters)
-    except (ParameterTypeError, CannotRun, ClusterError, *cannot_run) as exc:
+        if isinstance(flow, str):
+            announce(name, parameters, tracked=tracked)
+            flow = load_flow(flow)
+        if tracked:
+            return run_tracked(flow, parameters, expected, announce_as=None if announced else name)
+        validated = validate_parameters(flow, parameters)
+        if not announced:
+            announce(name, parameters, tracked=False)
+        with shown_progress():
+            return run_untracked(flow, validated)
+    except (ParameterError, CannotRun, ClusterError, *cannot_run) as exc:
         reason = one_line(exc)
     except (OSError, ValueError) as exc:
         reason = f"{type(exc).__name__}: {one_line(exc)}"
@@ -189,10 +232,114 @@ def run_flow(
         if "Prefect API" not in str(exc):  # anything else is a bug: keep its traceback
             raise
         reason = one_line(exc)
+    sys.stderr.write(f"error: {name} could not run: {reason}\n")
+    raise typer.Exit(ExitCode.CANNOT_RUN)
+
+
+def load_flow(entrypoint: str) -> Any:
+    """The flow an entrypoint ``"module:name"`` names."""
+    import importlib
+
+    module, _, attribute = entrypoint.partition(":")
+    return getattr(importlib.import_module(module), attribute)
+
+
+@contextlib.contextmanager
+def shown_progress() -> Iterator[None]:
+    """The run's steps (tasks/progress.py) on stderr (flows/cli/progress.py)."""
+    from flows.cli.progress import shown_progress as show
+
+    with show():
+        yield
+
+
+def run_tracked(
+    flow: Any, parameters: dict[str, Any], expected: tuple[type[Exception], ...], announce_as: str | None
+) -> Any:
+    """The flow as a Prefect flow run (a temporary API when none is configured), announced as ``announce_as``
+    (when not yet) once its parameters passed; Prefect's parameter error becomes :class:`flows.runs.ParameterError`."""
+    from prefect.exceptions import ParameterTypeError
+    from prefect.logging.loggers import disable_logger
+
+    from flows.runs import ParameterError, as_prefect
+
+    prefect_flow = as_prefect(flow)
+    quiet_ephemeral_database_logs()  # before the run starts the ephemeral API, which reads it
+    try:
+        with quiet_expected_failures((ParameterTypeError, *expected)):
+            with disable_logger("prefect.flows"):  # the deployment schema's checks, before any run or log line
+                try:
+                    prefect_flow.validate_parameters(parameters)
+                except ParameterTypeError as exc:
+                    raise ParameterError(str(exc)) from None
+            if announce_as:
+                announce(announce_as, parameters, tracked=True)
+            with shown_progress():
+                return prefect_flow(**parameters)
     finally:
         send_queued_events_and_logs()
-    sys.stderr.write(f"error: {flow.name} could not run: {reason}\n")
-    raise typer.Exit(ExitCode.CANNOT_RUN)
+
+
+def announce(name: str, parameters: dict[str, Any], *, tracked: bool) -> None:
+    """The command's first line, on stderr as soon as its flow can run: where it runs, whether it writes, and
+    whether Prefect records it (a temporary Prefect API takes seconds to start)."""
+    cluster = parameters.get("cluster") or "the default cluster"
+    parts = [f"{name} on {cluster}"]
+    if parameters.get("dry_run"):
+        parts.append("dry run (nothing is written)")
+    if not tracked:
+        parts.append("not recorded in Prefect (--track records it)")
+    elif os.environ.get("PREFECT_API_URL"):
+        parts.append(f"recorded in Prefect at {os.environ['PREFECT_API_URL']}")
+    else:
+        parts.append("recorded in a temporary Prefect API, which takes several seconds to start")
+    err.print(", ".join(parts), highlight=False, soft_wrap=True)
+
+
+def run_untracked(flow: Any, validated: dict[str, Any]) -> Any:
+    """The flow with no Prefect API on validated parameters (flows/runs.py), its log on stderr as a tracked
+    run's would be."""
+    from flows.runs import call_validated
+
+    with run_log_on_stderr(flow.name):
+        return call_validated(flow, validated)
+
+
+class _RunLogHandler(logging.Handler):
+    """``HH:MM:SS.mmm | LEVEL   | flow - message`` on the current ``sys.stderr``, as Prefect's console prints a
+    run's log (the current one: a progress bar on a terminal redirects it to print above the bar)."""
+
+    def __init__(self, flow_name: str, level: int) -> None:
+        super().__init__(level)
+        self.flow_name = flow_name
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            clock = time.strftime("%H:%M:%S", time.localtime(record.created)) + f".{int(record.msecs):03d}"
+            sys.stderr.write(f"{clock} | {record.levelname:<7} | {self.flow_name} - {record.getMessage()}\n")
+        except Exception:
+            self.handleError(record)
+
+
+@contextlib.contextmanager
+def run_log_on_stderr(flow_name: str) -> Iterator[None]:
+    """While an untracked run runs: its run log (info and above) and every other warning on stderr."""
+    from tasks.tracking import LOGGER_NAME
+
+    run_log, root = logging.getLogger(LOGGER_NAME), logging.getLogger()
+    handler, others = _RunLogHandler(flow_name, logging.INFO), _RunLogHandler(flow_name, logging.WARNING)
+    level, propagate = run_log.level, run_log.propagate
+    run_log.setLevel(logging.INFO)
+    run_log.propagate = False
+    run_log.addHandler(handler)
+    root.addHandler(others)
+    try:
+        yield
+    finally:
+        run_log.removeHandler(handler)
+        run_log.setLevel(level)
+        run_log.propagate = propagate
+        root.removeHandler(others)
 
 
 def start_boundary_run() -> None:

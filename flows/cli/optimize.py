@@ -12,8 +12,6 @@ from typing import Any, get_args
 
 import typer
 
-from engine.api.registry import VARIANT_AUTOSCALING
-from engine.slo.target import check_attainment
 from flows.cli.common import (
     cluster_option,
     command,
@@ -26,11 +24,14 @@ from flows.cli.common import (
     needs,
     run_flow,
     table_of,
+    track_option,
 )
+from flows.cli.options import duration_option
 from flows.exitcodes import CannotRun, cli_errors
 from flows.parameters import (
     CALIBRATE_LOOKBACK,
     CALIBRATE_WINDOW,
+    SCALE_DOWN_STABILIZATION_S,
     SIMULATE_INTERVAL_S,
     SIMULATE_OUTPUT_DIR,
     SIMULATE_STARTUP_DELAY_S,
@@ -40,51 +41,71 @@ from flows.parameters import (
 
 def config_namespace_option() -> Any:
     """``--config-namespace``: where the WVA ConfigMaps live."""
-    return typer.Option(SYSTEM_NAMESPACE, help="Namespace of the WVA ConfigMaps.")
+    return typer.Option(SYSTEM_NAMESPACE, metavar="NAME", help="Namespace of the WVA ConfigMaps.")
 
 
-@command("optimize")
+@command(
+    "optimize-allocation",
+    "optimize",
+    renamed={"--metrics": "--metrics-file", "--prometheus": "--prometheus-url", "--pushgateway": "--pushgateway-url"},
+)
 def optimize(
     cluster: str | None = cluster_option(),
     metrics: pathlib.Path | None = typer.Option(
-        None, "--metrics", exists=True, dir_okay=False, help="Metrics YAML file (instead of Prometheus)."
+        None, "--metrics-file", exists=True, dir_okay=False, help="Metrics YAML file (instead of Prometheus)."
     ),
-    prometheus: str | None = typer.Option(None, "--prometheus", help="Prometheus base URL (default $PROMETHEUS_URL)."),
+    prometheus: str | None = typer.Option(
+        None, "--prometheus-url", metavar="URL", help="Prometheus base URL (default $PROMETHEUS_URL)."
+    ),
     rate_window: str | None = typer.Option(
         None,
         "--rate-window",
+        metavar="DURATION",
         help="PromQL window of the arrival-rate query, e.g. 1m or 30s (default $PROMETHEUS_RATE_WINDOW, else 1m).",
     ),
     namespace: list[str] = namespaces_option(),
     namespace_selector: str | None = typer.Option(
-        None, "--namespace-selector", "-l", help="Label selector on Namespaces."
+        None, "--namespace-selector", "-l", metavar="SELECTOR", help="Label selector on Namespaces."
     ),
     config_namespace: str = config_namespace_option(),
+    scale_down_stabilization: float = duration_option(
+        SCALE_DOWN_STABILIZATION_S,
+        "--scale-down-stabilization",
+        help="Scale a VariantAutoscaling down only after the scale-down has been recommended this long, as the "
+        "optimize deployment does; 0 = at once, as WVA.",
+        minimum=0,
+    ),
     dry_run: bool = typer.Option(False, "--dry-run", help="Decide and print, write nothing."),
+    track: bool = track_option(),
     as_json: bool = json_option(),
     pushgateway: str | None = typer.Option(
         None,
-        "--pushgateway",
+        "--pushgateway-url",
+        metavar="URL",
         help="Prometheus Pushgateway URL to publish wva_desired_replicas and Modelplane's metrics to "
         "(default $MODELPLANE_PUSHGATEWAY_URL; unset = off).",
     ),
 ) -> None:
     """Run one optimization cycle and print the allocation table (writes status back unless --dry-run).
 
-    Exit codes (flows/exitcodes.py): 0 clean; 2 could not run (cluster path missing, no Kubernetes access,
+    The cost column is per hour: the accelerators' unit costs (ConfigMap accelerator-unit-costs, per accelerator
+    and hour) times the accelerators of each replica times the desired replicas; a binding target whose binding
+    gives no cost is unpriced. The total adds every row.
+
+    Exit codes: 0 clean; 2 could not run (cluster path missing, no Kubernetes access,
     configuration ConfigMap missing, a parameter rejected), with one line on stderr; 3 ran degraded
     (metrics missing, resources invalid or not ready, write errors), as the summary line says.
     """
-    from flows.optimize import optimize as optimize_flow
     from flows.parameters import PROMETHEUS_DURATION_PATTERN
-    from tasks.optimize.read import cannot_run_reason
+    from tasks.optimize.precheck import cannot_run_reason
 
     if rate_window is not None and not re.match(PROMETHEUS_DURATION_PATTERN, rate_window):
         raise typer.BadParameter(
             f"{rate_window!r} is not a PromQL duration such as 1m or 30s", param_hint="--rate-window"
         )
     report = run_flow(
-        optimize_flow,
+        "flows.optimize:optimize",
+        track=track,
         check=lambda target: cannot_run_reason(target, config_namespace),
         namespaces=namespace or None,
         namespace_selector=namespace_selector,
@@ -94,6 +115,7 @@ def optimize(
         rate_window=rate_window,
         cluster=cluster,
         dry_run=dry_run,
+        scale_down_stabilization_s=scale_down_stabilization,
         pushgateway_url=pushgateway,
     )
     if as_json:
@@ -104,19 +126,26 @@ def optimize(
         changed = row.desired is not None and row.current is not None and row.desired != row.current
         desired = f"[bold]{row.desired}[/bold]" if changed else str(row.desired if row.desired is not None else "-")
         current = row.current if row.current is not None else "-"
-        rows.append((row.namespace, row.name, row.model, row.accelerator, current, desired, row.cost, row.reason))
-    columns = ("namespace", "name", "model", "accelerator", "current", "desired", "cost", "reason")
-    console.print(table_of("Modelplane allocation", columns, rows, right=("current", "desired", "cost")))
+        cost = "unpriced" if row.cost is None else f"{row.cost:.2f}"
+        reason = f"{row.reason}: {row.held}" if row.held else row.reason
+        rows.append((row.namespace, row.name, row.model, row.accelerator, current, desired, cost, reason))
+    columns = ("namespace", "name", "model", "accelerator", "current", "desired", "cost/h", "reason")
+    console.print(table_of("Modelplane allocation", columns, rows, right=("current", "desired", "cost/h")))
     console.print(report.summary)
+    if dry_run:
+        console.print("dry run: nothing was written")
     if report.metrics_error:
         err.print(f"[yellow]metrics unavailable: {report.metrics_error}[/yellow]")
     exit_with_outcome(report.degraded)
 
 
-@command("simulate")
+@command("simulate-policies", "simulate", renamed={"--share": "--model-share", "--output": "--output-dir"})
 def simulate(
     cluster_option: str = typer.Option(
-        ..., "--cluster", help="Manifests directory/file: VariantAutoscalings, targets, WVA ConfigMaps (not empty)."
+        ...,
+        "--cluster",
+        metavar="PATH",
+        help="Manifests directory/file: VariantAutoscalings, targets, WVA ConfigMaps (not empty).",
     ),
     trace: pathlib.Path = typer.Option(
         ..., "--trace", help="Trace CSV (timestamp, prompt tokens, output tokens; Azure format as is)."
@@ -125,33 +154,43 @@ def simulate(
         [],
         "--policy",
         "-p",
-        help="Policy to compare (repeatable); default: all, the clairvoyant schedule (oracle) included.",
+        metavar="POLICY",
+        help="Policy to compare (repeatable): modelplane, saturation-only, wva-greedy, hpa, static-peak, oracle "
+        "(the clairvoyant schedule); default: all.",
     ),
     compression: float = typer.Option(1.0, help="Divide inter-arrival times by this (time compression)."),
     rate_scale: float = typer.Option(1.0, "--rate-scale", help="Multiply the number of requests."),
-    slice_start: float = typer.Option(0.0, "--slice-start", help="Slice start, seconds after the first request."),
-    duration: float | None = typer.Option(None, help="Slice length in seconds (before compression)."),
+    slice_start: float = duration_option(
+        0.0, "--slice-start", help="Start of the replayed slice, after the trace's first request."
+    ),
+    duration: float | None = duration_option(
+        None, "--duration", help="Length of the replayed slice, before compression (default: to the end)."
+    ),
     wave_floor: float = typer.Option(
         1.0,
         "--wave-floor",
         help="A day's shape: thin the trace so its rate goes from this share of the recorded one to all of it "
         "and back (0 < floor <= 1; 1 = as recorded).",
     ),
-    wave_period: float | None = typer.Option(
-        None, "--wave-period", help="Period of the --wave-floor wave in replayed seconds (default: the slice's length)."
+    wave_period: float | None = duration_option(
+        None, "--wave-period", help="Period of the --wave-floor wave, replayed time (default: the slice's length)."
     ),
     bursty: str | None = typer.Option(
         None,
         "--bursty",
+        metavar="VARIANT",
         help="Replay a named bursty variant (silent minutes, bursts, sub-minute clusters) filled with the trace's "
         "requests: tune-a, tune-b, tune-c (tuning), held-long-silences, held-sharp-clusters, held-2x-rate (held out).",
     ),
     share: list[str] = typer.Option(
-        [], "--share", help="MODEL=WEIGHT share of a model ('namespace/modelID') in the trace (repeatable)."
+        [],
+        "--model-share",
+        metavar="MODEL=WEIGHT",
+        help="Share of a model ('namespace/modelID') in the trace (repeatable; default: equal shares).",
     ),
-    interval: float = typer.Option(SIMULATE_INTERVAL_S, help="Control interval in simulated seconds."),
-    startup_delay: float = typer.Option(
-        SIMULATE_STARTUP_DELAY_S, "--startup-delay", help="Seconds a new replica takes to become ready."
+    interval: float = duration_option(SIMULATE_INTERVAL_S, "--interval", help="Control interval, simulated time."),
+    startup_delay: float = duration_option(
+        SIMULATE_STARTUP_DELAY_S, "--startup-delay", help="How long a new replica takes to become ready."
     ),
     sizing_ttft_scale: float = typer.Option(
         1.0,
@@ -161,18 +200,21 @@ def simulate(
     hpa_metric: str | None = typer.Option(
         None,
         "--hpa-metric",
+        metavar="METRIC",
         help="Per-replica metric of the HPA-style policy (default: the cluster's AutoscalingPolicy).",
     ),
     hpa_target: float | None = typer.Option(None, "--hpa-target", help="Target per replica of --hpa-metric."),
     router: str | None = typer.Option(
         None,
         "--router",
+        metavar="auto|least-outstanding|least-load|least-latency",
         help="Gateway router: least-outstanding, least-load (llm-d/Kthena: queue + KV), "
-        "least-latency (predicted TTFT/ITL vs SLO); auto (the default) = what the cluster says (docs/simulate.md).",
+        "least-latency (predicted TTFT/ITL vs SLO); auto (the default) = what the cluster says.",
     ),
     start: str = typer.Option(
         "static",
         "--start",
+        metavar="static|manifests",
         help="Where the reactive policies start: static (static peak's allocation, the default, as the benchmarks) "
         "or manifests (the scale targets' replicas, a cold start).",
     ),
@@ -189,13 +231,19 @@ def simulate(
         "cost-attainment curves, attainment ceiling, cost / clairvoyant schedule.",
     ),
     seed: int = typer.Option(0, help="Seed of every random draw."),
-    output: pathlib.Path = typer.Option(pathlib.Path(SIMULATE_OUTPUT_DIR), "--output", "-o", help="Report directory."),
+    output: pathlib.Path = typer.Option(
+        pathlib.Path(SIMULATE_OUTPUT_DIR), "--output-dir", "-o", help="Directory of the report (HTML, plots, JSON)."
+    ),
     config_namespace: str = config_namespace_option(),
+    track: bool = track_option(),
     as_json: bool = json_option("the JSON summary"),
 ) -> None:
     """Replay a trace against a cluster description and compare autoscaling policies (table, JSON, HTML report).
 
-    Exit codes (flows/exitcodes.py): 0 done; 2 could not run (missing cluster or trace, malformed trace,
+    The cost column is per replay: accelerator-hours over the replay times each accelerator's unit cost per hour
+    (ConfigMap accelerator-unit-costs).
+
+    Exit codes: 0 done; 2 could not run (missing cluster or trace, malformed trace,
     unknown policy, a VariantAutoscaling that cannot be simulated), with one line on stderr.
     """
     from engine.optimize.spec import SpecError
@@ -216,6 +264,7 @@ def simulate(
         _check_slo_attainment(slo_attainment)
     report = run_flow(
         simulate_flow,
+        track=track,
         cannot_run=(TraceError, SpecError),
         cluster=str(cluster),
         trace=str(trace),
@@ -267,6 +316,8 @@ def _shares(items: list[str]) -> dict[str, float]:
 
 def _check_slo_attainment(value: float | None) -> None:
     """:class:`CannotRun` for an ``--slo-attainment`` the annotation would refuse."""
+    from engine.slo.target import check_attainment
+
     if value is not None:
         try:
             check_attainment(value)
@@ -300,10 +351,13 @@ def _check_simulation_input(policy: list[str], router: str | None, trace: pathli
         raise CannotRun(f"{trace}: {exc}") from None
 
 
-@command("tune")
+@command("tune-sizing", "tune")
 def tune(
     cluster_option: str = typer.Option(
-        ..., "--cluster", help="Manifests directory/file (or kubeconfig:PATH): the VariantAutoscalings to tune."
+        ...,
+        "--cluster",
+        metavar="CLUSTER",
+        help="Manifests directory/file (or kubeconfig:PATH): the VariantAutoscalings to tune.",
     ),
     trace: pathlib.Path | None = typer.Option(
         None,
@@ -312,16 +366,24 @@ def tune(
         "--window of traffic is rebuilt from Prometheus.",
     ),
     prometheus_url: str | None = typer.Option(
-        None, "--prometheus-url", help="Prometheus to rebuild the traffic from (default: $PROMETHEUS_URL)."
+        None,
+        "--prometheus-url",
+        metavar="URL",
+        help="Prometheus to rebuild the traffic from (default: $PROMETHEUS_URL).",
     ),
-    window: str = typer.Option("24h", help="How much recent traffic to rebuild from Prometheus (e.g. 24h, 90m)."),
+    window: float = duration_option(
+        86400.0, "--window", help="How much recent traffic to rebuild from Prometheus when no --trace is given."
+    ),
     slo_attainment: float | None = typer.Option(
         None, "--slo-attainment", help="Every model's target (0.5-0.999). Default: what the VariantAutoscalings say."
     ),
-    duration: float | None = typer.Option(None, help="Replay only the log's first SECONDS (default: all of it)."),
+    duration: float | None = duration_option(
+        None, "--duration", help="Replay only the log's first part this long (default: all of it)."
+    ),
     config_namespace: str = config_namespace_option(),
     dry_run: bool = typer.Option(False, "--dry-run", help="Replay and choose, write nothing."),
     seed: int = typer.Option(0, help="Seed of the replay's random draws."),
+    track: bool = track_option(),
     as_json: bool = json_option(),
 ) -> None:
     """Choose per model the cheapest sizing setting that meets its SLO attainment target on a window's traffic.
@@ -335,7 +397,7 @@ def tune(
     from engine.optimize.spec import SpecError
     from engine.simulate.rebuild import TrafficError
     from engine.simulate.trace import TraceError
-    from flows.tune import tune as tune_flow
+    from engine.slo.target import format_window
     from tasks.metrics.snapshot import MetricsUnavailable
 
     with cli_errors():
@@ -344,12 +406,13 @@ def tune(
             _check_simulation_input([], None, trace, None)
         _check_slo_attainment(slo_attainment)
     report = run_flow(
-        tune_flow,
+        "flows.tune:tune",
+        track=track,
         cannot_run=(TraceError, SpecError, TrafficError, MetricsUnavailable),
         cluster=str(cluster),
         trace=None if trace is None else str(trace),
         prometheus_url=prometheus_url,
-        window=window,
+        window=format_window(window),
         config_namespace=config_namespace,
         slo_attainment=slo_attainment,
         duration_s=duration,
@@ -373,37 +436,47 @@ def tune(
         for c in report.choices
         for r in c.rows
     ]
-    columns = ("model", "target", "candidate", "attainment", "cost", "")
-    replayed = trace.name if trace is not None else f"the last {window} of traffic"
-    console.print(table_of(f"Candidates replayed on {replayed}", columns, rows, right=("attainment", "cost")))
+    columns = ("model", "target", "candidate", "attainment", "cost/replay", "")
+    replayed = trace.name if trace is not None else f"the last {format_window(window)} of traffic"
+    console.print(table_of(f"Candidates replayed on {replayed}", columns, rows, right=("attainment", "cost/replay")))
     for line in unmet:
         console.print(line, highlight=False)
     console.print("dry run: nothing was written" if dry_run else f"written: {len(report.written)} VariantAutoscalings")
     exit_with_outcome(problems)
 
 
-@command("calibrate")
+@command(
+    "calibrate-profiles",
+    "calibrate",
+    renamed={"--prometheus": "--prometheus-url", "--windows": "--windows-file"},
+)
 def calibrate(
     cluster: str | None = cluster_option(),
-    prometheus: str | None = typer.Option(None, "--prometheus", help="Prometheus base URL (default $PROMETHEUS_URL)."),
-    windows: pathlib.Path | None = typer.Option(None, "--windows", help="Windows YAML file (instead of Prometheus)."),
+    prometheus: str | None = typer.Option(
+        None, "--prometheus-url", metavar="URL", help="Prometheus base URL (default $PROMETHEUS_URL)."
+    ),
+    windows: pathlib.Path | None = typer.Option(
+        None, "--windows-file", help="Windows YAML file (instead of Prometheus)."
+    ),
     namespace: list[str] = namespaces_option(),
     lookback: str = typer.Option(
-        CALIBRATE_LOOKBACK, help="How far back to read metrics (a day: gamma needs hours of varied load)."
+        CALIBRATE_LOOKBACK,
+        metavar="DURATION",
+        help="How far back to read metrics (a day: gamma needs hours of varied load).",
     ),
-    window: str = typer.Option(CALIBRATE_WINDOW, help="Length of one metrics window."),
+    window: str = typer.Option(CALIBRATE_WINDOW, metavar="DURATION", help="Length of one metrics window."),
     config_namespace: str = config_namespace_option(),
     dry_run: bool = typer.Option(False, "--dry-run", help="Fit and print, write nothing."),
+    track: bool = track_option(),
     as_json: bool = json_option(),
 ) -> None:
     """Fit performance profiles (alpha, beta, gamma, delta) from vLLM metrics; write them only where opted in.
 
-    Exit codes (flows/exitcodes.py): 0 every variant got a profile; 2 could not run (bad windows file, no
+    Exit codes: 0 every variant got a profile; 2 could not run (bad windows file, no
     Kubernetes access), with one line on stderr; 3 degraded: some variants got no profile (no metrics, data
     that cannot determine it) or could not be written, as their rows say.
     """
-    from engine.api.registry import LLMD_API
-    from flows.calibrate import calibrate as calibrate_flow
+    from engine.api.registry import LLMD_API, VARIANT_AUTOSCALING
     from tasks.calibrate import WindowsFileError, read_windows_file
 
     if windows is not None:
@@ -413,7 +486,8 @@ def calibrate(
             except WindowsFileError as exc:
                 raise CannotRun(str(exc)) from None
     report = run_flow(
-        calibrate_flow,
+        "flows.calibrate:calibrate",
+        track=track,
         check=needs(LLMD_API, VARIANT_AUTOSCALING),
         namespaces=namespace or None,
         config_namespace=config_namespace,

@@ -126,7 +126,9 @@ def register_deployments(
 ) -> None:
     """Create the work pool if missing, then register every deployment of deployments/prefect.yaml on the
     Prefect server of PREFECT_API_URL (runs 'prefect --no-prompt deploy --all --prefect-file deployments/prefect.yaml')."""
-    from flows.deployments import KUBERNETES_POOL, PROCESS_POOL, run_deploy
+    from flows.cli.progress import shown_progress
+    from flows.deployments import KUBERNETES_POOL, PROCESS_POOL, REGISTERED, load_prefect_yaml, run_deploy
+    from tasks.progress import step
 
     if pool_type not in ("kubernetes", "process"):
         sys.stderr.write(f"error: --pool-type must be 'kubernetes' or 'process', not {pool_type!r}\n")
@@ -140,7 +142,19 @@ def register_deployments(
     name = pool or (KUBERNETES_POOL if pool_type == "kubernetes" else PROCESS_POOL)
     created = _ensure_pool(name, pool_type)
     err.print(f"work pool {name!r} ({pool_type}): {'created' if created else 'exists'}")
-    result = run_deploy(pool=None if name == KUBERNETES_POOL else name, pool_type=pool_type)
+    with (
+        shown_progress(),
+        step("register-deployments", total=len(load_prefect_yaml()["deployments"]), unit="deployments") as done,
+    ):
+        registered: set[str] = set()
+
+        def count(line: str) -> None:
+            match = REGISTERED.search(line)
+            if match and match.group(1) not in registered:
+                registered.add(match.group(1))
+                done.advance(note=match.group(1))
+
+        result = run_deploy(pool=None if name == KUBERNETES_POOL else name, pool_type=pool_type, on_line=count)
     sys.stdout.write(result.stdout)
     if result.returncode != 0:
         sys.stderr.write(result.stderr)

@@ -10,7 +10,6 @@ import sys
 
 import typer
 
-from engine.api.registry import MODEL, OPEN_MODEL
 from flows.cli.common import (
     cluster_option,
     command,
@@ -21,7 +20,9 @@ from flows.cli.common import (
     needs,
     run_flow,
     table_of,
+    track_option,
 )
+from flows.cli.options import duration_option
 from flows.image import IMAGE
 from flows.parameters import KTHENA_NETWORKING, MAX_WATCH_S, ROLLOUT_WORKLOAD, WATCH_SECONDS
 
@@ -31,6 +32,7 @@ def rollout_models_command(
     cluster: str | None = cluster_option(),
     namespace: list[str] = namespaces_option(),
     downloader_image: str = typer.Option(IMAGE, help="Image of the init container that downloads into a cacheURI."),
+    track: bool = track_option(),
     as_json: bool = json_option(),
     name: list[str] = typer.Option([], "--name", help="Only the Models with these names (repeatable)."),
     kthena_networking: str = typer.Option(
@@ -46,15 +48,16 @@ def rollout_models_command(
 ) -> None:
     """Roll out every Kthena Model once and print what changed.
 
-    Exit codes (flows/exitcodes.py): 0 every Model rolled out; 2 could not run (cluster path missing, no
+    Exit codes: 0 every Model rolled out; 2 could not run (cluster path missing, no
     Kubernetes access, the Kthena CRDs not installed, a parameter rejected), with one line on stderr;
     3 degraded: a Model is Failed, as its row says.
     """
     from engine.api.kthena import API_VERSION
-    from flows.rollout_models import rollout_models
+    from engine.api.registry import MODEL
 
     report = run_flow(
-        rollout_models,
+        "flows.rollout_models:rollout_models",
+        track=track,
         check=needs(API_VERSION, MODEL),
         namespaces=namespace or None,
         names=name or None,
@@ -83,26 +86,28 @@ def rollout_models_command(
     exit_with_outcome(report.degraded)
 
 
-@command("watch-models")
+@command("watch-models", renamed={"--watch-seconds": "--watch"})
 def watch_models_command(
     cluster: str | None = cluster_option(),
     namespace: list[str] = namespaces_option("Watch these namespaces only (repeatable)."),
-    watch_seconds: float = typer.Option(
-        WATCH_SECONDS, "--watch-seconds", help=f"How long the watch stays open (0 < s <= {MAX_WATCH_S})."
+    watch_seconds: float = duration_option(
+        WATCH_SECONDS, "--watch", help=f"How long the watch stays open (at most {MAX_WATCH_S}s)."
     ),
+    track: bool = track_option(),
     as_json: bool = json_option("a JSON object"),
 ) -> None:
     """Watch the Kthena Models for WATCH_SECONDS and emit modelplane.kthena.model.changed for each Model whose
     spec rollout-models has not rolled out yet (the event triggers its rollout).
 
-    Exit codes (flows/exitcodes.py): 0 the watch ran (changes or none); 2 could not run (cluster path missing,
+    Exit codes: 0 the watch ran (changes or none); 2 could not run (cluster path missing,
     no Kubernetes access, the Kthena Model CRD not installed, a parameter rejected), with one line on stderr.
     """
     from engine.api.kthena import API_VERSION
-    from flows.watch_models import watch_models
+    from engine.api.registry import MODEL
 
     report = run_flow(
-        watch_models,
+        "flows.watch_models:watch_models",
+        track=track,
         check=needs(API_VERSION, MODEL),
         namespaces=namespace or None,
         watch_seconds=watch_seconds,
@@ -134,19 +139,22 @@ def serve_openmodel_command(
     replicas: int = typer.Option(1, "--replicas", min=0, help="vLLM replicas."),
     flavor: str | None = typer.Option(None, "--flavor", help="Flavor to start from (default: the first)."),
     cluster: str | None = cluster_option(),
+    track: bool = track_option(),
     as_json: bool = json_option("a JSON object"),
 ) -> None:
     """Serve an llmaz OpenModel with vLLM from its shared cache, placed by its flavors.
 
-    Exit codes (flows/exitcodes.py): 0 Serving; 2 could not run (cluster path missing, no Kubernetes access,
+    Exit codes: 0 Serving; 2 could not run (cluster path missing, no Kubernetes access,
     the OpenModel or namespace missing, no flavor fits), with one line on stderr; 3 not Serving (yet), as
     the state line says.
     """
     from engine.api.llmaz import API_VERSION
+    from engine.api.registry import OPEN_MODEL
     from flows.serve_openmodel import ServeError, serve_openmodel
 
     report = run_flow(
         serve_openmodel,
+        track=track,
         check=needs(API_VERSION, OPEN_MODEL),
         cannot_run=(ServeError,),
         model=model,

@@ -11,9 +11,6 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from prefect import task
-from prefect.cache_policies import NO_CACHE
-
 from engine.aim.discovery import (
     REASON_AUTH_FAILED,
     REASON_EXTRACTION_FAILED,
@@ -31,6 +28,7 @@ from tasks.aim.writes import WORKERS
 from tasks.cluster import Cluster
 from tasks.cluster.errors import NotFound
 from tasks.oci import Credential, RegistryClient, RegistryError, credential_for, parse_dockerconfigjson, parse_reference
+from tasks.tracking import task
 
 DOCKERCONFIG_TYPE = "kubernetes.io/dockerconfigjson"
 
@@ -44,7 +42,7 @@ class Keychain:
     problems: list[str] = field(default_factory=list)
 
 
-@task(name="read-pull-secrets", cache_policy=NO_CACHE, retries=2, retry_delay_seconds=2)
+@task(name="read-pull-secrets", retries=2, retry_delay_seconds=2)
 def read_keychain(cluster: Cluster, configs: Sequence[AIMNamespaceConfig]) -> Keychain:
     """Credentials from every ``images.imagePullSecrets`` Secret (``kubernetes.io/dockerconfigjson``)
     named by an AIMNamespaceConfig, read from the config's namespace; the first one for a registry
@@ -117,7 +115,7 @@ def inspect_image(
         return failed_record(image, now, reason, message, previous)
 
 
-@task(name="inspect-images", cache_policy=NO_CACHE)
+@task(name="inspect-images")
 def inspect_images(
     client: RegistryClient,
     wanted: Mapping[str, DiscoveryRecord | None],

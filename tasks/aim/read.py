@@ -11,9 +11,6 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, TypeVar
 
-from prefect import task
-from prefect.cache_policies import NO_CACHE
-
 from engine.aim.discovery import (
     API_VERSION,
 )
@@ -24,6 +21,7 @@ from engine.api.views import HTTPRoute, InferenceService, Node
 from tasks.boundary import Accepted, accept, accept_as
 from tasks.cluster import Cluster, Manifest
 from tasks.cluster.errors import NotFound
+from tasks.tracking import task
 
 log = logging.getLogger("modelplane.aim")
 
@@ -85,7 +83,7 @@ def _accepted(cluster: Cluster, kind: str, model: type[M], label_selector: str |
     return accept_as(cluster, cluster.list(API_VERSION, kind, label_selector=label_selector), model)
 
 
-@task(name="read-aim-state", cache_policy=NO_CACHE, retries=2, retry_delay_seconds=2)
+@task(name="read-aim-state", retries=2, retry_delay_seconds=2)
 def read_aim_state(cluster: Cluster, kinds: Sequence[AimKind], model_selector: str | None = None) -> AimState:
     """LIST the kinds a flow needs (``models``, ``configs``, ``templates``, ``services``, ``caches``,
     ``nodes``, ``isvcs``, ``routes``), each once across all namespaces; ``model_selector`` is a label

@@ -49,6 +49,24 @@ def resolve_target(target: str | None) -> str | None:
     return target.strip()
 
 
+def is_manifests_target(target: str | None) -> bool:
+    """Whether ``target`` (after the defaults of :func:`resolve_target`) names a manifests directory or file, the
+    local backend, rather than a Kubernetes cluster."""
+    resolved = resolve_target(target)
+    return resolved is not None and resolved not in _KUBE_TARGETS and not resolved.startswith(_KUBECONFIG_PREFIX)
+
+
+def local_path_problem(cluster: Cluster) -> str | None:
+    """Why a local-manifests cluster cannot be used (its path does not exist or is unreadable), or None."""
+    if not isinstance(cluster, LocalCluster):
+        return None
+    if not cluster.path.exists():
+        return f"cluster path {cluster.path} does not exist"
+    if not os.access(cluster.path, os.R_OK):
+        return f"cluster path {cluster.path} is not readable"
+    return None
+
+
 def default_kube_configured() -> bool:
     """Whether the default Kubernetes configuration exists: in-cluster, ``$KUBECONFIG`` or ``~/.kube/config``."""
     if os.environ.get("KUBERNETES_SERVICE_HOST") or os.environ.get("KUBECONFIG"):
@@ -114,6 +132,8 @@ __all__ = [
     "Unavailable",
     "WatchEvent",
     "connect",
+    "is_manifests_target",
+    "local_path_problem",
     "resolve_target",
     "register",
     "resource_for",

@@ -130,9 +130,9 @@ def prefect_progress(description: str, interval: float = 2.0) -> ProgressCallbac
     state: dict[str, object] = {"id": None, "last": 0.0}
 
     def report(snapshot: ProgressSnapshot) -> None:
-        from prefect.context import FlowRunContext, TaskRunContext
+        from tasks.tracking import tracked
 
-        if FlowRunContext.get() is None and TaskRunContext.get() is None:
+        if not tracked():
             return
         now = time.monotonic()
         final = snapshot.phase != "downloading"

@@ -16,9 +16,6 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from prefect import task
-from prefect.cache_policies import NO_CACHE
-
 from engine.api.kthena import AutoscalingPolicyBinding, AutoscalingPolicyBindingSpec, Target
 from engine.api.kthena import Model as KthenaModel
 from engine.api.meta import ObjectMeta
@@ -35,10 +32,12 @@ from engine.optimize.bindings import (
     parse_scale_groups,
     scale_to_zero_grace,
 )
+from engine.optimize.spec import accelerator_text
 from tasks.boundary import Accepted, parse_resource
 from tasks.cluster import Cluster, ObjectRef
 from tasks.cluster.errors import ClusterError, NotFound
 from tasks.optimize.read import ClusterState
+from tasks.tracking import task
 
 log = logging.getLogger("modelplane.optimize")
 
@@ -71,25 +70,35 @@ class BindingRowDetails:
 
 
 def workload_accelerator(workload: Workload) -> str:
-    """The accelerator a workload's pods run on: its ``inference.optimization/acceleratorName`` label, a
-    GPU model its nodeSelector or required node affinity names, else the GPU resource it requests
-    (``1x nvidia.com/gpu``); empty for a CPU workload."""
-    labels = workload.metadata.labels
-    if labels.get(ACCELERATOR_LABEL):
-        return str(labels[ACCELERATOR_LABEL])
+    """What a workload's pods run on, as :func:`engine.optimize.spec.accelerator_text` writes it: the GPUs a
+    pod requests (1 when it requests none) of the type its ``inference.optimization/acceleratorName`` label,
+    nodeSelector or required node affinity names, else of the GPU resource itself (``1x nvidia.com/gpu``);
+    empty for a CPU workload."""
     pod = workload.pod_spec()
-    for key in GPU_NODE_LABELS:
-        if pod.node_selector.get(key):
-            return str(pod.node_selector[key])
-    for term in pod.affinity.node_affinity.required.node_selector_terms:
-        for expression in term.match_expressions:
-            if expression.key in GPU_NODE_LABELS and expression.operator == "In" and expression.values:
-                return ",".join(str(v) for v in expression.values)
+    resource, count = "", 1
     for container in pod.containers:
         for key, value in {**container.resources.requests, **container.resources.limits}.items():
             if key.endswith("/gpu"):
-                return f"{value}x {key}"
-    return ""
+                resource, count = key, _count(value)
+    labels = workload.metadata.labels
+    if labels.get(ACCELERATOR_LABEL):
+        return accelerator_text(str(labels[ACCELERATOR_LABEL]), count)
+    for key in GPU_NODE_LABELS:
+        if pod.node_selector.get(key):
+            return accelerator_text(str(pod.node_selector[key]), count)
+    for term in pod.affinity.node_affinity.required.node_selector_terms:
+        for expression in term.match_expressions:
+            if expression.key in GPU_NODE_LABELS and expression.operator == "In" and expression.values:
+                return accelerator_text(",".join(str(v) for v in expression.values), count)
+    return accelerator_text(resource, count)
+
+
+def _count(value: object) -> int:
+    """A GPU request as a count (1 where it is not a whole number)."""
+    try:
+        return max(1, int(str(value)))
+    except ValueError:
+        return 1
 
 
 def binding_model(binding: ObjectMeta, workloads: Iterable[Workload]) -> str:
@@ -106,7 +115,7 @@ def binding_model(binding: ObjectMeta, workloads: Iterable[Workload]) -> str:
     return ""
 
 
-@task(name="describe-bindings", cache_policy=NO_CACHE)
+@task(name="describe-bindings")
 def describe_bindings(
     cluster: Cluster, bindings: list[Accepted[AutoscalingPolicyBinding]]
 ) -> dict[tuple[str, str], BindingRowDetails]:
@@ -146,16 +155,17 @@ def _bounds(low: int | None, high: int | None) -> tuple[int, int]:
     return (0 if low is None else low), (1 if high is None else high)
 
 
-def binding_targets(spec: AutoscalingPolicyBindingSpec) -> list[tuple[Target, int, int, float]]:
-    """(target, minReplicas, maxReplicas, cost) for each target of a binding, in spec order."""
+def binding_targets(spec: AutoscalingPolicyBindingSpec) -> list[tuple[Target, int, int, float | None]]:
+    """(target, minReplicas, maxReplicas, cost) for each target of a binding, in spec order; the cost is None
+    where the binding gives none (a homogeneous binding, a param without ``cost``)."""
     if spec.optimizer_configuration is not None:
         return [
-            (p.target, *_bounds(p.min_replicas, p.max_replicas), float(p.cost or 0))
+            (p.target, *_bounds(p.min_replicas, p.max_replicas), None if p.cost is None else float(p.cost))
             for p in spec.optimizer_configuration.params
         ]
     scaling = spec.scaling_configuration
     if scaling is not None:
-        return [(scaling.target, *_bounds(scaling.min_replicas, scaling.max_replicas), 0.0)]
+        return [(scaling.target, *_bounds(scaling.min_replicas, scaling.max_replicas), None)]
     return []
 
 
@@ -236,7 +246,7 @@ def _read_target(
     return _ReadTarget(ref, None, members_now, serving, pods)
 
 
-@task(name="read-binding-inputs", cache_policy=NO_CACHE, retries=1, retry_delay_seconds=1)
+@task(name="read-binding-inputs", retries=1, retry_delay_seconds=1)
 def read_binding_inputs(
     cluster: Cluster,
     binding: Accepted[AutoscalingPolicyBinding],
@@ -270,14 +280,35 @@ def read_binding_inputs(
         pod_instances = _instances_from_snapshot(snapshot, namespace, r.pods.ready, r.serving_names, have_pod_objects)
         if r.group is None:
             targets.append(
-                BindingTarget(ref.name, ref.namespace, ref.api_version, ref.kind, r.current, low, high, cost)
+                BindingTarget(
+                    ref.name,
+                    ref.namespace,
+                    ref.api_version,
+                    ref.kind,
+                    r.current,
+                    low,
+                    high,
+                    cost or 0.0,
+                    priced=cost is not None,
+                )
             )
             instances += pod_instances
             unready += r.pods.unready
             continue
         current_groups = group_count(r.group)
         targets.append(
-            BindingTarget(ref.name, ref.namespace, ref.api_version, ref.kind, current_groups, low, high, cost, r.group)
+            BindingTarget(
+                ref.name,
+                ref.namespace,
+                ref.api_version,
+                ref.kind,
+                current_groups,
+                low,
+                high,
+                cost or 0.0,
+                r.group,
+                priced=cost is not None,
+            )
         )
         if current_groups is not None:
             serving_per_group = sum(m.per_group for m in r.group if m.serves) or 1

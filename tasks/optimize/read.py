@@ -5,20 +5,17 @@ AutoscalingPolicies, ConfigMaps of the Modelplane namespace, Deployments), never
 object. :func:`read_cluster_state` gathers them into a :class:`ClusterState` (configuration parsed by
 :mod:`engine.optimize.config`); :func:`read_current_replicas` reads the scale targets (one LIST per
 listable kind, the scale subresource otherwise); :func:`collect_metrics` asks the metrics source once for
-every model and every bound policy's metric. The pre-checks a CLI run makes before starting Prefect
-(:func:`cannot_run_reason`) live here too, as they read the same things.
+every model and every bound policy's metric. The pre-checks a CLI run makes before its flow starts
+(:func:`cannot_run_reason`) are in tasks/optimize/precheck.py, light enough to run before the flow is imported.
 """
 
 from __future__ import annotations
 
 import logging
-import os
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar, cast
 
-from prefect import task
-from prefect.cache_policies import NO_CACHE
 from pydantic import BaseModel
 
 from engine.api.kthena import AutoscalingPolicy, AutoscalingPolicyBinding
@@ -46,8 +43,10 @@ from engine.optimize.config import (
 from engine.optimize.spec import MAX_REPLICAS, model_targets
 from tasks.boundary import Accepted, accept, accept_as
 from tasks.cluster import Cluster, ObjectRef
-from tasks.cluster.errors import ClusterError, NotFound
+from tasks.cluster.errors import NotFound
 from tasks.metrics.snapshot import MetricsError, MetricsSnapshot, MetricsSource, ModelKey
+from tasks.optimize.precheck import missing_configuration
+from tasks.tracking import task
 
 log = logging.getLogger("modelplane.optimize")
 
@@ -149,7 +148,7 @@ def namespace_scope(cluster: Cluster, namespaces: list[str] | None, selector: st
     return scope
 
 
-@task(name="read-cluster-state", cache_policy=NO_CACHE, retries=2, retry_delay_seconds=2)
+@task(name="read-cluster-state", retries=2, retry_delay_seconds=2)
 def read_cluster_state(
     cluster: Cluster, namespaces: list[str] | None, config_namespace: str, namespace_selector: str | None = None
 ) -> ClusterState:
@@ -194,48 +193,6 @@ def read_cluster_state(
     )
 
 
-def missing_configuration(config_maps: set[str], has_variants: bool, config_namespace: str) -> str | None:
-    """Why VariantAutoscalings cannot be optimized with the ConfigMaps found, or None.
-
-    Without ``accelerator-unit-costs`` no variant can be priced: that is reported once, as what it is
-    (usually a wrong ``--config-namespace``), rather than as an unknown accelerator on every resource.
-    A cluster with only Kthena bindings needs no WVA configuration.
-    """
-    if has_variants and ACCELERATOR_COSTS_CONFIGMAP not in config_maps:
-        return (
-            f"configuration ConfigMap {ACCELERATOR_COSTS_CONFIGMAP!r} not found in namespace {config_namespace!r} "
-            "(is the config namespace right?)"
-        )
-    return None
-
-
-def local_path_problem(cluster: Cluster) -> str | None:
-    """Why a local-manifests cluster cannot be used (its path does not exist or is unreadable), or None."""
-    from tasks.cluster import LocalCluster
-
-    if not isinstance(cluster, LocalCluster):
-        return None
-    if not cluster.path.exists():
-        return f"cluster path {cluster.path} does not exist"
-    if not os.access(cluster.path, os.R_OK):
-        return f"cluster path {cluster.path} is not readable"
-    return None
-
-
-def cannot_run_reason(cluster: Cluster, config_namespace: str) -> str | None:
-    """Why an optimize cycle cannot run on ``cluster`` at all, or None (checked before a CLI run starts
-    Prefect, so a wrong path, no API access or a missing configuration is one line, not a flow crash)."""
-    problem = local_path_problem(cluster)
-    if problem:
-        return problem
-    try:
-        config_maps = {cm["metadata"]["name"] for cm in cluster.list("v1", "ConfigMap", namespace=config_namespace)}
-        has_variants = bool(list_optional(cluster, LLMD_API, VARIANT_AUTOSCALING))
-    except ClusterError as exc:
-        return f"cannot read the cluster: {exc.message}"
-    return missing_configuration(config_maps, has_variants, config_namespace)
-
-
 def scale_targets_of(state: ClusterState) -> set[tuple[str, str, str, str]]:
     """(namespace, apiVersion, kind, name) of every scale target the cycle must read."""
     targets: set[tuple[str, str, str, str]] = set()
@@ -278,7 +235,7 @@ def replica_count_problem(value: object) -> str | None:
     return None
 
 
-@task(name="read-current-replicas", cache_policy=NO_CACHE, retries=2, retry_delay_seconds=2)
+@task(name="read-current-replicas", retries=2, retry_delay_seconds=2)
 def read_current_replicas(cluster: Cluster, targets: set[tuple[str, str, str, str]]) -> TargetReplicas:
     """Current replicas of every target: one LIST per listable kind, the scale subresource otherwise.
 
@@ -314,7 +271,7 @@ def policy_metric_names(state: ClusterState) -> list[str]:
     return sorted(names)
 
 
-@task(name="collect-metrics", cache_policy=NO_CACHE)
+@task(name="collect-metrics")
 def collect_metrics(source: MetricsSource | None, state: ClusterState) -> tuple[MetricsSnapshot | None, str | None]:
     """One batched collection for the cycle: model loads, pod saturation, the bound policies' metrics, and each
     model's latency histograms over its SLO window (:func:`engine.optimize.spec.model_targets`) and recently.
@@ -322,7 +279,10 @@ def collect_metrics(source: MetricsSource | None, state: ClusterState) -> tuple[
     A failing backend is reported (never swallowed) as an error string; the planner then holds.
     """
     if source is None:
-        return None, "no metrics source configured (set prometheus_url or metrics_file)"
+        return (
+            None,
+            "no metrics source configured (--prometheus-url or --metrics-file; parameters prometheus_url, metrics_file)",
+        )
     keys = sorted(
         {ModelKey(model_id=va.model.spec.model_id, namespace=va.namespace) for va in state.variants},
         key=lambda k: (k.namespace, k.model_id),

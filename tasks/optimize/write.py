@@ -17,9 +17,6 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, TypeVar
 
-from prefect import get_run_logger, task
-from prefect.cache_policies import NO_CACHE
-
 from engine.api.kthena import AutoscalingPolicyBinding
 from engine.optimize.actuation import RECOMMEND, SCALE, Actuation, ActuationModeError, resource_mode, scales
 from engine.optimize.bindings import REASON_NO_METRICS, BindingDecision, binding_status
@@ -33,6 +30,7 @@ from tasks.cluster.recorder import record_event
 from tasks.cluster.retry import retry_on_conflict
 from tasks.optimize.bindings import binding_modes
 from tasks.optimize.read import ClusterState
+from tasks.tracking import run_logger, task
 
 log = logging.getLogger("modelplane.optimize")
 
@@ -184,7 +182,7 @@ def apply_variant(
     return outcome
 
 
-@task(name="apply-decisions", cache_policy=NO_CACHE)
+@task(name="apply-decisions")
 def apply_decisions(
     cluster: Cluster,
     state: ClusterState,
@@ -210,7 +208,7 @@ def apply_decisions(
         ),
         decisions,
     )
-    logger = get_run_logger()
+    logger = run_logger()
     for outcome in outcomes:
         if outcome.error:
             logger.error("VariantAutoscaling %s/%s: %s", outcome.namespace, outcome.name, outcome.error)

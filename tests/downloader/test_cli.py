@@ -35,15 +35,15 @@ def test_wrong_token_is_one_line_without_the_secret(hf_server, tmp_path: pathlib
     result = fill(f"hf://{repo_id}", str(tmp_path), env={"HF_ENDPOINT": url, "HF_TOKEN": secret})
     assert result.returncode == 1
     lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("cache fill failed (AuthenticationFailed): "), result.stderr
+    assert len(lines) == 1 and lines[0].startswith("error: cache fill failed (AuthenticationFailed): "), result.stderr
     assert secret not in result.stderr + result.stdout and "Traceback" not in result.stderr
 
 
 def test_missing_bucket_and_bad_source_exit_codes(s3_server, tmp_path: pathlib.Path) -> None:  # type: ignore[no-untyped-def]
     result = fill("s3://no-such-bucket-cli/m", str(tmp_path), env=s3_server.env())
-    assert result.returncode == 1 and result.stderr.startswith("cache fill failed (SourceNotFound): ")
+    assert result.returncode == 1 and result.stderr.startswith("error: cache fill failed (SourceNotFound): ")
     result = fill("hf://a/b/c", str(tmp_path))
-    assert result.returncode == 2 and result.stderr.startswith("cache fill: invalid argument: ")
+    assert result.returncode == 2 and result.stderr.startswith("error: fill-cache: invalid source or capacity: ")
     assert len(result.stderr.strip().splitlines()) == 1
 
 
@@ -78,5 +78,5 @@ def test_fill_honours_kthenas_endpoint_and_keys(s3_server, tmp_path: pathlib.Pat
         text=True,
         timeout=120,
     )
-    assert result.returncode == 1 and result.stderr.startswith("cache fill failed (AuthenticationFailed): ")
+    assert result.returncode == 1 and result.stderr.startswith("error: cache fill failed (AuthenticationFailed): ")
     assert "SECRET_KEY" in result.stderr and "kthena-wrong-secret-0123456789" not in result.stderr + result.stdout

@@ -336,6 +336,10 @@ def test_fill_reports_round_trip_and_complete_alone_is_not_enough() -> None:
     assert read_fill_report("progress\ncache fill failed (SourceNotFound): no bucket b", "s3://b/m")[1] == Failure(
         "SourceNotFound", "no bucket b"
     )
+    # The CLI's line is an ``error:`` line now; a Job of an earlier image still logs it without the prefix.
+    assert read_fill_report("error: cache fill failed (SourceNotFound): no bucket b", "s3://b/m")[1] == Failure(
+        "SourceNotFound", "no bucket b"
+    )
     assert len(fill_report(reason="X", message="m" * 10000)) < 4096
     assert json.loads(fill_report(marker))["files"] == 1
 

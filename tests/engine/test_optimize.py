@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -372,7 +373,7 @@ def test_plan_cycle_decides_variants_and_bindings_in_one_call() -> None:
         policy_name="p",
         policy=policy,
         heterogeneous=False,
-        targets=[BindingTarget("kthena", NS, "apps/v1", "Deployment", 2, 1, 10)],
+        targets=[BindingTarget("kthena", NS, "apps/v1", "Deployment", 2, 1, 10, priced=False)],
         instances=[{"vllm:num_requests_waiting": 10.0}, {"vllm:num_requests_waiting": 10.0}],
     )
     cycle = inputs([va("a100"), va("h100", "H100")], {"a100": 1, "h100": 1})
@@ -381,7 +382,12 @@ def test_plan_cycle_decides_variants_and_bindings_in_one_call() -> None:
     assert [t.desired for b in plan.bindings for t in b.targets] == [4]
     assert plan.loads == {(NS, MODEL): (20.0, 128, 256)}
     assert plan.slos == {(NS, MODEL): (500.0, 24.0)}
-    assert plan.summary.startswith("2 variants: 1 to scale, 0 not ready") and plan.summary.endswith(
-        "; 1 binding targets: 1 to scale"
+    total = sum(d.cost for d in plan.variants)  # the homogeneous binding gives its target no cost: unpriced
+    assert plan.summary == (
+        f"2 variants: 1 to scale, 0 not ready; 1 binding targets: 1 to scale; total cost {total:.2f} per hour"
+        " (1 binding targets unpriced: their binding gives no cost)"
     )
     assert plan_cycle(cycle).bindings == [] and "binding" not in plan_cycle(cycle).summary
+    priced = dataclasses.replace(binding, targets=[BindingTarget("kthena", NS, "apps/v1", "Deployment", 2, 1, 10, 7.5)])
+    with_cost = plan_cycle(cycle, [priced])
+    assert with_cost.summary.endswith(f"total cost {total + 7.5 * 4:.2f} per hour")  # every row in the total

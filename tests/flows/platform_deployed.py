@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from flows.deployments import PROCESS_POOL, deployment_entries
+from flows.deployments import PROCESS_POOL, deployment_entries, load_prefect_yaml
 from tests.flows.platform_support import LOCAL_RUN_PARAMETERS
 from tests.flows.prefect_server import PrefectServer
 from tests.waiting import wait_for
@@ -38,6 +38,8 @@ def deploy_on_process_pool(server: PrefectServer) -> None:
     )
     assert result.returncode == 0, result.stdout + result.stderr
     assert f"work pool '{PROCESS_POOL}' (process): created" in result.stderr
+    entries = len(load_prefect_yaml()["deployments"])  # progress off a terminal: a line per registration, then done
+    assert f"register-deployments: {entries}/{entries} deployments" in result.stderr, result.stderr
     server.start_worker(PROCESS_POOL)
 
 

@@ -52,7 +52,7 @@ class FlowCommand:
 
 
 FLOW_COMMANDS: dict[str, FlowCommand] = {
-    "optimize": FlowCommand(("--metrics", str(REPO / "deployments" / "example-metrics.yaml"))),
+    "optimize-allocation": FlowCommand(("--metrics-file", str(REPO / "deployments" / "example-metrics.yaml"))),
     "discover-models": FlowCommand(("--registry-mirror", MIRROR)),
     "resolve-templates": FlowCommand(
         clean=ExitCode.DEGRADED, why_not_clean="its template waits for its cache (Progressing)"
@@ -74,7 +74,7 @@ FLOW_COMMANDS: dict[str, FlowCommand] = {
         ("-n", "cache-demo"), clean=ExitCode.DEGRADED, why_not_clean="its S3 endpoint is not running"
     ),
     # The frontier's extra replays touch no cluster either; tests/flows/test_simulate_flow.py proves them.
-    "simulate": FlowCommand(
+    "simulate-policies": FlowCommand(
         (
             "--trace",
             str(REPO / "deployments" / "traces" / "azure-conv-2023-20min.csv"),
@@ -84,14 +84,14 @@ FLOW_COMMANDS: dict[str, FlowCommand] = {
         ),
         degradable="",
     ),
-    "tune": FlowCommand(
+    "tune-sizing": FlowCommand(
         ("--trace", str(REPO / "deployments" / "traces" / "azure-conv-2023-20min.csv"), "--duration", "60")
     ),
-    "calibrate": FlowCommand(clean=ExitCode.DEGRADED, why_not_clean="no metrics to fit a profile from"),
+    "calibrate-profiles": FlowCommand(clean=ExitCode.DEGRADED, why_not_clean="no metrics to fit a profile from"),
     "watch-models": FlowCommand(("--watch-seconds", "1"), degradable=""),
 }
 NO_DEGRADED = {
-    "simulate": "replays a trace against a copy of the cluster description in memory: no cluster writes (0 or 2)",
+    "simulate-policies": "replays a trace against a copy of the cluster description in memory: no cluster writes (0 or 2)",
     "watch-models": "reads only: a watch that ran is a clean run (0 or 2)",
 }
 NOT_FLOWS = {
@@ -115,11 +115,17 @@ def test_every_command_is_classified() -> None:
     assert {name for name, c in FLOW_COMMANDS.items() if not c.degradable} == set(NO_DEGRADED)
 
 
-def modelplane(prefect_api: str, name: str, cluster: str, tmp_path: pathlib.Path) -> subprocess.CompletedProcess[str]:
-    """`modelplane NAME ARGS --cluster CLUSTER --json`, as a CI job runs it (its own process, a Prefect API)."""
+def modelplane(
+    prefect_api: str | None, name: str, cluster: str, tmp_path: pathlib.Path
+) -> subprocess.CompletedProcess[str]:
+    """`modelplane NAME ARGS --cluster CLUSTER --json`, as a CI job runs it (its own process), tracked by the
+    Prefect API ``prefect_api``, or (None) with no Prefect API configured: untracked on a manifests directory."""
     spec = FLOW_COMMANDS[name]
-    args = [*spec.args, *(("-o", str(tmp_path / "report")) if name == "simulate" else ())]
-    env = {**os.environ, "PREFECT_API_URL": prefect_api, "KUBECONFIG": str(tmp_path / "no-kubeconfig")}
+    args = [*spec.args, *(("-o", str(tmp_path / "report")) if name == "simulate-policies" else ())]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PREFECT_API")}
+    env.update(
+        {"KUBECONFIG": str(tmp_path / "no-kubeconfig"), **({"PREFECT_API_URL": prefect_api} if prefect_api else {})}
+    )
     return subprocess.run(
         [sys.executable, "-m", "flows.cli", name, *args, "--cluster", cluster, "--json"],
         cwd=REPO,
@@ -137,11 +143,14 @@ def assert_json_on_stdout(result: subprocess.CompletedProcess[str]) -> Any:
         raise AssertionError(f"--json must print one JSON document on stdout, got:\n{result.stdout[:2000]}") from None
 
 
+@pytest.mark.parametrize("tracked", [True, False], ids=["tracked", "untracked"])
 @pytest.mark.parametrize("name", COMMANDS)
-def test_json_on_the_example_cluster(name: str, prefect_api: str, tmp_path: pathlib.Path) -> None:
+def test_json_on_the_example_cluster(name: str, tracked: bool, prefect_api: str, tmp_path: pathlib.Path) -> None:
+    """The same exit code, JSON and ``degraded:`` lines whether the run is tracked by a Prefect API or runs
+    untracked on the manifests directory (tasks/tracking.py)."""
     cluster = tmp_path / "cluster"
     shutil.copytree(EXAMPLES, cluster)
-    result = modelplane(prefect_api, name, str(cluster), tmp_path)
+    result = modelplane(prefect_api if tracked else None, name, str(cluster), tmp_path)
     spec = FLOW_COMMANDS[name]
     assert result.returncode == spec.clean, f"exit {result.returncode}:\n{result.stderr[-3000:]}"
     assert_json_on_stdout(result)
@@ -210,10 +219,38 @@ def test_empty_cluster_is_never_the_working_directory(
     assert result.exit_code == ExitCode.CANNOT_RUN, (result.exit_code, result.stdout, result.stderr, result.exception)
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr
-    describes = name in {"simulate", "tune"}  # they read a cluster description: empty is an error, no default applies
+    describes = name in {
+        "simulate-policies",
+        "tune-sizing",
+    }  # they read a cluster description: empty is an error, no default applies
     expected = "--cluster is empty" if describes else "no cluster configured"
     assert expected in lines[0], lines[0]
     if not describes:
         assert "MODELPLANE_CLUSTER" in lines[0], lines[0]
     assert result.stdout == ""
     assert tree_snapshot(workdir) == before, "the working directory was written"
+
+
+@pytest.mark.parametrize("name", ["optimize-allocation", "tune-sizing", "rollout-models"])
+def test_tracked_and_untracked_runs_report_the_same(name: str, prefect_api: str, tmp_path: pathlib.Path) -> None:
+    """One flow code path: the same command on two copies of the example cluster, once through the Prefect API
+    and once untracked (no API, no Prefect import), prints the same JSON report and leaves the same files."""
+    outputs = []
+    for tracked in (True, False):
+        cluster = tmp_path / f"cluster-{tracked}"
+        shutil.copytree(EXAMPLES, cluster)
+        result = modelplane(prefect_api if tracked else None, name, str(cluster), tmp_path)
+        assert result.returncode == FLOW_COMMANDS[name].clean, result.stderr[-2000:]
+        manifests = {path: text for path, text in tree_snapshot(cluster).items() if not path.startswith(".modelplane")}
+        outputs.append((strip_times(assert_json_on_stdout(result)), manifests))
+    assert outputs[0][0] == outputs[1][0]
+    assert outputs[0][1].keys() == outputs[1][1].keys()
+
+
+def strip_times(document: Any) -> Any:
+    """A report without the values that differ between two runs of the same inputs (times)."""
+    if isinstance(document, dict):
+        return {k: strip_times(v) for k, v in document.items() if "time" not in k.lower() and k != "now"}
+    if isinstance(document, list):
+        return [strip_times(v) for v in document]
+    return document

@@ -46,11 +46,11 @@ spec:
 
 def dry_run_args(name: str, tmp_path: pathlib.Path) -> list[str]:
     """What each command with ``--dry-run`` needs beside the cluster to run offline."""
-    if name == "optimize":
+    if name == "optimize-allocation":
         return ["--metrics", str(REPO / "deployments" / "example-metrics.yaml")]
-    if name == "tune":
+    if name == "tune-sizing":
         return ["--trace", str(REPO / "deployments" / "traces" / "azure-conv-2023-20min.csv"), "--duration", "60"]
-    if name == "calibrate":
+    if name == "calibrate-profiles":
         windows = tmp_path / "windows.yaml"
         write_windows_file(windows, 300.0, {})
         return ["--windows", str(windows)]
@@ -72,10 +72,10 @@ def every_file(root: pathlib.Path) -> dict[str, bytes]:
 
 
 def test_the_dry_run_commands_are_the_ones_tested() -> None:
-    assert commands_with_dry_run() == ["calibrate", "optimize", "tune"]
+    assert commands_with_dry_run() == ["calibrate-profiles", "optimize-allocation", "tune-sizing"]
 
 
-@pytest.mark.parametrize("name", ["calibrate", "optimize", "tune"])
+@pytest.mark.parametrize("name", ["calibrate-profiles", "optimize-allocation", "tune-sizing"])
 def test_a_dry_run_changes_no_byte_of_the_cluster_folder(
     name: str, example_cluster: pathlib.Path, tmp_path: pathlib.Path, prefect_harness: None
 ) -> None:
