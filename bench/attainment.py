@@ -3,7 +3,7 @@
     python -m bench.attainment [--trace /work/shared/data/azure-llm-inference-2023-conv.csv] [--start static|manifests]
                                [--seeds 0 1 2] [--workers 2] [--no-write]
 
-For every trace below, seed and target (``modelplane simulate --slo-attainment X``, which annotates every
+For every trace below, seed and target (``modelplane simulate-policies --slo-attainment X``, which annotates every
 VariantAutoscaling ``modelplane.io/slo-attainment``), the Modelplane policy is replayed with its shipped defaults
 on deployments/simulation, and static peak's headroom curve (-30 % .. +100 %) on the same trace and seed gives the
 cost static provisioning pays for the same attainment (interpolated, never extrapolated). The tuning rows are where
@@ -124,7 +124,7 @@ def render(rows: list[dict[str, Any]], command: str, seeds: Sequence[int], start
         "",
         f"`{command}` ({machine()}; {elapsed_s:.0f} s). deployments/simulation, seeds {', '.join(map(str, seeds))}, "
         f"the reactive policies starting from {'static peak (the CLI default)' if start == 'static' else 'the manifests replicas'}; "
-        "each target set on every VariantAutoscaling (`modelplane simulate --slo-attainment X`). "
+        "each target set on every VariantAutoscaling (`modelplane simulate-policies --slo-attainment X`). "
         "*Attained* and *cost* (accelerator cost of the replay) are means over the seeds; *static at equal attainment* "
         "is static peak's cost interpolated on its headroom curve (-30 % to +100 %) at the attainment Modelplane reached, "
         "per seed; *tracks* says whether every seed came within 1.5 points of the target (the worst deviation in "

@@ -3,7 +3,7 @@
     python -m bench.cli_latency [--runs 5] [--before /work/main] [--no-write]
 
 Commands, each run ``--runs`` times in a fresh process (the real console script, output to pipes as in CI):
-``modelplane --help``; ``modelplane optimize --cluster COPY --metrics deployments/example-metrics.yaml --dry-run``
+``modelplane --help``; ``modelplane optimize-allocation --cluster COPY --metrics-file deployments/example-metrics.yaml --dry-run``
 on a fresh copy of deployments/examples (no Prefect API: a dry run on a manifests directory); the same with
 ``--track`` (a Prefect run on a temporary API, what every local run cost before). Reported per command: the
 median wall time, the median time to its first byte of output (stdout or stderr), their ratios to ``--help``,

@@ -6,7 +6,7 @@ For each size N a copy of the example cluster (deployments/examples) gets N more
 VariantAutoscalings, each with the Deployment it scales (one file per object, as ``--cluster DIR`` users keep
 them); then ``modelplane rollout-models --cluster DIR`` runs (it writes the status of every Model and creates
 each Model's Deployment, Service, AutoscalingPolicy and binding: about 5 writes per Model) and then
-``modelplane optimize --cluster DIR --metrics deployments/example-metrics.yaml`` (a status write per
+``modelplane optimize-allocation --cluster DIR --metrics-file deployments/example-metrics.yaml`` (a status write per
 VariantAutoscaling). Reported: the CPU seconds of the process running the command (the backend runs
 in-process; the Prefect test server's own process is not counted), the objects in the directory after the run
 and the flow's summary line.

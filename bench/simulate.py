@@ -395,7 +395,7 @@ def render_bursty(rows: list[dict[str, Any]]) -> list[str]:
         "",
         "Arrivals from `engine.simulate.bursts` (silent minutes, bursts decaying minute by minute, sub-minute clusters) "
         "filled with the conversation trace's requests resampled toward longer prompts (weight prompt^0.37, prompts "
-        "x1.36); `modelplane simulate --bursty NAME` replays the same. Statistics per whole minute / second of the 57 "
+        "x1.36); `modelplane simulate-policies --bursty NAME` replays the same. Statistics per whole minute / second of the 57 "
         "minutes: per-minute CV, peak minute / mean, per-second variance / mean, busiest second, silent minutes, prompt "
         "median / mean.",
         "",
@@ -473,7 +473,7 @@ def render_acceptance(command: str, trace_path: str, result: dict[str, Any]) -> 
         f"`{pathlib.Path(trace_path).name}` (Azure LLM inference trace 2023, conversation; Patel et al., ISCA 2024, CC-BY 4.0) "
         "at its real pace on `deployments/simulation` (inventory 32 A100, 16 H100, 32 L40S; any variant may be empty), "
         "requests split evenly between llama-3.1-8b and granite-13b, 60 s cycles, 120 s start-up. Every reactive policy "
-        "starts from static peak's allocation (`Scenario.start_from_static`, `modelplane simulate --start static`: what "
+        "starts from static peak's allocation (`Scenario.start_from_static`, `modelplane simulate-policies --start static`: what "
         "switching the policy on does to a statically provisioned service; the cold start is measured on `deployments/examples` above). Modelplane runs "
         "its defaults (p80 of the achievable requests, recent-peak rate, 180 s scale-down window). Attainment = share of "
         "requests with TTFT and mean ITL within the Premium targets (llama 500 ms / 24 ms, granite 800 ms / 40 ms); cost = "

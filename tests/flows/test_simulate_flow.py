@@ -189,7 +189,7 @@ def docs_command_and_table() -> tuple[list[str], list[str]]:
     """The command docs/simulate.md shows for the benchmark's scenario and the table it says the command gives."""
     text = DOCS.read_text()
     block = text[text.index("<!-- simulate-cli:start -->") : text.index("<!-- simulate-cli:end -->")]
-    command = re.search(r"```sh [^\n]*\n(modelplane simulate .*)\n```", block)
+    command = re.search(r"```sh [^\n]*\n(modelplane simulate-policies .*)\n```", block)
     assert command is not None, "docs/simulate.md shows the command between the simulate-cli markers"
     return shlex.split(command.group(1))[1:], [line for line in block.splitlines() if line.startswith("| ")][1:]
 
