@@ -24,7 +24,7 @@ import subprocess
 import sys
 import tempfile
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from typing import Any
 
 import yaml
@@ -159,10 +159,30 @@ def served_name(name: str) -> str:
     return f"{name}{SERVE_SUFFIX}"
 
 
-def runner_deployments(path: pathlib.Path = PREFECT_YAML) -> list[RunnerDeployment]:
-    """One runner deployment per entry of prefect.yaml, named ``<name>-local``, with its schedules and triggers."""
+CONTROL_LOOP = (
+    "optimize",
+    "watch-models",
+    "discover-models",
+    "resolve-templates",
+    "rollout-services",
+    "rollout-models",
+)
+"""The lifecycles the serving loop in the cluster runs (``serve-deployments --control-loop``, the install's
+``modelplane-serving`` Deployment): the periodic ones on a short interval and the resyncs they chain, each a few
+seconds of API calls that a Job per run (a pod start, seconds of imports) would make late. The others -- cache
+fills, simulate, tune, calibrate, serve-openmodel -- are heavy or bursty and stay on the Kubernetes work pool
+(``register-deployments --without-control-loop``)."""
+
+
+def runner_deployments(
+    path: pathlib.Path = PREFECT_YAML, only: Collection[str] | None = None
+) -> list[RunnerDeployment]:
+    """One runner deployment per entry of prefect.yaml (``only``: per entry of those names), named
+    ``<name>-local``, with its schedules and triggers."""
     deployments = []
     for config in deployment_entries(path):
+        if only is not None and config["name"] not in only:
+            continue
         name = served_name(config["name"])
         deployments.append(
             load_entry_flow(config).to_deployment(
@@ -248,9 +268,14 @@ def deploy_command(prefect_file: pathlib.Path = PREFECT_YAML) -> list[str]:
 
 
 def prefect_yaml_for_pool(
-    pool: str, target: pathlib.Path, source: pathlib.Path = PREFECT_YAML, pool_type: str = "kubernetes"
+    pool: str,
+    target: pathlib.Path,
+    source: pathlib.Path = PREFECT_YAML,
+    pool_type: str = "kubernetes",
+    without: Collection[str] = (),
 ) -> pathlib.Path:
-    """A copy of prefect.yaml whose entries all use work pool ``pool`` (keeping their job variables).
+    """A copy of prefect.yaml whose entries all use work pool ``pool`` (keeping their job variables), without the
+    entries named in ``without``.
 
     ``prefect deploy --all --pool NAME`` ignores ``--pool`` as soon as there are several deployments, so
     another pool (e.g. a local process pool) is named in a generated file instead. A process pool has no
@@ -258,6 +283,7 @@ def prefect_yaml_for_pool(
     and no ``PROMETHEUS_URL``: its runs inherit the worker's (:func:`inherited_environment`).
     """
     config = load_prefect_yaml(source)
+    config["deployments"] = [entry for entry in config["deployments"] if entry["name"] not in without]
     if pool_type != "kubernetes":
         config["pull"] = []
     for entry in config["deployments"]:
@@ -282,15 +308,16 @@ def run_deploy(
     env: dict[str, str] | None = None,
     pool_type: str = "kubernetes",
     on_line: Callable[[str], None] | None = None,
+    without: Collection[str] = (),
 ) -> subprocess.CompletedProcess[str]:
     """Run :func:`deploy_command` from the repository root, capturing its output (each stdout line also given to
-    ``on_line`` as it comes, for progress); ``pool`` other than the Kubernetes pool of prefect.yaml deploys a
-    generated copy naming that pool."""
-    if (pool is None or pool == KUBERNETES_POOL) and pool_type == "kubernetes":
+    ``on_line`` as it comes, for progress); ``pool`` other than the Kubernetes pool of prefect.yaml, or deployments
+    left out (``without``: e.g. :data:`CONTROL_LOOP`, which a serving loop runs), deploys a generated copy."""
+    if (pool is None or pool == KUBERNETES_POOL) and pool_type == "kubernetes" and not without:
         return run_streaming(deploy_command(), env, on_line)
     with tempfile.TemporaryDirectory(prefix="modelplane-deploy-") as tmp:
         generated = prefect_yaml_for_pool(
-            pool or KUBERNETES_POOL, pathlib.Path(tmp) / "prefect.yaml", pool_type=pool_type
+            pool or KUBERNETES_POOL, pathlib.Path(tmp) / "prefect.yaml", pool_type=pool_type, without=without
         )
         return run_streaming(deploy_command(generated), env, on_line)
 

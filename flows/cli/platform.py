@@ -78,6 +78,12 @@ def serve_deployments(
     health_port: int | None = typer.Option(
         None, "--health-port", help="Serve /healthz and /readyz (200 while leading) on this port."
     ),
+    control_loop: bool = typer.Option(
+        False,
+        "--control-loop",
+        help="Serve only the control loop (optimize, watch-models, the AIM and Kthena resyncs); the work pool runs "
+        "the rest (register-deployments --without-control-loop).",
+    ),
     cluster: str | None = typer.Option(
         None, "--cluster", help="Where the Lease lives (see the cluster parameter); default: in-cluster or kubeconfig."
     ),
@@ -88,12 +94,13 @@ def serve_deployments(
     releases the Lease."""
     from prefect import serve
 
-    from flows.deployments import runner_deployments
+    from flows.deployments import CONTROL_LOOP, runner_deployments
 
+    served = runner_deployments(PREFECT_YAML, only=CONTROL_LOOP if control_loop else None)
     if not os.environ.get("PREFECT_API_URL"):
         err.print("PREFECT_API_URL is not set: serving against an ephemeral Prefect API")
     if not leader_elect:
-        serve(*runner_deployments(PREFECT_YAML))
+        serve(*served)
         return
     import socket
 
@@ -107,7 +114,7 @@ def serve_deployments(
         identity or os.environ.get("POD_NAME") or socket.gethostname(),
     )
     try:
-        run_elected(lambda: serve(*runner_deployments(PREFECT_YAML)), connect(cluster), config, health_port)
+        run_elected(lambda: serve(*served), connect(cluster), config, health_port)
     except ClusterError as exc:
         sys.stderr.write(f"error: leader election on Lease {config.namespace}/{config.name}: {exc.message}\n")
         raise typer.Exit(ExitCode.CANNOT_RUN) from None
@@ -123,11 +130,16 @@ def register_deployments(
     pool: str | None = typer.Option(
         None, "--pool", help="Work pool name (default modelplane-kubernetes / modelplane-process)."
     ),
+    without_control_loop: bool = typer.Option(
+        False,
+        "--without-control-loop",
+        help="Leave out the control loop's deployments: a serving loop runs them (serve-deployments --control-loop).",
+    ),
 ) -> None:
     """Create the work pool if missing, then register every deployment of deployments/prefect.yaml on the
     Prefect server of PREFECT_API_URL (runs 'prefect --no-prompt deploy --all --prefect-file deployments/prefect.yaml')."""
     from flows.cli.progress import shown_progress
-    from flows.deployments import KUBERNETES_POOL, PROCESS_POOL, REGISTERED, load_prefect_yaml, run_deploy
+    from flows.deployments import CONTROL_LOOP, KUBERNETES_POOL, PROCESS_POOL, REGISTERED, load_prefect_yaml, run_deploy
     from tasks.progress import step
 
     if pool_type not in ("kubernetes", "process"):
@@ -141,10 +153,13 @@ def register_deployments(
     checked_image()
     name = pool or (KUBERNETES_POOL if pool_type == "kubernetes" else PROCESS_POOL)
     created = _ensure_pool(name, pool_type)
+    left_out = CONTROL_LOOP if without_control_loop else ()
     err.print(f"work pool {name!r} ({pool_type}): {'created' if created else 'exists'}")
     with (
         shown_progress(),
-        step("register-deployments", total=len(load_prefect_yaml()["deployments"]), unit="deployments") as done,
+        step(
+            "register-deployments", total=len(load_prefect_yaml()["deployments"]) - len(left_out), unit="deployments"
+        ) as done,
     ):
         registered: set[str] = set()
 
@@ -154,7 +169,9 @@ def register_deployments(
                 registered.add(match.group(1))
                 done.advance(note=match.group(1))
 
-        result = run_deploy(pool=None if name == KUBERNETES_POOL else name, pool_type=pool_type, on_line=count)
+        result = run_deploy(
+            pool=None if name == KUBERNETES_POOL else name, pool_type=pool_type, on_line=count, without=left_out
+        )
     sys.stdout.write(result.stdout)
     if result.returncode != 0:
         sys.stderr.write(result.stderr)

@@ -499,3 +499,18 @@ def test_every_deployment_has_bad_values_listed_and_no_flow_repeats_its_signatur
             if isinstance(v, type) and issubclass(v, BaseModel) and v.__module__ == module.__name__
         ]
         assert not models, f"{module.__name__}: parameters model(s) {models}: put the rules in the flow's signature"
+
+
+def test_the_control_loop_is_served_and_the_rest_goes_to_the_pool(tmp_path: pathlib.Path) -> None:
+    """serve-deployments --control-loop serves the periodic lifecycles; register-deployments --without-control-loop
+    registers every other entry, so no lifecycle runs on two schedules."""
+    import yaml
+
+    from flows.deployments import CONTROL_LOOP, prefect_yaml_for_pool
+
+    assert set(CONTROL_LOOP) <= set(IDS) and {"optimize", "watch-models"} <= set(CONTROL_LOOP)
+    served = {d.name for d in runner_deployments(PREFECT_YAML, only=CONTROL_LOOP)}
+    assert served == {f"{name}{SERVE_SUFFIX}" for name in CONTROL_LOOP}
+    pool = yaml.safe_load(prefect_yaml_for_pool("k8s", tmp_path / "p.yaml", without=CONTROL_LOOP).read_text())
+    registered = {entry["name"] for entry in pool["deployments"]}
+    assert registered == set(IDS) - set(CONTROL_LOOP) and {"warm-caches", "simulate", "tune"} <= registered

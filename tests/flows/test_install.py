@@ -20,9 +20,9 @@ import yaml
 
 from engine.api.crds import render_crds
 from engine.optimize.config import ACCELERATOR_COSTS_CONFIGMAP, SATURATION_CONFIGMAP, SERVICE_CLASSES_CONFIGMAP
-from flows.deployments import KUBERNETES_POOL, deployment_entries
+from flows.deployments import CONTROL_LOOP, KUBERNETES_POOL, deployment_entries
 from flows.image import DEFAULT_REPOSITORY, IMAGE
-from flows.install_manifests import BASE, REGISTER_JOB, SETTINGS, render_install
+from flows.install_manifests import BASE, REGISTER_JOB, SERVING, SETTINGS, render_install
 from flows.parameters import SYSTEM_NAMESPACE
 from tests.servers.kubeserver.fixture import KubeServer, start_kube_server
 
@@ -92,7 +92,15 @@ def test_the_install_holds_what_an_optimize_run_needs(target: str) -> None:
     } <= set(objects)
     assert {("Deployment", "prefect-worker"), ("Role", "prefect-worker"), ("Job", REGISTER_JOB)} <= set(objects)
     job = objects[("Job", REGISTER_JOB)]["spec"]["template"]["spec"]["containers"][0]
-    assert job["command"][-1] == "register-deployments"
+    assert job["command"][-2:] == ["register-deployments", "--without-control-loop"]
+    # The control loop runs in one long-lived process, not as a Job a minute: two replicas, one leading.
+    serving = objects[("Deployment", SERVING)]
+    pod = serving["spec"]["template"]["spec"]
+    (loop,) = pod["containers"]
+    assert {"serve-deployments", "--control-loop", "--leader-elect"} <= set(loop["command"]), loop["command"]
+    assert serving["spec"]["replicas"] == 2 and pod["serviceAccountName"] == "modelplane"
+    assert loop["livenessProbe"]["httpGet"]["path"] == loop["readinessProbe"]["httpGet"]["path"] == "/healthz"
+    assert {e["name"] for e in loop["env"]} >= {"POD_NAME", "POD_NAMESPACE"}
     for container in containers(list(objects.values())):
         assert {"configMapRef": {"name": SETTINGS}} in container["envFrom"], container["name"]
 
@@ -188,7 +196,7 @@ def test_the_registration_job_registers_every_deployment(
             }
         )
     )
-    names = [entry["name"] for entry in deployment_entries()]
+    names = [entry["name"] for entry in deployment_entries() if entry["name"] not in CONTROL_LOOP]
 
     async def registered() -> list[Any]:
         async with get_client() as prefect:
