@@ -25,8 +25,8 @@ Formats recognised (by their keys; a document that matches none is refused, nami
 
 A point becomes a calibration :class:`~engine.simulate.calibrate.Window`: the batch comes from Little's
 law (requests served per second times the mean end-to-end latency, or the report's own mean concurrency),
-and TTFT stands for the prefill time: a benchmark does not separate queueing from prefill, so rates past
-the knee (where requests queue) inflate the prefill estimate.  The fit is
+and TTFT stands for the prefill time: a benchmark does not separate queueing from prefill; runs that served
+their offered rate short by more than 10 % were past capacity and are left out.  The fit is
 :func:`engine.simulate.calibrate.identify_profile`, which reports the parameters the points do not
 determine instead of refusing the profile: a sweep at one prompt length determines ``gamma + delta*in``
 only through how TTFT grows with the batch, so points at two prompt lengths are what determine both.
@@ -49,6 +49,7 @@ __all__ = [
     "BenchmarkFormatError",
     "MIN_BENCHMARK_POINTS",
     "NOMINAL_REQUESTS",
+    "SATURATED_SHORTFALL",
     "points_from_document",
     "group_points",
     "fit_benchmark",
@@ -56,6 +57,11 @@ __all__ = [
 
 MIN_BENCHMARK_POINTS = 3
 """Fewest rates a benchmark fit accepts: two parameters per law and one degree of freedom for the interval."""
+SATURATED_SHORTFALL = 0.10
+"""A run that served its offered rate short by more than this fraction was past capacity: its requests queued
+without bound, so its TTFT is mostly waiting and its ITL the preempting engine's; the fit leaves it out.  Not
+less: a finite run falls short of its rate by the time its last requests take to drain, up to 7 % in the
+planner's table at one request per second (4,096-token prompts, far from capacity)."""
 NOMINAL_REQUESTS = 1000.0
 """Requests a point stands for when its report does not count them (the planner's table): equal weights."""
 
@@ -78,6 +84,11 @@ class BenchmarkPoint:
     e2e_ms: float | None = None
     concurrency: float | None = None
     requests: float = NOMINAL_REQUESTS
+
+    @property
+    def saturated(self) -> bool:
+        """Served short of the offered rate by more than :data:`SATURATED_SHORTFALL` (past capacity)."""
+        return self.rate_rps is not None and self.throughput_rps < (1.0 - SATURATED_SHORTFALL) * self.rate_rps
 
     @property
     def batch(self) -> float:
@@ -305,15 +316,24 @@ def fit_benchmark(points: Sequence[BenchmarkPoint]) -> ProfileFit:
     Raises :class:`~engine.simulate.calibrate.Unidentifiable` with fewer than :data:`MIN_BENCHMARK_POINTS`
     points or when the batch size does not vary across them.
     """
-    if len(points) < MIN_BENCHMARK_POINTS:
+    usable = [p for p in points if not p.saturated]
+    saturated = len(points) - len(usable)
+    if len(usable) < MIN_BENCHMARK_POINTS:
+        past = f" ({saturated} more past capacity)" if saturated else ""
         raise Unidentifiable(
-            f"{len(points)} benchmark point(s): need runs at {MIN_BENCHMARK_POINTS} or more request rates to fit a profile"
+            f"{len(usable)} benchmark point(s){past}: need runs at {MIN_BENCHMARK_POINTS} or more request rates "
+            "below capacity to fit a profile"
         )
     # A point's batch is its own mean (Little's law on the run's means), not a noisy proxy: no instrument.
-    fit = identify_profile([p.window() for p in points], min_windows=MIN_BENCHMARK_POINTS, instrument=False)
-    shapes = {(round(p.in_tokens), round(p.out_tokens)) for p in points}
+    fit = identify_profile([p.window() for p in usable], min_windows=MIN_BENCHMARK_POINTS, instrument=False)
+    shapes = {(round(p.in_tokens), round(p.out_tokens)) for p in usable}
     fit.notes.append(
-        f"{len(points)} points, {len(shapes)} token shape(s); TTFT taken as the prefill time (benchmarks do not "
+        f"{len(usable)} points, {len(shapes)} token shape(s); TTFT taken as the prefill time (benchmarks do not "
         "separate queueing)"
     )
+    if saturated:
+        fit.notes.append(
+            f"{saturated} point(s) past capacity left out (served more than {SATURATED_SHORTFALL:.0%} below the "
+            "offered rate: their latencies are the queue's)"
+        )
     return fit

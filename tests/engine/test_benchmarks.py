@@ -159,7 +159,7 @@ def test_two_prompt_lengths_determine_gamma_and_delta() -> None:
 
 def test_too_few_points_is_unidentifiable() -> None:
     points = points_from_document(_load("vllm-4qps.json"), "f")[1]
-    with pytest.raises(Unidentifiable, match="need runs at 3 or more request rates"):
+    with pytest.raises(Unidentifiable, match="need runs at 3 or more request rates below capacity"):
         fit_benchmark(points)
 
 
@@ -171,3 +171,30 @@ def test_json_lines_and_bad_files(tmp_path: pathlib.Path) -> None:
         read_benchmark_files([bad])
     with pytest.raises(BenchmarkFormatError, match="cannot read"):
         read_benchmark_files([tmp_path / "missing.json"])
+
+
+def test_blis_bench_measures_the_highest_rate_and_predicts_it(tmp_path: pathlib.Path) -> None:
+    """bench/blis.py on the shipped granite rows: the interpolated crossing, a censored sweep, the missing-table error."""
+    from bench.blis import TableMissing, evaluate_table, measured_max_rate, read_table
+
+    rows = {r.config: r for r in evaluate_table(_load_planner())}  # type: ignore[arg-type]
+    one_row = rows["ibm-granite/granite-3.1-8b-instruct H100x1"]  # a single 4,096/512 row: errors, no highest rate
+    assert one_row.fit is not None and one_row.ttft_mape is not None and one_row.actual is None
+    two = rows["ibm-granite/granite-3.1-8b-instruct H100x2"]
+    assert two.censored and two.actual == 3.0 and two.predicted is not None and two.rate_error is None
+    points = [BenchmarkPoint("c", r, r, 4096, 512, ttft_ms=100.0, itl_ms=10.0 + 4 * r) for r in (1.0, 2.0, 3.0)]
+    # load max(TTFT/T, ITL/I) per rate: 14/17.5 = 0.8, 18/17.5 > 1: crossing interpolated between rates 1 and 2
+    rate, censored = measured_max_rate(points, ttft=1000.0, itl=17.5)
+    assert not censored and rate == pytest.approx(1.0 + (1.0 - 0.8) / (18 / 17.5 - 0.8))
+    with pytest.raises(TableMissing, match="no such file"):
+        read_table(tmp_path / "missing.json")
+
+
+def test_runs_past_capacity_are_left_out_of_the_fit() -> None:
+    """A run served 20 % short of its rate (requests queued without bound) would read its wait as prefill time."""
+    read = [p for _, p in read_benchmark_files([REPORTS / "vllm-sweep.jsonl"])]
+    past = BenchmarkPoint("c", 20.0, 15.0, 1000.0, 200.0, ttft_ms=9000.0, itl_ms=40.0, requests=200)
+    assert past.saturated and not any(p.saturated for p in read)
+    fit = fit_benchmark([*read, past])
+    assert fit.gamma.value == pytest.approx(TRUE.gamma, rel=0.01) and fit.windows == len(read)
+    assert any("1 point(s) past capacity left out" in note for note in fit.notes)
