@@ -37,7 +37,7 @@ Pure: no I/O (the files are read by :mod:`tasks.benchmarks`).
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import PurePath
 from typing import Any
@@ -185,12 +185,18 @@ def _vllm(doc: Mapping[str, Any], origin: str) -> list[BenchmarkPoint]:
     ]
 
 
+def _entries(doc: Mapping[str, Any], origin: str) -> Iterator[tuple[str, Mapping[str, Any]]]:
+    """(where, entry) for each mapping of the document's ``benchmarks`` list; anything else is refused."""
+    for i, entry in enumerate(doc["benchmarks"]):
+        where = f"{origin}: benchmarks[{i}]"
+        if not isinstance(entry, Mapping):
+            raise BenchmarkFormatError(f"{where}: expected a mapping")
+        yield where, entry
+
+
 def _guidellm(doc: Mapping[str, Any], origin: str) -> list[BenchmarkPoint]:
     points = []
-    for i, bench in enumerate(doc["benchmarks"]):
-        where = f"{origin}: benchmarks[{i}]"
-        if not isinstance(bench, Mapping):
-            raise BenchmarkFormatError(f"{where}: expected a mapping")
+    for where, bench in _entries(doc, origin):
         metrics = _at(bench, "metrics", where)
 
         def mean(name: str, metrics: Mapping[str, Any] = metrics, where: str = where) -> float:
@@ -239,10 +245,7 @@ def _inference_perf(doc: Mapping[str, Any], origin: str) -> list[BenchmarkPoint]
 
 def _planner(doc: Mapping[str, Any], origin: str) -> list[BenchmarkPoint]:
     points = []
-    for i, row in enumerate(doc["benchmarks"]):
-        where = f"{origin}: benchmarks[{i}]"
-        if not isinstance(row, Mapping):
-            raise BenchmarkFormatError(f"{where}: expected a mapping")
+    for where, row in _entries(doc, origin):
         config = f"{_at(row, 'model_hf_repo', where)} {_at(row, 'hardware', where)}x{_at(row, 'hardware_count', where)}"
         points.append(
             BenchmarkPoint(
