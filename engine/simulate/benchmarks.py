@@ -10,7 +10,8 @@ Formats recognised (by their keys; a document that matches none is refused, nami
 * ``vllm bench serve --save-result`` (and ``benchmarks/benchmark_serving.py``): one run per document,
   ``completed``, ``duration``, ``total_input_tokens``, ``total_output_tokens``, ``mean_ttft_ms``,
   ``mean_itl_ms`` (else ``mean_tpot_ms``), ``mean_e2el_ms`` when present, ``request_rate``;
-* guidellm reports (``benchmarks.json``): ``benchmarks[].metrics.<metric>.successful.mean`` for
+* guidellm reports (``benchmarks.json``): ``benchmarks[].config.strategy.rate`` and
+  ``benchmarks[].metrics.<metric>.successful.mean`` for
   ``time_to_first_token_ms``, ``inter_token_latency_ms``, ``prompt_token_count``, ``output_token_count``,
   ``requests_per_second``, ``request_concurrency``, ``request_latency`` (seconds);
 * inference-perf lifecycle reports (``stage_N_lifecycle_metrics.json``, one per rate; the stages of one run,
@@ -194,6 +195,17 @@ def _entries(doc: Mapping[str, Any], origin: str) -> Iterator[tuple[str, Mapping
         yield where, entry
 
 
+def _strategy(bench: Mapping[str, Any]) -> Mapping[str, Any]:
+    """A guidellm benchmark's scheduling strategy (its ``rate`` for constant and Poisson runs): under
+    ``config`` in current reports, ``scheduler`` or ``args`` in earlier ones; empty when absent."""
+    for key in ("config", "scheduler", "args"):
+        holder = bench.get(key)
+        strategy = holder.get("strategy") if isinstance(holder, Mapping) else None
+        if isinstance(strategy, Mapping):
+            return strategy
+    return {}
+
+
 def _guidellm(doc: Mapping[str, Any], origin: str) -> list[BenchmarkPoint]:
     points = []
     for where, bench in _entries(doc, origin):
@@ -202,12 +214,12 @@ def _guidellm(doc: Mapping[str, Any], origin: str) -> list[BenchmarkPoint]:
         def mean(name: str, metrics: Mapping[str, Any] = metrics, where: str = where) -> float:
             return _number(metrics, f"{name}.successful.mean", where)
 
-        strategy = bench.get("scheduler", {}).get("strategy") or bench.get("args", {}).get("strategy") or {}
+        strategy = _strategy(bench)
         latency_s = _optional(metrics, "request_latency.successful.mean", where)
         points.append(
             BenchmarkPoint(
                 config=origin,
-                rate_rps=_rate(strategy.get("rate")) if isinstance(strategy, Mapping) else None,
+                rate_rps=_rate(strategy.get("rate")),
                 throughput_rps=_number(metrics, "requests_per_second.successful.mean", where, positive=True),
                 in_tokens=mean("prompt_token_count"),
                 out_tokens=mean("output_token_count"),
