@@ -421,6 +421,9 @@ def calibrate(
         from flows.cli.calibrate_benchmarks import calibrate_from_benchmarks
 
         calibrate_from_benchmarks(from_benchmark, benchmark_config, apply, cluster, dry_run, as_json)
+    if apply or benchmark_config:
+        with cli_errors():
+            raise CannotRun("--apply and --benchmark-config go with --from-benchmark")
     from engine.api.registry import LLMD_API
     from flows.calibrate import calibrate as calibrate_flow
     from tasks.calibrate import WindowsFileError, read_windows_file

@@ -95,6 +95,8 @@ def test_cannot_run_is_one_line(tmp_path: pathlib.Path) -> None:
         (["--from-benchmark", str(bad)], "not a benchmark report"),
         (["--from-benchmark", str(BLIS), "--benchmark-config", "nothing-like-this"], "no benchmark points"),
         (["--from-benchmark", str(BLIS), "--apply", "ns/v"], "exactly one configuration"),
+        (["--from-benchmark", str(SWEEP), "--apply", "no-slash"], "expected NAMESPACE/NAME"),
+        (["--apply", "ns/v"], "go with --from-benchmark"),
     ]:
         result = CliRunner().invoke(app, ["calibrate", *args])
         assert result.exit_code == 2, result.output
