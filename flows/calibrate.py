@@ -25,6 +25,7 @@ from pydantic import Field
 
 from engine.api.llmd import VariantAutoscaling
 from engine.api.meta import parse_duration
+from engine.api.registry import LLMD_API, VARIANT_AUTOSCALING
 from engine.optimize.spec import SpecError, parse_variant
 from engine.simulate.calibrate import ProfileFit, Unidentifiable, Window, calibration_outcome, fit_profile
 from flows.exitcodes import flow_result
@@ -232,3 +233,39 @@ def publish(report: CalibrationReport) -> None:
         ],
         description="Performance profiles fitted from vLLM metrics (95% confidence intervals)",
     )
+
+
+def apply_profile(
+    fit: ProfileFit, targets: list[tuple[str, str]], cluster: ClusterTarget = None, dry_run: bool = False
+) -> CalibrationReport:
+    """Offer one fitted profile (from benchmark results) to each VariantAutoscaling ``(namespace, name)``.
+
+    The same outcome as a metrics calibration: a ``ProfileCalibrated`` condition on each, and the profile
+    written into ``spec.variantProfile`` only where the resource carries ``modelplane.io/calibration: apply``
+    and every parameter was determined.  A VariantAutoscaling that cannot be read or written is a row with
+    its error; the others proceed.
+    """
+    conn = connect(cluster, dry_run=dry_run)
+    now = datetime.now(UTC).replace(microsecond=0)
+    fitted = {n: getattr(fit, n).as_dict() for n in ("alpha", "beta", "gamma", "delta")} | {"windows": fit.windows}
+    report = CalibrationReport()
+    for namespace, name in targets:
+        try:
+            obj = conn.get(LLMD_API, VARIANT_AUTOSCALING, name, namespace)
+            va = VariantAutoscaling.model_validate(obj)
+        except ClusterError as exc:
+            report.rows.append(CalibrationRow(namespace, name, "ReadFailed", exc.message, error=exc.message))
+            continue
+        except ValueError as exc:  # an invalid object: say so, touch nothing
+            message = f"invalid VariantAutoscaling: {exc}".splitlines()[0]
+            report.rows.append(CalibrationRow(namespace, name, "Invalid", message, error=message))
+            continue
+        outcome = calibration_outcome(va, fit, None)
+        row = CalibrationRow(namespace, name, outcome.reason, outcome.message, fit=fitted, current=_current(va))
+        if not dry_run:
+            try:
+                row.spec_written = write_outcome(conn, obj, outcome, now)
+            except ClusterError as exc:
+                row.error = exc.message
+        report.rows.append(row)
+    return report

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
@@ -56,7 +56,7 @@ from engine.rollout.kthena_weights import (
     managed_weights,
     needs_managed_cache,
 )
-from engine.rollout.kthena_workloads import LoraChange
+from engine.rollout.kthena_workloads import LoraChange, hub_offline
 from engine.status import changed_fields
 from tasks.boundary import Accepted, accept_identity
 from tasks.caches import ensure_cache, mark_used
@@ -418,13 +418,24 @@ def _plan_backend(
             continue
         resolution = resolve_cache(cluster, ref.namespace, source, requested_by, downloader_env(backend))
         if resolution.pvc is None:
-            return _waiting(result, owned, live, resolution)
+            return _waiting(result, owned, live, _adapter_waiting(adapter.name, backend, resolution))
         loras[adapter.name] = lora_mount(adapter.name, resolution.pvc)
         if resolution.cache is not None:
             result.caches.append(resolution.cache)
     rendered = render_backend(model, ref, backend, weights, loras, live, mode)
     result.objects, result.deployments = rendered.objects, rendered.workloads
     return result
+
+
+def _adapter_waiting(name: str, backend: ModelBackend, resolution: CacheResolution) -> CacheResolution:
+    """The resolution of adapter ``name``'s cache with a message naming the adapter; a failed cache of an
+    offline backend (``HF_HUB_OFFLINE``) says the adapter cannot be had offline, since its engine will not
+    fetch it either."""
+    if resolution.failed and hub_offline(backend):
+        why = f"LoRA adapter {name} cannot be had offline: {resolution.waiting}"
+    else:
+        why = f"LoRA adapter {name}: {resolution.waiting}"
+    return replace(resolution, waiting=why)
 
 
 def _waiting(

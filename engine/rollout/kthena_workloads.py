@@ -38,6 +38,7 @@ ROUTE_KEY = "route.json"
 """Key of the route ConfigMap ``<model>-route`` holding modelMatch, served name and per-backend weights."""
 
 RUNTIME_LORA_ENV = "VLLM_ALLOW_RUNTIME_LORA_UPDATING"
+HUB_OFFLINE_ENV = "HF_HUB_OFFLINE"
 RUNTIME_HF_HOME = "/hf-home"
 """Where a runtime-LoRA backend's engine keeps the adapters it downloads (an emptyDir)."""
 TERMINATION_GRACE_S = 300
@@ -122,6 +123,13 @@ def runtime_lora_enabled(backend: ModelBackend) -> bool:
     """A vLLM backend whose env allows adapters to be loaded at runtime (``VLLM_ALLOW_RUNTIME_LORA_UPDATING=true``)."""
     env = {e.name: e.value for e in backend.env or []}
     return backend.type == "vLLM" and str(env.get(RUNTIME_LORA_ENV, "")).lower() == "true"
+
+
+def hub_offline(backend: ModelBackend) -> bool:
+    """A backend whose own env sets ``HF_HUB_OFFLINE`` (true as huggingface_hub reads it: 1, true, yes, on):
+    its engine must never reach a hub, so an adapter cannot be fetched by the engine from its repo id."""
+    env = {e.name: e.value for e in backend.env or []}
+    return str(env.get(HUB_OFFLINE_ENV, "")).strip().lower() in {"1", "true", "yes", "on"}
 
 
 def _env(backend: ModelBackend, *, offline: bool) -> list[Manifest]:
@@ -347,9 +355,14 @@ def runtime_lora_change(backend: ModelBackend, live: Mapping[str, Any] | None, b
     Deployment differs from the desired one in nothing but its adapters; else ``None`` (roll out).
 
     New adapters are loaded by their Hugging Face repo id (vLLM fetches it itself); an adapter from
-    another source needs its cache mounted, so it takes a rollout.
+    another source needs its cache mounted, so it takes a rollout.  So does every new adapter of a backend
+    whose env sets ``HF_HUB_OFFLINE`` (:func:`hub_offline`): its engine cannot fetch a repo id, so the
+    adapter is downloaded into its ModelCache and loaded by path (``--lora-modules``) from the mounted
+    cache, as a backend without runtime updates loads it.
     """
     if not runtime_lora_enabled(backend) or live is None or annotation(live, ANNOTATION_BASE_REVISION) != base_revision:
+        return None
+    if hub_offline(backend):
         return None
     baked = json.loads(annotation(live, ANNOTATION_LORA) or "{}")
     wanted = _lora_urls(backend)

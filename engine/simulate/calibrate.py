@@ -69,6 +69,7 @@ __all__ = [
     "ProfileFit",
     "Unidentifiable",
     "fit_profile",
+    "identify_profile",
     "windows_from_aggregates",
     "VALIDATION_RAMP",
     "simulated_ramp",
@@ -171,6 +172,8 @@ class ProfileFit:
     prefill_rel_rmse: float
     windows: int
     notes: list[str] = field(default_factory=list)
+    undetermined: dict[str, str] = field(default_factory=dict)
+    """Parameters the data did not determine (name -> why); empty for a :func:`fit_profile` result."""
 
     def profile(self, max_batch: int) -> PerfProfile:
         """The proposed :class:`PerfProfile` (negative values clipped to 0)."""
@@ -198,7 +201,7 @@ class ProfileFit:
 
         def part(name: str, e: Estimate) -> str:
             kept = " (kept from spec)" if e.fixed else f" [{e.low:.4g}, {e.high:.4g}]"
-            return f"{name}={e.value:.4g}{kept}"
+            return f"{name}={e.value:.4g}{kept}" + (" undetermined" if name in self.undetermined else "")
 
         return (
             ", ".join(part(n, getattr(self, n)) for n in ("alpha", "beta", "gamma", "delta"))
@@ -328,8 +331,12 @@ def _usable(windows: Sequence[Window]) -> list[Window]:
     return [w for w in windows if w.requests >= MIN_REQUESTS_PER_WINDOW and w.itl_count > 0 and w.seconds > 0]
 
 
-def fit_decode(windows: Sequence[Window]) -> tuple[Estimate, Estimate, float]:
-    """(alpha, beta, relative RMS error) from mean ITL against the mean batch, the request rate as instrument."""
+def fit_decode(windows: Sequence[Window], instrument: bool = True) -> tuple[Estimate, Estimate, float]:
+    """(alpha, beta, relative RMS error) from mean ITL against the mean batch, the request rate as instrument.
+
+    ``instrument=False``: ordinary (weighted) least squares, for batches measured without the proxy's error
+    (a benchmark's mean concurrency), where the rate would be a poor instrument across prompt lengths.
+    """
     y = np.array([w.itl_sum_s / w.itl_count * 1000.0 for w in windows])
     x = np.array([w.batch + 1.0 for w in windows])
     rate = np.array([w.requests / w.seconds for w in windows])
@@ -340,11 +347,36 @@ def fit_decode(windows: Sequence[Window]) -> tuple[Estimate, Estimate, float]:
             f"the mean batch size only spans {np.ptp(x):.2f} requests over the windows (need >= {MIN_BATCH_SPREAD}): "
             "alpha and beta cannot be told apart; collect metrics at more varied load"
         )
-    weak = abs(np.corrcoef(rate, x)[0, 1]) < 0.5 if np.ptp(rate) > 0 else True
+    weak = not instrument or (abs(np.corrcoef(rate, x)[0, 1]) < 0.5 if np.ptp(rate) > 0 else True)
     coef, cov = _wls(x, y, weight, None if weak else rate)
     alpha, beta = _estimate(coef[0], cov[0, 0]), _estimate(coef[1], cov[1, 1])
     error = _rel_rmse(y, coef[0] + coef[1] * x, weight)
     return alpha, beta, error
+
+
+def _prefill_points(windows: Sequence[Window]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(mean prefill ms, prefill work in token-requests, weight) per window; refuses work that does not vary."""
+    y = np.array([(w.ttft_sum_s - (w.queue_sum_s or 0.0)) / w.requests * 1000.0 for w in windows])
+    work = np.array([w.prompt_tokens_sum / w.requests * w.joined_batch for w in windows])
+    batch = np.array([w.batch for w in windows])
+    weight = np.array([w.requests for w in windows]) / (1.0 + batch)
+    if np.ptp(work) <= 0:
+        raise Unidentifiable(
+            "the prefill work (prompt tokens x batch) does not vary over the windows: gamma and delta cannot be told apart"
+        )
+    return y, work, weight
+
+
+def _why_gamma(work: np.ndarray) -> str:
+    return (
+        f"the smallest mean prefill work observed is {work.min():.0f} token-requests, so the fixed prefill time is "
+        "extrapolated far outside the data (shorter prompts or idler windows would determine it)"
+    )
+
+
+WHY_ALPHA = "the inter-token latency does not settle to a fixed part at small batches"
+WHY_BETA = "the inter-token latency does not grow measurably with the batch size"
+WHY_DELTA = "the prefill time does not grow measurably with prompt tokens x batch size"
 
 
 def fit_prefill(windows: Sequence[Window], gamma_prior: float | None) -> tuple[Estimate, Estimate, float, list[str]]:
@@ -356,20 +388,10 @@ def fit_prefill(windows: Sequence[Window], gamma_prior: float | None) -> tuple[E
         notes.append("windows without vllm:request_queue_time_seconds were left out of the prefill fit")
     if len(windows) < MIN_WINDOWS:
         raise Unidentifiable(f"only {len(windows)} windows carry queue times (need {MIN_WINDOWS}) for the prefill fit")
-    y = np.array([(w.ttft_sum_s - (w.queue_sum_s or 0.0)) / w.requests * 1000.0 for w in windows])
-    work = np.array([w.prompt_tokens_sum / w.requests * w.joined_batch for w in windows])
-    batch = np.array([w.batch for w in windows])
-    weight = np.array([w.requests for w in windows]) / (1.0 + batch)
-    if np.ptp(work) <= 0:
-        raise Unidentifiable(
-            "the prefill work (prompt tokens x batch) does not vary over the windows: gamma and delta cannot be told apart"
-        )
+    y, work, weight = _prefill_points(windows)
     coef, cov = _wls(work, y, weight)
     gamma, delta = _estimate(coef[0], cov[0, 0]), _estimate(coef[1], cov[1, 1])
-    why_gamma = (
-        f"the smallest mean prefill work observed is {work.min():.0f} token-requests, so the fixed prefill time is "
-        "extrapolated far outside the data (shorter prompts or idler windows would determine it)"
-    )
+    why_gamma = _why_gamma(work)
     try:
         _check("gamma", gamma, why_gamma)
     except Unidentifiable as exc:
@@ -387,7 +409,7 @@ def fit_prefill(windows: Sequence[Window], gamma_prior: float | None) -> tuple[E
         delta = _estimate(slope, var)
         notes.append(f"gamma kept at the spec's {gamma_prior:g} ms: {exc}")
         coef = np.array([gamma_prior, slope])
-    _check("delta", delta, "the prefill time does not grow measurably with prompt tokens x batch size")
+    _check("delta", delta, WHY_DELTA)
     error = _rel_rmse(y, coef[0] + coef[1] * work, weight)
     return gamma, delta, error, notes
 
@@ -404,10 +426,56 @@ def fit_profile(windows: Sequence[Window], gamma_prior: float | None = None) -> 
             f"(need {MIN_WINDOWS}): too little load to fit a profile"
         )
     alpha, beta, decode_error = fit_decode(usable)
-    _check("alpha", alpha, "the inter-token latency does not settle to a fixed part at small batches")
-    _check("beta", beta, "the inter-token latency does not grow measurably with the batch size")
+    _check("alpha", alpha, WHY_ALPHA)
+    _check("beta", beta, WHY_BETA)
     gamma, delta, prefill_error, notes = fit_prefill(usable, gamma_prior)
     return ProfileFit(alpha, beta, gamma, delta, decode_error, prefill_error, len(usable), notes)
+
+
+def identify_profile(windows: Sequence[Window], min_windows: int = MIN_WINDOWS, instrument: bool = True) -> ProfileFit:
+    """Fit all four parameters and say which the data determine, rather than refusing the whole profile.
+
+    The same regressions and checks as :func:`fit_profile`; a parameter failing its check keeps its
+    estimate and is listed in :attr:`ProfileFit.undetermined` with the reason.  Used where the points
+    are few and deliberate (benchmark results) and the caller reports per parameter.  When the prefill
+    work does not vary at all, ``gamma`` is the mean prefill time and ``delta`` is 0, both undetermined.
+    Raises :class:`Unidentifiable` only when fewer than ``min_windows`` points are usable or the batch
+    size does not vary (then no decode parameter can be had).  ``instrument``: as :func:`fit_decode`.
+    """
+    usable = _usable(windows)
+    if len(usable) < min_windows:
+        raise Unidentifiable(
+            f"only {len(usable)} of {len(windows)} points have at least {MIN_REQUESTS_PER_WINDOW} finished requests "
+            f"(need {min_windows})"
+        )
+    undetermined: dict[str, str] = {}
+
+    def check(name: str, estimate: Estimate, why: str) -> None:
+        try:
+            _check(name, estimate, why)
+        except Unidentifiable as exc:
+            undetermined[name] = str(exc)
+
+    alpha, beta, decode_error = fit_decode(usable, instrument)
+    check("alpha", alpha, WHY_ALPHA)
+    check("beta", beta, WHY_BETA)
+    try:
+        y, work, weight = _prefill_points(usable)
+    except Unidentifiable as exc:
+        y = np.array([w.ttft_sum_s / w.requests * 1000.0 for w in usable])
+        weight = np.array([w.requests for w in usable])
+        mean = float(np.sum(weight * y) / np.sum(weight))
+        gamma, delta = Estimate(mean, mean, mean), Estimate(0.0, 0.0, 0.0)
+        undetermined["gamma"] = undetermined["delta"] = str(exc)
+        return ProfileFit(
+            alpha, beta, gamma, delta, decode_error, _rel_rmse(y, y * 0 + mean, weight), len(usable), [], undetermined
+        )
+    coef, cov = _wls(work, y, weight)
+    gamma, delta = _estimate(coef[0], cov[0, 0]), _estimate(coef[1], cov[1, 1])
+    check("gamma", gamma, _why_gamma(work))
+    check("delta", delta, WHY_DELTA)
+    prefill_error = _rel_rmse(y, coef[0] + coef[1] * work, weight)
+    return ProfileFit(alpha, beta, gamma, delta, decode_error, prefill_error, len(usable), [], undetermined)
 
 
 # --------------------------------------------------------------------------------------------
@@ -456,6 +524,12 @@ def calibration_outcome(va: VariantAutoscaling, fit: ProfileFit | None, error: s
     )
     if fit.notes:
         text += "; " + "; ".join(fit.notes)
+    if fit.undetermined:
+        return CalibrationOutcome(
+            "True",
+            REASON_PROPOSED,
+            f"Proposed profile {text}; not written: {', '.join(sorted(fit.undetermined))} undetermined by the data",
+        )
     if not opted_in(va.metadata.annotations):
         return CalibrationOutcome(
             "True",

@@ -469,6 +469,21 @@ def calibrate(
     dry_run: bool = typer.Option(False, "--dry-run", help="Fit and print, write nothing."),
     track: bool = track_option(),
     as_json: bool = json_option(),
+    from_benchmark: list[pathlib.Path] = typer.Option(
+        [],
+        "--from-benchmark",
+        help="Fit from benchmark results instead of metrics (repeatable): vllm bench serve results, guidellm or "
+        "inference-perf reports, llm-d planner benchmark tables. Prints one profile per configuration.",
+    ),
+    benchmark_config: str | None = typer.Option(
+        None, "--benchmark-config", help="With --from-benchmark: only configurations whose name contains this."
+    ),
+    apply: list[str] = typer.Option(
+        [],
+        "--apply",
+        help="With --from-benchmark: offer the profile to this VariantAutoscaling (NAMESPACE/NAME, repeatable) on "
+        "--cluster; written where it carries modelplane.io/calibration=apply.",
+    ),
 ) -> None:
     """Fit performance profiles (alpha, beta, gamma, delta) from vLLM metrics; write them only where opted in.
 
@@ -476,6 +491,13 @@ def calibrate(
     Kubernetes access), with one line on stderr; 3 degraded: some variants got no profile (no metrics, data
     that cannot determine it) or could not be written, as their rows say.
     """
+    if from_benchmark:
+        from flows.cli.calibrate_benchmarks import calibrate_from_benchmarks
+
+        calibrate_from_benchmarks(from_benchmark, benchmark_config, apply, cluster, dry_run, as_json)
+    if apply or benchmark_config:
+        with cli_errors():
+            raise CannotRun("--apply and --benchmark-config go with --from-benchmark")
     from engine.api.registry import LLMD_API, VARIANT_AUTOSCALING
     from tasks.calibrate import WindowsFileError, read_windows_file
 

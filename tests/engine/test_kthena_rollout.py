@@ -239,6 +239,16 @@ def test_runtime_lora_change_only_when_allowed_and_only_adapters_changed() -> No
     assert runtime_lora_change(lora_backend(old).spec.backends[0], live_with(old, "r1"), "r1") is None  # nothing to do
 
 
+def test_an_offline_backend_loads_new_adapters_from_their_caches_not_by_repo_id() -> None:
+    """With ``HF_HUB_OFFLINE=1`` in the backend's env vLLM cannot resolve a repo id: roll out (cache, mount, path)."""
+    old = {"sql": "hf://acme/sql"}
+    offline = lora_backend({"chat": "hf://acme/chat"})
+    offline.spec.backends[0].env.append(type(offline.spec.backends[0].env[0])(name="HF_HUB_OFFLINE", value="1"))
+    assert runtime_lora_change(offline.spec.backends[0], live_with(old, "r1"), "r1") is None
+    online = lora_backend({"chat": "hf://acme/chat"}).spec.backends[0]
+    assert runtime_lora_change(online, live_with(old, "r1"), "r1") is not None  # online: by repo id at runtime
+
+
 def test_revision_ignores_replicas_and_update_patch_removes_dropped_keys() -> None:
     obj = {
         "apiVersion": "apps/v1",

@@ -495,6 +495,74 @@ def test_lora_only_change_is_applied_at_runtime_without_a_rollout(env: Env) -> N
         vllm.stop()
 
 
+def _cache_of(env: Env, uri: str) -> str:
+    caches = env.custom.list_namespaced_custom_object("aim.silogen.ai", "v1alpha1", env.ns, "modelcaches")["items"]
+    return next(c["metadata"]["name"] for c in caches if c["spec"]["sourceUri"].startswith(uri))
+
+
+def _set_cache_status(env: Env, name: str, status: dict[str, Any]) -> None:
+    env.custom.patch_namespaced_custom_object_status(
+        "aim.silogen.ai", "v1alpha1", env.ns, "modelcaches", name, {"status": status}
+    )
+
+
+def test_offline_runtime_lora_adapters_come_from_the_model_cache(env: Env) -> None:
+    """``HF_HUB_OFFLINE=1`` with runtime updates: a new adapter is not posted as a repo id (the offline engine
+    cannot fetch it); it is downloaded into its ModelCache and loaded by path from the mounted cache, and an
+    adapter whose cache cannot be filled is a condition naming it."""
+    vllm = FakeVLLM(loaded={"sql"})
+    try:
+        offline = [
+            {"name": "VLLM_ALLOW_RUNTIME_LORA_UPDATING", "value": "true"},
+            {"name": "HF_HUB_OFFLINE", "value": "1"},
+        ]
+        spec = dict(env=offline, workers=[server_worker(config={"port": vllm.port})])
+        sql = {"name": "sql", "artifactURL": "pvc://adapters/sql"}
+        env.create(model("off", env.ns, [backend("b", loraAdapters=[sql], **spec)]))
+        env.run()
+        labels = env.deployments()["off-b"]["spec"]["selector"]["matchLabels"]
+        env.core.create_namespaced_pod(
+            env.ns,
+            {
+                "metadata": {"name": "off-b-0", "labels": labels},
+                "spec": {"containers": [{"name": "engine", "image": "vllm/vllm-openai:v0.10.1"}]},
+            },
+        )
+        env.core.patch_namespaced_pod_status(
+            "off-b-0", env.ns, {"status": {"podIP": "127.0.0.1", "conditions": [{"type": "Ready", "status": "True"}]}}
+        )
+
+        chat = {"name": "chat", "artifactURL": "hf://acme/chat-lora"}
+        env.patch_model("off", {"backends": [backend("b", loraAdapters=[sql, chat], **spec)]})
+        report = env.run()
+        assert vllm.calls == [] and report.models[0].lora == []  # no repo id posted to the offline engine
+        active = env.condition("off", "Active")
+        assert "LoRA adapter chat: waiting for ModelCache" in active["message"], active
+
+        cache = _cache_of(env, "hf://acme/chat-lora")
+        _set_cache_status(env, cache, {"status": "Available", "persistentVolumeClaim": f"{cache}-pvc"})
+        env.run()
+        pod = env.deployments()["off-b"]["spec"]["template"]["spec"]
+        args = pod["containers"][0]["args"]
+        assert args[args.index("--lora-modules") + 1 :][:2] == ["chat=/loras/chat", "sql=/loras/sql/sql"]
+        assert {"name": "lora-chat", "persistentVolumeClaim": {"claimName": f"{cache}-pvc", "readOnly": True}} in pod[
+            "volumes"
+        ]
+        assert {"name": "HF_HUB_OFFLINE", "value": "1"} in pod["containers"][0]["env"]
+        assert vllm.calls == []
+
+        gone = {"name": "gone", "artifactURL": "hf://acme/gone-lora"}
+        env.patch_model("off", {"backends": [backend("b", loraAdapters=[sql, chat, gone], **spec)]})
+        env.run()
+        _set_cache_status(env, _cache_of(env, "hf://acme/gone-lora"), {"status": "Failed"})
+        env.run()
+        failed = env.condition("off", "Failed")
+        assert failed["status"] == "True" and "LoRA adapter gone cannot be had offline" in failed["message"], failed
+        assert "chat=/loras/chat" in env.deployments()["off-b"]["spec"]["template"]["spec"]["containers"][0]["args"]
+    finally:
+        vllm.stop()
+
+
 # ------------------------------------------------------------------------------------ S3 endpoint
 
 
