@@ -7,9 +7,9 @@ Commands, each run ``--runs`` times in a fresh process (the real console script,
 on a fresh copy of deployments/examples (no Prefect API: a dry run on a manifests directory); the same with
 ``--track`` (a Prefect run on a temporary API, what every local run cost before). Reported per command: the
 median wall time, the median time to its first byte of output (stdout or stderr), their ratios to ``--help``,
-and the median CPU time of the process and its children. ``--before PATH`` measures another checkout's
-commands too (its own ``flows`` package, same interpreter). The table is printed and written between the
-cli-latency markers of docs/benchmarks.md.
+and the median CPU time of the process and its children. ``--before PATH`` also measures another checkout's
+commands (its own ``flows`` package, same interpreter) and prints them, for a comparison in a review; the table
+of this checkout is printed and written between the cli-latency markers of docs/benchmarks.md.
 """
 
 from __future__ import annotations
@@ -112,10 +112,12 @@ def supports_track(checkout: pathlib.Path) -> bool:
 
 
 def table(rows: dict[str, dict[str, list[Timing]]]) -> list[str]:
-    """Markdown rows: per checkout and command, medians and ratios to that checkout's ``--help``."""
+    """Markdown rows: per command, medians and ratios to ``--help`` (a first column per checkout when several)."""
+    several = len(rows) > 1
     lines = [
-        "| checkout | command | wall (s) | first output (s) | CPU (s) | wall / --help | first output / --help |",
-        "|---|---|---|---|---|---|---|",
+        ("| checkout " if several else "")
+        + "| command | wall (s) | first output (s) | CPU (s) | wall / --help | first output / --help |",
+        ("|---" if several else "") + "|---|---|---|---|---|---|",
     ]
     for checkout, results in rows.items():
         help_wall = statistics.median(t.wall_s for t in results["modelplane --help"])
@@ -125,7 +127,7 @@ def table(rows: dict[str, dict[str, list[Timing]]]) -> list[str]:
             first = statistics.median(t.first_output_s for t in timings)
             cpu = statistics.median(t.cpu_s for t in timings)
             lines.append(
-                f"| {checkout} | `{label}` | {wall:.2f} | {first:.2f} | {cpu:.2f} | "
+                (f"| {checkout} " if several else "") + f"| `{label}` | {wall:.2f} | {first:.2f} | {cpu:.2f} | "
                 f"x{wall / help_wall:.1f} | x{first / help_first:.1f} |"
             )
     return lines
@@ -149,7 +151,10 @@ def main(argv: list[str] | None = None) -> int:
             rows[f"before ({args.before})"] = measure(args.before.resolve(), args.runs, pathlib.Path(work))
         rows["this checkout"] = measure(REPO, args.runs, pathlib.Path(work))
     loads.append(load_average())
-    command = "python -m bench.cli_latency" + (f" --before {args.before}" if args.before else "")
+    if len(rows) > 1:
+        print("\n".join(table(rows)) + "\n")
+    rows = {"this checkout": rows["this checkout"]}
+    command = f"python -m bench.cli_latency --runs {args.runs}"
     section = "\n".join(
         [
             START,
@@ -160,9 +165,10 @@ def main(argv: list[str] | None = None) -> int:
             "",
             f"Medians of {args.runs} runs per command, each in a fresh process with its output on pipes (as in CI);",
             "first output: the first byte on stdout or stderr. The optimize runs use a fresh copy of",
-            "deployments/examples. `--track` records the run in a temporary Prefect API (what every local run did",
-            f"before runs on a manifests directory or dry runs became untracked). Load average {loads[0]} at the start,",
-            f"{loads[1]} at the end (a shared 2-core machine).",
+            "deployments/examples. Without `--track` a dry run on a manifests directory needs no Prefect API and",
+            "does not import Prefect; with it the run is recorded in a temporary Prefect API started for it. Wall",
+            f"times depend on the machine's load: {loads[0]} at the start, {loads[1]} at the end (a shared 2-core machine);",
+            "CPU time much less so.",
             "",
             *table(rows),
             "",

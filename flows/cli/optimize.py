@@ -534,4 +534,6 @@ def calibrate(
     console.print(table_of("Calibrated performance profiles", columns, rows))
     for row in report.rows:
         console.print(f"{row.namespace}/{row.name}: {row.message}", highlight=False)
+    if dry_run:
+        console.print("dry run: nothing was written")
     exit_with_outcome(report.degraded)

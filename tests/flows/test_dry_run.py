@@ -85,6 +85,7 @@ def test_a_dry_run_changes_no_byte_of_the_cluster_folder(
         app, [name, "--cluster", str(example_cluster), "--dry-run", *dry_run_args(name, tmp_path)], terminal_width=250
     )
     assert result.exit_code == 3, result.output  # degraded: the bad objects are reported, not written
+    assert result.stdout.rstrip().endswith("dry run: nothing was written"), result.stdout[-500:]
     after = every_file(example_cluster)
     assert sorted(after) == sorted(before)  # no state journal, no lock file, no new manifest
     assert [f for f in before if after[f] != before[f]] == []

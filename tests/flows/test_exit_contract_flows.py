@@ -44,8 +44,12 @@ def assert_cannot_run_without_traceback(result: subprocess.CompletedProcess[str]
 
 
 def test_a_rejected_flow_parameter_is_one_line(prefect_api: str, tmp_path: pathlib.Path) -> None:
+    """The flow's schema rejects a parameter (the error names it); the command's own bound names its flag."""
     assert_cannot_run_without_traceback(
-        run(prefect_api, tmp_path, "discover-models", "--resync-seconds", "0"), "resync_interval_s"
+        run(prefect_api, tmp_path, "discover-models", "--namespace", "Not_A_Namespace"), "namespaces"
+    )
+    assert_cannot_run_without_traceback(
+        run(prefect_api, tmp_path, "discover-models", "--resync-seconds", "0"), "--resync-interval"
     )
 
 
