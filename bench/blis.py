@@ -2,7 +2,7 @@
 
 For every configuration (model x GPU x count) of the planner's ``benchmarks_BLIS.json`` that has rows at both
 512/256 and 4,096/512 prompt/output tokens, the profile is fitted on the 512/256 rows exactly as
-``modelplane calibrate --from-benchmark`` fits it (engine/simulate/benchmarks.py), and the queueing model
+``modelplane calibrate-profiles --from-benchmark`` fits it (engine/simulate/benchmarks.py), and the queueing model
 (engine/perf/queueing.py, engine/perf/sizing.py) predicts the 4,096/512 rows: TTFT and ITL at each of their
 rates, and the highest rate meeting a TTFT and an ITL target.
 
@@ -200,7 +200,7 @@ def render(rows: list[Row], source: str) -> str:
         "",
         f"`python -m bench.blis` ({machine(('numpy',))}), from `{source}`. Every configuration with rows at both "
         "512/256 and 4,096/512 prompt/output tokens: the profile fitted on its 512/256 rows as "
-        "`modelplane calibrate --from-benchmark` fits it, the queueing model (max batch "
+        "`modelplane calibrate-profiles --from-benchmark` fits it, the queueing model (max batch "
         f"{MAX_BATCH}) predicting its 4,096/512 rows. *TTFT/ITL error*: mean absolute percentage error of the "
         "predicted means over the held-out rates. *Highest rate*: the highest request rate whose mean TTFT and "
         f"mean ITL stay within {TARGET_FACTOR:g}x their values at the lowest held-out rate (interpolated between "
