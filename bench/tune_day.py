@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from bench.engine import machine, write_section
-from bench.simulate import DEFAULT_TRACE, SIMULATION
+from bench.simulate import DEFAULT_TRACE, SIMULATION, load_average
 from engine.simulate.outcome import summarize_outcome
 from engine.simulate.policies import run_policy
 from engine.simulate.records import SimConfig
@@ -68,7 +68,7 @@ def replay(job: tuple[str, Candidate]) -> dict[str, Any]:
     }
 
 
-def render(rows: list[dict[str, Any]], requests: int, wall_s: float, workers: int, command: str) -> str:
+def render(rows: list[dict[str, Any]], requests: int, wall_s: float, workers: int, command: str, load: str) -> str:
     """The section: one row per candidate, then the sweep."""
     lines = [
         START,
@@ -88,7 +88,12 @@ def render(rows: list[dict[str, Any]], requests: int, wall_s: float, workers: in
             f"| {row['candidate']} | {row['cpu_s']:,.0f} | {100 * row['attainment']:.1f} % | {row['cost']:,.1f} |"
         )
     total = sum(row["cpu_s"] for row in rows)
-    lines += ["", f"Sum of the replays: {total:,.0f} CPU s; the sweep's wall time: {wall_s:,.0f} s.", END]
+    lines += [
+        "",
+        f"Sum of the replays: {total:,.0f} CPU s, about {total / workers:,.0f} s on {workers} idle cores; the sweep's "
+        f"wall time here: {wall_s:,.0f} s (load average {load} when it ended).",
+        END,
+    ]
     return "\n".join(lines) + "\n"
 
 
@@ -104,7 +109,7 @@ def main(argv: list[str] | None = None) -> int:
     with ProcessPoolExecutor(max_workers=args.workers) as pool:
         rows = list(pool.map(replay, jobs))
     wall = time.perf_counter() - started
-    section = render(rows, len(scenario.trace), wall, args.workers, "python -m bench.tune_day")
+    section = render(rows, len(scenario.trace), wall, args.workers, "python -m bench.tune_day", load_average())
     sys.stdout.write(section)
     if not args.no_write:
         write_section(section, START, END)
