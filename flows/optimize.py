@@ -26,7 +26,7 @@ import dataclasses
 import os
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -38,6 +38,7 @@ from prefect.context import FlowRunContext
 from prefect.utilities.annotations import quote
 
 from engine.api.kthena import AutoscalingPolicyBinding
+from engine.api.llmd import VariantAutoscaling
 from engine.api.registry import AUTOSCALING_POLICY_BINDING, KTHENA_API, LLMD_API, VARIANT_AUTOSCALING
 from engine.cycle_metrics import CycleFacts, optimize_cycle_metrics, wva_targets
 from engine.optimize.actuation import publishes
@@ -56,7 +57,7 @@ from flows.parameters import (
     PositiveSeconds,
     PromDuration,
 )
-from tasks.boundary import Accepted
+from tasks.boundary import Accepted, accept_as
 from tasks.cluster import Cluster, LocalCluster, connect
 from tasks.cluster.errors import ClusterError
 from tasks.events import Subject, emit_change
@@ -73,11 +74,17 @@ from tasks.optimize.read import (
     read_current_replicas,
     scale_targets_of,
 )
-from tasks.optimize.write import WriteOutcome, apply_binding, apply_decisions
+from tasks.optimize.write import Replan, WriteOutcome, apply_binding, apply_decisions
 from tasks.pushgateway import Pushgateway, push
+from tasks.writer_lock import LockHeld, WriterLock, hold_writer_lock
 
 DEFAULT_INTERVAL_S = 60
 DEFAULT_RATE_WINDOW = "1m"
+LOCK_NAME = "modelplane-optimize"
+"""The Lease (in the configuration namespace) a writing cycle holds; on the local backend, its lock file."""
+LOCK_WAIT_S = 30.0
+"""How long a cycle waits for another one holding the Lease: half the interval, so a cycle that waited still
+finishes within the flow's timeout; a crashed holder's Lease (15 s) expires well within it."""
 
 RateWindow = PromDuration | None
 """A PromQL duration such as ``1m`` or ``30s``; ``None`` keeps ``PROMETHEUS_RATE_WINDOW`` (default 1m)."""
@@ -340,43 +347,53 @@ def optimize(
     if problem:
         raise CannotRun(problem)
 
-    # Read. Task inputs holding every object of the cycle are passed with quote(): Prefect would otherwise
-    # walk each of their nodes looking for futures, which costs seconds at 1,000 variants.
-    with timer.stage("read"):
-        state = read_cluster_state(backend, namespaces or None, config_namespace, namespace_selector)
-        if state.missing_configuration:
-            raise CannotRun(state.missing_configuration)
-        for error in state.config_errors:
-            logger.warning("configuration: %s", error)
-        replicas = read_current_replicas(backend, scale_targets_of(state))
-    with timer.stage("metrics"):
-        source = metrics_source(metrics_file, prometheus_url, rate_window)
-        snapshot, metrics_error = collect_metrics(source, quote(state))
-    if metrics_error:
-        logger.warning("metrics unavailable, holding every variant: %s", metrics_error)
-    with timer.stage("read"):
-        bindings_read, binding_errors = read_bindings(backend, quote(state), quote(snapshot), metrics_error)
+    # One writer at a time: the cycle reads, plans and writes under the cluster's Lease (a lock file on the local
+    # backend), so two runs never interleave their scales and statuses. A dry run writes nothing and takes none.
+    with writer_lock(backend, config_namespace, dry_run) as lock:
+        # Read. Task inputs holding every object of the cycle are passed with quote(): Prefect would otherwise
+        # walk each of their nodes looking for futures, which costs seconds at 1,000 variants.
+        with timer.stage("read"):
+            state = read_cluster_state(backend, namespaces or None, config_namespace, namespace_selector)
+            if state.missing_configuration:
+                raise CannotRun(state.missing_configuration)
+            for error in state.config_errors:
+                logger.warning("configuration: %s", error)
+            replicas = read_current_replicas(backend, scale_targets_of(state))
+        with timer.stage("metrics"):
+            source = metrics_source(metrics_file, prometheus_url, rate_window)
+            snapshot, metrics_error = collect_metrics(source, quote(state))
+        if metrics_error:
+            logger.warning("metrics unavailable, holding every variant: %s", metrics_error)
+        with timer.stage("read"):
+            bindings_read, binding_errors = read_bindings(backend, quote(state), quote(snapshot), metrics_error)
 
-    # Plan: one pure call decides every VariantAutoscaling and binding.
-    with timer.stage("decide"):
-        inputs = cycle_inputs(
-            state, replicas, snapshot, metrics_error, now, solver_time_limit_s, scale_down_stabilization_s
+        # Plan: one pure call decides every VariantAutoscaling and binding.
+        with timer.stage("decide"):
+            inputs = cycle_inputs(
+                state, replicas, snapshot, metrics_error, now, solver_time_limit_s, scale_down_stabilization_s
+            )
+            plan = plan_cycle(inputs, [binding_inputs for _, binding_inputs in bindings_read])
+
+        # Write: publish first (status.actuation of a metrics-mode target says whether its desired replicas
+        # reached the HPA's source; a dry run publishes nothing, an HPA would act on it), then scale and status.
+        gateway = None if dry_run else Pushgateway.configured(pushgateway_url)
+        facts = CycleFacts(
+            started=started, stages=timer.stages, loads=plan.loads, slos=plan.slos, attainment=plan.attainment
         )
-        plan = plan_cycle(inputs, [binding_inputs for _, binding_inputs in bindings_read])
-
-    # Write: publish first (status.actuation of a metrics-mode target says whether its desired replicas
-    # reached the HPA's source; a dry run publishes nothing, an HPA would act on it), then scale and status.
-    gateway = None if dry_run else Pushgateway.configured(pushgateway_url)
-    facts = CycleFacts(
-        started=started, stages=timer.stages, loads=plan.loads, slos=plan.slos, attainment=plan.attainment
-    )
-    published, push_error = publish_plan(gateway, plan, facts, timer)
-    writes: list[WriteOutcome] = []
-    if not dry_run:
-        with timer.stage("write"):
-            writes = apply_decisions(backend, quote(state), quote(plan.variants), now, status_heartbeat_s, published)
-            binding_plans = [(binding, decision) for (binding, _), decision in zip(bindings_read, plan.bindings)]
-            binding_errors += apply_bindings(backend, quote(binding_plans), now, state.actuation_mode, published)
+        published, push_error = publish_plan(gateway, plan, facts, timer)
+        writes: list[WriteOutcome] = []
+        if not dry_run:
+            if lock is not None and not lock.held:
+                raise CannotRun(f"lost the {lock.where} to {lock.holder_now} before writing; this run wrote nothing")
+            replan = replanner(
+                backend, state, snapshot, metrics_error, now, solver_time_limit_s, scale_down_stabilization_s
+            )
+            with timer.stage("write"):
+                writes = apply_decisions(
+                    backend, quote(state), quote(plan.variants), now, status_heartbeat_s, published, replan
+                )
+                binding_plans = [(binding, decision) for (binding, _), decision in zip(bindings_read, plan.bindings)]
+                binding_errors += apply_bindings(backend, quote(binding_plans), now, state.actuation_mode, published)
 
     degraded = degraded_reasons(backend, state, plan, writes, binding_errors, metrics_error)
     degraded += actuation_problems(writes, plan.bindings, gateway, push_error, dry_run)
@@ -398,6 +415,56 @@ def optimize(
     publish(report)
     logger.info("optimize: %s", report.summary)
     return flow_result(report, report.degraded)
+
+
+@contextmanager
+def writer_lock(backend: Cluster, namespace: str, dry_run: bool) -> Iterator[WriterLock | None]:
+    """Hold the cluster's optimize Lease (a lock file on the local backend) for the block; a dry run takes none.
+
+    A run that finds it held waits up to :data:`LOCK_WAIT_S` for the holder to finish, then stops with
+    :class:`CannotRun` naming the holder (it has read and written nothing). Waiting rather than failing at
+    once: a run chained by an event (a rolled-out Model's namespace) is not lost to a scheduled one.
+    """
+    if dry_run:
+        yield None
+        return
+    with ExitStack() as stack:
+        try:
+            lock = stack.enter_context(hold_writer_lock(backend, LOCK_NAME, namespace, LOCK_WAIT_S))
+        except LockHeld as exc:
+            raise CannotRun(
+                f"another optimize run is writing to this cluster: {exc}; this run changed nothing"
+            ) from None
+        except ClusterError as exc:
+            raise CannotRun(f"cannot take the Lease {namespace}/{LOCK_NAME}: {exc.message}") from None
+        yield lock
+
+
+def replanner(
+    backend: Cluster,
+    state: ClusterState,
+    snapshot: MetricsSnapshot | None,
+    metrics_error: str | None,
+    now: datetime,
+    time_limit_s: float,
+    scale_down_window_s: float,
+) -> Replan:
+    """How a VariantAutoscaling whose status write conflicted is decided again: the cycle's plan with that object
+    as re-read and every target's replicas read again, the same metrics and time (see tasks.optimize.write)."""
+
+    def replan(fresh: dict[str, Any]) -> VariantDecision | None:
+        accepted = accept_as(backend, [fresh], VariantAutoscaling)
+        if not accepted:
+            return None
+        va = accepted[0]
+        key = (va.namespace, va.name)
+        variants = [va if (v.namespace, v.name) == key else v for v in state.variants]
+        fresh_state = dataclasses.replace(state, variants=variants)
+        replicas = read_current_replicas.fn(backend, scale_targets_of(fresh_state))
+        inputs = cycle_inputs(fresh_state, replicas, snapshot, metrics_error, now, time_limit_s, scale_down_window_s)
+        return next((d for d in plan_cycle(inputs).variants if (d.namespace, d.name) == key), None)
+
+    return replan
 
 
 class StageTimer:
