@@ -20,11 +20,13 @@ from typing import Any
 
 import pytest
 import yaml
+from typer.testing import CliRunner
 
 import flows.optimize as optimize_flow
 from engine.api.crds import render_crds
 from engine.api.registry import LLMD_API, VARIANT_AUTOSCALING
-from flows.exitcodes import CannotRun
+from flows.cli import app
+from flows.exitcodes import CannotRun, ExitCode
 from flows.optimize import optimize
 from tasks.cluster import Cluster, LocalCluster, ObjectRef
 from tasks.cluster.kube import KubeCluster
@@ -372,3 +374,27 @@ def test_a_stale_decision_is_replanned_not_written_over_a_newer_object(
     )
     assert seen["decision"].current == 7  # decided again from the target as the other writer left it
     assert inconsistent(cluster, namespace) == []
+
+
+def test_the_cli_stops_with_one_error_line_naming_the_holder(
+    prefect_harness: None, example_cluster: pathlib.Path, example_metrics: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(optimize_flow, "LOCK_WAIT_S", 0.5)
+    before = {p.name: p.read_bytes() for p in example_cluster.glob("*.yaml")}
+    with hold_writer_lock(LocalCluster(example_cluster), "modelplane-optimize", "modelplane-system", 1) as lock:
+        result = CliRunner().invoke(
+            app, ["optimize", "--cluster", str(example_cluster), "--metrics", str(example_metrics)], terminal_width=250
+        )
+    assert result.exit_code == ExitCode.CANNOT_RUN, result.output
+    errors = [line for line in result.output.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and lock.identity in errors[0] and "another optimize run" in errors[0], result.output
+    assert {p.name: p.read_bytes() for p in example_cluster.glob("*.yaml")} == before
+
+
+def test_a_dry_run_takes_no_lock(
+    prefect_harness: None, example_cluster: pathlib.Path, example_metrics: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(optimize_flow, "LOCK_WAIT_S", 0.5)
+    with hold_writer_lock(LocalCluster(example_cluster), "modelplane-optimize", "modelplane-system", 1):
+        report = optimize(cluster=str(example_cluster), metrics_file=str(example_metrics), dry_run=True)
+    assert report.rows  # decided while another run held the lock: a preview never waits, never writes
