@@ -1,6 +1,7 @@
 """The ``optimize`` flow: one allocation cycle for every VariantAutoscaling and AutoscalingPolicyBinding.
 
-Lifecycle, top to bottom (read with ``tasks``, one ``engine`` plan, write with ``tasks``):
+Lifecycle, top to bottom (read with ``tasks``, one ``engine`` plan, write with ``tasks``), steps 1 to 6 under the
+cluster's writer lock (:func:`writer_lock`: a Lease, a lock file on the local backend; none in a dry run):
 
 1. read the cluster: one LIST per kind, the WVA ConfigMaps of the Modelplane namespace;
 2. read the current replicas of every scale target;
@@ -13,7 +14,8 @@ Lifecycle, top to bottom (read with ``tasks``, one ``engine`` plan, write with `
    whether its desired replicas reached the HPA's source (``tasks/pushgateway.py``, ``engine/optimize/actuation.py``);
 6. actuate: scale each target whose actuation mode scales (``scale``, ``both``) through its scale
    subresource, then write status (conditions, desired allocation, actuation) and an Event when the
-   desired replicas change;
+   desired replicas change; a status write conditioned on a resourceVersion that has moved re-plans that
+   object (:func:`replanner`);
 7. publish again with the writes' outcomes, a table artifact and a one-line summary.
 
 Every run is a fresh process: state that must survive (scaling windows, panic mode) lives in the
