@@ -1,7 +1,7 @@
 """The ``optimize`` flow: one allocation cycle for every VariantAutoscaling and AutoscalingPolicyBinding.
 
 Lifecycle, top to bottom (read with ``tasks``, one ``engine`` plan, write with ``tasks``), steps 1 to 6 under the
-cluster's writer lock (:func:`writer_lock`: a Lease, a lock file on the local backend; none in a dry run):
+cluster's writer lock (:func:`flows.one_writer.writer_lock`: a Lease, a lock file on the local backend; none in a dry run):
 
 1. read the cluster: one LIST per kind, the WVA ConfigMaps of the Modelplane namespace;
 2. read the current replicas of every scale target;
@@ -15,7 +15,7 @@ cluster's writer lock (:func:`writer_lock`: a Lease, a lock file on the local ba
 6. actuate: scale each target whose actuation mode scales (``scale``, ``both``) through its scale
    subresource, then write status (conditions, desired allocation, actuation) and an Event when the
    desired replicas change; a status write conditioned on a resourceVersion that has moved re-plans that
-   object (:func:`replanner`);
+   object (:func:`flows.one_writer.replanner`);
 7. publish again with the writes' outcomes, a table artifact and a one-line summary.
 
 Every run is a fresh process: state that must survive (scaling windows, panic mode) lives in the
@@ -28,7 +28,7 @@ import dataclasses
 import os
 import time
 from collections.abc import Iterator
-from contextlib import ExitStack, contextmanager
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -40,7 +40,6 @@ from prefect.context import FlowRunContext
 from prefect.utilities.annotations import quote
 
 from engine.api.kthena import AutoscalingPolicyBinding
-from engine.api.llmd import VariantAutoscaling
 from engine.api.registry import AUTOSCALING_POLICY_BINDING, KTHENA_API, LLMD_API, VARIANT_AUTOSCALING
 from engine.cycle_metrics import CycleFacts, optimize_cycle_metrics, wva_targets
 from engine.optimize.actuation import publishes
@@ -51,6 +50,7 @@ from engine.perf.saturation import SaturationConfigSet
 from engine.perf.tail_sizing import PromptDistribution
 from engine.slo.measure import LatencyHistograms
 from flows.exitcodes import CannotRun, ExitCode, degraded_summary, exit_code, flow_result
+from flows.one_writer import replanner, writer_lock
 from flows.parameters import (
     SYSTEM_NAMESPACE,
     ClusterTarget,
@@ -59,7 +59,7 @@ from flows.parameters import (
     PositiveSeconds,
     PromDuration,
 )
-from tasks.boundary import Accepted, accept_as
+from tasks.boundary import Accepted
 from tasks.cluster import Cluster, LocalCluster, connect
 from tasks.cluster.errors import ClusterError
 from tasks.events import Subject, emit_change
@@ -76,18 +76,11 @@ from tasks.optimize.read import (
     read_current_replicas,
     scale_targets_of,
 )
-from tasks.optimize.write import Replan, WriteOutcome, apply_binding, apply_decisions
+from tasks.optimize.write import WriteOutcome, apply_binding, apply_decisions
 from tasks.pushgateway import Pushgateway, push
-from tasks.writer_lock import LockHeld, WriterLock, hold_writer_lock
 
 DEFAULT_INTERVAL_S = 60
 DEFAULT_RATE_WINDOW = "1m"
-LOCK_NAME = "modelplane-optimize"
-"""The Lease (in the configuration namespace) a writing cycle holds; on the local backend, its lock file."""
-LOCK_WAIT_S = 30.0
-"""How long a cycle waits for another one holding the Lease: half the interval, so a cycle that waited still
-finishes within the flow's timeout; a crashed holder's Lease (15 s) expires well within it."""
-
 RateWindow = PromDuration | None
 """A PromQL duration such as ``1m`` or ``30s``; ``None`` keeps ``PROMETHEUS_RATE_WINDOW`` (default 1m)."""
 
@@ -417,56 +410,6 @@ def optimize(
     publish(report)
     logger.info("optimize: %s", report.summary)
     return flow_result(report, report.degraded)
-
-
-@contextmanager
-def writer_lock(backend: Cluster, namespace: str, dry_run: bool) -> Iterator[WriterLock | None]:
-    """Hold the cluster's optimize Lease (a lock file on the local backend) for the block; a dry run takes none.
-
-    A run that finds it held waits up to :data:`LOCK_WAIT_S` for the holder to finish, then stops with
-    :class:`CannotRun` naming the holder (it has read and written nothing). Waiting rather than failing at
-    once: a run chained by an event (a rolled-out Model's namespace) is not lost to a scheduled one.
-    """
-    if dry_run:
-        yield None
-        return
-    with ExitStack() as stack:
-        try:
-            lock = stack.enter_context(hold_writer_lock(backend, LOCK_NAME, namespace, LOCK_WAIT_S))
-        except LockHeld as exc:
-            raise CannotRun(
-                f"another optimize run is writing to this cluster: {exc}; this run changed nothing"
-            ) from None
-        except ClusterError as exc:
-            raise CannotRun(f"cannot take the Lease {namespace}/{LOCK_NAME}: {exc.message}") from None
-        yield lock
-
-
-def replanner(
-    backend: Cluster,
-    state: ClusterState,
-    snapshot: MetricsSnapshot | None,
-    metrics_error: str | None,
-    now: datetime,
-    time_limit_s: float,
-    scale_down_window_s: float,
-) -> Replan:
-    """How a VariantAutoscaling whose status write conflicted is decided again: the cycle's plan with that object
-    as re-read and every target's replicas read again, the same metrics and time (see tasks.optimize.write)."""
-
-    def replan(fresh: dict[str, Any]) -> VariantDecision | None:
-        accepted = accept_as(backend, [fresh], VariantAutoscaling)
-        if not accepted:
-            return None
-        va = accepted[0]
-        key = (va.namespace, va.name)
-        variants = [va if (v.namespace, v.name) == key else v for v in state.variants]
-        fresh_state = dataclasses.replace(state, variants=variants)
-        replicas = read_current_replicas.fn(backend, scale_targets_of(fresh_state))
-        inputs = cycle_inputs(fresh_state, replicas, snapshot, metrics_error, now, time_limit_s, scale_down_window_s)
-        return next((d for d in plan_cycle(inputs).variants if (d.namespace, d.name) == key), None)
-
-    return replan
 
 
 class StageTimer:

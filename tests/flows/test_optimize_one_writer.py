@@ -22,6 +22,7 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
+import flows.one_writer as one_writer
 import flows.optimize as optimize_flow
 from engine.api.crds import render_crds
 from engine.api.registry import LLMD_API, VARIANT_AUTOSCALING
@@ -276,7 +277,7 @@ def test_a_run_finding_the_lease_held_stops_naming_the_holder(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     cluster, namespace, config_namespace = big_kube
-    monkeypatch.setattr(optimize_flow, "LOCK_WAIT_S", 1.0)
+    monkeypatch.setattr(one_writer, "LOCK_WAIT_S", 1.0)
     metrics = write_metrics(tmp_path / "a.yaml", namespace, 1)
     before = {
         va["metadata"]["name"]: va["metadata"]["resourceVersion"]
@@ -312,7 +313,7 @@ def test_a_status_conflict_rereads_and_replans_the_object(
     cluster, namespace, config_namespace = big_kube
     metrics = write_metrics(tmp_path / "a.yaml", namespace, 1)
     replans: list[str] = []
-    real = optimize_flow.replanner
+    real = one_writer.replanner
 
     def counting(*args: Any, **kwargs: Any) -> Any:
         replan = real(*args, **kwargs)
@@ -379,7 +380,7 @@ def test_a_stale_decision_is_replanned_not_written_over_a_newer_object(
 def test_the_cli_stops_with_one_error_line_naming_the_holder(
     prefect_harness: None, example_cluster: pathlib.Path, example_metrics: pathlib.Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(optimize_flow, "LOCK_WAIT_S", 0.5)
+    monkeypatch.setattr(one_writer, "LOCK_WAIT_S", 0.5)
     before = {p.name: p.read_bytes() for p in example_cluster.glob("*.yaml")}
     with hold_writer_lock(LocalCluster(example_cluster), "modelplane-optimize", "modelplane-system", 1) as lock:
         result = CliRunner().invoke(
@@ -394,7 +395,7 @@ def test_the_cli_stops_with_one_error_line_naming_the_holder(
 def test_a_dry_run_takes_no_lock(
     prefect_harness: None, example_cluster: pathlib.Path, example_metrics: pathlib.Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(optimize_flow, "LOCK_WAIT_S", 0.5)
+    monkeypatch.setattr(one_writer, "LOCK_WAIT_S", 0.5)
     with hold_writer_lock(LocalCluster(example_cluster), "modelplane-optimize", "modelplane-system", 1):
         report = optimize(cluster=str(example_cluster), metrics_file=str(example_metrics), dry_run=True)
     assert report.rows  # decided while another run held the lock: a preview never waits, never writes
