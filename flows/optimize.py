@@ -380,9 +380,7 @@ def optimize(
         if not dry_run:
             if lock is not None and not lock.held:
                 raise CannotRun(f"lost the {lock.where} to {lock.holder_now} before writing; this run wrote nothing")
-            replan = replanner(
-                backend, state, snapshot, metrics_error, now, solver_time_limit_s, scale_down_stabilization_s
-            )
+            replan = replanner(backend, state, inputs)
             with timer.stage("write"):
                 writes = apply_decisions(
                     backend, quote(state), quote(plan.variants), now, status_heartbeat_s, published, replan
