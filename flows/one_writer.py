@@ -10,6 +10,7 @@ writes (:mod:`tasks.optimize.write`) call when a status write's resourceVersion 
 from __future__ import annotations
 
 import dataclasses
+import logging
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from typing import Any
@@ -20,10 +21,12 @@ from engine.optimize.spec import CycleInputs
 from flows.exitcodes import CannotRun
 from tasks.boundary import accept_as
 from tasks.cluster import Cluster
-from tasks.cluster.errors import ClusterError
+from tasks.cluster.errors import ClusterError, NotFound
 from tasks.optimize.read import ClusterState, read_current_replicas, scale_targets_of
 from tasks.optimize.write import Replan
 from tasks.writer_lock import LockHeld, WriterLock, hold_writer_lock
+
+log = logging.getLogger("modelplane.optimize")
 
 LOCK_NAME = "modelplane-optimize"
 """The Lease (in the configuration namespace) a writing cycle holds; on the local backend, its lock file."""
@@ -38,7 +41,9 @@ def writer_lock(backend: Cluster, namespace: str, dry_run: bool) -> Iterator[Wri
 
     A run that finds it held waits up to :data:`LOCK_WAIT_S` for the holder to finish, then stops with
     :class:`CannotRun` naming the holder (it has read and written nothing). Waiting rather than failing at
-    once: a run chained by an event (a rolled-out Model's namespace) is not lost to a scheduled one.
+    once: a run chained by an event (a rolled-out Model's namespace) is not lost to a scheduled one. Where the
+    configuration namespace does not exist (a cluster with Kthena bindings only) there is nowhere to keep the
+    Lease: the cycle runs without it and logs a warning saying so.
     """
     if dry_run:
         yield None
@@ -50,6 +55,9 @@ def writer_lock(backend: Cluster, namespace: str, dry_run: bool) -> Iterator[Wri
             raise CannotRun(
                 f"another optimize run is writing to this cluster: {exc}; this run changed nothing"
             ) from None
+        except NotFound as exc:  # no such namespace: a cluster without Modelplane's configuration (bindings only)
+            log.warning("running without the Lease %s/%s: %s", namespace, LOCK_NAME, exc.message)
+            lock = None
         except ClusterError as exc:
             raise CannotRun(f"cannot take the Lease {namespace}/{LOCK_NAME}: {exc.message}") from None
         yield lock
