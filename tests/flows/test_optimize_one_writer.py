@@ -14,8 +14,9 @@ import pathlib
 import random
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import Any
 
 import pytest
@@ -226,31 +227,40 @@ def test_a_killed_holder_leaves_no_stale_local_lock(tmp_path: pathlib.Path) -> N
 # ----------------------------------------------------------------------------------------- the flow under it
 
 
+@dataclass
+class BigCluster:
+    """120 VariantAutoscalings on the Kubernetes API test server, and how to run one optimize cycle on them."""
+
+    server: Any
+    cluster: KubeCluster
+    namespace: str
+    config_namespace: str
+
+    def optimize(self, metrics_file: pathlib.Path) -> Any:
+        return optimize(
+            namespaces=[self.namespace],
+            config_namespace=self.config_namespace,
+            metrics_file=str(metrics_file),
+            cluster=f"kubeconfig:{self.server.kubeconfig}",
+        )
+
+
 @pytest.fixture()
-def big_kube(kube_server: Any, kube_namespace: str) -> Iterator[tuple[KubeCluster, str, str]]:
+def big_kube(kube_server: Any, kube_namespace: str) -> BigCluster:
     kube_server.install_crds([yaml.safe_load(text) for text in render_crds().values()])
     cluster = KubeCluster(api_client=kube_server.api_client())
     config_namespace = f"{kube_namespace}-cfg"
     kube_server.create_namespace(config_namespace)
     populate(cluster, kube_namespace, config_namespace)
-    yield cluster, kube_namespace, config_namespace
+    return BigCluster(kube_server, cluster, kube_namespace, config_namespace)
 
 
 def test_concurrent_pairs_on_the_kube_server_leave_no_inconsistent_object(
-    prefect_harness: None, big_kube: tuple[KubeCluster, str, str], kube_server: Any, tmp_path: pathlib.Path
+    prefect_harness: None, big_kube: BigCluster, tmp_path: pathlib.Path
 ) -> None:
-    cluster, namespace, config_namespace = big_kube
+    cluster, namespace, config_namespace = big_kube.cluster, big_kube.namespace, big_kube.config_namespace
     metrics = (write_metrics(tmp_path / "a.yaml", namespace, 1), write_metrics(tmp_path / "b.yaml", namespace, 2))
-
-    def run(metrics_file: pathlib.Path) -> Any:
-        return optimize(
-            namespaces=[namespace],
-            config_namespace=config_namespace,
-            metrics_file=str(metrics_file),
-            cluster=f"kubeconfig:{kube_server.kubeconfig}",
-        )
-
-    run_pairs(run, metrics, PAIRS)
+    run_pairs(big_kube.optimize, metrics, PAIRS)
     assert inconsistent(cluster, namespace) == []
     lease = cluster.get("coordination.k8s.io/v1", "Lease", "modelplane-optimize", config_namespace)
     assert lease["spec"]["holderIdentity"] == ""  # released by the last run
@@ -271,12 +281,11 @@ def test_concurrent_pairs_on_the_local_backend_leave_no_inconsistent_object(
 
 def test_a_run_finding_the_lease_held_stops_naming_the_holder(
     prefect_harness: None,
-    big_kube: tuple[KubeCluster, str, str],
-    kube_server: Any,
+    big_kube: BigCluster,
     tmp_path: pathlib.Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    cluster, namespace, config_namespace = big_kube
+    cluster, namespace, config_namespace = big_kube.cluster, big_kube.namespace, big_kube.config_namespace
     monkeypatch.setattr(one_writer, "LOCK_WAIT_S", 1.0)
     metrics = write_metrics(tmp_path / "a.yaml", namespace, 1)
     before = {
@@ -285,12 +294,7 @@ def test_a_run_finding_the_lease_held_stops_naming_the_holder(
     }
     with hold_writer_lock(cluster, "modelplane-optimize", config_namespace, wait_s=1) as lock:
         with pytest.raises(CannotRun) as stopped:
-            optimize(
-                namespaces=[namespace],
-                config_namespace=config_namespace,
-                metrics_file=str(metrics),
-                cluster=f"kubeconfig:{kube_server.kubeconfig}",
-            )
+            big_kube.optimize(metrics)
     message = str(stopped.value)
     assert f"Lease {config_namespace}/modelplane-optimize is held by {lock.identity}" in message
     assert "changed nothing" in message
@@ -303,14 +307,14 @@ def test_a_run_finding_the_lease_held_stops_naming_the_holder(
 
 def test_a_status_conflict_rereads_and_replans_the_object(
     prefect_harness: None,
-    big_kube: tuple[KubeCluster, str, str],
+    big_kube: BigCluster,
     kube_server: Any,
     tmp_path: pathlib.Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """A 409 on one status write: that object is read again and decided again (one re-plan), its status written
     from the re-read object; the others are written at their first try."""
-    cluster, namespace, config_namespace = big_kube
+    cluster, namespace = big_kube.cluster, big_kube.namespace
     metrics = write_metrics(tmp_path / "a.yaml", namespace, 1)
     replans: list[str] = []
     real = one_writer.replanner
@@ -328,12 +332,7 @@ def test_a_status_conflict_rereads_and_replans_the_object(
     victim = variant_name(3, "H100")
     kube_server.reset_stats()
     kube_server.inject("PATCH", f"/variantautoscalings/{victim}/status$", 409, times=1, reason="Conflict")
-    report = optimize(
-        namespaces=[namespace],
-        config_namespace=config_namespace,
-        metrics_file=str(metrics),
-        cluster=f"kubeconfig:{kube_server.kubeconfig}",
-    )
+    report = big_kube.optimize(metrics)
     assert replans == [victim]
     assert kube_server.count("get", "variantautoscalings") == 1  # the re-read, and only of that object
     assert all(w.error is None for w in report.writes)
@@ -342,15 +341,14 @@ def test_a_status_conflict_rereads_and_replans_the_object(
 
 def test_a_stale_decision_is_replanned_not_written_over_a_newer_object(
     prefect_harness: None,
-    big_kube: tuple[KubeCluster, str, str],
-    kube_server: Any,
+    big_kube: BigCluster,
     tmp_path: pathlib.Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """Another writer scales a target and rewrites its VariantAutoscaling's status between this run's read and
     its write: the run's status write conflicts, and what it writes is decided from what the other wrote (the
     target's replicas as they are now), so status and target agree."""
-    cluster, namespace, config_namespace = big_kube
+    cluster, namespace = big_kube.cluster, big_kube.namespace
     metrics = write_metrics(tmp_path / "a.yaml", namespace, 1)
     victim = variant_name(5, "A100")
     real = optimize_flow.apply_decisions
@@ -367,12 +365,7 @@ def test_a_stale_decision_is_replanned_not_written_over_a_newer_object(
         return result
 
     monkeypatch.setattr(optimize_flow, "apply_decisions", interfere)
-    optimize(
-        namespaces=[namespace],
-        config_namespace=config_namespace,
-        metrics_file=str(metrics),
-        cluster=f"kubeconfig:{kube_server.kubeconfig}",
-    )
+    big_kube.optimize(metrics)
     assert seen["decision"].current == 7  # decided again from the target as the other writer left it
     assert inconsistent(cluster, namespace) == []
 
