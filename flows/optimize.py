@@ -1,6 +1,7 @@
 """The ``optimize`` flow: one allocation cycle for every VariantAutoscaling and AutoscalingPolicyBinding.
 
-Lifecycle, top to bottom (read with ``tasks``, one ``engine`` plan, write with ``tasks``):
+Lifecycle, top to bottom (read with ``tasks``, one ``engine`` plan, write with ``tasks``), steps 1 to 6 under the
+cluster's writer lock (:func:`flows.one_writer.writer_lock`: a Lease, a lock file on the local backend; none in a dry run):
 
 1. read the cluster: one LIST per kind, the WVA ConfigMaps of the Modelplane namespace;
 2. read the current replicas of every scale target;
@@ -13,7 +14,8 @@ Lifecycle, top to bottom (read with ``tasks``, one ``engine`` plan, write with `
    whether its desired replicas reached the HPA's source (``tasks/pushgateway.py``, ``engine/optimize/actuation.py``);
 6. actuate: scale each target whose actuation mode scales (``scale``, ``both``) through its scale
    subresource, then write status (conditions, desired allocation, actuation) and an Event when the
-   desired replicas change;
+   desired replicas change; a status write conditioned on a resourceVersion that has moved re-plans that
+   object (:func:`flows.one_writer.replanner`);
 7. publish again with the writes' outcomes, a table artifact and a one-line summary.
 
 Every run is a fresh process: state that must survive (scaling windows, panic mode) lives in the
@@ -42,6 +44,7 @@ from engine.perf.saturation import SaturationConfigSet
 from engine.perf.tail_sizing import PromptDistribution
 from engine.slo.measure import LatencyHistograms
 from flows.exitcodes import CannotRun, ExitCode, degraded_summary, exit_code, flow_result
+from flows.one_writer import replanner, writer_lock
 from flows.parameters import (
     SYSTEM_NAMESPACE,
     ClusterTarget,
@@ -73,7 +76,6 @@ from tasks.tracking import quote, run_logger, table_artifact, task, tracked
 
 DEFAULT_INTERVAL_S = 60
 DEFAULT_RATE_WINDOW = "1m"
-
 RateWindow = PromDuration | None
 """A PromQL duration such as ``1m`` or ``30s``; ``None`` keeps ``PROMETHEUS_RATE_WINDOW`` (default 1m)."""
 
@@ -340,43 +342,51 @@ def optimize(
     if problem:
         raise CannotRun(problem)
 
-    # Read. Task inputs holding every object of the cycle are passed with quote(): Prefect would otherwise
-    # walk each of their nodes looking for futures, which costs seconds at 1,000 variants.
-    with timer.stage("read"):
-        state = read_cluster_state(backend, namespaces or None, config_namespace, namespace_selector)
-        if state.missing_configuration:
-            raise CannotRun(state.missing_configuration)
-        for error in state.config_errors:
-            logger.warning("configuration: %s", error)
-        replicas = read_current_replicas(backend, scale_targets_of(state))
-    with timer.stage("metrics"):
-        source = metrics_source(metrics_file, prometheus_url, rate_window)
-        snapshot, metrics_error = collect_metrics(source, quote(state))
-    if metrics_error:
-        logger.warning("metrics unavailable, holding every variant: %s", metrics_error)
-    with timer.stage("read"):
-        bindings_read, binding_errors = read_bindings(backend, quote(state), quote(snapshot), metrics_error)
+    # One writer at a time: the cycle reads, plans and writes under the cluster's Lease (a lock file on the local
+    # backend), so two runs never interleave their scales and statuses. A dry run writes nothing and takes none.
+    with writer_lock(backend, config_namespace, dry_run) as lock:
+        # Read. Task inputs holding every object of the cycle are passed with quote(): Prefect would otherwise
+        # walk each of their nodes looking for futures, which costs seconds at 1,000 variants.
+        with timer.stage("read"):
+            state = read_cluster_state(backend, namespaces or None, config_namespace, namespace_selector)
+            if state.missing_configuration:
+                raise CannotRun(state.missing_configuration)
+            for error in state.config_errors:
+                logger.warning("configuration: %s", error)
+            replicas = read_current_replicas(backend, scale_targets_of(state))
+        with timer.stage("metrics"):
+            source = metrics_source(metrics_file, prometheus_url, rate_window)
+            snapshot, metrics_error = collect_metrics(source, quote(state))
+        if metrics_error:
+            logger.warning("metrics unavailable, holding every variant: %s", metrics_error)
+        with timer.stage("read"):
+            bindings_read, binding_errors = read_bindings(backend, quote(state), quote(snapshot), metrics_error)
 
-    # Plan: one pure call decides every VariantAutoscaling and binding.
-    with timer.stage("decide"):
-        inputs = cycle_inputs(
-            state, replicas, snapshot, metrics_error, now, solver_time_limit_s, scale_down_stabilization_s
+        # Plan: one pure call decides every VariantAutoscaling and binding.
+        with timer.stage("decide"):
+            inputs = cycle_inputs(
+                state, replicas, snapshot, metrics_error, now, solver_time_limit_s, scale_down_stabilization_s
+            )
+            plan = plan_cycle(inputs, [binding_inputs for _, binding_inputs in bindings_read])
+
+        # Write: publish first (status.actuation of a metrics-mode target says whether its desired replicas
+        # reached the HPA's source; a dry run publishes nothing, an HPA would act on it), then scale and status.
+        gateway = None if dry_run else Pushgateway.configured(pushgateway_url)
+        facts = CycleFacts(
+            started=started, stages=timer.stages, loads=plan.loads, slos=plan.slos, attainment=plan.attainment
         )
-        plan = plan_cycle(inputs, [binding_inputs for _, binding_inputs in bindings_read])
-
-    # Write: publish first (status.actuation of a metrics-mode target says whether its desired replicas
-    # reached the HPA's source; a dry run publishes nothing, an HPA would act on it), then scale and status.
-    gateway = None if dry_run else Pushgateway.configured(pushgateway_url)
-    facts = CycleFacts(
-        started=started, stages=timer.stages, loads=plan.loads, slos=plan.slos, attainment=plan.attainment
-    )
-    published, push_error = publish_plan(gateway, plan, facts, timer)
-    writes: list[WriteOutcome] = []
-    if not dry_run:
-        with timer.stage("write"):
-            writes = apply_decisions(backend, quote(state), quote(plan.variants), now, status_heartbeat_s, published)
-            binding_plans = [(binding, decision) for (binding, _), decision in zip(bindings_read, plan.bindings)]
-            binding_errors += apply_bindings(backend, quote(binding_plans), now, state.actuation_mode, published)
+        published, push_error = publish_plan(gateway, plan, facts, timer)
+        writes: list[WriteOutcome] = []
+        if not dry_run:
+            if lock is not None and not lock.held:
+                raise CannotRun(f"lost the {lock.where} to {lock.holder_now} before writing; this run wrote nothing")
+            replan = replanner(backend, state, inputs)
+            with timer.stage("write"):
+                writes = apply_decisions(
+                    backend, quote(state), quote(plan.variants), now, status_heartbeat_s, published, replan
+                )
+                binding_plans = [(binding, decision) for (binding, _), decision in zip(bindings_read, plan.bindings)]
+                binding_errors += apply_bindings(backend, quote(binding_plans), now, state.actuation_mode, published)
 
     degraded = degraded_reasons(backend, state, plan, writes, binding_errors, metrics_error)
     degraded += actuation_problems(writes, plan.bindings, gateway, push_error, dry_run)

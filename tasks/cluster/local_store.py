@@ -381,6 +381,13 @@ class LocalStore:
             return self.path.with_name(f".{self.path.name}.lock")
         return self.path / ".modelplane.lock"
 
+    def lease_lock_path(self, name: str) -> Path:
+        """The lock file standing in for the Lease ``name`` (:mod:`tasks.writer_lock`): hidden, beside
+        :attr:`lock_path`, so the loader never reads it and per-write locking never waits on it."""
+        if self.single_file:
+            return self.path.with_name(f".{self.path.name}.{name}.lock")
+        return self.path / f".{name}.lock"
+
     def _acquire_file_lock(self) -> IO[bytes] | None:
         if not self.write_back or fcntl is None:
             return None

@@ -15,9 +15,11 @@ A chunk that does not parse is kept as it is and reported with its file and line
 
 from __future__ import annotations
 
+import functools
 import io
 import json
 import re
+from collections.abc import Hashable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -49,9 +51,83 @@ class Loader(_BaseLoader):  # type: ignore[misc, valid-type]
     }
 
     def construct_document(self, node: yaml.Node) -> Any:
-        """Check the composed document (:func:`check_node_graph`) before constructing it."""
+        """Check the composed document (:func:`check_node_graph`) before constructing it: the common shapes
+        (mappings, sequences and the core scalar tags, no merge keys or other tags) by :func:`construct_plain`,
+        anything else by PyYAML's constructor, which builds the same values more slowly."""
         check_node_graph(node)
-        return super().construct_document(node)
+        try:
+            return construct_plain(node, self)
+        except (_NotPlain, RecursionError):  # nested deeper than Python's stack: PyYAML's constructor is iterative
+            return super().construct_document(node)
+
+    def resolve(self, kind: Any, value: Any, implicit: Any) -> Any:
+        """The tag of a node, as PyYAML's resolver decides it; a plain scalar's from a cache (manifests repeat
+        the same keys and values in every document, and the resolver tries a regular expression per candidate)."""
+        if kind is yaml.ScalarNode and implicit[0] and not self.yaml_path_resolvers:
+            return _plain_scalar_tag(value)
+        return super().resolve(kind, value, implicit)
+
+
+@functools.lru_cache(maxsize=65536)
+def _plain_scalar_tag(value: str) -> str:
+    """The tag PyYAML resolves an unquoted scalar ``value`` to with :class:`Loader`'s implicit resolvers."""
+    resolvers = Loader.yaml_implicit_resolvers
+    for tag, regexp in resolvers.get(value[0] if value else "", []) + resolvers.get(None, []):
+        if regexp.match(value):
+            return str(tag)
+    return str(Loader.DEFAULT_SCALAR_TAG)
+
+
+class _NotPlain(Exception):
+    """A document :func:`construct_plain` leaves to PyYAML's constructor (a merge key, another tag)."""
+
+
+_STR_TAG, _MAP_TAG, _SEQ_TAG = "tag:yaml.org,2002:str", "tag:yaml.org,2002:map", "tag:yaml.org,2002:seq"
+_SCALAR_TAGS = {
+    "tag:yaml.org,2002:null": "construct_yaml_null",
+    "tag:yaml.org,2002:bool": "construct_yaml_bool",
+    "tag:yaml.org,2002:int": "construct_yaml_int",
+    "tag:yaml.org,2002:float": "construct_yaml_float",
+}
+
+
+def construct_plain(root: yaml.Node, loader: Any) -> Any:
+    """The value of a checked node graph (no duplicate keys, no recursion) made of mappings, sequences and
+    ``str``/``null``/``bool``/``int``/``float`` scalars, built directly; non-string scalars go through the
+    loader's own constructors, so every value is the one PyYAML would build. An aliased node is built once
+    and shared, as PyYAML does. Raises :class:`_NotPlain` for anything else."""
+    built: dict[int, Any] = {}
+
+    def value(node: yaml.Node) -> Any:
+        if type(node) is yaml.ScalarNode:
+            if node.tag == _STR_TAG:
+                return node.value
+            method = _SCALAR_TAGS.get(node.tag)
+            if method is None:
+                raise _NotPlain(node.tag)
+            return getattr(loader, method)(node)
+        known = built.get(id(node))
+        if known is not None:
+            return known
+        if type(node) is yaml.MappingNode and node.tag == _MAP_TAG:
+            mapping: dict[Any, Any] = {}
+            built[id(node)] = mapping
+            for key_node, value_node in node.value:
+                if key_node.tag == _MERGE_TAG:
+                    raise _NotPlain(_MERGE_TAG)
+                key = value(key_node)
+                if not isinstance(key, Hashable):
+                    raise _NotPlain("unhashable key")
+                mapping[key] = value(value_node)
+            return mapping
+        if type(node) is yaml.SequenceNode and node.tag == _SEQ_TAG:
+            sequence: list[Any] = []
+            built[id(node)] = sequence
+            sequence.extend(value(item) for item in node.value)
+            return sequence
+        raise _NotPlain(node.tag)
+
+    return value(root)
 
 
 def check_node_graph(root: yaml.Node) -> None:

@@ -5,10 +5,17 @@ object's error and the others proceed. Writes go through the scale subresource a
 subresource; a status write that hits a stale resourceVersion re-reads the object and re-applies the change
 (:func:`write_status`, also used by the rollout flows). Whether a target is scaled at all is its actuation
 mode (engine.optimize.actuation); an Event is posted when the desired replicas change.
+
+A VariantAutoscaling's status is written last, conditioned on the resourceVersion its decision was made from.
+When that write conflicts (the object changed since: a spec edit, another writer's status), the decision is
+stale: the object is re-read and re-planned (the flow's :data:`Replan`), and the new decision's scale and status
+are written in turn, never the stale status over the newer object. So each object ends with a status that
+describes the replicas its target was given.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 from collections.abc import Callable, Mapping
@@ -35,6 +42,13 @@ from tasks.tracking import run_logger, task
 log = logging.getLogger("modelplane.optimize")
 
 WRITE_WORKERS = 8
+REPLAN_ATTEMPTS = 4
+"""How many decisions one VariantAutoscaling's write may go through (the first and three re-plans) before
+its status conflict is reported as that object's write error."""
+
+Replan = Callable[[dict[str, Any]], "VariantDecision | None"]
+"""The decision for a VariantAutoscaling as just re-read (None: it no longer passes the boundary, which
+reported it): the flow plans it again from that object and its target's replicas now."""
 
 T = TypeVar("T")
 
@@ -97,6 +111,59 @@ def write_status(
     return written
 
 
+def write_status_once(
+    cluster: Cluster,
+    listed: Mapping[str, Any],
+    build_patch: Callable[[dict[str, Any]], dict[str, Any] | None],
+) -> bool:
+    """Patch the status computed from the object, conditioned on its resourceVersion; ``Conflict`` when the
+    object changed since (the caller decides again). Returns whether a write happened."""
+    patch = build_patch(dict(listed))
+    if patch is None:
+        return False
+    version = (listed.get("metadata") or {}).get("resourceVersion")
+    cluster.patch_status(ObjectRef.of(dict(listed)), patch, resource_version=version)
+    return True
+
+
+def _version_of(written: Mapping[str, Any]) -> dict[str, Any]:
+    """The resourceVersion (and generation) of an object as a write returned it."""
+    meta = written.get("metadata") or {}
+    return {key: meta[key] for key in ("resourceVersion", "generation") if key in meta}
+
+
+def replan_variant(
+    cluster: Cluster,
+    stale: VariantDecision,
+    obj: dict[str, Any],
+    replan: Replan,
+    attempts: int,
+    outcome: WriteOutcome,
+    now: datetime,
+    heartbeat_s: float,
+    default_mode: str,
+) -> WriteOutcome:
+    """After a status conflict: re-read the object, decide again from it, and apply that decision (its scale,
+    then its status conditioned on the re-read resourceVersion). What the stale decision already scaled is
+    corrected by the new decision's scale, so the status written last describes the target's replicas."""
+    ref = ObjectRef.of(obj)
+    log.info("conflict writing status of %s/%s; re-reading and re-planning it", ref.namespace, ref.name)
+    try:
+        fresh = cluster.get(ref.api_version, ref.kind, ref.name, ref.namespace)
+        decision = replan(fresh)
+    except ClusterError as exc:
+        outcome.error = (outcome.error + "; " if outcome.error else "") + f"status: re-reading: {exc.message}"
+        return outcome
+    if decision is None:  # no longer valid: the boundary marked it with a condition naming the field
+        outcome.error = (outcome.error + "; " if outcome.error else "") + "status: changed into an invalid object"
+        return outcome
+    again = apply_variant(cluster, decision, fresh, now, heartbeat_s, default_mode, outcome.published, replan, attempts)
+    again.scaled = again.scaled or outcome.scaled
+    for item in dataclasses.fields(decision):  # the cycle's report shows the decision that was applied
+        setattr(stale, item.name, getattr(decision, item.name))
+    return again
+
+
 def scale_down_held(decision: VariantDecision) -> str:
     """What a held scale-down waits for: the replicas now, the highest recommended since the window started."""
     pending = json.loads(decision.stabilization or "{}")
@@ -123,11 +190,15 @@ def apply_variant(
     heartbeat_s: float,
     default_mode: str = SCALE,
     published: bool = False,
+    replan: Replan | None = None,
+    attempts: int = REPLAN_ATTEMPTS,
 ) -> WriteOutcome:
     """Scale the target when its actuation mode scales, then write status (``actuation.applied`` as WVA
     means it for that mode, engine.optimize.actuation) and an Event when desired changed.
 
-    ``published``: the decision's desired replicas reached the Pushgateway this cycle.
+    ``published``: the decision's desired replicas reached the Pushgateway this cycle. ``replan``: how to
+    decide again when the status write conflicts (see the module docs; without it the same decision is
+    re-applied to the re-read object, as :func:`write_status` does), at most ``attempts`` decisions in all.
     """
     mode = variant_mode(obj, default_mode) if decision.actuate else RECOMMEND
     outcome = WriteOutcome(
@@ -151,10 +222,12 @@ def apply_variant(
     outcome.applied = Actuation(mode, scale_ok, outcome.published).applied
     if decision.stabilization_changed:
         try:  # the scale-down window's state: an annotation (the seed's status has no field for it)
-            cluster.patch_spec(
+            written = cluster.patch_spec(
                 ObjectRef.of(obj),
                 {"metadata": {"annotations": {ANNOTATION_SCALE_DOWN_PENDING: decision.stabilization}}},
             )
+            # Our own write moved the resourceVersion: the status write's precondition is the object as written.
+            obj = {**obj, "metadata": {**(obj.get("metadata") or {}), **_version_of(written)}}
             if decision.stabilization is not None:
                 record_event(cluster, obj, "ScaleDownHeld", scale_down_held(decision))
         except ClusterError as exc:
@@ -167,7 +240,17 @@ def apply_variant(
         return status_patch(old, new, now, heartbeat_s)
 
     try:
-        outcome.status_written = write_status(cluster, obj, build)
+        if replan is None:
+            outcome.status_written = write_status(cluster, obj, build)
+        else:
+            outcome.status_written = write_status_once(cluster, obj, build)
+    except Conflict as exc:  # only with replan: the decision was made from an object that has changed since
+        if attempts <= 1:
+            outcome.error = (outcome.error + "; " if outcome.error else "") + (
+                f"status: {exc.message} (still conflicting after {REPLAN_ATTEMPTS - 1} re-plans)"
+            )
+            return outcome
+        return replan_variant(cluster, decision, obj, replan, attempts - 1, outcome, now, heartbeat_s, default_mode)
     except ClusterError as exc:
         outcome.error = (outcome.error + "; " if outcome.error else "") + f"status: {exc.message}"
     previous = ((obj.get("status") or {}).get("desiredOptimizedAlloc") or {}).get("numReplicas")
@@ -190,10 +273,12 @@ def apply_decisions(
     now: datetime,
     heartbeat_s: float,
     published: frozenset[tuple[str, str]] = frozenset(),
+    replan: Replan | None = None,
 ) -> list[WriteOutcome]:
     """Write every variant's decision back (concurrently; each object independently).
 
     ``published``: (namespace, name) of the variants whose desired replicas reached the Pushgateway.
+    ``replan``: how to decide an object again when its status write conflicts (see the module docs).
     """
     objects = {(va.namespace, va.name): va.obj for va in state.variants}
     outcomes = parallel_map(
@@ -205,6 +290,7 @@ def apply_decisions(
             heartbeat_s,
             state.actuation_mode,
             (d.namespace, d.name) in published,
+            replan,
         ),
         decisions,
     )
