@@ -3,12 +3,22 @@
 #   ./dev.sh demo   on a fresh copy of the bundled example cluster, offline (no cluster, no Prefect server): fill the
 #                   example model cache, run the AIM lifecycles, roll out the Kthena Model, then one optimization cycle
 #   ./dev.sh test   install the test services (Debian packages) and run the full test suite (what CI runs), on
-#                   $MODELPLANE_TEST_WORKERS pytest-xdist workers (default 4; `-n 0` runs it in one process)
+#                   $MODELPLANE_TEST_WORKERS pytest-xdist workers (default 4; `-n 0` runs it in one process); a run of
+#                   the whole suite (no test path given) also runs the fast tier on $MODELPLANE_TEST_PYTHONS meanwhile
 #   ./dev.sh test-fast   the fast tier: engine and unit tests, no servers, no flow runs (2 workers)
+#   ./dev.sh test-pythons [3.12 ...]   `pip install .` and the fast tier on other Pythons ($MODELPLANE_TEST_PYTHONS,
+#                   default 3.12 3.13)
+#   ./dev.sh lock   pin every dependency again (constraints.txt) from fresh installs on Python 3.11, 3.12 and 3.13
 set -euo pipefail
 cd "$(dirname "$0")"
 
 VENV="${MODELPLANE_VENV:-.venv}"
+# The versions CI tested, every package pinned: each install takes them (`pip install -c constraints.txt`), so a
+# fresh machine gets what CI ran; `./dev.sh lock` makes the file again after a change to pyproject.toml.
+CONSTRAINTS=constraints.txt
+# The Pythons besides the virtualenv's that the project supports (pyproject.toml's requires-python): the whole
+# suite runs on the virtualenv's (3.11), and the fast tier on each of these alongside it (set it empty for none).
+read -r -a OTHER_PYTHONS <<<"${MODELPLANE_TEST_PYTHONS-3.12 3.13}"
 
 # The fast tier: the engine's tests and the unit tests of the API models, AIM resolution, the cluster helpers and
 # the downloader's parts; no test server, no Prefect API, no flow run (CONTRIBUTING.md, "Tests").
@@ -58,13 +68,124 @@ setup_python() {
   if [ ! -x "$VENV/bin/python" ]; then
     make_venv "$VENV"
   fi
-  # Re-install only when pyproject.toml changed since the last install.
-  local stamp="$VENV/.modelplane-installed"
-  if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
+  # Re-install only when pyproject.toml or the pins changed since the last install. --no-compile: Python writes the
+  # bytecode of the modules it imports when it first imports them; compiling every installed module ahead took
+  # about three times the install's CPU (134 s against 42 s of user time for the test extra).
+  if needs_install "$VENV"; then
     "$VENV/bin/python" -m pip install -q --upgrade pip
-    "$VENV/bin/python" -m pip install -q -e '.[test]'
-    touch "$stamp"
+    "$VENV/bin/python" -m pip install -q --no-compile -c "$CONSTRAINTS" -e '.[test]'
+    touch "$VENV/.modelplane-installed"
   fi
+}
+
+needs_install() {  # needs_install VENV: whether VENV has no install of the project newer than its requirements
+  local stamp="$1/.modelplane-installed"
+  [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ] || [ "$CONSTRAINTS" -nt "$stamp" ]
+}
+
+python_version_path() {  # python_version_path X.Y: an interpreter of Python X.Y that can make a virtualenv
+  # pythonX.Y on PATH (pyenv's shim answers only when X.Y is a selected version), else pyenv's newest X.Y.
+  local candidate
+  if can_make_venv "python$1"; then
+    command -v "python$1"
+    return
+  fi
+  for candidate in $(ls -d "${PYENV_ROOT:-$HOME/.pyenv}/versions/$1".* 2>/dev/null | sort -V -r); do
+    if can_make_venv "$candidate/bin/python$1"; then
+      echo "$candidate/bin/python$1"
+      return
+    fi
+  done
+  echo "error: no Python $1 that can make a virtualenv (pyenv install $1, or leave $1 out: MODELPLANE_TEST_PYTHONS)" >&2
+  return 1
+}
+
+snapshot_checkout() {  # snapshot_checkout DIR: the checkout's files (tracked, and new ones git does not ignore) in DIR
+  # Building from a copy leaves no build/ in the checkout (the running suite reads it) and no stale module in a wheel.
+  mkdir -p "$1"
+  git ls-files -z --cached --others --exclude-standard | tar --null -T - --ignore-failed-read -cf - 2>/dev/null \
+    | tar -xf - -C "$1"
+}
+
+test_on_python() {  # test_on_python X.Y SOURCE: `pip install SOURCE` (pinned, test extra) in .venv-X.Y, then the fast tier
+  local python venv=".venv-$1"
+  python="$(python_version_path "$1")" || return 2
+  if [ ! -x "$venv/bin/python" ]; then
+    "$python" -m venv "$venv"
+  fi
+  if needs_install "$venv"; then
+    "$venv/bin/python" -m pip install -q --upgrade pip
+    # Not editable: the install a user makes. The tests import the checkout (pytest runs in it): the same code.
+    "$venv/bin/python" -m pip install -q --no-compile -c "$CONSTRAINTS" "$2[test]"
+    touch "$venv/.modelplane-installed"
+  fi
+  # One process: it runs beside the full suite's workers (./dev.sh test), with no pytest cache shared with them.
+  "$venv/bin/python" -m pytest -q -n 0 -p no:cacheprovider "${FAST_TESTS[@]}"
+}
+
+test_on_pythons() {  # test_on_pythons LOGDIR X.Y...: test_on_python on each in turn, a log each; fails if any failed
+  local logdir="$1" version failed=0
+  shift
+  snapshot_checkout "$logdir/modelplane"
+  for version in "$@"; do
+    if test_on_python "$version" "$logdir/modelplane" >"$logdir/python$version.log" 2>&1; then
+      echo "Python $version: pip install . and the fast tier passed: $(tail -n 1 "$logdir/python$version.log")"
+    else
+      tail -n 40 "$logdir/python$version.log" >&2
+      echo "error: Python $version failed (pip install . or the fast tier; its log: $logdir/python$version.log)" >&2
+      failed=1
+    fi
+  done
+  return "$failed"
+}
+
+lock() {  # lock: constraints.txt again, from fresh installs (the newest versions pyproject.toml allows) on every Python
+  local dir python version pythons
+  pythons=("$(venv_python)")
+  for version in "${OTHER_PYTHONS[@]}"; do
+    pythons+=("$(python_version_path "$version")")
+  done
+  dir="$(mktemp -d)"
+  snapshot_checkout "$dir/modelplane"
+  for python in "${pythons[@]}"; do
+    version="$("$python" -c 'import sys; print("%d.%d" % sys.version_info[:2])')"
+    echo "resolving on Python $version ($python)"
+    "$python" -m venv "$dir/venv-$version"
+    "$dir/venv-$version/bin/python" -m pip install -q --upgrade pip
+    "$dir/venv-$version/bin/python" -m pip install -q --no-compile "$dir/modelplane[test]"
+    "$dir/venv-$version/bin/python" -m pip freeze --exclude-editable >"$dir/freeze-$version.txt"
+  done
+  # One pin per package and version, with a python_version marker unless every Python resolved that version.
+  "$dir/venv-$version/bin/python" - "$CONSTRAINTS" "$dir"/freeze-*.txt <<'PY'
+import pathlib, re, sys
+
+target, *freezes = sys.argv[1:]
+pins: dict[str, dict[str, str]] = {}
+for freeze in freezes:
+    python = re.search(r"freeze-(\d+\.\d+)\.txt$", freeze).group(1)
+    for line in pathlib.Path(freeze).read_text().splitlines():
+        name, _, version = line.partition("==")
+        if version and re.sub(r"[-_.]+", "-", name).lower() != "modelplane":
+            pins.setdefault(re.sub(r"[-_.]+", "-", name).lower(), {})[python] = line.strip()
+pythons = sorted({p for by in pins.values() for p in by}, key=lambda v: tuple(map(int, v.split("."))))
+lines = []
+for _, by in sorted(pins.items()):
+    for pin in sorted(set(by.values())):
+        on = [p for p in pythons if by.get(p) == pin]
+        lines.append(pin if on == pythons else pin + "; " + " or ".join(f'python_version == "{p}"' for p in on))
+header = pathlib.Path(target).read_text().split("\n\n", 1)[0] if pathlib.Path(target).exists() else ""
+pathlib.Path(target).write_text(header + "\n\n" + "\n".join(lines) + "\n")
+print(f"{target}: {len(lines)} pins for Python {', '.join(pythons)}")
+PY
+  rm -rf "$dir"
+}
+
+names_a_test_path() {  # names_a_test_path ARG...: whether any pytest argument is an existing file or directory
+  local arg
+  for arg in "$@"; do
+    [ -e "${arg%%::*}" ] && return 0
+  done
+  return 1
 }
 
 setup_olah() {
@@ -143,6 +264,17 @@ case "${1:-}" in
     ;;
   test)
     setup_python
+    shift
+    keep_bytecode
+    # A run of the whole suite (no test path given) installs and tests the project on the other Pythons meanwhile, in
+    # the background and in one process, so CI's wall time grows little; a failure there fails the run too.
+    others=""
+    if [ ${#OTHER_PYTHONS[@]} -gt 0 ] && ! names_a_test_path "$@"; then
+      others_log="$(mktemp -d)"
+      setsid ./dev.sh test-pythons "${OTHER_PYTHONS[@]}" >"$others_log/out" 2>"$others_log/err" &
+      others=$!  # its own process group (setsid), ended with this script whatever the outcome
+      trap 'kill -- -"$others" 2>/dev/null || true' EXIT
+    fi
     # The tests' migrated Prefect database (tests/prefect_db.py: about 20 s of CPU, once per machine and Prefect
     # version) is made while the services and olah install, not by the first worker while the others wait on it.
     template_log="$(mktemp)"
@@ -152,17 +284,31 @@ case "${1:-}" in
     setup_olah
     wait "$template" || echo "the Prefect database template was not made ahead (the tests try again): $(tail -n 1 "$template_log")" >&2
     rm -f "$template_log"
-    shift
-    keep_bytecode
     set +e
     # Tests mostly wait on servers and subprocesses, so more workers than cores pay off; tests of a module
     # that shares a module-scoped server stay on one worker (tests/conftest.py marks them, loadgroup keeps them).
     "$VENV/bin/python" -m pytest -n "${MODELPLANE_TEST_WORKERS:-4}" --dist loadgroup "$@"
     rc=$?
-    set -e
     # pytest exits 5 when nothing was collected; a missing test suite is a failure here.
-    if [ "$rc" = 5 ]; then echo "no tests were collected" >&2; exit 1; fi
+    if [ "$rc" = 5 ]; then echo "no tests were collected" >&2; rc=1; fi
+    if [ -n "$others" ]; then
+      wait "$others"
+      others_rc=$?
+      cat "$others_log/out"
+      cat "$others_log/err" >&2
+      if [ "$others_rc" != 0 ] && [ "$rc" = 0 ]; then rc=1; fi
+    fi
+    set -e
     exit "$rc"
+    ;;
+  test-pythons)
+    shift
+    [ $# -gt 0 ] || set -- "${OTHER_PYTHONS[@]}"
+    keep_bytecode
+    test_on_pythons "$(mktemp -d)" "$@"
+    ;;
+  lock)
+    lock
     ;;
   test-fast)
     setup_python
@@ -172,7 +318,7 @@ case "${1:-}" in
     exec "$VENV/bin/python" -m pytest -n "${MODELPLANE_TEST_WORKERS:-2}" "${FAST_TESTS[@]}" "$@"
     ;;
   *)
-    sed -n '2,7p' "$0"
+    sed -n '2,9p' "$0"
     exit 2
     ;;
 esac

@@ -19,11 +19,14 @@ from tasks.cluster.kube import KubeCluster
 from tasks.leader import LeaderElector, LeaseConfig
 from tests.servers.s3test.fixture import free_port
 
+# Shorter than client-go's 15 s / 10 s / 2 s (LeaseConfig's defaults, which the racing test below relies on) so
+# the takeover waits 8 s of expiry, not 15; the renew deadline still spans several retries on a loaded machine.
+LEASE_S, RENEW_DEADLINE_S, RETRY_S = 8, 6.0, 1.0
 REPLICA = (
     "import sys, time; from flows.leading import run_elected; from tasks.cluster import connect; "
     "from tasks.leader import LeaseConfig; "
-    "run_elected(lambda: time.sleep(3600), connect(sys.argv[1]), LeaseConfig('serve', sys.argv[2], sys.argv[3]), "
-    "int(sys.argv[4]))"
+    "run_elected(lambda: time.sleep(3600), connect(sys.argv[1]), LeaseConfig('serve', sys.argv[2], sys.argv[3], "
+    f"{LEASE_S}, {RENEW_DEADLINE_S}, {RETRY_S}), int(sys.argv[4]))"
 )
 
 
@@ -90,14 +93,14 @@ def test_a_standby_takes_over_within_30s_of_the_leaders_loss(
     second = Replica(kube_server, kube_namespace, "replica-b")
     replicas.append(second)
     wait_for(lambda: second.probe("/healthz") == 200, 30, "the standby is alive")
-    time.sleep(3)  # a few retry periods: the standby keeps away from a renewed Lease
+    time.sleep(3 * RETRY_S)  # a few retry periods: the standby keeps away from a renewed Lease
     assert holder(kube_server, kube_namespace) == "replica-a" and second.probe("/readyz") == 503
 
     first.proc.send_signal(signal.SIGKILL)  # no release: the standby must wait for the Lease to expire
     took = wait_for(lambda: holder(kube_server, kube_namespace) == "replica-b", 30, "replica-b takes over")
     assert took < 30
     spec = lease(kube_server, kube_namespace)
-    assert spec["leaseTransitions"] == 1 and spec["leaseDurationSeconds"] == 15
+    assert spec["leaseTransitions"] == 1 and spec["leaseDurationSeconds"] == LEASE_S
     assert spec["acquireTime"] and spec["renewTime"]
     wait_for(lambda: second.probe("/readyz") == 200, 10, "the new leader is ready")
 
@@ -107,6 +110,8 @@ def test_a_standby_takes_over_within_30s_of_the_leaders_loss(
 
 
 def test_of_two_standbys_racing_for_an_expired_lease_one_wins(kube_server: Any, kube_namespace: str) -> None:
+    defaults = LeaseConfig("serve", kube_namespace, "x")
+    assert (defaults.lease_s, defaults.renew_deadline_s, defaults.retry_s) == (15, 10.0, 2.0)  # client-go's
     now = [0.0]
     cluster = KubeCluster(api_client=kube_server.api_client())
     gone = LeaderElector(cluster, LeaseConfig("serve", kube_namespace, "gone"), clock=lambda: now[0])

@@ -329,11 +329,12 @@ def test_the_image_holds_every_entrypoint_and_runs_as_the_pool_user() -> None:
     packages = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]["find"]["include"]
     for package in packages:
         assert package.rstrip("*") in copied, f"the image must COPY {package.rstrip('*')}/"
-    assert {"pyproject.toml", "README.md"} <= copied
+    assert {"pyproject.toml", "README.md", "constraints.txt"} <= copied
     for entry in ENTRIES:
         assert entry["entrypoint"].split("/")[0] in copied, entry["entrypoint"]
-    assert re.search(r'^RUN pip install "\.\[kubernetes\]"', dockerfile, re.M), (
-        "the image installs the package, its dependencies and prefect-kubernetes (it runs the worker too)"
+    assert re.search(r'^RUN pip install -c constraints\.txt "\.\[kubernetes\]"', dockerfile, re.M), (
+        "the image installs the package, its dependencies (the versions CI tested) and prefect-kubernetes (it runs"
+        " the worker too)"
     )
     uid = re.search(r"^USER\s+(\d+)", dockerfile, re.M).group(1)
     pod = kubernetes_pool_template()["job_configuration"]["job_manifest"]["spec"]["template"]["spec"]

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import os
 import pathlib
 import subprocess
@@ -40,9 +41,17 @@ KUBERNETES_VERSIONS = ("1.30", "1.33")
 
 
 def kustomize(target: pathlib.Path) -> list[dict[str, Any]]:
+    """The objects `kubectl kustomize` renders from ``target`` (a fresh copy each call: tests may change them)."""
+    return [doc for doc in yaml.safe_load_all(kustomized(target)) if doc]
+
+
+@functools.cache
+def kustomized(target: pathlib.Path) -> str:
+    """`kubectl kustomize` run once per target in a worker: the tests of this module read the same three targets
+    a dozen times, and the checked-in files do not change during a run."""
     done = subprocess.run(["kubectl", "kustomize", str(target)], capture_output=True, text=True, check=False)
     assert done.returncode == 0, done.stderr
-    return [doc for doc in yaml.safe_load_all(done.stdout) if doc]
+    return done.stdout
 
 
 def by_kind_and_name(objects: list[dict[str, Any]]) -> dict[tuple[str, str], dict[str, Any]]:
