@@ -142,13 +142,13 @@ def read_inputs(
     return with_oracle_curves(scenario) if oracle_curves else scenario
 
 
-@task(name="simulate-policy")
+@task(name="simulate-policy", task_run_name="replay {name}")
 def simulate_policy(name: str, scenario: Scenario) -> PolicyOutcome:
     """Replay the trace under one policy and summarize the run."""
     return summarize_outcome(name, scenario, run_policy(name, scenario))
 
 
-@task(name="sweep-policy-knob")
+@task(name="sweep-policy-knob", task_run_name="sweep {name}")
 def sweep_knob(name: str, scenario: Scenario) -> list[tuple[str, str, PolicyOutcome]]:
     """Replay the trace under one policy at each setting of its knob (one task per policy, not per replay)."""
     return [

@@ -443,6 +443,15 @@ def write_report(
     return {"html": directory / "report.html", "json": directory / "summary.json", **plots}
 
 
+def setting_text(value: Any) -> str:
+    """One setting as a person reads it in the artifact: lists and mappings as compact JSON, not Python reprs."""
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, (dict, list, tuple)):
+        return json.dumps(value, sort_keys=True, separators=(", ", ": "), default=str).replace("|", "\\|")
+    return str(value).replace("|", "\\|")
+
+
 def markdown_report(
     outcomes: Sequence[PolicyOutcome],
     paths: dict[str, pathlib.Path],
@@ -451,12 +460,19 @@ def markdown_report(
 ) -> str:
     """The Prefect artifact: settings, attainment ceiling, the comparison table and the plots inline."""
     rows = summary_table(outcomes, limits)
-    lines = ["# Policy comparison", "", *[f"- {k}: {v}" for k, v in settings.items()], ""]
+    shown = [(key, setting_text(value)) for key, value in settings.items() if value is not None]
+    lines = ["# Policy comparison", "", "| setting | value |", "|---|---|", *[f"| {k} | {v} |" for k, v in shown], ""]
     if limits is not None:
         lines += [f"Attainment ceiling of the trace: {limits.ceiling['all']:.1%} ({CEILING_DEFINITION})", ""]
     lines += ["| " + " | ".join(rows[0]) + " |", "|" + "---|" * len(rows[0])]
     lines += ["| " + " | ".join(str(v) for v in row.values()) + " |" for row in rows]
-    lines += ["", ATTAINMENT_DEFINITION, "", f"Full report: `{paths['html']}`", ""]
+    lines += [
+        "",
+        ATTAINMENT_DEFINITION,
+        "",
+        f"The tables and plots are below; the run also wrote them to `{paths['html'].parent}` where it ran.",
+        "",
+    ]
     for name in ("frontier", "load_capacity", "replicas", "latency", "cost"):
         if name in paths:
             data = base64.b64encode(paths[name].read_bytes()).decode()

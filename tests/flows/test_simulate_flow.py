@@ -321,3 +321,13 @@ def test_the_latency_plot_says_which_requests_it_leaves_out() -> None:
     assert _latency_label(outcome, "llm-serving/ibm/granite-13b") == f"static\n{dropped} unserved"
     assert _latency_label(outcome, "llm-serving/meta/llama-3.1-8b") == "static"
     assert outcome.as_json()["unserved_by_model"]["llm-serving/ibm/granite-13b"] == dropped
+
+
+def test_the_artifact_shows_settings_as_a_person_reads_them() -> None:
+    """No Python reprs in the Prefect artifact: a list of mappings is JSON, a flag is yes/no, a pipe cannot break
+    the table (unset settings are left out by markdown_report)."""
+    from tasks.simulate import setting_text
+
+    assert setting_text([{"metricName": "kv", "targetValue": 0.8}]) == '[{"metricName": "kv", "targetValue": 0.8}]'
+    assert setting_text(True) == "yes" and setting_text(60.0) == "60.0"
+    assert setting_text("a|b") == "a\\|b"
