@@ -85,6 +85,7 @@ def test_flow_publishes_the_comparison_as_an_artifact(prefect_harness: None, tmp
 
     report_artifact = newest_artifact("simulate-report")
     assert "| modelplane |" in report_artifact.data and "data:image/png;base64," in report_artifact.data
+    assert "| setting | value |" in report_artifact.data and "| None |" not in report_artifact.data
 
 
 def test_cli_bad_input_exits_with_one_line(prefect_harness: None, tmp_path: pathlib.Path) -> None:
