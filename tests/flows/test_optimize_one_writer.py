@@ -119,34 +119,6 @@ def inconsistent(cluster: Cluster, namespace: str) -> list[str]:
     return found
 
 
-class Rendezvous:
-    """Where a pair's two runs meet before writing, so their writes overlap as much as they can (without the lock
-    they race object by object); a run waits at most ``timeout_s`` for the other (under the lock, the other is
-    still waiting for it)."""
-
-    def __init__(self, timeout_s: float = 0.5) -> None:
-        self.timeout_s = timeout_s
-        self.arrived = 0
-        self.condition = threading.Condition()
-
-    def meet(self) -> None:
-        with self.condition:
-            self.arrived += 1
-            self.condition.notify_all()
-            self.condition.wait_for(lambda: self.arrived % 2 == 0, self.timeout_s)
-
-
-def meeting_before_writes(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Make every optimize run of the test meet the other run of its pair (:class:`Rendezvous`) before writing."""
-    rendezvous, real = Rendezvous(), optimize_flow.apply_decisions
-
-    def apply_decisions(*args: Any, **kwargs: Any) -> Any:
-        rendezvous.meet()
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(optimize_flow, "apply_decisions", apply_decisions)
-
-
 def run_pairs(run: Callable[[pathlib.Path], Any], metrics: tuple[pathlib.Path, pathlib.Path], pairs: int) -> None:
     """``pairs`` times, two optimize runs started together with different metrics; each pair joined before the
     next. A run that waited out the lock is allowed to stop (CannotRun); any other failure fails the test."""
@@ -284,9 +256,8 @@ def big_kube(kube_server: Any, kube_namespace: str) -> BigCluster:
 
 
 def test_concurrent_pairs_on_the_kube_server_leave_no_inconsistent_object(
-    prefect_harness: None, big_kube: BigCluster, tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+    prefect_harness: None, big_kube: BigCluster, tmp_path: pathlib.Path
 ) -> None:
-    meeting_before_writes(monkeypatch)
     cluster, namespace, config_namespace = big_kube.cluster, big_kube.namespace, big_kube.config_namespace
     metrics = (write_metrics(tmp_path / "a.yaml", namespace, 1), write_metrics(tmp_path / "b.yaml", namespace, 2))
     run_pairs(big_kube.optimize, metrics, PAIRS)
