@@ -117,7 +117,7 @@ def validate_parameters(flow: Any, parameters: dict[str, Any]) -> dict[str, Any]
         for name, p in signature.parameters.items()
     }
     model = pydantic.create_model(  # type: ignore[call-overload]
-        f"{fn.__name__.title()}Model",
+        f"{fn.__name__.title()}Parameters",
         __config__=pydantic.ConfigDict(arbitrary_types_allowed=True, extra="forbid"),
         **fields,
     )

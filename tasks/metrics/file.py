@@ -22,6 +22,8 @@ Metrics file format (YAML; ``models``, ``instances`` and ``collectedAt`` may eac
           window:                         # over the SLO window (modelplane.io/slo-window)
             ttft: {0.25: 950, 0.5: 1140, 1.0: 1190, +Inf: 1200}
             itl: {0.025: 1130, 0.05: 1190, +Inf: 1200}
+            ttftSum: 228.5                # optional: the histograms' _sum increases (seconds): they shape
+            itlSum: 24.1                  #   a target that falls inside a bucket
           recent:                         # over the last 5 minutes
             ttft: {0.25: 80, 0.5: 96, +Inf: 100}
             itl: {0.025: 97, +Inf: 100}
@@ -216,15 +218,23 @@ class _FileParser:
         if itl_metric not in ITL_HISTOGRAMS:
             raise self.fail(f"{where}.itlHistogram", f"expected one of {', '.join(ITL_HISTOGRAMS)}, got {itl_metric!r}")
         ranges: dict[str, dict[str, Buckets]] = {}
+        sums: dict[str, dict[str, float]] = {}
         for name in ("window", "recent"):
-            spans = self.mapping(item.get(name, {}), f"{where}.{name}", required=(), optional=("ttft", "itl"))
+            spans = self.mapping(
+                item.get(name, {}), f"{where}.{name}", required=(), optional=("ttft", "itl", "ttftSum", "itlSum")
+            )
             ranges[name] = {h: self.buckets(spans[h], f"{where}.{name}.{h}") for h in ("ttft", "itl") if h in spans}
+            sums[name] = {h: self.number(spans[h], f"{where}.{name}.{h}") for h in ("ttftSum", "itlSum") if h in spans}
         return LatencyHistograms(
             ranges["window"].get("ttft"),
             ranges["recent"].get("ttft"),
             ranges["window"].get("itl"),
             ranges["recent"].get("itl"),
             itl_metric,
+            ttft_window_sum=sums["window"].get("ttftSum"),
+            ttft_recent_sum=sums["recent"].get("ttftSum"),
+            itl_window_sum=sums["window"].get("itlSum"),
+            itl_recent_sum=sums["recent"].get("itlSum"),
         )
 
     def buckets(self, raw: Any, where: str) -> Buckets:
@@ -368,11 +378,26 @@ def snapshot_document(snapshot: MetricsSnapshot) -> dict[str, Any]:
 def _latency_document(histograms: LatencyHistograms) -> dict[str, Any]:
     """Latency histograms in the metrics file format (``+Inf`` as ``.inf``, which YAML reads back as infinity)."""
     document: dict[str, Any] = {"itlHistogram": histograms.itl_metric}
-    for name, ttft, itl in (
-        ("window", histograms.ttft_window, histograms.itl_window),
-        ("recent", histograms.ttft_recent, histograms.itl_recent),
+    for name, ttft, itl, ttft_sum, itl_sum in (
+        (
+            "window",
+            histograms.ttft_window,
+            histograms.itl_window,
+            histograms.ttft_window_sum,
+            histograms.itl_window_sum,
+        ),
+        (
+            "recent",
+            histograms.ttft_recent,
+            histograms.itl_recent,
+            histograms.ttft_recent_sum,
+            histograms.itl_recent_sum,
+        ),
     ):
-        spans = {h: {float(le): float(c) for le, c in b} for h, b in (("ttft", ttft), ("itl", itl)) if b is not None}
+        spans: dict[str, Any] = {
+            h: {float(le): float(c) for le, c in b} for h, b in (("ttft", ttft), ("itl", itl)) if b is not None
+        }
+        spans.update({h: float(v) for h, v in (("ttftSum", ttft_sum), ("itlSum", itl_sum)) if v is not None})
         if spans:
             document[name] = spans
     return document

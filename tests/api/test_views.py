@@ -64,11 +64,11 @@ def test_a_workloads_accelerator_is_read_from_its_pod_template() -> None:
         }
     }
     lws = Workload.model_validate({"spec": {"leaderWorkerTemplate": {"workerTemplate": {"spec": pod}}}})
-    assert workload_accelerator(lws) == "H100"
+    assert workload_accelerator(lws) == "1x H100"
     gpus = {"containers": [{"resources": {"limits": {"amd.com/gpu": 8}}}]}
     assert workload_accelerator(Workload.model_validate({"spec": {"template": {"spec": gpus}}})) == "8x amd.com/gpu"
     labelled = {"metadata": {"labels": {"inference.optimization/acceleratorName": "MI300X"}}}
-    assert workload_accelerator(Workload.model_validate(labelled)) == "MI300X"
+    assert workload_accelerator(Workload.model_validate(labelled)) == "1x MI300X"
     assert workload_accelerator(Workload.model_validate({"spec": {"replicas": 1}})) == ""
 
 

@@ -154,7 +154,7 @@ def test_rising_load_scales_up_on_the_cheapest_accelerator(env: Env) -> None:
         "variantCost": "10.00",
     }
     rows = {r.name: r for r in report.rows}
-    assert rows["h100"].desired == 2 and rows["h100"].accelerator == "H100"
+    assert rows["h100"].desired == 2 and rows["h100"].accelerator == "1x H100"
     events = env.core.list_namespaced_event(env.ns).items
     assert any(e.reason == "DesiredReplicasChanged" and e.involved_object.name == "h100" for e in events)
 
@@ -272,6 +272,7 @@ def test_status_slo_is_measured_from_prometheus_and_written_to_the_api_server(en
     assert slo["attained"] == pytest.approx(0.5, abs=0.05) and slo["target"] == 0.95 and slo["window"] == "30m"
     assert slo["errorBudgetRemaining"] == pytest.approx(1 - (1 - slo["attained"]) / 0.05, abs=1e-3)
     assert slo["requests"] > 0 and slo["message"] == (
-        "target 0.95 from annotation; ITL target 24 ms lies between buckets 10 ms and 25 ms: interpolated"
+        "target 0.95 from annotation; ITL target 24 ms lies between buckets 10 ms and 25 ms: shaped to the bucket's"
+        " mean 20 ms"
     )
     assert "measuredAt" in slo and slo["controller"].startswith("sizing percentile") and "sizingPercentile" in slo
