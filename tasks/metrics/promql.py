@@ -298,3 +298,16 @@ def sample_value(row: Mapping[str, Any]) -> float:
         return float(row["value"][1])
     except (KeyError, IndexError, TypeError, ValueError):
         return math.nan
+
+
+def matrix_samples(row: Mapping[str, Any]) -> list[tuple[float, float]]:
+    """The ``(time, value)`` samples of one range-vector row (a subquery's answer), oldest first: a sample whose
+    time is not a number is left out, a value that is not one is NaN (as :func:`sample_value`)."""
+    samples = []
+    for pair in row.get("values") or []:
+        try:
+            time_s = float(pair[0])
+        except (IndexError, TypeError, ValueError):
+            continue
+        samples.append((time_s, sample_value({"value": pair})))
+    return samples

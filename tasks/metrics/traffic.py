@@ -19,6 +19,7 @@ from __future__ import annotations
 import datetime as dt
 import math
 from collections.abc import Iterable
+from typing import Any
 
 from engine.perf.tail_sizing import PromptDistribution
 from engine.simulate.rebuild import ModelTraffic
@@ -27,9 +28,9 @@ from tasks.metrics.prometheus import PrometheusMetrics
 from tasks.metrics.promql import (
     MODEL_LABELS,
     TRAFFIC_TAGS,
+    matrix_samples,
     quote,
     regex_union,
-    sample_value,
     tagged_buckets,
     tagged_rows,
     traffic_counts_query,
@@ -92,20 +93,18 @@ def read_traffic(
 
 
 def _counts_per_step(
-    series: list[dict[str, object]], start_s: float, step_s: float, steps: int
+    series: list[dict[str, Any]], start_s: float, step_s: float, steps: int
 ) -> dict[tuple[str, str], list[float]]:
     """Per (model_name, namespace): the subquery's samples placed in the window's steps (a step without a sample
     had no request, or no series yet: 0). A sample at time ``t`` counts the step that ends at ``t``."""
     counts: dict[tuple[str, str], list[float]] = {}
     for row in series:
         labels = row.get("metric")
-        values = row.get("values")
-        if not isinstance(labels, dict) or not isinstance(values, list):
+        if not isinstance(labels, dict):
             continue
         per_step = counts.setdefault((labels.get("model_name", ""), labels.get("namespace", "")), [0.0] * steps)
-        for timestamp, value in (pair for pair in values if isinstance(pair, list) and len(pair) == 2):
-            index = int(math.ceil((float(timestamp) - start_s) / step_s - 1e-9)) - 1
-            number = sample_value({"value": [timestamp, value]})
+        for time_s, number in matrix_samples(row):
+            index = int(math.ceil((time_s - start_s) / step_s - 1e-9)) - 1
             if 0 <= index < steps and math.isfinite(number):
                 per_step[index] += max(number, 0.0)
     return counts
