@@ -42,7 +42,7 @@ def variant(i: int, accelerator: str) -> dict[str, Any]:
     return variant_autoscaling(f"model-{i:04d}-{accelerator.lower()}", NAMESPACE, model_name(i), accelerator)
 
 
-def config_maps(models: int) -> list[dict[str, Any]]:
+def config_maps(models: int, config_namespace: str = CONFIG_NAMESPACE) -> list[dict[str, Any]]:
     costs = {"A100": '{"device": "NVIDIA-A100", "cost": "40.00"}', "H100": '{"device": "NVIDIA-H100", "cost": "80.00"}'}
     klass = yaml.safe_dump(
         {
@@ -55,13 +55,13 @@ def config_maps(models: int) -> list[dict[str, Any]]:
         {
             "apiVersion": "v1",
             "kind": "ConfigMap",
-            "metadata": {"name": "accelerator-unit-costs", "namespace": CONFIG_NAMESPACE},
+            "metadata": {"name": "accelerator-unit-costs", "namespace": config_namespace},
             "data": costs,
         },
         {
             "apiVersion": "v1",
             "kind": "ConfigMap",
-            "metadata": {"name": "service-classes-config", "namespace": CONFIG_NAMESPACE},
+            "metadata": {"name": "service-classes-config", "namespace": config_namespace},
             "data": {"premium.yaml": klass},
         },
     ]
@@ -92,16 +92,16 @@ def metrics_document(models: int, seed: int = 7) -> dict[str, Any]:
     return {"collectedAt": "2026-11-22T12:00:00Z", "models": entries}
 
 
-def populate(server: Any, models: int) -> None:
-    """Create the ConfigMaps, 1,000 Deployments (ready) and 1,000 VariantAutoscalings."""
+def populate(server: Any, models: int, config_namespace: str = CONFIG_NAMESPACE) -> None:
+    """Create the ConfigMaps (in ``config_namespace``), 1,000 Deployments (ready) and 1,000 VariantAutoscalings."""
     from kubernetes import client as k8s
 
     from tasks.cluster.kube import KubeCluster
 
     cluster = KubeCluster(api_client=server.api_client())
-    for namespace in (NAMESPACE, CONFIG_NAMESPACE, "warm-up"):  # as on a cluster, namespaces come first
+    for namespace in (NAMESPACE, config_namespace, "warm-up"):  # as on a cluster, namespaces come first
         server.create_namespace(namespace)
-    for cm in config_maps(models):
+    for cm in config_maps(models, config_namespace):
         cluster.create(cm)
     apps = k8s.AppsV1Api(server.api_client())
 

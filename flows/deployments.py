@@ -174,6 +174,14 @@ fills, simulate, tune, calibrate, serve-openmodel -- are heavy or bursty and sta
 (``register-deployments --without-control-loop``)."""
 
 
+SERVE_QUERY_S, SERVE_PREFETCH_S = 5, 40
+"""How the serving loop's runner polls (``prefect.serve``'s Runner): every 5 s, for runs due in the next 40 s.
+Each run starts in a subprocess that pays Prefect's and Modelplane's imports (2-3 s of CPU idle, tens of seconds
+on a loaded node) before it can propose Running; fetched 35-40 s ahead, that start-up happens before the run is
+due, and Prefect's server holds the run's Running transition until its scheduled time, so a 60 s schedule starts
+on time. Prefect's defaults (10 s, 10 s) start a run after its imports, late by their duration."""
+
+
 def runner_deployments(
     path: pathlib.Path = PREFECT_YAML, only: Collection[str] | None = None
 ) -> list[RunnerDeployment]:

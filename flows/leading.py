@@ -19,12 +19,17 @@ import logging
 import os
 import signal
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tasks.cluster import Cluster
 from tasks.leader import LeaderElector, LeaseConfig
+
+if TYPE_CHECKING:
+    from prefect.deployments.runner import RunnerDeployment
+
+    from tasks.served_runs import ServedDeployment
 
 log = logging.getLogger(__name__)
 
@@ -55,8 +60,16 @@ def health_server(elector: LeaderElector, alive: Callable[[], bool], port: int) 
     return server
 
 
-def run_elected(work: Callable[[], None], cluster: Cluster, config: LeaseConfig, health_port: int | None) -> None:
-    """Run ``work`` (blocking) once this replica holds the Lease ``config`` names; see the module docs."""
+def run_elected(
+    work: Callable[[], None],
+    cluster: Cluster,
+    config: LeaseConfig,
+    health_port: int | None,
+    on_leading: Callable[[str | None], None] | None = None,
+) -> None:
+    """Run ``work`` (blocking) once this replica holds the Lease ``config`` names; see the module docs.
+    ``on_leading`` is called first, with the identity the Lease was taken over from (None when it was free), to
+    clean up after a replica that died leading."""
     elector = LeaderElector(cluster, config)
     stop = threading.Event()
     loop_alive = threading.Event()
@@ -72,12 +85,50 @@ def run_elected(work: Callable[[], None], cluster: Cluster, config: LeaseConfig,
         if not elector.acquire(stop):
             return
         threading.Thread(target=_renew_or_exit, args=(elector, stop, loop_alive), name="lease", daemon=True).start()
+        if on_leading is not None:
+            on_leading(elector.taken_from)
         work()
     finally:
         stop.set()
         elector.release()
         if server is not None:
             server.shutdown()
+
+
+def serve_while_leading(
+    served: Sequence[RunnerDeployment], cluster: Cluster, config: LeaseConfig, health_port: int | None
+) -> None:
+    """Serve ``served`` with Prefect's ``serve`` while this replica holds the Lease, after handing back the runs a
+    replica that died leading left behind (:mod:`tasks.served_runs`)."""
+    from prefect import serve
+
+    from flows.deployments import SERVE_PREFETCH_S, SERVE_QUERY_S
+    from tasks.served_runs import ServedDeployment
+
+    deployments = [ServedDeployment(str(deployment.flow_name), deployment.name) for deployment in served]
+    run_elected(
+        lambda: serve(*served, query_seconds=SERVE_QUERY_S, prefetch_seconds=SERVE_PREFETCH_S),
+        cluster,
+        config,
+        health_port,
+        on_leading=lambda previous: hand_back_runs(deployments, previous),
+    )
+
+
+def hand_back_runs(deployments: list[ServedDeployment], previous: str | None) -> None:
+    """Hand back what the previous leader left (logged); when Prefect's API cannot be asked, say so and serve
+    anyway: the runs it left then wait for their concurrency slots' leases to expire, as without this step."""
+    import httpx
+
+    from tasks.served_runs import recover_orphaned_runs
+
+    try:
+        moved = recover_orphaned_runs(deployments, previous)
+    except httpx.HTTPError as exc:
+        log.error("could not hand back the previous leader's runs (%s): they hold their slots until they expire", exc)
+        return
+    if moved:
+        log.warning("handed back %d runs of the previous leader: %s", len(moved), "; ".join(moved))
 
 
 def _renew_or_exit(elector: LeaderElector, stop: threading.Event, loop_alive: threading.Event) -> None:

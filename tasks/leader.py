@@ -56,6 +56,8 @@ class LeaderElector:
         self._observed_at = 0.0
         self._renewed_at: float | None = None
         self.holder: str | None = None
+        self.taken_from: str | None = None
+        """Who held the Lease when this replica took it over (None: created, released, or already ours)."""
 
     @property
     def is_leader(self) -> bool:
@@ -83,7 +85,10 @@ class LeaderElector:
         change: dict[str, Any] = {"holderIdentity": me}
         if holder != me:
             change |= {"acquireTime": stamp, "leaseTransitions": int(spec.get("leaseTransitions") or 0) + 1}
-        return self._write(lease, change, stamp)
+        taken = self._write(lease, change, stamp)
+        if taken and holder != me:
+            self.taken_from = holder or None
+        return taken
 
     def release(self) -> None:
         """Give the Lease up (empty holder, as client-go's ReleaseOnCancel) when this replica holds it."""

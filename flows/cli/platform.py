@@ -94,17 +94,17 @@ def serve_deployments(
     releases the Lease."""
     from prefect import serve
 
-    from flows.deployments import CONTROL_LOOP, runner_deployments
+    from flows.deployments import CONTROL_LOOP, SERVE_PREFETCH_S, SERVE_QUERY_S, runner_deployments
 
     served = runner_deployments(PREFECT_YAML, only=CONTROL_LOOP if control_loop else None)
     if not os.environ.get("PREFECT_API_URL"):
         err.print("PREFECT_API_URL is not set: serving against an ephemeral Prefect API")
     if not leader_elect:
-        serve(*served)
+        serve(*served, query_seconds=SERVE_QUERY_S, prefetch_seconds=SERVE_PREFETCH_S)
         return
     import socket
 
-    from flows.leading import run_elected
+    from flows.leading import serve_while_leading
     from tasks.cluster import ClusterError, connect
     from tasks.leader import LeaseConfig
 
@@ -114,7 +114,7 @@ def serve_deployments(
         identity or os.environ.get("POD_NAME") or socket.gethostname(),
     )
     try:
-        run_elected(lambda: serve(*served), connect(cluster), config, health_port)
+        serve_while_leading(served, connect(cluster), config, health_port)
     except ClusterError as exc:
         sys.stderr.write(f"error: leader election on Lease {config.namespace}/{config.name}: {exc.message}\n")
         raise typer.Exit(ExitCode.CANNOT_RUN) from None
