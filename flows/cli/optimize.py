@@ -494,6 +494,18 @@ def calibrate(
     if from_benchmark:
         from flows.cli.calibrate_benchmarks import calibrate_from_benchmarks
 
+        metrics_options = {
+            "--prometheus-url": prometheus is not None,
+            "--windows-file": windows is not None,
+            "--namespace": bool(namespace),
+            "--lookback": lookback != CALIBRATE_LOOKBACK,
+            "--window": window != CALIBRATE_WINDOW,
+            "--config-namespace": config_namespace != SYSTEM_NAMESPACE,
+        }
+        if given := [option for option, set_ in metrics_options.items() if set_]:
+            with cli_errors():
+                raise CannotRun(f"{', '.join(given)}: metrics options; --from-benchmark fits from the files alone")
+
         calibrate_from_benchmarks(from_benchmark, benchmark_config, apply, cluster, dry_run, as_json)
     if apply or benchmark_config:
         with cli_errors():

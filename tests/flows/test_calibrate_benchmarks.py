@@ -97,6 +97,8 @@ def test_cannot_run_is_one_line(tmp_path: pathlib.Path) -> None:
         (["--from-benchmark", str(BLIS), "--apply", "ns/v"], "exactly one configuration"),
         (["--from-benchmark", str(SWEEP), "--apply", "no-slash"], "expected NAMESPACE/NAME"),
         (["--apply", "ns/v"], "go with --from-benchmark"),
+        (["--from-benchmark", str(SWEEP), "--prometheus-url", "http://p:9090"], "--prometheus-url: metrics options"),
+        (["--from-benchmark", str(SWEEP), "--window", "7m", "--namespace", "a"], "--namespace, --window: metrics"),
     ]:
         result = CliRunner().invoke(app, ["calibrate", *args])
         assert result.exit_code == 2, result.output
