@@ -90,8 +90,8 @@ def serve_deployments(
 ) -> None:
     """Serve every deployment of deployments/prefect.yaml from this process, named '<name>-local', with its
     schedules and triggers (on the Prefect server of PREFECT_API_URL, else an ephemeral one). With --leader-elect,
-    only the replica holding the Lease serves; a standby takes over within 17 s of the leader's loss, SIGTERM
-    releases the Lease."""
+    only the replica holding the Lease serves; a standby takes over within 17 s of the leader's loss (and hands
+    back the runs the lost leader left), SIGTERM releases the Lease."""
     from prefect import serve
 
     from flows.deployments import CONTROL_LOOP, SERVE_PREFETCH_S, SERVE_QUERY_S, runner_deployments
