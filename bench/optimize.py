@@ -96,7 +96,7 @@ def populate(server: Any, models: int) -> None:
     """Create the ConfigMaps, 1,000 Deployments (ready) and 1,000 VariantAutoscalings."""
     from kubernetes import client as k8s
 
-    from tasks.cluster.kube import KubeCluster
+    from tasks.clients.cluster.kube import KubeCluster
 
     cluster = KubeCluster(api_client=server.api_client())
     for namespace in (NAMESPACE, CONFIG_NAMESPACE, "warm-up"):  # as on a cluster, namespaces come first

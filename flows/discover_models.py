@@ -39,11 +39,11 @@ from tasks.aim.images import Keychain, inspect_images, pull_secrets, read_keycha
 from tasks.aim.read import read_aim_state, typed
 from tasks.aim.writes import WriteCounts, for_each
 from tasks.boundary import Accepted
-from tasks.cluster import connect
-from tasks.cluster.errors import ClusterError
-from tasks.cluster.recorder import record_event
-from tasks.events import Subject, emit_change
-from tasks.oci import RegistryClient
+from tasks.clients.cluster import connect
+from tasks.clients.cluster.errors import ClusterError
+from tasks.clients.cluster.recorder import record_event
+from tasks.clients.events import Subject, emit_change
+from tasks.clients.oci import RegistryClient
 from tasks.tracking import quote, run_logger, table_artifact, tracked
 
 DEFAULT_INTERVAL_S = 3600

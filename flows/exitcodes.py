@@ -111,10 +111,10 @@ def one_line(error: BaseException) -> str:
 def cli_errors() -> Iterator[None]:
     """Turn the failures that mean "could not run" into one ``error:`` line on stderr and exit 2.
 
-    Covers :class:`CannotRun`, every cluster error (:class:`tasks.cluster.ClusterError`: bad kubeconfig,
+    Covers :class:`CannotRun`, every cluster error (:class:`tasks.clients.cluster.ClusterError`: bad kubeconfig,
     unreachable, forbidden, ...) and file-system errors. Anything else is a bug and keeps its traceback.
     """
-    from tasks.cluster.errors import ClusterError
+    from tasks.clients.cluster.errors import ClusterError
 
     retries = logging.getLogger("urllib3.connectionpool")  # one warning per HTTP retry: the final error says it all
     level = retries.level

@@ -23,7 +23,7 @@ from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from tasks.cluster import Cluster
+from tasks.clients.cluster import Cluster
 from tasks.leader import LeaderElector, LeaseConfig
 
 log = logging.getLogger(__name__)

@@ -20,8 +20,8 @@ from engine.optimize.plan import VariantDecision, plan_cycle
 from engine.optimize.spec import CycleInputs
 from flows.exitcodes import CannotRun
 from tasks.boundary import accept_as
-from tasks.cluster import Cluster
-from tasks.cluster.errors import ClusterError, NotFound
+from tasks.clients.cluster import Cluster
+from tasks.clients.cluster.errors import ClusterError, NotFound
 from tasks.optimize.read import ClusterState, read_current_replicas, scale_targets_of
 from tasks.optimize.write import Replan
 from tasks.writer_lock import LockHeld, WriterLock, hold_writer_lock

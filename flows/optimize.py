@@ -11,7 +11,7 @@ cluster's writer lock (:func:`flows.one_writer.writer_lock`: a Lease, a lock fil
    analysis, hybrid arbitration, safety rules; Kthena recommendations with behaviour correction for bindings;
 5. publish (when a Pushgateway is configured): WVA's ``wva_desired_replicas`` family and Modelplane's
    operational gauges, before any write, so ``status.actuation`` of a ``metrics``-mode target says
-   whether its desired replicas reached the HPA's source (``tasks/pushgateway.py``, ``engine/optimize/actuation.py``);
+   whether its desired replicas reached the HPA's source (``tasks/clients/pushgateway.py``, ``engine/optimize/actuation.py``);
 6. actuate: scale each target whose actuation mode scales (``scale``, ``both``) through its scale
    subresource, then write status (conditions, desired allocation, actuation) and an Event when the
    desired replicas change; a status write conditioned on a resourceVersion that has moved re-plans that
@@ -55,12 +55,13 @@ from flows.parameters import (
 )
 from flows.runs import flow
 from tasks.boundary import Accepted
-from tasks.cluster import Cluster, LocalCluster, connect, local_path_problem
-from tasks.cluster.errors import ClusterError
-from tasks.events import Subject, emit_change
-from tasks.metrics.file import FileMetrics
-from tasks.metrics.prometheus import PrometheusMetrics
-from tasks.metrics.snapshot import MetricsSnapshot, MetricsSource
+from tasks.clients.cluster import Cluster, LocalCluster, connect, local_path_problem
+from tasks.clients.cluster.errors import ClusterError
+from tasks.clients.events import Subject, emit_change
+from tasks.clients.metrics.file import FileMetrics
+from tasks.clients.metrics.prometheus import PrometheusMetrics
+from tasks.clients.metrics.snapshot import MetricsSnapshot, MetricsSource
+from tasks.clients.pushgateway import Pushgateway, push
 from tasks.optimize.bindings import BindingRowDetails, describe_bindings, read_binding_inputs
 from tasks.optimize.read import (
     ClusterState,
@@ -71,7 +72,6 @@ from tasks.optimize.read import (
     scale_targets_of,
 )
 from tasks.optimize.write import WriteOutcome, apply_binding, apply_decisions
-from tasks.pushgateway import Pushgateway, push
 from tasks.tracking import quote, run_logger, table_artifact, task, tracked
 
 DEFAULT_INTERVAL_S = 60

@@ -41,7 +41,7 @@ NonEmpty = Annotated[str, Field(min_length=1)]
 """A string that must not be empty (a file path, a directory)."""
 
 ClusterTarget = str | None
-"""The ``cluster`` parameter every flow takes (``tasks.cluster.connect``): absent or empty =
+"""The ``cluster`` parameter every flow takes (``tasks.clients.cluster.connect``): absent or empty =
 ``$MODELPLANE_CLUSTER``, else kubeconfig or in-cluster; ``kubeconfig:PATH[#CONTEXT]``; or a manifests
 directory/file. An empty value is never the working directory."""
 

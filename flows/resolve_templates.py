@@ -35,10 +35,10 @@ from tasks.aim.read import read_aim_state, typed
 from tasks.aim.resolve import write_template_plan
 from tasks.aim.writes import WriteCounts, for_each, write_status
 from tasks.boundary import Accepted
-from tasks.cluster import Cluster, Manifest, connect
-from tasks.cluster.errors import ClusterError
-from tasks.cluster.recorder import record_event
-from tasks.events import Subject, emit_change
+from tasks.clients.cluster import Cluster, Manifest, connect
+from tasks.clients.cluster.errors import ClusterError
+from tasks.clients.cluster.recorder import record_event
+from tasks.clients.events import Subject, emit_change
 from tasks.tracking import run_logger, table_artifact, tracked
 
 DEFAULT_INTERVAL_S = 300

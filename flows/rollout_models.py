@@ -26,9 +26,9 @@ from flows.exitcodes import flow_result
 from flows.image import IMAGE
 from flows.parameters import KTHENA_NETWORKING, ROLLOUT_WORKLOAD, ClusterTarget, ImageRef, NamespaceName, ObjectName
 from flows.runs import flow
-from tasks.cluster import ClusterError, connect
-from tasks.cluster.recorder import record_event
-from tasks.events import Subject, emit_change
+from tasks.clients.cluster import ClusterError, connect
+from tasks.clients.cluster.recorder import record_event
+from tasks.clients.events import Subject, emit_change
 from tasks.rollout_models import ModelOutcome, RolloutOptions, list_models, reconcile_model
 from tasks.tracking import run_logger, table_artifact, tracked
 

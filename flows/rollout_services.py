@@ -36,10 +36,10 @@ from tasks.aim.read import AimState, read_aim_state, typed
 from tasks.aim.rollout import write_service_plan
 from tasks.aim.writes import WriteCounts, for_each
 from tasks.boundary import Accepted
-from tasks.cluster import connect
-from tasks.cluster.errors import ClusterError
-from tasks.cluster.recorder import record_event
-from tasks.events import Subject, emit_change
+from tasks.clients.cluster import connect
+from tasks.clients.cluster.errors import ClusterError
+from tasks.clients.cluster.recorder import record_event
+from tasks.clients.events import Subject, emit_change
 from tasks.tracking import run_logger, table_artifact, tracked
 
 DEFAULT_INTERVAL_S = 300
@@ -132,7 +132,7 @@ def rollout_services(namespaces: list[NamespaceName] | None = None, cluster: Clu
 
 
 def announce(row: ServiceRow) -> None:
-    """``modelplane.aim.service.rolled-out`` (tasks.events.SERVICE_ROLLED_OUT) for a service whose
+    """``modelplane.aim.service.rolled-out`` (tasks.clients.events.SERVICE_ROLLED_OUT) for a service whose
     InferenceService or HTTPRoute this run created or updated, for automations to chain on."""
     emit_change(
         Subject(AIM_API_VERSION, AIM_SERVICE, row.name, row.namespace),

@@ -28,10 +28,10 @@ from flows.exitcodes import flow_result
 from flows.parameters import ClusterTarget, ImageRef, NamespaceName, ObjectName
 from flows.runs import flow
 from tasks.caches import mark_used
-from tasks.cluster import Cluster, Manifest, connect
-from tasks.cluster.errors import NotFound
-from tasks.cluster.recorder import record_event
-from tasks.events import Subject, emit_change
+from tasks.clients.cluster import Cluster, Manifest, connect
+from tasks.clients.cluster.errors import NotFound
+from tasks.clients.cluster.recorder import record_event
+from tasks.clients.events import Subject, emit_change
 from tasks.serve_openmodel import cache_condition, node_labels, read_openmodel, warm_cache, write_conditions
 from tasks.tracking import markdown_artifact, run_logger, tracked
 from tasks.workloads import WriteLog, read_live, write_object

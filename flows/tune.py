@@ -55,10 +55,10 @@ from flows.parameters import (
 )
 from flows.runs import flow
 from flows.simulate import SloAttainment, read_inputs
-from tasks.cluster import ClusterError, ObjectRef, connect
-from tasks.metrics.prometheus import PrometheusMetrics
-from tasks.metrics.snapshot import ModelKey
-from tasks.metrics.traffic import read_traffic
+from tasks.clients.cluster import ClusterError, ObjectRef, connect
+from tasks.clients.metrics.prometheus import PrometheusMetrics
+from tasks.clients.metrics.snapshot import ModelKey
+from tasks.clients.metrics.traffic import read_traffic
 from tasks.progress import step
 from tasks.simulate import read_description
 from tasks.tracking import run_logger, table_artifact, task

@@ -16,7 +16,7 @@ Lifecycle, top to bottom:
    ``Pending -> Progressing -> Available | Failed`` with conditions and Events;
 4. optionally collect garbage: caches no workload used for ``gc_unused_after`` and none mounts now;
 5. publish a table artifact and a one-line summary; every status change is also a Prefect event
-   ``modelplane.aim.cache.<status>`` (``tasks.events``; e.g. ``CACHE_AVAILABLE``) for rollout triggers.
+   ``modelplane.aim.cache.<status>`` (``tasks.clients.events``; e.g. ``CACHE_AVAILABLE``) for rollout triggers.
 
 Every run is a fresh process: fill attempts live in an annotation on the cache, failures in its status.
 """
@@ -76,9 +76,9 @@ from flows.parameters import (
 from flows.runs import flow
 from tasks.boundary import Accepted, with_written_status
 from tasks.caches import ensure_cache
-from tasks.cluster import Cluster, LocalCluster, connect
-from tasks.cluster.errors import ClusterError
-from tasks.pushgateway import Pushgateway, push
+from tasks.clients.cluster import Cluster, LocalCluster, connect
+from tasks.clients.cluster.errors import ClusterError
+from tasks.clients.pushgateway import Pushgateway, push
 from tasks.tracking import quote, run_logger, table_artifact, task, tracked
 from tasks.warm_caches import (
     CacheWorld,

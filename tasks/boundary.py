@@ -29,8 +29,8 @@ from pydantic import BaseModel
 from engine.api.identity import identity_errors
 from engine.api.registry import kind_info
 from engine.api.validate import ManifestInvalid, check_identity, parse_object, with_status
-from tasks.cluster import Cluster, LocalCluster, ObjectRef
-from tasks.cluster.errors import ClusterError
+from tasks.clients.cluster import Cluster, LocalCluster, ObjectRef
+from tasks.clients.cluster.errors import ClusterError
 
 log = logging.getLogger(__name__)
 

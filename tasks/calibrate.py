@@ -7,7 +7,7 @@ own batch, its own latencies; and ``avg by (pod) (avg_over_time(vllm:num_request
 batch a request joins, for that window and (as ``previous_running_avg``) the pod's window before it.
 The variant's pods are those named after its scale target (``<target>-...``), as a Deployment names them.
 Connection settings (token, TLS, timeouts, retries) are the optimize flow's
-(:meth:`tasks.metrics.prometheus.PrometheusMetrics.from_env`).
+(:meth:`tasks.clients.metrics.prometheus.PrometheusMetrics.from_env`).
 
 Windows file (YAML), for local and CI runs and for exports of the simulator::
 
@@ -35,10 +35,10 @@ import yaml
 
 from engine.simulate.calibrate import CONDITION_CALIBRATED, CalibrationOutcome, Window, opted_in
 from engine.status import ConditionUpdate, changed_fields, set_conditions
-from tasks.cluster import Cluster, ObjectRef
-from tasks.cluster.retry import retry_on_conflict
-from tasks.metrics.prometheus import PrometheusMetrics
-from tasks.metrics.snapshot import MetricsUnavailable
+from tasks.clients.cluster import Cluster, ObjectRef
+from tasks.clients.cluster.retry import retry_on_conflict
+from tasks.clients.metrics.prometheus import PrometheusMetrics
+from tasks.clients.metrics.snapshot import MetricsUnavailable
 
 # Window field -> vLLM series whose increase over the window it is.
 SERIES = {

@@ -22,7 +22,7 @@ from engine.simulate.outcome import PolicyOutcome
 from engine.simulate.records import Trace
 from engine.simulate.scenario import DEFAULT_HPA_POLICY, ClusterDescription, Scenario
 from engine.simulate.trace import TraceError, TraceShape, parse_trace_rows, shape_trace
-from tasks.cluster import connect
+from tasks.clients.cluster import connect
 from tasks.optimize.read import list_optional, read_cluster_state, read_current_replicas, scale_targets_of
 from tasks.progress import step
 

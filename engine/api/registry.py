@@ -4,13 +4,13 @@ This module is the only place an apiVersion of a Modelplane API group is spelled
 (:data:`KINDS`) is the single source for plural names, scope, short names, subresources and printer
 columns: the CRD generator (:mod:`engine.api.crds`), manifest validation (:mod:`engine.api.validate`,
 which ``modelplane validate`` and the boundary reader use), the REST mapping and schema enforcement of
-both cluster backends (``tasks.cluster.resources``/``schema``) and the event ids (``tasks.events``) all
+both cluster backends (``tasks.clients.cluster.resources``/``schema``) and the event ids (``tasks.clients.events``) all
 read it through :func:`kinds` and :func:`kind_info`, so they cannot disagree and a new kind needs no
 edit outside this table and its model (DESIGN.md, "Adding a custom resource kind").
 
 Also here, as constants only: the apiVersions of Kthena's serving kinds Modelplane renders but whose
 CRDs are Kthena's (``ModelServing``, ``ModelServer``, ``ModelRoute``). Built-in Kubernetes kinds and
-third-party kinds with no Modelplane model (KServe, Gateway API) stay in ``tasks.cluster.resources``.
+third-party kinds with no Modelplane model (KServe, Gateway API) stay in ``tasks.clients.cluster.resources``.
 
 Each apiVersion is a ``Final`` constant typed by a ``Literal`` alias: the models annotate their
 ``apiVersion`` field with the alias, and mypy checks that constant and alias agree.

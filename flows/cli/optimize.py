@@ -398,7 +398,7 @@ def tune(
     from engine.simulate.rebuild import TrafficError
     from engine.simulate.trace import TraceError
     from engine.slo.target import format_window
-    from tasks.metrics.snapshot import MetricsUnavailable
+    from tasks.clients.metrics.snapshot import MetricsUnavailable
 
     with cli_errors():
         cluster = manifests_path(cluster_option)

@@ -21,8 +21,8 @@ from tasks.aim.writes import (
     ref_of,
     write_status,
 )
-from tasks.cluster import Cluster, Manifest, ObjectRef
-from tasks.cluster.recorder import record_event
+from tasks.clients.cluster import Cluster, Manifest, ObjectRef
+from tasks.clients.cluster.recorder import record_event
 
 
 def write_model_plan(cluster: Cluster, model: Manifest, plan: ModelPlan, now: datetime, counts: WriteCounts) -> None:

@@ -8,7 +8,7 @@ from engine.aim.template_plan import ResolvePlan
 from engine.status import status_with_conditions
 from tasks.aim.caches import SharedCaches
 from tasks.aim.writes import WriteCounts, post_status_event, write_status
-from tasks.cluster import Cluster, Manifest
+from tasks.clients.cluster import Cluster, Manifest
 
 
 def write_template_plan(

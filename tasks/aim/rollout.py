@@ -20,8 +20,8 @@ from tasks.aim.writes import (
     post_status_event,
     write_status,
 )
-from tasks.cluster import Cluster, Manifest, ObjectRef
-from tasks.cluster.recorder import record_event
+from tasks.clients.cluster import Cluster, Manifest, ObjectRef
+from tasks.clients.cluster.recorder import record_event
 
 
 def write_service_plan(

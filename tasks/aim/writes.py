@@ -13,10 +13,10 @@ from typing import Any, TypeVar
 from engine.api.aim import AIMServiceTemplate
 from engine.api.views import Observed
 from engine.status import ConditionUpdate, changed_fields
-from tasks.cluster import Cluster, Manifest, ObjectRef
-from tasks.cluster.errors import ClusterError, Conflict, NotFound
-from tasks.cluster.recorder import record_event
-from tasks.cluster.retry import retry_on_conflict
+from tasks.clients.cluster import Cluster, Manifest, ObjectRef
+from tasks.clients.cluster.errors import ClusterError, Conflict, NotFound
+from tasks.clients.cluster.recorder import record_event
+from tasks.clients.cluster.retry import retry_on_conflict
 
 WORKERS = 8
 """Threads a run reads and writes its objects on (the per-object API calls are independent)."""
@@ -25,7 +25,7 @@ WORKERS = 8
 def write_status(cluster: Cluster, obj: Manifest, status: Mapping[str, Any]) -> bool:
     """Patch the status fields that differ (with the read resourceVersion); ``False`` when none do.
     On a conflict the object is re-read and the fields that still differ are written over the fresh copy
-    (:func:`tasks.cluster.retry.retry_on_conflict`)."""
+    (:func:`tasks.clients.cluster.retry.retry_on_conflict`)."""
     wanted = dict(status)
     if changed_fields(obj.get("status") or {}, wanted) is None:
         return False

@@ -21,7 +21,7 @@ import time
 import uuid
 from collections.abc import Callable
 
-from tasks.downloader.errors import CacheInUse
+from tasks.clients.sources.errors import CacheInUse
 
 LOCK_NAME = ".modelplane-cache.lock"
 BREAK_NAME = LOCK_NAME + ".break"

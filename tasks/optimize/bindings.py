@@ -34,8 +34,8 @@ from engine.optimize.bindings import (
 )
 from engine.optimize.spec import accelerator_text
 from tasks.boundary import Accepted, parse_resource
-from tasks.cluster import Cluster, ObjectRef
-from tasks.cluster.errors import ClusterError, NotFound
+from tasks.clients.cluster import Cluster, ObjectRef
+from tasks.clients.cluster.errors import ClusterError, NotFound
 from tasks.optimize.read import ClusterState
 from tasks.tracking import task
 

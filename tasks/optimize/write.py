@@ -31,10 +31,10 @@ from engine.optimize.plan import ANNOTATION_SCALE_DOWN_PENDING, VariantDecision
 from engine.optimize.status import status_patch, variant_status
 from engine.status import REASON_INVALID, changed_fields
 from tasks.boundary import Accepted
-from tasks.cluster import Cluster, ObjectRef
-from tasks.cluster.errors import ClusterError, Conflict
-from tasks.cluster.recorder import record_event
-from tasks.cluster.retry import retry_on_conflict
+from tasks.clients.cluster import Cluster, ObjectRef
+from tasks.clients.cluster.errors import ClusterError, Conflict
+from tasks.clients.cluster.recorder import record_event
+from tasks.clients.cluster.retry import retry_on_conflict
 from tasks.optimize.bindings import binding_modes
 from tasks.optimize.read import ClusterState
 from tasks.tracking import run_logger, task

@@ -30,8 +30,8 @@ from engine.api.registry import LLMD_API, VARIANT_AUTOSCALING
 from flows.cli import app
 from flows.exitcodes import CannotRun, ExitCode
 from flows.optimize import optimize
-from tasks.cluster import Cluster, LocalCluster, ObjectRef
-from tasks.cluster.kube import KubeCluster
+from tasks.clients.cluster import Cluster, LocalCluster, ObjectRef
+from tasks.clients.cluster.kube import KubeCluster
 from tasks.writer_lock import LockHeld, hold_writer_lock
 from tests.factories import deployment, variant_autoscaling
 
@@ -206,7 +206,7 @@ def test_a_killed_holder_leaves_no_stale_local_lock(tmp_path: pathlib.Path) -> N
     import sys
 
     holder = (
-        "import sys, time; from tasks.cluster import LocalCluster; from tasks.writer_lock import hold_writer_lock\n"
+        "import sys, time; from tasks.clients.cluster import LocalCluster; from tasks.writer_lock import hold_writer_lock\n"
         "with hold_writer_lock(LocalCluster(sys.argv[1]), 'modelplane-optimize', 'ns', 1):\n"
         "    print('held', flush=True); time.sleep(600)\n"
     )

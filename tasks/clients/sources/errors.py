@@ -1,7 +1,7 @@
 """Typed download failures: each carries a ``reason`` a flow copies into a ModelCache condition.
 
 Messages are written for the person who reads the condition: what failed and what to do. They never
-contain a secret: every message passes through :func:`tasks.redaction.redact` with the credentials in use, and
+contain a secret: every message passes through :func:`engine.redaction.redact` with the credentials in use, and
 exceptions from the client libraries are re-raised without their chain (their text could echo a header).
 """
 
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from tasks.redaction import redact
+from engine.redaction import redact
 
 
 class DownloadError(Exception):
@@ -23,7 +23,7 @@ class DownloadError(Exception):
         super().__init__(message)
 
     def redacted(self, secrets: Iterable[str | None]) -> DownloadError:
-        """This error with its whole message passed through :func:`tasks.redaction.redact` (returns itself)."""
+        """This error with its whole message passed through :func:`engine.redaction.redact` (returns itself)."""
         self.message = redact(self.message, secrets)
         self.args = (self.message,)
         return self

@@ -16,8 +16,8 @@ import time
 from collections.abc import Callable
 from typing import Literal, TypeVar
 
-from tasks.cluster.base import Cluster, Manifest, Mutation, ObjectRef
-from tasks.cluster.errors import Conflict, Unavailable
+from tasks.clients.cluster.base import Cluster, Manifest, Mutation, ObjectRef
+from tasks.clients.cluster.errors import Conflict, Unavailable
 
 log = logging.getLogger(__name__)
 

@@ -1,8 +1,8 @@
 """The kinds a local manifests folder serves through its own CustomResourceDefinition documents.
 
 Installing a CRD on a cluster serves its kind; a folder of manifests that holds CRD documents does the same for
-the local backend (:class:`tasks.cluster.local_store.LocalStore`), in that folder only: the process-wide table
-(:mod:`tasks.cluster.resources`, :func:`tasks.cluster.schema.register_crd`) is left alone, so another folder, or
+the local backend (:class:`tasks.clients.cluster.local_store.LocalStore`), in that folder only: the process-wide table
+(:mod:`tasks.clients.cluster.resources`, :func:`tasks.clients.cluster.schema.register_crd`) is left alone, so another folder, or
 a cluster, in the same process sees nothing of them. Built-in kinds and Modelplane's own keep their facts and
 schema whatever the folder holds.
 """
@@ -15,9 +15,9 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from tasks.cluster.base import Manifest
-from tasks.cluster.resources import ResourceInfo, lookup, resource_for
-from tasks.cluster.schema import ServedVersion, served_versions
+from tasks.clients.cluster.base import Manifest
+from tasks.clients.cluster.resources import ResourceInfo, lookup, resource_for
+from tasks.clients.cluster.schema import ServedVersion, served_versions
 
 CRD_KIND = "CustomResourceDefinition"
 

@@ -27,10 +27,10 @@ from huggingface_hub.hf_api import RepoFile
 from huggingface_hub.utils import build_hf_headers, filter_repo_objects
 
 from engine.caches.sources import ModelSource
-from tasks.downloader.credentials import Credentials
-from tasks.downloader.errors import AuthenticationFailed, DownloadError, SourceNotFound, TransferFailed
-from tasks.downloader.plan import Listing, RemoteFile
-from tasks.redaction import redact
+from engine.redaction import redact
+from tasks.clients.sources.credentials import Credentials
+from tasks.clients.sources.errors import AuthenticationFailed, DownloadError, SourceNotFound, TransferFailed
+from tasks.clients.sources.listing import Listing, RemoteFile
 
 DEFAULT_ENDPOINT = "https://huggingface.co"
 

@@ -3,7 +3,7 @@
 The local backend must rewrite only what changed: an operator's hand-written manifests keep their
 comments, ordering, indentation and quoting everywhere except in the fields Modelplane changed. So a
 file is kept as a list of :class:`Document` chunks, each holding its original text. A status write is
-spliced into the chunk's text, every byte outside ``status`` kept (:mod:`tasks.cluster.yamlsplice`); for
+spliced into the chunk's text, every byte outside ``status`` kept (:mod:`tasks.clients.cluster.yamlsplice`); for
 any other change the chunk is loaded once with ``ruamel.yaml``'s round-trip parser and only the changed
 fields are edited in that tree (:func:`apply_changes`), which is then dumped with the chunk's own
 indentation style. Reading uses
@@ -28,8 +28,8 @@ import yaml
 from ruamel.yaml import YAML
 from ruamel.yaml.scalarstring import DoubleQuotedScalarString
 
-from tasks.cluster.yamlsplice import splice_status
-from tasks.files import write_atomically
+from tasks.clients.cluster.yamlsplice import splice_status
+from tasks.clients.files import write_atomically
 
 _BaseLoader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 _BaseDumper = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
@@ -292,7 +292,7 @@ _MISSING = object()
 @dataclass
 class Document:
     """One ``---``-separated chunk of a file: its original ``text``, its parsed ``data`` and, once
-    edited, its round-trip tree or (a status write, :mod:`tasks.cluster.yamlsplice`) its spliced text.
+    edited, its round-trip tree or (a status write, :mod:`tasks.clients.cluster.yamlsplice`) its spliced text.
     ``line`` is the 1-based line where the chunk starts in the file."""
 
     text: str
@@ -329,7 +329,7 @@ class Document:
         self.dirty = True
 
     def _splice(self, old: Any, new: Any) -> str | None:
-        """The text with only the status written (:func:`~tasks.cluster.yamlsplice.splice_status`), when that
+        """The text with only the status written (:func:`~tasks.clients.cluster.yamlsplice.splice_status`), when that
         is all that changed and no round-trip edit is pending; else None."""
         if self.dirty and self._spliced is None:
             return None  # a round-trip edit not yet written: keep editing that tree
@@ -550,5 +550,5 @@ def _where(exc: yaml.YAMLError, first_line: int = 1) -> str:
 
 
 def atomic_write(path: Path, text: str) -> tuple[int, int, int] | None:
-    """Replace ``path`` with ``text`` atomically (:func:`tasks.files.write_atomically`); returns the new file's stamp."""
+    """Replace ``path`` with ``text`` atomically (:func:`tasks.clients.files.write_atomically`); returns the new file's stamp."""
     return file_stamp(write_atomically(path, text))

@@ -1,6 +1,6 @@
 """The PromQL the Prometheus source asks, and how its answers are taken apart (text only, no HTTP).
 
-One :meth:`~tasks.metrics.prometheus.PrometheusMetrics.collect` costs two queries however many models are
+One :meth:`~tasks.clients.metrics.prometheus.PrometheusMetrics.collect` costs two queries however many models are
 asked for (three with instance metrics): :func:`load_query` for the loads grouped ``by (model_name,
 namespace)``, :func:`pod_query` for the pods grouped ``by (model_name, namespace, pod)``, and
 :func:`instance_query` for Kthena policy metrics summed per pod. Each is a union of tagged

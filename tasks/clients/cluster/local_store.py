@@ -1,10 +1,10 @@
 """Where the local backend keeps its objects: YAML files on disk, an index of them, and the locks around both.
 
-:class:`LocalStore` is the storage half of :class:`tasks.cluster.local.LocalCluster` (which adds the API
+:class:`LocalStore` is the storage half of :class:`tasks.clients.cluster.local.LocalCluster` (which adds the API
 server's semantics on top): it loads the files into an index keyed by (apiVersion, kind, namespace, name),
 fills in in memory what the API server would have set (uid, creationTimestamp, resourceVersion,
 generation) without rewriting a file just for loading, keeps the resourceVersion counter (one per store,
-started above the highest numeric ``resourceVersion`` on disk, with :mod:`tasks.cluster.bookkeeping`
+started above the highest numeric ``resourceVersion`` on disk, with :mod:`tasks.clients.cluster.bookkeeping`
 persisting it), and writes one changed document back at a time.
 
 Layout on disk. Directory mode loads every ``*.yaml``/``*.yml``/``*.json`` below the directory (hidden files and
@@ -20,7 +20,7 @@ does not parse is reported in :attr:`LocalStore.load_errors` (with its name) and
 CustomResourceDefinition documents in the files serve their kinds in this store, as installing them serves them
 on a cluster (scope, subresources and schema; the built-in kinds and Modelplane's own keep theirs);
 everything else still loads. Changes made to the files by another process (or by hand) are picked up before
-the next operation: in directory mode the kernel reports which files changed (:mod:`tasks.cluster.dirwatch`)
+the next operation: in directory mode the kernel reports which files changed (:mod:`tasks.clients.cluster.dirwatch`)
 and only those are read again, so an operation costs O(objects it touches), not O(files); where that cannot
 be followed (no inotify, symbolic links in the tree, a directory added or removed) every file is ``stat``-ed
 before each operation and all are read again when one changed. In both cases and writes from several processes are serialised with an ``flock`` on a hidden lock
@@ -50,31 +50,31 @@ except ImportError:  # pragma: no cover - not POSIX: thread safety only
     fcntl = None  # type: ignore[assignment]
 
 from engine.api.identity import identity_errors
-from tasks.cluster.base import Manifest, ObjectRef
-from tasks.cluster.bookkeeping import Bookkeeping
-from tasks.cluster.dirwatch import DirectoryWatch, open_watch
-from tasks.cluster.errors import Forbidden, Invalid, NotFound, Unavailable
-from tasks.cluster.local_index import Entry, Index, Key, key_of
-from tasks.cluster.local_kinds import CRD_KIND, FolderKinds, is_crd
-from tasks.cluster.local_paths import (
+from tasks.clients.cluster.base import Manifest, ObjectRef
+from tasks.clients.cluster.bookkeeping import Bookkeeping
+from tasks.clients.cluster.dirwatch import DirectoryWatch, open_watch
+from tasks.clients.cluster.errors import Forbidden, Invalid, NotFound, Unavailable
+from tasks.clients.cluster.local_index import Entry, Index, Key, key_of
+from tasks.clients.cluster.local_kinds import CRD_KIND, FolderKinds, is_crd
+from tasks.clients.cluster.local_paths import (
     MANIFEST_SUFFIXES,
     is_manifest,
     manifest_paths,
     missing_parents,
     stat_into,
 )
-from tasks.cluster.local_paths import scan_manifests as _scan_manifests
-from tasks.cluster.objects import apply_builtin_defaults
-from tasks.cluster.resources import ResourceInfo
-from tasks.cluster.schema import normalised
-from tasks.cluster.yamlfile import Document, YamlFile, atomic_write, file_stamp, read_file
+from tasks.clients.cluster.local_paths import scan_manifests as _scan_manifests
+from tasks.clients.cluster.objects import apply_builtin_defaults
+from tasks.clients.cluster.resources import ResourceInfo
+from tasks.clients.cluster.schema import normalised
+from tasks.clients.cluster.yamlfile import Document, YamlFile, atomic_write, file_stamp, read_file
 
 MAX_TOTAL_BYTES = 256 * 1024 * 1024
 """The most bytes the manifest files of one local cluster folder may hold together (each file at most
-:data:`tasks.cluster.yamlfile.MAX_FILE_BYTES`); beyond it every operation fails with one error saying so,
+:data:`tasks.clients.cluster.yamlfile.MAX_FILE_BYTES`); beyond it every operation fails with one error saying so,
 rather than a run that reads for minutes and takes gigabytes."""
 
-log = logging.getLogger("tasks.cluster.local")  # one logger for the whole local backend
+log = logging.getLogger("tasks.clients.cluster.local")  # one logger for the whole local backend
 
 DIR_EVENTS_FILE = ".modelplane-events.yaml"
 """Name of the Event sink inside a state directory."""
@@ -125,7 +125,7 @@ class LocalStore:
 
     @property
     def state_path(self) -> Path:
-        """The hidden bookkeeping sidecar (see :mod:`tasks.cluster.bookkeeping`)."""
+        """The hidden bookkeeping sidecar (see :mod:`tasks.clients.cluster.bookkeeping`)."""
         if self.single_file:
             return self.path.with_name(f".{self.path.name}.state.json")
         return self.path / ".modelplane-state.json"
@@ -288,7 +288,7 @@ class LocalStore:
             self._reload(dirty)
 
     def _open_watch(self) -> None:
-        """(Re)start watching the directory tree (directory mode, written back; see :mod:`tasks.cluster.dirwatch`)."""
+        """(Re)start watching the directory tree (directory mode, written back; see :mod:`tasks.clients.cluster.dirwatch`)."""
         if self._watch is not None:
             self._watch.close()
             self._watch = None

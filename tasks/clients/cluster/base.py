@@ -2,8 +2,8 @@
 
 Objects are plain ``dict`` manifests (``apiVersion``, ``kind``, ``metadata``, ``spec``, ``status``),
 exactly as the API server returns them, so the same code runs against a real cluster and against the
-local-manifests backend. Backends: :mod:`tasks.cluster.kube` (official ``kubernetes`` client) and
-:mod:`tasks.cluster.local` (a directory or file of YAML manifests).
+local-manifests backend. Backends: :mod:`tasks.clients.cluster.kube` (official ``kubernetes`` client) and
+:mod:`tasks.clients.cluster.local` (a directory or file of YAML manifests).
 """
 
 from __future__ import annotations
@@ -55,7 +55,7 @@ class WatchEvent:
 
 @runtime_checkable
 class Cluster(Protocol):
-    """Backend-neutral cluster operations. Every method raises :mod:`tasks.cluster.errors` types."""
+    """Backend-neutral cluster operations. Every method raises :mod:`tasks.clients.cluster.errors` types."""
 
     def get(self, api_version: str, kind: str, name: str, namespace: str | None = None) -> Manifest:
         """Read one object."""
@@ -111,7 +111,7 @@ class Cluster(Protocol):
 
     def post_event(self, obj: Manifest, reason: str, message: str, event_type: str = "Normal") -> Manifest | None:
         """Record a core/v1 Event whose involvedObject is ``obj``: a new Event, a bump of the identical one
-        already recorded, or None when the object's Event budget is spent (:mod:`tasks.cluster.recorder`)."""
+        already recorded, or None when the object's Event budget is spent (:mod:`tasks.clients.cluster.recorder`)."""
         ...
 
 

@@ -14,9 +14,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from tasks.cluster.base import Manifest
-from tasks.cluster.objects import Requirement
-from tasks.cluster.yamlfile import Document, YamlFile
+from tasks.clients.cluster.base import Manifest
+from tasks.clients.cluster.objects import Requirement
+from tasks.clients.cluster.yamlfile import Document, YamlFile
 
 Key = tuple[str, str, str, str]  # apiVersion, kind, namespace ("" if cluster-scoped), name
 

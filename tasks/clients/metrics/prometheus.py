@@ -1,17 +1,17 @@
 """Live load and saturation of vLLM models from the Prometheus HTTP API (``POST /api/v1/query``).
 
-:class:`PrometheusMetrics` is the production :class:`~tasks.metrics.snapshot.MetricsSource`. One
+:class:`PrometheusMetrics` is the production :class:`~tasks.clients.metrics.snapshot.MetricsSource`. One
 :meth:`~PrometheusMetrics.collect` costs two PromQL queries however many models are asked for (three with
-instance metrics; the query text is in :mod:`tasks.metrics.promql`), restricted to the requested
+instance metrics; the query text is in :mod:`engine.promql`), restricted to the requested
 namespaces and evaluated at the same instant; this module runs them and assembles the answer per model:
 
-- :class:`~tasks.metrics.snapshot.ModelLoad` holds the arrival rate in **req/s** (``arrival_rate_rps``;
+- :class:`~tasks.clients.metrics.snapshot.ModelLoad` holds the arrival rate in **req/s** (``arrival_rate_rps``;
   Prometheus and WVA report req/min, ``arrival_rate_rpm``) and the mean tokens per request. A model with
   arrival rate 0 and no token data in either window is idle: its load is all zeros (WVA replaces NaN by 0
   the same way). A positive rate without token data is reported missing. The recent peak rate and the
   prompt histogram become ``ModelLoad.recent_peak_rps`` and ``ModelLoad.prompt_buckets`` (None when absent:
   sizing then falls back to the last minute and the mean request).
-- per pod: KV-cache usage (0..1) and requests waiting as :class:`~tasks.metrics.snapshot.PodMetrics`.
+- per pod: KV-cache usage (0..1) and requests waiting as :class:`~tasks.clients.metrics.snapshot.PodMetrics`.
 - instance metrics (Kthena AutoscalingPolicy ``spec.metrics``): any metric name, summed per pod.
 - latency histograms (SLO attainment): with ``latency_windows``, the TTFT and ITL bucket increases of those
   models over their window and over the recent 5 minutes, one more query per distinct window, as
@@ -24,10 +24,10 @@ carry ``pod`` (the pod name, which starts with the scale target's name). The usu
 service-discovery relabelling (``__meta_kubernetes_namespace`` -> ``namespace``,
 ``__meta_kubernetes_pod_name`` -> ``pod``) provides them; series without them are not seen.
 
-Missing data is not an exception (see :mod:`tasks.metrics.snapshot`). Samples older than ``max_age_s``
+Missing data is not an exception (see :mod:`tasks.clients.metrics.snapshot`). Samples older than ``max_age_s``
 (seconds, by their Prometheus timestamps, against the evaluation instant) count as missing: after a
 Prometheus restart the last values of a vanished target stay queryable for the 5 minute lookback. Only an
-unreachable or failing Prometheus raises :class:`~tasks.metrics.snapshot.MetricsUnavailable` (after
+unreachable or failing Prometheus raises :class:`~tasks.clients.metrics.snapshot.MetricsUnavailable` (after
 ``retries`` retries with exponential backoff for connection errors, timeouts, 5xx and 429). Messages name
 the URL and what failed; the bearer token never appears in a message, a log line or ``repr``.
 
@@ -53,9 +53,7 @@ from urllib.parse import urlsplit, urlunsplit
 import requests
 
 from engine.perf.load_peak import HOLD_WINDOWS_S
-from engine.slo.measure import RECENT_WINDOW_S, TTFT_HISTOGRAM, LatencyHistograms
-from engine.slo.target import format_window
-from tasks.metrics.promql import (
+from engine.promql import (
     GENERATION_TOKENS,
     HOLD_TAGS,
     KV_CACHE_USAGE,
@@ -80,7 +78,10 @@ from tasks.metrics.promql import (
     tagged_buckets,
     tagged_rows,
 )
-from tasks.metrics.snapshot import (
+from engine.redaction import redact
+from engine.slo.measure import RECENT_WINDOW_S, TTFT_HISTOGRAM, LatencyHistograms
+from engine.slo.target import format_window
+from tasks.clients.metrics.snapshot import (
     InstanceKey,
     MetricsSnapshot,
     MetricsUnavailable,
@@ -91,9 +92,8 @@ from tasks.metrics.snapshot import (
     checked_metric_names,
     from_epoch,
 )
-from tasks.redaction import redact
 
-log = logging.getLogger("tasks.metrics")  # one logger for every metrics source
+log = logging.getLogger("tasks.clients.metrics")  # one logger for every metrics source
 
 _DURATION = re.compile(r"^[0-9]+(ms|s|m|h|d)$")
 _ERRNO = re.compile(r"\[Errno -?\d+\] [^'\")\]]+")

@@ -15,16 +15,16 @@ from botocore.exceptions import BotoCoreError, ClientError, EndpointConnectionEr
 from botocore.loaders import Loader
 
 from engine.caches.sources import ModelSource, same_endpoint
-from tasks.downloader.credentials import Credentials
-from tasks.downloader.errors import (
+from engine.redaction import redact
+from tasks.clients.sources.credentials import Credentials
+from tasks.clients.sources.errors import (
     AuthenticationFailed,
     DownloadError,
     EndpointNotAllowed,
     SourceNotFound,
     TransferFailed,
 )
-from tasks.downloader.plan import Listing, RemoteFile
-from tasks.redaction import redact
+from tasks.clients.sources.listing import Listing, RemoteFile
 
 AUTH_CODES = frozenset(
     {"InvalidAccessKeyId", "SignatureDoesNotMatch", "AccessDenied", "InvalidToken", "ExpiredToken", "403"}

@@ -16,8 +16,8 @@ It keeps the API server's semantics so flows behave the same on a laptop as on a
 * deleting an object with finalizers only marks it (``deletionTimestamp``); it goes once the last
   finalizer is removed.
 
-:class:`LocalCluster` is the Cluster API over a :class:`~tasks.cluster.local_store.LocalStore`, which owns the
-files, their layout, the index, the resourceVersion counter and the locks (see :mod:`tasks.cluster.local_store`);
+:class:`LocalCluster` is the Cluster API over a :class:`~tasks.clients.cluster.local_store.LocalStore`, which owns the
+files, their layout, the index, the resourceVersion counter and the locks (see :mod:`tasks.clients.cluster.local_store`);
 this module decides what each call does to an object, as the API server would.
 """
 
@@ -31,11 +31,11 @@ from collections.abc import Iterator
 
 from engine.api.identity import identity_errors
 from engine.api.views import ScaleTarget
-from tasks.cluster.base import Manifest, ObjectRef, Scale, WatchEvent
-from tasks.cluster.errors import Conflict, Invalid, NotFound
-from tasks.cluster.local_index import Key, key_of
-from tasks.cluster.local_store import LocalStore
-from tasks.cluster.objects import (
+from tasks.clients.cluster.base import Manifest, ObjectRef, Scale, WatchEvent
+from tasks.clients.cluster.errors import Conflict, Invalid, NotFound
+from tasks.clients.cluster.local_index import Key, key_of
+from tasks.clients.cluster.local_store import LocalStore
+from tasks.clients.cluster.objects import (
     apply_builtin_defaults,
     apply_patch_of,
     json_shape,
@@ -45,9 +45,9 @@ from tasks.cluster.objects import (
     selector_matches,
     spec_part,
 )
-from tasks.cluster.recorder import EventRecorder
-from tasks.cluster.resources import ResourceInfo
-from tasks.cluster.schema import check_write
+from tasks.clients.cluster.recorder import EventRecorder
+from tasks.clients.cluster.resources import ResourceInfo
+from tasks.clients.cluster.schema import check_write
 
 _IMMUTABLE_META = (
     "name",
@@ -61,7 +61,7 @@ _IMMUTABLE_META = (
 
 
 class LocalCluster(LocalStore):
-    """A :class:`~tasks.cluster.base.Cluster` backed by YAML manifests on disk (see module docs).
+    """A :class:`~tasks.clients.cluster.base.Cluster` backed by YAML manifests on disk (see module docs).
 
     ``LocalCluster(path, *, write_back=True, strict=False, max_events=1000)``: see :class:`LocalStore`.
     """
@@ -207,7 +207,7 @@ class LocalCluster(LocalStore):
 
     def post_event(self, obj: Manifest, reason: str, message: str, event_type: str = "Normal") -> Manifest | None:
         """Record a core/v1 Event about ``obj`` in the Event sink (never in the manifests), aggregated as on a
-        cluster (:mod:`tasks.cluster.recorder`)."""
+        cluster (:mod:`tasks.clients.cluster.recorder`)."""
         return self.events.record(obj, reason, message, event_type)
 
     def source_of(self, obj: Manifest) -> str | None:

@@ -18,15 +18,15 @@ import os
 import pathlib
 from typing import TYPE_CHECKING
 
-from tasks.cluster.base import Cluster, Manifest, Mutation, ObjectRef, Scale, WatchEvent
-from tasks.cluster.errors import ClusterError, Conflict, Forbidden, Invalid, NotFound, Unavailable
-from tasks.cluster.local import LocalCluster
-from tasks.cluster.local_store import LoadError
-from tasks.cluster.resources import ResourceInfo, register, resource_for
-from tasks.cluster.retry import retry_on_conflict, retry_unavailable
+from tasks.clients.cluster.base import Cluster, Manifest, Mutation, ObjectRef, Scale, WatchEvent
+from tasks.clients.cluster.errors import ClusterError, Conflict, Forbidden, Invalid, NotFound, Unavailable
+from tasks.clients.cluster.local import LocalCluster
+from tasks.clients.cluster.local_store import LoadError
+from tasks.clients.cluster.resources import ResourceInfo, register, resource_for
+from tasks.clients.cluster.retry import retry_on_conflict, retry_unavailable
 
 if TYPE_CHECKING:
-    from tasks.cluster.kube import KubeCluster
+    from tasks.clients.cluster.kube import KubeCluster
 
 _KUBE_TARGETS = ("kube", "kubeconfig")
 _KUBECONFIG_PREFIX = "kubeconfig:"
@@ -99,15 +99,15 @@ def connect(target: str | None = None, *, dry_run: bool = False) -> Cluster:
 
 def _kube(kubeconfig: str | None = None, context: str | None = None, *, dry_run: bool = False) -> KubeCluster:
     """A :class:`KubeCluster` (imported lazily: the local backend must not need the client loaded)."""
-    from tasks.cluster.kube import KubeCluster
+    from tasks.clients.cluster.kube import KubeCluster
 
     return KubeCluster(kubeconfig=kubeconfig, context=context, dry_run=dry_run)
 
 
 def __getattr__(name: str) -> object:
-    """Lazy export of :class:`~tasks.cluster.kube.KubeCluster`."""
+    """Lazy export of :class:`~tasks.clients.cluster.kube.KubeCluster`."""
     if name == "KubeCluster":
-        from tasks.cluster.kube import KubeCluster
+        from tasks.clients.cluster.kube import KubeCluster
 
         return KubeCluster
     raise AttributeError(name)

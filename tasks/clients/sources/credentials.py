@@ -50,5 +50,5 @@ class Credentials:
 
     @property
     def secrets(self) -> tuple[str | None, ...]:
-        """The secret values, for :func:`tasks.downloader.errors.redact`."""
+        """The secret values, for :func:`tasks.clients.sources.errors.redact`."""
         return (self.hf_token, self.aws_secret_access_key, self.aws_session_token, self.aws_access_key_id)

@@ -2,16 +2,16 @@
 
 The tune flow replays the cluster's own recent traffic (:mod:`engine.simulate.rebuild` turns what this module
 reads into a trace). Two instant queries, at the window's end, however many models are asked for (the text is in
-:mod:`tasks.metrics.promql`):
+:mod:`engine.promql`):
 
-- :func:`~tasks.metrics.promql.traffic_counts_query`: ``increase(vllm:request_success_total[1m])`` summed per model,
+- :func:`~engine.promql.traffic_counts_query`: ``increase(vllm:request_success_total[1m])`` summed per model,
   as a subquery over the window, so one answer holds every minute of every model;
-- :func:`~tasks.metrics.promql.traffic_tokens_query`: the prompt- and output-token histograms
+- :func:`~engine.promql.traffic_tokens_query`: the prompt- and output-token histograms
   (``vllm:request_prompt_tokens``, ``vllm:request_generation_tokens``) over the window, with their sums and counts.
 
 A model Prometheus has no series for is absent from the answer (the caller says so); Prometheus down or failing
-raises :class:`~tasks.metrics.snapshot.MetricsUnavailable`, as every query of
-:class:`~tasks.metrics.prometheus.PrometheusMetrics` does.
+raises :class:`~tasks.clients.metrics.snapshot.MetricsUnavailable`, as every query of
+:class:`~tasks.clients.metrics.prometheus.PrometheusMetrics` does.
 """
 
 from __future__ import annotations
@@ -22,10 +22,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from engine.perf.tail_sizing import PromptDistribution
-from engine.simulate.rebuild import ModelTraffic
-from engine.slo.target import format_window
-from tasks.metrics.prometheus import PrometheusMetrics
-from tasks.metrics.promql import (
+from engine.promql import (
     MODEL_LABELS,
     TRAFFIC_TAGS,
     matrix_samples,
@@ -36,7 +33,10 @@ from tasks.metrics.promql import (
     traffic_counts_query,
     traffic_tokens_query,
 )
-from tasks.metrics.snapshot import ModelKey
+from engine.simulate.rebuild import ModelTraffic
+from engine.slo.target import format_window
+from tasks.clients.metrics.prometheus import PrometheusMetrics
+from tasks.clients.metrics.snapshot import ModelKey
 
 __all__ = ["read_traffic"]
 

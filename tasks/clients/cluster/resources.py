@@ -14,7 +14,7 @@ import threading
 from dataclasses import dataclass
 
 from engine.api.registry import KindInfo, kind_info, kinds
-from tasks.cluster.errors import NotFound
+from tasks.clients.cluster.errors import NotFound
 
 
 @dataclass(frozen=True)
@@ -118,7 +118,7 @@ def resource_for(api_version: str, kind: str) -> ResourceInfo:
     if info is None:
         raise NotFound(
             f"unknown kind {kind!r} in {api_version!r}: not a built-in kind Modelplane uses nor one of "
-            f"the kind registry engine.api.registry (register it with tasks.cluster.resources.register)",
+            f"the kind registry engine.api.registry (register it with tasks.clients.cluster.resources.register)",
             reason="UnknownKind",
         )
     return info

@@ -33,9 +33,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tasks.cluster.base import Manifest
-from tasks.cluster.objects import spec_part
-from tasks.cluster.yamlfile import atomic_write, file_stamp
+from tasks.clients.cluster.base import Manifest
+from tasks.clients.cluster.objects import spec_part
+from tasks.clients.cluster.yamlfile import atomic_write, file_stamp
 
 log = logging.getLogger(__name__)
 

@@ -1,6 +1,6 @@
-"""Which files of a local cluster folder are manifests, and the paths a write creates (tasks/cluster/README.md).
+"""Which files of a local cluster folder are manifests, and the paths a write creates (tasks/clients/cluster/README.md).
 
-Split from :mod:`tasks.cluster.local_store` (the store's state and writes) so that module keeps to its concern.
+Split from :mod:`tasks.clients.cluster.local_store` (the store's state and writes) so that module keeps to its concern.
 """
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import os
 from collections.abc import Iterator
 from pathlib import Path
 
-from tasks.cluster.yamlfile import file_stamp
+from tasks.clients.cluster.yamlfile import file_stamp
 
 __all__ = [
     "MANIFEST_SUFFIXES",

@@ -20,8 +20,8 @@ from dataclasses import dataclass
 from datetime import UTC, date, datetime
 from typing import Any
 
-from tasks.cluster.base import Manifest
-from tasks.cluster.errors import Invalid
+from tasks.clients.cluster.base import Manifest
+from tasks.clients.cluster.errors import Invalid
 
 EVENT_SOURCE = "modelplane"
 """``source.component`` / ``reportingComponent`` of every Event Modelplane posts."""

@@ -13,7 +13,7 @@ document already spells on one line, such as its ``resourceVersion``), :func:`sp
 one in its place (or after the last top-level entry when there was none); a changed one-line metadata
 scalar is replaced in place. The result is parsed again and must read back as the new status with every
 other field as before; anything else (flow-style documents, ``List`` items, spec writes, a check that fails)
-returns ``None`` and the caller edits the round-trip tree instead (:mod:`tasks.cluster.yamlfile`).
+returns ``None`` and the caller edits the round-trip tree instead (:mod:`tasks.clients.cluster.yamlfile`).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Load and saturation read from a YAML file: the metrics source for local and CI runs, and its writer.
 
-:class:`FileMetrics` is the :class:`~tasks.metrics.snapshot.MetricsSource` behind ``modelplane optimize
+:class:`FileMetrics` is the :class:`~tasks.clients.metrics.snapshot.MetricsSource` behind ``modelplane optimize
 --metrics FILE``; :func:`write_metrics_file` writes a snapshot in the same format, so live metrics can be
 captured once from Prometheus and replayed. The file is re-read on every call, so it can be edited between
 runs; ``max_age_s`` does not apply to it.
@@ -35,7 +35,7 @@ Metrics file format (YAML; ``models``, ``instances`` and ``collectedAt`` may eac
 A model entry needs ``model`` and ``namespace``; a pod entry all three of its keys; an instance entry
 ``namespace``, ``pod`` and ``metrics``. Numbers must be non-negative (``kvCacheUsage`` within 0..1;
 instance metric values may be any number); unknown keys, duplicate models and wrong
-types are rejected with :class:`~tasks.metrics.snapshot.MetricsFileError` naming the file and the field
+types are rejected with :class:`~tasks.clients.metrics.snapshot.MetricsFileError` naming the file and the field
 (``metrics.yaml: models[0].avgInputTokens: expected a number >= 0, got 'abc'``). In ``latency``, each range
 (``window``, ``recent``) and each histogram in it may be left out; a histogram needs its ``+Inf`` bucket
 (``+Inf``, ``Inf`` or ``.inf``); ``itlHistogram`` is one of ``vllm:request_time_per_output_token_seconds``
@@ -56,8 +56,8 @@ from typing import Any
 import yaml
 
 from engine.slo.measure import ITL_HISTOGRAMS, REQUEST_ITL_HISTOGRAM, Buckets, LatencyHistograms
-from tasks.files import write_atomically
-from tasks.metrics.snapshot import (
+from tasks.clients.files import write_atomically
+from tasks.clients.metrics.snapshot import (
     METRIC_NAME,
     InstanceKey,
     MetricsFileError,

@@ -1,8 +1,8 @@
 """What one metrics collection returns, and the contract both metrics sources keep.
 
 The optimizer reads live load through :class:`MetricsSource`, implemented by
-:class:`tasks.metrics.prometheus.PrometheusMetrics` (vLLM metrics in Prometheus) and
-:class:`tasks.metrics.file.FileMetrics` (a YAML file, for local and CI runs). Both answer with a
+:class:`tasks.clients.metrics.prometheus.PrometheusMetrics` (vLLM metrics in Prometheus) and
+:class:`tasks.clients.metrics.file.FileMetrics` (a YAML file, for local and CI runs). Both answer with a
 :class:`MetricsSnapshot`, so the flow and the planner never know which one was used.
 
 Missing data is not an exception. A requested model without usable samples is absent from

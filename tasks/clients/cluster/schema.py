@@ -10,10 +10,10 @@ invalid writes rejected with ``Invalid`` naming the field. The rules live once i
   test keeps the files equal to the rendering, so they are taken from the renderer and need no file
   access at run time);
 * any other CustomResourceDefinition registered with :func:`register_crd` (KServe, Gateway API, ...),
-  which also makes its kind known to both backends (:func:`tasks.cluster.resources.register`).
+  which also makes its kind known to both backends (:func:`tasks.clients.cluster.resources.register`).
 
 A local manifests folder's own CustomResourceDefinition documents serve their kinds in that folder only
-(:func:`served_versions`, kept by :class:`tasks.cluster.local_store.LocalStore`): their schemas are passed in.
+(:func:`served_versions`, kept by :class:`tasks.clients.cluster.local_store.LocalStore`): their schemas are passed in.
 """
 
 from __future__ import annotations
@@ -27,9 +27,9 @@ from engine.api import schema as rules
 from engine.api.crds import structural_schema
 from engine.api.registry import kind_info
 from engine.api.views import CustomResourceDefinition
-from tasks.cluster.base import Manifest
-from tasks.cluster.errors import Invalid
-from tasks.cluster.resources import ResourceInfo, register
+from tasks.clients.cluster.base import Manifest
+from tasks.clients.cluster.errors import Invalid
+from tasks.clients.cluster.resources import ResourceInfo, register
 
 _lock = threading.Lock()
 _registered: dict[tuple[str, str], dict[str, Any]] = {}

@@ -10,10 +10,10 @@ the rest of Modelplane expects and much faster.
 Writes are JSON merge-patches (``application/merge-patch+json``; CRDs reject strategic merge), status
 only through ``/status``, and a given ``resourceVersion`` rides in the patch's metadata, where the
 server enforces it as a precondition (409 -> ``Conflict``). Failures become the typed errors of
-:mod:`tasks.cluster.errors`; their messages name the operation and the server's reason but never
+:mod:`tasks.clients.cluster.errors`; their messages name the operation and the server's reason but never
 carry request headers or bodies (no tokens, no Secret data), and they are raised outside the client's
 exception context so no traceback chain leaks those either. A 429/5xx becomes ``Unavailable`` with the
-server's ``Retry-After`` kept as ``retry_after`` (used by :func:`tasks.cluster.retry.retry_unavailable`);
+server's ``Retry-After`` kept as ``retry_after`` (used by :func:`tasks.clients.cluster.retry.retry_unavailable`);
 note that the client library itself already retries GETs answered with ``Retry-After``, as client-go
 does.
 """
@@ -34,11 +34,11 @@ from kubernetes.client.exceptions import ApiException
 
 from engine.api.identity import address_error, identity_errors
 from engine.api.views import Scale as ScaleView
-from tasks.cluster.base import Manifest, ObjectRef, Scale, WatchEvent
-from tasks.cluster.errors import ClusterError, Conflict, Forbidden, Invalid, NotFound, Unavailable
-from tasks.cluster.objects import apply_patch_of, json_shape
-from tasks.cluster.recorder import EventRecorder
-from tasks.cluster.resources import ResourceInfo, lookup, resource_for
+from tasks.clients.cluster.base import Manifest, ObjectRef, Scale, WatchEvent
+from tasks.clients.cluster.errors import ClusterError, Conflict, Forbidden, Invalid, NotFound, Unavailable
+from tasks.clients.cluster.objects import apply_patch_of, json_shape
+from tasks.clients.cluster.recorder import EventRecorder
+from tasks.clients.cluster.resources import ResourceInfo, lookup, resource_for
 
 log = logging.getLogger(__name__)
 
@@ -79,7 +79,7 @@ def load_api_client(kubeconfig: str | None = None, context: str | None = None) -
 
 
 class KubeCluster:
-    """A :class:`~tasks.cluster.base.Cluster` talking to a Kubernetes API server."""
+    """A :class:`~tasks.clients.cluster.base.Cluster` talking to a Kubernetes API server."""
 
     def __init__(
         self,
@@ -135,7 +135,7 @@ class KubeCluster:
         """A watch through ``kubernetes.watch.Watch`` with ``timeoutSeconds``: started without a
         resourceVersion, the server first sends every current object as ``ADDED``, then the changes,
         and ends the stream when the time is up. BOOKMARKs are skipped; an ERROR event (e.g. 410 Gone)
-        and a failed request raise the typed errors of :mod:`tasks.cluster.errors`."""
+        and a failed request raise the typed errors of :mod:`tasks.clients.cluster.errors`."""
         info = self._resource(api_version, kind)
         namespace = namespace if info.namespaced else None
         what = f"watch {info.plural}" + (f" in {namespace}" if namespace else "")
@@ -269,7 +269,7 @@ class KubeCluster:
         )
 
     def post_event(self, obj: Manifest, reason: str, message: str, event_type: str = "Normal") -> Manifest | None:
-        """Record a core/v1 Event whose involvedObject is ``obj``, aggregated (:mod:`tasks.cluster.recorder`)."""
+        """Record a core/v1 Event whose involvedObject is ``obj``, aggregated (:mod:`tasks.clients.cluster.recorder`)."""
         return self.events.record(obj, reason, message, event_type)
 
     # ------------------------------------------------------------------ requests

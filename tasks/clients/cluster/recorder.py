@@ -33,9 +33,9 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Generic, TypeVar
 
-from tasks.cluster.base import Cluster, Manifest, ObjectRef
-from tasks.cluster.errors import ClusterError, NotFound
-from tasks.cluster.objects import EVENT_SOURCE, build_event, now_rfc3339
+from tasks.clients.cluster.base import Cluster, Manifest, ObjectRef
+from tasks.clients.cluster.errors import ClusterError, NotFound
+from tasks.clients.cluster.objects import EVENT_SOURCE, build_event, now_rfc3339
 
 log = logging.getLogger(__name__)
 
