@@ -33,7 +33,7 @@ from flows.runs import flow
 from tasks.aim.caches import SharedCaches
 from tasks.aim.read import read_aim_state, typed
 from tasks.aim.resolve import write_template_plan
-from tasks.aim.writes import WriteCounts, for_each, write_status
+from tasks.aim.writes import WriteCounts, for_each, write_changed_status
 from tasks.boundary import Accepted
 from tasks.clients.cluster import Cluster, Manifest, connect
 from tasks.clients.cluster.errors import ClusterError
@@ -154,7 +154,7 @@ def write_model_ready(
 ) -> None:
     """Write a model's ``Ready`` as :func:`engine.aim.template_plan.plan_model_readiness` decided it."""
     try:
-        if write_status(cluster_api, model, status_with_conditions(model, [ready], now)):
+        if write_changed_status(cluster_api, model, status_with_conditions(model, [ready], now)):
             writes.statuses += 1
     except ClusterError as exc:
         writes.errors.append(f"AIMClusterModel {model['metadata']['name']}: {exc.message}")

@@ -63,7 +63,7 @@ from tasks.caches import ensure_cache, mark_used
 from tasks.clients.cluster import Cluster, ObjectRef
 from tasks.clients.cluster.errors import ClusterError, NotFound
 from tasks.clients.cluster.recorder import record_event
-from tasks.optimize.write import write_status
+from tasks.clients.cluster.retry import write_status
 from tasks.tracking import task
 from tasks.workloads import WriteLog, write_object
 

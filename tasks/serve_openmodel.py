@@ -28,7 +28,7 @@ from tasks.boundary import Accepted
 from tasks.caches import ensure_cache
 from tasks.clients.cluster import Cluster, ObjectRef
 from tasks.clients.cluster.errors import ClusterError, Forbidden, NotFound
-from tasks.optimize.write import write_status
+from tasks.clients.cluster.retry import write_status
 
 log = logging.getLogger(__name__)
 

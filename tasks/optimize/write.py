@@ -3,7 +3,7 @@
 Each object is written independently (:func:`parallel_map`: they are I/O bound), so one failure is that
 object's error and the others proceed. Writes go through the scale subresource and the ``/status``
 subresource; a status write that hits a stale resourceVersion re-reads the object and re-applies the change
-(:func:`write_status`, also used by the rollout flows). Whether a target is scaled at all is its actuation
+(:func:`tasks.clients.cluster.retry.write_status`, also used by the rollout flows). Whether a target is scaled at all is its actuation
 mode (engine.optimize.actuation); an Event is posted when the desired replicas change.
 
 A VariantAutoscaling's status is written last, conditioned on the resourceVersion its decision was made from.
@@ -34,7 +34,7 @@ from tasks.boundary import Accepted
 from tasks.clients.cluster import Cluster, ObjectRef
 from tasks.clients.cluster.errors import ClusterError, Conflict
 from tasks.clients.cluster.recorder import record_event
-from tasks.clients.cluster.retry import retry_on_conflict
+from tasks.clients.cluster.retry import write_status
 from tasks.optimize.bindings import binding_modes
 from tasks.optimize.read import ClusterState
 from tasks.tracking import run_logger, task
@@ -76,39 +76,6 @@ def parallel_map(fn: Callable[[T], WriteOutcome], items: list[T], workers: int =
         return [fn(item) for item in items]
     with ThreadPoolExecutor(max_workers=min(workers, len(items))) as pool:
         return list(pool.map(fn, items))
-
-
-def write_status(
-    cluster: Cluster,
-    listed: Mapping[str, Any],
-    build_patch: Callable[[dict[str, Any]], dict[str, Any] | None],
-) -> bool:
-    """Patch the status computed from the object; on a conflict re-read, recompute and retry.
-
-    The first attempt uses the object as the cycle LISTed it (its resourceVersion is the
-    precondition), so an uncontended cycle costs one PATCH per changed object and no GET.
-    ``build_patch`` returns the status merge-patch or ``None`` when nothing needs writing.
-    Returns whether a write happened.
-    """
-    ref = ObjectRef.of(dict(listed))
-    patch = build_patch(dict(listed))
-    if patch is None:
-        return False
-    try:
-        cluster.patch_status(ref, patch, resource_version=(listed.get("metadata") or {}).get("resourceVersion"))
-        return True
-    except Conflict:
-        log.info("conflict writing status of %s/%s; re-reading", ref.namespace, ref.name)
-    written = False
-
-    def mutate(obj: dict[str, Any]) -> dict[str, Any] | None:
-        nonlocal written
-        retry_patch = build_patch(obj)
-        written = retry_patch is not None
-        return retry_patch
-
-    retry_on_conflict(cluster, ref, mutate, write="status")
-    return written
 
 
 def write_status_once(
@@ -198,7 +165,7 @@ def apply_variant(
 
     ``published``: the decision's desired replicas reached the Pushgateway this cycle. ``replan``: how to
     decide again when the status write conflicts (see the module docs; without it the same decision is
-    re-applied to the re-read object, as :func:`write_status` does), at most ``attempts`` decisions in all.
+    re-applied to the re-read object, as :func:`tasks.clients.cluster.retry.write_status` does), at most ``attempts`` decisions in all.
     """
     mode = variant_mode(obj, default_mode) if decision.actuate else RECOMMEND
     outcome = WriteOutcome(

@@ -85,6 +85,35 @@ def retry_on_conflict(
     raise AssertionError("unreachable: attempts must be >= 1")  # pragma: no cover
 
 
+def write_status(cluster: Cluster, read: Manifest, build_patch: Mutation) -> bool:
+    """Patch the status computed from the object as read; on a conflict re-read, recompute and retry.
+
+    The first attempt uses the object as the run read it (its resourceVersion is the precondition), so an
+    uncontended write costs one PATCH and no GET (:func:`retry_on_conflict` with ``read``).
+
+    Args:
+        cluster: The cluster the object lives in.
+        read: The object as this run read it.
+        build_patch: The status merge-patch for a copy of the object, or ``None`` when nothing needs writing.
+
+    Returns:
+        Whether a write happened.
+
+    Raises:
+        Conflict: The object kept changing under every attempt.
+    """
+    written = False
+
+    def mutate(current: Manifest) -> Manifest | None:
+        nonlocal written
+        patch = build_patch(current)
+        written = patch is not None
+        return patch
+
+    retry_on_conflict(cluster, ObjectRef.of(dict(read)), mutate, write="status", read=dict(read))
+    return written
+
+
 def retry_unavailable(
     fn: Callable[[], T],
     attempts: int = 4,
