@@ -89,10 +89,8 @@ def rollout_services(namespaces: list[NamespaceName] | None = None, cluster: Clu
     """
     logger = run_logger()
     now = datetime.now(UTC).replace(microsecond=0)
-    cluster_api = connect(cluster)
-    state = read_aim_state(
-        cluster_api, ["services", "templates", "models", "configs", "caches", "nodes", "isvcs", "routes"]
-    )
+    conn = connect(cluster)
+    state = read_aim_state(conn, ["services", "templates", "models", "configs", "caches", "nodes", "isvcs", "routes"])
     scope = set(namespaces or ()) or None
     world = service_world(state)
     caches = SharedCaches(state.caches)
@@ -103,11 +101,11 @@ def rollout_services(namespaces: list[NamespaceName] | None = None, cluster: Clu
     def one(service: Accepted[AIMService], counts: WriteCounts) -> ServiceRow | None:
         try:
             plan = plan_service(service.model, world)
-            write_service_plan(cluster_api, service.obj, plan, caches, now, counts)
+            write_service_plan(conn, service.obj, plan, caches, now, counts)
         except (ClusterError, ValueError) as exc:  # one service's failure must not stop the others
             message = getattr(exc, "message", None) or str(exc)
             counts.errors.append(f"AIMService {service.namespace}/{service.name}: {message}")
-            record_event(cluster_api, service.obj, "RolloutFailed", message, "Warning")
+            record_event(conn, service.obj, "RolloutFailed", message, "Warning")
             return None
         return row_of(plan)
 

@@ -118,7 +118,7 @@ def write_choice(
 ) -> tuple[list[str], list[str]]:
     """The chosen candidate's annotations and ``modelplane.io/tuned`` on every VariantAutoscaling of the model, and
     the same record as ``status.tuning`` (``source``: what traffic was replayed)."""
-    backend = connect(cluster)
+    conn = connect(cluster)
     status = TuningStatus.model_validate(
         {
             "candidate": choice.chosen.candidate.name,
@@ -152,8 +152,8 @@ def write_choice(
         settings[ANNOTATION_TUNED] = record
         ref = ObjectRef(va.api_version, VARIANT_AUTOSCALING, name, namespace)
         try:
-            backend.patch_spec(ref, {"metadata": {"annotations": settings}})
-            backend.patch_status(ref, {"tuning": status})
+            conn.patch_spec(ref, {"metadata": {"annotations": settings}})
+            conn.patch_status(ref, {"tuning": status})
             written.append(f"{namespace}/{name}")
         except ClusterError as exc:
             failed.append(f"{namespace}/{name}: {exc.message}")

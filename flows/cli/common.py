@@ -158,8 +158,8 @@ def pre_check(cluster: str | None, check: Check | None = None) -> None:
     from tasks.clients.cluster import connect, local_path_problem
 
     with cli_errors():
-        target = connect(cluster, dry_run=True)  # a check changes nothing (not even an invalid object's status)
-        problem = local_path_problem(target) or (check(target) if check else None)
+        conn = connect(cluster, dry_run=True)  # a check changes nothing (not even an invalid object's status)
+        problem = local_path_problem(conn) or (check(conn) if check else None)
         if problem:
             raise CannotRun(problem)
 
