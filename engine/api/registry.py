@@ -19,13 +19,16 @@ Each apiVersion is a ``Final`` constant typed by a ``Literal`` alias: the models
 from __future__ import annotations
 
 import contextlib
+import functools
 import importlib
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Final, Literal, TypeAlias
 
-from engine.api.meta import KubeModel
+from pydantic import Field, create_model
+
+from engine.api.meta import KindList, KubeModel
 
 __all__ = [
     "AIM_API",
@@ -180,9 +183,9 @@ class KindInfo:
         """The pydantic model class for this kind."""
         return self._class(self.kind)
 
-    def list_model(self) -> type[KubeModel]:
-        """The pydantic model class of this kind's List."""
-        return self._class(self.list_kind)
+    def list_model(self) -> type[KindList[KubeModel]]:
+        """The pydantic model class of this kind's List (:class:`~engine.api.meta.KindList` of :meth:`model`)."""
+        return _list_model(self)
 
     def has_status_phase(self) -> bool:
         """Whether the status carries a ``status`` phase (Pending/.../Failed), read from the model."""
@@ -199,6 +202,18 @@ class KindInfo:
         if not (isinstance(found, type) and issubclass(found, KubeModel)):
             raise TypeError(f"{self.module}.{name} is not a KubeModel (kind registry entry {self.kind})")
         return found
+
+
+@functools.cache
+def _list_model(info: KindInfo) -> type[KindList[KubeModel]]:
+    """``<Kind>List``: the generic List of the kind's model, its apiVersion and List kind as defaults (made once)."""
+    return create_model(
+        info.list_kind,
+        __base__=KindList[info.model()],  # type: ignore[misc]  # the item model is known at run time only
+        __module__=info.module,
+        api_version=(str, Field(info.api_version, alias="apiVersion")),
+        kind=(str, info.list_kind),
+    )
 
 
 KINDS: Final[tuple[KindInfo, ...]] = (
