@@ -344,7 +344,7 @@ class PrometheusMetrics:
     def _assemble_pods(
         self, keys: list[ModelKey], rows: dict[str, dict[tuple[str, ...], float]], now: dt.datetime, missing: Missing
     ) -> dict[ModelKey, list[PodMetrics]]:
-        wanted = {(key.model_id, key.namespace): key for key in keys}
+        wanted: dict[tuple[str, ...], ModelKey] = {(key.model_id, key.namespace): key for key in keys}
         pods: dict[ModelKey, list[PodMetrics]] = {}
         for label_key in sorted(set(rows["kv"]) | set(rows["waiting"])):
             key = wanted.get(label_key[:2])
@@ -388,9 +388,31 @@ class PrometheusMetrics:
         ``data.result``, which must be of ``result_type`` (``matrix`` for a subquery)."""
         return self._query(promql, at, result_type)
 
+    def query_range(self, promql: str, start: float, end: float, step_s: float) -> list[dict[str, Any]]:
+        """Run one range query (``/api/v1/query_range``) with this client's credentials, TLS, timeout and retries.
+
+        Args:
+            promql: The expression.
+            start: The range's first evaluation, in epoch seconds.
+            end: Its last, in epoch seconds.
+            step_s: Seconds between evaluations.
+
+        Returns:
+            ``data.result``, a matrix: one row a series, its ``values`` as ``[time, "value"]`` pairs.
+
+        Raises:
+            MetricsUnavailable: Prometheus could not be reached after the retries, refused the query or answered
+                something else than a matrix.
+        """
+        data = {"query": promql, "start": f"{start:.3f}", "end": f"{end:.3f}", "step": f"{step_s:g}"}
+        return self._post("query_range", data, "matrix")
+
     def _query(self, promql: str, at: dt.datetime, result_type: str = "vector") -> list[dict[str, Any]]:
         """Run one instant query at ``at`` with retries; return ``data.result`` (a vector unless told otherwise)."""
-        data = {"query": promql, "time": f"{at.timestamp():.3f}"}
+        return self._post("query", {"query": promql, "time": f"{at.timestamp():.3f}"}, result_type)
+
+    def _post(self, endpoint: str, data: dict[str, str], result_type: str) -> list[dict[str, Any]]:
+        """POST ``data`` to ``/api/v1/<endpoint>``, retrying timeouts, refused connections, 5xx and 429."""
         token = self._bearer_token()
         headers = {"Authorization": f"Bearer {token}"} if token else {}
         failure = ""
@@ -399,7 +421,7 @@ class PrometheusMetrics:
                 self._sleep(self.backoff_s * 2 ** (attempt - 1))
             try:
                 response = self.session.post(
-                    f"{self.url}/api/v1/query",
+                    f"{self.url}/api/v1/{endpoint}",
                     data=data,
                     headers=headers,
                     timeout=self.timeout_s,
