@@ -100,10 +100,17 @@ def emit_change(
 ) -> Event | None:
     """Emit ``modelplane.<family>.<kind>.<transition>`` about ``subject``.
 
-    Inside a flow run Prefect relates the event to the run, its flow and deployment. ``related`` names
-    other objects involved (e.g. the template a cache serves), each with the role ``modelplane-object``.
-    Returns the event, or None where no Prefect API is configured to receive it, and in an untracked run
-    (tasks/tracking.py: a command on a manifests directory has no API to send it to).
+    Inside a flow run Prefect relates the event to the run, its flow and deployment.
+
+    Args:
+        subject: The object the event is about.
+        transition: What happened to it, the event name's last part (``available``, ``failed``, ...).
+        payload: Details a trigger or a person reads (status, reason, ...).
+        related: Other objects involved (e.g. the template a cache serves), each with the role ``modelplane-object``.
+
+    Returns:
+        The event, or None where no Prefect API is configured to receive it, and in an untracked run
+        (tasks/tracking.py: a command on a manifests directory has no API to send it to).
     """
     if in_untracked_run():
         return None

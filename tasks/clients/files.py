@@ -15,8 +15,17 @@ from pathlib import Path
 def write_atomically(path: Path, text: str) -> Path:
     """Replace ``path`` with ``text`` (temp file in the same directory, fsync, ``os.replace``, fsync of the directory).
 
-    The original file mode is kept, and a symbolic link stays a link (its target is replaced). Returns the
-    path actually written (the link's target).
+    The original file mode is kept, and a symbolic link stays a link (its target is replaced).
+
+    Args:
+        path: The file to replace (created with its directories when absent).
+        text: Its new content, written as UTF-8.
+
+    Returns:
+        The path actually written (the link's target).
+
+    Raises:
+        OSError: The directory or the file cannot be written; the old file is left as it was.
     """
     path = Path(os.path.realpath(path))
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -39,7 +48,11 @@ def write_atomically(path: Path, text: str) -> Path:
 
 
 def fsync_dir(directory: Path) -> None:
-    """Make a rename in ``directory`` durable (best effort: not every filesystem allows fsync on a directory)."""
+    """Make a rename in ``directory`` durable (best effort: not every filesystem allows fsync on a directory).
+
+    Args:
+        directory: The directory whose entries were changed.
+    """
     try:
         fd = os.open(directory, os.O_RDONLY)
     except OSError:
@@ -53,7 +66,14 @@ def fsync_dir(directory: Path) -> None:
 
 
 def fsync_file(path: Path) -> None:
-    """Force ``path``'s data to disk (before a journal vouches for it, or a marker lists it)."""
+    """Force ``path``'s data to disk (before a journal vouches for it, or a marker lists it).
+
+    Args:
+        path: The file written.
+
+    Raises:
+        OSError: The file cannot be opened or synced.
+    """
     fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)

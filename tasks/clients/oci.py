@@ -97,8 +97,17 @@ class ImageReference:
 
 
 def parse_reference(image: str) -> ImageReference:
-    """Parse ``[host[:port]/]repo[:tag][@digest]`` as Docker does (no host: Docker Hub, ``library/``
-    for one-part names); ``RegistryError('invalid')`` naming the problem otherwise."""
+    """Parse ``[host[:port]/]repo[:tag][@digest]`` as Docker does.
+
+    Args:
+        image: The image reference (no host: Docker Hub, ``library/`` for one-part names).
+
+    Returns:
+        The registry host, repository, tag and digest.
+
+    Raises:
+        RegistryError: ``invalid``, naming the problem.
+    """
     text = image.strip()
     match = _REFERENCE.match(text)
     if not text or not match:
@@ -140,8 +149,17 @@ def _registry_key(key: str) -> str:
 
 
 def parse_dockerconfigjson(text: str | bytes) -> dict[str, Credential]:
-    """Registry host -> credential from a ``.dockerconfigjson`` document; ``ValueError`` (without
-    quoting the content) when it is not one."""
+    """The credentials of a ``.dockerconfigjson`` document (a pull secret's).
+
+    Args:
+        text: The document.
+
+    Returns:
+        Registry host -> credential (``username``/``password``, ``auth`` or ``identitytoken``).
+
+    Raises:
+        ValueError: It is not a docker config; the message never quotes the content.
+    """
     try:
         data = json.loads(text)
     except (ValueError, UnicodeDecodeError):
@@ -167,7 +185,15 @@ def parse_dockerconfigjson(text: str | bytes) -> dict[str, Credential]:
 
 
 def credential_for(ref: ImageReference, keychain: Mapping[str, Credential]) -> Credential | None:
-    """The keychain's credential for the image's registry (Docker Hub under any of its names)."""
+    """The keychain's credential for the image's registry (Docker Hub under any of its names).
+
+    Args:
+        ref: The image.
+        keychain: Registry host -> credential, from the pull secrets.
+
+    Returns:
+        The credential, or None (the registry is asked anonymously).
+    """
     keys = DOCKER_HUB_AUTH_KEYS if ref.host in (DOCKER_HUB, "index.docker.io") else (ref.host,)
     for key in keys:
         found = keychain.get(_registry_key(key))
@@ -410,8 +436,19 @@ class RegistryClient:
 
 
 def select_platform(index: Mapping[str, Any], image: str, platform: tuple[str, str] = PLATFORM) -> str:
-    """The digest of the index entry for ``platform`` (linux/amd64); a one-entry index without
-    platforms is taken as it is. ``RegistryError('not-found')`` when the platform is missing."""
+    """The digest of an image index's entry for ``platform``; a one-entry index without platforms is taken as it is.
+
+    Args:
+        index: The image index (OCI) or manifest list (Docker).
+        image: The image reference, for the error.
+        platform: ``(os, architecture)``, linux/amd64 by default.
+
+    Returns:
+        The entry's manifest digest.
+
+    Raises:
+        RegistryError: ``not-found``: the index offers no manifest for the platform (the message lists those it has).
+    """
     entries = [e for e in index.get("manifests") or [] if isinstance(e, dict) and e.get("digest")]
     for entry in entries:
         plat = entry.get("platform") or {}
@@ -440,8 +477,15 @@ _HEX_DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
 
 
 def parse_mirrors(mirrors: Mapping[str, str]) -> dict[str, str | pathlib.Path]:
-    """``registry host -> mirror``: another registry host, or ``oci-layout:DIR`` (a directory holding
-    one OCI image layout per repository, ``DIR/<repository>/index.json``)."""
+    """The registry mirrors a run reads images from instead of their registries.
+
+    Args:
+        mirrors: Registry host -> another registry host, or ``oci-layout:DIR`` (a directory holding one OCI image
+            layout per repository, ``DIR/<repository>/index.json``); blank entries are left out.
+
+    Returns:
+        Registry host -> mirror host, or the layout directory as a path.
+    """
     result: dict[str, str | pathlib.Path] = {}
     for host, target in mirrors.items():
         target = target.strip()
@@ -470,8 +514,20 @@ def _layout_blob(layout: pathlib.Path, digest: str, image: str, limit: int) -> b
 def read_layout_config(
     root: pathlib.Path, ref: ImageReference, image: str, known_digest: str | None = None
 ) -> ImageConfig:
-    """:meth:`RegistryClient.read_config` from an OCI image layout at ``root/<repository>`` (the tag is
-    the ``org.opencontainers.image.ref.name`` annotation of an ``index.json`` entry)."""
+    """:meth:`RegistryClient.read_config` from an OCI image layout at ``root/<repository>``.
+
+    Args:
+        root: The layouts' directory (an ``oci-layout:`` mirror).
+        ref: The image; its tag is the ``org.opencontainers.image.ref.name`` annotation of an ``index.json`` entry.
+        image: The image reference, for errors.
+        known_digest: The manifest digest read last time: when unchanged, the config is not read again.
+
+    Returns:
+        The manifest digest and the config's labels (None with ``unchanged`` when the digest was known).
+
+    Raises:
+        RegistryError: ``not-found`` (no layout, no such tag or blob) or ``invalid`` (a file that is not JSON).
+    """
     layout = root / ref.repository  # the repository was validated by parse_reference: no "..", no absolute path
     try:
         index = json.loads((layout / "index.json").read_text())

@@ -97,14 +97,30 @@ class _MetricSetCollector(Collector):
 
 
 def registry_of(metrics: MetricSet) -> CollectorRegistry:
-    """A registry exposing exactly ``metrics`` (nothing of the process itself)."""
+    """A registry exposing exactly ``metrics`` (nothing of the process itself).
+
+    Args:
+        metrics: The run's metric families and samples.
+
+    Returns:
+        The registry ``push_to_gateway`` reads.
+    """
     registry = CollectorRegistry(auto_describe=False)
     registry.register(_MetricSetCollector(metrics))
     return registry
 
 
 def push(gateway: Pushgateway, flow: str, metrics: MetricSet) -> str | None:
-    """PUT ``metrics`` as the group of ``flow``; returns None on success, else why it failed (never raises)."""
+    """PUT ``metrics`` as the group of ``flow`` (replacing what that group held); never raises.
+
+    Args:
+        gateway: Where to push, with the grouping labels and the timeout.
+        flow: The flow whose group it is.
+        metrics: The run's metrics.
+
+    Returns:
+        None on success, else why it failed (the gateway's URL without credentials).
+    """
     try:
         push_to_gateway(
             gateway.url,

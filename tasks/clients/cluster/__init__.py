@@ -41,23 +41,42 @@ NO_CLUSTER_MESSAGE = (
 
 
 def resolve_target(target: str | None) -> str | None:
-    """The cluster ``target`` names after the defaults: ``None`` means the real cluster (kubeconfig or
-    in-cluster). An absent or blank target falls back to ``$MODELPLANE_CLUSTER``, never to the working
-    directory."""
+    """The cluster ``target`` names after the defaults.
+
+    Args:
+        target: A flow's ``cluster`` parameter; absent or blank falls back to ``$MODELPLANE_CLUSTER``, never to the
+            working directory.
+
+    Returns:
+        The target, stripped, or None for the real cluster (kubeconfig or in-cluster).
+    """
     if target is None or not target.strip():
         return os.environ.get(CLUSTER_ENV, "").strip() or None
     return target.strip()
 
 
 def is_manifests_target(target: str | None) -> bool:
-    """Whether ``target`` (after the defaults of :func:`resolve_target`) names a manifests directory or file, the
-    local backend, rather than a Kubernetes cluster."""
+    """Whether ``target`` names a manifests directory or file (the local backend) rather than a Kubernetes cluster.
+
+    Args:
+        target: A flow's ``cluster`` parameter, before the defaults of :func:`resolve_target`.
+
+    Returns:
+        True for a manifests directory or file.
+    """
     resolved = resolve_target(target)
     return resolved is not None and resolved not in _KUBE_TARGETS and not resolved.startswith(_KUBECONFIG_PREFIX)
 
 
 def local_path_problem(cluster: Cluster) -> str | None:
-    """Why a local-manifests cluster cannot be used (its path does not exist or is unreadable), or None."""
+    """Why a local-manifests cluster cannot be used.
+
+    Args:
+        cluster: A connected cluster (a Kubernetes one is never refused here).
+
+    Returns:
+        The reason (its path does not exist or is unreadable), or None.
+    """
     if not isinstance(cluster, LocalCluster):
         return None
     if not cluster.path.exists():
@@ -68,21 +87,31 @@ def local_path_problem(cluster: Cluster) -> str | None:
 
 
 def default_kube_configured() -> bool:
-    """Whether the default Kubernetes configuration exists: in-cluster, ``$KUBECONFIG`` or ``~/.kube/config``."""
+    """Whether the default Kubernetes configuration exists.
+
+    Returns:
+        True in a pod (in-cluster), with ``$KUBECONFIG`` set, or with a ``~/.kube/config`` file.
+    """
     if os.environ.get("KUBERNETES_SERVICE_HOST") or os.environ.get("KUBECONFIG"):
         return True
     return pathlib.Path("~/.kube/config").expanduser().is_file()
 
 
 def connect(target: str | None = None, *, dry_run: bool = False) -> Cluster:
-    """The cluster named by ``target`` (see the module docs for the accepted forms).
+    """The cluster named by ``target``.
 
-    ``dry_run`` (a flow's ``--dry-run``) gives a cluster whose writes change nothing: the local backend keeps
-    them in memory (not one byte of its folder changes: manifests, bookkeeping, lock), the real cluster receives
-    them with ``dryRun=All``. A flow reads its own writes back as it would in a real run.
+    Args:
+        target: A flow's ``cluster`` parameter (see the module docs for the accepted forms).
+        dry_run: A cluster whose writes change nothing (a flow's ``--dry-run``): the local backend keeps them in
+            memory (not one byte of its folder changes: manifests, bookkeeping, lock), the real cluster receives
+            them with ``dryRun=All``. A flow reads its own writes back as it would in a real run.
 
-    Raises :class:`ClusterError` (one line, reason ``NoCluster``) when nothing names a cluster and no
-    default Kubernetes configuration exists.
+    Returns:
+        The connected cluster: :class:`LocalCluster` for a manifests directory or file, else the Kubernetes one.
+
+    Raises:
+        ClusterError: One line, reason ``NoCluster``: nothing names a cluster and no default Kubernetes
+            configuration exists.
     """
     resolved = resolve_target(target)
     if resolved is None:

@@ -348,7 +348,14 @@ def _bounds(minimum: float, maximum: float) -> str:
 
 
 def snapshot_document(snapshot: MetricsSnapshot) -> dict[str, Any]:
-    """A snapshot in the metrics file format (rates as ``arrivalRateRps``, exact)."""
+    """A snapshot in the metrics file format (rates as ``arrivalRateRps``, exact).
+
+    Args:
+        snapshot: What a collection returned.
+
+    Returns:
+        The document :class:`FileMetrics` reads back as the same snapshot.
+    """
     keys = sorted(set(snapshot.loads) | set(snapshot.pods) | set(snapshot.latency))
     models = []
     for key in keys:
@@ -404,5 +411,13 @@ def _latency_document(histograms: LatencyHistograms) -> dict[str, Any]:
 
 
 def write_metrics_file(path: str | os.PathLike[str], snapshot: MetricsSnapshot) -> None:
-    """Write ``snapshot`` to ``path`` in the metrics file format, atomically."""
+    """Write ``snapshot`` to ``path`` in the metrics file format, atomically.
+
+    Args:
+        path: The metrics file.
+        snapshot: What a collection returned.
+
+    Raises:
+        OSError: The file cannot be written (the old one is left as it was).
+    """
     write_atomically(pathlib.Path(path), yaml.safe_dump(snapshot_document(snapshot), sort_keys=False))

@@ -177,7 +177,17 @@ class MetricsSource(Protocol):
 
 
 def checked_metric_names(names: Iterable[str]) -> list[str]:
-    """``names`` sorted and deduplicated; ``ValueError`` naming every one that is not a metric name."""
+    """Check the names of the instance metrics a collection asks for.
+
+    Args:
+        names: Prometheus metric names.
+
+    Returns:
+        The names sorted and deduplicated.
+
+    Raises:
+        ValueError: Naming every one that is not a metric name (they are spliced into PromQL).
+    """
     checked = sorted(set(names))
     bad = [name for name in checked if not METRIC_NAME.match(name)]
     if bad:
@@ -186,5 +196,12 @@ def checked_metric_names(names: Iterable[str]) -> list[str]:
 
 
 def from_epoch(epoch: float) -> dt.datetime:
-    """A UTC datetime from a Unix timestamp (Prometheus sample times, file mtimes)."""
+    """A UTC datetime from a Unix timestamp.
+
+    Args:
+        epoch: Seconds since the epoch (Prometheus sample times, file mtimes).
+
+    Returns:
+        The same instant, timezone-aware in UTC.
+    """
     return dt.datetime.fromtimestamp(epoch, dt.UTC)

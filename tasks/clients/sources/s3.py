@@ -41,12 +41,23 @@ def service_data() -> Loader:
     Every botocore session builds a loader of its own and parses those JSON files again: about 70 ms of CPU per
     client, and warm-caches makes two clients per S3 cache (sizing, then the fill). Sharing the loader between
     sessions is botocore's documented way to load them once (boto/botocore#3078); each client still gets a
-    session of its own, so credentials and configuration are resolved per client as before."""
+    session of its own, so credentials and configuration are resolved per client as before.
+
+    Returns:
+        The loader, made on the first call.
+    """
     return botocore.session.get_session().get_component("data_loader")
 
 
 def s3_client(**kwargs: Any) -> BaseClient:
-    """An S3 client on a new botocore session that shares :func:`service_data`."""
+    """An S3 client on a new botocore session that shares :func:`service_data`.
+
+    Args:
+        **kwargs: ``create_client``'s options (endpoint, credentials, region, config).
+
+    Returns:
+        The client.
+    """
     session = botocore.session.get_session()
     session.register_component("data_loader", service_data())
     return session.create_client("s3", **kwargs)
@@ -116,7 +127,8 @@ class S3Backend:
 
     def _head(self, bucket: str, key: str) -> dict[str, Any] | None:
         try:
-            return self.client.head_object(Bucket=bucket, Key=key)
+            head: dict[str, Any] = self.client.head_object(Bucket=bucket, Key=key)
+            return head
         except ClientError as exc:
             code = _code(exc)
             if code in ("404", "NoSuchKey", "NotFound"):
