@@ -32,15 +32,18 @@ import sys
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from enum import IntEnum
-from typing import Any, TypeVar, cast
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import typer
 import typer.core
 
-try:  # typer >= 0.20 vendors click; older releases use click itself
+if TYPE_CHECKING:  # the installed typer (constraints.txt) vendors click
     from typer._click import exceptions as _click_exceptions
-except ImportError:  # pragma: no cover - depends on the installed typer
-    from click import exceptions as _click_exceptions
+else:
+    try:  # typer >= 0.20 vendors click; older releases use click itself
+        from typer._click import exceptions as _click_exceptions
+    except ImportError:  # pragma: no cover - depends on the installed typer
+        from click import exceptions as _click_exceptions
 
 
 class ExitCode(IntEnum):
@@ -162,16 +165,17 @@ class OneLineErrorGroup(typer.core.TyperGroup):
 
     def main(
         self,
-        args: Any = None,
+        args: Sequence[str] | None = None,
         prog_name: str | None = None,
         complete_var: str | None = None,
         standalone_mode: bool = True,
+        windows_expand_args: bool = True,
         **extra: Any,
     ) -> Any:
         if not standalone_mode:
-            return super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+            return super().main(args, prog_name, complete_var, False, windows_expand_args, **extra)
         try:
-            result = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+            result = super().main(args, prog_name, complete_var, False, windows_expand_args, **extra)
         except _click_exceptions.NoArgsIsHelpError as exc:
             sys.stdout.write(exc.ctx.get_help() + "\n" if exc.ctx else "")
             sys.exit(ExitCode.CANNOT_RUN)

@@ -37,7 +37,7 @@ def health_server(elector: LeaderElector, alive: Callable[[], bool], port: int) 
 
     class Probe(BaseHTTPRequestHandler):
         def do_GET(self) -> None:  # noqa: N802 (http.server's name)
-            checks = {"/healthz": alive, "/readyz": lambda: elector.is_leader}
+            checks: dict[str, Callable[[], bool]] = {"/healthz": alive, "/readyz": lambda: elector.is_leader}
             check = checks.get(self.path.split("?")[0])
             ok = check is not None and check()
             body = (f"{'ok' if ok else 'not ready'}; holder {elector.holder or '-'}\n").encode()

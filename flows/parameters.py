@@ -9,7 +9,7 @@ instead of bare ``str``/``float`` so every lifecycle shows the same rules.
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Final
 
 from pydantic import Field
 
@@ -98,8 +98,8 @@ MAX_FILL_ATTEMPTS = 4
 FILL_RETRY_BACKOFF_S = 300.0
 """warm-caches waits this long after a first failed fill (doubling after each further one)."""
 
-KTHENA_NETWORKING = "auto"
+KTHENA_NETWORKING: Final = "auto"
 """rollout-models renders Kthena's networking objects when the cluster serves them (``off``: never)."""
 
-ROLLOUT_WORKLOAD = "Deployment"
+ROLLOUT_WORKLOAD: Final = "Deployment"
 """The workload rollout-models renders a Model as (``ModelServing``: Kthena's gang-scheduled one)."""

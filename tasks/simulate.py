@@ -13,6 +13,7 @@ import html
 import json
 import pathlib
 from collections.abc import Callable, Sequence
+from types import ModuleType
 from typing import Any
 
 from engine.api.views import ModelRoute
@@ -113,7 +114,8 @@ def policy_style(policy: str, markevery: int | None = None, order: int = 0) -> d
     return style
 
 
-def _pyplot():
+def _pyplot() -> ModuleType:
+    """``matplotlib.pyplot`` on the Agg backend (no display), imported on first use."""
     import matplotlib
 
     matplotlib.use("Agg")

@@ -24,7 +24,7 @@ import importlib
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Final, Literal, TypeAlias
+from typing import Final, Literal, TypeAlias, cast
 
 from pydantic import Field, create_model
 
@@ -207,9 +207,11 @@ class KindInfo:
 @functools.cache
 def _list_model(info: KindInfo) -> type[KindList[KubeModel]]:
     """``<Kind>List``: the generic List of the kind's model, its apiVersion and List kind as defaults (made once)."""
+    # KindList[<the kind's model>], spelled as the call it is: the item model is known at run time only
+    base = cast("type[KindList[KubeModel]]", KindList.__class_getitem__(info.model()))
     return create_model(
         info.list_kind,
-        __base__=KindList[info.model()],  # type: ignore[misc]  # the item model is known at run time only
+        __base__=base,
         __module__=info.module,
         api_version=(str, Field(info.api_version, alias="apiVersion")),
         kind=(str, info.list_kind),

@@ -207,6 +207,7 @@ def run_flow(
     from flows.runs import ParameterError, validate_parameters
     from tasks.clients.cluster.errors import ClusterError
 
+    stops: tuple[type[Exception], ...] = (ParameterError, CannotRun, ClusterError, *cannot_run)
     name = flow.rpartition(":")[2].replace("_", "-") if isinstance(flow, str) else flow.name
     pre_check(parameters.get("cluster"), check)
     tracked = tracking_wanted(track, parameters.get("cluster"), bool(parameters.get("dry_run")))
@@ -224,7 +225,7 @@ def run_flow(
             announce(name, parameters, tracked=False)
         with shown_progress():
             return run_untracked(flow, validated)
-    except (ParameterError, CannotRun, ClusterError, *cannot_run) as exc:
+    except stops as exc:
         reason = one_line(exc)
     except (OSError, ValueError) as exc:
         reason = f"{type(exc).__name__}: {one_line(exc)}"

@@ -24,6 +24,7 @@ import pathlib
 import shutil
 from collections.abc import Callable
 from datetime import UTC, datetime
+from typing import TYPE_CHECKING
 
 from engine.caches.sources import ModelSource, parse_source
 from tasks.clients.files import fsync_dir, fsync_file
@@ -55,6 +56,10 @@ from tasks.downloader.plan import (
 )
 from tasks.downloader.progress import ProgressCallback, ProgressTracker, human_bytes
 from tasks.downloader.transfer import plan_transfer, run_transfers
+
+if TYPE_CHECKING:
+    from tasks.clients.sources.hf import HfBackend
+    from tasks.clients.sources.s3 import S3Backend
 
 log = logging.getLogger("modelplane.downloader")
 
@@ -136,7 +141,8 @@ def _complete_manifest(root: pathlib.Path, source: ModelSource) -> CacheManifest
     return manifest if is_complete(root, source.uri) else None
 
 
-def _backend(source: ModelSource, creds: Credentials, concurrency: int):  # type: ignore[no-untyped-def]
+def _backend(source: ModelSource, creds: Credentials, concurrency: int) -> S3Backend | HfBackend:
+    """The transport of ``source`` (imported on first use: botocore and huggingface_hub are slow to import)."""
     if source.scheme == "s3":
         from tasks.clients.sources.s3 import S3Backend
 

@@ -108,7 +108,8 @@ class CacheLock:
 
     def _read_token(self) -> str | None:
         try:
-            return json.loads(self.path.read_text()).get("owner")
+            owner = json.loads(self.path.read_text()).get("owner")
+            return owner if isinstance(owner, str) else None
         except (OSError, ValueError, AttributeError):
             return None
 

@@ -282,7 +282,7 @@ def read_binding_inputs(
         targets.append(
             BindingTarget(
                 ref.name,
-                ref.namespace,
+                ref.namespace or namespace,
                 ref.api_version,
                 ref.kind,
                 current,

@@ -211,13 +211,12 @@ def apply_variant(
             outcome.status_written = write_status(cluster, obj, build)
         else:
             outcome.status_written = write_status_once(cluster, obj, build)
-    except Conflict as exc:  # only with replan: the decision was made from an object that has changed since
-        if attempts <= 1:
-            outcome.error = (outcome.error + "; " if outcome.error else "") + (
-                f"status: {exc.message} (still conflicting after {REPLAN_ATTEMPTS - 1} re-plans)"
-            )
-            return outcome
-        return replan_variant(cluster, decision, obj, replan, attempts - 1, outcome, now, heartbeat_s, default_mode)
+    except Conflict as exc:  # with replan: the decision was made from an object that has changed since
+        if replan is not None and attempts > 1:
+            return replan_variant(cluster, decision, obj, replan, attempts - 1, outcome, now, heartbeat_s, default_mode)
+        still = f" (still conflicting after {REPLAN_ATTEMPTS - 1} re-plans)" if replan is not None else ""
+        outcome.error = (outcome.error + "; " if outcome.error else "") + f"status: {exc.message}{still}"
+        return outcome
     except ClusterError as exc:
         outcome.error = (outcome.error + "; " if outcome.error else "") + f"status: {exc.message}"
     previous = ((obj.get("status") or {}).get("desiredOptimizedAlloc") or {}).get("numReplicas")
@@ -286,7 +285,7 @@ def apply_binding(
     for target in decision.targets:
         target.mode = modes.get(target.name, binding_mode)
         scale_ok = False
-        if scales(target.mode) and target.changes_replicas:
+        if scales(target.mode) and target.changes_replicas and target.desired is not None:
             try:
                 cluster.set_scale(
                     ObjectRef(target.api_version, target.kind, target.name, target.namespace), target.desired

@@ -25,7 +25,7 @@ import logging
 import os
 import threading
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, TypeAlias
 
 import urllib3
 from kubernetes import client, config
@@ -39,6 +39,11 @@ from tasks.clients.cluster.errors import ClusterError, Conflict, Forbidden, Inva
 from tasks.clients.cluster.objects import apply_patch_of, json_shape
 from tasks.clients.cluster.recorder import EventRecorder
 from tasks.clients.cluster.resources import ResourceInfo, lookup, resource_for
+
+Manifests: TypeAlias = list[Manifest]
+"""Objects as a LIST answers them (spelled outside :class:`KubeCluster`, whose ``list`` method shadows the builtin)."""
+Query: TypeAlias = list[tuple[str, Any]]
+"""The query parameters of a raw request."""
 
 log = logging.getLogger(__name__)
 
@@ -66,7 +71,8 @@ def load_api_client(kubeconfig: str | None = None, context: str | None = None) -
             return client.ApiClient(configuration)
         # $KUBECONFIG is read now, not when the client library was imported; it may list several files.
         path = os.path.expanduser(kubeconfig) if kubeconfig else os.environ.get("KUBECONFIG") or None
-        return config.new_client_from_config(config_file=path, context=context, persist_config=False)
+        api: client.ApiClient = config.new_client_from_config(config_file=path, context=context, persist_config=False)
+        return api
     except Exception as exc:  # noqa: BLE001 - the loader raises ConfigException, OSError, TypeError, KeyError,
         # yaml errors ... for a malformed kubeconfig; all mean "cannot load the configuration", in one line
         where = kubeconfig or os.environ.get("KUBECONFIG") or "~/.kube/config"
@@ -309,8 +315,8 @@ class KubeCluster:
             ),
         )
 
-    def _list_all(self, info: ResourceInfo, namespace: str | None, selector: str | None) -> list[Manifest]:
-        items: list[Manifest] = []
+    def _list_all(self, info: ResourceInfo, namespace: str | None, selector: str | None) -> Manifests:
+        items: Manifests = []
         token: str | None = None
         while True:
             page = self._list_page(info, namespace, selector, token)
@@ -330,6 +336,7 @@ class KubeCluster:
                 (k, v) for k, v in (("labelSelector", selector), ("continue", token)) if v
             ]
             return self._call(what, info, lambda: self._rest("GET", info.path(namespace), query=query))
+        args: tuple[str, ...]
         if info.namespaced and namespace is None:
             method, args = "list_custom_object_for_all_namespaces", (info.group, info.version, info.plural)
         else:
@@ -351,11 +358,11 @@ class KubeCluster:
         """:meth:`_raw` for a typed write call, with ``dry_run="All"`` in a dry run."""
         return {**self._raw(), **({"dry_run": "All"} if self.dry_run else {})}
 
-    def _dry(self) -> list[tuple[str, Any]]:
+    def _dry(self) -> Query:
         """The query of a raw write: ``dryRun=All`` in a dry run."""
         return [("dryRun", "All")] if self.dry_run else []
 
-    def _fm(self) -> list[tuple[str, Any]]:
+    def _fm(self) -> Query:
         """The query of a raw create or patch: the field manager, and ``dryRun=All`` in a dry run."""
         return _FM + self._dry()
 
@@ -365,7 +372,7 @@ class KubeCluster:
         path: str,
         *,
         body: Manifest | None = None,
-        query: list[tuple[str, Any]] | None = None,
+        query: Query | None = None,
         content_type: str | None = None,
     ) -> Any:
         """One request to an arbitrary API path; raises ``ApiException`` on a non-2xx answer."""
@@ -485,7 +492,8 @@ def _decode(response: Any) -> Manifest:
     data = response.data
     if not data:
         return {}
-    return json.loads(data)
+    decoded: Manifest = json.loads(data)
+    return decoded
 
 
 def _scale_from(scale: Manifest) -> Scale:

@@ -108,7 +108,8 @@ def apply_builtin_defaults(obj: Manifest) -> Manifest:
         obj.setdefault("type", "Opaque")
         string_data = obj.pop("stringData", None)
         if isinstance(string_data, dict):
-            data = obj.get("data") if isinstance(obj.get("data"), dict) else {}
+            existing = obj.get("data")
+            data = existing if isinstance(existing, dict) else {}
             data.update({k: base64.b64encode(str(v).encode()).decode() for k, v in string_data.items()})
             obj["data"] = data
     elif api_version == "v1" and kind == "Namespace":
@@ -166,7 +167,9 @@ _EXISTS_RE = re.compile(r"^(?P<neg>!?)\s*(?P<key>[^\s!=(),]+)$")
 
 def _split_terms(selector: str) -> list[str]:
     """Split on commas that are not inside a ``( ... )`` value set."""
-    terms, depth, current = [], 0, []
+    terms: list[str] = []
+    current: list[str] = []
+    depth = 0
     for char in selector:
         if char == "(":
             depth += 1

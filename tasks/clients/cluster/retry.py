@@ -27,10 +27,19 @@ _MAX_RETRY_AFTER = 30.0  # never let a server's Retry-After stall a flow longer 
 
 
 def exponential_backoff(base: float = 0.05, cap: float = 1.0, jitter: float = 0.5) -> Backoff:
-    """Delay before retry ``attempt`` (1-based): ``base * 2**(attempt-1)`` capped, with +/- jitter."""
+    """The delay before each retry: ``base * 2**(attempt-1)`` capped, with +/- jitter.
+
+    Args:
+        base: Seconds before the first retry.
+        cap: The longest delay, in seconds.
+        jitter: The relative spread around the delay (0.5: between half and one and a half times it).
+
+    Returns:
+        Attempt number (1-based) -> seconds to wait.
+    """
 
     def delay(attempt: int) -> float:
-        raw = min(cap, base * (2 ** (attempt - 1)))
+        raw = min(cap, base * 2.0 ** (attempt - 1))
         return max(0.0, raw * (1 + random.uniform(-jitter, jitter)))
 
     return delay
@@ -49,14 +58,26 @@ def retry_on_conflict(
 ) -> Manifest:
     """Read ``ref``, apply ``mutate`` and write the result with the read resourceVersion.
 
-    ``read`` is the object as this run already read it: the first attempt computes from it without a GET (a run
-    reads once), and only a conflict goes back to the cluster for a fresh copy.
+    On ``Conflict`` the object is re-read and ``mutate`` re-applied, up to ``attempts`` times in all.
 
-    ``mutate`` gets a private copy of the object and returns the status to merge (``write="status"``)
-    or the merge-patch of the main resource (``write="spec"``), or ``None`` when nothing needs
-    writing. On ``Conflict`` the object is re-read and ``mutate`` re-applied, up to ``attempts``
-    times in all; the last ``Conflict`` propagates. Returns the object as written (or as read when
-    nothing was written).
+    Args:
+        cluster: The cluster the object lives in.
+        ref: The object.
+        mutate: Gets a private copy of the object and returns the status to merge (``write="status"``) or the
+            merge-patch of the main resource (``write="spec"``), or ``None`` when nothing needs writing.
+        attempts: Writes tried at most.
+        write: Which part is written.
+        backoff: The delay before each retry (default :func:`exponential_backoff`).
+        sleep: How to wait (tests pass a recorder).
+        read: The object as this run already read it: the first attempt computes from it without a GET (a run
+            reads once), and only a conflict goes back to the cluster for a fresh copy.
+
+    Returns:
+        The object as written (or as read when nothing was written).
+
+    Raises:
+        Conflict: The object still changed under the last attempt.
+        ValueError: ``attempts`` below 1 or an unknown ``write``.
     """
     if attempts < 1:
         raise ValueError("attempts must be >= 1")
@@ -125,7 +146,20 @@ def retry_unavailable(
 
     Only transient failures (unreachable server, 429, 5xx) are retried; every other error propagates
     at once. A server-sent ``Retry-After`` (kept by the kube backend as ``retry_after`` on the error)
-    lengthens the wait. After ``attempts`` calls the last ``Unavailable`` propagates.
+    lengthens the wait.
+
+    Args:
+        fn: The call.
+        attempts: Calls tried at most.
+        base_delay: Seconds before the first retry.
+        sleep: How to wait (tests pass a recorder).
+
+    Returns:
+        What ``fn`` returned.
+
+    Raises:
+        Unavailable: The last attempt's, after ``attempts`` calls.
+        ValueError: ``attempts`` below 1.
     """
     if attempts < 1:
         raise ValueError("attempts must be >= 1")

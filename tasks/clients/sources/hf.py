@@ -150,7 +150,7 @@ class HfBackend:
                 resume_size=resume,
                 headers=dict(self.headers),
                 expected_size=remote.size,
-                tqdm_class=_SilentBar,  # type: ignore[arg-type]
+                tqdm_class=_SilentBar,
             )
         except InterruptedError:
             return
