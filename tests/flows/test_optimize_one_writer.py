@@ -339,6 +339,33 @@ def test_a_status_conflict_rereads_and_replans_the_object(
     assert inconsistent(cluster, namespace) == []
 
 
+def test_a_status_that_keeps_conflicting_without_a_replan_is_that_objects_error(
+    prefect_harness: None,
+    big_kube: BigCluster,
+    kube_server: Any,
+    tmp_path: pathlib.Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A caller that gives no re-plan (``replan=None``) and a status write that conflicts at every try: the
+    object's outcome names the conflict, the others are written; nothing calls the missing re-plan."""
+    namespace = big_kube.namespace
+    metrics = write_metrics(tmp_path / "a.yaml", namespace, 1)
+    real = optimize_flow.apply_decisions
+
+    def without_replan(*args: Any, **kwargs: Any) -> Any:  # the flow passes (..., published, replan)
+        kwargs.pop("replan", None)
+        return real(*args[:6], **kwargs, replan=None)
+
+    monkeypatch.setattr(optimize_flow, "apply_decisions", without_replan)
+    victim = variant_name(3, "H100")
+    kube_server.inject("PATCH", f"/variantautoscalings/{victim}/status$", 409, times=20, reason="Conflict")
+    report = big_kube.optimize(metrics)
+    errors = {w.name: w.error for w in report.writes if w.error}
+    assert list(errors) == [victim]
+    assert errors[victim].startswith("status: ") and "re-plans" not in errors[victim]
+    kube_server.clear_injections()
+
+
 def test_a_stale_decision_is_replanned_not_written_over_a_newer_object(
     prefect_harness: None,
     big_kube: BigCluster,
