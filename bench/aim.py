@@ -48,7 +48,7 @@ def labels(i: int) -> dict[str, str]:
 
 def populate(server: Any, registry: Any, models: int) -> None:
     """Images in the registry; models, config, nodes and services in the cluster."""
-    from tasks.cluster.kube import KubeCluster
+    from tasks.clients.cluster.kube import KubeCluster
 
     cluster = KubeCluster(api_client=server.api_client())
     server.create_namespace(NAMESPACE)  # as on a cluster, objects need their namespace to exist

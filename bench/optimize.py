@@ -96,7 +96,7 @@ def populate(server: Any, models: int, config_namespace: str = CONFIG_NAMESPACE)
     """Create the ConfigMaps (in ``config_namespace``), 1,000 Deployments (ready) and 1,000 VariantAutoscalings."""
     from kubernetes import client as k8s
 
-    from tasks.cluster.kube import KubeCluster
+    from tasks.clients.cluster.kube import KubeCluster
 
     cluster = KubeCluster(api_client=server.api_client())
     for namespace in (NAMESPACE, config_namespace, "warm-up"):  # as on a cluster, namespaces come first

@@ -43,7 +43,7 @@ def serve_control_loop(metrics_file: str, identity: str) -> None:
     while this process holds the Lease (as ``modelplane serve-deployments --control-loop --leader-elect``)."""
     from flows.deployments import CONTROL_LOOP, PREFECT_YAML, runner_deployments, served_name
     from flows.leading import serve_while_leading
-    from tasks.cluster import connect
+    from tasks.clients.cluster import connect
     from tasks.leader import LeaseConfig
 
     served = runner_deployments(PREFECT_YAML, only=CONTROL_LOOP)

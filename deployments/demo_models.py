@@ -44,7 +44,7 @@ def free_port() -> int:
 def point_config_at(cluster: str, endpoint: str) -> None:
     """Set the endpoint of the demo namespace's S3 credential in the manifests directory ``cluster``."""
     sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
-    from tasks.cluster import LocalCluster, ObjectRef
+    from tasks.clients.cluster import LocalCluster, ObjectRef
 
     manifests = LocalCluster(cluster)
     config = manifests.get("aim.silogen.ai/v1alpha1", "AIMNamespaceConfig", "default", NAMESPACE)

@@ -1,4 +1,4 @@
-"""What a flow run publishes to Prometheus, as plain data (``tasks/pushgateway.py`` pushes it).
+"""What a flow run publishes to Prometheus, as plain data (``tasks/clients/pushgateway.py`` pushes it).
 
 Two families:
 

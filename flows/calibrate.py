@@ -33,10 +33,10 @@ from flows.parameters import CALIBRATE_LOOKBACK, CALIBRATE_WINDOW, SYSTEM_NAMESP
 from flows.runs import flow
 from tasks.boundary import Accepted
 from tasks.calibrate import prometheus_windows, read_windows_file, write_outcome
-from tasks.cluster import connect
-from tasks.cluster.errors import ClusterError
-from tasks.metrics.prometheus import PrometheusMetrics
-from tasks.metrics.snapshot import MetricsError
+from tasks.clients.cluster import connect
+from tasks.clients.cluster.errors import ClusterError
+from tasks.clients.metrics.prometheus import PrometheusMetrics
+from tasks.clients.metrics.snapshot import MetricsError
 from tasks.optimize.read import read_cluster_state
 from tasks.tracking import run_logger, table_artifact, task, tracked
 

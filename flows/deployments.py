@@ -51,12 +51,13 @@ PROCESS_POOL = "modelplane-process"
 # What a process pool's runs take from the worker's environment instead of the deployment (prefect_yaml_for_pool).
 INHERITED = ("PROMETHEUS_URL",)
 
-_TRIGGERS: TypeAdapter[DeploymentTriggerTypes] = TypeAdapter(DeploymentTriggerTypes)
+_TRIGGERS = TypeAdapter[DeploymentTriggerTypes](DeploymentTriggerTypes)
 
 
 def load_prefect_yaml(path: pathlib.Path = PREFECT_YAML) -> dict[str, Any]:
     """The parsed prefect.yaml (YAML anchors resolved)."""
-    return yaml.safe_load(path.read_text())
+    document: dict[str, Any] = yaml.safe_load(path.read_text())
+    return document
 
 
 def build_outputs(config: dict[str, Any]) -> dict[str, Any]:
@@ -220,7 +221,7 @@ def kubernetes_pool_template(path: pathlib.Path = WORK_POOL_TEMPLATE, image: str
     ``/spec/template/spec/completions`` and ``/spec/template/spec/parallelism`` (the API server drops those
     two unknown pod fields with a warning).
     """
-    template = json.loads(path.read_text())
+    template: dict[str, Any] = json.loads(path.read_text())
     template["variables"]["properties"]["image"]["default"] = image or modelplane_image()
     return template
 
@@ -346,8 +347,9 @@ def run_streaming(
         command, cwd=REPO, env=environment, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
     )
     assert process.stdout is not None and process.stderr is not None
+    stderr = process.stderr
     errors: list[str] = []
-    reader = threading.Thread(target=lambda: errors.extend(process.stderr), daemon=True)  # type: ignore[union-attr]
+    reader = threading.Thread(target=lambda: errors.extend(stderr), daemon=True)
     reader.start()
     lines = []
     for line in process.stdout:

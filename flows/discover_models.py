@@ -39,11 +39,11 @@ from tasks.aim.images import Keychain, inspect_images, pull_secrets, read_keycha
 from tasks.aim.read import read_aim_state, typed
 from tasks.aim.writes import WriteCounts, for_each
 from tasks.boundary import Accepted
-from tasks.cluster import connect
-from tasks.cluster.errors import ClusterError
-from tasks.cluster.recorder import record_event
-from tasks.events import Subject, emit_change
-from tasks.oci import RegistryClient
+from tasks.clients.cluster import connect
+from tasks.clients.cluster.errors import ClusterError
+from tasks.clients.cluster.recorder import record_event
+from tasks.clients.events import Subject, emit_change
+from tasks.clients.oci import RegistryClient
 from tasks.tracking import quote, run_logger, table_artifact, tracked
 
 DEFAULT_INTERVAL_S = 3600
@@ -105,8 +105,8 @@ def discover_models(
     """
     logger = run_logger()
     now = datetime.now(UTC).replace(microsecond=0)
-    cluster_api = connect(cluster)
-    state = read_aim_state(cluster_api, ["models", "configs", "templates"], model_selector)
+    conn = connect(cluster)
+    state = read_aim_state(conn, ["models", "configs", "templates"], model_selector)
     configs = typed(state.configs)
 
     wanted = images_to_read(typed(state.models), now, timedelta(seconds=resync_interval_s))
@@ -115,7 +115,7 @@ def discover_models(
     )
     records: dict[str, DiscoveryRecord] = {}
     if wanted:
-        keychain = read_keychain(cluster_api, quote(configs)) if any(pull_secrets(c) for c in configs) else Keychain()
+        keychain = read_keychain(conn, quote(configs)) if any(pull_secrets(c) for c in configs) else Keychain()
         records = inspect_images(client, wanted, keychain, now)
 
     world = DiscoveryWorld.of(
@@ -128,10 +128,10 @@ def discover_models(
         read_now = model.spec.image in records
         plan = plan_model(model, records[model.spec.image] if read_now else previous_record(model), read_now, world)
         try:
-            write_model_plan(cluster_api, item.obj, plan, now, counts)
+            write_model_plan(conn, item.obj, plan, now, counts)
         except ClusterError as exc:  # one model's API failure must not stop the others
             counts.errors.append(f"AIMClusterModel {plan.name}: {exc.message}")
-            record_event(cluster_api, item.obj, "DiscoveryFailed", exc.message, "Warning")
+            record_event(conn, item.obj, "DiscoveryFailed", exc.message, "Warning")
             return None
         return row_of(plan)
 

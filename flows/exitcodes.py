@@ -32,15 +32,18 @@ import sys
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from enum import IntEnum
-from typing import Any, TypeVar, cast
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import typer
 import typer.core
 
-try:  # typer >= 0.20 vendors click; older releases use click itself
+if TYPE_CHECKING:  # the installed typer (constraints.txt) vendors click
     from typer._click import exceptions as _click_exceptions
-except ImportError:  # pragma: no cover - depends on the installed typer
-    from click import exceptions as _click_exceptions
+else:
+    try:  # typer >= 0.20 vendors click; older releases use click itself
+        from typer._click import exceptions as _click_exceptions
+    except ImportError:  # pragma: no cover - depends on the installed typer
+        from click import exceptions as _click_exceptions
 
 
 class ExitCode(IntEnum):
@@ -111,10 +114,10 @@ def one_line(error: BaseException) -> str:
 def cli_errors() -> Iterator[None]:
     """Turn the failures that mean "could not run" into one ``error:`` line on stderr and exit 2.
 
-    Covers :class:`CannotRun`, every cluster error (:class:`tasks.cluster.ClusterError`: bad kubeconfig,
+    Covers :class:`CannotRun`, every cluster error (:class:`tasks.clients.cluster.ClusterError`: bad kubeconfig,
     unreachable, forbidden, ...) and file-system errors. Anything else is a bug and keeps its traceback.
     """
-    from tasks.cluster.errors import ClusterError
+    from tasks.clients.cluster.errors import ClusterError
 
     retries = logging.getLogger("urllib3.connectionpool")  # one warning per HTTP retry: the final error says it all
     level = retries.level
@@ -162,16 +165,17 @@ class OneLineErrorGroup(typer.core.TyperGroup):
 
     def main(
         self,
-        args: Any = None,
+        args: Sequence[str] | None = None,
         prog_name: str | None = None,
         complete_var: str | None = None,
         standalone_mode: bool = True,
+        windows_expand_args: bool = True,
         **extra: Any,
     ) -> Any:
         if not standalone_mode:
-            return super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+            return super().main(args, prog_name, complete_var, False, windows_expand_args, **extra)
         try:
-            result = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+            result = super().main(args, prog_name, complete_var, False, windows_expand_args, **extra)
         except _click_exceptions.NoArgsIsHelpError as exc:
             sys.stdout.write(exc.ctx.get_help() + "\n" if exc.ctx else "")
             sys.exit(ExitCode.CANNOT_RUN)

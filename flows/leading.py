@@ -23,7 +23,7 @@ from collections.abc import Callable, Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import TYPE_CHECKING, Any
 
-from tasks.cluster import Cluster
+from tasks.clients.cluster import Cluster
 from tasks.leader import LeaderElector, LeaseConfig
 
 if TYPE_CHECKING:
@@ -42,7 +42,7 @@ def health_server(elector: LeaderElector, alive: Callable[[], bool], port: int) 
 
     class Probe(BaseHTTPRequestHandler):
         def do_GET(self) -> None:  # noqa: N802 (http.server's name)
-            checks = {"/healthz": alive, "/readyz": lambda: elector.is_leader}
+            checks: dict[str, Callable[[], bool]] = {"/healthz": alive, "/readyz": lambda: elector.is_leader}
             check = checks.get(self.path.split("?")[0])
             ok = check is not None and check()
             body = (f"{'ok' if ok else 'not ready'}; holder {elector.holder or '-'}\n").encode()

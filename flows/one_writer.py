@@ -20,8 +20,8 @@ from engine.optimize.plan import VariantDecision, plan_cycle
 from engine.optimize.spec import CycleInputs
 from flows.exitcodes import CannotRun
 from tasks.boundary import accept_as
-from tasks.cluster import Cluster
-from tasks.cluster.errors import ClusterError, NotFound
+from tasks.clients.cluster import Cluster
+from tasks.clients.cluster.errors import ClusterError, NotFound
 from tasks.optimize.read import ClusterState, read_current_replicas, scale_targets_of
 from tasks.optimize.write import Replan
 from tasks.writer_lock import LockHeld, WriterLock, hold_writer_lock
@@ -36,7 +36,7 @@ finishes within the flow's timeout; a crashed holder's Lease (15 s) expires well
 
 
 @contextmanager
-def writer_lock(backend: Cluster, namespace: str, dry_run: bool) -> Iterator[WriterLock | None]:
+def writer_lock(cluster: Cluster, namespace: str, dry_run: bool) -> Iterator[WriterLock | None]:
     """Hold the cluster's optimize Lease (a lock file on the local backend) for the block; a dry run takes none.
 
     A run that finds it held waits up to :data:`LOCK_WAIT_S` for the holder to finish, then stops with
@@ -50,7 +50,7 @@ def writer_lock(backend: Cluster, namespace: str, dry_run: bool) -> Iterator[Wri
         return
     with ExitStack() as stack:
         try:
-            lock = stack.enter_context(hold_writer_lock(backend, LOCK_NAME, namespace, LOCK_WAIT_S))
+            lock = stack.enter_context(hold_writer_lock(cluster, LOCK_NAME, namespace, LOCK_WAIT_S))
         except LockHeld as exc:
             raise CannotRun(
                 f"another optimize run is writing to this cluster: {exc}; this run changed nothing"
@@ -63,13 +63,13 @@ def writer_lock(backend: Cluster, namespace: str, dry_run: bool) -> Iterator[Wri
         yield lock
 
 
-def replanner(backend: Cluster, state: ClusterState, inputs: CycleInputs) -> Replan:
+def replanner(cluster: Cluster, state: ClusterState, inputs: CycleInputs) -> Replan:
     """How a VariantAutoscaling whose status write conflicted is decided again: the cycle's inputs (metrics, time,
     configuration) with that object as re-read and every target's replicas read again; its decision from the
     whole plan, so the allocation it gets is the one it would have got in the cycle."""
 
     def replan(fresh: dict[str, Any]) -> VariantDecision | None:
-        accepted = accept_as(backend, [fresh], VariantAutoscaling)
+        accepted = accept_as(cluster, [fresh], VariantAutoscaling)
         if not accepted:
             return None
         va = accepted[0]
@@ -77,7 +77,7 @@ def replanner(backend: Cluster, state: ClusterState, inputs: CycleInputs) -> Rep
         fresh_state = dataclasses.replace(
             state, variants=[va if (v.namespace, v.name) == key else v for v in state.variants]
         )
-        replicas = read_current_replicas.fn(backend, scale_targets_of(fresh_state))
+        replicas = read_current_replicas.fn(cluster, scale_targets_of(fresh_state))
         again = dataclasses.replace(
             inputs,
             variants=fresh_state.variant_models(),

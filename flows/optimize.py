@@ -11,7 +11,7 @@ cluster's writer lock (:func:`flows.one_writer.writer_lock`: a Lease, a lock fil
    analysis, hybrid arbitration, safety rules; Kthena recommendations with behaviour correction for bindings;
 5. publish (when a Pushgateway is configured): WVA's ``wva_desired_replicas`` family and Modelplane's
    operational gauges, before any write, so ``status.actuation`` of a ``metrics``-mode target says
-   whether its desired replicas reached the HPA's source (``tasks/pushgateway.py``, ``engine/optimize/actuation.py``);
+   whether its desired replicas reached the HPA's source (``tasks/clients/pushgateway.py``, ``engine/optimize/actuation.py``);
 6. actuate: scale each target whose actuation mode scales (``scale``, ``both``) through its scale
    subresource, then write status (conditions, desired allocation, actuation) and an Event when the
    desired replicas change; a status write conditioned on a resourceVersion that has moved re-plans that
@@ -55,12 +55,13 @@ from flows.parameters import (
 )
 from flows.runs import flow
 from tasks.boundary import Accepted
-from tasks.cluster import Cluster, LocalCluster, connect, local_path_problem
-from tasks.cluster.errors import ClusterError
-from tasks.events import Subject, emit_change
-from tasks.metrics.file import FileMetrics
-from tasks.metrics.prometheus import PrometheusMetrics
-from tasks.metrics.snapshot import MetricsSnapshot, MetricsSource
+from tasks.clients.cluster import Cluster, LocalCluster, connect, local_path_problem
+from tasks.clients.cluster.errors import ClusterError
+from tasks.clients.events import Subject, emit_change
+from tasks.clients.metrics.file import FileMetrics
+from tasks.clients.metrics.prometheus import PrometheusMetrics
+from tasks.clients.metrics.snapshot import MetricsSnapshot, MetricsSource
+from tasks.clients.pushgateway import Pushgateway, push
 from tasks.optimize.bindings import BindingRowDetails, describe_bindings, read_binding_inputs
 from tasks.optimize.read import (
     ClusterState,
@@ -71,7 +72,6 @@ from tasks.optimize.read import (
     scale_targets_of,
 )
 from tasks.optimize.write import WriteOutcome, apply_binding, apply_decisions
-from tasks.pushgateway import Pushgateway, push
 from tasks.tracking import quote, run_logger, table_artifact, task, tracked
 
 DEFAULT_INTERVAL_S = 60
@@ -337,30 +337,30 @@ def optimize(
     logger = run_logger()
     now = datetime.now(UTC).replace(microsecond=0)
     started, timer = time.time(), StageTimer()
-    backend = connect(cluster, dry_run=dry_run)  # the parameter names the cluster; a dry run's writes change nothing
-    problem = local_path_problem(backend)
+    conn = connect(cluster, dry_run=dry_run)  # the parameter names the cluster; a dry run's writes change nothing
+    problem = local_path_problem(conn)
     if problem:
         raise CannotRun(problem)
 
     # One writer at a time: the cycle reads, plans and writes under the cluster's Lease (a lock file on the local
     # backend), so two runs never interleave their scales and statuses. A dry run writes nothing and takes none.
-    with writer_lock(backend, config_namespace, dry_run) as lock:
+    with writer_lock(conn, config_namespace, dry_run) as lock:
         # Read. Task inputs holding every object of the cycle are passed with quote(): Prefect would otherwise
         # walk each of their nodes looking for futures, which costs seconds at 1,000 variants.
         with timer.stage("read"):
-            state = read_cluster_state(backend, namespaces or None, config_namespace, namespace_selector)
+            state = read_cluster_state(conn, namespaces or None, config_namespace, namespace_selector)
             if state.missing_configuration:
                 raise CannotRun(state.missing_configuration)
             for error in state.config_errors:
                 logger.warning("configuration: %s", error)
-            replicas = read_current_replicas(backend, scale_targets_of(state))
+            replicas = read_current_replicas(conn, scale_targets_of(state))
         with timer.stage("metrics"):
             source = metrics_source(metrics_file, prometheus_url, rate_window)
             snapshot, metrics_error = collect_metrics(source, quote(state))
         if metrics_error:
             logger.warning("metrics unavailable, holding every variant: %s", metrics_error)
         with timer.stage("read"):
-            bindings_read, binding_errors = read_bindings(backend, quote(state), quote(snapshot), metrics_error)
+            bindings_read, binding_errors = read_bindings(conn, quote(state), quote(snapshot), metrics_error)
 
         # Plan: one pure call decides every VariantAutoscaling and binding.
         with timer.stage("decide"):
@@ -380,22 +380,22 @@ def optimize(
         if not dry_run:
             if lock is not None and not lock.held:
                 raise CannotRun(f"lost the {lock.where} to {lock.holder_now} before writing; this run wrote nothing")
-            replan = replanner(backend, state, inputs)
+            replan = replanner(conn, state, inputs)
             with timer.stage("write"):
                 writes = apply_decisions(
-                    backend, quote(state), quote(plan.variants), now, status_heartbeat_s, published, replan
+                    conn, quote(state), quote(plan.variants), now, status_heartbeat_s, published, replan
                 )
                 binding_plans = [(binding, decision) for (binding, _), decision in zip(bindings_read, plan.bindings)]
-                binding_errors += apply_bindings(backend, quote(binding_plans), now, state.actuation_mode, published)
+                binding_errors += apply_bindings(conn, quote(binding_plans), now, state.actuation_mode, published)
 
-    degraded = degraded_reasons(backend, state, plan, writes, binding_errors, metrics_error)
+    degraded = degraded_reasons(conn, state, plan, writes, binding_errors, metrics_error)
     degraded += actuation_problems(writes, plan.bindings, gateway, push_error, dry_run)
     timer.stages["total"] = time.time() - started
     final_error = publish_outcome(gateway, plan, facts, writes, binding_errors, degraded)
     if final_error and push_error is None:
         push_error = final_error
         degraded.append(f"metrics not published ({final_error})")
-    details = describe_bindings(backend, quote(state.bindings)) if state.bindings else {}
+    details = describe_bindings(conn, quote(state.bindings)) if state.bindings else {}
     report = CycleReport(
         rows=report_rows(plan.variants, writes, plan.bindings, details),
         summary=degraded_summary(plan.summary, degraded),

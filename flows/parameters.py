@@ -9,7 +9,7 @@ instead of bare ``str``/``float`` so every lifecycle shows the same rules.
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Final
 
 from pydantic import Field
 
@@ -41,7 +41,7 @@ NonEmpty = Annotated[str, Field(min_length=1)]
 """A string that must not be empty (a file path, a directory)."""
 
 ClusterTarget = str | None
-"""The ``cluster`` parameter every flow takes (``tasks.cluster.connect``): absent or empty =
+"""The ``cluster`` parameter every flow takes (``tasks.clients.cluster.connect``): absent or empty =
 ``$MODELPLANE_CLUSTER``, else kubeconfig or in-cluster; ``kubeconfig:PATH[#CONTEXT]``; or a manifests
 directory/file. An empty value is never the working directory."""
 
@@ -98,8 +98,8 @@ MAX_FILL_ATTEMPTS = 4
 FILL_RETRY_BACKOFF_S = 300.0
 """warm-caches waits this long after a first failed fill (doubling after each further one)."""
 
-KTHENA_NETWORKING = "auto"
+KTHENA_NETWORKING: Final = "auto"
 """rollout-models renders Kthena's networking objects when the cluster serves them (``off``: never)."""
 
-ROLLOUT_WORKLOAD = "Deployment"
+ROLLOUT_WORKLOAD: Final = "Deployment"
 """The workload rollout-models renders a Model as (``ModelServing``: Kthena's gang-scheduled one)."""

@@ -33,12 +33,12 @@ from flows.runs import flow
 from tasks.aim.caches import SharedCaches
 from tasks.aim.read import read_aim_state, typed
 from tasks.aim.resolve import write_template_plan
-from tasks.aim.writes import WriteCounts, for_each, write_status
+from tasks.aim.writes import WriteCounts, for_each, write_changed_status
 from tasks.boundary import Accepted
-from tasks.cluster import Cluster, Manifest, connect
-from tasks.cluster.errors import ClusterError
-from tasks.cluster.recorder import record_event
-from tasks.events import Subject, emit_change
+from tasks.clients.cluster import Cluster, Manifest, connect
+from tasks.clients.cluster.errors import ClusterError
+from tasks.clients.cluster.recorder import record_event
+from tasks.clients.events import Subject, emit_change
 from tasks.tracking import run_logger, table_artifact, tracked
 
 DEFAULT_INTERVAL_S = 300
@@ -88,8 +88,8 @@ def resolve_templates(namespaces: list[NamespaceName] | None = None, cluster: Cl
     """
     logger = run_logger()
     now = datetime.now(UTC).replace(microsecond=0)
-    cluster_api = connect(cluster)
-    state = read_aim_state(cluster_api, ["templates", "models", "configs", "caches", "nodes"])
+    conn = connect(cluster)
+    state = read_aim_state(conn, ["templates", "models", "configs", "caches", "nodes"])
     world = TemplateWorld.of(
         models=typed(state.models), configs=typed(state.configs), caches=typed(state.caches), nodes=state.nodes
     )
@@ -102,11 +102,11 @@ def resolve_templates(namespaces: list[NamespaceName] | None = None, cluster: Cl
     def one(template: Accepted[AIMServiceTemplate], counts: WriteCounts) -> TemplateRow | None:
         try:
             plan = plan_template(template.model, world)
-            write_template_plan(cluster_api, template.obj, plan, caches, now, counts)
+            write_template_plan(conn, template.obj, plan, caches, now, counts)
         except (ClusterError, ValueError) as exc:  # one template's failure must not stop the others
             message = getattr(exc, "message", None) or str(exc)
             counts.errors.append(f"AIMServiceTemplate {template.namespace}/{template.name}: {message}")
-            record_event(cluster_api, template.obj, "ResolveFailed", message, "Warning")
+            record_event(conn, template.obj, "ResolveFailed", message, "Warning")
             return None
         return row_of(plan)
 
@@ -115,7 +115,7 @@ def resolve_templates(namespaces: list[NamespaceName] | None = None, cluster: Cl
     resolved = {(r.namespace, r.name): r.status for r in report.rows}
     as_read = {m.name: m.obj for m in state.models}
     for model, ready in plan_model_readiness(typed(state.models), typed(state.templates), resolved, world.catalog):
-        write_model_ready(cluster_api, as_read[str(model.metadata.name)], ready, now, report.writes)
+        write_model_ready(conn, as_read[str(model.metadata.name)], ready, now, report.writes)
     report.caches_requested = report.writes.created
     for line in report.writes.errors:
         logger.error("%s", line)
@@ -150,11 +150,11 @@ def row_of(plan: ResolvePlan) -> TemplateRow:
 
 
 def write_model_ready(
-    cluster_api: Cluster, model: Manifest, ready: ConditionUpdate, now: datetime, writes: WriteCounts
+    cluster: Cluster, model: Manifest, ready: ConditionUpdate, now: datetime, writes: WriteCounts
 ) -> None:
     """Write a model's ``Ready`` as :func:`engine.aim.template_plan.plan_model_readiness` decided it."""
     try:
-        if write_status(cluster_api, model, status_with_conditions(model, [ready], now)):
+        if write_changed_status(cluster, model, status_with_conditions(model, [ready], now)):
             writes.statuses += 1
     except ClusterError as exc:
         writes.errors.append(f"AIMClusterModel {model['metadata']['name']}: {exc.message}")

@@ -26,9 +26,9 @@ from flows.exitcodes import flow_result
 from flows.image import IMAGE
 from flows.parameters import KTHENA_NETWORKING, ROLLOUT_WORKLOAD, ClusterTarget, ImageRef, NamespaceName, ObjectName
 from flows.runs import flow
-from tasks.cluster import ClusterError, connect
-from tasks.cluster.recorder import record_event
-from tasks.events import Subject, emit_change
+from tasks.clients.cluster import ClusterError, connect
+from tasks.clients.cluster.recorder import record_event
+from tasks.clients.events import Subject, emit_change
 from tasks.rollout_models import ModelOutcome, RolloutOptions, list_models, reconcile_model
 from tasks.tracking import run_logger, table_artifact, tracked
 
@@ -83,14 +83,14 @@ def rollout_models(
     options = RolloutOptions(kthena_networking, workload, runtime_image)
     logger = run_logger()
     now = datetime.now(UTC).replace(microsecond=0)
-    target = connect(cluster)
+    conn = connect(cluster)
 
     report = RolloutReport()
-    for manifest in list_models(target, namespaces or None):
+    for manifest in list_models(conn, namespaces or None):
         if names and manifest["metadata"]["name"] not in names:
             continue
         try:
-            outcome = reconcile_model(target, manifest, now, downloader_image, options=options)
+            outcome = reconcile_model(conn, manifest, now, downloader_image, options=options)
         except ClusterError as exc:  # e.g. the status write itself failed: report it, go on with the others
             meta = manifest.get("metadata") or {}
             outcome = ModelOutcome(
@@ -98,7 +98,7 @@ def rollout_models(
                 name=meta.get("name", ""),
                 result=f"Failed: {exc.reason}: {exc.message}",
             )
-            record_event(target, manifest, "RolloutFailed", exc.message, "Warning")
+            record_event(conn, manifest, "RolloutFailed", exc.message, "Warning")
         logger.info("Model %s/%s: %s (%d writes)", outcome.namespace, outcome.name, outcome.result, outcome.writes)
         report.models.append(outcome)
         if outcome.created or outcome.updated or outcome.deleted:

@@ -36,10 +36,10 @@ from tasks.aim.read import AimState, read_aim_state, typed
 from tasks.aim.rollout import write_service_plan
 from tasks.aim.writes import WriteCounts, for_each
 from tasks.boundary import Accepted
-from tasks.cluster import connect
-from tasks.cluster.errors import ClusterError
-from tasks.cluster.recorder import record_event
-from tasks.events import Subject, emit_change
+from tasks.clients.cluster import connect
+from tasks.clients.cluster.errors import ClusterError
+from tasks.clients.cluster.recorder import record_event
+from tasks.clients.events import Subject, emit_change
 from tasks.tracking import run_logger, table_artifact, tracked
 
 DEFAULT_INTERVAL_S = 300
@@ -89,10 +89,8 @@ def rollout_services(namespaces: list[NamespaceName] | None = None, cluster: Clu
     """
     logger = run_logger()
     now = datetime.now(UTC).replace(microsecond=0)
-    cluster_api = connect(cluster)
-    state = read_aim_state(
-        cluster_api, ["services", "templates", "models", "configs", "caches", "nodes", "isvcs", "routes"]
-    )
+    conn = connect(cluster)
+    state = read_aim_state(conn, ["services", "templates", "models", "configs", "caches", "nodes", "isvcs", "routes"])
     scope = set(namespaces or ()) or None
     world = service_world(state)
     caches = SharedCaches(state.caches)
@@ -103,11 +101,11 @@ def rollout_services(namespaces: list[NamespaceName] | None = None, cluster: Clu
     def one(service: Accepted[AIMService], counts: WriteCounts) -> ServiceRow | None:
         try:
             plan = plan_service(service.model, world)
-            write_service_plan(cluster_api, service.obj, plan, caches, now, counts)
+            write_service_plan(conn, service.obj, plan, caches, now, counts)
         except (ClusterError, ValueError) as exc:  # one service's failure must not stop the others
             message = getattr(exc, "message", None) or str(exc)
             counts.errors.append(f"AIMService {service.namespace}/{service.name}: {message}")
-            record_event(cluster_api, service.obj, "RolloutFailed", message, "Warning")
+            record_event(conn, service.obj, "RolloutFailed", message, "Warning")
             return None
         return row_of(plan)
 
@@ -132,7 +130,7 @@ def rollout_services(namespaces: list[NamespaceName] | None = None, cluster: Clu
 
 
 def announce(row: ServiceRow) -> None:
-    """``modelplane.aim.service.rolled-out`` (tasks.events.SERVICE_ROLLED_OUT) for a service whose
+    """``modelplane.aim.service.rolled-out`` (tasks.clients.events.SERVICE_ROLLED_OUT) for a service whose
     InferenceService or HTTPRoute this run created or updated, for automations to chain on."""
     emit_change(
         Subject(AIM_API_VERSION, AIM_SERVICE, row.name, row.namespace),

@@ -90,7 +90,7 @@ def flow(
 
     def decorate(fn: Callable[P, R]) -> Flow[P, R]:
         if "prefect" in sys.modules:
-            return _prefect_flow(fn, options)
+            return cast("Flow[P, R]", _prefect_flow(fn, options))
         return cast("Flow[P, R]", LocalFlow(fn, options))
 
     return decorate
@@ -116,7 +116,7 @@ def validate_parameters(flow: Any, parameters: dict[str, Any]) -> dict[str, Any]
         )
         for name, p in signature.parameters.items()
     }
-    model = pydantic.create_model(  # type: ignore[call-overload]
+    model = pydantic.create_model(
         f"{fn.__name__.title()}Parameters",
         __config__=pydantic.ConfigDict(arbitrary_types_allowed=True, extra="forbid"),
         **fields,

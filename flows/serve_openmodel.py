@@ -28,10 +28,10 @@ from flows.exitcodes import flow_result
 from flows.parameters import ClusterTarget, ImageRef, NamespaceName, ObjectName
 from flows.runs import flow
 from tasks.caches import mark_used
-from tasks.cluster import Cluster, Manifest, connect
-from tasks.cluster.errors import NotFound
-from tasks.cluster.recorder import record_event
-from tasks.events import Subject, emit_change
+from tasks.clients.cluster import Cluster, Manifest, connect
+from tasks.clients.cluster.errors import NotFound
+from tasks.clients.cluster.recorder import record_event
+from tasks.clients.events import Subject, emit_change
 from tasks.serve_openmodel import cache_condition, node_labels, read_openmodel, warm_cache, write_conditions
 from tasks.tracking import markdown_artifact, run_logger, tracked
 from tasks.workloads import WriteLog, read_live, write_object
@@ -81,46 +81,46 @@ def serve_openmodel(
     """
     logger = run_logger()
     now = datetime.now(UTC).replace(microsecond=0)
-    target = connect(cluster)
+    conn = connect(cluster)
 
     try:
-        obj = read_openmodel(target, model)
+        obj = read_openmodel(conn, model)
     except NotFound:
         raise ServeError(f"OpenModel {model!r} not found") from None
     openmodel, source, errors = validate_openmodel(obj)
     if openmodel is None or source is None or errors:
-        write_conditions(target, obj, errors, None, now)
-        raise refused(target, obj, f"OpenModel {model}: " + "; ".join(str(e) for e in errors))
+        write_conditions(conn, obj, errors, None, now)
+        raise refused(conn, obj, f"OpenModel {model}: " + "; ".join(str(e) for e in errors))
     try:
         check_flavor(openmodel, flavor)  # a flavor it does not have: nothing to cache or place
     except ValueError as exc:
-        raise refused(target, obj, f"OpenModel {model}: {exc}") from None
+        raise refused(conn, obj, f"OpenModel {model}: {exc}") from None
 
     cache = None
     if source.downloadable:
         try:
-            cache = warm_cache(target, namespace, source, requested_by=f"OpenModel/{model}")
+            cache = warm_cache(conn, namespace, source, requested_by=f"OpenModel/{model}")
         except NotFound as exc:  # most often the namespace itself does not exist
             message = f"OpenModel {model}: cannot keep its cache in namespace {namespace!r}: {exc}"
-            raise refused(target, obj, message) from None
-        write_conditions(target, obj, [], cache_condition(cache.model, namespace), now)
+            raise refused(conn, obj, message) from None
+        write_conditions(conn, obj, [], cache_condition(cache.model, namespace), now)
         if model_cache_pvc(cache.model) is None:
             report = ServeReport(
                 model, namespace, "WaitingForCache", cache_condition(cache.model, namespace).message, cache=cache.name
             )
-            record_event(target, obj, "WaitingForCache", f"in {namespace}: {report.message}")
+            record_event(conn, obj, "WaitingForCache", f"in {namespace}: {report.message}")
             publish(report)
             logger.warning("serve-openmodel: %s", report.message)
             return flow_result(report, report.degraded)
     else:
-        write_conditions(target, obj, [], None, now)
+        write_conditions(conn, obj, [], None, now)
 
     try:
-        placement = choose_flavor(openmodel, flavor or None, node_labels(target))
+        placement = choose_flavor(openmodel, flavor or None, node_labels(conn))
     except ValueError as exc:
-        raise refused(target, obj, f"OpenModel {model}: {exc}") from None
+        raise refused(conn, obj, f"OpenModel {model}: {exc}") from None
     if placement.checked and placement.flavor is None and openmodel.spec.inference_config.flavors:
-        raise refused(target, obj, f"OpenModel {model}: {placement.message}")
+        raise refused(conn, obj, f"OpenModel {model}: {placement.message}")
 
     report = ServeReport(
         model,
@@ -132,12 +132,12 @@ def serve_openmodel(
     )
     pvc = model_cache_pvc(cache.model) if cache else None
     for desired in render_openmodel(openmodel, source, pvc, namespace, replicas, placement, image):
-        live = read_live(target, desired)
-        write_object(target, stamp(desired), live, report.writes)
+        live = read_live(conn, desired)
+        write_object(conn, stamp(desired), live, report.writes)
     if report.writes.created or report.writes.updated:
-        record_event(target, obj, "Served", f"in {namespace}: {report.writes.summary()}; {placement.message}")
+        record_event(conn, obj, "Served", f"in {namespace}: {report.writes.summary()}; {placement.message}")
         if cache is not None:
-            mark_used(target, cache, now)
+            mark_used(conn, cache, now)
         emit_change(
             Subject(LLMAZ_API_VERSION, OPEN_MODEL, model),
             "served",

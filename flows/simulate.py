@@ -29,7 +29,7 @@ from engine.simulate.bursts import BURSTY_VARIANTS, burst_statistics
 from engine.simulate.follower import trace_follower_bound
 from engine.simulate.frontier import Limits, knob_settings, limits, with_oracle_curves
 from engine.simulate.outcome import PolicyOutcome, summarize_outcome
-from engine.simulate.policies import POLICIES, run_policy
+from engine.simulate.policies import POLICIES, PolicyName, run_policy
 from engine.simulate.records import SimConfig
 from engine.simulate.scenario import (
     ROUTER_AUTO,
@@ -57,7 +57,6 @@ from tasks.simulate import markdown_report, read_description, read_trace, write_
 from tasks.tracking import markdown_artifact, quote, run_logger, task, tracked
 
 # Literal types so the Prefect form offers the choices (kept equal to POLICIES and the simulated gauges).
-PolicyName = Literal["modelplane", "saturation-only", "wva-greedy", "hpa", "static-peak", "oracle"]
 RouterName = Literal["auto", "least-outstanding", "least-load", "least-latency"]
 PositiveFactor = Annotated[float, Field(gt=0)]
 """A multiplier that must be above zero."""

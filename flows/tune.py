@@ -55,10 +55,10 @@ from flows.parameters import (
 )
 from flows.runs import flow
 from flows.simulate import SloAttainment, read_inputs
-from tasks.cluster import ClusterError, ObjectRef, connect
-from tasks.metrics.prometheus import PrometheusMetrics
-from tasks.metrics.snapshot import ModelKey
-from tasks.metrics.traffic import read_traffic
+from tasks.clients.cluster import ClusterError, ObjectRef, connect
+from tasks.clients.metrics.prometheus import PrometheusMetrics
+from tasks.clients.metrics.snapshot import ModelKey
+from tasks.clients.metrics.traffic import read_traffic
 from tasks.progress import step
 from tasks.simulate import read_description
 from tasks.tracking import run_logger, table_artifact, task
@@ -118,7 +118,7 @@ def write_choice(
 ) -> tuple[list[str], list[str]]:
     """The chosen candidate's annotations and ``modelplane.io/tuned`` on every VariantAutoscaling of the model, and
     the same record as ``status.tuning`` (``source``: what traffic was replayed)."""
-    backend = connect(cluster)
+    conn = connect(cluster)
     status = TuningStatus.model_validate(
         {
             "candidate": choice.chosen.candidate.name,
@@ -152,8 +152,8 @@ def write_choice(
         settings[ANNOTATION_TUNED] = record
         ref = ObjectRef(va.api_version, VARIANT_AUTOSCALING, name, namespace)
         try:
-            backend.patch_spec(ref, {"metadata": {"annotations": settings}})
-            backend.patch_status(ref, {"tuning": status})
+            conn.patch_spec(ref, {"metadata": {"annotations": settings}})
+            conn.patch_status(ref, {"tuning": status})
             written.append(f"{namespace}/{name}")
         except ClusterError as exc:
             failed.append(f"{namespace}/{name}: {exc.message}")

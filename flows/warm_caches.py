@@ -16,7 +16,7 @@ Lifecycle, top to bottom:
    ``Pending -> Progressing -> Available | Failed`` with conditions and Events;
 4. optionally collect garbage: caches no workload used for ``gc_unused_after`` and none mounts now;
 5. publish a table artifact and a one-line summary; every status change is also a Prefect event
-   ``modelplane.aim.cache.<status>`` (``tasks.events``; e.g. ``CACHE_AVAILABLE``) for rollout triggers.
+   ``modelplane.aim.cache.<status>`` (``tasks.clients.events``; e.g. ``CACHE_AVAILABLE``) for rollout triggers.
 
 Every run is a fresh process: fill attempts live in an annotation on the cache, failures in its status.
 """
@@ -76,9 +76,9 @@ from flows.parameters import (
 from flows.runs import flow
 from tasks.boundary import Accepted, with_written_status
 from tasks.caches import ensure_cache
-from tasks.cluster import Cluster, LocalCluster, connect
-from tasks.cluster.errors import ClusterError
-from tasks.pushgateway import Pushgateway, push
+from tasks.clients.cluster import Cluster, LocalCluster, connect
+from tasks.clients.cluster.errors import ClusterError
+from tasks.clients.pushgateway import Pushgateway, push
 from tasks.tracking import quote, run_logger, table_artifact, task, tracked
 from tasks.warm_caches import (
     CacheWorld,
@@ -395,17 +395,17 @@ def warm_caches(
     """
     logger = run_logger()
     now = datetime.now(UTC).replace(microsecond=0)
-    target = connect(cluster)
+    conn = connect(cluster)
     report = WarmReport()
 
-    world = read_world(target, namespaces or None)
+    world = read_world(conn, namespaces or None)
     if include_consumers:
         requests, problems = cache_requests(world, openmodel_namespace, namespaces or [])
         report.problems += [f"{p.consumer}: {p.field}: {p.message}" for p in problems]
-        report.ensured, ensure_problems = ensure_consumer_caches(target, requests)
+        report.ensured, ensure_problems = ensure_consumer_caches(conn, requests)
         report.problems += ensure_problems
         if requests:
-            world = read_world(target, namespaces or None)
+            world = read_world(conn, namespaces or None)
 
     settings = PassSettings(
         policy=RetryPolicy(max_attempts=max_fill_attempts, backoff_s=retry_backoff_s),
@@ -416,11 +416,11 @@ def warm_caches(
             image_pull_secrets=tuple(image_pull_secrets or ()),
         ),
         headroom_percent=headroom_percent,
-        local=isinstance(target, LocalCluster),
+        local=isinstance(conn, LocalCluster),
     )
     for cache in world.caches:
         try:
-            row = reconcile_cache(target, cache, quote(world), settings, now)
+            row = reconcile_cache(conn, cache, quote(world), settings, now)
         except ClusterError as exc:  # one cache's API failure must not stop the others
             logger.error("ModelCache %s/%s: %s", cache.namespace, cache.name, exc.message)
             report.problems.append(f"ModelCache {cache.namespace}/{cache.name}: {exc.message}")
@@ -430,8 +430,8 @@ def warm_caches(
             report.notes.append(f"{row.namespace}/{row.name}: {row.message}")
 
     if gc_unused_after is not None:
-        world = read_world(target, namespaces or None)
-        report.freed = collect_unused_caches(target, quote(world), gc_unused_after, now)
+        world = read_world(conn, namespaces or None)
+        report.freed = collect_unused_caches(conn, quote(world), gc_unused_after, now)
 
     gateway = Pushgateway.configured(pushgateway_url)
     if gateway is not None:

@@ -29,8 +29,8 @@ from engine.api.registry import MODEL
 from engine.changes import UnobservedChange, new_changes
 from flows.parameters import MAX_WATCH_S, WATCH_SECONDS, ClusterTarget, NamespaceName
 from flows.runs import flow
-from tasks.cluster import connect
-from tasks.events import Subject, emit_change
+from tasks.clients.cluster import connect
+from tasks.clients.events import Subject, emit_change
 from tasks.tracking import run_logger, table_artifact, tracked
 
 DEFAULT_INTERVAL_S = 60

@@ -29,8 +29,8 @@ from pydantic import BaseModel
 from engine.api.identity import identity_errors
 from engine.api.registry import kind_info
 from engine.api.validate import ManifestInvalid, check_identity, parse_object, with_status
-from tasks.cluster import Cluster, LocalCluster, ObjectRef
-from tasks.cluster.errors import ClusterError
+from tasks.clients.cluster import Cluster, LocalCluster, ObjectRef
+from tasks.clients.cluster.errors import ClusterError
 
 log = logging.getLogger(__name__)
 
@@ -145,7 +145,7 @@ def _read_status(parsed: BaseModel, obj: Manifest) -> BaseModel:
     parse are read as absent, with a warning naming them."""
     typed, dropped = with_status(parsed, obj.get("status"))
     if dropped:
-        meta = obj.get("metadata") if isinstance(obj.get("metadata"), dict) else {}
+        meta = _mapping_at(obj, "metadata")
         log.warning(
             "%s %s/%s: status parts that do not parse are read as absent: %s",
             obj.get("kind"),
@@ -156,9 +156,15 @@ def _read_status(parsed: BaseModel, obj: Manifest) -> BaseModel:
     return typed
 
 
+def _mapping_at(obj: Manifest, key: str) -> dict[str, Any]:
+    """``obj[key]`` when it is a mapping, else empty: a malformed object is still reported, never a crash."""
+    value = obj.get(key)
+    return value if isinstance(value, dict) else {}
+
+
 def reject(cluster: Cluster, obj: Manifest, field: str, reason: str) -> None:
     """Write the failure status naming ``field`` (unless it already says so) and record the rejection."""
-    meta = obj.get("metadata") if isinstance(obj.get("metadata"), dict) else {}
+    meta = _mapping_at(obj, "metadata")
     where = f"{meta.get('namespace')}/{meta.get('name')}" if meta.get("namespace") else str(meta.get("name"))
     message = f"{field}: {reason}"
     source = cluster.source_of(obj) if isinstance(cluster, LocalCluster) else None
@@ -199,7 +205,7 @@ def failure_status(obj: Manifest, message: str) -> Manifest | None:
     """The status to merge-patch, or None when the object already carries exactly this failure."""
     info = kind_info(str(obj.get("apiVersion")), str(obj.get("kind")))
     has_phase = info is not None and info.has_status_phase()  # a status ``status`` enum: an invalid one is Failed
-    current = obj.get("status") if isinstance(obj.get("status"), dict) else {}
+    current = _mapping_at(obj, "status")
     conditions = [c for c in current.get("conditions") or () if isinstance(c, dict)]
     ready = next((c for c in conditions if c.get("type") == "Ready"), None)
     if (
@@ -210,7 +216,7 @@ def failure_status(obj: Manifest, message: str) -> Manifest | None:
     ):
         return None
     now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-    condition = {
+    condition: dict[str, Any] = {
         "type": "Ready",
         "status": "False",
         "reason": INVALID_REASON,

@@ -27,7 +27,7 @@ from engine.caches.lookup import find_model_cache, model_identity_of
 from engine.caches.plan import MANAGED_BY, MODELCACHE_API_VERSION, with_requester
 from engine.caches.sources import ModelSource
 from tasks.boundary import Accepted, parse_resource
-from tasks.cluster import Cluster, Conflict, Manifest, ObjectRef
+from tasks.clients.cluster import Cluster, Conflict, Manifest, ObjectRef
 
 log = logging.getLogger(__name__)
 
@@ -127,9 +127,9 @@ def ensure_cache(
 
 
 def _emit_requested(cache: Manifest, requested_by: str) -> None:
-    """``modelplane.aim.cache.requested`` (tasks.events.CACHE_REQUESTED): the warm-caches deployment's
+    """``modelplane.aim.cache.requested`` (tasks.clients.events.CACHE_REQUESTED): the warm-caches deployment's
     trigger fills the new cache's namespace at once instead of at its next interval."""
-    from tasks.events import Subject, emit_change
+    from tasks.clients.events import Subject, emit_change
 
     emit_change(Subject.of(cache), "requested", {"requestedBy": requested_by, "source": cache["spec"]["sourceUri"]})
 

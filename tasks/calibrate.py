@@ -7,7 +7,7 @@ own batch, its own latencies; and ``avg by (pod) (avg_over_time(vllm:num_request
 batch a request joins, for that window and (as ``previous_running_avg``) the pod's window before it.
 The variant's pods are those named after its scale target (``<target>-...``), as a Deployment names them.
 Connection settings (token, TLS, timeouts, retries) are the optimize flow's
-(:meth:`tasks.metrics.prometheus.PrometheusMetrics.from_env`).
+(:meth:`tasks.clients.metrics.prometheus.PrometheusMetrics.from_env`).
 
 Windows file (YAML), for local and CI runs and for exports of the simulator::
 
@@ -30,15 +30,14 @@ import pathlib
 from collections.abc import Mapping
 from typing import Any
 
-import requests
 import yaml
 
+from engine.promql import quote
 from engine.simulate.calibrate import CONDITION_CALIBRATED, CalibrationOutcome, Window, opted_in
 from engine.status import ConditionUpdate, changed_fields, set_conditions
-from tasks.cluster import Cluster, ObjectRef
-from tasks.cluster.retry import retry_on_conflict
-from tasks.metrics.prometheus import PrometheusMetrics
-from tasks.metrics.snapshot import MetricsUnavailable
+from tasks.clients.cluster import Cluster, ObjectRef
+from tasks.clients.cluster.retry import retry_on_conflict
+from tasks.clients.metrics.prometheus import PrometheusMetrics
 
 # Window field -> vLLM series whose increase over the window it is.
 SERIES = {
@@ -69,49 +68,6 @@ class WindowsFileError(ValueError):
     """A windows file that cannot be used; the message names the file and the field."""
 
 
-def _quote(value: str) -> str:
-    return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
-
-
-def query_range(
-    client: PrometheusMetrics, promql: str, start: float, end: float, step_s: float
-) -> list[dict[str, Any]]:
-    """``/api/v1/query_range`` with the client's credentials, TLS, timeout and retries; returns the matrix."""
-    data = {"query": promql, "start": f"{start:.3f}", "end": f"{end:.3f}", "step": f"{step_s:g}"}
-    token = client._bearer_token()  # noqa: SLF001 - the same token handling as the instant queries
-    headers = {"Authorization": f"Bearer {token}"} if token else {}
-    failure = ""
-    for attempt in range(client.retries + 1):
-        if attempt:
-            client._sleep(client.backoff_s * 2 ** (attempt - 1))  # noqa: SLF001
-        try:
-            response = client.session.post(
-                f"{client.url}/api/v1/query_range",
-                data=data,
-                headers=headers,
-                timeout=client.timeout_s,
-                verify=client.verify_tls,
-            )
-        except requests.RequestException as exc:
-            failure = f"request failed ({type(exc).__name__})"
-            continue
-        if response.status_code >= 500 or response.status_code == 429:
-            failure = f"HTTP {response.status_code}"
-            continue
-        try:
-            body = response.json()
-        except ValueError:
-            raise MetricsUnavailable(
-                client._display_url, f"HTTP {response.status_code}: the answer is not JSON"
-            ) from None  # noqa: SLF001
-        if body.get("status") != "success" or (body.get("data") or {}).get("resultType") != "matrix":
-            raise MetricsUnavailable(
-                client._display_url, f"range query failed: {client._redact(str(body.get('error', body.get('status'))))}"
-            )  # noqa: SLF001
-        return list(body["data"]["result"])
-    raise MetricsUnavailable(client._display_url, f"{failure} ({client.retries + 1} attempts)")  # noqa: SLF001
-
-
 def _by_pod_and_time(matrix: list[dict[str, Any]]) -> dict[tuple[str, float], float]:
     """A range query's matrix as value by (pod, timestamp)."""
     return {(row["metric"].get("pod", ""), float(t)): float(v) for row in matrix for t, v in row.get("values", [])}
@@ -126,17 +82,17 @@ def prometheus_windows(
     window_s: float,
 ) -> dict[str, list[Window]]:
     """Per pod of the model: one window per step over the lookback (windows missing a series are left out)."""
-    selector = f"{{namespace={_quote(namespace)}, model_name={_quote(model_id)}}}"
+    selector = f"{{namespace={quote(namespace)}, model_name={quote(model_id)}}}"
     step = f"{int(window_s)}s"
     stop = end.timestamp()
     start = stop - lookback_s + window_s
     values: dict[str, dict[tuple[str, float], float]] = {}
     for field, series in SERIES.items():
         values[field] = _by_pod_and_time(
-            query_range(client, f"sum by (pod) (increase({series}{selector}[{step}]))", start, stop, window_s)
+            client.query_range(f"sum by (pod) (increase({series}{selector}[{step}]))", start, stop, window_s)
         )
     running = _by_pod_and_time(
-        query_range(client, f"avg by (pod) (avg_over_time({RUNNING_GAUGE}{selector}[{step}]))", start, stop, window_s)
+        client.query_range(f"avg by (pod) (avg_over_time({RUNNING_GAUGE}{selector}[{step}]))", start, stop, window_s)
     )
     keys = sorted(
         set(values["requests"])
@@ -194,8 +150,8 @@ def read_windows_file(path: str | pathlib.Path) -> dict[tuple[str, str], list[Wi
             if unknown:
                 raise WindowsFileError(f"{where}.windows[{j}]: unknown key(s) {', '.join(sorted(unknown))}")
             fields = {_FILE_KEYS[k]: float(v) for k, v in raw.items()}
-            fields.setdefault("queue_sum_s", None)
-            windows.append(Window(seconds=float(seconds), **fields))
+            queue_sum_s = fields.pop("queue_sum_s", None)
+            windows.append(Window(seconds=float(seconds), queue_sum_s=queue_sum_s, **fields))
         result[(entry.get("namespace") or "default", entry["name"])] = windows
     return result
 

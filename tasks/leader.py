@@ -20,8 +20,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from engine.api.views import Lease
-from tasks.cluster import Cluster, ClusterError, Conflict, NotFound, ObjectRef
-from tasks.cluster.objects import now_rfc3339
+from tasks.clients.cluster import Cluster, ClusterError, Conflict, NotFound, ObjectRef
+from tasks.clients.cluster.objects import now_rfc3339
 
 log = logging.getLogger(__name__)
 

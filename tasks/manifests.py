@@ -6,8 +6,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from tasks.cluster.local_store import manifest_paths
-from tasks.cluster.yamlfile import read_file
+from tasks.clients.cluster.local_store import manifest_paths
+from tasks.clients.cluster.yamlfile import read_file
 
 
 def _objects_of(source: str, data: Any) -> Iterator[tuple[str, Any]]:

@@ -60,10 +60,10 @@ from engine.rollout.kthena_workloads import LoraChange, hub_offline
 from engine.status import changed_fields
 from tasks.boundary import Accepted, accept_identity
 from tasks.caches import ensure_cache, mark_used
-from tasks.cluster import Cluster, ObjectRef
-from tasks.cluster.errors import ClusterError, NotFound
-from tasks.cluster.recorder import record_event
-from tasks.optimize.write import write_status
+from tasks.clients.cluster import Cluster, ObjectRef
+from tasks.clients.cluster.errors import ClusterError, NotFound
+from tasks.clients.cluster.recorder import record_event
+from tasks.clients.cluster.retry import write_status
 from tasks.tracking import task
 from tasks.workloads import WriteLog, write_object
 

@@ -26,9 +26,9 @@ from engine.rollout.workloads import FieldError
 from engine.status import ConditionUpdate, changed_fields, set_conditions
 from tasks.boundary import Accepted
 from tasks.caches import ensure_cache
-from tasks.cluster import Cluster, ObjectRef
-from tasks.cluster.errors import ClusterError, Forbidden, NotFound
-from tasks.optimize.write import write_status
+from tasks.clients.cluster import Cluster, ObjectRef
+from tasks.clients.cluster.errors import ClusterError, Forbidden, NotFound
+from tasks.clients.cluster.retry import write_status
 
 log = logging.getLogger(__name__)
 
@@ -42,7 +42,7 @@ def node_labels(cluster: Cluster) -> list[Mapping[str, str]] | None:
     """Every Node's labels, or ``None`` when Nodes cannot be listed (no permission, or a manifests
     directory that describes no Node): placement is then not checked. A live cluster that lists no Node
     has none (``[]``): nothing fits, and nothing is moved."""
-    from tasks.cluster import LocalCluster
+    from tasks.clients.cluster import LocalCluster
 
     try:
         nodes = cluster.list("v1", "Node")

@@ -13,6 +13,7 @@ import html
 import json
 import pathlib
 from collections.abc import Callable, Sequence
+from types import ModuleType
 from typing import Any
 
 from engine.api.views import ModelRoute
@@ -22,7 +23,7 @@ from engine.simulate.outcome import PolicyOutcome
 from engine.simulate.records import Trace
 from engine.simulate.scenario import DEFAULT_HPA_POLICY, ClusterDescription, Scenario
 from engine.simulate.trace import TraceError, TraceShape, parse_trace_rows, shape_trace
-from tasks.cluster import connect
+from tasks.clients.cluster import connect
 from tasks.optimize.read import list_optional, read_cluster_state, read_current_replicas, scale_targets_of
 from tasks.progress import step
 
@@ -113,7 +114,8 @@ def policy_style(policy: str, markevery: int | None = None, order: int = 0) -> d
     return style
 
 
-def _pyplot():
+def _pyplot() -> ModuleType:
+    """``matplotlib.pyplot`` on the Agg backend (no display), imported on first use."""
     import matplotlib
 
     matplotlib.use("Agg")

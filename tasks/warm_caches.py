@@ -62,8 +62,8 @@ from engine.caches.plan import (
 from engine.caches.reconcile import CacheFacts
 from engine.caches.sources import ModelSource
 from tasks.boundary import Accepted, accept, accept_as
-from tasks.cluster import Cluster, Conflict, LocalCluster, Manifest, NotFound, ObjectRef
-from tasks.cluster.recorder import record_event
+from tasks.clients.cluster import Cluster, Conflict, LocalCluster, Manifest, NotFound, ObjectRef
+from tasks.clients.cluster.recorder import record_event
 from tasks.progress import step
 from tasks.tracking import tracked
 
@@ -319,8 +319,8 @@ def post_event(cluster: Cluster, cache: Manifest, reason: str, message: str, war
 
 def emit_cache_event(cache: Manifest, status: str, reason: str, source_uri: str, pvc: str) -> None:
     """A Prefect event for a stored status change: ``modelplane.aim.cache.<status>`` (e.g.
-    ``tasks.events.CACHE_AVAILABLE``) about the ModelCache, so rollouts waiting for it can be triggered."""
-    from tasks.events import Subject, emit_change
+    ``tasks.clients.events.CACHE_AVAILABLE``) about the ModelCache, so rollouts waiting for it can be triggered."""
+    from tasks.clients.events import Subject, emit_change
 
     emit_change(
         Subject.of(cache), status.lower(), {"status": status, "reason": reason, "source": source_uri, "pvc": pvc}

@@ -7,8 +7,8 @@ from typing import Any
 
 from engine.api.views import Scalable
 from engine.rollout.workloads import ANNOTATION_REVISION, annotation, update_patch
-from tasks.cluster import Cluster, Conflict, ObjectRef
-from tasks.cluster.errors import ClusterError, NotFound
+from tasks.clients.cluster import Cluster, Conflict, ObjectRef
+from tasks.clients.cluster.errors import ClusterError, NotFound
 
 
 @dataclass

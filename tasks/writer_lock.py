@@ -9,7 +9,7 @@ a run does the same for the length of its cycle:
   every :attr:`~tasks.leader.LeaseConfig.retry_s` by a thread while the run goes on, released (empty holder)
   when it ends; a run that crashed stops renewing, and its Lease is taken over ``leaseDurationSeconds`` later;
 * on the local manifests backend, an exclusive ``flock`` on a hidden lock file beside the manifests
-  (:meth:`~tasks.cluster.local_store.LocalStore.lease_lock_path`), holding the holder's identity for the
+  (:meth:`~tasks.clients.cluster.local_store.LocalStore.lease_lock_path`), holding the holder's identity for the
   waiting run's messages; the kernel releases it when the process ends, however it ends.
 
 A run that finds the lock held waits for it, bounded (:func:`hold_writer_lock`'s ``wait_s``), logging who holds
@@ -35,8 +35,8 @@ try:
 except ImportError:  # pragma: no cover - not POSIX
     fcntl = None  # type: ignore[assignment]
 
-from tasks.cluster import Cluster, LocalCluster
-from tasks.cluster.errors import Unavailable
+from tasks.clients.cluster import Cluster, LocalCluster
+from tasks.clients.cluster.errors import Unavailable
 from tasks.leader import LeaderElector, LeaseConfig
 
 log = logging.getLogger(__name__)

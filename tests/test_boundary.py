@@ -16,7 +16,7 @@ import yaml
 from engine.api.aim import AIMService
 from engine.api.validate import load_documents
 from tasks.boundary import accept, accept_as, collecting, drain_rejections, invalid_field, parse_resource, start_run
-from tasks.cluster import connect
+from tasks.clients.cluster import connect
 
 SERVICE = {
     "apiVersion": "aim.silogen.ai/v1alpha1",

@@ -101,7 +101,7 @@ def test_a_directory_of_json_manifests_is_read(tmp_path: pathlib.Path) -> None:
 
 
 def test_json_manifests_are_written_back_as_json(tmp_path: pathlib.Path) -> None:
-    from tasks.cluster import connect
+    from tasks.clients.cluster import connect
 
     (tmp_path / "cm.json").write_text(
         '{"apiVersion": "v1", "kind": "ConfigMap",\n'
@@ -120,7 +120,7 @@ def test_json_manifests_are_written_back_as_json(tmp_path: pathlib.Path) -> None
 
 
 def test_a_cluster_without_nodes_is_not_a_cluster_whose_nodes_are_hidden(tmp_path) -> None:
-    from tasks.cluster import connect
+    from tasks.clients.cluster import connect
     from tasks.serve_openmodel import node_labels
     from tests.servers.kubeserver.fixture import start_kube_server
 

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from kubernetes import client as k8s
 
-from tasks.cluster.kube import KubeCluster
+from tasks.clients.cluster.kube import KubeCluster
 from tasks.leader import LeaderElector, LeaseConfig
 from tests.servers.s3test.fixture import free_port
 
@@ -23,7 +23,7 @@ from tests.servers.s3test.fixture import free_port
 # the takeover waits 8 s of expiry, not 15; the renew deadline still spans several retries on a loaded machine.
 LEASE_S, RENEW_DEADLINE_S, RETRY_S = 8, 6.0, 1.0
 REPLICA = (
-    "import sys, time; from flows.leading import run_elected; from tasks.cluster import connect; "
+    "import sys, time; from flows.leading import run_elected; from tasks.clients.cluster import connect; "
     "from tasks.leader import LeaseConfig; "
     "run_elected(lambda: time.sleep(3600), connect(sys.argv[1]), LeaseConfig('serve', sys.argv[2], sys.argv[3], "
     f"{LEASE_S}, {RENEW_DEADLINE_S}, {RETRY_S}), int(sys.argv[4]))"

@@ -1,4 +1,4 @@
-"""tasks.metrics against a real Prometheus scraping the fake vLLM exporter, and the metrics file format.
+"""tasks.clients.metrics against a real Prometheus scraping the fake vLLM exporter, and the metrics file format.
 
 One Prometheus serves the whole session (``tests.servers.promtest.fixture``). The module loads all its models at
 once and waits a single time for their counters to span the rate window; every model and namespace
@@ -24,10 +24,10 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 import requests
 
-from tasks.metrics import file as metrics_file_module
-from tasks.metrics.file import FileMetrics, write_metrics_file
-from tasks.metrics.prometheus import PrometheusMetrics
-from tasks.metrics.snapshot import (
+from tasks.clients.metrics import file as metrics_file_module
+from tasks.clients.metrics.file import FileMetrics, write_metrics_file
+from tasks.clients.metrics.prometheus import PrometheusMetrics
+from tasks.clients.metrics.snapshot import (
     MetricsFileError,
     MetricsSnapshot,
     MetricsSource,

@@ -1,4 +1,4 @@
-"""tasks/pushgateway.py against Debian's real prometheus-pushgateway."""
+"""tasks/clients/pushgateway.py against Debian's real prometheus-pushgateway."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from engine.cycle_metrics import MetricSet
-from tasks.pushgateway import Pushgateway, push
+from tasks.clients.pushgateway import Pushgateway, push
 
 
 def test_push_puts_the_group_by_cluster_and_flow_and_replaces_it(pushgateway: Any) -> None:

@@ -1,4 +1,4 @@
-"""tasks.metrics.traffic against a real Prometheus holding an hour of vLLM history (backfilled with promtool)."""
+"""tasks.clients.metrics.traffic against a real Prometheus holding an hour of vLLM history (backfilled with promtool)."""
 
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 
 from engine.simulate.rebuild import rebuild_trace
-from tasks.metrics.prometheus import PrometheusMetrics
-from tasks.metrics.snapshot import MetricsUnavailable, ModelKey
-from tasks.metrics.traffic import read_traffic
+from tasks.clients.metrics.prometheus import PrometheusMetrics
+from tasks.clients.metrics.snapshot import MetricsUnavailable, ModelKey
+from tasks.clients.metrics.traffic import read_traffic
 from tests.servers.promtest.backfill import ModelHistory, backfilled_prometheus, openmetrics
 from tests.servers.promtest.fixture import PrometheusProcess
 

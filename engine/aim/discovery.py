@@ -1,7 +1,7 @@
 """AIM model discovery, decided without I/O: image labels, persisted metadata, derived names, templates.
 
 An AIMClusterModel names a container image; the discover-models flow reads that image's config
-labels from its registry (``tasks.oci``) and everything after that is decided here:
+labels from its registry (``tasks.clients.oci``) and everything after that is decided here:
 
 * :func:`parse_image_labels` turns the labels into :class:`ImageMetadata` (``com.amd.aim.*`` with the
   ``org.amd.silogen.*`` fallback, as aim-engine reads them); :func:`parse_recommended_deployments`

@@ -22,10 +22,10 @@ from engine.api.meta import (
     Conditions,
     EnvVar,
     KubeModel,
-    ListMeta,
-    ObjectMeta,
     ParentReference,
     Quantity,
+    Resource,
+    ResourceWithStatus,
     SecretKeySelector,
     Time,
 )
@@ -64,23 +64,11 @@ class AIMClusterModelStatus(KubeModel):
     """Conditions represent the latest available observations of the model's state."""
 
 
-class AIMClusterModel(KubeModel):
+class AIMClusterModel(ResourceWithStatus[AIMClusterModelSpec, AIMClusterModelStatus]):
     """AIMClusterModel is the Schema for cluster-scoped AIM model catalog entries."""
 
     api_version: AimApiVersion = Field(API_VERSION, alias="apiVersion")
     kind: Literal["AIMClusterModel"] = "AIMClusterModel"
-    metadata: ObjectMeta = Field(default_factory=ObjectMeta)
-    spec: AIMClusterModelSpec
-    status: AIMClusterModelStatus | None = None
-
-
-class AIMClusterModelList(KubeModel):
-    """AIMClusterModelList contains a list of AIMClusterModel."""
-
-    api_version: AimApiVersion = Field(API_VERSION, alias="apiVersion")
-    kind: Literal["AIMClusterModelList"] = "AIMClusterModelList"
-    metadata: ListMeta = Field(default_factory=ListMeta)
-    items: list[AIMClusterModel] = Field(default_factory=list)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -139,22 +127,11 @@ class AIMNamespaceConfigSpec(KubeModel):
     """Storage class used for cached models."""
 
 
-class AIMNamespaceConfig(KubeModel):
+class AIMNamespaceConfig(Resource[AIMNamespaceConfigSpec]):
     """AIMNamespaceConfig configures credentials and routing for a namespace."""
 
     api_version: AimApiVersion = Field(API_VERSION, alias="apiVersion")
     kind: Literal["AIMNamespaceConfig"] = "AIMNamespaceConfig"
-    metadata: ObjectMeta = Field(default_factory=ObjectMeta)
-    spec: AIMNamespaceConfigSpec
-
-
-class AIMNamespaceConfigList(KubeModel):
-    """AIMNamespaceConfigList contains a list of AIMNamespaceConfig."""
-
-    api_version: AimApiVersion = Field(API_VERSION, alias="apiVersion")
-    kind: Literal["AIMNamespaceConfigList"] = "AIMNamespaceConfigList"
-    metadata: ListMeta = Field(default_factory=ListMeta)
-    items: list[AIMNamespaceConfig] = Field(default_factory=list)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -194,23 +171,11 @@ class AIMServiceTemplateStatus(KubeModel):
     """The models this template requires to run; cached when the template is cached."""
 
 
-class AIMServiceTemplate(KubeModel):
+class AIMServiceTemplate(ResourceWithStatus[AIMServiceTemplateSpec, AIMServiceTemplateStatus]):
     """AIMServiceTemplate selects the runtime profile and GPU parameters of AIM services."""
 
     api_version: AimApiVersion = Field(API_VERSION, alias="apiVersion")
     kind: Literal["AIMServiceTemplate"] = "AIMServiceTemplate"
-    metadata: ObjectMeta = Field(default_factory=ObjectMeta)
-    spec: AIMServiceTemplateSpec
-    status: AIMServiceTemplateStatus | None = None
-
-
-class AIMServiceTemplateList(KubeModel):
-    """AIMServiceTemplateList contains a list of AIMServiceTemplate."""
-
-    api_version: AimApiVersion = Field(API_VERSION, alias="apiVersion")
-    kind: Literal["AIMServiceTemplateList"] = "AIMServiceTemplateList"
-    metadata: ListMeta = Field(default_factory=ListMeta)
-    items: list[AIMServiceTemplate] = Field(default_factory=list)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -246,23 +211,11 @@ class AIMServiceStatus(KubeModel):
     """High-level status of the service lifecycle."""
 
 
-class AIMService(KubeModel):
+class AIMService(ResourceWithStatus[AIMServiceSpec, AIMServiceStatus]):
     """AIMService manages a KServe-based AIM inference service for the selected model and template."""
 
     api_version: AimApiVersion = Field(API_VERSION, alias="apiVersion")
     kind: Literal["AIMService"] = "AIMService"
-    metadata: ObjectMeta = Field(default_factory=ObjectMeta)
-    spec: AIMServiceSpec
-    status: AIMServiceStatus | None = None
-
-
-class AIMServiceList(KubeModel):
-    """AIMServiceList contains a list of AIMService."""
-
-    api_version: AimApiVersion = Field(API_VERSION, alias="apiVersion")
-    kind: Literal["AIMServiceList"] = "AIMServiceList"
-    metadata: ListMeta = Field(default_factory=ListMeta)
-    items: list[AIMService] = Field(default_factory=list)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -298,20 +251,8 @@ class ModelCacheStatus(KubeModel):
     """Name of the created PVC."""
 
 
-class ModelCache(KubeModel):
+class ModelCache(ResourceWithStatus[ModelCacheSpec, ModelCacheStatus]):
     """ModelCache is the Schema for the modelcaches API."""
 
     api_version: AimApiVersion = Field(API_VERSION, alias="apiVersion")
     kind: Literal["ModelCache"] = "ModelCache"
-    metadata: ObjectMeta = Field(default_factory=ObjectMeta)
-    spec: ModelCacheSpec
-    status: ModelCacheStatus | None = None
-
-
-class ModelCacheList(KubeModel):
-    """ModelCacheList contains a list of ModelCache."""
-
-    api_version: AimApiVersion = Field(API_VERSION, alias="apiVersion")
-    kind: Literal["ModelCacheList"] = "ModelCacheList"
-    metadata: ListMeta = Field(default_factory=ListMeta)
-    items: list[ModelCache] = Field(default_factory=list)

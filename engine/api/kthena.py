@@ -24,12 +24,11 @@ from engine.api.meta import (
     EnvVar,
     JSONObject,
     KubeModel,
-    ListMeta,
     LocalObjectReference,
-    ObjectMeta,
     ObjectReference,
     Quantity,
     ResourceRequirements,
+    ResourceWithStatus,
     Time,
 )
 from engine.api.registry import KTHENA_API, KthenaApiVersion
@@ -122,23 +121,11 @@ class AutoscalingPolicyStatus(KubeModel):
     """AutoscalingPolicyStatus defines the observed state of AutoscalingPolicy (empty in the seed)."""
 
 
-class AutoscalingPolicy(KubeModel):
+class AutoscalingPolicy(ResourceWithStatus[AutoscalingPolicySpec, AutoscalingPolicyStatus]):
     """AutoscalingPolicy is the Schema for the autoscalingpolicies API."""
 
     api_version: KthenaApiVersion = Field(API_VERSION, alias="apiVersion")
     kind: Literal["AutoscalingPolicy"] = "AutoscalingPolicy"
-    metadata: ObjectMeta = Field(default_factory=ObjectMeta)
-    spec: AutoscalingPolicySpec
-    status: AutoscalingPolicyStatus | None = None
-
-
-class AutoscalingPolicyList(KubeModel):
-    """AutoscalingPolicyList contains a list of AutoscalingPolicy."""
-
-    api_version: KthenaApiVersion = Field(API_VERSION, alias="apiVersion")
-    kind: Literal["AutoscalingPolicyList"] = "AutoscalingPolicyList"
-    metadata: ListMeta = Field(default_factory=ListMeta)
-    items: list[AutoscalingPolicy] = Field(default_factory=list)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -276,23 +263,11 @@ class AutoscalingPolicyBindingStatus(KubeModel):
     """Per-target replicas of a heterogeneous binding."""
 
 
-class AutoscalingPolicyBinding(KubeModel):
+class AutoscalingPolicyBinding(ResourceWithStatus[AutoscalingPolicyBindingSpec, AutoscalingPolicyBindingStatus]):
     """AutoscalingPolicyBinding binds a policy to the targets it scales."""
 
     api_version: KthenaApiVersion = Field(API_VERSION, alias="apiVersion")
     kind: Literal["AutoscalingPolicyBinding"] = "AutoscalingPolicyBinding"
-    metadata: ObjectMeta = Field(default_factory=ObjectMeta)
-    spec: AutoscalingPolicyBindingSpec
-    status: AutoscalingPolicyBindingStatus | None = None
-
-
-class AutoscalingPolicyBindingList(KubeModel):
-    """AutoscalingPolicyBindingList contains a list of AutoscalingPolicyBinding."""
-
-    api_version: KthenaApiVersion = Field(API_VERSION, alias="apiVersion")
-    kind: Literal["AutoscalingPolicyBindingList"] = "AutoscalingPolicyBindingList"
-    metadata: ListMeta = Field(default_factory=ListMeta)
-    items: list[AutoscalingPolicyBinding] = Field(default_factory=list)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -402,20 +377,8 @@ class ModelStatus(KubeModel):
     """ObservedGeneration track of generation."""
 
 
-class Model(KubeModel):
+class Model(ResourceWithStatus[ModelSpec, ModelStatus]):
     """Model is the Schema for the models API."""
 
     api_version: KthenaApiVersion = Field(API_VERSION, alias="apiVersion")
     kind: Literal["Model"] = "Model"
-    metadata: ObjectMeta = Field(default_factory=ObjectMeta)
-    spec: ModelSpec
-    status: ModelStatus | None = None
-
-
-class ModelList(KubeModel):
-    """ModelList contains a list of Model."""
-
-    api_version: KthenaApiVersion = Field(API_VERSION, alias="apiVersion")
-    kind: Literal["ModelList"] = "ModelList"
-    metadata: ListMeta = Field(default_factory=ListMeta)
-    items: list[Model] = Field(default_factory=list)

@@ -12,7 +12,7 @@ from typing import Final, Literal
 
 from pydantic import Field
 
-from engine.api.meta import Conditions, KubeModel, ListMeta, ObjectMeta, Quantity, Time
+from engine.api.meta import Conditions, KubeModel, Quantity, ResourceWithStatus, Time
 from engine.api.registry import LLMAZ_API, LlmazApiVersion
 
 API_VERSION: Final[LlmazApiVersion] = LLMAZ_API
@@ -103,20 +103,8 @@ class ModelStatus(KubeModel):
     """Conditions represents the Inference condition."""
 
 
-class OpenModel(KubeModel):
+class OpenModel(ResourceWithStatus[ModelSpec, ModelStatus]):
     """OpenModel is the Schema for the open models API."""
 
     api_version: LlmazApiVersion = Field(API_VERSION, alias="apiVersion")
     kind: Literal["OpenModel"] = "OpenModel"
-    metadata: ObjectMeta = Field(default_factory=ObjectMeta)
-    spec: ModelSpec
-    status: ModelStatus | None = None
-
-
-class OpenModelList(KubeModel):
-    """OpenModelList contains a list of OpenModel."""
-
-    api_version: LlmazApiVersion = Field(API_VERSION, alias="apiVersion")
-    kind: Literal["OpenModelList"] = "OpenModelList"
-    metadata: ListMeta = Field(default_factory=ListMeta)
-    items: list[OpenModel] = Field(default_factory=list)

@@ -18,7 +18,7 @@ from typing import Final, Literal
 
 from pydantic import Field
 
-from engine.api.meta import Conditions, CrossVersionObjectReference, KubeModel, ListMeta, ObjectMeta, Time
+from engine.api.meta import Conditions, CrossVersionObjectReference, KubeModel, ObjectMeta, Time
 from engine.api.registry import LLMD_API, LlmdApiVersion
 
 API_VERSION: Final[LlmdApiVersion] = LLMD_API
@@ -209,12 +209,3 @@ class VariantAutoscaling(KubeModel):
     """Spec defines the desired state for autoscaling the model variant."""
     status: VariantAutoscalingStatus | None = None
     """Status represents the current status of autoscaling for the model variant."""
-
-
-class VariantAutoscalingList(KubeModel):
-    """VariantAutoscalingList contains a list of VariantAutoscaling resources."""
-
-    api_version: LlmdApiVersion = Field(API_VERSION, alias="apiVersion")
-    kind: Literal["VariantAutoscalingList"] = "VariantAutoscalingList"
-    metadata: ListMeta = Field(default_factory=ListMeta)
-    items: list[VariantAutoscaling] = Field(default_factory=list)

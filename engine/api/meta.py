@@ -28,7 +28,7 @@ import re
 import threading
 from collections.abc import Iterator
 from datetime import UTC, datetime
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Generic, Literal, TypeVar
 
 from pydantic import (
     AfterValidator,
@@ -275,6 +275,43 @@ class ListMeta(BaseModel):
     resource_version: str | None = Field(None, alias="resourceVersion")
     continue_: str | None = Field(None, alias="continue")
     remaining_item_count: int | None = Field(None, alias="remainingItemCount")
+
+
+Spec = TypeVar("Spec", bound=KubeModel)
+Status = TypeVar("Status", bound=KubeModel)
+Item = TypeVar("Item", bound=KubeModel)
+
+
+class Resource(KubeModel, Generic[Spec]):
+    """An object of a custom resource kind: ``apiVersion``, ``kind``, ``metadata`` and its ``spec``.
+
+    One generic for every kind: a kind's model narrows ``api_version`` and ``kind`` to its own (a ``Literal``
+    with the value as default) and names its spec model; :class:`ResourceWithStatus` adds the status.
+    """
+
+    api_version: str = Field(alias="apiVersion")
+    kind: str
+    metadata: ObjectMeta = Field(default_factory=ObjectMeta)
+    spec: Spec
+
+
+class ResourceWithStatus(Resource[Spec], Generic[Spec, Status]):
+    """A :class:`Resource` whose kind has a status subresource: the status is absent until first written."""
+
+    status: Status | None = None
+
+
+class KindList(KubeModel, Generic[Item]):
+    """A List of one kind, as a LIST answers: ``<Kind>List`` with the list's metadata and the items.
+
+    One generic for every kind: :meth:`engine.api.registry.KindInfo.list_model` makes each kind's List model
+    from it, with that kind's ``apiVersion`` and ``kind`` as defaults.
+    """
+
+    api_version: str = Field(alias="apiVersion")
+    kind: str
+    metadata: ListMeta = Field(default_factory=ListMeta)
+    items: list[Item] = Field(default_factory=list)
 
 
 # --------------------------------------------------------------------------------------------------

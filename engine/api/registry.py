@@ -4,13 +4,13 @@ This module is the only place an apiVersion of a Modelplane API group is spelled
 (:data:`KINDS`) is the single source for plural names, scope, short names, subresources and printer
 columns: the CRD generator (:mod:`engine.api.crds`), manifest validation (:mod:`engine.api.validate`,
 which ``modelplane validate`` and the boundary reader use), the REST mapping and schema enforcement of
-both cluster backends (``tasks.cluster.resources``/``schema``) and the event ids (``tasks.events``) all
+both cluster backends (``tasks.clients.cluster.resources``/``schema``) and the event ids (``tasks.clients.events``) all
 read it through :func:`kinds` and :func:`kind_info`, so they cannot disagree and a new kind needs no
 edit outside this table and its model (DESIGN.md, "Adding a custom resource kind").
 
 Also here, as constants only: the apiVersions of Kthena's serving kinds Modelplane renders but whose
 CRDs are Kthena's (``ModelServing``, ``ModelServer``, ``ModelRoute``). Built-in Kubernetes kinds and
-third-party kinds with no Modelplane model (KServe, Gateway API) stay in ``tasks.cluster.resources``.
+third-party kinds with no Modelplane model (KServe, Gateway API) stay in ``tasks.clients.cluster.resources``.
 
 Each apiVersion is a ``Final`` constant typed by a ``Literal`` alias: the models annotate their
 ``apiVersion`` field with the alias, and mypy checks that constant and alias agree.
@@ -19,13 +19,16 @@ Each apiVersion is a ``Final`` constant typed by a ``Literal`` alias: the models
 from __future__ import annotations
 
 import contextlib
+import functools
 import importlib
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Final, Literal, TypeAlias
+from typing import Final, Literal, TypeAlias, cast
 
-from engine.api.meta import KubeModel
+from pydantic import Field, create_model
+
+from engine.api.meta import KindList, KubeModel
 
 __all__ = [
     "AIM_API",
@@ -180,9 +183,9 @@ class KindInfo:
         """The pydantic model class for this kind."""
         return self._class(self.kind)
 
-    def list_model(self) -> type[KubeModel]:
-        """The pydantic model class of this kind's List."""
-        return self._class(self.list_kind)
+    def list_model(self) -> type[KindList[KubeModel]]:
+        """The pydantic model class of this kind's List (:class:`~engine.api.meta.KindList` of :meth:`model`)."""
+        return _list_model(self)
 
     def has_status_phase(self) -> bool:
         """Whether the status carries a ``status`` phase (Pending/.../Failed), read from the model."""
@@ -199,6 +202,20 @@ class KindInfo:
         if not (isinstance(found, type) and issubclass(found, KubeModel)):
             raise TypeError(f"{self.module}.{name} is not a KubeModel (kind registry entry {self.kind})")
         return found
+
+
+@functools.cache
+def _list_model(info: KindInfo) -> type[KindList[KubeModel]]:
+    """``<Kind>List``: the generic List of the kind's model, its apiVersion and List kind as defaults (made once)."""
+    # KindList[<the kind's model>], spelled as the call it is: the item model is known at run time only
+    base = cast("type[KindList[KubeModel]]", KindList.__class_getitem__(info.model()))
+    return create_model(
+        info.list_kind,
+        __base__=base,
+        __module__=info.module,
+        api_version=(str, Field(info.api_version, alias="apiVersion")),
+        kind=(str, info.list_kind),
+    )
 
 
 KINDS: Final[tuple[KindInfo, ...]] = (

@@ -6,7 +6,7 @@ follows the real API server's (kube-openapi) wording, e.g.
 ``spec.modelID: Invalid value: "": spec.modelID in body should be at least 1 chars long``.
 
 This is the one implementation of those semantics: the local manifests backend
-(:mod:`tasks.cluster.local`, through :mod:`tasks.cluster.schema`) and the Kubernetes API test server
+(:mod:`tasks.clients.cluster.local`, through :mod:`tasks.clients.cluster.schema`) and the Kubernetes API test server
 (``tests/servers/kubeserver``) both call :func:`process_write`, so "the same semantics on a laptop and on a
 cluster" holds by construction. Pure: the schemas are passed in (from the CRDs).
 """

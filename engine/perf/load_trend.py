@@ -12,7 +12,7 @@ window is skipped for that model's variants.  The recent peak still sizes the lo
 is followed at once.  Chosen on the day-shaped tuning slice against the recorded one (docs/simulate.md,
 "Ramp-leading capacity ... round econ-lead").
 
-The two inputs are what Prometheus answers (``tasks.metrics.promql``): the largest of the last changes,
+The two inputs are what Prometheus answers (``engine.promql``): the largest of the last changes,
 ``max_over_time((R - R offset 1m)[2m:1m])``, and the noise, ``quantile_over_time(0.5, abs(R - R offset
 1m)[30m:1m])``, with ``R`` the per-model 1-minute request rate; the simulator derives the same from the
 rates it exported (:func:`rate_changes`).

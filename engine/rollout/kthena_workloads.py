@@ -80,42 +80,19 @@ def engine_args(
     """The engine command line: the server on the cached path, the worker config as flags, LoRA modules."""
     config = dict(worker.config or {})
     port = engine_port(backend, worker)
-    if backend.type == "SGLang":
-        args = [
-            "python3",
-            "-m",
-            "sglang.launch_server",
-            "--model-path",
-            model_path,
-            "--host",
-            "0.0.0.0",
-            "--port",
-            str(port),
-        ]
-        if "served-model-name" not in config and "served_model_name" not in config:
-            args += ["--served-model-name", model.served_name]
-        args += config_flags(config, skip=("port", "host", "model-path"))
-        if "enable-metrics" not in config:
-            args.append("--enable-metrics")
-        if loras:
-            args += ["--lora-paths", *[f"{name}={path}" for name, path in sorted(loras.items())]]
-        return args
-    args = [
-        "python3",
-        "-m",
-        "vllm.entrypoints.openai.api_server",
-        "--model",
-        model_path,
-        "--host",
-        "0.0.0.0",
-        "--port",
-        str(port),
-    ]
+    sglang = backend.type == "SGLang"
+    module, model_flag = (
+        ("sglang.launch_server", "model-path") if sglang else ("vllm.entrypoints.openai.api_server", "model")
+    )
+    args = ["python3", "-m", module, f"--{model_flag}", model_path, "--host", "0.0.0.0", "--port", str(port)]
     if "served-model-name" not in config and "served_model_name" not in config:
         args += ["--served-model-name", model.served_name]
-    args += config_flags(config, skip=("port", "host", "model"))
+    args += config_flags(config, skip=("port", "host", model_flag))
+    if sglang and "enable-metrics" not in config:
+        args.append("--enable-metrics")
     if loras:
-        args += ["--enable-lora", "--lora-modules", *[f"{name}={path}" for name, path in sorted(loras.items())]]
+        modules = [f"{name}={path}" for name, path in sorted(loras.items())]
+        args += ["--lora-paths", *modules] if sglang else ["--enable-lora", "--lora-modules", *modules]
     return args
 
 

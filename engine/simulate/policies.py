@@ -35,6 +35,7 @@ import dataclasses
 import math
 from collections.abc import Callable, Mapping, Sequence
 from datetime import timedelta
+from typing import Final, Literal
 
 import numpy as np
 
@@ -75,7 +76,16 @@ __all__ = [
     "variants_by_model",
 ]
 
-POLICIES = ("modelplane", "saturation-only", "wva-greedy", "hpa", "static-peak", "oracle")
+PolicyName = Literal["modelplane", "saturation-only", "wva-greedy", "hpa", "static-peak", "oracle"]
+"""The policies a simulation compares."""
+POLICIES: Final[tuple[PolicyName, ...]] = (
+    "modelplane",
+    "saturation-only",
+    "wva-greedy",
+    "hpa",
+    "static-peak",
+    "oracle",
+)
 
 
 def initial_replicas(scenario: Scenario) -> dict[str, int]:

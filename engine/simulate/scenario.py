@@ -15,7 +15,7 @@ import dataclasses
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any, TypeVar
+from typing import Any, Final, TypeVar
 
 from engine.api.kthena import AutoscalingPolicyMetric, AutoscalingPolicySpec
 from engine.api.llmd import VariantAutoscaling
@@ -48,7 +48,7 @@ __all__ = [
     "with_ttft_percentile",
 ]
 
-ROUTER_AUTO = "auto"
+ROUTER_AUTO: Final = "auto"
 _SloT = TypeVar("_SloT", SLO, ModelSLO)
 EPOCH = datetime(2026, 1, 1, tzinfo=UTC)
 DEFAULT_KV_TOKENS_PER_SLOT = 2048

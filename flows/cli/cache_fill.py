@@ -7,7 +7,7 @@ from __future__ import annotations
 import pathlib
 import sys
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import typer
 
@@ -81,7 +81,7 @@ def fill_cache(
                 concurrency=concurrency,
                 part_size=part_size_mib * MiB,
                 lock_timeout=lock_timeout,
-                on_wait=lambda holder: sys.stderr.write(f"waiting for another filler of {dest} ({holder})\n"),
+                on_wait=lambda holder: print(f"waiting for another filler of {dest} ({holder})", file=sys.stderr),
             )
     except DownloadError as exc:
         sys.stderr.write(f"error: cache fill failed ({exc.reason}): {exc.message}\n")
@@ -113,7 +113,7 @@ cache_app.command("fill", cls=ModelplaneCommand)(fill_cache)
 app.add_typer(cache_app, name="cache", hidden=True)
 
 
-def _write_fill_report(path: pathlib.Path | None, marker: dict | None = None, **failure: str) -> None:
+def _write_fill_report(path: pathlib.Path | None, marker: dict[str, Any] | None = None, **failure: str) -> None:
     """The fill's verdict for the warm-caches flow (read back from the Job pod's termination message)."""
     if path is None:
         return

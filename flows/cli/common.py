@@ -38,7 +38,7 @@ from flows.exitcodes import (
 from flows.parameters import CLUSTER_HELP
 
 if TYPE_CHECKING:
-    from tasks.cluster import Cluster
+    from tasks.clients.cluster import Cluster
 
 # Local runs start an ephemeral Prefect API on the shared ~/.prefect database; its telemetry write is the
 # one statement that contends with another local Prefect process, and it reports nothing we need.
@@ -140,7 +140,7 @@ def needs(api_version: str, kind: str) -> Check:
     """A :data:`Check` that the cluster lets us list ``kind`` (API access, RBAC, the CRD installed)."""
 
     def check(cluster: Cluster) -> str | None:
-        from tasks.cluster import ClusterError
+        from tasks.clients.cluster import ClusterError
 
         try:
             cluster.list(api_version, kind)
@@ -153,13 +153,13 @@ def needs(api_version: str, kind: str) -> Check:
 
 def pre_check(cluster: str | None, check: Check | None = None) -> None:
     """The one pre-check of every flow command, before Prefect starts: the cluster ``cluster`` names
-    (``tasks.cluster.connect``) is not a missing or unreadable path, and ``check`` finds nothing missing.
+    (``tasks.clients.cluster.connect``) is not a missing or unreadable path, and ``check`` finds nothing missing.
     Prints one ``error:`` line and exits 2 otherwise."""
-    from tasks.cluster import connect, local_path_problem
+    from tasks.clients.cluster import connect, local_path_problem
 
     with cli_errors():
-        target = connect(cluster, dry_run=True)  # a check changes nothing (not even an invalid object's status)
-        problem = local_path_problem(target) or (check(target) if check else None)
+        conn = connect(cluster, dry_run=True)  # a check changes nothing (not even an invalid object's status)
+        problem = local_path_problem(conn) or (check(conn) if check else None)
         if problem:
             raise CannotRun(problem)
 
@@ -179,7 +179,7 @@ def tracking_wanted(track: bool, cluster: str | None, dry_run: bool) -> bool:
     """Whether a command runs its flow through Prefect: when asked (``--track``), when a Prefect API is
     configured (``PREFECT_API_URL``), or when it writes to a Kubernetes cluster. A manifests directory or a dry
     run runs untracked (tasks/tracking.py): no API, no Prefect import, the same flow code and report."""
-    from tasks.cluster import is_manifests_target
+    from tasks.clients.cluster import is_manifests_target
 
     if track or os.environ.get("PREFECT_API_URL"):
         return True
@@ -205,8 +205,9 @@ def run_flow(
     command's own verdict (:func:`exit_with_outcome`, the ``error:`` line) is the last thing it prints.
     """
     from flows.runs import ParameterError, validate_parameters
-    from tasks.cluster.errors import ClusterError
+    from tasks.clients.cluster.errors import ClusterError
 
+    stops: tuple[type[Exception], ...] = (ParameterError, CannotRun, ClusterError, *cannot_run)
     name = flow.rpartition(":")[2].replace("_", "-") if isinstance(flow, str) else flow.name
     pre_check(parameters.get("cluster"), check)
     tracked = tracking_wanted(track, parameters.get("cluster"), bool(parameters.get("dry_run")))
@@ -224,7 +225,7 @@ def run_flow(
             announce(name, parameters, tracked=False)
         with shown_progress():
             return run_untracked(flow, validated)
-    except (ParameterError, CannotRun, ClusterError, *cannot_run) as exc:
+    except stops as exc:
         reason = one_line(exc)
     except (OSError, ValueError) as exc:
         reason = f"{type(exc).__name__}: {one_line(exc)}"

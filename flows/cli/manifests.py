@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import pathlib
 import sys
+from typing import Any
 
 import typer
 from rich.markup import escape
@@ -100,7 +101,7 @@ def validate_manifests(
     raise typer.Exit(exit_code(invalid))
 
 
-def _meta_of(obj: object) -> dict:
+def _meta_of(obj: object) -> dict[str, Any]:
     """The metadata of a validated object (a typed model or a plain dict) as a dict."""
     if isinstance(obj, dict):
         return obj.get("metadata") or {}

@@ -262,6 +262,7 @@ def simulate(
             choices = " or ".join(get_args(StartFrom))
             raise CannotRun(f"--start {start!r}: choose {choices} (the slice's start is --slice-start)")
         _check_slo_attainment(slo_attainment)
+    routing: dict[str, Any] = {"router": router} if router is not None else {}  # absent: the flow's default
     report = run_flow(
         simulate_flow,
         track=track,
@@ -288,7 +289,7 @@ def simulate(
         frontier=frontier,
         seed=seed,
         output_dir=str(output),
-        **({"router": router} if router is not None else {}),
+        **routing,
     )
     if as_json:
         sys.stdout.write(json.dumps(report.as_json(), indent=2) + "\n")
@@ -398,7 +399,7 @@ def tune(
     from engine.simulate.rebuild import TrafficError
     from engine.simulate.trace import TraceError
     from engine.slo.target import format_window
-    from tasks.metrics.snapshot import MetricsUnavailable
+    from tasks.clients.metrics.snapshot import MetricsUnavailable
 
     with cli_errors():
         cluster = manifests_path(cluster_option)

@@ -105,7 +105,7 @@ def serve_deployments(
     import socket
 
     from flows.leading import serve_while_leading
-    from tasks.cluster import ClusterError, connect
+    from tasks.clients.cluster import ClusterError, connect
     from tasks.leader import LeaseConfig
 
     config = LeaseConfig(

@@ -15,8 +15,8 @@ from engine.caches.lookup import CacheRequest, find_model_cache
 from engine.caches.sources import parse_source
 from tasks.boundary import Accepted
 from tasks.caches import ensure_cache, mark_used
-from tasks.cluster import Cluster
-from tasks.cluster.errors import ClusterError
+from tasks.clients.cluster import Cluster
+from tasks.clients.cluster.errors import ClusterError
 
 log = logging.getLogger("modelplane.aim")
 

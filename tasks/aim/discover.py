@@ -19,10 +19,10 @@ from tasks.aim.writes import (
     delete_stale,
     post_status_event,
     ref_of,
-    write_status,
+    write_changed_status,
 )
-from tasks.cluster import Cluster, Manifest, ObjectRef
-from tasks.cluster.recorder import record_event
+from tasks.clients.cluster import Cluster, Manifest, ObjectRef
+from tasks.clients.cluster.recorder import record_event
 
 
 def write_model_plan(cluster: Cluster, model: Manifest, plan: ModelPlan, now: datetime, counts: WriteCounts) -> None:
@@ -33,7 +33,7 @@ def write_model_plan(cluster: Cluster, model: Manifest, plan: ModelPlan, now: da
     create_objects(cluster, plan.create, counts)
     counts.skipped += plan.skipped
     delete_stale(cluster, [ref_of(t) for t in plan.stale], counts)
-    if write_status(cluster, model, status_with_conditions(model, plan.conditions, now)):
+    if write_changed_status(cluster, model, status_with_conditions(model, plan.conditions, now)):
         counts.statuses += 1
         if plan.result == "ok":
             created = ", ".join(str(t["metadata"]["name"]) for t in plan.create)

@@ -25,9 +25,16 @@ from engine.aim.discovery import (
 )
 from engine.api.aim import AIMNamespaceConfig
 from tasks.aim.writes import WORKERS
-from tasks.cluster import Cluster
-from tasks.cluster.errors import NotFound
-from tasks.oci import Credential, RegistryClient, RegistryError, credential_for, parse_dockerconfigjson, parse_reference
+from tasks.clients.cluster import Cluster
+from tasks.clients.cluster.errors import NotFound
+from tasks.clients.oci import (
+    Credential,
+    RegistryClient,
+    RegistryError,
+    credential_for,
+    parse_dockerconfigjson,
+    parse_reference,
+)
 from tasks.tracking import task
 
 DOCKERCONFIG_TYPE = "kubernetes.io/dockerconfigjson"

@@ -19,8 +19,8 @@ from engine.api.meta import KubeModel
 from engine.api.registry import AIM_CLUSTER_MODEL, AIM_NAMESPACE_CONFIG, AIM_SERVICE, AIM_SERVICE_TEMPLATE, MODEL_CACHE
 from engine.api.views import HTTPRoute, InferenceService, Node
 from tasks.boundary import Accepted, accept, accept_as
-from tasks.cluster import Cluster, Manifest
-from tasks.cluster.errors import NotFound
+from tasks.clients.cluster import Cluster, Manifest
+from tasks.clients.cluster.errors import NotFound
 from tasks.tracking import task
 
 log = logging.getLogger("modelplane.aim")

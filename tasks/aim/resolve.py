@@ -7,8 +7,8 @@ from datetime import datetime
 from engine.aim.template_plan import ResolvePlan
 from engine.status import status_with_conditions
 from tasks.aim.caches import SharedCaches
-from tasks.aim.writes import WriteCounts, post_status_event, write_status
-from tasks.cluster import Cluster, Manifest
+from tasks.aim.writes import WriteCounts, post_status_event, write_changed_status
+from tasks.clients.cluster import Cluster, Manifest
 
 
 def write_template_plan(
@@ -18,7 +18,7 @@ def write_template_plan(
     one requested from the cluster counts as created), then the status where it changed."""
     if plan.cache_requests:
         counts.created += caches.request(cluster, plan.namespace, plan.cache_requests)
-    if write_status(
+    if write_changed_status(
         cluster, template, status_with_conditions(template, plan.outcome.conditions, now, plan.status_fields)
     ):
         counts.statuses += 1

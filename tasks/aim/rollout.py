@@ -18,10 +18,10 @@ from tasks.aim.writes import (
     delete_stale,
     describe_rendered,
     post_status_event,
-    write_status,
+    write_changed_status,
 )
-from tasks.cluster import Cluster, Manifest, ObjectRef
-from tasks.cluster.recorder import record_event
+from tasks.clients.cluster import Cluster, Manifest, ObjectRef
+from tasks.clients.cluster.recorder import record_event
 
 
 def write_service_plan(
@@ -50,6 +50,6 @@ def write_service_plan(
     if plan.retire:
         delete_stale(cluster, [ObjectRef.of(obj.object) for obj in plan.retire], counts)
     status = status_with_conditions(service, plan.outcome.conditions, now, {"status": plan.outcome.status})
-    if write_status(cluster, service, status):
+    if write_changed_status(cluster, service, status):
         counts.statuses += 1
         post_status_event(cluster, service, plan.outcome.status, plan.outcome.conditions)

@@ -13,28 +13,31 @@ from typing import Any, TypeVar
 from engine.api.aim import AIMServiceTemplate
 from engine.api.views import Observed
 from engine.status import ConditionUpdate, changed_fields
-from tasks.cluster import Cluster, Manifest, ObjectRef
-from tasks.cluster.errors import ClusterError, Conflict, NotFound
-from tasks.cluster.recorder import record_event
-from tasks.cluster.retry import retry_on_conflict
+from tasks.clients.cluster import Cluster, Manifest, ObjectRef
+from tasks.clients.cluster.errors import ClusterError, Conflict, NotFound
+from tasks.clients.cluster.recorder import record_event
+from tasks.clients.cluster.retry import write_status
 
 WORKERS = 8
 """Threads a run reads and writes its objects on (the per-object API calls are independent)."""
 
 
-def write_status(cluster: Cluster, obj: Manifest, status: Mapping[str, Any]) -> bool:
-    """Patch the status fields that differ (with the read resourceVersion); ``False`` when none do.
+def write_changed_status(cluster: Cluster, obj: Manifest, status: Mapping[str, Any]) -> bool:
+    """Patch the status fields that differ from ``status`` (with the read resourceVersion).
+
     On a conflict the object is re-read and the fields that still differ are written over the fresh copy
-    (:func:`tasks.cluster.retry.retry_on_conflict`)."""
+    (:func:`tasks.clients.cluster.retry.write_status`).
+
+    Args:
+        cluster: The cluster the object lives in.
+        obj: The object as this run read it.
+        status: The status the object should have.
+
+    Returns:
+        Whether a write happened (``False`` when no field differs).
+    """
     wanted = dict(status)
-    if changed_fields(obj.get("status") or {}, wanted) is None:
-        return False
-
-    def still_different(current: Manifest) -> dict[str, Any] | None:
-        return changed_fields(current.get("status") or {}, wanted)
-
-    retry_on_conflict(cluster, ObjectRef.of(obj), still_different, write="status", read=obj)
-    return True
+    return write_status(cluster, obj, lambda current: changed_fields(current.get("status") or {}, wanted))
 
 
 @dataclass

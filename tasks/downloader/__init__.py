@@ -14,8 +14,8 @@ Public API (what flows, Jobs and the CLI use)::
             ChecksumMismatch, PathTraversal, UnsupportedSource, CacheInUse, DestinationConflict, TransferFailed
 """
 
-from tasks.downloader.credentials import Credentials
-from tasks.downloader.errors import (
+from tasks.clients.sources.credentials import Credentials
+from tasks.clients.sources.errors import (
     AuthenticationFailed,
     CacheInUse,
     ChecksumMismatch,
@@ -28,10 +28,11 @@ from tasks.downloader.errors import (
     TransferFailed,
     UnsupportedSource,
 )
+from tasks.clients.sources.listing import Listing, RemoteFile
 from tasks.downloader.fill import DEFAULT_CONCURRENCY, DEFAULT_PART_SIZE, fill_cache, list_source, source_size
 from tasks.downloader.lock import CacheLock
 from tasks.downloader.manifest import CacheManifest, ManifestFile, is_complete, read_manifest
-from tasks.downloader.plan import Listing, RemoteFile, safe_relative_path
+from tasks.downloader.plan import safe_relative_path
 from tasks.downloader.progress import ProgressCallback, ProgressSnapshot, ProgressTracker, prefect_progress
 
 __all__ = [

@@ -24,16 +24,19 @@ import pathlib
 import shutil
 from collections.abc import Callable
 from datetime import UTC, datetime
+from typing import TYPE_CHECKING
 
 from engine.caches.sources import ModelSource, parse_source
-from tasks.downloader.credentials import Credentials
-from tasks.downloader.errors import (
+from tasks.clients.files import fsync_dir, fsync_file
+from tasks.clients.sources.credentials import Credentials
+from tasks.clients.sources.errors import (
     CacheInUse,
     DestinationConflict,
     DownloadError,
     InsufficientSpace,
     UnsupportedSource,
 )
+from tasks.clients.sources.listing import Listing, RemoteFile
 from tasks.downloader.hashing import MiB, checksum_problem, has_checksum, hash_file
 from tasks.downloader.lock import DEFAULT_HEARTBEAT, DEFAULT_STALE_AFTER, CacheLock
 from tasks.downloader.manifest import (
@@ -48,14 +51,15 @@ from tasks.downloader.plan import (
     STAGING_DIR,
     Journal,
     JournalEntry,
-    Listing,
-    RemoteFile,
     check_listing,
     directory_usage,
 )
 from tasks.downloader.progress import ProgressCallback, ProgressTracker, human_bytes
 from tasks.downloader.transfer import plan_transfer, run_transfers
-from tasks.files import fsync_dir, fsync_file
+
+if TYPE_CHECKING:
+    from tasks.clients.sources.hf import HfBackend
+    from tasks.clients.sources.s3 import S3Backend
 
 log = logging.getLogger("modelplane.downloader")
 
@@ -85,7 +89,7 @@ def fill_cache(
     ``credentials`` default to :meth:`Credentials.from_env`. ``capacity_bytes`` is the volume's size when the
     filesystem does not tell (a PVC request on a shared filesystem): the free space is the smaller of what
     the filesystem reports and the capacity minus what the cache already uses. Raises a
-    :class:`~tasks.downloader.errors.DownloadError` subclass whose ``reason`` a flow puts in a condition.
+    :class:`~tasks.clients.sources.errors.DownloadError` subclass whose ``reason`` a flow puts in a condition.
     """
     parsed = parse_source(source) if isinstance(source, str) else source
     if not parsed.downloadable:
@@ -137,12 +141,13 @@ def _complete_manifest(root: pathlib.Path, source: ModelSource) -> CacheManifest
     return manifest if is_complete(root, source.uri) else None
 
 
-def _backend(source: ModelSource, creds: Credentials, concurrency: int):  # type: ignore[no-untyped-def]
+def _backend(source: ModelSource, creds: Credentials, concurrency: int) -> S3Backend | HfBackend:
+    """The transport of ``source`` (imported on first use: botocore and huggingface_hub are slow to import)."""
     if source.scheme == "s3":
-        from tasks.downloader.s3 import S3Backend
+        from tasks.clients.sources.s3 import S3Backend
 
         return S3Backend(source, creds, max_connections=max(10, concurrency + 2))
-    from tasks.downloader.hf import HfBackend
+    from tasks.clients.sources.hf import HfBackend
 
     return HfBackend(source, creds)
 

@@ -18,8 +18,8 @@ import threading
 from collections.abc import Callable
 from typing import Any, BinaryIO
 
-from tasks.downloader.errors import TransferFailed
-from tasks.downloader.plan import RemoteFile
+from tasks.clients.sources.errors import TransferFailed
+from tasks.clients.sources.listing import RemoteFile
 
 MiB = 1024 * 1024
 HASH_BLOCK = 4 * MiB

@@ -21,7 +21,7 @@ import time
 import uuid
 from collections.abc import Callable
 
-from tasks.downloader.errors import CacheInUse
+from tasks.clients.sources.errors import CacheInUse
 
 LOCK_NAME = ".modelplane-cache.lock"
 BREAK_NAME = LOCK_NAME + ".break"
@@ -108,7 +108,8 @@ class CacheLock:
 
     def _read_token(self) -> str | None:
         try:
-            return json.loads(self.path.read_text()).get("owner")
+            owner = json.loads(self.path.read_text()).get("owner")
+            return owner if isinstance(owner, str) else None
         except (OSError, ValueError, AttributeError):
             return None
 

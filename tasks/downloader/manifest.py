@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from engine.caches.identity import CACHE_MARKER
-from tasks.files import fsync_dir
+from tasks.clients.files import fsync_dir
 
 MANIFEST_FORMAT = 1
 

@@ -12,7 +12,6 @@ Layout inside a cache directory while it fills::
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import pathlib
@@ -21,50 +20,13 @@ from dataclasses import dataclass
 from typing import TextIO
 
 from engine.caches.identity import CACHE_MARKER
-from tasks.downloader.errors import PathTraversal
+from tasks.clients.sources.errors import PathTraversal
+from tasks.clients.sources.listing import Listing
 from tasks.downloader.lock import BREAK_NAME, LOCK_NAME
 
 STAGING_DIR = ".modelplane-partial"
 JOURNAL = "journal.jsonl"
 RESERVED_NAMES = frozenset({CACHE_MARKER, CACHE_MARKER + ".tmp", LOCK_NAME, BREAK_NAME, STAGING_DIR})
-
-
-@dataclass(frozen=True)
-class RemoteFile:
-    """One file of the source: where it goes in the cache, its size, and what its content must hash to."""
-
-    path: str
-    """Relative path inside the cache (checked by :func:`safe_relative_path`)."""
-    size: int
-    etag: str | None = None
-    """The source's version tag (S3 ETag, Hugging Face ETag/blob id): a changed tag means a changed file."""
-    remote: str = ""
-    """The object key or repository path to fetch."""
-    sha256: str | None = None
-    """Expected SHA-256 when the source publishes one (Hugging Face LFS files)."""
-    git_sha1: str | None = None
-    """Expected git blob id (Hugging Face non-LFS files)."""
-    md5: str | None = None
-    """Expected MD5 (S3 objects uploaded in one part: the ETag is the MD5)."""
-
-    @property
-    def staging_name(self) -> str:
-        """Temporary file name: changes with the ETag, so a changed object never resumes an old partial file."""
-        digest = hashlib.sha256(f"{self.path}\0{self.etag}\0{self.size}".encode()).hexdigest()[:24]
-        return f"{digest}.part"
-
-
-@dataclass(frozen=True)
-class Listing:
-    """Everything a source holds for this cache, and the revision it resolved to."""
-
-    revision: str | None
-    files: tuple[RemoteFile, ...]
-
-    @property
-    def total_bytes(self) -> int:
-        """Sum of the file sizes."""
-        return sum(f.size for f in self.files)
 
 
 def safe_relative_path(name: str) -> str:

@@ -21,12 +21,13 @@ from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 
 from engine.caches.sources import ModelSource
-from tasks.downloader.errors import ChecksumMismatch, DownloadError, TransferFailed
+from tasks.clients.files import fsync_file
+from tasks.clients.sources.errors import ChecksumMismatch, DownloadError, TransferFailed
+from tasks.clients.sources.listing import Listing, RemoteFile
 from tasks.downloader.hashing import BackgroundHash, HashingFile, MiB, StreamHash, checksum_problem, hash_file
 from tasks.downloader.lock import CacheLock
-from tasks.downloader.plan import Journal, JournalEntry, Listing, RemoteFile
+from tasks.downloader.plan import Journal, JournalEntry
 from tasks.downloader.progress import ProgressTracker
-from tasks.files import fsync_file
 
 log = logging.getLogger("modelplane.downloader")
 

@@ -34,8 +34,8 @@ from engine.optimize.bindings import (
 )
 from engine.optimize.spec import accelerator_text
 from tasks.boundary import Accepted, parse_resource
-from tasks.cluster import Cluster, ObjectRef
-from tasks.cluster.errors import ClusterError, NotFound
+from tasks.clients.cluster import Cluster, ObjectRef
+from tasks.clients.cluster.errors import ClusterError, NotFound
 from tasks.optimize.read import ClusterState
 from tasks.tracking import task
 
@@ -278,41 +278,27 @@ def read_binding_inputs(
     for r, (_, low, high, cost) in zip(read, binding_targets(spec)):
         ref = r.ref
         pod_instances = _instances_from_snapshot(snapshot, namespace, r.pods.ready, r.serving_names, have_pod_objects)
-        if r.group is None:
-            targets.append(
-                BindingTarget(
-                    ref.name,
-                    ref.namespace,
-                    ref.api_version,
-                    ref.kind,
-                    r.current,
-                    low,
-                    high,
-                    cost or 0.0,
-                    priced=cost is not None,
-                )
-            )
-            instances += pod_instances
-            unready += r.pods.unready
-            continue
-        current_groups = group_count(r.group)
+        current = r.current if r.group is None else group_count(r.group)
         targets.append(
             BindingTarget(
                 ref.name,
-                ref.namespace,
+                ref.namespace or namespace,
                 ref.api_version,
                 ref.kind,
-                current_groups,
+                current,
                 low,
                 high,
                 cost or 0.0,
-                r.group,
+                r.group or (),
                 priced=cost is not None,
             )
         )
-        if current_groups is not None:
+        if r.group is None:
+            instances += pod_instances
+            unready += r.pods.unready
+        elif current is not None:
             serving_per_group = sum(m.per_group for m in r.group if m.serves) or 1
-            instances += group_instances(pod_instances, current_groups)
+            instances += group_instances(pod_instances, current)
             unready += -(-r.pods.unready // serving_per_group)
     optimizer = spec.optimizer_configuration
     expansion = optimizer.cost_expansion_rate_percent if optimizer is not None else None

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from engine.api.registry import LLMD_API, VARIANT_AUTOSCALING
 from engine.optimize.config import ACCELERATOR_COSTS_CONFIGMAP
-from tasks.cluster import Cluster, local_path_problem
-from tasks.cluster.errors import ClusterError, NotFound
+from tasks.clients.cluster import Cluster, local_path_problem
+from tasks.clients.cluster.errors import ClusterError, NotFound
 
 
 def missing_configuration(config_maps: set[str], has_variants: bool, config_namespace: str) -> str | None:

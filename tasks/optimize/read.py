@@ -42,9 +42,9 @@ from engine.optimize.config import (
 )
 from engine.optimize.spec import MAX_REPLICAS, model_targets
 from tasks.boundary import Accepted, accept, accept_as
-from tasks.cluster import Cluster, ObjectRef
-from tasks.cluster.errors import NotFound
-from tasks.metrics.snapshot import MetricsError, MetricsSnapshot, MetricsSource, ModelKey
+from tasks.clients.cluster import Cluster, ObjectRef
+from tasks.clients.cluster.errors import NotFound
+from tasks.clients.metrics.snapshot import MetricsError, MetricsSnapshot, MetricsSource, ModelKey
 from tasks.optimize.precheck import missing_configuration
 from tasks.tracking import task
 

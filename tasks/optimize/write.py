@@ -3,7 +3,7 @@
 Each object is written independently (:func:`parallel_map`: they are I/O bound), so one failure is that
 object's error and the others proceed. Writes go through the scale subresource and the ``/status``
 subresource; a status write that hits a stale resourceVersion re-reads the object and re-applies the change
-(:func:`write_status`, also used by the rollout flows). Whether a target is scaled at all is its actuation
+(:func:`tasks.clients.cluster.retry.write_status`, also used by the rollout flows). Whether a target is scaled at all is its actuation
 mode (engine.optimize.actuation); an Event is posted when the desired replicas change.
 
 A VariantAutoscaling's status is written last, conditioned on the resourceVersion its decision was made from.
@@ -31,10 +31,10 @@ from engine.optimize.plan import ANNOTATION_SCALE_DOWN_PENDING, VariantDecision
 from engine.optimize.status import status_patch, variant_status
 from engine.status import REASON_INVALID, changed_fields
 from tasks.boundary import Accepted
-from tasks.cluster import Cluster, ObjectRef
-from tasks.cluster.errors import ClusterError, Conflict
-from tasks.cluster.recorder import record_event
-from tasks.cluster.retry import retry_on_conflict
+from tasks.clients.cluster import Cluster, ObjectRef
+from tasks.clients.cluster.errors import ClusterError, Conflict
+from tasks.clients.cluster.recorder import record_event
+from tasks.clients.cluster.retry import write_status
 from tasks.optimize.bindings import binding_modes
 from tasks.optimize.read import ClusterState
 from tasks.tracking import run_logger, task
@@ -76,39 +76,6 @@ def parallel_map(fn: Callable[[T], WriteOutcome], items: list[T], workers: int =
         return [fn(item) for item in items]
     with ThreadPoolExecutor(max_workers=min(workers, len(items))) as pool:
         return list(pool.map(fn, items))
-
-
-def write_status(
-    cluster: Cluster,
-    listed: Mapping[str, Any],
-    build_patch: Callable[[dict[str, Any]], dict[str, Any] | None],
-) -> bool:
-    """Patch the status computed from the object; on a conflict re-read, recompute and retry.
-
-    The first attempt uses the object as the cycle LISTed it (its resourceVersion is the
-    precondition), so an uncontended cycle costs one PATCH per changed object and no GET.
-    ``build_patch`` returns the status merge-patch or ``None`` when nothing needs writing.
-    Returns whether a write happened.
-    """
-    ref = ObjectRef.of(dict(listed))
-    patch = build_patch(dict(listed))
-    if patch is None:
-        return False
-    try:
-        cluster.patch_status(ref, patch, resource_version=(listed.get("metadata") or {}).get("resourceVersion"))
-        return True
-    except Conflict:
-        log.info("conflict writing status of %s/%s; re-reading", ref.namespace, ref.name)
-    written = False
-
-    def mutate(obj: dict[str, Any]) -> dict[str, Any] | None:
-        nonlocal written
-        retry_patch = build_patch(obj)
-        written = retry_patch is not None
-        return retry_patch
-
-    retry_on_conflict(cluster, ref, mutate, write="status")
-    return written
 
 
 def write_status_once(
@@ -198,7 +165,7 @@ def apply_variant(
 
     ``published``: the decision's desired replicas reached the Pushgateway this cycle. ``replan``: how to
     decide again when the status write conflicts (see the module docs; without it the same decision is
-    re-applied to the re-read object, as :func:`write_status` does), at most ``attempts`` decisions in all.
+    re-applied to the re-read object, as :func:`tasks.clients.cluster.retry.write_status` does), at most ``attempts`` decisions in all.
     """
     mode = variant_mode(obj, default_mode) if decision.actuate else RECOMMEND
     outcome = WriteOutcome(
@@ -244,13 +211,12 @@ def apply_variant(
             outcome.status_written = write_status(cluster, obj, build)
         else:
             outcome.status_written = write_status_once(cluster, obj, build)
-    except Conflict as exc:  # only with replan: the decision was made from an object that has changed since
-        if attempts <= 1:
-            outcome.error = (outcome.error + "; " if outcome.error else "") + (
-                f"status: {exc.message} (still conflicting after {REPLAN_ATTEMPTS - 1} re-plans)"
-            )
-            return outcome
-        return replan_variant(cluster, decision, obj, replan, attempts - 1, outcome, now, heartbeat_s, default_mode)
+    except Conflict as exc:  # with replan: the decision was made from an object that has changed since
+        if replan is not None and attempts > 1:
+            return replan_variant(cluster, decision, obj, replan, attempts - 1, outcome, now, heartbeat_s, default_mode)
+        still = f" (still conflicting after {REPLAN_ATTEMPTS - 1} re-plans)" if replan is not None else ""
+        outcome.error = (outcome.error + "; " if outcome.error else "") + f"status: {exc.message}{still}"
+        return outcome
     except ClusterError as exc:
         outcome.error = (outcome.error + "; " if outcome.error else "") + f"status: {exc.message}"
     previous = ((obj.get("status") or {}).get("desiredOptimizedAlloc") or {}).get("numReplicas")
@@ -319,7 +285,7 @@ def apply_binding(
     for target in decision.targets:
         target.mode = modes.get(target.name, binding_mode)
         scale_ok = False
-        if scales(target.mode) and target.changes_replicas:
+        if scales(target.mode) and target.changes_replicas and target.desired is not None:
             try:
                 cluster.set_scale(
                     ObjectRef(target.api_version, target.kind, target.name, target.namespace), target.desired

@@ -1,4 +1,4 @@
-"""tasks.oci against the real docker-registry: manifests, indexes, auth challenges, error classes."""
+"""tasks.clients.oci against the real docker-registry: manifests, indexes, auth challenges, error classes."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from tasks.oci import RegistryClient, RegistryError, credential_for, parse_dockerconfigjson, parse_reference
+from tasks.clients.oci import RegistryClient, RegistryError, credential_for, parse_dockerconfigjson, parse_reference
 
 
 def test_references_are_parsed_as_docker_does() -> None:
@@ -116,7 +116,7 @@ def test_example_layout_is_a_real_oci_layout_and_reads_like_the_registry_copy(oc
     import pathlib
     import subprocess
 
-    from tasks.oci import read_layout_config
+    from tasks.clients.oci import read_layout_config
 
     layout_root = pathlib.Path(__file__).resolve().parents[2] / "deployments" / "example-images"
     repo = "amdenterpriseai/aim-meta-llama-llama-3-1-8b-instruct"

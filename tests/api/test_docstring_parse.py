@@ -45,7 +45,7 @@ _PROBE = textwrap.dedent(
     with ThreadPoolExecutor(4) as pool:
         reports = list(pool.map(lambda _: load_documents(documents), range(4)))
     assert all(report.valid for report in reports)
-    from tasks.cluster import connect  # the local backend prunes and defaults with the same schemas
+    from tasks.clients.cluster import connect  # the local backend prunes and defaults with the same schemas
 
     assert connect(sys.argv[1]).list(registry.LLMD_API, registry.VARIANT_AUTOSCALING)
     before = len(calls)

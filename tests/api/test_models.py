@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib
 import pathlib
 import subprocess
 from typing import Any
@@ -25,10 +24,15 @@ def test_registry_resolves_model_and_list(info: KindInfo) -> None:
     model = info.model()
     assert model.__name__ == info.kind
     list_model = info.list_model()
-    assert list_model is getattr(importlib.import_module(info.module), info.list_kind)
+    assert list_model.__name__ == info.list_kind
+    assert list_model is info.list_model()  # made once
     empty = list_model()
     assert empty.to_dict()["kind"] == info.list_kind
     assert empty.to_dict()["apiVersion"] == info.api_version
+    item = next((m for _, m in EXAMPLES if m["kind"] == info.kind), None)
+    if item is not None:  # a LIST answer parses into the kind's own model
+        answer = list_model.model_validate({"apiVersion": info.api_version, "kind": info.list_kind, "items": [item]})
+        assert isinstance(answer.items[0], model)
     assert ("status" in model.model_fields) == info.has_status
 
 

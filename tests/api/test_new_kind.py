@@ -24,10 +24,10 @@ from engine.api.registry import KindInfo, PrinterColumn, kind_info, kinds, regis
 from engine.api.validate import ManifestInvalid, load_documents, parse_object
 from flows.cli import app
 from tasks.boundary import accept, collecting
-from tasks.cluster import LocalCluster, ObjectRef
-from tasks.cluster.errors import Invalid, NotFound
-from tasks.cluster.resources import resource_for
-from tasks.events import Subject
+from tasks.clients.cluster import LocalCluster, ObjectRef
+from tasks.clients.cluster.errors import Invalid, NotFound
+from tasks.clients.cluster.resources import resource_for
+from tasks.clients.events import Subject
 
 GIZMO_API = "gizmos.example.test/v1"
 
@@ -154,7 +154,7 @@ def test_the_boundary_reader_marks_an_invalid_one_failed(with_gizmo: KindInfo, t
 
 
 def test_the_kube_backend_maps_it_to_rest(with_gizmo: KindInfo, kube_server: Any, kube_namespace: str) -> None:
-    from tasks.cluster.kube import KubeCluster
+    from tasks.clients.cluster.kube import KubeCluster
 
     assert (
         resource_for(GIZMO_API, "Gizmo").path("ns", "g", "status")

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tasks.cluster import Cluster, LocalCluster
+from tasks.clients.cluster import Cluster, LocalCluster
 
 
 @pytest.fixture(scope="session")
@@ -27,7 +27,7 @@ def any_cluster(request: pytest.FixtureRequest, tmp_path: pathlib.Path) -> Itera
     if request.param == "local":
         yield LocalCluster(tmp_path / "cluster")
         return
-    from tasks.cluster.kube import KubeCluster
+    from tasks.clients.cluster.kube import KubeCluster
 
     server = request.getfixturevalue("crds_on_server")
     yield KubeCluster(api_client=server.api_client())

@@ -11,7 +11,7 @@ from engine.caches.identity import CACHE_IDENTITY_LABEL, cache_identity, cache_n
 from engine.caches.lookup import find_model_cache, model_cache_pvc, model_cache_status
 from engine.caches.sources import parse_source
 from tasks.caches import ensure_cache, mark_used, read_caches
-from tasks.cluster import Cluster, ObjectRef
+from tasks.clients.cluster import Cluster, ObjectRef
 
 MC = ("aim.silogen.ai/v1alpha1", "ModelCache")
 LLAMA = parse_source("hf://meta-llama/Llama-3.1-8B-Instruct")

@@ -19,8 +19,8 @@ from typing import Any
 import pytest
 import yaml
 
-from tasks.cluster import Cluster, LocalCluster
-from tasks.cluster.base import Manifest
+from tasks.clients.cluster import Cluster, LocalCluster
+from tasks.clients.cluster.base import Manifest
 
 KUBESERVER_PLUGIN = "tests.servers.kubeserver.fixture"
 
@@ -139,7 +139,7 @@ def _local_backend(tmp_path: Path) -> Backend:
 def _kube_backend(request: pytest.FixtureRequest) -> Iterator[Backend]:
     if KUBESERVER_MISSING:
         pytest.skip(KUBESERVER_MISSING)
-    from tasks.cluster.kube import KubeCluster
+    from tasks.clients.cluster.kube import KubeCluster
 
     server = request.getfixturevalue("kube_crds_installed")
     namespace = request.getfixturevalue("kube_namespace")

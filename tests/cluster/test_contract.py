@@ -1,6 +1,6 @@
 """The cluster contract: one suite, run unchanged against the local and the kube backend.
 
-Whatever a flow can observe through :class:`tasks.cluster.Cluster` must be the same on a laptop
+Whatever a flow can observe through :class:`tasks.clients.cluster.Cluster` must be the same on a laptop
 (YAML manifests) and on a real API server: object shape, resourceVersion/generation bookkeeping,
 conflicts, status isolation, selectors, scale, Events and typed errors. A few checks need the test
 server's fault injection or CRD schema validation and skip on the local backend, saying so.
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-from tasks.cluster import (
+from tasks.clients.cluster import (
     Cluster,
     Conflict,
     Forbidden,

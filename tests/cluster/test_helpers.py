@@ -6,10 +6,18 @@ from pathlib import Path
 
 import pytest
 
-from tasks.cluster import Conflict, Invalid, NotFound, ObjectRef, Unavailable, retry_on_conflict, retry_unavailable
-from tasks.cluster.objects import merge_patch, parse_selector, selector_matches
-from tasks.cluster.resources import ResourceInfo, lookup, register, resource_for
-from tasks.cluster.yamlfile import read_file, split_documents
+from tasks.clients.cluster import (
+    Conflict,
+    Invalid,
+    NotFound,
+    ObjectRef,
+    Unavailable,
+    retry_on_conflict,
+    retry_unavailable,
+)
+from tasks.clients.cluster.objects import merge_patch, parse_selector, selector_matches
+from tasks.clients.cluster.resources import ResourceInfo, lookup, register, resource_for
+from tasks.clients.cluster.yamlfile import read_file, split_documents
 
 
 def test_merge_patch_follows_rfc7386() -> None:
@@ -92,7 +100,7 @@ def test_shared_aliases_and_merge_keys_still_load(tmp_path: Path) -> None:
 
 
 def test_a_file_beyond_the_size_limits_is_refused_whole_before_parsing(tmp_path: Path) -> None:
-    from tasks.cluster import yamlfile
+    from tasks.clients.cluster import yamlfile
 
     many = tmp_path / "many.yaml"
     many.write_text(

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from tasks.cluster import (
+from tasks.clients.cluster import (
     ClusterError,
     Forbidden,
     Invalid,
@@ -86,7 +86,7 @@ def server(widget_server: Any) -> Iterator[Any]:
 
 @pytest.fixture
 def kube(server: Any) -> Any:
-    from tasks.cluster.kube import KubeCluster
+    from tasks.clients.cluster.kube import KubeCluster
 
     return KubeCluster(api_client=server.api_client())
 
@@ -162,7 +162,7 @@ def test_unknown_kind_is_found_by_discovery(kube: Any, ns: str) -> None:
 
 
 def test_list_follows_continue_tokens(kube: Any, server: Any, ns: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    import tasks.cluster.kube as kube_module
+    import tasks.clients.cluster.kube as kube_module
 
     for i in range(5):
         kube.create(va_manifest(f"va-{i}", ns))
@@ -220,7 +220,7 @@ def _client(host: str) -> Any:
 
 
 def test_unreachable_server_is_unavailable() -> None:
-    from tasks.cluster.kube import KubeCluster
+    from tasks.clients.cluster.kube import KubeCluster
 
     kube = KubeCluster(api_client=_client(f"http://127.0.0.1:{_closed_port()}"), request_timeout=2)
     for call in (lambda: kube.get(*VA, "va", "ns"), lambda: kube.list("v1", "ConfigMap")):
@@ -230,7 +230,7 @@ def test_unreachable_server_is_unavailable() -> None:
 
 
 def test_timeout_is_unavailable() -> None:
-    from tasks.cluster.kube import KubeCluster
+    from tasks.clients.cluster.kube import KubeCluster
 
     with socket.socket() as silent:  # accepts connections, never answers
         silent.bind(("127.0.0.1", 0))
@@ -241,7 +241,7 @@ def test_timeout_is_unavailable() -> None:
 
 
 def test_connect_targets(server: Any, ns: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from tasks.cluster.kube import KubeCluster
+    from tasks.clients.cluster.kube import KubeCluster
 
     by_path = connect(f"kubeconfig:{server.kubeconfig}#kubeserver")
     assert isinstance(by_path, KubeCluster) and by_path.get("v1", "Namespace", ns)["metadata"]["name"] == ns
@@ -274,7 +274,7 @@ def test_no_cluster_configured_is_one_line_naming_what_to_set(tmp_path: Path, mo
 
 
 def test_in_cluster_config_is_used_inside_a_pod(monkeypatch: pytest.MonkeyPatch) -> None:
-    import tasks.cluster.kube as kube_module
+    import tasks.clients.cluster.kube as kube_module
 
     calls: list[Any] = []
 
@@ -299,7 +299,7 @@ def test_bad_kubeconfig_is_a_config_error(tmp_path: Path) -> None:
 
 def test_retry_after_is_honoured(kube: Any, server: Any, ns: str) -> None:
     """Writes are not retried by the client library (reads with Retry-After are, like client-go)."""
-    from tasks.cluster import retry_unavailable
+    from tasks.clients.cluster import retry_unavailable
 
     ref = ObjectRef(*VA, "va", ns)
     kube.create(va_manifest("va", ns))
@@ -340,7 +340,7 @@ def test_a_hostile_name_is_never_sent_to_the_api_server(kube: Any, ns: str, monk
 
 
 def test_a_dry_run_client_changes_nothing_on_the_server(kube: Any, server: Any, ns: str) -> None:
-    from tasks.cluster.kube import KubeCluster
+    from tasks.clients.cluster.kube import KubeCluster
 
     kube.create(va_manifest("va", ns))
     before = kube.get(*VA, "va", ns)

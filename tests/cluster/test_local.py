@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from tasks.cluster import Conflict, Invalid, LocalCluster, NotFound, ObjectRef, Unavailable, retry_on_conflict
-from tasks.cluster.local_store import DIR_EVENTS_FILE
-from tasks.cluster.yamlfile import split_documents
+from tasks.clients.cluster import Conflict, Invalid, LocalCluster, NotFound, ObjectRef, Unavailable, retry_on_conflict
+from tasks.clients.cluster.local_store import DIR_EVENTS_FILE
+from tasks.clients.cluster.yamlfile import split_documents
 
 VA = ("llmd.ai/v1alpha1", "VariantAutoscaling")
 
@@ -392,7 +392,7 @@ def test_hand_edit_under_same_resource_version_still_conflicts(tmp_path: Path) -
 
 WORKER = """
 import sys
-from tasks.cluster import LocalCluster, ObjectRef, retry_on_conflict
+from tasks.clients.cluster import LocalCluster, ObjectRef, retry_on_conflict
 
 cluster = LocalCluster(sys.argv[1])
 ref = ObjectRef("v1", "ConfigMap", "counter", "n")

@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tasks.cluster import Conflict, Forbidden, Invalid, LocalCluster, ObjectRef
-from tasks.cluster.resources import lookup
+from tasks.clients.cluster import Conflict, Forbidden, Invalid, LocalCluster, ObjectRef
+from tasks.clients.cluster.resources import lookup
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = REPO / "deployments" / "examples"
@@ -270,7 +270,7 @@ def test_create_refuses_a_name_the_api_server_would_refuse(tmp_path: Path, meta:
 def test_a_folder_beyond_the_total_size_limit_is_refused_with_one_error(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from tasks.cluster import local_store
+    from tasks.clients.cluster import local_store
 
     (tmp_path / "a.yaml").write_text("apiVersion: v1\nkind: Namespace\nmetadata: {name: a}\n")
     (tmp_path / "b.yaml").write_text("apiVersion: v1\nkind: Namespace\nmetadata: {name: b}\n")

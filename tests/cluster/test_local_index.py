@@ -1,6 +1,6 @@
 """The local backend's in-memory index stays valid across operations, and re-reads only what changed.
 
-A directory is watched (tasks/cluster/dirwatch.py): an operation re-reads the files another process or a person
+A directory is watched (tasks/clients/cluster/dirwatch.py): an operation re-reads the files another process or a person
 changed, added or removed, and nothing else (no directory scan, no other file read). Asserted here: every such
 change is seen by the next read, a concurrent writer's change still makes a stale write conflict, what cannot be
 followed (a new directory, a symbolic link) falls back to rescanning everything, and the bookkeeping sidecar is
@@ -17,9 +17,9 @@ from typing import Any
 
 import pytest
 
-import tasks.cluster.local_store as local_store
-from tasks.cluster import Conflict, LocalCluster, ObjectRef
-from tasks.cluster.bookkeeping import COMPACT_AFTER
+import tasks.clients.cluster.local_store as local_store
+from tasks.clients.cluster import Conflict, LocalCluster, ObjectRef
+from tasks.clients.cluster.bookkeeping import COMPACT_AFTER
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -69,7 +69,7 @@ def in_other_process(script: str, *args: str) -> None:
 
 PATCH = """
 import sys
-from tasks.cluster import LocalCluster, ObjectRef
+from tasks.clients.cluster import LocalCluster, ObjectRef
 LocalCluster(sys.argv[1]).patch_spec(ObjectRef("v1", "ConfigMap", sys.argv[2], "n"), {"data": {"k": sys.argv[3]}})
 """
 

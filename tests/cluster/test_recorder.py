@@ -1,4 +1,4 @@
-"""Events recorded as client-go's recorder does (tasks/cluster/recorder.py), on both backends.
+"""Events recorded as client-go's recorder does (tasks/clients/cluster/recorder.py), on both backends.
 
 A repeated Event bumps the stored one (also from a new process: a new cluster object), different messages of
 one reason are combined past the threshold, and a per-object token bucket drops a flood.
@@ -6,9 +6,9 @@ one reason are combined past the threshold, and a per-object token bucket drops 
 
 from __future__ import annotations
 
-from tasks.cluster import Cluster, LocalCluster
-from tasks.cluster.base import Manifest, ObjectRef
-from tasks.cluster.recorder import AGGREGATE_MAX_EVENTS, COMBINED_PREFIX, EventRecorder
+from tasks.clients.cluster import Cluster, LocalCluster
+from tasks.clients.cluster.base import Manifest, ObjectRef
+from tasks.clients.cluster.recorder import AGGREGATE_MAX_EVENTS, COMBINED_PREFIX, EventRecorder
 from tests.cluster.conftest import VA, Backend
 
 
@@ -17,7 +17,7 @@ def reopened(backend: Backend) -> Cluster:
     if backend.server is None:
         assert isinstance(backend.cluster, LocalCluster)
         return LocalCluster(backend.cluster.path)
-    from tasks.cluster.kube import KubeCluster
+    from tasks.clients.cluster.kube import KubeCluster
 
     return KubeCluster(api_client=backend.server.api_client())
 

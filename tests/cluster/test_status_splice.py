@@ -1,4 +1,4 @@
-"""A status write leaves every byte outside ``status`` as it was (tasks/cluster/yamlsplice.py).
+"""A status write leaves every byte outside ``status`` as it was (tasks/clients/cluster/yamlsplice.py).
 
 The fuzz harness found it (tests/flows/test_fuzz_flows.py): writing the failure status of an invalid object
 re-rendered odd spec values the write never touched — an empty-string key, floats such as ``5e-324`` —
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import yaml
 
-from tasks.cluster import LocalCluster, ObjectRef
+from tasks.clients.cluster import LocalCluster, ObjectRef
 
 TEMPLATE = ("aim.silogen.ai/v1alpha1", "AIMServiceTemplate")
 READY_FALSE = {

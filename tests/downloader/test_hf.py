@@ -8,6 +8,7 @@ import pathlib
 import pytest
 
 from engine.caches.identity import CACHE_MARKER
+from tasks.clients.sources.listing import RemoteFile
 from tasks.downloader import (
     AuthenticationFailed,
     ChecksumMismatch,
@@ -18,7 +19,7 @@ from tasks.downloader import (
     read_manifest,
     source_size,
 )
-from tasks.downloader.plan import STAGING_DIR, RemoteFile
+from tasks.downloader.plan import STAGING_DIR
 from tests.downloader.conftest import sha256, tree
 
 FILES_V1 = {

@@ -8,10 +8,11 @@ import pathlib
 import pytest
 
 from engine.caches.identity import CACHE_MARKER
+from engine.redaction import WITHHELD, redact
+from tasks.clients.sources.listing import Listing, RemoteFile
 from tasks.downloader import Credentials, PathTraversal, ProgressTracker, is_complete, read_manifest, safe_relative_path
 from tasks.downloader.manifest import CacheManifest, ManifestFile, write_manifest
-from tasks.downloader.plan import Listing, RemoteFile, check_listing
-from tasks.redaction import WITHHELD, redact
+from tasks.downloader.plan import check_listing
 
 
 @pytest.mark.parametrize("name", ["config.json", "a/b/c.bin", "weird name (1).json", "..hidden", "x..y"])

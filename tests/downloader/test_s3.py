@@ -12,6 +12,7 @@ import pytest
 from botocore.loaders import JSONFileLoader
 
 from engine.caches.identity import CACHE_MARKER
+from tasks.clients.sources.listing import RemoteFile
 from tasks.downloader import (
     AuthenticationFailed,
     ChecksumMismatch,
@@ -24,7 +25,7 @@ from tasks.downloader import (
     read_manifest,
     source_size,
 )
-from tasks.downloader.plan import STAGING_DIR, RemoteFile
+from tasks.downloader.plan import STAGING_DIR
 from tests.downloader.conftest import sha256, tree
 from tests.servers.capture import captured_listener
 

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tasks.cluster import connect
+from tasks.clients.cluster import connect
 from tasks.manifests import read_manifest_documents
 from tests.servers.kubeserver.fixture import KubeServer, start_kube_server
 from tests.upstream_crds import upstream_crds

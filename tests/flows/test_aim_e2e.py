@@ -27,7 +27,7 @@ from engine.api.crds import render_crds
 from flows.discover_models import discover_models
 from flows.resolve_templates import resolve_templates
 from flows.rollout_services import rollout_services
-from tasks.events import SERVICE_ROLLED_OUT
+from tasks.clients.events import SERVICE_ROLLED_OUT
 from tests.upstream_crds import SKIP_REASON, upstream_crds, upstream_crds_dir
 
 GROUP, VERSION = "aim.silogen.ai", "v1alpha1"

@@ -30,7 +30,7 @@ from engine.simulate.windows import window_aggregates
 from flows.calibrate import calibrate
 from flows.cli import app
 from tasks.calibrate import SERIES, prometheus_windows, write_windows_file
-from tasks.metrics.prometheus import PrometheusMetrics
+from tasks.clients.metrics.prometheus import PrometheusMetrics
 from tests.flows.artifacts import newest_artifact, table_rows
 from tests.servers.promtest.fixture import PrometheusProcess, find_binary
 

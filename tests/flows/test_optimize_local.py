@@ -216,7 +216,7 @@ def test_scale_down_window_state_lives_on_the_resource(
         "      - {name: granite-13b-a100-66f7c-1, kvCacheUsage: 0.05, queueLength: 0}\n"
         "      - {name: granite-13b-a100-66f7c-2, kvCacheUsage: 0.05, queueLength: 0}\n"
     )
-    from tasks.cluster import LocalCluster, ObjectRef
+    from tasks.clients.cluster import LocalCluster, ObjectRef
 
     LocalCluster(example_cluster).set_scale(ObjectRef("apps/v1", "Deployment", "granite-13b-a100", "llm-serving"), 3)
     held = optimize(

@@ -30,8 +30,8 @@ from engine.api.registry import LLMD_API, VARIANT_AUTOSCALING
 from flows.cli import app
 from flows.exitcodes import CannotRun, ExitCode
 from flows.optimize import optimize
-from tasks.cluster import Cluster, LocalCluster, ObjectRef
-from tasks.cluster.kube import KubeCluster
+from tasks.clients.cluster import Cluster, LocalCluster, ObjectRef
+from tasks.clients.cluster.kube import KubeCluster
 from tasks.writer_lock import LockHeld, hold_writer_lock
 from tests.factories import deployment, variant_autoscaling
 
@@ -206,7 +206,7 @@ def test_a_killed_holder_leaves_no_stale_local_lock(tmp_path: pathlib.Path) -> N
     import sys
 
     holder = (
-        "import sys, time; from tasks.cluster import LocalCluster; from tasks.writer_lock import hold_writer_lock\n"
+        "import sys, time; from tasks.clients.cluster import LocalCluster; from tasks.writer_lock import hold_writer_lock\n"
         "with hold_writer_lock(LocalCluster(sys.argv[1]), 'modelplane-optimize', 'ns', 1):\n"
         "    print('held', flush=True); time.sleep(600)\n"
     )
@@ -337,6 +337,33 @@ def test_a_status_conflict_rereads_and_replans_the_object(
     assert kube_server.count("get", "variantautoscalings") == 1  # the re-read, and only of that object
     assert all(w.error is None for w in report.writes)
     assert inconsistent(cluster, namespace) == []
+
+
+def test_a_status_that_keeps_conflicting_without_a_replan_is_that_objects_error(
+    prefect_harness: None,
+    big_kube: BigCluster,
+    kube_server: Any,
+    tmp_path: pathlib.Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A caller that gives no re-plan (``replan=None``) and a status write that conflicts at every try: the
+    object's outcome names the conflict, the others are written; nothing calls the missing re-plan."""
+    namespace = big_kube.namespace
+    metrics = write_metrics(tmp_path / "a.yaml", namespace, 1)
+    real = optimize_flow.apply_decisions
+
+    def without_replan(*args: Any, **kwargs: Any) -> Any:  # the flow passes (..., published, replan)
+        kwargs.pop("replan", None)
+        return real(*args[:6], **kwargs, replan=None)
+
+    monkeypatch.setattr(optimize_flow, "apply_decisions", without_replan)
+    victim = variant_name(3, "H100")
+    kube_server.inject("PATCH", f"/variantautoscalings/{victim}/status$", 409, times=20, reason="Conflict")
+    report = big_kube.optimize(metrics)
+    errors = {w.name: w.error for w in report.writes if w.error}
+    assert list(errors) == [victim]
+    assert errors[victim].startswith("status: ") and "re-plans" not in errors[victim]
+    kube_server.clear_injections()
 
 
 def test_a_stale_decision_is_replanned_not_written_over_a_newer_object(

@@ -42,7 +42,7 @@ def test_summary_counts_binding_targets(
 
 def test_binding_grace_period_comes_from_its_annotation_or_owning_model(tmp_path: pathlib.Path) -> None:
     from engine.api.meta import ObjectMeta
-    from tasks.cluster import LocalCluster
+    from tasks.clients.cluster import LocalCluster
     from tasks.optimize.bindings import binding_grace_period
 
     cluster = LocalCluster(tmp_path)

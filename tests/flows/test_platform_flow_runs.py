@@ -24,7 +24,7 @@ import pytest
 
 from engine.api.registry import KINDS
 from flows.deployments import triggers_of
-from tasks.events import Subject
+from tasks.clients.events import Subject
 from tests.flows.platform_deployed import (
     ENTRIES,
     automations_of,
@@ -64,7 +64,7 @@ def test_every_flow_takes_a_cluster_parameter(quiet_platform: PrefectServer) -> 
 def test_an_emitted_event_triggers_the_next_flow(
     quiet_platform: PrefectServer, entry: dict[str, Any], trigger: Any, tmp_path: pathlib.Path
 ) -> None:
-    """The event the upstream flow emits (through tasks.events, in another process) starts this deployment
+    """The event the upstream flow emits (through tasks.clients.events, in another process) starts this deployment
     with the event's object as parameters, and the chained run completes."""
     platform = quiet_platform
     stored = platform.deployment(entry)

@@ -27,8 +27,8 @@ import yaml
 
 from flows.deployments import deployment_entries
 from flows.exitcodes import DEGRADED_STATE
-from tasks.cluster import LocalCluster
-from tasks.events import Subject
+from tasks.clients.cluster import LocalCluster
+from tasks.clients.events import Subject
 from tests.flows.platform_deployed import deploy_on_process_pool, example_cluster, run_when_idle, switch_automations
 from tests.flows.platform_support import LOCAL_RUN_PARAMETERS
 from tests.flows.prefect_server import PrefectServer
@@ -234,9 +234,9 @@ def add_namespace_copy(cluster: pathlib.Path, namespace: str) -> None:
 
 
 def emit_all(platform: PrefectServer, events: list[tuple[Subject, str]]) -> None:
-    """Emit every event from one process, back to back, with tasks.events (as one flow run would)."""
+    """Emit every event from one process, back to back, with tasks.clients.events (as one flow run would)."""
     code = (
-        "import json, sys; from prefect.events.worker import EventsWorker; from tasks.events import Subject, emit_change; "
+        "import json, sys; from prefect.events.worker import EventsWorker; from tasks.clients.events import Subject, emit_change; "
         "sent = [emit_change(Subject(*s), t) for s, t in json.loads(sys.argv[1])]; EventsWorker.drain_all(); "
         "sys.exit(0 if all(sent) else 1)"
     )

@@ -372,7 +372,7 @@ def test_a_manifests_folder_with_kthenas_crds_renders_the_native_objects(
     Kthena's networking CRDs in it the rollout renders ModelServer and ModelRoute (served under ``spec.name``,
     Kthena's current route key), and the API test server accepts both under the upstream CRDs unchanged."""
     from engine.rollout.workloads import ANNOTATION_LAST_APPLIED
-    from tasks.cluster import LocalCluster
+    from tasks.clients.cluster import LocalCluster
     from tests.upstream_crds import upstream_crds_dir
 
     folder = tmp_path / "cluster"

@@ -17,7 +17,7 @@ from flows.cli import app
 from flows.optimize import optimize
 from flows.rollout_models import rollout_models
 from flows.serve_openmodel import ServeError, serve_openmodel
-from tasks.cluster import LocalCluster
+from tasks.clients.cluster import LocalCluster
 
 DEPLOYMENT = "deepseek-r1-distill-qwen-7b-vllm-a100"
 

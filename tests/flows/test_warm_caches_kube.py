@@ -12,7 +12,7 @@ import yaml
 
 from engine.caches.identity import CACHE_MARKER
 from flows.warm_caches import warm_caches
-from tasks.cluster import Cluster, ObjectRef
+from tasks.clients.cluster import Cluster, ObjectRef
 from tests.servers.kubeserver.fixture import KubeServer
 from tests.servers.kubeserver.jobs import volume_path
 from tests.servers.s3test.fixture import S3Server
@@ -25,7 +25,7 @@ FILES = {"config.json": b'{"model_type": "llama"}', "model.safetensors": bytes(r
 @pytest.fixture()
 def kube(kube_server: KubeServer) -> tuple[KubeServer, Cluster, str]:
     from engine.api.crds import render_crds
-    from tasks.cluster.kube import KubeCluster
+    from tasks.clients.cluster.kube import KubeCluster
 
     kube_server.install_crds([yaml.safe_load(text) for text in render_crds().values()])
     return kube_server, KubeCluster(api_client=kube_server.api_client()), f"kubeconfig:{kube_server.kubeconfig}"

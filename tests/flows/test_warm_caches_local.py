@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 from engine.caches.identity import CACHE_MARKER
 from flows.cli import app
 from flows.warm_caches import warm_caches
-from tasks.cluster import LocalCluster, ObjectRef
+from tasks.clients.cluster import LocalCluster, ObjectRef
 from tasks.warm_caches import local_volume
 from tests.flows.artifacts import prefect_events
 from tests.servers.capture import captured_listener

@@ -22,7 +22,7 @@ from engine.api.crds import render_crds
 from engine.changes import new_changes, unobserved_change
 from flows.rollout_models import rollout_models
 from flows.watch_models import watch_models
-from tasks.events import KTHENA_MODEL_CHANGED
+from tasks.clients.events import KTHENA_MODEL_CHANGED
 from tests.rollout.models import backend, model
 
 GROUP, VERSION = "registry.volcano.sh", "v1alpha1"

@@ -1,0 +1,133 @@
+"""Which REST resource serves each ``(apiVersion, kind)``: group, version, plural, scope, subresources.
+
+Both backends need the same facts: the kube backend to build request paths, the local backend to
+know the scope of a kind and whether it has ``/status`` and ``/scale`` subresources (which decide
+status isolation and scale semantics). Built-in kinds (and the third-party kinds Modelplane renders
+without owning a model for them) are listed here; Modelplane's custom kinds are looked up in the kind
+registry (:func:`engine.api.registry.kind_info`) at call time, so the CRDs and the backends cannot
+disagree and a kind added to the registry is served with no edit here.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+
+from engine.api.registry import KindInfo, kind_info, kinds
+from tasks.clients.cluster.errors import NotFound
+
+
+@dataclass(frozen=True)
+class ResourceInfo:
+    """Static facts about the REST resource serving one kind."""
+
+    group: str
+    version: str
+    kind: str
+    plural: str
+    namespaced: bool = True
+    has_status: bool = True
+    has_scale: bool = False
+    has_generation: bool = True
+    """Whether the API server maintains ``metadata.generation`` (custom resources and workloads do;
+    ConfigMaps, Secrets, Namespaces, Services, Events ... do not)."""
+
+    @property
+    def api_version(self) -> str:
+        """``group/version``, or just ``version`` for the core group."""
+        return f"{self.group}/{self.version}" if self.group else self.version
+
+    @property
+    def is_core(self) -> bool:
+        """True for the legacy core group served under ``/api/v1``."""
+        return not self.group
+
+    def path(self, namespace: str | None = None, name: str | None = None, subresource: str | None = None) -> str:
+        """The REST path of the collection, an object or one of its subresources."""
+        prefix = f"/api/{self.version}" if self.is_core else f"/apis/{self.group}/{self.version}"
+        parts = [prefix]
+        if self.namespaced and namespace is not None:
+            parts.append(f"namespaces/{namespace}")
+        parts.append(self.plural)
+        if name is not None:
+            parts.append(name)
+            if subresource:
+                parts.append(subresource)
+        return "/".join(parts)
+
+
+def _builtin(api_version: str, kind: str, plural: str, **facts: bool) -> ResourceInfo:
+    group, _, version = api_version.rpartition("/")
+    return ResourceInfo(group, version, kind, plural, **facts)
+
+
+BUILTIN_KINDS: tuple[ResourceInfo, ...] = (
+    _builtin("v1", "Namespace", "namespaces", namespaced=False, has_generation=False),
+    _builtin("v1", "ConfigMap", "configmaps", has_status=False, has_generation=False),
+    _builtin("v1", "Secret", "secrets", has_status=False, has_generation=False),
+    _builtin("v1", "ServiceAccount", "serviceaccounts", has_status=False, has_generation=False),
+    _builtin("v1", "PersistentVolumeClaim", "persistentvolumeclaims", has_generation=False),
+    _builtin("v1", "Service", "services", has_generation=False),
+    _builtin("v1", "Event", "events", has_status=False, has_generation=False),
+    _builtin("v1", "Pod", "pods", has_generation=False),
+    _builtin("v1", "Node", "nodes", namespaced=False, has_generation=False),
+    _builtin("apps/v1", "Deployment", "deployments", has_scale=True),
+    _builtin("apps/v1", "StatefulSet", "statefulsets", has_scale=True),
+    _builtin("apps/v1", "ReplicaSet", "replicasets", has_scale=True),
+    _builtin("apps/v1", "DaemonSet", "daemonsets"),
+    _builtin("batch/v1", "Job", "jobs"),
+    _builtin("batch/v1", "CronJob", "cronjobs"),
+    _builtin("coordination.k8s.io/v1", "Lease", "leases", has_status=False, has_generation=False),
+    _builtin("serving.kserve.io/v1beta1", "InferenceService", "inferenceservices"),
+    _builtin("gateway.networking.k8s.io/v1", "HTTPRoute", "httproutes"),
+)
+
+
+def custom_resource(info: KindInfo) -> ResourceInfo:
+    """The REST resource of a kind-registry kind."""
+    return ResourceInfo(
+        info.group, info.version, info.kind, info.plural, info.namespaced, info.has_status, info.has_scale
+    )
+
+
+_lock = threading.Lock()
+_table: dict[tuple[str, str], ResourceInfo] = {(r.api_version, r.kind): r for r in BUILTIN_KINDS}
+"""Built-in kinds and those registered at run time (:func:`register`); they win over the kind registry."""
+
+
+def register(info: ResourceInfo) -> ResourceInfo:
+    """Make another kind known to both backends (e.g. a third-party CRD); returns ``info``."""
+    with _lock:
+        _table[(info.api_version, info.kind)] = info
+    return info
+
+
+def lookup(api_version: str, kind: str) -> ResourceInfo | None:
+    """The resource serving ``apiVersion``/``kind``, or ``None`` if it is not known here."""
+    with _lock:
+        found = _table.get((api_version, kind))
+    if found is not None:
+        return found
+    info = kind_info(api_version, kind)
+    return custom_resource(info) if info is not None else None
+
+
+def resource_for(api_version: str, kind: str) -> ResourceInfo:
+    """The resource serving ``apiVersion``/``kind``; ``NotFound`` for kinds this table does not know."""
+    info = lookup(api_version, kind)
+    if info is None:
+        raise NotFound(
+            f"unknown kind {kind!r} in {api_version!r}: not a built-in kind Modelplane uses nor one of "
+            f"the kind registry engine.api.registry (register it with tasks.clients.cluster.resources.register)",
+            reason="UnknownKind",
+        )
+    return info
+
+
+def known_kinds() -> list[ResourceInfo]:
+    """Every kind currently known: built-in, registered at run time and the kind registry's."""
+    with _lock:
+        table = dict(_table)
+    for info in kinds():
+        table.setdefault((info.api_version, info.kind), custom_resource(info))
+    return list(table.values())

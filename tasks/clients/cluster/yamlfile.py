@@ -1,0 +1,554 @@
+"""Multi-document YAML files edited one field at a time, written back atomically.
+
+The local backend must rewrite only what changed: an operator's hand-written manifests keep their
+comments, ordering, indentation and quoting everywhere except in the fields Modelplane changed. So a
+file is kept as a list of :class:`Document` chunks, each holding its original text. A status write is
+spliced into the chunk's text, every byte outside ``status`` kept (:mod:`tasks.clients.cluster.yamlsplice`); for
+any other change the chunk is loaded once with ``ruamel.yaml``'s round-trip parser and only the changed
+fields are edited in that tree (:func:`apply_changes`), which is then dumped with the chunk's own
+indentation style. Reading uses
+the fast safe loader; timestamps stay strings (as in API-server JSON) rather than becoming ``datetime``.
+
+A chunk that does not parse is kept as it is and reported with its file and line
+(:attr:`YamlFile.doc_errors`); the valid documents of the same file still load.
+"""
+
+from __future__ import annotations
+
+import functools
+import io
+import json
+import re
+from collections.abc import Hashable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+from ruamel.yaml import YAML
+from ruamel.yaml.scalarstring import DoubleQuotedScalarString
+
+from tasks.clients.cluster.yamlsplice import splice_status
+from tasks.clients.files import write_atomically
+
+_BaseLoader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+_BaseDumper = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
+_TIMESTAMP_TAG = "tag:yaml.org,2002:timestamp"
+
+
+_MERGE_TAG = "tag:yaml.org,2002:merge"
+
+
+class Loader(_BaseLoader):  # type: ignore[misc, valid-type]
+    """A safe loader that keeps ``2024-01-01T00:00:00Z`` as a string, as the API server's JSON does, and
+    refuses what the API server refuses: a mapping with the same key twice (kubectl: "mapping key already
+    defined"; PyYAML would keep the last value silently) and an alias inside its own anchor (``&r {x: *r}``,
+    a document that is no JSON object; it would loop every comparison and copy of it)."""
+
+    yaml_implicit_resolvers = {
+        first: [(tag, regexp) for tag, regexp in resolvers if tag != _TIMESTAMP_TAG]
+        for first, resolvers in _BaseLoader.yaml_implicit_resolvers.items()
+    }
+
+    def construct_document(self, node: yaml.Node) -> Any:
+        """Check the composed document (:func:`check_node_graph`) before constructing it: the common shapes
+        (mappings, sequences and the core scalar tags, no merge keys or other tags) by :func:`construct_plain`,
+        anything else by PyYAML's constructor, which builds the same values more slowly."""
+        check_node_graph(node)
+        try:
+            return construct_plain(node, self)
+        except (_NotPlain, RecursionError):  # nested deeper than Python's stack: PyYAML's constructor is iterative
+            return super().construct_document(node)
+
+    def resolve(self, kind: Any, value: Any, implicit: Any) -> Any:
+        """The tag of a node, as PyYAML's resolver decides it; a plain scalar's from a cache (manifests repeat
+        the same keys and values in every document, and the resolver tries a regular expression per candidate)."""
+        if kind is yaml.ScalarNode and implicit[0] and not self.yaml_path_resolvers:
+            return _plain_scalar_tag(value)
+        return super().resolve(kind, value, implicit)
+
+
+@functools.lru_cache(maxsize=65536)
+def _plain_scalar_tag(value: str) -> str:
+    """The tag PyYAML resolves an unquoted scalar ``value`` to with :class:`Loader`'s implicit resolvers."""
+    resolvers = Loader.yaml_implicit_resolvers
+    for tag, regexp in resolvers.get(value[0] if value else "", []) + resolvers.get(None, []):
+        if regexp.match(value):
+            return str(tag)
+    return str(Loader.DEFAULT_SCALAR_TAG)
+
+
+class _NotPlain(Exception):
+    """A document :func:`construct_plain` leaves to PyYAML's constructor (a merge key, another tag)."""
+
+
+_STR_TAG, _MAP_TAG, _SEQ_TAG = "tag:yaml.org,2002:str", "tag:yaml.org,2002:map", "tag:yaml.org,2002:seq"
+_SCALAR_TAGS = {
+    "tag:yaml.org,2002:null": "construct_yaml_null",
+    "tag:yaml.org,2002:bool": "construct_yaml_bool",
+    "tag:yaml.org,2002:int": "construct_yaml_int",
+    "tag:yaml.org,2002:float": "construct_yaml_float",
+}
+
+
+def construct_plain(root: yaml.Node, loader: Any) -> Any:
+    """The value of a checked node graph (no duplicate keys, no recursion) made of mappings, sequences and
+    ``str``/``null``/``bool``/``int``/``float`` scalars, built directly; non-string scalars go through the
+    loader's own constructors, so every value is the one PyYAML would build. An aliased node is built once
+    and shared, as PyYAML does. Raises :class:`_NotPlain` for anything else."""
+    built: dict[int, Any] = {}
+
+    def value(node: yaml.Node) -> Any:
+        if type(node) is yaml.ScalarNode:
+            if node.tag == _STR_TAG:
+                return node.value
+            method = _SCALAR_TAGS.get(node.tag)
+            if method is None:
+                raise _NotPlain(node.tag)
+            return getattr(loader, method)(node)
+        known = built.get(id(node))
+        if known is not None:
+            return known
+        if type(node) is yaml.MappingNode and node.tag == _MAP_TAG:
+            mapping: dict[Any, Any] = {}
+            built[id(node)] = mapping
+            for key_node, value_node in node.value:
+                if key_node.tag == _MERGE_TAG:
+                    raise _NotPlain(_MERGE_TAG)
+                key = value(key_node)
+                if not isinstance(key, Hashable):
+                    raise _NotPlain("unhashable key")
+                mapping[key] = value(value_node)
+            return mapping
+        if type(node) is yaml.SequenceNode and node.tag == _SEQ_TAG:
+            sequence: list[Any] = []
+            built[id(node)] = sequence
+            sequence.extend(value(item) for item in node.value)
+            return sequence
+        raise _NotPlain(node.tag)
+
+    return value(root)
+
+
+def check_node_graph(root: yaml.Node) -> None:
+    """Raise a :class:`yaml.constructor.ConstructorError` at the offending line for a duplicate mapping key
+    or a recursive alias. Iterative, and each shared (aliased) node is checked once, so neither depth nor
+    an alias bomb costs more than the nodes written."""
+    on_path: set[int] = set()
+    done: set[int] = set()
+    stack: list[tuple[yaml.Node, bool]] = [(root, False)]
+    while stack:
+        node, leaving = stack.pop()
+        if leaving:
+            on_path.discard(id(node))
+            done.add(id(node))
+            continue
+        if id(node) in done:
+            continue
+        if id(node) in on_path:
+            raise yaml.constructor.ConstructorError(
+                None, None, "recursive alias: a node refers to itself (not representable as JSON)", node.start_mark
+            )
+        if isinstance(node, yaml.ScalarNode):
+            continue
+        on_path.add(id(node))
+        stack.append((node, True))
+        if isinstance(node, yaml.MappingNode):
+            _check_keys(node)
+            children = [child for pair in node.value for child in pair]
+        else:
+            children = list(node.value)
+        stack.extend((child, False) for child in reversed(children))
+
+
+def _check_keys(node: yaml.MappingNode) -> None:
+    """Refuse a scalar key written twice in one mapping (merge keys ``<<`` aside)."""
+    seen: set[tuple[str, str]] = set()
+    for key, _ in node.value:
+        if not isinstance(key, yaml.ScalarNode) or key.tag == _MERGE_TAG:
+            continue
+        if (key.tag, key.value) in seen:
+            raise yaml.constructor.ConstructorError(
+                None, None, f"duplicate key {key.value!r} (the last value would silently win)", key.start_mark
+            )
+        seen.add((key.tag, key.value))
+
+
+_MARKER_RE = re.compile(r"^---(?:[ \t].*)?$")
+
+
+def load_text(text: str) -> Any:
+    """Parse one YAML document with :class:`Loader`."""
+    return yaml.load(text, Loader=Loader)  # noqa: S506 - Loader derives from SafeLoader
+
+
+def dump(data: Any) -> str:
+    """Serialise one document the way the backend writes manifests (block style, key order kept)."""
+    return yaml.dump(data, Dumper=_BaseDumper, sort_keys=False, default_flow_style=False, allow_unicode=True)
+
+
+_INDENT_STYLES = ((2, 2, 0), (2, 4, 2), (4, 4, 2), (4, 4, 0), (2, 3, 1), (4, 6, 4))
+"""``(mapping, sequence, offset)`` indentations tried, in order, to reproduce a chunk exactly."""
+
+_KEEP_ABSENT = {("metadata", "uid"), ("metadata", "resourceVersion"), ("metadata", "creationTimestamp")}
+"""Bookkeeping the backend keeps in memory: written only into documents that already carry it."""
+
+
+def _round_tripper(style: tuple[int, int, int], marker: bool) -> YAML:
+    rt = YAML(typ="rt")
+    rt.preserve_quotes = True
+    rt.width = 4096  # never re-wrap long strings
+    rt.indent(mapping=style[0], sequence=style[1], offset=style[2])
+    rt.explicit_start = marker
+    return rt
+
+
+def _rt_dump(rt: YAML, node: Any) -> str:
+    buf = io.StringIO()
+    rt.dump(node, buf)
+    return buf.getvalue()
+
+
+def load_round_trip(text: str, marker: bool) -> tuple[YAML, Any]:
+    """The chunk's round-trip tree and a dumper in the chunk's own indentation style (the first
+    style that reproduces the text byte for byte, else the common ``2/4/2``)."""
+    chosen: tuple[YAML, Any] | None = None
+    for style in _INDENT_STYLES:
+        rt = _round_tripper(style, marker)
+        node = rt.load(text)
+        if node is None or _rt_dump(rt, node) == text:
+            return rt, node
+        if chosen is None or style == (2, 4, 2):
+            chosen = (rt, node)
+    assert chosen is not None
+    return chosen
+
+
+def apply_changes(node: Any, old: Any, new: Any, path: tuple[str, ...] = ()) -> None:
+    """Edit the round-trip mapping ``node`` so the fields that differ between ``old`` and ``new`` take
+    their new values, touching nothing else: keys the write removed go, added or changed ones are set
+    (recursing into mappings and same-length lists so comments around unchanged entries stay), and
+    keys only the file has (pruned fields, ``stringData``) or only memory has (defaults) are left alone.
+    """
+    for key in [k for k in old if k not in new]:
+        if key in node:
+            del node[key]
+    for key, value in new.items():
+        before = old.get(key, _MISSING)
+        if before == value:
+            continue
+        if key not in node and (*path[-1:], key) in _KEEP_ABSENT:
+            continue
+        current = node.get(key, _MISSING) if hasattr(node, "get") else _MISSING
+        if isinstance(value, dict) and isinstance(before, dict) and hasattr(current, "items"):
+            apply_changes(current, before, value, (*path, key))
+        elif (
+            isinstance(value, list)
+            and isinstance(before, list)
+            and isinstance(current, list)
+            and len(value) == len(before) == len(current)
+        ):
+            _apply_list(current, before, value, (*path, key))
+        elif key in node:
+            node[key] = yaml11_safe(value)
+        else:
+            node[yaml11_safe(key)] = yaml11_safe(value)
+
+
+def yaml11_safe(value: Any) -> Any:
+    """``value`` with every string that a YAML 1.1 reader would not read back as that string quoted.
+
+    ruamel.yaml writes YAML 1.2, where ``3:1``, ``yes``, ``on`` or ``0755`` are plain strings; PyYAML and
+    many Kubernetes tools read YAML 1.1, where they are a number or a boolean. Quoting them keeps an
+    annotation ``"3:1"`` a string for every reader.
+    """
+    if isinstance(value, str):
+        tag = _YAML11.resolve(yaml.ScalarNode, value, (True, False))
+        return value if tag == _STR_TAG or "\n" in value else DoubleQuotedScalarString(value)
+    if isinstance(value, dict):
+        return {yaml11_safe(k): yaml11_safe(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [yaml11_safe(v) for v in value]
+    return value
+
+
+_YAML11 = yaml.resolver.Resolver()
+_STR_TAG = "tag:yaml.org,2002:str"
+
+
+def _apply_list(node: list[Any], old: list[Any], new: list[Any], path: tuple[str, ...]) -> None:
+    for i, (before, value) in enumerate(zip(old, new)):
+        if before == value:
+            continue
+        if isinstance(value, dict) and isinstance(before, dict) and hasattr(node[i], "items"):
+            apply_changes(node[i], before, value, path)
+        else:
+            node[i] = yaml11_safe(value)
+
+
+_MISSING = object()
+
+
+@dataclass
+class Document:
+    """One ``---``-separated chunk of a file: its original ``text``, its parsed ``data`` and, once
+    edited, its round-trip tree or (a status write, :mod:`tasks.clients.cluster.yamlsplice`) its spliced text.
+    ``line`` is the 1-based line where the chunk starts in the file."""
+
+    text: str
+    data: Any
+    has_marker: bool
+    dirty: bool = False
+    line: int = 1
+    _rt: Any = field(default=None, repr=False, compare=False)
+    _node: Any = field(default=None, repr=False, compare=False)
+    _spliced: str | None = field(default=None, repr=False, compare=False)
+    _rendered: str | None = field(default=None, repr=False, compare=False)
+
+    def _tree(self) -> Any:
+        if self._rt is None:
+            self._rt, self._node = load_round_trip(self._current_text(), self.has_marker)
+            self._spliced = None  # the tree now holds it
+        return self._node
+
+    def update(self, old: Any, new: Any, item: int | None = None) -> None:
+        """Record that the object of this document (or item ``item`` of its List) went from ``old``
+        to ``new``: only the changed fields are rewritten when the file is rendered."""
+        if item is None:
+            self.data = new
+        else:
+            self.data["items"][item] = new
+        self._rendered = None
+        if self.text:
+            spliced = self._splice(old, new) if item is None else None
+            if spliced is not None:
+                self._spliced, self._rt, self._node = spliced, None, None
+            else:
+                tree = self._tree()
+                apply_changes(tree if item is None else tree["items"][item], old, new)
+        self.dirty = True
+
+    def _splice(self, old: Any, new: Any) -> str | None:
+        """The text with only the status written (:func:`~tasks.clients.cluster.yamlsplice.splice_status`), when that
+        is all that changed and no round-trip edit is pending; else None."""
+        if self.dirty and self._spliced is None:
+            return None  # a round-trip edit not yet written: keep editing that tree
+        return splice_status(self._current_text(), old, new, load_text)
+
+    def _current_text(self) -> str:
+        """The text as edited so far: a splice not yet written, else the text read (or last written)."""
+        return self._spliced if self.dirty and self._spliced is not None else self.text
+
+    def remove_item(self, item: int) -> None:
+        """Drop item ``item`` of this List document (the other items keep their text)."""
+        del self.data["items"][item]
+        self._rendered = None
+        if self.text:
+            del self._tree()["items"][item]
+        self.dirty = True
+
+    def render(self) -> str:
+        """The chunk's text: the original when unchanged, the edited tree or a fresh dump otherwise."""
+        if not self.dirty:
+            return self.text
+        if self._rendered is None:
+            if self._spliced is not None:
+                self._rendered = self._spliced
+            elif self.text:
+                self._rendered = _rt_dump(self._rt, self._node)
+            else:
+                self._rendered = ("---\n" if self.has_marker else "") + dump(self.data)
+        return self._rendered
+
+    def plain(self) -> Any:
+        """The document as it is to be written, as plain data: the edited round-trip tree (only the changed
+        fields differ from the text read), else the data of a new document or the text as read."""
+        if self.dirty and self._spliced is not None:
+            return load_text(self._spliced)
+        if self.dirty and self.text:
+            self._tree()
+            return self._node
+        if self.dirty or not self.text.strip():
+            return self.data
+        return load_text(self.text)
+
+    def written(self) -> None:
+        """The rendered text is now what the file holds."""
+        if self.dirty:
+            self.text, self.dirty = self.render(), False
+            self._spliced = self._rendered = None
+
+
+@dataclass
+class YamlFile:
+    """A multi-document YAML file as an ordered list of documents; ``error`` if it could not be read,
+    ``doc_errors`` (file and line of each) for documents that do not parse."""
+
+    path: Path
+    docs: list[Document] = field(default_factory=list)
+    error: str | None = None
+    stamp: tuple[int, int, int] | None = None
+    doc_errors: list[str] = field(default_factory=list)
+
+    @property
+    def writable_error(self) -> str | None:
+        """Why this file must not be written (unreadable, or holding a malformed document), or None."""
+        if self.error:
+            return self.error
+        if self.doc_errors:
+            return f"{self.doc_errors[0]} (fix it first: a file holding a malformed document is never written)"
+        return None
+
+    def render(self) -> str:
+        """The whole file's text, unchanged documents byte-for-byte as they were read (a changed ``.json``
+        file is written back as JSON: one object, or a ``List`` when it holds several)."""
+        if self.path.suffix == ".json" and any(doc.dirty for doc in self.docs):
+            return _render_json([doc.plain() for doc in self.docs if doc.data is not None])
+        out: list[str] = []
+        for doc in self.docs:
+            text = doc.render()
+            if out and not out[-1].endswith("\n"):
+                out.append("\n")
+            out.append(text)
+        return "".join(out)
+
+    def is_empty(self) -> bool:
+        """True when no document holds any data (only blanks, comments or markers)."""
+        return all(doc.data is None for doc in self.docs)
+
+    def append(self, data: Any) -> Document:
+        """Add a new document at the end; it gets a ``---`` marker unless the file is empty."""
+        if not any(d.text.strip() or d.dirty for d in self.docs):
+            self.docs = []
+        doc = Document(text="", data=data, has_marker=bool(self.docs), dirty=True)
+        self.docs.append(doc)
+        return doc
+
+
+def _render_json(values: list[Any]) -> str:
+    """A JSON manifest file's text (2-space indent, as ``kubectl get -o json``)."""
+    if len(values) == 1:
+        value = values[0]
+    else:
+        items = [
+            item
+            for v in values
+            for item in (v.get("items") or [] if isinstance(v, dict) and v.get("kind") == "List" else [v])
+        ]
+        value = {"apiVersion": "v1", "kind": "List", "items": items}
+    return json.dumps(value, indent=2, ensure_ascii=False, default=str) + "\n"
+
+
+def split_documents(text: str) -> list[tuple[str, bool]]:
+    """Split a YAML stream into ``(chunk_text, starts_with_marker)`` at top-level ``---`` lines."""
+    return [(chunk, marker) for chunk, marker, _ in _split_with_lines(text)]
+
+
+def _split_with_lines(text: str) -> list[tuple[str, bool, int]]:
+    """:func:`split_documents` plus the 1-based line each chunk starts on."""
+    chunks: list[tuple[str, bool, int]] = []
+    start = 1
+    for chunk, marker in _split(text):
+        chunks.append((chunk, marker, start))
+        start += chunk.count("\n")
+    return chunks
+
+
+def _split(text: str) -> list[tuple[str, bool]]:
+    chunks: list[tuple[str, bool]] = []
+    current: list[str] = []
+    marker = False
+    for line in text.splitlines(keepends=True):
+        if _MARKER_RE.match(line.rstrip("\r\n")):
+            if current or marker:
+                chunks.append(("".join(current), marker))
+            current, marker = [line], True
+        else:
+            current.append(line)
+    if current or marker:
+        chunks.append(("".join(current), marker))
+    return chunks
+
+
+def file_stamp(path: Path) -> tuple[int, int, int] | None:
+    """``(mtime_ns, size, inode)`` of a file, used to notice changes made by someone else (an atomic
+    replace changes the inode even when size and a coarse mtime do not)."""
+    try:
+        st = path.stat()
+    except FileNotFoundError:
+        return None
+    return (st.st_mtime_ns, st.st_size, st.st_ino)
+
+
+MAX_FILE_BYTES = 16 * 1024 * 1024
+"""The largest manifest file read (16 MiB, about 1,500 VariantAutoscalings with their Deployments); a larger
+one is refused whole, before it is read, with its size: split it into several files."""
+MAX_DOCUMENTS_PER_FILE = 10_000
+"""The most YAML documents one manifest file may hold; a file with more is refused whole."""
+
+
+def read_file(path: Path) -> YamlFile:
+    """Read and parse a file document by document; a parse error is kept in ``error`` (with the name), as is
+    a file beyond :data:`MAX_FILE_BYTES` or :data:`MAX_DOCUMENTS_PER_FILE` (never written then either)."""
+    result = YamlFile(path=path, stamp=file_stamp(path))
+    if result.stamp is not None and result.stamp[1] > MAX_FILE_BYTES:
+        result.error = (
+            f"{path}: {result.stamp[1]} bytes, more than the {MAX_FILE_BYTES} bytes a manifest file may hold: "
+            "split it into several files"
+        )
+        return result
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        result.error = f"{path}: cannot read: {exc}"
+        return result
+    docs: list[Document] = []
+    failures: list[str] = []
+    chunks = _split_with_lines(text)
+    if len(chunks) > MAX_DOCUMENTS_PER_FILE:
+        result.error = (
+            f"{path}: {len(chunks)} documents, more than the {MAX_DOCUMENTS_PER_FILE} a manifest file may hold: "
+            "split it into several files"
+        )
+        return result
+    for chunk, marker, line in chunks:
+        try:
+            docs.append(Document(text=chunk, data=load_text(chunk), has_marker=marker, line=line))
+        except yaml.YAMLError as exc:
+            first = line + 1 if marker else line  # the document starts after its ``---``
+            failures.append(f"{path}: document at line {first}: invalid YAML{_where(exc, line)}")
+            docs.append(Document(text=chunk, data=None, has_marker=marker, line=line))
+    if failures:
+        whole = _whole_stream(text)
+        if whole is not None:
+            docs, failures = whole, []
+    result.docs, result.doc_errors = docs, failures
+    return result
+
+
+def _whole_stream(text: str) -> list[Document] | None:
+    """Fallback for valid streams the line-based split cannot cut (directives, exotic markers).
+
+    The documents are kept as parsed but without their text, so the first write to this file
+    re-serialises all of it (its comments are lost then; nothing is written just for loading).
+    None when the stream does not parse either: the malformed chunks are reported then.
+    """
+    try:
+        documents = list(yaml.load_all(text, Loader=Loader))  # noqa: S506 - safe loader
+    except yaml.YAMLError:
+        return None
+    return [Document(text="", data=data, has_marker=i > 0, dirty=True) for i, data in enumerate(documents)]
+
+
+def _where(exc: yaml.YAMLError, first_line: int = 1) -> str:
+    """Position (in the file, for a chunk starting at ``first_line``) and problem of a parse error,
+    without the snippet of file content PyYAML quotes (the offending line may hold Secret data)."""
+    mark = getattr(exc, "problem_mark", None)
+    problem = getattr(exc, "problem", None)
+    position = f" at line {mark.line + first_line}, column {mark.column + 1}" if mark is not None else ""
+    return position + (f": {problem}" if problem else "")
+
+
+def atomic_write(path: Path, text: str) -> tuple[int, int, int] | None:
+    """Replace ``path`` with ``text`` atomically (:func:`tasks.clients.files.write_atomically`); returns the new file's stamp."""
+    return file_stamp(write_atomically(path, text))
