@@ -19,7 +19,7 @@ Read -> plan -> write, per template:
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from engine.aim.template_plan import ResolvePlan, TemplateWorld, plan_model_readiness, plan_template
@@ -27,19 +27,18 @@ from engine.api.aim import API_VERSION as AIM_API_VERSION
 from engine.api.aim import AIMServiceTemplate
 from engine.api.registry import AIM_SERVICE_TEMPLATE
 from engine.status import ConditionUpdate, status_with_conditions
-from flows.exitcodes import flow_result
 from flows.parameters import ClusterTarget, NamespaceName
+from flows.reconcile import Report, Table, conclude, reconcile_each, status_problem
 from flows.runs import flow
 from tasks.aim.caches import SharedCaches
 from tasks.aim.read import read_aim_state, typed
 from tasks.aim.resolve import write_template_plan
-from tasks.aim.writes import WriteCounts, for_each, write_status
+from tasks.aim.writes import WriteCounts, write_status
 from tasks.boundary import Accepted
 from tasks.cluster import Cluster, Manifest, connect
 from tasks.cluster.errors import ClusterError
-from tasks.cluster.recorder import record_event
 from tasks.events import Subject, emit_change
-from tasks.tracking import run_logger, table_artifact, tracked
+from tasks.tracking import run_logger
 
 DEFAULT_INTERVAL_S = 300
 
@@ -56,25 +55,17 @@ class TemplateRow:
 
 
 @dataclass
-class ResolveReport:
+class ResolveReport(Report[TemplateRow]):
     """What one resolve-templates run decided and wrote."""
 
-    rows: list[TemplateRow] = field(default_factory=list)
-    writes: WriteCounts = field(default_factory=WriteCounts)
     caches_requested: int = 0
-    summary: str = ""
 
-    @property
-    def degraded(self) -> list[str]:
-        """Why this run was degraded (exit 3, the ``Degraded`` run state): failed writes, templates not Available."""
-        return [
-            *self.writes.errors,
-            *(
-                f"AIMServiceTemplate {r.namespace}/{r.name}: {r.status}" + (f" ({r.reason})" if r.reason else "")
-                for r in self.rows
-                if r.status != "Available"
-            ),
-        ]
+    def row_problem(self, row: TemplateRow) -> str | None:
+        """A template not Available."""
+        return status_problem(AIM_SERVICE_TEMPLATE, row, "Available")
+
+
+TABLE = Table("aim-templates", ("namespace", ("template", "name"), "status", "reason", "message"), "resolve-templates")
 
 
 @flow(name="resolve-templates", timeout_seconds=DEFAULT_INTERVAL_S - 60, log_prints=True)
@@ -86,7 +77,6 @@ def resolve_templates(namespaces: list[NamespaceName] | None = None, cluster: Cl
         cluster: Empty = $MODELPLANE_CLUSTER, else kubeconfig or in-cluster; 'kubeconfig:PATH[#context]'; or a
             manifests directory/file.
     """
-    logger = run_logger()
     now = datetime.now(UTC).replace(microsecond=0)
     cluster_api = connect(cluster)
     state = read_aim_state(cluster_api, ["templates", "models", "configs", "caches", "nodes"])
@@ -99,26 +89,17 @@ def resolve_templates(namespaces: list[NamespaceName] | None = None, cluster: Cl
         t for t in sorted(state.templates, key=lambda t: (t.namespace, t.name)) if scope is None or t.namespace in scope
     ]
 
-    def one(template: Accepted[AIMServiceTemplate], counts: WriteCounts) -> TemplateRow | None:
-        try:
-            plan = plan_template(template.model, world)
-            write_template_plan(cluster_api, template.obj, plan, caches, now, counts)
-        except (ClusterError, ValueError) as exc:  # one template's failure must not stop the others
-            message = getattr(exc, "message", None) or str(exc)
-            counts.errors.append(f"AIMServiceTemplate {template.namespace}/{template.name}: {message}")
-            record_event(cluster_api, template.obj, "ResolveFailed", message, "Warning")
-            return None
+    def one(template: Accepted[AIMServiceTemplate], counts: WriteCounts) -> TemplateRow:
+        plan = plan_template(template.model, world)
+        write_template_plan(cluster_api, template.obj, plan, caches, now, counts)
         return row_of(plan)
 
-    report = ResolveReport()
-    report.rows = [row for row in for_each(templates, one, report.writes) if row is not None]
+    report = ResolveReport(*reconcile_each(cluster_api, templates, one, failure_reason="ResolveFailed"))
     resolved = {(r.namespace, r.name): r.status for r in report.rows}
     as_read = {m.name: m.obj for m in state.models}
     for model, ready in plan_model_readiness(typed(state.models), typed(state.templates), resolved, world.catalog):
         write_model_ready(cluster_api, as_read[str(model.metadata.name)], ready, now, report.writes)
     report.caches_requested = report.writes.created
-    for line in report.writes.errors:
-        logger.error("%s", line)
 
     counts = {
         s: sum(1 for r in report.rows if r.status == s) for s in ("Available", "Progressing", "Pending", "Failed")
@@ -136,9 +117,7 @@ def resolve_templates(namespaces: list[NamespaceName] | None = None, cluster: Cl
                     "available",
                     {"reason": row.reason},
                 )
-    publish(report)
-    logger.info("resolve-templates: %s", report.summary)
-    return flow_result(report, report.degraded)
+    return conclude("resolve-templates", report, TABLE)
 
 
 def row_of(plan: ResolvePlan) -> TemplateRow:
@@ -158,17 +137,4 @@ def write_model_ready(
             writes.statuses += 1
     except ClusterError as exc:
         writes.errors.append(f"AIMClusterModel {model['metadata']['name']}: {exc.message}")
-
-
-def publish(report: ResolveReport) -> None:
-    """The resolution table as a Prefect artifact (only inside a flow run)."""
-    if not tracked():
-        return
-    table_artifact(
-        key="aim-templates",
-        table=[
-            {"namespace": r.namespace, "template": r.name, "status": r.status, "reason": r.reason, "message": r.message}
-            for r in report.rows[:1000]
-        ],
-        description=f"resolve-templates: {report.summary}",
-    )
+        run_logger().error("%s", writes.errors[-1])
