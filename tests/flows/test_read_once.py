@@ -19,6 +19,7 @@ import yaml
 from engine.api.crds import render_crds
 from flows.optimize import optimize
 from flows.warm_caches import warm_caches
+from tasks.cluster import ObjectRef
 from tasks.cluster.kube import KubeCluster
 from tests.factories import deployment
 from tests.flows.test_optimize_one_writer import populate, write_metrics
@@ -119,7 +120,10 @@ def test_one_optimize_cycle_lists_each_kind_once_and_gets_nothing_after_its_writ
     # The table still shows each binding's model and accelerator, from the Deployments the cycle listed.
     rows = {r.name: r for r in report.rows if r.kind == "AutoscalingPolicyBinding"}
     assert len(rows) == BINDINGS
-    assert (rows["bound-07/bound-07"].model, rows["bound-07/bound-07"].accelerator) == ("org-bound-07", "1x nvidia.com/gpu")
+    assert (rows["bound-07/bound-07"].model, rows["bound-07/bound-07"].accelerator) == (
+        "org-bound-07",
+        "1x nvidia.com/gpu",
+    )
     assert sum(1 for r in report.rows if r.kind == "VariantAutoscaling") == 2 * MODELS
 
 
@@ -152,8 +156,6 @@ def test_one_warm_caches_pass_lists_the_model_caches_of_a_namespace_once(
         template = aim_template(f"t-{i}", kube_namespace, sources[i % 5])
         status = template.pop("status")
         created = cluster.create(template)
-        from tasks.cluster import ObjectRef
-
         cluster.patch_status(ObjectRef.of(created), status)
     kube_server.reset_stats()
 
