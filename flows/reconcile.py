@@ -15,6 +15,8 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Generic, Protocol, TypeVar
 
+from pydantic import BaseModel
+
 from flows.exitcodes import flow_result
 from tasks.aim.writes import WriteCounts, for_each
 from tasks.boundary import Accepted
@@ -24,6 +26,8 @@ from tasks.cluster.recorder import record_event
 from tasks.tracking import run_logger, table_artifact, tracked
 
 Row = TypeVar("Row")
+Model = TypeVar("Model", bound=BaseModel)
+Plan = TypeVar("Plan")
 Item = TypeVar("Item", bound=Accepted[Any] | Manifest)
 
 MAX_TABLE_ROWS = 1000
@@ -98,6 +102,37 @@ def reconcile_each(
     else:
         results = for_each(objects, one, writes, workers)
     return [row for row in results if row is not None], writes
+
+
+def planned(
+    plan: Callable[[Model], Plan],
+    write: Callable[[Manifest, Plan, WriteCounts], object],
+    row: Callable[[Plan], Row],
+) -> Callable[[Accepted[Model], WriteCounts], Row]:
+    """What a read -> plan -> write lifecycle does to one object, for :func:`reconcile_each`: the engine's plan
+    of its API model, the writes of that plan through the object as read, and the plan's row.
+
+    Args:
+        plan: The engine's decision for one object (pure).
+        write: Write a plan through the object as read, counting the writes.
+        row: The report's line of a written plan.
+
+    Returns:
+        The reconcile of one object.
+    """
+
+    def reconcile(item: Accepted[Model], counts: WriteCounts) -> Row:
+        decided = plan(item.model)
+        write(item.obj, decided, counts)
+        return row(decided)
+
+    return reconcile
+
+
+def in_scope(objects: Iterable[Accepted[Model]], namespaces: Sequence[str] | None) -> list[Accepted[Model]]:
+    """The objects of ``namespaces`` (every one when empty), by namespace and name."""
+    scope = set(namespaces or ())
+    return sorted((o for o in objects if not scope or o.namespace in scope), key=lambda o: (o.namespace, o.name))
 
 
 def status_problem(kind: str, row: Any, wanted: str) -> str | None:

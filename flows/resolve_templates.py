@@ -21,20 +21,19 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from functools import partial
 
 from engine.aim.template_plan import ResolvePlan, TemplateWorld, plan_model_readiness, plan_template
 from engine.api.aim import API_VERSION as AIM_API_VERSION
-from engine.api.aim import AIMServiceTemplate
 from engine.api.registry import AIM_SERVICE_TEMPLATE
 from engine.status import ConditionUpdate, status_with_conditions
 from flows.parameters import ClusterTarget, NamespaceName
-from flows.reconcile import Report, Table, conclude, reconcile_each, status_problem
+from flows.reconcile import Report, Table, conclude, in_scope, planned, reconcile_each, status_problem
 from flows.runs import flow
 from tasks.aim.caches import SharedCaches
 from tasks.aim.read import read_aim_state, typed
 from tasks.aim.resolve import write_template_plan
 from tasks.aim.writes import WriteCounts, write_status
-from tasks.boundary import Accepted
 from tasks.cluster import Cluster, Manifest, connect
 from tasks.cluster.errors import ClusterError
 from tasks.events import Subject, emit_change
@@ -84,17 +83,13 @@ def resolve_templates(namespaces: list[NamespaceName] | None = None, cluster: Cl
         models=typed(state.models), configs=typed(state.configs), caches=typed(state.caches), nodes=state.nodes
     )
     caches = SharedCaches(state.caches)
-    scope = set(namespaces or ()) or None
-    templates = [
-        t for t in sorted(state.templates, key=lambda t: (t.namespace, t.name)) if scope is None or t.namespace in scope
-    ]
-
-    def one(template: Accepted[AIMServiceTemplate], counts: WriteCounts) -> TemplateRow:
-        plan = plan_template(template.model, world)
-        write_template_plan(cluster_api, template.obj, plan, caches, now, counts)
-        return row_of(plan)
-
-    report = ResolveReport(*reconcile_each(cluster_api, templates, one, failure_reason="ResolveFailed"))
+    resolve = planned(
+        partial(plan_template, world=world),
+        lambda obj, plan, counts: write_template_plan(cluster_api, obj, plan, caches, now, counts),
+        row_of,
+    )
+    templates = in_scope(state.templates, namespaces)
+    report = ResolveReport(*reconcile_each(cluster_api, templates, resolve, failure_reason="ResolveFailed"))
     resolved = {(r.namespace, r.name): r.status for r in report.rows}
     as_read = {m.name: m.obj for m in state.models}
     for model, ready in plan_model_readiness(typed(state.models), typed(state.templates), resolved, world.catalog):

@@ -23,19 +23,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from functools import partial
 
 from engine.aim.service_plan import ServicePlan, ServiceWorld, plan_service
 from engine.api.aim import API_VERSION as AIM_API_VERSION
-from engine.api.aim import AIMService
 from engine.api.registry import AIM_SERVICE
 from flows.parameters import ClusterTarget, NamespaceName
-from flows.reconcile import Report, Table, conclude, reconcile_each, status_problem, tally
+from flows.reconcile import Report, Table, conclude, in_scope, planned, reconcile_each, status_problem, tally
 from flows.runs import flow
 from tasks.aim.caches import SharedCaches
 from tasks.aim.read import AimState, read_aim_state, typed
 from tasks.aim.rollout import write_service_plan
-from tasks.aim.writes import WriteCounts
-from tasks.boundary import Accepted
 from tasks.cluster import connect
 from tasks.events import Subject, emit_change
 
@@ -82,19 +80,15 @@ def rollout_services(namespaces: list[NamespaceName] | None = None, cluster: Clu
     state = read_aim_state(
         cluster_api, ["services", "templates", "models", "configs", "caches", "nodes", "isvcs", "routes"]
     )
-    scope = set(namespaces or ()) or None
     world = service_world(state)
     caches = SharedCaches(state.caches)
-    services = [
-        s for s in sorted(state.services, key=lambda s: (s.namespace, s.name)) if scope is None or s.namespace in scope
-    ]
-
-    def one(service: Accepted[AIMService], counts: WriteCounts) -> ServiceRow:
-        plan = plan_service(service.model, world)
-        write_service_plan(cluster_api, service.obj, plan, caches, now, counts)
-        return row_of(plan)
-
-    report = RolloutReport(*reconcile_each(cluster_api, services, one, failure_reason="RolloutFailed"))
+    rollout = planned(
+        partial(plan_service, world=world),
+        lambda obj, plan, counts: write_service_plan(cluster_api, obj, plan, caches, now, counts),
+        row_of,
+    )
+    services = in_scope(state.services, namespaces)
+    report = RolloutReport(*reconcile_each(cluster_api, services, rollout, failure_reason="RolloutFailed"))
     for row in report.rows:
         if row.action in ("created", "updated"):
             announce(row)
