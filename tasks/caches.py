@@ -64,10 +64,15 @@ def new_cache(
     }
 
 
-def read_caches(objects: Iterable[Manifest]) -> list[Accepted[ModelCache]]:
+def read_caches(objects: Iterable[Manifest], *, schema_validated: bool = False) -> list[Accepted[ModelCache]]:
     """The ModelCaches among ``objects`` (one LIST) that parse, each with its API model; one that does not
-    parse is left out without a write (its own lifecycle, warm-caches, marks it invalid)."""
-    return [Accepted(obj, parsed) for obj in objects if isinstance(parsed := parse_resource(obj), ModelCache)]
+    parse is left out without a write (its own lifecycle, warm-caches, marks it invalid). ``schema_validated``:
+    an API server served them (:func:`tasks.boundary.parse_resource`)."""
+    return [
+        Accepted(obj, parsed)
+        for obj in objects
+        if isinstance(parsed := parse_resource(obj, schema_validated=schema_validated), ModelCache)
+    ]
 
 
 def _typed(obj: Manifest) -> Accepted[ModelCache]:
@@ -89,7 +94,11 @@ def _find(
 ) -> Accepted[ModelCache] | None:
     """The cache of ``namespace`` that holds ``source`` (:func:`engine.caches.lookup.find_model_cache`) among
     ``known`` (the namespace's caches as the run read them), else among a fresh LIST of the namespace."""
-    caches = list(known) if known is not None else read_caches(cluster.list(MODELCACHE_API_VERSION, KIND, namespace))
+    if known is not None:
+        caches = list(known)
+    else:
+        listed = cluster.list(MODELCACHE_API_VERSION, KIND, namespace)
+        caches = read_caches(listed, schema_validated=cluster.validates_schemas)
     found = find_model_cache([c.model for c in caches], source, storage_class)
     return next((c for c in caches if c.model is found), None)
 

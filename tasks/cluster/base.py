@@ -64,6 +64,13 @@ class Cluster(Protocol):
         ...
 
     @property
+    def validates_schemas(self) -> bool:
+        """Whether an API server validated the custom resources it serves against their CRDs' schemas (then a
+        reader checks them with their API models only); False for the local backend, whose files nothing
+        validated."""
+        ...
+
+    @property
     def unreadable(self) -> list[str]:
         """What the cluster holds that could not be read (with the local backend, each manifest file or
         document that does not parse, named; the rest is served); empty for an API server."""

@@ -109,6 +109,11 @@ class KubeCluster:
         return True
 
     @property
+    def validates_schemas(self) -> bool:
+        """The API server validated every custom resource it serves against its CRD schema."""
+        return True
+
+    @property
     def unreadable(self) -> list[str]:
         """Nothing: the API server serves only what it validated."""
         return []

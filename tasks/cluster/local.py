@@ -74,6 +74,11 @@ class LocalCluster(LocalStore):
         return False
 
     @property
+    def validates_schemas(self) -> bool:
+        """Nothing validated these files: the boundary reader checks each custom resource against its CRD schema."""
+        return False
+
+    @property
     def unreadable(self) -> list[str]:
         """The manifest files and documents that could not be loaded, each with why."""
         return [f"{error.path}: {error.message}" for error in self.load_errors]
