@@ -26,7 +26,7 @@ from tasks.cluster.recorder import record_event
 from tasks.tracking import run_logger, table_artifact, tracked
 
 Row = TypeVar("Row")
-Model = TypeVar("Model", bound=BaseModel)
+ApiModel = TypeVar("ApiModel", bound=BaseModel)
 Plan = TypeVar("Plan")
 Item = TypeVar("Item", bound=Accepted[Any] | Manifest)
 
@@ -105,10 +105,10 @@ def reconcile_each(
 
 
 def planned(
-    plan: Callable[[Model], Plan],
+    plan: Callable[[ApiModel], Plan],
     write: Callable[[Manifest, Plan, WriteCounts], object],
     row: Callable[[Plan], Row],
-) -> Callable[[Accepted[Model], WriteCounts], Row]:
+) -> Callable[[Accepted[ApiModel], WriteCounts], Row]:
     """What a read -> plan -> write lifecycle does to one object, for :func:`reconcile_each`: the engine's plan
     of its API model, the writes of that plan through the object as read, and the plan's row.
 
@@ -121,7 +121,7 @@ def planned(
         The reconcile of one object.
     """
 
-    def reconcile(item: Accepted[Model], counts: WriteCounts) -> Row:
+    def reconcile(item: Accepted[ApiModel], counts: WriteCounts) -> Row:
         decided = plan(item.model)
         write(item.obj, decided, counts)
         return row(decided)
@@ -129,7 +129,7 @@ def planned(
     return reconcile
 
 
-def in_scope(objects: Iterable[Accepted[Model]], namespaces: Sequence[str] | None) -> list[Accepted[Model]]:
+def in_scope(objects: Iterable[Accepted[ApiModel]], namespaces: Sequence[str] | None) -> list[Accepted[ApiModel]]:
     """The objects of ``namespaces`` (every one when empty), by namespace and name."""
     scope = set(namespaces or ())
     return sorted((o for o in objects if not scope or o.namespace in scope), key=lambda o: (o.namespace, o.name))
