@@ -16,7 +16,7 @@ One variant's failure (no metrics, an unidentifiable profile, an API error) does
 
 from __future__ import annotations
 
-import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Annotated, Any
@@ -24,22 +24,21 @@ from typing import Annotated, Any
 from pydantic import Field
 
 from engine.api.llmd import VariantAutoscaling
-from engine.api.meta import parse_duration
 from engine.api.registry import LLMD_API, VARIANT_AUTOSCALING
 from engine.optimize.spec import SpecError, parse_variant
 from engine.simulate.calibrate import ProfileFit, Unidentifiable, Window, calibration_outcome, fit_profile
 from flows.exitcodes import flow_result
 from flows.parameters import CALIBRATE_LOOKBACK, CALIBRATE_WINDOW, SYSTEM_NAMESPACE, ClusterTarget, NamespaceName
+from flows.reconcile import Table
 from flows.runs import flow
-from tasks.boundary import Accepted
-from tasks.calibrate import prometheus_windows, read_windows_file, write_outcome
+from tasks.calibrate import collect_windows, write_outcome
 from tasks.clients.cluster import connect
 from tasks.clients.cluster.errors import ClusterError
-from tasks.clients.metrics.prometheus import PrometheusMetrics
-from tasks.clients.metrics.snapshot import MetricsError
 from tasks.optimize.read import read_cluster_state
-from tasks.tracking import run_logger, table_artifact, task, tracked
+from tasks.tracking import run_logger
 
+PARAMETERS = ("alpha", "beta", "gamma", "delta")
+"""The profile's parameters, in the order the table shows them."""
 Lookback = Annotated[str, Field(pattern=r"^[0-9]+(m|h)$", examples=["24h", "90m"])]
 """How far back to read metrics: minutes or hours (``24h``)."""
 WindowLength = Annotated[str, Field(pattern=r"^[0-9]+(s|m)$", examples=["5m", "30s"])]
@@ -74,46 +73,6 @@ class CalibrationReport:
     def as_json(self) -> list[dict[str, Any]]:
         """The report as the CLI's JSON list."""
         return [row.__dict__ for row in self.rows]
-
-
-@task(name="collect-windows")
-def collect_windows(
-    variants: list[Accepted[VariantAutoscaling]],
-    windows_file: str | None,
-    prometheus_url: str | None,
-    lookback_text: str,
-    window_text: str,
-) -> tuple[dict[tuple[str, str], list[Window]], str | None]:
-    """Windows per VariantAutoscaling, and an error string when the metrics backend failed."""
-    if windows_file:
-        return read_windows_file(windows_file), None
-    url = prometheus_url or os.environ.get("PROMETHEUS_URL")
-    if not url:
-        return (
-            {},
-            "no metrics source configured (--prometheus-url or --windows-file; parameters prometheus_url, windows_file)",
-        )
-    client = PrometheusMetrics.from_env(url)
-    assert client is not None
-    now = datetime.now(UTC)
-    lookback, window = parse_duration(lookback_text), parse_duration(window_text)
-    result: dict[tuple[str, str], list[Window]] = {}
-    by_model: dict[tuple[str, str], dict[str, list[Window]]] = {}
-    try:
-        for va in variants:
-            namespace, model, ref = va.namespace, va.model.spec.model_id, va.model.spec.scale_target_ref
-            if ref is None:
-                continue
-            target = ref.name
-            if (namespace, model) not in by_model:
-                by_model[(namespace, model)] = prometheus_windows(client, namespace, model, now, lookback, window)
-            pods = by_model[(namespace, model)]
-            result[(namespace, va.name)] = [
-                w for pod, ws in sorted(pods.items()) if pod.startswith(target + "-") for w in ws
-            ]
-    except MetricsError as exc:
-        return result, str(exc)
-    return result, None
 
 
 def _current(va: VariantAutoscaling) -> dict[str, float] | None:
@@ -186,9 +145,7 @@ def calibrate(
             outcome.reason,
             outcome.message,
             current=_current(va.model),
-            fit={n: getattr(fit, n).as_dict() for n in ("alpha", "beta", "gamma", "delta")} | {"windows": fit.windows}
-            if fit
-            else None,
+            fit={n: getattr(fit, n).as_dict() for n in PARAMETERS} | {"windows": fit.windows} if fit else None,
         )
         if not dry_run:
             try:
@@ -198,16 +155,14 @@ def calibrate(
                 logger.error("VariantAutoscaling %s/%s: %s", key[0], key[1], exc.message)
         logger.info("%s/%s: %s", key[0], key[1], outcome.message)
         report.rows.append(row)
-    publish(report)
+    TABLE.publish(report.rows, "")
     return flow_result(report, report.degraded)
 
 
-def publish(report: CalibrationReport) -> None:
-    """Publish the proposals as a Prefect table artifact (only inside a flow run)."""
-    if not tracked():
-        return
+def _estimate(name: str) -> Callable[[CalibrationRow], str]:
+    """A fitted parameter as the table shows it: value, 95% interval (or ``kept``), and the current value."""
 
-    def cell(row: CalibrationRow, name: str) -> str:
+    def cell(row: CalibrationRow) -> str:
         if not row.fit:
             return ""
         e = row.fit[name]
@@ -215,24 +170,21 @@ def publish(report: CalibrationReport) -> None:
         kept = " kept" if e["fixed"] else f" [{e['ci95'][0]:.4g}, {e['ci95'][1]:.4g}]"
         return f"{e['value']:.4g}{kept}{now}"
 
-    table_artifact(
-        key="calibrate-profiles",
-        table=[
-            {
-                "namespace": r.namespace,
-                "variant": r.name,
-                "result": r.reason,
-                "alpha": cell(r, "alpha"),
-                "beta": cell(r, "beta"),
-                "gamma": cell(r, "gamma"),
-                "delta": cell(r, "delta"),
-                "written": r.spec_written,
-                "message": r.message,
-            }
-            for r in report.rows
-        ],
-        description="Performance profiles fitted from vLLM metrics (95% confidence intervals)",
-    )
+    return cell
+
+
+TABLE = Table(
+    "calibrate-profiles",
+    (
+        "namespace",
+        ("variant", "name"),
+        ("result", "reason"),
+        *((name, _estimate(name)) for name in PARAMETERS),
+        ("written", "spec_written"),
+        "message",
+    ),
+    "Performance profiles fitted from vLLM metrics (95% confidence intervals)",
+)
 
 
 def apply_profile(
@@ -247,7 +199,7 @@ def apply_profile(
     """
     conn = connect(cluster, dry_run=dry_run)
     now = datetime.now(UTC).replace(microsecond=0)
-    fitted = {n: getattr(fit, n).as_dict() for n in ("alpha", "beta", "gamma", "delta")} | {"windows": fit.windows}
+    fitted = {n: getattr(fit, n).as_dict() for n in PARAMETERS} | {"windows": fit.windows}
     report = CalibrationReport()
     for namespace, name in targets:
         try:

@@ -31,20 +31,18 @@ from engine.aim.discovery_plan import DiscoveryWorld, ModelPlan, images_to_read,
 from engine.api.aim import API_VERSION as AIM_API_VERSION
 from engine.api.aim import AIMClusterModel
 from engine.api.registry import AIM_CLUSTER_MODEL
-from flows.exitcodes import flow_result
 from flows.parameters import DISCOVERY_RESYNC_S, ClusterTarget, NamespaceName
+from flows.reconcile import Report, Table, conclude, reconcile_each
 from flows.runs import flow
 from tasks.aim.discover import write_model_plan
 from tasks.aim.images import Keychain, inspect_images, pull_secrets, read_keychain
 from tasks.aim.read import read_aim_state, typed
-from tasks.aim.writes import WriteCounts, for_each
+from tasks.aim.writes import WriteCounts
 from tasks.boundary import Accepted
 from tasks.clients.cluster import connect
-from tasks.clients.cluster.errors import ClusterError
-from tasks.clients.cluster.recorder import record_event
 from tasks.clients.events import Subject, emit_change
 from tasks.clients.oci import RegistryClient
-from tasks.tracking import quote, run_logger, table_artifact, tracked
+from tasks.tracking import quote, run_logger
 
 DEFAULT_INTERVAL_S = 3600
 
@@ -61,22 +59,18 @@ class ModelRow:
 
 
 @dataclass
-class DiscoveryReport:
+class DiscoveryReport(Report[ModelRow]):
     """What one discover-models run read and wrote."""
 
-    rows: list[ModelRow] = field(default_factory=list)
     fetched: int = 0
     registry_requests: dict[str, int] = field(default_factory=dict)
-    writes: WriteCounts = field(default_factory=WriteCounts)
-    summary: str = ""
 
-    @property
-    def degraded(self) -> list[str]:
-        """Why this run was degraded (exit 3, the ``Degraded`` run state): failed writes, images not read."""
-        return [
-            *self.writes.errors,
-            *(f"AIMClusterModel {r.name}: image {r.image}: {r.result}" for r in self.rows if r.result != "ok"),
-        ]
+    def row_problem(self, row: ModelRow) -> str | None:
+        """A model whose image was not read."""
+        return None if row.result == "ok" else f"AIMClusterModel {row.name}: image {row.image}: {row.result}"
+
+
+TABLE = Table("aim-discovery", (("model", "name"), "image", "result", "deployments", "templates"), "discover-models")
 
 
 @flow(name="discover-models", timeout_seconds=DEFAULT_INTERVAL_S - 300, log_prints=True)
@@ -121,24 +115,17 @@ def discover_models(
     world = DiscoveryWorld.of(
         typed(state.templates), namespaces or sorted({c.metadata.namespace or "" for c in configs})
     )
-    report = DiscoveryReport(fetched=len(wanted), registry_requests=dict(client.requests_made))
 
-    def reconcile(item: Accepted[AIMClusterModel], counts: WriteCounts) -> ModelRow | None:
+    def reconcile(item: Accepted[AIMClusterModel], counts: WriteCounts) -> ModelRow:
         model = item.model
         read_now = model.spec.image in records
         plan = plan_model(model, records[model.spec.image] if read_now else previous_record(model), read_now, world)
-        try:
-            write_model_plan(conn, item.obj, plan, now, counts)
-        except ClusterError as exc:  # one model's API failure must not stop the others
-            counts.errors.append(f"AIMClusterModel {plan.name}: {exc.message}")
-            record_event(conn, item.obj, "DiscoveryFailed", exc.message, "Warning")
-            return None
+        write_model_plan(conn, item.obj, plan, now, counts)
         return row_of(plan)
 
     ordered = sorted(state.models, key=lambda item: item.name)
-    report.rows = [row for row in for_each(ordered, reconcile, report.writes) if row is not None]
-    for line in report.writes.errors:
-        logger.error("%s", line)
+    rows, writes = reconcile_each(conn, ordered, reconcile, failure_reason="DiscoveryFailed")
+    report = DiscoveryReport(rows, writes, fetched=len(wanted), registry_requests=dict(client.requests_made))
     for line in report.writes.skipped:
         logger.warning("template skipped: %s", line)
     failed = sum(1 for r in report.rows if r.result != "ok")
@@ -154,31 +141,9 @@ def discover_models(
                 "discovered",
                 {"image": row.image, "deployments": row.deployments, "templates": row.templates},
             )
-    publish(report)
-    logger.info("discover-models: %s", report.summary)
-    return flow_result(report, report.degraded)
+    return conclude("discover-models", report, TABLE)
 
 
 def row_of(plan: ModelPlan) -> ModelRow:
     """The table line of a written plan."""
     return ModelRow(plan.name, plan.image, plan.result, plan.deployments, plan.templates)
-
-
-def publish(report: DiscoveryReport) -> None:
-    """The discovery table as a Prefect artifact (only inside a flow run)."""
-    if not tracked():
-        return
-    table_artifact(
-        key="aim-discovery",
-        table=[
-            {
-                "model": r.name,
-                "image": r.image,
-                "result": r.result,
-                "deployments": r.deployments,
-                "templates": r.templates,
-            }
-            for r in report.rows[:1000]
-        ],
-        description=f"discover-models: {report.summary}",
-    )

@@ -33,17 +33,15 @@ from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from engine.api.kthena import AutoscalingPolicyBinding
 from engine.api.registry import AUTOSCALING_POLICY_BINDING, KTHENA_API, LLMD_API, VARIANT_AUTOSCALING
 from engine.cycle_metrics import CycleFacts, optimize_cycle_metrics, wva_targets
-from engine.optimize.actuation import publishes
-from engine.optimize.bindings import BindingDecision, BindingInputs
+from engine.optimize.bindings import BindingDecision
 from engine.optimize.plan import CyclePlan, VariantDecision, plan_cycle
 from engine.optimize.spec import CycleInputs, ModelLoad, PodSample, accelerator_text
 from engine.perf.saturation import SaturationConfigSet
 from engine.perf.tail_sizing import PromptDistribution
 from engine.slo.measure import LatencyHistograms
-from flows.exitcodes import CannotRun, ExitCode, degraded_summary, exit_code, flow_result
+from flows.exitcodes import CannotRun, ExitCode, degraded_summary, exit_code
 from flows.one_writer import replanner, writer_lock
 from flows.parameters import (
     SYSTEM_NAMESPACE,
@@ -53,16 +51,16 @@ from flows.parameters import (
     PositiveSeconds,
     PromDuration,
 )
+from flows.reconcile import Table, conclude
 from flows.runs import flow
-from tasks.boundary import Accepted
-from tasks.clients.cluster import Cluster, LocalCluster, connect, local_path_problem
-from tasks.clients.cluster.errors import ClusterError
+from tasks.clients.cluster import connect, local_path_problem
 from tasks.clients.events import Subject, emit_change
 from tasks.clients.metrics.file import FileMetrics
 from tasks.clients.metrics.prometheus import PrometheusMetrics
 from tasks.clients.metrics.snapshot import MetricsSnapshot, MetricsSource
 from tasks.clients.pushgateway import Pushgateway, push
-from tasks.optimize.bindings import BindingRowDetails, describe_bindings, read_binding_inputs
+from tasks.optimize.bindings import BindingRowDetails, binding_scale_targets, describe_bindings, read_bindings
+from tasks.optimize.outcome import actuation_problems, degraded_reasons
 from tasks.optimize.read import (
     ClusterState,
     TargetReplicas,
@@ -71,8 +69,8 @@ from tasks.optimize.read import (
     read_current_replicas,
     scale_targets_of,
 )
-from tasks.optimize.write import WriteOutcome, apply_binding, apply_decisions
-from tasks.tracking import quote, run_logger, table_artifact, task, tracked
+from tasks.optimize.write import WriteOutcome, apply_bindings, apply_decisions
+from tasks.tracking import quote, run_logger
 
 DEFAULT_INTERVAL_S = 60
 DEFAULT_RATE_WINDOW = "1m"
@@ -197,54 +195,6 @@ def cycle_inputs(
     )
 
 
-BindingPlan = tuple[Accepted[AutoscalingPolicyBinding], BindingDecision]
-
-
-@task(name="read-bindings")
-def read_bindings(
-    cluster: Cluster,
-    state: ClusterState,
-    snapshot: MetricsSnapshot | None,
-    metrics_error: str | None,
-) -> tuple[list[tuple[Accepted[AutoscalingPolicyBinding], BindingInputs]], list[str]]:
-    """What each Kthena binding is decided from (policy, targets, instances' metrics), nothing decided yet.
-
-    Returns (binding, inputs) pairs and the API failures of single bindings (the others proceed).
-    """
-    logger = run_logger()
-    read: list[tuple[Accepted[AutoscalingPolicyBinding], BindingInputs]] = []
-    errors: list[str] = []
-    for binding in state.bindings:
-        name = f"{binding.namespace}/{binding.name}"
-        try:
-            read.append((binding, read_binding_inputs(cluster, binding, quote(state), quote(snapshot), metrics_error)))
-        except ClusterError as exc:  # one binding's API failure must not stop the others
-            logger.error("AutoscalingPolicyBinding %s: %s", name, exc.message)
-            errors.append(f"{name}: {exc.message}")
-    return read, errors
-
-
-@task(name="apply-bindings")
-def apply_bindings(
-    cluster: Cluster,
-    plans: list[BindingPlan],
-    now: datetime,
-    default_mode: str,
-    published: frozenset[tuple[str, str]],
-) -> list[str]:
-    """Scale the targets whose mode scales and persist each binding's state; returns single bindings' API failures."""
-    logger = run_logger()
-    errors: list[str] = []
-    for binding, decision in plans:
-        try:
-            apply_binding(cluster, binding, decision, now, default_mode, published)
-        except ClusterError as exc:
-            name = f"{decision.namespace}/{decision.name}"
-            logger.error("AutoscalingPolicyBinding %s: %s", name, exc.message)
-            errors.append(f"{name}: {exc.message}")
-    return errors
-
-
 def report_rows(
     decisions: list[VariantDecision],
     writes: list[WriteOutcome],
@@ -353,14 +303,16 @@ def optimize(
                 raise CannotRun(state.missing_configuration)
             for error in state.config_errors:
                 logger.warning("configuration: %s", error)
-            replicas = read_current_replicas(conn, scale_targets_of(state))
+            replicas = read_current_replicas(conn, scale_targets_of(state) | binding_scale_targets(state))
         with timer.stage("metrics"):
             source = metrics_source(metrics_file, prometheus_url, rate_window)
             snapshot, metrics_error = collect_metrics(source, quote(state))
         if metrics_error:
             logger.warning("metrics unavailable, holding every variant: %s", metrics_error)
         with timer.stage("read"):
-            bindings_read, binding_errors = read_bindings(conn, quote(state), quote(snapshot), metrics_error)
+            bindings_read, binding_errors = read_bindings(
+                conn, quote(state), quote(snapshot), metrics_error, quote(replicas)
+            )
 
         # Plan: one pure call decides every VariantAutoscaling and binding.
         with timer.stage("decide"):
@@ -395,7 +347,7 @@ def optimize(
     if final_error and push_error is None:
         push_error = final_error
         degraded.append(f"metrics not published ({final_error})")
-    details = describe_bindings(conn, quote(state.bindings)) if state.bindings else {}
+    details = describe_bindings(state.bindings, replicas)  # the table from what the cycle read, no GET
     report = CycleReport(
         rows=report_rows(plan.variants, writes, plan.bindings, details),
         summary=degraded_summary(plan.summary, degraded),
@@ -405,9 +357,7 @@ def optimize(
         push_error=push_error,
     )
     emit_scaling_events(report)
-    publish(report)
-    logger.info("optimize: %s", report.summary)
-    return flow_result(report, report.degraded)
+    return conclude("optimize", report, TABLE)
 
 
 class StageTimer:
@@ -478,56 +428,6 @@ def write_counts(
     return counts
 
 
-def actuation_problems(
-    writes: list[WriteOutcome],
-    bindings: list[BindingDecision],
-    gateway: Pushgateway | None,
-    push_error: str | None,
-    dry_run: bool,
-) -> list[str]:
-    """Degraded reasons of the publication: the Pushgateway failed, or targets whose mode publishes have none."""
-    if dry_run:
-        return []
-    if push_error:
-        return [f"metrics not published ({push_error})"]
-    if gateway is None:
-        waiting = sum(1 for w in writes if publishes(w.mode)) + sum(
-            1 for b in bindings for t in b.targets if publishes(t.mode)
-        )
-        if waiting:
-            return [
-                f"{waiting} targets in metrics/both actuation mode but no Pushgateway configured "
-                "(--pushgateway-url, parameter pushgateway_url, or $MODELPLANE_PUSHGATEWAY_URL)"
-            ]
-    return []
-
-
-def degraded_reasons(
-    cluster: Cluster,
-    state: ClusterState,
-    plan: CyclePlan,
-    writes: list[WriteOutcome],
-    binding_errors: list[str],
-    metrics_error: str | None,
-) -> list[str]:
-    """Why this cycle ran degraded (empty when it ran clean): what the summary and the exit code report."""
-    reasons: list[str] = []
-    if metrics_error:
-        reasons.append(f"metrics unavailable ({metrics_error})")
-    if state.config_errors:
-        reasons.append(f"{len(state.config_errors)} configuration errors")
-    reasons += SaturationConfigSet.from_configmap(state.saturation_data).problems()
-    not_ready = sum(1 for d in plan.variants if not d.ready) + sum(1 for b in plan.bindings if not b.ready)
-    if not_ready:
-        reasons.append(f"{not_ready} resources not ready")
-    failed_writes = sum(1 for w in writes if w.error) + len(binding_errors)
-    if failed_writes:
-        reasons.append(f"{failed_writes} write errors (see the log)")
-    if isinstance(cluster, LocalCluster) and cluster.load_errors:
-        reasons.append(f"{len(cluster.load_errors)} manifest files or documents could not be read")
-    return reasons
-
-
 def emit_scaling_events(report: CycleReport) -> None:
     """One Prefect event per target this cycle actually scaled (none in a dry run: nothing is applied)."""
     for row in report.rows:
@@ -551,24 +451,18 @@ def emit_scaling_events(report: CycleReport) -> None:
             )
 
 
-def publish(report: CycleReport) -> None:
-    """Publish the allocation table as a Prefect artifact (only inside a flow run)."""
-    if not tracked():
-        return
-    table_artifact(
-        key="optimize-allocation",
-        table=[
-            {
-                "namespace": r.namespace,
-                "variant": r.name,
-                "model": r.model,
-                "accelerator": r.accelerator,
-                "current": r.current,
-                "desired": r.desired,
-                "cost": "unpriced" if r.cost is None else f"{r.cost:.2f}/h",
-                "reason": f"{r.reason}: {r.held}" if r.held else r.reason,
-            }
-            for r in report.rows
-        ],
-        description=f"Allocation decided by this cycle: {report.summary}",
-    )
+TABLE = Table(
+    "optimize-allocation",
+    (
+        "namespace",
+        ("variant", "name"),
+        "model",
+        "accelerator",
+        "current",
+        "desired",
+        ("cost", lambda r: "unpriced" if r.cost is None else f"{r.cost:.2f}/h"),
+        ("reason", lambda r: f"{r.reason}: {r.held}" if r.held else r.reason),
+    ),
+    "Allocation decided by this cycle",
+)
+"""The allocation table artifact."""

@@ -19,27 +19,25 @@ Read -> plan -> write, per template:
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime
+from functools import partial
 
 from engine.aim.template_plan import ResolvePlan, TemplateWorld, plan_model_readiness, plan_template
 from engine.api.aim import API_VERSION as AIM_API_VERSION
-from engine.api.aim import AIMServiceTemplate
 from engine.api.registry import AIM_SERVICE_TEMPLATE
 from engine.status import ConditionUpdate, status_with_conditions
-from flows.exitcodes import flow_result
 from flows.parameters import ClusterTarget, NamespaceName
+from flows.reconcile import Report, Table, conclude, in_scope, planned, reconcile_each, status_problem
 from flows.runs import flow
 from tasks.aim.caches import SharedCaches
 from tasks.aim.read import read_aim_state, typed
 from tasks.aim.resolve import write_template_plan
-from tasks.aim.writes import WriteCounts, for_each, write_changed_status
-from tasks.boundary import Accepted
+from tasks.aim.writes import WriteCounts, write_changed_status
 from tasks.clients.cluster import Cluster, Manifest, connect
 from tasks.clients.cluster.errors import ClusterError
-from tasks.clients.cluster.recorder import record_event
 from tasks.clients.events import Subject, emit_change
-from tasks.tracking import run_logger, table_artifact, tracked
+from tasks.tracking import run_logger
 
 DEFAULT_INTERVAL_S = 300
 
@@ -56,25 +54,17 @@ class TemplateRow:
 
 
 @dataclass
-class ResolveReport:
+class ResolveReport(Report[TemplateRow]):
     """What one resolve-templates run decided and wrote."""
 
-    rows: list[TemplateRow] = field(default_factory=list)
-    writes: WriteCounts = field(default_factory=WriteCounts)
     caches_requested: int = 0
-    summary: str = ""
 
-    @property
-    def degraded(self) -> list[str]:
-        """Why this run was degraded (exit 3, the ``Degraded`` run state): failed writes, templates not Available."""
-        return [
-            *self.writes.errors,
-            *(
-                f"AIMServiceTemplate {r.namespace}/{r.name}: {r.status}" + (f" ({r.reason})" if r.reason else "")
-                for r in self.rows
-                if r.status != "Available"
-            ),
-        ]
+    def row_problem(self, row: TemplateRow) -> str | None:
+        """A template not Available."""
+        return status_problem(AIM_SERVICE_TEMPLATE, row, "Available")
+
+
+TABLE = Table("aim-templates", ("namespace", ("template", "name"), "status", "reason", "message"), "resolve-templates")
 
 
 @flow(name="resolve-templates", timeout_seconds=DEFAULT_INTERVAL_S - 60, log_prints=True)
@@ -86,7 +76,6 @@ def resolve_templates(namespaces: list[NamespaceName] | None = None, cluster: Cl
         cluster: Empty = $MODELPLANE_CLUSTER, else kubeconfig or in-cluster; 'kubeconfig:PATH[#context]'; or a
             manifests directory/file.
     """
-    logger = run_logger()
     now = datetime.now(UTC).replace(microsecond=0)
     conn = connect(cluster)
     state = read_aim_state(conn, ["templates", "models", "configs", "caches", "nodes"])
@@ -94,31 +83,18 @@ def resolve_templates(namespaces: list[NamespaceName] | None = None, cluster: Cl
         models=typed(state.models), configs=typed(state.configs), caches=typed(state.caches), nodes=state.nodes
     )
     caches = SharedCaches(state.caches)
-    scope = set(namespaces or ()) or None
-    templates = [
-        t for t in sorted(state.templates, key=lambda t: (t.namespace, t.name)) if scope is None or t.namespace in scope
-    ]
-
-    def one(template: Accepted[AIMServiceTemplate], counts: WriteCounts) -> TemplateRow | None:
-        try:
-            plan = plan_template(template.model, world)
-            write_template_plan(conn, template.obj, plan, caches, now, counts)
-        except (ClusterError, ValueError) as exc:  # one template's failure must not stop the others
-            message = getattr(exc, "message", None) or str(exc)
-            counts.errors.append(f"AIMServiceTemplate {template.namespace}/{template.name}: {message}")
-            record_event(conn, template.obj, "ResolveFailed", message, "Warning")
-            return None
-        return row_of(plan)
-
-    report = ResolveReport()
-    report.rows = [row for row in for_each(templates, one, report.writes) if row is not None]
+    resolve = planned(
+        partial(plan_template, world=world),
+        lambda obj, plan, counts: write_template_plan(conn, obj, plan, caches, now, counts),
+        row_of,
+    )
+    templates = in_scope(state.templates, namespaces)
+    report = ResolveReport(*reconcile_each(conn, templates, resolve, failure_reason="ResolveFailed"))
     resolved = {(r.namespace, r.name): r.status for r in report.rows}
     as_read = {m.name: m.obj for m in state.models}
     for model, ready in plan_model_readiness(typed(state.models), typed(state.templates), resolved, world.catalog):
         write_model_ready(conn, as_read[str(model.metadata.name)], ready, now, report.writes)
     report.caches_requested = report.writes.created
-    for line in report.writes.errors:
-        logger.error("%s", line)
 
     counts = {
         s: sum(1 for r in report.rows if r.status == s) for s in ("Available", "Progressing", "Pending", "Failed")
@@ -136,9 +112,7 @@ def resolve_templates(namespaces: list[NamespaceName] | None = None, cluster: Cl
                     "available",
                     {"reason": row.reason},
                 )
-    publish(report)
-    logger.info("resolve-templates: %s", report.summary)
-    return flow_result(report, report.degraded)
+    return conclude("resolve-templates", report, TABLE)
 
 
 def row_of(plan: ResolvePlan) -> TemplateRow:
@@ -158,17 +132,4 @@ def write_model_ready(
             writes.statuses += 1
     except ClusterError as exc:
         writes.errors.append(f"AIMClusterModel {model['metadata']['name']}: {exc.message}")
-
-
-def publish(report: ResolveReport) -> None:
-    """The resolution table as a Prefect artifact (only inside a flow run)."""
-    if not tracked():
-        return
-    table_artifact(
-        key="aim-templates",
-        table=[
-            {"namespace": r.namespace, "template": r.name, "status": r.status, "reason": r.reason, "message": r.message}
-            for r in report.rows[:1000]
-        ],
-        description=f"resolve-templates: {report.summary}",
-    )
+        run_logger().error("%s", writes.errors[-1])

@@ -15,42 +15,62 @@ The optimize flow then scales the Deployments through the bindings written here.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Literal
 
 from engine.api.kthena import API_VERSION as KTHENA_API_VERSION
 from engine.api.registry import MODEL
 from engine.rollout.kthena_native import RUNTIME_IMAGE
-from flows.exitcodes import flow_result
 from flows.image import IMAGE
 from flows.parameters import KTHENA_NETWORKING, ROLLOUT_WORKLOAD, ClusterTarget, ImageRef, NamespaceName, ObjectName
+from flows.reconcile import Report, Table, conclude, reconcile_each
 from flows.runs import flow
-from tasks.clients.cluster import ClusterError, connect
-from tasks.clients.cluster.recorder import record_event
+from tasks.aim.writes import WriteCounts
+from tasks.clients.cluster import ClusterError, Manifest, connect
 from tasks.clients.events import Subject, emit_change
 from tasks.rollout_models import ModelOutcome, RolloutOptions, list_models, reconcile_model
-from tasks.tracking import run_logger, table_artifact, tracked
+from tasks.tracking import run_logger
 
 DEFAULT_INTERVAL_S = 300
 DEFAULT_DOWNLOADER_IMAGE = IMAGE  # flows/image.py
 
 
-@dataclass
-class RolloutReport:
-    """What one rollout pass did."""
+def _joined(attribute: str) -> Callable[[ModelOutcome], str]:
+    """A list attribute of an outcome as one cell."""
+    return lambda outcome: ", ".join(getattr(outcome, attribute))
 
-    models: list[ModelOutcome] = field(default_factory=list)
-    summary: str = ""
+
+@dataclass
+class RolloutReport(Report[ModelOutcome]):
+    """What one rollout pass did: a row per Model."""
+
+    @property
+    def models(self) -> list[ModelOutcome]:
+        """Each Model's outcome."""
+        return self.rows
 
     @property
     def failed(self) -> list[ModelOutcome]:
-        return [m for m in self.models if m.result.startswith("Failed")]
+        """The Models that are Failed."""
+        return [m for m in self.rows if m.result.startswith("Failed")]
 
-    @property
-    def degraded(self) -> list[str]:
-        """Why this pass was degraded (exit 3, the ``Degraded`` run state): the Models that are Failed."""
-        return [f"{m.namespace}/{m.name}: {m.result}" for m in self.failed]
+    def row_problem(self, row: ModelOutcome) -> str | None:
+        """A Model that is Failed."""
+        return f"{row.namespace}/{row.name}: {row.result}" if row.result.startswith("Failed") else None
+
+
+TABLE = Table(
+    "rollout-models",
+    (
+        "namespace",
+        ("model", "name"),
+        "result",
+        *((what, _joined(what)) for what in ("created", "updated", "deleted", "lora")),
+    ),
+    "rollout-models",
+)
 
 
 @flow(name="rollout-models", timeout_seconds=DEFAULT_INTERVAL_S - 60, log_prints=True)
@@ -85,30 +105,30 @@ def rollout_models(
     now = datetime.now(UTC).replace(microsecond=0)
     conn = connect(cluster)
 
-    report = RolloutReport()
-    for manifest in list_models(conn, namespaces or None):
-        if names and manifest["metadata"]["name"] not in names:
-            continue
-        try:
-            outcome = reconcile_model(conn, manifest, now, downloader_image, options=options)
-        except ClusterError as exc:  # e.g. the status write itself failed: report it, go on with the others
-            meta = manifest.get("metadata") or {}
-            outcome = ModelOutcome(
-                namespace=meta.get("namespace", ""),
-                name=meta.get("name", ""),
-                result=f"Failed: {exc.reason}: {exc.message}",
-            )
-            record_event(conn, manifest, "RolloutFailed", exc.message, "Warning")
+    def reconcile(manifest: Manifest, counts: WriteCounts) -> ModelOutcome:
+        outcome = reconcile_model(conn, manifest, now, downloader_image, options=options)
         logger.info("Model %s/%s: %s (%d writes)", outcome.namespace, outcome.name, outcome.result, outcome.writes)
-        report.models.append(outcome)
         if outcome.created or outcome.updated or outcome.deleted:
             announce(outcome)
+        return outcome
 
+    models = [m for m in list_models(conn, namespaces or None) if not names or m["metadata"]["name"] in names]
+    # e.g. the status write itself failed: reported as the Model's outcome, the others go on (one at a time)
+    report = RolloutReport(
+        *reconcile_each(conn, models, reconcile, failure_reason="RolloutFailed", failed_row=failed_outcome, workers=1)
+    )
     changed = sum(1 for m in report.models if m.writes)
     report.summary = f"{len(report.models)} models, {changed} changed, {len(report.failed)} failed"
-    publish(report)
-    logger.info("rollout-models: %s", report.summary)
-    return flow_result(report, report.degraded)
+    return conclude("rollout-models", report, TABLE)
+
+
+def failed_outcome(manifest: Manifest, exc: ClusterError | ValueError) -> ModelOutcome:
+    """The outcome of a Model whose reconcile raised: Failed, with the error's reason and message."""
+    meta = manifest.get("metadata") or {}
+    reason, message = (exc.reason, exc.message) if isinstance(exc, ClusterError) else ("Invalid", str(exc))
+    return ModelOutcome(
+        namespace=meta.get("namespace", ""), name=meta.get("name", ""), result=f"Failed: {reason}: {message}"
+    )
 
 
 def announce(outcome: ModelOutcome) -> None:
@@ -117,26 +137,4 @@ def announce(outcome: ModelOutcome) -> None:
         Subject(KTHENA_API_VERSION, MODEL, outcome.name, outcome.namespace),
         "rolled-out",
         {"created": outcome.created, "updated": outcome.updated, "deleted": outcome.deleted, "result": outcome.result},
-    )
-
-
-def publish(report: RolloutReport) -> None:
-    """The per-Model table as a Prefect artifact (only inside a flow run)."""
-    if not tracked():
-        return
-    table_artifact(
-        key="rollout-models",
-        table=[
-            {
-                "namespace": m.namespace,
-                "model": m.name,
-                "result": m.result,
-                "created": ", ".join(m.created),
-                "updated": ", ".join(m.updated),
-                "deleted": ", ".join(m.deleted),
-                "lora": ", ".join(m.lora),
-            }
-            for m in report.models
-        ],
-        description=f"rollout-models: {report.summary}",
     )

@@ -21,26 +21,21 @@ Read -> plan -> write, per service:
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime
+from functools import partial
 
 from engine.aim.service_plan import ServicePlan, ServiceWorld, plan_service
 from engine.api.aim import API_VERSION as AIM_API_VERSION
-from engine.api.aim import AIMService
 from engine.api.registry import AIM_SERVICE
-from flows.exitcodes import flow_result
 from flows.parameters import ClusterTarget, NamespaceName
+from flows.reconcile import Report, Table, conclude, in_scope, planned, reconcile_each, status_problem, tally
 from flows.runs import flow
 from tasks.aim.caches import SharedCaches
 from tasks.aim.read import AimState, read_aim_state, typed
 from tasks.aim.rollout import write_service_plan
-from tasks.aim.writes import WriteCounts, for_each
-from tasks.boundary import Accepted
 from tasks.clients.cluster import connect
-from tasks.clients.cluster.errors import ClusterError
-from tasks.clients.cluster.recorder import record_event
 from tasks.clients.events import Subject, emit_change
-from tasks.tracking import run_logger, table_artifact, tracked
 
 DEFAULT_INTERVAL_S = 300
 
@@ -58,24 +53,17 @@ class ServiceRow:
 
 
 @dataclass
-class RolloutReport:
+class RolloutReport(Report[ServiceRow]):
     """What one rollout-services run did."""
 
-    rows: list[ServiceRow] = field(default_factory=list)
-    writes: WriteCounts = field(default_factory=WriteCounts)
-    summary: str = ""
+    def row_problem(self, row: ServiceRow) -> str | None:
+        """A service not Running."""
+        return status_problem(AIM_SERVICE, row, "Running")
 
-    @property
-    def degraded(self) -> list[str]:
-        """Why this run was degraded (exit 3, the ``Degraded`` run state): failed writes, services not Running."""
-        return [
-            *self.writes.errors,
-            *(
-                f"AIMService {r.namespace}/{r.name}: {r.status}" + (f" ({r.reason})" if r.reason else "")
-                for r in self.rows
-                if r.status != "Running"
-            ),
-        ]
+
+TABLE = Table(
+    "aim-services", ("namespace", ("service", "name"), "status", "reason", "workload", "action"), "rollout-services"
+)
 
 
 @flow(name="rollout-services", timeout_seconds=DEFAULT_INTERVAL_S - 60, log_prints=True)
@@ -87,46 +75,29 @@ def rollout_services(namespaces: list[NamespaceName] | None = None, cluster: Clu
         cluster: Empty = $MODELPLANE_CLUSTER, else kubeconfig or in-cluster; 'kubeconfig:PATH[#context]'; or a
             manifests directory/file.
     """
-    logger = run_logger()
     now = datetime.now(UTC).replace(microsecond=0)
-    conn = connect(cluster)
-    state = read_aim_state(conn, ["services", "templates", "models", "configs", "caches", "nodes", "isvcs", "routes"])
-    scope = set(namespaces or ()) or None
+    cluster_api = connect(cluster)
+    state = read_aim_state(
+        cluster_api, ["services", "templates", "models", "configs", "caches", "nodes", "isvcs", "routes"]
+    )
     world = service_world(state)
     caches = SharedCaches(state.caches)
-    services = [
-        s for s in sorted(state.services, key=lambda s: (s.namespace, s.name)) if scope is None or s.namespace in scope
-    ]
-
-    def one(service: Accepted[AIMService], counts: WriteCounts) -> ServiceRow | None:
-        try:
-            plan = plan_service(service.model, world)
-            write_service_plan(conn, service.obj, plan, caches, now, counts)
-        except (ClusterError, ValueError) as exc:  # one service's failure must not stop the others
-            message = getattr(exc, "message", None) or str(exc)
-            counts.errors.append(f"AIMService {service.namespace}/{service.name}: {message}")
-            record_event(conn, service.obj, "RolloutFailed", message, "Warning")
-            return None
-        return row_of(plan)
-
-    report = RolloutReport()
-    report.rows = [row for row in for_each(services, one, report.writes) if row is not None]
-    for line in report.writes.errors:
-        logger.error("%s", line)
+    rollout = planned(
+        partial(plan_service, world=world),
+        lambda obj, plan, counts: write_service_plan(cluster_api, obj, plan, caches, now, counts),
+        row_of,
+    )
+    services = in_scope(state.services, namespaces)
+    report = RolloutReport(*reconcile_each(cluster_api, services, rollout, failure_reason="RolloutFailed"))
     for row in report.rows:
         if row.action in ("created", "updated"):
             announce(row)
 
-    counts: dict[str, int] = {}
-    for row in report.rows:
-        counts[row.status] = counts.get(row.status, 0) + 1
-    report.summary = (", ".join(f"{n} {s}" for s, n in sorted(counts.items())) or "no services") + (
+    report.summary = tally((row.status for row in report.rows), "no services") + (
         f"; {report.writes.created} objects created, {report.writes.updated} updated, {report.writes.statuses} statuses written"
         + (f", {len(report.writes.errors)} errors" if report.writes.errors else "")
     )
-    publish(report)
-    logger.info("rollout-services: %s", report.summary)
-    return flow_result(report, report.degraded)
+    return conclude("rollout-services", report, TABLE)
 
 
 def announce(row: ServiceRow) -> None:
@@ -155,24 +126,3 @@ def service_world(state: AimState) -> ServiceWorld:
 def row_of(plan: ServicePlan) -> ServiceRow:
     """The table line of a written plan."""
     return ServiceRow(plan.namespace, plan.name, plan.outcome.status, plan.reason, plan.workload, plan.action)
-
-
-def publish(report: RolloutReport) -> None:
-    """The rollout table as a Prefect artifact (only inside a flow run)."""
-    if not tracked():
-        return
-    table_artifact(
-        key="aim-services",
-        table=[
-            {
-                "namespace": r.namespace,
-                "service": r.name,
-                "status": r.status,
-                "reason": r.reason,
-                "workload": r.workload,
-                "action": r.action,
-            }
-            for r in report.rows[:1000]
-        ],
-        description=f"rollout-services: {report.summary}",
-    )

@@ -20,26 +20,20 @@ Nothing is written to the cluster: a simulation only reads it.
 from __future__ import annotations
 
 import pathlib
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Annotated, Any, Literal
 
 from pydantic import Field
 
 from engine.simulate.bursts import BURSTY_VARIANTS, burst_statistics
 from engine.simulate.follower import trace_follower_bound
-from engine.simulate.frontier import Limits, knob_settings, limits, with_oracle_curves
-from engine.simulate.outcome import PolicyOutcome, summarize_outcome
-from engine.simulate.policies import POLICIES, PolicyName, run_policy
+from engine.simulate.frontier import Limits, knob_settings, limits
+from engine.simulate.outcome import PolicyOutcome
+from engine.simulate.policies import POLICIES, PolicyName
 from engine.simulate.records import SimConfig
 from engine.simulate.scenario import (
     ROUTER_AUTO,
-    Scenario,
-    build_scenario,
-    served_models,
-    with_hpa_metric,
-    with_slo_attainment,
 )
-from engine.simulate.trace import TraceShape
 from engine.slo.target import MAX_ATTAINMENT, MIN_ATTAINMENT
 from flows.parameters import (
     SIMULATE_INTERVAL_S,
@@ -53,8 +47,9 @@ from flows.parameters import (
 )
 from flows.runs import flow
 from tasks.progress import step
-from tasks.simulate import markdown_report, read_description, read_trace, write_report
-from tasks.tracking import markdown_artifact, quote, run_logger, task, tracked
+from tasks.replay import read_inputs, simulate_policy, sweep_knob
+from tasks.simulate import markdown_report, write_report
+from tasks.tracking import markdown_artifact, quote, run_logger, tracked
 
 # Literal types so the Prefect form offers the choices (kept equal to POLICIES and the simulated gauges).
 RouterName = Literal["auto", "least-outstanding", "least-load", "least-latency"]
@@ -94,66 +89,6 @@ class SimulationReport:
             "files": self.files,
             **(self.limits.as_json() if self.limits is not None else {}),
         }
-
-
-@task(name="read-simulation-inputs")
-def read_inputs(
-    cluster: str,
-    trace_path: str,
-    config_namespace: str,
-    model_shares: dict[str, float] | None,
-    shape: dict[str, Any],
-    config: SimConfig,
-    *,
-    kv_tokens_per_slot: int,
-    hpa_metric: str | None,
-    hpa_target: float | None,
-    sizing_ttft_scale: float,
-    router: str,
-    oracle_curves: bool,
-    start: str = "static",
-    slo_attainment: float | None = None,
-    dry_run: bool = False,
-) -> Scenario:
-    """The cluster description and the trace, shaped by ``shape`` (:class:`TraceShape`'s other fields) over
-    ``model_shares`` (empty: equal shares of the models served), parsed into a scenario (with the oracle's
-    curves when ``oracle_curves``; the reactive policies starting from static peak's allocation when ``start``
-    is ``static``)."""
-    description = replace(
-        read_description(cluster, config_namespace, dry_run=dry_run), kv_tokens_per_slot=kv_tokens_per_slot
-    )
-    if hpa_metric or hpa_target:
-        if not (hpa_metric and hpa_target):
-            raise ValueError("hpa_metric and hpa_target go together")
-        description = with_hpa_metric(description, hpa_metric, hpa_target)
-    if slo_attainment is not None:
-        description = with_slo_attainment(description, slo_attainment)
-    models = served_models(description)
-    if not models:
-        raise ValueError(f"no VariantAutoscaling found in {cluster}: nothing to simulate")
-    shares = model_shares or {m: 1.0 for m in models}
-    unknown = sorted(set(shares) - set(models))
-    if unknown:
-        raise ValueError(f"model_shares names {', '.join(unknown)}, not served here (models: {', '.join(models)})")
-    trace = read_trace(trace_path, TraceShape(shares, **shape))
-    scenario = build_scenario(description, trace, config, sizing_ttft_scale=sizing_ttft_scale, router=router)
-    scenario = replace(scenario, start_from_static=start == "static")
-    return with_oracle_curves(scenario) if oracle_curves else scenario
-
-
-@task(name="simulate-policy", task_run_name="replay {name}")
-def simulate_policy(name: str, scenario: Scenario) -> PolicyOutcome:
-    """Replay the trace under one policy and summarize the run."""
-    return summarize_outcome(name, scenario, run_policy(name, scenario))
-
-
-@task(name="sweep-policy-knob", task_run_name="sweep {name}")
-def sweep_knob(name: str, scenario: Scenario) -> list[tuple[str, str, PolicyOutcome]]:
-    """Replay the trace under one policy at each setting of its knob (one task per policy, not per replay)."""
-    return [
-        (name, label, summarize_outcome(name, tuned, run_policy(name, tuned)))
-        for label, tuned in knob_settings(scenario, name)
-    ]
 
 
 @flow(name="simulate", log_prints=True)

@@ -23,18 +23,11 @@ One VariantAutoscaling's failed write does not stop the others; the run is then 
 from __future__ import annotations
 
 import dataclasses
-import json
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from engine.api.llmd import TuningStatus
 from engine.api.meta import parse_duration
-from engine.api.registry import VARIANT_AUTOSCALING
-from engine.optimize.spec import ANNOTATION_MIN_REPLICAS
-from engine.perf.tail_sizing import ANNOTATION_TTFT_PERCENTILE
-from engine.simulate.outcome import PolicyOutcome, summarize_outcome
-from engine.simulate.policies import run_policy
 from engine.simulate.rebuild import ModelTraffic, rebuild_trace
 from engine.simulate.records import SimConfig
 from engine.simulate.scenario import (
@@ -43,7 +36,7 @@ from engine.simulate.scenario import (
     joined_key,
     with_slo_attainment,
 )
-from engine.simulate.tune import ANNOTATION_TUNED, Candidate, ModelChoice, candidates, choose, with_candidate
+from engine.simulate.tune import ModelChoice, candidates, choose
 from flows.parameters import (
     SIMULATE_INTERVAL_S,
     SIMULATE_STARTUP_DELAY_S,
@@ -54,17 +47,15 @@ from flows.parameters import (
     PromDuration,
 )
 from flows.runs import flow
-from flows.simulate import SloAttainment, read_inputs
-from tasks.clients.cluster import ClusterError, ObjectRef, connect
+from flows.simulate import SloAttainment
 from tasks.clients.metrics.prometheus import PrometheusMetrics
 from tasks.clients.metrics.snapshot import ModelKey
 from tasks.clients.metrics.traffic import read_traffic
 from tasks.progress import step
+from tasks.replay import read_inputs, replay_candidate
 from tasks.simulate import read_description
-from tasks.tracking import run_logger, table_artifact, task
-
-TUNED_ANNOTATIONS = (ANNOTATION_TTFT_PERCENTILE, ANNOTATION_MIN_REPLICAS)
-"""The annotations a candidate may set; writing a choice removes the ones it does not set."""
+from tasks.tracking import run_logger, table_artifact
+from tasks.tune import write_choice
 
 
 @dataclass
@@ -103,61 +94,6 @@ class TuneReport:
             "failed": self.failed,
             "dry_run": self.dry_run,
         }
-
-
-@task(name="replay-candidate", task_run_name="replay {candidate.name}")
-def replay_candidate(scenario: Scenario, candidate: Candidate) -> PolicyOutcome:
-    """The Modelplane policy replayed on the window's traffic with one candidate's settings."""
-    tuned = with_candidate(scenario, candidate)
-    return summarize_outcome("modelplane", tuned, run_policy("modelplane", tuned))
-
-
-@task(name="write-choice")
-def write_choice(
-    cluster: str, scenario: Scenario, choice: ModelChoice, now: datetime, source: str
-) -> tuple[list[str], list[str]]:
-    """The chosen candidate's annotations and ``modelplane.io/tuned`` on every VariantAutoscaling of the model, and
-    the same record as ``status.tuning`` (``source``: what traffic was replayed)."""
-    conn = connect(cluster)
-    status = TuningStatus.model_validate(
-        {
-            "candidate": choice.chosen.candidate.name,
-            "attained": round(choice.chosen.attainment, 4),
-            "target": choice.target,
-            "met": choice.met,
-            "cost": round(choice.chosen.cost, 2),
-            "traffic": source,
-            "tunedAt": now,
-        }
-    ).model_dump(mode="json", by_alias=True, exclude_none=True)
-    written: list[str] = []
-    failed: list[str] = []
-    record = json.dumps(
-        {
-            "candidate": choice.chosen.candidate.name,
-            "attainment": round(choice.chosen.attainment, 4),
-            "cost": round(choice.chosen.cost, 2),
-            "target": choice.target,
-            "met": choice.met,
-            "at": now.strftime("%Y-%m-%dT%H:%M:%SZ"),
-        },
-        sort_keys=True,
-    )
-    for va in scenario.description.variants:
-        namespace, name = va.metadata.namespace or "default", va.metadata.name or ""
-        if joined_key((namespace, va.spec.model_id)) != choice.model:
-            continue
-        settings: dict[str, str | None] = {key: None for key in TUNED_ANNOTATIONS}
-        settings.update(choice.chosen.candidate.settings_for(joined_key((namespace, name))))
-        settings[ANNOTATION_TUNED] = record
-        ref = ObjectRef(va.api_version, VARIANT_AUTOSCALING, name, namespace)
-        try:
-            conn.patch_spec(ref, {"metadata": {"annotations": settings}})
-            conn.patch_status(ref, {"tuning": status})
-            written.append(f"{namespace}/{name}")
-        except ClusterError as exc:
-            failed.append(f"{namespace}/{name}: {exc.message}")
-    return written, failed
 
 
 TUNE_TIMEOUT_S = 3 * 3600.0

@@ -77,7 +77,7 @@ def accept_parsed(cluster: Cluster, objects: Iterable[Manifest]) -> list[tuple[M
     valid: list[tuple[Manifest, BaseModel | None]] = []
     record_unreadable(cluster)
     for obj in objects:
-        parsed = parse_resource(obj)
+        parsed = parse_resource(obj, schema_validated=cluster.validates_schemas)
         if isinstance(parsed, tuple):
             reject(cluster, obj, *parsed)
         else:
@@ -111,7 +111,7 @@ def invalid_field(obj: Any) -> tuple[str, str] | None:
     return parsed if isinstance(parsed, tuple) else None
 
 
-def parse_resource(obj: Any) -> BaseModel | tuple[str, str] | None:
+def parse_resource(obj: Any, *, schema_validated: bool = False) -> BaseModel | tuple[str, str] | None:
     """The API model of a Modelplane kind, ``(field path, reason)`` when it does not parse or its identity
     (name, namespace, labels, annotations: :func:`engine.api.validate.check_identity`) is one the API server
     would refuse, ``None`` for other kinds whose identity is sound.
@@ -119,12 +119,13 @@ def parse_resource(obj: Any) -> BaseModel | tuple[str, str] | None:
     Metadata and spec decide whether the object is valid; the status never does (it is ours to
     rewrite): it is read tolerantly into the model (:func:`engine.api.validate.with_status`), the parts
     that do not parse left out with a warning, so one typed object carries metadata, spec and the
-    previous status the engine decides from."""
+    previous status the engine decides from. ``schema_validated``: the object is as an API server stored it
+    (it validated it against the CRD's schema): one validator, pydantic, reads it."""
     try:
         if not isinstance(obj, dict) or kind_info(str(obj.get("apiVersion")), str(obj.get("kind"))) is None:
             check_identity(obj)  # another kind: only its identity is ours to check
             return None
-        parsed = parse_object({k: v for k, v in obj.items() if k != "status"})
+        parsed = parse_object({k: v for k, v in obj.items() if k != "status"}, schema_validated=schema_validated)
     except ManifestInvalid as exc:
         return exc.field_path or "spec", exc.message
     return _read_status(parsed, obj)

@@ -15,7 +15,7 @@ its own lifecycle (warm-caches), not by its consumers.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -64,10 +64,15 @@ def new_cache(
     }
 
 
-def read_caches(objects: Iterable[Manifest]) -> list[Accepted[ModelCache]]:
+def read_caches(objects: Iterable[Manifest], *, schema_validated: bool = False) -> list[Accepted[ModelCache]]:
     """The ModelCaches among ``objects`` (one LIST) that parse, each with its API model; one that does not
-    parse is left out without a write (its own lifecycle, warm-caches, marks it invalid)."""
-    return [Accepted(obj, parsed) for obj in objects if isinstance(parsed := parse_resource(obj), ModelCache)]
+    parse is left out without a write (its own lifecycle, warm-caches, marks it invalid). ``schema_validated``:
+    an API server served them (:func:`tasks.boundary.parse_resource`)."""
+    return [
+        Accepted(obj, parsed)
+        for obj in objects
+        if isinstance(parsed := parse_resource(obj, schema_validated=schema_validated), ModelCache)
+    ]
 
 
 def _typed(obj: Manifest) -> Accepted[ModelCache]:
@@ -81,10 +86,19 @@ def _typed(obj: Manifest) -> Accepted[ModelCache]:
 
 
 def _find(
-    cluster: Cluster, namespace: str, source: ModelSource, storage_class: str | None
+    cluster: Cluster,
+    namespace: str,
+    source: ModelSource,
+    storage_class: str | None,
+    known: Sequence[Accepted[ModelCache]] | None = None,
 ) -> Accepted[ModelCache] | None:
-    """The cache of ``namespace`` that holds ``source`` (:func:`engine.caches.lookup.find_model_cache`), as read."""
-    caches = read_caches(cluster.list(MODELCACHE_API_VERSION, KIND, namespace))
+    """The cache of ``namespace`` that holds ``source`` (:func:`engine.caches.lookup.find_model_cache`) among
+    ``known`` (the namespace's caches as the run read them), else among a fresh LIST of the namespace."""
+    if known is not None:
+        caches = list(known)
+    else:
+        listed = cluster.list(MODELCACHE_API_VERSION, KIND, namespace)
+        caches = read_caches(listed, schema_validated=cluster.validates_schemas)
     found = find_model_cache([c.model for c in caches], source, storage_class)
     return next((c for c in caches if c.model is found), None)
 
@@ -98,16 +112,21 @@ def ensure_cache(
     size: str | None = None,
     env: list[dict[str, Any]] | None = None,
     requested_by: str,
+    known: Sequence[Accepted[ModelCache]] | None = None,
 ) -> Accepted[ModelCache]:
     """The ModelCache holding ``source`` in ``namespace``: adopted if one exists (a person's or another
     consumer's), created otherwise. ``requested_by`` (``Kind/namespace/name``) is recorded on it.
+
+    ``known`` is the namespace's ModelCaches as the run read them (and requested since): the cache is
+    looked up there, and the namespace is listed again only when creating it conflicts (another consumer
+    created it meanwhile). Without it, the namespace's caches are listed first.
 
     Raises ``ValueError`` for a source no cache can hold (``pvc://``, ``hostpath://``: mounted directly)
     and the cluster's typed errors.
     """
     if not source.downloadable:
         raise ValueError(f"{source.uri} is mounted directly, not cached (only downloadable sources are)")
-    existing = _find(cluster, namespace, source, storage_class)
+    existing = _find(cluster, namespace, source, storage_class, known)
     if existing is None:
         try:
             created = cluster.create(

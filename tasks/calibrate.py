@@ -26,18 +26,24 @@ it) are optional, as are ``queueSum`` and ``inferenceSum``.
 from __future__ import annotations
 
 import datetime as dt
+import os
 import pathlib
 from collections.abc import Mapping
 from typing import Any
 
 import yaml
 
+from engine.api.llmd import VariantAutoscaling
+from engine.api.meta import parse_duration
 from engine.promql import quote
 from engine.simulate.calibrate import CONDITION_CALIBRATED, CalibrationOutcome, Window, opted_in
 from engine.status import ConditionUpdate, changed_fields, set_conditions
+from tasks.boundary import Accepted
 from tasks.clients.cluster import Cluster, ObjectRef
 from tasks.clients.cluster.retry import retry_on_conflict
 from tasks.clients.metrics.prometheus import PrometheusMetrics
+from tasks.clients.metrics.snapshot import MetricsError
+from tasks.tracking import task
 
 # Window field -> vLLM series whose increase over the window it is.
 SERIES = {
@@ -205,3 +211,54 @@ def write_outcome(cluster: Cluster, obj: dict[str, Any], outcome: CalibrationOut
 
     retry_on_conflict(cluster, ref, mutate_status, write="status")
     return wrote_spec
+
+
+@task(name="collect-windows")
+def collect_windows(
+    variants: list[Accepted[VariantAutoscaling]],
+    windows_file: str | None,
+    prometheus_url: str | None,
+    lookback_text: str,
+    window_text: str,
+) -> tuple[dict[tuple[str, str], list[Window]], str | None]:
+    """The metrics windows of each VariantAutoscaling's pods over the lookback.
+
+    Args:
+        variants: The VariantAutoscalings to calibrate (their pods are named after their scale target).
+        windows_file: Read the windows from this file instead of Prometheus.
+        prometheus_url: Prometheus base URL; defaults to $PROMETHEUS_URL.
+        lookback_text: How far back to read, a duration such as ``24h``.
+        window_text: One window's length, a duration such as ``5m``.
+
+    Returns:
+        Windows per (namespace, name), and why the metrics backend failed (None: it did not).
+    """
+    if windows_file:
+        return read_windows_file(windows_file), None
+    url = prometheus_url or os.environ.get("PROMETHEUS_URL")
+    if not url:
+        return (
+            {},
+            "no metrics source configured (--prometheus-url or --windows-file; parameters prometheus_url, windows_file)",
+        )
+    client = PrometheusMetrics.from_env(url)
+    assert client is not None
+    now = dt.datetime.now(dt.UTC)
+    lookback, window = parse_duration(lookback_text), parse_duration(window_text)
+    result: dict[tuple[str, str], list[Window]] = {}
+    by_model: dict[tuple[str, str], dict[str, list[Window]]] = {}
+    try:
+        for va in variants:
+            namespace, model, ref = va.namespace, va.model.spec.model_id, va.model.spec.scale_target_ref
+            if ref is None:
+                continue
+            target = ref.name
+            if (namespace, model) not in by_model:
+                by_model[(namespace, model)] = prometheus_windows(client, namespace, model, now, lookback, window)
+            pods = by_model[(namespace, model)]
+            result[(namespace, va.name)] = [
+                w for pod, ws in sorted(pods.items()) if pod.startswith(target + "-") for w in ws
+            ]
+    except MetricsError as exc:
+        return result, str(exc)
+    return result, None

@@ -151,3 +151,32 @@ def test_accepted_objects_keep_what_was_read(tmp_path: pathlib.Path) -> None:
     [accepted] = accept_as(cluster, cluster.list("aim.silogen.ai/v1alpha1", "AIMService"), AIMService)
     assert accepted.model.status is not None and accepted.model.status.status == "Running"
     assert accepted.obj["status"]["conditions"] == [READY]
+
+
+def test_one_validator_per_read_the_schema_check_only_where_no_api_server_validated(
+    kube_server: object, kube_namespace: str, tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An object an API server serves was validated against its CRD schema when it was stored: the reader parses
+    it with its API model only. A file's object was validated by nothing: the reader checks the schema too."""
+    import engine.api.validate as validate
+    from engine.api.crds import render_crds
+    from tasks.clients.cluster.kube import KubeCluster
+
+    checked: list[str] = []
+    schema_errors = validate._crd_schema_errors
+
+    def counted(info: object, manifest: dict) -> list:
+        checked.append(manifest["metadata"]["name"])
+        return schema_errors(info, manifest)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(validate, "_crd_schema_errors", counted)
+    kube_server.install_crds([yaml.safe_load(text) for text in render_crds().values()])  # type: ignore[attr-defined]
+    served = KubeCluster(api_client=kube_server.api_client())  # type: ignore[attr-defined]
+    served.create(dict(SERVICE, metadata={"name": "ok", "namespace": kube_namespace}))
+    kept = accept_as(served, served.list("aim.silogen.ai/v1alpha1", "AIMService", kube_namespace), AIMService)
+    assert [a.name for a in kept] == ["ok"] and checked == []
+
+    other = dict(SERVICE, metadata={"name": "other", "namespace": "ns"})
+    files = connect(str(write(tmp_path, SERVICE, other)))
+    kept = accept_as(files, files.list("aim.silogen.ai/v1alpha1", "AIMService"), AIMService)
+    assert [a.name for a in kept] == ["ok", "other"] and checked == ["ok", "other"]

@@ -130,11 +130,14 @@ def _text(value: Any) -> str | None:
     return None if value is None else str(value)
 
 
-def parse_object(manifest: dict[str, Any]) -> BaseModel:
+def parse_object(manifest: dict[str, Any], *, schema_validated: bool = False) -> BaseModel:
     """The manifest as its pydantic model; raises :class:`ManifestInvalid` naming the bad field.
 
     Only Modelplane kinds are accepted; anything else raises ``ManifestInvalid`` on ``kind``. The identity
     is checked first (:func:`check_identity`): an object the API server would refuse is never parsed.
+    ``schema_validated``: an API server has validated the object against its CRD's schema (it is the object
+    as the server stored it), so only pydantic reads it; otherwise (a file, a snapshot) the schema check
+    runs too, as the API server would.
     """
     kind, name, namespace = _identity(manifest)
     check_identity(manifest)
@@ -149,7 +152,7 @@ def parse_object(manifest: dict[str, Any]) -> BaseModel:
         errors = [(format_path(_data_path(manifest, err["loc"])), err["msg"]) for err in exc.errors()]
         first_path, first_message = errors[0]
         raise ManifestInvalid(kind, name, namespace, first_path, first_message, errors) from None
-    schema_errors = _crd_schema_errors(info, manifest)
+    schema_errors = [] if schema_validated else _crd_schema_errors(info, manifest)
     if schema_errors:  # what the API server would refuse; pydantic alone would coerce ("no" -> False, "1" -> 1)
         errors = [(e.field, e.detail) for e in schema_errors]
         raise ManifestInvalid(kind, name, namespace, errors[0][0], errors[0][1], errors)

@@ -113,21 +113,36 @@ def _service_rows(report: Any) -> list[tuple[object, ...]]:
     return [(r.namespace, r.name, r.status, r.reason, r.workload, r.action) for r in report.rows]
 
 
+def resync_option() -> Any:
+    """``--resync-interval``: how long an unchanged image stays unread."""
+    return duration_option(
+        DISCOVERY_RESYNC_S, "--resync-interval", help="Read unchanged images again after this long.", minimum=60
+    )
+
+
+def insecure_registry_option() -> Any:
+    """``--insecure-registry HOST`` (repeatable)."""
+    return typer.Option(
+        [], "--insecure-registry", metavar="HOST", help="Registry host spoken to over plain HTTP (repeatable)."
+    )
+
+
+def registry_mirror_option() -> Any:
+    """``--registry-mirror HOST=MIRROR`` (repeatable)."""
+    return typer.Option(
+        [], "--registry-mirror", metavar="HOST=MIRROR", help="HOST=MIRROR or HOST=oci-layout:DIR (repeatable)."
+    )
+
+
 @command("discover-models", renamed={"--resync-seconds": "--resync-interval"})
 def discover_models_command(
     cluster: str | None = cluster_option(),
     namespace: list[str] = namespaces_option(
         "Create templates in these namespaces (default: every namespace with an AIMNamespaceConfig)."
     ),
-    resync: float = duration_option(
-        DISCOVERY_RESYNC_S, "--resync-interval", help="Read unchanged images again after this long.", minimum=60
-    ),
-    insecure_registry: list[str] = typer.Option(
-        [], "--insecure-registry", metavar="HOST", help="Registry host spoken to over plain HTTP (repeatable)."
-    ),
-    registry_mirror: list[str] = typer.Option(
-        [], "--registry-mirror", metavar="HOST=MIRROR", help="HOST=MIRROR or HOST=oci-layout:DIR (repeatable)."
-    ),
+    resync: float = resync_option(),
+    insecure_registry: list[str] = insecure_registry_option(),
+    registry_mirror: list[str] = registry_mirror_option(),
     track: bool = track_option(),
     as_json: bool = json_option(),
 ) -> None:
@@ -175,15 +190,9 @@ def reconcile_aim(
     namespace: list[str] = namespaces_option(
         "Create templates, resolve and roll out in these namespaces only (repeatable; default: all)."
     ),
-    resync: float = duration_option(
-        DISCOVERY_RESYNC_S, "--resync-interval", help="Read unchanged images again after this long.", minimum=60
-    ),
-    insecure_registry: list[str] = typer.Option(
-        [], "--insecure-registry", metavar="HOST", help="Registry host spoken to over plain HTTP (repeatable)."
-    ),
-    registry_mirror: list[str] = typer.Option(
-        [], "--registry-mirror", metavar="HOST=MIRROR", help="HOST=MIRROR or HOST=oci-layout:DIR (repeatable)."
-    ),
+    resync: float = resync_option(),
+    insecure_registry: list[str] = insecure_registry_option(),
+    registry_mirror: list[str] = registry_mirror_option(),
     track: bool = track_option(),
     as_json: bool = json_option("one JSON object (models, templates, services)"),
 ) -> None:

@@ -54,6 +54,7 @@ class SharedCaches:
                         source,
                         storage_class=request.storage_class,
                         requested_by=request.requested_by,
+                        known=known,
                     )
                 )
                 requested += 1

@@ -20,7 +20,7 @@ from engine.api.kthena import AutoscalingPolicyBinding, AutoscalingPolicyBinding
 from engine.api.kthena import Model as KthenaModel
 from engine.api.meta import ObjectMeta
 from engine.api.registry import KTHENA_GROUP, MODEL, group_of
-from engine.api.views import Workload
+from engine.api.views import ScaleTarget, Workload
 from engine.optimize.actuation import RECOMMEND, ActuationModeError, resource_mode, target_modes
 from engine.optimize.bindings import (
     ANNOTATION_SCALE_TO_ZERO_GRACE,
@@ -36,8 +36,10 @@ from engine.optimize.spec import accelerator_text
 from tasks.boundary import Accepted, parse_resource
 from tasks.clients.cluster import Cluster, ObjectRef
 from tasks.clients.cluster.errors import ClusterError, NotFound
-from tasks.optimize.read import ClusterState
-from tasks.tracking import task
+from tasks.clients.cluster.objects import parse_selector, selector_matches
+from tasks.clients.metrics.snapshot import MetricsSnapshot
+from tasks.optimize.read import ClusterState, TargetReplicas
+from tasks.tracking import quote, run_logger, task
 
 log = logging.getLogger("modelplane.optimize")
 
@@ -115,28 +117,67 @@ def binding_model(binding: ObjectMeta, workloads: Iterable[Workload]) -> str:
     return ""
 
 
-@task(name="describe-bindings")
 def describe_bindings(
-    cluster: Cluster, bindings: list[Accepted[AutoscalingPolicyBinding]]
+    bindings: list[Accepted[AutoscalingPolicyBinding]], held: TargetReplicas
 ) -> dict[tuple[str, str], BindingRowDetails]:
-    """Model and per-target accelerator of each binding, for the allocation table and artifact (one GET
-    per target; a target that cannot be read shows no accelerator)."""
+    """Model and per-target accelerator of each binding, for the allocation table and artifact, from the targets
+    as the cycle read them (``held``; a target the cycle did not read whole shows no accelerator).
+
+    Args:
+        bindings: The bindings the cycle read.
+        held: The scale targets as the cycle listed them.
+
+    Returns:
+        (namespace, name) of each binding -> its model and its targets' accelerators.
+    """
     details: dict[tuple[str, str], BindingRowDetails] = {}
     for binding in bindings:
         workloads: dict[str, Workload] = {}
         for target, _, _, _ in binding_targets(binding.model.spec):
             ref = target_ref(target, binding.namespace)
+            _, obj = held.as_listed(ref.namespace or "", ref.api_version, ref.kind, ref.name)
             try:
-                workloads[ref.name] = Workload.model_validate(
-                    cluster.get(ref.api_version, ref.kind, ref.name, ref.namespace)
-                )
-            except (ClusterError, ValueError):  # not readable, or not shaped as a workload: no accelerator shown
+                if obj is not None:
+                    workloads[ref.name] = Workload.model_validate(obj)
+            except ValueError:  # not shaped as a workload: no accelerator shown
                 continue
         details[(binding.namespace, binding.name)] = BindingRowDetails(
             binding_model(binding.model.metadata, workloads.values()),
             {name: workload_accelerator(w) for name, w in workloads.items()},
         )
     return details
+
+
+def binding_scale_targets(state: ClusterState) -> set[tuple[str, str, str, str]]:
+    """(namespace, apiVersion, kind, name) of every binding target and serving-group member, for the cycle's
+    one read of the scale targets (:func:`tasks.optimize.read.read_current_replicas`)."""
+    targets: set[tuple[str, str, str, str]] = set()
+    for binding in state.bindings:
+        try:
+            groups = parse_scale_groups(binding.model.metadata.annotations)
+        except ValueError:
+            groups = {}
+        for target, *_ in binding_targets(binding.model.spec):
+            ref = target_ref(target, binding.namespace)
+            for name in [ref.name, *(member for member, *_ in groups.get(ref.name, []))]:
+                targets.add((ref.namespace or "", ref.api_version, ref.kind, name))
+    return targets
+
+
+@dataclass
+class NamespacePods:
+    """The Pods of each binding namespace, listed once (on first need) and matched to each target's selector
+    here, so a cycle LISTs Pods once per namespace however many targets it reads."""
+
+    cluster: Cluster
+    by_namespace: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+
+    def selected(self, namespace: str, selector: str) -> list[dict[str, Any]]:
+        """The Pods of ``namespace`` whose labels match ``selector``."""
+        if namespace not in self.by_namespace:
+            self.by_namespace[namespace] = self.cluster.list("v1", "Pod", namespace=namespace)
+        requirements = parse_selector(selector)
+        return [p for p in self.by_namespace[namespace] if selector_matches(requirements, p["metadata"].get("labels"))]
 
 
 def _pod_ready(pod: Mapping[str, Any]) -> bool:
@@ -195,10 +236,10 @@ class _TargetPods:
     listed: bool = False
 
 
-def _target_pods(cluster: Cluster, ref: ObjectRef, selector: str | None) -> _TargetPods:
+def _target_pods(pods_of: NamespacePods, ref: ObjectRef, selector: str | None) -> _TargetPods:
     if not selector:
         return _TargetPods()
-    pods = cluster.list("v1", "Pod", namespace=ref.namespace, label_selector=selector)
+    pods = pods_of.selected(ref.namespace or "", selector)
     ready = [p["metadata"]["name"] for p in pods if _pod_ready(p)]
     return _TargetPods(ready, len(pods) - len(ready), bool(pods))
 
@@ -214,8 +255,28 @@ class _ReadTarget:
     pods: _TargetPods
 
 
+def _scale(cluster: Cluster, ref: ObjectRef, held: TargetReplicas) -> tuple[int | None, str | None] | None:
+    """A target's replicas and pod selector: from the cycle's LIST of its kind when it was listed (None when it
+    is not there: it does not exist), else from its scale subresource."""
+    listed, obj = held.as_listed(ref.namespace or "", ref.api_version, ref.kind, ref.name)
+    if listed:
+        if obj is None:
+            return None
+        return held.current.get((ref.namespace or "", ref.kind, ref.name)), ScaleTarget.model_validate(obj).selector()
+    try:
+        scale_now = cluster.get_scale(ref)
+    except NotFound:
+        return None
+    return scale_now.replicas, scale_now.selector
+
+
 def _read_target(
-    cluster: Cluster, target: Target, namespace: str, group: list[tuple[str, int, bool]] | None
+    cluster: Cluster,
+    target: Target,
+    namespace: str,
+    group: list[tuple[str, int, bool]] | None,
+    held: TargetReplicas,
+    pods_of: NamespacePods,
 ) -> _ReadTarget:
     """The scale of the target (of each member of its group) and the pods of its serving workloads."""
     ref = target_ref(target, namespace)
@@ -225,14 +286,14 @@ def _read_target(
     scales: list[int | None] = []
     pods = _TargetPods()
     for member_ref, _per, serves in members:
-        try:
-            scale_now = cluster.get_scale(member_ref)
-        except NotFound:
+        scale_now = _scale(cluster, member_ref, held)
+        if scale_now is None:
             scales.append(None)
             continue
-        scales.append(scale_now.replicas)
+        replicas, selector = scale_now
+        scales.append(replicas)
         if serves:
-            got = _target_pods(cluster, member_ref, _selector(scale_now.selector, target.additional_match_labels))
+            got = _target_pods(pods_of, member_ref, _selector(selector, target.additional_match_labels))
             pods.ready += got.ready
             pods.unready += got.unready
             pods.listed = pods.listed or got.listed
@@ -253,8 +314,11 @@ def read_binding_inputs(
     state: ClusterState,
     snapshot: Any,
     metrics_error: str | None,
+    held: TargetReplicas | None = None,
+    pods_of: NamespacePods | None = None,
 ) -> BindingInputs:
-    """Current replicas (scale subresource), the targets' pods, and their policy metrics from the snapshot.
+    """Current replicas (from the cycle's LIST of the targets' kind, ``held``, else the scale subresource), the
+    targets' pods (``pods_of``: listed once per namespace), and their policy metrics from the snapshot.
 
     A target named in the binding's :data:`engine.optimize.bindings.ANNOTATION_SCALE_GROUPS` is a serving group:
     its members' replicas are read, its current count is whole groups, and its serving pods' metrics
@@ -267,8 +331,10 @@ def read_binding_inputs(
     except ValueError as exc:
         log.warning("AutoscalingPolicyBinding %s: scaling its targets one by one: %s", meta.name, exc)
         groups = {}
+    held = held if held is not None else TargetReplicas()
+    pods_of = pods_of if pods_of is not None else NamespacePods(cluster)
     read = [
-        _read_target(cluster, target, namespace, groups.get(target_ref(target, namespace).name))
+        _read_target(cluster, target, namespace, groups.get(target_ref(target, namespace).name), held, pods_of)
         for target, *_ in binding_targets(spec)
     ]
     have_pod_objects = any(r.pods.listed for r in read)
@@ -370,3 +436,41 @@ def binding_modes(binding: AutoscalingPolicyBinding, default: str) -> tuple[dict
         for member, *_ in members:
             modes.setdefault(member, modes.get(group, mode))
     return modes, mode, None
+
+
+@task(name="read-bindings")
+def read_bindings(
+    cluster: Cluster,
+    state: ClusterState,
+    snapshot: MetricsSnapshot | None,
+    metrics_error: str | None,
+    held: TargetReplicas | None = None,
+) -> tuple[list[tuple[Accepted[AutoscalingPolicyBinding], BindingInputs]], list[str]]:
+    """What each Kthena binding is decided from (policy, targets, instances' metrics), nothing decided yet.
+
+    Args:
+        cluster: The cluster the bindings are read from.
+        state: What the cycle read (the bindings, their policies).
+        snapshot: The cycle's metrics, None when they are unavailable.
+        metrics_error: Why the metrics are unavailable, or None.
+        held: The scale targets as the cycle listed them (:func:`binding_scale_targets`); their Pods are
+            listed once per namespace.
+
+    Returns:
+        (binding, inputs) pairs, and the API failures of single bindings (the others proceed).
+    """
+    logger = run_logger()
+    pods_of = NamespacePods(cluster)
+    read: list[tuple[Accepted[AutoscalingPolicyBinding], BindingInputs]] = []
+    errors: list[str] = []
+    for binding in state.bindings:
+        name = f"{binding.namespace}/{binding.name}"
+        try:
+            inputs = read_binding_inputs(
+                cluster, binding, quote(state), quote(snapshot), metrics_error, quote(held), quote(pods_of)
+            )
+            read.append((binding, inputs))
+        except ClusterError as exc:  # one binding's API failure must not stop the others
+            logger.error("AutoscalingPolicyBinding %s: %s", name, exc.message)
+            errors.append(f"{name}: {exc.message}")
+    return read, errors

@@ -214,6 +214,15 @@ class TargetReplicas:
     current: dict[tuple[str, str, str], int] = field(default_factory=dict)
     ready: dict[tuple[str, str, str], int] = field(default_factory=dict)
     invalid: dict[tuple[str, str, str], str] = field(default_factory=dict)
+    workloads: dict[tuple[str, str, str], dict[str, Any]] = field(default_factory=dict)
+    """The targets of the listed kinds as read: what the rest of the cycle reads them from (binding targets'
+    pod selectors, the report's models and accelerators) instead of going back to the cluster."""
+    listed: set[tuple[str, str]] = field(default_factory=set)
+    """(apiVersion, kind) listed whole: a target of these kinds that is not in ``workloads`` does not exist."""
+
+    def as_listed(self, namespace: str, api_version: str, kind: str, name: str) -> tuple[bool, dict[str, Any] | None]:
+        """Whether the target's kind was listed, and the target as read (None: it does not exist)."""
+        return (api_version, kind) in self.listed, self.workloads.get((namespace, kind, name))
 
     def record(self, key: tuple[str, str, str], replicas: object, ready: object) -> None:
         """Keep the target's desired replicas (``spec.replicas``) and its ready ones when they are counts."""
@@ -245,11 +254,13 @@ def read_current_replicas(cluster: Cluster, targets: set[tuple[str, str, str, st
     result = TargetReplicas()
     listable = {(api, kind) for _, api, kind, _ in targets if (api, kind) in LISTABLE_TARGETS}
     for api_version, kind in sorted(listable):
+        result.listed.add((api_version, kind))
         for obj in cluster.list(api_version, kind):
             workload = ScalableAsWritten.model_validate(obj)
             key = (workload.metadata.namespace or "default", kind, str(workload.metadata.name))
             if key in wanted:
                 result.record(key, workload.replicas, workload.ready_replicas)
+                result.workloads[key] = obj
     for namespace, api_version, kind, name in sorted(targets):
         if (api_version, kind) in LISTABLE_TARGETS:
             continue

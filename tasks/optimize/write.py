@@ -308,3 +308,38 @@ def apply_binding(
     write_status(cluster, binding.obj, build)
     if any(t.changes_replicas for t in decision.targets):
         record_event(cluster, binding.obj, "DesiredReplicasChanged", decision.message)
+
+
+BindingPlan = tuple[Accepted[AutoscalingPolicyBinding], BindingDecision]
+
+
+@task(name="apply-bindings")
+def apply_bindings(
+    cluster: Cluster,
+    plans: list[BindingPlan],
+    now: datetime,
+    default_mode: str,
+    published: frozenset[tuple[str, str]],
+) -> list[str]:
+    """Scale the targets whose mode scales and persist each binding's state.
+
+    Args:
+        cluster: The cluster written to.
+        plans: Each binding as read with what the plan decided for it.
+        now: The cycle's time.
+        default_mode: The cluster's default actuation mode.
+        published: (namespace, name) of the targets whose desired replicas reached the Pushgateway.
+
+    Returns:
+        The API failures of single bindings (the others proceed).
+    """
+    logger = run_logger()
+    errors: list[str] = []
+    for binding, decision in plans:
+        try:
+            apply_binding(cluster, binding, decision, now, default_mode, published)
+        except ClusterError as exc:
+            name = f"{decision.namespace}/{decision.name}"
+            logger.error("AutoscalingPolicyBinding %s: %s", name, exc.message)
+            errors.append(f"{name}: {exc.message}")
+    return errors

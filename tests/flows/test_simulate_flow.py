@@ -229,7 +229,7 @@ def test_the_benchmark_and_the_command_replay_one_scenario() -> None:
     from engine.simulate.policies import initial_replicas, run_policy
     from engine.simulate.records import SimConfig
     from flows.parameters import SIMULATE_INTERVAL_S, SIMULATE_STARTUP_DELAY_S, SYSTEM_NAMESPACE
-    from flows.simulate import read_inputs
+    from tasks.replay import read_inputs
 
     shape = {"duration_s": 480.0, "seed": 1}
     flow = read_inputs.fn(

@@ -57,6 +57,25 @@ class WatchEvent:
 class Cluster(Protocol):
     """Backend-neutral cluster operations. Every method raises :mod:`tasks.clients.cluster.errors` types."""
 
+    @property
+    def runs_pods(self) -> bool:
+        """Whether Pods run on this cluster: a Job does its work and a provisioner binds a PVC. False for the
+        local manifests backend, where Modelplane does that work in its own process."""
+        ...
+
+    @property
+    def validates_schemas(self) -> bool:
+        """Whether an API server validated the custom resources it serves against their CRDs' schemas (then a
+        reader checks them with their API models only); False for the local backend, whose files nothing
+        validated."""
+        ...
+
+    @property
+    def unreadable(self) -> list[str]:
+        """What the cluster holds that could not be read (with the local backend, each manifest file or
+        document that does not parse, named; the rest is served); empty for an API server."""
+        ...
+
     def get(self, api_version: str, kind: str, name: str, namespace: str | None = None) -> Manifest:
         """Read one object."""
         ...

@@ -109,6 +109,21 @@ class KubeCluster:
 
     # ------------------------------------------------------------------ Cluster API
 
+    @property
+    def runs_pods(self) -> bool:
+        """Pods run on a real cluster: Jobs fill caches, provisioners bind PVCs."""
+        return True
+
+    @property
+    def validates_schemas(self) -> bool:
+        """The API server validated every custom resource it serves against its CRD schema."""
+        return True
+
+    @property
+    def unreadable(self) -> list[str]:
+        """Nothing: the API server serves only what it validated."""
+        return []
+
     def get(self, api_version: str, kind: str, name: str, namespace: str | None = None) -> Manifest:
         """Read one object."""
         info = self._resource(api_version, kind)

@@ -68,6 +68,21 @@ class LocalCluster(LocalStore):
 
     # ------------------------------------------------------------------ Cluster API
 
+    @property
+    def runs_pods(self) -> bool:
+        """No Pods run here: fills run in this process and each PVC is a directory (``tasks.warm_caches``)."""
+        return False
+
+    @property
+    def validates_schemas(self) -> bool:
+        """Nothing validated these files: the boundary reader checks each custom resource against its CRD schema."""
+        return False
+
+    @property
+    def unreadable(self) -> list[str]:
+        """The manifest files and documents that could not be loaded, each with why."""
+        return [f"{error.path}: {error.message}" for error in self.load_errors]
+
     def get(self, api_version: str, kind: str, name: str, namespace: str | None = None) -> Manifest:
         """Read one object (a deep copy)."""
         with self._reading():

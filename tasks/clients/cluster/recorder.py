@@ -168,6 +168,7 @@ class EventRecorder:
         self.aggregate_max, self.aggregate_interval_s = aggregate_max, aggregate_interval_s
         self.dropped = 0
         self._lock = threading.Lock()
+        self._seeding = threading.Lock()
         self._seeded: set[str] = set()
         self._similar: LruCache[EventKey, _Similar] = LruCache()
         self._observed: LruCache[EventKey, _Observed] = LruCache()
@@ -179,7 +180,9 @@ class EventRecorder:
         event = build_event(obj, reason, message, event_type)
         namespace = event["metadata"]["namespace"]
         if namespace not in self._seeded:
-            self._seed(namespace)
+            with self._seeding:  # one LIST per namespace even when the run's writers record at once
+                if namespace not in self._seeded:
+                    self._seed(namespace)
         now = self.clock()
         with self._lock:
             event, key = self._aggregate(event, now)

@@ -1,0 +1,81 @@
+"""The tune flow's write: the chosen candidate's settings on every VariantAutoscaling of a model.
+
+The choice itself is the engine's (:func:`engine.simulate.tune.choose`); the replays are :mod:`tasks.replay`.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+
+from engine.api.llmd import TuningStatus
+from engine.api.registry import VARIANT_AUTOSCALING
+from engine.optimize.spec import ANNOTATION_MIN_REPLICAS
+from engine.perf.tail_sizing import ANNOTATION_TTFT_PERCENTILE
+from engine.simulate.scenario import Scenario, joined_key
+from engine.simulate.tune import ANNOTATION_TUNED, ModelChoice
+from tasks.clients.cluster import ClusterError, ObjectRef, connect
+from tasks.tracking import task
+
+TUNED_ANNOTATIONS = (ANNOTATION_TTFT_PERCENTILE, ANNOTATION_MIN_REPLICAS)
+"""The annotations a candidate may set; writing a choice removes the ones it does not set."""
+
+
+@task(name="write-choice")
+def write_choice(
+    cluster: str, scenario: Scenario, choice: ModelChoice, now: datetime, source: str
+) -> tuple[list[str], list[str]]:
+    """The chosen candidate's annotations and ``modelplane.io/tuned`` on every VariantAutoscaling of the model, and
+    the same record as ``status.tuning``.
+
+    Args:
+        cluster: The cluster target the choice is written to.
+        scenario: The replayed scenario (its description names the VariantAutoscalings).
+        choice: What was chosen for one model.
+        now: The time recorded with the choice.
+        source: What traffic was replayed (``request log``, ``24h from Prometheus``).
+
+    Returns:
+        The VariantAutoscalings written (``namespace/name``) and the failed ones with why; one failed write
+        does not stop the others.
+    """
+    backend = connect(cluster)
+    status = TuningStatus.model_validate(
+        {
+            "candidate": choice.chosen.candidate.name,
+            "attained": round(choice.chosen.attainment, 4),
+            "target": choice.target,
+            "met": choice.met,
+            "cost": round(choice.chosen.cost, 2),
+            "traffic": source,
+            "tunedAt": now,
+        }
+    ).model_dump(mode="json", by_alias=True, exclude_none=True)
+    written: list[str] = []
+    failed: list[str] = []
+    record = json.dumps(
+        {
+            "candidate": choice.chosen.candidate.name,
+            "attainment": round(choice.chosen.attainment, 4),
+            "cost": round(choice.chosen.cost, 2),
+            "target": choice.target,
+            "met": choice.met,
+            "at": now.strftime("%Y-%m-%dT%H:%M:%SZ"),
+        },
+        sort_keys=True,
+    )
+    for va in scenario.description.variants:
+        namespace, name = va.metadata.namespace or "default", va.metadata.name or ""
+        if joined_key((namespace, va.spec.model_id)) != choice.model:
+            continue
+        settings: dict[str, str | None] = {key: None for key in TUNED_ANNOTATIONS}
+        settings.update(choice.chosen.candidate.settings_for(joined_key((namespace, name))))
+        settings[ANNOTATION_TUNED] = record
+        ref = ObjectRef(va.api_version, VARIANT_AUTOSCALING, name, namespace)
+        try:
+            backend.patch_spec(ref, {"metadata": {"annotations": settings}})
+            backend.patch_status(ref, {"tuning": status})
+            written.append(f"{namespace}/{name}")
+        except ClusterError as exc:
+            failed.append(f"{namespace}/{name}: {exc.message}")
+    return written, failed
