@@ -1,4 +1,5 @@
-"""The layering is enforced, not just described: flows -> tasks -> engine, and engine does no I/O."""
+"""The layering is enforced, not just described: flows -> tasks -> engine, inside tasks lifecycles -> clients, and
+engine does no I/O."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ def test_import_linter_contracts_hold() -> None:
     )
     assert result.returncode == 0, result.stdout + result.stderr
     assert "Contracts: 5 kept, 0 broken" in result.stdout
+    assert "tasks: lifecycles above shared I/O above clients above run plumbing KEPT" in result.stdout
 
 
 CLOCK_AND_IO_CALLS = {
@@ -89,8 +91,8 @@ def test_ruff_lint_and_format_pass() -> None:
         assert result.returncode == 0, " ".join(command[1:]) + "\n" + result.stdout + result.stderr
 
 
-def test_mypy_strict_on_engine() -> None:
-    """engine/ type-checks under mypy --strict (pyproject.toml [tool.mypy])."""
+def test_mypy_strict_on_engine_tasks_and_flows() -> None:
+    """engine/, tasks/ and flows/ type-check under mypy --strict (pyproject.toml [tool.mypy] packages)."""
     result = subprocess.run([_tool("mypy")], cwd=REPO, capture_output=True, text=True)
     assert result.returncode == 0, result.stdout[-6000:] + result.stderr
 
