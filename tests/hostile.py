@@ -16,9 +16,24 @@ from __future__ import annotations
 
 from typing import Any
 
+from hypothesis import HealthCheck, Phase, settings
 from hypothesis import strategies as st
 
 Obj = dict[str, Any]
+
+
+def bounded(max_examples: int) -> settings:
+    """Hypothesis settings of a bounded, reproducible property: ``max_examples`` generated examples, derandomized,
+    no example database, no deadline (a loaded machine), every health check off (large generated objects)."""
+    return settings(
+        max_examples=max_examples,
+        derandomize=True,
+        database=None,
+        deadline=None,
+        phases=[Phase.generate],
+        suppress_health_check=list(HealthCheck),
+    )
+
 
 _LABEL = st.from_regex(r"\A[a-z0-9]([-a-z0-9]{0,20}[a-z0-9])?\Z")
 NOT_A_STRING = st.sampled_from([0, -1, 1.5, True, None, [], ["a"], {"a": "b"}])

@@ -16,7 +16,7 @@ import pathlib
 from typing import Any, cast
 
 import pytest
-from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from engine.api.identity import identity_errors
@@ -32,16 +32,9 @@ from engine.optimize.spec import (
 from tasks.boundary import failure_status, parse_resource
 from tasks.cluster.yamlfile import read_file, split_documents
 from tests.fuzzing import _example_documents, example_object
-from tests.hostile import EXTREMES, extreme_numbers, metadata, status_garbage, yaml_streams
+from tests.hostile import EXTREMES, bounded, extreme_numbers, metadata, status_garbage, yaml_streams
 
-BOUNDED = settings(
-    max_examples=80,
-    derandomize=True,
-    database=None,
-    deadline=None,
-    phases=[Phase.generate],
-    suppress_health_check=list(HealthCheck),
-)
+BOUNDED = bounded(80)
 
 
 @BOUNDED
@@ -156,7 +149,7 @@ def test_a_status_of_any_shape_never_invalidates_a_valid_object(kind: str) -> No
     base = example_object(kind)
     assert not isinstance(parse_resource(base), tuple)
 
-    @settings(max_examples=25, derandomize=True, database=None, deadline=None, phases=[Phase.generate])
+    @bounded(25)
     @given(status_garbage(_STATUS_FIELDS[kind]))
     def tolerated(status: Any) -> None:
         obj = copy.deepcopy(base)

@@ -11,13 +11,14 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from engine.api import schema as schema_mod
 from engine.api.registry import KINDS
 from engine.api.schema_check import compile_check
 from tests.fuzzing import _example_documents, crd_schema, mutations
+from tests.hostile import bounded
 
 _KINDS_WITH_EXAMPLES = sorted(
     {(doc["apiVersion"], doc["kind"]) for doc in _example_documents()}
@@ -38,14 +39,7 @@ def test_the_check_agrees_with_the_validator_on_variants_of_every_kind(api_versi
     _agrees(base, schema)
     invalid = [0]
 
-    @settings(
-        max_examples=20,
-        derandomize=True,
-        database=None,
-        deadline=None,
-        phases=[Phase.generate],
-        suppress_health_check=list(HealthCheck),
-    )
+    @bounded(20)
     @given(mutations(base, schema))
     def agree(candidate: tuple[dict[str, Any], str]) -> None:
         obj, _ = candidate
@@ -92,7 +86,7 @@ _VALUES = st.recursive(
 
 @pytest.mark.parametrize("schema", _KEYWORDS, ids=lambda s: ",".join(sorted(s)))
 def test_the_check_agrees_with_the_validator_on_every_keyword(schema: dict[str, Any]) -> None:
-    @settings(max_examples=60, derandomize=True, database=None, deadline=None, phases=[Phase.generate])
+    @bounded(60)
     @given(_VALUES)
     def agree(value: Any) -> None:
         _agrees(value, schema)

@@ -13,12 +13,12 @@ import shutil
 from typing import Any
 
 import yaml
-from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from engine.api.registry import VARIANT_AUTOSCALING
 from tests.flows.test_optimize_hostile import LLAMA, others_written, run
-from tests.hostile import GARBAGE, extreme_numbers, metadata, status_garbage, yaml_streams
+from tests.hostile import GARBAGE, bounded, extreme_numbers, metadata, status_garbage, yaml_streams
 
 EXAMPLES = pathlib.Path(__file__).resolve().parents[2] / "deployments" / "examples"
 _Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
@@ -51,14 +51,7 @@ def _hostile_a100(documents: list[Any], edit: tuple[str, Any]) -> list[Any]:
     return documents
 
 
-@settings(
-    max_examples=5,
-    derandomize=True,
-    database=None,
-    deadline=None,
-    phases=[Phase.generate],
-    suppress_health_check=list(HealthCheck),
-)
+@bounded(5)
 @given(edit=_edits(), stream=yaml_streams())
 def _optimize_on_hostile_input(
     tmp: pathlib.Path, metrics: pathlib.Path, edit: tuple[str, Any], stream: tuple[str, list[str]]

@@ -112,13 +112,7 @@ def _paths(rt: ResourceType, ref: str, v3: bool) -> Obj:
 
 def v3_document(types: list[ResourceType]) -> Obj:
     """The OpenAPI 3 document of one group/version."""
-    meta_ref = f"#/components/schemas/{_META_NAME}"
-    schemas: Obj = {_META_NAME: copy.deepcopy(_OBJECT_META)}
-    paths: Obj = {}
-    for rt in sorted(types, key=lambda r: r.plural):
-        name = schema_name(rt)
-        schemas[name] = type_schema(rt, meta_ref)
-        paths.update(_paths(rt, f"#/components/schemas/{name}", v3=True))
+    schemas, paths = _schemas_and_paths(types, "#/components/schemas/", v3=True)
     return {
         "openapi": "3.0.0",
         "info": {"title": "Kubernetes", "version": "v1.32.0"},
@@ -129,19 +123,24 @@ def v3_document(types: list[ResourceType]) -> Obj:
 
 def v2_document(types: list[ResourceType]) -> Obj:
     """The Swagger 2.0 document of every type the server serves."""
-    meta_ref = f"#/definitions/{_META_NAME}"
-    definitions: Obj = {_META_NAME: copy.deepcopy(_OBJECT_META)}
-    paths: Obj = {}
-    for rt in sorted(types, key=lambda r: (r.group, r.version, r.plural)):
-        name = schema_name(rt)
-        definitions[name] = type_schema(rt, meta_ref)
-        paths.update(_paths(rt, f"#/definitions/{name}", v3=False))
+    definitions, paths = _schemas_and_paths(types, "#/definitions/", v3=False)
     return {
         "swagger": "2.0",
         "info": {"title": "Kubernetes", "version": "v1.32.0"},
         "paths": paths,
         "definitions": definitions,
     }
+
+
+def _schemas_and_paths(types: list[ResourceType], prefix: str, v3: bool) -> tuple[Obj, Obj]:
+    """Every type's schema (ObjectMeta's too) by component name, and every type's paths."""
+    schemas: Obj = {_META_NAME: copy.deepcopy(_OBJECT_META)}
+    paths: Obj = {}
+    for rt in sorted(types, key=lambda r: (r.group, r.version, r.plural)):
+        name = schema_name(rt)
+        schemas[name] = type_schema(rt, prefix + _META_NAME)
+        paths.update(_paths(rt, prefix + name, v3=v3))
+    return schemas, paths
 
 
 def gv_path(group: str, version: str) -> str:
