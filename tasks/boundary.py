@@ -207,7 +207,8 @@ def failure_status(obj: Manifest, message: str) -> Manifest | None:
     info = kind_info(str(obj.get("apiVersion")), str(obj.get("kind")))
     has_phase = info is not None and info.has_status_phase()  # a status ``status`` enum: an invalid one is Failed
     current = _mapping_at(obj, "status")
-    conditions = [c for c in current.get("conditions") or () if isinstance(c, dict)]
+    listed = current.get("conditions")
+    conditions = [c for c in listed if isinstance(c, dict)] if isinstance(listed, list) else []  # garbage: none
     ready = next((c for c in conditions if c.get("type") == "Ready"), None)
     if (
         ready

@@ -410,3 +410,44 @@ def test_a_long_command_says_how_far_it_is_in_plain_lines_off_a_terminal(tmp_pat
     assert any(re.fullmatch(r"simulate: 2/2 replays \(hpa\) - done in \d+ s", line) for line in lines), lines
     assert any(line.startswith(f"report {tmp_path / 'report'}: 4/4 plots") for line in lines), lines
     assert "Policies replayed" in result.stdout and "replays" not in result.stdout
+
+
+def test_validate_checks_a_large_folder_in_worker_processes_with_the_same_report(
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Files checked in worker processes give the report of files checked one by one, in file order; a table
+    past TABLE_ROWS lists the invalid resources only and says so, the JSON list every resource."""
+    from flows.cli import manifests as cli_manifests
+    from tasks import manifests
+
+    examples = (REPO / "deployments" / "examples" / "10-llama-3.1-8b.yaml").read_text()
+    for index in range(3):
+        (tmp_path / f"{index}.yaml").write_text(examples.replace("name: llama", f"name: f{index}-llama"))
+    (tmp_path / "9-bad.yaml").write_text("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: Bad_Name}\n---\na: [\n")
+
+    def run(*args: str) -> Any:
+        return CliRunner().invoke(app, ["validate-manifests", "--cluster", str(tmp_path), *args], terminal_width=250)
+
+    monkeypatch.setattr(manifests, "PARALLEL_BYTES", 10**12)
+    serial = run("--json")
+    pools: list[tuple[Any, ...]] = []
+
+    class CountingPool(manifests.ProcessPoolExecutor):
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            pools.append(args)
+            super().__init__(*args, **kwargs)
+
+    monkeypatch.setattr(manifests, "ProcessPoolExecutor", CountingPool)
+    monkeypatch.setattr(manifests, "PARALLEL_BYTES", 0)
+    monkeypatch.setattr(manifests.os, "cpu_count", lambda: 2)
+    parallel = run("--json")
+    assert pools == [(2,)]  # two worker processes checked the four files
+    assert parallel.exit_code == serial.exit_code == 3
+    assert parallel.stdout == serial.stdout
+    rows = json.loads(parallel.stdout)
+    assert len(rows) == 14 and [r["name"] for r in rows if r["result"] != "valid"] == ["Bad_Name", ""]
+    monkeypatch.setattr(cli_manifests, "TABLE_ROWS", 5)
+    table = run()
+    assert table.exit_code == 3 and "Bad_Name" in table.stdout and "f1-llama" not in table.stdout
+    assert "The valid resources are not listed (more than 5 rows): --json lists every one." in table.stdout
+    assert "12 valid, 2 invalid" in table.stdout

@@ -198,10 +198,16 @@ class KindInfo:
         )
 
     def _class(self, name: str) -> type[KubeModel]:
-        found = getattr(importlib.import_module(self.module), name, None)
-        if not (isinstance(found, type) and issubclass(found, KubeModel)):
-            raise TypeError(f"{self.module}.{name} is not a KubeModel (kind registry entry {self.kind})")
-        return found
+        return _model_class(self.module, name, self.kind)
+
+
+@functools.cache
+def _model_class(module: str, name: str, kind: str) -> type[KubeModel]:
+    """The model class ``name`` of ``module`` (looked up once: validating a folder asks for it per document)."""
+    found = getattr(importlib.import_module(module), name, None)
+    if not (isinstance(found, type) and issubclass(found, KubeModel)):
+        raise TypeError(f"{module}.{name} is not a KubeModel (kind registry entry {kind})")
+    return found
 
 
 @functools.cache

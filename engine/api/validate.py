@@ -24,6 +24,7 @@ from engine.api import schema as schema_mod
 from engine.api.crds import structural_schema
 from engine.api.identity import identity_errors
 from engine.api.registry import KindInfo, kind_info
+from engine.api.schema_check import Check, compile_check
 
 __all__ = [
     "LoadReport",
@@ -215,9 +216,16 @@ def _crd_schema_errors(info: KindInfo, manifest: dict[str, Any]) -> list[schema_
     if "spec" not in manifest:
         return []
     spec_schema = (structural_schema(info).get("properties") or {}).get("spec")
-    if not isinstance(spec_schema, dict):
+    if not isinstance(spec_schema, dict) or _spec_check(info)(manifest["spec"]):
         return []
     return schema_mod.validate(manifest["spec"], spec_schema, "spec")
+
+
+@functools.cache
+def _spec_check(info: KindInfo) -> Check:
+    """The kind's spec schema compiled once (:mod:`engine.api.schema_check`): a valid spec, the common case, is
+    told apart without building any error text."""
+    return compile_check((structural_schema(info).get("properties") or {}).get("spec"))
 
 
 @dataclass

@@ -84,6 +84,10 @@ def plan_cache(cache: ModelCache, facts: CacheFacts, policy: RetryPolicy, now: d
     return CachePlan(source, None, env, obs, next_step(obs, policy, now))
 
 
+ENDPOINT_KINDS: tuple[type[BaseModel], ...] = (AIMNamespaceConfig, ModelCache)
+"""The kinds :func:`endpoint_refusals` reads."""
+
+
 def endpoint_refusals(resources: Iterable[tuple[str, BaseModel]]) -> list[tuple[str, ModelCache, str]]:
     """``(source, cache, message)`` for each ModelCache among ``resources`` (as ``validate-manifests`` reads a
     directory) that :func:`plan_cache` would fail with ``EndpointNotAllowed``: its source URI names an S3

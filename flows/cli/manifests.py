@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import pathlib
 import sys
-from typing import Any
 
 import typer
 from rich.markup import escape
@@ -26,6 +25,10 @@ def render_crds(
     write_or_print(render(), write, "---\n", lambda rendered: f"{len(rendered)} CRDs")
 
 
+TABLE_ROWS = 1000
+"""The most rows the table lists; past it only the invalid resources are listed (``--json`` lists every one)."""
+
+
 @command("validate-manifests", "validate")
 def validate_manifests(
     cluster_option: str = typer.Option(
@@ -39,48 +42,26 @@ def validate_manifests(
 
     Exit codes (flows/exitcodes.py): 0 all valid, 2 the path does not exist, 3 some resources are invalid.
     """
-    from engine.api.validate import load_documents
-    from engine.caches.reconcile import endpoint_refusals
-    from tasks.manifests import read_manifest_documents
+    from engine.caches.reconcile import ENDPOINT_KINDS, endpoint_refusals
+    from tasks.manifests import check_manifests
 
     with cli_errors():
         cluster = manifests_path(cluster_option)
         if not cluster.exists():
             raise CannotRun(f"cluster path {cluster} does not exist")
-        documents, read_errors = read_manifest_documents(cluster)
-    report = load_documents(documents)
+        check = check_manifests(cluster, keep=ENDPOINT_KINDS)
     base = f"{cluster}/" if cluster.is_dir() else ""
 
     def short(source: str) -> str:
         return source.removeprefix(base)
 
-    refused = {source: message for source, _, message in endpoint_refusals(report.resources)}
+    refused = {source: message for source, _, message in endpoint_refusals(check.resources)}
     rows: list[tuple[str, str, str, str, str, bool]] = []  # source, kind, namespace, name, result, valid
-    for source, obj in report.valid:
-        meta = _meta_of(obj)
-        result = refused.get(source, "valid")  # a cache whose URI would send the credentials elsewhere
-        rows.append(
-            (
-                short(source),
-                _kind_of(obj),
-                meta.get("namespace") or "",
-                meta.get("name") or "",
-                result,
-                result == "valid",
-            )
-        )
-    for source, error in report.invalid:
-        rows.append(
-            (
-                short(source),
-                error.kind or "",
-                error.namespace or "",
-                error.name or "",
-                f"{error.field_path}: {error.message}",
-                False,
-            )
-        )
-    for source, message in read_errors:
+    for verdict in [v for v in check.verdicts if v.problem is None] + [v for v in check.verdicts if v.problem]:
+        # refused: a cache whose URI would send the credentials elsewhere
+        result = verdict.problem or refused.get(verdict.source, "valid")
+        rows.append((short(verdict.source), verdict.kind, verdict.namespace, verdict.name, result, result == "valid"))
+    for source, message in check.read_errors:
         rows.append((short(source), "", "", "", message.removeprefix(base), False))
     invalid = [
         f"{source}: " + (f"{kind} {namespace + '/' if namespace else ''}{name}: " if kind else "") + result
@@ -88,29 +69,29 @@ def validate_manifests(
         if not ok
     ]
     if as_json:
-        columns = ("source", "kind", "namespace", "name", "result")
-        sys.stdout.write(json.dumps([dict(zip(columns, row[:5])) for row in rows], indent=2) + "\n")
+        sys.stdout.write(_json_list(rows))
         exit_with_outcome(invalid)  # validation runs no flow: it collects no boundary rejections
+    listed = rows if len(rows) <= TABLE_ROWS else [row for row in rows if not row[5]]
     table = Table(title=f"Resources in {cluster}")
     for column in ("source", "kind", "namespace", "name", "result"):
         table.add_column(column)
-    for source, kind, namespace, name, result, ok in rows:
+    for source, kind, namespace, name, result, ok in listed:
         table.add_row(source, kind, namespace, name, "[green]valid[/green]" if ok else f"[red]{escape(result)}[/red]")
     console.print(table)
-    console.print(f"{len(report.valid) - len(refused)} valid, {len(invalid)} invalid")
+    if len(listed) < len(rows):
+        console.print(f"The valid resources are not listed (more than {TABLE_ROWS} rows): --json lists every one.")
+    console.print(f"{len(rows) - len(invalid)} valid, {len(invalid)} invalid")
     raise typer.Exit(exit_code(invalid))
 
 
-def _meta_of(obj: object) -> dict[str, Any]:
-    """The metadata of a validated object (a typed model or a plain dict) as a dict."""
-    if isinstance(obj, dict):
-        return obj.get("metadata") or {}
-    metadata = getattr(obj, "metadata", None)
-    if metadata is None:
-        return {}
-    return metadata.model_dump(by_alias=True, exclude_none=True) if hasattr(metadata, "model_dump") else dict(metadata)
-
-
-def _kind_of(obj: object) -> str:
-    """The kind of a validated object (a typed model's class name)."""
-    return obj.get("kind", "") if isinstance(obj, dict) else type(obj).__name__
+def _json_list(rows: list[tuple[str, str, str, str, str, bool]]) -> str:
+    """The ``--json`` list, as ``json.dumps(..., indent=2)`` writes it, one value at a time: the indenting encoder
+    is pure Python and took longer than the validation of a large folder."""
+    columns = ("source", "kind", "namespace", "name", "result")
+    if not rows:
+        return "[]\n"
+    objects = (
+        "  {\n" + ",\n".join(f"    {json.dumps(k)}: {json.dumps(v)}" for k, v in zip(columns, row)) + "\n  }"
+        for row in rows
+    )
+    return "[\n" + ",\n".join(objects) + "\n]\n"

@@ -116,6 +116,13 @@ def test_label_selectors(backend: Backend, cluster: Cluster, selector: str, expe
     assert {i["metadata"]["labels"]["accelerator"] for i in items} == expected
 
 
+@pytest.mark.parametrize("selector", ["accelerator in ()", "accelerator notin ()", "accelerator in ( , )"])
+def test_an_empty_value_set_is_refused(cluster: Cluster, selector: str) -> None:
+    """As the API server's labels.Parse: ``in ()`` would select nothing and ``notin ()`` everything, silently."""
+    with pytest.raises(Invalid, match="values set can't be empty"):
+        cluster.list(*VA, label_selector=selector)
+
+
 # ---------------------------------------------------------------------------- create / apply
 
 
@@ -364,6 +371,32 @@ def test_delete(backend: Backend, cluster: Cluster, ns: str) -> None:
         cluster.delete(va_ref(ns))
     recreated = cluster.create(va_manifest("seed-va", ns))
     assert recreated["metadata"]["generation"] == 1
+
+
+def test_no_finalizer_is_added_to_an_object_being_deleted(cluster: Cluster, ns: str) -> None:
+    """The API server refuses a new finalizer once deletion started (it could hold the object forever); removing
+    the last one lets the object go."""
+    ref = ObjectRef("v1", "ConfigMap", "held", ns)
+    cluster.create(
+        {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {"name": "held", "namespace": ns, "finalizers": ["example.com/a"]},
+        }
+    )
+    cluster.delete(ref)
+    assert cluster.get("v1", "ConfigMap", "held", ns)["metadata"]["deletionTimestamp"]
+    with pytest.raises(Invalid) as refused:
+        cluster.patch_spec(ref, {"metadata": {"finalizers": ["example.com/a", "example.com/b"]}})
+    assert refused.value.field == "metadata.finalizers"
+    assert (
+        'no new finalizers can be added if the object is being deleted, found new finalizers []string{"example.com/b"}'
+        in str(refused.value)
+    )
+    assert cluster.get("v1", "ConfigMap", "held", ns)["metadata"]["finalizers"] == ["example.com/a"]
+    cluster.patch_spec(ref, {"metadata": {"finalizers": []}})
+    with pytest.raises(NotFound):
+        cluster.get("v1", "ConfigMap", "held", ns)
 
 
 def test_delete_core_object(cluster: Cluster, ns: str) -> None:

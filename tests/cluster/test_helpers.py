@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import yaml
 
 from tasks.clients.cluster import (
     Conflict,
@@ -215,3 +216,51 @@ def test_streams_the_splitter_cannot_cut_still_load(tmp_path: Path) -> None:
     loaded = read_file(path)
     assert loaded.error is None
     assert [d.data["metadata"]["name"] for d in loaded.docs if d.data] == ["a"]
+
+
+def test_a_file_is_parsed_by_one_parser_and_each_chunk_gets_its_document(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One parser for the whole file (a parser per document cost more than the parsing), every chunk still given
+    its own document: comments before the first marker, empty documents and a trailing marker included."""
+    from tasks.clients.cluster import yamlfile
+
+    made: list[int] = []
+
+    class Counting(yamlfile.Loader):  # type: ignore[misc, valid-type]
+        def __init__(self, stream: str) -> None:
+            made.append(1)
+            super().__init__(stream)
+
+    monkeypatch.setattr(yamlfile, "Loader", Counting)
+    text = "# lead comment\n---\na: 1\n---\n# only a comment\n---\n---\nb: [x, {c: 2}]\n--- {d: 3}\n---\n"
+    path = tmp_path / "many.yaml"
+    path.write_text(text + "".join(f"---\nkind: ConfigMap\nmetadata: {{name: c{i}}}\n" for i in range(200)))
+    loaded = read_file(path)
+    assert made == [1]
+    assert [d.data for d in loaded.docs[:7]] == [None, {"a": 1}, None, None, {"b": ["x", {"c": 2}]}, {"d": 3}, None]
+    assert [d.line for d in loaded.docs[:7]] == [1, 2, 4, 6, 7, 9, 10]
+    assert [d.data["metadata"]["name"] for d in loaded.docs[7:]] == [f"c{i}" for i in range(200)]
+    assert "".join(d.render() for d in loaded.docs) == path.read_text()
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "a: 1\n---\nnull\n---\nb: 2\n",  # an explicit null document: no node to place, chunk by chunk
+        "a: 1\n...\n---\nb: 2\n",  # a document end marker
+        "a: 1\n---\nb: [\n---\nc: 3\n",  # a malformed document between two valid ones
+    ],
+)
+def test_streams_one_parser_cannot_place_are_read_chunk_by_chunk(tmp_path: Path, text: str) -> None:
+    path = tmp_path / "odd.yaml"
+    path.write_text(text)
+    loaded = read_file(path)
+    expected = []
+    for chunk, _ in split_documents(text):
+        try:
+            expected.append(yaml.load(chunk, Loader=yaml.SafeLoader))  # noqa: S506 - the safe loader
+        except yaml.YAMLError:
+            expected.append(None)
+    assert [d.data for d in loaded.docs] == expected
+    assert len(loaded.doc_errors) == ("[\n" in text)

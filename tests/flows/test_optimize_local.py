@@ -20,7 +20,15 @@ def documents(cluster: pathlib.Path) -> list[dict[str, Any]]:
 
 
 def by_kind(cluster: pathlib.Path, kind: str) -> dict[str, dict[str, Any]]:
-    return {d["metadata"]["name"]: d for d in documents(cluster) if d.get("kind") == kind}
+    """The objects of ``kind`` by name (documents without a mapping ``metadata`` and a name left out)."""
+    return {
+        d["metadata"]["name"]: d
+        for d in documents(cluster)
+        if isinstance(d, dict)
+        and d.get("kind") == kind
+        and isinstance(d.get("metadata"), dict)
+        and isinstance(d["metadata"].get("name"), str)
+    }
 
 
 def test_example_cluster_cycle_writes_status_and_scales(

@@ -14,7 +14,8 @@ It keeps the API server's semantics so flows behave the same on a laptop as on a
 * built-in defaulting flows read back is applied (workload ``replicas: 1``, Job defaults, Secret
   ``stringData`` folded into base64 ``data``, the Namespace name label);
 * deleting an object with finalizers only marks it (``deletionTimestamp``); it goes once the last
-  finalizer is removed.
+  finalizer is removed, and no new finalizer may be added meanwhile (``Invalid``);
+* a label selector with an empty value set (``in ()``, ``notin ()``) is ``Invalid``.
 
 :class:`LocalCluster` is the Cluster API over a :class:`~tasks.clients.cluster.local_store.LocalStore`, which owns the
 files, their layout, the index, the resourceVersion counter and the locks (see :mod:`tasks.clients.cluster.local_store`);
@@ -25,6 +26,7 @@ from __future__ import annotations
 
 import copy
 import functools
+import json
 import time
 import uuid
 from collections.abc import Iterator
@@ -166,6 +168,7 @@ class LocalCluster(LocalStore):
             info, entry = self._find_ref(ref)
             _check_rv(info, entry.obj, resource_version)
             new = self._patched_main(info, entry.obj, patch)
+            _refuse_new_finalizers(entry.obj, new)
             if _gone(new):
                 self._remove(entry)
                 return new
@@ -309,6 +312,22 @@ def _check_rv(info: ResourceInfo, obj: Manifest, resource_version: str | None) -
         raise Conflict(
             f'Operation cannot be fulfilled on {info.plural}.{info.group or "core"} "{obj["metadata"]["name"]}": '
             "the object has been modified; please apply your changes to the latest version and try again"
+        )
+
+
+def _refuse_new_finalizers(old: Manifest, new: Manifest) -> None:
+    """``Invalid`` when a write adds a finalizer to an object being deleted, as the API server refuses it (a
+    finalizer added then could hold the object forever)."""
+    if not old["metadata"].get("deletionTimestamp"):
+        return
+    before = old["metadata"].get("finalizers") or ()
+    added = [f for f in new["metadata"].get("finalizers") or () if f not in before]
+    if added:
+        found = ", ".join(json.dumps(f) for f in added)
+        raise Invalid(
+            "metadata.finalizers: Forbidden: no new finalizers can be added if the object is being deleted, "
+            f"found new finalizers []string{{{found}}}",
+            field="metadata.finalizers",
         )
 
 

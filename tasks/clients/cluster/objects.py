@@ -187,6 +187,11 @@ def _split_terms(selector: str) -> list[str]:
 def _parse_term(term: str) -> Requirement:
     if m := _SET_RE.match(term):
         values = frozenset(v.strip() for v in m["values"].split(",") if v.strip())
+        if not values:  # as the API server's labels.Parse: ``in ()`` would select nothing, ``notin ()`` everything
+            raise Invalid(
+                "unable to parse requirement: for 'in', 'notin' operators, values set can't be empty",
+                field="labelSelector",
+            )
         return Requirement(m["key"], m["op"], values)
     if m := _EQ_RE.match(term):
         op = "!=" if m["op"] == "!=" else "="

@@ -6,8 +6,8 @@ file is kept as a list of :class:`Document` chunks, each holding its original te
 spliced into the chunk's text, every byte outside ``status`` kept (:mod:`tasks.clients.cluster.yamlsplice`); for
 any other change the chunk is loaded once with ``ruamel.yaml``'s round-trip parser and only the changed
 fields are edited in that tree (:func:`apply_changes`), which is then dumped with the chunk's own
-indentation style. Reading uses
-the fast safe loader; timestamps stay strings (as in API-server JSON) rather than becoming ``datetime``.
+indentation style. Reading uses the checked safe loader of :mod:`tasks.clients.cluster.yamlload` on the whole file at
+once (one parser for all its documents), each document's value given to the chunk it starts in.
 
 A chunk that does not parse is kept as it is and reported with its file and line
 (:attr:`YamlFile.doc_errors`); the valid documents of the same file still load.
@@ -15,11 +15,10 @@ A chunk that does not parse is kept as it is and reported with its file and line
 
 from __future__ import annotations
 
-import functools
+import bisect
 import io
 import json
 import re
-from collections.abc import Hashable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -28,158 +27,13 @@ import yaml
 from ruamel.yaml import YAML
 from ruamel.yaml.scalarstring import DoubleQuotedScalarString
 
+from tasks.clients.cluster.yamlload import Loader, load_text
 from tasks.clients.cluster.yamlsplice import splice_status
 from tasks.clients.files import write_atomically
 
-_BaseLoader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 _BaseDumper = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
-_TIMESTAMP_TAG = "tag:yaml.org,2002:timestamp"
-
-
-_MERGE_TAG = "tag:yaml.org,2002:merge"
-
-
-class Loader(_BaseLoader):  # type: ignore[misc, valid-type]
-    """A safe loader that keeps ``2024-01-01T00:00:00Z`` as a string, as the API server's JSON does, and
-    refuses what the API server refuses: a mapping with the same key twice (kubectl: "mapping key already
-    defined"; PyYAML would keep the last value silently) and an alias inside its own anchor (``&r {x: *r}``,
-    a document that is no JSON object; it would loop every comparison and copy of it)."""
-
-    yaml_implicit_resolvers = {
-        first: [(tag, regexp) for tag, regexp in resolvers if tag != _TIMESTAMP_TAG]
-        for first, resolvers in _BaseLoader.yaml_implicit_resolvers.items()
-    }
-
-    def construct_document(self, node: yaml.Node) -> Any:
-        """Check the composed document (:func:`check_node_graph`) before constructing it: the common shapes
-        (mappings, sequences and the core scalar tags, no merge keys or other tags) by :func:`construct_plain`,
-        anything else by PyYAML's constructor, which builds the same values more slowly."""
-        check_node_graph(node)
-        try:
-            return construct_plain(node, self)
-        except (_NotPlain, RecursionError):  # nested deeper than Python's stack: PyYAML's constructor is iterative
-            return super().construct_document(node)
-
-    def resolve(self, kind: Any, value: Any, implicit: Any) -> Any:
-        """The tag of a node, as PyYAML's resolver decides it; a plain scalar's from a cache (manifests repeat
-        the same keys and values in every document, and the resolver tries a regular expression per candidate)."""
-        if kind is yaml.ScalarNode and implicit[0] and not self.yaml_path_resolvers:
-            return _plain_scalar_tag(value)
-        return super().resolve(kind, value, implicit)
-
-
-@functools.lru_cache(maxsize=65536)
-def _plain_scalar_tag(value: str) -> str:
-    """The tag PyYAML resolves an unquoted scalar ``value`` to with :class:`Loader`'s implicit resolvers."""
-    resolvers = Loader.yaml_implicit_resolvers
-    for tag, regexp in resolvers.get(value[0] if value else "", []) + resolvers.get(None, []):
-        if regexp.match(value):
-            return str(tag)
-    return str(Loader.DEFAULT_SCALAR_TAG)
-
-
-class _NotPlain(Exception):
-    """A document :func:`construct_plain` leaves to PyYAML's constructor (a merge key, another tag)."""
-
-
-_STR_TAG, _MAP_TAG, _SEQ_TAG = "tag:yaml.org,2002:str", "tag:yaml.org,2002:map", "tag:yaml.org,2002:seq"
-_SCALAR_TAGS = {
-    "tag:yaml.org,2002:null": "construct_yaml_null",
-    "tag:yaml.org,2002:bool": "construct_yaml_bool",
-    "tag:yaml.org,2002:int": "construct_yaml_int",
-    "tag:yaml.org,2002:float": "construct_yaml_float",
-}
-
-
-def construct_plain(root: yaml.Node, loader: Any) -> Any:
-    """The value of a checked node graph (no duplicate keys, no recursion) made of mappings, sequences and
-    ``str``/``null``/``bool``/``int``/``float`` scalars, built directly; non-string scalars go through the
-    loader's own constructors, so every value is the one PyYAML would build. An aliased node is built once
-    and shared, as PyYAML does. Raises :class:`_NotPlain` for anything else."""
-    built: dict[int, Any] = {}
-
-    def value(node: yaml.Node) -> Any:
-        if type(node) is yaml.ScalarNode:
-            if node.tag == _STR_TAG:
-                return node.value
-            method = _SCALAR_TAGS.get(node.tag)
-            if method is None:
-                raise _NotPlain(node.tag)
-            return getattr(loader, method)(node)
-        known = built.get(id(node))
-        if known is not None:
-            return known
-        if type(node) is yaml.MappingNode and node.tag == _MAP_TAG:
-            mapping: dict[Any, Any] = {}
-            built[id(node)] = mapping
-            for key_node, value_node in node.value:
-                if key_node.tag == _MERGE_TAG:
-                    raise _NotPlain(_MERGE_TAG)
-                key = value(key_node)
-                if not isinstance(key, Hashable):
-                    raise _NotPlain("unhashable key")
-                mapping[key] = value(value_node)
-            return mapping
-        if type(node) is yaml.SequenceNode and node.tag == _SEQ_TAG:
-            sequence: list[Any] = []
-            built[id(node)] = sequence
-            sequence.extend(value(item) for item in node.value)
-            return sequence
-        raise _NotPlain(node.tag)
-
-    return value(root)
-
-
-def check_node_graph(root: yaml.Node) -> None:
-    """Raise a :class:`yaml.constructor.ConstructorError` at the offending line for a duplicate mapping key
-    or a recursive alias. Iterative, and each shared (aliased) node is checked once, so neither depth nor
-    an alias bomb costs more than the nodes written."""
-    on_path: set[int] = set()
-    done: set[int] = set()
-    stack: list[tuple[yaml.Node, bool]] = [(root, False)]
-    while stack:
-        node, leaving = stack.pop()
-        if leaving:
-            on_path.discard(id(node))
-            done.add(id(node))
-            continue
-        if id(node) in done:
-            continue
-        if id(node) in on_path:
-            raise yaml.constructor.ConstructorError(
-                None, None, "recursive alias: a node refers to itself (not representable as JSON)", node.start_mark
-            )
-        if isinstance(node, yaml.ScalarNode):
-            continue
-        on_path.add(id(node))
-        stack.append((node, True))
-        if isinstance(node, yaml.MappingNode):
-            _check_keys(node)
-            children = [child for pair in node.value for child in pair]
-        else:
-            children = list(node.value)
-        stack.extend((child, False) for child in reversed(children))
-
-
-def _check_keys(node: yaml.MappingNode) -> None:
-    """Refuse a scalar key written twice in one mapping (merge keys ``<<`` aside)."""
-    seen: set[tuple[str, str]] = set()
-    for key, _ in node.value:
-        if not isinstance(key, yaml.ScalarNode) or key.tag == _MERGE_TAG:
-            continue
-        if (key.tag, key.value) in seen:
-            raise yaml.constructor.ConstructorError(
-                None, None, f"duplicate key {key.value!r} (the last value would silently win)", key.start_mark
-            )
-        seen.add((key.tag, key.value))
-
-
+_NULL_TAG = "tag:yaml.org,2002:null"
 _MARKER_RE = re.compile(r"^---(?:[ \t].*)?$")
-
-
-def load_text(text: str) -> Any:
-    """Parse one YAML document with :class:`Loader`."""
-    return yaml.load(text, Loader=Loader)  # noqa: S506 - Loader derives from SafeLoader
 
 
 def dump(data: Any) -> str:
@@ -511,6 +365,13 @@ def read_file(path: Path) -> YamlFile:
             "split it into several files"
         )
         return result
+    values = _chunk_values(text, chunks)
+    if values is not None:
+        result.docs = [
+            Document(text=chunk, data=value, has_marker=marker, line=line)
+            for (chunk, marker, line), value in zip(chunks, values)
+        ]
+        return result
     for chunk, marker, line in chunks:
         try:
             docs.append(Document(text=chunk, data=load_text(chunk), has_marker=marker, line=line))
@@ -524,6 +385,38 @@ def read_file(path: Path) -> YamlFile:
             docs, failures = whole, []
     result.docs, result.doc_errors = docs, failures
     return result
+
+
+_BLANK_RE = re.compile(r"^(?:---)?[ \t]*(?:#.*)?$")
+
+
+def _chunk_values(text: str, chunks: list[tuple[str, bool, int]]) -> list[Any] | None:
+    """The value of each chunk, parsed as one stream by one parser (a parser per chunk costs more than the
+    parsing); None when that cannot stand for parsing chunk by chunk: a document does not parse (the caller
+    then parses chunk by chunk to report each malformed one with its line), two documents start in one chunk,
+    or a chunk holding more than blanks, comments and its marker gets no document (a directive, an explicit
+    ``null``)."""
+    starts = [line - 1 for _, _, line in chunks]  # 0-based, as the parser's marks count
+    values: list[Any] = [None] * len(chunks)
+    assigned = [False] * len(chunks)
+    loader = Loader(text)
+    try:
+        while loader.check_node():
+            node = loader.get_node()
+            if node is None or (type(node) is yaml.ScalarNode and node.tag == _NULL_TAG):
+                continue
+            index = bisect.bisect_right(starts, node.start_mark.line) - 1
+            if index < 0 or assigned[index]:
+                return None
+            values[index], assigned[index] = loader.construct_document(node), True
+    except yaml.YAMLError:
+        return None
+    finally:
+        loader.dispose()
+    for (chunk, _, _), taken in zip(chunks, assigned):
+        if not taken and not all(_BLANK_RE.match(line) for line in chunk.splitlines()):
+            return None
+    return values
 
 
 def _whole_stream(text: str) -> list[Document] | None:

@@ -18,6 +18,7 @@ import yaml
 
 from tests.servers.quiet import QuietThreadingHTTPServer
 
+from . import openapi
 from .resources import ResourceType
 from .store import APPLY, RETURNS_DELETED_OBJECT, ApiError, Obj, Store
 
@@ -479,10 +480,35 @@ class Handler(BaseHTTPRequestHandler):
             if not store.resources(segs[1], segs[2]):
                 raise ApiError(404, "the server could not find the requested resource")
             self._send(200, self._resource_list(segs[1], segs[2]))
+        elif segs[:1] == ["openapi"]:
+            self._openapi(segs[1:])
         else:
             return False
         self.server.controls.record("discovery", "", "")
         return True
+
+    def _openapi(self, segs: list[str]) -> None:
+        """``/openapi/v2`` and ``/openapi/v3[/<group-version>]`` (tests/servers/kubeserver/openapi.py)."""
+        store = self.server.store
+        documents = {
+            openapi.gv_path(group, version): openapi.v3_document(store.resources(group, version))
+            for group, versions in store.groups().items()
+            for version in versions
+        }
+        if segs == ["v2"]:
+            accept = self.headers.get("Accept") or "application/json"
+            if "json" not in accept and "*/*" not in accept:
+                raise ApiError(406, "only application/json is served for /openapi/v2", reason="NotAcceptable")
+            types = [
+                rt for group, versions in store.groups().items() for v in versions for rt in store.resources(group, v)
+            ]
+            self._send(200, openapi.v2_document(types))
+        elif segs == ["v3"]:
+            self._send(200, openapi.v3_index(documents))
+        elif segs[:1] == ["v3"] and "/".join(segs[1:]) in documents:
+            self._send(200, documents["/".join(segs[1:])])
+        else:
+            raise ApiError(404, "the server could not find the requested resource")
 
     @staticmethod
     def _group(group: str, versions: list[str]) -> Obj:

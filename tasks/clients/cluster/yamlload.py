@@ -1,0 +1,195 @@
+"""The YAML reader of manifests: PyYAML's safe loader (libyaml's parser when present) checked as the API server
+checks a request body.
+
+Timestamps stay strings (as in API-server JSON) rather than becoming ``datetime``; a mapping with the same key
+twice and an alias inside its own anchor are refused at their line; the common shapes (mappings, sequences, the
+core scalar tags) are built in the same pass that checks them (:func:`construct_plain`), anything else checked
+whole and built by PyYAML's constructor.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import yaml
+
+_BaseLoader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+_TIMESTAMP_TAG = "tag:yaml.org,2002:timestamp"
+
+
+_MERGE_TAG = "tag:yaml.org,2002:merge"
+
+
+@functools.lru_cache(maxsize=65536)
+def _resolved_tag(kind: Any, value: Any, implicit: Any) -> str:
+    """The tag PyYAML's resolver gives a node of ``kind`` holding ``value`` (for a scalar: plain or quoted, the
+    ``implicit`` pair), with :class:`Loader`'s implicit resolvers (no timestamps). Cached: manifests repeat the
+    same keys and values in every document, and the resolver tries a regular expression per candidate."""
+    if kind is yaml.ScalarNode and implicit[0]:
+        resolvers = Loader.yaml_implicit_resolvers
+        for tag, regexp in resolvers.get(value[0] if value else "", []) + resolvers.get(None, []):
+            if regexp.match(value):
+                return str(tag)
+    if kind is yaml.ScalarNode:
+        return str(Loader.DEFAULT_SCALAR_TAG)
+    return str(Loader.DEFAULT_SEQUENCE_TAG if kind is yaml.SequenceNode else Loader.DEFAULT_MAPPING_TAG)
+
+
+class Loader(_BaseLoader):  # type: ignore[misc, valid-type]
+    """A safe loader that keeps ``2024-01-01T00:00:00Z`` as a string, as the API server's JSON does, and
+    refuses what the API server refuses: a mapping with the same key twice (kubectl: "mapping key already
+    defined"; PyYAML would keep the last value silently) and an alias inside its own anchor (``&r {x: *r}``,
+    a document that is no JSON object; it would loop every comparison and copy of it)."""
+
+    yaml_implicit_resolvers = {
+        first: [(tag, regexp) for tag, regexp in resolvers if tag != _TIMESTAMP_TAG]
+        for first, resolvers in _BaseLoader.yaml_implicit_resolvers.items()
+    }
+
+    resolve = staticmethod(_resolved_tag)
+    """Tags from the cache (:func:`_resolved_tag`), called straight from libyaml's composer: this loader has no
+    path resolvers, so a node's tag depends on its kind, value and quoting only."""
+
+    # No path resolvers either: the composer's bookkeeping for them, called for every node, is skipped with C
+    # built-ins that take the same arguments and do nothing with them (a Python no-op costs more per node).
+    descend_resolver = staticmethod(slice)
+    ascend_resolver = staticmethod(tuple)
+
+    def construct_document(self, node: yaml.Node) -> Any:
+        """The document's value, checked as it is built (:func:`construct_plain`: duplicate keys, recursive
+        aliases); a document with merge keys, other tags or deeper nesting than Python's stack is checked
+        whole (:func:`check_node_graph`) and built by PyYAML's constructor, which gives the same values more
+        slowly."""
+        try:
+            return construct_plain(node, self)
+        except (_NotPlain, RecursionError):  # nested deeper than Python's stack: both of these are iterative
+            check_node_graph(node)
+            return super().construct_document(node)
+
+
+class _NotPlain(Exception):
+    """A document :func:`construct_plain` leaves to PyYAML's constructor (a merge key, another tag)."""
+
+
+_STR_TAG, _MAP_TAG, _SEQ_TAG = "tag:yaml.org,2002:str", "tag:yaml.org,2002:map", "tag:yaml.org,2002:seq"
+_NULL_TAG = "tag:yaml.org,2002:null"
+_SCALAR_TAGS = {
+    "tag:yaml.org,2002:null": "construct_yaml_null",
+    "tag:yaml.org,2002:bool": "construct_yaml_bool",
+    "tag:yaml.org,2002:int": "construct_yaml_int",
+    "tag:yaml.org,2002:float": "construct_yaml_float",
+}
+
+
+def construct_plain(root: yaml.Node, loader: Any) -> Any:
+    """The value of a node graph made of mappings, sequences and ``str``/``null``/``bool``/``int``/``float``
+    scalars, built directly in one pass that refuses a duplicate key or a recursive alias as
+    :func:`check_node_graph` does; non-string scalars go through the loader's own constructors, so every
+    value is the one PyYAML would build. An aliased node is built once and shared, as PyYAML does. Raises
+    :class:`_NotPlain` for anything else."""
+    built: dict[int, Any] = {}
+    building: set[int] = set()  # the collections being built: the path from the root
+    scalar = yaml.ScalarNode
+
+    def value(node: yaml.Node) -> Any:
+        if type(node) is scalar:
+            if node.tag == _STR_TAG:
+                return node.value
+            method = _SCALAR_TAGS.get(node.tag)
+            if method is None:
+                raise _NotPlain(node.tag)
+            return getattr(loader, method)(node)
+        ident = id(node)
+        known = built.get(ident)
+        if known is not None:
+            if ident in building:
+                raise _recursive(node)
+            return known
+        if type(node) is yaml.MappingNode and node.tag == _MAP_TAG:
+            mapping: dict[Any, Any] = {}
+            built[ident] = mapping
+            building.add(ident)
+            for key_node, value_node in node.value:
+                # a string key or value (most of them) is taken as it is, without a call
+                key = key_node.value if type(key_node) is scalar and key_node.tag == _STR_TAG else value(key_node)
+                if key_node.tag == _MERGE_TAG:
+                    raise _NotPlain(_MERGE_TAG)
+                try:
+                    repeated = key in mapping
+                except TypeError:  # a list or mapping as a key
+                    raise _NotPlain("unhashable key") from None
+                if repeated:
+                    raise _duplicate(key_node)
+                mapping[key] = (
+                    value_node.value if type(value_node) is scalar and value_node.tag == _STR_TAG else value(value_node)
+                )
+            building.discard(ident)
+            return mapping
+        if type(node) is yaml.SequenceNode and node.tag == _SEQ_TAG:
+            sequence: list[Any] = []
+            built[ident] = sequence
+            building.add(ident)
+            sequence.extend([value(item) for item in node.value])
+            building.discard(ident)
+            return sequence
+        raise _NotPlain(node.tag)
+
+    return value(root)
+
+
+def _recursive(node: yaml.Node) -> yaml.constructor.ConstructorError:
+    return yaml.constructor.ConstructorError(
+        None, None, "recursive alias: a node refers to itself (not representable as JSON)", node.start_mark
+    )
+
+
+def _duplicate(key: yaml.Node) -> yaml.constructor.ConstructorError:
+    return yaml.constructor.ConstructorError(
+        None, None, f"duplicate key {key.value!r} (the last value would silently win)", key.start_mark
+    )
+
+
+def check_node_graph(root: yaml.Node) -> None:
+    """Raise a :class:`yaml.constructor.ConstructorError` at the offending line for a duplicate mapping key
+    or a recursive alias. Iterative, and each shared (aliased) node is checked once, so neither depth nor
+    an alias bomb costs more than the nodes written."""
+    on_path: set[int] = set()
+    done: set[int] = set()
+    stack: list[tuple[yaml.Node, bool]] = [(root, False)]
+    while stack:
+        node, leaving = stack.pop()
+        if leaving:
+            on_path.discard(id(node))
+            done.add(id(node))
+            continue
+        if id(node) in done:
+            continue
+        if id(node) in on_path:
+            raise _recursive(node)
+        if isinstance(node, yaml.ScalarNode):
+            continue
+        on_path.add(id(node))
+        stack.append((node, True))
+        if isinstance(node, yaml.MappingNode):
+            _check_keys(node)
+            children = [child for pair in node.value for child in pair]
+        else:
+            children = list(node.value)
+        stack.extend((child, False) for child in reversed(children))
+
+
+def _check_keys(node: yaml.MappingNode) -> None:
+    """Refuse a scalar key written twice in one mapping (merge keys ``<<`` aside)."""
+    seen: set[tuple[str, str]] = set()
+    for key, _ in node.value:
+        if not isinstance(key, yaml.ScalarNode) or key.tag == _MERGE_TAG:
+            continue
+        if (key.tag, key.value) in seen:
+            raise _duplicate(key)
+        seen.add((key.tag, key.value))
+
+
+def load_text(text: str) -> Any:
+    """Parse one YAML document with :class:`Loader`."""
+    return yaml.load(text, Loader=Loader)  # noqa: S506 - Loader derives from SafeLoader
