@@ -31,7 +31,9 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import Annotated, Any
+
+from pydantic import Field
 
 from engine.api.kthena import AutoscalingPolicyBinding
 from engine.api.registry import AUTOSCALING_POLICY_BINDING, KTHENA_API, LLMD_API, VARIANT_AUTOSCALING
@@ -46,12 +48,15 @@ from engine.slo.measure import LatencyHistograms
 from flows.exitcodes import CannotRun, ExitCode, degraded_summary, exit_code, flow_result
 from flows.one_writer import replanner, writer_lock
 from flows.parameters import (
+    PROMETHEUS_DURATION_PATTERN,
     SYSTEM_NAMESPACE,
     ClusterTarget,
     NamespaceName,
+    Namespaces,
     NonNegativeSeconds,
     PositiveSeconds,
-    PromDuration,
+    Setting,
+    absent_as,
 )
 from flows.runs import flow
 from tasks.boundary import Accepted
@@ -76,8 +81,8 @@ from tasks.tracking import quote, run_logger, table_artifact, task, tracked
 
 DEFAULT_INTERVAL_S = 60
 DEFAULT_RATE_WINDOW = "1m"
-RateWindow = PromDuration | None
-"""A PromQL duration such as ``1m`` or ``30s``; ``None`` keeps ``PROMETHEUS_RATE_WINDOW`` (default 1m)."""
+RateWindow = Annotated[str, Field(pattern=f"^$|{PROMETHEUS_DURATION_PATTERN}", examples=["1m", "30s"]), absent_as("")]
+"""A PromQL duration such as ``1m`` or ``30s``; empty keeps ``PROMETHEUS_RATE_WINDOW`` (default 1m)."""
 
 
 @dataclass
@@ -298,18 +303,18 @@ def report_rows(
 
 @flow(name="optimize", timeout_seconds=DEFAULT_INTERVAL_S - 10, log_prints=True)
 def optimize(
-    namespaces: list[NamespaceName] | None = None,
-    namespace_selector: str | None = None,
+    namespaces: Namespaces = (),
+    namespace_selector: Setting = "",
     config_namespace: NamespaceName = SYSTEM_NAMESPACE,
-    prometheus_url: str | None = None,
-    metrics_file: str | None = None,
-    rate_window: RateWindow = None,
-    cluster: ClusterTarget = None,
+    prometheus_url: Setting = "",
+    metrics_file: Setting = "",
+    rate_window: RateWindow = "",
+    cluster: ClusterTarget = "",
     dry_run: bool = False,
     solver_time_limit_s: PositiveSeconds = 10.0,
     status_heartbeat_s: NonNegativeSeconds = 300.0,
     scale_down_stabilization_s: NonNegativeSeconds = 0.0,
-    pushgateway_url: str | None = None,
+    pushgateway_url: Setting = "",
 ) -> CycleReport:
     """One allocation cycle over every VariantAutoscaling and AutoscalingPolicyBinding.
 
@@ -318,8 +323,8 @@ def optimize(
         namespace_selector: Label selector on Namespace objects (e.g. 'modelplane.io/optimize=true'); combined
             with namespaces, only namespaces in both are optimized.
         config_namespace: Namespace of the WVA ConfigMaps (costs, service classes, saturation, inventory).
-        prometheus_url: Prometheus base URL; defaults to $PROMETHEUS_URL. Ignored when metrics_file is set.
-        metrics_file: Read metrics from this YAML file instead of Prometheus (local and CI previews).
+        prometheus_url: Prometheus base URL; empty = $PROMETHEUS_URL. Ignored when metrics_file is set.
+        metrics_file: Read metrics from this YAML file instead of Prometheus (local and CI previews); empty = Prometheus.
         rate_window: PromQL window of the arrival-rate query, e.g. '1m' or '30s'; empty = $PROMETHEUS_RATE_WINDOW,
             else 1m (WVA's window; shorter reacts faster and is noisier).
         cluster: Empty = $MODELPLANE_CLUSTER, else kubeconfig or in-cluster; 'kubeconfig:PATH' or

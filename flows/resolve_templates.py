@@ -28,7 +28,7 @@ from engine.api.aim import AIMServiceTemplate
 from engine.api.registry import AIM_SERVICE_TEMPLATE
 from engine.status import ConditionUpdate, status_with_conditions
 from flows.exitcodes import flow_result
-from flows.parameters import ClusterTarget, NamespaceName
+from flows.parameters import ClusterTarget, Namespaces
 from flows.runs import flow
 from tasks.aim.caches import SharedCaches
 from tasks.aim.read import read_aim_state, typed
@@ -78,7 +78,7 @@ class ResolveReport:
 
 
 @flow(name="resolve-templates", timeout_seconds=DEFAULT_INTERVAL_S - 60, log_prints=True)
-def resolve_templates(namespaces: list[NamespaceName] | None = None, cluster: ClusterTarget = None) -> ResolveReport:
+def resolve_templates(namespaces: Namespaces = (), cluster: ClusterTarget = "") -> ResolveReport:
     """Resolve every AIMServiceTemplate to a runtime profile, check its GPU, and warm its caches when asked.
 
     Args:

@@ -24,7 +24,7 @@ from engine.api.registry import MODEL
 from engine.rollout.kthena_native import RUNTIME_IMAGE
 from flows.exitcodes import flow_result
 from flows.image import IMAGE
-from flows.parameters import KTHENA_NETWORKING, ROLLOUT_WORKLOAD, ClusterTarget, ImageRef, NamespaceName, ObjectName
+from flows.parameters import KTHENA_NETWORKING, ROLLOUT_WORKLOAD, ClusterTarget, ImageRef, Namespaces, ObjectNames
 from flows.runs import flow
 from tasks.cluster import ClusterError, connect
 from tasks.cluster.recorder import record_event
@@ -55,10 +55,10 @@ class RolloutReport:
 
 @flow(name="rollout-models", timeout_seconds=DEFAULT_INTERVAL_S - 60, log_prints=True)
 def rollout_models(
-    namespaces: list[NamespaceName] | None = None,
-    cluster: ClusterTarget = None,
+    namespaces: Namespaces = (),
+    cluster: ClusterTarget = "",
     downloader_image: ImageRef = DEFAULT_DOWNLOADER_IMAGE,
-    names: list[ObjectName] | None = None,
+    names: ObjectNames = (),
     kthena_networking: Literal["auto", "off"] = KTHENA_NETWORKING,
     workload: Literal["Deployment", "ModelServing"] = ROLLOUT_WORKLOAD,
     runtime_image: ImageRef = RUNTIME_IMAGE,

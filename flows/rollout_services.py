@@ -29,7 +29,7 @@ from engine.api.aim import API_VERSION as AIM_API_VERSION
 from engine.api.aim import AIMService
 from engine.api.registry import AIM_SERVICE
 from flows.exitcodes import flow_result
-from flows.parameters import ClusterTarget, NamespaceName
+from flows.parameters import ClusterTarget, Namespaces
 from flows.runs import flow
 from tasks.aim.caches import SharedCaches
 from tasks.aim.read import AimState, read_aim_state, typed
@@ -79,7 +79,7 @@ class RolloutReport:
 
 
 @flow(name="rollout-services", timeout_seconds=DEFAULT_INTERVAL_S - 60, log_prints=True)
-def rollout_services(namespaces: list[NamespaceName] | None = None, cluster: ClusterTarget = None) -> RolloutReport:
+def rollout_services(namespaces: Namespaces = (), cluster: ClusterTarget = "") -> RolloutReport:
     """Roll out every AIMService as a KServe InferenceService and Gateway HTTPRoute, and report its status.
 
     Args:

@@ -69,9 +69,11 @@ from flows.parameters import (
     MAX_FILL_ATTEMPTS,
     ClusterTarget,
     ImageRef,
-    NamespaceName,
+    Namespaces,
     NonNegativeSeconds,
-    ObjectName,
+    ObjectNames,
+    OptionalNamespace,
+    Setting,
 )
 from flows.runs import flow
 from tasks.boundary import Accepted, with_written_status
@@ -359,11 +361,11 @@ def collect_unused_caches(cluster: Cluster, world: CacheWorld, unused_after: tim
 
 @flow(name="warm-caches", timeout_seconds=DEFAULT_INTERVAL_S - 60, log_prints=True)
 def warm_caches(
-    namespaces: list[NamespaceName] | None = None,
-    cluster: ClusterTarget = None,
+    namespaces: Namespaces = (),
+    cluster: ClusterTarget = "",
     image: ImageRef = DEFAULT_IMAGE,
-    image_pull_secrets: list[ObjectName] | None = None,
-    openmodel_namespace: NamespaceName | None = None,
+    image_pull_secrets: ObjectNames = (),
+    openmodel_namespace: OptionalNamespace = "",
     include_consumers: bool = True,
     gc_unused_after: timedelta | None = None,
     max_fill_attempts: Annotated[int, Field(ge=1)] = MAX_FILL_ATTEMPTS,
@@ -371,7 +373,7 @@ def warm_caches(
     job_backoff_limit: Annotated[int, Field(ge=0)] = 2,
     job_ttl_s: Annotated[int, Field(ge=0)] = 3600,
     headroom_percent: Annotated[float, Field(ge=0)] = 10.0,
-    pushgateway_url: str | None = None,
+    pushgateway_url: Setting = "",
 ) -> WarmReport:
     """One reconcile pass over every ModelCache and every cache a consumer needs.
 
