@@ -557,7 +557,8 @@ def emit_scaling_events(report: CycleReport) -> None:
 
 
 def publish(report: CycleReport) -> None:
-    """Publish the allocation table as a Prefect artifact (only inside a flow run)."""
+    """Publish the cycle as two Prefect table artifacts, each narrow enough for the UI's pane: what every variant
+    gets (``optimize-allocation``) and why (``optimize-reasons``). Only inside a flow run."""
     if not tracked():
         return
     table_artifact(
@@ -566,14 +567,24 @@ def publish(report: CycleReport) -> None:
             {
                 "namespace": r.namespace,
                 "variant": r.name,
-                "model": r.model,
                 "accelerator": r.accelerator,
-                "current": r.current,
-                "desired": r.desired,
-                "cost": "unpriced" if r.cost is None else f"{r.cost:.2f}/h",
-                "reason": f"{r.reason}: {r.held}" if r.held else r.reason,
+                "replicas": f"{_count(r.current)} → {_count(r.desired)}",
+                "cost/h": "unpriced" if r.cost is None else f"{r.cost:.2f}",
             }
             for r in report.rows
         ],
-        description=f"Allocation decided by this cycle: {report.summary}",
+        description=f"Allocation decided by this cycle (why: optimize-reasons): {report.summary}",
     )
+    table_artifact(
+        key="optimize-reasons",
+        table=[
+            {"variant": r.name, "model": r.model, "reason": f"{r.reason}: {r.held}" if r.held else r.reason}
+            for r in report.rows
+        ],
+        description="Why each variant got its allocation (the replicas and costs: optimize-allocation)",
+    )
+
+
+def _count(replicas: int | None) -> str:
+    """A replica count as the allocation table shows it (unknown: a dash)."""
+    return "-" if replicas is None else str(replicas)
