@@ -575,13 +575,15 @@ def publish(report: CycleReport) -> None:
         ],
         description=f"Allocation decided by this cycle (why: optimize-reasons): {report.summary}",
     )
+    held = "; ".join(f"{r.name}: {r.held}" for r in report.rows if r.held)  # sentences: the description wraps
     table_artifact(
         key="optimize-reasons",
         table=[
-            {"variant": r.name, "model": r.model, "reason": f"{r.reason}: {r.held}" if r.held else r.reason}
+            {"variant": r.name, "model": r.model, "reason": f"{r.reason} (held)" if r.held else r.reason}
             for r in report.rows
         ],
-        description="Why each variant got its allocation (the replicas and costs: optimize-allocation)",
+        description="Why each variant got its allocation (the replicas and costs: optimize-allocation)"
+        + (f". Held: {held}" if held else ""),
     )
 
 
