@@ -28,7 +28,15 @@ from engine.api.registry import LLMD_API, VARIANT_AUTOSCALING
 from engine.optimize.spec import SpecError, parse_variant
 from engine.simulate.calibrate import ProfileFit, Unidentifiable, Window, calibration_outcome, fit_profile
 from flows.exitcodes import flow_result
-from flows.parameters import CALIBRATE_LOOKBACK, CALIBRATE_WINDOW, SYSTEM_NAMESPACE, ClusterTarget, NamespaceName
+from flows.parameters import (
+    CALIBRATE_LOOKBACK,
+    CALIBRATE_WINDOW,
+    SYSTEM_NAMESPACE,
+    ClusterTarget,
+    NamespaceName,
+    Namespaces,
+    Setting,
+)
 from flows.reconcile import Table
 from flows.runs import flow
 from tasks.calibrate import collect_windows, write_outcome
@@ -102,11 +110,11 @@ def calibrate_variant(
 
 @flow(name="calibrate", log_prints=True)
 def calibrate(
-    namespaces: list[NamespaceName] | None = None,
+    namespaces: Namespaces = (),
     config_namespace: NamespaceName = SYSTEM_NAMESPACE,
-    cluster: ClusterTarget = None,
-    prometheus_url: str | None = None,
-    windows_file: str | None = None,
+    cluster: ClusterTarget = "",
+    prometheus_url: Setting = "",
+    windows_file: Setting = "",
     lookback: Lookback = CALIBRATE_LOOKBACK,
     window: WindowLength = CALIBRATE_WINDOW,
     dry_run: bool = False,
@@ -118,8 +126,8 @@ def calibrate(
         config_namespace: Namespace of the WVA ConfigMaps (read with the cluster state).
         cluster: Empty = $MODELPLANE_CLUSTER, else kubeconfig or in-cluster; 'kubeconfig:PATH[#context]'; or a
             manifests directory/file.
-        prometheus_url: Prometheus base URL; defaults to $PROMETHEUS_URL. Ignored when windows_file is set.
-        windows_file: Read metric windows from this YAML file instead of Prometheus (local and CI runs).
+        prometheus_url: Prometheus base URL; empty = $PROMETHEUS_URL. Ignored when windows_file is set.
+        windows_file: Read metric windows from this YAML file instead of Prometheus (local and CI runs); empty = Prometheus.
         lookback: How far back to read metrics (default a day: gamma needs hours of varied load to be determined).
         window: Length of one window (PromQL increase range and step), e.g. 5m.
         dry_run: Fit and report, write nothing (no condition, no spec).
@@ -129,7 +137,7 @@ def calibrate(
     conn = connect(
         cluster, dry_run=dry_run
     )  # a dry run's writes (the boundary marking an invalid object) change nothing
-    state = read_cluster_state(conn, namespaces or None, config_namespace)
+    state = read_cluster_state(conn, list(namespaces or ()) or None, config_namespace)
     windows, metrics_error = collect_windows(state.variants, windows_file, prometheus_url, lookback, window)
     if metrics_error:
         logger.warning("metrics: %s", metrics_error)
@@ -188,7 +196,7 @@ TABLE = Table(
 
 
 def apply_profile(
-    fit: ProfileFit, targets: list[tuple[str, str]], cluster: ClusterTarget = None, dry_run: bool = False
+    fit: ProfileFit, targets: list[tuple[str, str]], cluster: ClusterTarget = "", dry_run: bool = False
 ) -> CalibrationReport:
     """Offer one fitted profile (from benchmark results) to each VariantAutoscaling ``(namespace, name)``.
 

@@ -20,6 +20,7 @@ Read -> plan -> write:
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Annotated
@@ -31,7 +32,7 @@ from engine.aim.discovery_plan import DiscoveryWorld, ModelPlan, images_to_read,
 from engine.api.aim import API_VERSION as AIM_API_VERSION
 from engine.api.aim import AIMClusterModel
 from engine.api.registry import AIM_CLUSTER_MODEL
-from flows.parameters import DISCOVERY_RESYNC_S, ClusterTarget, NamespaceName
+from flows.parameters import DISCOVERY_RESYNC_S, ClusterTarget, Namespaces, Setting, absent_as
 from flows.reconcile import Report, Table, conclude, reconcile_each
 from flows.runs import flow
 from tasks.aim.discover import write_model_plan
@@ -75,13 +76,13 @@ TABLE = Table("aim-discovery", (("model", "name"), "image", "result", "deploymen
 
 @flow(name="discover-models", timeout_seconds=DEFAULT_INTERVAL_S - 300, log_prints=True)
 def discover_models(
-    namespaces: list[NamespaceName] | None = None,
+    namespaces: Namespaces = (),
     resync_interval_s: Annotated[int, Field(ge=60)] = DISCOVERY_RESYNC_S,
     registry_timeout_s: Annotated[float, Field(gt=0)] = 10.0,
-    insecure_registries: list[str] | None = None,
-    registry_mirrors: dict[str, str] | None = None,
-    model_selector: str | None = None,
-    cluster: ClusterTarget = None,
+    insecure_registries: Annotated[Sequence[str], absent_as(())] = (),
+    registry_mirrors: Annotated[Mapping[str, str], absent_as({})] = {},
+    model_selector: Setting = "",
+    cluster: ClusterTarget = "",
 ) -> DiscoveryReport:
     """Discover every AIMClusterModel's runtime profiles from its image labels and create its templates.
 
@@ -100,7 +101,7 @@ def discover_models(
     logger = run_logger()
     now = datetime.now(UTC).replace(microsecond=0)
     conn = connect(cluster)
-    state = read_aim_state(conn, ["models", "configs", "templates"], model_selector)
+    state = read_aim_state(conn, ["models", "configs", "templates"], model_selector or None)
     configs = typed(state.configs)
 
     wanted = images_to_read(typed(state.models), now, timedelta(seconds=resync_interval_s))

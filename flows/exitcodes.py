@@ -15,7 +15,7 @@ The same outcomes as Prefect run states (a deployment run has no exit code), doc
 |---|---|
 | 0 | ``Completed`` |
 | 2 | ``Failed`` (the exception's one line is the state message) |
-| 3 | ``Completed`` named ``Degraded``, the reasons as its message (:func:`flow_result`) |
+| 3 | ``Failed`` named ``Degraded``, the reasons as its message (:func:`flow_result`; a flow called from Python: ``Completed`` named ``Degraded``) |
 
 Use it as::
 
@@ -31,6 +31,7 @@ import logging
 import sys
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
+from contextvars import ContextVar
 from enum import IntEnum
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
@@ -64,7 +65,7 @@ def exit_code(degraded: Iterable[str] = ()) -> ExitCode:
 
 
 DEGRADED_STATE = "Degraded"
-"""The name of a degraded run's final state (``Completed`` type): what the UI shows and automations match
+"""The name of a degraded run's final state (``Failed`` type): what the UI shows and automations match
 (event ``prefect.flow-run.Degraded``)."""
 MAX_STATE_REASONS = 10
 """A degraded state's message lists this many reasons, then how many more (the full list is in the log)."""
@@ -79,23 +80,68 @@ def degraded_message(degraded: Sequence[str]) -> str:
     return f"DEGRADED ({len(degraded)}): " + "; ".join(shown) + (f"; and {more} more" if more else "")
 
 
+class DegradedRun(Exception):
+    """A tracked run that did what it could and says what it could not (exit 3 on the CLI): the data of its
+    ``Failed`` state named :data:`DEGRADED_STATE`, so what a Python caller of the flow gets raised, with the
+    run's report (``.report``) and the reasons (``.degraded``)."""
+
+    def __init__(self, report: Any, degraded: Sequence[str]) -> None:
+        super().__init__(report, list(degraded))  # the arguments, so the exception pickles as a state's data
+        self.report = report
+        self.degraded = list(degraded)
+
+    def __str__(self) -> str:
+        return degraded_message(self.degraded)
+
+
+_CALLER_TAKES_DEGRADED: ContextVar[bool] = ContextVar("modelplane_caller_takes_degraded", default=False)
+
+
+@contextmanager
+def degraded_raises() -> Iterator[None]:
+    """Within the block, a degraded tracked run ends ``Failed`` named Degraded and raises :class:`DegradedRun` to
+    its caller, which takes the report from it (the CLI's tracked runs: :func:`flows.cli.common.run_tracked`)."""
+    token = _CALLER_TAKES_DEGRADED.set(True)
+    try:
+        yield
+    finally:
+        _CALLER_TAKES_DEGRADED.reset(token)
+
+
 def flow_result(report: Report, degraded: Sequence[str]) -> Report:
     """What a flow returns so its run's final state says what the CLI's exit code says.
 
-    Clean (exit 0): the report, and Prefect ends the run ``Completed``. Degraded (exit 3): a ``Completed``
-    state named :data:`DEGRADED_STATE` whose message is the reasons and whose data is the report, so the UI
-    shows "Degraded" and the reasons at a glance, automations can match it, and a caller of the flow still
-    gets the report (Prefect returns a returned state's data). Not ``Failed``: the run did what it could and
-    wrote what it could (retries would redo it, failure alerts would fire every cycle metrics are missing);
-    "could not run" (exit 2) is the flow raising, which Prefect makes ``Failed``.
+    Clean (exit 0): the report, and Prefect ends the run ``Completed``. Degraded (exit 3) in a deployment's run
+    (or a command's tracked run, :func:`degraded_raises`): a ``Failed`` state named :data:`DEGRADED_STATE`
+    whose message is the reasons and whose data is a :class:`DegradedRun` holding the report. Prefect's UI
+    colours a state by its type only (prefect/server/ui: ``state--completed`` green, ``state--failed`` red), so
+    a ``Completed`` named Degraded looked like a clean run; a degraded run needs a person (metrics missing, a
+    resource invalid, a write refused), which is what ``Failed`` says, and its name keeps it apart from "could
+    not run" (exit 2, the flow raising: ``Failed`` named Failed). Automations match it by name
+    (``prefect.flow-run.Degraded``); no flow has retries, so nothing redoes the work.
+
+    A flow called from Python outside those (a script, a test) gets its report back: the run ends ``Completed``
+    named Degraded with the report as its data, and the caller reads ``report.degraded``.
     """
     from tasks.tracking import in_untracked_run
 
     if not degraded or in_untracked_run():  # untracked (tasks/tracking.py): no run state, the report says it all
         return report
-    from prefect.states import Completed
+    from prefect.states import Completed, Failed
 
-    return cast(Report, Completed(name=DEGRADED_STATE, message=degraded_message(degraded), data=report))
+    message = degraded_message(degraded)
+    if _CALLER_TAKES_DEGRADED.get() or _deployment_run():
+        return cast(Report, Failed(name=DEGRADED_STATE, message=message, data=DegradedRun(report, degraded)))
+    return cast(Report, Completed(name=DEGRADED_STATE, message=message, data=report))
+
+
+def _deployment_run() -> bool:
+    """Whether the current flow run is a deployment's (scheduled, triggered, started from the UI): nobody holds
+    its return value, a person reads its state in the UI."""
+    from prefect.context import FlowRunContext
+
+    context = FlowRunContext.get()
+    return bool(context and context.flow_run and context.flow_run.deployment_id)
 
 
 def degraded_summary(summary: str, degraded: Iterable[str]) -> str:
@@ -197,11 +243,13 @@ def usage_error_line(exc: Exception) -> str:
 
 __all__ = [
     "DEGRADED_STATE",
+    "DegradedRun",
     "CannotRun",
     "ExitCode",
     "OneLineErrorGroup",
     "cli_errors",
     "degraded_message",
+    "degraded_raises",
     "degraded_summary",
     "exit_code",
     "flow_result",

@@ -31,7 +31,9 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import Annotated, Any
+
+from pydantic import Field
 
 from engine.api.registry import AUTOSCALING_POLICY_BINDING, KTHENA_API, LLMD_API, VARIANT_AUTOSCALING
 from engine.cycle_metrics import CycleFacts, optimize_cycle_metrics, wva_targets
@@ -44,12 +46,15 @@ from engine.slo.measure import LatencyHistograms
 from flows.exitcodes import CannotRun, ExitCode, degraded_summary, exit_code
 from flows.one_writer import replanner, writer_lock
 from flows.parameters import (
+    PROMETHEUS_DURATION_PATTERN,
     SYSTEM_NAMESPACE,
     ClusterTarget,
     NamespaceName,
+    Namespaces,
     NonNegativeSeconds,
     PositiveSeconds,
-    PromDuration,
+    Setting,
+    absent_as,
 )
 from flows.reconcile import Table, conclude
 from flows.runs import flow
@@ -74,8 +79,8 @@ from tasks.tracking import quote, run_logger
 
 DEFAULT_INTERVAL_S = 60
 DEFAULT_RATE_WINDOW = "1m"
-RateWindow = PromDuration | None
-"""A PromQL duration such as ``1m`` or ``30s``; ``None`` keeps ``PROMETHEUS_RATE_WINDOW`` (default 1m)."""
+RateWindow = Annotated[str, Field(pattern=f"^$|{PROMETHEUS_DURATION_PATTERN}", examples=["1m", "30s"]), absent_as("")]
+"""A PromQL duration such as ``1m`` or ``30s``; empty keeps ``PROMETHEUS_RATE_WINDOW`` (default 1m)."""
 
 
 @dataclass
@@ -248,18 +253,18 @@ def report_rows(
 
 @flow(name="optimize", timeout_seconds=DEFAULT_INTERVAL_S - 10, log_prints=True)
 def optimize(
-    namespaces: list[NamespaceName] | None = None,
-    namespace_selector: str | None = None,
+    namespaces: Namespaces = (),
+    namespace_selector: Setting = "",
     config_namespace: NamespaceName = SYSTEM_NAMESPACE,
-    prometheus_url: str | None = None,
-    metrics_file: str | None = None,
-    rate_window: RateWindow = None,
-    cluster: ClusterTarget = None,
+    prometheus_url: Setting = "",
+    metrics_file: Setting = "",
+    rate_window: RateWindow = "",
+    cluster: ClusterTarget = "",
     dry_run: bool = False,
     solver_time_limit_s: PositiveSeconds = 10.0,
     status_heartbeat_s: NonNegativeSeconds = 300.0,
     scale_down_stabilization_s: NonNegativeSeconds = 0.0,
-    pushgateway_url: str | None = None,
+    pushgateway_url: Setting = "",
 ) -> CycleReport:
     """One allocation cycle over every VariantAutoscaling and AutoscalingPolicyBinding.
 
@@ -268,8 +273,8 @@ def optimize(
         namespace_selector: Label selector on Namespace objects (e.g. 'modelplane.io/optimize=true'); combined
             with namespaces, only namespaces in both are optimized.
         config_namespace: Namespace of the WVA ConfigMaps (costs, service classes, saturation, inventory).
-        prometheus_url: Prometheus base URL; defaults to $PROMETHEUS_URL. Ignored when metrics_file is set.
-        metrics_file: Read metrics from this YAML file instead of Prometheus (local and CI previews).
+        prometheus_url: Prometheus base URL; empty = $PROMETHEUS_URL. Ignored when metrics_file is set.
+        metrics_file: Read metrics from this YAML file instead of Prometheus (local and CI previews); empty = Prometheus.
         rate_window: PromQL window of the arrival-rate query, e.g. '1m' or '30s'; empty = $PROMETHEUS_RATE_WINDOW,
             else 1m (WVA's window; shorter reacts faster and is noisier).
         cluster: Empty = $MODELPLANE_CLUSTER, else kubeconfig or in-cluster; 'kubeconfig:PATH' or
@@ -298,7 +303,7 @@ def optimize(
         # Read. Task inputs holding every object of the cycle are passed with quote(): Prefect would otherwise
         # walk each of their nodes looking for futures, which costs seconds at 1,000 variants.
         with timer.stage("read"):
-            state = read_cluster_state(conn, namespaces or None, config_namespace, namespace_selector)
+            state = read_cluster_state(conn, list(namespaces or ()) or None, config_namespace, namespace_selector)
             if state.missing_configuration:
                 raise CannotRun(state.missing_configuration)
             for error in state.config_errors:
@@ -357,7 +362,8 @@ def optimize(
         push_error=push_error,
     )
     emit_scaling_events(report)
-    return conclude("optimize", report, TABLE)
+    publish(report)
+    return conclude("optimize", report, None)
 
 
 class StageTimer:
@@ -451,18 +457,34 @@ def emit_scaling_events(report: CycleReport) -> None:
             )
 
 
-TABLE = Table(
+ALLOCATION = Table(
     "optimize-allocation",
     (
         "namespace",
         ("variant", "name"),
-        "model",
         "accelerator",
-        "current",
-        "desired",
-        ("cost", lambda r: "unpriced" if r.cost is None else f"{r.cost:.2f}/h"),
-        ("reason", lambda r: f"{r.reason}: {r.held}" if r.held else r.reason),
+        ("replicas", lambda r: f"{_count(r.current)} → {_count(r.desired)}"),
+        ("cost/h", lambda r: "unpriced" if r.cost is None else f"{r.cost:.2f}"),
     ),
-    "Allocation decided by this cycle",
+    "Allocation decided by this cycle (why: optimize-reasons)",
 )
-"""The allocation table artifact."""
+"""What every variant gets: one of the two tables the cycle publishes, each narrow enough for the UI's pane."""
+
+REASONS = Table(
+    "optimize-reasons",
+    (("variant", "name"), "model", ("reason", lambda r: f"{r.reason} (held)" if r.held else r.reason)),
+    "Why each variant got its allocation (the replicas and costs: optimize-allocation)",
+)
+"""Why each variant got its allocation; the held scale-downs' sentences go to its description, which wraps."""
+
+
+def publish(report: CycleReport) -> None:
+    """Publish the cycle as its two table artifacts (only inside a flow run)."""
+    ALLOCATION.publish(report.rows, report.summary)
+    held = "; ".join(f"{r.name}: {r.held}" for r in report.rows if r.held)
+    REASONS.publish(report.rows, f"held: {held}" if held else "")
+
+
+def _count(replicas: int | None) -> str:
+    """A replica count as the allocation table shows it (unknown: a dash)."""
+    return "-" if replicas is None else str(replicas)

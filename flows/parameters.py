@@ -9,9 +9,10 @@ instead of bare ``str``/``float`` so every lifecycle shows the same rules.
 
 from __future__ import annotations
 
-from typing import Annotated, Final
+from collections.abc import Sequence
+from typing import Annotated, Any, Final
 
-from pydantic import Field
+from pydantic import BeforeValidator, Field
 
 PROMETHEUS_DURATION_PATTERN = r"^([0-9]+(ms|s|m|h|d|w|y))+$"
 """A PromQL range duration (``30s``, ``1m``, ``1h30m``), as Prometheus parses it."""
@@ -40,10 +41,35 @@ ImageRef = Annotated[str, Field(min_length=1)]
 NonEmpty = Annotated[str, Field(min_length=1)]
 """A string that must not be empty (a file path, a directory)."""
 
-ClusterTarget = str | None
-"""The ``cluster`` parameter every flow takes (``tasks.clients.cluster.connect``): absent or empty =
+
+def absent_as(empty: Any) -> BeforeValidator:
+    """A parameter's validation step reading None as ``empty``, the parameter's default.
+
+    A parameter whose absence has a meaning (all namespaces, the environment's URL) defaults to that meaning's
+    plain value (an empty list or string), so the schema Prefect builds has one type and the UI's run form a
+    plain field with the default in it (an ``X | None`` parameter gets a str/None toggle there). None, as a CLI
+    option left out or an older caller passes it, still means the same: it is read as the default. The schema
+    is the inner type's (a before-validator does not change it)."""
+    return BeforeValidator(lambda value: empty if value is None else value)
+
+
+ClusterTarget = Annotated[str, absent_as("")]
+"""The ``cluster`` parameter every flow takes (``tasks.clients.cluster.connect``): empty (the default) =
 ``$MODELPLANE_CLUSTER``, else kubeconfig or in-cluster; ``kubeconfig:PATH[#CONTEXT]``; or a manifests
 directory/file. An empty value is never the working directory."""
+
+Namespaces = Annotated[Sequence[NamespaceName], absent_as(())]
+"""The namespaces a flow acts in; empty (the default) = all of them (each flow's description says which)."""
+
+ObjectNames = Annotated[Sequence[ObjectName], absent_as(())]
+"""Names of Kubernetes objects; empty (the default) = every object the flow covers."""
+
+Setting = Annotated[str, absent_as("")]
+"""A string parameter whose empty default means "not set here" (a URL from the environment, no file, no
+selector): the parameter's description says what applies then."""
+
+OptionalNamespace = Annotated[str, Field(pattern=r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?)?$", max_length=63), absent_as("")]
+"""A Kubernetes Namespace name, or empty (the default) for none: the description says what empty does."""
 
 CLUSTER_HELP = (
     "A manifests directory or file, 'kubeconfig:PATH' or 'kubeconfig:PATH#CONTEXT'; absent or empty: "

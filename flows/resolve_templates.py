@@ -27,7 +27,7 @@ from engine.aim.template_plan import ResolvePlan, TemplateWorld, plan_model_read
 from engine.api.aim import API_VERSION as AIM_API_VERSION
 from engine.api.registry import AIM_SERVICE_TEMPLATE
 from engine.status import ConditionUpdate, status_with_conditions
-from flows.parameters import ClusterTarget, NamespaceName
+from flows.parameters import ClusterTarget, Namespaces
 from flows.reconcile import Report, Table, conclude, in_scope, planned, reconcile_each, status_problem
 from flows.runs import flow
 from tasks.aim.caches import SharedCaches
@@ -68,7 +68,7 @@ TABLE = Table("aim-templates", ("namespace", ("template", "name"), "status", "re
 
 
 @flow(name="resolve-templates", timeout_seconds=DEFAULT_INTERVAL_S - 60, log_prints=True)
-def resolve_templates(namespaces: list[NamespaceName] | None = None, cluster: ClusterTarget = None) -> ResolveReport:
+def resolve_templates(namespaces: Namespaces = (), cluster: ClusterTarget = "") -> ResolveReport:
     """Resolve every AIMServiceTemplate to a runtime profile, check its GPU, and warm its caches when asked.
 
     Args:

@@ -24,7 +24,7 @@ from engine.api.kthena import API_VERSION as KTHENA_API_VERSION
 from engine.api.registry import MODEL
 from engine.rollout.kthena_native import RUNTIME_IMAGE
 from flows.image import IMAGE
-from flows.parameters import KTHENA_NETWORKING, ROLLOUT_WORKLOAD, ClusterTarget, ImageRef, NamespaceName, ObjectName
+from flows.parameters import KTHENA_NETWORKING, ROLLOUT_WORKLOAD, ClusterTarget, ImageRef, Namespaces, ObjectNames
 from flows.reconcile import Report, Table, conclude, reconcile_each
 from flows.runs import flow
 from tasks.aim.writes import WriteCounts
@@ -75,10 +75,10 @@ TABLE = Table(
 
 @flow(name="rollout-models", timeout_seconds=DEFAULT_INTERVAL_S - 60, log_prints=True)
 def rollout_models(
-    namespaces: list[NamespaceName] | None = None,
-    cluster: ClusterTarget = None,
+    namespaces: Namespaces = (),
+    cluster: ClusterTarget = "",
     downloader_image: ImageRef = DEFAULT_DOWNLOADER_IMAGE,
-    names: list[ObjectName] | None = None,
+    names: ObjectNames = (),
     kthena_networking: Literal["auto", "off"] = KTHENA_NETWORKING,
     workload: Literal["Deployment", "ModelServing"] = ROLLOUT_WORKLOAD,
     runtime_image: ImageRef = RUNTIME_IMAGE,
@@ -112,7 +112,7 @@ def rollout_models(
             announce(outcome)
         return outcome
 
-    models = [m for m in list_models(conn, namespaces or None) if not names or m["metadata"]["name"] in names]
+    models = [m for m in list_models(conn, list(namespaces or ()) or None) if not names or m["metadata"]["name"] in names]
     # e.g. the status write itself failed: reported as the Model's outcome, the others go on (one at a time)
     report = RolloutReport(
         *reconcile_each(conn, models, reconcile, failure_reason="RolloutFailed", failed_row=failed_outcome, workers=1)

@@ -28,7 +28,7 @@ from functools import partial
 from engine.aim.service_plan import ServicePlan, ServiceWorld, plan_service
 from engine.api.aim import API_VERSION as AIM_API_VERSION
 from engine.api.registry import AIM_SERVICE
-from flows.parameters import ClusterTarget, NamespaceName
+from flows.parameters import ClusterTarget, Namespaces
 from flows.reconcile import Report, Table, conclude, in_scope, planned, reconcile_each, status_problem, tally
 from flows.runs import flow
 from tasks.aim.caches import SharedCaches
@@ -67,7 +67,7 @@ TABLE = Table(
 
 
 @flow(name="rollout-services", timeout_seconds=DEFAULT_INTERVAL_S - 60, log_prints=True)
-def rollout_services(namespaces: list[NamespaceName] | None = None, cluster: ClusterTarget = None) -> RolloutReport:
+def rollout_services(namespaces: Namespaces = (), cluster: ClusterTarget = "") -> RolloutReport:
     """Roll out every AIMService as a KServe InferenceService and Gateway HTTPRoute, and report its status.
 
     Args:

@@ -25,7 +25,7 @@ from engine.caches.lookup import model_cache_pvc
 from engine.rollout.openmodel import DEFAULT_IMAGE, check_flavor, choose_flavor, render_openmodel, validate_openmodel
 from engine.rollout.workloads import stamp
 from flows.exitcodes import flow_result
-from flows.parameters import ClusterTarget, ImageRef, NamespaceName, ObjectName
+from flows.parameters import ClusterTarget, ImageRef, NamespaceName, ObjectName, Setting
 from flows.runs import flow
 from tasks.caches import mark_used
 from tasks.clients.cluster import Cluster, Manifest, connect
@@ -64,8 +64,8 @@ def serve_openmodel(
     model: ObjectName,
     namespace: NamespaceName,
     replicas: Annotated[int, Field(ge=0, le=1000)] = 1,
-    flavor: str | None = None,
-    cluster: ClusterTarget = None,
+    flavor: Setting = "",
+    cluster: ClusterTarget = "",
     image: ImageRef = DEFAULT_IMAGE,
 ) -> ServeReport:
     """Serve an llmaz OpenModel with vLLM from its shared cache, placed by its flavors.

@@ -20,6 +20,7 @@ Nothing is written to the cluster: a simulation only reads it.
 from __future__ import annotations
 
 import pathlib
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Annotated, Any, Literal
 
@@ -44,6 +45,7 @@ from flows.parameters import (
     NonEmpty,
     NonNegativeSeconds,
     PositiveSeconds,
+    absent_as,
 )
 from flows.runs import flow
 from tasks.progress import step
@@ -96,7 +98,7 @@ def simulate(
     cluster: NonEmpty,
     trace: NonEmpty,
     config_namespace: NamespaceName = SYSTEM_NAMESPACE,
-    policies: list[PolicyName] | None = None,
+    policies: Annotated[Sequence[PolicyName], absent_as(POLICIES)] = POLICIES,
     compression: PositiveFactor = 1.0,
     rate_scale: PositiveFactor = 1.0,
     start_s: NonNegativeSeconds = 0.0,
@@ -104,7 +106,7 @@ def simulate(
     wave_floor: ShareOfPeak = 1.0,
     wave_period_s: PositiveSeconds | None = None,
     bursty: BurstyName | None = None,
-    model_shares: dict[str, float] | None = None,
+    model_shares: Annotated[Mapping[str, float], absent_as({})] = {},
     interval_s: PositiveSeconds = SIMULATE_INTERVAL_S,
     startup_delay_s: NonNegativeSeconds = SIMULATE_STARTUP_DELAY_S,
     kv_tokens_per_slot: Annotated[int, Field(ge=1)] = 2048,
@@ -126,7 +128,7 @@ def simulate(
         trace: CSV with a timestamp, prompt tokens and output tokens per request (the Azure LLM trace format reads as is).
         config_namespace: Namespace of the WVA ConfigMaps (costs, service classes, saturation, inventory).
         policies: Policies to compare (modelplane, saturation-only, wva-greedy, hpa, static-peak, oracle = the
-            clairvoyant schedule); empty = all.
+            clairvoyant schedule); every one by default (an empty list too).
         compression: Divide inter-arrival times by this (2 = the trace replayed twice as fast).
         rate_scale: Multiply the number of requests (below 1 thins, above 1 adds jittered copies).
         start_s: Start of the trace slice, seconds after the first request.
@@ -161,7 +163,7 @@ def simulate(
         seed: Seed of every random draw (model split, rate scaling): same inputs, same results.
         output_dir: Directory for summary.json, the PNG plots and report.html.
     """
-    policies = policies or list(POLICIES)
+    policies = list(policies or POLICIES)
     logger = run_logger()
     shape = {
         "start_s": start_s,
@@ -178,7 +180,7 @@ def simulate(
         cluster,
         trace,
         config_namespace,
-        model_shares,
+        dict(model_shares or {}),
         shape,
         config,
         kv_tokens_per_slot=kv_tokens_per_slot,

@@ -45,6 +45,7 @@ from flows.parameters import (
     NonEmpty,
     PositiveSeconds,
     PromDuration,
+    Setting,
 )
 from flows.runs import flow
 from flows.simulate import SloAttainment
@@ -115,7 +116,7 @@ def tune(
     duration_s: PositiveSeconds | None = None,
     dry_run: bool = False,
     seed: int = 0,
-    prometheus_url: str | None = None,
+    prometheus_url: Setting = "",
     window: PromDuration = DEFAULT_WINDOW,
 ) -> TuneReport:
     """Choose per model the cheapest setting that meets its SLO attainment target on the window's traffic.
@@ -131,8 +132,8 @@ def tune(
         dry_run: Replay and choose, write nothing.
         seed: Seed of the replay's random draws (the model split of the log, the rebuilt arrivals): same inputs,
             same choice.
-        prometheus_url: Prometheus base URL to rebuild the traffic from when no request log is given; defaults
-            to $PROMETHEUS_URL.
+        prometheus_url: Prometheus base URL to rebuild the traffic from when no request log is given; empty
+            = $PROMETHEUS_URL.
         window: How much recent traffic to rebuild from Prometheus, a duration such as 24h or 90m.
     """
     logger = run_logger()

@@ -42,9 +42,11 @@ from flows.parameters import (
     MAX_FILL_ATTEMPTS,
     ClusterTarget,
     ImageRef,
-    NamespaceName,
+    Namespaces,
     NonNegativeSeconds,
-    ObjectName,
+    ObjectNames,
+    OptionalNamespace,
+    Setting,
 )
 from flows.reconcile import Report, Table, conclude, reconcile_each, tally
 from flows.runs import flow
@@ -106,11 +108,11 @@ class WarmReport(Report[CacheRow]):
 
 @flow(name="warm-caches", timeout_seconds=DEFAULT_INTERVAL_S - 60, log_prints=True)
 def warm_caches(
-    namespaces: list[NamespaceName] | None = None,
-    cluster: ClusterTarget = None,
+    namespaces: Namespaces = (),
+    cluster: ClusterTarget = "",
     image: ImageRef = DEFAULT_IMAGE,
-    image_pull_secrets: list[ObjectName] | None = None,
-    openmodel_namespace: NamespaceName | None = None,
+    image_pull_secrets: ObjectNames = (),
+    openmodel_namespace: OptionalNamespace = "",
     include_consumers: bool = True,
     gc_unused_after: timedelta | None = None,
     max_fill_attempts: Annotated[int, Field(ge=1)] = MAX_FILL_ATTEMPTS,
@@ -118,7 +120,7 @@ def warm_caches(
     job_backoff_limit: Annotated[int, Field(ge=0)] = 2,
     job_ttl_s: Annotated[int, Field(ge=0)] = 3600,
     headroom_percent: Annotated[float, Field(ge=0)] = 10.0,
-    pushgateway_url: str | None = None,
+    pushgateway_url: Setting = "",
 ) -> WarmReport:
     """One reconcile pass over every ModelCache and every cache a consumer needs.
 
@@ -147,7 +149,7 @@ def warm_caches(
 
     world = read_world(conn, namespaces or None)  # the pass's one read: every later step works from it
     if include_consumers:
-        requests, problems = cache_requests(world, openmodel_namespace, namespaces or [])
+        requests, problems = cache_requests(world, openmodel_namespace, list(namespaces or ()))
         report.problems += [f"{p.consumer}: {p.field}: {p.message}" for p in problems]
         ensured = ensure_consumer_caches(conn, requests, quote(world.caches))
         report.ensured, world = ensured.ensured, replace(world, caches=ensured.caches)

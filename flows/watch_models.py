@@ -27,7 +27,7 @@ from pydantic import Field
 from engine.api.kthena import API_VERSION as KTHENA_API_VERSION
 from engine.api.registry import MODEL
 from engine.changes import UnobservedChange, new_changes
-from flows.parameters import MAX_WATCH_S, WATCH_SECONDS, ClusterTarget, NamespaceName
+from flows.parameters import MAX_WATCH_S, WATCH_SECONDS, ClusterTarget, Namespaces
 from flows.runs import flow
 from tasks.clients.cluster import connect
 from tasks.clients.events import Subject, emit_change
@@ -62,9 +62,9 @@ class WatchReport:
 
 @flow(name="watch-models", timeout_seconds=DEFAULT_INTERVAL_S - 5, log_prints=True)
 def watch_models(
-    namespaces: list[NamespaceName] | None = None,
+    namespaces: Namespaces = (),
     watch_seconds: Annotated[float, Field(gt=0, le=MAX_WATCH_S)] = WATCH_SECONDS,
-    cluster: ClusterTarget = None,
+    cluster: ClusterTarget = "",
 ) -> WatchReport:
     """Watch the Kthena Models and announce each spec change rollout-models has not rolled out yet.
 

@@ -123,21 +123,36 @@ def invoke_env(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[s
     return subprocess.CompletedProcess(list(args), result.exit_code, result.stdout, result.stderr)
 
 
-def test_a_degraded_flow_result_is_a_completed_state_named_degraded_with_the_reasons() -> None:
-    """A degraded result is a ``Degraded`` state; an untracked run (tasks/tracking.py) has no run state and gets
-    the report itself, whose ``degraded`` list gives the command its exit code."""
+def test_a_degraded_flow_result_is_a_failed_state_named_degraded_with_the_reasons() -> None:
+    """A degraded result whose caller takes it from an exception (the CLI's tracked run; a deployment's run) is a
+    ``Failed`` state named ``Degraded`` (the UI colours by type: a Completed one was green like a clean run),
+    its data the report inside a :class:`DegradedRun`; a flow called from Python gets a ``Completed`` named
+    ``Degraded`` holding the report; an untracked run (tasks/tracking.py) has no run state and gets the report
+    itself, whose ``degraded`` list gives the command its exit code."""
+    import pickle
+
     from prefect.states import State
 
-    from flows.exitcodes import DEGRADED_STATE, MAX_STATE_REASONS, flow_result
+    from flows.exitcodes import DEGRADED_STATE, MAX_STATE_REASONS, DegradedRun, degraded_raises, flow_result
     from tasks.tracking import untracked_run
 
-    report = object()
+    report = {"rows": 3}
     reasons = [f"ns/model-{i}: MetricsUnavailable" for i in range(MAX_STATE_REASONS + 3)]
     with untracked_run():
         assert flow_result(report, reasons) is report
     assert flow_result(report, []) is report
-    state = flow_result(report, reasons)
-    assert isinstance(state, State) and state.is_completed() and state.name == DEGRADED_STATE
+    called = flow_result(report, reasons)
+    assert isinstance(called, State) and called.is_completed() and called.name == DEGRADED_STATE
+    assert called.data is report
+    with degraded_raises():
+        state = flow_result(report, reasons)
+        assert flow_result(report, []) is report
+    assert isinstance(state, State) and state.is_failed() and not state.is_completed()
+    assert state.name == DEGRADED_STATE and state.type.value == "FAILED"
+    assert state.message == called.message
     assert state.message.startswith(f"DEGRADED ({len(reasons)}): ns/model-0: MetricsUnavailable;")
     assert state.message.endswith("; and 3 more") and "\n" not in state.message
-    assert state.data is report
+    assert isinstance(state.data, DegradedRun) and state.data.report is report and state.data.degraded == reasons
+    assert str(state.data) == state.message
+    stored = pickle.loads(pickle.dumps(state.data))  # a state's data is persisted as a result
+    assert stored.report == report and stored.degraded == reasons

@@ -98,7 +98,7 @@ def calibrate_from_benchmarks(
         from flows.calibrate import apply_profile
 
         with cli_errors():
-            report = apply_profile(fit, targets, cluster, dry_run)
+            report = apply_profile(fit, targets, cluster or "", dry_run)
         problems += [f"{r.namespace}/{r.name}: {r.error}" for r in report.rows if r.error]
         if as_json:
             sys.stdout.write(json.dumps(report.as_json(), indent=2, default=str) + "\n")

@@ -28,9 +28,11 @@ from rich.table import Table
 from flows.cli.options import ModelplaneCommand
 from flows.exitcodes import (
     CannotRun,
+    DegradedRun,
     ExitCode,
     OneLineErrorGroup,
     cli_errors,
+    degraded_raises,
     exit_code,
     one_line,
     quiet_expected_failures,
@@ -258,7 +260,8 @@ def run_tracked(
     flow: Any, parameters: dict[str, Any], expected: tuple[type[Exception], ...], announce_as: str | None
 ) -> Any:
     """The flow as a Prefect flow run (a temporary API when none is configured), announced as ``announce_as``
-    (when not yet) once its parameters passed; Prefect's parameter error becomes :class:`flows.runs.ParameterError`."""
+    (when not yet) once its parameters passed; Prefect's parameter error becomes :class:`flows.runs.ParameterError`;
+    a degraded run (:class:`flows.exitcodes.DegradedRun`) gives its report, as an untracked one does."""
     from prefect.exceptions import ParameterTypeError
     from prefect.logging.loggers import disable_logger
 
@@ -275,8 +278,11 @@ def run_tracked(
                     raise ParameterError(str(exc)) from None
             if announce_as:
                 announce(announce_as, parameters, tracked=True)
-            with shown_progress():
-                return prefect_flow(**parameters)
+            with shown_progress(), degraded_raises():
+                try:
+                    return prefect_flow(**parameters)
+                except DegradedRun as degraded:  # the run's state is Failed named Degraded: the report exits 3
+                    return degraded.report
     finally:
         send_queued_events_and_logs()
 

@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from flows.deployments import PROCESS_POOL, deployment_entries, load_prefect_yaml
+from flows.exitcodes import DEGRADED_STATE
 from tests.flows.platform_support import LOCAL_RUN_PARAMETERS
 from tests.flows.prefect_server import PrefectServer
 from tests.waiting import wait_for
@@ -23,6 +24,12 @@ REPO = pathlib.Path(__file__).resolve().parents[2]
 ENTRIES = deployment_entries()
 IDS = [e["name"] for e in ENTRIES]
 TERMINAL = {"COMPLETED", "FAILED", "CRASHED", "CANCELLED"}
+
+
+def outcome(state: dict[str, Any]) -> str:
+    """A finished run's state type, with a degraded run (``Failed`` named Degraded: it ran, and said what it could
+    not; test_platform_runs.py checks that state) read as COMPLETED: what these tests ask of a run is that it ran."""
+    return "COMPLETED" if state.get("name") == DEGRADED_STATE else state["type"]
 
 
 def deploy_on_process_pool(server: PrefectServer) -> None:

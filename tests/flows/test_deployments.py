@@ -7,6 +7,7 @@ Kubernetes work pool with job variables its template defines. Served deployments
 from __future__ import annotations
 
 import asyncio
+import collections.abc
 import inspect
 import json
 import pathlib
@@ -20,6 +21,7 @@ import jsonschema
 import pytest
 from prefect.utilities.callables import parameter_schema
 
+from engine.simulate.policies import POLICIES
 from flows.deployments import (
     KUBERNETES_POOL,
     PREFECT_YAML,
@@ -188,6 +190,43 @@ def test_every_parameter_is_typed_and_described(entry: dict[str, Any]) -> None:
     assert not repeated, f"{entry['name']}: parameters equal to the flow's default, drop them: {sorted(repeated)}"
 
 
+NO_DEFAULT = {
+    "simulate": {"duration_s", "wave_period_s", "bursty", "hpa_metric", "hpa_target", "slo_attainment"},
+    "tune": {"trace", "slo_attainment", "duration_s"},
+    "warm-caches": {"gc_unused_after"},
+}
+"""Parameters whose absence has no value of their type to stand for it (to the end of the trace, what each
+VariantAutoscaling says, never): they stay optional (``X | None``), the only ones the run form shows with a
+None choice."""
+
+
+@pytest.mark.parametrize("entry", ENTRIES, ids=IDS)
+def test_a_parameter_with_a_default_is_a_plain_field_holding_it(entry: dict[str, Any]) -> None:
+    """The UI's run form shows a parameter whose schema allows null as a str/None toggle ('Property is type
+    "None"'); a parameter whose absence means something (all namespaces, the environment's URL, every policy)
+    has that meaning's value as its default instead, one type, no null."""
+    for name, prop in schema_of(entry)["properties"].items():
+        nullable = any(branch.get("type") == "null" for branch in prop.get("anyOf", []))
+        if name in NO_DEFAULT.get(entry["name"], ()):
+            assert nullable and prop["default"] is None, f"{entry['name']}.{name}"
+            continue
+        assert not nullable, f"{entry['name']}.{name}: give it its real default, not None: {prop}"
+        assert prop.get("default", "required") is not None, f"{entry['name']}.{name}"
+
+
+def test_a_default_reads_none_as_itself() -> None:
+    """A caller passing None (a CLI option left out) gets the parameter's default: the same run as before."""
+    from flows.optimize import optimize
+    from flows.runs import validate_parameters
+    from flows.simulate import simulate
+
+    got = validate_parameters(optimize, {"namespaces": None, "cluster": None, "rate_window": None})
+    assert got["namespaces"] == () and got["cluster"] == "" and got["rate_window"] == ""
+    assert got["prometheus_url"] == "" and got["pushgateway_url"] == ""
+    got = validate_parameters(simulate, {"cluster": "c", "trace": "t", "policies": None, "model_shares": None})
+    assert list(got["policies"]) == [*POLICIES] and got["model_shares"] == {}
+
+
 @pytest.mark.parametrize(
     "entry", [e for e in ENTRIES if e.get("schedules")], ids=[e["name"] for e in ENTRIES if e.get("schedules")]
 )
@@ -276,8 +315,9 @@ def test_served_deployments_register_under_their_own_names(
     assert properties["dry_run"]["default"] is False
     # the constraints the UI form and the API enforce are in the schema Prefect stores
     window = properties["rate_window"]
-    patterns = [window.get("pattern")] + [alt.get("pattern") for alt in window.get("anyOf", [])]
-    assert PROMETHEUS_DURATION_PATTERN in patterns
+    assert window["type"] == "string" and window["default"] == ""  # empty: $PROMETHEUS_RATE_WINDOW, else 1m
+    assert re.fullmatch(window["pattern"], "30s") and re.fullmatch(window["pattern"], "")
+    assert PROMETHEUS_DURATION_PATTERN in window["pattern"] and not re.fullmatch(window["pattern"], "abc")
     assert properties["solver_time_limit_s"].get("exclusiveMinimum") == 0
     assert properties["status_heartbeat_s"].get("minimum") == 0
 
@@ -426,7 +466,7 @@ def signature_rules(annotation: Any, wrap: Callable[[Any], Any] = lambda v: v) -
         return rules
     if origin in (typing.Union, types.UnionType):
         return [rule for arg in args if arg is not type(None) for rule in signature_rules(arg, wrap)]
-    if origin is list:
+    if origin in (list, collections.abc.Sequence):
         return signature_rules(args[0], lambda v: wrap([v]))
     if origin is typing.Literal:
         return [(f"one of {args}", wrap("not-one-of-the-choices"))]

@@ -182,9 +182,20 @@ def test_namespace_selector_scopes_the_cycle(
     assert both.rows == []
 
 
+TABLE_TEXT_WIDTH = 100
+"""Characters a table artifact's widest row may take (each column as wide as its widest cell or header): what the
+Prefect UI's artifact pane shows without a horizontal scroll at a laptop's width."""
+
+
+def text_width(table: list[dict[str, Any]]) -> int:
+    """The characters of a table's widest row, each column as wide as its widest cell (or its header)."""
+    return sum(max(len(str(column)), *(len(str(row[column])) for row in table)) for column in table[0])
+
+
 def test_each_run_publishes_an_allocation_table_artifact(
     prefect_harness: None, example_cluster: pathlib.Path, example_metrics: pathlib.Path
 ) -> None:
+    """Two table artifacts per run, each fitting the UI's pane: what every variant gets and why."""
     import asyncio
 
     from prefect.client.orchestration import get_client
@@ -193,14 +204,12 @@ def test_each_run_publishes_an_allocation_table_artifact(
     state = optimize(cluster=str(example_cluster), metrics_file=str(example_metrics), return_state=True)
     flow_run_id = state.state_details.flow_run_id
 
-    async def artifacts() -> list:
+    async def artifacts(key: str) -> list:
         async with get_client() as client:
-            found = await client.read_artifacts(
-                artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=["optimize-allocation"]))
-            )
+            found = await client.read_artifacts(artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=[key])))
             return [a for a in found if a.flow_run_id == flow_run_id]
 
-    (artifact,) = asyncio.run(artifacts())
+    (artifact,) = asyncio.run(artifacts("optimize-allocation"))
     assert artifact.type == "table" and "4 variants" in artifact.description
     table = json.loads(artifact.data) if isinstance(artifact.data, str) else artifact.data
     assert {row["variant"] for row in table} >= {
@@ -209,7 +218,15 @@ def test_each_run_publishes_an_allocation_table_artifact(
         "granite-13b-a100",
         "granite-13b-l40s",
     }
-    assert set(table[0]) == {"namespace", "variant", "model", "accelerator", "current", "desired", "cost", "reason"}
+    assert set(table[0]) == {"namespace", "variant", "accelerator", "replicas", "cost/h"}
+    h100 = next(row for row in table if row["variant"] == "llama-3-1-8b-h100")
+    assert h100["replicas"] == "1 → 3" and h100["cost/h"] == "225.00", h100
+    (why,) = asyncio.run(artifacts("optimize-reasons"))
+    reasons = json.loads(why.data) if isinstance(why.data, str) else why.data
+    assert set(reasons[0]) == {"variant", "model", "reason"} and len(reasons) == len(table)
+    assert {row["model"] for row in reasons} >= {"ibm/granite-13b", "meta/llama-3.1-8b"}
+    for rows in (table, reasons):
+        assert text_width(rows) <= TABLE_TEXT_WIDTH, rows
 
 
 def test_scale_down_window_state_lives_on_the_resource(

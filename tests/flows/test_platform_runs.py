@@ -1,7 +1,7 @@
 """Run states, `cluster`, parameter rules and chained work against the real thing: `prefect server start`,
 `modelplane register-deployments --pool-type process` and a process worker (issue 19).
 
-- a degraded run (what exits 3 on the CLI) ends `Completed` named `Degraded` with the reasons as its message,
+- a degraded run (what exits 3 on the CLI) ends `Failed` named `Degraded` with the reasons as its message,
   emits `prefect.flow-run.Degraded`, and an automation matching that event fires;
 - `cluster=""` on a deployment run never writes under the worker's working directory (the checkout): with
   nothing configured the run fails with one line, with `MODELPLANE_CLUSTER` as a job variable it runs there;
@@ -29,7 +29,13 @@ from flows.deployments import deployment_entries
 from flows.exitcodes import DEGRADED_STATE
 from tasks.clients.cluster import LocalCluster
 from tasks.clients.events import Subject
-from tests.flows.platform_deployed import deploy_on_process_pool, example_cluster, run_when_idle, switch_automations
+from tests.flows.platform_deployed import (
+    deploy_on_process_pool,
+    example_cluster,
+    outcome,
+    run_when_idle,
+    switch_automations,
+)
 from tests.flows.platform_support import LOCAL_RUN_PARAMETERS
 from tests.flows.prefect_server import PrefectServer
 from tests.flows.test_deployments import BAD_VALUES, REQUIRED_SAMPLES
@@ -75,11 +81,12 @@ def run_deployment(
 
 
 @pytest.mark.parametrize("name", ["calibrate", "serve-openmodel"])
-def test_a_degraded_run_is_completed_named_degraded_with_its_reasons(
+def test_a_degraded_run_is_failed_named_degraded_with_its_reasons(
     platform: PrefectServer, name: str, tmp_path: pathlib.Path
 ) -> None:
     """calibrate with no metrics (every variant MetricsUnavailable) and serve-openmodel waiting for its cache:
-    the CLI exits 3 on both; the run's state says Degraded and why, and an automation can match it."""
+    the CLI exits 3 on both; the run's state says Degraded and why, of type Failed (the UI colours by type: red,
+    not the green of a clean run), and an automation can match it."""
     automation = platform.post(
         "/automations/",
         {
@@ -98,7 +105,7 @@ def test_a_degraded_run_is_completed_named_degraded_with_its_reasons(
     parameters = {"cluster": str(example_cluster(tmp_path)), **LOCAL_RUN_PARAMETERS.get(name, {})}
     final = run_deployment(platform, name, parameters)
     state = final["state"]
-    assert state["type"] == "COMPLETED" and state["name"] == DEGRADED_STATE, (state, platform.run_logs(final["id"]))
+    assert state["type"] == "FAILED" and state["name"] == DEGRADED_STATE, (state, platform.run_logs(final["id"]))
     assert state["message"].startswith("DEGRADED (")
     expected = "MetricsUnavailable" if name == "calibrate" else "WaitingForCache"
     assert expected in state["message"], state["message"]
@@ -168,7 +175,7 @@ def test_empty_cluster_never_writes_under_the_working_directory(
     assert "no cluster configured" in logs and "MODELPLANE_CLUSTER" in logs, logs[-3000:]
     cluster = example_cluster(tmp_path)
     configured = run_deployment(platform, "optimize", parameters, {"env": {"MODELPLANE_CLUSTER": str(cluster)}})
-    assert configured["state"]["type"] == "COMPLETED", platform.run_logs(configured["id"])
+    assert outcome(configured["state"]) == "COMPLETED", platform.run_logs(configured["id"])
     assert (cluster / ".modelplane-state.json").exists(), "the run wrote its status into MODELPLANE_CLUSTER"
     assert checkout_changes() == before, "a run wrote under the worker's working directory"
     assert not (REPO / ".modelplane-state.json").exists() and not (REPO / ".modelplane-events.yaml").exists()
@@ -366,7 +373,7 @@ def test_chained_events_across_namespaces_reconcile_everything_and_cancel_nothin
         switch_automations(platform, others, enabled=True)
         for name in chained:
             platform.patch(f"/deployments/{ids[name]}", {"parameters": ENTRIES[name].get("parameters") or {}})
-    states = {name: sorted(r["state"]["type"] for r in rs) for name, rs in runs.items()}
+    states = {name: sorted(outcome(r["state"]) for r in rs) for name, rs in runs.items()}
     assert all(state == "COMPLETED" for s in states.values() for state in s), states
     covered = {
         name: sorted({ns for r in rs for ns in r["parameters"].get("namespaces") or []}) for name, rs in runs.items()

@@ -12,6 +12,7 @@ import pathlib
 import shutil
 import subprocess
 import sys
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -24,6 +25,7 @@ from tests.flows.platform_deployed import (
     REPO,
     example_cluster,
     local_parameters,
+    outcome,
     platform,  # noqa: F401  (the module's deployed platform)
 )
 from tests.flows.prefect_server import PrefectServer
@@ -66,18 +68,13 @@ def test_server_rejects_parameters_outside_the_schema(platform: PrefectServer) -
         assert list(bad)[0] in response.text
 
 
-def test_ui_run_form_shows_every_parameter_with_its_description(
-    platform: PrefectServer, tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """Debian's chromium, headless, opens the optimize deployment's run form in the Prefect UI of this server
-    (screenshot: <tmp_path>/optimize-run-form.png)."""
+@pytest.fixture
+def browser(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
+    """Debian's chromium, headless, through Debian's chromedriver (selenium), at a laptop's window width."""
     monkeypatch.setenv("SE_OFFLINE", "true")  # selenium must not look for a driver online: Debian's chromedriver
     from selenium import webdriver
     from selenium.webdriver.chrome.service import Service
-    from selenium.webdriver.common.by import By
 
-    stored = platform.deployment(next(e for e in ENTRIES if e["name"] == "optimize"))
-    properties = stored["parameter_openapi_schema"]["properties"]
     options = webdriver.ChromeOptions()
     options.binary_location = shutil.which("chromium") or "/usr/bin/chromium"
     for flag in (
@@ -86,34 +83,132 @@ def test_ui_run_form_shows_every_parameter_with_its_description(
         "--disable-dev-shm-usage",
         "--disable-background-networking",
         "--disable-component-update",
-        "--window-size=1400,4000",
+        f"--window-size={WINDOW_WIDTH},4000",
     ):
         options.add_argument(flag)
     driver = webdriver.Chrome(service=Service(shutil.which("chromedriver") or "/usr/bin/chromedriver"), options=options)
+    driver.set_page_load_timeout(60)
     try:
-        driver.set_page_load_timeout(60)
-        driver.get(f"{platform.url}/deployments/deployment/{stored['id']}/run")
-
-        def page_text() -> str:
-            return driver.find_element(By.TAG_NAME, "body").text
-
-        def form_complete() -> bool:
-            text = page_text()
-            return all(
-                name in text and " ".join(prop["description"].split()[:6]) in " ".join(text.split())
-                for name, prop in properties.items()
-            )
-
-        try:
-            wait_for(form_complete, 60, "every parameter and its description on the run form")
-        finally:
-            driver.save_screenshot(str(tmp_path / "optimize-run-form.png"))
-        text = " ".join(page_text().split())
-        for name, prop in properties.items():
-            assert name in text
-            assert " ".join(prop["description"].split()) in text, name
+        yield driver
     finally:
         driver.quit()
+
+
+WINDOW_WIDTH = 1400
+"""The browser window's width in the UI tests (a laptop's screen)."""
+
+
+def page_text(driver: Any) -> str:
+    """The visible text of the page, whitespace folded."""
+    from selenium.webdriver.common.by import By
+
+    return " ".join(driver.find_element(By.TAG_NAME, "body").text.split())
+
+
+def open_page(driver: Any, url: str, ready: Callable[[], bool], what: str, screenshot: pathlib.Path) -> None:
+    """Open ``url`` and wait until ``ready``; the page is saved as ``screenshot`` whatever happens."""
+    driver.get(url)
+    try:
+        wait_for(ready, 60, what)
+    finally:
+        driver.save_screenshot(str(screenshot))
+
+
+def test_ui_run_form_shows_every_parameter_with_its_description(
+    platform: PrefectServer, tmp_path: pathlib.Path, browser: Any
+) -> None:
+    """The optimize deployment's run form in the Prefect UI of this server (screenshot:
+    <tmp_path>/optimize-run-form.png): every parameter with its description, and a parameter with a default is a
+    plain field holding it, not a str/None toggle ('Property is type "None"')."""
+    stored = platform.deployment(next(e for e in ENTRIES if e["name"] == "optimize"))
+    properties = stored["parameter_openapi_schema"]["properties"]
+
+    def form_complete() -> bool:
+        text = page_text(browser)
+        return all(
+            name in text and " ".join(prop["description"].split()[:6]) in text for name, prop in properties.items()
+        )
+
+    url = f"{platform.url}/deployments/deployment/{stored['id']}/run"
+    open_page(browser, url, form_complete, "every parameter on the run form", tmp_path / "optimize-run-form.png")
+    text = page_text(browser)
+    for name, prop in properties.items():
+        assert name in text
+        assert " ".join(prop["description"].split()) in text, name
+    fields = browser.execute_script(
+        "return Array.from(document.querySelectorAll('.schema-form-property'))"
+        ".map(e => [e.querySelector('.schema-form-property__header')?.innerText ?? '', e.innerText])"
+    )
+    assert len(fields) >= len(properties), fields
+    toggles = [header for header, body in fields if 'Property is type "None"' in body or "\nNone\n" in f"\n{body}\n"]
+    assert not toggles, f"parameters with a default shown as a str/None toggle: {toggles}"
+    assert 'Property is type "None"' not in text
+
+
+def test_ui_shows_the_simulate_report_and_the_allocation_tables_whole(
+    platform: PrefectServer, tmp_path: pathlib.Path, browser: Any
+) -> None:
+    """The artifacts a tracked simulate and optimize publish, in the UI (screenshots: <tmp_path>/simulate-report.png,
+    <tmp_path>/optimize-allocation.png, <tmp_path>/optimize-reasons.png): the simulate report shows its settings
+    as a table of readable values and its plots inline (nothing only on the run's pod); each optimize table fits the
+    pane without a horizontal scroll."""
+    cluster = example_cluster(tmp_path)
+    trace = REPO / "deployments" / "traces" / "azure-conv-2023-20min.csv"
+    for command in (
+        ["simulate-policies", "--cluster", str(cluster), "--trace", str(trace), "--duration", "120"]
+        + ["-p", "modelplane", "-p", "static-peak", "--no-frontier", "--output", str(tmp_path / "report")],
+        ["optimize-allocation", "--cluster", str(cluster), "--dry-run"]
+        + ["--metrics-file", str(REPO / "deployments" / "example-metrics.yaml")],
+    ):
+        result = subprocess.run(
+            [sys.executable, "-m", "flows.cli", *command], cwd=REPO, env=platform.env, capture_output=True, text=True
+        )
+        assert result.returncode == 0, result.stdout + result.stderr
+    shutil.rmtree(tmp_path / "report")  # the run's pod is gone: the artifact must not need its files
+
+    def artifact_url(key: str) -> str:
+        (artifact,) = platform.post("/artifacts/filter", {"artifacts": {"key": {"any_": [key]}}, "limit": 1})
+        return f"{platform.url}/artifacts/artifact/{artifact['id']}"
+
+    def settings_table() -> list[list[str]]:
+        return browser.execute_script(
+            "const t = Array.from(document.querySelectorAll('table')).find("
+            "  t => t.querySelector('th')?.innerText.trim() === 'setting');"
+            "return t ? Array.from(t.querySelectorAll('tr')).map("
+            "  r => Array.from(r.querySelectorAll('th,td')).map(c => c.innerText.trim())) : [];"
+        )
+
+    open_page(
+        browser,
+        artifact_url("simulate-report"),
+        lambda: bool(settings_table()),
+        "the simulate report's settings table",
+        tmp_path / "simulate-report.png",
+    )
+    rows = dict(row for row in settings_table() if len(row) == 2)
+    assert rows.get("setting") == "value" and "None" not in rows.values(), rows
+    assert rows.get("trace") == trace.name and rows.get("wave_floor") == "1.0" and rows.get("start") == "static", rows
+    plots = browser.execute_script(
+        "return Array.from(document.images).filter(i => i.src.startsWith('data:image/png') && i.naturalWidth > 0).length"
+    )
+    assert plots >= 3, "the report's plots are in the artifact itself"
+
+    overflowing = (
+        "const table = document.querySelector('table'); if (!table) return null;"
+        "const wide = []; for (let e = table; e && e !== document.body; e = e.parentElement)"
+        "  if (e.scrollWidth > e.clientWidth + 1 && getComputedStyle(e).overflowX !== 'visible') wide.push(e.className);"
+        "return {right: table.getBoundingClientRect().right, width: window.innerWidth, scrolled: wide};"
+    )
+    for key in ("optimize-allocation", "optimize-reasons"):
+        open_page(
+            browser,
+            artifact_url(key),
+            lambda: "granite-13b-a100" in page_text(browser),
+            f"the {key} table",
+            tmp_path / f"{key}.png",
+        )
+        fit = browser.execute_script(overflowing)
+        assert fit and fit["right"] <= fit["width"] and not fit["scrolled"], (key, fit)
 
 
 def test_served_deployments_run_beside_the_pool_without_colliding(
@@ -130,7 +225,7 @@ def test_served_deployments_run_beside_the_pool_without_colliding(
     assert platform.deployment(entry)["work_pool_name"] == PROCESS_POOL
     run = platform.create_run(served["id"], local_parameters(entry, example_cluster(tmp_path)))
     final = platform.wait_for_run(run["id"])
-    assert final["state"]["type"] == "COMPLETED", platform.run_logs(run["id"])
+    assert outcome(final["state"]) == "COMPLETED", platform.run_logs(run["id"])
     assert run["id"] in platform.log("serve") or final["work_pool_name"] is None
 
 
