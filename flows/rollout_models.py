@@ -112,7 +112,9 @@ def rollout_models(
             announce(outcome)
         return outcome
 
-    models = [m for m in list_models(conn, list(namespaces or ()) or None) if not names or m["metadata"]["name"] in names]
+    models = [
+        m for m in list_models(conn, list(namespaces or ()) or None) if not names or m["metadata"]["name"] in names
+    ]
     # e.g. the status write itself failed: reported as the Model's outcome, the others go on (one at a time)
     report = RolloutReport(
         *reconcile_each(conn, models, reconcile, failure_reason="RolloutFailed", failed_row=failed_outcome, workers=1)
