@@ -57,12 +57,14 @@ def binding(i: int, namespace: str) -> dict[str, Any]:
     }
 
 
-POLICY = {
-    "apiVersion": "registry.volcano.sh/v1alpha1",
-    "kind": "AutoscalingPolicy",
-    "metadata": {"name": "queue-depth"},
-    "spec": {"metrics": [{"metricName": "vllm:num_requests_waiting", "targetValue": 5}]},
-}
+def policy(namespace: str) -> dict[str, Any]:
+    """The AutoscalingPolicy every binding uses: five waiting requests per pod."""
+    return {
+        "apiVersion": "registry.volcano.sh/v1alpha1",
+        "kind": "AutoscalingPolicy",
+        "metadata": {"name": "queue-depth", "namespace": namespace},
+        "spec": {"metrics": [{"metricName": "vllm:num_requests_waiting", "targetValue": 5}]},
+    }
 
 
 @pytest.fixture()
@@ -93,7 +95,7 @@ def test_one_optimize_cycle_lists_each_kind_once_and_gets_nothing_after_its_writ
     config_namespace = f"{kube_namespace}-cfg"
     kube_server.create_namespace(config_namespace)
     populate(cluster, kube_namespace, config_namespace, models=MODELS)
-    cluster.create({**POLICY, "metadata": {**POLICY["metadata"], "namespace": kube_namespace}})
+    cluster.create(policy(kube_namespace))
 
     def one(i: int) -> None:
         cluster.create(binding_target(i, kube_namespace))
