@@ -26,7 +26,7 @@ IDS = [e["name"] for e in ENTRIES]
 TERMINAL = {"COMPLETED", "FAILED", "CRASHED", "CANCELLED"}
 
 
-def outcome(state: dict[str, Any]) -> str:
+def run_outcome(state: dict[str, Any]) -> str:
     """A finished run's state type, with a degraded run (``Failed`` named Degraded: it ran, and said what it could
     not; test_platform_runs.py checks that state) read as COMPLETED: what these tests ask of a run is that it ran."""
     return "COMPLETED" if state.get("name") == DEGRADED_STATE else state["type"]

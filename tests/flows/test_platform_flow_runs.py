@@ -30,8 +30,8 @@ from tests.flows.platform_deployed import (
     automations_of,
     example_cluster,
     local_parameters,
-    outcome,
     platform,  # noqa: F401  (the module's deployed platform)
+    run_outcome,
     run_when_idle,
     switch_automations,
     wait_until_idle,
@@ -104,7 +104,7 @@ def test_an_emitted_event_triggers_the_next_flow(
             assert subject.namespace in json.dumps(run["parameters"][name]), rendered
         if "'modelplane.name'" in json.dumps(template):
             assert subject.name in json.dumps(run["parameters"][name]), rendered
-    assert outcome(final["state"]) == "COMPLETED", platform.run_logs(run["id"])
+    assert run_outcome(final["state"]) == "COMPLETED", platform.run_logs(run["id"])
     if entry["name"] == "optimize":
         assert_optimize_events(platform, run["id"])
 
@@ -144,7 +144,7 @@ def test_a_run_of_each_untriggered_flow_completes_on_a_local_cluster(
     example cluster (the triggered flows' runs complete in the trigger tests above)."""
     stored = quiet_platform.deployment(entry)
     final = run_when_idle(quiet_platform, stored["id"], local_parameters(entry, example_cluster(tmp_path)))
-    assert outcome(final["state"]) == "COMPLETED", quiet_platform.run_logs(final["id"])
+    assert run_outcome(final["state"]) == "COMPLETED", quiet_platform.run_logs(final["id"])
 
 
 def test_cancel_new_cancels_an_overlapping_run(quiet_platform: PrefectServer, tmp_path: pathlib.Path) -> None:
@@ -164,7 +164,7 @@ def test_cancel_new_cancels_an_overlapping_run(quiet_platform: PrefectServer, tm
     wait_for(lambda: active_slots(platform, entry) == 0, 120, f"{entry['name']}'s concurrency slot released")
     first = platform.create_run(stored["id"], parameters)
     second = platform.create_run(stored["id"], parameters)
-    states = {run["id"]: outcome(platform.wait_for_run(run["id"])["state"]) for run in (first, second)}
+    states = {run["id"]: run_outcome(platform.wait_for_run(run["id"])["state"]) for run in (first, second)}
     # Whichever the worker submits first takes the one slot; the other is cancelled, not queued.
     logs = {
         run_id: platform.run_logs(run_id) for run_id, state in states.items() if state not in ("CANCELLED", "COMPLETED")

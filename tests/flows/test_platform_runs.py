@@ -32,7 +32,7 @@ from tasks.clients.events import Subject
 from tests.flows.platform_deployed import (
     deploy_on_process_pool,
     example_cluster,
-    outcome,
+    run_outcome,
     run_when_idle,
     switch_automations,
 )
@@ -175,7 +175,7 @@ def test_empty_cluster_never_writes_under_the_working_directory(
     assert "no cluster configured" in logs and "MODELPLANE_CLUSTER" in logs, logs[-3000:]
     cluster = example_cluster(tmp_path)
     configured = run_deployment(platform, "optimize", parameters, {"env": {"MODELPLANE_CLUSTER": str(cluster)}})
-    assert outcome(configured["state"]) == "COMPLETED", platform.run_logs(configured["id"])
+    assert run_outcome(configured["state"]) == "COMPLETED", platform.run_logs(configured["id"])
     assert (cluster / ".modelplane-state.json").exists(), "the run wrote its status into MODELPLANE_CLUSTER"
     assert checkout_changes() == before, "a run wrote under the worker's working directory"
     assert not (REPO / ".modelplane-state.json").exists() and not (REPO / ".modelplane-events.yaml").exists()
@@ -373,7 +373,7 @@ def test_chained_events_across_namespaces_reconcile_everything_and_cancel_nothin
         switch_automations(platform, others, enabled=True)
         for name in chained:
             platform.patch(f"/deployments/{ids[name]}", {"parameters": ENTRIES[name].get("parameters") or {}})
-    states = {name: sorted(outcome(r["state"]) for r in rs) for name, rs in runs.items()}
+    states = {name: sorted(run_outcome(r["state"]) for r in rs) for name, rs in runs.items()}
     assert all(state == "COMPLETED" for s in states.values() for state in s), states
     covered = {
         name: sorted({ns for r in rs for ns in r["parameters"].get("namespaces") or []}) for name, rs in runs.items()

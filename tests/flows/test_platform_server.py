@@ -25,8 +25,8 @@ from tests.flows.platform_deployed import (
     REPO,
     example_cluster,
     local_parameters,
-    outcome,
     platform,  # noqa: F401  (the module's deployed platform)
+    run_outcome,
 )
 from tests.flows.prefect_server import PrefectServer
 from tests.waiting import wait_for
@@ -225,7 +225,7 @@ def test_served_deployments_run_beside_the_pool_without_colliding(
     assert platform.deployment(entry)["work_pool_name"] == PROCESS_POOL
     run = platform.create_run(served["id"], local_parameters(entry, example_cluster(tmp_path)))
     final = platform.wait_for_run(run["id"])
-    assert outcome(final["state"]) == "COMPLETED", platform.run_logs(run["id"])
+    assert run_outcome(final["state"]) == "COMPLETED", platform.run_logs(run["id"])
     assert run["id"] in platform.log("serve") or final["work_pool_name"] is None
 
 
