@@ -454,6 +454,16 @@ def setting_text(value: Any) -> str:
     return str(value).replace("|", "\\|")
 
 
+def markdown_table(rows: Sequence[dict[str, Any]]) -> list[str]:
+    """A markdown table of ``rows`` (dicts with the same keys), header first."""
+    header = list(rows[0])
+    return [
+        "| " + " | ".join(header) + " |",
+        "|" + "---|" * len(header),
+        *["| " + " | ".join(str(value) for value in row.values()) + " |" for row in rows],
+    ]
+
+
 def markdown_report(
     outcomes: Sequence[PolicyOutcome],
     paths: dict[str, pathlib.Path],
@@ -462,12 +472,21 @@ def markdown_report(
 ) -> str:
     """The Prefect artifact: settings, attainment ceiling, the comparison table and the plots inline."""
     rows = summary_table(outcomes, limits)
-    shown = [(key, setting_text(value)) for key, value in settings.items() if value is not None]
-    lines = ["# Policy comparison", "", "| setting | value |", "|---|---|", *[f"| {k} | {v} |" for k, v in shown], ""]
+    shown = {key: value for key, value in settings.items() if value is not None}
+    structured = [key for key, value in shown.items() if isinstance(value, (dict, list, tuple))]
+    lines = ["# Policy comparison", "", "| setting | value |", "|---|---|"]
+    lines += [f"| {key} | {setting_text(value)} |" for key, value in shown.items() if key not in structured]
+    # Lists and mappings below the table, as lines that wrap: the UI's table cells do not, and one would widen
+    # the table past the pane.
+    lines += ["", *[f"- {key}: {setting_text(shown[key])}" for key in structured], ""]
     if limits is not None:
         lines += [f"Attainment ceiling of the trace: {limits.ceiling['all']:.1%} ({CEILING_DEFINITION})", ""]
-    lines += ["| " + " | ".join(rows[0]) + " |", "|" + "---|" * len(rows[0])]
-    lines += ["| " + " | ".join(str(v) for v in row.values()) + " |" for row in rows]
+    per_model = [key for key in rows[0] if key.startswith("attainment ")]
+    overall = [{k: v for k, v in row.items() if k not in per_model} for row in rows]
+    by_model = [{"policy": row["policy"], **{k.removeprefix("attainment "): row[k] for k in per_model}} for row in rows]
+    lines += markdown_table(overall)  # two tables, each narrow enough for the UI's artifact pane
+    if per_model:
+        lines += ["", "SLO attainment by model:", "", *markdown_table(by_model)]
     lines += [
         "",
         ATTAINMENT_DEFINITION,

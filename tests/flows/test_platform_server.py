@@ -193,12 +193,15 @@ def test_ui_shows_the_simulate_report_and_the_allocation_tables_whole(
     )
     assert plots >= 3, "the report's plots are in the artifact itself"
 
-    overflowing = (
-        "const table = document.querySelector('table'); if (!table) return null;"
-        "const wide = []; for (let e = table; e && e !== document.body; e = e.parentElement)"
+    overflowing = (  # the widest of the page's tables, and what scrolls sideways around any of them
+        "const tables = Array.from(document.querySelectorAll('table')); if (!tables.length) return null;"
+        "const wide = []; for (const table of tables) for (let e = table; e && e !== document.body; e = e.parentElement)"
         "  if (e.scrollWidth > e.clientWidth + 1 && getComputedStyle(e).overflowX !== 'visible') wide.push(e.className);"
-        "return {right: table.getBoundingClientRect().right, width: window.innerWidth, scrolled: wide};"
+        "const right = Math.max(...tables.map(t => t.getBoundingClientRect().right));"
+        "return {tables: tables.length, right: right, width: window.innerWidth, scrolled: wide};"
     )
+    fit = browser.execute_script(overflowing)  # the settings, the comparison and the per-model attainment
+    assert fit and fit["tables"] >= 3 and fit["right"] <= fit["width"] and not fit["scrolled"], ("simulate", fit)
     for key in ("optimize-allocation", "optimize-reasons"):
         open_page(
             browser,
