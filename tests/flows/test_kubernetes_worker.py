@@ -143,7 +143,10 @@ def test_a_flow_run_executes_in_the_job_the_worker_creates(
     )
 
     artifacts = prefect.post("/artifacts/filter", {"artifacts": {"flow_run_id": {"any_": [run["id"]]}}})
-    assert [a["type"] for a in artifacts] == ["table"], artifacts
+    assert sorted((a["key"], a["type"]) for a in artifacts) == [
+        ("optimize-allocation", "table"),
+        ("optimize-reasons", "table"),
+    ], artifacts
 
     api = kube.api_client()
 
