@@ -36,7 +36,14 @@ def _documents(file: pathlib.Path) -> list[object]:
 
 
 def read_benchmark_files(paths: Iterable[str | pathlib.Path]) -> list[tuple[str, BenchmarkPoint]]:
-    """(format name, point) for every run in ``paths``, in file order."""
+    """(format name, point) for every run in ``paths``, in file order.
+
+    Args:
+        paths: Benchmark result files (YAML or JSON, one or more documents each) in any supported format.
+
+    Returns:
+        Each run as the name of the format it was read as and its :class:`BenchmarkPoint`, files in the given order.
+    """
     result: list[tuple[str, BenchmarkPoint]] = []
     for path in paths:
         file = pathlib.Path(path)

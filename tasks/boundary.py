@@ -67,13 +67,29 @@ class Accepted(Generic[M]):
 
 def accept(cluster: Cluster, objects: Iterable[Manifest]) -> list[Manifest]:
     """``objects`` without the Modelplane custom resources that do not parse; each of those is marked
-    (its failure status) and reported. Objects of other kinds pass unchanged."""
+    (its failure status) and reported. Objects of other kinds pass unchanged.
+
+    Args:
+        cluster: The cluster the objects were read from; invalid Modelplane objects get their failure status there.
+        objects: Manifests as one LIST returned them.
+
+    Returns:
+        The objects that parse (and every object of a kind that is not Modelplane's), in order.
+    """
     return [obj for obj, _ in accept_parsed(cluster, objects)]
 
 
 def accept_parsed(cluster: Cluster, objects: Iterable[Manifest]) -> list[tuple[Manifest, BaseModel | None]]:
     """As :func:`accept`, each object paired with its parsed API model (``None`` for kinds that are not
-    Modelplane's): the flows read specs from the typed model and write through the object as read."""
+    Modelplane's): the flows read specs from the typed model and write through the object as read.
+
+    Args:
+        cluster: The cluster the objects were read from; invalid Modelplane objects get their failure status there.
+        objects: Manifests as one LIST returned them.
+
+    Returns:
+        Each accepted object with its parsed API model (None for a kind that is not Modelplane's), in order.
+    """
     valid: list[tuple[Manifest, BaseModel | None]] = []
     record_unreadable(cluster)
     for obj in objects:
@@ -88,7 +104,15 @@ def accept_parsed(cluster: Cluster, objects: Iterable[Manifest]) -> list[tuple[M
 def accept_identity(cluster: Cluster, objects: Iterable[Manifest]) -> list[Manifest]:
     """``objects`` without those whose identity (name, namespace, labels, annotations) the API server would
     refuse, each of those reported (:func:`reject`); for a flow that validates the specs itself (rollout-models
-    and Kthena's own conditions) but must never build a path or an object from a hostile name."""
+    and Kthena's own conditions) but must never build a path or an object from a hostile name.
+
+    Args:
+        cluster: The cluster the objects were read from (rejections are recorded against it).
+        objects: Manifests as one LIST returned them.
+
+    Returns:
+        The objects whose identity is sound, in order; their specs are not checked.
+    """
     sound: list[Manifest] = []
     record_unreadable(cluster)
     for obj in objects:
@@ -101,12 +125,29 @@ def accept_identity(cluster: Cluster, objects: Iterable[Manifest]) -> list[Manif
 
 
 def accept_as(cluster: Cluster, objects: Iterable[Manifest], model: type[M]) -> list[Accepted[M]]:
-    """As :func:`accept` for objects of one Modelplane kind, each with its parsed ``model``."""
+    """As :func:`accept` for objects of one Modelplane kind, each with its parsed ``model``.
+
+    Args:
+        cluster: The cluster the objects were read from; invalid ones get their failure status there.
+        objects: Manifests of the kind ``model`` types, as one LIST returned them.
+        model: The API model class of the kind.
+
+    Returns:
+        Each object that parses as ``model``, paired with its parsed model.
+    """
     return [Accepted(obj, parsed) for obj, parsed in accept_parsed(cluster, objects) if isinstance(parsed, model)]
 
 
 def invalid_field(obj: Any) -> tuple[str, str] | None:
-    """``(field path, reason)`` when ``obj`` is a Modelplane kind whose spec does not parse, else None."""
+    """``(field path, reason)`` when ``obj`` is a Modelplane kind whose spec does not parse, else None.
+
+    Args:
+        obj: Any object, as a manifest or anything else a file held.
+
+    Returns:
+        The field path and reason of the first problem of a Modelplane object (or of an identity the API server would
+        refuse), else None.
+    """
     parsed = parse_resource(obj)
     return parsed if isinstance(parsed, tuple) else None
 
@@ -120,7 +161,16 @@ def parse_resource(obj: Any, *, schema_validated: bool = False) -> BaseModel | t
     rewrite): it is read tolerantly into the model (:func:`engine.api.validate.with_status`), the parts
     that do not parse left out with a warning, so one typed object carries metadata, spec and the
     previous status the engine decides from. ``schema_validated``: the object is as an API server stored it
-    (it validated it against the CRD's schema): one validator, pydantic, reads it."""
+    (it validated it against the CRD's schema): one validator, pydantic, reads it.
+
+    Args:
+        obj: The object as read (any value: a document of a file may be no mapping at all).
+        schema_validated: Whether an API server stored ``obj`` (and so validated it against the CRD's schema).
+
+    Returns:
+        The parsed API model with its status read tolerantly, ``(field path, reason)`` when the object is invalid, or
+        None for another kind whose identity is sound.
+    """
     try:
         if not isinstance(obj, dict) or kind_info(str(obj.get("apiVersion")), str(obj.get("kind"))) is None:
             check_identity(obj)  # another kind: only its identity is ours to check
@@ -135,7 +185,15 @@ def with_written_status(accepted: Accepted[M], written: Manifest) -> Accepted[M]
     """``accepted`` after a write of this pass returned ``written``: writes go through ``written`` and the
     model carries the status ``written`` holds, read tolerantly as the boundary reads a status (so the
     engine decides from the status as last written). Spec and metadata stay as parsed; the status and
-    annotation writes of a pass change neither the spec nor what the engine reads of the metadata."""
+    annotation writes of a pass change neither the spec nor what the engine reads of the metadata.
+
+    Args:
+        accepted: The object as the pass accepted it, with its parsed model.
+        written: The object a status or annotation write of this pass returned.
+
+    Returns:
+        ``accepted`` itself when ``written`` is its object, else ``written`` with the model's status re-read from it.
+    """
     if written is accepted.obj:
         return accepted
     return Accepted(written, cast(M, _read_status(accepted.model, written)))
@@ -164,7 +222,14 @@ def _mapping_at(obj: Manifest, key: str) -> dict[str, Any]:
 
 
 def reject(cluster: Cluster, obj: Manifest, field: str, reason: str) -> None:
-    """Write the failure status naming ``field`` (unless it already says so) and record the rejection."""
+    """Write the failure status naming ``field`` (unless it already says so) and record the rejection.
+
+    Args:
+        cluster: The cluster the object lives in (its failure status is written there unless its identity is unsound).
+        obj: The invalid object as read.
+        field: The path of the field that is invalid, e.g. ``spec.modelName``.
+        reason: Why the field is invalid.
+    """
     meta = _mapping_at(obj, "metadata")
     where = f"{meta.get('namespace')}/{meta.get('name')}" if meta.get("namespace") else str(meta.get("name"))
     message = f"{field}: {reason}"
@@ -185,7 +250,11 @@ def reject(cluster: Cluster, obj: Manifest, field: str, reason: str) -> None:
 def record_unreadable(cluster: Cluster) -> None:
     """Report every file or document of a local cluster that could not be read (invalid YAML, a duplicate key,
     a document that is no object: each with its file and line), so no flow that reads the folder treats it as
-    absent; once per run, however many kinds the flow lists."""
+    absent; once per run, however many kinds the flow lists.
+
+    Args:
+        cluster: The cluster the flow reads; only a local cluster (a folder) has unreadable files to report.
+    """
     if isinstance(cluster, LocalCluster):
         for error in cluster.load_errors:
             _record(f"{error.message}: left out, unreadable")
@@ -203,7 +272,16 @@ def _record(line: str) -> None:
 
 
 def failure_status(obj: Manifest, message: str) -> Manifest | None:
-    """The status to merge-patch, or None when the object already carries exactly this failure."""
+    """The status to merge-patch, or None when the object already carries exactly this failure.
+
+    Args:
+        obj: The invalid object as read.
+        message: The ``Ready`` condition's message: the field and reason.
+
+    Returns:
+        The status patch: a ``Ready=False`` condition with reason ``Invalid`` (and ``status: Failed`` for a kind with a
+        status phase); None when the object already carries it.
+    """
     info = kind_info(str(obj.get("apiVersion")), str(obj.get("kind")))
     has_phase = info is not None and info.has_status_phase()  # a status ``status`` enum: an invalid one is Failed
     current = _mapping_at(obj, "status")
@@ -236,7 +314,11 @@ def failure_status(obj: Manifest, message: str) -> Manifest | None:
 
 @contextmanager
 def collecting() -> Iterator[list[str]]:
-    """Collect the rejections made inside the block (and in the tasks it starts) into the list it yields."""
+    """Collect the rejections made inside the block (and in the tasks it starts) into the list it yields.
+
+    Yields:
+        The list that collects the rejection lines (one line each) recorded while the block runs.
+    """
     collector: list[str] = []
     token = _rejections.set(collector)
     try:
@@ -253,7 +335,11 @@ def start_run() -> None:
 
 def drain_rejections() -> list[str]:
     """The rejections the current run recorded since the last call (one line each), and forget them;
-    empty outside a collecting run."""
+    empty outside a collecting run.
+
+    Returns:
+        The rejection lines recorded since the last call, oldest first; empty outside :func:`collecting`.
+    """
     collector = _rejections.get()
     if collector is None:
         return []

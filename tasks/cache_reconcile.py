@@ -90,7 +90,16 @@ class PassSettings:
 def cache_requests(
     world: CacheWorld, openmodel_namespace: str | None, namespaces: list[str]
 ) -> tuple[list[CacheRequest], list[RequestProblem]]:
-    """Every cache a consumer needs (pure rules in ``engine.caches.requests``), in ``namespaces`` when limited."""
+    """Every cache a consumer needs (pure rules in ``engine.caches.requests``), in ``namespaces`` when limited.
+
+    Args:
+        world: What the pass read: templates, services, Kthena models, OpenModels.
+        openmodel_namespace: The namespace OpenModels' caches are requested in, or None when OpenModels request none.
+        namespaces: The namespaces the pass is limited to; empty for every namespace.
+
+    Returns:
+        The caches the consumers need and, per consumer, the problem that kept it from requesting one.
+    """
     problems: list[RequestProblem] = []
     requests = [
         *template_requests(world.templates, problems),
@@ -160,7 +169,18 @@ def reconcile_cache(
     cluster: Cluster, accepted: Accepted[ModelCache], world: CacheWorld, settings: PassSettings, now: datetime
 ) -> CacheRow:
     """Drive one ModelCache one step (or, with the local backend, through its whole fill): read what its PVC and
-    fill report, let the engine decide once (:func:`engine.caches.reconcile.plan_cache`), write what it decided."""
+    fill report, let the engine decide once (:func:`engine.caches.reconcile.plan_cache`), write what it decided.
+
+    Args:
+        cluster: The cluster the ModelCache, its PVC and its fill Job live in.
+        accepted: The ModelCache as read, with its parsed model.
+        world: What the pass read (PVCs, Jobs, namespace configs) that the cache's facts come from.
+        settings: The pass's policy: fill backend (Job or local), retries and back-off, size headroom, Job settings.
+        now: The time the decision and the status use.
+
+    Returns:
+        The cache's row of the run's table: its status and the action taken.
+    """
     facts = read_cache_facts(cluster, accepted.model, world)
     plan = plan_cache(accepted.model, facts, settings.policy, now)
     cache, obs, action = accepted, plan.obs, "none"
@@ -194,7 +214,22 @@ def attempt_fill(
     written (the local backend writes Progressing before it downloads).
 
     ``cache`` is the object as last written (status writes merge onto it) with its parsed form, whose status
-    is the one last written."""
+    is the one last written.
+
+    Args:
+        cluster: The cluster the cache lives in.
+        cache: The ModelCache as last written, with its parsed model.
+        obs: What the status records so far (attempt number, PVC, fill state).
+        plan: The engine's decision: the source, its environment and the step.
+        pvc: The cache's PersistentVolumeClaim, or None when it is not created yet.
+        world: What the pass read (namespace configs for the storage class, previous fill Jobs).
+        settings: The pass's policy (local or Job fill, size headroom in percent, Job settings).
+        now: The time a failure is recorded at.
+
+    Returns:
+        The observation after the attempt, a short description of the action for the run's table, and the cache as
+        last written.
+    """
     model = cache.model
     namespace, name = model.metadata.namespace or "", model.metadata.name or ""
     spec, source, env = model.spec, plan.source, plan.env.env

@@ -43,7 +43,19 @@ def new_cache(
     env: list[dict[str, Any]] | None,
     requested_by: str,
 ) -> Manifest:
-    """The ModelCache Modelplane creates for a consumer: named and labelled by the cache identity."""
+    """The ModelCache Modelplane creates for a consumer: named and labelled by the cache identity.
+
+    Args:
+        namespace: The consumer's namespace the cache is created in.
+        source: The model source the cache downloads.
+        storage_class: The PVC's storage class, or None for the cluster's default.
+        size: The PVC's size (a Kubernetes quantity), or None to size it from the source.
+        env: Environment entries (e.g. credentials from Secrets) the fill needs, or None.
+        requested_by: The consumer, as ``Kind/namespace/name``, recorded in the requesters annotation.
+
+    Returns:
+        The ModelCache manifest, not yet created.
+    """
     spec: dict[str, Any] = {"sourceUri": source.uri}
     if storage_class:
         spec["storageClassName"] = storage_class
@@ -67,7 +79,15 @@ def new_cache(
 def read_caches(objects: Iterable[Manifest], *, schema_validated: bool = False) -> list[Accepted[ModelCache]]:
     """The ModelCaches among ``objects`` (one LIST) that parse, each with its API model; one that does not
     parse is left out without a write (its own lifecycle, warm-caches, marks it invalid). ``schema_validated``:
-    an API server served them (:func:`tasks.boundary.parse_resource`)."""
+    an API server served them (:func:`tasks.boundary.parse_resource`).
+
+    Args:
+        objects: Manifests of one LIST of ModelCaches.
+        schema_validated: Whether an API server served them (its schema validation already ran).
+
+    Returns:
+        The ModelCaches that parse, each with its API model, in order.
+    """
     return [
         Accepted(obj, parsed)
         for obj in objects
@@ -121,8 +141,23 @@ def ensure_cache(
     looked up there, and the namespace is listed again only when creating it conflicts (another consumer
     created it meanwhile). Without it, the namespace's caches are listed first.
 
-    Raises ``ValueError`` for a source no cache can hold (``pvc://``, ``hostpath://``: mounted directly)
-    and the cluster's typed errors.
+    Args:
+        cluster: The cluster the cache lives in.
+        namespace: The consumer's namespace.
+        source: The downloadable model source the cache holds.
+        storage_class: The PVC's storage class, or None for the cluster's default; part of the cache's identity.
+        size: The PVC's size of a created cache, or None to size it from the source.
+        env: Environment entries the fill needs, or None.
+        requested_by: The consumer, as ``Kind/namespace/name``.
+        known: The namespace's ModelCaches as the run read them, or None to list them first.
+
+    Returns:
+        The adopted or created cache, with its API model.
+
+    Raises:
+        ValueError: The source is mounted directly (``pvc://``, ``hostpath://``), not cached.
+        Conflict: The create conflicted and no cache of this identity exists (another object holds the name).
+        ClusterError: Listing, creating or patching the cache failed (the cluster's typed errors pass through).
     """
     if not source.downloadable:
         raise ValueError(f"{source.uri} is mounted directly, not cached (only downloadable sources are)")
@@ -154,7 +189,16 @@ def _emit_requested(cache: Manifest, requested_by: str) -> None:
 
 
 def adopt(cluster: Cluster, cache: Accepted[ModelCache], requested_by: str) -> Accepted[ModelCache]:
-    """Record ``requested_by`` on an existing cache (and its identity label, for a person's cache)."""
+    """Record ``requested_by`` on an existing cache (and its identity label, for a person's cache).
+
+    Args:
+        cluster: The cluster the cache lives in.
+        cache: The existing ModelCache, with its API model.
+        requested_by: The consumer, as ``Kind/namespace/name``.
+
+    Returns:
+        The cache as patched, or ``cache`` itself when it already records the requester and its identity label.
+    """
     meta = cache.model.metadata
     held = model_identity_of(cache.model)
     patch_meta: dict[str, Any] = {}
@@ -171,7 +215,16 @@ def adopt(cluster: Cluster, cache: Accepted[ModelCache], requested_by: str) -> A
 
 
 def mark_used(cluster: Cluster, cache: Accepted[ModelCache], now: datetime) -> Accepted[ModelCache]:
-    """Write ``status.lastUsed = now`` (a workload mounting the cache was rolled out); no write when equal."""
+    """Write ``status.lastUsed = now`` (a workload mounting the cache was rolled out); no write when equal.
+
+    Args:
+        cluster: The cluster the cache lives in.
+        cache: The ModelCache, with its API model.
+        now: The time the workload was rolled out, written to the second.
+
+    Returns:
+        The cache as patched, or ``cache`` itself when ``lastUsed`` already says ``now``.
+    """
     stamp = format_time(now)
     status = cache.model.status
     if status is not None and status.last_used is not None and format_time(status.last_used) == stamp:

@@ -87,7 +87,19 @@ def prometheus_windows(
     lookback_s: float,
     window_s: float,
 ) -> dict[str, list[Window]]:
-    """Per pod of the model: one window per step over the lookback (windows missing a series are left out)."""
+    """Per pod of the model: one window per step over the lookback (windows missing a series are left out).
+
+    Args:
+        client: The Prometheus client.
+        namespace: The namespace of the model's pods (a ``namespace`` label of the series).
+        model_id: The served model's name (the ``model_name`` label of the series).
+        end: The end of the lookback.
+        lookback_s: How far back windows are read, in seconds.
+        window_s: The length of one window (and the query step), in seconds.
+
+    Returns:
+        The windows by pod name, oldest first.
+    """
     selector = f"{{namespace={quote(namespace)}, model_name={quote(model_id)}}}"
     step = f"{int(window_s)}s"
     stop = end.timestamp()
@@ -127,7 +139,19 @@ def prometheus_windows(
 
 
 def read_windows_file(path: str | pathlib.Path) -> dict[tuple[str, str], list[Window]]:
-    """Windows per VariantAutoscaling (namespace, name) from a windows file (format in the module doc)."""
+    """Windows per VariantAutoscaling (namespace, name) from a windows file (format in the module doc).
+
+    Args:
+        path: The windows file (YAML).
+
+    Returns:
+        The windows of every VariantAutoscaling in the file, by (namespace, name); the namespace defaults to
+        ``default``.
+
+    Raises:
+        WindowsFileError: The file cannot be read, is not YAML, or an entry or window is missing a field, has a
+            negative or non-numeric value or an unknown key (the message names the entry).
+    """
     file = pathlib.Path(path)
     try:
         doc = yaml.safe_load(file.read_text())
@@ -163,7 +187,13 @@ def read_windows_file(path: str | pathlib.Path) -> dict[tuple[str, str], list[Wi
 
 
 def write_windows_file(path: pathlib.Path, window_s: float, variants: Mapping[tuple[str, str], list[Window]]) -> None:
-    """Write windows in the file format :func:`read_windows_file` reads (e.g. from a simulation)."""
+    """Write windows in the file format :func:`read_windows_file` reads (e.g. from a simulation).
+
+    Args:
+        path: The file to write (replaced when it exists).
+        window_s: The length of every window, in seconds.
+        variants: The windows of each VariantAutoscaling, by (namespace, name).
+    """
     inverse = {v: k for k, v in _FILE_KEYS.items()}
     doc = {
         "windowSeconds": window_s,
@@ -187,7 +217,15 @@ def write_outcome(cluster: Cluster, obj: dict[str, Any], outcome: CalibrationOut
 
     Both writes re-read the object and carry its resourceVersion (retry on conflict); the opt-in is
     checked again on the object being written, so removing the annotation meanwhile stops the write.
-    Returns whether the spec was written.
+
+    Args:
+        cluster: The cluster the VariantAutoscaling lives in.
+        obj: The VariantAutoscaling as read.
+        outcome: The calibration's result: the spec patch (None when nothing is written) and the condition.
+        now: The condition's transition time when it changes.
+
+    Returns:
+        Whether the spec was written (False when there was no patch or the resource did not opt in).
     """
     ref = ObjectRef.of(obj)
     wrote_spec = False

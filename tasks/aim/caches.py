@@ -62,7 +62,13 @@ class SharedCaches:
 
 
 def mark_caches_used(cluster: Cluster, caches: Iterable[Accepted[ModelCache]], now: datetime) -> None:
-    """``status.lastUsed = now`` on every cache a rolled-out workload mounts."""
+    """``status.lastUsed = now`` on every cache a rolled-out workload mounts.
+
+    Args:
+        cluster: The cluster the ModelCaches live in.
+        caches: The ModelCaches (as read) the rolled-out workload mounts.
+        now: The time written as ``status.lastUsed``; a cache whose write fails is logged and skipped.
+    """
     for cache in caches:
         try:
             mark_used(cluster, cache, now)

@@ -27,7 +27,15 @@ from tasks.clients.cluster.recorder import record_event
 
 def write_model_plan(cluster: Cluster, model: Manifest, plan: ModelPlan, now: datetime, counts: WriteCounts) -> None:
     """Write what :func:`engine.aim.discovery_plan.plan_model` decided, in order: the record read now
-    (the model's annotation), the missing templates, the deletion of stale ones, the model's conditions."""
+    (the model's annotation), the missing templates, the deletion of stale ones, the model's conditions.
+
+    Args:
+        cluster: The cluster the AIMClusterModel and its templates live in.
+        model: The AIMClusterModel as read (its ``resourceVersion`` guards the annotation patch).
+        plan: The engine's decision for this model: record to persist, templates to create and delete, conditions.
+        now: The time the conditions' ``lastTransitionTime`` takes when they change.
+        counts: Where the created, deleted, skipped and status writes (and errors) of this model are counted.
+    """
     if plan.persist is not None:
         model = write_record(cluster, model, plan.persist)
     create_objects(cluster, plan.create, counts)
@@ -44,7 +52,17 @@ def write_model_plan(cluster: Cluster, model: Manifest, plan: ModelPlan, now: da
 
 
 def write_record(cluster: Cluster, model: Manifest, record: DiscoveryRecord) -> Manifest:
-    """Persist the discovery record in the model's annotation (only when it changed)."""
+    """Persist the discovery record in the model's annotation (only when it changed).
+
+    Args:
+        cluster: The cluster the AIMClusterModel lives in.
+        model: The AIMClusterModel as read.
+        record: The discovery record (image, digest, labels or failure) to store in the model's annotation.
+
+    Returns:
+        The model as the cluster returned it after the patch, or ``model`` itself when the annotation already held
+        this record.
+    """
     text = record.to_json()
     if (model["metadata"].get("annotations") or {}).get(METADATA_ANNOTATION) == text:
         return model

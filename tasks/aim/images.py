@@ -53,7 +53,16 @@ class Keychain:
 def read_keychain(cluster: Cluster, configs: Sequence[AIMNamespaceConfig]) -> Keychain:
     """Credentials from every ``images.imagePullSecrets`` Secret (``kubernetes.io/dockerconfigjson``)
     named by an AIMNamespaceConfig, read from the config's namespace; the first one for a registry
-    (by namespace and name order) wins."""
+    (by namespace and name order) wins.
+
+    Args:
+        cluster: The cluster the pull Secrets are read from.
+        configs: The AIMNamespaceConfigs whose ``images.imagePullSecrets`` name the Secrets.
+
+    Returns:
+        The registry credentials by host, and in ``problems`` one line per Secret that is missing, of another type or
+        unparsable (a failed read is reported later, when a registry refuses the image).
+    """
     keychain = Keychain()
     wanted: list[tuple[str, str]] = []
     for config in sorted(configs, key=lambda c: (c.metadata.namespace or "", c.metadata.name or "")):
@@ -82,13 +91,28 @@ def read_keychain(cluster: Cluster, configs: Sequence[AIMNamespaceConfig]) -> Ke
 
 
 def pull_secrets(config: AIMNamespaceConfig) -> list[str]:
-    """The ``images.imagePullSecrets`` an AIMNamespaceConfig names."""
+    """The ``images.imagePullSecrets`` an AIMNamespaceConfig names.
+
+    Args:
+        config: An AIMNamespaceConfig.
+
+    Returns:
+        The Secret names, in the config's order; empty when it has no ``images`` section.
+    """
     return list(config.spec.images.image_pull_secrets or []) if config.spec.images else []
 
 
 def failure_reason(error: Exception, keychain: Keychain) -> tuple[str, str]:
     """The condition reason and message of a failed image read, from the error's class: 401/403 auth (or the pull
-    secrets that were missing), 404 not found, an invalid reference, an unparsable label, else unavailable."""
+    secrets that were missing), 404 not found, an invalid reference, an unparsable label, else unavailable.
+
+    Args:
+        error: The exception an image read raised (a registry error, a label parse error or another).
+        keychain: The credentials used, whose ``problems`` explain an authentication failure.
+
+    Returns:
+        The condition reason (one of the AIM discovery reasons) and a message for it.
+    """
     if isinstance(error, LabelError):
         return REASON_EXTRACTION_FAILED, str(error)
     if isinstance(error, RegistryError) and error.kind == "not-found":
@@ -107,7 +131,20 @@ def failure_reason(error: Exception, keychain: Keychain) -> tuple[str, str]:
 def inspect_image(
     client: RegistryClient, image: str, keychain: Keychain, previous: DiscoveryRecord | None, now: datetime
 ) -> DiscoveryRecord:
-    """Read one image's labels (or confirm its digest is unchanged) into a :class:`DiscoveryRecord`."""
+    """Read one image's labels (or confirm its digest is unchanged) into a :class:`DiscoveryRecord`.
+
+    Args:
+        client: The OCI registry client.
+        image: The image reference the AIMClusterModel names.
+        keychain: The pull credentials by registry host.
+        previous: The record of the last read of this model, or None; when it read the same image successfully, its
+            digest lets the registry answer "unchanged" without downloading the config again.
+        now: The time stamped on the record as ``read_at``.
+
+    Returns:
+        The record of this read: digest and parsed labels, or a failure with its reason (a registry or label error is
+        never raised).
+    """
     try:
         credential = credential_for(parse_reference(image), keychain.credentials)
         known = previous.digest if previous is not None and previous.ok and previous.image == image else None
@@ -129,7 +166,17 @@ def inspect_images(
     keychain: Keychain,
     now: datetime,
 ) -> dict[str, DiscoveryRecord]:
-    """Read every image in ``wanted`` (image -> previous record) once, in parallel."""
+    """Read every image in ``wanted`` (image -> previous record) once, in parallel.
+
+    Args:
+        client: The OCI registry client.
+        wanted: Each image to read, mapped to its previous discovery record (None when there is none).
+        keychain: The pull credentials by registry host.
+        now: The time stamped on every record.
+
+    Returns:
+        The new record of every image in ``wanted``, by image.
+    """
     images = sorted(wanted)
     with ThreadPoolExecutor(max_workers=WORKERS) as pool:
         records = list(pool.map(lambda image: inspect_image(client, image, keychain, wanted[image], now), images))

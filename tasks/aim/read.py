@@ -40,7 +40,21 @@ def list_kind(
     cluster: Cluster, api_version: str, kind: str, *, optional: bool = False, label_selector: str | None = None
 ) -> list[Manifest]:
     """One LIST of a kind across all namespaces through the boundary reader (invalid custom resources
-    are marked and left out); a kind the cluster does not serve is empty when ``optional``."""
+    are marked and left out); a kind the cluster does not serve is empty when ``optional``.
+
+    Args:
+        cluster: The cluster to LIST.
+        api_version: The kind's ``apiVersion``, e.g. ``aim.silogen.ai/v1alpha1``.
+        kind: The kind's name.
+        optional: Whether a kind the cluster does not serve (a missing CRD) reads as empty instead of failing.
+        label_selector: A Kubernetes label selector the LIST filters by, or None for every object.
+
+    Returns:
+        The objects the boundary reader accepted, as manifests.
+
+    Raises:
+        NotFound: The cluster does not serve the kind and ``optional`` is False (re-raised from the LIST).
+    """
     try:
         return accept(cluster, cluster.list(api_version, kind, label_selector=label_selector))
     except NotFound:
@@ -74,7 +88,14 @@ class AimState:
 
 
 def typed(items: Iterable[Accepted[M]]) -> list[M]:
-    """The API models of accepted objects, in order."""
+    """The API models of accepted objects, in order.
+
+    Args:
+        items: Objects the boundary reader accepted.
+
+    Returns:
+        Their typed API models, in the same order.
+    """
     return [item.model for item in items]
 
 
@@ -88,7 +109,17 @@ def read_aim_state(cluster: Cluster, kinds: Sequence[AimKind], model_selector: s
     """LIST the kinds a flow needs (``models``, ``configs``, ``templates``, ``services``, ``caches``,
     ``nodes``, ``isvcs``, ``routes``), each once across all namespaces; ``model_selector`` is a label
     selector on the AIMClusterModels. Custom resources that do not parse are marked invalid by the
-    boundary reader and left out."""
+    boundary reader and left out.
+
+    Args:
+        cluster: The cluster to read.
+        kinds: Which parts of :class:`AimState` to read; the others stay empty.
+        model_selector: A label selector the AIMClusterModels are listed with, or None for all of them.
+
+    Returns:
+        The typed objects of every requested kind (Nodes, InferenceServices and HTTPRoutes are empty when the cluster
+        does not serve them).
+    """
     sources: dict[AimKind, Callable[[], list[Any]]] = {
         "models": lambda: _accepted(cluster, AIM_CLUSTER_MODEL, AIMClusterModel, model_selector),
         "configs": lambda: _accepted(cluster, AIM_NAMESPACE_CONFIG, AIMNamespaceConfig),

@@ -15,7 +15,16 @@ def write_template_plan(
     cluster: Cluster, template: Manifest, plan: ResolvePlan, caches: SharedCaches, now: datetime, counts: WriteCounts
 ) -> None:
     """Write what :func:`engine.aim.template_plan.plan_template` decided: the requested caches (each
-    one requested from the cluster counts as created), then the status where it changed."""
+    one requested from the cluster counts as created), then the status where it changed.
+
+    Args:
+        cluster: The cluster the AIMServiceTemplate lives in.
+        template: The AIMServiceTemplate as read.
+        plan: The engine's decision: caches to request and the template's status and conditions.
+        caches: The ModelCaches shared by this run, through which caches are requested (each created once per run).
+        now: The time the conditions' ``lastTransitionTime`` takes when they change.
+        counts: Where the caches created and the status writes of this template are counted.
+    """
     if plan.cache_requests:
         counts.created += caches.request(cluster, plan.namespace, plan.cache_requests)
     if write_changed_status(

@@ -29,7 +29,17 @@ def write_service_plan(
 ) -> None:
     """Write what :func:`engine.aim.service_plan.plan_service` decided, in order: the requested caches,
     the InferenceService (and ``lastUsed`` on the caches it mounts), the HTTPRoute, the objects the
-    service controls under an older name, then the status (not written when a write before it fails)."""
+    service controls under an older name, then the status (not written when a write before it fails).
+
+    Args:
+        cluster: The cluster the AIMService and its workloads live in.
+        service: The AIMService as read.
+        plan: The engine's decision: caches to request, the InferenceService and HTTPRoute to apply, the objects to
+            retire and the service's status and conditions.
+        caches: The ModelCaches shared by this run (requests, and the caches as read to mark used).
+        now: The time written as the mounted caches' ``lastUsed`` and the conditions' transition time.
+        counts: Where the created, updated and deleted objects and the status writes of this service are counted.
+    """
     if plan.cache_requests:
         caches.request(cluster, plan.namespace, plan.cache_requests)
     rendered: list[str] = []

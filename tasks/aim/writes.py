@@ -70,7 +70,17 @@ def for_each(
 ) -> list[R]:
     """Run ``work(item, counts)`` for every item on a small thread pool (the per-object reads and
     writes are independent API calls), in order; each call counts into its own :class:`WriteCounts`,
-    merged into ``writes`` afterwards."""
+    merged into ``writes`` afterwards.
+
+    Args:
+        items: The objects to work on.
+        work: The work on one item; it counts its writes into the :class:`WriteCounts` it is given.
+        writes: The run's counts, into which every item's counts are merged.
+        workers: How many items are worked on at once.
+
+    Returns:
+        What ``work`` returned for each item, in the order of ``items``.
+    """
 
     def one(item: T) -> tuple[R, WriteCounts]:
         counts = WriteCounts()
@@ -85,7 +95,13 @@ def for_each(
 
 def create_objects(cluster: Cluster, objects: Sequence[Manifest], counts: WriteCounts) -> None:
     """Create each object (the engine decided they are missing); one created concurrently by someone
-    else is reported as skipped, another failure as an error of the run."""
+    else is reported as skipped, another failure as an error of the run.
+
+    Args:
+        cluster: The cluster to create in.
+        objects: The manifests to create.
+        counts: Where each object created, skipped (already created by someone else) or failed is counted.
+    """
     for obj in objects:
         meta = obj["metadata"]
         try:
@@ -98,13 +114,26 @@ def create_objects(cluster: Cluster, objects: Sequence[Manifest], counts: WriteC
 
 
 def ref_of(obj: AIMServiceTemplate) -> ObjectRef:
-    """The reference of a typed custom resource."""
+    """The reference of a typed custom resource.
+
+    Args:
+        obj: A typed custom resource (anything with ``api_version``, ``kind`` and ``metadata``).
+
+    Returns:
+        Its API version, kind, name and namespace as an :class:`ObjectRef`.
+    """
     return ObjectRef(obj.api_version, obj.kind, str(obj.metadata.name), obj.metadata.namespace)
 
 
 def delete_stale(cluster: Cluster, stale: Sequence[ObjectRef], counts: WriteCounts) -> None:
     """Delete objects this flow created that are no longer wanted (auto-created templates of an image
-    the model no longer names, workloads under a retired name); one that is already gone is fine."""
+    the model no longer names, workloads under a retired name); one that is already gone is fine.
+
+    Args:
+        cluster: The cluster to delete from.
+        stale: The objects to delete.
+        counts: Where each deletion (or failure to delete) is counted; an object already gone counts as neither.
+    """
     for ref in stale:
         try:
             cluster.delete(ref)
@@ -119,7 +148,17 @@ def apply_object(
     cluster: Cluster, desired: Manifest, existing: Manifest | None, patch: Mapping[str, Any] | None
 ) -> str:
     """Create ``desired`` when absent, merge-patch ``existing`` with ``patch`` when given; returns
-    ``created``, ``updated`` or ``unchanged``."""
+    ``created``, ``updated`` or ``unchanged``.
+
+    Args:
+        cluster: The cluster to write to.
+        desired: The manifest the engine rendered, created when nothing exists.
+        existing: The object as read, or None when it does not exist.
+        patch: The merge patch that brings ``existing`` to ``desired``, or None when it already matches.
+
+    Returns:
+        ``created``, ``updated`` or ``unchanged``.
+    """
     if existing is None:
         cluster.create(desired)
         return "created"
@@ -143,7 +182,15 @@ def post_status_event(
 ) -> None:
     """An Event on ``obj`` saying what its status, just written, decided and why: the reason and message of its
     ``Ready`` condition (else of its first condition that is not True), a Warning when the status is Failed or
-    Degraded."""
+    Degraded.
+
+    Args:
+        cluster: The cluster the Event is recorded in.
+        obj: The object whose status was just written.
+        status: Its new ``status.status`` (e.g. ``Ready``, ``Failed``, ``Degraded``).
+        conditions: The conditions just written, from which the Event's reason and message come.
+        *details: More message parts appended after the condition's message; empty ones are left out.
+    """
     cause = next((c for c in conditions if c.type == "Ready"), None) or next(
         (c for c in conditions if c.status != "True"), None
     )
@@ -153,18 +200,38 @@ def post_status_event(
 
 
 def describe_rendered(obj: Manifest) -> str:
-    """``name`` of a rendered InferenceService, with the image of its first predictor container when it has one."""
+    """``name`` of a rendered InferenceService, with the image of its first predictor container when it has one.
+
+    Args:
+        obj: An InferenceService manifest the engine rendered.
+
+    Returns:
+        Its name, followed by ``(image IMAGE)`` when its first predictor container names an image.
+    """
     containers = (obj["spec"].get("predictor") or {}).get("containers") or [{}]  # rendered by engine.aim: has a spec
     image = containers[0].get("image") if isinstance(containers[0], dict) else None
     return f"{obj['metadata']['name']}" + (f" (image {image})" if image else "")
 
 
 def as_read(view: Observed | None) -> Manifest | None:
-    """The object as read behind a view (what a write goes through), or None."""
+    """The object as read behind a view (what a write goes through), or None.
+
+    Args:
+        view: A view of an object as read, or None.
+
+    Returns:
+        The manifest behind the view, or None when there is no view.
+    """
     return view.object if view is not None else None
 
 
 def count_action(counts: WriteCounts, action: str) -> None:
+    """Count one :func:`apply_object` result: ``created`` and ``updated`` are counted, ``unchanged`` is not.
+
+    Args:
+        counts: The counts to add to.
+        action: What :func:`apply_object` returned.
+    """
     if action == "created":
         counts.created += 1
     elif action == "updated":
