@@ -47,6 +47,13 @@ def read_manifest_documents(path: str | Path) -> tuple[list[tuple[str, Any]], li
     ``source`` is ``<file>#<index>`` so a report can point at the exact document; a file that does not
     parse is reported once with its error and does not hide the other files; a malformed document is
     reported with its file and line and does not hide the valid documents of the same file.
+
+    Args:
+        path: A manifest file, or a folder whose YAML files are read (recursively).
+
+    Returns:
+        Every object as ``(source, document)``, and every file or document that could not be read as
+        ``(file, error)``.
     """
     documents: list[tuple[str, Any]] = []
     errors: list[tuple[str, str]] = []
@@ -85,7 +92,15 @@ class FolderCheck:
 def check_manifests(path: str | Path, keep: tuple[type[BaseModel], ...] = ()) -> FolderCheck:
     """Parse and validate every manifest file of ``path`` (:func:`engine.api.validate.load_documents`), the
     valid resources of the ``keep`` types returned whole. Files are checked one by one, in worker processes
-    when they hold :data:`PARALLEL_BYTES` or more together; the result is the same, in file order."""
+    when they hold :data:`PARALLEL_BYTES` or more together; the result is the same, in file order.
+
+    Args:
+        path: A manifest file, or a folder whose YAML files are checked (recursively).
+        keep: The API model classes whose valid resources the result carries whole (empty: verdicts only).
+
+    Returns:
+        The verdict of every document, the kept resources and the files that could not be read, in file order.
+    """
     files = manifest_paths(Path(path))
     workers = min(os.cpu_count() or 1, len(files))
     check = partial(_check_file, keep=keep)

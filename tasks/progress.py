@@ -58,7 +58,14 @@ _REPORTER: ContextVar[Reporter | None] = ContextVar("modelplane_progress_reporte
 
 @contextmanager
 def reporting(reporter: Reporter) -> Iterator[None]:
-    """Show every step opened in the block (and in tasks it calls) with ``reporter``."""
+    """Show every step opened in the block (and in tasks it calls) with ``reporter``.
+
+    Args:
+        reporter: What shows the steps (e.g. the CLI's progress bars).
+
+    Yields:
+        Nothing; the reporter is installed while the block runs.
+    """
     token = _REPORTER.set(reporter)
     try:
         yield
@@ -115,7 +122,16 @@ class StepHandle:
 
 @contextmanager
 def step(description: str, total: float | None = None, unit: str = "") -> Iterator[StepHandle]:
-    """A long step of ``total`` ``unit`` (None: unknown), shown by the installed reporter (else logged)."""
+    """A long step of ``total`` ``unit`` (None: unknown), shown by the installed reporter (else logged).
+
+    Args:
+        description: What the step does, as the reporter shows it.
+        total: How much work the step is, in ``unit``; None when unknown.
+        unit: The unit of ``total`` and of the advances (e.g. ``B`` for bytes); empty for a plain count.
+
+    Yields:
+        The handle the step's progress is advanced through.
+    """
     reporter = _REPORTER.get() or _LogReporter()
     current = Step(description, total, unit)
     reporter.started(current)

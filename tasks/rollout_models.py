@@ -102,7 +102,15 @@ class ModelOutcome(WriteLog):
 
 def list_models(cluster: Cluster, namespaces: list[str] | None) -> list[dict[str, Any]]:
     """Every Model in the namespaces (all when empty), one LIST per namespace; a Model whose name, namespace,
-    labels or annotations the API server would refuse is reported and left out (:func:`accept_identity`)."""
+    labels or annotations the API server would refuse is reported and left out (:func:`accept_identity`).
+
+    Args:
+        cluster: The cluster to list.
+        namespaces: The namespaces to list Models in; None or empty for all namespaces.
+
+    Returns:
+        The Models whose identity is sound, as manifests.
+    """
     if not namespaces:
         return accept_identity(cluster, cluster.list(API_VERSION, MODEL))
     return accept_identity(cluster, [m for ns in namespaces for m in cluster.list(API_VERSION, MODEL, namespace=ns)])
@@ -111,7 +119,17 @@ def list_models(cluster: Cluster, namespaces: list[str] | None) -> list[dict[str
 def list_children(
     cluster: Cluster, namespace: str, uid: str, served: set[str] | None = None
 ) -> dict[tuple[str, str], dict[str, Any]]:
-    """The objects this Model owns, keyed by (kind, name); ``served`` collects the kinds the cluster serves."""
+    """The objects this Model owns, keyed by (kind, name); ``served`` collects the kinds the cluster serves.
+
+    Args:
+        cluster: The cluster to list.
+        namespace: The Model's namespace.
+        uid: The Model's UID, which its children's owner label carries.
+        served: A set the kinds the cluster serves are added to, or None.
+
+    Returns:
+        The Model's children by (kind, name); a child kind the cluster does not serve has none.
+    """
     children: dict[tuple[str, str], dict[str, Any]] = {}
     for api_version, kind in CHILD_KINDS:
         try:
@@ -141,7 +159,18 @@ class CacheResolution:
 def resolve_cache(
     cluster: Cluster, namespace: str, source: ModelSource, requested_by: str, env: list[dict[str, Any]]
 ) -> CacheResolution:
-    """Create or adopt the shared ModelCache of ``source`` and tell whether its PVC can be mounted."""
+    """Create or adopt the shared ModelCache of ``source`` and tell whether its PVC can be mounted.
+
+    Args:
+        cluster: The cluster the cache lives in.
+        namespace: The Model's namespace.
+        source: The backend's downloadable model source.
+        requested_by: The Model, as ``Kind/namespace/name``.
+        env: Environment entries (credentials) the fill needs; empty for none.
+
+    Returns:
+        The cache and its PVC when it can be mounted; else what the backend waits for, and whether the cache failed.
+    """
     cache = ensure_cache(cluster, namespace, source, env=env or None, requested_by=requested_by)
     state = model_cache_status(cache.model) or "Pending"
     if state == "Failed":
@@ -158,7 +187,16 @@ def resolve_cache(
 
 
 def ready_pods(cluster: Cluster, namespace: str, selector: Mapping[str, str]) -> list[dict[str, Any]]:
-    """The ready pods (with an IP) of a workload."""
+    """The ready pods (with an IP) of a workload.
+
+    Args:
+        cluster: The cluster to list.
+        namespace: The workload's namespace.
+        selector: The workload's pod labels.
+
+    Returns:
+        The pods that are Ready and have a pod IP, as manifests.
+    """
     text = ",".join(f"{k}={v}" for k, v in sorted(selector.items()))
     pods = cluster.list("v1", "Pod", namespace=namespace, label_selector=text)
     return [
@@ -180,6 +218,18 @@ def apply_lora_change(
     Each pod's ``/v1/models`` says which adapters it holds, so a pod that restarted (and lost its
     runtime adapters) gets them again and nothing is loaded twice. Failures raise ``RuntimeError``
     naming the pod; the next run retries.
+
+    Args:
+        pods: The ready pods of a backend (each with a pod IP).
+        port: The port vLLM's API listens on in each pod.
+        change: The adapters to unload and to load (name and path).
+        session: The HTTP session to use, or None for a new one.
+
+    Returns:
+        What was done, one line per adapter and pod (``POD: loaded NAME``); empty when every pod already matched.
+
+    Raises:
+        RuntimeError: A pod's runtime API failed; the message names the pod.
     """
     http = session or requests.Session()
     done: list[str] = []
@@ -233,7 +283,16 @@ class RolloutOptions:
 
 
 def native_mode(options: RolloutOptions, served: set[str]) -> NativeMode:
-    """What to render for a Model, from the options and the kinds the cluster serves."""
+    """What to render for a Model, from the options and the kinds the cluster serves.
+
+    Args:
+        options: The rollout's options (workload kind, Kthena networking, runtime image).
+        served: The kinds the cluster serves.
+
+    Returns:
+        Whether to render ModelServer/ModelRoute networking and ModelServing workloads (each only when the cluster
+        serves its kinds), and the runtime image.
+    """
     networking = options.kthena_networking != "off" and {"ModelServer", "ModelRoute"} <= served
     model_serving = options.workload == "ModelServing" and "ModelServing" in served
     if options.workload == "ModelServing" and not model_serving:
@@ -264,7 +323,19 @@ def reconcile_model(
 ) -> ModelOutcome:
     """One reconcile pass for one Model: validate, render, write what changed, delete what was removed,
     update runtime LoRA adapters, write status. A failure is reported on the Model (``Failed``), never
-    raised past it, so the other Models of the run proceed."""
+    raised past it, so the other Models of the run proceed.
+
+    Args:
+        cluster: The cluster the Model and its workloads live in.
+        manifest: The Model as read.
+        now: The time the status's conditions use.
+        downloader_image: The image of the init container that downloads a backend's model (Modelplane's image).
+        lora_session: Makes the HTTP session runtime LoRA updates use, or None for a plain one.
+        options: The rollout's options, or None for the defaults.
+
+    Returns:
+        The Model's outcome: objects created, updated and deleted, whether its status was written, and its result.
+    """
     meta = manifest["metadata"]
     namespace, name = meta.get("namespace") or "default", meta["name"]
     outcome = ModelOutcome(namespace=namespace, name=name)
@@ -307,7 +378,14 @@ def post_rollout_events(
 ) -> None:
     """Events on the Model for what this pass decided: the workloads it created, updated or deleted (Normal
     ``RolledOut``), and a failure (Warning, the status reason) when it is new on the status or the API failed
-    (repeated failures bump one Event's count)."""
+    (repeated failures bump one Event's count).
+
+    Args:
+        cluster: The cluster the Events are recorded in.
+        manifest: The Model as read.
+        outcome: What this pass created, updated and deleted, and whether it wrote the status.
+        failure: The pass's failure (reason and message), or None.
+    """
     if outcome.created or outcome.updated or outcome.deleted:
         record_event(cluster, manifest, "RolledOut", outcome.summary())
     if failure is not None and (outcome.status_written or failure.reason == REASON_ABNORMAL):
@@ -316,7 +394,13 @@ def post_rollout_events(
 
 def warn_plain_credentials(cluster: Cluster, manifest: dict[str, Any], model: Model) -> None:
     """A Warning Event on the Model (and a log line) per credential its backends give as a plain env value, when
-    this pass rendered it into a workload; the variable is named, the value never."""
+    this pass rendered it into a workload; the variable is named, the value never.
+
+    Args:
+        cluster: The cluster the Events are recorded in.
+        manifest: The Model as read.
+        model: The Model's parsed API model, whose backends' env is checked.
+    """
     for problem in plain_credentials(model):
         log.warning("Model %s/%s: %s", model.metadata.namespace, model.metadata.name, problem)
         record_event(cluster, manifest, PLAIN_CREDENTIAL_REASON, str(problem), "Warning")

@@ -34,14 +34,32 @@ log = logging.getLogger(__name__)
 
 
 def read_openmodel(cluster: Cluster, name: str) -> dict[str, Any]:
-    """The cluster-scoped OpenModel ``name`` (``NotFound`` when there is none)."""
+    """The cluster-scoped OpenModel ``name`` (``NotFound`` when there is none).
+
+    Args:
+        cluster: The cluster to read.
+        name: The OpenModel's name.
+
+    Returns:
+        The OpenModel as read.
+
+    Raises:
+        NotFound: There is no OpenModel of that name (raised by the cluster client).
+    """
     return cluster.get(API_VERSION, OPEN_MODEL, name)
 
 
 def node_labels(cluster: Cluster) -> list[Mapping[str, str]] | None:
     """Every Node's labels, or ``None`` when Nodes cannot be listed (no permission, or a manifests
     directory that describes no Node): placement is then not checked. A live cluster that lists no Node
-    has none (``[]``): nothing fits, and nothing is moved."""
+    has none (``[]``): nothing fits, and nothing is moved.
+
+    Args:
+        cluster: The cluster to list Nodes of.
+
+    Returns:
+        The labels of every Node, or None when placement cannot be checked.
+    """
     from tasks.clients.cluster import LocalCluster
 
     try:
@@ -54,12 +72,30 @@ def node_labels(cluster: Cluster) -> list[Mapping[str, str]] | None:
 
 
 def warm_cache(cluster: Cluster, namespace: str, source: ModelSource, requested_by: str) -> Accepted[ModelCache]:
-    """Create or adopt the namespace's ModelCache for ``source`` (every rollout of the model shares it)."""
+    """Create or adopt the namespace's ModelCache for ``source`` (every rollout of the model shares it).
+
+    Args:
+        cluster: The cluster the cache lives in.
+        namespace: The namespace the model is served in.
+        source: The OpenModel's downloadable source.
+        requested_by: The consumer, as ``Kind/namespace/name``.
+
+    Returns:
+        The adopted or created ModelCache, with its API model.
+    """
     return ensure_cache(cluster, namespace, source, requested_by=requested_by)
 
 
 def cache_condition(cache: ModelCache | None, namespace: str) -> ConditionUpdate:
-    """The ``Cached`` condition from the ModelCache's state."""
+    """The ``Cached`` condition from the ModelCache's state.
+
+    Args:
+        cache: The ModelCache of the served model, or None when there is none yet.
+        namespace: The namespace the cache lives in (named in the message).
+
+    Returns:
+        ``Cached`` True when the cache's PVC holds the weights, else False with the reason (pending or failed).
+    """
     if cache is None:
         return ConditionUpdate(CONDITION_CACHED, "False", REASON_CACHE_PENDING, "no cache yet")
     name = cache.metadata.name
@@ -82,7 +118,18 @@ def cache_condition(cache: ModelCache | None, namespace: str) -> ConditionUpdate
 def write_conditions(
     cluster: Cluster, obj: dict[str, Any], errors: list[FieldError], cached: ConditionUpdate | None, now: datetime
 ) -> bool:
-    """``Validated`` (and ``Cached`` when known) on the OpenModel; no write when nothing changed."""
+    """``Validated`` (and ``Cached`` when known) on the OpenModel; no write when nothing changed.
+
+    Args:
+        cluster: The cluster the OpenModel lives in.
+        obj: The OpenModel as read.
+        errors: The source's validation errors; empty when it is valid.
+        cached: The ``Cached`` condition, or None when no cache is involved.
+        now: The conditions' transition time when they change.
+
+    Returns:
+        Whether the status was written (False when nothing changed or the write failed, which is logged).
+    """
     if errors:
         updates = [
             ConditionUpdate(CONDITION_VALIDATED, "False", REASON_INVALID_SOURCE, "; ".join(str(e) for e in errors))

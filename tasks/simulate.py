@@ -29,7 +29,18 @@ from tasks.progress import step
 
 
 def read_trace(path: str | pathlib.Path, shape: TraceShape) -> Trace:
-    """Read a trace CSV and shape it for the simulator; a missing or malformed file raises TraceError."""
+    """Read a trace CSV and shape it for the simulator; a missing or malformed file raises TraceError.
+
+    Args:
+        path: The trace CSV (arrival time, prompt tokens, output tokens per request).
+        shape: How the trace is shaped for the replay: time scaling, models it is split over, length limits.
+
+    Returns:
+        The shaped trace, per model.
+
+    Raises:
+        TraceError: The file does not exist or a row is malformed (the message names the row).
+    """
     file = pathlib.Path(path)
     if not file.is_file():
         raise TraceError(f"trace file {file} does not exist")
@@ -43,7 +54,18 @@ def read_description(
 ) -> ClusterDescription:
     """The VariantAutoscalings, current replicas, WVA ConfigMaps, the first AutoscalingPolicy of a cluster and
     the models its Kthena ModelRoutes send through Kthena's router (which picks endpoints by queue and KV load).
-    ``dry_run``: the boundary reader's failure statuses (and the local backend's bookkeeping) change nothing."""
+    ``dry_run``: the boundary reader's failure statuses (and the local backend's bookkeeping) change nothing.
+
+    Args:
+        cluster: A folder of manifests, or a kubeconfig context's name (empty for the current context).
+        config_namespace: The namespace of the WVA ConfigMaps (accelerator costs, service classes, saturation).
+        namespaces: The namespaces to read VariantAutoscalings in; None for all.
+        dry_run: Whether the read may write nothing (the boundary reader's failure statuses are left out).
+
+    Returns:
+        What the simulator replays the trace against: variants, current replicas, costs, SLO classes, inventory, the
+        HPA-style policy and the routed models.
+    """
     conn = connect(cluster, dry_run=dry_run)
     state = read_cluster_state.fn(conn, namespaces, config_namespace)
     replicas = read_current_replicas.fn(conn, scale_targets_of(state))
@@ -61,7 +83,14 @@ def read_description(
 
 
 def routed_models(routes: list[dict[str, Any]]) -> dict[str, str]:
-    """Per served model (``namespace/modelName``) routed by a Kthena ModelRoute: the route that says so."""
+    """Per served model (``namespace/modelName``) routed by a Kthena ModelRoute: the route that says so.
+
+    Args:
+        routes: The Kthena ModelRoutes as read.
+
+    Returns:
+        The route's description (``ModelRoute NAMESPACE/NAME``) by served model (``namespace/modelName``).
+    """
     models: dict[str, str] = {}
     for route in (ModelRoute.model_validate(obj) for obj in routes):
         namespace = route.metadata.namespace or "default"
@@ -99,7 +128,14 @@ on cost (its capacities are measured on single-variant pools under Poisson arriv
 
 
 def policy_label(policy: str) -> str:
-    """A policy's name in tables and legends (``oracle`` reads as the clairvoyant schedule it is)."""
+    """A policy's name in tables and legends (``oracle`` reads as the clairvoyant schedule it is).
+
+    Args:
+        policy: A policy's name as the simulator knows it.
+
+    Returns:
+        The label tables and legends show.
+    """
     return f"{CLAIRVOYANT} (oracle)" if policy == "oracle" else policy
 
 
@@ -107,7 +143,16 @@ def policy_style(policy: str, markevery: int | None = None, order: int = 0) -> d
     """Matplotlib keywords of a policy's line (colour, dash pattern, marker).
 
     With ``markevery`` (a time series) the markers shrink with ``order`` and later lines draw on top, so a
-    line that runs on another's keeps both markers visible."""
+    line that runs on another's keeps both markers visible.
+
+    Args:
+        policy: A policy's name.
+        markevery: Every how many points a marker is drawn (a time series), or None for every point.
+        order: The line's index among those drawn, so later lines are smaller and on top.
+
+    Returns:
+        Keyword arguments for matplotlib's ``plot``/``step``.
+    """
     style = dict(_POLICY_STYLES.get(policy, {"color": "#9467bd", "ls": "-", "marker": "x", "lw": 1.2}))
     if markevery is not None:
         style.update(markevery=markevery, markersize=max(8.0 - 1.1 * order, 3.0), zorder=2 + order)
@@ -125,7 +170,16 @@ def _pyplot() -> ModuleType:
 
 
 def plot_load_capacity(outcomes: Sequence[PolicyOutcome], scenario: Scenario, path: pathlib.Path) -> pathlib.Path:
-    """Per model: the arrival rate and each policy's provisioned capacity (ready replicas x max rate)."""
+    """Per model: the arrival rate and each policy's provisioned capacity (ready replicas x max rate).
+
+    Args:
+        outcomes: Each policy's replay result (its time series).
+        scenario: The replayed scenario (its trace's models, one panel each).
+        path: The PNG file to write.
+
+    Returns:
+        ``path``, written.
+    """
     plt = _pyplot()
     models = list(scenario.trace.models)
     fig, axes = plt.subplots(len(models), 1, figsize=(10.5, 2.6 * len(models)), sharex=True, squeeze=False)
@@ -150,7 +204,15 @@ def plot_load_capacity(outcomes: Sequence[PolicyOutcome], scenario: Scenario, pa
 
 
 def plot_replicas(outcomes: Sequence[PolicyOutcome], path: pathlib.Path) -> pathlib.Path:
-    """Accelerators in use per type over time, one panel per policy."""
+    """Accelerators in use per type over time, one panel per policy.
+
+    Args:
+        outcomes: Each policy's replay result (its accelerators per type over time).
+        path: The PNG file to write.
+
+    Returns:
+        ``path``, written.
+    """
     plt = _pyplot()
     fig, axes = plt.subplots(len(outcomes), 1, figsize=(10.5, 1.9 * len(outcomes)), sharex=True, squeeze=False)
     for ax, o in zip(axes[:, 0], outcomes):
@@ -170,7 +232,16 @@ def plot_latency(outcomes: Sequence[PolicyOutcome], scenario: Scenario, path: pa
     """TTFT and ITL percentiles per policy and model, against the SLO (dashed).
 
     The percentiles are of the requests that were served; a request dropped at the gateway has no latency, so
-    each policy's label says how many of the model's requests it left unserved (left out of its bars)."""
+    each policy's label says how many of the model's requests it left unserved (left out of its bars).
+
+    Args:
+        outcomes: Each policy's replay result (its latency percentiles per model).
+        scenario: The replayed scenario (its models and SLOs).
+        path: The PNG file to write.
+
+    Returns:
+        ``path``, written.
+    """
     plt = _pyplot()
     models = list(scenario.trace.models)
     fig, axes = plt.subplots(len(models), 2, figsize=(9, 2.9 * len(models)), squeeze=False)
@@ -202,7 +273,15 @@ def _latency_label(outcome: PolicyOutcome, model: str) -> str:
 
 
 def plot_cost(outcomes: Sequence[PolicyOutcome], path: pathlib.Path) -> pathlib.Path:
-    """Cumulative accelerator cost over time per policy."""
+    """Cumulative accelerator cost over time per policy.
+
+    Args:
+        outcomes: Each policy's replay result (its cost per hour over time).
+        path: The PNG file to write.
+
+    Returns:
+        ``path``, written.
+    """
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(10.5, 3.2))
     for order, o in enumerate(outcomes):
@@ -231,6 +310,13 @@ def plot_frontier(limits: Limits, path: pathlib.Path) -> pathlib.Path:
 
     The clairvoyant schedule (policy ``oracle``) is one more curve, not a bound: nothing is shaded as
     unreachable.  The attainment ceiling is a horizontal line; the policies as configured are ringed.
+
+    Args:
+        limits: The trace's limits: the attainment ceiling and every policy's (attainment, cost) points over its knob.
+        path: The PNG file to write.
+
+    Returns:
+        ``path``, written.
     """
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(10.5, 5.0))
@@ -282,7 +368,14 @@ def plot_frontier(limits: Limits, path: pathlib.Path) -> pathlib.Path:
 
 def frontier_curves(limits: Limits) -> dict[str, list[tuple[float, float]]]:
     """Per policy, its (attainment, cost) points in the order its curve joins them: by attainment (then cost), since
-    a knob moves attainment and cost need not follow it monotonically."""
+    a knob moves attainment and cost need not follow it monotonically.
+
+    Args:
+        limits: The trace's limits, with every policy's frontier points.
+
+    Returns:
+        Each policy's (attainment, cost) points, sorted by attainment then cost.
+    """
     curves: dict[str, list[tuple[float, float]]] = {}
     for p in limits.frontier:
         curves.setdefault(p.policy, []).append((p.attainment, p.cost))
@@ -298,7 +391,15 @@ def _save(fig: Any, plt: Any, path: pathlib.Path) -> pathlib.Path:
 
 def summary_table(outcomes: Sequence[PolicyOutcome], limits: Limits | None = None) -> list[dict[str, Any]]:
     """One row per policy: attainment, per-model attainment, cost, its ratio to the clairvoyant schedule's at
-    equal attainment (with ``limits``), replica changes, unserved requests."""
+    equal attainment (with ``limits``), replica changes, unserved requests.
+
+    Args:
+        outcomes: Each policy's replay result.
+        limits: The trace's limits, for the cost ratio to the clairvoyant schedule; None to leave that column out.
+
+    Returns:
+        The rows, with values formatted for a table (percentages, ``x`` ratios).
+    """
     rows = []
     for o in outcomes:
         row: dict[str, Any] = {"policy": policy_label(o.policy), "SLO attainment": f"{o.attainment:.1%}"}
@@ -336,7 +437,14 @@ ORACLE_DEFINITION = (
 
 
 def cost_unit(scenario: Scenario) -> str:
-    """What a cost figure means, with the unit costs of the accelerators the variants use."""
+    """What a cost figure means, with the unit costs of the accelerators the variants use.
+
+    Args:
+        scenario: The replayed scenario (accelerator unit costs and the variants' accelerators).
+
+    Returns:
+        The sentence that defines a cost figure.
+    """
     prices = ", ".join(
         f"{a} {c.cost:g}"
         for a, c in sorted(scenario.description.accelerator_costs.items())
@@ -349,7 +457,15 @@ def cost_unit(scenario: Scenario) -> str:
 
 
 def targets_table(scenario: Scenario, limits: Limits | None) -> list[dict[str, str]]:
-    """Per model: the SLO targets attainment is judged against, the ones the policies size for, the router, the ceiling."""
+    """Per model: the SLO targets attainment is judged against, the ones the policies size for, the router, the ceiling.
+
+    Args:
+        scenario: The replayed scenario (models, SLOs, sizing SLOs, routing).
+        limits: The trace's limits, for the per-model attainment ceiling; None to leave that column out.
+
+    Returns:
+        One row per model, values formatted for a table (``-`` where there is no target).
+    """
     rows = []
     for model in scenario.trace.models:
         slo, sizing = scenario.slos[model], scenario.sizing_slo(model)
@@ -385,6 +501,17 @@ def write_report(
     The page states what the numbers mean before showing them: the SLO targets, the definition of
     attainment and the trace's attainment ceiling, the cost unit; with ``limits`` also each cost's ratio
     to the oracle's and the cost-attainment frontier.  Same inputs, same bytes (no time stamps).
+
+    Args:
+        outcomes: Each policy's replay result.
+        scenario: The replayed scenario.
+        directory: The folder the files are written to (created when missing; existing files are replaced).
+        title: The page's title.
+        settings: The run's settings, listed on the page and in ``summary.json``.
+        limits: The trace's limits (ceiling, frontier), or None when they were not computed.
+
+    Returns:
+        The written files by name: ``html``, ``json`` and one per plot.
     """
     directory.mkdir(parents=True, exist_ok=True)
     drawings: dict[str, Callable[[], pathlib.Path]] = {}
@@ -446,7 +573,14 @@ def write_report(
 
 
 def setting_text(value: Any) -> str:
-    """One setting as a person reads it in the artifact: lists and mappings as compact JSON, not Python reprs."""
+    """One setting as a person reads it in the artifact: lists and mappings as compact JSON, not Python reprs.
+
+    Args:
+        value: A setting's value.
+
+    Returns:
+        ``yes``/``no`` for a boolean, compact JSON for a list or mapping, else its text; pipes escaped for a table.
+    """
     if isinstance(value, bool):
         return "yes" if value else "no"
     if isinstance(value, (dict, list, tuple)):
@@ -455,7 +589,14 @@ def setting_text(value: Any) -> str:
 
 
 def markdown_table(rows: Sequence[dict[str, Any]]) -> list[str]:
-    """A markdown table of ``rows`` (dicts with the same keys), header first."""
+    """A markdown table of ``rows`` (dicts with the same keys), header first.
+
+    Args:
+        rows: The rows, each a mapping of the same keys (the first row's keys are the header); not empty.
+
+    Returns:
+        The table's lines.
+    """
     header = list(rows[0])
     return [
         "| " + " | ".join(header) + " |",
@@ -470,7 +611,17 @@ def markdown_report(
     settings: dict[str, Any],
     limits: Limits | None = None,
 ) -> str:
-    """The Prefect artifact: settings, attainment ceiling, the comparison table and the plots inline."""
+    """The Prefect artifact: settings, attainment ceiling, the comparison table and the plots inline.
+
+    Args:
+        outcomes: Each policy's replay result.
+        paths: The files :func:`write_report` wrote, by name.
+        settings: The run's settings; None values are left out.
+        limits: The trace's limits, or None when they were not computed.
+
+    Returns:
+        The artifact's Markdown, the plots embedded as data URLs.
+    """
     rows = summary_table(outcomes, limits)
     shown = {key: value for key, value in settings.items() if value is not None}
     structured = [key for key, value in shown.items() if isinstance(value, (dict, list, tuple))]

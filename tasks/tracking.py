@@ -40,7 +40,11 @@ LOGGER_NAME = "modelplane.runs"
 
 
 def tracked() -> bool:
-    """Whether the caller runs inside a Prefect flow or task run (Prefect loaded and its run context set)."""
+    """Whether the caller runs inside a Prefect flow or task run (Prefect loaded and its run context set).
+
+    Returns:
+        True inside a Prefect flow or task run.
+    """
     context = sys.modules.get("prefect.context")
     if context is None:  # Prefect is not even imported: no run can be active
         return False
@@ -53,7 +57,11 @@ _UNTRACKED_RUN: ContextVar[bool] = ContextVar("modelplane_untracked_run", defaul
 @contextmanager
 def untracked_run() -> Iterator[None]:
     """Mark the block as a flow run with no Prefect API (flows/runs.py): what it would send to one (events, a
-    run state) it leaves out."""
+    run state) it leaves out.
+
+    Yields:
+        Nothing; the block runs marked as an untracked run.
+    """
     token = _UNTRACKED_RUN.set(True)
     try:
         yield
@@ -62,12 +70,20 @@ def untracked_run() -> Iterator[None]:
 
 
 def in_untracked_run() -> bool:
-    """Whether the caller runs inside :func:`untracked_run`."""
+    """Whether the caller runs inside :func:`untracked_run`.
+
+    Returns:
+        True inside :func:`untracked_run`.
+    """
     return _UNTRACKED_RUN.get()
 
 
 def run_logger() -> logging.Logger | logging.LoggerAdapter[logging.Logger]:
-    """Prefect's run logger inside a tracked run, else the ``modelplane.runs`` logger."""
+    """Prefect's run logger inside a tracked run, else the ``modelplane.runs`` logger.
+
+    Returns:
+        The logger to log a run's lines with.
+    """
     if tracked():
         from prefect import get_run_logger
 
@@ -77,7 +93,14 @@ def run_logger() -> logging.Logger | logging.LoggerAdapter[logging.Logger]:
 
 def quote(value: T) -> T:
     """Prefect's ``quote`` inside a tracked run (a task input Prefect must not walk: every object of a cycle),
-    else the value itself (an untracked call walks nothing)."""
+    else the value itself (an untracked call walks nothing).
+
+    Args:
+        value: A task input (e.g. a model of the whole cluster) Prefect must not walk.
+
+    Returns:
+        The value wrapped in Prefect's ``quote`` in a tracked run, else the value itself.
+    """
     if tracked():
         from prefect.utilities.annotations import quote as prefect_quote
 
@@ -185,7 +208,17 @@ class Task(Generic[P, R]):
 def task(
     *, name: str, retries: int = 0, retry_delay_seconds: float = 0, task_run_name: str | None = None
 ) -> Callable[[Callable[P, R]], Task[P, R]]:
-    """The decorator of every Modelplane task (see the module docs); the options are Prefect's."""
+    """The decorator of every Modelplane task (see the module docs); the options are Prefect's.
+
+    Args:
+        name: The task's name, as Prefect's UI shows it.
+        retries: How many times Prefect retries a failed tracked run.
+        retry_delay_seconds: The pause between retries, in seconds.
+        task_run_name: Prefect's run name template, or None for Prefect's default.
+
+    Returns:
+        The decorator that makes a function a :class:`Task`.
+    """
 
     def decorate(fn: Callable[P, R]) -> Task[P, R]:
         return Task(
@@ -196,7 +229,13 @@ def task(
 
 
 def table_artifact(key: str, table: list[dict[str, Any]], description: str) -> None:
-    """A Prefect table artifact of the current tracked run (nothing outside one: no API to hold it)."""
+    """A Prefect table artifact of the current tracked run (nothing outside one: no API to hold it).
+
+    Args:
+        key: The artifact's key (lowercase letters, digits and dashes).
+        table: The rows, each a mapping of column to value.
+        description: What the table shows, as the UI's artifact list says it.
+    """
     if tracked():
         from prefect.artifacts import create_table_artifact
 
@@ -204,7 +243,13 @@ def table_artifact(key: str, table: list[dict[str, Any]], description: str) -> N
 
 
 def markdown_artifact(key: str, markdown: str, description: str) -> None:
-    """A Prefect markdown artifact of the current tracked run (nothing outside one)."""
+    """A Prefect markdown artifact of the current tracked run (nothing outside one).
+
+    Args:
+        key: The artifact's key (lowercase letters, digits and dashes).
+        markdown: The artifact's Markdown.
+        description: What the artifact shows, as the UI's artifact list says it.
+    """
     if tracked():
         from prefect.artifacts import create_markdown_artifact
 

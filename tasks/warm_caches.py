@@ -127,7 +127,15 @@ def _list_typed(
 
 
 def read_world(cluster: Cluster, namespaces: Iterable[str] | None = None) -> CacheWorld:
-    """Caches, their consumers, namespace configs, and the PVCs, Jobs and Pods the flow made."""
+    """Caches, their consumers, namespace configs, and the PVCs, Jobs and Pods the flow made.
+
+    Args:
+        cluster: The cluster to read.
+        namespaces: The namespaces to read (OpenModels are cluster-scoped and always read); None or empty for all.
+
+    Returns:
+        Everything one warm-caches pass decides from, each kind listed once.
+    """
     wanted = sorted(set(namespaces)) if namespaces else None
     return CacheWorld(
         caches=_list_typed(cluster, MODELCACHE_API_VERSION, MODEL_CACHE, wanted, ModelCache),  # status included
@@ -169,7 +177,16 @@ def _with_written_sources(template: Accepted[AIMServiceTemplate]) -> AIMServiceT
 def read_cache_facts(cluster: Cluster, cache: ModelCache, world: CacheWorld) -> CacheFacts:
     """What the engine's plan of one cache (:func:`engine.caches.reconcile.plan_cache`) needs, read: its PVC and
     namespace config from ``world``, the verdict of its current fill Job (cluster backend, once a fill was
-    started), and with the local backend whether an Available cache's completion marker is still in place."""
+    started), and with the local backend whether an Available cache's completion marker is still in place.
+
+    Args:
+        cluster: The cluster the cache lives in (a local cluster fills in this process).
+        cache: The ModelCache's API model.
+        world: What the pass read.
+
+    Returns:
+        The facts the engine plans the cache from.
+    """
     namespace, name = cache.metadata.namespace or "", cache.metadata.name or ""
     raw = world.pvcs.get((namespace, pvc_name(name)))
     pvc = PersistentVolumeClaim.model_validate(raw) if raw is not None else None
@@ -190,7 +207,21 @@ def read_cache_facts(cluster: Cluster, cache: ModelCache, world: CacheWorld) -> 
 
 
 def secret_value(cluster: Cluster, namespace: str, name: str, key: str) -> str:
-    """One key of a Secret (``data`` base64, or ``stringData`` in a manifest not yet normalised)."""
+    """One key of a Secret (``data`` base64, or ``stringData`` in a manifest not yet normalised).
+
+    Args:
+        cluster: The cluster to read.
+        namespace: The Secret's namespace.
+        name: The Secret's name.
+        key: The key to read.
+
+    Returns:
+        The key's value, decoded.
+
+    Raises:
+        KeyError: The Secret has no such key.
+        NotFound: There is no such Secret (raised by the cluster client).
+    """
     secret = cluster.get("v1", "Secret", name, namespace)
     if key in (secret.get("stringData") or {}):
         return str(secret["stringData"][key])
@@ -204,7 +235,17 @@ def resolve_env(
     cluster: Cluster, namespace: str, env: Iterable[Mapping[str, Any]]
 ) -> tuple[dict[str, str], Failure | None]:
     """The env as values, ``secretKeyRef``s read from the namespace's Secrets (as the kubelet does for
-    the Job). A missing Secret or key is a :data:`CREDENTIALS_MISSING` failure naming it (never its value)."""
+    the Job). A missing Secret or key is a :data:`CREDENTIALS_MISSING` failure naming it (never its value).
+
+    Args:
+        cluster: The cluster the Secrets are read from.
+        namespace: The cache's namespace, whose Secrets the env references.
+        env: Kubernetes env entries (``value`` or ``valueFrom.secretKeyRef``).
+
+    Returns:
+        The env's values by name (optional references that are missing left out), and the failure of the first
+        required reference that is missing, or None.
+    """
     values: dict[str, str] = {}
     for item in env:
         name = item.get("name")
@@ -232,14 +273,33 @@ def resolve_env(
 
 
 def local_volume(cluster: LocalCluster, namespace: str, claim: str) -> Path:
-    """The directory backing a PVC with the local backend."""
+    """The directory backing a PVC with the local backend.
+
+    Args:
+        cluster: The local cluster (a folder or file of manifests).
+        namespace: The PVC's namespace.
+        claim: The PVC's name.
+
+    Returns:
+        The directory, under the cluster's state directory (it may not exist yet).
+    """
     root = cluster.path if not cluster.single_file else cluster.path.parent
     return root / VOLUMES_DIR / namespace / claim
 
 
 def create_pvc(cluster: Cluster, cache: ModelCache, size: str, storage_class: str | None) -> Manifest:
     """Create the cache's PVC once (never patched: no resize, no class change). The local backend acts
-    as its own provisioner: the claim is bound at once to a directory under the state directory."""
+    as its own provisioner: the claim is bound at once to a directory under the state directory.
+
+    Args:
+        cluster: The cluster to create in.
+        cache: The ModelCache the claim belongs to.
+        size: The claim's size, a Kubernetes quantity.
+        storage_class: The claim's storage class, or None for the cluster's default.
+
+    Returns:
+        The PVC as created (or as it already existed), bound at once with the local backend.
+    """
     pvc = render_pvc(cache, size, storage_class)
     meta = pvc["metadata"]
     try:
@@ -260,7 +320,14 @@ def create_pvc(cluster: Cluster, cache: ModelCache, size: str, storage_class: st
 
 
 def pvc_capacity(pvc: Manifest | None) -> str | None:
-    """What the PVC holds: its bound capacity, else its request."""
+    """What the PVC holds: its bound capacity, else its request.
+
+    Args:
+        pvc: The PVC as read, or None.
+
+    Returns:
+        Its capacity (or request) as a Kubernetes quantity, or None when there is no PVC or no size.
+    """
     if not pvc:
         return None
     return PersistentVolumeClaim.model_validate(pvc).capacity()
@@ -278,7 +345,20 @@ def start_job(
     settings: JobSettings,
     previous: Manifest | None,
 ) -> Manifest:
-    """Delete the previous attempt's Job (if any) and create this attempt's."""
+    """Delete the previous attempt's Job (if any) and create this attempt's.
+
+    Args:
+        cluster: The cluster to create in.
+        cache: The ModelCache the Job fills.
+        source_uri: The model source the Job downloads.
+        attempt: The fill attempt's number (part of the Job's name).
+        env: The Job's environment entries (credentials as Secret references, never values).
+        settings: The Job's image, resources, deadline and pod settings.
+        previous: The previous attempt's Job, deleted first, or None.
+
+    Returns:
+        The Job as created (or as it already existed).
+    """
     if previous is not None:
         try:
             cluster.delete(ObjectRef.of(previous))
@@ -295,7 +375,16 @@ def start_job(
 
 
 def write_status(cluster: Cluster, cache: Manifest, status: Mapping[str, Any]) -> Manifest:
-    """Merge-patch the changed top-level status fields (nothing when unchanged)."""
+    """Merge-patch the changed top-level status fields (nothing when unchanged).
+
+    Args:
+        cluster: The cluster the cache lives in.
+        cache: The ModelCache as last read or written.
+        status: The whole status wanted.
+
+    Returns:
+        The cache as patched, or ``cache`` itself when no field changed.
+    """
     from engine.status import changed_fields
 
     change = changed_fields(cache.get("status") or {}, status)
@@ -305,7 +394,17 @@ def write_status(cluster: Cluster, cache: Manifest, status: Mapping[str, Any]) -
 
 
 def record_attempt(cluster: Cluster, cache: Manifest, generation: int | None, attempts: int) -> Manifest:
-    """Persist the fill count of this generation on the cache (state survives between runs)."""
+    """Persist the fill count of this generation on the cache (state survives between runs).
+
+    Args:
+        cluster: The cluster the cache lives in.
+        cache: The ModelCache as read.
+        generation: The spec generation the attempts count for (a new spec starts again), or None.
+        attempts: The number of fill attempts so far, this one included.
+
+    Returns:
+        The cache as patched, or ``cache`` itself when the annotation already says so.
+    """
     annotation = attempts_annotation(generation, attempts)
     if (cache["metadata"].get("annotations") or {}).get(ATTEMPTS_ANNOTATION) == annotation[ATTEMPTS_ANNOTATION]:
         return cache
@@ -313,13 +412,29 @@ def record_attempt(cluster: Cluster, cache: Manifest, generation: int | None, at
 
 
 def post_event(cluster: Cluster, cache: Manifest, reason: str, message: str, warning: bool = False) -> None:
-    """An Event on the cache; a failure to record it is logged, never fatal."""
+    """An Event on the cache; a failure to record it is logged, never fatal.
+
+    Args:
+        cluster: The cluster the Event is recorded in.
+        cache: The ModelCache as read.
+        reason: The Event's reason, e.g. ``FillStarted``.
+        message: The Event's message.
+        warning: Whether it is a Warning Event (else Normal).
+    """
     record_event(cluster, cache, reason, message, "Warning" if warning else "Normal")
 
 
 def emit_cache_event(cache: Manifest, status: str, reason: str, source_uri: str, pvc: str) -> None:
     """A Prefect event for a stored status change: ``modelplane.aim.cache.<status>`` (e.g.
-    ``tasks.clients.events.CACHE_AVAILABLE``) about the ModelCache, so rollouts waiting for it can be triggered."""
+    ``tasks.clients.events.CACHE_AVAILABLE``) about the ModelCache, so rollouts waiting for it can be triggered.
+
+    Args:
+        cache: The ModelCache as written.
+        status: Its new status (``Available``, ``Failed``, ...); lowercased into the event's name.
+        reason: The reason of the change.
+        source_uri: The model source the cache holds.
+        pvc: The name of the cache's PVC.
+    """
     from tasks.clients.events import Subject, emit_change
 
     emit_change(
@@ -332,7 +447,15 @@ def emit_cache_event(cache: Manifest, status: str, reason: str, source_uri: str,
 
 def mounted_claims(cluster: Cluster, namespace: str) -> set[str]:
     """PVCs that Pods, Deployments, StatefulSets or InferenceServices in ``namespace`` mount now.
-    A kind the cluster does not serve mounts nothing; any other failure propagates (never delete blind)."""
+    A kind the cluster does not serve mounts nothing; any other failure propagates (never delete blind).
+
+    Args:
+        cluster: The cluster to list.
+        namespace: The namespace to list.
+
+    Returns:
+        The names of the PVCs the workloads mount (the caches' own fill pods left out).
+    """
     claims: set[str] = set()
     for api_version, kind in (
         ("v1", "Pod"),
@@ -352,7 +475,13 @@ def mounted_claims(cluster: Cluster, namespace: str) -> set[str]:
 
 
 def delete_cache(cluster: Cluster, cache: Accepted[ModelCache], world: CacheWorld) -> None:
-    """Delete a cache with its fill Jobs and PVC (and, locally, the volume directory)."""
+    """Delete a cache with its fill Jobs and PVC (and, locally, the volume directory).
+
+    Args:
+        cluster: The cluster the cache lives in.
+        cache: The ModelCache to delete, with its API model.
+        world: What the pass read (the Jobs and PVCs to find the cache's own).
+    """
     namespace, name = cache.model.metadata.namespace or "", cache.name
     for (ns, _), job in world.jobs.items():
         if ns == namespace and job["metadata"].get("labels", {}).get(CACHE_LABEL) == name:
@@ -377,7 +506,15 @@ def _delete(cluster: Cluster, obj: Manifest) -> None:
 
 
 def measure_source(source: ModelSource, env: Mapping[str, str]) -> int:
-    """Bytes the source holds (Hugging Face file sizes of the revision; the S3 prefix listing)."""
+    """Bytes the source holds (Hugging Face file sizes of the revision; the S3 prefix listing).
+
+    Args:
+        source: The downloadable model source.
+        env: The source's credentials and settings as environment values (e.g. ``HF_TOKEN``, AWS keys).
+
+    Returns:
+        The source's size, in bytes.
+    """
     from tasks.downloader import Credentials, source_size
 
     return sum(source_size(source, Credentials.from_env(env)))
@@ -387,7 +524,17 @@ def fill_local(source: ModelSource, volume: Path, env: Mapping[str, str], capaci
     """Run the downloader in this process into the local volume (bounded by the PVC's capacity, since a
     directory has no size of its own); ``None`` when the completion marker is written and the files are in
     place, else the typed failure (its message already free of secrets). Progress is a step (tasks/progress.py:
-    a bar or lines in a command, log lines in a run) and, inside a tracked run, a Prefect progress artifact."""
+    a bar or lines in a command, log lines in a run) and, inside a tracked run, a Prefect progress artifact.
+
+    Args:
+        source: The downloadable model source.
+        volume: The local directory backing the cache's PVC.
+        env: The source's credentials and settings as environment values.
+        capacity: The PVC's capacity (a Kubernetes quantity) the download may not exceed, or None for no bound.
+
+    Returns:
+        None when the cache is complete, else the failure with its reason.
+    """
     from tasks.downloader import Credentials, DownloadError, ProgressSnapshot, fill_cache, is_complete, prefect_progress
 
     artifact = prefect_progress(f"Filling {volume.name} from {source.uri}") if tracked() else None
@@ -416,7 +563,15 @@ def fill_local(source: ModelSource, volume: Path, env: Mapping[str, str], capaci
 
 
 def local_marker_ok(volume: Path, source_uri: str) -> bool:
-    """Whether the local volume holds a complete cache of this source (marker and every file in place)."""
+    """Whether the local volume holds a complete cache of this source (marker and every file in place).
+
+    Args:
+        volume: The local directory backing the cache's PVC.
+        source_uri: The model source the cache should hold.
+
+    Returns:
+        True when the completion marker names this source and every file it lists is unchanged.
+    """
     from tasks.downloader import is_complete
 
     return is_complete(volume, source_uri)

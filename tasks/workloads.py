@@ -28,7 +28,21 @@ class WriteLog:
 def write_object(
     cluster: Cluster, desired: dict[str, Any], live: dict[str, Any] | None, log: WriteLog
 ) -> dict[str, Any]:
-    """Create ``desired``, or patch ``live`` when its revision or replicas differ; no write otherwise."""
+    """Create ``desired``, or patch ``live`` when its revision or replicas differ; no write otherwise.
+
+    Args:
+        cluster: The cluster to write to.
+        desired: The rendered object, with its revision annotation.
+        live: The object as it exists, or None when it does not.
+        log: Where the created and updated objects are recorded.
+
+    Returns:
+        The object as stored after the write, or ``live`` when nothing was written.
+
+    Raises:
+        ClusterError: The object exists though it was not found among this resource's objects (reason
+            ``AlreadyExists``: Modelplane does not take over another's object).
+    """
     label = f"{desired['kind']}/{desired['metadata']['name']}"
     if live is None:
         try:
@@ -56,7 +70,15 @@ def write_object(
 
 
 def read_live(cluster: Cluster, desired: dict[str, Any]) -> dict[str, Any] | None:
-    """The live object of the rendered ``desired``, or ``None`` when it does not exist yet."""
+    """The live object of the rendered ``desired``, or ``None`` when it does not exist yet.
+
+    Args:
+        cluster: The cluster to read.
+        desired: The rendered object (its API version, kind, name and namespace are read).
+
+    Returns:
+        The object as it exists, or None.
+    """
     meta = desired["metadata"]
     try:
         return cluster.get(desired["apiVersion"], desired["kind"], meta["name"], meta.get("namespace"))

@@ -55,7 +55,11 @@ class LockHeld(Exception):
 
 def run_identity() -> str:
     """Who this run is, as client-go names a candidate: host, process and a per-run suffix (two runs of one
-    process, as threads, are two holders)."""
+    process, as threads, are two holders).
+
+    Returns:
+        ``HOST_PID_SUFFIX``, the holder identity written to the Lease.
+    """
     return f"{socket.gethostname()}_{os.getpid()}_{uuid.uuid4().hex[:8]}"
 
 
@@ -85,7 +89,21 @@ class WriterLock:
 def hold_writer_lock(cluster: Cluster, name: str, namespace: str, wait_s: float) -> Iterator[WriterLock]:
     """Hold the cluster's writer lock ``name`` for the block: a Lease ``namespace/name``, or a lock file
     beside a local cluster's manifests. Waits up to ``wait_s`` for another holder to release it, then raises
-    :class:`LockHeld`; a Lease that cannot be read or written at all raises the :class:`ClusterError`."""
+    :class:`LockHeld`; a Lease that cannot be read or written at all raises the :class:`ClusterError`.
+
+    Args:
+        cluster: The cluster whose writer lock is held (a Lease, or a lock file beside a local cluster's manifests).
+        name: The lock's name (the Lease's name).
+        namespace: The Lease's namespace.
+        wait_s: How long to wait for another holder to release the lock, in seconds.
+
+    Yields:
+        The lock held, renewed while the block runs.
+
+    Raises:
+        LockHeld: Another holder kept the lock for ``wait_s`` seconds.
+        ClusterError: The Lease cannot be read or written at all.
+    """
     identity = run_identity()
     if isinstance(cluster, LocalCluster):
         with _file_lock(cluster.lease_lock_path(name), identity, wait_s) as lock:
