@@ -45,7 +45,15 @@ log = logging.getLogger("modelplane.optimize")
 
 
 def target_ref(target: Target, namespace: str) -> ObjectRef:
-    """The ObjectRef of a binding's ``target.targetRef`` (defaults: apps/v1 Deployment, binding namespace)."""
+    """The ObjectRef of a binding's ``target.targetRef`` (defaults: apps/v1 Deployment, binding namespace).
+
+    Args:
+        target: One target of an AutoscalingPolicyBinding.
+        namespace: The binding's namespace, the target's when its ref names none.
+
+    Returns:
+        The reference of the workload the target scales.
+    """
     ref = target.target_ref
     return ObjectRef(ref.api_version or "apps/v1", ref.kind or "Deployment", ref.name or "", ref.namespace or namespace)
 
@@ -75,7 +83,14 @@ def workload_accelerator(workload: Workload) -> str:
     """What a workload's pods run on, as :func:`engine.optimize.spec.accelerator_text` writes it: the GPUs a
     pod requests (1 when it requests none) of the type its ``inference.optimization/acceleratorName`` label,
     nodeSelector or required node affinity names, else of the GPU resource itself (``1x nvidia.com/gpu``);
-    empty for a CPU workload."""
+    empty for a CPU workload.
+
+    Args:
+        workload: A scale target (Deployment, StatefulSet, ...) as its typed model.
+
+    Returns:
+        The accelerator text, e.g. ``2x MI300X`` or ``1x nvidia.com/gpu``; empty for a CPU workload.
+    """
     pod = workload.pod_spec()
     resource, count = "", 1
     for container in pod.containers:
@@ -105,7 +120,15 @@ def _count(value: object) -> int:
 
 def binding_model(binding: ObjectMeta, workloads: Iterable[Workload]) -> str:
     """The model a binding (its ``metadata``) scales: its own model label, else its targets' (Kthena's, then
-    llm-d's), else the Kthena Model that owns it; empty when nothing says (never the policy's name)."""
+    llm-d's), else the Kthena Model that owns it; empty when nothing says (never the policy's name).
+
+    Args:
+        binding: The binding's metadata.
+        workloads: The binding's target workloads.
+
+    Returns:
+        The model's name, or empty.
+    """
     sources: list[Mapping[str, Any]] = [binding.labels, *(w.metadata.labels for w in workloads)]
     for label in BINDING_MODEL_LABELS:
         for labels in sources:
@@ -150,7 +173,14 @@ def describe_bindings(
 
 def binding_scale_targets(state: ClusterState) -> set[tuple[str, str, str, str]]:
     """(namespace, apiVersion, kind, name) of every binding target and serving-group member, for the cycle's
-    one read of the scale targets (:func:`tasks.optimize.read.read_current_replicas`)."""
+    one read of the scale targets (:func:`tasks.optimize.read.read_current_replicas`).
+
+    Args:
+        state: The cycle's read of the cluster (its bindings).
+
+    Returns:
+        Every target and group member as (namespace, apiVersion, kind, name).
+    """
     targets: set[tuple[str, str, str, str]] = set()
     for binding in state.bindings:
         try:
@@ -198,7 +228,15 @@ def _bounds(low: int | None, high: int | None) -> tuple[int, int]:
 
 def binding_targets(spec: AutoscalingPolicyBindingSpec) -> list[tuple[Target, int, int, float | None]]:
     """(target, minReplicas, maxReplicas, cost) for each target of a binding, in spec order; the cost is None
-    where the binding gives none (a homogeneous binding, a param without ``cost``)."""
+    where the binding gives none (a homogeneous binding, a param without ``cost``).
+
+    Args:
+        spec: An AutoscalingPolicyBinding's spec.
+
+    Returns:
+        One (target, minReplicas, maxReplicas, cost) per target; empty when the spec configures neither
+        optimizer nor scaling.
+    """
     if spec.optimizer_configuration is not None:
         return [
             (p.target, *_bounds(p.min_replicas, p.max_replicas), None if p.cost is None else float(p.cost))
@@ -322,7 +360,21 @@ def read_binding_inputs(
 
     A target named in the binding's :data:`engine.optimize.bindings.ANNOTATION_SCALE_GROUPS` is a serving group:
     its members' replicas are read, its current count is whole groups, and its serving pods' metrics
-    become one instance per group."""
+    become one instance per group.
+
+    Args:
+        cluster: The cluster to read the targets from.
+        binding: The AutoscalingPolicyBinding as read, with its parsed model.
+        state: The cycle's read of the cluster (the bound policies).
+        snapshot: The cycle's metrics snapshot (the policies' per-pod metrics), or None when collection failed.
+        metrics_error: Why the metrics could not be collected, or None.
+        held: The replicas the cycle already read of the targets, or None to read each target's scale.
+        pods_of: The cycle's per-namespace pod listing, or None for a new one.
+
+    Returns:
+        What the engine plans the binding from: targets with current replicas and bounds, per-instance metrics,
+        unready pods, the policy and the status as read.
+    """
     meta, spec, namespace = binding.model.metadata, binding.model.spec, binding.namespace
     policy_name = spec.policy_ref.name
     policy = state.policies.get((namespace, policy_name))
@@ -389,7 +441,15 @@ def binding_grace_period(cluster: Cluster, meta: ObjectMeta) -> float | None:
     """The scale-to-zero grace period (seconds) of the binding with metadata ``meta``: its annotation, else
     the Kthena Model that owns it (one GET, only for a binding without the annotation; read through the
     boundary reader, so a Model that does not parse gives none). A malformed value is logged and means
-    no grace period (the policy's own windows still apply)."""
+    no grace period (the policy's own windows still apply).
+
+    Args:
+        cluster: The cluster to read the owning Model from.
+        meta: The binding's metadata.
+
+    Returns:
+        The grace period in seconds, or None when there is none (or it is malformed).
+    """
     annotations = meta.annotations
     model: KthenaModel | None = None
     if not annotations.get(ANNOTATION_SCALE_TO_ZERO_GRACE):
@@ -419,6 +479,13 @@ def binding_modes(binding: AutoscalingPolicyBinding, default: str) -> tuple[dict
     the binding's own mode, and the error of a malformed annotation (then everything is ``recommend``).
 
     The members of a serving group (``modelplane.io/scale-groups``) take their group target's mode.
+
+    Args:
+        binding: The AutoscalingPolicyBinding's API model.
+        default: The cluster's default actuation mode (from the optimizer ConfigMap).
+
+    Returns:
+        The mode of each target (and group member) by name, the binding's mode, and the annotation's error or None.
     """
     annotations = binding.metadata.annotations
     names = [target_ref(target, "").name for target, *_ in binding_targets(binding.spec)]

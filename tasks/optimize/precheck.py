@@ -16,6 +16,14 @@ def missing_configuration(config_maps: set[str], has_variants: bool, config_name
     Without ``accelerator-unit-costs`` no variant can be priced: that is reported once, as what it is
     (usually a wrong ``--config-namespace``), rather than as an unknown accelerator on every resource.
     A cluster with only Kthena bindings needs no WVA configuration.
+
+    Args:
+        config_maps: The names of the ConfigMaps in the config namespace.
+        has_variants: Whether the cluster holds valid VariantAutoscalings.
+        config_namespace: The namespace the WVA ConfigMaps were looked for in.
+
+    Returns:
+        The problem as one sentence, or None when the configuration is sufficient.
     """
     if has_variants and ACCELERATOR_COSTS_CONFIGMAP not in config_maps:
         return (
@@ -26,7 +34,16 @@ def missing_configuration(config_maps: set[str], has_variants: bool, config_name
 
 
 def cannot_run_reason(cluster: Cluster, config_namespace: str) -> str | None:
-    """Why an optimize cycle cannot run on ``cluster`` at all, or None."""
+    """Why an optimize cycle cannot run on ``cluster`` at all, or None.
+
+    Args:
+        cluster: The cluster the cycle would run on.
+        config_namespace: The namespace of the WVA ConfigMaps.
+
+    Returns:
+        The problem as one sentence (an unusable manifests path, an unreadable cluster, missing configuration), or
+        None when the cycle can run.
+    """
     from tasks.boundary import accept
 
     problem = local_path_problem(cluster)

@@ -88,7 +88,17 @@ def _by_name(items: Iterable[dict[str, Any]]) -> dict[str, dict[str, Any]]:
 
 
 def list_optional(cluster: Cluster, api_version: str, kind: str, namespace: str | None = None) -> list[dict[str, Any]]:
-    """LIST a kind whose CRD may not be installed: a missing kind is an empty list."""
+    """LIST a kind whose CRD may not be installed: a missing kind is an empty list.
+
+    Args:
+        cluster: The cluster to list.
+        api_version: The kind's ``apiVersion``.
+        kind: The kind's name.
+        namespace: The namespace to list, or None for all.
+
+    Returns:
+        The objects the boundary reader accepted; empty when the kind is not served.
+    """
     try:
         return accept(cluster, cluster.list(api_version, kind, namespace=namespace))  # invalid ones: marked, left out
     except NotFound:
@@ -97,7 +107,17 @@ def list_optional(cluster: Cluster, api_version: str, kind: str, namespace: str 
 
 
 def list_typed(cluster: Cluster, api_version: str, kind: str, model: type[M]) -> list[Accepted[M]]:
-    """:func:`list_optional` of a Modelplane kind, each object with its parsed API ``model``."""
+    """:func:`list_optional` of a Modelplane kind, each object with its parsed API ``model``.
+
+    Args:
+        cluster: The cluster to list.
+        api_version: The kind's ``apiVersion``.
+        kind: The kind's name.
+        model: The kind's API model class.
+
+    Returns:
+        The accepted objects of every namespace, each with its parsed model; empty when the kind is not served.
+    """
     try:
         return accept_as(cluster, cluster.list(api_version, kind), model)  # invalid ones: marked, left out
     except NotFound:
@@ -140,7 +160,16 @@ def _service_classes(
 
 def namespace_scope(cluster: Cluster, namespaces: list[str] | None, selector: str | None) -> set[str] | None:
     """The namespaces a cycle covers: the named ones, those whose labels match ``selector`` (one LIST of
-    Namespaces), their intersection when both are given, or ``None`` for every namespace."""
+    Namespaces), their intersection when both are given, or ``None`` for every namespace.
+
+    Args:
+        cluster: The cluster to list Namespaces of.
+        namespaces: The namespaces named; None or empty for no restriction by name.
+        selector: A label selector on Namespaces, or None.
+
+    Returns:
+        The namespaces in scope, or None for every namespace.
+    """
     scope = set(namespaces) if namespaces else None
     if selector:
         selected = {ns["metadata"]["name"] for ns in cluster.list("v1", "Namespace", label_selector=selector)}
@@ -152,7 +181,18 @@ def namespace_scope(cluster: Cluster, namespaces: list[str] | None, selector: st
 def read_cluster_state(
     cluster: Cluster, namespaces: list[str] | None, config_namespace: str, namespace_selector: str | None = None
 ) -> ClusterState:
-    """LIST every kind the cycle needs (all namespaces, filtered client-side) and parse the ConfigMaps."""
+    """LIST every kind the cycle needs (all namespaces, filtered client-side) and parse the ConfigMaps.
+
+    Args:
+        cluster: The cluster to read.
+        namespaces: The namespaces the cycle covers by name; None or empty for all.
+        config_namespace: The namespace of the WVA ConfigMaps (accelerator costs, service classes, saturation,
+            inventory, optimizer settings).
+        namespace_selector: A label selector on Namespaces that limits the cycle further, or None.
+
+    Returns:
+        The VariantAutoscalings, bindings and policies in scope, the parsed configuration and its errors.
+    """
     scope = namespace_scope(cluster, namespaces, namespace_selector)
     variants = [
         va for va in list_typed(cluster, LLMD_API, VARIANT_AUTOSCALING, VariantAutoscaling) if _in_scope(va, scope)
@@ -194,7 +234,14 @@ def read_cluster_state(
 
 
 def scale_targets_of(state: ClusterState) -> set[tuple[str, str, str, str]]:
-    """(namespace, apiVersion, kind, name) of every scale target the cycle must read."""
+    """(namespace, apiVersion, kind, name) of every scale target the cycle must read.
+
+    Args:
+        state: The cycle's read of the cluster (its VariantAutoscalings).
+
+    Returns:
+        Every VariantAutoscaling's scale target as (namespace, apiVersion, kind, name).
+    """
     targets: set[tuple[str, str, str, str]] = set()
     for va in state.variants:
         ref = va.model.spec.scale_target_ref
@@ -236,7 +283,14 @@ class TargetReplicas:
 
 
 def replica_count_problem(value: object) -> str | None:
-    """Why ``value`` is not a replica count (an integer from 0 to :data:`MAX_REPLICAS`), or None."""
+    """Why ``value`` is not a replica count (an integer from 0 to :data:`MAX_REPLICAS`), or None.
+
+    Args:
+        value: A value read as a replica count.
+
+    Returns:
+        The problem as a phrase (``must be ...``), or None when it is a valid count.
+    """
     if isinstance(value, bool) or not isinstance(value, int):
         return f"must be an integer, got {value!r}"
     if not 0 <= value <= MAX_REPLICAS:
@@ -249,6 +303,13 @@ def read_current_replicas(cluster: Cluster, targets: set[tuple[str, str, str, st
     """Current replicas of every target: one LIST per listable kind, the scale subresource otherwise.
 
     Targets that do not exist are absent from the result (the planner reports them).
+
+    Args:
+        cluster: The cluster to read.
+        targets: The scale targets as (namespace, apiVersion, kind, name).
+
+    Returns:
+        The replicas and ready replicas of every target found, and the listed workloads.
     """
     wanted = {(namespace, kind, name) for namespace, _, kind, name in targets}
     result = TargetReplicas()
@@ -273,7 +334,14 @@ def read_current_replicas(cluster: Cluster, targets: set[tuple[str, str, str, st
 
 
 def policy_metric_names(state: ClusterState) -> list[str]:
-    """Every metric name the bound AutoscalingPolicies scale on (fetched in the cycle's one collect)."""
+    """Every metric name the bound AutoscalingPolicies scale on (fetched in the cycle's one collect).
+
+    Args:
+        state: The cycle's read of the cluster (bindings and policies).
+
+    Returns:
+        The metric names, sorted.
+    """
     names: set[str] = set()
     for binding in state.bindings:
         policy = state.policies.get((binding.namespace, binding.model.spec.policy_ref.name))
@@ -288,6 +356,13 @@ def collect_metrics(source: MetricsSource | None, state: ClusterState) -> tuple[
     model's latency histograms over its SLO window (:func:`engine.optimize.spec.model_targets`) and recently.
 
     A failing backend is reported (never swallowed) as an error string; the planner then holds.
+
+    Args:
+        source: The metrics backend (Prometheus or a metrics file), or None when none is configured.
+        state: The cycle's read of the cluster (models, bindings, SLOs).
+
+    Returns:
+        The snapshot and None, or None and why the metrics could not be collected.
     """
     if source is None:
         return (

@@ -71,7 +71,16 @@ class WriteOutcome:
 
 
 def parallel_map(fn: Callable[[T], WriteOutcome], items: list[T], workers: int = WRITE_WORKERS) -> list[WriteOutcome]:
-    """Run independent per-object writes concurrently (they are I/O bound), preserving order."""
+    """Run independent per-object writes concurrently (they are I/O bound), preserving order.
+
+    Args:
+        fn: One object's write.
+        items: The objects to write.
+        workers: How many writes run at once.
+
+    Returns:
+        Each write's outcome, in the order of ``items``.
+    """
     if len(items) <= 1:
         return [fn(item) for item in items]
     with ThreadPoolExecutor(max_workers=min(workers, len(items))) as pool:
@@ -84,7 +93,19 @@ def write_status_once(
     build_patch: Callable[[dict[str, Any]], dict[str, Any] | None],
 ) -> bool:
     """Patch the status computed from the object, conditioned on its resourceVersion; ``Conflict`` when the
-    object changed since (the caller decides again). Returns whether a write happened."""
+    object changed since (the caller decides again). Returns whether a write happened.
+
+    Args:
+        cluster: The cluster the object lives in.
+        listed: The object as the cycle read it (its resourceVersion is the write's precondition).
+        build_patch: Computes the status patch from the object, or None when nothing changes.
+
+    Returns:
+        Whether a write happened.
+
+    Raises:
+        Conflict: The object changed since it was read (raised by the cluster client).
+    """
     patch = build_patch(dict(listed))
     if patch is None:
         return False
@@ -112,7 +133,22 @@ def replan_variant(
 ) -> WriteOutcome:
     """After a status conflict: re-read the object, decide again from it, and apply that decision (its scale,
     then its status conditioned on the re-read resourceVersion). What the stale decision already scaled is
-    corrected by the new decision's scale, so the status written last describes the target's replicas."""
+    corrected by the new decision's scale, so the status written last describes the target's replicas.
+
+    Args:
+        cluster: The cluster the VariantAutoscaling lives in.
+        stale: The decision made from the object before the conflict; updated to the decision applied.
+        obj: The object as it was read before the conflict.
+        replan: Decides again from a re-read object (None when it is no longer valid).
+        attempts: How many more decisions may be made.
+        outcome: The outcome of the stale decision's writes so far.
+        now: The cycle's time.
+        heartbeat_s: How old a status may grow before it is rewritten unchanged, in seconds.
+        default_mode: The cluster's default actuation mode.
+
+    Returns:
+        The outcome of the new decision's writes, or ``outcome`` with the error that stopped the re-plan.
+    """
     ref = ObjectRef.of(obj)
     log.info("conflict writing status of %s/%s; re-reading and re-planning it", ref.namespace, ref.name)
     try:
@@ -132,7 +168,14 @@ def replan_variant(
 
 
 def scale_down_held(decision: VariantDecision) -> str:
-    """What a held scale-down waits for: the replicas now, the highest recommended since the window started."""
+    """What a held scale-down waits for: the replicas now, the highest recommended since the window started.
+
+    Args:
+        decision: A VariantAutoscaling's decision whose scale-down the stabilization window holds.
+
+    Returns:
+        The Event's message.
+    """
     pending = json.loads(decision.stabilization or "{}")
     return (
         f"Scale-down from {decision.current} to {pending.get('max')} replicas held by the stabilization window "
@@ -142,7 +185,15 @@ def scale_down_held(decision: VariantDecision) -> str:
 
 def variant_mode(obj: Mapping[str, Any], default: str) -> str:
     """The actuation mode of a VariantAutoscaling; ``recommend`` when its annotation is malformed (the
-    planner has already made it invalid, with a condition naming the annotation)."""
+    planner has already made it invalid, with a condition naming the annotation).
+
+    Args:
+        obj: The VariantAutoscaling as read.
+        default: The cluster's default actuation mode.
+
+    Returns:
+        ``scale``, ``recommend`` or another actuation mode.
+    """
     try:
         return resource_mode((obj.get("metadata") or {}).get("annotations"), default)
     except ActuationModeError:
@@ -166,6 +217,20 @@ def apply_variant(
     ``published``: the decision's desired replicas reached the Pushgateway this cycle. ``replan``: how to
     decide again when the status write conflicts (see the module docs; without it the same decision is
     re-applied to the re-read object, as :func:`tasks.clients.cluster.retry.write_status` does), at most ``attempts`` decisions in all.
+
+    Args:
+        cluster: The cluster the VariantAutoscaling and its target live in.
+        decision: The engine's decision for it.
+        obj: The VariantAutoscaling as read.
+        now: The cycle's time.
+        heartbeat_s: How old a status may grow before it is rewritten unchanged, in seconds.
+        default_mode: The cluster's default actuation mode.
+        published: Whether the desired replicas reached the Pushgateway this cycle.
+        replan: How to decide again when the status write conflicts, or None to re-apply the same decision.
+        attempts: How many decisions may be made in all.
+
+    Returns:
+        What was written: scaled, status written, Event, mode, applied, and the error of a failed write.
     """
     mode = variant_mode(obj, default_mode) if decision.actuate else RECOMMEND
     outcome = WriteOutcome(
@@ -245,6 +310,18 @@ def apply_decisions(
 
     ``published``: (namespace, name) of the variants whose desired replicas reached the Pushgateway.
     ``replan``: how to decide an object again when its status write conflicts (see the module docs).
+
+    Args:
+        cluster: The cluster the VariantAutoscalings live in.
+        state: The cycle's read of the cluster (the objects as read, the default actuation mode).
+        decisions: The engine's decision for every VariantAutoscaling.
+        now: The cycle's time.
+        heartbeat_s: How old a status may grow before it is rewritten unchanged, in seconds.
+        published: The (namespace, name) of the variants whose desired replicas reached the Pushgateway.
+        replan: How to decide an object again when its status write conflicts, or None.
+
+    Returns:
+        Every variant's write outcome, in the order of ``decisions``; errors are logged as well.
     """
     objects = {(va.namespace, va.name): va.obj for va in state.variants}
     outcomes = parallel_map(
@@ -278,6 +355,14 @@ def apply_binding(
     """Scale each changed target whose mode scales, persist window state in status, post an Event.
 
     ``published``: (namespace, target name) of the targets whose desired replicas reached the Pushgateway.
+
+    Args:
+        cluster: The cluster the binding and its targets live in.
+        binding: The AutoscalingPolicyBinding as read, with its parsed model.
+        decision: The engine's decision for it; its targets' modes and results are filled in.
+        now: The cycle's time.
+        default_mode: The cluster's default actuation mode.
+        published: The (namespace, target name) of the targets whose desired replicas reached the Pushgateway.
     """
     modes, binding_mode, mode_error = binding_modes(binding.model, default_mode)
     if mode_error:
