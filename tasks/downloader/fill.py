@@ -88,8 +88,29 @@ def fill_cache(
 
     ``credentials`` default to :meth:`Credentials.from_env`. ``capacity_bytes`` is the volume's size when the
     filesystem does not tell (a PVC request on a shared filesystem): the free space is the smaller of what
-    the filesystem reports and the capacity minus what the cache already uses. Raises a
-    :class:`~tasks.clients.sources.errors.DownloadError` subclass whose ``reason`` a flow puts in a condition.
+    the filesystem reports and the capacity minus what the cache already uses.
+
+    Args:
+        source: The model source (``hf://`` or ``s3://``), parsed or as its URI.
+        dest: The cache directory (created when missing).
+        credentials: The source's credentials, or None to read them from the environment.
+        progress: Called with a snapshot as the fill advances, or None.
+        capacity_bytes: The volume's size in bytes when the filesystem does not tell it, or None.
+        concurrency: How many parts are downloaded at once.
+        part_size: The size of one ranged part of a large file, in bytes.
+        lock_timeout: How long to wait for another filler's lock, in seconds; None to wait as long as it is alive.
+        heartbeat: How often the held lock is renewed, in seconds.
+        stale_after: How old another filler's lock may grow before it is taken over, in seconds.
+        on_wait: Called with a message while another filler holds the lock, or None.
+
+    Returns:
+        The completion manifest of the cache (the existing one when the cache was already complete).
+
+    Raises:
+        UnsupportedSource: The source is not downloadable (``pvc://``, ``hostpath://``, ...).
+        DownloadError: A :class:`~tasks.clients.sources.errors.DownloadError` subclass naming the failure
+            (credentials, not found, no space, checksum, lock, ...), whose ``reason`` a flow puts in a condition; its
+            message carries no secret.
     """
     parsed = parse_source(source) if isinstance(source, str) else source
     if not parsed.downloadable:
@@ -116,12 +137,31 @@ def fill_cache(
 
 
 def source_size(source: ModelSource | str, credentials: Credentials | None = None) -> list[int]:
-    """The sizes in bytes of the files a cache of ``source`` holds (for PVC sizing); lists, downloads nothing."""
+    """The sizes in bytes of the files a cache of ``source`` holds (for PVC sizing); lists, downloads nothing.
+
+    Args:
+        source: The downloadable model source, parsed or as its URI.
+        credentials: The source's credentials, or None to read them from the environment.
+
+    Returns:
+        The size of every file of the source, in bytes.
+    """
     return [f.size for f in list_source(source, credentials).files]
 
 
 def list_source(source: ModelSource | str, credentials: Credentials | None = None) -> Listing:
-    """The resolved revision and the files (paths, sizes, checksums) a cache of ``source`` would hold."""
+    """The resolved revision and the files (paths, sizes, checksums) a cache of ``source`` would hold.
+
+    Args:
+        source: The downloadable model source, parsed or as its URI.
+        credentials: The source's credentials, or None to read them from the environment.
+
+    Returns:
+        The listing: the resolved revision and every remote file.
+
+    Raises:
+        UnsupportedSource: The source is not downloadable.
+    """
     parsed = parse_source(source) if isinstance(source, str) else source
     if not parsed.downloadable:
         raise UnsupportedSource(f"{parsed.uri} is not downloadable: only hf:// and s3:// sources can be sized")

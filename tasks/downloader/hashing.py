@@ -28,7 +28,14 @@ BACKGROUND_HASH_QUEUE = 64
 
 
 def has_checksum(remote: RemoteFile) -> bool:
-    """Whether the source publishes a checksum a file on disk can be verified against."""
+    """Whether the source publishes a checksum a file on disk can be verified against.
+
+    Args:
+        remote: A file as the source lists it.
+
+    Returns:
+        True when the source gives its SHA-256, MD5 or git blob id.
+    """
     return bool(remote.sha256 or remote.md5 or remote.git_sha1)
 
 
@@ -202,7 +209,18 @@ class HashingFile:
 
 
 def hash_file(path: pathlib.Path, remote: RemoteFile) -> dict[str, str]:
-    """SHA-256 always, plus the MD5 or git blob id the source can be checked against, in one read."""
+    """SHA-256 always, plus the MD5 or git blob id the source can be checked against, in one read.
+
+    Args:
+        path: The downloaded file.
+        remote: The file as the source lists it (which checksums it publishes).
+
+    Returns:
+        The hex digests by name (``sha256``, and ``md5`` or ``git_sha1`` when the source publishes it).
+
+    Raises:
+        TransferFailed: The file could not be read back.
+    """
     hasher = StreamHash.of_prefix(path, remote, path.stat().st_size)
     digests = hasher.digests(hasher.position)
     if digests is None:
@@ -211,7 +229,15 @@ def hash_file(path: pathlib.Path, remote: RemoteFile) -> dict[str, str]:
 
 
 def checksum_problem(remote: RemoteFile, digests: dict[str, str]) -> str | None:
-    """What does not match between ``digests`` and the checksums the source published, or None."""
+    """What does not match between ``digests`` and the checksums the source published, or None.
+
+    Args:
+        remote: The file as the source lists it.
+        digests: The digests of the file on disk, by name.
+
+    Returns:
+        The first mismatch as a phrase, or None when every published checksum matches.
+    """
     for name, expected in (("sha256", remote.sha256), ("md5", remote.md5), ("git_sha1", remote.git_sha1)):
         if expected and digests.get(name) != expected.lower():
             return f"{name} {digests.get(name)} does not match the source's {expected}"

@@ -82,12 +82,26 @@ class CacheManifest:
 
 
 def marker_path(dest: str | os.PathLike[str]) -> pathlib.Path:
-    """Where the completion marker of the cache at ``dest`` lives."""
+    """Where the completion marker of the cache at ``dest`` lives.
+
+    Args:
+        dest: The cache directory.
+
+    Returns:
+        The marker file's path.
+    """
     return pathlib.Path(dest) / CACHE_MARKER
 
 
 def read_manifest(dest: str | os.PathLike[str]) -> CacheManifest | None:
-    """The manifest of the cache at ``dest``, or None when it has no (readable) completion marker."""
+    """The manifest of the cache at ``dest``, or None when it has no (readable) completion marker.
+
+    Args:
+        dest: The cache directory.
+
+    Returns:
+        The completion manifest, or None.
+    """
     path = marker_path(dest)
     try:
         return CacheManifest.from_json(json.loads(path.read_text()))
@@ -98,7 +112,15 @@ def read_manifest(dest: str | os.PathLike[str]) -> CacheManifest | None:
 
 
 def is_complete(dest: str | os.PathLike[str], source_uri: str | None = None) -> bool:
-    """True when ``dest`` holds a complete cache (of ``source_uri`` when given): marker present, files in place."""
+    """True when ``dest`` holds a complete cache (of ``source_uri`` when given): marker present, files in place.
+
+    Args:
+        dest: The cache directory.
+        source_uri: The source the cache must hold, or None for any.
+
+    Returns:
+        True when every file the marker lists exists with its size.
+    """
     manifest = read_manifest(dest)
     if manifest is None or (source_uri is not None and manifest.source != source_uri):
         return False
@@ -113,7 +135,15 @@ def is_complete(dest: str | os.PathLike[str], source_uri: str | None = None) -> 
 
 
 def write_manifest(dest: str | os.PathLike[str], manifest: CacheManifest) -> pathlib.Path:
-    """Write the marker atomically (temporary file, fsync, rename, fsync of the directory)."""
+    """Write the marker atomically (temporary file, fsync, rename, fsync of the directory).
+
+    Args:
+        dest: The cache directory.
+        manifest: The completion manifest.
+
+    Returns:
+        The marker file's path.
+    """
     path = marker_path(dest)
     tmp = path.with_name(path.name + ".tmp")
     with open(tmp, "w") as handle:
@@ -126,5 +156,9 @@ def write_manifest(dest: str | os.PathLike[str], manifest: CacheManifest) -> pat
 
 
 def remove_manifest(dest: str | os.PathLike[str]) -> None:
-    """Remove the marker (the cache is no longer complete)."""
+    """Remove the marker (the cache is no longer complete).
+
+    Args:
+        dest: The cache directory.
+    """
     marker_path(dest).unlink(missing_ok=True)

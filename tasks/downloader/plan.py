@@ -34,6 +34,15 @@ def safe_relative_path(name: str) -> str:
 
     Rejected: empty names, absolute paths, backslashes, NUL and control characters, ``.``/``..``/empty
     segments, and names that would overwrite the cache's own bookkeeping files.
+
+    Args:
+        name: A file's path as the source lists it.
+
+    Returns:
+        ``name``, unchanged.
+
+    Raises:
+        PathTraversal: The name is not a plain relative path inside the cache.
     """
     shown = name.encode("unicode_escape").decode("ascii")[:200]
     if not name or name.startswith("/") or "\\" in name or any(ord(c) < 32 for c in name):
@@ -49,7 +58,15 @@ def safe_relative_path(name: str) -> str:
 
 
 def check_listing(dest: pathlib.Path, listing: Listing) -> None:
-    """Every remote path is safe, unique, and resolves inside ``dest``; raise before anything is written."""
+    """Every remote path is safe, unique, and resolves inside ``dest``; raise before anything is written.
+
+    Args:
+        dest: The cache directory.
+        listing: The source's listing.
+
+    Raises:
+        PathTraversal: A path is unsafe, listed twice, resolves outside ``dest`` or is both a file and a directory.
+    """
     root = dest.resolve()
     seen: set[str] = set()
     for remote in listing.files:
@@ -122,7 +139,14 @@ class Journal:
 
 
 def directory_usage(root: pathlib.Path) -> int:
-    """Bytes used by the regular files under ``root`` (the cache so far)."""
+    """Bytes used by the regular files under ``root`` (the cache so far).
+
+    Args:
+        root: The cache directory.
+
+    Returns:
+        The total size of its regular files, in bytes (files that vanish meanwhile count nothing).
+    """
     total = 0
     for directory, _dirs, files in os.walk(root):
         for name in files:

@@ -42,7 +42,14 @@ ProgressCallback = Callable[[ProgressSnapshot], None]
 
 
 def human_bytes(value: int) -> str:
-    """``1536`` -> ``1.5 KiB``."""
+    """``1536`` -> ``1.5 KiB``.
+
+    Args:
+        value: A size in bytes.
+
+    Returns:
+        The size in binary units, one decimal (whole bytes below 1 KiB).
+    """
     size = float(value)
     for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
         if abs(size) < 1024 or unit == "TiB":
@@ -126,7 +133,15 @@ class ProgressTracker:
 
 
 def prefect_progress(description: str, interval: float = 2.0) -> ProgressCallback:
-    """A callback that keeps one Prefect progress artifact up to date (a no-op outside a flow or task run)."""
+    """A callback that keeps one Prefect progress artifact up to date (a no-op outside a flow or task run).
+
+    Args:
+        description: What is filled, shown before the progress in the artifact.
+        interval: The least time between two updates of the artifact, in seconds (the final one always goes).
+
+    Returns:
+        The progress callback.
+    """
     state: dict[str, object] = {"id": None, "last": 0.0}
 
     def report(snapshot: ProgressSnapshot) -> None:

@@ -59,7 +59,16 @@ class Transfer:
 
 
 def plan_transfer(remote: RemoteFile, staging: pathlib.Path, part_size: int | None) -> Transfer:
-    """Parts of one file and how much of each an earlier run left on disk."""
+    """Parts of one file and how much of each an earlier run left on disk.
+
+    Args:
+        remote: The file as the source lists it.
+        staging: The staging directory of the fill.
+        part_size: The size of one ranged part in bytes, or None to fetch the file whole.
+
+    Returns:
+        The file's parts and the bytes of each already on disk (resumed only when size, etag and part size match).
+    """
     tmp = staging / remote.staging_name
     if part_size is None or remote.size <= part_size:
         present = tmp.stat().st_size if tmp.exists() else 0
@@ -98,7 +107,23 @@ def run_transfers(
     lock: CacheLock,
     concurrency: int,
 ) -> None:
-    """Fetch every part of every transfer on a thread pool; the first failure stops the rest."""
+    """Fetch every part of every transfer on a thread pool; the first failure stops the rest.
+
+    Args:
+        backend: The source's download backend.
+        source: The model source.
+        listing: The source's listing (its resolved revision).
+        transfers: The files to fetch, with their parts.
+        root: The cache directory.
+        journal: The journal the finished files are recorded in.
+        tracker: The progress tracker bytes are counted into.
+        lock: The cache's lock; losing it stops the transfers.
+        concurrency: How many parts are fetched at once.
+
+    Raises:
+        DownloadError: The first part that failed with one (e.g. a lost lock or a checksum mismatch), re-raised.
+        TransferFailed: The first part failed with another exception.
+    """
     stop = threading.Event()
     watcher = threading.Thread(target=_watch_lock, args=(lock, stop), daemon=True)
     watcher.start()
