@@ -47,13 +47,27 @@ VOLATILE = ("resourceVersion", "creationTimestamp", "uid", "generation")
 
 
 def fingerprint(obj: Manifest) -> str:
-    """A digest of an object's content without its bookkeeping metadata."""
+    """A digest of an object's content without its bookkeeping metadata.
+
+    Args:
+        obj: A stored object.
+
+    Returns:
+        The hex digest of the object with its metadata the API server maintains (resourceVersion, creationTimestamp, uid, generation) left out.
+    """
     meta = {k: v for k, v in (obj.get("metadata") or {}).items() if k not in VOLATILE}
     return _digest({**obj, "metadata": meta})
 
 
 def spec_fingerprint(obj: Manifest) -> str:
-    """A digest of what ``generation`` tracks."""
+    """A digest of what ``generation`` tracks.
+
+    Args:
+        obj: A stored object.
+
+    Returns:
+        The hex digest of everything but ``apiVersion``, ``kind``, ``metadata`` and ``status``.
+    """
     return _digest(spec_part(obj))
 
 

@@ -108,7 +108,15 @@ def open_watch(root: str, is_manifest_name: Callable[[str], bool]) -> DirectoryW
     """A watch over ``root`` and every directory below it the loader walks (hidden ones are not walked), or
     ``None`` when the tree cannot be watched exactly (a symbolic link to a directory or to a file
     ``is_manifest_name`` accepts, inotify unavailable or out of instances): the caller then rescans before
-    every operation."""
+    every operation.
+
+    Args:
+        root: The directory of a local cluster's manifests.
+        is_manifest_name: Whether a file name is one the loader reads.
+
+    Returns:
+        The watch, or None when the caller must rescan instead.
+    """
     directories: list[str] = []
     stack = [root]
     while stack:

@@ -62,6 +62,17 @@ def load_api_client(kubeconfig: str | None = None, context: str | None = None) -
     In-cluster config is used when neither a kubeconfig nor a context is given and
     ``KUBERNETES_SERVICE_HOST`` is set; otherwise ``kubeconfig`` (default: ``$KUBECONFIG`` or
     ``~/.kube/config``). The error never quotes the kubeconfig's content.
+
+    Args:
+        kubeconfig: The kubeconfig file, or None for ``$KUBECONFIG`` (else ``~/.kube/config``, else in-cluster).
+        context: The kubeconfig context, or None for its current context.
+
+    Returns:
+        The configured API client.
+
+    Raises:
+        ClusterError: The configuration cannot be loaded (reason ``ConfigError``; the message names the file and
+            context, never their content).
     """
     failure: ClusterError | None = None
     try:

@@ -22,7 +22,14 @@ Key = tuple[str, str, str, str]  # apiVersion, kind, namespace ("" if cluster-sc
 
 
 def key_of(obj: Manifest) -> Key:
-    """The index key of a stored object (its namespace is already normalised)."""
+    """The index key of a stored object (its namespace is already normalised).
+
+    Args:
+        obj: A stored object.
+
+    Returns:
+        Its (apiVersion, kind, namespace, name); the namespace is empty for a cluster-scoped object.
+    """
     meta = obj["metadata"]
     return (obj["apiVersion"], obj["kind"], meta.get("namespace") or "", meta["name"])
 

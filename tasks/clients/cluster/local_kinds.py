@@ -23,7 +23,14 @@ CRD_KIND = "CustomResourceDefinition"
 
 
 def is_crd(obj: Manifest) -> bool:
-    """Whether a document is an ``apiextensions.k8s.io`` CustomResourceDefinition."""
+    """Whether a document is an ``apiextensions.k8s.io`` CustomResourceDefinition.
+
+    Args:
+        obj: A document of a manifest file.
+
+    Returns:
+        True for a CustomResourceDefinition.
+    """
     return obj.get("kind") == CRD_KIND and str(obj.get("apiVersion", "")).startswith("apiextensions.k8s.io/")
 
 

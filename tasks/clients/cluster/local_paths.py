@@ -23,7 +23,12 @@ __all__ = [
 
 
 def stat_into(found: dict[str, tuple[int, int, int]], path: Path) -> None:
-    """Add ``path`` with its stamp when it is an existing file."""
+    """Add ``path`` with its stamp when it is an existing file.
+
+    Args:
+        found: The stamps (mtime in ns, size, inode) by path, added to.
+        path: The file to stamp.
+    """
     stamp = file_stamp(path)
     if stamp is not None and path.is_file():
         found[str(path)] = stamp
@@ -35,7 +40,14 @@ MANIFEST_SUFFIXES = (".yaml", ".yml", ".json")
 
 def manifest_paths(path: Path) -> list[Path]:
     """The manifest files of a state, sorted: the file itself, or every ``*.yaml``/``*.yml``/``*.json`` below a
-    directory with hidden entries (such as the Event sink) left out, as :class:`LocalCluster` reads them."""
+    directory with hidden entries (such as the Event sink) left out, as :class:`LocalCluster` reads them.
+
+    Args:
+        path: A manifest file or a directory of them.
+
+    Returns:
+        The manifest files; empty when ``path`` does not exist.
+    """
     if path.is_file():
         return [path]
     if not path.is_dir():
@@ -44,7 +56,14 @@ def manifest_paths(path: Path) -> list[Path]:
 
 
 def scan_manifests(root: str) -> Iterator[tuple[str, tuple[int, int, int]]]:
-    """Every manifest file (:data:`MANIFEST_SUFFIXES`) below ``root`` with its stamp, skipping hidden entries."""
+    """Every manifest file (:data:`MANIFEST_SUFFIXES`) below ``root`` with its stamp, skipping hidden entries.
+
+    Args:
+        root: The directory to walk (symbolic links followed).
+
+    Yields:
+        Each manifest file's path and its stamp (mtime in ns, size, inode).
+    """
     stack = [root]
     while stack:
         directory = stack.pop()
@@ -67,7 +86,15 @@ def scan_manifests(root: str) -> Iterator[tuple[str, tuple[int, int, int]]]:
 
 
 def missing_parents(path: Path, root: Path) -> list[Path]:
-    """The directories between ``root`` and ``path`` that do not exist yet (a write creates them), outermost first."""
+    """The directories between ``root`` and ``path`` that do not exist yet (a write creates them), outermost first.
+
+    Args:
+        path: A file about to be written.
+        root: The local cluster's directory.
+
+    Returns:
+        The missing directories, outermost first.
+    """
     missing: list[Path] = []
     parent = path.parent
     while parent != root and root in parent.parents and not parent.is_dir():
@@ -77,13 +104,27 @@ def missing_parents(path: Path, root: Path) -> list[Path]:
 
 
 def is_manifest(path: str) -> bool:
-    """Whether ``path`` is (still) a file the loader reads: it exists, and a ``.json`` one is a manifest."""
+    """Whether ``path`` is (still) a file the loader reads: it exists, and a ``.json`` one is a manifest.
+
+    Args:
+        path: A file's path.
+
+    Returns:
+        True when the file exists and is a manifest file.
+    """
     return os.path.isfile(path) and (not path.endswith(".json") or looks_like_manifest(path))
 
 
 def looks_like_manifest(path: str) -> bool:
     """Whether a ``.json`` file is a Kubernetes manifest (an ``apiVersion`` near its start), not some other
-    JSON that lives beside the manifests (a model's ``config.json``, a tokenizer)."""
+    JSON that lives beside the manifests (a model's ``config.json``, a tokenizer).
+
+    Args:
+        path: A ``.json`` file's path.
+
+    Returns:
+        True when its first 4 KiB hold ``"apiVersion"``; False when it cannot be read.
+    """
     try:
         with open(path, "rb") as handle:
             return b'"apiVersion"' in handle.read(4096)

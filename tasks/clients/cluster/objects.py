@@ -33,6 +33,13 @@ def merge_patch(target: Any, patch: Any) -> Any:
     """Apply an RFC 7386 JSON merge-patch; returns a new value and never mutates the inputs.
 
     Objects merge recursively, ``None`` deletes a key, anything else (lists included) replaces.
+
+    Args:
+        target: The value patched.
+        patch: The merge patch.
+
+    Returns:
+        The patched value, a new object.
     """
     if not isinstance(patch, dict):
         return copy.deepcopy(patch)
@@ -52,6 +59,17 @@ def json_shape(value: Any, path: str = "") -> Any:
     value (the conversions the ``kubernetes`` client applies on the wire). Anything else that JSON
     cannot carry (objects, NaN/infinity, non-string keys) is ``Invalid`` naming the field, so a
     bad write fails the same way on both backends instead of crashing the YAML writer.
+
+    Args:
+        value: A value to be written.
+        path: The field path of ``value``, named in an error (empty at the top).
+
+    Returns:
+        The value converted to JSON types.
+
+    Raises:
+        Invalid: A value JSON cannot carry (NaN or infinity, an arbitrary object, a non-string key); the message
+            names the field.
     """
     if value is None or isinstance(value, (str, bool, int)):
         return value
@@ -96,6 +114,12 @@ def apply_builtin_defaults(obj: Manifest) -> Manifest:
     Only what flows read back: ``replicas: 1`` for apps workloads, Job completion defaults, Secret
     ``stringData`` folded into base64 ``data`` (and ``type: Opaque``), and the Namespace's
     ``kubernetes.io/metadata.name`` label. Custom resources are left alone.
+
+    Args:
+        obj: A built-in object about to be stored; changed in place.
+
+    Returns:
+        ``obj``, defaulted.
     """
     api_version, kind = obj.get("apiVersion"), obj.get("kind")
     if api_version == "apps/v1" and kind in _SCALABLE_APPS:
@@ -119,12 +143,26 @@ def apply_builtin_defaults(obj: Manifest) -> Manifest:
 
 
 def spec_part(obj: Manifest) -> Manifest:
-    """Everything but ``apiVersion``/``kind``/``metadata``/``status``: what ``generation`` tracks."""
+    """Everything but ``apiVersion``/``kind``/``metadata``/``status``: what ``generation`` tracks.
+
+    Args:
+        obj: An object.
+
+    Returns:
+        Its top-level fields but the system ones, a new mapping.
+    """
     return {k: v for k, v in obj.items() if k not in _SYSTEM_FIELDS}
 
 
 def apply_patch_of(obj: Manifest) -> Manifest:
-    """What ``apply`` merges into an existing object: labels, annotations and the non-system fields."""
+    """What ``apply`` merges into an existing object: labels, annotations and the non-system fields.
+
+    Args:
+        obj: The object an ``apply`` writes.
+
+    Returns:
+        The merge patch.
+    """
     meta = obj.get("metadata") or {}
     patch: Manifest = spec_part(obj)
     patch["metadata"] = {k: meta[k] for k in ("labels", "annotations") if k in meta}
@@ -132,7 +170,14 @@ def apply_patch_of(obj: Manifest) -> Manifest:
 
 
 def now_rfc3339(micro: bool = False) -> str:
-    """Current UTC time as the API server writes it (``Time`` or, with ``micro``, ``MicroTime``)."""
+    """Current UTC time as the API server writes it (``Time`` or, with ``micro``, ``MicroTime``).
+
+    Args:
+        micro: Whether to write microseconds (``MicroTime``) instead of seconds.
+
+    Returns:
+        The time, e.g. ``2025-01-01T00:00:00Z``.
+    """
     now = datetime.now(UTC)
     if micro:
         return now.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
@@ -202,14 +247,32 @@ def _parse_term(term: str) -> Requirement:
 
 
 def parse_selector(selector: str | None) -> list[Requirement]:
-    """Parse a label selector string (``a=b,c!=d,e in (f,g),h,!i``); ``Invalid`` if malformed."""
+    """Parse a label selector string (``a=b,c!=d,e in (f,g),h,!i``); ``Invalid`` if malformed.
+
+    Args:
+        selector: A Kubernetes label selector, or None.
+
+    Returns:
+        Its requirements; empty for None or a blank selector.
+
+    Raises:
+        Invalid: The selector is malformed (raised while a term is parsed).
+    """
     if not selector or not selector.strip():
         return []
     return [_parse_term(term) for term in _split_terms(selector)]
 
 
 def selector_matches(requirements: list[Requirement], labels: dict[str, str] | None) -> bool:
-    """Whether ``labels`` satisfies every requirement (an empty selector matches everything)."""
+    """Whether ``labels`` satisfies every requirement (an empty selector matches everything).
+
+    Args:
+        requirements: A parsed label selector.
+        labels: An object's labels, or None for none.
+
+    Returns:
+        True when every requirement holds.
+    """
     labels = labels or {}
     return all(r.matches(labels) for r in requirements)
 
@@ -231,6 +294,15 @@ def build_event(obj: Manifest, reason: str, message: str, event_type: str = "Nor
     Because ``eventTime`` is set, the API server also requires ``reportingComponent``,
     ``reportingInstance`` and ``action`` (here: the reason) and caps ``message`` at 1 KiB and
     ``reason``/``action`` at 128 bytes, so both are truncated rather than rejected.
+
+    Args:
+        obj: The object the Event is about.
+        reason: The Event's reason (truncated to 128 bytes).
+        message: The Event's message (truncated to 1 KiB).
+        event_type: ``Normal`` or ``Warning``.
+
+    Returns:
+        The Event manifest, not yet posted.
     """
     reason = _truncate_utf8(reason, EVENT_REASON_LIMIT)
     meta = obj.get("metadata") or {}

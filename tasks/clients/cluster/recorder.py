@@ -90,12 +90,26 @@ def _object_key(event: Manifest) -> EventKey:
 
 
 def aggregate_key(event: Manifest) -> EventKey:
-    """What similar Events share (every message of one source/object/type/reason)."""
+    """What similar Events share (every message of one source/object/type/reason).
+
+    Args:
+        event: An Event manifest.
+
+    Returns:
+        Its source, involved object, type and reason.
+    """
     return (*_object_key(event), event.get("type", ""), event.get("reason", ""))
 
 
 def event_key(event: Manifest) -> EventKey:
-    """What identical Events share: the aggregate key, the field path and the message."""
+    """What identical Events share: the aggregate key, the field path and the message.
+
+    Args:
+        event: An Event manifest.
+
+    Returns:
+        Its aggregate key, field path and message.
+    """
     return (*aggregate_key(event), (event.get("involvedObject") or {}).get("fieldPath", ""), event.get("message", ""))
 
 
@@ -270,7 +284,18 @@ class EventRecorder:
 
 def record_event(cluster: Cluster, obj: Manifest, reason: str, message: str, event_type: str = "Normal") -> bool:
     """Post an Event about ``obj``; a failure to record one is logged, never fatal to the run (an Event reports
-    a decision, nothing waits on it). False when it could not be recorded."""
+    a decision, nothing waits on it). False when it could not be recorded.
+
+    Args:
+        cluster: The cluster the Event is posted to.
+        obj: The object the Event is about.
+        reason: The Event's reason.
+        message: The Event's message.
+        event_type: ``Normal`` or ``Warning``.
+
+    Returns:
+        True when the Event was recorded.
+    """
     try:
         cluster.post_event(obj, reason, message, event_type)
         return True

@@ -84,7 +84,14 @@ BUILTIN_KINDS: tuple[ResourceInfo, ...] = (
 
 
 def custom_resource(info: KindInfo) -> ResourceInfo:
-    """The REST resource of a kind-registry kind."""
+    """The REST resource of a kind-registry kind.
+
+    Args:
+        info: A kind of :mod:`engine.api.registry`.
+
+    Returns:
+        Its group, version, kind, plural, scope and subresources.
+    """
     return ResourceInfo(
         info.group, info.version, info.kind, info.plural, info.namespaced, info.has_status, info.has_scale
     )
@@ -96,14 +103,29 @@ _table: dict[tuple[str, str], ResourceInfo] = {(r.api_version, r.kind): r for r 
 
 
 def register(info: ResourceInfo) -> ResourceInfo:
-    """Make another kind known to both backends (e.g. a third-party CRD); returns ``info``."""
+    """Make another kind known to both backends (e.g. a third-party CRD); returns ``info``.
+
+    Args:
+        info: The kind's REST resource.
+
+    Returns:
+        ``info``.
+    """
     with _lock:
         _table[(info.api_version, info.kind)] = info
     return info
 
 
 def lookup(api_version: str, kind: str) -> ResourceInfo | None:
-    """The resource serving ``apiVersion``/``kind``, or ``None`` if it is not known here."""
+    """The resource serving ``apiVersion``/``kind``, or ``None`` if it is not known here.
+
+    Args:
+        api_version: The kind's ``apiVersion``.
+        kind: The kind's name.
+
+    Returns:
+        The kind's REST resource, or None.
+    """
     with _lock:
         found = _table.get((api_version, kind))
     if found is not None:
@@ -113,7 +135,18 @@ def lookup(api_version: str, kind: str) -> ResourceInfo | None:
 
 
 def resource_for(api_version: str, kind: str) -> ResourceInfo:
-    """The resource serving ``apiVersion``/``kind``; ``NotFound`` for kinds this table does not know."""
+    """The resource serving ``apiVersion``/``kind``; ``NotFound`` for kinds this table does not know.
+
+    Args:
+        api_version: The kind's ``apiVersion``.
+        kind: The kind's name.
+
+    Returns:
+        The kind's REST resource.
+
+    Raises:
+        NotFound: The kind is not known (reason ``UnknownKind``).
+    """
     info = lookup(api_version, kind)
     if info is None:
         raise NotFound(
@@ -125,7 +158,11 @@ def resource_for(api_version: str, kind: str) -> ResourceInfo:
 
 
 def known_kinds() -> list[ResourceInfo]:
-    """Every kind currently known: built-in, registered at run time and the kind registry's."""
+    """Every kind currently known: built-in, registered at run time and the kind registry's.
+
+    Returns:
+        Every known kind's REST resource.
+    """
     with _lock:
         table = dict(_table)
     for info in kinds():

@@ -36,7 +36,15 @@ _registered: dict[tuple[str, str], dict[str, Any]] = {}
 
 
 def schema_for(api_version: str, kind: str) -> dict[str, Any] | None:
-    """The structural schema of a custom kind, or None (built-in kinds have none here)."""
+    """The structural schema of a custom kind, or None (built-in kinds have none here).
+
+    Args:
+        api_version: The kind's ``apiVersion``.
+        kind: The kind's name.
+
+    Returns:
+        The registered CRD's schema, else the kind registry's, else None.
+    """
     with _lock:
         found = _registered.get((api_version, kind))
     if found is not None:
@@ -55,7 +63,17 @@ class ServedVersion:
 
 def served_versions(crd: Manifest) -> list[ServedVersion]:
     """What a CustomResourceDefinition serves, per served version, without making it known anywhere
-    (``pydantic.ValidationError`` when the document is not a CRD)."""
+    (``pydantic.ValidationError`` when the document is not a CRD).
+
+    Args:
+        crd: A CustomResourceDefinition manifest.
+
+    Returns:
+        Each served version's REST resource and a copy of its schema (None when it has none).
+
+    Raises:
+        ValidationError: The document is not a CustomResourceDefinition (pydantic's, raised while it is parsed).
+    """
     spec = CustomResourceDefinition.model_validate(crd).spec
     result = []
     for version in spec.versions:
@@ -76,7 +94,17 @@ def served_versions(crd: Manifest) -> list[ServedVersion]:
 
 
 def register_crd(crd: Manifest) -> list[ResourceInfo]:
-    """Make every served version of a CustomResourceDefinition known: scope, subresources and schema."""
+    """Make every served version of a CustomResourceDefinition known: scope, subresources and schema.
+
+    Args:
+        crd: A CustomResourceDefinition manifest.
+
+    Returns:
+        The REST resource of each served version.
+
+    Raises:
+        ValidationError: The document is not a CustomResourceDefinition.
+    """
     infos = []
     for served in served_versions(crd):
         info = register(served.info)
@@ -89,7 +117,15 @@ def register_crd(crd: Manifest) -> list[ResourceInfo]:
 
 def normalised(obj: Manifest, schema: dict[str, Any] | None = None) -> Manifest:
     """``obj`` pruned and defaulted in place, as a stored object reads back (no validation); ``schema``
-    (a CRD's own, e.g. one a local folder holds) else :func:`schema_for`."""
+    (a CRD's own, e.g. one a local folder holds) else :func:`schema_for`.
+
+    Args:
+        obj: An object; changed in place.
+        schema: The kind's structural schema, or None to look it up.
+
+    Returns:
+        ``obj``, pruned and defaulted.
+    """
     if schema is None:
         schema = schema_for(str(obj.get("apiVersion")), str(obj.get("kind")))
     return rules.normalise(obj, schema)
@@ -104,6 +140,18 @@ def check_write(
 
     The message is the API server's: ``VariantAutoscaling.llmd.ai "x" is invalid: spec.modelID:
     Required value``.
+
+    Args:
+        new: The object written; pruned and defaulted in place.
+        old: The object as stored before the write, or None for a create.
+        status_only: Whether the write is to the status subresource (only the status is checked).
+        schema: The kind's structural schema, or None to look it up.
+
+    Returns:
+        ``new``, pruned and defaulted.
+
+    Raises:
+        Invalid: The write is rejected; the message is the API server's and ``field`` names the first field.
     """
     api_version, kind = str(new.get("apiVersion")), str(new.get("kind"))
     if schema is None:

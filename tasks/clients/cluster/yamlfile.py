@@ -37,7 +37,14 @@ _MARKER_RE = re.compile(r"^---(?:[ \t].*)?$")
 
 
 def dump(data: Any) -> str:
-    """Serialise one document the way the backend writes manifests (block style, key order kept)."""
+    """Serialise one document the way the backend writes manifests (block style, key order kept).
+
+    Args:
+        data: One document.
+
+    Returns:
+        The YAML text.
+    """
     return yaml.dump(data, Dumper=_BaseDumper, sort_keys=False, default_flow_style=False, allow_unicode=True)
 
 
@@ -65,7 +72,15 @@ def _rt_dump(rt: YAML, node: Any) -> str:
 
 def load_round_trip(text: str, marker: bool) -> tuple[YAML, Any]:
     """The chunk's round-trip tree and a dumper in the chunk's own indentation style (the first
-    style that reproduces the text byte for byte, else the common ``2/4/2``)."""
+    style that reproduces the text byte for byte, else the common ``2/4/2``).
+
+    Args:
+        text: One document's text.
+        marker: Whether the document starts with a ``---`` line.
+
+    Returns:
+        The dumper and the round-trip tree (None for an empty document).
+    """
     chosen: tuple[YAML, Any] | None = None
     for style in _INDENT_STYLES:
         rt = _round_tripper(style, marker)
@@ -83,6 +98,12 @@ def apply_changes(node: Any, old: Any, new: Any, path: tuple[str, ...] = ()) -> 
     their new values, touching nothing else: keys the write removed go, added or changed ones are set
     (recursing into mappings and same-length lists so comments around unchanged entries stay), and
     keys only the file has (pruned fields, ``stringData``) or only memory has (defaults) are left alone.
+
+    Args:
+        node: The round-trip mapping, edited in place.
+        old: The document as it was read.
+        new: The document as written.
+        path: The keys from the document's root to ``node``.
     """
     for key in [k for k in old if k not in new]:
         if key in node:
@@ -115,6 +136,12 @@ def yaml11_safe(value: Any) -> Any:
     ruamel.yaml writes YAML 1.2, where ``3:1``, ``yes``, ``on`` or ``0755`` are plain strings; PyYAML and
     many Kubernetes tools read YAML 1.1, where they are a number or a boolean. Quoting them keeps an
     annotation ``"3:1"`` a string for every reader.
+
+    Args:
+        value: A value about to be written.
+
+    Returns:
+        The value with such strings wrapped as double-quoted scalars (mappings and lists copied).
     """
     if isinstance(value, str):
         tag = _YAML11.resolve(yaml.ScalarNode, value, (True, False))
@@ -294,7 +321,14 @@ def _render_json(values: list[Any]) -> str:
 
 
 def split_documents(text: str) -> list[tuple[str, bool]]:
-    """Split a YAML stream into ``(chunk_text, starts_with_marker)`` at top-level ``---`` lines."""
+    """Split a YAML stream into ``(chunk_text, starts_with_marker)`` at top-level ``---`` lines.
+
+    Args:
+        text: A YAML stream.
+
+    Returns:
+        Each document's text and whether it starts with a ``---`` line.
+    """
     return [(chunk, marker) for chunk, marker, _ in _split_with_lines(text)]
 
 
@@ -326,7 +360,14 @@ def _split(text: str) -> list[tuple[str, bool]]:
 
 def file_stamp(path: Path) -> tuple[int, int, int] | None:
     """``(mtime_ns, size, inode)`` of a file, used to notice changes made by someone else (an atomic
-    replace changes the inode even when size and a coarse mtime do not)."""
+    replace changes the inode even when size and a coarse mtime do not).
+
+    Args:
+        path: The file.
+
+    Returns:
+        The stamp, or None when the file does not exist.
+    """
     try:
         st = path.stat()
     except FileNotFoundError:
@@ -343,7 +384,14 @@ MAX_DOCUMENTS_PER_FILE = 10_000
 
 def read_file(path: Path) -> YamlFile:
     """Read and parse a file document by document; a parse error is kept in ``error`` (with the name), as is
-    a file beyond :data:`MAX_FILE_BYTES` or :data:`MAX_DOCUMENTS_PER_FILE` (never written then either)."""
+    a file beyond :data:`MAX_FILE_BYTES` or :data:`MAX_DOCUMENTS_PER_FILE` (never written then either).
+
+    Args:
+        path: The manifest file.
+
+    Returns:
+        The file's documents, its stamp, and the file's error or each malformed document's error.
+    """
     result = YamlFile(path=path, stamp=file_stamp(path))
     if result.stamp is not None and result.stamp[1] > MAX_FILE_BYTES:
         result.error = (
@@ -443,5 +491,13 @@ def _where(exc: yaml.YAMLError, first_line: int = 1) -> str:
 
 
 def atomic_write(path: Path, text: str) -> tuple[int, int, int] | None:
-    """Replace ``path`` with ``text`` atomically (:func:`tasks.clients.files.write_atomically`); returns the new file's stamp."""
+    """Replace ``path`` with ``text`` atomically (:func:`tasks.clients.files.write_atomically`); returns the new file's stamp.
+
+    Args:
+        path: The file to replace.
+        text: Its new content.
+
+    Returns:
+        The new file's stamp (mtime in ns, size, inode).
+    """
     return file_stamp(write_atomically(path, text))

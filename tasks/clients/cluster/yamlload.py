@@ -87,7 +87,19 @@ def construct_plain(root: yaml.Node, loader: Any) -> Any:
     scalars, built directly in one pass that refuses a duplicate key or a recursive alias as
     :func:`check_node_graph` does; non-string scalars go through the loader's own constructors, so every
     value is the one PyYAML would build. An aliased node is built once and shared, as PyYAML does. Raises
-    :class:`_NotPlain` for anything else."""
+    :class:`_NotPlain` for anything else.
+
+    Args:
+        root: The document's root node.
+        loader: The loader whose scalar constructors build ``bool``, ``int``, ``float`` and ``null``.
+
+    Returns:
+        The document's value.
+
+    Raises:
+        ConstructorError: A duplicate key or a recursive alias, at its line.
+        _NotPlain: A node of another kind (another tag, a merge key, an unhashable key), left to PyYAML.
+    """
     built: dict[int, Any] = {}
     building: set[int] = set()  # the collections being built: the path from the root
     scalar = yaml.ScalarNode
@@ -153,7 +165,14 @@ def _duplicate(key: yaml.Node) -> yaml.constructor.ConstructorError:
 def check_node_graph(root: yaml.Node) -> None:
     """Raise a :class:`yaml.constructor.ConstructorError` at the offending line for a duplicate mapping key
     or a recursive alias. Iterative, and each shared (aliased) node is checked once, so neither depth nor
-    an alias bomb costs more than the nodes written."""
+    an alias bomb costs more than the nodes written.
+
+    Args:
+        root: The document's root node.
+
+    Raises:
+        ConstructorError: A duplicate mapping key or a recursive alias, at its line.
+    """
     on_path: set[int] = set()
     done: set[int] = set()
     stack: list[tuple[yaml.Node, bool]] = [(root, False)]
@@ -191,5 +210,15 @@ def _check_keys(node: yaml.MappingNode) -> None:
 
 
 def load_text(text: str) -> Any:
-    """Parse one YAML document with :class:`Loader`."""
+    """Parse one YAML document with :class:`Loader`.
+
+    Args:
+        text: One YAML document.
+
+    Returns:
+        Its value.
+
+    Raises:
+        YAMLError: The text is not valid YAML, or has a duplicate key or a recursive alias.
+    """
     return yaml.load(text, Loader=Loader)  # noqa: S506 - Loader derives from SafeLoader

@@ -33,7 +33,17 @@ _KEEP_ABSENT_META = frozenset({"uid", "resourceVersion", "creationTimestamp", "g
 def splice_status(text: str, old: Any, new: Any, load: Any) -> str | None:
     """``text`` with its ``status`` block (and one-line metadata scalars) changed from ``old`` to ``new``,
     every other byte as it was; ``None`` when the change is not such a write or the text is not a block
-    mapping (the caller falls back to a round-trip edit). ``load`` parses a document as the backend reads it."""
+    mapping (the caller falls back to a round-trip edit). ``load`` parses a document as the backend reads it.
+
+    Args:
+        text: One document's text.
+        old: The document as read.
+        new: The document as written.
+        load: Parses a document's text as the backend reads it (the splice is checked by reading it back).
+
+    Returns:
+        The edited text, or None.
+    """
     if not isinstance(old, dict) or not isinstance(new, dict):
         return None
     changed = {k for k in old.keys() | new.keys() if old.get(k, _MISSING) != new.get(k, _MISSING)}
