@@ -91,7 +91,30 @@ def test_the_check_finds_a_missing_section() -> None:
 
 
 def test_the_check_names_raised_classes_not_variables() -> None:
-    source = 'def f(error: Exception) -> None:\n    """Raise."""\n    if error:\n        raise error\n    raise KeyError\n'
+    source = (
+        'def f(error: Exception) -> None:\n    """Raise."""\n    if error:\n        raise error\n    raise KeyError\n'
+    )
     fn = ast.parse(source).body[0]
     assert isinstance(fn, ast.FunctionDef)
     assert _problems(fn) == ["no Args section", "Raises does not name KeyError"]
+
+
+def test_a_commands_help_stops_before_its_docstrings_sections() -> None:
+    """A command's docstring documents its parameters after a form feed (click's marker); ``--help`` and the
+    generated reference (tests/cli_reference.py) show only what comes before it."""
+    import inspect
+
+    import typer
+
+    from flows.cli import app
+
+    pending, commands = [typer.main.get_command(app)], []
+    while pending:
+        group = pending.pop()
+        for command in group.commands.values():  # type: ignore[attr-defined]
+            (pending if hasattr(command, "commands") else commands).append(command)
+    assert len(commands) > 10
+    for command in commands:
+        doc = inspect.getdoc(command.callback) or ""
+        assert "\f" in doc and "Args:" in doc.partition("\f")[2], command.name
+        assert "Args:" not in (command.help or "") and "\f" not in (command.help or ""), command.name

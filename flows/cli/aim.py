@@ -33,7 +33,11 @@ SERVICE_COLUMNS = ("namespace", "service", "status", "reason", "workload", "acti
 
 
 def aim_check() -> Check:
-    """The AIM flows' pre-check: the cluster serves AIMClusterModels (API access, the AIM CRDs installed)."""
+    """The AIM flows' pre-check: the cluster serves AIMClusterModels (API access, the AIM CRDs installed).
+
+    Returns:
+        The check: None when AIMClusterModels can be listed, else why not.
+    """
     from engine.api.aim import API_VERSION
     from engine.api.registry import AIM_CLUSTER_MODEL
     from flows.cli.common import needs
@@ -114,21 +118,33 @@ def _service_rows(report: Any) -> list[tuple[object, ...]]:
 
 
 def resync_option() -> Any:
-    """``--resync-interval``: how long an unchanged image stays unread."""
+    """``--resync-interval``: how long an unchanged image stays unread.
+
+    Returns:
+        The typer option (a duration in seconds, at least 60).
+    """
     return duration_option(
         DISCOVERY_RESYNC_S, "--resync-interval", help="Read unchanged images again after this long.", minimum=60
     )
 
 
 def insecure_registry_option() -> Any:
-    """``--insecure-registry HOST`` (repeatable)."""
+    """``--insecure-registry HOST`` (repeatable).
+
+    Returns:
+        The typer option (a list of hosts, empty by default).
+    """
     return typer.Option(
         [], "--insecure-registry", metavar="HOST", help="Registry host spoken to over plain HTTP (repeatable)."
     )
 
 
 def registry_mirror_option() -> Any:
-    """``--registry-mirror HOST=MIRROR`` (repeatable)."""
+    """``--registry-mirror HOST=MIRROR`` (repeatable).
+
+    Returns:
+        The typer option (a list of ``HOST=MIRROR`` entries, empty by default).
+    """
     return typer.Option(
         [], "--registry-mirror", metavar="HOST=MIRROR", help="HOST=MIRROR or HOST=oci-layout:DIR (repeatable)."
     )
@@ -146,7 +162,21 @@ def discover_models_command(
     track: bool = track_option(),
     as_json: bool = json_option(),
 ) -> None:
-    """Read every AIMClusterModel's image labels and create its recommended AIMServiceTemplates."""
+    """Read every AIMClusterModel's image labels and create its recommended AIMServiceTemplates.\f
+
+    Args:
+        cluster: ``--cluster``: Where the flow runs: a manifests directory or file, ``kubeconfig:PATH`` or
+            ``kubeconfig:PATH#CONTEXT``; None for $MODELPLANE_CLUSTER, else the current kubeconfig or in-cluster config.
+        namespace: ``--namespace``/``-n``: Create templates in these namespaces (default: every namespace with an
+            AIMNamespaceConfig).
+        resync: ``--resync-interval``: Read unchanged images again after this long. In seconds (the option reads 90s,
+            5m, 1d; default 1d).
+        insecure_registry: ``--insecure-registry``: Registry host spoken to over plain HTTP (repeatable).
+        registry_mirror: ``--registry-mirror``: HOST=MIRROR or HOST=oci-layout:DIR (repeatable).
+        track: ``--track``: Record the run in Prefect even where it needs no Prefect API (a manifests directory, a dry
+            run); a run that writes to a Kubernetes cluster, or any run with PREFECT_API_URL set, is recorded anyway.
+        as_json: ``--json``: Print a JSON list instead of a table.
+    """
     report = _discover(cluster, namespace or None, resync, insecure_registry, registry_mirror, track)
     _print_aim(
         "AIM model discovery", MODEL_COLUMNS, _model_rows(report), report.summary, report.degraded, as_json=as_json
@@ -160,7 +190,16 @@ def resolve_templates_command(
     track: bool = track_option(),
     as_json: bool = json_option(),
 ) -> None:
-    """Resolve every AIMServiceTemplate to a runtime profile, check GPUs, request caches when warmCache."""
+    """Resolve every AIMServiceTemplate to a runtime profile, check GPUs, request caches when warmCache.\f
+
+    Args:
+        cluster: ``--cluster``: Where the flow runs: a manifests directory or file, ``kubeconfig:PATH`` or
+            ``kubeconfig:PATH#CONTEXT``; None for $MODELPLANE_CLUSTER, else the current kubeconfig or in-cluster config.
+        namespace: ``--namespace``/``-n``: Limit to these namespaces (repeatable).
+        track: ``--track``: Record the run in Prefect even where it needs no Prefect API (a manifests directory, a dry
+            run); a run that writes to a Kubernetes cluster, or any run with PREFECT_API_URL set, is recorded anyway.
+        as_json: ``--json``: Print a JSON list instead of a table.
+    """
     report = _run_aim("resolve_templates", namespace or None, cluster, track)
     _print_aim(
         "AIM templates",
@@ -179,7 +218,16 @@ def rollout_services_command(
     track: bool = track_option(),
     as_json: bool = json_option(),
 ) -> None:
-    """Roll out every AIMService as a KServe InferenceService and Gateway HTTPRoute and report its status."""
+    """Roll out every AIMService as a KServe InferenceService and Gateway HTTPRoute and report its status.\f
+
+    Args:
+        cluster: ``--cluster``: Where the flow runs: a manifests directory or file, ``kubeconfig:PATH`` or
+            ``kubeconfig:PATH#CONTEXT``; None for $MODELPLANE_CLUSTER, else the current kubeconfig or in-cluster config.
+        namespace: ``--namespace``/``-n``: Limit to these namespaces (repeatable).
+        track: ``--track``: Record the run in Prefect even where it needs no Prefect API (a manifests directory, a dry
+            run); a run that writes to a Kubernetes cluster, or any run with PREFECT_API_URL set, is recorded anyway.
+        as_json: ``--json``: Print a JSON list instead of a table.
+    """
     report = _run_aim("rollout_services", namespace or None, cluster, track)
     _print_aim("AIM services", SERVICE_COLUMNS, _service_rows(report), report.summary, report.degraded, as_json=as_json)
 
@@ -199,7 +247,20 @@ def reconcile_aim(
     """The three AIM lifecycles in one process: discover-models, resolve-templates, rollout-services.
 
     Exit codes: 0 clean; 2 could not run (cluster path missing, no Kubernetes access,
-    AIM CRDs not installed), with one line on stderr; 3 ran degraded (writes failed), one line per error.
+    AIM CRDs not installed), with one line on stderr; 3 ran degraded (writes failed), one line per error.\f
+
+    Args:
+        cluster: ``--cluster``: Where the flow runs: a manifests directory or file, ``kubeconfig:PATH`` or
+            ``kubeconfig:PATH#CONTEXT``; None for $MODELPLANE_CLUSTER, else the current kubeconfig or in-cluster config.
+        namespace: ``--namespace``/``-n``: Create templates, resolve and roll out in these namespaces only (repeatable;
+            default: all).
+        resync: ``--resync-interval``: Read unchanged images again after this long. In seconds (the option reads 90s,
+            5m, 1d; default 1d).
+        insecure_registry: ``--insecure-registry``: Registry host spoken to over plain HTTP (repeatable).
+        registry_mirror: ``--registry-mirror``: HOST=MIRROR or HOST=oci-layout:DIR (repeatable).
+        track: ``--track``: Record the run in Prefect even where it needs no Prefect API (a manifests directory, a dry
+            run); a run that writes to a Kubernetes cluster, or any run with PREFECT_API_URL set, is recorded anyway.
+        as_json: ``--json``: Print one JSON object (models, templates, services) instead of a table.
     """
     namespaces = namespace or None
     found = _discover(cluster, namespaces, resync, insecure_registry, registry_mirror, track)

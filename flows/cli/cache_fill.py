@@ -55,7 +55,20 @@ def fill_cache(
 
     Credentials come from the environment only (HF_TOKEN, HF_ENDPOINT, AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY,
     AWS_ENDPOINT_URL, AWS_REGION; Kthena's ENDPOINT, ACCESS_KEY, SECRET_KEY when the AWS names are unset), so a Kubernetes Job runs this same command with env from Secrets.
-    Exits 1 with one line naming the reason when the fill fails, 2 when SOURCE is not a valid source.
+    Exits 1 with one line naming the reason when the fill fails, 2 when SOURCE is not a valid source.\f
+
+    Args:
+        source: ``SOURCE``: Model source: hf://org/name@REV?allow=GLOB&ignore=GLOB&filename=F (all optional after the
+            name) or s3://bucket/prefix.
+        dest: ``DEST``: Cache directory (the PVC mount); the model files land at its root.
+        capacity: ``--capacity``: Volume size (e.g. 11Gi) when the filesystem does not report it (shared filesystems).
+        concurrency: ``--concurrency``: Parallel transfers (files or S3 parts). (1 to 64)
+        part_size_mib: ``--part-size-mib``: S3 ranged part size in MiB. (at least 5)
+        lock_timeout: ``--lock-timeout``: How long to wait for another filler of the same cache (default: as long as it
+            takes). In seconds (the option reads 90s, 5m, 1d).
+        as_json: ``--json``: Print the completion manifest as JSON.
+        termination_log: ``--termination-log``: Also write the verdict here as one JSON line (a Job's /dev/termination-
+            log: the marker summary, or the failure's reason and message).
     """
     import json
 

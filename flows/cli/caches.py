@@ -60,7 +60,25 @@ def warm_caches(
 
     Exit codes: 0 every cache reconciled; 2 could not run (cluster path missing, no
     Kubernetes access, a bad argument), with one line on stderr; 3 ran degraded (a cache Failed, a consumer's
-    source invalid, an API error on one cache), as the summary says.
+    source invalid, an API error on one cache), as the summary says.\f
+
+    Args:
+        cluster: ``--cluster``: Where the flow runs: a manifests directory or file, ``kubeconfig:PATH`` or
+            ``kubeconfig:PATH#CONTEXT``; None for $MODELPLANE_CLUSTER, else the current kubeconfig or in-cluster config.
+        namespace: ``--namespace``/``-n``: Limit to these namespaces (repeatable).
+        image: ``--image``: Modelplane's image for the fill Jobs.
+        openmodel_namespace: ``--openmodel-namespace``: Cache llmaz OpenModels in this namespace.
+        no_consumers: ``--no-consumers``: Only fill existing ModelCaches; create none for consumers.
+        gc_unused_after: ``--gc-unused-after``: Delete caches unused this long and unmounted, e.g. 7d, 12h (default:
+            never). In seconds (the option reads 90s, 5m, 1d).
+        max_fill_attempts: ``--max-fill-attempts``: Fills per cache generation before it stays Failed. (at least 1)
+        retry_backoff_s: ``--retry-backoff``: Wait after the first failed fill (doubles). In seconds (the option reads
+            90s, 5m, 1d; default 5m).
+        timeout_s: ``--timeout``: Stop the run after this long (local fills run in-process). In seconds (the option
+            reads 90s, 5m, 1d; default 1d).
+        track: ``--track``: Record the run in Prefect even where it needs no Prefect API (a manifests directory, a dry
+            run); a run that writes to a Kubernetes cluster, or any run with PREFECT_API_URL set, is recorded anyway.
+        as_json: ``--json``: Print JSON instead of a table.
     """
     from flows.warm_caches import DEFAULT_IMAGE
     from flows.warm_caches import warm_caches as warm_caches_flow

@@ -74,7 +74,21 @@ def calibrate_from_benchmarks(
     dry_run: bool,
     as_json: bool,
 ) -> None:
-    """Fit, print, and (with ``apply``) offer the profile; exits 0, 2 (could not run) or 3 (some configuration unfit)."""
+    """Fit, print, and (with ``apply``) offer the profile; exits 0, 2 (could not run) or 3 (some configuration unfit).
+
+    Args:
+        files: The benchmark result files (``--from-benchmark``).
+        config: Only configurations whose name contains this (``--benchmark-config``), or None for all.
+        apply: The VariantAutoscalings (``NAMESPACE/NAME``) to offer the fitted profile to (``--apply``); empty to only
+            print.
+        cluster: The cluster the VariantAutoscalings of ``apply`` live in, or None for the default.
+        dry_run: Whether to fit and print without writing.
+        as_json: Whether to print JSON instead of a table.
+
+    Raises:
+        CannotRun: ``apply`` is given and the selection holds not exactly one configuration, or it has no profile
+            (printed as one ``error:`` line, exit 2).
+    """
     with cli_errors():
         groups, formats = _selected(files, config)
         targets = _targets(apply)

@@ -107,7 +107,17 @@ def command(
 
     Each invocation runs in a copy of the context: what one command sets there (the boundary reader's
     rejection collector, tasks/boundary.py) is gone when it ends, so it can never reach the next command
-    run in the same process."""
+    run in the same process.
+
+    Args:
+        name: The command's name, as ``modelplane NAME`` runs it.
+        *aliases: Earlier names that run it too, hidden from the help.
+        renamed: Earlier flag spellings mapped to the current ones, or None.
+        **options: Further keywords of typer's ``app.command``.
+
+    Returns:
+        The decorator; it registers the function and returns it unchanged.
+    """
     cls = type(f"{name.title()}Command", (ModelplaneCommand,), {"renamed": dict(renamed or {})})
 
     def register(function: Callable[..., Any]) -> Callable[..., Any]:
@@ -124,22 +134,48 @@ def command(
 
 
 def cluster_option() -> Any:
-    """The ``--cluster`` option of every command that reads a cluster (:data:`flows.parameters.CLUSTER_HELP`)."""
+    """The ``--cluster`` option of every command that reads a cluster (:data:`flows.parameters.CLUSTER_HELP`).
+
+    Returns:
+        The typer option (None when absent).
+    """
     return typer.Option(None, "--cluster", metavar="CLUSTER", help=CLUSTER_HELP)
 
 
 def json_option(what: str = "a JSON list") -> Any:
-    """The ``--json`` option every flow command has."""
+    """The ``--json`` option every flow command has.
+
+    Args:
+        what: What is printed, in the help's ``Print WHAT instead of a table.``
+
+    Returns:
+        The typer option (False by default).
+    """
     return typer.Option(False, "--json", help=f"Print {what} instead of a table.")
 
 
 def namespaces_option(help: str = "Limit to these namespaces (repeatable).") -> Any:
-    """The repeatable ``--namespace``/``-n`` option."""
+    """The repeatable ``--namespace``/``-n`` option.
+
+    Args:
+        help: The option's help text.
+
+    Returns:
+        The typer option (an empty list by default: every namespace).
+    """
     return typer.Option([], "--namespace", "-n", metavar="NAME", help=help)
 
 
 def needs(api_version: str, kind: str) -> Check:
-    """A :data:`Check` that the cluster lets us list ``kind`` (API access, RBAC, the CRD installed)."""
+    """A :data:`Check` that the cluster lets us list ``kind`` (API access, RBAC, the CRD installed).
+
+    Args:
+        api_version: The kind's ``apiVersion``.
+        kind: The kind's name.
+
+    Returns:
+        The check: None when the LIST succeeds, else why it failed.
+    """
 
     def check(cluster: Cluster) -> str | None:
         from tasks.clients.cluster import ClusterError
@@ -156,7 +192,16 @@ def needs(api_version: str, kind: str) -> Check:
 def pre_check(cluster: str | None, check: Check | None = None) -> None:
     """The one pre-check of every flow command, before Prefect starts: the cluster ``cluster`` names
     (``tasks.clients.cluster.connect``) is not a missing or unreadable path, and ``check`` finds nothing missing.
-    Prints one ``error:`` line and exits 2 otherwise."""
+    Prints one ``error:`` line and exits 2 otherwise.
+
+    Args:
+        cluster: The ``--cluster`` value (None for the default cluster).
+        check: What the command needs of the cluster beyond a readable path, or None.
+
+    Raises:
+        CannotRun: The path is missing or unreadable, or ``check`` found something missing (printed as one
+            ``error:`` line, exit 2).
+    """
     from tasks.clients.cluster import connect, local_path_problem
 
     with cli_errors():
@@ -167,7 +212,11 @@ def pre_check(cluster: str | None, check: Check | None = None) -> None:
 
 
 def track_option() -> Any:
-    """The ``--track`` option of every flow command: run through Prefect even where no API is needed."""
+    """The ``--track`` option of every flow command: run through Prefect even where no API is needed.
+
+    Returns:
+        The typer option (False by default).
+    """
     return typer.Option(
         False,
         "--track",
@@ -180,7 +229,16 @@ def track_option() -> Any:
 def tracking_wanted(track: bool, cluster: str | None, dry_run: bool) -> bool:
     """Whether a command runs its flow through Prefect: when asked (``--track``), when a Prefect API is
     configured (``PREFECT_API_URL``), or when it writes to a Kubernetes cluster. A manifests directory or a dry
-    run runs untracked (tasks/tracking.py): no API, no Prefect import, the same flow code and report."""
+    run runs untracked (tasks/tracking.py): no API, no Prefect import, the same flow code and report.
+
+    Args:
+        track: Whether ``--track`` was given.
+        cluster: The ``--cluster`` value (None for the default cluster).
+        dry_run: Whether the command writes nothing.
+
+    Returns:
+        True when the flow runs as a Prefect flow run.
+    """
     from tasks.clients.cluster import is_manifests_target
 
     if track or os.environ.get("PREFECT_API_URL"):
@@ -205,6 +263,19 @@ def run_flow(
     or one of ``cannot_run``) the command prints one ``error:`` line and exits 2. Anything else is a bug and
     keeps its traceback. A tracked run sends what it queued for the Prefect API before this returns, so the
     command's own verdict (:func:`exit_with_outcome`, the ``error:`` line) is the last thing it prints.
+
+    Args:
+        flow: The flow, or its entrypoint ``"module:name"``.
+        track: Whether ``--track`` was given.
+        check: What the command needs of the cluster (:func:`pre_check`), or None.
+        cannot_run: Further exception classes that mean the flow cannot run (exit 2, not a traceback).
+        **parameters: The flow's parameters.
+
+    Returns:
+        The flow's report (a degraded run's too).
+
+    Raises:
+        RuntimeError: A runtime error that is not about the Prefect API (a bug: its traceback is kept).
     """
     from flows.runs import ParameterError, validate_parameters
     from tasks.clients.cluster.errors import ClusterError
@@ -240,7 +311,14 @@ def run_flow(
 
 
 def load_flow(entrypoint: str) -> Any:
-    """The flow an entrypoint ``"module:name"`` names."""
+    """The flow an entrypoint ``"module:name"`` names.
+
+    Args:
+        entrypoint: ``"module:name"``, e.g. ``"flows.optimize:optimize"``.
+
+    Returns:
+        The flow object.
+    """
     import importlib
 
     module, _, attribute = entrypoint.partition(":")
@@ -249,7 +327,11 @@ def load_flow(entrypoint: str) -> Any:
 
 @contextlib.contextmanager
 def shown_progress() -> Iterator[None]:
-    """The run's steps (tasks/progress.py) on stderr (flows/cli/progress.py)."""
+    """The run's steps (tasks/progress.py) on stderr (flows/cli/progress.py).
+
+    Yields:
+        Nothing; the steps are shown while the block runs.
+    """
     from flows.cli.progress import shown_progress as show
 
     with show():
@@ -261,7 +343,20 @@ def run_tracked(
 ) -> Any:
     """The flow as a Prefect flow run (a temporary API when none is configured), announced as ``announce_as``
     (when not yet) once its parameters passed; Prefect's parameter error becomes :class:`flows.runs.ParameterError`;
-    a degraded run (:class:`flows.exitcodes.DegradedRun`) gives its report, as an untracked one does."""
+    a degraded run (:class:`flows.exitcodes.DegradedRun`) gives its report, as an untracked one does.
+
+    Args:
+        flow: The flow.
+        parameters: Its parameters, not yet validated.
+        expected: The exception classes whose failures are reported as one line, without Prefect's traceback.
+        announce_as: The command's name to announce once the parameters passed, or None when already announced.
+
+    Returns:
+        The flow's report (a degraded run's too).
+
+    Raises:
+        ParameterError: A parameter is rejected by the flow's schema.
+    """
     from prefect.exceptions import ParameterTypeError
     from prefect.logging.loggers import disable_logger
 
@@ -289,7 +384,13 @@ def run_tracked(
 
 def announce(name: str, parameters: dict[str, Any], *, tracked: bool) -> None:
     """The command's first line, on stderr as soon as its flow can run: where it runs, whether it writes, and
-    whether Prefect records it (a temporary Prefect API takes seconds to start)."""
+    whether Prefect records it (a temporary Prefect API takes seconds to start).
+
+    Args:
+        name: The command's name.
+        parameters: The flow's parameters (``cluster`` and ``dry_run`` are read).
+        tracked: Whether the run is recorded in Prefect.
+    """
     cluster = parameters.get("cluster") or "the default cluster"
     parts = [f"{name} on {cluster}"]
     if parameters.get("dry_run"):
@@ -305,7 +406,15 @@ def announce(name: str, parameters: dict[str, Any], *, tracked: bool) -> None:
 
 def run_untracked(flow: Any, validated: dict[str, Any]) -> Any:
     """The flow with no Prefect API on validated parameters (flows/runs.py), its log on stderr as a tracked
-    run's would be."""
+    run's would be.
+
+    Args:
+        flow: The flow.
+        validated: Its parameters, validated.
+
+    Returns:
+        The flow's report.
+    """
     from flows.runs import call_validated
 
     with run_log_on_stderr(flow.name):
@@ -330,7 +439,14 @@ class _RunLogHandler(logging.Handler):
 
 @contextlib.contextmanager
 def run_log_on_stderr(flow_name: str) -> Iterator[None]:
-    """While an untracked run runs: its run log (info and above) and every other warning on stderr."""
+    """While an untracked run runs: its run log (info and above) and every other warning on stderr.
+
+    Args:
+        flow_name: The flow's name, prefixed to every line.
+
+    Yields:
+        Nothing; the log goes to stderr while the block runs.
+    """
     from tasks.tracking import LOGGER_NAME
 
     run_log, root = logging.getLogger(LOGGER_NAME), logging.getLogger()
@@ -358,14 +474,22 @@ def start_boundary_run() -> None:
 
 def drain_rejections() -> list[str]:
     """The objects the boundary reader (tasks/boundary.py) rejected during the current run since the last
-    call, one line each."""
+    call, one line each.
+
+    Returns:
+        The rejection lines; empty outside a run.
+    """
     from tasks.boundary import drain_rejections as drain
 
     return drain()
 
 
 def warn_degraded(problems: Sequence[str]) -> None:
-    """One ``degraded:`` line on stderr per problem."""
+    """One ``degraded:`` line on stderr per problem.
+
+    Args:
+        problems: The problems, one line each.
+    """
     for problem in problems:
         err.print(f"[yellow]degraded: {escape(problem)}[/yellow]", highlight=False, soft_wrap=True)
 
@@ -385,14 +509,28 @@ def send_queued_events_and_logs() -> None:
 
 def exit_with_outcome(problems: list[str]) -> None:
     """Print a degraded run's problems (and every object the boundary reader rejected during the command's
-    flow run, if it ran one) on stderr and exit DEGRADED (3); exit OK (0) otherwise."""
+    flow run, if it ran one) on stderr and exit DEGRADED (3); exit OK (0) otherwise.
+
+    Args:
+        problems: The run's problems; empty for a clean run.
+    """
     problems = [*problems, *drain_rejections()]
     warn_degraded(problems)
     raise typer.Exit(int(exit_code(problems)))
 
 
 def table_of(title: str, columns: Sequence[str], rows: Sequence[Sequence[object]], right: Sequence[str] = ()) -> Table:
-    """A rich table of ``rows`` (each value as text); ``right`` names the right-justified columns."""
+    """A rich table of ``rows`` (each value as text); ``right`` names the right-justified columns.
+
+    Args:
+        title: The table's title.
+        columns: The column headings.
+        rows: The rows, one value per column.
+        right: The headings of the columns justified right (numbers).
+
+    Returns:
+        The table, ready to print.
+    """
     table = Table(title=title)
     for column in columns:
         table.add_column(column, justify="right" if column in right else "left")
@@ -404,7 +542,14 @@ def table_of(title: str, columns: Sequence[str], rows: Sequence[Sequence[object]
 def write_or_print(
     rendered: dict[str, str], write: pathlib.Path | None, separator: str, what: Callable[[dict[str, str]], str]
 ) -> None:
-    """Generated files: one file each into ``write``, or all on stdout joined by ``separator``, in name order."""
+    """Generated files: one file each into ``write``, or all on stdout joined by ``separator``, in name order.
+
+    Args:
+        rendered: The files' texts by file name.
+        write: The directory to write into (created when missing), or None to print.
+        separator: What joins the texts on stdout.
+        what: Describes the files written, for the ``wrote ...`` line on stderr.
+    """
     if write is not None:
         write.mkdir(parents=True, exist_ok=True)
         for name, text in rendered.items():
@@ -416,7 +561,18 @@ def write_or_print(
 
 def manifests_path(cluster: str, option: str = "--cluster") -> pathlib.Path:
     """A command that reads manifest files only (validate-manifests, simulate): ``cluster`` must name them;
-    an empty value is a one-line error, never the working directory."""
+    an empty value is a one-line error, never the working directory.
+
+    Args:
+        cluster: The option's value.
+        option: The option's name, as the error names it.
+
+    Returns:
+        The path, stripped of surrounding blanks (it may not exist).
+
+    Raises:
+        CannotRun: The value is empty.
+    """
     if not cluster.strip():
         raise CannotRun(f"{option} is empty: name a manifests directory or file")
     return pathlib.Path(cluster.strip())

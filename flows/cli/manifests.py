@@ -19,7 +19,11 @@ from flows.exitcodes import CannotRun, cli_errors, exit_code
 def render_crds(
     write: pathlib.Path | None = typer.Option(None, help="Write one file per kind into this directory."),
 ) -> None:
-    """Print the CustomResourceDefinitions generated from the API models."""
+    """Print the CustomResourceDefinitions generated from the API models.\f
+
+    Args:
+        write: ``--write``: Write one file per kind into this directory.
+    """
     from engine.api.crds import render_crds as render
 
     write_or_print(render(), write, "---\n", lambda rendered: f"{len(rendered)} CRDs")
@@ -40,7 +44,14 @@ def validate_manifests(
 ) -> None:
     """Load and validate a manifests directory; print every resource and every invalid one with its reason.
 
-    Exit codes (flows/exitcodes.py): 0 all valid, 2 the path does not exist, 3 some resources are invalid.
+    Exit codes (flows/exitcodes.py): 0 all valid, 2 the path does not exist, 3 some resources are invalid.\f
+
+    Args:
+        cluster_option: ``--cluster``: Manifests directory or multi-document file (not empty).
+        as_json: ``--json``: Print a JSON list (source, kind, namespace, name, result) instead of a table.
+
+    Raises:
+        CannotRun: The path is empty or does not exist (:func:`cli_errors` prints it as one ``error:`` line and exits 2).
     """
     from engine.caches.reconcile import ENDPOINT_KINDS, endpoint_refusals
     from tasks.manifests import check_manifests

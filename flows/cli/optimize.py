@@ -40,7 +40,11 @@ from flows.parameters import (
 
 
 def config_namespace_option() -> Any:
-    """``--config-namespace``: where the WVA ConfigMaps live."""
+    """``--config-namespace``: where the WVA ConfigMaps live.
+
+    Returns:
+        The typer option (``modelplane-system`` by default).
+    """
     return typer.Option(SYSTEM_NAMESPACE, metavar="NAME", help="Namespace of the WVA ConfigMaps.")
 
 
@@ -94,7 +98,27 @@ def optimize(
 
     Exit codes: 0 clean; 2 could not run (cluster path missing, no Kubernetes access,
     configuration ConfigMap missing, a parameter rejected), with one line on stderr; 3 ran degraded
-    (metrics missing, resources invalid or not ready, write errors), as the summary line says.
+    (metrics missing, resources invalid or not ready, write errors), as the summary line says.\f
+
+    Args:
+        cluster: ``--cluster``: Where the flow runs: a manifests directory or file, ``kubeconfig:PATH`` or
+            ``kubeconfig:PATH#CONTEXT``; None for $MODELPLANE_CLUSTER, else the current kubeconfig or in-cluster config.
+        metrics: ``--metrics-file``: Metrics YAML file (instead of Prometheus).
+        prometheus: ``--prometheus-url``: Prometheus base URL (default $PROMETHEUS_URL).
+        rate_window: ``--rate-window``: PromQL window of the arrival-rate query, e.g. 1m or 30s (default
+            $PROMETHEUS_RATE_WINDOW, else 1m).
+        namespace: ``--namespace``/``-n``: Limit to these namespaces (repeatable).
+        namespace_selector: ``--namespace-selector``/``-l``: Label selector on Namespaces.
+        config_namespace: ``--config-namespace``: Namespace of the WVA ConfigMaps.
+        scale_down_stabilization: ``--scale-down-stabilization``: Scale a VariantAutoscaling down only after the scale-
+            down has been recommended this long, as the optimize deployment does; 0 = at once, as WVA. In seconds (the
+            option reads 90s, 5m, 1d; default 3m).
+        dry_run: ``--dry-run``: Decide and print, write nothing.
+        track: ``--track``: Record the run in Prefect even where it needs no Prefect API (a manifests directory, a dry
+            run); a run that writes to a Kubernetes cluster, or any run with PREFECT_API_URL set, is recorded anyway.
+        as_json: ``--json``: Print a JSON list instead of a table.
+        pushgateway: ``--pushgateway-url``: Prometheus Pushgateway URL to publish wva_desired_replicas and Modelplane's
+            metrics to (default $MODELPLANE_PUSHGATEWAY_URL; unset = off).
     """
     from flows.parameters import PROMETHEUS_DURATION_PATTERN
     from tasks.optimize.precheck import cannot_run_reason
@@ -244,7 +268,57 @@ def simulate(
     (ConfigMap accelerator-unit-costs).
 
     Exit codes: 0 done; 2 could not run (missing cluster or trace, malformed trace,
-    unknown policy, a VariantAutoscaling that cannot be simulated), with one line on stderr.
+    unknown policy, a VariantAutoscaling that cannot be simulated), with one line on stderr.\f
+
+    Args:
+        cluster_option: ``--cluster``: Manifests directory/file: VariantAutoscalings, targets, WVA ConfigMaps (not
+            empty).
+        trace: ``--trace``: Trace CSV (timestamp, prompt tokens, output tokens; Azure format as is).
+        policy: ``--policy``/``-p``: Policy to compare (repeatable): modelplane, saturation-only, wva-greedy, hpa,
+            static-peak, oracle (the clairvoyant schedule); default: all.
+        compression: ``--compression``: Divide inter-arrival times by this (time compression).
+        rate_scale: ``--rate-scale``: Multiply the number of requests.
+        slice_start: ``--slice-start``: Start of the replayed slice, after the trace's first request. In seconds (the
+            option reads 90s, 5m, 1d; default 0s).
+        duration: ``--duration``: Length of the replayed slice, before compression (default: to the end). In seconds
+            (the option reads 90s, 5m, 1d).
+        wave_floor: ``--wave-floor``: A day's shape: thin the trace so its rate goes from this share of the recorded one
+            to all of it and back (0 < floor <= 1; 1 = as recorded).
+        wave_period: ``--wave-period``: Period of the --wave-floor wave, replayed time (default: the slice's length). In
+            seconds (the option reads 90s, 5m, 1d).
+        bursty: ``--bursty``: Replay a named bursty variant (silent minutes, bursts, sub-minute clusters) filled with
+            the trace's requests: tune-a, tune-b, tune-c (tuning), held-long-silences, held-sharp-clusters, held-2x-rate
+            (held out).
+        share: ``--model-share``: Share of a model ('namespace/modelID') in the trace (repeatable; default: equal
+            shares).
+        interval: ``--interval``: Control interval, simulated time. In seconds (the option reads 90s, 5m, 1d; default
+            1m).
+        startup_delay: ``--startup-delay``: How long a new replica takes to become ready. In seconds (the option reads
+            90s, 5m, 1d; default 2m).
+        sizing_ttft_scale: ``--sizing-ttft-scale``: Policies size for the TTFT targets x this; attainment is judged
+            against the targets.
+        hpa_metric: ``--hpa-metric``: Per-replica metric of the HPA-style policy (default: the cluster's
+            AutoscalingPolicy).
+        hpa_target: ``--hpa-target``: Target per replica of --hpa-metric.
+        router: ``--router``: Gateway router: least-outstanding, least-load (llm-d/Kthena: queue + KV), least-latency
+            (predicted TTFT/ITL vs SLO); auto (the default) = what the cluster says.
+        start: ``--start``: Where the reactive policies start: static (static peak's allocation, the default, as the
+            benchmarks) or manifests (the scale targets' replicas, a cold start).
+        slo_attainment: ``--slo-attainment``: Every model's SLO attainment target (0.5-0.999), as modelplane.io/slo-
+            attainment on every VariantAutoscaling; Modelplane's attainment loop sizes for it. Default: what the
+            manifests say.
+        frontier: ``--frontier``: Also sweep each policy's knob and the clairvoyant schedule: cost-attainment curves,
+            attainment ceiling, cost / clairvoyant schedule.
+        seed: ``--seed``: Seed of every random draw.
+        output: ``--output-dir``/``-o``: Directory of the report (HTML, plots, JSON).
+        config_namespace: ``--config-namespace``: Namespace of the WVA ConfigMaps.
+        track: ``--track``: Record the run in Prefect even where it needs no Prefect API (a manifests directory, a dry
+            run); a run that writes to a Kubernetes cluster, or any run with PREFECT_API_URL set, is recorded anyway.
+        as_json: ``--json``: Print the JSON summary instead of a table.
+
+    Raises:
+        CannotRun: The description or trace is missing or malformed, or a policy, router, bursty variant, start,
+            share or attainment is not one it knows (printed as one ``error:`` line, exit 2).
     """
     from engine.optimize.spec import SpecError
     from engine.simulate.trace import TraceError
@@ -393,7 +467,25 @@ def tune(
     window of traffic rebuilt from Prometheus) and writes the choice (annotations and modelplane.io/tuned, and
     status.tuning) on each model's VariantAutoscalings; a model whose target no
     candidate met gets the closest, and the output says so. Exit codes: 0 every choice written; 2 could not run,
-    with one line on stderr; 3 degraded: a write failed.
+    with one line on stderr; 3 degraded: a write failed.\f
+
+    Args:
+        cluster_option: ``--cluster``: Manifests directory/file (or kubeconfig:PATH): the VariantAutoscalings to tune.
+        trace: ``--trace``: The window's request log (trace CSV: timestamp, prompt tokens, output tokens). Without it,
+            the last --window of traffic is rebuilt from Prometheus.
+        prometheus_url: ``--prometheus-url``: Prometheus to rebuild the traffic from (default: $PROMETHEUS_URL).
+        window: ``--window``: How much recent traffic to rebuild from Prometheus when no --trace is given. In seconds
+            (the option reads 90s, 5m, 1d; default 1d).
+        slo_attainment: ``--slo-attainment``: Every model's target (0.5-0.999). Default: what the VariantAutoscalings
+            say.
+        duration: ``--duration``: Replay only the log's first part this long (default: all of it). In seconds (the
+            option reads 90s, 5m, 1d).
+        config_namespace: ``--config-namespace``: Namespace of the WVA ConfigMaps.
+        dry_run: ``--dry-run``: Replay and choose, write nothing.
+        seed: ``--seed``: Seed of the replay's random draws.
+        track: ``--track``: Record the run in Prefect even where it needs no Prefect API (a manifests directory, a dry
+            run); a run that writes to a Kubernetes cluster, or any run with PREFECT_API_URL set, is recorded anyway.
+        as_json: ``--json``: Print a JSON list instead of a table.
     """
     from engine.optimize.spec import SpecError
     from engine.simulate.rebuild import TrafficError
@@ -490,7 +582,32 @@ def calibrate(
 
     Exit codes: 0 every variant got a profile; 2 could not run (bad windows file, no
     Kubernetes access), with one line on stderr; 3 degraded: some variants got no profile (no metrics, data
-    that cannot determine it) or could not be written, as their rows say.
+    that cannot determine it) or could not be written, as their rows say.\f
+
+    Args:
+        cluster: ``--cluster``: Where the flow runs: a manifests directory or file, ``kubeconfig:PATH`` or
+            ``kubeconfig:PATH#CONTEXT``; None for $MODELPLANE_CLUSTER, else the current kubeconfig or in-cluster config.
+        prometheus: ``--prometheus-url``: Prometheus base URL (default $PROMETHEUS_URL).
+        windows: ``--windows-file``: Windows YAML file (instead of Prometheus).
+        namespace: ``--namespace``/``-n``: Limit to these namespaces (repeatable).
+        lookback: ``--lookback``: How far back to read metrics (a day: gamma needs hours of varied load). In seconds
+            (the option reads 90s, 5m, 1d).
+        window: ``--window``: Length of one metrics window. In seconds (the option reads 90s, 5m, 1d).
+        config_namespace: ``--config-namespace``: Namespace of the WVA ConfigMaps.
+        dry_run: ``--dry-run``: Fit and print, write nothing.
+        track: ``--track``: Record the run in Prefect even where it needs no Prefect API (a manifests directory, a dry
+            run); a run that writes to a Kubernetes cluster, or any run with PREFECT_API_URL set, is recorded anyway.
+        as_json: ``--json``: Print a JSON list instead of a table.
+        from_benchmark: ``--from-benchmark``: Fit from benchmark results instead of metrics (repeatable): vllm bench
+            serve results, guidellm or inference-perf reports, llm-d planner benchmark tables. Prints one profile per
+            configuration.
+        benchmark_config: ``--benchmark-config``: With --from-benchmark: only configurations whose name contains this.
+        apply: ``--apply``: With --from-benchmark: offer the profile to this VariantAutoscaling (NAMESPACE/NAME,
+            repeatable) on --cluster; written where it carries modelplane.io/calibration=apply.
+
+    Raises:
+        CannotRun: Metrics options given with ``--from-benchmark``, or ``--apply``/``--benchmark-config`` without it (printed
+            as one ``error:`` line, exit 2).
     """
     if from_benchmark:
         from flows.cli.calibrate_benchmarks import calibrate_from_benchmarks

@@ -52,21 +52,41 @@ class ModelplaneCommand(typer.core.TyperCommand):
 
 
 def current_spelling(arg: str, renamed: dict[str, str]) -> str:
-    """``arg`` with an earlier flag spelling (``--metrics``, ``--metrics=x``) replaced by the current one."""
+    """``arg`` with an earlier flag spelling (``--metrics``, ``--metrics=x``) replaced by the current one.
+
+    Args:
+        arg: One command line argument.
+        renamed: Earlier flag spellings mapped to the current ones.
+
+    Returns:
+        The argument with its flag's current spelling.
+    """
     flag, sep, value = arg.partition("=")
     return renamed[flag] + sep + value if flag in renamed else arg
 
 
 def readable(text: str | None) -> str | None:
-    """Help text as flowing paragraphs: line breaks inside a paragraph joined, source file paths left out."""
+    """Help text as flowing paragraphs: line breaks inside a paragraph joined, source file paths left out, and
+    what follows a form feed (``\\f``, click's marker: a command docstring's ``Args:`` for the code's readers) cut.
+
+    Args:
+        text: A command's or option's help, or None.
+
+    Returns:
+        The help as one line per paragraph; None or empty as given.
+    """
     if not text:
         return text
-    paragraphs = inspect.cleandoc(text).split("\n\n")
+    paragraphs = inspect.cleandoc(text.partition("\f")[0]).split("\n\n")
     return "\n\n".join(SOURCE_PATH.sub("", " ".join(p.split())) for p in paragraphs)
 
 
 def describe_value(option: Any) -> None:
-    """Name an option's value for its help (flags none; explicit metavars kept) and say its bounds in words."""
+    """Name an option's value for its help (flags none; explicit metavars kept) and say its bounds in words.
+
+    Args:
+        option: A typer option of a command; its help and metavar are changed in place.
+    """
     option.help = readable(option.help)
     if option.is_flag:
         option.metavar = ""
@@ -93,7 +113,17 @@ def describe_value(option: Any) -> None:
 
 def parse_duration_text(text: str) -> float:
     """Seconds of a duration as every option writes one: ``90s``, ``5m``, ``12h``, ``7d``, ``1h30m``, ``1d12h``, or a
-    plain number of seconds (what the earlier ``-s``/``-seconds`` options took); ``ValueError`` otherwise."""
+    plain number of seconds (what the earlier ``-s``/``-seconds`` options took); ``ValueError`` otherwise.
+
+    Args:
+        text: The option's text.
+
+    Returns:
+        The duration in seconds.
+
+    Raises:
+        ValueError: The text is no duration.
+    """
     from engine.api.meta import parse_duration
 
     text = text.strip()
@@ -112,7 +142,14 @@ def parse_duration_text(text: str) -> float:
 
 def duration(value: Any) -> float:
     """A duration option's parser: :func:`parse_duration_text`, seconds as a float (a default given in seconds
-    passes as it is)."""
+    passes as it is).
+
+    Args:
+        value: The option's text, or a default given in seconds.
+
+    Returns:
+        The duration in seconds.
+    """
     if isinstance(value, (int, float)):
         return float(value)
     return parse_duration_text(str(value))
@@ -120,7 +157,17 @@ def duration(value: Any) -> float:
 
 def duration_option(default: float | None, *names: str, help: str, minimum: float | None = None) -> Any:
     """A duration option (:func:`duration`): ``names`` are its flag, then earlier spellings that still work; the
-    help shows the default as a duration and the metavar ``DURATION``."""
+    help shows the default as a duration and the metavar ``DURATION``.
+
+    Args:
+        default: The default in seconds, or None for no default.
+        *names: The option's flag, then its earlier spellings.
+        help: The option's help; the default is appended as a duration.
+        minimum: The least value accepted in seconds, or None for no bound.
+
+    Returns:
+        The typer option.
+    """
     shown = f" (default: {format_duration(default)})" if default is not None else ""
     return typer.Option(
         default,
@@ -143,7 +190,14 @@ def _at_least(minimum: float, flag: str) -> Callable[[float | None], float | Non
 
 
 def format_duration(seconds: float) -> str:
-    """``180`` -> ``3m``, ``86400`` -> ``1d``, ``90`` -> ``90s``: the largest unit that divides it."""
+    """``180`` -> ``3m``, ``86400`` -> ``1d``, ``90`` -> ``90s``: the largest unit that divides it.
+
+    Args:
+        seconds: A duration in seconds.
+
+    Returns:
+        The duration in the largest unit that divides it (``d``, ``h``, ``m``), else in seconds.
+    """
     for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
         if seconds >= size and seconds % size == 0:
             return f"{seconds / size:g}{unit}"

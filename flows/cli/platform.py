@@ -27,7 +27,14 @@ def build_image(
 ) -> None:
     """Print Modelplane's image reference ($MODELPLANE_IMAGE when set, else ghcr.io/modelplane/modelplane tagged
     with the package version: flows/image.py); --repository and --tag replace its parts; with --build or
-    --push, run the docker commands from the repository root, each printed first."""
+    --push, run the docker commands from the repository root, each printed first.\f
+
+    Args:
+        build: ``--build``: Build it: docker build -f deployments/Dockerfile -t REFERENCE .
+        push: ``--push``: Build and push it (docker push REFERENCE).
+        tag: ``--tag``: Another tag than the package version (a test build).
+        repository: ``--repository``: Your registry's repository, e.g. registry.example.org/team/modelplane.
+    """
     import subprocess
 
     from flows.image import build_commands
@@ -56,7 +63,11 @@ def render_worker_manifests(
     write: pathlib.Path | None = typer.Option(None, help="Write the files into this directory (deployments/worker)."),
 ) -> None:
     """Print the Prefect Kubernetes worker's install: worker.yaml (ServiceAccount, Role, Deployment) and values for
-    Prefect's prefect-worker Helm chart, both with Modelplane's image ($MODELPLANE_IMAGE, else this version's)."""
+    Prefect's prefect-worker Helm chart, both with Modelplane's image ($MODELPLANE_IMAGE, else this version's).\f
+
+    Args:
+        write: ``--write``: Write the files into this directory (deployments/worker).
+    """
     from flows.worker_manifests import render_worker_manifests as render
 
     checked_image()
@@ -91,7 +102,18 @@ def serve_deployments(
     """Serve every deployment of deployments/prefect.yaml from this process, named '<name>-local', with its
     schedules and triggers (on the Prefect server of PREFECT_API_URL, else an ephemeral one). With --leader-elect,
     only the replica holding the Lease serves; a standby takes over within 17 s of the leader's loss (and hands
-    back the runs the lost leader left), SIGTERM releases the Lease."""
+    back the runs the lost leader left), SIGTERM releases the Lease.\f
+
+    Args:
+        leader_elect: ``--leader-elect``: Serve only while this replica holds the Lease (replicas in a cluster).
+        lease_name: ``--lease-name``: The coordination.k8s.io/v1 Lease.
+        lease_namespace: ``--lease-namespace``: Its namespace (default: $POD_NAMESPACE, else 'default').
+        identity: ``--identity``: This replica's holder identity (default: $POD_NAME, else the host name).
+        health_port: ``--health-port``: Serve /healthz and /readyz (200 while leading) on this port.
+        control_loop: ``--control-loop``: Serve only the control loop (optimize, watch-models, the AIM and Kthena
+            resyncs); the work pool runs the rest (register-deployments --without-control-loop).
+        cluster: ``--cluster``: Where the Lease lives (see the cluster parameter); default: in-cluster or kubeconfig.
+    """
     from prefect import serve
 
     from flows.deployments import CONTROL_LOOP, SERVE_PREFETCH_S, SERVE_QUERY_S, runner_deployments
@@ -137,7 +159,14 @@ def register_deployments(
     ),
 ) -> None:
     """Create the work pool if missing, then register every deployment of deployments/prefect.yaml on the
-    Prefect server of PREFECT_API_URL (runs 'prefect --no-prompt deploy --all --prefect-file deployments/prefect.yaml')."""
+    Prefect server of PREFECT_API_URL (runs 'prefect --no-prompt deploy --all --prefect-file deployments/prefect.yaml').\f
+
+    Args:
+        pool_type: ``--pool-type``: 'kubernetes' (deployments/work-pool-template.json) or 'process' (a local worker).
+        pool: ``--pool``: Work pool name (default modelplane-kubernetes / modelplane-process).
+        without_control_loop: ``--without-control-loop``: Leave out the control loop's deployments: a serving loop runs
+            them (serve-deployments --control-loop).
+    """
     from flows.cli.progress import shown_progress
     from flows.deployments import CONTROL_LOOP, KUBERNETES_POOL, PROCESS_POOL, REGISTERED, load_prefect_yaml, run_deploy
     from tasks.progress import step
@@ -185,7 +214,15 @@ def register_deployments(
 
 def checked_image(tag: str | None = None, repository: str | None = None) -> str:
     """Modelplane's image reference (flows/image.py); a malformed ``$MODELPLANE_IMAGE``, ``--repository`` or
-    ``--tag`` is one ``error:`` line and exit 2."""
+    ``--tag`` is one ``error:`` line and exit 2.
+
+    Args:
+        tag: The ``--tag`` value, or None for the package version.
+        repository: The ``--repository`` value, or None for Modelplane's.
+
+    Returns:
+        The image reference.
+    """
     from flows.image import image
 
     try:

@@ -84,7 +84,11 @@ def _bar() -> Progress:
 
 @contextmanager
 def shown_progress() -> Iterator[None]:
-    """Show every step of the block (tasks/progress.py) on this command's stderr."""
+    """Show every step of the block (tasks/progress.py) on this command's stderr.
+
+    Yields:
+        Nothing; the steps are shown while the block runs.
+    """
     reporter = TerminalReporter()
     try:
         with reporting(reporter):

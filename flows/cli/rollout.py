@@ -50,7 +50,21 @@ def rollout_models_command(
 
     Exit codes: 0 every Model rolled out; 2 could not run (cluster path missing, no
     Kubernetes access, the Kthena CRDs not installed, a parameter rejected), with one line on stderr;
-    3 degraded: a Model is Failed, as its row says.
+    3 degraded: a Model is Failed, as its row says.\f
+
+    Args:
+        cluster: ``--cluster``: Where the flow runs: a manifests directory or file, ``kubeconfig:PATH`` or
+            ``kubeconfig:PATH#CONTEXT``; None for $MODELPLANE_CLUSTER, else the current kubeconfig or in-cluster config.
+        namespace: ``--namespace``/``-n``: Limit to these namespaces (repeatable).
+        downloader_image: ``--downloader-image``: Image of the init container that downloads into a cacheURI.
+        track: ``--track``: Record the run in Prefect even where it needs no Prefect API (a manifests directory, a dry
+            run); a run that writes to a Kubernetes cluster, or any run with PREFECT_API_URL set, is recorded anyway.
+        as_json: ``--json``: Print a JSON list instead of a table.
+        name: ``--name``: Only the Models with these names (repeatable).
+        kthena_networking: ``--kthena-networking``: auto: render Kthena's ModelServer/ModelRoute and runtime sidecar
+            when the cluster serves networking.serving.volcano.sh; off: never.
+        workload: ``--workload``: Deployment, or ModelServing (Kthena's gang-scheduled workload, where its CRD is
+            served).
     """
     from engine.api.kthena import API_VERSION
     from engine.api.registry import MODEL
@@ -100,7 +114,17 @@ def watch_models_command(
     spec rollout-models has not rolled out yet (the event triggers its rollout).
 
     Exit codes: 0 the watch ran (changes or none); 2 could not run (cluster path missing,
-    no Kubernetes access, the Kthena Model CRD not installed, a parameter rejected), with one line on stderr.
+    no Kubernetes access, the Kthena Model CRD not installed, a parameter rejected), with one line on stderr.\f
+
+    Args:
+        cluster: ``--cluster``: Where the flow runs: a manifests directory or file, ``kubeconfig:PATH`` or
+            ``kubeconfig:PATH#CONTEXT``; None for $MODELPLANE_CLUSTER, else the current kubeconfig or in-cluster config.
+        namespace: ``--namespace``/``-n``: Watch these namespaces only (repeatable).
+        watch_seconds: ``--watch``: How long the watch stays open (at most 50s). In seconds (the option reads 90s, 5m,
+            1d; default 45s).
+        track: ``--track``: Record the run in Prefect even where it needs no Prefect API (a manifests directory, a dry
+            run); a run that writes to a Kubernetes cluster, or any run with PREFECT_API_URL set, is recorded anyway.
+        as_json: ``--json``: Print a JSON object instead of a table.
     """
     from engine.api.kthena import API_VERSION
     from engine.api.registry import MODEL
@@ -146,7 +170,18 @@ def serve_openmodel_command(
 
     Exit codes: 0 Serving; 2 could not run (cluster path missing, no Kubernetes access,
     the OpenModel or namespace missing, no flavor fits), with one line on stderr; 3 not Serving (yet), as
-    the state line says.
+    the state line says.\f
+
+    Args:
+        model: ``MODEL``: Name of the OpenModel.
+        namespace: ``--namespace``/``-n``: Namespace to serve it in.
+        replicas: ``--replicas``: vLLM replicas. (at least 0)
+        flavor: ``--flavor``: Flavor to start from (default: the first).
+        cluster: ``--cluster``: Where the flow runs: a manifests directory or file, ``kubeconfig:PATH`` or
+            ``kubeconfig:PATH#CONTEXT``; None for $MODELPLANE_CLUSTER, else the current kubeconfig or in-cluster config.
+        track: ``--track``: Record the run in Prefect even where it needs no Prefect API (a manifests directory, a dry
+            run); a run that writes to a Kubernetes cluster, or any run with PREFECT_API_URL set, is recorded anyway.
+        as_json: ``--json``: Print a JSON object instead of a table.
     """
     from engine.api.llmaz import API_VERSION
     from engine.api.registry import OPEN_MODEL
