@@ -98,7 +98,16 @@ def _current(va: VariantAutoscaling) -> dict[str, float] | None:
 def calibrate_variant(
     va: VariantAutoscaling, windows: list[Window] | None, metrics_error: str | None
 ) -> tuple[ProfileFit | None, str | None]:
-    """Fit one variant, or the reason there is no fit."""
+    """Fit one variant, or the reason there is no fit.
+
+    Args:
+        va: The VariantAutoscaling (its current profile gives gamma's prior).
+        windows: The metric windows of its pods, or None when none were read.
+        metrics_error: Why the metrics could not be read, or None.
+
+    Returns:
+        The fitted profile and None, or None and why there is no fit.
+    """
     if windows is None or not windows:
         return None, f"no metrics for this variant's pods{': ' + metrics_error if metrics_error else ''}"
     current = _current(va)
@@ -131,6 +140,10 @@ def calibrate(
         lookback: How far back to read metrics (default a day: gamma needs hours of varied load to be determined).
         window: Length of one window (PromQL increase range and step), e.g. 5m.
         dry_run: Fit and report, write nothing (no condition, no spec).
+
+    Returns:
+        The report: one row per VariantAutoscaling (its fit, condition reason and whether the spec was written); a
+        degraded run (a write failed) ends Failed named Degraded (:func:`flows.exitcodes.flow_result`).
     """
     logger = run_logger()
     now = datetime.now(UTC).replace(microsecond=0)
@@ -204,6 +217,16 @@ def apply_profile(
     written into ``spec.variantProfile`` only where the resource carries ``modelplane.io/calibration: apply``
     and every parameter was determined.  A VariantAutoscaling that cannot be read or written is a row with
     its error; the others proceed.
+
+    Args:
+        fit: The profile fitted from benchmark results.
+        targets: The VariantAutoscalings to offer it to, as (namespace, name).
+        cluster: The cluster they live in (empty for the default, as the flows' ``cluster`` parameter).
+        dry_run: Whether to decide and report without writing.
+
+    Returns:
+        One row per target: the outcome, whether the spec was written, or the error that kept it from being read
+        or written.
     """
     conn = connect(cluster, dry_run=dry_run)
     now = datetime.now(UTC).replace(microsecond=0)

@@ -55,7 +55,14 @@ _TRIGGERS = TypeAdapter[DeploymentTriggerTypes](DeploymentTriggerTypes)
 
 
 def load_prefect_yaml(path: pathlib.Path = PREFECT_YAML) -> dict[str, Any]:
-    """The parsed prefect.yaml (YAML anchors resolved)."""
+    """The parsed prefect.yaml (YAML anchors resolved).
+
+    Args:
+        path: The prefect.yaml to read.
+
+    Returns:
+        The document.
+    """
     document: dict[str, Any] = yaml.safe_load(path.read_text())
     return document
 
@@ -65,6 +72,15 @@ def build_outputs(config: dict[str, Any]) -> dict[str, Any]:
 
     Only Modelplane's own steps (``flows.*``: pure functions such as :func:`flows.image.image_reference`)
     are run here; a deploy runs every step itself.
+
+    Args:
+        config: The parsed prefect.yaml.
+
+    Returns:
+        Each step's output by its ``id``, and the outputs' keys on their own.
+
+    Raises:
+        ValueError: A build step is not one of Modelplane's own (``flows.*``).
     """
     import importlib
 
@@ -90,13 +106,23 @@ def run_settings() -> dict[str, str]:
 
     ``PROMETHEUS_URL`` as set there (empty: the runs have no Prometheus), else the in-cluster default. A process
     pool's deployments do not carry it: their runs inherit the worker's environment (:func:`prefect_yaml_for_pool`).
+
+    Returns:
+        ``{"prometheus_url": ...}``.
     """
     return {"prometheus_url": os.environ.get("PROMETHEUS_URL", IN_CLUSTER_PROMETHEUS_URL)}
 
 
 def deployment_entries(path: pathlib.Path = PREFECT_YAML) -> list[dict[str, Any]]:
     """Every ``deployments:`` entry of prefect.yaml, its parameters and work pool with the build steps'
-    outputs filled in (``{{ modelplane_image.image }}`` becomes the image reference), as ``prefect deploy`` registers them."""
+    outputs filled in (``{{ modelplane_image.image }}`` becomes the image reference), as ``prefect deploy`` registers them.
+
+    Args:
+        path: The prefect.yaml to read.
+
+    Returns:
+        The entries, in the file's order, each a copy with its templates filled in.
+    """
     config = load_prefect_yaml(path)
     outputs = build_outputs(config)
     entries = []
@@ -110,7 +136,17 @@ def deployment_entries(path: pathlib.Path = PREFECT_YAML) -> list[dict[str, Any]
 
 
 def schedules_of(config: dict[str, Any]) -> list[Schedule]:
-    """The schedules of one deployment entry (interval or cron), each with its slug."""
+    """The schedules of one deployment entry (interval or cron), each with its slug.
+
+    Args:
+        config: One ``deployments:`` entry of prefect.yaml.
+
+    Returns:
+        Its schedules; empty when it has none.
+
+    Raises:
+        ValueError: A schedule has neither ``interval`` nor ``cron``.
+    """
     schedules: list[Schedule] = []
     for entry in config.get("schedules") or []:
         common = {"slug": entry.get("slug"), "active": entry.get("active", True), "timezone": entry.get("timezone")}
@@ -124,7 +160,14 @@ def schedules_of(config: dict[str, Any]) -> list[Schedule]:
 
 
 def concurrency_of(config: dict[str, Any]) -> ConcurrencyLimitConfig | None:
-    """The deployment's concurrency limit and collision strategy."""
+    """The deployment's concurrency limit and collision strategy.
+
+    Args:
+        config: One ``deployments:`` entry of prefect.yaml.
+
+    Returns:
+        The limit (collision strategy ``ENQUEUE`` unless the entry names one), or None when the entry sets none.
+    """
     limit = config.get("concurrency_limit")
     if limit is None:
         return None
@@ -137,7 +180,16 @@ def concurrency_of(config: dict[str, Any]) -> ConcurrencyLimitConfig | None:
 
 
 def triggers_of(config: dict[str, Any], deployment_name: str | None = None) -> list[DeploymentTriggerTypes]:
-    """The entry's deployment triggers, parsed exactly as ``prefect deploy`` parses them."""
+    """The entry's deployment triggers, parsed exactly as ``prefect deploy`` parses them.
+
+    Args:
+        config: One ``deployments:`` entry of prefect.yaml.
+        deployment_name: The name the deployment is registered under (a served ``-local`` one), or None for the
+            entry's own; the automations are named after it.
+
+    Returns:
+        The triggers.
+    """
     name = deployment_name or config["name"]
     triggers = []
     for index, spec in enumerate(config.get("triggers") or [], start=1):
@@ -150,13 +202,27 @@ def triggers_of(config: dict[str, Any], deployment_name: str | None = None) -> l
 
 
 def load_entry_flow(config: dict[str, Any]) -> Any:
-    """The flow object an entry's entrypoint names (paths relative to the repository root)."""
+    """The flow object an entry's entrypoint names (paths relative to the repository root).
+
+    Args:
+        config: One ``deployments:`` entry of prefect.yaml.
+
+    Returns:
+        The flow.
+    """
     file, _, function = config["entrypoint"].partition(":")
     return load_flow_from_entrypoint(f"{REPO / file}:{function}", use_placeholder_flow=False)
 
 
 def served_name(name: str) -> str:
-    """The name ``modelplane serve-deployments`` gives the deployment called ``name`` in prefect.yaml."""
+    """The name ``modelplane serve-deployments`` gives the deployment called ``name`` in prefect.yaml.
+
+    Args:
+        name: A deployment's name in prefect.yaml.
+
+    Returns:
+        ``NAME-local``.
+    """
     return f"{name}{SERVE_SUFFIX}"
 
 
@@ -187,7 +253,15 @@ def runner_deployments(
     path: pathlib.Path = PREFECT_YAML, only: Collection[str] | None = None
 ) -> list[RunnerDeployment]:
     """One runner deployment per entry of prefect.yaml (``only``: per entry of those names), named
-    ``<name>-local``, with its schedules and triggers."""
+    ``<name>-local``, with its schedules and triggers.
+
+    Args:
+        path: The prefect.yaml to read.
+        only: The names of the entries to serve, or None for all.
+
+    Returns:
+        The runner deployments, in the file's order.
+    """
     deployments = []
     for config in deployment_entries(path):
         if only is not None and config["name"] not in only:
@@ -220,6 +294,13 @@ def kubernetes_pool_template(path: pathlib.Path = WORK_POOL_TEMPLATE, image: str
     and in the pod template's spec, because prefect-kubernetes (0.8) rejects a template without
     ``/spec/template/spec/completions`` and ``/spec/template/spec/parallelism`` (the API server drops those
     two unknown pod fields with a warning).
+
+    Args:
+        path: The base job template file (deployments/work-pool-template.json).
+        image: The image runs default to, or None for Modelplane's.
+
+    Returns:
+        The template.
     """
     template: dict[str, Any] = json.loads(path.read_text())
     template["variables"]["properties"]["image"]["default"] = image or modelplane_image()
@@ -236,6 +317,13 @@ def process_pool_template(working_dir: pathlib.Path = REPO, python: str = sys.ex
     and then execs the same ``-m prefect.engine``: one more import of Prefect per run, about 2 s of CPU, for a
     preparation this pool never uses (its runs are runs of this installation, in this checkout). A job
     variable ``command`` still overrides it per deployment or run.
+
+    Args:
+        working_dir: The directory runs start in.
+        python: The interpreter runs start with.
+
+    Returns:
+        The template.
     """
     from prefect.workers.process import ProcessWorker
 
@@ -248,7 +336,18 @@ def process_pool_template(working_dir: pathlib.Path = REPO, python: str = sys.ex
 async def ensure_work_pool(client: PrefectClient, name: str, pool_type: str) -> bool:
     """Create the work pool ``name`` of ``pool_type`` (``kubernetes`` or ``process``) unless it exists.
 
-    Returns True when it was created. An existing pool is left as it is (a person may have tuned it).
+    An existing pool is left as it is (a person may have tuned it).
+
+    Args:
+        client: The Prefect API client.
+        name: The work pool's name.
+        pool_type: ``kubernetes`` or ``process``.
+
+    Returns:
+        True when the pool was created, False when it existed.
+
+    Raises:
+        ValueError: A pool of that name exists with another type.
     """
     try:
         existing = await client.read_work_pool(name)
@@ -271,7 +370,14 @@ async def ensure_work_pool(client: PrefectClient, name: str, pool_type: str) -> 
 
 
 def deploy_command(prefect_file: pathlib.Path = PREFECT_YAML) -> list[str]:
-    """The documented registration command, run from the repository root (entrypoints resolve there)."""
+    """The documented registration command, run from the repository root (entrypoints resolve there).
+
+    Args:
+        prefect_file: The prefect.yaml to deploy (shown relative to the repository when inside it).
+
+    Returns:
+        The command's arguments.
+    """
     shown = prefect_file.relative_to(REPO) if prefect_file.is_relative_to(REPO) else prefect_file
     return [sys.executable, "-m", "prefect", "--no-prompt", "deploy", "--all", "--prefect-file", str(shown)]
 
@@ -290,6 +396,16 @@ def prefect_yaml_for_pool(
     another pool (e.g. a local process pool) is named in a generated file instead. A process pool has no
     pull step: its runs start in the pool's ``working_dir``, this checkout (the image's WORKDIR is not there),
     and no ``PROMETHEUS_URL``: its runs inherit the worker's (:func:`inherited_environment`).
+
+    Args:
+        pool: The work pool every entry uses.
+        target: The file to write.
+        source: The prefect.yaml to copy.
+        pool_type: ``kubernetes`` or ``process``.
+        without: The names of the entries to leave out.
+
+    Returns:
+        ``target``, written.
     """
     config = load_prefect_yaml(source)
     config["deployments"] = [entry for entry in config["deployments"] if entry["name"] not in without]
@@ -307,7 +423,14 @@ def prefect_yaml_for_pool(
 def inherited_environment(job_variables: dict[str, Any]) -> dict[str, Any]:
     """A process pool's job variables: without the settings a process worker passes on from its own environment
     (``PROMETHEUS_URL``), so its runs use the worker's Prometheus, or none (as the CLI), never a cluster address
-    baked in at registration."""
+    baked in at registration.
+
+    Args:
+        job_variables: An entry's job variables.
+
+    Returns:
+        A copy without the inherited variables in ``env``.
+    """
     env = {key: value for key, value in (job_variables.get("env") or {}).items() if key not in INHERITED}
     return {**job_variables, "env": env}
 
@@ -321,7 +444,18 @@ def run_deploy(
 ) -> subprocess.CompletedProcess[str]:
     """Run :func:`deploy_command` from the repository root, capturing its output (each stdout line also given to
     ``on_line`` as it comes, for progress); ``pool`` other than the Kubernetes pool of prefect.yaml, or deployments
-    left out (``without``: e.g. :data:`CONTROL_LOOP`, which a serving loop runs), deploys a generated copy."""
+    left out (``without``: e.g. :data:`CONTROL_LOOP`, which a serving loop runs), deploys a generated copy.
+
+    Args:
+        pool: The work pool to deploy to, or None for prefect.yaml's Kubernetes pool.
+        env: The command's environment, or None for this process's.
+        pool_type: ``kubernetes`` or ``process``.
+        on_line: Called with each stdout line as it is printed, or None.
+        without: The names of the deployments to leave out.
+
+    Returns:
+        The finished command, with its output.
+    """
     if (pool is None or pool == KUBERNETES_POOL) and pool_type == "kubernetes" and not without:
         return run_streaming(deploy_command(), env, on_line)
     with tempfile.TemporaryDirectory(prefix="modelplane-deploy-") as tmp:
@@ -341,7 +475,16 @@ def run_streaming(
 ) -> subprocess.CompletedProcess[str]:
     """``command`` from the repository root, its output captured as ``subprocess.run`` does, and each stdout line
     handed to ``on_line`` as it is printed (stderr read beside it, so neither pipe fills). Its console is wide,
-    so a panel's line is not wrapped."""
+    so a panel's line is not wrapped.
+
+    Args:
+        command: The command's arguments.
+        env: Its environment, or None for this process's.
+        on_line: Called with each stdout line as it is printed, or None.
+
+    Returns:
+        The finished command, with its exit code, stdout and stderr.
+    """
     environment = {**(env if env is not None else os.environ), "COLUMNS": "200"}
     process = subprocess.Popen(
         command, cwd=REPO, env=environment, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True

@@ -97,6 +97,10 @@ def discover_models(
         model_selector: Label selector on AIMClusterModels (e.g. 'team=a'); empty means every model.
         cluster: Empty = $MODELPLANE_CLUSTER, else kubeconfig or in-cluster; 'kubeconfig:PATH[#context]'; or a
             manifests directory/file.
+
+    Returns:
+        The report: one row per AIMClusterModel, the writes and the registry requests; a degraded run ends Failed
+        named Degraded (:func:`flows.exitcodes.flow_result`).
     """
     logger = run_logger()
     now = datetime.now(UTC).replace(microsecond=0)
@@ -146,5 +150,12 @@ def discover_models(
 
 
 def row_of(plan: ModelPlan) -> ModelRow:
-    """The table line of a written plan."""
+    """The table line of a written plan.
+
+    Args:
+        plan: The decision for one AIMClusterModel, written.
+
+    Returns:
+        Its row: name, image, result, deployments and templates.
+    """
     return ModelRow(plan.name, plan.image, plan.result, plan.deployments, plan.templates)

@@ -60,7 +60,14 @@ class CannotRun(Exception):
 
 
 def exit_code(degraded: Iterable[str] = ()) -> ExitCode:
-    """``DEGRADED`` when anything went wrong while running, else ``OK``."""
+    """``DEGRADED`` when anything went wrong while running, else ``OK``.
+
+    Args:
+        degraded: The reasons the run was degraded; empty for a clean run.
+
+    Returns:
+        The exit code.
+    """
     return ExitCode.DEGRADED if any(True for _ in degraded) else ExitCode.OK
 
 
@@ -74,7 +81,14 @@ Report = TypeVar("Report")
 
 
 def degraded_message(degraded: Sequence[str]) -> str:
-    """The reasons a run was degraded as one state message: the first few, then how many more."""
+    """The reasons a run was degraded as one state message: the first few, then how many more.
+
+    Args:
+        degraded: The reasons the run was degraded.
+
+    Returns:
+        ``DEGRADED (N): reason; reason; ...; and M more``.
+    """
     shown = [" ".join(reason.split()) for reason in degraded[:MAX_STATE_REASONS]]
     more = len(degraded) - len(shown)
     return f"DEGRADED ({len(degraded)}): " + "; ".join(shown) + (f"; and {more} more" if more else "")
@@ -100,7 +114,11 @@ _CALLER_TAKES_DEGRADED: ContextVar[bool] = ContextVar("modelplane_caller_takes_d
 @contextmanager
 def degraded_raises() -> Iterator[None]:
     """Within the block, a degraded tracked run ends ``Failed`` named Degraded and raises :class:`DegradedRun` to
-    its caller, which takes the report from it (the CLI's tracked runs: :func:`flows.cli.common.run_tracked`)."""
+    its caller, which takes the report from it (the CLI's tracked runs: :func:`flows.cli.common.run_tracked`).
+
+    Yields:
+        Nothing; a degraded run raises :class:`DegradedRun` while the block runs.
+    """
     token = _CALLER_TAKES_DEGRADED.set(True)
     try:
         yield
@@ -122,6 +140,13 @@ def flow_result(report: Report, degraded: Sequence[str]) -> Report:
 
     A flow called from Python outside those (a script, a test) gets its report back: the run ends ``Completed``
     named Degraded with the report as its data, and the caller reads ``report.degraded``.
+
+    Args:
+        report: The flow's report.
+        degraded: The reasons the run was degraded; empty for a clean run.
+
+    Returns:
+        The report, or a Prefect state holding it (typed as the report for the flow's signature).
     """
     from tasks.tracking import in_untracked_run
 
@@ -145,13 +170,28 @@ def _deployment_run() -> bool:
 
 
 def degraded_summary(summary: str, degraded: Iterable[str]) -> str:
-    """``summary`` with the reasons a run was degraded appended (unchanged when it was clean)."""
+    """``summary`` with the reasons a run was degraded appended (unchanged when it was clean).
+
+    Args:
+        summary: The run's summary line.
+        degraded: The reasons the run was degraded.
+
+    Returns:
+        The summary line.
+    """
     reasons = list(degraded)
     return f"{summary} — DEGRADED: {'; '.join(reasons)}" if reasons else summary
 
 
 def one_line(error: BaseException) -> str:
-    """The error as one line: its message (or type), newlines folded."""
+    """The error as one line: its message (or type), newlines folded.
+
+    Args:
+        error: The exception.
+
+    Returns:
+        Its message on one line.
+    """
     message = getattr(error, "message", None) or str(error) or type(error).__name__
     return " ".join(str(message).split())
 
@@ -162,6 +202,9 @@ def cli_errors() -> Iterator[None]:
 
     Covers :class:`CannotRun`, every cluster error (:class:`tasks.clients.cluster.ClusterError`: bad kubeconfig,
     unreachable, forbidden, ...) and file-system errors. Anything else is a bug and keeps its traceback.
+
+    Yields:
+        Nothing; the failures raised in the block are turned into exit 2.
     """
     from tasks.clients.cluster.errors import ClusterError
 
@@ -193,7 +236,14 @@ class _StripExpectedTraceback(logging.Filter):
 
 @contextmanager
 def quiet_expected_failures(expected: tuple[type[BaseException], ...]) -> Iterator[None]:
-    """While a flow runs in-process for a command, strip the traceback Prefect logs for ``expected`` errors."""
+    """While a flow runs in-process for a command, strip the traceback Prefect logs for ``expected`` errors.
+
+    Args:
+        expected: The exception classes whose tracebacks are stripped.
+
+    Yields:
+        Nothing; the filter is installed while the block runs.
+    """
     strip = _StripExpectedTraceback(expected)
     loggers = [logging.getLogger(name) for name in ("prefect.flow_runs", "prefect.task_runs")]
     for logger in loggers:
@@ -235,7 +285,14 @@ class OneLineErrorGroup(typer.core.TyperGroup):
 
 
 def usage_error_line(exc: Exception) -> str:
-    """A click/typer usage error as one line, prefixed with the command it concerns."""
+    """A click/typer usage error as one line, prefixed with the command it concerns.
+
+    Args:
+        exc: A click usage error (or any exception).
+
+    Returns:
+        ``COMMAND PATH: message``, or the message alone when the error has no context.
+    """
     ctx = getattr(exc, "ctx", None)
     message = one_line(Exception(exc.format_message())) if hasattr(exc, "format_message") else one_line(exc)
     return f"{ctx.command_path}: {message}" if ctx is not None else message

@@ -39,7 +39,11 @@ _REFERENCE = re.compile(
 
 def version() -> str:
     """The package version: pyproject.toml's when this is a checkout (an editable install's metadata may lag
-    an edit), else the installed distribution's (the image has no pyproject.toml beside its packages)."""
+    an edit), else the installed distribution's (the image has no pyproject.toml beside its packages).
+
+    Returns:
+        The version, e.g. ``0.9.0``.
+    """
     pyproject = REPO / "pyproject.toml"
     if pyproject.is_file():
         return str(tomllib.loads(pyproject.read_text())["project"]["version"])
@@ -48,7 +52,17 @@ def version() -> str:
 
 def split_reference(reference: str) -> tuple[str, str]:
     """``(repository, tag)`` of an image reference ``REPOSITORY:TAG[@DIGEST]`` (a digest stays with neither: it pins
-    the tag's content); ValueError naming the reference when it is not one or has no tag."""
+    the tag's content); ValueError naming the reference when it is not one or has no tag.
+
+    Args:
+        reference: An image reference.
+
+    Returns:
+        Its repository and tag.
+
+    Raises:
+        ValueError: The reference is malformed or has no tag.
+    """
     match = _REFERENCE.match(reference)
     if match is None or not match["tag"]:
         raise ValueError(
@@ -58,7 +72,14 @@ def split_reference(reference: str) -> tuple[str, str]:
 
 
 def configured() -> str | None:
-    """``$MODELPLANE_IMAGE`` when set (checked: ValueError naming the variable when it is no image reference)."""
+    """``$MODELPLANE_IMAGE`` when set (checked: ValueError naming the variable when it is no image reference).
+
+    Returns:
+        The reference, or None when the variable is unset or empty.
+
+    Raises:
+        ValueError: The variable is set to no image reference with a tag.
+    """
     reference = os.environ.get(ENV, "").strip()
     if not reference:
         return None
@@ -72,7 +93,18 @@ def configured() -> str | None:
 def image(tag: str | None = None, repository: str | None = None) -> str:
     """The image reference: ``$MODELPLANE_IMAGE`` when set and neither argument is given; otherwise
     ``repository:tag``, each defaulting to ``$MODELPLANE_IMAGE``'s part when set, else to
-    :data:`DEFAULT_REPOSITORY` and the package version."""
+    :data:`DEFAULT_REPOSITORY` and the package version.
+
+    Args:
+        tag: The tag, or None for the default.
+        repository: The repository, or None for the default.
+
+    Returns:
+        The image reference, ``REPOSITORY:TAG``.
+
+    Raises:
+        ValueError: ``$MODELPLANE_IMAGE`` or the reference made is malformed (raised by :func:`split_reference`).
+    """
     current = configured()
     if current is not None and tag is None and repository is None:
         return current
@@ -98,13 +130,27 @@ def image_reference(tag: str | None = None) -> dict[str, str]:
     """A ``prefect deploy`` build step: ``{"image": ..., "tag": ...}`` for ``{{ modelplane_image.image }}`` in prefect.yaml.
 
     It builds nothing (a deploy must not need docker); build and push with ``modelplane build-image --push``.
+
+    Args:
+        tag: The tag, or None for the default.
+
+    Returns:
+        The image reference and its tag.
     """
     reference = image(tag)
     return {"image": reference, "tag": split_reference(reference)[1]}
 
 
 def build_commands(reference: str = IMAGE, push: bool = False) -> list[list[str]]:
-    """The docker commands that build (and push) ``reference`` from the repository root."""
+    """The docker commands that build (and push) ``reference`` from the repository root.
+
+    Args:
+        reference: The image reference to build.
+        push: Whether to push it after building.
+
+    Returns:
+        The commands' arguments, in order.
+    """
     commands = [["docker", "build", "-f", DOCKERFILE, "-t", reference, "."]]
     if push:
         commands.append(["docker", "push", reference])

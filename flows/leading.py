@@ -38,7 +38,16 @@ LOST_LEASE_EXIT = 70
 
 
 def health_server(elector: LeaderElector, alive: Callable[[], bool], port: int) -> ThreadingHTTPServer:
-    """``/healthz`` and ``/readyz`` on 0.0.0.0:``port`` (0: any free port), served from a daemon thread."""
+    """``/healthz`` and ``/readyz`` on 0.0.0.0:``port`` (0: any free port), served from a daemon thread.
+
+    Args:
+        elector: The leader elector (``/readyz`` is 200 while it leads).
+        alive: Whether the election loop is alive (``/healthz``).
+        port: The port to listen on; 0 for any free one.
+
+    Returns:
+        The running server (``server_address`` says its port).
+    """
 
     class Probe(BaseHTTPRequestHandler):
         def do_GET(self) -> None:  # noqa: N802 (http.server's name)
@@ -69,7 +78,15 @@ def run_elected(
 ) -> None:
     """Run ``work`` (blocking) once this replica holds the Lease ``config`` names; see the module docs.
     ``on_leading`` is called first, with the identity the Lease was taken over from (None when it was free), to
-    clean up after a replica that died leading."""
+    clean up after a replica that died leading.
+
+    Args:
+        work: What to run while leading; it blocks until the process ends.
+        cluster: The cluster the Lease lives in.
+        config: The Lease's name, namespace and this replica's identity.
+        health_port: The port of ``/healthz`` and ``/readyz``, or None for no probes.
+        on_leading: Called before ``work`` with the previous holder's identity, or None.
+    """
     elector = LeaderElector(cluster, config)
     stop = threading.Event()
     loop_alive = threading.Event()
@@ -99,7 +116,14 @@ def serve_while_leading(
     served: Sequence[RunnerDeployment], cluster: Cluster, config: LeaseConfig, health_port: int | None
 ) -> None:
     """Serve ``served`` with Prefect's ``serve`` while this replica holds the Lease, after handing back the runs a
-    replica that died leading left behind (:mod:`tasks.served_runs`)."""
+    replica that died leading left behind (:mod:`tasks.served_runs`).
+
+    Args:
+        served: The runner deployments to serve.
+        cluster: The cluster the Lease lives in.
+        config: The Lease's name, namespace and this replica's identity.
+        health_port: The port of ``/healthz`` and ``/readyz``, or None for no probes.
+    """
     from prefect import serve
 
     from flows.deployments import SERVE_PREFETCH_S, SERVE_QUERY_S
@@ -117,7 +141,12 @@ def serve_while_leading(
 
 def hand_back_runs(deployments: list[ServedDeployment], previous: str | None) -> None:
     """Hand back what the previous leader left (logged); when Prefect's API cannot be asked, say so and serve
-    anyway: the runs it left then wait for their concurrency slots' leases to expire, as without this step."""
+    anyway: the runs it left then wait for their concurrency slots' leases to expire, as without this step.
+
+    Args:
+        deployments: The served deployments whose runs are handed back.
+        previous: The identity of the replica that led before, or None when the Lease was free.
+    """
     import httpx
 
     from tasks.served_runs import recover_orphaned_runs

@@ -44,6 +44,17 @@ def writer_lock(cluster: Cluster, namespace: str, dry_run: bool) -> Iterator[Wri
     once: a run chained by an event (a rolled-out Model's namespace) is not lost to a scheduled one. Where the
     configuration namespace does not exist (a cluster with Kthena bindings only) there is nowhere to keep the
     Lease: the cycle runs without it and logs a warning saying so.
+
+    Args:
+        cluster: The cluster the cycle writes to.
+        namespace: The configuration namespace, where the Lease lives.
+        dry_run: Whether the cycle writes nothing (no lock is taken).
+
+    Yields:
+        The lock held, or None for a dry run or a cluster without the namespace.
+
+    Raises:
+        CannotRun: Another run holds the lock after the wait, or the Lease cannot be taken.
     """
     if dry_run:
         yield None
@@ -66,7 +77,16 @@ def writer_lock(cluster: Cluster, namespace: str, dry_run: bool) -> Iterator[Wri
 def replanner(cluster: Cluster, state: ClusterState, inputs: CycleInputs) -> Replan:
     """How a VariantAutoscaling whose status write conflicted is decided again: the cycle's inputs (metrics, time,
     configuration) with that object as re-read and every target's replicas read again; its decision from the
-    whole plan, so the allocation it gets is the one it would have got in the cycle."""
+    whole plan, so the allocation it gets is the one it would have got in the cycle.
+
+    Args:
+        cluster: The cluster the cycle writes to.
+        state: The cycle's read of the cluster.
+        inputs: The cycle's engine inputs.
+
+    Returns:
+        The re-plan function: from the re-read object, its new decision, or None when it is no longer valid.
+    """
 
     def replan(fresh: dict[str, Any]) -> VariantDecision | None:
         accepted = accept_as(cluster, [fresh], VariantAutoscaling)

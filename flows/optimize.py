@@ -131,7 +131,17 @@ class CycleReport:
 def metrics_source(
     metrics_file: str | None, prometheus_url: str | None, rate_window: str | None
 ) -> MetricsSource | None:
-    """The metrics backend the parameters name, or None when none is configured."""
+    """The metrics backend the parameters name, or None when none is configured.
+
+    Args:
+        metrics_file: A metrics YAML file to read instead of Prometheus, or None/empty.
+        prometheus_url: Prometheus's base URL, or None/empty for ``$PROMETHEUS_URL``.
+        rate_window: The PromQL window of the arrival-rate query (e.g. ``1m``), or None/empty for
+            ``$PROMETHEUS_RATE_WINDOW``, else ``1m``.
+
+    Returns:
+        The file backend, the Prometheus backend, or None.
+    """
     if metrics_file:
         return FileMetrics(metrics_file)
     url = prometheus_url or os.environ.get("PROMETHEUS_URL")
@@ -155,7 +165,20 @@ def cycle_inputs(
     time_limit_s: float,
     scale_down_window_s: float,
 ) -> CycleInputs:
-    """Translate the gathered state and metrics snapshot into the engine's cycle inputs."""
+    """Translate the gathered state and metrics snapshot into the engine's cycle inputs.
+
+    Args:
+        state: The cycle's read of the cluster.
+        replicas: The current and ready replicas of every scale target.
+        snapshot: The cycle's metrics, or None when they could not be collected.
+        metrics_error: Why the metrics could not be collected, or None.
+        now: The cycle's time.
+        time_limit_s: The allocation solver's time limit, in seconds.
+        scale_down_window_s: How long a scale-down must stay recommended before it is applied, in seconds.
+
+    Returns:
+        The inputs of :func:`engine.optimize.cycle.plan_cycle`.
+    """
     loads: dict[tuple[str, str], ModelLoad] = {}
     pods: dict[tuple[str, str], list[PodSample]] = {}
     missing: dict[tuple[str, str], str] = {}
@@ -207,7 +230,17 @@ def report_rows(
     binding_details: dict[tuple[str, str], BindingRowDetails] | None = None,
 ) -> list[CycleRow]:
     """The allocation table: one row per variant and per binding target (a binding's model and its
-    targets' accelerators from ``binding_details``)."""
+    targets' accelerators from ``binding_details``).
+
+    Args:
+        decisions: The decision of every VariantAutoscaling.
+        writes: What was written for them (empty in a dry run).
+        bindings: The decision of every AutoscalingPolicyBinding.
+        binding_details: Each binding's model and its targets' accelerators by (namespace, name), or None.
+
+    Returns:
+        The rows, variants first.
+    """
     outcomes = {(w.namespace, w.name): w for w in writes}
     rows = [
         CycleRow(
@@ -288,6 +321,14 @@ def optimize(
             start-up plus one cycle). Per resource: annotation modelplane.io/scale-down-stabilization-window.
         pushgateway_url: Prometheus Pushgateway to publish WVA's wva_desired_replicas family and Modelplane's own
             metrics to (HPA/KEDA actuation, dashboards); empty = $MODELPLANE_PUSHGATEWAY_URL, else off.
+
+    Returns:
+        The cycle's report: the allocation table, summary, writes and degraded reasons; a degraded run ends Failed
+        named Degraded (:func:`flows.exitcodes.flow_result`).
+
+    Raises:
+        CannotRun: The cluster path is unusable, the configuration ConfigMap is missing, another run holds the
+            writer lock, or the lock was lost before writing (the run wrote nothing).
     """
     logger = run_logger()
     now = datetime.now(UTC).replace(microsecond=0)
@@ -386,7 +427,17 @@ def publish_plan(
     gateway: Pushgateway | None, plan: CyclePlan, facts: CycleFacts, timer: StageTimer
 ) -> tuple[frozenset[tuple[str, str]], str | None]:
     """Push the plan's metrics before any write: the (namespace, name) of every target whose desired
-    replicas reached the Pushgateway, and why the push failed (None: pushed, or no Pushgateway)."""
+    replicas reached the Pushgateway, and why the push failed (None: pushed, or no Pushgateway).
+
+    Args:
+        gateway: The Pushgateway, or None when there is none (or in a dry run).
+        plan: The cycle's plan.
+        facts: The cycle's timings, loads, SLOs and attainment.
+        timer: The cycle's stage timer (the push is timed as ``publish``).
+
+    Returns:
+        The (namespace, name) of the targets published, and why the push failed or None.
+    """
     if gateway is None:
         return frozenset(), None
     with timer.stage("publish"):
@@ -405,7 +456,19 @@ def publish_outcome(
     binding_errors: list[str],
     degraded: list[str],
 ) -> str | None:
-    """Push the plan's metrics again with the writes' outcomes and the run's total time; why it failed, or None."""
+    """Push the plan's metrics again with the writes' outcomes and the run's total time; why it failed, or None.
+
+    Args:
+        gateway: The Pushgateway, or None.
+        plan: The cycle's plan.
+        facts: The cycle's timings, loads, SLOs and attainment.
+        writes: What was written for the VariantAutoscalings.
+        binding_errors: The bindings' write errors.
+        degraded: The reasons the cycle was degraded.
+
+    Returns:
+        Why the push failed, or None (also when there is no Pushgateway).
+    """
     if gateway is None:
         return None
     final = dataclasses.replace(
@@ -420,7 +483,16 @@ def publish_outcome(
 def write_counts(
     writes: list[WriteOutcome], bindings: list[BindingDecision], binding_errors: list[str]
 ) -> dict[tuple[str, str], int]:
-    """(kind, outcome) -> count of the run's writes: ``scaled``, ``status_written``, ``error`` (``modelplane_writes``)."""
+    """(kind, outcome) -> count of the run's writes: ``scaled``, ``status_written``, ``error`` (``modelplane_writes``).
+
+    Args:
+        writes: What was written for the VariantAutoscalings.
+        bindings: The decision of every binding (its targets scaled).
+        binding_errors: The bindings' write errors.
+
+    Returns:
+        The counts by (kind, outcome).
+    """
     counts: dict[tuple[str, str], int] = {}
 
     def add(kind: str, outcome: str, n: int) -> None:
@@ -435,7 +507,11 @@ def write_counts(
 
 
 def emit_scaling_events(report: CycleReport) -> None:
-    """One Prefect event per target this cycle actually scaled (none in a dry run: nothing is applied)."""
+    """One Prefect event per target this cycle actually scaled (none in a dry run: nothing is applied).
+
+    Args:
+        report: The cycle's report.
+    """
     for row in report.rows:
         if not row.scaled or row.desired is None or row.desired == row.current:
             continue
@@ -479,7 +555,11 @@ REASONS = Table(
 
 
 def publish(report: CycleReport) -> None:
-    """Publish the cycle as its two table artifacts (only inside a flow run)."""
+    """Publish the cycle as its two table artifacts (only inside a flow run).
+
+    Args:
+        report: The cycle's report.
+    """
     ALLOCATION.publish(report.rows, report.summary)
     held = "; ".join(f"{r.name}: {r.held}" for r in report.rows if r.held)
     REASONS.publish(report.rows, f"held: {held}" if held else "")

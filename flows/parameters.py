@@ -49,7 +49,14 @@ def absent_as(empty: Any) -> BeforeValidator:
     plain value (an empty list or string), so the schema Prefect builds has one type and the UI's run form a
     plain field with the default in it (an ``X | None`` parameter gets a str/None toggle there). None, as a CLI
     option left out or an older caller passes it, still means the same: it is read as the default. The schema
-    is the inner type's (a before-validator does not change it)."""
+    is the inner type's (a before-validator does not change it).
+
+    Args:
+        empty: The parameter's default, what None stands for.
+
+    Returns:
+        The validator, for the parameter's ``Annotated`` type.
+    """
     return BeforeValidator(lambda value: empty if value is None else value)
 
 

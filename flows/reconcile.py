@@ -130,21 +130,46 @@ def planned(
 
 
 def in_scope(objects: Iterable[Accepted[ApiModel]], namespaces: Sequence[str] | None) -> list[Accepted[ApiModel]]:
-    """The objects of ``namespaces`` (every one when empty), by namespace and name."""
+    """The objects of ``namespaces`` (every one when empty), by namespace and name.
+
+    Args:
+        objects: The accepted objects.
+        namespaces: The namespaces in scope; None or empty for every namespace.
+
+    Returns:
+        The objects in scope, sorted by namespace and name.
+    """
     scope = set(namespaces or ())
     return sorted((o for o in objects if not scope or o.namespace in scope), key=lambda o: (o.namespace, o.name))
 
 
 def status_problem(kind: str, row: Any, wanted: str) -> str | None:
     """``Kind namespace/name: status (reason)`` for a row (with ``namespace``, ``name``, ``status``, ``reason``)
-    whose status is not ``wanted``; None when it is."""
+    whose status is not ``wanted``; None when it is.
+
+    Args:
+        kind: The kind's name, as the line names it.
+        row: A table row.
+        wanted: The status a sound object has (e.g. ``Ready``).
+
+    Returns:
+        The problem line, or None.
+    """
     if row.status == wanted:
         return None
     return f"{kind} {row.namespace}/{row.name}: {row.status}" + (f" ({row.reason})" if row.reason else "")
 
 
 def tally(values: Iterable[str], nothing: str) -> str:
-    """How many of each value, ``2 Running, 1 Starting`` (sorted), or ``nothing`` when there are none."""
+    """How many of each value, ``2 Running, 1 Starting`` (sorted), or ``nothing`` when there are none.
+
+    Args:
+        values: The values to count.
+        nothing: What to say when there are none.
+
+    Returns:
+        The counts as one phrase.
+    """
     counts = Counter(values)
     return ", ".join(f"{n} {value}" for value, n in sorted(counts.items())) or nothing
 

@@ -75,6 +75,10 @@ def resolve_templates(namespaces: Namespaces = (), cluster: ClusterTarget = "") 
         namespaces: Resolve templates in these namespaces only; empty means all namespaces.
         cluster: Empty = $MODELPLANE_CLUSTER, else kubeconfig or in-cluster; 'kubeconfig:PATH[#context]'; or a
             manifests directory/file.
+
+    Returns:
+        The report: one row per template, the writes and the summary; a degraded run ends Failed named Degraded
+        (:func:`flows.exitcodes.flow_result`).
     """
     now = datetime.now(UTC).replace(microsecond=0)
     conn = connect(cluster)
@@ -116,7 +120,14 @@ def resolve_templates(namespaces: Namespaces = (), cluster: ClusterTarget = "") 
 
 
 def row_of(plan: ResolvePlan) -> TemplateRow:
-    """The table line of a written plan."""
+    """The table line of a written plan.
+
+    Args:
+        plan: The decision for one AIMServiceTemplate, written.
+
+    Returns:
+        Its row of the run's table.
+    """
     ready = next((c for c in plan.outcome.conditions if c.type == "Ready"), None)
     return TemplateRow(
         plan.namespace, plan.name, plan.outcome.status, ready.reason if ready else "", ready.message if ready else ""
@@ -126,7 +137,15 @@ def row_of(plan: ResolvePlan) -> TemplateRow:
 def write_model_ready(
     cluster: Cluster, model: Manifest, ready: ConditionUpdate, now: datetime, writes: WriteCounts
 ) -> None:
-    """Write a model's ``Ready`` as :func:`engine.aim.template_plan.plan_model_readiness` decided it."""
+    """Write a model's ``Ready`` as :func:`engine.aim.template_plan.plan_model_readiness` decided it.
+
+    Args:
+        cluster: The cluster the model lives in.
+        model: The AIMClusterModel as read.
+        ready: Its ``Ready`` condition as decided.
+        now: The condition's transition time when it changes.
+        writes: Where the status write (or its error) is counted.
+    """
     try:
         if write_changed_status(cluster, model, status_with_conditions(model, [ready], now)):
             writes.statuses += 1

@@ -99,6 +99,10 @@ def rollout_models(
         workload: 'Deployment' (default), or 'ModelServing' to render each backend as Kthena's gang-scheduled
             ModelServing where the cluster serves workload.serving.volcano.sh (Deployments otherwise).
         runtime_image: Kthena's runtime sidecar image (with Kthena networking).
+
+    Returns:
+        The report: one outcome per Model and the summary; a degraded run (a Model Failed) ends Failed named Degraded
+        (:func:`flows.exitcodes.flow_result`).
     """
     options = RolloutOptions(kthena_networking, workload, runtime_image)
     logger = run_logger()
@@ -125,7 +129,15 @@ def rollout_models(
 
 
 def failed_outcome(manifest: Manifest, exc: ClusterError | ValueError) -> ModelOutcome:
-    """The outcome of a Model whose reconcile raised: Failed, with the error's reason and message."""
+    """The outcome of a Model whose reconcile raised: Failed, with the error's reason and message.
+
+    Args:
+        manifest: The Model as read.
+        exc: What its reconcile raised.
+
+    Returns:
+        The Model's Failed outcome.
+    """
     meta = manifest.get("metadata") or {}
     reason, message = (exc.reason, exc.message) if isinstance(exc, ClusterError) else ("Invalid", str(exc))
     return ModelOutcome(
@@ -134,7 +146,11 @@ def failed_outcome(manifest: Manifest, exc: ClusterError | ValueError) -> ModelO
 
 
 def announce(outcome: ModelOutcome) -> None:
-    """A Prefect event per Model whose workloads changed, for automations and triggers to chain on."""
+    """A Prefect event per Model whose workloads changed, for automations and triggers to chain on.
+
+    Args:
+        outcome: One Model's outcome; nothing is emitted when it changed no workload.
+    """
     emit_change(
         Subject(KTHENA_API_VERSION, MODEL, outcome.name, outcome.namespace),
         "rolled-out",

@@ -74,6 +74,10 @@ def rollout_services(namespaces: Namespaces = (), cluster: ClusterTarget = "") -
         namespaces: Roll out services in these namespaces only; empty means all namespaces.
         cluster: Empty = $MODELPLANE_CLUSTER, else kubeconfig or in-cluster; 'kubeconfig:PATH[#context]'; or a
             manifests directory/file.
+
+    Returns:
+        The report: one row per AIMService, the writes and the summary; a degraded run ends Failed named Degraded
+        (:func:`flows.exitcodes.flow_result`).
     """
     now = datetime.now(UTC).replace(microsecond=0)
     cluster_api = connect(cluster)
@@ -102,7 +106,11 @@ def rollout_services(namespaces: Namespaces = (), cluster: ClusterTarget = "") -
 
 def announce(row: ServiceRow) -> None:
     """``modelplane.aim.service.rolled-out`` (tasks.clients.events.SERVICE_ROLLED_OUT) for a service whose
-    InferenceService or HTTPRoute this run created or updated, for automations to chain on."""
+    InferenceService or HTTPRoute this run created or updated, for automations to chain on.
+
+    Args:
+        row: One service's row; nothing is emitted when it created or updated nothing.
+    """
     emit_change(
         Subject(AIM_API_VERSION, AIM_SERVICE, row.name, row.namespace),
         "rolled-out",
@@ -111,7 +119,14 @@ def announce(row: ServiceRow) -> None:
 
 
 def service_world(state: AimState) -> ServiceWorld:
-    """What the run read, indexed for :func:`engine.aim.service_plan.plan_service`."""
+    """What the run read, indexed for :func:`engine.aim.service_plan.plan_service`.
+
+    Args:
+        state: What the run read.
+
+    Returns:
+        The templates, caches, nodes, InferenceServices and HTTPRoutes indexed by namespace and name.
+    """
     return ServiceWorld.of(
         models=typed(state.models),
         templates=typed(state.templates),
@@ -124,5 +139,12 @@ def service_world(state: AimState) -> ServiceWorld:
 
 
 def row_of(plan: ServicePlan) -> ServiceRow:
-    """The table line of a written plan."""
+    """The table line of a written plan.
+
+    Args:
+        plan: The decision for one AIMService, written.
+
+    Returns:
+        Its row of the run's table.
+    """
     return ServiceRow(plan.namespace, plan.name, plan.outcome.status, plan.reason, plan.workload, plan.action)

@@ -81,7 +81,17 @@ def flow(
     *, name: str, timeout_seconds: float | None = None, log_prints: bool = True, max_workers: int | None = None
 ) -> Callable[[Callable[P, R]], Flow[P, R]]:
     """The decorator of every Modelplane flow (see the module docs): Prefect's ``@flow`` with these options
-    (``max_workers``: the size of the thread pool ``submit`` runs tasks in), or a :class:`LocalFlow` of them."""
+    (``max_workers``: the size of the thread pool ``submit`` runs tasks in), or a :class:`LocalFlow` of them.
+
+    Args:
+        name: The flow's name.
+        timeout_seconds: How long a run may take, in seconds; None for no limit.
+        log_prints: Whether ``print`` in the flow goes to its run log.
+        max_workers: The size of the thread pool ``submit`` runs tasks in, or None for Prefect's default.
+
+    Returns:
+        The decorator.
+    """
     options: dict[str, Any] = {"name": name, "log_prints": log_prints}
     if timeout_seconds is not None:
         options["timeout_seconds"] = timeout_seconds
@@ -97,14 +107,32 @@ def flow(
 
 
 def as_prefect(flow: Any) -> Flow[..., Any]:
-    """The Prefect flow of a flow this module made (a :class:`LocalFlow`'s, built now, or the flow itself)."""
+    """The Prefect flow of a flow this module made (a :class:`LocalFlow`'s, built now, or the flow itself).
+
+    Args:
+        flow: A flow this module made.
+
+    Returns:
+        The Prefect flow.
+    """
     return flow.prefect if isinstance(flow, LocalFlow) else cast("Flow[..., Any]", flow)
 
 
 def validate_parameters(flow: Any, parameters: dict[str, Any]) -> dict[str, Any]:
     """``parameters`` checked and converted by the flow's signature, as Prefect's ``Flow.validate_parameters``
     does (a pydantic model of the signature, arbitrary types allowed, no extra names); :class:`ParameterError`
-    with Prefect's message otherwise."""
+    with Prefect's message otherwise.
+
+    Args:
+        flow: A flow this module made.
+        parameters: The parameters by name.
+
+    Returns:
+        Every parameter of the signature, converted, by name (defaults filled in).
+
+    Raises:
+        ParameterError: A parameter is missing, unknown or invalid; the message lists each.
+    """
     import pydantic
 
     fn = flow.fn
@@ -132,13 +160,32 @@ def validate_parameters(flow: Any, parameters: dict[str, Any]) -> dict[str, Any]
 
 def run_untracked(flow: Any, parameters: dict[str, Any]) -> Any:
     """Run ``flow`` with no Prefect API: parameters checked (:func:`validate_parameters`), then
-    :func:`call_validated`."""
+    :func:`call_validated`.
+
+    Args:
+        flow: A flow this module made.
+        parameters: The parameters by name, not yet validated.
+
+    Returns:
+        The flow's return value.
+
+    Raises:
+        ParameterError: A parameter is rejected (raised by :func:`validate_parameters`).
+    """
     return call_validated(flow, validate_parameters(flow, parameters))
 
 
 def call_validated(flow: Any, validated: dict[str, Any]) -> Any:
     """The flow's function on parameters :func:`validate_parameters` returned, within the flow's timeout; its
-    return value (a degraded run's report too: :func:`flows.exitcodes.flow_result` returns the report untracked)."""
+    return value (a degraded run's report too: :func:`flows.exitcodes.flow_result` returns the report untracked).
+
+    Args:
+        flow: A flow this module made.
+        validated: The parameters :func:`validate_parameters` returned.
+
+    Returns:
+        The flow's return value.
+    """
     with untracked_run(), time_limit(flow.name, getattr(flow, "timeout_seconds", None)):
         return flow.fn(**validated)
 
@@ -150,7 +197,18 @@ class FlowTimeout(TimeoutError):
 @contextlib.contextmanager
 def time_limit(name: str, seconds: float | None) -> Iterator[None]:
     """Raise :class:`FlowTimeout` in the block after ``seconds``, as Prefect times a flow out (an alarm
-    signal; only on the main thread, where signals are delivered)."""
+    signal; only on the main thread, where signals are delivered).
+
+    Args:
+        name: The flow's name, in the error.
+        seconds: The time limit in seconds; None or 0 for none.
+
+    Yields:
+        Nothing; the alarm is set while the block runs.
+
+    Raises:
+        FlowTimeout: The block ran longer than ``seconds`` (raised by the alarm's handler).
+    """
     if not seconds or threading.current_thread() is not threading.main_thread():
         yield
         return

@@ -78,6 +78,14 @@ def serve_openmodel(
         cluster: Empty = $MODELPLANE_CLUSTER, else kubeconfig or in-cluster; 'kubeconfig:PATH[#context]'; or a
             manifests directory/file.
         image: The vLLM image.
+
+    Returns:
+        The report: the state (Serving or not yet), the flavor chosen, the writes; not Serving yet ends the run
+        Failed named Degraded (:func:`flows.exitcodes.flow_result`).
+
+    Raises:
+        ServeError: The OpenModel does not exist, its source is invalid, or no flavor fits a Node (the reason is also
+            a Warning Event on the OpenModel).
     """
     logger = run_logger()
     now = datetime.now(UTC).replace(microsecond=0)
@@ -149,13 +157,26 @@ def serve_openmodel(
 
 
 def refused(cluster: Cluster, obj: Manifest, message: str) -> ServeError:
-    """The error ending the run, also recorded as a Warning Event on the OpenModel (what ``kubectl describe`` shows)."""
+    """The error ending the run, also recorded as a Warning Event on the OpenModel (what ``kubectl describe`` shows).
+
+    Args:
+        cluster: The cluster the OpenModel lives in.
+        obj: The OpenModel as read.
+        message: Why it cannot be served.
+
+    Returns:
+        The error to raise.
+    """
     record_event(cluster, obj, "ServeFailed", message, "Warning")
     return ServeError(message)
 
 
 def publish(report: ServeReport) -> None:
-    """A markdown summary artifact (only inside a flow run)."""
+    """A markdown summary artifact (only inside a flow run).
+
+    Args:
+        report: The run's report.
+    """
     if not tracked():
         return
     changes = ", ".join(report.writes.created + report.writes.updated) or "nothing changed"

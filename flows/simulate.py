@@ -162,6 +162,9 @@ def simulate(
             cost-attainment curves, the attainment ceiling and each cost's ratio to the clairvoyant schedule's.
         seed: Seed of every random draw (model split, rate scaling): same inputs, same results.
         output_dir: Directory for summary.json, the PNG plots and report.html.
+
+    Returns:
+        The report: each policy's outcome, the files written, the settings and the limits (with ``frontier``).
     """
     policies = list(policies or POLICIES)
     logger = run_logger()
@@ -259,7 +262,12 @@ def simulate(
 
 
 def publish(report: SimulationReport, files: dict[str, pathlib.Path]) -> None:
-    """Publish the comparison (table + plots) as a Prefect markdown artifact (only inside a flow run)."""
+    """Publish the comparison (table + plots) as a Prefect markdown artifact (only inside a flow run).
+
+    Args:
+        report: The run's report.
+        files: The files :func:`tasks.simulate.write_report` wrote, by name (the plots are embedded).
+    """
     if not tracked():
         return
     markdown_artifact(

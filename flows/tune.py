@@ -135,6 +135,9 @@ def tune(
         prometheus_url: Prometheus base URL to rebuild the traffic from when no request log is given; empty
             = $PROMETHEUS_URL.
         window: How much recent traffic to rebuild from Prometheus, a duration such as 24h or 90m.
+
+    Returns:
+        The report: per model the chosen candidate and its frontier, and the VariantAutoscalings written or failed.
     """
     logger = run_logger()
     config = SimConfig(interval_s=SIMULATE_INTERVAL_S, startup_delay_s=SIMULATE_STARTUP_DELAY_S, seed=seed)
@@ -201,6 +204,18 @@ def prometheus_window(
     without a request in the window are replayed with none and not tuned: they keep their settings, and the log
     says so).
 
+    Args:
+        cluster: The cluster to describe (manifests or ``kubeconfig:PATH[#context]``).
+        config_namespace: The namespace of the WVA ConfigMaps.
+        config: The simulator's settings.
+        prometheus_url: Prometheus's base URL, or None/empty for ``$PROMETHEUS_URL``.
+        window: How much recent traffic to rebuild, a Prometheus duration (whole minutes).
+        slo_attainment: Every model's attainment target, or None for what the VariantAutoscalings say.
+        dry_run: Whether the read may write nothing.
+
+    Returns:
+        The scenario to replay, starting from static peak's allocation.
+
     Raises:
         ValueError: no Prometheus URL, a window that is not a whole number of minutes.
         TrafficError: no request in the window, or requests without token histograms.
@@ -232,7 +247,11 @@ def prometheus_window(
 
 
 def publish(report: TuneReport) -> None:
-    """The frontier each model chose from, as a table artifact (one row per model and candidate)."""
+    """The frontier each model chose from, as a table artifact (one row per model and candidate).
+
+    Args:
+        report: The run's report.
+    """
     rows = [
         {
             "model": choice.model,

@@ -141,6 +141,10 @@ def warm_caches(
         headroom_percent: PVC headroom over the source size.
         pushgateway_url: Prometheus Pushgateway for the pass's cache metrics (fills by outcome, bytes per cache);
             empty = $MODELPLANE_PUSHGATEWAY_URL, else off.
+
+    Returns:
+        The report: one row per cache, what was ensured and freed, and the summary; a degraded pass (a cache Failed,
+        a consumer's source invalid, an API error) ends Failed named Degraded (:func:`flows.exitcodes.flow_result`).
     """
     logger = run_logger()
     now = datetime.now(UTC).replace(microsecond=0)
@@ -198,7 +202,15 @@ TABLE = Table(
 
 def cache_metrics(report: WarmReport, world: CacheWorld) -> MetricSet:
     """The pass's ``modelplane_cache_fills{outcome}`` (fills finished, Jobs started, attempts failed) and
-    ``modelplane_cache_bytes{namespace, cache}`` (capacity of each cache's volume, when it has one)."""
+    ``modelplane_cache_bytes{namespace, cache}`` (capacity of each cache's volume, when it has one).
+
+    Args:
+        report: The pass's report.
+        world: What the pass read (the caches' PVCs).
+
+    Returns:
+        The metric families to push.
+    """
     metrics = MetricSet()
     outcomes = {"filled": 0, "started": 0, "failed": 0}
     for row in report.rows:
@@ -223,7 +235,14 @@ def cache_metrics(report: WarmReport, world: CacheWorld) -> MetricSet:
 
 
 def summarize(report: WarmReport) -> str:
-    """One line: caches per status, what was ensured and freed."""
+    """One line: caches per status, what was ensured and freed.
+
+    Args:
+        report: The pass's report.
+
+    Returns:
+        The summary line.
+    """
     parts = [tally((row.status for row in report.rows), "no caches")]
     if report.ensured:
         parts.append(f"{len(report.ensured)} consumer requests")

@@ -74,6 +74,9 @@ def watch_models(
             one-minute run is due).
         cluster: Empty = $MODELPLANE_CLUSTER, else kubeconfig or in-cluster; 'kubeconfig:PATH[#context]'; or a
             manifests directory/file.
+
+    Returns:
+        The report: the changes announced and the summary.
     """
     logger = run_logger()
     scope = set(namespaces or [])
@@ -104,7 +107,12 @@ def watch_models(
 
 
 def announce(change: UnobservedChange, seen_as: str) -> None:
-    """``modelplane.kthena.model.changed`` about the Model, which triggers its rollout."""
+    """``modelplane.kthena.model.changed`` about the Model, which triggers its rollout.
+
+    Args:
+        change: The Model's change: its generation and the generation last rolled out.
+        seen_as: The watch event that showed it: ``ADDED`` (the state when the watch opened) or ``MODIFIED``.
+    """
     emit_change(
         Subject(KTHENA_API_VERSION, MODEL, change.name, change.namespace),
         "changed",
@@ -113,7 +121,11 @@ def announce(change: UnobservedChange, seen_as: str) -> None:
 
 
 def publish(report: WatchReport) -> None:
-    """The announced changes as a Prefect table artifact (only inside a flow run)."""
+    """The announced changes as a Prefect table artifact (only inside a flow run).
+
+    Args:
+        report: The run's report.
+    """
     if not tracked():
         return
     table_artifact(

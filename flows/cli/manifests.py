@@ -51,7 +51,8 @@ def validate_manifests(
         as_json: ``--json``: Print a JSON list (source, kind, namespace, name, result) instead of a table.
 
     Raises:
-        CannotRun: The path is empty or does not exist (:func:`cli_errors` prints it as one ``error:`` line and exits 2).
+        CannotRun: The path is empty or does not exist (:func:`cli_errors` prints it as one ``error:`` line and
+            exits 2).
     """
     from engine.caches.reconcile import ENDPOINT_KINDS, endpoint_refusals
     from tasks.manifests import check_manifests

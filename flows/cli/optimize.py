@@ -606,8 +606,8 @@ def calibrate(
             repeatable) on --cluster; written where it carries modelplane.io/calibration=apply.
 
     Raises:
-        CannotRun: Metrics options given with ``--from-benchmark``, or ``--apply``/``--benchmark-config`` without it (printed
-            as one ``error:`` line, exit 2).
+        CannotRun: Metrics options given with ``--from-benchmark``, or ``--apply``/``--benchmark-config`` without
+            it (printed as one ``error:`` line, exit 2).
     """
     if from_benchmark:
         from flows.cli.calibrate_benchmarks import calibrate_from_benchmarks

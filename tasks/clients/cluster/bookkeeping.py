@@ -53,7 +53,8 @@ def fingerprint(obj: Manifest) -> str:
         obj: A stored object.
 
     Returns:
-        The hex digest of the object with its metadata the API server maintains (resourceVersion, creationTimestamp, uid, generation) left out.
+        The hex digest of the object with the metadata the API server maintains (resourceVersion,
+        creationTimestamp, uid, generation) left out.
     """
     meta = {k: v for k, v in (obj.get("metadata") or {}).items() if k not in VOLATILE}
     return _digest({**obj, "metadata": meta})
