@@ -205,6 +205,10 @@ def cli_errors() -> Iterator[None]:
 
     Yields:
         Nothing; the failures raised in the block are turned into exit 2.
+
+    Raises:
+        typer.Exit: Code 2, after the ``error:`` line, for a :class:`CannotRun`, ``ClusterError`` or ``OSError``
+            raised in the block.
     """
     from tasks.clients.cluster.errors import ClusterError
 

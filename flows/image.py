@@ -42,7 +42,7 @@ def version() -> str:
     an edit), else the installed distribution's (the image has no pyproject.toml beside its packages).
 
     Returns:
-        The version, e.g. ``0.9.0``.
+        The version, e.g. ``0.1.0``.
     """
     pyproject = REPO / "pyproject.toml"
     if pyproject.is_file():

@@ -279,7 +279,7 @@ def failure_status(obj: Manifest, message: str) -> Manifest | None:
         message: The ``Ready`` condition's message: the field and reason.
 
     Returns:
-        The status patch: a ``Ready=False`` condition with reason ``Invalid`` (and ``status: Failed`` for a kind with a
+        The status patch: a ``Ready=False`` condition with reason ``InvalidSpec`` (and ``status: Failed`` for a kind with a
         status phase); None when the object already carries it.
     """
     info = kind_info(str(obj.get("apiVersion")), str(obj.get("kind")))

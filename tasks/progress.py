@@ -127,7 +127,7 @@ def step(description: str, total: float | None = None, unit: str = "") -> Iterat
     Args:
         description: What the step does, as the reporter shows it.
         total: How much work the step is, in ``unit``; None when unknown.
-        unit: The unit of ``total`` and of the advances (e.g. ``B`` for bytes); empty for a plain count.
+        unit: The unit of ``total`` and of the advances (e.g. ``%``, ``replays``); empty for a plain count.
 
     Yields:
         The handle the step's progress is advanced through.

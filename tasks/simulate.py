@@ -33,13 +33,13 @@ def read_trace(path: str | pathlib.Path, shape: TraceShape) -> Trace:
 
     Args:
         path: The trace CSV (arrival time, prompt tokens, output tokens per request).
-        shape: How the trace is shaped for the replay: time scaling, models it is split over, length limits.
+        shape: How the trace is replayed: the slice, compression, rate scaling, the models' shares, a day's wave.
 
     Returns:
-        The shaped trace, per model.
+        The shaped trace: each request's arrival, token counts and model.
 
     Raises:
-        TraceError: The file does not exist or a row is malformed (the message names the row).
+        TraceError: The file does not exist or its rows are malformed.
     """
     file = pathlib.Path(path)
     if not file.is_file():
@@ -57,7 +57,8 @@ def read_description(
     ``dry_run``: the boundary reader's failure statuses (and the local backend's bookkeeping) change nothing.
 
     Args:
-        cluster: A folder of manifests, or a kubeconfig context's name (empty for the current context).
+        cluster: The cluster to describe: a manifests directory or file, ``kubeconfig:PATH[#CONTEXT]``, or empty for
+            the default (``$MODELPLANE_CLUSTER``, else the kubeconfig or in-cluster configuration).
         config_namespace: The namespace of the WVA ConfigMaps (accelerator costs, service classes, saturation).
         namespaces: The namespaces to read VariantAutoscalings in; None for all.
         dry_run: Whether the read may write nothing (the boundary reader's failure statuses are left out).

@@ -58,7 +58,7 @@ def run_identity() -> str:
     process, as threads, are two holders).
 
     Returns:
-        ``HOST_PID_SUFFIX``, the holder identity written to the Lease.
+        ``HOST_PID_SUFFIX``, the holder identity written to the Lease or lock file.
     """
     return f"{socket.gethostname()}_{os.getpid()}_{uuid.uuid4().hex[:8]}"
 

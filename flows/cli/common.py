@@ -199,8 +199,8 @@ def pre_check(cluster: str | None, check: Check | None = None) -> None:
         check: What the command needs of the cluster beyond a readable path, or None.
 
     Raises:
-        CannotRun: The path is missing or unreadable, or ``check`` found something missing (printed as one
-            ``error:`` line, exit 2).
+        CannotRun: The path is missing or unreadable, or ``check`` found something missing; raised inside
+            :func:`flows.exitcodes.cli_errors`, which prints it as one ``error:`` line and raises ``typer.Exit(2)``.
     """
     from tasks.clients.cluster import connect, local_path_problem
 
@@ -276,6 +276,7 @@ def run_flow(
 
     Raises:
         RuntimeError: A runtime error that is not about the Prefect API (a bug: its traceback is kept).
+        typer.Exit: Code 2 after the ``error:`` line, when the flow could not run.
     """
     from flows.runs import ParameterError, validate_parameters
     from tasks.clients.cluster.errors import ClusterError
@@ -513,6 +514,9 @@ def exit_with_outcome(problems: list[str]) -> None:
 
     Args:
         problems: The run's problems; empty for a clean run.
+
+    Raises:
+        typer.Exit: Always: code 3 when there is a problem (or a rejection), else 0.
     """
     problems = [*problems, *drain_rejections()]
     warn_degraded(problems)

@@ -222,6 +222,9 @@ def checked_image(tag: str | None = None, repository: str | None = None) -> str:
 
     Returns:
         The image reference.
+
+    Raises:
+        typer.Exit: Code 2 after the ``error:`` line, when the reference is malformed.
     """
     from flows.image import image
 

@@ -98,7 +98,7 @@ def fill_cache(
         capacity_bytes: The volume's size in bytes when the filesystem does not tell it, or None.
         concurrency: How many parts are downloaded at once.
         part_size: The size of one ranged part of a large file, in bytes.
-        lock_timeout: How long to wait for another filler's lock, in seconds; None to wait as long as it is alive.
+        lock_timeout: How long to wait for another filler's lock, in seconds; None to wait as long as it takes.
         heartbeat: How often the held lock is renewed, in seconds.
         stale_after: How old another filler's lock may grow before it is taken over, in seconds.
         on_wait: Called with a message while another filler holds the lock, or None.
