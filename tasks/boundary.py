@@ -279,8 +279,8 @@ def failure_status(obj: Manifest, message: str) -> Manifest | None:
         message: The ``Ready`` condition's message: the field and reason.
 
     Returns:
-        The status patch: a ``Ready=False`` condition with reason ``InvalidSpec`` (and ``status: Failed`` for a kind with a
-        status phase); None when the object already carries it.
+        The status patch: a ``Ready=False`` condition with reason ``InvalidSpec`` (and ``status: Failed`` for a kind
+        with a status phase); None when the object already carries it.
     """
     info = kind_info(str(obj.get("apiVersion")), str(obj.get("kind")))
     has_phase = info is not None and info.has_status_phase()  # a status ``status`` enum: an invalid one is Failed

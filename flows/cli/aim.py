@@ -165,16 +165,14 @@ def discover_models_command(
     """Read every AIMClusterModel's image labels and create its recommended AIMServiceTemplates.\f
 
     Args:
-        cluster: ``--cluster``: Where the flow runs: a manifests directory or file, ``kubeconfig:PATH`` or
-            ``kubeconfig:PATH#CONTEXT``; None for $MODELPLANE_CLUSTER, else the current kubeconfig or in-cluster config.
+        cluster: ``--cluster``: The cluster the flow runs on (:data:`flows.parameters.CLUSTER_HELP`); None: the default.
         namespace: ``--namespace``/``-n``: Create templates in these namespaces (default: every namespace with an
             AIMNamespaceConfig).
         resync: ``--resync-interval``: Read unchanged images again after this long. In seconds (the option reads 90s,
             5m, 1d; default 1d).
         insecure_registry: ``--insecure-registry``: Registry host spoken to over plain HTTP (repeatable).
         registry_mirror: ``--registry-mirror``: HOST=MIRROR or HOST=oci-layout:DIR (repeatable).
-        track: ``--track``: Record the run in Prefect even where it needs no Prefect API (a manifests directory, a dry
-            run); a run that writes to a Kubernetes cluster, or any run with PREFECT_API_URL set, is recorded anyway.
+        track: ``--track``: Record the run in Prefect where it needs none (:func:`flows.cli.common.tracking_wanted`).
         as_json: ``--json``: Print a JSON list instead of a table.
     """
     report = _discover(cluster, namespace or None, resync, insecure_registry, registry_mirror, track)
@@ -193,11 +191,9 @@ def resolve_templates_command(
     """Resolve every AIMServiceTemplate to a runtime profile, check GPUs, request caches when warmCache.\f
 
     Args:
-        cluster: ``--cluster``: Where the flow runs: a manifests directory or file, ``kubeconfig:PATH`` or
-            ``kubeconfig:PATH#CONTEXT``; None for $MODELPLANE_CLUSTER, else the current kubeconfig or in-cluster config.
+        cluster: ``--cluster``: The cluster the flow runs on (:data:`flows.parameters.CLUSTER_HELP`); None: the default.
         namespace: ``--namespace``/``-n``: Limit to these namespaces (repeatable).
-        track: ``--track``: Record the run in Prefect even where it needs no Prefect API (a manifests directory, a dry
-            run); a run that writes to a Kubernetes cluster, or any run with PREFECT_API_URL set, is recorded anyway.
+        track: ``--track``: Record the run in Prefect where it needs none (:func:`flows.cli.common.tracking_wanted`).
         as_json: ``--json``: Print a JSON list instead of a table.
     """
     report = _run_aim("resolve_templates", namespace or None, cluster, track)
@@ -221,11 +217,9 @@ def rollout_services_command(
     """Roll out every AIMService as a KServe InferenceService and Gateway HTTPRoute and report its status.\f
 
     Args:
-        cluster: ``--cluster``: Where the flow runs: a manifests directory or file, ``kubeconfig:PATH`` or
-            ``kubeconfig:PATH#CONTEXT``; None for $MODELPLANE_CLUSTER, else the current kubeconfig or in-cluster config.
+        cluster: ``--cluster``: The cluster the flow runs on (:data:`flows.parameters.CLUSTER_HELP`); None: the default.
         namespace: ``--namespace``/``-n``: Limit to these namespaces (repeatable).
-        track: ``--track``: Record the run in Prefect even where it needs no Prefect API (a manifests directory, a dry
-            run); a run that writes to a Kubernetes cluster, or any run with PREFECT_API_URL set, is recorded anyway.
+        track: ``--track``: Record the run in Prefect where it needs none (:func:`flows.cli.common.tracking_wanted`).
         as_json: ``--json``: Print a JSON list instead of a table.
     """
     report = _run_aim("rollout_services", namespace or None, cluster, track)
@@ -250,16 +244,14 @@ def reconcile_aim(
     AIM CRDs not installed), with one line on stderr; 3 ran degraded (writes failed), one line per error.\f
 
     Args:
-        cluster: ``--cluster``: Where the flow runs: a manifests directory or file, ``kubeconfig:PATH`` or
-            ``kubeconfig:PATH#CONTEXT``; None for $MODELPLANE_CLUSTER, else the current kubeconfig or in-cluster config.
+        cluster: ``--cluster``: The cluster the flow runs on (:data:`flows.parameters.CLUSTER_HELP`); None: the default.
         namespace: ``--namespace``/``-n``: Create templates, resolve and roll out in these namespaces only (repeatable;
             default: all).
         resync: ``--resync-interval``: Read unchanged images again after this long. In seconds (the option reads 90s,
             5m, 1d; default 1d).
         insecure_registry: ``--insecure-registry``: Registry host spoken to over plain HTTP (repeatable).
         registry_mirror: ``--registry-mirror``: HOST=MIRROR or HOST=oci-layout:DIR (repeatable).
-        track: ``--track``: Record the run in Prefect even where it needs no Prefect API (a manifests directory, a dry
-            run); a run that writes to a Kubernetes cluster, or any run with PREFECT_API_URL set, is recorded anyway.
+        track: ``--track``: Record the run in Prefect where it needs none (:func:`flows.cli.common.tracking_wanted`).
         as_json: ``--json``: Print one JSON object (models, templates, services) instead of a table.
     """
     namespaces = namespace or None

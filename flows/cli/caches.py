@@ -63,8 +63,7 @@ def warm_caches(
     source invalid, an API error on one cache), as the summary says.\f
 
     Args:
-        cluster: ``--cluster``: Where the flow runs: a manifests directory or file, ``kubeconfig:PATH`` or
-            ``kubeconfig:PATH#CONTEXT``; None for $MODELPLANE_CLUSTER, else the current kubeconfig or in-cluster config.
+        cluster: ``--cluster``: The cluster the flow runs on (:data:`flows.parameters.CLUSTER_HELP`); None: the default.
         namespace: ``--namespace``/``-n``: Limit to these namespaces (repeatable).
         image: ``--image``: Modelplane's image for the fill Jobs.
         openmodel_namespace: ``--openmodel-namespace``: Cache llmaz OpenModels in this namespace.
@@ -76,8 +75,7 @@ def warm_caches(
             90s, 5m, 1d; default 5m).
         timeout_s: ``--timeout``: Stop the run after this long (local fills run in-process). In seconds (the option
             reads 90s, 5m, 1d; default 1d).
-        track: ``--track``: Record the run in Prefect even where it needs no Prefect API (a manifests directory, a dry
-            run); a run that writes to a Kubernetes cluster, or any run with PREFECT_API_URL set, is recorded anyway.
+        track: ``--track``: Record the run in Prefect where it needs none (:func:`flows.cli.common.tracking_wanted`).
         as_json: ``--json``: Print JSON instead of a table.
     """
     from flows.warm_caches import DEFAULT_IMAGE

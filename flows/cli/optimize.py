@@ -101,8 +101,7 @@ def optimize(
     (metrics missing, resources invalid or not ready, write errors), as the summary line says.\f
 
     Args:
-        cluster: ``--cluster``: Where the flow runs: a manifests directory or file, ``kubeconfig:PATH`` or
-            ``kubeconfig:PATH#CONTEXT``; None for $MODELPLANE_CLUSTER, else the current kubeconfig or in-cluster config.
+        cluster: ``--cluster``: The cluster the flow runs on (:data:`flows.parameters.CLUSTER_HELP`); None: the default.
         metrics: ``--metrics-file``: Metrics YAML file (instead of Prometheus).
         prometheus: ``--prometheus-url``: Prometheus base URL (default $PROMETHEUS_URL).
         rate_window: ``--rate-window``: PromQL window of the arrival-rate query, e.g. 1m or 30s (default
@@ -114,8 +113,7 @@ def optimize(
             down has been recommended this long, as the optimize deployment does; 0 = at once, as WVA. In seconds (the
             option reads 90s, 5m, 1d; default 3m).
         dry_run: ``--dry-run``: Decide and print, write nothing.
-        track: ``--track``: Record the run in Prefect even where it needs no Prefect API (a manifests directory, a dry
-            run); a run that writes to a Kubernetes cluster, or any run with PREFECT_API_URL set, is recorded anyway.
+        track: ``--track``: Record the run in Prefect where it needs none (:func:`flows.cli.common.tracking_wanted`).
         as_json: ``--json``: Print a JSON list instead of a table.
         pushgateway: ``--pushgateway-url``: Prometheus Pushgateway URL to publish wva_desired_replicas and Modelplane's
             metrics to (default $MODELPLANE_PUSHGATEWAY_URL; unset = off).
@@ -312,8 +310,7 @@ def simulate(
         seed: ``--seed``: Seed of every random draw.
         output: ``--output-dir``/``-o``: Directory of the report (HTML, plots, JSON).
         config_namespace: ``--config-namespace``: Namespace of the WVA ConfigMaps.
-        track: ``--track``: Record the run in Prefect even where it needs no Prefect API (a manifests directory, a dry
-            run); a run that writes to a Kubernetes cluster, or any run with PREFECT_API_URL set, is recorded anyway.
+        track: ``--track``: Record the run in Prefect where it needs none (:func:`flows.cli.common.tracking_wanted`).
         as_json: ``--json``: Print the JSON summary instead of a table.
 
     Raises:
@@ -483,8 +480,7 @@ def tune(
         config_namespace: ``--config-namespace``: Namespace of the WVA ConfigMaps.
         dry_run: ``--dry-run``: Replay and choose, write nothing.
         seed: ``--seed``: Seed of the replay's random draws.
-        track: ``--track``: Record the run in Prefect even where it needs no Prefect API (a manifests directory, a dry
-            run); a run that writes to a Kubernetes cluster, or any run with PREFECT_API_URL set, is recorded anyway.
+        track: ``--track``: Record the run in Prefect where it needs none (:func:`flows.cli.common.tracking_wanted`).
         as_json: ``--json``: Print a JSON list instead of a table.
     """
     from engine.optimize.spec import SpecError
@@ -585,8 +581,7 @@ def calibrate(
     that cannot determine it) or could not be written, as their rows say.\f
 
     Args:
-        cluster: ``--cluster``: Where the flow runs: a manifests directory or file, ``kubeconfig:PATH`` or
-            ``kubeconfig:PATH#CONTEXT``; None for $MODELPLANE_CLUSTER, else the current kubeconfig or in-cluster config.
+        cluster: ``--cluster``: The cluster the flow runs on (:data:`flows.parameters.CLUSTER_HELP`); None: the default.
         prometheus: ``--prometheus-url``: Prometheus base URL (default $PROMETHEUS_URL).
         windows: ``--windows-file``: Windows YAML file (instead of Prometheus).
         namespace: ``--namespace``/``-n``: Limit to these namespaces (repeatable).
@@ -595,8 +590,7 @@ def calibrate(
         window: ``--window``: Length of one metrics window. In seconds (the option reads 90s, 5m, 1d).
         config_namespace: ``--config-namespace``: Namespace of the WVA ConfigMaps.
         dry_run: ``--dry-run``: Fit and print, write nothing.
-        track: ``--track``: Record the run in Prefect even where it needs no Prefect API (a manifests directory, a dry
-            run); a run that writes to a Kubernetes cluster, or any run with PREFECT_API_URL set, is recorded anyway.
+        track: ``--track``: Record the run in Prefect where it needs none (:func:`flows.cli.common.tracking_wanted`).
         as_json: ``--json``: Print a JSON list instead of a table.
         from_benchmark: ``--from-benchmark``: Fit from benchmark results instead of metrics (repeatable): vllm bench
             serve results, guidellm or inference-perf reports, llm-d planner benchmark tables. Prints one profile per

@@ -53,12 +53,10 @@ def rollout_models_command(
     3 degraded: a Model is Failed, as its row says.\f
 
     Args:
-        cluster: ``--cluster``: Where the flow runs: a manifests directory or file, ``kubeconfig:PATH`` or
-            ``kubeconfig:PATH#CONTEXT``; None for $MODELPLANE_CLUSTER, else the current kubeconfig or in-cluster config.
+        cluster: ``--cluster``: The cluster the flow runs on (:data:`flows.parameters.CLUSTER_HELP`); None: the default.
         namespace: ``--namespace``/``-n``: Limit to these namespaces (repeatable).
         downloader_image: ``--downloader-image``: Image of the init container that downloads into a cacheURI.
-        track: ``--track``: Record the run in Prefect even where it needs no Prefect API (a manifests directory, a dry
-            run); a run that writes to a Kubernetes cluster, or any run with PREFECT_API_URL set, is recorded anyway.
+        track: ``--track``: Record the run in Prefect where it needs none (:func:`flows.cli.common.tracking_wanted`).
         as_json: ``--json``: Print a JSON list instead of a table.
         name: ``--name``: Only the Models with these names (repeatable).
         kthena_networking: ``--kthena-networking``: auto: render Kthena's ModelServer/ModelRoute and runtime sidecar
@@ -117,13 +115,11 @@ def watch_models_command(
     no Kubernetes access, the Kthena Model CRD not installed, a parameter rejected), with one line on stderr.\f
 
     Args:
-        cluster: ``--cluster``: Where the flow runs: a manifests directory or file, ``kubeconfig:PATH`` or
-            ``kubeconfig:PATH#CONTEXT``; None for $MODELPLANE_CLUSTER, else the current kubeconfig or in-cluster config.
+        cluster: ``--cluster``: The cluster the flow runs on (:data:`flows.parameters.CLUSTER_HELP`); None: the default.
         namespace: ``--namespace``/``-n``: Watch these namespaces only (repeatable).
         watch_seconds: ``--watch``: How long the watch stays open (at most 50s). In seconds (the option reads 90s, 5m,
             1d; default 45s).
-        track: ``--track``: Record the run in Prefect even where it needs no Prefect API (a manifests directory, a dry
-            run); a run that writes to a Kubernetes cluster, or any run with PREFECT_API_URL set, is recorded anyway.
+        track: ``--track``: Record the run in Prefect where it needs none (:func:`flows.cli.common.tracking_wanted`).
         as_json: ``--json``: Print a JSON object instead of a table.
     """
     from engine.api.kthena import API_VERSION
@@ -177,10 +173,8 @@ def serve_openmodel_command(
         namespace: ``--namespace``/``-n``: Namespace to serve it in.
         replicas: ``--replicas``: vLLM replicas. (at least 0)
         flavor: ``--flavor``: Flavor to start from (default: the first).
-        cluster: ``--cluster``: Where the flow runs: a manifests directory or file, ``kubeconfig:PATH`` or
-            ``kubeconfig:PATH#CONTEXT``; None for $MODELPLANE_CLUSTER, else the current kubeconfig or in-cluster config.
-        track: ``--track``: Record the run in Prefect even where it needs no Prefect API (a manifests directory, a dry
-            run); a run that writes to a Kubernetes cluster, or any run with PREFECT_API_URL set, is recorded anyway.
+        cluster: ``--cluster``: The cluster the flow runs on (:data:`flows.parameters.CLUSTER_HELP`); None: the default.
+        track: ``--track``: Record the run in Prefect where it needs none (:func:`flows.cli.common.tracking_wanted`).
         as_json: ``--json``: Print a JSON object instead of a table.
     """
     from engine.api.llmaz import API_VERSION
