@@ -156,6 +156,9 @@ class SloStatus(KubeModel):
     peak_hold: str | None = Field(None, alias="peakHold")
     """PeakHold is how far back the recent peak the model is sized for reaches, a duration such as 3m: the loop
     lengthens it when requests miss while replicas start (bursts, ramps) and shortens it on a surplus."""
+    load_factor: float | None = Field(None, alias="loadFactor", ge=0, le=1)
+    """LoadFactor is the share of its held peak load the model is sized for: the loop lowers it below 1 only while
+    the model attains more than its target at the lowest sizing percentile, and raises it back first on a shortfall."""
     controller: str | None = None
     """Controller says what the attainment loop last changed and why."""
 

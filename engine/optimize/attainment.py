@@ -67,7 +67,7 @@ def loop_steps(inputs: CycleInputs, specs: Sequence[VariantSpec]) -> dict[tuple[
         target = targets.get(model)
         if target is None:
             continue
-        remembered_percentile, remembered_hold = _remembered(inputs, model)
+        remembered_percentile, remembered_hold, remembered_factor = _remembered(inputs, model)
         previous = inputs.loop_percentiles.get(model, remembered_percentile)
         if previous is None:
             previous = (
@@ -90,6 +90,7 @@ def loop_steps(inputs: CycleInputs, specs: Sequence[VariantSpec]) -> dict[tuple[
             given_back=_given_back(load, hold_s),
             capped_up=_at_maximum(members, inputs),
             at_minimum=_at_minimum(members, inputs),
+            load_factor=inputs.loop_factors.get(model, remembered_factor),
         )
     return steps
 
@@ -120,13 +121,17 @@ def _already_acted_on(inputs: CycleInputs, model: tuple[str, str], measured: Mod
     return any(slo.attained == attained and slo.requests == requests for slo in _recorded(inputs, model))
 
 
-def _remembered(inputs: CycleInputs, model: tuple[str, str]) -> tuple[float | None, float | None]:
+def _remembered(inputs: CycleInputs, model: tuple[str, str]) -> tuple[float | None, float | None, float | None]:
     """The loop's state as the model's VariantAutoscalings last recorded it (``status.slo.sizingPercentile``,
-    ``peakHold``): each scheduled run is a fresh process, so the state lives in the resources. Variants that
-    disagree (one was just added) give the highest percentile and the longest hold, the safe reading."""
+    ``peakHold``, ``loadFactor``): each scheduled run is a fresh process, so the state lives in the resources.
+    Variants that disagree (one was just added) give the highest percentile, the longest hold and the highest load
+    factor, the safe reading."""
     percentiles: list[float] = []
     holds: list[float] = []
+    factors: list[float] = []
     for slo in _recorded(inputs, model):
+        if slo.load_factor is not None:
+            factors.append(slo.load_factor)
         if slo.sizing_percentile is not None:
             percentiles.append(slo.sizing_percentile)
         if slo.peak_hold:
@@ -134,7 +139,11 @@ def _remembered(inputs: CycleInputs, model: tuple[str, str]) -> tuple[float | No
                 holds.append(parse_duration(slo.peak_hold))
             except ValueError:
                 continue  # a hold this loop did not write: start afresh
-    return (max(percentiles) if percentiles else None, max(holds) if holds else None)
+    return (
+        max(percentiles) if percentiles else None,
+        max(holds) if holds else None,
+        max(factors) if factors else None,
+    )
 
 
 def _recorded(inputs: CycleInputs, model: tuple[str, str]) -> list[SloStatus]:
@@ -190,11 +199,16 @@ def _count(replicas: Mapping[tuple[str, str, str], int], spec: VariantSpec) -> i
 def held_loads(
     loads: Mapping[tuple[str, str], ModelLoad], steps: Mapping[tuple[str, str], ControllerStep]
 ) -> dict[tuple[str, str], ModelLoad]:
-    """The loads with each model's recent peak reaching back as far as its loop's hold (never lower than read)."""
+    """The loads with each model's recent peak reaching back as far as its loop's hold (never lower than read), and
+    sized at its loop's load factor."""
     held = dict(loads)
     for model, loop in steps.items():
         load = loads.get(model)
-        if load is None or loop.hold_s is None:
+        if load is None:
+            continue
+        if loop.load_factor != load.sizing_factor:
+            load = held[model] = dataclasses.replace(load, sizing_factor=loop.load_factor)
+        if loop.hold_s is None:
             continue
         peak = held_peak(load.peaks_rps, loop.hold_s)
         if peak is not None and (load.recent_peak_rps is None or peak > load.recent_peak_rps):

@@ -123,7 +123,8 @@ def _model_based_candidates(
         if demand is None or priority < demand.priority:
             demands[spec.model_key] = ModelDemand(
                 name=_qualified(spec.model_key),
-                load_rps=planning_rate(load.arrival_rate_rps, load.recent_peak_rps, load.burst_rps),
+                load_rps=planning_rate(load.arrival_rate_rps, load.recent_peak_rps, load.burst_rps)
+                * load.sizing_factor,
                 workload=workload,
                 slo=slo,
                 priority=priority,

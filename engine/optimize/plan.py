@@ -106,6 +106,8 @@ class VariantDecision:
     """How far back the recent peak the model was sized for reached (None: the loop is off or has no hold)."""
     loop_message: str | None = None
     """What the attainment loop did for the model this cycle, and why (None: the loop is off)."""
+    load_factor: float | None = None
+    """The share of its held peak load the loop sized the model for this cycle (None: the loop is off)."""
     slo: ModelAttainment | None = None
     """Its model's SLO target and measured attainment (``status.slo``); None for a resource that is invalid."""
     accelerator_count: int = 1
@@ -299,11 +301,7 @@ def _decide(
     return desired, decision.reason, message, True
 
 
-# --------------------------------------------------------------------------------------------
-# Scale-down stabilization
-# --------------------------------------------------------------------------------------------
-
-
+# Scale-down stabilization: a window against the load's noise, its state kept in an annotation.
 ANNOTATION_SCALE_DOWN_WINDOW = "modelplane.io/scale-down-stabilization-window"
 """VariantAutoscaling annotation: scale-down stabilization window (a Duration such as ``3m``)."""
 DEFAULT_SCALE_DOWN_WINDOW_S = 180.0
@@ -517,7 +515,11 @@ def _with_loop(decision: VariantDecision, steps: Mapping[tuple[str, str], Contro
     if loop is None:
         return decision
     return dataclasses.replace(
-        decision, sizing_percentile=loop.percentile, peak_hold_s=loop.hold_s, loop_message=loop.message
+        decision,
+        sizing_percentile=loop.percentile,
+        peak_hold_s=loop.hold_s,
+        loop_message=loop.message,
+        load_factor=loop.load_factor,
     )
 
 

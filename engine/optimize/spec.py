@@ -89,6 +89,9 @@ class ModelLoad:
     peaks_rps: dict[float, float] | None = None
     """Highest 1-minute arrival rate per look-back in seconds (:data:`engine.perf.load_peak.HOLD_WINDOWS_S`), for
     the attainment loop's peak hold, when collected."""
+    sizing_factor: float = 1.0
+    """The share of the planning rate the model is sized for: the attainment loop's load factor (below 1 only while
+    the model attains more than its target at the loop's lowest percentile, :func:`engine.slo.controller.step`)."""
 
 
 @dataclass(frozen=True)
@@ -175,6 +178,8 @@ class CycleInputs:
     not measured; the attainment loop then holds, :mod:`engine.optimize.attainment`)."""
     loop_holds: Mapping[tuple[str, str], float] = field(default_factory=dict)
     """Per (namespace, modelID): the attainment loop's peak hold last cycle, in seconds (``status.slo.peakHold``)."""
+    loop_factors: Mapping[tuple[str, str], float] = field(default_factory=dict)
+    """Per (namespace, modelID): the attainment loop's load factor last cycle (``status.slo.loadFactor``)."""
     loop_percentiles: Mapping[tuple[str, str], float] = field(default_factory=dict)
     """Per (namespace, modelID): the TTFT percentile the attainment loop sized it for last cycle
     (``status.slo.sizingPercentile``); absent: the loop starts from the target (see :mod:`engine.optimize.attainment`)."""

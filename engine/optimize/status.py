@@ -66,6 +66,7 @@ def variant_status(
             decision.sizing_percentile,
             decision.peak_hold_s,
             decision.loop_message,
+            decision.load_factor,
         )
     return status
 
@@ -77,10 +78,12 @@ def slo_status(
     sizing_percentile: float | None = None,
     peak_hold_s: float | None = None,
     controller: str | None = None,
+    load_factor: float | None = None,
 ) -> dict[str, Any]:
     """``status.slo``: the target, the attainment over the window (None while unknown, so a merge-patch removes an
     old value), the error budget, the requests counted, when, and the message; the attainment loop's state
-    (``sizingPercentile``, ``peakHold``) and ``controller`` message as it set them this cycle, else as they were."""
+    (``sizingPercentile``, ``peakHold``, ``loadFactor`` below 1) and ``controller`` message as it set them this
+    cycle, else as they were."""
     window = measured.window
     target = measured.target
     if window.attained is not None:
@@ -101,8 +104,17 @@ def slo_status(
         else old.get("sizingPercentile"),
         "peakHold": format_window(peak_hold_s) if peak_hold_s is not None else old.get("peakHold"),
         "controller": controller if controller is not None else old.get("controller"),
+        "loadFactor": _load_factor(load_factor, sizing_percentile, old),
     }
     return status
+
+
+def _load_factor(factor: float | None, sizing_percentile: float | None, old: Mapping[str, Any]) -> float | None:
+    """``loadFactor`` as the loop set it this cycle (None at 1, the default, so a merge-patch removes an old value),
+    else as it was."""
+    if sizing_percentile is None:
+        return old.get("loadFactor")
+    return round(factor, 3) if factor is not None and factor < 1.0 else None
 
 
 SLO_DRIFT_DIGITS = 3

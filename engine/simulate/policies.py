@@ -282,6 +282,7 @@ def modelplane_policy(scenario: Scenario, saturation_only: bool = False, load_sh
     measure = attainment_meter(scenario, variants)
     loop: dict[tuple[str, str], float] = {}
     holds: dict[tuple[str, str], float] = {}
+    factors: dict[tuple[str, str], float] = {}
 
     def decide(obs: Observation) -> dict[str, int]:
         inputs = dataclasses.replace(
@@ -289,6 +290,7 @@ def modelplane_policy(scenario: Scenario, saturation_only: bool = False, load_sh
             attainment=measure(obs),
             loop_percentiles=dict(loop),
             loop_holds=dict(holds),
+            loop_factors=dict(factors),
         )
         if not load_shape:
             last_minute = {k: dataclasses.replace(v, prompt_tokens=None) for k, v in inputs.loads.items()}
@@ -325,6 +327,7 @@ def modelplane_policy(scenario: Scenario, saturation_only: bool = False, load_sh
         persist_stabilization(variants, decisions)
         loop.update({(d.namespace, d.model_id or ""): d.sizing_percentile for d in decisions if d.sizing_percentile})
         holds.update({(d.namespace, d.model_id or ""): d.peak_hold_s for d in decisions if d.peak_hold_s})
+        factors.update({(d.namespace, d.model_id or ""): d.load_factor for d in decisions if d.load_factor})
         return {f"{d.namespace}/{d.name}": d.desired for d in decisions if d.desired is not None}
 
     return decide

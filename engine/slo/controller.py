@@ -20,10 +20,18 @@ The law (an integral controller in velocity form, on the percentile's log-odds, 
     logit(p')  = logit(p) + gain * error * confidence(requests)
     p'         = clamp(p', min_percentile, max_percentile)
 
+    split range, below the percentile's floor (p = min_percentile and a surplus, or a load factor f < 1):
+    log(f')    = log(f) + factor_gain * error * confidence(requests)
+    f'         = clamp(f', min_load_factor, 1)                            the model is sized for f x its held peak
+
 * the *setpoint* pays back an error budget already spent in the evaluation window (or spends a surplus), so the
   window's attainment, not only the last minutes', converges on the target;
 * ``confidence = requests / (requests + half_confidence)`` weighs a measurement by its size;
-* anti-windup: the percentile is the loop's only state and is clamped; the loop does not push upwards while
+* the *load factor* is the range below the floor: at p = min_percentile the plan sizes the mean request (WVA's
+  sizing at the recent peak, which tail sizing never undercuts), and on steady traffic that still attains several
+  points above an 80 % target; the factor lets the loop give that surplus back, and comes back to 1 before the
+  percentile rises again;
+* anti-windup: the percentile and the factor are clamped; the loop does not push upwards while
   replicas it already asked for are still starting (their effect is not measured yet: the dead time of a
   start-up), nor while the allocation could not grow (inventory, ``max-replicas``), nor downwards while every
   variant of the model is at its minimum;
@@ -67,6 +75,12 @@ class ControllerSettings:
     ceiling_margin: float = 0.03
     """The setpoint stays this far below the model's attainment ceiling (the share of requests whose prompt any
     of its variants can prefill within the TTFT target at all): a target above it is out of reach at any cost."""
+    min_load_factor: float = 0.5
+    """The lowest share of its held peak load a model is sized for (see :func:`step`, the load factor)."""
+    factor_gain: float = 0.3
+    """Change of the load factor's logarithm per unit of attainment error, weighted by confidence (slower than the
+    percentile's: whole replicas make the factor's effect arrive in steps, and a faster gain undershot the target
+    on the tuning traces)."""
     feed_forward_offset: float = 2.0
     """A model without a loop state starts at ``100 x target - offset``: the tail-sized plan's own margins
     (whole replicas, the recent-peak hold) attain a few points above the percentile on steady traffic."""
@@ -76,6 +90,8 @@ class ControllerSettings:
             raise ValueError("percentile bounds must satisfy 0 < min <= max < 100")
         if min(self.gain, self.budget_weight, self.setpoint_band, self.half_confidence) < 0:
             raise ValueError("gain, weight, band and confidence must be >= 0")
+        if not 0.0 < self.min_load_factor <= 1.0 or self.factor_gain < 0:
+            raise ValueError("the lowest load factor must be in (0, 1] and its gain >= 0")
 
 
 DEFAULT_SETTINGS = ControllerSettings()
@@ -106,6 +122,9 @@ class ControllerStep:
     message: str
     hold_s: float | None = None
     """How far back the recent peak the model is sized for reaches (None: the plan's start-up window)."""
+    load_factor: float = 1.0
+    """The share of its held peak load the model is sized for: below 1 only once the percentile is at its floor
+    and the model still attains more than its target."""
 
 
 def feed_forward_percentile(target: float, settings: ControllerSettings = DEFAULT_SETTINGS) -> float:
@@ -126,6 +145,7 @@ def step(
     given_back: bool = False,
     capped_up: bool = False,
     at_minimum: bool = False,
+    load_factor: float | None = None,
 ) -> ControllerStep:
     """One cycle of the loop for one model.
 
@@ -136,8 +156,12 @@ def step(
       too late: the loop holds each peak's capacity for longer (``hold_s``, up to the evaluation window: static
       peak, in the limit). A shortfall while a cold start or a ramp to a new high catches up is not lengthened
       for: no hold would have kept capacity that was never there;
-    * a shortfall with the capacity in place is the sizing's: the percentile rises;
-    * a surplus first shortens the hold back towards the start-up window, then lowers the percentile.
+    * a shortfall with the capacity in place is the sizing's: the load factor comes back to 1 first, then the
+      percentile rises;
+    * a surplus first shortens the hold back towards the start-up window, then lowers the percentile, and once the
+      percentile is at its floor lowers the load factor: the share of the held peak load the model is sized for
+      (split range: on steady traffic the floor's sizing, WVA's mean request at the recent peak, still attains
+      several points above an 80 % target, and whole replicas bought for that surplus are the cost).
 
     Args:
         percentile: the percentile the model was sized for last cycle (None or invalid: the feed-forward start).
@@ -151,6 +175,7 @@ def step(
             model needs again was given back (a lull between bursts), and a longer hold would have kept it.
         capped_up: the allocation could not give the model what it asked for (inventory, ``max-replicas``).
         at_minimum: every variant of the model sits at its ``min-replicas``.
+        load_factor: the share of its held peak load the model was sized for last cycle (None or invalid: 1).
 
     Returns:
         the next percentile and hold, and a message for the model's condition.
@@ -160,10 +185,11 @@ def step(
         _clamp(percentile, settings) if valid and percentile is not None else feed_forward_percentile(target, settings)
     )
     hold = _hold(hold_s, hold_range_s)
-    held = f"sizing percentile held at p{previous:.1f}{_held_for(hold)}"
+    factor = _factor(load_factor, settings)
+    held = f"sizing percentile held at p{previous:.1f}{_held_for(hold)}{_factor_note(factor)}"
 
     def unchanged(why: str) -> ControllerStep:
-        return ControllerStep(previous, False, f"{held}: {why}", hold)
+        return ControllerStep(previous, False, f"{held}: {why}", hold, factor)
 
     if sample is None or sample.recent is None or not math.isfinite(sample.recent) or sample.recent_requests <= 0:
         why = (
@@ -171,7 +197,7 @@ def step(
         )
         # Nothing learnt: a hold the loop has not chosen yet stays unchosen (the plan's start-up window).
         kept = hold if hold_s is not None else None
-        return ControllerStep(previous, False, f"{held}: attainment {why}", kept)
+        return ControllerStep(previous, False, f"{held}: attainment {why}", kept, factor)
     setpoint = _setpoint(target, sample, settings)
     reachable = ""
     if ceiling is not None and math.isfinite(ceiling) and setpoint > ceiling - settings.ceiling_margin:
@@ -197,6 +223,7 @@ def step(
             f"peak hold lengthened {_duration(hold)} -> {_duration(longer)}: {measured} while replicas started, "
             f"{against}",
             longer,
+            factor,
         )
     if error < 0 and at_minimum:
         return unchanged(f"{measured}, above {_pct(setpoint)}, every variant at its minimum")
@@ -207,8 +234,21 @@ def step(
             True,
             f"peak hold shortened {_duration(hold)} -> {_duration(shorter)}: {measured} {against}",
             shorter,
+            factor,
         )
-    logit = math.log(previous / (100.0 - previous)) + settings.gain * error * confidence
+    move = settings.gain * error * confidence
+    if (error > 0 and factor < 1.0) or (error < 0 and previous <= settings.min_percentile):
+        moved = min(max(factor * math.exp(settings.factor_gain * error * confidence), settings.min_load_factor), 1.0)
+        direction = "raised" if moved > factor else "lowered" if moved < factor else "held"
+        bound = " (at its bound)" if moved in (settings.min_load_factor, 1.0) else ""
+        return ControllerStep(
+            previous,
+            abs(moved - factor) > 1e-9,
+            f"load factor {direction} {factor:.2f} -> {moved:.2f}{bound} at p{previous:.1f}: {measured} {against}",
+            hold,
+            moved,
+        )
+    logit = math.log(previous / (100.0 - previous)) + move
     new = _clamp(100.0 / (1.0 + math.exp(-logit)), settings)
     direction = "raised" if new > previous else "lowered" if new < previous else "held"
     bound = " (at its bound)" if new in (settings.min_percentile, settings.max_percentile) else ""
@@ -217,6 +257,7 @@ def step(
         abs(new - previous) > 1e-9,
         f"sizing percentile {direction} p{previous:.1f} -> p{new:.1f}{bound}: {measured} {against}",
         hold,
+        factor,
     )
 
 
@@ -228,6 +269,17 @@ def _hold(hold_s: float | None, hold_range_s: tuple[float, float] | None) -> flo
     if hold_s is None or not math.isfinite(hold_s):
         return shortest
     return min(max(hold_s, shortest), longest)
+
+
+def _factor(load_factor: float | None, settings: ControllerSettings) -> float:
+    """The load factor to start from: the last one within its range, else 1 (the held peak load itself)."""
+    if load_factor is None or not math.isfinite(load_factor):
+        return 1.0
+    return min(max(load_factor, settings.min_load_factor), 1.0)
+
+
+def _factor_note(factor: float) -> str:
+    return "" if factor >= 1.0 else f", load factor {factor:.2f}"
 
 
 def _held_for(hold: float | None) -> str:

@@ -119,3 +119,19 @@ def test_a_target_above_the_ceiling_is_not_chased() -> None:
         loads={(NS, MODEL): ModelLoad(20.0, 3000, 256, prompt_tokens=long_prompts)},
     )
     assert "below the ceiling" in (decision.loop_message or "")
+
+
+def test_below_the_percentile_floor_the_model_is_sized_for_a_share_of_its_load() -> None:
+    """At the lowest percentile with a surplus, the loop lowers the load factor; the factor is remembered from
+    status.slo.loadFactor and the plan sizes for that share of the load (fewer replicas than at the whole load)."""
+    heavy = {(NS, MODEL): ModelLoad(60.0, 700, 256, prompt_tokens=PROMPTS)}
+    floor = {"slo": {"target": 0.8, "window": "1h", "sizingPercentile": 50.0}}
+    annotations = {ANNOTATION_SLO_ATTAINMENT: "0.8"}
+    lowered = cycle(histograms(0.95, 0.97), status=floor, annotations=annotations, loads=heavy)
+    assert lowered.load_factor is not None and lowered.load_factor < 1.0
+    assert (lowered.loop_message or "").startswith("load factor lowered")
+    at_half = {"slo": {**floor["slo"], "loadFactor": 0.5}}
+    held_half = cycle(histograms(0.85, 0.80), status=at_half, annotations=annotations, loads=heavy, latency={})
+    held_whole = cycle(histograms(0.85, 0.80), status=floor, annotations=annotations, loads=heavy, latency={})
+    assert held_half.load_factor == pytest.approx(0.5) and held_whole.load_factor == 1.0
+    assert 0 < (held_half.desired or 0) < (held_whole.desired or 0)

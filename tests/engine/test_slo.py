@@ -247,6 +247,7 @@ def test_status_slo_fields_and_what_the_controller_set_passes_through() -> None:
         "sizingPercentile": decision.sizing_percentile and round(decision.sizing_percentile, 2),
         "peakHold": None,
         "controller": decision.loop_message,
+        "loadFactor": None,
     }
     VariantAutoscalingStatus.model_validate(status)  # the API model (and so the CRD) accepts it
     previous = {**status["slo"], "sizingPercentile": 91.5, "peakHold": "10m", "controller": "raised: burn rate 2.0"}
@@ -256,6 +257,20 @@ def test_status_slo_fields_and_what_the_controller_set_passes_through() -> None:
     decision.sizing_percentile, decision.peak_hold_s, decision.loop_message = 88.0, 180.0, "lowered"
     new = variant_status(decision, {"slo": previous}, NOW, applied=True, generation=1)["slo"]
     assert (new["sizingPercentile"], new["peakHold"], new["controller"]) == (88.0, "3m", "lowered")
+    # The load factor is recorded below 1 only, and the loop's 1 removes an old value; the loop off keeps it.
+    decision.load_factor = 0.8234
+    assert variant_status(decision, {"slo": previous}, NOW, applied=True, generation=1)["slo"]["loadFactor"] == 0.823
+    decision.load_factor = 1.0
+    assert (
+        variant_status(decision, {"slo": {**previous, "loadFactor": 0.7}}, NOW, applied=True, generation=1)["slo"][
+            "loadFactor"
+        ]
+        is None
+    )
+    decision.sizing_percentile = decision.load_factor = None
+    kept = variant_status(decision, {"slo": {**previous, "loadFactor": 0.7}}, NOW, applied=True, generation=1)["slo"]
+    assert kept["loadFactor"] == 0.7
+    VariantAutoscalingStatus.model_validate({**status, "slo": {**status["slo"], "loadFactor": 0.7}})
 
 
 def test_unknown_attainment_removes_the_old_value_and_says_why() -> None:

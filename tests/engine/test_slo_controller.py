@@ -127,3 +127,47 @@ def test_the_feed_forward_start_and_invalid_state() -> None:
     with pytest.raises(ValueError):
         ControllerSettings(min_percentile=90.0, max_percentile=80.0)
     assert DEFAULT_SETTINGS.min_percentile <= feed_forward_percentile(0.5) <= DEFAULT_SETTINGS.max_percentile
+
+
+def test_at_the_percentile_floor_a_surplus_lowers_the_load_factor_within_its_bound() -> None:
+    """Sized for the mean request (the floor) and still 10 points above an 80 % target: the loop sizes the model for
+    a share of its held peak instead, step by step, never below the bound, the percentile staying at the floor."""
+    surplus = AttainmentSample(0.90, 500)
+    first = step(DEFAULT_SETTINGS.min_percentile, 0.8, surplus)
+    assert first.percentile == DEFAULT_SETTINGS.min_percentile and first.changed
+    assert first.load_factor < 1.0 and first.message.startswith("load factor lowered 1.00 ->")
+    factor = first.load_factor
+    for _ in range(200):
+        factor = step(DEFAULT_SETTINGS.min_percentile, 0.8, surplus, load_factor=factor).load_factor
+    assert factor == DEFAULT_SETTINGS.min_load_factor
+    # Above the floor a surplus moves the percentile, not the factor.
+    above = step(70.0, 0.8, surplus)
+    assert above.percentile < 70.0 and above.load_factor == 1.0
+
+
+def test_a_shortfall_restores_the_load_factor_before_the_percentile_rises() -> None:
+    short = AttainmentSample(0.70, 500)
+    restored = step(DEFAULT_SETTINGS.min_percentile, 0.8, short, load_factor=0.7)
+    assert restored.load_factor > 0.7 and restored.percentile == DEFAULT_SETTINGS.min_percentile
+    assert "load factor raised" in restored.message
+    # Near 1 the factor stops at 1, and only then the percentile rises.
+    assert step(DEFAULT_SETTINGS.min_percentile, 0.8, short, load_factor=0.999).load_factor == 1.0
+    assert (
+        step(DEFAULT_SETTINGS.min_percentile, 0.8, short, load_factor=1.0).percentile > DEFAULT_SETTINGS.min_percentile
+    )
+
+
+def test_the_load_factor_winds_neither_up_nor_down_against_the_allocation() -> None:
+    """No raise while replicas start or the allocation cannot grow, no cut while every variant is at its minimum;
+    a factor the status cannot vouch for starts at 1."""
+    for kwargs in ({"pending": True}, {"capped_up": True}):
+        held = step(50.0, 0.8, AttainmentSample(0.70, 500), load_factor=0.7, **kwargs)
+        assert held.load_factor == 0.7 and not held.changed, kwargs
+        assert "load factor 0.70" in held.message
+    at_minimum = step(50.0, 0.8, AttainmentSample(0.95, 500), load_factor=0.7, at_minimum=True)
+    assert at_minimum.load_factor == 0.7 and not at_minimum.changed
+    for bad in (None, float("nan"), float("inf")):
+        assert step(50.0, 0.8, None, load_factor=bad).load_factor == 1.0
+    assert step(50.0, 0.8, None, load_factor=0.01).load_factor == DEFAULT_SETTINGS.min_load_factor
+    with pytest.raises(ValueError):
+        ControllerSettings(min_load_factor=0.0)
