@@ -42,15 +42,8 @@ from engine.simulate.scenario import (
 )
 from engine.simulate.trace import TraceShape, parse_trace_rows
 from flows.parameters import SYSTEM_NAMESPACE
-from tasks.simulate import (
-    plot_cost,
-    plot_latency,
-    plot_load_capacity,
-    plot_replicas,
-    policy_label,
-    read_description,
-    read_trace,
-)
+from tasks.simulate import read_description, read_trace
+from tasks.simulate_plots import plot_cost, plot_latency, plot_load_capacity, plot_replicas, policy_label
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 DOCS = REPO / "docs"

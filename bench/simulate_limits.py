@@ -32,7 +32,8 @@ from engine.simulate.records import ROUTERS, SimConfig
 from engine.simulate.scenario import Scenario, build_scenario, served_models
 from engine.simulate.trace import TraceShape
 from flows.parameters import SYSTEM_NAMESPACE
-from tasks.simulate import plot_frontier, policy_label, read_description, read_trace
+from tasks.simulate import read_description, read_trace
+from tasks.simulate_plots import plot_frontier, policy_label
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 PLOTS = REPO / "docs" / "simulate"

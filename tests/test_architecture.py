@@ -57,42 +57,15 @@ MAX_MODULE_LINES = 600
 MAX_ENGINE_TOP_LEVEL_MODULES = 10
 
 
-DOCSTRING_SECTIONS = frozenset({"Args:", "Returns:", "Yields:", "Raises:"})
-
-
-def _section_lines(source: str) -> int:
-    """The lines of the reference sections (``Args:``, ``Returns:``, ``Yields:``, ``Raises:``, from the first one to
-    the docstring's end) of every function's docstring: what tests/test_docstrings.py requires of each function says
-    what it takes and gives, not another concern, so it is not counted against a module's length."""
-    lines, counted = source.splitlines(), 0
-    for node in ast.walk(ast.parse(source)):
-        if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) or not node.body:
-            continue
-        first = node.body[0]
-        if not (isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant)):
-            continue
-        span = range(first.lineno - 1, first.end_lineno or first.lineno)
-        start = next((i for i in span if lines[i].strip() in DOCSTRING_SECTIONS), None)
-        counted += 0 if start is None else span.stop - start
-    return counted
-
-
 def test_no_module_is_longer_than_a_reader_can_hold() -> None:
-    """Every module in flows/, tasks/ and engine/ stays under 600 lines, its functions' Args/Returns/Raises sections
-    left out: a longer one mixes concerns (issue 23)."""
+    """Every module in flows/, tasks/ and engine/ stays under 600 lines: a longer one mixes concerns (issue 23)."""
     long = [
         f"{p.relative_to(REPO)}: {n} lines"
         for layer in ("flows", "tasks", "engine")
         for p in sorted((REPO / layer).rglob("*.py"))
-        if (n := len((text := p.read_text()).splitlines()) - _section_lines(text)) > MAX_MODULE_LINES
+        if (n := len(p.read_text().splitlines())) > MAX_MODULE_LINES
     ]
     assert not long, "split these modules:\n" + "\n".join(long)
-
-
-def test_the_length_leaves_out_only_docstring_sections() -> None:
-    source = 'def f(a: int) -> int:\n    """Twice a.\n\n    Args:\n        a: A number.\n\n    Returns:\n        2a.\n    """\n    return 2 * a\n'
-    assert _section_lines(source) == 6
-    assert _section_lines('def f() -> None:\n    """Nothing.\n\n    Says what it does.\n    """\n') == 0
 
 
 def test_engine_is_grouped_by_domain() -> None:

@@ -4,7 +4,8 @@
 |---|---|
 | ``manifests`` | ``render-crds``, ``validate-manifests`` |
 | ``platform`` | ``build-image``, ``render-worker-manifests``, ``register-deployments``, ``serve-deployments`` |
-| ``optimize`` | ``optimize-allocation``, ``simulate-policies``, ``tune-sizing``, ``calibrate-profiles`` |
+| ``optimize`` | ``optimize-allocation``, ``calibrate-profiles`` |
+| ``replay`` | ``simulate-policies``, ``tune-sizing`` |
 | ``aim`` | ``discover-models``, ``resolve-templates``, ``rollout-services``, ``reconcile-aim`` |
 | ``rollout`` | ``rollout-models``, ``watch-models``, ``serve-openmodel`` |
 | ``caches`` | ``warm-caches`` |
@@ -25,7 +26,7 @@ exit codes per flows/exitcodes.py.
 
 from __future__ import annotations
 
-from flows.cli import aim, cache_fill, caches, manifests, optimize, platform, rollout  # noqa: F401  (registers the commands)
+from flows.cli import aim, cache_fill, caches, manifests, optimize, platform, replay, rollout  # noqa: F401  (registers the commands)
 from flows.cli.common import app
 
 

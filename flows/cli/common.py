@@ -37,7 +37,7 @@ from flows.exitcodes import (
     one_line,
     quiet_expected_failures,
 )
-from flows.parameters import CLUSTER_HELP
+from flows.parameters import CLUSTER_HELP, SYSTEM_NAMESPACE
 
 if TYPE_CHECKING:
     from tasks.clients.cluster import Cluster
@@ -164,6 +164,15 @@ def namespaces_option(help: str = "Limit to these namespaces (repeatable).") -> 
         The typer option (an empty list by default: every namespace).
     """
     return typer.Option([], "--namespace", "-n", metavar="NAME", help=help)
+
+
+def config_namespace_option() -> Any:
+    """``--config-namespace``: where the WVA ConfigMaps live.
+
+    Returns:
+        The typer option (``modelplane-system`` by default).
+    """
+    return typer.Option(SYSTEM_NAMESPACE, metavar="NAME", help="Namespace of the WVA ConfigMaps.")
 
 
 def needs(api_version: str, kind: str) -> Check:

@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 from engine.simulate.policies import POLICIES
 from flows.cli import app
 from flows.simulate import simulate
-from tasks.simulate import policy_label
+from tasks.simulate_plots import policy_label
 from tests.flows.artifacts import newest_artifact
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
@@ -286,7 +286,7 @@ def test_cli_start_chooses_where_reactive_policies_start(prefect_harness: None, 
 
 def test_frontier_curves_join_points_in_attainment_order() -> None:
     from engine.simulate.frontier import FrontierPoint, Limits
-    from tasks.simulate import frontier_curves
+    from tasks.simulate_plots import frontier_curves
 
     # A knob whose costlier setting attains less (a scale-down window, a noisy replay): cost order would zigzag.
     points = [
@@ -307,7 +307,8 @@ def test_the_latency_plot_says_which_requests_it_leaves_out() -> None:
     from engine.simulate.replay import simulate as replay
     from engine.simulate.scenario import build_scenario
     from engine.simulate.trace import TraceShape
-    from tasks.simulate import _latency_label, read_description, read_trace
+    from tasks.simulate import read_description, read_trace
+    from tasks.simulate_plots import _latency_label
 
     description = read_description(str(SIMULATION), "modelplane-system")
     trace = read_trace(
