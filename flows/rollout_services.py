@@ -34,8 +34,8 @@ from flows.runs import flow
 from tasks.aim.caches import SharedCaches
 from tasks.aim.read import AimState, read_aim_state, typed
 from tasks.aim.rollout import write_service_plan
-from tasks.clients.cluster import connect
-from tasks.clients.events import Subject, emit_change
+from tasks.clients.cluster import ObjectRef, connect
+from tasks.clients.events import emit_change
 
 DEFAULT_INTERVAL_S = 300
 
@@ -104,7 +104,7 @@ def announce(row: ServiceRow) -> None:
     """``modelplane.aim.service.rolled-out`` (tasks.clients.events.SERVICE_ROLLED_OUT) for a service whose
     InferenceService or HTTPRoute this run created or updated, for automations to chain on."""
     emit_change(
-        Subject(AIM_API_VERSION, AIM_SERVICE, row.name, row.namespace),
+        ObjectRef(AIM_API_VERSION, AIM_SERVICE, row.name, row.namespace),
         "rolled-out",
         {"action": row.action, "status": row.status, "workload": row.workload},
     )

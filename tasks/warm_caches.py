@@ -320,10 +320,10 @@ def post_event(cluster: Cluster, cache: Manifest, reason: str, message: str, war
 def emit_cache_event(cache: Manifest, status: str, reason: str, source_uri: str, pvc: str) -> None:
     """A Prefect event for a stored status change: ``modelplane.aim.cache.<status>`` (e.g.
     ``tasks.clients.events.CACHE_AVAILABLE``) about the ModelCache, so rollouts waiting for it can be triggered."""
-    from tasks.clients.events import Subject, emit_change
+    from tasks.clients.events import emit_change
 
     emit_change(
-        Subject.of(cache), status.lower(), {"status": status, "reason": reason, "source": source_uri, "pvc": pvc}
+        ObjectRef.of(cache), status.lower(), {"status": status, "reason": reason, "source": source_uri, "pvc": pvc}
     )
 
 

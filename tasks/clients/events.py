@@ -17,9 +17,9 @@ run) and after the change is stored, so the triggered flow reads the new state.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from engine.api.refs import ObjectRef
 from engine.api.registry import family_of, group_of, kind_info
 from tasks.tracking import in_untracked_run
 
@@ -44,59 +44,48 @@ VARIANT_SCALED = "modelplane.llmd.variantautoscaling.scaled"
 BINDING_TARGET_SCALED = "modelplane.kthena.binding.scaled"
 
 
-@dataclass(frozen=True)
-class Subject:
-    """The Kubernetes object an event is about."""
+def event_name(subject: ObjectRef, transition: str) -> str:
+    """``modelplane.<family>.<kind>.<transition>``."""
+    return f"{PREFIX}.{_family(subject)}.{_short_kind(subject)}.{transition}"
 
-    api_version: str
-    kind: str
-    name: str
-    namespace: str | None = None
 
-    @classmethod
-    def of(cls, obj: Mapping[str, Any]) -> Subject:
-        """The subject of a manifest."""
-        meta = obj.get("metadata") or {}
-        return cls(obj["apiVersion"], obj["kind"], meta["name"], meta.get("namespace"))
+def resource_id(subject: ObjectRef) -> str:
+    """``modelplane.<family>.<kind>[.<namespace>].<name>``."""
+    namespace = [subject.namespace] if subject.namespace else []
+    return ".".join([PREFIX, _family(subject), _short_kind(subject), *namespace, subject.name])
 
-    @property
-    def family(self) -> str:
-        """The API family in the resource id (``aim``, ``kthena``, ``llmd``, ``llmaz``, ...)."""
-        group = group_of(self.api_version)
-        return family_of(group) or BUILTIN_FAMILIES.get(group, group.split(".")[0] or "core")
 
-    @property
-    def short_kind(self) -> str:
-        """The kind in the resource id (``template``, ``cache``, ``binding``, ...)."""
-        info = kind_info(self.api_version, self.kind)
-        return info.short_kind if info is not None else self.kind.lower()
+def resource(subject: ObjectRef) -> dict[str, str]:
+    """The Prefect resource of ``subject``: id, display name and the labels triggers read."""
+    labels = {
+        "prefect.resource.id": resource_id(subject),
+        "prefect.resource.name": f"{subject.namespace}/{subject.name}" if subject.namespace else subject.name,
+        "modelplane.kind": subject.kind,
+        "modelplane.api-version": subject.api_version,
+        "modelplane.name": subject.name,
+    }
+    if subject.namespace:
+        labels["modelplane.namespace"] = subject.namespace
+    return labels
 
-    @property
-    def resource_id(self) -> str:
-        """``modelplane.<family>.<kind>[.<namespace>].<name>``."""
-        parts = [PREFIX, self.family, self.short_kind, *([self.namespace] if self.namespace else []), self.name]
-        return ".".join(parts)
 
-    def event_name(self, transition: str) -> str:
-        """``modelplane.<family>.<kind>.<transition>``."""
-        return f"{PREFIX}.{self.family}.{self.short_kind}.{transition}"
+def _family(subject: ObjectRef) -> str:
+    """The API family in the resource id (``aim``, ``kthena``, ``llmd``, ``llmaz``, ...)."""
+    group = group_of(subject.api_version)
+    return family_of(group) or BUILTIN_FAMILIES.get(group, group.split(".")[0] or "core")
 
-    def resource(self) -> dict[str, str]:
-        """The Prefect resource: id, display name and the labels triggers read."""
-        labels = {
-            "prefect.resource.id": self.resource_id,
-            "prefect.resource.name": f"{self.namespace}/{self.name}" if self.namespace else self.name,
-            "modelplane.kind": self.kind,
-            "modelplane.api-version": self.api_version,
-            "modelplane.name": self.name,
-        }
-        if self.namespace:
-            labels["modelplane.namespace"] = self.namespace
-        return labels
+
+def _short_kind(subject: ObjectRef) -> str:
+    """The kind in the resource id (``template``, ``cache``, ``binding``, ...)."""
+    info = kind_info(subject.api_version, subject.kind)
+    return info.short_kind if info is not None else subject.kind.lower()
 
 
 def emit_change(
-    subject: Subject, transition: str, payload: Mapping[str, Any] | None = None, related: list[Subject] | None = None
+    subject: ObjectRef,
+    transition: str,
+    payload: Mapping[str, Any] | None = None,
+    related: list[ObjectRef] | None = None,
 ) -> Event | None:
     """Emit ``modelplane.<family>.<kind>.<transition>`` about ``subject``.
 
@@ -117,8 +106,8 @@ def emit_change(
     from prefect.events import emit_event
 
     return emit_event(
-        event=subject.event_name(transition),
-        resource=subject.resource(),
-        related=[{**other.resource(), "prefect.resource.role": "modelplane-object"} for other in related or []],
+        event=event_name(subject, transition),
+        resource=resource(subject),
+        related=[{**resource(other), "prefect.resource.role": "modelplane-object"} for other in related or []],
         payload=dict(payload or {}),
     )
