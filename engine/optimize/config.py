@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 import yaml
 
@@ -93,26 +93,29 @@ def parse_accelerator_costs(data: Mapping[str, str]) -> tuple[dict[str, Accelera
 
 
 def _accelerator_cost(key: str, value: str, source: str) -> AcceleratorCost:
-    try:
-        entry = json.loads(value)
-    except json.JSONDecodeError as exc:
-        raise ConfigError(source, f"invalid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}") from None
-    if not isinstance(entry, dict):
-        raise ConfigError(source, "value must be a JSON object with 'device' and 'cost'")
+    entry = _mapping(value, source, "JSON", "a JSON object with 'device' and 'cost'")
     if "cost" not in entry:
         raise ConfigError(source, "missing 'cost'")
     cost = _positive_number(entry["cost"], source, "cost")
     return AcceleratorCost(name=key, device=str(entry.get("device", key)), cost=cost)
 
 
-def parse_service_class(value: str, source: str) -> ServiceClass:
-    """Parse one service-class YAML document (the value behind a VariantAutoscaling's ``sloClassRef``)."""
+def _mapping(value: str, source: str, language: Literal["JSON", "YAML"], expected: str) -> dict[str, Any]:
+    """An entry's value parsed as ``language``: it must be ``expected`` (a mapping), else a ConfigError saying why."""
     try:
-        doc = yaml.safe_load(value)
+        doc = json.loads(value) if language == "JSON" else yaml.safe_load(value)
+    except json.JSONDecodeError as exc:
+        raise ConfigError(source, f"invalid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}") from None
     except yaml.YAMLError as exc:
         raise ConfigError(source, f"invalid YAML: {exc}") from None
     if not isinstance(doc, dict):
-        raise ConfigError(source, "value must be a YAML mapping with name, priority and data")
+        raise ConfigError(source, f"value must be {expected}")
+    return doc
+
+
+def parse_service_class(value: str, source: str) -> ServiceClass:
+    """Parse one service-class YAML document (the value behind a VariantAutoscaling's ``sloClassRef``)."""
+    doc = _mapping(value, source, "YAML", "a YAML mapping with name, priority and data")
     name = doc.get("name")
     if not isinstance(name, str) or not name:
         raise ConfigError(source, "'name' must be a non-empty string")
