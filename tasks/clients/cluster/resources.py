@@ -11,10 +11,45 @@ disagree and a kind added to the registry is served with no edit here.
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Generic, TypeVar
 
 from engine.api.registry import KindInfo, kind_info, kinds
 from tasks.clients.cluster.errors import NotFound
+
+Fact = TypeVar("Fact")
+
+
+class KindTable(Generic[Fact]):
+    """One fact per ``(apiVersion, kind)`` (its REST resource, its schema): what is registered at run time wins,
+    else the fact derived from the kind's entry in the kind registry; None for a kind neither knows. Thread-safe."""
+
+    def __init__(
+        self, derive: Callable[[KindInfo], Fact], registered: dict[tuple[str, str], Fact] | None = None
+    ) -> None:
+        self._lock = threading.Lock()
+        self._registered = dict(registered or {})
+        self._derive = derive
+
+    def register(self, api_version: str, kind: str, fact: Fact) -> None:
+        """Record the fact of ``apiVersion``/``kind``, over the kind registry's."""
+        with self._lock:
+            self._registered[(api_version, kind)] = fact
+
+    def lookup(self, api_version: str, kind: str) -> Fact | None:
+        """The fact of ``apiVersion``/``kind``: registered, else derived from the kind registry, else None."""
+        with self._lock:
+            found = self._registered.get((api_version, kind))
+        if found is not None:
+            return found
+        info = kind_info(api_version, kind)
+        return self._derive(info) if info is not None else None
+
+    def registered(self) -> dict[tuple[str, str], Fact]:
+        """A copy of what was registered (the kind registry's kinds are not in it)."""
+        with self._lock:
+            return dict(self._registered)
 
 
 @dataclass(frozen=True)
@@ -90,26 +125,19 @@ def custom_resource(info: KindInfo) -> ResourceInfo:
     )
 
 
-_lock = threading.Lock()
-_table: dict[tuple[str, str], ResourceInfo] = {(r.api_version, r.kind): r for r in BUILTIN_KINDS}
+_table: KindTable[ResourceInfo] = KindTable(custom_resource, {(r.api_version, r.kind): r for r in BUILTIN_KINDS})
 """Built-in kinds and those registered at run time (:func:`register`); they win over the kind registry."""
 
 
 def register(info: ResourceInfo) -> ResourceInfo:
     """Make another kind known to both backends (e.g. a third-party CRD); returns ``info``."""
-    with _lock:
-        _table[(info.api_version, info.kind)] = info
+    _table.register(info.api_version, info.kind, info)
     return info
 
 
 def lookup(api_version: str, kind: str) -> ResourceInfo | None:
     """The resource serving ``apiVersion``/``kind``, or ``None`` if it is not known here."""
-    with _lock:
-        found = _table.get((api_version, kind))
-    if found is not None:
-        return found
-    info = kind_info(api_version, kind)
-    return custom_resource(info) if info is not None else None
+    return _table.lookup(api_version, kind)
 
 
 def resource_for(api_version: str, kind: str) -> ResourceInfo:
@@ -126,8 +154,7 @@ def resource_for(api_version: str, kind: str) -> ResourceInfo:
 
 def known_kinds() -> list[ResourceInfo]:
     """Every kind currently known: built-in, registered at run time and the kind registry's."""
-    with _lock:
-        table = dict(_table)
+    table = _table.registered()
     for info in kinds():
         table.setdefault((info.api_version, info.kind), custom_resource(info))
     return list(table.values())
