@@ -40,8 +40,8 @@ from tasks.aim.images import Keychain, inspect_images, pull_secrets, read_keycha
 from tasks.aim.read import read_aim_state, typed
 from tasks.aim.writes import WriteCounts
 from tasks.boundary import Accepted
-from tasks.clients.cluster import connect
-from tasks.clients.events import Subject, emit_change
+from tasks.clients.cluster import ObjectRef, connect
+from tasks.clients.events import emit_change
 from tasks.clients.oci import RegistryClient
 from tasks.tracking import quote, run_logger
 
@@ -142,7 +142,7 @@ def discover_models(
     for row in report.rows:  # one event per model whose image was read now: resolve-templates follows
         if row.result == "ok" and row.image in records:
             emit_change(
-                Subject(AIM_API_VERSION, AIM_CLUSTER_MODEL, row.name),
+                ObjectRef(AIM_API_VERSION, AIM_CLUSTER_MODEL, row.name),
                 "discovered",
                 {"image": row.image, "deployments": row.deployments, "templates": row.templates},
             )

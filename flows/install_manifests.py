@@ -34,7 +34,8 @@ from flows.worker_manifests import (
     NAMESPACE,
     Dumper,
     container_security,
-    pod_security,
+    deployment_of,
+    pod_of,
     prefect_client_env,
     worker_objects,
 )
@@ -97,8 +98,8 @@ def register_job(reference: str | None = None) -> dict[str, Any]:
         "resources": {"requests": {"cpu": "100m", "memory": "256Mi"}, "limits": {"memory": "1Gi"}},
         "securityContext": container_security(),
         "terminationMessagePolicy": "FallbackToLogsOnError",
-        "volumeMounts": [{"name": "tmp", "mountPath": "/tmp"}],
     }
+    pod = pod_of(container, {"restartPolicy": "Never", "automountServiceAccountToken": False})
     return {
         "apiVersion": "batch/v1",
         "kind": "Job",
@@ -106,16 +107,7 @@ def register_job(reference: str | None = None) -> dict[str, Any]:
         "spec": {
             "backoffLimit": 6,
             "ttlSecondsAfterFinished": 600,
-            "template": {
-                "metadata": {"labels": meta["labels"]},
-                "spec": {
-                    "restartPolicy": "Never",
-                    "automountServiceAccountToken": False,
-                    "securityContext": pod_security(),
-                    "containers": [container],
-                    "volumes": [{"name": "tmp", "emptyDir": {}}],
-                },
-            },
+            "template": {"metadata": {"labels": meta["labels"]}, "spec": pod},
         },
     }
 
@@ -155,27 +147,9 @@ def serving_deployment(reference: str | None = None) -> dict[str, Any]:
         "resources": {"requests": {"cpu": "200m", "memory": "512Mi"}, "limits": {"memory": "2Gi"}},
         "securityContext": container_security(),
         "terminationMessagePolicy": "FallbackToLogsOnError",
-        "volumeMounts": [{"name": "tmp", "mountPath": "/tmp"}],
     }
-    return {
-        "apiVersion": "apps/v1",
-        "kind": "Deployment",
-        "metadata": {"name": SERVING, "namespace": NAMESPACE, "labels": labels},
-        "spec": {
-            "replicas": 2,
-            "selector": {"matchLabels": {"app.kubernetes.io/name": SERVING}},
-            "template": {
-                "metadata": {"labels": labels},
-                "spec": {
-                    "serviceAccountName": SERVING_ACCOUNT,
-                    "terminationGracePeriodSeconds": 30,
-                    "securityContext": pod_security(),
-                    "containers": [container],
-                    "volumes": [{"name": "tmp", "emptyDir": {}}],
-                },
-            },
-        },
-    }
+    pod = pod_of(container, {"serviceAccountName": SERVING_ACCOUNT, "terminationGracePeriodSeconds": 30})
+    return deployment_of({"name": SERVING, "namespace": NAMESPACE, "labels": labels}, 2, pod)
 
 
 def render_install() -> dict[str, str]:

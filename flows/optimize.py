@@ -58,8 +58,8 @@ from flows.parameters import (
 )
 from flows.reconcile import Table, conclude
 from flows.runs import flow
-from tasks.clients.cluster import connect, local_path_problem
-from tasks.clients.events import Subject, emit_change
+from tasks.clients.cluster import ObjectRef, connect, local_path_problem
+from tasks.clients.events import emit_change
 from tasks.clients.metrics.file import FileMetrics
 from tasks.clients.metrics.prometheus import PrometheusMetrics
 from tasks.clients.metrics.snapshot import MetricsSnapshot, MetricsSource
@@ -523,11 +523,11 @@ def emit_scaling_events(report: CycleReport) -> None:
             "reason": row.reason,
         }
         if row.kind == VARIANT_AUTOSCALING:
-            emit_change(Subject(LLMD_API, VARIANT_AUTOSCALING, row.name, row.namespace), "scaled", payload)
+            emit_change(ObjectRef(LLMD_API, VARIANT_AUTOSCALING, row.name, row.namespace), "scaled", payload)
         else:
             binding, _, target = row.name.partition("/")
             emit_change(
-                Subject(KTHENA_API, AUTOSCALING_POLICY_BINDING, binding, row.namespace),
+                ObjectRef(KTHENA_API, AUTOSCALING_POLICY_BINDING, binding, row.namespace),
                 "scaled",
                 {**payload, "target": target},
             )

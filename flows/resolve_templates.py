@@ -34,9 +34,9 @@ from tasks.aim.caches import SharedCaches
 from tasks.aim.read import read_aim_state, typed
 from tasks.aim.resolve import write_template_plan
 from tasks.aim.writes import WriteCounts, write_changed_status
-from tasks.clients.cluster import Cluster, Manifest, connect
+from tasks.clients.cluster import Cluster, Manifest, ObjectRef, connect
 from tasks.clients.cluster.errors import ClusterError
-from tasks.clients.events import Subject, emit_change
+from tasks.clients.events import emit_change
 from tasks.tracking import run_logger
 
 DEFAULT_INTERVAL_S = 300
@@ -112,7 +112,7 @@ def resolve_templates(namespaces: Namespaces = (), cluster: ClusterTarget = "") 
         for row in report.rows:
             if row.status == "Available":
                 emit_change(
-                    Subject(AIM_API_VERSION, AIM_SERVICE_TEMPLATE, row.name, row.namespace),
+                    ObjectRef(AIM_API_VERSION, AIM_SERVICE_TEMPLATE, row.name, row.namespace),
                     "available",
                     {"reason": row.reason},
                 )

@@ -28,8 +28,8 @@ from flows.parameters import KTHENA_NETWORKING, ROLLOUT_WORKLOAD, ClusterTarget,
 from flows.reconcile import Report, Table, conclude, reconcile_each
 from flows.runs import flow
 from tasks.aim.writes import WriteCounts
-from tasks.clients.cluster import ClusterError, Manifest, connect
-from tasks.clients.events import Subject, emit_change
+from tasks.clients.cluster import ClusterError, Manifest, ObjectRef, connect
+from tasks.clients.events import emit_change
 from tasks.rollout_models import ModelOutcome, RolloutOptions, list_models, reconcile_model
 from tasks.tracking import run_logger
 
@@ -152,7 +152,7 @@ def announce(outcome: ModelOutcome) -> None:
         outcome: One Model's outcome; nothing is emitted when it changed no workload.
     """
     emit_change(
-        Subject(KTHENA_API_VERSION, MODEL, outcome.name, outcome.namespace),
+        ObjectRef(KTHENA_API_VERSION, MODEL, outcome.name, outcome.namespace),
         "rolled-out",
         {"created": outcome.created, "updated": outcome.updated, "deleted": outcome.deleted, "result": outcome.result},
     )

@@ -34,8 +34,8 @@ from flows.runs import flow
 from tasks.aim.caches import SharedCaches
 from tasks.aim.read import AimState, read_aim_state, typed
 from tasks.aim.rollout import write_service_plan
-from tasks.clients.cluster import connect
-from tasks.clients.events import Subject, emit_change
+from tasks.clients.cluster import ObjectRef, connect
+from tasks.clients.events import emit_change
 
 DEFAULT_INTERVAL_S = 300
 
@@ -112,7 +112,7 @@ def announce(row: ServiceRow) -> None:
         row: One service's row; nothing is emitted when it created or updated nothing.
     """
     emit_change(
-        Subject(AIM_API_VERSION, AIM_SERVICE, row.name, row.namespace),
+        ObjectRef(AIM_API_VERSION, AIM_SERVICE, row.name, row.namespace),
         "rolled-out",
         {"action": row.action, "status": row.status, "workload": row.workload},
     )

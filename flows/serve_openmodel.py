@@ -28,10 +28,10 @@ from flows.exitcodes import flow_result
 from flows.parameters import ClusterTarget, ImageRef, NamespaceName, ObjectName, Setting
 from flows.runs import flow
 from tasks.caches import mark_used
-from tasks.clients.cluster import Cluster, Manifest, connect
+from tasks.clients.cluster import Cluster, Manifest, ObjectRef, connect
 from tasks.clients.cluster.errors import NotFound
 from tasks.clients.cluster.recorder import record_event
-from tasks.clients.events import Subject, emit_change
+from tasks.clients.events import emit_change
 from tasks.serve_openmodel import cache_condition, node_labels, read_openmodel, warm_cache, write_conditions
 from tasks.tracking import markdown_artifact, run_logger, tracked
 from tasks.workloads import WriteLog, read_live, write_object
@@ -147,7 +147,7 @@ def serve_openmodel(
         if cache is not None:
             mark_used(conn, cache, now)
         emit_change(
-            Subject(LLMAZ_API_VERSION, OPEN_MODEL, model),
+            ObjectRef(LLMAZ_API_VERSION, OPEN_MODEL, model),
             "served",
             {"namespace": namespace, "flavor": report.flavor, "reason": report.message},
         )

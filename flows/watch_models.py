@@ -29,8 +29,8 @@ from engine.api.registry import MODEL
 from engine.changes import UnobservedChange, new_changes
 from flows.parameters import MAX_WATCH_S, WATCH_SECONDS, ClusterTarget, Namespaces
 from flows.runs import flow
-from tasks.clients.cluster import connect
-from tasks.clients.events import Subject, emit_change
+from tasks.clients.cluster import ObjectRef, connect
+from tasks.clients.events import emit_change
 from tasks.tracking import run_logger, table_artifact, tracked
 
 DEFAULT_INTERVAL_S = 60
@@ -114,7 +114,7 @@ def announce(change: UnobservedChange, seen_as: str) -> None:
         seen_as: The watch event that showed it: ``ADDED`` (the state when the watch opened) or ``MODIFIED``.
     """
     emit_change(
-        Subject(KTHENA_API_VERSION, MODEL, change.name, change.namespace),
+        ObjectRef(KTHENA_API_VERSION, MODEL, change.name, change.namespace),
         "changed",
         {"generation": change.generation, "observedGeneration": change.observed_generation, "seenAs": seen_as},
     )

@@ -87,6 +87,51 @@ def container_security() -> dict[str, Any]:
     }
 
 
+def pod_of(container: dict[str, Any], fields: dict[str, Any]) -> dict[str, Any]:
+    """The pod spec of a workload running one of Modelplane's own containers: ``fields`` (its account, restart
+    policy, ...), then the non-root security context, the container, and the writable ``/tmp`` the container's
+    read-only root filesystem needs (the volume, and its mount as the container's last field).
+
+    Args:
+        container: The container (image, command, environment, ...), without volume mounts.
+        fields: The pod's own fields (service account, restart policy, ...), first in the spec.
+
+    Returns:
+        The pod spec.
+    """
+    return {
+        **fields,
+        "securityContext": pod_security(),
+        "containers": [{**container, "volumeMounts": [{"name": "tmp", "mountPath": "/tmp"}]}],
+        "volumes": [{"name": "tmp", "emptyDir": {}}],
+    }
+
+
+def deployment_of(meta: dict[str, Any], replicas: int, pod: dict[str, Any]) -> dict[str, Any]:
+    """A Deployment (``meta``: its name, namespace and labels) of ``replicas`` pods with spec ``pod`` and the
+    Deployment's labels, selected by its ``app.kubernetes.io/name`` label.
+
+    Args:
+        meta: The Deployment's metadata; its labels carry ``app.kubernetes.io/name``.
+        replicas: How many pods it runs.
+        pod: The pod spec (:func:`pod_of`).
+
+    Returns:
+        The Deployment manifest.
+    """
+    labels = meta["labels"]
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": meta,
+        "spec": {
+            "replicas": replicas,
+            "selector": {"matchLabels": {"app.kubernetes.io/name": labels["app.kubernetes.io/name"]}},
+            "template": {"metadata": {"labels": labels}, "spec": pod},
+        },
+    }
+
+
 # prefect-kubernetes copies the worker's PREFECT_API_KEY into every flow-run Job: as a plain env value unless these
 # name a Secret in the Jobs' namespace, in which case the Job refers to it (secretKeyRef) and the key appears in no
 # Job manifest. The worker's own key comes from the same Secret (prefect_client_env), so they cannot differ.
@@ -147,27 +192,9 @@ def worker_objects(
         "resources": {"requests": {"cpu": "100m", "memory": "256Mi"}, "limits": {"memory": "1Gi"}},
         "securityContext": container_security(),
         "livenessProbe": {"httpGet": {"path": "/health", "port": 8080}, "initialDelaySeconds": 30, "periodSeconds": 30},
-        "volumeMounts": [{"name": "tmp", "mountPath": "/tmp"}],
     }
-    deployment = {
-        "apiVersion": "apps/v1",
-        "kind": "Deployment",
-        "metadata": meta,
-        "spec": {
-            # One worker is enough for the pool's load (it only submits Jobs); a second replica is safe too.
-            "replicas": 1,
-            "selector": {"matchLabels": {"app.kubernetes.io/name": NAME}},
-            "template": {
-                "metadata": {"labels": LABELS},
-                "spec": {
-                    "serviceAccountName": NAME,
-                    "securityContext": pod_security(),
-                    "containers": [container],
-                    "volumes": [{"name": "tmp", "emptyDir": {}}],
-                },
-            },
-        },
-    }
+    # One worker is enough for the pool's load (it only submits Jobs); a second replica is safe too.
+    deployment = deployment_of(meta, 1, pod_of(container, {"serviceAccountName": NAME}))
     return [
         {
             "apiVersion": "v1",

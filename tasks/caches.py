@@ -183,9 +183,9 @@ def ensure_cache(
 def _emit_requested(cache: Manifest, requested_by: str) -> None:
     """``modelplane.aim.cache.requested`` (tasks.clients.events.CACHE_REQUESTED): the warm-caches deployment's
     trigger fills the new cache's namespace at once instead of at its next interval."""
-    from tasks.clients.events import Subject, emit_change
+    from tasks.clients.events import emit_change
 
-    emit_change(Subject.of(cache), "requested", {"requestedBy": requested_by, "source": cache["spec"]["sourceUri"]})
+    emit_change(ObjectRef.of(cache), "requested", {"requestedBy": requested_by, "source": cache["spec"]["sourceUri"]})
 
 
 def adopt(cluster: Cluster, cache: Accepted[ModelCache], requested_by: str) -> Accepted[ModelCache]:

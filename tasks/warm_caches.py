@@ -435,10 +435,10 @@ def emit_cache_event(cache: Manifest, status: str, reason: str, source_uri: str,
         source_uri: The model source the cache holds.
         pvc: The name of the cache's PVC.
     """
-    from tasks.clients.events import Subject, emit_change
+    from tasks.clients.events import emit_change
 
     emit_change(
-        Subject.of(cache), status.lower(), {"status": status, "reason": reason, "source": source_uri, "pvc": pvc}
+        ObjectRef.of(cache), status.lower(), {"status": status, "reason": reason, "source": source_uri, "pvc": pvc}
     )
 
 

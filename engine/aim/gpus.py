@@ -11,7 +11,7 @@ Pure.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -89,38 +89,33 @@ def _amd_device_model(device_id: str) -> str:
     return AMD_DEVICE_IDS.get(key, f"AMD-{key.upper()}")
 
 
+def _amd_labelled(labels: Mapping[str, str], keys: Sequence[str]) -> tuple[str, int | None, tuple[str, str]] | None:
+    """The AMD GPU named by one of ``keys``: the model as labelled, the count the label encodes (None: the
+    node's count label says it), and the label; or None when none is set.
+
+    A label ``<key>: <model>`` comes first; else a count-encoded one, ``<key>.<model>: <count>`` (the first in
+    label order whose count is not 0)."""
+    for key in keys:
+        if labels.get(key):
+            return labels[key], None, (key, labels[key])
+    for key, value in sorted(labels.items()):
+        for prefix in keys:
+            if key.startswith(prefix + ".") and value not in ("", "0"):
+                return key[len(prefix) + 1 :], _int(value), (key, value)
+    return None
+
+
 def node_gpu(node: Node) -> NodeGPU | None:
     """The GPU of a node from its labels (AMD device id, count-encoded ids, family; then NVIDIA
     product), or ``None`` when no model can be determined (such nodes are ignored, as upstream)."""
     labels: Mapping[str, str] = node.metadata.labels
     name = node.metadata.name or ""
     amd_count = _int(labels.get(AMD_COUNT_LABEL))
-    for key in AMD_DEVICE_LABELS:
-        if labels.get(key):
-            return NodeGPU(name, AMD_RESOURCE, _amd_device_model(labels[key]), amd_count, (key, labels[key]))
-    for key, value in sorted(labels.items()):
-        for prefix in AMD_DEVICE_LABELS:
-            if key.startswith(prefix + ".") and value not in ("", "0"):
-                return NodeGPU(
-                    name,
-                    AMD_RESOURCE,
-                    _amd_device_model(key[len(prefix) + 1 :]),
-                    _int(value) or amd_count,
-                    (key, value),
-                )
-    for key in AMD_FAMILY_LABELS:
-        if labels.get(key):
-            return NodeGPU(name, AMD_RESOURCE, normalize_gpu_model(labels[key]), amd_count, (key, labels[key]))
-    for key, value in sorted(labels.items()):
-        for prefix in AMD_FAMILY_LABELS:
-            if key.startswith(prefix + ".") and value not in ("", "0"):
-                return NodeGPU(
-                    name,
-                    AMD_RESOURCE,
-                    normalize_gpu_model(key[len(prefix) + 1 :]),
-                    _int(value) or amd_count,
-                    (key, value),
-                )
+    for keys, model_of in ((AMD_DEVICE_LABELS, _amd_device_model), (AMD_FAMILY_LABELS, normalize_gpu_model)):
+        found = _amd_labelled(labels, keys)
+        if found is not None:
+            model, count, label = found
+            return NodeGPU(name, AMD_RESOURCE, model_of(model), count or amd_count, label)
     product = labels.get(NVIDIA_PRODUCT_LABEL)
     if product:
         return NodeGPU(

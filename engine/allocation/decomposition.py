@@ -36,7 +36,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from engine.allocation.problem import ModelDemand, Prepared, unserved_load
+from engine.allocation.problem import ModelDemand, Prepared, deterministic_highs, unserved_load
 from engine.allocation.search import Item, Pattern, best_pattern, replica_ceiling
 
 SECONDS_PER_NODE = 8e-6
@@ -346,10 +346,7 @@ class _Master:
         self.highspy = highspy
         self.dec = dec
         self.stage = stage
-        self.h = h = highspy.Highs()
-        h.setOptionValue("output_flag", False)
-        h.setOptionValue("threads", 1)
-        h.setOptionValue("random_seed", 0)
+        self.h = h = deterministic_highs()
         self.n_models = n = len(dec.models)
         self.n_types = t = len(dec.types)
         inf = highspy.kHighsInf

@@ -18,7 +18,7 @@ import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from engine.allocation.problem import AllocationProblem, ModelDemand, Prepared, Status
+from engine.allocation.problem import AllocationProblem, ModelDemand, Prepared, Status, deterministic_highs
 from engine.allocation.search import replica_ceiling
 
 if TYPE_CHECKING:
@@ -224,10 +224,7 @@ class HighsStage:
         self.highspy = highspy
         self.prep = prep
         self.coupled = coupled
-        self.h = h = highspy.Highs()
-        h.setOptionValue("output_flag", False)
-        h.setOptionValue("threads", 1)
-        h.setOptionValue("random_seed", 0)
+        self.h = h = deterministic_highs()
         inf = highspy.kHighsInf
         loads = {m.name: m.load_rps for m in coupled}
         self.variants = [v for m in coupled for v in prep.usable[m.name]]

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 from engine.perf.queueing import SLO, PerfProfile, Workload
 from engine.perf.sizing import size_arrays
@@ -273,3 +273,14 @@ def level_key(models: list[ModelDemand], unserved: dict[str, float]) -> tuple[fl
     """Unserved load per priority level, highest priority first (compare lexicographically)."""
     levels = sorted({m.priority for m in models})
     return tuple(sum(unserved[m.name] for m in models if m.priority == p) for p in levels)
+
+
+def deterministic_highs(**options: float | int | bool) -> Any:
+    """A silent HiGHS solver that answers the same on every run (one thread, a fixed random seed), with
+    ``options`` set as well. ``highspy`` is imported here, when a solve needs it."""
+    import highspy
+
+    h = highspy.Highs()
+    for option, setting in {"output_flag": False, "threads": 1, "random_seed": 0, **options}.items():
+        h.setOptionValue(option, setting)
+    return h

@@ -235,42 +235,16 @@ def _validate(value: Any, schema: dict[str, Any], path: str, errors: list[FieldE
     elif isinstance(value, (int, float)) and not isinstance(value, bool):
         _validate_number(value, schema, path, shown, errors)
     elif isinstance(value, list):
-        if "minItems" in schema and len(value) < schema["minItems"]:
-            errors.append(
-                FieldError(
-                    path,
-                    "FieldValueInvalid",
-                    f"Invalid value: {len(value)}: {shown} in body should have at least {schema['minItems']} items",
-                )
-            )
-        if "maxItems" in schema and len(value) > schema["maxItems"]:
-            errors.append(
-                FieldError(
-                    path, "FieldValueTooMany", f"Too many: {len(value)}: must have at most {schema['maxItems']} items"
-                )
-            )
+        _validate_size(len(value), schema.get("minItems"), schema.get("maxItems"), "items", path, shown, errors)
         items = schema.get("items")
         if isinstance(items, dict):
             for i, item in enumerate(value):
                 _validate(item, items, f"{path}[{i}]", errors)
         _validate_list_type(value, schema, path, errors)
     elif isinstance(value, dict):
-        if "minProperties" in schema and len(value) < schema["minProperties"]:
-            errors.append(
-                FieldError(
-                    path,
-                    "FieldValueInvalid",
-                    f"Invalid value: {len(value)}: {shown} in body should have at least {schema['minProperties']} properties",
-                )
-            )
-        if "maxProperties" in schema and len(value) > schema["maxProperties"]:
-            errors.append(
-                FieldError(
-                    path,
-                    "FieldValueInvalid",
-                    f"Invalid value: {len(value)}: {shown} in body should have at most {schema['maxProperties']} properties",
-                )
-            )
+        _validate_size(
+            len(value), schema.get("minProperties"), schema.get("maxProperties"), "properties", path, shown, errors
+        )
         for req in schema.get("required") or ():
             if req not in value:
                 errors.append(FieldError(_join(path, req), "FieldValueRequired", "Required value"))
@@ -353,6 +327,26 @@ def validate_quiet(value: Any, schema: dict[str, Any], path: str) -> list[FieldE
     errors: list[FieldError] = []
     _validate(value, schema, path, errors)
     return errors
+
+
+def _validate_size(
+    size: int, low: int | None, high: int | None, noun: str, path: str, shown: str, errors: list[FieldError]
+) -> None:
+    """``minItems``/``maxItems`` of a list (``noun`` "items") or ``minProperties``/``maxProperties`` of an object
+    ("properties"), in apimachinery's words: too many items is ``FieldValueTooMany``, every other miss an invalid
+    value."""
+    if low is not None and size < low:
+        errors.append(
+            FieldError(
+                path, "FieldValueInvalid", f"Invalid value: {size}: {shown} in body should have at least {low} {noun}"
+            )
+        )
+    if high is not None and size > high:
+        if noun == "items":
+            errors.append(FieldError(path, "FieldValueTooMany", f"Too many: {size}: must have at most {high} items"))
+        else:
+            message = f"Invalid value: {size}: {shown} in body should have at most {high} {noun}"
+            errors.append(FieldError(path, "FieldValueInvalid", message))
 
 
 def _validate_string(value: str, schema: dict[str, Any], path: str, shown: str, errors: list[FieldError]) -> None:

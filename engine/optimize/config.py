@@ -17,9 +17,9 @@ Formats (as the Workload Variant Autoscaler uses them):
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal, TypeVar
 
 import yaml
 
@@ -30,6 +30,8 @@ ACCELERATOR_COSTS_CONFIGMAP = "accelerator-unit-costs"
 SERVICE_CLASSES_CONFIGMAP = "service-classes-config"
 SATURATION_CONFIGMAP = "saturation-scaling-config"
 INVENTORY_CONFIGMAP = "accelerator-inventory"
+
+Entry = TypeVar("Entry")
 
 
 class ConfigError(InputError):
@@ -87,33 +89,33 @@ def _positive_number(value: Any, source: str, what: str) -> float:
 
 def parse_accelerator_costs(data: Mapping[str, str]) -> tuple[dict[str, AcceleratorCost], list[ConfigError]]:
     """Parse ``accelerator-unit-costs``; returns the good entries and one error per bad key."""
-    costs: dict[str, AcceleratorCost] = {}
-    errors: list[ConfigError] = []
-    for key in sorted(data):
-        source = f"{ACCELERATOR_COSTS_CONFIGMAP}/{key}"
-        try:
-            entry = json.loads(data[key])
-            if not isinstance(entry, dict):
-                raise ConfigError(source, "value must be a JSON object with 'device' and 'cost'")
-            if "cost" not in entry:
-                raise ConfigError(source, "missing 'cost'")
-            cost = _positive_number(entry["cost"], source, "cost")
-            costs[key] = AcceleratorCost(name=key, device=str(entry.get("device", key)), cost=cost)
-        except json.JSONDecodeError as exc:
-            errors.append(ConfigError(source, f"invalid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}"))
-        except ConfigError as exc:
-            errors.append(exc)
-    return costs, errors
+    return _parse_entries(data, ACCELERATOR_COSTS_CONFIGMAP, _accelerator_cost)
+
+
+def _accelerator_cost(key: str, value: str, source: str) -> AcceleratorCost:
+    entry = _mapping(value, source, "JSON", "a JSON object with 'device' and 'cost'")
+    if "cost" not in entry:
+        raise ConfigError(source, "missing 'cost'")
+    cost = _positive_number(entry["cost"], source, "cost")
+    return AcceleratorCost(name=key, device=str(entry.get("device", key)), cost=cost)
+
+
+def _mapping(value: str, source: str, language: Literal["JSON", "YAML"], expected: str) -> dict[str, Any]:
+    """An entry's value parsed as ``language``: it must be ``expected`` (a mapping), else a ConfigError saying why."""
+    try:
+        doc = json.loads(value) if language == "JSON" else yaml.safe_load(value)
+    except json.JSONDecodeError as exc:
+        raise ConfigError(source, f"invalid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}") from None
+    except yaml.YAMLError as exc:
+        raise ConfigError(source, f"invalid YAML: {exc}") from None
+    if not isinstance(doc, dict):
+        raise ConfigError(source, f"value must be {expected}")
+    return doc
 
 
 def parse_service_class(value: str, source: str) -> ServiceClass:
     """Parse one service-class YAML document (the value behind a VariantAutoscaling's ``sloClassRef``)."""
-    try:
-        doc = yaml.safe_load(value)
-    except yaml.YAMLError as exc:
-        raise ConfigError(source, f"invalid YAML: {exc}") from None
-    if not isinstance(doc, dict):
-        raise ConfigError(source, "value must be a YAML mapping with name, priority and data")
+    doc = _mapping(value, source, "YAML", "a YAML mapping with name, priority and data")
     name = doc.get("name")
     if not isinstance(name, str) or not name:
         raise ConfigError(source, "'name' must be a non-empty string")
@@ -160,29 +162,34 @@ def parse_service_classes(
     data: Mapping[str, str], configmap: str = SERVICE_CLASSES_CONFIGMAP
 ) -> tuple[dict[str, ServiceClass], list[ConfigError]]:
     """Parse every key of a service-classes ConfigMap; returns classes by key and per-key errors."""
-    classes: dict[str, ServiceClass] = {}
-    errors: list[ConfigError] = []
-    for key in sorted(data):
-        try:
-            classes[key] = parse_service_class(data[key], f"{configmap}/{key}")
-        except ConfigError as exc:
-            errors.append(exc)
-    return classes, errors
+    return _parse_entries(data, configmap, lambda key, value, source: parse_service_class(value, source))
 
 
 def parse_inventory(data: Mapping[str, str]) -> tuple[dict[str, int], list[ConfigError]]:
     """Parse ``accelerator-inventory``: accelerator name -> number of accelerators available."""
-    inventory: dict[str, int] = {}
+    return _parse_entries(data, INVENTORY_CONFIGMAP, _inventory_count)
+
+
+def _inventory_count(key: str, value: str, source: str) -> int:
+    try:
+        count = int(str(value).strip())
+    except ValueError:
+        raise ConfigError(source, f"count must be an integer, got {value!r}") from None
+    if count < 0:
+        raise ConfigError(source, f"count must be >= 0, got {count}")
+    return count
+
+
+def _parse_entries(
+    data: Mapping[str, str], configmap: str, parse: Callable[[str, str, str], Entry]
+) -> tuple[dict[str, Entry], list[ConfigError]]:
+    """Each key of a ConfigMap parsed on its own by ``parse(key, value, "<configmap>/<key>")``: the good entries by
+    key, and one error per bad key (a bad entry never hides the good ones)."""
+    entries: dict[str, Entry] = {}
     errors: list[ConfigError] = []
     for key in sorted(data):
-        source = f"{INVENTORY_CONFIGMAP}/{key}"
         try:
-            count = int(str(data[key]).strip())
-        except ValueError:
-            errors.append(ConfigError(source, f"count must be an integer, got {data[key]!r}"))
-            continue
-        if count < 0:
-            errors.append(ConfigError(source, f"count must be >= 0, got {count}"))
-            continue
-        inventory[key] = count
-    return inventory, errors
+            entries[key] = parse(key, data[key], f"{configmap}/{key}")
+        except ConfigError as exc:
+            errors.append(exc)
+    return entries, errors

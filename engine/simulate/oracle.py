@@ -38,6 +38,7 @@ from typing import Any
 
 import numpy as np
 
+from engine.allocation.problem import deterministic_highs
 from engine.simulate.records import Controller, Observation, SimConfig, Trace, VariantModel
 from engine.simulate.replay import simulate
 from engine.simulate.scenario import Scenario
@@ -390,15 +391,7 @@ class _ScheduleModel:
         """The alive replicas per (variant, interval) of the best schedule found, and how the solve ended."""
         import highspy
 
-        h = highspy.Highs()
-        for option, setting in (
-            ("output_flag", False),
-            ("threads", 1),
-            ("random_seed", 0),
-            ("mip_rel_gap", MIP_REL_GAP),
-            ("mip_max_nodes", max_nodes),
-        ):
-            h.setOptionValue(option, setting)
+        h = deterministic_highs(mip_rel_gap=MIP_REL_GAP, mip_max_nodes=max_nodes)
         columns = len(self.cost)
         inf = highspy.kHighsInf
         h.addVars(columns, np.zeros(columns), np.minimum(self.upper, inf))

@@ -17,9 +17,9 @@ run) and after the change is stored, so the triggered flow reads the new state.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from engine.api.refs import ObjectRef
 from engine.api.registry import family_of, group_of, kind_info
 from tasks.tracking import in_untracked_run
 
@@ -44,59 +44,70 @@ VARIANT_SCALED = "modelplane.llmd.variantautoscaling.scaled"
 BINDING_TARGET_SCALED = "modelplane.kthena.binding.scaled"
 
 
-@dataclass(frozen=True)
-class Subject:
-    """The Kubernetes object an event is about."""
+def event_name(subject: ObjectRef, transition: str) -> str:
+    """``modelplane.<family>.<kind>.<transition>``.
 
-    api_version: str
-    kind: str
-    name: str
-    namespace: str | None = None
+    Args:
+        subject: The object the event is about.
+        transition: What happened to it (``available``, ``rolled-out``, ...).
 
-    @classmethod
-    def of(cls, obj: Mapping[str, Any]) -> Subject:
-        """The subject of a manifest."""
-        meta = obj.get("metadata") or {}
-        return cls(obj["apiVersion"], obj["kind"], meta["name"], meta.get("namespace"))
+    Returns:
+        The event's name.
+    """
+    return f"{PREFIX}.{_family(subject)}.{_short_kind(subject)}.{transition}"
 
-    @property
-    def family(self) -> str:
-        """The API family in the resource id (``aim``, ``kthena``, ``llmd``, ``llmaz``, ...)."""
-        group = group_of(self.api_version)
-        return family_of(group) or BUILTIN_FAMILIES.get(group, group.split(".")[0] or "core")
 
-    @property
-    def short_kind(self) -> str:
-        """The kind in the resource id (``template``, ``cache``, ``binding``, ...)."""
-        info = kind_info(self.api_version, self.kind)
-        return info.short_kind if info is not None else self.kind.lower()
+def resource_id(subject: ObjectRef) -> str:
+    """``modelplane.<family>.<kind>[.<namespace>].<name>``.
 
-    @property
-    def resource_id(self) -> str:
-        """``modelplane.<family>.<kind>[.<namespace>].<name>``."""
-        parts = [PREFIX, self.family, self.short_kind, *([self.namespace] if self.namespace else []), self.name]
-        return ".".join(parts)
+    Args:
+        subject: The object the resource id names.
 
-    def event_name(self, transition: str) -> str:
-        """``modelplane.<family>.<kind>.<transition>``."""
-        return f"{PREFIX}.{self.family}.{self.short_kind}.{transition}"
+    Returns:
+        The Prefect resource id of the object.
+    """
+    namespace = [subject.namespace] if subject.namespace else []
+    return ".".join([PREFIX, _family(subject), _short_kind(subject), *namespace, subject.name])
 
-    def resource(self) -> dict[str, str]:
-        """The Prefect resource: id, display name and the labels triggers read."""
-        labels = {
-            "prefect.resource.id": self.resource_id,
-            "prefect.resource.name": f"{self.namespace}/{self.name}" if self.namespace else self.name,
-            "modelplane.kind": self.kind,
-            "modelplane.api-version": self.api_version,
-            "modelplane.name": self.name,
-        }
-        if self.namespace:
-            labels["modelplane.namespace"] = self.namespace
-        return labels
+
+def resource(subject: ObjectRef) -> dict[str, str]:
+    """The Prefect resource of ``subject``: id, display name and the labels triggers read.
+
+    Args:
+        subject: The object the event is about.
+
+    Returns:
+        The resource's labels, its id and name included.
+    """
+    labels = {
+        "prefect.resource.id": resource_id(subject),
+        "prefect.resource.name": f"{subject.namespace}/{subject.name}" if subject.namespace else subject.name,
+        "modelplane.kind": subject.kind,
+        "modelplane.api-version": subject.api_version,
+        "modelplane.name": subject.name,
+    }
+    if subject.namespace:
+        labels["modelplane.namespace"] = subject.namespace
+    return labels
+
+
+def _family(subject: ObjectRef) -> str:
+    """The API family in the resource id (``aim``, ``kthena``, ``llmd``, ``llmaz``, ...)."""
+    group = group_of(subject.api_version)
+    return family_of(group) or BUILTIN_FAMILIES.get(group, group.split(".")[0] or "core")
+
+
+def _short_kind(subject: ObjectRef) -> str:
+    """The kind in the resource id (``template``, ``cache``, ``binding``, ...)."""
+    info = kind_info(subject.api_version, subject.kind)
+    return info.short_kind if info is not None else subject.kind.lower()
 
 
 def emit_change(
-    subject: Subject, transition: str, payload: Mapping[str, Any] | None = None, related: list[Subject] | None = None
+    subject: ObjectRef,
+    transition: str,
+    payload: Mapping[str, Any] | None = None,
+    related: list[ObjectRef] | None = None,
 ) -> Event | None:
     """Emit ``modelplane.<family>.<kind>.<transition>`` about ``subject``.
 
@@ -117,8 +128,8 @@ def emit_change(
     from prefect.events import emit_event
 
     return emit_event(
-        event=subject.event_name(transition),
-        resource=subject.resource(),
-        related=[{**other.resource(), "prefect.resource.role": "modelplane-object"} for other in related or []],
+        event=event_name(subject, transition),
+        resource=resource(subject),
+        related=[{**resource(other), "prefect.resource.role": "modelplane-object"} for other in related or []],
         payload=dict(payload or {}),
     )

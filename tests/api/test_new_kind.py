@@ -27,7 +27,7 @@ from tasks.boundary import accept, collecting
 from tasks.clients.cluster import LocalCluster, ObjectRef
 from tasks.clients.cluster.errors import Invalid, NotFound
 from tasks.clients.cluster.resources import resource_for
-from tasks.clients.events import Subject
+from tasks.clients.events import event_name
 
 GIZMO_API = "gizmos.example.test/v1"
 
@@ -140,7 +140,7 @@ def test_the_local_backend_serves_and_enforces_it(with_gizmo: KindInfo, tmp_path
     assert bad.value.field == "spec.size"
     cluster.patch_status(ObjectRef.of(created), {"status": "Ready"})
     assert cluster.get(GIZMO_API, "Gizmo", "g", "ns")["status"] == {"status": "Ready"}
-    assert Subject.of(created).short_kind == "gizmo"
+    assert event_name(ObjectRef.of(created), "changed") == "modelplane.gizmos.gizmo.changed"
 
 
 def test_the_boundary_reader_marks_an_invalid_one_failed(with_gizmo: KindInfo, tmp_path: pathlib.Path) -> None:

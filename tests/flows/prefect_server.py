@@ -16,7 +16,7 @@ import httpx
 import pytest
 
 from flows.deployments import load_entry_flow
-from tasks.clients.events import Subject
+from tasks.clients.cluster import ObjectRef
 from tests.prefect_db import SERVER_ENV, seed_prefect_home, trust_env
 from tests.servers.processes import stop_process
 
@@ -198,11 +198,11 @@ class PrefectServer:
             event_filter["related"] = {"id": [related]}
         return self.post("/events/filter", {"filter": event_filter, "limit": 50})["events"]
 
-    def emit(self, subject: Subject, transition: str) -> None:
+    def emit(self, subject: ObjectRef, transition: str) -> None:
         """Emit ``transition`` about ``subject`` with tasks.clients.events from another process, as a flow would."""
         code = (
-            "import sys; from prefect.events.worker import EventsWorker; from tasks.clients.events import Subject, emit_change; "
-            "s = Subject(*sys.argv[1:5]); e = emit_change(s, sys.argv[5]); EventsWorker.drain_all(); "
+            "import sys; from prefect.events.worker import EventsWorker; from engine.api.refs import ObjectRef; from tasks.clients.events import emit_change; "
+            "s = ObjectRef(*sys.argv[1:5]); e = emit_change(s, sys.argv[5]); EventsWorker.drain_all(); "
             "sys.exit(0 if e is not None else 1)"
         )
         args = [subject.api_version, subject.kind, subject.name, subject.namespace or ""]

@@ -24,7 +24,8 @@ import pytest
 
 from engine.api.registry import KINDS
 from flows.deployments import triggers_of
-from tasks.clients.events import Subject
+from tasks.clients import events
+from tasks.clients.cluster import ObjectRef
 from tests.flows.platform_deployed import (
     ENTRIES,
     automations_of,
@@ -109,12 +110,12 @@ def test_an_emitted_event_triggers_the_next_flow(
         assert_optimize_events(platform, run["id"])
 
 
-def subject_for(resource_pattern: str, event_name: str) -> Subject:
-    """A Subject of the kind the trigger matches (``modelplane.<family>.<kind>.*``), in the example namespace."""
+def subject_for(resource_pattern: str, event_name: str) -> ObjectRef:
+    """The object of the kind the trigger matches (``modelplane.<family>.<kind>.*``), in the example namespace."""
     prefix = event_name.rsplit(".", 1)[0]
     for info in KINDS:
-        subject = Subject(info.api_version, info.kind, "triggered-object", "llm-serving" if info.namespaced else None)
-        if subject.event_name("x").rsplit(".", 1)[0] == prefix:
+        subject = ObjectRef(info.api_version, info.kind, "triggered-object", "llm-serving" if info.namespaced else None)
+        if events.event_name(subject, "x").rsplit(".", 1)[0] == prefix:
             assert resource_pattern.rstrip("*").rstrip(".") == prefix
             return subject
     raise AssertionError(f"no Modelplane kind emits {event_name}")

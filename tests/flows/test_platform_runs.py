@@ -27,8 +27,7 @@ import yaml
 
 from flows.deployments import deployment_entries
 from flows.exitcodes import DEGRADED_STATE
-from tasks.clients.cluster import LocalCluster
-from tasks.clients.events import Subject
+from tasks.clients.cluster import LocalCluster, ObjectRef
 from tests.flows.platform_deployed import (
     deploy_on_process_pool,
     example_cluster,
@@ -240,11 +239,11 @@ def add_namespace_copy(cluster: pathlib.Path, namespace: str) -> None:
     (cluster / f"90-{namespace}.yaml").write_text(yaml.safe_dump_all(copies, sort_keys=False))
 
 
-def emit_all(platform: PrefectServer, events: list[tuple[Subject, str]]) -> None:
+def emit_all(platform: PrefectServer, events: list[tuple[ObjectRef, str]]) -> None:
     """Emit every event from one process, back to back, with tasks.clients.events (as one flow run would)."""
     code = (
-        "import json, sys; from prefect.events.worker import EventsWorker; from tasks.clients.events import Subject, emit_change; "
-        "sent = [emit_change(Subject(*s), t) for s, t in json.loads(sys.argv[1])]; EventsWorker.drain_all(); "
+        "import json, sys; from prefect.events.worker import EventsWorker; from engine.api.refs import ObjectRef; from tasks.clients.events import emit_change; "
+        "sent = [emit_change(ObjectRef(*s), t) for s, t in json.loads(sys.argv[1])]; EventsWorker.drain_all(); "
         "sys.exit(0 if all(sent) else 1)"
     )
     payload = json.dumps([[[s.api_version, s.kind, s.name, s.namespace], t] for s, t in events])
@@ -329,7 +328,7 @@ def test_chained_events_across_namespaces_reconcile_everything_and_cancel_nothin
         emit_all(
             platform,
             [
-                (Subject(AIM, kind, f"chained-{kind.lower()}", namespace), "available")
+                (ObjectRef(AIM, kind, f"chained-{kind.lower()}", namespace), "available")
                 for namespace in namespaces
                 for kind in ("AIMServiceTemplate", "ModelCache")
             ],

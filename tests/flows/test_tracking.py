@@ -84,11 +84,12 @@ def test_an_untracked_run_sends_no_event_and_has_no_run_state() -> None:
     """Inside an untracked run there is no API to send an event to, and no run state to name Degraded: the
     flow's report says it all. Outside one (a helper emitting for a test, a Prefect run) both are as before."""
     from flows.exitcodes import flow_result
-    from tasks.clients.events import Subject, emit_change
+    from tasks.clients.cluster import ObjectRef
+    from tasks.clients.events import emit_change
     from tasks.tracking import untracked_run
 
     report = object()
     with untracked_run():
-        assert emit_change(Subject("v1", "ConfigMap", "x", "ns"), "changed") is None
+        assert emit_change(ObjectRef("v1", "ConfigMap", "x", "ns"), "changed") is None
         assert flow_result(report, ["metrics missing"]) is report
     assert flow_result(report, ["metrics missing"]) is not report

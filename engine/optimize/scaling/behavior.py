@@ -321,13 +321,8 @@ def _window_corrected(history: Sequence[Sample], period: float, now: datetime) -
 
 
 def _past_low(history: Sequence[Sample], period: float, current: int, now: datetime) -> int:
-    """Smallest count in effect within ``period`` (including current): base of scale-up limits."""
+    """Smallest count in effect within ``period`` (including current): base of the panic limit."""
     return min([current, *_window_corrected(history, period, now)])
-
-
-def _past_high(history: Sequence[Sample], period: float, current: int, now: datetime) -> int:
-    """Largest count in effect within ``period`` (including current): base of scale-down limits."""
-    return max([current, *_window_corrected(history, period, now)])
 
 
 # --------------------------------------------------------------------------------------------
@@ -352,26 +347,17 @@ def _refresh_panic(
     return now + timedelta(seconds=panic.panic_mode_hold)
 
 
-def _scale_up_limit(policy: StablePolicy, base: int) -> float:
-    """Highest count reachable from ``base`` under the stable scale-up policy."""
-    absolute = base + policy.instances
-    relative = base + base * policy.percent // 100
+def _stable_limit(policy: StablePolicy, base: int, up: bool) -> float:
+    """Farthest count reachable from ``base`` under a stable policy, upwards (``up``) or downwards: ``base`` moved
+    by ``instances`` or by ``percent`` of it, the farther of the two for ``Or``, the nearer for ``And``."""
+    sign = 1 if up else -1
+    absolute = base + sign * policy.instances
+    relative = base + sign * (base * policy.percent // 100)
     if policy.select_policy == SELECT_OR:
-        return max(absolute, relative)
+        return max(absolute, relative) if up else min(absolute, relative)
     if policy.select_policy == SELECT_AND:
-        return min(absolute, relative)
-    return math.inf
-
-
-def _scale_down_limit(policy: StablePolicy, base: int) -> float:
-    """Lowest count reachable from ``base`` under the scale-down policy."""
-    absolute = base - policy.instances
-    relative = base - base * policy.percent // 100
-    if policy.select_policy == SELECT_OR:
-        return min(absolute, relative)
-    if policy.select_policy == SELECT_AND:
-        return max(absolute, relative)
-    return -math.inf
+        return min(absolute, relative) if up else max(absolute, relative)
+    return sign * math.inf
 
 
 def _correct_panic(current: int, recommended: int, behavior: Behavior, history: Sequence[Sample], now: datetime) -> int:
@@ -389,28 +375,19 @@ def _correct_panic(current: int, recommended: int, behavior: Behavior, history: 
     return max(corrected, current)
 
 
-def _correct_scale_up(
-    current: int, recommended: int, behavior: Behavior, history: Sequence[Sample], now: datetime
+def _correct_stable(
+    current: int, recommended: int, policy: StablePolicy, history: Sequence[Sample], now: datetime
 ) -> int:
-    """Stable scale-up: the lowest recommendation in the window, then the per-period rate limit."""
-    policy = behavior.scale_up
-    corrected = min([recommended, *_window_recommendations(history, policy.stabilization_window, now)])
+    """Stable scale-up (scale-down), one rule and its mirror: the lowest (highest) recommendation in the
+    stabilization window, then the per-period rate limit from the lowest (highest) count in effect within the
+    period; never below (above) ``current``."""
+    up = recommended > current
+    cautious = min if up else max
+    corrected = cautious([recommended, *_window_recommendations(history, policy.stabilization_window, now)])
     if policy.period > 0:
-        limit = _scale_up_limit(policy, _past_low(history, policy.period, current, now))
-        corrected = int(min(corrected, limit))
-    return max(corrected, current)
-
-
-def _correct_scale_down(
-    current: int, recommended: int, behavior: Behavior, history: Sequence[Sample], now: datetime
-) -> int:
-    """Stable scale-down: the highest recommendation in the window, then the per-period rate limit."""
-    policy = behavior.scale_down
-    corrected = max([recommended, *_window_recommendations(history, policy.stabilization_window, now)])
-    if policy.period > 0:
-        limit = _scale_down_limit(policy, _past_high(history, policy.period, current, now))
-        corrected = int(max(corrected, limit))
-    return min(corrected, current)
+        base = cautious([current, *_window_corrected(history, policy.period, now)])
+        corrected = int(cautious(corrected, _stable_limit(policy, base, up)))
+    return max(corrected, current) if up else min(corrected, current)
 
 
 def _prune(history: Sequence[Sample], horizon: float, now: datetime) -> list[Sample]:
@@ -459,9 +436,9 @@ def correct(
     if in_panic:
         corrected = _correct_panic(current, recommended, behavior, history, now)
     elif recommended > current:
-        corrected = _correct_scale_up(current, recommended, behavior, history, now)
+        corrected = _correct_stable(current, recommended, behavior.scale_up, history, now)
     elif recommended < current:
-        corrected = _correct_scale_down(current, recommended, behavior, history, now)
+        corrected = _correct_stable(current, recommended, behavior.scale_down, history, now)
     else:
         corrected = recommended
     if min_replicas is not None:

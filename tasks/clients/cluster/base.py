@@ -12,23 +12,11 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol, runtime_checkable
 
+from engine.api.refs import ObjectRef
+
+__all__ = ["Cluster", "Manifest", "Mutation", "ObjectRef", "Scale", "WatchEvent", "WatchEventType"]
+
 Manifest = dict[str, Any]
-
-
-@dataclass(frozen=True)
-class ObjectRef:
-    """Identifies one object: ``apiVersion`` + ``kind`` + ``name`` (+ ``namespace`` if namespaced)."""
-
-    api_version: str
-    kind: str
-    name: str
-    namespace: str | None = None
-
-    @classmethod
-    def of(cls, obj: Manifest) -> ObjectRef:
-        """The reference of a manifest."""
-        meta = obj.get("metadata") or {}
-        return cls(obj["apiVersion"], obj["kind"], meta["name"], meta.get("namespace"))
 
 
 @dataclass(frozen=True)

@@ -11,10 +11,45 @@ disagree and a kind added to the registry is served with no edit here.
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Generic, TypeVar
 
 from engine.api.registry import KindInfo, kind_info, kinds
 from tasks.clients.cluster.errors import NotFound
+
+Fact = TypeVar("Fact")
+
+
+class KindTable(Generic[Fact]):
+    """One fact per ``(apiVersion, kind)`` (its REST resource, its schema): what is registered at run time wins,
+    else the fact derived from the kind's entry in the kind registry; None for a kind neither knows. Thread-safe."""
+
+    def __init__(
+        self, derive: Callable[[KindInfo], Fact], registered: dict[tuple[str, str], Fact] | None = None
+    ) -> None:
+        self._lock = threading.Lock()
+        self._registered = dict(registered or {})
+        self._derive = derive
+
+    def register(self, api_version: str, kind: str, fact: Fact) -> None:
+        """Record the fact of ``apiVersion``/``kind``, over the kind registry's."""
+        with self._lock:
+            self._registered[(api_version, kind)] = fact
+
+    def lookup(self, api_version: str, kind: str) -> Fact | None:
+        """The fact of ``apiVersion``/``kind``: registered, else derived from the kind registry, else None."""
+        with self._lock:
+            found = self._registered.get((api_version, kind))
+        if found is not None:
+            return found
+        info = kind_info(api_version, kind)
+        return self._derive(info) if info is not None else None
+
+    def registered(self) -> dict[tuple[str, str], Fact]:
+        """A copy of what was registered (the kind registry's kinds are not in it)."""
+        with self._lock:
+            return dict(self._registered)
 
 
 @dataclass(frozen=True)
@@ -97,8 +132,7 @@ def custom_resource(info: KindInfo) -> ResourceInfo:
     )
 
 
-_lock = threading.Lock()
-_table: dict[tuple[str, str], ResourceInfo] = {(r.api_version, r.kind): r for r in BUILTIN_KINDS}
+_table: KindTable[ResourceInfo] = KindTable(custom_resource, {(r.api_version, r.kind): r for r in BUILTIN_KINDS})
 """Built-in kinds and those registered at run time (:func:`register`); they win over the kind registry."""
 
 
@@ -111,8 +145,7 @@ def register(info: ResourceInfo) -> ResourceInfo:
     Returns:
         ``info``.
     """
-    with _lock:
-        _table[(info.api_version, info.kind)] = info
+    _table.register(info.api_version, info.kind, info)
     return info
 
 
@@ -126,12 +159,7 @@ def lookup(api_version: str, kind: str) -> ResourceInfo | None:
     Returns:
         The kind's REST resource, or None.
     """
-    with _lock:
-        found = _table.get((api_version, kind))
-    if found is not None:
-        return found
-    info = kind_info(api_version, kind)
-    return custom_resource(info) if info is not None else None
+    return _table.lookup(api_version, kind)
 
 
 def resource_for(api_version: str, kind: str) -> ResourceInfo:
@@ -163,8 +191,7 @@ def known_kinds() -> list[ResourceInfo]:
     Returns:
         Every known kind's REST resource.
     """
-    with _lock:
-        table = dict(_table)
+    table = _table.registered()
     for info in kinds():
         table.setdefault((info.api_version, info.kind), custom_resource(info))
     return list(table.values())

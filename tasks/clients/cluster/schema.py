@@ -19,20 +19,18 @@ A local manifests folder's own CustomResourceDefinition documents serve their ki
 from __future__ import annotations
 
 import copy
-import threading
 from dataclasses import dataclass
 from typing import Any
 
 from engine.api import schema as rules
 from engine.api.crds import structural_schema
-from engine.api.registry import kind_info
 from engine.api.views import CustomResourceDefinition
 from tasks.clients.cluster.base import Manifest
 from tasks.clients.cluster.errors import Invalid
-from tasks.clients.cluster.resources import ResourceInfo, register
+from tasks.clients.cluster.resources import KindTable, ResourceInfo, register
 
-_lock = threading.Lock()
-_registered: dict[tuple[str, str], dict[str, Any]] = {}
+_schemas: KindTable[dict[str, Any]] = KindTable(structural_schema)
+"""The schemas of the CRDs registered at run time (:func:`register_crd`); the kind registry's kinds' otherwise."""
 
 
 def schema_for(api_version: str, kind: str) -> dict[str, Any] | None:
@@ -45,12 +43,7 @@ def schema_for(api_version: str, kind: str) -> dict[str, Any] | None:
     Returns:
         The registered CRD's schema, else the kind registry's, else None.
     """
-    with _lock:
-        found = _registered.get((api_version, kind))
-    if found is not None:
-        return found
-    info = kind_info(api_version, kind)
-    return structural_schema(info) if info is not None else None
+    return _schemas.lookup(api_version, kind)
 
 
 @dataclass(frozen=True)
@@ -109,8 +102,7 @@ def register_crd(crd: Manifest) -> list[ResourceInfo]:
     for served in served_versions(crd):
         info = register(served.info)
         if served.schema is not None:
-            with _lock:
-                _registered[(info.api_version, info.kind)] = served.schema
+            _schemas.register(info.api_version, info.kind, served.schema)
         infos.append(info)
     return infos
 

@@ -61,7 +61,9 @@ from tasks.clients.metrics.snapshot import (
     METRIC_NAME,
     InstanceKey,
     MetricsFileError,
+    MetricsRequest,
     MetricsSnapshot,
+    MetricsSource,
     Missing,
     ModelKey,
     ModelLoad,
@@ -89,7 +91,7 @@ class _FileDocument:
     instances: dict[InstanceKey, dict[str, float]]
 
 
-class FileMetrics:
+class FileMetrics(MetricsSource):
     """A :class:`MetricsSource` backed by a YAML file (format in the module docstring)."""
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
@@ -98,20 +100,13 @@ class FileMetrics:
     def __repr__(self) -> str:
         return f"FileMetrics({str(self.path)!r})"
 
-    def collect(
-        self,
-        models: Iterable[ModelKey],
-        instance_metric_names: Iterable[str] = (),
-        instance_namespaces: Iterable[str] | None = None,
-        latency_windows: Mapping[ModelKey, float] | None = None,
-    ) -> MetricsSnapshot:
-        """The file's loads and pods for ``models``; see :class:`MetricsSource`."""
+    def collect_request(self, request: MetricsRequest) -> MetricsSnapshot:
+        """The file's loads and pods for the request's models; see :class:`MetricsSource`."""
         document = self.read()
-        keys = sorted(set(models))
         loads: dict[ModelKey, ModelLoad] = {}
         pods: dict[ModelKey, list[PodMetrics]] = {}
         missing = Missing()
-        for key in keys:
+        for key in request.models:
             entry = document.models.get(key)
             if entry is None or entry.load is None:
                 missing.add(f"no load for {key} in {self.path}", key)
@@ -121,8 +116,8 @@ class FileMetrics:
                 missing.add(f"no pod metrics for {key} in {self.path}", key)
             else:
                 pods[key] = list(entry.pods)
-        names = set(checked_metric_names(instance_metric_names))
-        namespaces = set(instance_namespaces) if instance_namespaces is not None else {k.namespace for k in keys}
+        names = set(request.instance_metric_names)
+        namespaces = set(request.instance_namespaces)
         instances = {
             key: picked
             for key, values in document.instances.items()
@@ -130,7 +125,7 @@ class FileMetrics:
         }
         latency: dict[ModelKey, LatencyHistograms] = {}
         latency_missing: dict[ModelKey, str] = {}
-        for key in sorted(latency_windows or {}):
+        for key in request.latency_windows:
             entry = document.models.get(key)
             if entry is not None and entry.latency is not None:
                 latency[key] = entry.latency

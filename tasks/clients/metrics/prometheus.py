@@ -83,7 +83,9 @@ from engine.slo.measure import RECENT_WINDOW_S, TTFT_HISTOGRAM, LatencyHistogram
 from engine.slo.target import format_window
 from tasks.clients.metrics.snapshot import (
     InstanceKey,
+    MetricsRequest,
     MetricsSnapshot,
+    MetricsSource,
     MetricsUnavailable,
     Missing,
     ModelKey,
@@ -103,7 +105,7 @@ def _utcnow() -> dt.datetime:
     return dt.datetime.now(dt.UTC)
 
 
-class PrometheusMetrics:
+class PrometheusMetrics(MetricsSource):
     """Reads vLLM metrics from the Prometheus HTTP API (``POST /api/v1/query``).
 
     ``retries`` is the number of retries after the first attempt; the n-th retry waits
@@ -203,18 +205,12 @@ class PrometheusMetrics:
 
     # -- public API --------------------------------------------------------------------------------
 
-    def collect(
-        self,
-        models: Iterable[ModelKey],
-        instance_metric_names: Iterable[str] = (),
-        instance_namespaces: Iterable[str] | None = None,
-        latency_windows: Mapping[ModelKey, float] | None = None,
-    ) -> MetricsSnapshot:
-        """Loads and pod saturation of ``models`` in a constant number of queries (see the module doc)."""
-        keys = sorted(set(models))
-        names = checked_metric_names(instance_metric_names)
+    def collect_request(self, request: MetricsRequest) -> MetricsSnapshot:
+        """Loads and pod saturation of the request's models in a constant number of queries (see the module doc)."""
+        keys = request.models
+        names = request.instance_metric_names
         namespaces = sorted({key.namespace for key in keys})
-        instance_ns = sorted(set(instance_namespaces)) if instance_namespaces is not None else namespaces
+        instance_ns = request.instance_namespaces
         now = self._clock()
         missing = Missing()
         loads: dict[ModelKey, ModelLoad] = {}
@@ -240,7 +236,7 @@ class PrometheusMetrics:
         if names and instance_ns:
             selector = f"namespace=~{quote(regex_union(instance_ns))}"
             instances = self._instances(names, selector, now, missing)
-        latency, latency_missing = self._latency(latency_windows or {}, now)
+        latency, latency_missing = self._latency(request.latency_windows, now)
         return MetricsSnapshot(loads, pods, instances, now, missing.lines, missing.by_model, latency, latency_missing)
 
     def _latency(

@@ -18,9 +18,9 @@ from __future__ import annotations
 import datetime as dt
 import os
 import re
+from abc import ABC, abstractmethod
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Protocol, runtime_checkable
 
 from engine.slo.measure import LatencyHistograms
 
@@ -149,8 +149,21 @@ class Missing:
             self.by_model.setdefault(key, []).append(message)
 
 
-@runtime_checkable
-class MetricsSource(Protocol):
+@dataclass(frozen=True)
+class MetricsRequest:
+    """What one :meth:`MetricsSource.collect` asks for, normalised once for every source."""
+
+    models: list[ModelKey]
+    """The models, sorted and distinct."""
+    instance_metric_names: list[str]
+    """The instance metrics, checked (:func:`checked_metric_names`), sorted and distinct."""
+    instance_namespaces: list[str]
+    """Where the instance metrics are read, sorted and distinct: the models' namespaces unless named."""
+    latency_windows: dict[ModelKey, float]
+    """The models whose latency histograms are read, each with its window in seconds, in model order."""
+
+
+class MetricsSource(ABC):
     """Where the optimizer gets live load: :class:`PrometheusMetrics` or :class:`FileMetrics`."""
 
     def collect(
@@ -164,8 +177,21 @@ class MetricsSource(Protocol):
         metrics for every pod of ``instance_namespaces`` (default: the models' namespaces); plus, for every model
         of ``latency_windows``, its latency histograms over that window (seconds) and over the recent range
         (:data:`engine.slo.measure.RECENT_WINDOW_S`)."""
-        ...
+        keys = sorted(set(models))
+        namespaces = instance_namespaces if instance_namespaces is not None else (key.namespace for key in keys)
+        request = MetricsRequest(
+            keys,
+            checked_metric_names(instance_metric_names),
+            sorted(set(namespaces)),
+            dict(sorted((latency_windows or {}).items())),
+        )
+        return self.collect_request(request)
 
+    @abstractmethod
+    def collect_request(self, request: MetricsRequest) -> MetricsSnapshot:
+        """:meth:`collect` of a normalised request: what each source implements."""
+
+    @abstractmethod
     def instance_metrics(
         self, metric_names: Iterable[str], namespace: str, pods: Iterable[str]
     ) -> dict[str, dict[str, float]]:
@@ -173,7 +199,6 @@ class MetricsSource(Protocol):
 
         Pods (or metrics) without fresh data are absent from the answer.
         """
-        ...
 
 
 def checked_metric_names(names: Iterable[str]) -> list[str]:
