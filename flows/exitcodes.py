@@ -38,6 +38,8 @@ from typing import TYPE_CHECKING, Any, TypeVar, cast
 import typer
 import typer.core
 
+from engine.scopes import scoped
+
 if TYPE_CHECKING:  # the installed typer (constraints.txt) vendors click
     from typer._click import exceptions as _click_exceptions
 else:
@@ -119,11 +121,8 @@ def degraded_raises() -> Iterator[None]:
     Yields:
         Nothing; a degraded run raises :class:`DegradedRun` while the block runs.
     """
-    token = _CALLER_TAKES_DEGRADED.set(True)
-    try:
+    with scoped(_CALLER_TAKES_DEGRADED, True):
         yield
-    finally:
-        _CALLER_TAKES_DEGRADED.reset(token)
 
 
 def flow_result(report: Report, degraded: Sequence[str]) -> Report:

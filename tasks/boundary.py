@@ -29,6 +29,7 @@ from pydantic import BaseModel
 from engine.api.identity import identity_errors
 from engine.api.registry import kind_info
 from engine.api.validate import ManifestInvalid, check_identity, parse_object, with_status
+from engine.scopes import scoped
 from tasks.clients.cluster import Cluster, LocalCluster, ObjectRef
 from tasks.clients.cluster.errors import ClusterError
 
@@ -320,11 +321,8 @@ def collecting() -> Iterator[list[str]]:
         The list that collects the rejection lines (one line each) recorded while the block runs.
     """
     collector: list[str] = []
-    token = _rejections.set(collector)
-    try:
+    with scoped(_rejections, collector):
         yield collector
-    finally:
-        _rejections.reset(token)
 
 
 def start_run() -> None:

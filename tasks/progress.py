@@ -17,6 +17,8 @@ from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from engine.scopes import scoped
+
 LOG_EVERY_S = 10.0
 """With no reporter installed, a step logs at most this often (and when it ends)."""
 
@@ -66,11 +68,8 @@ def reporting(reporter: Reporter) -> Iterator[None]:
     Yields:
         Nothing; the reporter is installed while the block runs.
     """
-    token = _REPORTER.set(reporter)
-    try:
+    with scoped(_REPORTER, reporter):
         yield
-    finally:
-        _REPORTER.reset(token)
 
 
 class _LogReporter:

@@ -27,6 +27,8 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any, Generic, ParamSpec, Protocol, TypeVar
 
+from engine.scopes import scoped
+
 if TYPE_CHECKING:
     import prefect
 
@@ -62,11 +64,8 @@ def untracked_run() -> Iterator[None]:
     Yields:
         Nothing; the block runs marked as an untracked run.
     """
-    token = _UNTRACKED_RUN.set(True)
-    try:
+    with scoped(_UNTRACKED_RUN, True):
         yield
-    finally:
-        _UNTRACKED_RUN.reset(token)
 
 
 def in_untracked_run() -> bool:

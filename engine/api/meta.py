@@ -42,6 +42,8 @@ from pydantic import (
 from pydantic.json_schema import JsonSchemaValue
 from pydantic_core import CoreSchema
 
+from engine.scopes import scoped
+
 __all__ = [
     "Affinity",
     "Condition",
@@ -106,11 +108,8 @@ _WITH_DESCRIPTIONS: contextvars.ContextVar[bool] = contextvars.ContextVar("_WITH
 def schema_without_descriptions() -> Iterator[None]:
     """JSON schemas generated inside leave out the attribute docstrings: validating a manifest against its
     CRD schema needs no descriptions, and so never parses source while flows run (the module docs say why)."""
-    token = _WITH_DESCRIPTIONS.set(False)
-    try:
+    with scoped(_WITH_DESCRIPTIONS, False):
         yield
-    finally:
-        _WITH_DESCRIPTIONS.reset(token)
 
 
 _DOCSTRINGS: dict[type, dict[str, str]] = {}

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import typer
@@ -83,24 +85,29 @@ def _mirrors(pairs: list[str]) -> dict[str, str]:
     return result
 
 
-def _discover(
-    cluster: str | None,
-    namespaces: list[str] | None,
-    resync: float,
-    insecure: list[str],
-    mirrors: list[str],
-    track: bool,
-) -> Any:
+@dataclass(frozen=True)
+class _Discovery:
+    """What discover-models and reconcile-aim were asked for: the discovery options, as their flows take them."""
+
+    cluster: str | None
+    namespaces: list[str] | None
+    resync: float
+    insecure: list[str]
+    mirrors: list[str]
+    track: bool
+
+
+def _discover(options: _Discovery) -> Any:
     """One discover-models run (the report)."""
     return run_flow(
         "flows.discover_models:discover_models",
-        track=track,
+        track=options.track,
         check=aim_check(),
-        namespaces=namespaces,
-        resync_interval_s=int(resync),
-        insecure_registries=insecure or None,
-        registry_mirrors=_mirrors(mirrors),
-        cluster=cluster,
+        namespaces=options.namespaces,
+        resync_interval_s=int(options.resync),
+        insecure_registries=options.insecure or None,
+        registry_mirrors=_mirrors(options.mirrors),
+        cluster=options.cluster,
     )
 
 
@@ -111,6 +118,10 @@ def _run_aim(flow: str, namespaces: list[str] | None, cluster: str | None, track
 
 def _model_rows(report: Any) -> list[tuple[object, ...]]:
     return [(r.name, r.image, r.result, r.deployments, r.templates) for r in report.rows]
+
+
+def _template_rows(report: Any) -> list[tuple[object, ...]]:
+    return [(r.namespace, r.name, r.status, r.reason, r.message) for r in report.rows]
 
 
 def _service_rows(report: Any) -> list[tuple[object, ...]]:
@@ -150,114 +161,124 @@ def registry_mirror_option() -> Any:
     )
 
 
-@command("discover-models", renamed={"--resync-seconds": "--resync-interval"})
-def discover_models_command(
-    cluster: str | None = cluster_option(),
-    namespace: list[str] = namespaces_option(
-        "Create templates in these namespaces (default: every namespace with an AIMNamespaceConfig)."
-    ),
-    resync: float = resync_option(),
-    insecure_registry: list[str] = insecure_registry_option(),
-    registry_mirror: list[str] = registry_mirror_option(),
-    track: bool = track_option(),
-    as_json: bool = json_option(),
-) -> None:
+_Rows = Callable[[Any], list[tuple[object, ...]]]
+"""A report's table rows."""
+
+
+def _namespaced_command(name: str, summary: str, title: str, columns: tuple[str, ...], rows: _Rows) -> None:
+    """Register ``modelplane NAME``, one run of the AIM flow of the same name on the ``--namespace`` asked for,
+    printed as the table ``title`` (``columns``, ``rows`` of the report) or as ``--json``; ``summary`` is its help."""
+
+    @command(name, help=summary)
+    def run(
+        cluster: str | None = cluster_option(),
+        namespace: list[str] = namespaces_option(),
+        track: bool = track_option(),
+        as_json: bool = json_option(),
+    ) -> None:
+        """One run of the flow, printed (the command's help is ``summary``).\f
+
+        Args:
+            cluster: ``--cluster``: The cluster the flow runs on (:data:`flows.parameters.CLUSTER_HELP`); None: the
+                default.
+            namespace: ``--namespace``/``-n``: Limit to these namespaces (repeatable).
+            track: ``--track``: Record the run in Prefect where it needs none (:func:`flows.cli.common.tracking_wanted`).
+            as_json: ``--json``: Print a JSON list instead of a table.
+        """
+        report = _run_aim(name.replace("-", "_"), namespace or None, cluster, track)
+        _print_aim(title, columns, rows(report), report.summary, report.degraded, as_json=as_json)
+
+
+def _discovering_command(
+    name: str, *aliases: str, namespace_help: str, json_what: str = "a JSON list"
+) -> Callable[[Callable[[_Discovery, bool], None]], Callable[[_Discovery, bool], None]]:
+    """Register the decorated function as ``modelplane NAME`` (and ``aliases``), its docstring the help, with the
+    options of discovery: it is called with them and ``--json``."""
+
+    def register(body: Callable[[_Discovery, bool], None]) -> Callable[[_Discovery, bool], None]:
+        @command(name, *aliases, renamed={"--resync-seconds": "--resync-interval"}, help=body.__doc__)
+        def run(
+            cluster: str | None = cluster_option(),
+            namespace: list[str] = namespaces_option(namespace_help),
+            resync: float = resync_option(),
+            insecure_registry: list[str] = insecure_registry_option(),
+            registry_mirror: list[str] = registry_mirror_option(),
+            track: bool = track_option(),
+            as_json: bool = json_option(json_what),
+        ) -> None:
+            """Call ``body`` with the options (the command's help is its docstring).\f
+
+            Args:
+                cluster: ``--cluster``: The cluster the flow runs on (:data:`flows.parameters.CLUSTER_HELP`); None:
+                    the default.
+                namespace: ``--namespace``/``-n``: ``namespace_help``.
+                resync: ``--resync-interval``: Read unchanged images again after this long. In seconds (the option
+                    reads 90s, 5m, 1d; default 1d).
+                insecure_registry: ``--insecure-registry``: Registry host spoken to over plain HTTP (repeatable).
+                registry_mirror: ``--registry-mirror``: HOST=MIRROR or HOST=oci-layout:DIR (repeatable).
+                track: ``--track``: Record the run in Prefect where it needs none
+                    (:func:`flows.cli.common.tracking_wanted`).
+                as_json: ``--json``: Print ``json_what`` instead of a table.
+            """
+            body(_Discovery(cluster, namespace or None, resync, insecure_registry, registry_mirror, track), as_json)
+
+        return body
+
+    return register
+
+
+@_discovering_command(
+    "discover-models",
+    namespace_help="Create templates in these namespaces (default: every namespace with an AIMNamespaceConfig).",
+)
+def discover_models_command(options: _Discovery, as_json: bool) -> None:
     """Read every AIMClusterModel's image labels and create its recommended AIMServiceTemplates.\f
 
     Args:
-        cluster: ``--cluster``: The cluster the flow runs on (:data:`flows.parameters.CLUSTER_HELP`); None: the default.
-        namespace: ``--namespace``/``-n``: Create templates in these namespaces (default: every namespace with an
-            AIMNamespaceConfig).
-        resync: ``--resync-interval``: Read unchanged images again after this long. In seconds (the option reads 90s,
-            5m, 1d; default 1d).
-        insecure_registry: ``--insecure-registry``: Registry host spoken to over plain HTTP (repeatable).
-        registry_mirror: ``--registry-mirror``: HOST=MIRROR or HOST=oci-layout:DIR (repeatable).
-        track: ``--track``: Record the run in Prefect where it needs none (:func:`flows.cli.common.tracking_wanted`).
+        options: The discovery options asked for (:func:`_discovering_command`).
         as_json: ``--json``: Print a JSON list instead of a table.
     """
-    report = _discover(cluster, namespace or None, resync, insecure_registry, registry_mirror, track)
+    report = _discover(options)
     _print_aim(
         "AIM model discovery", MODEL_COLUMNS, _model_rows(report), report.summary, report.degraded, as_json=as_json
     )
 
 
-@command("resolve-templates")
-def resolve_templates_command(
-    cluster: str | None = cluster_option(),
-    namespace: list[str] = namespaces_option(),
-    track: bool = track_option(),
-    as_json: bool = json_option(),
-) -> None:
-    """Resolve every AIMServiceTemplate to a runtime profile, check GPUs, request caches when warmCache.\f
-
-    Args:
-        cluster: ``--cluster``: The cluster the flow runs on (:data:`flows.parameters.CLUSTER_HELP`); None: the default.
-        namespace: ``--namespace``/``-n``: Limit to these namespaces (repeatable).
-        track: ``--track``: Record the run in Prefect where it needs none (:func:`flows.cli.common.tracking_wanted`).
-        as_json: ``--json``: Print a JSON list instead of a table.
-    """
-    report = _run_aim("resolve_templates", namespace or None, cluster, track)
-    _print_aim(
-        "AIM templates",
-        ("namespace", "template", "status", "reason", "message"),
-        [(r.namespace, r.name, r.status, r.reason, r.message) for r in report.rows],
-        report.summary,
-        report.degraded,
-        as_json=as_json,
-    )
+_namespaced_command(
+    "resolve-templates",
+    "Resolve every AIMServiceTemplate to a runtime profile, check GPUs, request caches when warmCache.",
+    "AIM templates",
+    ("namespace", "template", "status", "reason", "message"),
+    _template_rows,
+)
+_namespaced_command(
+    "rollout-services",
+    "Roll out every AIMService as a KServe InferenceService and Gateway HTTPRoute and report its status.",
+    "AIM services",
+    SERVICE_COLUMNS,
+    _service_rows,
+)
 
 
-@command("rollout-services")
-def rollout_services_command(
-    cluster: str | None = cluster_option(),
-    namespace: list[str] = namespaces_option(),
-    track: bool = track_option(),
-    as_json: bool = json_option(),
-) -> None:
-    """Roll out every AIMService as a KServe InferenceService and Gateway HTTPRoute and report its status.\f
-
-    Args:
-        cluster: ``--cluster``: The cluster the flow runs on (:data:`flows.parameters.CLUSTER_HELP`); None: the default.
-        namespace: ``--namespace``/``-n``: Limit to these namespaces (repeatable).
-        track: ``--track``: Record the run in Prefect where it needs none (:func:`flows.cli.common.tracking_wanted`).
-        as_json: ``--json``: Print a JSON list instead of a table.
-    """
-    report = _run_aim("rollout_services", namespace or None, cluster, track)
-    _print_aim("AIM services", SERVICE_COLUMNS, _service_rows(report), report.summary, report.degraded, as_json=as_json)
-
-
-@command("reconcile-aim", "aim", renamed={"--resync-seconds": "--resync-interval"})
-def reconcile_aim(
-    cluster: str | None = cluster_option(),
-    namespace: list[str] = namespaces_option(
-        "Create templates, resolve and roll out in these namespaces only (repeatable; default: all)."
-    ),
-    resync: float = resync_option(),
-    insecure_registry: list[str] = insecure_registry_option(),
-    registry_mirror: list[str] = registry_mirror_option(),
-    track: bool = track_option(),
-    as_json: bool = json_option("one JSON object (models, templates, services)"),
-) -> None:
+@_discovering_command(
+    "reconcile-aim",
+    "aim",
+    namespace_help="Create templates, resolve and roll out in these namespaces only (repeatable; default: all).",
+    json_what="one JSON object (models, templates, services)",
+)
+def reconcile_aim(options: _Discovery, as_json: bool) -> None:
     """The three AIM lifecycles in one process: discover-models, resolve-templates, rollout-services.
 
     Exit codes: 0 clean; 2 could not run (cluster path missing, no Kubernetes access,
     AIM CRDs not installed), with one line on stderr; 3 ran degraded (writes failed), one line per error.\f
 
     Args:
-        cluster: ``--cluster``: The cluster the flow runs on (:data:`flows.parameters.CLUSTER_HELP`); None: the default.
-        namespace: ``--namespace``/``-n``: Create templates, resolve and roll out in these namespaces only (repeatable;
-            default: all).
-        resync: ``--resync-interval``: Read unchanged images again after this long. In seconds (the option reads 90s,
-            5m, 1d; default 1d).
-        insecure_registry: ``--insecure-registry``: Registry host spoken to over plain HTTP (repeatable).
-        registry_mirror: ``--registry-mirror``: HOST=MIRROR or HOST=oci-layout:DIR (repeatable).
-        track: ``--track``: Record the run in Prefect where it needs none (:func:`flows.cli.common.tracking_wanted`).
+        options: The discovery options asked for (:func:`_discovering_command`).
         as_json: ``--json``: Print one JSON object (models, templates, services) instead of a table.
     """
-    namespaces = namespace or None
-    found = _discover(cluster, namespaces, resync, insecure_registry, registry_mirror, track)
-    resolved = _run_aim("resolve_templates", namespaces, cluster, track)
-    rolled = _run_aim("rollout_services", namespaces, cluster, track)
+    found = _discover(options)
+    resolved = _run_aim("resolve_templates", options.namespaces, options.cluster, options.track)
+    rolled = _run_aim("rollout_services", options.namespaces, options.cluster, options.track)
     errors = found.degraded + resolved.degraded + rolled.degraded
     if as_json:
         document = {
