@@ -20,13 +20,14 @@ CONSTRAINTS=constraints.txt
 # suite runs on the virtualenv's (3.11), and the fast tier on each of these alongside it (set it empty for none).
 read -r -a OTHER_PYTHONS <<<"${MODELPLANE_TEST_PYTHONS-3.12 3.13}"
 
-# The fast tier: the engine's tests and the unit tests of the API models, AIM resolution, the cluster helpers and
-# the downloader's parts; no test server, no Prefect API, no flow run (CONTRIBUTING.md, "Tests").
+# The fast tier: the engine's tests and the unit tests of the API models (their views and identity checks), AIM
+# resolution and planning, the cluster helpers and the downloader's parts; no test server, no Prefect API, no flow
+# run (CONTRIBUTING.md, "Tests"). It also runs on every other Python beside the full suite, on the same cores.
 FAST_TESTS=(
   tests/engine
   tests/api/test_meta.py tests/api/test_models.py tests/api/test_crds.py tests/api/test_bad_inputs.py
-  tests/api/test_docstring_parse.py
-  tests/aim/test_resolution.py tests/aim/test_discovery.py
+  tests/api/test_docstring_parse.py tests/api/test_views.py tests/api/test_identity.py
+  tests/aim/test_resolution.py tests/aim/test_discovery.py tests/aim/test_plans.py
   tests/cluster/test_helpers.py tests/downloader/test_parts.py tests/test_boundary.py
 )
 

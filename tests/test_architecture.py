@@ -8,6 +8,8 @@ import pathlib
 import subprocess
 import sys
 
+import pytest
+
 REPO = pathlib.Path(__file__).resolve().parents[1]
 
 
@@ -91,6 +93,9 @@ def test_ruff_lint_and_format_pass() -> None:
         assert result.returncode == 0, " ".join(command[1:]) + "\n" + result.stdout + result.stderr
 
 
+# A fresh clone's mypy has no cache: 80 s of CPU, the longest test that uses no Prefect API. Those are handed
+# out last (tests/grouping.py), and it ended a full run alone on one worker while the other core idled.
+@pytest.mark.long_wall
 def test_mypy_strict_on_engine_tasks_and_flows() -> None:
     """engine/, tasks/ and flows/ type-check under mypy --strict (pyproject.toml [tool.mypy] packages)."""
     result = subprocess.run([_tool("mypy")], cwd=REPO, capture_output=True, text=True)

@@ -79,6 +79,7 @@ def launcher(big: BigCluster) -> subprocess.Popen[str]:
     )
 
 
+@pytest.mark.long_wall  # half a minute or more, and no Prefect API: it was handed out in a run's last minutes
 @pytest.mark.timeout(600)
 def test_concurrent_pairs_of_processes_leave_no_inconsistent_object(
     big_kube: BigCluster, tmp_path: pathlib.Path
