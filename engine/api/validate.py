@@ -23,7 +23,7 @@ from pydantic import BaseModel, TypeAdapter, ValidationError
 from engine.api import schema as schema_mod
 from engine.api.crds import structural_schema
 from engine.api.identity import identity_errors
-from engine.api.registry import KindInfo, kind_info
+from engine.api.registry import KindInfo, kind_info, kinds
 from engine.api.schema_check import Check, compile_check
 
 __all__ = [
@@ -34,6 +34,7 @@ __all__ = [
     "is_modelplane_kind",
     "load_documents",
     "parse_object",
+    "prepare_spec_checks",
     "with_status",
 ]
 
@@ -231,6 +232,13 @@ def _spec_check(info: KindInfo) -> tuple[Any, Check]:
     common case, is told apart without building any error text."""
     spec_schema = (structural_schema(info).get("properties") or {}).get("spec")
     return spec_schema, compile_check(spec_schema)
+
+
+def prepare_spec_checks() -> None:
+    """Compile every kind's spec check now (a fifth of a second): a process that forks workers to validate builds
+    them once for all of its workers rather than once in each."""
+    for info in kinds():
+        _spec_check(info)
 
 
 @dataclass
