@@ -85,12 +85,12 @@ class FolderCheck:
 def check_manifests(path: str | Path, keep: tuple[type[BaseModel], ...] = ()) -> FolderCheck:
     """Parse and validate every manifest file of ``path`` (:func:`engine.api.validate.load_documents`), the
     valid resources of the ``keep`` types returned whole. Files are checked one by one, in worker processes
-    when they hold :data:`PARALLEL_BYTES` or more together; the result is the same, in file order. The workers'
-    results are received without the cyclic garbage collector (:func:`_collector_paused`): it walked every
-    verdict received so far each time it ran, for most of this process's own time."""
+    when they hold :data:`PARALLEL_BYTES` or more together; the result is the same, in file order."""
     files = manifest_paths(Path(path))
     workers = min(os.cpu_count() or 1, len(files))
     check = partial(_check_file, keep=keep)
+    # the results are received without the cyclic garbage collector: it walked every verdict received so far
+    # each time it ran, for most of this process's own time
     with _collector_paused():
         if workers > 1 and sum(_size(file) for file in files) >= PARALLEL_BYTES:
             # the workers are forked with the collector paused (they run it again between files) and the checks

@@ -8,6 +8,7 @@ import json
 import pathlib
 import sys
 from json.encoder import encode_basestring_ascii
+from typing import TYPE_CHECKING
 
 import typer
 from rich.markup import escape
@@ -15,6 +16,9 @@ from rich.table import Table
 
 from flows.cli.common import command, console, exit_with_outcome, manifests_path, write_or_print
 from flows.exitcodes import CannotRun, cli_errors, exit_code
+
+if TYPE_CHECKING:
+    from tasks.manifests import FolderCheck
 
 
 @command("render-crds", "crds")
@@ -44,7 +48,7 @@ def validate_manifests(
 
     Exit codes (flows/exitcodes.py): 0 all valid, 2 the path does not exist, 3 some resources are invalid.
     """
-    from engine.caches.reconcile import ENDPOINT_KINDS, endpoint_refusals
+    from engine.caches.reconcile import ENDPOINT_KINDS
     from tasks.manifests import check_manifests
 
     with cli_errors():
@@ -52,9 +56,19 @@ def validate_manifests(
         if not cluster.exists():
             raise CannotRun(f"cluster path {cluster} does not exist")
         check = check_manifests(cluster, keep=ENDPOINT_KINDS)
-    # the verdicts (hundreds of thousands for a large folder) live until the command exits and hold no cycles:
-    # out of the collector's generations, it does not walk them again each time the report allocates
+    # the verdicts (hundreds of thousands for a large folder) hold no cycles: out of the collector's generations
+    # while the report is written, they are not walked again each time it allocates (a second for a large folder)
     gc.freeze()
+    try:
+        _report(check, cluster, as_json)
+    finally:
+        gc.unfreeze()
+
+
+def _report(check: FolderCheck, cluster: pathlib.Path, as_json: bool) -> None:
+    """Print ``validate-manifests``' table or JSON list and exit with its outcome."""
+    from engine.caches.reconcile import endpoint_refusals
+
     base = f"{cluster}/" if cluster.is_dir() else ""
 
     def short(source: str) -> str:

@@ -74,7 +74,7 @@ class Loader(_BaseLoader):  # type: ignore[misc, valid-type]
             except Exception:  # noqa: BLE001 - anything it refuses is built (or refused) the checked way below
                 pass
         try:
-            return construct_plain(node)
+            return construct_plain(node, self)
         except (_NotPlain, RecursionError):  # nested deeper than Python's stack: both of these are iterative
             check_node_graph(node)
             return super().construct_document(node)
@@ -108,11 +108,21 @@ def _scalar(tag: str, value: str) -> Any:
 
 
 def construct_tree(node: yaml.Node) -> Any:
-    """The value of a node tree (no node used twice: a document without anchors) made of mappings, sequences and
-    ``str``/``null``/``bool``/``int``/``float`` scalars, the values :func:`construct_plain` builds, in one
-    recursion with no bookkeeping. Raises :class:`_NotPlain` for anything else and for a key written twice, and
-    ``TypeError`` for a list or mapping as a key: :func:`construct_plain` then builds or refuses it, with its
-    line. A document with an alias must not come here: its shared nodes would be built once per use."""
+    """The value of a node tree made of mappings, sequences and ``str``/``null``/``bool``/``int``/``float``
+    scalars, the value :func:`construct_plain` builds, in one recursion with no bookkeeping: for a document
+    without anchors, where no node is used twice (a shared node would be built once per use). A list or mapping
+    as a key raises ``TypeError``.
+
+    Args:
+        node: The root of a document without anchors.
+
+    Returns:
+        The document's value.
+
+    Raises:
+        _NotPlain: A node of another kind (another tag, a merge key) or a key written twice: the caller builds or
+            refuses the document with :func:`construct_plain` then, at its line.
+    """
     kind = type(node)
     if kind is _ScalarNode:
         return node.value if node.tag == _STR_TAG else _scalar(node.tag, node.value)
@@ -136,11 +146,11 @@ def construct_tree(node: yaml.Node) -> Any:
     raise _NotPlain(node.tag)
 
 
-def construct_plain(root: yaml.Node) -> Any:
+def construct_plain(root: yaml.Node, loader: Any) -> Any:
     """The value of a node graph made of mappings, sequences and ``str``/``null``/``bool``/``int``/``float``
     scalars, built directly in one pass that refuses a duplicate key or a recursive alias as
-    :func:`check_node_graph` does; non-string scalars go through PyYAML's safe constructor (:func:`_scalar`), so
-    every value is the one PyYAML would build. An aliased node is built once and shared, as PyYAML does. Raises
+    :func:`check_node_graph` does; non-string scalars go through the loader's own constructors, so every
+    value is the one PyYAML would build. An aliased node is built once and shared, as PyYAML does. Raises
     :class:`_NotPlain` for anything else."""
     built: dict[int, Any] = {}
     building: set[int] = set()  # the collections being built: the path from the root
@@ -148,7 +158,12 @@ def construct_plain(root: yaml.Node) -> Any:
 
     def value(node: yaml.Node) -> Any:
         if type(node) is scalar:
-            return node.value if node.tag == _STR_TAG else _scalar(node.tag, node.value)
+            if node.tag == _STR_TAG:
+                return node.value
+            method = _SCALAR_TAGS.get(node.tag)
+            if method is None:
+                raise _NotPlain(node.tag)
+            return getattr(loader, method)(node)
         ident = id(node)
         known = built.get(ident)
         if known is not None:
