@@ -20,7 +20,7 @@ from typing import Any, NamedTuple
 
 from pydantic import BaseModel
 
-from engine.api.validate import load_documents
+from engine.api.validate import load_documents, prepare_spec_checks
 from tasks.clients.cluster.local_store import manifest_paths
 from tasks.clients.cluster.yamlfile import read_file
 
@@ -104,16 +104,23 @@ def check_manifests(path: str | Path, keep: tuple[type[BaseModel], ...] = ()) ->
     files = manifest_paths(Path(path))
     workers = min(os.cpu_count() or 1, len(files))
     check = partial(_check_file, keep=keep)
-    if workers > 1 and sum(_size(file) for file in files) >= PARALLEL_BYTES:
-        with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork")) as pool:
-            parts = list(pool.map(check, files))
-    else:
-        parts = [check(file) for file in files]
-    result = FolderCheck()
-    for part in parts:
-        result.verdicts += part.verdicts
-        result.resources += part.resources
-        result.read_errors += part.read_errors
+    # the results are received without the cyclic garbage collector: it walked every verdict received so far
+    # each time it ran, for most of this process's own time
+    with _collector_paused():
+        if workers > 1 and sum(_size(file) for file in files) >= PARALLEL_BYTES:
+            # the workers are forked with the collector paused (they run it again between files) and the checks
+            # compiled
+            prepare_spec_checks()
+            context = multiprocessing.get_context("fork")
+            with ProcessPoolExecutor(workers, mp_context=context, initializer=gc.enable) as pool:
+                parts = list(pool.map(check, files))
+        else:
+            parts = [check(file) for file in files]
+        result = FolderCheck()
+        for part in parts:
+            result.verdicts += part.verdicts
+            result.resources += part.resources
+            result.read_errors += part.read_errors
     return result
 
 
@@ -125,16 +132,22 @@ def _size(file: Path) -> int:
 
 
 def _check_file(file: Path, keep: tuple[type[BaseModel], ...]) -> FolderCheck:
-    """One file's :class:`FolderCheck`."""
-    result = FolderCheck()
+    """One file's :class:`FolderCheck`, found without the cyclic garbage collector (:func:`_collector_paused`):
+    the file's documents are freed (by reference counting) before it runs again, so it never walks them."""
     with _collector_paused():
-        parsed = read_file(file)
-        if parsed.error:
-            result.read_errors.append((str(file), parsed.error))
-            return result
-        result.read_errors += [(str(file), message) for message in parsed.doc_errors]
-        documents = [pair for index, doc in enumerate(parsed.docs) for pair in _objects_of(f"{file}#{index}", doc.data)]
-        report = load_documents(documents)
+        return _checked_file(file, keep)
+
+
+def _checked_file(file: Path, keep: tuple[type[BaseModel], ...]) -> FolderCheck:
+    """:func:`_check_file`'s work: the documents it reads go when it returns."""
+    result = FolderCheck()
+    parsed = read_file(file)
+    if parsed.error:
+        result.read_errors.append((str(file), parsed.error))
+        return result
+    result.read_errors += [(str(file), message) for message in parsed.doc_errors]
+    documents = [pair for index, doc in enumerate(parsed.docs) for pair in _objects_of(f"{file}#{index}", doc.data)]
+    report = load_documents(documents)
     for source, obj in report.valid:
         kind, namespace, name = _identity_of(obj)
         result.verdicts.append(Verdict(source, kind, namespace, name, None))
@@ -158,8 +171,9 @@ def _identity_of(obj: BaseModel | dict[str, Any]) -> tuple[str, str, str]:
 @contextmanager
 def _collector_paused() -> Iterator[None]:
     """Run the block without Python's cyclic garbage collector: parsing builds hundreds of thousands of small
-    acyclic objects that each collection would walk again (the collector ran for as long as the parsing did);
-    whatever cycles the block leaves are collected after it."""
+    acyclic objects that each collection would walk again (the collector ran for as long as the parsing did,
+    and once more over all of them if they were still alive when it was enabled again); whatever cycles the
+    block leaves are collected after it."""
     enabled = gc.isenabled()
     gc.disable()
     try:

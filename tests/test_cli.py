@@ -91,6 +91,53 @@ def test_validate_checks_the_items_of_a_list(tmp_path: pathlib.Path) -> None:
     assert "items[1]" in result.stdout
 
 
+def test_validate_json_names_each_refused_document_with_its_file_and_line(tmp_path: pathlib.Path) -> None:
+    """Every way a document is refused while it is read comes out in the --json list word for word: a key written
+    twice (no anchor in the document), a recursive alias, a document that is no mapping; the valid neighbours
+    stay valid, and the list is what ``json.dumps(..., indent=2)`` writes."""
+    (tmp_path / "a.yaml").write_text(
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: ok, namespace: default}\n"
+        '---\napiVersion: v1\nkind: ConfigMap\nmetadata: {name: "twice"}\ndata:\n  k: "1"\n  k: "2"\n'
+        "---\napiVersion: v1\nkind: ConfigMap\nmetadata: &m {name: loop, self: *m}\n"
+        "---\n- a list\n---\njust a string\n"
+    )
+    result = CliRunner().invoke(app, ["validate-manifests", "--cluster", str(tmp_path), "--json"])
+    assert result.exit_code == 3
+    expected = [
+        {"source": "a.yaml#0", "kind": "ConfigMap", "namespace": "default", "name": "ok", "result": "valid"},
+        {"source": "a.yaml#3", "kind": "", "namespace": "", "name": "", "result": ": a manifest must be a mapping"},
+        {"source": "a.yaml#4", "kind": "", "namespace": "", "name": "", "result": ": a manifest must be a mapping"},
+        {
+            "source": "a.yaml",
+            "kind": "",
+            "namespace": "",
+            "name": "",
+            "result": "a.yaml: document at line 5: invalid YAML at line 10, column 3: duplicate key 'k' (the last "
+            "value would silently win)",
+        },
+        {
+            "source": "a.yaml",
+            "kind": "",
+            "namespace": "",
+            "name": "",
+            "result": "a.yaml: document at line 12: invalid YAML at line 14, column 11: recursive alias: a node "
+            "refers to itself (not representable as JSON)",
+        },
+    ]
+    assert result.stdout == json.dumps(expected, indent=2) + "\n"
+
+
+def test_the_json_list_is_written_as_json_dumps_writes_it() -> None:
+    from flows.cli.manifests import _json_list
+
+    columns = ("source", "kind", "namespace", "name", "result")
+    strings = ('a "quoted" \\ path', "é ü 😀 \u2028", "tab\tnew\nline\x00", "", "%s %d {}")
+    rows = [(*strings, False), ("x", "y", "z", "w", "valid", True)]
+    odd: list[Any] = [("a", 5, None, 1.5, "x", True)]  # no strings: json.dumps writes them
+    for listed in (rows, odd, []):
+        assert _json_list(listed) == json.dumps([dict(zip(columns, row)) for row in listed], indent=2) + "\n"
+
+
 def test_unquoted_number_for_a_string_is_invalid_for_validate_and_optimize(tmp_path: pathlib.Path) -> None:
     from tasks.boundary import invalid_field
 

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
+from functools import lru_cache
 from typing import Any
 
 __all__ = ["address_error", "identity_errors", "name_error"]
@@ -71,7 +72,9 @@ def _pattern_error(value: str, rule: tuple[re.Pattern[str], int, str]) -> str | 
     return None if pattern.match(value) else explanation
 
 
+@lru_cache(maxsize=4096)
 def _dns1123_label(value: str) -> str | None:
+    """Cached, as :func:`_qualified_name`: namespaces repeat from object to object."""
     return _pattern_error(value, _DNS1123_LABEL_RULE)
 
 
@@ -88,7 +91,10 @@ def _path_segment(value: str) -> str | None:
     return None
 
 
+@lru_cache(maxsize=4096)
 def _qualified_name(value: str) -> str | None:
+    """Why a label or annotation key is no qualified name, or None; cached: the same keys come back in every
+    object of a folder."""
     prefix, slash, name = value.rpartition("/")
     if slash:
         if not prefix:
@@ -109,7 +115,9 @@ def _qualified_name(value: str) -> str | None:
     return None
 
 
+@lru_cache(maxsize=4096)
 def _label_value(value: str) -> str | None:
+    """Why a label value is invalid, or None; cached as :func:`_qualified_name`."""
     if len(value) > LABEL_VALUE_MAX:
         return f"must be no more than {LABEL_VALUE_MAX} characters"
     if value and not _QUALIFIED_PART.match(value):
@@ -153,7 +161,7 @@ def address_error(api_version: str, kind: str, name: str | None, namespace: str 
 def identity_errors(manifest: Any) -> list[tuple[str, str]]:
     """Every ``(field path, reason)`` that makes ``manifest``'s identity one the API server would refuse
     (see module docs); empty when it is sound."""
-    if not isinstance(manifest, Mapping):
+    if type(manifest) is not dict and not isinstance(manifest, Mapping):  # a dict is told without the ABC's call
         return [("", "a manifest must be a mapping")]
     errors: list[tuple[str, str]] = []
     for key in ("apiVersion", "kind"):
@@ -161,7 +169,7 @@ def identity_errors(manifest: Any) -> list[tuple[str, str]]:
         if not isinstance(value, str) or not value:
             errors.append((key, "Required value" if value in (None, "") else "must be a string"))
     meta = manifest.get("metadata")
-    if not isinstance(meta, Mapping):
+    if type(meta) is not dict and not isinstance(meta, Mapping):
         errors.append(("metadata", "Required value" if meta is None else "must be a mapping"))
         return errors
     if errors:
@@ -186,7 +194,7 @@ def _string_pairs(field: str, mapping: Any) -> tuple[list[tuple[str, str, str]],
     """``(path, key, value)`` of each string entry of a labels/annotations mapping, and the errors of the rest."""
     if mapping is None:
         return [], []
-    if not isinstance(mapping, Mapping):
+    if type(mapping) is not dict and not isinstance(mapping, Mapping):
         return [], [(field, "must be a mapping of strings")]
     pairs, errors = [], []
     for key, value in mapping.items():

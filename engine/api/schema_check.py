@@ -39,14 +39,15 @@ def _compile(schema: Any, root: bool = False) -> Check:
     typ = schema.get("type")
     int_or_string = bool(schema.get("x-kubernetes-int-or-string"))
     null_allowed = bool(schema.get("nullable") or not typ and not int_or_string)
-    checks = _keyword_checks(schema, root)
+    checks = _keyword_checks(schema, root, typ if isinstance(typ, str) else None)
+    exact = _EXACT_TYPES.get(typ) if isinstance(typ, str) else None
 
     def check(value: Any) -> bool:
         if value is None:
             return null_allowed
         if int_or_string and not (isinstance(value, str) or _matches_type(value, "integer")):
             return False
-        if typ and not _matches_type(value, typ):
+        if typ and type(value) is not exact and not _matches_type(value, typ):
             return False
         for one in checks:
             if not one(value):
@@ -56,26 +57,40 @@ def _compile(schema: Any, root: bool = False) -> Check:
     return check
 
 
-def _keyword_checks(schema: dict[str, Any], root: bool) -> list[Check]:
-    """The checks of the keywords ``schema`` uses, after its type matched."""
+_EXACT_TYPES: dict[str, type] = {
+    "object": dict,
+    "array": list,
+    "string": str,
+    "integer": int,
+    "number": float,
+    "boolean": bool,
+}
+"""A value of exactly this Python type is of that schema type (``_matches_type`` need not be asked)."""
+
+
+def _keyword_checks(schema: dict[str, Any], root: bool, typ: str | None) -> list[Check]:
+    """The checks of the keywords ``schema`` uses, after its type ``typ`` matched (a keyword that applies to
+    one type only is checked without asking the type again when ``typ`` is that type)."""
     checks: list[Check] = []
     if "enum" in schema:
         allowed = schema["enum"]
         checks.append(lambda value: value in allowed)
     string = _string_check(schema)
     if string is not None:
-        checks.append(lambda value: not isinstance(value, str) or string(value))
+        checks.append(string if typ == "string" else lambda value: not isinstance(value, str) or string(value))
     number = _number_check(schema)
     if number is not None:
         checks.append(
-            lambda value: not (isinstance(value, (int, float)) and not isinstance(value, bool)) or number(value)
+            number
+            if typ in ("integer", "number")
+            else lambda value: not (isinstance(value, (int, float)) and not isinstance(value, bool)) or number(value)
         )
     array = _array_check(schema)
     if array is not None:
-        checks.append(lambda value: not isinstance(value, list) or array(value))
+        checks.append(array if typ == "array" else lambda value: not isinstance(value, list) or array(value))
     mapping = _object_check(schema, root)
     if mapping is not None:
-        checks.append(lambda value: not isinstance(value, dict) or mapping(value))
+        checks.append(mapping if typ == "object" else lambda value: not isinstance(value, dict) or mapping(value))
     checks += _combinator_checks(schema)
     return checks
 

@@ -3,9 +3,12 @@ API models generate, ``validate-manifests`` checks a manifests directory against
 
 from __future__ import annotations
 
+import gc
 import json
 import pathlib
 import sys
+from json.encoder import encode_basestring_ascii
+from typing import TYPE_CHECKING
 
 import typer
 from rich.markup import escape
@@ -13,6 +16,9 @@ from rich.table import Table
 
 from flows.cli.common import command, console, exit_with_outcome, manifests_path, write_or_print
 from flows.exitcodes import CannotRun, cli_errors, exit_code
+
+if TYPE_CHECKING:
+    from tasks.manifests import FolderCheck
 
 
 @command("render-crds", "crds")
@@ -54,7 +60,7 @@ def validate_manifests(
         CannotRun: The path is empty or does not exist (:func:`cli_errors` prints it as one ``error:`` line and
             exits 2).
     """
-    from engine.caches.reconcile import ENDPOINT_KINDS, endpoint_refusals
+    from engine.caches.reconcile import ENDPOINT_KINDS
     from tasks.manifests import check_manifests
 
     with cli_errors():
@@ -62,6 +68,19 @@ def validate_manifests(
         if not cluster.exists():
             raise CannotRun(f"cluster path {cluster} does not exist")
         check = check_manifests(cluster, keep=ENDPOINT_KINDS)
+    # the verdicts (hundreds of thousands for a large folder) hold no cycles: out of the collector's generations
+    # while the report is written, they are not walked again each time it allocates (a second for a large folder)
+    gc.freeze()
+    try:
+        _report(check, cluster, as_json)
+    finally:
+        gc.unfreeze()
+
+
+def _report(check: FolderCheck, cluster: pathlib.Path, as_json: bool) -> None:
+    """Print ``validate-manifests``' table or JSON list and exit with its outcome."""
+    from engine.caches.reconcile import endpoint_refusals
+
     base = f"{cluster}/" if cluster.is_dir() else ""
 
     def short(source: str) -> str:
@@ -96,14 +115,19 @@ def validate_manifests(
     raise typer.Exit(exit_code(invalid))
 
 
+_JSON_COLUMNS = ("source", "kind", "namespace", "name", "result")
+_JSON_OBJECT = "  {\n" + ",\n".join(f"    {json.dumps(column)}: %s" for column in _JSON_COLUMNS) + "\n  }"
+"""One row of the ``--json`` list as ``json.dumps(..., indent=2)`` lays it out, its values to fill in."""
+
+
 def _json_list(rows: list[tuple[str, str, str, str, str, bool]]) -> str:
-    """The ``--json`` list, as ``json.dumps(..., indent=2)`` writes it, one value at a time: the indenting encoder
-    is pure Python and took longer than the validation of a large folder."""
-    columns = ("source", "kind", "namespace", "name", "result")
+    """The ``--json`` list, as ``json.dumps(..., indent=2)`` writes it: the indenting encoder is pure Python and
+    took longer than the validation of a large folder, so each value is encoded by the C string encoder that
+    ``json.dumps`` uses for a string, and laid out in :data:`_JSON_OBJECT`."""
     if not rows:
         return "[]\n"
-    objects = (
-        "  {\n" + ",\n".join(f"    {json.dumps(k)}: {json.dumps(v)}" for k, v in zip(columns, row)) + "\n  }"
-        for row in rows
-    )
+    try:
+        objects = [_JSON_OBJECT % tuple(map(encode_basestring_ascii, row[:5])) for row in rows]
+    except TypeError:  # a value that is no string: json.dumps writes it
+        objects = [_JSON_OBJECT % tuple(json.dumps(value) for value in row[:5]) for row in rows]
     return "[\n" + ",\n".join(objects) + "\n]\n"

@@ -3,8 +3,9 @@ checks a request body.
 
 Timestamps stay strings (as in API-server JSON) rather than becoming ``datetime``; a mapping with the same key
 twice and an alias inside its own anchor are refused at their line; the common shapes (mappings, sequences, the
-core scalar tags) are built in the same pass that checks them (:func:`construct_plain`), anything else checked
-whole and built by PyYAML's constructor.
+core scalar tags) are built in the same pass that checks them (:func:`construct_tree` for a document without
+anchors, :func:`construct_plain` for one with them), anything else checked whole and built by PyYAML's
+constructor.
 """
 
 from __future__ import annotations
@@ -47,6 +48,11 @@ class Loader(_BaseLoader):  # type: ignore[misc, valid-type]
         for first, resolvers in _BaseLoader.yaml_implicit_resolvers.items()
     }
 
+    def __init__(self, stream: Any) -> None:
+        super().__init__(stream)
+        self._text = stream if isinstance(stream, str) else None
+        """The text parsed, when it was given as a string: where :meth:`construct_document` looks for anchors."""
+
     resolve = staticmethod(_resolved_tag)
     """Tags from the cache (:func:`_resolved_tag`), called straight from libyaml's composer: this loader has no
     path resolvers, so a node's tag depends on its kind, value and quoting only."""
@@ -57,10 +63,16 @@ class Loader(_BaseLoader):  # type: ignore[misc, valid-type]
     ascend_resolver = staticmethod(tuple)
 
     def construct_document(self, node: yaml.Node) -> Any:
-        """The document's value, checked as it is built (:func:`construct_plain`: duplicate keys, recursive
-        aliases); a document with merge keys, other tags or deeper nesting than Python's stack is checked
-        whole (:func:`check_node_graph`) and built by PyYAML's constructor, which gives the same values more
-        slowly."""
+        """The document's value, checked as it is built: by :func:`construct_tree` when its text holds no ``&``
+        (no anchor, so no alias: each node is used once), else, or when that refuses the document, by
+        :func:`construct_plain` (duplicate keys, recursive aliases, each shared node built once); a document
+        with merge keys, other tags or deeper nesting than Python's stack is checked whole
+        (:func:`check_node_graph`) and built by PyYAML's constructor, which gives the same values more slowly."""
+        if self._text is not None and self._text.find("&", node.start_mark.index, node.end_mark.index) < 0:
+            try:
+                return construct_tree(node)
+            except Exception:  # noqa: BLE001 - anything it refuses is built (or refused) the checked way below
+                pass
         try:
             return construct_plain(node, self)
         except (_NotPlain, RecursionError):  # nested deeper than Python's stack: both of these are iterative
@@ -80,6 +92,58 @@ _SCALAR_TAGS = {
     "tag:yaml.org,2002:int": "construct_yaml_int",
     "tag:yaml.org,2002:float": "construct_yaml_float",
 }
+_CONSTRUCTOR = yaml.constructor.SafeConstructor()
+_ScalarNode, _MappingNode, _SequenceNode = yaml.ScalarNode, yaml.MappingNode, yaml.SequenceNode
+
+
+@functools.lru_cache(maxsize=65536)
+def _scalar(tag: str, value: str) -> Any:
+    """The value of a ``null``/``bool``/``int``/``float`` scalar, built by PyYAML's safe constructor (which reads
+    only the tag and the text); :class:`_NotPlain` for another tag. Cached: manifests repeat the same numbers
+    and booleans, and every one of these values is immutable."""
+    method = _SCALAR_TAGS.get(tag)
+    if method is None:
+        raise _NotPlain(tag)
+    return getattr(_CONSTRUCTOR, method)(yaml.ScalarNode(tag, value))
+
+
+def construct_tree(node: yaml.Node) -> Any:
+    """The value of a node tree made of mappings, sequences and ``str``/``null``/``bool``/``int``/``float``
+    scalars, the value :func:`construct_plain` builds, in one recursion with no bookkeeping: for a document
+    without anchors, where no node is used twice (a shared node would be built once per use). A list or mapping
+    as a key raises ``TypeError``.
+
+    Args:
+        node: The root of a document without anchors.
+
+    Returns:
+        The document's value.
+
+    Raises:
+        _NotPlain: A node of another kind (another tag, a merge key) or a key written twice: the caller builds or
+            refuses the document with :func:`construct_plain` then, at its line.
+    """
+    kind = type(node)
+    if kind is _ScalarNode:
+        return node.value if node.tag == _STR_TAG else _scalar(node.tag, node.value)
+    if kind is _MappingNode and node.tag == _MAP_TAG:
+        pairs = node.value
+        # a string key or value (most of them) is taken as it is, without a call
+        mapping = {
+            (key.value if type(key) is _ScalarNode and key.tag == _STR_TAG else construct_tree(key)): (
+                value.value if type(value) is _ScalarNode and value.tag == _STR_TAG else construct_tree(value)
+            )
+            for key, value in pairs
+        }
+        if len(mapping) != len(pairs):
+            raise _NotPlain("a key written twice")
+        return mapping
+    if kind is _SequenceNode and node.tag == _SEQ_TAG:
+        return [
+            item.value if type(item) is _ScalarNode and item.tag == _STR_TAG else construct_tree(item)
+            for item in node.value
+        ]
+    raise _NotPlain(node.tag)
 
 
 def construct_plain(root: yaml.Node, loader: Any) -> Any:

@@ -1,0 +1,113 @@
+"""Reading manifest files fast without reading them differently (tasks/clients/cluster/yamlfile.py, yamlload.py).
+
+A file is cut at its ``---`` lines by one search of the whole text, and a document without anchors is built by
+one recursion (``construct_tree``): both must give what the line-by-line split and PyYAML's own constructor give,
+and every document either of them refuses (a key written twice, a recursive alias) must still be refused with
+its file and line. A document with anchors is built with each shared node built once, so an alias bomb costs
+no more than the nodes written.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tasks.clients.cluster import yamlfile
+from tasks.clients.cluster.yamlfile import read_file
+from tasks.clients.cluster.yamlload import Loader, construct_tree, load_text
+
+_TEXTS = [
+    "",
+    "a: 1\n",
+    "---\n",
+    "---",
+    "a: 1\n---\nb: 2\n--- # trailing comment\nc: 3\n---\n",
+    "---\ta: 1\n--- x\n---x\n----\n ---\n-- -\n---",
+    "# lead\n\n---\n\n---\n",
+    "a: 1\r\n---\r\nb: 2\r\n",
+    "a: 1\r---\rb: 2\r",
+    "a: 1\n---\x85b: 2\n---\u2028c: 3\n",
+    "a: é\n---\nb: ü\n",
+]
+
+
+@pytest.mark.parametrize("text", _TEXTS)
+def test_the_split_by_one_search_is_the_split_line_by_line(text: str) -> None:
+    assert yamlfile._split(text) == yamlfile._split_lines(text)
+    assert "".join(chunk for chunk, _ in yamlfile.split_documents(text)) == text
+
+
+_PLAIN_DOCUMENTS = [
+    "a: yes\nb: no\nc: on\nd: off\ne: true\nf: False\n",
+    "octal: 0755\nhex: 0x1F\nbinary: 0b101\nsexagesimal: 1:30\nunderscored: 1_000\nsigned: -12\n",
+    "f: 1.5\ng: .inf\nh: -.Inf\ni: 6.8523015e+5\nj: 190:20:30.15\n",
+    "n: ~\no: null\np:\nq: ''\nr: 'yes'\ns: \"0755\"\n",
+    "when: 2024-01-01T00:00:00Z\nday: 2024-01-01\n",
+    "1: int key\n2.5: float key\nfalse: bool key\n~: null key\n",
+    "list: [1, two, 3.0, null, [nested, {deep: true}]]\nblock: |\n  text\n  more\nfolded: >\n  a\n  b\n",
+    "!!str 5: !!int '7'\nexplicit: !!float '1'\n",
+]
+
+
+@pytest.mark.parametrize("text", _PLAIN_DOCUMENTS)
+def test_a_document_without_anchors_is_built_as_pyyamls_constructor_builds_it(text: str) -> None:
+    loader = Loader(text)
+    try:
+        node = loader.get_single_node()
+        expected = yaml.constructor.SafeConstructor.construct_document(loader, node)
+        assert construct_tree(node) == expected
+        assert loader.construct_document(node) == expected
+    finally:
+        loader.dispose()
+    assert load_text(text) == expected
+
+
+@pytest.mark.parametrize(
+    ("text", "line", "problem"),
+    [
+        ("a: 1\nb:\n  yes: x\n  true: y\n", 4, "duplicate key 'true'"),  # two spellings of one key
+        ("a: 1\nb:\n  1: x\n  1.0: y\n", 4, "duplicate key '1.0'"),
+        ("a:\n- {x: 1, x: 2}\n", 2, "duplicate key 'x'"),
+    ],
+)
+def test_keys_equal_once_built_are_refused_at_the_second_one(text: str, line: int, problem: str) -> None:
+    with pytest.raises(yaml.constructor.ConstructorError) as info:
+        load_text(text)
+    assert info.value.problem_mark is not None and info.value.problem_mark.line + 1 == line
+    assert info.value.problem == f"{problem} (the last value would silently win)"
+
+
+def test_an_alias_bomb_is_built_with_each_shared_node_once(tmp_path: Path) -> None:
+    """Nine levels of nine aliases: 387 million leaves if every alias were copied; each level is built once."""
+    levels = ["l0: &l0 [x, x, x, x, x, x, x, x, x]"]
+    levels += [f"l{i}: &l{i} [{', '.join([f'*l{i - 1}'] * 9)}]" for i in range(1, 9)]
+    path = tmp_path / "bomb.yaml"
+    path.write_text("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: bomb}\n" + "\n".join(levels) + "\n")
+    (doc,) = read_file(path).docs
+    top: list[Any] = doc.data["l8"]
+    assert len(top) == 9 and all(item is doc.data["l7"] for item in top)
+    assert doc.data["l1"][0] is doc.data["l0"]
+
+
+def test_a_key_written_twice_and_a_recursive_alias_are_refused_with_their_lines_among_valid_documents(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "mixed.yaml"
+    path.write_text(
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: a}\n"
+        "---\napiVersion: v1\nkind: ConfigMap\nmetadata: {name: b}\ndata:\n  k: '1'\n  k: '2'\n"
+        "---\napiVersion: v1\nkind: ConfigMap\nmetadata: &m {name: c, self: *m}\n"
+        "---\n- a list\n---\njust a string\n"
+    )
+    loaded = read_file(path)
+    assert [doc.data for doc in loaded.docs][3:] == [["a list"], "just a string"]
+    assert loaded.docs[0].data["metadata"]["name"] == "a" and loaded.docs[1].data is None
+    assert loaded.doc_errors == [
+        f"{path}: document at line 5: invalid YAML at line 10, column 3: duplicate key 'k' (the last value would "
+        "silently win)",
+        f"{path}: document at line 12: invalid YAML at line 14, column 11: recursive alias: a node refers to itself "
+        "(not representable as JSON)",
+    ]
