@@ -24,7 +24,7 @@ from typing import Any
 
 import yaml
 
-from bench.engine import machine, write_section
+from bench.engine import machine, publish_section
 from engine.api.registry import AIM_API, AIM_CLUSTER_MODEL, AIM_NAMESPACE_CONFIG, AIM_SERVICE
 
 START, END = "<!-- aim-bench:start -->", "<!-- aim-bench:end -->"
@@ -172,9 +172,7 @@ def main(argv: list[str] | None = None) -> int:
         server.stop()
         registry.stop()
     section = render(rows, args.models)
-    print(section)
-    if not args.no_write:
-        write_section(section, START, END)
+    publish_section(section, START, END, write=not args.no_write)
     return 0
 
 

@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor
 from typing import Any
 
-from bench.engine import machine, write_section
+from bench.engine import machine, publish_section
 from bench.simulate import DEFAULT_TRACE, WARMUP_S, simulation_scenario
 from engine.simulate.bursts import BURSTY_HELD_OUT, BURSTY_TUNING
 from engine.simulate.oracle import attainment_ceiling, oracle_cost_at
@@ -177,9 +177,7 @@ def main(argv: list[str] | None = None) -> int:
     started = time.perf_counter()
     rows = bench(args.trace, args.seeds, args.start, args.workers)
     section = render(rows, command, args.seeds, args.start, time.perf_counter() - started)
-    print(section)
-    if not args.no_write:
-        write_section(section, START, END)
+    publish_section(section, START, END, write=not args.no_write)
     return 0
 
 

@@ -25,7 +25,7 @@ import zipfile
 from dataclasses import dataclass
 from typing import Any
 
-from bench.engine import machine, write_section
+from bench.engine import machine, publish_section
 from engine.perf.queueing import SLO, PerfProfile, Workload, analyze
 from engine.perf.sizing import Infeasible, max_rate
 from engine.simulate.benchmarks import BenchmarkPoint, fit_benchmark, group_points, points_from_document
@@ -250,9 +250,7 @@ def main(argv: list[str] | None = None) -> int:
         sys.stderr.write(f"error: {exc}\n")
         return 2
     section = render(evaluate_table(table), source)
-    print(section)
-    if not args.no_write:
-        write_section(section, START, END)
+    publish_section(section, START, END, write=not args.no_write)
     return 0
 
 

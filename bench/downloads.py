@@ -43,7 +43,7 @@ from typing import TYPE_CHECKING
 import boto3
 from boto3.s3.transfer import TransferConfig
 
-from bench.engine import machine, write_section
+from bench.engine import machine, publish_section
 from tasks.downloader import DEFAULT_CONCURRENCY, DEFAULT_PART_SIZE, Credentials, fill_cache, read_manifest
 from tasks.downloader.plan import STAGING_DIR
 
@@ -444,9 +444,7 @@ def main(argv: list[str] | None = None) -> int:
             stop_process(moto)
             stop_process(hf_process)
     section = render(cases, kill, requests, args)
-    print(section)
-    if not args.no_write:
-        write_section(section, START, END)
+    publish_section(section, START, END, write=not args.no_write)
     large_ok = all(c.speedup >= 0.9 for c in cases if c.shape.startswith("1 x"))
     small_ok = all(c.speedup >= 2 for c in cases if not c.shape.startswith("1 x"))
     return 0 if large_ok and small_ok and kill.get("refetched", 0) <= kill.get("bound", 0) else 1

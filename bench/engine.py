@@ -455,11 +455,21 @@ def write_section(section: str, start: str = START, end: str = END, doc: pathlib
             _, tail = rest.split(end, 1)
             text = head + section.rstrip("\n") + tail
         else:
-            text = text.rstrip("\n") + "\n\n" + section
+            text = text.rstrip("\n") + "\n\n" + section.rstrip("\n") + "\n"
     else:
-        text = "# Benchmarks\n\n" + section
+        text = "# Benchmarks\n\n" + section.rstrip("\n") + "\n"
     doc.parent.mkdir(parents=True, exist_ok=True)
     doc.write_text(text)
+
+
+def publish_section(
+    section: str, start: str = START, end: str = END, write: bool = True, doc: pathlib.Path = DOC
+) -> None:
+    """Print a benchmark's section and, unless ``write`` is off (``--no-write``), put it into its place in
+    ``doc`` (:func:`write_section`)."""
+    print(section)
+    if write:
+        write_section(section, start, end, doc)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -23,7 +23,7 @@ from typing import Any
 
 import yaml
 
-from bench.engine import machine, write_section
+from bench.engine import machine, publish_section
 from engine.api.registry import LLMD_API, VARIANT_AUTOSCALING
 from tests.factories import deployment, variant_autoscaling
 
@@ -221,9 +221,7 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         server.stop()
     section = render(args.models, first, second, steady)
-    print(section)
-    if not args.no_write:
-        write_section(section, START, END)
+    publish_section(section, START, END, write=not args.no_write)
     ok = first["wall_s"] < 10 and first["by_verb"].get("patch", 0) <= 2 * first["changed"]
     ok = ok and all(count == 1 for key, count in first["by_key"].items() if key.startswith("list "))
     return 0 if ok else 1

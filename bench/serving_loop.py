@@ -29,7 +29,7 @@ from typing import Any
 
 import yaml
 
-from bench.engine import machine, write_section
+from bench.engine import machine, publish_section
 
 START, END = "<!-- serving-loop:start -->", "<!-- serving-loop:end -->"
 CONFIG_NAMESPACE = "modelplane-system"
@@ -345,9 +345,7 @@ def main(argv: list[str] | None = None) -> int:
         print("error: no scheduled optimize run started in the measurement window", file=sys.stderr)
         return 1
     section = render(result, args.models)
-    print(section)
-    if not args.no_write:
-        write_section(section, START, END)
+    publish_section(section, START, END, write=not args.no_write)
     met = percentile(result["lateness"], 95) < 5 and result["jobs"] == 0 and result["takeover_s"] < 30
     return 0 if met else 1
 

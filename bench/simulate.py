@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from bench.engine import machine, write_section
+from bench.engine import machine, publish_section
 from engine.optimize.spec import parse_variant
 from engine.perf.queueing import SLO, PerfProfile, Workload, analyze
 from engine.simulate.bursts import BURSTY_HELD_OUT, BURSTY_TUNING, BURSTY_VARIANTS, burst_statistics
@@ -880,9 +880,7 @@ def main(argv: list[str] | None = None) -> int:
     acceptance = render_acceptance(
         command + (" --acceptance-only" if args.acceptance_only else ""), args.trace, bench_acceptance(args.trace)
     )
-    print(acceptance)
-    if not args.no_write:
-        write_section(acceptance, ACCEPT_START, ACCEPT_END)
+    publish_section(acceptance, ACCEPT_START, ACCEPT_END, write=not args.no_write)
     if args.acceptance_only:
         return 0
     outcomes, frontier, scenario, compare_s = compare_policies(args.trace, args.compression)
@@ -909,9 +907,7 @@ def main(argv: list[str] | None = None) -> int:
         calibration,
         (load_start, load_average()),
     )
-    print(section)
-    if not args.no_write:
-        write_section(section, START, END)
+    publish_section(section, START, END, write=not args.no_write)
     return 0
 
 

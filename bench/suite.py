@@ -20,7 +20,7 @@ import time
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass, field
 
-from bench.engine import machine, write_section
+from bench.engine import machine, publish_section
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 START, END = "<!-- suite-bench:start -->", "<!-- suite-bench:end -->"
@@ -145,9 +145,7 @@ def main(argv: list[str] | None = None) -> int:
     runs = [from_junit(spec) for spec in args.junit]
     runs += [run_tier(label, extra) for label in args.tier or ([] if args.junit else ["fast", "full"])]
     section = render(runs)
-    print(section)
-    if not args.no_write:
-        write_section(section, START, END)
+    publish_section(section, START, END, write=not args.no_write)
     return 0 if all(run.failed == 0 for run in runs) else 1
 
 

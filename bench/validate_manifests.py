@@ -27,7 +27,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from bench.engine import machine, write_section
+from bench.engine import machine, publish_section
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 EXAMPLES = REPO / "deployments" / "examples"
@@ -193,9 +193,7 @@ def main(argv: list[str] | None = None) -> int:
             END,
         ]
     )
-    print(section)
-    if not args.no_write:
-        write_section(section + "\n", START, END)
+    publish_section(section, START, END, write=not args.no_write)
     return 0
 
 
