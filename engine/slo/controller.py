@@ -236,7 +236,6 @@ def step(
             shorter,
             factor,
         )
-    move = settings.gain * error * confidence
     if (error > 0 and factor < 1.0) or (error < 0 and previous <= settings.min_percentile):
         moved = min(max(factor * math.exp(settings.factor_gain * error * confidence), settings.min_load_factor), 1.0)
         direction = "raised" if moved > factor else "lowered" if moved < factor else "held"
@@ -248,7 +247,7 @@ def step(
             hold,
             moved,
         )
-    logit = math.log(previous / (100.0 - previous)) + move
+    logit = math.log(previous / (100.0 - previous)) + settings.gain * error * confidence
     new = _clamp(100.0 / (1.0 + math.exp(-logit)), settings)
     direction = "raised" if new > previous else "lowered" if new < previous else "held"
     bound = " (at its bound)" if new in (settings.min_percentile, settings.max_percentile) else ""
