@@ -127,3 +127,40 @@ def prefect_api(migrated_prefect_home: pathlib.Path) -> Iterator[str]:
 def repo_root() -> pathlib.Path:
     """The repository root."""
     return REPO
+
+
+REQUIRE_COMPILED_YAML = "MODELPLANE_REQUIRE_COMPILED_YAML"
+"""Set (by dev.sh, for every test run) when the compiled YAML reader must be built: a test of it fails then rather
+than skipping, so CI never tests the Python reader alone by accident."""
+
+
+def compiled_yaml_missing() -> str | None:
+    """Why the compiled YAML reader (tasks/clients/cluster/yamlcompiled.py) is not there, or None when it is."""
+    from tasks.clients.cluster import yamlcompiled
+
+    reader = yamlcompiled.reader()
+    return None if reader.startswith("compiled") else f"the compiled YAML reader is not used: {reader}"
+
+
+def skip_unless_compiled_yaml() -> None:
+    """Skip the calling test when the compiled YAML reader is not built, or fail it when it must be."""
+    missing = compiled_yaml_missing()
+    if missing and os.environ.get(REQUIRE_COMPILED_YAML):
+        pytest.fail(f"{missing} ({REQUIRE_COMPILED_YAML} is set: it must be built)")
+    if missing:
+        pytest.skip(missing)
+
+
+@pytest.fixture(params=["compiled", "python"])
+def yaml_reader(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """The test runs once with each YAML reader of manifest files: the compiled one (skipped when it is not built,
+    see :func:`skip_unless_compiled_yaml`) and the Python one (``MODELPLANE_YAML_READER=python``, which worker
+    processes and commands the test starts inherit)."""
+    from tasks.clients.cluster.yamlcompiled import READER_VARIABLE
+
+    monkeypatch.delenv(READER_VARIABLE, raising=False)
+    if request.param == "python":
+        monkeypatch.setenv(READER_VARIABLE, "python")
+    else:
+        skip_unless_compiled_yaml()
+    return str(request.param)

@@ -30,12 +30,14 @@ def laptop_environment() -> dict[str, str]:
     return {**env, **trust_env()}
 
 
+@pytest.mark.usefixtures("yaml_reader")
 def test_validate_accepts_the_example_cluster() -> None:
     result = CliRunner().invoke(app, ["validate-manifests", "--cluster", str(REPO / "deployments" / "examples")])
     assert result.exit_code == 0, result.output
     assert "0 invalid" in result.stdout and "VariantAutoscaling" in result.stdout
 
 
+@pytest.mark.usefixtures("yaml_reader")
 def test_validate_reports_each_bad_document_and_keeps_the_good(tmp_path: pathlib.Path) -> None:
     shutil.copy(REPO / "deployments" / "examples" / "10-llama-3.1-8b.yaml", tmp_path)
     bad = sorted((REPO / "tests" / "api" / "bad_inputs").glob("*.yaml"))[0]
@@ -50,6 +52,7 @@ def test_validate_reports_each_bad_document_and_keeps_the_good(tmp_path: pathlib
     assert expected_path in result.stdout and "broken.yaml" in result.stdout
 
 
+@pytest.mark.usefixtures("yaml_reader")
 def test_validate_json_lists_every_resource_and_says_what_is_invalid(tmp_path: pathlib.Path) -> None:
     import json
 
@@ -75,6 +78,7 @@ def test_crds_prints_every_checked_in_crd() -> None:
     assert {d["metadata"]["name"]: d for d in printed} == {d["metadata"]["name"]: d for d in on_disk}
 
 
+@pytest.mark.usefixtures("yaml_reader")
 def test_validate_checks_the_items_of_a_list(tmp_path: pathlib.Path) -> None:
     """A `kubectl get -o yaml` List is validated item by item, as the local backend loads it."""
     documents = [
@@ -91,6 +95,7 @@ def test_validate_checks_the_items_of_a_list(tmp_path: pathlib.Path) -> None:
     assert "items[1]" in result.stdout
 
 
+@pytest.mark.usefixtures("yaml_reader")
 def test_validate_json_names_each_refused_document_with_its_file_and_line(tmp_path: pathlib.Path) -> None:
     """Every way a document is refused while it is read comes out in the --json list word for word: a key written
     twice (no anchor in the document), a recursive alias, a document that is no mapping; the valid neighbours
@@ -138,6 +143,7 @@ def test_the_json_list_is_written_as_json_dumps_writes_it() -> None:
         assert _json_list(listed) == json.dumps([dict(zip(columns, row)) for row in listed], indent=2) + "\n"
 
 
+@pytest.mark.usefixtures("yaml_reader")
 def test_unquoted_number_for_a_string_is_invalid_for_validate_and_optimize(tmp_path: pathlib.Path) -> None:
     from tasks.boundary import invalid_field
 
@@ -459,6 +465,7 @@ def test_a_long_command_says_how_far_it_is_in_plain_lines_off_a_terminal(tmp_pat
     assert "Policies replayed" in result.stdout and "replays" not in result.stdout
 
 
+@pytest.mark.usefixtures("yaml_reader")
 def test_validate_checks_a_large_folder_in_worker_processes_with_the_same_report(
     tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

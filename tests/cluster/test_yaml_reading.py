@@ -19,6 +19,8 @@ from tasks.clients.cluster import yamlfile
 from tasks.clients.cluster.yamlfile import read_file
 from tasks.clients.cluster.yamlload import Loader, construct_tree, load_text
 
+pytestmark = pytest.mark.usefixtures("yaml_reader")  # every file read by each reader
+
 _TEXTS = [
     "",
     "a: 1\n",

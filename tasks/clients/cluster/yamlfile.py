@@ -6,8 +6,10 @@ file is kept as a list of :class:`Document` chunks, each holding its original te
 spliced into the chunk's text, every byte outside ``status`` kept (:mod:`tasks.clients.cluster.yamlsplice`); for
 any other change the chunk is loaded once with ``ruamel.yaml``'s round-trip parser and only the changed
 fields are edited in that tree (:func:`apply_changes`), which is then dumped with the chunk's own
-indentation style. Reading uses the checked safe loader of :mod:`tasks.clients.cluster.yamlload` on the whole file at
-once (one parser for all its documents), each document's value given to the chunk it starts in.
+indentation style. Reading parses the whole file at once (one parser for all its documents), with the compiled
+reader of :mod:`tasks.clients.cluster.yamlcompiled` when it is built, else (and for what it hands back) the
+checked safe loader of :mod:`tasks.clients.cluster.yamlload`; each document's value goes to the chunk it
+starts in.
 
 A chunk that does not parse is kept as it is and reported with its file and line
 (:attr:`YamlFile.doc_errors`); the valid documents of the same file still load.
@@ -19,6 +21,7 @@ import bisect
 import io
 import json
 import re
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -27,7 +30,8 @@ import yaml
 from ruamel.yaml import YAML
 from ruamel.yaml.scalarstring import DoubleQuotedScalarString
 
-from tasks.clients.cluster.yamlload import Loader, load_text
+from tasks.clients.cluster.yamlcompiled import compiled_documents
+from tasks.clients.cluster.yamlload import NOT_PLAIN, Loader, load_text
 from tasks.clients.cluster.yamlsplice import splice_status
 from tasks.clients.files import write_atomically
 
@@ -464,27 +468,57 @@ _BLANK_RE = re.compile(r"^(?:---)?[ \t]*(?:#.*)?$")
 
 def _chunk_values(text: str, chunks: list[tuple[str, bool, int]]) -> list[Any] | None:
     """The value of each chunk, parsed as one stream by one parser (a parser per chunk costs more than the
-    parsing); None when that cannot stand for parsing chunk by chunk: a document does not parse (the caller
-    then parses chunk by chunk to report each malformed one with its line), two documents start in one chunk,
-    or a chunk holding more than blanks, comments and its marker gets no document (a directive, an explicit
-    ``null``)."""
-    starts = [line - 1 for _, _, line in chunks]  # 0-based, as the parser's marks count
-    values: list[Any] = [None] * len(chunks)
-    assigned = [False] * len(chunks)
+    parsing): by the compiled reader when it is built (:mod:`tasks.clients.cluster.yamlcompiled`; a document it
+    leaves to the Python reader is read from its chunk by :func:`load_text`), else, or when that cannot stand for
+    the Python reader's reading of the whole file, by :class:`Loader`. None when that cannot stand for parsing
+    chunk by chunk: a document does not parse (the caller then parses chunk by chunk to report each malformed one
+    with its line), two documents start in one chunk, or a chunk holding more than blanks, comments and its marker
+    gets no document (a directive, an explicit ``null``)."""
+    compiled = compiled_documents(text)
+    if compiled is not None:
+        values = _assigned(chunks, compiled)
+        if values is not None:
+            return values
+    documents = _loaded_documents(text)
+    try:
+        return _assigned(chunks, documents)
+    finally:
+        documents.close()
+
+
+def _loaded_documents(text: str) -> Iterator[tuple[int, Any]]:
+    """Each document of ``text`` but the null ones, read by :class:`Loader`: the 0-based line of its root node and
+    its value."""
     loader = Loader(text)
     try:
         while loader.check_node():
             node = loader.get_node()
             if node is None or (type(node) is yaml.ScalarNode and node.tag == _NULL_TAG):
                 continue
-            index = bisect.bisect_right(starts, node.start_mark.line) - 1
-            if index < 0 or assigned[index]:
-                return None
-            values[index], assigned[index] = loader.construct_document(node), True
-    except yaml.YAMLError:
-        return None
+            yield node.start_mark.line, loader.construct_document(node)
     finally:
         loader.dispose()
+
+
+def _assigned(chunks: list[tuple[str, bool, int]], documents: Iterable[tuple[int, Any]]) -> list[Any] | None:
+    """Each chunk's value, from ``documents`` (the line of each one's root node and its value, or
+    :data:`NOT_PLAIN`: read from its chunk then); None when a document does not parse, two start in one chunk,
+    or a chunk with more than blanks, comments and its marker gets none."""
+    starts = [line - 1 for _, _, line in chunks]  # 0-based, as the parser's marks count
+    values: list[Any] = [None] * len(chunks)
+    assigned = [False] * len(chunks)
+    try:
+        for line, value in documents:
+            index = bisect.bisect_right(starts, line) - 1
+            if index < 0 or assigned[index]:
+                return None
+            if value is NOT_PLAIN:
+                value = load_text(chunks[index][0])
+                if value is None:  # a null document, as the stream's reader skips it
+                    continue
+            values[index], assigned[index] = value, True
+    except yaml.YAMLError:
+        return None
     for (chunk, _, _), taken in zip(chunks, assigned):
         if not taken and not all(_BLANK_RE.match(line) for line in chunk.splitlines()):
             return None

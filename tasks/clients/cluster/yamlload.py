@@ -107,6 +107,33 @@ def _scalar(tag: str, value: str) -> Any:
     return getattr(_CONSTRUCTOR, method)(yaml.ScalarNode(tag, value))
 
 
+NOT_PLAIN = object()
+"""What :func:`plain_scalar` gives for a scalar this reader does not build in its own pass."""
+
+
+@functools.lru_cache(maxsize=65536)
+def plain_scalar(value: str) -> Any:
+    """The value of an untagged plain scalar as this reader builds it (:func:`_resolved_tag`, then
+    :func:`_scalar`): for a reader that meets scalars without PyYAML's nodes (the compiled reader,
+    :mod:`tasks.clients.cluster.yamlcompiled`). Cached: manifests repeat the same numbers and booleans, and every
+    one of these values is immutable.
+
+    Args:
+        value: The scalar's text.
+
+    Returns:
+        Its value; :data:`NOT_PLAIN` when this reader leaves the scalar's document to PyYAML's constructor (a
+        merge key ``<<``, ``=``) or its constructor raises (``0b_``: the document's reader raises it then).
+    """
+    tag = _resolved_tag(yaml.ScalarNode, value, (True, False))
+    if tag == _STR_TAG:
+        return value
+    try:
+        return _scalar(tag, value)
+    except Exception:  # noqa: BLE001 - _NotPlain, or a constructor's error, raised again when the document is read
+        return NOT_PLAIN
+
+
 def construct_tree(node: yaml.Node) -> Any:
     """The value of a node tree made of mappings, sequences and ``str``/``null``/``bool``/``int``/``float``
     scalars, the value :func:`construct_plain` builds, in one recursion with no bookkeeping: for a document
