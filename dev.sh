@@ -28,8 +28,13 @@ FAST_TESTS=(
   tests/api/test_meta.py tests/api/test_models.py tests/api/test_crds.py tests/api/test_bad_inputs.py
   tests/api/test_docstring_parse.py tests/api/test_views.py tests/api/test_identity.py
   tests/aim/test_resolution.py tests/aim/test_discovery.py tests/aim/test_plans.py
-  tests/cluster/test_helpers.py tests/downloader/test_parts.py tests/test_boundary.py
+  tests/cluster/test_helpers.py tests/cluster/test_yaml_compiled.py tests/downloader/test_parts.py tests/test_boundary.py
 )
+
+# Every install builds the compiled YAML reader (setup.py: optional for a user's install, so `pip install` works
+# without a compiler); in the tests it must be there, so a failed build fails a test instead of leaving the Python
+# reader to run alone unnoticed (tests/conftest.py).
+export MODELPLANE_REQUIRE_COMPILED_YAML=1
 
 # The interpreter the virtualenvs are made from: $MODELPLANE_PYTHON, else the distribution's Python 3.11 when it
 # can make a virtualenv (Debian's python3.11-venv), else the first python3.11 or python3 on PATH. Debian's
@@ -73,15 +78,39 @@ setup_python() {
   # bytecode of the modules it imports when it first imports them; compiling every installed module ahead took
   # about three times the install's CPU (134 s against 42 s of user time for the test extra).
   if needs_install "$VENV"; then
+    setup_build_tools "$VENV/bin/python"
     "$VENV/bin/python" -m pip install -q --upgrade pip
     "$VENV/bin/python" -m pip install -q --no-compile -c "$CONSTRAINTS" -e '.[test]'
     touch "$VENV/.modelplane-installed"
   fi
 }
 
-needs_install() {  # needs_install VENV: whether VENV has no install of the project newer than its requirements
-  local stamp="$1/.modelplane-installed"
-  [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ] || [ "$CONSTRAINTS" -nt "$stamp" ]
+needs_install() {  # needs_install VENV: whether VENV has no install of the project newer than what it builds from
+  local stamp="$1/.modelplane-installed" source
+  [ ! -f "$stamp" ] && return 0
+  # the compiled YAML reader's source too: an editable install builds it once, in place
+  for source in pyproject.toml "$CONSTRAINTS" setup.py tasks/clients/cluster/yamlcompiled.c; do
+    [ "$source" -nt "$stamp" ] && return 0
+  done
+  return 1
+}
+
+apt_install() {  # apt_install PACKAGE...: install Debian packages, as root only (fails, installing nothing, otherwise)
+  [ "$(id -u)" = 0 ] || return 1
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "$@"
+}
+
+setup_build_tools() {  # setup_build_tools PYTHON: what building the compiled YAML reader for PYTHON needs
+  local need=()
+  command -v gcc >/dev/null 2>&1 || need+=(gcc)
+  [ -f /usr/include/yaml.h ] || need+=(libyaml-dev)
+  "$1" -c 'import os, sys, sysconfig; sys.exit(not os.path.exists(sysconfig.get_paths()["include"] + "/Python.h"))' \
+    || need+=(python3-dev)
+  if [ ${#need[@]} -gt 0 ] && ! apt_install "${need[@]}"; then
+    echo "missing Debian packages: ${need[*]} (the install reads YAML without its compiled reader)" >&2
+  fi
 }
 
 python_version_path() {  # python_version_path X.Y: an interpreter of Python X.Y that can make a virtualenv
@@ -115,6 +144,7 @@ test_on_python() {  # test_on_python X.Y SOURCE: `pip install SOURCE` (pinned, t
     "$python" -m venv "$venv"
   fi
   if needs_install "$venv"; then
+    setup_build_tools "$venv/bin/python"
     "$venv/bin/python" -m pip install -q --upgrade pip
     # Not editable: the install a user makes. The tests import the checkout (pytest runs in it): the same code.
     "$venv/bin/python" -m pip install -q --no-compile -c "$CONSTRAINTS" "$2[test]"
@@ -209,15 +239,9 @@ setup_services() {
   command -v docker-registry >/dev/null 2>&1 || need+=(docker-registry)
   command -v skopeo >/dev/null 2>&1 || need+=(skopeo)
   command -v htpasswd >/dev/null 2>&1 || need+=(apache2-utils)
-  if [ ${#need[@]} -gt 0 ]; then
-    if [ "$(id -u)" = 0 ]; then
-      export DEBIAN_FRONTEND=noninteractive
-      apt-get update -qq
-      apt-get install -y -qq --no-install-recommends "${need[@]}"
-    else
-      echo "missing Debian packages: ${need[*]} (run as root or install them)" >&2
-      exit 1
-    fi
+  if [ ${#need[@]} -gt 0 ] && ! apt_install "${need[@]}"; then
+    echo "missing Debian packages: ${need[*]} (run as root or install them)" >&2
+    exit 1
   fi
   # Debian starts services on install; the tests start their own on random ports.
   if command -v systemctl >/dev/null 2>&1; then systemctl stop prometheus 2>/dev/null || true; fi
