@@ -50,6 +50,9 @@ def validate_manifests(
 ) -> None:
     """Load and validate a manifests directory; print every resource and every invalid one with its reason.
 
+    Files are read by the compiled YAML reader (libyaml) when the install built it, else by PyYAML's; both give the
+    same report. MODELPLANE_YAML_READER=python chooses PyYAML's.
+
     Exit codes (flows/exitcodes.py): 0 all valid, 2 the path does not exist, 3 some resources are invalid.\f
 
     Args:

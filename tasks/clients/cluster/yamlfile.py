@@ -21,7 +21,7 @@ import bisect
 import io
 import json
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Generator, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -486,7 +486,7 @@ def _chunk_values(text: str, chunks: list[tuple[str, bool, int]]) -> list[Any] |
         documents.close()
 
 
-def _loaded_documents(text: str) -> Iterator[tuple[int, Any]]:
+def _loaded_documents(text: str) -> Generator[tuple[int, Any], None, None]:
     """Each document of ``text`` but the null ones, read by :class:`Loader`: the 0-based line of its root node and
     its value."""
     loader = Loader(text)
