@@ -177,6 +177,7 @@ _MULTILINE = (
     "? a\n: 1\n? [b]\n: 2\n",
     "{a: 1, b: [x, {c: d}], e: {}}\n",
     "a: ''\nb: \"\"\nc:\nd: []\ne: {}\n",
+    'nul: "x\\0y"\nescapes: "\\e\\N\\_\\L\\P\\a"\n',
     "long: " + "x" * 100_000 + "\nquoted: '" + "y" * 70_000 + "'\n",
 )
 
@@ -260,12 +261,19 @@ def test_hostile_streams_read_alike(tmp_path_factory: pytest.TempPathFactory, st
     assert_read_alike(tmp_path_factory.mktemp("yaml") / "hostile.yaml", stream[0])
 
 
-_SCALAR_TEXT = st.one_of(
-    st.sampled_from(EDGE_SCALARS),
-    st.text(st.sampled_from("ab0123456789.:-+_eExyYnN~ é"), max_size=8),
-    st.text(max_size=6),
+_SCALARS = st.one_of(
+    st.tuples(
+        st.just("scalar"),
+        st.one_of(st.sampled_from(EDGE_SCALARS), st.text(st.sampled_from("ab0123456789.:-+_eExyYnN~ é"), max_size=8)),
+        st.sampled_from(["plain", "plain", "single", "double"]),
+    ),
+    # any printable text, quoted (YAML refuses control characters written as they are)
+    st.tuples(
+        st.just("scalar"),
+        st.text(st.characters(exclude_categories=["Cc", "Cs"]), max_size=6),
+        st.sampled_from(["single", "double"]),
+    ),
 )
-_SCALARS = st.tuples(st.just("scalar"), _SCALAR_TEXT, st.sampled_from(["plain", "plain", "single", "double"]))
 _TREES = st.recursive(
     _SCALARS,
     lambda children: st.one_of(

@@ -300,8 +300,8 @@ read_documents(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     const char *utf8;
     Py_ssize_t size;
     Py_buffer table;
-    PyObject *documents = NULL, *result = NULL;
-    size_t line = 0;
+    PyObject *documents;
+    size_t line = 0, events = 0;
     int first_node = 0, outcome = 0;
 
     (void)module;
@@ -354,6 +354,9 @@ read_documents(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         }
         outcome = builder_event(&b, &event, documents, &line, &first_node);
         yaml_event_delete(&event);
+        if (outcome == 0 && ++events % 4096 == 0 && PyErr_CheckSignals() < 0) { /* Ctrl-C on a large file */
+            outcome = -1;
+        }
     }
     builder_clear(&b);
     yaml_parser_delete(&parser);
@@ -368,7 +371,7 @@ read_documents(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     if (outcome == -3) {
         return PyErr_NoMemory();
     }
-    return result; /* NULL: the Python error set */
+    return NULL; /* the Python error set */
 }
 
 PyDoc_STRVAR(libyaml_version_doc, "libyaml_version()\n--\n\nThe version of the libyaml this module is linked to.");
@@ -393,6 +396,10 @@ static struct PyModuleDef module_def = {
     "YAML documents straight into Python values with libyaml (see tasks/clients/cluster/yamlcompiled.py).",
     0,
     methods,
+    NULL,
+    NULL,
+    NULL,
+    NULL,
 };
 
 PyMODINIT_FUNC
