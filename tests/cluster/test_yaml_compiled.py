@@ -230,6 +230,9 @@ _WHOLE_FILE_BACK = {
     "empty explicit key in a flow sequence": "a: [? ]\n",  # libyaml 0.2.5 refuses it, the newer one reads it
     "closing bracket after an explicit key": "a: [? ]]\n",  # and the other way round
     "nesting beyond libyaml's limit in PyYAML": "a: " + "[" * 1100 + "]" * 1100 + "\n",
+    "two documents in one chunk": "a: 1\n...\nb: 2\n",
+    "two documents in one chunk, the second unreadable": "a: 1\n...\nb: 0b_\n",
+    "a handed-back document in a chunk taken": "a: 1\n...\nb: &x 2\n",
 }
 
 

@@ -21,7 +21,7 @@ import bisect
 import io
 import json
 import re
-from collections.abc import Generator, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -476,47 +476,48 @@ def _chunk_values(text: str, chunks: list[tuple[str, bool, int]]) -> list[Any] |
     gets no document (a directive, an explicit ``null``)."""
     compiled = compiled_documents(text)
     if compiled is not None:
-        values = _assigned(chunks, compiled)
+        values = _assigned(chunks, compiled, _compiled_value)
         if values is not None:
             return values
-    documents = _loaded_documents(text)
-    try:
-        return _assigned(chunks, documents)
-    finally:
-        documents.close()
-
-
-def _loaded_documents(text: str) -> Generator[tuple[int, Any], None, None]:
-    """Each document of ``text`` but the null ones, read by :class:`Loader`: the 0-based line of its root node and
-    its value."""
     loader = Loader(text)
     try:
-        while loader.check_node():
-            node = loader.get_node()
-            if node is None or (type(node) is yaml.ScalarNode and node.tag == _NULL_TAG):
-                continue
-            yield node.start_mark.line, loader.construct_document(node)
+        return _assigned(chunks, _roots(loader), lambda node, _: loader.construct_document(node))
     finally:
         loader.dispose()
 
 
-def _assigned(chunks: list[tuple[str, bool, int]], documents: Iterable[tuple[int, Any]]) -> list[Any] | None:
-    """Each chunk's value, from ``documents`` (the line of each one's root node and its value, or
-    :data:`NOT_PLAIN`: read from its chunk then); None when a document does not parse, two start in one chunk,
-    or a chunk with more than blanks, comments and its marker gets none."""
+def _compiled_value(value: Any, chunk: str) -> Any:
+    """A document's value as the compiled reader read it, or as :func:`load_text` reads its chunk when the
+    compiled reader handed it back (:data:`NOT_PLAIN`)."""
+    return load_text(chunk) if value is NOT_PLAIN else value
+
+
+def _roots(loader: Any) -> Iterator[tuple[int, yaml.Node]]:
+    """The root node of each document ``loader`` parses but the null ones, with the 0-based line it starts on."""
+    while loader.check_node():
+        node = loader.get_node()
+        if node is None or (type(node) is yaml.ScalarNode and node.tag == _NULL_TAG):
+            continue
+        yield node.start_mark.line, node
+
+
+def _assigned(
+    chunks: list[tuple[str, bool, int]], roots: Iterable[tuple[int, Any]], build: Callable[[Any, str], Any]
+) -> list[Any] | None:
+    """Each chunk's value, from the documents ``roots`` gives (the line of each one's root and what ``build``
+    makes its value from, with the text of its chunk; a null value is a document skipped); None when a document
+    does not parse, two start in one chunk, or a chunk with more than blanks, comments and its marker gets none."""
     starts = [line - 1 for _, _, line in chunks]  # 0-based, as the parser's marks count
     values: list[Any] = [None] * len(chunks)
     assigned = [False] * len(chunks)
     try:
-        for line, value in documents:
+        for line, root in roots:
             index = bisect.bisect_right(starts, line) - 1
             if index < 0 or assigned[index]:
                 return None
-            if value is NOT_PLAIN:
-                value = load_text(chunks[index][0])
-                if value is None:  # a null document, as the stream's reader skips it
-                    continue
-            values[index], assigned[index] = value, True
+            value = build(root, chunks[index][0])
+            if value is not None:  # a null document (read from its chunk), as the stream's reader skips it
+                values[index], assigned[index] = value, True
     except yaml.YAMLError:
         return None
     for (chunk, _, _), taken in zip(chunks, assigned):
