@@ -395,3 +395,13 @@ def test_the_python_reader_is_chosen_with_the_environment_variable(monkeypatch: 
     monkeypatch.setenv(READER_VARIABLE, "python")
     assert yamlcompiled.reader() == f"Python (PyYAML; {READER_VARIABLE}=python)"
     assert compiled_documents("a: 1\n") is None
+
+
+def test_the_compiled_reader_is_not_used_with_a_pyyaml_without_libyaml(monkeypatch: pytest.MonkeyPatch) -> None:
+    """PyYAML's own parser (in Python) differs from libyaml's in odd documents: without libyaml in PyYAML the
+    compiled reader could not read exactly as the Python reader does."""
+    import yaml
+
+    assert yamlcompiled._load_extension()[0] is not None
+    monkeypatch.delattr(yaml, "CSafeLoader")
+    assert yamlcompiled._load_extension() == (None, "PyYAML has no libyaml here")

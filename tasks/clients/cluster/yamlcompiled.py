@@ -12,15 +12,17 @@ does, and hands the rest back:
   (:func:`~tasks.clients.cluster.yamlload.plain_scalar`), so ``yes``, ``0755``, ``1:30`` or ``.inf`` get the
   same value;
 - a document with an anchor, an alias, a tag, a merge key, a collection as a key, a key written twice, nesting
-  deeper than 256 levels, an explicit key in a flow sequence (the one place where the system's libyaml 0.2.5 and
-  the newer libyaml PyYAML's wheels bundle parse differently) or a scalar the Python reader leaves to PyYAML
-  comes back as :data:`~tasks.clients.cluster.yamlload.NOT_PLAIN`;
+  deeper than 256 levels, an explicit key in a flow sequence or a scalar the Python reader leaves to PyYAML
+  comes back as :data:`~tasks.clients.cluster.yamlload.NOT_PLAIN` (the system's libyaml 0.2.5 and the newer one
+  PyYAML's wheels bundle differ in two places: the newer one refuses nesting beyond 1,000 levels, and reads
+  ``[? ]`` where 0.2.5 reads ``[? ]]``);
 - a stream libyaml refuses, or one with a ``%YAML``/``%TAG`` directive, gives None.
 
 :mod:`tasks.clients.cluster.yamlfile` reads each document handed back from its own text with the Python reader,
 and a file it cannot read exactly so (an error, a document not where the split expects it) the Python way
 whole: every value, refusal and line number is the Python reader's. ``MODELPLANE_YAML_READER=python`` turns the
-compiled reader off (:func:`reader` says which one reads).
+compiled reader off (:func:`reader` says which one reads), as does a PyYAML without libyaml (its own parser,
+in Python, differs from libyaml's in odd documents).
 """
 
 from __future__ import annotations
@@ -28,6 +30,8 @@ from __future__ import annotations
 import importlib
 import os
 from typing import Any, Protocol, cast
+
+import yaml
 
 from tasks.clients.cluster.yamlload import NOT_PLAIN, Loader, plain_scalar
 
@@ -43,14 +47,19 @@ class _Extension(Protocol):
     def libyaml_version(self) -> str: ...
 
 
-def _load_extension() -> _Extension | None:
+def _load_extension() -> tuple[_Extension | None, str]:
+    """The extension, or None and why the Python reader reads without it."""
+    if not issubclass(Loader, getattr(yaml, "CSafeLoader", ())):
+        # PyYAML built without libyaml parses in Python, with differences from libyaml in odd documents: the
+        # compiled reader could not read exactly as it does
+        return None, "PyYAML has no libyaml here"
     try:
-        return cast(_Extension, importlib.import_module("_modelplane_yaml"))
-    except ImportError:  # not built (no compiler or no libyaml headers at install): the Python reader reads
-        return None
+        return cast(_Extension, importlib.import_module("_modelplane_yaml")), ""
+    except ImportError:  # not built (no compiler or no libyaml headers at install)
+        return None, "the compiled reader is not built in this install"
 
 
-_EXTENSION = _load_extension()
+_EXTENSION, _WITHOUT = _load_extension()
 
 
 def _resolvable_first_bytes() -> bytes:
@@ -77,7 +86,7 @@ def reader() -> str:
         ``compiled (libyaml X.Y.Z)``, or ``Python (PyYAML)`` with the reason when the compiled reader is not used.
     """
     if _EXTENSION is None:
-        return "Python (PyYAML; the compiled reader is not built in this install)"
+        return f"Python (PyYAML; {_WITHOUT})"
     if os.environ.get(READER_VARIABLE) == "python":
         return f"Python (PyYAML; {READER_VARIABLE}=python)"
     return f"compiled (libyaml {_EXTENSION.libyaml_version()})"
