@@ -26,6 +26,7 @@ from hypothesis import strategies as st
 
 from tasks.clients.cluster import yamlcompiled, yamlfile
 from tasks.clients.cluster.yamlcompiled import READER_VARIABLE, compiled_documents
+from tasks.clients.cluster.yamlfile import MAX_DOCUMENTS_PER_FILE as MOST
 from tasks.clients.cluster.yamlfile import read_file
 from tasks.clients.cluster.yamlload import NOT_PLAIN
 from tests.conftest import REQUIRE_COMPILED_YAML, compiled_yaml_missing, skip_unless_compiled_yaml
@@ -161,7 +162,7 @@ def test_typical_manifests_are_read_by_the_compiled_reader_whole() -> None:
     """The examples (Deployments, ConfigMaps, custom resources...) have no document the compiled reader hands back:
     it is the reader that reads them, not a fallback."""
     for example in sorted((REPO / "deployments" / "examples").glob("*.yaml")):
-        documents = compiled_documents(example.read_text())
+        documents = compiled_documents(example.read_text(), MOST)
         assert documents is not None and documents, example
         assert not [line for line, value in documents if value is NOT_PLAIN], example
 
@@ -214,7 +215,7 @@ _HANDED_BACK = {
 @pytest.mark.parametrize("text", _HANDED_BACK.values(), ids=_HANDED_BACK.keys())
 def test_every_unusual_document_is_handed_back_and_reads_alike(tmp_path: pathlib.Path, text: str) -> None:
     plain = "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: ok}\n"
-    documents = compiled_documents(f"{plain}---\n{text}---\n{plain}")
+    documents = compiled_documents(f"{plain}---\n{text}---\n{plain}", MOST)
     assert documents is not None
     assert [value is NOT_PLAIN for _, value in documents] == [False, True, False]
     assert [line for line, _ in documents] == [0, 4, 5 + text.count("\n")]
@@ -244,7 +245,7 @@ def test_a_stream_with_a_directive_or_an_error_reads_alike(tmp_path: pathlib.Pat
 def test_nesting_up_to_the_limit_is_read_and_beyond_it_handed_back(tmp_path: pathlib.Path) -> None:
     for depth, plain in ((255, True), (256, True), (257, False)):
         text = "[" * depth + "x" + "]" * depth + "\n"
-        documents = compiled_documents(text)
+        documents = compiled_documents(text, MOST)
         assert documents is not None and (documents[0][1] is not NOT_PLAIN) == plain, depth
         assert_read_alike(tmp_path / "deep.yaml", text)
     block = "".join("  " * level + f"k{level}:\n" for level in range(300)) + "  " * 300 + "leaf\n"
@@ -253,9 +254,18 @@ def test_nesting_up_to_the_limit_is_read_and_beyond_it_handed_back(tmp_path: pat
 
 def test_empty_and_null_documents_are_left_out_as_the_python_reader_skips_them(tmp_path: pathlib.Path) -> None:
     for text in ("", "---\n", "~\n", "null\n---\n", "# only\n", "a: 1\n...\n---\nb: 2\n", "---\n--- ~\n---\nc: 1\n"):
-        documents = compiled_documents(text)
+        documents = compiled_documents(text, MOST)
         assert documents is not None and all(value is not None for _, value in documents), text
         assert_read_alike(tmp_path / "e.yaml", text)
+
+
+def test_more_documents_than_the_limit_leave_the_stream_to_the_python_reader(tmp_path: pathlib.Path) -> None:
+    """The caller's limit is the number of chunks: one document more means two in one chunk, which the Python
+    reader reads chunk by chunk, so the compiled reader stops there and holds no more documents than chunks."""
+    assert compiled_documents("a\n---\nb\n---\nc\n", 3) == [(0, "a"), (2, "b"), (4, "c")]
+    assert compiled_documents("a\n---\nb\n---\nc\n", 2) is None
+    assert compiled_documents("~\n---\n~\n---\nc\n", 1) == [(4, "c")]  # null documents are not counted
+    assert_read_alike(tmp_path / "many.yaml", "---\na: 1\n" * 5000)
 
 
 @bounded(60)
@@ -333,24 +343,26 @@ def test_the_c_module_refuses_bad_arguments_and_passes_errors_on() -> None:
     read = _extension().read_documents
     table = bytes([1] * 256)
     with pytest.raises(TypeError):
-        read(b"a: 1", str, table, NOT_PLAIN)
+        read(b"a: 1", str, table, NOT_PLAIN, 100)
     with pytest.raises(TypeError):
-        read("a: 1", "not callable", table, NOT_PLAIN)
+        read("a: 1", "not callable", table, NOT_PLAIN, 100)
     with pytest.raises(ValueError, match="256"):
-        read("a: 1", str, b"short", NOT_PLAIN)
+        read("a: 1", str, b"short", NOT_PLAIN, 100)
     with pytest.raises(TypeError):
-        read("a: 1", str, table)
+        read("a: 1", str, table, NOT_PLAIN)
+    with pytest.raises(TypeError):
+        read("a: 1", str, table, NOT_PLAIN, "many")
 
     def fails(value: str) -> Any:
         raise KeyboardInterrupt(value)
 
     with pytest.raises(KeyboardInterrupt):
-        read("a: [1, {b: 2}]\n", fails, table, NOT_PLAIN)
-    assert read("[1, 2]\n", lambda value: [value], table, NOT_PLAIN) == [(0, [["1"], ["2"]])]
+        read("a: [1, {b: 2}]\n", fails, table, NOT_PLAIN, 100)
+    assert read("[1, 2]\n", lambda value: [value], table, NOT_PLAIN, 100) == [(0, [["1"], ["2"]])]
     # an unhashable key from the resolver: handed back, not an error
-    assert read("1: a\n", lambda value: [value], table, NOT_PLAIN) == [(0, NOT_PLAIN)]
-    assert read("a: 1\n", lambda value: [value], bytes(256), NOT_PLAIN) == [(0, {"a": "1"})]
-    assert read("a: \ud800\n", str, table, NOT_PLAIN) is None  # no UTF-8: the Python reader reports it
+    assert read("1: a\n", lambda value: [value], table, NOT_PLAIN, 100) == [(0, NOT_PLAIN)]
+    assert read("a: 1\n", lambda value: [value], bytes(256), NOT_PLAIN, 100) == [(0, {"a": "1"})]
+    assert read("a: \ud800\n", str, table, NOT_PLAIN, 100) is None  # no UTF-8: the Python reader reports it
 
 
 def test_reading_again_and_again_leaks_nothing() -> None:
@@ -371,10 +383,10 @@ def test_reading_again_and_again_leaks_nothing() -> None:
 
     def once() -> None:
         for text in texts:
-            read(text, yamlcompiled.plain_scalar, yamlcompiled._RESOLVABLE, NOT_PLAIN)
+            read(text, yamlcompiled.plain_scalar, yamlcompiled._RESOLVABLE, NOT_PLAIN, 100)
         for text in [texts[0], *_HANDED_BACK.values()]:
             try:
-                read(text + "---\nz: 5\n", fails, table, NOT_PLAIN)
+                read(text + "---\nz: 5\n", fails, table, NOT_PLAIN, 100)
             except KeyboardInterrupt:  # at the scalar after it at the latest
                 continue
             raise AssertionError(f"the resolver's error was not passed on: {text!r}")
@@ -391,10 +403,10 @@ def test_reading_again_and_again_leaks_nothing() -> None:
 
 def test_the_python_reader_is_chosen_with_the_environment_variable(monkeypatch: pytest.MonkeyPatch) -> None:
     assert yamlcompiled.reader().startswith("compiled (libyaml ")
-    assert compiled_documents("a: 1\n") == [(0, {"a": 1})]
+    assert compiled_documents("a: 1\n", MOST) == [(0, {"a": 1})]
     monkeypatch.setenv(READER_VARIABLE, "python")
     assert yamlcompiled.reader() == f"Python (PyYAML; {READER_VARIABLE}=python)"
-    assert compiled_documents("a: 1\n") is None
+    assert compiled_documents("a: 1\n", MOST) is None
 
 
 def test_the_compiled_reader_is_not_used_with_a_pyyaml_without_libyaml(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -33,6 +33,7 @@ typedef struct {
     PyObject *not_plain;         /* the caller's marker */
     const unsigned char *resolvable; /* 256 flags: a plain scalar starting with this byte is resolved */
     PyObject *root;              /* owned: the document's value so far */
+    Py_ssize_t limit;            /* the most documents read: past it the caller's reader reads the stream */
     Frame stack[MAX_DEPTH];
     int depth;
     int plain;                   /* the document read so far is plain */
@@ -214,7 +215,7 @@ builder_scalar(Builder *b, const yaml_event_t *event)
 }
 
 /* Append the finished document as (line of its root node, value or not_plain); a plain null document (an
- * empty one, `~`) is left out, as the caller's reader skips it. */
+ * empty one, `~`) is left out, as the caller's reader skips it. 2 when that makes more documents than the limit. */
 static int
 builder_finish_document(Builder *b, PyObject *documents, size_t line)
 {
@@ -224,6 +225,9 @@ builder_finish_document(Builder *b, PyObject *documents, size_t line)
     if (b->plain && b->root == Py_None) {
         builder_clear(b);
         return 0;
+    }
+    if (PyList_GET_SIZE(documents) >= b->limit) {
+        return 2;
     }
     item = Py_BuildValue("(nO)", (Py_ssize_t)line, b->plain && b->root != NULL ? b->root : b->not_plain);
     builder_clear(b);
@@ -235,7 +239,8 @@ builder_finish_document(Builder *b, PyObject *documents, size_t line)
     return failed ? -1 : 0;
 }
 
-/* One event. Returns 1 at the stream's end, 0 to go on, -1 on a Python error, 2 when the stream has a directive. */
+/* One event. Returns 1 at the stream's end, 0 to go on, -1 on a Python error, 2 when the stream is left to the
+ * caller's reader (a directive, more documents than the limit). */
 static int
 builder_event(Builder *b, const yaml_event_t *event, PyObject *documents, size_t *line, int *first_node)
 {
@@ -283,13 +288,13 @@ builder_event(Builder *b, const yaml_event_t *event, PyObject *documents, size_t
 }
 
 PyDoc_STRVAR(read_documents_doc,
-             "read_documents(text, resolve, resolvable, not_plain, /)\n--\n\n"
+             "read_documents(text, resolve, resolvable, not_plain, limit, /)\n--\n\n"
              "Each document of the YAML stream ``text`` as ``(line, value)``: the 0-based line of its root node and\n"
              "its value, or ``not_plain`` for a document with anchors, aliases, tags, collection or repeated keys,\n"
              "nesting deeper than 256 levels or an explicit key in a flow sequence. A plain scalar whose first byte\n"
              "is flagged in ``resolvable`` (256 bytes) or that is empty is passed to ``resolve``, which returns its\n"
              "value or ``not_plain``; other scalars are strings. Documents whose value is None are left out. None\n"
-             "when libyaml refuses the stream or it has a %YAML or %TAG directive.");
+             "when libyaml refuses the stream, it has a %YAML or %TAG directive, or more than ``limit`` documents.");
 
 static PyObject *
 read_documents(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
@@ -298,19 +303,24 @@ read_documents(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     yaml_parser_t parser;
     yaml_event_t event;
     const char *utf8;
-    Py_ssize_t size;
+    Py_ssize_t size, limit;
     Py_buffer table;
     PyObject *documents;
     size_t line = 0, events = 0;
     int first_node = 0, outcome = 0;
 
     (void)module;
-    if (nargs != 4) {
-        PyErr_SetString(PyExc_TypeError, "read_documents() takes 4 arguments (text, resolve, resolvable, not_plain)");
+    if (nargs != 5) {
+        PyErr_SetString(PyExc_TypeError,
+                        "read_documents() takes 5 arguments (text, resolve, resolvable, not_plain, limit)");
         return NULL;
     }
     if (!PyUnicode_CheckExact(args[0]) || !PyCallable_Check(args[1])) {
         PyErr_SetString(PyExc_TypeError, "read_documents() needs a str and a callable");
+        return NULL;
+    }
+    limit = PyLong_AsSsize_t(args[4]);
+    if (limit == -1 && PyErr_Occurred()) {
         return NULL;
     }
     if (PyObject_GetBuffer(args[2], &table, PyBUF_SIMPLE) < 0) {
@@ -340,6 +350,7 @@ read_documents(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     b.index_shift = PyUnicode_GET_LENGTH(args[0]) > 0 && PyUnicode_READ_CHAR(args[0], 0) == 0xFEFF ? 1 : 0;
     b.resolve = args[1];
     b.not_plain = args[3];
+    b.limit = limit;
     b.resolvable = (const unsigned char *)table.buf;
     if (!yaml_parser_initialize(&parser)) {
         Py_DECREF(documents);
@@ -365,7 +376,7 @@ read_documents(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         return documents;
     }
     Py_DECREF(documents);
-    if (outcome == 2) { /* libyaml refused the stream, or a directive: the caller reads it */
+    if (outcome == 2) { /* libyaml refused the stream, a directive, too many documents: the caller reads it */
         Py_RETURN_NONE;
     }
     if (outcome == -3) {

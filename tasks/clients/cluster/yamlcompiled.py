@@ -16,7 +16,8 @@ does, and hands the rest back:
   comes back as :data:`~tasks.clients.cluster.yamlload.NOT_PLAIN` (the system's libyaml 0.2.5 and the newer one
   PyYAML's wheels bundle differ in two places: the newer one refuses nesting beyond 1,000 levels, and reads
   ``[? ]`` where 0.2.5 reads ``[? ]]``);
-- a stream libyaml refuses, or one with a ``%YAML``/``%TAG`` directive, gives None.
+- a stream libyaml refuses, one with a ``%YAML``/``%TAG`` directive, or with more documents than the file has
+  chunks, gives None.
 
 :mod:`tasks.clients.cluster.yamlfile` reads each document handed back from its own text with the Python reader,
 and a file it cannot read exactly so (an error, a document not where the split expects it) the Python way
@@ -41,7 +42,7 @@ READER_VARIABLE = "MODELPLANE_YAML_READER"
 
 class _Extension(Protocol):
     def read_documents(
-        self, text: str, resolve: Any, resolvable: bytes, not_plain: object, /
+        self, text: str, resolve: Any, resolvable: bytes, not_plain: object, limit: int, /
     ) -> list[tuple[int, Any]] | None: ...
 
     def libyaml_version(self) -> str: ...
@@ -92,17 +93,20 @@ def reader() -> str:
     return f"compiled (libyaml {_EXTENSION.libyaml_version()})"
 
 
-def compiled_documents(text: str) -> list[tuple[int, Any]] | None:
+def compiled_documents(text: str, most: int) -> list[tuple[int, Any]] | None:
     """Each document of ``text`` read by the compiled reader: the 0-based line of its root node and its value, or
     :data:`NOT_PLAIN`; documents whose value is null (empty, ``~``) are left out, as the Python reader skips them.
 
     Args:
         text: A YAML stream (a manifest file's text).
+        most: The most documents to read (the chunks a file is split into: one more means two documents in one
+            chunk, which the caller reads the Python way), so a stream of countless tiny documents costs no more
+            than the Python reader makes of it.
 
     Returns:
         The documents, or None when the compiled reader is not used (not built, or turned off), libyaml refuses
-        the stream, or it has a directive.
+        the stream, it has a directive, or more than ``most`` documents.
     """
     if _EXTENSION is None or os.environ.get(READER_VARIABLE) == "python":
         return None
-    return _EXTENSION.read_documents(text, plain_scalar, _RESOLVABLE, NOT_PLAIN)
+    return _EXTENSION.read_documents(text, plain_scalar, _RESOLVABLE, NOT_PLAIN, most)

@@ -474,7 +474,7 @@ def _chunk_values(text: str, chunks: list[tuple[str, bool, int]]) -> list[Any] |
     chunk by chunk: a document does not parse (the caller then parses chunk by chunk to report each malformed one
     with its line), two documents start in one chunk, or a chunk holding more than blanks, comments and its marker
     gets no document (a directive, an explicit ``null``)."""
-    compiled = compiled_documents(text)
+    compiled = compiled_documents(text, most=len(chunks))
     if compiled is not None:
         values = _assigned(chunks, compiled, _compiled_value)
         if values is not None:
