@@ -33,6 +33,7 @@ from typing import Any
 
 import yaml
 
+from engine import yaml11
 from engine.api.llmd import VariantAutoscaling
 from engine.api.meta import parse_duration
 from engine.promql import quote
@@ -154,7 +155,7 @@ def read_windows_file(path: str | pathlib.Path) -> dict[tuple[str, str], list[Wi
     """
     file = pathlib.Path(path)
     try:
-        doc = yaml.safe_load(file.read_text())
+        doc = yaml11.safe_load(file.read_text())
     except OSError as exc:
         raise WindowsFileError(f"{file}: cannot read ({exc.strerror or type(exc).__name__})") from None
     except yaml.YAMLError as exc:

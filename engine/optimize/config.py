@@ -23,6 +23,7 @@ from typing import Any, Literal, TypeVar
 
 import yaml
 
+from engine import yaml11
 from engine.errors import InputError
 from engine.slo.target import SERVICE_CLASS_KEY, check_attainment
 
@@ -103,7 +104,7 @@ def _accelerator_cost(key: str, value: str, source: str) -> AcceleratorCost:
 def _mapping(value: str, source: str, language: Literal["JSON", "YAML"], expected: str) -> dict[str, Any]:
     """An entry's value parsed as ``language``: it must be ``expected`` (a mapping), else a ConfigError saying why."""
     try:
-        doc = json.loads(value) if language == "JSON" else yaml.safe_load(value)
+        doc = json.loads(value) if language == "JSON" else yaml11.safe_load(value)
     except json.JSONDecodeError as exc:
         raise ConfigError(source, f"invalid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}") from None
     except yaml.YAMLError as exc:

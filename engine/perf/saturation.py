@@ -28,6 +28,8 @@ from typing import Any, Final, Literal
 
 import yaml
 
+from engine import yaml11
+
 __all__ = [
     "ACTION_NO_CHANGE",
     "ACTION_SCALE_DOWN",
@@ -194,7 +196,7 @@ def _load_entry(raw: Any) -> Mapping[str, Any]:
     if isinstance(raw, Mapping):
         return raw
     if isinstance(raw, (str, bytes)):
-        loaded = yaml.safe_load(raw)
+        loaded = yaml11.safe_load(raw)
         if loaded is None:
             return {}
         if not isinstance(loaded, Mapping):

@@ -113,3 +113,28 @@ def test_a_key_written_twice_and_a_recursive_alias_are_refused_with_their_lines_
         f"{path}: document at line 12: invalid YAML at line 14, column 11: recursive alias: a node refers to itself "
         "(not representable as JSON)",
     ]
+
+
+def test_a_number_pattern_that_is_no_number_is_read_as_a_string(tmp_path: Path) -> None:
+    """``0b_`` and ``0x_`` match PyYAML's int pattern, and its constructor raised ValueError on them (a traceback
+    out of validate-manifests); the Kubernetes reader reads them as strings, plain or anchored; numbers stay
+    numbers."""
+    path = tmp_path / "numbers.yaml"
+    path.write_text(
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: a}\n"
+        "data: {b: 0b_, x: -0x_, n: 0b101, h: 0x1F, o: 0755, s: 1:30, u: 1_000, f: .5}\n"
+        "---\napiVersion: v1\nkind: ConfigMap\nmetadata: {name: b}\ndata: {b: &v +0b_, again: *v}\n"
+    )
+    loaded = read_file(path)
+    assert loaded.doc_errors == []
+    assert loaded.docs[0].data["data"] == {
+        "b": "0b_",
+        "x": "-0x_",
+        "n": 5,
+        "h": 31,
+        "o": 493,
+        "s": 90,
+        "u": 1000,
+        "f": 0.5,
+    }
+    assert loaded.docs[1].data["data"] == {"b": "+0b_", "again": "+0b_"}

@@ -15,6 +15,8 @@ from typing import Any
 
 import yaml
 
+from engine.yaml11 import constructible
+
 _BaseLoader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 _TIMESTAMP_TAG = "tag:yaml.org,2002:timestamp"
 
@@ -26,12 +28,16 @@ _MERGE_TAG = "tag:yaml.org,2002:merge"
 def _resolved_tag(kind: Any, value: Any, implicit: Any) -> str:
     """The tag PyYAML's resolver gives a node of ``kind`` holding ``value`` (for a scalar: plain or quoted, the
     ``implicit`` pair), with :class:`Loader`'s implicit resolvers (no timestamps). Cached: manifests repeat the
-    same keys and values in every document, and the resolver tries a regular expression per candidate."""
+    same keys and values in every document, and the resolver tries a regular expression per candidate.
+
+    A plain scalar that PyYAML's number patterns match but that is no number (``0b_``, ``0x_``: an empty digit
+    string once the underscores go, on which PyYAML's constructor raises ``ValueError``) is a string, as the
+    Kubernetes YAML reader reads it (:mod:`engine.yaml11`)."""
     if kind is yaml.ScalarNode and implicit[0]:
         resolvers = Loader.yaml_implicit_resolvers
         for tag, regexp in resolvers.get(value[0] if value else "", []) + resolvers.get(None, []):
             if regexp.match(value):
-                return str(tag)
+                return str(tag) if constructible(str(tag), value) else str(Loader.DEFAULT_SCALAR_TAG)
     if kind is yaml.ScalarNode:
         return str(Loader.DEFAULT_SCALAR_TAG)
     return str(Loader.DEFAULT_SEQUENCE_TAG if kind is yaml.SequenceNode else Loader.DEFAULT_MAPPING_TAG)
@@ -123,7 +129,7 @@ def plain_scalar(value: str) -> Any:
 
     Returns:
         Its value; :data:`NOT_PLAIN` when this reader leaves the scalar's document to PyYAML's constructor (a
-        merge key ``<<``, ``=``) or its constructor raises (``0b_``: the document's reader raises it then).
+        merge key ``<<``, ``=``) or its constructor raises (the document's reader raises it then).
     """
     tag = _resolved_tag(yaml.ScalarNode, value, (True, False))
     if tag == _STR_TAG:

@@ -55,6 +55,7 @@ from typing import Any
 
 import yaml
 
+from engine import yaml11
 from engine.slo.measure import ITL_HISTOGRAMS, REQUEST_ITL_HISTOGRAM, Buckets, LatencyHistograms
 from tasks.clients.files import write_atomically
 from tasks.clients.metrics.snapshot import (
@@ -71,9 +72,6 @@ from tasks.clients.metrics.snapshot import (
     checked_metric_names,
     from_epoch,
 )
-
-# libyaml's parser when available: a metrics file for 500 models parses ~10x faster than pure Python.
-_YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
 @dataclass(frozen=True)
@@ -157,7 +155,7 @@ class FileMetrics(MetricsSource):
         except OSError as exc:
             raise MetricsFileError(self.path, "", f"cannot read: {exc.strerror or exc}") from None
         try:
-            raw = yaml.load(text, Loader=_YAML_LOADER)
+            raw = yaml11.safe_load(text)
         except yaml.YAMLError as exc:
             raise MetricsFileError(self.path, "", f"not valid YAML: {exc}") from None
         return _FileParser(self.path).document(raw if raw is not None else {}, mtime)
