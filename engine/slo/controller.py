@@ -72,6 +72,11 @@ class ControllerSettings:
     """Requests in the recent range at which a measurement counts half."""
     hold_gain: float = 10.0
     """Change of the hold's log-length per unit of attainment error (see :func:`step`)."""
+    hold_release_s: float = 60.0
+    """The most a surplus shortens the hold by in one cycle (one control interval at the 60 s default): a hold that
+    grew to span the lulls between bursts is given back over as long as those lulls, not in the few quiet cycles
+    inside one (shortened at the hold's gain, a 30-minute hold was back at 3 minutes six cycles after a burst, and
+    the next burst found its capacity gone)."""
     ceiling_margin: float = 0.03
     """The setpoint stays this far below the model's attainment ceiling (the share of requests whose prompt any
     of its variants can prefill within the TTFT target at all): a target above it is out of reach at any cost."""
@@ -88,8 +93,8 @@ class ControllerSettings:
     def __post_init__(self) -> None:
         if not 0.0 < self.min_percentile <= self.max_percentile < 100.0:
             raise ValueError("percentile bounds must satisfy 0 < min <= max < 100")
-        if min(self.gain, self.budget_weight, self.setpoint_band, self.half_confidence) < 0:
-            raise ValueError("gain, weight, band and confidence must be >= 0")
+        if min(self.gain, self.budget_weight, self.setpoint_band, self.half_confidence, self.hold_release_s) < 0:
+            raise ValueError("gain, weight, band, confidence and hold release must be >= 0")
         if not 0.0 < self.min_load_factor <= 1.0 or self.factor_gain < 0:
             raise ValueError("the lowest load factor must be in (0, 1] and its gain >= 0")
 
@@ -158,10 +163,11 @@ def step(
       for: no hold would have kept capacity that was never there;
     * a shortfall with the capacity in place is the sizing's: the load factor comes back to 1 first, then the
       percentile rises;
-    * a surplus first shortens the hold back towards the start-up window, then lowers the percentile, and once the
-      percentile is at its floor lowers the load factor: the share of the held peak load the model is sized for
-      (split range: on steady traffic the floor's sizing, WVA's mean request at the recent peak, still attains
-      several points above an 80 % target, and whole replicas bought for that surplus are the cost).
+    * a surplus first shortens the hold back towards the start-up window (by at most ``hold_release_s`` a cycle),
+      then lowers the percentile, and once the percentile is at its floor lowers the load factor: the share of the
+      held peak load the model is sized for (split range: on steady traffic the floor's sizing, WVA's mean request
+      at the recent peak, still attains several points above an 80 % target, and whole replicas bought for that
+      surplus are the cost).
 
     Args:
         percentile: the percentile the model was sized for last cycle (None or invalid: the feed-forward start).
@@ -228,7 +234,9 @@ def step(
     if error < 0 and at_minimum:
         return unchanged(f"{measured}, above {_pct(setpoint)}, every variant at its minimum")
     if error < 0 and hold is not None and hold_range_s is not None and hold > hold_range_s[0]:
-        shorter = max(hold * math.exp(settings.hold_gain * error * confidence), hold_range_s[0])
+        shorter = max(
+            hold * math.exp(settings.hold_gain * error * confidence), hold - settings.hold_release_s, hold_range_s[0]
+        )
         return ControllerStep(
             previous,
             True,

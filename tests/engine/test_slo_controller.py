@@ -171,3 +171,23 @@ def test_the_load_factor_winds_neither_up_nor_down_against_the_allocation() -> N
     assert step(50.0, 0.8, None, load_factor=0.01).load_factor == DEFAULT_SETTINGS.min_load_factor
     with pytest.raises(ValueError):
         ControllerSettings(min_load_factor=0.0)
+
+
+def test_a_surplus_gives_a_long_hold_back_by_at_most_one_interval_a_cycle() -> None:
+    """A hold grown to 30 minutes to span the lulls between bursts: a large surplus shortens it by one interval
+    (60 s) a cycle, so it is back at the start-up window after 27 cycles, not after a few quiet ones (at the hold's
+    gain alone it would be at 3 minutes after 2); the percentile is left alone meanwhile. A small surplus shortens
+    it less than the limit."""
+    surplus = AttainmentSample(0.99, 500.0)
+    hold: float | None = 1800.0
+    holds, percentiles = [], []
+    for _ in range(28):
+        result = step(80.0, 0.80, surplus, hold_s=hold, hold_range_s=(180.0, 3600.0))
+        hold = result.hold_s
+        holds.append(hold)
+        percentiles.append(result.percentile)
+    assert holds[:3] == [1740.0, 1680.0, 1620.0]
+    assert holds[25] == 240.0 and holds[26] == 180.0
+    assert percentiles[:27] == [80.0] * 27 and percentiles[27] < 80.0
+    small = step(80.0, 0.80, AttainmentSample(0.805, 500.0), hold_s=600.0, hold_range_s=(180.0, 3600.0))
+    assert small.hold_s is not None and 600.0 - 60.0 < small.hold_s < 600.0
