@@ -17,6 +17,7 @@ Formats (as the Workload Variant Autoscaler uses them):
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, TypeVar
@@ -83,8 +84,8 @@ def _positive_number(value: Any, source: str, what: str) -> float:
         number = float(value)
     except (TypeError, ValueError):
         raise ConfigError(source, f"{what} must be a number, got {value!r}") from None
-    if number != number or number < 0:
-        raise ConfigError(source, f"{what} must be a non-negative number, got {value!r}")
+    if not math.isfinite(number) or number < 0:
+        raise ConfigError(source, f"{what} must be a finite non-negative number, got {value!r}")
     return number
 
 
@@ -98,7 +99,10 @@ def _accelerator_cost(key: str, value: str, source: str) -> AcceleratorCost:
     if "cost" not in entry:
         raise ConfigError(source, "missing 'cost'")
     cost = _positive_number(entry["cost"], source, "cost")
-    return AcceleratorCost(name=key, device=str(entry.get("device", key)), cost=cost)
+    device = entry.get("device", key)
+    if not isinstance(device, str) or not device:
+        raise ConfigError(source, f"device must be a non-empty string, got {device!r}")
+    return AcceleratorCost(name=key, device=device, cost=cost)
 
 
 def _mapping(value: str, source: str, language: Literal["JSON", "YAML"], expected: str) -> dict[str, Any]:

@@ -24,13 +24,18 @@ def test_accelerator_costs_parse_wva_json_and_report_bad_keys() -> None:
             "BAD": "{not json",
             "NEG": '{"device": "x", "cost": "-1"}',
             "NOCOST": '{"device": "x"}',
+            "INF": '{"device": "x", "cost": 1e400}',
+            "NAN": '{"device": "x", "cost": "NaN"}',
+            "DEVICE": '{"device": {"name": "x"}, "cost": 1}',
         }
     )
     assert {k: v.cost for k, v in costs.items()} == {"A100": 40.0, "H100": 80.0}
     assert costs["A100"].device == "NVIDIA-A100-PCIE-80GB"
-    sources = sorted(e.source for e in errors)
-    assert sources == ["accelerator-unit-costs/BAD", "accelerator-unit-costs/NEG", "accelerator-unit-costs/NOCOST"]
-    assert any("invalid JSON" in str(e) for e in errors)
+    by_source = {e.source.split("/")[-1]: str(e) for e in errors}
+    assert sorted(by_source) == ["BAD", "DEVICE", "INF", "NAN", "NEG", "NOCOST"]
+    assert "invalid JSON" in by_source["BAD"]
+    assert "cost must be a finite non-negative number, got inf" in by_source["INF"]
+    assert "device must be a non-empty string" in by_source["DEVICE"]
 
 
 def test_service_class_parses_priority_and_slos() -> None:
@@ -53,6 +58,8 @@ def test_service_class_parses_priority_and_slos() -> None:
         ("name: X\ndata:\n  - slo-tpot: 3\n", "model"),
         ("name: X\ndata:\n  - model: m\n    slo-ttft: fast\n", "slo-ttft"),
         ("name: X\ndata:\n  - model: m\n    slo-ttft: 0\n", "slo-ttft"),
+        ("name: X\ndata:\n  - model: m\n    slo-ttft: .inf\n", "slo-ttft must be a finite non-negative number"),
+        ("name: X\ndata:\n  - model: m\n    slo-tpot: .nan\n", "slo-tpot must be a finite non-negative number"),
         ("[unclosed", "invalid YAML"),
     ],
 )
