@@ -197,8 +197,19 @@ def parse_duration(value: str) -> float:
     return sum(float(number) * _DURATION_UNIT_SECONDS[unit] for number, unit in _DURATION_PART.findall(text))
 
 
-Duration = Annotated[str, Field(pattern=DURATION_PATTERN)]
-"""A ``metav1.Duration`` kept as its string form; use :func:`parse_duration` to get seconds."""
+MAX_DURATION_S = (2**63 - 1) / 1e9
+"""The longest duration Go's ``time.Duration`` (an int64 of nanoseconds) holds, in seconds (about 292 years)."""
+
+
+def _go_duration(value: str) -> str:
+    if parse_duration(value) > MAX_DURATION_S:
+        raise ValueError("longer than the longest Go duration (about 292 years)")
+    return value
+
+
+Duration = Annotated[str, Field(pattern=DURATION_PATTERN), AfterValidator(_go_duration)]
+"""A ``metav1.Duration`` kept as its string form; use :func:`parse_duration` to get seconds. A duration that Go's
+``time.ParseDuration`` refuses as too long is refused, as the upstream controllers' unmarshalling refuses it."""
 
 
 QUANTITY_PATTERN = (

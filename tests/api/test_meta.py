@@ -112,6 +112,14 @@ def test_parse_duration_rejects_malformed(text: str) -> None:
         TypeAdapter(Duration).validate_python(text)
 
 
+def test_a_duration_longer_than_go_holds_is_refused() -> None:
+    """Go's time.ParseDuration refuses more than an int64 of nanoseconds (2562047h47m16.854775807s); the model
+    refused nothing and a 10^23-hour period was used."""
+    TypeAdapter(Duration).validate_python("2562047h")
+    with pytest.raises(ValidationError, match="longest Go duration"):
+        TypeAdapter(Duration).validate_python("99999999999999999999999h")
+
+
 @pytest.mark.parametrize("value", [5, "5", "100Gi", "500m", "1.5", "2e3", "+1Ki"])
 def test_quantity_accepts(value: int | str) -> None:
     assert TypeAdapter(Quantity).validate_python(value) == value
