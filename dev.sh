@@ -292,11 +292,13 @@ case "${1:-}" in
     shift
     keep_bytecode
     # A run of the whole suite (no test path given) installs and tests the project on the other Pythons meanwhile, in
-    # the background and in one process, so CI's wall time grows little; a failure there fails the run too.
+    # the background and in one process, so CI's wall time grows little; a failure there fails the run too. They run
+    # at a lower priority (nice): they take the CPU the suite leaves idle while its tests wait on servers and
+    # subprocesses, instead of an equal share of the 2 cores the suite's workers are busy on.
     others=""
     if [ ${#OTHER_PYTHONS[@]} -gt 0 ] && ! names_a_test_path "$@"; then
       others_log="$(mktemp -d)"
-      setsid ./dev.sh test-pythons "${OTHER_PYTHONS[@]}" >"$others_log/out" 2>"$others_log/err" &
+      setsid nice -n 10 ./dev.sh test-pythons "${OTHER_PYTHONS[@]}" >"$others_log/out" 2>"$others_log/err" &
       others=$!  # its own process group (setsid), ended with this script whatever the outcome
       trap 'kill -- -"$others" 2>/dev/null || true' EXIT
     fi
