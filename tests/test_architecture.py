@@ -94,8 +94,10 @@ def test_ruff_lint_and_format_pass() -> None:
 
 
 # A fresh clone's mypy has no cache: 80 s of CPU, the longest test that uses no Prefect API. Those are handed
-# out last (tests/grouping.py), and it ended a full run alone on one worker while the other core idled.
+# out last (tests/grouping.py), and it ended a full run alone on one worker while the other core idled. Its
+# timeout is the suite's 300 s thrice: it is CPU-bound, and on a machine at load 9 it got a third of a core.
 @pytest.mark.long_wall
+@pytest.mark.timeout(900)
 def test_mypy_strict_on_engine_tasks_and_flows() -> None:
     """engine/, tasks/ and flows/ type-check under mypy --strict (pyproject.toml [tool.mypy] packages)."""
     result = subprocess.run([_tool("mypy")], cwd=REPO, capture_output=True, text=True)
