@@ -192,9 +192,12 @@ def _parse_entries(
     key, and one error per bad key (a bad entry never hides the good ones)."""
     entries: dict[str, Entry] = {}
     errors: list[ConfigError] = []
-    for key in sorted(data):
+    for key in sorted(data, key=str):
+        source = f"{configmap}/{key}"
         try:
-            entries[key] = parse(key, data[key], f"{configmap}/{key}")
+            if not isinstance(data[key], str):  # ConfigMap data is map[string]string: an API server refuses others
+                raise ConfigError(source, f"value must be a string, got {type(data[key]).__name__}")
+            entries[key] = parse(key, data[key], source)
         except ConfigError as exc:
             errors.append(exc)
     return entries, errors

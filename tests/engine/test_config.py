@@ -27,12 +27,14 @@ def test_accelerator_costs_parse_wva_json_and_report_bad_keys() -> None:
             "INF": '{"device": "x", "cost": 1e400}',
             "NAN": '{"device": "x", "cost": "NaN"}',
             "DEVICE": '{"device": {"name": "x"}, "cost": 1}',
+            "DECODED": {"device": "x", "cost": 1},  # type: ignore[dict-item]
         }
     )
     assert {k: v.cost for k, v in costs.items()} == {"A100": 40.0, "H100": 80.0}
     assert costs["A100"].device == "NVIDIA-A100-PCIE-80GB"
     by_source = {e.source.split("/")[-1]: str(e) for e in errors}
-    assert sorted(by_source) == ["BAD", "DEVICE", "INF", "NAN", "NEG", "NOCOST"]
+    assert sorted(by_source) == ["BAD", "DECODED", "DEVICE", "INF", "NAN", "NEG", "NOCOST"]
+    assert "value must be a string, got dict" in by_source["DECODED"]
     assert "invalid JSON" in by_source["BAD"]
     assert "cost must be a finite non-negative number, got inf" in by_source["INF"]
     assert "device must be a non-empty string" in by_source["DEVICE"]
