@@ -16,7 +16,11 @@ The rules are apimachinery's (``k8s.io/apimachinery/pkg/api/validation`` and ``p
 * ``metadata.namespace`` a DNS-1123 label (63);
 * label keys qualified names (an optional DNS-1123 subdomain prefix and ``/``, then at most 63 characters),
   label values at most 63 characters of the same alphabet; annotation keys qualified names and all annotations
-  together at most 256 KiB.
+  together at most 256 KiB;
+* a built-in kind's body decodable at all (the API server's decoding refuses it before any validation): its
+  ``spec``, when present, an object; a ConfigMap's ``data`` and ``binaryData`` and a Secret's ``data`` and
+  ``stringData`` mappings of strings (``map[string]string``, ``map[string][]byte``). A custom resource's body is
+  its schema's to check (:mod:`engine.api.validate`), so a bad one gets its own condition.
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ from collections.abc import Mapping
 from functools import lru_cache
 from typing import Any
 
-__all__ = ["address_error", "identity_errors", "name_error"]
+__all__ = ["address_error", "body_errors", "identity_errors", "name_error"]
 
 DNS1123_LABEL_MAX = 63
 DNS1123_SUBDOMAIN_MAX = 253
@@ -177,6 +181,27 @@ def identity_errors(manifest: Any) -> list[tuple[str, str]]:
     errors += _name_errors(manifest["apiVersion"], manifest["kind"], meta)
     errors += _label_errors(meta.get("labels"))
     errors += _annotation_errors(meta.get("annotations"))
+    errors += body_errors(manifest)
+    return errors
+
+
+_STRING_MAPS = {"ConfigMap": ("data", "binaryData"), "Secret": ("data", "stringData")}
+"""The core (``v1``) kinds whose fields are ``map[string]string`` (or ``[]byte``, base64 text in a manifest)."""
+
+
+def body_errors(manifest: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """``(field path, reason)`` of a built-in kind's body the API server cannot decode: a ``spec`` that is not an
+    object, a ConfigMap's or Secret's data that is no map of strings (custom resources: none, see module docs).
+    ``manifest`` has string ``apiVersion`` and ``kind`` (:func:`identity_errors` checks those first)."""
+    api_version: str = manifest["apiVersion"]
+    group = api_version.rpartition("/")[0]
+    if "." in group and not group.endswith(".k8s.io"):
+        return []
+    spec = manifest.get("spec")
+    errors = [] if spec is None or isinstance(spec, Mapping) else [("spec", "must be an object")]
+    if api_version == "v1":
+        for field in _STRING_MAPS.get(manifest["kind"], ()):
+            errors += _string_pairs(field, manifest.get(field))[1]
     return errors
 
 

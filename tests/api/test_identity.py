@@ -36,6 +36,11 @@ def obj(api_version: str = "v1", kind: str = "ConfigMap", **meta: Any) -> dict[s
         ({"apiVersion": "v1", "kind": "ConfigMap", "metadata": "x"}, "metadata"),
         ({"apiVersion": 1, "kind": "ConfigMap", "metadata": {"name": "x"}}, "apiVersion"),
         ({"apiVersion": "v1", "metadata": {"name": "x"}}, "kind"),
+        ({**obj("apps/v1", "Deployment"), "spec": True}, "spec"),  # decoding fails before validation
+        ({**obj("batch/v1", "Job"), "spec": 1e-320}, "spec"),
+        ({**obj(), "data": {"costs": {"cost": 1}}}, 'data["costs"]'),  # map[string]string
+        ({**obj(), "data": float("inf")}, "data"),
+        ({**obj("v1", "Secret"), "stringData": ["a"]}, "stringData"),
     ],
 )
 def test_identity_the_api_server_refuses_names_the_field(manifest: dict[str, Any], field: str) -> None:
@@ -50,6 +55,9 @@ def test_identity_the_api_server_refuses_names_the_field(manifest: dict[str, Any
         obj("rbac.authorization.k8s.io/v1", "ClusterRole", name="system:modelplane", namespace=None),
         obj(labels={"app.kubernetes.io/name": "vllm", "empty": ""}, annotations={"Example.com/Key": "v"}),
         obj(name=None, generateName="job-"),
+        {**obj(), "data": {"a": "1"}, "binaryData": {"b": "AA=="}},
+        # A custom resource's body is its schema's: the boundary gives it its own condition.
+        {**obj("llmd.ai/v1alpha1", "VariantAutoscaling"), "spec": 5},
     ],
 )
 def test_sound_identities_pass(manifest: dict[str, Any]) -> None:

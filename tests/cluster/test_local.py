@@ -159,6 +159,23 @@ def test_single_file_created_on_first_write(tmp_path: Path) -> None:
     assert [c["metadata"]["name"] for c in LocalCluster(path).list("v1", "ConfigMap")] == ["a", "b"]
 
 
+def test_a_built_in_object_the_api_server_cannot_decode_is_reported_not_loaded(tmp_path: Path) -> None:
+    """A Deployment whose spec is a scalar, a ConfigMap whose data holds a mapping: an API server's decoding
+    refuses both; loading them raised AttributeError out of the defaulting (every command ended in a traceback)."""
+    (tmp_path / "bad.yaml").write_text(
+        "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: d, namespace: ns}\nspec: true\n---\n"
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: c, namespace: ns}\ndata: {costs: {cost: 1}}\n---\n"
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: ok, namespace: ns}\ndata: {a: '1'}\n"
+    )
+    cluster = LocalCluster(tmp_path)
+    assert [e.message.split(": document ")[1] for e in cluster.load_errors] == [
+        "at line 1: spec: must be an object",
+        'at line 6: data["costs"]: keys and values must be strings',
+    ]
+    assert [c["metadata"]["name"] for c in cluster.list("v1", "ConfigMap", "ns")] == ["ok"]
+    assert cluster.list("apps/v1", "Deployment", "ns") == []
+
+
 def test_invalid_yaml_is_reported_and_other_files_load(state: Path) -> None:
     broken = state / "broken.yaml"
     broken.write_text("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: [unclosed\n")

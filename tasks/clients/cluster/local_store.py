@@ -49,7 +49,7 @@ try:
 except ImportError:  # pragma: no cover - not POSIX: thread safety only
     fcntl = None  # type: ignore[assignment]
 
-from engine.api.identity import identity_errors
+from engine.api.identity import body_errors, identity_errors
 from tasks.clients.cluster.base import Manifest, ObjectRef
 from tasks.clients.cluster.bookkeeping import Bookkeeping
 from tasks.clients.cluster.dirwatch import DirectoryWatch, open_watch
@@ -566,7 +566,8 @@ def _first_line(doc: Document) -> int:
 
 def _is_object(data: Any) -> bool:
     """A document that is a Kubernetes object (has apiVersion, kind and metadata.name, a namespace if any, as
-    strings). Whether the name is one the API server accepts is the boundary's check (``tasks/boundary.py``)."""
+    strings, and a body the API server can decode: :func:`engine.api.identity.body_errors`). Whether the name is
+    one the API server accepts is the boundary's check (``tasks/boundary.py``)."""
     return (
         isinstance(data, dict)
         and isinstance(data.get("apiVersion"), str)
@@ -575,6 +576,7 @@ def _is_object(data: Any) -> bool:
         and isinstance(data["metadata"].get("name"), str)
         and bool(data["metadata"]["name"])
         and isinstance(data["metadata"].get("namespace") or "", str)
+        and not body_errors(data)
     )
 
 
