@@ -397,7 +397,9 @@ def test_reading_again_and_again_leaks_nothing() -> None:
         once()
     gc.collect()
     assert sys.getrefcount(NOT_PLAIN) == references
-    assert sys.getallocatedblocks() - blocks < 50  # one object leaked per call would be thousands
+    # One object leaked per call would be about 10,000 blocks (200 rounds of some 50 calls); the test process's other
+    # threads (an xdist worker's) allocate a few dozen meanwhile (90 seen once in CI).
+    assert sys.getallocatedblocks() - blocks < 1000
 
 
 def test_the_python_reader_is_chosen_with_the_environment_variable(monkeypatch: pytest.MonkeyPatch) -> None:
