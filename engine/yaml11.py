@@ -16,14 +16,36 @@ from typing import Any
 
 import yaml
 
-__all__ = ["Loader", "constructible", "safe_load"]
+__all__ = ["SCALAR_CONSTRUCTORS", "Loader", "constructible", "safe_load", "scalar_value"]
 
 _BaseLoader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-_NUMBER_CONSTRUCTORS = {
-    "tag:yaml.org,2002:int": "construct_yaml_int",
-    "tag:yaml.org,2002:float": "construct_yaml_float",
+_INT_TAG, _FLOAT_TAG = "tag:yaml.org,2002:int", "tag:yaml.org,2002:float"
+SCALAR_CONSTRUCTORS = {
+    "tag:yaml.org,2002:null": "construct_yaml_null",
+    "tag:yaml.org,2002:bool": "construct_yaml_bool",
+    _INT_TAG: "construct_yaml_int",
+    _FLOAT_TAG: "construct_yaml_float",
 }
+"""The safe constructor's method for each implicit scalar tag that is not a string (timestamps aside)."""
 _CONSTRUCTOR = yaml.constructor.SafeConstructor()
+
+
+def scalar_value(tag: str, value: str) -> Any:
+    """The value PyYAML's safe constructor builds from a scalar tagged ``tag`` (a key of
+    :data:`SCALAR_CONSTRUCTORS`), which reads only the tag and the text.
+
+    Args:
+        tag: A key of :data:`SCALAR_CONSTRUCTORS`.
+        value: The scalar's text.
+
+    Returns:
+        The scalar's value.
+
+    Raises:
+        KeyError: ``tag`` has no constructor here.
+        ValueError: The constructor refuses ``value`` (``0b_`` tagged int).
+    """
+    return getattr(_CONSTRUCTOR, SCALAR_CONSTRUCTORS[tag])(yaml.ScalarNode(tag, value))
 
 
 @functools.lru_cache(maxsize=4096)
@@ -37,11 +59,10 @@ def constructible(tag: str, value: str) -> bool:
     Returns:
         False only for an int or float tag whose constructor raises on ``value``.
     """
-    method = _NUMBER_CONSTRUCTORS.get(tag)
-    if method is None:
+    if tag not in (_INT_TAG, _FLOAT_TAG):
         return True
     try:
-        getattr(_CONSTRUCTOR, method)(yaml.ScalarNode(tag, value))
+        scalar_value(tag, value)
     except ValueError:
         return False
     return True

@@ -15,7 +15,7 @@ from typing import Any
 
 import yaml
 
-from engine.yaml11 import constructible
+from engine.yaml11 import SCALAR_CONSTRUCTORS, constructible, scalar_value
 
 _BaseLoader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 _TIMESTAMP_TAG = "tag:yaml.org,2002:timestamp"
@@ -92,25 +92,17 @@ class _NotPlain(Exception):
 
 _STR_TAG, _MAP_TAG, _SEQ_TAG = "tag:yaml.org,2002:str", "tag:yaml.org,2002:map", "tag:yaml.org,2002:seq"
 _NULL_TAG = "tag:yaml.org,2002:null"
-_SCALAR_TAGS = {
-    "tag:yaml.org,2002:null": "construct_yaml_null",
-    "tag:yaml.org,2002:bool": "construct_yaml_bool",
-    "tag:yaml.org,2002:int": "construct_yaml_int",
-    "tag:yaml.org,2002:float": "construct_yaml_float",
-}
-_CONSTRUCTOR = yaml.constructor.SafeConstructor()
 _ScalarNode, _MappingNode, _SequenceNode = yaml.ScalarNode, yaml.MappingNode, yaml.SequenceNode
 
 
 @functools.lru_cache(maxsize=65536)
 def _scalar(tag: str, value: str) -> Any:
-    """The value of a ``null``/``bool``/``int``/``float`` scalar, built by PyYAML's safe constructor (which reads
-    only the tag and the text); :class:`_NotPlain` for another tag. Cached: manifests repeat the same numbers
-    and booleans, and every one of these values is immutable."""
-    method = _SCALAR_TAGS.get(tag)
-    if method is None:
+    """The value of a ``null``/``bool``/``int``/``float`` scalar (:func:`engine.yaml11.scalar_value`);
+    :class:`_NotPlain` for another tag. Cached: manifests repeat the same numbers and booleans, and every one of
+    these values is immutable."""
+    if tag not in SCALAR_CONSTRUCTORS:
         raise _NotPlain(tag)
-    return getattr(_CONSTRUCTOR, method)(yaml.ScalarNode(tag, value))
+    return scalar_value(tag, value)
 
 
 NOT_PLAIN = object()
@@ -205,7 +197,7 @@ def construct_plain(root: yaml.Node, loader: Any) -> Any:
         if type(node) is scalar:
             if node.tag == _STR_TAG:
                 return node.value
-            method = _SCALAR_TAGS.get(node.tag)
+            method = SCALAR_CONSTRUCTORS.get(node.tag)
             if method is None:
                 raise _NotPlain(node.tag)
             return getattr(loader, method)(node)
