@@ -10,15 +10,10 @@ from datetime import datetime
 
 from engine.api.llmd import TuningStatus
 from engine.api.registry import VARIANT_AUTOSCALING
-from engine.optimize.spec import ANNOTATION_MIN_REPLICAS
-from engine.perf.tail_sizing import ANNOTATION_TTFT_PERCENTILE
 from engine.simulate.scenario import Scenario, joined_key
-from engine.simulate.tune import ANNOTATION_TUNED, ModelChoice
+from engine.simulate.tune import ANNOTATION_TUNED, ModelChoice, operator_settings, tuned_settings
 from tasks.clients.cluster import ClusterError, ObjectRef, connect
 from tasks.tracking import task
-
-TUNED_ANNOTATIONS = (ANNOTATION_TTFT_PERCENTILE, ANNOTATION_MIN_REPLICAS)
-"""The annotations a candidate may set; writing a choice removes the ones it does not set."""
 
 
 @task(name="write-choice")
@@ -53,24 +48,22 @@ def write_choice(
     ).model_dump(mode="json", by_alias=True, exclude_none=True)
     written: list[str] = []
     failed: list[str] = []
-    record = json.dumps(
-        {
-            "candidate": choice.chosen.candidate.name,
-            "attainment": round(choice.chosen.attainment, 4),
-            "cost": round(choice.chosen.cost, 2),
-            "target": choice.target,
-            "met": choice.met,
-            "at": now.strftime("%Y-%m-%dT%H:%M:%SZ"),
-        },
-        sort_keys=True,
-    )
+    record = {
+        "candidate": choice.chosen.candidate.name,
+        "attainment": round(choice.chosen.attainment, 4),
+        "cost": round(choice.chosen.cost, 2),
+        "target": choice.target,
+        "met": choice.met,
+        "at": now.strftime("%Y-%m-%dT%H:%M:%SZ"),
+    }
     for va in scenario.description.variants:
         namespace, name = va.metadata.namespace or "default", va.metadata.name or ""
         if joined_key((namespace, va.spec.model_id)) != choice.model:
             continue
-        settings: dict[str, str | None] = {key: None for key in TUNED_ANNOTATIONS}
-        settings.update(choice.chosen.candidate.settings_for(joined_key((namespace, name))))
-        settings[ANNOTATION_TUNED] = record
+        settings = tuned_settings(va.metadata.annotations, choice.chosen.candidate, joined_key((namespace, name)))
+        settings[ANNOTATION_TUNED] = json.dumps(
+            {**record, "replaced": operator_settings(va.metadata.annotations)}, sort_keys=True
+        )
         ref = ObjectRef(va.api_version, VARIANT_AUTOSCALING, name, namespace)
         try:
             backend.patch_spec(ref, {"metadata": {"annotations": settings}})

@@ -19,8 +19,9 @@ model from its own attainment and cost in that replay.  Pure and deterministic: 
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from engine.optimize.spec import ANNOTATION_MIN_REPLICAS, model_targets
@@ -34,13 +35,19 @@ __all__ = [
     "ANNOTATION_TUNED",
     "Candidate",
     "ModelChoice",
+    "TUNED_ANNOTATIONS",
     "TuneRow",
     "candidates",
     "choose",
     "model_rows",
+    "operator_settings",
+    "tuned_settings",
     "with_candidate",
+    "with_choices",
 ]
 
+TUNED_ANNOTATIONS = (ANNOTATION_TTFT_PERCENTILE, ANNOTATION_MIN_REPLICAS)
+"""The annotations a candidate may set; a written choice removes the ones it does not set."""
 ANNOTATION_TUNED = "modelplane.io/tuned"
 """VariantAutoscaling annotation the tune flow writes: the candidate chosen for the model, the attainment and cost
 its replay reached, the target, and when (JSON)."""
@@ -92,23 +99,75 @@ class ModelChoice:
 
 
 def candidates(scenario: Scenario) -> list[Candidate]:
-    """The loop, pinned percentiles, and static-peak floors at a few headrooms (see the module doc)."""
+    """The loop, pinned percentiles, and static-peak floors at a few headrooms (see the module doc); static peak is
+    sized under the operator's own settings, not under a floor an earlier tune wrote."""
     found = [Candidate("attainment loop")]
     found += [
         Candidate(f"percentile p{p:g}", annotations={ANNOTATION_TTFT_PERCENTILE: f"{p:g}"}) for p in PINNED_PERCENTILES
     ]
+    operators = _with_settings(scenario, lambda model: Candidate("the operator's settings"))
     for headroom in STATIC_HEADROOMS:
-        floors = static_allocation(dataclasses.replace(scenario, static_headroom=headroom))
+        floors = static_allocation(dataclasses.replace(operators, static_headroom=headroom))
         found.append(Candidate(f"static floor x{1 + headroom:.1f}", floors={k: int(v) for k, v in floors.items()}))
     return found
 
 
 def with_candidate(scenario: Scenario, candidate: Candidate) -> Scenario:
     """The scenario with the candidate's annotations on its VariantAutoscalings (the Modelplane policy reads them)."""
+    return _with_settings(scenario, lambda model: candidate)
+
+
+def with_choices(scenario: Scenario, choices: Sequence[ModelChoice]) -> Scenario:
+    """The scenario as the next window runs it once the tune flow has written its choices: each model's
+    VariantAutoscalings carry the settings of the candidate chosen for that model (a model without a choice keeps
+    its own). The floors are replica counts, so a static floor chosen on one window's peak stays that count."""
+    chosen = {choice.model: choice.chosen.candidate for choice in choices}
+    return _with_settings(scenario, chosen.get)
+
+
+def operator_settings(annotations: Mapping[str, str]) -> dict[str, str]:
+    """The tuned annotations as the operator set them, before any tune wrote a choice over them.
+
+    Why: a choice replaces ``modelplane.io/min-replicas`` and ``modelplane.io/ttft-percentile``, which an operator
+    may have set too (``min-replicas: "0"`` so a variant may stay empty). The first write keeps the operator's
+    values in the ``modelplane.io/tuned`` record (``replaced``), so each later tune replays its candidates over the
+    operator's settings rather than over last night's choice, and a choice that sets neither gives them back. A
+    VariantAutoscaling no tune has written (or a record without ``replaced``): its current values.
+    """
+    try:
+        record = json.loads(annotations.get(ANNOTATION_TUNED, ""))
+    except ValueError:
+        record = None
+    replaced = record.get("replaced") if isinstance(record, dict) else None
+    if isinstance(replaced, dict):
+        return {key: value for key, value in replaced.items() if key in TUNED_ANNOTATIONS and isinstance(value, str)}
+    return {key: annotations[key] for key in TUNED_ANNOTATIONS if key in annotations}
+
+
+def tuned_settings(annotations: Mapping[str, str], candidate: Candidate, variant_key: str) -> dict[str, str | None]:
+    """The annotation patch that puts a candidate on one VariantAutoscaling: the operator's own tuned annotations
+    (:func:`operator_settings`; None removes one the operator did not set), then the candidate's settings."""
+    base = operator_settings(annotations)
+    patch: dict[str, str | None] = {key: base.get(key) for key in TUNED_ANNOTATIONS}
+    patch.update(candidate.settings_for(variant_key))
+    return patch
+
+
+def _with_settings(scenario: Scenario, candidate_of: Callable[[str], Candidate | None]) -> Scenario:
+    """The scenario with, on each VariantAutoscaling, the settings of the candidate given for its model
+    (``namespace/modelID``) over the operator's own (:func:`tuned_settings`)."""
     variants = [va.model_copy(deep=True) for va in scenario.description.variants]
     for va in variants:
-        key = joined_key((va.metadata.namespace or "default", va.metadata.name or ""))
-        va.metadata.annotations.update(candidate.settings_for(key))
+        namespace = va.metadata.namespace or "default"
+        candidate = candidate_of(joined_key((namespace, va.spec.model_id)))
+        if candidate is None:
+            continue
+        patch = tuned_settings(va.metadata.annotations, candidate, joined_key((namespace, va.metadata.name or "")))
+        for key, value in patch.items():
+            if value is None:
+                va.metadata.annotations.pop(key, None)
+            else:
+                va.metadata.annotations[key] = value
     return dataclasses.replace(scenario, description=dataclasses.replace(scenario.description, variants=variants))
 
 

@@ -3,13 +3,25 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 
 from engine.optimize.spec import ANNOTATION_MIN_REPLICAS
 from engine.perf.tail_sizing import ANNOTATION_TTFT_PERCENTILE
 from engine.simulate.outcome import PolicyOutcome
 from engine.simulate.records import SimConfig
 from engine.simulate.scenario import Scenario, build_scenario, with_slo_attainment
-from engine.simulate.tune import Candidate, candidates, choose, with_candidate
+from engine.simulate.tune import (
+    ANNOTATION_TUNED,
+    Candidate,
+    ModelChoice,
+    TuneRow,
+    candidates,
+    choose,
+    operator_settings,
+    tuned_settings,
+    with_candidate,
+    with_choices,
+)
 from tasks.simulate import read_description
 from tests.engine.test_simulate_policies import REPO, small_trace
 
@@ -91,3 +103,83 @@ def test_candidates_span_the_loop_pinned_percentiles_and_static_floors() -> None
     pinned = with_candidate(scenario, next(c for c in found if c.annotations))
     assert all(ANNOTATION_TTFT_PERCENTILE in va.metadata.annotations for va in pinned.description.variants)
     assert all(ANNOTATION_MIN_REPLICAS not in va.metadata.annotations for va in scenario.description.variants)
+
+
+def with_annotations(scenario: Scenario, annotations: dict[str, str]) -> Scenario:
+    """The scenario with the same annotations set on every VariantAutoscaling."""
+    variants = [va.model_copy(deep=True) for va in scenario.description.variants]
+    for va in variants:
+        va.metadata.annotations.update(annotations)
+    return dataclasses.replace(scenario, description=dataclasses.replace(scenario.description, variants=variants))
+
+
+def written(scenario: Scenario, candidate: Candidate) -> Scenario:
+    """The scenario after the tune flow wrote ``candidate`` on every VariantAutoscaling (tasks.tune.write_choice's
+    patch and record, applied to the objects)."""
+    variants = [va.model_copy(deep=True) for va in scenario.description.variants]
+    for va in variants:
+        key = f"{va.metadata.namespace}/{va.metadata.name}"
+        patch = tuned_settings(va.metadata.annotations, candidate, key)
+        record = json.dumps({"candidate": candidate.name, "replaced": operator_settings(va.metadata.annotations)})
+        for name, value in patch.items():
+            if value is None:
+                va.metadata.annotations.pop(name, None)
+            else:
+                va.metadata.annotations[name] = value
+        va.metadata.annotations[ANNOTATION_TUNED] = record
+    return dataclasses.replace(scenario, description=dataclasses.replace(scenario.description, variants=variants))
+
+
+def test_a_tune_keeps_the_operators_own_settings_under_its_choice_and_gives_them_back() -> None:
+    """An operator's ``min-replicas: "0"`` (a variant may stay empty) survives a static floor written over it: the
+    next night replays and sizes static peak over "0", not over last night's floor, and a choice that sets no floor
+    puts "0" back (before, the write removed it and the variant's minimum became 1)."""
+    scenario = with_annotations(small_scenario(), {ANNOTATION_MIN_REPLICAS: "0"})
+    floor = next(c for c in candidates(scenario) if c.floors)
+    night_one = written(scenario, floor)
+    assert all(
+        va.metadata.annotations[ANNOTATION_MIN_REPLICAS]
+        == str(floor.floors[f"{va.metadata.namespace}/{va.metadata.name}"])
+        for va in night_one.description.variants
+    )
+    assert all(
+        operator_settings(va.metadata.annotations) == {ANNOTATION_MIN_REPLICAS: "0"}
+        for va in night_one.description.variants
+    )
+    # The next night's candidates: static peak sized over the operator's "0", the loop replayed without the floor.
+    assert [c.floors for c in candidates(night_one) if c.floors] == [c.floors for c in candidates(scenario) if c.floors]
+    loop = with_candidate(night_one, Candidate("attainment loop"))
+    assert all(va.metadata.annotations[ANNOTATION_MIN_REPLICAS] == "0" for va in loop.description.variants)
+    night_two = written(night_one, Candidate("percentile p90", annotations={ANNOTATION_TTFT_PERCENTILE: "90"}))
+    for va in night_two.description.variants:
+        assert va.metadata.annotations[ANNOTATION_MIN_REPLICAS] == "0"
+        assert va.metadata.annotations[ANNOTATION_TTFT_PERCENTILE] == "90"
+        assert json.loads(va.metadata.annotations[ANNOTATION_TUNED])["replaced"] == {ANNOTATION_MIN_REPLICAS: "0"}
+
+
+def test_an_operator_without_tuned_settings_gets_them_removed_again() -> None:
+    scenario = small_scenario()
+    night_one = written(scenario, Candidate("percentile p80", annotations={ANNOTATION_TTFT_PERCENTILE: "80"}))
+    night_two = written(night_one, Candidate("attainment loop"))
+    assert all(
+        ANNOTATION_TTFT_PERCENTILE not in va.metadata.annotations
+        and ANNOTATION_MIN_REPLICAS not in va.metadata.annotations
+        for va in night_two.description.variants
+    )
+
+
+def test_the_next_day_runs_each_models_own_choice() -> None:
+    """with_choices: what the next window replays after the tune flow wrote a different choice per model."""
+    scenario = small_scenario()
+    models = sorted({v.model for v in scenario.variants})
+    pinned = Candidate("percentile p95", annotations={ANNOTATION_TTFT_PERCENTILE: "95"})
+    loop = Candidate("attainment loop")
+    row = TuneRow(pinned, 0.9, 1.0, True)
+    choices = [
+        ModelChoice(models[0], 0.85, [row], row),
+        ModelChoice(models[1], 0.85, [], TuneRow(loop, 0.9, 1.0, True)),
+    ]
+    tuned = with_choices(scenario, choices)
+    for va in tuned.description.variants:
+        model = f"{va.metadata.namespace}/{va.spec.model_id}"
+        assert (va.metadata.annotations.get(ANNOTATION_TTFT_PERCENTILE) == "95") == (model == models[0])

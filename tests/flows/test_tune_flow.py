@@ -12,6 +12,7 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
+from engine.optimize.spec import ANNOTATION_MIN_REPLICAS
 from engine.simulate.tune import ANNOTATION_TUNED
 from flows.cli import app
 from tests.servers.promtest.backfill import ModelHistory, backfilled_prometheus, openmetrics
@@ -61,6 +62,12 @@ def test_tune_writes_each_models_choice_and_a_dry_run_writes_nothing(tmp_path: p
     assert written and all(ANNOTATION_TUNED in a for a in written.values())
     record = json.loads(next(iter(written.values()))[ANNOTATION_TUNED])
     assert {"candidate", "attainment", "cost", "target", "at"} <= set(record) and record["target"] == 0.85
+    # The manifests' own min-replicas "0" is kept under the choice: a floor replaces it, any other choice leaves it.
+    for name, annotated in written.items():
+        record = json.loads(annotated[ANNOTATION_TUNED])
+        assert record["replaced"] == {ANNOTATION_MIN_REPLICAS: "0"}
+        if not record["candidate"].startswith("static floor"):
+            assert annotated[ANNOTATION_MIN_REPLICAS] == "0", name
 
 
 def test_tune_refuses_a_bad_target_and_a_missing_log_in_one_line(tmp_path: pathlib.Path) -> None:
