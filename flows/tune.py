@@ -12,9 +12,9 @@ Lifecycle, top to bottom:
 3. per model, the cheapest candidate whose replay met the model's target, else the closest
    (:func:`engine.simulate.tune.choose`);
 4. unless ``dry_run``, write the choice on every VariantAutoscaling of the model: the candidate's annotations
-   (``modelplane.io/ttft-percentile``, ``modelplane.io/min-replicas``; the ones another candidate would set are
-   removed) and ``modelplane.io/tuned`` (what was chosen, its attainment and cost, the target, when), and the same
-   record as ``status.tuning``;
+   (``modelplane.io/ttft-percentile``, ``modelplane.io/min-replicas``) over the operator's own values of them
+   (:func:`engine.simulate.tune.tuned_settings`) and ``modelplane.io/tuned`` (what was chosen, its attainment and
+   cost, the target, when, and the operator's values it replaced), and the same record as ``status.tuning``;
 5. publish the frontier each model chose from as a table artifact.
 
 One VariantAutoscaling's failed write does not stop the others; the run is then degraded.
