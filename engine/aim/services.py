@@ -168,19 +168,18 @@ def render_inference_service(
     )
     wanted_replicas = service.spec.replicas
     replicas = int(wanted_replicas) if wanted_replicas is not None else 1
+    selections = {  # what the resolution chose, for the AIM image to serve; an unset choice is left out
+        "AIM_PROFILE_ID": deployment.get("profileId"),
+        "AIM_METRIC": metric,
+        "AIM_PRECISION": precision,
+        "AIM_GPU_MODEL": gpu_model,
+        "AIM_GPU_COUNT": str(gpus) if gpus else None,
+        "AIM_TENSOR_PARALLEL_SIZE": (
+            str(tspec.tensor_parallelism) if tspec is not None and tspec.tensor_parallelism else None
+        ),
+    }
     env = {"AIM_CACHE_PATH": CACHE_ROOT, "VLLM_ENABLE_METRICS": "true"}
-    if deployment.get("profileId"):
-        env["AIM_PROFILE_ID"] = deployment["profileId"]
-    if metric:
-        env["AIM_METRIC"] = metric
-    if precision:
-        env["AIM_PRECISION"] = precision
-    if gpu_model:
-        env["AIM_GPU_MODEL"] = gpu_model
-    if gpus:
-        env["AIM_GPU_COUNT"] = str(gpus)
-    if tspec is not None and tspec.tensor_parallelism:
-        env["AIM_TENSOR_PARALLEL_SIZE"] = str(tspec.tensor_parallelism)
+    env |= {name: value for name, value in selections.items() if value}
     env_list: list[dict[str, Any]] = [{"name": k, "value": v} for k, v in env.items()]
     token = credentials.hugging_face_token if credentials is not None else None
     if token is not None:

@@ -113,7 +113,7 @@ def _model_based_candidates(
         except SpecError as exc:
             result.errors[spec.key] = (REASON_INVALID, str(exc))
             continue
-        workload = Workload(in_tokens=load.avg_in_tokens, out_tokens=max(load.avg_out_tokens, 1.0))
+        workload = load.workload
         try:
             max_rate = _tail_rate(spec, load, workload, slo, (caps or {}).get(spec.model_key), pools[spec.model_key])
         except (ValueError, ArithmeticError) as exc:  # a profile whose latencies overflow: this variant, not the cycle
@@ -129,20 +129,7 @@ def _model_based_candidates(
                 slo=slo,
                 priority=priority,
             )
-        current = inputs.current_replicas.get(spec.target_key, 0)
-        options.append(
-            VariantOption(
-                name=_qualified(spec.key),
-                model=_qualified(spec.model_key),
-                accelerator=spec.accelerator,
-                accelerators_per_replica=spec.accelerator_count,
-                profile=spec.profile,
-                min_replicas=spec.min_replicas,
-                max_replicas=spec.max_replicas,
-                current_replicas=current,
-                max_rate=max_rate,
-            )
-        )
+        options.append(variant_option(spec, inputs.current_replicas.get(spec.target_key, 0), max_rate))
     for model, members in split.items():
         _long_prompt_floor(options, demands, inputs, model, members)
     return list(demands.values()), options
@@ -219,6 +206,26 @@ def _tail_rate(
     if percentile is None or load.prompt_tokens is None or spec.profile is None:
         return None
     return tail_max_rate(spec.profile, workload, slo, _prompts(load, workload), percentile, pool)
+
+
+def variant_option(spec: VariantSpec, current_replicas: int, max_rate: float | None = None) -> VariantOption:
+    """The solver's option for a variant with a profile and an accelerator: named ``namespace/name``, serving the
+    model ``namespace/modelID``, within the variant's replica bounds. The optimize cycle and the simulator's
+    policies state the allocation problem through this one mapping, so they solve the same problem.
+
+    ``max_rate`` (req/s per replica) overrides the rate the solver would derive from the profile and the SLO."""
+    assert spec.profile is not None and spec.accelerator is not None, "a model-based variant has both"
+    return VariantOption(
+        name=_qualified(spec.key),
+        model=_qualified(spec.model_key),
+        accelerator=spec.accelerator,
+        accelerators_per_replica=spec.accelerator_count,
+        profile=spec.profile,
+        min_replicas=spec.min_replicas,
+        max_replicas=spec.max_replicas,
+        current_replicas=current_replicas,
+        max_rate=max_rate,
+    )
 
 
 def _qualified(key: tuple[str, str]) -> str:

@@ -27,7 +27,7 @@ from engine.api.llmd import MAX_ACCELERATOR_COUNT, MAX_BATCH_SIZE, VariantAutosc
 from engine.errors import InputError
 from engine.optimize.actuation import RECOMMEND, ActuationModeError, resource_mode
 from engine.optimize.config import AcceleratorCost, ConfigError, ServiceClass
-from engine.perf.queueing import PerfProfile
+from engine.perf.queueing import PerfProfile, Workload
 from engine.perf.saturation import DEFAULT_VARIANT_COST, SaturationConfigSet
 from engine.perf.tail_sizing import (
     ANNOTATION_TTFT_PERCENTILE,
@@ -92,6 +92,12 @@ class ModelLoad:
     sizing_factor: float = 1.0
     """The share of the planning rate the model is sized for: the attainment loop's load factor (below 1 only while
     the model attains more than its target at the loop's lowest percentile, :func:`engine.slo.controller.step`)."""
+
+    @property
+    def workload(self) -> Workload:
+        """The request shape a replica is sized for: the average prompt and output tokens (at least one output
+        token, so a load that produced none still has a finite per-token latency to size)."""
+        return Workload(in_tokens=self.avg_in_tokens, out_tokens=max(self.avg_out_tokens, 1.0))
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,7 @@ Why: a policy's cost and SLO attainment mean little alone.  Two references make 
 * the **clairvoyant schedule** (the policy named ``oracle``): a controller that knows the future arrivals of every model per control interval
   and provisions the minimum-cost replicas that carry them, under the same inventory, start-up delay,
   control interval and gateway routing as every other policy.  Its schedule is one integer program
-  over the whole replay (:func:`oracle_schedule`): a replica ready in an interval must have been paid
+  over the whole replay (:func:`solve_schedule`): a replica ready in an interval must have been paid
   for since its start-up began, so the oracle starts replicas one start-up delay ahead and keeps one
   through a lull shorter than a start-up when that is cheaper.
 
@@ -50,7 +50,6 @@ __all__ = [
     "measure_capacity",
     "oracle_cost_at",
     "oracle_policy",
-    "oracle_schedule",
     "solve_schedule",
     "ScheduleSolve",
     "interval_rates",
@@ -170,7 +169,7 @@ def measure_capacity(scenario: Scenario, seed: int | None = None) -> dict[str, C
 
         The requests are drawn from the trace's requests for the variant's model that it can serve within the
         SLO at all (prompts up to :func:`prompt_limit`: a router that predicts latency sends the longer ones to a
-        faster variant, see :func:`oracle_schedule`), prompt and output lengths together, arriving as a Poisson
+        faster variant, see :func:`solve_schedule`), prompt and output lengths together, arriving as a Poisson
         process; the same draws serve every rate (common random numbers, so
         the curve is smooth); the first tenth of the replay is left out as warm-up.  The sweep stops at the first
     rate attaining less than :data:`STOP_BELOW`.  Attainment is judged as
@@ -264,15 +263,16 @@ class ScheduleSolve:
         return self.status == "Optimal"
 
 
-def oracle_schedule(
+def solve_schedule(
     scenario: Scenario,
     capacity: Mapping[str, float],
     rates: np.ndarray | None = None,
     tails: Mapping[tuple[int, float], np.ndarray] | None = None,
     max_nodes: int = MIP_MAX_NODES,
-) -> list[dict[str, int]]:
+) -> tuple[list[dict[str, int]], ScheduleSolve]:
     """Replicas per variant key alive in each control interval: the minimum-cost schedule that carries every
-    interval's arrivals (``rates``, default :func:`interval_rates`) at ``capacity`` req/s per replica.
+    interval's arrivals (``rates``, default :func:`interval_rates`) at ``capacity`` req/s per replica; and how
+    its solve ended.
 
     Integer program: ``x[v, k]`` replicas of variant ``v`` alive (paid) in interval ``k``, ``r[v, k]`` of them
     ready.  A replica is ready in ``k`` only if it was alive in every interval since its start-up began
@@ -283,20 +283,7 @@ def oracle_schedule(
     (``tails``, default :func:`tail_rates` with the trace's own rates) are carried by the variants that can
     (heterogeneous accelerators: the cheaper one for the base load, the faster one for the long prompts,
     as a latency-aware router splits them); per accelerator and interval the inventory holds; the cost is
-    the alive replicas' cost per interval.  Variants' ``minReplicas`` do not bind the oracle.  Solved as
-    :func:`solve_schedule` solves it (deterministic limits only).
-    """
-    return solve_schedule(scenario, capacity, rates, tails, max_nodes)[0]
-
-
-def solve_schedule(
-    scenario: Scenario,
-    capacity: Mapping[str, float],
-    rates: np.ndarray | None = None,
-    tails: Mapping[tuple[int, float], np.ndarray] | None = None,
-    max_nodes: int = MIP_MAX_NODES,
-) -> tuple[list[dict[str, int]], ScheduleSolve]:
-    """:func:`oracle_schedule` and how its solve ended.
+    the alive replicas' cost per interval.  Variants' ``minReplicas`` do not bind the oracle.
 
     HiGHS on one thread, seed 0, stopping at a relative gap of :data:`MIP_REL_GAP` or after ``max_nodes``
     branch-and-bound nodes, never on the clock: a time limit made the schedule depend on the machine's load

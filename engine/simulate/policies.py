@@ -41,6 +41,7 @@ import numpy as np
 
 from engine.allocation import AllocationProblem, ModelDemand, VariantOption, greedy, solve
 from engine.api.llmd import VariantAutoscaling
+from engine.optimize.model_based import variant_option
 from engine.optimize.plan import ANNOTATION_SCALE_DOWN_PENDING, VariantDecision, plan_variants
 from engine.optimize.scaling.behavior import Behavior, ScalingState, correct
 from engine.optimize.scaling.distribution import Group, distribute
@@ -50,7 +51,6 @@ from engine.perf.load_burst import burst_rate
 from engine.perf.load_hold import hold_rate
 from engine.perf.load_peak import HOLD_WINDOWS_S, peak_window_s, recent_peak
 from engine.perf.load_trend import rate_changes
-from engine.perf.queueing import Workload
 from engine.perf.saturation import SaturationConfigSet
 from engine.perf.tail_sizing import PromptDistribution
 from engine.simulate.oracle import measure_capacity, oracle_capacity, oracle_policy
@@ -216,23 +216,10 @@ def allocation_problem(
         load = loads.get(spec.model_key)
         if load is None:
             continue
-        workload = Workload(in_tokens=load.avg_in_tokens, out_tokens=max(load.avg_out_tokens, 1.0))
         demands[model] = ModelDemand(
-            model, load.arrival_rate_rps, workload, scenario.sizing_slo(model), scenario.priorities[model]
+            model, load.arrival_rate_rps, load.workload, scenario.sizing_slo(model), scenario.priorities[model]
         )
-        assert spec.profile is not None and spec.accelerator is not None
-        options.append(
-            VariantOption(
-                name=joined_key(spec.key),
-                model=model,
-                accelerator=spec.accelerator,
-                accelerators_per_replica=spec.accelerator_count,
-                profile=spec.profile,
-                min_replicas=spec.min_replicas,
-                max_replicas=spec.max_replicas,
-                current_replicas=int(current.get(joined_key(spec.key), 0)),
-            )
-        )
+        options.append(variant_option(spec, int(current.get(joined_key(spec.key), 0))))
     return AllocationProblem(
         models=list(demands.values()),
         variants=options,

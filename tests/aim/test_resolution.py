@@ -205,7 +205,16 @@ def test_rendered_workload_and_references() -> None:
     predictor = isvc["spec"]["predictor"]
     assert predictor["imagePullSecrets"] == [{"name": "reg"}] and predictor["minReplicas"] == 2
     env = [e["name"] for e in predictor["containers"][0]["env"]]
-    assert env == sorted(env) and "AIM_PRECISION" in env
+    assert env == sorted(env)
+    # what the resolution chose, each set once; the unset ones (profile id, tensor parallelism) are left out
+    assert {e["name"]: e["value"] for e in predictor["containers"][0]["env"]} == {
+        "AIM_CACHE_PATH": "/workspace/cache",
+        "VLLM_ENABLE_METRICS": "true",
+        "AIM_METRIC": "latency",
+        "AIM_PRECISION": "fp8",
+        "AIM_GPU_MODEL": "MI300X",
+        "AIM_GPU_COUNT": "1",
+    }
     assert predictor["containers"][0]["resources"] == {
         "requests": {"cpu": "4", "memory": "32Gi", "amd.com/gpu": "1"},
         "limits": {"memory": "48Gi", "amd.com/gpu": "1"},

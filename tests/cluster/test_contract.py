@@ -330,6 +330,22 @@ def test_scale_of_missing_object(cluster: Cluster, ns: str) -> None:
         cluster.get_scale(ObjectRef(*DEPLOYMENT, "missing", ns))
 
 
+def test_status_write_to_kind_without_status_subresource(cluster: Cluster, ns: str) -> None:
+    ref = ObjectRef("v1", "ConfigMap", "seed-config", ns)
+    before = cluster.get("v1", "ConfigMap", "seed-config", ns)
+    with pytest.raises(NotFound) as info:
+        cluster.patch_status(ref, {"phase": "x"})
+    assert info.value.message == "configmaps.core has no status subresource"
+    assert cluster.get("v1", "ConfigMap", "seed-config", ns) == before
+
+
+def test_create_with_invalid_name_names_the_field(cluster: Cluster, ns: str) -> None:
+    with pytest.raises(Invalid) as info:
+        cluster.create({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "Not_A_Name", "namespace": ns}})
+    assert info.value.field == "metadata.name"
+    assert info.value.message.startswith("metadata.name: Invalid value: ")
+
+
 # ---------------------------------------------------------------------------- events / delete
 
 

@@ -18,7 +18,6 @@ from engine.simulate.oracle import (
     measure_capacity,
     oracle_cost_at,
     oracle_policy,
-    oracle_schedule,
     solve_schedule,
 )
 from engine.simulate.outcome import summarize_outcome
@@ -73,14 +72,14 @@ def test_the_oracle_keeps_a_replica_through_a_lull_shorter_than_its_startup_and_
     config = SimConfig(interval_s=60.0, startup_delay_s=120.0)
     scenario = scenario_of([a, b], step_trace(), config, inventory={"A100": 2, "H100": 4})
     # 3 req/s: two A100 (the inventory) and one H100 (140) beat two H100 (200) or an H100 alone (short).
-    (one,) = oracle_schedule(scenario, {"ns/a": 1.0, "ns/b": 2.0}, np.array([[3.0]]))
+    (one,) = solve_schedule(scenario, {"ns/a": 1.0, "ns/b": 2.0}, np.array([[3.0]]))[0]
     assert one == {"ns/a": 1, "ns/b": 1}
     # A lull of one interval (shorter than the 2-interval start-up): keep the replica rather than restart it.
     rates = np.array([[1.0, 1.0, 0.0, 1.0, 1.0, 0.0, 0.0, 0.0, 0.0]])
-    lull = oracle_schedule(scenario, {"ns/a": 1.0, "ns/b": 2.0}, rates)
+    lull = solve_schedule(scenario, {"ns/a": 1.0, "ns/b": 2.0}, rates)[0]
     assert [s["ns/a"] for s in lull] == [1, 1, 1, 1, 1, 0, 0, 0, 0]
     # With the inventory short, the schedule uses all of it and serves what it can.
-    short = oracle_schedule(scenario, {"ns/a": 1.0, "ns/b": 2.0}, np.array([[20.0]]))
+    short = solve_schedule(scenario, {"ns/a": 1.0, "ns/b": 2.0}, np.array([[20.0]]))[0]
     assert short == [{"ns/a": 2, "ns/b": 4}]
 
 
@@ -91,9 +90,9 @@ def test_prompts_too_long_for_the_cheap_variant_are_carried_by_the_fast_one() ->
     )  # up to 9,900
     scenario = scenario_of([cheap, fast], step_trace(), SimConfig())
     capacity = {"ns/a": 1.0, "ns/b": 1.0}
-    assert oracle_schedule(scenario, capacity, np.array([[3.0]])) == [{"ns/a": 3, "ns/b": 0}]
+    assert solve_schedule(scenario, capacity, np.array([[3.0]]))[0] == [{"ns/a": 3, "ns/b": 0}]
     # 1 of the 3 req/s has a prompt beyond 4,950 tokens: one fast replica for it, the cheap ones for the rest.
-    assert oracle_schedule(scenario, capacity, np.array([[3.0]]), {(0, 4950.0): np.array([1.0])}) == [
+    assert solve_schedule(scenario, capacity, np.array([[3.0]]), {(0, 4950.0): np.array([1.0])})[0] == [
         {"ns/a": 2, "ns/b": 1}
     ]
 

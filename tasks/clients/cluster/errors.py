@@ -35,6 +35,12 @@ class Invalid(ClusterError):
         super().__init__(message, reason=reason)
         self.field = field
 
+    @classmethod
+    def value(cls, problem: tuple[str, str]) -> Invalid:
+        """The API server's refusal of one field, ``<field>: Invalid value: <why>``, from ``(field, why)``."""
+        field, why = problem
+        return cls(f"{field}: Invalid value: {why}", field=field)
+
 
 class Forbidden(ClusterError):
     """The caller may not perform this operation (HTTP 401/403)."""

@@ -234,7 +234,7 @@ class KubeCluster:
         namespace = _ns(info, meta.get("namespace"))
         errors = identity_errors({**obj, "metadata": {**meta, "namespace": namespace}})
         if errors:  # refused here as the API server would, and never put into a request path
-            raise Invalid(f"{errors[0][0]}: Invalid value: {errors[0][1]}", field=errors[0][0])
+            raise Invalid.value(errors[0])
         what = f"create {_describe(info, namespace, meta.get('name') or meta.get('generateName', ''))}"
         if info.is_core:
             return self._call(what, info, lambda: self._rest("POST", info.path(namespace), body=obj, query=self._fm()))
@@ -270,8 +270,7 @@ class KubeCluster:
     def patch_status(self, ref: ObjectRef, status: Manifest, resource_version: str | None = None) -> Manifest:
         """Merge-patch ``{"status": status}`` through the ``/status`` subresource."""
         info = self._resource(ref.api_version, ref.kind)
-        if not info.has_status:
-            raise NotFound(f"{info.plural}.{info.group or 'core'} has no status subresource")
+        info.require("status")
         body = _with_resource_version({"status": json_shape(status, "status")}, resource_version)
         return self._patch(info, _ns(info, ref.namespace), ref.name, body, "status")
 
@@ -485,11 +484,11 @@ def _check_address(info: ResourceInfo, namespace: str | None, name: str) -> None
     (:func:`engine.api.identity.address_error`): they never become part of a request path."""
     problem = address_error(info.api_version, info.kind, name, namespace)
     if problem:
-        raise Invalid(f"{problem[0]}: Invalid value: {problem[1]}", field=problem[0])
+        raise Invalid.value(problem)
 
 
 def _describe(info: ResourceInfo, namespace: str | None, name: str) -> str:
-    return f"{info.plural}.{info.group or 'core'} {namespace + '/' if namespace else ''}{name}"
+    return f"{info.resource} {namespace + '/' if namespace else ''}{name}"
 
 
 def _custom_args(info: ResourceInfo, namespace: str | None) -> tuple[str, ...]:

@@ -146,7 +146,7 @@ class LocalCluster(LocalStore):
             new = self._prepare_create(info, obj)
             if key_of(new) in self._index:
                 raise Conflict(
-                    f'{info.plural}.{info.group or "core"} "{new["metadata"]["name"]}" already exists',
+                    f'{info.resource} "{new["metadata"]["name"]}" already exists',
                     reason="AlreadyExists",
                 )
             self._insert(info, new)
@@ -178,8 +178,7 @@ class LocalCluster(LocalStore):
         """Merge-patch ``status`` only, as the ``/status`` subresource does."""
         with self._writing():
             info, entry = self._find_ref(ref)
-            if not info.has_status:
-                raise NotFound(f"{info.plural}.{info.group or 'core'} has no status subresource")
+            info.require("status")
             _check_rv(info, entry.obj, resource_version)
             new = copy.deepcopy(entry.obj)
             merged = merge_patch(entry.obj.get("status") or {}, json_shape(status or {}, "status"))
@@ -193,7 +192,7 @@ class LocalCluster(LocalStore):
         """``spec.replicas`` and ``status.replicas`` (0 until a status reports one) of a scalable kind."""
         with self._reading():
             info, entry = self._find_ref(ref)
-            _require_scale(info)
+            info.require("scale")
             return _scale_of(info, entry.obj)
 
     def set_scale(self, ref: ObjectRef, replicas: int) -> Scale:
@@ -202,7 +201,7 @@ class LocalCluster(LocalStore):
             raise Invalid(f"spec.replicas must be a non-negative integer, got {replicas!r}", field="spec.replicas")
         with self._writing():
             info, entry = self._find_ref(ref)
-            _require_scale(info)
+            info.require("scale")
             new = self._patched_main(info, entry.obj, {"spec": {"replicas": replicas}})
             return _scale_of(info, self._update(entry, new))
 
@@ -256,8 +255,7 @@ class LocalCluster(LocalStore):
             meta.pop("namespace", None)
         errors = identity_errors(new)  # as the API server validates metadata on create
         if errors:
-            field, reason = errors[0]
-            raise Invalid(f"{field}: Invalid value: {reason}", field=field)
+            raise Invalid.value(errors[0])
         for system in ("resourceVersion", "deletionTimestamp"):
             meta.pop(system, None)
         meta["uid"] = str(uuid.uuid4())
@@ -310,7 +308,7 @@ def _check_rv(info: ResourceInfo, obj: Manifest, resource_version: str | None) -
     """``Conflict`` when a precondition resourceVersion is not the stored one."""
     if resource_version is not None and str(resource_version) != obj["metadata"]["resourceVersion"]:
         raise Conflict(
-            f'Operation cannot be fulfilled on {info.plural}.{info.group or "core"} "{obj["metadata"]["name"]}": '
+            f'Operation cannot be fulfilled on {info.resource} "{obj["metadata"]["name"]}": '
             "the object has been modified; please apply your changes to the latest version and try again"
         )
 
@@ -335,11 +333,6 @@ def _gone(obj: Manifest) -> bool:
     """A marked-for-deletion object whose last finalizer was just removed."""
     meta = obj["metadata"]
     return "deletionTimestamp" in meta and not meta.get("finalizers")
-
-
-def _require_scale(info: ResourceInfo) -> None:
-    if not info.has_scale:
-        raise NotFound(f"{info.plural}.{info.group or 'core'} has no scale subresource")
 
 
 def _scale_of(info: ResourceInfo, obj: Manifest) -> Scale:

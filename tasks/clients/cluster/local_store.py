@@ -410,7 +410,7 @@ class LocalStore:
         entry = self._index.get(_key(info, name, namespace))
         if entry is None:
             where = f" in namespace {_ns(info, namespace)!r}" if info.namespaced else ""
-            raise NotFound(f'{info.plural}.{info.group or "core"} "{name}" not found{where}')
+            raise NotFound(f'{info.resource} "{name}" not found{where}')
         return entry
 
     def _find_ref(self, ref: ObjectRef) -> tuple[ResourceInfo, Entry]:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Generic, TypeVar
+from typing import Generic, Literal, TypeVar
 
 from engine.api.registry import KindInfo, kind_info, kinds
 from tasks.clients.cluster.errors import NotFound
@@ -76,6 +76,16 @@ class ResourceInfo:
     def is_core(self) -> bool:
         """True for the legacy core group served under ``/api/v1``."""
         return not self.group
+
+    @property
+    def resource(self) -> str:
+        """``<plural>.<group>`` (``core`` for the core group): how the API server names the resource in messages."""
+        return f"{self.plural}.{self.group or 'core'}"
+
+    def require(self, subresource: Literal["status", "scale"]) -> None:
+        """``NotFound`` when the kind has no such subresource, as the API server answers a request to it."""
+        if not (self.has_status if subresource == "status" else self.has_scale):
+            raise NotFound(f"{self.resource} has no {subresource} subresource")
 
     def path(self, namespace: str | None = None, name: str | None = None, subresource: str | None = None) -> str:
         """The REST path of the collection, an object or one of its subresources."""
