@@ -8,7 +8,8 @@ Lifecycle, top to bottom:
    or, without one, the last ``window`` of each model's traffic rebuilt from Prometheus (requests per minute and
    the token histograms, :mod:`engine.simulate.rebuild`); a model without traffic in the window keeps its settings;
 2. replay every candidate setting (:func:`engine.simulate.tune.candidates`: the attainment loop, pinned
-   percentiles, static-peak floors) in parallel, one Prefect task each;
+   percentiles, static-peak floors) in parallel, one Prefect task each; then, per model whose target falls
+   between two floors, one more floor interpolated between them (:func:`engine.simulate.tune.interpolated_floors`);
 3. per model, the cheapest candidate whose replay met the model's target, else the closest
    (:func:`engine.simulate.tune.choose`);
 4. unless ``dry_run``, write the choice on every VariantAutoscaling of the model: the candidate's annotations
@@ -28,6 +29,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from engine.api.meta import parse_duration
+from engine.simulate.outcome import PolicyOutcome
 from engine.simulate.rebuild import ModelTraffic, rebuild_trace
 from engine.simulate.records import SimConfig
 from engine.simulate.scenario import (
@@ -36,7 +38,7 @@ from engine.simulate.scenario import (
     joined_key,
     with_slo_attainment,
 )
-from engine.simulate.tune import ModelChoice, candidates, choose
+from engine.simulate.tune import Candidate, ModelChoice, candidates, choose, interpolated_floors
 from flows.parameters import (
     SIMULATE_INTERVAL_S,
     SIMULATE_STARTUP_DELAY_S,
@@ -165,12 +167,11 @@ def tune(
         source = f"{window} from Prometheus"
     settings = candidates(scenario)
     logger.info("replaying %d requests (%s) under %d candidate settings", len(scenario.trace), source, len(settings))
-    futures = [replay_candidate.submit(scenario, candidate) for candidate in settings]
-    replays = []
-    with step("tune", total=len(settings), unit="replays") as progress:
-        for candidate, future in zip(settings, futures):
-            replays.append((candidate, future.result()))
-            progress.advance(note=candidate.name)
+    replays = replay_all(scenario, settings, "tune")
+    between = interpolated_floors(scenario, replays)
+    if between:
+        logger.info("replaying %s, between the floors that bracket a target", ", ".join(c.name for c in between))
+        replays += replay_all(scenario, between, "tune between floors")
     replayed = {scenario.trace.models[i] for i in set(scenario.trace.model_index.tolist())}
     report = TuneReport([c for c in choose(scenario, replays) if c.model in replayed], dry_run=dry_run)
     now = datetime.now(UTC)
@@ -189,6 +190,26 @@ def tune(
             report.failed += failed
     publish(report)
     return report
+
+
+def replay_all(scenario: Scenario, settings: list[Candidate], stage: str) -> list[tuple[Candidate, PolicyOutcome]]:
+    """Every candidate replayed on the scenario, one task each, in parallel (the flow's task runner).
+
+    Args:
+        scenario: The window's traffic on the cluster's VariantAutoscalings.
+        settings: The candidates to replay.
+        stage: The progress stage's name.
+
+    Returns:
+        Each candidate with its replay's outcome, in the order given.
+    """
+    futures = [replay_candidate.submit(scenario, candidate) for candidate in settings]
+    replays = []
+    with step(stage, total=len(settings), unit="replays") as progress:
+        for candidate, future in zip(settings, futures):
+            replays.append((candidate, future.result()))
+            progress.advance(note=candidate.name)
+    return replays
 
 
 def prometheus_window(

@@ -7,9 +7,15 @@ each model's target at the lowest cost.  The candidates span the ways Modelplane
 
 * ``attainment loop`` -- the shipped default: the loop moves the percentile and the peak hold;
 * ``percentile pNN`` -- the loop off, tail sizing pinned at a percentile (``modelplane.io/ttft-percentile``);
-* ``static floor xH`` -- the loop on top of a floor of static peak's allocation for the window's peak at headroom
-  ``H`` (``modelplane.io/min-replicas`` per variant): static provisioning is among the candidates, so on the window
-  it tunes on the choice is never costlier than static peak at the same attainment.
+* ``static floor xH`` -- the loop on top of a floor of static peak's allocation for the window's peak at ``H`` times
+  its sizing (``modelplane.io/min-replicas`` per variant; H from 0.6 to 2): static provisioning is among the
+  candidates, so on the window it tunes on the choice is never costlier than static peak at the same attainment.
+  Where a model's target falls between two floors, one more is replayed for that model at the headroom interpolated
+  between them (:func:`interpolated_floors`), so the choice need not overshoot by a grid step.
+
+Why floors: on bursty traffic the loop alone cannot have the capacity of a burst larger than any it has seen, and
+it gives capacity back in the silences between bursts; a floor sized on the previous window's peak keeps what the
+next day's bursts need (docs/benchmarks.md, "Attainment tracking with the nightly tune").
 
 Each candidate is one replay of the whole cluster (models share the accelerator inventory); the choice is made per
 model from its own attainment and cost in that replay.  Pure and deterministic: the replays are
@@ -39,6 +45,7 @@ __all__ = [
     "TuneRow",
     "candidates",
     "choose",
+    "interpolated_floors",
     "model_rows",
     "operator_settings",
     "tuned_settings",
@@ -52,7 +59,7 @@ ANNOTATION_TUNED = "modelplane.io/tuned"
 """VariantAutoscaling annotation the tune flow writes: the candidate chosen for the model, the attainment and cost
 its replay reached, the target, and when (JSON)."""
 PINNED_PERCENTILES = (70.0, 80.0, 90.0, 95.0)
-STATIC_HEADROOMS = (-0.2, 0.0, 0.2)
+STATIC_HEADROOMS = (-0.4, -0.2, 0.0, 0.2, 0.5, 1.0)
 
 
 @dataclass(frozen=True)
@@ -64,6 +71,11 @@ class Candidate:
     """Set on every VariantAutoscaling (the ``ttft-percentile`` pin)."""
     floors: Mapping[str, int] = field(default_factory=dict)
     """Variant key (``namespace/name``) -> ``modelplane.io/min-replicas``."""
+    headroom: float | None = None
+    """A static floor's headroom on static peak (x ``1 + headroom``); None for other candidates."""
+    models: frozenset[str] | None = None
+    """The models (``namespace/modelID``) the candidate is a setting for (None: every model); its replay says
+    nothing about the others, which run their own settings in it."""
 
     def settings_for(self, variant_key: str) -> dict[str, str]:
         """The annotations this candidate gives one VariantAutoscaling."""
@@ -105,11 +117,62 @@ def candidates(scenario: Scenario) -> list[Candidate]:
     found += [
         Candidate(f"percentile p{p:g}", annotations={ANNOTATION_TTFT_PERCENTILE: f"{p:g}"}) for p in PINNED_PERCENTILES
     ]
-    operators = _with_settings(scenario, lambda model: Candidate("the operator's settings"))
-    for headroom in STATIC_HEADROOMS:
-        floors = static_allocation(dataclasses.replace(operators, static_headroom=headroom))
-        found.append(Candidate(f"static floor x{1 + headroom:.1f}", floors={k: int(v) for k, v in floors.items()}))
+    found += [_static_floor(scenario, headroom) for headroom in STATIC_HEADROOMS]
     return found
+
+
+def interpolated_floors(scenario: Scenario, replays: Sequence[tuple[Candidate, PolicyOutcome]]) -> list[Candidate]:
+    """Per model whose target falls between two static floors of the grid (the highest below it, the lowest that
+    meets it), one more floor at the headroom interpolated between them on attainment, for that model only.
+
+    Why: the grid's floors are 20-50 % apart, so the cheapest that meets a target can attain several points more
+    than it asks and cost as much more; one replay at the interpolated headroom lands near the target, and the
+    choice stays among replayed settings (the interpolation is a candidate, never a choice by itself).
+    """
+    targets = _targets(scenario)
+    found = []
+    for model, rows in sorted(model_rows(scenario, replays).items()):
+        target = targets.get(model, DEFAULT_ATTAINMENT)
+        floors = [(c.headroom, a) for c, a, _ in rows if c.headroom is not None and not math.isnan(a)]
+        below = [(h, a) for h, a in floors if a < target]
+        meeting = [(h, a) for h, a in floors if a >= target]
+        if not below or not meeting:
+            continue
+        (low, low_attained), (high, high_attained) = max(below), min(meeting)
+        if high <= low or high_attained <= low_attained:
+            continue
+        headroom = low + (target - low_attained) / (high_attained - low_attained) * (high - low)
+        floor = _static_floor(scenario, headroom)
+        mine = {v.key for v in scenario.variants if v.model == model}
+        found.append(
+            dataclasses.replace(
+                floor,
+                floors={k: n for k, n in floor.floors.items() if k in mine},
+                models=frozenset({model}),
+            )
+        )
+    return found
+
+
+def _static_floor(scenario: Scenario, headroom: float) -> Candidate:
+    """The loop over a floor of static peak's allocation at ``headroom``, static peak sized under the operator's own
+    settings (not under a floor an earlier tune wrote)."""
+    operators = _with_settings(scenario, lambda model: Candidate("the operator's settings"))
+    floors = static_allocation(dataclasses.replace(operators, static_headroom=headroom))
+    multiple = f"{1 + headroom:.2f}"
+    return Candidate(
+        f"static floor x{multiple[:-1] if multiple.endswith('0') else multiple}",
+        floors={k: int(v) for k, v in floors.items()},
+        headroom=headroom,
+    )
+
+
+def _targets(scenario: Scenario) -> dict[str, float]:
+    """Each model's attainment target (``namespace/modelID``)."""
+    description = scenario.description
+    return {
+        joined_key(k): t.attainment for k, t in model_targets(description.variants, description.service_classes).items()
+    }
 
 
 def with_candidate(scenario: Scenario, candidate: Candidate) -> Scenario:
@@ -178,6 +241,8 @@ def model_rows(
     rows: dict[str, list[tuple[Candidate, float, float]]] = {}
     for candidate, outcome in replays:
         for model, attained in outcome.attainment_by_model.items():
+            if candidate.models is not None and model not in candidate.models:
+                continue
             cost = sum(
                 outcome.accelerator_hours.get(v.key, 0.0) * v.unit_cost for v in scenario.variants if v.model == model
             )
@@ -188,10 +253,7 @@ def model_rows(
 def choose(scenario: Scenario, replays: Sequence[tuple[Candidate, PolicyOutcome]]) -> list[ModelChoice]:
     """Per model: the cheapest candidate whose replay met the model's target; when none did, the one that came
     closest (highest attainment, then cheapest)."""
-    description = scenario.description
-    targets = {
-        joined_key(k): t.attainment for k, t in model_targets(description.variants, description.service_classes).items()
-    }
+    targets = _targets(scenario)
     choices = []
     for model, rows in sorted(model_rows(scenario, replays).items()):
         target = targets.get(model, DEFAULT_ATTAINMENT)

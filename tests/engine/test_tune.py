@@ -17,6 +17,8 @@ from engine.simulate.tune import (
     TuneRow,
     candidates,
     choose,
+    interpolated_floors,
+    model_rows,
     operator_settings,
     tuned_settings,
     with_candidate,
@@ -183,3 +185,27 @@ def test_the_next_day_runs_each_models_own_choice() -> None:
     for va in tuned.description.variants:
         model = f"{va.metadata.namespace}/{va.spec.model_id}"
         assert (va.metadata.annotations.get(ANNOTATION_TTFT_PERCENTILE) == "95") == (model == models[0])
+
+
+def test_one_more_floor_is_interpolated_where_a_target_falls_between_two() -> None:
+    """Target 0.85; model 0's floors attain 0.82 at x0.8 and 0.88 at x1.0, so x0.9 is replayed for it alone; model 1
+    meets the target at its lowest floor, so nothing lies between for it. By hand: 0.8 + (0.85 - 0.82) / 0.06 x 0.2."""
+    scenario = small_scenario()
+    scenario = dataclasses.replace(scenario, description=with_slo_attainment(scenario.description, 0.85))
+    models = sorted({v.model for v in scenario.variants})
+    low = dataclasses.replace(Candidate("static floor x0.8"), headroom=-0.2)
+    high = dataclasses.replace(Candidate("static floor x1.0"), headroom=0.0)
+    replays = [
+        (low, outcome({models[0]: 0.82, models[1]: 0.90}, {})),
+        (high, outcome({models[0]: 0.88, models[1]: 0.95}, {})),
+        (Candidate("attainment loop"), outcome({models[0]: 0.80, models[1]: 0.99}, {})),
+    ]
+    (between,) = interpolated_floors(scenario, replays)
+    assert between.name == "static floor x0.9" and between.models == {models[0]}
+    assert between.headroom is not None and abs(between.headroom + 0.1) < 1e-9
+    mine = {v.key for v in scenario.variants if v.model == models[0]}
+    assert between.floors and set(between.floors) <= mine
+    # Its replay counts for its model only: model 1's attainment in it is not one of model 1's rows.
+    rows = model_rows(scenario, [*replays, (between, outcome({models[0]: 0.851, models[1]: 0.5}, {}))])
+    assert [c.name for c, _, _ in rows[models[1]]] == ["static floor x0.8", "static floor x1.0", "attainment loop"]
+    assert rows[models[0]][-1][0] is between

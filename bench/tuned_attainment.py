@@ -1,0 +1,219 @@
+"""Benchmark: the attainment loop with the nightly tune, on the bursty traces.
+
+    python -m bench.tuned_attainment [--trace /work/shared/data/azure-llm-inference-2023-conv.csv] [--seeds 0 1 2]
+                                     [--workers 2] [--no-write]
+
+The attainment loop alone learns only from misses it has already paid for, and a burst larger than any it has seen
+finds the capacity of the last one (docs/benchmarks.md, "Attainment tracking"). In production the ``tune``
+deployment replays the previous window's traffic every night and writes per model the cheapest setting that met
+the target (:mod:`engine.simulate.tune`: the loop, pinned percentiles, static-peak floors). This benchmark runs
+that procedure as production does, day after day: for every bursty trace, seed ``s`` and target, the tune
+candidates are replayed on *the previous day* (the same traffic variant drawn with seed ``s + 100``, its own
+bursts), the choice is written onto the VariantAutoscalings (:func:`engine.simulate.tune.with_choices`), and the
+day of seed ``s`` is replayed with it. Nothing here is chosen by hand: the tune procedure is the shipped one, the
+held-out variants are tuned only on their own previous day, as a cluster's would be.
+
+Static peak's headroom curve on the evaluated day gives the cost static provisioning pays for the same attainment,
+as in ``bench.attainment``. Writes its section of docs/benchmarks.md (between the tuned-attainment markers) and
+prints it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import sys
+import time
+from collections.abc import Sequence
+from concurrent.futures import ProcessPoolExecutor
+from typing import Any
+
+from bench.attainment import (
+    STATIC_HEADROOMS,
+    TARGETS,
+    TRACES,
+    _mean,
+    _outside,
+    _verdict,
+    replay_static,
+    scenario_for,
+)
+from bench.engine import machine, publish_section
+from bench.simulate import DEFAULT_TRACE, WARMUP_S
+from engine.perf.tail_sizing import ANNOTATION_TTFT_PERCENTILE
+from engine.simulate.oracle import attainment_ceiling, oracle_cost_at
+from engine.simulate.outcome import PolicyOutcome, summarize_outcome
+from engine.simulate.policies import run_policy
+from engine.simulate.scenario import Scenario, with_slo_attainment
+from engine.simulate.tune import Candidate, candidates, choose, interpolated_floors, with_candidate, with_choices
+
+START, END = "<!-- tuned-attainment:start -->", "<!-- tuned-attainment:end -->"
+PREVIOUS_DAY_SEED = 100
+"""The previous day of seed ``s`` is the same traffic variant drawn with seed ``s + PREVIOUS_DAY_SEED``."""
+BURSTY_ROWS = tuple(i for i, (label, _, _) in enumerate(TRACES) if label.startswith("bursty"))
+
+
+def day(trace_path: str, row: int, seed: int, target: float) -> Scenario:
+    """One day of a benchmark trace at one target, started as the CLI starts it (from static peak)."""
+    scenario = scenario_for(trace_path, TRACES[row][2], seed, "static")
+    return dataclasses.replace(scenario, description=with_slo_attainment(scenario.description, target))
+
+
+def uses_target(candidate: Candidate) -> bool:
+    """Whether a candidate's replay depends on the target: a pinned percentile turns the loop off."""
+    return ANNOTATION_TTFT_PERCENTILE not in candidate.annotations
+
+
+def replay_candidate(job: tuple[str, int, int, float, Candidate]) -> PolicyOutcome:
+    """One tune candidate replayed on a day, as the tune flow's task replays it."""
+    trace_path, row, seed, target, candidate = job
+    scenario = with_candidate(day(trace_path, row, seed, target), candidate)
+    return summarize_outcome("modelplane", scenario, run_policy("modelplane", scenario), warmup_s=WARMUP_S)
+
+
+def replay_tuned(job: tuple[str, int, int, float, list[Any]]) -> dict[str, Any]:
+    """The day replayed with the choices the previous night's tune wrote."""
+    trace_path, row, seed, target, choices = job
+    scenario = with_choices(day(trace_path, row, seed, target), choices)
+    outcome = summarize_outcome("modelplane", scenario, run_policy("modelplane", scenario), warmup_s=WARMUP_S)
+    return {
+        "attained": outcome.attainment,
+        "cost": outcome.cost,
+        "ceiling": attainment_ceiling(scenario)["all"],
+        "chosen": {choice.model.rsplit("/", 1)[-1]: choice.chosen.candidate.name for choice in choices},
+    }
+
+
+def nightly_choices(
+    trace_path: str, rows: Sequence[int], seeds: Sequence[int], pool: ProcessPoolExecutor
+) -> dict[tuple[int, int, float], list[Any]]:
+    """Per (row, seed, target): what the tune flow chooses on the previous day's traffic. A candidate whose replay
+    does not depend on the target (a pinned percentile) is replayed once per day."""
+    jobs: dict[tuple[int, int, float | None, str], tuple[str, int, int, float, Candidate]] = {}
+    for row in rows:
+        for seed in seeds:
+            previous = seed + PREVIOUS_DAY_SEED
+            for candidate in candidates(day(trace_path, row, previous, TARGETS[0])):
+                for target in TARGETS if uses_target(candidate) else (TARGETS[0],):
+                    key = (row, seed, target if uses_target(candidate) else None, candidate.name)
+                    jobs[key] = (trace_path, row, previous, target, candidate)
+    outcomes = dict(zip(jobs, pool.map(replay_candidate, jobs.values())))
+    grid: dict[tuple[int, int, float], list[tuple[Candidate, PolicyOutcome]]] = {}
+    refine: dict[tuple[int, int, float, str], tuple[str, int, int, float, Candidate]] = {}
+    for row in rows:
+        for seed in seeds:
+            for target in TARGETS:
+                grid[(row, seed, target)] = [
+                    (job[4], outcomes[key])
+                    for key, job in jobs.items()
+                    if key[:2] == (row, seed) and key[2] in (target, None)
+                ]
+                previous_day = day(trace_path, row, seed + PREVIOUS_DAY_SEED, target)
+                for candidate in interpolated_floors(previous_day, grid[(row, seed, target)]):
+                    refine[(row, seed, target, candidate.name + str(candidate.models))] = (
+                        trace_path,
+                        row,
+                        seed + PREVIOUS_DAY_SEED,
+                        target,
+                        candidate,
+                    )
+    refined = dict(zip(refine, pool.map(replay_candidate, refine.values())))
+    choices = {}
+    for (row, seed, target), replays in grid.items():
+        extra = [(refine[key][4], outcome) for key, outcome in refined.items() if key[:3] == (row, seed, target)]
+        previous_day = day(trace_path, row, seed + PREVIOUS_DAY_SEED, target)
+        choices[(row, seed, target)] = choose(previous_day, replays + extra)
+    return choices
+
+
+def bench(trace_path: str, rows: Sequence[int], seeds: Sequence[int], workers: int) -> list[dict[str, Any]]:
+    """Every bursty trace x seed x target: the day replayed with the previous night's choice, against static peak's
+    curve on that day."""
+    with ProcessPoolExecutor(max_workers=workers) as pool:
+        choices = nightly_choices(trace_path, rows, seeds, pool)
+        keys = list(choices)
+        tuned = dict(
+            zip(
+                keys,
+                pool.map(replay_tuned, [(trace_path, row, seed, t, choices[(row, seed, t)]) for row, seed, t in keys]),
+            )
+        )
+        static_keys = [(row, seed, headroom) for row in rows for seed in seeds for headroom in STATIC_HEADROOMS]
+        static_jobs = [(trace_path, TRACES[row][2], seed, "static", headroom) for row, seed, headroom in static_keys]
+        static = dict(zip(static_keys, pool.map(replay_static, static_jobs)))
+    table = []
+    for row in rows:
+        label, tuning, _ = TRACES[row]
+        for target in TARGETS:
+            cells = []
+            for seed in seeds:
+                result = tuned[(row, seed, target)]
+                curve = [static[(row, seed, h)] for h in STATIC_HEADROOMS]
+                at_static = oracle_cost_at(curve, result["attained"])
+                cheapest = min(curve, key=lambda point: (point[1], -point[0]))
+                below = at_static is None and result["attained"] < min(a for a, _ in curve)
+                cells.append({**result, "static_cost": at_static, "static_cheapest": cheapest if below else None})
+            table.append({"trace": label, "tuning": tuning, "target": target, "cells": cells})
+    return table
+
+
+def _chosen(cells: Sequence[dict[str, Any]]) -> str:
+    """What the nightly tune chose, per model, on each seed's previous day (the distinct choices)."""
+    per_model: dict[str, list[str]] = {}
+    for cell in cells:
+        for model, name in cell["chosen"].items():
+            if name not in per_model.setdefault(model, []):
+                per_model[model].append(name)
+    return "; ".join(f"{model}: {', '.join(names)}" for model, names in sorted(per_model.items()))
+
+
+def render(rows: list[dict[str, Any]], command: str, seeds: Sequence[int], elapsed_s: float) -> str:
+    """The section: one row per trace and target, means over the seeds, the worst seed in the verdicts."""
+    lines = [
+        START,
+        "## Attainment tracking with the nightly tune (bursty traces)",
+        "",
+        f"`{command}` ({machine()}; {elapsed_s:.0f} s). deployments/simulation, seeds {', '.join(map(str, seeds))}, "
+        "the reactive policies starting from static peak (the CLI default). Each day is replayed with what the tune "
+        f"flow chose on the previous day (the same traffic variant drawn with seed + {PREVIOUS_DAY_SEED}): per model "
+        "the cheapest of its candidates (the attainment loop, pinned percentiles p70-p95, static-peak floors "
+        "x0.8-x1.2 under the loop) that met the target there, else the one that came closest. Columns as in "
+        "*Attainment tracking* above; *chosen* lists the distinct choices over the seeds.",
+        "",
+        "| trace | rows | target | attained | cost | static at equal attainment | ceiling | tracks | no costlier | chosen |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for row in rows:
+        cells = row["cells"]
+        static_costs = [c["static_cost"] for c in cells if c["static_cost"]]
+        tracking, economy = _verdict(row)
+        lines.append(
+            f"| {row['trace']} | {'tuning' if row['tuning'] else 'held out'} | {row['target'] * 100:.0f} % | "
+            f"{_mean([c['attained'] for c in cells]) * 100:.1f} % | {_mean([c['cost'] for c in cells]):,.1f} | "
+            f"{(f'{_mean(static_costs):,.1f}') if static_costs else _outside(cells)} | "
+            f"{_mean([c['ceiling'] for c in cells]) * 100:.1f} % | {tracking} | {economy} | {_chosen(cells)} |"
+        )
+    lines += ["", END, ""]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--trace", default=DEFAULT_TRACE)
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--no-write", action="store_true", help="print only")
+    args = parser.parse_args(argv)
+    command = "python -m bench.tuned_attainment"
+    if args.seeds != [0, 1, 2]:
+        command += " --seeds " + " ".join(map(str, args.seeds))
+    started = time.perf_counter()
+    rows = bench(args.trace, BURSTY_ROWS, args.seeds, args.workers)
+    publish_section(
+        render(rows, command, args.seeds, time.perf_counter() - started), START, END, write=not args.no_write
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
