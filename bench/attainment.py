@@ -86,16 +86,35 @@ def bench(trace_path: str, seeds: Sequence[int], start: str, workers: int) -> li
     rows = []
     for i, (label, tuning, _) in enumerate(TRACES):
         for target in TARGETS:
-            cells = []
-            for seed in seeds:
-                result = modelplane[(i, seed, target)]
-                curve = [static[(i, seed, h)] for h in STATIC_HEADROOMS]
-                at_static = oracle_cost_at(curve, result["attained"])
-                cheapest = min(curve, key=lambda point: (point[1], -point[0]))
-                below = at_static is None and result["attained"] < min(a for a, _ in curve)
-                cells.append({**result, "static_cost": at_static, "static_cheapest": cheapest if below else None})
+            cells = [
+                against_static(modelplane[(i, seed, target)], [static[(i, seed, h)] for h in STATIC_HEADROOMS])
+                for seed in seeds
+            ]
             rows.append({"trace": label, "tuning": tuning, "target": target, "cells": cells})
     return rows
+
+
+def against_static(result: dict[str, Any], curve: Sequence[tuple[float, float]]) -> dict[str, Any]:
+    """One seed's cell: the replay's result with static peak's cost at the same attainment (interpolated on its
+    curve of (attained, cost) points), or, below the curve, static's cheapest point."""
+    at_static = oracle_cost_at(list(curve), result["attained"])
+    cheapest = min(curve, key=lambda point: (point[1], -point[0]))
+    below = at_static is None and result["attained"] < min(a for a, _ in curve)
+    return {**result, "static_cost": at_static, "static_cheapest": cheapest if below else None}
+
+
+def table_row(row: dict[str, Any]) -> str:
+    """The columns every attainment table shares, for one trace and target: trace, rows, target, attained, cost,
+    static at equal attainment, ceiling, tracks, no costlier."""
+    cells = row["cells"]
+    static_costs = [c["static_cost"] for c in cells if c["static_cost"]]
+    tracking, economy = _verdict(row)
+    return (
+        f"| {row['trace']} | {'tuning' if row['tuning'] else 'held out'} | {row['target'] * 100:.0f} % | "
+        f"{_mean([c['attained'] for c in cells]) * 100:.1f} % | {_mean([c['cost'] for c in cells]):,.1f} | "
+        f"{(f'{_mean(static_costs):,.1f}') if static_costs else _outside(cells)} | "
+        f"{_mean([c['ceiling'] for c in cells]) * 100:.1f} % | {tracking} | {economy} |"
+    )
 
 
 def _mean(values: Sequence[float]) -> float:
@@ -149,16 +168,7 @@ def render(rows: list[dict[str, Any]], command: str, seeds: Sequence[int], start
         "| trace | rows | target | attained | cost | static at equal attainment | ceiling | tracks | no costlier |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
-    for row in rows:
-        cells = row["cells"]
-        static_costs = [c["static_cost"] for c in cells if c["static_cost"]]
-        tracking, economy = _verdict(row)
-        lines.append(
-            f"| {row['trace']} | {'tuning' if row['tuning'] else 'held out'} | {row['target'] * 100:.0f} % | "
-            f"{_mean([c['attained'] for c in cells]) * 100:.1f} % | {_mean([c['cost'] for c in cells]):,.1f} | "
-            f"{(f'{_mean(static_costs):,.1f}') if static_costs else _outside(cells)} | "
-            f"{_mean([c['ceiling'] for c in cells]) * 100:.1f} % | {tracking} | {economy} |"
-        )
+    lines += [table_row(row) for row in rows]
     lines += ["", END, ""]
     return "\n".join(lines)
 

@@ -28,20 +28,11 @@ from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor
 from typing import Any
 
-from bench.attainment import (
-    STATIC_HEADROOMS,
-    TARGETS,
-    TRACES,
-    _mean,
-    _outside,
-    _verdict,
-    replay_static,
-    scenario_for,
-)
+from bench.attainment import STATIC_HEADROOMS, TARGETS, TRACES, against_static, replay_static, scenario_for, table_row
 from bench.engine import machine, publish_section
 from bench.simulate import DEFAULT_TRACE, WARMUP_S
 from engine.perf.tail_sizing import ANNOTATION_TTFT_PERCENTILE
-from engine.simulate.oracle import attainment_ceiling, oracle_cost_at
+from engine.simulate.oracle import attainment_ceiling
 from engine.simulate.outcome import PolicyOutcome, summarize_outcome
 from engine.simulate.policies import run_policy
 from engine.simulate.scenario import Scenario, with_slo_attainment
@@ -145,14 +136,10 @@ def bench(trace_path: str, rows: Sequence[int], seeds: Sequence[int], workers: i
     for row in rows:
         label, tuning, _ = TRACES[row]
         for target in TARGETS:
-            cells = []
-            for seed in seeds:
-                result = tuned[(row, seed, target)]
-                curve = [static[(row, seed, h)] for h in STATIC_HEADROOMS]
-                at_static = oracle_cost_at(curve, result["attained"])
-                cheapest = min(curve, key=lambda point: (point[1], -point[0]))
-                below = at_static is None and result["attained"] < min(a for a, _ in curve)
-                cells.append({**result, "static_cost": at_static, "static_cheapest": cheapest if below else None})
+            cells = [
+                against_static(tuned[(row, seed, target)], [static[(row, seed, h)] for h in STATIC_HEADROOMS])
+                for seed in seeds
+            ]
             table.append({"trace": label, "tuning": tuning, "target": target, "cells": cells})
     return table
 
@@ -183,16 +170,7 @@ def render(rows: list[dict[str, Any]], command: str, seeds: Sequence[int], elaps
         "| trace | rows | target | attained | cost | static at equal attainment | ceiling | tracks | no costlier | chosen |",
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
-    for row in rows:
-        cells = row["cells"]
-        static_costs = [c["static_cost"] for c in cells if c["static_cost"]]
-        tracking, economy = _verdict(row)
-        lines.append(
-            f"| {row['trace']} | {'tuning' if row['tuning'] else 'held out'} | {row['target'] * 100:.0f} % | "
-            f"{_mean([c['attained'] for c in cells]) * 100:.1f} % | {_mean([c['cost'] for c in cells]):,.1f} | "
-            f"{(f'{_mean(static_costs):,.1f}') if static_costs else _outside(cells)} | "
-            f"{_mean([c['ceiling'] for c in cells]) * 100:.1f} % | {tracking} | {economy} | {_chosen(cells)} |"
-        )
+    lines += [f"{table_row(row)} {_chosen(row['cells'])} |" for row in rows]
     lines += ["", END, ""]
     return "\n".join(lines)
 
