@@ -30,7 +30,7 @@ from engine.simulate.policies import run_policy
 from engine.simulate.records import SimConfig
 from engine.simulate.scenario import Scenario, build_scenario, served_models
 from engine.simulate.trace import TraceShape, parse_trace_rows, shape_trace
-from engine.simulate.tune import Candidate, candidates, with_candidate
+from engine.simulate.tune import Candidate, candidates, interpolated_floors, with_candidate
 from flows.parameters import SIMULATE_INTERVAL_S, SIMULATE_STARTUP_DELAY_S, SYSTEM_NAMESPACE
 from tasks.simulate import read_description
 
@@ -65,6 +65,7 @@ def replay(job: tuple[str, Candidate]) -> dict[str, Any]:
         "cpu_s": time.process_time() - started,
         "attainment": outcome.attainment,
         "cost": outcome.cost,
+        "outcome": outcome,
     }
 
 
@@ -76,7 +77,9 @@ def render(rows: list[dict[str, Any]], requests: int, wall_s: float, workers: in
         "",
         f"`{command}` ({machine()}). A day of the conversation trace (its hour repeated 24 times, day-shaped with a "
         f"floor of 0.2) on deployments/simulation: {requests:,} requests over its two models (two model-days). Each "
-        "candidate of the tune flow replayed once, as the flow does; *replay* is the CPU time of that replay in its "
+        "candidate of the tune flow replayed once, as the flow does (a floor named with a model is the flow's second round, "
+        "interpolated between the two floors that bracket that model's target; its attainment and cost are the "
+        "whole cluster's in that replay); *replay* is the CPU time of that replay in its "
         f"process, *wall* the whole sweep on {workers} processes (the flow runs its replays on two threads, so a "
         "nightly run takes about the sum of the replays divided by the cores it gets).",
         "",
@@ -104,10 +107,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-write", action="store_true", help="print the section, do not write docs/benchmarks.md")
     args = parser.parse_args(argv)
     scenario = day_scenario(args.trace)
-    jobs = [(args.trace, candidate) for candidate in candidates(scenario)]
+    grid = candidates(scenario)
     started = time.perf_counter()
     with ProcessPoolExecutor(max_workers=args.workers) as pool:
-        rows = list(pool.map(replay, jobs))
+        rows = list(pool.map(replay, [(args.trace, candidate) for candidate in grid]))
+        # The flow's second round: a floor between the two that bracket a model's target, for that model.
+        between = interpolated_floors(scenario, [(c, row["outcome"]) for c, row in zip(grid, rows)])
+        rows += [
+            {**row, "candidate": f"{row['candidate']} ({', '.join(sorted(c.models or ()))})"}
+            for c, row in zip(between, pool.map(replay, [(args.trace, candidate) for candidate in between]))
+        ]
     wall = time.perf_counter() - started
     section = render(rows, len(scenario.trace), wall, args.workers, "python -m bench.tune_day", load_average())
     sys.stdout.write(section)
