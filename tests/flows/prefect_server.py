@@ -19,6 +19,7 @@ from flows.deployments import load_entry_flow
 from tasks.clients.cluster import ObjectRef
 from tests.prefect_db import SERVER_ENV, seed_prefect_home, trust_env
 from tests.servers.processes import stop_process
+from tests.waiting import wait_for
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 TERMINAL = {"COMPLETED", "FAILED", "CRASHED", "CANCELLED"}
@@ -178,15 +179,19 @@ class PrefectServer:
         )
 
     def wait_for_run(self, run_id: str, timeout: float = 240) -> dict[str, Any]:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            run = self.get(f"/flow_runs/{run_id}")
-            if run["state"] and run["state"]["type"] in TERMINAL:
-                return run
-            time.sleep(0.5)
-        raise AssertionError(
-            f"flow run {run_id} not finished in {timeout}s: {run['state']}\n{self.log('worker')[-3000:]}"
-        )
+        """The run once its state is final, polled less often as the wait goes on (tests/waiting.py)."""
+        seen: dict[str, Any] = {}
+
+        def final() -> dict[str, Any] | None:
+            seen.update(self.get(f"/flow_runs/{run_id}"))
+            return dict(seen) if seen["state"] and seen["state"]["type"] in TERMINAL else None
+
+        try:
+            return wait_for(final, timeout, f"flow run {run_id}", interval=0.5)
+        except AssertionError:
+            raise AssertionError(
+                f"flow run {run_id} not finished in {timeout}s: {seen.get('state')}\n{self.log('worker')[-3000:]}"
+            ) from None
 
     def run_logs(self, run_id: str) -> str:
         logs = self.post("/logs/filter", {"logs": {"flow_run_id": {"any_": [run_id]}}, "limit": 200})
