@@ -11,6 +11,8 @@ from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey
 from prefect.client.schemas.objects import Artifact
 from prefect.client.schemas.sorting import ArtifactSort
 
+from tests.waiting import poll_intervals
+
 
 def newest_artifact(key: str) -> Artifact:
     """The artifact most recently created under `key`.
@@ -49,10 +51,11 @@ def prefect_events(prefix: str, resource_id: str) -> list[str]:
     event_filter = EventFilter(event=EventNameFilter(prefix=[prefix]), resource=EventResourceFilter(id=[resource_id]))
     deadline = time.monotonic() + 20
     names: list[str] = []
+    pauses = poll_intervals(0.5)  # less often as the wait goes on: a poll costs the API CPU
     while time.monotonic() < deadline:
         with get_client(sync_client=True) as client:
             names = [e.event for e in client.read_events(event_filter, limit=50).events]
         if names:
             break
-        time.sleep(0.5)
+        time.sleep(min(next(pauses), max(deadline - time.monotonic(), 0)))
     return names

@@ -31,6 +31,9 @@ LOCAL_RUN_PARAMETERS: dict[str, dict[str, Any]] = {
     # Five minutes of the trace and no knob sweep: these runs prove the deployment runs and what it may call;
     # the replay itself and the frontier are tests/flows/test_simulate_flow.py's (about 11 s of CPU less a run).
     "simulate": {"duration_s": 300, "frontier": False},
+    # The same for tune: five minutes of its trace (the whole 20 took 10.7 s of CPU a run, five 3.1 s); the
+    # search itself is tests/flows/test_tune_flow.py's.
+    "tune": {"duration_s": 300},
 }
 
 

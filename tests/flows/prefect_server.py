@@ -3,8 +3,10 @@ temporary PREFECT_HOME, a process worker, and small REST helpers. Processes are 
 
 from __future__ import annotations
 
+import json
 import os
 import pathlib
+import select
 import socket
 import subprocess
 import sys
@@ -19,6 +21,7 @@ from flows.deployments import load_entry_flow
 from tasks.clients.cluster import ObjectRef
 from tests.prefect_db import SERVER_ENV, seed_prefect_home, trust_env
 from tests.servers.processes import stop_process
+from tests.waiting import wait_for
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 TERMINAL = {"COMPLETED", "FAILED", "CRASHED", "CANCELLED"}
@@ -55,7 +58,8 @@ class PrefectServer:
             **SERVER_ENV,  # the seeded home holds the block types (tests/prefect_db.py)
             **trust_env(),  # its clients trust one certificate (plain HTTP throughout)
         }
-        self.processes: list[subprocess.Popen[bytes]] = []
+        self.processes: list[subprocess.Popen[Any]] = []
+        self._emitter: subprocess.Popen[str] | None = None
         # A write waits behind the SQLite lock on a loaded machine (CI: a create_flow_run took over 30 s).
         self.client = httpx.Client(base_url=self.api_url, timeout=120)
 
@@ -178,15 +182,19 @@ class PrefectServer:
         )
 
     def wait_for_run(self, run_id: str, timeout: float = 240) -> dict[str, Any]:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            run = self.get(f"/flow_runs/{run_id}")
-            if run["state"] and run["state"]["type"] in TERMINAL:
-                return run
-            time.sleep(0.5)
-        raise AssertionError(
-            f"flow run {run_id} not finished in {timeout}s: {run['state']}\n{self.log('worker')[-3000:]}"
-        )
+        """The run once its state is final, polled less often as the wait goes on (tests/waiting.py)."""
+        seen: dict[str, Any] = {}
+
+        def final() -> dict[str, Any] | None:
+            seen.update(self.get(f"/flow_runs/{run_id}"))
+            return dict(seen) if seen["state"] and seen["state"]["type"] in TERMINAL else None
+
+        try:
+            return wait_for(final, timeout, f"flow run {run_id}", interval=0.5)
+        except AssertionError:
+            raise AssertionError(
+                f"flow run {run_id} not finished in {timeout}s: {seen.get('state')}\n{self.log('worker')[-3000:]}"
+            ) from None
 
     def run_logs(self, run_id: str) -> str:
         logs = self.post("/logs/filter", {"logs": {"flow_run_id": {"any_": [run_id]}}, "limit": 200})
@@ -199,22 +207,49 @@ class PrefectServer:
         return self.post("/events/filter", {"filter": event_filter, "limit": 50})["events"]
 
     def emit(self, subject: ObjectRef, transition: str) -> None:
-        """Emit ``transition`` about ``subject`` with tasks.clients.events from another process, as a flow would."""
-        code = (
-            "import sys; from prefect.events.worker import EventsWorker; from engine.api.refs import ObjectRef; from tasks.clients.events import emit_change; "
-            "s = ObjectRef(*sys.argv[1:5]); e = emit_change(s, sys.argv[5]); EventsWorker.drain_all(); "
-            "sys.exit(0 if e is not None else 1)"
-        )
-        args = [subject.api_version, subject.kind, subject.name, subject.namespace or ""]
-        result = subprocess.run(
-            [sys.executable, "-c", code, *args, transition],
-            cwd=REPO,
-            env=self.env,
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
-        assert result.returncode == 0, result.stderr
+        """Emit ``transition`` about ``subject`` with tasks.clients.events from another process, as a flow would.
+
+        The process (:data:`EMITTER`) is started on the first call and kept for the next ones: each event is sent
+        and drained before it answers, as a process that exits would; a process per event paid Prefect's imports
+        again (about 2.5 s of CPU each)."""
+        if self._emitter is None or self._emitter.poll() is not None:
+            log = open(self.home / "emitter.log", "ab")
+            self._emitter = subprocess.Popen(
+                [sys.executable, "-c", EMITTER],
+                cwd=REPO,
+                env=self.env,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=log,
+                text=True,
+            )
+            log.close()
+            self.processes.append(self._emitter)
+        assert self._emitter.stdin is not None and self._emitter.stdout is not None
+        ref = [subject.api_version, subject.kind, subject.name, subject.namespace or "", transition]
+        self._emitter.stdin.write(json.dumps(ref) + "\n")
+        self._emitter.stdin.flush()
+        ready, _, _ = select.select([self._emitter.stdout], [], [], 60)
+        answer = self._emitter.stdout.readline().strip() if ready else "no answer in 60 s"
+        assert answer == "sent", f"{answer}\n{self.log('emitter')[-3000:]}"
+
+
+EMITTER = """
+import json, sys
+from prefect.events.worker import EventsWorker
+from engine.api.refs import ObjectRef
+from tasks.clients.events import emit_change
+for line in sys.stdin:
+    *ref, transition = json.loads(line)
+    try:
+        event = emit_change(ObjectRef(*ref), transition)
+        EventsWorker.drain_all(at_exit=False)
+        print("sent" if event is not None else "not sent: no Prefect API", flush=True)
+    except Exception as error:
+        print(f"failed: {error!r}", flush=True)
+"""
+"""The process :meth:`PrefectServer.emit` sends events from: one line of JSON in (the subject's api_version, kind,
+name, namespace and the transition), one line out once the event is sent."""
 
 
 @pytest.fixture(scope="module")
