@@ -3,10 +3,8 @@ temporary PREFECT_HOME, a process worker, and small REST helpers. Processes are 
 
 from __future__ import annotations
 
-import json
 import os
 import pathlib
-import select
 import socket
 import subprocess
 import sys
@@ -58,8 +56,7 @@ class PrefectServer:
             **SERVER_ENV,  # the seeded home holds the block types (tests/prefect_db.py)
             **trust_env(),  # its clients trust one certificate (plain HTTP throughout)
         }
-        self.processes: list[subprocess.Popen[Any]] = []
-        self._emitter: subprocess.Popen[str] | None = None
+        self.processes: list[subprocess.Popen[bytes]] = []
         # A write waits behind the SQLite lock on a loaded machine (CI: a create_flow_run took over 30 s).
         self.client = httpx.Client(base_url=self.api_url, timeout=120)
 
@@ -207,49 +204,22 @@ class PrefectServer:
         return self.post("/events/filter", {"filter": event_filter, "limit": 50})["events"]
 
     def emit(self, subject: ObjectRef, transition: str) -> None:
-        """Emit ``transition`` about ``subject`` with tasks.clients.events from another process, as a flow would.
-
-        The process (:data:`EMITTER`) is started on the first call and kept for the next ones: each event is sent
-        and drained before it answers, as a process that exits would; a process per event paid Prefect's imports
-        again (about 2.5 s of CPU each)."""
-        if self._emitter is None or self._emitter.poll() is not None:
-            log = open(self.home / "emitter.log", "ab")
-            self._emitter = subprocess.Popen(
-                [sys.executable, "-c", EMITTER],
-                cwd=REPO,
-                env=self.env,
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                stderr=log,
-                text=True,
-            )
-            log.close()
-            self.processes.append(self._emitter)
-        assert self._emitter.stdin is not None and self._emitter.stdout is not None
-        ref = [subject.api_version, subject.kind, subject.name, subject.namespace or "", transition]
-        self._emitter.stdin.write(json.dumps(ref) + "\n")
-        self._emitter.stdin.flush()
-        ready, _, _ = select.select([self._emitter.stdout], [], [], 60)
-        answer = self._emitter.stdout.readline().strip() if ready else "no answer in 60 s"
-        assert answer == "sent", f"{answer}\n{self.log('emitter')[-3000:]}"
-
-
-EMITTER = """
-import json, sys
-from prefect.events.worker import EventsWorker
-from engine.api.refs import ObjectRef
-from tasks.clients.events import emit_change
-for line in sys.stdin:
-    *ref, transition = json.loads(line)
-    try:
-        event = emit_change(ObjectRef(*ref), transition)
-        EventsWorker.drain_all(at_exit=False)
-        print("sent" if event is not None else "not sent: no Prefect API", flush=True)
-    except Exception as error:
-        print(f"failed: {error!r}", flush=True)
-"""
-"""The process :meth:`PrefectServer.emit` sends events from: one line of JSON in (the subject's api_version, kind,
-name, namespace and the transition), one line out once the event is sent."""
+        """Emit ``transition`` about ``subject`` with tasks.clients.events from another process, as a flow would."""
+        code = (
+            "import sys; from prefect.events.worker import EventsWorker; from engine.api.refs import ObjectRef; from tasks.clients.events import emit_change; "
+            "s = ObjectRef(*sys.argv[1:5]); e = emit_change(s, sys.argv[5]); EventsWorker.drain_all(); "
+            "sys.exit(0 if e is not None else 1)"
+        )
+        args = [subject.api_version, subject.kind, subject.name, subject.namespace or ""]
+        result = subprocess.run(
+            [sys.executable, "-c", code, *args, transition],
+            cwd=REPO,
+            env=self.env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert result.returncode == 0, result.stderr
 
 
 @pytest.fixture(scope="module")
