@@ -1,9 +1,8 @@
 """One deployed platform per test module: `prefect server start` on 127.0.0.1 (random port, temporary home,
 tests/flows/prefect_server.py), every deployment registered by `modelplane register-deployments --pool-type
 process` (work pool + the documented `prefect deploy`), and a process worker; with the helpers the platform
-tests share. A module that imports :func:`platform` gets its own (module scope): test_platform_server.py's
-registration, UI and flow-run tests share one, and test_platform_runs.py (which deploys on a server of its own)
-runs on another pytest-xdist worker meanwhile."""
+tests share. Each module that imports :func:`platform` gets its own (module scope), so the three platform
+modules run on three pytest-xdist workers at once."""
 
 from __future__ import annotations
 

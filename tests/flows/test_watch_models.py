@@ -3,7 +3,7 @@ the event's rollout does only that Model.
 
 The flow runs against the Kubernetes API test server through the official client (kubernetes.watch.Watch);
 the events it emits are captured by Prefect's asserting events client (the real server's trigger chain is
-tests/flows/test_platform_server.py).
+tests/flows/test_platform_flow_runs.py).
 """
 
 from __future__ import annotations
