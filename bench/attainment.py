@@ -76,22 +76,42 @@ def replay_static(job: tuple[str, dict[str, Any], int, str, float]) -> tuple[flo
 
 def bench(trace_path: str, seeds: Sequence[int], start: str, workers: int) -> list[dict[str, Any]]:
     """Every trace x seed x target, with static peak's curve per trace and seed."""
-    mp_keys = [(i, seed, target) for i in range(len(TRACES)) for seed in seeds for target in TARGETS]
-    static_keys = [(i, seed, headroom) for i in range(len(TRACES)) for seed in seeds for headroom in STATIC_HEADROOMS]
+    rows = range(len(TRACES))
+    mp_keys = [(i, seed, target) for i in rows for seed in seeds for target in TARGETS]
     with ProcessPoolExecutor(max_workers=workers) as pool:
         mp_jobs = [(trace_path, TRACES[i][2], seed, start, target) for i, seed, target in mp_keys]
         modelplane = dict(zip(mp_keys, pool.map(replay_modelplane, mp_jobs)))
-        static_jobs = [(trace_path, TRACES[i][2], seed, start, headroom) for i, seed, headroom in static_keys]
-        static = dict(zip(static_keys, pool.map(replay_static, static_jobs)))
-    rows = []
-    for i, (label, tuning, _) in enumerate(TRACES):
+        static = static_curves(trace_path, rows, seeds, start, pool)
+    return table(rows, seeds, modelplane, static)
+
+
+def static_curves(
+    trace_path: str, rows: Sequence[int], seeds: Sequence[int], start: str, pool: ProcessPoolExecutor
+) -> dict[tuple[int, int, float], tuple[float, float]]:
+    """Static peak's (attained, cost) per (trace row, seed, headroom of STATIC_HEADROOMS)."""
+    keys = [(row, seed, headroom) for row in rows for seed in seeds for headroom in STATIC_HEADROOMS]
+    jobs = [(trace_path, TRACES[row][2], seed, start, headroom) for row, seed, headroom in keys]
+    return dict(zip(keys, pool.map(replay_static, jobs)))
+
+
+def table(
+    rows: Sequence[int],
+    seeds: Sequence[int],
+    results: dict[tuple[int, int, float], dict[str, Any]],
+    static: dict[tuple[int, int, float], tuple[float, float]],
+) -> list[dict[str, Any]]:
+    """One row per trace and target: each seed's result (keyed by trace row, seed, target) against static peak's
+    curve on the same trace and seed."""
+    found = []
+    for row in rows:
+        label, tuning, _ = TRACES[row]
         for target in TARGETS:
             cells = [
-                against_static(modelplane[(i, seed, target)], [static[(i, seed, h)] for h in STATIC_HEADROOMS])
+                against_static(results[(row, seed, target)], [static[(row, seed, h)] for h in STATIC_HEADROOMS])
                 for seed in seeds
             ]
-            rows.append({"trace": label, "tuning": tuning, "target": target, "cells": cells})
-    return rows
+            found.append({"trace": label, "tuning": tuning, "target": target, "cells": cells})
+    return found
 
 
 def against_static(result: dict[str, Any], curve: Sequence[tuple[float, float]]) -> dict[str, Any]:

@@ -28,7 +28,7 @@ from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor
 from typing import Any
 
-from bench.attainment import STATIC_HEADROOMS, TARGETS, TRACES, against_static, replay_static, scenario_for, table_row
+from bench.attainment import TARGETS, TRACES, scenario_for, static_curves, table, table_row
 from bench.engine import machine, publish_section
 from bench.simulate import DEFAULT_TRACE, WARMUP_S
 from engine.perf.tail_sizing import ANNOTATION_TTFT_PERCENTILE
@@ -90,31 +90,27 @@ def nightly_choices(
                     jobs[key] = (trace_path, row, previous, target, candidate)
     outcomes = dict(zip(jobs, pool.map(replay_candidate, jobs.values())))
     grid: dict[tuple[int, int, float], list[tuple[Candidate, PolicyOutcome]]] = {}
-    refine: dict[tuple[int, int, float, str], tuple[str, int, int, float, Candidate]] = {}
+    previous_days: dict[tuple[int, int, float], Scenario] = {}
+    between: list[tuple[tuple[int, int, float], Candidate]] = []
     for row in rows:
         for seed in seeds:
             for target in TARGETS:
-                grid[(row, seed, target)] = [
-                    (job[4], outcomes[key])
-                    for key, job in jobs.items()
-                    if key[:2] == (row, seed) and key[2] in (target, None)
+                key = (row, seed, target)
+                grid[key] = [
+                    (job[4], outcomes[job_key])
+                    for job_key, job in jobs.items()
+                    if job_key[:2] == (row, seed) and job_key[2] in (target, None)
                 ]
-                previous_day = day(trace_path, row, seed + PREVIOUS_DAY_SEED, target)
-                for candidate in interpolated_floors(previous_day, grid[(row, seed, target)]):
-                    refine[(row, seed, target, candidate.name + str(candidate.models))] = (
-                        trace_path,
-                        row,
-                        seed + PREVIOUS_DAY_SEED,
-                        target,
-                        candidate,
-                    )
-    refined = dict(zip(refine, pool.map(replay_candidate, refine.values())))
-    choices = {}
-    for (row, seed, target), replays in grid.items():
-        extra = [(refine[key][4], outcome) for key, outcome in refined.items() if key[:3] == (row, seed, target)]
-        previous_day = day(trace_path, row, seed + PREVIOUS_DAY_SEED, target)
-        choices[(row, seed, target)] = choose(previous_day, replays + extra)
-    return choices
+                previous_days[key] = day(trace_path, row, seed + PREVIOUS_DAY_SEED, target)
+                between += [(key, candidate) for candidate in interpolated_floors(previous_days[key], grid[key])]
+    # The flow's second round: the floors interpolated between the two that bracket a model's target.
+    refined = pool.map(
+        replay_candidate,
+        [(trace_path, row, seed + PREVIOUS_DAY_SEED, target, candidate) for (row, seed, target), candidate in between],
+    )
+    for (key, candidate), outcome in zip(between, refined):
+        grid[key].append((candidate, outcome))
+    return {key: choose(previous_days[key], replays) for key, replays in grid.items()}
 
 
 def bench(trace_path: str, rows: Sequence[int], seeds: Sequence[int], workers: int) -> list[dict[str, Any]]:
@@ -122,26 +118,10 @@ def bench(trace_path: str, rows: Sequence[int], seeds: Sequence[int], workers: i
     curve on that day."""
     with ProcessPoolExecutor(max_workers=workers) as pool:
         choices = nightly_choices(trace_path, rows, seeds, pool)
-        keys = list(choices)
-        tuned = dict(
-            zip(
-                keys,
-                pool.map(replay_tuned, [(trace_path, row, seed, t, choices[(row, seed, t)]) for row, seed, t in keys]),
-            )
-        )
-        static_keys = [(row, seed, headroom) for row in rows for seed in seeds for headroom in STATIC_HEADROOMS]
-        static_jobs = [(trace_path, TRACES[row][2], seed, "static", headroom) for row, seed, headroom in static_keys]
-        static = dict(zip(static_keys, pool.map(replay_static, static_jobs)))
-    table = []
-    for row in rows:
-        label, tuning, _ = TRACES[row]
-        for target in TARGETS:
-            cells = [
-                against_static(tuned[(row, seed, target)], [static[(row, seed, h)] for h in STATIC_HEADROOMS])
-                for seed in seeds
-            ]
-            table.append({"trace": label, "tuning": tuning, "target": target, "cells": cells})
-    return table
+        jobs = [(trace_path, row, seed, target, chosen) for (row, seed, target), chosen in choices.items()]
+        tuned = dict(zip(choices, pool.map(replay_tuned, jobs)))
+        static = static_curves(trace_path, rows, seeds, "static", pool)
+    return table(rows, seeds, tuned, static)
 
 
 def _chosen(cells: Sequence[dict[str, Any]]) -> str:
@@ -164,7 +144,8 @@ def render(rows: list[dict[str, Any]], command: str, seeds: Sequence[int], elaps
         "the reactive policies starting from static peak (the CLI default). Each day is replayed with what the tune "
         f"flow chose on the previous day (the same traffic variant drawn with seed + {PREVIOUS_DAY_SEED}): per model "
         "the cheapest of its candidates (the attainment loop, pinned percentiles p70-p95, static-peak floors "
-        "x0.8-x1.2 under the loop) that met the target there, else the one that came closest. Columns as in "
+        "x0.6-x2 under the loop, and a floor interpolated between the two that bracket the model's target) that met "
+        "the target there, else the one that came closest. Columns as in "
         "*Attainment tracking* above; *chosen* lists the distinct choices over the seeds.",
         "",
         "| trace | rows | target | attained | cost | static at equal attainment | ceiling | tracks | no costlier | chosen |",

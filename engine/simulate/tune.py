@@ -54,10 +54,12 @@ __all__ = [
 ]
 
 TUNED_ANNOTATIONS = (ANNOTATION_TTFT_PERCENTILE, ANNOTATION_MIN_REPLICAS)
-"""The annotations a candidate may set; a written choice removes the ones it does not set."""
+"""The annotations a candidate may set; a written choice puts the operator's own value back on those it does not set
+(removes them where the operator set none)."""
 ANNOTATION_TUNED = "modelplane.io/tuned"
 """VariantAutoscaling annotation the tune flow writes: the candidate chosen for the model, the attainment and cost
-its replay reached, the target, and when (JSON)."""
+its replay reached, the target, when, and the operator's own values of :data:`TUNED_ANNOTATIONS` it replaced
+(``replaced``) (JSON)."""
 PINNED_PERCENTILES = (70.0, 80.0, 90.0, 95.0)
 STATIC_HEADROOMS = (-0.4, -0.2, 0.0, 0.2, 0.5, 1.0)
 
@@ -117,7 +119,8 @@ def candidates(scenario: Scenario) -> list[Candidate]:
     found += [
         Candidate(f"percentile p{p:g}", annotations={ANNOTATION_TTFT_PERCENTILE: f"{p:g}"}) for p in PINNED_PERCENTILES
     ]
-    found += [_static_floor(scenario, headroom) for headroom in STATIC_HEADROOMS]
+    operators = _operators(scenario)
+    found += [_static_floor(operators, headroom) for headroom in STATIC_HEADROOMS]
     return found
 
 
@@ -130,6 +133,7 @@ def interpolated_floors(scenario: Scenario, replays: Sequence[tuple[Candidate, P
     choice stays among replayed settings (the interpolation is a candidate, never a choice by itself).
     """
     targets = _targets(scenario)
+    operators = _operators(scenario)
     found = []
     for model, rows in sorted(model_rows(scenario, replays).items()):
         target = targets.get(model, DEFAULT_ATTAINMENT)
@@ -142,7 +146,7 @@ def interpolated_floors(scenario: Scenario, replays: Sequence[tuple[Candidate, P
         if high <= low or high_attained <= low_attained:
             continue
         headroom = low + (target - low_attained) / (high_attained - low_attained) * (high - low)
-        floor = _static_floor(scenario, headroom)
+        floor = _static_floor(operators, headroom)
         mine = {v.key for v in scenario.variants if v.model == model}
         found.append(
             dataclasses.replace(
@@ -154,10 +158,15 @@ def interpolated_floors(scenario: Scenario, replays: Sequence[tuple[Candidate, P
     return found
 
 
-def _static_floor(scenario: Scenario, headroom: float) -> Candidate:
-    """The loop over a floor of static peak's allocation at ``headroom``, static peak sized under the operator's own
-    settings (not under a floor an earlier tune wrote)."""
-    operators = _with_settings(scenario, lambda model: Candidate("the operator's settings"))
+def _operators(scenario: Scenario) -> Scenario:
+    """The scenario under the operator's own settings (:func:`operator_settings`), not under a floor or a pin an
+    earlier tune wrote: what static peak is sized under."""
+    return with_candidate(scenario, Candidate("the operator's settings"))
+
+
+def _static_floor(operators: Scenario, headroom: float) -> Candidate:
+    """The loop over a floor of static peak's allocation at ``headroom``, static peak sized on the scenario under
+    the operator's own settings (:func:`_operators`)."""
     floors = static_allocation(dataclasses.replace(operators, static_headroom=headroom))
     multiple = f"{1 + headroom:.2f}"
     return Candidate(
