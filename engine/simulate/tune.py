@@ -208,7 +208,7 @@ def operator_settings(annotations: Mapping[str, str]) -> dict[str, str]:
     """
     try:
         record = json.loads(annotations.get(ANNOTATION_TUNED, ""))
-    except ValueError:
+    except (ValueError, RecursionError):  # not JSON, or nested deeper than the decoder goes: not a record we wrote
         record = None
     replaced = record.get("replaced") if isinstance(record, dict) else None
     if isinstance(replaced, dict):

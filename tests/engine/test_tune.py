@@ -209,3 +209,13 @@ def test_one_more_floor_is_interpolated_where_a_target_falls_between_two() -> No
     rows = model_rows(scenario, [*replays, (between, outcome({models[0]: 0.851, models[1]: 0.5}, {}))])
     assert [c.name for c, _, _ in rows[models[1]]] == ["static floor x0.8", "static floor x1.0", "attainment loop"]
     assert rows[models[0]][-1][0] is between
+
+
+def test_a_tuned_record_that_is_not_ours_reads_as_no_record() -> None:
+    """A hand-edited or hostile ``modelplane.io/tuned`` (not JSON, not an object, nested past the decoder's depth,
+    ``replaced`` with non-string values) leaves the current values as the operator's; it never raises."""
+    current = {ANNOTATION_MIN_REPLICAS: "2"}
+    for record in ["", "null", "[1]", "1e999", '{"replaced": []}', "[" * 100_000]:
+        assert operator_settings({**current, ANNOTATION_TUNED: record}) == current
+    odd = json.dumps({"replaced": {ANNOTATION_MIN_REPLICAS: 5, "other": "1"}})
+    assert operator_settings({**current, ANNOTATION_TUNED: odd}) == {}
