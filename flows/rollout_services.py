@@ -80,19 +80,17 @@ def rollout_services(namespaces: Namespaces = (), cluster: ClusterTarget = "") -
         (:func:`flows.exitcodes.flow_result`).
     """
     now = datetime.now(UTC).replace(microsecond=0)
-    cluster_api = connect(cluster)
-    state = read_aim_state(
-        cluster_api, ["services", "templates", "models", "configs", "caches", "nodes", "isvcs", "routes"]
-    )
+    conn = connect(cluster)
+    state = read_aim_state(conn, ["services", "templates", "models", "configs", "caches", "nodes", "isvcs", "routes"])
     world = service_world(state)
     caches = SharedCaches(state.caches)
     rollout = planned(
         partial(plan_service, world=world),
-        lambda obj, plan, counts: write_service_plan(cluster_api, obj, plan, caches, now, counts),
+        lambda obj, plan, counts: write_service_plan(conn, obj, plan, caches, now, counts),
         row_of,
     )
     services = in_scope(state.services, namespaces)
-    report = RolloutReport(*reconcile_each(cluster_api, services, rollout, failure_reason="RolloutFailed"))
+    report = RolloutReport(*reconcile_each(conn, services, rollout, failure_reason="RolloutFailed"))
     for row in report.rows:
         if row.action in ("created", "updated"):
             announce(row)

@@ -3,7 +3,7 @@
 A lifecycle module reads a client's docstring instead of its body, and a flow's ``Args:`` become the Prefect UI's
 parameter descriptions and the generated reference: every public module-level function (``def`` or ``async def``)
 of the modules below says, in an ``Args:`` section, what each parameter is; in ``Returns:`` (or ``Yields:``) what
-comes back unless it returns None; in ``Raises:`` every exception it raises itself. Methods of classes are not
+comes back unless it returns None (or never returns); in ``Raises:`` every exception it raises itself. Methods of classes are not
 checked: a class's docstring says what its instances are, and its methods are read beside it.
 """
 
@@ -70,8 +70,8 @@ def _problems(fn: Function) -> list[str]:
     for name in params:
         if args is not None and f"{name}:" not in args:
             problems.append(f"Args does not describe {name}")
-    returns_none = fn.returns is not None and ast.unparse(fn.returns) == "None"
-    if not returns_none and _section(doc, "Returns") is None and _section(doc, "Yields") is None:
+    returns_nothing = fn.returns is not None and ast.unparse(fn.returns) in ("None", "NoReturn")
+    if not returns_nothing and _section(doc, "Returns") is None and _section(doc, "Yields") is None:
         problems.append("no Returns section")
     raises = _section(doc, "Raises") or ""
     problems += [f"Raises does not name {name}" for name in sorted(_raised(fn)) if f"{name}:" not in raises]

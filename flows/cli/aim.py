@@ -4,8 +4,6 @@ same way: the AIM CRDs must be readable on the cluster before Prefect starts."""
 
 from __future__ import annotations
 
-import json
-import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -21,6 +19,7 @@ from flows.cli.common import (
     exit_with_outcome,
     json_option,
     namespaces_option,
+    print_json,
     run_flow,
     table_of,
     track_option,
@@ -61,7 +60,7 @@ def _print_aim(
     if last:
         errors = [*errors, *drain_rejections()]
     if as_json:
-        sys.stdout.write(json.dumps([dict(zip(columns, row)) for row in rows], indent=2, default=str) + "\n")
+        print_json([dict(zip(columns, row)) for row in rows])
         warn_degraded(errors)
         if last:
             raise typer.Exit(exit_code(errors))
@@ -290,7 +289,7 @@ def reconcile_aim(options: _Discovery, as_json: bool) -> None:
             "services": [dict(zip(SERVICE_COLUMNS, row)) for row in _service_rows(rolled)],
             "summary": {"models": found.summary, "templates": resolved.summary, "services": rolled.summary},
         }
-        sys.stdout.write(json.dumps(document, indent=2, default=str) + "\n")
+        print_json(document)
         exit_with_outcome(errors)
     _print_aim("AIM model discovery", MODEL_COLUMNS, _model_rows(found), found.summary, found.degraded, last=False)
     _print_aim(

@@ -4,8 +4,6 @@ garbage collection) and prints every ModelCache's state. Filling one cache is ``
 from __future__ import annotations
 
 import datetime
-import json
-import sys
 from typing import TYPE_CHECKING
 
 import typer
@@ -17,6 +15,7 @@ from flows.cli.common import (
     exit_with_outcome,
     json_option,
     namespaces_option,
+    print_json,
     run_flow,
     track_option,
 )
@@ -95,7 +94,7 @@ def warm_caches(
         retry_backoff_s=retry_backoff_s,
     )
     if as_json:
-        sys.stdout.write(json.dumps(report.as_json(), indent=2) + "\n")
+        print_json(report.as_json())
     else:
         _print_caches(report)
     exit_with_outcome(report.degraded)

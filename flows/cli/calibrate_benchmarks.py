@@ -9,16 +9,14 @@ it needs no server and no cluster unless it applies.
 
 from __future__ import annotations
 
-import json
 import pathlib
-import sys
 from typing import Any
 
 import yaml
 
 from engine.simulate.benchmarks import BenchmarkPoint, fit_benchmark, group_points
 from engine.simulate.calibrate import ProfileFit, Unidentifiable
-from flows.cli.common import console, exit_with_outcome, table_of
+from flows.cli.common import console, exit_with_outcome, print_json, table_of
 from flows.exitcodes import CannotRun, cli_errors
 from tasks.benchmarks import BenchmarkFormatError, read_benchmark_files
 
@@ -115,7 +113,7 @@ def calibrate_from_benchmarks(
             report = apply_profile(fit, targets, cluster or "", dry_run)
         problems += [f"{r.namespace}/{r.name}: {r.error}" for r in report.rows if r.error]
         if as_json:
-            sys.stdout.write(json.dumps(report.as_json(), indent=2, default=str) + "\n")
+            print_json(report.as_json())
         else:
             for row in report.rows:
                 written = "written" if row.spec_written else "not written"
@@ -125,7 +123,7 @@ def calibrate_from_benchmarks(
         exit_with_outcome(problems)
     if as_json:
         entries = [_fit_json(n, formats[n], groups[n], *fits[n]) for n in groups]
-        sys.stdout.write(json.dumps(entries, indent=2) + "\n")
+        print_json(entries)
         exit_with_outcome(problems)
     _print_table(groups, fits)
     exit_with_outcome(problems)

@@ -11,13 +11,14 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import functools
+import json
 import logging
 import os
 import pathlib
 import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import typer
 import typer.core
@@ -517,7 +518,7 @@ def send_queued_events_and_logs() -> None:
     APILogWorker.drain_all(at_exit=False)
 
 
-def exit_with_outcome(problems: list[str]) -> None:
+def exit_with_outcome(problems: list[str]) -> NoReturn:
     """Print a degraded run's problems (and every object the boundary reader rejected during the command's
     flow run, if it ran one) on stderr and exit DEGRADED (3); exit OK (0) otherwise.
 
@@ -530,6 +531,16 @@ def exit_with_outcome(problems: list[str]) -> None:
     problems = [*problems, *drain_rejections()]
     warn_degraded(problems)
     raise typer.Exit(int(exit_code(problems)))
+
+
+def print_json(document: object) -> None:
+    """Write ``document`` to stdout as JSON indented by two spaces, what every ``--json`` option prints; a value
+    JSON has no type for (a datetime, a path) is written as its text.
+
+    Args:
+        document: The command's result as lists, dicts and scalars.
+    """
+    sys.stdout.write(json.dumps(document, indent=2, default=str) + "\n")
 
 
 def table_of(title: str, columns: Sequence[str], rows: Sequence[Sequence[object]], right: Sequence[str] = ()) -> Table:

@@ -4,10 +4,8 @@
 
 from __future__ import annotations
 
-import json
 import pathlib
 import re
-import sys
 
 import typer
 
@@ -21,6 +19,7 @@ from flows.cli.common import (
     json_option,
     namespaces_option,
     needs,
+    print_json,
     run_flow,
     table_of,
     track_option,
@@ -128,7 +127,7 @@ def optimize(
         pushgateway_url=pushgateway,
     )
     if as_json:
-        sys.stdout.write(json.dumps(report.as_json(), indent=2) + "\n")
+        print_json(report.as_json())
         exit_with_outcome(report.degraded)
     rows = []
     for row in report.rows:
@@ -259,7 +258,7 @@ def calibrate(
         dry_run=dry_run,
     )
     if as_json:
-        sys.stdout.write(json.dumps(report.as_json(), indent=2, default=str) + "\n")
+        print_json(report.as_json())
         exit_with_outcome(report.degraded)
     rows = []
     for row in report.rows:

@@ -5,9 +5,7 @@ meets its SLO attainment target). Both read the WVA ConfigMaps in ``--config-nam
 
 from __future__ import annotations
 
-import json
 import pathlib
-import sys
 from typing import Any, get_args
 
 import typer
@@ -19,6 +17,7 @@ from flows.cli.common import (
     exit_with_outcome,
     json_option,
     manifests_path,
+    print_json,
     run_flow,
     table_of,
     track_option,
@@ -230,7 +229,7 @@ def simulate(
         **routing,
     )
     if as_json:
-        sys.stdout.write(json.dumps(report.as_json(), indent=2) + "\n")
+        print_json(report.as_json())
         exit_with_outcome([])
     rows = summary_table(report.outcomes, report.limits)
     ceiling = f", attainment ceiling {report.limits.ceiling['all']:.1%}" if report.limits is not None else ""
@@ -378,7 +377,7 @@ def tune(
     problems = [f"not written: {failure}" for failure in report.failed]
     unmet = [f"{c.model}: no candidate met {c.target:.1%}; the closest was chosen" for c in report.choices if not c.met]
     if as_json:
-        sys.stdout.write(json.dumps(report.as_json(), indent=2) + "\n")
+        print_json(report.as_json())
         exit_with_outcome(problems)
     rows = [
         (

@@ -5,8 +5,6 @@ kind it reads, so a cluster without the CRD is one ``error:`` line before Prefec
 from __future__ import annotations
 
 import dataclasses
-import json
-import sys
 
 import typer
 
@@ -18,6 +16,7 @@ from flows.cli.common import (
     json_option,
     namespaces_option,
     needs,
+    print_json,
     run_flow,
     table_of,
     track_option,
@@ -79,7 +78,7 @@ def rollout_models_command(
         workload=workload,
     )
     if as_json:
-        sys.stdout.write(json.dumps([dataclasses.asdict(m) for m in report.models], indent=2, default=str) + "\n")
+        print_json([dataclasses.asdict(m) for m in report.models])
         exit_with_outcome(report.degraded)
     rows = [
         (
@@ -134,7 +133,7 @@ def watch_models_command(
         cluster=cluster,
     )
     if as_json:
-        sys.stdout.write(json.dumps(report.as_json(), indent=2) + "\n")
+        print_json(report.as_json())
         exit_with_outcome([])
     rows = [
         (
@@ -193,7 +192,7 @@ def serve_openmodel_command(
         cluster=cluster,
     )
     if as_json:
-        sys.stdout.write(json.dumps(dataclasses.asdict(report), indent=2, default=str) + "\n")
+        print_json(dataclasses.asdict(report))
         exit_with_outcome(report.degraded)
     changes = ", ".join(report.writes.created + report.writes.updated) or "nothing changed"
     console.print(f"{report.model} in {report.namespace}: {report.state} - {report.message} ({changes})")
