@@ -92,9 +92,6 @@ app = typer.Typer(
 console = Console(width=None if sys.stdout.isatty() else 200)
 err = Console(stderr=True)
 
-REPO = pathlib.Path(__file__).resolve().parents[2]
-PREFECT_YAML = REPO / "deployments" / "prefect.yaml"
-
 Check = Callable[["Cluster"], "str | None"]
 """What a flow needs of its cluster beyond a readable path: the reason it cannot run there, or None."""
 
@@ -534,8 +531,7 @@ def exit_with_outcome(problems: list[str]) -> NoReturn:
 
 
 def print_json(document: object) -> None:
-    """Write ``document`` to stdout as JSON indented by two spaces, what every ``--json`` option prints; a value
-    JSON has no type for (a datetime, a path) is written as its text.
+    """What every ``--json`` prints: ``document`` as JSON indented by two spaces, a datetime or path as its text.
 
     Args:
         document: The command's result as lists, dicts and scalars.

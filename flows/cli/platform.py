@@ -10,8 +10,11 @@ import sys
 
 import typer
 
-from flows.cli.common import PREFECT_YAML, REPO, command, err, write_or_print
+from flows.cli.common import command, err, write_or_print
 from flows.exitcodes import ExitCode, one_line
+
+REPO = pathlib.Path(__file__).resolve().parents[2]
+PREFECT_YAML = REPO / "deployments" / "prefect.yaml"
 
 
 @command("build-image", "image")
