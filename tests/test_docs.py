@@ -205,3 +205,24 @@ def test_the_readme_test_command_is_what_ci_runs() -> None:
     ci = re.search(r"^exec (\./dev\.sh test)(?: -\S+)*$", (REPO / ".ci" / "run").read_text(), re.MULTILINE)
     assert ci is not None, ".ci/run runs ./dev.sh test"
     assert readme == [ci.group(1)], f"README.md's test command {readme} is not .ci/run's {ci.group(1)!r}"
+
+
+DOCS_CITATION = re.compile(r"(docs/[\w/.-]+\.md),?\s*\(?\"([^\"]{3,100})\"")
+"""A module's pointer to a passage of the docs: ``docs/FILE.md, "words found there"``."""
+DOCS_PATH = re.compile(r"\b(docs/[\w/.-]+\.md)\b")
+
+
+def test_the_docs_passages_the_code_cites_exist() -> None:
+    """A docstring or comment that sends the reader to ``docs/FILE.md`` names a file that exists, and with
+    ``docs/FILE.md, "a section"`` words it holds (a heading or a term): a rewritten page cannot leave code
+    pointing at nothing."""
+    cited, missing = 0, []
+    for path in sorted(p for layer in ("engine", "tasks", "flows", "bench") for p in (REPO / layer).rglob("*.py")):
+        text = " ".join(path.read_text().split())  # a citation may wrap over lines (and a docstring's indent)
+        missing += [f"{path.relative_to(REPO)}: {doc}" for doc in DOCS_PATH.findall(text) if not (REPO / doc).is_file()]
+        for doc, words in DOCS_CITATION.findall(text):
+            cited += 1
+            target = REPO / doc
+            if not target.is_file() or words.lower() not in " ".join(target.read_text().split()).lower():
+                missing.append(f"{path.relative_to(REPO)}: {doc}, {words!r}")
+    assert cited >= 4 and not missing, missing

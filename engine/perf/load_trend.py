@@ -9,8 +9,8 @@ recent peak (:mod:`engine.perf.load_peak`), so the allocation trails the fall by
 :data:`NOISE_FRACTION` of the median absolute interval-to-interval change over the last
 :data:`NOISE_INTERVALS` intervals (the trace's own noise, so flat traffic seldom qualifies); then the
 window is skipped for that model's variants.  The recent peak still sizes the load, so a fall that turns
-is followed at once.  Chosen on the day-shaped tuning slice against the recorded one (docs/simulate.md,
-"Ramp-leading capacity ... round econ-lead").
+is followed at once.  Chosen on the day-shaped tuning slice against the recorded one (what the rule does is
+described in docs/explanation/how-modelplane-decides.md, "scale-down stabilization").
 
 The two inputs are what Prometheus answers (``engine.promql``): the largest of the last changes,
 ``max_over_time((R - R offset 1m)[2m:1m])``, and the noise, ``quantile_over_time(0.5, abs(R - R offset

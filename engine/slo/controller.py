@@ -11,7 +11,7 @@ feed-forward part (it follows the load at once); the loop corrects its bias slow
 
 Why the percentile and not a multiplier on the rate: tail sizing spends capacity where the misses are (the long
 prompts at the queue's busy moments).  On the conversation traces the same attainment cost 10-25 % less when
-reached by raising the percentile than by multiplying the sized rate (docs/benchmarks.md, "Attainment loop").
+reached by raising the percentile than by multiplying the sized rate (measured when the loop was chosen).
 
 The law (an integral controller in velocity form, on the percentile's log-odds, so a step near 99 % is small)::
 
