@@ -52,7 +52,7 @@ MODEL_LABELS = ("model_name", "namespace")
 POD_LABELS = ("model_name", "namespace", "pod")
 HOLD_TAGS = tuple(f"peak_{int(window)}s" for window in HOLD_WINDOWS_S)
 """One tag per look-back of the attainment loop's peak hold (:data:`engine.perf.load_peak.HOLD_WINDOWS_S`)."""
-LOAD_TAGS = ("rate", "seen", "in", "out", "peak", "change", "noise", *HOLD_TAGS)
+LOAD_TAGS = ("rate", "seen", "in", "out", "peak", "change", "noise", *HOLD_TAGS, "lowest")
 POD_TAGS = ("kv", "kv_seen", "waiting", "waiting_seen")
 LATENCY_LABELS = ("model_name", "namespace")
 LATENCY_HISTOGRAMS = (TTFT_HISTOGRAM, *ITL_HISTOGRAMS)
@@ -74,8 +74,8 @@ def load_query(
     change_window: str = "2m",
     noise_window: str = "30m",
 ) -> str:
-    """Arrival rate, its newest sample time, mean tokens in and out, recent peak rate, the rate's recent
-    changes and noise, and the prompt histogram."""
+    """Arrival rate, its newest sample time, mean tokens in and out, recent peak rate, the peak and lowest rate
+    over the peak hold's look-backs, the rate's recent changes and noise, and the prompt histogram."""
     by = "model_name, namespace"
 
     def arrival_rate(offset: str = "") -> str:
@@ -96,6 +96,8 @@ def load_query(
                 tag: f"max_over_time(({rate})[{int(window)}s:{rate_window}])"
                 for tag, window in zip(HOLD_TAGS, HOLD_WINDOWS_S)
             },
+            # ... and whether the traffic is intermittent: the lowest rate over the longest look-back (0: a silence).
+            "lowest": f"min_over_time(({rate})[{int(max(HOLD_WINDOWS_S))}s:{rate_window}])",
             # Sustained fall (engine.perf.load_trend): the largest recent change and the changes' median size.
             "change": f"max_over_time({change}[{change_window}:{rate_window}])",
             "noise": f"quantile_over_time(0.5, abs({change})[{noise_window}:{rate_window}])",

@@ -195,6 +195,7 @@ def cycle_inputs(
                 load.recent_change_rps,
                 load.change_noise_rps,
                 peaks_rps=load.peaks_rps,
+                lowest_rps=load.lowest_rps,
             )
         for key, samples in snapshot.pods.items():
             pods[(key.namespace, key.model_id)] = [PodSample(p.pod, p.kv_cache_usage, p.queue_length) for p in samples]

@@ -222,7 +222,8 @@ def test_collect_returns_the_rates_recent_change_and_noise(
     vllm_exporter: FakeVllmExporter, prometheus: PrometheusProcess
 ) -> None:
     """A rate falling step by step after a flat stretch is a sustained fall (engine.perf.load_trend); once it
-    is flat again it is not. The windows are the production ones scaled to the 5 s rate window."""
+    is flat again it is not; a stretch without requests is a lowest rate of 0 once the rate is back. The windows
+    are the production ones scaled to the 5 s rate window."""
     from engine.perf.load_trend import sustained_fall
 
     client = short_window_client(prometheus, change_window="10s", noise_window="60s")
@@ -248,6 +249,20 @@ def test_collect_returns_the_rates_recent_change_and_noise(
         flat = client.collect([falling]).loads[falling]
         assert flat.recent_change_rps is not None and abs(flat.recent_change_rps) < 1.5, flat
         assert not sustained_fall(flat.recent_change_rps, flat.change_noise_rps)
+        # Never silent so far; then two rate windows without a request make the traffic intermittent (the lowest
+        # rate over the longest hold look-back is 0, engine.slo.controller) after the rate is back.
+        assert flat.lowest_rps is not None and flat.lowest_rps > 1.0, flat
+        _set(vllm_exporter, falling, ["falling-0"], 0.0, 10, 10)
+        time.sleep(10)
+        _set(vllm_exporter, falling, ["falling-0"], 6.0, 10, 10)
+
+        def silent_minute_seen(snapshot: MetricsSnapshot) -> bool:
+            load = snapshot.loads.get(falling)
+            return load is not None and load.lowest_rps == 0.0 and load.arrival_rate_rps > 1.0
+
+        back = _collect_until(client, [falling], silent_minute_seen, timeout=20).loads[falling]
+        assert back.lowest_rps == 0.0 and back.arrival_rate_rps > 1.0, back
+        assert back.peaks_rps is not None and max(back.peaks_rps.values()) >= 20.0, back
     finally:
         vllm_exporter.remove_model(falling.model_id, falling.namespace)
 

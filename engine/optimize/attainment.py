@@ -91,6 +91,7 @@ def loop_steps(inputs: CycleInputs, specs: Sequence[VariantSpec]) -> dict[tuple[
             capped_up=_at_maximum(members, inputs),
             at_minimum=_at_minimum(members, inputs),
             load_factor=inputs.loop_factors.get(model, remembered_factor),
+            intermittent=_intermittent(load),
         )
     return steps
 
@@ -172,6 +173,13 @@ def _given_back(load: ModelLoad | None, hold_s: float | None) -> bool:
     hold = hold_s if hold_s is not None else min(load.peaks_rps)
     held, longest = held_peak(load.peaks_rps, hold), load.peaks_rps[max(load.peaks_rps)]
     return held is not None and longest > 1.05 * held
+
+
+def _intermittent(load: ModelLoad | None) -> bool:
+    """Whether the model's traffic stopped for a whole minute within the longest look-back while it had requests."""
+    if load is None or load.lowest_rps is None or not load.peaks_rps:
+        return False
+    return load.lowest_rps <= 0.0 < max(load.peaks_rps.values())
 
 
 def _starting(members: Sequence[VariantSpec], inputs: CycleInputs) -> bool:

@@ -89,6 +89,9 @@ class ModelLoad:
     peaks_rps: dict[float, float] | None = None
     """Highest 1-minute arrival rate per look-back in seconds (:data:`engine.perf.load_peak.HOLD_WINDOWS_S`), for
     the attainment loop's peak hold, when collected."""
+    lowest_rps: float | None = None
+    """Lowest 1-minute arrival rate over the longest of those look-backs, when collected: 0 when the model had a
+    minute without requests there (intermittent traffic, :func:`engine.slo.controller.step`)."""
     sizing_factor: float = 1.0
     """The share of the planning rate the model is sized for: the attainment loop's load factor (below 1 only while
     the model attains more than its target at the loop's lowest percentile, :func:`engine.slo.controller.step`)."""

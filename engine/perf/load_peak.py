@@ -19,7 +19,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-__all__ = ["HOLD_WINDOWS_S", "held_peak", "peak_window_s", "planning_rate", "recent_peak"]
+__all__ = ["HOLD_WINDOWS_S", "held_peak", "lowest_rate", "peak_window_s", "planning_rate", "recent_peak"]
 
 HOLD_WINDOWS_S = (180.0, 300.0, 600.0, 900.0, 1800.0, 3600.0)
 """The look-backs over which the highest 1-minute rate is read besides the start-up window, for the attainment
@@ -40,6 +40,15 @@ def recent_peak(rates: Sequence[float], interval_s: float, window_s: float) -> f
         return None
     count = max(int(math.ceil(window_s / interval_s - 1e-9)), 1)
     return max(rates[-count:])
+
+
+def lowest_rate(rates: Sequence[float], interval_s: float, window_s: float) -> float | None:
+    """The lowest of the newest rates covering ``window_s`` (what ``min_over_time`` of the rate returns); None when
+    empty. 0 says the model went a whole interval without a request there."""
+    if not rates:
+        return None
+    count = max(int(math.ceil(window_s / interval_s - 1e-9)), 1)
+    return min(rates[-count:])
 
 
 def planning_rate(current_rps: float, peak_rps: float | None, burst_rps: float | None = None) -> float:

@@ -49,7 +49,7 @@ from engine.optimize.scaling.recommendation import recommend, tolerance_from_per
 from engine.optimize.spec import CycleInputs, ModelLoad, PodSample, VariantSpec, model_targets
 from engine.perf.load_burst import burst_rate
 from engine.perf.load_hold import hold_rate
-from engine.perf.load_peak import HOLD_WINDOWS_S, peak_window_s, recent_peak
+from engine.perf.load_peak import HOLD_WINDOWS_S, lowest_rate, peak_window_s, recent_peak
 from engine.perf.load_trend import rate_changes
 from engine.perf.saturation import SaturationConfigSet
 from engine.perf.tail_sizing import PromptDistribution
@@ -307,6 +307,7 @@ def modelplane_policy(scenario: Scenario, saturation_only: bool = False, load_sh
                 recent_peak_rps=held(rates, obs.interval_s),
                 burst_rps=burst_rate(max(peaks), SCRAPE_S, scrape_bins * len(peaks)) if scenario.burst_aware else None,
                 peaks_rps={w: recent_peak(rates, obs.interval_s, w) or 0.0 for w in HOLD_WINDOWS_S if w >= window},
+                lowest_rps=lowest_rate(rates, obs.interval_s, max(HOLD_WINDOWS_S)),
                 recent_change_rps=change,
                 change_noise_rps=noise,
             )

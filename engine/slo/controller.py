@@ -43,6 +43,7 @@ status between cycles).
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 
@@ -151,6 +152,7 @@ def step(
     capped_up: bool = False,
     at_minimum: bool = False,
     load_factor: float | None = None,
+    intermittent: bool = False,
 ) -> ControllerStep:
     """One cycle of the loop for one model.
 
@@ -167,7 +169,12 @@ def step(
       then lowers the percentile, and once the percentile is at its floor lowers the load factor: the share of the
       held peak load the model is sized for (split range: on steady traffic the floor's sizing, WVA's mean request
       at the recent peak, still attains several points above an 80 % target, and whole replicas bought for that
-      surplus are the cost).
+      surplus are the cost);
+    * on intermittent traffic (a minute without requests within the longest look-back), a hold at its shortest
+      starts again from the longest: capacity given back in a silence comes back a start-up after the next burst
+      began, most of a burst late, so the loop keeps the window's peak until a measured surplus shortens it.
+      Chosen on the bursty tuning traces (docs/benchmarks.md, "Attainment tracking"); steady and day-shaped
+      traffic has no silent minute and is not affected.
 
     Args:
         percentile: the percentile the model was sized for last cycle (None or invalid: the feed-forward start).
@@ -182,10 +189,59 @@ def step(
         capped_up: the allocation could not give the model what it asked for (inventory, ``max-replicas``).
         at_minimum: every variant of the model sits at its ``min-replicas``.
         load_factor: the share of its held peak load the model was sized for last cycle (None or invalid: 1).
+        intermittent: the model's traffic had a minute without requests within the longest hold look-back.
 
     Returns:
         the next percentile and hold, and a message for the model's condition.
     """
+    restart = _restarts_hold(hold_s, hold_range_s, intermittent)
+    start_hold = hold_range_s[1] if restart and hold_range_s is not None else hold_s
+    moved = _step(
+        percentile,
+        target,
+        sample,
+        settings,
+        start_hold,
+        hold_range_s,
+        ceiling,
+        pending,
+        given_back,
+        capped_up,
+        at_minimum,
+        load_factor,
+    )
+    if not restart or start_hold is None:
+        return moved
+    restarted = (
+        f"; peak hold restarted at {_duration(start_hold)}: a minute without requests in the last "
+        f"{_duration(start_hold)} (intermittent traffic)"
+    )
+    return dataclasses.replace(moved, changed=True, message=moved.message + restarted)
+
+
+def _restarts_hold(hold_s: float | None, hold_range_s: tuple[float, float] | None, intermittent: bool) -> bool:
+    """Whether intermittent traffic finds the hold at its shortest, so it starts again from the longest."""
+    if not intermittent or hold_range_s is None or hold_range_s[0] >= hold_range_s[1]:
+        return False
+    hold = _hold(hold_s, hold_range_s)
+    return hold is not None and hold <= hold_range_s[0]
+
+
+def _step(
+    percentile: float | None,
+    target: float,
+    sample: AttainmentSample | None,
+    settings: ControllerSettings,
+    hold_s: float | None,
+    hold_range_s: tuple[float, float] | None,
+    ceiling: float | None,
+    pending: bool,
+    given_back: bool,
+    capped_up: bool,
+    at_minimum: bool,
+    load_factor: float | None,
+) -> ControllerStep:
+    """:func:`step` from the hold it starts at (the arguments as there)."""
     valid = percentile is not None and math.isfinite(percentile) and 0.0 < percentile < 100.0
     previous = (
         _clamp(percentile, settings) if valid and percentile is not None else feed_forward_percentile(target, settings)

@@ -110,6 +110,24 @@ def test_a_shortfall_while_replicas_start_lengthens_the_peak_hold_and_sizes_for_
     assert (starting.desired or 0) > (steady.desired or 0)
 
 
+def test_a_silent_minute_in_the_look_back_holds_the_hours_peak() -> None:
+    """The rate fell to 0 for a minute within the hour (intermittent traffic): the hold restarts at the hour and
+    the plan sizes for the hour's peak; the same load without the silent minute keeps the start-up window's."""
+    peaks = {180.0: 20.0, 600.0: 30.0, 3600.0: 45.0}
+    status = {"slo": {"target": 0.9, "window": "1h", "sizingPercentile": 85.0, "peakHold": "3m"}}
+
+    def with_lowest(lowest: float) -> ModelLoad:
+        return ModelLoad(
+            20.0, 700, 256, prompt_tokens=PROMPTS, recent_peak_rps=20.0, peaks_rps=peaks, lowest_rps=lowest
+        )
+
+    silent = cycle(histograms(0.80, 0.60), status=status, loads={(NS, MODEL): with_lowest(0.0)})
+    busy = cycle(histograms(0.80, 0.60), status=status, loads={(NS, MODEL): with_lowest(4.0)})
+    assert silent.peak_hold_s == 3600.0 and "peak hold restarted at 60m" in (silent.loop_message or "")
+    assert busy.peak_hold_s == 180.0 and "restarted" not in (busy.loop_message or "")
+    assert (silent.desired or 0) > (busy.desired or 0)
+
+
 def test_a_target_above_the_ceiling_is_not_chased() -> None:
     """Half the prompts are too long for the TTFT target on any variant: the setpoint stays below the ceiling."""
     long_prompts = PromptDistribution.from_buckets([(1024.0, 500.0), (65536.0, 600.0), (math.inf, 1000.0)])

@@ -191,3 +191,24 @@ def test_a_surplus_gives_a_long_hold_back_by_at_most_one_interval_a_cycle() -> N
     assert percentiles[:27] == [80.0] * 27 and percentiles[27] < 80.0
     small = step(80.0, 0.80, AttainmentSample(0.805, 500.0), hold_s=600.0, hold_range_s=(180.0, 3600.0))
     assert small.hold_s is not None and 600.0 - 60.0 < small.hold_s < 600.0
+
+
+def test_intermittent_traffic_restarts_a_hold_at_its_shortest_from_the_whole_window() -> None:
+    """A minute without requests within the longest look-back: a hold at the start-up window (or not chosen yet)
+    starts again from the longest, and the message says why; the rest of the cycle runs from there (a surplus
+    then shortens it by one interval). A hold the loop already lengthened, and steady traffic, are left alone."""
+    surplus = AttainmentSample(0.95, 500.0)
+    for start in (180.0, None):
+        restarted = step(80.0, 0.80, surplus, hold_s=start, hold_range_s=(180.0, 3600.0), intermittent=True)
+        assert restarted.hold_s == 3600.0 - 60.0 and restarted.changed
+        assert "peak hold restarted at 60m: a minute without requests in the last 60m" in restarted.message
+    shortfall = AttainmentSample(0.70, 500.0)
+    kept = step(80.0, 0.80, shortfall, hold_s=180.0, hold_range_s=(180.0, 3600.0), intermittent=True, pending=True)
+    assert kept.hold_s == 3600.0 and kept.percentile == 80.0 and "restarted" in kept.message
+    lengthened = step(80.0, 0.80, surplus, hold_s=900.0, hold_range_s=(180.0, 3600.0), intermittent=True)
+    assert lengthened.hold_s == 900.0 - 60.0 and "restarted" not in lengthened.message
+    steady = step(80.0, 0.80, surplus, hold_s=180.0, hold_range_s=(180.0, 3600.0))
+    assert steady.hold_s == 180.0 and "restarted" not in steady.message
+    unmeasured = step(80.0, 0.80, None, hold_s=180.0, hold_range_s=(180.0, 3600.0), intermittent=True)
+    assert unmeasured.hold_s == 3600.0 and unmeasured.percentile == 80.0
+    assert step(80.0, 0.80, surplus, hold_s=180.0, hold_range_s=(180.0, 180.0), intermittent=True).hold_s == 180.0

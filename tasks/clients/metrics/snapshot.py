@@ -92,6 +92,8 @@ class ModelLoad:
     """Median absolute step-to-step change of the arrival rate over the last ``noise_window`` (its noise)."""
     peaks_rps: dict[float, float] | None = field(default=None, compare=False)
     """Highest ``rate_window`` arrival rate per look-back in seconds (the attainment loop's peak hold)."""
+    lowest_rps: float | None = field(default=None, compare=False)
+    """Lowest ``rate_window`` arrival rate over the longest of those look-backs (0: a silent stretch)."""
 
     @property
     def arrival_rate_rpm(self) -> float:
