@@ -36,19 +36,20 @@ def peak_window_s(startup_delay_s: float, interval_s: float) -> float:
 
 def recent_peak(rates: Sequence[float], interval_s: float, window_s: float) -> float | None:
     """The highest of the newest rates (one per interval, oldest first) covering ``window_s``; None when empty."""
-    if not rates:
-        return None
-    count = max(int(math.ceil(window_s / interval_s - 1e-9)), 1)
-    return max(rates[-count:])
+    newest = _covering(rates, interval_s, window_s)
+    return max(newest) if newest else None
 
 
 def lowest_rate(rates: Sequence[float], interval_s: float, window_s: float) -> float | None:
     """The lowest of the newest rates covering ``window_s`` (what ``min_over_time`` of the rate returns); None when
     empty. 0 says the model went a whole interval without a request there."""
-    if not rates:
-        return None
-    count = max(int(math.ceil(window_s / interval_s - 1e-9)), 1)
-    return min(rates[-count:])
+    newest = _covering(rates, interval_s, window_s)
+    return min(newest) if newest else None
+
+
+def _covering(rates: Sequence[float], interval_s: float, window_s: float) -> Sequence[float]:
+    """The newest of ``rates`` (one per interval, oldest first) that cover ``window_s``: at least one, if any."""
+    return rates[-max(int(math.ceil(window_s / interval_s - 1e-9)), 1) :]
 
 
 def planning_rate(current_rps: float, peak_rps: float | None, burst_rps: float | None = None) -> float:

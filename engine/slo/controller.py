@@ -194,14 +194,13 @@ def step(
     Returns:
         the next percentile and hold, and a message for the model's condition.
     """
-    restart = _restarts_hold(hold_s, hold_range_s, intermittent)
-    start_hold = hold_range_s[1] if restart and hold_range_s is not None else hold_s
+    restarted_at = _restarted_hold(hold_s, hold_range_s, intermittent)
     moved = _step(
         percentile,
         target,
         sample,
         settings,
-        start_hold,
+        hold_s if restarted_at is None else restarted_at,
         hold_range_s,
         ceiling,
         pending,
@@ -210,21 +209,22 @@ def step(
         at_minimum,
         load_factor,
     )
-    if not restart or start_hold is None:
+    if restarted_at is None:
         return moved
     restarted = (
-        f"; peak hold restarted at {_duration(start_hold)}: a minute without requests in the last "
-        f"{_duration(start_hold)} (intermittent traffic)"
+        f"; peak hold restarted at {_duration(restarted_at)}: a minute without requests in the last "
+        f"{_duration(restarted_at)} (intermittent traffic)"
     )
     return dataclasses.replace(moved, changed=True, message=moved.message + restarted)
 
 
-def _restarts_hold(hold_s: float | None, hold_range_s: tuple[float, float] | None, intermittent: bool) -> bool:
-    """Whether intermittent traffic finds the hold at its shortest, so it starts again from the longest."""
+def _restarted_hold(hold_s: float | None, hold_range_s: tuple[float, float] | None, intermittent: bool) -> float | None:
+    """The longest hold, when intermittent traffic finds the hold at its shortest (it starts again from there);
+    None otherwise."""
     if not intermittent or hold_range_s is None or hold_range_s[0] >= hold_range_s[1]:
-        return False
-    hold = _hold(hold_s, hold_range_s)
-    return hold is not None and hold <= hold_range_s[0]
+        return None
+    shortest, longest = hold_range_s
+    return longest if _hold(hold_s, hold_range_s) == shortest else None
 
 
 def _step(

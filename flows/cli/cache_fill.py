@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
-from flows.cli.common import app, command, console, err
+from flows.cli.common import app, command, console, err, print_json
 from flows.cli.options import ModelplaneCommand, duration_option
 from tasks.downloader.fill import DEFAULT_CONCURRENCY, DEFAULT_PART_SIZE
 
@@ -70,8 +70,6 @@ def fill_cache(
         termination_log: ``--termination-log``: Also write the verdict here as one JSON line (a Job's /dev/termination-
             log: the marker summary, or the failure's reason and message).
     """
-    import json
-
     from engine.caches.sources import parse_source
     from engine.units import parse_quantity
     from tasks.downloader import DownloadError
@@ -107,7 +105,7 @@ def fill_cache(
         raise typer.Exit(1) from None
     _write_fill_report(termination_log, manifest.to_json())
     if as_json:
-        sys.stdout.write(json.dumps(manifest.to_json(), indent=2) + "\n")
+        print_json(manifest.to_json())
         return
     fetched = manifest.stats.get("bytesFetched", 0)
     console.print(

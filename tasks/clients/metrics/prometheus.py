@@ -518,7 +518,7 @@ def _with_shape(
             recent_change_rps=_finite(rows["change"].get(label_key)),
             change_noise_rps=_finite(rows["noise"].get(label_key)),
             peaks_rps=_peaks(rows, label_key),
-            lowest_rps=_finite(rows.get("lowest", {}).get(label_key)),
+            lowest_rps=_finite(rows["lowest"].get(label_key)),
             prompt_buckets=histogram if histogram and histogram[-1][1] > 0 else None,
         )
     return shaped
