@@ -145,7 +145,7 @@ def render(rows: list[dict[str, Any]], command: str, seeds: Sequence[int], elaps
         f"flow chose on the previous day (the same traffic variant drawn with seed + {PREVIOUS_DAY_SEED}): per model "
         "the cheapest of its candidates (the attainment loop, pinned percentiles p70-p95, static-peak floors "
         "x0.6-x2 under the loop, and a floor interpolated between the two that bracket the model's target) that met "
-        "the target there, else the one that came closest. Columns as in "
+        "the target there (a floor: within 3 points of it), else the one that came closest. Columns as in "
         "*Attainment tracking* above; *chosen* lists the distinct choices over the seeds.",
         "",
         "| trace | rows | target | attained | cost | static at equal attainment | ceiling | tracks | no costlier | chosen |",

@@ -87,7 +87,12 @@ class TuneReport:
                     "cost": round(c.chosen.cost, 2),
                     "met": c.met,
                     "frontier": [
-                        {"candidate": r.candidate.name, "attainment": round(r.attainment, 4), "cost": round(r.cost, 2)}
+                        {
+                            "candidate": r.candidate.name,
+                            "attainment": round(r.attainment, 4),
+                            "cost": round(r.cost, 2),
+                            "meets": r.meets,
+                        }
                         for r in c.rows
                     ],
                 }

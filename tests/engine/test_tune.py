@@ -12,6 +12,7 @@ from engine.simulate.records import SimConfig
 from engine.simulate.scenario import Scenario, build_scenario, with_slo_attainment
 from engine.simulate.tune import (
     ANNOTATION_TUNED,
+    FLOOR_MARGIN,
     Candidate,
     ModelChoice,
     TuneRow,
@@ -73,6 +74,35 @@ def test_the_cheapest_candidate_that_meets_the_target_is_chosen_per_model() -> N
     )
     assert chosen[models[0]].chosen.cost == 2.0 * cost
     assert [r.attainment for r in chosen[models[0]].rows] == sorted(r.attainment for r in chosen[models[0]].rows)
+
+
+def test_a_floor_within_the_margin_counts_as_meeting_and_nothing_else_does() -> None:
+    """Target 0.85: a static floor at 0.835 (within FLOOR_MARGIN: the loop on top of it tops up a short day) is chosen
+    over a costlier floor at 0.86; the loop and a pinned percentile at 0.845 (no loop to top them up, or none under
+    a floor) do not count as meeting, cheaper as they are."""
+    scenario = small_scenario()
+    scenario = dataclasses.replace(scenario, description=with_slo_attainment(scenario.description, 0.85))
+    model, key = scenario.variants[0].model, scenario.variants[0].key
+    loop, pinned = Candidate("attainment loop"), Candidate("percentile p90", annotations={"x": "y"})
+    low = dataclasses.replace(Candidate("static floor x0.8"), headroom=-0.2)
+    high = dataclasses.replace(Candidate("static floor x1.0"), headroom=0.0)
+    replays = [
+        (loop, outcome({model: 0.845}, {key: 1.0})),
+        (pinned, outcome({model: 0.845}, {key: 1.0})),
+        (low, outcome({model: 0.835}, {key: 2.0})),
+        (high, outcome({model: 0.86}, {key: 3.0})),
+    ]
+    choice = next(c for c in choose(scenario, replays) if c.model == model)
+    assert choice.chosen.candidate is low and choice.met
+    assert {r.candidate.name: r.meets for r in choice.rows} == {
+        "attainment loop": False,
+        "percentile p90": False,
+        "static floor x0.8": True,
+        "static floor x1.0": True,
+    }
+    below = [(c, outcome({model: 0.815}, {key: 2.0})) if c is low else (c, o) for c, o in replays]
+    choice = next(c for c in choose(scenario, below) if c.model == model)
+    assert choice.chosen.candidate is high
 
 
 def test_when_no_candidate_meets_the_target_the_closest_is_chosen_and_said() -> None:
@@ -188,21 +218,23 @@ def test_the_next_day_runs_each_models_own_choice() -> None:
 
 
 def test_one_more_floor_is_interpolated_where_a_target_falls_between_two() -> None:
-    """Target 0.85; model 0's floors attain 0.82 at x0.8 and 0.88 at x1.0, so x0.9 is replayed for it alone; model 1
-    meets the target at its lowest floor, so nothing lies between for it. By hand: 0.8 + (0.85 - 0.82) / 0.06 x 0.2."""
+    """Target 0.85, so a floor aims at 0.82 (FLOOR_MARGIN); model 0's floors attain 0.80 at x0.8 and 0.88 at x1.0, so
+    x0.85 is replayed for it alone; model 1 reaches 0.82 at its lowest floor, so nothing lies between for it. By
+    hand: 0.8 + (0.85 - 0.03 - 0.80) / 0.08 x 0.2 = 0.85."""
     scenario = small_scenario()
     scenario = dataclasses.replace(scenario, description=with_slo_attainment(scenario.description, 0.85))
     models = sorted({v.model for v in scenario.variants})
     low = dataclasses.replace(Candidate("static floor x0.8"), headroom=-0.2)
     high = dataclasses.replace(Candidate("static floor x1.0"), headroom=0.0)
     replays = [
-        (low, outcome({models[0]: 0.82, models[1]: 0.90}, {})),
+        (low, outcome({models[0]: 0.80, models[1]: 0.90}, {})),
         (high, outcome({models[0]: 0.88, models[1]: 0.95}, {})),
         (Candidate("attainment loop"), outcome({models[0]: 0.80, models[1]: 0.99}, {})),
     ]
     (between,) = interpolated_floors(scenario, replays)
-    assert between.name == "static floor x0.9" and between.models == {models[0]}
-    assert between.headroom is not None and abs(between.headroom + 0.1) < 1e-9
+    assert FLOOR_MARGIN == 0.03
+    assert between.name == "static floor x0.85" and between.models == {models[0]}
+    assert between.headroom is not None and abs(between.headroom + 0.15) < 1e-9
     mine = {v.key for v in scenario.variants if v.model == models[0]}
     assert between.floors and set(between.floors) <= mine
     # Its replay counts for its model only: model 1's attainment in it is not one of model 1's rows.
