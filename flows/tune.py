@@ -284,7 +284,7 @@ def publish(report: TuneReport) -> None:
             "candidate": row.candidate.name,
             "attainment": f"{100 * row.attainment:.1f} %",
             "cost": f"{row.cost:,.1f}",
-            "meets target": "yes" if row.meets else "no",
+            "meets target": choice.verdict(row),
             "chosen": "yes" if row is choice.chosen else "",
         }
         for choice in report.choices

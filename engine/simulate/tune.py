@@ -120,6 +120,13 @@ class ModelChoice:
         """Whether any candidate met the target (else the chosen one is the highest attainment)."""
         return self.chosen.meets
 
+    def verdict(self, row: TuneRow) -> str:
+        """How one of its rows stands against the target, as the frontier artifact says it: ``yes``, ``within N points
+        (a floor)`` (:data:`FLOOR_MARGIN`) or ``no``."""
+        if not row.meets:
+            return "no"
+        return "yes" if row.attainment >= self.target else f"within {100 * FLOOR_MARGIN:g} points (a floor)"
+
 
 def candidates(scenario: Scenario) -> list[Candidate]:
     """The loop, pinned percentiles, and static-peak floors at a few headrooms (see the module doc); static peak is

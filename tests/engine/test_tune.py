@@ -100,6 +100,7 @@ def test_a_floor_within_the_margin_counts_as_meeting_and_nothing_else_does() -> 
         "static floor x0.8": True,
         "static floor x1.0": True,
     }
+    assert [choice.verdict(r) for r in choice.rows] == ["within 3 points (a floor)", "no", "no", "yes"]
     below = [(c, outcome({model: 0.815}, {key: 2.0})) if c is low else (c, o) for c, o in replays]
     choice = next(c for c in choose(scenario, below) if c.model == model)
     assert choice.chosen.candidate is high
