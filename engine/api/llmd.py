@@ -175,7 +175,8 @@ class TuningStatus(KubeModel):
     target: float = Field(ge=0, le=1)
     """Target is the attainment the choice was made for."""
     met: bool
-    """Met says whether any candidate reached the target; when none did, the chosen one came closest."""
+    """Met says whether a candidate met the target (a static floor counts within 3 points of it: the attainment loop
+    on top of the floor tops up a day that falls short); when none did, the chosen one came closest."""
     cost: float = Field(ge=0)
     """Cost is the accelerator cost of the model's variants over the replay (unit cost x accelerator hours)."""
     traffic: str = Field(min_length=1)
