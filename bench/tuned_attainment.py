@@ -36,7 +36,15 @@ from engine.simulate.oracle import attainment_ceiling
 from engine.simulate.outcome import PolicyOutcome, summarize_outcome
 from engine.simulate.policies import run_policy
 from engine.simulate.scenario import Scenario, with_slo_attainment
-from engine.simulate.tune import Candidate, candidates, choose, interpolated_floors, with_candidate, with_choices
+from engine.simulate.tune import (
+    FLOOR_MARGIN,
+    Candidate,
+    candidates,
+    choose,
+    interpolated_floors,
+    with_candidate,
+    with_choices,
+)
 
 START, END = "<!-- tuned-attainment:start -->", "<!-- tuned-attainment:end -->"
 PREVIOUS_DAY_SEED = 100
@@ -145,7 +153,8 @@ def render(rows: list[dict[str, Any]], command: str, seeds: Sequence[int], elaps
         f"flow chose on the previous day (the same traffic variant drawn with seed + {PREVIOUS_DAY_SEED}): per model "
         "the cheapest of its candidates (the attainment loop, pinned percentiles p70-p95, static-peak floors "
         "x0.6-x2 under the loop, and a floor interpolated between the two that bracket the model's target) that met "
-        "the target there (a floor: within 3 points of it), else the one that came closest. Columns as in "
+        f"the target there (a floor: within {100 * FLOOR_MARGIN:g} points of it), else the one that came closest. "
+        "Columns as in "
         "*Attainment tracking* above; *chosen* lists the distinct choices over the seeds.",
         "",
         "| trace | rows | target | attained | cost | static at equal attainment | ceiling | tracks | no costlier | chosen |",
