@@ -150,6 +150,27 @@ def test_exporter_exposes_real_vllm_names_even_when_openmetrics_is_asked(loaded:
     assert 'model_name="mt/llama-3.1-8b",namespace="mt-a",pod="llama-a100-0"' in text
 
 
+def test_exporter_counts_a_latency_on_a_bucket_bound_within_it_at_every_scrape() -> None:
+    """A TTFT of exactly 100 ms stays in the ``le="0.1"`` bucket however many requests have been counted: a bucket
+    that dropped to 0 on one scrape would read to Prometheus as a counter reset and inflate its ``increase``."""
+    now = [0.0]
+    exporter = FakeVllmExporter(clock=lambda: now[0])
+    exporter.set_load("m", "ns", ["p-0"], 3.0, 128, 256)
+    exporter.set_latency("m", "ns", "p-0", ttft_s=0.1, itl_s=0.025)
+    for step in range(1, 400):
+        now[0] = step * 0.37
+        samples = {
+            (sample.name, sample.labels.get("le")): sample.value
+            for family in exporter.collect()
+            for sample in family.samples
+            if sample.name.endswith("_bucket")
+        }
+        ttft = "vllm:time_to_first_token_seconds_bucket"
+        itl = "vllm:request_time_per_output_token_seconds_bucket"
+        assert samples[(ttft, "0.1")] == samples[(ttft, "+Inf")] > 0 and samples[(ttft, "0.08")] == 0
+        assert samples[(itl, "0.025")] == samples[(itl, "+Inf")] and samples[(itl, "0.01")] == 0
+
+
 def test_prometheus_fixture_keeps_the_exporters_labels(loaded: FakeVllmExporter, prometheus: PrometheusProcess) -> None:
     assert prometheus.pid and prometheus.url.startswith("http://127.0.0.1:")
     result = prometheus.wait_for('vllm:kv_cache_usage_perc{pod="llama-a100-1"}', lambda r: len(r) == 1, timeout=5)

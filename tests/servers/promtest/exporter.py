@@ -308,9 +308,13 @@ PROMPT_BUCKETS = (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000, 2
 def _add_histogram(
     family: Metric, labels: dict[str, str], total: float, count: float, bounds: Sequence[float] = ()
 ) -> None:
+    """Every one of ``count`` observations at their mean ``total / count``; a mean on a bound is within it (the
+    division's rounding is tolerated: 0.1 * 3 / 3 > 0.1, and a bucket that flickered to 0 between scrapes would read
+    to Prometheus as a counter reset, inflating its ``increase``)."""
     mean = total / count if count else 0.0
     for bound in bounds:
-        family.add_sample(f"{family.name}_bucket", {**labels, "le": f"{float(bound)}"}, count if mean <= bound else 0.0)
+        within = mean <= bound * (1.0 + 1e-9)
+        family.add_sample(f"{family.name}_bucket", {**labels, "le": f"{float(bound)}"}, count if within else 0.0)
     family.add_sample(f"{family.name}_bucket", {**labels, "le": "+Inf"}, count)
     family.add_sample(f"{family.name}_count", labels, count)
     family.add_sample(f"{family.name}_sum", labels, total)
