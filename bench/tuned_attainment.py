@@ -28,11 +28,10 @@ from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor
 from typing import Any
 
-from bench.attainment import TARGETS, TRACES, scenario_for, static_curves, table, table_row
+from bench.attainment import TARGETS, TRACES, replay_cell, scenario_for, static_curves, table, table_row
 from bench.engine import machine, publish_section
 from bench.simulate import DEFAULT_TRACE, WARMUP_S
 from engine.perf.tail_sizing import ANNOTATION_TTFT_PERCENTILE
-from engine.simulate.oracle import attainment_ceiling
 from engine.simulate.outcome import PolicyOutcome, summarize_outcome
 from engine.simulate.policies import run_policy
 from engine.simulate.scenario import Scenario, with_slo_attainment
@@ -76,9 +75,7 @@ def replay_tuned(job: tuple[str, int, int, float, list[Any]]) -> dict[str, Any]:
     scenario = with_choices(day(trace_path, row, seed, target), choices)
     outcome = summarize_outcome("modelplane", scenario, run_policy("modelplane", scenario), warmup_s=WARMUP_S)
     return {
-        "attained": outcome.attainment,
-        "cost": outcome.cost,
-        "ceiling": attainment_ceiling(scenario)["all"],
+        **replay_cell(outcome, scenario),
         "chosen": {choice.model.rsplit("/", 1)[-1]: choice.chosen.candidate.name for choice in choices},
     }
 
@@ -157,8 +154,9 @@ def render(rows: list[dict[str, Any]], command: str, seeds: Sequence[int], elaps
         "Columns as in "
         "*Attainment tracking* above; *chosen* lists the distinct choices over the seeds.",
         "",
-        "| trace | rows | target | attained | cost | static at equal attainment | ceiling | tracks | no costlier | chosen |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| trace | rows | target | attained | cost | static at equal attainment | ceiling | tracks | tracks per model "
+        "| no costlier | chosen |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     lines += [f"{table_row(row)} {_chosen(row['cells'])} |" for row in rows]
     lines += ["", END, ""]
