@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from pathlib import Path
 
+from engine.api.llmd import TuningStatus
+from engine.api.meta import attribute_docstrings
 from engine.optimize.spec import ANNOTATION_MIN_REPLICAS
 from engine.perf.tail_sizing import ANNOTATION_TTFT_PERCENTILE
 from engine.simulate.outcome import PolicyOutcome
@@ -252,3 +255,11 @@ def test_a_tuned_record_that_is_not_ours_reads_as_no_record() -> None:
         assert operator_settings({**current, ANNOTATION_TUNED: record}) == current
     odd = json.dumps({"replaced": {ANNOTATION_MIN_REPLICAS: 5, "other": "1"}})
     assert operator_settings({**current, ANNOTATION_TUNED: odd}) == {}
+
+
+def test_the_floor_margin_is_stated_as_it_is_where_operators_read_it() -> None:
+    """The CRD's ``status.tuning.met`` description and docs/simulate.md say how close a floor must come in prose, which
+    cannot take :data:`FLOOR_MARGIN`: a change of the margin fails here until both say the new one."""
+    stated = f"within {100 * FLOOR_MARGIN:g} points"
+    assert stated in " ".join(attribute_docstrings(TuningStatus)["met"].split())
+    assert stated in " ".join((Path(__file__).parents[2] / "docs" / "simulate.md").read_text().split())

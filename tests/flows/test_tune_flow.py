@@ -55,7 +55,8 @@ def test_tune_writes_each_models_choice_and_a_dry_run_writes_nothing(tmp_path: p
     for model in report["models"]:
         for row in model["frontier"]:  # a static floor meets within FLOOR_MARGIN, anything else at the target
             margin = FLOOR_MARGIN if row["candidate"].startswith("static floor") else 0.0
-            assert row["meets"] == (row["attainment"] >= 0.85 - margin), row
+            if abs(row["attainment"] - (0.85 - margin)) > 1e-4:  # the JSON rounds to 4 digits: no call at the edge
+                assert row["meets"] == (row["attainment"] >= 0.85 - margin), row
         costs = [row["cost"] for row in model["frontier"] if row["meets"]]
         if model["met"]:  # the cheapest candidate that met the target
             assert model["cost"] == min(costs)
