@@ -36,7 +36,6 @@ from engine.perf.tail_sizing import (
     refine_cap,
     shortage_caps,
     tail_max_rate,
-    ttft_ceiling,
 )
 from engine.status import REASON_INVALID
 
@@ -91,7 +90,6 @@ def _model_based_candidates(
     options: list[VariantOption] = []
     split: dict[str, list[tuple[int, VariantSpec]]] = defaultdict(list)  # model -> its options' indices and specs
     pools = model_pools(specs, inputs)
-    ceilings = model_ceilings(specs, inputs)
     for spec in specs:
         if spec.profile is None or spec.slo_ref is None:
             continue  # saturation-only variant
@@ -117,15 +115,7 @@ def _model_based_candidates(
             continue
         workload = load.workload
         try:
-            max_rate = _tail_rate(
-                spec,
-                load,
-                workload,
-                slo,
-                (caps or {}).get(spec.model_key),
-                pools[spec.model_key],
-                ceilings.get(spec.model_key),
-            )
+            max_rate = _tail_rate(spec, load, workload, slo, (caps or {}).get(spec.model_key), pools[spec.model_key])
         except (ValueError, ArithmeticError) as exc:  # a profile whose latencies overflow: this variant, not the cycle
             result.errors[spec.key] = (REASON_INVALID, f"spec.variantProfile: no finite sizing: {exc}")
             continue
@@ -190,24 +180,6 @@ def _prompts(load: ModelLoad, workload: Workload) -> PromptDistribution:
     return load.prompt_tokens.with_mean(workload.in_tokens)
 
 
-def model_ceilings(specs: Iterable[VariantSpec], inputs: CycleInputs) -> dict[tuple[str, str], float]:
-    """Per (namespace, modelID): the highest TTFT ceiling among its variants (:func:`engine.perf.tail_sizing.ttft_ceiling`:
-    the share of its prompts the variant prefills within the target alone), where the prompts are known."""
-    found: dict[tuple[str, str], float] = {}
-    for spec in specs:
-        load = inputs.loads.get(spec.model_key)
-        if spec.profile is None or spec.slo_ref is None or load is None or load.prompt_tokens is None:
-            continue
-        try:
-            slo, _ = _slo_for(spec, inputs)
-        except SpecError:
-            continue  # reported with the variant
-        if slo.ttft_ms:
-            ceiling = ttft_ceiling(spec.profile, _prompts(load, load.workload), slo.ttft_ms)
-            found[spec.model_key] = max(ceiling, found.get(spec.model_key, 0.0))
-    return found
-
-
 def model_pools(specs: Iterable[VariantSpec], inputs: CycleInputs) -> dict[tuple[str, str], int]:
     """Per (namespace, modelID): the replicas its variants run now (at least 1).
 
@@ -223,13 +195,7 @@ def model_pools(specs: Iterable[VariantSpec], inputs: CycleInputs) -> dict[tuple
 
 
 def _tail_rate(
-    spec: VariantSpec,
-    load: ModelLoad,
-    workload: Workload,
-    slo: SLO,
-    cap: float | None,
-    pool: int = 1,
-    model_ceiling: float | None = None,
+    spec: VariantSpec, load: ModelLoad, workload: Workload, slo: SLO, cap: float | None, pool: int = 1
 ) -> float | None:
     """Per-replica rate sized for the variant's TTFT percentile (engine.perf.tail_sizing), or None for WVA's mean sizing.
 
@@ -239,7 +205,7 @@ def _tail_rate(
     percentile = capped_percentile(spec.ttft_percentile, cap)
     if percentile is None or load.prompt_tokens is None or spec.profile is None:
         return None
-    return tail_max_rate(spec.profile, workload, slo, _prompts(load, workload), percentile, pool, model_ceiling)
+    return tail_max_rate(spec.profile, workload, slo, _prompts(load, workload), percentile, pool)
 
 
 def variant_option(spec: VariantSpec, current_replicas: int, max_rate: float | None = None) -> VariantOption:

@@ -460,33 +460,18 @@ def _wva_rate(profile: PerfProfile, workload: Workload, slo: SLO) -> float | Non
 
 @functools.lru_cache(maxsize=4096)
 def tail_max_rate(
-    profile: PerfProfile,
-    workload: Workload,
-    slo: SLO,
-    prompts: PromptDistribution,
-    percentile: float,
-    pool: int = 1,
-    model_ceiling: float | None = None,
+    profile: PerfProfile, workload: Workload, slo: SLO, prompts: PromptDistribution, percentile: float, pool: int = 1
 ) -> float | None:
     """Requests per second one replica sustains with ``percentile`` % of the *achievable* requests within the TTFT target.
 
     Achievable: the requests whose prompt prefills within the target alone on an idle replica
-    (:func:`ttft_ceiling`) of the model's best variant; no number of replicas serves the others in time.  The
-    target share is ``percentile / 100 x ceiling``, with ``ceiling`` the higher of this variant's own and
-    ``model_ceiling`` (the highest among the model's variants, when the caller knows it).  Why not the plain
-    share: a percentile above the ceiling cannot be met at any rate, and one just below it only at a vanishing
-    rate.  Sizing then fell back to WVA's mean request, or asked for more replicas than the inventory held and
-    went down the shortage ladder, so on a long-prompt trace p95 provisioned *less* than p90 and attained less.
-    Relative to the ceiling, the rate is non-increasing in the percentile everywhere and finite below 100, and on
-    a trace whose prompts all fit (the conversation trace: ceilings 97.6-99.9 %) it is nearly the plain share.
-
-    Why the model's ceiling and not the variant's own: relative to its own, a variant that cannot prefill the long
-    prompts in time (llama on an A100: 4,948 tokens at 500 ms, on an H100 8,281) met "p95" at a share the model's
-    faster variant beats by the prompts only it serves, so the allocation bought the cheaper capacity and every
-    long prompt missed however many replicas the attainment loop asked for (on the bursty traces llama sat near
-    83 % at a 90 % target with its percentile at p99).  Against the model's ceiling such a variant is sized for more
-    of its own share, and beyond its own ceiling it gets the lowest rate considered: the allocation takes the
-    variant that serves the long prompts, or, when the inventory has none, the shortage ladder lowers the percentile.
+    (:func:`ttft_ceiling`); no number of replicas serves the others in time.  The target share is
+    ``percentile / 100 x ceiling``.  Why not the plain share: a percentile above the ceiling cannot be
+    met at any rate, and one just below it only at a vanishing rate.  Sizing then fell back to WVA's
+    mean request, or asked for more replicas than the inventory held and went down the shortage ladder,
+    so on a long-prompt trace p95 provisioned *less* than p90 and attained less (issue 18).  Relative to
+    the ceiling, the rate is non-increasing in the percentile everywhere and finite below 100, and on a
+    trace whose prompts all fit (the conversation trace: ceilings 97.6-99.9 %) it is nearly the plain share.
 
     ``pool``: how many replicas the gateway balances the model's requests over (see
     :func:`queue_distribution`); 1 is WVA's view of a replica fed its own Poisson stream.
@@ -504,7 +489,7 @@ def tail_max_rate(
     ceiling = ttft_ceiling(profile, prompts, slo.ttft_ms)
     if ceiling <= 0:
         return None
-    target = percentile / 100.0 * max(ceiling, model_ceiling or 0.0)
+    target = percentile / 100.0 * ceiling
     mu = _service_rates(profile, workload)
     share = _AttainmentCurve(profile, workload, prompts, slo.ttft_ms, pool, mean_rate)
     low, high = float(mu[0]) * 1000.0 * RATE_EPSILON, mean_rate

@@ -61,17 +61,6 @@ def test_the_long_prompts_get_a_replica_that_serves_them_in_time() -> None:
     assert split["a100"].desired is not None and split["a100"].desired <= without["a100"].desired
 
 
-def test_a_percentile_only_the_faster_prefill_reaches_is_served_by_it_without_the_split() -> None:
-    """At p95 of a model whose A100s cannot prefill a tenth of its prompts in time (their ceiling is 90 %), A100s
-    alone cannot attain it however many there are: the plan provisions the variant that can, at twice the cost."""
-    notes = {"modelplane.io/min-replicas": "0", "modelplane.io/ttft-percentile": "95"}
-    variants = [va("a100", annotations=notes), va("long", "H100", LONG_PARMS, annotations=notes)]
-    load = ModelLoad(6.0, float(PROMPTS.mean()), OUTPUTS, histogram(PROMPTS))
-    decisions = by_name(plan_variants(inputs(variants, {"a100": 4, "long": 0}, loads={(NS, MODEL): load})))
-    assert decisions["long"].desired is not None and decisions["long"].desired >= 1
-    assert decisions["a100"].desired == 0
-
-
 def test_an_invalid_switch_is_reported_on_that_resource() -> None:
     decisions = plan("maybe")
     assert decisions["a100"].reason == "InvalidConfiguration"
