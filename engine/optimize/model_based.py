@@ -33,9 +33,11 @@ from engine.perf.tail_sizing import (
     PromptDistribution,
     capped_percentile,
     describe_cap,
+    reaches_model_share,
     refine_cap,
     shortage_caps,
     tail_max_rate,
+    ttft_ceiling,
 )
 from engine.status import REASON_INVALID
 
@@ -56,6 +58,12 @@ class ModelBasedTargets:
     """The solve's proven gap per stage (``"priority 1"``, ..., ``"cost"``), as ``Allocation.stage_gaps``."""
     notes: dict[tuple[str, str], str] = field(default_factory=dict)
     """Per (namespace, modelID): what the shortage ladder did to its sizing (appended to its variants' messages)."""
+    held: dict[tuple[str, str], str] = field(default_factory=dict)
+    """Per variant key: why it is held at its minimum replicas (it cannot be sized for the model's share)."""
+
+    def note_for(self, spec: VariantSpec) -> str:
+        """What the sizing says of this variant beyond its target: its model's shortage note, then its own."""
+        return self.notes.get(spec.model_key, "") + self.held.get(spec.key, "")
 
 
 def _slo_for(spec: VariantSpec, inputs: CycleInputs) -> tuple[SLO, int]:
@@ -75,21 +83,21 @@ def _slo_for(spec: VariantSpec, inputs: CycleInputs) -> tuple[SLO, int]:
     return SLO(ttft_ms=model_slo.ttft_ms, itl_ms=model_slo.itl_ms, tps=model_slo.tps), entry.priority
 
 
-def _model_based_candidates(
-    specs: list[VariantSpec],
-    inputs: CycleInputs,
-    result: ModelBasedTargets,
-    caps: Mapping[tuple[str, str], float] | None = None,
-) -> tuple[list[ModelDemand], list[VariantOption]]:
-    """Build the allocation problem from every variant that has a profile, an SLO and a cost.
+@dataclass(frozen=True)
+class _Candidate:
+    """A variant that passed the checks of the cycle: its model's load, its SLO and service-class priority."""
 
-    Per-replica capacities are left to :func:`engine.allocation.solve`, which sizes every variant in
-    one vectorized batch and reports the ones whose SLO is infeasible.
-    """
-    demands: dict[tuple[str, str], ModelDemand] = {}
-    options: list[VariantOption] = []
-    split: dict[str, list[tuple[int, VariantSpec]]] = defaultdict(list)  # model -> its options' indices and specs
-    pools = model_pools(specs, inputs)
+    spec: VariantSpec
+    load: ModelLoad
+    slo: SLO
+    priority: int
+    prompt_split: bool
+
+
+def _candidates(specs: list[VariantSpec], inputs: CycleInputs, result: ModelBasedTargets) -> list[_Candidate]:
+    """The variants with a profile, an SLO, a priced accelerator and their model's load; the invalid ones are
+    recorded in ``result.errors`` (the others proceed)."""
+    found: list[_Candidate] = []
     for spec in specs:
         if spec.profile is None or spec.slo_ref is None:
             continue  # saturation-only variant
@@ -106,33 +114,91 @@ def _model_based_candidates(
                 )
             slo, priority = _slo_for(spec, inputs)
             try:
-                if prompt_split_enabled(spec.annotations):
-                    split[_qualified(spec.model_key)].append((len(options), spec))
+                split = prompt_split_enabled(spec.annotations)
             except ValueError as exc:
                 raise SpecError(f"metadata.annotations[{ANNOTATION_PROMPT_SPLIT}]", str(exc)) from None
         except SpecError as exc:
             result.errors[spec.key] = (REASON_INVALID, str(exc))
             continue
-        workload = load.workload
+        found.append(_Candidate(spec, load, slo, priority, split))
+    return found
+
+
+def _model_based_candidates(
+    specs: list[VariantSpec],
+    inputs: CycleInputs,
+    result: ModelBasedTargets,
+    caps: Mapping[tuple[str, str], float] | None = None,
+) -> tuple[list[ModelDemand], list[VariantOption]]:
+    """Build the allocation problem from every variant that has a profile, an SLO and a cost.
+
+    Per-replica capacities are left to :func:`engine.allocation.solve`, which sizes every variant in
+    one vectorized batch and reports the ones whose SLO is infeasible.
+    """
+    demands: dict[tuple[str, str], ModelDemand] = {}
+    options: list[VariantOption] = []
+    split: dict[str, list[tuple[int, VariantSpec]]] = defaultdict(list)  # model -> its options' indices and specs
+    pools = model_pools(specs, inputs)
+    candidates = _candidates(specs, inputs, result)
+    ceilings = model_ceilings(candidates)
+    for candidate in candidates:
+        spec, load = candidate.spec, candidate.load
         try:
-            max_rate = _tail_rate(spec, load, workload, slo, (caps or {}).get(spec.model_key), pools[spec.model_key])
+            option = _sized_option(
+                candidate, inputs, (caps or {}).get(spec.model_key), pools[spec.model_key], ceilings, result
+            )
         except (ValueError, ArithmeticError) as exc:  # a profile whose latencies overflow: this variant, not the cycle
             result.errors[spec.key] = (REASON_INVALID, f"spec.variantProfile: no finite sizing: {exc}")
             continue
         demand = demands.get(spec.model_key)
-        if demand is None or priority < demand.priority:
+        if demand is None or candidate.priority < demand.priority:
             demands[spec.model_key] = ModelDemand(
                 name=_qualified(spec.model_key),
                 load_rps=planning_rate(load.arrival_rate_rps, load.recent_peak_rps, load.burst_rps)
                 * load.sizing_factor,
-                workload=workload,
-                slo=slo,
-                priority=priority,
+                workload=load.workload,
+                slo=candidate.slo,
+                priority=candidate.priority,
             )
-        options.append(variant_option(spec, inputs.current_replicas.get(spec.target_key, 0), max_rate))
+        if candidate.prompt_split:
+            split[_qualified(spec.model_key)].append((len(options), spec))
+        options.append(option)
     for model, members in split.items():
         _long_prompt_floor(options, demands, inputs, model, members)
     return list(demands.values()), options
+
+
+def _sized_option(
+    candidate: _Candidate,
+    inputs: CycleInputs,
+    cap: float | None,
+    pool: int,
+    ceilings: Mapping[tuple[str, str], float],
+    result: ModelBasedTargets,
+) -> VariantOption:
+    """The variant's option, its per-replica rate sized for its TTFT percentile of the model's ceiling.
+
+    A variant that cannot be sized for that share (:func:`engine.perf.tail_sizing.reaches_model_share`) keeps its
+    minimum replicas, sized against its own ceiling, and says so in ``result.held``.
+    """
+    spec, load, slo = candidate.spec, candidate.load, candidate.slo
+    current = inputs.current_replicas.get(spec.target_key, 0)
+    percentile = capped_percentile(spec.ttft_percentile, cap)
+    if percentile is None or load.prompt_tokens is None or spec.profile is None:
+        return variant_option(spec, current)  # WVA's sizing of the mean request
+    prompts = _prompts(load, load.workload)
+    best = ceilings.get(spec.model_key)
+    own = ttft_ceiling(spec.profile, prompts, slo.ttft_ms) if slo.ttft_ms else None
+    if best is None or own is None or reaches_model_share(own, best, percentile):
+        rate = tail_max_rate(spec.profile, load.workload, slo, prompts, percentile, pool, best)
+        return variant_option(spec, current, rate)
+    result.held[spec.key] = (
+        f"; held at its min-replicas ({spec.min_replicas}): it prefills {own:.1%} of {spec.model_id}'s prompts "
+        f"within {slo.ttft_ms:g} ms, short of p{percentile:g} of the {best:.1%} the model's fastest-prefilling "
+        "variant serves"
+    )
+    rate = tail_max_rate(spec.profile, load.workload, slo, prompts, percentile, pool)
+    return dataclasses.replace(variant_option(spec, current, rate), max_replicas=spec.min_replicas)
 
 
 def _long_prompt_floor(
@@ -180,6 +246,20 @@ def _prompts(load: ModelLoad, workload: Workload) -> PromptDistribution:
     return load.prompt_tokens.with_mean(workload.in_tokens)
 
 
+def model_ceilings(candidates: Iterable[_Candidate]) -> dict[tuple[str, str], float]:
+    """Per (namespace, modelID): the highest TTFT ceiling among its valid variants
+    (:func:`engine.perf.tail_sizing.ttft_ceiling`: the share of its prompts a variant prefills within the target
+    alone), where the prompts and a TTFT target are known."""
+    found: dict[tuple[str, str], float] = {}
+    for candidate in candidates:
+        spec, load, slo = candidate.spec, candidate.load, candidate.slo
+        if spec.profile is None or load.prompt_tokens is None or not slo.ttft_ms:
+            continue
+        ceiling = ttft_ceiling(spec.profile, _prompts(load, load.workload), slo.ttft_ms)
+        found[spec.model_key] = max(ceiling, found.get(spec.model_key, 0.0))
+    return found
+
+
 def model_pools(specs: Iterable[VariantSpec], inputs: CycleInputs) -> dict[tuple[str, str], int]:
     """Per (namespace, modelID): the replicas its variants run now (at least 1).
 
@@ -192,20 +272,6 @@ def model_pools(specs: Iterable[VariantSpec], inputs: CycleInputs) -> dict[tuple
     for spec in specs:
         pools[spec.model_key] += inputs.current_replicas.get(spec.target_key, 0)
     return {key: max(count, 1) for key, count in pools.items()}
-
-
-def _tail_rate(
-    spec: VariantSpec, load: ModelLoad, workload: Workload, slo: SLO, cap: float | None, pool: int = 1
-) -> float | None:
-    """Per-replica rate sized for the variant's TTFT percentile (engine.perf.tail_sizing), or None for WVA's mean sizing.
-
-    The prompt histogram's shape inside its buckets is fitted to the observed mean prompt
-    (``workload.in_tokens``, from ``vllm:request_prompt_tokens_sum / _count``) unless it carries its own.
-    """
-    percentile = capped_percentile(spec.ttft_percentile, cap)
-    if percentile is None or load.prompt_tokens is None or spec.profile is None:
-        return None
-    return tail_max_rate(spec.profile, workload, slo, _prompts(load, workload), percentile, pool)
 
 
 def variant_option(spec: VariantSpec, current_replicas: int, max_rate: float | None = None) -> VariantOption:
@@ -251,8 +317,13 @@ def model_based_targets(specs: list[VariantSpec], inputs: CycleInputs) -> ModelB
         allocation, caps = _shortage_allocation(specs, inputs, problem, allocation)
         for model_key, cap in caps.items():
             result.notes[model_key] = (
-                f"; sized for {describe_cap(cap)}: the accelerator inventory cannot hold the configured TTFT percentile"
+                f"; sized for {describe_cap(cap)}: the accelerator inventory and the variants' max-replicas "
+                "cannot hold the configured TTFT percentile"
             )
+        if caps:  # which variants are held depends on the percentile they were sized for
+            capped = ModelBasedTargets()
+            _model_based_candidates(specs, inputs, capped, caps)
+            result.held = capped.held
     result.status, result.gap, result.stage_gaps = allocation.status, allocation.gap, dict(allocation.stage_gaps)
     by_name = {_qualified(spec.key): spec for spec in specs}
     for name, replicas in allocation.replicas.items():

@@ -292,9 +292,9 @@ def _decide(
         upper = spec.max_replicas if spec.max_replicas is not None else "inf"
         message += f"; clamped to {desired} by min/max replicas [{spec.min_replicas}, {upper}]"
     if spec.model_key in model_based.unserved and mb_target is not None:
-        message += f"; {model_based.unserved[spec.model_key]:.2f} req/s of {spec.model_id} unserved: accelerator inventory exhausted"
+        message += f"; {model_based.unserved[spec.model_key]:.2f} req/s of {spec.model_id} unserved: accelerator inventory or max-replicas exhausted"
     if mb_target is not None:
-        message += model_based.notes.get(spec.model_key, "")
+        message += model_based.note_for(spec)
     if mb_target is not None and model_based.status != "optimal":
         gap = f" (gap {model_based.gap:.2%})" if model_based.gap is not None else ""
         message += f"; solver status {model_based.status}{gap}"

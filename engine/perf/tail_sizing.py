@@ -49,6 +49,7 @@ __all__ = [
     "PromptDistribution",
     "TailSizingError",
     "queue_distribution",
+    "reaches_model_share",
     "refine_cap",
     "tail_max_rate",
     "ttft_attainment",
@@ -72,6 +73,11 @@ MAX_POOL = 16
 """Largest pool of replicas the chain models (the balancing gain is flat beyond a few replicas)."""
 _RATE_TOLERANCE = 1e-3
 """Relative precision of the tail-aware rate (0.1 % of a replica's capacity is far below the load's noise)."""
+REACH = 0.95
+"""The largest share of its own ceiling a variant is sized for when a faster-prefilling variant of its model sets a
+higher target share (:func:`reaches_model_share`).  Why 0.95: the rate falls to nothing as the share nears the
+ceiling, so sizing closer to it bought tens of thousands of replicas when the faster variant was capped; at 95 % the
+rate is the one the default range of percentiles already asks of a variant against its own ceiling."""
 
 
 class TailSizingError(ValueError):
@@ -460,7 +466,13 @@ def _wva_rate(profile: PerfProfile, workload: Workload, slo: SLO) -> float | Non
 
 @functools.lru_cache(maxsize=4096)
 def tail_max_rate(
-    profile: PerfProfile, workload: Workload, slo: SLO, prompts: PromptDistribution, percentile: float, pool: int = 1
+    profile: PerfProfile,
+    workload: Workload,
+    slo: SLO,
+    prompts: PromptDistribution,
+    percentile: float,
+    pool: int = 1,
+    model_ceiling: float | None = None,
 ) -> float | None:
     """Requests per second one replica sustains with ``percentile`` % of the *achievable* requests within the TTFT target.
 
@@ -472,6 +484,13 @@ def tail_max_rate(
     so on a long-prompt trace p95 provisioned *less* than p90 and attained less (issue 18).  Relative to
     the ceiling, the rate is non-increasing in the percentile everywhere and finite below 100, and on a
     trace whose prompts all fit (the conversation trace: ceilings 97.6-99.9 %) it is nearly the plain share.
+
+    ``model_ceiling``: the highest ceiling among the model's variants, when the caller knows it; the target share
+    is then ``percentile / 100 x`` the higher of the two.  Why: relative to its own ceiling, a variant that cannot
+    prefill the long prompts in time (llama on an A100: 4,948 tokens at 500 ms, on an H100 8,281) "met p95" at a
+    share its faster sibling beats by the prompts only that one serves, so the allocation bought the cheaper
+    capacity and every long prompt missed however many replicas were added.  Callers size such a variant only while
+    :func:`reaches_model_share` holds.
 
     ``pool``: how many replicas the gateway balances the model's requests over (see
     :func:`queue_distribution`); 1 is WVA's view of a replica fed its own Poisson stream.
@@ -489,7 +508,7 @@ def tail_max_rate(
     ceiling = ttft_ceiling(profile, prompts, slo.ttft_ms)
     if ceiling <= 0:
         return None
-    target = percentile / 100.0 * ceiling
+    target = percentile / 100.0 * max(ceiling, model_ceiling or 0.0)
     mu = _service_rates(profile, workload)
     share = _AttainmentCurve(profile, workload, prompts, slo.ttft_ms, pool, mean_rate)
     low, high = float(mu[0]) * 1000.0 * RATE_EPSILON, mean_rate
@@ -506,3 +525,14 @@ def tail_max_rate(
         if high - low <= _RATE_TOLERANCE * high:
             break
     return low
+
+
+def reaches_model_share(own_ceiling: float, model_ceiling: float, percentile: float) -> bool:
+    """Whether a variant may be sized for ``percentile`` % of its model's ceiling: it is the model's best (its own
+    ceiling is the model's), or that share is within :data:`REACH` of its own ceiling.
+
+    A variant that does not reach it is no option for the load at that percentile: it keeps its minimum replicas,
+    and when the variants that do reach it cannot hold the load (their ``max-replicas``, the inventory), the load
+    goes down the shortage ladder, which lowers the percentile until the plan fits.
+    """
+    return own_ceiling >= model_ceiling or percentile / 100.0 * model_ceiling <= REACH * own_ceiling

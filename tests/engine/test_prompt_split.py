@@ -65,3 +65,54 @@ def test_an_invalid_switch_is_reported_on_that_resource() -> None:
     decisions = plan("maybe")
     assert decisions["a100"].reason == "InvalidConfiguration"
     assert f"metadata.annotations[{ANNOTATION_PROMPT_SPLIT}]" in decisions["a100"].message
+
+
+def plan_at(percentile: str, long_notes: dict[str, str] | None = None, long_accelerator: str = "H100") -> dict:
+    """The plan at a TTFT percentile for A100s that prefill 90 % of the prompts in time beside a variant that
+    prefills them all (at twice the cost), 6 req/s, 4 A100 replicas running, no inventory configured."""
+    notes = {"modelplane.io/min-replicas": "0", "modelplane.io/ttft-percentile": percentile}
+    variants = [
+        va("a100", annotations=notes),
+        va("long", long_accelerator, LONG_PARMS, annotations=notes | (long_notes or {})),
+    ]
+    load = ModelLoad(6.0, float(PROMPTS.mean()), OUTPUTS, histogram(PROMPTS))
+    return by_name(plan_variants(inputs(variants, {"a100": 4, "long": 0}, loads={(NS, MODEL): load})))
+
+
+def test_a_percentile_only_the_faster_prefill_reaches_is_served_by_it() -> None:
+    """p95 of what the model can serve in time is 95 % of its prompts; A100s prefill only 90 % of them within
+    500 ms, so however many there are they cannot attain it: the plan provisions the variant that can, at twice the
+    cost, and says why the A100s are held at their minimum."""
+    decisions = plan_at("95")
+    assert decisions["long"].desired is not None and decisions["long"].desired >= 1
+    assert decisions["a100"].desired == 0
+    assert "held at its min-replicas (0): it prefills 90.0% of" in decisions["a100"].message
+    assert "short of p95 of the 100.0%" in decisions["a100"].message
+
+
+def test_a_percentile_both_variants_reach_is_served_on_cost() -> None:
+    """At p80 the A100s reach 80 % of the prompts (their ceiling is 90 %): they stay the cheaper option."""
+    decisions = plan_at("80")
+    assert decisions["long"].desired == 0 and decisions["a100"].desired
+    assert "held at" not in decisions["a100"].message
+
+
+def test_a_capped_faster_variant_lowers_the_percentile_instead_of_buying_slow_replicas() -> None:
+    """With the variant that reaches p95 capped at one replica and no inventory set, the A100s are not sized for a
+    share they cannot reach (that asked for 25,066 replicas): the load goes down the shortage ladder, which sizes
+    for the highest percentile the A100s reach, and the count stays that of sizing against their own ceiling."""
+    decisions = plan_at("95", {"modelplane.io/max-replicas": "1"})
+    own = plan_at("85")  # p85 of the model's prompts: within the A100s' reach
+    assert decisions["a100"].desired is not None and 1 <= decisions["a100"].desired <= 2 * (own["a100"].desired or 0)
+    assert decisions["a100"].desired <= 20
+    assert "the accelerator inventory and the variants' max-replicas cannot hold" in decisions["a100"].message
+
+
+def test_an_invalid_variant_does_not_set_the_models_ceiling() -> None:
+    """The faster variant on an accelerator with no price is reported invalid and takes no part in the sizing: the
+    A100s are sized against their own ceiling, as if it were not there."""
+    alone = plan_at("95", long_accelerator="H100")  # the valid pair: A100s held
+    invalid = plan_at("95", long_accelerator="B200")
+    assert alone["a100"].desired == 0
+    assert invalid["long"].reason == "InvalidConfiguration" and "spec.accelerator" in invalid["long"].message
+    assert invalid["a100"].desired and "held at" not in invalid["a100"].message

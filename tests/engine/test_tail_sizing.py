@@ -16,9 +16,11 @@ from engine.perf.sizing import max_rate
 from engine.perf.tail_sizing import (
     ANNOTATION_TTFT_PERCENTILE,
     DEFAULT_TTFT_PERCENTILE,
+    REACH,
     PromptDistribution,
     TailSizingError,
     queue_distribution,
+    reaches_model_share,
     refine_cap,
     tail_max_rate,
     ttft_attainment,
@@ -146,6 +148,27 @@ def test_sizing_rate_is_monotone_in_the_percentile_even_beyond_the_attainment_ce
         assert ttft_attainment(A100, workload, long, 500.0, p95, pool) == pytest.approx(0.95 * ceiling, abs=2e-3)
 
 
+def test_a_variant_is_sized_for_the_share_the_models_best_variant_reaches() -> None:
+    """The percentile is of what the model can attain (its best variant's ceiling), not of what this variant can: a
+    variant that cannot prefill the long prompts in time is sized for more of its own share, and only while that
+    share is within REACH of its own ceiling (beyond, the rate vanishes)."""
+    workload = Workload(3000.0, OUTPUTS)
+    slo = SLO(ttft_ms=500, itl_ms=24)
+    long = histogram(PROMPTS * 3)
+    own = ttft_ceiling(A100, long, 500.0)
+    assert 0.5 < own < 0.9
+    alone = tail_max_rate(A100, workload, slo, long, 60.0)
+    assert alone is not None
+    assert tail_max_rate(A100, workload, slo, long, 60.0, model_ceiling=own) == alone  # its own: nothing changes
+    assert tail_max_rate(A100, workload, slo, long, 60.0, model_ceiling=0.1) == alone  # a lower one: neither
+    stricter = tail_max_rate(A100, workload, slo, long, 60.0, model_ceiling=1.0)
+    assert stricter is not None and stricter < alone
+    assert ttft_attainment(A100, workload, long, 500.0, stricter) == pytest.approx(0.6, abs=2e-3)
+    assert reaches_model_share(own, 1.0, 100.0 * REACH * own - 0.1)
+    assert not reaches_model_share(own, 1.0, 100.0 * REACH * own + 0.1)
+    assert reaches_model_share(own, own, 99.0)  # the model's best variant: any percentile, as before
+
+
 def test_optimize_cycle_sizes_for_the_percentile_when_the_histogram_is_collected() -> None:
     mean_only = ModelLoad(6.0, float(PROMPTS.mean()), OUTPUTS)
     with_tail = ModelLoad(6.0, float(PROMPTS.mean()), OUTPUTS, histogram(PROMPTS))
@@ -177,7 +200,7 @@ def test_a_short_inventory_lowers_the_percentile_until_the_plan_fits() -> None:
         "a100"
     ]
     assert capped.desired is not None and plain.desired <= capped.desired <= unlimited.desired - 1
-    assert "the accelerator inventory cannot hold the configured TTFT percentile" in capped.message
+    assert "the accelerator inventory and the variants' max-replicas cannot hold the configured TTFT percentile" in capped.message
     assert "unserved" not in capped.message
 
 
