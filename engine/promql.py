@@ -23,6 +23,10 @@ What is measured (the WVA conventions, vLLM metric names):
 - per pod: ``vllm:kv_cache_usage_perc`` (max over a pod's series; for a pod that only exposes the pre-0.10
   name ``vllm:gpu_cache_usage_perc``, that one) and ``vllm:num_requests_waiting`` (summed).
 - instance metrics (Kthena AutoscalingPolicy ``spec.metrics``): any metric name, summed per pod.
+- requests waiting at the gateway (scale from zero, :mod:`engine.optimize.wake`): the inference scheduler's
+  flow-control queue ``llm_d_epp_flow_control_queue_size`` summed ``by (namespace, target_model_name)`` (the
+  model's name as ``model_name``), or, for a model that one does not report, the deprecated
+  ``inference_extension_flow_control_queue_size``; part of :func:`load_query`.
 - SLO attainment (:mod:`engine.slo.measure`), :func:`latency_query`: the bucket increases of the TTFT histogram
   and of each ITL histogram vLLM may export, ``sum by (model_name, namespace, le) (increase(..._bucket[W]))``, over
   the SLO's evaluation window ``W`` and over the recent 5 minutes, with the increases of each histogram's ``_sum``
@@ -46,13 +50,17 @@ KV_CACHE_USAGE = "vllm:kv_cache_usage_perc"
 KV_CACHE_USAGE_LEGACY = "vllm:gpu_cache_usage_perc"
 """The same gauge under its name before vLLM 0.10; read for a pod only when the new name is absent."""
 REQUESTS_WAITING = "vllm:num_requests_waiting"
+GATEWAY_QUEUE = "llm_d_epp_flow_control_queue_size"
+"""The inference scheduler's (llm-d EPP) flow-control queue: requests held at the gateway, by ``target_model_name``."""
+GATEWAY_QUEUE_LEGACY = "inference_extension_flow_control_queue_size"
+"""Its deprecated name (Gateway API Inference Extension), read for a model the new name does not report."""
 
 
 MODEL_LABELS = ("model_name", "namespace")
 POD_LABELS = ("model_name", "namespace", "pod")
 HOLD_TAGS = tuple(f"peak_{int(window)}s" for window in HOLD_WINDOWS_S)
 """One tag per look-back of the attainment loop's peak hold (:data:`engine.perf.load_peak.HOLD_WINDOWS_S`)."""
-LOAD_TAGS = ("rate", "seen", "in", "out", "peak", "change", "noise", *HOLD_TAGS, "lowest")
+LOAD_TAGS = ("rate", "seen", "in", "out", "peak", "change", "noise", *HOLD_TAGS, "lowest", "gateway")
 POD_TAGS = ("kv", "kv_seen", "waiting", "waiting_seen")
 LATENCY_LABELS = ("model_name", "namespace")
 LATENCY_HISTOGRAMS = (TTFT_HISTOGRAM, *ITL_HISTOGRAMS)
@@ -102,8 +110,21 @@ def load_query(
             "change": f"max_over_time({change}[{change_window}:{rate_window}])",
             "noise": f"quantile_over_time(0.5, abs({change})[{noise_window}:{rate_window}])",
             "bucket": f"sum by ({by}, le) (increase({PROMPT_TOKENS}_bucket{{{selector}}}[{fallback_window}]))",
+            # Scale from zero (engine.optimize.wake): a model with no replica exports no vLLM metric at all.
+            "gateway": gateway_queue_expr(selector),
         }
     )
+
+
+def gateway_queue_expr(selector: str) -> str:
+    """Requests waiting in the gateway's flow-control queue per model, labelled ``model_name`` and ``namespace``:
+    the current gauge, or the deprecated one for a model the current one does not report (both are exported
+    during the rename, and adding them would count every request twice)."""
+    queued = " or ".join(
+        f"sum by (namespace, target_model_name) ({name}{{{selector}}})"
+        for name in (GATEWAY_QUEUE, GATEWAY_QUEUE_LEGACY)
+    )
+    return f'label_replace({queued}, "model_name", "$1", "target_model_name", "(.+)")'
 
 
 def latency_query(selector: str, window: str, recent: str) -> str:

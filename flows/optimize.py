@@ -184,6 +184,7 @@ def cycle_inputs(
     missing: dict[tuple[str, str], str] = {}
     latency: dict[tuple[str, str], LatencyHistograms] = {}
     latency_missing: dict[tuple[str, str], str] = {}
+    waiting: dict[tuple[str, str], float] = {}
     if snapshot is not None:
         for key, load in snapshot.loads.items():
             loads[(key.namespace, key.model_id)] = ModelLoad(
@@ -203,6 +204,7 @@ def cycle_inputs(
             missing[(key.namespace, key.model_id)] = "; ".join(lines)
         latency = {(key.namespace, key.model_id): histograms for key, histograms in snapshot.latency.items()}
         latency_missing = {(key.namespace, key.model_id): why for key, why in snapshot.latency_missing.items()}
+        waiting = {(key.namespace, key.model_id): count for key, count in snapshot.gateway_waiting.items()}
     return CycleInputs(
         now=now,
         variants=state.variant_models(),
@@ -221,6 +223,7 @@ def cycle_inputs(
         latency_missing=latency_missing,
         time_limit_s=time_limit_s,
         scale_down_window_s=scale_down_window_s,
+        gateway_waiting=waiting,
     )
 
 

@@ -837,3 +837,32 @@ def test_kv_cache_falls_back_to_the_pre_0_10_gauge_name(loaded: FakeVllmExporter
         for labels in (old_only, both):
             for name in ("vllm:gpu_cache_usage_perc", "vllm:kv_cache_usage_perc", "vllm:num_requests_waiting"):
                 loaded.remove_gauge(name, labels)
+
+
+def test_requests_waiting_at_the_gateway_are_read_per_model_for_models_without_replicas(
+    loaded: FakeVllmExporter, metrics: PrometheusMetrics
+) -> None:
+    """The inference scheduler's flow-control queue, by target_model_name, summed over its priority series: a model
+    with no replica (no vLLM series at all) still shows its waiting requests; the deprecated gauge is read for a
+    model the current one does not report, and never added to it (both are exported during the rename)."""
+    zero = ModelKey("mt/zero", "mt-a")
+    legacy = ModelKey("mt/legacy-queue", "mt-a")
+    pool = {"namespace": "mt-a", "inference_pool": "pool"}
+    gauges = [
+        ("llm_d_epp_flow_control_queue_size", {**pool, "target_model_name": zero.model_id, "priority": "0"}, 3.0),
+        ("llm_d_epp_flow_control_queue_size", {**pool, "target_model_name": zero.model_id, "priority": "-10"}, 2.0),
+        ("inference_extension_flow_control_queue_size", {**pool, "target_model_name": zero.model_id}, 5.0),
+        ("inference_extension_flow_control_queue_size", {**pool, "target_model_name": legacy.model_id}, 4.0),
+        ("llm_d_epp_flow_control_queue_size", {**pool, "target_model_name": LLAMA.model_id}, 0.0),
+        ("llm_d_epp_flow_control_queue_size", {**pool, "target_model_name": GHOST.model_id}, 9.0),  # not asked for
+    ]
+    for name, labels, value in gauges:
+        loaded.set_gauge(name, labels, value)
+    try:
+        snapshot = _collect_until(metrics, [zero, legacy, LLAMA], lambda s: len(s.gateway_waiting) == 3)
+        assert snapshot.gateway_waiting == {zero: 5.0, legacy: 4.0, LLAMA: 0.0}
+        assert zero not in snapshot.loads and any("mt/zero" in line for line in snapshot.missing)
+        assert LLAMA in snapshot.loads
+    finally:
+        for name, labels, _ in gauges:
+            loaded.remove_gauge(name, labels)

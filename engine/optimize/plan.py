@@ -47,6 +47,7 @@ from engine.optimize.spec import (
     parse_variant,
     replica_cost,
 )
+from engine.optimize.wake import variants_to_wake
 from engine.perf.load_trend import sustained_fall
 from engine.perf.saturation import REASON_METRICS_AVAILABLE as METRICS_AVAILABLE
 from engine.perf.saturation import REASON_METRICS_UNAVAILABLE as METRICS_UNAVAILABLE
@@ -453,6 +454,7 @@ def plan_variants(inputs: CycleInputs) -> list[VariantDecision]:
     # With the metrics backend down there is no load to size for: every variant holds (see _decide).
     model_based = model_based_targets([] if inputs.metrics_error else readable, inputs)
 
+    woken = variants_to_wake(readable, inputs, model_based.targets, model_based.errors)
     by_model: dict[tuple[str, str], list[VariantSpec]] = defaultdict(list)
     for spec in readable:
         by_model[spec.model_key].append(spec)
@@ -463,22 +465,19 @@ def plan_variants(inputs: CycleInputs) -> list[VariantDecision]:
             for spec in model_specs
             if spec.key in model_based.targets
         }
-        need = (
-            0
-            if saturation is None
-            else sum(
-                max(saturation.targets[spec.key] - inputs.current_replicas[spec.target_key], 0) for spec in model_specs
-            )
-        )
+        grow = saturation.targets if saturation is not None else {}
+        need = sum(max(grow.get(s.key, 0) - inputs.current_replicas[s.target_key], 0) for s in model_specs)
         for spec in model_specs:
             current = inputs.current_replicas[spec.target_key]
             metrics = _metrics_condition(spec, inputs)
             load = inputs.loads.get(spec.model_key)
-            idle = load is not None and load.arrival_rate_rps == 0
+            idle = load is not None and load.arrival_rate_rps == 0 and not inputs.gateway_waiting.get(spec.model_key)
             elsewhere = sum(n for key, n in added.items() if key != spec.key)
             desired, reason, message, ready = _decide(
                 spec, current, model_based, saturation, metrics, idle, elsewhere, need
             )
+            if spec.key in woken:
+                desired, reason, message, ready = max(desired, 1), REASON_SUCCEEDED, woken[spec.key], True
             falling = load is not None and sustained_fall(load.recent_change_rps, load.change_noise_rps)
             stable = stabilize_scale_down(
                 desired, current, spec.annotations, inputs.scale_down_window_s, inputs.now, falling

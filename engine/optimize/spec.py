@@ -195,6 +195,10 @@ class CycleInputs:
     scale_down_window_s: float = 0.0
     """Default scale-down stabilization window (seconds); a VariantAutoscaling may set its own with the
     ``modelplane.io/scale-down-stabilization-window`` annotation. 0: scale down at once."""
+    gateway_waiting: Mapping[tuple[str, str], float] = field(default_factory=dict)
+    """Per (namespace, modelID): requests waiting in its gateway's flow-control queue (absent: none seen, or the
+    gateway exports no queue); a model with no replica and requests waiting is scaled from zero
+    (:mod:`engine.optimize.wake`)."""
 
 
 PROFILE_PARAMETER_MIN: Final = 1e-6

@@ -182,6 +182,10 @@ def cycle_inputs(scenario: Scenario, obs: Observation, variants: list[VariantAut
         loads=observed_loads(scenario, obs),
         pods=observed_pods(scenario, obs),
         scale_down_window_s=scenario.scale_down_window_s,
+        # What the optimize flow reads from the inference scheduler's flow-control queue.
+        gateway_waiting={
+            s.model_key: float(obs.gateway_waiting.get(joined_key(s.model_key), 0)) for s in scenario.specs
+        },
     )
 
 

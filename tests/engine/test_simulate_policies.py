@@ -13,8 +13,9 @@ import pytest
 from engine.optimize.plan import plan_variants
 from engine.optimize.spec import SpecError
 from engine.simulate.outcome import summarize_outcome
-from engine.simulate.policies import POLICIES, cycle_inputs, make_policy, peak_loads, run_policy
+from engine.simulate.policies import POLICIES, cycle_inputs, make_policy, modelplane_policy, peak_loads, run_policy
 from engine.simulate.records import Observation, ReplicaGauges, SimConfig, Trace
+from engine.simulate.replay import simulate
 from engine.simulate.scenario import build_scenario, with_hpa_metric
 from tasks.simulate import read_description
 
@@ -293,3 +294,27 @@ def test_modelplane_hands_the_rates_change_and_noise_to_plan_variants(descriptio
     ]
     assert sustained_fall(seen[-1].recent_change_rps, seen[-1].change_noise_rps)  # -30 twice, noise 3 a minute
     assert not any(sustained_fall(load.recent_change_rps, load.change_noise_rps) for load in seen[:-1])
+
+
+def test_modelplane_scales_from_zero_at_its_next_cycle_on_requests_waiting_at_the_gateway() -> None:
+    """Every variant at zero replicas (min-replicas 0) and 5 silent minutes, then traffic: the requests wait at the
+    gateway, and the next optimize cycle reads that queue and starts one replica of each model's cheapest variant
+    (engine.optimize.wake), from which the model's own metrics size it. Without the queue a model at zero has no
+    metric at all and stayed there, every request dropped."""
+    description = read_description(str(REPO / "deployments" / "simulation"), "modelplane-system")
+    later = small_trace(rate=2.0, seconds=300.0, seed=5)
+    trace = dataclasses.replace(later, arrival_s=later.arrival_s + 300.0)
+    scenario = build_scenario(description, trace, SimConfig(interval_s=60.0, startup_delay_s=120.0))
+    zero = {v.key: 0 for v in scenario.variants}
+    result = simulate(scenario.variants, trace, scenario.config, zero, modelplane_policy(scenario))
+    assert all(sum(c.desired.values()) == 0 for c in result.cycles if c.time_s <= 300.0)
+    woken = next(c for c in result.cycles if sum(c.desired.values()) > 0)
+    assert woken.time_s == 360.0  # the first cycle after the first request
+    for model in trace.models:
+        assert (
+            sum(n for k, n in woken.desired.items() if any(v.key == k and v.model == model for v in scenario.variants))
+            == 1
+        )
+    assert not result.dropped.any() and result.completed.all()
+    waited = result.first_s - result.arrival_s
+    assert waited.max() < 60.0 + 120.0 + 5.0  # at most a cycle, the start-up and a prefill

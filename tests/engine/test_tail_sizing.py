@@ -200,7 +200,10 @@ def test_a_short_inventory_lowers_the_percentile_until_the_plan_fits() -> None:
         "a100"
     ]
     assert capped.desired is not None and plain.desired <= capped.desired <= unlimited.desired - 1
-    assert "the accelerator inventory and the variants' max-replicas cannot hold the configured TTFT percentile" in capped.message
+    assert (
+        "the accelerator inventory and the variants' max-replicas cannot hold the configured TTFT percentile"
+        in capped.message
+    )
     assert "unserved" not in capped.message
 
 

@@ -284,3 +284,31 @@ def test_status_slo_is_measured_from_prometheus_and_written_to_the_api_server(en
         " mean 20 ms"
     )
     assert "measuredAt" in slo and slo["controller"].startswith("sizing percentile") and "sizingPercentile" in slo
+
+
+def test_a_model_at_zero_replicas_is_scaled_from_zero_by_requests_waiting_at_the_gateway(env: Env) -> None:
+    """No pod runs, so vLLM exports nothing for the model; the inference scheduler's flow-control queue holds 4
+    requests for it. One cycle scales its cheapest variant to one replica and says why; with the queue empty, the
+    model stays at zero."""
+    env.deployment("a100", 0)
+    env.deployment("h100", 0)
+    zero = {"modelplane.io/scale-to-zero": "true"}
+    env.variant("a100", "A100", A100, annotations=zero)
+    env.variant("h100", "H100", H100, annotations=zero)
+    labels = {"namespace": env.ns, "target_model_name": env.model, "inference_pool": "pool", "priority": "0"}
+    queue = f'sum(llm_d_epp_flow_control_queue_size{{namespace="{env.ns}"}})'
+    env.exporter.set_gauge("llm_d_epp_flow_control_queue_size", labels, 0.0)
+    try:
+        env.prometheus.wait_for(queue, lambda r: bool(r) and float(r[0]["value"][1]) == 0.0, timeout=30)
+        env.cycle()
+        assert env.replicas("a100") == 0 and env.replicas("h100") == 0
+        env.exporter.set_gauge("llm_d_epp_flow_control_queue_size", labels, 4.0)
+        env.prometheus.wait_for(queue, lambda r: bool(r) and float(r[0]["value"][1]) == 4.0, timeout=30)
+        env.cycle()
+    finally:
+        env.exporter.remove_gauge("llm_d_epp_flow_control_queue_size", labels)
+    assert env.replicas("a100") == 1 and env.replicas("h100") == 0
+    ready = env.condition("a100", "OptimizationReady")
+    assert ready["status"] == "True" and ready["message"].startswith(
+        "Scale from zero: 4 request(s) wait at the gateway"
+    )

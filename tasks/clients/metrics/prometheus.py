@@ -215,6 +215,7 @@ class PrometheusMetrics(MetricsSource):
         missing = Missing()
         loads: dict[ModelKey, ModelLoad] = {}
         pods: dict[ModelKey, list[PodMetrics]] = {}
+        gateway: dict[ModelKey, float] = {}
         if keys:
             selector = f"namespace=~{quote(regex_union(namespaces))}"
             query = load_query(
@@ -232,12 +233,16 @@ class PrometheusMetrics(MetricsSource):
                 self._assemble_loads(keys, load_rows, now, missing), load_rows, prompt_buckets(raw_loads)
             )
             pods = self._assemble_pods(keys, pod_rows, now, missing)
+            waiting = load_rows["gateway"]
+            gateway = {key: waiting[labels] for key in keys if (labels := (key.model_id, key.namespace)) in waiting}
         instances: dict[InstanceKey, dict[str, float]] = {}
         if names and instance_ns:
             selector = f"namespace=~{quote(regex_union(instance_ns))}"
             instances = self._instances(names, selector, now, missing)
         latency, latency_missing = self._latency(request.latency_windows, now)
-        return MetricsSnapshot(loads, pods, instances, now, missing.lines, missing.by_model, latency, latency_missing)
+        return MetricsSnapshot(
+            loads, pods, instances, now, missing.lines, missing.by_model, latency, latency_missing, gateway
+        )
 
     def _latency(
         self, windows: Mapping[ModelKey, float], now: dt.datetime

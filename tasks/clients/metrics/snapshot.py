@@ -131,6 +131,9 @@ class MetricsSnapshot:
     latency_missing: dict[ModelKey, str] = field(default_factory=dict)
     """Why a model asked with a latency window has no histograms (its attainment is then unknown; kept apart
     from ``missing``, which is about the load and saturation data decisions are made from)."""
+    gateway_waiting: dict[ModelKey, float] = field(default_factory=dict)
+    """Per model asked for whose gateway exports a flow-control queue: the requests waiting in it (a model with
+    no replica has no vLLM metric; this is how a cycle sees its traffic)."""
 
     def missing_for(self, key: ModelKey) -> list[str]:
         """Why ``key`` has no load or pod data (empty when everything was found)."""
