@@ -255,7 +255,10 @@ def model_ceilings(candidates: Iterable[_Candidate]) -> dict[tuple[str, str], fl
         spec, load, slo = candidate.spec, candidate.load, candidate.slo
         if spec.profile is None or load.prompt_tokens is None or not slo.ttft_ms:
             continue
-        ceiling = ttft_ceiling(spec.profile, _prompts(load, load.workload), slo.ttft_ms)
+        try:
+            ceiling = ttft_ceiling(spec.profile, _prompts(load, load.workload), slo.ttft_ms)
+        except (ValueError, ArithmeticError):
+            continue  # its sizing fails too, and is reported with the variant
         found[spec.model_key] = max(ceiling, found.get(spec.model_key, 0.0))
     return found
 
