@@ -12,6 +12,11 @@ When the loop is off for a model, and why:
 * the cycle has no measurement for the model: the percentile holds (the last one, else the configured one), and
   the message says so -- the loop never acts on missing metrics.
 
+Anti-windup beyond the controller's own: a model the shortage ladder sized below the loop's percentile (the
+inventory or the variants' ``max-replicas`` cannot hold it) does not have its percentile raised further
+(:func:`held_at_caps`); otherwise the loop would climb to its bound while the plan stays capped, and size at that
+bound the moment the shortage ends.
+
 Where a model starts: the last cycle's percentile; else, when its target was stated (annotation or service class),
 the feed-forward start for that target (:func:`engine.slo.controller.feed_forward_percentile`); else the
 configured percentile (80 by default), so a cluster that states nothing starts where it always did.
@@ -33,12 +38,12 @@ from engine.api.meta import parse_duration
 from engine.optimize.spec import CycleInputs, ModelLoad, VariantSpec, model_slos, model_targets
 from engine.perf.load_peak import held_peak
 from engine.perf.prompt_split import prompt_limit_tokens
-from engine.perf.tail_sizing import ANNOTATION_TTFT_PERCENTILE
+from engine.perf.tail_sizing import ANNOTATION_TTFT_PERCENTILE, describe_cap
 from engine.slo.controller import AttainmentSample, ControllerStep, feed_forward_percentile, step
 from engine.slo.measure import ModelAttainment
 from engine.slo.target import SOURCE_DEFAULT
 
-__all__ = ["held_loads", "loop_steps", "sample_of"]
+__all__ = ["held_at_caps", "held_loads", "loop_steps", "sample_of"]
 
 
 def sample_of(attainment: ModelAttainment | None) -> AttainmentSample | None:
@@ -94,6 +99,38 @@ def loop_steps(inputs: CycleInputs, specs: Sequence[VariantSpec]) -> dict[tuple[
             intermittent=_intermittent(load),
         )
     return steps
+
+
+def held_at_caps(
+    steps: Mapping[tuple[str, str], ControllerStep], caps: Mapping[tuple[str, str], float]
+) -> dict[tuple[str, str], ControllerStep]:
+    """The loop's steps with a raise undone for every model the shortage ladder capped this cycle.
+
+    Args:
+        steps: Each model's step under the loop (:func:`loop_steps`).
+        caps: Each model the shortage ladder sized below its percentile, with the percentile it was sized for
+            (0: the mean request).
+
+    Returns:
+        The steps, a capped model's raised percentile back at where it started and its message saying why.
+    """
+    held = dict(steps)
+    for model, cap in caps.items():
+        loop = steps.get(model)
+        if loop is None or loop.previous is None or loop.percentile <= loop.previous:
+            continue
+        measured = loop.message.partition(": ")[2]
+        held[model] = dataclasses.replace(
+            loop,
+            percentile=loop.previous,
+            changed=False,
+            message=(
+                f"sizing percentile held at p{loop.previous:.1f}: the accelerator inventory and the variants' "
+                f"max-replicas hold the model at {describe_cap(cap)}, so raising it would change nothing now and "
+                f"overshoot when the shortage ends; {measured}"
+            ),
+        )
+    return held
 
 
 def _ceiling(members: Sequence[VariantSpec], load: ModelLoad | None, ttft_ms: float | None) -> float | None:

@@ -58,6 +58,9 @@ class ModelBasedTargets:
     """The solve's proven gap per stage (``"priority 1"``, ..., ``"cost"``), as ``Allocation.stage_gaps``."""
     notes: dict[tuple[str, str], str] = field(default_factory=dict)
     """Per (namespace, modelID): what the shortage ladder did to its sizing (appended to its variants' messages)."""
+    caps: dict[tuple[str, str], float] = field(default_factory=dict)
+    """Per (namespace, modelID): the percentile the shortage ladder sized it for, below its configured one (0: the
+    mean request)."""
     held: dict[tuple[str, str], str] = field(default_factory=dict)
     """Per variant key: why it is held at its minimum replicas (it cannot be sized for the model's share)."""
 
@@ -318,6 +321,7 @@ def model_based_targets(specs: list[VariantSpec], inputs: CycleInputs) -> ModelB
     allocation = solve(problem)
     if any(option.max_rate is not None for option in options):
         allocation, caps = _shortage_allocation(specs, inputs, problem, allocation)
+        result.caps = caps
         for model_key, cap in caps.items():
             result.notes[model_key] = (
                 f"; sized for {describe_cap(cap)}: the accelerator inventory and the variants' max-replicas "

@@ -32,7 +32,7 @@ from typing import Any
 
 from engine.api.llmd import VariantAutoscaling
 from engine.api.meta import format_time, parse_duration, parse_time
-from engine.optimize.attainment import held_loads, loop_steps
+from engine.optimize.attainment import held_at_caps, held_loads, loop_steps
 from engine.optimize.bindings import BindingDecision, BindingInputs, plan_binding
 from engine.optimize.config import AcceleratorCost
 from engine.optimize.model_based import ModelBasedTargets, model_based_targets
@@ -453,6 +453,7 @@ def plan_variants(inputs: CycleInputs) -> list[VariantDecision]:
 
     # With the metrics backend down there is no load to size for: every variant holds (see _decide).
     model_based = model_based_targets([] if inputs.metrics_error else readable, inputs)
+    steps = held_at_caps(steps, model_based.caps)
 
     woken = variants_to_wake(readable, inputs, model_based.targets, model_based.errors)
     by_model: dict[tuple[str, str], list[VariantSpec]] = defaultdict(list)

@@ -131,6 +131,8 @@ class ControllerStep:
     load_factor: float = 1.0
     """The share of its held peak load the model is sized for: below 1 only once the percentile is at its floor
     and the model still attains more than its target."""
+    previous: float | None = None
+    """The percentile the step started from (last cycle's, or the feed-forward start)."""
 
 
 def feed_forward_percentile(target: float, settings: ControllerSettings = DEFAULT_SETTINGS) -> float:
@@ -196,7 +198,7 @@ def step(
     """
     restarted_at = _restarted_hold(hold_s, hold_range_s, intermittent)
     moved = _step(
-        percentile,
+        _start(percentile, target, settings),
         target,
         sample,
         settings,
@@ -209,6 +211,7 @@ def step(
         at_minimum,
         load_factor,
     )
+    moved = dataclasses.replace(moved, previous=_start(percentile, target, settings))
     if restarted_at is None:
         return moved
     restarted = (
@@ -227,8 +230,16 @@ def _restarted_hold(hold_s: float | None, hold_range_s: tuple[float, float] | No
     return longest if _hold(hold_s, hold_range_s) == shortest else None
 
 
+def _start(percentile: float | None, target: float, settings: ControllerSettings) -> float:
+    """The percentile a step starts from: last cycle's within the bounds, or the feed-forward start when there is
+    none (or it is not a percentile)."""
+    if percentile is not None and math.isfinite(percentile) and 0.0 < percentile < 100.0:
+        return _clamp(percentile, settings)
+    return feed_forward_percentile(target, settings)
+
+
 def _step(
-    percentile: float | None,
+    previous: float,
     target: float,
     sample: AttainmentSample | None,
     settings: ControllerSettings,
@@ -241,11 +252,7 @@ def _step(
     at_minimum: bool,
     load_factor: float | None,
 ) -> ControllerStep:
-    """:func:`step` from the hold it starts at (the arguments as there)."""
-    valid = percentile is not None and math.isfinite(percentile) and 0.0 < percentile < 100.0
-    previous = (
-        _clamp(percentile, settings) if valid and percentile is not None else feed_forward_percentile(target, settings)
-    )
+    """:func:`step` from the percentile (:func:`_start`) and the hold it starts at (the other arguments as there)."""
     hold = _hold(hold_s, hold_range_s)
     factor = _factor(load_factor, settings)
     held = f"sizing percentile held at p{previous:.1f}{_held_for(hold)}{_factor_note(factor)}"

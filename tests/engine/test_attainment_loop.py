@@ -153,3 +153,20 @@ def test_below_the_percentile_floor_the_model_is_sized_for_a_share_of_its_load()
     held_whole = cycle(histograms(0.85, 0.80), status=floor, annotations=annotations, loads=heavy, latency={})
     assert held_half.load_factor == pytest.approx(0.5) and held_whole.load_factor == 1.0
     assert 0 < (held_half.desired or 0) < (held_whole.desired or 0)
+
+
+def test_a_shortfall_the_inventory_cannot_serve_does_not_wind_the_percentile_up() -> None:
+    """Two H100s for a load that needs more: the shortage ladder sizes the model for the mean request whatever the
+    loop asks, so the loop holds its percentile instead of climbing to its bound while the plan stays capped (and
+    sizing at that bound the moment the shortage ends). With the inventory free, the same shortfall raises it."""
+    previous = {"slo": {"target": 0.9, "window": "1h", "sizingPercentile": 93.0}}
+    short = cycle(histograms(0.85, 0.80), status=previous, inventory={"H100": 2})
+    assert short.sizing_percentile == 93.0
+    assert short.loop_message is not None and short.loop_message.startswith(
+        "sizing percentile held at p93.0: the accelerator inventory and the variants' max-replicas hold the model"
+        " at the mean request's TTFT"
+    )
+    assert "attained 80.0 % over the recent range" in short.loop_message
+    assert "cannot hold the configured TTFT percentile" in short.message
+    free = cycle(histograms(0.85, 0.80), status=previous)
+    assert free.sizing_percentile is not None and free.sizing_percentile > 93.0
