@@ -197,8 +197,9 @@ def step(
         the next percentile and hold, and a message for the model's condition.
     """
     restarted_at = _restarted_hold(hold_s, hold_range_s, intermittent)
+    start = _start(percentile, target, settings)
     moved = _step(
-        _start(percentile, target, settings),
+        start,
         target,
         sample,
         settings,
@@ -211,7 +212,7 @@ def step(
         at_minimum,
         load_factor,
     )
-    moved = dataclasses.replace(moved, previous=_start(percentile, target, settings))
+    moved = dataclasses.replace(moved, previous=start)
     if restarted_at is None:
         return moved
     restarted = (
