@@ -182,7 +182,9 @@ def _sized_option(
     """The variant's option, its per-replica rate sized for its TTFT percentile of the model's ceiling.
 
     A variant that cannot be sized for that share (:func:`engine.perf.tail_sizing.reaches_model_share`) keeps its
-    minimum replicas, sized against its own ceiling, and says so in ``result.held``.
+    minimum replicas, sized against its own ceiling, and says so in ``result.held``.  A variant under the prompt
+    split is sized against its own ceiling: the gateway sends the prompts it cannot serve in time elsewhere, and
+    :func:`_long_prompt_floor` provisions the variant that takes them.
     """
     spec, load, slo = candidate.spec, candidate.load, candidate.slo
     current = inputs.current_replicas.get(spec.target_key, 0)
@@ -190,7 +192,7 @@ def _sized_option(
     if percentile is None or load.prompt_tokens is None or spec.profile is None:
         return variant_option(spec, current)  # WVA's sizing of the mean request
     prompts = _prompts(load, load.workload)
-    best = ceilings.get(spec.model_key)
+    best = None if candidate.prompt_split else ceilings.get(spec.model_key)
     own = ttft_ceiling(spec.profile, prompts, slo.ttft_ms) if slo.ttft_ms else None
     if best is None or own is None or reaches_model_share(own, best, percentile):
         rate = tail_max_rate(spec.profile, load.workload, slo, prompts, percentile, pool, best)

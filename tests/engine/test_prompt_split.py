@@ -116,3 +116,18 @@ def test_an_invalid_variant_does_not_set_the_models_ceiling() -> None:
     assert alone["a100"].desired == 0
     assert invalid["long"].reason == "InvalidConfiguration" and "spec.accelerator" in invalid["long"].message
     assert invalid["a100"].desired and "held at" not in invalid["a100"].message
+
+
+def test_under_the_prompt_split_a_variant_is_not_held_for_the_prompts_it_never_gets() -> None:
+    """With the prompt split, the gateway sends the prompts beyond the A100's limit to the variant that serves them
+    in time, so at p90 the A100s still carry the short prompts (sized against their own ceiling) and the long-prompt
+    floor provisions the other variant; without the split the A100s are held and the faster variant takes it all."""
+    both = {"modelplane.io/min-replicas": "0", "modelplane.io/ttft-percentile": "90", ANNOTATION_PROMPT_SPLIT: "true"}
+    variants = [va("a100", annotations=both), va("long", "H100", LONG_PARMS, annotations=both)]
+    load = ModelLoad(6.0, float(PROMPTS.mean()), OUTPUTS, histogram(PROMPTS))
+    split = by_name(plan_variants(inputs(variants, {"a100": 4, "long": 0}, loads={(NS, MODEL): load})))
+    assert split["a100"].desired and "held at" not in split["a100"].message
+    assert split["long"].desired is not None and split["long"].desired >= 1
+    unsplit = plan_at("90")
+    assert unsplit["a100"].desired == 0 and unsplit["long"].desired is not None
+    assert split["long"].desired < unsplit["long"].desired
