@@ -47,7 +47,7 @@ from engine.optimize.spec import (
     parse_variant,
     replica_cost,
 )
-from engine.optimize.wake import variants_to_wake
+from engine.optimize.wake import variants_to_wake, woken_decision
 from engine.perf.load_trend import sustained_fall
 from engine.perf.saturation import REASON_METRICS_AVAILABLE as METRICS_AVAILABLE
 from engine.perf.saturation import REASON_METRICS_UNAVAILABLE as METRICS_UNAVAILABLE
@@ -477,8 +477,7 @@ def plan_variants(inputs: CycleInputs) -> list[VariantDecision]:
             desired, reason, message, ready = _decide(
                 spec, current, model_based, saturation, metrics, idle, elsewhere, need
             )
-            if spec.key in woken:
-                desired, reason, message, ready = max(desired, 1), REASON_SUCCEEDED, woken[spec.key], True
+            desired, reason, message, ready = woken_decision(woken.get(spec.key), desired, reason, message, ready)
             falling = load is not None and sustained_fall(load.recent_change_rps, load.change_noise_rps)
             stable = stabilize_scale_down(
                 desired, current, spec.annotations, inputs.scale_down_window_s, inputs.now, falling

@@ -5,7 +5,8 @@ it and holds it at zero however many requests arrive; the requests wait at the g
 out.  The gateway does see them: the inference scheduler's flow-control queue
 (``llm_d_epp_flow_control_queue_size``, formerly ``inference_extension_flow_control_queue_size``, by
 ``target_model_name``), which WVA's scale-from-zero engine reads for the same purpose.  So when that
-queue holds requests for a model with no replica, the cheapest of its valid variants gets one;
+queue holds requests for a model with no replica, the cheapest of its valid variants with room in the
+accelerator inventory gets one (as WVA's engine checks its GPU limiter);
 once it serves, the model's own metrics size it as any other.
 
 Pure: the cycle's inputs in, the variants to wake and why out.
@@ -15,10 +16,22 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 
 from engine.optimize.spec import CycleInputs, VariantSpec, replica_cost
+from engine.perf.saturation import REASON_OPTIMIZATION_SUCCEEDED
 
-__all__ = ["variants_to_wake"]
+__all__ = ["Wake", "variants_to_wake", "woken_decision"]
+
+
+@dataclass(frozen=True)
+class Wake:
+    """What the gateway's queue asks of one variant this cycle."""
+
+    replicas: int
+    """1: scale it from zero; 0: requests wait, but no accelerator its model runs on has room in the inventory."""
+    message: str
+    """The sentence its condition gives."""
 
 
 def variants_to_wake(
@@ -26,36 +39,73 @@ def variants_to_wake(
     inputs: CycleInputs,
     targets: Mapping[tuple[str, str], int],
     failed: Iterable[tuple[str, str]],
-) -> dict[tuple[str, str], str]:
-    """The variants to scale to one replica this cycle, each with the sentence its condition gives.
+) -> dict[tuple[str, str], Wake]:
+    """The variants to scale to one replica this cycle (at most one per model), or, where no accelerator is free,
+    the variant that says why its model stays at zero.
 
     Args:
         specs: The cycle's readable variants (a scale target that exists).
-        inputs: The cycle's inputs: current replicas, accelerator costs, and ``gateway_waiting``.
-        targets: The model-based targets this cycle (a model the plan already scales up needs no wake).
+        inputs: The cycle's inputs: current replicas, accelerator costs and inventory, and ``gateway_waiting``.
+        targets: The model-based targets this cycle (a model the plan already scales up needs no wake; the
+            inventory they take is not free).
         failed: Variant keys the model-based plan reported invalid or infeasible (never woken).
 
     Returns:
-        Per variant key, the condition's message; at most one variant per model.
+        Per variant key, what to do and the condition's message.
     """
+    specs = list(specs)
     by_model: dict[tuple[str, str], list[VariantSpec]] = defaultdict(list)
     for spec in specs:
         by_model[spec.model_key].append(spec)
     excluded = set(failed)
-    woken: dict[tuple[str, str], str] = {}
+    free = _free_accelerators(specs, inputs, targets)
+    woken: dict[tuple[str, str], Wake] = {}
     for model_key, members in sorted(by_model.items()):
         waiting = inputs.gateway_waiting.get(model_key, 0.0)
         if waiting <= 0 or any(_replicas(spec, inputs) or targets.get(spec.key, 0) for spec in members):
             continue
-        able = [spec for spec in members if spec.key not in excluded]
+        able = sorted(
+            (spec for spec in members if spec.key not in excluded),
+            key=lambda s: (replica_cost(s, inputs.accelerator_costs), s.name),
+        )
         if not able:
             continue
-        chosen = min(able, key=lambda s: (replica_cost(s, inputs.accelerator_costs), s.name))
-        woken[chosen.key] = (
-            f"Scale from zero: {waiting:g} request(s) wait at the gateway for {chosen.model_id} and none of its "
-            f"variants has a replica; the cheapest ({chosen.name}) gets one"
-        )
+        fitting = [spec for spec in able if free is None or free[spec.accelerator or ""] >= spec.accelerator_count]
+        queued = f"{waiting:g} request(s) wait at the gateway for {model_key[1]} and none of its variants has a replica"
+        if not fitting:
+            woken[able[0].key] = Wake(0, f"{queued}, but no accelerator it runs on has room in the inventory")
+            continue
+        chosen = fitting[0]
+        if free is not None:
+            free[chosen.accelerator or ""] -= chosen.accelerator_count
+        woken[chosen.key] = Wake(1, f"Scale from zero: {queued}; the cheapest with room ({chosen.name}) gets one")
     return woken
+
+
+def woken_decision(
+    wake: Wake | None, desired: int, reason: str, message: str, ready: bool
+) -> tuple[int, str, str, bool]:
+    """A variant's (desired, reason, message, ready) with what the gateway's queue asks of it applied."""
+    if wake is None:
+        return desired, reason, message, ready
+    if wake.replicas:
+        return max(desired, wake.replicas), REASON_OPTIMIZATION_SUCCEEDED, wake.message, True
+    return desired, reason, f"{message}; {wake.message}", ready
+
+
+def _free_accelerators(
+    specs: list[VariantSpec], inputs: CycleInputs, targets: Mapping[tuple[str, str], int]
+) -> dict[str, int] | None:
+    """Per accelerator type, the inventory left after every variant's current replicas or this cycle's target,
+    whichever is higher (None: no inventory configured, so there is always room; a type the inventory does not
+    list has none)."""
+    if not inputs.inventory:
+        return None
+    free: dict[str, int] = defaultdict(int, inputs.inventory)
+    for spec in specs:
+        held = max(_replicas(spec, inputs), targets.get(spec.key, 0))
+        free[spec.accelerator or ""] -= held * spec.accelerator_count
+    return free
 
 
 def _replicas(spec: VariantSpec, inputs: CycleInputs) -> int:

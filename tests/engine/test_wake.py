@@ -60,3 +60,23 @@ def test_a_replica_starting_for_waiting_requests_is_not_scaled_back_to_zero() ->
     assert waiting["a100"].desired == 1
     quiet = plan({"a100": 1, "h100": 0}, loads=idle)
     assert quiet["a100"].desired == 0 and "Scale to zero" in quiet["a100"].message
+
+
+def test_the_cheapest_variant_with_room_in_the_inventory_is_woken() -> None:
+    """The A100s are all taken by another model's replicas: the H100 variant wakes instead (a replica that could not
+    be placed would leave the requests waiting)."""
+    other = va("other", annotations=ZERO)
+    other["spec"]["modelID"] = "other/model"
+    variants = [va("a100", annotations=ZERO), va("h100", "H100", annotations=ZERO), other]
+    decisions = plan({"a100": 0, "h100": 0, "other": 2}, WAITING, variants=variants, inventory={"A100": 2, "H100": 1})
+    assert decisions["a100"].desired == 0 and decisions["h100"].desired == 1
+    assert "the cheapest with room (h100) gets one" in decisions["h100"].message
+
+
+def test_with_no_accelerator_free_nothing_is_woken_and_the_condition_says_why() -> None:
+    decisions = plan({"a100": 0, "h100": 0}, WAITING, inventory={"A100": 0, "H100": 0})
+    assert decisions["a100"].desired == 0 and decisions["h100"].desired == 0
+    assert decisions["a100"].message.endswith(
+        "7 request(s) wait at the gateway for meta/llama-3.1-8b and none of its variants has a replica, but no"
+        " accelerator it runs on has room in the inventory"
+    )
