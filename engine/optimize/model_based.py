@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 
 from engine.allocation import Allocation, AllocationProblem, ModelDemand, VariantOption, solve
 from engine.optimize.config import ConfigError
-from engine.optimize.spec import CycleInputs, ModelLoad, SpecError, VariantSpec
+from engine.optimize.spec import CycleInputs, ModelLoad, SpecError, VariantSpec, free_accelerators
 from engine.perf.load_peak import planning_rate
 from engine.perf.prompt_split import (
     ANNOTATION_PROMPT_SPLIT,
@@ -398,7 +398,9 @@ def _shortage_allocation(
     caps = {m: common for m in models}
     # Each model's configured percentile (its highest across variants; 0 = the mean request).
     configured = {m: max((s.ttft_percentile or 0.0) for s in specs if s.model_key == m) for m in models}
-    spare = _spare_accelerators(specs, inputs, solved(caps))
+    # Raising a model's percentile costs a few MILP solves: only models with an accelerator that has room are worth them.
+    plan = solved(caps)
+    spare = free_accelerators(specs, inputs.inventory, lambda spec: plan.replicas.get(_qualified(spec.key), 0))
     for model in models:
         if configured[model] <= caps[model]:
             continue
@@ -409,28 +411,6 @@ def _shortage_allocation(
         elif common >= 50.0:
             caps[model] = refine_cap(common, configured[model], fits_raised(model))
     return solved(caps), {m: c for m, c in caps.items() if c < configured[m]}
-
-
-def _spare_accelerators(
-    specs: list[VariantSpec], inputs: CycleInputs, plan: Allocation
-) -> Callable[[VariantSpec], bool]:
-    """Whether the plan leaves room in the inventory for one more replica of a variant (always, without inventory).
-
-    Why: raising a model's percentile costs a few MILP solves; on a large cluster only the models that
-    can run on an accelerator with room left are worth them.
-    """
-    if not inputs.inventory:
-        return lambda spec: True
-    used: dict[str, int] = defaultdict(int)
-    for spec in specs:
-        used[spec.accelerator or ""] += plan.replicas.get(_qualified(spec.key), 0) * spec.accelerator_count
-    inventory = inputs.inventory
-
-    def has_room(spec: VariantSpec) -> bool:
-        accelerator = spec.accelerator or ""
-        return accelerator in inventory and inventory[accelerator] - used[accelerator] >= spec.accelerator_count
-
-    return has_room
 
 
 def _models_by_priority(specs: list[VariantSpec], inputs: CycleInputs) -> list[tuple[str, str]]:

@@ -18,7 +18,7 @@ say (a profile whose decode parameters are both 0 or not numbers, max below min,
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Final
@@ -354,6 +354,28 @@ def clamp(value: int, spec: VariantSpec) -> int:
     """Clamp a replica count to the variant's [min, max]."""
     value = max(value, spec.min_replicas)
     return min(value, spec.max_replicas) if spec.max_replicas is not None else value
+
+
+def free_accelerators(
+    specs: Iterable[VariantSpec], inventory: Mapping[str, int] | None, replicas: Callable[[VariantSpec], int]
+) -> Callable[[VariantSpec], bool]:
+    """Whether the inventory has room for one more replica of a variant once every variant holds ``replicas(spec)``
+    (always, without an inventory; never on an accelerator type the inventory does not list).
+
+    The shortage ladder asks it of a plan, scale from zero of the cycle's targets: one reading of the inventory.
+    """
+    if not inventory:
+        return lambda spec: True
+    used: dict[str, int] = {}
+    for spec in specs:
+        accelerator = spec.accelerator or ""
+        used[accelerator] = used.get(accelerator, 0) + replicas(spec) * spec.accelerator_count
+
+    def has_room(spec: VariantSpec) -> bool:
+        accelerator = spec.accelerator or ""
+        return accelerator in inventory and inventory[accelerator] - used.get(accelerator, 0) >= spec.accelerator_count
+
+    return has_room
 
 
 def replica_cost(spec: VariantSpec, accelerator_costs: Mapping[str, AcceleratorCost]) -> float:

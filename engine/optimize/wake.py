@@ -18,7 +18,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from engine.optimize.spec import CycleInputs, VariantSpec, replica_cost
+from engine.optimize.spec import CycleInputs, VariantSpec, free_accelerators, replica_cost
 from engine.perf.saturation import REASON_OPTIMIZATION_SUCCEEDED
 
 __all__ = ["Wake", "variants_to_wake", "woken_decision"]
@@ -58,7 +58,7 @@ def variants_to_wake(
     for spec in specs:
         by_model[spec.model_key].append(spec)
     excluded = set(failed)
-    free = _free_accelerators(specs, inputs, targets)
+    added: dict[tuple[str, str], int] = {}  # replicas woken this cycle: they take inventory too
     woken: dict[tuple[str, str], Wake] = {}
     for model_key, members in sorted(by_model.items()):
         waiting = inputs.gateway_waiting.get(model_key, 0.0)
@@ -70,14 +70,15 @@ def variants_to_wake(
         )
         if not able:
             continue
-        fitting = [spec for spec in able if free is None or free[spec.accelerator or ""] >= spec.accelerator_count]
+        has_room = free_accelerators(
+            specs, inputs.inventory, lambda s: max(_replicas(s, inputs), targets.get(s.key, 0)) + added.get(s.key, 0)
+        )
+        chosen = next((spec for spec in able if has_room(spec)), None)
         queued = f"{waiting:g} request(s) wait at the gateway for {model_key[1]} and none of its variants has a replica"
-        if not fitting:
+        if chosen is None:
             woken[able[0].key] = Wake(0, f"{queued}, but no accelerator it runs on has room in the inventory")
             continue
-        chosen = fitting[0]
-        if free is not None:
-            free[chosen.accelerator or ""] -= chosen.accelerator_count
+        added[chosen.key] = 1
         woken[chosen.key] = Wake(1, f"Scale from zero: {queued}; the cheapest with room ({chosen.name}) gets one")
     return woken
 
@@ -91,21 +92,6 @@ def woken_decision(
     if wake.replicas:
         return max(desired, wake.replicas), REASON_OPTIMIZATION_SUCCEEDED, wake.message, True
     return desired, reason, f"{message}; {wake.message}", ready
-
-
-def _free_accelerators(
-    specs: list[VariantSpec], inputs: CycleInputs, targets: Mapping[tuple[str, str], int]
-) -> dict[str, int] | None:
-    """Per accelerator type, the inventory left after every variant's current replicas or this cycle's target,
-    whichever is higher (None: no inventory configured, so there is always room; a type the inventory does not
-    list has none)."""
-    if not inputs.inventory:
-        return None
-    free: dict[str, int] = defaultdict(int, inputs.inventory)
-    for spec in specs:
-        held = max(_replicas(spec, inputs), targets.get(spec.key, 0))
-        free[spec.accelerator or ""] -= held * spec.accelerator_count
-    return free
 
 
 def _replicas(spec: VariantSpec, inputs: CycleInputs) -> int:
