@@ -322,7 +322,7 @@ def model_based_targets(specs: list[VariantSpec], inputs: CycleInputs) -> ModelB
     )
     allocation = solve(problem)
     if any(option.max_rate is not None for option in options):
-        allocation, caps = _shortage_allocation(specs, inputs, problem, allocation)
+        allocation, caps, held = _shortage_allocation(specs, inputs, problem, allocation)
         result.caps = caps
         for model_key, cap in caps.items():
             result.notes[model_key] = (
@@ -330,9 +330,7 @@ def model_based_targets(specs: list[VariantSpec], inputs: CycleInputs) -> ModelB
                 "cannot hold the configured TTFT percentile"
             )
         if caps:  # which variants are held depends on the percentile they were sized for
-            capped = ModelBasedTargets()
-            _model_based_candidates(specs, inputs, capped, caps)
-            result.held = capped.held
+            result.held = held
     result.status, result.gap, result.stage_gaps = allocation.status, allocation.gap, dict(allocation.stage_gaps)
     by_name = {_qualified(spec.key): spec for spec in specs}
     for name, replicas in allocation.replicas.items():
@@ -349,7 +347,7 @@ def model_based_targets(specs: list[VariantSpec], inputs: CycleInputs) -> ModelB
 
 def _shortage_allocation(
     specs: list[VariantSpec], inputs: CycleInputs, problem: AllocationProblem, allocation: Allocation
-) -> tuple[Allocation, dict[tuple[str, str], float]]:
+) -> tuple[Allocation, dict[tuple[str, str], float], dict[tuple[str, str], str]]:
     """When the tail-sized plan leaves load unserved: the plan for the highest percentile caps the inventory holds.
 
     1. One cap for every model: the coarse ladder (:data:`engine.perf.tail_sizing.SHORTAGE_PERCENTILES`)
@@ -362,21 +360,27 @@ def _shortage_allocation(
        capped every model, and llama left an idle H100 while its requests missed the target because
        granite had run out of A100s.  A raise never takes capacity another model needs at its cap (the
        plan must still serve every model).
-    Returns the allocation and the caps (percent; 0 = the mean request) of the models that got one.
+    Returns the allocation, the caps (percent; 0 = the mean request) of the models that got one, and the variants
+    held at their minimum under the caps it chose (``ModelBasedTargets.held``).
     """
     percentiles = [spec.ttft_percentile for spec in specs]
     uniform = shortage_caps(allocation.total_unserved_rps, percentiles)
     if not uniform:
-        return allocation, {}
+        return allocation, {}, {}
     models = _models_by_priority(specs, inputs)
-    plans: dict[tuple[tuple[tuple[str, str], float], ...], Allocation] = {}
+    plans: dict[tuple[tuple[tuple[str, str], float], ...], tuple[Allocation, ModelBasedTargets]] = {}
 
-    def solved(caps: Mapping[tuple[str, str], float]) -> Allocation:
+    def sized(caps: Mapping[tuple[str, str], float]) -> tuple[Allocation, ModelBasedTargets]:
+        """The plan at these caps, and what sizing said of the variants (which are held)."""
         key = tuple(sorted(caps.items()))
         if key not in plans:
-            demands, options = _model_based_candidates(specs, inputs, ModelBasedTargets(), caps)
-            plans[key] = solve(dataclasses.replace(problem, models=demands, variants=options))
+            targets = ModelBasedTargets()
+            demands, options = _model_based_candidates(specs, inputs, targets, caps)
+            plans[key] = solve(dataclasses.replace(problem, models=demands, variants=options)), targets
         return plans[key]
+
+    def solved(caps: Mapping[tuple[str, str], float]) -> Allocation:
+        return sized(caps)[0]
 
     def fits(caps: Mapping[tuple[str, str], float]) -> bool:
         return solved(caps).total_unserved_rps <= 1e-9
@@ -394,7 +398,8 @@ def _shortage_allocation(
         too_high = cap
     if common is None:  # even the mean leaves load unserved: the inventory is short whatever the sizing
         caps = {m: uniform[-1] for m in models}
-        return solved(caps), caps
+        final, targets = sized(caps)
+        return final, caps, targets.held
     caps = {m: common for m in models}
     # Each model's configured percentile (its highest across variants; 0 = the mean request).
     configured = {m: max((s.ttft_percentile or 0.0) for s in specs if s.model_key == m) for m in models}
@@ -410,7 +415,8 @@ def _shortage_allocation(
             caps[model] = configured[model]
         elif common >= 50.0:
             caps[model] = refine_cap(common, configured[model], fits_raised(model))
-    return solved(caps), {m: c for m, c in caps.items() if c < configured[m]}
+    final, targets = sized(caps)
+    return final, {m: c for m, c in caps.items() if c < configured[m]}, targets.held
 
 
 def _models_by_priority(specs: list[VariantSpec], inputs: CycleInputs) -> list[tuple[str, str]]:
