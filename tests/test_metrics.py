@@ -840,11 +840,12 @@ def test_kv_cache_falls_back_to_the_pre_0_10_gauge_name(loaded: FakeVllmExporter
 
 
 def test_requests_waiting_at_the_gateway_are_read_per_model_for_models_without_replicas(
-    loaded: FakeVllmExporter, metrics: PrometheusMetrics
+    loaded: FakeVllmExporter, metrics: PrometheusMetrics, prometheus: PrometheusProcess
 ) -> None:
     """The inference scheduler's flow-control queue, by target_model_name, summed over its priority series: a model
     with no replica (no vLLM series at all) still shows its waiting requests; the deprecated gauge is read for a
-    model the current one does not report, and never added to it (both are exported during the rename)."""
+    model the current one does not report, and never added to it (both are exported during the rename). A queue
+    that is not a finite count (NaN, Inf, negative) is left out."""
     zero = ModelKey("mt/zero", "mt-a")
     legacy = ModelKey("mt/legacy-queue", "mt-a")
     pool = {"namespace": "mt-a", "inference_pool": "pool"}
@@ -855,12 +856,19 @@ def test_requests_waiting_at_the_gateway_are_read_per_model_for_models_without_r
         ("inference_extension_flow_control_queue_size", {**pool, "target_model_name": legacy.model_id}, 4.0),
         ("llm_d_epp_flow_control_queue_size", {**pool, "target_model_name": LLAMA.model_id}, 0.0),
         ("llm_d_epp_flow_control_queue_size", {**pool, "target_model_name": GHOST.model_id}, 9.0),  # not asked for
+        ("llm_d_epp_flow_control_queue_size", {**pool, "target_model_name": "mt/nan"}, math.nan),
+        ("llm_d_epp_flow_control_queue_size", {**pool, "target_model_name": "mt/inf"}, math.inf),
+        ("llm_d_epp_flow_control_queue_size", {**pool, "target_model_name": "mt/negative"}, -3.0),
     ]
+    broken = [ModelKey(name, "mt-a") for name in ("mt/nan", "mt/inf", "mt/negative")]
     for name, labels, value in gauges:
         loaded.set_gauge(name, labels, value)
     try:
-        snapshot = _collect_until(metrics, [zero, legacy, LLAMA], lambda s: len(s.gateway_waiting) == 3)
-        assert snapshot.gateway_waiting == {zero: 5.0, legacy: 4.0, LLAMA: 0.0}
+        # Every gauge scraped (the broken ones too) before the client reads them.
+        scraped = 'count(llm_d_epp_flow_control_queue_size{namespace="mt-a"})'
+        prometheus.wait_for(scraped, lambda r: bool(r) and float(r[0]["value"][1]) == 7, timeout=30)
+        snapshot = _collect_until(metrics, [zero, legacy, LLAMA, *broken], lambda s: len(s.gateway_waiting) >= 3)
+        assert snapshot.gateway_waiting == {zero: 5.0, legacy: 4.0, LLAMA: 0.0}  # no NaN, Inf or negative count
         assert zero not in snapshot.loads and any("mt/zero" in line for line in snapshot.missing)
         assert LLAMA in snapshot.loads
     finally:

@@ -234,7 +234,11 @@ class PrometheusMetrics(MetricsSource):
             )
             pods = self._assemble_pods(keys, pod_rows, now, missing)
             waiting = load_rows["gateway"]
-            gateway = {key: waiting[labels] for key in keys if (labels := (key.model_id, key.namespace)) in waiting}
+            gateway = {  # a queue length that is not a finite count (NaN, Inf, negative) says nothing
+                key: count
+                for key in keys
+                if math.isfinite(count := waiting.get((key.model_id, key.namespace), math.nan)) and count >= 0
+            }
         instances: dict[InstanceKey, dict[str, float]] = {}
         if names and instance_ns:
             selector = f"namespace=~{quote(regex_union(instance_ns))}"
