@@ -56,7 +56,7 @@ HELP: dict[str, str] = {
     "modelplane_slo_attainment": "Share of a model's requests within its TTFT and ITL targets over its SLO window (absent while unknown)",
     "modelplane_slo_attainment_target": "Share of a model's requests that must meet its latency targets (the SLO's attainment target)",
     "modelplane_slo_error_budget_remaining": "1 - (1 - attained) / (1 - target) over the SLO window; negative once the misses exceed the allowance",
-    "modelplane_slo_burn_rate": "(1 - attained over the last 5 minutes) / (1 - target): 1 spends the error budget exactly at the target's pace",
+    "modelplane_slo_burn_rate": "(1 - attained over the last 2 minutes) / (1 - target): 1 spends the error budget exactly at the target's pace",
     "modelplane_cache_fills": "Cache fills of the last warm-caches run by outcome (filled, started, failed)",
     "modelplane_cache_bytes": "Capacity in bytes of each model cache's volume seen by the last warm-caches run",
 }

@@ -29,7 +29,7 @@ What is measured (the WVA conventions, vLLM metric names):
   ``inference_extension_flow_control_queue_size``; part of :func:`load_query`.
 - SLO attainment (:mod:`engine.slo.measure`), :func:`latency_query`: the bucket increases of the TTFT histogram
   and of each ITL histogram vLLM may export, ``sum by (model_name, namespace, le) (increase(..._bucket[W]))``, over
-  the SLO's evaluation window ``W`` and over the recent 5 minutes, with the increases of each histogram's ``_sum``
+  the SLO's evaluation window ``W`` and over the recent 2 minutes, with the increases of each histogram's ``_sum``
   (where inside a coarse bucket the observations sit), in one query per distinct window.
 """
 

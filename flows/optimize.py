@@ -6,7 +6,7 @@ cluster's writer lock (:func:`flows.one_writer.writer_lock`: a Lease, a lock fil
 1. read the cluster: one LIST per kind, the WVA ConfigMaps of the Modelplane namespace;
 2. read the current replicas of every scale target;
 3. collect metrics (Prometheus, or a metrics file for local/CI runs) and each binding's targets and instances,
-   with each model's latency histograms over its SLO window and the last five minutes (SLO attainment);
+   with each model's latency histograms over its SLO window and the last two minutes (SLO attainment);
 4. plan, one pure call (:func:`engine.optimize.plan.plan_cycle`): model-based MILP allocation, saturation
    analysis, hybrid arbitration, safety rules; Kthena recommendations with behaviour correction for bindings;
 5. publish (when a Pushgateway is configured): WVA's ``wva_desired_replicas`` family and Modelplane's

@@ -424,7 +424,7 @@ def test_latency_histograms_over_the_window_and_the_recent_range(
     )
     assert len(sent) == 2 + 2  # loads, pods, and one latency query per distinct window (1h, 30m)
     bodies = [urllib.parse.unquote_plus(str(r.body)) for r in sent[2:]]
-    assert any("increase(vllm:time_to_first_token_seconds_bucket{" in b and "[1h]" in b and "[5m]" in b for b in bodies)
+    assert any("increase(vllm:time_to_first_token_seconds_bucket{" in b and "[1h]" in b and "[2m]" in b for b in bodies)
     assert any("[30m]" in b for b in bodies)
     assert all("increase(vllm:time_to_first_token_seconds_sum{" in b for b in bodies)
 

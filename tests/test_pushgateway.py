@@ -93,7 +93,7 @@ def test_optimize_pushes_each_models_slo_attainment_target_budget_and_burn_rate(
     assert metrics.value("modelplane_slo_attainment", **llama) == 0.95
     assert metrics.value("modelplane_slo_attainment_target", **llama) == 0.9
     assert metrics.value("modelplane_slo_error_budget_remaining", **llama) == pytest.approx(0.5)
-    assert metrics.value("modelplane_slo_burn_rate", **llama) == pytest.approx(2.0)  # 80 % over the last 5 minutes
+    assert metrics.value("modelplane_slo_burn_rate", **llama) == pytest.approx(2.0)  # 80 % over the last 2 minutes
     # Unknown attainment: the target is published, no attainment, budget or burn rate (never a made-up 0).
     assert metrics.value("modelplane_slo_attainment_target", **granite) == 0.9
     assert metrics.value("modelplane_slo_attainment", **granite) is None

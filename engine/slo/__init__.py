@@ -7,7 +7,7 @@ this package adds the rest:
 * :mod:`~engine.slo.target` -- the attainment target and its evaluation window per model (annotations
   ``modelplane.io/slo-attainment`` and ``modelplane.io/slo-window``, the service class's ``slo-attainment``);
 * :mod:`~engine.slo.measure` -- the attainment measured from vLLM's latency histograms (bucket increases
-  over the window and over the last five minutes), the error budget and the burn rate.
+  over the window and over the last two minutes), the error budget and the burn rate.
 
 Pure: no I/O, no clock.
 """

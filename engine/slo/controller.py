@@ -102,9 +102,6 @@ class ControllerSettings:
 
 DEFAULT_SETTINGS = ControllerSettings()
 
-RECENT_INTERVALS = 5
-"""The recent range the loop reads, in control intervals (5 minutes at the 60 s default)."""
-
 
 @dataclass(frozen=True)
 class AttainmentSample:

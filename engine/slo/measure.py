@@ -37,8 +37,13 @@ from dataclasses import dataclass
 
 from engine.slo.target import AttainmentTarget
 
-RECENT_WINDOW_S = 300.0
-"""The short recent range read beside the evaluation window (burn rate, and the controller's fast signal)."""
+RECENT_WINDOW_S = 120.0
+"""The short recent range read beside the evaluation window (burn rate, and the attainment loop's fast signal).
+
+Two minutes: the loop (:mod:`engine.slo.controller`) acts on what this range measured, so its length is the lag
+between a change of attainment and the loop seeing all of it. Chosen on the tuning traces against 3 and 5 minutes
+(docs/benchmarks.md, "Attainment tracking"): over 5 minutes the surplus of the minutes before a ramp kept the
+loop lowering the percentile for minutes into the ramp, while the last minutes already missed."""
 
 TTFT_HISTOGRAM = "vllm:time_to_first_token_seconds"
 REQUEST_ITL_HISTOGRAM = "vllm:request_time_per_output_token_seconds"

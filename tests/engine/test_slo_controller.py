@@ -9,12 +9,12 @@ import pytest
 
 from engine.slo.controller import (
     DEFAULT_SETTINGS,
-    RECENT_INTERVALS,
     AttainmentSample,
     ControllerSettings,
     feed_forward_percentile,
     step,
 )
+from engine.slo.measure import RECENT_WINDOW_S
 
 
 def replay_plant(
@@ -28,7 +28,7 @@ def replay_plant(
     """
     percentile = None
     applied: deque[float] = deque([feed_forward_percentile(target)] * dead_time, maxlen=dead_time)
-    recent: deque[float] = deque(maxlen=RECENT_INTERVALS)
+    recent: deque[float] = deque(maxlen=int(RECENT_WINDOW_S // 60.0))  # the recent range, in 60 s cycles
     window: list[float] = []
     history = []
     for _ in range(cycles):

@@ -24,7 +24,7 @@ Metrics file format (YAML; ``models``, ``instances`` and ``collectedAt`` may eac
             itl: {0.025: 1130, 0.05: 1190, +Inf: 1200}
             ttftSum: 228.5                # optional: the histograms' _sum increases (seconds): they shape
             itlSum: 24.1                  #   a target that falls inside a bucket
-          recent:                         # over the last 5 minutes
+          recent:                         # over the last 2 minutes
             ttft: {0.25: 80, 0.5: 96, +Inf: 100}
             itl: {0.025: 97, +Inf: 100}
     instances:                            # Kthena policy metrics per pod

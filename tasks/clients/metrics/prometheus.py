@@ -14,7 +14,7 @@ namespaces and evaluated at the same instant; this module runs them and assemble
 - per pod: KV-cache usage (0..1) and requests waiting as :class:`~tasks.clients.metrics.snapshot.PodMetrics`.
 - instance metrics (Kthena AutoscalingPolicy ``spec.metrics``): any metric name, summed per pod.
 - latency histograms (SLO attainment): with ``latency_windows``, the TTFT and ITL bucket increases of those
-  models over their window and over the recent 5 minutes, one more query per distinct window, as
+  models over their window and over the recent 2 minutes, one more query per distinct window, as
   ``snapshot.latency``; a model without them is in ``snapshot.latency_missing`` with the reason.
 
 The Prometheus contract (what the scrape configuration must deliver): every vLLM series carries
