@@ -119,15 +119,14 @@ def held_at_caps(
         loop = steps.get(model)
         if loop is None or loop.previous is None or loop.percentile <= loop.previous:
             continue
-        measured = loop.message.partition(": ")[2]
         held[model] = dataclasses.replace(
             loop,
             percentile=loop.previous,
             changed=False,
-            message=(
-                f"sizing percentile held at p{loop.previous:.1f}: the accelerator inventory and the variants' "
-                f"max-replicas hold the model at {describe_cap(cap)}, so raising it would change nothing now and "
-                f"overshoot when the shortage ends; {measured}"
+            action=f"sizing percentile held at p{loop.previous:.1f}",
+            evidence=(
+                f"the accelerator inventory and the variants' max-replicas hold the model at {describe_cap(cap)}, so "
+                f"raising it would change nothing now and overshoot when the shortage ends; {loop.evidence}"
             ),
         )
     return held

@@ -122,7 +122,10 @@ class ControllerStep:
 
     percentile: float
     changed: bool
-    message: str
+    action: str
+    """What the loop did, in words (``sizing percentile raised p80.0 -> p82.1``)."""
+    evidence: str
+    """Why: what was measured and against what, or why nothing could be."""
     hold_s: float | None = None
     """How far back the recent peak the model is sized for reaches (None: the plan's start-up window)."""
     load_factor: float = 1.0
@@ -130,6 +133,11 @@ class ControllerStep:
     and the model still attains more than its target."""
     previous: float | None = None
     """The percentile the step started from (last cycle's, or the feed-forward start)."""
+
+    @property
+    def message(self) -> str:
+        """The sentence for the model's condition: what the loop did, and why."""
+        return f"{self.action}: {self.evidence}"
 
 
 def feed_forward_percentile(target: float, settings: ControllerSettings = DEFAULT_SETTINGS) -> float:
@@ -216,7 +224,7 @@ def step(
         f"; peak hold restarted at {_duration(restarted_at)}: a minute without requests in the last "
         f"{_duration(restarted_at)} (intermittent traffic)"
     )
-    return dataclasses.replace(moved, changed=True, message=moved.message + restarted)
+    return dataclasses.replace(moved, changed=True, evidence=moved.evidence + restarted)
 
 
 def _restarted_hold(hold_s: float | None, hold_range_s: tuple[float, float] | None, intermittent: bool) -> float | None:
@@ -256,7 +264,7 @@ def _step(
     held = f"sizing percentile held at p{previous:.1f}{_held_for(hold)}{_factor_note(factor)}"
 
     def unchanged(why: str) -> ControllerStep:
-        return ControllerStep(previous, False, f"{held}: {why}", hold, factor)
+        return ControllerStep(previous, False, held, why, hold, factor)
 
     if sample is None or sample.recent is None or not math.isfinite(sample.recent) or sample.recent_requests <= 0:
         why = (
@@ -264,7 +272,7 @@ def _step(
         )
         # Nothing learnt: a hold the loop has not chosen yet stays unchosen (the plan's start-up window).
         kept = hold if hold_s is not None else None
-        return ControllerStep(previous, False, f"{held}: attainment {why}", kept, factor)
+        return ControllerStep(previous, False, held, f"attainment {why}", kept, factor)
     setpoint = _setpoint(target, sample, settings)
     reachable = ""
     if ceiling is not None and math.isfinite(ceiling) and setpoint > ceiling - settings.ceiling_margin:
@@ -287,8 +295,8 @@ def _step(
         return ControllerStep(
             previous,
             True,
-            f"peak hold lengthened {_duration(hold)} -> {_duration(longer)}: {measured} while replicas started, "
-            f"{against}",
+            f"peak hold lengthened {_duration(hold)} -> {_duration(longer)}",
+            f"{measured} while replicas started, {against}",
             longer,
             factor,
         )
@@ -301,7 +309,8 @@ def _step(
         return ControllerStep(
             previous,
             True,
-            f"peak hold shortened {_duration(hold)} -> {_duration(shorter)}: {measured} {against}",
+            f"peak hold shortened {_duration(hold)} -> {_duration(shorter)}",
+            f"{measured} {against}",
             shorter,
             factor,
         )
@@ -312,7 +321,8 @@ def _step(
         return ControllerStep(
             previous,
             abs(moved - factor) > 1e-9,
-            f"load factor {direction} {factor:.2f} -> {moved:.2f}{bound} at p{previous:.1f}: {measured} {against}",
+            f"load factor {direction} {factor:.2f} -> {moved:.2f}{bound} at p{previous:.1f}",
+            f"{measured} {against}",
             hold,
             moved,
         )
@@ -323,7 +333,8 @@ def _step(
     return ControllerStep(
         new,
         abs(new - previous) > 1e-9,
-        f"sizing percentile {direction} p{previous:.1f} -> p{new:.1f}{bound}: {measured} {against}",
+        f"sizing percentile {direction} p{previous:.1f} -> p{new:.1f}{bound}",
+        f"{measured} {against}",
         hold,
         factor,
     )
