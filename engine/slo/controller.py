@@ -316,28 +316,21 @@ def _step(
         )
     if (error > 0 and factor < 1.0) or (error < 0 and previous <= settings.min_percentile):
         moved = min(max(factor * math.exp(settings.factor_gain * error * confidence), settings.min_load_factor), 1.0)
-        direction = "raised" if moved > factor else "lowered" if moved < factor else "held"
-        bound = " (at its bound)" if moved in (settings.min_load_factor, 1.0) else ""
+        action = _move("load factor", factor, moved, (settings.min_load_factor, 1.0), "{:.2f}")
         return ControllerStep(
-            previous,
-            abs(moved - factor) > 1e-9,
-            f"load factor {direction} {factor:.2f} -> {moved:.2f}{bound} at p{previous:.1f}",
-            f"{measured} {against}",
-            hold,
-            moved,
+            previous, abs(moved - factor) > 1e-9, f"{action} at p{previous:.1f}", f"{measured} {against}", hold, moved
         )
     logit = math.log(previous / (100.0 - previous)) + settings.gain * error * confidence
     new = _clamp(100.0 / (1.0 + math.exp(-logit)), settings)
-    direction = "raised" if new > previous else "lowered" if new < previous else "held"
-    bound = " (at its bound)" if new in (settings.min_percentile, settings.max_percentile) else ""
-    return ControllerStep(
-        new,
-        abs(new - previous) > 1e-9,
-        f"sizing percentile {direction} p{previous:.1f} -> p{new:.1f}{bound}",
-        f"{measured} {against}",
-        hold,
-        factor,
-    )
+    action = _move("sizing percentile", previous, new, (settings.min_percentile, settings.max_percentile), "p{:.1f}")
+    return ControllerStep(new, abs(new - previous) > 1e-9, action, f"{measured} {against}", hold, factor)
+
+
+def _move(knob: str, old: float, new: float, bounds: tuple[float, float], shown: str) -> str:
+    """What the loop did to one knob, e.g. ``sizing percentile lowered p80.0 -> p78.1 (at its bound)``."""
+    direction = "raised" if new > old else "lowered" if new < old else "held"
+    bound = " (at its bound)" if new in bounds else ""
+    return f"{knob} {direction} {shown.format(old)} -> {shown.format(new)}{bound}"
 
 
 def _hold(hold_s: float | None, hold_range_s: tuple[float, float] | None) -> float | None:
