@@ -74,10 +74,11 @@ class ControllerSettings:
     hold_gain: float = 10.0
     """Change of the hold's log-length per unit of attainment error (see :func:`step`)."""
     hold_release_s: float = 60.0
-    """The most a surplus shortens the hold by in one cycle (one control interval at the 60 s default): a hold that
-    grew to span the lulls between bursts is given back over as long as those lulls, not in the few quiet cycles
-    inside one (shortened at the hold's gain, a 30-minute hold was back at 3 minutes six cycles after a burst, and
-    the next burst found its capacity gone)."""
+    """On intermittent traffic, the most a surplus shortens the hold by in one cycle (one control interval at the
+    60 s default): a hold that grew to span the lulls between bursts is given back over as long as those lulls, not
+    in the few quiet cycles inside one (shortened at the hold's gain, a 30-minute hold was back at 3 minutes six
+    cycles after a burst, and the next burst found its capacity gone). Traffic without a silent minute has no lull
+    for the hold to span, and gives a surplus's hold back at the hold's gain."""
     ceiling_margin: float = 0.03
     """The setpoint stays this far below the model's attainment ceiling (the share of requests whose prompt any
     of its variants can prefill within the TTFT target at all): a target above it is out of reach at any cost."""
@@ -172,8 +173,8 @@ def step(
       for: no hold would have kept capacity that was never there;
     * a shortfall with the capacity in place is the sizing's: the load factor comes back to 1 first, then the
       percentile rises;
-    * a surplus first shortens the hold back towards the start-up window (by at most ``hold_release_s`` a cycle),
-      then lowers the percentile, and once the percentile is at its floor lowers the load factor: the share of the
+    * a surplus first shortens the hold back towards the start-up window (on intermittent traffic by at most
+      ``hold_release_s`` a cycle), then lowers the percentile, and once the percentile is at its floor lowers the load factor: the share of the
       held peak load the model is sized for (split range: on steady traffic the floor's sizing, WVA's mean request
       at the recent peak, still attains several points above an 80 % target, and whole replicas bought for that
       surplus are the cost);
@@ -216,6 +217,7 @@ def step(
         capped_up,
         at_minimum,
         load_factor,
+        intermittent,
     )
     moved = dataclasses.replace(moved, previous=start)
     if restarted_at is None:
@@ -257,6 +259,7 @@ def _step(
     capped_up: bool,
     at_minimum: bool,
     load_factor: float | None,
+    intermittent: bool,
 ) -> ControllerStep:
     """:func:`step` from the percentile (:func:`_start`) and the hold it starts at (the other arguments as there)."""
     hold = _hold(hold_s, hold_range_s)
@@ -303,9 +306,8 @@ def _step(
     if error < 0 and at_minimum:
         return unchanged(f"{measured}, above {_pct(setpoint)}, every variant at its minimum")
     if error < 0 and hold is not None and hold_range_s is not None and hold > hold_range_s[0]:
-        shorter = max(
-            hold * math.exp(settings.hold_gain * error * confidence), hold - settings.hold_release_s, hold_range_s[0]
-        )
+        release = settings.hold_release_s if intermittent else math.inf
+        shorter = max(hold * math.exp(settings.hold_gain * error * confidence), hold - release, hold_range_s[0])
         return ControllerStep(
             previous,
             True,

@@ -173,24 +173,35 @@ def test_the_load_factor_winds_neither_up_nor_down_against_the_allocation() -> N
         ControllerSettings(min_load_factor=0.0)
 
 
-def test_a_surplus_gives_a_long_hold_back_by_at_most_one_interval_a_cycle() -> None:
-    """A hold grown to 30 minutes to span the lulls between bursts: a large surplus shortens it by one interval
-    (60 s) a cycle, so it is back at the start-up window after 27 cycles, not after a few quiet ones (at the hold's
-    gain alone it would be at 3 minutes after 2); the percentile is left alone meanwhile. A small surplus shortens
-    it less than the limit."""
+def test_a_surplus_gives_a_long_hold_back_by_at_most_one_interval_a_cycle_on_intermittent_traffic() -> None:
+    """A hold grown to 30 minutes to span the lulls between bursts: on intermittent traffic a large surplus shortens
+    it by one interval (60 s) a cycle, so it is back at the start-up window after 27 cycles, not after a few quiet
+    ones; the percentile is left alone meanwhile (and the hold, at its shortest, restarts from the window). A small surplus shortens it less than the limit. Traffic without
+    a silent minute has no lull to span: the same surplus gives the hold back at the hold's gain (at 3 minutes
+    after 2 cycles), then lowers the percentile."""
     surplus = AttainmentSample(0.99, 500.0)
-    hold: float | None = 1800.0
-    holds, percentiles = [], []
-    for _ in range(28):
-        result = step(80.0, 0.80, surplus, hold_s=hold, hold_range_s=(180.0, 3600.0))
-        hold = result.hold_s
-        holds.append(hold)
-        percentiles.append(result.percentile)
+
+    def replay(intermittent: bool) -> tuple[list[float | None], list[float]]:
+        hold: float | None = 1800.0
+        holds, percentiles = [], []
+        for _ in range(28):
+            result = step(80.0, 0.80, surplus, hold_s=hold, hold_range_s=(180.0, 3600.0), intermittent=intermittent)
+            hold = result.hold_s
+            holds.append(hold)
+            percentiles.append(result.percentile)
+        return holds, percentiles
+
+    holds, percentiles = replay(intermittent=True)
     assert holds[:3] == [1740.0, 1680.0, 1620.0]
     assert holds[25] == 240.0 and holds[26] == 180.0
-    assert percentiles[:27] == [80.0] * 27 and percentiles[27] < 80.0
-    small = step(80.0, 0.80, AttainmentSample(0.805, 500.0), hold_s=600.0, hold_range_s=(180.0, 3600.0))
+    assert percentiles == [80.0] * 28 and holds[27] == 3600.0 - 60.0  # at its shortest, it restarts (below)
+    small = step(
+        80.0, 0.80, AttainmentSample(0.805, 500.0), hold_s=600.0, hold_range_s=(180.0, 3600.0), intermittent=True
+    )
     assert small.hold_s is not None and 600.0 - 60.0 < small.hold_s < 600.0
+    steady_holds, steady_percentiles = replay(intermittent=False)
+    assert steady_holds[0] is not None and 180.0 < steady_holds[0] < 1800.0 - 60.0
+    assert steady_holds[1] == 180.0 and steady_percentiles[:2] == [80.0, 80.0] and steady_percentiles[2] < 80.0
 
 
 def test_intermittent_traffic_restarts_a_hold_at_its_shortest_from_the_whole_window() -> None:
