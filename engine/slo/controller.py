@@ -174,10 +174,10 @@ def step(
     * a shortfall with the capacity in place is the sizing's: the load factor comes back to 1 first, then the
       percentile rises;
     * a surplus first shortens the hold back towards the start-up window (on intermittent traffic by at most
-      ``hold_release_s`` a cycle), then lowers the percentile, and once the percentile is at its floor lowers the load factor: the share of the
-      held peak load the model is sized for (split range: on steady traffic the floor's sizing, WVA's mean request
-      at the recent peak, still attains several points above an 80 % target, and whole replicas bought for that
-      surplus are the cost);
+      ``hold_release_s`` a cycle), then lowers the percentile, and once the percentile is at its floor lowers the
+      load factor: the share of the held peak load the model is sized for (split range: on steady traffic the
+      floor's sizing, WVA's mean request at the recent peak, still attains several points above an 80 % target,
+      and whole replicas bought for that surplus are the cost);
     * on intermittent traffic (a minute without requests within the longest look-back), a hold at its shortest
       starts again from the longest: capacity given back in a silence comes back a start-up after the next burst
       began, most of a burst late, so the loop keeps the window's peak until a measured surplus shortens it.

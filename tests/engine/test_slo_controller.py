@@ -176,9 +176,9 @@ def test_the_load_factor_winds_neither_up_nor_down_against_the_allocation() -> N
 def test_a_surplus_gives_a_long_hold_back_by_at_most_one_interval_a_cycle_on_intermittent_traffic() -> None:
     """A hold grown to 30 minutes to span the lulls between bursts: on intermittent traffic a large surplus shortens
     it by one interval (60 s) a cycle, so it is back at the start-up window after 27 cycles, not after a few quiet
-    ones; the percentile is left alone meanwhile (and the hold, at its shortest, restarts from the window). A small surplus shortens it less than the limit. Traffic without
-    a silent minute has no lull to span: the same surplus gives the hold back at the hold's gain (at 3 minutes
-    after 2 cycles), then lowers the percentile."""
+    ones; the percentile is left alone meanwhile (and the hold, at its shortest, restarts from the window). A
+    small surplus shortens it less than the limit. Traffic without a silent minute has no lull to span: the same
+    surplus gives the hold back at the hold's gain (at 3 minutes after 2 cycles), then lowers the percentile."""
     surplus = AttainmentSample(0.99, 500.0)
 
     def replay(intermittent: bool) -> tuple[list[float | None], list[float]]:
