@@ -211,10 +211,12 @@ def _given_back(load: ModelLoad | None, hold_s: float | None) -> bool:
     return held is not None and longest > 1.05 * held
 
 
-def _intermittent(load: ModelLoad | None) -> bool:
-    """Whether the model's traffic stopped for a whole minute within the longest look-back while it had requests."""
+def _intermittent(load: ModelLoad | None) -> bool | None:
+    """Whether the model's traffic stopped for a whole minute within the longest look-back while it had requests;
+    None when the lowest rate or the peaks were not read (the loop then neither restarts its hold nor gives it
+    back faster than on intermittent traffic)."""
     if load is None or load.lowest_rps is None or not load.peaks_rps:
-        return False
+        return None
     return load.lowest_rps <= 0.0 < max(load.peaks_rps.values())
 
 

@@ -77,8 +77,8 @@ class ControllerSettings:
     """On intermittent traffic, the most a surplus shortens the hold by in one cycle (one control interval at the
     60 s default): a hold that grew to span the lulls between bursts is given back over as long as those lulls, not
     in the few quiet cycles inside one (shortened at the hold's gain, a 30-minute hold was back at 3 minutes six
-    cycles after a burst, and the next burst found its capacity gone). Traffic without a silent minute has no lull
-    for the hold to span, and gives a surplus's hold back at the hold's gain."""
+    cycles after a burst, and the next burst found its capacity gone). Traffic known to have had no silent minute
+    has no lull for the hold to span, and gives a surplus's hold back at the hold's gain."""
     ceiling_margin: float = 0.03
     """The setpoint stays this far below the model's attainment ceiling (the share of requests whose prompt any
     of its variants can prefill within the TTFT target at all): a target above it is out of reach at any cost."""
@@ -160,7 +160,7 @@ def step(
     capped_up: bool = False,
     at_minimum: bool = False,
     load_factor: float | None = None,
-    intermittent: bool = False,
+    intermittent: bool | None = None,
 ) -> ControllerStep:
     """One cycle of the loop for one model.
 
@@ -197,7 +197,9 @@ def step(
         capped_up: the allocation could not give the model what it asked for (inventory, ``max-replicas``).
         at_minimum: every variant of the model sits at its ``min-replicas``.
         load_factor: the share of its held peak load the model was sized for last cycle (None or invalid: 1).
-        intermittent: the model's traffic had a minute without requests within the longest hold look-back.
+        intermittent: the model's traffic had a minute without requests within the longest hold look-back (None:
+            not known, e.g. the lowest rate was not read: the hold is not restarted, and a surplus gives it back no
+            faster than on intermittent traffic).
 
     Returns:
         the next percentile and hold, and a message for the model's condition.
@@ -229,10 +231,12 @@ def step(
     return dataclasses.replace(moved, changed=True, evidence=moved.evidence + restarted)
 
 
-def _restarted_hold(hold_s: float | None, hold_range_s: tuple[float, float] | None, intermittent: bool) -> float | None:
+def _restarted_hold(
+    hold_s: float | None, hold_range_s: tuple[float, float] | None, intermittent: bool | None
+) -> float | None:
     """The longest hold, when intermittent traffic finds the hold at its shortest (it starts again from there);
     None otherwise."""
-    if not intermittent or hold_range_s is None or hold_range_s[0] >= hold_range_s[1]:
+    if intermittent is not True or hold_range_s is None or hold_range_s[0] >= hold_range_s[1]:
         return None
     shortest, longest = hold_range_s
     return longest if _hold(hold_s, hold_range_s) == shortest else None
@@ -259,7 +263,7 @@ def _step(
     capped_up: bool,
     at_minimum: bool,
     load_factor: float | None,
-    intermittent: bool,
+    intermittent: bool | None,
 ) -> ControllerStep:
     """:func:`step` from the percentile (:func:`_start`) and the hold it starts at (the other arguments as there)."""
     hold = _hold(hold_s, hold_range_s)
@@ -306,7 +310,7 @@ def _step(
     if error < 0 and at_minimum:
         return unchanged(f"{measured}, above {_pct(setpoint)}, every variant at its minimum")
     if error < 0 and hold is not None and hold_range_s is not None and hold > hold_range_s[0]:
-        release = settings.hold_release_s if intermittent else math.inf
+        release = math.inf if intermittent is False else settings.hold_release_s
         shorter = max(hold * math.exp(settings.hold_gain * error * confidence), hold - release, hold_range_s[0])
         return ControllerStep(
             previous,

@@ -128,6 +128,27 @@ def test_a_silent_minute_in_the_look_back_holds_the_hours_peak() -> None:
     assert (silent.desired or 0) > (busy.desired or 0)
 
 
+def test_a_surplus_gives_a_long_hold_back_at_the_holds_gain_only_on_traffic_known_to_be_steady() -> None:
+    """A 20-minute hold and a large surplus: traffic that had no silent minute (lowest rate 4 req/s) gives the hold
+    back at the hold's gain; a silent minute, or a lowest rate Prometheus did not return, gives it back by one
+    minute (the hold may span the lulls between bursts)."""
+    peaks = {180.0: 20.0, 600.0: 30.0, 3600.0: 45.0}
+    status = {"slo": {"target": 0.9, "window": "1h", "sizingPercentile": 85.0, "peakHold": "20m"}}
+
+    def with_lowest(lowest: float | None) -> ModelLoad:
+        return ModelLoad(
+            20.0, 700, 256, prompt_tokens=PROMPTS, recent_peak_rps=20.0, peaks_rps=peaks, lowest_rps=lowest
+        )
+
+    steady, silent, unread = (
+        cycle(histograms(0.99, 0.99), status=status, loads={(NS, MODEL): with_lowest(lowest)})
+        for lowest in (4.0, 0.0, None)
+    )
+    assert steady.peak_hold_s is not None and steady.peak_hold_s < 1200.0 - 60.0
+    assert silent.peak_hold_s == unread.peak_hold_s == 1200.0 - 60.0
+    assert "restarted" not in (unread.loop_message or "")
+
+
 def test_a_target_above_the_ceiling_is_not_chased() -> None:
     """Half the prompts are too long for the TTFT target on any variant: the setpoint stays below the ceiling."""
     long_prompts = PromptDistribution.from_buckets([(1024.0, 500.0), (65536.0, 600.0), (math.inf, 1000.0)])

@@ -199,6 +199,9 @@ def test_a_surplus_gives_a_long_hold_back_by_at_most_one_interval_a_cycle_on_int
         80.0, 0.80, AttainmentSample(0.805, 500.0), hold_s=600.0, hold_range_s=(180.0, 3600.0), intermittent=True
     )
     assert small.hold_s is not None and 600.0 - 60.0 < small.hold_s < 600.0
+    unknown = step(80.0, 0.80, surplus, hold_s=1800.0, hold_range_s=(180.0, 3600.0))  # not known: as intermittent
+    assert unknown.hold_s == 1740.0 and "restarted" not in unknown.message
+    assert step(80.0, 0.80, surplus, hold_s=180.0, hold_range_s=(180.0, 3600.0)).hold_s == 180.0  # no restart
     steady_holds, steady_percentiles = replay(intermittent=False)
     assert steady_holds[0] is not None and 180.0 < steady_holds[0] < 1800.0 - 60.0
     assert steady_holds[1] == 180.0 and steady_percentiles[:2] == [80.0, 80.0] and steady_percentiles[2] < 80.0
