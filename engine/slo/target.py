@@ -9,9 +9,9 @@ Where it comes from, most specific first:
 
 The evaluation window is the annotation ``modelplane.io/slo-window`` (``90s``, ``30m``, ``1h``, ``7d``; a Go
 duration, or whole days with ``d``), default one hour. Valid ranges: attainment 0.5 <= x <= 0.999 (beyond
-0.999 the histograms of an hour hold too few misses to tell), window 5 minutes to 30 days (a window shorter than a few
-control intervals says nothing the recent range does not; Prometheus retention rarely exceeds a month). A value outside them is
-:class:`TargetError` naming the annotation, which the optimize cycle reports as that resource's
+0.999 the histograms of an hour hold too few misses to tell), window 5 minutes to 30 days (a window shorter than
+a few control intervals says nothing the recent range does not; Prometheus retention rarely exceeds a month). A
+value outside them is :class:`TargetError` naming the annotation, which the optimize cycle reports as that resource's
 ``InvalidConfiguration`` condition (:func:`engine.optimize.spec.parse_variant`).
 
 Pure: no I/O, no clock.
