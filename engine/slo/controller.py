@@ -79,9 +79,10 @@ class ControllerSettings:
     in the few quiet cycles inside one (shortened at the hold's gain, a 30-minute hold was back at 3 minutes six
     cycles after a burst, and the next burst found its capacity gone). Traffic known to have had no silent minute
     has no lull for the hold to span, and gives a surplus's hold back at the hold's gain."""
-    ceiling_margin: float = 0.03
+    ceiling_margin: float = 0.01
     """The setpoint stays this far below the model's attainment ceiling (the share of requests whose prompt any
-    of its variants can prefill within the TTFT target at all): a target above it is out of reach at any cost."""
+    of its variants can prefill within the TTFT target at all): a target above it is out of reach at any cost, and
+    the ceiling itself is an idle replica's, approached only with unbounded capacity."""
     min_load_factor: float = 0.5
     """The lowest share of its held peak load a model is sized for (see :func:`step`, the load factor)."""
     factor_gain: float = 0.3

@@ -114,6 +114,16 @@ def test_the_window_deficit_raises_the_setpoint_within_the_band() -> None:
     assert alone.percentile == pytest.approx(85.0)
 
 
+def test_the_setpoint_stays_a_point_below_the_ceiling() -> None:
+    """16 % of the prompts cannot meet the TTFT target on any variant (ceiling 84 %): a window 5 points short of an
+    80 % target would pay back up to 85 %, but the setpoint stops at 83 %, and the message says why."""
+    short = AttainmentSample(0.80, 300, window=0.75, window_requests=3_000)
+    capped = step(85.0, 0.8, short, ceiling=0.84)
+    assert "setpoint of 83.0 %" in capped.message and "capped below the ceiling 84.0 %" in capped.message
+    assert capped.percentile > 85.0
+    assert "setpoint of 85.0 %" in step(85.0, 0.8, short, ceiling=0.99).message
+
+
 def test_a_small_sample_moves_the_percentile_less() -> None:
     few = step(85.0, 0.9, AttainmentSample(0.80, 5)).percentile
     many = step(85.0, 0.9, AttainmentSample(0.80, 5_000)).percentile
