@@ -1,7 +1,7 @@
 """Benchmark: the attainment loop with the nightly tune, on the bursty traces.
 
     python -m bench.tuned_attainment [--trace /work/shared/data/azure-llm-inference-2023-conv.csv] [--seeds 0 1 2]
-                                     [--workers 2] [--no-write]
+                                     [--workers 2] [--traffic log|prometheus] [--no-write]
 
 The attainment loop alone learns only from misses it has already paid for, and a burst larger than any it has seen
 finds the capacity of the last one (docs/benchmarks.md, "Attainment tracking"). In production the ``tune``
@@ -13,39 +13,61 @@ bursts), the choice is written onto the VariantAutoscalings (:func:`engine.simul
 day of seed ``s`` is replayed with it. Nothing here is chosen by hand: the tune procedure is the shipped one, the
 held-out variants are tuned only on their own previous day, as a cluster's would be.
 
+``--traffic`` says what the tune replays of the previous day: ``log`` (the default), the day's requests as a request
+log gives them; ``prometheus``, the day as the tune flow rebuilds it without a log (:mod:`engine.simulate.rebuild`)
+from what Prometheus keeps of it (:func:`prometheus_view`: requests per minute and the token histograms), with the
+flow's calibration (:func:`engine.simulate.tune.calibrations`): the attainment the cluster measured under the
+settings that ran (the shipped manifests, the attainment loop: the true day replayed with them) against the replay of
+those settings on the rebuilt day.
+
 Static peak's headroom curve on the evaluated day gives the cost static provisioning pays for the same attainment,
-as in ``bench.attainment``. Writes its section of docs/benchmarks.md (between the tuned-attainment markers) and
-prints it.
+as in ``bench.attainment``. Writes its section of docs/benchmarks.md (between the tuned-attainment markers, or the
+tuned-prometheus markers) and prints it.
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import math
 import sys
 import time
 from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor
 from typing import Any
 
+import numpy as np
+
 from bench.attainment import TARGETS, TRACES, replay_cell, scenario_for, static_curves, table, table_row
 from bench.engine import machine, publish_section
 from bench.simulate import DEFAULT_TRACE, WARMUP_S
-from engine.perf.tail_sizing import ANNOTATION_TTFT_PERCENTILE
+from engine.perf.tail_sizing import ANNOTATION_TTFT_PERCENTILE, PromptDistribution
 from engine.simulate.outcome import PolicyOutcome, summarize_outcome
 from engine.simulate.policies import run_policy
-from engine.simulate.scenario import Scenario, with_slo_attainment
+from engine.simulate.rebuild import ModelTraffic, rebuild_trace
+from engine.simulate.records import Trace
+from engine.simulate.scenario import Scenario, build_scenario, with_slo_attainment
 from engine.simulate.tune import (
+    AS_CONFIGURED,
     FLOOR_MARGIN,
+    MAX_CALIBRATION,
+    Calibration,
     Candidate,
+    calibrations,
     candidates,
     choose,
     interpolated_floors,
     with_candidate,
     with_choices,
 )
+from engine.simulate.windows import PROMPT_TOKEN_BUCKETS
 
-START, END = "<!-- tuned-attainment:start -->", "<!-- tuned-attainment:end -->"
+MARKERS = {
+    "log": ("<!-- tuned-attainment:start -->", "<!-- tuned-attainment:end -->"),
+    "prometheus": ("<!-- tuned-prometheus:start -->", "<!-- tuned-prometheus:end -->"),
+}
+TRAFFIC_STEP_S = 60.0
+"""The resolution of the traffic the tune flow rebuilds from Prometheus (flows.tune.TRAFFIC_STEP_S)."""
 PREVIOUS_DAY_SEED = 100
 """The previous day of seed ``s`` is the same traffic variant drawn with seed ``s + PREVIOUS_DAY_SEED``."""
 BURSTY_ROWS = tuple(i for i, (label, _, _) in enumerate(TRACES) if label.startswith("bursty"))
@@ -57,15 +79,51 @@ def day(trace_path: str, row: int, seed: int, target: float) -> Scenario:
     return dataclasses.replace(scenario, description=with_slo_attainment(scenario.description, target))
 
 
+def prometheus_view(trace: Trace) -> dict[str, ModelTraffic]:
+    """What Prometheus keeps of a day's traffic, per model: the requests of each minute (counted at arrival) and the
+    prompt- and output-token histograms at vLLM's buckets (``build_1_2_5_buckets``) with their means."""
+    minutes = int(trace.duration_s // TRAFFIC_STEP_S) + 1
+    found = {}
+    for index, model in enumerate(trace.models):
+        mine = trace.model_index == index
+        counts = np.bincount((trace.arrival_s[mine] // TRAFFIC_STEP_S).astype(int), minlength=minutes)
+        found[model] = ModelTraffic(
+            tuple(float(c) for c in counts),
+            TRAFFIC_STEP_S,
+            _histogram(trace.in_tokens[mine]),
+            _histogram(trace.out_tokens[mine]),
+        )
+    return found
+
+
+def _histogram(lengths: np.ndarray) -> PromptDistribution | None:
+    """The lengths as a vLLM token histogram (cumulative counts at its bounds, +Inf, and the mean)."""
+    if not len(lengths):
+        return None
+    bounds = [*map(float, PROMPT_TOKEN_BUCKETS), math.inf]
+    return PromptDistribution.from_buckets(
+        [(bound, float(np.count_nonzero(lengths <= bound))) for bound in bounds], mean=float(lengths.mean())
+    )
+
+
+def rebuilt(scenario: Scenario) -> Scenario:
+    """The day as the tune flow replays it without a request log: its traffic rebuilt from what Prometheus keeps."""
+    trace = rebuild_trace(prometheus_view(scenario.trace), seed=scenario.config.seed)
+    again = build_scenario(scenario.description, trace, scenario.config)
+    return dataclasses.replace(again, start_from_static=scenario.start_from_static)
+
+
 def uses_target(candidate: Candidate) -> bool:
     """Whether a candidate's replay depends on the target: a pinned percentile turns the loop off."""
     return ANNOTATION_TTFT_PERCENTILE not in candidate.annotations
 
 
-def replay_candidate(job: tuple[str, int, int, float, Candidate]) -> PolicyOutcome:
-    """One tune candidate replayed on a day, as the tune flow's task replays it."""
-    trace_path, row, seed, target, candidate = job
-    scenario = with_candidate(day(trace_path, row, seed, target), candidate)
+def replay_candidate(job: tuple[str, int, int, float, Candidate, str]) -> PolicyOutcome:
+    """One tune candidate replayed on a day (its traffic as ``log`` or ``prometheus`` gives it), as the tune flow's
+    task replays it."""
+    trace_path, row, seed, target, candidate, traffic = job
+    scenario = day(trace_path, row, seed, target)
+    scenario = with_candidate(rebuilt(scenario) if traffic == "prometheus" else scenario, candidate)
     return summarize_outcome("modelplane", scenario, run_policy("modelplane", scenario), warmup_s=WARMUP_S)
 
 
@@ -81,21 +139,28 @@ def replay_tuned(job: tuple[str, int, int, float, list[Any]]) -> dict[str, Any]:
 
 
 def nightly_choices(
-    trace_path: str, rows: Sequence[int], seeds: Sequence[int], pool: ProcessPoolExecutor
+    trace_path: str, rows: Sequence[int], seeds: Sequence[int], pool: ProcessPoolExecutor, traffic: str = "log"
 ) -> dict[tuple[int, int, float], list[Any]]:
-    """Per (row, seed, target): what the tune flow chooses on the previous day's traffic. A candidate whose replay
-    does not depend on the target (a pinned percentile) is replayed once per day."""
-    jobs: dict[tuple[int, int, float | None, str], tuple[str, int, int, float, Candidate]] = {}
+    """Per (row, seed, target): what the tune flow chooses on the previous day's traffic (``traffic``: as a request
+    log or Prometheus gives it; from Prometheus, calibrated as the flow calibrates). A candidate whose replay does
+    not depend on the target (a pinned percentile) is replayed once per day."""
+    jobs: dict[tuple[int, int, float | None, str], tuple[str, int, int, float, Candidate, str]] = {}
+    measured: dict[tuple[int, int, float], tuple[str, int, int, float, Candidate, str]] = {}
     for row in rows:
         for seed in seeds:
             previous = seed + PREVIOUS_DAY_SEED
-            for candidate in candidates(day(trace_path, row, previous, TARGETS[0])):
+            settings = candidates(day(trace_path, row, previous, TARGETS[0]))
+            for candidate in [*settings, AS_CONFIGURED] if traffic == "prometheus" else settings:
                 for target in TARGETS if uses_target(candidate) else (TARGETS[0],):
                     key = (row, seed, target if uses_target(candidate) else None, candidate.name)
-                    jobs[key] = (trace_path, row, previous, target, candidate)
+                    jobs[key] = (trace_path, row, previous, target, candidate, traffic)
+            if traffic == "prometheus":  # what the cluster attained under the settings that ran: the true day's
+                measured.update({(row, seed, t): (trace_path, row, previous, t, AS_CONFIGURED, "log") for t in TARGETS})
     outcomes = dict(zip(jobs, pool.map(replay_candidate, jobs.values())))
+    attained = dict(zip(measured, pool.map(replay_candidate, measured.values())))
     grid: dict[tuple[int, int, float], list[tuple[Candidate, PolicyOutcome]]] = {}
     previous_days: dict[tuple[int, int, float], Scenario] = {}
+    calibration: dict[tuple[int, int, float], dict[str, Calibration]] = {}
     between: list[tuple[tuple[int, int, float], Candidate]] = []
     for row in rows:
         for seed in seeds:
@@ -107,22 +172,41 @@ def nightly_choices(
                     if job_key[:2] == (row, seed) and job_key[2] in (target, None)
                 ]
                 previous_days[key] = day(trace_path, row, seed + PREVIOUS_DAY_SEED, target)
-                between += [(key, candidate) for candidate in interpolated_floors(previous_days[key], grid[key])]
+                calibration[key] = _calibration(grid[key], attained.get(key))
+                between += [
+                    (key, candidate)
+                    for candidate in interpolated_floors(previous_days[key], grid[key], calibration[key])
+                ]
     # The flow's second round: the floors interpolated between the two that bracket a model's target.
     refined = pool.map(
         replay_candidate,
-        [(trace_path, row, seed + PREVIOUS_DAY_SEED, target, candidate) for (row, seed, target), candidate in between],
+        [
+            (trace_path, row, seed + PREVIOUS_DAY_SEED, target, candidate, traffic)
+            for (row, seed, target), candidate in between
+        ],
     )
     for (key, candidate), outcome in zip(between, refined):
         grid[key].append((candidate, outcome))
-    return {key: choose(previous_days[key], replays) for key, replays in grid.items()}
+    return {key: choose(previous_days[key], replays, calibration[key]) for key, replays in grid.items()}
 
 
-def bench(trace_path: str, rows: Sequence[int], seeds: Sequence[int], workers: int) -> list[dict[str, Any]]:
-    """Every bursty trace x seed x target: the day replayed with the previous night's choice, against static peak's
-    curve on that day."""
+def _calibration(
+    replays: list[tuple[Candidate, PolicyOutcome]], measured: PolicyOutcome | None
+) -> dict[str, Calibration]:
+    """The flow's calibration of one day's replays (none without a measurement: a request log's day)."""
+    if measured is None:
+        return {}
+    ran = next(outcome for candidate, outcome in replays if candidate.current)
+    return calibrations(ran, dict(measured.attainment_by_model))
+
+
+def bench(
+    trace_path: str, rows: Sequence[int], seeds: Sequence[int], workers: int, traffic: str = "log"
+) -> list[dict[str, Any]]:
+    """Every bursty trace x seed x target: the day replayed with the previous night's choice (made on ``traffic``),
+    against static peak's curve on that day."""
     with ProcessPoolExecutor(max_workers=workers) as pool:
-        choices = nightly_choices(trace_path, rows, seeds, pool)
+        choices = nightly_choices(trace_path, rows, seeds, pool, traffic)
         jobs = [(trace_path, row, seed, target, chosen) for (row, seed, target), chosen in choices.items()]
         tuned = dict(zip(choices, pool.map(replay_tuned, jobs)))
         static = static_curves(trace_path, rows, seeds, "static", pool)
@@ -139,11 +223,27 @@ def _chosen(cells: Sequence[dict[str, Any]]) -> str:
     return "; ".join(f"{model}: {', '.join(names)}" for model, names in sorted(per_model.items()))
 
 
-def render(rows: list[dict[str, Any]], command: str, seeds: Sequence[int], elapsed_s: float) -> str:
+def render(
+    rows: list[dict[str, Any]], command: str, seeds: Sequence[int], elapsed_s: float, traffic: str = "log"
+) -> str:
     """The section: one row per trace and target, means over the seeds, the worst seed in the verdicts."""
+    start, end = MARKERS[traffic]
+    title = "Attainment tracking with the nightly tune" + (
+        " from Prometheus (bursty traces)" if traffic == "prometheus" else " (bursty traces)"
+    )
+    source = (
+        " The tune replays the previous day as it rebuilds it without a request log: each minute's requests (counted "
+        "at arrival) spread evenly over the minute, their prompt and output lengths drawn from the day's token "
+        "histograms at vLLM's buckets; and it judges each candidate by its replayed attainment less the calibration "
+        "offset: what the replay of the settings that ran (the attainment loop) reached on the rebuilt day, less what "
+        "the cluster attained under them (the true day's replay), per model, within "
+        f"{100 * MAX_CALIBRATION:g} points."
+        if traffic == "prometheus"
+        else ""
+    )
     lines = [
-        START,
-        "## Attainment tracking with the nightly tune (bursty traces)",
+        start,
+        f"## {title}",
         "",
         f"`{command}` ({machine()}; {elapsed_s:.0f} s). deployments/simulation, seeds {', '.join(map(str, seeds))}, "
         "the reactive policies starting from static peak (the CLI default). Each day is replayed with what the tune "
@@ -151,7 +251,7 @@ def render(rows: list[dict[str, Any]], command: str, seeds: Sequence[int], elaps
         "the cheapest of its candidates (the attainment loop, pinned percentiles p70-p95, static-peak floors "
         "x0.6-x2 under the loop, and a floor interpolated between the two that bracket the model's target) that met "
         f"the target there (a floor: within {100 * FLOOR_MARGIN:g} points of it), else the one that came closest. "
-        "Columns as in "
+        f"{source} Columns as in "
         "*Attainment tracking* above; *chosen* lists the distinct choices over the seeds.",
         "",
         "| trace | rows | target | attained | cost | static at equal attainment | ceiling | tracks | tracks per model "
@@ -159,7 +259,7 @@ def render(rows: list[dict[str, Any]], command: str, seeds: Sequence[int], elaps
         "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     lines += [f"{table_row(row)} {_chosen(row['cells'])} |" for row in rows]
-    lines += ["", END, ""]
+    lines += ["", end, ""]
     return "\n".join(lines)
 
 
@@ -168,16 +268,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--trace", default=DEFAULT_TRACE)
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--traffic", choices=sorted(MARKERS), default="log", help="what the tune replays")
     parser.add_argument("--no-write", action="store_true", help="print only")
     args = parser.parse_args(argv)
     command = "python -m bench.tuned_attainment"
     if args.seeds != [0, 1, 2]:
         command += " --seeds " + " ".join(map(str, args.seeds))
+    if args.traffic != "log":
+        command += f" --traffic {args.traffic}"
     started = time.perf_counter()
-    rows = bench(args.trace, BURSTY_ROWS, args.seeds, args.workers)
-    publish_section(
-        render(rows, command, args.seeds, time.perf_counter() - started), START, END, write=not args.no_write
-    )
+    rows = bench(args.trace, BURSTY_ROWS, args.seeds, args.workers, args.traffic)
+    section = render(rows, command, args.seeds, time.perf_counter() - started, args.traffic)
+    publish_section(section, *MARKERS[args.traffic], write=not args.no_write)
     return 0
 
 

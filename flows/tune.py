@@ -8,15 +8,20 @@ Lifecycle, top to bottom:
    or, without one, the last ``window`` of each model's traffic rebuilt from Prometheus (requests per minute and
    the token histograms, :mod:`engine.simulate.rebuild`); a model without traffic in the window keeps its settings;
 2. replay every candidate setting (:func:`engine.simulate.tune.candidates`: the attainment loop, pinned
-   percentiles, static-peak floors) in parallel, one Prefect task each; then, per model whose target falls
-   between two floors, one more floor interpolated between them (:func:`engine.simulate.tune.interpolated_floors`);
-3. per model, the cheapest candidate whose replay met the model's target, else the closest
-   (:func:`engine.simulate.tune.choose`);
-4. unless ``dry_run``, write the choice on every VariantAutoscaling of the model: the candidate's annotations
+   percentiles, static-peak floors) in parallel, one Prefect task each; with traffic from Prometheus, also the
+   settings that ran over the window, as they are (:data:`engine.simulate.tune.AS_CONFIGURED`);
+3. calibrate (traffic from Prometheus): per model, the attainment the cluster measured over the window (vLLM's
+   latency histograms) against what the replay of the settings that ran reached; every candidate is judged by its
+   replayed attainment less that difference (:func:`engine.simulate.tune.calibrations`). A request log's window
+   is not the one Prometheus measured: its candidates are judged as replayed;
+4. per model whose target falls between two floors, one more floor interpolated between them
+   (:func:`engine.simulate.tune.interpolated_floors`); then per model, the cheapest candidate that met the model's
+   target, else the closest (:func:`engine.simulate.tune.choose`);
+5. unless ``dry_run``, write the choice on every VariantAutoscaling of the model: the candidate's annotations
    (``modelplane.io/ttft-percentile``, ``modelplane.io/min-replicas``) over the operator's own values of them
    (:func:`engine.simulate.tune.tuned_settings`) and ``modelplane.io/tuned`` (what was chosen, its attainment and
    cost, the target, when, and the operator's values it replaced), and the same record as ``status.tuning``;
-5. publish the frontier each model chose from as a table artifact.
+6. publish the frontier each model chose from as a table artifact.
 
 One VariantAutoscaling's failed write does not stop the others; the run is then degraded.
 """
@@ -38,7 +43,17 @@ from engine.simulate.scenario import (
     joined_key,
     with_slo_attainment,
 )
-from engine.simulate.tune import Candidate, ModelChoice, candidates, choose, interpolated_floors
+from engine.simulate.tune import (
+    AS_CONFIGURED,
+    Calibration,
+    Candidate,
+    ModelChoice,
+    calibrations,
+    candidates,
+    choose,
+    interpolated_floors,
+)
+from engine.slo.measure import MeasuredAttainment
 from flows.parameters import (
     SIMULATE_INTERVAL_S,
     SIMULATE_STARTUP_DELAY_S,
@@ -58,7 +73,7 @@ from tasks.progress import step
 from tasks.replay import read_inputs, replay_candidate
 from tasks.simulate import read_description
 from tasks.tracking import run_logger, table_artifact
-from tasks.tune import write_choice
+from tasks.tune import measure_window, write_choice
 
 
 @dataclass
@@ -86,10 +101,12 @@ class TuneReport:
                     "attainment": round(c.chosen.attainment, 4),
                     "cost": round(c.chosen.cost, 2),
                     "met": c.met,
+                    "calibration": _calibration_json(c.calibration),
                     "frontier": [
                         {
                             "candidate": r.candidate.name,
                             "attainment": round(r.attainment, 4),
+                            "judged": round(c.judged(r), 4),
                             "cost": round(r.cost, 2),
                             "meets": r.meets,
                         }
@@ -102,6 +119,18 @@ class TuneReport:
             "failed": self.failed,
             "dry_run": self.dry_run,
         }
+
+
+def _calibration_json(calibration: Calibration | None) -> dict[str, Any] | None:
+    """A model's calibration as the JSON report gives it (None: judged as replayed)."""
+    if calibration is None:
+        return None
+    return {
+        "replayed": round(calibration.replayed, 4),
+        "measured": round(calibration.measured, 4),
+        "offset": round(calibration.offset, 4),
+        "capped": calibration.capped,
+    }
 
 
 TUNE_TIMEOUT_S = 3 * 3600.0
@@ -148,6 +177,7 @@ def tune(
     """
     logger = run_logger()
     config = SimConfig(interval_s=SIMULATE_INTERVAL_S, startup_delay_s=SIMULATE_STARTUP_DELAY_S, seed=seed)
+    measured: dict[str, MeasuredAttainment] = {}  # a request log's window is not the one Prometheus measured
     if trace is not None:
         scenario = read_inputs(
             cluster,
@@ -168,24 +198,29 @@ def tune(
         )
         source = "request log"
     else:
-        scenario = prometheus_window(cluster, config_namespace, config, prometheus_url, window, slo_attainment, dry_run)
+        ran, measured = prometheus_window(cluster, config_namespace, config, prometheus_url, window, dry_run)
+        scenario = ran if slo_attainment is None else with_targets(ran, slo_attainment)
         source = f"{window} from Prometheus"
     settings = candidates(scenario)
+    calibrating = any(found.attained is not None for found in measured.values())
     logger.info("replaying %d requests (%s) under %d candidate settings", len(scenario.trace), source, len(settings))
-    replays = replay_all(scenario, settings, "tune")
-    between = interpolated_floors(scenario, replays)
+    # The settings that ran are replayed under the targets they ran with, whatever this tuning's targets.
+    replays = replay_all([(scenario, c) for c in settings] + ([(ran, AS_CONFIGURED)] if calibrating else []), "tune")
+    calibration = calibrated(replays, measured) if calibrating else {}
+    between = interpolated_floors(scenario, replays, calibration)
     if between:
         logger.info("replaying %s, between the floors that bracket a target", ", ".join(c.name for c in between))
-        replays += replay_all(scenario, between, "tune between floors")
+        replays += replay_all([(scenario, c) for c in between], "tune between floors")
     replayed = {scenario.trace.models[i] for i in set(scenario.trace.model_index.tolist())}
-    report = TuneReport([c for c in choose(scenario, replays) if c.model in replayed], dry_run=dry_run)
+    report = TuneReport([c for c in choose(scenario, replays, calibration) if c.model in replayed], dry_run=dry_run)
     now = datetime.now(UTC)
     for choice in report.choices:
         logger.info(
-            "%s: %s (attained %.1f %% of a %.1f %% target at %.1f)",
+            "%s: %s (replayed %.1f %%, judged %.1f %%, of a %.1f %% target at %.1f)",
             choice.model,
             choice.chosen.candidate.name,
             100 * choice.chosen.attainment,
+            100 * choice.judged(choice.chosen),
             100 * choice.target,
             choice.chosen.cost,
         )
@@ -197,24 +232,70 @@ def tune(
     return report
 
 
-def replay_all(scenario: Scenario, settings: list[Candidate], stage: str) -> list[tuple[Candidate, PolicyOutcome]]:
-    """Every candidate replayed on the scenario, one task each, in parallel (the flow's task runner).
+def replay_all(jobs: list[tuple[Scenario, Candidate]], stage: str) -> list[tuple[Candidate, PolicyOutcome]]:
+    """Every candidate replayed on its scenario, one task each, in parallel (the flow's task runner).
 
     Args:
-        scenario: The window's traffic on the cluster's VariantAutoscalings.
-        settings: The candidates to replay.
+        jobs: Each candidate with the scenario it is replayed on (the window's traffic on the cluster's
+            VariantAutoscalings).
         stage: The progress stage's name.
 
     Returns:
         Each candidate with its replay's outcome, in the order given.
     """
-    futures = [replay_candidate.submit(scenario, candidate) for candidate in settings]
+    futures = [replay_candidate.submit(scenario, candidate) for scenario, candidate in jobs]
     replays = []
-    with step(stage, total=len(settings), unit="replays") as progress:
-        for candidate, future in zip(settings, futures):
+    with step(stage, total=len(jobs), unit="replays") as progress:
+        for (_, candidate), future in zip(jobs, futures):
             replays.append((candidate, future.result()))
             progress.advance(note=candidate.name)
     return replays
+
+
+def with_targets(scenario: Scenario, slo_attainment: float) -> Scenario:
+    """The scenario with every model's attainment target set to ``slo_attainment`` (the tuning's own targets).
+
+    Args:
+        scenario: The window's traffic on the cluster's VariantAutoscalings, under their own targets.
+        slo_attainment: The target every model is tuned for.
+
+    Returns:
+        The same scenario, each VariantAutoscaling carrying that target.
+    """
+    return dataclasses.replace(scenario, description=with_slo_attainment(scenario.description, slo_attainment))
+
+
+def calibrated(
+    replays: list[tuple[Candidate, PolicyOutcome]], measured: dict[str, MeasuredAttainment]
+) -> dict[str, Calibration]:
+    """Per model measured over the window: how far the replay of the settings that ran reads from the measurement
+    (:func:`engine.simulate.tune.calibrations`), each logged; a model without a measurement is said to be judged as
+    replayed.
+
+    Args:
+        replays: The candidates' replays, :data:`~engine.simulate.tune.AS_CONFIGURED` among them.
+        measured: Per model, the attainment measured over the window.
+
+    Returns:
+        Per model measured, its calibration.
+    """
+    logger = run_logger()
+    ran = next(outcome for candidate, outcome in replays if candidate.current)
+    found = calibrations(ran, {model: m.attained for model, m in measured.items()})
+    for model, attained in sorted(measured.items()):
+        known = found.get(model)
+        if known is None:
+            logger.warning("%s: not calibrated (%s): candidates judged as replayed", model, attained.note or "unknown")
+            continue
+        logger.info(
+            "%s: the settings that ran replayed at %.1f %%, measured %.1f %%: candidates judged %+.1f points%s",
+            model,
+            100 * known.replayed,
+            100 * known.measured,
+            -100 * known.offset,
+            " (capped: the replay does not describe the window well)" if known.capped else "",
+        )
+    return found
 
 
 def prometheus_window(
@@ -223,12 +304,11 @@ def prometheus_window(
     config: SimConfig,
     prometheus_url: str | None,
     window: str,
-    slo_attainment: float | None,
     dry_run: bool,
-) -> Scenario:
+) -> tuple[Scenario, dict[str, MeasuredAttainment]]:
     """The cluster's description and the last ``window`` of its models' traffic rebuilt from Prometheus (models
     without a request in the window are replayed with none and not tuned: they keep their settings, and the log
-    says so).
+    says so), with what each model attained over the window.
 
     Args:
         cluster: The cluster to describe (manifests or ``kubeconfig:PATH[#context]``).
@@ -236,11 +316,12 @@ def prometheus_window(
         config: The simulator's settings.
         prometheus_url: Prometheus's base URL, or None/empty for ``$PROMETHEUS_URL``.
         window: How much recent traffic to rebuild, a Prometheus duration (whole minutes).
-        slo_attainment: Every model's attainment target, or None for what the VariantAutoscalings say.
         dry_run: Whether the read may write nothing.
 
     Returns:
-        The scenario to replay, starting from static peak's allocation.
+        The scenario to replay as the cluster has it (its VariantAutoscalings' own settings and targets: what ran
+        over the window), starting from static peak's allocation; and per model, what it attained over the window
+        (:func:`tasks.tune.measure_window`).
 
     Raises:
         ValueError: no Prometheus URL, a window that is not a whole number of minutes.
@@ -252,11 +333,10 @@ def prometheus_window(
     if metrics is None:
         raise ValueError("no traffic to replay: give a request log (trace) or a Prometheus URL ($PROMETHEUS_URL)")
     description = read_description(cluster, config_namespace, dry_run=dry_run)
-    if slo_attainment is not None:
-        description = with_slo_attainment(description, slo_attainment)
     keys = {ModelKey(va.spec.model_id, va.metadata.namespace or "default") for va in description.variants}
     end = datetime.now(UTC).replace(second=0, microsecond=0)
-    traffic = read_traffic(metrics, keys, parse_duration(window), end, TRAFFIC_STEP_S)
+    window_s = parse_duration(window)
+    traffic = read_traffic(metrics, keys, window_s, end, TRAFFIC_STEP_S)
     quiet = ModelTraffic((), TRAFFIC_STEP_S, None, None)
     by_model = {joined_key((key.namespace, key.model_id)): traffic.get(key, quiet) for key in keys}
     for model in sorted(m for m, record in by_model.items() if record.requests == 0):
@@ -269,7 +349,8 @@ def prometheus_window(
         len(trace.models),
         window,
     )
-    return dataclasses.replace(build_scenario(description, trace, config), start_from_static=True)
+    scenario = dataclasses.replace(build_scenario(description, trace, config), start_from_static=True)
+    return scenario, measure_window(metrics, description, window_s)
 
 
 def publish(report: TuneReport) -> None:
@@ -283,6 +364,7 @@ def publish(report: TuneReport) -> None:
             "model": choice.model,
             "candidate": row.candidate.name,
             "attainment": f"{100 * row.attainment:.1f} %",
+            "judged": f"{100 * choice.judged(row):.1f} %",
             "cost": f"{row.cost:,.1f}",
             "meets target": choice.verdict(row),
             "chosen": "yes" if row is choice.chosen else "",

@@ -1,4 +1,5 @@
-"""The tune flow's write: the chosen candidate's settings on every VariantAutoscaling of a model.
+"""The tune flow's I/O: what the cluster attained over the tuned window, and the write of the chosen candidate's
+settings on every VariantAutoscaling of a model.
 
 The choice itself is the engine's (:func:`engine.simulate.tune.choose`); the replays are :mod:`tasks.replay`.
 """
@@ -10,10 +11,40 @@ from datetime import datetime
 
 from engine.api.llmd import TuningStatus
 from engine.api.registry import VARIANT_AUTOSCALING
-from engine.simulate.scenario import Scenario, joined_key
-from engine.simulate.tune import ANNOTATION_TUNED, ModelChoice, operator_settings, tuned_settings
+from engine.simulate.scenario import ClusterDescription, Scenario, joined_key
+from engine.simulate.tune import ANNOTATION_TUNED, ModelChoice, operator_settings, tuned_settings, window_attainment
+from engine.slo.measure import MeasuredAttainment
 from tasks.clients.cluster import ClusterError, ObjectRef, connect
+from tasks.clients.metrics.snapshot import MetricsSource, ModelKey
 from tasks.tracking import task
+
+
+def measure_window(
+    metrics: MetricsSource, description: ClusterDescription, window_s: float
+) -> dict[str, MeasuredAttainment]:
+    """What each model attained over the last ``window_s`` under the settings that ran, from vLLM's latency
+    histograms (the attainment loop's measurement, over the tuned window): what the tune's calibration compares the
+    replay of those settings with.
+
+    Args:
+        metrics: The metrics source the window's traffic was read from.
+        description: The cluster (its VariantAutoscalings name the models; their service classes the targets).
+        window_s: The tuned window, in seconds.
+
+    Returns:
+        Per model (``namespace/modelID``): the attainment measured over the window (unknown, with why, where the
+        histograms or the latency targets are missing).
+
+    Raises:
+        MetricsUnavailable: the metrics source cannot be read.
+    """
+    keys = sorted({ModelKey(va.spec.model_id, va.metadata.namespace or "default") for va in description.variants})
+    snapshot = metrics.collect(keys, latency_windows={key: window_s for key in keys})
+    return window_attainment(
+        description,
+        {(key.namespace, key.model_id): found for key, found in snapshot.latency.items()},
+        {(key.namespace, key.model_id): why for key, why in snapshot.latency_missing.items()},
+    )
 
 
 @task(name="write-choice")

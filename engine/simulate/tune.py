@@ -18,7 +18,15 @@ it gives capacity back in the silences between bursts; a floor sized on the prev
 next day's bursts need (docs/benchmarks.md, "Attainment tracking with the nightly tune").
 
 Each candidate is one replay of the whole cluster (models share the accelerator inventory); the choice is made per
-model from its own attainment and cost in that replay.  Pure and deterministic: the replays are
+model from its own attainment and cost in that replay.
+
+Why a calibration: a replay is only as faithful as its traffic and its model of the servers. Traffic rebuilt from
+Prometheus has each minute's requests spread evenly over the minute (the counters keep no sub-minute arrival), so
+on bursty traffic every candidate's replay reads points above what the cluster would attain under it, and the
+cheapest candidate that "meets" the target falls short on the next day.  The cluster measured what it attained over the window under the settings that ran (the vLLM
+latency histograms the loop reads), and one more replay, :data:`AS_CONFIGURED`, says what the replay makes of those
+settings: per model, the difference (:class:`Calibration`) is the replay's error on this window, and every
+candidate is judged by its replayed attainment less that error.  Pure and deterministic: the replays are
 :func:`engine.simulate.policies.run_policy`'s.
 """
 
@@ -30,17 +38,21 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from engine.optimize.spec import ANNOTATION_MIN_REPLICAS, model_targets
+from engine.optimize.spec import ANNOTATION_MIN_REPLICAS, model_slos, model_targets
 from engine.perf.tail_sizing import ANNOTATION_TTFT_PERCENTILE
 from engine.simulate.outcome import PolicyOutcome
 from engine.simulate.policies import static_allocation
-from engine.simulate.scenario import Scenario, joined_key
+from engine.simulate.scenario import ClusterDescription, Scenario, joined_key
+from engine.slo.measure import LatencyHistograms, MeasuredAttainment, measure_attainment
 from engine.slo.target import DEFAULT_ATTAINMENT
 
 __all__ = [
     "ANNOTATION_TUNED",
+    "AS_CONFIGURED",
+    "Calibration",
     "Candidate",
     "FLOOR_MARGIN",
+    "MAX_CALIBRATION",
     "ModelChoice",
     "TUNED_ANNOTATIONS",
     "TuneRow",
@@ -50,6 +62,7 @@ __all__ = [
     "model_rows",
     "operator_settings",
     "tuned_settings",
+    "calibrations",
     "with_candidate",
     "with_choices",
 ]
@@ -73,6 +86,12 @@ the worst seed of those nine rows came closest to its target (20.3 points off in
 4) at the lowest cost against static peak's (1.07x on average, against 1.11x at 0)."""
 
 
+MAX_CALIBRATION = 0.10
+"""The largest correction a :class:`Calibration` applies (attainment, either way). A larger gap between the replay
+of what ran and what the cluster measured says the replay does not describe the window (the settings changed during
+it, a profile is far off), which no shift of the target mends: the shift stops here and the log says so."""
+
+
 @dataclass(frozen=True)
 class Candidate:
     """One setting to replay: annotations set on every VariantAutoscaling of every model, and per-variant floors."""
@@ -87,6 +106,9 @@ class Candidate:
     models: frozenset[str] | None = None
     """The models (``namespace/modelID``) the candidate is a setting for (None: every model); its replay says
     nothing about the others, which run their own settings in it."""
+    current: bool = False
+    """The settings the VariantAutoscalings carry now (the last choice included), replayed as they are: what ran
+    over the window (:data:`AS_CONFIGURED`), never a choice."""
 
     def settings_for(self, variant_key: str) -> dict[str, str]:
         """The annotations this candidate gives one VariantAutoscaling."""
@@ -94,6 +116,81 @@ class Candidate:
         if variant_key in self.floors:
             settings[ANNOTATION_MIN_REPLICAS] = str(self.floors[variant_key])
         return settings
+
+
+AS_CONFIGURED = Candidate("as configured", current=True)
+"""The replay of the settings that ran over the window, which the calibration compares with what was measured."""
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """How far the replay reads from the cluster for one model over the tuned window: the attainment the replay of the
+    settings that ran (:data:`AS_CONFIGURED`) reached, and the attainment the cluster measured under them."""
+
+    replayed: float
+    measured: float
+
+    @property
+    def offset(self) -> float:
+        """What every candidate's replayed attainment is judged less by: ``replayed - measured``, within
+        :data:`MAX_CALIBRATION` either way (positive: the replay reads high)."""
+        return min(max(self.replayed - self.measured, -MAX_CALIBRATION), MAX_CALIBRATION)
+
+    @property
+    def capped(self) -> bool:
+        """Whether the gap exceeded :data:`MAX_CALIBRATION` (the offset stopped there)."""
+        return abs(self.replayed - self.measured) > MAX_CALIBRATION
+
+
+def calibrations(ran: PolicyOutcome, measured: Mapping[str, float | None]) -> dict[str, Calibration]:
+    """Per model with a measurement and a replayed attainment: the :class:`Calibration` of the replay of what ran.
+
+    Args:
+        ran: The :data:`AS_CONFIGURED` replay of the window.
+        measured: Each model's (``namespace/modelID``) attainment the cluster measured over the same window (None:
+            not measured: that model's candidates are judged as replayed).
+    """
+    found = {}
+    for model, attained in measured.items():
+        replayed = ran.attainment_by_model.get(model)
+        if attained is None or replayed is None or not (math.isfinite(attained) and math.isfinite(replayed)):
+            continue
+        found[model] = Calibration(replayed, attained)
+    return found
+
+
+def window_attainment(
+    description: ClusterDescription,
+    latency: Mapping[tuple[str, str], LatencyHistograms],
+    missing: Mapping[tuple[str, str], str] | None = None,
+) -> dict[str, MeasuredAttainment]:
+    """Per model of the description (``namespace/modelID``): what it attained over the histograms' window against its
+    service class's TTFT and ITL targets (unknown, with why, without histograms or targets).
+
+    Args:
+        description: The cluster (its VariantAutoscalings and service classes give each model's latency targets).
+        latency: Per (namespace, modelID): the latency histograms read over the tuned window.
+        missing: Per (namespace, modelID) without histograms: the metrics source's reason.
+    """
+    slos = model_slos(description.variants, description.service_classes)
+    found = {}
+    for key in sorted({(va.metadata.namespace or "default", va.spec.model_id) for va in description.variants}):
+        ttft_ms, itl_ms = slos.get(key, (None, None))
+        histograms = latency.get(key)
+        if histograms is None:
+            reason = (missing or {}).get(key) or "no latency histograms for this model"
+            found[joined_key(key)] = MeasuredAttainment(None, None, None, None, reason)
+            continue
+        found[joined_key(key)] = measure_attainment(
+            histograms.ttft_window,
+            histograms.itl_window,
+            ttft_ms or None,
+            itl_ms or None,
+            histograms.itl_metric,
+            ttft_sum_s=histograms.ttft_window_sum,
+            itl_sum_s=histograms.itl_window_sum,
+        )
+    return found
 
 
 @dataclass(frozen=True)
@@ -114,18 +211,24 @@ class ModelChoice:
     target: float
     rows: list[TuneRow]
     chosen: TuneRow
+    calibration: Calibration | None = None
+    """The replay's error on this model's window, which every row was judged less by (None: judged as replayed)."""
 
     @property
     def met(self) -> bool:
         """Whether any candidate met the target (else the chosen one is the highest attainment)."""
         return self.chosen.meets
 
+    def judged(self, row: TuneRow) -> float:
+        """The attainment a row is judged by: its replay's, less the calibration's offset."""
+        return row.attainment - (self.calibration.offset if self.calibration is not None else 0.0)
+
     def verdict(self, row: TuneRow) -> str:
         """How one of its rows stands against the target, as the frontier artifact says it: ``yes``, ``within N points
         (a floor)`` (:data:`FLOOR_MARGIN`) or ``no``."""
         if not row.meets:
             return "no"
-        return "yes" if row.attainment >= self.target else f"within {100 * FLOOR_MARGIN:g} points (a floor)"
+        return "yes" if self.judged(row) >= self.target else f"within {100 * FLOOR_MARGIN:g} points (a floor)"
 
 
 def candidates(scenario: Scenario) -> list[Candidate]:
@@ -140,10 +243,14 @@ def candidates(scenario: Scenario) -> list[Candidate]:
     return found
 
 
-def interpolated_floors(scenario: Scenario, replays: Sequence[tuple[Candidate, PolicyOutcome]]) -> list[Candidate]:
-    """Per model whose target (less :data:`FLOOR_MARGIN`, what a floor must reach) falls between two static floors
-    of the grid (the highest below it, the lowest that reaches it), one more floor at the headroom interpolated
-    between them on attainment, for that model only.
+def interpolated_floors(
+    scenario: Scenario,
+    replays: Sequence[tuple[Candidate, PolicyOutcome]],
+    calibration: Mapping[str, Calibration] | None = None,
+) -> list[Candidate]:
+    """Per model whose target (less :data:`FLOOR_MARGIN`, what a floor must reach; plus the model's calibration
+    offset, in replayed attainment) falls between two static floors of the grid (the highest below it, the lowest
+    that reaches it), one more floor at the headroom interpolated between them on attainment, for that model only.
 
     Why: the grid's floors are 20-50 % apart, so the cheapest that meets a target can attain several points more
     than it asks and cost as much more; one replay at the interpolated headroom lands near the target, and the
@@ -153,7 +260,7 @@ def interpolated_floors(scenario: Scenario, replays: Sequence[tuple[Candidate, P
     operators = _operators(scenario)
     found = []
     for model, rows in sorted(model_rows(scenario, replays).items()):
-        target = targets.get(model, DEFAULT_ATTAINMENT) - FLOOR_MARGIN
+        target = targets.get(model, DEFAULT_ATTAINMENT) - FLOOR_MARGIN + _offset(calibration, model)
         floors = [(c.headroom, a) for c, a, _ in rows if c.headroom is not None and not math.isnan(a)]
         below = [(h, a) for h, a in floors if a < target]
         meeting = [(h, a) for h, a in floors if a >= target]
@@ -201,8 +308,17 @@ def _targets(scenario: Scenario) -> dict[str, float]:
     }
 
 
+def _offset(calibration: Mapping[str, Calibration] | None, model: str) -> float:
+    """The model's calibration offset (0 without one)."""
+    found = (calibration or {}).get(model)
+    return found.offset if found is not None else 0.0
+
+
 def with_candidate(scenario: Scenario, candidate: Candidate) -> Scenario:
-    """The scenario with the candidate's annotations on its VariantAutoscalings (the Modelplane policy reads them)."""
+    """The scenario with the candidate's annotations on its VariantAutoscalings (the Modelplane policy reads them);
+    :data:`AS_CONFIGURED` leaves them as they are."""
+    if candidate.current:
+        return scenario
     return _with_settings(scenario, lambda model: candidate)
 
 
@@ -276,21 +392,34 @@ def model_rows(
     return rows
 
 
-def choose(scenario: Scenario, replays: Sequence[tuple[Candidate, PolicyOutcome]]) -> list[ModelChoice]:
+def choose(
+    scenario: Scenario,
+    replays: Sequence[tuple[Candidate, PolicyOutcome]],
+    calibration: Mapping[str, Calibration] | None = None,
+) -> list[ModelChoice]:
     """Per model: the cheapest candidate whose replay met the model's target (a static floor: within
-    :data:`FLOOR_MARGIN` of it); when none did, the one that came closest (highest attainment, then cheapest)."""
+    :data:`FLOOR_MARGIN` of it); when none did, the one that came closest (highest attainment, then cheapest).
+
+    Args:
+        scenario: The tuned window (its VariantAutoscalings carry the targets).
+        replays: Each candidate with its replay's outcome (:data:`AS_CONFIGURED` is left out: it is not a choice).
+        calibration: Per model, the replay's error on this window (:func:`calibrations`): each replayed attainment
+            is judged less its offset. None or a model without one: judged as replayed.
+    """
     targets = _targets(scenario)
     choices = []
     for model, rows in sorted(model_rows(scenario, replays).items()):
         target = targets.get(model, DEFAULT_ATTAINMENT)
-        table = [TuneRow(c, a, cost, _meets(c, a, target)) for c, a, cost in rows]
+        offset = _offset(calibration, model)
+        table = [TuneRow(c, a, cost, _meets(c, a - offset, target)) for c, a, cost in rows if not c.current]
         meeting = [r for r in table if r.meets]
         chosen = (
             min(meeting, key=lambda r: (r.cost, -r.attainment))
             if meeting
             else max(table, key=lambda r: (r.attainment, -r.cost))
         )
-        choices.append(ModelChoice(model, target, sorted(table, key=lambda r: r.attainment), chosen))
+        ordered = sorted(table, key=lambda r: r.attainment)
+        choices.append(ModelChoice(model, target, ordered, chosen, (calibration or {}).get(model)))
     return choices
 
 

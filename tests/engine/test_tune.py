@@ -15,10 +15,14 @@ from engine.simulate.records import SimConfig
 from engine.simulate.scenario import Scenario, build_scenario, with_slo_attainment
 from engine.simulate.tune import (
     ANNOTATION_TUNED,
+    AS_CONFIGURED,
     FLOOR_MARGIN,
+    MAX_CALIBRATION,
+    Calibration,
     Candidate,
     ModelChoice,
     TuneRow,
+    calibrations,
     candidates,
     choose,
     interpolated_floors,
@@ -224,7 +228,7 @@ def test_the_next_day_runs_each_models_own_choice() -> None:
 def test_one_more_floor_is_interpolated_where_a_target_falls_between_two() -> None:
     """Target 0.85, so a floor aims at 0.82 (FLOOR_MARGIN); model 0's floors attain 0.80 at x0.8 and 0.88 at x1.0, so
     x0.85 is replayed for it alone; model 1 reaches 0.82 at its lowest floor, so nothing lies between for it. By
-    hand: 0.8 + (0.85 - 0.03 - 0.80) / 0.08 x 0.2 = 0.85."""
+    hand: 0.8 + (0.85 - 0.03 - 0.80) / 0.08 x 0.2 = 0.85. A calibration moves the aim with it."""
     scenario = small_scenario()
     scenario = dataclasses.replace(scenario, description=with_slo_attainment(scenario.description, 0.85))
     models = sorted({v.model for v in scenario.variants})
@@ -245,6 +249,52 @@ def test_one_more_floor_is_interpolated_where_a_target_falls_between_two() -> No
     rows = model_rows(scenario, [*replays, (between, outcome({models[0]: 0.851, models[1]: 0.5}, {}))])
     assert [c.name for c, _, _ in rows[models[1]]] == ["static floor x0.8", "static floor x1.0", "attainment loop"]
     assert rows[models[0]][-1][0] is between
+    # Model 0's replay reading 2 points high: the floor aims at 0.84 in replayed attainment, x0.8 + 0.04 / 0.08 x 0.2.
+    (calibrated,) = interpolated_floors(scenario, replays, {models[0]: Calibration(0.86, 0.84)})
+    assert calibrated.name == "static floor x0.9" and calibrated.headroom is not None
+    assert abs(calibrated.headroom + 0.1) < 1e-9
+
+
+def test_a_replay_that_read_high_on_the_window_judges_every_candidate_lower() -> None:
+    """Target 0.85. The settings that ran replayed at 0.88 for model 0 where the cluster measured 0.84: the replay
+    reads 4 points high, so the loop's 0.86 counts as 0.82 (no) and the pinned p90's 0.91 as 0.87 (yes, chosen).
+    Model 1 was measured above its replay (0.93 against 0.90): judged 3 points higher, its loop's 0.83 meets. A
+    model without a measurement is judged as replayed, and a gap beyond MAX_CALIBRATION stops there. By hand."""
+    scenario = small_scenario()
+    scenario = dataclasses.replace(scenario, description=with_slo_attainment(scenario.description, 0.85))
+    models = sorted({v.model for v in scenario.variants})
+    first = {v.model: v for v in scenario.variants}
+    hours = lambda a, b: {first[models[0]].key: a, first[models[1]].key: b}  # noqa: E731
+    loop, pinned = Candidate("attainment loop"), Candidate("percentile p90")
+    replays = [
+        (loop, outcome({models[0]: 0.86, models[1]: 0.83}, hours(1.0, 1.0))),
+        (pinned, outcome({models[0]: 0.91, models[1]: 0.95}, hours(3.0, 3.0))),
+    ]
+    ran = outcome({models[0]: 0.88, models[1]: 0.90}, {})
+    calibration = calibrations(ran, {models[0]: 0.84, models[1]: 0.93})
+    assert abs(calibration[models[0]].offset - 0.04) < 1e-9 and abs(calibration[models[1]].offset + 0.03) < 1e-9
+    chosen = {c.model: c for c in choose(scenario, [*replays, (AS_CONFIGURED, ran)], calibration)}
+    assert chosen[models[0]].chosen.candidate is pinned and chosen[models[0]].met
+    assert [chosen[models[0]].verdict(r) for r in chosen[models[0]].rows] == ["no", "yes"]
+    assert abs(chosen[models[0]].judged(chosen[models[0]].chosen) - 0.87) < 1e-9
+    assert chosen[models[1]].chosen.candidate is loop
+    assert all(r.candidate is not AS_CONFIGURED for c in chosen.values() for r in c.rows)  # never a choice
+    # Uncalibrated, model 0's loop meets at 0.86 and is the cheapest.
+    assert {c.model: c for c in choose(scenario, replays)}[models[0]].chosen.candidate is loop
+    assert calibrations(ran, {models[0]: None}) == {}
+    far = Calibration(replayed=0.95, measured=0.60)
+    assert far.capped and far.offset == MAX_CALIBRATION and not Calibration(0.9, 0.85).capped
+
+
+def test_the_settings_that_ran_are_replayed_as_they_are() -> None:
+    """AS_CONFIGURED keeps last night's choice on the VariantAutoscalings (what ran over the window); every other
+    candidate is put over the operator's own settings."""
+    scenario = small_scenario()
+    floor = Candidate("static floor x1.0", floors={scenario.variants[0].key: 3}, headroom=0.0)
+    chosen = written(scenario, floor)
+    assert with_candidate(chosen, AS_CONFIGURED) is chosen
+    first = with_candidate(chosen, Candidate("attainment loop")).description.variants[0].metadata.annotations
+    assert first.get(ANNOTATION_MIN_REPLICAS) != "3"
 
 
 def test_a_tuned_record_that_is_not_ours_reads_as_no_record() -> None:

@@ -13,7 +13,7 @@ import yaml
 from typer.testing import CliRunner
 
 from engine.optimize.spec import ANNOTATION_MIN_REPLICAS
-from engine.simulate.tune import ANNOTATION_TUNED, FLOOR_MARGIN
+from engine.simulate.tune import ANNOTATION_TUNED, FLOOR_MARGIN, MAX_CALIBRATION
 from flows.cli import app
 from tests.servers.promtest.backfill import ModelHistory, backfilled_prometheus, openmetrics
 
@@ -126,6 +126,53 @@ def test_tune_without_a_log_rebuilds_the_window_from_prometheus(tmp_path: pathli
         assert tuning["candidate"] == report["models"][0]["chosen"] and tuning["traffic"] == "20m from Prometheus"
         assert tuning["attained"] == report["models"][0]["attainment"] and "tunedAt" in tuning
     assert all("tuning" not in status[name] for name in written if name not in tuned)
+
+
+@pytest.mark.usefixtures("prefect_harness")
+def test_tune_from_prometheus_judges_candidates_by_what_the_cluster_attained(tmp_path: pathlib.Path) -> None:
+    """Granite's window in Prometheus with its latency histograms: 40 % of its requests took 2 s to the first token
+    (its target is 800 ms), so the cluster attained 60 % where the replay of the settings that ran reads far higher.
+    The calibration stops at MAX_CALIBRATION, every candidate is judged that much lower, and the choice is the
+    cheapest that meets the target so judged. A tuning for another target still replays the settings that ran under
+    the targets they ran with."""
+    cluster = tmp_path / "cluster"
+    shutil.copytree(SIMULATION, cluster)
+    rng = np.random.default_rng(1)
+    per_minute = [int(c) for c in rng.poisson(90, 20)]
+    total = sum(per_minute)
+    granite = ModelHistory(
+        "ibm/granite-13b",
+        "llm-serving",
+        per_minute=per_minute,
+        prompt_tokens=[int(x) for x in rng.lognormal(6.8, 0.9, total)],
+        output_tokens=[int(x) + 1 for x in rng.lognormal(5.0, 0.8, total)],
+        ttft_s=[2.0 if i % 5 < 2 else 0.3 for i in range(total)],
+        itl_s=[0.02] * total,
+    )
+    end = int(time.time() // 60) * 60 - 60
+    process = backfilled_prometheus(tmp_path / "prometheus", openmetrics([granite], end - 20 * 60))
+    command = ["tune", "--cluster", str(cluster), "--prometheus-url", process.url, "--window", "20m", "--json"]
+    try:
+        result = CliRunner().invoke(app, [*command, "--dry-run"])
+        other = CliRunner().invoke(app, [*command, "--dry-run", "--slo-attainment", "0.8"])
+    finally:
+        process.stop()
+    assert result.exit_code == 0, result.output
+    assert other.exit_code == 0, other.output
+    (model,) = json.loads(result.output[result.output.index("{") :])["models"]
+    (for_other,) = json.loads(other.output[other.output.index("{") :])["models"]
+    assert for_other["target"] == 0.8 and for_other["calibration"] == model["calibration"]
+    calibration = model["calibration"]
+    assert abs(calibration["measured"] - 0.60) < 0.01 and calibration["replayed"] > 0.60 + MAX_CALIBRATION
+    assert calibration["capped"] and calibration["offset"] == MAX_CALIBRATION
+    assert "as configured" not in {row["candidate"] for row in model["frontier"]}  # never a choice
+    for row in model["frontier"]:
+        assert abs(row["judged"] - (row["attainment"] - MAX_CALIBRATION)) < 2e-4
+        margin = FLOOR_MARGIN if row["candidate"].startswith("static floor") else 0.0
+        if abs(row["judged"] - (model["target"] - margin)) > 1e-4:  # rounded to 4 digits: no call at the edge
+            assert row["meets"] == (row["judged"] >= model["target"] - margin), row
+    if model["met"]:
+        assert model["cost"] == min(row["cost"] for row in model["frontier"] if row["meets"])
 
 
 def test_tune_without_a_log_or_a_prometheus_is_one_line(

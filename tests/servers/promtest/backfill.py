@@ -13,6 +13,8 @@ import subprocess
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from engine.simulate.windows import ITL_BUCKETS_S, TTFT_BUCKETS_S
+from engine.slo.measure import REQUEST_ITL_HISTOGRAM, TTFT_HISTOGRAM
 from tests.servers.promtest.fixture import PrometheusError, PrometheusProcess, find_binary
 
 PROMPT_BOUNDS = (1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0, 200.0, 500.0, 1000.0, 2000.0, 5000.0, 10000.0)
@@ -21,13 +23,16 @@ PROMPT_BOUNDS = (1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0, 200.0, 500.0, 1000.0, 2
 
 @dataclass(frozen=True)
 class ModelHistory:
-    """One model's finished requests per minute and the prompt and output length of every request."""
+    """One model's finished requests per minute and the prompt and output length of every request; optionally each
+    request's TTFT and time per output token (seconds: the latency histograms the attainment loop reads)."""
 
     model_name: str
     namespace: str
     per_minute: Sequence[int]
     prompt_tokens: Sequence[int]
     output_tokens: Sequence[int]
+    ttft_s: Sequence[float] = ()
+    itl_s: Sequence[float] = ()
 
 
 def find_promtool() -> str:
@@ -50,27 +55,32 @@ def openmetrics(histories: Sequence[ModelHistory], start_s: float) -> str:
         for minute, count in enumerate(history.per_minute, start=1):
             total += count
             lines.append(_sample("vllm:request_success_total", history, {}, total, start_s + 60 * minute))
-    for family, field in (
-        ("vllm:request_prompt_tokens", "prompt_tokens"),
-        ("vllm:request_generation_tokens", "output_tokens"),
+    for family, field, bounds in (
+        ("vllm:request_prompt_tokens", "prompt_tokens", PROMPT_BOUNDS),
+        ("vllm:request_generation_tokens", "output_tokens", PROMPT_BOUNDS),
+        (TTFT_HISTOGRAM, "ttft_s", TTFT_BUCKETS_S),
+        (REQUEST_ITL_HISTOGRAM, "itl_s", ITL_BUCKETS_S),
     ):
-        lines.append(f"# TYPE {family} histogram")
-        for history in histories:
-            lengths: Sequence[int] = getattr(history, field)
-            lines += _histogram(family, history, lengths, start_s)
+        given = [history for history in histories if getattr(history, field) or bounds is PROMPT_BOUNDS]
+        if given:
+            lines.append(f"# TYPE {family} histogram")
+        for history in given:
+            lines += _histogram(family, history, getattr(history, field), start_s, bounds)
     return "\n".join(lines) + "\n# EOF\n"
 
 
-def _histogram(family: str, history: ModelHistory, lengths: Sequence[int], start_s: float) -> list[str]:
+def _histogram(
+    family: str, history: ModelHistory, values: Sequence[float], start_s: float, bounds: Sequence[float]
+) -> list[str]:
     """One model's histogram series (buckets, sum, count), each sample a minute, series after series."""
     cumulative: list[list[float]] = []  # per minute: the bucket counts, then the sum, then the count
-    seen: list[int] = []
+    seen: list[float] = []
     done = 0
     for count in [0, *history.per_minute]:
-        seen += list(lengths[done : done + count])
+        seen += list(values[done : done + count])
         done += count
-        cumulative.append([sum(1 for x in seen if x <= b) for b in PROMPT_BOUNDS] + [len(seen), sum(seen), len(seen)])
-    series = [(f"{family}_bucket", {"le": f"{b:g}"}) for b in PROMPT_BOUNDS]
+        cumulative.append([sum(1 for x in seen if x <= b) for b in bounds] + [len(seen), sum(seen), len(seen)])
+    series = [(f"{family}_bucket", {"le": f"{b:g}"}) for b in bounds]
     series += [(f"{family}_bucket", {"le": "+Inf"}), (f"{family}_sum", {}), (f"{family}_count", {})]
     lines = []
     for column, (name, extra) in enumerate(series):
