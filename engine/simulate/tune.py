@@ -23,11 +23,13 @@ model from its own attainment and cost in that replay.
 Why a calibration: a replay is only as faithful as its traffic and its model of the servers. Traffic rebuilt from
 Prometheus has each minute's requests spread evenly over the minute (the counters keep no sub-minute arrival), so
 on bursty traffic every candidate's replay reads points above what the cluster would attain under it, and the
-cheapest candidate that "meets" the target falls short on the next day.  The cluster measured what it attained over the window under the settings that ran (the vLLM
-latency histograms the loop reads), and one more replay, :data:`AS_CONFIGURED`, says what the replay makes of those
-settings: per model, the difference (:class:`Calibration`) is the replay's error on this window, and every
-candidate is judged by its replayed attainment less that error.  Pure and deterministic: the replays are
-:func:`engine.simulate.policies.run_policy`'s.
+cheapest candidate that "meets" the target falls short on the next day.  The cluster measured what it attained over
+the window under the settings that ran (the vLLM latency histograms the loop reads), and one more replay,
+:data:`AS_CONFIGURED`, says what the replay makes of those settings: per model, the difference
+(:class:`Calibration`) is the replay's error on this window, and every candidate is judged by its replayed
+attainment less that error (docs/benchmarks.md, "Attainment tracking with the nightly tune from Prometheus").
+
+Pure and deterministic: the replays are :func:`engine.simulate.policies.run_policy`'s.
 """
 
 from __future__ import annotations
@@ -49,20 +51,21 @@ from engine.slo.target import DEFAULT_ATTAINMENT
 __all__ = [
     "ANNOTATION_TUNED",
     "AS_CONFIGURED",
-    "Calibration",
-    "Candidate",
     "FLOOR_MARGIN",
     "MAX_CALIBRATION",
-    "ModelChoice",
     "TUNED_ANNOTATIONS",
+    "Calibration",
+    "Candidate",
+    "ModelChoice",
     "TuneRow",
+    "calibrations",
     "candidates",
     "choose",
     "interpolated_floors",
     "model_rows",
     "operator_settings",
     "tuned_settings",
-    "calibrations",
+    "window_attainment",
     "with_candidate",
     "with_choices",
 ]
@@ -149,6 +152,9 @@ def calibrations(ran: PolicyOutcome, measured: Mapping[str, float | None]) -> di
         ran: The :data:`AS_CONFIGURED` replay of the window.
         measured: Each model's (``namespace/modelID``) attainment the cluster measured over the same window (None:
             not measured: that model's candidates are judged as replayed).
+
+    Returns:
+        Per model measured and replayed, its calibration.
     """
     found = {}
     for model, attained in measured.items():
@@ -171,6 +177,9 @@ def window_attainment(
         description: The cluster (its VariantAutoscalings and service classes give each model's latency targets).
         latency: Per (namespace, modelID): the latency histograms read over the tuned window.
         missing: Per (namespace, modelID) without histograms: the metrics source's reason.
+
+    Returns:
+        Per model, its measured attainment over the window (the note says why where it is unknown).
     """
     slos = model_slos(description.variants, description.service_classes)
     found = {}
