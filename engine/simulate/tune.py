@@ -6,7 +6,8 @@ traffic against the cluster's own VariantAutoscalings answers, before the next w
 each model's target at the lowest cost.  The candidates span the ways Modelplane can be told to size:
 
 * ``attainment loop`` -- the shipped default: the loop moves the percentile and the peak hold;
-* ``percentile pNN`` -- the loop off, tail sizing pinned at a percentile (``modelplane.io/ttft-percentile``);
+* ``percentile pNN`` -- the loop off, tail sizing pinned at a percentile (``modelplane.io/ttft-percentile``), for
+  the models whose traffic had no silent minute in the window (:func:`candidates` says why);
 * ``static floor xH`` -- the loop on top of a floor of static peak's allocation for the window's peak at ``H`` times
   its sizing (``modelplane.io/min-replicas`` per variant; H from 0.6 to 2): static provisioning is among the
   candidates, so on the window it tunes on the choice is never costlier than static peak at the same attainment.
@@ -40,10 +41,13 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from engine.optimize.spec import ANNOTATION_MIN_REPLICAS, model_slos, model_targets
 from engine.perf.tail_sizing import ANNOTATION_TTFT_PERCENTILE
 from engine.simulate.outcome import PolicyOutcome
 from engine.simulate.policies import static_allocation
+from engine.simulate.records import Trace
 from engine.simulate.scenario import ClusterDescription, Scenario, joined_key
 from engine.slo.measure import LatencyHistograms, MeasuredAttainment, measure_attainment
 from engine.slo.target import DEFAULT_ATTAINMENT
@@ -64,6 +68,7 @@ __all__ = [
     "interpolated_floors",
     "model_rows",
     "operator_settings",
+    "steady_models",
     "tuned_settings",
     "window_attainment",
     "with_candidate",
@@ -108,7 +113,7 @@ class Candidate:
     """A static floor's headroom on static peak (x ``1 + headroom``); None for other candidates."""
     models: frozenset[str] | None = None
     """The models (``namespace/modelID``) the candidate is a setting for (None: every model); its replay says
-    nothing about the others, which run their own settings in it."""
+    nothing about the others, which run under the operator's own settings in it."""
     current: bool = False
     """The settings the VariantAutoscalings carry now (the last choice included), replayed as they are: what ran
     over the window (:data:`AS_CONFIGURED`), never a choice."""
@@ -121,6 +126,8 @@ class Candidate:
         return settings
 
 
+_OPERATORS = Candidate("the operator's settings")
+"""No setting of its own: on a VariantAutoscaling, the operator's own values of :data:`TUNED_ANNOTATIONS`."""
 AS_CONFIGURED = Candidate("as configured", current=True)
 """The replay of the settings that ran over the window, which the calibration compares with what was measured."""
 
@@ -242,14 +249,35 @@ class ModelChoice:
 
 def candidates(scenario: Scenario) -> list[Candidate]:
     """The loop, pinned percentiles, and static-peak floors at a few headrooms (see the module doc); static peak is
-    sized under the operator's own settings, not under a floor an earlier tune wrote."""
+    sized under the operator's own settings, not under a floor an earlier tune wrote.
+
+    Pinned percentiles are candidates only for the models whose traffic had no silent minute in the window
+    (:func:`steady_models`): a pinned percentile turns the loop off, and with it the peak hold that keeps capacity
+    through the silences of traffic that stops and starts; such a pin that met the target on one day met it on that
+    day's silences, and gave its capacity back in the next day's (a pinned p90 replayed at 85.3 % on the day it was
+    chosen attained 65.2 % the next). On the bursty traces the tune on traffic rebuilt from Prometheus came 1.52 ->
+    1.39 points from the target on average over the tuning rows without them (docs/benchmarks.md)."""
     found = [Candidate("attainment loop")]
-    found += [
-        Candidate(f"percentile p{p:g}", annotations={ANNOTATION_TTFT_PERCENTILE: f"{p:g}"}) for p in PINNED_PERCENTILES
-    ]
+    steady = steady_models(scenario.trace)
+    if steady:
+        found += [
+            Candidate(f"percentile p{p:g}", annotations={ANNOTATION_TTFT_PERCENTILE: f"{p:g}"}, models=steady)
+            for p in PINNED_PERCENTILES
+        ]
     operators = _operators(scenario)
     found += [_static_floor(operators, headroom) for headroom in STATIC_HEADROOMS]
     return found
+
+
+def steady_models(trace: Trace) -> frozenset[str]:
+    """The models of the trace with a request in every minute from their first request to their last (traffic that
+    does not stop and start); a model without a request is not one of them."""
+    found = set()
+    for index, model in enumerate(trace.models):
+        arrivals = trace.arrival_s[trace.model_index == index]
+        if len(arrivals) and np.bincount(((arrivals - arrivals[0]) // 60.0).astype(int)).min() > 0:
+            found.add(model)
+    return frozenset(found)
 
 
 def interpolated_floors(
@@ -294,7 +322,7 @@ def interpolated_floors(
 def _operators(scenario: Scenario) -> Scenario:
     """The scenario under the operator's own settings (:func:`operator_settings`), not under a floor or a pin an
     earlier tune wrote: what static peak is sized under."""
-    return with_candidate(scenario, Candidate("the operator's settings"))
+    return with_candidate(scenario, _OPERATORS)
 
 
 def _static_floor(operators: Scenario, headroom: float) -> Candidate:
@@ -325,10 +353,13 @@ def _offset(calibration: Mapping[str, Calibration] | None, model: str) -> float:
 
 def with_candidate(scenario: Scenario, candidate: Candidate) -> Scenario:
     """The scenario with the candidate's annotations on its VariantAutoscalings (the Modelplane policy reads them);
-    :data:`AS_CONFIGURED` leaves them as they are."""
+    a candidate for some models only leaves the others under the operator's own settings, and :data:`AS_CONFIGURED`
+    leaves them all as they are."""
     if candidate.current:
         return scenario
-    return _with_settings(scenario, lambda model: candidate)
+    return _with_settings(
+        scenario, lambda model: candidate if candidate.models is None or model in candidate.models else _OPERATORS
+    )
 
 
 def with_choices(scenario: Scenario, choices: Sequence[ModelChoice]) -> Scenario:

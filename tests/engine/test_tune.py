@@ -11,7 +11,7 @@ from engine.api.meta import attribute_docstrings
 from engine.optimize.spec import ANNOTATION_MIN_REPLICAS
 from engine.perf.tail_sizing import ANNOTATION_TTFT_PERCENTILE
 from engine.simulate.outcome import PolicyOutcome
-from engine.simulate.records import SimConfig
+from engine.simulate.records import SimConfig, Trace
 from engine.simulate.scenario import Scenario, build_scenario, with_slo_attainment
 from engine.simulate.tune import (
     ANNOTATION_TUNED,
@@ -28,6 +28,7 @@ from engine.simulate.tune import (
     interpolated_floors,
     model_rows,
     operator_settings,
+    steady_models,
     tuned_settings,
     with_candidate,
     with_choices,
@@ -125,6 +126,34 @@ def test_when_no_candidate_meets_the_target_the_closest_is_chosen_and_said() -> 
         if c.model == model
     )
     assert choice.chosen.candidate is b and not choice.met
+
+
+def test_pinned_percentiles_are_candidates_only_for_traffic_without_a_silent_minute() -> None:
+    """Ten minutes of Poisson traffic over two models; then one model's requests of minutes 4-5 removed: a pinned
+    percentile (the loop and its hold off) is a candidate for the other model only, and its replay leaves the
+    stopping model under the operator's own settings. With both silent, none is."""
+    scenario = small_scenario()
+    trace = scenario.trace
+    models = tuple(trace.models)
+    assert steady_models(trace) == frozenset(models)
+    quiet = ~((trace.model_index == 0) & (trace.arrival_s >= 240.0) & (trace.arrival_s < 360.0))
+    gap = Trace(
+        trace.arrival_s[quiet], trace.in_tokens[quiet], trace.out_tokens[quiet], trace.model_index[quiet], models
+    )
+    stopping = dataclasses.replace(scenario, trace=gap)
+    assert steady_models(gap) == frozenset({models[1]})
+    pinned = [c for c in candidates(stopping) if c.annotations]
+    assert len(pinned) == 4 and all(c.models == {models[1]} for c in pinned)
+    replayed = with_candidate(stopping, pinned[0]).description.variants
+    for va in replayed:
+        pinned_here = ANNOTATION_TTFT_PERCENTILE in va.metadata.annotations
+        assert pinned_here == (f"{va.metadata.namespace}/{va.spec.model_id}" == models[1])
+    both = (trace.arrival_s < 240.0) | (trace.arrival_s >= 360.0)
+    silent = Trace(
+        trace.arrival_s[both], trace.in_tokens[both], trace.out_tokens[both], trace.model_index[both], models
+    )
+    assert steady_models(silent) == frozenset()
+    assert not [c for c in candidates(dataclasses.replace(scenario, trace=silent)) if c.annotations]
 
 
 def test_candidates_span_the_loop_pinned_percentiles_and_static_floors() -> None:
