@@ -182,6 +182,11 @@ class TuningStatus(KubeModel):
     traffic: str = Field(min_length=1)
     """Traffic says what was replayed: a request log, or the window rebuilt from Prometheus (e.g. 24h from
     Prometheus)."""
+    calibration: float | None = Field(None, ge=-0.1, le=0.1)
+    """Calibration is how far the replay read above what the cluster attained over the window under the settings
+    that ran (their replay's attainment less the measured one, within 0.1 either way); every candidate's replayed
+    attainment was judged less this. Absent when the traffic was a request log or the model's latency histograms
+    were missing."""
     tuned_at: Time = Field(alias="tunedAt")
     """TunedAt is when the choice was made."""
 

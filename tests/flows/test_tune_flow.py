@@ -125,6 +125,7 @@ def test_tune_without_a_log_rebuilds_the_window_from_prometheus(tmp_path: pathli
         tuning = status[name]["tuning"]
         assert tuning["candidate"] == report["models"][0]["chosen"] and tuning["traffic"] == "20m from Prometheus"
         assert tuning["attained"] == report["models"][0]["attainment"] and "tunedAt" in tuning
+        assert "calibration" not in tuning  # no latency histograms in this Prometheus: judged as replayed
     assert all("tuning" not in status[name] for name in written if name not in tuned)
 
 
@@ -153,8 +154,8 @@ def test_tune_from_prometheus_judges_candidates_by_what_the_cluster_attained(tmp
     process = backfilled_prometheus(tmp_path / "prometheus", openmetrics([granite], end - 20 * 60))
     command = ["tune", "--cluster", str(cluster), "--prometheus-url", process.url, "--window", "20m", "--json"]
     try:
-        result = CliRunner().invoke(app, [*command, "--dry-run"])
         other = CliRunner().invoke(app, [*command, "--dry-run", "--slo-attainment", "0.8"])
+        result = CliRunner().invoke(app, command)
     finally:
         process.stop()
     assert result.exit_code == 0, result.output
@@ -173,6 +174,11 @@ def test_tune_from_prometheus_judges_candidates_by_what_the_cluster_attained(tmp
             assert row["meets"] == (row["judged"] >= model["target"] - margin), row
     if model["met"]:
         assert model["cost"] == min(row["cost"] for row in model["frontier"] if row["meets"])
+    # The written record and status.tuning carry the offset the choice was judged by.
+    written, status = annotations(cluster), statuses(cluster)
+    granite = [name for name in written if name.startswith("granite")]
+    assert granite and all(json.loads(written[n][ANNOTATION_TUNED])["calibration"] == MAX_CALIBRATION for n in granite)
+    assert all(status[n]["tuning"]["calibration"] == MAX_CALIBRATION for n in granite)
 
 
 def test_tune_without_a_log_or_a_prometheus_is_one_line(
