@@ -342,3 +342,15 @@ def test_the_floor_margin_is_stated_as_it_is_where_operators_read_it() -> None:
     stated = f"within {100 * FLOOR_MARGIN:g} points"
     assert stated in " ".join(attribute_docstrings(TuningStatus)["met"].split())
     assert stated in " ".join((Path(__file__).parents[2] / "docs" / "simulate.md").read_text().split())
+
+
+def test_the_calibration_bound_is_the_one_the_crd_validates() -> None:
+    """``status.tuning.calibration``'s schema bounds and the prose that states them (the CRD description,
+    docs/simulate.md) are the engine's :data:`MAX_CALIBRATION`, which the API layer cannot import."""
+    bounds = {type(m).__name__: m for m in TuningStatus.model_fields["calibration"].metadata}
+    assert bounds["Ge"].ge == -MAX_CALIBRATION and bounds["Le"].le == MAX_CALIBRATION
+    assert f"within {MAX_CALIBRATION:g} either way" in " ".join(
+        attribute_docstrings(TuningStatus)["calibration"].split()
+    )
+    docs = " ".join((Path(__file__).parents[2] / "docs" / "simulate.md").read_text().split())
+    assert f"stops at {100 * MAX_CALIBRATION:g} points either way" in docs
