@@ -43,8 +43,8 @@ from bench.engine import machine, publish_section
 from bench.simulate import DEFAULT_TRACE, WARMUP_S
 from engine.perf.tail_sizing import ANNOTATION_TTFT_PERCENTILE, PromptDistribution
 from engine.simulate.outcome import PolicyOutcome, summarize_outcome
-from engine.simulate.policies import run_policy
-from engine.simulate.rebuild import ModelTraffic, rebuild_trace
+from engine.simulate.policies import prompt_distribution, run_policy
+from engine.simulate.rebuild import TRAFFIC_STEP_S, ModelTraffic, rebuild_trace
 from engine.simulate.records import Trace
 from engine.simulate.scenario import Scenario, build_scenario, with_slo_attainment
 from engine.simulate.tune import (
@@ -66,8 +66,6 @@ MARKERS = {
     "log": ("<!-- tuned-attainment:start -->", "<!-- tuned-attainment:end -->"),
     "prometheus": ("<!-- tuned-prometheus:start -->", "<!-- tuned-prometheus:end -->"),
 }
-TRAFFIC_STEP_S = 60.0
-"""The resolution of the traffic the tune flow rebuilds from Prometheus (flows.tune.TRAFFIC_STEP_S)."""
 PREVIOUS_DAY_SEED = 100
 """The previous day of seed ``s`` is the same traffic variant drawn with seed ``s + PREVIOUS_DAY_SEED``."""
 BURSTY_ROWS = tuple(i for i, (label, _, _) in enumerate(TRACES) if label.startswith("bursty"))
@@ -98,12 +96,9 @@ def prometheus_view(trace: Trace) -> dict[str, ModelTraffic]:
 
 def _histogram(lengths: np.ndarray) -> PromptDistribution | None:
     """The lengths as a vLLM token histogram (cumulative counts at its bounds, +Inf, and the mean)."""
-    if not len(lengths):
-        return None
-    bounds = [*map(float, PROMPT_TOKEN_BUCKETS), math.inf]
-    return PromptDistribution.from_buckets(
-        [(bound, float(np.count_nonzero(lengths <= bound))) for bound in bounds], mean=float(lengths.mean())
-    )
+    cumulative = [int(np.count_nonzero(lengths <= bound)) for bound in (*PROMPT_TOKEN_BUCKETS, math.inf)]
+    found = prompt_distribution(cumulative)
+    return found.with_mean(float(lengths.mean())) if found is not None else None
 
 
 def rebuilt(scenario: Scenario) -> Scenario:
@@ -194,10 +189,7 @@ def _calibration(
     replays: list[tuple[Candidate, PolicyOutcome]], measured: PolicyOutcome | None
 ) -> dict[str, Calibration]:
     """The flow's calibration of one day's replays (none without a measurement: a request log's day)."""
-    if measured is None:
-        return {}
-    ran = next(outcome for candidate, outcome in replays if candidate.current)
-    return calibrations(ran, dict(measured.attainment_by_model))
+    return calibrations(replays, dict(measured.attainment_by_model)) if measured is not None else {}
 
 
 def bench(

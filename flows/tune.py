@@ -35,7 +35,7 @@ from typing import Any
 
 from engine.api.meta import parse_duration
 from engine.simulate.outcome import PolicyOutcome
-from engine.simulate.rebuild import ModelTraffic, rebuild_trace
+from engine.simulate.rebuild import TRAFFIC_STEP_S, ModelTraffic, rebuild_trace
 from engine.simulate.records import SimConfig
 from engine.simulate.scenario import (
     Scenario,
@@ -139,8 +139,6 @@ TUNE_TIMEOUT_S = 3 * 3600.0
 
 DEFAULT_WINDOW = "24h"
 """How much of the cluster's recent traffic a tune run without a request log replays (a day: the nightly run)."""
-TRAFFIC_STEP_S = 60.0
-"""The resolution of the traffic rebuilt from Prometheus: requests per minute (the optimize cycle's)."""
 
 
 @flow(name="tune", log_prints=True, max_workers=2, timeout_seconds=TUNE_TIMEOUT_S)
@@ -280,8 +278,7 @@ def calibrated(
         Per model measured, its calibration.
     """
     logger = run_logger()
-    ran = next(outcome for candidate, outcome in replays if candidate.current)
-    found = calibrations(ran, {model: m.attained for model, m in measured.items()})
+    found = calibrations(replays, {model: m.attained for model, m in measured.items()})
     for model, attained in sorted(measured.items()):
         known = found.get(model)
         if known is None:

@@ -66,6 +66,7 @@ def write_choice(
         does not stop the others.
     """
     backend = connect(cluster)
+    offset = round(choice.calibration.offset, 4) if choice.calibration is not None else None
     status = TuningStatus.model_validate(
         {
             "candidate": choice.chosen.candidate.name,
@@ -74,7 +75,7 @@ def write_choice(
             "met": choice.met,
             "cost": round(choice.chosen.cost, 2),
             "traffic": source,
-            "calibration": round(choice.calibration.offset, 4) if choice.calibration is not None else None,
+            "calibration": offset,
             "tunedAt": now,
         }
     ).model_dump(mode="json", by_alias=True, exclude_none=True)
@@ -88,8 +89,8 @@ def write_choice(
         "met": choice.met,
         "at": now.strftime("%Y-%m-%dT%H:%M:%SZ"),
     }
-    if choice.calibration is not None:
-        record["calibration"] = round(choice.calibration.offset, 4)
+    if offset is not None:
+        record["calibration"] = offset
     for va in scenario.description.variants:
         namespace, name = va.metadata.namespace or "default", va.metadata.name or ""
         if joined_key((namespace, va.spec.model_id)) != choice.model:

@@ -28,7 +28,11 @@ import numpy as np
 from engine.perf.tail_sizing import PromptDistribution
 from engine.simulate.records import Trace
 
-__all__ = ["ModelTraffic", "TrafficError", "rebuild_trace", "whole_counts"]
+__all__ = ["TRAFFIC_STEP_S", "ModelTraffic", "TrafficError", "rebuild_trace", "whole_counts"]
+
+TRAFFIC_STEP_S = 60.0
+"""The resolution the tune flow reads a window's traffic at from Prometheus: requests per minute (the optimize
+cycle's)."""
 
 
 class TrafficError(ValueError):

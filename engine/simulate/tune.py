@@ -49,7 +49,7 @@ from engine.simulate.outcome import PolicyOutcome
 from engine.simulate.policies import static_allocation
 from engine.simulate.records import Trace
 from engine.simulate.scenario import ClusterDescription, Scenario, joined_key
-from engine.slo.measure import LatencyHistograms, MeasuredAttainment, measure_attainment
+from engine.slo.measure import LatencyHistograms, MeasuredAttainment, model_attainment
 from engine.slo.target import DEFAULT_ATTAINMENT
 
 __all__ = [
@@ -152,18 +152,23 @@ class Calibration:
         return abs(self.replayed - self.measured) > MAX_CALIBRATION
 
 
-def calibrations(ran: PolicyOutcome, measured: Mapping[str, float | None]) -> dict[str, Calibration]:
+def calibrations(
+    replays: Sequence[tuple[Candidate, PolicyOutcome]], measured: Mapping[str, float | None]
+) -> dict[str, Calibration]:
     """Per model with a measurement and a replayed attainment: the :class:`Calibration` of the replay of what ran.
 
     Args:
-        ran: The :data:`AS_CONFIGURED` replay of the window.
+        replays: The window's replays, :data:`AS_CONFIGURED`'s among them (none: nothing is calibrated).
         measured: Each model's (``namespace/modelID``) attainment the cluster measured over the same window (None:
             not measured: that model's candidates are judged as replayed).
 
     Returns:
         Per model measured and replayed, its calibration.
     """
-    found = {}
+    ran = next((outcome for candidate, outcome in replays if candidate.current), None)
+    found: dict[str, Calibration] = {}
+    if ran is None:
+        return found
     for model, attained in measured.items():
         replayed = ran.attainment_by_model.get(model)
         if attained is None or replayed is None or not (math.isfinite(attained) and math.isfinite(replayed)):
@@ -189,24 +194,12 @@ def window_attainment(
         Per model, its measured attainment over the window (the note says why where it is unknown).
     """
     slos = model_slos(description.variants, description.service_classes)
-    found = {}
-    for key in sorted({(va.metadata.namespace or "default", va.spec.model_id) for va in description.variants}):
-        ttft_ms, itl_ms = slos.get(key, (None, None))
-        histograms = latency.get(key)
-        if histograms is None:
-            reason = (missing or {}).get(key) or "no latency histograms for this model"
-            found[joined_key(key)] = MeasuredAttainment(None, None, None, None, reason)
-            continue
-        found[joined_key(key)] = measure_attainment(
-            histograms.ttft_window,
-            histograms.itl_window,
-            ttft_ms or None,
-            itl_ms or None,
-            histograms.itl_metric,
-            ttft_sum_s=histograms.ttft_window_sum,
-            itl_sum_s=histograms.itl_window_sum,
-        )
-    return found
+    return {
+        joined_key(key): model_attainment(
+            target, latency.get(key), *slos.get(key, (None, None)), (missing or {}).get(key)
+        ).window
+        for key, target in sorted(model_targets(description.variants, description.service_classes).items())
+    }
 
 
 @dataclass(frozen=True)

@@ -300,7 +300,7 @@ def test_a_replay_that_read_high_on_the_window_judges_every_candidate_lower() ->
         (pinned, outcome({models[0]: 0.91, models[1]: 0.95}, hours(3.0, 3.0))),
     ]
     ran = outcome({models[0]: 0.88, models[1]: 0.90}, {})
-    calibration = calibrations(ran, {models[0]: 0.84, models[1]: 0.93})
+    calibration = calibrations([*replays, (AS_CONFIGURED, ran)], {models[0]: 0.84, models[1]: 0.93})
     assert abs(calibration[models[0]].offset - 0.04) < 1e-9 and abs(calibration[models[1]].offset + 0.03) < 1e-9
     chosen = {c.model: c for c in choose(scenario, [*replays, (AS_CONFIGURED, ran)], calibration)}
     assert chosen[models[0]].chosen.candidate is pinned and chosen[models[0]].met
@@ -310,7 +310,8 @@ def test_a_replay_that_read_high_on_the_window_judges_every_candidate_lower() ->
     assert all(r.candidate is not AS_CONFIGURED for c in chosen.values() for r in c.rows)  # never a choice
     # Uncalibrated, model 0's loop meets at 0.86 and is the cheapest.
     assert {c.model: c for c in choose(scenario, replays)}[models[0]].chosen.candidate is loop
-    assert calibrations(ran, {models[0]: None}) == {}
+    assert calibrations([(AS_CONFIGURED, ran)], {models[0]: None}) == {}
+    assert calibrations(replays, {models[0]: 0.84}) == {}  # no replay of what ran: nothing to calibrate by
     far = Calibration(replayed=0.95, measured=0.60)
     assert far.capped and far.offset == MAX_CALIBRATION and not Calibration(0.9, 0.85).capped
 
