@@ -1,4 +1,4 @@
-"""Kubernetes Quantity parsing, pure (the ``kubernetes`` package is off limits to ``engine``)."""
+"""Kubernetes Quantity and PromQL duration parsing, pure (the ``kubernetes`` package is off limits to ``engine``)."""
 
 from __future__ import annotations
 
@@ -42,3 +42,18 @@ def parse_quantity(value: str | int | float) -> Decimal:
         return Decimal(match.group(1)) * _SUFFIXES[match.group(2)]
     except InvalidOperation:
         raise ValueError(f"not a quantity: {value!r}") from None
+
+
+PROMETHEUS_DURATION_PATTERN = r"^([0-9]+(ms|s|m|h|d|w|y))+$"
+"""A PromQL range duration (``30s``, ``1m``, ``1h30m``, ``1d``), as Prometheus parses it."""
+_DURATION_PART = re.compile(r"([0-9]+)(ms|s|m|h|d|w|y)")
+_DURATION_UNIT_S = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 604800.0, "y": 31536000.0}
+"""Prometheus's duration units in seconds (a day is 24 hours, a week 7 days, a year 365 days)."""
+
+
+def duration_seconds(text: str) -> float:
+    """Seconds in a PromQL duration (:data:`PROMETHEUS_DURATION_PATTERN`: ``90s``, ``1h30m``, ``1d``, ``2w``);
+    ``ValueError`` otherwise."""
+    if not re.fullmatch(PROMETHEUS_DURATION_PATTERN, text.strip()):
+        raise ValueError(f"invalid duration {text!r}: expected a PromQL duration such as '90s', '24h' or '1d'")
+    return sum(float(number) * _DURATION_UNIT_S[unit] for number, unit in _DURATION_PART.findall(text))

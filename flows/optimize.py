@@ -43,10 +43,10 @@ from engine.optimize.spec import CycleInputs, ModelLoad, PodSample, accelerator_
 from engine.perf.saturation import SaturationConfigSet
 from engine.perf.tail_sizing import PromptDistribution
 from engine.slo.measure import LatencyHistograms
+from engine.units import PROMETHEUS_DURATION_PATTERN
 from flows.exitcodes import CannotRun, ExitCode, degraded_summary, exit_code
 from flows.one_writer import replanner, writer_lock
 from flows.parameters import (
-    PROMETHEUS_DURATION_PATTERN,
     SYSTEM_NAMESPACE,
     ClusterTarget,
     NamespaceName,

@@ -14,8 +14,7 @@ from typing import Annotated, Any, Final
 
 from pydantic import BeforeValidator, Field
 
-PROMETHEUS_DURATION_PATTERN = r"^([0-9]+(ms|s|m|h|d|w|y))+$"
-"""A PromQL range duration (``30s``, ``1m``, ``1h30m``), as Prometheus parses it."""
+from engine.units import PROMETHEUS_DURATION_PATTERN
 
 KUBE_NAME_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
 """An RFC 1123 label: a Namespace name (and the names of most namespaced objects)."""

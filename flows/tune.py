@@ -33,7 +33,6 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from engine.api.meta import parse_duration
 from engine.simulate.outcome import PolicyOutcome
 from engine.simulate.rebuild import TRAFFIC_STEP_S, ModelTraffic, rebuild_trace
 from engine.simulate.records import SimConfig
@@ -54,6 +53,7 @@ from engine.simulate.tune import (
     interpolated_floors,
 )
 from engine.slo.measure import MeasuredAttainment
+from engine.units import duration_seconds
 from flows.parameters import (
     SIMULATE_INTERVAL_S,
     SIMULATE_STARTUP_DELAY_S,
@@ -332,7 +332,7 @@ def prometheus_window(
     description = read_description(cluster, config_namespace, dry_run=dry_run)
     keys = {ModelKey(va.spec.model_id, va.metadata.namespace or "default") for va in description.variants}
     end = datetime.now(UTC).replace(second=0, microsecond=0)
-    window_s = parse_duration(window)
+    window_s = duration_seconds(window)
     traffic = read_traffic(metrics, keys, window_s, end, TRAFFIC_STEP_S)
     quiet = ModelTraffic((), TRAFFIC_STEP_S, None, None)
     by_model = {joined_key((key.namespace, key.model_id)): traffic.get(key, quiet) for key in keys}

@@ -104,7 +104,7 @@ def optimize(
         pushgateway: ``--pushgateway-url``: Prometheus Pushgateway URL to publish wva_desired_replicas and Modelplane's
             metrics to (default $MODELPLANE_PUSHGATEWAY_URL; unset = off).
     """
-    from flows.parameters import PROMETHEUS_DURATION_PATTERN
+    from engine.units import PROMETHEUS_DURATION_PATTERN
     from tasks.optimize.precheck import cannot_run_reason
 
     if rate_window is not None and not re.match(PROMETHEUS_DURATION_PATTERN, rate_window):

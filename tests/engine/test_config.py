@@ -13,7 +13,7 @@ from engine.optimize.config import (
     parse_service_class,
     parse_service_classes,
 )
-from engine.units import parse_quantity
+from engine.units import duration_seconds, parse_quantity
 
 
 def test_accelerator_costs_parse_wva_json_and_report_bad_keys() -> None:
@@ -103,3 +103,26 @@ def test_parse_quantity(value: object, expected: Decimal) -> None:
 def test_parse_quantity_rejects_garbage(value: object) -> None:
     with pytest.raises(ValueError, match="not a quantity"):
         parse_quantity(value)
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [
+        ("90s", 90.0),
+        ("1h30m", 5400.0),
+        ("1d", 86400.0),
+        ("24h", 86400.0),
+        ("2w", 1209600.0),
+        ("500ms", 0.5),
+        ("1y", 31536000.0),
+    ],
+)
+def test_a_promql_duration_in_seconds(text: str, seconds: float) -> None:
+    """What a flow's PromQL duration parameter holds, days and weeks included (``format_window`` writes ``1d``)."""
+    assert duration_seconds(text) == seconds
+
+
+@pytest.mark.parametrize("text", ["", "1", "1.5h", "-1h", "1 d", "1e308s", "1hx", "h"])
+def test_a_promql_duration_refuses_what_prometheus_refuses(text: str) -> None:
+    with pytest.raises(ValueError, match="PromQL duration"):
+        duration_seconds(text)

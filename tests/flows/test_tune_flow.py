@@ -181,6 +181,16 @@ def test_tune_from_prometheus_judges_candidates_by_what_the_cluster_attained(tmp
     assert all(status[n]["tuning"]["calibration"] == MAX_CALIBRATION for n in granite)
 
 
+def test_the_default_window_reaches_prometheus(tmp_path: pathlib.Path) -> None:
+    """``--window`` defaults to a day, which the command passes on as ``1d``: the flow reads it as a PromQL duration
+    and goes on to Prometheus (unreachable here: one line, exit 2), instead of refusing its own default."""
+    result = CliRunner().invoke(
+        app, ["tune", "--cluster", str(SIMULATION), "--prometheus-url", "http://127.0.0.1:9", "--dry-run"]
+    )
+    assert result.exit_code == 2, result.output
+    assert "Prometheus at http://127.0.0.1:9" in result.output and "invalid duration" not in result.output
+
+
 def test_tune_without_a_log_or_a_prometheus_is_one_line(
     tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
