@@ -19,9 +19,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Annotated, Any
-
-from pydantic import Field
+from typing import Any
 
 from engine.api.llmd import VariantAutoscaling
 from engine.api.registry import LLMD_API, VARIANT_AUTOSCALING
@@ -35,6 +33,7 @@ from flows.parameters import (
     ClusterTarget,
     NamespaceName,
     Namespaces,
+    PromDuration,
     Setting,
 )
 from flows.reconcile import Table
@@ -47,10 +46,6 @@ from tasks.tracking import run_logger
 
 PARAMETERS = ("alpha", "beta", "gamma", "delta")
 """The profile's parameters, in the order the table shows them."""
-Lookback = Annotated[str, Field(pattern=r"^[0-9]+(m|h)$", examples=["24h", "90m"])]
-"""How far back to read metrics: minutes or hours (``24h``)."""
-WindowLength = Annotated[str, Field(pattern=r"^[0-9]+(s|m)$", examples=["5m", "30s"])]
-"""One metrics window: seconds or minutes (``5m``)."""
 
 
 @dataclass
@@ -124,8 +119,8 @@ def calibrate(
     cluster: ClusterTarget = "",
     prometheus_url: Setting = "",
     windows_file: Setting = "",
-    lookback: Lookback = CALIBRATE_LOOKBACK,
-    window: WindowLength = CALIBRATE_WINDOW,
+    lookback: PromDuration = CALIBRATE_LOOKBACK,
+    window: PromDuration = CALIBRATE_WINDOW,
     dry_run: bool = False,
 ) -> CalibrationReport:
     """Fit every VariantAutoscaling's alpha/beta/gamma/delta from vLLM metrics; propose, and apply where opted in.
@@ -137,8 +132,9 @@ def calibrate(
             manifests directory/file.
         prometheus_url: Prometheus base URL; empty = $PROMETHEUS_URL. Ignored when windows_file is set.
         windows_file: Read metric windows from this YAML file instead of Prometheus (local and CI runs); empty = Prometheus.
-        lookback: How far back to read metrics (default a day: gamma needs hours of varied load to be determined).
-        window: Length of one window (PromQL increase range and step), e.g. 5m.
+        lookback: How far back to read metrics, a PromQL duration (default a day, ``24h`` or ``1d``: gamma needs hours
+            of varied load to be determined).
+        window: Length of one window (PromQL increase range and step), a PromQL duration such as ``5m``.
         dry_run: Fit and report, write nothing (no condition, no spec).
 
     Returns:

@@ -35,10 +35,10 @@ import yaml
 
 from engine import yaml11
 from engine.api.llmd import VariantAutoscaling
-from engine.api.meta import parse_duration
 from engine.promql import quote
 from engine.simulate.calibrate import CONDITION_CALIBRATED, CalibrationOutcome, Window, opted_in
 from engine.status import ConditionUpdate, changed_fields, set_conditions
+from engine.units import duration_seconds
 from tasks.boundary import Accepted
 from tasks.clients.cluster import Cluster, ObjectRef
 from tasks.clients.cluster.retry import retry_on_conflict
@@ -266,14 +266,17 @@ def collect_windows(
         variants: The VariantAutoscalings to calibrate (their pods are named after their scale target).
         windows_file: Read the windows from this file instead of Prometheus.
         prometheus_url: Prometheus base URL; defaults to $PROMETHEUS_URL.
-        lookback_text: How far back to read, a duration such as ``24h``.
-        window_text: One window's length, a duration such as ``5m``.
+        lookback_text: How far back to read, a PromQL duration such as ``24h`` or ``1d``.
+        window_text: One window's length, a PromQL duration such as ``5m``.
 
     Returns:
         Windows per (namespace, name), and why the metrics backend failed (None: it did not).
     """
     if windows_file:
         return read_windows_file(windows_file), None
+    lookback, window = duration_seconds(lookback_text), duration_seconds(window_text)
+    if not 1.0 <= window <= lookback:
+        return {}, f"window {window_text} must be at least 1s and no longer than the lookback {lookback_text}"
     url = prometheus_url or os.environ.get("PROMETHEUS_URL")
     if not url:
         return (
@@ -283,7 +286,6 @@ def collect_windows(
     client = PrometheusMetrics.from_env(url)
     assert client is not None
     now = dt.datetime.now(dt.UTC)
-    lookback, window = parse_duration(lookback_text), parse_duration(window_text)
     result: dict[tuple[str, str], list[Window]] = {}
     by_model: dict[tuple[str, str], dict[str, list[Window]]] = {}
     try:

@@ -9,6 +9,7 @@ import re
 
 import typer
 
+from engine.units import duration_seconds
 from flows.cli.common import (
     cluster_option,
     command,
@@ -161,12 +162,15 @@ def calibrate(
         None, "--windows-file", help="Windows YAML file (instead of Prometheus)."
     ),
     namespace: list[str] = namespaces_option(),
-    lookback: str = typer.Option(
-        CALIBRATE_LOOKBACK,
-        metavar="DURATION",
+    lookback: float = duration_option(
+        duration_seconds(CALIBRATE_LOOKBACK),
+        "--lookback",
         help="How far back to read metrics (a day: gamma needs hours of varied load).",
+        minimum=1.0,
     ),
-    window: str = typer.Option(CALIBRATE_WINDOW, metavar="DURATION", help="Length of one metrics window."),
+    window: float = duration_option(
+        duration_seconds(CALIBRATE_WINDOW), "--window", help="Length of one metrics window.", minimum=1.0
+    ),
     config_namespace: str = config_namespace_option(),
     dry_run: bool = typer.Option(False, "--dry-run", help="Fit and print, write nothing."),
     track: bool = track_option(),
@@ -223,8 +227,8 @@ def calibrate(
             "--prometheus-url": prometheus is not None,
             "--windows-file": windows is not None,
             "--namespace": bool(namespace),
-            "--lookback": lookback != CALIBRATE_LOOKBACK,
-            "--window": window != CALIBRATE_WINDOW,
+            "--lookback": lookback != duration_seconds(CALIBRATE_LOOKBACK),
+            "--window": window != duration_seconds(CALIBRATE_WINDOW),
             "--config-namespace": config_namespace != SYSTEM_NAMESPACE,
         }
         if given := [option for option, set_ in metrics_options.items() if set_]:
@@ -236,6 +240,7 @@ def calibrate(
         with cli_errors():
             raise CannotRun("--apply and --benchmark-config go with --from-benchmark")
     from engine.api.registry import LLMD_API, VARIANT_AUTOSCALING
+    from engine.slo.target import format_window
     from tasks.calibrate import WindowsFileError, read_windows_file
 
     if windows is not None:
@@ -253,8 +258,8 @@ def calibrate(
         cluster=cluster,
         prometheus_url=prometheus,
         windows_file=str(windows) if windows else None,
-        lookback=lookback,
-        window=window,
+        lookback=format_window(lookback),
+        window=format_window(window),
         dry_run=dry_run,
     )
     if as_json:

@@ -5,6 +5,7 @@ VariantAutoscaling, the spec written only where the resource opted in."""
 from __future__ import annotations
 
 import csv
+import json
 import pathlib
 import shutil
 import subprocess
@@ -206,6 +207,12 @@ def test_prometheus_range_queries_feed_the_fit(
         pods = prometheus_windows(
             PrometheusMetrics(prometheus.url), NAMESPACE, model, datetime.now(UTC), result.horizon_s, 300.0
         )
+        # the command reads a day as Prometheus writes it (1d), the flow gets a PromQL duration
+        command = CliRunner().invoke(
+            app,
+            ["calibrate-profiles", "--cluster", str(example_cluster), "--prometheus-url", prometheus.url]
+            + ["--lookback", "1d", "--window", "5m", "--dry-run", "--json"],
+        )
     finally:
         prometheus.stop()
     rows = {r.name: r for r in report.rows}
@@ -223,6 +230,10 @@ def test_prometheus_range_queries_feed_the_fit(
     assert rows["llama-3-1-8b-h100"].reason == "MetricsUnavailable"
     va = documents(example_cluster)[name]
     assert condition(va)["reason"] == "ProfileProposed"
+    assert command.exit_code == 3, command.output  # degraded: the other variants have no metrics
+    by_name = {row["name"]: row for row in json.loads(command.stdout)}
+    assert by_name[name]["reason"] == "ProfileProposed"
+    assert by_name[name]["fit"]["windows"] >= row.fit["windows"]  # a day holds the whole ramp
 
 
 def test_writes_pass_the_crd_schema_on_the_kubernetes_api(
@@ -272,3 +283,19 @@ def test_a_run_without_metrics_ends_completed_named_degraded(
     report = state.result()
     assert report.degraded and all(reason in state.message for reason in report.degraded[:3])
     assert calibrate(cluster=str(example_cluster), dry_run=True).degraded == report.degraded
+
+
+def test_a_window_longer_than_the_lookback_asks_nothing_and_says_so(
+    prefect_harness: None, example_cluster: pathlib.Path
+) -> None:
+    """A window that cannot fit in the lookback (or is under a second, Prometheus's least step) is refused before
+    any query: every variant says why, and no connection is tried (the URL would fail differently)."""
+    report = calibrate(
+        cluster=str(example_cluster), prometheus_url="http://127.0.0.1:1", lookback="5m", window="10m", dry_run=True
+    )
+    assert {row.reason for row in report.rows} == {"MetricsUnavailable"}
+    assert all(
+        "window 10m must be at least 1s and no longer than the lookback 5m" in row.message for row in report.rows
+    )
+    short = calibrate(cluster=str(example_cluster), prometheus_url="http://127.0.0.1:1", window="500ms", dry_run=True)
+    assert all("window 500ms must be at least 1s" in row.message for row in short.rows)

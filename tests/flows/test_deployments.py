@@ -417,7 +417,7 @@ REQUIRED_SAMPLES: dict[str, dict[str, Any]] = {
 BAD_VALUES: dict[str, list[dict[str, Any]]] = {
     "discover-models": [{"resync_interval_s": 30}, {"registry_timeout_s": 0}, {"namespaces": ["Team_A"]}],
     "serve-openmodel": [{"replicas": -1}, {"replicas": 1001}, {"namespace": "Bad_NS"}, {"model": ""}, {"image": ""}],
-    "calibrate": [{"lookback": "1d"}, {"window": "5h"}, {"config_namespace": ""}],
+    "calibrate": [{"lookback": "1.5h"}, {"lookback": "24"}, {"window": "5 minutes"}, {"config_namespace": ""}],
     "tune": [{"slo_attainment": 0.3}, {"slo_attainment": 1.0}, {"cluster": ""}, {"trace": ""}],
     "simulate": [
         {"rate_scale": 0},
