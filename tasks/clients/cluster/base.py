@@ -45,18 +45,13 @@ class WatchEvent:
 class Cluster(Protocol):
     """Backend-neutral cluster operations. Every method raises :mod:`tasks.clients.cluster.errors` types."""
 
-    @property
-    def runs_pods(self) -> bool:
-        """Whether Pods run on this cluster: a Job does its work and a provisioner binds a PVC. False for the
-        local manifests backend, where Modelplane does that work in its own process."""
-        ...
+    runs_pods: bool
+    """Whether Pods run on this cluster: a Job does its work and a provisioner binds a PVC. False for the local
+    manifests backend, where Modelplane does that work in its own process."""
 
-    @property
-    def validates_schemas(self) -> bool:
-        """Whether an API server validated the custom resources it serves against their CRDs' schemas (then a
-        reader checks them with their API models only); False for the local backend, whose files nothing
-        validated."""
-        ...
+    validates_schemas: bool
+    """Whether an API server validated the custom resources it serves against their CRDs' schemas (then a reader
+    checks them with their API models only); False for the local backend, whose files nothing validated."""
 
     @property
     def unreadable(self) -> list[str]:

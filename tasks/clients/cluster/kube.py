@@ -98,6 +98,11 @@ def load_api_client(kubeconfig: str | None = None, context: str | None = None) -
 class KubeCluster:
     """A :class:`~tasks.clients.cluster.base.Cluster` talking to a Kubernetes API server."""
 
+    runs_pods = True
+    """Pods run on a real cluster: Jobs fill caches, provisioners bind PVCs."""
+    validates_schemas = True
+    """The API server validated every custom resource it serves against its CRD schema."""
+
     def __init__(
         self,
         api_client: client.ApiClient | None = None,
@@ -119,16 +124,6 @@ class KubeCluster:
         self.events = EventRecorder(self)
 
     # ------------------------------------------------------------------ Cluster API
-
-    @property
-    def runs_pods(self) -> bool:
-        """Pods run on a real cluster: Jobs fill caches, provisioners bind PVCs."""
-        return True
-
-    @property
-    def validates_schemas(self) -> bool:
-        """The API server validated every custom resource it serves against its CRD schema."""
-        return True
 
     @property
     def unreadable(self) -> list[str]:

@@ -70,15 +70,10 @@ class LocalCluster(LocalStore):
 
     # ------------------------------------------------------------------ Cluster API
 
-    @property
-    def runs_pods(self) -> bool:
-        """No Pods run here: fills run in this process and each PVC is a directory (``tasks.warm_caches``)."""
-        return False
-
-    @property
-    def validates_schemas(self) -> bool:
-        """Nothing validated these files: the boundary reader checks each custom resource against its CRD schema."""
-        return False
+    runs_pods = False
+    """No Pods run here: fills run in this process and each PVC is a directory (``tasks.warm_caches``)."""
+    validates_schemas = False
+    """Nothing validated these files: the boundary reader checks each custom resource against its CRD schema."""
 
     @property
     def unreadable(self) -> list[str]:
