@@ -5,6 +5,7 @@ meets its SLO attainment target). Both read the WVA ConfigMaps in ``--config-nam
 
 from __future__ import annotations
 
+import os
 import pathlib
 from typing import Any, get_args
 
@@ -350,7 +351,7 @@ def tune(
         as_json: ``--json``: Print a JSON list instead of a table.
     """
     from engine.optimize.spec import SpecError
-    from engine.simulate.rebuild import TrafficError
+    from engine.simulate.rebuild import TRAFFIC_STEP_S, TrafficError
     from engine.simulate.trace import TraceError
     from engine.slo.target import format_window
     from tasks.clients.metrics.snapshot import MetricsUnavailable
@@ -359,6 +360,12 @@ def tune(
         cluster = manifests_path(cluster_option)
         if trace is not None:
             _check_simulation_input([], None, trace, None)
+        elif not (prometheus_url or os.environ.get("PROMETHEUS_URL")):
+            raise CannotRun("no traffic to replay: give --trace (a request log) or --prometheus-url ($PROMETHEUS_URL)")
+        elif window < TRAFFIC_STEP_S or window % TRAFFIC_STEP_S:
+            raise CannotRun(
+                f"--window {format_window(window)}: whole minutes, at least 1m (Prometheus is read by the minute)"
+            )
         _check_slo_attainment(slo_attainment)
     report = run_flow(
         "flows.tune:tune",

@@ -194,6 +194,16 @@ def test_the_default_window_reaches_prometheus(tmp_path: pathlib.Path) -> None:
 def test_tune_without_a_log_or_a_prometheus_is_one_line(
     tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """Refused before a flow run starts: no traffic source, or a window Prometheus cannot be read by the minute for."""
     monkeypatch.delenv("PROMETHEUS_URL", raising=False)
     result = CliRunner().invoke(app, ["tune", "--cluster", str(SIMULATION)])
-    assert result.exit_code == 2 and "give a request log" in result.output
+    assert result.exit_code == 2, result.output
+    assert result.output.strip() == (
+        "error: no traffic to replay: give --trace (a request log) or --prometheus-url ($PROMETHEUS_URL)"
+    )
+    for window in ("0s", "90s"):
+        odd = CliRunner().invoke(
+            app, ["tune", "--cluster", str(SIMULATION), "--prometheus-url", "http://127.0.0.1:9", "--window", window]
+        )
+        assert odd.exit_code == 2, odd.output
+        assert odd.output.strip().startswith(f"error: --window {window}: whole minutes"), odd.output
