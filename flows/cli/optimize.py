@@ -193,8 +193,8 @@ def calibrate(
 ) -> None:
     """Fit performance profiles (alpha, beta, gamma, delta) from vLLM metrics; write them only where opted in.
 
-    Exit codes: 0 every variant got a profile; 2 could not run (bad windows file, no
-    Kubernetes access), with one line on stderr; 3 degraded: some variants got no profile (no metrics, data
+    Exit codes: 0 every variant got a profile; 2 could not run (bad windows file, a window longer than the
+    lookback, no Kubernetes access), with one line on stderr; 3 degraded: some variants got no profile (no metrics, data
     that cannot determine it) or could not be written, as their rows say.\f
 
     Args:
@@ -249,6 +249,9 @@ def calibrate(
                 read_windows_file(windows)  # before Prefect starts: a bad file is one line
             except WindowsFileError as exc:
                 raise CannotRun(str(exc)) from None
+    elif window > lookback:
+        with cli_errors():
+            raise CannotRun(f"--window {format_window(window)} is longer than --lookback {format_window(lookback)}")
     report = run_flow(
         "flows.calibrate:calibrate",
         track=track,

@@ -297,5 +297,9 @@ def test_a_window_longer_than_the_lookback_asks_nothing_and_says_so(
     assert all(
         "window 10m must be at least 1s and no longer than the lookback 5m" in row.message for row in report.rows
     )
+    command = CliRunner().invoke(
+        app, ["calibrate", "--cluster", str(example_cluster), "--window", "10m", "--lookback", "5m"]
+    )
+    assert command.exit_code == 2 and command.output.strip() == "error: --window 10m is longer than --lookback 5m"
     short = calibrate(cluster=str(example_cluster), prometheus_url="http://127.0.0.1:1", window="500ms", dry_run=True)
     assert all("window 500ms must be at least 1s" in row.message for row in short.rows)
