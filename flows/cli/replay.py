@@ -349,6 +349,11 @@ def tune(
         seed: ``--seed``: Seed of the replay's random draws.
         track: ``--track``: Record the run in Prefect where it needs none (:func:`flows.cli.common.tracking_wanted`).
         as_json: ``--json``: Print a JSON list instead of a table.
+
+    Raises:
+        CannotRun: The description or request log is missing or malformed, there is neither a request log nor a
+            Prometheus URL, the window is not whole minutes, or the attainment is out of range (printed as one
+            ``error:`` line, exit 2).
     """
     from engine.optimize.spec import SpecError
     from engine.simulate.rebuild import TRAFFIC_STEP_S, TrafficError
