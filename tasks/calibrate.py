@@ -275,8 +275,11 @@ def collect_windows(
     if windows_file:
         return read_windows_file(windows_file), None
     lookback, window = duration_seconds(lookback_text), duration_seconds(window_text)
-    if not 1.0 <= window <= lookback:
-        return {}, f"window {window_text} must be at least 1s and no longer than the lookback {lookback_text}"
+    if not (1.0 <= window <= lookback and window.is_integer()):
+        return (
+            {},
+            f"window {window_text} must be whole seconds, at least 1s, and no longer than the lookback {lookback_text}",
+        )
     url = prometheus_url or os.environ.get("PROMETHEUS_URL")
     if not url:
         return (

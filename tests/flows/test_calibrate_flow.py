@@ -288,18 +288,19 @@ def test_a_run_without_metrics_ends_completed_named_degraded(
 def test_a_window_longer_than_the_lookback_asks_nothing_and_says_so(
     prefect_harness: None, example_cluster: pathlib.Path
 ) -> None:
-    """A window that cannot fit in the lookback (or is under a second, Prometheus's least step) is refused before
+    """A window that cannot fit in the lookback (or is not whole seconds: the query step) is refused before
     any query: every variant says why, and no connection is tried (the URL would fail differently)."""
     report = calibrate(
         cluster=str(example_cluster), prometheus_url="http://127.0.0.1:1", lookback="5m", window="10m", dry_run=True
     )
     assert {row.reason for row in report.rows} == {"MetricsUnavailable"}
     assert all(
-        "window 10m must be at least 1s and no longer than the lookback 5m" in row.message for row in report.rows
+        "window 10m must be whole seconds, at least 1s, and no longer than the lookback 5m" in row.message
+        for row in report.rows
     )
     command = CliRunner().invoke(
         app, ["calibrate", "--cluster", str(example_cluster), "--window", "10m", "--lookback", "5m"]
     )
     assert command.exit_code == 2 and command.output.strip() == "error: --window 10m is longer than --lookback 5m"
-    short = calibrate(cluster=str(example_cluster), prometheus_url="http://127.0.0.1:1", window="500ms", dry_run=True)
-    assert all("window 500ms must be at least 1s" in row.message for row in short.rows)
+    short = calibrate(cluster=str(example_cluster), prometheus_url="http://127.0.0.1:1", window="1500ms", dry_run=True)
+    assert all("window 1500ms must be whole seconds, at least 1s" in row.message for row in short.rows)
