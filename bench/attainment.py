@@ -29,7 +29,7 @@ from engine.simulate.bursts import BURSTY_HELD_OUT, BURSTY_TUNING
 from engine.simulate.oracle import attainment_ceiling, oracle_cost_at
 from engine.simulate.outcome import PolicyOutcome, summarize_outcome
 from engine.simulate.policies import run_policy
-from engine.simulate.scenario import Scenario, with_slo_attainment
+from engine.simulate.scenario import Scenario, with_scenario_variants, with_slo_attainment
 
 START, END = "<!-- attainment-bench:start -->", "<!-- attainment-bench:end -->"
 TARGETS = (0.80, 0.85, 0.90)
@@ -61,7 +61,7 @@ def replay_modelplane(job: tuple[str, dict[str, Any], int, str, float]) -> dict[
     """One Modelplane replay at one target, as a table cell (:func:`replay_cell`)."""
     trace_path, shape, seed, start, target = job
     scenario = scenario_for(trace_path, shape, seed, start)
-    scenario = dataclasses.replace(scenario, description=with_slo_attainment(scenario.description, target))
+    scenario = with_scenario_variants(scenario, with_slo_attainment(scenario.description, target))
     outcome = summarize_outcome("modelplane", scenario, run_policy("modelplane", scenario), warmup_s=WARMUP_S)
     return replay_cell(outcome, scenario)
 

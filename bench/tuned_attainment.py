@@ -46,7 +46,7 @@ from engine.simulate.outcome import PolicyOutcome, summarize_outcome
 from engine.simulate.policies import prompt_distribution, run_policy
 from engine.simulate.rebuild import TRAFFIC_STEP_S, ModelTraffic, rebuild_trace
 from engine.simulate.records import Trace
-from engine.simulate.scenario import Scenario, build_scenario, with_slo_attainment
+from engine.simulate.scenario import Scenario, build_scenario, with_scenario_variants, with_slo_attainment
 from engine.simulate.tune import (
     AS_CONFIGURED,
     FLOOR_MARGIN,
@@ -74,7 +74,7 @@ BURSTY_ROWS = tuple(i for i, (label, _, _) in enumerate(TRACES) if label.startsw
 def day(trace_path: str, row: int, seed: int, target: float) -> Scenario:
     """One day of a benchmark trace at one target, started as the CLI starts it (from static peak)."""
     scenario = scenario_for(trace_path, TRACES[row][2], seed, "static")
-    return dataclasses.replace(scenario, description=with_slo_attainment(scenario.description, target))
+    return with_scenario_variants(scenario, with_slo_attainment(scenario.description, target))
 
 
 def prometheus_view(trace: Trace) -> dict[str, ModelTraffic]:

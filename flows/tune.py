@@ -40,6 +40,7 @@ from engine.simulate.scenario import (
     Scenario,
     build_scenario,
     joined_key,
+    with_scenario_variants,
     with_slo_attainment,
 )
 from engine.simulate.tune import (
@@ -197,7 +198,11 @@ def tune(
         source = "request log"
     else:
         ran, measured = prometheus_window(cluster, config_namespace, config, prometheus_url, window, dry_run)
-        scenario = ran if slo_attainment is None else with_targets(ran, slo_attainment)
+        scenario = (
+            ran
+            if slo_attainment is None
+            else with_scenario_variants(ran, with_slo_attainment(ran.description, slo_attainment))
+        )
         source = f"{window} from Prometheus"
     settings = candidates(scenario)
     calibrating = any(found.attained is not None for found in measured.values())
@@ -248,19 +253,6 @@ def replay_all(jobs: list[tuple[Scenario, Candidate]], stage: str) -> list[tuple
             replays.append((candidate, future.result()))
             progress.advance(note=candidate.name)
     return replays
-
-
-def with_targets(scenario: Scenario, slo_attainment: float) -> Scenario:
-    """The scenario with every model's attainment target set to ``slo_attainment`` (the tuning's own targets).
-
-    Args:
-        scenario: The window's traffic on the cluster's VariantAutoscalings, under their own targets.
-        slo_attainment: The target every model is tuned for.
-
-    Returns:
-        The same scenario, each VariantAutoscaling carrying that target.
-    """
-    return dataclasses.replace(scenario, description=with_slo_attainment(scenario.description, slo_attainment))
 
 
 def calibrated(
