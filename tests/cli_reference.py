@@ -19,16 +19,19 @@ import pathlib
 import sys
 from typing import Any
 
+from flows.cli.options import MAX_DURATION_S, format_duration
+
 REPO = pathlib.Path(__file__).resolve().parents[1]
 PAGE = REPO / "docs" / "reference" / "cli.md"
 PARAMETERS_PAGE = REPO / "docs" / "reference" / "flow-parameters.md"
-HEADER = """# Command line
+HEADER = f"""# Command line
 
 Every `modelplane` command, as its `--help` describes it. Each flow command runs one Prefect flow on the cluster
 `--cluster` names (a folder of manifests, or your kubeconfig's cluster without it), prints a table (or `--json`)
 and exits 0 (clean), 2 (could not run: one `error:` line) or 3 (ran degraded):
 [exit codes](../platform.md#exit-codes-flowsexitcodespy). The same flows run as Prefect deployments with the
-same parameters ([The Prefect platform](../platform.md)).
+same parameters ([The Prefect platform](../platform.md)). An option shown as `DURATION` takes `90s`, `5m`, `12h`,
+`7d`, `1h30m` or a plain number of seconds, from 0 up to `{format_duration(MAX_DURATION_S)}`.
 
 This page is generated from the command line's own definitions (`python -m tests.cli_reference`); do not edit it
 by hand.

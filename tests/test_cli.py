@@ -356,8 +356,16 @@ def test_one_duration_syntax_everywhere() -> None:
         129600.0,
         600.0,
     ]
-    with pytest.raises(ValueError, match="not a duration"):
-        parse_duration_text("soon")
+    for text in ("soon", "-5", "nan", "inf", "1e400"):
+        with pytest.raises(ValueError, match="not a duration"):
+            parse_duration_text(text)
+    assert parse_duration_text("3650d") == 3650 * 86400.0
+    with pytest.raises(ValueError, match="longer than 3650d"):
+        parse_duration_text("99999999999999999999d")  # 8.64e24 s: no float holds its whole minutes
+    run = CliRunner().invoke(
+        app, ["tune-sizing", "--cluster", str(REPO / "deployments" / "simulation"), "--window", "-5"]
+    )
+    assert run.exit_code == 2 and "'-5' is not a duration" in run.output, run.output
     durations = {
         "optimize-allocation": ["--scale-down-stabilization"],
         "simulate-policies": ["--slice-start", "--duration", "--wave-period", "--interval", "--startup-delay"],

@@ -5,6 +5,7 @@ no source file path, flowing paragraphs), earlier flag spellings that still work
 from __future__ import annotations
 
 import inspect
+import math
 import re
 import typing
 from collections.abc import Callable
@@ -12,6 +13,10 @@ from typing import Any
 
 import typer
 import typer.core
+
+MAX_DURATION_S = 3650 * 86400.0
+"""The longest duration any option takes (ten years): longer is a typo or hostile input, and past it a float can
+no longer hold whole seconds or minutes exactly."""
 
 SOURCE_PATH = re.compile(r" ?\((?:see )?(?:flows|tasks|engine|tests)/[\w/.]+\.py(?:, [^)]*)?\)")
 """A parenthesised source file path in a docstring or help text ("(flows/exitcodes.py)"): not for a person."""
@@ -122,22 +127,34 @@ def parse_duration_text(text: str) -> float:
         The duration in seconds.
 
     Raises:
-        ValueError: The text is no duration.
+        ValueError: The text is no duration, is negative, or is longer than :data:`MAX_DURATION_S`.
     """
+    text = text.strip()
+    seconds = _seconds(text)
+    if seconds is None or not 0.0 <= seconds < math.inf:
+        raise ValueError(f"{text!r} is not a duration such as 90s, 5m, 12h or 7d")
+    if seconds > MAX_DURATION_S:
+        raise ValueError(
+            f"{text!r} is longer than {format_duration(MAX_DURATION_S)}, the longest duration an option takes"
+        )
+    return seconds
+
+
+def _seconds(text: str) -> float | None:
+    """Seconds in ``text`` as :func:`parse_duration_text` reads it, before its bounds; None when it is no duration."""
     from engine.api.meta import parse_duration
 
-    text = text.strip()
     try:
         return float(text)
     except ValueError:
         pass
     days, sep, rest = text.partition("d")
-    if sep and days.replace(".", "", 1).isdigit():
-        return float(days) * 86400 + (parse_duration(rest) if rest else 0.0)
     try:
+        if sep and days.replace(".", "", 1).isdigit():
+            return float(days) * 86400 + (parse_duration(rest) if rest else 0.0)
         return parse_duration(text)
     except ValueError:
-        raise ValueError(f"{text!r} is not a duration such as 90s, 5m, 12h or 7d") from None
+        return None
 
 
 def duration(value: Any) -> float:
