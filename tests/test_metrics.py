@@ -454,6 +454,20 @@ def test_latency_histograms_over_the_window_and_the_recent_range(
     assert client.collect([SLO]).latency == {}  # no window asked, no latency query
 
 
+def test_a_range_longer_than_prometheus_computes_is_read_in_pieces(metrics: PrometheusMetrics) -> None:
+    """A range query of 60 days at 5 minutes (17,281 evaluations, what ``calibrate-profiles --lookback 60d`` asks)
+    is answered whole: Prometheus refuses more than 11,000 points a series, so the client asks in pieces on one grid
+    and joins each series' values in time order, once each."""
+    start = 1_700_000_000.0
+    end = start + 60 * 86400
+    matrix = metrics.query_range('vector(1) or label_replace(vector(2), "series", "b", "", "")', start, end, 300)
+
+    assert len(matrix) == 2  # two series, each joined from its pieces
+    for row in matrix:
+        times = [float(t) for t, _ in row["values"]]
+        assert times == [start + 300 * i for i in range(17_281)]
+
+
 def test_label_values_are_escaped(loaded: FakeVllmExporter, metrics: PrometheusMetrics) -> None:
     odd = ModelKey('mt/odd"model\\', "mt.a")  # a '.' must not match the '-' of mt-a
     snapshot = metrics.collect([odd, ModelKey(LLAMA.model_id, "mt.a")])

@@ -101,8 +101,38 @@ _DURATION = re.compile(r"^[0-9]+(ms|s|m|h|d)$")
 _ERRNO = re.compile(r"\[Errno -?\d+\] [^'\")\]]+")
 
 
+MAX_RANGE_POINTS = 11_000
+"""The most evaluations Prometheus computes for one series of a range query (its ``query_range`` answers "exceeded
+maximum resolution of 11,000 points per timeseries" beyond): 38 days at 5 minutes, 7.6 days at 1 minute."""
+
+
 def _utcnow() -> dt.datetime:
     return dt.datetime.now(dt.UTC)
+
+
+def range_pieces(start: float, end: float, step_s: float) -> list[tuple[float, float]]:
+    """``[start, end]`` at ``step_s`` as consecutive ranges of at most :data:`MAX_RANGE_POINTS` evaluations each, on
+    the same grid (every piece starts a whole number of steps after ``start``) and without overlap.
+
+    Args:
+        start: The first evaluation, in epoch seconds.
+        end: The last, in epoch seconds.
+        step_s: Seconds between evaluations (> 0).
+
+    Returns:
+        The pieces' (start, end) in time order; the one range itself when it is short enough, or when the step is
+        not a positive number (Prometheus then refuses the query and says why).
+    """
+    if not 0.0 < step_s < math.inf:
+        return [(start, end)]
+    span = (MAX_RANGE_POINTS - 1) * step_s
+    pieces = []
+    piece_start = start
+    while piece_start + span < end:
+        pieces.append((piece_start, piece_start + span))
+        piece_start += span + step_s
+    pieces.append((piece_start, end))
+    return pieces
 
 
 class PrometheusMetrics(MetricsSource):
@@ -402,6 +432,9 @@ class PrometheusMetrics(MetricsSource):
             end: Its last, in epoch seconds.
             step_s: Seconds between evaluations.
 
+        A range of more than :data:`MAX_RANGE_POINTS` evaluations is asked for in consecutive pieces of at most that
+        many (Prometheus refuses a longer one), and each series' values are joined in time order.
+
         Returns:
             ``data.result``, a matrix: one row a series, its ``values`` as ``[time, "value"]`` pairs.
 
@@ -409,8 +442,14 @@ class PrometheusMetrics(MetricsSource):
             MetricsUnavailable: Prometheus could not be reached after the retries, refused the query or answered
                 something else than a matrix.
         """
-        data = {"query": promql, "start": f"{start:.3f}", "end": f"{end:.3f}", "step": f"{step_s:g}"}
-        return self._post("query_range", data, "matrix")
+        series: dict[tuple[tuple[str, str], ...], dict[str, Any]] = {}
+        for piece_start, piece_end in range_pieces(start, end, step_s):
+            data = {"query": promql, "start": f"{piece_start:.3f}", "end": f"{piece_end:.3f}", "step": f"{step_s:g}"}
+            for row in self._post("query_range", data, "matrix"):
+                labels = tuple(sorted((row.get("metric") or {}).items()))
+                joined = series.setdefault(labels, {"metric": row.get("metric") or {}, "values": []})
+                joined["values"].extend(row.get("values") or [])
+        return list(series.values())
 
     def _query(self, promql: str, at: dt.datetime, result_type: str = "vector") -> list[dict[str, Any]]:
         """Run one instant query at ``at`` with retries; return ``data.result`` (a vector unless told otherwise)."""
