@@ -31,7 +31,7 @@ from datetime import datetime
 from typing import Any
 
 from engine.api.llmd import VariantAutoscaling
-from engine.api.meta import format_time, parse_duration, parse_time
+from engine.api.meta import format_time, parse_time
 from engine.optimize.attainment import held_at_caps, held_loads, loop_steps
 from engine.optimize.bindings import BindingDecision, BindingInputs, plan_binding
 from engine.optimize.config import AcceleratorCost
@@ -46,6 +46,7 @@ from engine.optimize.spec import (
     model_targets,
     parse_variant,
     replica_cost,
+    scale_down_window,
 )
 from engine.optimize.wake import variants_to_wake, woken_decision
 from engine.perf.load_trend import sustained_fall
@@ -303,8 +304,6 @@ def _decide(
 
 
 # Scale-down stabilization: a window against the load's noise, its state kept in an annotation.
-ANNOTATION_SCALE_DOWN_WINDOW = "modelplane.io/scale-down-stabilization-window"
-"""VariantAutoscaling annotation: scale-down stabilization window (a Duration such as ``3m``)."""
 DEFAULT_SCALE_DOWN_WINDOW_S = 180.0
 """The scale-down stabilization window of the scheduled optimize deployment (``deployments/prefect.yaml``) and
 of the simulated Modelplane policy: a replica's start-up (model load, ~2 min) plus one 60 s cycle, the same
@@ -349,12 +348,8 @@ def stabilize_scale_down(
     """
     raw_pending = annotations.get(ANNOTATION_SCALE_DOWN_PENDING)
     pending = _parse_pending(raw_pending)
-    window = default_window_s
-    if annotations.get(ANNOTATION_SCALE_DOWN_WINDOW):
-        try:
-            window = parse_duration(annotations[ANNOTATION_SCALE_DOWN_WINDOW])
-        except ValueError:
-            window = default_window_s
+    annotated_window = scale_down_window(annotations)  # validated when the resource was read (parse_variant)
+    window = default_window_s if annotated_window is None else annotated_window
     if desired >= current or window <= 0:
         return Stabilized(desired, "", None, raw_pending is not None)
     if falling:

@@ -24,6 +24,7 @@ from datetime import datetime
 from typing import Any, Final
 
 from engine.api.llmd import MAX_ACCELERATOR_COUNT, MAX_BATCH_SIZE, VariantAutoscaling, VariantProfile
+from engine.api.meta import parse_duration
 from engine.errors import InputError
 from engine.optimize.actuation import RECOMMEND, ActuationModeError, resource_mode
 from engine.optimize.config import AcceleratorCost, ConfigError, ServiceClass
@@ -42,6 +43,11 @@ from engine.slo.target import AttainmentTarget, TargetError, annotated, resolve_
 ANNOTATION_MIN_REPLICAS = "modelplane.io/min-replicas"
 ANNOTATION_MAX_REPLICAS = "modelplane.io/max-replicas"
 ANNOTATION_SCALE_TO_ZERO = "modelplane.io/scale-to-zero"
+ANNOTATION_SCALE_DOWN_WINDOW = "modelplane.io/scale-down-stabilization-window"
+"""VariantAutoscaling annotation: scale-down stabilization window (a Duration such as ``3m``)."""
+MAX_SCALE_DOWN_WINDOW_S = 3600.0
+"""The longest scale-down stabilization window a VariantAutoscaling may ask for: an hour, the HPA's bound for
+``behavior.scaleDown.stabilizationWindowSeconds``."""
 # WVA's label for the accelerator of a VariantAutoscaling that does not carry spec.accelerator (seed 001).
 ACCELERATOR_LABEL = "inference.optimization/acceleratorName"
 
@@ -251,6 +257,26 @@ def parse_profile(profile: VariantProfile | None) -> tuple[PerfProfile | None, i
     return PerfProfile(alpha=alpha, beta=beta, gamma=gamma, delta=delta, max_batch=max_batch), max_batch
 
 
+def scale_down_window(annotations: Mapping[str, str]) -> float | None:
+    """The scale-down stabilization window a VariantAutoscaling's annotation sets, in seconds (None: not set, the
+    cycle's default applies); ``ValueError`` saying why when the value is no duration from 0s to an hour."""
+    text = annotations.get(ANNOTATION_SCALE_DOWN_WINDOW)
+    if text is None:
+        return None
+    seconds = parse_duration(text)
+    if seconds > MAX_SCALE_DOWN_WINDOW_S:
+        raise ValueError(f"must be at most 1h (the HPA's longest window), got {text!r}")
+    return seconds
+
+
+def _annotation_bool(annotations: Mapping[str, str], key: str) -> bool:
+    """A ``true``/``false`` annotation (any case; absent: false); :class:`SpecError` naming it otherwise."""
+    text = annotations.get(key, "false").strip().lower()
+    if text not in ("true", "false"):
+        raise SpecError(f"metadata.annotations[{key}]", f"must be true or false, got {annotations[key]!r}")
+    return text == "true"
+
+
 def _annotation_int(annotations: Mapping[str, str], key: str, minimum: int) -> int | None:
     """A replica-count annotation: an integer from ``minimum`` to :data:`MAX_REPLICAS`, or None when absent."""
     if key not in annotations:
@@ -295,7 +321,11 @@ def parse_variant(va: VariantAutoscaling) -> VariantSpec:
         raise SpecError("spec.variantCost", f"must be at most {MAX_VARIANT_COST:g}, got {declared_cost!r}")
     slo = spec.slo_class_ref
     slo_ref = (slo.name, slo.key) if slo is not None and slo.name and slo.key else None
-    scale_to_zero = str(annotations.get(ANNOTATION_SCALE_TO_ZERO, "false")).lower() == "true"
+    scale_to_zero = _annotation_bool(annotations, ANNOTATION_SCALE_TO_ZERO)
+    try:
+        scale_down_window(annotations)
+    except ValueError as exc:
+        raise SpecError(f"metadata.annotations[{ANNOTATION_SCALE_DOWN_WINDOW}]", str(exc)) from None
     minimum = _annotation_int(annotations, ANNOTATION_MIN_REPLICAS, 0)
     if minimum is None:
         minimum = 0 if scale_to_zero else 1

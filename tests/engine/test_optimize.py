@@ -189,6 +189,29 @@ def test_scale_to_zero_needs_the_annotation() -> None:
     assert busy.desired == 1  # any traffic keeps the last replica
 
 
+@pytest.mark.parametrize(
+    ("key", "value", "fragment"),
+    [
+        ("modelplane.io/scale-to-zero", "yes", "must be true or false, got 'yes'"),
+        ("modelplane.io/scale-down-stabilization-window", "bogus", "invalid duration 'bogus'"),
+        ("modelplane.io/scale-down-stabilization-window", "-3m", "invalid duration '-3m'"),
+        ("modelplane.io/scale-down-stabilization-window", "2h", "must be at most 1h"),
+    ],
+)
+def test_an_unreadable_scaling_annotation_makes_the_variant_invalid(key: str, value: str, fragment: str) -> None:
+    """A value the plan cannot read is not replaced by a default (``yes`` read as false, a window read as the
+    cycle's): the variant gets no decision, and the condition names the annotation and says why; the other
+    variant of the same run is optimized."""
+    bad, good = va("a100"), va("h100")
+    bad["metadata"]["annotations"] = {key: value}
+    decisions = {d.name: d for d in plan_variants(inputs([bad, good], {"a100": 2, "h100": 1}))}
+
+    invalid = decisions[bad["metadata"]["name"]]
+    assert invalid.desired is None and invalid.reason == "InvalidConfiguration"
+    assert f"metadata.annotations[{key}]" in invalid.message and fragment in invalid.message
+    assert decisions[good["metadata"]["name"]].desired is not None
+
+
 def test_saturation_only_variant_scales_on_pressure() -> None:
     variant = va("a100")
     del variant["spec"]["variantProfile"]
