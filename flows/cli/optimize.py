@@ -62,8 +62,8 @@ def optimize(
     scale_down_stabilization: float = duration_option(
         SCALE_DOWN_STABILIZATION_S,
         "--scale-down-stabilization",
-        help="Scale a VariantAutoscaling down only after the scale-down has been recommended this long, as the "
-        "optimize deployment does; 0 = at once, as WVA.",
+        help="Scale a VariantAutoscaling down only after the scale-down has been recommended this long, then by at "
+        "most half its replicas a cycle, as the optimize deployment does; 0 = at once, as WVA.",
         minimum=0,
     ),
     dry_run: bool = typer.Option(False, "--dry-run", help="Decide and print, write nothing."),
@@ -97,8 +97,8 @@ def optimize(
         namespace_selector: ``--namespace-selector``/``-l``: Label selector on Namespaces.
         config_namespace: ``--config-namespace``: Namespace of the WVA ConfigMaps.
         scale_down_stabilization: ``--scale-down-stabilization``: Scale a VariantAutoscaling down only after the scale-
-            down has been recommended this long, as the optimize deployment does; 0 = at once, as WVA. In seconds (the
-            option reads 90s, 5m, 1d; default 3m).
+            down has been recommended this long, then by at most half its replicas a cycle, as the optimize deployment
+            does; 0 = at once, as WVA. In seconds (the option reads 90s, 5m, 1d; default 3m).
         dry_run: ``--dry-run``: Decide and print, write nothing.
         track: ``--track``: Record the run in Prefect where it needs none (:func:`flows.cli.common.tracking_wanted`).
         as_json: ``--json``: Print a JSON list instead of a table.

@@ -346,6 +346,32 @@ def test_scale_down_stabilization_rides_out_a_flapping_recommendation() -> None:
     assert stabilize_scale_down(3, 2, {}, 120.0, NOW).desired == 3  # scale-up passes
 
 
+def test_a_scale_down_past_its_window_goes_in_halves_cycle_by_cycle() -> None:
+    """8 -> 1 after the window: 8 -> 4 -> 2 -> 1 in three cycles, each without a new wait (the window's state is
+    kept as passed); a recommendation that rises meanwhile stops the descent there; with no window (the flow's
+    default, WVA's) the whole scale-down passes at once."""
+    from datetime import timedelta
+
+    from engine.optimize.plan import ANNOTATION_SCALE_DOWN_PENDING, stabilize_scale_down
+
+    def cycles(recommended: list[int]) -> list[int]:
+        annotations: dict[str, str] = {}
+        current, seen = 8, []
+        for minute, desired in enumerate(recommended):
+            result = stabilize_scale_down(desired, current, annotations, 120.0, NOW + timedelta(minutes=minute))
+            if result.changed:
+                annotations.pop(ANNOTATION_SCALE_DOWN_PENDING, None)
+                if result.pending is not None:
+                    annotations[ANNOTATION_SCALE_DOWN_PENDING] = result.pending
+            current = result.desired
+            seen.append(current)
+        return seen
+
+    assert cycles([1, 1, 1, 1, 1, 1]) == [8, 8, 4, 2, 1, 1]
+    assert cycles([1, 1, 1, 3, 3, 3]) == [8, 8, 4, 3, 3, 3]
+    assert stabilize_scale_down(1, 8, {}, 0.0, NOW).desired == 1
+
+
 def test_plan_variants_holds_a_scale_down_within_the_window() -> None:
     quiet = {(NS, MODEL): ModelLoad(0.5, 128, 256)}
     cycle = inputs(
@@ -373,8 +399,8 @@ def test_plan_variants_skips_the_window_on_a_sustained_fall() -> None:
         return by_name(plan_variants(cycle))["a100"]
 
     fell = decide(-1.0, 0.4, pending)
-    assert fell.desired < 4 and "window skipped" in fell.message
-    assert fell.stabilization is None and fell.stabilization_changed
+    assert fell.desired == 2 and "window skipped" in fell.message  # at once, half the replicas a cycle
+    assert fell.stabilization is not None and '"max":1' in fell.stabilization and fell.stabilization_changed
     assert decide(-0.1, 0.4).desired == 4  # a fall smaller than half the noise: held by the window
     assert decide(0.2, 0.4).desired == 4  # not a fall
 
