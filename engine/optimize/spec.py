@@ -28,6 +28,7 @@ from engine.api.meta import parse_duration
 from engine.errors import InputError
 from engine.optimize.actuation import RECOMMEND, ActuationModeError, resource_mode
 from engine.optimize.config import AcceleratorCost, ConfigError, ServiceClass
+from engine.perf.prompt_split import ANNOTATION_ROUTER, check_router
 from engine.perf.queueing import PerfProfile, Workload
 from engine.perf.saturation import DEFAULT_VARIANT_COST, SaturationConfigSet
 from engine.perf.tail_sizing import (
@@ -343,6 +344,10 @@ def parse_variant(va: VariantAutoscaling) -> VariantSpec:
         attainment, window_s = annotated(annotations)
     except TargetError as exc:
         raise SpecError(exc.field, exc.detail) from None
+    try:
+        check_router(annotations)
+    except ValueError as exc:
+        raise SpecError(f"metadata.annotations[{ANNOTATION_ROUTER}]", str(exc)) from None
     try:
         actuate = actuation_enabled(annotations)
     except ActuationModeError as exc:

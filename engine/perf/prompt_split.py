@@ -35,8 +35,10 @@ from engine.perf.tail_sizing import PromptDistribution
 __all__ = [
     "ANNOTATION_PROMPT_SPLIT",
     "ANNOTATION_ROUTER",
+    "ROUTERS",
     "DEFAULT_PROMPT_SPLIT",
     "LATENCY_ROUTERS",
+    "check_router",
     "long_prompt_floor",
     "prompt_limit_tokens",
     "prompt_split_enabled",
@@ -47,10 +49,20 @@ DEFAULT_PROMPT_SPLIT = "false"
 """Off unless asked for: on the benchmark's clusters it changed nothing, with either router (the variant that
 serves long prompts in time is also the cheaper per request there), so it did not earn a default."""
 ANNOTATION_ROUTER = "modelplane.io/router"
-"""On a VariantAutoscaling: the router the gateway in front of its model uses (the simulator's routers)."""
+"""On a VariantAutoscaling: the router the gateway in front of its model uses (one of :data:`ROUTERS`)."""
+ROUTERS = ("least-outstanding", "least-load", "least-latency")
+"""The gateway's endpoint pickers a model may be behind (the simulator replays each: :class:`engine.simulate.records.Routing`)."""
 LATENCY_ROUTERS = frozenset({"least-latency"})
 """Routers that send a request to a replica whose profile predicts it meets the SLO (so long prompts reach
 the variant that serves them in time)."""
+
+
+def check_router(annotations: Mapping[str, str]) -> None:
+    """``ValueError`` naming the accepted routers when :data:`ANNOTATION_ROUTER` is set to another name (a typo
+    would otherwise read as a router that predicts no latency, silently)."""
+    named = annotations.get(ANNOTATION_ROUTER)
+    if named is not None and named not in ROUTERS:
+        raise ValueError(f"unknown router {named!r}; choose from {', '.join(ROUTERS)}")
 
 
 def prompt_split_enabled(annotations: Mapping[str, str]) -> bool:

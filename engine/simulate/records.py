@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from engine.perf.prompt_split import ROUTERS
 from engine.perf.queueing import PerfProfile
 
 __all__ = [
@@ -30,9 +31,6 @@ __all__ = [
     "SimResult",
     "poisson_trace",
 ]
-
-ROUTERS = ("least-outstanding", "least-load", "least-latency")
-"""The gateway's endpoint pickers (see :class:`Routing`)."""
 
 
 @dataclass(frozen=True)

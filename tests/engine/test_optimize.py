@@ -196,11 +196,12 @@ def test_scale_to_zero_needs_the_annotation() -> None:
         ("modelplane.io/scale-down-stabilization-window", "bogus", "invalid duration 'bogus'"),
         ("modelplane.io/scale-down-stabilization-window", "-3m", "invalid duration '-3m'"),
         ("modelplane.io/scale-down-stabilization-window", "2h", "must be at most 1h"),
+        ("modelplane.io/router", "least-latncy", "unknown router 'least-latncy'; choose from least-outstanding"),
     ],
 )
 def test_an_unreadable_scaling_annotation_makes_the_variant_invalid(key: str, value: str, fragment: str) -> None:
     """A value the plan cannot read is not replaced by a default (``yes`` read as false, a window read as the
-    cycle's): the variant gets no decision, and the condition names the annotation and says why; the other
+    cycle's, a misspelt router as one that predicts no latency): the variant gets no decision, and the condition names the annotation and says why; the other
     variant of the same run is optimized."""
     bad, good = va("a100"), va("h100")
     bad["metadata"]["annotations"] = {key: value}
