@@ -31,6 +31,9 @@ What is measured (the WVA conventions, vLLM metric names):
   and of each ITL histogram vLLM may export, ``sum by (model_name, namespace, le) (increase(..._bucket[W]))``, over
   the SLO's evaluation window ``W`` and over the recent 2 minutes, with the increases of each histogram's ``_sum``
   (where inside a coarse bucket the observations sit), in one query per distinct window.
+
+A range query (the calibrate flow's windows) of more than Prometheus's 11,000 evaluations a series is asked in
+pieces on one grid (:func:`range_pieces`).
 """
 
 from __future__ import annotations
@@ -334,3 +337,33 @@ def matrix_samples(row: Mapping[str, Any]) -> list[tuple[float, float]]:
             continue
         samples.append((time_s, sample_value({"value": pair})))
     return samples
+
+
+MAX_RANGE_POINTS = 11_000
+"""The most evaluations Prometheus computes for one series of a range query (its ``query_range`` answers "exceeded
+maximum resolution of 11,000 points per timeseries" beyond): 38 days at 5 minutes, 7.6 days at 1 minute."""
+
+
+def range_pieces(start: float, end: float, step_s: float) -> list[tuple[float, float]]:
+    """``[start, end]`` at ``step_s`` as consecutive ranges of at most :data:`MAX_RANGE_POINTS` evaluations each, on
+    the same grid (every piece starts a whole number of steps after ``start``) and without overlap.
+
+    Args:
+        start: The first evaluation, in epoch seconds.
+        end: The last, in epoch seconds.
+        step_s: Seconds between evaluations (> 0).
+
+    Returns:
+        The pieces' (start, end) in time order; the one range itself when it is short enough, or when the step is
+        not a positive number (Prometheus then refuses the query and says why).
+    """
+    if not 0.0 < step_s < math.inf:
+        return [(start, end)]
+    span = (MAX_RANGE_POINTS - 1) * step_s
+    pieces = []
+    piece_start = start
+    while piece_start + span < end:
+        pieces.append((piece_start, piece_start + span))
+        piece_start += span + step_s
+    pieces.append((piece_start, end))
+    return pieces

@@ -100,7 +100,7 @@ DISCOVERY_RESYNC_S = 86400
 
 SCALE_DOWN_STABILIZATION_S = 180.0
 """How long the optimize deployment (deployments/prefect.yaml) and ``modelplane optimize`` hold a scale-down
-(a replica's start-up plus one cycle: engine.optimize.plan.DEFAULT_SCALE_DOWN_WINDOW_S); the flow's own default
+(a replica's start-up plus one cycle: engine.optimize.stabilization.DEFAULT_SCALE_DOWN_WINDOW_S); the flow's own default
 is 0, as WVA's."""
 
 CALIBRATE_LOOKBACK = "24h"

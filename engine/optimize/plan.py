@@ -8,7 +8,7 @@ target (KV-cache and queue headroom, :mod:`engine.perf.saturation`), their arbit
 * one invalid resource (bad perf params, unknown accelerator, missing ConfigMap key) gets its own
   condition and the rest of the cycle proceeds;
 * min/max replicas and scale-to-zero settings are respected;
-* a scale-down waits out the stabilization window (state in an annotation, since each cycle is a fresh process).
+* a scale-down waits out the stabilization window, then goes in halves (:mod:`engine.optimize.stabilization`).
 
 Beside the decisions, the plan carries each model's SLO attainment (:mod:`engine.slo`): its target and what vLLM's
 histograms say was attained over the window and recently, for ``status.slo`` and the pushed gauges, and the
@@ -23,16 +23,12 @@ here does I/O or reads the clock; ``now`` is an input.
 from __future__ import annotations
 
 import dataclasses
-import json
-import math
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
 from typing import Any
 
 from engine.api.llmd import VariantAutoscaling
-from engine.api.meta import format_time, parse_time
 from engine.optimize.attainment import held_at_caps, held_loads, loop_steps
 from engine.optimize.bindings import BindingDecision, BindingInputs, plan_binding
 from engine.optimize.config import AcceleratorCost
@@ -47,8 +43,8 @@ from engine.optimize.spec import (
     model_targets,
     parse_variant,
     replica_cost,
-    scale_down_window,
 )
+from engine.optimize.stabilization import stabilize_scale_down
 from engine.optimize.wake import variants_to_wake, woken_decision
 from engine.perf.load_trend import sustained_fall
 from engine.perf.saturation import REASON_METRICS_AVAILABLE as METRICS_AVAILABLE
@@ -302,102 +298,6 @@ def _decide(
         gap = f" (gap {model_based.gap:.2%})" if model_based.gap is not None else ""
         message += f"; solver status {model_based.status}{gap}"
     return desired, decision.reason, message, True
-
-
-# Scale-down stabilization: a window against the load's noise, its state kept in an annotation.
-DEFAULT_SCALE_DOWN_WINDOW_S = 180.0
-"""The scale-down stabilization window of the scheduled optimize deployment (``deployments/prefect.yaml``) and
-of the simulated Modelplane policy: a replica's start-up (model load, ~2 min) plus one 60 s cycle, the same
-look-back as the start-up-aware load (:mod:`engine.perf.load_peak`).  The flow's own default stays 0 (WVA, which
-leaves this to the HPA it actuates through, whose default is 300 s), so a one-off run or a CI preview
-decides as WVA does.  Why a window in the loop: the allocation re-plans every minute with the load's
-noise, and a replica removed and wanted back within its start-up is capacity missing for two minutes; on
-the conversation trace the window halved Modelplane's replica changes (docs/simulate.md)."""
-MAX_SCALE_DOWN_SHARE = 0.5
-"""With a stabilization window, the largest share of a variant's replicas one cycle removes (at least one): a
-scale-down that has waited out its window goes in halves, cycle by cycle, so the attainment measured after each
-step reaches the loop before the next (the HPA's ``scaleDown.policies`` of ``Percent`` per period; its default is
-100 %, which the flow's window of 0 keeps).  Chosen on the attainment benchmark's tuning rows against 25 %, 34 %,
-67 %, one replica and no limit (docs/benchmarks.md, "Attainment tracking")."""
-ANNOTATION_SCALE_DOWN_PENDING = "modelplane.io/scale-down-pending"
-"""VariantAutoscaling annotation written by Modelplane: since when a scale-down has been recommended and
-the highest replica count recommended since, as JSON ``{"since": RFC3339, "max": N}`` (the window's state:
-each cycle is a fresh process, and the seed's status has no field for it)."""
-
-
-@dataclass(frozen=True)
-class Stabilized:
-    """The outcome of the scale-down stabilization of one variant."""
-
-    desired: int
-    note: str
-    pending: str | None
-    changed: bool
-
-
-def stabilize_scale_down(
-    desired: int,
-    current: int,
-    annotations: Mapping[str, str],
-    default_window_s: float,
-    now: datetime,
-    falling: bool = False,
-) -> Stabilized:
-    """Hold a scale-down until it has been recommended for a whole window (HPA's scale-down stabilization).
-
-    Scale-ups and holds pass at once and end a pending scale-down. A scale-down first seen now starts
-    the window and holds ``current``; once the window has passed, the target goes to the highest
-    replica count recommended during it, so a recommendation flapping with the lag of ``rate()`` (2 -> 1
-    -> 2 -> 1) never removes a replica it needs again a cycle later. The state is the
-    :data:`ANNOTATION_SCALE_DOWN_PENDING` annotation; ``changed`` says when it must be written. With
-    ``falling`` (the model's rate is in a sustained fall, :func:`engine.perf.load_trend.sustained_fall`) the
-    scale-down passes at once: the window guards against noise, and the fall is not noise. A scale-down that
-    passes removes at most :data:`MAX_SCALE_DOWN_SHARE` of the replicas (at least one) this cycle; the window's
-    state is kept as passed, so the rest follows next cycle (:func:`_in_steps`).
-    """
-    raw_pending = annotations.get(ANNOTATION_SCALE_DOWN_PENDING)
-    pending = _parse_pending(raw_pending)
-    annotated_window = scale_down_window(annotations)  # validated when the resource was read (parse_variant)
-    window = default_window_s if annotated_window is None else annotated_window
-    if desired >= current or window <= 0:
-        return Stabilized(desired, "", None, raw_pending is not None)
-    if falling:
-        note = "; scale-down window skipped: the arrival rate fell beyond its noise in each recent interval"
-        return _in_steps(desired, current, now - timedelta(seconds=window), raw_pending, note)
-    if pending is None:
-        since, highest = now, desired
-    else:
-        since, highest = pending[0], max(pending[1], desired)
-    waited = (now - since).total_seconds()
-    if waited >= window:
-        return _in_steps(
-            min(highest, current), current, since, raw_pending, f"; scale-down stabilized over {window:.0f}s"
-        )
-    value = json.dumps({"since": format_time(since), "max": highest}, separators=(",", ":"))
-    note = f"; scale-down to {highest} held by the {window:.0f}s stabilization window ({waited:.0f}s so far)"
-    return Stabilized(current, note, value, value != raw_pending)
-
-
-def _in_steps(target: int, current: int, since: datetime, raw_pending: str | None, note: str) -> Stabilized:
-    """A scale-down to ``target`` that may pass now: at most :data:`MAX_SCALE_DOWN_SHARE` of ``current`` (at least one
-    replica) goes this cycle; when that stops short of ``target``, the window's state is written as passed
-    (``since``, the target as its highest count) so that the next cycle goes on without waiting again."""
-    lowest = current - max(1, math.floor(current * MAX_SCALE_DOWN_SHARE))
-    if target >= lowest:
-        return Stabilized(target, note, None, raw_pending is not None)
-    value = json.dumps({"since": format_time(since), "max": target}, separators=(",", ":"))
-    stepped = f"{note}; {current} -> {lowest} this cycle, on to {target} next (at most half the replicas a cycle)"
-    return Stabilized(lowest, stepped, value, value != raw_pending)
-
-
-def _parse_pending(raw: str | None) -> tuple[datetime, int] | None:
-    if not raw:
-        return None
-    try:
-        data = json.loads(raw)
-        return parse_time(data["since"]), int(data["max"])
-    except (ValueError, KeyError, TypeError):
-        return None  # unreadable state: start a new window
 
 
 # --------------------------------------------------------------------------------------------

@@ -1,6 +1,6 @@
 """Sustained fall: when a model's arrival rate has fallen in each of the last intervals by more than its noise.
 
-Why: the scale-down stabilization window (:func:`engine.optimize.plan.stabilize_scale_down`) holds a
+Why: the scale-down stabilization window (:func:`engine.optimize.stabilization.stabilize_scale_down`) holds a
 scale-down for a whole window so that a recommendation flapping with the minute-to-minute noise of
 ``rate()`` never removes a replica the next minute needs.  On a sustained fall (the end of a day's peak)
 the window only delays giving capacity back: each step down waits a window, on top of the start-up-aware

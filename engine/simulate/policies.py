@@ -42,11 +42,12 @@ import numpy as np
 from engine.allocation import AllocationProblem, ModelDemand, VariantOption, greedy, solve
 from engine.api.llmd import VariantAutoscaling
 from engine.optimize.model_based import variant_option
-from engine.optimize.plan import ANNOTATION_SCALE_DOWN_PENDING, VariantDecision, plan_variants
+from engine.optimize.plan import VariantDecision, plan_variants
 from engine.optimize.scaling.behavior import Behavior, ScalingState, correct
 from engine.optimize.scaling.distribution import Group, distribute
 from engine.optimize.scaling.recommendation import recommend, tolerance_from_percent
 from engine.optimize.spec import CycleInputs, ModelLoad, PodSample, VariantSpec, model_targets
+from engine.optimize.stabilization import ANNOTATION_SCALE_DOWN_PENDING
 from engine.perf.load_burst import burst_rate
 from engine.perf.load_hold import hold_rate
 from engine.perf.load_peak import HOLD_WINDOWS_S, lowest_rate, peak_window_s, recent_peak

@@ -20,8 +20,8 @@ from typing import Any, Final, TypeVar
 from engine.api.kthena import AutoscalingPolicyMetric, AutoscalingPolicySpec
 from engine.api.llmd import VariantAutoscaling
 from engine.optimize.config import AcceleratorCost, ConfigError, ModelSLO, ServiceClass
-from engine.optimize.plan import DEFAULT_SCALE_DOWN_WINDOW_S
 from engine.optimize.spec import SpecError, VariantSpec, parse_variant
+from engine.optimize.stabilization import DEFAULT_SCALE_DOWN_WINDOW_S
 from engine.perf.prompt_split import ANNOTATION_ROUTER
 from engine.perf.queueing import SLO
 from engine.perf.tail_sizing import ANNOTATION_TTFT_PERCENTILE

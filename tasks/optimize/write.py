@@ -27,7 +27,8 @@ from typing import Any, TypeVar
 from engine.api.kthena import AutoscalingPolicyBinding
 from engine.optimize.actuation import RECOMMEND, SCALE, Actuation, ActuationModeError, resource_mode, scales
 from engine.optimize.bindings import REASON_NO_METRICS, BindingDecision, binding_status
-from engine.optimize.plan import ANNOTATION_SCALE_DOWN_PENDING, VariantDecision
+from engine.optimize.plan import VariantDecision
+from engine.optimize.stabilization import ANNOTATION_SCALE_DOWN_PENDING
 from engine.optimize.status import status_patch, variant_status
 from engine.status import REASON_INVALID, changed_fields
 from tasks.boundary import Accepted

@@ -327,7 +327,7 @@ def test_scale_down_stabilization_rides_out_a_flapping_recommendation() -> None:
     the replica stays until a scale-down has been recommended for the whole window; state in an annotation."""
     from datetime import timedelta
 
-    from engine.optimize.plan import ANNOTATION_SCALE_DOWN_PENDING, stabilize_scale_down
+    from engine.optimize.stabilization import ANNOTATION_SCALE_DOWN_PENDING, stabilize_scale_down
 
     annotations: dict[str, str] = {}
     desired_seen = []
@@ -353,7 +353,7 @@ def test_a_scale_down_past_its_window_goes_in_halves_cycle_by_cycle() -> None:
     default, WVA's) the whole scale-down passes at once."""
     from datetime import timedelta
 
-    from engine.optimize.plan import ANNOTATION_SCALE_DOWN_PENDING, stabilize_scale_down
+    from engine.optimize.stabilization import ANNOTATION_SCALE_DOWN_PENDING, stabilize_scale_down
 
     def cycles(recommended: list[int]) -> list[int]:
         annotations: dict[str, str] = {}
@@ -386,7 +386,7 @@ def test_plan_variants_holds_a_scale_down_within_the_window() -> None:
 def test_plan_variants_skips_the_window_on_a_sustained_fall() -> None:
     """A rate that fell in each recent interval beyond its noise (engine.perf.load_trend) is not noise: the
     scale-down passes at once and a pending window is cleared; a fall within the noise is still held."""
-    from engine.optimize.plan import ANNOTATION_SCALE_DOWN_PENDING
+    from engine.optimize.stabilization import ANNOTATION_SCALE_DOWN_PENDING
 
     pending = {ANNOTATION_SCALE_DOWN_PENDING: '{"since":"2026-01-01T00:00:00Z","max":4}'}
 

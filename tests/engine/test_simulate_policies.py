@@ -226,11 +226,11 @@ def test_modelplane_keeps_the_scale_down_window_state_between_cycles_as_the_flow
     """The flow writes modelplane.io/scale-down-pending back; the simulated policy must too, or it never scales down."""
     import dataclasses
 
-    from engine.optimize.plan import ANNOTATION_SCALE_DOWN_PENDING
+    from engine.optimize.stabilization import ANNOTATION_SCALE_DOWN_PENDING
 
     current = dict(zip(KEYS, [7, 4, 1, 3]))
     quiet = observation(current, completed=20)
-    from engine.optimize.plan import DEFAULT_SCALE_DOWN_WINDOW_S
+    from engine.optimize.stabilization import DEFAULT_SCALE_DOWN_WINDOW_S
 
     scenario = build_scenario(description, small_trace(), SimConfig())
     assert scenario.scale_down_window_s == DEFAULT_SCALE_DOWN_WINDOW_S == 180.0  # the optimize flow's default

@@ -397,7 +397,7 @@ def test_every_flow_has_a_cli_command_with_json_output(entry: dict[str, Any]) ->
 
 def test_the_scheduled_optimize_loop_holds_scale_downs_as_the_simulated_policy_does() -> None:
     """The simulator judges Modelplane with the scale-down window the shipped loop runs with (docs/simulate.md)."""
-    from engine.optimize.plan import DEFAULT_SCALE_DOWN_WINDOW_S
+    from engine.optimize.stabilization import DEFAULT_SCALE_DOWN_WINDOW_S
     from engine.simulate.scenario import Scenario
 
     entry = next(e for e in load_prefect_yaml()["deployments"] if e["name"] == "optimize")

@@ -74,6 +74,7 @@ from engine.promql import (
     pod_query,
     prompt_buckets,
     quote,
+    range_pieces,
     regex_union,
     tagged_buckets,
     tagged_rows,
@@ -101,38 +102,8 @@ _DURATION = re.compile(r"^[0-9]+(ms|s|m|h|d)$")
 _ERRNO = re.compile(r"\[Errno -?\d+\] [^'\")\]]+")
 
 
-MAX_RANGE_POINTS = 11_000
-"""The most evaluations Prometheus computes for one series of a range query (its ``query_range`` answers "exceeded
-maximum resolution of 11,000 points per timeseries" beyond): 38 days at 5 minutes, 7.6 days at 1 minute."""
-
-
 def _utcnow() -> dt.datetime:
     return dt.datetime.now(dt.UTC)
-
-
-def range_pieces(start: float, end: float, step_s: float) -> list[tuple[float, float]]:
-    """``[start, end]`` at ``step_s`` as consecutive ranges of at most :data:`MAX_RANGE_POINTS` evaluations each, on
-    the same grid (every piece starts a whole number of steps after ``start``) and without overlap.
-
-    Args:
-        start: The first evaluation, in epoch seconds.
-        end: The last, in epoch seconds.
-        step_s: Seconds between evaluations (> 0).
-
-    Returns:
-        The pieces' (start, end) in time order; the one range itself when it is short enough, or when the step is
-        not a positive number (Prometheus then refuses the query and says why).
-    """
-    if not 0.0 < step_s < math.inf:
-        return [(start, end)]
-    span = (MAX_RANGE_POINTS - 1) * step_s
-    pieces = []
-    piece_start = start
-    while piece_start + span < end:
-        pieces.append((piece_start, piece_start + span))
-        piece_start += span + step_s
-    pieces.append((piece_start, end))
-    return pieces
 
 
 class PrometheusMetrics(MetricsSource):
@@ -432,7 +403,7 @@ class PrometheusMetrics(MetricsSource):
             end: Its last, in epoch seconds.
             step_s: Seconds between evaluations.
 
-        A range of more than :data:`MAX_RANGE_POINTS` evaluations is asked for in consecutive pieces of at most that
+        A range of more than :data:`engine.promql.MAX_RANGE_POINTS` evaluations is asked for in consecutive pieces of at most that
         many (Prometheus refuses a longer one), and each series' values are joined in time order.
 
         Returns:
