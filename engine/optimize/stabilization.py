@@ -109,7 +109,7 @@ def _in_steps(target: int, current: int, since: datetime, raw_pending: str | Non
     if target >= lowest:
         return Stabilized(target, note, None, raw_pending is not None)
     value = json.dumps({"since": format_time(since), "max": target}, separators=(",", ":"))
-    stepped = f"{note}; {current} -> {lowest} this cycle, on to {target} next (at most half the replicas a cycle)"
+    stepped = f"{note}; {current} -> {lowest} this cycle, towards {target} (at most half the replicas a cycle)"
     return Stabilized(lowest, stepped, value, value != raw_pending)
 
 

@@ -371,6 +371,7 @@ def test_a_scale_down_past_its_window_goes_in_halves_cycle_by_cycle() -> None:
     assert cycles([1, 1, 1, 1, 1, 1]) == [8, 8, 4, 2, 1, 1]
     assert cycles([1, 1, 1, 3, 3, 3]) == [8, 8, 4, 3, 3, 3]
     assert stabilize_scale_down(1, 8, {}, 0.0, NOW).desired == 1
+    assert "8 -> 4 this cycle, towards 1" in stabilize_scale_down(1, 8, {}, 120.0, NOW, falling=True).note
 
 
 def test_plan_variants_holds_a_scale_down_within_the_window() -> None:
