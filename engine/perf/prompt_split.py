@@ -51,7 +51,8 @@ serves long prompts in time is also the cheaper per request there), so it did no
 ANNOTATION_ROUTER = "modelplane.io/router"
 """On a VariantAutoscaling: the router the gateway in front of its model uses (one of :data:`ROUTERS`)."""
 ROUTERS = ("least-outstanding", "least-load", "least-latency")
-"""The gateway's endpoint pickers a model may be behind (the simulator replays each: :class:`engine.simulate.records.Routing`)."""
+"""The gateway's endpoint pickers a model may be behind (the simulator replays each:
+:class:`engine.simulate.records.Routing`)."""
 LATENCY_ROUTERS = frozenset({"least-latency"})
 """Routers that send a request to a replica whose profile predicts it meets the SLO (so long prompts reach
 the variant that serves them in time)."""

@@ -15,8 +15,8 @@ import typer
 import typer.core
 
 MAX_DURATION_S = 3650 * 86400.0
-"""The longest duration any option takes (ten years): longer is a typo or hostile input, and past it a float can
-no longer hold whole seconds or minutes exactly."""
+"""The longest duration any option takes (ten years): no window, lookback, interval or timeout is longer, so a longer
+one is a typo or hostile input, refused in one line rather than carried into a query or a replay."""
 
 SOURCE_PATH = re.compile(r" ?\((?:see )?(?:flows|tasks|engine|tests)/[\w/.]+\.py(?:, [^)]*)?\)")
 """A parenthesised source file path in a docstring or help text ("(flows/exitcodes.py)"): not for a person."""
