@@ -53,6 +53,7 @@ from flows.parameters import (
     Namespaces,
     NonNegativeSeconds,
     PositiveSeconds,
+    ScaleDownWindowSeconds,
     Setting,
     absent_as,
 )
@@ -300,7 +301,7 @@ def optimize(
     dry_run: bool = False,
     solver_time_limit_s: PositiveSeconds = 10.0,
     status_heartbeat_s: NonNegativeSeconds = 300.0,
-    scale_down_stabilization_s: NonNegativeSeconds = 0.0,
+    scale_down_stabilization_s: ScaleDownWindowSeconds = 0.0,
     pushgateway_url: Setting = "",
 ) -> CycleReport:
     """One allocation cycle over every VariantAutoscaling and AutoscalingPolicyBinding.

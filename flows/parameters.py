@@ -14,6 +14,7 @@ from typing import Annotated, Any, Final
 
 from pydantic import BeforeValidator, Field
 
+from engine.optimize.spec import MAX_SCALE_DOWN_WINDOW_S
 from engine.units import PROMETHEUS_DURATION_PATTERN
 
 KUBE_NAME_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
@@ -27,6 +28,10 @@ PositiveSeconds = Annotated[float, Field(gt=0)]
 
 NonNegativeSeconds = Annotated[float, Field(ge=0)]
 """A duration in seconds, zero allowed (zero disables the behaviour it configures)."""
+
+ScaleDownWindowSeconds = Annotated[float, Field(ge=0, le=MAX_SCALE_DOWN_WINDOW_S)]
+"""A scale-down stabilization window in seconds, 0 (at once) to an hour: the bound of the per-resource annotation
+(:data:`engine.optimize.spec.MAX_SCALE_DOWN_WINDOW_S`) and of the HPA's ``stabilizationWindowSeconds``."""
 
 NamespaceName = Annotated[str, Field(pattern=KUBE_NAME_PATTERN, min_length=1, max_length=63)]
 """A Kubernetes Namespace name."""

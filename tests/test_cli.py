@@ -366,6 +366,17 @@ def test_one_duration_syntax_everywhere() -> None:
         app, ["tune-sizing", "--cluster", str(REPO / "deployments" / "simulation"), "--window", "-5"]
     )
     assert run.exit_code == 2 and "'-5' is not a duration" in run.output, run.output
+    run = CliRunner().invoke(
+        app,
+        [
+            "optimize-allocation",
+            "--cluster",
+            str(REPO / "deployments" / "examples"),
+            "--scale-down-stabilization",
+            "2h",
+        ],
+    )
+    assert run.exit_code == 2 and "at most 1h" in run.output, run.output  # the annotation's and the HPA's bound
     durations = {
         "optimize-allocation": ["--scale-down-stabilization"],
         "simulate-policies": ["--slice-start", "--duration", "--wave-period", "--interval", "--startup-delay"],

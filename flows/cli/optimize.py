@@ -9,6 +9,7 @@ import re
 
 import typer
 
+from engine.optimize.spec import MAX_SCALE_DOWN_WINDOW_S
 from engine.units import duration_seconds
 from flows.cli.common import (
     cluster_option,
@@ -65,6 +66,7 @@ def optimize(
         help="Scale a VariantAutoscaling down only after the scale-down has been recommended this long, then by at "
         "most half its replicas a cycle, as the optimize deployment does; 0 = at once, as WVA.",
         minimum=0,
+        maximum=MAX_SCALE_DOWN_WINDOW_S,
     ),
     dry_run: bool = typer.Option(False, "--dry-run", help="Decide and print, write nothing."),
     track: bool = track_option(),

@@ -172,7 +172,9 @@ def duration(value: Any) -> float:
     return parse_duration_text(str(value))
 
 
-def duration_option(default: float | None, *names: str, help: str, minimum: float | None = None) -> Any:
+def duration_option(
+    default: float | None, *names: str, help: str, minimum: float | None = None, maximum: float | None = None
+) -> Any:
     """A duration option (:func:`duration`): ``names`` are its flag, then earlier spellings that still work; the
     help shows the default as a duration and the metavar ``DURATION``.
 
@@ -181,6 +183,7 @@ def duration_option(default: float | None, *names: str, help: str, minimum: floa
         *names: The option's flag, then its earlier spellings.
         help: The option's help; the default is appended as a duration.
         minimum: The least value accepted in seconds, or None for no bound.
+        maximum: The greatest value accepted in seconds, or None for :data:`MAX_DURATION_S` alone.
 
     Returns:
         The typer option.
@@ -193,14 +196,16 @@ def duration_option(default: float | None, *names: str, help: str, minimum: floa
         metavar="DURATION",
         show_default=False,
         help=help + shown,
-        callback=_at_least(minimum, names[0]) if minimum is not None else None,
+        callback=_within(minimum, maximum, names[0]),
     )
 
 
-def _at_least(minimum: float, flag: str) -> Callable[[float | None], float | None]:
+def _within(minimum: float | None, maximum: float | None, flag: str) -> Callable[[float | None], float | None]:
     def check(value: float | None) -> float | None:
-        if value is not None and value < minimum:
+        if value is not None and minimum is not None and value < minimum:
             raise typer.BadParameter(f"at least {format_duration(minimum)}", param_hint=flag)
+        if value is not None and maximum is not None and value > maximum:
+            raise typer.BadParameter(f"at most {format_duration(maximum)}", param_hint=flag)
         return value
 
     return check

@@ -448,7 +448,12 @@ BAD_VALUES: dict[str, list[dict[str, Any]]] = {
     "rollout-services": [{"namespaces": ["UPPER"]}],
     "resolve-templates": [{"namespaces": ["UPPER"]}],
     "watch-models": [{"watch_seconds": 0}, {"watch_seconds": 51}],
-    "optimize": [{"rate_window": "abc"}, {"solver_time_limit_s": -5}, {"scale_down_stabilization_s": -1}],
+    "optimize": [
+        {"rate_window": "abc"},
+        {"solver_time_limit_s": -5},
+        {"scale_down_stabilization_s": -1},
+        {"scale_down_stabilization_s": 7200},
+    ],
 }
 
 
