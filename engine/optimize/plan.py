@@ -395,9 +395,8 @@ def plan_variants(inputs: CycleInputs) -> list[VariantDecision]:
             )
             desired, reason, message, ready = woken_decision(woken.get(spec.key), desired, reason, message, ready)
             falling = load is not None and sustained_fall(load.recent_change_rps, load.change_noise_rps)
-            stable = stabilize_scale_down(
-                desired, current, spec.annotations, inputs.scale_down_window_s, inputs.now, falling
-            )
+            window_s = inputs.scale_down_window_s if spec.scale_down_window_s is None else spec.scale_down_window_s
+            stable = stabilize_scale_down(desired, current, spec.annotations, window_s, inputs.now, falling)
             if ready:
                 desired, message = stable.desired, message + stable.note
             cost = replica_cost(spec, inputs.accelerator_costs) * desired

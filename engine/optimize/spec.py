@@ -148,6 +148,9 @@ class VariantSpec:
     model's target is :func:`model_targets`."""
     slo_window_s: float | None = None
     """The evaluation window its ``modelplane.io/slo-window`` sets, in seconds (None: not annotated)."""
+    scale_down_window_s: float | None = None
+    """The scale-down stabilization window its ``modelplane.io/scale-down-stabilization-window`` sets, in seconds
+    (None: not annotated, the cycle's :attr:`CycleInputs.scale_down_window_s` applies)."""
 
     @property
     def key(self) -> tuple[str, str]:
@@ -258,7 +261,7 @@ def parse_profile(profile: VariantProfile | None) -> tuple[PerfProfile | None, i
     return PerfProfile(alpha=alpha, beta=beta, gamma=gamma, delta=delta, max_batch=max_batch), max_batch
 
 
-def scale_down_window(annotations: Mapping[str, str]) -> float | None:
+def _scale_down_window(annotations: Mapping[str, str]) -> float | None:
     """The scale-down stabilization window a VariantAutoscaling's annotation sets, in seconds (None: not set, the
     cycle's default applies); ``ValueError`` saying why when the value is no duration from 0s to an hour."""
     text = annotations.get(ANNOTATION_SCALE_DOWN_WINDOW)
@@ -324,7 +327,7 @@ def parse_variant(va: VariantAutoscaling) -> VariantSpec:
     slo_ref = (slo.name, slo.key) if slo is not None and slo.name and slo.key else None
     scale_to_zero = _annotation_bool(annotations, ANNOTATION_SCALE_TO_ZERO)
     try:
-        scale_down_window(annotations)
+        scale_down_window_s = _scale_down_window(annotations)
     except ValueError as exc:
         raise SpecError(f"metadata.annotations[{ANNOTATION_SCALE_DOWN_WINDOW}]", str(exc)) from None
     minimum = _annotation_int(annotations, ANNOTATION_MIN_REPLICAS, 0)
@@ -373,6 +376,7 @@ def parse_variant(va: VariantAutoscaling) -> VariantSpec:
         annotations=dict(annotations),
         slo_attainment=attainment,
         slo_window_s=window_s,
+        scale_down_window_s=scale_down_window_s,
     )
 
 

@@ -18,7 +18,6 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from engine.api.meta import format_time, parse_time
-from engine.optimize.spec import scale_down_window
 
 __all__ = [
     "ANNOTATION_SCALE_DOWN_PENDING",
@@ -62,7 +61,7 @@ def stabilize_scale_down(
     desired: int,
     current: int,
     annotations: Mapping[str, str],
-    default_window_s: float,
+    window_s: float,
     now: datetime,
     falling: bool = False,
 ) -> Stabilized:
@@ -76,28 +75,28 @@ def stabilize_scale_down(
     ``falling`` (the model's rate is in a sustained fall, :func:`engine.perf.load_trend.sustained_fall`) the
     scale-down passes at once: the window guards against noise, and the fall is not noise. A scale-down that
     passes removes at most :data:`MAX_SCALE_DOWN_SHARE` of the replicas (at least one) this cycle; the window's
-    state is kept as passed, so the rest follows next cycle (:func:`_in_steps`).
+    state is kept as passed, so the rest follows next cycle (:func:`_in_steps`). ``window_s`` is the window that
+    applies to the variant: its ``modelplane.io/scale-down-stabilization-window`` (read with the resource,
+    :func:`engine.optimize.spec.parse_variant`), else the cycle's.
     """
     raw_pending = annotations.get(ANNOTATION_SCALE_DOWN_PENDING)
     pending = _parse_pending(raw_pending)
-    annotated_window = scale_down_window(annotations)  # validated when the resource was read (parse_variant)
-    window = default_window_s if annotated_window is None else annotated_window
-    if desired >= current or window <= 0:
+    if desired >= current or window_s <= 0:
         return Stabilized(desired, "", None, raw_pending is not None)
     if falling:
         note = "; scale-down window skipped: the arrival rate fell beyond its noise in each recent interval"
-        return _in_steps(desired, current, now - timedelta(seconds=window), raw_pending, note)
+        return _in_steps(desired, current, now - timedelta(seconds=window_s), raw_pending, note)
     if pending is None:
         since, highest = now, desired
     else:
         since, highest = pending[0], max(pending[1], desired)
     waited = (now - since).total_seconds()
-    if waited >= window:
+    if waited >= window_s:
         return _in_steps(
-            min(highest, current), current, since, raw_pending, f"; scale-down stabilized over {window:.0f}s"
+            min(highest, current), current, since, raw_pending, f"; scale-down stabilized over {window_s:.0f}s"
         )
     value = json.dumps({"since": format_time(since), "max": highest}, separators=(",", ":"))
-    note = f"; scale-down to {highest} held by the {window:.0f}s stabilization window ({waited:.0f}s so far)"
+    note = f"; scale-down to {highest} held by the {window_s:.0f}s stabilization window ({waited:.0f}s so far)"
     return Stabilized(current, note, value, value != raw_pending)
 
 

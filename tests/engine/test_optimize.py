@@ -341,8 +341,7 @@ def test_scale_down_stabilization_rides_out_a_flapping_recommendation() -> None:
                 annotations[ANNOTATION_SCALE_DOWN_PENDING] = result.pending
     assert desired_seen == [2, 2, 2, 2, 1]
     assert ANNOTATION_SCALE_DOWN_PENDING not in annotations
-    # per-resource window, and no window: at once
-    assert stabilize_scale_down(1, 2, {"modelplane.io/scale-down-stabilization-window": "0s"}, 120.0, NOW).desired == 1
+    # no window: at once (a per-resource window is the plan's: test_plan_variants_holds_a_scale_down_within_the_window)
     assert stabilize_scale_down(1, 2, {}, 0.0, NOW).desired == 1
     assert stabilize_scale_down(3, 2, {}, 120.0, NOW).desired == 3  # scale-up passes
 
@@ -382,6 +381,10 @@ def test_plan_variants_holds_a_scale_down_within_the_window() -> None:
     held = by_name(plan_variants(cycle))["a100"]
     assert held.desired == 4 and held.stabilization_changed and "stabilization window" in held.message
     assert held.stabilization is not None and '"max":' in held.stabilization
+    at_once = va("a100")
+    at_once["metadata"]["annotations"] = {"modelplane.io/scale-down-stabilization-window": "0s"}
+    cycle = inputs([at_once], {"a100": 4}, loads=quiet, pods={(NS, MODEL): pods(4, kv=0.1)}, scale_down_window_s=120.0)
+    assert by_name(plan_variants(cycle))["a100"].desired < 4  # the per-resource window wins over the cycle's
 
 
 def test_plan_variants_skips_the_window_on_a_sustained_fall() -> None:
