@@ -22,7 +22,7 @@ from engine.api.llmd import VariantAutoscaling
 from engine.optimize.config import AcceleratorCost, ConfigError, ModelSLO, ServiceClass
 from engine.optimize.spec import SpecError, VariantSpec, parse_variant
 from engine.optimize.stabilization import DEFAULT_SCALE_DOWN_WINDOW_S
-from engine.perf.prompt_split import ANNOTATION_ROUTER
+from engine.perf.prompt_split import ANNOTATION_ROUTER, check_router
 from engine.perf.queueing import SLO
 from engine.perf.tail_sizing import ANNOTATION_TTFT_PERCENTILE
 from engine.simulate.records import ROUTERS, ReplicaGauges, Routing, SimConfig, Trace, VariantModel
@@ -251,11 +251,12 @@ def cluster_routing(description: ClusterDescription, router: str, slos: Mapping[
         named = meta.annotations.get(ANNOTATION_ROUTER)
         if named is None or not va.spec.model_id:
             continue
-        if named not in ROUTERS:
+        try:
+            check_router(meta.annotations)
+        except ValueError as exc:
             raise SpecError(
-                f"metadata.annotations[{ANNOTATION_ROUTER}]",
-                f"VariantAutoscaling {_where(va)}: unknown router {named!r}; choose from {', '.join(ROUTERS)}",
-            )
+                f"metadata.annotations[{ANNOTATION_ROUTER}]", f"VariantAutoscaling {_where(va)}: {exc}"
+            ) from None
         per_model[f"{meta.namespace or 'default'}/{va.spec.model_id}"] = named
     return Routing(per_model=per_model, slo_s=slo_s)
 

@@ -397,14 +397,14 @@ class PrometheusMetrics(MetricsSource):
     def query_range(self, promql: str, start: float, end: float, step_s: float) -> list[dict[str, Any]]:
         """Run one range query (``/api/v1/query_range``) with this client's credentials, TLS, timeout and retries.
 
+        A range of more than :data:`engine.promql.MAX_RANGE_POINTS` evaluations is asked for in consecutive pieces
+        of at most that many (Prometheus refuses a longer one), and each series' values are joined in time order.
+
         Args:
             promql: The expression.
             start: The range's first evaluation, in epoch seconds.
             end: Its last, in epoch seconds.
             step_s: Seconds between evaluations.
-
-        A range of more than :data:`engine.promql.MAX_RANGE_POINTS` evaluations is asked for in consecutive pieces of at most that
-        many (Prometheus refuses a longer one), and each series' values are joined in time order.
 
         Returns:
             ``data.result``, a matrix: one row a series, its ``values`` as ``[time, "value"]`` pairs.
