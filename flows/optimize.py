@@ -321,9 +321,9 @@ def optimize(
         solver_time_limit_s: Time limit of the allocation MILP, in seconds.
         status_heartbeat_s: Rewrite a status whose only change is lastRunTime at most this often.
         scale_down_stabilization_s: Scale a VariantAutoscaling down only after the scale-down has been recommended
-            for this long (seconds; the highest count recommended meanwhile wins, then at most half the replicas go
-            a cycle), so rate() lag between close cycles cannot flap replicas. 0 = at once (WVA); the scheduled deployment sets 180 (a replica's
-            start-up plus one cycle). Per resource: annotation modelplane.io/scale-down-stabilization-window.
+            for this long (seconds; then to the highest count recommended within the last window, as the HPA's
+            rolling window, at most half the replicas a cycle), so rate() lag between close cycles cannot flap
+            replicas. 0 = at once (WVA); the scheduled deployment sets 180 (a replica's start-up plus one cycle). Per resource: annotation modelplane.io/scale-down-stabilization-window.
         pushgateway_url: Prometheus Pushgateway to publish WVA's wva_desired_replicas family and Modelplane's own
             metrics to (HPA/KEDA actuation, dashboards); empty = $MODELPLANE_PUSHGATEWAY_URL, else off.
 

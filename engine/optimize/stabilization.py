@@ -2,9 +2,10 @@
 
 The allocation re-plans every cycle with the load's noise; a replica removed and wanted back within its start-up
 is capacity missing for two minutes. :func:`stabilize_scale_down` holds a scale-down until it has been recommended
-for a whole window (the HPA's ``scaleDown.stabilizationWindowSeconds``), lets a sustained fall of the rate skip the
-wait, and then removes at most half the replicas a cycle (the HPA's ``scaleDown.policies``). Its state between
-cycles is the :data:`ANNOTATION_SCALE_DOWN_PENDING` annotation on the VariantAutoscaling.
+for a whole window, then follows the highest recommendation of the last window (the HPA's
+``scaleDown.stabilizationWindowSeconds``), lets a sustained fall of the rate skip the wait, and removes at most half
+the replicas a cycle (the HPA's ``scaleDown.policies``). Its state between cycles is the
+:data:`ANNOTATION_SCALE_DOWN_PENDING` annotation on the VariantAutoscaling.
 
 Pure: the caller passes the clock.
 """
@@ -43,7 +44,8 @@ step reaches the loop before the next (the HPA's ``scaleDown.policies`` of ``Per
 67 %, one replica and no limit (docs/benchmarks.md, "Attainment tracking")."""
 ANNOTATION_SCALE_DOWN_PENDING = "modelplane.io/scale-down-pending"
 """VariantAutoscaling annotation written by Modelplane: since when a scale-down has been recommended and
-the highest replica count recommended since, as JSON ``{"since": RFC3339, "max": N}`` (the window's state:
+the replica counts recommended within the last window, as JSON ``{"since": RFC3339, "recommended": [[RFC3339, N],
+...]}`` (the window's state:
 each cycle is a fresh process, and the seed's status has no field for it)."""
 
 
@@ -65,58 +67,73 @@ def stabilize_scale_down(
     now: datetime,
     falling: bool = False,
 ) -> Stabilized:
-    """Hold a scale-down until it has been recommended for a whole window (HPA's scale-down stabilization).
+    """Hold a scale-down to the highest replica count recommended within the last window (HPA's scale-down
+    stabilization).
 
-    Scale-ups and holds pass at once and end a pending scale-down. A scale-down first seen now starts
-    the window and holds ``current``; once the window has passed, the target goes to the highest
-    replica count recommended during it, so a recommendation flapping with the lag of ``rate()`` (2 -> 1
-    -> 2 -> 1) never removes a replica it needs again a cycle later. The state is the
-    :data:`ANNOTATION_SCALE_DOWN_PENDING` annotation; ``changed`` says when it must be written. With
-    ``falling`` (the model's rate is in a sustained fall, :func:`engine.perf.load_trend.sustained_fall`) the
-    scale-down passes at once: the window guards against noise, and the fall is not noise. A scale-down that
-    passes removes at most :data:`MAX_SCALE_DOWN_SHARE` of the replicas (at least one) this cycle; the window's
-    state is kept as passed, so the rest follows next cycle (:func:`_in_steps`). ``window_s`` is the window that
-    applies to the variant: its ``modelplane.io/scale-down-stabilization-window`` (read with the resource,
-    :func:`engine.optimize.spec.parse_variant`), else the cycle's.
+    Scale-ups and holds pass at once and end a pending scale-down. A scale-down first seen now starts the window
+    and holds ``current``: the recommendations before it were at least ``current``. Once the window has passed
+    since then, the target is the highest recommendation of the last window, as the HPA's rolling window has it:
+    a recommendation flapping with the lag of ``rate()`` (2 -> 1 -> 2 -> 1) never removes a replica it needs again
+    a cycle later, and a recommendation that keeps falling is followed a window behind, cycle by cycle, without
+    waiting a new window at each step. The state (when the scale-down was first recommended, and the
+    recommendations within the last window) is the :data:`ANNOTATION_SCALE_DOWN_PENDING` annotation; ``changed``
+    says when it must be written. With ``falling`` (the model's rate is in a sustained fall,
+    :func:`engine.perf.load_trend.sustained_fall`) the scale-down passes at once: the window guards against noise,
+    and the fall is not noise. A scale-down that passes removes at most :data:`MAX_SCALE_DOWN_SHARE` of the
+    replicas (at least one) this cycle, and the state is kept until the target is reached. ``window_s`` is the
+    window that applies to the variant: its ``modelplane.io/scale-down-stabilization-window`` (read with the
+    resource, :func:`engine.optimize.spec.parse_variant`), else the cycle's.
     """
     raw_pending = annotations.get(ANNOTATION_SCALE_DOWN_PENDING)
-    pending = _parse_pending(raw_pending)
     if desired >= current or window_s <= 0:
         return Stabilized(desired, "", None, raw_pending is not None)
+    cutoff = now - timedelta(seconds=window_s)
+    since, earlier = _parse_pending(raw_pending) or (now, [])
+    recommended = [(at, count) for at, count in earlier if at > cutoff] + [(now, desired)]
     if falling:
+        since = min(since, cutoff)
+        target = desired
         note = "; scale-down window skipped: the arrival rate fell beyond its noise in each recent interval"
-        return _in_steps(desired, current, now - timedelta(seconds=window_s), raw_pending, note)
-    if pending is None:
-        since, highest = now, desired
+    elif since <= cutoff:
+        target = max(count for _, count in recommended)
+        if target >= current:
+            note = f"; scale-down held by the {window_s:.0f}s stabilization window: {current} recommended within it"
+            return _kept(current, note, since, recommended, raw_pending)
+        note = f"; scale-down stabilized over {window_s:.0f}s"
     else:
-        since, highest = pending[0], max(pending[1], desired)
-    waited = (now - since).total_seconds()
-    if waited >= window_s:
-        return _in_steps(
-            min(highest, current), current, since, raw_pending, f"; scale-down stabilized over {window_s:.0f}s"
-        )
-    value = json.dumps({"since": format_time(since), "max": highest}, separators=(",", ":"))
-    note = f"; scale-down to {highest} held by the {window_s:.0f}s stabilization window ({waited:.0f}s so far)"
-    return Stabilized(current, note, value, value != raw_pending)
-
-
-def _in_steps(target: int, current: int, since: datetime, raw_pending: str | None, note: str) -> Stabilized:
-    """A scale-down to ``target`` that may pass now: at most :data:`MAX_SCALE_DOWN_SHARE` of ``current`` (at least one
-    replica) goes this cycle; when that stops short of ``target``, the window's state is written as passed
-    (``since``, the target as its highest count) so that the next cycle goes on without waiting again."""
+        waited = (now - since).total_seconds()
+        highest = max(count for _, count in recommended)
+        note = f"; scale-down to {highest} held by the {window_s:.0f}s stabilization window ({waited:.0f}s so far)"
+        return _kept(current, note, since, recommended, raw_pending)
     lowest = current - max(1, math.floor(current * MAX_SCALE_DOWN_SHARE))
-    if target >= lowest:
+    if target >= lowest and target <= desired:
         return Stabilized(target, note, None, raw_pending is not None)
-    value = json.dumps({"since": format_time(since), "max": target}, separators=(",", ":"))
-    stepped = f"{note}; {current} -> {lowest} this cycle, towards {target} (at most half the replicas a cycle)"
-    return Stabilized(lowest, stepped, value, value != raw_pending)
+    if target < lowest:
+        note = f"{note}; {current} -> {lowest} this cycle, towards {target} (at most half the replicas a cycle)"
+    return _kept(max(target, lowest), note, since, recommended, raw_pending)
 
 
-def _parse_pending(raw: str | None) -> tuple[datetime, int] | None:
+def _kept(
+    replicas: int, note: str, since: datetime, recommended: list[tuple[datetime, int]], raw_pending: str | None
+) -> Stabilized:
+    """``replicas`` now, with the window's state kept for the next cycle: the scale-down goes on from there."""
+    value = json.dumps(
+        {"since": format_time(since), "recommended": [[format_time(at), count] for at, count in recommended]},
+        separators=(",", ":"),
+    )
+    return Stabilized(replicas, note, value, value != raw_pending)
+
+
+def _parse_pending(raw: str | None) -> tuple[datetime, list[tuple[datetime, int]]] | None:
+    """The window's state: when the scale-down was first recommended, and the recommendations since (within the
+    last window). The earlier form ``{"since", "max"}`` reads as one recommendation of ``max`` at ``since``."""
     if not raw:
         return None
     try:
         data = json.loads(raw)
-        return parse_time(data["since"]), int(data["max"])
+        since = parse_time(data["since"])
+        if "recommended" in data:
+            return since, [(parse_time(at), int(count)) for at, count in data["recommended"]]
+        return since, [(since, int(data["max"]))]
     except (ValueError, KeyError, TypeError):
         return None  # unreadable state: start a new window

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import json
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -346,31 +347,57 @@ def test_scale_down_stabilization_rides_out_a_flapping_recommendation() -> None:
     assert stabilize_scale_down(3, 2, {}, 120.0, NOW).desired == 3  # scale-up passes
 
 
+def minute_by_minute(recommended: list[int], current: int) -> tuple[list[int], dict[str, str]]:
+    """The replicas a 120 s scale-down window leaves each minute under these recommendations, the window's state
+    annotation written back between cycles as the flow does; and the annotations at the end."""
+    from engine.optimize.stabilization import ANNOTATION_SCALE_DOWN_PENDING, stabilize_scale_down
+
+    annotations: dict[str, str] = {}
+    seen = []
+    for minute, desired in enumerate(recommended):
+        result = stabilize_scale_down(desired, current, annotations, 120.0, NOW + timedelta(minutes=minute))
+        if result.changed:
+            annotations.pop(ANNOTATION_SCALE_DOWN_PENDING, None)
+            if result.pending is not None:
+                annotations[ANNOTATION_SCALE_DOWN_PENDING] = result.pending
+        current = result.desired
+        seen.append(current)
+    return seen, annotations
+
+
 def test_a_scale_down_past_its_window_goes_in_halves_cycle_by_cycle() -> None:
     """8 -> 1 after the window: 8 -> 4 -> 2 -> 1 in three cycles, each without a new wait (the window's state is
     kept as passed); a recommendation that rises meanwhile stops the descent there; with no window (the flow's
     default, WVA's) the whole scale-down passes at once."""
-    from datetime import timedelta
+    from engine.optimize.stabilization import stabilize_scale_down
 
-    from engine.optimize.stabilization import ANNOTATION_SCALE_DOWN_PENDING, stabilize_scale_down
-
-    def cycles(recommended: list[int]) -> list[int]:
-        annotations: dict[str, str] = {}
-        current, seen = 8, []
-        for minute, desired in enumerate(recommended):
-            result = stabilize_scale_down(desired, current, annotations, 120.0, NOW + timedelta(minutes=minute))
-            if result.changed:
-                annotations.pop(ANNOTATION_SCALE_DOWN_PENDING, None)
-                if result.pending is not None:
-                    annotations[ANNOTATION_SCALE_DOWN_PENDING] = result.pending
-            current = result.desired
-            seen.append(current)
-        return seen
-
-    assert cycles([1, 1, 1, 1, 1, 1]) == [8, 8, 4, 2, 1, 1]
-    assert cycles([1, 1, 1, 3, 3, 3]) == [8, 8, 4, 3, 3, 3]
+    assert minute_by_minute([1, 1, 1, 1, 1, 1], 8)[0] == [8, 8, 4, 2, 1, 1]
+    assert minute_by_minute([1, 1, 1, 3, 3, 3], 8)[0] == [8, 8, 4, 3, 3, 3]
     assert stabilize_scale_down(1, 8, {}, 0.0, NOW).desired == 1
     assert "8 -> 4 this cycle, towards 1" in stabilize_scale_down(1, 8, {}, 120.0, NOW, falling=True).note
+
+
+def test_a_falling_recommendation_is_followed_a_window_behind() -> None:
+    """The HPA's rolling window: once a scale-down has waited out the window, each cycle goes to the highest
+    recommendation of the last window, without a new wait at each step (9 -> 7 -> 6 -> 5 under recommendations
+    8, 7, 6, 5 and a 120 s window; restarting the window after each step held 8 for three cycles); an old
+    ``{"since", "max"}`` state reads as one recommendation; the state goes once the recommendation is reached."""
+    from engine.optimize.stabilization import ANNOTATION_SCALE_DOWN_PENDING, stabilize_scale_down
+
+    seen, annotations = minute_by_minute([8, 7, 6, 5, 5, 5], 9)
+    assert seen == [9, 9, 7, 6, 5, 5]
+    assert ANNOTATION_SCALE_DOWN_PENDING not in annotations
+    old = {ANNOTATION_SCALE_DOWN_PENDING: json.dumps({"since": "2026-11-22T11:57:00Z", "max": 6})}
+    assert stabilize_scale_down(4, 9, old, 120.0, NOW).desired == 5  # passed: 9 -> 5 (half), towards 4
+    assert stabilize_scale_down(4, 9, old, 240.0, NOW).desired == 9  # within its window: held
+    # a recommendation of the current count still inside the window holds it
+    inside = {
+        ANNOTATION_SCALE_DOWN_PENDING: json.dumps(
+            {"since": "2026-11-22T11:50:00Z", "recommended": [["2026-11-22T11:59:00Z", 5]]}
+        )
+    }
+    kept = stabilize_scale_down(4, 5, inside, 120.0, NOW)
+    assert kept.desired == 5 and "5 recommended within it" in kept.note
 
 
 def test_plan_variants_holds_a_scale_down_within_the_window() -> None:
@@ -380,7 +407,7 @@ def test_plan_variants_holds_a_scale_down_within_the_window() -> None:
     )
     held = by_name(plan_variants(cycle))["a100"]
     assert held.desired == 4 and held.stabilization_changed and "stabilization window" in held.message
-    assert held.stabilization is not None and '"max":' in held.stabilization
+    assert held.stabilization is not None and '"recommended":' in held.stabilization
     at_once = va("a100")
     at_once["metadata"]["annotations"] = {"modelplane.io/scale-down-stabilization-window": "0s"}
     cycle = inputs([at_once], {"a100": 4}, loads=quiet, pods={(NS, MODEL): pods(4, kv=0.1)}, scale_down_window_s=120.0)
@@ -405,7 +432,8 @@ def test_plan_variants_skips_the_window_on_a_sustained_fall() -> None:
 
     fell = decide(-1.0, 0.4, pending)
     assert fell.desired == 2 and "window skipped" in fell.message  # at once, half the replicas a cycle
-    assert fell.stabilization is not None and '"max":1' in fell.stabilization and fell.stabilization_changed
+    assert fell.stabilization is not None and fell.stabilization_changed
+    assert json.loads(fell.stabilization)["recommended"][-1][1] == 1  # kept: the rest follows next cycle
     assert decide(-0.1, 0.4).desired == 4  # a fall smaller than half the noise: held by the window
     assert decide(0.2, 0.4).desired == 4  # not a fall
 
