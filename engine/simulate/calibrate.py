@@ -507,6 +507,15 @@ def opted_in(annotations: Mapping[str, object]) -> bool:
     return str(annotations.get(ANNOTATION_CALIBRATION, "")).strip().lower() == "apply"
 
 
+def _why_not_opted_in(va: VariantAutoscaling) -> str:
+    """Why a proposal is not written, for a resource that did not opt in: a value other than ``apply`` (a typo such
+    as ``aply``) is named, so it does not read as an absent annotation."""
+    value = va.metadata.annotations.get(ANNOTATION_CALIBRATION)
+    if value is None:
+        return f"annotate {ANNOTATION_CALIBRATION}=apply to let the calibrate flow write it"
+    return f"{ANNOTATION_CALIBRATION} is {str(value)!r}; only 'apply' lets the calibrate flow write it"
+
+
 def calibration_outcome(va: VariantAutoscaling, fit: ProfileFit | None, error: str | None) -> CalibrationOutcome:
     """Turn a fit (or the reason there is none) into the resource's condition and, if opted in, a spec patch.
 
@@ -532,9 +541,7 @@ def calibration_outcome(va: VariantAutoscaling, fit: ProfileFit | None, error: s
         )
     if not opted_in(va.metadata.annotations):
         return CalibrationOutcome(
-            "True",
-            REASON_PROPOSED,
-            f"Proposed profile {text}; not written: annotate {ANNOTATION_CALIBRATION}=apply to let the calibrate flow write it",
+            "True", REASON_PROPOSED, f"Proposed profile {text}; not written: {_why_not_opted_in(va)}"
         )
     if va.spec.variant_profile is None:  # maxBatchSize is required in a profile
         return CalibrationOutcome(

@@ -158,6 +158,8 @@ def test_profile_is_written_only_when_the_resource_opts_in(tokens) -> None:
     proposed = calibration_outcome(va(), fit, None)
     assert (proposed.status, proposed.reason, proposed.spec_patch) == ("True", REASON_PROPOSED, None)
     assert f"{ANNOTATION_CALIBRATION}=apply" in proposed.message and "alpha=" in proposed.message
+    misspelt = calibration_outcome(va({ANNOTATION_CALIBRATION: "aply"}), fit, None)
+    assert misspelt.spec_patch is None and f"{ANNOTATION_CALIBRATION} is 'aply'; only 'apply'" in misspelt.message
 
     applied = calibration_outcome(va({ANNOTATION_CALIBRATION: "apply"}), fit, None)
     assert applied.reason == REASON_APPLIED
