@@ -16,6 +16,7 @@ Formats (as the Workload Variant Autoscaler uses them):
 
 from __future__ import annotations
 
+import difflib
 import json
 import math
 from collections.abc import Callable, Mapping
@@ -135,6 +136,7 @@ def parse_service_class(value: str, source: str) -> ServiceClass:
         where = f"{source} data[{index}]"
         if not isinstance(entry, dict) or not isinstance(entry.get("model"), str):
             raise ConfigError(where, "each entry needs a 'model' string")
+        _refuse_misspelt_keys(entry, where)
         slos[entry["model"]] = ModelSLO(
             model=entry["model"],
             ttft_ms=_optional_number(entry, "slo-ttft", where),
@@ -143,6 +145,22 @@ def parse_service_class(value: str, source: str) -> ServiceClass:
             attainment=_optional_attainment(entry, where),
         )
     return ServiceClass(name=name, priority=priority, slos=slos)
+
+
+SERVICE_CLASS_ENTRY_KEYS = ("model", "slo-ttft", "slo-tpot", "slo-tps", SERVICE_CLASS_KEY)
+"""The keys of a service-class entry this optimizer reads."""
+
+
+def _refuse_misspelt_keys(entry: Mapping[str, Any], source: str) -> None:
+    """Refuse a key that is a near miss of one this optimizer reads (``slo-ttf``): read as WVA reads the ConfigMap,
+    it would be ignored and the target it meant dropped without a word. Other unknown keys stay ignored, as WVA
+    ignores them, so a key a newer WVA adds to the same ConfigMap does not break this reader."""
+    for key in entry:
+        if not isinstance(key, str) or key in SERVICE_CLASS_ENTRY_KEYS:
+            continue
+        near = difflib.get_close_matches(key, SERVICE_CLASS_ENTRY_KEYS, n=1, cutoff=0.85)
+        if near:
+            raise ConfigError(source, f"unknown key {key!r}: did you mean {near[0]!r}?")
 
 
 def _optional_number(entry: Mapping[str, Any], key: str, source: str) -> float | None:

@@ -63,12 +63,24 @@ def test_service_class_parses_priority_and_slos() -> None:
         ("name: X\ndata:\n  - model: m\n    slo-ttft: .inf\n", "slo-ttft must be a finite non-negative number"),
         ("name: X\ndata:\n  - model: m\n    slo-tpot: .nan\n", "slo-tpot must be a finite non-negative number"),
         ("[unclosed", "invalid YAML"),
+        ("name: X\ndata:\n  - model: m\n    slo-ttf: 500\n", "unknown key 'slo-ttf': did you mean 'slo-ttft'?"),
+        ("name: X\ndata:\n  - model: m\n    slo-attainmnet: 0.9\n", "did you mean 'slo-attainment'?"),
     ],
 )
 def test_bad_service_class_names_the_problem(text: str, fragment: str) -> None:
     with pytest.raises(ConfigError) as info:
         parse_service_class(text, "cm/key")
     assert info.value.source.startswith("cm/key") and fragment in str(info.value)
+
+
+def test_a_service_class_entry_ignores_keys_it_does_not_know_as_wva_does() -> None:
+    """A key this reader does not know and that is no near miss of one it does (a key a newer WVA adds) is ignored,
+    so the entry's targets still apply."""
+    klass = parse_service_class(
+        "name: X\ndata:\n  - model: m\n    slo-ttft: 500\n    slo-tbt: 30\n    slo-ttft-p99: 900\n", "cm/key"
+    )
+    slo = klass.slo_for("m")
+    assert slo is not None and slo.ttft_ms == 500
 
 
 def test_service_classes_keep_good_keys_when_one_is_bad() -> None:
