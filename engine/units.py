@@ -51,6 +51,22 @@ _DURATION_UNIT_S = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0,
 """Prometheus's duration units in seconds (a day is 24 hours, a week 7 days, a year 365 days)."""
 
 
+def format_duration(seconds: float) -> str:
+    """``180`` -> ``3m``, ``86400`` -> ``1d``, ``90`` -> ``90s``, ``1.5`` -> ``1.5s``: the largest unit that divides
+    it exactly, whole numbers without a decimal point or an exponent (``10000000s``).
+
+    Args:
+        seconds: A duration in seconds, at least 0.
+
+    Returns:
+        The duration in the largest unit that divides it (``d``, ``h``, ``m``), else in seconds.
+    """
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size and seconds % size == 0:
+            return f"{int(seconds // size)}{unit}"
+    return f"{int(seconds)}s" if float(seconds).is_integer() else f"{seconds:g}s"
+
+
 def duration_seconds(text: str) -> float:
     """Seconds in a PromQL duration (:data:`PROMETHEUS_DURATION_PATTERN`: ``90s``, ``1h30m``, ``1d``, ``2w``);
     ``ValueError`` otherwise."""

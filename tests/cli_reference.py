@@ -19,7 +19,8 @@ import pathlib
 import sys
 from typing import Any
 
-from flows.cli.options import MAX_DURATION_S, format_duration
+from engine.units import format_duration
+from flows.cli.options import MAX_DURATION_S
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 PAGE = REPO / "docs" / "reference" / "cli.md"

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from engine.api.meta import parse_duration
+from engine.units import format_duration
 
 ANNOTATION_SLO_ATTAINMENT = "modelplane.io/slo-attainment"
 """VariantAutoscaling annotation: the share of the model's requests that must meet its latency targets."""
@@ -103,12 +104,9 @@ def parse_window(value: str) -> float:
 
 
 def format_window(seconds: float) -> str:
-    """A window in the largest unit that states it exactly: ``7d``, ``1h``, ``30m``, ``90s``."""
-    whole = int(round(seconds))
-    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
-        if whole % size == 0 and whole >= size:
-            return f"{whole // size}{unit}"
-    return f"{whole}s"
+    """A window as PromQL takes it, in whole seconds and the largest unit that states it exactly: ``7d``, ``1h``,
+    ``30m``, ``90s``."""
+    return format_duration(round(seconds))
 
 
 def annotated(annotations: Mapping[str, str]) -> tuple[float | None, float | None]:

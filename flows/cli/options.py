@@ -14,6 +14,8 @@ from typing import Any
 import typer
 import typer.core
 
+from engine.units import format_duration
+
 MAX_DURATION_S = 3650 * 86400.0
 """The longest duration any option takes (ten years): no window, lookback, interval or timeout is longer, so a longer
 one is a typo or hostile input, refused in one line rather than carried into a query or a replay."""
@@ -209,18 +211,3 @@ def _within(minimum: float | None, maximum: float | None, flag: str) -> Callable
         return value
 
     return check
-
-
-def format_duration(seconds: float) -> str:
-    """``180`` -> ``3m``, ``86400`` -> ``1d``, ``90`` -> ``90s``: the largest unit that divides it.
-
-    Args:
-        seconds: A duration in seconds.
-
-    Returns:
-        The duration in the largest unit that divides it (``d``, ``h``, ``m``), else in seconds.
-    """
-    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
-        if seconds >= size and seconds % size == 0:
-            return f"{seconds / size:g}{unit}"
-    return f"{seconds:g}s"

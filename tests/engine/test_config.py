@@ -13,7 +13,7 @@ from engine.optimize.config import (
     parse_service_class,
     parse_service_classes,
 )
-from engine.units import duration_seconds, parse_quantity
+from engine.units import duration_seconds, format_duration, parse_quantity
 
 
 def test_accelerator_costs_parse_wva_json_and_report_bad_keys() -> None:
@@ -132,6 +132,16 @@ def test_parse_quantity_rejects_garbage(value: object) -> None:
 def test_a_promql_duration_in_seconds(text: str, seconds: float) -> None:
     """What a flow's PromQL duration parameter holds, days and weeks included (``format_window`` writes ``1d``)."""
     assert duration_seconds(text) == seconds
+
+
+@pytest.mark.parametrize(
+    ("seconds", "shown"),
+    [(180, "3m"), (86400, "1d"), (90, "90s"), (1.5, "1.5s"), (0, "0s"), (7200.0, "2h"), (10_000_000, "10000000s")],
+)
+def test_a_duration_is_written_in_the_largest_unit_that_states_it(seconds: float, shown: str) -> None:
+    """One formatter for the command line's defaults and bounds and, in whole seconds, PromQL windows: never an
+    exponent (``1e+07s`` is no duration either reads)."""
+    assert format_duration(seconds) == shown
 
 
 @pytest.mark.parametrize("text", ["", "1", "1.5h", "-1h", "1 d", "1e308s", "1hx", "h"])
