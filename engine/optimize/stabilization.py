@@ -35,7 +35,8 @@ look-back as the start-up-aware load (:mod:`engine.perf.load_peak`).  The flow's
 leaves this to the HPA it actuates through, whose default is 300 s), so a one-off run or a CI preview
 decides as WVA does.  Why a window in the loop: the allocation re-plans every minute with the load's
 noise, and a replica removed and wanted back within its start-up is capacity missing for two minutes; on
-the conversation trace the window halved Modelplane's replica changes (docs/simulate.md)."""
+the conversation trace the window cuts Modelplane's replica changes by about a third (docs/benchmarks.md, "The
+knobs")."""
 MAX_SCALE_DOWN_SHARE = 0.5
 """With a stabilization window, the largest share of a variant's replicas one cycle removes (at least one): a
 scale-down that has waited out its window goes in halves, cycle by cycle, so the attainment measured after each
