@@ -78,7 +78,8 @@ def stabilize_scale_down(
     a recommendation flapping with the lag of ``rate()`` (2 -> 1 -> 2 -> 1) never removes a replica it needs again
     a cycle later, and a recommendation that keeps falling is followed a window behind, cycle by cycle, without
     waiting a new window at each step. The state (when the scale-down was first recommended, and the
-    recommendations within the last window) is the :data:`ANNOTATION_SCALE_DOWN_PENDING` annotation; ``changed``
+    recommendations within the last window that no later one covers: each above every later one, so one per replica
+    count at most, however often the cycle runs) is the :data:`ANNOTATION_SCALE_DOWN_PENDING` annotation; ``changed``
     says when it must be written. With ``falling`` (the model's rate is in a sustained fall,
     :func:`engine.perf.load_trend.sustained_fall`) the scale-down passes at once: the window guards against noise,
     and the fall is not noise. A scale-down that passes removes at most :data:`MAX_SCALE_DOWN_SHARE` of the
@@ -91,7 +92,7 @@ def stabilize_scale_down(
         return Stabilized(desired, "", None, raw_pending is not None)
     cutoff = now - timedelta(seconds=window_s)
     since, earlier = _parse_pending(raw_pending) or (now, [])
-    recommended = [(at, count) for at, count in earlier if at > cutoff] + [(now, desired)]
+    recommended = [(at, count) for at, count in earlier if at > cutoff and count > desired] + [(now, desired)]
     if falling:
         since = min(since, cutoff)
         target = desired

@@ -400,6 +400,21 @@ def test_a_falling_recommendation_is_followed_a_window_behind() -> None:
     assert kept.desired == 5 and "5 recommended within it" in kept.note
 
 
+def test_the_window_state_keeps_only_the_recommendations_that_can_still_decide() -> None:
+    """A 10 s cycle under a 10-minute window recommending 3, 2, 3, 2, ... below 5 replicas: the state keeps a
+    recommendation only while no later one is as high (the later one outlives it in the window), so it never holds
+    more than one entry per replica count, and the replicas stay at 5 within the window."""
+    from engine.optimize.stabilization import ANNOTATION_SCALE_DOWN_PENDING, stabilize_scale_down
+
+    annotations: dict[str, str] = {}
+    for cycle in range(60):
+        result = stabilize_scale_down(3 - cycle % 2, 5, annotations, 600.0, NOW + timedelta(seconds=10 * cycle))
+        assert result.desired == 5 and result.pending is not None
+        annotations[ANNOTATION_SCALE_DOWN_PENDING] = result.pending
+        kept = [count for _, count in json.loads(result.pending)["recommended"]]
+        assert kept == ([3] if cycle % 2 == 0 else [3, 2])
+
+
 def test_plan_variants_holds_a_scale_down_within_the_window() -> None:
     quiet = {(NS, MODEL): ModelLoad(0.5, 128, 256)}
     cycle = inputs(
