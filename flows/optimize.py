@@ -323,7 +323,8 @@ def optimize(
         scale_down_stabilization_s: Scale a VariantAutoscaling down only after the scale-down has been recommended
             for this long (seconds; then to the highest count recommended within the last window, as the HPA's
             rolling window, at most half the replicas a cycle), so rate() lag between close cycles cannot flap
-            replicas. 0 = at once (WVA); the scheduled deployment sets 180 (a replica's start-up plus one cycle). Per resource: annotation modelplane.io/scale-down-stabilization-window.
+            replicas. 0 = at once (WVA); the scheduled deployment sets 180 (a replica's start-up plus one cycle).
+            Per resource: annotation modelplane.io/scale-down-stabilization-window.
         pushgateway_url: Prometheus Pushgateway to publish WVA's wva_desired_replicas family and Modelplane's own
             metrics to (HPA/KEDA actuation, dashboards); empty = $MODELPLANE_PUSHGATEWAY_URL, else off.
 

@@ -93,8 +93,8 @@ def stabilize_scale_down(
     cutoff = now - timedelta(seconds=window_s)
     since, earlier = _parse_pending(raw_pending) or (now, [])
     recommended = [(at, count) for at, count in earlier if at > cutoff and count > desired] + [(now, desired)]
-    if falling:
-        since = min(since, cutoff)
+    if falling:  # the fall is not noise: the higher counts recommended before it no longer stand
+        since, recommended = min(since, cutoff), [(now, desired)]
         target = desired
         note = "; scale-down window skipped: the arrival rate fell beyond its noise in each recent interval"
     elif since <= cutoff:
@@ -109,7 +109,7 @@ def stabilize_scale_down(
         note = f"; scale-down to {highest} held by the {window_s:.0f}s stabilization window ({waited:.0f}s so far)"
         return _kept(current, note, since, recommended, raw_pending)
     lowest = current - max(1, math.floor(current * MAX_SCALE_DOWN_SHARE))
-    if target >= lowest and target <= desired:
+    if target == desired and target >= lowest:
         return Stabilized(target, note, None, raw_pending is not None)
     if target < lowest:
         note = f"{note}; {current} -> {lowest} this cycle, towards {target} (at most half the replicas a cycle)"

@@ -377,6 +377,21 @@ def test_a_scale_down_past_its_window_goes_in_halves_cycle_by_cycle() -> None:
     assert "8 -> 4 this cycle, towards 1" in stabilize_scale_down(1, 8, {}, 120.0, NOW, falling=True).note
 
 
+def test_a_sustained_fall_drops_the_counts_recommended_before_it() -> None:
+    """6 recommended, then a sustained fall recommends 2: 8 -> 4 at once, and the next cycle goes on to 2 instead of
+    holding 4 for the 6 still inside the window (the fall says those counts no longer stand)."""
+    from engine.optimize.stabilization import ANNOTATION_SCALE_DOWN_PENDING, stabilize_scale_down
+
+    annotations: dict[str, str] = {}
+    current, seen = 8, []
+    for minute, (desired, falling) in enumerate([(6, False), (2, True), (2, False)]):
+        result = stabilize_scale_down(desired, current, annotations, 300.0, NOW + timedelta(minutes=minute), falling)
+        annotations = {ANNOTATION_SCALE_DOWN_PENDING: result.pending} if result.pending is not None else {}
+        current = result.desired
+        seen.append(current)
+    assert seen == [8, 4, 2] and not annotations
+
+
 def test_a_falling_recommendation_is_followed_a_window_behind() -> None:
     """The HPA's rolling window: once a scale-down has waited out the window, each cycle goes to the highest
     recommendation of the last window, without a new wait at each step (9 -> 7 -> 6 -> 5 under recommendations
