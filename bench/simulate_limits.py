@@ -24,11 +24,12 @@ from typing import Any
 
 from bench.engine import machine, write_section
 from bench.simulate import simulation_scenario
+from engine.perf.prompt_split import ROUTERS
 from engine.simulate.frontier import Limits, knob_settings, limits, with_oracle_curves
 from engine.simulate.oracle import attainment_ceiling
 from engine.simulate.outcome import PolicyOutcome, summarize_outcome
 from engine.simulate.policies import run_policy
-from engine.simulate.records import ROUTERS, SimConfig
+from engine.simulate.records import SimConfig
 from engine.simulate.scenario import Scenario, build_scenario, served_models
 from engine.simulate.trace import TraceShape
 from flows.parameters import SYSTEM_NAMESPACE

@@ -348,7 +348,7 @@ def parse_variant(va: VariantAutoscaling) -> VariantSpec:
     except TargetError as exc:
         raise SpecError(exc.field, exc.detail) from None
     try:
-        check_router(annotations)
+        check_router(annotations.get(ANNOTATION_ROUTER))
     except ValueError as exc:
         raise SpecError(f"metadata.annotations[{ANNOTATION_ROUTER}]", str(exc)) from None
     try:

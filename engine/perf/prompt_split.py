@@ -58,10 +58,10 @@ LATENCY_ROUTERS = frozenset({"least-latency"})
 the variant that serves them in time)."""
 
 
-def check_router(annotations: Mapping[str, str]) -> None:
-    """``ValueError`` naming the accepted routers when :data:`ANNOTATION_ROUTER` is set to another name (a typo
-    would otherwise read as a router that predicts no latency, silently)."""
-    named = annotations.get(ANNOTATION_ROUTER)
+def check_router(named: str | None) -> None:
+    """``ValueError`` naming the accepted routers when ``named`` (the :data:`ANNOTATION_ROUTER` value, None when
+    absent) is none of :data:`ROUTERS` (a typo would otherwise read as a router that predicts no latency,
+    silently)."""
     if named is not None and named not in ROUTERS:
         raise ValueError(f"unknown router {named!r}; choose from {', '.join(ROUTERS)}")
 

@@ -15,13 +15,12 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from engine.perf.prompt_split import ROUTERS
+from engine.perf.prompt_split import check_router
 from engine.perf.queueing import PerfProfile
 
 __all__ = [
     "VariantModel",
     "Trace",
-    "ROUTERS",
     "Routing",
     "SimConfig",
     "ReplicaGauges",
@@ -114,8 +113,7 @@ class Routing:
 
     def __post_init__(self) -> None:
         for name in (self.default, *self.per_model.values()):
-            if name not in ROUTERS:
-                raise ValueError(f"unknown router {name!r}; choose from {', '.join(ROUTERS)}")
+            check_router(name)
 
     def router_of(self, model: str) -> str:
         """The router the gateway uses for ``model``."""

@@ -50,8 +50,8 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
+from engine.perf.prompt_split import ROUTERS
 from engine.simulate.records import (
-    ROUTERS,
     SCRAPE_S,
     Controller,
     CycleRecord,

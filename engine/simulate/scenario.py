@@ -22,10 +22,10 @@ from engine.api.llmd import VariantAutoscaling
 from engine.optimize.config import AcceleratorCost, ConfigError, ModelSLO, ServiceClass
 from engine.optimize.spec import SpecError, VariantSpec, parse_variant
 from engine.optimize.stabilization import DEFAULT_SCALE_DOWN_WINDOW_S
-from engine.perf.prompt_split import ANNOTATION_ROUTER, check_router
+from engine.perf.prompt_split import ANNOTATION_ROUTER, ROUTERS, check_router
 from engine.perf.queueing import SLO
 from engine.perf.tail_sizing import ANNOTATION_TTFT_PERCENTILE
-from engine.simulate.records import ROUTERS, ReplicaGauges, Routing, SimConfig, Trace, VariantModel
+from engine.simulate.records import ReplicaGauges, Routing, SimConfig, Trace, VariantModel
 from engine.slo.target import ANNOTATION_SLO_ATTAINMENT, check_attainment
 
 __all__ = [
@@ -252,7 +252,7 @@ def cluster_routing(description: ClusterDescription, router: str, slos: Mapping[
         if named is None or not va.spec.model_id:
             continue
         try:
-            check_router(meta.annotations)
+            check_router(named)
         except ValueError as exc:
             raise SpecError(
                 f"metadata.annotations[{ANNOTATION_ROUTER}]", f"VariantAutoscaling {_where(va)}: {exc}"
@@ -279,7 +279,7 @@ def build_scenario(
     a unit cost, and an SLO class (to judge attainment); the error names the resource and the field.
     Attainment is judged against the configured SLOs; the policies size for the TTFT targets scaled by
     ``sizing_ttft_scale`` (see :func:`with_sizing_ttft_scale`).  Every policy's requests go through the
-    gateway router :func:`cluster_routing` picks (``router``: ``auto`` or one of engine.simulate.records.ROUTERS).
+    gateway router :func:`cluster_routing` picks (``router``: ``auto`` or one of engine.perf.prompt_split.ROUTERS).
     """
     specs: list[VariantSpec] = []
     variants: list[VariantModel] = []

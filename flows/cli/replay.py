@@ -268,9 +268,9 @@ def _check_simulation_input(policy: list[str], router: str | None, trace: pathli
     """:class:`CannotRun` for an unknown policy, router or bursty variant, or a trace file that is missing or malformed."""
     import csv
 
+    from engine.perf.prompt_split import ROUTERS
     from engine.simulate.bursts import BURSTY_VARIANTS
     from engine.simulate.policies import POLICIES
-    from engine.simulate.records import ROUTERS
     from engine.simulate.scenario import ROUTER_AUTO
     from engine.simulate.trace import TraceError, parse_trace_rows
 
