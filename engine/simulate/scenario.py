@@ -36,6 +36,7 @@ __all__ = [
     "ROUTER_AUTO",
     "Scenario",
     "build_scenario",
+    "check_gateway_router",
     "cluster_routing",
     "joined_key",
     "model_slo",
@@ -231,6 +232,13 @@ def with_hpa_metric(description: ClusterDescription, metric: str, target: float)
     return dataclasses.replace(description, hpa_policy=description.hpa_policy.model_copy(update={"metrics": metrics}))
 
 
+def check_gateway_router(router: str) -> None:
+    """``ValueError`` naming the accepted choices when ``router`` (a replay's gateway router: ``auto`` or one of
+    :data:`engine.perf.prompt_split.ROUTERS`) is neither."""
+    if router != ROUTER_AUTO and router not in ROUTERS:
+        raise ValueError(f"unknown router {router!r}; choose from {ROUTER_AUTO}, {', '.join(ROUTERS)}")
+
+
 def cluster_routing(description: ClusterDescription, router: str, slos: Mapping[str, SLO]) -> Routing:
     """The gateway's router per model: ``router`` for all, or with ``auto`` what the cluster says.
 
@@ -241,9 +249,8 @@ def cluster_routing(description: ClusterDescription, router: str, slos: Mapping[
     The routers get each model's SLO targets (the latency-predicting router scores against them).
     """
     slo_s = {m: ((s.ttft_ms or 0.0) / 1000.0, (s.itl_ms or 0.0) / 1000.0) for m, s in slos.items()}
+    check_gateway_router(router)
     if router != ROUTER_AUTO:
-        if router not in ROUTERS:
-            raise ValueError(f"unknown router {router!r}; choose from {ROUTER_AUTO}, {', '.join(ROUTERS)}")
         return Routing(router, slo_s=slo_s)
     per_model = {m: "least-load" for m in description.routed_models}
     for va in description.variants:

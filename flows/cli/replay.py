@@ -268,17 +268,19 @@ def _check_simulation_input(policy: list[str], router: str | None, trace: pathli
     """:class:`CannotRun` for an unknown policy, router or bursty variant, or a trace file that is missing or malformed."""
     import csv
 
-    from engine.perf.prompt_split import ROUTERS
     from engine.simulate.bursts import BURSTY_VARIANTS
     from engine.simulate.policies import POLICIES
-    from engine.simulate.scenario import ROUTER_AUTO
+    from engine.simulate.scenario import check_gateway_router
     from engine.simulate.trace import TraceError, parse_trace_rows
 
     unknown = [p for p in policy if p not in POLICIES]
     if unknown:
         raise CannotRun(f"unknown policy {', '.join(unknown)}; choose from {', '.join(POLICIES)}")
-    if router is not None and router != ROUTER_AUTO and router not in ROUTERS:
-        raise CannotRun(f"unknown router {router!r}; choose from {ROUTER_AUTO}, {', '.join(ROUTERS)}")
+    if router is not None:
+        try:
+            check_gateway_router(router)
+        except ValueError as exc:
+            raise CannotRun(str(exc)) from None
     if bursty is not None and bursty not in BURSTY_VARIANTS:
         raise CannotRun(f"unknown bursty variant {bursty!r}; choose from {', '.join(BURSTY_VARIANTS)}")
     if not trace.is_file():

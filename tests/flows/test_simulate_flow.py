@@ -101,6 +101,13 @@ def test_cli_bad_input_exits_with_one_line(prefect_harness: None, tmp_path: path
     policy = CliRunner().invoke(app, ["simulate", "--cluster", str(EXAMPLES), "--trace", str(TRACE), "-p", "magic"])
     assert policy.exit_code == 2 and "unknown policy magic" in policy.output
 
+    router = CliRunner().invoke(
+        app, ["simulate", "--cluster", str(EXAMPLES), "--trace", str(TRACE), "--router", "least-latncy"]
+    )
+    assert (
+        router.exit_code == 2 and "unknown router 'least-latncy'; choose from auto, least-outstanding" in router.output
+    )
+
     wave = CliRunner().invoke(
         app, ["simulate", "--cluster", str(EXAMPLES), "--trace", str(TRACE), "--wave-floor", "1.5", "--no-frontier"]
     )
