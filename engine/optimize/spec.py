@@ -40,6 +40,7 @@ from engine.perf.tail_sizing import (
 )
 from engine.slo.measure import LatencyHistograms, ModelAttainment
 from engine.slo.target import AttainmentTarget, TargetError, annotated, resolve_target
+from engine.units import format_duration
 
 ANNOTATION_MIN_REPLICAS = "modelplane.io/min-replicas"
 ANNOTATION_MAX_REPLICAS = "modelplane.io/max-replicas"
@@ -269,7 +270,9 @@ def _scale_down_window(annotations: Mapping[str, str]) -> float | None:
         return None
     seconds = parse_duration(text)
     if seconds > MAX_SCALE_DOWN_WINDOW_S:
-        raise ValueError(f"must be at most 1h (the HPA's longest window), got {text!r}")
+        raise ValueError(
+            f"must be at most {format_duration(MAX_SCALE_DOWN_WINDOW_S)} (the HPA's longest window), got {text!r}"
+        )
     return seconds
 
 

@@ -45,10 +45,10 @@ step reaches the loop before the next (the HPA's ``scaleDown.policies`` of ``Per
 67 %, one replica and no limit (docs/benchmarks.md, "Attainment tracking"), and checked again with the rolling
 window against 34 %, 67 % and no limit: none tracked better at no higher cost."""
 ANNOTATION_SCALE_DOWN_PENDING = "modelplane.io/scale-down-pending"
-"""VariantAutoscaling annotation written by Modelplane: since when a scale-down has been recommended and
-the replica counts recommended within the last window, as JSON ``{"since": RFC3339, "recommended": [[RFC3339, N],
-...]}`` (the window's state:
-each cycle is a fresh process, and the seed's status has no field for it)."""
+"""VariantAutoscaling annotation written by Modelplane: since when a scale-down has been recommended and the replica
+counts recommended within the last window that no later one covers, as JSON ``{"since": RFC3339, "recommended":
+[[RFC3339, N], ...]}`` (the window's state: each cycle is a fresh process, and the seed's status has no field for
+it)."""
 
 
 @dataclass(frozen=True)
@@ -93,21 +93,21 @@ def stabilize_scale_down(
     cutoff = now - timedelta(seconds=window_s)
     since, earlier = _parse_pending(raw_pending) or (now, [])
     recommended = [(at, count) for at, count in earlier if at > cutoff and count > desired] + [(now, desired)]
+    highest = max(count for _, count in recommended)
     if falling:  # the fall is not noise: the higher counts recommended before it no longer stand
         since, recommended = min(since, cutoff), [(now, desired)]
         target = desired
         note = "; scale-down window skipped: the arrival rate fell beyond its noise in each recent interval"
-    elif since <= cutoff:
-        target = max(count for _, count in recommended)
-        if target >= current:
-            note = f"; scale-down held by the {window_s:.0f}s stabilization window: {current} recommended within it"
-            return _kept(current, note, since, recommended, raw_pending)
-        note = f"; scale-down stabilized over {window_s:.0f}s"
-    else:
+    elif since > cutoff:
         waited = (now - since).total_seconds()
-        highest = max(count for _, count in recommended)
         note = f"; scale-down to {highest} held by the {window_s:.0f}s stabilization window ({waited:.0f}s so far)"
         return _kept(current, note, since, recommended, raw_pending)
+    elif highest >= current:
+        note = f"; scale-down held by the {window_s:.0f}s stabilization window: {current} recommended within it"
+        return _kept(current, note, since, recommended, raw_pending)
+    else:
+        target = highest
+        note = f"; scale-down stabilized over {window_s:.0f}s"
     lowest = current - max(1, math.floor(current * MAX_SCALE_DOWN_SHARE))
     if target == desired and target >= lowest:
         return Stabilized(target, note, None, raw_pending is not None)
