@@ -91,7 +91,7 @@ def stabilize_scale_down(
     if desired >= current or window_s <= 0:
         return Stabilized(desired, "", None, raw_pending is not None)
     cutoff = now - timedelta(seconds=window_s)
-    since, earlier = _parse_pending(raw_pending) or (now, [])
+    since, earlier = _parse_pending(raw_pending, now) or (now, [])
     recommended = [(at, count) for at, count in earlier if at > cutoff and count > desired] + [(now, desired)]
     highest = max(count for _, count in recommended)
     if falling:  # the fall is not noise: the higher counts recommended before it no longer stand
@@ -127,16 +127,18 @@ def _kept(
     return Stabilized(replicas, note, value, value != raw_pending)
 
 
-def _parse_pending(raw: str | None) -> tuple[datetime, list[tuple[datetime, int]]] | None:
+def _parse_pending(raw: str | None, now: datetime) -> tuple[datetime, list[tuple[datetime, int]]] | None:
     """The window's state: when the scale-down was first recommended, and the recommendations since (within the
-    last window). The earlier form ``{"since", "max"}`` reads as one recommendation of ``max`` at ``since``."""
+    last window). The earlier form ``{"since", "max"}`` reads as one recommendation of ``max`` at ``since``. A time
+    after ``now`` (a clock ahead of ours wrote it, or a hand edit) reads as ``now``: a window never lasts longer
+    than its length from this cycle on."""
     if not raw:
         return None
     try:
         data = json.loads(raw)
-        since = parse_time(data["since"])
+        since = min(parse_time(data["since"]), now)
         if "recommended" in data:
-            return since, [(parse_time(at), int(count)) for at, count in data["recommended"]]
+            return since, [(min(parse_time(at), now), int(count)) for at, count in data["recommended"]]
         return since, [(since, int(data["max"]))]
     except (ValueError, KeyError, TypeError):
         return None  # unreadable state: start a new window

@@ -430,6 +430,23 @@ def test_the_window_state_keeps_only_the_recommendations_that_can_still_decide()
         assert kept == ([3] if cycle % 2 == 0 else [3, 2])
 
 
+def test_a_window_state_dated_in_the_future_lasts_one_window_from_now() -> None:
+    """A state whose times lie after this cycle (a writer's clock ahead of ours, or a hand edit to year 9999) reads
+    as if written now: the scale-down is held for one window, then passes, instead of waiting until that date."""
+    from engine.optimize.stabilization import ANNOTATION_SCALE_DOWN_PENDING, stabilize_scale_down
+
+    ahead = {
+        ANNOTATION_SCALE_DOWN_PENDING: json.dumps(
+            {"since": "9999-01-01T00:00:00Z", "recommended": [["9999-01-01T00:00:00Z", 4]]}
+        )
+    }
+    held = stabilize_scale_down(2, 4, ahead, 120.0, NOW)
+    assert held.desired == 4 and held.pending is not None
+    assert json.loads(held.pending)["since"] == "2026-11-22T12:00:00Z"
+    later = stabilize_scale_down(2, 4, {ANNOTATION_SCALE_DOWN_PENDING: held.pending}, 120.0, NOW + timedelta(minutes=3))
+    assert later.desired == 2
+
+
 def test_plan_variants_holds_a_scale_down_within_the_window() -> None:
     quiet = {(NS, MODEL): ModelLoad(0.5, 128, 256)}
     cycle = inputs(
