@@ -97,6 +97,7 @@ def loop_steps(inputs: CycleInputs, specs: Sequence[VariantSpec]) -> dict[tuple[
             at_minimum=_at_minimum(members, inputs),
             load_factor=inputs.loop_factors.get(model, remembered_factor),
             intermittent=_intermittent(load),
+            hold_binds=_hold_binds(load, hold_s),
         )
     return steps
 
@@ -209,6 +210,17 @@ def _given_back(load: ModelLoad | None, hold_s: float | None) -> bool:
     hold = hold_s if hold_s is not None else min(load.peaks_rps)
     held, longest = held_peak(load.peaks_rps, hold), load.peaks_rps[max(load.peaks_rps)]
     return held is not None and longest > 1.05 * held
+
+
+def _hold_binds(load: ModelLoad | None, hold_s: float | None) -> bool:
+    """Whether the peak the hold reaches back to is more than 5 % above the start-up window's (what the plan sizes
+    for without a hold); True when not known."""
+    if load is None or not load.peaks_rps or hold_s is None:
+        return True
+    held, recent = held_peak(load.peaks_rps, hold_s), load.recent_peak_rps
+    if held is None or recent is None:
+        return True
+    return held > 1.05 * recent
 
 
 def _intermittent(load: ModelLoad | None) -> bool | None:

@@ -162,6 +162,7 @@ def step(
     at_minimum: bool = False,
     load_factor: float | None = None,
     intermittent: bool | None = None,
+    hold_binds: bool = True,
 ) -> ControllerStep:
     """One cycle of the loop for one model.
 
@@ -176,9 +177,12 @@ def step(
       percentile rises;
     * a surplus first shortens the hold back towards the start-up window (on intermittent traffic by at most
       ``hold_release_s`` a cycle), then lowers the percentile, and once the percentile is at its floor lowers the
-      load factor: the share of the held peak load the model is sized for (split range: on steady traffic the
+      load factor, the share of the held peak load the model is sized for (split range: on steady traffic the
       floor's sizing, WVA's mean request at the recent peak, still attains several points above an 80 % target,
-      and whole replicas bought for that surplus are the cost);
+      and whole replicas bought for that surplus are the cost). A hold that reaches back to no higher peak than
+      the start-up window's (``hold_binds`` False) keeps nothing the plan would not keep anyway, so the surplus
+      shortens it and moves the sizing in the same cycle: given back a minute a cycle, a 40-minute hold would
+      otherwise leave an over-sized model as it is for half an hour while nothing changes;
     * on intermittent traffic (a minute without requests within the longest look-back), a hold at its shortest
       starts again from the longest: capacity given back in a silence comes back a start-up after the next burst
       began, most of a burst late, so the loop keeps the window's peak until a measured surplus shortens it.
@@ -201,6 +205,8 @@ def step(
         intermittent: the model's traffic had a minute without requests within the longest hold look-back (None:
             not known, e.g. the lowest rate was not read: the hold is not restarted, and a surplus gives it back no
             faster than on intermittent traffic).
+        hold_binds: the peak the hold reaches back to is above the start-up window's, so the hold keeps capacity
+            the plan would otherwise give back (the default: when not known, the hold is taken to bind).
 
     Returns:
         the next percentile and hold, and a message for the model's condition.
@@ -221,6 +227,7 @@ def step(
         at_minimum,
         load_factor,
         intermittent,
+        hold_binds,
     )
     moved = dataclasses.replace(moved, previous=start)
     if restarted_at is None:
@@ -265,6 +272,7 @@ def _step(
     at_minimum: bool,
     load_factor: float | None,
     intermittent: bool | None,
+    hold_binds: bool = True,
 ) -> ControllerStep:
     """:func:`step` from the percentile (:func:`_start`) and the hold it starts at (the other arguments as there)."""
     hold = _hold(hold_s, hold_range_s)
@@ -313,24 +321,30 @@ def _step(
     if error < 0 and hold is not None and hold_range_s is not None and hold > hold_range_s[0]:
         release = math.inf if intermittent is False else settings.hold_release_s
         shorter = max(hold * math.exp(settings.hold_gain * error * confidence), hold - release, hold_range_s[0])
-        return ControllerStep(
-            previous,
-            True,
-            f"peak hold shortened {_duration(hold)} -> {_duration(shorter)}",
-            f"{measured} {against}",
-            shorter,
-            factor,
-        )
-    if (error > 0 and factor < 1.0) or (error < 0 and previous <= settings.min_percentile):
-        moved = min(max(factor * math.exp(settings.factor_gain * error * confidence), settings.min_load_factor), 1.0)
+        shortened = f"peak hold shortened {_duration(hold)} -> {_duration(shorter)}"
+        if hold_binds:
+            return ControllerStep(previous, True, shortened, f"{measured} {against}", shorter, factor)
+        # The hold reaches back to no higher load than the start-up window: shortening it gives nothing back, so
+        # the surplus also goes to the sizing, in the same cycle.
+        sized = _sizing_step(previous, error * confidence, factor, shorter, settings, f"{measured} {against}")
+        unbound = f"{shortened} (it holds no more load than the start-up window's peak)"
+        return dataclasses.replace(sized, changed=True, action=f"{unbound}; {sized.action}")
+    return _sizing_step(previous, error * confidence, factor, hold, settings, f"{measured} {against}")
+
+
+def _sizing_step(
+    previous: float, weighted_error: float, factor: float, hold: float | None, settings: ControllerSettings, why: str
+) -> ControllerStep:
+    """The sizing's move for an error (weighted by its confidence): the load factor while it is below 1 and the
+    model is short, or while the percentile is at its floor and the model has a surplus; else the percentile."""
+    if (weighted_error > 0 and factor < 1.0) or (weighted_error < 0 and previous <= settings.min_percentile):
+        moved = min(max(factor * math.exp(settings.factor_gain * weighted_error), settings.min_load_factor), 1.0)
         action = _move("load factor", factor, moved, (settings.min_load_factor, 1.0), "{:.2f}")
-        return ControllerStep(
-            previous, abs(moved - factor) > 1e-9, f"{action} at p{previous:.1f}", f"{measured} {against}", hold, moved
-        )
-    logit = math.log(previous / (100.0 - previous)) + settings.gain * error * confidence
+        return ControllerStep(previous, abs(moved - factor) > 1e-9, f"{action} at p{previous:.1f}", why, hold, moved)
+    logit = math.log(previous / (100.0 - previous)) + settings.gain * weighted_error
     new = _clamp(100.0 / (1.0 + math.exp(-logit)), settings)
     action = _move("sizing percentile", previous, new, (settings.min_percentile, settings.max_percentile), "p{:.1f}")
-    return ControllerStep(new, abs(new - previous) > 1e-9, action, f"{measured} {against}", hold, factor)
+    return ControllerStep(new, abs(new - previous) > 1e-9, action, why, hold, factor)
 
 
 def _move(knob: str, old: float, new: float, bounds: tuple[float, float], shown: str) -> str:

@@ -149,6 +149,23 @@ def test_a_surplus_gives_a_long_hold_back_at_the_holds_gain_only_on_traffic_know
     assert "restarted" not in (unread.loop_message or "")
 
 
+def test_a_hold_reaching_back_to_no_higher_peak_does_not_stall_a_surplus() -> None:
+    """A 20-minute hold on intermittent traffic and a large surplus: when the peak it reaches back to (30 req/s in
+    the last 30 minutes) is above the start-up window's (20 req/s), only the hold is shortened; when the same hold
+    reaches back to no higher peak, the percentile comes down in the same cycle."""
+    status = {"slo": {"target": 0.9, "window": "1h", "sizingPercentile": 85.0, "peakHold": "20m"}}
+
+    def with_peaks(peaks: dict[float, float]) -> ModelLoad:
+        return ModelLoad(20.0, 700, 256, prompt_tokens=PROMPTS, recent_peak_rps=20.0, peaks_rps=peaks, lowest_rps=0.0)
+
+    held = cycle(histograms(0.99, 0.99), status=status, loads={(NS, MODEL): with_peaks({180.0: 20.0, 1800.0: 30.0})})
+    free = cycle(histograms(0.99, 0.99), status=status, loads={(NS, MODEL): with_peaks({180.0: 20.0, 1800.0: 20.5})})
+    assert held.peak_hold_s == free.peak_hold_s == 1200.0 - 60.0
+    assert held.sizing_percentile == pytest.approx(85.0)
+    assert free.sizing_percentile is not None and free.sizing_percentile < 85.0
+    assert "it holds no more load than the start-up window's peak" in (free.loop_message or "")
+
+
 def test_a_target_above_the_ceiling_is_not_chased() -> None:
     """Half the prompts are too long for the TTFT target on any variant: the setpoint stays below the ceiling."""
     long_prompts = PromptDistribution.from_buckets([(1024.0, 500.0), (65536.0, 600.0), (math.inf, 1000.0)])

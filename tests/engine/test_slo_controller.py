@@ -217,6 +217,27 @@ def test_a_surplus_gives_a_long_hold_back_by_at_most_one_interval_a_cycle_on_int
     assert steady_holds[1] == 180.0 and steady_percentiles[:2] == [80.0, 80.0] and steady_percentiles[2] < 80.0
 
 
+def test_a_surplus_under_a_hold_that_holds_nothing_also_lowers_the_percentile() -> None:
+    """A 30-minute hold whose look-back peak is no higher than the start-up window's keeps no capacity the plan
+    would not keep anyway: a surplus then shortens the hold and lowers the percentile in the same cycle (giving
+    the hold back a minute a cycle would leave the percentile where it is for 27 cycles while nothing changes). A
+    hold that does keep a higher peak is shortened alone, as before."""
+    surplus = AttainmentSample(0.99, 500.0)
+    kwargs = {"hold_s": 1800.0, "hold_range_s": (180.0, 3600.0), "intermittent": True}
+    free = step(85.0, 0.80, surplus, hold_binds=False, **kwargs)
+    assert free.hold_s == 1800.0 - 60.0 and free.percentile < 85.0 and free.changed
+    assert free.action.startswith("peak hold shortened 30m -> 29m (it holds no more load than the start-up")
+    assert "sizing percentile lowered p85.0 ->" in free.action
+    binding = step(85.0, 0.80, surplus, **kwargs)
+    assert binding.hold_s == 1800.0 - 60.0 and binding.percentile == 85.0
+    # at the percentile's floor the surplus goes to the load factor instead
+    floor = step(DEFAULT_SETTINGS.min_percentile, 0.80, surplus, hold_binds=False, **kwargs)
+    assert floor.load_factor < 1.0 and floor.hold_s == 1800.0 - 60.0
+    # a shortfall is not affected: the hold is never lengthened or cut for it here
+    short = step(85.0, 0.80, AttainmentSample(0.60, 500.0), hold_binds=False, **kwargs)
+    assert short.hold_s == 1800.0 and short.percentile > 85.0
+
+
 def test_intermittent_traffic_restarts_a_hold_at_its_shortest_from_the_whole_window() -> None:
     """A minute without requests within the longest look-back: a hold at the start-up window (or not chosen yet)
     starts again from the longest, and the message says why; the rest of the cycle runs from there (a surplus
