@@ -114,6 +114,21 @@ def test_the_window_deficit_raises_the_setpoint_within_the_band() -> None:
     assert alone.percentile == pytest.approx(85.0)
 
 
+def test_a_window_surplus_is_spent_within_a_narrower_band_than_a_deficit_is_paid_back() -> None:
+    """A window 10 points over an 80 % target lowers the setpoint by the surplus band (2 points) only, where a
+    deficit as large raises it by the whole band (5): the quiet minutes' surplus is kept for the bursts to come. A
+    recent range at the target then lowers the percentile, but less than a symmetric band would."""
+    over = AttainmentSample(0.80, 300, window=0.90, window_requests=3_000)
+    spent = step(85.0, 0.8, over)
+    assert "setpoint of 78.0 %" in spent.message and spent.percentile < 85.0
+    symmetric = step(85.0, 0.8, over, ControllerSettings(surplus_band=DEFAULT_SETTINGS.setpoint_band))
+    assert "setpoint of 75.0 %" in symmetric.message and symmetric.percentile < spent.percentile
+    under = AttainmentSample(0.80, 300, window=0.70, window_requests=3_000)
+    assert "setpoint of 85.0 %" in step(85.0, 0.8, under).message
+    with pytest.raises(ValueError):
+        ControllerSettings(surplus_band=-0.01)
+
+
 def test_the_setpoint_stays_a_point_below_the_ceiling() -> None:
     """16 % of the prompts cannot meet the TTFT target on any variant (ceiling 84 %): a window 5 points short of an
     80 % target would pay back up to 85 %, but the setpoint stops at 83 %, and the message says why."""
