@@ -281,7 +281,7 @@ def _step(
     at_minimum: bool,
     load_factor: float | None,
     intermittent: bool | None,
-    hold_binds: bool = True,
+    hold_binds: bool,
 ) -> ControllerStep:
     """:func:`step` from the percentile (:func:`_start`) and the hold it starts at (the other arguments as there)."""
     hold = _hold(hold_s, hold_range_s)
