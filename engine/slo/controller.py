@@ -71,9 +71,7 @@ class ControllerSettings:
     setpoint_band: float = 0.05
     """The setpoint stays within the target + this: a window far short of its target is not paid back at any cost."""
     surplus_band: float = 0.02
-    """The setpoint stays within the target - this: a window's surplus is spent only this far. Spent within the
-    whole band, a surplus earned in the quiet minutes was gone when a burst came (tuning rows: cost ratio 1.025 ->
-    1.015 at the same tracking, docs/benchmarks.md)."""
+    """The setpoint stays within the target - this: a surplus is spent more cautiously than a deficit is paid back."""
     min_percentile: float = 50.0
     max_percentile: float = 99.5
     half_confidence: float = 50.0
