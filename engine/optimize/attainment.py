@@ -203,13 +203,18 @@ def _loop_applies(members: Sequence[VariantSpec]) -> bool:
     )
 
 
+_HIGHER = 1.05
+"""A peak counts as higher than another when it is more than 5 % above it (the rate's noise between look-backs
+is not a peak the hold keeps or gave back)."""
+
+
 def _given_back(load: ModelLoad | None, hold_s: float | None) -> bool:
     """Whether the load was more than 5 % higher earlier in the longest look-back than over the current hold."""
     if load is None or not load.peaks_rps:
         return False
     hold = hold_s if hold_s is not None else min(load.peaks_rps)
     held, longest = held_peak(load.peaks_rps, hold), load.peaks_rps[max(load.peaks_rps)]
-    return held is not None and longest > 1.05 * held
+    return held is not None and longest > _HIGHER * held
 
 
 def _hold_binds(load: ModelLoad | None, hold_s: float | None) -> bool:
@@ -220,7 +225,7 @@ def _hold_binds(load: ModelLoad | None, hold_s: float | None) -> bool:
     held, recent = held_peak(load.peaks_rps, hold_s), load.recent_peak_rps
     if held is None or recent is None:
         return True
-    return held > 1.05 * recent
+    return held > _HIGHER * recent
 
 
 def _intermittent(load: ModelLoad | None) -> bool | None:
