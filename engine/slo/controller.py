@@ -309,6 +309,7 @@ def _step(
         + (f", window {_pct(sample.window)}" if sample.window is not None else "")
         + f"{reachable})"
     )
+    why = f"{measured} {against}"
     if error > 0 and capped_up:
         return unchanged(f"{measured}, below {_pct(setpoint)}, and the allocation cannot grow")
     if error > 0 and pending:
@@ -330,13 +331,13 @@ def _step(
         shorter = max(hold * math.exp(settings.hold_gain * error * confidence), hold - release, hold_range_s[0])
         shortened = f"peak hold shortened {_duration(hold)} -> {_duration(shorter)}"
         if hold_binds:
-            return ControllerStep(previous, True, shortened, f"{measured} {against}", shorter, factor)
+            return ControllerStep(previous, True, shortened, why, shorter, factor)
         # The hold reaches back to no higher load than the start-up window: shortening it gives nothing back, so
         # the surplus also goes to the sizing, in the same cycle.
-        sized = _sizing_step(previous, error * confidence, factor, shorter, settings, f"{measured} {against}")
+        sized = _sizing_step(previous, error * confidence, factor, shorter, settings, why)
         unbound = f"{shortened} (it holds no more load than the start-up window's peak)"
         return dataclasses.replace(sized, changed=True, action=f"{unbound}; {sized.action}")
-    return _sizing_step(previous, error * confidence, factor, hold, settings, f"{measured} {against}")
+    return _sizing_step(previous, error * confidence, factor, hold, settings, why)
 
 
 def _sizing_step(
