@@ -140,5 +140,5 @@ def _parse_pending(raw: str | None, now: datetime) -> tuple[datetime, list[tuple
         if "recommended" in data:
             return since, [(min(parse_time(at), now), int(count)) for at, count in data["recommended"]]
         return since, [(since, int(data["max"]))]
-    except (ValueError, KeyError, TypeError):
-        return None  # unreadable state: start a new window
+    except (ValueError, KeyError, TypeError, AttributeError, OverflowError):
+        return None  # unreadable state (not JSON, a field missing, null or out of range): start a new window

@@ -447,6 +447,29 @@ def test_a_window_state_dated_in_the_future_lasts_one_window_from_now() -> None:
     assert later.desired == 2
 
 
+@pytest.mark.parametrize(
+    "state",
+    [
+        "not json",
+        "[]",
+        "null",
+        '{"since": null, "recommended": []}',
+        '{"since": "2026-11-22T11:50:00Z", "max": 1e309}',
+        '{"since": "2026-11-22T11:50:00Z", "recommended": 5}',
+        '{"since": "2026-11-22T11:50:00Z", "recommended": [["yesterday", 3]]}',
+    ],
+)
+def test_an_unreadable_window_state_starts_a_new_window(state: str) -> None:
+    """A scale-down-pending annotation that does not read (hand-edited, truncated, null or out-of-range fields)
+    neither raises nor decides: the scale-down starts a new window, holding the current count, and the state is
+    rewritten."""
+    from engine.optimize.stabilization import ANNOTATION_SCALE_DOWN_PENDING, stabilize_scale_down
+
+    result = stabilize_scale_down(2, 4, {ANNOTATION_SCALE_DOWN_PENDING: state}, 120.0, NOW)
+    assert result.desired == 4 and result.changed and result.pending is not None
+    assert json.loads(result.pending)["since"] == "2026-11-22T12:00:00Z"
+
+
 def test_plan_variants_holds_a_scale_down_within_the_window() -> None:
     quiet = {(NS, MODEL): ModelLoad(0.5, 128, 256)}
     cycle = inputs(
