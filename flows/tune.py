@@ -15,8 +15,9 @@ Lifecycle, top to bottom:
    replayed attainment less that difference (:func:`engine.simulate.tune.calibrations`). A request log's window
    is not the one Prometheus measured: its candidates are judged as replayed;
 4. per model whose target falls between two floors, one more floor interpolated between them
-   (:func:`engine.simulate.tune.interpolated_floors`); then per model, the cheapest candidate that met the model's
-   target, else the closest (:func:`engine.simulate.tune.choose`);
+   (:func:`engine.simulate.tune.interpolated_floors`); then per model, of the candidates that met the model's
+   target and cost within 10 % of the cheapest of them, the one attaining least, else the closest
+   (:func:`engine.simulate.tune.choose`);
 5. unless ``dry_run``, write the choice on every VariantAutoscaling of the model: the candidate's annotations
    (``modelplane.io/ttft-percentile``, ``modelplane.io/min-replicas``) over the operator's own values of them
    (:func:`engine.simulate.tune.tuned_settings`) and ``modelplane.io/tuned`` (what was chosen, its attainment and

@@ -16,6 +16,7 @@ from engine.simulate.scenario import Scenario, build_scenario, with_slo_attainme
 from engine.simulate.tune import (
     ANNOTATION_TUNED,
     AS_CONFIGURED,
+    COST_TOLERANCE,
     FLOOR_MARGIN,
     MAX_CALIBRATION,
     Calibration,
@@ -112,6 +113,29 @@ def test_a_floor_within_the_margin_counts_as_meeting_and_nothing_else_does() -> 
     below = [(c, outcome({model: 0.815}, {key: 2.0})) if c is low else (c, o) for c, o in replays]
     choice = next(c for c in choose(scenario, below) if c.model == model)
     assert choice.chosen.candidate is high
+
+
+def test_of_candidates_costing_about_the_same_the_one_attaining_least_is_chosen() -> None:
+    """Target 0.85, by hand: the cheapest meeting candidate (cost 2.0) attains 0.95; a floor costing 5 % more attains
+    0.86 and is chosen (one window cannot rank costs that close, and the 9 points above the target are paid for every
+    day); a floor at 0.855 costing 15 % more is beyond COST_TOLERANCE and is not, nor is the loop that missed."""
+    scenario = small_scenario()
+    scenario = dataclasses.replace(scenario, description=with_slo_attainment(scenario.description, 0.85))
+    model, key = scenario.variants[0].model, scenario.variants[0].key
+    loop = Candidate("attainment loop")
+    high = dataclasses.replace(Candidate("static floor x1.2"), headroom=0.2)
+    near = dataclasses.replace(Candidate("static floor x1.0"), headroom=0.0)
+    far = dataclasses.replace(Candidate("static floor x0.8"), headroom=-0.2)
+    replays = [
+        (loop, outcome({model: 0.84}, {key: 1.0})),
+        (high, outcome({model: 0.95}, {key: 2.0})),
+        (near, outcome({model: 0.86}, {key: 2.0 * (1 + COST_TOLERANCE / 2)})),
+        (far, outcome({model: 0.855}, {key: 2.0 * (1 + 1.5 * COST_TOLERANCE)})),
+    ]
+    choice = next(c for c in choose(scenario, replays) if c.model == model)
+    assert choice.chosen.candidate is near and choice.met
+    without = [(c, o) for c, o in replays if c is not near]
+    assert next(c for c in choose(scenario, without) if c.model == model).chosen.candidate is high
 
 
 def test_when_no_candidate_meets_the_target_the_closest_is_chosen_and_said() -> None:
