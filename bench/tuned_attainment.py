@@ -6,12 +6,13 @@
 The attainment loop alone learns only from misses it has already paid for, and a burst larger than any it has seen
 finds the capacity of the last one (docs/benchmarks.md, "Attainment tracking"). In production the ``tune``
 deployment replays the previous window's traffic every night and writes per model the cheapest setting that met
-the target (within a 10 % cost tolerance, the one attaining least; :mod:`engine.simulate.tune`: the loop, pinned percentiles, static-peak floors). This benchmark runs
-that procedure as production does, day after day: for every bursty trace, seed ``s`` and target, the tune
-candidates are replayed on *the previous day* (the same traffic variant drawn with seed ``s + 100``, its own
-bursts), the choice is written onto the VariantAutoscalings (:func:`engine.simulate.tune.with_choices`), and the
-day of seed ``s`` is replayed with it. Nothing here is chosen by hand: the tune procedure is the shipped one, the
-held-out variants are tuned only on their own previous day, as a cluster's would be.
+the target (of those within 10 % of the cheapest, the one attaining least; :mod:`engine.simulate.tune`: the loop,
+pinned percentiles, static-peak floors). This benchmark runs that procedure as production does, day after day:
+for every bursty trace, seed ``s`` and target, the tune candidates are replayed on *the previous day* (the same
+traffic variant drawn with seed ``s + 100``, its own bursts), the choice is written onto the VariantAutoscalings
+(:func:`engine.simulate.tune.with_choices`), and the day of seed ``s`` is replayed with it. Nothing here is
+chosen by hand: the tune procedure is the shipped one, the held-out variants are tuned only on their own previous
+day, as a cluster's would be.
 
 ``--traffic`` says what the tune replays of the previous day: ``log`` (the default), the day's requests as a request
 log gives them; ``prometheus``, the day as the tune flow rebuilds it without a log (:mod:`engine.simulate.rebuild`)
