@@ -331,8 +331,9 @@ def tune(
 
     Replays the attainment loop, pinned percentiles and static-peak floors on the request log (or on the last
     window of traffic rebuilt from Prometheus) and writes the choice (annotations and modelplane.io/tuned, and
-    status.tuning) on each model's VariantAutoscalings; a model whose target no
-    candidate met gets the closest, and the output says so. Exit codes: 0 every choice written; 2 could not run,
+    status.tuning) on each model's VariantAutoscalings. Costs within 10 % of the cheapest that met the target count
+    as equal, and of those the one attaining least is chosen; a model whose target no candidate met gets the
+    closest, and the output says so. Exit codes: 0 every choice written; 2 could not run,
     with one line on stderr; 3 degraded: a write failed.\f
 
     Args:
