@@ -103,6 +103,7 @@ class TuneReport:
                     "attainment": round(c.chosen.attainment, 4),
                     "cost": round(c.chosen.cost, 2),
                     "met": c.met,
+                    "reachable": None if c.reachable is None else round(c.reachable, 4),
                     "calibration": _calibration_json(c.calibration),
                     "frontier": [
                         {
@@ -220,12 +221,13 @@ def tune(
     now = datetime.now(UTC)
     for choice in report.choices:
         logger.info(
-            "%s: %s (replayed %.1f %%, judged %.1f %%, of a %.1f %% target at %.1f)",
+            "%s: %s (replayed %.1f %%, judged %.1f %%, of a %.1f %% target%s at %.1f)",
             choice.model,
             choice.chosen.candidate.name,
             100 * choice.chosen.attainment,
             100 * choice.judged(choice.chosen),
             100 * choice.target,
+            f", {choice.out_of_reach}" if choice.out_of_reach else "",
             choice.chosen.cost,
         )
         if not dry_run:

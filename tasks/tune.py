@@ -91,6 +91,8 @@ def write_choice(
     }
     if offset is not None:
         record["calibration"] = offset
+    if choice.reachable is not None:
+        record["reachable"] = round(choice.reachable, 4)
     for va in scenario.description.variants:
         namespace, name = va.metadata.namespace or "default", va.metadata.name or ""
         if joined_key((namespace, va.spec.model_id)) != choice.model:

@@ -47,10 +47,12 @@ import numpy as np
 
 from engine.optimize.spec import ANNOTATION_MIN_REPLICAS, model_slos, model_targets
 from engine.perf.tail_sizing import ANNOTATION_TTFT_PERCENTILE
+from engine.simulate.oracle import attainment_ceiling
 from engine.simulate.outcome import PolicyOutcome
 from engine.simulate.policies import static_allocation
 from engine.simulate.records import Trace
 from engine.simulate.scenario import ClusterDescription, Scenario, joined_key
+from engine.slo.controller import DEFAULT_SETTINGS
 from engine.slo.measure import LatencyHistograms, MeasuredAttainment, model_attainment
 from engine.slo.target import DEFAULT_ATTAINMENT
 
@@ -68,6 +70,7 @@ __all__ = [
     "calibrations",
     "candidates",
     "choose",
+    "goals",
     "interpolated_floors",
     "model_rows",
     "operator_settings",
@@ -235,10 +238,26 @@ class ModelChoice:
     chosen: TuneRow
     calibration: Calibration | None = None
     """The replay's error on this model's window, which every row was judged less by (None: judged as replayed)."""
+    reachable: float | None = None
+    """What the rows were judged against when the window's prompts put the target out of reach: the model's
+    attainment ceiling on the window less the loop's margin (:func:`goals`); None: the target itself."""
+
+    @property
+    def goal(self) -> float:
+        """The attainment a row must reach to meet the target: the target, or what is reachable of it."""
+        return self.target if self.reachable is None else self.reachable
+
+    @property
+    def out_of_reach(self) -> str:
+        """Why the rows were judged against less than the target, in words (empty when they were not)."""
+        if self.reachable is None:
+            return ""
+        return f"above the model's attainment ceiling on the window: judged against {100 * self.reachable:.1f} %"
 
     @property
     def met(self) -> bool:
-        """Whether any candidate met the target (else the chosen one is the highest attainment)."""
+        """Whether any candidate met the target, or what is reachable of it (else the chosen one is the highest
+        attainment)."""
         return self.chosen.meets
 
     def judged(self, row: TuneRow) -> float:
@@ -250,7 +269,7 @@ class ModelChoice:
         (a floor)`` (:data:`FLOOR_MARGIN`) or ``no``."""
         if not row.meets:
             return "no"
-        return "yes" if self.judged(row) >= self.target else f"within {100 * FLOOR_MARGIN:g} points (a floor)"
+        return "yes" if self.judged(row) >= self.goal else f"within {100 * FLOOR_MARGIN:g} points (a floor)"
 
 
 def candidates(scenario: Scenario) -> list[Candidate]:
@@ -299,11 +318,11 @@ def interpolated_floors(
     than it asks and cost as much more; one replay at the interpolated headroom lands near the target, and the
     choice stays among replayed settings (the interpolation is a candidate, never a choice by itself).
     """
-    targets = _targets(scenario)
+    reachable = goals(scenario)
     operators = _operators(scenario)
     found = []
     for model, rows in sorted(model_rows(scenario, replays).items()):
-        target = targets.get(model, DEFAULT_ATTAINMENT) - FLOOR_MARGIN + _offset(calibration, model)
+        target = reachable.get(model, DEFAULT_ATTAINMENT) - FLOOR_MARGIN + _offset(calibration, model)
         floors = [(c.headroom, a) for c, a, _ in rows if c.headroom is not None and not math.isnan(a)]
         below = [(h, a) for h, a in floors if a < target]
         meeting = [(h, a) for h, a in floors if a >= target]
@@ -348,6 +367,27 @@ def _targets(scenario: Scenario) -> dict[str, float]:
     description = scenario.description
     return {
         joined_key(k): t.attainment for k, t in model_targets(description.variants, description.service_classes).items()
+    }
+
+
+def goals(scenario: Scenario) -> dict[str, float]:
+    """Each model's attainment target as the tune judges candidates against it: the target, or the model's attainment
+    ceiling on the window (the share of its requests any variant can serve within the SLO at all,
+    :func:`engine.simulate.oracle.attainment_ceiling`) less the loop's margin
+    (:attr:`engine.slo.controller.ControllerSettings.ceiling_margin`) when that is lower.
+
+    Why: a target above the ceiling is out of reach at any capacity. The loop caps its setpoint there; a tune that
+    judged against the target itself met it with no candidate and chose the highest attainment, the costliest floor,
+    for tenths of a point (on the bursty tuning traces at a 90 % target, above granite-13b's ceiling of about 84 %:
+    floors of 1.5-2x static peak, and a day of the cluster cost 2,509-2,711 on average by trace where judged against
+    the ceiling it cost 1,634-1,795, every per-model verdict unchanged; docs/benchmarks.md, "Attainment tracking with
+    the nightly tune").
+    """
+    ceilings = attainment_ceiling(scenario)
+    margin = DEFAULT_SETTINGS.ceiling_margin
+    return {
+        model: min(target, ceilings[model] - margin) if math.isfinite(ceilings.get(model, math.nan)) else target
+        for model, target in _targets(scenario).items()
     }
 
 
@@ -444,8 +484,9 @@ def choose(
     calibration: Mapping[str, Calibration] | None = None,
 ) -> list[ModelChoice]:
     """Per model: of the candidates whose replay met the model's target (a static floor: within :data:`FLOOR_MARGIN`
-    of it), the one attaining least among those costing within :data:`COST_TOLERANCE` of the cheapest; when none
-    met it, the one that came closest (highest attainment, then cheapest).
+    of it; a target above the model's attainment ceiling on the window: what :func:`goals` says is reachable of it),
+    the one attaining least among those costing within :data:`COST_TOLERANCE` of the cheapest; when none met it, the
+    one that came closest (highest attainment, then cheapest).
 
     Args:
         scenario: The tuned window (its VariantAutoscalings carry the targets).
@@ -453,16 +494,18 @@ def choose(
         calibration: Per model, the replay's error on this window (:func:`calibrations`): each replayed attainment
             is judged less its offset. None or a model without one: judged as replayed.
     """
-    targets = _targets(scenario)
+    targets, reachable = _targets(scenario), goals(scenario)
     choices = []
     for model, rows in sorted(model_rows(scenario, replays).items()):
         target = targets.get(model, DEFAULT_ATTAINMENT)
+        goal = reachable.get(model, target)
         offset = _offset(calibration, model)
-        table = [TuneRow(c, a, cost, _meets(c, a - offset, target)) for c, a, cost in rows if not c.current]
+        table = [TuneRow(c, a, cost, _meets(c, a - offset, goal)) for c, a, cost in rows if not c.current]
         meeting = [r for r in table if r.meets]
         chosen = _least_above(meeting) if meeting else max(table, key=lambda r: (r.attainment, -r.cost))
         ordered = sorted(table, key=lambda r: r.attainment)
-        choices.append(ModelChoice(model, target, ordered, chosen, (calibration or {}).get(model)))
+        capped = goal if goal < target else None
+        choices.append(ModelChoice(model, target, ordered, chosen, (calibration or {}).get(model), capped))
     return choices
 
 

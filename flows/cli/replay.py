@@ -390,7 +390,8 @@ def tune(
         seed=seed,
     )
     problems = [f"not written: {failure}" for failure in report.failed]
-    unmet = [f"{c.model}: no candidate met {c.target:.1%}; the closest was chosen" for c in report.choices if not c.met]
+    notes = [f"{c.model}: no candidate met {c.goal:.1%}; the closest was chosen" for c in report.choices if not c.met]
+    notes += [f"{c.model}: target {c.target:.1%} {c.out_of_reach}" for c in report.choices if c.out_of_reach]
     if as_json:
         print_json(report.as_json())
         exit_with_outcome(problems)
@@ -409,7 +410,7 @@ def tune(
     columns = ("model", "target", "candidate", "attainment", "cost/replay", "")
     replayed = trace.name if trace is not None else f"the last {format_window(window)} of traffic"
     console.print(table_of(f"Candidates replayed on {replayed}", columns, rows, right=("attainment", "cost/replay")))
-    for line in unmet:
+    for line in notes:
         console.print(line, highlight=False)
     console.print("dry run: nothing was written" if dry_run else f"written: {len(report.written)} VariantAutoscalings")
     exit_with_outcome(problems)

@@ -6,10 +6,14 @@ import dataclasses
 import json
 from pathlib import Path
 
+import numpy as np
+import pytest
+
 from engine.api.llmd import TuningStatus
 from engine.api.meta import attribute_docstrings
 from engine.optimize.spec import ANNOTATION_MIN_REPLICAS
 from engine.perf.tail_sizing import ANNOTATION_TTFT_PERCENTILE
+from engine.simulate.oracle import attainment_ceiling
 from engine.simulate.outcome import PolicyOutcome
 from engine.simulate.records import SimConfig, Trace
 from engine.simulate.scenario import Scenario, build_scenario, with_slo_attainment
@@ -26,6 +30,7 @@ from engine.simulate.tune import (
     calibrations,
     candidates,
     choose,
+    goals,
     interpolated_floors,
     model_rows,
     operator_settings,
@@ -34,6 +39,7 @@ from engine.simulate.tune import (
     with_candidate,
     with_choices,
 )
+from engine.slo.controller import DEFAULT_SETTINGS
 from tasks.simulate import read_description
 from tests.engine.test_simulate_policies import REPO, small_trace
 
@@ -136,6 +142,36 @@ def test_of_candidates_costing_about_the_same_the_one_attaining_least_is_chosen(
     assert choice.chosen.candidate is near and choice.met
     without = [(c, o) for c, o in replays if c is not near]
     assert next(c for c in choose(scenario, without) if c.model == model).chosen.candidate is high
+
+
+def test_a_target_above_the_models_ceiling_is_judged_against_what_the_window_allows() -> None:
+    """A quarter of one model's prompts too long for any variant to prefill within its TTFT target: its ceiling on the
+    window is about 0.75, so a 0.90 target is judged against the ceiling less the loop's margin. A cheap floor at
+    that level meets it and is chosen, not the costliest floor at the highest attainment (which is what a target
+    nothing can meet got); the other model, whose ceiling allows 0.90, is judged against 0.90 itself."""
+    base = small_scenario()
+    trace = base.trace
+    long = (trace.model_index == 0) & (np.arange(len(trace.in_tokens)) % 4 == 0)
+    trace = dataclasses.replace(trace, in_tokens=np.where(long, 120_000, trace.in_tokens))
+    scenario = dataclasses.replace(base, trace=trace)
+    scenario = dataclasses.replace(scenario, description=with_slo_attainment(scenario.description, 0.90))
+    short, fine = trace.models[0], trace.models[1]
+    ceiling = attainment_ceiling(scenario)[short]
+    assert 0.70 < ceiling < 0.80 and attainment_ceiling(scenario)[fine] == 1.0
+    reachable = goals(scenario)
+    assert reachable[short] == pytest.approx(ceiling - DEFAULT_SETTINGS.ceiling_margin)
+    assert reachable[fine] == 0.90
+    key = next(v.key for v in scenario.variants if v.model == short)
+    cheap = dataclasses.replace(Candidate("static floor x0.8"), headroom=-0.2)
+    costly = dataclasses.replace(Candidate("static floor x2.0"), headroom=1.0)
+    replays = [
+        (cheap, outcome({short: ceiling - 0.02, fine: 0.95}, {key: 1.0})),
+        (costly, outcome({short: ceiling - 0.005, fine: 0.95}, {key: 3.0})),
+    ]
+    choice = next(c for c in choose(scenario, replays) if c.model == short)
+    assert choice.chosen.candidate is cheap and choice.met and choice.goal == reachable[short]
+    assert "judged against" in choice.out_of_reach and choice.target == 0.90
+    assert next(c for c in choose(scenario, replays) if c.model == fine).reachable is None
 
 
 def test_when_no_candidate_meets_the_target_the_closest_is_chosen_and_said() -> None:
