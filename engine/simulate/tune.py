@@ -86,8 +86,9 @@ TUNED_ANNOTATIONS = (ANNOTATION_TTFT_PERCENTILE, ANNOTATION_MIN_REPLICAS)
 (removes them where the operator set none)."""
 ANNOTATION_TUNED = "modelplane.io/tuned"
 """VariantAutoscaling annotation the tune flow writes: the candidate chosen for the model, the attainment and cost
-its replay reached, the target, when, and the operator's own values of :data:`TUNED_ANNOTATIONS` it replaced
-(``replaced``) (JSON)."""
+its replay reached, the target, when, the calibration offset (``calibration``), what it was judged against when the
+target was above the model's attainment ceiling (``reachable``, :func:`goals`), and the operator's own values of
+:data:`TUNED_ANNOTATIONS` it replaced (``replaced``) (JSON)."""
 PINNED_PERCENTILES = (70.0, 80.0, 90.0, 95.0)
 STATIC_HEADROOMS = (-0.4, -0.2, 0.0, 0.2, 0.5, 1.0)
 FLOOR_MARGIN = 0.03

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import shutil
+from datetime import UTC, datetime
 from pathlib import Path
 
 import numpy as np
@@ -16,7 +18,7 @@ from engine.perf.tail_sizing import ANNOTATION_TTFT_PERCENTILE
 from engine.simulate.oracle import attainment_ceiling
 from engine.simulate.outcome import PolicyOutcome
 from engine.simulate.records import SimConfig, Trace
-from engine.simulate.scenario import Scenario, build_scenario, with_slo_attainment
+from engine.simulate.scenario import Scenario, build_scenario, joined_key, with_slo_attainment
 from engine.simulate.tune import (
     ANNOTATION_TUNED,
     AS_CONFIGURED,
@@ -41,6 +43,7 @@ from engine.simulate.tune import (
 )
 from engine.slo.controller import DEFAULT_SETTINGS
 from tasks.simulate import read_description
+from tasks.tune import write_choice
 from tests.engine.test_simulate_policies import REPO, small_trace
 
 
@@ -144,18 +147,24 @@ def test_of_candidates_costing_about_the_same_the_one_attaining_least_is_chosen(
     assert next(c for c in choose(scenario, without) if c.model == model).chosen.candidate is high
 
 
-def test_a_target_above_the_models_ceiling_is_judged_against_what_the_window_allows() -> None:
-    """A quarter of one model's prompts too long for any variant to prefill within its TTFT target: its ceiling on the
-    window is about 0.75, so a 0.90 target is judged against the ceiling less the loop's margin. A cheap floor at
-    that level meets it and is chosen, not the costliest floor at the highest attainment (which is what a target
-    nothing can meet got); the other model, whose ceiling allows 0.90, is judged against 0.90 itself."""
-    base = small_scenario()
-    trace = base.trace
+def long_prompt_scenario(cluster: Path = REPO / "deployments" / "examples") -> Scenario:
+    """The example cluster's ten minutes at a 0.90 target, a quarter of the first model's prompts too long for any
+    variant to prefill within its TTFT target (its ceiling on the window about 0.75)."""
+    description = read_description(str(cluster), "modelplane-system")
+    trace = small_trace()
     long = (trace.model_index == 0) & (np.arange(len(trace.in_tokens)) % 4 == 0)
     trace = dataclasses.replace(trace, in_tokens=np.where(long, 120_000, trace.in_tokens))
-    scenario = dataclasses.replace(base, trace=trace)
-    scenario = dataclasses.replace(scenario, description=with_slo_attainment(scenario.description, 0.90))
-    short, fine = trace.models[0], trace.models[1]
+    scenario = build_scenario(description, trace, SimConfig(interval_s=60.0, startup_delay_s=120.0))
+    return dataclasses.replace(scenario, description=with_slo_attainment(scenario.description, 0.90))
+
+
+def test_a_target_above_the_models_ceiling_is_judged_against_what_the_window_allows() -> None:
+    """A 0.90 target above the first model's ceiling (about 0.75) is judged against the ceiling less the loop's
+    margin. A cheap floor at that level meets it and is chosen, not the costliest floor at the highest attainment
+    (which is what a target nothing can meet got); the other model, whose ceiling allows 0.90, is judged against
+    0.90 itself."""
+    scenario = long_prompt_scenario()
+    short, fine = scenario.trace.models
     ceiling = attainment_ceiling(scenario)[short]
     assert 0.70 < ceiling < 0.80 and attainment_ceiling(scenario)[fine] == 1.0
     reachable = goals(scenario)
@@ -172,6 +181,31 @@ def test_a_target_above_the_models_ceiling_is_judged_against_what_the_window_all
     assert choice.chosen.candidate is cheap and choice.met and choice.goal == reachable[short]
     assert "judged against" in choice.out_of_reach and choice.target == 0.90
     assert next(c for c in choose(scenario, replays) if c.model == fine).reachable is None
+
+
+def test_a_choice_judged_against_the_ceiling_records_what_it_was_judged_against(tmp_path: Path) -> None:
+    """Written on the cluster, the model's ``modelplane.io/tuned`` keeps the operator's target and says what the
+    choice was judged against (``reachable``); the other model's record has no such key."""
+    cluster = tmp_path / "cluster"
+    shutil.copytree(REPO / "deployments" / "examples", cluster)
+    scenario = long_prompt_scenario(cluster)
+    short = scenario.trace.models[0]
+    floor = dataclasses.replace(Candidate("static floor x0.8"), headroom=-0.2)
+    keys = {v.model: v.key for v in scenario.variants}
+    replay = outcome({m: attainment_ceiling(scenario)[m] - 0.02 for m in keys}, {k: 1.0 for k in keys.values()})
+    records = {}
+    for choice in choose(scenario, [(floor, replay)]):
+        written, failed = write_choice.fn(str(cluster), scenario, choice, datetime.now(UTC), "request log")
+        assert written and not failed
+        records[choice.model] = choice
+    tuned = {
+        joined_key((va.metadata.namespace or "default", va.spec.model_id)): json.loads(
+            va.metadata.annotations[ANNOTATION_TUNED]
+        )
+        for va in read_description(str(cluster), "modelplane-system").variants
+    }
+    assert tuned[short]["target"] == 0.90 and tuned[short]["reachable"] == round(records[short].goal, 4)
+    assert all("reachable" not in record for model, record in tuned.items() if model != short)
 
 
 def test_when_no_candidate_meets_the_target_the_closest_is_chosen_and_said() -> None:
