@@ -3,6 +3,7 @@ temporary PREFECT_HOME, a process worker, and small REST helpers. Processes are 
 
 from __future__ import annotations
 
+import json
 import os
 import pathlib
 import socket
@@ -205,20 +206,35 @@ class PrefectServer:
 
     def emit(self, subject: ObjectRef, transition: str) -> None:
         """Emit ``transition`` about ``subject`` with tasks.clients.events from another process, as a flow would."""
+        self.emit_all([(subject, transition)])
+
+    def emit_all(self, events: list[tuple[ObjectRef, str]], timeout: float = 180) -> None:
+        """Emit every event from one process, back to back, with tasks.clients.events (as one flow run would), and
+        wait until Prefect's events worker has sent them all.
+
+        The worker's websocket waits for the server's pong without a bound of its own; a server busy with other
+        runs' writes on a loaded CI runner has taken over a minute to answer. On a timeout the child's output so
+        far is in the failure."""
         code = (
-            "import sys; from prefect.events.worker import EventsWorker; from engine.api.refs import ObjectRef; from tasks.clients.events import emit_change; "
-            "s = ObjectRef(*sys.argv[1:5]); e = emit_change(s, sys.argv[5]); EventsWorker.drain_all(); "
-            "sys.exit(0 if e is not None else 1)"
+            "import json, sys; from prefect.events.worker import EventsWorker; from engine.api.refs import ObjectRef; "
+            "from tasks.clients.events import emit_change; "
+            "sent = [emit_change(ObjectRef(*s), t) for s, t in json.loads(sys.argv[1])]; EventsWorker.drain_all(); "
+            "sys.exit(0 if all(sent) else 1)"
         )
-        args = [subject.api_version, subject.kind, subject.name, subject.namespace or ""]
-        result = subprocess.run(
-            [sys.executable, "-c", code, *args, transition],
-            cwd=REPO,
-            env=self.env,
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
+        payload = json.dumps([[[s.api_version, s.kind, s.name, s.namespace], t] for s, t in events])
+        try:
+            result = subprocess.run(
+                [sys.executable, "-c", code, payload],
+                cwd=REPO,
+                env=self.env,
+                capture_output=True,
+                text=True,
+                timeout=timeout,
+            )
+        except subprocess.TimeoutExpired as expired:
+            raise AssertionError(
+                f"emitting {len(events)} event(s) took over {timeout:.0f}s: {expired.stderr!r}"
+            ) from None
         assert result.returncode == 0, result.stderr
 
 

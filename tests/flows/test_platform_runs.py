@@ -14,7 +14,6 @@
 from __future__ import annotations
 
 import copy
-import json
 import pathlib
 import subprocess
 import sys
@@ -239,20 +238,6 @@ def add_namespace_copy(cluster: pathlib.Path, namespace: str) -> None:
     (cluster / f"90-{namespace}.yaml").write_text(yaml.safe_dump_all(copies, sort_keys=False))
 
 
-def emit_all(platform: PrefectServer, events: list[tuple[ObjectRef, str]]) -> None:
-    """Emit every event from one process, back to back, with tasks.clients.events (as one flow run would)."""
-    code = (
-        "import json, sys; from prefect.events.worker import EventsWorker; from engine.api.refs import ObjectRef; from tasks.clients.events import emit_change; "
-        "sent = [emit_change(ObjectRef(*s), t) for s, t in json.loads(sys.argv[1])]; EventsWorker.drain_all(); "
-        "sys.exit(0 if all(sent) else 1)"
-    )
-    payload = json.dumps([[[s.api_version, s.kind, s.name, s.namespace], t] for s, t in events])
-    result = subprocess.run(
-        [sys.executable, "-c", code, payload], cwd=REPO, env=platform.env, capture_output=True, text=True, timeout=120
-    )
-    assert result.returncode == 0, result.stderr
-
-
 def failed_actions(platform: PrefectServer, ids: dict[str, str]) -> dict[str, int]:
     """How many run-deployment actions of each deployment's automations failed (``prefect.automation.action.failed``)."""
     owner = {
@@ -325,8 +310,7 @@ def test_chained_events_across_namespaces_reconcile_everything_and_cancel_nothin
     before = {run["id"] for name in chained for run in platform.runs(ids[name])}
     started = time.monotonic()
     try:
-        emit_all(
-            platform,
+        platform.emit_all(
             [
                 (ObjectRef(AIM, kind, f"chained-{kind.lower()}", namespace), "available")
                 for namespace in namespaces
