@@ -181,11 +181,12 @@ def cost_unit(scenario: Scenario) -> str:
 
 
 def targets_table(scenario: Scenario, limits: Limits | None) -> list[dict[str, str]]:
-    """Per model: the SLO targets attainment is judged against, the ones the policies size for, the router, the ceiling.
+    """Per model: the SLO targets attainment is judged against, the ones the policies size for, the router, the
+    attainment target and ceiling.
 
     Args:
         scenario: The replayed scenario (models, SLOs, sizing SLOs, routing).
-        limits: The trace's limits, for the per-model attainment ceiling; None to leave that column out.
+        limits: The trace's limits, for the per-model attainment target and ceiling; None to leave those columns out.
 
     Returns:
         One row per model, values formatted for a table (``-`` where there is no target).
@@ -201,9 +202,15 @@ def targets_table(scenario: Scenario, limits: Limits | None) -> list[dict[str, s
             "router": scenario.routing.router_of(model),
         }
         if limits is not None:
+            row["attainment target"] = f"{limits.targets[model]:.1%}" if model in limits.targets else "-"
             row["attainment ceiling"] = f"{limits.ceiling.get(model, float('nan')):.1%}"
         rows.append(row)
     return rows
+
+
+def _paragraph(text: str) -> str:
+    """``text`` as an HTML paragraph, a sentence; nothing for no text."""
+    return f"<p>{html.escape(text)}.</p>" if text else ""
 
 
 def _html_table(rows: Sequence[dict[str, Any]]) -> str:
@@ -278,7 +285,8 @@ def write_report(
     ceiling = (
         (
             f"<p><b>Attainment ceiling of this trace: {limits.ceiling['all']:.1%}</b> of requests. "
-            f"{html.escape(CEILING_DEFINITION)}</p><p>{html.escape(ORACLE_DEFINITION)}</p>"
+            f"{html.escape(CEILING_DEFINITION)}</p>{_paragraph(limits.out_of_reach())}"
+            f"<p>{html.escape(ORACLE_DEFINITION)}</p>"
         )
         if limits is not None
         else ""
@@ -356,6 +364,7 @@ def markdown_report(
     lines += ["", *[f"- {key}: {setting_text(shown[key])}" for key in structured], ""]
     if limits is not None:
         lines += [f"Attainment ceiling of the trace: {limits.ceiling['all']:.1%} ({CEILING_DEFINITION})", ""]
+        lines += [limits.out_of_reach() + ".", ""] if limits.out_of_reach() else []
     per_model = [key for key in rows[0] if key.startswith("attainment ")]
     overall = [{k: v for k, v in row.items() if k not in per_model} for row in rows]
     by_model = [{"policy": row["policy"], **{k.removeprefix("attainment "): row[k] for k in per_model}} for row in rows]

@@ -25,9 +25,21 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from engine.simulate.oracle import ORACLE_TARGETS, attainment_ceiling, measure_capacity, oracle_cost_at
+from engine.simulate.oracle import (
+    ORACLE_TARGETS,
+    attainment_allowed,
+    attainment_ceiling,
+    measure_capacity,
+    oracle_cost_at,
+)
 from engine.simulate.outcome import PolicyOutcome
-from engine.simulate.scenario import Scenario, scaled_ttft, with_hpa_metric, with_ttft_percentile
+from engine.simulate.scenario import (
+    Scenario,
+    attainment_targets,
+    scaled_ttft,
+    with_hpa_metric,
+    with_ttft_percentile,
+)
 
 __all__ = ["FrontierPoint", "Limits", "KNOBS", "knob_settings", "limits", "with_oracle_curves"]
 
@@ -67,10 +79,33 @@ class FrontierPoint:
 
 @dataclass
 class Limits:
-    """The attainment ceiling (overall and per model), every policy's frontier points, the oracle's among them."""
+    """The attainment ceiling (overall and per model), every policy's frontier points (the oracle's among them), and
+    each model's attainment target with the share of all requests the targets allow."""
 
     ceiling: dict[str, float]
     frontier: list[FrontierPoint] = field(default_factory=list)
+    targets: dict[str, float] = field(default_factory=dict)
+    """Each model's attainment target."""
+    allowed: float = math.nan
+    """The share of all requests within the SLO when every model attains its target, or its ceiling where that is
+    lower (:func:`engine.simulate.oracle.attainment_allowed`)."""
+
+    def beyond_ceiling(self) -> dict[str, tuple[float, float]]:
+        """The models whose target is above their attainment ceiling: model -> (target, ceiling)."""
+        return {
+            model: (target, self.ceiling[model])
+            for model, target in sorted(self.targets.items())
+            if target > self.ceiling.get(model, math.inf)
+        }
+
+    def out_of_reach(self) -> str:
+        """One sentence naming each model whose target is above its ceiling and what that allows over all requests;
+        empty when every target is within reach."""
+        beyond = self.beyond_ceiling()
+        if not beyond:
+            return ""
+        named = ", ".join(f"{model}'s target {t:.1%} is above its ceiling {c:.1%}" for model, (t, c) in beyond.items())
+        return f"{named}: every model at its target or ceiling gives {self.allowed:.1%} over all requests"
 
     def oracle_points(self) -> list[tuple[float, float]]:
         """The oracle's (attainment, cost) points."""
@@ -84,6 +119,8 @@ class Limits:
     def as_json(self) -> dict[str, Any]:
         return {
             "attainment_ceiling": {k: round(v, 4) for k, v in self.ceiling.items()},
+            "attainment_targets": {k: round(v, 4) for k, v in self.targets.items()},
+            "attainment_allowed": round(self.allowed, 4),
             "frontier": [p.as_json() for p in self.frontier],
         }
 
@@ -139,9 +176,10 @@ def _label(policy: str, value: Any) -> str:
 def limits(
     scenario: Scenario, configured: Sequence[PolicyOutcome], swept: Sequence[tuple[str, str, PolicyOutcome]]
 ) -> Limits:
-    """The ceiling and the frontier: the policies as configured (``configured``) and each knob setting
-    replayed (``swept``: policy, setting label, outcome)."""
+    """The ceiling, the models' targets and what they allow over all requests, and the frontier: the policies as
+    configured (``configured``) and each knob setting replayed (``swept``: policy, setting label, outcome)."""
     points = [FrontierPoint(o.policy, "as configured", o.attainment, o.cost, o.replica_changes) for o in configured]
     points += [FrontierPoint(policy, setting, o.attainment, o.cost, o.replica_changes) for policy, setting, o in swept]
     points = [p for p in points if not math.isnan(p.attainment)]
-    return Limits(attainment_ceiling(scenario), points)
+    targets = attainment_targets(scenario.description)
+    return Limits(attainment_ceiling(scenario), points, targets, attainment_allowed(scenario, targets))

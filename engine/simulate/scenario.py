@@ -20,7 +20,7 @@ from typing import Any, Final, TypeVar
 from engine.api.kthena import AutoscalingPolicyMetric, AutoscalingPolicySpec
 from engine.api.llmd import VariantAutoscaling
 from engine.optimize.config import AcceleratorCost, ConfigError, ModelSLO, ServiceClass
-from engine.optimize.spec import SpecError, VariantSpec, parse_variant
+from engine.optimize.spec import SpecError, VariantSpec, model_targets, parse_variant
 from engine.optimize.stabilization import DEFAULT_SCALE_DOWN_WINDOW_S
 from engine.perf.prompt_split import ANNOTATION_ROUTER, ROUTERS, check_router
 from engine.perf.queueing import SLO
@@ -35,6 +35,7 @@ __all__ = [
     "HPA_GAUGES",
     "ROUTER_AUTO",
     "Scenario",
+    "attainment_targets",
     "build_scenario",
     "check_gateway_router",
     "cluster_routing",
@@ -202,6 +203,13 @@ def served_models(description: ClusterDescription) -> list[str]:
         if va.spec.model_id:
             models.add(f"{va.metadata.namespace or 'default'}/{va.spec.model_id}")
     return sorted(models)
+
+
+def attainment_targets(description: ClusterDescription) -> dict[str, float]:
+    """Each served model's SLO attainment target (``namespace/modelID``): its VariantAutoscalings' annotation, else
+    its service class's ``slo-attainment``, else the default (:func:`engine.optimize.spec.model_targets`)."""
+    targets = model_targets(description.variants, description.service_classes)
+    return {joined_key(key): target.attainment for key, target in targets.items()}
 
 
 def with_ttft_percentile(description: ClusterDescription, percentile: str) -> ClusterDescription:

@@ -51,7 +51,7 @@ from engine.simulate.oracle import attainment_ceiling
 from engine.simulate.outcome import PolicyOutcome
 from engine.simulate.policies import static_allocation
 from engine.simulate.records import Trace
-from engine.simulate.scenario import ClusterDescription, Scenario, joined_key
+from engine.simulate.scenario import ClusterDescription, Scenario, attainment_targets, joined_key
 from engine.slo.controller import DEFAULT_SETTINGS
 from engine.slo.measure import LatencyHistograms, MeasuredAttainment, model_attainment
 from engine.slo.target import DEFAULT_ATTAINMENT
@@ -363,14 +363,6 @@ def _static_floor(operators: Scenario, headroom: float) -> Candidate:
     )
 
 
-def _targets(scenario: Scenario) -> dict[str, float]:
-    """Each model's attainment target (``namespace/modelID``)."""
-    description = scenario.description
-    return {
-        joined_key(k): t.attainment for k, t in model_targets(description.variants, description.service_classes).items()
-    }
-
-
 def goals(scenario: Scenario) -> dict[str, float]:
     """Each model's attainment target as the tune judges candidates against it: the target, or the model's attainment
     ceiling on the window (the share of its requests any variant can serve within the SLO at all,
@@ -388,7 +380,7 @@ def goals(scenario: Scenario) -> dict[str, float]:
     margin = DEFAULT_SETTINGS.ceiling_margin
     return {
         model: min(target, ceilings[model] - margin) if math.isfinite(ceilings.get(model, math.nan)) else target
-        for model, target in _targets(scenario).items()
+        for model, target in attainment_targets(scenario.description).items()
     }
 
 
@@ -495,7 +487,7 @@ def choose(
         calibration: Per model, the replay's error on this window (:func:`calibrations`): each replayed attainment
             is judged less its offset. None or a model without one: judged as replayed.
     """
-    targets, reachable = _targets(scenario), goals(scenario)
+    targets, reachable = attainment_targets(scenario.description), goals(scenario)
     choices = []
     for model, rows in sorted(model_rows(scenario, replays).items()):
         target = targets.get(model, DEFAULT_ATTAINMENT)

@@ -12,8 +12,10 @@ import numpy as np
 import pytest
 
 from engine.perf.queueing import SLO, PerfProfile
+from engine.simulate.frontier import Limits
 from engine.simulate.oracle import (
     CapacityCurve,
+    attainment_allowed,
     attainment_ceiling,
     measure_capacity,
     oracle_cost_at,
@@ -175,6 +177,29 @@ def test_attainment_ceiling_counts_requests_no_accelerator_serves_within_the_slo
     )
     scenario = build_scenario(description, trace, SimConfig())
     assert attainment_ceiling(scenario) == {"all": 0.5, granite: 0.5, llama: 0.5}
+
+
+def test_what_the_targets_allow_over_all_requests_counts_each_model_at_its_target_or_its_ceiling() -> None:
+    """Attainment over all requests weighs the models by their requests: a target above a model's ceiling caps what
+    the mix can reach while every model meets all it can."""
+    description = read_description(str(REPO / "deployments" / "examples"), "modelplane-system")
+    granite, llama = "llm-serving/ibm/granite-13b", "llm-serving/meta/llama-3.1-8b"
+    # granite: 3 requests, 1 within reach (ceiling 1/3); llama: 1 request, within reach (ceiling 1).
+    trace = Trace(
+        np.arange(4.0), np.array([9000, 9000, 5000, 6000]), np.full(4, 50), np.array([0, 0, 0, 1]), (granite, llama)
+    )
+    scenario = build_scenario(description, trace, SimConfig())
+    assert attainment_allowed(scenario, {granite: 0.9, llama: 0.9}) == pytest.approx((3 * (1 / 3) + 0.9) / 4)
+    assert attainment_allowed(scenario, {granite: 0.2, llama: 0.9}) == pytest.approx((3 * 0.2 + 0.9) / 4)
+    assert attainment_allowed(scenario, {granite: 0.2}) == pytest.approx((3 * 0.2 + 1.0) / 4)  # no target: its ceiling
+
+    limits = Limits(attainment_ceiling(scenario), [], {granite: 0.9, llama: 0.9}, 0.475)
+    assert limits.beyond_ceiling() == {granite: (0.9, pytest.approx(1 / 3))}
+    assert limits.out_of_reach() == (
+        f"{granite}'s target 90.0% is above its ceiling 33.3%: every model at its target or ceiling gives 47.5% over "
+        "all requests"
+    )
+    assert Limits(attainment_ceiling(scenario), [], {granite: 0.3, llama: 0.9}, 0.45).out_of_reach() == ""
 
 
 def test_the_oracle_policy_runs_on_the_example_cluster() -> None:

@@ -56,6 +56,9 @@ def test_cli_compares_every_policy_and_writes_the_report(prefect_harness: None, 
     assert "SLO attainment = the share of the trace" in html and "Attainment ceiling of this trace" in html
     assert "accelerator-hours x unit cost per accelerator-hour" in html and "A100 40" in html
     assert 0.9 < summary["attainment_ceiling"]["all"] <= 1.0
+    # Every model's default 90 % target is within its ceiling on this slice: nothing is out of reach.
+    assert set(summary["attainment_targets"].values()) == {0.9} and summary["attainment_allowed"] == 0.9
+    assert "note:" not in result.stdout and "above its ceiling" not in html
     oracle = [p for p in summary["frontier"] if p["policy"] == "oracle"]
     assert len(oracle) == 6 and {p["policy"] for p in summary["frontier"]} == set(POLICIES)
     assert {p["setting"] for p in summary["frontier"] if p["policy"] == "modelplane"} >= {
@@ -142,6 +145,22 @@ def test_cli_bursty_replays_a_named_variant_with_the_traces_requests(
     burstiness = settings["burstiness"]
     assert burstiness["minutes"] == 57 and burstiness["minute_cv"] > 0.7 and burstiness["silent_minutes"] > 0
     assert burstiness["second_dispersion"] > 8
+
+    # The bursty variants' long prompts put granite-13b's ceiling below a 90 % target: the command says so, and what
+    # that leaves over all requests with each model at its target or ceiling.
+    capped = CliRunner().invoke(app, [*args, "--slo-attainment", "0.9", "--output", str(out)], terminal_width=250)
+    assert capped.exit_code == 0, capped.output
+    summary = json.loads((out / "summary.json").read_text())
+    granite, llama = (
+        summary["attainment_ceiling"]["llm-serving/ibm/granite-13b"],
+        summary["attainment_ceiling"]["llm-serving/meta/llama-3.1-8b"],
+    )
+    assert granite < 0.9 < llama and summary["attainment_targets"]["llm-serving/ibm/granite-13b"] == 0.9
+    assert granite < summary["attainment_allowed"] < 0.9  # about half the requests each
+    assert "note: llm-serving/ibm/granite-13b's target 90.0% is above its ceiling" in capped.stdout
+    assert f"gives {summary['attainment_allowed']:.1%} over all requests" in capped.stdout
+    assert "llama-3.1-8b's target" not in capped.stdout
+    assert "granite-13b&#x27;s target 90.0% is above its ceiling" in (out / "report.html").read_text()
 
     unknown = CliRunner().invoke(app, [*args[:5], "--bursty", "tune-z"])
     assert unknown.exit_code == 2 and "unknown bursty variant 'tune-z'" in unknown.output
