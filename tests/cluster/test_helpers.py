@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 from pathlib import Path
 
 import pytest
@@ -18,6 +19,7 @@ from tasks.clients.cluster import (
 )
 from tasks.clients.cluster.objects import merge_patch, parse_selector, selector_matches
 from tasks.clients.cluster.resources import ResourceInfo, lookup, register, resource_for
+from tasks.clients.cluster.retry import exponential_backoff
 from tasks.clients.cluster.yamlfile import read_file, split_documents
 
 
@@ -214,6 +216,17 @@ def test_retry_unavailable() -> None:
 
 
 @pytest.mark.usefixtures("yaml_reader")
+def test_retry_jitter_leaves_the_global_random_state_as_it_was() -> None:
+    """A retry in a watch or worker thread must not draw from the process's global generator: a caller may have
+    seeded it, and Hypothesis reports a strategy that uses it when another thread moves it mid-draw."""
+    random.seed(7)
+    state = random.getstate()
+    delay = exponential_backoff(base=0.1, cap=1.0, jitter=0.5)
+    delays = [delay(attempt) for attempt in range(1, 8) for _ in range(20)]
+    assert random.getstate() == state
+    assert all(0.05 <= d <= 1.5 for d in delays) and len(set(delays)) > 100  # within +/- 50 %, and jittered
+
+
 def test_streams_the_splitter_cannot_cut_still_load(tmp_path: Path) -> None:
     path = tmp_path / "directive.yaml"
     path.write_text("%YAML 1.1\n---\napiVersion: v1\nkind: ConfigMap\nmetadata: {name: a}\n")

@@ -24,6 +24,9 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 Backoff = Callable[[int], float]
 _MAX_RETRY_AFTER = 30.0  # never let a server's Retry-After stall a flow longer than this per attempt
+# The jitter's own generator: a retry in a watch or worker thread leaves the process's global random state (which a
+# caller may have seeded, and which Hypothesis watches while it draws examples) as it was.
+_JITTER = random.Random()
 
 
 def exponential_backoff(base: float = 0.05, cap: float = 1.0, jitter: float = 0.5) -> Backoff:
@@ -40,7 +43,7 @@ def exponential_backoff(base: float = 0.05, cap: float = 1.0, jitter: float = 0.
 
     def delay(attempt: int) -> float:
         raw = min(cap, base * 2.0 ** (attempt - 1))
-        return max(0.0, raw * (1 + random.uniform(-jitter, jitter)))
+        return max(0.0, raw * (1 + _JITTER.uniform(-jitter, jitter)))
 
     return delay
 
