@@ -215,11 +215,9 @@ def test_retry_unavailable() -> None:
     assert calls == [1]
 
 
-@pytest.mark.usefixtures("yaml_reader")
 def test_retry_jitter_leaves_the_global_random_state_as_it_was() -> None:
     """A retry in a watch or worker thread must not draw from the process's global generator: a caller may have
     seeded it, and Hypothesis reports a strategy that uses it when another thread moves it mid-draw."""
-    random.seed(7)
     state = random.getstate()
     delay = exponential_backoff(base=0.1, cap=1.0, jitter=0.5)
     delays = [delay(attempt) for attempt in range(1, 8) for _ in range(20)]
@@ -227,6 +225,7 @@ def test_retry_jitter_leaves_the_global_random_state_as_it_was() -> None:
     assert all(0.05 <= d <= 1.5 for d in delays) and len(set(delays)) > 100  # within +/- 50 %, and jittered
 
 
+@pytest.mark.usefixtures("yaml_reader")
 def test_streams_the_splitter_cannot_cut_still_load(tmp_path: Path) -> None:
     path = tmp_path / "directive.yaml"
     path.write_text("%YAML 1.1\n---\napiVersion: v1\nkind: ConfigMap\nmetadata: {name: a}\n")
