@@ -17,7 +17,6 @@ Writes its section of docs/benchmarks.md (between the tail-model markers) and pr
 from __future__ import annotations
 
 import argparse
-import math
 import sys
 import time
 from collections.abc import Sequence
@@ -30,6 +29,7 @@ from bench.engine import machine, publish_section
 from bench.simulate import DEFAULT_TRACE, simulation_scenario
 from engine.perf.queueing import PerfProfile, Workload
 from engine.perf.tail_sizing import PromptDistribution, ttft_attainment, ttft_ceiling
+from engine.simulate.policies import prompt_distribution
 from engine.simulate.records import SimConfig, Trace, VariantModel
 from engine.simulate.replay import simulate
 from engine.simulate.scenario import Scenario
@@ -49,9 +49,12 @@ def model_requests(scenario: Scenario, variant: VariantModel) -> tuple[np.ndarra
 
 
 def prompt_histogram(prompts: np.ndarray) -> PromptDistribution:
-    """The prompts as the optimizer reads them from vLLM: cumulative counts at vLLM's buckets, and the mean."""
+    """The prompts as the optimizer reads them from vLLM (:func:`engine.simulate.policies.prompt_distribution`):
+    cumulative counts at vLLM's buckets, the shape inside them fitted to the mean prompt."""
     counts = [int((prompts <= bound).sum()) for bound in PROMPT_TOKEN_BUCKETS] + [len(prompts)]
-    return PromptDistribution.from_buckets(list(zip((*PROMPT_TOKEN_BUCKETS, math.inf), counts)), float(prompts.mean()))
+    histogram = prompt_distribution(counts)
+    assert histogram is not None, "no prompts"
+    return histogram.with_mean(float(prompts.mean()))
 
 
 def rate_at(
