@@ -70,11 +70,12 @@ def replay_cell(outcome: PolicyOutcome, scenario: Scenario) -> dict[str, Any]:
     """One seed's replay as a table cell: the share attained over all requests and per model, the cost, the trace's
     attainment ceilings (over all requests, and per model) and what the models' targets allow over all requests."""
     ceilings = attainment_ceiling(scenario)
+    allowed = attainment_allowed(scenario.trace, ceilings, attainment_targets(scenario.description))
     return {
         "attained": outcome.attainment,
         "cost": outcome.cost,
         "ceiling": ceilings.pop("all"),
-        "allowed": attainment_allowed(scenario, attainment_targets(scenario.description)),
+        "allowed": allowed,
         "by_model": dict(outcome.attainment_by_model),
         "model_ceilings": ceilings,
     }

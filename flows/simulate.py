@@ -229,8 +229,8 @@ def simulate(
         logger.info(
             "attainment ceiling %.1f%%; frontier of %d replays", 100 * bounds.ceiling["all"], len(bounds.frontier)
         )
-        if bounds.out_of_reach():
-            logger.info("%s", bounds.out_of_reach())
+        if beyond := bounds.out_of_reach():
+            logger.info("%s", beyond)
 
     settings = {
         "trace": pathlib.Path(trace).name,

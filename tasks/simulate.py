@@ -364,7 +364,8 @@ def markdown_report(
     lines += ["", *[f"- {key}: {setting_text(shown[key])}" for key in structured], ""]
     if limits is not None:
         lines += [f"Attainment ceiling of the trace: {limits.ceiling['all']:.1%} ({CEILING_DEFINITION})", ""]
-        lines += [limits.out_of_reach() + ".", ""] if limits.out_of_reach() else []
+        if beyond := limits.out_of_reach():
+            lines += [beyond + ".", ""]
     per_model = [key for key in rows[0] if key.startswith("attainment ")]
     overall = [{k: v for k, v in row.items() if k not in per_model} for row in rows]
     by_model = [{"policy": row["policy"], **{k.removeprefix("attainment "): row[k] for k in per_model}} for row in rows]

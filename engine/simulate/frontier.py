@@ -181,5 +181,5 @@ def limits(
     points = [FrontierPoint(o.policy, "as configured", o.attainment, o.cost, o.replica_changes) for o in configured]
     points += [FrontierPoint(policy, setting, o.attainment, o.cost, o.replica_changes) for policy, setting, o in swept]
     points = [p for p in points if not math.isnan(p.attainment)]
-    targets = attainment_targets(scenario.description)
-    return Limits(attainment_ceiling(scenario), points, targets, attainment_allowed(scenario, targets))
+    ceilings, targets = attainment_ceiling(scenario), attainment_targets(scenario.description)
+    return Limits(ceilings, points, targets, attainment_allowed(scenario.trace, ceilings, targets))

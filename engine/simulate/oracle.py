@@ -132,19 +132,18 @@ def attainment_ceiling(scenario: Scenario) -> dict[str, float]:
     return out
 
 
-def attainment_allowed(scenario: Scenario, targets: Mapping[str, float]) -> float:
+def attainment_allowed(trace: Trace, ceilings: Mapping[str, float], targets: Mapping[str, float]) -> float:
     """The share of all requests within the SLO when every model attains its target, or its attainment ceiling where
-    that is lower (a model without a target: its ceiling); NaN for an empty trace.
+    that is lower (a model without a target: its ceiling); NaN for an empty trace. ``ceilings``: the trace's
+    per-model ceilings (:func:`attainment_ceiling`).
 
     Why: attainment over all requests weighs each model by its requests, so a model whose target is above its
     ceiling keeps the whole trace under a target every model shares even when each model meets all it can: with half
     of the requests on a model whose ceiling is 85 %, a 90 % target on every model allows 87.5 % overall. Each
     model's loop serves its own target, so the overall figure is read against this, not against the target.
     """
-    trace = scenario.trace
     if not len(trace):
         return math.nan
-    ceilings = attainment_ceiling(scenario)
     counts = np.bincount(trace.model_index, minlength=len(trace.models))
     met = sum(
         count * min(targets.get(model, ceilings[model]), ceilings[model])

@@ -237,8 +237,8 @@ def simulate(
     title = f"Policies replayed on {trace.name} ({report.settings['requests']} requests{ceiling})"
     numeric = [column for column in rows[0] if column != "policy"]
     console.print(table_of(title, list(rows[0]), [list(row.values()) for row in rows], right=numeric))
-    if report.limits is not None and report.limits.out_of_reach():
-        console.print(f"note: {report.limits.out_of_reach()}")
+    if report.limits is not None and (beyond := report.limits.out_of_reach()):
+        console.print(f"note: {beyond}")
     console.print(f"report: {report.files['html']}  summary: {report.files['json']}")
     exit_with_outcome([])  # 3 when the boundary reader left invalid VariantAutoscalings out
 

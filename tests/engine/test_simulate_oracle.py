@@ -188,18 +188,19 @@ def test_what_the_targets_allow_over_all_requests_counts_each_model_at_its_targe
     trace = Trace(
         np.arange(4.0), np.array([9000, 9000, 5000, 6000]), np.full(4, 50), np.array([0, 0, 0, 1]), (granite, llama)
     )
-    scenario = build_scenario(description, trace, SimConfig())
-    assert attainment_allowed(scenario, {granite: 0.9, llama: 0.9}) == pytest.approx((3 * (1 / 3) + 0.9) / 4)
-    assert attainment_allowed(scenario, {granite: 0.2, llama: 0.9}) == pytest.approx((3 * 0.2 + 0.9) / 4)
-    assert attainment_allowed(scenario, {granite: 0.2}) == pytest.approx((3 * 0.2 + 1.0) / 4)  # no target: its ceiling
+    ceilings = attainment_ceiling(build_scenario(description, trace, SimConfig()))
+    assert attainment_allowed(trace, ceilings, {granite: 0.9, llama: 0.9}) == pytest.approx((3 * (1 / 3) + 0.9) / 4)
+    assert attainment_allowed(trace, ceilings, {granite: 0.2, llama: 0.9}) == pytest.approx((3 * 0.2 + 0.9) / 4)
+    # A model without a target counts at its ceiling.
+    assert attainment_allowed(trace, ceilings, {granite: 0.2}) == pytest.approx((3 * 0.2 + 1.0) / 4)
 
-    limits = Limits(attainment_ceiling(scenario), [], {granite: 0.9, llama: 0.9}, 0.475)
+    limits = Limits(ceilings, [], {granite: 0.9, llama: 0.9}, 0.475)
     assert limits.beyond_ceiling() == {granite: (0.9, pytest.approx(1 / 3))}
     assert limits.out_of_reach() == (
         f"{granite}'s target 90.0% is above its ceiling 33.3%: every model at its target or ceiling gives 47.5% over "
         "all requests"
     )
-    assert Limits(attainment_ceiling(scenario), [], {granite: 0.3, llama: 0.9}, 0.45).out_of_reach() == ""
+    assert Limits(ceilings, [], {granite: 0.3, llama: 0.9}, 0.45).out_of_reach() == ""
 
 
 def test_the_oracle_policy_runs_on_the_example_cluster() -> None:
