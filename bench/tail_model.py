@@ -6,8 +6,9 @@
 Model-based sizing asks :func:`engine.perf.tail_sizing.ttft_attainment` what share of a model's requests a pool of
 replicas serves within the TTFT target at a per-replica rate; the attainment loop corrects whatever that answer
 gets wrong.  This measures how wrong it is where sizing uses it: for every variant of deployments/simulation, at
-the per-replica rate where the model puts 95 %, 90 % and 80 % of the achievable requests (those a replica can
-prefill within the target alone) within the target on one replica, a pool of 1-16 replicas is replayed in the
+the per-replica rate tail sizing sizes one replica for at p95, p90 and p80
+(:func:`engine.perf.tail_sizing.tail_max_rate`: where the model puts that share of the achievable requests, those a
+replica can prefill within the target alone, within the target), a pool of 1-16 replicas is replayed in the
 simulator with Poisson arrivals and requests drawn from the trace's for that model (the least-outstanding router,
 the first tenth left out as warm-up), and its TTFT attainment is set beside the model's for the same pool.
 
@@ -27,8 +28,8 @@ import numpy as np
 
 from bench.engine import machine, publish_section
 from bench.simulate import DEFAULT_TRACE, simulation_scenario
-from engine.perf.queueing import PerfProfile, Workload
-from engine.perf.tail_sizing import PromptDistribution, ttft_attainment, ttft_ceiling
+from engine.perf.queueing import Workload
+from engine.perf.tail_sizing import PromptDistribution, tail_max_rate, ttft_attainment
 from engine.simulate.policies import prompt_distribution
 from engine.simulate.records import SimConfig, Trace, VariantModel
 from engine.simulate.replay import simulate
@@ -38,7 +39,7 @@ from engine.simulate.windows import PROMPT_TOKEN_BUCKETS
 START, END = "<!-- tail-model:start -->", "<!-- tail-model:end -->"
 POOLS = (1, 2, 4, 8, 16)
 SHARES = (0.95, 0.90, 0.80)
-"""The operating points: the share of the achievable requests the model puts within the target on one replica."""
+"""The operating points: the sizing percentiles, as shares of the achievable requests within the target."""
 
 
 def model_requests(scenario: Scenario, variant: VariantModel) -> tuple[np.ndarray, np.ndarray]:
@@ -55,24 +56,6 @@ def prompt_histogram(prompts: np.ndarray) -> PromptDistribution:
     histogram = prompt_distribution(counts)
     assert histogram is not None, "no prompts"
     return histogram.with_mean(float(prompts.mean()))
-
-
-def rate_at(
-    share: float, profile: PerfProfile, workload: Workload, prompts: PromptDistribution, ttft_ms: float
-) -> float:
-    """The per-replica rate (req/s) at which the model puts ``share`` of the achievable requests within the target on
-    one replica (bisection: the model's attainment falls with the rate)."""
-    target = share * ttft_ceiling(profile, prompts, ttft_ms)
-    low, high = 1e-4, 1.0
-    while ttft_attainment(profile, workload, prompts, ttft_ms, high) >= target:
-        high *= 2.0
-    for _ in range(40):
-        mid = 0.5 * (low + high)
-        if ttft_attainment(profile, workload, prompts, ttft_ms, mid) >= target:
-            low = mid
-        else:
-            high = mid
-    return low
 
 
 def replay_pool(job: tuple[str, str, float, int, int]) -> float:
@@ -100,10 +83,10 @@ def bench(trace_path: str, requests: int, workers: int) -> list[dict[str, Any]]:
         prompts, outputs = model_requests(scenario, variant)
         histogram, workload = prompt_histogram(prompts), Workload(float(prompts.mean()), float(outputs.mean()))
         ttft_ms = scenario.slos[variant.model].ttft_ms
-        if not ttft_ms or ttft_ceiling(variant.profile, histogram, ttft_ms) <= 0:
-            continue
         for share in SHARES:
-            rate = rate_at(share, variant.profile, workload, histogram, ttft_ms)
+            rate = tail_max_rate(variant.profile, workload, scenario.slos[variant.model], histogram, 100 * share)
+            if rate is None:  # no TTFT target, or no prompt a replica serves within it
+                continue
             modelled = [ttft_attainment(variant.profile, workload, histogram, ttft_ms, rate, pool) for pool in POOLS]
             points.append(
                 {
@@ -131,14 +114,14 @@ def render(points: Sequence[dict[str, Any]], command: str, requests: int, elapse
         "",
         f"`{command}` ({machine()}; {elapsed_s:.0f} s). Every variant of deployments/simulation with the conversation "
         "trace's requests for its model; *achievable* = the requests a replica prefills within the TTFT target alone "
-        "(`ttft_ceiling`). Each row is one per-replica rate: where the model "
-        "(`engine.perf.tail_sizing.ttft_attainment`) puts that share of the achievable requests within the target on "
-        f"one replica. Each cell is a pool of that many replicas at that rate per replica, {requests:,} requests "
+        "(`ttft_ceiling`). Each row is one per-replica rate: the rate tail sizing sizes one replica for at that "
+        "percentile (`engine.perf.tail_sizing.tail_max_rate`: where the model, `ttft_attainment`, puts that share of "
+        "the achievable requests within the target on one replica). Each cell is a pool of that many replicas at that rate per replica, {requests:,} requests "
         "drawn from the trace's with Poisson arrivals, the least-outstanding router, the first tenth left out: the "
         "share within the TTFT target, simulated / modelled (the model's error in points). The attainment loop "
         "corrects the model's error as it runs; this is how far it has to.",
         "",
-        "| variant | model on one replica | rate per replica | "
+        "| variant | sized for | rate per replica | "
         + " | ".join(f"{n} replica{'s' if n > 1 else ''}" for n in POOLS)
         + " |",
         "|---|---|---|" + "---|" * len(POOLS),
@@ -147,7 +130,7 @@ def render(points: Sequence[dict[str, Any]], command: str, requests: int, elapse
         cells = " | ".join(
             f"{100 * s:.1f} / {100 * m:.1f} ({100 * (m - s):+.1f})" for s, m in zip(p["simulated"], p["model"])
         )
-        lines.append(f"| {p['variant']} | {p['share']:.0%} of achievable | {p['rate']:.2f} req/s | {cells} |")
+        lines.append(f"| {p['variant']} | p{100 * p['share']:g} | {p['rate']:.2f} req/s | {cells} |")
     lines += [
         "",
         f"Over the {len(errors)} cells the model is {np.mean(np.abs(errors)):.1f} points from the simulator on average "
