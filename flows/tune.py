@@ -327,6 +327,7 @@ def prometheus_window(
     description = read_description(cluster, config_namespace, dry_run=dry_run)
     keys = {ModelKey(va.spec.model_id, va.metadata.namespace or "default") for va in description.variants}
     end = datetime.now(UTC).replace(second=0, microsecond=0)
+    metrics = metrics.evaluated_at(end)  # the traffic and what was attained over it: the same minutes
     window_s = duration_seconds(window)
     traffic = read_traffic(metrics, keys, window_s, end, TRAFFIC_STEP_S)
     quiet = ModelTraffic((), TRAFFIC_STEP_S, None, None)

@@ -358,6 +358,20 @@ def test_samples_older_than_max_age_are_missing(loaded: FakeVllmExporter, promet
     assert any("pod llama-a100-0" in line and "s old (max 10s)" in line for line in snapshot.missing)
 
 
+def test_a_client_evaluated_at_a_past_time_reads_what_prometheus_held_then(
+    loaded: FakeVllmExporter, metrics: PrometheusMetrics
+) -> None:
+    """Every query of a pinned client is evaluated at its time: an hour before the exporter was first scraped
+    there is no series, while the client it was made from (unchanged) reads the model now."""
+    earlier = metrics.evaluated_at(dt.datetime.now(dt.UTC) - dt.timedelta(hours=1))
+
+    then, now = earlier.collect([LLAMA]), metrics.collect([LLAMA])
+
+    assert then.loads == {} and then.pods == {}
+    assert "no vllm:request_success_total samples for mt/llama-3.1-8b in mt-a" in then.missing
+    assert LLAMA in now.loads and LLAMA in now.pods
+
+
 # -- instance metrics (Kthena) ---------------------------------------------------------------------
 
 

@@ -38,6 +38,7 @@ same bias; tests use a short window (``rate_window="5s"``).
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import datetime as dt
 import logging
@@ -167,6 +168,17 @@ class PrometheusMetrics(MetricsSource):
         self._clock = clock
         self._sleep = sleep
         self._display_url = _strip_userinfo(self.url)
+
+    def evaluated_at(self, when: dt.datetime) -> PrometheusMetrics:
+        """This client with every query evaluated at ``when`` instead of at the time it is sent.
+
+        Why: a read of a past window in several queries (the tune's traffic, then what was attained over the same
+        window) must see the same minutes in each, however long the read takes and wherever the clock turns a
+        minute between them. The copy shares this client's session and settings.
+        """
+        pinned = copy.copy(self)
+        pinned._clock = lambda: when
+        return pinned
 
     def __repr__(self) -> str:
         auth = ", bearer_token=***" if self._token else ""
