@@ -35,7 +35,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from engine.simulate.outcome import PolicyOutcome
-from engine.simulate.rebuild import TRAFFIC_STEP_S, ModelTraffic, rebuild_trace
+from engine.simulate.rebuild import TRAFFIC_STEP_S, ModelTraffic, WindowSpan, rebuild_trace, window_span
 from engine.simulate.records import SimConfig
 from engine.simulate.scenario import (
     Scenario,
@@ -155,6 +155,7 @@ def tune(
     seed: int = 0,
     prometheus_url: Setting = "",
     window: PromDuration = DEFAULT_WINDOW,
+    end: datetime | None = None,
 ) -> TuneReport:
     """Choose per model the cheapest setting that meets its SLO attainment target on the window's traffic.
 
@@ -172,13 +173,21 @@ def tune(
         prometheus_url: Prometheus base URL to rebuild the traffic from when no request log is given; empty
             = $PROMETHEUS_URL.
         window: How much recent traffic to rebuild from Prometheus, a duration such as 24h or 90m.
+        end: When the window rebuilt from Prometheus ends (seconds are dropped: Prometheus is read by the minute);
+            empty = now. A past window is read as Prometheus holds it, so a tuning can be run again on the same
+            traffic.
 
     Returns:
         The report: per model the chosen candidate and its frontier, and the VariantAutoscalings written or failed.
+
+    Raises:
+        ValueError: an end given with a request log, or later than now; a window that is not whole minutes.
     """
     logger = run_logger()
     config = SimConfig(interval_s=SIMULATE_INTERVAL_S, startup_delay_s=SIMULATE_STARTUP_DELAY_S, seed=seed)
     measured: dict[str, MeasuredAttainment] = {}  # a request log's window is not the one Prometheus measured
+    if trace is not None and end is not None:
+        raise ValueError("end is the end of a window rebuilt from Prometheus; a request log (trace) is replayed whole")
     if trace is not None:
         scenario = read_inputs(
             cluster,
@@ -199,13 +208,14 @@ def tune(
         )
         source = "request log"
     else:
-        ran, measured = prometheus_window(cluster, config_namespace, config, prometheus_url, window, dry_run)
+        span = window_span(window, end, datetime.now(UTC))
+        ran, measured = prometheus_window(cluster, config_namespace, config, prometheus_url, span, dry_run)
         scenario = (
             ran
             if slo_attainment is None
             else with_scenario_variants(ran, with_slo_attainment(ran.description, slo_attainment))
         )
-        source = f"{window} from Prometheus"
+        source = f"{span} from Prometheus"
     settings = candidates(scenario)
     calibrating = any(found.attained is not None for found in measured.values())
     logger.info("replaying %d requests (%s) under %d candidate settings", len(scenario.trace), source, len(settings))
@@ -295,10 +305,10 @@ def prometheus_window(
     config_namespace: str,
     config: SimConfig,
     prometheus_url: str | None,
-    window: str,
+    span: WindowSpan,
     dry_run: bool,
 ) -> tuple[Scenario, dict[str, MeasuredAttainment]]:
-    """The cluster's description and the last ``window`` of its models' traffic rebuilt from Prometheus (models
+    """The cluster's description and a window of its models' traffic rebuilt from Prometheus (models
     without a request in the window are replayed with none and not tuned: they keep their settings, and the log
     says so), with what each model attained over the window.
 
@@ -307,7 +317,7 @@ def prometheus_window(
         config_namespace: The namespace of the WVA ConfigMaps.
         config: The simulator's settings.
         prometheus_url: Prometheus's base URL, or None/empty for ``$PROMETHEUS_URL``.
-        window: How much recent traffic to rebuild, a Prometheus duration (whole minutes).
+        span: The traffic to rebuild: a Prometheus duration (whole minutes) up to a whole minute.
         dry_run: Whether the read may write nothing.
 
     Returns:
@@ -326,21 +336,20 @@ def prometheus_window(
         raise ValueError("no traffic to replay: give a request log (trace) or a Prometheus URL ($PROMETHEUS_URL)")
     description = read_description(cluster, config_namespace, dry_run=dry_run)
     keys = {ModelKey(va.spec.model_id, va.metadata.namespace or "default") for va in description.variants}
-    end = datetime.now(UTC).replace(second=0, microsecond=0)
-    metrics = metrics.evaluated_at(end)  # the traffic and what was attained over it: the same minutes
-    window_s = duration_seconds(window)
-    traffic = read_traffic(metrics, keys, window_s, end, TRAFFIC_STEP_S)
+    metrics = metrics.evaluated_at(span.end)  # the traffic and what was attained over it: the same minutes
+    window_s = duration_seconds(span.window)
+    traffic = read_traffic(metrics, keys, window_s, span.end, TRAFFIC_STEP_S)
     quiet = ModelTraffic((), TRAFFIC_STEP_S, None, None)
     by_model = {joined_key((key.namespace, key.model_id)): traffic.get(key, quiet) for key in keys}
     for model in sorted(m for m, record in by_model.items() if record.requests == 0):
-        logger.warning("%s: no request in the last %s in Prometheus: not tuned, its settings stay", model, window)
+        logger.warning("%s: no request in the %s in Prometheus: not tuned, its settings stay", model, span)
     trace = rebuild_trace(by_model, seed=config.seed)
     logger.info(
         "rebuilt %d requests of %d model(s) over %s (Poisson arrivals inside each minute: sub-minute bursts are "
         "not in Prometheus' counters)",
         len(trace),
         len(trace.models),
-        window,
+        span,
     )
     scenario = dataclasses.replace(build_scenario(description, trace, config), start_from_static=True)
     return scenario, measure_window(metrics, description, window_s)

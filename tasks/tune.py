@@ -59,7 +59,7 @@ def write_choice(
         scenario: The replayed scenario (its description names the VariantAutoscalings).
         choice: What was chosen for one model.
         now: The time recorded with the choice.
-        source: What traffic was replayed (``request log``, ``24h from Prometheus``).
+        source: What traffic was replayed (``request log``, ``24h to 2026-11-30T06:00Z from Prometheus``).
 
     Returns:
         The VariantAutoscalings written (``namespace/name``) and the failed ones with why; one failed write

@@ -130,6 +130,8 @@ def _schema_type(schema: dict[str, Any]) -> str:
         return "list of " + _schema_type(schema.get("items") or {})
     if "$ref" in schema:
         return schema["$ref"].rsplit("/", 1)[-1]
+    if schema.get("format") == "date-time":
+        return "time (ISO 8601)"
     return _JSON_TYPES.get(str(schema.get("type")), str(schema.get("type", "any")))
 
 

@@ -180,8 +180,9 @@ class TuningStatus(KubeModel):
     cost: float = Field(ge=0)
     """Cost is the accelerator cost of the model's variants over the replay (unit cost x accelerator hours)."""
     traffic: str = Field(min_length=1)
-    """Traffic says what was replayed: a request log, or the window rebuilt from Prometheus (e.g. 24h from
-    Prometheus)."""
+    """Traffic says what was replayed: a request log, or the window rebuilt from Prometheus and the minute it ended
+    (e.g. 24h to 2026-11-30T06:00Z from Prometheus: modelplane tune --window 24h --end 2026-11-30T06:00Z reads the
+    same traffic again)."""
     calibration: float | None = Field(None, ge=-0.1, le=0.1)
     """Calibration is how far the replay read above what the cluster attained over the window under the settings
     that ran (their replay's attainment less the measured one, within 0.1 either way); every candidate's replayed

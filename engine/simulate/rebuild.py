@@ -22,13 +22,22 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
 
 import numpy as np
 
 from engine.perf.tail_sizing import PromptDistribution
 from engine.simulate.records import Trace
 
-__all__ = ["TRAFFIC_STEP_S", "ModelTraffic", "TrafficError", "rebuild_trace", "whole_counts"]
+__all__ = [
+    "TRAFFIC_STEP_S",
+    "ModelTraffic",
+    "TrafficError",
+    "WindowSpan",
+    "rebuild_trace",
+    "whole_counts",
+    "window_span",
+]
 
 TRAFFIC_STEP_S = 60.0
 """The resolution the tune flow reads a window's traffic at from Prometheus: requests per minute (the optimize
@@ -63,6 +72,43 @@ def whole_counts(counts: Sequence[float]) -> np.ndarray:
     values = np.asarray([c if np.isfinite(c) and c > 0 else 0.0 for c in counts], dtype=float)
     running = np.rint(np.cumsum(values))
     return np.diff(np.concatenate([[0.0], running])).astype(int)
+
+
+@dataclass(frozen=True)
+class WindowSpan:
+    """The stretch of traffic a tuning rebuilds from Prometheus: ``window`` (a Prometheus duration) up to ``end``, a
+    whole minute: the one asked for, else the minute the run started in."""
+
+    window: str
+    end: datetime
+
+    def __str__(self) -> str:
+        """``1d to 2026-11-30T06:00Z``: enough to read the same traffic again (``modelplane tune --window --end``)."""
+        return f"{self.window} to {self.end:%Y-%m-%dT%H:%MZ}"
+
+
+def window_span(window: str, end: datetime | None, now: datetime) -> WindowSpan:
+    """The window to rebuild, ending at ``end`` (or ``now``) with its seconds dropped: Prometheus is read by the
+    minute.
+
+    Args:
+        window: Its length, a Prometheus duration.
+        end: When it ends (a time without an offset is UTC); None for now.
+        now: The current time.
+
+    Returns:
+        The span, its end in UTC at a whole minute.
+
+    Raises:
+        ValueError: an end later than now (Prometheus holds no traffic there yet).
+    """
+    now = now.astimezone(UTC)
+    if end is None:
+        return WindowSpan(window, now.replace(second=0, microsecond=0))
+    end = (end if end.tzinfo else end.replace(tzinfo=UTC)).astimezone(UTC)
+    if end > now:
+        raise ValueError(f"end {end:%Y-%m-%dT%H:%M:%SZ} is later than now: Prometheus holds no traffic there yet")
+    return WindowSpan(window, end.replace(second=0, microsecond=0))
 
 
 def rebuild_trace(traffic: Mapping[str, ModelTraffic], seed: int = 0) -> Trace:

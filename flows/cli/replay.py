@@ -5,6 +5,7 @@ meets its SLO attainment target). Both read the WVA ConfigMaps in ``--config-nam
 
 from __future__ import annotations
 
+import datetime
 import os
 import pathlib
 from typing import Any, get_args
@@ -294,6 +295,26 @@ def _check_simulation_input(policy: list[str], router: str | None, trace: pathli
         raise CannotRun(f"{trace}: {exc}") from None
 
 
+def _window_end(end: str | None, trace: pathlib.Path | None) -> datetime.datetime | None:
+    """``--end`` as a time (UTC without an offset), checked as the flow checks it: not with a request log, not
+    later than now."""
+    from engine.simulate.rebuild import window_span
+
+    if end is None:
+        return None
+    if trace is not None:
+        raise CannotRun("--end: the end of a window rebuilt from Prometheus; a request log (--trace) is replayed whole")
+    try:
+        when = datetime.datetime.fromisoformat(end)
+    except ValueError:
+        raise CannotRun(f"--end {end!r}: not an ISO 8601 time such as 2026-11-30T06:00Z") from None
+    try:
+        window_span("1m", when, datetime.datetime.now(datetime.UTC))
+    except ValueError as exc:
+        raise CannotRun(f"--end: {exc}") from None
+    return when
+
+
 @command("tune-sizing", "tune")
 def tune(
     cluster_option: str = typer.Option(
@@ -316,6 +337,13 @@ def tune(
     ),
     window: float = duration_option(
         86400.0, "--window", help="How much recent traffic to rebuild from Prometheus when no --trace is given."
+    ),
+    end: str | None = typer.Option(
+        None,
+        "--end",
+        metavar="TIME",
+        help="When the window rebuilt from Prometheus ends, an ISO 8601 time such as 2026-11-30T06:00Z (UTC without "
+        "an offset; seconds are dropped): the same window can be tuned on again. Default: now.",
     ),
     slo_attainment: float | None = typer.Option(
         None, "--slo-attainment", help="Every model's target (0.5-0.999). Default: what the VariantAutoscalings say."
@@ -345,6 +373,8 @@ def tune(
         prometheus_url: ``--prometheus-url``: Prometheus to rebuild the traffic from (default: $PROMETHEUS_URL).
         window: ``--window``: How much recent traffic to rebuild from Prometheus when no --trace is given. In seconds
             (the option reads 90s, 5m, 1d; default 1d).
+        end: ``--end``: When the window rebuilt from Prometheus ends, an ISO 8601 time such as 2026-11-30T06:00Z (UTC
+            without an offset; seconds are dropped): the same window can be tuned on again. Default: now.
         slo_attainment: ``--slo-attainment``: Every model's target (0.5-0.999). Default: what the VariantAutoscalings
             say.
         duration: ``--duration``: Replay only the log's first part this long (default: all of it). In seconds (the
@@ -357,8 +387,8 @@ def tune(
 
     Raises:
         CannotRun: The description or request log is missing or malformed, there is neither a request log nor a
-            Prometheus URL, the window is not whole minutes, or the attainment is out of range (printed as one
-            ``error:`` line, exit 2).
+            Prometheus URL, the window is not whole minutes, the end is not a time, is later than now or comes with
+            a request log, or the attainment is out of range (printed as one ``error:`` line, exit 2).
     """
     from engine.optimize.spec import SpecError
     from engine.simulate.rebuild import TRAFFIC_STEP_S, TrafficError
@@ -376,6 +406,7 @@ def tune(
             raise CannotRun(
                 f"--window {format_window(window)}: whole minutes, at least 1m (Prometheus is read by the minute)"
             )
+        window_end = _window_end(end, trace)
         _check_slo_attainment(slo_attainment)
     report = run_flow(
         "flows.tune:tune",
@@ -385,6 +416,7 @@ def tune(
         trace=None if trace is None else str(trace),
         prometheus_url=prometheus_url,
         window=format_window(window),
+        end=window_end,
         config_namespace=config_namespace,
         slo_attainment=slo_attainment,
         duration_s=duration,

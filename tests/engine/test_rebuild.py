@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime, timedelta, timezone
+
 import numpy as np
 import pytest
 
 from engine.perf.tail_sizing import PromptDistribution
-from engine.simulate.rebuild import ModelTraffic, TrafficError, rebuild_trace, whole_counts
+from engine.simulate.rebuild import ModelTraffic, TrafficError, rebuild_trace, whole_counts, window_span
 
 PROMPTS = PromptDistribution.from_buckets([(100, 10), (1000, 60), (5000, 95), (float("inf"), 100)])
 OUTPUTS = PromptDistribution.from_buckets([(10, 5), (100, 50), (1000, 100), (float("inf"), 100)])
@@ -70,3 +72,16 @@ def test_requests_without_a_histogram_name_the_model() -> None:
         rebuild_trace({"ns/a": traffic([4.0], prompts=None)})
     with pytest.raises(TrafficError, match="different steps"):
         rebuild_trace({"ns/a": traffic([1.0]), "ns/b": ModelTraffic((1.0,), 30.0, PROMPTS, OUTPUTS)})
+
+
+def test_a_window_ends_at_a_whole_minute_now_or_where_it_was_asked_to() -> None:
+    now = datetime(2026, 11, 30, 19, 41, 7, 500, tzinfo=UTC)
+    current = window_span("1d", None, now)
+    assert current.end == datetime(2026, 11, 30, 19, 41, tzinfo=UTC) and str(current) == "1d to 2026-11-30T19:41Z"
+    # A time without an offset is UTC; one with an offset is converted; the seconds are dropped either way.
+    asked = window_span("20m", datetime(2026, 11, 30, 6, 0, 59), now)
+    assert asked.end == datetime(2026, 11, 30, 6, 0, tzinfo=UTC) and str(asked) == "20m to 2026-11-30T06:00Z"
+    shifted = window_span("20m", datetime(2026, 11, 30, 8, 0, tzinfo=timezone(timedelta(hours=2))), now)
+    assert shifted.end == asked.end
+    with pytest.raises(ValueError, match="later than now: Prometheus holds no traffic there yet"):
+        window_span("1d", now + timedelta(minutes=1), now)

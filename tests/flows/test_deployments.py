@@ -192,11 +192,11 @@ def test_every_parameter_is_typed_and_described(entry: dict[str, Any]) -> None:
 
 NO_DEFAULT = {
     "simulate": {"duration_s", "wave_period_s", "bursty", "hpa_metric", "hpa_target", "slo_attainment"},
-    "tune": {"trace", "slo_attainment", "duration_s"},
+    "tune": {"trace", "slo_attainment", "duration_s", "end"},
     "warm-caches": {"gc_unused_after"},
 }
 """Parameters whose absence has no value of their type to stand for it (to the end of the trace, what each
-VariantAutoscaling says, never): they stay optional (``X | None``), the only ones the run form shows with a
+VariantAutoscaling says, never, now): they stay optional (``X | None``), the only ones the run form shows with a
 None choice."""
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime
 import json
 import pathlib
 import shutil
@@ -124,7 +125,11 @@ def test_tune_without_a_log_rebuilds_the_window_from_prometheus(tmp_path: pathli
     assert tuned == {name for name in written if name.startswith("granite")} and tuned
     for name in tuned:
         tuning = status[name]["tuning"]
-        assert tuning["candidate"] == report["models"][0]["chosen"] and tuning["traffic"] == "20m from Prometheus"
+        assert tuning["candidate"] == report["models"][0]["chosen"]
+        # The window read, to the minute the run started in: enough to tune on the same traffic again (--end).
+        length, _, until = tuning["traffic"].removesuffix(" from Prometheus").partition(" to ")
+        ended = datetime.datetime.strptime(until, "%Y-%m-%dT%H:%MZ").replace(tzinfo=datetime.UTC).timestamp()
+        assert length == "20m" and end < ended <= time.time()
         assert tuning["attained"] == report["models"][0]["attainment"] and "tunedAt" in tuning
         assert "calibration" not in tuning  # no latency histograms in this Prometheus: judged as replayed
     assert all("tuning" not in status[name] for name in written if name not in tuned)
@@ -149,20 +154,17 @@ def test_tune_from_prometheus_judges_candidates_by_what_the_cluster_attained(tmp
         ttft_s=[2.0 if i % 5 < 2 else 0.3 for i in range(total)],
         itl_s=[0.02] * total,
     )
+    cluster = tmp_path / "cluster"
+    shutil.copytree(SIMULATION, cluster)
     end = int(time.time() // 60) * 60 - 60
     process = backfilled_prometheus(tmp_path / "prometheus", openmetrics([granite], end - 20 * 60))
+    # --end: both runs read the same 20 minutes, wherever the clock turns a minute between them.
+    until = datetime.datetime.fromtimestamp(end, datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    command = ["tune", "--cluster", str(cluster), "--prometheus-url", process.url, "--window", "20m", "--json"]
+    command += ["--end", until]
     try:
-        # Both runs must read the same minutes: the window ends at the minute the run starts in, so a pair that
-        # straddles a minute is run again on a fresh copy of the cluster (the second run of a pair writes its choice).
-        for attempt in range(3):
-            cluster = tmp_path / f"cluster-{attempt}"
-            shutil.copytree(SIMULATION, cluster)
-            command = ["tune", "--cluster", str(cluster), "--prometheus-url", process.url, "--window", "20m", "--json"]
-            minute = time.time() // 60
-            other = CliRunner().invoke(app, [*command, "--dry-run", "--slo-attainment", "0.8"])
-            result = CliRunner().invoke(app, command)
-            if time.time() // 60 == minute:
-                break
+        other = CliRunner().invoke(app, [*command, "--dry-run", "--slo-attainment", "0.8"])
+        result = CliRunner().invoke(app, command)
     finally:
         process.stop()
     assert result.exit_code == 0, result.output
@@ -186,6 +188,7 @@ def test_tune_from_prometheus_judges_candidates_by_what_the_cluster_attained(tmp
     granite = [name for name in written if name.startswith("granite")]
     assert granite and all(json.loads(written[n][ANNOTATION_TUNED])["calibration"] == MAX_CALIBRATION for n in granite)
     assert all(status[n]["tuning"]["calibration"] == MAX_CALIBRATION for n in granite)
+    assert all(status[n]["tuning"]["traffic"] == f"20m to {until[:-4]}Z from Prometheus" for n in granite)
 
 
 def test_the_default_window_reaches_prometheus(tmp_path: pathlib.Path) -> None:
@@ -214,3 +217,30 @@ def test_tune_without_a_log_or_a_prometheus_is_one_line(
         )
         assert odd.exit_code == 2, odd.output
         assert odd.output.strip().startswith(f"error: --window {window}: whole minutes"), odd.output
+
+
+@pytest.mark.parametrize(
+    ("end", "expected"),
+    [
+        ("yesterday", "error: --end 'yesterday': not an ISO 8601 time such as 2026-11-30T06:00Z"),
+        ("2999-01-01T00:00Z", "error: --end: end 2999-01-01T00:00:00Z is later than now: Prometheus holds no traffic"),
+    ],
+)
+def test_an_end_that_is_not_a_past_time_is_one_line(end: str, expected: str) -> None:
+    """Refused before a flow run starts, as the flow itself would refuse it."""
+    result = CliRunner().invoke(
+        app, ["tune", "--cluster", str(SIMULATION), "--prometheus-url", "http://127.0.0.1:9", "--end", end]
+    )
+    assert result.exit_code == 2, result.output
+    assert result.output.strip().startswith(expected) and len(result.output.strip().splitlines()) == 1, result.output
+
+
+def test_an_end_with_a_request_log_is_one_line(tmp_path: pathlib.Path) -> None:
+    """A request log is replayed whole: an end would be ignored, so it is refused."""
+    result = CliRunner().invoke(
+        app, ["tune", "--cluster", str(SIMULATION), "--trace", str(short_log(tmp_path)), "--end", "2026-11-30T06:00Z"]
+    )
+    assert result.exit_code == 2, result.output
+    assert result.output.strip() == (
+        "error: --end: the end of a window rebuilt from Prometheus; a request log (--trace) is replayed whole"
+    )
