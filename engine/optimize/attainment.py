@@ -18,8 +18,12 @@ inventory or the variants' ``max-replicas`` cannot hold it) does not have its pe
 bound the moment the shortage ends.
 
 Where a model starts: the last cycle's percentile; else, when its target was stated (annotation or service class),
-the feed-forward start for that target (:func:`engine.slo.controller.feed_forward_percentile`); else the
-configured percentile (80 by default), so a cluster that states nothing starts where it always did.
+the feed-forward start for that target (:func:`engine.slo.controller.feed_forward_percentile`: the target's share
+of what the model can attain at all, its ceiling, once a prompt histogram says what that is); else the configured
+percentile (80 by default), so a cluster that states nothing starts where it always did. While every request of
+the evaluation window is recent (before the model's first traffic, its first minutes, or the first after a
+silence as long as the window) the percentile is no lower than the feed-forward: the first minutes of traffic
+bring the ceiling the start is computed with.
 
 Pure: no I/O, no clock.
 """
@@ -74,15 +78,17 @@ def loop_steps(inputs: CycleInputs, specs: Sequence[VariantSpec]) -> dict[tuple[
             continue
         remembered_percentile, remembered_hold, remembered_factor = _remembered(inputs, model)
         previous = inputs.loop_percentiles.get(model, remembered_percentile)
-        if previous is None:
-            previous = (
-                max(s.ttft_percentile or 0.0 for s in members)
-                if target.source == SOURCE_DEFAULT
-                else feed_forward_percentile(target.attainment)
-            )
         load = inputs.loads.get(model)
         peaks = load.peaks_rps if load is not None else None
         measured = inputs.attainment.get(model)
+        ceiling = _ceiling(members, load, slos.get(model, (None, None))[0])
+        if target.source == SOURCE_DEFAULT:
+            if previous is None:
+                previous = max(s.ttft_percentile or 0.0 for s in members)
+        elif previous is None:
+            previous = feed_forward_percentile(target.attainment, ceiling=ceiling)
+        elif _window_is_all_recent(measured):
+            previous = max(previous, feed_forward_percentile(target.attainment, ceiling=ceiling))
         hold_s = inputs.loop_holds.get(model, remembered_hold)
         steps[model] = step(
             previous,
@@ -90,7 +96,7 @@ def loop_steps(inputs: CycleInputs, specs: Sequence[VariantSpec]) -> dict[tuple[
             None if _already_acted_on(inputs, model, measured) else sample_of(measured),
             hold_s=hold_s,
             hold_range_s=(min(peaks), min(max(peaks), target.window_s)) if peaks else None,
-            ceiling=_ceiling(members, load, slos.get(model, (None, None))[0]),
+            ceiling=ceiling,
             pending=_starting(members, inputs),
             given_back=_given_back(load, hold_s),
             capped_up=_at_maximum(members, inputs),
@@ -147,6 +153,16 @@ def _ceiling(members: Sequence[VariantSpec], load: ModelLoad | None, ttft_ms: fl
     )
     longest = max(limits)
     return 1.0 if math.isinf(longest) else float(prompts.cdf(np.asarray([longest]))[0])
+
+
+def _window_is_all_recent(measured: ModelAttainment | None) -> bool:
+    """Whether every request of the model's evaluation window is in the loop's recent range (none at all, or the
+    first traffic after a silence as long as the window): the loop has learnt nothing yet that still stands, so
+    its percentile starts no lower than the feed-forward, whose ceiling the first minutes of traffic now give. A
+    window that could not be read (None, or an unknown count) is not this: the loop then holds what it has."""
+    if measured is None or measured.window.requests is None or measured.recent.requests is None:
+        return False
+    return measured.window.requests <= measured.recent.requests
 
 
 def _already_acted_on(inputs: CycleInputs, model: tuple[str, str], measured: ModelAttainment | None) -> bool:

@@ -149,9 +149,29 @@ class ControllerStep:
         return f"{self.action}: {self.evidence}"
 
 
-def feed_forward_percentile(target: float, settings: ControllerSettings = DEFAULT_SETTINGS) -> float:
-    """Where a model's loop starts: the target less the plan's usual margin, within the bounds."""
-    return _clamp(100.0 * target - settings.feed_forward_offset, settings)
+def feed_forward_percentile(
+    target: float, settings: ControllerSettings = DEFAULT_SETTINGS, ceiling: float | None = None
+) -> float:
+    """Where a model's loop starts: the target's share of the requests the model can serve within its targets at
+    all, less the plan's usual margin, within the bounds.
+
+    Why the share: the percentile is of the *achievable* requests (tail sizing leaves out the prompts no replica
+    prefills within the TTFT target, :mod:`engine.perf.tail_sizing`). A model whose ceiling is 86 % attains 80 %
+    of all its requests only when 93 % of the achievable ones are served in time, so a start at p78 begins the
+    loop 15 points low; on the bursty tuning traces that start cost the mix 1-5 points, and the window never paid
+    it back. Without a ceiling (no prompt histogram yet) the target itself is the share.
+
+    Args:
+        target: The model's attainment target (0-1).
+        settings: The loop's constants (the offset and the bounds).
+        ceiling: The share of the model's requests its fastest variant can serve within the TTFT target at all
+            (0-1), or None when unknown.
+
+    Returns:
+        The starting percentile.
+    """
+    share = target if not ceiling or ceiling <= 0.0 else min(target / ceiling, settings.max_percentile / 100.0)
+    return _clamp(100.0 * share - settings.feed_forward_offset, settings)
 
 
 def step(

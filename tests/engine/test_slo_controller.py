@@ -154,6 +154,15 @@ def test_the_feed_forward_start_and_invalid_state() -> None:
     assert DEFAULT_SETTINGS.min_percentile <= feed_forward_percentile(0.5) <= DEFAULT_SETTINGS.max_percentile
 
 
+def test_the_feed_forward_start_is_the_targets_share_of_what_the_model_can_attain() -> None:
+    """The percentile is of the achievable requests: with 86 % of them achievable, an 80 % target is 93 % of those."""
+    assert feed_forward_percentile(0.8, ceiling=0.86) == pytest.approx(100 * 0.8 / 0.86 - 2.0)
+    assert feed_forward_percentile(0.8) == feed_forward_percentile(0.8, ceiling=0.0) == pytest.approx(78.0)
+    assert feed_forward_percentile(0.8, ceiling=1.0) == pytest.approx(78.0)
+    # A target above the ceiling: the share stops at the percentile's upper bound, less the margin.
+    assert feed_forward_percentile(0.95, ceiling=0.5) == pytest.approx(DEFAULT_SETTINGS.max_percentile - 2.0)
+
+
 def test_at_the_percentile_floor_a_surplus_lowers_the_load_factor_within_its_bound() -> None:
     """Sized for the mean request (the floor) and still 10 points above an 80 % target: the loop sizes the model for
     a share of its held peak instead, step by step, never below the bound, the percentile staying at the floor."""
