@@ -95,8 +95,9 @@ class ControllerSettings:
     percentile's: whole replicas make the factor's effect arrive in steps, and a faster gain undershot the target
     on the tuning traces)."""
     feed_forward_offset: float = 2.0
-    """A model without a loop state starts at ``100 x target - offset``: the tail-sized plan's own margins
-    (whole replicas, the recent-peak hold) attain a few points above the percentile on steady traffic."""
+    """A model without a loop state starts at ``100 x target / ceiling - offset`` (:func:`feed_forward_percentile`):
+    the tail-sized plan's own margins (whole replicas, the recent-peak hold) attain a few points above the
+    percentile on steady traffic."""
 
     def __post_init__(self) -> None:
         if not 0.0 < self.min_percentile <= self.max_percentile < 100.0:
@@ -158,8 +159,8 @@ def feed_forward_percentile(
     Why the share: the percentile is of the *achievable* requests (tail sizing leaves out the prompts no replica
     prefills within the TTFT target, :mod:`engine.perf.tail_sizing`). A model whose ceiling is 86 % attains 80 %
     of all its requests only when 93 % of the achievable ones are served in time, so a start at p78 begins the
-    loop 15 points low; on the bursty tuning traces that start cost the mix 1-5 points, and the window never paid
-    it back. Without a ceiling (no prompt histogram yet) the target itself is the share.
+    loop 15 points low, and a window that starts short is rarely paid back. Without a ceiling (no prompt histogram
+    yet) the target itself is the share.
 
     Args:
         target: The model's attainment target (0-1).
