@@ -166,12 +166,14 @@ def feed_forward_percentile(
         target: The model's attainment target (0-1).
         settings: The loop's constants (the offset and the bounds).
         ceiling: The share of the model's requests its fastest variant can serve within the TTFT target at all
-            (0-1), or None when unknown.
+            (0-1), or None when unknown (a ceiling that is not a positive finite share counts as unknown).
 
     Returns:
         The starting percentile.
     """
-    share = target if not ceiling or ceiling <= 0.0 else min(target / ceiling, settings.max_percentile / 100.0)
+    share = target
+    if ceiling is not None and math.isfinite(ceiling) and ceiling > 0.0:
+        share = min(target / ceiling, settings.max_percentile / 100.0)
     return _clamp(100.0 * share - settings.feed_forward_offset, settings)
 
 

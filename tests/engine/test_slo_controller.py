@@ -159,6 +159,8 @@ def test_the_feed_forward_start_is_the_targets_share_of_what_the_model_can_attai
     assert feed_forward_percentile(0.8, ceiling=0.86) == pytest.approx(100 * 0.8 / 0.86 - 2.0)
     assert feed_forward_percentile(0.8) == feed_forward_percentile(0.8, ceiling=0.0) == pytest.approx(78.0)
     assert feed_forward_percentile(0.8, ceiling=1.0) == pytest.approx(78.0)
+    for unknown in (float("nan"), float("inf"), -0.5):  # not a share: the target itself is the start
+        assert feed_forward_percentile(0.8, ceiling=unknown) == pytest.approx(78.0)
     # A target above the ceiling: the share stops at the percentile's upper bound, less the margin.
     assert feed_forward_percentile(0.95, ceiling=0.5) == pytest.approx(DEFAULT_SETTINGS.max_percentile - 2.0)
 
