@@ -295,9 +295,9 @@ def _check_simulation_input(policy: list[str], router: str | None, trace: pathli
         raise CannotRun(f"{trace}: {exc}") from None
 
 
-def _window_end(end: str | None, trace: pathlib.Path | None) -> datetime.datetime | None:
-    """``--end`` as a time (UTC without an offset), checked as the flow checks it: not with a request log, not
-    later than now."""
+def _window_end(end: str | None, trace: pathlib.Path | None, window: str) -> datetime.datetime | None:
+    """``--end`` as a time (UTC without an offset), checked as the flow checks it (:func:`window_span` on the
+    command's ``window``): not with a request log, not later than now."""
     from engine.simulate.rebuild import window_span
 
     if end is None:
@@ -309,7 +309,7 @@ def _window_end(end: str | None, trace: pathlib.Path | None) -> datetime.datetim
     except ValueError:
         raise CannotRun(f"--end {end!r}: not an ISO 8601 time such as 2026-11-30T06:00Z") from None
     try:
-        window_span("1m", when, datetime.datetime.now(datetime.UTC))
+        window_span(window, when, datetime.datetime.now(datetime.UTC))
     except ValueError as exc:
         raise CannotRun(f"--end: {exc}") from None
     return when
@@ -406,7 +406,7 @@ def tune(
             raise CannotRun(
                 f"--window {format_window(window)}: whole minutes, at least 1m (Prometheus is read by the minute)"
             )
-        window_end = _window_end(end, trace)
+        window_end = _window_end(end, trace, format_window(window))
         _check_slo_attainment(slo_attainment)
     report = run_flow(
         "flows.tune:tune",
