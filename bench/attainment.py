@@ -19,7 +19,7 @@ import dataclasses
 import statistics
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from typing import Any
 
@@ -57,11 +57,17 @@ def scenario_for(trace_path: str, shape: dict[str, Any], seed: int, start: str) 
     return dataclasses.replace(scenario, start_from_static=start == "static")
 
 
-def replay_modelplane(job: tuple[str, dict[str, Any], int, str, float]) -> dict[str, Any]:
-    """One Modelplane replay at one target, as a table cell (:func:`replay_cell`)."""
+def replay_modelplane(
+    job: tuple[str, dict[str, Any], int, str, float], annotations: Mapping[str, str] | None = None
+) -> dict[str, Any]:
+    """One Modelplane replay at one target, as a table cell (:func:`replay_cell`), with ``annotations`` set on
+    every VariantAutoscaling as well (a setting replayed on every model)."""
     trace_path, shape, seed, start, target = job
     scenario = scenario_for(trace_path, shape, seed, start)
-    scenario = with_scenario_variants(scenario, with_slo_attainment(scenario.description, target))
+    description = with_slo_attainment(scenario.description, target)
+    for va in description.variants:  # deep copies (with_slo_attainment)
+        va.metadata.annotations.update(annotations or {})
+    scenario = with_scenario_variants(scenario, description)
     outcome = summarize_outcome("modelplane", scenario, run_policy("modelplane", scenario), warmup_s=WARMUP_S)
     return replay_cell(outcome, scenario)
 

@@ -63,7 +63,7 @@ MODEL_LABELS = ("model_name", "namespace")
 POD_LABELS = ("model_name", "namespace", "pod")
 HOLD_TAGS = tuple(f"peak_{int(window)}s" for window in HOLD_WINDOWS_S)
 """One tag per look-back of the attainment loop's peak hold (:data:`engine.perf.load_peak.HOLD_WINDOWS_S`)."""
-LOAD_TAGS = ("rate", "seen", "in", "out", "peak", "change", "noise", *HOLD_TAGS, "lowest", "gateway")
+LOAD_TAGS = ("rate", "seen", "in", "out", "peak", "burst", "change", "noise", *HOLD_TAGS, "lowest", "gateway")
 POD_TAGS = ("kv", "kv_seen", "waiting", "waiting_seen")
 LATENCY_LABELS = ("model_name", "namespace")
 LATENCY_HISTOGRAMS = (TTFT_HISTOGRAM, *ITL_HISTOGRAMS)
@@ -84,9 +84,11 @@ def load_query(
     peak_window: str,
     change_window: str = "2m",
     noise_window: str = "30m",
+    burst_window: str = "30s",
 ) -> str:
-    """Arrival rate, its newest sample time, mean tokens in and out, recent peak rate, the peak and lowest rate
-    over the peak hold's look-backs, the rate's recent changes and noise, and the prompt histogram."""
+    """Arrival rate, its newest sample time, mean tokens in and out, recent peak rate, the most requests in one
+    ``burst_window`` over the peak window (sub-minute bursts), the peak and lowest rate over the peak hold's
+    look-backs, the rate's recent changes and noise, and the prompt histogram."""
     by = "model_name, namespace"
 
     def arrival_rate(offset: str = "") -> str:
@@ -102,6 +104,11 @@ def load_query(
             "out": _tokens_expr(GENERATION_TOKENS, selector, by, rate_window, fallback_window),
             # Start-up-aware sizing (engine.perf.load_peak) and tail-aware sizing (engine.perf.tail_sizing).
             "peak": f"max_over_time(({rate})[{peak_window}:{rate_window}])",
+            # Burst-aware sizing (engine.perf.load_burst): the highest count in one burst window, windows end to end.
+            "burst": (
+                f"max_over_time((sum by ({by}) (increase({REQUEST_SUCCESS}{{{selector}}}[{burst_window}])))"
+                f"[{peak_window}:{burst_window}])"
+            ),
             # The attainment loop's peak hold (engine.slo.controller): the same peak over longer look-backs.
             **{
                 tag: f"max_over_time(({rate})[{int(window)}s:{rate_window}])"

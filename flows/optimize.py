@@ -196,6 +196,7 @@ def cycle_inputs(
                 load.recent_peak_rps,
                 load.recent_change_rps,
                 load.change_noise_rps,
+                burst_rps=load.burst_rps,
                 peaks_rps=load.peaks_rps,
                 lowest_rps=load.lowest_rps,
             )

@@ -288,6 +288,37 @@ def test_collect_returns_the_rates_recent_change_and_noise(
         vllm_exporter.remove_model(falling.model_id, falling.namespace)
 
 
+def test_a_burst_inside_the_rate_window_is_read_as_a_burst_rate_above_the_peak(
+    vllm_exporter: FakeVllmExporter, prometheus: PrometheusProcess
+) -> None:
+    """Two models at the same 4 req/s; one of them finishes 60 req/s for two seconds. The 5 s rate's peak sees
+    that burst diluted; the most requests in one 2 s burst window, read as the Poisson rate that explains them
+    (engine.perf.load_burst), is well above the peak. The steady model's counter climbs evenly: its burst rate
+    stays at or below its rate (an even counter is calmer than Poisson arrivals)."""
+    client = short_window_client(prometheus, burst_window="2s", peak_window="60s")
+    steady, bursty = ModelKey("mt/steady", "mt-burst"), ModelKey("mt/bursty", "mt-burst")
+
+    def burst_seen(snapshot: MetricsSnapshot) -> bool:
+        load = snapshot.loads.get(bursty)
+        return load is not None and load.burst_rps is not None and load.burst_rps > 20.0
+
+    try:
+        _set(vllm_exporter, steady, ["steady-0"], 4.0, 10, 10)
+        _set(vllm_exporter, bursty, ["bursty-0"], 4.0, 10, 10)
+        prometheus.wait_for_history('vllm:request_success_total{namespace="mt-burst"}', 6, timeout=20)
+        _set(vllm_exporter, bursty, ["bursty-0"], 60.0, 10, 10)
+        time.sleep(2)
+        _set(vllm_exporter, bursty, ["bursty-0"], 4.0, 10, 10)
+        snapshot = _collect_until(client, [steady, bursty], burst_seen, timeout=15)
+        burst, calm = snapshot.loads[bursty], snapshot.loads[steady]
+        assert burst.burst_rps is not None and burst.recent_peak_rps is not None
+        assert burst.burst_rps > 1.5 * burst.recent_peak_rps, burst
+        assert calm.burst_rps is not None and calm.burst_rps <= calm.arrival_rate_rps * (1 + TOLERANCE), calm
+    finally:
+        vllm_exporter.remove_model(steady.model_id, steady.namespace)
+        vllm_exporter.remove_model(bursty.model_id, bursty.namespace)
+
+
 def test_pod_gauges_are_returned_per_pod(loaded: FakeVllmExporter, metrics: PrometheusMetrics) -> None:
     snapshot = metrics.collect([LLAMA, GRANITE])
 

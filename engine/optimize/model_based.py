@@ -144,6 +144,7 @@ def _model_based_candidates(
     pools = model_pools(specs, inputs)
     candidates = _candidates(specs, inputs, result)
     ceilings = model_ceilings(candidates)
+    burst_sized = {spec.model_key for spec in specs if spec.burst_sizing}
     for candidate in candidates:
         spec, load = candidate.spec, candidate.load
         try:
@@ -157,7 +158,11 @@ def _model_based_candidates(
         if demand is None or candidate.priority < demand.priority:
             demands[spec.model_key] = ModelDemand(
                 name=_qualified(spec.model_key),
-                load_rps=planning_rate(load.arrival_rate_rps, load.recent_peak_rps, load.burst_rps)
+                load_rps=planning_rate(
+                    load.arrival_rate_rps,
+                    load.recent_peak_rps,
+                    load.burst_rps if spec.model_key in burst_sized else None,
+                )
                 * load.sizing_factor,
                 workload=load.workload,
                 slo=candidate.slo,

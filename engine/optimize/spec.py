@@ -47,6 +47,8 @@ ANNOTATION_MAX_REPLICAS = "modelplane.io/max-replicas"
 ANNOTATION_SCALE_TO_ZERO = "modelplane.io/scale-to-zero"
 ANNOTATION_SCALE_DOWN_WINDOW = "modelplane.io/scale-down-stabilization-window"
 """VariantAutoscaling annotation: scale-down stabilization window (a Duration such as ``3m``)."""
+ANNOTATION_BURST_SIZING = "modelplane.io/burst-sizing"
+"""VariantAutoscaling annotation: ``true`` sizes the model for its sub-minute bursts (:mod:`engine.perf.load_burst`)."""
 MAX_SCALE_DOWN_WINDOW_S = 3600.0
 """The longest scale-down stabilization window a VariantAutoscaling may ask for: an hour, the HPA's bound for
 ``behavior.scaleDown.stabilizationWindowSeconds``."""
@@ -152,6 +154,9 @@ class VariantSpec:
     scale_down_window_s: float | None = None
     """The scale-down stabilization window its ``modelplane.io/scale-down-stabilization-window`` sets, in seconds
     (None: not annotated, the cycle's :attr:`CycleInputs.scale_down_window_s` applies)."""
+    burst_sizing: bool = False
+    """Whether its ``modelplane.io/burst-sizing`` asks that the model be sized for the rate its sub-minute peaks
+    imply (:attr:`ModelLoad.burst_rps`) when that is above the recent peak rate."""
 
     @property
     def key(self) -> tuple[str, str]:
@@ -329,6 +334,7 @@ def parse_variant(va: VariantAutoscaling) -> VariantSpec:
     slo = spec.slo_class_ref
     slo_ref = (slo.name, slo.key) if slo is not None and slo.name and slo.key else None
     scale_to_zero = _annotation_bool(annotations, ANNOTATION_SCALE_TO_ZERO)
+    burst_sizing = _annotation_bool(annotations, ANNOTATION_BURST_SIZING)
     try:
         scale_down_window_s = _scale_down_window(annotations)
     except ValueError as exc:
@@ -380,6 +386,7 @@ def parse_variant(va: VariantAutoscaling) -> VariantSpec:
         slo_attainment=attainment,
         slo_window_s=window_s,
         scale_down_window_s=scale_down_window_s,
+        burst_sizing=burst_sizing,
     )
 
 

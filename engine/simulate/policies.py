@@ -310,7 +310,8 @@ def modelplane_policy(scenario: Scenario, saturation_only: bool = False, load_sh
                 avg_out_tokens=tokens.avg_out_tokens or load.avg_out_tokens,
                 prompt_tokens=tokens.prompt_tokens,
                 recent_peak_rps=held(rates, obs.interval_s),
-                burst_rps=burst_rate(max(peaks), SCRAPE_S, scrape_bins * len(peaks)) if scenario.burst_aware else None,
+                # Read for every model; the plan uses it for those whose variants ask (modelplane.io/burst-sizing).
+                burst_rps=burst_rate(max(peaks), SCRAPE_S, scrape_bins * len(peaks)),
                 peaks_rps={w: recent_peak(rates, obs.interval_s, w) or 0.0 for w in HOLD_WINDOWS_S if w >= window},
                 lowest_rps=lowest_rate(rates, obs.interval_s, max(HOLD_WINDOWS_S)),
                 recent_change_rps=change,

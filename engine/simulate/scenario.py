@@ -132,9 +132,6 @@ class Scenario:
     replicas: the replay then asks what switching a policy on does to a statically provisioned service,
     instead of charging every reactive policy a cold start from the manifests' replicas (which no
     reactive policy can avoid: its first decision serves one interval plus the start-up delay later)."""
-    burst_aware: bool = False
-    """Whether the Modelplane policies size for the burst rate of the sub-minute peaks (:mod:`engine.perf.load_burst`).
-    Off by default: on the bursty tuning traces it added about 30 % to the cost for 1-2 points of attainment."""
     routing: Routing = field(default_factory=Routing)
     """The gateway's router per model, the same for every policy."""
     static_headroom: float = 0.0

@@ -194,6 +194,7 @@ def test_scale_to_zero_needs_the_annotation() -> None:
     ("key", "value", "fragment"),
     [
         ("modelplane.io/scale-to-zero", "yes", "must be true or false, got 'yes'"),
+        ("modelplane.io/burst-sizing", "on", "must be true or false, got 'on'"),
         ("modelplane.io/scale-down-stabilization-window", "bogus", "invalid duration 'bogus'"),
         ("modelplane.io/scale-down-stabilization-window", "-3m", "invalid duration '-3m'"),
         ("modelplane.io/scale-down-stabilization-window", "2h", "must be at most 1h"),

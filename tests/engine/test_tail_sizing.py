@@ -223,6 +223,28 @@ def test_recent_peak_sizes_for_the_highest_rate_of_the_start_up_window() -> None
     assert held.desired is not None and held.desired > now.desired
 
 
+def test_a_model_asking_for_burst_sizing_is_sized_for_its_sub_minute_peaks_and_only_then() -> None:
+    """The same load with a burst rate three times its peak: a model annotated ``modelplane.io/burst-sizing: "true"``
+    gets the replicas that rate needs, an unannotated one ignores it (the default), and a burst rate below the peak
+    changes nothing either way (the plan never sizes below the recent peak)."""
+    from engine.optimize.spec import ANNOTATION_BURST_SIZING
+
+    def desired(load: ModelLoad, annotated: bool) -> int:
+        variant = va("a100")
+        if annotated:
+            variant["metadata"]["annotations"] = {ANNOTATION_BURST_SIZING: "True"}
+        decision = by_name(plan_variants(inputs([variant], {"a100": 4}, loads={(NS, MODEL): load})))["a100"]
+        assert decision.desired is not None, decision.message
+        return decision.desired
+
+    bursty = ModelLoad(4.0, 128, 256, recent_peak_rps=6.0, burst_rps=18.0)
+    assert desired(bursty, annotated=True) > desired(bursty, annotated=False)
+    assert desired(bursty, annotated=False) == desired(ModelLoad(4.0, 128, 256, recent_peak_rps=6.0), annotated=False)
+    assert desired(bursty, annotated=True) == desired(ModelLoad(18.0, 128, 256), annotated=False)
+    calm = ModelLoad(4.0, 128, 256, recent_peak_rps=6.0, burst_rps=3.0)
+    assert desired(calm, annotated=True) == desired(calm, annotated=False)
+
+
 def test_the_shape_inside_buckets_is_fitted_to_the_observed_mean() -> None:
     """Prompts bunched just above 1,000 tokens: read as uniform the 1,000-2,000 bucket misplaces them; the mean says where they sit."""
     prompts = np.concatenate(

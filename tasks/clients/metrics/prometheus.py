@@ -10,7 +10,8 @@ namespaces and evaluated at the same instant; this module runs them and assemble
   arrival rate 0 and no token data in either window is idle: its load is all zeros (WVA replaces NaN by 0
   the same way). A positive rate without token data is reported missing. The recent peak rate and the
   prompt histogram become ``ModelLoad.recent_peak_rps`` and ``ModelLoad.prompt_buckets`` (None when absent:
-  sizing then falls back to the last minute and the mean request).
+  sizing then falls back to the last minute and the mean request); the most requests in one ``burst_window``
+  over the peak window becomes ``ModelLoad.burst_rps`` (:func:`engine.perf.load_burst.burst_rate`).
 - per pod: KV-cache usage (0..1) and requests waiting as :class:`~tasks.clients.metrics.snapshot.PodMetrics`.
 - instance metrics (Kthena AutoscalingPolicy ``spec.metrics``): any metric name, summed per pod.
 - latency histograms (SLO attainment): with ``latency_windows``, the TTFT and ITL bucket increases of those
@@ -53,6 +54,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 import requests
 
+from engine.perf.load_burst import burst_rate
 from engine.perf.load_peak import HOLD_WINDOWS_S
 from engine.promql import (
     GENERATION_TOKENS,
@@ -83,6 +85,7 @@ from engine.promql import (
 from engine.redaction import redact
 from engine.slo.measure import RECENT_WINDOW_S, TTFT_HISTOGRAM, LatencyHistograms
 from engine.slo.target import format_window
+from engine.units import duration_seconds
 from tasks.clients.metrics.snapshot import (
     InstanceKey,
     MetricsRequest,
@@ -133,6 +136,7 @@ class PrometheusMetrics(MetricsSource):
         peak_window: str = "3m",
         change_window: str = "2m",
         noise_window: str = "30m",
+        burst_window: str = "30s",
         max_age_s: float = 120.0,
         session: requests.Session | None = None,
         clock: Callable[[], dt.datetime] = _utcnow,
@@ -144,6 +148,7 @@ class PrometheusMetrics(MetricsSource):
             ("peak_window", peak_window),
             ("change_window", change_window),
             ("noise_window", noise_window),
+            ("burst_window", burst_window),
         ):
             if not _DURATION.match(window):
                 raise ValueError(f"{name} must be a PromQL duration such as 1m or 30s, got {window!r}")
@@ -161,6 +166,7 @@ class PrometheusMetrics(MetricsSource):
         self.peak_window = peak_window
         self.change_window = change_window
         self.noise_window = noise_window
+        self.burst_window = burst_window
         self.max_age_s = max_age_s
         self.session = session or requests.Session()
         self._token = bearer_token
@@ -194,8 +200,8 @@ class PrometheusMetrics(MetricsSource):
         every query, as projected service-account tokens rotate); ``PROMETHEUS_CA_BUNDLE`` or
         ``PROMETHEUS_TLS_INSECURE=true``; ``PROMETHEUS_TIMEOUT_S``, ``PROMETHEUS_RETRIES``,
         ``PROMETHEUS_BACKOFF_S``, ``PROMETHEUS_RATE_WINDOW``, ``PROMETHEUS_FALLBACK_WINDOW``,
-        ``PROMETHEUS_PEAK_WINDOW``, ``PROMETHEUS_CHANGE_WINDOW``, ``PROMETHEUS_NOISE_WINDOW`` and
-        ``PROMETHEUS_MAX_AGE_S`` override the defaults (tests use ``PROMETHEUS_RATE_WINDOW=5s``).
+        ``PROMETHEUS_PEAK_WINDOW``, ``PROMETHEUS_CHANGE_WINDOW``, ``PROMETHEUS_NOISE_WINDOW``,
+        ``PROMETHEUS_BURST_WINDOW`` and ``PROMETHEUS_MAX_AGE_S`` override the defaults (tests use ``PROMETHEUS_RATE_WINDOW=5s``).
         """
         env = os.environ if environ is None else environ
         url = url or env.get("PROMETHEUS_URL")
@@ -238,12 +244,16 @@ class PrometheusMetrics(MetricsSource):
                 self.peak_window,
                 self.change_window,
                 self.noise_window,
+                self.burst_window,
             )
             raw_loads = self._query(query, now)
             load_rows = tagged_rows(raw_loads, MODEL_LABELS, LOAD_TAGS)
             pod_rows = tagged_rows(self._query(pod_query(selector), now), POD_LABELS, POD_TAGS)
             loads = _with_shape(
-                self._assemble_loads(keys, load_rows, now, missing), load_rows, prompt_buckets(raw_loads)
+                self._assemble_loads(keys, load_rows, now, missing),
+                load_rows,
+                prompt_buckets(raw_loads),
+                self._burst_bins(),
             )
             pods = self._assemble_pods(keys, pod_rows, now, missing)
             waiting = load_rows["gateway"]
@@ -508,6 +518,11 @@ class PrometheusMetrics(MetricsSource):
         match = _ERRNO.search(str(exc))
         return self._redact(match.group(0) if match else type(exc).__name__)
 
+    def _burst_bins(self) -> tuple[float, int]:
+        """The burst window in seconds, and how many of them end to end make the peak window (at least one)."""
+        burst_s = duration_seconds(self.burst_window)
+        return burst_s, max(int(duration_seconds(self.peak_window) // burst_s), 1)
+
     def _redact(self, text: str) -> str:
         return redact(text, (self._token,))
 
@@ -521,6 +536,7 @@ _ENV_OPTIONS: tuple[tuple[str, str, type], ...] = (
     ("PROMETHEUS_PEAK_WINDOW", "peak_window", str),
     ("PROMETHEUS_CHANGE_WINDOW", "change_window", str),
     ("PROMETHEUS_NOISE_WINDOW", "noise_window", str),
+    ("PROMETHEUS_BURST_WINDOW", "burst_window", str),
     ("PROMETHEUS_MAX_AGE_S", "max_age_s", float),
 )
 
@@ -536,9 +552,11 @@ def _with_shape(
     loads: dict[ModelKey, ModelLoad],
     rows: Mapping[str, Mapping[tuple[str, ...], float]],
     buckets: Mapping[tuple[str, str], tuple[tuple[float, float], ...]],
+    burst_bins: tuple[float, int],
 ) -> dict[ModelKey, ModelLoad]:
-    """The loads with their recent peak rate, the rate's recent change and noise, and the prompt histogram,
-    where Prometheus has them."""
+    """The loads with their recent peak rate, burst rate, the rate's recent change and noise, and the prompt
+    histogram, where Prometheus has them (``burst_bins``: the burst window in seconds and how many make the peak
+    window)."""
     shaped: dict[ModelKey, ModelLoad] = {}
     for key, load in loads.items():
         label_key = (key.model_id, key.namespace)
@@ -546,6 +564,7 @@ def _with_shape(
         shaped[key] = dataclasses.replace(
             load,
             recent_peak_rps=_finite(rows["peak"].get(label_key)),
+            burst_rps=_burst(rows["burst"].get(label_key), *burst_bins),
             recent_change_rps=_finite(rows["change"].get(label_key)),
             change_noise_rps=_finite(rows["noise"].get(label_key)),
             peaks_rps=_peaks(rows, label_key),
@@ -553,6 +572,13 @@ def _with_shape(
             prompt_buckets=histogram if histogram and histogram[-1][1] > 0 else None,
         )
     return shaped
+
+
+def _burst(count: float | None, window_s: float, bins: int) -> float | None:
+    """The Poisson rate that explains the highest count in one burst window (:func:`burst_rate`); None when
+    Prometheus has no count (or one that is not a finite count)."""
+    value = _finite(count)
+    return None if value is None or value < 0 else burst_rate(value, window_s, bins)
 
 
 def _peaks(

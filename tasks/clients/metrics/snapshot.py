@@ -86,6 +86,9 @@ class ModelLoad:
     """``(le, requests)`` of ``vllm:request_prompt_tokens_bucket`` over the fallback window, for tail-aware sizing."""
     recent_peak_rps: float | None = field(default=None, compare=False)
     """Highest ``rate_window`` arrival rate over the last ``peak_window`` (start-up-aware sizing)."""
+    burst_rps: float | None = field(default=None, compare=False)
+    """The Poisson rate that explains the most requests in one ``burst_window`` over the last ``peak_window``
+    (burst-aware sizing, :mod:`engine.perf.load_burst`)."""
     recent_change_rps: float | None = field(default=None, compare=False)
     """Largest change of the ``rate_window`` arrival rate from one step to the next over the last ``change_window``."""
     change_noise_rps: float | None = field(default=None, compare=False)
