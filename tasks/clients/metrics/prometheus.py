@@ -40,7 +40,6 @@ same bias; tests use a short window (``rate_window="5s"``).
 from __future__ import annotations
 
 import copy
-import dataclasses
 import datetime as dt
 import logging
 import math
@@ -54,11 +53,8 @@ from urllib.parse import urlsplit, urlunsplit
 
 import requests
 
-from engine.perf.load_burst import burst_rate
-from engine.perf.load_peak import HOLD_WINDOWS_S
 from engine.promql import (
     GENERATION_TOKENS,
-    HOLD_TAGS,
     KV_CACHE_USAGE,
     LATENCY_LABELS,
     LATENCY_SUM_TAGS,
@@ -86,6 +82,7 @@ from engine.redaction import redact
 from engine.slo.measure import RECENT_WINDOW_S, TTFT_HISTOGRAM, LatencyHistograms
 from engine.slo.target import format_window
 from engine.units import duration_seconds
+from tasks.clients.metrics.shape import with_shape
 from tasks.clients.metrics.snapshot import (
     InstanceKey,
     MetricsRequest,
@@ -249,7 +246,7 @@ class PrometheusMetrics(MetricsSource):
             raw_loads = self._query(query, now)
             load_rows = tagged_rows(raw_loads, MODEL_LABELS, LOAD_TAGS)
             pod_rows = tagged_rows(self._query(pod_query(selector), now), POD_LABELS, POD_TAGS)
-            loads = _with_shape(
+            loads = with_shape(
                 self._assemble_loads(keys, load_rows, now, missing),
                 load_rows,
                 prompt_buckets(raw_loads),
@@ -546,56 +543,6 @@ def _env_value(name: str, raw: str, kind: type) -> Any:
         return kind(raw)
     except ValueError:
         raise ValueError(f"{name} must be a{'n integer' if kind is int else ' number'}, got {raw!r}") from None
-
-
-def _with_shape(
-    loads: dict[ModelKey, ModelLoad],
-    rows: Mapping[str, Mapping[tuple[str, ...], float]],
-    buckets: Mapping[tuple[str, str], tuple[tuple[float, float], ...]],
-    burst_bins: tuple[float, int],
-) -> dict[ModelKey, ModelLoad]:
-    """The loads with their recent peak rate, burst rate, the rate's recent change and noise, and the prompt
-    histogram, where Prometheus has them (``burst_bins``: the burst window in seconds and how many make the peak
-    window)."""
-    shaped: dict[ModelKey, ModelLoad] = {}
-    for key, load in loads.items():
-        label_key = (key.model_id, key.namespace)
-        histogram = buckets.get(label_key)
-        shaped[key] = dataclasses.replace(
-            load,
-            recent_peak_rps=_finite(rows["peak"].get(label_key)),
-            burst_rps=_burst(rows["burst"].get(label_key), *burst_bins),
-            recent_change_rps=_finite(rows["change"].get(label_key)),
-            change_noise_rps=_finite(rows["noise"].get(label_key)),
-            peaks_rps=_peaks(rows, label_key),
-            lowest_rps=_finite(rows["lowest"].get(label_key)),
-            prompt_buckets=histogram if histogram and histogram[-1][1] > 0 else None,
-        )
-    return shaped
-
-
-def _burst(count: float | None, window_s: float, bins: int) -> float | None:
-    """The Poisson rate that explains the highest count in one burst window (:func:`burst_rate`); None when
-    Prometheus has no count (or one that is not a finite count)."""
-    value = _finite(count)
-    return None if value is None or value < 0 else burst_rate(value, window_s, bins)
-
-
-def _peaks(
-    rows: Mapping[str, Mapping[tuple[str, ...], float]], label_key: tuple[str, str]
-) -> dict[float, float] | None:
-    """The peak rate per look-back that Prometheus has (None when it has none)."""
-    peaks = {
-        window: value
-        for window, tag in zip(HOLD_WINDOWS_S, HOLD_TAGS)
-        if (value := _finite(rows.get(tag, {}).get(label_key))) is not None
-    }
-    return peaks or None
-
-
-def _finite(value: float | None) -> float | None:
-    """The value when it is a finite number, else None (absent series, NaN of an empty window)."""
-    return value if value is not None and math.isfinite(value) else None
 
 
 def _age(now: dt.datetime, epoch: float | None) -> float | None:
