@@ -20,7 +20,14 @@ from dataclasses import dataclass, field
 
 from engine.allocation import Allocation, AllocationProblem, ModelDemand, VariantOption, solve
 from engine.optimize.config import ConfigError
-from engine.optimize.spec import CycleInputs, ModelLoad, SpecError, VariantSpec, free_accelerators
+from engine.optimize.spec import (
+    ANNOTATION_BURST_SIZING,
+    CycleInputs,
+    ModelLoad,
+    SpecError,
+    VariantSpec,
+    free_accelerators,
+)
 from engine.perf.load_peak import planning_rate
 from engine.perf.prompt_split import (
     ANNOTATION_PROMPT_SPLIT,
@@ -156,14 +163,11 @@ def _model_based_candidates(
             continue
         demand = demands.get(spec.model_key)
         if demand is None or candidate.priority < demand.priority:
+            burst_rps = load.burst_rps if spec.model_key in burst_sized else None
+            _note_burst(result, spec.model_key, load, burst_rps)
             demands[spec.model_key] = ModelDemand(
                 name=_qualified(spec.model_key),
-                load_rps=planning_rate(
-                    load.arrival_rate_rps,
-                    load.recent_peak_rps,
-                    load.burst_rps if spec.model_key in burst_sized else None,
-                )
-                * load.sizing_factor,
+                load_rps=planning_rate(load.arrival_rate_rps, load.recent_peak_rps, burst_rps) * load.sizing_factor,
                 workload=load.workload,
                 slo=candidate.slo,
                 priority=candidate.priority,
@@ -174,6 +178,19 @@ def _model_based_candidates(
     for model, members in split.items():
         _long_prompt_floor(options, demands, inputs, model, members)
     return list(demands.values()), options
+
+
+def _note_burst(result: ModelBasedTargets, model: tuple[str, str], load: ModelLoad, burst_rps: float | None) -> None:
+    """Say in the model's note when its burst rate, not its per-minute peak, set the rate it is sized for (the
+    replicas it adds are then the burst's, and an operator reading the condition should see why)."""
+    without = planning_rate(load.arrival_rate_rps, load.recent_peak_rps)
+    if burst_rps is None or not burst_rps > without:
+        result.notes.pop(model, None)
+        return
+    result.notes[model] = (
+        f"; sized for {burst_rps:.2f} req/s, the burst rate its sub-minute peaks imply ({ANNOTATION_BURST_SIZING}; "
+        f"{without:.2f} req/s by the per-minute rate)"
+    )
 
 
 def _sized_option(
@@ -330,7 +347,7 @@ def model_based_targets(specs: list[VariantSpec], inputs: CycleInputs) -> ModelB
         allocation, caps, held = _shortage_allocation(specs, inputs, problem, allocation)
         result.caps = caps
         for model_key, cap in caps.items():
-            result.notes[model_key] = (
+            result.notes[model_key] = result.notes.get(model_key, "") + (
                 f"; sized for {describe_cap(cap)}: the accelerator inventory and the variants' max-replicas "
                 "cannot hold the configured TTFT percentile"
             )

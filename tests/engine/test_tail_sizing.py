@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from engine.optimize.config import ServiceClass, parse_service_class
-from engine.optimize.plan import plan_variants
+from engine.optimize.plan import VariantDecision, plan_variants
 from engine.optimize.spec import ModelLoad
 from engine.perf.queueing import SLO, PerfProfile, Workload
 from engine.perf.sizing import max_rate
@@ -229,20 +229,28 @@ def test_a_model_asking_for_burst_sizing_is_sized_for_its_sub_minute_peaks_and_o
     changes nothing either way (the plan never sizes below the recent peak)."""
     from engine.optimize.spec import ANNOTATION_BURST_SIZING
 
-    def desired(load: ModelLoad, annotated: bool) -> int:
+    def decided(load: ModelLoad, annotated: bool) -> VariantDecision:
         variant = va("a100")
         if annotated:
             variant["metadata"]["annotations"] = {ANNOTATION_BURST_SIZING: "True"}
         decision = by_name(plan_variants(inputs([variant], {"a100": 4}, loads={(NS, MODEL): load})))["a100"]
         assert decision.desired is not None, decision.message
-        return decision.desired
+        return decision
+
+    def desired(load: ModelLoad, annotated: bool) -> int:
+        return int(decided(load, annotated).desired or 0)
 
     bursty = ModelLoad(4.0, 128, 256, recent_peak_rps=6.0, burst_rps=18.0)
     assert desired(bursty, annotated=True) > desired(bursty, annotated=False)
+    # The condition says why the model got the burst's replicas, and only when the burst rate set them.
+    said = "sized for 18.00 req/s, the burst rate its sub-minute peaks imply"
+    assert said in decided(bursty, annotated=True).message
+    assert said not in decided(bursty, annotated=False).message
     assert desired(bursty, annotated=False) == desired(ModelLoad(4.0, 128, 256, recent_peak_rps=6.0), annotated=False)
     assert desired(bursty, annotated=True) == desired(ModelLoad(18.0, 128, 256), annotated=False)
     calm = ModelLoad(4.0, 128, 256, recent_peak_rps=6.0, burst_rps=3.0)
     assert desired(calm, annotated=True) == desired(calm, annotated=False)
+    assert "burst rate" not in decided(calm, annotated=True).message
 
 
 def test_the_shape_inside_buckets_is_fitted_to_the_observed_mean() -> None:
