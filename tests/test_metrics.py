@@ -616,6 +616,8 @@ def test_prometheus_errors(status: int, body: dict[str, object] | str, attempts:
 def test_constructor_rejects_bad_settings() -> None:
     with pytest.raises(ValueError, match="rate_window"):
         PrometheusMetrics("http://127.0.0.1:9", rate_window="1 minute")
+    with pytest.raises(ValueError, match="burst_window must be longer than 0s, got '0s'"):
+        PrometheusMetrics("http://127.0.0.1:9", burst_window="0s")
     with pytest.raises(ValueError):
         PrometheusMetrics("http://127.0.0.1:9", retries=-1)
     assert repr(PrometheusMetrics("http://user:pw@127.0.0.1:9")) == "PrometheusMetrics('http://127.0.0.1:9')"

@@ -149,6 +149,9 @@ class PrometheusMetrics(MetricsSource):
         ):
             if not _DURATION.match(window):
                 raise ValueError(f"{name} must be a PromQL duration such as 1m or 30s, got {window!r}")
+        burst_s = duration_seconds(burst_window)
+        if burst_s <= 0:  # an increase over no time counts nothing, and the burst rate divides by it
+            raise ValueError(f"burst_window must be longer than 0s, got {burst_window!r}")
         if retries < 0 or timeout_s <= 0 or backoff_s < 0 or max_age_s <= 0:
             raise ValueError("retries and backoff_s must be >= 0, timeout_s and max_age_s > 0")
         if bearer_token and bearer_token_file:
@@ -164,6 +167,8 @@ class PrometheusMetrics(MetricsSource):
         self.change_window = change_window
         self.noise_window = noise_window
         self.burst_window = burst_window
+        # The burst window in seconds, and how many of them end to end make the peak window (at least one).
+        self._burst_bins = (burst_s, max(int(duration_seconds(peak_window) // burst_s), 1))
         self.max_age_s = max_age_s
         self.session = session or requests.Session()
         self._token = bearer_token
@@ -250,7 +255,7 @@ class PrometheusMetrics(MetricsSource):
                 self._assemble_loads(keys, load_rows, now, missing),
                 load_rows,
                 prompt_buckets(raw_loads),
-                self._burst_bins(),
+                self._burst_bins,
             )
             pods = self._assemble_pods(keys, pod_rows, now, missing)
             waiting = load_rows["gateway"]
@@ -514,11 +519,6 @@ class PrometheusMetrics(MetricsSource):
     def _describe(self, exc: Exception) -> str:
         match = _ERRNO.search(str(exc))
         return self._redact(match.group(0) if match else type(exc).__name__)
-
-    def _burst_bins(self) -> tuple[float, int]:
-        """The burst window in seconds, and how many of them end to end make the peak window (at least one)."""
-        burst_s = duration_seconds(self.burst_window)
-        return burst_s, max(int(duration_seconds(self.peak_window) // burst_s), 1)
 
     def _redact(self, text: str) -> str:
         return redact(text, (self._token,))
