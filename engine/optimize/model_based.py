@@ -185,7 +185,6 @@ def _note_burst(result: ModelBasedTargets, model: tuple[str, str], load: ModelLo
     replicas it adds are then the burst's, and an operator reading the condition should see why)."""
     without = planning_rate(load.arrival_rate_rps, load.recent_peak_rps)
     if burst_rps is None or not burst_rps > without:
-        result.notes.pop(model, None)
         return
     result.notes[model] = (
         f"; sized for {burst_rps:.2f} req/s, the burst rate its sub-minute peaks imply ({ANNOTATION_BURST_SIZING}; "
