@@ -23,7 +23,7 @@ from collections.abc import Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from typing import Any
 
-from bench.engine import machine, publish_section
+from bench.engine import machine, publish_section, reproduce
 from bench.simulate import DEFAULT_TRACE, WARMUP_S, simulation_scenario
 from engine.simulate.bursts import BURSTY_HELD_OUT, BURSTY_TUNING
 from engine.simulate.oracle import attainment_allowed, attainment_ceiling, oracle_cost_at
@@ -260,9 +260,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--no-write", action="store_true", help="print only")
     args = parser.parse_args(argv)
-    command = "python -m bench.attainment" + (f" --start {args.start}" if args.start != "static" else "")
-    if args.seeds != [0, 1, 2]:
-        command += " --seeds " + " ".join(map(str, args.seeds))
+    command = reproduce("bench.attainment", parser, args, "start", "seeds")
     started = time.perf_counter()
     rows = bench(args.trace, args.seeds, args.start, args.workers)
     section = render(rows, command, args.seeds, args.start, time.perf_counter() - started)

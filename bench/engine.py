@@ -472,6 +472,18 @@ def publish_section(
         write_section(section, start, end, doc)
 
 
+def reproduce(module: str, parser: argparse.ArgumentParser, args: argparse.Namespace, *shown: str) -> str:
+    """The command that reproduces a section: ``python -m <module>`` with each option of ``shown`` (dest names) that
+    differs from the parser's default, lists spelled as the shell takes them."""
+    command = f"python -m {module}"
+    for dest in shown:
+        value = getattr(args, dest)
+        if value != parser.get_default(dest):
+            spelled = " ".join(map(str, value)) if isinstance(value, list) else str(value)
+            command += f" --{dest.replace('_', '-')} {spelled}"
+    return command
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="small instances, do not write the doc")

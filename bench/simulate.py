@@ -23,7 +23,7 @@ import numpy as np
 from bench.engine import machine, publish_section
 from engine.optimize.spec import parse_variant
 from engine.perf.queueing import SLO, PerfProfile, Workload, analyze
-from engine.simulate.bursts import BURSTY_HELD_OUT, BURSTY_TUNING, BURSTY_VARIANTS, burst_statistics
+from engine.simulate.bursts import BURSTY_HELD_OUT, BURSTY_TUNING, BURSTY_VARIANTS, BurstShape, burst_statistics
 from engine.simulate.calibrate import Unidentifiable, fit_profile, ramp_windows
 from engine.simulate.follower import trace_follower_bound
 from engine.simulate.frontier import knob_settings, with_oracle_curves
@@ -248,11 +248,13 @@ def simulation_scenario(
     wave_floor: float = 1.0,
     router: str = ROUTER_AUTO,
     bursty: str | None = None,
+    bursty_minutes: int | None = None,
 ) -> Any:
     """The conversation trace (real pace) on deployments/simulation; reactive policies start from static peak's allocation.
 
     The one scenario convention of the acceptance rows; bench.simulate_limits replays the same (with a router).
-    ``bursty`` names a variant of ``BURSTY_VARIANTS``: its arrivals replace the trace's (filled with its requests).
+    ``bursty`` names a variant of ``BURSTY_VARIANTS``: its arrivals replace the trace's (filled with its requests);
+    ``bursty_minutes`` draws that variant's process for this many minutes instead of its own length (at its rate).
     """
     description = read_description(str(SIMULATION), SYSTEM_NAMESPACE)
     if percentile is not None:
@@ -267,7 +269,7 @@ def simulation_scenario(
             rate_scale=rate_scale,
             seed=seed,
             wave_floor=wave_floor,
-            burst=BURSTY_VARIANTS[bursty] if bursty is not None else None,
+            burst=_burst_shape(bursty, bursty_minutes),
         ),
     )
     if prompt_scale != 1:
@@ -275,6 +277,14 @@ def simulation_scenario(
     config = SimConfig(interval_s=60.0, startup_delay_s=120.0, seed=seed)
     scenario = build_scenario(description, trace, config, router=router)
     return dataclasses.replace(scenario, start_from_static=True)
+
+
+def _burst_shape(bursty: str | None, minutes: int | None) -> BurstShape | None:
+    """The named bursty variant, drawn for ``minutes`` when given (None: no variant, the recorded arrivals)."""
+    if bursty is None:
+        return None
+    shape = BURSTY_VARIANTS[bursty]
+    return shape if minutes is None else dataclasses.replace(shape, duration_min=minutes)
 
 
 def bench_acceptance(trace_path: str) -> dict[str, Any]:

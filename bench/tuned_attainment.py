@@ -40,7 +40,7 @@ from typing import Any
 import numpy as np
 
 from bench.attainment import TARGETS, TRACES, replay_cell, scenario_for, static_curves, table, table_row
-from bench.engine import machine, publish_section
+from bench.engine import machine, publish_section, reproduce
 from bench.simulate import DEFAULT_TRACE, WARMUP_S
 from engine.perf.tail_sizing import ANNOTATION_TTFT_PERCENTILE, PromptDistribution
 from engine.simulate.outcome import PolicyOutcome, summarize_outcome
@@ -267,11 +267,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--traffic", choices=sorted(MARKERS), default="log", help="what the tune replays")
     parser.add_argument("--no-write", action="store_true", help="print only")
     args = parser.parse_args(argv)
-    command = "python -m bench.tuned_attainment"
-    if args.seeds != [0, 1, 2]:
-        command += " --seeds " + " ".join(map(str, args.seeds))
-    if args.traffic != "log":
-        command += f" --traffic {args.traffic}"
+    command = reproduce("bench.tuned_attainment", parser, args, "seeds", "traffic")
     started = time.perf_counter()
     rows = bench(args.trace, BURSTY_ROWS, args.seeds, args.workers, args.traffic)
     section = render(rows, command, args.seeds, time.perf_counter() - started, args.traffic)

@@ -22,7 +22,7 @@ from engine.simulate.policies import POLICIES, run_policy
 from engine.simulate.records import SimResult
 from engine.simulate.scenario import Scenario
 
-__all__ = ["PolicyOutcome", "capacity_rps", "compare", "summarize_outcome", "time_series"]
+__all__ = ["PolicyOutcome", "capacity_rps", "compare", "requests_met", "summarize_outcome", "time_series"]
 
 
 @dataclass
@@ -87,6 +87,22 @@ def capacity_rps(scenario: Scenario) -> dict[str, float]:
     return {k: (float(r) if np.isfinite(r) else 0.0) for k, r in zip(keys, rates)}
 
 
+def requests_met(scenario: Scenario, result: SimResult) -> np.ndarray:
+    """Per request of the trace, whether it met its model's SLO: served, TTFT within the target and ITL within it
+    (a request of one output token has no ITL). What every attainment of a replay counts, over any span of it."""
+    trace = scenario.trace
+    met = np.zeros(len(trace), dtype=bool)
+    for index, model in enumerate(trace.models):
+        slo = scenario.slos[model]
+        good = result.completed & (trace.model_index == index)
+        if slo.ttft_ms:
+            good &= result.ttft_s * 1000.0 <= slo.ttft_ms
+        if slo.itl_ms:
+            good &= (result.itl_s * 1000.0 <= slo.itl_ms) | (trace.out_tokens <= 1)
+        met |= good
+    return met
+
+
 def summarize_outcome(name: str, scenario: Scenario, result: SimResult, warmup_s: float = 0.0) -> PolicyOutcome:
     """SLO attainment (per request: TTFT and ITL within the model's SLO), cost, replica changes, unserved load.
 
@@ -98,19 +114,12 @@ def summarize_outcome(name: str, scenario: Scenario, result: SimResult, warmup_s
     trace = scenario.trace
     ttft, itl = result.ttft_s, result.itl_s
     ok = result.completed
-    met = np.zeros(len(trace), dtype=bool)
+    met = requests_met(scenario, result)
     by_model: dict[str, float] = {}
     latency: dict[str, dict[str, float]] = {}
     for index, model in enumerate(trace.models):
-        slo = scenario.slos[model]
         mask = trace.model_index == index
-        good = ok & mask
-        if slo.ttft_ms:
-            good &= ttft * 1000.0 <= slo.ttft_ms
-        if slo.itl_ms:
-            good &= (itl * 1000.0 <= slo.itl_ms) | (trace.out_tokens <= 1)
-        met |= good
-        by_model[model] = float(good.sum() / mask.sum()) if mask.any() else math.nan
+        by_model[model] = float(met[mask].mean()) if mask.any() else math.nan
         served = mask & ok
         latency[model] = {
             **_percentiles(ttft[served], "ttft"),
