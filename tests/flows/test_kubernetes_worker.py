@@ -25,6 +25,7 @@ from kubernetes import client as k8s
 
 from flows.deployments import KUBERNETES_POOL, ensure_work_pool
 from flows.image import IMAGE
+from flows.install_manifests import SETTINGS
 from flows.worker_manifests import API_KEY_SECRET, API_KEY_SECRET_KEY, NAMESPACE, WORKER_RULES, worker_objects
 from flows.worker_manifests import NAME as WORKER
 from tests.flows.platform_support import cluster_server, load_example_cluster  # noqa: F401
@@ -124,9 +125,18 @@ def test_the_deployment_runs_the_image_from_its_workdir(
 
 
 def test_a_flow_run_executes_in_the_job_the_worker_creates(
-    platform: tuple[PrefectServer, KubeServer, dict[str, Any]],
+    platform: tuple[PrefectServer, KubeServer, dict[str, Any]], pushgateway: Any
 ) -> None:
     prefect, kube, deployment = platform
+    # The install's settings ConfigMap reaches flow-run Jobs as it reaches every Modelplane container: here the
+    # Pushgateway the run publishes to and the cluster name it publishes under.
+    k8s.CoreV1Api(kube.api_client()).create_namespaced_config_map(
+        NAMESPACE,
+        {
+            "metadata": {"name": SETTINGS},
+            "data": {"MODELPLANE_PUSHGATEWAY_URL": pushgateway.url, "MODELPLANE_CLUSTER_NAME": "from-settings"},
+        },
+    )
     # Relative to the image's WORKDIR, where the pull step changes to; `cluster` is left to its default: the
     # Pod's in-cluster credentials.
     run = prefect.create_run(deployment["id"], {"metrics_file": "deployments/example-metrics.yaml"})
@@ -163,6 +173,10 @@ def test_a_flow_run_executes_in_the_job_the_worker_creates(
     container = jobs[0].spec.template.spec.containers[0]
     assert container.image == IMAGE and container.args == ["prefect", "flow-run", "execute"]
     assert jobs[0].spec.template.spec.service_account_name == "modelplane"
+    assert [(source.config_map_ref.name, source.config_map_ref.optional) for source in container.env_from or []] == [
+        (SETTINGS, True)
+    ], "the Job reads the install's settings ConfigMap, and starts without it"
+    assert 'cluster="from-settings"' in pushgateway.metrics(), "the run published where the settings say"
     keys = [item for item in container.env if item.name == "PREFECT_API_KEY"]
     assert [
         (item.value, item.value_from and (item.value_from.secret_key_ref.name, item.value_from.secret_key_ref.key))
