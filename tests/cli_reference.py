@@ -1,9 +1,10 @@
 """The generated reference pages: docs/reference/cli.md from the ``modelplane`` command line's own definitions
 (the typer app of ``flows.cli``: every command the help lists, its description, usage and options, as ``--help``
-states them), and docs/reference/flow-parameters.md from the flows' signatures (the parameter schema Prefect
-stores for each deployment of ``deployments/prefect.yaml``, what the UI's run form shows).
+states them), docs/reference/flow-parameters.md from the flows' signatures (the parameter schema Prefect
+stores for each deployment of ``deployments/prefect.yaml``, what the UI's run form shows), and
+docs/reference/prometheus.md from the Prometheus client's table of environment variables.
 
-    python -m tests.cli_reference            # rewrite both pages
+    python -m tests.cli_reference            # rewrite every page
     python -m tests.cli_reference --check    # exit 1 when a page differs from the definitions
 
 tests/test_docs_site.py fails when a checked-in page is not what this renders, so a changed option, parameter or
@@ -25,6 +26,7 @@ from flows.cli.options import MAX_DURATION_S
 REPO = pathlib.Path(__file__).resolve().parents[1]
 PAGE = REPO / "docs" / "reference" / "cli.md"
 PARAMETERS_PAGE = REPO / "docs" / "reference" / "flow-parameters.md"
+PROMETHEUS_PAGE = REPO / "docs" / "reference" / "prometheus.md"
 HEADER = f"""# Command line
 
 Every `modelplane` command, as its `--help` describes it. Each flow command runs one Prefect flow on the cluster
@@ -197,9 +199,43 @@ def render_parameters() -> str:
     return "\n".join(lines).rstrip() + "\n"
 
 
+PROMETHEUS_HEADER = """# Prometheus settings
+
+The environment variables of the Prometheus client that optimize, tune, calibrate-profiles and the serving control
+loop build from the environment ([Metrics, actuation, SLO attainment](../metrics.md)). In a cluster, set them in the
+install's ConfigMap `modelplane`: every Modelplane container reads it, the control loop, the worker and every
+flow-run Job ([Install](../platform.md#install)). A token file or a CA bundle must be a path inside those
+containers: the service account's token and CA (`/var/run/secrets/kubernetes.io/serviceaccount/token` and
+`ca.crt`) are mounted in each of them.
+
+This page is generated from the client's own table (`tasks.clients.metrics.settings`, `python -m
+tests.cli_reference`); do not edit it by hand.
+
+| variable | what it sets | when unset |
+|---|---|---|
+"""
+
+
+def render_prometheus() -> str:
+    """The Prometheus settings page: one row per environment variable the client reads, with the client's default."""
+    import inspect
+
+    from tasks.clients.metrics.prometheus import PrometheusMetrics
+    from tasks.clients.metrics.settings import PROMETHEUS_ENVIRONMENT
+
+    defaults = inspect.signature(PrometheusMetrics.__init__).parameters
+    rows = [
+        f"| `{setting.name}` | {_cell(setting.meaning)} | "
+        + (f"`{defaults[setting.option].default}`" if setting.option else _cell(setting.unset))
+        + " |"
+        for setting in PROMETHEUS_ENVIRONMENT
+    ]
+    return PROMETHEUS_HEADER + "\n".join(rows) + "\n"
+
+
 def pages() -> dict[pathlib.Path, str]:
     """Every generated page and what it should hold."""
-    return {PAGE: render(), PARAMETERS_PAGE: render_parameters()}
+    return {PAGE: render(), PARAMETERS_PAGE: render_parameters(), PROMETHEUS_PAGE: render_prometheus()}
 
 
 def main(argv: list[str] | None = None) -> int:

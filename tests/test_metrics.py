@@ -27,6 +27,7 @@ import requests
 from tasks.clients.metrics import file as metrics_file_module
 from tasks.clients.metrics.file import FileMetrics, write_metrics_file
 from tasks.clients.metrics.prometheus import PrometheusMetrics
+from tasks.clients.metrics.settings import PROMETHEUS_ENVIRONMENT
 from tasks.clients.metrics.snapshot import (
     MetricsFileError,
     MetricsSnapshot,
@@ -648,6 +649,31 @@ def test_from_env(tmp_path: pathlib.Path) -> None:
     assert insecure is not None and insecure.verify_tls is False
     with pytest.raises(ValueError, match="PROMETHEUS_RETRIES must be an integer"):
         PrometheusMetrics.from_env("http://127.0.0.1:9", {"PROMETHEUS_RETRIES": "many"})
+
+
+def test_every_variable_of_the_settings_table_sets_what_it_names() -> None:
+    """docs/reference/prometheus.md is rendered from PROMETHEUS_ENVIRONMENT: each variable there must reach the
+    client (a row the client ignores would be a documented setting that does nothing)."""
+    values = {int: ("7", 7), float: ("2.5", 2.5), str: ("45s", "45s")}
+    for setting in PROMETHEUS_ENVIRONMENT:
+        if setting.option is None:
+            continue
+        raw, expected = values[setting.kind]
+        client = PrometheusMetrics.from_env("http://127.0.0.1:9", {setting.name: raw})
+        assert client is not None and getattr(client, setting.option) == expected, setting.name
+    special = {setting.name for setting in PROMETHEUS_ENVIRONMENT if setting.option is None}
+    assert special == {
+        "PROMETHEUS_URL",
+        "PROMETHEUS_TOKEN",
+        "PROMETHEUS_TOKEN_FILE",
+        "PROMETHEUS_CA_BUNDLE",
+        "PROMETHEUS_TLS_INSECURE",
+    }
+    assert PrometheusMetrics.from_env(environ={"PROMETHEUS_URL": "http://127.0.0.1:9"}) is not None
+    with_token = PrometheusMetrics.from_env("http://127.0.0.1:9", {"PROMETHEUS_TOKEN": "t0k"})
+    assert with_token is not None and with_token._token == "t0k"
+    with_file = PrometheusMetrics.from_env("http://127.0.0.1:9", {"PROMETHEUS_TOKEN_FILE": "/run/token"})
+    assert with_file is not None and str(with_file._token_file) == "/run/token"
 
 
 def test_bearer_token_file_is_reread_for_every_query(

@@ -82,6 +82,7 @@ from engine.redaction import redact
 from engine.slo.measure import RECENT_WINDOW_S, TTFT_HISTOGRAM, LatencyHistograms
 from engine.slo.target import format_window
 from engine.units import duration_seconds
+from tasks.clients.metrics.settings import env_options
 from tasks.clients.metrics.shape import with_shape
 from tasks.clients.metrics.snapshot import (
     InstanceKey,
@@ -198,12 +199,11 @@ class PrometheusMetrics(MetricsSource):
     def from_env(cls, url: str | None = None, environ: Mapping[str, str] | None = None) -> PrometheusMetrics | None:
         """A client configured from the environment, or None without a URL.
 
-        ``url`` (else ``PROMETHEUS_URL``); ``PROMETHEUS_TOKEN`` or ``PROMETHEUS_TOKEN_FILE`` (re-read on
-        every query, as projected service-account tokens rotate); ``PROMETHEUS_CA_BUNDLE`` or
-        ``PROMETHEUS_TLS_INSECURE=true``; ``PROMETHEUS_TIMEOUT_S``, ``PROMETHEUS_RETRIES``,
-        ``PROMETHEUS_BACKOFF_S``, ``PROMETHEUS_RATE_WINDOW``, ``PROMETHEUS_FALLBACK_WINDOW``,
-        ``PROMETHEUS_PEAK_WINDOW``, ``PROMETHEUS_CHANGE_WINDOW``, ``PROMETHEUS_NOISE_WINDOW``,
-        ``PROMETHEUS_BURST_WINDOW`` and ``PROMETHEUS_MAX_AGE_S`` override the defaults (tests use ``PROMETHEUS_RATE_WINDOW=5s``).
+        ``url`` (else ``PROMETHEUS_URL``), then every variable of
+        :data:`~tasks.clients.metrics.settings.PROMETHEUS_ENVIRONMENT` (docs/reference/prometheus.md): the bearer
+        token or its file (re-read on every query, as projected service-account tokens rotate), the CA bundle or
+        ``PROMETHEUS_TLS_INSECURE=true``, and the numbers and windows that override the defaults (tests use
+        ``PROMETHEUS_RATE_WINDOW=5s``).
         """
         env = os.environ if environ is None else environ
         url = url or env.get("PROMETHEUS_URL")
@@ -212,16 +212,12 @@ class PrometheusMetrics(MetricsSource):
         verify: bool | str = env.get("PROMETHEUS_CA_BUNDLE") or True
         if env.get("PROMETHEUS_TLS_INSECURE", "").lower() in ("1", "true", "yes"):
             verify = False
-        options: dict[str, Any] = {}
-        for name, option, kind in _ENV_OPTIONS:
-            if env.get(name):
-                options[option] = _env_value(name, env[name], kind)
         return cls(
             url,
             verify_tls=verify,
             bearer_token=env.get("PROMETHEUS_TOKEN") or None,
             bearer_token_file=env.get("PROMETHEUS_TOKEN_FILE") or None,
-            **options,
+            **env_options(env),
         )
 
     # -- public API --------------------------------------------------------------------------------
@@ -522,27 +518,6 @@ class PrometheusMetrics(MetricsSource):
 
     def _redact(self, text: str) -> str:
         return redact(text, (self._token,))
-
-
-_ENV_OPTIONS: tuple[tuple[str, str, type], ...] = (
-    ("PROMETHEUS_TIMEOUT_S", "timeout_s", float),
-    ("PROMETHEUS_RETRIES", "retries", int),
-    ("PROMETHEUS_BACKOFF_S", "backoff_s", float),
-    ("PROMETHEUS_RATE_WINDOW", "rate_window", str),
-    ("PROMETHEUS_FALLBACK_WINDOW", "fallback_window", str),
-    ("PROMETHEUS_PEAK_WINDOW", "peak_window", str),
-    ("PROMETHEUS_CHANGE_WINDOW", "change_window", str),
-    ("PROMETHEUS_NOISE_WINDOW", "noise_window", str),
-    ("PROMETHEUS_BURST_WINDOW", "burst_window", str),
-    ("PROMETHEUS_MAX_AGE_S", "max_age_s", float),
-)
-
-
-def _env_value(name: str, raw: str, kind: type) -> Any:
-    try:
-        return kind(raw)
-    except ValueError:
-        raise ValueError(f"{name} must be a{'n integer' if kind is int else ' number'}, got {raw!r}") from None
 
 
 def _age(now: dt.datetime, epoch: float | None) -> float | None:
