@@ -43,6 +43,9 @@ from flows.worker_manifests import (
 BASE = REPO / "deployments" / "install" / "base"
 RBAC = REPO / "deployments" / "rbac.yaml"
 SETTINGS = "modelplane"  # the ConfigMap of the base's configMapGenerator
+SECRET_SETTINGS = {"secretRef": {"name": SETTINGS, "optional": True}}
+"""The settings that are secrets (a Prometheus bearer token): the operator's Secret ``modelplane``, when there is one,
+read by the containers that query Prometheus (the control loop and every flow-run Job), after the ConfigMap."""
 REGISTER_JOB = "register-deployments"
 SERVING = "modelplane-serving"
 SERVING_ACCOUNT = (
@@ -135,7 +138,7 @@ def serving_deployment(reference: str | None = None) -> dict[str, Any]:
         "imagePullPolicy": "IfNotPresent",
         "command": ["python", "-m", "flows.cli", "serve-deployments", "--control-loop", "--leader-elect"],
         "args": ["--health-port", str(HEALTH_PORT)],
-        "envFrom": [{"configMapRef": {"name": SETTINGS}}],
+        "envFrom": [{"configMapRef": {"name": SETTINGS}}, SECRET_SETTINGS],
         "env": [
             {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
             {"name": "POD_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},

@@ -203,9 +203,9 @@ PROMETHEUS_HEADER = """# Prometheus settings
 
 The environment variables of the Prometheus client that optimize, tune, calibrate-profiles and the serving control
 loop build from the environment ([Metrics, actuation, SLO attainment](../metrics.md)). In a cluster, set them in the
-install's ConfigMap `modelplane`: every Modelplane container reads it, the control loop, the worker and every
-flow-run Job ([Install](../platform.md#install)). A token file or a CA bundle must be a path inside those
-containers: the service account's token and CA (`/var/run/secrets/kubernetes.io/serviceaccount/token` and
+install's ConfigMap `modelplane`, and a token in a Secret `modelplane` of your own: the control loop and every
+flow-run Job read both ([Install](../platform.md#install)). A token file or a CA bundle must be a path inside
+those containers: the service account's token and CA (`/var/run/secrets/kubernetes.io/serviceaccount/token` and
 `ca.crt`) are mounted in each of them.
 
 This page is generated from the client's own table (`tasks.clients.metrics.settings`, `python -m

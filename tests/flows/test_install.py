@@ -110,6 +110,8 @@ def test_the_install_holds_what_an_optimize_run_needs(target: str) -> None:
     assert serving["spec"]["replicas"] == 2 and pod["serviceAccountName"] == "modelplane"
     assert loop["livenessProbe"]["httpGet"]["path"] == loop["readinessProbe"]["httpGet"]["path"] == "/healthz"
     assert {e["name"] for e in loop["env"]} >= {"POD_NAME", "POD_NAMESPACE"}
+    # A Prometheus bearer token is a secret: the loop reads the operator's Secret `modelplane` after the ConfigMap.
+    assert loop["envFrom"][-1] == {"secretRef": {"name": SETTINGS, "optional": True}}
     for container in containers(list(objects.values())):
         assert {"configMapRef": {"name": SETTINGS}} in container["envFrom"], container["name"]
 

@@ -128,14 +128,15 @@ def test_a_flow_run_executes_in_the_job_the_worker_creates(
     platform: tuple[PrefectServer, KubeServer, dict[str, Any]], pushgateway: Any
 ) -> None:
     prefect, kube, deployment = platform
-    # The install's settings ConfigMap reaches flow-run Jobs as it reaches every Modelplane container: here the
-    # Pushgateway the run publishes to and the cluster name it publishes under.
-    k8s.CoreV1Api(kube.api_client()).create_namespaced_config_map(
-        NAMESPACE,
-        {
-            "metadata": {"name": SETTINGS},
-            "data": {"MODELPLANE_PUSHGATEWAY_URL": pushgateway.url, "MODELPLANE_CLUSTER_NAME": "from-settings"},
-        },
+    # The install's settings reach flow-run Jobs as they reach the control loop: the ConfigMap names the Pushgateway
+    # the run publishes to, and the operator's Secret of the same name (where a Prometheus token goes) the cluster
+    # name it publishes under.
+    core = k8s.CoreV1Api(kube.api_client())
+    core.create_namespaced_config_map(
+        NAMESPACE, {"metadata": {"name": SETTINGS}, "data": {"MODELPLANE_PUSHGATEWAY_URL": pushgateway.url}}
+    )
+    core.create_namespaced_secret(
+        NAMESPACE, {"metadata": {"name": SETTINGS}, "stringData": {"MODELPLANE_CLUSTER_NAME": "from-settings"}}
     )
     # Relative to the image's WORKDIR, where the pull step changes to; `cluster` is left to its default: the
     # Pod's in-cluster credentials.
@@ -173,9 +174,10 @@ def test_a_flow_run_executes_in_the_job_the_worker_creates(
     container = jobs[0].spec.template.spec.containers[0]
     assert container.image == IMAGE and container.args == ["prefect", "flow-run", "execute"]
     assert jobs[0].spec.template.spec.service_account_name == "modelplane"
-    assert [(source.config_map_ref.name, source.config_map_ref.optional) for source in container.env_from or []] == [
-        (SETTINGS, True)
-    ], "the Job reads the install's settings ConfigMap, and starts without it"
+    sources = [(source.config_map_ref or source.secret_ref) for source in container.env_from or []]
+    assert [(source.name, source.optional) for source in sources] == [(SETTINGS, True)] * 2, (
+        "the Job reads the install's settings ConfigMap and Secret, and starts without them"
+    )
     assert 'cluster="from-settings"' in pushgateway.metrics(), "the run published where the settings say"
     keys = [item for item in container.env if item.name == "PREFECT_API_KEY"]
     assert [
