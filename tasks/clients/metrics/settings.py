@@ -1,7 +1,8 @@
 """The environment variables the Prometheus client reads, declared once: :meth:`PrometheusMetrics.from_env
-<tasks.clients.metrics.prometheus.PrometheusMetrics.from_env>` reads them from this table, and the reference page
+<tasks.clients.metrics.prometheus.PrometheusMetrics.from_env>` reads the numbers and windows through this table
+(:func:`env_options`) and the address, token and TLS variables by the names it declares, and the reference page
 docs/reference/prometheus.md is rendered from it (tests/cli_reference.py), so the page names every variable the
-client reads, with the default the client has.
+client reads, with the default the client has (tests/test_metrics.py checks each row reaches the client).
 
 Every flow that reads Prometheus (optimize, tune, calibrate-profiles, the serving control loop) builds its client
 from the environment: in a cluster, from the install's ConfigMap ``modelplane``, which every Modelplane container
