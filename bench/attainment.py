@@ -252,13 +252,20 @@ def render(rows: list[dict[str, Any]], command: str, seeds: Sequence[int], start
     return "\n".join(lines)
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def replay_parser(description: str | None) -> argparse.ArgumentParser:
+    """The command line the replay benchmarks share: the trace, the seeds, the worker processes and ``--no-write``
+    (each benchmark adds its own options)."""
+    parser = argparse.ArgumentParser(description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--trace", default=DEFAULT_TRACE)
-    parser.add_argument("--start", choices=("static", "manifests"), default="static")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--no-write", action="store_true", help="print only")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = replay_parser(__doc__)
+    parser.add_argument("--start", choices=("static", "manifests"), default="static")
     args = parser.parse_args(argv)
     command = reproduce("bench.attainment", parser, args, "start", "seeds")
     started = time.perf_counter()

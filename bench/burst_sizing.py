@@ -14,7 +14,6 @@ Writes its section of docs/benchmarks.md (between the burst-sizing markers) and 
 
 from __future__ import annotations
 
-import argparse
 import functools
 import statistics
 import sys
@@ -22,9 +21,8 @@ import time
 from concurrent.futures import ProcessPoolExecutor
 from typing import Any
 
-from bench.attainment import TARGETS, TRACES, replay_modelplane
+from bench.attainment import TARGETS, TRACES, replay_modelplane, replay_parser
 from bench.engine import machine, publish_section
-from bench.simulate import DEFAULT_TRACE
 from engine.optimize.spec import ANNOTATION_BURST_SIZING
 
 START, END = "<!-- burst-sizing:start -->", "<!-- burst-sizing:end -->"
@@ -77,12 +75,7 @@ def render(cells: dict[tuple[str, float], dict[str, list[dict[str, Any]]]], seed
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--trace", default=DEFAULT_TRACE)
-    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    parser.add_argument("--workers", type=int, default=2)
-    parser.add_argument("--no-write", action="store_true", help="print only")
-    args = parser.parse_args(argv)
+    args = replay_parser(__doc__).parse_args(argv)
     started = time.perf_counter()
     cells = bench(args.trace, args.seeds, args.workers)
     publish_section(render(cells, args.seeds, time.perf_counter() - started), START, END, write=not args.no_write)

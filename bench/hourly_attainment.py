@@ -16,7 +16,6 @@ Writes its section of docs/benchmarks.md (between the hourly-attainment markers)
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import sys
 import time
@@ -24,9 +23,9 @@ from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor
 from typing import Any
 
-from bench.attainment import TARGETS, TOLERANCE
+from bench.attainment import TARGETS, TOLERANCE, replay_parser
 from bench.engine import machine, publish_section, reproduce
-from bench.simulate import DEFAULT_TRACE, simulation_scenario
+from bench.simulate import simulation_scenario
 from engine.simulate.bursts import BURSTY_HELD_OUT, BURSTY_TUNING
 from engine.simulate.oracle import attainment_ceiling
 from engine.simulate.outcome import requests_met
@@ -167,12 +166,8 @@ def render(rows: list[dict[str, Any]], command: str, seeds: Sequence[int], hours
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--trace", default=DEFAULT_TRACE)
+    parser = replay_parser(__doc__)
     parser.add_argument("--hours", type=int, default=3, help="hours each variant is drawn for (at least 2)")
-    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    parser.add_argument("--workers", type=int, default=2)
-    parser.add_argument("--no-write", action="store_true", help="print only")
     args = parser.parse_args(argv)
     if args.hours < 2:
         parser.error("--hours must be at least 2: the first hour is the loop's first window")

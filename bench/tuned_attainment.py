@@ -28,7 +28,6 @@ tuned-prometheus markers) and prints it.
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import math
 import sys
@@ -39,9 +38,18 @@ from typing import Any
 
 import numpy as np
 
-from bench.attainment import TARGETS, TRACES, replay_cell, scenario_for, static_curves, table, table_row
+from bench.attainment import (
+    TARGETS,
+    TRACES,
+    replay_cell,
+    replay_parser,
+    scenario_for,
+    static_curves,
+    table,
+    table_row,
+)
 from bench.engine import machine, publish_section, reproduce
-from bench.simulate import DEFAULT_TRACE, WARMUP_S
+from bench.simulate import WARMUP_S
 from engine.perf.tail_sizing import ANNOTATION_TTFT_PERCENTILE, PromptDistribution
 from engine.simulate.outcome import PolicyOutcome, summarize_outcome
 from engine.simulate.policies import prompt_distribution, run_policy
@@ -260,12 +268,8 @@ def render(
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--trace", default=DEFAULT_TRACE)
-    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    parser.add_argument("--workers", type=int, default=2)
+    parser = replay_parser(__doc__)
     parser.add_argument("--traffic", choices=sorted(MARKERS), default="log", help="what the tune replays")
-    parser.add_argument("--no-write", action="store_true", help="print only")
     args = parser.parse_args(argv)
     command = reproduce("bench.tuned_attainment", parser, args, "seeds", "traffic")
     started = time.perf_counter()
