@@ -621,6 +621,10 @@ def test_constructor_rejects_bad_settings() -> None:
         PrometheusMetrics("http://127.0.0.1:9", burst_window="0s")
     with pytest.raises(ValueError):
         PrometheusMetrics("http://127.0.0.1:9", retries=-1)
+    for name in ("timeout_s", "backoff_s", "max_age_s"):
+        for value in (math.nan, math.inf):
+            with pytest.raises(ValueError, match=f"{name} must be a finite number of seconds"):
+                PrometheusMetrics("http://127.0.0.1:9", **{name: value})
     assert repr(PrometheusMetrics("http://user:pw@127.0.0.1:9")) == "PrometheusMetrics('http://127.0.0.1:9')"
 
 

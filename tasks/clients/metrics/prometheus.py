@@ -153,6 +153,9 @@ class PrometheusMetrics(MetricsSource):
         burst_s = duration_seconds(burst_window)
         if burst_s <= 0:  # an increase over no time counts nothing, and the burst rate divides by it
             raise ValueError(f"burst_window must be longer than 0s, got {burst_window!r}")
+        for name, seconds in (("timeout_s", timeout_s), ("backoff_s", backoff_s), ("max_age_s", max_age_s)):
+            if not math.isfinite(seconds):  # NaN passes every comparison below; inf makes requests or sleep raise
+                raise ValueError(f"{name} must be a finite number of seconds, got {seconds!r}")
         if retries < 0 or timeout_s <= 0 or backoff_s < 0 or max_age_s <= 0:
             raise ValueError("retries and backoff_s must be >= 0, timeout_s and max_age_s > 0")
         if bearer_token and bearer_token_file:
