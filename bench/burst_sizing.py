@@ -22,7 +22,7 @@ from concurrent.futures import ProcessPoolExecutor
 from typing import Any
 
 from bench.attainment import TARGETS, TRACES, replay_modelplane, replay_parser
-from bench.engine import machine, publish_section
+from bench.engine import machine, publish_section, reproduce
 from engine.optimize.spec import ANNOTATION_BURST_SIZING
 
 START, END = "<!-- burst-sizing:start -->", "<!-- burst-sizing:end -->"
@@ -47,13 +47,15 @@ def bench(trace_path: str, seeds: list[int], workers: int) -> dict[tuple[str, fl
     return cells
 
 
-def render(cells: dict[tuple[str, float], dict[str, list[dict[str, Any]]]], seeds: list[int], elapsed_s: float) -> str:
+def render(
+    cells: dict[tuple[str, float], dict[str, list[dict[str, Any]]]], command: str, seeds: list[int], elapsed_s: float
+) -> str:
     """The section: one row per kind of trace and target, attainment and cost as shipped and with burst sizing."""
     lines = [
         START,
         "## Sizing for sub-minute bursts (`modelplane.io/burst-sizing`)",
         "",
-        f"`python -m bench.burst_sizing` ({machine()}; {elapsed_s:.0f} s). Every trace and target of the attainment "
+        f"`{command}` ({machine()}; {elapsed_s:.0f} s). Every trace and target of the attainment "
         f"table above (seeds {', '.join(map(str, seeds))}, the reactive policies starting from static peak), replayed "
         'as shipped and with every VariantAutoscaling annotated `modelplane.io/burst-sizing: "true"`; means over '
         "the traces of each kind and the seeds. *Attained* is over all requests; *cost* the accelerator cost of the "
@@ -75,10 +77,13 @@ def render(cells: dict[tuple[str, float], dict[str, list[dict[str, Any]]]], seed
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = replay_parser(__doc__).parse_args(argv)
+    parser = replay_parser(__doc__)
+    args = parser.parse_args(argv)
+    command = reproduce("bench.burst_sizing", parser, args, "seeds")
     started = time.perf_counter()
     cells = bench(args.trace, args.seeds, args.workers)
-    publish_section(render(cells, args.seeds, time.perf_counter() - started), START, END, write=not args.no_write)
+    section = render(cells, command, args.seeds, time.perf_counter() - started)
+    publish_section(section, START, END, write=not args.no_write)
     return 0
 
 
