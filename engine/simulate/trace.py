@@ -22,13 +22,35 @@ import numpy as np
 from engine.simulate.bursts import BurstShape, bursty_requests
 from engine.simulate.records import Trace
 
-__all__ = ["TraceError", "TraceShape", "parse_trace_rows", "shape_trace", "split_models", "wave_envelope"]
+__all__ = [
+    "MAX_REPLAY_REQUESTS",
+    "MAX_REPLAY_S",
+    "MAX_REQUEST_TOKENS",
+    "TraceError",
+    "TraceShape",
+    "parse_trace_rows",
+    "shape_trace",
+    "split_models",
+    "wave_envelope",
+]
 
 _COLUMNS = {
     "time": ("timestamp", "time", "arrival", "arrival_time", "arrival_s"),
     "in": ("contexttokens", "prompt_tokens", "input_tokens", "prompttokens", "in_tokens"),
     "out": ("generatedtokens", "output_tokens", "completion_tokens", "generation_tokens", "out_tokens"),
 }
+
+
+MAX_REQUEST_TOKENS = 10_000_000
+"""The most prompt or output tokens one row may count: beyond every model's context window, so a larger count is
+a corrupt row (a count past 2^63 does not even fit the simulator's integers)."""
+MAX_REPLAY_S = 366 * 86_400.0
+"""The longest span a replay may have, a year: the simulator decides once a minute, so a longer one (a timestamp
+off by centuries, a compression far below 1) would run for days or ask for more memory than a machine has."""
+MAX_REPLAY_REQUESTS = 50_000_000
+"""The most requests a replay may hold after rate scaling (a week of the busiest Azure production trace holds
+fewer): each costs the simulator tens of bytes, so a scale in the millions ends in a clear error, not a
+MemoryError."""
 
 
 class TraceError(ValueError):
@@ -72,10 +94,14 @@ class TraceShape:
     def __post_init__(self) -> None:
         if not self.model_shares or any(not (w > 0) for w in self.model_shares.values()):
             raise TraceError("model shares must name at least one model, each with a weight > 0")
-        if not self.compression > 0 or not self.rate_scale > 0:
-            raise TraceError("compression and rate_scale must be > 0")
-        if self.start_s < 0 or (self.duration_s is not None and not self.duration_s > 0):
-            raise TraceError("start must be >= 0 and duration > 0")
+        if not 0 < self.compression < math.inf or not 0 < self.rate_scale < math.inf:
+            raise TraceError(
+                f"compression and rate_scale must be finite and > 0, got {self.compression}, {self.rate_scale}"
+            )
+        if not 0 <= self.start_s < math.inf or (self.duration_s is not None and not 0 < self.duration_s < math.inf):
+            raise TraceError(
+                f"start must be finite and >= 0 and duration finite and > 0, got {self.start_s}, {self.duration_s}"
+            )
         if not 0 < self.wave_floor <= 1:
             raise TraceError(
                 f"wave_floor must be > 0 and <= 1 (the low rate's share of the high), got {self.wave_floor}"
@@ -105,11 +131,16 @@ def _column(header: Sequence[str], kind: str) -> int:
 
 
 def _seconds(value: str, row: int) -> float:
+    """A timestamp cell as seconds (a number of seconds, or an ISO 8601 date-time as Unix seconds)."""
     text = value.strip()
     try:
-        return float(text)
+        seconds = float(text)
     except ValueError:
         pass
+    else:
+        if not math.isfinite(seconds):
+            raise TraceError(f"row {row}: timestamp {value!r} is not a finite number of seconds")
+        return seconds
     head, dot, fraction = text.partition(".")
     if dot:
         digits = "".join(ch for ch in fraction if ch.isdigit())
@@ -126,6 +157,17 @@ def _seconds(value: str, row: int) -> float:
     return moment.timestamp()
 
 
+def _tokens(row: Sequence[str], column: int, number: int) -> int:
+    """One token count of a row: a whole number from 0 to :data:`MAX_REQUEST_TOKENS`."""
+    try:
+        count = float(row[column])
+    except (ValueError, IndexError):
+        raise TraceError(f"row {number}: prompt and output tokens must be integers, got {list(row)!r}") from None
+    if not 0 <= count <= MAX_REQUEST_TOKENS:  # NaN fails both
+        raise TraceError(f"row {number}: token counts must be from 0 to {MAX_REQUEST_TOKENS:,}, got {row[column]!r}")
+    return int(count)
+
+
 def parse_trace_rows(rows: Iterable[Sequence[str]]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(arrival seconds from the first request, prompt tokens, output tokens), sorted by arrival."""
     iterator = iter(rows)
@@ -140,12 +182,7 @@ def parse_trace_rows(rows: Iterable[Sequence[str]]) -> tuple[np.ndarray, np.ndar
     for number, row in enumerate(iterator, start=2):
         if not row or all(not cell.strip() for cell in row):
             continue
-        try:
-            prompt, output = int(float(row[ii])), int(float(row[oi]))
-        except (ValueError, IndexError):
-            raise TraceError(f"row {number}: prompt and output tokens must be integers, got {row!r}") from None
-        if prompt < 0 or output < 0:
-            raise TraceError(f"row {number}: token counts must be >= 0, got {prompt}, {output}")
+        prompt, output = _tokens(row, ii, number), _tokens(row, oi, number)
         times.append(_seconds(row[ti], number))
         prompts.append(prompt)
         outputs.append(max(output, 1))  # a request that generated nothing still returns one (end) token
@@ -170,6 +207,11 @@ def shape_trace(arrival_s: np.ndarray, in_tokens: np.ndarray, out_tokens: np.nda
     t = (arrival_s[keep] - shape.start_s) / shape.compression
     p, o = in_tokens[keep], out_tokens[keep]
     length = shape.duration_s / shape.compression if shape.duration_s is not None else float(t.max(initial=0.0))
+    if len(t) * shape.rate_scale > MAX_REPLAY_REQUESTS:
+        raise TraceError(
+            f"rate_scale {shape.rate_scale:g} makes {len(t) * shape.rate_scale:,.0f} requests of the slice's {len(t):,}; "
+            f"a replay holds at most {MAX_REPLAY_REQUESTS:,}"
+        )
     if shape.rate_scale != 1.0:
         copies = np.floor(shape.rate_scale).astype(int)
         extra = rng.random(len(t)) < (shape.rate_scale - copies)
@@ -189,7 +231,17 @@ def shape_trace(arrival_s: np.ndarray, in_tokens: np.ndarray, out_tokens: np.nda
         raise TraceError("the selected slice of the trace holds no requests")
     order = np.argsort(t, kind="stable")
     t, p, o = t[order], p[order], o[order]
+    _check_span(float(t[-1] - t[0]))
     return split_models(t - t[0] if shape.start_s > 0 else t, p, o, shape.model_shares, rng)
+
+
+def _check_span(span_s: float) -> None:
+    """:class:`TraceError` for a replay longer than :data:`MAX_REPLAY_S`."""
+    if not span_s <= MAX_REPLAY_S:
+        raise TraceError(
+            f"the replay would span {span_s / 86_400:,.4g} days (after slicing and compression); the simulator "
+            f"replays at most {MAX_REPLAY_S / 86_400:.0f} days: choose a shorter part of the trace"
+        )
 
 
 def split_models(

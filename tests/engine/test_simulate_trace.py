@@ -6,7 +6,16 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from engine.simulate.trace import TraceError, TraceShape, parse_trace_rows, shape_trace, wave_envelope
+from engine.simulate.trace import (
+    MAX_REPLAY_REQUESTS,
+    MAX_REPLAY_S,
+    MAX_REQUEST_TOKENS,
+    TraceError,
+    TraceShape,
+    parse_trace_rows,
+    shape_trace,
+    wave_envelope,
+)
 
 AZURE = [
     ["TIMESTAMP", "ContextTokens", "GeneratedTokens"],
@@ -37,7 +46,18 @@ def test_numeric_seconds_and_other_column_names() -> None:
         ([["when", "ContextTokens", "GeneratedTokens"], ["1", "2", "3"]], "no time column"),
         ([["TIMESTAMP", "ContextTokens", "GeneratedTokens"], ["1", "x", "3"]], "row 2"),
         ([["TIMESTAMP", "ContextTokens", "GeneratedTokens"], ["yesterday", "1", "3"]], "row 2: timestamp 'yesterday'"),
-        ([["TIMESTAMP", "ContextTokens", "GeneratedTokens"], ["1", "-4", "3"]], ">= 0"),
+        ([["TIMESTAMP", "ContextTokens", "GeneratedTokens"], ["1", "-4", "3"]], "from 0 to 10,000,000, got '-4'"),
+        ([["TIMESTAMP", "ContextTokens", "GeneratedTokens"], ["1", "4", "nan"]], "row 2: token counts .* got 'nan'"),
+        ([["TIMESTAMP", "ContextTokens", "GeneratedTokens"], ["1", "1e20", "3"]], "row 2: token counts .* got '1e20'"),
+        ([["TIMESTAMP", "ContextTokens", "GeneratedTokens"], ["1", "1e400", "3"]], "got '1e400'"),
+        (
+            [["TIMESTAMP", "ContextTokens", "GeneratedTokens"], ["0", "1", "1"], ["inf", "1", "1"]],
+            "row 3: .* not a finite number",
+        ),
+        (
+            [["TIMESTAMP", "ContextTokens", "GeneratedTokens"], ["nan", "1", "1"]],
+            "row 2: timestamp 'nan' is not a finite number",
+        ),
         ([["TIMESTAMP", "ContextTokens", "GeneratedTokens"]], "no requests"),
     ],
 )
@@ -75,14 +95,36 @@ def test_models_get_their_shares_deterministically() -> None:
     assert np.mean(first.model_index == 0) == pytest.approx(0.75, abs=0.02)
 
 
+def test_the_largest_token_count_reads() -> None:
+    _, prompts, _ = parse_trace_rows(
+        [["arrival_s", "prompt_tokens", "output_tokens"], ["0", f"{MAX_REQUEST_TOKENS}", "1"]]
+    )
+    assert prompts.tolist() == [MAX_REQUEST_TOKENS]
+
+
 def test_shape_rejects_nonsense() -> None:
     with pytest.raises(TraceError):
         TraceShape({})
     with pytest.raises(TraceError):
         TraceShape({"ns/m": 1.0}, compression=0)
+    for bad in ({"compression": float("inf")}, {"rate_scale": float("nan")}, {"start_s": float("nan")}):
+        with pytest.raises(TraceError, match="finite"):
+            TraceShape({"ns/m": 1.0}, **bad)
     t, p, o = arrays(10)
     with pytest.raises(TraceError, match="no requests"):
         shape_trace(t, p, o, TraceShape({"ns/m": 1.0}, start_s=100.0))
+
+
+def test_a_replay_too_long_or_too_large_is_refused_before_it_is_built() -> None:
+    """A timestamp centuries off, a compression far below 1 or a rate scale in the millions is a clear error, not
+    a replay that runs for days or a MemoryError."""
+    t, p, o = np.asarray([0.0, MAX_REPLAY_S]), np.full(2, 10), np.full(2, 10)
+    assert len(shape_trace(t, p, o, TraceShape({"ns/m": 1.0}))) == 2  # a year exactly replays
+    with pytest.raises(TraceError, match="would span 732 days .* at most 366 days"):
+        shape_trace(t, p, o, TraceShape({"ns/m": 1.0}, compression=0.5))
+    t, p, o = arrays(1000)
+    with pytest.raises(TraceError, match=f"makes 1,000,000,000 requests .* at most {MAX_REPLAY_REQUESTS:,}"):
+        shape_trace(t, p, o, TraceShape({"ns/m": 1.0}, rate_scale=1e6))
 
 
 def test_wave_keeps_the_envelope_share_per_interval() -> None:

@@ -76,13 +76,18 @@ def test_tune_writes_each_models_choice_and_a_dry_run_writes_nothing(tmp_path: p
             assert annotated[ANNOTATION_MIN_REPLICAS] == "0", name
 
 
-def test_tune_refuses_a_bad_target_and_a_missing_log_in_one_line(tmp_path: pathlib.Path) -> None:
+def test_tune_refuses_a_bad_target_a_missing_log_and_an_endless_one_in_one_line(tmp_path: pathlib.Path) -> None:
     bad = CliRunner().invoke(
         app, ["tune", "--cluster", str(SIMULATION), "--trace", str(TRACE), "--slo-attainment", "1.5"]
     )
     assert bad.exit_code == 2 and "--slo-attainment" in bad.output
     missing = CliRunner().invoke(app, ["tune", "--cluster", str(SIMULATION), "--trace", str(tmp_path / "none.csv")])
     assert missing.exit_code == 2 and "does not exist" in missing.output
+    # A timestamp off by centuries asked for more memory than any machine has (a MemoryError traceback).
+    far = tmp_path / "far.csv"
+    far.write_text("arrival_s,prompt_tokens,output_tokens\n0,10,10\n1e18,10,10\n")
+    long = CliRunner().invoke(app, ["tune", "--cluster", str(SIMULATION), "--trace", str(far), "--dry-run"])
+    assert long.exit_code == 2 and "at most 366 days" in long.output and "Traceback" not in long.output
 
 
 def statuses(folder: pathlib.Path) -> dict[str, dict[str, object]]:
