@@ -23,11 +23,14 @@ KUBE_NAME_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
 PromDuration = Annotated[str, Field(pattern=PROMETHEUS_DURATION_PATTERN, examples=["1m", "30s"])]
 """A PromQL range such as ``1m``."""
 
-PositiveSeconds = Annotated[float, Field(gt=0)]
-"""A duration in seconds that must be above zero (time limits)."""
+PositiveSeconds = Annotated[float, Field(gt=0, allow_inf_nan=False)]
+"""A finite duration in seconds that must be above zero (time limits)."""
 
-NonNegativeSeconds = Annotated[float, Field(ge=0)]
-"""A duration in seconds, zero allowed (zero disables the behaviour it configures)."""
+NonNegativeSeconds = Annotated[float, Field(ge=0, allow_inf_nan=False)]
+"""A finite duration in seconds, zero allowed (zero disables the behaviour it configures)."""
+
+Seed = Annotated[int, Field(ge=0)]
+"""The seed of a replay's random draws: a whole number from 0 (numpy's generators take no negative seed)."""
 
 ScaleDownWindowSeconds = Annotated[float, Field(ge=0, le=MAX_SCALE_DOWN_WINDOW_S)]
 """A scale-down stabilization window in seconds, 0 (at once) to an hour: the bound of the per-resource annotation

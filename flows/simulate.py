@@ -45,6 +45,7 @@ from flows.parameters import (
     NonEmpty,
     NonNegativeSeconds,
     PositiveSeconds,
+    Seed,
     absent_as,
 )
 from flows.runs import flow
@@ -55,8 +56,8 @@ from tasks.tracking import markdown_artifact, quote, run_logger, tracked
 
 # Literal types so the Prefect form offers the choices (kept equal to POLICIES and the simulated gauges).
 RouterName = Literal["auto", "least-outstanding", "least-load", "least-latency"]
-PositiveFactor = Annotated[float, Field(gt=0)]
-"""A multiplier that must be above zero."""
+PositiveFactor = Annotated[float, Field(gt=0, allow_inf_nan=False)]
+"""A finite multiplier that must be above zero."""
 ShareOfPeak = Annotated[float, Field(gt=0, le=1)]
 """A share of the high rate: above zero, at most one."""
 BurstyName = Literal[
@@ -117,7 +118,7 @@ def simulate(
     start: StartFrom = "static",
     slo_attainment: SloAttainment | None = None,
     frontier: bool = True,
-    seed: int = 0,
+    seed: Seed = 0,
     output_dir: NonEmpty = SIMULATE_OUTPUT_DIR,
 ) -> SimulationReport:
     """Replay a request trace against a cluster description and compare autoscaling policies.

@@ -64,6 +64,7 @@ from flows.parameters import (
     NonEmpty,
     PositiveSeconds,
     PromDuration,
+    Seed,
     Setting,
 )
 from flows.runs import flow
@@ -152,7 +153,7 @@ def tune(
     slo_attainment: SloAttainment | None = None,
     duration_s: PositiveSeconds | None = None,
     dry_run: bool = False,
-    seed: int = 0,
+    seed: Seed = 0,
     prometheus_url: Setting = "",
     window: PromDuration = DEFAULT_WINDOW,
     end: datetime | None = None,

@@ -120,7 +120,7 @@ def simulate(
         help="Also sweep each policy's knob and the clairvoyant schedule: "
         "cost-attainment curves, attainment ceiling, cost / clairvoyant schedule.",
     ),
-    seed: int = typer.Option(0, help="Seed of every random draw."),
+    seed: int = typer.Option(0, min=0, help="Seed of every random draw."),
     output: pathlib.Path = typer.Option(
         pathlib.Path(SIMULATE_OUTPUT_DIR), "--output-dir", "-o", help="Directory of the report (HTML, plots, JSON)."
     ),
@@ -353,7 +353,7 @@ def tune(
     ),
     config_namespace: str = config_namespace_option(),
     dry_run: bool = typer.Option(False, "--dry-run", help="Replay and choose, write nothing."),
-    seed: int = typer.Option(0, help="Seed of the replay's random draws."),
+    seed: int = typer.Option(0, min=0, help="Seed of the replay's random draws."),
     track: bool = track_option(),
     as_json: bool = json_option(),
 ) -> None:

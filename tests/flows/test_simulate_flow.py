@@ -116,6 +116,13 @@ def test_cli_bad_input_exits_with_one_line(prefect_harness: None, tmp_path: path
     )
     assert wave.exit_code == 2 and "wave_floor" in wave.output and "Traceback" not in wave.output
 
+    # Not finite: every request replayed at t=0 (exit 0), or numpy's message that names no option.
+    for option, value, named in (("--compression", "inf", "compression"), ("--seed", "-1", "--seed")):
+        refused = CliRunner().invoke(
+            app, ["simulate", "--cluster", str(EXAMPLES), "--trace", str(TRACE), option, value, "--no-frontier"]
+        )
+        assert refused.exit_code == 2 and named in refused.output and "Traceback" not in refused.output, option
+
 
 def test_cli_wave_floor_gives_the_trace_a_days_shape(prefect_harness: None, tmp_path: pathlib.Path) -> None:
     def requests(*extra: str) -> dict[str, object]:
