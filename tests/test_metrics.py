@@ -845,11 +845,23 @@ MODEL = "- {model: m, namespace: n, arrivalRate: 60, avgInputTokens: 1, avgOutpu
         ("models:\n  - {model: '', namespace: n}", "models[0].model: expected a non-empty string, got ''"),
         (
             "models:\n  - {model: m, namespace: n, arrivalRate: 1, avgInputTokens: abc, avgOutputTokens: 1}",
-            "models[0].avgInputTokens: expected a number >= 0, got 'abc'",
+            "models[0].avgInputTokens: expected a finite number >= 0, got 'abc'",
         ),
         (
             "models:\n  - {model: m, namespace: n, arrivalRate: -1, avgInputTokens: 1, avgOutputTokens: 1}",
-            "models[0].arrivalRate: expected a number >= 0, got -1",
+            "models[0].arrivalRate: expected a finite number >= 0, got -1",
+        ),
+        (  # an infinite rate failed the whole run ("load_rps must be >= 0, got inf"), not only this model
+            "models:\n  - {model: m, namespace: n, arrivalRate: .inf, avgInputTokens: 1, avgOutputTokens: 1}",
+            "models[0].arrivalRate: expected a finite number >= 0, got inf",
+        ),
+        (  # an integer no float holds: an OverflowError traceback
+            f"models:\n  - {{model: m, namespace: n, arrivalRate: 1, avgInputTokens: {10**400}, avgOutputTokens: 1}}",
+            "models[0].avgInputTokens: expected a finite number >= 0, got 1000",
+        ),
+        (
+            "instances:\n  - {namespace: n, pod: p, metrics: {'vllm:num_requests_waiting': -.inf}}",
+            "instances[0].metrics['vllm:num_requests_waiting']: expected a finite number, got -inf",
         ),
         (
             "models:\n  - {model: m, namespace: n, arrivalRate: 60, avgInputTokens: 1}",
@@ -868,7 +880,7 @@ MODEL = "- {model: m, namespace: n, arrivalRate: 60, avgInputTokens: 1, avgOutpu
         ),
         (
             "models:\n  - {model: m, namespace: n, latency: {window: {ttft: {0.5: -3, +Inf: 4}}}}",
-            "models[0].latency.window.ttft[0.5]: expected a number >= 0, got -3",
+            "models[0].latency.window.ttft[0.5]: expected a finite number >= 0, got -3",
         ),
         (
             "models:\n  - {model: m, namespace: n, latency: {itlHistogram: vllm:foo}}",
@@ -880,11 +892,11 @@ MODEL = "- {model: m, namespace: n, arrivalRate: 60, avgInputTokens: 1, avgOutpu
         ),
         (
             f"models:\n  {MODEL}, pods: [{{name: p, kvCacheUsage: 1.5, queueLength: 0}}]}}",
-            "models[0].pods[0].kvCacheUsage: expected a number within 0..1, got 1.5",
+            "models[0].pods[0].kvCacheUsage: expected a finite number within 0..1, got 1.5",
         ),
         (
             f"models:\n  {MODEL}, pods: [{{name: p, kvCacheUsage: true, queueLength: 0}}]}}",
-            "models[0].pods[0].kvCacheUsage: expected a number within 0..1, got True",
+            "models[0].pods[0].kvCacheUsage: expected a finite number within 0..1, got True",
         ),
         (
             "instances:\n  - {namespace: n, pod: p, metrics: {'bad name': 1}}",

@@ -36,7 +36,7 @@ A model entry needs ``model`` and ``namespace``; a pod entry all three of its ke
 ``namespace``, ``pod`` and ``metrics``. Numbers must be non-negative (``kvCacheUsage`` within 0..1;
 instance metric values may be any number); unknown keys, duplicate models and wrong
 types are rejected with :class:`~tasks.clients.metrics.snapshot.MetricsFileError` naming the file and the field
-(``metrics.yaml: models[0].avgInputTokens: expected a number >= 0, got 'abc'``). In ``latency``, each range
+(``metrics.yaml: models[0].avgInputTokens: expected a finite number >= 0, got 'abc'``). In ``latency``, each range
 (``window``, ``recent``) and each histogram in it may be left out; a histogram needs its ``+Inf`` bucket
 (``+Inf``, ``Inf`` or ``.inf``); ``itlHistogram`` is one of ``vllm:request_time_per_output_token_seconds``
 (per request), ``vllm:inter_token_latency_seconds`` or ``vllm:time_per_output_token_seconds`` (per token). The
@@ -308,11 +308,16 @@ class _FileParser:
         return raw
 
     def number(self, raw: Any, where: str, minimum: float = 0.0, maximum: float = math.inf) -> float:
-        if isinstance(raw, bool) or not isinstance(raw, (int, float)) or math.isnan(raw):
-            raise self.fail(where, f"expected a number{_bounds(minimum, maximum)}, got {raw!r}")
-        value = float(raw)
-        if not minimum <= value <= maximum:
-            raise self.fail(where, f"expected a number{_bounds(minimum, maximum)}, got {raw!r}")
+        """A finite number within the bounds (``.inf``, ``.nan`` and an integer too large for a float are not)."""
+        expected = f"expected a finite number{_bounds(minimum, maximum)}, got {raw!r}"
+        if isinstance(raw, bool) or not isinstance(raw, (int, float)):
+            raise self.fail(where, expected)
+        try:
+            value = float(raw)
+        except OverflowError:
+            raise self.fail(where, expected) from None
+        if not math.isfinite(value) or not minimum <= value <= maximum:
+            raise self.fail(where, expected)
         return value
 
     def timestamp(self, raw: Any, where: str) -> dt.datetime:
