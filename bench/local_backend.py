@@ -176,7 +176,7 @@ def render(
         "The example cluster plus N Kthena Models and N VariantAutoscalings (each with its Deployment), one object",
         "per file; `rollout-models` then `optimize --metrics deployments/example-metrics.yaml` on it. CPU seconds of",
         "the process running the command (the backend runs in it; the Prefect test server's process not counted);",
-        "files: manifests in the directory after the command. The machine is shared (2 cores, other sessions):",
+        "files: manifests in the directory after the command. The machine is shared (2 cores, other work running):",
         "CPU time, not wall time, is the measure."
         + (" Measured under cProfile (the profiles say where the time went): it inflates" if profiled else ""),
         *(["CPU time, for both trees alike."] if profiled else []),

@@ -748,7 +748,7 @@ def render(
         START,
         "",
         f"Produced by `{command}` on {machine(('numpy', 'PuLP', 'highspy', 'matplotlib'))}.",
-        f"Load average (1/5/15 min) at start {loads[0]}, at end {loads[1]}: the machine is shared with other sessions.",
+        f"Load average (1/5/15 min) at start {loads[0]}, at end {loads[1]}: the machine is shared with other work, and the wall times below include its wait for the CPU.",
         "",
         "## Policy comparison on the Azure conversation trace",
         "",
