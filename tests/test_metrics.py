@@ -942,6 +942,34 @@ def test_kv_cache_falls_back_to_the_pre_0_10_gauge_name(loaded: FakeVllmExporter
                 loaded.remove_gauge(name, labels)
 
 
+def test_a_pod_gauge_that_is_no_share_or_count_leaves_the_pod_out_and_says_why(
+    loaded: FakeVllmExporter, metrics: PrometheusMetrics
+) -> None:
+    """A KV usage of NaN or below 0, or a negative queue, is no reading of the pod's saturation (a KV usage of -5
+    reads as spare capacity and makes a scale-down look safe); the pod is left out with a line, as the metrics file
+    refuses the same values, and its sound neighbour is read."""
+    odd = ModelKey("mt/odd", "mt-a")
+    labels = {"model_name": odd.model_id, "namespace": odd.namespace}
+    pods = {"nan-kv": (math.nan, 1.0), "negative-kv": (-5.0, 0.0), "negative-queue": (0.4, -2.0), "sound": (0.3, 1.0)}
+    for pod, (kv, waiting) in pods.items():
+        loaded.set_gauge("vllm:kv_cache_usage_perc", {**labels, "pod": pod}, kv)
+        loaded.set_gauge("vllm:num_requests_waiting", {**labels, "pod": pod}, waiting)
+    try:
+
+        def reports(snapshot: MetricsSnapshot) -> list[str]:
+            return sorted(line for line in snapshot.missing_for(odd) if " reports " in line)
+
+        snapshot = _collect_until(metrics, [odd], lambda s: len(reports(s)) == 3 and len(s.pods.get(odd, [])) == 1)
+        assert snapshot.pods[odd] == [PodMetrics("sound", 0.3, 1.0)]
+        lines = reports(snapshot)
+        assert len(lines) == 3 and all("expected a share 0..1 and a finite count >= 0" in line for line in lines)
+        assert "pod negative-kv of mt/odd in mt-a reports vllm:kv_cache_usage_perc -5 and" in lines[1]
+    finally:
+        for pod in pods:
+            for name in ("vllm:kv_cache_usage_perc", "vllm:num_requests_waiting"):
+                loaded.remove_gauge(name, {**labels, "pod": pod})
+
+
 def test_requests_waiting_at_the_gateway_are_read_per_model_for_models_without_replicas(
     loaded: FakeVllmExporter, metrics: PrometheusMetrics, prometheus: PrometheusProcess
 ) -> None:

@@ -408,7 +408,15 @@ class PrometheusMetrics(MetricsSource):
             shown = "of unknown age" if age is None else f"{age:.0f}s old"
             missing.add(f"metrics of pod {pod} of {key} are {shown} (max {self.max_age_s:g}s)", key)
             return None
-        return PodMetrics(pod, rows["kv"][label_key], rows["waiting"][label_key], from_epoch(oldest))
+        kv, waiting = rows["kv"][label_key], rows["waiting"][label_key]
+        if not (0.0 <= kv <= 1.0 and 0.0 <= waiting < math.inf):  # NaN fails both, as the metrics file's reader
+            missing.add(
+                f"pod {pod} of {key} reports {KV_CACHE_USAGE} {kv:g} and {REQUESTS_WAITING} {waiting:g}: "
+                "expected a share 0..1 and a finite count >= 0",
+                key,
+            )
+            return None
+        return PodMetrics(pod, kv, waiting, from_epoch(oldest))
 
     # -- HTTP --------------------------------------------------------------------------------------
 
