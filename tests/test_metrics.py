@@ -348,6 +348,24 @@ def test_model_without_samples_is_missing_not_an_error(loaded: FakeVllmExporter,
     assert LLAMA in snapshot.loads and snapshot.missing_for(LLAMA) == []
 
 
+def test_a_model_whose_token_counters_are_not_numbers_is_missing_alone(
+    loaded: FakeVllmExporter, metrics: PrometheusMetrics
+) -> None:
+    """An exporter counting infinite prompt tokens gives a mean of NaN; the sizing refuses such a workload, which
+    stopped the whole optimize run for every model. Now that model alone is missing, with a line that says why."""
+    bogus = ModelKey("mt/bogus", "mt-a")
+    loaded.set_load(bogus.model_id, bogus.namespace, ["bogus-0"], rate_rps=2.0, in_tokens=math.inf, out_tokens=10)
+    try:
+        snapshot = _collect_until(metrics, [LLAMA, bogus], lambda s: any("mean tokens" in x for x in s.missing))
+        assert bogus not in snapshot.loads and LLAMA in snapshot.loads
+        line = next(x for x in snapshot.missing_for(bogus) if "mean tokens" in x)
+        assert line == (
+            "mean tokens per request of mt/bogus in mt-a are not finite numbers >= 0 (vllm:request_prompt_tokens nan)"
+        )
+    finally:
+        loaded.remove_model(bogus.model_id, bogus.namespace)
+
+
 def test_idle_model_falls_back_to_the_longer_window_for_tokens(
     loaded: FakeVllmExporter, prometheus: PrometheusProcess, metrics: PrometheusMetrics
 ) -> None:

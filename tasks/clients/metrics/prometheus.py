@@ -346,6 +346,10 @@ class PrometheusMetrics(MetricsSource):
                 missing.add(f"{REQUEST_SUCCESS} for {key} is {age:.0f}s old (max {self.max_age_s:g}s)", key)
             elif rate is None or math.isnan(rate):
                 missing.add(f"{REQUEST_SUCCESS} for {key} has fewer than 2 samples in the last {self.rate_window}", key)
+            elif not 0.0 <= rate < math.inf:
+                missing.add(
+                    f"{REQUEST_SUCCESS} for {key} gives an arrival rate of {rate:g}, not a finite rate >= 0", key
+                )
             else:
                 load = self._load(key, rate, rows["in"].get(label_key), rows["out"].get(label_key), seen, missing)
                 if load is not None:
@@ -362,6 +366,11 @@ class PrometheusMetrics(MetricsSource):
         missing: Missing,
     ) -> ModelLoad | None:
         sampled_at = from_epoch(seen)
+        odd = [(name, v) for name, v in ((PROMPT_TOKENS, tokens_in), (GENERATION_TOKENS, tokens_out)) if _no_mean(v)]
+        if odd:  # one model's bogus series must not stop the cycle for every model (the sizing refuses it)
+            shown = ", ".join(f"{name} {value:g}" for name, value in odd)
+            missing.add(f"mean tokens per request of {key} are not finite numbers >= 0 ({shown})", key)
+            return None
         if tokens_in is not None and tokens_out is not None:
             return ModelLoad(rate, tokens_in, tokens_out, sampled_at)
         if rate == 0.0:
@@ -529,6 +538,11 @@ class PrometheusMetrics(MetricsSource):
 
     def _redact(self, text: str) -> str:
         return redact(text, (self._token,))
+
+
+def _no_mean(tokens: float | None) -> bool:
+    """Whether a mean token count was read but is no count (NaN, infinite or negative); None was not read."""
+    return tokens is not None and not 0.0 <= tokens < math.inf
 
 
 def _age(now: dt.datetime, epoch: float | None) -> float | None:
