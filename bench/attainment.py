@@ -148,18 +148,24 @@ def table_row(row: dict[str, Any]) -> str:
     """The columns every attainment table shares, for one trace and target: trace, rows, target, attained, cost,
     static at equal attainment, ceiling, tracks, tracks per model, no costlier."""
     cells = row["cells"]
-    static_costs = [c["static_cost"] for c in cells if c["static_cost"]]
     tracking, economy = _verdict(row)
     return (
         f"| {row['trace']} | {'tuning' if row['tuning'] else 'held out'} | {row['target'] * 100:.0f} % | "
         f"{_mean([c['attained'] for c in cells]) * 100:.1f} % | {_mean([c['cost'] for c in cells]):,.1f} | "
-        f"{(f'{_mean(static_costs):,.1f}') if static_costs else _outside(cells)} | "
+        f"{static_column(cells)} | "
         f"{_mean([c['ceiling'] for c in cells]) * 100:.1f} % | {tracking} | {per_model_verdict(row)} | {economy} |"
     )
 
 
 def _mean(values: Sequence[float]) -> float:
     return statistics.fmean(values) if values else float("nan")
+
+
+def static_column(cells: Sequence[dict[str, Any]]) -> str:
+    """The *static at equal attainment* column: the mean over the seeds where static's curve spans the attainment
+    reached, else what :func:`_outside` says."""
+    static_costs = [c["static_cost"] for c in cells if c["static_cost"]]
+    return f"{_mean(static_costs):,.1f}" if static_costs else _outside(cells)
 
 
 def _outside(cells: Sequence[dict[str, Any]]) -> str:
@@ -201,14 +207,19 @@ def _verdict(row: dict[str, Any]) -> tuple[str, str]:
     else:
         worst = max(abs(c["attained"] - row["target"]) for c in reachable)
         tracking = ("yes" if worst <= TOLERANCE else "no") + f" ({worst * 100:.1f}{_allowed(row)})"
-    ratios = [c["cost"] / c["static_cost"] for c in row["cells"] if c["static_cost"]]
+    return tracking, economy_verdict(row["cells"])
+
+
+def economy_verdict(cells: Sequence[dict[str, Any]]) -> str:
+    """Whether every seed (a cell of :func:`against_static`) cost at most static peak's at the same attainment,
+    with the worst ratio, where static's curve spans that attainment."""
+    ratios = [c["cost"] / c["static_cost"] for c in cells if c["static_cost"]]
     # Below static's curve (less attained than its lowest headroom): no cost at equal attainment exists; the loop
     # is no costlier only if it costs at most static's cheapest point, which attains more.
-    ratios += [c["cost"] / c["static_cheapest"][1] for c in row["cells"] if c["static_cheapest"]]
-    economy = (
-        "outside static's curve" if not ratios else ("yes" if max(ratios) <= 1.0 else "no") + f" ({max(ratios):.2f}x)"
-    )
-    return tracking, economy
+    ratios += [c["cost"] / c["static_cheapest"][1] for c in cells if c["static_cheapest"]]
+    if not ratios:
+        return "outside static's curve"
+    return ("yes" if max(ratios) <= 1.0 else "no") + f" ({max(ratios):.2f}x)"
 
 
 def _allowed(row: dict[str, Any]) -> str:

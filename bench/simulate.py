@@ -40,7 +40,7 @@ from engine.simulate.scenario import (
     with_hpa_metric,
     with_ttft_percentile,
 )
-from engine.simulate.trace import TraceShape, parse_trace_rows
+from engine.simulate.trace import TraceShape, parse_trace_rows, shape_trace
 from flows.parameters import SYSTEM_NAMESPACE
 from tasks.simulate import read_description, read_trace
 from tasks.simulate_plots import plot_cost, plot_latency, plot_load_capacity, plot_replicas, policy_label
@@ -249,34 +249,58 @@ def simulation_scenario(
     router: str = ROUTER_AUTO,
     bursty: str | None = None,
     bursty_minutes: int | None = None,
+    repeat: int = 1,
 ) -> Any:
     """The conversation trace (real pace) on deployments/simulation; reactive policies start from static peak's allocation.
 
     The one scenario convention of the acceptance rows; bench.simulate_limits replays the same (with a router).
     ``bursty`` names a variant of ``BURSTY_VARIANTS``: its arrivals replace the trace's (filled with its requests);
     ``bursty_minutes`` draws that variant's process for this many minutes instead of its own length (at its rate).
+    ``repeat`` plays the recorded requests this many times end to end (:func:`repeated`), before the slice and the
+    shaping.
     """
     description = read_description(str(SIMULATION), SYSTEM_NAMESPACE)
     if percentile is not None:
         description = with_ttft_percentile(description, percentile)
     models = served_models(description)
-    trace = read_trace(
-        trace_path,
-        TraceShape(
-            {m: 1.0 for m in models},
-            start_s=start_s,
-            duration_s=duration_s,
-            rate_scale=rate_scale,
-            seed=seed,
-            wave_floor=wave_floor,
-            burst=_burst_shape(bursty, bursty_minutes),
-        ),
+    shape = TraceShape(
+        {m: 1.0 for m in models},
+        start_s=start_s,
+        duration_s=duration_s,
+        rate_scale=rate_scale,
+        seed=seed,
+        wave_floor=wave_floor,
+        burst=_burst_shape(bursty, bursty_minutes),
     )
+    if repeat == 1:
+        trace = read_trace(trace_path, shape)
+    else:
+        with open(trace_path, newline="") as handle:
+            trace = shape_trace(*repeated(*parse_trace_rows(csv.reader(handle)), repeat), shape)
     if prompt_scale != 1:
         trace = dataclasses.replace(trace, in_tokens=trace.in_tokens * prompt_scale)
     config = SimConfig(interval_s=60.0, startup_delay_s=120.0, seed=seed)
     scenario = build_scenario(description, trace, config, router=router)
     return dataclasses.replace(scenario, start_from_static=True)
+
+
+def repeated(
+    arrival_s: np.ndarray, in_tokens: np.ndarray, out_tokens: np.ndarray, times: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """A parsed trace played ``times`` times end to end: each copy starts one median inter-arrival gap after the
+    last request of the one before, so the seams hold no silent minute (a silent minute marks traffic as
+    intermittent, and the attainment loop then holds the window's peak: a copy every hour on the clock, which
+    leaves the conversation trace's last 2 minutes silent, attained 84-86 % against an 80 % target)."""
+    if times < 1:
+        raise ValueError(f"times must be at least 1, got {times}")
+    gap = float(np.median(np.diff(np.sort(arrival_s)))) if len(arrival_s) > 1 else 1.0
+    period = float(arrival_s.max() - arrival_s.min()) + gap
+    start = arrival_s - arrival_s.min()
+    return (
+        np.concatenate([start + period * copy for copy in range(times)]),
+        np.tile(in_tokens, times),
+        np.tile(out_tokens, times),
+    )
 
 
 def _burst_shape(bursty: str | None, minutes: int | None) -> BurstShape | None:
