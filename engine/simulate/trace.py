@@ -42,15 +42,15 @@ _COLUMNS = {
 
 
 MAX_REQUEST_TOKENS = 10_000_000
-"""The most prompt or output tokens one row may count: beyond every model's context window, so a larger count is
-a corrupt row (a count past 2^63 does not even fit the simulator's integers)."""
+"""The most prompt or output tokens one row may count: no model's context window is longer, so a larger count is a
+corrupt row (a count past 2^63 does not even fit the simulator's integers)."""
 MAX_REPLAY_S = 366 * 86_400.0
 """The longest span a replay may have, a year: the simulator decides once a minute, so a longer one (a timestamp
 off by centuries, a compression far below 1) would run for days or ask for more memory than a machine has."""
 MAX_REPLAY_REQUESTS = 50_000_000
-"""The most requests a replay may hold after rate scaling (a week of the busiest Azure production trace holds
-fewer): each costs the simulator tens of bytes, so a scale in the millions ends in a clear error, not a
-MemoryError."""
+"""The most requests a replay may hold after rate scaling, over 2,500 times the recorded conversation hour (19,366
+requests): a scale in the millions ends in this error, not a MemoryError (``--rate-scale 1e9`` asked numpy for
+20.9 TiB)."""
 
 
 class TraceError(ValueError):
