@@ -346,7 +346,7 @@ class PrometheusMetrics(MetricsSource):
                 missing.add(f"{REQUEST_SUCCESS} for {key} is {age:.0f}s old (max {self.max_age_s:g}s)", key)
             elif rate is None or math.isnan(rate):
                 missing.add(f"{REQUEST_SUCCESS} for {key} has fewer than 2 samples in the last {self.rate_window}", key)
-            elif not 0.0 <= rate < math.inf:
+            elif not _is_count(rate):
                 missing.add(
                     f"{REQUEST_SUCCESS} for {key} gives an arrival rate of {rate:g}, not a finite rate >= 0", key
                 )
@@ -366,7 +366,8 @@ class PrometheusMetrics(MetricsSource):
         missing: Missing,
     ) -> ModelLoad | None:
         sampled_at = from_epoch(seen)
-        odd = [(name, v) for name, v in ((PROMPT_TOKENS, tokens_in), (GENERATION_TOKENS, tokens_out)) if _no_mean(v)]
+        means = ((PROMPT_TOKENS, tokens_in), (GENERATION_TOKENS, tokens_out))
+        odd = [(name, value) for name, value in means if value is not None and not _is_count(value)]
         if odd:  # one model's bogus series must not stop the cycle for every model (the sizing refuses it)
             shown = ", ".join(f"{name} {value:g}" for name, value in odd)
             missing.add(f"mean tokens per request of {key} are not finite numbers >= 0 ({shown})", key)
@@ -418,7 +419,7 @@ class PrometheusMetrics(MetricsSource):
             missing.add(f"metrics of pod {pod} of {key} are {shown} (max {self.max_age_s:g}s)", key)
             return None
         kv, waiting = rows["kv"][label_key], rows["waiting"][label_key]
-        if not (0.0 <= kv <= 1.0 and 0.0 <= waiting < math.inf):  # NaN fails both, as the metrics file's reader
+        if not (0.0 <= kv <= 1.0 and _is_count(waiting)):  # NaN fails both, as the metrics file's reader
             missing.add(
                 f"pod {pod} of {key} reports {KV_CACHE_USAGE} {kv:g} and {REQUESTS_WAITING} {waiting:g}: "
                 "expected a share 0..1 and a finite count >= 0",
@@ -540,9 +541,9 @@ class PrometheusMetrics(MetricsSource):
         return redact(text, (self._token,))
 
 
-def _no_mean(tokens: float | None) -> bool:
-    """Whether a mean token count was read but is no count (NaN, infinite or negative); None was not read."""
-    return tokens is not None and not 0.0 <= tokens < math.inf
+def _is_count(value: float) -> bool:
+    """Whether a sample is a finite number >= 0, as a rate, a mean token count or a queue is (NaN is not)."""
+    return 0.0 <= value < math.inf
 
 
 def _age(now: dt.datetime, epoch: float | None) -> float | None:
