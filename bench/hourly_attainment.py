@@ -67,10 +67,10 @@ replay both (the tuning rows are the trace's first half-hour)."""
 
 def for_hours(shape: dict[str, Any], hours: int) -> dict[str, Any]:
     """A variant's shaping for ``hours`` hours: a bursty process drawn that long, or the recorded trace played end
-    to end until it covers them (one copy more than the hours, cut at their end)."""
+    to end until it covers them, cut at their end."""
     if "bursty" in shape:
         return {**shape, "bursty_minutes": 60 * hours}
-    return {**shape, "repeat": hours + 1, "duration_s": hours * HOUR_S}
+    return {**shape, "repeat_for_s": hours * HOUR_S, "duration_s": hours * HOUR_S}
 
 
 def replay_hours(job: tuple[str, dict[str, Any], int, float, int]) -> list[dict[str, Any]]:

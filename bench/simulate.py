@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import csv
 import dataclasses
+import math
 import os
 import pathlib
 import sys
@@ -249,15 +250,15 @@ def simulation_scenario(
     router: str = ROUTER_AUTO,
     bursty: str | None = None,
     bursty_minutes: int | None = None,
-    repeat: int = 1,
+    repeat_for_s: float | None = None,
 ) -> Any:
     """The conversation trace (real pace) on deployments/simulation; reactive policies start from static peak's allocation.
 
     The one scenario convention of the acceptance rows; bench.simulate_limits replays the same (with a router).
     ``bursty`` names a variant of ``BURSTY_VARIANTS``: its arrivals replace the trace's (filled with its requests);
     ``bursty_minutes`` draws that variant's process for this many minutes instead of its own length (at its rate).
-    ``repeat`` plays the recorded requests this many times end to end (:func:`repeated`), before the slice and the
-    shaping.
+    ``repeat_for_s`` plays the recorded requests end to end until they cover this many seconds (:func:`repeated`),
+    before the slice and the shaping.
     """
     description = read_description(str(SIMULATION), SYSTEM_NAMESPACE)
     if percentile is not None:
@@ -272,11 +273,8 @@ def simulation_scenario(
         wave_floor=wave_floor,
         burst=_burst_shape(bursty, bursty_minutes),
     )
-    if repeat == 1:
-        trace = read_trace(trace_path, shape)
-    else:
-        with open(trace_path, newline="") as handle:
-            trace = shape_trace(*repeated(*parse_trace_rows(csv.reader(handle)), repeat), shape)
+    with open(trace_path, newline="") as handle:
+        trace = shape_trace(*repeated(*parse_trace_rows(csv.reader(handle)), repeat_for_s or 0.0), shape)
     if prompt_scale != 1:
         trace = dataclasses.replace(trace, in_tokens=trace.in_tokens * prompt_scale)
     config = SimConfig(interval_s=60.0, startup_delay_s=120.0, seed=seed)
@@ -285,16 +283,18 @@ def simulation_scenario(
 
 
 def repeated(
-    arrival_s: np.ndarray, in_tokens: np.ndarray, out_tokens: np.ndarray, times: int
+    arrival_s: np.ndarray, in_tokens: np.ndarray, out_tokens: np.ndarray, cover_s: float
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """A parsed trace played ``times`` times end to end: each copy starts one median inter-arrival gap after the
-    last request of the one before, so the seams hold no silent minute (a silent minute marks traffic as
-    intermittent, and the attainment loop then holds the window's peak: a copy every hour on the clock, which
-    leaves the conversation trace's last 2 minutes silent, attained 84-86 % against an 80 % target)."""
-    if times < 1:
-        raise ValueError(f"times must be at least 1, got {times}")
+    """A parsed trace played end to end as often as it takes to cover ``cover_s`` seconds (once at least): each copy
+    starts one median inter-arrival gap after the last request of the one before, so the seams hold no silent
+    minute (a silent minute marks traffic as intermittent, and the attainment loop then holds the window's peak: a
+    copy every hour on the clock, which leaves the conversation trace's last 2 minutes silent, attained 84-86 %
+    against an 80 % target)."""
+    if not 0.0 <= cover_s < math.inf:
+        raise ValueError(f"cover_s must be a finite number of seconds >= 0, got {cover_s}")
     gap = float(np.median(np.diff(np.sort(arrival_s)))) if len(arrival_s) > 1 else 1.0
     period = float(arrival_s.max() - arrival_s.min()) + gap
+    times = max(1, math.ceil(cover_s / period))
     start = arrival_s - arrival_s.min()
     return (
         np.concatenate([start + period * copy for copy in range(times)]),

@@ -68,18 +68,20 @@ def test_a_trace_played_end_to_end_has_no_silent_seam() -> None:
     (which would mark the traffic intermittent and make the loop hold the hour's peak)."""
     arrival = np.array([10.0, 11.0, 13.0, 14.0, 100.0])  # gaps 1, 2, 1, 86: median 1.5
     prompts, outputs = np.array([1, 2, 3, 4, 5]), np.array([6, 7, 8, 9, 10])
-    t, p, o = repeated(arrival, prompts, outputs, 3)
+    t, p, o = repeated(arrival, prompts, outputs, 273.0)  # a copy is 91.5 s: three cover 274.5 s
     assert t.tolist() == [0, 1, 3, 4, 90, 91.5, 92.5, 94.5, 95.5, 181.5, 183, 184, 186, 187, 273]
     assert p.tolist() == [1, 2, 3, 4, 5] * 3 and o.tolist() == [6, 7, 8, 9, 10] * 3
-    assert repeated(arrival, prompts, outputs, 1)[0].tolist() == [0, 1, 3, 4, 90]
-    with pytest.raises(ValueError, match="at least 1"):
-        repeated(arrival, prompts, outputs, 0)
+    assert repeated(arrival, prompts, outputs, 0.0)[0].tolist() == [0, 1, 3, 4, 90]  # once at least
+    assert len(repeated(arrival, prompts, outputs, 275.0)[0]) == 20  # a fourth copy for the last half second
+    for bad in (-1.0, float("nan"), float("inf")):
+        with pytest.raises(ValueError, match="finite number of seconds >= 0"):
+            repeated(arrival, prompts, outputs, bad)
 
 
 def test_each_traffic_is_shaped_to_cover_the_hours() -> None:
     assert for_hours({"bursty": "tune-a"}, 3) == {"bursty": "tune-a", "bursty_minutes": 180}
-    # One copy more than the hours (a copy is under an hour), cut at the hours' end.
-    assert for_hours({"rate_scale": 2.0}, 3) == {"rate_scale": 2.0, "repeat": 4, "duration_s": 10800.0}
+    # Played until the copies cover the hours, cut at their end.
+    assert for_hours({"rate_scale": 2.0}, 3) == {"rate_scale": 2.0, "repeat_for_s": 10800.0, "duration_s": 10800.0}
 
 
 def test_later_hours_are_weighed_by_their_requests_and_compared_with_static_over_the_same_hours() -> None:
