@@ -180,3 +180,14 @@ def test_wave_floor_one_replays_as_recorded(rate_scale: float) -> None:
 def test_wave_rejects_nonsense(kwargs: dict[str, float], message: str) -> None:
     with pytest.raises(TraceError, match=message):
         TraceShape({"ns/m": 1.0}, **kwargs)
+
+
+def test_the_replay_how_to_states_the_limits_the_reader_enforces() -> None:
+    """docs/how-to/replay-traffic.md writes the limits out by hand: it must say the ones the code has."""
+    import pathlib
+
+    page = (pathlib.Path(__file__).resolve().parents[2] / "docs" / "how-to" / "replay-traffic.md").read_text()
+    text = " ".join(page.split())
+    assert f"0 to {MAX_REQUEST_TOKENS:,}" in text
+    assert MAX_REPLAY_S == 366 * 86_400.0 and "spans at most a year" in text
+    assert f"at most {MAX_REPLAY_REQUESTS // 1_000_000} million requests" in text
