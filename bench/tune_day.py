@@ -2,7 +2,8 @@
 
     python -m bench.tune_day [--trace /work/shared/data/azure-llm-inference-2023-conv.csv] [--workers 2] [--no-write]
 
-A day is the conversation trace's hour repeated 24 times under a day-shaped envelope (floor 0.2, one period per
+A day is the conversation trace played end to end for 24 hours (:func:`bench.simulate.repeated`: no silent
+minute at the seams) under a day-shaped envelope (floor 0.2, one period per
 day), split between the two models of deployments/simulation: two model-days. Every candidate of
 :func:`engine.simulate.tune.candidates` is replayed on it as the tune flow does (the flow runs them as Prefect tasks
 on two threads; here on ``--workers`` processes), and the table gives each candidate's replay time (CPU seconds in
@@ -21,10 +22,8 @@ import time
 from concurrent.futures import ProcessPoolExecutor
 from typing import Any
 
-import numpy as np
-
 from bench.engine import machine, write_section
-from bench.simulate import DEFAULT_TRACE, SIMULATION, load_average
+from bench.simulate import DEFAULT_TRACE, SIMULATION, load_average, repeated
 from engine.simulate.outcome import summarize_outcome
 from engine.simulate.policies import run_policy
 from engine.simulate.records import SimConfig
@@ -35,20 +34,18 @@ from flows.parameters import SIMULATE_INTERVAL_S, SIMULATE_STARTUP_DELAY_S, SYST
 from tasks.simulate import read_description
 
 START, END = "<!-- tune-day:start -->", "<!-- tune-day:end -->"
-HOURS = 24
 DAY_S = 86400.0
 
 
 def day_scenario(trace_path: str, seed: int = 0) -> Scenario:
-    """The trace's hour repeated over a day, thinned to a day shape (floor 0.2), on deployments/simulation."""
+    """The trace played end to end over a day, cut at 24 hours, thinned to a day shape (floor 0.2), on
+    deployments/simulation."""
     with open(trace_path, newline="") as handle:
-        arrival, prompt, output = parse_trace_rows(csv.reader(handle))
-    hour = 3600.0
-    arrival = arrival - arrival.min()
-    days = np.concatenate([arrival + hour * h for h in range(HOURS)])
+        arrival, prompt, output = repeated(*parse_trace_rows(csv.reader(handle)), DAY_S)
+    day = arrival < DAY_S
     description = read_description(str(SIMULATION), SYSTEM_NAMESPACE)
     shape = TraceShape({m: 1.0 for m in served_models(description)}, seed=seed, wave_floor=0.2, wave_period_s=DAY_S)
-    trace = shape_trace(days, np.tile(prompt, HOURS), np.tile(output, HOURS), shape)
+    trace = shape_trace(arrival[day], prompt[day], output[day], shape)
     config = SimConfig(interval_s=SIMULATE_INTERVAL_S, startup_delay_s=SIMULATE_STARTUP_DELAY_S, seed=seed)
     return dataclasses.replace(build_scenario(description, trace, config), start_from_static=True)
 
@@ -75,7 +72,7 @@ def render(rows: list[dict[str, Any]], requests: int, wall_s: float, workers: in
         START,
         "## The tune sweep of a day",
         "",
-        f"`{command}` ({machine()}). A day of the conversation trace (its hour repeated 24 times, day-shaped with a "
+        f"`{command}` ({machine()}). A day of the conversation trace (played end to end for 24 hours, day-shaped with a "
         f"floor of 0.2) on deployments/simulation: {requests:,} requests over its two models (two model-days). Each "
         "candidate of the tune flow replayed once, as the flow does (a floor named with a model is the flow's second round, "
         "interpolated between the two floors that bracket that model's target; its attainment and cost are the "
