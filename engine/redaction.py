@@ -18,7 +18,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
-__all__ = ["MASK", "WITHHELD", "redact", "searchable"]
+__all__ = ["MASK", "WITHHELD", "redact", "searchable", "without_uri_credentials"]
 
 MASK = "***"
 """What a searchable secret is replaced by."""
@@ -32,6 +32,14 @@ SEARCHABLE_MIXED_LENGTH = 8
 
 _WORD = "A-Za-z0-9_-"
 """The characters a token is made of: a short secret inside a longer run of them is another word."""
+
+_USERINFO = re.compile(r"[^\s/?#@'\"]+:[^\s/?#@'\"]*@")
+"""A URI's ``user:password@``: a password, whatever the scheme, ends at the ``@`` before the host."""
+_SECRET_QUERY = re.compile(
+    r"(?i)(?<=[?&])([^=&\s'\"#]*(?:signature|credential|token|secret|password|passwd|sig|key)[^=&\s'\"#]*=)[^&\s'\"#]*"
+)
+"""A query item whose key names a credential (a presigned URL's ``X-Amz-Signature``, ``X-Amz-Credential``,
+``X-Amz-Security-Token``; ``sig``, ``token``, ``access_key``, ...)."""
 
 
 def searchable(secret: str) -> bool:
@@ -52,3 +60,16 @@ def redact(text: str, secrets: Iterable[str | None]) -> str:
     for secret in sorted((s for s in values if searchable(s)), key=len, reverse=True):
         text = text.replace(secret, MASK)
     return text
+
+
+def without_uri_credentials(text: str) -> str:
+    """``text`` with the credentials a URI can carry replaced by :data:`MASK`: the ``user:password`` before a
+    host's ``@`` and the values of query items named like credentials (``?X-Amz-Signature=***``).
+
+    Model sources are written by people, who sometimes paste a URI with its credentials in it; a message that
+    quotes such a URI back (an invalid bucket, an unknown query key) would put them in a status condition, an
+    Event and the log. Those secrets are not known beforehand, so :func:`redact` cannot find them: this finds
+    them by where a URI keeps them. A ``@`` without a ``:`` before it is left alone (``hf://gpt2@main`` is a
+    revision, not a user).
+    """
+    return _SECRET_QUERY.sub(rf"\1{MASK}", _USERINFO.sub(f"{MASK}@", text))

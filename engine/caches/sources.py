@@ -26,6 +26,8 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
+from engine.redaction import without_uri_credentials
+
 SCHEMES: tuple[str, ...] = ("hf", "modelscope", "s3", "pvc", "hostpath", "oss", "gcs", "host", "ollama")
 """Every scheme a source can have."""
 DOWNLOADABLE_SCHEMES: frozenset[str] = frozenset({"hf", "s3"})
@@ -62,9 +64,12 @@ QUERY_KEYS: dict[str, frozenset[str]] = {
 
 
 class SourceError(ValueError):
-    """A model source that cannot be used; ``field`` is the resource field path when known."""
+    """A model source that cannot be used; ``field`` is the resource field path when known. The message never
+    holds the credentials a pasted URI may carry (:func:`engine.redaction.without_uri_credentials`): it reaches
+    status conditions, Events and logs."""
 
     def __init__(self, message: str, field: str | None = None) -> None:
+        message = without_uri_credentials(message)
         self.field = field
         self.reason = message
         super().__init__(f"{field}: {message}" if field else message)

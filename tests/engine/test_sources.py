@@ -286,3 +286,34 @@ def test_kthena_rejections_carry_the_field_path(uri: str, field: str, needle: st
         from_kthena_uri(uri, field=field)
     assert info.value.field == field
     assert needle in str(info.value)
+
+
+# ------------------------------------------------------------------------------- credentials pasted into a URI
+
+
+@pytest.mark.parametrize(
+    ("uri", "secret", "kept"),
+    [
+        ("s3://AKIAKEY:supersecret@minio.local/bucket/model", "supersecret", "***@minio.local"),
+        ("s3://models/llama?endpoint=https://AKIAKEY:hunter2@minio.local:9000", "hunter2", "https://***@minio.local"),
+        ("s3://models/llama?X-Amz-Signature=0a1b2c3d&X-Amz-Credential=AKIA/2026", "0a1b2c3d", "X-Amz-Signature=***"),
+        ("s3://models/llama?X-Amz-Security-Token=FwoGZXIvYXdzE", "FwoGZXIvYXdzE", "X-Amz-Security-Token=***"),
+        ("oss://user:pa55word@bkt.endpoint/path?sig=abc123", "pa55word", "***@bkt.endpoint"),
+        ("hf://org/name@main?token=hf_abcdef", "hf_abcdef", "token=***"),
+    ],
+)
+def test_a_rejected_source_never_quotes_the_credentials_pasted_into_it(uri: str, secret: str, kept: str) -> None:
+    """A pasted URI's ``user:password@`` and credential-named query values are masked in the rejection, which
+    reaches status conditions, Events and logs; the rest of the URI stays, so the reader sees which one it was."""
+    with pytest.raises(SourceError) as info:
+        from_kthena_uri(uri, field="spec.backends[0].modelURI") if not uri.startswith("oss") else parse_source(uri)
+    assert secret not in str(info.value) and secret not in info.value.reason
+    assert kept in str(info.value)
+
+
+@pytest.mark.parametrize("uri", ["hf://gpt2@main", "hf://org/name@v1.0", "hf://org/name:v1.0"])
+def test_a_revision_after_at_is_not_taken_for_a_user(uri: str) -> None:
+    """``@`` without a ``:`` before it is a hub revision: a message quoting it keeps it whole."""
+    with pytest.raises(SourceError) as info:
+        parse_source(uri + "?bogus=1")
+    assert uri in str(info.value)
