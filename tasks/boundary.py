@@ -80,13 +80,17 @@ def accept(cluster: Cluster, objects: Iterable[Manifest]) -> list[Manifest]:
     return [obj for obj, _ in accept_parsed(cluster, objects)]
 
 
-def accept_parsed(cluster: Cluster, objects: Iterable[Manifest]) -> list[tuple[Manifest, BaseModel | None]]:
+def accept_parsed(
+    cluster: Cluster, objects: Iterable[Manifest], rejected: dict[tuple[str, str], str] | None = None
+) -> list[tuple[Manifest, BaseModel | None]]:
     """As :func:`accept`, each object paired with its parsed API model (``None`` for kinds that are not
     Modelplane's): the flows read specs from the typed model and write through the object as read.
 
     Args:
         cluster: The cluster the objects were read from; invalid Modelplane objects get their failure status there.
         objects: Manifests as one LIST returned them.
+        rejected: When given, filled with each invalid object's ``field: reason`` by (namespace, name), for a
+            lifecycle that reports the objects referring to it (a binding whose policy is invalid).
 
     Returns:
         Each accepted object with its parsed API model (None for a kind that is not Modelplane's), in order.
@@ -97,6 +101,9 @@ def accept_parsed(cluster: Cluster, objects: Iterable[Manifest]) -> list[tuple[M
         parsed = parse_resource(obj, schema_validated=cluster.validates_schemas)
         if isinstance(parsed, tuple):
             reject(cluster, obj, *parsed)
+            if rejected is not None:
+                meta = _mapping_at(obj, "metadata")
+                rejected[str(meta.get("namespace") or ""), str(meta.get("name"))] = ": ".join(parsed)
         else:
             valid.append((obj, parsed))
     return valid
@@ -125,18 +132,22 @@ def accept_identity(cluster: Cluster, objects: Iterable[Manifest]) -> list[Manif
     return sound
 
 
-def accept_as(cluster: Cluster, objects: Iterable[Manifest], model: type[M]) -> list[Accepted[M]]:
+def accept_as(
+    cluster: Cluster, objects: Iterable[Manifest], model: type[M], rejected: dict[tuple[str, str], str] | None = None
+) -> list[Accepted[M]]:
     """As :func:`accept` for objects of one Modelplane kind, each with its parsed ``model``.
 
     Args:
         cluster: The cluster the objects were read from; invalid ones get their failure status there.
         objects: Manifests of the kind ``model`` types, as one LIST returned them.
         model: The API model class of the kind.
+        rejected: When given, filled with each invalid object's ``field: reason`` (:func:`accept_parsed`).
 
     Returns:
         Each object that parses as ``model``, paired with its parsed model.
     """
-    return [Accepted(obj, parsed) for obj, parsed in accept_parsed(cluster, objects) if isinstance(parsed, model)]
+    accepted = accept_parsed(cluster, objects, rejected)
+    return [Accepted(obj, parsed) for obj, parsed in accepted if isinstance(parsed, model)]
 
 
 def invalid_field(obj: Any) -> tuple[str, str] | None:

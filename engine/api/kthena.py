@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Final, Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from engine.api.meta import (
     Affinity,
@@ -153,6 +153,15 @@ class Target(KubeModel):
     """MetricEndpoint is the metric source."""
 
 
+def _check_bounds(min_replicas: int | None, max_replicas: int | None) -> None:
+    """A target's bounds must not cross: the autoscaler would otherwise clamp to both at once (Kthena's clamp
+    takes the maximum, so a binding with minReplicas 8 and maxReplicas 2 scaled its target to 2 in one step)."""
+    low, high = 0 if min_replicas is None else min_replicas, 1 if max_replicas is None else max_replicas
+    if low > high:
+        limit = f"maxReplicas {high}" if max_replicas is not None else f"maxReplicas, which is {high} when not set"
+        raise ValueError(f"minReplicas {low} is above {limit}")
+
+
 class ScalingConfiguration(KubeModel):
     """Homogeneous scaling: one target sized from the policy's metrics."""
 
@@ -162,6 +171,11 @@ class ScalingConfiguration(KubeModel):
     """MinReplicas is the minimum number of replicas."""
     max_replicas: int | None = Field(None, alias="maxReplicas", ge=1, le=MAX_REPLICAS)
     """MaxReplicas is the maximum number of replicas."""
+
+    @model_validator(mode="after")
+    def _bounds_do_not_cross(self) -> ScalingConfiguration:
+        _check_bounds(self.min_replicas, self.max_replicas)
+        return self
 
 
 class OptimizerParam(KubeModel):
@@ -176,6 +190,11 @@ class OptimizerParam(KubeModel):
     max_replicas: int | None = Field(None, alias="maxReplicas", ge=1, le=MAX_REPLICAS)
     """MaxReplicas is the maximum number of replicas for the backend."""
 
+    @model_validator(mode="after")
+    def _bounds_do_not_cross(self) -> OptimizerParam:
+        _check_bounds(self.min_replicas, self.max_replicas)
+        return self
+
 
 class OptimizerConfiguration(KubeModel):
     """Heterogeneous scaling: replicas distributed over groups by cost."""
@@ -184,6 +203,22 @@ class OptimizerConfiguration(KubeModel):
     """Parameters of multiple Model Infer Groups to be optimized."""
     cost_expansion_rate_percent: int | None = Field(200, alias="costExpansionRatePercent", ge=0)
     """CostExpansionRatePercent is the percentage rate at which the cost expands."""
+
+    @field_validator("params")
+    @classmethod
+    def _each_target_once(cls, params: list[OptimizerParam]) -> list[OptimizerParam]:
+        """A workload named by two params would be counted twice and given two conflicting replica counts."""
+        seen: dict[tuple[str | None, str | None, str | None, str | None], int] = {}
+        for index, param in enumerate(params):
+            ref = param.target.target_ref
+            key = (ref.api_version, ref.kind, ref.namespace, ref.name)
+            if key in seen:
+                raise ValueError(
+                    f"params[{index}].target names the same {ref.kind or 'target'} {ref.name!r} as "
+                    f"params[{seen[key]}].target: each group must be a different workload"
+                )
+            seen[key] = index
+        return params
 
 
 class AutoscalingPolicyBindingSpec(KubeModel):

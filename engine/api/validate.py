@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pydantic import BaseModel, TypeAdapter, ValidationError
+from pydantic_core import ErrorDetails
 
 from engine.api import schema as schema_mod
 from engine.api.crds import structural_schema
@@ -151,12 +152,19 @@ def parse_object(manifest: dict[str, Any], *, schema_validated: bool = False) ->
     return _parse_kind(info, manifest, schema_validated)
 
 
+def _message(error: ErrorDetails) -> str:
+    """A validation error's message; a model's own check (a ``ValueError`` it raised) in its own words, without
+    pydantic's ``Value error, `` before them."""
+    raised = (error.get("ctx") or {}).get("error")
+    return str(raised) if error["type"] == "value_error" and isinstance(raised, ValueError) else error["msg"]
+
+
 def _parse_kind(info: KindInfo, manifest: dict[str, Any], schema_validated: bool) -> BaseModel:
     """:func:`parse_object` of a manifest whose identity is checked and whose kind is ``info``."""
     try:
         parsed: BaseModel = info.model().model_validate(manifest)
     except ValidationError as exc:
-        errors = [(format_path(_data_path(manifest, err["loc"])), err["msg"]) for err in exc.errors()]
+        errors = [(format_path(_data_path(manifest, err["loc"])), _message(err)) for err in exc.errors()]
         raise ManifestInvalid(*_identity(manifest), *errors[0], errors) from None
     schema_errors = [] if schema_validated else _crd_schema_errors(info, manifest)
     if schema_errors:  # what the API server would refuse; pydantic alone would coerce ("no" -> False, "1" -> 1)

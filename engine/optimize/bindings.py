@@ -12,6 +12,7 @@ process, so :func:`plan_binding` reads it from the old status and returns the ne
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -128,7 +129,7 @@ class BindingInputs:
     name: str
     generation: int | None
     policy_name: str | None
-    policy: AutoscalingPolicySpec | None  # the AutoscalingPolicy spec, None when it does not exist
+    policy: AutoscalingPolicySpec | None  # the AutoscalingPolicy spec, None when it does not exist or is invalid
     heterogeneous: bool
     targets: list[BindingTarget]
     instances: list[dict[str, float]]
@@ -138,6 +139,8 @@ class BindingInputs:
     old_status: Mapping[str, Any] = field(default_factory=dict)
     scale_to_zero_grace_s: float | None = None
     """Seconds the recommendation must stay 0 before the targets reach 0 (None: no grace period)."""
+    policy_invalid: str | None = None
+    """Why the named AutoscalingPolicy could not be read (``field: reason``), when it exists but is invalid."""
 
 
 @dataclass
@@ -183,13 +186,24 @@ class BindingDecision:
 
 def _metric_targets(policy: AutoscalingPolicySpec) -> dict[str, float]:
     """metricName -> target value (Quantity) of the policy (the API model requires at least one metric,
-    each named)."""
+    each named). Kthena's admission webhook refuses a target value that is not above 0 or is infinite, and a
+    metric named twice; so does this: a target of 0 or below reads any load as none and scales down."""
     targets: dict[str, float] = {}
     for index, metric in enumerate(policy.metrics):
         try:
-            targets[metric.metric_name] = float(parse_quantity(metric.target_value))
+            value = float(parse_quantity(metric.target_value))
         except ValueError as exc:
             raise ValueError(f"spec.metrics[{index}].targetValue: {exc}") from None
+        if not 0.0 < value < math.inf:
+            raise ValueError(
+                f"spec.metrics[{index}].targetValue: metric target value must be greater than 0 and not equal to "
+                f"infinity, got {metric.target_value!r}"
+            )
+        if metric.metric_name in targets:
+            raise ValueError(
+                f"spec.metrics[{index}].metricName: duplicate metric name {metric.metric_name} is not allowed"
+            )
+        targets[metric.metric_name] = value
     return targets
 
 
@@ -237,6 +251,10 @@ def _hold(inputs: BindingInputs, reason: str, message: str) -> BindingDecision:
 
 def plan_binding(inputs: BindingInputs, now: datetime) -> BindingDecision:
     """Decide the replicas of every target of one binding."""
+    if inputs.policy is None and inputs.policy_invalid:
+        return _hold(
+            inputs, REASON_INVALID, f"AutoscalingPolicy {inputs.policy_name} is invalid: {inputs.policy_invalid}"
+        )
     if inputs.policy is None:
         return _hold(
             inputs, REASON_POLICY_MISSING, f"AutoscalingPolicy {inputs.policy_name!r} not found in {inputs.namespace}"

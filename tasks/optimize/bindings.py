@@ -434,6 +434,7 @@ def read_binding_inputs(
         cost_expansion_rate_percent=200 if expansion is None else expansion,
         old_status=binding.obj.get("status") or {},
         scale_to_zero_grace_s=binding_grace_period(cluster, meta),
+        policy_invalid=state.invalid_policies.get((namespace, policy_name)),
     )
 
 

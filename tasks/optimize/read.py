@@ -64,6 +64,8 @@ class ClusterState:
     variants: list[Accepted[VariantAutoscaling]]
     bindings: list[Accepted[AutoscalingPolicyBinding]]
     policies: dict[tuple[str, str], Accepted[AutoscalingPolicy]]
+    invalid_policies: dict[tuple[str, str], str]
+    """Why each AutoscalingPolicy that does not parse is invalid (``field: reason``), by (namespace, name)."""
     accelerator_costs: dict[str, AcceleratorCost]
     service_classes: dict[tuple[str, str], ServiceClass | ConfigError]
     saturation_data: dict[str, str]
@@ -106,7 +108,9 @@ def list_optional(cluster: Cluster, api_version: str, kind: str, namespace: str 
         return []
 
 
-def list_typed(cluster: Cluster, api_version: str, kind: str, model: type[M]) -> list[Accepted[M]]:
+def list_typed(
+    cluster: Cluster, api_version: str, kind: str, model: type[M], rejected: dict[tuple[str, str], str] | None = None
+) -> list[Accepted[M]]:
     """:func:`list_optional` of a Modelplane kind, each object with its parsed API ``model``.
 
     Args:
@@ -114,12 +118,13 @@ def list_typed(cluster: Cluster, api_version: str, kind: str, model: type[M]) ->
         api_version: The kind's ``apiVersion``.
         kind: The kind's name.
         model: The kind's API model class.
+        rejected: When given, filled with each invalid object's ``field: reason`` by (namespace, name).
 
     Returns:
         The accepted objects of every namespace, each with its parsed model; empty when the kind is not served.
     """
     try:
-        return accept_as(cluster, cluster.list(api_version, kind), model)  # invalid ones: marked, left out
+        return accept_as(cluster, cluster.list(api_version, kind), model, rejected)  # invalid ones: marked, left out
     except NotFound:
         log.info("%s/%s is not served by this cluster; skipping", api_version, kind)
         return []
@@ -202,9 +207,10 @@ def read_cluster_state(
         for b in list_typed(cluster, KTHENA_API, AUTOSCALING_POLICY_BINDING, AutoscalingPolicyBinding)
         if _in_scope(b, scope)
     ]
+    invalid_policies: dict[tuple[str, str], str] = {}
     policies = {
         (p.namespace, p.name): p
-        for p in list_typed(cluster, KTHENA_API, AUTOSCALING_POLICY, AutoscalingPolicy)
+        for p in list_typed(cluster, KTHENA_API, AUTOSCALING_POLICY, AutoscalingPolicy, invalid_policies)
         if _in_scope(p, scope)
     }
     config_maps = _by_name(cluster.list("v1", "ConfigMap", namespace=config_namespace))
@@ -223,6 +229,7 @@ def read_cluster_state(
         variants=variants,
         bindings=bindings,
         policies=policies,
+        invalid_policies=invalid_policies,
         accelerator_costs=costs,
         service_classes=_service_classes(cluster, variants, config_maps),
         saturation_data=(config_maps.get(SATURATION_CONFIGMAP) or {}).get("data") or {},

@@ -271,6 +271,63 @@ def test_binding_needs_exactly_one_configuration() -> None:
         "spec": {"policyRef": {"name": "p"}},
     }
     assert _error(base).field_path == "spec"
+    assert "Value error" not in str(_error(base)), "a model's own check reads in its own words"
+
+
+def _binding(spec: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "apiVersion": "registry.volcano.sh/v1alpha1",
+        "kind": "AutoscalingPolicyBinding",
+        "metadata": {"name": "b", "namespace": "ns"},
+        "spec": {"policyRef": {"name": "p"}, **spec},
+    }
+
+
+_TARGET = {"targetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "llama"}}
+
+
+@pytest.mark.parametrize(
+    ("spec", "path", "needle"),
+    [
+        (
+            {"scalingConfiguration": {"target": _TARGET, "minReplicas": 8, "maxReplicas": 2}},
+            "spec.scalingConfiguration",
+            "minReplicas 8 is above maxReplicas 2",
+        ),
+        (
+            {"scalingConfiguration": {"target": _TARGET, "minReplicas": 3}},
+            "spec.scalingConfiguration",
+            "which is 1 when not set",
+        ),
+        (
+            {
+                "optimizerConfiguration": {
+                    "params": [{"target": _TARGET, "minReplicas": 9, "maxReplicas": 4, "cost": 1}]
+                }
+            },
+            "spec.optimizerConfiguration.params[0]",
+            "minReplicas 9 is above maxReplicas 4",
+        ),
+        (
+            {"optimizerConfiguration": {"params": [{"target": _TARGET, "cost": 1}, {"target": _TARGET, "cost": 2}]}},
+            "spec.optimizerConfiguration.params",
+            "params[1].target names the same Deployment 'llama' as params[0].target",
+        ),
+    ],
+)
+def test_a_binding_whose_bounds_cross_or_that_names_a_target_twice_is_invalid(
+    spec: dict[str, Any], path: str, needle: str
+) -> None:
+    """Before, min above max was clamped to max (a scale-down past the policy's behaviour) and a target named by
+    two params had its replicas counted twice; now the binding is refused, naming the field."""
+    error = _error(_binding(spec))
+    assert error.field_path == path and needle in str(error), error
+
+
+def test_a_binding_whose_bounds_meet_is_valid() -> None:
+    parse_object(_binding({"scalingConfiguration": {"target": _TARGET, "minReplicas": 4, "maxReplicas": 4}}))
+    other = {"targetRef": {**_TARGET["targetRef"], "name": "llama-h100"}}
+    parse_object(_binding({"optimizerConfiguration": {"params": [{"target": _TARGET}, {"target": other}]}}))
 
 
 def test_format_path() -> None:

@@ -100,6 +100,56 @@ def test_bad_target_value_is_reported_with_field() -> None:
     assert decision.reason == "InvalidConfiguration" and "spec.metrics[0].targetValue" in decision.message
 
 
+@pytest.mark.parametrize("value", ["0", "-1", "-5", "1e400", 0])
+def test_a_target_value_kthena_refuses_holds_replicas_and_names_the_field(value: str | int) -> None:
+    """Kthena's webhook refuses a target value that is not above 0, or infinite; a target of 0 or below read any
+    load as none and scaled down (a target of -1 took a Deployment from 6 to 5 on metrics at target)."""
+    bad = AutoscalingPolicyMetric.model_validate({"metricName": "vllm:num_requests_waiting", "targetValue": value})
+    decision = plan_binding(inputs(policy=POLICY.model_copy(update={"metrics": [bad]})), NOW)
+    assert decision.reason == "InvalidConfiguration" and not decision.ready
+    assert "spec.metrics[0].targetValue: metric target value must be greater than 0" in decision.message
+    assert [t.desired for t in decision.targets] == [2]
+
+
+def test_a_metric_named_twice_holds_replicas_and_names_the_field() -> None:
+    metrics = [{"metricName": "vllm:num_requests_waiting", "targetValue": v} for v in ("5", "50")]
+    policy = AutoscalingPolicySpec.model_validate({**POLICY.to_dict(), "metrics": metrics})
+    decision = plan_binding(inputs(policy=policy), NOW)
+    assert decision.reason == "InvalidConfiguration" and [t.desired for t in decision.targets] == [2]
+    assert "spec.metrics[1].metricName: duplicate metric name vllm:num_requests_waiting" in decision.message
+
+
+@pytest.mark.parametrize(
+    ("behavior", "field"),
+    [
+        ({"scaleDown": {"period": "31m"}}, "spec.behavior.scaleDown.period"),
+        ({"scaleDown": {"stabilizationWindow": "2h"}}, "spec.behavior.scaleDown.stabilizationWindow"),
+        ({"scaleUp": {"stablePolicy": {"period": "1801s"}}}, "spec.behavior.scaleUp.stablePolicy.period"),
+        ({"scaleUp": {"panicPolicy": {"period": "40m"}}}, "spec.behavior.scaleUp.panicPolicy.period"),
+        ({"scaleUp": {"panicPolicy": {"panicModeHold": "24h"}}}, "spec.behavior.scaleUp.panicPolicy.panicModeHold"),
+    ],
+)
+def test_a_period_or_window_over_30_minutes_holds_replicas_and_names_the_field(behavior: dict, field: str) -> None:
+    decision = plan_binding(inputs(policy=with_behavior(behavior)), NOW)
+    assert decision.reason == "InvalidConfiguration" and [t.desired for t in decision.targets] == [2]
+    assert f"{field}: " in decision.message and "must be between 0 and 30 minutes" in decision.message
+
+
+def test_a_window_of_exactly_30_minutes_is_kept() -> None:
+    decision = plan_binding(inputs(policy=with_behavior({"scaleDown": {"stabilizationWindow": "30m"}})), NOW)
+    assert decision.ready
+
+
+def test_an_invalid_policy_is_reported_as_invalid_not_as_missing() -> None:
+    decision = plan_binding(
+        inputs(policy=None, policy_invalid="spec.behavior.scaleUp.panicPolicy.panicThresholdPercent: too low"), NOW
+    )
+    assert decision.reason == "InvalidConfiguration" and [t.desired for t in decision.targets] == [2]
+    assert decision.message == (
+        "AutoscalingPolicy p is invalid: spec.behavior.scaleUp.panicPolicy.panicThresholdPercent: too low"
+    )
+
+
 def test_heterogeneous_distributes_total_cheapest_first() -> None:
     targets = [target("h100", current=1, low=1, high=4, cost=80), target("a100", current=1, low=1, high=4, cost=40)]
     instances = [{"vllm:num_requests_waiting": 10.0}] * 2  # ratio 2 over 2 replicas -> 4 in total

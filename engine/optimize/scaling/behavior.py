@@ -52,6 +52,20 @@ def parse_duration(value: str | int | float | timedelta | None) -> float:
     return parse_go_duration(value)
 
 
+MAX_POLICY_WINDOW_S = 30 * 60.0
+"""The longest period, stabilization window or panic hold Kthena's AutoscalingPolicy webhook admits (30 minutes)."""
+
+
+def policy_window(value: str | None, default: float, path: str, what: str) -> float:
+    """Seconds of a policy's period, window or hold (``default`` when unset). Raises ``ValueError`` naming
+    ``path``, in the words of Kthena's admission webhook, when it is longer than 30 minutes: the webhook refuses
+    such a policy, so no cluster running Kthena holds one."""
+    seconds = default if value is None else parse_duration(value)
+    if not 0.0 <= seconds <= MAX_POLICY_WINDOW_S:
+        raise ValueError(f"{path}: {what} must be between 0 and 30 minutes, got {value!r}")
+    return seconds
+
+
 def format_time(moment: datetime) -> str:
     """RFC 3339 in UTC with a ``Z`` suffix (fractional seconds only when present)."""
     moment = moment.astimezone(UTC)
@@ -102,17 +116,23 @@ class StablePolicy:
         )
 
     @classmethod
-    def from_model(cls, policy: AutoscalingPolicyStablePolicy | None, default_window: float = 0.0) -> StablePolicy:
-        """Build from the API model, applying the CRD defaults to absent fields."""
+    def from_model(
+        cls, policy: AutoscalingPolicyStablePolicy | None, default_window: float = 0.0, path: str = "stablePolicy"
+    ) -> StablePolicy:
+        """Build from the API model, applying the CRD defaults to absent fields. Raises ``ValueError`` naming
+        ``path`` when a period or window is longer than Kthena's webhook allows (:func:`policy_window`)."""
         if policy is None:
             return cls(stabilization_window=default_window)
         return cls(
             instances=1 if policy.instances is None else policy.instances,
             percent=100 if policy.percent is None else policy.percent,
-            period=15.0 if policy.period is None else parse_duration(policy.period),
+            period=policy_window(policy.period, 15.0, f"{path}.period", "stable policy period"),
             select_policy=SELECT_OR if policy.select_policy is None else policy.select_policy,
-            stabilization_window=(
-                default_window if policy.stabilization_window is None else parse_duration(policy.stabilization_window)
+            stabilization_window=policy_window(
+                policy.stabilization_window,
+                default_window,
+                f"{path}.stabilizationWindow",
+                "stable policy stabilization window",
             ),
         )
 
@@ -146,15 +166,18 @@ class PanicPolicy:
         )
 
     @classmethod
-    def from_model(cls, policy: AutoscalingPolicyPanicPolicy | None) -> PanicPolicy:
-        """Build from the API model, applying the CRD defaults to absent fields."""
+    def from_model(cls, policy: AutoscalingPolicyPanicPolicy | None, path: str = "panicPolicy") -> PanicPolicy:
+        """Build from the API model, applying the CRD defaults to absent fields. Raises ``ValueError`` naming
+        ``path`` when its period or hold is longer than Kthena's webhook allows (:func:`policy_window`)."""
         if policy is None:
             return cls()
         return cls(
             percent=1000 if policy.percent is None else policy.percent,
-            period=0.0 if policy.period is None else parse_duration(policy.period),
+            period=policy_window(policy.period, 0.0, f"{path}.period", "panic policy period"),
             panic_threshold_percent=200 if policy.panic_threshold_percent is None else policy.panic_threshold_percent,
-            panic_mode_hold=60.0 if policy.panic_mode_hold is None else parse_duration(policy.panic_mode_hold),
+            panic_mode_hold=policy_window(
+                policy.panic_mode_hold, 60.0, f"{path}.panicModeHold", "panic policy panic mode hold"
+            ),
         )
 
     from_dict = from_spec
@@ -189,9 +212,15 @@ class Behavior:
         """Build from an AutoscalingPolicy's ``spec.behavior`` as its API model."""
         scale_up = behavior.scale_up if behavior is not None else None
         return cls(
-            scale_up=StablePolicy.from_model(scale_up.stable_policy if scale_up else None, default_window=0.0),
-            scale_down=StablePolicy.from_model(behavior.scale_down if behavior else None, default_window=300.0),
-            panic=PanicPolicy.from_model(scale_up.panic_policy if scale_up else None),
+            scale_up=StablePolicy.from_model(
+                scale_up.stable_policy if scale_up else None, 0.0, "spec.behavior.scaleUp.stablePolicy"
+            ),
+            scale_down=StablePolicy.from_model(
+                behavior.scale_down if behavior else None, 300.0, "spec.behavior.scaleDown"
+            ),
+            panic=PanicPolicy.from_model(
+                scale_up.panic_policy if scale_up else None, "spec.behavior.scaleUp.panicPolicy"
+            ),
         )
 
     from_dict = from_spec
