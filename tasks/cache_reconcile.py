@@ -345,10 +345,7 @@ def collect_unused_caches(
         verdict: GcVerdict = gc_verdict(cache, by_namespace[namespace], unused_after, now)
         if not verdict.delete:
             continue
-        claim = (cache.status.persistent_volume_claim if cache.status else None) or ""
-        size = pvc_capacity(world.pvcs.get((namespace, claim))) or "no PVC"
-        delete_cache(cluster, accepted, world)
-        freed[(namespace, accepted.name)] = (
-            f"{namespace}/{accepted.name} ({claim or 'no PVC'}, {size}): {verdict.reason}"
-        )
+        pvc = delete_cache(cluster, accepted, world)
+        held = f"{pvc['metadata']['name']}, {pvc_capacity(pvc) or 'no size'}" if pvc is not None else "no PVC"
+        freed[(namespace, accepted.name)] = f"{namespace}/{accepted.name} ({held}): {verdict.reason}"
     return freed

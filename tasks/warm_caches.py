@@ -282,9 +282,20 @@ def local_volume(cluster: LocalCluster, namespace: str, claim: str) -> Path:
 
     Returns:
         The directory, under the cluster's state directory (it may not exist yet).
+
+    Raises:
+        ValueError: ``namespace`` or ``claim`` is not one path segment, or the directory would resolve outside
+            the cluster's folder (a symbolic link on the way): fills write here and garbage collection deletes
+            here, so a name taken from a status must never reach another directory.
     """
+    for what, part in (("namespace", namespace), ("claim", claim)):
+        if not part or part in (".", "..") or "/" in part or "\\" in part or "\0" in part:
+            raise ValueError(f"{what} {part!r} cannot name a volume directory")
     root = cluster.path if not cluster.single_file else cluster.path.parent
-    return root / VOLUMES_DIR / namespace / claim
+    volume = root / VOLUMES_DIR / namespace / claim
+    if root.resolve() not in volume.resolve().parents:
+        raise ValueError(f"the volume of {namespace}/{claim} resolves to {volume.resolve()}, outside {root.resolve()}")
+    return volume
 
 
 def create_pvc(cluster: Cluster, cache: ModelCache, size: str, storage_class: str | None) -> Manifest:
@@ -474,13 +485,17 @@ def mounted_claims(cluster: Cluster, namespace: str) -> set[str]:
     return claims
 
 
-def delete_cache(cluster: Cluster, cache: Accepted[ModelCache], world: CacheWorld) -> None:
-    """Delete a cache with its fill Jobs and PVC (and, locally, the volume directory).
+def delete_cache(cluster: Cluster, cache: Accepted[ModelCache], world: CacheWorld) -> Manifest | None:
+    """Delete a cache with its fill Jobs and PVC (and, locally, the volume directory). Only a PVC labelled as this
+    cache's is deleted, whatever its status names.
 
     Args:
         cluster: The cluster the cache lives in.
         cache: The ModelCache to delete, with its API model.
         world: What the pass read (the Jobs and PVCs to find the cache's own).
+
+    Returns:
+        The PVC deleted with it, or None when it had none of its own.
     """
     namespace, name = cache.model.metadata.namespace or "", cache.name
     for (ns, _), job in world.jobs.items():
@@ -488,11 +503,17 @@ def delete_cache(cluster: Cluster, cache: Accepted[ModelCache], world: CacheWorl
             _delete(cluster, job)
     claim = cache.model.status.persistent_volume_claim if cache.model.status is not None else None
     pvc = world.pvcs.get((namespace, claim or ""))
-    if pvc is not None:
+    own = pvc is not None and (pvc["metadata"].get("labels") or {}).get(CACHE_LABEL) == name
+    if pvc is not None and own:
         _delete(cluster, pvc)
+    elif claim:  # a status is anyone's to write: it never chooses what else is deleted
+        log.warning(
+            "ModelCache %s/%s: its status names PVC %r, which is not its own; left alone", namespace, name, claim
+        )
     _delete(cluster, cache.obj)
-    if isinstance(cluster, LocalCluster) and claim:
+    if isinstance(cluster, LocalCluster) and claim and own:
         shutil.rmtree(local_volume(cluster, namespace, claim), ignore_errors=True)
+    return pvc if own else None
 
 
 def _delete(cluster: Cluster, obj: Manifest) -> None:

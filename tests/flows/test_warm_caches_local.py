@@ -16,7 +16,7 @@ from engine.caches.identity import CACHE_MARKER
 from flows.cli import app
 from flows.warm_caches import warm_caches
 from tasks.clients.cluster import LocalCluster, ObjectRef
-from tasks.warm_caches import local_volume
+from tasks.warm_caches import VOLUMES_DIR, local_volume
 from tests.flows.artifacts import prefect_events
 from tests.servers.capture import captured_listener
 from tests.servers.hftest.fixture import HfServer
@@ -272,22 +272,26 @@ def test_consumers_share_one_cache_and_a_persons_cache_is_adopted(
     )  # adopted, not created
 
 
+def _settled(name: str, last_used: str, claim: str | None = None) -> dict[str, Any]:
+    """An Available ModelCache last used at ``last_used``, whose status names ``claim`` (default: its own PVC)."""
+    return {
+        **model_cache(name, f"s3://bucket/{name}", size="1Gi"),
+        "status": {"status": "Available", "persistentVolumeClaim": claim or f"{name}-cache", "lastUsed": last_used},
+    }
+
+
+def _claim(name: str) -> dict[str, Any]:
+    """The PVC warm-caches made for the cache ``name`` (labelled as its own), bound at 2Gi."""
+    return {
+        "apiVersion": "v1",
+        "kind": "PersistentVolumeClaim",
+        "metadata": {"name": f"{name}-cache", "namespace": NS, "labels": {"modelplane.io/cache": name}},
+        "spec": {"accessModes": ["ReadWriteMany"], "resources": {"requests": {"storage": "2Gi"}}},
+        "status": {"phase": "Bound", "capacity": {"storage": "2Gi"}},
+    }
+
+
 def test_gc_deletes_only_unused_and_unmounted_caches(prefect_harness: None, cluster_dir: pathlib.Path) -> None:
-    def settled(name: str, last_used: str) -> dict[str, Any]:
-        return {
-            **model_cache(name, f"s3://bucket/{name}", size="1Gi"),
-            "status": {"status": "Available", "persistentVolumeClaim": f"{name}-cache", "lastUsed": last_used},
-        }
-
-    def claim(name: str) -> dict[str, Any]:
-        return {
-            "apiVersion": "v1",
-            "kind": "PersistentVolumeClaim",
-            "metadata": {"name": f"{name}-cache", "namespace": NS, "labels": {"modelplane.io/cache": name}},
-            "spec": {"accessModes": ["ReadWriteMany"], "resources": {"requests": {"storage": "2Gi"}}},
-            "status": {"phase": "Bound", "capacity": {"storage": "2Gi"}},
-        }
-
     mounting = {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
@@ -308,13 +312,13 @@ def test_gc_deletes_only_unused_and_unmounted_caches(prefect_harness: None, clus
     write(
         cluster_dir,
         "caches.yaml",
-        settled("stale", "2020-01-01T00:00:00Z"),
-        claim("stale"),
-        settled("mounted", "2020-01-01T00:00:00Z"),
-        claim("mounted"),
+        _settled("stale", "2020-01-01T00:00:00Z"),
+        _claim("stale"),
+        _settled("mounted", "2020-01-01T00:00:00Z"),
+        _claim("mounted"),
         mounting,
-        settled("fresh", "2999-01-01T00:00:00Z"),
-        claim("fresh"),
+        _settled("fresh", "2999-01-01T00:00:00Z"),
+        _claim("fresh"),
     )
     volume = local_volume(LocalCluster(cluster_dir), NS, "stale-cache")
     volume.mkdir(parents=True)
@@ -332,6 +336,76 @@ def test_gc_deletes_only_unused_and_unmounted_caches(prefect_harness: None, clus
     assert len(report.freed) == 1 and report.freed[0].startswith(
         "models/stale (stale-cache, 2Gi): last used 2020-01-01"
     )
+
+
+def test_gc_deletes_no_directory_and_no_claim_that_a_status_names_but_the_cache_does_not_own(
+    prefect_harness: None, cluster_dir: pathlib.Path, tmp_path: pathlib.Path
+) -> None:
+    """A status is anyone's to write. Before, an unused cache whose status named ``/some/dir`` (or
+    ``../../dir``) had that directory deleted with everything in it, and one naming another cache's PVC deleted
+    that PVC; now the cache alone goes, and the line it leaves says it freed no PVC."""
+    from datetime import timedelta
+
+    outside = tmp_path / "victim"
+    outside.mkdir()
+    (outside / "keep").write_bytes(b"x")
+    write(
+        cluster_dir,
+        "caches.yaml",
+        _settled("absolute", "2020-01-01T00:00:00Z", claim=str(outside)),
+        _settled("climbing", "2020-01-01T00:00:00Z", claim="../../../victim"),
+        _settled("borrowing", "2020-01-01T00:00:00Z", claim="other-cache"),
+        _settled("other", "2999-01-01T00:00:00Z"),
+        _claim("other"),
+    )
+    other_volume = local_volume(LocalCluster(cluster_dir), NS, "other-cache")
+    other_volume.mkdir(parents=True)
+    (other_volume / "weights").write_bytes(b"x")
+
+    report = warm_caches(cluster=str(cluster_dir), include_consumers=False, gc_unused_after=timedelta(days=7))
+
+    assert (outside / "keep").exists() and (other_volume / "weights").exists()
+    claims = {p["metadata"]["name"] for p in LocalCluster(cluster_dir).list("v1", "PersistentVolumeClaim", NS)}
+    assert claims == {"other-cache"}
+    assert sorted(line.split(":")[0] for line in report.freed) == [
+        "models/absolute (no PVC)",
+        "models/borrowing (no PVC)",
+        "models/climbing (no PVC)",
+    ]
+
+
+def test_a_fill_through_a_volume_link_pointing_outside_fails_that_cache_and_writes_nothing_there(
+    prefect_harness: None, s3_server: S3Server, cluster_dir: pathlib.Path, tmp_path: pathlib.Path
+) -> None:
+    """Before, a ``.modelplane-volumes`` link to a directory outside the cluster folder took the fill's files
+    there; now that cache's reconcile fails, a line of the degraded run naming the link's target, and nothing is
+    written through it."""
+    outside = tmp_path / "elsewhere"
+    outside.mkdir()
+    write_with_s3(cluster_dir, s3_server, model_cache("tiny", s3_model(s3_server)))
+    (cluster_dir / VOLUMES_DIR).symlink_to(outside, target_is_directory=True)
+
+    report = warm_caches(cluster=str(cluster_dir))
+
+    assert list(outside.iterdir()) == []
+    assert [line for line in report.degraded if "ModelCache models/tiny" in line and "outside" in line], report
+
+
+@pytest.mark.parametrize("claim", ["..", "../victim", "/tmp/victim", "a/b", ""])
+def test_a_volume_directory_is_one_segment_below_the_cluster_folder(cluster_dir: pathlib.Path, claim: str) -> None:
+    with pytest.raises(ValueError, match="cannot name a volume directory"):
+        local_volume(LocalCluster(cluster_dir), NS, claim)
+
+
+def test_a_volume_directory_reached_through_a_symbolic_link_outside_is_refused(
+    cluster_dir: pathlib.Path, tmp_path: pathlib.Path
+) -> None:
+    """A fill writes there and garbage collection deletes there: a link planted in the cluster folder does not
+    take either outside it."""
+    cluster_dir.mkdir()
+    (cluster_dir / VOLUMES_DIR).symlink_to(tmp_path, target_is_directory=True)
+    with pytest.raises(ValueError, match="outside"):
+        local_volume(LocalCluster(cluster_dir), NS, "tiny-cache")
 
 
 def test_an_invalid_source_fails_with_the_field_and_others_proceed(
