@@ -258,6 +258,27 @@ def test_an_endpoint_in_the_uri_never_receives_the_configured_credentials(s3_ser
     assert creds.aws_access_key_id.encode() not in listener.received
 
 
+def test_an_endpoint_in_the_uri_is_sent_no_credentials_botocore_would_find_by_itself(  # type: ignore[no-untyped-def]
+    model, tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With no keys configured, an endpoint the URI names is an anonymous download: unsigned. Before, botocore
+    signed it with its default chain (here a shared credentials file; in a cluster a pod's web identity or the
+    instance metadata service), sending them to whatever server the ModelCache named."""
+    from tasks.downloader import Credentials, DownloadError
+
+    bucket, _ = model
+    shared = tmp_path / "credentials"
+    shared.write_text("[default]\naws_access_key_id = AKIAAMBIENTKEY000001\naws_secret_access_key = ambient-secret\n")
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(shared))
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE"):
+        monkeypatch.delenv(name, raising=False)
+    with captured_listener() as listener:
+        with pytest.raises(DownloadError):  # the listener speaks no S3
+            fill_cache(f"s3://{bucket}/llama?endpoint={listener.url}", tmp_path / "a", Credentials())
+    assert listener.connections, "the anonymous download was not attempted"
+    assert b"AKIAAMBIENTKEY000001" not in listener.received and b"Authorization" not in listener.received
+
+
 def test_an_endpoint_in_the_uri_equal_to_the_configured_one_is_used(s3_server, model, tmp_path) -> None:  # type: ignore[no-untyped-def]
     bucket, expected = model
     uri = f"s3://{bucket}/llama?endpoint={s3_server.endpoint}"

@@ -9,6 +9,7 @@ from collections.abc import Callable
 from typing import Any
 
 import botocore.session
+from botocore import UNSIGNED
 from botocore.client import BaseClient
 from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError, EndpointConnectionError
@@ -79,18 +80,20 @@ class S3Backend:
         endpoint = source.endpoint or credentials.aws_endpoint_url
         if endpoint and not endpoint.startswith(("http://", "https://")):
             endpoint = "https://" + endpoint
+        anonymous = _anonymous(source, credentials)
         self.client = s3_client(
             endpoint_url=endpoint,
             region_name=credentials.aws_region or ("us-east-1" if endpoint else None),
-            aws_access_key_id=credentials.aws_access_key_id,
-            aws_secret_access_key=credentials.aws_secret_access_key,
-            aws_session_token=credentials.aws_session_token,
+            aws_access_key_id=None if anonymous else credentials.aws_access_key_id,
+            aws_secret_access_key=None if anonymous else credentials.aws_secret_access_key,
+            aws_session_token=None if anonymous else credentials.aws_session_token,
             config=Config(
                 max_pool_connections=max_connections,
                 retries={"max_attempts": 5, "mode": "standard"},
                 connect_timeout=10,
                 read_timeout=60,
                 s3={"addressing_style": "path"} if endpoint else None,
+                signature_version=UNSIGNED if anonymous else None,
             ),
         )
 
@@ -213,6 +216,15 @@ def _refuse_foreign_endpoint(source: ModelSource, credentials: Credentials) -> N
         f"sourceUri: endpoint {source.endpoint} is not where the S3 credentials in use may be sent "
         f"(the configured endpoint is {configured}); remove ?endpoint= from the URI or make it equal the configured endpoint"
     )
+
+
+def _anonymous(source: ModelSource, credentials: Credentials) -> bool:
+    """Whether requests go unsigned: the source URI names an endpoint other than the configured one (with
+    explicit keys :func:`_refuse_foreign_endpoint` has refused it already). Without this botocore would sign
+    them with whatever its default chain finds (a shared credentials file, ``AWS_PROFILE``, a pod's web
+    identity, the instance metadata service), so a ModelCache's URI could send a pod's own AWS credentials
+    to a server it names."""
+    return source.endpoint is not None and not same_endpoint(source.endpoint, credentials.aws_endpoint_url)
 
 
 def _code(exc: ClientError) -> str:
