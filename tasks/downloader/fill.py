@@ -53,6 +53,7 @@ from tasks.downloader.plan import (
     JournalEntry,
     check_listing,
     directory_usage,
+    unlink_planted_links,
 )
 from tasks.downloader.progress import ProgressCallback, ProgressTracker, human_bytes
 from tasks.downloader.transfer import plan_transfer, run_transfers
@@ -202,6 +203,8 @@ def _fill_locked(
     concurrency: int,
     part_size: int,
 ) -> CacheManifest:
+    for name in unlink_planted_links(root):
+        log.warning("removed a symbolic link planted at %s in %s (the fill writes there itself)", name, root)
     if read_manifest(root) is not None:
         remove_manifest(root)  # a marker whose files went missing: the cache is incomplete again
     backend = _backend(source, creds, concurrency)

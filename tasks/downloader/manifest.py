@@ -146,7 +146,8 @@ def write_manifest(dest: str | os.PathLike[str], manifest: CacheManifest) -> pat
     """
     path = marker_path(dest)
     tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w") as handle:
+    tmp.unlink(missing_ok=True)  # a leftover (or a planted link): the new file is made afresh, never written through
+    with os.fdopen(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644), "w") as handle:
         json.dump(manifest.to_json(), handle, indent=1, sort_keys=True)
         handle.flush()
         os.fsync(handle.fileno())

@@ -57,6 +57,26 @@ def safe_relative_path(name: str) -> str:
     return name
 
 
+def unlink_planted_links(dest: pathlib.Path) -> list[str]:
+    """Remove every symbolic link standing at one of the cache's own bookkeeping names (the marker, its
+    temporary file, the staging directory, ...): the fill writes those, and a link planted there would take the
+    writes outside the cache. Only the link goes, never what it points to. The lock file is left alone: the
+    lock that holds it opened it with ``O_EXCL``, which refuses a link.
+
+    Args:
+        dest: The cache directory (the caller holds its lock).
+
+    Returns:
+        The names of the links removed.
+    """
+    removed = []
+    for name in sorted(RESERVED_NAMES - {LOCK_NAME, BREAK_NAME}):
+        if (dest / name).is_symlink():
+            (dest / name).unlink()
+            removed.append(name)
+    return removed
+
+
 def check_listing(dest: pathlib.Path, listing: Listing) -> None:
     """Every remote path is safe, unique, and resolves inside ``dest``; raise before anything is written.
 

@@ -156,6 +156,41 @@ def test_checksum_mismatch_on_the_server_is_detected(
     assert not (tmp_path / CACHE_MARKER).exists()
 
 
+def test_a_server_sending_more_than_the_listed_size_is_stopped_at_that_size(hf_server, tmp_path: pathlib.Path) -> None:  # type: ignore[no-untyped-def]
+    """Before, the whole body was written (60 MiB for a file listed at 12 bytes, past the free-space check)
+    and refused only after; now the write that would pass the listed size is refused, and nothing is kept."""
+    repo_id = hf_server.repos.new_repo_id("overlong")
+    weights = os.urandom(200_000)
+    hf_server.repos.commit(repo_id, {"config.json": b"{}", "model.safetensors": weights})
+    hf_server.repos.grow_lfs_object(repo_id, weights, os.urandom(3_000_000))
+    with pytest.raises(ChecksumMismatch, match="sent more than its listed 200000 bytes"):
+        fill_cache(f"hf://{repo_id}", tmp_path, creds(hf_server), concurrency=1)
+    assert not (tmp_path / CACHE_MARKER).exists()
+    staged = [p for p in (tmp_path / STAGING_DIR).rglob("*.part")]
+    assert all(p.stat().st_size <= 200_000 for p in staged), [p.stat().st_size for p in staged]
+
+
+def test_links_planted_at_the_caches_own_names_are_removed_not_written_through(  # type: ignore[no-untyped-def]
+    hf_server, repo, tmp_path: pathlib.Path
+) -> None:
+    """Before, a link at the marker's temporary name had the manifest written into its target, and a link at
+    the staging directory took the partial files and the journal outside the cache."""
+    repo_id, _v1, _main = repo
+    outside, cache = tmp_path / "outside", tmp_path / "cache"
+    outside.mkdir()
+    cache.mkdir()
+    (outside / "victim.txt").write_text("important")
+    (outside / "stage").mkdir()
+    (cache / f"{CACHE_MARKER}.tmp").symlink_to(outside / "victim.txt")
+    (cache / STAGING_DIR).symlink_to(outside / "stage", target_is_directory=True)
+
+    fill_cache(f"hf://{repo_id}", cache, creds(hf_server))
+
+    assert (outside / "victim.txt").read_text() == "important"
+    assert list((outside / "stage").iterdir()) == []
+    assert read_manifest(cache) is not None and not (cache / CACHE_MARKER).is_symlink()
+
+
 def record_fsyncs(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """From now on, the path of every file or directory ``os.fsync`` is called on, in order."""
     synced: list[str] = []

@@ -200,3 +200,53 @@ def test_a_short_secret_as_a_whole_token_withholds_the_whole_output(text: str, s
 def test_a_long_or_mixed_secret_is_replaced_where_it_occurs() -> None:
     text = "signed with wJalrXUtnFEMI/K7MDENG and s3cr3t99 in s3://bucket-wJalrXUtnFEMI/K7MDENG"
     assert redact(text, ["wJalrXUtnFEMI/K7MDENG", "s3cr3t99", None, ""]) == "signed with *** and *** in s3://bucket-***"
+
+
+# ----------------------------------------------------------------------------- what a hostile listing can carry
+
+
+@pytest.mark.parametrize(
+    ("path", "size"), [("a.bin", -5), ("a.bin", "12"), ("a.bin", 12.5), ("a.bin", True), ("a.bin", None), (123, 1)]
+)
+def test_a_listed_file_needs_a_text_path_and_a_whole_size_of_at_least_zero(path: object, size: object) -> None:
+    """Before, a negative size was summed into the free-space check (one huge file plus an equally negative one
+    passed it) and a size or path of the wrong type ended in a traceback."""
+    with pytest.raises(ValueError, match="path must be|listed size must be"):
+        RemoteFile(path=path, size=size)  # type: ignore[arg-type]
+
+
+def test_an_s3_etag_in_upper_case_hex_is_still_checked_as_the_md5() -> None:
+    from tasks.clients.sources.s3 import S3Backend
+
+    digest = hashlib.md5(b"hello world\n").hexdigest()  # noqa: S324 - S3's ETag is an MD5
+    assert S3Backend._remote("config.json", "m/config.json", 12, f'"{digest.upper()}"').md5 == digest
+
+
+def test_an_s3_range_answered_with_more_bytes_than_asked_is_refused_before_they_are_written() -> None:
+    """No S3-compatible server here sends a longer range than asked for, so a stand-in for botocore's client
+    does. Before, the extra bytes were written into the next part's place and the part counted as done: a
+    multipart object (whose ETag is no MD5) was then marked complete with corrupt bytes."""
+    import threading
+
+    from engine.caches.sources import parse_source
+    from tasks.clients.sources.s3 import S3Backend
+    from tasks.downloader import ChecksumMismatch
+
+    class Body:
+        def iter_chunks(self, size: int) -> list[bytes]:
+            return [b"x" * 6, b"y" * 6]
+
+        def close(self) -> None:
+            pass
+
+    class Client:
+        def get_object(self, **kwargs: object) -> dict[str, object]:
+            return {"Body": Body()}
+
+    backend = S3Backend.__new__(S3Backend)
+    backend.source, backend.credentials, backend.client = parse_source("s3://bucket/m"), Credentials(), Client()
+    written: list[tuple[int, bytes]] = []
+    remote = RemoteFile(path="w.bin", size=20, etag="abc-2", remote="m/w.bin")
+    with pytest.raises(ChecksumMismatch, match="sent more than the 10 bytes of the range 0-9"):
+        backend.fetch_range(remote, 0, 10, lambda offset, data: written.append((offset, data)), threading.Event())
+    assert written == [(0, b"x" * 6)]

@@ -29,7 +29,13 @@ from huggingface_hub.utils import build_hf_headers, filter_repo_objects
 from engine.caches.sources import ModelSource
 from engine.redaction import redact
 from tasks.clients.sources.credentials import Credentials
-from tasks.clients.sources.errors import AuthenticationFailed, DownloadError, SourceNotFound, TransferFailed
+from tasks.clients.sources.errors import (
+    AuthenticationFailed,
+    ChecksumMismatch,
+    DownloadError,
+    SourceNotFound,
+    TransferFailed,
+)
 from tasks.clients.sources.listing import Listing, RemoteFile
 
 DEFAULT_ENDPOINT = "https://huggingface.co"
@@ -54,17 +60,25 @@ class _SilentBar:
         pass
 
 
-class _CountingFile:
-    """A file wrapper that reports every write to ``on_write`` (http_get writes through it)."""
+class _Overlong(Exception):
+    """The server sent more bytes than the file's listed size (raised before they are written)."""
 
-    def __init__(self, handle: BinaryIO, on_write: Callable[[int], None], stop: threading.Event) -> None:
+
+class _CountingFile:
+    """A file wrapper that reports every write to ``on_write`` (http_get writes through it) and never lets the
+    file grow past ``limit`` bytes: the listed size, which the free-space check counted on."""
+
+    def __init__(self, handle: BinaryIO, on_write: Callable[[int], None], stop: threading.Event, limit: int) -> None:
         self._handle = handle
         self._on_write = on_write
         self._stop = stop
+        self._limit = limit
 
     def write(self, data: bytes) -> int:
         if self._stop.is_set():
             raise InterruptedError("download stopped")
+        if self._handle.tell() + len(data) > self._limit:
+            raise _Overlong
         written = self._handle.write(data)
         self._on_write(len(data))
         return written
@@ -102,29 +116,35 @@ class HfBackend:
             ]
         except Exception as exc:  # noqa: BLE001 - every client error becomes a typed download error
             raise self.translate(exc, where) from None
+        try:
+            remotes = [self._remote(e) for e in entries]
+        except (TypeError, ValueError) as exc:  # a path that is no path, a size that is no size
+            raise TransferFailed(
+                redact(f"the listing of {where} is malformed: {exc}", self.credentials.secrets)
+            ) from None
         if self.source.filename:
-            chosen = [e for e in entries if e.path == self.source.filename]
+            chosen = [r for r in remotes if r.path == self.source.filename]
             if not chosen:
                 raise SourceNotFound(f"{where} has no file {self.source.filename!r}")
         else:
             chosen = list(
                 filter_repo_objects(
-                    entries,
+                    remotes,
                     allow_patterns=list(self.source.allow_patterns) or None,
                     ignore_patterns=list(self.source.ignore_patterns) or None,
-                    key=lambda e: e.path,
+                    key=lambda r: r.path,
                 )
             )
             if not chosen:
                 raise SourceNotFound(f"no file of {where} matches the allow/ignore patterns")
-        return Listing(commit, tuple(self._remote(e) for e in chosen))
+        return Listing(commit, tuple(chosen))
 
     @staticmethod
     def _remote(entry: RepoFile) -> RemoteFile:
         lfs_sha = entry.lfs.sha256 if entry.lfs else None
         return RemoteFile(
             path=entry.path,
-            size=int(entry.size),
+            size=entry.size,  # checked by RemoteFile: a listing's size is never coerced
             etag=lfs_sha or entry.blob_id,
             remote=entry.path,
             sha256=lfs_sha,
@@ -146,7 +166,7 @@ class HfBackend:
         try:
             http_get(
                 url,
-                _CountingFile(handle, on_write, stop),  # type: ignore[arg-type]
+                _CountingFile(handle, on_write, stop, remote.size),  # type: ignore[arg-type]
                 resume_size=resume,
                 headers=dict(self.headers),
                 expected_size=remote.size,
@@ -154,6 +174,11 @@ class HfBackend:
             )
         except InterruptedError:
             return
+        except _Overlong:
+            raise ChecksumMismatch(
+                f"{remote.path}: {where} sent more than its listed {remote.size} bytes; what it sent past them was "
+                "not written, run the fill again"
+            ) from None
         except Exception as exc:  # noqa: BLE001
             raise self.translate(exc, where) from None
 

@@ -28,6 +28,14 @@ class RemoteFile:
     md5: str | None = None
     """Expected MD5 (S3 objects uploaded in one part: the ETag is the MD5)."""
 
+    def __post_init__(self) -> None:
+        """A listing is the remote side's word: a path that is not text or a size that is not a whole number of
+        bytes >= 0 is refused here, before the free-space check sums the sizes or a path is built."""
+        if not isinstance(self.path, str) or not self.path:
+            raise ValueError(f"a listed file's path must be a non-empty string, got {self.path!r}")
+        if isinstance(self.size, bool) or not isinstance(self.size, int) or self.size < 0:
+            raise ValueError(f"{self.path}: the listed size must be a whole number of bytes >= 0, got {self.size!r}")
+
     @property
     def staging_name(self) -> str:
         """Temporary file name: changes with the ETag, so a changed object never resumes an old partial file."""

@@ -20,6 +20,7 @@ from engine.redaction import redact
 from tasks.clients.sources.credentials import Credentials
 from tasks.clients.sources.errors import (
     AuthenticationFailed,
+    ChecksumMismatch,
     DownloadError,
     EndpointNotAllowed,
     SourceNotFound,
@@ -124,6 +125,8 @@ class S3Backend:
             raise self.translate(exc, where) from None
         except (BotoCoreError, EndpointConnectionError) as exc:
             raise TransferFailed(self._redact(f"cannot list {where}: {exc}")) from None
+        except (KeyError, TypeError, ValueError) as exc:  # an object without a key, a size that is no size
+            raise TransferFailed(self._redact(f"the listing of {where} is malformed: {exc!r}")) from None
         if not files:
             raise SourceNotFound(f"no objects under {where}: check the bucket and prefix")
         return Listing(None, tuple(files))
@@ -141,9 +144,8 @@ class S3Backend:
     @staticmethod
     def _remote(path: str, key: str, size: int, etag: str | None) -> RemoteFile:
         clean = (etag or "").strip('"') or None
-        return RemoteFile(
-            path=path, size=size, etag=clean, remote=key, md5=clean if clean and _MD5.match(clean) else None
-        )
+        md5 = clean.lower() if clean and _MD5.match(clean.lower()) else None  # stores differ in the case of hex
+        return RemoteFile(path=path, size=size, etag=clean, remote=key, md5=md5)
 
     # ------------------------------------------------------------------ fetching
 
@@ -168,6 +170,11 @@ class S3Backend:
                 for chunk in body.iter_chunks(CHUNK):
                     if stop.is_set():
                         return
+                    if offset + len(chunk) > end:  # never into the next part's bytes, nor past the object
+                        raise ChecksumMismatch(
+                            f"{remote.path}: {where} sent more than the {end - start} bytes of the range "
+                            f"{start}-{end - 1} asked for; the part was not written, run the fill again"
+                        )
                     write(offset, chunk)
                     offset += len(chunk)
             finally:
