@@ -51,10 +51,22 @@ def _as_token(secret: str) -> re.Pattern[str]:
     return re.compile(rf"(?<![{_WORD}]){re.escape(secret)}(?![{_WORD}])")
 
 
+def _spellings(secret: str) -> set[str]:
+    """The ways an output can spell ``secret``: as is, escaped as Python shows it in a ``repr`` of the text or
+    of its bytes (an HTTP library's ``Illegal header value b'Bearer ...\\n...'``), and, for a secret of several
+    lines, each line alone."""
+    spellings = {secret, repr(secret)[1:-1], repr(secret.encode())[2:-1], secret.encode("unicode_escape").decode()}
+    lines = [line for line in secret.splitlines() if line.strip()]
+    if len(lines) > 1:
+        spellings.update(lines)
+    return {spelling for spelling in spellings if spelling.strip()}
+
+
 def redact(text: str, secrets: Iterable[str | None]) -> str:
     """``text`` with every searchable secret replaced by :data:`MASK`; :data:`WITHHELD` instead of the whole of
-    ``text`` when it holds any other secret as a whole token. Empty secrets are ignored."""
-    values = [secret for secret in secrets if secret and secret.strip()]
+    ``text`` when it holds any other secret as a whole token. Empty secrets are ignored. Every spelling of a
+    secret counts (:func:`_spellings`)."""
+    values = sorted({spelling for secret in secrets if secret and secret.strip() for spelling in _spellings(secret)})
     if any(not searchable(secret) and _as_token(secret).search(text) for secret in values):
         return WITHHELD
     for secret in sorted((s for s in values if searchable(s)), key=len, reverse=True):

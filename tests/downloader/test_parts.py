@@ -250,3 +250,18 @@ def test_an_s3_range_answered_with_more_bytes_than_asked_is_refused_before_they_
     with pytest.raises(ChecksumMismatch, match="sent more than the 10 bytes of the range 0-9"):
         backend.fetch_range(remote, 0, 10, lambda offset, data: written.append((offset, data)), threading.Event())
     assert written == [(0, b"x" * 6)]
+
+
+@pytest.mark.parametrize(
+    "shown",
+    [
+        "Illegal header value b'Bearer hf_TOPSECRETaaaa1111\\nbbbb2222SECRET'",
+        "token 'hf_TOPSECRETaaaa1111\\nbbbb2222SECRET' refused",
+        "first line hf_TOPSECRETaaaa1111 alone",
+    ],
+)
+def test_a_secret_is_redacted_however_an_error_spells_it(shown: str) -> None:
+    """A token with a newline inside reached the log, a ModelCache status and its Events as the HTTP library's
+    bytes repr (``\\n`` escaped), which the plain search did not find."""
+    redacted = redact(shown, ["hf_TOPSECRETaaaa1111\nbbbb2222SECRET"])
+    assert "TOPSECRET" not in redacted and "2222SECRET" not in redacted, redacted
