@@ -570,3 +570,21 @@ def test_an_endpoint_in_the_uri_never_receives_the_namespace_credentials(
     assert validated.exit_code == 3, validated.output
     results = {row["name"]: row["result"] for row in json.loads(validated.stdout)}
     assert results["redirected"] == failure["message"] and results["same-endpoint"] == "valid"
+
+
+@pytest.mark.parametrize(
+    "ref",
+    ["abc", {"name": "hf-token"}, {"key": "token"}, {"name": ["a"], "key": "token"}, {"name": "", "key": "token"}],
+)
+def test_an_env_reference_that_names_no_secret_and_key_is_a_failure_not_a_crash(
+    cluster_dir: pathlib.Path, ref: object
+) -> None:
+    """Before, each of these ended the whole warm-caches pass in a traceback (TypeError, KeyError)."""
+    from tasks.warm_caches import resolve_env
+
+    write(cluster_dir, "ns.yaml", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}})
+    env = [{"name": "PLAIN", "value": "x"}, {"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": ref}}]
+    values, failure = resolve_env(LocalCluster(cluster_dir), NS, env)
+    assert failure is not None and failure.reason == "CredentialsMissing"
+    assert "env HF_TOKEN: valueFrom.secretKeyRef must name a Secret and a key" in failure.message
+    assert values == {"PLAIN": "x"}
