@@ -265,3 +265,19 @@ def test_a_secret_is_redacted_however_an_error_spells_it(shown: str) -> None:
     bytes repr (``\\n`` escaped), which the plain search did not find."""
     redacted = redact(shown, ["hf_TOPSECRETaaaa1111\nbbbb2222SECRET"])
     assert "TOPSECRET" not in redacted and "2222SECRET" not in redacted, redacted
+
+
+def test_a_repository_tree_whose_pages_loop_is_stopped_at_the_first_repeated_path() -> None:
+    """A tree whose ``Link: rel=next`` points back at a page already read listed forever (443 requests in 20 s,
+    the listing growing in memory); a path seen again ends it."""
+    import itertools
+
+    from huggingface_hub.hf_api import RepoFile
+
+    from tasks.clients.sources.hf import _once_each
+    from tasks.downloader import TransferFailed
+
+    page = [RepoFile(path="config.json", size=2, oid="a"), RepoFile(path="model.bin", size=9, oid="b")]
+    assert [f.path for f in _once_each(page, "hf://org/m@main")] == ["config.json", "model.bin"]
+    with pytest.raises(TransferFailed, match="repeats 'config.json': its pages loop"):
+        _once_each(itertools.cycle(page), "hf://org/m@main")

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any, BinaryIO
 
 from huggingface_hub import HfApi, hf_hub_url
@@ -94,6 +94,21 @@ class _CountingFile:
         return getattr(self._handle, name)
 
 
+def _once_each(tree: Iterable[object], where: str) -> list[RepoFile]:
+    """The files of a repository tree as its pages list them. A path listed again means the pages loop (a
+    ``Link: rel=next`` back to a page already read): the listing would never end, so it stops there."""
+    files: list[RepoFile] = []
+    seen: set[object] = set()
+    for entry in tree:
+        path = getattr(entry, "path", None)
+        if path in seen:
+            raise TransferFailed(f"the listing of {where} repeats {path!r}: its pages loop; stopped reading them")
+        seen.add(path)
+        if isinstance(entry, RepoFile):
+            files.append(entry)
+    return files
+
+
 class HfBackend:
     """Lists and fetches the files of ``hf://org/name@revision`` (patterns or one filename applied)."""
 
@@ -111,9 +126,9 @@ class HfBackend:
         try:
             info = self.api.model_info(repo, revision=revision)
             commit = info.sha or revision
-            entries = [
-                e for e in self.api.list_repo_tree(repo, revision=commit, recursive=True) if isinstance(e, RepoFile)
-            ]
+            entries = _once_each(self.api.list_repo_tree(repo, revision=commit, recursive=True), where)
+        except DownloadError:
+            raise
         except Exception as exc:  # noqa: BLE001 - every client error becomes a typed download error
             raise self.translate(exc, where) from None
         try:
