@@ -23,6 +23,7 @@ import json
 import re
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
+from itertools import accumulate
 from pathlib import Path
 from typing import Any
 
@@ -408,11 +409,25 @@ MAX_FILE_BYTES = 16 * 1024 * 1024
 one is refused whole, before it is read, with its size: split it into several files."""
 MAX_DOCUMENTS_PER_FILE = 10_000
 """The most YAML documents one manifest file may hold; a file with more is refused whole."""
+MAX_FLOW_DEPTH = 1_000
+"""How deep ``[`` and ``{`` may nest in a manifest file: the YAML readers refuse a document nested deeper
+("exceeded maximum nesting depth"), but only after scanning it in time that grows with the square of its
+brackets (100 KB of ``[`` took 12 s, 1 MB would stall every command for minutes); such a file is refused whole
+before it is parsed."""
+_NOT_BRACKETS = re.compile(r"[^\[\]{}]+")
+_BRACKET_STEP = {"[": 1, "{": 1, "]": -1, "}": -1}
+
+
+def flow_depth(text: str) -> int:
+    """The deepest ``[``/``{`` nesting in ``text``, counted over its brackets alone (regex and ``accumulate``,
+    both in C): brackets inside quoted strings count too, so it never reads less than the YAML nesting."""
+    return max(accumulate(map(_BRACKET_STEP.__getitem__, _NOT_BRACKETS.sub("", text))), default=0)
 
 
 def read_file(path: Path) -> YamlFile:
     """Read and parse a file document by document; a parse error is kept in ``error`` (with the name), as is
-    a file beyond :data:`MAX_FILE_BYTES` or :data:`MAX_DOCUMENTS_PER_FILE` (never written then either).
+    a file beyond :data:`MAX_FILE_BYTES`, :data:`MAX_DOCUMENTS_PER_FILE` or :data:`MAX_FLOW_DEPTH` (never written
+    then either).
 
     Args:
         path: The manifest file.
@@ -431,6 +446,12 @@ def read_file(path: Path) -> YamlFile:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         result.error = f"{path}: cannot read: {exc}"
+        return result
+    depth = flow_depth(text)
+    if depth > MAX_FLOW_DEPTH:
+        result.error = (
+            f"{path}: '[' and '{{' nested {depth} deep, more than the {MAX_FLOW_DEPTH} levels a manifest may nest"
+        )
         return result
     docs: list[Document] = []
     failures: list[str] = []
