@@ -27,7 +27,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from engine.aim.names import derived, owner_reference
-from engine.api.aim import AIMClusterModel, AIMServiceTemplate
+from engine.api.aim import MAX_GPUS_PER_REPLICA, AIMClusterModel, AIMServiceTemplate
 from engine.api.meta import format_time, parse_time
 from engine.api.registry import AIM_API, AIM_GROUP, AIM_SERVICE_TEMPLATE
 from engine.status import ConditionUpdate
@@ -59,6 +59,11 @@ DEPLOYMENT_KEYS = ("gpuModel", "gpuCount", "precision", "metric", "profileId", "
 METRIC_SHORT = {"latency": "lat", "throughput": "thr"}
 TEMPLATE_METRICS = ("latency", "throughput")
 TEMPLATE_PRECISIONS = ("auto", "fp4", "fp8", "fp16", "fp32", "bf16", "int4", "int8")
+MAX_LABEL_CHARS = 64 * 1024
+"""The longest AIM label value read (``com.amd.aim.*``, ``org.amd.silogen.*``); a longer one is a
+:class:`LabelError`. Real values are a few hundred characters; the bound keeps the parse of
+``model.recommendedDeployments`` short and the record persisted in :data:`METADATA_ANNOTATION` small
+(Kubernetes allows 256 KiB of annotations per object)."""
 
 # Condition types and reasons of an AIMClusterModel (aim-engine's, kept where the seed is silent).
 COND_METADATA = "MetadataExtracted"
@@ -89,8 +94,22 @@ class LabelError(ValueError):
 
 
 def _json_list(body: str) -> Any:
-    """``body`` as JSON, wrapped in ``[...]`` when it does not start with ``[`` (comma-separated objects)."""
-    return json.loads(body if body.startswith("[") else f"[{body}]")
+    """``body`` as JSON, wrapped in ``[...]`` when it does not start with ``[`` (comma-separated objects).
+
+    ``ValueError`` for anything the decoder refuses, nesting deeper than its recursion limit included (a
+    ``RecursionError`` would otherwise escape every handler of label errors and stop the whole run).
+    """
+    try:
+        return json.loads(body if body.startswith("[") else f"[{body}]")
+    except RecursionError:
+        raise ValueError("nested too deeply") from None
+
+
+def _json_problem(exc: ValueError) -> str:
+    """What the decoder said, with the position when it knows one."""
+    if isinstance(exc, json.JSONDecodeError):
+        return f"{exc.msg} at character {exc.pos}"
+    return str(exc)
 
 
 def parse_recommended_deployments(text: str) -> list[dict[str, Any]]:
@@ -101,25 +120,31 @@ def parse_recommended_deployments(text: str) -> list[dict[str, Any]]:
     dicts). Text that does not start with ``[`` is wrapped in ``[...]`` (real labels are
     comma-separated objects). Each entry keeps ``gpuModel, gpuCount, precision, metric, profileId,
     type, description`` (absent or null ones omitted, others dropped). Raises ``ValueError`` naming the
-    problem for text that is not a list of objects or an entry whose field has the wrong type. Blank
-    text is no deployments.
+    problem for text that is not a list of objects (nested too deeply, a number too long to convert), an
+    entry whose field has the wrong type or a ``gpuCount`` above the bound. Blank text is no deployments.
     """
     body = text.strip()
     if not body:
         return []
     try:
         data = _json_list(body)
-    except json.JSONDecodeError:
+    except ValueError:
         try:
             data = _json_list(body.replace("'", '"'))
-        except json.JSONDecodeError as exc:
-            raise ValueError(f"not a JSON list of objects ({exc.msg} at character {exc.pos})") from None
+        except ValueError as exc:
+            raise ValueError(f"not a JSON list of objects ({_json_problem(exc)})") from None
     if not isinstance(data, list):
         raise ValueError(f"not a list of objects but a {type(data).__name__}")
     return [_deployment(entry, index) for index, entry in enumerate(data)]
 
 
 def _deployment(entry: Any, index: int) -> dict[str, Any]:
+    """One recommended deployment, its known keys type-checked; ``ValueError`` naming the entry and field.
+
+    A ``gpuCount`` above :data:`~engine.api.aim.MAX_GPUS_PER_REPLICA` is refused here, not only skipped when
+    templates are made: resolve-templates matches a template without ``gpusPerReplica`` to any deployment, and
+    the count would become a container's GPU request. A count below 1 parses (its template is skipped, named).
+    """
     if not isinstance(entry, dict):
         raise ValueError(f"entry {index} is a {type(entry).__name__}, not an object")
     result: dict[str, Any] = {}
@@ -130,6 +155,8 @@ def _deployment(entry: Any, index: int) -> dict[str, Any]:
         if key == "gpuCount":
             if isinstance(value, bool) or not isinstance(value, int):
                 raise ValueError(f"entry {index}: gpuCount must be an integer, not {value!r}")
+            if value > MAX_GPUS_PER_REPLICA:
+                raise ValueError(f"entry {index}: gpuCount {value} is above {MAX_GPUS_PER_REPLICA}")
         elif not isinstance(value, str):
             raise ValueError(f"entry {index}: {key} must be a string, not {value!r}")
         result[key] = value
@@ -191,27 +218,59 @@ class ImageMetadata:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> ImageMetadata:
-        """The inverse of :meth:`to_dict`."""
+        """The inverse of :meth:`to_dict`, checked as the labels are: ``ValueError`` naming a field of the wrong
+        type (the annotation can be edited by anyone who can edit the model, so it is never trusted further
+        than what :func:`parse_image_labels` would have produced)."""
+        if not isinstance(data, Mapping):
+            raise ValueError(f"metadata is a {type(data).__name__}, not an object")
+        deployments = data.get("recommendedDeployments") or []
+        if not isinstance(deployments, list):
+            raise ValueError("recommendedDeployments is not a list")
+        hf_token = data.get("hfTokenRequired")
+        if hf_token is not None and not isinstance(hf_token, bool):
+            raise ValueError(f"hfTokenRequired must be a boolean, not {hf_token!r}")
+        oci = data.get("oci") or {}
+        if not isinstance(oci, dict) or not all(isinstance(v, str) for v in oci.values()):
+            raise ValueError("oci is not an object of strings")
         return cls(
-            canonical_name=data.get("canonicalName"),
-            source=data.get("source"),
-            title=data.get("title"),
-            description=data.get("description"),
-            release_notes=data.get("releaseNotes"),
-            tags=tuple(data.get("tags") or ()),
-            versions=tuple(data.get("versions") or ()),
-            variants=tuple(data.get("variants") or ()),
-            hf_token_required=data.get("hfTokenRequired"),
-            recommended_deployments=tuple(dict(d) for d in data.get("recommendedDeployments") or ()),
-            oci=dict(data.get("oci") or {}),
+            canonical_name=_record_text(data, "canonicalName"),
+            source=_record_text(data, "source"),
+            title=_record_text(data, "title"),
+            description=_record_text(data, "description"),
+            release_notes=_record_text(data, "releaseNotes"),
+            tags=_record_texts(data, "tags"),
+            versions=_record_texts(data, "versions"),
+            variants=_record_texts(data, "variants"),
+            hf_token_required=hf_token,
+            recommended_deployments=tuple(_deployment(entry, index) for index, entry in enumerate(deployments)),
+            oci=dict(oci),
         )
 
 
+def _record_text(data: Mapping[str, Any], key: str) -> str | None:
+    """A text field of a persisted record: a string or absent; ``ValueError`` otherwise."""
+    value = data.get(key)
+    if value is not None and not isinstance(value, str):
+        raise ValueError(f"{key} must be a string, not {type(value).__name__}")
+    return value
+
+
+def _record_texts(data: Mapping[str, Any], key: str) -> tuple[str, ...]:
+    """A list-of-strings field of a persisted record; ``ValueError`` when it is anything else."""
+    value = data.get(key) or []
+    if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
+        raise ValueError(f"{key} must be a list of strings")
+    return tuple(value)
+
+
 def aim_label(labels: Mapping[str, str], suffix: str) -> tuple[str, str] | None:
-    """``(key, value)`` of ``com.amd.aim.<suffix>`` when non-empty, else of ``org.amd.silogen.<suffix>``."""
+    """``(key, value)`` of ``com.amd.aim.<suffix>`` when non-empty, else of ``org.amd.silogen.<suffix>``;
+    :class:`LabelError` when the value is longer than :data:`MAX_LABEL_CHARS`."""
     for prefix in LABEL_PREFIXES:
         value = labels.get(prefix + suffix)
         if value:
+            if len(value) > MAX_LABEL_CHARS:
+                raise LabelError(prefix + suffix, f"longer than {MAX_LABEL_CHARS} characters ({len(value)})")
             return prefix + suffix, value
     return None
 
@@ -302,13 +361,13 @@ class DiscoveryRecord:
             return cls(
                 image=str(data["image"]),
                 read_at=parse_time(data["readAt"]),
-                digest=data.get("digest"),
+                digest=_record_text(data, "digest"),
                 metadata=ImageMetadata.from_dict(data["metadata"]) if "metadata" in data else None,
-                reason=error.get("reason"),
+                reason=_record_text(error, "reason"),
                 message=str(error.get("message") or ""),
                 attempts=int(error.get("attempts") or 0),
             )
-        except (ValueError, KeyError, TypeError, AttributeError):
+        except (ValueError, KeyError, TypeError, AttributeError, RecursionError):
             return None
 
 
@@ -346,9 +405,10 @@ def needs_fetch(record: DiscoveryRecord | None, image: str, now: datetime, resyn
     Yes when nothing was read yet, ``spec.image`` changed, the last attempt failed transiently (auth,
     registry or network errors: retried every run), a missing image's backoff has passed
     (:func:`retry_after`), or the last read is older than ``resync`` (which also retries the other
-    terminal failures).
+    terminal failures). A record read "in the future" (a hand-written ``readAt``, a clock that ran ahead) is
+    stale: trusting it would keep the registry from being asked until that time comes.
     """
-    if record is None or record.image != image:
+    if record is None or record.image != image or record.read_at > now:
         return True
     if record.reason and not record.terminal:
         return True
@@ -404,7 +464,8 @@ class TemplatePlan:
 
 def template_spec_of(canonical_name: str, deployment: Mapping[str, Any]) -> tuple[dict[str, Any] | None, str | None]:
     """The AIMServiceTemplate spec for one recommended deployment, or ``(None, why)`` when the
-    deployment cannot be expressed by the seed's template (unknown metric or precision, no GPU count)."""
+    deployment cannot be expressed by the seed's template (unknown metric or precision, a GPU count below 1
+    or above :data:`~engine.api.aim.MAX_GPUS_PER_REPLICA`, which the template's schema refuses)."""
     metric, precision = deployment.get("metric"), deployment.get("precision")
     gpu, count = deployment.get("gpuModel"), deployment.get("gpuCount")
     if metric is not None and metric not in TEMPLATE_METRICS:
@@ -413,6 +474,8 @@ def template_spec_of(canonical_name: str, deployment: Mapping[str, Any]) -> tupl
         return None, f"precision {precision!r} is not one of {', '.join(TEMPLATE_PRECISIONS)}"
     if count is not None and count < 1:
         return None, f"gpuCount {count} is below 1"
+    if count is not None and count > MAX_GPUS_PER_REPLICA:
+        return None, f"gpuCount {count} is above {MAX_GPUS_PER_REPLICA}"
     spec: dict[str, Any] = {"model": canonical_name}
     if metric:
         spec["metric"] = metric

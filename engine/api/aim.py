@@ -40,6 +40,16 @@ AIMServiceStatusEnum = Literal["Pending", "Starting", "Running", "Failed", "Degr
 AIMTemplateStatusEnum = Literal["Pending", "Progressing", "Available", "Failed"]
 ModelCacheStatusEnum = Literal["Pending", "Progressing", "Available", "Failed"]
 
+MAX_REPLICAS: Final = 2_147_483_647
+"""The largest AIMService ``spec.replicas``: the int32 maximum, what the API server enforces on the replica
+counts the service is rendered into (the InferenceService's ``minReplicas``/``maxReplicas``, a Deployment's
+``replicas``), so a count the cluster would refuse is refused where the service is read."""
+MAX_GPUS_PER_REPLICA: Final = 1024
+"""The most GPUs one replica of a template may name (``gpusPerReplica``, ``tensorParallelism``): a multi-node
+replica of 128 nodes of 8 GPUs, the bound llm-d's ``acceleratorCount`` has (``engine.api.llmd``). A replica's
+GPUs become its container's resource requests (a GPU count, 4 CPUs and 32 GiB of memory per GPU), so a larger
+count is a typo or a hostile image label, never a replica a cluster schedules."""
+
 
 # --------------------------------------------------------------------------------------------------
 # AIMClusterModel
@@ -148,11 +158,11 @@ class AIMServiceTemplateSpec(KubeModel):
     """Optimization goal: latency or throughput. Immutable."""
     precision: AIMPrecision | None = "auto"
     """Numeric precision used by the runtime. Immutable."""
-    gpus_per_replica: int | None = Field(None, alias="gpusPerReplica", ge=1, strict=True)
+    gpus_per_replica: int | None = Field(None, alias="gpusPerReplica", ge=1, le=MAX_GPUS_PER_REPLICA, strict=True)
     """Total number of GPUs for a single model replica. Immutable."""
     gpu_model: str | None = Field(None, alias="gpuModel", min_length=1)
     """Physical GPU card model targeted by this template, e.g. MI300X. Immutable."""
-    tensor_parallelism: int | None = Field(None, alias="tensorParallelism", ge=1, strict=True)
+    tensor_parallelism: int | None = Field(None, alias="tensorParallelism", ge=1, le=MAX_GPUS_PER_REPLICA, strict=True)
     """Tensor parallel degree expected by the runtime. Immutable."""
     warm_cache: bool | None = Field(False, alias="warmCache", strict=True)
     """Warm the model cache in this namespace right after profile discovery."""
@@ -194,7 +204,7 @@ class AIMServiceSpec(KubeModel):
     """Let template selection pick a profile that is not of type optimized (Modelplane, from aim-engine)."""
     cache_model: bool | None = Field(True, alias="cacheModel", strict=True)
     """Cache the model sources before the service starts if the template does not warm the cache."""
-    replicas: int | None = Field(1, ge=0, strict=True)
+    replicas: int | None = Field(1, ge=0, le=MAX_REPLICAS, strict=True)
     """Number of replicas of this service."""
     config_ref: str | None = Field("default", alias="configRef")
     """Name of the AIMNamespaceConfig (same namespace) used by this service."""

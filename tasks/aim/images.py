@@ -6,6 +6,7 @@ read as the record of its reason.
 from __future__ import annotations
 
 import base64
+import logging
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -38,6 +39,10 @@ from tasks.clients.oci import (
 from tasks.tracking import task
 
 DOCKERCONFIG_TYPE = "kubernetes.io/dockerconfigjson"
+UNEXPECTED_MESSAGE_CHARS = 300
+"""How much of an unexpected error's text a model's condition carries."""
+
+log = logging.getLogger("modelplane.aim")
 
 
 @dataclass
@@ -142,8 +147,10 @@ def inspect_image(
         now: The time stamped on the record as ``read_at``.
 
     Returns:
-        The record of this read: digest and parsed labels, or a failure with its reason (a registry or label error is
-        never raised).
+        The record of this read: digest and parsed labels, or a failure with its reason (no error is raised: the
+        images of a run are read together, so one image's error would stop discovery of every model; an error of a
+        kind neither the client nor the label parser classifies is logged with its traceback and recorded as
+        ``MetadataExtractionFailed``, retried at the resync like an unparsable label).
     """
     try:
         credential = credential_for(parse_reference(image), keychain.credentials)
@@ -157,6 +164,10 @@ def inspect_image(
     except (RegistryError, LabelError) as exc:
         reason, message = failure_reason(exc, keychain)
         return failed_record(image, now, reason, message, previous)
+    except Exception as exc:  # noqa: BLE001 - one image's failure is its model's condition, never the run's stop
+        log.warning("%s: unexpected %s while reading the image", image, type(exc).__name__, exc_info=True)
+        message = f"unexpected {type(exc).__name__} while reading the image: {exc}"[:UNEXPECTED_MESSAGE_CHARS]
+        return failed_record(image, now, REASON_EXTRACTION_FAILED, message, previous)
 
 
 @task(name="inspect-images")

@@ -54,6 +54,8 @@ LOCAL_HOSTS = ("localhost", "127.0.0.1", "[::1]")
 MAX_MANIFEST_BYTES = 4 << 20
 MAX_CONFIG_BYTES = 16 << 20
 PLATFORM = ("linux", "amd64")
+MAX_NAME_CHARS = 255
+"""The longest image name (``[host/]repository``), as Docker's reference parser allows (``NameTotalLengthMax``)."""
 
 _REFERENCE = re.compile(
     r"^(?:(?P<host>[a-zA-Z0-9.-]+(?::[0-9]+)?|\[[0-9a-fA-F:]+\](?::[0-9]+)?)/)?"
@@ -63,6 +65,8 @@ _REFERENCE = re.compile(
 )
 
 _REPOSITORY = re.compile(r"^[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*(?:/[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*)*$")
+_DIGEST = re.compile(r"^[a-z0-9]+(?:[+._-][a-z0-9]+)*:[a-zA-Z0-9=_-]+$")
+"""A content digest as the OCI image spec writes it (``algorithm:encoded``): safe in a URL path."""
 
 
 class RegistryError(Exception):
@@ -112,6 +116,10 @@ def parse_reference(image: str) -> ImageReference:
     match = _REFERENCE.match(text)
     if not text or not match:
         raise RegistryError("invalid", f"{image!r} is not a valid image reference")
+    if match.end("repo") > MAX_NAME_CHARS:
+        raise RegistryError(
+            "invalid", f"{text[:40]!r}... is not a valid image reference (the name is longer than {MAX_NAME_CHARS})"
+        )
     host, repo = match["host"], match["repo"]
     if host and not ("." in host or ":" in host or host == "localhost" or host.startswith("[")):
         # "team/model": the first part is a Docker Hub namespace, not a registry.
@@ -267,22 +275,14 @@ class RegistryClient:
         manifest, digest = self._manifest(ref, ref.reference, credential)
         if known_digest and digest == known_digest:
             return ImageConfig(digest, None, unchanged=True)
-        if manifest.get("mediaType") in INDEX_TYPES or "manifests" in manifest:
+        if _is_index(manifest):
             child = select_platform(manifest, image)
             manifest, _ = self._manifest(ref, child, credential)
-        config = manifest.get("config") or {}
-        config_digest = config.get("digest")
-        if not isinstance(config_digest, str) or ":" not in config_digest:
-            raise RegistryError("invalid", f"{image}: the manifest has no config descriptor")
+        config_digest = _config_digest(manifest, image)
         blob = self._get(ref, f"/blobs/{config_digest}", credential, "config", MAX_CONFIG_BYTES, accept=None)
         if config_digest.startswith("sha256:") and hashlib.sha256(blob).hexdigest() != config_digest.split(":", 1)[1]:
             raise RegistryError("invalid", f"{image}: the config blob does not match its digest {config_digest}")
-        try:
-            document = json.loads(blob)
-        except ValueError:
-            raise RegistryError("invalid", f"{image}: the config blob is not JSON") from None
-        labels = ((document.get("config") or {}).get("Labels") or {}) if isinstance(document, dict) else {}
-        return ImageConfig(digest, {str(k): str(v) for k, v in labels.items()} if isinstance(labels, dict) else {})
+        return ImageConfig(digest, _config_labels(blob, image))
 
     # ----------------------------------------------------------------------------------- requests
 
@@ -293,15 +293,7 @@ class RegistryClient:
             ref, f"/manifests/{reference}", credential, "manifest", MAX_MANIFEST_BYTES, accept=", ".join(MANIFEST_TYPES)
         )
         digest = "sha256:" + hashlib.sha256(body).hexdigest()
-        try:
-            manifest = json.loads(body)
-        except ValueError:
-            raise RegistryError(
-                "invalid", f"{ref.host}/{ref.repository}:{reference}: the manifest is not JSON"
-            ) from None
-        if not isinstance(manifest, dict):
-            raise RegistryError("invalid", f"{ref.host}/{ref.repository}:{reference}: the manifest is not an object")
-        return manifest, digest
+        return _json_object(body, f"{ref.host}/{ref.repository}:{reference}: the manifest"), digest
 
     def _url(self, ref: ImageReference, path: str) -> str:
         host = ref.api_host
@@ -435,6 +427,52 @@ class RegistryClient:
         return str(token)
 
 
+def _json_object(data: bytes, what: str) -> dict[str, Any]:
+    """A manifest, index or config as a JSON object; ``invalid`` naming ``what`` when it is not JSON (not UTF-8,
+    nested deeper than the decoder's recursion limit, a number too long to convert) or not an object."""
+    try:
+        document = json.loads(data)
+    except (ValueError, RecursionError):
+        raise RegistryError("invalid", f"{what} is not JSON") from None
+    if not isinstance(document, dict):
+        raise RegistryError("invalid", f"{what} is not a JSON object but a {type(document).__name__}")
+    return document
+
+
+def _is_index(manifest: Mapping[str, Any]) -> bool:
+    media_type = manifest.get("mediaType")
+    return (isinstance(media_type, str) and media_type in INDEX_TYPES) or "manifests" in manifest
+
+
+def _config_digest(manifest: Mapping[str, Any], image: str) -> str:
+    """The digest of a manifest's config blob, checked (it goes into a URL or a path); ``invalid`` without one."""
+    config = manifest.get("config")
+    digest = config.get("digest") if isinstance(config, dict) else None
+    if not isinstance(digest, str) or not _DIGEST.match(digest):
+        raise RegistryError("invalid", f"{image}: the manifest has no config descriptor")
+    return digest
+
+
+def _config_labels(blob: bytes, image: str) -> dict[str, str]:
+    """The ``config.Labels`` of a config blob (none when absent); ``invalid`` when either is not an object."""
+    config = _json_object(blob, f"{image}: the config blob").get("config") or {}
+    labels = (config.get("Labels") or {}) if isinstance(config, dict) else None
+    if not isinstance(labels, dict):
+        raise RegistryError("invalid", f"{image}: the config blob's config or config.Labels is not an object")
+    return {str(k): str(v) for k, v in labels.items()}
+
+
+def _descriptors(index: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The entries of an index's ``manifests`` that are objects (none when it is not a list)."""
+    manifests = index.get("manifests")
+    return [e for e in manifests if isinstance(e, dict)] if isinstance(manifests, list) else []
+
+
+def _platform(entry: Mapping[str, Any]) -> Mapping[str, Any]:
+    platform = entry.get("platform")
+    return platform if isinstance(platform, dict) else {}
+
+
 def select_platform(index: Mapping[str, Any], image: str, platform: tuple[str, str] = PLATFORM) -> str:
     """The digest of an image index's entry for ``platform``; a one-entry index without platforms is taken as it is.
 
@@ -444,24 +482,19 @@ def select_platform(index: Mapping[str, Any], image: str, platform: tuple[str, s
         platform: ``(os, architecture)``, linux/amd64 by default.
 
     Returns:
-        The entry's manifest digest.
+        The entry's manifest digest (entries whose digest is not one are left out).
 
     Raises:
         RegistryError: ``not-found``: the index offers no manifest for the platform (the message lists those it has).
     """
-    entries = [e for e in index.get("manifests") or [] if isinstance(e, dict) and e.get("digest")]
+    entries = [e for e in _descriptors(index) if isinstance(e.get("digest"), str) and _DIGEST.match(e["digest"])]
     for entry in entries:
-        plat = entry.get("platform") or {}
+        plat = _platform(entry)
         if (plat.get("os"), plat.get("architecture")) == platform:
             return str(entry["digest"])
     if len(entries) == 1 and not entries[0].get("platform"):
         return str(entries[0]["digest"])
-    offered = (
-        ", ".join(
-            f"{(e.get('platform') or {}).get('os')}/{(e.get('platform') or {}).get('architecture')}" for e in entries
-        )
-        or "none"
-    )
+    offered = ", ".join(f"{_platform(e).get('os')}/{_platform(e).get('architecture')}" for e in entries) or "none"
     raise RegistryError(
         "not-found", f"{image}: the image index has no {platform[0]}/{platform[1]} manifest (offers {offered})"
     )
@@ -496,19 +529,33 @@ def parse_mirrors(mirrors: Mapping[str, str]) -> dict[str, str | pathlib.Path]:
     return result
 
 
+def _layout_file(path: pathlib.Path, image: str, limit: int, missing: str) -> bytes:
+    """A layout file's bytes (at most ``limit``): ``not-found`` saying ``missing`` when it is not there, ``invalid``
+    when it cannot be read (a directory, no permission, a name too long)."""
+    try:
+        if path.stat().st_size > limit:
+            raise RegistryError("invalid", f"{image}: {path} is larger than {limit} bytes")
+        return path.read_bytes()
+    except (FileNotFoundError, NotADirectoryError):
+        raise RegistryError("not-found", f"{image}: {missing}") from None
+    except OSError as exc:
+        raise RegistryError("invalid", f"{image}: {path} cannot be read ({exc.strerror})") from None
+
+
 def _layout_blob(layout: pathlib.Path, digest: str, image: str, limit: int) -> bytes:
     if not _HEX_DIGEST.match(digest):
         raise RegistryError("invalid", f"{image}: unsupported digest {digest!r} in the image layout")
     path = layout / "blobs" / "sha256" / digest.split(":", 1)[1]
-    try:
-        if path.stat().st_size > limit:
-            raise RegistryError("invalid", f"{image}: blob {digest} is larger than {limit} bytes")
-        data = path.read_bytes()
-    except FileNotFoundError:
-        raise RegistryError("not-found", f"{image}: blob {digest} is missing from the image layout") from None
+    data = _layout_file(path, image, limit, f"blob {digest} is missing from the image layout")
     if hashlib.sha256(data).hexdigest() != digest.split(":", 1)[1]:
         raise RegistryError("invalid", f"{image}: blob {digest} does not match its digest")
     return data
+
+
+def _names(entry: Mapping[str, Any], wanted: str) -> bool:
+    """Whether a layout index entry is ``wanted``: its digest, or its ``org.opencontainers.image.ref.name``."""
+    annotations = entry.get("annotations")
+    return entry.get("digest") == wanted or (isinstance(annotations, dict) and annotations.get(REF_NAME) == wanted)
 
 
 def read_layout_config(
@@ -526,30 +573,24 @@ def read_layout_config(
         The manifest digest and the config's labels (None with ``unchanged`` when the digest was known).
 
     Raises:
-        RegistryError: ``not-found`` (no layout, no such tag or blob) or ``invalid`` (a file that is not JSON).
+        RegistryError: ``not-found`` (no layout, no such tag or blob) or ``invalid`` (a file that is not a JSON object
+            or cannot be read, an entry or descriptor without a digest), as the registry path classifies them.
     """
     layout = root / ref.repository  # the repository was validated by parse_reference: no "..", no absolute path
-    try:
-        index = json.loads((layout / "index.json").read_text())
-    except FileNotFoundError:
-        raise RegistryError("not-found", f"{image}: no image layout at {layout}") from None
-    except ValueError:
-        raise RegistryError("invalid", f"{image}: {layout / 'index.json'} is not JSON") from None
-    entries = [e for e in index.get("manifests") or [] if isinstance(e, dict)]
+    index_file = _layout_file(layout / "index.json", image, MAX_MANIFEST_BYTES, f"no image layout at {layout}")
+    index = _json_object(index_file, f"{image}: {layout / 'index.json'}")
     wanted = ref.digest or ref.tag or "latest"
-    entry = next(
-        (e for e in entries if e.get("digest") == wanted or (e.get("annotations") or {}).get(REF_NAME) == wanted), None
-    )
+    entry = next((e for e in _descriptors(index) if _names(e, wanted)), None)
     if entry is None:
         raise RegistryError("not-found", f"{image}: {wanted} is not in the image layout at {layout}")
-    digest = str(entry["digest"])
+    digest = entry.get("digest")
+    if not isinstance(digest, str) or not digest:
+        raise RegistryError("invalid", f"{image}: the image layout's entry for {wanted} has no digest")
     if known_digest and digest == known_digest:
         return ImageConfig(digest, None, unchanged=True)
-    manifest = json.loads(_layout_blob(layout, digest, image, MAX_MANIFEST_BYTES))
-    if manifest.get("mediaType") in INDEX_TYPES or "manifests" in manifest:
-        manifest = json.loads(_layout_blob(layout, select_platform(manifest, image), image, MAX_MANIFEST_BYTES))
-    config = json.loads(
-        _layout_blob(layout, str((manifest.get("config") or {}).get("digest")), image, MAX_CONFIG_BYTES)
-    )
-    labels = (config.get("config") or {}).get("Labels") or {}
-    return ImageConfig(digest, {str(k): str(v) for k, v in labels.items()})
+    manifest = _json_object(_layout_blob(layout, digest, image, MAX_MANIFEST_BYTES), f"{image}: the manifest")
+    if _is_index(manifest):
+        child = _layout_blob(layout, select_platform(manifest, image), image, MAX_MANIFEST_BYTES)
+        manifest = _json_object(child, f"{image}: the manifest")
+    blob = _layout_blob(layout, _config_digest(manifest, image), image, MAX_CONFIG_BYTES)
+    return ImageConfig(digest, _config_labels(blob, image))

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime, timedelta
 
 import pytest
 
 from engine.aim.discovery import (
+    MAX_LABEL_CHARS,
     DiscoveryRecord,
     ImageMetadata,
     LabelError,
@@ -20,7 +22,7 @@ from engine.aim.discovery import (
     template_name,
 )
 from engine.aim.names import derived
-from engine.api.aim import AIMClusterModel
+from engine.api.aim import MAX_GPUS_PER_REPLICA, AIMClusterModel
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 REAL = (
@@ -221,3 +223,97 @@ def test_model_conditions() -> None:
     assert ready_condition(ok, ["Failed", "Pending"], True).reason == "SomeTemplatesDegraded"
     assert ready_condition(ok, ["Failed"], True).reason == "AllTemplatesFailed"
     assert ready_condition(None, [], False).reason == "AwaitingMetadata"
+
+
+DEPLOYMENTS = "com.amd.aim.model.recommendedDeployments"
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "[" * 5000 + "]" * 5000,  # deeper than the decoder's recursion limit: a RecursionError before
+        "{" + '"a":{' * 3000 + "}" * 3001,
+        '[{"gpuCount": 1' + "0" * 5000 + "}]",  # more digits than int() converts
+    ],
+)
+def test_a_label_the_decoder_cannot_hold_is_a_label_error(text: str) -> None:
+    with pytest.raises(LabelError) as info:
+        parse_image_labels({DEPLOYMENTS: text})
+    assert info.value.label == DEPLOYMENTS
+
+
+def test_a_label_longer_than_the_bound_is_refused_before_it_is_parsed() -> None:
+    hostile = "[" * 50000 + "]" * 50000
+    with pytest.raises(LabelError) as info:
+        parse_image_labels({DEPLOYMENTS: hostile})
+    assert f"longer than {MAX_LABEL_CHARS}" in str(info.value)
+    with pytest.raises(LabelError) as long_text:
+        parse_image_labels({"com.amd.aim.description.full": "x" * (MAX_LABEL_CHARS + 1)})
+    assert long_text.value.label == "com.amd.aim.description.full"
+    assert parse_image_labels({"com.amd.aim.description.full": "x" * MAX_LABEL_CHARS}).description
+
+
+def test_a_gpu_count_above_the_templates_bound_is_refused() -> None:
+    """10**30 GPUs would become AIMServiceTemplates (and a container's GPU request) the API server refuses."""
+    with pytest.raises(LabelError) as info:
+        parse_image_labels({DEPLOYMENTS: f'[{{"gpuModel": "MI300X", "gpuCount": {10**30}}}]'})
+    assert f"above {MAX_GPUS_PER_REPLICA}" in str(info.value)
+    at_bound = parse_recommended_deployments(f'[{{"gpuCount": {MAX_GPUS_PER_REPLICA}}}]')
+    assert at_bound == [{"gpuCount": MAX_GPUS_PER_REPLICA}]
+    model = AIMClusterModel.model_validate(
+        {
+            "apiVersion": "aim.silogen.ai/v1alpha1",
+            "kind": "AIMClusterModel",
+            "metadata": {"name": "llama", "uid": "u-1"},
+            "spec": {"name": "meta/llama:1", "image": "r.io/llama:1"},
+        }
+    )
+    built = ImageMetadata(recommended_deployments=({"gpuModel": "MI300X", "gpuCount": 10**30},))
+    plan = auto_templates(model, built, ["a"])
+    assert plan.templates == []
+    assert plan.skipped == [f"recommendedDeployments[0]: gpuCount {10**30} is above {MAX_GPUS_PER_REPLICA}"]
+
+
+def _annotation(record: dict[str, object]) -> dict[str, str]:
+    return {"aim.silogen.ai/image-metadata": json.dumps(record)}
+
+
+@pytest.mark.parametrize(
+    "metadata",
+    [
+        {"recommendedDeployments": [{"gpuCount": "2", "gpuModel": "MI300X"}]},
+        {"recommendedDeployments": [{"gpuCount": float("nan"), "gpuModel": "MI300X"}]},
+        {"recommendedDeployments": [{"gpuCount": 10**30}]},
+        {"recommendedDeployments": [[1]]},
+        {"recommendedDeployments": {"gpuCount": 1}},
+        {"canonicalName": ["x"]},
+        {"tags": "a,b"},
+        {"hfTokenRequired": "yes"},
+        {"oci": {"title": 1}},
+        [1],
+    ],
+)
+def test_a_persisted_record_that_does_not_validate_is_ignored(metadata: object) -> None:
+    """A hand-edited annotation is checked as the labels are: one that would not have come from an image is read
+    again (before, a string gpuCount reached ``count < 1`` and stopped discovery with a TypeError)."""
+    record = {"image": "r/x:1", "readAt": "2026-01-01T00:00:00Z", "metadata": metadata}
+    assert DiscoveryRecord.from_annotations(_annotation(record)) is None
+
+
+def test_a_persisted_record_nested_too_deeply_is_ignored() -> None:
+    deep = '{"image": "r/x:1", "readAt": "2026-01-01T00:00:00Z", "metadata": ' + "[" * 5000 + "]" * 5000 + "}"
+    assert DiscoveryRecord.from_annotations({"aim.silogen.ai/image-metadata": deep}) is None
+
+
+def test_a_record_read_in_the_future_is_stale() -> None:
+    """A readAt in 2099 would otherwise keep the registry from being asked until then."""
+    day = timedelta(days=1)
+    future = DiscoveryRecord(image="r/x:1", read_at=NOW + timedelta(days=365), metadata=ImageMetadata())
+    assert needs_fetch(future, "r/x:1", NOW, day)
+    failed = DiscoveryRecord(
+        image="r/x:1", read_at=NOW + timedelta(days=365), reason="MetadataExtractionFailed", message="bad", attempts=1
+    )
+    assert needs_fetch(failed, "r/x:1", NOW, day)
+    assert not needs_fetch(
+        DiscoveryRecord(image="r/x:1", read_at=NOW, metadata=ImageMetadata()), "r/x:1", NOW + timedelta(hours=1), day
+    )

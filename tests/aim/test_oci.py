@@ -3,15 +3,24 @@
 from __future__ import annotations
 
 import base64
+import hashlib
 import http.server
 import json
+import pathlib
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
 
-from tasks.clients.oci import RegistryClient, RegistryError, credential_for, parse_dockerconfigjson, parse_reference
+from tasks.clients.oci import (
+    REF_NAME,
+    RegistryClient,
+    RegistryError,
+    credential_for,
+    parse_dockerconfigjson,
+    parse_reference,
+)
 
 
 def test_references_are_parsed_as_docker_does() -> None:
@@ -139,3 +148,172 @@ def test_example_layout_is_a_real_oci_layout_and_reads_like_the_registry_copy(oc
     from_layout = read_layout_config(layout_root, parse_reference(f"docker.io/{repo}:0.8.4"), repo).labels
     assert from_registry == from_layout == json.loads(inspected.stdout)["config"]["Labels"]
     assert from_layout["com.amd.aim.model.canonicalName"] == "meta-llama/Llama-3.1-8B-Instruct"
+
+
+# --------------------------------------------------------------------------------------------------
+# Malformed documents: a registry or layout that serves them makes that image's read fail, classified
+# --------------------------------------------------------------------------------------------------
+
+Document = Any
+"""A manifest or config as served: bytes as they are, anything else as its JSON."""
+
+CONFIG_OK = {"config": {"Labels": {"a": "b"}}}
+DEEP = b"[" * 5000 + b"]" * 5000
+
+
+def _bytes(document: Document) -> bytes:
+    return document if isinstance(document, bytes) else json.dumps(document).encode()
+
+
+def _digest(data: bytes) -> str:
+    return "sha256:" + hashlib.sha256(data).hexdigest()
+
+
+def _manifest(config_digest: str) -> dict[str, Any]:
+    return {
+        "schemaVersion": 2,
+        "config": {"mediaType": "application/vnd.oci.image.config.v1+json", "digest": config_digest},
+    }
+
+
+# (case, manifest given the config's digest, config, the error's kind or None for labels {"a": "b"}, a message part)
+MALFORMED: list[tuple[str, Callable[[str], Document], Document, str | None, str]] = [
+    ("manifest-not-json", lambda _: b"{not json", CONFIG_OK, "invalid", "the manifest is not JSON"),
+    ("manifest-a-list", lambda _: [1], CONFIG_OK, "invalid", "the manifest is not a JSON object"),
+    ("manifest-too-deep", lambda _: DEEP, CONFIG_OK, "invalid", "the manifest is not JSON"),
+    ("config-descriptor-a-list", lambda _: {"config": [1]}, CONFIG_OK, "invalid", "no config descriptor"),
+    ("config-digest-a-path", lambda _: _manifest("sha256:../../x"), CONFIG_OK, "invalid", "no config descriptor"),
+    ("media-type-a-list", lambda d: {**_manifest(d), "mediaType": [1]}, CONFIG_OK, None, ""),
+    ("manifests-an-int", lambda _: {"manifests": 5}, CONFIG_OK, "not-found", "no linux/amd64 manifest"),
+    (
+        "platform-a-string",
+        lambda d: {"manifests": [{"digest": d, "platform": "linux"}, {"digest": d, "platform": [1]}]},
+        CONFIG_OK,
+        "not-found",
+        "offers None/None, None/None",
+    ),
+    ("config-not-json", _manifest, b"\xff{", "invalid", "the config blob is not JSON"),
+    ("config-too-deep", _manifest, DEEP, "invalid", "the config blob is not JSON"),
+    ("config-a-list", _manifest, [1], "invalid", "the config blob is not a JSON object"),
+    ("config-config-a-list", _manifest, {"config": [1]}, "invalid", "config or config.Labels is not an object"),
+    ("labels-a-list", _manifest, {"config": {"Labels": ["a"]}}, "invalid", "config or config.Labels is not an object"),
+]
+
+
+def _expect(read: Callable[[], Any], kind: str | None, part: str) -> None:
+    if kind is None:
+        assert read().labels == {"a": "b"}
+        return
+    with pytest.raises(RegistryError) as info:
+        read()
+    assert (info.value.kind, part in info.value.message) == (kind, True), info.value.message
+
+
+def _layout(root: pathlib.Path, repo: str, index: Document, blobs: list[bytes]) -> None:
+    layout = root / repo
+    (layout / "blobs" / "sha256").mkdir(parents=True)
+    for blob in blobs:
+        (layout / "blobs" / "sha256" / _digest(blob).split(":", 1)[1]).write_bytes(blob)
+    (layout / "index.json").write_bytes(_bytes(index))
+
+
+@pytest.mark.parametrize(("case", "manifest_of", "config", "kind", "part"), MALFORMED, ids=[c[0] for c in MALFORMED])
+def test_a_malformed_layout_fails_that_image_classified(
+    tmp_path: pathlib.Path,
+    case: str,
+    manifest_of: Callable[[str], Document],
+    config: Document,
+    kind: str | None,
+    part: str,
+) -> None:
+    """Before, most of these raised AttributeError, KeyError, TypeError or JSONDecodeError out of the read (and
+    stopped discover-models for every model)."""
+    config_bytes = _bytes(config)
+    manifest = _bytes(manifest_of(_digest(config_bytes)))
+    index = {"manifests": [{"digest": _digest(manifest), "annotations": {REF_NAME: "1"}}]}
+    _layout(tmp_path, "unit/x", index, [manifest, config_bytes])
+    client = RegistryClient(mirrors={"docker.io": f"oci-layout:{tmp_path}"})
+    _expect(lambda: client.read_config("unit/x:1"), kind, part)
+
+
+@pytest.mark.parametrize(
+    ("index", "kind", "part"),
+    [
+        ([{"digest": "sha256:" + "a" * 64}], "invalid", "index.json is not a JSON object but a list"),
+        (b"{", "invalid", "index.json is not JSON"),
+        ({"manifests": {"digest": "x"}}, "not-found", "1 is not in the image layout"),
+        ({"manifests": [{"annotations": {REF_NAME: "1"}}]}, "invalid", "the image layout's entry for 1 has no digest"),
+        ({"manifests": [{"annotations": "1", "digest": "sha256:0"}]}, "not-found", "1 is not in the image layout"),
+        ({"manifests": [{"annotations": {REF_NAME: "1"}, "digest": "sha256:0"}]}, "invalid", "unsupported digest"),
+    ],
+)
+def test_a_malformed_layout_index_fails_that_image_classified(
+    tmp_path: pathlib.Path, index: Document, kind: str, part: str
+) -> None:
+    _layout(tmp_path, "unit/x", index, [])
+    client = RegistryClient(mirrors={"docker.io": f"oci-layout:{tmp_path}"})
+    _expect(lambda: client.read_config("unit/x:1"), kind, part)
+
+
+def test_an_unreadable_layout_or_an_overlong_name_fails_that_image_classified(tmp_path: pathlib.Path) -> None:
+    (tmp_path / "unit" / "dir" / "index.json").mkdir(parents=True)
+    client = RegistryClient(mirrors={"docker.io": f"oci-layout:{tmp_path}"})
+    _expect(lambda: client.read_config("unit/dir:1"), "invalid", "cannot be read")
+    _expect(lambda: client.read_config("unit/missing:1"), "not-found", "no image layout")
+    # A 5000-character repository was an OSError (file name too long); Docker refuses names over 255 characters.
+    _expect(lambda: client.read_config("docker.io/" + "a" * 5000 + ":1"), "invalid", "not a valid image reference")
+    assert parse_reference("r.io/" + "a" * 250).repository == "a" * 250
+
+
+class StaticRegistry:
+    """Serves fixed manifests and blobs under ``/v2/``, whatever they hold: a real registry refuses to store a
+    malformed manifest, but a registry (or a proxy in front of one) may still serve one."""
+
+    def __init__(self) -> None:
+        self.files: dict[str, bytes] = {}
+        registry = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self) -> None:  # noqa: N802
+                body = registry.files.get(self.path)
+                self.send_response(200 if body is not None else 404)
+                self.send_header("Content-Length", str(len(body or b"")))
+                self.end_headers()
+                self.wfile.write(body or b"")
+
+            def log_message(self, *_: Any) -> None:
+                return
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.host = f"127.0.0.1:{self.server.server_address[1]}"
+
+    def image(self, repo: str, manifest: bytes, config: bytes) -> str:
+        """Serve an image's manifest under tag ``1`` and by digest, and its config blob; its reference."""
+        self.files[f"/v2/{repo}/manifests/1"] = manifest
+        self.files[f"/v2/{repo}/manifests/{_digest(manifest)}"] = manifest
+        self.files[f"/v2/{repo}/blobs/{_digest(config)}"] = config
+        return f"{self.host}/{repo}:1"
+
+
+@pytest.fixture()
+def static_registry() -> Iterator[StaticRegistry]:
+    registry = StaticRegistry()
+    threading.Thread(target=registry.server.serve_forever, args=(0.05,), daemon=True).start()
+    yield registry
+    registry.server.shutdown()
+    registry.server.server_close()
+
+
+@pytest.mark.parametrize(("case", "manifest_of", "config", "kind", "part"), MALFORMED, ids=[c[0] for c in MALFORMED])
+def test_a_malformed_registry_document_fails_that_image_classified(
+    static_registry: StaticRegistry,
+    case: str,
+    manifest_of: Callable[[str], Document],
+    config: Document,
+    kind: str | None,
+    part: str,
+) -> None:
+    """The registry path classifies the same documents the same way (a deep config blob was a RecursionError)."""
+    config_bytes = _bytes(config)
+    image = static_registry.image("unit/x", _bytes(manifest_of(_digest(config_bytes))), config_bytes)
+    _expect(lambda: RegistryClient(attempts=1).read_config(image), kind, part)
