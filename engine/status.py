@@ -51,7 +51,8 @@ def set_conditions(
     """Apply ``updates`` with :func:`engine.api.meta.set_condition` (``lastTransitionTime`` moves only
     when a status changes) and return the conditions as dicts in API JSON shape. ``conditions`` are the
     previous ones, typed (a parsed status) or as written; what is not a condition there (``conditions: 5``,
-    an entry without a ``type``) is dropped, so a hand-written status is replaced, never a crash."""
+    an entry without a ``type``, one the API model refuses such as ``status: Maybe``, a second of one type)
+    is dropped (:func:`previous_conditions`), so a hand-written status is replaced, never a crash."""
     current = previous_conditions(conditions)
     for update in updates:
         current = [
@@ -69,12 +70,35 @@ def set_conditions(
 
 
 def previous_conditions(conditions: object) -> list[Condition | dict[str, Any]]:
-    """The conditions of ``conditions`` as read: typed ones and dicts with a string ``type``; nothing else."""
+    """The conditions of ``conditions`` as read that are conditions: typed ones and dicts the API model accepts
+    (``{type: Ready, status: Maybe}`` is not one), the first of each type; nothing else, so what a person wrote
+    by hand is replaced by the next write instead of failing it."""
     if not isinstance(conditions, (list, tuple)):
         return []
-    return [
-        c for c in conditions if isinstance(c, Condition) or (isinstance(c, dict) and isinstance(c.get("type"), str))
-    ]
+    kept: list[Condition | dict[str, Any]] = []
+    types: set[str] = set()
+    for condition in conditions:
+        if _is_condition(condition) and _type_of(condition) not in types:
+            types.add(_type_of(condition))
+            kept.append(condition)
+    return kept
+
+
+def _is_condition(value: object) -> bool:
+    """Whether ``value`` is a condition: a typed one, or a dict :class:`engine.api.meta.Condition` validates."""
+    if isinstance(value, Condition):
+        return True
+    if not isinstance(value, dict):
+        return False
+    try:
+        Condition.model_validate(value)
+    except ValueError:  # pydantic's ValidationError is a ValueError
+        return False
+    return True
+
+
+def _type_of(condition: Condition | dict[str, Any]) -> str:
+    return condition.type if isinstance(condition, Condition) else str(condition["type"])
 
 
 def _as_json(condition: Condition | dict[str, Any]) -> dict[str, Any]:
@@ -84,9 +108,11 @@ def _as_json(condition: Condition | dict[str, Any]) -> dict[str, Any]:
     return condition.model_dump(by_alias=True, exclude_none=True, mode="json")
 
 
-def changed_fields(old: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, Any] | None:
-    """The top-level status fields of ``new`` that differ from ``old`` (a merge-patch), or ``None``."""
-    return {key: value for key, value in new.items() if old.get(key) != value} or None
+def changed_fields(old: Mapping[str, Any] | object, new: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The top-level status fields of ``new`` that differ from ``old`` (a merge-patch), or ``None``; an ``old``
+    that is no mapping (``status: 5`` written by hand) has none of them."""
+    held = old if isinstance(old, Mapping) else {}
+    return {key: value for key, value in new.items() if held.get(key) != value} or None
 
 
 def conditions_hold(
@@ -110,14 +136,16 @@ def conditions_hold(
 def status_with_conditions(
     obj: Mapping[str, Any], updates: Sequence[ConditionUpdate], now: datetime, extra: Mapping[str, Any] | None = None
 ) -> dict[str, Any]:
-    """The object's status with ``updates`` applied and ``observedGeneration`` set."""
+    """The object's status with ``updates`` applied and ``observedGeneration`` set; the conditions held are kept
+    as they are when every update is already among them and nothing else there is malformed."""
     old = obj.get("status") or {}
     generation = (obj.get("metadata") or {}).get("generation")
     status: dict[str, Any] = dict(old)
     status.update(extra or {})
     held = old.get("conditions") or []
+    valid = previous_conditions(held) == held
     status["conditions"] = (
-        held if conditions_hold(held, updates, generation) else set_conditions(held, updates, now, generation)
+        held if valid and conditions_hold(held, updates, generation) else set_conditions(held, updates, now, generation)
     )
     if generation is not None:
         status["observedGeneration"] = generation

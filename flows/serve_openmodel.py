@@ -2,13 +2,15 @@
 
 Lifecycle, top to bottom:
 
-1. read the OpenModel and validate its source as llmaz's webhook does (``Validated`` condition);
+1. read the OpenModel, validate its source as llmaz's webhook does and its flavors (accelerator limits whole
+   counts, ``TP``/``PP`` sizes) as the Deployment needs them (``Validated`` condition);
 2. warm its weights once into the namespace's shared ModelCache, which every later rollout of the model
    reuses (``Cached`` condition); until the cache is Available nothing is served;
 3. place it: the requested flavor or the first, falling back to the next while no Node matches a
    flavor's nodeSelector, saying which flavor and why;
 4. write the vLLM Deployment + Service (served model name = the OpenModel's name; the flavor's limits as
-   requests and limits; its nodeSelector on the pod), only what changed.
+   requests and limits; its nodeSelector on the pod), only what changed, once every rendered object's identity
+   is one the API server accepts (else nothing is written).
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from engine.api.llmaz import API_VERSION as LLMAZ_API_VERSION
 from engine.api.registry import OPEN_MODEL
 from engine.caches.lookup import model_cache_pvc
 from engine.rollout.openmodel import DEFAULT_IMAGE, check_flavor, choose_flavor, render_openmodel, validate_openmodel
-from engine.rollout.workloads import stamp
+from engine.rollout.workloads import identity_problems, stamp
 from flows.exitcodes import flow_result
 from flows.parameters import ClusterTarget, ImageRef, NamespaceName, ObjectName, Setting
 from flows.runs import flow
@@ -84,8 +86,8 @@ def serve_openmodel(
         Failed named Degraded (:func:`flows.exitcodes.flow_result`).
 
     Raises:
-        ServeError: The OpenModel does not exist, its source is invalid, or no flavor fits a Node (the reason is also
-            a Warning Event on the OpenModel).
+        ServeError: The OpenModel does not exist, its source or a flavor is invalid, no flavor fits a Node, or a
+            rendered object would be refused (the reason is also a Warning Event on the OpenModel).
     """
     logger = run_logger()
     now = datetime.now(UTC).replace(microsecond=0)
@@ -139,9 +141,12 @@ def serve_openmodel(
         cache=cache.name if cache else None,
     )
     pvc = model_cache_pvc(cache.model) if cache else None
-    for desired in render_openmodel(openmodel, source, pvc, namespace, replicas, placement, image):
-        live = read_live(conn, desired)
-        write_object(conn, stamp(desired), live, report.writes)
+    rendered = [stamp(o) for o in render_openmodel(openmodel, source, pvc, namespace, replicas, placement, image)]
+    problems = identity_problems(rendered)
+    if problems:  # checked before the first write: a run never leaves half its objects behind
+        raise refused(conn, obj, f"OpenModel {model}: cannot be served in {namespace}: " + "; ".join(problems))
+    for desired in rendered:
+        write_object(conn, desired, read_live(conn, desired), report.writes)
     if report.writes.created or report.writes.updated:
         record_event(conn, obj, "Served", f"in {namespace}: {report.writes.summary()}; {placement.message}")
         if cache is not None:

@@ -26,10 +26,11 @@ it) are optional, as are ``queueSum`` and ``inferenceSum``.
 from __future__ import annotations
 
 import datetime as dt
+import math
 import os
 import pathlib
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, TypeGuard
 
 import yaml
 
@@ -151,7 +152,8 @@ def read_windows_file(path: str | pathlib.Path) -> dict[tuple[str, str], list[Wi
 
     Raises:
         WindowsFileError: The file cannot be read, is not YAML, or an entry or window is missing a field, has a
-            negative or non-numeric value or an unknown key (the message names the entry).
+            negative, non-finite or non-numeric value (a boolean or null too), a name or namespace that is not a
+            string, or an unknown key (the message names the entry and the field).
     """
     file = pathlib.Path(path)
     try:
@@ -163,28 +165,41 @@ def read_windows_file(path: str | pathlib.Path) -> dict[tuple[str, str], list[Wi
     if not isinstance(doc, dict) or not isinstance(doc.get("variants"), list):
         raise WindowsFileError(f"{file}: expected a mapping with 'windowSeconds' and a 'variants' list")
     seconds = doc.get("windowSeconds")
-    if not isinstance(seconds, (int, float)) or seconds <= 0:
-        raise WindowsFileError(f"{file}: windowSeconds must be a number > 0, got {seconds!r}")
+    if not _is_number(seconds) or seconds <= 0:
+        raise WindowsFileError(f"{file}: windowSeconds must be a finite number > 0, got {seconds!r}")
     result: dict[tuple[str, str], list[Window]] = {}
     for i, entry in enumerate(doc["variants"]):
         where = f"{file}: variants[{i}]"
         if not isinstance(entry, dict) or not entry.get("name") or not isinstance(entry.get("windows"), list):
             raise WindowsFileError(f"{where}: needs 'name', 'namespace' and a 'windows' list")
-        windows = []
-        for j, raw in enumerate(entry["windows"]):
-            if not isinstance(raw, dict):
-                raise WindowsFileError(f"{where}.windows[{j}]: expected a mapping")
-            for key in _REQUIRED:
-                if not isinstance(raw.get(key), (int, float)) or raw[key] < 0:
-                    raise WindowsFileError(f"{where}.windows[{j}].{key}: expected a number >= 0, got {raw.get(key)!r}")
-            unknown = set(raw) - set(_FILE_KEYS)
-            if unknown:
-                raise WindowsFileError(f"{where}.windows[{j}]: unknown key(s) {', '.join(sorted(unknown))}")
-            fields = {_FILE_KEYS[k]: float(v) for k, v in raw.items()}
-            queue_sum_s = fields.pop("queue_sum_s", None)
-            windows.append(Window(seconds=float(seconds), queue_sum_s=queue_sum_s, **fields))
+        for key in ("name", "namespace"):
+            if entry.get(key) is not None and not isinstance(entry[key], str):
+                raise WindowsFileError(f"{where}.{key}: expected a string, got {entry[key]!r}")
+        windows = [_window(raw, f"{where}.windows[{j}]", float(seconds)) for j, raw in enumerate(entry["windows"])]
         result[(entry.get("namespace") or "default", entry["name"])] = windows
     return result
+
+
+def _is_number(value: object) -> TypeGuard[float]:
+    """Whether ``value`` is a finite number as YAML reads one (a boolean is not a number)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _window(raw: object, where: str, seconds: float) -> Window:
+    """One window of the file (``where`` names it in errors): a mapping of the known keys, each a finite number
+    >= 0, the required ones present; :class:`WindowsFileError` naming the field otherwise."""
+    if not isinstance(raw, dict):
+        raise WindowsFileError(f"{where}: expected a mapping")
+    unknown = set(raw) - set(_FILE_KEYS)
+    if unknown:
+        raise WindowsFileError(f"{where}: unknown key(s) {', '.join(sorted(map(str, unknown)))}")
+    for key in (*_REQUIRED, *sorted(set(raw) - set(_REQUIRED))):
+        value = raw.get(key)
+        if not _is_number(value) or value < 0:
+            raise WindowsFileError(f"{where}.{key}: expected a finite number >= 0, got {value!r}")
+    fields = {_FILE_KEYS[k]: float(v) for k, v in raw.items()}
+    queue_sum_s = fields.pop("queue_sum_s", None)
+    return Window(seconds=seconds, queue_sum_s=queue_sum_s, **fields)
 
 
 def write_windows_file(path: pathlib.Path, window_s: float, variants: Mapping[tuple[str, str], list[Window]]) -> None:

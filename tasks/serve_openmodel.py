@@ -19,8 +19,8 @@ from engine.rollout.openmodel import (
     REASON_CACHE_AVAILABLE,
     REASON_CACHE_FAILED,
     REASON_CACHE_PENDING,
-    REASON_INVALID_SOURCE,
     REASON_SOURCE_VALID,
+    invalid_reason,
 )
 from engine.rollout.workloads import FieldError
 from engine.status import ConditionUpdate, changed_fields, set_conditions
@@ -123,7 +123,7 @@ def write_conditions(
     Args:
         cluster: The cluster the OpenModel lives in.
         obj: The OpenModel as read.
-        errors: The source's validation errors; empty when it is valid.
+        errors: The OpenModel's validation errors (its source, name and flavors); empty when it is valid.
         cached: The ``Cached`` condition, or None when no cache is involved.
         now: The conditions' transition time when they change.
 
@@ -132,7 +132,7 @@ def write_conditions(
     """
     if errors:
         updates = [
-            ConditionUpdate(CONDITION_VALIDATED, "False", REASON_INVALID_SOURCE, "; ".join(str(e) for e in errors))
+            ConditionUpdate(CONDITION_VALIDATED, "False", invalid_reason(errors), "; ".join(str(e) for e in errors))
         ]
     else:
         updates = [
@@ -143,7 +143,8 @@ def write_conditions(
     generation = (obj.get("metadata") or {}).get("generation")
 
     def build(current: dict[str, Any]) -> dict[str, Any] | None:
-        old = current.get("status") or {}
+        old = current.get("status")
+        old = old if isinstance(old, dict) else {}  # a hand-written ``status: 5`` is replaced
         return changed_fields(
             old, {**old, "conditions": set_conditions(old.get("conditions"), updates, now, generation)}
         )

@@ -140,7 +140,7 @@ class Observation:
 # ------------------------------------------------------------------------------------------ names
 
 
-def _dns_label(text: str, limit: int) -> str:
+def dns_label(text: str, limit: int) -> str:
     """``text`` lower-cased to DNS-1123 characters, cut to ``limit`` with a short hash when cut."""
     clean = re.sub(r"[^a-z0-9-]+", "-", text.lower()).strip("-") or "cache"
     if len(clean) <= limit:
@@ -151,12 +151,12 @@ def _dns_label(text: str, limit: int) -> str:
 
 def pvc_name(cache_name: str) -> str:
     """The PVC of a ModelCache: ``<cache>-cache`` (the AIM controller's name), at most 63 characters."""
-    return _dns_label(f"{cache_name}-cache", 63)
+    return dns_label(f"{cache_name}-cache", 63)
 
 
 def job_name(cache_name: str, attempt: int) -> str:
     """The fill Job of one attempt: ``<cache>-fill-<n>``; a retry never reuses a failed Job's name."""
-    return f"{_dns_label(cache_name, 63 - len(f'-fill-{attempt}'))}-fill-{attempt}"
+    return f"{dns_label(cache_name, 63 - len(f'-fill-{attempt}'))}-fill-{attempt}"
 
 
 # -------------------------------------------------------------------------------------- attempts

@@ -14,7 +14,7 @@ from datetime import datetime
 from typing import Any
 
 from engine.rollout.workloads import FieldError
-from engine.status import ConditionUpdate, set_conditions
+from engine.status import ConditionUpdate, previous_conditions, set_conditions
 
 CONDITION_INITIALIZED = "Initialized"
 CONDITION_ACTIVE = "Active"
@@ -57,7 +57,7 @@ def deployment_available(deployment: Mapping[str, Any]) -> bool:
 
 
 def model_status(
-    old: Mapping[str, Any],
+    old: Mapping[str, Any] | object,
     generation: int | None,
     now: datetime,
     backends: list[BackendState],
@@ -66,7 +66,8 @@ def model_status(
     """The Model's status: ``Initialized`` once, ``Active`` when every backend is available, ``Failed``
     with its reason (set back to False once the cause is fixed), ``ScalingLimited`` while a backend is held
     below its bounds (then False), ``backendStatuses`` and ``observedGeneration``."""
-    conditions = list(old.get("conditions") or [])
+    old = old if isinstance(old, Mapping) else {}  # a hand-written ``status: 5`` is replaced
+    conditions = [c for c in previous_conditions(old.get("conditions")) if isinstance(c, dict)]  # malformed: replaced
     updates = [ConditionUpdate(CONDITION_INITIALIZED, "True", REASON_CREATING, "Model initialized")]
     if failure is not None:
         updates.append(ConditionUpdate(CONDITION_FAILED, "True", failure.reason, failure.message))

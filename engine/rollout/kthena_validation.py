@@ -19,7 +19,7 @@ from engine.caches.source_fields import from_kthena_uri, from_lora_url
 from engine.caches.sources import SourceError
 from engine.rollout.kthena import UNSUPPORTED_TYPES
 from engine.rollout.kthena_weights import cache_mount
-from engine.rollout.workloads import FieldError, is_credential_name
+from engine.rollout.workloads import FieldError, is_credential_name, resource_errors, without_status
 
 MAX_GRACE_PERIOD_S = 1800
 DEFAULT_SCALE_TO_ZERO = "30s"
@@ -45,10 +45,11 @@ def validate_model(manifest: Mapping[str, Any]) -> tuple[Model | None, list[Fiel
     """The Model parsed and defaulted as Kthena's mutating webhook does, and every rule it breaks.
 
     Schema errors (the CRD's own validation) come first; the webhook rules are only checked on a
-    Model that parses.
+    Model that parses. The status is not read: it is the rollout's output, and a malformed one (written by
+    hand) is replaced by the next status write instead of stopping the spec's rollout.
     """
     try:
-        model = parse_object(dict(manifest))
+        model = parse_object(without_status(manifest))
     except ManifestInvalid as exc:
         return None, [FieldError(path, message) for path, message in exc.errors]
     assert isinstance(model, Model)
@@ -105,6 +106,9 @@ def _worker_errors(backend: ModelBackend, path: str) -> list[FieldError]:
                     f"{worker.type!r} is not a {backend.type} worker type (allowed: {', '.join(allowed)})",
                 )
             )
+        if worker.resources is not None:
+            errors += resource_errors(worker.resources.limits, f"{path}.workers[{w}].resources.limits")
+            errors += resource_errors(worker.resources.requests, f"{path}.workers[{w}].resources.requests")
         if not worker.image:
             errors.append(FieldError(f"{path}.workers[{w}].image", "required"))
         elif not _IMAGE.match(worker.image):

@@ -30,7 +30,7 @@ from engine.rollout.kthena import (
     workloads_of,
 )
 from engine.rollout.kthena_weights import Mount, Weights
-from engine.rollout.workloads import ANNOTATION_BASE_REVISION, annotation, drain_script, probe
+from engine.rollout.workloads import ANNOTATION_BASE_REVISION, annotation, drain_script, probe, whole_count
 
 ANNOTATION_LORA = "modelplane.io/lora-adapters"
 """JSON ``{name: artifactURL}`` of the adapters baked into the pod template."""
@@ -232,10 +232,11 @@ def _multi_node_script(args: list[str], worker: ModelWorker, ray_host: str | Non
 
 
 def worker_gpus(worker: ModelWorker) -> int:
-    """Accelerators one pod of the worker asks for (``nvidia.com/gpu`` + ``huawei.com/ascend-1980``)."""
+    """Accelerators one pod of the worker asks for (``nvidia.com/gpu`` + ``huawei.com/ascend-1980``), each quantity
+    read as its value (``"1e1"`` is 10); the worker's are whole counts (validated: ``ValueError`` otherwise)."""
     resources = worker.resources
     amounts = {**((resources.limits or {}) if resources else {}), **((resources.requests or {}) if resources else {})}
-    return sum(int(str(amounts.get(k, 0))) for k in ("nvidia.com/gpu", "huawei.com/ascend-1980"))
+    return sum(whole_count(amounts.get(k, 0)) for k in ("nvidia.com/gpu", "huawei.com/ascend-1980"))
 
 
 def ray_service_name(workload_name: str) -> str:

@@ -8,23 +8,25 @@ a vLLM Deployment + Service from the cache, placed by the model's flavors in ord
 next flavor when no Node matches one (llmaz only does this in a scheduler plugin).
 
 Conditions written on the OpenModel (upstream defines none): ``Validated`` (``SourceValid`` /
-``InvalidSource``) and ``Cached`` (``CacheAvailable`` / ``CachePending`` / ``CacheFailed``).
+``InvalidSource`` / ``InvalidFlavor``) and ``Cached`` (``CacheAvailable`` / ``CachePending`` / ``CacheFailed``).
 """
 
 from __future__ import annotations
 
+import hashlib
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from engine.api.identity import DNS1123_LABEL_MAX, name_error
 from engine.api.llmaz import API_VERSION, FAMILY_NAME_LABEL, Flavor, OpenModel
 from engine.api.registry import OPEN_MODEL
 from engine.api.validate import ManifestInvalid, parse_object
+from engine.caches.plan import dns_label
 from engine.caches.source_fields import from_openmodel_source
 from engine.caches.sources import ModelSource, SourceError
-from engine.rollout.workloads import FieldError, drain_script, probe
-from engine.units import parse_quantity
+from engine.rollout.workloads import FieldError, drain_script, probe, resource_errors, whole_count, without_status
 
 Manifest = dict[str, Any]
 
@@ -40,6 +42,7 @@ CONDITION_VALIDATED = "Validated"
 CONDITION_CACHED = "Cached"
 REASON_SOURCE_VALID = "SourceValid"
 REASON_INVALID_SOURCE = "InvalidSource"
+REASON_INVALID_FLAVOR = "InvalidFlavor"
 REASON_CACHE_AVAILABLE = "CacheAvailable"
 REASON_CACHE_PENDING = "CachePending"
 REASON_CACHE_FAILED = "CacheFailed"
@@ -53,15 +56,21 @@ DEFAULT_RESOURCES: dict[str, str] = {"cpu": "4", "memory": "8Gi"}
 flavor's own ``limits`` override the same keys, as llmaz's flavor limits do."""
 SHARED_MEMORY_SIZE = "2Gi"  # the same config's sharedMemorySize: /dev/shm is a Memory emptyDir of this size
 GPU_RESOURCES = ("nvidia.com/gpu", "amd.com/gpu")
+PARALLEL_PARAMS = ("TP", "PP")
+"""The flavor params that are parallelism sizes (seed 002's preset parameters), passed to vLLM."""
+MAX_PARALLEL_SIZE = 1024
+"""The largest ``TP``/``PP`` accepted: far above the accelerators any node or multi-node group has (a larger
+size is a typo, and vLLM would only fail at start-up after the pods were scheduled)."""
 
 _DNS1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 _LABEL_VALUE_UNSAFE = re.compile(r"[^A-Za-z0-9_.-]+")
 
 
 def validate_openmodel(manifest: Mapping[str, Any]) -> tuple[OpenModel | None, ModelSource | None, list[FieldError]]:
-    """The OpenModel, its source, and what llmaz's webhook would reject (each naming its field)."""
+    """The OpenModel, its source, and what llmaz's webhook would reject (each naming its field). The status
+    is not read: Modelplane writes it, and a malformed one is replaced by the next write."""
     try:
-        model = parse_object(dict(manifest))
+        model = parse_object(without_status(manifest))
     except ManifestInvalid as exc:
         return None, None, [FieldError(path, message) for path, message in exc.errors]
     assert isinstance(model, OpenModel)
@@ -78,7 +87,41 @@ def validate_openmodel(manifest: Mapping[str, Any]) -> tuple[OpenModel | None, M
         errors.append(
             FieldError("spec.source", f"{source.uri}: vLLM cannot serve it from a cache (hf, s3 and host sources can)")
         )
-    return model, source, errors
+    return model, source, errors + flavor_errors(model)
+
+
+def invalid_reason(errors: list[FieldError]) -> str:
+    """The ``Validated`` False reason for ``errors``: ``InvalidFlavor`` when only flavors are wrong (the source and
+    name are fine), else ``InvalidSource``."""
+    flavors_only = all(e.field.startswith("spec.inferenceConfig.") for e in errors)
+    return REASON_INVALID_FLAVOR if errors and flavors_only else REASON_INVALID_SOURCE
+
+
+def flavor_errors(model: OpenModel) -> list[FieldError]:
+    """What in the flavors cannot be rendered, each naming its field: an accelerator (an extended resource) limit
+    that is not a whole count, which the API server would refuse on the Deployment, and a ``TP``/``PP`` param
+    that is not an integer in 1..:data:`MAX_PARALLEL_SIZE`. Every flavor is checked, since a fallback may
+    choose any of them."""
+    errors: list[FieldError] = []
+    for index, flavor in enumerate(model.spec.inference_config.flavors or []):
+        path = f"spec.inferenceConfig.flavors[{index}]"
+        errors += resource_errors(flavor.limits, f"{path}.limits")
+        for key in PARALLEL_PARAMS:
+            value = (flavor.params or {}).get(key)
+            if value is not None and parallel_size(value) is None:
+                errors.append(
+                    FieldError(f"{path}.params.{key}", f"{value!r} is not an integer from 1 to {MAX_PARALLEL_SIZE}")
+                )
+    return errors
+
+
+def parallel_size(value: str) -> int | None:
+    """A ``TP``/``PP`` param as its size, or ``None`` when it is not an integer in 1..:data:`MAX_PARALLEL_SIZE`."""
+    text = value.strip()
+    if not text.isascii() or not text.isdigit() or len(text) > len(str(MAX_PARALLEL_SIZE)):
+        return None
+    size = int(text)
+    return size if 1 <= size <= MAX_PARALLEL_SIZE else None
 
 
 # ------------------------------------------------------------------------------------------ flavors
@@ -148,6 +191,17 @@ def label_value(text: str) -> str:
     return _LABEL_VALUE_UNSAFE.sub("-", text)[:63].strip("-_.")
 
 
+def service_name(name: str) -> str:
+    """The Service in front of the OpenModel's pods: its name when that is a DNS-1035 label (a Service's name must
+    be one), else one derived from it, starting with a letter, with a short hash of the name (so two OpenModels
+    whose names read alike, ``qwen2.5-0.5b`` and ``qwen2-5-0-5b``, never share a Service)."""
+    if name_error("v1", "Service", name) is None:
+        return name
+    digest = hashlib.sha256(name.encode()).hexdigest()[:8]
+    label = dns_label(name if name[:1].isalpha() else f"om-{name}", len(name) + 3)  # label characters, never cut
+    return f"{label[: DNS1123_LABEL_MAX - len(digest) - 1].rstrip('-')}-{digest}"
+
+
 def model_path(source: ModelSource) -> str:
     """Where the server finds the weights: the cache root (or the one file of a ``filename`` source), or a host path."""
     if source.scheme in ("host", "hostpath"):
@@ -190,18 +244,30 @@ def runner_resources(flavor: Flavor | None) -> Manifest:
 def parallelism_args(flavor: Flavor | None) -> list[str]:
     """vLLM parallelism from the flavor: its ``TP``/``PP`` params (seed 002's preset parameters), else
     tensor parallel over the GPUs one replica gets (``nvidia.com/gpu``/``amd.com/gpu`` limits), so a
-    two-GPU flavor serves on both GPUs instead of one. Nothing for a single GPU or none."""
+    two-GPU flavor serves on both GPUs instead of one. Nothing for a single GPU or none. The flavor is one
+    :func:`flavor_errors` accepts; ``ValueError`` otherwise."""
     if flavor is None:
         return []
     params = flavor.params or {}
+    gpus = sum(whole_count(v) for k, v in (flavor.limits or {}).items() if k in GPU_RESOURCES)
+    tensor = _param_size(params, "TP") or gpus
+    pipeline = _param_size(params, "PP") or 1
     args: list[str] = []
-    gpus = sum(int(parse_quantity(str(v))) for k, v in (flavor.limits or {}).items() if k in GPU_RESOURCES)
-    tensor = params.get("TP") or (str(gpus) if gpus > 1 else None)
-    if tensor and int(tensor) > 1:
-        args += ["--tensor-parallel-size", str(int(tensor))]
-    if params.get("PP") and int(params["PP"]) > 1:
-        args += ["--pipeline-parallel-size", str(int(params["PP"]))]
+    if tensor > 1:
+        args += ["--tensor-parallel-size", str(tensor)]
+    if pipeline > 1:
+        args += ["--pipeline-parallel-size", str(pipeline)]
     return args
+
+
+def _param_size(params: Mapping[str, str], key: str) -> int | None:
+    """The ``TP``/``PP`` param ``key`` as its size (``None`` when absent); ``ValueError`` when it is not one."""
+    if key not in params:
+        return None
+    size = parallel_size(params[key])
+    if size is None:
+        raise ValueError(f"params.{key}: {params[key]!r} is not an integer from 1 to {MAX_PARALLEL_SIZE}")
+    return size
 
 
 def render_openmodel(
@@ -213,7 +279,8 @@ def render_openmodel(
     placement: Placement,
     image: str = DEFAULT_IMAGE,
 ) -> list[Manifest]:
-    """The vLLM Deployment and Service serving the OpenModel in ``namespace``, named after it."""
+    """The vLLM Deployment and Service serving the OpenModel in ``namespace``, named after it (the Service by
+    :func:`service_name`: an OpenModel's name need not be a DNS-1035 label)."""
     name = model.metadata.name or ""
     flavor = placement.flavor
     labels = labels_of(model, flavor)
@@ -283,7 +350,12 @@ def render_openmodel(
     service = {
         "apiVersion": "v1",
         "kind": "Service",
-        "metadata": {"name": name, "namespace": namespace, "labels": labels, "ownerReferences": [owner]},
+        "metadata": {
+            "name": service_name(name),
+            "namespace": namespace,
+            "labels": labels,
+            "ownerReferences": [owner],
+        },
         "spec": {
             "type": "ClusterIP",
             "selector": selector,

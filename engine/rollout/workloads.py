@@ -10,9 +10,13 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from decimal import Decimal
 from typing import Any
+
+from engine.api.identity import identity_errors
+from engine.units import parse_quantity
 
 Manifest = dict[str, Any]
 
@@ -34,6 +38,60 @@ class FieldError:
 
     def __str__(self) -> str:
         return f"{self.field}: {self.message}"
+
+
+MAX_QUANTITY = 2**63 - 1
+"""The largest quantity Kubernetes keeps as written (a larger one is capped to it)."""
+
+
+def is_extended_resource(name: str) -> bool:
+    """Whether a resource name is an extended resource (``nvidia.com/gpu``, ``amd.com/gpu``, ...): one with a
+    domain outside ``kubernetes.io``, which Kubernetes counts in whole units only."""
+    return "/" in name and "kubernetes.io/" not in name
+
+
+def whole_count(value: str | int) -> int:
+    """An extended resource's quantity as the whole number Kubernetes requires of it: any spelling of an integer
+    (``2``, ``"2"``, ``"1e1"``, ``"2000m"``) is its value; ``ValueError`` saying why for a fraction (``"1.5"``,
+    ``"500m"``), a negative count, one above :data:`MAX_QUANTITY` or what is not a quantity."""
+    amount = parse_quantity(value)
+    if not amount.is_finite() or amount != amount.to_integral_value():
+        raise ValueError(f"{value!r} is not a whole number (an extended resource is counted in whole units)")
+    if amount < 0:
+        raise ValueError(f"{value!r} is negative")
+    if amount > Decimal(MAX_QUANTITY):
+        raise ValueError(f"{value!r} is above {MAX_QUANTITY}")
+    return int(amount)
+
+
+def resource_errors(resources: Mapping[str, str | int] | None, path: str) -> list[FieldError]:
+    """Each extended resource of ``resources`` (limits or requests) that is not a whole count
+    (:func:`whole_count`), naming it as ``path["name"]``: the API server would refuse the workload."""
+    errors: list[FieldError] = []
+    for name, value in (resources or {}).items():
+        if is_extended_resource(name):
+            try:
+                whole_count(value)
+            except ValueError as exc:
+                errors.append(FieldError(f'{path}["{name}"]', str(exc)))
+    return errors
+
+
+def identity_problems(objects: Iterable[Mapping[str, Any]]) -> list[str]:
+    """What the API server would refuse in the identity of each rendered object (its name by its kind's rule, its
+    namespace, labels and annotations), as ``Kind/name: field: reason``. Checked on all of a run's objects before
+    its first write, so a run that cannot write every object writes none of them."""
+    return [
+        f"{obj.get('kind')}/{(obj.get('metadata') or {}).get('name')}: {field}: {reason}"
+        for obj in objects
+        for field, reason in identity_errors(obj)
+    ]
+
+
+def without_status(manifest: Mapping[str, Any]) -> Manifest:
+    """A custom resource without its ``status``: what a rollout reads of an object whose status it writes itself,
+    so a malformed status (written by hand) is replaced by the next status write instead of refusing the spec."""
+    return {key: value for key, value in manifest.items() if key != "status"}
 
 
 def drain_script(port: int, engine: str) -> str:

@@ -192,6 +192,53 @@ def test_multi_pod_worker_becomes_a_leader_and_ray_followers() -> None:
         valid(obj)
 
 
+@pytest.mark.parametrize(("quantity", "gpus"), [("1e1", 10), ("2000m", 2), (4, 4), ("0", 0)])
+def test_a_multi_pod_leader_reads_any_integer_gpu_quantity_as_its_value(quantity: str | int, gpus: int) -> None:
+    worker = server_worker(pods=2, resources={"limits": {"nvidia.com/gpu": quantity}})
+    m = parsed(backend("big", workers=[worker]))
+    ref, b = ModelRef.of(m), m.spec.backends[0]
+    leader_workload = workloads_of(ref, b)[0]
+    weights = direct_weights(b, "img")
+    assert weights is not None
+    leader = render_workload(ref, b, leader_workload, weights, {}, 1)
+    head = MultiNodeContract(leader["spec"]["template"]["spec"]["containers"][0]["args"][1])
+    assert head.ray_start[-1] == f"--num-gpus={gpus}"
+
+
+@pytest.mark.parametrize(
+    ("where", "quantity", "why"),
+    [
+        ("limits", "-1", "negative"),
+        ("limits", "1.5", "not a whole number"),
+        ("requests", "500m", "not a whole number"),
+        ("limits", "1e400", "above 9223372036854775807"),
+    ],
+)
+def test_a_worker_gpu_quantity_that_is_no_whole_count_fails_the_model_naming_it(
+    where: str, quantity: str, why: str
+) -> None:
+    worker = server_worker(pods=2, resources={where: {"nvidia.com/gpu": quantity, "memory": "1.5Gi"}})
+    result, errors = validate_model(model("m", "ns", [backend("b", workers=[worker])]))
+    assert result is not None
+    assert [e.field for e in errors] == [f'spec.backends[0].workers[0].resources.{where}["nvidia.com/gpu"]']
+    assert why in errors[0].message
+
+
+def test_a_malformed_status_neither_fails_the_model_nor_stays() -> None:
+    from datetime import datetime
+
+    from engine.rollout.kthena_status import BackendState, model_status
+
+    manifest = model("m", "ns", [backend("b")])
+    manifest["status"] = {"conditions": [{"type": "Ready", "status": "Maybe"}, 5]}
+    result, errors = validate_model(manifest)
+    assert result is not None and errors == []  # the status is the rollout's output, not its input
+    now = datetime(2026, 1, 1, tzinfo=UTC)
+    status = model_status(manifest["status"], 1, now, [BackendState("b", 1, True)], None)
+    assert [(c["type"], c["status"]) for c in status["conditions"]] == [("Initialized", "True"), ("Active", "True")]
+    assert model_status(5, 1, now, [], None)["conditions"][0]["type"] == "Initialized"
+
+
 def test_sglang_serves_loras_with_its_own_flags() -> None:
     m = parsed(
         backend(
@@ -311,6 +358,78 @@ def test_openmodel_parallelism_and_resources_come_from_the_flavor() -> None:
         "limits": {"cpu": "16", "memory": "8Gi", "nvidia.com/gpu": "1"},
     }
     assert runner_resources(None)["limits"] == {"cpu": "4", "memory": "8Gi"}
+
+
+def test_openmodel_parallelism_reads_any_integer_gpu_quantity() -> None:
+    from engine.rollout.openmodel import parallelism_args
+
+    om = openmodel(
+        [{"name": "exp", "limits": {"nvidia.com/gpu": "1e1"}}, {"name": "milli", "limits": {"amd.com/gpu": "2000m"}}]
+    )
+    exp, milli = om.spec.inference_config.flavors
+    assert parallelism_args(exp) == ["--tensor-parallel-size", "10"]
+    assert parallelism_args(milli) == ["--tensor-parallel-size", "2"]
+
+
+@pytest.mark.parametrize(
+    ("flavor", "field", "why"),
+    [
+        ({"limits": {"nvidia.com/gpu": "-1"}}, 'limits["nvidia.com/gpu"]', "negative"),
+        ({"limits": {"nvidia.com/gpu": "1.5"}}, 'limits["nvidia.com/gpu"]', "not a whole number"),
+        ({"limits": {"nvidia.com/gpu": "500m"}}, 'limits["nvidia.com/gpu"]', "not a whole number"),
+        ({"limits": {"amd.com/gpu": "1e400"}}, 'limits["amd.com/gpu"]', "above"),
+        ({"params": {"TP": "abc"}}, "params.TP", "not an integer from 1 to 1024"),
+        ({"params": {"TP": "1.5"}}, "params.TP", "not an integer from 1 to 1024"),
+        ({"params": {"TP": "0"}}, "params.TP", "not an integer from 1 to 1024"),
+        ({"params": {"TP": "99999999999999999999"}}, "params.TP", "not an integer from 1 to 1024"),
+        ({"params": {"PP": "two"}}, "params.PP", "not an integer from 1 to 1024"),
+    ],
+)
+def test_an_openmodel_flavor_that_cannot_be_rendered_is_refused_naming_its_field(
+    flavor: dict[str, Any], field: str, why: str
+) -> None:
+    from engine.rollout.openmodel import REASON_INVALID_FLAVOR, invalid_reason, validate_openmodel
+
+    manifest = openmodel(
+        [{"name": "ok", "limits": {"nvidia.com/gpu": 2}, "params": {"TP": "2"}}, {"name": "bad", **flavor}]
+    )
+    model_, _, errors = validate_openmodel(manifest.model_dump(by_alias=True, exclude_none=True, mode="json"))
+    assert model_ is not None
+    assert [e.field for e in errors] == [f"spec.inferenceConfig.flavors[1].{field}"] and why in errors[0].message
+    assert invalid_reason(errors) == REASON_INVALID_FLAVOR
+
+
+def test_an_openmodel_whose_name_is_no_dns1035_label_gets_a_service_that_is() -> None:
+    from engine.api.identity import name_error
+    from engine.caches.sources import ModelSource
+    from engine.rollout.openmodel import Placement, render_openmodel, service_name
+    from engine.rollout.workloads import identity_problems
+
+    assert service_name("qwen2-5-0-5b-instruct") == "qwen2-5-0-5b-instruct"  # already a label: kept
+    names = ["qwen2.5-0.5b-instruct", "qwen2-5-0-5b-instruct", "7b.model", "a" * 70, "q." * 40 + "x", "a" * 253]
+    services = [service_name(n) for n in names]
+    assert len(set(services)) == len(names), "a derived name is never another model's"
+    assert all(name_error("v1", "Service", s) is None for s in services)
+    assert services[0].startswith("qwen2-5-0-5b-instruct-") and services[2].startswith("om-7b-model-")
+    for name in names:
+        om = openmodel([{"name": "any"}])
+        om.metadata.name = name
+        objects = [
+            stamp(o)
+            for o in render_openmodel(
+                om,
+                ModelSource("host", path="/m"),
+                None,
+                "ns",
+                1,
+                Placement(om.spec.inference_config.flavors[0], "m", True),
+            )
+        ]
+        assert identity_problems(objects) == [], name
+        for obj in objects:
+            valid(obj)
+    bad = {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "qwen2.5", "namespace": "ns"}}
+    assert identity_problems([bad]) == [f"Service/qwen2.5: metadata.name: {name_error('v1', 'Service', 'qwen2.5')}"]
 
 
 def test_backend_level_policy_gives_a_policy_and_a_binding_per_backend_scaling_its_group() -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import csv
 import json
 import pathlib
+import re
 import shutil
 import subprocess
 import time
@@ -30,7 +31,7 @@ from engine.simulate.trace import parse_trace_rows
 from engine.simulate.windows import window_aggregates
 from flows.calibrate import calibrate
 from flows.cli import app
-from tasks.calibrate import SERIES, prometheus_windows, write_windows_file
+from tasks.calibrate import SERIES, WindowsFileError, prometheus_windows, read_windows_file, write_windows_file
 from tasks.clients.metrics.prometheus import PrometheusMetrics
 from tests.flows.artifacts import newest_artifact, table_rows
 from tests.servers.promtest.fixture import PrometheusProcess, find_binary
@@ -150,6 +151,68 @@ def test_cli_dry_run_writes_nothing_and_a_bad_file_is_one_line(
     bad.write_text("windowSeconds: 300\nvariants:\n  - {namespace: ns, name: v, windows: [{requests: -1}]}\n")
     failed = CliRunner().invoke(app, ["calibrate", "--cluster", str(example_cluster), "--windows", str(bad)])
     assert failed.exit_code == 2 and "windows[0].requests" in failed.output and "Traceback" not in failed.output
+
+
+WINDOW = "{requests: 41, ttftSum: 12.3, itlSum: 180.2, itlCount: 8600, promptTokensSum: 47000"
+
+
+@pytest.mark.parametrize(
+    ("text", "named"),
+    [
+        (f"windowSeconds: 300\nvariants: [{{name: v, windows: [{WINDOW}, queueSum: null}}]}}]", "windows[0].queueSum"),
+        (
+            f"windowSeconds: 300\nvariants: [{{name: v, windows: [{WINDOW}, runningAvg: abc}}]}}]",
+            "windows[0].runningAvg",
+        ),
+        (
+            f"windowSeconds: 300\nvariants: [{{name: v, windows: [{WINDOW}, runningAvg: [1]}}]}}]",
+            "windows[0].runningAvg",
+        ),
+        (
+            f"windowSeconds: 300\nvariants: [{{name: v, windows: [{WINDOW}, runningAvg: -1}}]}}]",
+            "windows[0].runningAvg",
+        ),
+        (f"windowSeconds: 300\nvariants: [{{name: v, windows: [{WINDOW}, inferenceSum: .inf}}]}}]", "inferenceSum"),
+        (f"windowSeconds: 300\nvariants: [{{name: v, windows: [{WINDOW.replace('41', '.nan')}}}]}}]", "requests"),
+        (f"windowSeconds: 300\nvariants: [{{name: v, windows: [{WINDOW.replace('41', 'true')}}}]}}]", "requests"),
+        (f"windowSeconds: 300\nvariants: [{{name: [a], windows: [{WINDOW}}}]}}]", "variants[0].name"),
+        (f"windowSeconds: 300\nvariants: [{{name: v, namespace: 5, windows: [{WINDOW}}}]}}]", "variants[0].namespace"),
+        (f"windowSeconds: .nan\nvariants: [{{name: v, windows: [{WINDOW}}}]}}]", "windowSeconds"),
+        (f"windowSeconds: .inf\nvariants: [{{name: v, windows: [{WINDOW}}}]}}]", "windowSeconds"),
+        (f"windowSeconds: true\nvariants: [{{name: v, windows: [{WINDOW}}}]}}]", "windowSeconds"),
+    ],
+    ids=[
+        "optional-null",
+        "optional-text",
+        "optional-list",
+        "optional-negative",
+        "optional-inf",
+        "required-nan",
+        "required-bool",
+        "name-list",
+        "namespace-int",
+        "seconds-nan",
+        "seconds-inf",
+        "seconds-bool",
+    ],
+)
+def test_a_bad_value_in_a_windows_file_is_an_error_naming_its_field(
+    tmp_path: pathlib.Path, text: str, named: str
+) -> None:
+    file = tmp_path / "windows.yaml"
+    file.write_text(text + "\n")
+    with pytest.raises(WindowsFileError, match=re.escape(named)) as raised:
+        read_windows_file(file)
+    assert "\n" not in str(raised.value)
+
+
+def test_a_good_windows_file_reads_every_field(tmp_path: pathlib.Path) -> None:
+    file = tmp_path / "windows.yaml"
+    file.write_text(
+        f"windowSeconds: 300\nvariants: [{{name: v, windows: [{WINDOW}, queueSum: 0, runningAvg: 1.5}}]}}]\n"
+    )
+    [window] = read_windows_file(file)[("default", "v")]
+    assert (window.seconds, window.requests, window.queue_sum_s, window.running_avg) == (300.0, 41.0, 0.0, 1.5)
 
 
 def openmetrics(result: SimResult, labels: dict[str, str], start: float, step: float = 15.0) -> str:

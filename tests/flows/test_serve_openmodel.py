@@ -3,6 +3,7 @@ with fallback, the rendered vLLM Deployment + Service, and conditions on the Ope
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Iterator
 from typing import Any
 
@@ -11,6 +12,7 @@ import yaml
 from kubernetes import client as k8s
 
 from engine.api.crds import render_crds
+from engine.api.identity import name_error
 from flows.serve_openmodel import ServeError, serve_openmodel
 from tests.flows.test_rollout_models import assert_valid_k8s
 
@@ -209,3 +211,36 @@ def test_a_namespace_that_does_not_exist_is_one_clear_error(env: Env) -> None:
     env.openmodel(name, HUB, [{"name": "any"}])
     with pytest.raises(ServeError, match="cannot keep its cache in namespace 'no-such-namespace'.*not found"):
         serve_openmodel(model=name, namespace="no-such-namespace", cluster=env.cluster)
+
+
+def test_a_flavor_that_cannot_be_rendered_writes_nothing_and_a_dotted_name_gets_a_valid_service(env: Env) -> None:
+    name = f"qwen2.5-{env.ns}"  # a DNS-1123 subdomain (llmaz accepts it), no DNS-1035 label (a Service's name)
+    host = {"uri": "host:///mnt/models/qwen"}
+    env.openmodel(name, host, [{"name": "gpu", "limits": {"nvidia.com/gpu": "500m"}, "params": {"TP": "abc"}}])
+    env.node(f"node-{env.ns}", {})
+    with pytest.raises(ServeError, match=r"flavors\[0\]\.limits\[\"nvidia.com/gpu\"\].*flavors\[0\]\.params\.TP"):
+        env.serve(name)
+    validated = env.conditions(name)["Validated"]
+    assert (validated["status"], validated["reason"]) == ("False", "InvalidFlavor")
+    assert "spec.inferenceConfig.flavors[0].params.TP: 'abc' is not an integer" in validated["message"]
+    assert env.apps.list_namespaced_deployment(env.ns).items == []
+
+    flavors = [{"name": "gpu", "limits": {"nvidia.com/gpu": "2000m"}, "params": {"PP": "2"}}]
+    env.custom.patch_cluster_custom_object(
+        "llmaz.io", "v1alpha1", "openmodels", name, {"spec": {"inferenceConfig": {"flavors": flavors}}}
+    )
+    report = env.serve(name)
+    assert report.state == "Serving" and env.conditions(name)["Validated"]["reason"] == "SourceValid"
+    deployment = env.deployment(name)
+    args = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert (
+        args[args.index("--tensor-parallel-size") + 1] == "2"
+        and args[args.index("--pipeline-parallel-size") + 1] == "2"
+    )
+    [service] = [
+        env.core.api_client.sanitize_for_serialization(s) for s in env.core.list_namespaced_service(env.ns).items
+    ]
+    assert service["metadata"]["name"] == f"qwen2-5-{env.ns}-{hashlib.sha256(name.encode()).hexdigest()[:8]}"
+    assert name_error("v1", "Service", service["metadata"]["name"]) is None
+    assert service["spec"]["selector"].items() <= deployment["spec"]["template"]["metadata"]["labels"].items()
+    assert_valid_k8s(service)
