@@ -36,6 +36,7 @@ from engine.caches.requests import (
 )
 from engine.caches.sources import ModelSource
 from tasks.boundary import Accepted, with_written_status
+from tasks.cache_env import resolve_env
 from tasks.caches import ensure_cache
 from tasks.clients.cluster import Cluster
 from tasks.clients.cluster.errors import ClusterError
@@ -53,7 +54,6 @@ from tasks.warm_caches import (
     pvc_capacity,
     read_cache_facts,
     record_attempt,
-    resolve_env,
     start_job,
     write_status,
 )

@@ -8,7 +8,6 @@ downloader is :mod:`tasks.downloader` (one implementation for the Job and the lo
 
 from __future__ import annotations
 
-import base64
 import logging
 import shutil
 from collections.abc import Iterable, Mapping
@@ -49,7 +48,6 @@ from engine.caches.gc import claims_mounted_by
 from engine.caches.plan import (
     ATTEMPTS_ANNOTATION,
     CACHE_LABEL,
-    CREDENTIALS_MISSING,
     MODELCACHE_API_VERSION,
     VERIFICATION_FAILED,
     Failure,
@@ -201,86 +199,6 @@ def read_cache_facts(cluster: Cluster, cache: ModelCache, world: CacheWorld) -> 
         marker_ok = local_marker_ok(local_volume(cluster, namespace, pvc_name(name)), source.uri)
         return CacheFacts(pvc, config, fills_in_cluster=False, marker_ok=marker_ok)
     return CacheFacts(pvc, config, fills_in_cluster=False)
-
-
-# --------------------------------------------------------------------------------------- secrets
-
-
-def secret_value(cluster: Cluster, namespace: str, name: str, key: str) -> str:
-    """One key of a Secret (``data`` base64, or ``stringData`` in a manifest not yet normalised).
-
-    Args:
-        cluster: The cluster to read.
-        namespace: The Secret's namespace.
-        name: The Secret's name.
-        key: The key to read.
-
-    Returns:
-        The key's value, decoded.
-
-    Raises:
-        KeyError: The Secret has no such key.
-        NotFound: There is no such Secret (raised by the cluster client).
-    """
-    secret = cluster.get("v1", "Secret", name, namespace)
-    if key in (secret.get("stringData") or {}):
-        return str(secret["stringData"][key])
-    data = secret.get("data") or {}
-    if key not in data:
-        raise KeyError(key)
-    return base64.b64decode(data[key]).decode()
-
-
-def _is_secret_key_ref(ref: object) -> bool:
-    """Whether ``ref`` is a ``secretKeyRef`` the kubelet would accept: a mapping with string ``name`` and ``key``
-    (the API model keeps ``valueFrom`` as free-form JSON, so a hand-written one reaches here unchecked)."""
-    return isinstance(ref, Mapping) and all(
-        isinstance(ref.get(part), str) and ref.get(part) for part in ("name", "key")
-    )
-
-
-def resolve_env(
-    cluster: Cluster, namespace: str, env: Iterable[Mapping[str, Any]]
-) -> tuple[dict[str, str], Failure | None]:
-    """The env as values, ``secretKeyRef``s read from the namespace's Secrets (as the kubelet does for
-    the Job). A missing Secret or key is a :data:`CREDENTIALS_MISSING` failure naming it (never its value).
-
-    Args:
-        cluster: The cluster the Secrets are read from.
-        namespace: The cache's namespace, whose Secrets the env references.
-        env: Kubernetes env entries (``value`` or ``valueFrom.secretKeyRef``).
-
-    Returns:
-        The env's values by name (optional references that are missing left out), and the failure of the first
-        required reference that is missing, or None.
-    """
-    values: dict[str, str] = {}
-    for item in env:
-        name = item.get("name")
-        if not name:
-            continue
-        if "value" in item:
-            values[name] = str(item["value"])
-            continue
-        source = item.get("valueFrom") or {}
-        ref = (source.get("secretKeyRef") or {}) if isinstance(source, Mapping) else source
-        if not ref:
-            continue
-        if not _is_secret_key_ref(ref):
-            return values, Failure(
-                CREDENTIALS_MISSING,
-                f"env {name}: valueFrom.secretKeyRef must name a Secret and a key (strings: name, key); fix the reference",
-            )
-        try:
-            values[name] = secret_value(cluster, namespace, ref["name"], ref["key"])
-        except (NotFound, KeyError):
-            if ref.get("optional"):
-                continue
-            return values, Failure(
-                CREDENTIALS_MISSING,
-                f"env {name}: Secret {namespace}/{ref['name']} has no key {ref['key']!r}; create it or fix the reference",
-            )
-    return values, None
 
 
 # ---------------------------------------------------------------------------------------- volumes

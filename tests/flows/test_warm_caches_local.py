@@ -580,7 +580,7 @@ def test_an_env_reference_that_names_no_secret_and_key_is_a_failure_not_a_crash(
     cluster_dir: pathlib.Path, ref: object
 ) -> None:
     """Before, each of these ended the whole warm-caches pass in a traceback (TypeError, KeyError)."""
-    from tasks.warm_caches import resolve_env
+    from tasks.cache_env import resolve_env
 
     write(cluster_dir, "ns.yaml", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}})
     env = [{"name": "PLAIN", "value": "x"}, {"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": ref}}]

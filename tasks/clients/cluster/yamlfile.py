@@ -420,7 +420,14 @@ _BRACKET_STEP = {"[": 1, "{": 1, "]": -1, "}": -1}
 
 def flow_depth(text: str) -> int:
     """The deepest ``[``/``{`` nesting in ``text``, counted over its brackets alone (regex and ``accumulate``,
-    both in C): brackets inside quoted strings count too, so it never reads less than the YAML nesting."""
+    both in C): brackets inside quoted strings count too, so it never reads less than the YAML nesting.
+
+    Args:
+        text: A manifest file's text.
+
+    Returns:
+        The most ``[``/``{`` open at once (0 for none).
+    """
     return max(accumulate(map(_BRACKET_STEP.__getitem__, _NOT_BRACKETS.sub("", text))), default=0)
 
 
