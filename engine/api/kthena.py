@@ -12,7 +12,7 @@ for stabilization, the panic-mode end, the time replicas reached zero and the la
 
 from __future__ import annotations
 
-from typing import Final, Literal
+from typing import TYPE_CHECKING, Final, Literal
 
 from pydantic import Field, field_validator, model_validator
 
@@ -153,16 +153,30 @@ class Target(KubeModel):
     """MetricEndpoint is the metric source."""
 
 
-def _check_bounds(min_replicas: int | None, max_replicas: int | None) -> None:
-    """A target's bounds must not cross: the autoscaler would otherwise clamp to both at once (Kthena's clamp
-    takes the maximum, so a binding with minReplicas 8 and maxReplicas 2 scaled its target to 2 in one step)."""
-    low, high = 0 if min_replicas is None else min_replicas, 1 if max_replicas is None else max_replicas
-    if low > high:
-        limit = f"maxReplicas {high}" if max_replicas is not None else f"maxReplicas, which is {high} when not set"
-        raise ValueError(f"minReplicas {low} is above {limit}")
+class _ReplicaBounds(KubeModel):
+    """A scaling target's ``minReplicas``/``maxReplicas`` (declared by each kind that has them) must not cross:
+    the autoscaler would otherwise clamp to both at once (Kthena's clamp takes the maximum, so a binding with
+    minReplicas 8 and maxReplicas 2 scaled its target to 2 in one step)."""
+
+    if TYPE_CHECKING:  # each subclass declares the two fields, with its own schema and place among its fields
+        min_replicas: int | None
+        max_replicas: int | None
+
+    @model_validator(mode="after")
+    def _bounds_do_not_cross(self) -> _ReplicaBounds:
+        low, high = (
+            0 if self.min_replicas is None else self.min_replicas,
+            1 if self.max_replicas is None else self.max_replicas,
+        )
+        if low > high:
+            limit = (
+                f"maxReplicas {high}" if self.max_replicas is not None else f"maxReplicas, which is {high} when not set"
+            )
+            raise ValueError(f"minReplicas {low} is above {limit}")
+        return self
 
 
-class ScalingConfiguration(KubeModel):
+class ScalingConfiguration(_ReplicaBounds):
     """Homogeneous scaling: one target sized from the policy's metrics."""
 
     target: Target
@@ -172,13 +186,8 @@ class ScalingConfiguration(KubeModel):
     max_replicas: int | None = Field(None, alias="maxReplicas", ge=1, le=MAX_REPLICAS)
     """MaxReplicas is the maximum number of replicas."""
 
-    @model_validator(mode="after")
-    def _bounds_do_not_cross(self) -> ScalingConfiguration:
-        _check_bounds(self.min_replicas, self.max_replicas)
-        return self
 
-
-class OptimizerParam(KubeModel):
+class OptimizerParam(_ReplicaBounds):
     """One group of a heterogeneous optimisation: its target, cost and replica bounds."""
 
     target: Target
@@ -189,11 +198,6 @@ class OptimizerParam(KubeModel):
     """MinReplicas is the minimum number of replicas for the backend."""
     max_replicas: int | None = Field(None, alias="maxReplicas", ge=1, le=MAX_REPLICAS)
     """MaxReplicas is the maximum number of replicas for the backend."""
-
-    @model_validator(mode="after")
-    def _bounds_do_not_cross(self) -> OptimizerParam:
-        _check_bounds(self.min_replicas, self.max_replicas)
-        return self
 
 
 class OptimizerConfiguration(KubeModel):
