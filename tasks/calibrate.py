@@ -153,7 +153,7 @@ def read_windows_file(path: str | pathlib.Path) -> dict[tuple[str, str], list[Wi
     Raises:
         WindowsFileError: The file cannot be read, is not YAML, or an entry or window is missing a field, has a
             negative, non-finite or non-numeric value (a boolean or null too), a name or namespace that is not a
-            string, or an unknown key (the message names the entry and the field).
+            string, an unknown key (the message names the entry and the field), or a VariantAutoscaling listed twice.
     """
     file = pathlib.Path(path)
     try:
@@ -176,7 +176,10 @@ def read_windows_file(path: str | pathlib.Path) -> dict[tuple[str, str], list[Wi
             if entry.get(key) is not None and not isinstance(entry[key], str):
                 raise WindowsFileError(f"{where}.{key}: expected a string, got {entry[key]!r}")
         windows = [_window(raw, f"{where}.windows[{j}]", float(seconds)) for j, raw in enumerate(entry["windows"])]
-        result[(entry.get("namespace") or "default", entry["name"])] = windows
+        key = (entry.get("namespace") or "default", entry["name"])
+        if key in result:  # a second entry would silently replace the first one's windows
+            raise WindowsFileError(f"{where}: {key[0]}/{key[1]} is listed twice; put all its windows in one entry")
+        result[key] = windows
     return result
 
 

@@ -180,6 +180,10 @@ WINDOW = "{requests: 41, ttftSum: 12.3, itlSum: 180.2, itlCount: 8600, promptTok
         (f"windowSeconds: .nan\nvariants: [{{name: v, windows: [{WINDOW}}}]}}]", "windowSeconds"),
         (f"windowSeconds: .inf\nvariants: [{{name: v, windows: [{WINDOW}}}]}}]", "windowSeconds"),
         (f"windowSeconds: true\nvariants: [{{name: v, windows: [{WINDOW}}}]}}]", "windowSeconds"),
+        (
+            f"windowSeconds: 300\nvariants: [{{name: v, windows: [{WINDOW}}}]}}, {{name: v, windows: [{WINDOW}}}]}}]",
+            "variants[1]: default/v is listed twice",
+        ),
     ],
     ids=[
         "optional-null",
@@ -194,6 +198,7 @@ WINDOW = "{requests: 41, ttftSum: 12.3, itlSum: 180.2, itlCount: 8600, promptTok
         "seconds-nan",
         "seconds-inf",
         "seconds-bool",
+        "listed-twice",
     ],
 )
 def test_a_bad_value_in_a_windows_file_is_an_error_naming_its_field(
