@@ -176,10 +176,12 @@ def read_windows_file(path: str | pathlib.Path) -> dict[tuple[str, str], list[Wi
             if entry.get(key) is not None and not isinstance(entry[key], str):
                 raise WindowsFileError(f"{where}.{key}: expected a string, got {entry[key]!r}")
         windows = [_window(raw, f"{where}.windows[{j}]", float(seconds)) for j, raw in enumerate(entry["windows"])]
-        key = (entry.get("namespace") or "default", entry["name"])
-        if key in result:  # a second entry would silently replace the first one's windows
-            raise WindowsFileError(f"{where}: {key[0]}/{key[1]} is listed twice; put all its windows in one entry")
-        result[key] = windows
+        variant = (entry.get("namespace") or "default", entry["name"])
+        if variant in result:  # a second entry would silently replace the first one's windows
+            raise WindowsFileError(
+                f"{where}: {variant[0]}/{variant[1]} is listed twice; put all its windows in one entry"
+            )
+        result[variant] = windows
     return result
 
 
