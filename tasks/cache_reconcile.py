@@ -260,7 +260,7 @@ def attempt_fill(
     obs = _with(obs, fill=FillState.RUNNING)
     if not settings.local:
         previous_job = world.jobs.get((namespace, job_name(name, obs.attempts - 1))) if obs.attempts > 1 else None
-        start_job(cluster, model, source.uri, obs.attempts, env, settings.job, previous_job)
+        start_job(cluster, model, source.uri, obs.attempts, env, settings.job, previous_job, pvc.capacity())
         return obs, f"started Job {job_name(name, obs.attempts)}", cache
     written = write_status(cluster, cache.obj, cache_status(model.status, obs, settings.policy, now))
     cache = with_written_status(cache, written)  # the pass ends from Progressing, as the cluster now has it

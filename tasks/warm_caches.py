@@ -287,6 +287,7 @@ def start_job(
     env: list[dict[str, Any]],
     settings: JobSettings,
     previous: Manifest | None,
+    capacity: str | None = None,
 ) -> Manifest:
     """Delete the previous attempt's Job (if any) and create this attempt's.
 
@@ -296,8 +297,9 @@ def start_job(
         source_uri: The model source the Job downloads.
         attempt: The fill attempt's number (part of the Job's name).
         env: The Job's environment entries (credentials as Secret references, never values).
-        settings: The Job's image, resources, deadline and pod settings.
+        settings: The Job's image, retries and pod settings.
         previous: The previous attempt's Job, deleted first, or None.
+        capacity: The PVC's capacity, which sets how long the Job may run (:func:`engine.caches.fill.fill_deadline_s`).
 
     Returns:
         The Job as created (or as it already existed).
@@ -307,7 +309,7 @@ def start_job(
             cluster.delete(ObjectRef.of(previous))
         except NotFound:
             pass
-    job = render_job(cache, source_uri, attempt, env, settings)
+    job = render_job(cache, source_uri, attempt, env, settings, capacity)
     try:
         return cluster.create(job)
     except Conflict:

@@ -233,6 +233,25 @@ class JobSettings:
     service_account: str | None = None
 
 
+FILL_DEADLINE_FLOOR_S = 3600
+"""The shortest time a fill Job may run before Kubernetes stops it (``activeDeadlineSeconds``)."""
+FILL_DEADLINE_RATE = 1024 * 1024
+"""Bytes per second a fill is given at the least: a Job may run as long as filling its whole PVC takes at this rate
+(1 MiB/s, about 8 Mbit/s: 4.6 hours for a 16 GiB volume). A source that stalls or sends a byte at a time keeps every
+read under its timeout, so without a deadline such a fill would hold its cache Progressing forever; past it, the
+Job fails (``DeadlineExceeded``) and the next attempt resumes the partial files after the backoff."""
+
+
+def fill_deadline_s(capacity: str | int | None) -> int:
+    """How long a fill Job of a PVC of ``capacity`` may run: at least :data:`FILL_DEADLINE_FLOOR_S`, else the time
+    to fill the volume at :data:`FILL_DEADLINE_RATE`. A capacity that is not a size gives the floor."""
+    try:
+        volume = quantity_bytes(capacity) if capacity is not None else 0
+    except ValueError:
+        volume = 0
+    return max(FILL_DEADLINE_FLOOR_S, -(-volume // FILL_DEADLINE_RATE))
+
+
 def fill_command(source_uri: str) -> list[str]:
     """The fill container's command: Modelplane's downloader into the mounted PVC, reporting its verdict
     (the completion marker's summary, or the typed error) through the termination message."""
@@ -240,10 +259,16 @@ def fill_command(source_uri: str) -> list[str]:
 
 
 def render_job(
-    cache: ModelCache, source_uri: str, attempt: int, env: list[dict[str, Any]], settings: JobSettings
+    cache: ModelCache,
+    source_uri: str,
+    attempt: int,
+    env: list[dict[str, Any]],
+    settings: JobSettings,
+    capacity: str | int | None = None,
 ) -> dict[str, Any]:
-    """The ``batch/v1`` Job filling the cache's PVC: one pod, ``restartPolicy: Never``, the PVC at
-    :data:`CACHE_MOUNT_PATH`, an emptyDir ``/tmp``, owned by the ModelCache."""
+    """The ``batch/v1`` Job filling the cache's PVC of ``capacity``: one pod, ``restartPolicy: Never``, the PVC at
+    :data:`CACHE_MOUNT_PATH`, an emptyDir ``/tmp``, owned by the ModelCache, stopped by Kubernetes after
+    :func:`fill_deadline_s`."""
     name = cache.metadata.name or ""
     labels = {CACHE_LABEL: name, **MANAGED_BY}
     container: dict[str, Any] = {
@@ -281,6 +306,7 @@ def render_job(
         },
         "spec": {
             "backoffLimit": settings.backoff_limit,
+            "activeDeadlineSeconds": fill_deadline_s(capacity),
             "ttlSecondsAfterFinished": settings.ttl_seconds_after_finished,
             "template": {"metadata": {"labels": labels}, "spec": pod_spec},
         },
@@ -309,6 +335,11 @@ def job_failure_message(job: Job) -> str:
     return "the fill Job failed"
 
 
+def _failed_for(job: Job) -> str | None:
+    """The reason of the Job's Failed condition, if it failed."""
+    return next((c.reason for c in job.status.conditions if c.type == "Failed" and c.status == "True"), None)
+
+
 def fill_job_verdict(job: Job | None, pods: Iterable[Pod], source_uri: str) -> tuple[FillState, Failure | None]:
     """A fill Job's outcome: running, or finished with the verdict its last pod's termination message reports
     (:func:`read_fill_report`). "Complete" alone is not enough: the report must be a verified completion
@@ -316,6 +347,12 @@ def fill_job_verdict(job: Job | None, pods: Iterable[Pod], source_uri: str) -> t
     state = job_state(job)
     if state in (FillState.NONE, FillState.RUNNING) or job is None:
         return state, None
+    if state == FillState.FAILED and _failed_for(job) == "DeadlineExceeded":  # stopped by Kubernetes mid-transfer
+        return FillState.FAILED, Failure(
+            DOWNLOAD_FAILED,
+            f"the fill Job ran out of time ({job_failure_message(job)}): the source sent too little; "
+            "the next attempt resumes the partial files",
+        )
     mine = [p for p in pods if p.metadata.labels.get("job-name") == job.metadata.name]
     wanted_phase = "Succeeded" if state == FillState.SUCCEEDED else "Failed"
     finished = [p for p in mine if p.status.phase == wanted_phase] or mine

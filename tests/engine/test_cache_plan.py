@@ -260,6 +260,7 @@ def test_pvc_and_job_manifests() -> None:
     )
     assert job["metadata"]["name"] == job_name("llama", 2) == "llama-fill-2"
     assert job["spec"]["backoffLimit"] == 1 and job["spec"]["ttlSecondsAfterFinished"] == 60
+    assert job["spec"]["activeDeadlineSeconds"] == 3600  # no capacity known: the floor
     pod = job["spec"]["template"]["spec"]
     container = pod["containers"][0]
     assert container["image"] == "img:1"
@@ -276,6 +277,49 @@ def test_pvc_and_job_manifests() -> None:
     assert {"name": "cache", "persistentVolumeClaim": {"claimName": "llama-cache"}} in pod["volumes"]
     assert pod["restartPolicy"] == "Never"
     assert len(job_name("x" * 80, 12)) <= 63
+
+
+@pytest.mark.parametrize(
+    ("capacity", "deadline"),
+    [(None, 3600), ("1Gi", 3600), ("16Gi", 16384), ("1Ti", 1048576), ("lots", 3600), (17 * 2**30 + 1, 17409)],
+)
+def test_a_fill_job_may_run_as_long_as_filling_its_volume_at_1_mib_per_second(
+    capacity: str | int | None, deadline: int
+) -> None:
+    """A source that stalls, or sends a byte at a time, keeps every read under its timeout: the Job's deadline is
+    what ends such a fill, so the cache is retried instead of Progressing forever."""
+    job = render_job(typed(CACHE), "hf://org/llama", 1, [], JobSettings(image="img:1"), capacity)
+    assert job["spec"]["activeDeadlineSeconds"] == deadline
+
+
+def test_a_fill_job_stopped_at_its_deadline_says_so_whatever_its_log_ended_with() -> None:
+    failed = {
+        "metadata": {"name": "llama-fill-1"},
+        "status": {
+            "conditions": [
+                {
+                    "type": "Failed",
+                    "status": "True",
+                    "reason": "DeadlineExceeded",
+                    "message": "Job was active longer than specified deadline",
+                }
+            ]
+        },
+    }
+    pod = Pod.model_validate(
+        {
+            "metadata": {"name": "llama-fill-1-x", "labels": {"job-name": "llama-fill-1"}},
+            "status": {
+                "phase": "Failed",
+                "containerStatuses": [
+                    {"name": "fill", "state": {"terminated": {"exitCode": 143, "message": "filling /cache from hf"}}}
+                ],
+            },
+        }
+    )
+    state, failure = fill_job_verdict(Job.model_validate(failed), [pod], "hf://org/llama")
+    assert state == FillState.FAILED and failure is not None and failure.reason == "DownloadFailed"
+    assert "ran out of time (DeadlineExceeded: Job was active longer than specified deadline)" in failure.message
 
 
 def test_job_state_follows_the_job_controller() -> None:
