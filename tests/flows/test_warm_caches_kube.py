@@ -112,6 +112,7 @@ def test_a_fill_job_fills_the_pvc_and_the_verified_marker_makes_the_cache_availa
     assert container["image"] == "ghcr.io/modelplane/modelplane:test"
     assert job["spec"]["template"]["spec"]["imagePullSecrets"] == [{"name": "regcred"}]
     assert job["spec"]["backoffLimit"] == 2 and job["spec"]["ttlSecondsAfterFinished"] == 3600
+    assert job["spec"]["activeDeadlineSeconds"] == 3600  # a 1Gi volume at 1 MiB/s is under the hour's floor
 
     assert wait_for(lambda: job_done(cluster, ns, "tiny-fill-1")) == "Complete"
     warm_caches(cluster=target, namespaces=[ns], image="ghcr.io/modelplane/modelplane:test")
