@@ -375,12 +375,20 @@ NOT_FOUND_RETRY = timedelta(minutes=5)
 """First re-read of an image that was not found; doubled per consecutive miss, up to the resync."""
 
 
+MAX_FAILURE_MESSAGE_CHARS = 500
+"""The longest message a failed read records: it goes into the model's condition (at most 32,768 characters) and
+its image-metadata annotation (all annotations together at most 256 KiB); an index of 200,000 entries made one
+of 2.2 MB, which no write could carry."""
+
+
 def failed_record(
     image: str, now: datetime, reason: str, message: str, previous: DiscoveryRecord | None
 ) -> DiscoveryRecord:
     """The record of a failed read of ``image`` (``reason``: the condition reason the error gives), attempts counted
     up while the image stays the same and keeps failing (they space the retries, :func:`retry_after`)."""
     attempts = previous.attempts + 1 if previous is not None and previous.image == image and previous.reason else 1
+    if len(message) > MAX_FAILURE_MESSAGE_CHARS:  # a registry's answer can make a message of megabytes
+        message = message[: MAX_FAILURE_MESSAGE_CHARS - 1] + "…"
     return DiscoveryRecord(image=image, read_at=now, reason=reason, message=message, attempts=attempts)
 
 

@@ -80,6 +80,12 @@ def _mirrors(pairs: list[str]) -> dict[str, str]:
             raise typer.BadParameter(
                 f"{pair!r}: expected HOST=MIRROR or HOST=oci-layout:DIR", param_hint="--registry-mirror"
             )
+        if "@" in target and not target.strip().startswith("oci-layout:"):  # the option is never echoed: a secret
+            raise typer.BadParameter(
+                f"the mirror of {host.strip()} names a user ('user:password@'): give HOST=MIRROR[:PORT] and the "
+                "mirror's credentials in a pull secret for it",
+                param_hint="--registry-mirror",
+            )
         result[host.strip()] = target.strip()
     return result
 

@@ -153,7 +153,7 @@ def inspect_image(
         ``MetadataExtractionFailed``, retried at the resync like an unparsable label).
     """
     try:
-        credential = credential_for(parse_reference(image), keychain.credentials)
+        credential = credential_for(client.source_of(parse_reference(image)), keychain.credentials)
         known = previous.digest if previous is not None and previous.ok and previous.image == image else None
         config = client.read_config(image, credential, known_digest=known)
         if config.unchanged and previous is not None:

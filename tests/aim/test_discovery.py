@@ -317,3 +317,19 @@ def test_a_record_read_in_the_future_is_stale() -> None:
     assert not needs_fetch(
         DiscoveryRecord(image="r/x:1", read_at=NOW, metadata=ImageMetadata()), "r/x:1", NOW + timedelta(hours=1), day
     )
+
+
+def test_a_failed_reads_message_is_bounded_whatever_the_registry_sent() -> None:
+    """An index of 200,000 entries made a message of 2.2 MB: written to the model's condition and its annotation,
+    which no API server accepts (a condition message holds 32,768 characters, annotations 256 KiB together)."""
+    from datetime import UTC, datetime
+
+    from engine.aim.discovery import MAX_FAILURE_MESSAGE_CHARS, failed_record
+
+    record = failed_record(
+        "r/m:1", datetime(2026, 12, 1, tzinfo=UTC), "ImageNotFound", "offers " + "x" * 2_000_000, None
+    )
+    assert record.message is not None and len(record.message) == MAX_FAILURE_MESSAGE_CHARS
+    assert record.message.startswith("offers xxx") and record.message.endswith("…")
+    short = failed_record("r/m:1", datetime(2026, 12, 1, tzinfo=UTC), "ImageNotFound", "not found (HTTP 404)", None)
+    assert short.message == "not found (HTTP 404)"

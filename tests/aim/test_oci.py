@@ -15,6 +15,7 @@ import pytest
 
 from tasks.clients.oci import (
     REF_NAME,
+    Credential,
     RegistryClient,
     RegistryError,
     credential_for,
@@ -169,6 +170,12 @@ def _digest(data: bytes) -> str:
     return "sha256:" + hashlib.sha256(data).hexdigest()
 
 
+def _image_documents(labels: dict[str, str] | None = None) -> tuple[bytes, bytes]:
+    """An image's manifest and config blob, the config holding ``labels``."""
+    config = json.dumps({"config": {"Labels": labels or {"a": "b"}}}).encode()
+    return json.dumps(_manifest(_digest(config))).encode(), config
+
+
 def _manifest(config_digest: str) -> dict[str, Any]:
     return {
         "schemaVersion": 2,
@@ -271,10 +278,19 @@ class StaticRegistry:
 
     def __init__(self) -> None:
         self.files: dict[str, bytes] = {}
+        self.scripts: dict[str, Callable[[http.server.BaseHTTPRequestHandler], None]] = {}
+        """Path (without its query) -> what the server does instead of serving a file (a hostile answer)."""
+        self.received: list[tuple[str, str | None]] = []
+        """Every request: its path and its Authorization header."""
         registry = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
             def do_GET(self) -> None:  # noqa: N802
+                registry.received.append((self.path, self.headers.get("Authorization")))
+                script = registry.scripts.get(self.path.split("?", 1)[0])
+                if script is not None:
+                    script(self)
+                    return
                 body = registry.files.get(self.path)
                 self.send_response(200 if body is not None else 404)
                 self.send_header("Content-Length", str(len(body or b"")))
@@ -317,3 +333,148 @@ def test_a_malformed_registry_document_fails_that_image_classified(
     config_bytes = _bytes(config)
     image = static_registry.image("unit/x", _bytes(manifest_of(_digest(config_bytes))), config_bytes)
     _expect(lambda: RegistryClient(attempts=1).read_config(image), kind, part)
+
+
+# ----------------------------------------------------------------------------- a registry that misbehaves on purpose
+
+
+def _answer(status: int, body: bytes = b"", **headers: str) -> Callable[[http.server.BaseHTTPRequestHandler], None]:
+    """A scripted answer: ``status``, ``headers`` and ``body``."""
+
+    def script(handler: http.server.BaseHTTPRequestHandler) -> None:
+        handler.send_response(status)
+        for name, value in {"Content-Length": str(len(body)), **headers}.items():
+            handler.send_header(name.replace("_", "-"), value)
+        handler.end_headers()
+        handler.wfile.write(body)
+
+    return script
+
+
+@pytest.fixture()
+def second_registry() -> Iterator[StaticRegistry]:
+    registry = StaticRegistry()
+    threading.Thread(target=registry.server.serve_forever, args=(0.05,), daemon=True).start()
+    yield registry
+    registry.server.shutdown()
+    registry.server.server_close()
+
+
+def test_a_challenge_from_a_host_the_registry_redirected_to_is_never_sent_the_pull_secret(
+    static_registry: StaticRegistry, second_registry: StaticRegistry
+) -> None:
+    """The registry redirects the config blob to another host, which answers 401 with a token realm of its own.
+    Before, the pull secret's Basic credentials went to that realm (the pattern of containerd's CVE-2020-15157)."""
+    manifest, config = _image_documents()
+    image = static_registry.image("team/model", manifest, config)
+    blob = f"/v2/team/model/blobs/{_digest(config)}"
+    static_registry.scripts[blob] = _answer(307, Location=f"http://{second_registry.host}{blob}")
+    second_registry.scripts[blob] = _answer(
+        401, WWW_Authenticate=f'Bearer realm="http://{second_registry.host}/token",service="other"'
+    )
+    credential = Credential("alice", "S3cretPassw0rd-XYZ")
+    with pytest.raises(RegistryError, match="redirected to 127.0.0.1:[0-9]+, which asks for credentials") as raised:
+        RegistryClient(attempts=1).read_config(image, credential)
+    assert raised.value.kind == "auth"
+    assert [path for path, _ in second_registry.received] == [blob]  # no token request
+    assert all(header is None for _, header in second_registry.received)
+
+
+def test_a_manifest_that_is_not_the_one_its_digest_names_is_refused(static_registry: StaticRegistry) -> None:
+    """Before, an image pinned by digest read whatever manifest the registry sent (and its labels)."""
+    manifest, config = _image_documents()
+    swapped, swapped_config = _image_documents(labels={"com.amd.aim.model.canonicalName": "evil/substituted:1"})
+    static_registry.image("team/model", manifest, config)
+    static_registry.image("team/other", swapped, swapped_config)
+    static_registry.files[f"/v2/team/model/manifests/{_digest(manifest)}"] = swapped
+    with pytest.raises(RegistryError, match="does not match its digest") as raised:
+        RegistryClient(attempts=1).read_config(f"{static_registry.host}/team/model@{_digest(manifest)}")
+    assert raised.value.kind == "invalid"
+
+
+def test_a_config_digest_of_an_unknown_algorithm_is_refused(static_registry: StaticRegistry) -> None:
+    config = json.dumps({"config": {"Labels": {}}}).encode()
+    manifest = json.dumps(
+        {"schemaVersion": 2, "config": {"mediaType": "application/vnd.oci.image.config.v1+json", "digest": "foo:aaa"}}
+    ).encode()
+    image = static_registry.image("team/model", manifest, config)
+    static_registry.files["/v2/team/model/blobs/foo:aaa"] = config
+    with pytest.raises(RegistryError, match="unsupported digest algorithm 'foo'"):
+        RegistryClient(attempts=1).read_config(image)
+
+
+@pytest.mark.parametrize(
+    ("token_answer", "kind", "needle"),
+    [
+        (b'{"token": "' + b"t" * (2 << 20) + b'"}', "invalid", "larger than 1048576 bytes"),
+        (b'["a"]', "auth", "not a JSON object"),
+        (b"[" * 100_000, "auth", "not a JSON object"),
+        ('{"token": "abc\u20ac"}'.encode(), "auth", "not printable ASCII"),
+        (b'{"token": false}', "auth", "returned no token"),
+    ],
+    ids=["huge", "list", "deep", "not-ascii", "boolean"],
+)
+def test_a_token_service_answer_that_is_not_a_usable_token_is_an_auth_failure(
+    static_registry: StaticRegistry, token_answer: bytes, kind: str, needle: str
+) -> None:
+    """Before, a list answer was an AttributeError, a deep one a RecursionError and a non-ASCII token a
+    UnicodeEncodeError (each recorded as an unexpected, terminal failure), and a 300 MB token was held in memory
+    and sent on as a header."""
+    manifest, config = _image_documents()
+    image = static_registry.image("team/model", manifest, config)
+    static_registry.scripts["/v2/team/model/manifests/1"] = _answer(
+        401, WWW_Authenticate=f'Bearer realm="http://{static_registry.host}/token",service="registry"'
+    )
+    static_registry.scripts["/token"] = _answer(200, token_answer, Content_Type="application/json")
+    with pytest.raises(RegistryError, match=needle) as raised:
+        RegistryClient(attempts=1).read_config(image)
+    assert raised.value.kind == kind
+
+
+def test_an_answer_that_trickles_in_ends_at_the_deadline(static_registry: StaticRegistry) -> None:
+    """A byte every 0.2 s keeps every read under the socket timeout; before, a manifest sent that way held
+    discover-models (every model) for as long as the server liked."""
+    import time
+
+    manifest, config = _image_documents()
+    image = static_registry.image("team/model", manifest, config)
+
+    def trickle(handler: http.server.BaseHTTPRequestHandler) -> None:
+        handler.send_response(200)
+        handler.send_header("Content-Length", str(len(manifest)))
+        handler.end_headers()
+        for byte in manifest:
+            try:
+                handler.wfile.write(bytes([byte]))
+                handler.wfile.flush()
+            except OSError:
+                return
+            time.sleep(0.2)
+
+    static_registry.scripts["/v2/team/model/manifests/1"] = trickle
+    started = time.monotonic()
+    with pytest.raises(RegistryError, match="no complete answer within 1s") as raised:
+        RegistryClient(attempts=1, body_deadline_s=1.0).read_config(image)
+    assert raised.value.kind == "unavailable" and time.monotonic() - started < 5
+
+
+def test_a_mirror_is_answered_with_its_own_pull_secret_never_the_registrys() -> None:
+    client = RegistryClient(mirrors={"registry.example.com": "mirror.internal:5000"})
+    keychain = {"registry.example.com": Credential("a", "registry-pw"), "mirror.internal:5000": Credential("b", "m")}
+    source = client.source_of(parse_reference("registry.example.com/team/model:1"))
+    assert source.host == "mirror.internal:5000"
+    assert credential_for(source, keychain) == keychain["mirror.internal:5000"]
+    assert credential_for(client.source_of(parse_reference("other.example.com/x:1")), keychain) is None
+
+
+def test_a_mirror_given_with_credentials_is_refused_without_quoting_them() -> None:
+    from tasks.clients.oci import parse_mirrors
+
+    with pytest.raises(ValueError, match="mirror of registry.example.com names a user") as raised:
+        parse_mirrors({"registry.example.com": "bob:MirrorPass@mirror.internal:5000"})
+    assert "MirrorPass" not in str(raised.value)
+
+
+def test_ipv6_localhost_with_a_port_is_spoken_to_over_http() -> None:
+    client = RegistryClient()
+    assert client._url(parse_reference("[::1]:5001/team/model:1"), "/manifests/1").startswith("http://[::1]:5001/")
