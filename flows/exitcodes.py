@@ -200,15 +200,17 @@ def cli_errors() -> Iterator[None]:
     """Turn the failures that mean "could not run" into one ``error:`` line on stderr and exit 2.
 
     Covers :class:`CannotRun`, every cluster error (:class:`tasks.clients.cluster.ClusterError`: bad kubeconfig,
-    unreachable, forbidden, ...) and file-system errors. Anything else is a bug and keeps its traceback.
+    unreachable, forbidden, ...), file-system errors and the flow's time-out (:class:`flows.runs.FlowTimeout`).
+    Anything else is a bug and keeps its traceback.
 
     Yields:
         Nothing; the failures raised in the block are turned into exit 2.
 
     Raises:
-        typer.Exit: Code 2, after the ``error:`` line, for a :class:`CannotRun`, ``ClusterError`` or ``OSError``
-            raised in the block.
+        typer.Exit: Code 2, after the ``error:`` line, for a :class:`CannotRun`, ``ClusterError``, ``OSError`` or
+            ``FlowTimeout`` raised in the block.
     """
+    from flows.runs import FlowTimeout
     from tasks.clients.cluster.errors import ClusterError
 
     retries = logging.getLogger("urllib3.connectionpool")  # one warning per HTTP retry: the final error says it all
@@ -216,7 +218,7 @@ def cli_errors() -> Iterator[None]:
     retries.setLevel(logging.ERROR)
     try:
         yield
-    except (CannotRun, ClusterError, OSError) as exc:
+    except (CannotRun, ClusterError, OSError, FlowTimeout) as exc:
         sys.stderr.write(f"error: {one_line(exc)}\n")
         raise typer.Exit(ExitCode.CANNOT_RUN) from None
     finally:

@@ -190,8 +190,14 @@ def call_validated(flow: Any, validated: dict[str, Any]) -> Any:
         return flow.fn(**validated)
 
 
-class FlowTimeout(TimeoutError):
-    """The flow ran longer than its ``timeout_seconds`` (Prefect's ``TimedOut`` state in a tracked run)."""
+class FlowTimeout(BaseException):
+    """The flow ran longer than its ``timeout_seconds`` (Prefect's ``TimedOut`` state in a tracked run).
+
+    Not an ``Exception`` (and not a ``TimeoutError``, an ``OSError``): raised by the alarm wherever the flow is,
+    it must reach the run's end, and the handlers that report a failing dependency (``except OSError`` around a
+    push or a query) would take it for theirs. Before, a Pushgateway push swallowed it as "unreachable" and the
+    cycle went on writing past its own time limit. Prefect's own time-out is a ``BaseException`` for the same
+    reason."""
 
 
 @contextlib.contextmanager

@@ -580,7 +580,7 @@ def test_unreachable_url_never_leaks_the_bearer_token() -> None:
 class _StubPrometheus:
     """An HTTP server answering every query with one fixed status and body, counting requests."""
 
-    def __init__(self, status: int, body: dict[str, object] | str) -> None:
+    def __init__(self, status: int, body: dict[str, object] | str, drip_s: float = 0.0) -> None:
         self.status, self.body, self.requests = status, body, 0
         stub = self
 
@@ -588,10 +588,20 @@ class _StubPrometheus:
             def do_POST(self) -> None:  # noqa: N802
                 stub.requests += 1
                 self.rfile.read(int(self.headers.get("Content-Length", 0)))
-                payload = stub.body if isinstance(stub.body, str) else json.dumps(stub.body)
+                payload = (stub.body if isinstance(stub.body, str) else json.dumps(stub.body)).encode()
                 self.send_response(stub.status)
+                self.send_header("Content-Length", str(len(payload)))
                 self.end_headers()
-                self.wfile.write(payload.encode())
+                if not drip_s:
+                    self.wfile.write(payload)
+                    return
+                for byte in payload:  # a byte at a time: every read is within the socket timeout
+                    try:
+                        self.wfile.write(bytes([byte]))
+                        self.wfile.flush()
+                    except OSError:
+                        return
+                    time.sleep(drip_s)
 
             def log_message(self, *args: object) -> None:
                 pass
@@ -630,6 +640,44 @@ def test_prometheus_errors(status: int, body: dict[str, object] | str, attempts:
         stub.close()
     assert str(raised.value) == f"Prometheus at {stub.url}: {expected}"
     assert stub.requests == attempts
+
+
+@pytest.mark.parametrize(
+    ("data", "named"),
+    [
+        (["a"], "got data of type list"),
+        ({"resultType": "vector", "result": [1, 2]}, "malformed vector row 1"),
+        ({"resultType": "vector", "result": [{"metric": None, "value": [1, "2"]}]}, "malformed vector row"),
+        ({"resultType": "vector", "result": [{"metric": {"le": None}, "value": [1, "2"]}]}, "malformed vector row"),
+        ({"resultType": "vector", "result": [{"metric": {"a": ["b"]}, "value": [1, "2"]}]}, "malformed vector row"),
+        ({"resultType": "vector", "result": [{"metric": {}, "value": [1, 2]}]}, "malformed vector row"),
+    ],
+    ids=["data-list", "rows-int", "metric-null", "label-null", "label-list", "value-not-string"],
+)
+def test_an_answer_not_shaped_as_prometheuss_makes_the_metrics_unavailable_not_a_traceback(
+    data: object, named: str
+) -> None:
+    """Before, each of these ended the optimize run in an AttributeError or TypeError traceback (exit 1)."""
+    stub = _StubPrometheus(200, {"status": "success", "data": data})
+    try:
+        with pytest.raises(MetricsUnavailable, match=named):
+            PrometheusMetrics(stub.url, retries=0).collect([LLAMA])
+    finally:
+        stub.close()
+
+
+def test_an_answer_sent_a_byte_at_a_time_ends_at_its_deadline_and_is_retried() -> None:
+    """Every read is within the 0.2 s socket timeout, so before, the query lasted as long as the server liked
+    (51 s, until the flow's own time-out, which was then reported as a connection failure)."""
+    stub = _StubPrometheus(200, {"status": "success", "data": {"resultType": "vector", "result": []}}, drip_s=0.1)
+    try:
+        client = PrometheusMetrics(stub.url, timeout_s=0.2, retries=1, backoff_s=0.01)
+        started = time.monotonic()
+        with pytest.raises(MetricsUnavailable, match=r"no complete answer within 1.2s \(2 attempts\)"):
+            client.collect([LLAMA])
+        assert time.monotonic() - started < 6 and stub.requests == 2
+    finally:
+        stub.close()
 
 
 def test_constructor_rejects_bad_settings() -> None:
@@ -1023,3 +1071,35 @@ def test_requests_waiting_at_the_gateway_are_read_per_model_for_models_without_r
     finally:
         for name, labels, _ in gauges:
             loaded.remove_gauge(name, labels)
+
+
+@pytest.mark.parametrize(
+    ("change", "noise", "kept"),
+    [(-1.5, 0.1, True), (-1e300, 0.0, False), (-1.0, -5.0, False), (-2.3, 0.0, False), (-2.2, 0.0, True)],
+    ids=["plausible", "fall-of-1e300", "negative-noise", "fall-beyond-the-peak", "fall-of-the-peak"],
+)
+def test_a_trend_that_cannot_be_is_no_trend(change: float, noise: float, kept: bool) -> None:
+    """A sustained fall skips the scale-down stabilization window. Before, a change of -1e300 req/s at 2 req/s
+    (or a negative noise, which a median of absolute changes cannot be) scaled a variant from 2 to 1 at once."""
+    from tasks.clients.metrics.shape import with_shape
+
+    load = ModelLoad(2.0, 100.0, 50.0)
+    rows: dict[str, dict[tuple[str, ...], float]] = {
+        "peak": {("llama", "ns"): 2.2},
+        "burst": {},
+        "change": {("llama", "ns"): change},
+        "noise": {("llama", "ns"): noise},
+        "lowest": {},
+    }
+    shaped = with_shape({ModelKey("llama", "ns"): load}, rows, {}, (30.0, 6))[ModelKey("llama", "ns")]
+    assert (shaped.recent_change_rps, shaped.change_noise_rps) == ((change, noise) if kept else (None, None))
+
+
+def test_a_sample_stamped_in_the_future_or_not_at_all_has_no_usable_age() -> None:
+    from tasks.clients.metrics.answers import sample_age
+
+    now = dt.datetime(2026, 12, 1, 12, 0, tzinfo=dt.UTC)
+    assert sample_age(now, now.timestamp() - 30) == 30
+    assert sample_age(now, now.timestamp() + 60) == 0  # within the clock skew
+    for stamp in (now.timestamp() + 3600, 1e12, math.inf, math.nan, None):
+        assert sample_age(now, stamp) is None

@@ -45,6 +45,42 @@ def test_a_failing_gateway_is_an_error_string_without_credentials() -> None:
     assert error and "unreachable" in error and "secret" not in error
 
 
+def test_a_gateway_answering_a_byte_at_a_time_is_given_up_at_its_deadline() -> None:
+    """urllib's timeout bounds each read: before, a gateway sending its status line a byte every 0.1 s held the
+    optimize cycle (and its writes) until the flow's time-out, and the second push after it forever."""
+    import socket
+    import threading
+    import time
+
+    server = socket.create_server(("127.0.0.1", 0))
+    stop = threading.Event()
+
+    def drip() -> None:
+        conn, _ = server.accept()
+        with conn:
+            conn.settimeout(1)
+            try:
+                conn.recv(65536)
+                for byte in b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n":
+                    if stop.is_set():
+                        return
+                    conn.sendall(bytes([byte]))
+                    time.sleep(0.1)
+            except OSError:
+                return
+
+    threading.Thread(target=drip, daemon=True).start()
+    gateway = Pushgateway(f"http://127.0.0.1:{server.getsockname()[1]}", timeout_s=0.5)
+    started = time.monotonic()
+    try:
+        error = push(gateway, "optimize", MetricSet())
+    finally:
+        stop.set()
+        server.close()
+    assert error is not None and "did not answer within 1s" in error
+    assert time.monotonic() - started < 3
+
+
 def test_configuration_comes_from_the_parameter_or_the_environment() -> None:
     assert Pushgateway.configured(None, {}) is None
     env = {"MODELPLANE_PUSHGATEWAY_URL": "http://pgw:9091/", "MODELPLANE_CLUSTER_NAME": "prod"}

@@ -25,8 +25,9 @@ from __future__ import annotations
 import logging
 import os
 import re
+import threading
 import urllib.error
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 
 from prometheus_client import CollectorRegistry, push_to_gateway
@@ -110,6 +111,36 @@ def registry_of(metrics: MetricSet) -> CollectorRegistry:
     return registry
 
 
+PUSH_DEADLINE_TIMEOUTS = 2
+"""A push must be answered whole within this many of its timeout (10 s at the default 5 s). urllib's timeout bounds
+each socket read, so a gateway sending its answer a byte at a time held the cycle, and its writes, indefinitely."""
+
+
+class _Overdue(Exception):
+    """The push was not answered within its deadline."""
+
+
+def _within(seconds: float, call: Callable[[], object]) -> None:
+    """Run ``call`` on a daemon thread and wait at most ``seconds`` for it; its error is raised here. A call still
+    running then is left behind (a daemon thread never holds the process's exit) and :class:`_Overdue` raised."""
+    outcome: list[BaseException | None] = []
+
+    def run() -> None:
+        try:
+            call()
+            outcome.append(None)
+        except Exception as exc:  # noqa: BLE001 - handed to the caller, which classifies it
+            outcome.append(exc)
+
+    worker = threading.Thread(target=run, name="pushgateway-push", daemon=True)
+    worker.start()
+    worker.join(seconds)
+    if not outcome:
+        raise _Overdue
+    if outcome[0] is not None:
+        raise outcome[0]
+
+
 def push(gateway: Pushgateway, flow: str, metrics: MetricSet) -> str | None:
     """PUT ``metrics`` as the group of ``flow`` (replacing what that group held); never raises.
 
@@ -121,14 +152,20 @@ def push(gateway: Pushgateway, flow: str, metrics: MetricSet) -> str | None:
     Returns:
         None on success, else why it failed (the gateway's URL without credentials).
     """
+    deadline_s = PUSH_DEADLINE_TIMEOUTS * gateway.timeout_s
     try:
-        push_to_gateway(
-            gateway.url,
-            job=JOB,
-            registry=registry_of(metrics),
-            grouping_key=gateway.grouping_key(flow),
-            timeout=gateway.timeout_s,
+        _within(
+            deadline_s,
+            lambda: push_to_gateway(
+                gateway.url,
+                job=JOB,
+                registry=registry_of(metrics),
+                grouping_key=gateway.grouping_key(flow),
+                timeout=gateway.timeout_s,
+            ),
         )
+    except _Overdue:
+        return f"pushgateway {gateway.safe_url} did not answer within {deadline_s:g}s"
     except urllib.error.HTTPError as exc:
         return f"pushgateway {gateway.safe_url} answered HTTP {exc.code} {exc.reason}"
     except (urllib.error.URLError, OSError, ValueError) as exc:

@@ -60,6 +60,13 @@ def test_untracked_parameters_are_refused_with_prefects_message(bad: dict[str, o
 def test_an_untracked_flow_times_out_as_a_prefect_flow_does() -> None:
     with pytest.raises(FlowTimeout, match="flow slow timed out after 0.2 s"), time_limit("slow", 0.2):
         time.sleep(5)
+    # A dependency's handler (except OSError, except Exception) never takes the time-out for its own failure:
+    # before, FlowTimeout was a TimeoutError, and a Pushgateway push reported it as "unreachable" and went on.
+    with pytest.raises(FlowTimeout), time_limit("swallowed", 0.2):
+        try:
+            time.sleep(5)
+        except Exception:  # noqa: BLE001 - what a dependency's handler does
+            pass
     with time_limit("quick", 5):
         time.sleep(0.01)
 

@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import copy
 import datetime as dt
+import json
 import logging
 import math
 import os
@@ -52,6 +53,7 @@ from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 import requests
+import urllib3
 
 from engine.promql import (
     GENERATION_TOKENS,
@@ -82,6 +84,15 @@ from engine.redaction import redact
 from engine.slo.measure import RECENT_WINDOW_S, TTFT_HISTOGRAM, LatencyHistograms
 from engine.slo.target import format_window
 from engine.units import duration_seconds
+from tasks.clients.metrics.answers import (
+    ANSWER_DEADLINE_TIMEOUTS,
+    AnswerTooLarge,
+    Overdue,
+    is_count,
+    is_row,
+    read_answer,
+    sample_age,
+)
 from tasks.clients.metrics.settings import env_options
 from tasks.clients.metrics.shape import with_shape
 from tasks.clients.metrics.snapshot import (
@@ -99,6 +110,7 @@ from tasks.clients.metrics.snapshot import (
 )
 
 log = logging.getLogger("tasks.clients.metrics")  # one logger for every metrics source
+
 
 _DURATION = re.compile(r"^[0-9]+(ms|s|m|h|d)$")
 _ERRNO = re.compile(r"\[Errno -?\d+\] [^'\")\]]+")
@@ -162,6 +174,7 @@ class PrometheusMetrics(MetricsSource):
             raise ValueError("give bearer_token or bearer_token_file, not both")
         self.url = url.rstrip("/")
         self.timeout_s = timeout_s
+        self.answer_deadline_s = ANSWER_DEADLINE_TIMEOUTS * timeout_s
         self.retries = retries
         self.backoff_s = backoff_s
         self.verify_tls = verify_tls
@@ -322,7 +335,11 @@ class PrometheusMetrics(MetricsSource):
         values, seen = instance_rows(self._query(instance_query(names, selector), now))
         result: dict[InstanceKey, dict[str, float]] = {}
         for (namespace, pod, name), value in sorted(values.items()):
-            age = _age(now, seen.get((namespace, pod, name)))
+            stamp = seen.get((namespace, pod, name))
+            age = sample_age(now, stamp)
+            if stamp is not None and age is None:
+                missing.add(f"{name} for pod {pod} in {namespace} is stamped {stamp:g}, not a current time")
+                continue
             if age is not None and age > self.max_age_s:
                 missing.add(f"{name} for pod {pod} in {namespace} is {age:.0f}s old (max {self.max_age_s:g}s)")
                 continue
@@ -338,15 +355,16 @@ class PrometheusMetrics(MetricsSource):
         for key in keys:
             label_key = (key.model_id, key.namespace)
             seen = rows["seen"].get(label_key)
-            age = _age(now, seen)
+            age = sample_age(now, seen)
             rate = rows["rate"].get(label_key)
             if seen is None or age is None:
-                missing.add(f"no {REQUEST_SUCCESS} samples for {key}", key)
+                stamped = "" if seen is None else f" with a usable time (stamped {seen:g})"
+                missing.add(f"no {REQUEST_SUCCESS} samples for {key}{stamped}", key)
             elif age > self.max_age_s:
                 missing.add(f"{REQUEST_SUCCESS} for {key} is {age:.0f}s old (max {self.max_age_s:g}s)", key)
             elif rate is None or math.isnan(rate):
                 missing.add(f"{REQUEST_SUCCESS} for {key} has fewer than 2 samples in the last {self.rate_window}", key)
-            elif not _is_count(rate):
+            elif not is_count(rate):
                 missing.add(
                     f"{REQUEST_SUCCESS} for {key} gives an arrival rate of {rate:g}, not a finite rate >= 0", key
                 )
@@ -367,7 +385,7 @@ class PrometheusMetrics(MetricsSource):
     ) -> ModelLoad | None:
         sampled_at = from_epoch(seen)
         means = ((PROMPT_TOKENS, tokens_in), (GENERATION_TOKENS, tokens_out))
-        odd = [(name, value) for name, value in means if value is not None and not _is_count(value)]
+        odd = [(name, value) for name, value in means if value is not None and not is_count(value)]
         if odd:  # one model's bogus series must not stop the cycle for every model (the sizing refuses it)
             shown = ", ".join(f"{name} {value:g}" for name, value in odd)
             missing.add(f"mean tokens per request of {key} are not finite numbers >= 0 ({shown})", key)
@@ -413,13 +431,13 @@ class PrometheusMetrics(MetricsSource):
                 return None
         seen = [rows[tag].get(label_key) for tag in ("kv_seen", "waiting_seen")]
         oldest = min((s for s in seen if s is not None), default=None)
-        age = _age(now, oldest)
+        age = sample_age(now, oldest)
         if oldest is None or age is None or age > self.max_age_s:
             shown = "of unknown age" if age is None else f"{age:.0f}s old"
             missing.add(f"metrics of pod {pod} of {key} are {shown} (max {self.max_age_s:g}s)", key)
             return None
         kv, waiting = rows["kv"][label_key], rows["waiting"][label_key]
-        if not (0.0 <= kv <= 1.0 and _is_count(waiting)):  # NaN fails both, as the metrics file's reader
+        if not (0.0 <= kv <= 1.0 and is_count(waiting)):  # NaN fails both, as the metrics file's reader
             missing.add(
                 f"pod {pod} of {key} reports {KV_CACHE_USAGE} {kv:g} and {REQUESTS_WAITING} {waiting:g}: "
                 "expected a share 0..1 and a finite count >= 0",
@@ -482,7 +500,9 @@ class PrometheusMetrics(MetricsSource):
                     headers=headers,
                     timeout=self.timeout_s,
                     verify=self.verify_tls,
+                    stream=True,
                 )
+                body = self._answer(response)
             except requests.Timeout:
                 failure = f"timed out after {self.timeout_s:g}s"
                 continue
@@ -491,19 +511,32 @@ class PrometheusMetrics(MetricsSource):
                 continue
             except requests.RequestException as exc:
                 raise self._unavailable(f"request failed ({self._describe(exc)})") from None
+            except Overdue as exc:
+                failure = str(exc)
+                continue
             if response.status_code >= 500 or response.status_code == 429:
                 failure = f"HTTP {response.status_code} {response.reason}"
                 continue
-            return self._decode(response, result_type)
+            return self._decode(response, body, result_type)
         attempts = self.retries + 1
         raise self._unavailable(f"{failure} ({attempts} attempt{'s' if attempts > 1 else ''})")
 
-    def _decode(self, response: requests.Response, result_type: str = "vector") -> list[dict[str, Any]]:
+    def _answer(self, response: requests.Response) -> bytes:
+        """The answer's body (:func:`tasks.clients.metrics.answers.read_answer`); a transport failure while it
+        arrives is a ``requests.ConnectionError``, retried as one."""
+        try:
+            return read_answer(response, self.answer_deadline_s)
+        except (urllib3.exceptions.HTTPError, OSError) as exc:
+            raise requests.ConnectionError(exc) from None
+        except AnswerTooLarge as exc:
+            raise self._unavailable(str(exc)) from None
+
+    def _decode(self, response: requests.Response, raw: bytes, result_type: str = "vector") -> list[dict[str, Any]]:
         if response.status_code in (401, 403):
             raise self._unavailable(f"HTTP {response.status_code} {response.reason}: check the credentials")
         try:
-            body = response.json()
-        except ValueError:
+            body = json.loads(raw)
+        except (ValueError, RecursionError):
             status = (
                 f"HTTP {response.status_code} {response.reason}"
                 if response.status_code >= 400
@@ -515,9 +548,15 @@ class PrometheusMetrics(MetricsSource):
             kind = body.get("errorType", "error") if isinstance(body, dict) else "error"
             raise self._unavailable(f"query failed ({kind}: {self._redact(str(error))})")
         result = body.get("data") or {}
+        if not isinstance(result, dict):
+            raise self._unavailable(f"expected a {result_type} result, got data of type {type(result).__name__}")
         if result.get("resultType") != result_type or not isinstance(result.get("result"), list):
             raise self._unavailable(f"expected a {result_type} result, got {result.get('resultType')!r}")
-        return list(result["result"])
+        rows = list(result["result"])
+        malformed = next((row for row in rows if not is_row(row, result_type)), None)
+        if malformed is not None:  # one malformed series spoils the answer: its shape is not Prometheus's
+            raise self._unavailable(f"malformed {result_type} row {str(malformed)[:200]}")
+        return rows
 
     def _bearer_token(self) -> str | None:
         if self._token_file is None:
@@ -539,18 +578,6 @@ class PrometheusMetrics(MetricsSource):
 
     def _redact(self, text: str) -> str:
         return redact(text, (self._token,))
-
-
-def _is_count(value: float) -> bool:
-    """Whether a sample is a finite number >= 0, as a rate, a mean token count or a queue is (NaN is not)."""
-    return 0.0 <= value < math.inf
-
-
-def _age(now: dt.datetime, epoch: float | None) -> float | None:
-    """Seconds from the sample time ``epoch`` to ``now`` (never negative); None without a sample time."""
-    if epoch is None or math.isnan(epoch):
-        return None
-    return max(now.timestamp() - epoch, 0.0)
 
 
 def _strip_userinfo(url: str) -> str:

@@ -42,17 +42,40 @@ def with_shape(
     for key, load in loads.items():
         label_key = (key.model_id, key.namespace)
         histogram = buckets.get(label_key)
+        peak, peaks = _finite(rows["peak"].get(label_key)), _peaks(rows, label_key)
+        change, noise = _trend(
+            _finite(rows["change"].get(label_key)),
+            _finite(rows["noise"].get(label_key)),
+            max([load.arrival_rate_rps, peak or 0.0, *(peaks or {}).values()]),
+        )
         shaped[key] = dataclasses.replace(
             load,
-            recent_peak_rps=_finite(rows["peak"].get(label_key)),
+            recent_peak_rps=peak,
             burst_rps=_burst(rows["burst"].get(label_key), *burst_bins),
-            recent_change_rps=_finite(rows["change"].get(label_key)),
-            change_noise_rps=_finite(rows["noise"].get(label_key)),
-            peaks_rps=_peaks(rows, label_key),
+            recent_change_rps=change,
+            change_noise_rps=noise,
+            peaks_rps=peaks,
             lowest_rps=_finite(rows["lowest"].get(label_key)),
             prompt_buckets=histogram if histogram and histogram[-1][1] > 0 else None,
         )
     return shaped
+
+
+def _trend(change: float | None, noise: float | None, highest_rps: float) -> tuple[float | None, float | None]:
+    """The rate's recent change and its noise, or neither when they cannot be: a noise is a median of absolute
+    changes (never below 0), and a one-minute change of the rate is never larger than the highest rate the model
+    had (a fall of 1e300 req/s at 2 req/s). A sustained fall lets a scale-down skip its stabilization window
+    (:func:`engine.perf.load_trend.sustained_fall`), so a trend that cannot be is no trend at all."""
+    if change is None or noise is None:
+        return change, noise
+    if noise < 0 or abs(change) > highest_rps * (1 + TREND_SLACK) + TREND_SLACK:
+        return None, None
+    return change, noise
+
+
+TREND_SLACK = 0.01
+"""Rounding room when a change is compared with the highest rate (Prometheus evaluates them at slightly different
+instants): 1 % and 0.01 req/s."""
 
 
 def _burst(count: float | None, window_s: float, bins: int) -> float | None:
