@@ -116,12 +116,27 @@ class LeaderElector:
 
     def keep_renewing(self, stop: threading.Event) -> None:
         """Renew every ``retry_s`` until ``stop`` is set or a renewal has failed for ``renew_deadline_s``; then
-        return (the caller stops acting)."""
+        return (the caller stops acting).
+
+        Each renewal runs on a daemon thread and is waited for only until the renew deadline: a call to an API
+        server that hangs (the client's request timeout is 30 s) must not hold this replica leading past it, or
+        a standby takes the Lease over after the lease duration while this one still acts (two leaders for about
+        16 s before). The deadline is what client-go's elector enforces too, with a context on each call."""
         while not stop.wait(self.config.retry_s):
-            self._attempt()
+            attempt = threading.Thread(target=self._attempt, name="lease-renewal", daemon=True)
+            attempt.start()
+            attempt.join(self._until_deadline() + 0.01)
             if not self.is_leader:
                 log.error("lost the Lease %s (holder now %s)", self.config.name, self.holder)
                 return
+
+    def _until_deadline(self) -> float:
+        """Seconds left before the last renewal is older than the renew deadline (0 when it already is)."""
+        with self._lock:
+            renewed = self._renewed_at
+        if renewed is None:
+            return 0.0
+        return max(renewed + self.config.renew_deadline_s - self.clock(), 0.0)
 
     # ------------------------------------------------------------------ internals
 

@@ -126,3 +126,39 @@ def test_of_two_standbys_racing_for_an_expired_lease_one_wins(kube_server: Any, 
     cluster.get = original_get  # type: ignore[method-assign]
     assert won == [True, False]
     assert lease(kube_server, kube_namespace)["holderIdentity"] == "a" and a.is_leader and not b.is_leader
+
+
+def test_a_holder_whose_renewal_hangs_stops_leading_at_the_renew_deadline(
+    kube_server: Any, kube_namespace: str
+) -> None:
+    """The API server stops answering the holder (its calls hang for the client's 30 s request timeout). Before,
+    the renewal loop waited for the call, so the holder kept acting for 36 s while a standby took the Lease over
+    after the 15 s lease duration; now it stops at the 10 s renew deadline, before any standby may take over."""
+    import threading
+
+    cluster = KubeCluster(api_client=kube_server.api_client())
+    config = LeaseConfig("hang", kube_namespace, "holder", lease_s=3, renew_deadline_s=1.0, retry_s=0.2)
+    elector = LeaderElector(cluster, config)
+    assert elector.try_acquire_or_renew()
+    hang, release = threading.Event(), threading.Event()
+    original_get = cluster.get
+
+    def get(*args: Any, **kwargs: Any) -> Any:
+        if hang.is_set():
+            release.wait(10)  # a call the API server never answers (until the test ends)
+        return original_get(*args, **kwargs)
+
+    cluster.get = get  # type: ignore[method-assign]
+    stop = threading.Event()
+    renewing = threading.Thread(target=elector.keep_renewing, args=(stop,), daemon=True)
+    renewing.start()
+    time.sleep(0.6)
+    assert renewing.is_alive() and elector.is_leader  # renewing normally
+    hang.set()
+    started = time.monotonic()
+    renewing.join(5)
+    stopped_after = time.monotonic() - started
+    release.set()
+    stop.set()
+    assert not renewing.is_alive() and not elector.is_leader
+    assert stopped_after < config.lease_s, stopped_after  # gone before a standby could take the Lease over
