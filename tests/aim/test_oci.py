@@ -311,13 +311,18 @@ class StaticRegistry:
         return f"{self.host}/{repo}:1"
 
 
-@pytest.fixture()
-def static_registry() -> Iterator[StaticRegistry]:
+def _serving() -> Iterator[StaticRegistry]:
+    """A :class:`StaticRegistry` serving until the test ends."""
     registry = StaticRegistry()
     threading.Thread(target=registry.server.serve_forever, args=(0.05,), daemon=True).start()
     yield registry
     registry.server.shutdown()
     registry.server.server_close()
+
+
+@pytest.fixture()
+def static_registry() -> Iterator[StaticRegistry]:
+    yield from _serving()
 
 
 @pytest.mark.parametrize(("case", "manifest_of", "config", "kind", "part"), MALFORMED, ids=[c[0] for c in MALFORMED])
@@ -353,11 +358,8 @@ def _answer(status: int, body: bytes = b"", **headers: str) -> Callable[[http.se
 
 @pytest.fixture()
 def second_registry() -> Iterator[StaticRegistry]:
-    registry = StaticRegistry()
-    threading.Thread(target=registry.server.serve_forever, args=(0.05,), daemon=True).start()
-    yield registry
-    registry.server.shutdown()
-    registry.server.server_close()
+    """Another host: where a hostile registry redirects."""
+    yield from _serving()
 
 
 def test_a_challenge_from_a_host_the_registry_redirected_to_is_never_sent_the_pull_secret(
