@@ -81,9 +81,11 @@ def optimize(
 ) -> None:
     """Run one optimization cycle and print the allocation table (writes status back unless --dry-run).
 
-    The cost column is per hour: the accelerators' unit costs (ConfigMap accelerator-unit-costs, per accelerator
-    and hour) times the accelerators of each replica times the desired replicas; a binding target whose binding
-    gives no cost is unpriced. The total adds every row.
+    The cost column is per hour: a replica's cost times the desired replicas. A replica's cost is the
+    VariantAutoscaling's spec.variantCost when it declares one, else the accelerators' unit costs (ConfigMap
+    accelerator-unit-costs, per accelerator and hour) times the accelerators of a replica (the allocation itself
+    prices accelerators by the unit costs); a binding target whose binding gives no cost is unpriced. The total adds
+    every row.
 
     Exit codes: 0 clean; 2 could not run (cluster path missing, no Kubernetes access,
     configuration ConfigMap missing, a parameter rejected), with one line on stderr; 3 ran degraded
