@@ -7,7 +7,8 @@
 - :mod:`tasks.clients.oci`: image labels from OCI registries;
 - :mod:`tasks.clients.pushgateway`: a flow run's metrics pushed to a Prometheus Pushgateway;
 - :mod:`tasks.clients.events`: Prefect events that chain the lifecycles;
-- :mod:`tasks.clients.files`: durable file writes.
+- :mod:`tasks.clients.files`: durable file writes;
+- :mod:`tasks.clients.streams`: an HTTP answer read whole within a size and a time.
 
 A client knows its system's protocol and nothing of a lifecycle; the lifecycle modules beside this package
 (``tasks/aim/``, ``tasks/optimize/``, ``tasks/warm_caches.py``, ...) read through the clients, call the engine's plan

@@ -1,5 +1,5 @@
-"""What the Prometheus client accepts of an answer: its size, how long it may take to arrive, the shape of its
-rows, and which sample values and times are usable. Anything else is refused here, so a broken or hostile
+"""What the Prometheus client accepts of an answer: its size, how long it may take to arrive
+(:func:`tasks.clients.streams.read_bounded` reads it within both), the shape of its rows, and which sample values and times are usable. Anything else is refused here, so a broken or hostile
 Prometheus is a model's missing metrics (or the cycle's unavailable ones), never a traceback, a hang or a
 number the sizing would act on."""
 
@@ -7,9 +7,6 @@ from __future__ import annotations
 
 import datetime as dt
 import math
-import time
-
-import requests
 
 MAX_ANSWER_BYTES = 256 << 20
 """The largest answer read (256 MiB): the cycle's queries aggregate by model and pod, so a larger one is not
@@ -20,44 +17,6 @@ answer on a slow link gets time, a server sending a byte at a time does not get 
 MAX_CLOCK_SKEW_S = 300.0
 """How far in the future a sample may be stamped and still be read as current (clocks of Prometheus and the
 control loop disagree by seconds, not minutes)."""
-
-
-class Overdue(Exception):
-    """An answer did not arrive whole within its deadline (retried as a timeout is)."""
-
-
-class AnswerTooLarge(Exception):
-    """An answer is larger than :data:`MAX_ANSWER_BYTES`."""
-
-
-def read_answer(response: requests.Response, deadline_s: float) -> bytes:
-    """A streamed answer's body, decompressed, read as bytes arrive: the socket timeout bounds each read, not the
-    answer, so a server sending a byte at a time held a query for as long as it liked. Each ``read1`` returns what
-    one read got, so the deadline is checked as bytes arrive.
-
-    Args:
-        response: A response made with ``stream=True``; closed when read.
-        deadline_s: How long the whole body may take.
-
-    Returns:
-        The body.
-
-    Raises:
-        Overdue: The body took longer than ``deadline_s``.
-        AnswerTooLarge: The body is larger than :data:`MAX_ANSWER_BYTES`.
-    """
-    started, chunks, size = time.monotonic(), [], 0
-    try:
-        while chunk := response.raw.read1(1 << 16, decode_content=True):
-            size += len(chunk)
-            if size > MAX_ANSWER_BYTES:
-                raise AnswerTooLarge(f"the answer is larger than {MAX_ANSWER_BYTES} bytes")
-            if time.monotonic() - started > deadline_s:
-                raise Overdue(f"no complete answer within {deadline_s:g}s")
-            chunks.append(chunk)
-    finally:
-        response.close()
-    return b"".join(chunks)
 
 
 def is_row(row: object, result_type: str) -> bool:

@@ -86,11 +86,9 @@ from engine.slo.target import format_window
 from engine.units import duration_seconds
 from tasks.clients.metrics.answers import (
     ANSWER_DEADLINE_TIMEOUTS,
-    AnswerTooLarge,
-    Overdue,
+    MAX_ANSWER_BYTES,
     is_count,
     is_row,
-    read_answer,
     sample_age,
 )
 from tasks.clients.metrics.settings import env_options
@@ -108,6 +106,7 @@ from tasks.clients.metrics.snapshot import (
     checked_metric_names,
     from_epoch,
 )
+from tasks.clients.streams import BodyOverdue, BodyTooLarge, read_bounded
 
 log = logging.getLogger("tasks.clients.metrics")  # one logger for every metrics source
 
@@ -511,7 +510,7 @@ class PrometheusMetrics(MetricsSource):
                 continue
             except requests.RequestException as exc:
                 raise self._unavailable(f"request failed ({self._describe(exc)})") from None
-            except Overdue as exc:
+            except BodyOverdue as exc:
                 failure = str(exc)
                 continue
             if response.status_code >= 500 or response.status_code == 429:
@@ -522,14 +521,17 @@ class PrometheusMetrics(MetricsSource):
         raise self._unavailable(f"{failure} ({attempts} attempt{'s' if attempts > 1 else ''})")
 
     def _answer(self, response: requests.Response) -> bytes:
-        """The answer's body (:func:`tasks.clients.metrics.answers.read_answer`); a transport failure while it
-        arrives is a ``requests.ConnectionError``, retried as one."""
+        """The answer's body, at most :data:`MAX_ANSWER_BYTES`, arrived whole within :attr:`answer_deadline_s`
+        (:func:`tasks.clients.streams.read_bounded`: ``BodyOverdue`` is retried as a timeout is); a transport
+        failure while it arrives is a ``requests.ConnectionError``, retried as one."""
         try:
-            return read_answer(response, self.answer_deadline_s)
+            return read_bounded(response, MAX_ANSWER_BYTES, self.answer_deadline_s)
         except (urllib3.exceptions.HTTPError, OSError) as exc:
             raise requests.ConnectionError(exc) from None
-        except AnswerTooLarge as exc:
-            raise self._unavailable(str(exc)) from None
+        except BodyTooLarge as exc:
+            raise self._unavailable(f"the answer is {exc}") from None
+        finally:
+            response.close()
 
     def _decode(self, response: requests.Response, raw: bytes, result_type: str = "vector") -> list[dict[str, Any]]:
         if response.status_code in (401, 403):

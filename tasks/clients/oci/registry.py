@@ -38,6 +38,7 @@ from tasks.clients.oci.references import (
     RegistryError,
     parse_reference,
 )
+from tasks.clients.streams import BodyOverdue, BodyTooLarge, read_bounded
 
 log = logging.getLogger("tasks.clients.oci")
 
@@ -211,21 +212,16 @@ class RegistryClient:
             response.close()
 
     def _read(self, response: requests.Response, limit: int, where: str) -> bytes:
-        """The body, at most ``limit`` bytes (decompressed), arriving within :attr:`body_deadline_s`: the socket
-        timeout bounds each read, not the answer, so a server sending a byte at a time would otherwise hold the
-        run for days. Each ``read1`` returns what one read got, so the deadline is checked as bytes arrive."""
-        started, chunks, size = time.monotonic(), [], 0
+        """The body, at most ``limit`` bytes (decompressed), arrived whole within :attr:`body_deadline_s`
+        (:func:`tasks.clients.streams.read_bounded`), each failure as the registry error it is."""
         try:
-            while chunk := response.raw.read1(65536, decode_content=True):
-                size += len(chunk)
-                if size > limit:
-                    raise RegistryError("invalid", f"{where}: larger than {limit} bytes")
-                if time.monotonic() - started > self.body_deadline_s:
-                    raise RegistryError("unavailable", f"{where}: no complete answer within {self.body_deadline_s:g}s")
-                chunks.append(chunk)
+            return read_bounded(response, limit, self.body_deadline_s)
+        except BodyTooLarge as exc:
+            raise RegistryError("invalid", f"{where}: {exc}") from None
+        except BodyOverdue as exc:
+            raise RegistryError("unavailable", f"{where}: {exc}") from None
         except (requests.RequestException, urllib3.exceptions.HTTPError, OSError) as exc:
             raise RegistryError("unavailable", f"{where}: {type(exc).__name__} while reading") from None
-        return b"".join(chunks)
 
     def _answer_challenge(self, ref: ImageReference, challenge: str, credential: Credential | None) -> str:
         """The ``Authorization`` value answering a 401 challenge (remembered for the run)."""
