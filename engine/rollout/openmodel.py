@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from engine.api.identity import DNS1123_LABEL_MAX, name_error
+from engine.api.identity import DNS1123_LABEL_MAX, LABEL_VALUE_MAX, name_error
 from engine.api.llmaz import API_VERSION, FAMILY_NAME_LABEL, Flavor, OpenModel
 from engine.api.registry import OPEN_MODEL
 from engine.api.validate import ManifestInvalid, parse_object
@@ -191,13 +191,29 @@ def label_value(text: str) -> str:
     return _LABEL_VALUE_UNSAFE.sub("-", text)[:63].strip("-_.")
 
 
+def _digest(name: str) -> str:
+    """A short hash of ``name``: what keeps a name that had to be cut or changed apart from the others like it."""
+    return hashlib.sha256(name.encode()).hexdigest()[:8]
+
+
+def model_name_label(name: str) -> str:
+    """The ``llmaz.io/model-name`` value of an OpenModel's pods, which the Deployment and the Service select on:
+    the name itself (llmaz's label) when it is a label value, else the name cut to fit with a short hash of the
+    whole name. An OpenModel's name may hold 253 characters, a label value 63: two names alike in their first 63
+    characters would otherwise select each other's pods."""
+    if label_value(name) == name and len(name) <= LABEL_VALUE_MAX:
+        return name
+    digest = _digest(name)
+    return f"{label_value(name)[: LABEL_VALUE_MAX - len(digest) - 1].rstrip('-_.')}-{digest}"
+
+
 def service_name(name: str) -> str:
     """The Service in front of the OpenModel's pods: its name when that is a DNS-1035 label (a Service's name must
     be one), else one derived from it, starting with a letter, with a short hash of the name (so two OpenModels
     whose names read alike, ``qwen2.5-0.5b`` and ``qwen2-5-0-5b``, never share a Service)."""
     if name_error("v1", "Service", name) is None:
         return name
-    digest = hashlib.sha256(name.encode()).hexdigest()[:8]
+    digest = _digest(name)
     label = dns_label(name if name[:1].isalpha() else f"om-{name}", len(name) + 3)  # label characters, never cut
     return f"{label[: DNS1123_LABEL_MAX - len(digest) - 1].rstrip('-')}-{digest}"
 
@@ -223,7 +239,7 @@ def weights_volume(source: ModelSource, pvc: str | None) -> tuple[Manifest, str]
 def labels_of(model: OpenModel, flavor: Flavor | None) -> dict[str, str]:
     """``llmaz.io/model-name``, the family name and ``ownedBy`` as labels, and the flavor served."""
     labels = {
-        MODEL_NAME_LABEL: label_value(model.metadata.name or ""),
+        MODEL_NAME_LABEL: model_name_label(model.metadata.name or ""),
         FAMILY_NAME_LABEL: label_value(model.spec.family_name),
         OWNED_BY_LABEL: label_value(model.spec.owned_by or "llmaz"),
         MANAGED_BY_LABEL: MANAGED_BY,

@@ -432,6 +432,31 @@ def test_an_openmodel_whose_name_is_no_dns1035_label_gets_a_service_that_is() ->
     assert identity_problems([bad]) == [f"Service/qwen2.5: metadata.name: {name_error('v1', 'Service', 'qwen2.5')}"]
 
 
+def test_openmodels_alike_in_their_first_63_characters_never_select_each_others_pods() -> None:
+    from engine.caches.sources import ModelSource
+    from engine.rollout.openmodel import Placement, model_name_label, render_openmodel
+
+    assert model_name_label("qwen2.5-0.5b-instruct") == "qwen2.5-0.5b-instruct"  # llmaz's label, unchanged
+    assert model_name_label("m" * 63) == "m" * 63
+    prefix = "a" * 40 + "." + "b" * 30  # 71 characters: a valid OpenModel name, too long for a label value
+    selectors, pod_labels = [], []
+    for name in (prefix + "-chat", prefix + "-code", "m" * 64, "m" * 65):
+        om = openmodel([{"name": "any"}])
+        om.metadata.name = name
+        rendered = render_openmodel(
+            om, ModelSource("host", path="/m"), None, "ns", 1, Placement(om.spec.inference_config.flavors[0], "m", True)
+        )
+        deployment = next(o for o in rendered if o["kind"] == "Deployment")
+        service = next(o for o in rendered if o["kind"] == "Service")
+        assert service["spec"]["selector"] == deployment["spec"]["selector"]["matchLabels"]
+        assert deployment["spec"]["template"]["metadata"]["labels"].items() >= service["spec"]["selector"].items()
+        selectors.append(tuple(sorted(service["spec"]["selector"].items())))
+        pod_labels.append(deployment["spec"]["template"]["metadata"]["labels"]["llmaz.io/model-name"])
+    assert len(set(selectors)) == 4, "each OpenModel's Service selects its own pods only"
+    assert all(len(value) <= 63 and value[-1].isalnum() for value in pod_labels)
+    assert pod_labels[0].startswith("a" * 40 + ".") and pod_labels[0] != model_name_label(prefix + "-code")
+
+
 def test_backend_level_policy_gives_a_policy_and_a_binding_per_backend_scaling_its_group() -> None:
     from engine.rollout.kthena_autoscaling import ANNOTATION_SCALE_TO_ZERO, render_autoscaling
     from tests.rollout.models import QUEUE_POLICY
