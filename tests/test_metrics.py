@@ -81,6 +81,8 @@ def loaded(vllm_exporter: FakeVllmExporter, prometheus: PrometheusProcess) -> It
     exp.set_gauge("kthena:queue_depth", {"namespace": "mt-a", "pod": "llama-a100-0"}, 7)
     exp.set_gauge("kthena:queue_depth", {"namespace": "mt-a", "pod": "llama-a100-1"}, 3)
     exp.set_gauge("tokens_per_second", {"namespace": "mt-a", "pod": "llama-a100-0"}, 1500)
+    exp.set_gauge("kthena:broken_gauge", {"namespace": "mt-a", "pod": "llama-a100-0"}, -4)
+    exp.set_gauge("kthena:broken_gauge", {"namespace": "mt-a", "pod": "llama-a100-1"}, math.nan)
     # Latency histograms: half the requests fast (TTFT 0.1 s, ITL 20 ms), half slow (0.7 s, 40 ms).
     _set(exp, SLO, ["slo-0", "slo-1"], 4.0, 100, 11)
     exp.set_latency(SLO.model_id, SLO.namespace, "slo-0", ttft_s=0.1, itl_s=0.02)
@@ -446,6 +448,23 @@ def test_collect_can_include_instance_metrics(loaded: FakeVllmExporter, metrics:
         ("mt-a", "llama-a100-0"): {"kthena:queue_depth": 7.0},
         ("mt-a", "llama-a100-1"): {"kthena:queue_depth": 3.0},
     }
+
+
+def test_a_negative_or_nan_instance_metric_counts_as_missing_not_as_no_load(
+    loaded: FakeVllmExporter, metrics: PrometheusMetrics
+) -> None:
+    # Kthena's ratio reads -4 or NaN as a load below the target: a scale-down to minReplicas on a broken exporter.
+    names = ["kthena:broken_gauge", "kthena:queue_depth"]
+    by_pod = metrics.instance_metrics(names, "mt-a", ["llama-a100-0", "llama-a100-1"])
+    snapshot = metrics.collect([LLAMA], instance_metric_names=names)
+
+    assert by_pod == {"llama-a100-0": {"kthena:queue_depth": 7.0}, "llama-a100-1": {"kthena:queue_depth": 3.0}}
+    assert snapshot.instance_metrics == {
+        ("mt-a", "llama-a100-0"): {"kthena:queue_depth": 7.0},
+        ("mt-a", "llama-a100-1"): {"kthena:queue_depth": 3.0},
+    }
+    assert "kthena:broken_gauge for pod llama-a100-0 in mt-a is -4, not a finite value >= 0" in snapshot.missing
+    assert "kthena:broken_gauge for pod llama-a100-1 in mt-a is nan, not a finite value >= 0" in snapshot.missing
 
 
 # -- queries ---------------------------------------------------------------------------------------
@@ -927,7 +946,11 @@ MODEL = "- {model: m, namespace: n, arrivalRate: 60, avgInputTokens: 1, avgOutpu
         ),
         (
             "instances:\n  - {namespace: n, pod: p, metrics: {'vllm:num_requests_waiting': -.inf}}",
-            "instances[0].metrics['vllm:num_requests_waiting']: expected a finite number, got -inf",
+            "instances[0].metrics['vllm:num_requests_waiting']: expected a finite number >= 0, got -inf",
+        ),
+        (  # a load below zero is none: Kthena's ratio would scale the target down to minReplicas
+            "instances:\n  - {namespace: n, pod: p, metrics: {'vllm:num_requests_waiting': -1}}",
+            "instances[0].metrics['vllm:num_requests_waiting']: expected a finite number >= 0, got -1",
         ),
         (
             "models:\n  - {model: m, namespace: n, arrivalRate: 60, avgInputTokens: 1}",

@@ -33,9 +33,9 @@ Metrics file format (YAML; ``models``, ``instances`` and ``collectedAt`` may eac
         metrics: {"vllm:num_requests_waiting": 3}
 
 A model entry needs ``model`` and ``namespace``; a pod entry all three of its keys; an instance entry
-``namespace``, ``pod`` and ``metrics``. Numbers must be non-negative (``kvCacheUsage`` within 0..1;
-instance metric values may be any number); unknown keys, duplicate models and wrong
-types are rejected with :class:`~tasks.clients.metrics.snapshot.MetricsFileError` naming the file and the field
+``namespace``, ``pod`` and ``metrics``. Numbers must be non-negative (``kvCacheUsage`` within 0..1), instance
+metric values too (a load below zero is not one; read from Prometheus, such a sample counts as missing); unknown
+keys, duplicate models and wrong types are rejected with :class:`~tasks.clients.metrics.snapshot.MetricsFileError` naming the file and the field
 (``metrics.yaml: models[0].avgInputTokens: expected a finite number >= 0, got 'abc'``). In ``latency``, each range
 (``window``, ``recent``) and each histogram in it may be left out; a histogram needs its ``+Inf`` bucket
 (``+Inf``, ``Inf`` or ``.inf``); ``itlHistogram`` is one of ``vllm:request_time_per_output_token_seconds``
@@ -278,7 +278,7 @@ class _FileParser:
         for name, value in metrics.items():
             if not isinstance(name, str) or not METRIC_NAME.match(name):
                 raise self.fail(f"{where}.metrics", f"invalid metric name {name!r}")
-            values[name] = self.number(value, f"{where}.metrics[{name!r}]", minimum=-math.inf)
+            values[name] = self.number(value, f"{where}.metrics[{name!r}]")
         return key, values
 
     def mapping(self, raw: Any, where: str, required: Iterable[str], optional: Iterable[str] | None) -> dict[str, Any]:

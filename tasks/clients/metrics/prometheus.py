@@ -342,6 +342,9 @@ class PrometheusMetrics(MetricsSource):
             if age is not None and age > self.max_age_s:
                 missing.add(f"{name} for pod {pod} in {namespace} is {age:.0f}s old (max {self.max_age_s:g}s)")
                 continue
+            if not is_count(value):  # a NaN or negative load would read as none at all: a scale-down to minReplicas
+                missing.add(f"{name} for pod {pod} in {namespace} is {value:g}, not a finite value >= 0")
+                continue
             result.setdefault((namespace, pod), {})[name] = value
         return result
 
