@@ -37,6 +37,7 @@ except ImportError:  # pragma: no cover - not POSIX
 
 from tasks.clients.cluster import Cluster, LocalCluster
 from tasks.clients.cluster.errors import Unavailable
+from tasks.clients.files import open_own
 from tasks.leader import LeaderElector, LeaseConfig
 
 log = logging.getLogger(__name__)
@@ -144,8 +145,8 @@ def _file_lock(path: Path, identity: str, wait_s: float) -> Iterator[WriterLock]
     if fcntl is None:  # pragma: no cover - not POSIX: nothing to lock with
         yield WriterLock(where, identity)
         return
-    try:
-        handle = open(path, "a+")  # noqa: SIM115 - closed below; closing releases the flock
+    try:  # never through a link planted at the lock's name: the identity written below would land in its target
+        handle = os.fdopen(open_own(path, os.O_RDWR | os.O_CREAT), "r+")
     except OSError as exc:
         raise Unavailable(f"cannot open {where}: {exc.strerror or exc}") from None
     try:

@@ -3,6 +3,10 @@
 The local cluster backend's manifests and bookkeeping, the cache completion marker and the metrics file
 are all replaced atomically, so a reader (or a process killed mid-write) sees the old file or the new one,
 never a torn one.
+
+A writer's own files (a lock, a sidecar, a journal) are never reached through a symbolic link: a link planted
+at one of their names in a folder someone else prepared (a cloned repository, a shared snapshot) would
+otherwise take the write to any file the user may write (:func:`remove_planted_link`, :func:`open_own`).
 """
 
 from __future__ import annotations
@@ -45,6 +49,43 @@ def write_atomically(path: Path, text: str) -> Path:
         raise
     fsync_dir(path.parent)
     return path
+
+
+def remove_planted_link(path: Path) -> bool:
+    """Remove a symbolic link standing at one of a writer's own file names: only the link, never its target.
+
+    Args:
+        path: The name the writer is about to write (a lock, a sidecar, a journal, an Event sink).
+
+    Returns:
+        Whether a link was removed.
+
+    Raises:
+        OSError: The link cannot be removed.
+    """
+    if not path.is_symlink():
+        return False
+    path.unlink()
+    return True
+
+
+def open_own(path: Path, flags: int, mode: int = 0o644) -> int:
+    """Open (creating it when ``flags`` say so) a writer's own file, never through a symbolic link: a link at the
+    name is removed first, and one planted between that and the open fails it (``O_NOFOLLOW``).
+
+    Args:
+        path: The file.
+        flags: ``os.open`` flags (``O_NOFOLLOW`` is added).
+        mode: The permissions of a file created.
+
+    Returns:
+        The file descriptor.
+
+    Raises:
+        OSError: The file cannot be opened (``ELOOP`` for a link planted meanwhile).
+    """
+    remove_planted_link(path)
+    return os.open(path, flags | os.O_NOFOLLOW, mode)
 
 
 def fsync_dir(directory: Path) -> None:

@@ -250,6 +250,45 @@ def test_a_new_object_is_never_written_outside_the_folder_through_a_symlink(tmp_
     assert (state / "other" / "configmap-cm.yaml").is_file()  # inside the folder: written as always
 
 
+def test_the_backends_own_files_are_never_written_through_a_planted_link(tmp_path: Path) -> None:
+    from tasks.writer_lock import hold_writer_lock
+
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    state = tmp_path / "state"
+    shutil.copytree(EXAMPLES, state)
+    own = [".modelplane-state.json", ".modelplane-state.journal", ".modelplane.lock", ".modelplane-events.yaml"]
+    own.append(".modelplane-optimize.lock")
+    for name in own:  # half of them point at a file that exists, half at one that does not yet
+        victim = outside / f"victim-{name.strip('.')}"
+        if len(name) % 2:
+            victim.write_text("precious\n")
+        (state / name).symlink_to(victim)
+    before = tree(outside)
+
+    cluster = LocalCluster(state)
+    with hold_writer_lock(cluster, "modelplane-optimize", "default", wait_s=1):
+        cluster.create({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "cm", "namespace": "other"}})
+        cluster.create(
+            {
+                "apiVersion": "v1",
+                "kind": "Event",
+                "metadata": {"name": "e1", "namespace": "other"},
+                "involvedObject": {"kind": "ConfigMap", "name": "cm", "namespace": "other"},
+                "reason": "Tested",
+                "message": "an Event goes to the sink",
+            }
+        )
+    for _ in range(3):  # journal appends, then a whole sidecar
+        cluster.patch_spec(ObjectRef("v1", "ConfigMap", "cm", "other"), {"data": {"k": str(_)}})
+
+    assert tree(outside) == before, "nothing outside the folder was written or created"
+    for name in own:
+        assert not (state / name).is_symlink(), name
+    assert "an Event goes to the sink" in (state / ".modelplane-events.yaml").read_text()
+    assert LocalCluster(state).get("v1", "ConfigMap", "cm", "other")["data"] == {"k": "2"}
+
+
 @pytest.mark.parametrize(
     ("meta", "field"),
     [

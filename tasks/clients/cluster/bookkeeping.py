@@ -36,6 +36,7 @@ from typing import Any
 from tasks.clients.cluster.base import Manifest
 from tasks.clients.cluster.objects import spec_part
 from tasks.clients.cluster.yamlfile import atomic_write, file_stamp
+from tasks.clients.files import open_own, remove_planted_link
 
 log = logging.getLogger(__name__)
 
@@ -179,6 +180,7 @@ class Bookkeeping:
         # One line per record, each encoded once (the C encoder) and kept until its record changes: re-encoding
         # every record (json's pure-Python indenting encoder, ``asdict``) cost more than the write itself.
         body = ",\n".join(self._line(key) for key in sorted(self.records))
+        remove_planted_link(self.path)  # the backend's own file: never written through a link
         atomic_write(self.path, f'{{"objects":{{\n{body}\n}},\n"resourceVersion":{self.counter}}}\n')
         self.journal_path.unlink(missing_ok=True)
         self._journal_lines, self._torn = 0, False
@@ -191,7 +193,9 @@ class Bookkeeping:
             for key in sorted(self._pending)
         ] or [json.dumps({"rv": self.counter})]
         text = ("\n" if self._torn else "") + "\n".join(lines) + "\n"
-        with open(self.journal_path, "a", encoding="utf-8") as handle:
+        with os.fdopen(
+            open_own(self.journal_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND), "a", encoding="utf-8"
+        ) as handle:
             handle.write(text)
             handle.flush()
             os.fsync(handle.fileno())

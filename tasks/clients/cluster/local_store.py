@@ -68,6 +68,7 @@ from tasks.clients.cluster.objects import apply_builtin_defaults
 from tasks.clients.cluster.resources import ResourceInfo
 from tasks.clients.cluster.schema import normalised
 from tasks.clients.cluster.yamlfile import Document, YamlFile, atomic_write, file_stamp, read_file
+from tasks.clients.files import open_own, remove_planted_link
 
 MAX_TOTAL_BYTES = 256 * 1024 * 1024
 """The most bytes the manifest files of one local cluster folder may hold together (each file at most
@@ -393,7 +394,7 @@ class LocalStore:
             return None
         try:
             self.lock_path.parent.mkdir(parents=True, exist_ok=True)
-            handle = open(self.lock_path, "ab")  # noqa: SIM115 - closed by _writing
+            handle = os.fdopen(open_own(self.lock_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND), "ab")
         except OSError as exc:
             raise Unavailable(f"cannot open lock file {self.lock_path}: {exc.strerror or exc}") from None
         fcntl.flock(handle.fileno(), fcntl.LOCK_EX)
@@ -532,6 +533,8 @@ class LocalStore:
             self._stamps.pop(str(yfile.path), None)
             return
         created = missing_parents(yfile.path, self.path)
+        if yfile.path == self.events_path:  # the backend's own file: a link planted there would take the Events out
+            remove_planted_link(yfile.path)
         yfile.stamp = atomic_write(yfile.path, yfile.render())
         self._stamps[str(yfile.path)] = yfile.stamp
         if created and self._watch is not None:
