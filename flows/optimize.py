@@ -217,6 +217,7 @@ def cycle_inputs(
         service_classes=state.service_classes,
         saturation=SaturationConfigSet.from_configmap(state.saturation_data),
         inventory=state.inventory,
+        unreadable_inventory=state.unreadable_inventory,
         loads=loads,
         pods=pods,
         metrics_error=metrics_error,

@@ -352,6 +352,13 @@ def plan_variants(inputs: CycleInputs) -> list[VariantDecision]:
                 f"spec.scaleTargetRef: {inputs.invalid_targets[spec.target_key]}",
                 inputs.current_replicas,
             )
+        elif (spec.accelerator or "") in inputs.unreadable_inventory:
+            decisions[spec.key] = _invalid_decision(
+                next(va for va in inputs.variants if _va_key(va) == spec.key),
+                f"{inputs.unreadable_inventory[spec.accelerator or '']}: the inventory of its accelerator is "
+                "unreadable, so its replicas are held",
+                inputs.current_replicas,
+            )
         elif spec.target_key not in inputs.current_replicas:
             decisions[spec.key] = _decision(
                 spec,

@@ -186,6 +186,9 @@ class CycleInputs:
     service_classes: Mapping[tuple[str, str], ServiceClass | ConfigError]
     saturation: SaturationConfigSet
     inventory: Mapping[str, int] | None = None
+    unreadable_inventory: Mapping[str, str] = field(default_factory=dict)
+    """Accelerators whose ``accelerator-inventory`` entry does not parse: why. Their variants hold their replicas:
+    read as no entry, the accelerator would be unlimited, and a typo would scale its variants up without bound."""
     ready_replicas: Mapping[tuple[str, str, str], int] = field(default_factory=dict)
     invalid_targets: Mapping[tuple[str, str, str], str] = field(default_factory=dict)
     """Scale targets whose replicas are not a count, keyed as ``current_replicas``: why (their variants are invalid)."""

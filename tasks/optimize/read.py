@@ -70,6 +70,8 @@ class ClusterState:
     service_classes: dict[tuple[str, str], ServiceClass | ConfigError]
     saturation_data: dict[str, str]
     inventory: dict[str, int] | None
+    unreadable_inventory: dict[str, str] = field(default_factory=dict)
+    """Accelerators whose ``accelerator-inventory`` entry does not parse: the error (their variants hold)."""
     config_errors: list[ConfigError] = field(default_factory=list)
     missing_configuration: str | None = None
     """Why the cycle cannot run on this configuration (the cost ConfigMap is missing), or None."""
@@ -218,9 +220,12 @@ def read_cluster_state(
     costs, cost_errors = parse_accelerator_costs((config_maps.get(ACCELERATOR_COSTS_CONFIGMAP) or {}).get("data") or {})
     errors += cost_errors
     inventory: dict[str, int] | None = None
+    unreadable_inventory: dict[str, str] = {}
     if INVENTORY_CONFIGMAP in config_maps:
         inventory, inventory_errors = parse_inventory(config_maps[INVENTORY_CONFIGMAP].get("data") or {})
         errors += inventory_errors
+        # a ConfigMap key holds no "/": the source's key is the accelerator
+        unreadable_inventory = {error.source.partition("/")[2]: str(error) for error in inventory_errors}
     missing = missing_configuration(set(config_maps), bool(variants), config_namespace)
     mode, mode_error = default_mode((config_maps.get(OPTIMIZER_CONFIGMAP) or {}).get("data"))
     if mode_error:
@@ -234,6 +239,7 @@ def read_cluster_state(
         service_classes=_service_classes(cluster, variants, config_maps),
         saturation_data=(config_maps.get(SATURATION_CONFIGMAP) or {}).get("data") or {},
         inventory=inventory,
+        unreadable_inventory=unreadable_inventory,
         config_errors=errors,
         missing_configuration=missing,
         actuation_mode=mode,

@@ -544,3 +544,20 @@ def test_plan_cycle_decides_variants_and_bindings_in_one_call() -> None:
     priced = dataclasses.replace(binding, targets=[BindingTarget("kthena", NS, "apps/v1", "Deployment", 2, 1, 10, 7.5)])
     with_cost = plan_cycle(cycle, [priced])
     assert with_cost.summary.endswith(f"total cost {total + 7.5 * 4:.2f} per hour")  # every row in the total
+
+
+def test_an_unreadable_inventory_entry_holds_its_accelerators_variants_instead_of_lifting_their_limit() -> None:
+    """``accelerator-inventory`` with ``A100: "O"`` (a letter): read as no entry, A100 would be unlimited and the
+    20 req/s would go to A100s the cluster may not have. Its variants hold; the other accelerators are planned."""
+    unreadable = {"A100": 'accelerator-inventory/A100: count must be an integer, got "O"'}
+    variants = [va("a100"), va("h100", "H100")]
+    decisions = by_name(
+        plan_variants(inputs(variants, {"a100": 1, "h100": 1}, inventory={"H100": 8}, unreadable_inventory=unreadable))
+    )
+
+    held = decisions["a100"]
+    assert held.desired is None and held.current == 1 and not held.changes_replicas
+    assert held.reason == "InvalidConfiguration" and not held.ready
+    assert held.message.startswith("accelerator-inventory/A100: count must be an integer")
+    assert "its replicas are held" in held.message
+    assert decisions["h100"].reason == "OptimizationSucceeded" and decisions["h100"].desired >= 1
