@@ -3,8 +3,8 @@
 A file is cut at its ``---`` lines by one search of the whole text, and a document without anchors is built by
 one recursion (``construct_tree``): both must give what the line-by-line split and PyYAML's own constructor give,
 and every document either of them refuses (a key written twice, a recursive alias) must still be refused with
-its file and line. A document with anchors is built with each shared node built once, so an alias bomb costs
-no more than the nodes written.
+its file and line. A document with anchors is built with each shared node built once, and one whose aliases
+expand it far beyond the nodes written (an alias bomb) is refused.
 """
 
 from __future__ import annotations
@@ -82,15 +82,26 @@ def test_keys_equal_once_built_are_refused_at_the_second_one(text: str, line: in
     assert info.value.problem == f"{problem} (the last value would silently win)"
 
 
-def test_an_alias_bomb_is_built_with_each_shared_node_once(tmp_path: Path) -> None:
-    """Nine levels of nine aliases: 387 million leaves if every alias were copied; each level is built once."""
-    levels = ["l0: &l0 [x, x, x, x, x, x, x, x, x]"]
-    levels += [f"l{i}: &l{i} [{', '.join([f'*l{i - 1}'] * 9)}]" for i in range(1, 9)]
-    path = tmp_path / "bomb.yaml"
-    path.write_text("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: bomb}\n" + "\n".join(levels) + "\n")
-    (doc,) = read_file(path).docs
-    top: list[Any] = doc.data["l8"]
-    assert len(top) == 9 and all(item is doc.data["l7"] for item in top)
+def test_an_alias_bomb_is_refused_and_modest_sharing_is_built_with_each_shared_node_once(tmp_path: Path) -> None:
+    """Nine levels of nine aliases: 387 million leaves once expanded. Loading shares each level, but every
+    comparison, copy or JSON encoding of the value walks them all (a write to the folder hung on a 749-byte file):
+    the document is refused, naming the expansion. Three levels (729 leaves) are read, each level built once."""
+
+    def aliased(depth: int) -> str:
+        levels = ["l0: &l0 [x, x, x, x, x, x, x, x, x]"]
+        levels += [f"l{i}: &l{i} [{', '.join([f'*l{i - 1}'] * 9)}]" for i in range(1, depth)]
+        return "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: bomb}\n" + "\n".join(levels) + "\n"
+
+    bomb, shared = tmp_path / "bomb.yaml", tmp_path / "shared.yaml"
+    bomb.write_text(aliased(9))
+    shared.write_text(aliased(3))
+    refused = read_file(bomb)
+    assert [doc.data for doc in refused.docs] == [None]
+    (problem,) = refused.doc_errors
+    assert "line 1" in problem and "excessive aliasing" in problem and "expand to 490329072" in problem
+    (doc,) = read_file(shared).docs
+    top: list[Any] = doc.data["l2"]
+    assert len(top) == 9 and all(item is doc.data["l1"] for item in top)
     assert doc.data["l1"][0] is doc.data["l0"]
 
 

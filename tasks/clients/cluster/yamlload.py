@@ -79,6 +79,7 @@ class Loader(_BaseLoader):  # type: ignore[misc, valid-type]
                 return construct_tree(node)
             except Exception:  # noqa: BLE001 - anything it refuses is built (or refused) the checked way below
                 pass
+        check_alias_expansion(node)
         try:
             return construct_plain(node, self)
         except (_NotPlain, RecursionError):  # nested deeper than Python's stack: both of these are iterative
@@ -285,6 +286,53 @@ def check_node_graph(root: yaml.Node) -> None:
         else:
             children = list(node.value)
         stack.extend((child, False) for child in reversed(children))
+
+
+MAX_EXPANDED_NODES = 1_000_000
+"""The most nodes a document may hold once its aliases are expanded, when that is more than ten times the nodes
+written: a few hundred bytes of nested aliases (a "billion laughs") stand for billions of nodes, which every
+comparison, copy or JSON encoding of the value then walks. A manifest written by hand or by a tool shares a
+block or two."""
+
+
+def check_alias_expansion(root: yaml.Node) -> None:
+    """Refuse a document whose aliases expand it beyond :data:`MAX_EXPANDED_NODES` nodes and ten times the nodes
+    written (go-yaml, the API server's reader, refuses such documents too: "excessive aliasing"). Iterative and
+    each node counted once, so the check costs the nodes written; a recursive alias is left to the constructor.
+
+    Args:
+        root: The document's root node.
+
+    Raises:
+        ConstructorError: The document expands too far, at its first line.
+    """
+    expanded: dict[int, int] = {}  # node id -> its nodes once expanded (itself included)
+    on_path: set[int] = set()
+    stack: list[tuple[yaml.Node, bool]] = [(root, False)]
+    while stack:
+        node, leaving = stack.pop()
+        if isinstance(node, yaml.ScalarNode):
+            expanded[id(node)] = 1
+            continue
+        children = [c for pair in node.value for c in pair] if isinstance(node, yaml.MappingNode) else node.value
+        if leaving:
+            on_path.discard(id(node))
+            expanded[id(node)] = 1 + sum(expanded.get(id(child), 0) for child in children)
+            continue
+        if id(node) in expanded or id(node) in on_path:
+            continue
+        on_path.add(id(node))
+        stack.append((node, True))
+        stack.extend((child, False) for child in children if id(child) not in expanded)
+    total = expanded.get(id(root), 1)
+    if total > MAX_EXPANDED_NODES and total > 10 * len(expanded):
+        raise yaml.constructor.ConstructorError(
+            None,
+            None,
+            f"excessive aliasing: {len(expanded)} nodes written expand to {total} (a document may expand to "
+            f"{MAX_EXPANDED_NODES:,} nodes, or to ten times the nodes written when that is more)",
+            root.start_mark,
+        )
 
 
 def _check_keys(node: yaml.MappingNode) -> None:
