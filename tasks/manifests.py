@@ -77,6 +77,7 @@ class Verdict(NamedTuple):
     namespace: str
     name: str
     problem: str | None
+    api_version: str = ""
 
 
 @dataclass
@@ -121,7 +122,24 @@ def check_manifests(path: str | Path, keep: tuple[type[BaseModel], ...] = ()) ->
             result.verdicts += part.verdicts
             result.resources += part.resources
             result.read_errors += part.read_errors
+    result.verdicts = _duplicates_marked(result.verdicts)
     return result
+
+
+def _duplicates_marked(verdicts: list[Verdict]) -> list[Verdict]:
+    """``verdicts`` with every valid document after the first of the same object (apiVersion, kind, namespace,
+    name) marked as a duplicate, as the local cluster backend reads the folder: it uses the first copy and
+    ignores the others, so a copy reported valid would never be what a command reads."""
+    first: dict[tuple[str, str, str, str], str] = {}
+    marked = []
+    for verdict in verdicts:
+        key = (verdict.api_version, verdict.kind, verdict.namespace, verdict.name)
+        if verdict.problem is None and key in first:
+            verdict = verdict._replace(problem=f"duplicate object, also in {first[key]}: the first is used")
+        elif verdict.problem is None:
+            first[key] = verdict.source
+        marked.append(verdict)
+    return marked
 
 
 def _size(file: Path) -> int:
@@ -149,8 +167,8 @@ def _checked_file(file: Path, keep: tuple[type[BaseModel], ...]) -> FolderCheck:
     documents = [pair for index, doc in enumerate(parsed.docs) for pair in _objects_of(f"{file}#{index}", doc.data)]
     report = load_documents(documents)
     for source, obj in report.valid:
-        kind, namespace, name = _identity_of(obj)
-        result.verdicts.append(Verdict(source, kind, namespace, name, None))
+        api_version, kind, namespace, name = _identity_of(obj)
+        result.verdicts.append(Verdict(source, kind, namespace, name, None, api_version))
         if isinstance(obj, keep):
             result.resources.append((source, obj))
     for source, error in report.invalid:
@@ -159,13 +177,15 @@ def _checked_file(file: Path, keep: tuple[type[BaseModel], ...]) -> FolderCheck:
     return result
 
 
-def _identity_of(obj: BaseModel | dict[str, Any]) -> tuple[str, str, str]:
-    """``(kind, namespace, name)`` of a valid document (a parsed model, or an object of another kind)."""
+def _identity_of(obj: BaseModel | dict[str, Any]) -> tuple[str, str, str, str]:
+    """``(apiVersion, kind, namespace, name)`` of a valid document (a parsed model, or an object of another kind)."""
     if isinstance(obj, dict):
         meta = obj.get("metadata") or {}
-        return str(obj.get("kind", "")), str(meta.get("namespace") or ""), str(meta.get("name") or "")
+        names = str(meta.get("namespace") or ""), str(meta.get("name") or "")
+        return str(obj.get("apiVersion", "")), str(obj.get("kind", "")), *names
     meta = getattr(obj, "metadata", None)
-    return type(obj).__name__, str(getattr(meta, "namespace", None) or ""), str(getattr(meta, "name", None) or "")
+    names = str(getattr(meta, "namespace", None) or ""), str(getattr(meta, "name", None) or "")
+    return str(getattr(obj, "api_version", "") or ""), type(obj).__name__, *names
 
 
 @contextmanager

@@ -59,6 +59,23 @@ def test_validate_and_the_flows_agree() -> None:
     assert invalid_field(bad)[0] == "spec.cacheModel" and invalid_field(SERVICE) is None
 
 
+def test_validate_reports_a_duplicate_object_as_the_local_backend_reads_it(tmp_path: pathlib.Path) -> None:
+    from tasks.manifests import check_manifests
+
+    cm = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c", "namespace": "ns"}, "data": {"a": "b"}}
+    (tmp_path / "a.yaml").write_text(yaml.safe_dump_all([cm, SERVICE], sort_keys=False))
+    (tmp_path / "b.yaml").write_text(yaml.safe_dump_all([dict(cm, data={"a": "other"}), SERVICE], sort_keys=False))
+    other_ns = dict(cm, metadata={"name": "c", "namespace": "elsewhere"})
+    (tmp_path / "c.yaml").write_text(yaml.safe_dump(other_ns, sort_keys=False))
+
+    verdicts = {v.source.removeprefix(f"{tmp_path}/"): v.problem for v in check_manifests(tmp_path).verdicts}
+
+    assert verdicts["a.yaml#0"] is None and verdicts["a.yaml#1"] is None and verdicts["c.yaml#0"] is None
+    assert verdicts["b.yaml#0"] == f"duplicate object, also in {tmp_path}/a.yaml#0: the first is used"
+    assert verdicts["b.yaml#1"] == f"duplicate object, also in {tmp_path}/a.yaml#1: the first is used"
+    assert connect(str(tmp_path)).get("v1", "ConfigMap", "c", "ns")["data"] == {"a": "b"}  # the first, as reported
+
+
 def test_other_kinds_pass_unchanged(tmp_path: pathlib.Path) -> None:
     cm = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c", "namespace": "ns"}, "data": {"a": "b"}}
     cluster = connect(str(write(tmp_path, cm)))

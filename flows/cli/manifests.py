@@ -93,7 +93,7 @@ def _report(check: FolderCheck, cluster: pathlib.Path, as_json: bool) -> None:
     rows: list[tuple[str, str, str, str, str, bool]] = []  # source, kind, namespace, name, result, valid
     for verdict in [v for v in check.verdicts if v.problem is None] + [v for v in check.verdicts if v.problem]:
         # refused: a cache whose URI would send the credentials elsewhere
-        result = verdict.problem or refused.get(verdict.source, "valid")
+        result = verdict.problem.replace(base, "") if verdict.problem else refused.get(verdict.source, "valid")
         rows.append((short(verdict.source), verdict.kind, verdict.namespace, verdict.name, result, result == "valid"))
     for source, message in check.read_errors:
         rows.append((short(source), "", "", "", message.removeprefix(base), False))
