@@ -9,6 +9,7 @@ import base64
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from engine.api.secrets import secret_key_ref_error
 from engine.caches.plan import CREDENTIALS_MISSING, Failure
 from tasks.clients.cluster import Cluster, NotFound
 
@@ -38,14 +39,6 @@ def secret_value(cluster: Cluster, namespace: str, name: str, key: str) -> str:
     return base64.b64decode(data[key]).decode()
 
 
-def _is_secret_key_ref(ref: object) -> bool:
-    """Whether ``ref`` is a ``secretKeyRef`` the kubelet would accept: a mapping with string ``name`` and ``key``
-    (the API model keeps ``valueFrom`` as free-form JSON, so a hand-written one reaches here unchecked)."""
-    return isinstance(ref, Mapping) and all(
-        isinstance(ref.get(part), str) and ref.get(part) for part in ("name", "key")
-    )
-
-
 def resolve_env(
     cluster: Cluster, namespace: str, env: Iterable[Mapping[str, Any]]
 ) -> tuple[dict[str, str], Failure | None]:
@@ -73,11 +66,9 @@ def resolve_env(
         ref = (source.get("secretKeyRef") or {}) if isinstance(source, Mapping) else source
         if not ref:
             continue
-        if not _is_secret_key_ref(ref):
-            return values, Failure(
-                CREDENTIALS_MISSING,
-                f"env {name}: valueFrom.secretKeyRef must name a Secret and a key (strings: name, key); fix the reference",
-            )
+        problem = secret_key_ref_error(ref)  # the API models' check: the model keeps valueFrom as free-form JSON
+        if problem:
+            return values, Failure(CREDENTIALS_MISSING, f"env {name}: valueFrom.{problem}; fix the reference")
         try:
             values[name] = secret_value(cluster, namespace, ref["name"], ref["key"])
         except (NotFound, KeyError):

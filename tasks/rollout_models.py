@@ -57,6 +57,7 @@ from engine.rollout.kthena_weights import (
     needs_managed_cache,
 )
 from engine.rollout.kthena_workloads import LoraChange, hub_offline
+from engine.rollout.workloads import identity_problems
 from engine.status import changed_fields
 from tasks.boundary import Accepted, accept_identity
 from tasks.caches import ensure_cache, mark_used
@@ -426,6 +427,9 @@ def _roll_out(
             continue
         results[backend.name] = _plan_backend(cluster, model, ref, backend, live, image, lora_session, outcome, mode)
     desired = [obj for result in results.values() for obj in result.objects] + model_children(model, ref, mode)
+    refused = identity_problems(desired)  # e.g. a spec too large for the last-applied annotation (256 KiB in all)
+    if refused:  # what the API server would refuse: nothing is written, the Model says why
+        return Failure(REASON_INVALID, "; ".join(refused)), backend_states(model, live, {}, mode.model_serving)
     written: dict[tuple[str, str], dict[str, Any]] = {}
     for obj in desired:
         key = (obj["kind"], obj["metadata"]["name"])

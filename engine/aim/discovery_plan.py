@@ -5,26 +5,34 @@ persisted on the model that asks first). After the reads, :func:`plan_model` tak
 model, as the boundary reader parsed it), its discovery record and :class:`DiscoveryWorld` (the templates the run read,
 the target namespaces), and decides everything: the record to persist in the model's annotation, the
 auto-created templates to create (never over a template a person wrote), the auto-created templates the
-current image no longer wants (to delete), and the model's ``MetadataExtracted`` and ``Ready``.
+current image no longer wants (to delete), and the model's ``MetadataExtracted`` and ``Ready``. A record the
+model's annotations cannot hold (:func:`fitting_record`: Kubernetes allows 256 KiB of annotations per object) is
+never written: the model gets the failure naming the largest labels instead.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
 from engine.aim.discovery import (
+    METADATA_ANNOTATION,
     MODEL_LABEL,
+    OCI_LABEL_PREFIX,
+    REASON_EXTRACTION_FAILED,
     DiscoveryRecord,
     auto_templates,
+    failed_record,
     is_auto_template,
     metadata_condition,
     needs_fetch,
     ready_condition,
 )
 from engine.api.aim import AIMClusterModel, AIMServiceTemplate
+from engine.api.identity import TOTAL_ANNOTATION_SIZE, annotation_size_error, annotations_size
 from engine.status import ConditionUpdate
 
 Manifest = dict[str, Any]
@@ -46,6 +54,51 @@ def images_to_read(
         if needs_fetch(previous, model.spec.image, now, resync):
             wanted.setdefault(model.spec.image, previous)
     return wanted
+
+
+RECORD_LABELS = {
+    "canonicalName": "model.canonicalName",
+    "source": "model.source",
+    "title": "title",
+    "description": "description.full",
+    "releaseNotes": "release.notes",
+    "tags": "model.tags",
+    "versions": "model.versions",
+    "variants": "model.variants",
+    "hfTokenRequired": "hfToken.required",
+    "recommendedDeployments": "model.recommendedDeployments",
+}
+"""The label (after ``com.amd.aim.`` or ``org.amd.silogen.``) each field of the persisted metadata is read from."""
+LARGEST_NAMED = 3
+"""How many of the largest labels a record too large to keep names."""
+
+
+def _label_sizes(record: DiscoveryRecord) -> list[tuple[str, int]]:
+    """``(label, bytes it takes in the record)`` of every label the record keeps, largest first."""
+    metadata = record.metadata.to_dict() if record.metadata is not None else {}
+    sizes = [
+        (OCI_LABEL_PREFIX + key, len(json.dumps(value))) for key, value in (metadata.pop("oci", None) or {}).items()
+    ]
+    sizes += [(RECORD_LABELS.get(key, key), len(json.dumps(value))) for key, value in metadata.items()]
+    return sorted(sizes, key=lambda item: (-item[1], item[0]))
+
+
+def fitting_record(model: AIMClusterModel, record: DiscoveryRecord) -> DiscoveryRecord:
+    """``record`` when the model's annotations hold it in :data:`METADATA_ANNOTATION` within what Kubernetes
+    allows an object (:func:`engine.api.identity.annotation_size_error`, its other annotations counted), else the
+    ``MetadataExtractionFailed`` failure naming the largest labels (a terminal failure: the image is read again at
+    the resync). Several labels of up to 64 KiB each (and the OCI labels, unbounded) can exceed the 256 KiB an
+    object's annotations hold together, which the API server refuses."""
+    annotations = {**model.metadata.annotations, METADATA_ANNOTATION: record.to_json()}
+    if annotation_size_error(annotations) is None:
+        return record
+    largest = ", ".join(f"{label} ({size} bytes)" for label, size in _label_sizes(record)[:LARGEST_NAMED])
+    message = (
+        f"the image's labels are too large to keep in the {METADATA_ANNOTATION} annotation: the model's "
+        f"annotations would hold {annotations_size(annotations)} bytes, above the {TOTAL_ANNOTATION_SIZE} "
+        f"(256 KiB) Kubernetes allows an object; the largest labels: {largest}"
+    )
+    return failed_record(record.image, record.read_at, REASON_EXTRACTION_FAILED, message, previous_record(model))
 
 
 @dataclass(frozen=True)
@@ -117,8 +170,11 @@ def plan_model(
 ) -> ModelPlan:
     """Decide one model's discovery: record to persist, templates to create and delete, conditions.
 
-    ``record`` is this run's read of the model's image (``read_now``) or the persisted one."""
+    ``record`` is this run's read of the model's image (``read_now``) or the persisted one; a read the model's
+    annotations cannot hold is its failure (:func:`fitting_record`)."""
     name, image = str(model.metadata.name), model.spec.image
+    if read_now and record is not None and record.ok:
+        record = fitting_record(model, record)
     current = record is not None and record.ok and record.metadata is not None and record.image == image
     plan = auto_templates(model, record.metadata, world.namespaces) if current and record and record.metadata else None
     ours = list(world.auto_by_model.get(name, []))

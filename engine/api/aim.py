@@ -30,6 +30,7 @@ from engine.api.meta import (
     Time,
 )
 from engine.api.registry import AIM_API, AimApiVersion
+from engine.api.secrets import SecretName
 
 API_VERSION: Final[AimApiVersion] = AIM_API
 """The apiVersion of this module's kinds (spelled in :mod:`engine.api.registry`)."""
@@ -111,7 +112,7 @@ class AIMNamespaceCredentials(KubeModel):
 class AIMNamespaceImageConfig(KubeModel):
     """Image pull configuration for AIM workloads in the namespace."""
 
-    image_pull_secrets: list[str] | None = Field(None, alias="imagePullSecrets")
+    image_pull_secrets: list[SecretName] | None = Field(None, alias="imagePullSecrets")
     """Secret names used for pulling AIM images."""
 
 

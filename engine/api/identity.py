@@ -17,6 +17,9 @@ The rules are apimachinery's (``k8s.io/apimachinery/pkg/api/validation`` and ``p
 * label keys qualified names (an optional DNS-1123 subdomain prefix and ``/``, then at most 63 characters),
   label values at most 63 characters of the same alphabet; annotation keys qualified names and all annotations
   together at most 256 KiB;
+* a reference to a Secret (:func:`secret_name_error`, :func:`secret_key_error`): its name a DNS-1123 subdomain, a key
+  of its data at most 253 of ``[-._a-zA-Z0-9]``, not ``.`` or ``..`` nor starting with ``..`` (``IsConfigMapKey``);
+  what a custom resource names this way is rendered into Pods and read by the flows, so its model refuses it;
 * a built-in kind's body decodable at all (the API server's decoding refuses it before any validation): its
   ``spec``, when present, an object; a ConfigMap's ``data`` and ``binaryData`` and a Secret's ``data`` and
   ``stringData`` mappings of strings (``map[string]string``, ``map[string][]byte``). A custom resource's body is
@@ -30,7 +33,18 @@ from collections.abc import Mapping
 from functools import lru_cache
 from typing import Any
 
-__all__ = ["address_error", "body_errors", "identity_errors", "name_error"]
+__all__ = [
+    "DNS1123_SUBDOMAIN_PATTERN",
+    "SECRET_KEY_PATTERN",
+    "annotation_size_error",
+    "annotations_size",
+    "address_error",
+    "body_errors",
+    "identity_errors",
+    "name_error",
+    "secret_key_error",
+    "secret_name_error",
+]
 
 DNS1123_LABEL_MAX = 63
 DNS1123_SUBDOMAIN_MAX = 253
@@ -40,8 +54,14 @@ TOTAL_ANNOTATION_SIZE = 256 * 1024
 """apimachinery's ``TotalAnnotationSizeLimitB``: keys and values of all annotations together, in bytes."""
 
 _LABEL = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"
+DNS1123_SUBDOMAIN_PATTERN = rf"^{_LABEL}(\.{_LABEL})*$"
+"""A DNS-1123 subdomain (the name of most kinds, a Secret's among them), as a CRD schema ``pattern``."""
+SECRET_KEY_PATTERN = r"^([-_a-zA-Z0-9]|\.[-_a-zA-Z0-9])[-._a-zA-Z0-9]*$"
+"""A key of a Secret's (or ConfigMap's) data as a CRD schema ``pattern``: ``[-._a-zA-Z0-9]+``, and neither ``.``,
+``..`` nor anything starting with ``..`` (written without a look-ahead, which the API server's RE2 has not)."""
 _DNS1123_LABEL = re.compile(rf"^{_LABEL}$")
-_DNS1123_SUBDOMAIN = re.compile(rf"^{_LABEL}(\.{_LABEL})*$")
+_DNS1123_SUBDOMAIN = re.compile(DNS1123_SUBDOMAIN_PATTERN)
+_SECRET_KEY = re.compile(r"[-._a-zA-Z0-9]+")
 _DNS1035_LABEL = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 _QUALIFIED_PART = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$")
 
@@ -73,7 +93,7 @@ def _pattern_error(value: str, rule: tuple[re.Pattern[str], int, str]) -> str | 
     pattern, limit, explanation = rule
     if len(value) > limit:
         return f"must be no more than {limit} characters"
-    return None if pattern.match(value) else explanation
+    return None if pattern.fullmatch(value) else explanation  # Go's ``$``: the end, never before a last newline
 
 
 @lru_cache(maxsize=4096)
@@ -110,7 +130,7 @@ def _qualified_name(value: str) -> str | None:
         return "name part must be non-empty"
     if len(name) > QUALIFIED_NAME_MAX:
         return f"name part must be no more than {QUALIFIED_NAME_MAX} characters"
-    if not _QUALIFIED_PART.match(name):
+    if not _QUALIFIED_PART.fullmatch(name):
         return (
             "name part must consist of alphanumeric characters, '-', '_' or '.', and must start and end with "
             "an alphanumeric character (e.g. 'MyName', 'my.name' or '123-abc'), with an optional DNS subdomain "
@@ -124,11 +144,29 @@ def _label_value(value: str) -> str | None:
     """Why a label value is invalid, or None; cached as :func:`_qualified_name`."""
     if len(value) > LABEL_VALUE_MAX:
         return f"must be no more than {LABEL_VALUE_MAX} characters"
-    if value and not _QUALIFIED_PART.match(value):
+    if value and not _QUALIFIED_PART.fullmatch(value):
         return (
             "a valid label value must be an empty string or consist of alphanumeric characters, '-', '_' or '.', "
             "and must start and end with an alphanumeric character"
         )
+    return None
+
+
+def secret_name_error(name: str) -> str | None:
+    """Why ``name`` cannot name a Secret (a DNS-1123 subdomain of at most 253 characters), or None."""
+    return _dns1123_subdomain(name)
+
+
+def secret_key_error(key: str) -> str | None:
+    """Why ``key`` cannot be a key of a Secret's data (apimachinery's ``IsConfigMapKey``), or None."""
+    if len(key.encode()) > DNS1123_SUBDOMAIN_MAX:
+        return f"must be no more than {DNS1123_SUBDOMAIN_MAX} characters"
+    if not _SECRET_KEY.fullmatch(key):
+        return "a valid config key must consist of alphanumeric characters, '-', '_' or '.' (e.g. 'key.name')"
+    if key in (".", ".."):
+        return f"must not be '{key}'"
+    if key.startswith(".."):
+        return "must not start with '..'"
     return None
 
 
@@ -246,7 +284,31 @@ def _annotation_errors(annotations: Any) -> list[tuple[str, str]]:
         problem = _qualified_name(key.lower())
         if problem:
             errors.append((where, f"invalid annotation key: {problem}"))
-    size = sum(len(key.encode()) + len(value.encode()) for _, key, value in pairs)
-    if size > TOTAL_ANNOTATION_SIZE:
-        errors.append(("metadata.annotations", f"Too long: must have at most {TOTAL_ANNOTATION_SIZE} bytes"))
+    problem = annotation_size_error({key: value for _, key, value in pairs})
+    if problem:
+        errors.append(("metadata.annotations", problem))
     return errors
+
+
+def _annotation_size(key: str, value: str) -> int:
+    return len(key.encode()) + len(value.encode())
+
+
+def annotations_size(annotations: Mapping[str, str]) -> int:
+    """What apimachinery's ``ValidateAnnotationsSize`` counts of an object's annotations: the bytes of every key
+    and value (UTF-8), together."""
+    return sum(_annotation_size(key, value) for key, value in annotations.items())
+
+
+def annotation_size_error(annotations: Mapping[str, str]) -> str | None:
+    """Why the API server would refuse an object with these ``annotations`` for their size (keys and values
+    together more than :data:`TOTAL_ANNOTATION_SIZE` bytes), naming the largest, or None: the one check of
+    everything that writes annotations composed from input, before the write."""
+    size = annotations_size(annotations)
+    if size <= TOTAL_ANNOTATION_SIZE:
+        return None
+    largest = max(annotations, key=lambda key: _annotation_size(key, annotations[key]))
+    return (
+        f"Too long: must have at most {TOTAL_ANNOTATION_SIZE} bytes (256 KiB); they hold {size} bytes, the largest "
+        f"{largest} {_annotation_size(largest, annotations[largest])} bytes"
+    )

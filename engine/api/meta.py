@@ -38,10 +38,12 @@ from pydantic import (
     GetJsonSchemaHandler,
     PlainSerializer,
     WithJsonSchema,
+    field_validator,
 )
 from pydantic.json_schema import JsonSchemaValue
 from pydantic_core import CoreSchema
 
+from engine.api.secrets import SecretKey, SecretName, secret_key_ref_error
 from engine.scopes import scoped
 
 __all__ = [
@@ -456,9 +458,9 @@ class ConfigMapKeySelector(KubeModel):
 class SecretKeySelector(KubeModel):
     """A key of a Secret in the object's namespace (``corev1.SecretKeySelector``)."""
 
-    name: str = Field(min_length=1)
+    name: SecretName
     """Name of the Secret."""
-    key: str = Field(min_length=1)
+    key: SecretKey
     """The key of the Secret to select."""
     optional: bool | None = None
     """Whether the Secret or its key may be missing."""
@@ -535,6 +537,16 @@ class EnvVar(KubeModel):
     """Literal value."""
     value_from: JSONObject | None = Field(None, alias="valueFrom")
     """Source of the value (secretKeyRef, configMapKeyRef, fieldRef, resourceFieldRef)."""
+
+    @field_validator("value_from")
+    @classmethod
+    def _secret_key_ref(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
+        """A ``secretKeyRef`` is rendered into a Pod as written: one the API server would refuse is refused here."""
+        if value is not None and "secretKeyRef" in value:
+            problem = secret_key_ref_error(value["secretKeyRef"])
+            if problem:
+                raise ValueError(problem)
+        return value
 
 
 class EnvFromSourceRef(KubeModel):

@@ -6,11 +6,13 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
+from engine.aim.discovery import METADATA_ANNOTATION, DiscoveryRecord, parse_image_labels
 from engine.aim.discovery_plan import DiscoveryWorld, images_to_read, plan_model, previous_record
 from engine.aim.service_plan import ServiceWorld, plan_service
 from engine.aim.template_plan import TemplateWorld, plan_model_readiness, plan_template
+from engine.api.identity import TOTAL_ANNOTATION_SIZE, annotations_size
 from engine.api.views import InferenceService
-from tests.aim.test_resolution import NOW, model, node, typed
+from tests.aim.test_resolution import DEPLOYMENTS, NOW, model, node, typed
 
 SOURCE = "hf://meta-llama/Llama-3.1-8B-Instruct"
 GATEWAY = {"name": "gw", "namespace": "gw-ns"}
@@ -172,3 +174,49 @@ def test_discovery_creates_the_missing_templates_and_leaves_a_persons_alone() ->
     assert images_to_read([llama], NOW + timedelta(minutes=1), timedelta(days=1)) == {}
     moved = {**mdl, "spec": {**mdl["spec"], "image": "r.io/llama:2"}}
     assert list(images_to_read([typed(moved)], NOW, timedelta(days=1))) == ["r.io/llama:2"]
+
+
+def _labelled(**texts: str) -> DiscoveryRecord:
+    """A read of an image whose AIM labels (``com.amd.aim.<suffix>``) and OCI labels are ``texts`` (``_`` for ``.``),
+    next to its recommended deployments."""
+    labels = {"com.amd.aim.model.recommendedDeployments": DEPLOYMENTS}
+    for key, text in texts.items():
+        suffix = key.replace("_", ".")
+        labels[suffix if suffix.startswith("org.") else f"com.amd.aim.{suffix}"] = text
+    return DiscoveryRecord(image="r.io/llama:1", read_at=NOW, digest="sha256:2", metadata=parse_image_labels(labels))
+
+
+def test_labels_too_large_for_the_models_annotations_are_its_failure_never_written() -> None:
+    """Each AIM label may hold 64 KiB (the OCI labels any size), all of them together more than the 256 KiB of
+    annotations the API server lets an object have: discovery would have written a record it refuses (422)."""
+    big = "x" * 65_536  # each at the bound a label may hold
+    record = _labelled(title=big, description_full=big, release_notes=big, org_opencontainers_image_description=big)
+    assert record.ok and len(record.to_json()) > TOTAL_ANNOTATION_SIZE
+    plan = plan_model(typed(model()), record, True, DiscoveryWorld.of([], ["ns"]))
+    persisted = plan.persist
+    assert persisted is not None and not persisted.ok and persisted.reason == "MetadataExtractionFailed"
+    assert len(persisted.to_json()) < 1000  # what is written instead fits, whatever the labels held
+    assert plan.create == () and plan.result == "MetadataExtractionFailed"
+    extracted, ready = plan.conditions
+    assert (extracted.status, extracted.reason) == ("False", "MetadataExtractionFailed")
+    assert (ready.status, ready.reason) == ("False", "MetadataExtractionFailed")  # terminal: read at the resync
+    message = extracted.message
+    assert f"too large to keep in the {METADATA_ANNOTATION} annotation" in message
+    assert f"above the {TOTAL_ANNOTATION_SIZE} (256 KiB) Kubernetes allows an object" in message
+    largest = "description.full (65538 bytes), org.opencontainers.image.description (65538 bytes), release.notes"
+    assert f"the largest labels: {largest}" in message  # by name, as the label-size check names its label
+
+
+def test_the_models_other_annotations_count_and_a_record_that_fits_is_kept() -> None:
+    record = _labelled(description_full="x" * 60_000)
+    llama = model()
+    plan = plan_model(typed(llama), record, True, DiscoveryWorld.of([], ["ns"]))
+    assert plan.persist is record and plan.result == "ok" and len(plan.create) == 3
+    # The same read on a model whose own annotations (kubectl's last-applied copy, say) already hold 202 kB.
+    annotations = {**llama["metadata"]["annotations"], "example.com/notes": "y" * 202_000}
+    crowded = {**llama, "metadata": {**llama["metadata"], "annotations": annotations}}
+    plan = plan_model(typed(crowded), record, True, DiscoveryWorld.of([], ["ns"]))
+    assert plan.persist is not None and plan.persist.reason == "MetadataExtractionFailed" and plan.create == ()
+    after = {**annotations, METADATA_ANNOTATION: record.to_json()}
+    assert f"would hold {annotations_size(after)} bytes" in plan.conditions[0].message
+    assert "description.full (60002 bytes)" in plan.conditions[0].message

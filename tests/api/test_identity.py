@@ -3,11 +3,19 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import pytest
 
-from engine.api.identity import TOTAL_ANNOTATION_SIZE, identity_errors
+from engine.api.identity import (
+    SECRET_KEY_PATTERN,
+    TOTAL_ANNOTATION_SIZE,
+    annotation_size_error,
+    identity_errors,
+    secret_key_error,
+    secret_name_error,
+)
 from engine.api.validate import ManifestInvalid, load_documents, parse_object
 
 
@@ -33,6 +41,8 @@ def obj(api_version: str = "v1", kind: str = "ConfigMap", **meta: Any) -> dict[s
         (obj(labels={"k": "v" * 64}), 'metadata.labels["k"]'),
         (obj(labels={"k": 1}), 'metadata.labels["k"]'),
         (obj(annotations={"big": "x" * TOTAL_ANNOTATION_SIZE}), "metadata.annotations"),
+        (obj(name="abc\n"), "metadata.name"),  # Go's `$` is the end: a last newline is no part of a name
+        (obj(labels={"k": "v\n"}), 'metadata.labels["k"]'),
         ({"apiVersion": "v1", "kind": "ConfigMap", "metadata": "x"}, "metadata"),
         ({"apiVersion": 1, "kind": "ConfigMap", "metadata": {"name": "x"}}, "apiVersion"),
         ({"apiVersion": "v1", "metadata": {"name": "x"}}, "kind"),
@@ -84,3 +94,50 @@ def test_validate_manifests_and_the_boundary_report_the_same_field() -> None:
         report.invalid[0][1].field_path,
         report.invalid[0][1].message,
     )
+
+
+SECRET_KEYS = [
+    ("token", None),
+    (".dockerconfigjson", None),
+    ("AWS_SECRET_ACCESS_KEY", None),
+    ("a..b", None),
+    ("a" * 253, None),
+    ("a" * 254, "must be no more than 253 characters"),
+    (".", "must not be '.'"),
+    ("..", "must not be '..'"),
+    ("..token", "must not start with '..'"),
+    ("../token", "a valid config key must consist of alphanumeric characters"),
+    ("to ken", "a valid config key must consist of alphanumeric characters"),
+    ("token\n", "a valid config key must consist of alphanumeric characters"),
+    ("", "a valid config key must consist of alphanumeric characters"),
+]
+
+
+@pytest.mark.parametrize(("key", "problem"), SECRET_KEYS)
+def test_a_secret_key_is_checked_as_apimachinery_is_config_map_key_and_the_crd_pattern_agrees(
+    key: str, problem: str | None
+) -> None:
+    found = secret_key_error(key)
+    assert (found is None) if problem is None else (found is not None and problem in found), found
+    # The CRD's pattern (RE2, no look-ahead) says the same, the length aside (the schema's maxLength).
+    assert (re.search(SECRET_KEY_PATTERN, key) is not None and "\n" not in key) == (found is None or len(key) > 253)
+
+
+@pytest.mark.parametrize(
+    ("name", "valid"),
+    [("registry-creds", True), ("a.b-c", True), ("a" * 253, True), ("a" * 254, False), ("Registry", False)]
+    + [("a_b", False), ("-a", False), ("a.", False), ("abc\n", False), ("", False)],
+)
+def test_a_secret_name_is_a_dns_1123_subdomain(name: str, valid: bool) -> None:
+    assert (secret_name_error(name) is None) == valid
+
+
+def test_annotations_are_counted_as_the_api_server_counts_them_and_the_largest_is_named() -> None:
+    # Keys and values together, in bytes of UTF-8 ("é" is two): 262144 is allowed, one byte more is not.
+    fits = {"a": "x" * (TOTAL_ANNOTATION_SIZE - 5), "b": "éx"}
+    assert annotation_size_error(fits) is None
+    over = {**fits, "a": "x" * (TOTAL_ANNOTATION_SIZE - 4)}
+    problem = annotation_size_error(over)
+    assert problem is not None and problem.startswith(f"Too long: must have at most {TOTAL_ANNOTATION_SIZE} bytes")
+    assert f"they hold {TOTAL_ANNOTATION_SIZE + 1} bytes, the largest a {TOTAL_ANNOTATION_SIZE - 3} bytes" in problem
+    assert identity_errors(obj(annotations=over)) == [("metadata.annotations", problem)]

@@ -257,6 +257,86 @@ def test_error_path_for_quantity_drops_union_tags() -> None:
     assert error.field_path == "spec.size"
 
 
+def _namespace_config(spec: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "apiVersion": "aim.silogen.ai/v1alpha1",
+        "kind": "AIMNamespaceConfig",
+        "metadata": {"name": "default", "namespace": "team-a"},
+        "spec": spec,
+    }
+
+
+@pytest.mark.parametrize(
+    ("spec", "path", "part"),
+    [
+        ({"images": {"imagePullSecrets": ["ok", "Bad_Name"]}}, "spec.images.imagePullSecrets[1]", "'Bad_Name' is not"),
+        ({"images": {"imagePullSecrets": ["a" * 254]}}, "spec.images.imagePullSecrets[0]", "no more than 253"),
+        ({"images": {"imagePullSecrets": ["creds\n"]}}, "spec.images.imagePullSecrets[0]", "a valid Secret name"),
+        (
+            {"credentials": {"huggingFaceToken": {"name": "hf/../x", "key": "token"}}},
+            "spec.credentials.huggingFaceToken.name",
+            "'hf/../x' is not a valid Secret name: a lowercase RFC 1123 subdomain",
+        ),
+        (
+            {"credentials": {"huggingFaceToken": {"name": "hf", "key": "to ken"}}},
+            "spec.credentials.huggingFaceToken.key",
+            "'to ken' is not a valid Secret key: a valid config key must consist of",
+        ),
+        (
+            {"credentials": {"s3": [{"region": "x", "secretAccessKey": {"name": "s3", "key": ".."}}]}},
+            "spec.credentials.s3[0].secretAccessKey.key",
+            "must not be '..'",
+        ),
+    ],
+)
+def test_a_namespace_config_naming_no_valid_secret_is_invalid_naming_the_field(
+    spec: dict[str, Any], path: str, part: str
+) -> None:
+    """The names are rendered into InferenceServices and fill Jobs and read from the cluster: refused where read."""
+    error = _error(_namespace_config(spec))
+    assert error.field_path == path and part in error.message, error.errors
+    assert len(error.message) < 400  # a hostile name is quoted, not copied whole
+
+
+def test_a_namespace_config_naming_valid_secrets_parses() -> None:
+    config = parse_object(
+        _namespace_config(
+            {
+                "images": {"imagePullSecrets": ["registry-creds", "team.a-creds"]},
+                "credentials": {"huggingFaceToken": {"name": "hf-token", "key": ".HF_token-1"}},
+            }
+        )
+    )
+    assert isinstance(config, AIMNamespaceConfig) and config.spec.images.image_pull_secrets == [
+        "registry-creds",
+        "team.a-creds",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("ref", "part"),
+    [
+        ({"name": "HF", "key": "token"}, "secretKeyRef.name: 'HF' is not a valid Secret name"),
+        ({"name": "hf", "key": "a/b"}, "secretKeyRef.key: 'a/b' is not a valid Secret key"),
+        ({"name": "hf"}, "secretKeyRef must name a Secret and a key"),
+        ("hf", "secretKeyRef must name a Secret and a key"),
+    ],
+)
+def test_an_env_secret_key_ref_the_api_server_would_refuse_is_invalid(ref: object, part: str) -> None:
+    """A ModelCache's env is rendered into its fill Job as written (valueFrom is free-form JSON in the schema)."""
+    env = [{"name": "PLAIN", "value": "x"}, {"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": ref}}]
+    cache = {
+        "apiVersion": "aim.silogen.ai/v1alpha1",
+        "kind": "ModelCache",
+        "metadata": {"name": "c", "namespace": "team-a"},
+        "spec": {"sourceUri": "hf://a/b", "env": env},
+    }
+    error = _error(cache)
+    assert error.field_path == "spec.env[1].valueFrom" and part in error.message, error.errors
+    env[1]["valueFrom"] = {"secretKeyRef": {"name": "hf-token", "key": "token", "optional": True}}
+    assert isinstance(parse_object(cache), ModelCache)
+
+
 def test_error_for_foreign_kind_and_missing_kind() -> None:
     assert _error({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "x"}}).field_path == "kind"
     assert _error({"apiVersion": "v1", "metadata": {"name": "x"}}).field_path == "kind"

@@ -296,6 +296,24 @@ def test_system_metadata_cannot_be_patched(state: Path) -> None:
         cluster.patch_spec(ref("llama-a100"), {"metadata": {"name": "renamed"}})
 
 
+def test_a_patch_to_annotations_the_api_server_would_refuse_is_refused_and_nothing_written(state: Path) -> None:
+    """An update's metadata is validated as a create's: annotations over 256 KiB in all are a 422, never written to
+    the file (before: only a create was checked, and a patch wrote what no cluster would have stored)."""
+    cluster = LocalCluster(state)
+    text = (state / "serving.yaml").read_text()
+    fits = "x" * (256 * 1024 - 100)
+    cluster.patch_spec(ref("llama-a100"), {"metadata": {"annotations": {"example.com/a": fits}}})
+    written = (state / "serving.yaml").read_text()
+    with pytest.raises(Invalid) as info:
+        cluster.patch_spec(ref("llama-a100"), {"metadata": {"annotations": {"example.com/b": "y" * 200}}})
+    assert info.value.field == "metadata.annotations" and "must have at most 262144 bytes" in str(info.value)
+    assert "the largest example.com/a" in str(info.value)
+    assert (state / "serving.yaml").read_text() == written != text
+    assert "example.com/b" not in cluster.get(*VA, "llama-a100", "llm-serving")["metadata"]["annotations"]
+    with pytest.raises(Invalid):
+        cluster.patch_spec(ref("llama-a100"), {"metadata": {"annotations": {"bad key!": "v"}}})
+
+
 def test_generate_name_and_missing_name(tmp_path: Path) -> None:
     cluster = LocalCluster(tmp_path)
     made = cluster.create({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"generateName": "job-"}})

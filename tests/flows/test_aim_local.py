@@ -3,6 +3,7 @@ metadata comes from the OCI image layout in deployments/example-images (what ./d
 
 from __future__ import annotations
 
+import hashlib
 import json
 import pathlib
 import re
@@ -205,3 +206,129 @@ def test_aim_takes_the_discovery_options(example_cluster: pathlib.Path, prefect_
     assert all("status" not in t for t in templates if t["metadata"]["namespace"] == "llm-serving")
     short = CliRunner().invoke(app, ["reconcile-aim", "--cluster", str(example_cluster), "--resync-seconds", "0"])
     assert short.exit_code == 2 and "Traceback" not in short.output
+
+
+INVALID_CONFIG = """\
+apiVersion: aim.silogen.ai/v1alpha1
+kind: AIMNamespaceConfig
+metadata: {name: default, namespace: team-b}
+spec:
+  credentials: {huggingFaceToken: {name: hf-token, key: token}}
+  images: {imagePullSecrets: [amd-registry, Team_B-Registry]}
+---
+apiVersion: aim.silogen.ai/v1alpha1
+kind: AIMServiceTemplate
+metadata: {name: llama-mi300x, namespace: team-b}
+spec: {model: "meta/llama-3.1-8b-instruct:0.8.4", metric: latency, precision: fp8, gpuModel: MI300X, gpusPerReplica: 1}
+---
+apiVersion: aim.silogen.ai/v1alpha1
+kind: AIMService
+metadata: {name: chat, namespace: team-b}
+spec: {model: "meta/llama-3.1-8b-instruct:0.8.4", templateRef: llama-mi300x}
+"""
+"""A namespace whose AIMNamespaceConfig names a pull secret no Secret can be called (upper case, ``_``)."""
+
+
+def test_a_namespace_config_naming_an_invalid_secret_is_refused_and_nothing_renders_it(
+    example_cluster: pathlib.Path, prefect_harness: None
+) -> None:
+    (example_cluster / "98-team-b.yaml").write_text(INVALID_CONFIG)
+    result = CliRunner().invoke(app, ["reconcile-aim", "--cluster", str(example_cluster), "--registry-mirror", MIRROR])
+    assert result.exit_code == 3, result.output
+    assert "Traceback" not in result.output
+    # The run reports the config naming the field (the kind has no status to carry a condition).
+    assert (
+        "AIMNamespaceConfig team-b/default: invalid: spec.images.imagePullSecrets[1]: "
+        "'Team_B-Registry' is not a valid Secret name" in " ".join(result.output.split())
+    ), result.output
+    objects = _all_objects(example_cluster)
+    # What depends on the config is never rendered with it: the service in team-b fails as without a config ...
+    chat = objects[("AIMService", "team-b", "chat")]
+    assert chat["status"]["status"] == "Failed"
+    [failure] = [c for c in chat["status"]["conditions"] if c["type"] == "Failure"]
+    assert failure["reason"] == "RuntimeConfigMissing"
+    # ... no workload nor template is made in team-b, and no object names the Secret ...
+    assert not [key for key in objects if key[1] == "team-b" and key[0] in ("InferenceService", "HTTPRoute", "Job")]
+    assert not [
+        t
+        for t in _objects(example_cluster, "AIMServiceTemplate")
+        if t["metadata"]["name"] != "llama-mi300x" and t["metadata"]["namespace"] == "team-b"
+    ]
+    written = [obj for key, obj in objects.items() if key[0] not in ("AIMNamespaceConfig", "Event")]
+    assert "Team_B-Registry" not in json.dumps(written)
+    # ... while the example's namespace proceeds.
+    assert [i["metadata"]["namespace"] for i in _objects(example_cluster, "InferenceService")] == ["llm-serving"]
+
+
+def _image_layout(root: pathlib.Path, repo: str, tag: str, labels: dict[str, str]) -> None:
+    """An OCI image layout of one image whose config carries ``labels`` (no layers: discovery reads none)."""
+    config = json.dumps({"architecture": "amd64", "os": "linux", "config": {"Labels": labels}}).encode()
+    manifest = json.dumps(
+        {
+            "schemaVersion": 2,
+            "mediaType": "application/vnd.oci.image.manifest.v1+json",
+            "config": {
+                "mediaType": "application/vnd.oci.image.config.v1+json",
+                "digest": f"sha256:{hashlib.sha256(config).hexdigest()}",
+                "size": len(config),
+            },
+            "layers": [],
+        }
+    ).encode()
+    layout = root / repo
+    blobs = layout / "blobs" / "sha256"
+    blobs.mkdir(parents=True)
+    for blob in (config, manifest):
+        (blobs / hashlib.sha256(blob).hexdigest()).write_bytes(blob)
+    entry = {
+        "mediaType": "application/vnd.oci.image.manifest.v1+json",
+        "digest": f"sha256:{hashlib.sha256(manifest).hexdigest()}",
+        "size": len(manifest),
+        "annotations": {"org.opencontainers.image.ref.name": tag},
+    }
+    (layout / "index.json").write_text(json.dumps({"schemaVersion": 2, "manifests": [entry]}))
+    (layout / "oci-layout").write_text('{"imageLayoutVersion": "1.0.0"}')
+
+
+def test_image_labels_too_large_for_the_models_annotations_are_its_condition_and_the_others_proceed(
+    example_cluster: pathlib.Path, tmp_path: pathlib.Path, prefect_harness: None
+) -> None:
+    """Each AIM label may hold 64 KiB (an OCI label any size): together they can exceed the 256 KiB of annotations
+    an object may have, and the API server refuses the record discovery keeps in one (422)."""
+    images = tmp_path / "images"
+    shutil.copytree(REPO / "deployments" / "example-images", images)
+    big = "x" * 65_536
+    labels = {f"com.amd.aim.{suffix}": big for suffix in ("title", "description.full", "release.notes")}
+    labels |= {"com.amd.aim.model.canonicalName": "unit/big:1", "org.opencontainers.image.description": big}
+    _image_layout(images, "unit/big-labels", "1", labels)
+    (example_cluster / "97-big-labels.yaml").write_text(
+        "apiVersion: aim.silogen.ai/v1alpha1\nkind: AIMClusterModel\nmetadata: {name: big-labels}\n"
+        "spec: {name: 'unit/big:1', image: 'docker.io/unit/big-labels:1'}\n"
+    )
+    mirror = f"docker.io=oci-layout:{images}"
+    result = CliRunner().invoke(
+        app, ["discover-models", "--cluster", str(example_cluster), "--registry-mirror", mirror]
+    )
+    assert result.exit_code == 3, result.output  # degraded: one model's image could not be kept
+    assert "Traceback" not in result.output
+    models = {m["metadata"]["name"]: m for m in _objects(example_cluster, "AIMClusterModel")}
+    big_model = models["big-labels"]
+    conditions = {c["type"]: c for c in big_model["status"]["conditions"]}
+    extracted = conditions["MetadataExtracted"]
+    assert (extracted["status"], extracted["reason"]) == ("False", "MetadataExtractionFailed")
+    assert "too large to keep in the aim.silogen.ai/image-metadata annotation" in extracted["message"]
+    assert "above the 262144 (256 KiB) Kubernetes allows an object" in extracted["message"]
+    assert "the largest labels: description.full (65538 bytes)" in extracted["message"]
+    assert conditions["Ready"]["reason"] == "MetadataExtractionFailed"
+    # What is kept is the failure, which fits; the labels are never written.
+    record = json.loads(big_model["metadata"]["annotations"]["aim.silogen.ai/image-metadata"])
+    assert record["error"]["reason"] == "MetadataExtractionFailed" and "metadata" not in record
+    assert sum(len(k) + len(v) for k, v in big_model["metadata"]["annotations"].items()) < 2000
+    # The other model proceeds as without it.
+    llama = {c["type"]: c for c in models["meta-llama-3-1-8b-instruct"]["status"]["conditions"]}
+    assert llama["MetadataExtracted"]["status"] == "True"
+    owners = [
+        (t["metadata"].get("labels") or {}).get("aim.silogen.ai/model")
+        for t in _objects(example_cluster, "AIMServiceTemplate")
+    ]
+    assert "meta-llama-3-1-8b-instruct" in owners and "big-labels" not in owners

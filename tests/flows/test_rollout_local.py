@@ -17,7 +17,7 @@ from flows.cli import app
 from flows.optimize import optimize
 from flows.rollout_models import rollout_models
 from flows.serve_openmodel import ServeError, serve_openmodel
-from tasks.clients.cluster import LocalCluster
+from tasks.clients.cluster import LocalCluster, NotFound
 
 DEPLOYMENT = "deepseek-r1-distill-qwen-7b-vllm-a100"
 
@@ -173,3 +173,29 @@ def test_a_plain_credential_in_a_model_env_never_reaches_annotations(
     assert env["HF_TOKEN"] == token + "-rotated"
     assert value_digest("HF_TOKEN", token + "-rotated") in rotated["metadata"]["annotations"][ANNOTATION_LAST_APPLIED]
     assert token not in annotations_of_every_object(LocalCluster(str(example_cluster)))
+
+
+def test_a_model_too_large_for_its_workloads_annotations_is_invalid_and_nothing_is_written(
+    example_cluster: pathlib.Path, prefect_harness: None
+) -> None:
+    """What a workload renders is kept in its last-applied annotation, and an object's annotations may hold 256 KiB
+    in all: a Model whose spec renders more is refused before any write, its condition saying what is too large
+    (before: the API server's 422 on the Deployment, after its Services were written)."""
+    manifest = example_cluster / "20-kthena.yaml"
+    large = "        - name: VLLM_EXTRA_NOTES\n          value: " + "n" * 300_000 + "\n      minReplicas: 1"
+    manifest.write_text(manifest.read_text().replace("      minReplicas: 1", large, 1))
+    before = snapshot(example_cluster)
+
+    report = rollout_models(cluster=str(example_cluster))
+    assert report.summary.endswith(", 1 failed")  # its status written, nothing else
+    cluster = LocalCluster(str(example_cluster))
+    model = cluster.get("registry.volcano.sh/v1alpha1", "Model", "deepseek-r1-distill-qwen-7b", "llm-serving")
+    failed = {c["type"]: c for c in model["status"]["conditions"]}["Failed"]
+    assert (failed["status"], failed["reason"]) == ("True", "InvalidModel")
+    assert failed["message"].startswith(f"Deployment/{DEPLOYMENT}: metadata.annotations: Too long: must have at most")
+    assert f"the largest {ANNOTATION_LAST_APPLIED} " in failed["message"]
+    after = snapshot(example_cluster)
+    changed = {path for path in after if after[path] != before.get(path)}
+    assert changed <= {"20-kthena.yaml"}  # only the Model's status (and no child) was written
+    with pytest.raises(NotFound):
+        cluster.get("apps/v1", "Deployment", DEPLOYMENT, "llm-serving")

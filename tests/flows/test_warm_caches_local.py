@@ -588,3 +588,27 @@ def test_an_env_reference_that_names_no_secret_and_key_is_a_failure_not_a_crash(
     assert failure is not None and failure.reason == "CredentialsMissing"
     assert "env HF_TOKEN: valueFrom.secretKeyRef must name a Secret and a key" in failure.message
     assert values == {"PLAIN": "x"}
+
+
+@pytest.mark.parametrize(
+    ("ref", "said"),
+    [
+        ({"name": "HF_Token", "key": "token"}, "valueFrom.secretKeyRef.name: 'HF_Token' is not a valid Secret name"),
+        ({"name": "hf-token", "key": "../token"}, "valueFrom.secretKeyRef.key: '../token' is not a valid Secret key"),
+    ],
+)
+def test_an_env_reference_no_secret_can_answer_is_refused_by_the_models_check_never_read(
+    cluster_dir: pathlib.Path, ref: dict[str, str], said: str
+) -> None:
+    """The fill's env (a namespace config's credentials, a cache's own env) is checked as the API models check a
+    ``secretKeyRef``: one check (engine.api.secrets), and no Secret is looked up by such a name."""
+    from tasks.cache_env import resolve_env
+
+    class NoReads(LocalCluster):
+        def get(self, *args: object, **kwargs: object) -> dict:
+            raise AssertionError(f"read {args}")
+
+    env = [{"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": ref}}]
+    values, failure = resolve_env(NoReads(cluster_dir), NS, env)
+    assert failure is not None and failure.reason == "CredentialsMissing" and values == {}
+    assert failure.message.startswith(f"env HF_TOKEN: {said}") and failure.message.endswith("; fix the reference")

@@ -279,6 +279,11 @@ class LocalCluster(LocalStore):
         new = check_write(
             apply_builtin_defaults(merge_patch(current, patch)), current, schema=self._kinds.schema(current)
         )
+        if new["metadata"].get("annotations") != current["metadata"].get("annotations"):
+            # as the API server validates metadata on update: annotation keys, and 256 KiB of them in all
+            refused = [e for e in identity_errors(new) if e[0].startswith("metadata.annotations")]
+            if refused:
+                raise Invalid.value(refused[0])
         for key in _IMMUTABLE_META:
             if key in current["metadata"]:
                 new["metadata"][key] = current["metadata"][key]
