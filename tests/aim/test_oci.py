@@ -7,6 +7,7 @@ import hashlib
 import http.server
 import json
 import pathlib
+import ssl
 import threading
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -276,7 +277,7 @@ class StaticRegistry:
     """Serves fixed manifests and blobs under ``/v2/``, whatever they hold: a real registry refuses to store a
     malformed manifest, but a registry (or a proxy in front of one) may still serve one."""
 
-    def __init__(self) -> None:
+    def __init__(self, address: str = "127.0.0.1", tls: ssl.SSLContext | None = None) -> None:
         self.files: dict[str, bytes] = {}
         self.scripts: dict[str, Callable[[http.server.BaseHTTPRequestHandler], None]] = {}
         """Path (without its query) -> what the server does instead of serving a file (a hostile answer)."""
@@ -300,8 +301,10 @@ class StaticRegistry:
             def log_message(self, *_: Any) -> None:
                 return
 
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.host = f"127.0.0.1:{self.server.server_address[1]}"
+        self.server = http.server.ThreadingHTTPServer((address, 0), Handler)
+        if tls is not None:  # served over HTTPS
+            self.server.socket = tls.wrap_socket(self.server.socket, server_side=True)
+        self.host = f"{address}:{self.server.server_address[1]}"
 
     def image(self, repo: str, manifest: bytes, config: bytes) -> str:
         """Serve an image's manifest under tag ``1`` and by digest, and its config blob; its reference."""
@@ -311,9 +314,9 @@ class StaticRegistry:
         return f"{self.host}/{repo}:1"
 
 
-def _serving() -> Iterator[StaticRegistry]:
+def _serving(address: str = "127.0.0.1", tls: ssl.SSLContext | None = None) -> Iterator[StaticRegistry]:
     """A :class:`StaticRegistry` serving until the test ends."""
-    registry = StaticRegistry()
+    registry = StaticRegistry(address, tls)
     threading.Thread(target=registry.server.serve_forever, args=(0.05,), daemon=True).start()
     yield registry
     registry.server.shutdown()
@@ -380,6 +383,148 @@ def test_a_challenge_from_a_host_the_registry_redirected_to_is_never_sent_the_pu
     assert raised.value.kind == "auth"
     assert [path for path, _ in second_registry.received] == [blob]  # no token request
     assert all(header is None for _, header in second_registry.received)
+
+
+def _certificate(directory: pathlib.Path, address: str) -> tuple[pathlib.Path, pathlib.Path]:
+    """A self-signed certificate for the IP ``address`` and its key, as PEM files (the certificate is its own CA)."""
+    import datetime
+    import ipaddress
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, address)])
+    now = datetime.datetime.now(datetime.UTC)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(days=1))
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address(address))]), critical=False)
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
+        .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(key.public_key()), critical=False)
+        .sign(key, hashes.SHA256())
+    )
+    cert_path, key_path = directory / "registry.pem", directory / "registry.key"
+    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    key_path.write_bytes(
+        key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+    )
+    return cert_path, key_path
+
+
+HTTPS_ADDRESS, ELSEWHERE = "127.0.0.2", "127.0.0.3"
+"""Loopback addresses that are not the client's loopback hosts (127.0.0.1, localhost, [::1], spoken to over plain
+HTTP): a registry there is reached over HTTPS, and a plain-HTTP token service there is another host's."""
+
+
+@pytest.fixture()
+def https_registry(tmp_path: pathlib.Path) -> Iterator[tuple[StaticRegistry, pathlib.Path]]:
+    """A :class:`StaticRegistry` served over HTTPS at :data:`HTTPS_ADDRESS`, and the certificate to trust."""
+    cert, key = _certificate(tmp_path, HTTPS_ADDRESS)
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(cert, key)
+    for registry in _serving(HTTPS_ADDRESS, context):
+        yield registry, cert
+
+
+@pytest.fixture()
+def plain_token_service() -> Iterator[StaticRegistry]:
+    """A plain-HTTP server at :data:`ELSEWHERE`: a token service on another host than the registry."""
+    yield from _serving(ELSEWHERE)
+
+
+def _trusting(cert: pathlib.Path, **options: Any) -> RegistryClient:
+    """A client that trusts ``cert`` (and nothing else)."""
+    import requests
+
+    session = requests.Session()
+    session.verify = str(cert)
+    return RegistryClient(attempts=1, session=session, **options)
+
+
+def test_an_https_registry_naming_a_plain_http_token_service_is_never_sent_the_pull_secret(
+    https_registry: tuple[StaticRegistry, pathlib.Path], plain_token_service: StaticRegistry
+) -> None:
+    """Before, the pull secret's Basic credentials went in clear to the ``http://`` realm an HTTPS registry named
+    (as Docker sends them). Now the read fails as ``auth`` and the realm is never asked; anonymously (no pull
+    secret) it is still asked, and a registry listed as insecure (plain HTTP) may name one."""
+    registry, cert = https_registry
+    manifest, config = _image_documents()
+    image = registry.image("team/model", manifest, config)
+    token = json.dumps({"token": "pull-token-123"}).encode()
+    challenge = f'Bearer realm="http://{plain_token_service.host}/token",service="registry"'
+    plain_token_service.scripts["/token"] = _answer(200, token, Content_Type="application/json")
+    registry.scripts["/v2/team/model/manifests/1"] = _answer(401, WWW_Authenticate=challenge)
+    credential = Credential("alice", "S3cretPassw0rd-XYZ")
+
+    with pytest.raises(RegistryError, match="reached over HTTPS but names a token service over plain HTTP") as raised:
+        _trusting(cert).read_config(image, credential)
+    assert raised.value.kind == "auth"
+    assert plain_token_service.host in raised.value.message and "S3cretPassw0rd" not in raised.value.message
+    assert plain_token_service.received == []  # no request at all, so no credential in clear
+    assert [path for path, _ in registry.received] == ["/v2/team/model/manifests/1"]
+
+    # Anonymously nothing secret is sent: the token service is asked, without an Authorization header.
+    with pytest.raises(RegistryError, match="refused the credentials"):  # the scripted registry keeps saying 401
+        _trusting(cert).read_config(image)
+    assert [(path.split("?")[0], header) for path, header in plain_token_service.received] == [("/token", None)]
+
+
+def test_a_registry_over_plain_http_may_name_a_plain_http_token_service(
+    static_registry: StaticRegistry, plain_token_service: StaticRegistry
+) -> None:
+    """A registry the client speaks plain HTTP to (listed as insecure, or on loopback) already gets the credentials
+    in clear, and so does the token service it names."""
+    manifest, config = _image_documents()
+    image = static_registry.image("team/model", manifest, config)
+    token = json.dumps({"token": "pull-token-123"}).encode()
+    plain_token_service.scripts["/token"] = _answer(200, token, Content_Type="application/json")
+    static_registry.scripts["/v2/team/model/manifests/1"] = _answer(
+        401, WWW_Authenticate=f'Bearer realm="http://{plain_token_service.host}/token",service="registry"'
+    )
+    credential = Credential("alice", "S3cretPassw0rd-XYZ")
+    with pytest.raises(RegistryError, match="refused the credentials"):  # the scripted registry keeps saying 401
+        RegistryClient(attempts=1).read_config(image, credential)
+    assert [header for _, header in plain_token_service.received] == [f"Basic {credential.basic}"]
+
+
+@pytest.mark.parametrize(
+    ("registry_url", "realm", "with_credentials", "refused"),
+    [
+        ("https://r.io/v2/x", "http://auth.example.com/token", True, "over plain HTTP (http://auth.example.com)"),
+        ("https://r.io/v2/x", "http://user:pw@auth.example.com/token", True, "(http://auth.example.com)"),
+        ("https://r.io/v2/x", "http://127.0.0.2:5001/token", True, "over plain HTTP (http://127.0.0.2:5001)"),
+        ("https://r.io/v2/x", "https://auth.example.com/token", True, None),
+        ("https://r.io/v2/x", "http://auth.example.com/token", False, None),
+        ("http://r.io/v2/x", "http://auth.example.com/token", True, None),
+        ("https://r.io/v2/x", "http://insecure.example.com:5000/token", True, None),
+        ("https://r.io/v2/x", "http://127.0.0.1:5001/token", True, None),
+        ("https://r.io/v2/x", "http://localhost/token", True, None),
+        ("https://r.io/v2/x", "http://[::1]:5001/token", True, None),
+        ("https://r.io/v2/x", "ftp://auth.example.com/token", False, "not an http(s) URL (ftp:)"),
+        ("http://r.io/v2/x", "/token", True, "not an http(s) URL"),
+        ("http://r.io/v2/x", "http://[::1/token", True, "not an http(s) URL"),
+    ],
+)
+def test_which_token_services_are_asked_with_the_pull_secret(
+    registry_url: str, realm: str, with_credentials: bool, refused: str | None
+) -> None:
+    """An HTTPS registry's credentials go over plain HTTP only to hosts the client speaks plain HTTP to anyway (listed
+    insecure, or loopback as the client names it); a realm that is no http(s) URL is refused outright."""
+    from tasks.clients.oci.registry import realm_refusal
+
+    client = RegistryClient(insecure=("insecure.example.com",))
+    refusal = realm_refusal(registry_url, realm, with_credentials, client.plain_http)
+    assert (refusal is None) == (refused is None), refusal
+    assert refused is None or (refusal is not None and refused in refusal and "pw" not in refusal), refusal
 
 
 def test_a_manifest_that_is_not_the_one_its_digest_names_is_refused(static_registry: StaticRegistry) -> None:

@@ -8,8 +8,9 @@ fetched. A re-read that finds the manifest digest unchanged skips the config.
 Authentication follows the distribution spec's challenge: a 401 with ``WWW-Authenticate: Basic``
 is answered with the credentials of a ``kubernetes.io/dockerconfigjson`` Secret; ``Bearer
 realm=...,service=...,scope=...`` (what most registries use) is answered by asking the realm for a
-pull token with those credentials (or anonymously). The scheme and token are remembered per
-registry and repository for the rest of the run, so later requests send them up front.
+pull token with those credentials (or anonymously); credentials go to a plain-HTTP realm only where the client
+speaks plain HTTP anyway (:func:`.registry.realm_refusal`). The scheme and token are
+remembered per registry and repository for the rest of the run, so later requests send them up front.
 
 Why not a client library: oras-py (the Python OCI client) was evaluated; its request loop retries
 every failure with fixed sleeps of up to 83 s (so a 401 without credentials takes minutes), sets no

@@ -134,10 +134,21 @@ class RegistryClient:
         return json_object(body, what), "sha256:" + hashlib.sha256(body).hexdigest()
 
     def _url(self, ref: ImageReference, path: str) -> str:
-        host = ref.api_host
+        scheme = "http" if self.plain_http(ref.api_host) else "https"
+        return f"{scheme}://{ref.api_host}/v2/{ref.repository}{path}"
+
+    def plain_http(self, host: str) -> bool:
+        """Whether ``host`` is spoken to over plain HTTP: a host listed as insecure (with or without its port), or
+        loopback (:data:`~tasks.clients.oci.references.LOCAL_HOSTS`).
+
+        Args:
+            host: A host as a URL writes it, ``name[:port]`` (an IPv6 address in brackets).
+
+        Returns:
+            True when plain HTTP is allowed with it.
+        """
         bare = host[: host.index("]") + 1] if host.startswith("[") and "]" in host else host.split(":")[0]
-        scheme = "http" if host.lower() in self.insecure or bare.lower() in self.insecure else "https"
-        return f"{scheme}://{host}/v2/{ref.repository}{path}"
+        return host.lower() in self.insecure or bare.lower() in self.insecure
 
     def _get(
         self, ref: ImageReference, path: str, credential: Credential | None, kind: str, limit: int, accept: str | None
@@ -248,6 +259,9 @@ class RegistryClient:
         query = {"scope": params.get("scope") or f"repository:{ref.repository}:pull"}
         if params.get("service"):
             query["service"] = params["service"]
+        refusal = realm_refusal(self._url(ref, ""), params["realm"], credential is not None, self.plain_http)
+        if refusal is not None:
+            raise RegistryError("auth", f"{ref.host}: {refusal}", 401)
         headers = {"Authorization": f"Basic {credential.basic}"} if credential else {}
         self.requests_made["token"] += 1
         try:
@@ -275,6 +289,44 @@ class RegistryClient:
         finally:
             response.close()
         return _token_of(body, ref)
+
+
+def realm_refusal(
+    registry_url: str, realm: str, with_credentials: bool, plain_http: Callable[[str], bool]
+) -> str | None:
+    """Why the token service a registry's ``Bearer realm=...`` challenge names must not be asked, or None.
+
+    A realm that is no http(s) URL is refused. The pull secret's credentials go over plain HTTP only where the
+    client speaks plain HTTP anyway: to a realm of a registry itself reached over plain HTTP (a registry listed as
+    insecure, or on loopback), or to a realm on such a host. A registry reached over HTTPS naming a plain-HTTP realm
+    elsewhere would have them sent in clear (Docker sends them; this client does not); asked anonymously (no pull
+    secret for the registry), such a realm is asked, as nothing secret is sent.
+
+    Args:
+        registry_url: A URL of the registry as this client reaches it (its scheme is what counts).
+        realm: The challenge's ``realm``.
+        with_credentials: Whether the token request would carry the pull secret's credentials.
+        plain_http: Whether a host (``name[:port]``) is spoken to over plain HTTP
+            (:meth:`RegistryClient.plain_http`).
+
+    Returns:
+        The refusal, naming the realm's scheme and host (never a credential), or None when the realm may be asked.
+    """
+    try:
+        parts = urlsplit(realm)
+        scheme, host = parts.scheme.lower(), parts.netloc.rpartition("@")[2]
+        parts.port  # noqa: B018 - raises ValueError for a port that is no port
+    except ValueError:
+        scheme, host = "", ""
+    if scheme not in ("http", "https") or not host:
+        return "the registry names a token service that is not an http(s) URL" + (f" ({scheme}:)" if scheme else "")
+    if scheme == "https" or not with_credentials or urlsplit(registry_url).scheme == "http" or plain_http(host):
+        return None
+    return (
+        f"the registry is reached over HTTPS but names a token service over plain HTTP (http://{host}); refused: "
+        "the pull secret's credentials would travel in clear (they go over plain HTTP only to hosts listed as "
+        "insecure registries, and on loopback)"
+    )
 
 
 def _token_of(body: bytes, ref: ImageReference) -> str:
