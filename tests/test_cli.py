@@ -385,7 +385,7 @@ def test_one_duration_syntax_everywhere() -> None:
         "discover-models": ["--resync-interval"],
         "reconcile-aim": ["--resync-interval"],
         "watch-models": ["--watch"],
-        "fill-cache": ["--lock-timeout"],
+        "fill-cache": ["--lock-timeout", "--deadline"],
     }
     commands = visible_commands()
     for name, flags in durations.items():

@@ -16,6 +16,8 @@ from flows.cli.options import ModelplaneCommand, duration_option
 from tasks.downloader.fill import DEFAULT_CONCURRENCY, DEFAULT_PART_SIZE
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from rich.progress import Progress, TaskID
 
     from tasks.downloader.progress import ProgressSnapshot
@@ -44,6 +46,13 @@ def fill_cache(
         "--lock-timeout",
         help="How long to wait for another filler of the same cache (default: as long as it takes).",
     ),
+    deadline: float | None = duration_option(
+        None,
+        "--deadline",
+        help="Stop the fill after this long, keeping what it fetched for the next fill to resume (default: the time "
+        "filling the volume takes at 1 MiB/s, at least 1h; the volume's size is --capacity, else the source's).",
+        minimum=1,
+    ),
     as_json: bool = typer.Option(False, "--json", help="Print the completion manifest as JSON."),
     termination_log: pathlib.Path | None = typer.Option(
         None,
@@ -55,7 +64,8 @@ def fill_cache(
 
     Credentials come from the environment only (HF_TOKEN, HF_ENDPOINT, AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY,
     AWS_ENDPOINT_URL, AWS_REGION; Kthena's ENDPOINT, ACCESS_KEY, SECRET_KEY when the AWS names are unset), so a Kubernetes Job runs this same command with env from Secrets.
-    Exits 1 with one line naming the reason when the fill fails, 2 when SOURCE is not a valid source.\f
+    Exits 1 with one line naming the reason when the fill fails (DeadlineExceeded when it ran out of time), 2 when
+    SOURCE is not a valid source.\f
 
     Args:
         source: ``SOURCE``: Model source: hf://org/name@REV?allow=GLOB&ignore=GLOB&filename=F (all optional after the
@@ -66,13 +76,17 @@ def fill_cache(
         part_size_mib: ``--part-size-mib``: S3 ranged part size in MiB. (at least 5)
         lock_timeout: ``--lock-timeout``: How long to wait for another filler of the same cache (default: as long as it
             takes). In seconds (the option reads 90s, 5m, 1d).
+        deadline: ``--deadline``: Stop the fill after this long, keeping what it fetched for the next fill to resume
+            (default: the time filling the volume takes at 1 MiB/s, at least 1h; the volume's size is --capacity, else
+            the source's). In seconds (the option reads 90s, 5m, 1d). (at least 1s)
         as_json: ``--json``: Print the completion manifest as JSON.
         termination_log: ``--termination-log``: Also write the verdict here as one JSON line (a Job's /dev/termination-
             log: the marker summary, or the failure's reason and message).
     """
+    from engine.caches.fill import fill_deadline_s
     from engine.caches.sources import parse_source
     from engine.units import parse_quantity
-    from tasks.downloader import DownloadError
+    from tasks.downloader import DeadlineExceeded, DownloadError, FillDeadline
     from tasks.downloader import fill_cache as fill
 
     try:
@@ -82,6 +96,13 @@ def fill_cache(
         sys.stderr.write(f"error: fill-cache: invalid source or capacity: {exc}\n")
         raise typer.Exit(2) from None
     reporter = _CacheFillProgress(parsed.uri)
+    # By default as long as a fill Job may run (engine.caches.fill.fill_deadline_s): of the source's size once it is
+    # listed, or of the volume's when --capacity gives it.
+    budget: float | Callable[[int], float] = fill_deadline_s
+    if deadline is not None:
+        budget = deadline
+    elif capacity_bytes:
+        budget = fill_deadline_s(capacity_bytes)
     try:
         with reporter:
             manifest = fill(
@@ -93,9 +114,11 @@ def fill_cache(
                 part_size=part_size_mib * MiB,
                 lock_timeout=lock_timeout,
                 on_wait=lambda holder: print(f"waiting for another filler of {dest} ({holder})", file=sys.stderr),
+                deadline=FillDeadline(budget),
             )
     except DownloadError as exc:
-        sys.stderr.write(f"error: cache fill failed ({exc.reason}): {exc.message}\n")
+        hint = " (--deadline gives a fill longer)" if isinstance(exc, DeadlineExceeded) else ""
+        sys.stderr.write(f"error: cache fill failed ({exc.reason}): {exc.message}{hint}\n")
         _write_fill_report(termination_log, reason=exc.reason, message=exc.message)
         raise typer.Exit(1) from None
     except OSError as exc:

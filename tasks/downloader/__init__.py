@@ -3,7 +3,9 @@
 Public API (what flows, Jobs and the CLI use)::
 
     fill_cache(source, dest, credentials=None, progress=None, *, capacity_bytes=None, concurrency=8,
-               part_size=16 MiB, lock_timeout=None, heartbeat=5.0, stale_after=30.0, on_wait=None) -> CacheManifest
+               part_size=16 MiB, lock_timeout=None, heartbeat=5.0, stale_after=30.0, on_wait=None,
+               deadline=None) -> CacheManifest
+    FillDeadline(seconds)                               # a fill's overall deadline: seconds, or a function of its size
     read_manifest(dest) -> CacheManifest | None         # the completion marker, None while incomplete
     is_complete(dest, source_uri=None) -> bool
     source_size(source, credentials=None) -> list[int]  # file sizes for PVC sizing (lists, fetches nothing)
@@ -11,14 +13,17 @@ Public API (what flows, Jobs and the CLI use)::
     Credentials.from_env(env=None)                      # HF_TOKEN, HF_ENDPOINT, AWS_* variables
     prefect_progress(description) -> ProgressCallback   # a Prefect progress artifact
     errors: DownloadError (.reason, .retryable) and AuthenticationFailed, SourceNotFound, InsufficientSpace,
-            ChecksumMismatch, PathTraversal, UnsupportedSource, CacheInUse, DestinationConflict, TransferFailed
+            ChecksumMismatch, PathTraversal, UnsupportedSource, CacheInUse, DestinationConflict, DeadlineExceeded,
+            TransferFailed
 """
 
 from tasks.clients.sources.credentials import Credentials
+from tasks.clients.sources.deadline import FillDeadline
 from tasks.clients.sources.errors import (
     AuthenticationFailed,
     CacheInUse,
     ChecksumMismatch,
+    DeadlineExceeded,
     DestinationConflict,
     DownloadError,
     EndpointNotAllowed,
@@ -44,6 +49,7 @@ __all__ = [
     "Credentials",
     "DEFAULT_CONCURRENCY",
     "DEFAULT_PART_SIZE",
+    "DeadlineExceeded",
     "DestinationConflict",
     "DownloadError",
     "InsufficientSpace",
@@ -57,6 +63,7 @@ __all__ = [
     "SourceNotFound",
     "TransferFailed",
     "EndpointNotAllowed",
+    "FillDeadline",
     "UnsupportedSource",
     "fill_cache",
     "is_complete",

@@ -18,6 +18,7 @@ multi-part files (written out of order) are read back once.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import pathlib
@@ -29,6 +30,7 @@ from typing import TYPE_CHECKING
 from engine.caches.sources import ModelSource, parse_source
 from tasks.clients.files import fsync_dir, fsync_file
 from tasks.clients.sources.credentials import Credentials
+from tasks.clients.sources.deadline import FillDeadline, covering
 from tasks.clients.sources.errors import (
     CacheInUse,
     DestinationConflict,
@@ -84,12 +86,16 @@ def fill_cache(
     heartbeat: float = DEFAULT_HEARTBEAT,
     stale_after: float = DEFAULT_STALE_AFTER,
     on_wait: Callable[[str], None] | None = None,
+    deadline: FillDeadline | None = None,
 ) -> CacheManifest:
     """Make ``dest`` a complete cache of ``source`` and return its manifest.
 
     ``credentials`` default to :meth:`Credentials.from_env`. ``capacity_bytes`` is the volume's size when the
     filesystem does not tell (a PVC request on a shared filesystem): the free space is the smaller of what
-    the filesystem reports and the capacity minus what the cache already uses.
+    the filesystem reports and the capacity minus what the cache already uses. A ``deadline`` bounds the whole
+    fill, the wait for another filler's lock included: past it the fill stops (a read blocked on a server that
+    sends a byte at a time too, :mod:`tasks.clients.sources.deadline`), writes no marker, keeps what it fetched
+    and raises :class:`~tasks.clients.sources.errors.DeadlineExceeded`.
 
     Args:
         source: The model source (``hf://`` or ``s3://``), parsed or as its URI.
@@ -103,6 +109,7 @@ def fill_cache(
         heartbeat: How often the held lock is renewed, in seconds.
         stale_after: How old another filler's lock may grow before it is taken over, in seconds.
         on_wait: Called with a message while another filler holds the lock, or None.
+        deadline: How long the whole fill may take (started when it was made), or None for as long as it takes.
 
     Returns:
         The completion manifest of the cache (the existing one when the cache was already complete).
@@ -111,7 +118,8 @@ def fill_cache(
         UnsupportedSource: The source is not downloadable (``pvc://``, ``hostpath://``, ...).
         DownloadError: A :class:`~tasks.clients.sources.errors.DownloadError` subclass naming the failure
             (credentials, not found, no space, checksum, lock, ...), whose ``reason`` a flow puts in a condition; its
-            message carries no secret.
+            message carries no secret; :class:`~tasks.clients.sources.errors.DeadlineExceeded` when the deadline
+            passed.
     """
     parsed = parse_source(source) if isinstance(source, str) else source
     if not parsed.downloadable:
@@ -124,16 +132,27 @@ def fill_cache(
     existing = _complete_manifest(root, parsed)
     if existing is not None:
         return existing
-    lock = CacheLock(root, timeout=lock_timeout, heartbeat=heartbeat, stale_after=stale_after, on_wait=on_wait)
-    with lock:
-        existing = _complete_manifest(root, parsed)
-        if existing is not None:
-            log.info("cache %s was completed by another filler while this one waited", root)
-            return existing
+    wait = lock_timeout  # the deadline bounds the wait for another filler too
+    if deadline is not None:
+        wait = deadline.remaining() if lock_timeout is None else min(lock_timeout, deadline.remaining())
+    lock = CacheLock(root, timeout=wait, heartbeat=heartbeat, stale_after=stale_after, on_wait=on_wait)
+    with contextlib.nullcontext() if deadline is None else deadline:
         try:
-            return _fill_locked(parsed, root, creds, progress, lock, capacity_bytes, concurrency, part_size)
-        except DownloadError as exc:
-            exc.redacted(creds.secrets)  # its whole message, in place
+            with lock:
+                existing = _complete_manifest(root, parsed)
+                if existing is not None:
+                    log.info("cache %s was completed by another filler while this one waited", root)
+                    return existing
+                try:
+                    return _fill_locked(
+                        parsed, root, creds, progress, lock, capacity_bytes, concurrency, part_size, deadline
+                    )
+                except DownloadError as exc:
+                    exc.redacted(creds.secrets)  # its whole message, in place
+                    raise
+        except DownloadError:
+            if deadline is not None and deadline.passed():  # what failed is what the deadline cut short
+                raise deadline.error(f"the fill of {root}") from None
             raise
 
 
@@ -202,13 +221,17 @@ def _fill_locked(
     capacity_bytes: int | None,
     concurrency: int,
     part_size: int,
+    deadline: FillDeadline | None,
 ) -> CacheManifest:
     for name in unlink_planted_links(root):
         log.warning("removed a symbolic link planted at %s in %s (the fill writes there itself)", name, root)
     if read_manifest(root) is not None:
         remove_manifest(root)  # a marker whose files went missing: the cache is incomplete again
-    backend = _backend(source, creds, concurrency)
-    listing: Listing = backend.list()
+    with covering(deadline):  # every connection of the fill, its client's own set-up's too (huggingface_hub's)
+        backend = _backend(source, creds, concurrency)
+        listing: Listing = backend.list()
+    if deadline is not None:
+        deadline.size_known(listing.total_bytes)
     check_listing(root, listing)  # raises PathTraversal before anything is written
     staging = root / STAGING_DIR
     journal = Journal(staging)
@@ -234,7 +257,7 @@ def _fill_locked(
         human_bytes(partial),
     )
     try:
-        run_transfers(backend, source, listing, transfers, root, journal, tracker, lock, concurrency)
+        run_transfers(backend, source, listing, transfers, root, journal, tracker, lock, concurrency, deadline)
     finally:
         journal.close()
     if lock.lost.is_set():

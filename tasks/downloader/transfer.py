@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 
 from engine.caches.sources import ModelSource
 from tasks.clients.files import fsync_file
+from tasks.clients.sources.deadline import FillDeadline, covering
 from tasks.clients.sources.errors import ChecksumMismatch, DownloadError, TransferFailed
 from tasks.clients.sources.listing import Listing, RemoteFile
 from tasks.downloader.hashing import BackgroundHash, HashingFile, MiB, StreamHash, checksum_problem, hash_file
@@ -106,8 +107,10 @@ def run_transfers(
     tracker: ProgressTracker,
     lock: CacheLock,
     concurrency: int,
+    deadline: FillDeadline | None = None,
 ) -> None:
-    """Fetch every part of every transfer on a thread pool; the first failure stops the rest.
+    """Fetch every part of every transfer on a thread pool; the first failure stops the rest, and so does a lost
+    lock or a passed deadline (each part's connections are the deadline's, :func:`covering`).
 
     Args:
         backend: The source's download backend.
@@ -119,13 +122,14 @@ def run_transfers(
         tracker: The progress tracker bytes are counted into.
         lock: The cache's lock; losing it stops the transfers.
         concurrency: How many parts are fetched at once.
+        deadline: The fill's deadline, or None.
 
     Raises:
         DownloadError: The first part that failed with one (e.g. a lost lock or a checksum mismatch), re-raised.
         TransferFailed: The first part failed with another exception.
     """
     stop = threading.Event()
-    watcher = threading.Thread(target=_watch_lock, args=(lock, stop), daemon=True)
+    watcher = threading.Thread(target=_watch, args=(lock, deadline, stop), daemon=True)
     watcher.start()
     pool = ThreadPoolExecutor(max_workers=max(1, concurrency), thread_name_prefix="cache-fill")
     futures: list[Future[None]] = []
@@ -134,7 +138,9 @@ def run_transfers(
             transfer.remaining = len(transfer.parts)
             for index in range(len(transfer.parts)):
                 futures.append(
-                    pool.submit(_fetch_part, backend, source, listing, transfer, index, root, journal, tracker, stop)
+                    pool.submit(
+                        _fetch_part, backend, source, listing, transfer, index, root, journal, tracker, stop, deadline
+                    )
                 )
         finished, _pending = wait(futures, return_when=FIRST_EXCEPTION)
         failure = next((f.exception() for f in finished if f.exception() is not None), None)
@@ -152,14 +158,30 @@ def run_transfers(
         pool.shutdown(wait=True, cancel_futures=True)
 
 
-def _watch_lock(lock: CacheLock, stop: threading.Event) -> None:
+def _watch(lock: CacheLock, deadline: FillDeadline | None, stop: threading.Event) -> None:
     while not stop.wait(0.5):
-        if lock.lost.is_set():
+        if lock.lost.is_set() or (deadline is not None and deadline.passed()):
             stop.set()
             return
 
 
 def _fetch_part(
+    backend: object,
+    source: ModelSource,
+    listing: Listing,
+    transfer: Transfer,
+    index: int,
+    root: pathlib.Path,
+    journal: Journal,
+    tracker: ProgressTracker,
+    stop: threading.Event,
+    deadline: FillDeadline | None = None,
+) -> None:
+    with covering(deadline):
+        _fetch_covered(backend, source, listing, transfer, index, root, journal, tracker, stop)
+
+
+def _fetch_covered(
     backend: object,
     source: ModelSource,
     listing: Listing,

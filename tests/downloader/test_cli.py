@@ -7,6 +7,9 @@ import os
 import pathlib
 import subprocess
 import sys
+import time
+
+from engine.caches.identity import CACHE_MARKER
 
 CLI = [sys.executable, "-c", "from flows.cli import main; main()"]
 
@@ -80,3 +83,43 @@ def test_fill_honours_kthenas_endpoint_and_keys(s3_server, tmp_path: pathlib.Pat
     )
     assert result.returncode == 1 and result.stderr.startswith("error: cache fill failed (AuthenticationFailed): ")
     assert "SECRET_KEY" in result.stderr and "kthena-wrong-secret-0123456789" not in result.stderr + result.stdout
+
+
+def test_a_fill_past_its_deadline_stops_in_one_line_and_the_next_fill_resumes(  # type: ignore[no-untyped-def]
+    hf_server, tmp_path: pathlib.Path, proxy
+) -> None:
+    """A server that sends one answer's headers a byte at a time keeps every read under its timeout: before, a fill
+    run by hand waited for it without end. Now ``--deadline`` stops it: exit 1, one line, no marker, and the next
+    fill fetches only what is missing."""
+    repo_id = hf_server.repos.new_repo_id("drip")
+    files = {"a-config.json": b'{"a": 1}', "b-tokenizer.json": b'{"vocab": [1, 2]}', "model.safetensors": b"w" * 300}
+    hf_server.repos.commit(repo_id, files)
+    counting, url = proxy(hf_server.endpoint)
+    counting.drip_once("b-tokenizer.json")
+    source, env = f"hf://{repo_id}?ignore=.gitattributes", {"HF_ENDPOINT": url}
+
+    started = time.monotonic()
+    result = fill(source, str(tmp_path), "--deadline", "5s", env=env)
+    took = time.monotonic() - started
+    assert result.returncode == 1, result.stderr
+    assert 5 < took < 40, took  # the process starts in a few seconds; its fill stops at 5 s
+    lines = result.stderr.strip().splitlines()
+    assert all(line.startswith(source + ": ") for line in lines[:-1]), result.stderr  # progress lines, then it
+    assert lines[-1].startswith(
+        f"error: cache fill failed (DeadlineExceeded): the fill of {tmp_path} did not complete within its deadline "
+        "of 5s: stopped, keeping the files and parts fetched so far for the next fill to resume"
+    ), lines[-1]
+    assert "Traceback" not in result.stderr
+    assert not (tmp_path / CACHE_MARKER).exists() and not (tmp_path / "b-tokenizer.json").exists()
+    assert {path: (tmp_path / path).read_bytes() for path in ("a-config.json", "model.safetensors")} == {
+        path: files[path] for path in ("a-config.json", "model.safetensors")
+    }
+    assert [r.status for r in counting.gets("b-tokenizer.json")] == [0]  # the dripped answer, no retry after it
+
+    counting.reset()
+    result = fill(source, str(tmp_path), "--json", env=env)
+    assert result.returncode == 0, result.stderr
+    manifest = json.loads(result.stdout)
+    assert {f["path"] for f in manifest["files"]} == set(files) and manifest["stats"]["filesSkipped"] == 2
+    assert {path: (tmp_path / path).read_bytes() for path in files} == files
+    assert [r.path.rsplit("/", 1)[-1] for r in counting.gets("/resolve/")] == ["b-tokenizer.json"]

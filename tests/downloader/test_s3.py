@@ -16,7 +16,9 @@ from tasks.clients.sources.listing import RemoteFile
 from tasks.downloader import (
     AuthenticationFailed,
     ChecksumMismatch,
+    DeadlineExceeded,
     EndpointNotAllowed,
+    FillDeadline,
     InsufficientSpace,
     PathTraversal,
     SourceNotFound,
@@ -293,3 +295,36 @@ def test_a_short_key_does_not_mangle_the_message(s3_server, tmp_path: pathlib.Pa
         fill_cache(f"s3://{bucket}/tiny", tmp_path, s3_server.credentials(aws_access_key_id="demo"))
     assert f"s3://{bucket}/tiny" in caught.value.message  # before: s3://***-.../tiny, which told the key away
     assert "***" not in caught.value.message
+
+
+@pytest.mark.timeout(120)  # without the deadline's socket shutdown the drip holds the fill for good
+def test_a_deadline_ends_a_header_drip_and_the_next_fill_resumes_the_parts(  # type: ignore[no-untyped-def]
+    s3_server, model, tmp_path: pathlib.Path, proxy
+) -> None:
+    """One ranged GET's headers come a byte at a time while the other parts stream slowly: the deadline ends the fill
+    (the blocked GET too, and botocore retries nothing after it), keeping each part's progress; the next fill asks
+    only for the rest of each part."""
+    bucket, expected = model
+    counting, url = proxy(s3_server.endpoint, throttle=1 * MiB)
+    counting.drip_once("tokenizer.json")
+    source, credentials = f"s3://{bucket}/llama", s3_server.credentials(url)
+    started = time.monotonic()
+    with pytest.raises(DeadlineExceeded, match="did not complete within its deadline of 3s") as raised:
+        fill_cache(source, tmp_path, credentials, part_size=5 * MiB, deadline=FillDeadline(3))
+    assert time.monotonic() - started < 15 and raised.value.reason == "DeadlineExceeded"
+    assert not (tmp_path / CACHE_MARKER).exists() and not (tmp_path / "model.safetensors").exists()
+    assert [r.status for r in counting.gets("tokenizer.json")] == [0]  # the dripped answer, no retry after it
+    fetched = counting.body_bytes("model.safetensors")
+    assert 0 < fetched < len(expected["model.safetensors"])
+
+    counting.reset()
+    counting.throttle = None
+    fill_cache(source, tmp_path, credentials, part_size=5 * MiB)
+    files = tree(tmp_path)
+    files.pop(CACHE_MARKER)
+    assert files == expected
+    starts = [
+        int((r.range or "bytes=0-").removeprefix("bytes=").split("-")[0]) for r in counting.gets("model.safetensors")
+    ]
+    assert any(start % (5 * MiB) for start in starts), starts  # a part resumed where it stopped
+    assert counting.body_bytes("model.safetensors") < len(expected["model.safetensors"])

@@ -2,8 +2,9 @@
 
 It sits between a client and a real test server (moto, olah) on 127.0.0.1 so tests can assert what was
 fetched (complete files are not fetched again after a kill), slow transfers down enough to kill a filler
-mid-file, and stand in for the Hub's token check (olah serves offline without authentication). The Host
-header is forwarded unchanged, so S3 signatures stay valid.
+mid-file, answer a request with headers that never end (a byte at a time), and stand in for the Hub's token
+check (olah serves offline without authentication). The Host header is forwarded unchanged, so S3 signatures
+stay valid.
 """
 
 from __future__ import annotations
@@ -49,6 +50,8 @@ class CountingProxy:
         self.throttle = throttle_bytes_per_second
         self.records: list[Record] = []
         self.breaks: list[tuple[str, int]] = []
+        self.drips: list[str] = []
+        self._stopping = threading.Event()
         self._lock = threading.Lock()
         self._idle = threading.Condition(self._lock)
         self._in_flight = 0
@@ -71,6 +74,9 @@ class CountingProxy:
                     proxy._end()
 
             def _forward_counted(self) -> None:
+                if proxy._take_drip(self.command, self.path):
+                    self._drip()
+                    return
                 if proxy.token is not None and self.headers.get("Authorization") != f"Bearer {proxy.token}":
                     body = b'{"error":"Invalid credentials in Authorization header"}'
                     self.send_response(401)
@@ -124,6 +130,19 @@ class CountingProxy:
                 connection.close()
                 proxy._record(self.command, self.path, response.status, sent, self.headers.get("Range"))
 
+            def _drip(self) -> None:
+                """A status line, then one header a byte every 0.1 s until the client goes or the proxy stops."""
+                self.close_connection = True
+                try:
+                    self.wfile.write(b"HTTP/1.1 200 OK\r\nX-Drip: ")
+                    self.wfile.flush()
+                    while not proxy._stopping.wait(0.1):
+                        self.wfile.write(b"a")
+                        self.wfile.flush()
+                except OSError:
+                    pass
+                proxy._record(self.command, self.path, 0, 0, self.headers.get("Range"))
+
             do_GET = do_HEAD = do_PUT = do_POST = do_DELETE = _forward
 
         self._server = QuietThreadingHTTPServer(("127.0.0.1", 0), Handler)
@@ -160,6 +179,20 @@ class CountingProxy:
         with self._lock:
             self.breaks.append((contains, after_bytes))
 
+    def drip_once(self, contains: str) -> None:
+        """Answer the next GET whose path contains ``contains`` with headers sent a byte every 0.1 s, never ending
+        (recorded with status 0): every read of the client gets a byte well within its timeout."""
+        with self._lock:
+            self.drips.append(contains)
+
+    def _take_drip(self, method: str, path: str) -> bool:
+        with self._lock:
+            for i, contains in enumerate(self.drips):
+                if method == "GET" and contains in path:
+                    del self.drips[i]
+                    return True
+        return False
+
     def _take_break(self, method: str, path: str) -> int | None:
         with self._lock:
             for i, (contains, after) in enumerate(self.breaks):
@@ -169,6 +202,7 @@ class CountingProxy:
         return None
 
     def stop(self) -> None:
+        self._stopping.set()
         if self._server is not None:
             self._server.shutdown()
             self._server.server_close()

@@ -91,6 +91,13 @@ class DestinationConflict(DownloadError):
     retryable = False
 
 
+class DeadlineExceeded(DownloadError):
+    """The fill did not complete within its deadline and stopped; the files and parts it fetched are kept, and the
+    next fill resumes them."""
+
+    reason = "DeadlineExceeded"
+
+
 class TransferFailed(DownloadError):
     """The source could not be reached or broke off (network, server error) after retries."""
 

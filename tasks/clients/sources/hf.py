@@ -9,6 +9,7 @@ request (a server that ignores Range restarts it).
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 from collections.abc import Callable, Iterable
@@ -29,6 +30,7 @@ from huggingface_hub.utils import build_hf_headers, filter_repo_objects
 from engine.caches.sources import ModelSource
 from engine.redaction import redact
 from tasks.clients.sources.credentials import Credentials
+from tasks.clients.sources.deadline import QUIET_AFTER_DEADLINE
 from tasks.clients.sources.errors import (
     AuthenticationFailed,
     ChecksumMismatch,
@@ -118,6 +120,7 @@ class HfBackend:
         self.endpoint = (credentials.hf_endpoint or os.environ.get("HF_ENDPOINT") or DEFAULT_ENDPOINT).rstrip("/")
         self.api = HfApi(endpoint=self.endpoint, token=credentials.hf_token or False)
         self.headers = build_hf_headers(token=credentials.hf_token or False, library_name="modelplane")
+        logging.getLogger("huggingface_hub.file_download").addFilter(QUIET_AFTER_DEADLINE)  # no retry after it
 
     def list(self) -> Listing:
         """Resolve the revision to a commit and list the files to fetch with their sizes and checksums."""

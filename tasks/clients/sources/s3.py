@@ -18,6 +18,7 @@ from botocore.loaders import Loader
 from engine.caches.sources import ModelSource, same_endpoint
 from engine.redaction import redact
 from tasks.clients.sources.credentials import Credentials
+from tasks.clients.sources.deadline import refuse_after_deadline
 from tasks.clients.sources.errors import (
     AuthenticationFailed,
     ChecksumMismatch,
@@ -97,6 +98,7 @@ class S3Backend:
                 signature_version=UNSIGNED if anonymous else None,
             ),
         )
+        self.client.meta.events.register("before-send", refuse_after_deadline)  # a fill's deadline ends its retries
 
     # ------------------------------------------------------------------ listing
 
