@@ -43,6 +43,7 @@ from engine.units import duration_seconds
 from tasks.boundary import Accepted
 from tasks.clients.cluster import Cluster, ObjectRef
 from tasks.clients.cluster.retry import retry_on_conflict
+from tasks.clients.inputs import InputFileError, read_text
 from tasks.clients.metrics.prometheus import PrometheusMetrics
 from tasks.clients.metrics.snapshot import MetricsError
 from tasks.tracking import task
@@ -70,6 +71,11 @@ _FILE_KEYS = {
 }
 RUNNING_GAUGE = "vllm:num_requests_running"
 _REQUIRED = ("requests", "ttftSum", "itlSum", "itlCount", "promptTokensSum")
+
+
+MAX_WINDOWS_FILE_BYTES = 64 << 20
+"""The largest windows file read (64 MiB, about 300,000 windows); a larger one, or one that is not a regular file, is
+refused unread."""
 
 
 class WindowsFileError(ValueError):
@@ -151,15 +157,18 @@ def read_windows_file(path: str | pathlib.Path) -> dict[tuple[str, str], list[Wi
         ``default``.
 
     Raises:
-        WindowsFileError: The file cannot be read, is not YAML, or an entry or window is missing a field, has a
+        WindowsFileError: The file cannot be read, is not a regular file, is larger than
+            :data:`MAX_WINDOWS_FILE_BYTES`, is not UTF-8 or not YAML, or an entry or window is missing a field, has a
             negative, non-finite or non-numeric value (a boolean or null too), a name or namespace that is not a
             string, an unknown key (the message names the entry and the field), or a VariantAutoscaling listed twice.
     """
     file = pathlib.Path(path)
     try:
-        doc = yaml11.safe_load(file.read_text())
+        doc = yaml11.safe_load(read_text(file, MAX_WINDOWS_FILE_BYTES, "a windows file").text)
     except OSError as exc:
         raise WindowsFileError(f"{file}: cannot read ({exc.strerror or type(exc).__name__})") from None
+    except InputFileError as exc:
+        raise WindowsFileError(str(exc)) from None
     except yaml.YAMLError as exc:
         raise WindowsFileError(f"{file}: invalid YAML ({exc})") from None
     if not isinstance(doc, dict) or not isinstance(doc.get("variants"), list):

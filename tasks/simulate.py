@@ -8,20 +8,22 @@ cycle of the optimize flow would.  The plots are drawn by :mod:`tasks.simulate_p
 from __future__ import annotations
 
 import base64
-import csv
 import html
 import json
+import math
+import os
 import pathlib
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from engine.api.views import ModelRoute
+from engine.optimize.config import ConfigError
 from engine.rollout.kthena_native import NETWORKING_API as KTHENA_NETWORKING_API
 from engine.simulate.frontier import Limits
 from engine.simulate.outcome import PolicyOutcome
 from engine.simulate.records import Trace
 from engine.simulate.scenario import DEFAULT_HPA_POLICY, ClusterDescription, Scenario
-from engine.simulate.trace import TraceError, TraceShape, parse_trace_rows, shape_trace
+from engine.simulate.trace import TraceShape, shape_trace
 from tasks.clients.cluster import connect
 from tasks.optimize.read import list_optional, read_cluster_state, read_current_replicas, scale_targets_of
 from tasks.progress import step
@@ -34,6 +36,7 @@ from tasks.simulate_plots import (
     plot_replicas,
     policy_label,
 )
+from tasks.traces import read_trace_rows
 
 
 def read_trace(path: str | pathlib.Path, shape: TraceShape) -> Trace:
@@ -47,14 +50,61 @@ def read_trace(path: str | pathlib.Path, shape: TraceShape) -> Trace:
         The shaped trace: each request's arrival, token counts and model.
 
     Raises:
-        TraceError: The file does not exist or its rows are malformed.
+        TraceError: The file does not exist, is not a regular file or not UTF-8 text, or its rows are malformed (the
+            message names the file: :func:`tasks.traces.read_trace_rows`), or the shape leaves nothing to replay.
     """
-    file = pathlib.Path(path)
-    if not file.is_file():
-        raise TraceError(f"trace file {file} does not exist")
-    with file.open(newline="") as handle:
-        arrival, prompt, output = parse_trace_rows(csv.reader(handle))
+    arrival, prompt, output = read_trace_rows(path)
     return shape_trace(arrival, prompt, output, shape)
+
+
+class InvalidConfiguration(ValueError):
+    """An entry of the WVA ConfigMaps a simulation reads does not parse: a replay of the configuration as misread
+    (a cost or an inventory left out) would compare policies on a cluster nobody has, so the run is refused."""
+
+
+def check_configuration(errors: Sequence[ConfigError], config_namespace: str) -> None:
+    """Refuse a simulation on a configuration with errors, naming each ConfigMap, key and reason.
+
+    Args:
+        errors: The configuration errors the read found (:attr:`tasks.optimize.read.ClusterState.config_errors`).
+        config_namespace: The namespace of the ConfigMaps.
+
+    Raises:
+        InvalidConfiguration: ``errors`` is not empty; one line, the errors as the optimize flow logs them.
+    """
+    if errors:
+        reasons = "; ".join(str(error) for error in errors)
+        raise InvalidConfiguration(f"invalid configuration (ConfigMaps in {config_namespace}): {reasons}")
+
+
+class OutputDirectoryError(ValueError):
+    """The report's directory cannot be made or is not a directory."""
+
+
+def prepare_output_dir(path: str | pathlib.Path) -> pathlib.Path:
+    """The report's directory, made when missing: checked before any replay, so a run never replays for minutes to
+    fail writing its report.
+
+    Args:
+        path: The directory.
+
+    Returns:
+        The directory.
+
+    Raises:
+        OutputDirectoryError: Something other than a directory (a file) is in its place, or it cannot be made.
+    """
+    directory = pathlib.Path(path)
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+    except FileExistsError:
+        raise OutputDirectoryError(f"output directory {directory} exists and is not a directory") from None
+    except OSError as exc:
+        reason = exc.strerror or type(exc).__name__
+        raise OutputDirectoryError(f"output directory {directory} cannot be made ({reason})") from None
+    if not os.access(directory, os.W_OK | os.X_OK):
+        raise OutputDirectoryError(f"output directory {directory} cannot be written (permission denied)")
+    return directory
 
 
 def read_description(
@@ -74,9 +124,14 @@ def read_description(
     Returns:
         What the simulator replays the trace against: variants, current replicas, costs, SLO classes, inventory, the
         HPA-style policy and the routed models.
+
+    Raises:
+        InvalidConfiguration: An entry of the WVA ConfigMaps (accelerator costs, inventory, optimizer settings) does
+            not parse.
     """
     conn = connect(cluster, dry_run=dry_run)
     state = read_cluster_state.fn(conn, namespaces, config_namespace)
+    check_configuration(state.config_errors, config_namespace)
     replicas = read_current_replicas.fn(conn, scale_targets_of(state))
     hpa = next(iter(sorted(state.policies.items())), None)
     return ClusterDescription(
@@ -126,9 +181,9 @@ def summary_table(outcomes: Sequence[PolicyOutcome], limits: Limits | None = Non
     """
     rows = []
     for o in outcomes:
-        row: dict[str, Any] = {"policy": policy_label(o.policy), "SLO attainment": f"{o.attainment:.1%}"}
+        row: dict[str, Any] = {"policy": policy_label(o.policy), "SLO attainment": share_text(o.attainment)}
         for model, value in o.attainment_by_model.items():
-            row[f"attainment {model}"] = f"{value:.1%}"
+            row[f"attainment {model}"] = share_text(value)  # a model with no request in the replay has none
         row["cost/replay"] = f"{o.cost:.1f}"
         if limits is not None:
             ratio = limits.cost_ratio(o.attainment, o.cost)
@@ -203,9 +258,21 @@ def targets_table(scenario: Scenario, limits: Limits | None) -> list[dict[str, s
         }
         if limits is not None:
             row["attainment target"] = f"{limits.targets[model]:.1%}" if model in limits.targets else "-"
-            row["attainment ceiling"] = f"{limits.ceiling.get(model, float('nan')):.1%}"
+            row["attainment ceiling"] = share_text(limits.ceiling.get(model, math.nan))
         rows.append(row)
     return rows
+
+
+def share_text(value: float) -> str:
+    """A share as a table shows it: a percentage, ``-`` for none (NaN: a model with no request in the replay).
+
+    Args:
+        value: The share, 0 to 1, or NaN.
+
+    Returns:
+        ``97.5%``, or ``-``.
+    """
+    return "-" if math.isnan(value) else f"{value:.1%}"
 
 
 def _paragraph(text: str) -> str:
@@ -275,7 +342,7 @@ def write_report(
         for entry, o in zip(summary["policies"], outcomes):
             ratio = limits.cost_ratio(o.attainment, o.cost)
             entry["cost_vs_oracle"] = round(ratio, 4) if ratio is not None else None
-    (directory / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    (directory / "summary.json").write_text(json.dumps(summary, indent=2, allow_nan=False) + "\n")
     images = "".join(
         f'<h2>{html.escape(name.replace("_", " "))}</h2><img alt="{name}" src="data:image/png;base64,'
         f'{base64.b64encode(path.read_bytes()).decode()}"/>'

@@ -32,7 +32,7 @@ from engine.simulate.oracle import (
     measure_capacity,
     oracle_cost_at,
 )
-from engine.simulate.outcome import PolicyOutcome
+from engine.simulate.outcome import PolicyOutcome, json_number
 from engine.simulate.scenario import (
     Scenario,
     attainment_targets,
@@ -71,7 +71,7 @@ class FrontierPoint:
         return {
             "policy": self.policy,
             "setting": self.setting,
-            "slo_attainment": round(self.attainment, 4),
+            "slo_attainment": json_number(self.attainment, 4),
             "cost": round(self.cost, 2),
             "replica_changes": self.replica_changes,
         }
@@ -118,9 +118,9 @@ class Limits:
 
     def as_json(self) -> dict[str, Any]:
         return {
-            "attainment_ceiling": {k: round(v, 4) for k, v in self.ceiling.items()},
+            "attainment_ceiling": {k: json_number(v, 4) for k, v in self.ceiling.items()},  # None: no request
             "attainment_targets": {k: round(v, 4) for k, v in self.targets.items()},
-            "attainment_allowed": round(self.allowed, 4),
+            "attainment_allowed": json_number(self.allowed, 4),
             "frontier": [p.as_json() for p in self.frontier],
         }
 

@@ -22,7 +22,15 @@ from engine.simulate.policies import POLICIES, run_policy
 from engine.simulate.records import SimResult
 from engine.simulate.scenario import Scenario
 
-__all__ = ["PolicyOutcome", "capacity_rps", "compare", "requests_met", "summarize_outcome", "time_series"]
+__all__ = [
+    "PolicyOutcome",
+    "capacity_rps",
+    "compare",
+    "json_number",
+    "requests_met",
+    "summarize_outcome",
+    "time_series",
+]
 
 
 @dataclass
@@ -50,17 +58,27 @@ class PolicyOutcome:
         return {
             "policy": self.policy,
             "requests": self.requests,
-            "slo_attainment": round(self.attainment, 4),
-            "slo_attainment_by_model": {k: round(v, 4) for k, v in self.attainment_by_model.items()},
+            "slo_attainment": json_number(self.attainment, 4),
+            "slo_attainment_by_model": {k: json_number(v, 4) for k, v in self.attainment_by_model.items()},
             "cost": round(self.cost, 2),
             "accelerator_hours": {k: round(v, 3) for k, v in self.accelerator_hours.items()},
             "replica_changes": self.replica_changes,
             "unserved_requests": self.unserved,
             "unserved_share": round(self.unserved_share, 4),
             "unserved_by_model": dict(self.unserved_by_model),
-            "latency_ms": {m: {k: round(v, 1) for k, v in d.items()} for m, d in self.latency_ms.items()},
-            **({"after_warmup": {k: round(v, 4) for k, v in self.after_warmup.items()}} if self.after_warmup else {}),
+            "latency_ms": {m: {k: json_number(v, 1) for k, v in d.items()} for m, d in self.latency_ms.items()},
+            **(
+                {"after_warmup": {k: json_number(v, 4) for k, v in self.after_warmup.items()}}
+                if self.after_warmup
+                else {}
+            ),
         }
+
+
+def json_number(value: float, digits: int) -> float | None:
+    """``value`` rounded for a JSON document, None where it is NaN: an attainment or latency of a model with no
+    request (or none served) in the replay is no number, and JSON has no NaN."""
+    return None if math.isnan(value) else round(value, digits)
 
 
 def _percentiles(values: np.ndarray, prefix: str) -> dict[str, float]:

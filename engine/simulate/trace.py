@@ -92,8 +92,8 @@ class TraceShape:
     burst: BurstShape | None = None
 
     def __post_init__(self) -> None:
-        if not self.model_shares or any(not (w > 0) for w in self.model_shares.values()):
-            raise TraceError("model shares must name at least one model, each with a weight > 0")
+        if not self.model_shares or any(not 0 < w < math.inf for w in self.model_shares.values()):
+            raise TraceError("model shares must name at least one model, each with a finite weight > 0")
         if not 0 < self.compression < math.inf or not 0 < self.rate_scale < math.inf:
             raise TraceError(
                 f"compression and rate_scale must be finite and > 0, got {self.compression}, {self.rate_scale}"

@@ -19,13 +19,13 @@ from flows.cli.common import (
     exit_with_outcome,
     json_option,
     namespaces_option,
-    print_json,
     run_flow,
     table_of,
     track_option,
     warn_degraded,
 )
 from flows.cli.options import duration_option
+from flows.cli.output import print_json
 from flows.exitcodes import degraded_summary, exit_code
 from flows.parameters import DISCOVERY_RESYNC_S
 

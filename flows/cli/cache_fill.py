@@ -11,8 +11,9 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
-from flows.cli.common import app, command, console, err, print_json
+from flows.cli.common import app, command, console, err
 from flows.cli.options import ModelplaneCommand, duration_option
+from flows.cli.output import print_json
 from tasks.downloader.fill import DEFAULT_CONCURRENCY, DEFAULT_PART_SIZE
 
 if TYPE_CHECKING:

@@ -15,11 +15,11 @@ from flows.cli.common import (
     exit_with_outcome,
     json_option,
     namespaces_option,
-    print_json,
     run_flow,
     track_option,
 )
 from flows.cli.options import duration_option
+from flows.cli.output import print_json
 from flows.parameters import FILL_RETRY_BACKOFF_S, MAX_FILL_ATTEMPTS
 
 if TYPE_CHECKING:

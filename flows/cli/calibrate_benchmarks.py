@@ -16,7 +16,8 @@ import yaml
 
 from engine.simulate.benchmarks import BenchmarkPoint, fit_benchmark, group_points
 from engine.simulate.calibrate import ProfileFit, Unidentifiable
-from flows.cli.common import console, exit_with_outcome, print_json, table_of
+from flows.cli.common import console, exit_with_outcome, table_of
+from flows.cli.output import print_json
 from flows.exitcodes import CannotRun, cli_errors
 from tasks.benchmarks import BenchmarkFormatError, read_benchmark_files
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import functools
-import json
 import logging
 import os
 import pathlib
@@ -528,15 +527,6 @@ def exit_with_outcome(problems: list[str]) -> NoReturn:
     problems = [*problems, *drain_rejections()]
     warn_degraded(problems)
     raise typer.Exit(int(exit_code(problems)))
-
-
-def print_json(document: object) -> None:
-    """What every ``--json`` prints: ``document`` as JSON indented by two spaces, a datetime or path as its text.
-
-    Args:
-        document: The command's result as lists, dicts and scalars.
-    """
-    sys.stdout.write(json.dumps(document, indent=2, default=str) + "\n")
 
 
 def table_of(title: str, columns: Sequence[str], rows: Sequence[Sequence[object]], right: Sequence[str] = ()) -> Table:

@@ -21,12 +21,12 @@ from flows.cli.common import (
     json_option,
     namespaces_option,
     needs,
-    print_json,
     run_flow,
     table_of,
     track_option,
 )
 from flows.cli.options import duration_option
+from flows.cli.output import print_json
 from flows.exitcodes import CannotRun, cli_errors
 from flows.parameters import (
     CALIBRATE_LOOKBACK,

@@ -6,6 +6,7 @@ meets its SLO attainment target). Both read the WVA ConfigMaps in ``--config-nam
 from __future__ import annotations
 
 import datetime
+import math
 import os
 import pathlib
 from typing import Any, get_args
@@ -19,12 +20,12 @@ from flows.cli.common import (
     exit_with_outcome,
     json_option,
     manifests_path,
-    print_json,
     run_flow,
     table_of,
     track_option,
 )
 from flows.cli.options import duration_option
+from flows.cli.output import print_json
 from flows.exitcodes import CannotRun, cli_errors
 from flows.parameters import SIMULATE_INTERVAL_S, SIMULATE_OUTPUT_DIR, SIMULATE_STARTUP_DELAY_S
 
@@ -182,14 +183,16 @@ def simulate(
         as_json: ``--json``: Print the JSON summary instead of a table.
 
     Raises:
-        CannotRun: The description or trace is missing or malformed, or a policy, router, bursty variant, start,
-            share or attainment is not one it knows (printed as one ``error:`` line, exit 2).
+        CannotRun: The description or trace is missing or malformed, or a policy, router, bursty variant, start or
+            attainment is not one it knows (printed as one ``error:`` line, exit 2; a ConfigMap entry that does not
+            parse or an output directory that cannot be made stop the flow, with one line too).
+        typer.BadParameter: A ``--model-share`` weight that is not a finite number above 0.
     """
     from engine.optimize.spec import SpecError
     from engine.simulate.trace import TraceError
     from flows.simulate import StartFrom
     from flows.simulate import simulate as simulate_flow
-    from tasks.simulate import summary_table
+    from tasks.simulate import InvalidConfiguration, OutputDirectoryError, summary_table
 
     with cli_errors():  # what can be checked before a flow run starts: bad input is one line, not a failed run's log
         shares = _shares(share)
@@ -205,7 +208,7 @@ def simulate(
     report = run_flow(
         simulate_flow,
         track=track,
-        cannot_run=(TraceError, SpecError),
+        cannot_run=(TraceError, SpecError, InvalidConfiguration, OutputDirectoryError),
         cluster=str(cluster),
         trace=str(trace),
         config_namespace=config_namespace,
@@ -245,14 +248,22 @@ def simulate(
 
 
 def _shares(items: list[str]) -> dict[str, float]:
-    """``--share MODEL=WEIGHT`` options as a dict; a weight that is not a number is a one-line error."""
+    """``--model-share MODEL=WEIGHT`` options as a dict; a weight that is not a finite number above 0 is a bad value
+    of the option (one line: ``inf`` would turn every model's probability into NaN)."""
     shares: dict[str, float] = {}
     for item in items:
         model, _, weight = item.rpartition("=")
         try:
-            shares[model] = float(weight)
+            share = float(weight)
         except ValueError:
-            raise CannotRun(f"--share {item!r}: expected MODEL=WEIGHT with a number") from None
+            raise typer.BadParameter(
+                f"{item!r}: expected MODEL=WEIGHT with a number", param_hint="--model-share"
+            ) from None
+        if not 0 < share < math.inf:  # NaN fails too
+            raise typer.BadParameter(
+                f"{item!r}: the weight must be a finite number above 0", param_hint="--model-share"
+            )
+        shares[model] = share
     return shares
 
 
@@ -269,12 +280,11 @@ def _check_slo_attainment(value: float | None) -> None:
 
 def _check_simulation_input(policy: list[str], router: str | None, trace: pathlib.Path, bursty: str | None) -> None:
     """:class:`CannotRun` for an unknown policy, router or bursty variant, or a trace file that is missing or malformed."""
-    import csv
-
     from engine.simulate.bursts import BURSTY_VARIANTS
     from engine.simulate.policies import POLICIES
     from engine.simulate.scenario import check_gateway_router
-    from engine.simulate.trace import TraceError, parse_trace_rows
+    from engine.simulate.trace import TraceError
+    from tasks.traces import read_trace_rows
 
     unknown = [p for p in policy if p not in POLICIES]
     if unknown:
@@ -286,13 +296,10 @@ def _check_simulation_input(policy: list[str], router: str | None, trace: pathli
             raise CannotRun(str(exc)) from None
     if bursty is not None and bursty not in BURSTY_VARIANTS:
         raise CannotRun(f"unknown bursty variant {bursty!r}; choose from {', '.join(BURSTY_VARIANTS)}")
-    if not trace.is_file():
-        raise CannotRun(f"trace file {trace} does not exist")
     try:
-        with trace.open(newline="") as handle:
-            parse_trace_rows(csv.reader(handle))
-    except (TraceError, UnicodeDecodeError) as exc:
-        raise CannotRun(f"{trace}: {exc}") from None
+        read_trace_rows(trace)
+    except TraceError as exc:  # names the file, and the line or row
+        raise CannotRun(str(exc)) from None
 
 
 def _window_end(end: str | None, trace: pathlib.Path | None, window: str) -> datetime.datetime | None:
@@ -395,6 +402,7 @@ def tune(
     from engine.simulate.trace import TraceError
     from engine.slo.target import format_window
     from tasks.clients.metrics.snapshot import MetricsUnavailable
+    from tasks.simulate import InvalidConfiguration
 
     with cli_errors():
         cluster = manifests_path(cluster_option)
@@ -411,7 +419,7 @@ def tune(
     report = run_flow(
         "flows.tune:tune",
         track=track,
-        cannot_run=(TraceError, SpecError, TrafficError, MetricsUnavailable),
+        cannot_run=(TraceError, SpecError, TrafficError, MetricsUnavailable, InvalidConfiguration),
         cluster=str(cluster),
         trace=None if trace is None else str(trace),
         prometheus_url=prometheus_url,

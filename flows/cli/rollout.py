@@ -16,12 +16,12 @@ from flows.cli.common import (
     json_option,
     namespaces_option,
     needs,
-    print_json,
     run_flow,
     table_of,
     track_option,
 )
 from flows.cli.options import duration_option
+from flows.cli.output import print_json
 from flows.image import IMAGE
 from flows.parameters import KTHENA_NETWORKING, MAX_WATCH_S, ROLLOUT_WORKLOAD, WATCH_SECONDS
 

@@ -3,6 +3,8 @@ rate scaling, the day-shaped envelope, the model split, and errors that name the
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 
@@ -113,6 +115,14 @@ def test_shape_rejects_nonsense() -> None:
     t, p, o = arrays(10)
     with pytest.raises(TraceError, match="no requests"):
         shape_trace(t, p, o, TraceShape({"ns/m": 1.0}, start_s=100.0))
+
+
+def test_a_share_must_be_a_finite_weight_above_zero() -> None:
+    """An infinite share passed the check and turned every model's probability into NaN ("Probabilities contain
+    NaN" from numpy, a traceback)."""
+    for weight in (math.inf, math.nan, 0.0, -1.0):
+        with pytest.raises(TraceError, match="each with a finite weight > 0"):
+            TraceShape({"ns/a": 1.0, "ns/b": weight})
 
 
 def test_a_replay_too_long_or_too_large_is_refused_before_it_is_built() -> None:

@@ -4,14 +4,18 @@ the JSON summary, the PNG plots, the HTML report and the Prefect artifact; bad i
 from __future__ import annotations
 
 import json
+import math
 import pathlib
 import re
 import shlex
+import shutil
 
+import pytest
 from typer.testing import CliRunner
 
 from engine.simulate.policies import POLICIES
 from flows.cli import app
+from flows.cli.output import print_json
 from flows.simulate import simulate
 from tasks.simulate_plots import policy_label
 from tests.flows.artifacts import newest_artifact
@@ -366,3 +370,110 @@ def test_the_artifact_shows_settings_as_a_person_reads_them() -> None:
     assert setting_text([{"metricName": "kv", "targetValue": 0.8}]) == '[{"metricName": "kv", "targetValue": 0.8}]'
     assert setting_text(True) == "yes" and setting_text(60.0) == "60.0"
     assert setting_text("a|b") == "a\\|b"
+
+
+def test_cli_refuses_a_configuration_that_does_not_parse(prefect_harness: None, tmp_path: pathlib.Path) -> None:
+    """An inventory count of "zero" was left out (a replay on an unbounded inventory, no warning) and a cost of -40
+    surfaced as "'A100' has no unit cost": simulate and tune refuse with the ConfigMap, key and reason."""
+    cluster = tmp_path / "cluster"
+    shutil.copytree(SIMULATION, cluster)
+    config = cluster / "01-optimizer-config.yaml"
+    original = config.read_text()
+    cases = (
+        ('  A100: "32"', '  A100: "zero"', "accelerator-inventory/A100: count must be an integer, got 'zero'"),
+        ('"cost": "40.00"', '"cost": "-40"', "accelerator-unit-costs/A100: cost must be a finite non-negative number"),
+    )
+    for written, broken, reason in cases:
+        assert written in original
+        config.write_text(original.replace(written, broken))
+        for command in (
+            ["simulate", "-p", "static-peak", "--no-frontier", "--output", str(tmp_path / "report")],
+            ["tune-sizing", "--dry-run"],
+        ):
+            result = CliRunner().invoke(
+                app, [*command, "--cluster", str(cluster), "--trace", str(TRACE), "--duration", "60"]
+            )
+            assert result.exit_code == 2, result.output
+            assert f"invalid configuration (ConfigMaps in modelplane-system): {reason}" in result.output
+            assert "Traceback" not in result.output and "SLO attainment" not in result.output
+
+
+def test_cli_checks_the_output_directory_before_any_replay(
+    prefect_harness: None, tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A file in the way of the report was found only after every replay, as a FileExistsError."""
+    import flows.simulate
+
+    def no_replay(*args: object, **kwargs: object) -> None:
+        raise AssertionError("a replay ran before the output directory was checked")
+
+    monkeypatch.setattr(flows.simulate, "simulate_policy", no_replay)
+    in_the_way = tmp_path / "report"
+    in_the_way.write_text("not a directory")
+    args = ["simulate", "--cluster", str(SIMULATION), "--trace", str(TRACE), "--duration", "60", "-p", "static-peak"]
+    result = CliRunner().invoke(app, [*args, "--output", str(in_the_way)])
+    assert result.exit_code == 2, result.output
+    assert f"output directory {in_the_way} exists and is not a directory" in result.output
+    assert "Traceback" not in result.output and in_the_way.read_text() == "not a directory"
+    result = CliRunner().invoke(app, [*args, "--output", "/proc/modelplane-report"])
+    assert result.exit_code == 2 and "output directory /proc/modelplane-report cannot be made" in result.output
+
+
+def test_a_model_without_requests_has_no_attainment_not_nan(prefect_harness: None, tmp_path: pathlib.Path) -> None:
+    """A share so small that no request goes to granite: its attainment, latency and ceiling are null in the JSON
+    (NaN was written, which no JSON reader accepts) and "-" in the table ("nan%")."""
+    granite, llama = "llm-serving/ibm/granite-13b", "llm-serving/meta/llama-3.1-8b"
+    args = ["simulate", "--cluster", str(SIMULATION), "--trace", str(TRACE), "--duration", "60", "-p", "static-peak"]
+    args += ["--model-share", f"{llama}=1", "--model-share", f"{granite}=1e-12"]
+
+    def strict(text: str) -> dict[str, object]:
+        def refuse(constant: str) -> None:
+            raise AssertionError(f"{constant} in the JSON")
+
+        return dict(json.loads(text, parse_constant=refuse))
+
+    printed = CliRunner().invoke(app, [*args, "--json", "--output", str(tmp_path / "json")])
+    assert printed.exit_code == 0, printed.output
+    document = strict(printed.stdout)
+    policy = document["policies"][0]  # type: ignore[index]
+    assert policy["slo_attainment_by_model"][granite] is None and policy["slo_attainment_by_model"][llama] > 0
+    assert set(policy["latency_ms"][granite].values()) == {None}
+    assert document["attainment_ceiling"][granite] is None  # type: ignore[index]
+    strict((tmp_path / "json" / "summary.json").read_text())
+
+    table = CliRunner().invoke(app, [*args, "--no-frontier", "--output", str(tmp_path / "table")], terminal_width=250)
+    assert table.exit_code == 0, table.output
+    row = next(line for line in table.stdout.splitlines() if "static-peak" in line)
+    assert "nan" not in table.stdout and [cell.strip() for cell in row.split("│")][3] == "-"
+
+
+def test_every_json_output_writes_a_number_json_cannot_hold_as_null(capsys: pytest.CaptureFixture[str]) -> None:
+    """Python's NaN and Infinity tokens are refused by every other JSON reader (node's JSON.parse, jq)."""
+    print_json({"slo_attainment": math.nan, "rows": [1.5, (math.inf, -math.inf)], "when": pathlib.Path("/x")})
+    assert json.loads(capsys.readouterr().out) == {"slo_attainment": None, "rows": [1.5, [None, None]], "when": "/x"}
+
+
+def test_cli_refuses_a_share_that_is_not_a_finite_weight(prefect_harness: None) -> None:
+    """--model-share M=inf made numpy's "Probabilities contain NaN" traceback."""
+    llama = "llm-serving/meta/llama-3.1-8b"
+    for weight in ("inf", "nan", "0"):
+        result = CliRunner().invoke(
+            app,
+            ["simulate", "--cluster", str(SIMULATION), "--trace", str(TRACE), "--model-share", f"{llama}={weight}"],
+        )
+        assert result.exit_code == 2, result.output
+        assert f"--model-share: '{llama}={weight}': the weight must be a finite number above 0" in result.output
+        assert "Traceback" not in result.output
+
+
+def test_cli_names_what_a_trace_is_when_it_is_no_file(prefect_harness: None, tmp_path: pathlib.Path) -> None:
+    """A directory given as --trace was reported as "does not exist"; a CSV field past csv's limit was a traceback."""
+    result = CliRunner().invoke(app, ["simulate", "--cluster", str(SIMULATION), "--trace", str(tmp_path)])
+    assert result.exit_code == 2 and f"trace file {tmp_path} is a directory, not a regular file" in result.output
+    huge = tmp_path / "huge.csv"
+    huge.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n0,1," + "9" * 200_000 + "\n")
+    for command in ("simulate", "tune-sizing"):
+        result = CliRunner().invoke(app, [command, "--cluster", str(SIMULATION), "--trace", str(huge)])
+        assert result.exit_code == 2, result.output
+        assert f"trace file {huge}, line 2: field larger than field limit (131072)" in result.output
+        assert "Traceback" not in result.output

@@ -40,7 +40,8 @@ keys, duplicate models and wrong types are rejected with :class:`~tasks.clients.
 (``window``, ``recent``) and each histogram in it may be left out; a histogram needs its ``+Inf`` bucket
 (``+Inf``, ``Inf`` or ``.inf``); ``itlHistogram`` is one of ``vllm:request_time_per_output_token_seconds``
 (per request), ``vllm:inter_token_latency_seconds`` or ``vllm:time_per_output_token_seconds`` (per token). The
-file states the increases as they are: the window they cover is whatever it was captured over.
+file states the increases as they are: the window they cover is whatever it was captured over. The file must be a
+regular file of at most 64 MiB (:data:`MAX_METRICS_FILE_BYTES`) in UTF-8; anything else is refused unread, naming it.
 """
 
 from __future__ import annotations
@@ -58,6 +59,7 @@ import yaml
 from engine import yaml11
 from engine.slo.measure import ITL_HISTOGRAMS, REQUEST_ITL_HISTOGRAM, Buckets, LatencyHistograms
 from tasks.clients.files import write_atomically
+from tasks.clients.inputs import InputFileError, read_text
 from tasks.clients.metrics.snapshot import (
     METRIC_NAME,
     InstanceKey,
@@ -72,6 +74,10 @@ from tasks.clients.metrics.snapshot import (
     checked_metric_names,
     from_epoch,
 )
+
+MAX_METRICS_FILE_BYTES = 64 << 20
+"""The largest metrics file read (64 MiB; a file for thousands of pods is a few MiB): a larger one, or one that is
+not a regular file (a directory, a named pipe, ``/dev/zero``), is refused unread with a :class:`MetricsFileError`."""
 
 
 @dataclass(frozen=True)
@@ -148,12 +154,15 @@ class FileMetrics(MetricsSource):
         return result
 
     def read(self) -> _FileDocument:
-        """Parse and validate the file; raise :class:`MetricsFileError` on any problem."""
+        """Parse and validate the file; raise :class:`MetricsFileError` on any problem (not a regular file, larger
+        than :data:`MAX_METRICS_FILE_BYTES`, not UTF-8, not YAML, a field out of its range)."""
         try:
-            text = self.path.read_text()
-            mtime = from_epoch(self.path.stat().st_mtime)
+            read = read_text(self.path, MAX_METRICS_FILE_BYTES, "a metrics file")
         except OSError as exc:
             raise MetricsFileError(self.path, "", f"cannot read: {exc.strerror or exc}") from None
+        except InputFileError as exc:
+            raise MetricsFileError(self.path, "", exc.problem) from None
+        text, mtime = read.text, from_epoch(read.mtime_s)
         try:
             raw = yaml11.safe_load(text)
         except yaml.YAMLError as exc:
