@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 
 from engine.caches.sources import ModelSource
 from tasks.clients.files import fsync_file
-from tasks.clients.sources.deadline import FillDeadline, covering
+from tasks.clients.sources.deadline import FillDeadline, cover_thread
 from tasks.clients.sources.errors import ChecksumMismatch, DownloadError, TransferFailed
 from tasks.clients.sources.listing import Listing, RemoteFile
 from tasks.downloader.hashing import BackgroundHash, HashingFile, MiB, StreamHash, checksum_problem, hash_file
@@ -110,7 +110,7 @@ def run_transfers(
     deadline: FillDeadline | None = None,
 ) -> None:
     """Fetch every part of every transfer on a thread pool; the first failure stops the rest, and so does a lost
-    lock or a passed deadline (each part's connections are the deadline's, :func:`covering`).
+    lock or a passed deadline (each part's connections are the deadline's, :func:`~tasks.clients.sources.deadline.cover_thread`).
 
     Args:
         backend: The source's download backend.
@@ -131,16 +131,16 @@ def run_transfers(
     stop = threading.Event()
     watcher = threading.Thread(target=_watch, args=(lock, deadline, stop), daemon=True)
     watcher.start()
-    pool = ThreadPoolExecutor(max_workers=max(1, concurrency), thread_name_prefix="cache-fill")
+    pool = ThreadPoolExecutor(
+        max_workers=max(1, concurrency), thread_name_prefix="cache-fill", initializer=cover_thread, initargs=(deadline,)
+    )
     futures: list[Future[None]] = []
     try:
         for transfer in transfers:
             transfer.remaining = len(transfer.parts)
             for index in range(len(transfer.parts)):
                 futures.append(
-                    pool.submit(
-                        _fetch_part, backend, source, listing, transfer, index, root, journal, tracker, stop, deadline
-                    )
+                    pool.submit(_fetch_part, backend, source, listing, transfer, index, root, journal, tracker, stop)
                 )
         finished, _pending = wait(futures, return_when=FIRST_EXCEPTION)
         failure = next((f.exception() for f in finished if f.exception() is not None), None)
@@ -166,22 +166,6 @@ def _watch(lock: CacheLock, deadline: FillDeadline | None, stop: threading.Event
 
 
 def _fetch_part(
-    backend: object,
-    source: ModelSource,
-    listing: Listing,
-    transfer: Transfer,
-    index: int,
-    root: pathlib.Path,
-    journal: Journal,
-    tracker: ProgressTracker,
-    stop: threading.Event,
-    deadline: FillDeadline | None = None,
-) -> None:
-    with covering(deadline):
-        _fetch_covered(backend, source, listing, transfer, index, root, journal, tracker, stop)
-
-
-def _fetch_covered(
     backend: object,
     source: ModelSource,
     listing: Listing,

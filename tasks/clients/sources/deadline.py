@@ -184,6 +184,17 @@ def covering(deadline: FillDeadline | None) -> Iterator[None]:
         _scope.deadline = before
 
 
+def cover_thread(deadline: FillDeadline | None) -> None:
+    """Note the sockets the current thread connects, for the rest of its life, as the fill's: the initializer of a
+    thread pool that serves one fill only (its threads end with it), as :func:`covering` is for a block.
+
+    Args:
+        deadline: The fill's deadline, or None (nothing is noted).
+    """
+    if deadline is not None:
+        _scope.deadline = deadline
+
+
 def refuse_after_deadline(**_: Any) -> None:
     """A ``botocore`` ``before-send`` handler: a request (a retry, most often) of a thread under :func:`covering`
     fails at once with :class:`~tasks.clients.sources.errors.DeadlineExceeded` once the deadline passed (the client
