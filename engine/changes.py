@@ -13,6 +13,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from engine.status import mapping_at
+
 
 @dataclass(frozen=True)
 class UnobservedChange:
@@ -37,15 +39,17 @@ def unobserved_change(obj: Mapping[str, Any]) -> UnobservedChange | None:
     generation = meta.get("generation")
     if generation is None or meta.get("deletionTimestamp"):
         return None
-    observed = (obj.get("status") or {}).get("observedGeneration")
-    if observed is not None and int(observed) == int(generation):
+    observed = mapping_at(obj, "status").get("observedGeneration")
+    if not isinstance(observed, int) or isinstance(observed, bool):
+        observed = None  # a hand-written ``observedGeneration: abc`` is no observation: the change is acted on
+    if observed is not None and observed == int(generation):
         return None
     return UnobservedChange(
         namespace=meta.get("namespace") or "",
         name=meta["name"],
         uid=meta.get("uid") or f"{meta.get('namespace')}/{meta['name']}",
         generation=int(generation),
-        observed_generation=None if observed is None else int(observed),
+        observed_generation=observed,
     )
 
 

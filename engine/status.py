@@ -12,6 +12,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from pydantic import BaseModel
+
 from engine.api.meta import Condition, ConditionStatus, set_condition
 
 # OptimizationReady=False reasons shared by VariantAutoscalings and AutoscalingPolicyBindings (the seed's
@@ -30,6 +32,42 @@ def _condition_status(value: str) -> ConditionStatus:
     if found is None:
         raise ValueError(f"condition status {value!r} is not one of True, False, Unknown")
     return found
+
+
+def mapping_at(obj: object, key: str) -> dict[str, Any]:
+    """``obj[key]`` when ``obj`` and it are mappings, else an empty dict: a part written by hand as no mapping
+    (``status: 5``, ``status: {slo: text}``) reads as absent, so the next write replaces it instead of failing."""
+    if not isinstance(obj, Mapping):
+        return {}
+    value = obj.get(key)
+    if isinstance(value, dict):
+        return value
+    return dict(value) if isinstance(value, Mapping) else {}
+
+
+def status_as_read(model: BaseModel) -> dict[str, Any]:
+    """A parsed object's status in API JSON shape: what of the status as written parsed
+    (:func:`engine.api.validate.with_status` left out the rest), so the engine decides from checked state only."""
+    status = getattr(model, "status", None)
+    return status.model_dump(by_alias=True, exclude_none=True, mode="json") if isinstance(status, BaseModel) else {}
+
+
+def condition_is_true(obj: Mapping[str, Any], condition_type: str) -> bool:
+    """Whether ``obj``'s status holds a ``condition_type`` condition whose status is ``True`` (a Pod's ``Ready``, a
+    Deployment's ``Available``: the verdict of the controller that owns it); a status, a condition list or an entry
+    that is malformed holds none."""
+    conditions = mapping_at(obj, "status").get("conditions")
+    if not isinstance(conditions, list):
+        return False
+    return any(
+        isinstance(c, Mapping) and c.get("type") == condition_type and c.get("status") == "True" for c in conditions
+    )
+
+
+def count_at(obj: Mapping[str, Any], key: str) -> int:
+    """The whole count ``obj[key]`` (a status's ``replicas``), or 0 when it is absent or no whole number >= 0."""
+    value = obj.get(key)
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else 0
 
 
 @dataclass(frozen=True)
@@ -138,8 +176,8 @@ def status_with_conditions(
 ) -> dict[str, Any]:
     """The object's status with ``updates`` applied and ``observedGeneration`` set; the conditions held are kept
     as they are when every update is already among them and nothing else there is malformed."""
-    old = obj.get("status") or {}
-    generation = (obj.get("metadata") or {}).get("generation")
+    old = mapping_at(obj, "status")
+    generation = mapping_at(obj, "metadata").get("generation")
     status: dict[str, Any] = dict(old)
     status.update(extra or {})
     held = old.get("conditions") or []

@@ -38,7 +38,7 @@ from engine import yaml11
 from engine.api.llmd import VariantAutoscaling
 from engine.promql import quote
 from engine.simulate.calibrate import CONDITION_CALIBRATED, CalibrationOutcome, Window, opted_in
-from engine.status import ConditionUpdate, changed_fields, set_conditions
+from engine.status import ConditionUpdate, changed_fields, mapping_at, set_conditions
 from engine.units import duration_seconds
 from tasks.boundary import Accepted
 from tasks.clients.cluster import Cluster, ObjectRef
@@ -271,9 +271,9 @@ def write_outcome(cluster: Cluster, obj: dict[str, Any], outcome: CalibrationOut
     update = ConditionUpdate(CONDITION_CALIBRATED, outcome.status, outcome.reason, outcome.message)
 
     def mutate_status(current: dict[str, Any]) -> dict[str, Any] | None:
-        old = current.get("status") or {}
+        old = mapping_at(current, "status")
         conditions = set_conditions(
-            list(old.get("conditions") or []), [update], now, (current.get("metadata") or {}).get("generation")
+            old.get("conditions"), [update], now, mapping_at(current, "metadata").get("generation")
         )
         return changed_fields(old, {**old, "conditions": conditions})
 

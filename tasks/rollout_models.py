@@ -58,7 +58,7 @@ from engine.rollout.kthena_weights import (
 )
 from engine.rollout.kthena_workloads import LoraChange, hub_offline
 from engine.rollout.workloads import identity_problems
-from engine.status import changed_fields
+from engine.status import changed_fields, condition_is_true, mapping_at
 from tasks.boundary import Accepted, accept_identity
 from tasks.caches import ensure_cache, mark_used
 from tasks.clients.cluster import Cluster, ObjectRef
@@ -200,15 +200,7 @@ def ready_pods(cluster: Cluster, namespace: str, selector: Mapping[str, str]) ->
     """
     text = ",".join(f"{k}={v}" for k, v in sorted(selector.items()))
     pods = cluster.list("v1", "Pod", namespace=namespace, label_selector=text)
-    return [
-        p
-        for p in pods
-        if (p.get("status") or {}).get("podIP")
-        and any(
-            c.get("type") == "Ready" and c.get("status") == "True"
-            for c in (p.get("status") or {}).get("conditions") or []
-        )
-    ]
+    return [p for p in pods if mapping_at(p, "status").get("podIP") and condition_is_true(p, "Ready")]
 
 
 def apply_lora_change(

@@ -13,6 +13,7 @@ from __future__ import annotations
 import copy
 import math
 import pathlib
+from datetime import UTC, datetime
 from typing import Any, cast
 
 import pytest
@@ -29,12 +30,14 @@ from engine.optimize.spec import (
     SpecError,
     parse_variant,
 )
+from engine.status import ConditionUpdate, status_with_conditions
 from tasks.boundary import failure_status, parse_resource
 from tasks.clients.cluster.yamlfile import read_file, split_documents
 from tests.fuzzing import _example_documents, example_object
 from tests.hostile import EXTREMES, bounded, extreme_numbers, metadata, status_garbage, yaml_streams
 
 BOUNDED = bounded(80)
+_NOW = datetime(2026, 1, 1, tzinfo=UTC)
 
 
 @BOUNDED
@@ -159,6 +162,9 @@ def test_a_status_of_any_shape_never_invalidates_a_valid_object(kind: str) -> No
         written = failure_status(obj, "spec.x: broken")
         assert written is not None and all(isinstance(c, dict) for c in written["conditions"])
         assert [c["reason"] for c in written["conditions"] if c.get("type") == "Ready"] == ["InvalidSpec"]
+        rewritten = status_with_conditions(obj, [ConditionUpdate("Ready", "True", "Ready", "ok")], _NOW, {"x": 1})
+        assert all(isinstance(c, dict) for c in rewritten["conditions"]) and rewritten["x"] == 1
+        assert [c["reason"] for c in rewritten["conditions"] if c.get("type") == "Ready"] == ["Ready"]
 
     tolerated()
 

@@ -17,7 +17,7 @@ from engine.api.meta import format_time, parse_time
 from engine.optimize.plan import VariantDecision
 from engine.slo.measure import ModelAttainment
 from engine.slo.target import format_window
-from engine.status import changed_fields, set_conditions
+from engine.status import changed_fields, mapping_at, set_conditions
 
 
 def format_cost(value: float) -> str:
@@ -56,12 +56,12 @@ def variant_status(
         status["desiredOptimizedAlloc"] = desired
     status["actuation"] = {"applied": applied}
     status["conditions"] = set_conditions(
-        list(old.get("conditions") or []), (decision.metrics, decision.optimization), now, generation
+        old.get("conditions"), (decision.metrics, decision.optimization), now, generation
     )
     if decision.slo is not None:
         status["slo"] = slo_status(
             decision.slo,
-            old.get("slo") or {},
+            mapping_at(old, "slo"),
             now,
             decision.sizing_percentile,
             decision.peak_hold_s,
@@ -149,7 +149,7 @@ def status_patch(
     honest liveness signal without the write storm.
     """
     if _without_run_time(old) == _without_run_time(new):
-        previous = _parse_time((old.get("desiredOptimizedAlloc") or {}).get("lastRunTime"))
+        previous = _parse_time(mapping_at(old, "desiredOptimizedAlloc").get("lastRunTime"))
         if previous is not None and (now - previous).total_seconds() < heartbeat_s:
             return None
     return changed_fields(old, new)

@@ -55,6 +55,7 @@ from engine.rollout.kthena import (
 )
 from engine.rollout.kthena_autoscaling import KTHENA_RUNTIME_PORT, runtime_port
 from engine.rollout.workloads import FieldError
+from engine.status import condition_is_true, count_at, mapping_at
 
 Manifest = dict[str, Any]
 
@@ -377,8 +378,7 @@ def scale_workload(ref: ModelRef, backend: ModelBackend) -> Workload:
 
 def model_serving_available(serving: Mapping[str, Any]) -> bool:
     """A ModelServing serves: its ``Available`` condition is True, else every wanted group is available."""
-    status = serving.get("status") or {}
-    if any(c.get("type") == "Available" and c.get("status") == "True" for c in status.get("conditions") or []):
+    if condition_is_true(serving, "Available"):
         return True
-    wanted = int(((serving.get("spec") or {}).get("replicas")) or 0)
-    return wanted > 0 and int(status.get("availableReplicas") or 0) >= wanted
+    wanted = count_at(mapping_at(serving, "spec"), "replicas")
+    return wanted > 0 and count_at(mapping_at(serving, "status"), "availableReplicas") >= wanted

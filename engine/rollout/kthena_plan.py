@@ -42,6 +42,7 @@ from engine.rollout.kthena_workloads import (
     runtime_lora_change,
 )
 from engine.rollout.workloads import revision, stamp
+from engine.status import count_at, mapping_at
 
 ChildKey = tuple[str, str]
 """A child of the Model: ``(kind, name)``."""
@@ -176,7 +177,7 @@ def backend_states(
     for backend in model.spec.backends:
         if model_serving:
             serving = objects.get(("ModelServing", backend_name(ref, backend)))
-            replicas = int(((serving or {}).get("status") or {}).get("replicas") or 0)
+            replicas = count_at(mapping_at(serving, "status"), "replicas")
             available = serving is not None and model_serving_available(serving)
             states.append(
                 BackendState(
@@ -186,7 +187,7 @@ def backend_states(
             continue
         deployments = [objects.get(("Deployment", w.name)) for w in workloads_of(ref, backend)]
         present = [d for d in deployments if d is not None]
-        replicas = sum(int((d.get("status") or {}).get("replicas") or 0) for d in present)
+        replicas = sum(count_at(mapping_at(d, "status"), "replicas") for d in present)
         available = bool(present) and len(present) == len(deployments) and all(deployment_available(d) for d in present)
         states.append(
             BackendState(

@@ -14,7 +14,7 @@ from datetime import datetime
 from typing import Any
 
 from engine.rollout.workloads import FieldError
-from engine.status import ConditionUpdate, previous_conditions, set_conditions
+from engine.status import ConditionUpdate, condition_is_true, previous_conditions, set_conditions
 
 CONDITION_INITIALIZED = "Initialized"
 CONDITION_ACTIVE = "Active"
@@ -52,8 +52,7 @@ class Failure:
 
 def deployment_available(deployment: Mapping[str, Any]) -> bool:
     """A Deployment serves: its ``Available`` condition is True (the Deployment controller's verdict)."""
-    conditions = (deployment.get("status") or {}).get("conditions") or []
-    return any(c.get("type") == "Available" and c.get("status") == "True" for c in conditions)
+    return condition_is_true(deployment, "Available")
 
 
 def model_status(

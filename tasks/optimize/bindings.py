@@ -33,6 +33,7 @@ from engine.optimize.bindings import (
     scale_to_zero_grace,
 )
 from engine.optimize.spec import accelerator_text
+from engine.status import condition_is_true, status_as_read
 from tasks.boundary import Accepted, parse_resource
 from tasks.clients.cluster import Cluster, ObjectRef
 from tasks.clients.cluster.errors import ClusterError, NotFound
@@ -210,11 +211,6 @@ class NamespacePods:
         return [p for p in self.by_namespace[namespace] if selector_matches(requirements, p["metadata"].get("labels"))]
 
 
-def _pod_ready(pod: Mapping[str, Any]) -> bool:
-    conditions = (pod.get("status") or {}).get("conditions") or []
-    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
-
-
 def _selector(scale_selector: str | None, additional: Mapping[str, str] | None) -> str | None:
     parts = [scale_selector] if scale_selector else []
     parts += [f"{key}={value}" for key, value in sorted((additional or {}).items())]
@@ -278,7 +274,7 @@ def _target_pods(pods_of: NamespacePods, ref: ObjectRef, selector: str | None) -
     if not selector:
         return _TargetPods()
     pods = pods_of.selected(ref.namespace or "", selector)
-    ready = [p["metadata"]["name"] for p in pods if _pod_ready(p)]
+    ready = [p["metadata"]["name"] for p in pods if condition_is_true(p, "Ready")]
     return _TargetPods(ready, len(pods) - len(ready), bool(pods))
 
 
@@ -432,7 +428,7 @@ def read_binding_inputs(
         unready=unready,
         metrics_error=metrics_error,
         cost_expansion_rate_percent=200 if expansion is None else expansion,
-        old_status=binding.obj.get("status") or {},
+        old_status=status_as_read(binding.model),
         scale_to_zero_grace_s=binding_grace_period(cluster, meta),
         policy_invalid=state.invalid_policies.get((namespace, policy_name)),
     )

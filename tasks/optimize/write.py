@@ -30,7 +30,7 @@ from engine.optimize.bindings import REASON_NO_METRICS, BindingDecision, binding
 from engine.optimize.plan import VariantDecision
 from engine.optimize.stabilization import ANNOTATION_SCALE_DOWN_PENDING
 from engine.optimize.status import status_patch, variant_status
-from engine.status import REASON_INVALID, changed_fields
+from engine.status import REASON_INVALID, changed_fields, mapping_at
 from tasks.boundary import Accepted
 from tasks.clients.cluster import Cluster, ObjectRef
 from tasks.clients.cluster.errors import ClusterError, Conflict
@@ -268,7 +268,7 @@ def apply_variant(
     generation = (obj.get("metadata") or {}).get("generation")
 
     def build(current: dict[str, Any]) -> dict[str, Any] | None:
-        old = current.get("status") or {}
+        old = mapping_at(current, "status")
         new = variant_status(decision, old, now, outcome.applied, generation)
         return status_patch(old, new, now, heartbeat_s)
 
@@ -285,7 +285,7 @@ def apply_variant(
         return outcome
     except ClusterError as exc:
         outcome.error = (outcome.error + "; " if outcome.error else "") + f"status: {exc.message}"
-    previous = ((obj.get("status") or {}).get("desiredOptimizedAlloc") or {}).get("numReplicas")
+    previous = mapping_at(mapping_at(obj, "status"), "desiredOptimizedAlloc").get("numReplicas")
     if decision.desired is not None and previous != decision.desired:
         outcome.event = record_event(
             cluster,
@@ -388,7 +388,7 @@ def apply_binding(
     generation = binding.model.metadata.generation
 
     def build(current: dict[str, Any]) -> dict[str, Any] | None:
-        old = current.get("status") or {}
+        old = mapping_at(current, "status")
         return changed_fields(old, binding_status(decision, old, now, generation, metrics_ok, metrics_message))
 
     write_status(cluster, binding.obj, build)

@@ -239,6 +239,22 @@ def test_a_malformed_status_neither_fails_the_model_nor_stays() -> None:
     assert model_status(5, 1, now, [], None)["conditions"][0]["type"] == "Initialized"
 
 
+@pytest.mark.parametrize(
+    "status",
+    [5, "broken", {"conditions": 5}, {"conditions": [5, "Available"]}, {"conditions": [{"type": "Available"}]}],
+)
+def test_a_workload_status_of_any_shape_reads_as_not_available(status: object) -> None:
+    from engine.rollout.kthena_native import model_serving_available
+    from engine.rollout.kthena_status import deployment_available
+
+    assert not deployment_available({"kind": "Deployment", "status": status})
+    serving = {"spec": {"replicas": 2}, "status": status}
+    assert not model_serving_available(serving)
+    assert deployment_available({"status": {"conditions": [5, {"type": "Available", "status": "True"}]}})
+    assert not model_serving_available({"spec": {"replicas": "2"}, "status": {"availableReplicas": "2"}})
+    assert model_serving_available({"spec": {"replicas": 2}, "status": {"availableReplicas": 2}})
+
+
 def test_sglang_serves_loras_with_its_own_flags() -> None:
     m = parsed(
         backend(

@@ -299,3 +299,51 @@ def test_status_slo_shows_the_attainment_from_the_metrics_files_histograms(
     assert "attained" not in granite and "errorBudgetRemaining" not in granite
     assert granite["message"].startswith("attainment unknown: no latency histograms for ibm/granite-13b")
     assert granite["target"] == 0.9 and granite["window"] == "1h"
+
+
+def _write_status(cluster: pathlib.Path, kind: str, status: object) -> int:
+    """Set ``status`` on every object of ``kind`` in the cluster's files; how many were set."""
+    count = 0
+    for path in sorted(cluster.glob("*.yaml")):
+        docs = list(yaml.safe_load_all(path.read_text()))
+        for doc in docs:
+            if isinstance(doc, dict) and doc.get("kind") == kind:
+                doc["status"] = status
+                count += 1
+        path.write_text(yaml.safe_dump_all(docs, sort_keys=False))
+    return count
+
+
+@pytest.mark.parametrize(
+    ("variant_status", "binding_status"),
+    [
+        pytest.param("broken", [1, 2], id="no-mapping"),
+        pytest.param(
+            {"slo": "broken", "conditions": 5, "desiredOptimizedAlloc": "x"},
+            {"history": [5], "panicModeEnd": "soon", "zeroSince": 5, "conditions": [5]},
+            id="parts-no-mapping",
+        ),
+    ],
+)
+def test_a_status_of_any_shape_is_rewritten_by_the_cycle(
+    prefect_harness: None,
+    example_cluster: pathlib.Path,
+    example_metrics: pathlib.Path,
+    variant_status: object,
+    binding_status: object,
+) -> None:
+    """A status someone else wrote (the local backend keeps what a file says) is replaced by the cycle's, and the
+    decisions are those made from no status at all: it neither fails the run nor steers a scale."""
+    assert _write_status(example_cluster, "VariantAutoscaling", variant_status) == 4
+    assert _write_status(example_cluster, "AutoscalingPolicyBinding", binding_status) == 1
+    report = optimize(cluster=str(example_cluster), metrics_file=str(example_metrics))
+    assert not report.degraded, report.degraded
+    variants = by_kind(example_cluster, "VariantAutoscaling")
+    assert variants["llama-3-1-8b-h100"]["status"]["desiredOptimizedAlloc"]["numReplicas"] == 3
+    for name, va in variants.items():
+        assert {c["type"] for c in va["status"]["conditions"]} == {"MetricsAvailable", "OptimizationReady"}, name
+        assert isinstance(va["status"]["slo"], dict) and va["status"]["slo"]["target"] == 0.9, name
+    binding = by_kind(example_cluster, "AutoscalingPolicyBinding")["qwen2-5-7b-instruct"]["status"]
+    assert [h["recommended"] for h in binding["history"]] == [3] and binding["desiredReplicas"] == 3
+    assert binding.get("panicModeEnd") != "soon" and "zeroSince" not in binding  # replaced, not carried
+    assert all(isinstance(c, dict) for c in binding["conditions"])

@@ -66,6 +66,10 @@ def test_unobserved_change_rules() -> None:
     assert unobserved_change(obj(None)) is None
     assert [c.generation for c in new_changes([obj(3, 2), obj(3, 2)], set())] == [3]
     assert new_changes([obj(3, 2)], {("u", 3)}) == []
+    for written in ("two", 2.5, True, None):  # a hand-written observation is none: the change is acted on
+        change = unobserved_change({**obj(2), "status": {"observedGeneration": written}})
+        assert change is not None and change.observed_generation is None
+    assert unobserved_change({**obj(2), "status": "broken"}) is not None
 
 
 def test_a_change_made_while_the_watch_is_open_is_announced_once(
