@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from engine.status import mapping_at
+from engine.status import generation_of, mapping_at
 
 
 @dataclass(frozen=True)
@@ -32,23 +32,31 @@ class UnobservedChange:
         return self.uid, self.generation
 
 
+def being_deleted(obj: Mapping[str, Any]) -> bool:
+    """Whether ``obj`` is being deleted (``metadata.deletionTimestamp`` set: a finalizer, or a foreground deletion
+    waiting for its dependents, still holds it). Its controller no longer acts on it: what it owns is the garbage
+    collector's to remove, and a dependent created now would be one more for the collector to wait for."""
+    return bool(mapping_at(obj, "metadata").get("deletionTimestamp"))
+
+
 def unobserved_change(obj: Mapping[str, Any]) -> UnobservedChange | None:
     """The change ``obj`` carries that its controller has not acted on, or None when there is none: the
-    object is up to date, is being deleted (its owner references clean up), or keeps no generation."""
-    meta = obj.get("metadata") or {}
-    generation = meta.get("generation")
-    if generation is None or meta.get("deletionTimestamp"):
+    object is up to date, is being deleted (its owner references clean up), or keeps no generation (none, or one
+    written by hand that is no whole number)."""
+    meta = mapping_at(obj, "metadata")
+    generation = generation_of(obj)
+    if generation is None or being_deleted(obj):
         return None
     observed = mapping_at(obj, "status").get("observedGeneration")
     if not isinstance(observed, int) or isinstance(observed, bool):
         observed = None  # a hand-written ``observedGeneration: abc`` is no observation: the change is acted on
-    if observed is not None and observed == int(generation):
+    if observed is not None and observed == generation:
         return None
     return UnobservedChange(
         namespace=meta.get("namespace") or "",
         name=meta["name"],
         uid=meta.get("uid") or f"{meta.get('namespace')}/{meta['name']}",
-        generation=int(generation),
+        generation=generation,
         observed_generation=observed,
     )
 

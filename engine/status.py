@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeGuard
 
 from pydantic import BaseModel
 
@@ -64,10 +64,22 @@ def condition_is_true(obj: Mapping[str, Any], condition_type: str) -> bool:
     )
 
 
+def _whole(value: object) -> TypeGuard[int]:
+    """Whether ``value`` is a whole number >= 0 (a count or a generation; a bool is none)."""
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
 def count_at(obj: Mapping[str, Any], key: str) -> int:
     """The whole count ``obj[key]`` (a status's ``replicas``), or 0 when it is absent or no whole number >= 0."""
     value = obj.get(key)
-    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else 0
+    return value if _whole(value) else 0
+
+
+def generation_of(obj: object) -> int | None:
+    """``obj``'s ``metadata.generation`` when it is a whole number >= 0 (the API server's), else None: what a status
+    records as ``observedGeneration``; a hand-written ``generation: abc`` or ``-3`` is no generation to record."""
+    value = mapping_at(obj, "metadata").get("generation")
+    return value if _whole(value) else None
 
 
 @dataclass(frozen=True)
@@ -177,7 +189,7 @@ def status_with_conditions(
     """The object's status with ``updates`` applied and ``observedGeneration`` set; the conditions held are kept
     as they are when every update is already among them and nothing else there is malformed."""
     old = mapping_at(obj, "status")
-    generation = mapping_at(obj, "metadata").get("generation")
+    generation = generation_of(obj)
     status: dict[str, Any] = dict(old)
     status.update(extra or {})
     held = old.get("conditions") or []

@@ -19,7 +19,7 @@ from pydantic import BaseModel
 
 from flows.exitcodes import flow_result
 from tasks.aim.writes import WriteCounts, for_each
-from tasks.boundary import Accepted
+from tasks.boundary import Accepted, not_being_deleted
 from tasks.clients.cluster import Cluster, Manifest
 from tasks.clients.cluster.errors import ClusterError
 from tasks.clients.cluster.recorder import record_event
@@ -61,7 +61,8 @@ def reconcile_each(
     failed_row: Callable[[Item, ClusterError | ValueError], Row] | None = None,
     workers: int = 8,
 ) -> tuple[list[Row], WriteCounts]:
-    """Reconcile each object independently and collect the rows, in the objects' order.
+    """Reconcile each object independently and collect the rows, in the objects' order; an object being deleted
+    is left alone (:func:`tasks.boundary.not_being_deleted`).
 
     Args:
         cluster: Where failures are recorded as Events.
@@ -92,6 +93,7 @@ def reconcile_each(
             counts.errors.append(line)
             return None
 
+    objects = not_being_deleted(objects)  # a finalizer or a foreground deletion holds them: left alone
     writes = WriteCounts()
     if workers <= 1:
         results = []

@@ -2,7 +2,7 @@
 
 Lifecycle, top to bottom:
 
-1. read the OpenModel, validate its source as llmaz's webhook does and its flavors (accelerator limits whole
+1. read the OpenModel (one being deleted is refused), validate its source as llmaz's webhook does and its flavors (accelerator limits whole
    counts, ``TP``/``PP`` sizes) as the Deployment needs them (``Validated`` condition);
 2. warm its weights once into the namespace's shared ModelCache, which every later rollout of the model
    reuses (``Cached`` condition); until the cache is Available nothing is served;
@@ -24,6 +24,7 @@ from pydantic import Field
 from engine.api.llmaz import API_VERSION as LLMAZ_API_VERSION
 from engine.api.registry import OPEN_MODEL
 from engine.caches.lookup import model_cache_pvc
+from engine.changes import being_deleted
 from engine.rollout.openmodel import DEFAULT_IMAGE, check_flavor, choose_flavor, render_openmodel, validate_openmodel
 from engine.rollout.workloads import identity_problems, stamp
 from flows.exitcodes import flow_result
@@ -97,6 +98,8 @@ def serve_openmodel(
         obj = read_openmodel(conn, model)
     except NotFound:
         raise ServeError(f"OpenModel {model!r} not found") from None
+    if being_deleted(obj):  # a workload made for it now would outlive it
+        raise ServeError(f"OpenModel {model!r} is being deleted: nothing is served for it")
     openmodel, source, errors = validate_openmodel(obj)
     if openmodel is None or source is None or errors:
         write_conditions(conn, obj, errors, None, now)

@@ -29,9 +29,12 @@ from pydantic import BaseModel
 from engine.api.identity import identity_errors
 from engine.api.registry import kind_info
 from engine.api.validate import ManifestInvalid, check_identity, parse_object, with_status
+from engine.changes import being_deleted
 from engine.scopes import scoped
+from engine.status import generation_of, mapping_at
 from tasks.clients.cluster import Cluster, LocalCluster, ObjectRef
 from tasks.clients.cluster.errors import ClusterError
+from tasks.tracking import run_logger
 
 log = logging.getLogger(__name__)
 
@@ -44,6 +47,7 @@ _rejections: ContextVar[list[str] | None] = ContextVar("modelplane_boundary_reje
 """The current run's rejections (one line each), or None when no run collects them."""
 
 M = TypeVar("M", bound=BaseModel)
+Item = TypeVar("Item", bound="Accepted[Any] | Manifest")
 
 
 @dataclass(frozen=True)
@@ -102,11 +106,39 @@ def accept_parsed(
         if isinstance(parsed, tuple):
             reject(cluster, obj, *parsed)
             if rejected is not None:
-                meta = _mapping_at(obj, "metadata")
+                meta = mapping_at(obj, "metadata")
                 rejected[str(meta.get("namespace") or ""), str(meta.get("name"))] = ": ".join(parsed)
         else:
             valid.append((obj, parsed))
     return valid
+
+
+def not_being_deleted(items: Iterable[Item]) -> list[Item]:
+    """The objects a lifecycle reconciles: ``items`` without those being deleted
+    (:func:`engine.changes.being_deleted`), each of those logged. A controller leaves an object that a finalizer or a
+    foreground deletion holds alone, as the projects behind the seeds do (WVA's active VariantAutoscalings): a
+    dependent rolled out, a cache filled or a scale written for it now would outlive it or hold its deletion up.
+
+    Args:
+        items: Objects as read (manifests, or accepted objects with their API models).
+
+    Returns:
+        Those not being deleted, in order.
+    """
+    kept: list[Item] = []
+    for item in items:
+        obj = item.obj if isinstance(item, Accepted) else item
+        if being_deleted(obj):
+            meta = mapping_at(obj, "metadata")
+            run_logger().info(
+                "%s %s/%s is being deleted: left alone",
+                obj.get("kind"),
+                meta.get("namespace") or "",
+                meta.get("name"),
+            )
+        else:
+            kept.append(item)
+    return kept
 
 
 def accept_identity(cluster: Cluster, objects: Iterable[Manifest]) -> list[Manifest]:
@@ -216,7 +248,7 @@ def _read_status(parsed: BaseModel, obj: Manifest) -> BaseModel:
     parse are read as absent, with a warning naming them."""
     typed, dropped = with_status(parsed, obj.get("status"))
     if dropped:
-        meta = _mapping_at(obj, "metadata")
+        meta = mapping_at(obj, "metadata")
         log.warning(
             "%s %s/%s: status parts that do not parse are read as absent: %s",
             obj.get("kind"),
@@ -225,12 +257,6 @@ def _read_status(parsed: BaseModel, obj: Manifest) -> BaseModel:
             ", ".join(dropped),
         )
     return typed
-
-
-def _mapping_at(obj: Manifest, key: str) -> dict[str, Any]:
-    """``obj[key]`` when it is a mapping, else empty: a malformed object is still reported, never a crash."""
-    value = obj.get(key)
-    return value if isinstance(value, dict) else {}
 
 
 def reject(cluster: Cluster, obj: Manifest, field: str, reason: str) -> None:
@@ -242,7 +268,7 @@ def reject(cluster: Cluster, obj: Manifest, field: str, reason: str) -> None:
         field: The path of the field that is invalid, e.g. ``spec.modelName``.
         reason: Why the field is invalid.
     """
-    meta = _mapping_at(obj, "metadata")
+    meta = mapping_at(obj, "metadata")
     where = f"{meta.get('namespace')}/{meta.get('name')}" if meta.get("namespace") else str(meta.get("name"))
     message = f"{field}: {reason}"
     source = cluster.source_of(obj) if isinstance(cluster, LocalCluster) else None
@@ -296,7 +322,7 @@ def failure_status(obj: Manifest, message: str) -> Manifest | None:
     """
     info = kind_info(str(obj.get("apiVersion")), str(obj.get("kind")))
     has_phase = info is not None and info.has_status_phase()  # a status ``status`` enum: an invalid one is Failed
-    current = _mapping_at(obj, "status")
+    current = mapping_at(obj, "status")
     listed = current.get("conditions")
     conditions = [c for c in listed if isinstance(c, dict)] if isinstance(listed, list) else []  # garbage: none
     ready = next((c for c in conditions if c.get("type") == "Ready"), None)
@@ -315,8 +341,8 @@ def failure_status(obj: Manifest, message: str) -> Manifest | None:
         "message": message,
         "lastTransitionTime": now,
     }
-    generation = (obj.get("metadata") or {}).get("generation")
-    if isinstance(generation, int):
+    generation = generation_of(obj)
+    if generation is not None:
         condition["observedGeneration"] = generation
     status: Manifest = {"conditions": [c for c in conditions if c.get("type") != "Ready"] + [condition]}
     if has_phase:

@@ -38,7 +38,7 @@ from engine import yaml11
 from engine.api.llmd import VariantAutoscaling
 from engine.promql import quote
 from engine.simulate.calibrate import CONDITION_CALIBRATED, CalibrationOutcome, Window, opted_in
-from engine.status import ConditionUpdate, changed_fields, mapping_at, set_conditions
+from engine.status import ConditionUpdate, changed_fields, generation_of, mapping_at, set_conditions
 from engine.units import duration_seconds
 from tasks.boundary import Accepted
 from tasks.clients.cluster import Cluster, ObjectRef
@@ -272,9 +272,7 @@ def write_outcome(cluster: Cluster, obj: dict[str, Any], outcome: CalibrationOut
 
     def mutate_status(current: dict[str, Any]) -> dict[str, Any] | None:
         old = mapping_at(current, "status")
-        conditions = set_conditions(
-            old.get("conditions"), [update], now, mapping_at(current, "metadata").get("generation")
-        )
+        conditions = set_conditions(old.get("conditions"), [update], now, generation_of(current))
         return changed_fields(old, {**old, "conditions": conditions})
 
     retry_on_conflict(cluster, ref, mutate_status, write="status")

@@ -58,7 +58,7 @@ from engine.rollout.kthena_weights import (
 )
 from engine.rollout.kthena_workloads import LoraChange, hub_offline
 from engine.rollout.workloads import identity_problems
-from engine.status import changed_fields, condition_is_true, mapping_at
+from engine.status import changed_fields, condition_is_true, generation_of, mapping_at
 from tasks.boundary import Accepted, accept_identity
 from tasks.caches import ensure_cache, mark_used
 from tasks.clients.cluster import Cluster, ObjectRef
@@ -350,10 +350,10 @@ def reconcile_model(
         failure = Failure(REASON_ABNORMAL, exc.message)
     except RuntimeError as exc:
         failure = Failure(REASON_ABNORMAL, str(exc))
-    generation = meta.get("generation")
+    generation = generation_of(manifest)
 
     def build(current: dict[str, Any]) -> dict[str, Any] | None:
-        old = current.get("status") or {}
+        old = mapping_at(current, "status")
         return changed_fields(old, model_status(old, generation, now, backends, failure))
 
     outcome.status_written = write_status(cluster, manifest, build)

@@ -23,7 +23,7 @@ from engine.rollout.openmodel import (
     invalid_reason,
 )
 from engine.rollout.workloads import FieldError
-from engine.status import ConditionUpdate, changed_fields, set_conditions
+from engine.status import ConditionUpdate, changed_fields, generation_of, mapping_at, set_conditions
 from tasks.boundary import Accepted
 from tasks.caches import ensure_cache
 from tasks.clients.cluster import Cluster, ObjectRef
@@ -140,11 +140,10 @@ def write_conditions(
         ]
     if cached is not None:
         updates.append(cached)
-    generation = (obj.get("metadata") or {}).get("generation")
+    generation = generation_of(obj)
 
     def build(current: dict[str, Any]) -> dict[str, Any] | None:
-        old = current.get("status")
-        old = old if isinstance(old, dict) else {}  # a hand-written ``status: 5`` is replaced
+        old = mapping_at(current, "status")  # a hand-written ``status: 5`` is replaced
         return changed_fields(
             old, {**old, "conditions": set_conditions(old.get("conditions"), updates, now, generation)}
         )

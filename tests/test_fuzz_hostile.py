@@ -52,6 +52,43 @@ def test_hostile_metadata_is_refused_naming_a_metadata_field_and_only_then(meta:
         assert not isinstance(parsed, tuple), parsed
 
 
+_SYSTEM_METADATA = (
+    "generation",
+    "uid",
+    "resourceVersion",
+    "creationTimestamp",
+    "deletionTimestamp",
+    "finalizers",
+    "ownerReferences",
+)
+
+
+@BOUNDED
+@given(
+    st.sampled_from(_SYSTEM_METADATA),
+    st.one_of(st.sampled_from(EXTREMES), st.just("two"), st.lists(st.integers(), max_size=2), st.just({"a": 1})),
+)
+def test_hostile_system_metadata_is_refused_naming_it_or_written_back_as_a_whole_generation(
+    field: str, value: Any
+) -> None:
+    """What an API server sets (generation, uid, timestamps, ...) written by hand as anything: the object is refused
+    naming that field, or read; its failure status and its conditions are written either way, observedGeneration a
+    whole number >= 0 or absent. Before, ``generation: -3`` passed the reader and failed the Condition built from
+    it: the optimize cycle of every model ended ``optimize could not run``."""
+    obj = example_object(VARIANT_AUTOSCALING)
+    obj["metadata"][field] = value
+    parsed = parse_resource(obj)
+    assert not isinstance(parsed, tuple) or parsed[0].startswith(f"metadata.{field}"), parsed
+    written = [
+        failure_status(obj, "spec.x: broken"),
+        status_with_conditions(obj, [ConditionUpdate("Ready", "True", "Ready", "ok")], _NOW),
+    ]
+    for status in written:
+        assert status is not None
+        generations = [status.get("observedGeneration"), *(c.get("observedGeneration") for c in status["conditions"])]
+        assert all(g is None or (type(g) is int and g >= 0) for g in generations), generations
+
+
 _NUMERIC_PATHS = (
     ("spec", "acceleratorCount"),
     ("spec", "variantProfile", "maxBatchSize"),

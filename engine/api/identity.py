@@ -21,7 +21,8 @@ The rules are apimachinery's (``k8s.io/apimachinery/pkg/api/validation`` and ``p
   of its data at most 253 of ``[-._a-zA-Z0-9]``, not ``.`` or ``..`` nor starting with ``..`` (``IsConfigMapKey``);
   what a custom resource names this way is rendered into Pods and read by the flows, so its model refuses it;
 * a built-in kind's body decodable at all (the API server's decoding refuses it before any validation): its
-  ``spec``, when present, an object; a ConfigMap's ``data`` and ``binaryData`` and a Secret's ``data`` and
+  ``metadata.labels`` and ``metadata.annotations`` mappings of strings, its ``spec``, when present, an object; a
+  ConfigMap's ``data`` and ``binaryData`` and a Secret's ``data`` and
   ``stringData`` mappings of strings (``map[string]string``, ``map[string][]byte``). A custom resource's body is
   its schema's to check (:mod:`engine.api.validate`), so a bad one gets its own condition.
 """
@@ -219,7 +220,7 @@ def identity_errors(manifest: Any) -> list[tuple[str, str]]:
     errors += _name_errors(manifest["apiVersion"], manifest["kind"], meta)
     errors += _label_errors(meta.get("labels"))
     errors += _annotation_errors(meta.get("annotations"))
-    errors += body_errors(manifest)
+    errors += [error for error in body_errors(manifest) if error not in errors]
     return errors
 
 
@@ -228,15 +229,20 @@ _STRING_MAPS = {"ConfigMap": ("data", "binaryData"), "Secret": ("data", "stringD
 
 
 def body_errors(manifest: Mapping[str, Any]) -> list[tuple[str, str]]:
-    """``(field path, reason)`` of a built-in kind's body the API server cannot decode: a ``spec`` that is not an
-    object, a ConfigMap's or Secret's data that is no map of strings (custom resources: none, see module docs).
-    ``manifest`` has string ``apiVersion`` and ``kind`` (:func:`identity_errors` checks those first)."""
+    """``(field path, reason)`` of a built-in kind's body the API server cannot decode: labels or annotations that
+    are no map of strings, a ``spec`` that is not an object, a ConfigMap's or Secret's data that is no map of strings
+    (custom resources: none, see module docs). ``manifest`` has string ``apiVersion`` and ``kind`` and a mapping
+    ``metadata`` (:func:`identity_errors` checks those first; the local backend loads no document without them)."""
     api_version: str = manifest["apiVersion"]
     group = api_version.rpartition("/")[0]
     if "." in group and not group.endswith(".k8s.io"):
         return []
+    meta = manifest.get("metadata") or {}
+    errors = [
+        error for field in ("labels", "annotations") for error in _string_pairs(f"metadata.{field}", meta.get(field))[1]
+    ]
     spec = manifest.get("spec")
-    errors = [] if spec is None or isinstance(spec, Mapping) else [("spec", "must be an object")]
+    errors += [] if spec is None or isinstance(spec, Mapping) else [("spec", "must be an object")]
     if api_version == "v1":
         for field in _STRING_MAPS.get(manifest["kind"], ()):
             errors += _string_pairs(field, manifest.get(field))[1]

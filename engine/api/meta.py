@@ -270,7 +270,7 @@ class ObjectMeta(BaseModel):
     namespace: str | None = None
     labels: dict[str, str] = Field(default_factory=dict, exclude_if=_empty)
     annotations: dict[str, str] = Field(default_factory=dict, exclude_if=_empty)
-    generation: int | None = None
+    generation: int | None = Field(None, ge=0)
     resource_version: str | None = Field(None, alias="resourceVersion")
     uid: str | None = None
     creation_timestamp: Time | None = Field(None, alias="creationTimestamp")

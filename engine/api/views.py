@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from typing import Any, Self
 
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, model_validator
 
 __all__ = [
     "CustomResourceDefinition",
@@ -217,6 +217,18 @@ class ScalableAsWritten(View):
     def ready_replicas(self) -> object:
         """``status.readyReplicas`` as written, or None."""
         return self.status.get("readyReplicas") if isinstance(self.status, dict) else None
+
+    def selector(self) -> str | None:
+        """The Scale's label selector as :meth:`ScaleTarget.selector` reads it, from the selectors as written; None
+        when they are malformed (a workload whose replicas or status are no counts still has its pods found)."""
+        parts = {
+            "spec": {"selector": self.spec.get("selector")} if isinstance(self.spec, dict) else {},
+            "status": {"selector": self.status.get("selector")} if isinstance(self.status, dict) else {},
+        }
+        try:
+            return ScaleTarget.model_validate(parts).selector()
+        except ValidationError:
+            return None
 
 
 class LabelSelector(View):

@@ -20,7 +20,7 @@ from engine.api.kthena import AutoscalingPolicyBinding, AutoscalingPolicyBinding
 from engine.api.kthena import Model as KthenaModel
 from engine.api.meta import ObjectMeta
 from engine.api.registry import KTHENA_GROUP, MODEL, group_of
-from engine.api.views import ScaleTarget, Workload
+from engine.api.views import ScalableAsWritten, Workload
 from engine.optimize.actuation import RECOMMEND, ActuationModeError, resource_mode, target_modes
 from engine.optimize.bindings import (
     ANNOTATION_SCALE_TO_ZERO_GRACE,
@@ -296,7 +296,9 @@ def _scale(cluster: Cluster, ref: ObjectRef, held: TargetReplicas) -> tuple[int 
     if listed:
         if obj is None:
             return None
-        return held.current.get((ref.namespace or "", ref.kind, ref.name)), ScaleTarget.model_validate(obj).selector()
+        return held.current.get((ref.namespace or "", ref.kind, ref.name)), ScalableAsWritten.model_validate(
+            obj
+        ).selector()
     try:
         scale_now = cluster.get_scale(ref)
     except NotFound:

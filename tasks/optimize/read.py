@@ -41,7 +41,7 @@ from engine.optimize.config import (
     parse_service_class,
 )
 from engine.optimize.spec import MAX_REPLICAS, model_targets
-from tasks.boundary import Accepted, accept, accept_as
+from tasks.boundary import Accepted, accept, accept_as, not_being_deleted
 from tasks.clients.cluster import Cluster, ObjectRef
 from tasks.clients.cluster.errors import NotFound
 from tasks.clients.metrics.snapshot import MetricsError, MetricsSnapshot, MetricsSource, ModelKey
@@ -198,15 +198,20 @@ def read_cluster_state(
         namespace_selector: A label selector on Namespaces that limits the cycle further, or None.
 
     Returns:
-        The VariantAutoscalings, bindings and policies in scope, the parsed configuration and its errors.
+        The VariantAutoscalings and bindings in scope that are not being deleted, the policies in scope, the parsed
+        configuration and its errors.
     """
     scope = namespace_scope(cluster, namespaces, namespace_selector)
     variants = [
-        va for va in list_typed(cluster, LLMD_API, VARIANT_AUTOSCALING, VariantAutoscaling) if _in_scope(va, scope)
+        va
+        for va in not_being_deleted(list_typed(cluster, LLMD_API, VARIANT_AUTOSCALING, VariantAutoscaling))
+        if _in_scope(va, scope)
     ]
     bindings = [
         b
-        for b in list_typed(cluster, KTHENA_API, AUTOSCALING_POLICY_BINDING, AutoscalingPolicyBinding)
+        for b in not_being_deleted(
+            list_typed(cluster, KTHENA_API, AUTOSCALING_POLICY_BINDING, AutoscalingPolicyBinding)
+        )
         if _in_scope(b, scope)
     ]
     invalid_policies: dict[tuple[str, str], str] = {}

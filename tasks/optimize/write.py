@@ -30,7 +30,7 @@ from engine.optimize.bindings import REASON_NO_METRICS, BindingDecision, binding
 from engine.optimize.plan import VariantDecision
 from engine.optimize.stabilization import ANNOTATION_SCALE_DOWN_PENDING
 from engine.optimize.status import status_patch, variant_status
-from engine.status import REASON_INVALID, changed_fields, mapping_at
+from engine.status import REASON_INVALID, changed_fields, generation_of, mapping_at
 from tasks.boundary import Accepted
 from tasks.clients.cluster import Cluster, ObjectRef
 from tasks.clients.cluster.errors import ClusterError, Conflict
@@ -265,7 +265,7 @@ def apply_variant(
                 record_event(cluster, obj, "ScaleDownHeld", scale_down_held(decision))
         except ClusterError as exc:
             outcome.error = (outcome.error + "; " if outcome.error else "") + f"scale-down window state: {exc.message}"
-    generation = (obj.get("metadata") or {}).get("generation")
+    generation = generation_of(obj)
 
     def build(current: dict[str, Any]) -> dict[str, Any] | None:
         old = mapping_at(current, "status")

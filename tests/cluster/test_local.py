@@ -165,15 +165,35 @@ def test_a_built_in_object_the_api_server_cannot_decode_is_reported_not_loaded(t
     (tmp_path / "bad.yaml").write_text(
         "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: d, namespace: ns}\nspec: true\n---\n"
         "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: c, namespace: ns}\ndata: {costs: {cost: 1}}\n---\n"
-        "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: ok, namespace: ns}\ndata: {a: '1'}\n"
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: ok, namespace: ns}\ndata: {a: '1'}\n---\n"
+        "apiVersion: v1\nkind: Namespace\nmetadata: {name: ns2, labels: team}\n---\n"
+        "apiVersion: v1\nkind: Namespace\nmetadata: {name: ns3, annotations: [a]}\n"
     )
     cluster = LocalCluster(tmp_path)
     assert [e.message.split(": document ")[1] for e in cluster.load_errors] == [
         "at line 1: spec: must be an object",
         'at line 6: data["costs"]: keys and values must be strings',
+        "at line 16: metadata.labels: must be a mapping of strings",  # before: AttributeError from the defaulting
+        "at line 20: metadata.annotations: must be a mapping of strings",
     ]
     assert [c["metadata"]["name"] for c in cluster.list("v1", "ConfigMap", "ns")] == ["ok"]
     assert cluster.list("apps/v1", "Deployment", "ns") == []
+    assert cluster.list("v1", "Namespace") == []
+
+
+def test_a_scale_of_a_workload_holding_no_counts_is_invalid_naming_the_field(tmp_path: Path) -> None:
+    """A hand-written status an API server could never hold: reading or writing the Scale is ``Invalid`` naming
+    the field (a lifecycle reports it for that workload), never a ``ValidationError`` that ends the whole run."""
+    (tmp_path / "d.yaml").write_text(
+        "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: d, namespace: ns}\nspec: {replicas: 1}\nstatus: x\n"
+    )
+    cluster = LocalCluster(tmp_path)
+    target = ObjectRef("apps/v1", "Deployment", "d", "ns")
+    with pytest.raises(Invalid, match=r"^status: Invalid value: Input should be a valid dictionary"):
+        cluster.get_scale(target)
+    with pytest.raises(Invalid, match=r"^status: Invalid value"):
+        cluster.set_scale(target, 2)
+    assert cluster.get("apps/v1", "Deployment", "d", "ns")["spec"]["replicas"] == 1  # refused, not half-written
 
 
 def test_invalid_yaml_is_reported_and_other_files_load(state: Path) -> None:

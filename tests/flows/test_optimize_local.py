@@ -347,3 +347,57 @@ def test_a_status_of_any_shape_is_rewritten_by_the_cycle(
     assert [h["recommended"] for h in binding["history"]] == [3] and binding["desiredReplicas"] == 3
     assert binding.get("panicModeEnd") != "soon" and "zeroSince" not in binding  # replaced, not carried
     assert all(isinstance(c, dict) for c in binding["conditions"])
+
+
+def _edit(cluster: pathlib.Path, kind: str, name: str, edit: Any) -> None:
+    """Apply ``edit`` to the object ``kind``/``name`` in the cluster's files."""
+    for path in sorted(cluster.glob("*.yaml")):
+        docs = list(yaml.safe_load_all(path.read_text()))
+        hits = [d for d in docs if isinstance(d, dict) and d.get("kind") == kind and d["metadata"]["name"] == name]
+        for doc in hits:
+            edit(doc)
+        if hits:
+            path.write_text(yaml.safe_dump_all(docs, sort_keys=False))
+
+
+def _hold_deletion(doc: dict[str, Any]) -> None:
+    doc["metadata"].update(finalizers=["example.com/hold"], deletionTimestamp="2026-01-01T00:00:00Z")
+
+
+def test_a_variant_being_deleted_is_left_alone_and_the_others_are_optimized(
+    prefect_harness: None, example_cluster: pathlib.Path, example_metrics: pathlib.Path
+) -> None:
+    """A VariantAutoscaling a finalizer holds in deletion is not optimized, as WVA filters its active ones: its
+    target is not scaled and nothing is written to it. Before, the cycle scaled its Deployment 1 -> 3."""
+    _edit(example_cluster, "VariantAutoscaling", "llama-3-1-8b-h100", _hold_deletion)
+    replicas = by_kind(example_cluster, "Deployment")["llama-3-1-8b-h100"]["spec"]["replicas"]
+    report = optimize(cluster=str(example_cluster), metrics_file=str(example_metrics))
+    assert not report.degraded, report.degraded
+    variants = by_kind(example_cluster, "VariantAutoscaling")
+    assert "status" not in variants["llama-3-1-8b-h100"] and variants["llama-3-1-8b-h100"]["metadata"]["finalizers"]
+    assert by_kind(example_cluster, "Deployment")["llama-3-1-8b-h100"]["spec"]["replicas"] == replicas
+    assert all("status" in va for name, va in variants.items() if name != "llama-3-1-8b-h100")
+    assert {r.name for r in report.rows} == set(variants) - {"llama-3-1-8b-h100"} | {
+        "qwen2-5-7b-instruct/qwen2-5-7b-instruct"
+    }
+
+
+@pytest.mark.parametrize(
+    "edit",
+    [
+        pytest.param(lambda d: d.__setitem__("status", "broken"), id="status"),
+        pytest.param(lambda d: d["spec"].__setitem__("replicas", "two"), id="replicas"),
+    ],
+)
+def test_a_binding_target_holding_no_counts_fails_its_binding_only(
+    prefect_harness: None, example_cluster: pathlib.Path, example_metrics: pathlib.Path, edit: Any
+) -> None:
+    """The Kthena binding's Deployment with a hand-written status or replicas that is no count: that binding is
+    not scaled, the variants are. Before, the whole cycle ended ``optimize could not run: ValidationError``."""
+    _edit(example_cluster, "Deployment", "qwen2-5-7b-instruct", edit)
+    report = optimize(cluster=str(example_cluster), metrics_file=str(example_metrics))
+    assert by_kind(example_cluster, "Deployment")["qwen2-5-7b-instruct"]["spec"]["replicas"] in (1, "two")
+    variants = by_kind(example_cluster, "VariantAutoscaling")
+    assert variants["llama-3-1-8b-h100"]["status"]["desiredOptimizedAlloc"]["numReplicas"] == 3
+    assert by_kind(example_cluster, "Deployment")["llama-3-1-8b-h100"]["spec"]["replicas"] == 3
+    assert report.degraded  # the binding's target is reported

@@ -199,3 +199,38 @@ def test_a_model_too_large_for_its_workloads_annotations_is_invalid_and_nothing_
     assert changed <= {"20-kthena.yaml"}  # only the Model's status (and no child) was written
     with pytest.raises(NotFound):
         cluster.get("apps/v1", "Deployment", DEPLOYMENT, "llm-serving")
+
+
+def test_a_model_being_deleted_gets_no_workloads_and_a_hand_written_generation_one_line(
+    example_cluster: pathlib.Path, prefect_harness: None, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A Model a finalizer holds in deletion gets no workloads (they would outlive it; a foreground deletion would
+    wait on each one made). Before, the rollout created its Deployment, Service, route and binding. A second Model
+    whose ``metadata.generation`` is text is invalid on one line; before, pydantic's four-line ``Condition`` error."""
+    model = example_cluster / "20-kthena.yaml"
+    model.write_text(
+        model.read_text().replace(
+            "  name: deepseek-r1-distill-qwen-7b\n  namespace: llm-serving\n",
+            "  name: deepseek-r1-distill-qwen-7b\n  namespace: llm-serving\n"
+            "  finalizers: [example.com/hold]\n  deletionTimestamp: '2026-01-01T00:00:00Z'\n",
+            1,
+        )
+        + HOSTILE_MODEL.format(name="numbered").replace(
+            "  namespace: llm-serving\n", "  namespace: llm-serving\n  generation: two\n", 1
+        )
+    )
+    before = snapshot(example_cluster)
+    result = CliRunner().invoke(app, ["rollout-models", "--cluster", str(example_cluster)], terminal_width=250)
+    assert result.exit_code == 3, result.output
+    assert "Model llm-serving/deepseek-r1-distill-qwen-7b is being deleted: left alone" in caplog.messages
+    degraded = [line for line in result.output.splitlines() if line.startswith("degraded:")]
+    assert degraded == [
+        "degraded: llm-serving/numbered: Failed: InvalidModel: metadata.generation: Input should be a valid integer, "
+        "unable to parse string as an integer"
+    ]
+    cluster = LocalCluster(str(example_cluster))
+    with pytest.raises(NotFound):
+        cluster.get("apps/v1", "Deployment", DEPLOYMENT, "llm-serving")
+    held = cluster.get("registry.volcano.sh/v1alpha1", "Model", "deepseek-r1-distill-qwen-7b", "llm-serving")
+    assert "status" not in held
+    assert {p for p in snapshot(example_cluster) if p not in before} == set()  # no file of a new object

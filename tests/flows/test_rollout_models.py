@@ -809,3 +809,28 @@ def test_runtime_lora_resolves_a_hub_adapter_as_vllm_does(env: Env, hf_server: A
     finally:
         stop_process(vllm, timeout=10, group=True)
         stop_process(offline, timeout=10, group=True)
+
+
+def test_a_model_in_foreground_deletion_is_left_to_the_garbage_collector(env: Env) -> None:
+    """``kubectl delete --cascade=foreground`` of a Model (here also held by a finalizer of someone else's): the
+    API server collects its workloads while the Model waits. A rollout pass then must neither re-create them
+    (the deletion would wait on each one made) nor write its status. Before, the pass made its Deployment again."""
+    env.create(model("held", env.ns, [backend("a100")]))
+    env.run()
+    assert list(env.deployments()) == ["held-a100"]
+    env.custom.patch_namespaced_custom_object(
+        GROUP, VERSION, env.ns, "models", "held", {"metadata": {"finalizers": ["example.com/hold"]}}
+    )
+    env.custom.delete_namespaced_custom_object(
+        GROUP, VERSION, env.ns, "models", "held", propagation_policy="Foreground"
+    )
+    assert env.deployments() == {}  # collected: blockOwnerDeletion dependents go first
+    status = env.status("held")
+    report = env.run()
+    assert env.deployments() == {} and env.services() == {}
+    assert env.status("held") == status and report.rows == [] and not report.degraded
+    held = env.custom.get_namespaced_custom_object(GROUP, VERSION, env.ns, "models", "held")
+    assert held["metadata"]["deletionTimestamp"]
+    env.custom.patch_namespaced_custom_object(
+        GROUP, VERSION, env.ns, "models", "held", {"metadata": {"finalizers": None}}
+    )

@@ -31,7 +31,10 @@ import time
 import uuid
 from collections.abc import Iterator
 
+from pydantic import ValidationError
+
 from engine.api.identity import identity_errors
+from engine.api.validate import format_path
 from engine.api.views import ScaleTarget
 from tasks.clients.cluster.base import Manifest, ObjectRef, Scale, WatchEvent
 from tasks.clients.cluster.errors import Conflict, Invalid, NotFound
@@ -197,6 +200,7 @@ class LocalCluster(LocalStore):
         with self._writing():
             info, entry = self._find_ref(ref)
             info.require("scale")
+            _scale_of(info, entry.obj)  # a Scale that cannot be read is not written either: Invalid, nothing changed
             new = self._patched_main(info, entry.obj, {"spec": {"replicas": replicas}})
             return _scale_of(info, self._update(entry, new))
 
@@ -336,8 +340,13 @@ def _gone(obj: Manifest) -> bool:
 
 
 def _scale_of(info: ResourceInfo, obj: Manifest) -> Scale:
-    """The Scale view of an object: desired replicas, observed replicas and label selector."""
-    target = ScaleTarget.model_validate(obj)
+    """The Scale view of an object: desired replicas, observed replicas and label selector; ``Invalid`` naming the
+    field when a hand-written object holds no count where the Scale reads one (an API server could not serve it)."""
+    try:
+        target = ScaleTarget.model_validate(obj)
+    except ValidationError as exc:
+        error = exc.errors()[0]
+        raise Invalid.value((format_path(error["loc"]), error["msg"])) from None
     default = 1 if info.group == "apps" else 0
     return Scale(
         replicas=target.spec.replicas if target.spec.replicas is not None else default,
