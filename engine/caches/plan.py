@@ -37,7 +37,11 @@ MANAGED_BY = {"app.kubernetes.io/managed-by": "modelplane"}
 ATTEMPTS_ANNOTATION = "modelplane.io/fill-attempts"
 """On the ModelCache: ``<generation>/<fills started for it>`` so retries survive between runs."""
 REQUESTED_BY_ANNOTATION = "modelplane.io/requested-by"
-"""On the ModelCache: the consumers (``Kind/namespace/name``) that asked for it, comma-separated."""
+"""On the ModelCache: the consumers (``Kind/namespace/name``) that asked for it, comma-separated, oldest first."""
+REQUESTERS_MAX_BYTES = 8 * 1024
+"""The most of :data:`REQUESTED_BY_ANNOTATION` kept (the oldest consumers dropped first): a shared cache that
+consumers come to and go from for months (CI previews) would otherwise grow it without end, until the API server
+refused every write of the cache (256 KiB for all of an object's annotations) and so every consumer's request."""
 
 # Condition types and reasons (seed 004 / the first AIM ModelCache controller; Modelplane additions marked).
 STORAGE_READY = "StorageReady"
@@ -185,11 +189,15 @@ def requested_by(annotations: Mapping[str, str] | None) -> list[str]:
 
 
 def with_requester(annotations: Mapping[str, str] | None, consumer: str) -> dict[str, str] | None:
-    """The annotation patch adding ``consumer`` to the cache's requesters, or ``None`` if already listed."""
+    """The annotation patch adding ``consumer`` last to the cache's requesters, or ``None`` if already listed; the
+    oldest are dropped while the list is longer than :data:`REQUESTERS_MAX_BYTES`."""
     current = requested_by(annotations)
     if consumer in current:
         return None
-    return {REQUESTED_BY_ANNOTATION: ",".join(sorted([*current, consumer]))}
+    kept = [*current, consumer]
+    while len(kept) > 1 and len(",".join(kept).encode()) > REQUESTERS_MAX_BYTES:
+        kept.pop(0)
+    return {REQUESTED_BY_ANNOTATION: ",".join(kept)}
 
 
 # ---------------------------------------------------------------------------------------- decide

@@ -27,6 +27,7 @@ from engine.caches.fill import (
 )
 from engine.caches.gc import gc_verdict
 from engine.caches.plan import (
+    REQUESTERS_MAX_BYTES,
     CacheEvent,
     Failure,
     FillState,
@@ -398,8 +399,19 @@ def test_requesters_are_recorded_once() -> None:
     assert with_requester(None, "A/ns/a") == {"modelplane.io/requested-by": "A/ns/a"}
     assert with_requester({"modelplane.io/requested-by": "A/ns/a"}, "A/ns/a") is None
     assert with_requester({"modelplane.io/requested-by": "B/ns/b"}, "A/ns/a") == {
-        "modelplane.io/requested-by": "A/ns/a,B/ns/b"
+        "modelplane.io/requested-by": "B/ns/b,A/ns/a"
     }
+
+
+def test_requesters_keep_the_newest_within_their_bound() -> None:
+    """Consumers that come and go for months: the list stays within its bound, the newest kept. Before, it grew
+    with each one until the API server refused the cache's annotations (256 KiB) and so every consumer's request."""
+    annotations: dict[str, str] = {}
+    for i in range(5000):
+        annotations.update(with_requester(annotations, f"AIMService/previews/pr-{i:05d}-chat") or {})
+    listed = annotations["modelplane.io/requested-by"]
+    assert len(listed.encode()) <= REQUESTERS_MAX_BYTES and len(listed.split(",")) > 200  # was 170,000 bytes
+    assert listed.endswith(",AIMService/previews/pr-04999-chat") and "pr-00000-" not in listed
 
 
 def test_gc_deletes_only_unused_unmounted_settled_caches() -> None:

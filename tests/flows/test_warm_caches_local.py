@@ -260,7 +260,7 @@ def test_consumers_share_one_cache_and_a_persons_cache_is_adopted(
     caches = LocalCluster(cluster_dir).list(*MC, NS)
     assert [c["metadata"]["name"] for c in caches] == ["mine"]
     assert caches[0]["metadata"]["annotations"]["modelplane.io/requested-by"] == (
-        "AIMService/models/chat,AIMServiceTemplate/models/t"
+        "AIMServiceTemplate/models/t,AIMService/models/chat"  # in the order they asked
     )
     assert caches[0]["status"]["status"] == "Available"
     assert sorted(report.ensured) == [
@@ -508,7 +508,7 @@ def test_consumers_are_read_as_api_models_and_an_invalid_one_is_reported_by_its_
     [created] = LocalCluster(cluster_dir).list(*MC, NS)
     assert created["spec"]["sourceUri"] == uri and created["status"]["status"] == "Available"
     assert created["metadata"]["annotations"]["modelplane.io/requested-by"] == (
-        "AIMService/models/chat,AIMServiceTemplate/models/t"
+        "AIMServiceTemplate/models/t,AIMService/models/chat"  # in the order they asked
     )
     marked = LocalCluster(cluster_dir).get(aim, "AIMService", "no", NS)["status"]
     assert marked["status"] == "Failed" and marked["conditions"][-1]["reason"] == "InvalidSpec"
