@@ -26,6 +26,7 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
+from engine.api.identity import name_error
 from engine.redaction import without_uri_credentials
 
 SCHEMES: tuple[str, ...] = ("hf", "modelscope", "s3", "pvc", "hostpath", "oss", "gcs", "host", "ollama")
@@ -50,7 +51,6 @@ _HUB_PART = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.\-]{0,95}$")
 # name it does not take (as AWS does for new buckets outside us-east-1), with a clear SourceNotFound.
 _BUCKET = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._\-]{1,253}[A-Za-z0-9]$")
 _IPV4 = re.compile(r"^\d+\.\d+\.\d+\.\d+$")
-_DNS1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 _OLLAMA_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-/]*(:[A-Za-z0-9_.\-]+)?$")
 _ENDPOINT = re.compile(r"^(https?://)?[A-Za-z0-9.\-]+(:[0-9]{1,5})?(/[^\s?#]*)?$")
 _SCHEME_PREFIX = re.compile(r"^([A-Za-z][A-Za-z0-9+.\-]*)://(.*)$", re.DOTALL)
@@ -434,7 +434,7 @@ def _validate_pvc(source: ModelSource, field: str | None) -> None:
     claim = source.claim or ""
     if not claim:
         raise SourceError("pvc source needs a claim name: pvc://<claim>[/path]", field)
-    if len(claim) > 253 or not _DNS1123_SUBDOMAIN.match(claim):
+    if name_error("v1", "PersistentVolumeClaim", claim):
         raise SourceError(f"claim name {claim!r} is not a valid Kubernetes name (lowercase DNS-1123 subdomain)", field)
     if source.path and any(part in (".", "..") for part in source.path.split("/")):
         raise SourceError(f"path {source.path!r} inside claim {claim} must not contain '.' or '..'", field)

@@ -62,7 +62,6 @@ MAX_PARALLEL_SIZE = 1024
 """The largest ``TP``/``PP`` accepted: far above the accelerators any node or multi-node group has (a larger
 size is a typo, and vLLM would only fail at start-up after the pods were scheduled)."""
 
-_DNS1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 _LABEL_VALUE_UNSAFE = re.compile(r"[^A-Za-z0-9_.-]+")
 
 
@@ -76,7 +75,7 @@ def validate_openmodel(manifest: Mapping[str, Any]) -> tuple[OpenModel | None, M
     assert isinstance(model, OpenModel)
     errors: list[FieldError] = []
     name = model.metadata.name or ""
-    if len(name) > 253 or not _DNS1123_SUBDOMAIN.match(name):
+    if name_error(API_VERSION, OPEN_MODEL, name):
         errors.append(FieldError("metadata.name", f"{name!r} is not a DNS-1123 subdomain"))
     source: ModelSource | None = None
     try:
