@@ -20,11 +20,11 @@ The rules are apimachinery's (``k8s.io/apimachinery/pkg/api/validation`` and ``p
 * a reference to a Secret (:func:`secret_name_error`, :func:`secret_key_error`): its name a DNS-1123 subdomain, a key
   of its data at most 253 of ``[-._a-zA-Z0-9]``, not ``.`` or ``..`` nor starting with ``..`` (``IsConfigMapKey``);
   what a custom resource names this way is rendered into Pods and read by the flows, so its model refuses it;
-* a built-in kind's body decodable at all (the API server's decoding refuses it before any validation): its
-  ``metadata.labels`` and ``metadata.annotations`` mappings of strings, its ``spec``, when present, an object; a
-  ConfigMap's ``data`` and ``binaryData`` and a Secret's ``data`` and
-  ``stringData`` mappings of strings (``map[string]string``, ``map[string][]byte``). A custom resource's body is
-  its schema's to check (:mod:`engine.api.validate`), so a bad one gets its own condition.
+* a body decodable at all (the API server's decoding refuses it before any validation): ``metadata.generation``,
+  when present, an integer; of a built-in kind also its ``metadata.labels`` and ``metadata.annotations`` mappings
+  of strings, its ``spec``, when present, an object, a ConfigMap's ``data`` and ``binaryData`` and a Secret's
+  ``data`` and ``stringData`` mappings of strings (``map[string]string``, ``map[string][]byte``). A custom
+  resource's body is its schema's to check (:mod:`engine.api.validate`), so a bad one gets its own condition.
 """
 
 from __future__ import annotations
@@ -229,16 +229,20 @@ _STRING_MAPS = {"ConfigMap": ("data", "binaryData"), "Secret": ("data", "stringD
 
 
 def body_errors(manifest: Mapping[str, Any]) -> list[tuple[str, str]]:
-    """``(field path, reason)`` of a built-in kind's body the API server cannot decode: labels or annotations that
-    are no map of strings, a ``spec`` that is not an object, a ConfigMap's or Secret's data that is no map of strings
-    (custom resources: none, see module docs). ``manifest`` has string ``apiVersion`` and ``kind`` and a mapping
-    ``metadata`` (:func:`identity_errors` checks those first; the local backend loads no document without them)."""
+    """``(field path, reason)`` of a body the API server cannot decode: of any kind, a ``metadata.generation`` that
+    is no integer (ObjectMeta's ``int64``; the local backend counts it up on every spec write); of a built-in kind
+    also labels or annotations that are no map of strings, a ``spec`` that is not an object, a ConfigMap's or
+    Secret's data that is no map of strings (a custom resource's body is its schema's, see module docs).
+    ``manifest`` has string ``apiVersion`` and ``kind`` and a mapping ``metadata`` (:func:`identity_errors` checks
+    those first; the local backend loads no document without them)."""
+    meta = manifest.get("metadata") or {}
+    generation = meta.get("generation")
+    errors = [] if generation is None or _integer(generation) else [("metadata.generation", "must be an integer")]
     api_version: str = manifest["apiVersion"]
     group = api_version.rpartition("/")[0]
     if "." in group and not group.endswith(".k8s.io"):
-        return []
-    meta = manifest.get("metadata") or {}
-    errors = [
+        return errors
+    errors += [
         error for field in ("labels", "annotations") for error in _string_pairs(f"metadata.{field}", meta.get(field))[1]
     ]
     spec = manifest.get("spec")
@@ -247,6 +251,11 @@ def body_errors(manifest: Mapping[str, Any]) -> list[tuple[str, str]]:
         for field in _STRING_MAPS.get(manifest["kind"], ()):
             errors += _string_pairs(field, manifest.get(field))[1]
     return errors
+
+
+def _integer(value: Any) -> bool:
+    """Whether ``value`` decodes as a JSON integer (a bool does not; nor does ``1.5``)."""
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def _name_errors(api_version: str, kind: str, meta: Mapping[str, Any]) -> list[tuple[str, str]]:

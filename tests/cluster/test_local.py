@@ -167,7 +167,8 @@ def test_a_built_in_object_the_api_server_cannot_decode_is_reported_not_loaded(t
         "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: c, namespace: ns}\ndata: {costs: {cost: 1}}\n---\n"
         "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: ok, namespace: ns}\ndata: {a: '1'}\n---\n"
         "apiVersion: v1\nkind: Namespace\nmetadata: {name: ns2, labels: team}\n---\n"
-        "apiVersion: v1\nkind: Namespace\nmetadata: {name: ns3, annotations: [a]}\n"
+        "apiVersion: v1\nkind: Namespace\nmetadata: {name: ns3, annotations: [a]}\n---\n"
+        "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: g, namespace: ns, generation: two}\n"
     )
     cluster = LocalCluster(tmp_path)
     assert [e.message.split(": document ")[1] for e in cluster.load_errors] == [
@@ -175,6 +176,7 @@ def test_a_built_in_object_the_api_server_cannot_decode_is_reported_not_loaded(t
         'at line 6: data["costs"]: keys and values must be strings',
         "at line 16: metadata.labels: must be a mapping of strings",  # before: AttributeError from the defaulting
         "at line 20: metadata.annotations: must be a mapping of strings",
+        "at line 24: metadata.generation: must be an integer",  # before: every spec write raised ValueError
     ]
     assert [c["metadata"]["name"] for c in cluster.list("v1", "ConfigMap", "ns")] == ["ok"]
     assert cluster.list("apps/v1", "Deployment", "ns") == []
