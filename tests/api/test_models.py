@@ -66,13 +66,12 @@ def test_checked_in_examples_carry_no_status() -> None:
             )
 
 
+def _manifest(api_version: str, kind: str, name: str, namespace: str, spec: dict[str, Any]) -> dict[str, Any]:
+    return {"apiVersion": api_version, "kind": kind, "metadata": {"name": name, "namespace": namespace}, "spec": spec}
+
+
 def _va(spec: dict[str, Any]) -> dict[str, Any]:
-    return {
-        "apiVersion": "llmd.ai/v1alpha1",
-        "kind": "VariantAutoscaling",
-        "metadata": {"name": "v", "namespace": "ns"},
-        "spec": spec,
-    }
+    return _manifest("llmd.ai/v1alpha1", "VariantAutoscaling", "v", "ns", spec)
 
 
 def test_variant_autoscaling_accepts_first_generation() -> None:
@@ -258,12 +257,7 @@ def test_error_path_for_quantity_drops_union_tags() -> None:
 
 
 def _namespace_config(spec: dict[str, Any]) -> dict[str, Any]:
-    return {
-        "apiVersion": "aim.silogen.ai/v1alpha1",
-        "kind": "AIMNamespaceConfig",
-        "metadata": {"name": "default", "namespace": "team-a"},
-        "spec": spec,
-    }
+    return _manifest("aim.silogen.ai/v1alpha1", "AIMNamespaceConfig", "default", "team-a", spec)
 
 
 @pytest.mark.parametrize(
