@@ -90,7 +90,8 @@ class PassSettings:
 def cache_requests(
     world: CacheWorld, openmodel_namespace: str | None, namespaces: list[str]
 ) -> tuple[list[CacheRequest], list[RequestProblem]]:
-    """Every cache a consumer needs (pure rules in ``engine.caches.requests``), in ``namespaces`` when limited.
+    """Every cache a consumer needs (pure rules in ``engine.caches.requests``), in ``namespaces`` when limited; a
+    template being deleted requests none (it still names the sources of the services that use it).
 
     Args:
         world: What the pass read: templates, services, Kthena models, OpenModels.
@@ -102,7 +103,7 @@ def cache_requests(
     """
     problems: list[RequestProblem] = []
     requests = [
-        *template_requests(world.templates, problems),
+        *template_requests([t for t in world.templates if t.metadata.deletion_timestamp is None], problems),
         *service_requests(world.services, world.templates, problems),
         *kthena_requests(world.models, problems),
         *openmodel_requests(world.openmodels, openmodel_namespace, problems),

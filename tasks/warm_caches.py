@@ -59,7 +59,7 @@ from engine.caches.plan import (
 )
 from engine.caches.reconcile import CacheFacts
 from engine.caches.sources import ModelSource
-from tasks.boundary import Accepted, accept, accept_as
+from tasks.boundary import Accepted, accept, accept_as, not_being_deleted
 from tasks.clients.cluster import Cluster, Conflict, LocalCluster, Manifest, NotFound, ObjectRef
 from tasks.clients.cluster.recorder import record_event
 from tasks.progress import step
@@ -146,9 +146,10 @@ def read_world(cluster: Cluster, namespaces: Iterable[str] | None = None) -> Cac
             _with_written_sources(t)
             for t in _list_typed(cluster, AIM, AIM_SERVICE_TEMPLATE, wanted, AIMServiceTemplate)
         ],
-        services=[s.model for s in _list_typed(cluster, AIM, AIM_SERVICE, wanted, AIMService)],
-        models=[m.model for m in _list_typed(cluster, KTHENA_API, MODEL, wanted, Model)],
-        openmodels=[m.model for m in _list_typed(cluster, LLMAZ_API, OPEN_MODEL, None, OpenModel)],
+        # consumers being deleted request nothing (tasks.boundary.not_being_deleted)
+        services=[s.model for s in not_being_deleted(_list_typed(cluster, AIM, AIM_SERVICE, wanted, AIMService))],
+        models=[m.model for m in not_being_deleted(_list_typed(cluster, KTHENA_API, MODEL, wanted, Model))],
+        openmodels=[m.model for m in not_being_deleted(_list_typed(cluster, LLMAZ_API, OPEN_MODEL, None, OpenModel))],
         pvcs={_key(p): p for p in _list(cluster, "v1", "PersistentVolumeClaim", wanted, CACHE_LABEL)},
         jobs={_key(j): j for j in _list(cluster, "batch/v1", "Job", wanted, CACHE_LABEL)},
         pods=[Pod.model_validate(p) for p in _list(cluster, "v1", "Pod", wanted, CACHE_LABEL)],

@@ -464,6 +464,43 @@ def test_a_kthena_backend_without_cache_uri_gets_a_new_shared_cache(
     ]
 
 
+def test_a_consumer_or_cache_being_deleted_gets_no_cache_and_no_fill(
+    prefect_harness: None, s3_server: S3Server, cluster_dir: pathlib.Path
+) -> None:
+    """A Kthena Model and a ModelCache that finalizers hold in deletion: the Model requests no cache and the cache
+    gets no PVC and no fill (they would outlive their owners). Before, the Model's request was still met
+    (``models/going <- Model/models/tiny``: the cache annotated for a consumer that is going away)."""
+    uri = s3_model(s3_server)
+    holding = {"finalizers": ["example.com/hold"], "deletionTimestamp": "2026-01-01T00:00:00Z"}
+    model = {
+        "apiVersion": "registry.volcano.sh/v1alpha1",
+        "kind": "Model",
+        "metadata": {"name": "tiny", "namespace": NS, **holding},
+        "spec": {
+            "backends": [
+                {
+                    "name": "vllm",
+                    "type": "vLLM",
+                    "modelURI": uri,
+                    "minReplicas": 1,
+                    "maxReplicas": 1,
+                    "workers": [{"type": "server", "image": "vllm/vllm-openai:v0.10.1", "replicas": 1, "pods": 1}],
+                }
+            ]
+        },
+    }
+    going = model_cache("going", uri, size="1Gi")
+    going["metadata"].update(holding)
+    write_with_s3(cluster_dir, s3_server, model, going)
+
+    report = warm_caches(cluster=str(cluster_dir))
+
+    assert not report.problems and report.rows == [] and report.ensured == []
+    [held] = LocalCluster(cluster_dir).list(*MC, NS)
+    assert held["metadata"]["name"] == "going" and "status" not in held
+    assert LocalCluster(cluster_dir).list("v1", "PersistentVolumeClaim", NS) == []
+
+
 def test_consumers_are_read_as_api_models_and_an_invalid_one_is_reported_by_its_field(
     prefect_harness: None, s3_server: S3Server, cluster_dir: pathlib.Path
 ) -> None:
