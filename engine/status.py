@@ -14,7 +14,7 @@ from typing import Any, TypeGuard
 
 from pydantic import BaseModel
 
-from engine.api.meta import Condition, ConditionStatus, set_condition
+from engine.api.meta import Condition, ConditionStatus, condition_message, set_condition
 
 # OptimizationReady=False reasons shared by VariantAutoscalings and AutoscalingPolicyBindings (the seed's
 # own reasons and MetricsAvailable/MetricsUnavailable live in engine.perf.saturation).
@@ -84,12 +84,16 @@ def generation_of(obj: object) -> int | None:
 
 @dataclass(frozen=True)
 class ConditionUpdate:
-    """A condition to set on a resource."""
+    """A condition to set on a resource; its message as it is written (:func:`engine.api.meta.condition_message`),
+    so an update compares equal to the condition it wrote."""
 
     type: str
     status: str
     reason: str
     message: str
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "message", condition_message(self.message))
 
 
 def set_conditions(

@@ -27,6 +27,7 @@ from typing import Any, Generic, TypeVar, cast
 from pydantic import BaseModel
 
 from engine.api.identity import identity_errors
+from engine.api.meta import condition_message
 from engine.api.registry import kind_info
 from engine.api.validate import ManifestInvalid, check_identity, parse_object, with_status
 from engine.changes import being_deleted
@@ -320,6 +321,7 @@ def failure_status(obj: Manifest, message: str) -> Manifest | None:
         The status patch: a ``Ready=False`` condition with reason ``InvalidSpec`` (and ``status: Failed`` for a kind
         with a status phase); None when the object already carries it.
     """
+    message = condition_message(message)  # as the API takes it: one line, bounded
     info = kind_info(str(obj.get("apiVersion")), str(obj.get("kind")))
     has_phase = info is not None and info.has_status_phase()  # a status ``status`` enum: an invalid one is Failed
     current = mapping_at(obj, "status")

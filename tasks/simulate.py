@@ -25,6 +25,7 @@ from engine.simulate.records import Trace
 from engine.simulate.scenario import DEFAULT_HPA_POLICY, ClusterDescription, Scenario
 from engine.simulate.trace import TraceShape, shape_trace
 from tasks.clients.cluster import connect
+from tasks.clients.files import open_own
 from tasks.optimize.read import list_optional, read_cluster_state, read_current_replicas, scale_targets_of
 from tasks.progress import step
 from tasks.simulate_plots import (
@@ -79,6 +80,13 @@ def check_configuration(errors: Sequence[ConfigError], config_namespace: str) ->
 
 class OutputDirectoryError(ValueError):
     """The report's directory cannot be made or is not a directory."""
+
+
+def _write_own(path: pathlib.Path, text: str) -> None:
+    """Write one of the report's own files, never through a symbolic link left at its name (a shared or reused
+    report folder): the link is removed, its target untouched (:func:`tasks.clients.files.open_own`)."""
+    with os.fdopen(open_own(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC), "w", encoding="utf-8") as handle:
+        handle.write(text)
 
 
 def prepare_output_dir(path: str | pathlib.Path) -> pathlib.Path:
@@ -342,7 +350,7 @@ def write_report(
         for entry, o in zip(summary["policies"], outcomes):
             ratio = limits.cost_ratio(o.attainment, o.cost)
             entry["cost_vs_oracle"] = round(ratio, 4) if ratio is not None else None
-    (directory / "summary.json").write_text(json.dumps(summary, indent=2, allow_nan=False) + "\n")
+    _write_own(directory / "summary.json", json.dumps(summary, indent=2, allow_nan=False) + "\n")
     images = "".join(
         f'<h2>{html.escape(name.replace("_", " "))}</h2><img alt="{name}" src="data:image/png;base64,'
         f'{base64.b64encode(path.read_bytes()).decode()}"/>'
@@ -358,7 +366,8 @@ def write_report(
         if limits is not None
         else ""
     )
-    (directory / "report.html").write_text(
+    _write_own(
+        directory / "report.html",
         f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
         "<style>body{font-family:sans-serif;max-width:1100px;margin:auto}td,th{border:1px solid #ccc;padding:2px 6px}"
         "table{border-collapse:collapse;margin:6px 0}</style></head>"
@@ -366,7 +375,7 @@ def write_report(
         f"<h2>What is measured</h2>{_html_table(targets_table(scenario, limits))}"
         f"<p>{html.escape(ATTAINMENT_DEFINITION)}</p>{ceiling}<p>{html.escape(cost_unit(scenario))}</p>"
         f"<h2>Settings</h2><ul>{settings_html}</ul>"
-        f"<h2>Policies</h2>{_html_table(summary_table(outcomes, limits))}{images}</body></html>\n"
+        f"<h2>Policies</h2>{_html_table(summary_table(outcomes, limits))}{images}</body></html>\n",
     )
     return {"html": directory / "report.html", "json": directory / "summary.json", **plots}
 

@@ -5,6 +5,7 @@ policies apart in every table and legend.  Plots use matplotlib's Agg backend (n
 
 from __future__ import annotations
 
+import os
 import pathlib
 from collections.abc import Sequence
 from types import ModuleType
@@ -13,6 +14,7 @@ from typing import Any
 from engine.simulate.frontier import Limits
 from engine.simulate.outcome import PolicyOutcome
 from engine.simulate.scenario import Scenario
+from tasks.clients.files import open_own
 
 _STYLES = [
     {"lw": 3.0, "ls": "-", "alpha": 0.6},
@@ -295,6 +297,7 @@ def frontier_curves(limits: Limits) -> dict[str, list[tuple[float, float]]]:
 
 def _save(fig: Any, plt: Any, path: pathlib.Path) -> pathlib.Path:
     fig.tight_layout()
-    fig.savefig(path, dpi=72, bbox_inches="tight", metadata={"Software": None})
+    with os.fdopen(open_own(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC), "wb") as handle:  # never via a link
+        fig.savefig(handle, format="png", dpi=72, bbox_inches="tight", metadata={"Software": None})
     plt.close(fig)
     return path

@@ -9,6 +9,7 @@ scrapes Prometheus' extrapolated ``rate`` is within a few percent once the windo
 
 from __future__ import annotations
 
+import base64
 import datetime as dt
 import itertools
 import json
@@ -1126,3 +1127,24 @@ def test_a_sample_stamped_in_the_future_or_not_at_all_has_no_usable_age() -> Non
     assert sample_age(now, now.timestamp() + 60) == 0  # within the clock skew
     for stamp in (now.timestamp() + 3600, 1e12, math.inf, math.nan, None):
         assert sample_age(now, stamp) is None
+
+
+def test_an_error_quoting_the_urls_basic_credentials_or_40_kb_is_masked_and_one_bounded_line() -> None:
+    """A server that echoes the request's ``Authorization`` (made by requests from the URL's ``user:password@``)
+    in its error: the password and the Basic credentials are masked, as the bearer token was. A 40 kB error with
+    line breaks is quoted on one line of at most 500 characters; before, copied whole into every variant's
+    condition message, where past 32,768 characters it ended the run after it had scaled."""
+    basic = base64.b64encode(b"alice:Passw0rd%XYZ").decode()
+    error = f"rejected Authorization: Basic {basic} (alice:Passw0rd%XYZ)\n" + "x" * 40_000
+    stub = _StubPrometheus(400, {"status": "error", "errorType": "auth", "error": error})
+    try:
+        url = stub.url.replace("http://", "http://alice:Passw0rd%25XYZ@")
+        with pytest.raises(MetricsUnavailable) as raised:
+            PrometheusMetrics(url, retries=0).collect([LLAMA])
+    finally:
+        stub.close()
+    message = str(raised.value)
+    assert basic not in message and "Passw0rd" not in message and "Basic ***" in message
+    assert "\n" not in message and len(message) < 700 and message.endswith("xxx...)")
+    with pytest.raises(ValueError, match="not both"):  # requests would send Basic auth in place of the token
+        PrometheusMetrics(url, bearer_token="tok")

@@ -338,6 +338,10 @@ CONDITION_TYPE_PATTERN = (
 CONDITION_REASON_PATTERN = r"^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$"
 
 
+CONDITION_MESSAGE_MAX = 32768
+"""The most characters of a condition's message (``metav1.Condition``'s ``maxLength``)."""
+
+
 class Condition(KubeModel):
     """A ``metav1.Condition``: one observation of an aspect of the object's state."""
 
@@ -351,8 +355,17 @@ class Condition(KubeModel):
     """When the condition last changed from one status to another."""
     reason: str = Field(min_length=1, max_length=1024, pattern=CONDITION_REASON_PATTERN)
     """A programmatic identifier in CamelCase for the condition's last transition."""
-    message: str = Field(max_length=32768)
+    message: str = Field(max_length=CONDITION_MESSAGE_MAX)
     """A human-readable message with details about the transition."""
+
+
+def condition_message(text: str) -> str:
+    """``text`` as a condition's message: on one line (each run of white space one space: a report line, an Event
+    and ``kubectl get``'s columns show it whole) and at most :data:`CONDITION_MESSAGE_MAX` characters, cut with
+    ``...``: a message quoting what a server or a file said (an error of 40 kB) is still written, never refused by
+    the API (or by this model) after the run has already acted."""
+    line = " ".join(text.split())
+    return line if len(line) <= CONDITION_MESSAGE_MAX else line[: CONDITION_MESSAGE_MAX - 3] + "..."
 
 
 def _unique_types(conditions: list[Condition]) -> list[Condition]:
@@ -411,7 +424,7 @@ def set_condition(
             type=type,
             status=status,
             reason=reason,
-            message=message,
+            message=condition_message(message),
             last_transition_time=previous.last_transition_time
             if previous is not None and previous.status == status
             else now,

@@ -47,3 +47,16 @@ def test_status_with_conditions_replaces_a_malformed_list_even_when_the_updates_
 
 def test_changed_fields_of_a_status_that_is_no_mapping_is_every_field() -> None:
     assert changed_fields(5, {"conditions": []}) == {"conditions": []}
+
+
+def test_a_message_of_40_kb_with_line_breaks_is_written_on_one_bounded_line_and_then_holds() -> None:
+    """A condition message quoting a server's 40 kB error: the Condition model refused it (32,768 characters at
+    most), which ended an optimize run after it had scaled. It is written on one line, cut to the bound, and the
+    same update on the next run is recognized as held (no rewrite every cycle)."""
+    update = ConditionUpdate("MetricsAvailable", "False", "MetricsMissing", "parse error\nline2 " + "x" * 40_000)
+    [written] = set_conditions([], [update], NOW, 3)
+    assert len(written["message"]) == 32_768 and written["message"].endswith("x...")
+    assert written["message"].startswith("parse error line2 xxx") and "\n" not in written["message"]
+    again = ConditionUpdate("MetricsAvailable", "False", "MetricsMissing", "parse error\nline2 " + "x" * 40_000)
+    obj = {"metadata": {"generation": 3}, "status": {"conditions": [written]}}
+    assert status_with_conditions(obj, [again], NOW)["conditions"] == [written]

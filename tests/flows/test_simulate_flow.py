@@ -477,3 +477,26 @@ def test_cli_names_what_a_trace_is_when_it_is_no_file(prefect_harness: None, tmp
         assert result.exit_code == 2, result.output
         assert f"trace file {huge}, line 2: field larger than field limit (131072)" in result.output
         assert "Traceback" not in result.output
+
+
+def test_links_left_in_the_output_folder_are_replaced_never_followed(
+    prefect_harness: None, tmp_path: pathlib.Path
+) -> None:
+    """A reused report folder holding links at the report's file names (another run's, or planted): the links are
+    replaced by the report's files and their targets are left alone. Before, the run wrote through them: a file
+    outside the folder overwritten with summary.json, and report.html and a plot created beside it."""
+    out, outside = tmp_path / "report", tmp_path / "outside"
+    out.mkdir()
+    outside.mkdir()
+    (outside / "precious.txt").write_text("ORIGINAL")
+    (out / "summary.json").symlink_to(outside / "precious.txt")
+    (out / "report.html").symlink_to(outside / "new.html")
+    (out / "cost.png").symlink_to(outside / "plot.png")
+    args = ["simulate", "--cluster", str(EXAMPLES), "--trace", str(TRACE), "--duration", "120", "--output", str(out)]
+    result = CliRunner().invoke(app, [*args, "--policy", "static-peak", "--no-frontier"], terminal_width=250)
+    assert result.exit_code == 0, result.output
+    assert sorted(p.name for p in outside.iterdir()) == ["precious.txt"]
+    assert (outside / "precious.txt").read_text() == "ORIGINAL"
+    assert not any(p.is_symlink() for p in out.iterdir())
+    assert json.loads((out / "summary.json").read_text())["policies"][0]["policy"] == "static-peak"
+    assert (out / "cost.png").read_bytes().startswith(PNG) and "static-peak" in (out / "report.html").read_text()

@@ -39,6 +39,7 @@ same bias; tests use a short window (``rate_window="5s"``).
 
 from __future__ import annotations
 
+import base64
 import copy
 import datetime as dt
 import json
@@ -50,7 +51,7 @@ import re
 import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import unquote, urlsplit, urlunsplit
 
 import requests
 import urllib3
@@ -171,6 +172,9 @@ class PrometheusMetrics(MetricsSource):
             raise ValueError("retries and backoff_s must be >= 0, timeout_s and max_age_s > 0")
         if bearer_token and bearer_token_file:
             raise ValueError("give bearer_token or bearer_token_file, not both")
+        if (bearer_token or bearer_token_file) and _url_secrets(url):
+            # requests would send the URL's user and password as Basic auth in place of the bearer token
+            raise ValueError("give a bearer token or a user and password in the URL, not both")
         self.url = url.rstrip("/")
         self.timeout_s = timeout_s
         self.answer_deadline_s = ANSWER_DEADLINE_TIMEOUTS * timeout_s
@@ -409,7 +413,7 @@ class PrometheusMetrics(MetricsSource):
             key = wanted.get(label_key[:2])
             if key is None:
                 continue
-            pod = self._pod(key, label_key[2], label_key, rows, now, missing)
+            pod = self._pod(key, quoted_text(label_key[2], 253), label_key, rows, now, missing)  # a name as quoted
             if pod is not None:
                 pods.setdefault(key, []).append(pod)
         reported = {label_key[:2] for label_key in set(rows["kv"]) | set(rows["waiting"])}
@@ -551,7 +555,7 @@ class PrometheusMetrics(MetricsSource):
         if not isinstance(body, dict) or body.get("status") != "success":
             error = body.get("error", "no error message") if isinstance(body, dict) else "malformed answer"
             kind = body.get("errorType", "error") if isinstance(body, dict) else "error"
-            raise self._unavailable(f"query failed ({kind}: {self._redact(str(error))})")
+            raise self._unavailable(f"query failed ({kind}: {self._redact(quoted_text(error))})")
         result = body.get("data") or {}
         if not isinstance(result, dict):
             raise self._unavailable(f"expected a {result_type} result, got data of type {type(result).__name__}")
@@ -582,7 +586,27 @@ class PrometheusMetrics(MetricsSource):
         return self._redact(match.group(0) if match else type(exc).__name__)
 
     def _redact(self, text: str) -> str:
-        return redact(text, (self._token,))
+        """``text`` without the bearer token nor the URL's password, as written or as the Basic ``Authorization``
+        header that requests makes of it (a server may echo the header in its error)."""
+        return redact(text, (self._token, *_url_secrets(self.url)))
+
+
+def _url_secrets(url: str) -> tuple[str, ...]:
+    """The secrets the URL's ``user:password@`` carries: the password (as written, and decoded), and the Basic
+    credentials requests sends (``base64(user:password)``); none without a password."""
+    parts = urlsplit(url)
+    if not parts.password:
+        return ()
+    user, password = unquote(parts.username or ""), unquote(parts.password)
+    return parts.password, password, base64.b64encode(f"{user}:{password}".encode()).decode()
+
+
+def quoted_text(value: object, limit: int = 500) -> str:
+    """A server's text as a message quotes it: on one line, at most ``limit`` characters (cut with ``...``); an
+    error of 40 kB with line breaks otherwise made the run's one-line report many lines, and a condition message
+    past the API's 32,768 characters."""
+    line = " ".join(str(value).split())
+    return line if len(line) <= limit else line[: limit - 3] + "..."
 
 
 def _strip_userinfo(url: str) -> str:
