@@ -38,6 +38,7 @@ pieces on one grid (:func:`range_pieces`).
 
 from __future__ import annotations
 
+import json
 import math
 import re
 from collections.abc import Iterable, Mapping
@@ -307,22 +308,75 @@ def prompt_buckets(rows: list[dict[str, Any]]) -> dict[tuple[str, str], tuple[tu
 def tagged_buckets(
     rows: list[dict[str, Any]],
 ) -> dict[tuple[str, str], dict[str, tuple[tuple[float, float], ...]]]:
-    """Per (model_name, namespace) and tag: the ``(le, count)`` pairs of the rows that carry ``le``, by increasing ``le``."""
-    buckets: dict[tuple[tuple[str, str], str], list[tuple[float, float]]] = {}
+    """Per (model_name, namespace) and tag: the ``(le, count)`` pairs of the rows that carry ``le``, by increasing
+    ``le``; only the histograms :func:`read_buckets` accepts."""
+    return read_buckets(rows)[0]
+
+
+def read_buckets(
+    rows: list[dict[str, Any]],
+) -> tuple[
+    dict[tuple[str, str], dict[str, tuple[tuple[float, float], ...]]],
+    dict[tuple[str, str], dict[str, str]],
+]:
+    """The histograms of the rows that carry ``le``, per (model_name, namespace) and tag, and why the others are none.
+
+    A bucket whose count is not a finite number >= 0 (NaN, ``+Inf``, ``1e999``, negative: Prometheus computes none
+    of them from a counter) is left out, as a bucket never exported. What is left is a histogram only when its
+    bounds are finite numbers >= 0, each different, ending with ``+Inf``: a bound ``NaN`` or ``-5`` is no number of
+    tokens or seconds, and read as one it put every observation in the first bucket (prompts of 0 tokens, a replay
+    that met every target).
+
+    Returns:
+        The accepted histograms, ``(le, count)`` by increasing ``le``; and per model and tag, for a refused one,
+        why (naming the bound).
+    """
+    buckets: dict[tuple[tuple[str, str], str], list[tuple[float, float, str]]] = {}
     for row in rows:
         metric = row.get("metric", {})
-        try:
-            bound = float(metric.get("le", ""))
-        except ValueError:
+        if "le" not in metric:
             continue
+        key = (metric.get("model_name", ""), metric.get("namespace", ""))
+        pairs = buckets.setdefault((key, metric.get(TAG, "")), [])
+        label = str(metric["le"])
+        try:
+            bound = float(label)
+        except ValueError:
+            bound = math.nan  # refused below with the label as it came
         value = sample_value(row)
-        if not math.isnan(value):
-            key = (metric.get("model_name", ""), metric.get("namespace", ""))
-            buckets.setdefault((key, metric.get(TAG, "")), []).append((bound, value))
-    result: dict[tuple[str, str], dict[str, tuple[tuple[float, float], ...]]] = {}
+        if math.isfinite(value) and value >= 0:
+            pairs.append((bound, value, label))
+    accepted: dict[tuple[str, str], dict[str, tuple[tuple[float, float], ...]]] = {}
+    refused: dict[tuple[str, str], dict[str, str]] = {}
     for (key, tag_name), pairs in buckets.items():
-        result.setdefault(key, {})[tag_name] = tuple(sorted(pairs))
-    return result
+        problem = bucket_bounds_problem(pairs)
+        if problem is None:
+            accepted.setdefault(key, {})[tag_name] = tuple(sorted((bound, value) for bound, value, _ in pairs))
+        else:
+            refused.setdefault(key, {})[tag_name] = problem
+    return accepted, refused
+
+
+def bucket_bounds_problem(pairs: Iterable[tuple[float, float, str]]) -> str | None:
+    """Why buckets ``(le, count, le as labelled)`` are no histogram, or None when they are one: their bounds must
+    be finite numbers >= 0, all different, and the last ``+Inf``."""
+    rows = list(pairs)
+    for bound, _, label in rows:
+        if not bound >= 0:  # NaN, negative, -Inf or no number at all; +Inf can only be last (or a duplicate)
+            return f"bucket bound le={_shown(label)} is not a number >= 0"
+    ordered = sorted(rows, key=lambda row: row[0])
+    for (low, _, low_label), (high, _, high_label) in zip(ordered, ordered[1:]):
+        if high <= low:
+            return f"bucket bounds le={_shown(low_label)} and le={_shown(high_label)} are the same bound"
+    if not ordered or ordered[-1][0] != math.inf:
+        return "no +Inf bucket with a count"
+    return None
+
+
+def _shown(label: str) -> str:
+    """A label value as a message quotes it: at most 40 characters, control characters escaped (it comes from the
+    server, and the message goes to a log line)."""
+    return json.dumps(label if len(label) <= 40 else label[:40] + "...")
 
 
 def sample_value(row: Mapping[str, Any]) -> float:

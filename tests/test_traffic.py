@@ -6,11 +6,12 @@ import datetime as dt
 import pathlib
 import time
 from collections.abc import Iterator
+from typing import Any
 
 import numpy as np
 import pytest
 
-from engine.simulate.rebuild import rebuild_trace
+from engine.simulate.rebuild import TrafficError, rebuild_trace
 from tasks.clients.metrics.prometheus import PrometheusMetrics
 from tasks.clients.metrics.snapshot import MetricsUnavailable, ModelKey
 from tasks.clients.metrics.traffic import read_traffic
@@ -89,3 +90,49 @@ def test_a_prometheus_that_is_down_is_an_error_not_an_empty_window(tmp_path: pat
 def test_a_window_must_be_whole_steps() -> None:
     with pytest.raises(ValueError, match="whole number of steps"):
         read_traffic(PrometheusMetrics("http://127.0.0.1:9"), [ModelKey("m", "ns")], 90.0, dt.datetime.now(dt.UTC))
+
+
+class AnsweringMetrics(PrometheusMetrics):
+    """A Prometheus client whose instant queries get fixed answers (the tokens query's rows, every minute of the
+    counts subquery at ``per_minute``): what a broken or hostile server may send, without one."""
+
+    def __init__(self, token_rows: list[dict[str, Any]], per_minute: str) -> None:
+        super().__init__("http://127.0.0.1:9", retries=0)
+        self.token_rows, self.per_minute = token_rows, per_minute
+
+    def query(self, promql: str, at: dt.datetime, result_type: str = "vector") -> list[dict[str, Any]]:
+        if result_type == "matrix":
+            minutes = [[at.timestamp() - 60 * i, self.per_minute] for i in range(10)]
+            return [{"metric": {"model_name": "m", "namespace": "ns"}, "values": minutes[::-1]}]
+        return self.token_rows
+
+
+def token_rows(prompt_bounds: tuple[str, ...]) -> list[dict[str, Any]]:
+    """The tokens query's answer for model ``m``: a prompt histogram with ``prompt_bounds`` and a sane output one."""
+    rows = []
+    for tag, bounds in (("prompt", prompt_bounds), ("output", ("128", "512", "2048", "+Inf"))):
+        for bound, count in zip(bounds, ("100", "500", "900", "1000")):
+            labels = {"model_name": "m", "namespace": "ns", "mp_field": tag, "le": bound}
+            rows.append({"metric": labels, "value": [0.0, count]})
+    return rows
+
+
+def test_token_histograms_whose_bounds_are_no_token_counts_are_no_histogram() -> None:
+    """Bounds le="NaN", "-5", "1e999" (beside +Inf) read as a histogram gave every rebuilt request 0 prompt tokens
+    and a replay that met every target: the tune flow's read refuses them, and the error says which bound."""
+    end = dt.datetime(2026, 11, 30, 6, 0, tzinfo=dt.UTC)
+    key = ModelKey("m", "ns")
+    hostile = read_traffic(AnsweringMetrics(token_rows(("NaN", "-5", "1e999", "+Inf")), "100"), [key], 600.0, end)
+    assert hostile[key].prompt_tokens is None and hostile[key].output_tokens is not None
+    with pytest.raises(TrafficError, match='1000 requests in the window but no prompt-token histogram .*le="NaN"'):
+        rebuild_trace({"ns/m": hostile[key]})
+    sane = read_traffic(AnsweringMetrics(token_rows(("128", "512", "2048", "+Inf")), "100"), [key], 600.0, end)
+    assert len(rebuild_trace({"ns/m": sane[key]})) == 1000
+
+
+def test_a_window_counting_more_requests_than_a_replay_holds_is_one_error() -> None:
+    end = dt.datetime(2026, 11, 30, 6, 0, tzinfo=dt.UTC)
+    key = ModelKey("m", "ns")
+    huge = read_traffic(AnsweringMetrics(token_rows(("128", "512", "2048", "+Inf")), "6e6"), [key], 600.0, end)
+    with pytest.raises(TrafficError, match="the window holds 60,000,000 requests .*at most 50,000,000"):
+        rebuild_trace({"ns/m": huge[key]})

@@ -171,6 +171,8 @@ def _already_acted_on(inputs: CycleInputs, model: tuple[str, str], measured: Mod
     so a repeated run on the same snapshot decides the same and writes nothing."""
     if measured is None or measured.window.attained is None or measured.window.requests is None:
         return False
+    if not (math.isfinite(measured.window.attained) and math.isfinite(measured.window.requests)):
+        return False  # no measurement a status can hold (it records a whole count): nothing to compare
     attained, requests = round(measured.window.attained, 4), int(round(measured.window.requests))
     return any(slo.attained == attained and slo.requests == requests for slo in _recorded(inputs, model))
 

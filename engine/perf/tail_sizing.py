@@ -103,6 +103,11 @@ class PromptDistribution:
     def __post_init__(self) -> None:
         if len(self.bounds) != len(self.cumulative) or not self.bounds:
             raise ValueError("PromptDistribution: bounds and cumulative counts must be non-empty and of equal length")
+        last = len(self.bounds) - 1
+        if any(not b >= 0 or (math.isinf(b) and i != last) for i, b in enumerate(self.bounds)):
+            raise ValueError(
+                f"PromptDistribution: bounds must be finite token counts >= 0 (the last may be +Inf), got {self.bounds}"
+            )
         if any(b2 <= b1 for b1, b2 in zip(self.bounds, self.bounds[1:])):
             raise ValueError("PromptDistribution: bounds must increase")
         if any(c < 0 or not math.isfinite(c) for c in self.cumulative):
@@ -112,10 +117,20 @@ class PromptDistribution:
     def from_buckets(
         cls, buckets: Mapping[float, float] | Sequence[tuple[float, float]], mean: float | None = None
     ) -> PromptDistribution:
-        """From ``le -> cumulative count`` pairs in any order (counts made monotone, as Prometheus does)."""
-        pairs = sorted(dict(buckets).items())
+        """From ``le -> cumulative count`` pairs in any order (counts made monotone, as Prometheus does).
+
+        Raises:
+            ValueError: a bound that is not a token count >= 0 (NaN, negative; ``+Inf`` only as the last), a bound
+                given twice, or a count that is not finite and >= 0.
+        """
+        items = list(buckets.items()) if isinstance(buckets, Mapping) else list(buckets)
+        pairs = sorted(dict(items).items(), key=lambda pair: pair[0])
+        if len(pairs) != len(items):
+            raise ValueError(f"PromptDistribution: a bucket bound given twice in {sorted(b for b, _ in items)}")
         running, cumulative = 0.0, []
-        for _, count in pairs:
+        for bound, count in pairs:
+            if not math.isfinite(count):
+                raise ValueError(f"PromptDistribution: the count of bucket {bound:g} is {count:g}, not a number")
             running = max(running, float(count))
             cumulative.append(running)
         return cls(tuple(float(b) for b, _ in pairs), tuple(cumulative), mean)

@@ -13,13 +13,16 @@ one :class:`~engine.simulate.records.Trace`:
   is as smooth as Poisson traffic at each minute's rate, which the report says;
 * prompt and output lengths drawn from the window's histograms (inverse transform sampling through
   :class:`~engine.perf.tail_sizing.PromptDistribution`, whose in-bucket shape is fitted to the histogram's mean
-  when ``_sum`` is known); a length in the ``+Inf`` bucket is placed at the last finite bound.
+  when ``_sum`` is known); a length in the ``+Inf`` bucket is placed at the last finite bound;
+* no more requests than a replay of a trace file holds (:data:`~engine.simulate.trace.MAX_REPLAY_REQUESTS`): a
+  window counting more is refused before one is built, as the trace-file path refuses it, not a MemoryError.
 
 Pure and deterministic: a seed gives one trace.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -28,6 +31,7 @@ import numpy as np
 
 from engine.perf.tail_sizing import PromptDistribution
 from engine.simulate.records import Trace
+from engine.simulate.trace import MAX_REPLAY_REQUESTS
 
 __all__ = [
     "TRAFFIC_STEP_S",
@@ -60,16 +64,27 @@ class ModelTraffic:
     """The window's prompt-length histogram (None: no observation)."""
     output_tokens: PromptDistribution | None
     """The window's output-length histogram (None: no observation)."""
+    prompt_refused: str | None = None
+    """Why the prompt-length buckets Prometheus answered are no histogram (a bound ``le="NaN"``), when they are not."""
+    output_refused: str | None = None
+    """Why the output-length buckets are no histogram, when they are not."""
 
     @property
     def requests(self) -> int:
-        """Requests in the window (the rounded running total)."""
-        return int(whole_counts(self.counts).sum())
+        """Requests in the window (the rounded running total), counted without building a step's count: a window
+        of 1e300 requests is a number to refuse, not an array."""
+        running = np.cumsum(np.asarray(_usable(self.counts), dtype=float))  # as whole_counts adds them up
+        return int(np.rint(running[-1])) if len(running) else 0
+
+
+def _usable(counts: Sequence[float]) -> list[float]:
+    """The counts per step with a missing (non-finite) or negative one as 0."""
+    return [c if math.isfinite(c) and c > 0 else 0.0 for c in counts]
 
 
 def whole_counts(counts: Sequence[float]) -> np.ndarray:
     """Whole requests per step whose running total follows the fractional one (a missing or negative step is 0)."""
-    values = np.asarray([c if np.isfinite(c) and c > 0 else 0.0 for c in counts], dtype=float)
+    values = np.asarray(_usable(counts), dtype=float)
     running = np.rint(np.cumsum(values))
     return np.diff(np.concatenate([[0.0], running])).astype(int)
 
@@ -117,13 +132,21 @@ def rebuild_trace(traffic: Mapping[str, ModelTraffic], seed: int = 0) -> Trace:
 
     Raises:
         TrafficError: a model with requests but no token histogram, or steps of different lengths, or no
-            request at all in the window.
+            request at all in the window, or more requests than a replay holds
+            (:data:`~engine.simulate.trace.MAX_REPLAY_REQUESTS`, refused before any is built).
     """
     rng = np.random.default_rng(seed)
     steps = {record.step_s for record in traffic.values()}
     if len(steps) > 1:
         raise TrafficError(f"models were read at different steps ({', '.join(f'{s:g}s' for s in sorted(steps))})")
     models = tuple(sorted(traffic))
+    requests = {model: traffic[model].requests for model in models}
+    if sum(requests.values()) > MAX_REPLAY_REQUESTS:
+        busiest = max(models, key=lambda model: requests[model])
+        raise TrafficError(
+            f"the window holds {_number(sum(requests.values()))} requests ({busiest}: {_number(requests[busiest])}); "
+            f"a replay holds at most {MAX_REPLAY_REQUESTS:,}: choose a shorter window"
+        )
     parts: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []
     for index, model in enumerate(models):
         record = traffic[model]
@@ -133,7 +156,9 @@ def rebuild_trace(traffic: Mapping[str, ModelTraffic], seed: int = 0) -> Trace:
             continue
         if record.prompt_tokens is None or record.output_tokens is None:
             missing = "prompt" if record.prompt_tokens is None else "output"
-            raise TrafficError(f"{model}: {total} requests in the window but no {missing}-token histogram")
+            refused = record.prompt_refused if record.prompt_tokens is None else record.output_refused
+            why = f" ({refused})" if refused else ""
+            raise TrafficError(f"{model}: {total} requests in the window but no {missing}-token histogram{why}")
         starts = np.repeat(np.arange(len(per_step), dtype=float) * record.step_s, per_step)
         arrivals = starts + rng.uniform(0.0, record.step_s, total)
         prompts = _draw(record.prompt_tokens, total, rng, minimum=0)
@@ -144,6 +169,11 @@ def rebuild_trace(traffic: Mapping[str, ModelTraffic], seed: int = 0) -> Trace:
     arrival, prompt, output, model_index = (np.concatenate(column) for column in zip(*parts))
     order = np.argsort(arrival, kind="stable")
     return Trace(arrival[order], prompt[order], output[order], model_index[order], models)
+
+
+def _number(count: int) -> str:
+    """A request count for a message: with thousands separators, or in exponent notation past a trillion."""
+    return f"{count:,}" if count < 10**12 else f"{float(count):.3g}"
 
 
 def _draw(lengths: PromptDistribution, size: int, rng: np.random.Generator, minimum: int) -> np.ndarray:

@@ -135,11 +135,15 @@ def _ms(seconds: float) -> str:
 
 def cleaned(buckets: Buckets) -> list[tuple[float, float]]:
     """Buckets sorted by bound with counts made non-decreasing (``increase`` extrapolates each series on its
-    own, so neighbouring buckets can cross by a fraction; ``histogram_quantile`` repairs them the same way)."""
+    own, so neighbouring buckets can cross by a fraction; ``histogram_quantile`` repairs them the same way).
+
+    A count that is not a finite number >= 0 (NaN, infinite, negative: no increase of a counter) is left out, as a
+    bucket not exported: an infinite total is no number of requests, and without its ``+Inf`` bucket the
+    histogram reads as unknown."""
     result: list[tuple[float, float]] = []
     highest = 0.0
     for bound, count in sorted(buckets):
-        if math.isnan(count):
+        if not (math.isfinite(count) and count >= 0):
             continue
         highest = max(highest, count, 0.0)
         result.append((bound, highest))
@@ -268,19 +272,21 @@ def measure_attainment(
     missing: list[str] = []
     ttft_share = itl_share = None
     requests: float | None = None
+    unread: list[str] = []  # why a share is unknown, where a histogram said
     if ttft is not None:
         ttft_read = share_within(ttft, ttft_target_ms / 1000.0, "TTFT target", ttft_sum_s) if ttft_target_ms else None
-        requests = cleaned(ttft)[-1][1] if cleaned(ttft) else None
+        rows = cleaned(ttft)
+        requests = rows[-1][1] if rows and math.isinf(rows[-1][0]) else None  # the +Inf bucket counts them all
         if ttft_read is not None:
             ttft_share = ttft_read.share
-            notes += [ttft_read.note] if ttft_read.note else []
+            (notes if ttft_read.share is not None else unread).extend([ttft_read.note] if ttft_read.note else [])
     elif ttft_target_ms is not None:
         missing.append(f"{TTFT_HISTOGRAM}_bucket")
     per_token = itl_metric != REQUEST_ITL_HISTOGRAM
     if itl is not None and itl_target_ms is not None:
         itl_read = share_within(itl, itl_target_ms / 1000.0, "ITL target", itl_sum_s)
         itl_share = itl_read.share
-        notes += [itl_read.note] if itl_read.note else []
+        (notes if itl_read.share is not None else unread).extend([itl_read.note] if itl_read.note else [])
         if per_token:
             notes.append(f"ITL from {itl_metric}, per token: the share of tokens within the target, not of requests")
         if requests is None and not per_token and itl_read.total > 0:
@@ -294,7 +300,9 @@ def measure_attainment(
     shares = [s for s in (ttft_share, itl_share) if s is not None]
     judged = int(ttft_target_ms is not None) + int(itl_target_ms is not None)
     if len(shares) < judged:
-        return MeasuredAttainment(None, ttft_share, itl_share, requests, "no requests in the range")
+        return MeasuredAttainment(
+            None, ttft_share, itl_share, requests, "; ".join(unread) or "no requests in the range"
+        )
     attained = shares[0] if len(shares) == 1 else JOINT_ESTIMATES[joint](shares[0], shares[1])
     return MeasuredAttainment(attained, ttft_share, itl_share, requests, "; ".join(notes))
 

@@ -9,11 +9,12 @@ import math
 import pytest
 
 from engine.api.validate import with_status
+from engine.optimize.attainment import _already_acted_on
 from engine.optimize.plan import plan_cycle
 from engine.optimize.spec import ModelLoad
 from engine.perf.tail_sizing import ANNOTATION_TTFT_PERCENTILE, PromptDistribution
-from engine.slo.measure import LatencyHistograms
-from engine.slo.target import ANNOTATION_SLO_ATTAINMENT
+from engine.slo.measure import LatencyHistograms, MeasuredAttainment, ModelAttainment
+from engine.slo.target import ANNOTATION_SLO_ATTAINMENT, AttainmentTarget
 from tests.engine.test_optimize import NS
 from tests.engine.test_optimize import inputs as optimize_inputs
 from tests.factories import variant_autoscaling
@@ -93,6 +94,25 @@ def not_moved(message: str | None) -> bool:
 def test_missing_latency_histograms_hold_the_loop() -> None:
     decision = cycle(histograms(0.85, 0.80), latency_missing={(NS, MODEL): "no TTFT samples"}, **{"latency": {}})
     assert decision.sizing_percentile == pytest.approx(START) and "not measured" in (decision.loop_message or "")
+
+
+def test_a_measurement_of_infinitely_many_requests_is_unknown_not_a_crash() -> None:
+    """TTFT bucket increases of +Inf leave the attainment unknown (the loop holds as without histograms); and a
+    measurement that still counts infinitely many requests is never "already acted on", rather than an
+    OverflowError from making it a whole count."""
+    requests = 1000.0
+    broken = dataclasses.replace(
+        histograms(0.85, 0.80), ttft_window=[(0.5, math.inf), (math.inf, math.inf)], ttft_recent=[(0.5, math.inf)]
+    )
+    seen = {"slo": {"target": 0.9, "window": "1h", "sizingPercentile": 93.0, "attained": 0.85, "requests": 1000}}
+    decision = cycle(broken, status=seen)
+    assert decision.sizing_percentile == pytest.approx(93.0) and "not measured" in (decision.loop_message or "")
+    inputs = optimize_inputs([variant_autoscaling("h100", NS, MODEL, "H100")], {"h100": 2})
+    target = AttainmentTarget(0.9, 3600.0, "annotation")
+    for count in (math.inf, math.nan):
+        infinite = MeasuredAttainment(0.85, 0.85, 1.0, count, "")
+        measured = ModelAttainment(target, infinite, MeasuredAttainment(0.8, 0.8, 1.0, requests / 10, ""))
+        assert not _already_acted_on(inputs, (NS, MODEL), measured)
 
 
 def test_while_every_request_of_the_window_is_recent_the_loop_starts_no_lower_than_the_feed_forward() -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from datetime import UTC, datetime, timedelta, timezone
 
 import numpy as np
@@ -9,6 +10,7 @@ import pytest
 
 from engine.perf.tail_sizing import PromptDistribution
 from engine.simulate.rebuild import ModelTraffic, TrafficError, rebuild_trace, whole_counts, window_span
+from engine.simulate.trace import MAX_REPLAY_REQUESTS
 
 PROMPTS = PromptDistribution.from_buckets([(100, 10), (1000, 60), (5000, 95), (float("inf"), 100)])
 OUTPUTS = PromptDistribution.from_buckets([(10, 5), (100, 50), (1000, 100), (float("inf"), 100)])
@@ -72,6 +74,27 @@ def test_requests_without_a_histogram_name_the_model() -> None:
         rebuild_trace({"ns/a": traffic([4.0], prompts=None)})
     with pytest.raises(TrafficError, match="different steps"):
         rebuild_trace({"ns/a": traffic([1.0]), "ns/b": ModelTraffic((1.0,), 30.0, PROMPTS, OUTPUTS)})
+
+
+def test_a_histogram_refused_for_its_bounds_is_named_in_the_error() -> None:
+    refused = 'bucket bound le="NaN" is not a number >= 0'
+    record = ModelTraffic((4.0,), 60.0, None, OUTPUTS, prompt_refused=refused)
+    with pytest.raises(
+        TrafficError, match=f"ns/a: 4 requests in the window but no prompt-token histogram \\({refused}\\)$"
+    ):
+        rebuild_trace({"ns/a": record})
+
+
+def test_a_window_of_more_requests_than_a_replay_holds_is_refused_before_any_is_built() -> None:
+    """3 million requests a minute for ten minutes on two models is 60 million, past the trace-file path's cap:
+    refused with one line, before an array of that size exists (1e300 a minute would not even be a count)."""
+    busy = [3e6] * 10
+    with pytest.raises(TrafficError, match=f"holds 60,000,000 requests .*at most {MAX_REPLAY_REQUESTS:,}"):
+        rebuild_trace({"ns/a": traffic(busy), "ns/b": traffic(busy)})
+    with pytest.raises(TrafficError, match=r"holds 1e\+301 requests \(ns/a: 1e\+301\)"):
+        rebuild_trace({"ns/a": traffic([1e300] * 10), "ns/b": traffic([1.0])})
+    assert traffic([1e300, math.inf, -1.0]).requests == int(1e300)
+    assert len(rebuild_trace({"ns/a": traffic([2.5, 2.5])})) == traffic([2.5, 2.5]).requests == 5
 
 
 def test_a_window_ends_at_a_whole_minute_now_or_where_it_was_asked_to() -> None:

@@ -21,7 +21,7 @@ from engine.simulate.replay import simulate
 from engine.simulate.scenario import build_scenario
 from engine.simulate.trace import TraceShape
 from engine.simulate.windows import ITL_BUCKETS_S, TTFT_BUCKETS_S
-from engine.slo.measure import JOINT, JOINT_ESTIMATES, measure_attainment, share_within
+from engine.slo.measure import JOINT, JOINT_ESTIMATES, cleaned, measure_attainment, share_within
 from tasks.simulate import read_description, read_trace
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
@@ -115,3 +115,15 @@ def test_a_target_inside_a_coarse_bucket_is_bounded_by_the_bucket_and_said_so() 
         assert inside.note == (
             f"ITL target {target_ms:g} ms lies between buckets {lower * 1000:g} ms and {upper * 1000:g} ms: interpolated"
         )
+
+
+def test_counts_that_are_no_numbers_leave_the_attainment_unknown() -> None:
+    """Bucket increases of +Inf, 1e999 (read as +Inf) or below 0 are no request counts: left out as NaN is, so
+    without a +Inf bucket the attainment is unknown (never a count of infinitely many requests)."""
+    assert cleaned([(0.5, 10.0), (1.0, math.inf), (2.0, -4.0), (math.inf, 30.0)]) == [(0.5, 10.0), (math.inf, 30.0)]
+    for bad in (math.inf, -1.0, math.nan):
+        ttft = [(0.5, 900.0), (math.inf, bad)]
+        measured = measure_attainment(ttft, [(0.01, 1000.0), (math.inf, 1000.0)], 500.0, 10.0)
+        assert measured.attained is None and measured.ttft_share is None, measured
+        assert measured.requests is None or math.isfinite(measured.requests), measured
+        assert "TTFT" in measured.note, measured

@@ -63,6 +63,27 @@ def test_decreasing_bucket_counts_are_made_monotone() -> None:
         PromptDistribution((1000.0, 500.0), (1.0, 2.0))
 
 
+def test_bounds_that_are_no_token_counts_are_no_histogram() -> None:
+    """A bound NaN or negative, +Inf before the last, a bound given twice, a count that is no number: refused, not
+    read as prompts of 0 tokens."""
+    bad_buckets: list[list[tuple[float, float]]] = [
+        [(math.nan, 100.0), (512.0, 500.0), (math.inf, 1000.0)],
+        [(-5.0, 100.0), (512.0, 500.0), (math.inf, 1000.0)],
+        [(-math.inf, 0.0), (512.0, 500.0), (math.inf, 1000.0)],
+        [(512.0, 500.0), (math.inf, 900.0), (math.inf, 1000.0)],
+        [(512.0, 500.0), (512.0, 600.0), (math.inf, 1000.0)],
+        [(512.0, math.nan), (math.inf, 1000.0)],
+        [(512.0, 500.0), (math.inf, math.inf)],
+    ]
+    for buckets in bad_buckets:
+        with pytest.raises(ValueError, match="PromptDistribution"):
+            PromptDistribution.from_buckets(buckets)
+    with pytest.raises(ValueError, match="token counts >= 0"):
+        PromptDistribution((math.inf, 512.0), (1.0, 2.0))
+    # A first bucket at 0 tokens (empty prompts) is one.
+    assert PromptDistribution.from_buckets([(0.0, 1.0), (512.0, 5.0), (math.inf, 9.0)]).bounds[0] == 0.0
+
+
 def test_percentile_annotation_default_mean_and_errors() -> None:
     assert ttft_percentile({}) == DEFAULT_TTFT_PERCENTILE
     assert ttft_percentile({ANNOTATION_TTFT_PERCENTILE: "p95"}) == 95.0

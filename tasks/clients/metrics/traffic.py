@@ -8,6 +8,8 @@ reads into a trace). Two instant queries, at the window's end, however many mode
   as a subquery over the window, so one answer holds every minute of every model;
 - :func:`~engine.promql.traffic_tokens_query`: the prompt- and output-token histograms
   (``vllm:request_prompt_tokens``, ``vllm:request_generation_tokens``) over the window, with their sums and counts.
+  A histogram whose bucket bounds are no token counts (``le="NaN"``, ``le="-5"``) is refused as no histogram, with
+  the reason kept for the error that follows (:func:`~engine.promql.read_buckets`).
 
 A model Prometheus has no series for is absent from the answer (the caller says so); Prometheus down or failing
 raises :class:`~tasks.clients.metrics.snapshot.MetricsUnavailable`, as every query of
@@ -27,8 +29,8 @@ from engine.promql import (
     TRAFFIC_TAGS,
     matrix_samples,
     quote,
+    read_buckets,
     regex_union,
-    tagged_buckets,
     tagged_rows,
     traffic_counts_query,
     traffic_tokens_query,
@@ -76,18 +78,20 @@ def read_traffic(
     series = metrics.query(traffic_counts_query(selector, window, step), end, "matrix")
     counts = _counts_per_step(series, end.timestamp() - window_s, step_s, int(round(steps)))
     token_rows = metrics.query(traffic_tokens_query(selector, window), end)
-    histograms, totals = tagged_buckets(token_rows), tagged_rows(token_rows, MODEL_LABELS, TRAFFIC_TAGS)
+    (histograms, refused), totals = read_buckets(token_rows), tagged_rows(token_rows, MODEL_LABELS, TRAFFIC_TAGS)
     traffic: dict[ModelKey, ModelTraffic] = {}
     for key in keys:
         labels = (key.model_id, key.namespace)
-        if labels not in counts and labels not in histograms:
+        if labels not in counts and labels not in histograms and labels not in refused:
             continue
-        buckets = histograms.get(labels, {})
+        buckets, problems = histograms.get(labels, {}), refused.get(labels, {})
         traffic[key] = ModelTraffic(
             counts=tuple(counts.get(labels, [0.0] * int(round(steps)))),
             step_s=step_s,
             prompt_tokens=_distribution(buckets.get("prompt"), totals, "prompt", labels),
             output_tokens=_distribution(buckets.get("output"), totals, "output", labels),
+            prompt_refused=problems.get("prompt"),
+            output_refused=problems.get("output"),
         )
     return traffic
 
@@ -117,7 +121,8 @@ def _distribution(
     labels: tuple[str, str],
 ) -> PromptDistribution | None:
     """One token histogram with its mean (``_sum / _count``) where both are known; None without a ``+Inf``
-    bucket or without an observation."""
+    bucket or without an observation (``buckets`` are those :func:`~engine.promql.read_buckets` accepts: bounds
+    that are token counts, increasing to ``+Inf``)."""
     if not buckets or not math.isinf(buckets[-1][0]) or buckets[-1][1] <= 0:
         return None
     total, count = totals.get(f"{name}_sum", {}).get(labels), totals.get(f"{name}_count", {}).get(labels)
