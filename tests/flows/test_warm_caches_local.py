@@ -84,6 +84,27 @@ def model_cache(name: str, uri: str, **spec: Any) -> dict[str, Any]:
     }
 
 
+def tiny_model(uri: str, **metadata: Any) -> dict[str, Any]:
+    """A Kthena Model ``tiny`` of one vLLM backend serving ``uri``, with ``metadata`` added to its own."""
+    return {
+        "apiVersion": "registry.volcano.sh/v1alpha1",
+        "kind": "Model",
+        "metadata": {"name": "tiny", "namespace": NS, **metadata},
+        "spec": {
+            "backends": [
+                {
+                    "name": "vllm",
+                    "type": "vLLM",
+                    "modelURI": uri,
+                    "minReplicas": 1,
+                    "maxReplicas": 1,
+                    "workers": [{"type": "server", "image": "vllm/vllm-openai:v0.10.1", "replicas": 1, "pods": 1}],
+                }
+            ]
+        },
+    }
+
+
 def cache(cluster: pathlib.Path, name: str) -> dict[str, Any]:
     return LocalCluster(cluster).get(*MC, name, NS)
 
@@ -432,23 +453,7 @@ def test_a_kthena_backend_without_cache_uri_gets_a_new_shared_cache(
     from engine.caches.sources import parse_source
 
     uri = s3_model(s3_server)
-    model = {
-        "apiVersion": "registry.volcano.sh/v1alpha1",
-        "kind": "Model",
-        "metadata": {"name": "tiny", "namespace": NS},
-        "spec": {
-            "backends": [
-                {
-                    "name": "vllm",
-                    "type": "vLLM",
-                    "modelURI": uri,
-                    "minReplicas": 1,
-                    "maxReplicas": 1,
-                    "workers": [{"type": "server", "image": "vllm/vllm-openai:v0.10.1", "replicas": 1, "pods": 1}],
-                }
-            ]
-        },
-    }
+    model = tiny_model(uri)
     write_with_s3(cluster_dir, s3_server, model)
 
     report = warm_caches(cluster=str(cluster_dir))
@@ -472,23 +477,7 @@ def test_a_consumer_or_cache_being_deleted_gets_no_cache_and_no_fill(
     (``models/going <- Model/models/tiny``: the cache annotated for a consumer that is going away)."""
     uri = s3_model(s3_server)
     holding = {"finalizers": ["example.com/hold"], "deletionTimestamp": "2026-01-01T00:00:00Z"}
-    model = {
-        "apiVersion": "registry.volcano.sh/v1alpha1",
-        "kind": "Model",
-        "metadata": {"name": "tiny", "namespace": NS, **holding},
-        "spec": {
-            "backends": [
-                {
-                    "name": "vllm",
-                    "type": "vLLM",
-                    "modelURI": uri,
-                    "minReplicas": 1,
-                    "maxReplicas": 1,
-                    "workers": [{"type": "server", "image": "vllm/vllm-openai:v0.10.1", "replicas": 1, "pods": 1}],
-                }
-            ]
-        },
-    }
+    model = tiny_model(uri, **holding)
     going = model_cache("going", uri, size="1Gi")
     going["metadata"].update(holding)
     write_with_s3(cluster_dir, s3_server, model, going)
