@@ -77,3 +77,19 @@ def sample_age(now: dt.datetime, epoch: float | None) -> float | None:
     if epoch is None or not math.isfinite(epoch) or epoch > now.timestamp() + MAX_CLOCK_SKEW_S:
         return None
     return max(now.timestamp() - epoch, 0.0)
+
+
+def quoted_text(value: object, limit: int = 500) -> str:
+    """A server's text as a message quotes it: on one line, at most ``limit`` characters (cut with ``...``); an
+    error of 40 kB with line breaks otherwise made the run's one-line report many lines, and a condition message
+    past the API's 32,768 characters.
+
+    Args:
+        value: What the server said (an error, a label value).
+        limit: The most characters quoted.
+
+    Returns:
+        The text on one line, cut to ``limit``.
+    """
+    line = " ".join(str(value).split())
+    return line if len(line) <= limit else line[: limit - 3] + "..."

@@ -39,7 +39,6 @@ same bias; tests use a short window (``rate_window="5s"``).
 
 from __future__ import annotations
 
-import base64
 import copy
 import datetime as dt
 import json
@@ -51,7 +50,6 @@ import re
 import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
-from urllib.parse import unquote, urlsplit, urlunsplit
 
 import requests
 import urllib3
@@ -90,8 +88,10 @@ from tasks.clients.metrics.answers import (
     MAX_ANSWER_BYTES,
     is_count,
     is_row,
+    quoted_text,
     sample_age,
 )
+from tasks.clients.metrics.credentials import url_secrets, without_userinfo
 from tasks.clients.metrics.settings import env_options
 from tasks.clients.metrics.shape import with_shape
 from tasks.clients.metrics.snapshot import (
@@ -172,7 +172,7 @@ class PrometheusMetrics(MetricsSource):
             raise ValueError("retries and backoff_s must be >= 0, timeout_s and max_age_s > 0")
         if bearer_token and bearer_token_file:
             raise ValueError("give bearer_token or bearer_token_file, not both")
-        if (bearer_token or bearer_token_file) and _url_secrets(url):
+        if (bearer_token or bearer_token_file) and url_secrets(url):
             # requests would send the URL's user and password as Basic auth in place of the bearer token
             raise ValueError("give a bearer token or a user and password in the URL, not both")
         self.url = url.rstrip("/")
@@ -195,7 +195,7 @@ class PrometheusMetrics(MetricsSource):
         self._token_file = pathlib.Path(bearer_token_file) if bearer_token_file else None
         self._clock = clock
         self._sleep = sleep
-        self._display_url = _strip_userinfo(self.url)
+        self._display_url = without_userinfo(self.url)
 
     def evaluated_at(self, when: dt.datetime) -> PrometheusMetrics:
         """This client with every query evaluated at ``when`` instead of at the time it is sent.
@@ -588,30 +588,4 @@ class PrometheusMetrics(MetricsSource):
     def _redact(self, text: str) -> str:
         """``text`` without the bearer token nor the URL's password, as written or as the Basic ``Authorization``
         header that requests makes of it (a server may echo the header in its error)."""
-        return redact(text, (self._token, *_url_secrets(self.url)))
-
-
-def _url_secrets(url: str) -> tuple[str, ...]:
-    """The secrets the URL's ``user:password@`` carries: the password (as written, and decoded), and the Basic
-    credentials requests sends (``base64(user:password)``); none without a password."""
-    parts = urlsplit(url)
-    if not parts.password:
-        return ()
-    user, password = unquote(parts.username or ""), unquote(parts.password)
-    return parts.password, password, base64.b64encode(f"{user}:{password}".encode()).decode()
-
-
-def quoted_text(value: object, limit: int = 500) -> str:
-    """A server's text as a message quotes it: on one line, at most ``limit`` characters (cut with ``...``); an
-    error of 40 kB with line breaks otherwise made the run's one-line report many lines, and a condition message
-    past the API's 32,768 characters."""
-    line = " ".join(str(value).split())
-    return line if len(line) <= limit else line[: limit - 3] + "..."
-
-
-def _strip_userinfo(url: str) -> str:
-    """The URL without ``user:password@`` (for messages)."""
-    parts = urlsplit(url)
-    if "@" not in parts.netloc:
-        return url
-    return urlunsplit(parts._replace(netloc=parts.netloc.rsplit("@", 1)[1]))
+        return redact(text, (self._token, *url_secrets(self.url)))
