@@ -46,6 +46,11 @@ from tasks.tracking import run_logger
 
 PARAMETERS = ("alpha", "beta", "gamma", "delta")
 """The profile's parameters, in the order the table shows them."""
+CALIBRATE_TIMEOUT_S = 1800.0
+"""How long a calibrate run may take (half an hour). A run reads the cluster once and each model's metrics in 8
+range queries, seconds against a working Prometheus; a Prometheus that answers a byte at a time takes each query
+to its deadline and retries (about two minutes), so without a limit a run stalled for as long as the server kept
+sending. It ends as "timed out" (exit 2) instead."""
 
 
 @dataclass
@@ -112,7 +117,7 @@ def calibrate_variant(
         return None, str(exc)
 
 
-@flow(name="calibrate", log_prints=True)
+@flow(name="calibrate", timeout_seconds=CALIBRATE_TIMEOUT_S, log_prints=True)
 def calibrate(
     namespaces: Namespaces = (),
     config_namespace: NamespaceName = SYSTEM_NAMESPACE,

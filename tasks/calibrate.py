@@ -44,6 +44,7 @@ from tasks.boundary import Accepted
 from tasks.clients.cluster import Cluster, ObjectRef
 from tasks.clients.cluster.retry import retry_on_conflict
 from tasks.clients.inputs import InputFileError, read_text
+from tasks.clients.metrics.answers import is_count
 from tasks.clients.metrics.prometheus import PrometheusMetrics
 from tasks.clients.metrics.snapshot import MetricsError
 from tasks.tracking import task
@@ -83,8 +84,24 @@ class WindowsFileError(ValueError):
 
 
 def _by_pod_and_time(matrix: list[dict[str, Any]]) -> dict[tuple[str, float], float]:
-    """A range query's matrix as value by (pod, timestamp)."""
-    return {(row["metric"].get("pod", ""), float(t)): float(v) for row in matrix for t, v in row.get("values", [])}
+    """A range query's matrix as value by (pod, timestamp), keeping only the samples that are counts.
+
+    A sample that is not a finite number >= 0 (``NaN``, ``+Inf``, ``1e999``, a negative increase, text that is no
+    number) or stamped at a time that is not a finite number is missing data, as the optimize cycle reads such a
+    sample: its window lacks that series (and is left out when the series is required) instead of carrying the
+    value into the fit, where one ``NaN`` made every parameter ``nan`` and a non-number failed the whole run.
+    """
+    values: dict[tuple[str, float], float] = {}
+    for row in matrix:
+        pod = row["metric"].get("pod", "")
+        for t, v in row.get("values", []):
+            try:
+                at, value = float(t), float(v)
+            except (TypeError, ValueError):
+                continue
+            if math.isfinite(at) and is_count(value):
+                values[(pod, at)] = value
+    return values
 
 
 def prometheus_windows(
@@ -95,7 +112,8 @@ def prometheus_windows(
     lookback_s: float,
     window_s: float,
 ) -> dict[str, list[Window]]:
-    """Per pod of the model: one window per step over the lookback (windows missing a series are left out).
+    """Per pod of the model: one window per step over the lookback (windows missing a series, or whose sample of
+    one is not a finite number >= 0, are left out; an optional series' such sample is read as absent).
 
     Args:
         client: The Prometheus client.

@@ -38,8 +38,8 @@ Each parameter comes with a 95% confidence interval (normal approximation of the
 standard error, heteroscedasticity-robust) and the fit's relative RMS error.  The data is refused
 (:class:`Unidentifiable`, saying why) when it has too few usable windows, when the batch size does not
 vary enough to separate ``alpha`` from ``beta`` or the prefill work to separate ``gamma`` from
-``delta``, when a parameter comes out negative beyond its interval, or when an interval is wider than
-the parameter itself.  ``gamma`` is the usual casualty: with prompts of ~1,000 tokens the fixed part
+``delta``, when a parameter comes out negative beyond its interval or not a finite number, or when an
+interval is wider than the parameter itself.  ``gamma`` is the usual casualty: with prompts of ~1,000 tokens the fixed part
 of a prefill is a few percent of the smallest prefill observed, so the intercept is an extrapolation
 far outside the data.  When ``gamma`` alone is undetermined and the caller knows a current value, the
 fit keeps it (and says so) rather than refusing the whole profile.
@@ -174,6 +174,18 @@ class ProfileFit:
     notes: list[str] = field(default_factory=list)
     undetermined: dict[str, str] = field(default_factory=dict)
     """Parameters the data did not determine (name -> why); empty for a :func:`fit_profile` result."""
+
+    def __post_init__(self) -> None:
+        """Refuse a parameter or interval that is not a finite number: a fit with one is no fit.
+
+        Why: ``max(nan, 0.0)`` is ``nan``, so such a value went into :meth:`perf_parms` as the text ``"nan"`` and
+        into a VariantAutoscaling's spec, where the optimizer sized with it.
+
+        Raises:
+            Unidentifiable: A parameter's value or interval is not finite (names the parameter).
+        """
+        for name in ("alpha", "beta", "gamma", "delta"):
+            _require_finite(name, getattr(self, name))
 
     def profile(self, max_batch: int) -> PerfProfile:
         """The proposed :class:`PerfProfile` (negative values clipped to 0)."""
@@ -311,7 +323,18 @@ def _rel_rmse(y: np.ndarray, fitted: np.ndarray, w: np.ndarray) -> float:
     return float(np.sqrt(np.sum(w * (y - fitted) ** 2) / np.sum(w)) / np.mean(y)) if y.size else math.nan
 
 
+def _require_finite(name: str, estimate: Estimate) -> None:
+    """:class:`Unidentifiable` when ``estimate``'s value or interval is not a finite number (every comparison with
+    ``NaN`` is false, so the checks below would pass it)."""
+    if not all(math.isfinite(x) for x in (estimate.value, estimate.low, estimate.high)):
+        raise Unidentifiable(
+            f"{name} is not a finite number ({estimate.value:.4g}, 95% CI [{estimate.low:.4g}, {estimate.high:.4g}]): "
+            "the metrics hold values that are not finite numbers"
+        )
+
+
 def _check(name: str, estimate: Estimate, why: str) -> None:
+    _require_finite(name, estimate)
     if estimate.high < 0:
         raise Unidentifiable(
             f"{name} comes out negative ({estimate.value:.4g}, 95% CI [{estimate.low:.4g}, {estimate.high:.4g}]): {why}"
@@ -439,8 +462,8 @@ def identify_profile(windows: Sequence[Window], min_windows: int = MIN_WINDOWS, 
     estimate and is listed in :attr:`ProfileFit.undetermined` with the reason.  Used where the points
     are few and deliberate (benchmark results) and the caller reports per parameter.  When the prefill
     work does not vary at all, ``gamma`` is the mean prefill time and ``delta`` is 0, both undetermined.
-    Raises :class:`Unidentifiable` only when fewer than ``min_windows`` points are usable or the batch
-    size does not vary (then no decode parameter can be had).  ``instrument``: as :func:`fit_decode`.
+    Raises :class:`Unidentifiable` only when fewer than ``min_windows`` points are usable, the batch
+    size does not vary (then no decode parameter can be had) or a parameter is not a finite number.  ``instrument``: as :func:`fit_decode`.
     """
     usable = _usable(windows)
     if len(usable) < min_windows:

@@ -266,9 +266,10 @@ def run_flow(
     after the pre-check and the command's first line (:func:`announce`), so a person sees both within a second.
     Tracked or not (:func:`tracking_wanted`), the flow's signature checks the parameters first (the rules of
     the deployment's schema) without a run; when the flow cannot run (no cluster, bad parameter, missing file,
-    or one of ``cannot_run``) the command prints one ``error:`` line and exits 2. Anything else is a bug and
-    keeps its traceback. A tracked run sends what it queued for the Prefect API before this returns, so the
-    command's own verdict (:func:`exit_with_outcome`, the ``error:`` line) is the last thing it prints.
+    one of ``cannot_run``, or its time limit passed: ``timed out after N s``) the command prints one ``error:``
+    line and exits 2. Anything else is a bug and keeps its traceback. A tracked run sends what it queued for the
+    Prefect API before this returns, so the command's own verdict (:func:`exit_with_outcome`, the ``error:`` line)
+    is the last thing it prints.
 
     Args:
         flow: The flow, or its entrypoint ``"module:name"``.
@@ -284,7 +285,7 @@ def run_flow(
         RuntimeError: A runtime error that is not about the Prefect API (a bug: its traceback is kept).
         typer.Exit: Code 2 after the ``error:`` line, when the flow could not run.
     """
-    from flows.runs import ParameterError, validate_parameters
+    from flows.runs import FlowTimeout, ParameterError, validate_parameters
     from tasks.clients.cluster.errors import ClusterError
 
     stops: tuple[type[Exception], ...] = (ParameterError, CannotRun, ClusterError, *cannot_run)
@@ -307,6 +308,9 @@ def run_flow(
             return run_untracked(flow, validated)
     except stops as exc:
         reason = one_line(exc)
+    except FlowTimeout:  # a BaseException, raised wherever the run was when its time limit passed
+        seconds = getattr(flow, "timeout_seconds", None)
+        reason = f"timed out after {seconds:g} s" if seconds else "timed out"
     except (OSError, ValueError) as exc:
         reason = f"{type(exc).__name__}: {one_line(exc)}"
     except RuntimeError as exc:
@@ -363,11 +367,14 @@ def run_tracked(
 
     Raises:
         ParameterError: A parameter is rejected by the flow's schema.
+        FlowTimeout: The run passed its ``timeout_seconds`` (Prefect's ``FlowRunTimeoutError``, as an untracked
+            run's alarm raises it).
     """
     from prefect.exceptions import ParameterTypeError
+    from prefect.flow_engine import FlowRunTimeoutError
     from prefect.logging.loggers import disable_logger
 
-    from flows.runs import ParameterError, as_prefect
+    from flows.runs import FlowTimeout, ParameterError, as_prefect
 
     prefect_flow = as_prefect(flow)
     quiet_ephemeral_database_logs()  # before the run starts the ephemeral API, which reads it
@@ -385,6 +392,10 @@ def run_tracked(
                     return prefect_flow(**parameters)
                 except DegradedRun as degraded:  # the run's state is Failed named Degraded: the report exits 3
                     return degraded.report
+                except FlowRunTimeoutError:  # the run's state is TimedOut: the same error as an untracked run's
+                    raise FlowTimeout(
+                        f"flow {prefect_flow.name} timed out after {prefect_flow.timeout_seconds:g} s"
+                    ) from None
     finally:
         send_queued_events_and_logs()
 

@@ -10,6 +10,8 @@ times; metrics in five-minute windows.
 from __future__ import annotations
 
 import csv
+import dataclasses
+import math
 import pathlib
 
 import numpy as np
@@ -20,12 +22,16 @@ from engine.perf.queueing import SLO, PerfProfile, Workload
 from engine.perf.sizing import max_rate
 from engine.simulate.calibrate import (
     ANNOTATION_CALIBRATION,
+    MIN_WINDOWS,
     REASON_APPLIED,
     REASON_PROPOSED,
     REASON_UNIDENTIFIABLE,
+    Estimate,
+    ProfileFit,
     Unidentifiable,
     calibration_outcome,
     fit_profile,
+    identify_profile,
     ramp_windows,
     windows_from_aggregates,
 )
@@ -173,3 +179,33 @@ def test_profile_is_written_only_when_the_resource_opts_in(tokens) -> None:
 
     refused = calibration_outcome(va({ANNOTATION_CALIBRATION: "apply"}), None, "gamma is undetermined (...)")
     assert (refused.status, refused.reason, refused.spec_patch) == ("False", REASON_UNIDENTIFIABLE, None)
+
+
+@pytest.mark.parametrize("bad", [math.nan, math.inf])
+def test_a_non_finite_sample_gives_no_profile_never_a_nan_one(bad: float, tokens) -> None:
+    """Windows carrying a ``NaN`` or infinite sum (a Prometheus sample of ``NaN`` or ``+Inf`` that reached the
+    engine) are no fit: every comparison with ``NaN`` is false, so the checks passed it, and ``perf_parms`` wrote
+    ``max(nan, 0.0)`` as ``"nan"`` into an opted-in VariantAutoscaling's spec. Now the fit is refused, saying
+    why, and the variant gets the 'no profile' outcome."""
+    profile, slo = EXAMPLE_PROFILES["llama-3.1-8b A100"]
+    windows, _, _ = ramp_windows(profile, slo, *tokens)
+    spoiled = [
+        dataclasses.replace(w, ttft_sum_s=bad, itl_sum_s=bad) if i % 7 == 3 else w for i, w in enumerate(windows)
+    ]
+    assert len(spoiled) >= MIN_WINDOWS
+    with pytest.raises(Unidentifiable, match="not a finite number"):
+        fit_profile(spoiled, gamma_prior=profile.gamma)
+    with pytest.raises(Unidentifiable, match="not a finite number"):
+        identify_profile(spoiled)
+    outcome = calibration_outcome(va({ANNOTATION_CALIBRATION: "apply"}), None, "alpha is not a finite number")
+    assert (outcome.status, outcome.reason, outcome.spec_patch) == ("False", REASON_UNIDENTIFIABLE, None)
+
+
+def test_a_profile_fit_never_holds_a_non_finite_parameter() -> None:
+    """Whatever builds it, a :class:`ProfileFit` with a ``NaN`` or infinite value or interval is refused, so
+    ``perf_parms`` can never render one as ``"nan"`` or ``"inf"``."""
+    good = Estimate(1.0, 0.9, 1.1)
+    for bad in (Estimate(math.nan, 0.9, 1.1), Estimate(1.0, -math.inf, 1.1), Estimate(1.0, 0.9, math.nan)):
+        with pytest.raises(Unidentifiable, match="delta is not a finite number"):
+            ProfileFit(good, good, good, bad, 0.1, 0.1, 10)
+    assert ProfileFit(good, good, good, good, 0.1, 0.1, 10).perf_parms()["decodeParms"]["alpha"] == "1"

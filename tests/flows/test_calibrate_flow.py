@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import csv
 import json
+import math
 import pathlib
 import re
 import shutil
@@ -31,7 +32,14 @@ from engine.simulate.trace import parse_trace_rows
 from engine.simulate.windows import window_aggregates
 from flows.calibrate import calibrate
 from flows.cli import app
-from tasks.calibrate import SERIES, WindowsFileError, prometheus_windows, read_windows_file, write_windows_file
+from tasks.calibrate import (
+    RUNNING_GAUGE,
+    SERIES,
+    WindowsFileError,
+    prometheus_windows,
+    read_windows_file,
+    write_windows_file,
+)
 from tasks.clients.metrics.prometheus import PrometheusMetrics
 from tests.flows.artifacts import newest_artifact, table_rows
 from tests.servers.promtest.fixture import PrometheusProcess, find_binary
@@ -372,3 +380,69 @@ def test_a_window_longer_than_the_lookback_asks_nothing_and_says_so(
     assert command.exit_code == 2 and command.output.strip() == "error: --window 10m is longer than --lookback 5m"
     short = calibrate(cluster=str(example_cluster), prometheus_url="http://127.0.0.1:1", window="1500ms", dry_run=True)
     assert all("window 1500ms must be whole seconds, at least 1s" in row.message for row in short.rows)
+
+
+class _RangeStub:
+    """A Prometheus client whose range queries answer ten steps of one pod: every sample "10" except the ones
+    ``spoiled`` names ((series, step) -> the sample's text), as a broken or hostile Prometheus may send them."""
+
+    def __init__(self, spoiled: dict[tuple[str, int], str]) -> None:
+        self.spoiled = spoiled
+
+    def query_range(self, promql: str, start: float, end: float, step_s: float) -> list[dict[str, Any]]:
+        series = next((name for name in (*SERIES.values(), RUNNING_GAUGE) if name + "{" in promql), "")
+        values = [[start + i * step_s, self.spoiled.get((series, i), "10")] for i in range(10)]
+        return [{"metric": {"pod": "v-1"}, "values": values}]
+
+
+def test_samples_that_are_not_counts_are_missing_data_not_a_nan_profile_or_a_failed_run() -> None:
+    """A ``NaN``, ``+Inf``, ``1e999``, negative or non-numeric sample of a required series leaves its window out,
+    of an optional series reads as absent. Before, the value went into the window (and one ``NaN`` made the fit
+    write ``alpha: nan`` into an opted-in spec) and a non-numeric one failed the whole run with a ValueError."""
+    ttft, itl = SERIES["ttft_sum_s"], SERIES["itl_sum_s"]
+    spoiled = {(ttft, 1): "NaN", (itl, 2): "+Inf", (ttft, 3): "1e999", (itl, 4): "abc", (ttft, 5): "-1"}
+    spoiled |= {(SERIES["queue_sum_s"], 6): "NaN", (RUNNING_GAUGE, 7): "Inf", (SERIES["inference_sum_s"], 8): "x"}
+    pods = prometheus_windows(_RangeStub(spoiled), NAMESPACE, "m", datetime.now(UTC), 3000.0, 300.0)  # type: ignore[arg-type]
+    (windows,) = pods.values()
+    assert len(windows) == 5  # steps 0 and 6 to 9
+    for w in windows:
+        fields = (w.requests, w.ttft_sum_s, w.queue_sum_s, w.itl_sum_s, w.itl_count, w.prompt_tokens_sum)
+        assert all(v is None or (math.isfinite(v) and v >= 0) for v in fields + (w.inference_sum_s, w.running_avg))
+    assert [w.queue_sum_s for w in windows] == [10.0, None, 10.0, 10.0, 10.0]
+    assert [w.running_avg for w in windows] == [10.0, 10.0, None, 10.0, 10.0]
+    assert [w.inference_sum_s for w in windows] == [10.0, 10.0, 10.0, None, 10.0]
+
+
+@pytest.mark.parametrize("track", [False, True], ids=["untracked", "tracked"])
+def test_a_run_past_its_time_limit_is_one_error_line_and_exit_2(
+    track: bool, example_cluster: pathlib.Path, monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest
+) -> None:
+    """A flow command whose run passes its time limit (a Prometheus answering a byte at a time) says so in one
+    ``error:`` line and exits 2, tracked or not. Before, the untracked run's :class:`flows.runs.FlowTimeout` (a
+    ``BaseException``, which nothing caught) ended the command with a 100-line traceback and exit 1, and the
+    calibrate flow had no time limit at all: it waited as long as the server kept sending."""
+    import flows.calibrate as module
+
+    assert module.calibrate.timeout_seconds == module.CALIBRATE_TIMEOUT_S
+    if track:
+        request.getfixturevalue("prefect_harness")
+    else:
+        monkeypatch.delenv("PREFECT_API_URL", raising=False)
+
+    def stalled(*_args: object) -> None:
+        # A query held open by the server: only the run's time limit ends it. Short sleeps, as reads of a dripping
+        # answer are: a tracked run's limit (Prefect's) ends a thread between two of them, not inside one.
+        for _ in range(1200):
+            time.sleep(0.05)
+
+    monkeypatch.setattr(module, "collect_windows", stalled)
+    monkeypatch.setattr(module, "calibrate", module.calibrate.with_options(timeout_seconds=0.5))
+    args = ["calibrate-profiles", "--cluster", str(example_cluster), "--prometheus-url", "http://127.0.0.1:1"]
+    started = time.monotonic()
+    result = CliRunner().invoke(app, [*args, "--dry-run", *(["--track"] if track else [])])
+    assert time.monotonic() - started < 30, "the time limit did not stop the run"
+    assert result.exit_code == 2, result.output
+    assert "Traceback" not in result.output and result.exception is None or isinstance(result.exception, SystemExit)
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
+    assert errors == ["error: calibrate could not run: timed out after 0.5 s"], result.stderr
+    assert result.stdout == ""
