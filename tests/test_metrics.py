@@ -691,13 +691,19 @@ def test_an_answer_sent_a_byte_at_a_time_ends_at_its_deadline_and_is_retried() -
     (51 s, until the flow's own time-out, which was then reported as a connection failure)."""
     stub = _StubPrometheus(200, {"status": "success", "data": {"resultType": "vector", "result": []}}, drip_s=0.1)
     try:
-        client = PrometheusMetrics(stub.url, timeout_s=0.2, retries=1, backoff_s=0.01)
-        started = time.monotonic()
-        with pytest.raises(MetricsUnavailable, match=r"no complete answer within 1.2s \(2 attempts\)"):
-            client.collect([LLAMA])
-        assert time.monotonic() - started < 6 and stub.requests == 2
+        _assert_overdue_twice(stub.url, lambda: stub.requests)
     finally:
         stub.close()
+
+
+def _assert_overdue_twice(url: str, answers: Callable[[], int]) -> None:
+    """A query of ``url`` (0.2 s socket timeout, one retry) fails at its 1.2 s answer deadline on each of its two
+    attempts, within seconds; ``answers`` counts the exchanges the server saw."""
+    client = PrometheusMetrics(url, timeout_s=0.2, retries=1, backoff_s=0.01)
+    started = time.monotonic()
+    with pytest.raises(MetricsUnavailable, match=r"no complete answer within 1.2s \(2 attempts\)"):
+        client.collect([LLAMA])
+    assert time.monotonic() - started < 10 and answers() == 2
 
 
 def test_constructor_rejects_bad_settings() -> None:
@@ -1148,3 +1154,16 @@ def test_an_error_quoting_the_urls_basic_credentials_or_40_kb_is_masked_and_one_
     assert "\n" not in message and len(message) < 700 and message.endswith("xxx...)")
     with pytest.raises(ValueError, match="not both"):  # requests would send Basic auth in place of the token
         PrometheusMetrics(url, bearer_token="tok")
+
+
+def test_an_answer_whose_headers_drip_ends_at_its_deadline_and_is_retried() -> None:
+    """A server that sends its status line and then a header byte every 0.1 s: every read is within the 0.2 s
+    socket timeout and the body deadline never starts, so before, a query lasted until the flow's time limit
+    (calibrate-profiles, which had none, until it was killed). The answer's deadline covers the headers too."""
+    from tests.downloader.test_deadline import DripServer
+
+    drip = DripServer()
+    try:
+        _assert_overdue_twice(drip.url.rsplit("/", 1)[0], lambda: drip.dripping)
+    finally:
+        drip.stop()

@@ -4,15 +4,21 @@
 Why not the socket timeout alone: it bounds each read, not the answer, so a server sending a byte at a time keeps
 every read under it for as long as it likes (a registry manifest, a Prometheus query held for minutes). Each
 ``read1`` returns what one read got, so the deadline is checked as bytes arrive, and the size before they are kept.
+The status line and headers arrive before the body is read: :func:`answer_within` bounds the whole exchange, its
+connection and headers included (:class:`tasks.clients.sockets.SocketDeadline`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import time
+from collections.abc import Iterator
 
 import requests
 
-__all__ = ["BodyOverdue", "BodyTooLarge", "read_bounded"]
+from tasks.clients.sockets import SocketDeadline, covering
+
+__all__ = ["BodyOverdue", "BodyTooLarge", "answer_within", "read_bounded"]
 
 
 class BodyOverdue(Exception):
@@ -47,3 +53,43 @@ def read_bounded(response: requests.Response, limit: int, deadline_s: float) -> 
             raise BodyOverdue(f"no complete answer within {deadline_s:g}s")
         chunks.append(chunk)
     return b"".join(chunks)
+
+
+class _AnswerDeadline(SocketDeadline):
+    """The deadline of one HTTP exchange: a connection tried after it is an overdue answer."""
+
+    def error(self) -> BodyOverdue:
+        """The exchange's failure once its deadline passed.
+
+        Returns:
+            ``no complete answer within Ns``.
+        """
+        return BodyOverdue(f"no complete answer within {self.seconds:g}s")
+
+
+@contextlib.contextmanager
+def answer_within(deadline_s: float) -> Iterator[None]:
+    """Bound a whole HTTP exchange of the current thread (connection, status line, headers, body) by ``deadline_s``:
+    once it passes, the sockets the thread connected in the block are shut down, so a read blocked on a server that
+    sends its headers a byte a second ends, and what the block then raises (the client's connection error), or its
+    end on an answer cut short, is :class:`BodyOverdue`, as a body read past :func:`read_bounded`'s deadline is.
+
+    Args:
+        deadline_s: How long the exchange may take, in seconds from entering the block.
+
+    Yields:
+        Nothing; the block runs under the deadline.
+
+    Raises:
+        BodyOverdue: The deadline passed before the block ended (``no complete answer within Ns``).
+    """
+    deadline = _AnswerDeadline(deadline_s)
+    with deadline, covering(deadline):
+        try:
+            yield
+        except Exception as exc:
+            if deadline.expired.is_set():
+                raise deadline.error() from exc
+            raise
+    if deadline.expired.is_set():  # its sockets were shut down: what arrived may be cut short
+        raise deadline.error()

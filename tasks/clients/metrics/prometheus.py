@@ -107,7 +107,7 @@ from tasks.clients.metrics.snapshot import (
     checked_metric_names,
     from_epoch,
 )
-from tasks.clients.streams import BodyOverdue, BodyTooLarge, read_bounded
+from tasks.clients.streams import BodyOverdue, BodyTooLarge, answer_within, read_bounded
 
 log = logging.getLogger("tasks.clients.metrics")  # one logger for every metrics source
 
@@ -500,15 +500,16 @@ class PrometheusMetrics(MetricsSource):
             if attempt:
                 self._sleep(self.backoff_s * 2 ** (attempt - 1))
             try:
-                response = self.session.post(
-                    f"{self.url}/api/v1/{endpoint}",
-                    data=data,
-                    headers=headers,
-                    timeout=self.timeout_s,
-                    verify=self.verify_tls,
-                    stream=True,
-                )
-                body = self._answer(response)
+                with answer_within(self.answer_deadline_s):  # its headers too: a byte a second never ends them
+                    response = self.session.post(
+                        f"{self.url}/api/v1/{endpoint}",
+                        data=data,
+                        headers=headers,
+                        timeout=self.timeout_s,
+                        verify=self.verify_tls,
+                        stream=True,
+                    )
+                    body = self._answer(response)
             except requests.Timeout:
                 failure = f"timed out after {self.timeout_s:g}s"
                 continue
