@@ -13,6 +13,7 @@ Pure: rows come in as strings (the caller reads the file), randomness from a see
 from __future__ import annotations
 
 import math
+from array import array
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -176,9 +177,10 @@ def parse_trace_rows(rows: Iterable[Sequence[str]]) -> tuple[np.ndarray, np.ndar
     except StopIteration:
         raise TraceError("trace is empty (no header)") from None
     ti, ii, oi = _column(header, "time"), _column(header, "in"), _column(header, "out")
-    times: list[float] = []
-    prompts: list[int] = []
-    outputs: list[int] = []
+    # Typed arrays, 8 bytes a value: lists of Python numbers took about 120 bytes a request (2.7 GB for 10^7).
+    times = array("d")
+    prompts = array("q")
+    outputs = array("q")
     for number, row in enumerate(iterator, start=2):
         if not row or all(not cell.strip() for cell in row):
             continue
@@ -188,10 +190,10 @@ def parse_trace_rows(rows: Iterable[Sequence[str]]) -> tuple[np.ndarray, np.ndar
         outputs.append(max(output, 1))  # a request that generated nothing still returns one (end) token
     if not times:
         raise TraceError("trace has no requests")
-    t = np.asarray(times, dtype=float)
+    t = np.frombuffer(times, dtype=float)
     order = np.argsort(t, kind="stable")
     t = t[order] - t[order][0]
-    return t, np.asarray(prompts, dtype=np.int64)[order], np.asarray(outputs, dtype=np.int64)[order]
+    return t, np.frombuffer(prompts, dtype=np.int64)[order], np.frombuffer(outputs, dtype=np.int64)[order]
 
 
 def shape_trace(arrival_s: np.ndarray, in_tokens: np.ndarray, out_tokens: np.ndarray, shape: TraceShape) -> Trace:
