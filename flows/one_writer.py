@@ -19,7 +19,7 @@ from engine.api.llmd import VariantAutoscaling
 from engine.optimize.plan import VariantDecision, plan_cycle
 from engine.optimize.spec import CycleInputs
 from flows.exitcodes import CannotRun
-from tasks.boundary import accept_as
+from tasks.boundary import accept_as, not_being_deleted
 from tasks.clients.cluster import Cluster
 from tasks.clients.cluster.errors import ClusterError, NotFound
 from tasks.optimize.read import ClusterState, read_current_replicas, scale_targets_of
@@ -85,12 +85,13 @@ def replanner(cluster: Cluster, state: ClusterState, inputs: CycleInputs) -> Rep
         inputs: The cycle's engine inputs.
 
     Returns:
-        The re-plan function: from the re-read object, its new decision, or None when it is no longer valid.
+        The re-plan function: from the re-read object, its new decision, or None when it is no longer valid or is
+        being deleted.
     """
 
     def replan(fresh: dict[str, Any]) -> VariantDecision | None:
-        accepted = accept_as(cluster, [fresh], VariantAutoscaling)
-        if not accepted:
+        accepted = not_being_deleted(accept_as(cluster, [fresh], VariantAutoscaling))
+        if not accepted:  # invalid now, or being deleted since the cycle read it: nothing is written
             return None
         va = accepted[0]
         key = (va.namespace, va.name)

@@ -342,6 +342,40 @@ def test_a_status_conflict_rereads_and_replans_the_object(
     assert inconsistent(cluster, namespace) == []
 
 
+def test_an_object_found_being_deleted_when_re_read_is_not_written(
+    prefect_harness: None,
+    big_kube: BigCluster,
+    kube_server: Any,
+    tmp_path: pathlib.Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A 409 on one status write, and the object re-read after it is being deleted (a finalizer holds it): it is
+    not decided again nor written, as a cycle leaves an object being deleted alone. Before, its status was written
+    from the re-plan."""
+    cluster, namespace = big_kube.cluster, big_kube.namespace
+    metrics = write_metrics(tmp_path / "a.yaml", namespace, 1)
+    real = one_writer.replanner
+    decided: list[object] = []
+
+    def deleting(*args: Any, **kwargs: Any) -> Any:
+        replan = real(*args, **kwargs)
+
+        def wrapped(fresh: dict[str, Any]) -> Any:
+            fresh["metadata"].update(finalizers=["example.com/hold"], deletionTimestamp="2026-01-01T00:00:00Z")
+            decided.append(replan(fresh))
+            return decided[-1]
+
+        return wrapped
+
+    monkeypatch.setattr(optimize_flow, "replanner", deleting)
+    victim = variant_name(3, "H100")
+    before = cluster.get(LLMD_API, VARIANT_AUTOSCALING, victim, namespace).get("status")
+    kube_server.inject("PATCH", f"/variantautoscalings/{victim}/status$", 409, times=1, reason="Conflict")
+    big_kube.optimize(metrics)
+    assert decided == [None]
+    assert cluster.get(LLMD_API, VARIANT_AUTOSCALING, victim, namespace).get("status") == before
+
+
 def test_a_status_that_keeps_conflicting_without_a_replan_is_that_objects_error(
     prefect_harness: None,
     big_kube: BigCluster,
