@@ -25,9 +25,11 @@ from engine.api.llmd import VariantAutoscaling
 from engine.api.registry import LLMD_API, VARIANT_AUTOSCALING
 from engine.optimize.spec import SpecError, parse_variant
 from engine.simulate.calibrate import ProfileFit, Unidentifiable, Window, calibration_outcome, fit_profile
+from engine.units import duration_seconds, format_duration
 from flows.exitcodes import flow_result
 from flows.parameters import (
     CALIBRATE_LOOKBACK,
+    CALIBRATE_MAX_LOOKBACK_S,
     CALIBRATE_WINDOW,
     SYSTEM_NAMESPACE,
     ClusterTarget,
@@ -137,15 +139,20 @@ def calibrate(
             manifests directory/file.
         prometheus_url: Prometheus base URL; empty = $PROMETHEUS_URL. Ignored when windows_file is set.
         windows_file: Read metric windows from this YAML file instead of Prometheus (local and CI runs); empty = Prometheus.
-        lookback: How far back to read metrics, a PromQL duration (default a day, ``24h`` or ``1d``: gamma needs hours
-            of varied load to be determined).
+        lookback: How far back to read metrics, a PromQL duration of at most 31 days (default a day, ``24h`` or
+            ``1d``: gamma needs hours of varied load to be determined).
         window: Length of one window (PromQL increase range and step), a PromQL duration such as ``5m``.
         dry_run: Fit and report, write nothing (no condition, no spec).
 
     Returns:
         The report: one row per VariantAutoscaling (its fit, condition reason and whether the spec was written); a
         degraded run (a write failed) ends Failed named Degraded (:func:`flows.exitcodes.flow_result`).
+
+    Raises:
+        ValueError: ``lookback`` is longer than 31 days (:data:`flows.parameters.CALIBRATE_MAX_LOOKBACK_S`).
     """
+    if duration_seconds(lookback) > CALIBRATE_MAX_LOOKBACK_S:
+        raise ValueError(f"lookback {lookback} is longer than {format_duration(CALIBRATE_MAX_LOOKBACK_S)}")
     logger = run_logger()
     now = datetime.now(UTC).replace(microsecond=0)
     conn = connect(

@@ -32,7 +32,7 @@ from engine.aim.discovery_plan import DiscoveryWorld, ModelPlan, images_to_read,
 from engine.api.aim import API_VERSION as AIM_API_VERSION
 from engine.api.aim import AIMClusterModel
 from engine.api.registry import AIM_CLUSTER_MODEL
-from flows.parameters import DISCOVERY_RESYNC_S, ClusterTarget, Namespaces, Setting, absent_as
+from flows.parameters import DISCOVERY_RESYNC_S, MAX_RESYNC_S, ClusterTarget, Namespaces, Setting, absent_as
 from flows.reconcile import Report, Table, conclude, reconcile_each
 from flows.runs import flow
 from tasks.aim.discover import write_model_plan
@@ -77,7 +77,7 @@ TABLE = Table("aim-discovery", (("model", "name"), "image", "result", "deploymen
 @flow(name="discover-models", timeout_seconds=DEFAULT_INTERVAL_S - 300, log_prints=True)
 def discover_models(
     namespaces: Namespaces = (),
-    resync_interval_s: Annotated[int, Field(ge=60)] = DISCOVERY_RESYNC_S,
+    resync_interval_s: Annotated[int, Field(ge=60, le=MAX_RESYNC_S)] = DISCOVERY_RESYNC_S,
     registry_timeout_s: Annotated[float, Field(gt=0)] = 10.0,
     insecure_registries: Annotated[Sequence[str], absent_as(())] = (),
     registry_mirrors: Annotated[Mapping[str, str], absent_as({})] = {},

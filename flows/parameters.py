@@ -117,8 +117,22 @@ CALIBRATE_LOOKBACK = "24h"
 CALIBRATE_WINDOW = "5m"
 """The length of one metrics window calibrate fits on."""
 
+CALIBRATE_MAX_LOOKBACK_S = 31 * 86400.0
+"""The furthest back calibrate reads (31 days: Prometheus keeps 15 by default): its range queries are planned as a
+whole before the first is sent, and a lookback of 100,000 years took all memory."""
+
 SIMULATE_INTERVAL_S = 60.0
 """The simulated control interval (the optimize deployment's schedule)."""
+
+MIN_CONTROL_INTERVAL_S = 1.0
+MAX_CONTROL_INTERVAL_S = 3600.0
+ControlInterval = Annotated[float, Field(ge=MIN_CONTROL_INTERVAL_S, le=MAX_CONTROL_INTERVAL_S, allow_inf_nan=False)]
+"""A simulated control interval, 1 s to 1 h: a replay keeps state per interval and bins sub-minute peaks by it, so
+an interval of 10^-6 s took 9 GiB and one of 10^10 s all memory (10^308 s an OverflowError)."""
+
+MAX_RESYNC_S = 365 * 86400
+"""The longest discovery waits before it reads an unchanged image again (a year; 10^30 s ended the run in an
+OverflowError)."""
 
 SIMULATE_STARTUP_DELAY_S = 120.0
 """Seconds a simulated new replica takes to become ready."""

@@ -41,6 +41,7 @@ from flows.parameters import (
     SIMULATE_OUTPUT_DIR,
     SIMULATE_STARTUP_DELAY_S,
     SYSTEM_NAMESPACE,
+    ControlInterval,
     NamespaceName,
     NonEmpty,
     NonNegativeSeconds,
@@ -108,7 +109,7 @@ def simulate(
     wave_period_s: PositiveSeconds | None = None,
     bursty: BurstyName | None = None,
     model_shares: Annotated[Mapping[str, float], absent_as({})] = {},
-    interval_s: PositiveSeconds = SIMULATE_INTERVAL_S,
+    interval_s: ControlInterval = SIMULATE_INTERVAL_S,
     startup_delay_s: NonNegativeSeconds = SIMULATE_STARTUP_DELAY_S,
     kv_tokens_per_slot: Annotated[int, Field(ge=1)] = 2048,
     sizing_ttft_scale: PositiveFactor = 1.0,
@@ -141,7 +142,7 @@ def simulate(
             bursts, sub-minute clusters) filled with the trace's requests; not combined with the slice, compression,
             rate or wave settings. tune-* are the tuning variants, held-* the held-out ones (docs/simulate.md).
         model_shares: Weight of each model ('namespace/modelID') in the trace; empty = equal shares.
-        interval_s: Control interval of every policy in simulated seconds (WVA's GLOBAL_OPT_INTERVAL: 60).
+        interval_s: Control interval of every policy in simulated seconds, 1 to 3600 (WVA's GLOBAL_OPT_INTERVAL: 60).
         startup_delay_s: Seconds a new replica takes to become ready (model load).
         kv_tokens_per_slot: KV-cache capacity per batch slot in tokens (capacity = maxBatchSize x this).
         sizing_ttft_scale: The policies size for the service classes' TTFT targets times this (0.5 = aim for half);

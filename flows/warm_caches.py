@@ -34,8 +34,10 @@ from pydantic import Field
 
 from engine.api.aim import ModelCache
 from engine.caches.fill import JobSettings, quantity_bytes
+from engine.caches.gc import MIN_UNUSED_AFTER
 from engine.caches.plan import RetryPolicy
 from engine.cycle_metrics import MetricSet
+from engine.units import format_duration
 from flows.image import IMAGE
 from flows.parameters import (
     FILL_RETRY_BACKOFF_S,
@@ -133,7 +135,7 @@ def warm_caches(
         openmodel_namespace: Namespace where llmaz OpenModels are cached; empty = OpenModels are cached when served.
         include_consumers: Also create (or adopt) the caches AIM templates/services, Kthena Models and OpenModels need.
         gc_unused_after: Delete caches no workload used for this long (status.lastUsed, else creation) and none
-            mounts now; empty = no garbage collection.
+            mounts now, at least 1 h; empty = no garbage collection.
         max_fill_attempts: Fills per cache generation before it stays Failed (change the spec to retry).
         retry_backoff_s: Wait after the first failed fill; doubles per attempt, at most one hour.
         job_backoff_limit: Pod retries inside one fill Job.
@@ -145,7 +147,12 @@ def warm_caches(
     Returns:
         The report: one row per cache, what was ensured and freed, and the summary; a degraded pass (a cache Failed,
         a consumer's source invalid, an API error) ends Failed named Degraded (:func:`flows.exitcodes.flow_result`).
+
+    Raises:
+        ValueError: ``gc_unused_after`` is under an hour (:data:`engine.caches.gc.MIN_UNUSED_AFTER`).
     """
+    if gc_unused_after is not None and gc_unused_after < MIN_UNUSED_AFTER:  # a duration's schema has no minimum
+        raise ValueError(f"gc_unused_after must be at least {format_duration(MIN_UNUSED_AFTER.total_seconds())}")
     logger = run_logger()
     now = datetime.now(UTC).replace(microsecond=0)
     conn = connect(cluster)

@@ -37,6 +37,12 @@ def claims_mounted_by(obj: Mapping[str, Any]) -> set[str]:
     return claims
 
 
+MIN_UNUSED_AFTER = timedelta(hours=1)
+"""The shortest unused time garbage collection accepts: a cache filled and not yet mounted by its first rollout (a
+rollout runs every 5 min) must not be collected before it is; a bound of 0 or below collected every unmounted cache,
+those created seconds before included."""
+
+
 @dataclass(frozen=True)
 class GcVerdict:
     """Whether a cache may be garbage-collected, and why (for the report)."""
@@ -47,7 +53,10 @@ class GcVerdict:
 
 def gc_verdict(cache: ModelCache, mounted_claims: set[str], unused_after: timedelta, now: datetime) -> GcVerdict:
     """A cache is deleted when no workload used it for ``unused_after`` (``status.lastUsed``, else its
-    creation time) and nothing mounts its PVC now; a fill in progress is never collected."""
+    creation time) and nothing mounts its PVC now; a fill in progress is never collected. ``unused_after`` below
+    :data:`MIN_UNUSED_AFTER` is refused (``ValueError``): the flow's parameter and the command's option check it first."""
+    if unused_after < MIN_UNUSED_AFTER:
+        raise ValueError(f"unused_after must be at least {MIN_UNUSED_AFTER}, got {unused_after}")
     status = cache.status or ModelCacheStatus()
     claim = status.persistent_volume_claim or pvc_name(cache.metadata.name or "")
     if claim in mounted_claims:

@@ -29,6 +29,11 @@ WARM_TIMEOUT_S = 86400.0
 """``warm-caches --timeout-s``: a local pass fills in-process, so it may take as long as the downloads."""
 
 
+GC_MIN_UNUSED_AFTER_S = 3600.0
+"""``--gc-unused-after``'s least value: :data:`engine.caches.gc.MIN_UNUSED_AFTER` (this module stays light to
+import; tests/flows/test_warm_caches_cli.py checks the two agree)."""
+
+
 @command("warm-caches", renamed={"--retry-backoff-s": "--retry-backoff", "--timeout-s": "--timeout"})
 def warm_caches(
     cluster: str | None = cluster_option(),
@@ -41,7 +46,10 @@ def warm_caches(
         False, "--no-consumers", help="Only fill existing ModelCaches; create none for consumers."
     ),
     gc_unused_after: float | None = duration_option(
-        None, "--gc-unused-after", help="Delete caches unused this long and unmounted, e.g. 7d, 12h (default: never)."
+        None,
+        "--gc-unused-after",
+        help="Delete caches unused this long and unmounted, at least 1h, e.g. 7d, 12h (default: never).",
+        minimum=GC_MIN_UNUSED_AFTER_S,
     ),
     max_fill_attempts: int = typer.Option(
         MAX_FILL_ATTEMPTS, "--max-fill-attempts", min=1, help="Fills per cache generation before it stays Failed."

@@ -27,7 +27,13 @@ from flows.cli.common import (
 from flows.cli.options import duration_option
 from flows.cli.output import print_json
 from flows.exitcodes import CannotRun, cli_errors
-from flows.parameters import SIMULATE_INTERVAL_S, SIMULATE_OUTPUT_DIR, SIMULATE_STARTUP_DELAY_S
+from flows.parameters import (
+    MAX_CONTROL_INTERVAL_S,
+    MIN_CONTROL_INTERVAL_S,
+    SIMULATE_INTERVAL_S,
+    SIMULATE_OUTPUT_DIR,
+    SIMULATE_STARTUP_DELAY_S,
+)
 
 
 @command("simulate-policies", "simulate", renamed={"--share": "--model-share", "--output": "--output-dir"})
@@ -79,7 +85,13 @@ def simulate(
         metavar="MODEL=WEIGHT",
         help="Share of a model ('namespace/modelID') in the trace (repeatable; default: equal shares).",
     ),
-    interval: float = duration_option(SIMULATE_INTERVAL_S, "--interval", help="Control interval, simulated time."),
+    interval: float = duration_option(
+        SIMULATE_INTERVAL_S,
+        "--interval",
+        help="Control interval, simulated time, 1s to 1h.",
+        minimum=MIN_CONTROL_INTERVAL_S,
+        maximum=MAX_CONTROL_INTERVAL_S,
+    ),
     startup_delay: float = duration_option(
         SIMULATE_STARTUP_DELAY_S, "--startup-delay", help="How long a new replica takes to become ready."
     ),
