@@ -308,72 +308,49 @@ def test_a_run_finding_the_lease_held_stops_naming_the_holder(
     assert after == before
 
 
-def test_a_status_conflict_rereads_and_replans_the_object(
+@pytest.mark.parametrize("deleting", [False, True], ids=["replanned", "being-deleted"])
+def test_a_status_conflict_rereads_and_replans_the_object_unless_it_is_being_deleted(
     prefect_harness: None,
     big_kube: BigCluster,
     kube_server: Any,
     tmp_path: pathlib.Path,
     monkeypatch: pytest.MonkeyPatch,
+    deleting: bool,
 ) -> None:
     """A 409 on one status write: that object is read again and decided again (one re-plan), its status written
-    from the re-read object; the others are written at their first try."""
+    from the re-read object; the others are written at their first try. Found being deleted when re-read (a
+    finalizer holds it), it is neither decided again nor written, as a cycle leaves such an object alone (before,
+    its status was written from the re-plan)."""
     cluster, namespace = big_kube.cluster, big_kube.namespace
     metrics = write_metrics(tmp_path / "a.yaml", namespace, 1)
-    replans: list[str] = []
+    seen: list[tuple[str, object]] = []
     real = one_writer.replanner
 
     def counting(*args: Any, **kwargs: Any) -> Any:
         replan = real(*args, **kwargs)
 
         def wrapped(fresh: dict[str, Any]) -> Any:
-            replans.append(fresh["metadata"]["name"])
-            return replan(fresh)
+            if deleting:
+                fresh["metadata"].update(finalizers=["example.com/hold"], deletionTimestamp="2026-01-01T00:00:00Z")
+            seen.append((fresh["metadata"]["name"], replan(fresh)))
+            return seen[-1][1]
 
         return wrapped
 
     monkeypatch.setattr(optimize_flow, "replanner", counting)
     victim = variant_name(3, "H100")
+    before = cluster.get(LLMD_API, VARIANT_AUTOSCALING, victim, namespace).get("status")
     kube_server.reset_stats()
     kube_server.inject("PATCH", f"/variantautoscalings/{victim}/status$", 409, times=1, reason="Conflict")
     report = big_kube.optimize(metrics)
-    assert replans == [victim]
+    assert [name for name, _ in seen] == [victim]
     assert kube_server.count("get", "variantautoscalings") == 1  # the re-read, and only of that object
-    assert all(w.error is None for w in report.writes)
+    if deleting:
+        assert seen[0][1] is None
+        assert cluster.get(LLMD_API, VARIANT_AUTOSCALING, victim, namespace).get("status") == before
+        return
+    assert seen[0][1] is not None and all(w.error is None for w in report.writes)
     assert inconsistent(cluster, namespace) == []
-
-
-def test_an_object_found_being_deleted_when_re_read_is_not_written(
-    prefect_harness: None,
-    big_kube: BigCluster,
-    kube_server: Any,
-    tmp_path: pathlib.Path,
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """A 409 on one status write, and the object re-read after it is being deleted (a finalizer holds it): it is
-    not decided again nor written, as a cycle leaves an object being deleted alone. Before, its status was written
-    from the re-plan."""
-    cluster, namespace = big_kube.cluster, big_kube.namespace
-    metrics = write_metrics(tmp_path / "a.yaml", namespace, 1)
-    real = one_writer.replanner
-    decided: list[object] = []
-
-    def deleting(*args: Any, **kwargs: Any) -> Any:
-        replan = real(*args, **kwargs)
-
-        def wrapped(fresh: dict[str, Any]) -> Any:
-            fresh["metadata"].update(finalizers=["example.com/hold"], deletionTimestamp="2026-01-01T00:00:00Z")
-            decided.append(replan(fresh))
-            return decided[-1]
-
-        return wrapped
-
-    monkeypatch.setattr(optimize_flow, "replanner", deleting)
-    victim = variant_name(3, "H100")
-    before = cluster.get(LLMD_API, VARIANT_AUTOSCALING, victim, namespace).get("status")
-    kube_server.inject("PATCH", f"/variantautoscalings/{victim}/status$", 409, times=1, reason="Conflict")
-    big_kube.optimize(metrics)
-    assert decided == [None]
-    assert cluster.get(LLMD_API, VARIANT_AUTOSCALING, victim, namespace).get("status") == before
 
 
 def test_a_status_that_keeps_conflicting_without_a_replan_is_that_objects_error(
