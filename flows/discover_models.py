@@ -78,7 +78,7 @@ TABLE = Table("aim-discovery", (("model", "name"), "image", "result", "deploymen
 def discover_models(
     namespaces: Namespaces = (),
     resync_interval_s: Annotated[int, Field(ge=60, le=MAX_RESYNC_S)] = DISCOVERY_RESYNC_S,
-    registry_timeout_s: Annotated[float, Field(gt=0)] = 10.0,
+    registry_timeout_s: Annotated[float, Field(gt=0, le=3600, allow_inf_nan=False)] = 10.0,
     insecure_registries: Annotated[Sequence[str], absent_as(())] = (),
     registry_mirrors: Annotated[Mapping[str, str], absent_as({})] = {},
     model_selector: Setting = "",
@@ -90,7 +90,7 @@ def discover_models(
         namespaces: Create templates in these namespaces; empty means every namespace with an AIMNamespaceConfig.
         resync_interval_s: Read an unchanged image again after this many seconds (a manifest request; the
             config is fetched only when the digest changed). Missing images are retried on this interval too.
-        registry_timeout_s: Timeout of each registry request, in seconds.
+        registry_timeout_s: Timeout of each registry request, in seconds (at most an hour).
         insecure_registries: Registry hosts spoken to over plain HTTP (localhost always is).
         registry_mirrors: Registry host -> mirror host, or 'oci-layout:DIR' (an OCI image layout per repository
             under DIR) for air-gapped clusters.

@@ -121,7 +121,7 @@ def warm_caches(
     retry_backoff_s: NonNegativeSeconds = FILL_RETRY_BACKOFF_S,
     job_backoff_limit: Annotated[int, Field(ge=0)] = 2,
     job_ttl_s: Annotated[int, Field(ge=0)] = 3600,
-    headroom_percent: Annotated[float, Field(ge=0)] = 10.0,
+    headroom_percent: Annotated[float, Field(ge=0, le=1000, allow_inf_nan=False)] = 10.0,
     pushgateway_url: Setting = "",
 ) -> WarmReport:
     """One reconcile pass over every ModelCache and every cache a consumer needs.
@@ -140,7 +140,7 @@ def warm_caches(
         retry_backoff_s: Wait after the first failed fill; doubles per attempt, at most one hour.
         job_backoff_limit: Pod retries inside one fill Job.
         job_ttl_s: Seconds a finished fill Job is kept (ttlSecondsAfterFinished).
-        headroom_percent: PVC headroom over the source size.
+        headroom_percent: PVC headroom over the source size, 0 to 1000.
         pushgateway_url: Prometheus Pushgateway for the pass's cache metrics (fills by outcome, bytes per cache);
             empty = $MODELPLANE_PUSHGATEWAY_URL, else off.
 

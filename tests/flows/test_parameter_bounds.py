@@ -25,6 +25,10 @@ REQUIRED: dict[Any, dict[str, str]] = {simulate: {"cluster": "c", "trace": "t.cs
         (simulate, "interval_s", 1e308),  # OverflowError
         (simulate, "interval_s", 1e-6),  # 9 GiB
         (discover_models, "resync_interval_s", 10**30),  # OverflowError
+        (discover_models, "registry_timeout_s", float("inf")),
+        (discover_models, "registry_timeout_s", 1e308),
+        (warm_caches, "headroom_percent", float("inf")),
+        (warm_caches, "headroom_percent", 1e308),
     ],
 )
 def test_a_value_out_of_range_is_refused_by_the_signature(flow: Any, name: str, value: object) -> None:
