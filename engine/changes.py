@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from engine.api.identity import is_integer
 from engine.status import generation_of, mapping_at
 
 
@@ -48,7 +49,7 @@ def unobserved_change(obj: Mapping[str, Any]) -> UnobservedChange | None:
     if generation is None or being_deleted(obj):
         return None
     observed = mapping_at(obj, "status").get("observedGeneration")
-    if not isinstance(observed, int) or isinstance(observed, bool):
+    if not is_integer(observed):
         observed = None  # a hand-written ``observedGeneration: abc`` is no observation: the change is acted on
     if observed is not None and observed == generation:
         return None

@@ -14,6 +14,7 @@ from typing import Any, TypeGuard
 
 from pydantic import BaseModel
 
+from engine.api.identity import is_integer
 from engine.api.meta import Condition, ConditionStatus, condition_message, set_condition
 
 # OptimizationReady=False reasons shared by VariantAutoscalings and AutoscalingPolicyBindings (the seed's
@@ -66,7 +67,7 @@ def condition_is_true(obj: Mapping[str, Any], condition_type: str) -> bool:
 
 def _whole(value: object) -> TypeGuard[int]:
     """Whether ``value`` is a whole number >= 0 (a count or a generation; a bool is none)."""
-    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+    return is_integer(value) and value >= 0
 
 
 def count_at(obj: Mapping[str, Any], key: str) -> int:

@@ -32,7 +32,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from functools import lru_cache
-from typing import Any
+from typing import Any, TypeGuard
 
 __all__ = [
     "DNS1123_SUBDOMAIN_PATTERN",
@@ -42,6 +42,7 @@ __all__ = [
     "address_error",
     "body_errors",
     "identity_errors",
+    "is_integer",
     "name_error",
     "secret_key_error",
     "secret_name_error",
@@ -237,7 +238,7 @@ def body_errors(manifest: Mapping[str, Any]) -> list[tuple[str, str]]:
     those first; the local backend loads no document without them)."""
     meta = manifest.get("metadata") or {}
     generation = meta.get("generation")
-    errors = [] if generation is None or _integer(generation) else [("metadata.generation", "must be an integer")]
+    errors = [] if generation is None or is_integer(generation) else [("metadata.generation", "must be an integer")]
     api_version: str = manifest["apiVersion"]
     group = api_version.rpartition("/")[0]
     if "." in group and not group.endswith(".k8s.io"):
@@ -253,7 +254,7 @@ def body_errors(manifest: Mapping[str, Any]) -> list[tuple[str, str]]:
     return errors
 
 
-def _integer(value: Any) -> bool:
+def is_integer(value: object) -> TypeGuard[int]:
     """Whether ``value`` decodes as a JSON integer (a bool does not; nor does ``1.5``)."""
     return isinstance(value, int) and not isinstance(value, bool)
 

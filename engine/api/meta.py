@@ -359,13 +359,16 @@ class Condition(KubeModel):
     """A human-readable message with details about the transition."""
 
 
+def one_line(text: object, limit: int) -> str:
+    """``text`` on one line (each run of white space one space), cut to ``limit`` characters with ``...``."""
+    line = " ".join(str(text).split())
+    return line if len(line) <= limit else line[: limit - 3] + "..."
+
+
 def condition_message(text: str) -> str:
-    """``text`` as a condition's message: on one line (each run of white space one space: a report line, an Event
-    and ``kubectl get``'s columns show it whole) and at most :data:`CONDITION_MESSAGE_MAX` characters, cut with
-    ``...``: a message quoting what a server or a file said (an error of 40 kB) is still written, never refused by
-    the API (or by this model) after the run has already acted."""
-    line = " ".join(text.split())
-    return line if len(line) <= CONDITION_MESSAGE_MAX else line[: CONDITION_MESSAGE_MAX - 3] + "..."
+    """``text`` as a condition's message (:func:`one_line`, :data:`CONDITION_MESSAGE_MAX`): one that quotes a
+    server's 40 kB error is still written, never refused by the API after the run acted, and shows whole."""
+    return one_line(text, CONDITION_MESSAGE_MAX)
 
 
 def _unique_types(conditions: list[Condition]) -> list[Condition]:

@@ -14,6 +14,9 @@ Prometheus's answer to them, and holding it would take the control loop's memory
 ANSWER_DEADLINE_TIMEOUTS = 6
 """An answer must arrive whole within this many of the client's ``timeout_s`` (30 s at the default 5 s): a large
 answer on a slow link gets time, a server sending a byte at a time does not get forever."""
+QUOTED_ERROR_MAX = 500
+"""The most characters of a Prometheus error a message quotes (on one line): a 40 kB error with line breaks made
+the run's one-line report many lines, and a condition message past the API's 32,768 characters."""
 MAX_CLOCK_SKEW_S = 300.0
 """How far in the future a sample may be stamped and still be read as current (clocks of Prometheus and the
 control loop disagree by seconds, not minutes)."""
@@ -77,19 +80,3 @@ def sample_age(now: dt.datetime, epoch: float | None) -> float | None:
     if epoch is None or not math.isfinite(epoch) or epoch > now.timestamp() + MAX_CLOCK_SKEW_S:
         return None
     return max(now.timestamp() - epoch, 0.0)
-
-
-def quoted_text(value: object, limit: int = 500) -> str:
-    """A server's text as a message quotes it: on one line, at most ``limit`` characters (cut with ``...``); an
-    error of 40 kB with line breaks otherwise made the run's one-line report many lines, and a condition message
-    past the API's 32,768 characters.
-
-    Args:
-        value: What the server said (an error, a label value).
-        limit: The most characters quoted.
-
-    Returns:
-        The text on one line, cut to ``limit``.
-    """
-    line = " ".join(str(value).split())
-    return line if len(line) <= limit else line[: limit - 3] + "..."

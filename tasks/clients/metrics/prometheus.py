@@ -54,6 +54,7 @@ from typing import Any
 import requests
 import urllib3
 
+from engine.api.meta import one_line
 from engine.promql import (
     GENERATION_TOKENS,
     KV_CACHE_USAGE,
@@ -86,9 +87,9 @@ from engine.units import duration_seconds
 from tasks.clients.metrics.answers import (
     ANSWER_DEADLINE_TIMEOUTS,
     MAX_ANSWER_BYTES,
+    QUOTED_ERROR_MAX,
     is_count,
     is_row,
-    quoted_text,
     sample_age,
 )
 from tasks.clients.metrics.credentials import url_secrets, without_userinfo
@@ -413,7 +414,7 @@ class PrometheusMetrics(MetricsSource):
             key = wanted.get(label_key[:2])
             if key is None:
                 continue
-            pod = self._pod(key, quoted_text(label_key[2], 253), label_key, rows, now, missing)  # a name as quoted
+            pod = self._pod(key, one_line(label_key[2], 253), label_key, rows, now, missing)  # a name as quoted
             if pod is not None:
                 pods.setdefault(key, []).append(pod)
         reported = {label_key[:2] for label_key in set(rows["kv"]) | set(rows["waiting"])}
@@ -556,7 +557,7 @@ class PrometheusMetrics(MetricsSource):
         if not isinstance(body, dict) or body.get("status") != "success":
             error = body.get("error", "no error message") if isinstance(body, dict) else "malformed answer"
             kind = body.get("errorType", "error") if isinstance(body, dict) else "error"
-            raise self._unavailable(f"query failed ({kind}: {self._redact(quoted_text(error))})")
+            raise self._unavailable(f"query failed ({kind}: {self._redact(one_line(error, QUOTED_ERROR_MAX))})")
         result = body.get("data") or {}
         if not isinstance(result, dict):
             raise self._unavailable(f"expected a {result_type} result, got data of type {type(result).__name__}")
