@@ -52,7 +52,7 @@ from flows.parameters import (
 from flows.runs import flow
 from tasks.progress import step
 from tasks.replay import read_inputs, simulate_policy, sweep_knob
-from tasks.simulate import markdown_report, prepare_output_dir, write_report
+from tasks.simulate import check_output_dir, markdown_report, write_report
 from tasks.tracking import markdown_artifact, quote, run_logger, tracked
 
 # Literal types so the Prefect form offers the choices (kept equal to POLICIES and the simulated gauges).
@@ -181,7 +181,7 @@ def simulate(
         "burst": BURSTY_VARIANTS[bursty] if bursty is not None else None,
     }
     config = SimConfig(interval_s=interval_s, startup_delay_s=startup_delay_s, seed=seed)
-    directory = prepare_output_dir(output_dir)  # before any replay: a report that cannot be written fails at once
+    directory = check_output_dir(output_dir)  # before any replay: a report that cannot be written fails at once
     scenario = read_inputs(
         cluster,
         trace,

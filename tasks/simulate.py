@@ -89,9 +89,10 @@ def _write_own(path: pathlib.Path, text: str) -> None:
         handle.write(text)
 
 
-def prepare_output_dir(path: str | pathlib.Path) -> pathlib.Path:
-    """The report's directory, made when missing: checked before any replay, so a run never replays for minutes to
-    fail writing its report.
+def check_output_dir(path: str | pathlib.Path) -> pathlib.Path:
+    """Check that the report's directory can be made and written, before any replay, so a run never replays for
+    minutes to fail writing its report; what the check makes is removed again, so a run that fails later leaves no
+    empty folder behind (:func:`write_report` makes it).
 
     Args:
         path: The directory.
@@ -100,19 +101,32 @@ def prepare_output_dir(path: str | pathlib.Path) -> pathlib.Path:
         The directory.
 
     Raises:
-        OutputDirectoryError: Something other than a directory (a file) is in its place, or it cannot be made.
+        OutputDirectoryError: Something other than a directory (a file) is in its place, or it cannot be made or
+            written.
     """
     directory = pathlib.Path(path)
+    missing = [d for d in (directory, *directory.parents) if not d.exists() and not d.is_symlink()]
     try:
         directory.mkdir(parents=True, exist_ok=True)
+        if not os.access(directory, os.W_OK | os.X_OK):
+            raise OutputDirectoryError(f"output directory {directory} cannot be written (permission denied)")
     except FileExistsError:
         raise OutputDirectoryError(f"output directory {directory} exists and is not a directory") from None
     except OSError as exc:
         reason = exc.strerror or type(exc).__name__
         raise OutputDirectoryError(f"output directory {directory} cannot be made ({reason})") from None
-    if not os.access(directory, os.W_OK | os.X_OK):
-        raise OutputDirectoryError(f"output directory {directory} cannot be written (permission denied)")
+    finally:
+        _remove_made(missing)
     return directory
+
+
+def _remove_made(made: Sequence[pathlib.Path]) -> None:
+    """Remove the directories a check made (deepest first), each only while still empty."""
+    for made_dir in made:
+        try:
+            made_dir.rmdir()
+        except OSError:
+            return
 
 
 def read_description(

@@ -374,7 +374,8 @@ def test_the_artifact_shows_settings_as_a_person_reads_them() -> None:
 
 def test_cli_refuses_a_configuration_that_does_not_parse(prefect_harness: None, tmp_path: pathlib.Path) -> None:
     """An inventory count of "zero" was left out (a replay on an unbounded inventory, no warning) and a cost of -40
-    surfaced as "'A100' has no unit cost": simulate and tune refuse with the ConfigMap, key and reason."""
+    surfaced as "'A100' has no unit cost": simulate and tune refuse with the ConfigMap, key and reason, and simulate
+    leaves no empty report folder behind (the folders it checked it could make were kept)."""
     cluster = tmp_path / "cluster"
     shutil.copytree(SIMULATION, cluster)
     config = cluster / "01-optimizer-config.yaml"
@@ -387,7 +388,7 @@ def test_cli_refuses_a_configuration_that_does_not_parse(prefect_harness: None, 
         assert written in original
         config.write_text(original.replace(written, broken))
         for command in (
-            ["simulate", "-p", "static-peak", "--no-frontier", "--output", str(tmp_path / "report")],
+            ["simulate", "-p", "static-peak", "--no-frontier", "--output", str(tmp_path / "new" / "report")],
             ["tune-sizing", "--dry-run"],
         ):
             result = CliRunner().invoke(
@@ -396,6 +397,7 @@ def test_cli_refuses_a_configuration_that_does_not_parse(prefect_harness: None, 
             assert result.exit_code == 2, result.output
             assert f"invalid configuration (ConfigMaps in modelplane-system): {reason}" in result.output
             assert "Traceback" not in result.output and "SLO attainment" not in result.output
+            assert not (tmp_path / "new").exists()
 
 
 def test_cli_checks_the_output_directory_before_any_replay(
