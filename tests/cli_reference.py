@@ -138,7 +138,8 @@ def _schema_type(schema: dict[str, Any]) -> str:
 
 
 def _constraints(schema: dict[str, Any]) -> str:
-    """The bounds a parameter's schema states (``>= 1``, ``<= 3600``, a pattern)."""
+    """The bounds a parameter's schema states (``>= 1``, ``<= 3600``, a pattern, a length), and those of each item
+    of a list."""
     parts: list[str] = []
     for option in [schema, *schema.get("anyOf", [])]:
         for key, sign in (("minimum", ">="), ("exclusiveMinimum", ">"), ("maximum", "<="), ("exclusiveMaximum", "<")):
@@ -150,6 +151,10 @@ def _constraints(schema: dict[str, Any]) -> str:
             parts.append("not empty")
         elif option.get("minLength", 0) > 1:
             parts.append(f"at least {option['minLength']} characters")
+        if "maxLength" in option:
+            parts.append(f"at most {option['maxLength']} characters")
+        if isinstance(option.get("items"), dict) and (each := _constraints(option["items"])):
+            parts.append(f"each item {each}")
     return ", ".join(dict.fromkeys(parts))
 
 

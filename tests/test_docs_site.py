@@ -89,6 +89,14 @@ def test_the_flow_parameters_page_lists_every_deployment() -> None:
     assert listed == [entry["name"] for entry in deployment_entries()]
 
 
+def test_the_flow_parameters_page_states_the_bounds_of_each_list_item() -> None:
+    """A namespace list's items are checked by the server like a single namespace, and the page said nothing."""
+    rows = [
+        line for line in cli_reference.PARAMETERS_PAGE.read_text().splitlines() if line.startswith("| `namespaces`")
+    ]
+    assert rows and all("each item matches `^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`, not empty, at most 63" in r for r in rows)
+
+
 def test_the_cli_reference_lists_every_command_the_help_lists() -> None:
     import typer
 
