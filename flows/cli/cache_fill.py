@@ -135,7 +135,6 @@ def fill_cache(
     console.print(
         f"cache {dest} complete: {len(manifest.files)} files, {manifest.total_bytes} bytes "
         f"({fetched} fetched now) from {manifest.source}" + (f" at {manifest.revision}" if manifest.revision else ""),
-        markup=False,
         highlight=False,
     )
 
@@ -182,7 +181,7 @@ class _CacheFillProgress:
             )
 
             self._bar = Progress(
-                TextColumn("{task.description}"),
+                TextColumn("{task.description}", markup=False),
                 BarColumn(),
                 DownloadColumn(binary_units=True),
                 TransferSpeedColumn(),

@@ -111,13 +111,14 @@ def warm_caches(
 def _print_caches(report: WarmReport) -> None:
     """The pass as a table of caches, then what it needs and freed, its notes and summary."""
     from rich.table import Table
+    from rich.text import Text
 
     table = Table(title="Model caches")
     for column in ("namespace", "name", "source", "status", "reason", "pvc", "action"):
         table.add_column(column)
     colours = {"Available": "green", "Failed": "red", "Progressing": "yellow"}
     for row in report.rows:
-        status = f"[{colours.get(row.status, 'white')}]{row.status}[/]"
+        status = Text(row.status, style=colours.get(row.status, "white"))
         table.add_row(row.namespace, row.name, row.source, status, row.reason, row.pvc, row.action)
     console.print(table)
     lines = [
@@ -126,5 +127,5 @@ def _print_caches(report: WarmReport) -> None:
         *report.notes,
     ]
     for line in lines:
-        console.print(line, markup=False, highlight=False)
+        console.print(line, highlight=False)
     console.print(report.summary)

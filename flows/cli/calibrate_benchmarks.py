@@ -155,10 +155,8 @@ def _print_table(
             f"{name}: perfParms (decode fit error {fit.decode_rel_rmse:.1%}, prefill {fit.prefill_rel_rmse:.1%})",
             highlight=False,
         )
-        console.print(
-            yaml.safe_dump({"perfParms": fit.perf_parms()}, sort_keys=False).rstrip(), highlight=False, markup=False
-        )
+        console.print(yaml.safe_dump({"perfParms": fit.perf_parms()}, sort_keys=False).rstrip(), highlight=False)
         for reason in fit.undetermined.values():
-            console.print(f"  undetermined: {reason}", highlight=False, markup=False)
+            console.print(f"  undetermined: {reason}", highlight=False)
         for note in fit.notes:
-            console.print(f"  note: {note}", highlight=False, markup=False)
+            console.print(f"  note: {note}", highlight=False)

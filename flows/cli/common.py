@@ -22,8 +22,8 @@ from typing import TYPE_CHECKING, Any, NoReturn
 import typer
 import typer.core
 from rich.console import Console
-from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
 from flows.cli.options import ModelplaneCommand
 from flows.exitcodes import (
@@ -87,9 +87,11 @@ app = typer.Typer(
     cls=OneLineErrorGroup,
     help="Modelplane: a control plane for serving LLMs on Kubernetes.",
 )
-# Off a terminal (CI logs, pipes) rich would wrap tables at 80 columns and cut names; use a wide page.
-console = Console(width=None if sys.stdout.isatty() else 200)
-err = Console(stderr=True)
+# Off a terminal (CI logs, pipes) rich would wrap tables at 80 columns and cut names; use a wide page. No markup:
+# what the commands print holds names, messages, paths and URLs from users and remote servers, where "[/x]" would
+# end the command in a MarkupError; colour is asked for with a style (or rich.text.Text) instead.
+console = Console(width=None if sys.stdout.isatty() else 200, markup=False)
+err = Console(stderr=True, markup=False)
 
 Check = Callable[["Cluster"], "str | None"]
 """What a flow needs of its cluster beyond a readable path: the reason it cannot run there, or None."""
@@ -509,7 +511,7 @@ def warn_degraded(problems: Sequence[str]) -> None:
         problems: The problems, one line each.
     """
     for problem in problems:
-        err.print(f"[yellow]degraded: {escape(problem)}[/yellow]", highlight=False, soft_wrap=True)
+        err.print(f"degraded: {problem}", style="yellow", highlight=False, soft_wrap=True)
 
 
 def send_queued_events_and_logs() -> None:
@@ -556,7 +558,7 @@ def table_of(title: str, columns: Sequence[str], rows: Sequence[Sequence[object]
     for column in columns:
         table.add_column(column, justify="right" if column in right else "left")
     for row in rows:
-        table.add_row(*(str(value) for value in row))
+        table.add_row(*(value if isinstance(value, Text) else str(value) for value in row))
     return table
 
 

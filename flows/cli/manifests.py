@@ -11,8 +11,8 @@ from json.encoder import encode_basestring_ascii
 from typing import TYPE_CHECKING
 
 import typer
-from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
 from flows.cli.common import command, console, exit_with_outcome, manifests_path, write_or_print
 from flows.exitcodes import CannotRun, cli_errors, exit_code
@@ -110,7 +110,7 @@ def _report(check: FolderCheck, cluster: pathlib.Path, as_json: bool) -> None:
     for column in ("source", "kind", "namespace", "name", "result"):
         table.add_column(column)
     for source, kind, namespace, name, result, ok in listed:
-        table.add_row(source, kind, namespace, name, "[green]valid[/green]" if ok else f"[red]{escape(result)}[/red]")
+        table.add_row(source, kind, namespace, name, Text(result, style="green" if ok else "red"))
     console.print(table)
     if len(listed) < len(rows):
         console.print(f"The valid resources are not listed (more than {TABLE_ROWS} rows): --json lists every one.")

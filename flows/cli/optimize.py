@@ -8,6 +8,7 @@ import pathlib
 import re
 
 import typer
+from rich.text import Text
 
 from engine.optimize.spec import MAX_SCALE_DOWN_WINDOW_S
 from engine.units import duration_seconds
@@ -137,7 +138,7 @@ def optimize(
     rows = []
     for row in report.rows:
         changed = row.desired is not None and row.current is not None and row.desired != row.current
-        desired = f"[bold]{row.desired}[/bold]" if changed else str(row.desired if row.desired is not None else "-")
+        desired = Text(str(row.desired if row.desired is not None else "-"), style="bold" if changed else "")
         current = row.current if row.current is not None else "-"
         cost = "unpriced" if row.cost is None else f"{row.cost:.2f}"
         reason = f"{row.reason}: {row.held}" if row.held else row.reason
@@ -148,7 +149,7 @@ def optimize(
     if dry_run:
         console.print("dry run: nothing was written")
     if report.metrics_error:
-        err.print(f"[yellow]metrics unavailable: {report.metrics_error}[/yellow]")
+        err.print(f"metrics unavailable: {report.metrics_error}", style="yellow", soft_wrap=True)
     exit_with_outcome(report.degraded)
 
 

@@ -158,6 +158,20 @@ def test_cli_degraded_cycle_says_so_and_exits_3(
     assert result.exit_code == 3
 
 
+def test_cli_prints_names_and_errors_as_written_not_as_rich_markup(
+    prefect_harness: None, example_cluster: pathlib.Path
+) -> None:
+    """A modelID or a Prometheus URL holding "[/x]" ended the command in rich's MarkupError traceback, exit 1."""
+    manifest = example_cluster / "11-granite-13b.yaml"
+    manifest.write_text(manifest.read_text().replace("modelID: ibm/granite-13b", 'modelID: "ibm/[/x]granite"'))
+    url = "http://127.0.0.1:1/[/bold]"
+    args = ["optimize", "--cluster", str(example_cluster), "--prometheus-url", url, "--dry-run"]
+    result = CliRunner().invoke(app, args, terminal_width=250)
+    assert result.exit_code == 3, result.output
+    assert "ibm/[/x]granite" in result.stdout and f"metrics unavailable: Prometheus at {url}" in result.stderr
+    assert "Traceback" not in result.output
+
+
 def test_namespace_selector_scopes_the_cycle(
     prefect_harness: None, example_cluster: pathlib.Path, example_metrics: pathlib.Path
 ) -> None:
