@@ -7,7 +7,27 @@ and the caller turns the two into a condition, an Event or an ``error:`` line na
 
 from __future__ import annotations
 
-__all__ = ["InputError"]
+import reprlib
+
+__all__ = ["InputError", "shown"]
+
+_SHOWN = reprlib.Repr()
+_SHOWN.maxstring = _SHOWN.maxother = 80
+_SHOWN.maxlevel = 3
+_SHOWN.maxlist = _SHOWN.maxtuple = _SHOWN.maxdict = _SHOWN.maxset = 6
+
+
+def shown(value: object) -> str:
+    """``repr(value)`` cut short (80 characters of a string, six items of a collection, three levels): how an error
+    message quotes a value read from an input, which may be a 16 MB string or a thousand-item list, never whole.
+
+    Args:
+        value: The value.
+
+    Returns:
+        Its bounded repr, e.g. ``'zero'`` or ``[1, 2, 3, 4, 5, 6, ...]``.
+    """
+    return _SHOWN.repr(value)
 
 
 class InputError(ValueError):

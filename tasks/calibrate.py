@@ -36,6 +36,7 @@ import yaml
 
 from engine import yaml11
 from engine.api.llmd import VariantAutoscaling
+from engine.errors import shown
 from engine.promql import quote
 from engine.simulate.calibrate import CONDITION_CALIBRATED, CalibrationOutcome, Window, opted_in
 from engine.status import ConditionUpdate, changed_fields, generation_of, mapping_at, set_conditions
@@ -193,7 +194,7 @@ def read_windows_file(path: str | pathlib.Path) -> dict[tuple[str, str], list[Wi
         raise WindowsFileError(f"{file}: expected a mapping with 'windowSeconds' and a 'variants' list")
     seconds = doc.get("windowSeconds")
     if not _is_number(seconds) or seconds <= 0:
-        raise WindowsFileError(f"{file}: windowSeconds must be a finite number > 0, got {seconds!r}")
+        raise WindowsFileError(f"{file}: windowSeconds must be a finite number > 0, got {shown(seconds)}")
     result: dict[tuple[str, str], list[Window]] = {}
     for i, entry in enumerate(doc["variants"]):
         where = f"{file}: variants[{i}]"
@@ -201,7 +202,7 @@ def read_windows_file(path: str | pathlib.Path) -> dict[tuple[str, str], list[Wi
             raise WindowsFileError(f"{where}: needs 'name', 'namespace' and a 'windows' list")
         for key in ("name", "namespace"):
             if entry.get(key) is not None and not isinstance(entry[key], str):
-                raise WindowsFileError(f"{where}.{key}: expected a string, got {entry[key]!r}")
+                raise WindowsFileError(f"{where}.{key}: expected a string, got {shown(entry[key])}")
         windows = [_window(raw, f"{where}.windows[{j}]", float(seconds)) for j, raw in enumerate(entry["windows"])]
         variant = (entry.get("namespace") or "default", entry["name"])
         if variant in result:  # a second entry would silently replace the first one's windows
@@ -228,7 +229,7 @@ def _window(raw: object, where: str, seconds: float) -> Window:
     for key in (*_REQUIRED, *sorted(set(raw) - set(_REQUIRED))):
         value = raw.get(key)
         if not _is_number(value) or value < 0:
-            raise WindowsFileError(f"{where}.{key}: expected a finite number >= 0, got {value!r}")
+            raise WindowsFileError(f"{where}.{key}: expected a finite number >= 0, got {shown(value)}")
     fields = {_FILE_KEYS[k]: float(v) for k, v in raw.items()}
     queue_sum_s = fields.pop("queue_sum_s", None)
     return Window(seconds=seconds, queue_sum_s=queue_sum_s, **fields)

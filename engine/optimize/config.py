@@ -26,7 +26,7 @@ from typing import Any, Literal, TypeVar
 import yaml
 
 from engine import yaml11
-from engine.errors import InputError
+from engine.errors import InputError, shown
 from engine.slo.target import SERVICE_CLASS_KEY, check_attainment
 
 ACCELERATOR_COSTS_CONFIGMAP = "accelerator-unit-costs"
@@ -84,9 +84,9 @@ def _positive_number(value: Any, source: str, what: str) -> float:
     try:
         number = float(value)
     except (TypeError, ValueError):
-        raise ConfigError(source, f"{what} must be a number, got {value!r}") from None
+        raise ConfigError(source, f"{what} must be a number, got {shown(value)}") from None
     if not math.isfinite(number) or number < 0:
-        raise ConfigError(source, f"{what} must be a finite non-negative number, got {value!r}")
+        raise ConfigError(source, f"{what} must be a finite non-negative number, got {shown(value)}")
     return number
 
 
@@ -102,7 +102,7 @@ def _accelerator_cost(key: str, value: str, source: str) -> AcceleratorCost:
     cost = _positive_number(entry["cost"], source, "cost")
     device = entry.get("device", key)
     if not isinstance(device, str) or not device:
-        raise ConfigError(source, f"device must be a non-empty string, got {device!r}")
+        raise ConfigError(source, f"device must be a non-empty string, got {shown(device)}")
     return AcceleratorCost(name=key, device=device, cost=cost)
 
 
@@ -127,7 +127,7 @@ def parse_service_class(value: str, source: str) -> ServiceClass:
         raise ConfigError(source, "'name' must be a non-empty string")
     priority = doc.get("priority", 1)
     if not isinstance(priority, int) or isinstance(priority, bool) or priority < 1:
-        raise ConfigError(source, f"'priority' must be an integer >= 1 (1 = highest), got {priority!r}")
+        raise ConfigError(source, f"'priority' must be an integer >= 1 (1 = highest), got {shown(priority)}")
     entries = doc.get("data") or []
     if not isinstance(entries, list):
         raise ConfigError(source, "'data' must be a list of {model, slo-tpot, slo-ttft}")
@@ -160,7 +160,7 @@ def _refuse_misspelt_keys(entry: Mapping[str, Any], source: str) -> None:
             continue
         near = difflib.get_close_matches(key, SERVICE_CLASS_ENTRY_KEYS, n=1, cutoff=0.85)
         if near:
-            raise ConfigError(source, f"unknown key {key!r}: did you mean {near[0]!r}?")
+            raise ConfigError(source, f"unknown key {shown(key)}: did you mean {near[0]!r}?")
 
 
 def _optional_number(entry: Mapping[str, Any], key: str, source: str) -> float | None:
@@ -197,7 +197,7 @@ def _inventory_count(key: str, value: str, source: str) -> int:
     try:
         count = int(str(value).strip())
     except ValueError:
-        raise ConfigError(source, f"count must be an integer, got {value!r}") from None
+        raise ConfigError(source, f"count must be an integer, got {shown(value)}") from None
     if count < 0:
         raise ConfigError(source, f"count must be >= 0, got {count}")
     return count

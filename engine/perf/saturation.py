@@ -29,6 +29,7 @@ from typing import Any, Final, Literal
 import yaml
 
 from engine import yaml11
+from engine.errors import shown
 
 __all__ = [
     "ACTION_NO_CHANGE",
@@ -120,11 +121,11 @@ class SaturationConfig:
         for name in ("kv_cache_threshold", "kv_spare_trigger"):
             value = getattr(self, name)
             if not (isinstance(value, (int, float)) and math.isfinite(value) and 0.0 <= value <= 1.0):
-                raise ValueError(f"{name} must be between 0 and 1, got {value!r}")
+                raise ValueError(f"{name} must be between 0 and 1, got {shown(value)}")
         for name in ("queue_length_threshold", "queue_spare_trigger"):
             value = getattr(self, name)
             if not (isinstance(value, (int, float)) and math.isfinite(value) and value >= 0):
-                raise ValueError(f"{name} must be >= 0, got {value!r}")
+                raise ValueError(f"{name} must be >= 0, got {shown(value)}")
         if self.kv_cache_threshold < self.kv_spare_trigger:
             raise ValueError(
                 f"kvCacheThreshold ({self.kv_cache_threshold}) must be >= kvSpareTrigger ({self.kv_spare_trigger})"
@@ -146,7 +147,7 @@ class SaturationConfig:
             if name is None or value is None:
                 continue
             if isinstance(value, bool) or not isinstance(value, (int, float, str)):
-                raise ValueError(f"{key} must be a number, got {value!r}")
+                raise ValueError(f"{key} must be a number, got {shown(value)}")
             changes[name] = float(value)
         return replace(self, **changes)
 

@@ -107,15 +107,25 @@ def test_an_alias_bomb_is_refused_and_modest_sharing_is_built_with_each_shared_n
 
 def test_flow_collections_nested_past_the_limit_are_refused_before_parsing(tmp_path: Path) -> None:
     """100 KB of ``[`` took 12 s to be refused by the YAML readers (scanning grows with the square of the
-    brackets); the file is now refused whole, naming the depth, before any parse. 900 levels still read."""
+    brackets); the file is now refused whole, naming the depth, before any parse. Below that, a document nested
+    deeper than 100 levels (which copy.deepcopy and == could not walk at 450 and 990) is refused at its line; the
+    other documents of the file and a document 100 deep are read."""
     head = "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: deep}\ndata:\n  x: "
     deep, fine = tmp_path / "deep.yaml", tmp_path / "fine.yaml"
     deep.write_text(head + "[" * 50_000 + "]" * 50_000 + "\n")
-    fine.write_text("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: fine\nspec: " + "[" * 900 + "]" * 900 + "\n")
     refused = read_file(deep)
     assert refused.error is not None and "nested 50000 deep, more than the 1000 levels" in refused.error
     assert refused.docs == []
-    assert read_file(fine).error is None and read_file(fine).docs[0].data["metadata"]["name"] == "fine"
+    ok = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {}\nspec: {}\n"
+    for depth in (99, 100, 900):  # the root mapping is one level
+        fine.write_text(ok.format("first", 1) + "---\n" + ok.format("nested", "[" * depth + "]" * depth))
+        read = read_file(fine)
+        assert read.error is None and read.docs[0].data["metadata"]["name"] == "first"
+        if depth < 100:
+            assert read.doc_errors == [] and read.docs[1].data["metadata"]["name"] == "nested"
+        else:
+            (problem,) = read.doc_errors
+            assert "document at line 7" in problem and "nested more than 100 levels deep" in problem, problem
     assert yamlfile.flow_depth("a: '[[['\nb: [1, {c: [2]}]") == 6  # quoted brackets count: never less than YAML's
 
 
@@ -137,6 +147,27 @@ def test_a_key_written_twice_and_a_recursive_alias_are_refused_with_their_lines_
         "silently win)",
         f"{path}: document at line 12: invalid YAML at line 14, column 11: recursive alias: a node refers to itself "
         "(not representable as JSON)",
+    ]
+
+
+def test_a_tagged_value_its_constructor_refuses_and_aliased_long_text_are_refused_at_their_lines(
+    tmp_path: Path,
+) -> None:
+    """``!!bool maybe`` raised KeyError out of PyYAML (every command ended in a traceback, exit 1), and 20,000
+    aliases of one 64 KiB string passed the node count, to take 3-6 GB in the first JSON encoding of the object.
+    Each is refused at its line; the other documents are read."""
+    path = tmp_path / "tags.yaml"
+    config = "---\napiVersion: v1\nkind: ConfigMap\nmetadata: {{name: {}}}\ndata: {}\n"
+    shared = "{s: &s " + "x" * 65_536 + ", l: [" + ", ".join(["*s"] * 600) + "]}"
+    path.write_text("".join(config.format(n, d) for n, d in [("a", "{}"), ("b", "{x: !!bool maybe}"), ("c", shared)]))
+    loaded = read_file(path)
+    assert loaded.docs[0].data["metadata"]["name"] == "a" and [d.data for d in loaded.docs[1:]] == [None, None]
+    assert loaded.doc_errors == [
+        f"{path}: document at line 7: invalid YAML at line 10, column 11: cannot read 'maybe' as "
+        "tag:yaml.org,2002:bool (KeyError)",
+        f"{path}: document at line 12: invalid YAML at line 12, column 1: excessive aliasing: 65580 bytes of text "
+        "written expand to 39387180 (a document may expand to 33,554,432 bytes, or to ten times the text written "
+        "when that is more)",
     ]
 
 

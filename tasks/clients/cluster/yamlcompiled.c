@@ -18,7 +18,7 @@
 #include <Python.h>
 #include <yaml.h>
 
-#define MAX_DEPTH 256 /* nesting beyond this is left to the caller's reader */
+#define MAX_DEPTH 100 /* nesting beyond this is left to the caller's reader, which refuses it (engine.yaml11.MAX_NESTING) */
 
 typedef struct {
     PyObject *container; /* borrowed: owned by its parent collection, or by the document's root */

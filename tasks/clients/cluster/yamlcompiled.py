@@ -12,8 +12,8 @@ does, and hands the rest back:
   (:func:`~tasks.clients.cluster.yamlload.plain_scalar`), so ``yes``, ``0755``, ``1:30`` or ``.inf`` get the
   same value;
 - a document with an anchor, an alias, a tag, a merge key, a collection as a key, a key written twice, nesting
-  deeper than 256 levels, an explicit key in a flow sequence or a scalar the Python reader leaves to PyYAML
-  comes back as :data:`~tasks.clients.cluster.yamlload.NOT_PLAIN` (the system's libyaml 0.2.5 and the newer one
+  deeper than 100 levels (which the Python reader refuses: ``engine.yaml11.MAX_NESTING``), an explicit key in a
+  flow sequence or a scalar the Python reader leaves to PyYAML comes back as :data:`~tasks.clients.cluster.yamlload.NOT_PLAIN` (the system's libyaml 0.2.5 and the newer one
   PyYAML's wheels bundle differ in two places: the newer one refuses nesting beyond 1,000 levels, and reads
   ``[? ]`` where 0.2.5 reads ``[? ]]``);
 - a stream libyaml refuses, one with a ``%YAML``/``%TAG`` directive, or with more documents than the file has

@@ -15,7 +15,17 @@ from typing import Any
 
 import yaml
 
-from engine.yaml11 import SCALAR_CONSTRUCTORS, constructible, scalar_value
+from engine.yaml11 import (
+    MAX_NESTING,
+    SCALAR_CONSTRUCTORS,
+    CheckedConstruction,
+    check_document,
+    constructible,
+    duplicate_key,
+    recursive_alias,
+    scalar_value,
+    unbuildable,
+)
 
 _BaseLoader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 _TIMESTAMP_TAG = "tag:yaml.org,2002:timestamp"
@@ -43,7 +53,7 @@ def _resolved_tag(kind: Any, value: Any, implicit: Any) -> str:
     return str(Loader.DEFAULT_SEQUENCE_TAG if kind is yaml.SequenceNode else Loader.DEFAULT_MAPPING_TAG)
 
 
-class Loader(_BaseLoader):  # type: ignore[misc, valid-type]
+class Loader(CheckedConstruction, _BaseLoader):  # type: ignore[misc, valid-type]
     """A safe loader that keeps ``2024-01-01T00:00:00Z`` as a string, as the API server's JSON does, and
     refuses what the API server refuses: a mapping with the same key twice (kubectl: "mapping key already
     defined"; PyYAML would keep the last value silently) and an alias inside its own anchor (``&r {x: *r}``,
@@ -69,21 +79,21 @@ class Loader(_BaseLoader):  # type: ignore[misc, valid-type]
     ascend_resolver = staticmethod(tuple)
 
     def construct_document(self, node: yaml.Node) -> Any:
-        """The document's value, checked as it is built: by :func:`construct_tree` when its text holds no ``&``
-        (no anchor, so no alias: each node is used once), else, or when that refuses the document, by
-        :func:`construct_plain` (duplicate keys, recursive aliases, each shared node built once); a document
-        with merge keys, other tags or deeper nesting than Python's stack is checked whole
-        (:func:`check_node_graph`) and built by PyYAML's constructor, which gives the same values more slowly."""
+        """The document's value: built by :func:`construct_tree` when its text holds no ``&`` (no anchor, so no
+        alias: each node is used once; it refuses nesting beyond :data:`engine.yaml11.MAX_NESTING` and repeated
+        keys itself), else, or when that refuses the document, checked whole (:func:`engine.yaml11.check_document`:
+        nesting, aliases, duplicate keys, recursive aliases) and built by :func:`construct_plain` (each shared node
+        built once); a document with merge keys or other tags is built by PyYAML's constructor, which gives the
+        same values more slowly."""
         if self._text is not None and self._text.find("&", node.start_mark.index, node.end_mark.index) < 0:
             try:
-                return construct_tree(node)
+                return construct_tree(node)  # no alias to expand; nesting and repeated keys are its own checks
             except Exception:  # noqa: BLE001 - anything it refuses is built (or refused) the checked way below
                 pass
-        check_alias_expansion(node)
+        check_document(node)
         try:
             return construct_plain(node, self)
-        except (_NotPlain, RecursionError):  # nested deeper than Python's stack: both of these are iterative
-            check_node_graph(node)
+        except _NotPlain:
             return super().construct_document(node)
 
 
@@ -133,7 +143,7 @@ def plain_scalar(value: str) -> Any:
         return NOT_PLAIN
 
 
-def construct_tree(node: yaml.Node) -> Any:
+def construct_tree(node: yaml.Node, depth: int = 1) -> Any:
     """The value of a node tree made of mappings, sequences and ``str``/``null``/``bool``/``int``/``float``
     scalars, the value :func:`construct_plain` builds, in one recursion with no bookkeeping: for a document
     without anchors, where no node is used twice (a shared node would be built once per use). A list or mapping
@@ -141,23 +151,29 @@ def construct_tree(node: yaml.Node) -> Any:
 
     Args:
         node: The root of a document without anchors.
+        depth: How many collections ``node`` is inside of, itself included.
 
     Returns:
         The document's value.
 
     Raises:
-        _NotPlain: A node of another kind (another tag, a merge key) or a key written twice: the caller builds or
-            refuses the document with :func:`construct_plain` then, at its line.
+        _NotPlain: A node of another kind (another tag, a merge key), a key written twice or nesting deeper than
+            :data:`engine.yaml11.MAX_NESTING`: the caller checks the document (:func:`engine.yaml11.check_document`)
+            and builds or refuses it then, at its line.
     """
     kind = type(node)
     if kind is _ScalarNode:
         return node.value if node.tag == _STR_TAG else _scalar(node.tag, node.value)
+    if depth > MAX_NESTING:
+        raise _NotPlain("nested too deep")
     if kind is _MappingNode and node.tag == _MAP_TAG:
         pairs = node.value
         # a string key or value (most of them) is taken as it is, without a call
         mapping = {
-            (key.value if type(key) is _ScalarNode and key.tag == _STR_TAG else construct_tree(key)): (
-                value.value if type(value) is _ScalarNode and value.tag == _STR_TAG else construct_tree(value)
+            (key.value if type(key) is _ScalarNode and key.tag == _STR_TAG else construct_tree(key, depth + 1)): (
+                value.value
+                if type(value) is _ScalarNode and value.tag == _STR_TAG
+                else construct_tree(value, depth + 1)
             )
             for key, value in pairs
         }
@@ -166,7 +182,7 @@ def construct_tree(node: yaml.Node) -> Any:
         return mapping
     if kind is _SequenceNode and node.tag == _SEQ_TAG:
         return [
-            item.value if type(item) is _ScalarNode and item.tag == _STR_TAG else construct_tree(item)
+            item.value if type(item) is _ScalarNode and item.tag == _STR_TAG else construct_tree(item, depth + 1)
             for item in node.value
         ]
     raise _NotPlain(node.tag)
@@ -175,7 +191,7 @@ def construct_tree(node: yaml.Node) -> Any:
 def construct_plain(root: yaml.Node, loader: Any) -> Any:
     """The value of a node graph made of mappings, sequences and ``str``/``null``/``bool``/``int``/``float``
     scalars, built directly in one pass that refuses a duplicate key or a recursive alias as
-    :func:`check_node_graph` does; non-string scalars go through the loader's own constructors, so every
+    :func:`engine.yaml11.check_document` does; non-string scalars go through the loader's own constructors, so every
     value is the one PyYAML would build. An aliased node is built once and shared, as PyYAML does. Raises
     :class:`_NotPlain` for anything else.
 
@@ -201,12 +217,15 @@ def construct_plain(root: yaml.Node, loader: Any) -> Any:
             method = SCALAR_CONSTRUCTORS.get(node.tag)
             if method is None:
                 raise _NotPlain(node.tag)
-            return getattr(loader, method)(node)
+            try:
+                return getattr(loader, method)(node)
+            except (ArithmeticError, LookupError, ValueError) as exc:  # !!bool maybe, !!int abc
+                raise unbuildable(node, exc) from None
         ident = id(node)
         known = built.get(ident)
         if known is not None:
             if ident in building:
-                raise _recursive(node)
+                raise recursive_alias(node)
             return known
         if type(node) is yaml.MappingNode and node.tag == _MAP_TAG:
             mapping: dict[Any, Any] = {}
@@ -222,7 +241,7 @@ def construct_plain(root: yaml.Node, loader: Any) -> Any:
                 except TypeError:  # a list or mapping as a key
                     raise _NotPlain("unhashable key") from None
                 if repeated:
-                    raise _duplicate(key_node)
+                    raise duplicate_key(key_node)
                 mapping[key] = (
                     value_node.value if type(value_node) is scalar and value_node.tag == _STR_TAG else value(value_node)
                 )
@@ -238,112 +257,6 @@ def construct_plain(root: yaml.Node, loader: Any) -> Any:
         raise _NotPlain(node.tag)
 
     return value(root)
-
-
-def _recursive(node: yaml.Node) -> yaml.constructor.ConstructorError:
-    return yaml.constructor.ConstructorError(
-        None, None, "recursive alias: a node refers to itself (not representable as JSON)", node.start_mark
-    )
-
-
-def _duplicate(key: yaml.Node) -> yaml.constructor.ConstructorError:
-    return yaml.constructor.ConstructorError(
-        None, None, f"duplicate key {key.value!r} (the last value would silently win)", key.start_mark
-    )
-
-
-def check_node_graph(root: yaml.Node) -> None:
-    """Raise a :class:`yaml.constructor.ConstructorError` at the offending line for a duplicate mapping key
-    or a recursive alias. Iterative, and each shared (aliased) node is checked once, so neither depth nor
-    an alias bomb costs more than the nodes written.
-
-    Args:
-        root: The document's root node.
-
-    Raises:
-        ConstructorError: A duplicate mapping key or a recursive alias, at its line.
-    """
-    on_path: set[int] = set()
-    done: set[int] = set()
-    stack: list[tuple[yaml.Node, bool]] = [(root, False)]
-    while stack:
-        node, leaving = stack.pop()
-        if leaving:
-            on_path.discard(id(node))
-            done.add(id(node))
-            continue
-        if id(node) in done:
-            continue
-        if id(node) in on_path:
-            raise _recursive(node)
-        if isinstance(node, yaml.ScalarNode):
-            continue
-        on_path.add(id(node))
-        stack.append((node, True))
-        if isinstance(node, yaml.MappingNode):
-            _check_keys(node)
-            children = [child for pair in node.value for child in pair]
-        else:
-            children = list(node.value)
-        stack.extend((child, False) for child in reversed(children))
-
-
-MAX_EXPANDED_NODES = 1_000_000
-"""The most nodes a document may hold once its aliases are expanded, when that is more than ten times the nodes
-written: a few hundred bytes of nested aliases (a "billion laughs") stand for billions of nodes, which every
-comparison, copy or JSON encoding of the value then walks. A manifest written by hand or by a tool shares a
-block or two."""
-
-
-def check_alias_expansion(root: yaml.Node) -> None:
-    """Refuse a document whose aliases expand it beyond :data:`MAX_EXPANDED_NODES` nodes and ten times the nodes
-    written (go-yaml, the API server's reader, refuses such documents too: "excessive aliasing"). Iterative and
-    each node counted once, so the check costs the nodes written; a recursive alias is left to the constructor.
-
-    Args:
-        root: The document's root node.
-
-    Raises:
-        ConstructorError: The document expands too far, at its first line.
-    """
-    expanded: dict[int, int] = {}  # node id -> its nodes once expanded (itself included)
-    on_path: set[int] = set()
-    stack: list[tuple[yaml.Node, bool]] = [(root, False)]
-    while stack:
-        node, leaving = stack.pop()
-        if isinstance(node, yaml.ScalarNode):
-            expanded[id(node)] = 1
-            continue
-        children = [c for pair in node.value for c in pair] if isinstance(node, yaml.MappingNode) else node.value
-        if leaving:
-            on_path.discard(id(node))
-            expanded[id(node)] = 1 + sum(expanded.get(id(child), 0) for child in children)
-            continue
-        if id(node) in expanded or id(node) in on_path:
-            continue
-        on_path.add(id(node))
-        stack.append((node, True))
-        stack.extend((child, False) for child in children if id(child) not in expanded)
-    total = expanded.get(id(root), 1)
-    if total > MAX_EXPANDED_NODES and total > 10 * len(expanded):
-        raise yaml.constructor.ConstructorError(
-            None,
-            None,
-            f"excessive aliasing: {len(expanded)} nodes written expand to {total} (a document may expand to "
-            f"{MAX_EXPANDED_NODES:,} nodes, or to ten times the nodes written when that is more)",
-            root.start_mark,
-        )
-
-
-def _check_keys(node: yaml.MappingNode) -> None:
-    """Refuse a scalar key written twice in one mapping (merge keys ``<<`` aside)."""
-    seen: set[tuple[str, str]] = set()
-    for key, _ in node.value:
-        if not isinstance(key, yaml.ScalarNode) or key.tag == _MERGE_TAG:
-            continue
-        if (key.tag, key.value) in seen:
-            raise _duplicate(key)
-        seen.add((key.tag, key.value))
 
 
 def load_text(text: str) -> Any:

@@ -57,6 +57,7 @@ from typing import Any
 import yaml
 
 from engine import yaml11
+from engine.errors import shown
 from engine.slo.measure import ITL_HISTOGRAMS, REQUEST_ITL_HISTOGRAM, Buckets, LatencyHistograms
 from tasks.clients.files import write_atomically
 from tasks.clients.inputs import InputFileError, read_text
@@ -218,7 +219,9 @@ class _FileParser:
         item = self.mapping(raw, where, required=(), optional=("itlHistogram", "window", "recent"))
         itl_metric = item.get("itlHistogram", REQUEST_ITL_HISTOGRAM)
         if itl_metric not in ITL_HISTOGRAMS:
-            raise self.fail(f"{where}.itlHistogram", f"expected one of {', '.join(ITL_HISTOGRAMS)}, got {itl_metric!r}")
+            raise self.fail(
+                f"{where}.itlHistogram", f"expected one of {', '.join(ITL_HISTOGRAMS)}, got {shown(itl_metric)}"
+            )
         ranges: dict[str, dict[str, Buckets]] = {}
         sums: dict[str, dict[str, float]] = {}
         for name in ("window", "recent"):
@@ -248,8 +251,8 @@ class _FileParser:
             except ValueError:
                 le = math.nan
             if math.isnan(le) or le < 0:
-                raise self.fail(f"{where}[{bound!r}]", "expected a bucket bound (a number >= 0 or +Inf)")
-            pairs.append((le, self.number(count, f"{where}[{bound!r}]")))
+                raise self.fail(f"{where}[{shown(bound)}]", "expected a bucket bound (a number >= 0 or +Inf)")
+            pairs.append((le, self.number(count, f"{where}[{shown(bound)}]")))
         if not pairs or not math.isinf(max(pairs)[0]):
             raise self.fail(where, "a histogram needs its +Inf bucket (the total)")
         return tuple(sorted(pairs))
@@ -286,8 +289,8 @@ class _FileParser:
         values: dict[str, float] = {}
         for name, value in metrics.items():
             if not isinstance(name, str) or not METRIC_NAME.match(name):
-                raise self.fail(f"{where}.metrics", f"invalid metric name {name!r}")
-            values[name] = self.number(value, f"{where}.metrics[{name!r}]")
+                raise self.fail(f"{where}.metrics", f"invalid metric name {shown(name)}")
+            values[name] = self.number(value, f"{where}.metrics[{shown(name)}]")
         return key, values
 
     def mapping(self, raw: Any, where: str, required: Iterable[str], optional: Iterable[str] | None) -> dict[str, Any]:
@@ -313,20 +316,19 @@ class _FileParser:
 
     def text(self, raw: Any, where: str) -> str:
         if not isinstance(raw, str) or not raw:
-            raise self.fail(where, f"expected a non-empty string, got {raw!r}")
+            raise self.fail(where, f"expected a non-empty string, got {shown(raw)}")
         return raw
 
     def number(self, raw: Any, where: str, minimum: float = 0.0, maximum: float = math.inf) -> float:
         """A finite number within the bounds (``.inf``, ``.nan`` and an integer too large for a float are not)."""
-        expected = f"expected a finite number{_bounds(minimum, maximum)}, got {raw!r}"
         if isinstance(raw, bool) or not isinstance(raw, (int, float)):
-            raise self.fail(where, expected)
+            raise self.fail(where, _expected_number(raw, minimum, maximum))
         try:
             value = float(raw)
         except OverflowError:
-            raise self.fail(where, expected) from None
+            raise self.fail(where, _expected_number(raw, minimum, maximum)) from None
         if not math.isfinite(value) or not minimum <= value <= maximum:
-            raise self.fail(where, expected)
+            raise self.fail(where, _expected_number(raw, minimum, maximum))
         return value
 
     def timestamp(self, raw: Any, where: str) -> dt.datetime:
@@ -334,10 +336,15 @@ class _FileParser:
             try:
                 raw = dt.datetime.fromisoformat(raw.replace("Z", "+00:00"))
             except ValueError:
-                raise self.fail(where, f"expected an ISO 8601 timestamp, got {raw!r}") from None
+                raise self.fail(where, f"expected an ISO 8601 timestamp, got {shown(raw)}") from None
         if not isinstance(raw, dt.datetime):
-            raise self.fail(where, f"expected an ISO 8601 timestamp, got {raw!r}")
+            raise self.fail(where, f"expected an ISO 8601 timestamp, got {shown(raw)}")
         return raw if raw.tzinfo else raw.replace(tzinfo=dt.UTC)
+
+
+def _expected_number(raw: Any, minimum: float, maximum: float) -> str:
+    """What :meth:`number` says of ``raw``, made only when it is refused."""
+    return f"expected a finite number{_bounds(minimum, maximum)}, got {shown(raw)}"
 
 
 def _join(where: str, key: str) -> str:
