@@ -87,9 +87,8 @@ app = typer.Typer(
     cls=OneLineErrorGroup,
     help="Modelplane: a control plane for serving LLMs on Kubernetes.",
 )
-# Off a terminal (CI logs, pipes) rich would wrap tables at 80 columns and cut names; use a wide page. No markup:
-# what the commands print holds names, messages, paths and URLs from users and remote servers, where "[/x]" would
-# end the command in a MarkupError; colour is asked for with a style (or rich.text.Text) instead.
+# Off a terminal (CI logs, pipes) rich would wrap tables at 80 columns and cut names: a wide page. No markup: names,
+# paths and servers' messages holding "[/x]" ended commands in a MarkupError; colour comes from a style or a Text.
 console = Console(width=None if sys.stdout.isatty() else 200, markup=False)
 err = Console(stderr=True, markup=False)
 

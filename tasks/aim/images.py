@@ -8,7 +8,6 @@ from __future__ import annotations
 import base64
 import logging
 from collections.abc import Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -36,7 +35,7 @@ from tasks.clients.oci import (
     parse_dockerconfigjson,
     parse_reference,
 )
-from tasks.tracking import task
+from tasks.tracking import map_in_threads, task
 
 DOCKERCONFIG_TYPE = "kubernetes.io/dockerconfigjson"
 UNEXPECTED_MESSAGE_CHARS = 300
@@ -189,6 +188,5 @@ def inspect_images(
         The new record of every image in ``wanted``, by image.
     """
     images = sorted(wanted)
-    with ThreadPoolExecutor(max_workers=WORKERS) as pool:
-        records = list(pool.map(lambda image: inspect_image(client, image, keychain, wanted[image], now), images))
+    records = map_in_threads(lambda image: inspect_image(client, image, keychain, wanted[image], now), images, WORKERS)
     return dict(zip(images, records))

@@ -6,7 +6,6 @@ the engine decided so; what a run wrote is counted (:class:`WriteCounts`) and a 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -17,6 +16,7 @@ from tasks.clients.cluster import Cluster, Manifest, ObjectRef
 from tasks.clients.cluster.errors import ClusterError, Conflict, NotFound
 from tasks.clients.cluster.recorder import record_event
 from tasks.clients.cluster.retry import write_status
+from tasks.tracking import map_in_threads
 
 WORKERS = 8
 """Threads a run reads and writes its objects on (the per-object API calls are independent)."""
@@ -86,8 +86,7 @@ def for_each(
         counts = WriteCounts()
         return work(item, counts), counts
 
-    with ThreadPoolExecutor(max_workers=workers) as pool:
-        results = list(pool.map(one, items))
+    results = map_in_threads(one, items, workers)
     for _, counts in results:
         writes.merge(counts)
     return [result for result, _ in results]

@@ -1,6 +1,6 @@
 """What the optimize cycle writes back: scale, status and Events for each VariantAutoscaling and binding.
 
-Each object is written independently (:func:`parallel_map`: they are I/O bound), so one failure is that
+Each object is written independently (:func:`tasks.tracking.map_in_threads`: they are I/O bound), so one failure is that
 object's error and the others proceed. Writes go through the scale subresource and the ``/status``
 subresource; a status write that hits a stale resourceVersion re-reads the object and re-applies the change
 (:func:`tasks.clients.cluster.retry.write_status`, also used by the rollout flows). Whether a target is scaled at all is its actuation
@@ -19,10 +19,9 @@ import dataclasses
 import json
 import logging
 from collections.abc import Callable, Mapping
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, TypeVar
+from typing import Any
 
 from engine.api.kthena import AutoscalingPolicyBinding
 from engine.optimize.actuation import RECOMMEND, SCALE, Actuation, ActuationModeError, resource_mode, scales
@@ -38,7 +37,7 @@ from tasks.clients.cluster.recorder import record_event
 from tasks.clients.cluster.retry import write_status
 from tasks.optimize.bindings import binding_modes
 from tasks.optimize.read import ClusterState
-from tasks.tracking import run_logger, task
+from tasks.tracking import map_in_threads, run_logger, task
 
 log = logging.getLogger("modelplane.optimize")
 
@@ -50,8 +49,6 @@ its status conflict is reported as that object's write error."""
 Replan = Callable[[dict[str, Any]], "VariantDecision | None"]
 """The decision for a VariantAutoscaling as just re-read (None: it no longer passes the boundary, which
 reported it): the flow plans it again from that object and its target's replicas now."""
-
-T = TypeVar("T")
 
 
 @dataclass
@@ -69,23 +66,6 @@ class WriteOutcome:
     """The actuation mode this object was applied in (engine.optimize.actuation)."""
     published: bool = False
     """Its desired replicas reached the Pushgateway this cycle."""
-
-
-def parallel_map(fn: Callable[[T], WriteOutcome], items: list[T], workers: int = WRITE_WORKERS) -> list[WriteOutcome]:
-    """Run independent per-object writes concurrently (they are I/O bound), preserving order.
-
-    Args:
-        fn: One object's write.
-        items: The objects to write.
-        workers: How many writes run at once.
-
-    Returns:
-        Each write's outcome, in the order of ``items``.
-    """
-    if len(items) <= 1:
-        return [fn(item) for item in items]
-    with ThreadPoolExecutor(max_workers=min(workers, len(items))) as pool:
-        return list(pool.map(fn, items))
 
 
 def write_status_once(
@@ -325,7 +305,7 @@ def apply_decisions(
         Every variant's write outcome, in the order of ``decisions``; errors are logged as well.
     """
     objects = {(va.namespace, va.name): va.obj for va in state.variants}
-    outcomes = parallel_map(
+    outcomes = map_in_threads(
         lambda d: apply_variant(
             cluster,
             d,
@@ -337,6 +317,7 @@ def apply_decisions(
             replan,
         ),
         decisions,
+        WRITE_WORKERS,
     )
     logger = run_logger()
     for outcome in outcomes:
