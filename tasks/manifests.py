@@ -21,6 +21,7 @@ from typing import Any, NamedTuple
 from pydantic import BaseModel
 
 from engine.api.validate import load_documents, prepare_spec_checks
+from tasks.clients.cluster.local_paths import scan_manifests
 from tasks.clients.cluster.local_store import manifest_paths
 from tasks.clients.cluster.yamlfile import read_file
 
@@ -65,7 +66,15 @@ def read_manifest_documents(path: str | Path) -> tuple[list[tuple[str, Any]], li
         errors += [(str(file), message) for message in parsed.doc_errors]
         for index, doc in enumerate(parsed.docs):
             documents += list(_objects_of(f"{file}#{index}", doc.data))
-    return documents, errors
+    return documents, errors + _refused(Path(path))
+
+
+def _refused(path: Path) -> list[tuple[str, str]]:
+    """``(entry, why)`` for every entry of a folder the local backend reports instead of reading (a named pipe, a
+    device, a symbolic link loop: :func:`~tasks.clients.cluster.local_paths.scan_manifests`), by path."""
+    if not path.is_dir():
+        return []
+    return sorted((found.path, found.problem) for found in scan_manifests(str(path)) if found.problem is not None)
 
 
 class Verdict(NamedTuple):
@@ -122,6 +131,7 @@ def check_manifests(path: str | Path, keep: tuple[type[BaseModel], ...] = ()) ->
             result.verdicts += part.verdicts
             result.resources += part.resources
             result.read_errors += part.read_errors
+    result.read_errors += _refused(Path(path))
     result.verdicts = _duplicates_marked(result.verdicts)
     return result
 

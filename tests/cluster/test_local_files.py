@@ -3,14 +3,18 @@
 Format-preserving writes (every example file through a status write diffs only in its status
 lines), ``kind: List`` snapshots (only the written item changes), malformed documents (reported with
 file and line, their valid neighbours load, their file is never written), symlinked manifests
-(written through the link) and resourceVersions that stay monotonic across processes and deletes.
+(written through the link), resourceVersions that stay monotonic across processes and deletes, and entries that
+cannot be read (a symbolic link loop, a named pipe, a device: reported, never opened; a directory reached twice is
+read once).
 """
 
 from __future__ import annotations
 
 import difflib
+import os
 import re
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -316,3 +320,76 @@ def test_a_folder_beyond_the_total_size_limit_is_refused_with_one_error(
     monkeypatch.setattr(local_store, "MAX_TOTAL_BYTES", (tmp_path / "a.yaml").stat().st_size + 1)
     with pytest.raises(Invalid, match="bytes a local cluster folder may hold"):
         LocalCluster(tmp_path).list("v1", "Namespace")
+
+
+def config_map(name: str) -> str:
+    return f"apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: {name}, namespace: ns}}\n"
+
+
+def test_symbolic_link_loops_are_reported_and_every_other_file_loads(tmp_path: Path) -> None:
+    """A link loop stops nothing: an entry that cannot be followed is an unreadable file, a directory reached again
+    through a link is read once."""
+    from tasks.clients.cluster.local_paths import manifest_paths
+
+    (tmp_path / "a.yaml").write_text(config_map("a"))
+    (tmp_path / "ext" / "sub").mkdir(parents=True)
+    (tmp_path / "ext" / "sub" / "b.yaml").write_text(config_map("b"))
+    (tmp_path / "self").symlink_to(".")  # the folder again
+    (tmp_path / "ext" / "sub" / "up").symlink_to("..")  # ext again, below itself
+    (tmp_path / "a-link").symlink_to("ext")  # ext again, by a name walked before its own
+    (tmp_path / "loop-1.yaml").symlink_to("loop-2.yaml")  # two links naming each other
+    (tmp_path / "loop-2.yaml").symlink_to("loop-1.yaml")
+    (tmp_path / "dir-1").symlink_to("dir-2")  # the same, with names no manifest has: a directory, perhaps
+    (tmp_path / "dir-2").symlink_to("dir-1")
+    (tmp_path / ".modelplane-events.yaml").symlink_to(".modelplane-events.yaml")  # the Event sink: no Events
+    cluster = LocalCluster(tmp_path)
+    assert sorted(c["metadata"]["name"] for c in cluster.list("v1", "ConfigMap", "ns")) == ["a", "b"]
+    reported = {error.path.name: error.message for error in cluster.load_errors}
+    assert sorted(reported) == ["dir-1", "dir-2", "loop-1.yaml", "loop-2.yaml"]  # no duplicates through the links
+    assert reported["loop-1.yaml"] == f"{tmp_path / 'loop-1.yaml'}: cannot read: Too many levels of symbolic links"
+    assert manifest_paths(tmp_path) == [tmp_path / "a.yaml", tmp_path / "ext" / "sub" / "b.yaml"]
+
+
+@pytest.mark.timeout(60)  # a named pipe opened for reading would wait for a writer forever
+@pytest.mark.parametrize(
+    ("make", "problem"),
+    [
+        (os.mkfifo, "a named pipe (FIFO), not a regular file"),
+        (lambda path: path.symlink_to("/dev/zero"), "a character device, not a regular file"),
+        (lambda path: path.symlink_to("/dev/urandom"), "a character device, not a regular file"),
+        (lambda path: path.symlink_to("missing.yaml"), "a symbolic link whose target does not exist"),
+    ],
+    ids=["fifo", "dev-zero", "dev-urandom", "dangling-link"],
+)
+def test_a_manifest_name_on_what_is_no_regular_file_is_reported_unread(
+    tmp_path: Path, make: Callable[[Path], object], problem: str
+) -> None:
+    """Such an entry is reported as an unreadable file (with what it is, as ``--metrics-file`` words it) and never
+    opened, when it is there from the start and when it appears (and goes) under a watched folder."""
+    from tasks.clients.cluster.local_paths import manifest_paths
+
+    (tmp_path / "a.yaml").write_text(config_map("a"))
+    entry = tmp_path / "90-x.yaml"
+    make(entry)
+    cluster = LocalCluster(tmp_path)
+    assert [c["metadata"]["name"] for c in cluster.list("v1", "ConfigMap", "ns")] == ["a"]
+    assert [error.message for error in cluster.load_errors] == [f"{entry}: {problem}"]
+    assert manifest_paths(tmp_path) == [tmp_path / "a.yaml"]
+    entry.unlink()
+    assert [c["metadata"]["name"] for c in cluster.list("v1", "ConfigMap", "ns")] == ["a"]
+    assert cluster.load_errors == []
+    make(entry)  # while the folder is watched: only the changed entry is looked at
+    assert [c["metadata"]["name"] for c in cluster.list("v1", "ConfigMap", "ns")] == ["a"]
+    assert [error.message for error in cluster.load_errors] == [f"{entry}: {problem}"]
+    from tasks.manifests import check_manifests
+
+    checked = check_manifests(tmp_path)  # validate-manifests says it too (it said "1 valid, 0 invalid")
+    assert len(checked.verdicts) == 1 and checked.read_errors == [(str(entry), f"{entry}: {problem}")]
+
+
+def test_a_directory_named_like_a_manifest_is_walked_like_any_directory(tmp_path: Path) -> None:
+    (tmp_path / "90-x.yaml").mkdir()
+    (tmp_path / "90-x.yaml" / "inner.yaml").write_text(config_map("inner"))
+    cluster = LocalCluster(tmp_path)
+    assert [c["metadata"]["name"] for c in cluster.list("v1", "ConfigMap", "ns")] == ["inner"]
+    assert cluster.load_errors == []

@@ -3,8 +3,9 @@
 A directory is watched (tasks/clients/cluster/dirwatch.py): an operation re-reads the files another process or a person
 changed, added or removed, and nothing else (no directory scan, no other file read). Asserted here: every such
 change is seen by the next read, a concurrent writer's change still makes a stale write conflict, what cannot be
-followed (a new directory, a symbolic link) falls back to rescanning everything, and the bookkeeping sidecar is
-appended to (one journal line per write) and compacted, and reads back the same after a torn write.
+followed (a new directory, a symbolic link) falls back to rescanning everything, the bookkeeping sidecar is
+appended to (one journal line per write) and compacted, and reads back the same after a torn write, and a reload that
+fails partway leaves no half-built index: the next operation reads again.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from typing import Any
 
 import pytest
 
+import tasks.clients.cluster.local_paths as local_paths
 import tasks.clients.cluster.local_store as local_store
 from tasks.clients.cluster import Conflict, LocalCluster, ObjectRef
 from tasks.clients.cluster.bookkeeping import COMPACT_AFTER
@@ -48,7 +50,7 @@ class Reads:
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
         self.files: list[str] = []
         self.scans = 0
-        read_file, scan = local_store.read_file, local_store._scan_manifests
+        read_file, scan = local_store.read_file, local_paths.scan_manifests
 
         def counted_read(path: Path) -> Any:
             self.files.append(path.name)
@@ -59,7 +61,7 @@ class Reads:
             return scan(root)
 
         monkeypatch.setattr(local_store, "read_file", counted_read)
-        monkeypatch.setattr(local_store, "_scan_manifests", counted_scan)
+        monkeypatch.setattr(local_paths, "scan_manifests", counted_scan)
 
 
 def in_other_process(script: str, *args: str) -> None:
@@ -203,3 +205,29 @@ def test_a_selector_list_follows_label_changes(state: Path) -> None:
     cluster.delete(cm_ref("cm-02"))
     assert len(cluster.list("v1", "ConfigMap", label_selector="owner")) == 2
     assert cluster.list("v1", "ConfigMap", "other", "owner=a") == []
+
+
+@pytest.mark.parametrize("watched", [True, False], ids=["watched", "rescanned"])
+def test_a_load_that_fails_partway_replaces_nothing_and_the_next_operation_reads_again(
+    state: Path, monkeypatch: pytest.MonkeyPatch, watched: bool
+) -> None:
+    """A reload that raises (here the comparison of an edited object with its previous copy, as a deeply nested
+    document made it) leaves no half-built index behind for the next operation to trust: that one reads again."""
+    if not watched:
+        monkeypatch.setattr(local_store, "open_watch", lambda *args: None)
+    cluster = LocalCluster(state)
+    assert (cluster._watch is not None) is watched
+    (state / "cm-05.yaml").write_text(config_map("cm-05", "edited"))
+    carry_over, failures = local_store.LocalStore._carry_over, [RecursionError("maximum recursion depth exceeded")]
+
+    def failing_once(self: local_store.LocalStore, before: Any, after: Any) -> None:
+        if failures:
+            raise failures.pop()
+        carry_over(self, before, after)
+
+    monkeypatch.setattr(local_store.LocalStore, "_carry_over", failing_once)
+    with pytest.raises(RecursionError):
+        cluster.list("v1", "ConfigMap", "n")
+    names = [o["metadata"]["name"] for o in cluster.list("v1", "ConfigMap", "n")]
+    assert names == [f"cm-{i:02d}" for i in range(20)]
+    assert cluster.get("v1", "ConfigMap", "cm-05", "n")["data"] == {"k": "edited"}

@@ -8,18 +8,18 @@ started above the highest numeric ``resourceVersion`` on disk, with :mod:`tasks.
 persisting it), and writes one changed document back at a time.
 
 Layout on disk. Directory mode loads every ``*.yaml``/``*.yml``/``*.json`` below the directory (hidden files and
-directories are skipped), including ``kind: List`` documents as written by ``kubectl get -o yaml``.
-New objects go to ``<dir>/<namespace>/<kind>-<name>.yaml`` (``<dir>/_cluster/...`` when
-cluster-scoped). Single-file mode appends new objects to the file. Events never go into the
-manifests: they are kept in ``<dir>/.modelplane-events.yaml``, or ``<stem>.events.yaml`` next to a
-single file, and are listed like any other object (the newest ``max_events`` are kept).
+directories are skipped; one reached again through a symbolic link is read once), including ``kind: List`` documents as
+written by ``kubectl get -o yaml``. New objects go to ``<dir>/<namespace>/<kind>-<name>.yaml`` (``<dir>/_cluster/...``
+when cluster-scoped). Single-file mode appends new objects to the file. Events never go into the manifests: they are
+kept in ``<dir>/.modelplane-events.yaml``, or ``<stem>.events.yaml`` next to a single file, and are listed like any
+other object (the newest ``max_events`` are kept).
 
 Writes are atomic (temp file + fsync + ``os.replace``) and rewrite only the changed document: the
-other documents of the file keep their exact text and order, other files are untouched. A file that
-does not parse is reported in :attr:`LocalStore.load_errors` (with its name) and never written;
-CustomResourceDefinition documents in the files serve their kinds in this store, as installing them serves them
-on a cluster (scope, subresources and schema; the built-in kinds and Modelplane's own keep theirs);
-everything else still loads. Changes made to the files by another process (or by hand) are picked up before
+other documents of the file keep their exact text and order, other files are untouched. A file that does not parse
+or cannot be read (a named pipe, a device, a link loop: never opened) is reported in :attr:`LocalStore.load_errors`
+(with its name) and never written; CustomResourceDefinition documents in the files serve their kinds in this store, as
+installing them serves them on a cluster (scope, subresources and schema; the built-in kinds and Modelplane's own keep
+theirs); everything else still loads. Changes made to the files by another process (or by hand) are picked up before
 the next operation: in directory mode the kernel reports which files changed (:mod:`tasks.clients.cluster.dirwatch`)
 and only those are read again, so an operation costs O(objects it touches), not O(files); where that cannot
 be followed (no inotify, symbolic links in the tree, a directory added or removed) every file is ``stat``-ed
@@ -58,16 +58,18 @@ from tasks.clients.cluster.local_index import Entry, Index, Key, key_of
 from tasks.clients.cluster.local_kinds import CRD_KIND, FolderKinds, is_crd
 from tasks.clients.cluster.local_paths import (
     MANIFEST_SUFFIXES,
-    is_manifest,
+    Stamp,
+    discover,
+    manifest_changes,
+    manifest_entry,
     manifest_paths,
     missing_parents,
-    stat_into,
+    stamp_of,
 )
-from tasks.clients.cluster.local_paths import scan_manifests as _scan_manifests
 from tasks.clients.cluster.objects import apply_builtin_defaults
 from tasks.clients.cluster.resources import ResourceInfo
 from tasks.clients.cluster.schema import normalised
-from tasks.clients.cluster.yamlfile import Document, YamlFile, atomic_write, file_stamp, read_file
+from tasks.clients.cluster.yamlfile import Document, YamlFile, atomic_write, read_file
 from tasks.clients.files import open_own, remove_planted_link
 
 MAX_TOTAL_BYTES = 256 * 1024 * 1024
@@ -114,7 +116,8 @@ class LocalStore:
         self._rv = 0
         self._files: dict[Path, YamlFile] = {}
         self._index = Index()
-        self._stamps: dict[str, tuple[int, int, int] | None] = {}
+        self._stamps: dict[str, Stamp | None] = {}
+        self._stale = False  # a load or reload failed partway: the next operation loads everything again
         self._watch: DirectoryWatch | None = None
         self._watch_tried = False
         self.load_errors: list[LoadError] = []
@@ -138,19 +141,9 @@ class LocalStore:
             return self.path.with_name(f"{self.path.stem}.events{self.path.suffix or '.yaml'}")
         return self.path / DIR_EVENTS_FILE
 
-    def _discover(self) -> dict[str, tuple[int, int, int]]:
-        """The files that make up the state, by path string, with their stamps.
-
-        One ``scandir`` pass with one ``stat`` per file and no ``Path`` objects: this runs before
-        every operation, so it must stay cheap for thousands of files.
-        """
-        found: dict[str, tuple[int, int, int]] = {}
-        if self.single_file:
-            stat_into(found, self.path)
-        elif self.path.is_dir():
-            found.update(_scan_manifests(str(self.path)))
-        stat_into(found, self.events_path)
-        return found
+    def _discover(self) -> tuple[dict[str, Stamp], dict[str, str]]:
+        """The state's files with their stamps, and the entries refused instead of read (:func:`discover`)."""
+        return discover(self.path, self.single_file, self.events_path)
 
     def _load(self) -> None:
         """(Re)read every file and rebuild the index; the resourceVersion counter never goes back.
@@ -158,12 +151,15 @@ class LocalStore:
         On a reload, an object whose content did not change keeps the resourceVersion (and
         creationTimestamp) it had in memory, and one that changed under an unchanged
         resourceVersion (a hand edit) gets a new one, so stale writers still get ``Conflict``.
+        The new files, stamps, index, errors and kinds replace the old ones only once all are built: a load that
+        raises partway (whatever the exception) leaves the previous state, and the next operation loads again.
         """
+        self._stale = True
         previous = self._index
         self._open_watch()  # before reading: a change made while the files are read is reported next time
         events = str(self.events_path)
-        found = self._discover()
-        total = sum(stamp[1] for stamp in found.values())
+        found, refused = self._discover()
+        total = sum(stamp[1] for path, stamp in found.items() if path not in refused)
         if total > MAX_TOTAL_BYTES:
             raise Invalid(
                 f"{self.path}: its manifest files hold {total} bytes, more than the {MAX_TOTAL_BYTES} bytes a local "
@@ -171,28 +167,28 @@ class LocalStore:
                 reason="TooLarge",
             )
         order = sorted(found, key=lambda p: (p == events, p))  # stable; the Event sink last
-        files = [read_file(Path(p)) for p in order]
-        self._files = {f.path: f for f in files}
-        self._stamps = {str(f.path): f.stamp for f in files}
-        self._index = Index()
-        self.load_errors = [LoadError(f.path, f.error) for f in files if f.error]
-        self.load_errors += [LoadError(f.path, message) for f in files for message in f.doc_errors]
-        for err in self.load_errors:
+        files = [read_file(Path(p)) for p in order if p not in refused]
+        stamps = {str(f.path): f.stamp for f in files} | {p: found[p] for p in refused}
+        errors = [LoadError(Path(p), refused[p]) for p in order if p in refused]
+        errors += [LoadError(f.path, f.error) for f in files if f.error]
+        errors += [LoadError(f.path, message) for f in files for message in f.doc_errors]
+        for err in errors:
             log.warning("local cluster: skipping %s", err.message)
-        if self.strict and self.load_errors:
-            raise Invalid("; ".join(e.message for e in self.load_errors), reason="InvalidYAML")
-        entries = [e for f in files if not f.error for e in self._entries_of(f)]
-        for path, message in self._kinds.rebuild((e.obj, e.file.path) for e in entries):
+        if self.strict and errors:
+            raise Invalid("; ".join(e.message for e in errors), reason="InvalidYAML")
+        entries = [e for f in files if not f.error for e in self._entries_of(f, errors)]
+        kinds, index = FolderKinds(), Index()
+        for path, message in kinds.rebuild((e.obj, e.file.path) for e in entries):
             log.warning("local cluster: skipping %s", message)
-            self.load_errors.append(LoadError(path, message))
+            errors.append(LoadError(path, message))
         self._book.load()
         self._rv = max([self._rv, self._book.counter] + [_numeric_rv(e.obj) for e in entries])
         for entry in entries:
-            self._normalise(entry)
+            self._normalise(entry, kinds)
             key = key_of(entry.obj)
-            if key in self._index:
-                first = self._index[key]
-                self.load_errors.append(
+            if key in index:
+                first = index[key]
+                errors.append(
                     LoadError(
                         entry.file.path,
                         f"{entry.file.path}: document at line {_first_line(entry.doc)}: duplicate object {'/'.join(key)}, "
@@ -202,7 +198,9 @@ class LocalStore:
                 continue
             if key in previous:
                 self._carry_over(previous[key].obj, entry.obj)
-            self._index.add(key, entry)
+            index.add(key, entry)
+        self._files, self._stamps, self._index = {f.path: f for f in files}, stamps, index
+        self.load_errors, self._kinds, self._stale = errors, kinds, False
 
     def _carry_over(self, before: Manifest, after: Manifest) -> None:
         """Keep bookkeeping stable across a reload: same content, same version; new content, new one."""
@@ -214,8 +212,9 @@ class LocalStore:
         elif new_meta["resourceVersion"] == old_meta["resourceVersion"]:
             new_meta["resourceVersion"] = self._next_rv()
 
-    def _entries_of(self, yfile: YamlFile) -> Iterator[Entry]:
-        """Every object of a file: plain documents and the items of ``kind: *List`` documents."""
+    def _entries_of(self, yfile: YamlFile, errors: list[LoadError]) -> Iterator[Entry]:
+        """Every object of a file: plain documents and the items of ``kind: *List`` documents (the documents that
+        are no object added to ``errors``)."""
         for doc in yfile.docs:
             data = doc.data
             if data is None:
@@ -229,26 +228,27 @@ class LocalStore:
                     if _is_object(item):
                         yield Entry(item, yfile, doc, i)
                     else:
-                        self._not_an_object(yfile, _first_line(doc), item, f"items[{i}]")
+                        self._not_an_object(yfile, _first_line(doc), item, errors, f"items[{i}]")
             elif _is_object(data):
                 yield Entry(data, yfile, doc)
             else:
-                self._not_an_object(yfile, _first_line(doc), data)
+                self._not_an_object(yfile, _first_line(doc), data, errors)
 
-    def _not_an_object(self, yfile: YamlFile, line: int, data: Any, where: str = "") -> None:
+    def _not_an_object(self, yfile: YamlFile, line: int, data: Any, errors: list[LoadError], where: str = "") -> None:
         """Report a document that is no Kubernetes object (a list, a scalar, no apiVersion, kind, metadata or
         name) with its file, line and field, as ``modelplane validate-manifests`` does: never silently dropped."""
         field, reason = (identity_errors(data) or [("metadata.namespace", "must be a string")])[0]
         field = ".".join(part for part in (where, field) if part)
         message = f"{yfile.path}: document at line {line}: {field or 'document'}: {reason}"
         log.warning("local cluster: skipping %s", message)
-        self.load_errors.append(LoadError(yfile.path, message))
+        errors.append(LoadError(yfile.path, message))
 
-    def _normalise(self, entry: Entry) -> None:
-        """Fill in what the API server would have set, in memory only (the document stays clean)."""
-        obj = normalised(apply_builtin_defaults(entry.obj), self._kinds.schema(entry.obj))
+    def _normalise(self, entry: Entry, kinds: FolderKinds) -> None:
+        """Fill in what the API server would have set, in memory only (the document stays clean), as ``kinds``
+        serve the object's kind."""
+        obj = normalised(apply_builtin_defaults(entry.obj), kinds.schema(entry.obj))
         meta = obj.setdefault("metadata", {})
-        info = self._kinds.lookup(obj["apiVersion"], obj["kind"])
+        info = kinds.lookup(obj["apiVersion"], obj["kind"])
         if info is not None and info.namespaced:
             meta.setdefault("namespace", "default")
         elif info is not None:
@@ -271,20 +271,23 @@ class LocalStore:
         re-read only the files the directory watch names, or, without a watch, every file when any changed."""
         if not self.write_back:
             return
-        if self._watch is None:
-            if (not self._watch_tried and not self.single_file and self.path.is_dir()) or (
-                self._discover() != self._stamps
+        if self._watch is None or self._stale:
+            if (
+                self._stale
+                or (not self._watch_tried and not self.single_file and self.path.is_dir())
+                or self._discover()[0] != self._stamps
             ):
                 self._load()
             return
         changed = self._watch.changes()
-        paths = None if changed is None else self._manifest_changes(changed)
+        own = {self.state_path.name, self.lock_path.name, self.state_path.with_suffix(".journal").name}
+        paths = None if changed is None else manifest_changes(changed, str(self.events_path), own)
         if paths is None:
             self._load()
             return
         if self._book.changed_on_disk():
             self._book.load()
-        dirty = sorted(p for p in paths if file_stamp(Path(p)) != self._stamps.get(p))
+        dirty = sorted(p for p in paths if stamp_of(p) != self._stamps.get(p))
         if dirty:
             self._reload(dirty)
 
@@ -295,21 +298,10 @@ class LocalStore:
             self._watch = None
         if self.write_back and not self.single_file and self.path.is_dir():
             self._watch_tried = True
-            self._watch = open_watch(str(self.path), lambda name: name.endswith(MANIFEST_SUFFIXES))
-
-    def _manifest_changes(self, changed: set[str]) -> set[str] | None:
-        """The changed paths that may be manifests (or the Event sink); None when one is a file the loader would
-        not skip and this backend did not write (a hidden file other than its own), so everything is rescanned."""
-        own = {self.state_path.name, self.lock_path.name, self.state_path.with_suffix(".journal").name}
-        events = str(self.events_path)
-        paths = set()
-        for path in changed:
-            name = os.path.basename(path)
-            if path == events or (name.endswith(MANIFEST_SUFFIXES) and not name.startswith(".")):
-                paths.add(path)
-            elif name.startswith(".") and not (name.endswith(".tmp") or name in own):
-                return None
-        return paths
+            try:
+                self._watch = open_watch(str(self.path), lambda name: name.endswith(MANIFEST_SUFFIXES))
+            except OSError:  # an entry it cannot follow (a link loop): the scan reports it, and every file is stat-ed
+                self._watch = None
 
     def _reload(self, paths: list[str]) -> None:
         """Re-read only ``paths`` (changed, added or removed by someone else) and update the index as a full
@@ -318,8 +310,10 @@ class LocalStore:
         if any("duplicate object" in err.message for err in self.load_errors):
             self._load()
             return
+        self._stale = True  # until the index holds every object re-read: a failure makes the next operation load all
         events = str(self.events_path)
-        files = [read_file(Path(p)) for p in sorted(paths, key=lambda p: (p == events, p)) if is_manifest(p)]
+        found = [f for f in map(manifest_entry, sorted(paths, key=lambda p: (p == events, p))) if f is not None]
+        files = [read_file(Path(f.path)) for f in found if f.problem is None]
         previous: dict[Key, Entry] = {}
         for p in paths:
             for key in self._index.of_file(Path(p)):
@@ -328,6 +322,11 @@ class LocalStore:
             self._files.pop(Path(p), None)
             self._stamps.pop(p, None)
         self.load_errors = [err for err in self.load_errors if str(err.path) not in paths]
+        for path, stamp, problem in found:
+            if problem is not None:
+                log.warning("local cluster: skipping %s", problem)
+                self._stamps[path] = stamp
+                self.load_errors.append(LoadError(Path(path), problem))
         for f in files:
             self._files[f.path], self._stamps[str(f.path)] = f, f.stamp
             errors = [LoadError(f.path, f.error)] if f.error else []
@@ -336,13 +335,13 @@ class LocalStore:
                 self.load_errors.append(err)
         if self.strict and self.load_errors:
             raise Invalid("; ".join(e.message for e in self.load_errors), reason="InvalidYAML")
-        entries = [e for f in files if not f.error for e in self._entries_of(f)]
+        entries = [e for f in files if not f.error for e in self._entries_of(f, self.load_errors)]
         if any(is_crd(e.obj) for e in entries) or any(key[1] == CRD_KIND for key in previous):
             self._load()  # a kind starts or stops being served: every object of it reads differently
             return
         self._rv = max([self._rv, self._book.counter] + [_numeric_rv(e.obj) for e in entries])
         for entry in entries:
-            self._normalise(entry)
+            self._normalise(entry, self._kinds)
             key = key_of(entry.obj)
             if key in self._index:
                 self._load()
@@ -350,6 +349,7 @@ class LocalStore:
             if key in previous:
                 self._carry_over(previous[key].obj, entry.obj)
             self._index.add(key, entry)
+        self._stale = False
 
     @contextmanager
     def _reading(self) -> Iterator[None]:
