@@ -49,7 +49,10 @@ def _bomb(levels: int) -> str:
     ("text", "problem"),
     [
         (_bomb(9), "nodes written expand to 490329064"),
-        ("s: &s " + "x" * 65_536 + "\nl: [" + ", ".join(["*s"] * 600) + "]\n", "excessive aliasing: 65538 bytes of text written expand to 39387138"),
+        (
+            "s: &s " + "x" * 65_536 + "\nl: [" + ", ".join(["*s"] * 600) + "]\n",
+            "excessive aliasing: 65538 bytes of text written expand to 39387138",
+        ),
         ("a: " + "[" * 101 + "]" * 101 + "\n", "nested more than 100 levels deep"),
         ("arrivalRate: 1200\narrivalRate: 1\n", "duplicate key 'arrivalRate'"),
         ("a: &r {self: *r}\n", "recursive alias"),
