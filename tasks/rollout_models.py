@@ -102,8 +102,9 @@ class ModelOutcome(WriteLog):
 
 
 def list_models(cluster: Cluster, namespaces: list[str] | None) -> list[dict[str, Any]]:
-    """Every Model in the namespaces (all when empty), one LIST per namespace; a Model whose name, namespace,
-    labels or annotations the API server would refuse is reported and left out (:func:`accept_identity`).
+    """Every Model in the namespaces (all when empty), one LIST per namespace (a namespace named twice is listed
+    once); a Model whose name, namespace, labels or annotations the API server would refuse is reported and left out
+    (:func:`accept_identity`).
 
     Args:
         cluster: The cluster to list.
@@ -114,7 +115,8 @@ def list_models(cluster: Cluster, namespaces: list[str] | None) -> list[dict[str
     """
     if not namespaces:
         return accept_identity(cluster, cluster.list(API_VERSION, MODEL))
-    return accept_identity(cluster, [m for ns in namespaces for m in cluster.list(API_VERSION, MODEL, namespace=ns)])
+    listed = [m for ns in dict.fromkeys(namespaces) for m in cluster.list(API_VERSION, MODEL, namespace=ns)]
+    return accept_identity(cluster, listed)
 
 
 def list_children(

@@ -50,6 +50,8 @@ def test_demo_rolls_out_the_kthena_model_and_optimize_scales_it(
     before = snapshot(example_cluster)
     assert rollout_models(cluster=str(example_cluster)).summary == "1 models, 0 changed, 0 failed"
     assert snapshot(example_cluster) == before  # nothing written
+    named_thrice = ["llm-serving"] * 3  # each Model was reconciled once per time its namespace was named
+    assert rollout_models(cluster=str(example_cluster), namespaces=named_thrice).summary.startswith("1 models")
 
     optimize(cluster=str(example_cluster), metrics_file=str(example_metrics))
     scaled = LocalCluster(str(example_cluster)).get("apps/v1", "Deployment", DEPLOYMENT, "llm-serving")
