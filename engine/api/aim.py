@@ -14,10 +14,11 @@ list printed under the AIMPrecision type.
 
 from __future__ import annotations
 
-from typing import Final, Literal
+from typing import Annotated, Final, Literal
 
-from pydantic import Field
+from pydantic import AfterValidator, Field, WithJsonSchema
 
+from engine.api.identity import DNS1123_SUBDOMAIN_MAX, DNS1123_SUBDOMAIN_PATTERN, name_error
 from engine.api.meta import (
     Conditions,
     EnvVar,
@@ -31,6 +32,7 @@ from engine.api.meta import (
 )
 from engine.api.registry import AIM_API, AimApiVersion
 from engine.api.secrets import SecretName
+from engine.errors import shown
 
 API_VERSION: Final[AimApiVersion] = AIM_API
 """The apiVersion of this module's kinds (spelled in :mod:`engine.api.registry`)."""
@@ -40,6 +42,37 @@ AIMPrecision = Literal["auto", "fp4", "fp8", "fp16", "fp32", "bf16", "int4", "in
 AIMServiceStatusEnum = Literal["Pending", "Starting", "Running", "Failed", "Degraded"]
 AIMTemplateStatusEnum = Literal["Pending", "Progressing", "Available", "Failed"]
 ModelCacheStatusEnum = Literal["Pending", "Progressing", "Available", "Failed"]
+
+
+def check_storage_class_name(value: str) -> str:
+    """``value`` when a StorageClass can have it as its name (a DNS-1123 subdomain) or it is empty (a claim with
+    no class, as Kubernetes reads ``storageClassName: ""``), else ``ValueError`` saying why.
+
+    Args:
+        value: The storage class's name.
+
+    Returns:
+        ``value``.
+
+    Raises:
+        ValueError: No StorageClass can be named so.
+    """
+    problem = value and name_error("storage.k8s.io/v1", "StorageClass", value)
+    if problem:
+        raise ValueError(f"{shown(value)} is not a valid StorageClass name: {problem}")
+    return value
+
+
+StorageClassName = Annotated[
+    str,
+    AfterValidator(check_storage_class_name),
+    WithJsonSchema(
+        {"type": "string", "maxLength": DNS1123_SUBDOMAIN_MAX, "pattern": f"^({DNS1123_SUBDOMAIN_PATTERN[1:-1]})?$"}
+    ),
+]
+"""The name of a StorageClass, rendered into the cache's PersistentVolumeClaim: a name no StorageClass can have
+(``../../Bad Class``) is refused where the object is read, with the field named, not by the API server at the
+PVC's creation."""
 
 MAX_REPLICAS: Final = 2_147_483_647
 """The largest AIMService ``spec.replicas``: the int32 maximum, what the API server enforces on the replica
@@ -134,7 +167,7 @@ class AIMNamespaceConfigSpec(KubeModel):
     """Image pull behavior for AIM images within this namespace."""
     routing: AIMNamespaceRoutingConfig | None = None
     """One HTTPRoute per service with path /<namespace>/<workload_id>/ on the referenced Gateway."""
-    cache_storage_class_name: str | None = Field(None, alias="cacheStorageClassName")
+    cache_storage_class_name: StorageClassName | None = Field(None, alias="cacheStorageClassName")
     """Storage class used for cached models."""
 
 
@@ -239,7 +272,7 @@ class ModelCacheSpec(KubeModel):
 
     source_uri: str = Field(alias="sourceUri", min_length=1)
     """The source of the model to be downloaded; the cache's only identifier."""
-    storage_class_name: str | None = Field(None, alias="storageClassName")
+    storage_class_name: StorageClassName | None = Field(None, alias="storageClassName")
     """Storage class of the cache volume."""
     size: Quantity | None = None
     """Size of the cache volume."""

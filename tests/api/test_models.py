@@ -281,6 +281,11 @@ def _namespace_config(spec: dict[str, Any]) -> dict[str, Any]:
             "spec.credentials.s3[0].secretAccessKey.key",
             "must not be '..'",
         ),
+        (  # it was copied into the ModelCaches the namespace requested, and into their PVCs
+            {"cacheStorageClassName": "../../Bad Class\nx"},
+            "spec.cacheStorageClassName",
+            "is not a valid StorageClass name: a lowercase RFC 1123 subdomain",
+        ),
     ],
 )
 def test_a_namespace_config_naming_no_valid_secret_is_invalid_naming_the_field(
