@@ -496,18 +496,28 @@ def template_spec_of(canonical_name: str, deployment: Mapping[str, Any]) -> tupl
 
 
 def auto_templates(model: AIMClusterModel, metadata: ImageMetadata, namespaces: Iterable[str]) -> TemplatePlan:
-    """One AIMServiceTemplate per recommended deployment in each namespace, owned by the model and
-    labelled ``aim.silogen.ai/origin=auto-generated``. The canonical name is the model's ``spec.name``."""
+    """One AIMServiceTemplate per distinct recommended deployment in each namespace, owned by the model and
+    labelled ``aim.silogen.ai/origin=auto-generated``. The canonical name is the model's ``spec.name``.
+
+    Deployments that give the same template name (it hashes everything the spec holds) are one template,
+    the first one's (with its profile annotation); the repeats are named once in ``skipped``. Each would
+    otherwise be created again (and refused as existing) and counted as a template that never comes."""
     name, image = str(model.metadata.name), model.spec.image
     canonical = model.spec.name
     templates: list[dict[str, Any]] = []
     skipped: list[str] = []
+    first_of: dict[str, int] = {}
+    repeats: list[tuple[int, int]] = []
     for index, deployment in enumerate(metadata.recommended_deployments):
         spec, problem = template_spec_of(canonical, deployment)
         if spec is None:
             skipped.append(f"recommendedDeployments[{index}]: {problem}")
             continue
         template = template_name(name, image, deployment)
+        if template in first_of:
+            repeats.append((index, first_of[template]))
+            continue
+        first_of[template] = index
         annotations = {PROFILE_ANNOTATION: deployment["profileId"]} if deployment.get("profileId") else {}
         for namespace in sorted(set(namespaces)):
             meta: dict[str, Any] = {
@@ -519,6 +529,9 @@ def auto_templates(model: AIMClusterModel, metadata: ImageMetadata, namespaces: 
             if annotations:
                 meta["annotations"] = dict(annotations)
             templates.append({"apiVersion": API_VERSION, "kind": AIM_SERVICE_TEMPLATE, "metadata": meta, "spec": spec})
+    if repeats:  # named once: a label may repeat one entry thousands of times
+        shown = ", ".join(f"[{i}] as [{first}]" for i, first in repeats[:3]) + (", …" if len(repeats) > 3 else "")
+        skipped.append(f"{len(repeats)} recommendedDeployments entries repeat an earlier one's template: {shown}")
     return TemplatePlan(templates, skipped)
 
 

@@ -189,9 +189,10 @@ def plan_model(
         wanted = {(t["metadata"]["namespace"], t["metadata"]["name"]) for t in plan.templates}
         stale = [t for t in ours if _key(t)[0] in world.namespaces and _key(t) not in wanted]
         ours = [t for t in ours if t not in stale]
-    states = [(t.status.status if t.status else None) or "Pending" for t in ours]
-    if plan is not None and len(ours) < len(plan.templates):
-        states += ["Pending"] * (len(plan.templates) - len(ours))
+    # The templates there will be after this run's writes, as resolve-templates counts them next: ours that stay
+    # and each one created now (Pending until resolved). Not a count of the wanted ones, which also names
+    # templates this run does not create (a person's of the same name) and would never turn Ready.
+    states = [(t.status.status if t.status else None) or "Pending" for t in ours] + ["Pending"] * len(create)
     conditions = (metadata_condition(record), ready_condition(record, states, bool(plan and plan.templates)))
     ok = record is not None and record.ok
     return ModelPlan(

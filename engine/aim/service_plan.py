@@ -11,6 +11,12 @@ the mounted caches, the HTTPRoute, the retired objects, the status.
 
 A cache the plan requests is not Available by definition (it is created now and filled by
 warm-caches), so the status needs no answer from the write.
+
+A child is the service's only when its controller reference names the service (uid, kind, API group, name)
+and it is in the service's namespace (owner references are namespace-local): :func:`controlled_by`. A child
+whose reference has the service's uid but names another object shows that two objects share the uid (a copied
+manifest in a snapshot); the service is then refused like one whose InferenceService another object controls,
+so neither deletes the other's workload.
 """
 
 from __future__ import annotations
@@ -35,7 +41,7 @@ from engine.aim.services import (
 )
 from engine.aim.templates import ModelCatalog
 from engine.api.aim import AIMClusterModel, AIMNamespaceConfig, AIMService, AIMServiceTemplate, ModelCache
-from engine.api.views import HTTPRoute, InferenceService, Node, Observed
+from engine.api.views import HTTPRoute, InferenceService, Node, Observed, OwnerReference
 from engine.caches.lookup import CacheRequest, find_model_cache, model_cache_pvc, model_cache_status
 from engine.caches.sources import parse_source
 
@@ -90,7 +96,8 @@ class ServiceWorld:
     routes: Mapping[str, Mapping[str, HTTPRoute]]
     inventory: GpuInventory
     controlled: Mapping[str, Sequence[InferenceService | HTTPRoute]] = field(default_factory=dict)
-    """controller uid -> the InferenceServices and HTTPRoutes it controls."""
+    """controller uid -> the InferenceServices and HTTPRoutes whose controller reference has it, in every namespace
+    (whether one is a given service's is decided on the whole reference: :func:`controlled_by`)."""
 
     @classmethod
     def of(
@@ -218,12 +225,69 @@ def _plan_caches(
     return _Caches(ready, reason, message, mounts, tuple(cache for _, cache in available), tuple(requests))
 
 
+def _controller_ref(obj: Observed) -> OwnerReference | None:
+    """The object's controller reference (its ``ownerReferences`` entry with ``controller: true``)."""
+    return next((ref for ref in obj.metadata.owner_references if ref.controller), None)
+
+
+def _api_group(api_version: str | None) -> str:
+    """The group of an ``apiVersion`` (``aim.silogen.ai/v1alpha1`` -> ``aim.silogen.ai``): a reference written
+    under another version of the kind still names the same object."""
+    return (api_version or "").rpartition("/")[0]
+
+
+def controlled_by(service: AIMService, obj: Observed) -> bool:
+    """Whether ``obj`` is this service's: its controller reference names the service by uid, kind, API group and
+    name, and it is in the service's namespace (an owner reference names an owner in the object's own namespace,
+    so a child elsewhere with the same reference belongs to another object)."""
+    ref = _controller_ref(obj)
+    return (
+        ref is not None
+        and bool(ref.uid)
+        and ref.uid == service.metadata.uid
+        and ref.kind == service.kind
+        and ref.name == service.metadata.name
+        and _api_group(ref.api_version) == _api_group(service.api_version)
+        and obj.metadata.namespace == service.metadata.namespace
+    )
+
+
+def _uid_shared(service: AIMService, world: ServiceWorld) -> Resolution | None:
+    """The refusal of a service whose uid another object's children name as their controller (two objects share
+    the uid: a copied manifest), naming a few of them; None when the uid is the service's alone. Retiring by
+    that uid would delete the other's workload, and the other's would delete this one's."""
+    uid = service.metadata.uid
+    others = [o for o in world.controlled.get(uid, ()) if not controlled_by(service, o)] if uid else []
+    if not others:
+        return None
+    named: list[str] = []
+    for obj in others[:3]:
+        ref = _controller_ref(obj)  # never None: the index holds objects by their controller's uid
+        owner = f"{ref.kind} {obj.metadata.namespace}/{ref.name}" if ref else "?"
+        named.append(f"{type(obj).__name__} {obj.metadata.namespace}/{obj.metadata.name} (controller {owner})")
+    more = f" and {len(others) - 3} more" if len(others) > 3 else ""
+    return Resolution(
+        STATUS_FAILED,
+        "ValidationFailed",
+        f"uid {uid} is also the controller uid of {', '.join(named)}{more}: another object has this uid (a copied "
+        "manifest keeps the original's); nothing is written or deleted for this service until each has its own uid",
+    )
+
+
 def _blocking(
-    service: AIMService, resolution: Resolution, isvc_name: str | None, existing: InferenceService | None
+    service: AIMService,
+    resolution: Resolution,
+    isvc_name: str | None,
+    existing: InferenceService | None,
+    world: ServiceWorld,
 ) -> tuple[Resolution, InferenceService | None]:
-    """The resolution and the service's existing InferenceService, or what else stops the rollout: a
-    namespace too long for KServe's host label, or an InferenceService of the wanted name that another
-    object controls (it is then not this service's workload)."""
+    """The resolution and the service's existing InferenceService, or what else stops the rollout: a uid
+    another object's children name too (:func:`_uid_shared`, reported before the references: nothing may be
+    retired by it), a namespace too long for KServe's host label, or an InferenceService of the wanted name that
+    another object controls (it is then not this service's workload)."""
+    shared = _uid_shared(service, world)
+    if shared is not None:
+        return shared, existing if existing is not None and controlled_by(service, existing) else None
     if resolution.blocked:
         return resolution, existing
     namespace = service.metadata.namespace
@@ -265,12 +329,13 @@ def _workload_name(service: AIMService) -> str | None:
 def _retired(
     service: AIMService, world: ServiceWorld, isvc_name: str, route_name: str | None
 ) -> tuple[InferenceService | HTTPRoute, ...]:
-    """The InferenceServices and HTTPRoutes this service controls under another name (a name an earlier
-    version gave it, e.g. before names hashed the service too); routes only once the current one exists."""
+    """The InferenceServices and HTTPRoutes this service controls (:func:`controlled_by`) under another name (a
+    name an earlier version gave it, e.g. before names hashed the service too); routes only once the current one
+    exists."""
     uid = service.metadata.uid
     if not uid:
         return ()
-    owned = world.controlled.get(uid, [])
+    owned = [o for o in world.controlled.get(uid, []) if controlled_by(service, o)]
     stale: list[InferenceService | HTTPRoute] = [
         o for o in owned if isinstance(o, InferenceService) and o.metadata.name != isvc_name
     ]
@@ -291,7 +356,7 @@ def plan_service(service: AIMService, world: ServiceWorld) -> ServicePlan:
     )
     isvc_name = _workload_name(service)
     existing = world.isvcs.get(namespace, {}).get(isvc_name) if isvc_name else None
-    resolution, existing = _blocking(service, resolution, isvc_name, existing)
+    resolution, existing = _blocking(service, resolution, isvc_name, existing, world)
     if resolution.blocked or isvc_name is None:
         outcome = blocked_status(resolution, existing is not None)
         workload = (existing.metadata.name or "") if existing else ""

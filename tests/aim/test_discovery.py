@@ -203,6 +203,34 @@ def test_auto_templates_one_per_deployment_and_namespace() -> None:
     assert plan.skipped == ["recommendedDeployments[2]: metric 'speed' is not one of latency, throughput"]
 
 
+def test_deployments_giving_one_template_name_are_one_template_the_first_ones() -> None:
+    model = AIMClusterModel.model_validate(
+        {
+            "apiVersion": "aim.silogen.ai/v1alpha1",
+            "kind": "AIMClusterModel",
+            "metadata": {"name": "llama", "uid": "u-1"},
+            "spec": {"name": "meta/llama:1", "image": "r.io/llama:1"},
+        }
+    )
+    lat = {"gpuModel": "MI300X", "gpuCount": 1, "metric": "latency", "precision": "fp8"}
+    meta = ImageMetadata(
+        recommended_deployments=(
+            {**lat, "profileId": "p1"},
+            {},
+            {**lat, "profileId": "p2", "description": "the same template, another profile"},
+            {"metric": "speed"},
+            *([lat] * 3),
+            {},
+        )
+    )
+    plan = auto_templates(model, meta, ["a"])
+    assert [t["metadata"].get("annotations") for t in plan.templates] == [{"aim.silogen.ai/profile-id": "p1"}, None]
+    assert plan.skipped == [
+        "recommendedDeployments[3]: metric 'speed' is not one of latency, throughput",
+        "5 recommendedDeployments entries repeat an earlier one's template: [2] as [0], [4] as [0], [5] as [0], …",
+    ]
+
+
 def test_model_conditions() -> None:
     ok = DiscoveryRecord(
         image="i",

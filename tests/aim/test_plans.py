@@ -11,7 +11,7 @@ from engine.aim.discovery_plan import DiscoveryWorld, images_to_read, plan_model
 from engine.aim.service_plan import ServiceWorld, plan_service
 from engine.aim.template_plan import TemplateWorld, plan_model_readiness, plan_template
 from engine.api.identity import TOTAL_ANNOTATION_SIZE, annotations_size
-from engine.api.views import InferenceService
+from engine.api.views import HTTPRoute, InferenceService
 from tests.aim.test_resolution import DEPLOYMENTS, NOW, model, node, typed
 
 SOURCE = "hf://meta-llama/Llama-3.1-8B-Instruct"
@@ -56,7 +56,9 @@ def cache(status: str, name: str = "c1") -> dict[str, Any]:
     }
 
 
-def world(caches: list[dict[str, Any]], isvcs: list[dict[str, Any]] | None = None) -> ServiceWorld:
+def world(
+    caches: list[dict[str, Any]], isvcs: list[dict[str, Any]] | None = None, routes: list[dict[str, Any]] | None = None
+) -> ServiceWorld:
     return ServiceWorld.of(
         models=[typed(model())],
         templates=[typed(template())],
@@ -64,8 +66,23 @@ def world(caches: list[dict[str, Any]], isvcs: list[dict[str, Any]] | None = Non
         caches=[typed(c) for c in caches],
         nodes=[node("a", **{"amd.com/gpu.device-id": "74a1"})],
         isvcs=[InferenceService.read(i) for i in isvcs or []],
-        routes=[],
+        routes=[HTTPRoute.read(r) for r in routes or []],
     )
+
+
+def owner_ref(name: str = "chat", uid: str = "s-1", kind: str = "AIMService") -> dict[str, Any]:
+    """The controller reference Modelplane writes on an AIMService's children (:func:`engine.aim.names.owner_reference`)."""
+    return {"apiVersion": "aim.silogen.ai/v1alpha1", "kind": kind, "name": name, "uid": uid, "controller": True}
+
+
+def child(kind: str, name: str, namespace: str, ref: dict[str, Any]) -> dict[str, Any]:
+    """An InferenceService or HTTPRoute controlled by ``ref``."""
+    api = "serving.kserve.io/v1beta1" if kind == "InferenceService" else "gateway.networking.k8s.io/v1"
+    return {
+        "apiVersion": api,
+        "kind": kind,
+        "metadata": {"name": name, "namespace": namespace, "ownerReferences": [ref]},
+    }
 
 
 def test_a_service_without_its_cache_requests_it_and_waits() -> None:
@@ -90,7 +107,7 @@ def test_a_ready_service_renders_its_children_mounts_its_cache_and_retires_old_n
     old = {
         "apiVersion": "serving.kserve.io/v1beta1",
         "kind": "InferenceService",
-        "metadata": {"name": "chat-old", "namespace": "ns", "ownerReferences": [{"controller": True, "uid": "s-1"}]},
+        "metadata": {"name": "chat-old", "namespace": "ns", "ownerReferences": [owner_ref()]},
     }
     plan = plan_service(typed(svc), world([cache("Available")], [old]))
     assert plan.isvc is not None and plan.route is not None and plan.cache_requests == ()
@@ -220,3 +237,69 @@ def test_the_models_other_annotations_count_and_a_record_that_fits_is_kept() -> 
     after = {**annotations, METADATA_ANNOTATION: record.to_json()}
     assert f"would hold {annotations_size(after)} bytes" in plan.conditions[0].message
     assert "description.full (60002 bytes)" in plan.conditions[0].message
+
+
+def _created(plan_create: tuple[dict[str, Any], ...], status: str) -> list[Any]:
+    """The templates a plan creates, as the next run reads them back with ``status``."""
+    return [typed({**t, "status": {"status": status}}) for t in plan_create]
+
+
+def test_repeated_recommended_deployments_make_one_template_counted_once() -> None:
+    """A label repeating one deployment (5x the same, 20,000x ``{}``) wants one template per namespace: before, each
+    repeat was created again ("created concurrently", once per repeat and namespace), counted in ``templates``, and
+    padded ``Ready`` with Pending templates that never come, so discover-models and resolve-templates flipped it."""
+    one = "{'gpuModel': 'MI300X', 'gpuCount': 1, 'metric': 'latency', 'precision': 'fp8'}"
+    for label, repeats in ((", ".join([one] * 5), 4), ("[" + ",".join(["{}"] * 20_000) + "]", 19_999)):
+        metadata = parse_image_labels({"com.amd.aim.model.recommendedDeployments": label})
+        record = DiscoveryRecord(image="r.io/llama:1", read_at=NOW, digest="sha256:3", metadata=metadata)
+        llama = typed(model())
+        plan = plan_model(llama, record, True, DiscoveryWorld.of([], ["a", "b"]))
+        assert [(t["metadata"]["namespace"]) for t in plan.create] == ["a", "b"]
+        assert len({t["metadata"]["name"] for t in plan.create}) == 1
+        assert (plan.templates, plan.deployments) == (2, len(metadata.recommended_deployments))
+        [duplicates] = plan.skipped  # the repeats are named once, not once per repeat and namespace
+        assert duplicates.startswith(f"llama: {repeats} recommendedDeployments entries repeat an earlier one")
+        assert len(duplicates) < 300
+        ready = plan.conditions[1]
+        assert (ready.reason, ready.message) == ("TemplatesProgressing", "2 templates pending or progressing")
+        # Once both exist and are Available, discovery and resolve-templates agree: no status flips between them.
+        available = _created(plan.create, "Available")
+        again = plan_model(llama, record, False, DiscoveryWorld.of(available, ["a", "b"]))
+        assert again.create == () and again.templates == 2
+        ready = again.conditions[1]
+        assert (ready.status, ready.reason, ready.message) == ("True", "AllTemplatesReady", "2 templates available")
+        catalog = TemplateWorld.of(models=[llama], configs=[], caches=[], nodes=[]).catalog
+        [(_, resolved)] = plan_model_readiness([llama], available, {}, catalog)
+        assert (resolved.reason, resolved.message) == (ready.reason, ready.message)
+        # A run for namespace c only counts the template it creates there next to a's and b's, as resolve-templates will.
+        elsewhere = plan_model(llama, record, False, DiscoveryWorld.of(available, ["c"]))
+        assert [t["metadata"]["namespace"] for t in elsewhere.create] == ["c"]
+        assert elsewhere.conditions[1].message == "2 of 3 templates available"
+
+
+def test_only_the_services_own_children_are_retired_and_a_shared_uid_deletes_nothing() -> None:
+    """Children are retired by their whole controller reference (uid, kind, group, name) and their namespace, owner
+    references being namespace-local. Before, the uid alone decided, across namespaces: a copied AIMService with
+    another's uid (a snapshot) deleted that service's InferenceService and HTTPRoute on every run, and back."""
+    svc = service(cacheModel=False)
+    own_old = child("InferenceService", "chat-old", "ns", owner_ref())
+    own_old_route = child("HTTPRoute", "chat-old", "ns", owner_ref())
+    plan = plan_service(typed(svc), world([], [own_old], [own_old_route]))
+    assert not plan.blocked and [r.object for r in plan.retire] == [own_old, own_old_route]
+    # The children of another service with this uid: in this namespace (another name), in another namespace (even
+    # under this name, which there is another object), or naming another kind as their controller.
+    for foreign in (
+        child("InferenceService", "copy-1234", "ns", owner_ref(name="copy")),
+        child("HTTPRoute", "copy-1234", "ns", owner_ref(name="copy")),
+        child("InferenceService", "chat-5678", "other-ns", owner_ref()),
+        child("HTTPRoute", "chat-5678", "other-ns", owner_ref()),
+        child("InferenceService", "x", "ns", owner_ref(kind="AIMServiceTemplate")),
+    ):
+        isvcs, routes = ([foreign], []) if foreign["kind"] == "InferenceService" else ([], [foreign])
+        plan = plan_service(typed(svc), world([], [own_old, *isvcs], [own_old_route, *routes]))
+        assert plan.retire == () and plan.isvc is None and plan.route is None  # nothing deleted, nothing written
+        assert plan.blocked and (plan.outcome.status, plan.reason) == ("Failed", "ValidationFailed")
+        ready = next(c for c in plan.outcome.conditions if c.type == "Ready")
+        meta = foreign["metadata"]
+        assert f"{foreign['kind']} {meta['namespace']}/{meta['name']}" in ready.message
+        assert "uid s-1" in ready.message
