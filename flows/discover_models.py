@@ -104,14 +104,15 @@ def discover_models(
     """
     logger = run_logger()
     now = datetime.now(UTC).replace(microsecond=0)
+    # the mirrors are checked (a layout directory that is not there) before anything is read or written
+    client = RegistryClient(
+        insecure=tuple(insecure_registries or ()), timeout=registry_timeout_s, mirrors=registry_mirrors or {}
+    )
     conn = connect(cluster)
     state = read_aim_state(conn, ["models", "configs", "templates"], model_selector or None)
     configs = typed(state.configs)
 
     wanted = images_to_read(typed(state.models), now, timedelta(seconds=resync_interval_s))
-    client = RegistryClient(
-        insecure=tuple(insecure_registries or ()), timeout=registry_timeout_s, mirrors=registry_mirrors or {}
-    )
     records: dict[str, DiscoveryRecord] = {}
     if wanted:
         keychain = read_keychain(conn, quote(configs)) if any(pull_secrets(c) for c in configs) else Keychain()

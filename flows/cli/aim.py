@@ -72,7 +72,9 @@ def _print_aim(
 
 
 def _mirrors(pairs: list[str]) -> dict[str, str]:
-    """``HOST=TARGET`` options as a dict; a malformed one is a one-line error."""
+    """``HOST=TARGET`` options as a dict; a malformed one, or an ``oci-layout:DIR`` whose directory does not exist
+    (:func:`tasks.clients.oci.layout.parse_mirrors`, which the flow applies too), is a one-line error and exit 2
+    before the flow starts: never a verdict on every model the mirror serves."""
     result: dict[str, str] = {}
     for pair in pairs:
         host, sep, target = pair.partition("=")
@@ -87,6 +89,12 @@ def _mirrors(pairs: list[str]) -> dict[str, str]:
                 param_hint="--registry-mirror",
             )
         result[host.strip()] = target.strip()
+    from tasks.clients.oci.layout import parse_mirrors
+
+    try:
+        parse_mirrors(result)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--registry-mirror") from None
     return result
 
 

@@ -9,6 +9,7 @@ import pathlib
 import re
 import shutil
 
+import pytest
 import yaml
 from typer.testing import CliRunner
 
@@ -48,6 +49,66 @@ def test_a_malformed_mirror_is_one_line_and_exit_2(example_cluster: pathlib.Path
     )
     assert result.exit_code == 2
     assert "expected HOST=MIRROR" in result.output and "Traceback" not in result.output
+
+
+def test_an_image_whose_registry_host_cannot_exist_is_invalid_and_not_read_again(
+    example_cluster: pathlib.Path, prefect_harness: None
+) -> None:
+    """Before, ``../x`` and ``localhost:99999/x:1`` were RegistryUnavailable ("..: InvalidURL while connecting"),
+    temporary: fetched again on every run, their ``attempts`` counting up."""
+    (example_cluster / "98-bad-hosts.yaml").write_text(
+        "apiVersion: aim.silogen.ai/v1alpha1\nkind: AIMClusterModel\nmetadata: {name: dots}\n"
+        "spec: {name: 'unit/dots:1', image: '../x'}\n---\n"
+        "apiVersion: aim.silogen.ai/v1alpha1\nkind: AIMClusterModel\nmetadata: {name: port}\n"
+        "spec: {name: 'unit/port:1', image: 'localhost:99999/x:1'}\n"
+    )
+    command = ["discover-models", "--cluster", str(example_cluster), "--registry-mirror", MIRROR]
+    first = CliRunner().invoke(app, command)
+    assert first.exit_code == 3 and "3 images read, 2 failed" in first.output, first.output
+    again = CliRunner().invoke(app, command)
+    assert again.exit_code == 3 and "0 images read, 2 failed" in again.output, again.output
+    models = {m["metadata"]["name"]: m for m in _objects(example_cluster, "AIMClusterModel")}
+    for name, problem in (("dots", "'../x' is not"), ("port", "port 99999 is not between 1 and 65535")):
+        error = json.loads(models[name]["metadata"]["annotations"]["aim.silogen.ai/image-metadata"])["error"]
+        assert (error["reason"], error["attempts"]) == ("InvalidImageReference", 1)
+        assert problem in error["message"]
+
+
+def _files(cluster: pathlib.Path) -> dict[str, bytes]:
+    return {str(p.relative_to(cluster)): p.read_bytes() for p in sorted(cluster.rglob("*")) if p.is_file()}
+
+
+def test_a_layout_mirror_without_its_directory_is_exit_2_before_any_model_is_read(
+    example_cluster: pathlib.Path, tmp_path: pathlib.Path, prefect_harness: None
+) -> None:
+    """Before, a missing ``oci-layout:`` directory was every model's ImageNotFound (exit 3), a terminal verdict: the
+    run with the option fixed read nothing ("0 images read, 1 failed") until the model's backoff expired; and
+    ``oci-layout:`` with no directory read the working directory."""
+    from flows.discover_models import discover_models
+    from flows.runs import run_untracked
+
+    before = _files(example_cluster)
+    missing = tmp_path / "no-such-images"
+    for target, part in ((f"oci-layout:{missing}", f"directory {missing} does not exist"), ("oci-layout:", "names no")):
+        result = CliRunner().invoke(
+            app, ["discover-models", "--cluster", str(example_cluster), "--registry-mirror", f"docker.io={target}"]
+        )
+        assert result.exit_code == 2, result.output
+        (line,) = result.output.strip().splitlines()
+        assert line.startswith("error:") and "--registry-mirror" in line and part in line, line
+        assert _files(example_cluster) == before
+    # The flow, as a deployment run with the same parameter, fails the same way and writes nothing either.
+    with pytest.raises(ValueError, match=f"directory {missing} does not exist"):
+        run_untracked(
+            discover_models,
+            {"cluster": str(example_cluster), "registry_mirrors": {"docker.io": f"oci-layout:{missing}"}},
+        )
+    assert _files(example_cluster) == before
+    fixed = CliRunner().invoke(app, ["discover-models", "--cluster", str(example_cluster), "--registry-mirror", MIRROR])
+    assert fixed.exit_code == 0, fixed.output
+    assert "1 images read, 0 failed" in fixed.output
+    (model,) = _objects(example_cluster, "AIMClusterModel")
+    assert "digest" in json.loads(model["metadata"]["annotations"]["aim.silogen.ai/image-metadata"])
 
 
 def test_a_missing_cluster_path_is_one_line_and_exit_2(tmp_path: pathlib.Path) -> None:
@@ -332,3 +393,43 @@ def test_image_labels_too_large_for_the_models_annotations_are_its_condition_and
         for t in _objects(example_cluster, "AIMServiceTemplate")
     ]
     assert "meta-llama-3-1-8b-instruct" in owners and "big-labels" not in owners
+
+
+COPIED_SERVICE = """apiVersion: aim.silogen.ai/v1alpha1
+kind: AIMService
+metadata: {name: other, namespace: NAMESPACE, uid: UID}
+spec:
+  model: meta/llama-3.1-8b-instruct:0.8.4
+  templateRef: docker-io-amdenterpriseai-aim-meta-llama-1x-mi300x-thr-fp8-8215
+  cacheModel: false
+"""
+
+
+def test_a_copied_service_sharing_a_uid_deletes_no_ones_workload(
+    example_cluster: pathlib.Path, prefect_harness: None
+) -> None:
+    """Before, the copy's run deleted llama-batch's InferenceService (and HTTPRoute in its namespace), every run."""
+    CliRunner().invoke(app, ["reconcile-aim", "--cluster", str(example_cluster), "--registry-mirror", MIRROR])
+    (isvc,) = _objects(example_cluster, "InferenceService")
+    uid = isvc["metadata"]["ownerReferences"][0]["uid"]  # llama-batch's (the local backend gives it)
+    children = sorted(
+        (o["kind"], o["metadata"]["name"])
+        for k in ("InferenceService", "HTTPRoute")
+        for o in _objects(example_cluster, k)
+    )
+    assert len(children) == 2
+    for namespace, scope in (("cache-demo", ["-n", "cache-demo"]), ("llm-serving", [])):
+        (example_cluster / "42-other.yaml").write_text(
+            COPIED_SERVICE.replace("NAMESPACE", namespace).replace("UID", uid)
+        )
+        result = CliRunner().invoke(app, ["rollout-services", "--cluster", str(example_cluster), *scope])
+        after = sorted(
+            (o["kind"], o["metadata"]["name"])
+            for k in ("InferenceService", "HTTPRoute")
+            for o in _objects(example_cluster, k)
+        )
+        assert after == children
+        assert f"AIMService {namespace}/other: Failed (ValidationFailed)" in result.output, result.output
+        other = yaml.safe_load((example_cluster / "42-other.yaml").read_text())
+        ready = next(c for c in other["status"]["conditions"] if c["type"] == "Ready")
+        assert f"uid {uid} is also the controller uid of InferenceService llm-serving/" in ready["message"]

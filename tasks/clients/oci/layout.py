@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import pathlib
 import re
+import stat
 from collections.abc import Mapping
 from typing import Any
 
@@ -35,7 +36,10 @@ def parse_mirrors(mirrors: Mapping[str, str]) -> dict[str, str | pathlib.Path]:
         Registry host -> mirror host, or the layout directory as a path.
 
     Raises:
-        ValueError: A mirror carries credentials (``user:password@host``), which would reach logs and conditions.
+        ValueError: A mirror carries credentials (``user:password@host``), which would reach logs and conditions; or
+            an ``oci-layout:`` mirror names no directory or one that does not exist (or is not a directory, or
+            cannot be read). Either is a configuration error of the whole run, found before any image is read: read
+            per image, a missing layout directory would be every image's terminal ImageNotFound.
     """
     result: dict[str, str | pathlib.Path] = {}
     for host, target in mirrors.items():
@@ -46,10 +50,42 @@ def parse_mirrors(mirrors: Mapping[str, str]) -> dict[str, str | pathlib.Path]:
                 "credentials in a pull secret for that host"
             )
         if target.startswith(LAYOUT_PREFIX):
-            result[host.strip()] = pathlib.Path(target[len(LAYOUT_PREFIX) :]).expanduser()
+            result[host.strip()] = layout_directory(host.strip(), target[len(LAYOUT_PREFIX) :].strip())
         elif target:
             result[host.strip()] = target
     return result
+
+
+def layout_directory(host: str, directory: str) -> pathlib.Path:
+    """The directory of an ``oci-layout:DIR`` mirror, which must exist now.
+
+    Args:
+        host: The registry host it mirrors, for the message.
+        directory: ``DIR`` as given (``~`` is expanded; a relative one is relative to the working directory).
+
+    Returns:
+        The directory.
+
+    Raises:
+        ValueError: ``DIR`` is empty (which would have read the working directory), cannot be expanded (``~user``
+            of no user), does not exist, is not a directory or cannot be read; the message names the mirror and path.
+    """
+    what = f"the registry mirror of {host}, {LAYOUT_PREFIX}{directory}"
+    if not directory:
+        raise ValueError(f"the registry mirror of {host}, {LAYOUT_PREFIX}, names no directory: give {LAYOUT_PREFIX}DIR")
+    try:
+        path = pathlib.Path(directory).expanduser()
+    except RuntimeError as exc:  # "~nobody/images": no such user's home
+        raise ValueError(f"{what}: {exc}") from None
+    try:
+        mode = path.stat().st_mode
+    except (FileNotFoundError, NotADirectoryError):
+        raise ValueError(f"{what}: directory {path} does not exist") from None
+    except OSError as exc:
+        raise ValueError(f"{what}: {path} cannot be read ({exc.strerror})") from None
+    if not stat.S_ISDIR(mode):
+        raise ValueError(f"{what}: {path} is not a directory")
+    return path
 
 
 def _layout_file(path: pathlib.Path, image: str, limit: int, missing: str) -> bytes:
@@ -96,11 +132,18 @@ def read_layout_config(
         The manifest digest and the config's labels (None with ``unchanged`` when the digest was known).
 
     Raises:
-        RegistryError: ``not-found`` (no layout, no such tag or blob) or ``invalid`` (a file that is not a JSON object
-            or cannot be read, an entry or descriptor without a digest), as the registry path classifies them.
+        RegistryError: ``not-found`` (no layout for the repository, no such tag or blob), ``invalid`` (a file that is
+            not a JSON object or cannot be read, an entry or descriptor without a digest), as the registry path
+            classifies them; ``unavailable`` when ``root`` itself is gone (checked when the run started, so it went
+            away since: temporary, never a model's terminal ImageNotFound).
     """
     layout = root / ref.repository  # the repository was validated by parse_reference: no "..", no absolute path
-    index_file = _layout_file(layout / "index.json", image, MAX_MANIFEST_BYTES, f"no image layout at {layout}")
+    try:
+        index_file = _layout_file(layout / "index.json", image, MAX_MANIFEST_BYTES, f"no image layout at {layout}")
+    except RegistryError as exc:
+        if exc.kind == "not-found" and not root.is_dir():  # gone since the run checked it (an unmounted volume)
+            raise RegistryError("unavailable", f"{image}: the image layout directory {root} is gone") from None
+        raise
     index = json_object(index_file, f"{image}: {layout / 'index.json'}")
     wanted = ref.digest or ref.tag or "latest"
     entry = next((e for e in descriptors(index) if _names(e, wanted)), None)
