@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Annotated, Any, Final
 
-from pydantic import BeforeValidator, Field
+from pydantic import AfterValidator, BeforeValidator, Field
 
 from engine.optimize.spec import MAX_SCALE_DOWN_WINDOW_S
 from engine.units import PROMETHEUS_DURATION_PATTERN
@@ -39,11 +39,28 @@ ScaleDownWindowSeconds = Annotated[float, Field(ge=0, le=MAX_SCALE_DOWN_WINDOW_S
 NamespaceName = Annotated[str, Field(pattern=KUBE_NAME_PATTERN, min_length=1, max_length=63)]
 """A Kubernetes Namespace name."""
 
+MAX_IMAGE_REF_CHARS: Final = 1024
+"""The longest image reference a flow takes: a 255-character name, a 128-character tag and a sha512 digest are 520."""
+
 ObjectName = Annotated[str, Field(min_length=1, max_length=253, pattern=r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")]
 """The name of a Kubernetes object (RFC 1123 subdomain)."""
 
-ImageRef = Annotated[str, Field(min_length=1)]
-"""A container image reference (not empty)."""
+
+def _image_reference(value: str) -> str:
+    """``value`` when it is a container image reference Docker would pull (the distribution reference grammar,
+    :func:`tasks.clients.oci.references.parse_reference`), else ``ValueError`` saying why: the image is written into
+    the Deployments and Jobs a flow renders, where a newline or 100 KB of text was written as given."""
+    from tasks.clients.oci.references import RegistryError, parse_reference
+
+    try:
+        parse_reference(value)
+    except RegistryError as exc:
+        raise ValueError(str(exc)) from None
+    return value
+
+
+ImageRef = Annotated[str, Field(min_length=1, max_length=MAX_IMAGE_REF_CHARS), AfterValidator(_image_reference)]
+"""A container image reference (``[host[:port]/]repository[:tag][@digest]``), checked as Docker parses one."""
 
 NonEmpty = Annotated[str, Field(min_length=1)]
 """A string that must not be empty (a file path, a directory)."""
