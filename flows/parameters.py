@@ -12,10 +12,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Annotated, Any, Final
 
-from pydantic import AfterValidator, BeforeValidator, Field
+from pydantic import AfterValidator, BeforeValidator, Field, WithJsonSchema
 
 from engine.optimize.spec import MAX_SCALE_DOWN_WINDOW_S
 from engine.units import PROMETHEUS_DURATION_PATTERN
+from tasks.clients.oci.references import IMAGE_REFERENCE_PATTERN
 
 KUBE_NAME_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
 """An RFC 1123 label: a Namespace name (and the names of most namespaced objects)."""
@@ -52,6 +53,8 @@ def _image_reference(value: str) -> str:
     the Deployments and Jobs a flow renders, where a newline or 100 KB of text was written as given."""
     from tasks.clients.oci.references import RegistryError, parse_reference
 
+    if value != value.strip():
+        raise ValueError(f"{value!r}: an image reference has no white space around it")
     try:
         parse_reference(value)
     except RegistryError as exc:
@@ -59,7 +62,20 @@ def _image_reference(value: str) -> str:
     return value
 
 
-ImageRef = Annotated[str, Field(min_length=1, max_length=MAX_IMAGE_REF_CHARS), AfterValidator(_image_reference)]
+ImageRef = Annotated[
+    str,
+    Field(min_length=1, max_length=MAX_IMAGE_REF_CHARS),
+    AfterValidator(_image_reference),
+    WithJsonSchema(
+        {
+            "type": "string",
+            "format": "image-reference",
+            "minLength": 1,
+            "maxLength": MAX_IMAGE_REF_CHARS,
+            "pattern": IMAGE_REFERENCE_PATTERN,
+        }
+    ),
+]
 """A container image reference (``[host[:port]/]repository[:tag][@digest]``), checked as Docker parses one."""
 
 NonEmpty = Annotated[str, Field(min_length=1)]

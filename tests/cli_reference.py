@@ -145,8 +145,9 @@ def _constraints(schema: dict[str, Any]) -> str:
         for key, sign in (("minimum", ">="), ("exclusiveMinimum", ">"), ("maximum", "<="), ("exclusiveMaximum", "<")):
             if key in option:
                 parts.append(f"{sign} {option[key]}")
-        if "pattern" in option:
-            parts.append(f"matches `{option['pattern']}`")
+        if "pattern" in option:  # a grammar too long to read is named by its format
+            pattern, form = option["pattern"], str(option.get("format", "")).replace("-", " ")
+            parts.append(f"a valid {form}" if form and len(pattern) > 100 else f"matches `{pattern}`")
         if option.get("minLength") == 1:
             parts.append("not empty")
         elif option.get("minLength", 0) > 1:

@@ -444,7 +444,12 @@ BAD_VALUES: dict[str, list[dict[str, Any]]] = {
         {"image": ""},
         {"openmodel_namespace": "Not Valid"},
     ],
-    "rollout-models": [{"downloader_image": ""}, {"names": ["Bad Name"]}],
+    "rollout-models": [
+        {"downloader_image": ""},
+        {"downloader_image": "bad\nimage"},
+        {"runtime_image": "UPPER/Case:1"},
+        {"names": ["Bad Name"]},
+    ],
     "rollout-services": [{"namespaces": ["UPPER"]}],
     "resolve-templates": [{"namespaces": ["UPPER"]}],
     "watch-models": [{"watch_seconds": 0}, {"watch_seconds": 51}],

@@ -44,6 +44,10 @@ _REFERENCE = re.compile(
     r"(?:@(?P<digest>[a-z0-9]+(?:[+._-][a-z0-9]+)*:[0-9a-fA-F]{32,}))?$"
 )
 
+IMAGE_REFERENCE_PATTERN = re.sub(r"\(\?P<\w+>", "(", _REFERENCE.pattern)
+"""The reference grammar as a JSON schema ``pattern`` (no group names), for the Prefect form of an image
+parameter; :func:`parse_reference` checks what a pattern cannot (the port's range, the IPv6 address)."""
+
 _REPOSITORY = re.compile(r"^[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*(?:/[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*)*$")
 DIGEST = re.compile(r"^[a-z0-9]+(?:[+._-][a-z0-9]+)*:[a-zA-Z0-9=_-]+$")
 """A content digest as the OCI image spec writes it (``algorithm:encoded``): safe in a URL path."""
