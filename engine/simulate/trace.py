@@ -5,7 +5,8 @@ A trace is a CSV with a header and one row per request: an arrival timestamp, pr
 output tokens.  The Azure LLM inference trace reads as it is (``TIMESTAMP,ContextTokens,
 GeneratedTokens``); other spellings of the three columns are recognised (see ``_COLUMNS``).
 Timestamps are either ISO 8601 date-times (fractions beyond microseconds are cut) or numbers
-of seconds.
+of seconds.  A row holds at most :data:`MAX_TRACE_FIELDS` fields, and an error quotes at most
+:data:`_QUOTE_CHARS` characters of the trace: a malformed row is named, never printed whole.
 
 Pure: rows come in as strings (the caller reads the file), randomness from a seeded generator.
 """
@@ -20,6 +21,7 @@ from datetime import UTC, datetime
 
 import numpy as np
 
+from engine.api.meta import one_line
 from engine.simulate.bursts import BurstShape, bursty_requests
 from engine.simulate.records import Trace
 
@@ -27,6 +29,7 @@ __all__ = [
     "MAX_REPLAY_REQUESTS",
     "MAX_REPLAY_S",
     "MAX_REQUEST_TOKENS",
+    "MAX_TRACE_FIELDS",
     "TraceError",
     "TraceShape",
     "parse_trace_rows",
@@ -42,6 +45,13 @@ _COLUMNS = {
 }
 
 
+MAX_TRACE_FIELDS = 64
+"""The most fields one row (the header too) may have: the reader recognises 15 spellings of its three columns
+(``_COLUMNS``), so 64 leaves room for every one of them and dozens of other columns a request log carries (ids, a
+model, a status), and a longer row is no trace.  Without it a row of 5x10^7 empty fields was parsed, then quoted
+whole in its error: 4.6 GB and a 200 MB line."""
+_QUOTE_CHARS = 120
+"""The most characters of the trace one error message quotes (a cell may hold csv's 131,072)."""
 MAX_REQUEST_TOKENS = 10_000_000
 """The most prompt or output tokens one row may count: no model's context window is longer, so a larger count is a
 corrupt row (a count past 2^63 does not even fit the simulator's integers)."""
@@ -128,7 +138,9 @@ def _column(header: Sequence[str], kind: str) -> int:
     for candidate in _COLUMNS[kind]:
         if candidate in names:
             return names.index(candidate)
-    raise TraceError(f"trace header {list(header)} has no {kind} column (one of {', '.join(_COLUMNS[kind])})")
+    raise TraceError(
+        f"trace header {one_line(list(header), _QUOTE_CHARS)} has no {kind} column (one of {', '.join(_COLUMNS[kind])})"
+    )
 
 
 def _seconds(value: str, row: int) -> float:
@@ -140,7 +152,9 @@ def _seconds(value: str, row: int) -> float:
         pass
     else:
         if not math.isfinite(seconds):
-            raise TraceError(f"row {row}: timestamp {value!r} is not a finite number of seconds")
+            raise TraceError(
+                f"row {row}: timestamp {one_line(repr(value), _QUOTE_CHARS)} is not a finite number of seconds"
+            )
         return seconds
     head, dot, fraction = text.partition(".")
     if dot:
@@ -151,7 +165,8 @@ def _seconds(value: str, row: int) -> float:
         moment = datetime.fromisoformat(text)
     except ValueError:
         raise TraceError(
-            f"row {row}: timestamp {value!r} is neither a number of seconds nor an ISO 8601 date-time"
+            f"row {row}: timestamp {one_line(repr(value), _QUOTE_CHARS)} is neither a number of seconds nor an ISO "
+            "8601 date-time"
         ) from None
     if moment.tzinfo is None:
         moment = moment.replace(tzinfo=UTC)
@@ -159,33 +174,64 @@ def _seconds(value: str, row: int) -> float:
 
 
 def _tokens(row: Sequence[str], column: int, number: int) -> int:
-    """One token count of a row: a whole number from 0 to :data:`MAX_REQUEST_TOKENS`."""
+    """One token count of a row: a whole number from 0 to :data:`MAX_REQUEST_TOKENS`.  Written as a float it reads
+    when it is whole (``10.0``, ``1e3``: a column a spreadsheet or pandas exported as floats); ``10.9`` is refused,
+    not cut to 10."""
     try:
         count = float(row[column])
     except (ValueError, IndexError):
-        raise TraceError(f"row {number}: prompt and output tokens must be integers, got {list(row)!r}") from None
+        raise TraceError(
+            f"row {number}: prompt and output tokens must be integers, got {one_line(list(row), _QUOTE_CHARS)}"
+        ) from None
     if not 0 <= count <= MAX_REQUEST_TOKENS:  # NaN fails both
-        raise TraceError(f"row {number}: token counts must be from 0 to {MAX_REQUEST_TOKENS:,}, got {row[column]!r}")
+        raise TraceError(
+            f"row {number}: token counts must be from 0 to {MAX_REQUEST_TOKENS:,}, "
+            f"got {one_line(repr(row[column]), _QUOTE_CHARS)}"
+        )
+    if not count.is_integer():
+        raise TraceError(
+            f"row {number}: token counts must be integers, got {one_line(repr(row[column]), _QUOTE_CHARS)}"
+        )
     return int(count)
 
 
 def parse_trace_rows(rows: Iterable[Sequence[str]]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(arrival seconds from the first request, prompt tokens, output tokens), sorted by arrival."""
+    """(arrival seconds from the first request, prompt tokens, output tokens), sorted by arrival.
+
+    A row with more than :data:`MAX_TRACE_FIELDS` fields, a timestamp, token count or span between the earliest and
+    the latest timestamp that the format does not allow raises :class:`TraceError` naming the row."""
     iterator = iter(rows)
     try:
         header = next(iterator)
     except StopIteration:
         raise TraceError("trace is empty (no header)") from None
+    _check_fields(header, 1)
     ti, ii, oi = _column(header, "time"), _column(header, "in"), _column(header, "out")
     # Typed arrays, 8 bytes a value: lists of Python numbers took about 120 bytes a request (2.7 GB for 10^7).
     times = array("d")
     prompts = array("q")
     outputs = array("q")
+    # The earliest and the latest timestamp so far and their rows: 1e308 and -1e308 are finite, their difference
+    # is not, and an arrival of inf was dropped by the slice without a word.
+    low = high = math.nan
+    low_row = high_row = 0
     for number, row in enumerate(iterator, start=2):
+        _check_fields(row, number)
         if not row or all(not cell.strip() for cell in row):
             continue
         prompt, output = _tokens(row, ii, number), _tokens(row, oi, number)
-        times.append(_seconds(row[ti], number))
+        seconds = _seconds(row[ti], number)
+        if not seconds >= low:  # the first row too: NaN compares false
+            low, low_row = seconds, number
+        if not seconds <= high:
+            high, high_row = seconds, number
+        if not math.isfinite(high - low):
+            other = low_row if number == high_row else high_row
+            raise TraceError(
+                f"row {number}: timestamp {one_line(repr(row[ti]), _QUOTE_CHARS)} is too far from row {other}'s: "
+                "the span between them is not a finite number of seconds"
+            )
+        times.append(seconds)
         prompts.append(prompt)
         outputs.append(max(output, 1))  # a request that generated nothing still returns one (end) token
     if not times:
@@ -196,10 +242,21 @@ def parse_trace_rows(rows: Iterable[Sequence[str]]) -> tuple[np.ndarray, np.ndar
     return t, np.frombuffer(prompts, dtype=np.int64)[order], np.frombuffer(outputs, dtype=np.int64)[order]
 
 
+def _check_fields(row: Sequence[str], number: int) -> None:
+    """:class:`TraceError` for a row with more than :data:`MAX_TRACE_FIELDS` fields: its count, never its content."""
+    if len(row) > MAX_TRACE_FIELDS:
+        raise TraceError(
+            f"row {number} has {len(row):,} fields; a trace row has at most {MAX_TRACE_FIELDS} "
+            "(a timestamp, prompt and output tokens, and other columns)"
+        )
+
+
 def shape_trace(arrival_s: np.ndarray, in_tokens: np.ndarray, out_tokens: np.ndarray, shape: TraceShape) -> Trace:
     """Slice, compress, scale, thin to the day-shaped envelope (or replace the arrivals by a bursty replay) and
     split a parsed trace into the simulator's :class:`Trace` (each step drawn from one generator seeded by
     ``shape.seed``, so a seed gives one trace)."""
+    if not np.isfinite(arrival_s).all():  # the slice below would drop an inf without a word
+        raise TraceError("arrival times must be finite numbers of seconds")
     rng = np.random.default_rng(shape.seed)
     if shape.burst is not None:
         t, p, o = bursty_requests(in_tokens, out_tokens, shape.burst, rng)

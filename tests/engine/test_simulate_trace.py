@@ -3,7 +3,9 @@ rate scaling, the day-shaped envelope, the model split, and errors that name the
 
 from __future__ import annotations
 
+import csv
 import math
+import pathlib
 
 import numpy as np
 import pytest
@@ -12,6 +14,7 @@ from engine.simulate.trace import (
     MAX_REPLAY_REQUESTS,
     MAX_REPLAY_S,
     MAX_REQUEST_TOKENS,
+    MAX_TRACE_FIELDS,
     TraceError,
     TraceShape,
     parse_trace_rows,
@@ -194,10 +197,96 @@ def test_wave_rejects_nonsense(kwargs: dict[str, float], message: str) -> None:
 
 def test_the_replay_how_to_states_the_limits_the_reader_enforces() -> None:
     """docs/how-to/replay-traffic.md writes the limits out by hand: it must say the ones the code has."""
-    import pathlib
-
     page = (pathlib.Path(__file__).resolve().parents[2] / "docs" / "how-to" / "replay-traffic.md").read_text()
     text = " ".join(page.split())
     assert f"0 to {MAX_REQUEST_TOKENS:,}" in text
     assert MAX_REPLAY_S == 366 * 86_400.0 and "spans at most a year" in text
     assert f"at most {MAX_REPLAY_REQUESTS // 1_000_000} million requests" in text
+
+
+HEADER = ["time", "in_tokens", "output_tokens"]
+
+
+def test_a_row_with_more_fields_than_a_trace_can_have_is_refused_in_one_short_line() -> None:
+    """A row of ``0,x`` and 5x10^7 empty fields was quoted whole: a 200 MB error line and 4.6 GB of memory; with
+    valid tokens it replayed.  A row, the header too, is refused by its count of fields, its content never quoted."""
+    wide = [""] * 100_000
+    cases = [
+        ([HEADER, ["0", "x", *wide]], "row 2 has 100,002 fields"),
+        ([HEADER, ["0", "1", "1"], ["1", "10", "10", *wide]], "row 3 has 100,003 fields"),
+        ([[*HEADER, *wide], ["0", "1", "1"]], "row 1 has 100,003 fields"),
+    ]
+    for rows, message in cases:
+        with pytest.raises(TraceError) as raised:
+            parse_trace_rows(rows)
+        assert str(raised.value).startswith(message) and len(str(raised.value)) < 200, str(raised.value)[:300]
+    parse_trace_rows([[*HEADER, *[""] * (MAX_TRACE_FIELDS - 3)], ["0", "1", "1", *[""] * (MAX_TRACE_FIELDS - 3)]])
+
+
+def test_an_error_quotes_at_most_a_bounded_part_of_the_trace() -> None:
+    """Each message that quotes a cell or the header cuts the quote: a cell may be 131,072 characters long."""
+    long = "y" * 100_000
+    cases = [
+        [["when", long, "in_tokens", "output_tokens"], ["0", "1", "1", "1"]],
+        [HEADER, [long, "1", "1"]],
+        [HEADER, ["0", long, "1"]],
+        [HEADER, ["0", "1", "1e" + "9" * 100_000]],
+        [HEADER, ["0", "1"]],
+    ]
+    for rows in cases:
+        with pytest.raises(TraceError) as raised:
+            parse_trace_rows(rows)
+        assert "\n" not in str(raised.value) and len(str(raised.value)) < 300, str(raised.value)[:300]
+
+
+def test_timestamps_too_far_apart_for_a_finite_span_are_refused_naming_the_row() -> None:
+    """``1e308`` and ``-1e308`` are finite but their difference is not: the later one's arrival became inf and the
+    slice (``< end``) dropped it without a word ("replaying 1 requests")."""
+    with pytest.raises(
+        TraceError, match=r"^row 4: timestamp '-1e308' is too far from row 2's: .* not a finite number of seconds$"
+    ):
+        parse_trace_rows([HEADER, ["1e308", "10", "10"], ["0", "1", "1"], ["-1e308", "1", "1"]])
+    t, p, o = np.asarray([0.0, math.inf]), np.full(2, 10), np.full(2, 10)
+    with pytest.raises(TraceError, match="finite"):
+        shape_trace(t, p, o, TraceShape({"ns/m": 1.0}))
+
+
+def test_a_fractional_token_count_is_refused_and_a_whole_one_written_as_a_float_reads() -> None:
+    """``10.9`` was cut to 10 though the message says counts must be integers; ``10.0`` and ``1e3`` (a float column
+    exported whole) stay accepted, as they were."""
+    with pytest.raises(TraceError, match=r"^row 2: token counts must be integers, got '10\.9'$"):
+        parse_trace_rows([HEADER, ["0", "10.9", "10"]])
+    with pytest.raises(TraceError, match=r"^row 3: token counts must be integers, got '0\.5'$"):
+        parse_trace_rows([HEADER, ["0", "10", "10"], ["1", "10", "0.5"]])
+    _, prompts, outputs = parse_trace_rows([HEADER, ["0", "10.0", "1e3"]])
+    assert prompts.tolist() == [10] and outputs.tolist() == [1000]
+
+
+def test_a_file_row_longer_than_any_acceptable_row_is_refused_before_it_is_read_whole(tmp_path: pathlib.Path) -> None:
+    """csv parses a whole row before its fields can be counted (a 50 MB row took 4.6 GB): a row longer than
+    ``MAX_TRACE_FIELDS`` fields of csv's field limit can be is refused as it is read, on one line or over several
+    (a quoted field holds line breaks); rows nearly that long, one after the other, still read.  csv's field limit
+    is lowered so that the files stay small."""
+    from tasks.traces import read_trace_rows
+
+    limit = csv.field_size_limit(1_000)
+    try:
+        wide = tmp_path / "wide.csv"
+        wide.write_text("time,in_tokens,output_tokens\n0,1,1\n1,10,10" + "," * 200_000 + "\n")
+        split = tmp_path / "split.csv"
+        split.write_text("time,in_tokens,output_tokens\n0,1,1\n1,10,10" + "," * 70_000 + '"a\nb"' + "," * 70_000 + "\n")
+        for path, line in ((wide, 3), (split, 4)):
+            with pytest.raises(TraceError) as raised:
+                read_trace_rows(path)
+            message = str(raised.value)
+            assert message.startswith(f"trace file {path}, line {line}: longer than ") and len(message) < 300, message
+        # every field but the three read at csv's limit, each character a doubled quote
+        longest = tmp_path / "longest.csv"
+        notes = [f"note{i}" for i in range(MAX_TRACE_FIELDS - 3)]
+        full = '"' + '""' * 1_000 + '"'
+        rows = [",".join([str(second), "1", "1", *[full] * len(notes)]) for second in range(3)]
+        longest.write_text("\r\n".join([",".join([*HEADER, *notes]), *rows, ""]))
+        t, prompts, _ = read_trace_rows(longest)
+        assert t.tolist() == [0.0, 1.0, 2.0] and prompts.tolist() == [1, 1, 1]
+    finally:
+        csv.field_size_limit(limit)
