@@ -3,15 +3,17 @@
 Lifecycle, top to bottom:
 
 1. read the VariantAutoscalings (the optimize flow's read task);
-2. collect windows of vLLM metrics per variant: Prometheus range queries over the lookback (one window
-   per pod and step, the variant's pods named after its scale target), or a windows file;
+2. collect windows of vLLM metrics per variant: Prometheus range queries over the lookback, one model at a time
+   (one window per pod and step, the variant's pods named after its scale target; at most
+   :data:`tasks.calibrate.MAX_WINDOWS_PER_VARIANT` per variant, evenly sampled past it), or a windows file;
 3. fit ``alpha, beta, gamma, delta`` with confidence intervals (``engine.simulate.calibrate``), or say why the
-   data cannot determine them;
+   data cannot determine them; a model's windows are released once its variants are fitted;
 4. write a ``ProfileCalibrated`` condition on every VariantAutoscaling, and the profile into the spec
    only where the resource opted in (``modelplane.io/calibration: apply``) -- never silently;
 5. publish the proposals as a table artifact.
 
-One variant's failure (no metrics, an unidentifiable profile, an API error) does not stop the others.
+One variant's failure (no metrics, a model whose queries fail, an unidentifiable profile, an API error) does not stop
+the others.
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ from flows.parameters import (
 )
 from flows.reconcile import Table
 from flows.runs import flow
+from tasks.boundary import Accepted
 from tasks.calibrate import collect_windows, write_outcome
 from tasks.clients.cluster import connect
 from tasks.clients.cluster.errors import ClusterError
@@ -49,7 +52,7 @@ from tasks.tracking import run_logger
 PARAMETERS = ("alpha", "beta", "gamma", "delta")
 """The profile's parameters, in the order the table shows them."""
 CALIBRATE_TIMEOUT_S = 1800.0
-"""How long a calibrate run may take (half an hour). A run reads the cluster once and each model's metrics in 8
+"""How long a calibrate run may take (half an hour). A run reads the cluster once and each model's metrics in 8 to 10
 range queries, seconds against a working Prometheus; a Prometheus that answers a byte at a time takes each query
 to its deadline and retries (about two minutes), so without a limit a run stalled for as long as the server kept
 sending. It ends as "timed out" (exit 2) instead."""
@@ -98,7 +101,7 @@ def _current(va: VariantAutoscaling) -> dict[str, float] | None:
 
 
 def calibrate_variant(
-    va: VariantAutoscaling, windows: list[Window] | None, metrics_error: str | None
+    va: VariantAutoscaling, windows: list[Window] | None, metrics_error: str | None, note: str | None = None
 ) -> tuple[ProfileFit | None, str | None]:
     """Fit one variant, or the reason there is no fit.
 
@@ -106,6 +109,7 @@ def calibrate_variant(
         va: The VariantAutoscaling (its current profile gives gamma's prior).
         windows: The metric windows of its pods, or None when none were read.
         metrics_error: Why the metrics could not be read, or None.
+        note: How the windows were sampled (:attr:`tasks.calibrate.Collected.notes`), added to the fit's notes.
 
     Returns:
         The fitted profile and None, or None and why there is no fit.
@@ -114,9 +118,20 @@ def calibrate_variant(
         return None, f"no metrics for this variant's pods{': ' + metrics_error if metrics_error else ''}"
     current = _current(va)
     try:
-        return fit_profile(windows, gamma_prior=current["gamma"] if current else None), None
+        fit = fit_profile(windows, gamma_prior=current["gamma"] if current else None)
     except Unidentifiable as exc:
         return None, str(exc)
+    if note:
+        fit.notes.append(note)
+    return fit, None
+
+
+def _by_model(variants: list[Accepted[VariantAutoscaling]]) -> list[list[Accepted[VariantAutoscaling]]]:
+    """The variants grouped by model (namespace, model ID), in the order the models first appear."""
+    groups: dict[tuple[str, str], list[Accepted[VariantAutoscaling]]] = {}
+    for va in variants:
+        groups.setdefault((va.namespace, va.model.spec.model_id), []).append(va)
+    return list(groups.values())
 
 
 @flow(name="calibrate", timeout_seconds=CALIBRATE_TIMEOUT_S, log_prints=True)
@@ -159,14 +174,26 @@ def calibrate(
         cluster, dry_run=dry_run
     )  # a dry run's writes (the boundary marking an invalid object) change nothing
     state = read_cluster_state(conn, list(namespaces or ()) or None, config_namespace)
-    windows, metrics_error = collect_windows(state.variants, windows_file, prometheus_url, lookback, window)
-    if metrics_error:
-        logger.warning("metrics: %s", metrics_error)
+    fits: dict[tuple[str, str], tuple[ProfileFit | None, str | None]] = {}
+    warned: set[str] = set()
+    # One model at a time from Prometheus: its windows are fitted, then released before the next model is read.
+    for group in [state.variants] if windows_file else _by_model(state.variants):
+        collected = collect_windows(group, windows_file, prometheus_url, lookback, window)
+        for reason in dict.fromkeys(collected.errors.values()):
+            if reason not in warned:  # the same reason for every model (no metrics source) is said once
+                warned.add(reason)
+                logger.warning("metrics: %s", reason)
+        for va in group:
+            key = (va.namespace, va.name)
+            fits[key] = calibrate_variant(
+                va.model, collected.windows.get(key), collected.errors.get(key), collected.notes.get(key)
+            )
+        del collected
 
     report = CalibrationReport()
     for va in state.variants:
         obj, key = va.obj, (va.namespace, va.name)
-        fit, why = calibrate_variant(va.model, windows.get(key), metrics_error)
+        fit, why = fits[key]
         outcome = calibration_outcome(va.model, fit, why)
         row = CalibrationRow(
             key[0],

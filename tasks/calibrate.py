@@ -1,11 +1,15 @@
 """I/O of the calibrate flow: read windows of vLLM metrics (Prometheus range queries or a windows file),
 write the outcome back to each VariantAutoscaling.
 
-Prometheus: one ``query_range`` per metric and model, ``sum by (pod) (increase(<metric>[W]))`` at a
+Prometheus, one model at a time: one ``query_range`` per metric, ``sum by (pod) (increase(<metric>[W]))`` at a
 step of ``W`` over the lookback, so each (pod, step) is one :class:`engine.simulate.calibrate.Window`: a pod's
 own batch, its own latencies; and ``avg by (pod) (avg_over_time(vllm:num_requests_running[W]))``, the
 batch a request joins, for that window and (as ``previous_running_avg``) the pod's window before it.
 The variant's pods are those named after its scale target (``<target>-...``), as a Deployment names them.
+A first query of the request counts at a coarse step says how many windows each variant holds; past
+:data:`MAX_WINDOWS_PER_VARIANT` the queries step ``k*W`` (still ``[W]`` windows: every k-th window, the one before
+each read with ``offset W``). Each answer is folded into per-pod arrays as it arrives, in pieces of at most
+:data:`MAX_PIECE_SAMPLES` samples.
 Connection settings (token, TLS, timeouts, retries) are the optimize flow's
 (:meth:`tasks.clients.metrics.prometheus.PrometheusMetrics.from_env`).
 
@@ -29,18 +33,20 @@ import datetime as dt
 import math
 import os
 import pathlib
-from collections.abc import Mapping
-from typing import Any, TypeGuard
+from collections.abc import Collection, Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any, NamedTuple, TypeGuard
 
+import numpy as np
 import yaml
 
 from engine import yaml11
 from engine.api.llmd import VariantAutoscaling
 from engine.errors import shown
-from engine.promql import quote
+from engine.promql import MAX_RANGE_POINTS, quote
 from engine.simulate.calibrate import CONDITION_CALIBRATED, CalibrationOutcome, Window, opted_in
 from engine.status import ConditionUpdate, changed_fields, generation_of, mapping_at, set_conditions
-from engine.units import duration_seconds
+from engine.units import duration_seconds, format_duration
 from tasks.boundary import Accepted
 from tasks.clients.cluster import Cluster, ObjectRef
 from tasks.clients.cluster.retry import retry_on_conflict
@@ -84,25 +90,107 @@ class WindowsFileError(ValueError):
     """A windows file that cannot be used; the message names the file and the field."""
 
 
-def _by_pod_and_time(matrix: list[dict[str, Any]]) -> dict[tuple[str, float], float]:
-    """A range query's matrix as value by (pod, timestamp), keeping only the samples that are counts.
+MAX_WINDOWS_PER_VARIANT = 100_000
+"""The most windows of one variant that reach the fit. A longer lookback, a shorter window or more pods are read
+evenly sampled: every k-th window of the lookback (each still one window long), k the smallest that keeps every
+variant of the model within the limit, and a variant still over it is thinned evenly to it. More windows buy
+nothing: a day of five-minute windows (288 per pod) already gives 95 % intervals narrower than the fit's own bias
+(docs/simulate.md, "Calibration"), while each window read cost about 1 KB and 50 us (31 days of one-minute windows
+of 100 pods per model took 9.4 GB and 7 minutes before the limit; docs/reference/limits.md)."""
+PROBE_POINTS = 500
+"""Evaluations per pod of the first query of a model (the request counts at a coarse step over the lookback): how
+many windows its variants hold, hence the sampling step of the other queries."""
+MAX_PIECE_SAMPLES = 250_000
+"""The most samples (pods x evaluations) asked for in one range query: a longer range is read in consecutive pieces
+(each about 10 MB of answer, well under the client's answer limit), each folded into the pods' arrays before the
+next is asked for."""
+_ROWS = (*SERIES, "running_avg", "previous_running_avg")
+"""The rows of a pod's array, one a field of :class:`Window`; its columns are the evaluations of the grid."""
+_REQUIRED_ROWS = [_ROWS.index(f) for f in ("requests", "ttft_sum_s", "itl_sum_s", "itl_count", "prompt_tokens_sum")]
+
+
+@dataclass(frozen=True)
+class _Grid:
+    """The evaluations of a range query: ``points`` of them, ``step`` seconds apart from ``start``."""
+
+    start: float
+    step: float
+    points: int
+
+    def pieces(self, pods: int) -> Iterator[tuple[int, int]]:
+        """Consecutive index ranges ``[first, stop)`` of at most :data:`engine.promql.MAX_RANGE_POINTS` evaluations
+        and :data:`MAX_PIECE_SAMPLES` samples for ``pods`` series."""
+        size = max(1, min(MAX_RANGE_POINTS, MAX_PIECE_SAMPLES // max(pods, 1)))
+        for first in range(0, self.points, size):
+            yield first, min(first + size, self.points)
+
+
+def _read(
+    client: PrometheusMetrics,
+    promql: str,
+    grid: _Grid,
+    row: int,
+    arrays: dict[str, np.ndarray],
+    pods: int,
+    prefixes: tuple[str, ...],
+) -> int:
+    """Run ``promql`` over ``grid`` piece by piece (sized for ``pods`` series), folding each answer into ``arrays``
+    (one per pod, one row a field, one column an evaluation; NaN where missing) at ``row`` before the next piece is
+    asked for; a pod whose name starts with none of ``prefixes`` (when there are any) is not kept. Returns the most
+    series an answer held.
 
     A sample that is not a finite number >= 0 (``NaN``, ``+Inf``, ``1e999``, a negative increase, text that is no
-    number) or stamped at a time that is not a finite number is missing data, as the optimize cycle reads such a
-    sample: its window lacks that series (and is left out when the series is required) instead of carrying the
-    value into the fit, where one ``NaN`` made every parameter ``nan`` and a non-number failed the whole run.
+    number), or stamped at a time that is not a finite number or not an evaluation of the grid, is missing data, as
+    the optimize cycle reads such a sample: its window lacks that series (and is left out when the series is
+    required) instead of carrying the value into the fit, where one ``NaN`` made every parameter ``nan``.
     """
-    values: dict[tuple[str, float], float] = {}
-    for row in matrix:
-        pod = row["metric"].get("pod", "")
-        for t, v in row.get("values", []):
-            try:
-                at, value = float(t), float(v)
-            except (TypeError, ValueError):
-                continue
-            if math.isfinite(at) and is_count(value):
-                values[(pod, at)] = value
-    return values
+    for first, stop in grid.pieces(pods):
+        matrix = client.query_range(
+            promql, grid.start + first * grid.step, grid.start + (stop - 1) * grid.step, grid.step
+        )
+        pods = max(pods, len(matrix))
+        for series in matrix:
+            pod = series["metric"].get("pod", "")
+            values = arrays.get(pod)
+            if values is None:
+                if prefixes and not pod.startswith(prefixes):  # no variant's: never reaches a fit
+                    continue
+                values = arrays[pod] = np.full((len(_ROWS), grid.points), np.nan)
+            for t, v in series.get("values", []):
+                try:
+                    at, value = float(t), float(v)
+                except (TypeError, ValueError):
+                    continue
+                if math.isfinite(at) and is_count(value):
+                    index = round((at - grid.start) / grid.step)
+                    if 0 <= index < grid.points:
+                        values[row, index] = value
+        del matrix  # the next piece's answer arrives without this one
+    return pods
+
+
+def _present(value: float) -> float | None:
+    return None if math.isnan(value) else value
+
+
+def _windows_of(values: np.ndarray, seconds: float) -> list[Window]:
+    """The windows of one pod's array: one per evaluation holding every required field."""
+    keep = np.flatnonzero(np.isfinite(values[_REQUIRED_ROWS]).all(axis=0))
+    return [
+        Window(
+            seconds=seconds,
+            requests=col[0],
+            ttft_sum_s=col[1],
+            queue_sum_s=_present(col[2]),
+            itl_sum_s=col[3],
+            itl_count=col[4],
+            prompt_tokens_sum=col[5],
+            inference_sum_s=_present(col[6]),
+            running_avg=_present(col[7]),
+            previous_running_avg=_present(col[8]),
+        )
+        for col in values[:, keep].T.tolist()
+    ]
 
 
 def prometheus_windows(
@@ -112,9 +200,15 @@ def prometheus_windows(
     end: dt.datetime,
     lookback_s: float,
     window_s: float,
-) -> dict[str, list[Window]]:
+    targets: Collection[str] = (),
+    max_windows: int = MAX_WINDOWS_PER_VARIANT,
+) -> tuple[dict[str, list[Window]], int]:
     """Per pod of the model: one window per step over the lookback (windows missing a series, or whose sample of
-    one is not a finite number >= 0, are left out; an optional series' such sample is read as absent).
+    one is not a finite number >= 0, are left out; an optional series' such sample is read as absent), every k-th
+    step when the variants hold more than ``max_windows`` windows each.
+
+    Each query's answer is folded into one array per pod on the query's grid before the next piece is asked for, so
+    what is held while reading is 72 bytes per pod and evaluation, never the answers' samples.
 
     Args:
         client: The Prometheus client.
@@ -123,46 +217,54 @@ def prometheus_windows(
         end: The end of the lookback.
         lookback_s: How far back windows are read, in seconds.
         window_s: The length of one window (and the query step), in seconds.
+        targets: The scale targets of the model's variants (a variant's pods are ``<target>-...``); empty: all the
+            model's pods are one variant.
+        max_windows: The most windows per variant: k is the smallest stride that keeps every variant's windows (as
+            the request counts at a coarse step count them) within it.
 
     Returns:
-        The windows by pod name, oldest first.
+        The windows by pod name, oldest first, and the stride k (1: every window of the lookback).
+
+    Raises:
+        MetricsError: A query failed (:meth:`tasks.clients.metrics.prometheus.PrometheusMetrics.query_range`).
     """
     selector = f"{{namespace={quote(namespace)}, model_name={quote(model_id)}}}"
-    step = f"{int(window_s)}s"
-    stop = end.timestamp()
-    start = stop - lookback_s + window_s
-    values: dict[str, dict[tuple[str, float], float]] = {}
-    for field, series in SERIES.items():
-        values[field] = _by_pod_and_time(
-            client.query_range(f"sum by (pod) (increase({series}{selector}[{step}]))", start, stop, window_s)
-        )
-    running = _by_pod_and_time(
-        client.query_range(f"avg by (pod) (avg_over_time({RUNNING_GAUGE}{selector}[{step}]))", start, stop, window_s)
-    )
-    keys = sorted(
-        set(values["requests"])
-        & set(values["ttft_sum_s"])
-        & set(values["itl_sum_s"])
-        & set(values["itl_count"])
-        & set(values["prompt_tokens_sum"])
-    )
+    span = f"{int(window_s)}s"
+    start = end.timestamp() - lookback_s + window_s
+    steps = math.floor((lookback_s - window_s) / window_s + 1e-9) + 1  # as Prometheus counts them from start to end
+
+    def grid(stride: int) -> _Grid:
+        return _Grid(start, window_s * stride, (steps - 1) // stride + 1)
+
+    def increase(field: str) -> str:
+        return f"sum by (pod) (increase({SERIES[field]}{selector}[{span}]))"
+
+    # The request counts at a coarse step: how many windows each variant (its pods, "<target>-...") holds.
+    prefixes = tuple(f"{target}-" for target in targets)
+    probe_stride = max(1, math.ceil(steps / PROBE_POINTS))
+    arrays: dict[str, np.ndarray] = {}
+    pods = _read(client, increase("requests"), grid(probe_stride), 0, arrays, 0, prefixes)
+    seen = {pod: int(np.isfinite(values[0]).sum()) * probe_stride for pod, values in arrays.items()}
+    groups = [[n for pod, n in seen.items() if pod.startswith(p)] for p in prefixes] or [list(seen.values())]
+    stride = max(1, max(math.ceil(sum(group) / max(max_windows, 1)) for group in groups))
+    if stride != probe_stride:  # read again at the step that keeps every variant within the limit
+        arrays = {pod: np.full((len(_ROWS), grid(stride).points), np.nan) for pod in arrays}
+        pods = _read(client, increase("requests"), grid(stride), 0, arrays, pods, prefixes)
+    queries = [(increase(field), row) for row, field in enumerate(SERIES) if field != "requests"]
+    running = f"avg by (pod) (avg_over_time({RUNNING_GAUGE}{selector}[{span}]"
+    queries.append((running + "))", _ROWS.index("running_avg")))
+    if stride > 1:  # the window before each one read is not read: ask for it
+        queries.append((running + f" offset {span}))", _ROWS.index("previous_running_avg")))
+    for promql, row in queries:
+        pods = _read(client, promql, grid(stride), row, arrays, pods, prefixes)
     windows: dict[str, list[Window]] = {}
-    for pod, t in keys:
-        windows.setdefault(pod, []).append(
-            Window(
-                seconds=window_s,
-                requests=values["requests"][(pod, t)],
-                ttft_sum_s=values["ttft_sum_s"][(pod, t)],
-                queue_sum_s=values["queue_sum_s"].get((pod, t)),
-                itl_sum_s=values["itl_sum_s"][(pod, t)],
-                itl_count=values["itl_count"][(pod, t)],
-                prompt_tokens_sum=values["prompt_tokens_sum"][(pod, t)],
-                inference_sum_s=values["inference_sum_s"].get((pod, t)),
-                running_avg=running.get((pod, t)),
-                previous_running_avg=running.get((pod, t - window_s)),
-            )
-        )
-    return windows
+    for pod in sorted(arrays):
+        values = arrays.pop(pod)
+        if stride == 1:
+            values[-1, 1:] = values[-2, :-1]
+        if pod_windows := _windows_of(values, window_s):
+            windows[pod] = pod_windows
+    return windows, stride
 
 
 def read_windows_file(path: str | pathlib.Path) -> dict[tuple[str, str], list[Window]]:
@@ -298,6 +400,25 @@ def write_outcome(cluster: Cluster, obj: dict[str, Any], outcome: CalibrationOut
     return wrote_spec
 
 
+class Collected(NamedTuple):
+    """What :func:`collect_windows` read, by VariantAutoscaling (namespace, name)."""
+
+    windows: dict[tuple[str, str], list[Window]]
+    """The windows of each variant whose metrics were read (at most :data:`MAX_WINDOWS_PER_VARIANT`)."""
+    errors: dict[tuple[str, str], str]
+    """Why a variant's metrics could not be read (its model's query failed, or the source is unusable)."""
+    notes: dict[tuple[str, str], str]
+    """How a variant's windows were sampled, when they were (for its condition)."""
+
+
+def _thin(windows: list[Window], limit: int) -> tuple[list[Window], str | None]:
+    """At most ``limit`` of ``windows``, evenly spaced, and a note saying so when some were left out."""
+    if len(windows) <= limit:
+        return windows, None
+    kept = [windows[i * len(windows) // limit] for i in range(limit)]
+    return kept, f"{limit:,} of {len(windows):,} windows used, evenly spaced (at most {limit:,} per variant)"
+
+
 @task(name="collect-windows")
 def collect_windows(
     variants: list[Accepted[VariantAutoscaling]],
@@ -305,8 +426,12 @@ def collect_windows(
     prometheus_url: str | None,
     lookback_text: str,
     window_text: str,
-) -> tuple[dict[tuple[str, str], list[Window]], str | None]:
-    """The metrics windows of each VariantAutoscaling's pods over the lookback.
+) -> Collected:
+    """The metrics windows of each VariantAutoscaling's pods over the lookback, one model at a time.
+
+    A model whose queries fail (Prometheus unreachable, a refused query, an answer too large) is an error for its own
+    variants; the other models are still read. A variant holds at most :data:`MAX_WINDOWS_PER_VARIANT` windows: more
+    are read evenly sampled (:func:`prometheus_windows`) and, from a windows file, thinned evenly.
 
     Args:
         variants: The VariantAutoscalings to calibrate (their pods are named after their scale target).
@@ -316,39 +441,58 @@ def collect_windows(
         window_text: One window's length, a PromQL duration such as ``5m``.
 
     Returns:
-        Windows per (namespace, name), and why the metrics backend failed (None: it did not).
+        The windows, the errors and the sampling notes by (namespace, name).
+
+    Raises:
+        WindowsFileError: The windows file cannot be used (:func:`read_windows_file`).
     """
+    result = Collected({}, {}, {})
     if windows_file:
-        return read_windows_file(windows_file), None
+        for key, windows in read_windows_file(windows_file).items():
+            result.windows[key], note = _thin(windows, MAX_WINDOWS_PER_VARIANT)
+            if note:
+                result.notes[key] = note
+        return result
     lookback, window = duration_seconds(lookback_text), duration_seconds(window_text)
-    if not (1.0 <= window <= lookback and window.is_integer()):
-        return (
-            {},
-            f"window {window_text} must be whole seconds, at least 1s, and no longer than the lookback {lookback_text}",
-        )
     url = prometheus_url or os.environ.get("PROMETHEUS_URL")
-    if not url:
-        return (
-            {},
-            "no metrics source configured (--prometheus-url or --windows-file; parameters prometheus_url, windows_file)",
+    why = None
+    if not (1.0 <= window <= lookback and window.is_integer()):
+        why = (
+            f"window {window_text} must be whole seconds, at least 1s, and no longer than the lookback {lookback_text}"
         )
+    elif not url:
+        why = (
+            "no metrics source configured (--prometheus-url or --windows-file; parameters prometheus_url, windows_file)"
+        )
+    if why:
+        result.errors.update({(va.namespace, va.name): why for va in variants})
+        return result
     client = PrometheusMetrics.from_env(url)
     assert client is not None
     now = dt.datetime.now(dt.UTC)
-    result: dict[tuple[str, str], list[Window]] = {}
-    by_model: dict[tuple[str, str], dict[str, list[Window]]] = {}
-    try:
-        for va in variants:
-            namespace, model, ref = va.namespace, va.model.spec.model_id, va.model.spec.scale_target_ref
-            if ref is None:
-                continue
-            target = ref.name
-            if (namespace, model) not in by_model:
-                by_model[(namespace, model)] = prometheus_windows(client, namespace, model, now, lookback, window)
-            pods = by_model[(namespace, model)]
-            result[(namespace, va.name)] = [
-                w for pod, ws in sorted(pods.items()) if pod.startswith(target + "-") for w in ws
-            ]
-    except MetricsError as exc:
-        return result, str(exc)
-    return result, None
+    by_model: dict[tuple[str, str], dict[tuple[str, str], str]] = {}  # model -> variant -> its scale target
+    for va in variants:
+        if va.model.spec.scale_target_ref is not None:
+            by_model.setdefault((va.namespace, va.model.spec.model_id), {})[(va.namespace, va.name)] = (
+                va.model.spec.scale_target_ref.name
+            )
+    for (namespace, model_id), targets in by_model.items():
+        try:
+            pods, stride = prometheus_windows(
+                client, namespace, model_id, now, lookback, window, targets.values(), MAX_WINDOWS_PER_VARIANT
+            )
+        except MetricsError as exc:  # this model's variants only: the next model is still read
+            result.errors.update(dict.fromkeys(targets, str(exc)))
+            continue
+        for key, target in targets.items():
+            windows = [w for pod, ws in pods.items() if pod.startswith(target + "-") for w in ws]
+            result.windows[key], note = _thin(windows, MAX_WINDOWS_PER_VARIANT)
+            if stride > 1:
+                note = (
+                    f"one {format_duration(window)} window every {format_duration(stride * window)} read "
+                    f"(at most {MAX_WINDOWS_PER_VARIANT:,} windows per variant)" + (f"; {note}" if note else "")
+                )
+            if note:
+                result.notes[key] = note
+        del pods  # released before the next model is read
+    return result

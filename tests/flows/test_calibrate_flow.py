@@ -280,7 +280,7 @@ def test_prometheus_range_queries_feed_the_fit(
     try:
         lookback = f"{int(result.horizon_s // 60)}m"
         report = calibrate(cluster=str(example_cluster), prometheus_url=prometheus.url, lookback=lookback, window="5m")
-        pods = prometheus_windows(
+        pods, _ = prometheus_windows(
             PrometheusMetrics(prometheus.url), NAMESPACE, model, datetime.now(UTC), result.horizon_s, 300.0
         )
         # the command reads a day as Prometheus writes it (1d), the flow gets a PromQL duration
@@ -402,7 +402,7 @@ def test_samples_that_are_not_counts_are_missing_data_not_a_nan_profile_or_a_fai
     ttft, itl = SERIES["ttft_sum_s"], SERIES["itl_sum_s"]
     spoiled = {(ttft, 1): "NaN", (itl, 2): "+Inf", (ttft, 3): "1e999", (itl, 4): "abc", (ttft, 5): "-1"}
     spoiled |= {(SERIES["queue_sum_s"], 6): "NaN", (RUNNING_GAUGE, 7): "Inf", (SERIES["inference_sum_s"], 8): "x"}
-    pods = prometheus_windows(_RangeStub(spoiled), NAMESPACE, "m", datetime.now(UTC), 3000.0, 300.0)  # type: ignore[arg-type]
+    pods, _ = prometheus_windows(_RangeStub(spoiled), NAMESPACE, "m", datetime.now(UTC), 3000.0, 300.0)  # type: ignore[arg-type]
     (windows,) = pods.values()
     assert len(windows) == 5  # steps 0 and 6 to 9
     for w in windows:
