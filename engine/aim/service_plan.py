@@ -378,6 +378,7 @@ def plan_service(service: AIMService, world: ServiceWorld) -> ServicePlan:
         else "routing.autoCreateRoute is true but the AIMNamespaceConfig names no routing.gateway"
     )
     isvc = route = None
+    routing_reason = "GatewayNotConfigured"
     retire: tuple[InferenceService | HTTPRoute, ...] = ()
     if caches.ready:
         desired = render_inference_service(service, resolution, world.inventory, caches.mounts, config)
@@ -387,9 +388,17 @@ def plan_service(service: AIMService, world: ServiceWorld) -> ServicePlan:
         if enabled and gateway:
             desired_route = render_http_route(service, gateway, desired["metadata"]["name"])
             old_route = world.routes.get(namespace, {}).get(desired_route["metadata"]["name"])
-            route = ObjectWrite(
-                desired_route, old_route, update_patch(old_route.object, desired_route) if old_route else None
-            )
+            other = old_route.metadata.controller_uid() if old_route is not None else None
+            if other not in (None, service.metadata.uid):  # not this service's route: never patched
+                routing_reason = "RouteFailed"
+                routing_problem = (
+                    f"HTTPRoute {desired_route['metadata']['name']!r} exists and is controlled by another object "
+                    f"(uid {other}); it is left alone"
+                )
+            else:
+                route = ObjectWrite(
+                    desired_route, old_route, update_patch(old_route.object, desired_route) if old_route else None
+                )
         retire = _retired(service, world, isvc_name, route.desired["metadata"]["name"] if route else None)
     outcome = service_status(
         caches.ready,
@@ -400,6 +409,7 @@ def plan_service(service: AIMService, world: ServiceWorld) -> ServicePlan:
         enabled,
         routing_problem,
         resolution.selected,
+        routing_reason,
     )
     ready = next((c for c in outcome.conditions if c.type == COND_READY), None)
     return ServicePlan(

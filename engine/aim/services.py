@@ -435,12 +435,15 @@ def service_status(
     routing_enabled: bool,
     routing_problem: str | None,
     selected: str = "",
+    routing_reason: str = "GatewayNotConfigured",
 ) -> ServiceOutcome:
     """Status of a resolved service from its caches and what the cluster reports about its workload.
 
     Starting until the InferenceService is Ready and the route accepted by its Gateway, then Running;
     a failed cache is Failed (as aim-engine reports it); a runtime failure or a routing problem (no
-    gateway configured) is Degraded. ``selected`` says how the template was chosen (auto-selection).
+    gateway configured: ``GatewayNotConfigured``; a route of the wanted name another object controls:
+    ``RouteFailed``, given as ``routing_reason``) is Degraded. ``selected`` says how the template was chosen
+    (auto-selection).
     """
     resolved = ConditionUpdate(
         COND_RESOLVED,
@@ -457,7 +460,7 @@ def service_status(
             "Routing disabled (routing.autoCreateRoute is false)",
         )
     elif routing_problem:
-        route_ok, route_reason, route_message = False, "GatewayNotConfigured", routing_problem
+        route_ok, route_reason, route_message = False, routing_reason, routing_problem
     else:
         route_ok, route_reason, route_message = _route_of(route)
     runtime = ConditionUpdate(COND_RUNTIME_READY, "True" if runtime_ok else "False", runtime_reason, runtime_message)

@@ -303,3 +303,18 @@ def test_only_the_services_own_children_are_retired_and_a_shared_uid_deletes_not
         meta = foreign["metadata"]
         assert f"{foreign['kind']} {meta['namespace']}/{meta['name']}" in ready.message
         assert "uid s-1" in ready.message
+
+
+def test_a_route_of_the_wanted_name_another_object_controls_is_left_alone() -> None:
+    """The InferenceService of the wanted name was checked for another controller; the HTTPRoute was patched
+    whoever controlled it. Now it is left alone and the service says why (RoutingReady False, RouteFailed)."""
+    svc = service(cacheModel=False)
+    name = plan_service(typed(svc), world([])).route.desired["metadata"]["name"]  # type: ignore[union-attr]
+    foreign = child("HTTPRoute", name, "ns", owner_ref(name="someone-else", uid="u-9", kind="Gateway"))
+    plan = plan_service(typed(svc), world([], [], [foreign]))
+    assert plan.route is None and plan.isvc is not None and plan.retire == ()
+    routing = next(c for c in plan.outcome.conditions if c.type == "RoutingReady")
+    assert (routing.status, routing.reason) == ("False", "RouteFailed")
+    assert f"HTTPRoute {name!r} exists and is controlled by another object (uid u-9)" in routing.message
+    own = child("HTTPRoute", name, "ns", owner_ref())
+    assert plan_service(typed(svc), world([], [], [own])).route is not None  # its own route is still written
