@@ -25,6 +25,7 @@ import yaml
 from engine.errors import shown
 
 __all__ = [
+    "CONSTRUCTOR_ERRORS",
     "MAX_EXPANDED_BYTES",
     "MAX_EXPANDED_NODES",
     "MAX_NESTING",
@@ -34,7 +35,6 @@ __all__ = [
     "check_document",
     "constructible",
     "duplicate_key",
-    "recursive_alias",
     "safe_load",
     "scalar_value",
 ]
@@ -90,6 +90,11 @@ def constructible(tag: str, value: str) -> bool:
     return True
 
 
+CONSTRUCTOR_ERRORS = (ArithmeticError, AttributeError, LookupError, TypeError, ValueError)
+"""What PyYAML's constructors raise on a value their tag cannot build (``KeyError`` for ``!!bool maybe``,
+``ValueError`` for ``!!int abc``, ``AttributeError`` for ``!!timestamp nope``), besides its own YAML errors."""
+
+
 class CheckedConstruction:
     """A loader mixin: a value its constructor cannot build (``!!bool maybe``, ``!!int abc``, ``!!timestamp no``)
     is a :class:`yaml.constructor.ConstructorError` at the node's line, as a parse error is, instead of the
@@ -101,7 +106,7 @@ class CheckedConstruction:
             return super().construct_object(node, deep)  # type: ignore[misc]
         except yaml.YAMLError:
             raise
-        except (ArithmeticError, AttributeError, LookupError, TypeError, ValueError) as exc:
+        except CONSTRUCTOR_ERRORS as exc:
             raise unbuildable(node, exc) from None
 
 
@@ -200,7 +205,7 @@ def check_document(root: yaml.Node) -> None:
             sizes[id(node)] = (1 + sum(part[0] for part in parts), sum(part[1] for part in parts), nesting)
             continue
         if id(node) in on_path:
-            raise recursive_alias(node)
+            raise _recursive_alias(node)
         if id(node) in sizes:
             continue
         if isinstance(node, yaml.MappingNode):
@@ -245,7 +250,7 @@ def _refused(node: yaml.Node, problem: str) -> yaml.constructor.ConstructorError
     return yaml.constructor.ConstructorError(None, None, problem, node.start_mark)
 
 
-def recursive_alias(node: yaml.Node) -> yaml.constructor.ConstructorError:
+def _recursive_alias(node: yaml.Node) -> yaml.constructor.ConstructorError:
     """The error for an alias inside its own anchor, at ``node``'s line.
 
     Args:

@@ -25,15 +25,9 @@ from engine.api.identity import (
     secret_key_error,
     secret_name_error,
 )
+from engine.errors import shown
 
 __all__ = ["SecretKey", "SecretName", "check_secret_key", "check_secret_name", "secret_key_ref_error"]
-
-SHOWN_VALUE_CHARS = 80
-"""How much of a refused value a message quotes (a hostile one can be megabytes long)."""
-
-
-def _shown(value: str) -> str:
-    return repr(value if len(value) <= SHOWN_VALUE_CHARS else value[: SHOWN_VALUE_CHARS - 1] + "…")
 
 
 def check_secret_name(value: str) -> str:
@@ -42,7 +36,7 @@ def check_secret_name(value: str) -> str:
     ``secretKeyRef``'s where it is read)."""
     problem = secret_name_error(value)
     if problem:
-        raise ValueError(f"{_shown(value)} is not a valid Secret name: {problem}")
+        raise ValueError(f"{shown(value)} is not a valid Secret name: {problem}")
     return value
 
 
@@ -51,7 +45,7 @@ def check_secret_key(value: str) -> str:
     ``ValueError`` saying why (as :func:`check_secret_name`)."""
     problem = secret_key_error(value)
     if problem:
-        raise ValueError(f"{_shown(value)} is not a valid Secret key: {problem}")
+        raise ValueError(f"{shown(value)} is not a valid Secret key: {problem}")
     return value
 
 

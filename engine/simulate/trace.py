@@ -5,8 +5,9 @@ A trace is a CSV with a header and one row per request: an arrival timestamp, pr
 output tokens.  The Azure LLM inference trace reads as it is (``TIMESTAMP,ContextTokens,
 GeneratedTokens``); other spellings of the three columns are recognised (see ``_COLUMNS``).
 Timestamps are either ISO 8601 date-times (fractions beyond microseconds are cut) or numbers
-of seconds.  A row holds at most :data:`MAX_TRACE_FIELDS` fields, and an error quotes at most
-:data:`_QUOTE_CHARS` characters of the trace: a malformed row is named, never printed whole.
+of seconds.  A row holds at most :data:`MAX_TRACE_FIELDS` fields, and an error quotes the trace as
+:func:`engine.errors.shown` quotes a value (80 characters of a cell, six of a row's): a malformed row is named, never
+printed whole.
 
 Pure: rows come in as strings (the caller reads the file), randomness from a seeded generator.
 """
@@ -21,7 +22,7 @@ from datetime import UTC, datetime
 
 import numpy as np
 
-from engine.api.meta import one_line
+from engine.errors import shown
 from engine.simulate.bursts import BurstShape, bursty_requests
 from engine.simulate.records import Trace
 
@@ -50,8 +51,6 @@ MAX_TRACE_FIELDS = 64
 (``_COLUMNS``), so 64 leaves room for every one of them and dozens of other columns a request log carries (ids, a
 model, a status), and a longer row is no trace.  Without it a row of 5x10^7 empty fields was parsed, then quoted
 whole in its error: 4.6 GB and a 200 MB line."""
-_QUOTE_CHARS = 120
-"""The most characters of the trace one error message quotes (a cell may hold csv's 131,072)."""
 MAX_REQUEST_TOKENS = 10_000_000
 """The most prompt or output tokens one row may count: no model's context window is longer, so a larger count is a
 corrupt row (a count past 2^63 does not even fit the simulator's integers)."""
@@ -138,9 +137,7 @@ def _column(header: Sequence[str], kind: str) -> int:
     for candidate in _COLUMNS[kind]:
         if candidate in names:
             return names.index(candidate)
-    raise TraceError(
-        f"trace header {one_line(list(header), _QUOTE_CHARS)} has no {kind} column (one of {', '.join(_COLUMNS[kind])})"
-    )
+    raise TraceError(f"trace header {shown(list(header))} has no {kind} column (one of {', '.join(_COLUMNS[kind])})")
 
 
 def _seconds(value: str, row: int) -> float:
@@ -152,9 +149,7 @@ def _seconds(value: str, row: int) -> float:
         pass
     else:
         if not math.isfinite(seconds):
-            raise TraceError(
-                f"row {row}: timestamp {one_line(repr(value), _QUOTE_CHARS)} is not a finite number of seconds"
-            )
+            raise TraceError(f"row {row}: timestamp {shown(value)} is not a finite number of seconds")
         return seconds
     head, dot, fraction = text.partition(".")
     if dot:
@@ -165,8 +160,7 @@ def _seconds(value: str, row: int) -> float:
         moment = datetime.fromisoformat(text)
     except ValueError:
         raise TraceError(
-            f"row {row}: timestamp {one_line(repr(value), _QUOTE_CHARS)} is neither a number of seconds nor an ISO "
-            "8601 date-time"
+            f"row {row}: timestamp {shown(value)} is neither a number of seconds nor an ISO 8601 date-time"
         ) from None
     if moment.tzinfo is None:
         moment = moment.replace(tzinfo=UTC)
@@ -180,18 +174,13 @@ def _tokens(row: Sequence[str], column: int, number: int) -> int:
     try:
         count = float(row[column])
     except (ValueError, IndexError):
-        raise TraceError(
-            f"row {number}: prompt and output tokens must be integers, got {one_line(list(row), _QUOTE_CHARS)}"
-        ) from None
+        raise TraceError(f"row {number}: prompt and output tokens must be integers, got {shown(list(row))}") from None
     if not 0 <= count <= MAX_REQUEST_TOKENS:  # NaN fails both
         raise TraceError(
-            f"row {number}: token counts must be from 0 to {MAX_REQUEST_TOKENS:,}, "
-            f"got {one_line(repr(row[column]), _QUOTE_CHARS)}"
+            f"row {number}: token counts must be from 0 to {MAX_REQUEST_TOKENS:,}, got {shown(row[column])}"
         )
     if not count.is_integer():
-        raise TraceError(
-            f"row {number}: token counts must be integers, got {one_line(repr(row[column]), _QUOTE_CHARS)}"
-        )
+        raise TraceError(f"row {number}: token counts must be integers, got {shown(row[column])}")
     return int(count)
 
 
@@ -228,7 +217,7 @@ def parse_trace_rows(rows: Iterable[Sequence[str]]) -> tuple[np.ndarray, np.ndar
         if not math.isfinite(high - low):
             other = low_row if number == high_row else high_row
             raise TraceError(
-                f"row {number}: timestamp {one_line(repr(row[ti]), _QUOTE_CHARS)} is too far from row {other}'s: "
+                f"row {number}: timestamp {shown(row[ti])} is too far from row {other}'s: "
                 "the span between them is not a finite number of seconds"
             )
         times.append(seconds)

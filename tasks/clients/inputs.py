@@ -15,7 +15,7 @@ import stat
 from dataclasses import dataclass
 from typing import BinaryIO
 
-__all__ = ["InputFileError", "InputText", "open_regular", "read_text"]
+__all__ = ["InputFileError", "InputText", "not_regular", "open_regular", "read_text"]
 
 _KINDS = (
     (stat.S_ISDIR, "a directory"),
@@ -46,8 +46,16 @@ class InputText:
     mtime_s: float
 
 
-def _not_regular(mode: int) -> str:
-    """Why a file of ``mode`` is refused: what it is, when it is one of the known kinds."""
+def not_regular(mode: int) -> str:
+    """Why a file of ``mode`` is refused: what it is, when it is one of the known kinds (the words every reader of a
+    person's file, and the local cluster folder, refuse it with).
+
+    Args:
+        mode: The file's ``st_mode``.
+
+    Returns:
+        E.g. ``a named pipe (FIFO), not a regular file``.
+    """
     kind = next((name for test, name in _KINDS if test(mode)), None)
     return f"{kind}, not a regular file" if kind else "not a regular file"
 
@@ -69,7 +77,7 @@ def open_regular(path: str | os.PathLike[str]) -> BinaryIO:
     try:
         mode = os.fstat(fd).st_mode
         if not stat.S_ISREG(mode):
-            raise InputFileError(path, _not_regular(mode))
+            raise InputFileError(path, not_regular(mode))
         os.set_blocking(fd, True)
         return os.fdopen(fd, "rb")
     except BaseException:

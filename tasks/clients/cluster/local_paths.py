@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import NamedTuple
 
-from tasks.clients.inputs import _not_regular  # the words --metrics-file refuses such a file with
+from tasks.clients.inputs import not_regular
 
 __all__ = [
     "MANIFEST_SUFFIXES",
@@ -153,7 +153,7 @@ def manifest_entry(path: str) -> Found | None:
     stamp = (status.st_mtime_ns, status.st_size, status.st_ino)
     if stat.S_ISDIR(status.st_mode) or (stat.S_ISREG(status.st_mode) and not _is_manifest_file(path)):
         return None
-    return Found(path, stamp, None if stat.S_ISREG(status.st_mode) else f"{path}: {_not_regular(status.st_mode)}")
+    return Found(path, stamp, None if stat.S_ISREG(status.st_mode) else f"{path}: {not_regular(status.st_mode)}")
 
 
 def stamp_of(path: str) -> Stamp | None:

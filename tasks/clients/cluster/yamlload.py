@@ -16,13 +16,13 @@ from typing import Any
 import yaml
 
 from engine.yaml11 import (
+    CONSTRUCTOR_ERRORS,
     MAX_NESTING,
     SCALAR_CONSTRUCTORS,
     CheckedConstruction,
     check_document,
     constructible,
     duplicate_key,
-    recursive_alias,
     scalar_value,
     unbuildable,
 )
@@ -190,10 +190,10 @@ def construct_tree(node: yaml.Node, depth: int = 1) -> Any:
 
 def construct_plain(root: yaml.Node, loader: Any) -> Any:
     """The value of a node graph made of mappings, sequences and ``str``/``null``/``bool``/``int``/``float``
-    scalars, built directly in one pass that refuses a duplicate key or a recursive alias as
-    :func:`engine.yaml11.check_document` does; non-string scalars go through the loader's own constructors, so every
-    value is the one PyYAML would build. An aliased node is built once and shared, as PyYAML does. Raises
-    :class:`_NotPlain` for anything else.
+    scalars that :func:`engine.yaml11.check_document` has passed (no recursive alias, no key written twice), built
+    directly in one pass that also refuses keys equal once built (``1`` and ``1.0``); non-string scalars go through
+    the loader's own constructors, so every value is the one PyYAML would build. An aliased node is built once and
+    shared, as PyYAML does. Raises :class:`_NotPlain` for anything else.
 
     Args:
         root: The document's root node.
@@ -203,11 +203,11 @@ def construct_plain(root: yaml.Node, loader: Any) -> Any:
         The document's value.
 
     Raises:
-        ConstructorError: A duplicate key or a recursive alias, at its line.
+        ConstructorError: A key equal to another of its mapping once built, or a tagged scalar its constructor
+            refuses, at its line.
         _NotPlain: A node of another kind (another tag, a merge key, an unhashable key), left to PyYAML.
     """
     built: dict[int, Any] = {}
-    building: set[int] = set()  # the collections being built: the path from the root
     scalar = yaml.ScalarNode
 
     def value(node: yaml.Node) -> Any:
@@ -219,18 +219,15 @@ def construct_plain(root: yaml.Node, loader: Any) -> Any:
                 raise _NotPlain(node.tag)
             try:
                 return getattr(loader, method)(node)
-            except (ArithmeticError, LookupError, ValueError) as exc:  # !!bool maybe, !!int abc
+            except CONSTRUCTOR_ERRORS as exc:  # !!bool maybe, !!int abc
                 raise unbuildable(node, exc) from None
         ident = id(node)
         known = built.get(ident)
-        if known is not None:
-            if ident in building:
-                raise recursive_alias(node)
+        if known is not None:  # an alias of a node built before (check_document refused one inside itself)
             return known
         if type(node) is yaml.MappingNode and node.tag == _MAP_TAG:
             mapping: dict[Any, Any] = {}
             built[ident] = mapping
-            building.add(ident)
             for key_node, value_node in node.value:
                 # a string key or value (most of them) is taken as it is, without a call
                 key = key_node.value if type(key_node) is scalar and key_node.tag == _STR_TAG else value(key_node)
@@ -245,14 +242,11 @@ def construct_plain(root: yaml.Node, loader: Any) -> Any:
                 mapping[key] = (
                     value_node.value if type(value_node) is scalar and value_node.tag == _STR_TAG else value(value_node)
                 )
-            building.discard(ident)
             return mapping
         if type(node) is yaml.SequenceNode and node.tag == _SEQ_TAG:
             sequence: list[Any] = []
             built[ident] = sequence
-            building.add(ident)
             sequence.extend([value(item) for item in node.value])
-            building.discard(ident)
             return sequence
         raise _NotPlain(node.tag)
 
